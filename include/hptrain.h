@@ -1,0 +1,300 @@
+/* hptrain.h: train transformer language models in C inside a memory budget.
+ *
+ * MANUAL
+ *
+ *   A run in a dozen lines (errors checked in real code; see tools/hptrain/):
+ *
+ *     hpt_mem *mem;            hpt_mem_create(&mem);
+ *     hpt_mem_set_budget(mem, HPT_TIER_DEVICE, 4ull << 30);        // 4 GiB
+ *     hpt_gpt2_config cfg;     hpt_gpt2_config_parse("gpt2:L=4,C=128,NH=4", &cfg);
+ *     hpt_gpt2 *model;         hpt_gpt2_create(mem, &cfg, &model);
+ *     hpt_gpt2_init_random(model, 1337);
+ *     hpt_adamw_opts ao = hpt_adamw_defaults();
+ *     hpt_optim *opt;          hpt_optim_create(mem, model, &ao, &opt);
+ *     for (step ...) {
+ *         float loss;
+ *         hpt_gpt2_forward(model, inputs, targets, B, T, &loss);   // (B,T) int32 each
+ *         hpt_gpt2_zero_grad(model);
+ *         hpt_gpt2_backward(model);
+ *         hpt_optim_step(opt, lr, grad_clip, &gnorm);
+ *     }
+ *     hpt_optim_free(opt); hpt_gpt2_free(model); hpt_mem_destroy(mem);
+ *
+ * ERRORS
+ *   Every function that can fail returns hpt_status. HPT_OK is 0. Detail (which file, how
+ *   many bytes, which tensor) is in hpt_last_error(), a per-thread text valid until the next
+ *   failing call on that thread. Library code never prints, exits or aborts on a user's
+ *   error. Out-of-memory on any tier is an ordinary, recoverable status.
+ *
+ * OWNERSHIP
+ *   *_create / *_load return an object the caller owns and releases with the matching
+ *   *_free, which accepts NULL. Pointer arguments are borrowed for the duration of the call
+ *   unless the comment says otherwise. Buffers that a function returns through a `**_out`
+ *   argument documented as "malloc'd" are released by the caller with free().
+ *
+ * MEMORY
+ *   Tensor storage comes from an hpt_mem, which accounts every byte by tier and category and
+ *   refuses an allocation that would pass the tier's budget (HPT_ERR_OOM). A model, its
+ *   optimizer and its activations must share one hpt_mem, which must outlive them.
+ *
+ * THREADS
+ *   Kernels use OpenMP; hpt_set_threads(n) fixes the count. Same seed, same inputs, same
+ *   thread count: same bits.
+ */
+#ifndef HPTRAIN_H
+#define HPTRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HPT_VERSION "0.1.0"
+
+/* ---- core ------------------------------------------------------------------------------ */
+
+typedef enum {
+    HPT_OK = 0,
+    HPT_ERR_OOM,         /* a tier's budget (or the operating system) refused memory */
+    HPT_ERR_IO,          /* open, read, write, sync or rename failed */
+    HPT_ERR_FORMAT,      /* wrong magic, version, truncated or malformed file */
+    HPT_ERR_CHECKSUM,    /* a file's checksum does not match its contents */
+    HPT_ERR_SHAPE,       /* shapes disagree (file vs model, T > maxT, ...) */
+    HPT_ERR_INVALID,     /* an argument is out of range */
+    HPT_ERR_UNSUPPORTED, /* valid, but not implemented for this configuration */
+    HPT_ERR_MISMATCH     /* a verification found values outside tolerance */
+} hpt_status;
+
+const char *hpt_status_str(hpt_status s);
+/* The detail of the last failure on this thread; "" when none. */
+const char *hpt_last_error(void);
+/* Sets the OpenMP thread count for kernels and GEMM (n >= 1). */
+void hpt_set_threads(int n);
+int hpt_get_threads(void);
+
+/* Parses "512MB", "4GB", "1.5GiB", "123" (bytes). KB/MB/GB are powers of 1000, KiB/MiB/GiB
+ * powers of 1024. */
+hpt_status hpt_parse_size(const char *text, uint64_t *bytes_out);
+
+/* ---- mem: tiers, categories, budgets ------------------------------------------------- */
+
+typedef enum { HPT_TIER_DEVICE = 0, HPT_TIER_HOST, HPT_TIER_DISK, HPT_TIER_COUNT } hpt_tier;
+
+typedef enum {
+    HPT_CAT_PARAMS = 0, /* model weights */
+    HPT_CAT_GRADS,      /* parameter gradients */
+    HPT_CAT_OPTIM,      /* optimizer state (moments) */
+    HPT_CAT_ACTS,       /* activations saved for backward and their gradients */
+    HPT_CAT_WORKSPACE,  /* temporaries of kernels */
+    HPT_CAT_IO,         /* file and data buffers */
+    HPT_CAT_COUNT
+} hpt_category;
+
+const char *hpt_tier_name(hpt_tier t);
+const char *hpt_category_name(hpt_category c);
+
+typedef struct hpt_mem hpt_mem;
+
+#define HPT_MEM_STATS_VERSION 1
+typedef struct {
+    int version;                                     /* HPT_MEM_STATS_VERSION */
+    uint64_t live_bytes[HPT_TIER_COUNT][HPT_CAT_COUNT];
+    uint64_t peak_bytes[HPT_TIER_COUNT];             /* high-water mark of the tier's total */
+    uint64_t peak_live_bytes[HPT_TIER_COUNT][HPT_CAT_COUNT]; /* breakdown at that peak */
+    uint64_t budget_bytes[HPT_TIER_COUNT];           /* 0: unlimited */
+    uint64_t n_allocs, n_frees, n_refused;
+} hpt_mem_stats;
+
+hpt_status hpt_mem_create(hpt_mem **out);
+/* Releases the manager; every allocation must have been freed (debug builds assert). */
+void hpt_mem_destroy(hpt_mem *m);
+/* 0 means unlimited. A budget below what is live already is accepted; later allocs fail. */
+void hpt_mem_set_budget(hpt_mem *m, hpt_tier tier, uint64_t bytes);
+/* 64-byte aligned, zero-filled storage of `bytes` bytes on `tier`. HPT_ERR_OOM with the
+ * live breakdown in hpt_last_error() when the budget would be passed. bytes == 0 gives
+ * *out == NULL and HPT_OK. Only HPT_TIER_DEVICE and HPT_TIER_HOST are allocatable today. */
+hpt_status hpt_mem_alloc(hpt_mem *m, hpt_tier tier, hpt_category cat, size_t bytes,
+                         void **out);
+/* Frees what hpt_mem_alloc gave, told its tier, category and size (Lua's rule: devices
+ * have no room for headers). NULL does nothing. */
+void hpt_mem_free(hpt_mem *m, hpt_tier tier, hpt_category cat, void *p, size_t bytes);
+void hpt_mem_get_stats(const hpt_mem *m, hpt_mem_stats *out);
+/* Resets the peaks to the live values (start of a new measurement window). */
+void hpt_mem_reset_peak(hpt_mem *m);
+/* Testing: make the n-th allocation from now fail with HPT_ERR_OOM (0 disables). */
+void hpt_mem_fail_nth(hpt_mem *m, uint64_t n);
+
+/* ---- model: GPT-2 -------------------------------------------------------------------- */
+
+typedef struct {
+    int L;    /* layers */
+    int C;    /* channels */
+    int NH;   /* heads; C % NH == 0 */
+    int V;    /* vocabulary */
+    int Vp;   /* vocabulary padded (rows of wte), Vp >= V */
+    int maxT; /* positions */
+} hpt_gpt2_config;
+
+/* "gpt2-124m" | "gpt2-350m" | "gpt2-774m" | "gpt2-1558m" |
+ * "gpt2:L=12,C=768,NH=12[,V=50257][,T=1024][,Vp=...]". Vp defaults to V rounded up to 128. */
+hpt_status hpt_gpt2_config_parse(const char *shape, hpt_gpt2_config *out);
+hpt_status hpt_gpt2_config_check(const hpt_gpt2_config *cfg);
+/* Number of parameters including wte's padding rows. */
+size_t hpt_gpt2_num_params(const hpt_gpt2_config *cfg);
+
+#define HPT_GPT2_NUM_TENSORS 16
+typedef struct {
+    const char *name; /* "wte", "wpe", "ln1w", ..., "lnfb" (llm.c's checkpoint order) */
+    size_t offset;    /* floats from the start of the parameter buffer */
+    size_t numel;     /* whole tensor, stacked over L for per-layer tensors */
+    int is_matrix;    /* 2-D weights (embeddings and linear weights): decayed by default */
+} hpt_gpt2_tensor;
+void hpt_gpt2_tensors(const hpt_gpt2_config *cfg, hpt_gpt2_tensor out[HPT_GPT2_NUM_TENSORS]);
+
+typedef struct hpt_gpt2 hpt_gpt2;
+
+/* Allocates zeroed parameters and gradients (device tier). */
+hpt_status hpt_gpt2_create(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_gpt2 **out);
+/* Reads an llm.c GPT-2 checkpoint (version 3 fp32 or 5 bf16). */
+hpt_status hpt_gpt2_load(hpt_mem *mem, const char *path, hpt_gpt2 **out);
+/* Writes an llm.c version-3 (fp32) checkpoint, atomically. */
+hpt_status hpt_gpt2_save(const hpt_gpt2 *m, const char *path);
+void hpt_gpt2_free(hpt_gpt2 *m);
+/* GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)), biases 0,
+ * layernorm weights 1, wte padding rows 0. Deterministic in seed. */
+void hpt_gpt2_init_random(hpt_gpt2 *m, uint64_t seed);
+
+const hpt_gpt2_config *hpt_gpt2_get_config(const hpt_gpt2 *m);
+size_t hpt_gpt2_get_num_params(const hpt_gpt2 *m);
+float *hpt_gpt2_params(hpt_gpt2 *m); /* (num_params) fp32, in checkpoint order */
+float *hpt_gpt2_grads(hpt_gpt2 *m);  /* (num_params) fp32 */
+/* Logits of the last forward: (B, T, Vp) fp32, entries >= V are the padding columns. */
+const float *hpt_gpt2_logits(const hpt_gpt2 *m);
+
+/* Activation buffers for (B, T) are allocated on first use and kept while B*T does not grow.
+ * targets may be NULL (no loss; *loss_out = -1). Token ids must be in [0, V). */
+hpt_status hpt_gpt2_forward(hpt_gpt2 *m, const int32_t *inputs, const int32_t *targets,
+                            int B, int T, float *loss_out);
+void hpt_gpt2_zero_grad(hpt_gpt2 *m);
+/* Accumulates (+=) the gradients of the mean loss of the last forward (which needs targets)
+ * into hpt_gpt2_grads(). */
+hpt_status hpt_gpt2_backward(hpt_gpt2 *m);
+/* Releases the activation buffers. */
+void hpt_gpt2_free_activations(hpt_gpt2 *m);
+/* Bytes of activations (and backward scratch) that a forward+backward at (B, T) allocates. */
+size_t hpt_gpt2_activation_bytes(const hpt_gpt2_config *cfg, int B, int T);
+
+/* Samples n_new tokens after the n_prompt tokens in tokens[] (capacity n_prompt + n_new),
+ * with temperature (> 0) and top_k (0: all). Uses a window of the last maxT tokens. */
+hpt_status hpt_gpt2_generate(hpt_gpt2 *m, int32_t *tokens, int n_prompt, int n_new,
+                             float temperature, int top_k, uint64_t seed);
+
+/* ---- optim: AdamW, schedules, clipping ----------------------------------------------- */
+
+typedef struct {
+    float lr;           /* peak learning rate */
+    float beta1, beta2;
+    float eps;
+    float weight_decay; /* decoupled, as PyTorch's AdamW */
+    int decay_all;      /* 1: decay every tensor; 0: only matrices (hpt_gpt2_tensor.is_matrix) */
+} hpt_adamw_opts;
+hpt_adamw_opts hpt_adamw_defaults(void); /* 3e-4, 0.9, 0.95, 1e-8, 0.1, matrices only */
+
+typedef struct hpt_optim hpt_optim;
+/* Allocates m and v (optimizer category) for the model's parameters. */
+hpt_status hpt_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts *o,
+                            hpt_optim **out);
+void hpt_optim_free(hpt_optim *o);
+/* One AdamW step with learning rate lr. If clip > 0 the gradients are scaled so their global
+ * L2 norm is at most clip. *grad_norm_out (may be NULL) gets the norm before clipping. */
+hpt_status hpt_optim_step(hpt_optim *o, float lr, float clip, float *grad_norm_out);
+int64_t hpt_optim_get_t(const hpt_optim *o); /* steps taken */
+void hpt_optim_set_t(hpt_optim *o, int64_t t);
+float *hpt_optim_m(hpt_optim *o);             /* (num_params) first moments */
+float *hpt_optim_v(hpt_optim *o);             /* (num_params) second moments */
+
+/* Linear warmup from 0 to max_lr over warmup steps, then cosine to min_lr at total. */
+float hpt_lr_cosine(int64_t step, int64_t total, int64_t warmup, float max_lr, float min_lr);
+
+/* ---- io: llm.c data shards and the data loader -------------------------------------- */
+
+/* Writes an llm.c token shard (magic 20240520, version 1, uint16 tokens), atomically. */
+hpt_status hpt_shard_write(const char *path, const uint16_t *tokens, size_t n);
+
+typedef struct hpt_dataloader hpt_dataloader;
+/* Opens the shards matching a glob pattern (sorted by name). Batches are consecutive
+ * windows of B*T+1 tokens, walking the shards in order and wrapping at the end. */
+hpt_status hpt_dataloader_open(const char *pattern, int B, int T, int vocab,
+                               hpt_dataloader **out);
+void hpt_dataloader_free(hpt_dataloader *d);
+/* inputs, targets: (B, T) int32, owned by the loader until the next call. */
+hpt_status hpt_dataloader_next(hpt_dataloader *d, const int32_t **inputs,
+                               const int32_t **targets);
+size_t hpt_dataloader_num_tokens(const hpt_dataloader *d);
+/* Position for exact resume: (shard index, token offset within the shard). */
+void hpt_dataloader_get_pos(const hpt_dataloader *d, int64_t *shard, int64_t *offset);
+hpt_status hpt_dataloader_set_pos(hpt_dataloader *d, int64_t shard, int64_t offset);
+
+/* ---- io: GPT-2 tokenizer -------------------------------------------------------------- */
+
+typedef struct hpt_tokenizer hpt_tokenizer;
+/* path: a directory holding GPT-2's encoder.json and vocab.bpe (encode and decode), or
+ * llm.c's tokenizer file (magic 20240328; decode only). */
+hpt_status hpt_tokenizer_load(const char *path, hpt_tokenizer **out);
+void hpt_tokenizer_free(hpt_tokenizer *t);
+int hpt_tokenizer_vocab_size(const hpt_tokenizer *t);
+int hpt_tokenizer_eot(const hpt_tokenizer *t); /* <|endoftext|>, 50256 for GPT-2 */
+int hpt_tokenizer_can_encode(const hpt_tokenizer *t);
+/* Encodes len bytes of UTF-8 text (invalid UTF-8 is encoded byte-wise, losslessly).
+ * *ids_out is malloc'd (caller frees); *n_out its length. */
+hpt_status hpt_tokenizer_encode(hpt_tokenizer *t, const char *text, size_t len,
+                                int32_t **ids_out, size_t *n_out);
+/* The bytes of one token (not NUL-terminated); HPT_ERR_INVALID for an id out of range. */
+hpt_status hpt_tokenizer_decode(const hpt_tokenizer *t, int32_t id, const char **bytes_out,
+                                size_t *len_out);
+/* Writes llm.c's tokenizer file (version 2), atomically. */
+hpt_status hpt_tokenizer_write_llmc(const hpt_tokenizer *t, const char *path);
+
+/* ---- train: training-state checkpoint and the trainer -------------------------------- */
+
+/* Data and RNG position of a run, saved with weights and optimizer state. */
+typedef struct {
+    int64_t step;         /* optimizer steps completed */
+    int64_t data_shard;   /* dataloader position */
+    int64_t data_offset;
+    uint64_t rng_state;   /* the trainer's RNG (sampling, future dropout) */
+    int64_t total_steps;  /* the run's planned steps (schedule) */
+    int32_t B, T;
+} hpt_train_pos;
+
+/* Writes model weights, AdamW moments and position to path (a file), atomically: a temporary
+ * file in the same directory, fsync, rename, fsync of the directory. A CRC-32C-style checksum
+ * over the whole payload is verified on load. */
+hpt_status hpt_state_save(const char *path, const hpt_gpt2 *model, const hpt_optim *opt,
+                          const hpt_adamw_opts *ao, const hpt_train_pos *pos);
+/* Creates model and optimizer from a state file (both owned by the caller). */
+hpt_status hpt_state_load(const char *path, hpt_mem *mem, hpt_gpt2 **model_out,
+                          hpt_optim **opt_out, hpt_adamw_opts *ao_out,
+                          hpt_train_pos *pos_out);
+
+/* ---- io: llm.c reference state (verification) ------------------------------------------ */
+
+typedef struct {
+    int B, T, V, Vp;   /* V, Vp from the model the state belongs to */
+    int32_t *x, *y;    /* (B, T) */
+    float *logits;     /* (B, T, V), unpadded */
+    float loss;
+    float *grads;      /* (num_params) in checkpoint order with padding */
+} hpt_ref_state;
+/* Reads a reference state (magic 20240327, version 2) for the given model config; buffers
+ * come from mem (IO category). */
+hpt_status hpt_ref_state_load(const char *path, hpt_mem *mem, const hpt_gpt2_config *cfg,
+                              hpt_ref_state *out);
+void hpt_ref_state_free(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_ref_state *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HPTRAIN_H */

@@ -1,0 +1,110 @@
+/* mem.c: the budgeted, counting allocator behind every tensor.
+ *
+ * Invariants:
+ *   - live_bytes[tier][cat] is the exact sum of the sizes of the live blocks of that tier and
+ *     category; a tier's total never exceeds its budget (when the budget is non-zero).
+ *   - peak_bytes[tier] is the high-water mark of the tier's total since the last reset, and
+ *     peak_live_bytes is the breakdown at the moment that mark was set.
+ *   - A refused request changes nothing but n_refused and the last-error text.
+ * One thread allocates at a time (the trainer's); kernels never allocate. */
+#include "core/core.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct hpt_mem {
+    hpt_mem_stats st;
+    uint64_t fail_countdown; /* 0: off; 1: the next allocation fails */
+};
+
+static const char *const k_tier_names[HPT_TIER_COUNT] = {"device", "host", "disk"};
+static const char *const k_cat_names[HPT_CAT_COUNT] = {"params", "grads", "optim",
+                                                       "acts", "workspace", "io"};
+
+const char *hpt_tier_name(hpt_tier t) { return (unsigned)t < HPT_TIER_COUNT ? k_tier_names[t] : "?"; }
+const char *hpt_category_name(hpt_category c) {
+    return (unsigned)c < HPT_CAT_COUNT ? k_cat_names[c] : "?";
+}
+
+static uint64_t tier_total(const hpt_mem_stats *st, int tier) {
+    uint64_t s = 0;
+    for (int c = 0; c < HPT_CAT_COUNT; c++) s += st->live_bytes[tier][c];
+    return s;
+}
+
+hpt_status hpt_mem_create(hpt_mem **out) {
+    hpt_mem *m = calloc(1, sizeof *m);
+    if (!m) return hpt_fail(HPT_ERR_OOM, "cannot allocate the memory manager");
+    m->st.version = HPT_MEM_STATS_VERSION;
+    *out = m;
+    return HPT_OK;
+}
+
+void hpt_mem_destroy(hpt_mem *m) { free(m); }
+
+void hpt_mem_set_budget(hpt_mem *m, hpt_tier tier, uint64_t bytes) {
+    if ((unsigned)tier < HPT_TIER_COUNT) m->st.budget_bytes[tier] = bytes;
+}
+
+void hpt_mem_fail_nth(hpt_mem *m, uint64_t n) { m->fail_countdown = n; }
+
+static hpt_status refuse(hpt_mem *m, hpt_tier tier, hpt_category cat, size_t bytes,
+                         const char *why) {
+    m->st.n_refused++;
+    char detail[512];
+    int n = 0;
+    for (int c = 0; c < HPT_CAT_COUNT && n < (int)sizeof detail; c++)
+        n += snprintf(detail + n, sizeof detail - (size_t)n, "%s%s %.1f MiB", c ? ", " : "",
+                      k_cat_names[c], (double)m->st.live_bytes[tier][c] / 1048576.0);
+    return hpt_fail(HPT_ERR_OOM,
+                    "%s tier: %s request of %.1f MiB (%zu bytes) refused (%s); live %.1f MiB "
+                    "of budget %.1f MiB: %s",
+                    k_tier_names[tier], k_cat_names[cat], (double)bytes / 1048576.0, bytes, why,
+                    (double)tier_total(&m->st, tier) / 1048576.0,
+                    (double)m->st.budget_bytes[tier] / 1048576.0, detail);
+}
+
+hpt_status hpt_mem_alloc(hpt_mem *m, hpt_tier tier, hpt_category cat, size_t bytes,
+                         void **out) {
+    *out = NULL;
+    if ((unsigned)tier >= HPT_TIER_COUNT || (unsigned)cat >= HPT_CAT_COUNT)
+        return hpt_fail(HPT_ERR_INVALID, "bad tier %d or category %d", (int)tier, (int)cat);
+    if (tier == HPT_TIER_DISK)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "the disk tier cannot be allocated directly yet");
+    if (bytes == 0) return HPT_OK;
+    if (m->fail_countdown && --m->fail_countdown == 0) return refuse(m, tier, cat, bytes, "injected failure");
+    uint64_t total = tier_total(&m->st, tier);
+    uint64_t budget = m->st.budget_bytes[tier];
+    if (budget && (bytes > budget || total > budget - bytes))
+        return refuse(m, tier, cat, bytes, "over budget");
+    size_t rounded = (bytes + 63) & ~(size_t)63;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, rounded) != 0 || !p)
+        return refuse(m, tier, cat, bytes, "operating system refused");
+    memset(p, 0, rounded);
+    m->st.live_bytes[tier][cat] += bytes;
+    m->st.n_allocs++;
+    total += bytes;
+    if (total > m->st.peak_bytes[tier]) {
+        m->st.peak_bytes[tier] = total;
+        memcpy(m->st.peak_live_bytes[tier], m->st.live_bytes[tier], sizeof m->st.live_bytes[tier]);
+    }
+    *out = p;
+    return HPT_OK;
+}
+
+void hpt_mem_free(hpt_mem *m, hpt_tier tier, hpt_category cat, void *p, size_t bytes) {
+    if (!p) return;
+    m->st.live_bytes[tier][cat] -= bytes;
+    m->st.n_frees++;
+    free(p);
+}
+
+void hpt_mem_get_stats(const hpt_mem *m, hpt_mem_stats *out) { *out = m->st; }
+
+void hpt_mem_reset_peak(hpt_mem *m) {
+    for (int t = 0; t < HPT_TIER_COUNT; t++) {
+        m->st.peak_bytes[t] = tier_total(&m->st, t);
+        memcpy(m->st.peak_live_bytes[t], m->st.live_bytes[t], sizeof m->st.live_bytes[t]);
+    }
+}

@@ -1,0 +1,35 @@
+/* testlib.h: a minimal assertion harness. Every CHECK counts; a test executable exits 1 if
+ * any check failed, and prints each failure with file and line. */
+#ifndef HPT_TESTLIB_H
+#define HPT_TESTLIB_H
+
+#include "hptrain.h"
+
+#include <stdio.h>
+
+extern int t_checks, t_failures;
+
+#define CHECK(cond) do { t_checks++; if (!(cond)) { t_failures++; \
+    fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); } } while (0)
+#define CHECK_MSG(cond, ...) do { t_checks++; if (!(cond)) { t_failures++; \
+    fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond); \
+    fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
+#define CHECK_OK(expr) do { hpt_status s_ = (expr); t_checks++; if (s_ != HPT_OK) { t_failures++; \
+    fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #expr, hpt_status_str(s_), \
+            hpt_last_error()); } } while (0)
+#define CHECK_STATUS(expr, want) do { hpt_status s_ = (expr); t_checks++; if (s_ != (want)) { \
+    t_failures++; fprintf(stderr, "%s:%d: %s -> %s, expected %s (%s)\n", __FILE__, __LINE__, \
+    #expr, hpt_status_str(s_), hpt_status_str(want), hpt_last_error()); } } while (0)
+
+/* Prints "<name>: N checks, M failed" and returns the process's exit status. */
+int t_done(const char *name);
+/* ../shared/reference as configured (HPT_REF_DIR env overrides). */
+const char *t_ref_dir(void);
+/* Directory with GPT-2 encoder.json / vocab.bpe (HPT_TOKENIZER env), or NULL. */
+const char *t_tokenizer_dir(void);
+/* A fresh temporary directory for this test (removed by the OS's tmp cleaning only). */
+const char *t_tmpdir(void);
+/* max |a-b| / max(max |b|, tiny), norm-wise relative error of two vectors. */
+double t_rel_err(const float *a, const float *b, size_t n);
+
+#endif

