@@ -294,6 +294,33 @@ hpt_status hpt_ref_state_load(const char *path, hpt_mem *mem, const hpt_gpt2_con
                               hpt_ref_state *out);
 void hpt_ref_state_free(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_ref_state *s);
 
+
+/* ---- train: verification against a PyTorch reference state -------------------------- */
+
+#define HPT_VERIFY_MAX_STEPS 64
+typedef struct {
+    hpt_gpt2_config cfg;
+    int B, T;
+    double logits_rel_err;                       /* ||ours - ref|| / ||ref|| over (B,T,V) */
+    double loss_rel_err;
+    float loss, ref_loss;
+    double grad_rel_err[HPT_GPT2_NUM_TENSORS];   /* norm-wise, per tensor */
+    const char *grad_name[HPT_GPT2_NUM_TENSORS];
+    int n_steps;                                 /* AdamW steps compared (0: no steps file) */
+    float step_loss[HPT_VERIFY_MAX_STEPS], ref_step_loss[HPT_VERIFY_MAX_STEPS];
+    double max_step_rel_err;
+    double tol;
+    int passed;                                  /* every figure within tol */
+} hpt_verify_report;
+
+/* Loads an llm.c checkpoint and reference state, runs forward and backward on its batch and
+ * compares logits, loss and every gradient; with steps_json (may be NULL: llm.c-style JSON
+ * with "adamw": {lr, beta1, beta2, eps, weight_decay} and "losses": [...]) also runs that
+ * many AdamW steps (weight decay on every tensor) comparing the loss before each. Returns
+ * HPT_OK when the comparison ran (see report->passed), an error status otherwise. */
+hpt_status hpt_verify(hpt_mem *mem, const char *model_path, const char *state_path,
+                      const char *steps_json, double tol, hpt_verify_report *report);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,133 @@
+/* llmc.c: llm.c's GPT-2 checkpoint (version 3 fp32, version 5 bf16) and reference state.
+ * Readers check magic, version, shape and the exact file size before reading a payload, so
+ * a wrong or truncated file fails with a one-line reason and nothing half-loaded. */
+#include "core/core.h"
+#include "io/io_int.h"
+#include "model/gpt2_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define CKPT_MAGIC 20240326
+#define STATE_MAGIC 20240327
+
+hpt_status hpt_gpt2_load(hpt_mem *mem, const char *path, hpt_gpt2 **out) {
+    *out = NULL;
+    FILE *f;
+    uint64_t size;
+    HPT_CHECK(io_open_read(path, &f, &size));
+    int32_t h[256];
+    hpt_status s = io_read_header(f, h, path);
+    if (s != HPT_OK) { fclose(f); return s; }
+    if (h[0] != CKPT_MAGIC) {
+        fclose(f);
+        return hpt_fail(HPT_ERR_FORMAT, "%s is not a GPT-2 checkpoint (magic %d, expected %d)",
+                        path, h[0], CKPT_MAGIC);
+    }
+    if (h[1] != 3 && h[1] != 5) {
+        fclose(f);
+        return hpt_fail(HPT_ERR_FORMAT, "%s: checkpoint version %d is not supported (3 fp32, 5 bf16)",
+                        path, h[1]);
+    }
+    hpt_gpt2_config cfg = {.maxT = h[2], .V = h[3], .L = h[4], .NH = h[5], .C = h[6], .Vp = h[7]};
+    if (cfg.Vp == 0) cfg.Vp = cfg.V; /* version-1 era files carry no padded size */
+    s = hpt_gpt2_config_check(&cfg);
+    if (s != HPT_OK) { fclose(f); return hpt_fail_ctx(s, "%s", path); }
+    size_t n = hpt_gpt2_num_params(&cfg), esz = h[1] == 3 ? 4 : 2;
+    if (size != 1024 + (uint64_t)n * esz) {
+        fclose(f);
+        return hpt_fail(HPT_ERR_FORMAT, "%s: %llu bytes, but its header (L=%d C=%d V=%d Vp=%d maxT=%d) "
+                        "needs %llu", path, (unsigned long long)size, cfg.L, cfg.C, cfg.V, cfg.Vp,
+                        cfg.maxT, (unsigned long long)(1024 + (uint64_t)n * esz));
+    }
+    hpt_gpt2 *m;
+    s = hpt_gpt2_create(mem, &cfg, &m);
+    if (s != HPT_OK) { fclose(f); return s; }
+    if (esz == 4) {
+        s = io_read_exact(f, m->params, n * 4, path, "parameters");
+    } else {
+        /* bf16 -> fp32: the bf16 bits are the high half of the float; reuse grads as staging */
+        uint16_t *stage = (uint16_t *)m->grads;
+        s = io_read_exact(f, stage, n * 2, path, "parameters");
+        for (size_t i = n; s == HPT_OK && i-- > 0;) {
+            uint32_t bits = (uint32_t)stage[i] << 16;
+            memcpy(&m->params[i], &bits, 4);
+        }
+        hpt_gpt2_zero_grad(m);
+    }
+    fclose(f);
+    if (s != HPT_OK) { hpt_gpt2_free(m); return s; }
+    *out = m;
+    return HPT_OK;
+}
+
+hpt_status hpt_gpt2_save(const hpt_gpt2 *m, const char *path) {
+    int32_t h[256] = {0};
+    h[0] = CKPT_MAGIC; h[1] = 3; h[2] = m->cfg.maxT; h[3] = m->cfg.V; h[4] = m->cfg.L;
+    h[5] = m->cfg.NH; h[6] = m->cfg.C; h[7] = m->cfg.Vp;
+    io_atomic w;
+    HPT_CHECK(io_atomic_begin(&w, path));
+    hpt_status s = io_atomic_write(&w, h, sizeof h);
+    if (s == HPT_OK) s = io_atomic_write(&w, m->params, m->num_params * sizeof(float));
+    if (s != HPT_OK) { io_atomic_abort(&w); return s; }
+    return io_atomic_commit(&w);
+}
+
+static size_t ref_sizes(const hpt_gpt2_config *cfg, int B, int T, size_t *n_logits) {
+    *n_logits = (size_t)B * T * cfg->V;
+    return hpt_gpt2_num_params(cfg);
+}
+
+void hpt_ref_state_free(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_ref_state *s) {
+    if (!s) return;
+    size_t BT = (size_t)s->B * s->T, nl, np = ref_sizes(cfg, s->B, s->T, &nl);
+    hpt_mem_free(mem, HPT_TIER_DEVICE, HPT_CAT_IO, s->x, BT * 4);
+    hpt_mem_free(mem, HPT_TIER_DEVICE, HPT_CAT_IO, s->y, BT * 4);
+    hpt_mem_free(mem, HPT_TIER_DEVICE, HPT_CAT_IO, s->logits, nl * 4);
+    hpt_mem_free(mem, HPT_TIER_DEVICE, HPT_CAT_IO, s->grads, np * 4);
+    memset(s, 0, sizeof *s);
+}
+
+hpt_status hpt_ref_state_load(const char *path, hpt_mem *mem, const hpt_gpt2_config *cfg,
+                              hpt_ref_state *out) {
+    memset(out, 0, sizeof *out);
+    FILE *f;
+    uint64_t size;
+    HPT_CHECK(io_open_read(path, &f, &size));
+    int32_t h[256];
+    hpt_status s = io_read_header(f, h, path);
+    if (s == HPT_OK && h[0] != STATE_MAGIC)
+        s = hpt_fail(HPT_ERR_FORMAT, "%s is not a reference state (magic %d, expected %d)", path,
+                     h[0], STATE_MAGIC);
+    if (s == HPT_OK && h[1] != 2)
+        s = hpt_fail(HPT_ERR_FORMAT, "%s: reference state version %d is not supported (2)", path, h[1]);
+    if (s == HPT_OK && (h[2] < 1 || h[3] < 1 || h[3] > cfg->maxT))
+        s = hpt_fail(HPT_ERR_SHAPE, "%s: B=%d T=%d do not fit the model (maxT %d)", path, h[2],
+                     h[3], cfg->maxT);
+    if (s != HPT_OK) { fclose(f); return s; }
+    int B = h[2], T = h[3];
+    size_t BT = (size_t)B * T, nl, np = ref_sizes(cfg, B, T, &nl);
+    uint64_t want = 1024 + BT * 8 + nl * 4 + 4 + np * 4;
+    if (size != want) {
+        fclose(f);
+        return hpt_fail(HPT_ERR_FORMAT, "%s: %llu bytes, but B=%d T=%d with this model "
+                        "(V=%d, %zu parameters) needs %llu", path, (unsigned long long)size, B, T,
+                        cfg->V, np, (unsigned long long)want);
+    }
+    out->B = B; out->T = T; out->V = cfg->V; out->Vp = cfg->Vp;
+    s = hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_IO, BT * 4, (void **)&out->x);
+    if (s == HPT_OK) s = hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_IO, BT * 4, (void **)&out->y);
+    if (s == HPT_OK) s = hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_IO, nl * 4, (void **)&out->logits);
+    if (s == HPT_OK) s = hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_IO, np * 4, (void **)&out->grads);
+    if (s == HPT_OK) s = io_read_exact(f, out->x, BT * 4, path, "inputs");
+    if (s == HPT_OK) s = io_read_exact(f, out->y, BT * 4, path, "targets");
+    if (s == HPT_OK) s = io_read_exact(f, out->logits, nl * 4, path, "logits");
+    if (s == HPT_OK) s = io_read_exact(f, &out->loss, 4, path, "loss");
+    if (s == HPT_OK) s = io_read_exact(f, out->grads, np * 4, path, "gradients");
+    fclose(f);
+    for (size_t i = 0; s == HPT_OK && i < BT; i++)
+        if (out->x[i] < 0 || out->x[i] >= cfg->V || out->y[i] < 0 || out->y[i] >= cfg->V)
+            s = hpt_fail(HPT_ERR_FORMAT, "%s: token at position %zu is outside [0, %d)", path, i, cfg->V);
+    if (s != HPT_OK) hpt_ref_state_free(mem, cfg, out);
+    return s;
+}

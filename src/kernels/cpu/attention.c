@@ -1,0 +1,99 @@
+/* attention.c: causal multi-head self-attention, the plain reference version: it stores the
+ * (T,T) probabilities of every head for backward. Work is split over (b, h) pairs (and rows
+ * within them in forward), so every output element has exactly one writer. */
+#include "kernels/kernels.h"
+
+#include <math.h>
+#include <string.h>
+
+void k_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+    const int hs = C / NH;
+    const int C3 = 3 * C;
+    const float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for collapse(3) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const float *q = qkv + ((int64_t)b * T + t) * C3 + h * hs; // (hs)
+                float *a = att + (((int64_t)b * NH + h) * T + t) * T;       // (T) row of probs
+                float maxv = -INFINITY;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *k = qkv + ((int64_t)b * T + t2) * C3 + C + h * hs;
+                    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+                    for (int i = 0; i < hs; i++) s += q[i] * k[i];
+                    s *= scale;
+                    a[t2] = s;
+                    if (s > maxv) maxv = s;
+                }
+                float sum = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    float e = expf(a[t2] - maxv);
+                    a[t2] = e;
+                    sum += e;
+                }
+                float inv = 1.0f / sum;
+                for (int t2 = 0; t2 <= t; t2++) a[t2] *= inv;
+                for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0.0f;
+                float *o = out + ((int64_t)b * T + t) * C + h * hs; // (hs)
+                for (int i = 0; i < hs; i++) o[i] = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *v = qkv + ((int64_t)b * T + t2) * C3 + 2 * C + h * hs;
+                    float p = a[t2];
+#pragma omp simd
+                    for (int i = 0; i < hs; i++) o[i] += p * v[i];
+                }
+            }
+}
+
+void k_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                          const float *att, int B, int T, int C, int NH) {
+    const int hs = C / NH;
+    const int C3 = 3 * C;
+    const float scale = 1.0f / sqrtf((float)hs);
+    /* dqkv is overwritten: clear this (b, h)'s slices inside the task that owns them */
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            for (int t = 0; t < T; t++) {
+                float *row = dqkv + ((int64_t)b * T + t) * C3 + h * hs;
+                memset(row, 0, (size_t)hs * sizeof(float));
+                memset(row + C, 0, (size_t)hs * sizeof(float));
+                memset(row + 2 * C, 0, (size_t)hs * sizeof(float));
+            }
+            float *datt = scratch + ((int64_t)b * NH + h) * T; // (T) one row at a time
+            for (int t = 0; t < T; t++) {
+                const float *a = att + (((int64_t)b * NH + h) * T + t) * T;
+                const float *d = dout + ((int64_t)b * T + t) * C + h * hs;
+                const float *q = qkv + ((int64_t)b * T + t) * C3 + h * hs;
+                float *dq = dqkv + ((int64_t)b * T + t) * C3 + h * hs;
+                /* out[t] = sum_t2 a[t2] v[t2]: datt[t2] = dout[t] . v[t2]; dv[t2] += a[t2] dout[t] */
+                float dot = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *v = qkv + ((int64_t)b * T + t2) * C3 + 2 * C + h * hs;
+                    float *dv = dqkv + ((int64_t)b * T + t2) * C3 + 2 * C + h * hs;
+                    float s = 0.0f;
+                    float p = a[t2];
+#pragma omp simd reduction(+ : s)
+                    for (int i = 0; i < hs; i++) {
+                        s += d[i] * v[i];
+                        dv[i] += p * d[i];
+                    }
+                    datt[t2] = s;
+                    dot += p * s;
+                }
+                /* a = softmax(s): dpre[t2] = a[t2] (datt[t2] - sum_j a[j] datt[j]);
+                 * s[t2] = scale q[t] . k[t2]: dq[t] += scale dpre k[t2], dk[t2] += scale dpre q[t] */
+                for (int t2 = 0; t2 <= t; t2++) {
+                    float dpre = a[t2] * (datt[t2] - dot) * scale;
+                    const float *k = qkv + ((int64_t)b * T + t2) * C3 + C + h * hs;
+                    float *dk = dqkv + ((int64_t)b * T + t2) * C3 + C + h * hs;
+#pragma omp simd
+                    for (int i = 0; i < hs; i++) {
+                        dq[i] += dpre * k[i];
+                        dk[i] += dpre * q[i];
+                    }
+                }
+            }
+        }
+}

@@ -1,0 +1,69 @@
+/* kernels.h: the CPU kernels of GPT-2 training, fp32. Internal to the library.
+ * Conventions: row-major; shapes in comments; N = B*T rows. Kernels never allocate, never
+ * fail and never print; scratch is passed in. Every kernel is deterministic for a fixed
+ * thread count: parallel loops partition work statically and reductions never race. */
+#ifndef HPT_KERNELS_H
+#define HPT_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* C (M,N) = alpha * op(A) * op(B) + beta * C, row-major; op(X) = X or X^T ('N'/'T'). */
+void k_gemm(char transa, char transb, int64_t M, int64_t N, int64_t K, float alpha,
+            const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+            int64_t ldc);
+
+/* out (N,OC) = inp (N,C) @ w^T (w: (OC,C)) + bias (OC, may be NULL).
+ * accumulate = 1 adds to what out holds (residual connections) instead of overwriting. */
+void k_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
+                      int64_t N, int64_t C, int64_t OC, int accumulate);
+/* Backward of k_matmul_forward: dinp (N,C) = or += dout @ w (accumulate_dinp), dw (OC,C) +=
+ * dout^T @ inp, dbias (OC) += column sums of dout (dbias may be NULL). */
+void k_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
+                       const float *inp, const float *w, int64_t N, int64_t C, int64_t OC,
+                       int accumulate_dinp);
+
+/* out (B,T,C) = wte[inp[b,t]] + wpe[t]. */
+void k_encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe,
+                       int B, int T, int C);
+/* dwte (Vp,C) += scatter of dout by token; dwpe (maxT,C) += sum over b of dout. */
+void k_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B,
+                        int T, int C);
+
+/* out = (inp - mean) * rstd * w + b per row, eps 1e-5; mean, rstd (N) saved for backward. */
+void k_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                         const float *b, int64_t N, int C);
+/* dinp (N,C) += backward; dw, db (C) += backward. */
+void k_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                          const float *w, const float *mean, const float *rstd, int64_t N, int C);
+
+/* Causal self-attention. qkv (B,T,3C) = [q | k | v], heads of size C/NH.
+ * out (B,T,C); att (B,NH,T,T) the softmax probabilities (upper triangle zero). */
+void k_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+/* dqkv (B,T,3C) = backward (overwritten); scratch (B*NH, T) floats. */
+void k_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                          const float *att, int B, int T, int C, int NH);
+
+/* GELU, tanh form: out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+void k_gelu_forward(float *out, const float *inp, int64_t n);
+/* dinp = gelu'(inp) * dout (overwrites; dinp may alias dout). */
+void k_gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n);
+
+/* Softmax cross-entropy over the first V of Vp columns. lse (N): log-sum-exp of each row;
+ * losses (N): lse - logit[target]. Returns the mean loss (summed in double). */
+float k_crossentropy_forward(float *losses, float *lse, const float *logits,
+                             const int32_t *targets, int64_t N, int V, int Vp);
+/* logits (N,Vp) become dlogits in place: (softmax - onehot) * dloss for v < V, 0 beyond. */
+void k_crossentropy_backward(float *logits, const float *lse, const int32_t *targets,
+                             int64_t N, int V, int Vp, float dloss);
+
+/* Sum of squares of x (n), in double, deterministic. */
+double k_sumsq(const float *x, size_t n);
+/* x *= s. */
+void k_scale(float *x, size_t n, float s);
+/* One AdamW step (PyTorch's formulation) on n parameters: p -= lr*wd*p, moments update,
+ * bias-corrected step. grad_scale multiplies each gradient first (clipping). */
+void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+             float beta2, float eps, float wd, float grad_scale, int64_t t);
+
+#endif
