@@ -73,6 +73,10 @@ const char *hpt_last_error(void);
 /* Sets the OpenMP thread count for kernels and GEMM (n >= 1). */
 void hpt_set_threads(int n);
 int hpt_get_threads(void);
+/* The process's peak resident set size so far, in bytes (0 if unknown). */
+uint64_t hpt_rss_peak_bytes(void);
+/* Monotonic clock in seconds. */
+double hpt_now(void);
 
 /* Parses "512MB", "4GB", "1.5GiB", "123" (bytes). KB/MB/GB are powers of 1000, KiB/MiB/GiB
  * powers of 1024. */
@@ -212,8 +216,9 @@ void hpt_optim_free(hpt_optim *o);
 hpt_status hpt_optim_step(hpt_optim *o, float lr, float clip, float *grad_norm_out);
 int64_t hpt_optim_get_t(const hpt_optim *o); /* steps taken */
 void hpt_optim_set_t(hpt_optim *o, int64_t t);
-float *hpt_optim_m(hpt_optim *o);             /* (num_params) first moments */
-float *hpt_optim_v(hpt_optim *o);             /* (num_params) second moments */
+/* The moments, (num_params) floats each; const-in, mutable-out like strchr. */
+float *hpt_optim_m(const hpt_optim *o);
+float *hpt_optim_v(const hpt_optim *o);
 
 /* Linear warmup from 0 to max_lr over warmup steps, then cosine to min_lr at total. */
 float hpt_lr_cosine(int64_t step, int64_t total, int64_t warmup, float max_lr, float min_lr);
@@ -226,7 +231,7 @@ hpt_status hpt_shard_write(const char *path, const uint16_t *tokens, size_t n);
 typedef struct hpt_dataloader hpt_dataloader;
 /* Opens the shards matching a glob pattern (sorted by name). Batches are consecutive
  * windows of B*T+1 tokens, walking the shards in order and wrapping at the end. */
-hpt_status hpt_dataloader_open(const char *pattern, int B, int T, int vocab,
+hpt_status hpt_dataloader_open(hpt_mem *mem, const char *pattern, int B, int T, int vocab,
                                hpt_dataloader **out);
 void hpt_dataloader_free(hpt_dataloader *d);
 /* inputs, targets: (B, T) int32, owned by the loader until the next call. */
@@ -236,6 +241,8 @@ size_t hpt_dataloader_num_tokens(const hpt_dataloader *d);
 /* Position for exact resume: (shard index, token offset within the shard). */
 void hpt_dataloader_get_pos(const hpt_dataloader *d, int64_t *shard, int64_t *offset);
 hpt_status hpt_dataloader_set_pos(hpt_dataloader *d, int64_t shard, int64_t offset);
+/* Back to the first window of the first shard (evaluation reads the same batches each time). */
+hpt_status hpt_dataloader_rewind(hpt_dataloader *d);
 
 /* ---- io: GPT-2 tokenizer -------------------------------------------------------------- */
 
@@ -294,6 +301,55 @@ hpt_status hpt_ref_state_load(const char *path, hpt_mem *mem, const hpt_gpt2_con
                               hpt_ref_state *out);
 void hpt_ref_state_free(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_ref_state *s);
 
+
+
+/* ---- train: the trainer ------------------------------------------------------------- */
+
+typedef struct {
+    const char *model;     /* llm.c checkpoint path or SHAPE (random init); unused on resume */
+    const char *data;      /* glob of training shards */
+    const char *val;       /* glob of validation shards, or NULL */
+    const char *resume;    /* directory holding state.bin, or NULL */
+    const char *save_dir;  /* directory for state.bin and model.bin, or NULL */
+    int B, T;
+    int64_t steps;         /* total optimizer steps of the run (a resumed run continues to it) */
+    float lr, min_lr;      /* peak and final learning rate (cosine) */
+    int64_t warmup;        /* linear warmup steps */
+    float grad_clip;       /* global-norm clip; 0 disables */
+    hpt_adamw_opts adamw;  /* lr inside is ignored: the schedule sets it */
+    int64_t eval_every;    /* validation every N steps and at the end; 0: only at the end */
+    int val_batches;       /* batches per validation */
+    int64_t save_every;    /* checkpoint every N steps and at the end; 0: only at the end */
+    uint64_t seed;
+} hpt_train_opts;
+hpt_train_opts hpt_train_defaults(void);
+
+typedef struct {
+    int64_t step, total;   /* steps completed after this call, of total */
+    float loss;            /* training loss of this step's batch, before its update */
+    float val_loss;        /* when evaluated is 1 */
+    int evaluated, saved;
+    float lr, grad_norm;
+    double step_ms;        /* forward + backward + update (not evaluation or saving) */
+    double tokens_per_s;
+    uint64_t mem_peak_bytes; /* accounted device-tier peak so far */
+    uint64_t rss_peak_bytes;
+} hpt_train_progress;
+
+typedef struct hpt_trainer hpt_trainer;
+/* Builds model, optimizer and data loaders from opts (loading or resuming as asked). */
+hpt_status hpt_trainer_create(hpt_mem *mem, const hpt_train_opts *opts, hpt_trainer **out);
+void hpt_trainer_free(hpt_trainer *tr);
+/* Runs one optimizer step (plus evaluation and checkpoint when due). */
+hpt_status hpt_trainer_step(hpt_trainer *tr, hpt_train_progress *out);
+int hpt_trainer_done(const hpt_trainer *tr);
+/* Evaluates the validation loss now (NaN if there is no validation data). */
+hpt_status hpt_trainer_eval(hpt_trainer *tr, float *val_loss_out);
+/* Writes save_dir/state.bin and save_dir/model.bin now (needs save_dir). */
+hpt_status hpt_trainer_save(hpt_trainer *tr);
+hpt_gpt2 *hpt_trainer_model(hpt_trainer *tr);
+int64_t hpt_trainer_start_step(const hpt_trainer *tr);       /* > 0 after a resume */
+size_t hpt_trainer_train_tokens(const hpt_trainer *tr);
 
 /* ---- train: verification against a PyTorch reference state -------------------------- */
 

@@ -29,7 +29,7 @@ const char *t_ref_dir(void);
 const char *t_tokenizer_dir(void);
 /* A fresh temporary directory for this test (removed by the OS's tmp cleaning only). */
 const char *t_tmpdir(void);
-/* max |a-b| / max(max |b|, tiny), norm-wise relative error of two vectors. */
+/* ||a-b||_2 / ||b||_2: the norm-wise relative error of a against the reference b. */
 double t_rel_err(const float *a, const float *b, size_t n);
 
 #endif

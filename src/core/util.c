@@ -55,3 +55,18 @@ float hpt_rng_normal(hpt_rng *r) {
     if (u1 < 1e-12f) u1 = 1e-12f;
     return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853071795864f * u2);
 }
+
+#include <sys/resource.h>
+#include <time.h>
+
+uint64_t hpt_rss_peak_bytes(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+    return (uint64_t)ru.ru_maxrss * 1024u; /* Linux reports kilobytes */
+}
+
+double hpt_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}

@@ -57,8 +57,8 @@ void hpt_optim_free(hpt_optim *op) {
 
 int64_t hpt_optim_get_t(const hpt_optim *op) { return op->t; }
 void hpt_optim_set_t(hpt_optim *op, int64_t t) { op->t = t; }
-float *hpt_optim_m(hpt_optim *op) { return op->m; }
-float *hpt_optim_v(hpt_optim *op) { return op->v; }
+float *hpt_optim_m(const hpt_optim *op) { return op->m; }
+float *hpt_optim_v(const hpt_optim *op) { return op->v; }
 
 hpt_status hpt_optim_step(hpt_optim *op, float lr, float clip, float *grad_norm_out) {
     hpt_gpt2 *model = op->model;

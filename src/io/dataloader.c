@@ -1,0 +1,159 @@
+/* dataloader.c: batches from llm.c token shards.
+ * Shards matching a glob are sorted by name and validated at open (magic, version, size).
+ * A batch is the window of B*T+1 tokens at (shard, offset): inputs are its first B*T tokens,
+ * targets the same shifted by one. The offset then advances by B*T; a shard whose rest is
+ * shorter than a window is left for the next one, and after the last shard the walk wraps to
+ * the first. The position (shard, offset) is all the state, so resume is exact. */
+#include "core/core.h"
+#include "io/io_int.h"
+
+#include <glob.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SHARD_MAGIC 20240520
+
+struct hpt_dataloader {
+    hpt_mem *mem;
+    int B, T, V;
+    size_t n_shards;
+    char **paths;
+    uint64_t *counts;   /* tokens in each shard */
+    size_t total;
+    int64_t shard, offset;
+    uint16_t *raw;      /* (B*T+1) */
+    int32_t *inputs;    /* (B, T) */
+    int32_t *targets;   /* (B, T) */
+};
+
+void hpt_dataloader_free(hpt_dataloader *d) {
+    if (!d) return;
+    size_t BT = (size_t)d->B * d->T;
+    hpt_mem_free(d->mem, HPT_TIER_DEVICE, HPT_CAT_IO, d->raw, (BT + 1) * 2);
+    hpt_mem_free(d->mem, HPT_TIER_DEVICE, HPT_CAT_IO, d->inputs, BT * 4);
+    hpt_mem_free(d->mem, HPT_TIER_DEVICE, HPT_CAT_IO, d->targets, BT * 4);
+    for (size_t i = 0; i < d->n_shards; i++) free(d->paths[i]);
+    free(d->paths);
+    free(d->counts);
+    free(d);
+}
+
+static hpt_status check_shard(const char *path, uint64_t *count) {
+    FILE *f;
+    uint64_t size;
+    HPT_CHECK(io_open_read(path, &f, &size));
+    int32_t h[256];
+    hpt_status s = io_read_header(f, h, path);
+    fclose(f);
+    if (s != HPT_OK) return s;
+    if (h[0] != SHARD_MAGIC)
+        return hpt_fail(HPT_ERR_FORMAT, "%s is not a token shard (magic %d, expected %d)", path,
+                        h[0], SHARD_MAGIC);
+    if (h[1] != 1)
+        return hpt_fail(HPT_ERR_FORMAT, "%s: token shard version %d is not supported (1)", path, h[1]);
+    if (h[2] < 0 || size != 1024 + 2 * (uint64_t)(uint32_t)h[2])
+        return hpt_fail(HPT_ERR_FORMAT, "%s: header says %d tokens but the file has %llu bytes "
+                        "(truncated or corrupt)", path, h[2], (unsigned long long)size);
+    *count = (uint64_t)(uint32_t)h[2];
+    return HPT_OK;
+}
+
+hpt_status hpt_dataloader_open(hpt_mem *mem, const char *pattern, int B, int T, int vocab,
+                               hpt_dataloader **out) {
+    *out = NULL;
+    if (B < 1 || T < 1) return hpt_fail(HPT_ERR_INVALID, "batch %d and sequence %d must be >= 1", B, T);
+    glob_t g;
+    int gr = glob(pattern, 0, NULL, &g);
+    if (gr == GLOB_NOMATCH || (gr == 0 && g.gl_pathc == 0)) {
+        if (gr == 0) globfree(&g);
+        return hpt_fail(HPT_ERR_IO, "no data files match '%s'", pattern);
+    }
+    if (gr != 0) return hpt_fail(HPT_ERR_IO, "cannot expand '%s'", pattern);
+    hpt_dataloader *d = calloc(1, sizeof *d);
+    hpt_status s = d ? HPT_OK : hpt_fail(HPT_ERR_OOM, "data loader");
+    if (s == HPT_OK) {
+        d->mem = mem; d->B = B; d->T = T; d->V = vocab;
+        d->paths = calloc(g.gl_pathc, sizeof *d->paths);
+        d->counts = calloc(g.gl_pathc, sizeof *d->counts);
+        if (!d->paths || !d->counts) s = hpt_fail(HPT_ERR_OOM, "data loader");
+    }
+    size_t window = (size_t)B * T + 1;
+    for (size_t i = 0; s == HPT_OK && i < g.gl_pathc; i++) { /* glob sorts by name */
+        d->paths[i] = strdup(g.gl_pathv[i]);
+        d->n_shards = i + 1;
+        if (!d->paths[i]) s = hpt_fail(HPT_ERR_OOM, "data loader");
+        if (s == HPT_OK) s = check_shard(g.gl_pathv[i], &d->counts[i]);
+        if (s == HPT_OK && d->counts[i] >= window) d->total += d->counts[i];
+    }
+    globfree(&g);
+    if (s == HPT_OK && d->total == 0)
+        s = hpt_fail(HPT_ERR_INVALID, "no shard matching '%s' holds a batch: B*T+1 = %zu tokens "
+                     "are needed", pattern, window);
+    size_t BT = (size_t)B * T;
+    if (s == HPT_OK) s = hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_IO, (BT + 1) * 2, (void **)&d->raw);
+    if (s == HPT_OK) s = hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_IO, BT * 4, (void **)&d->inputs);
+    if (s == HPT_OK) s = hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_IO, BT * 4, (void **)&d->targets);
+    if (s != HPT_OK) { hpt_dataloader_free(d); return s; }
+    while (d->counts[d->shard] < window) d->shard++;
+    *out = d;
+    return HPT_OK;
+}
+
+size_t hpt_dataloader_num_tokens(const hpt_dataloader *d) { return d->total; }
+
+void hpt_dataloader_get_pos(const hpt_dataloader *d, int64_t *shard, int64_t *offset) {
+    *shard = d->shard;
+    *offset = d->offset;
+}
+
+hpt_status hpt_dataloader_set_pos(hpt_dataloader *d, int64_t shard, int64_t offset) {
+    size_t window = (size_t)d->B * d->T + 1;
+    if (shard < 0 || (size_t)shard >= d->n_shards || offset < 0 ||
+        (uint64_t)offset + window > d->counts[shard])
+        return hpt_fail(HPT_ERR_INVALID, "data position (shard %lld, offset %lld) is outside the "
+                        "data (%zu shards); were the shards changed?", (long long)shard,
+                        (long long)offset, d->n_shards);
+    d->shard = shard;
+    d->offset = offset;
+    return HPT_OK;
+}
+
+hpt_status hpt_dataloader_next(hpt_dataloader *d, const int32_t **inputs,
+                               const int32_t **targets) {
+    size_t BT = (size_t)d->B * d->T, window = BT + 1;
+    const char *path = d->paths[d->shard];
+    FILE *f = fopen(path, "rb");
+    if (!f) return hpt_fail(HPT_ERR_IO, "cannot open %s", path);
+    hpt_status s = HPT_OK;
+    if (fseek(f, 1024 + 2 * (long)d->offset, SEEK_SET) != 0)
+        s = hpt_fail(HPT_ERR_IO, "cannot seek in %s", path);
+    if (s == HPT_OK) s = io_read_exact(f, d->raw, window * 2, path, "tokens");
+    fclose(f);
+    if (s != HPT_OK) return s;
+    for (size_t i = 0; i < window; i++)
+        if (d->raw[i] >= d->V)
+            return hpt_fail(HPT_ERR_FORMAT, "%s: token id %u at %lld is not below the model's "
+                            "vocabulary size %d", path, d->raw[i], (long long)d->offset + (long long)i, d->V);
+    for (size_t i = 0; i < BT; i++) {
+        d->inputs[i] = d->raw[i];
+        d->targets[i] = d->raw[i + 1];
+    }
+    /* advance: next window in this shard, else the next shard that holds one (wrapping) */
+    d->offset += (int64_t)BT;
+    if ((uint64_t)d->offset + window > d->counts[d->shard]) {
+        d->offset = 0;
+        do d->shard = (d->shard + 1) % (int64_t)d->n_shards;
+        while (d->counts[d->shard] < window);
+    }
+    *inputs = d->inputs;
+    *targets = d->targets;
+    return HPT_OK;
+}
+
+hpt_status hpt_dataloader_rewind(hpt_dataloader *d) {
+    size_t window = (size_t)d->B * d->T + 1;
+    d->shard = 0;
+    d->offset = 0;
+    while (d->counts[d->shard] < window) d->shard++;
+    return HPT_OK;
+}

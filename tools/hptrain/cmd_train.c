@@ -1,0 +1,227 @@
+/* cmd_train.c: `hptrain train`: the trainer with a live progress line, a JSONL log, a
+ * summary and a memory report. Ctrl-C stops after the current step and saves (with --save). */
+#include "cli.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t g_stop;
+static void on_sigint(int sig) { (void)sig; g_stop = 1; }
+
+static const char k_help[] =
+    "usage: hptrain train --model PATH|SHAPE --data GLOB [options]\n"
+    "\n"
+    "Trains GPT-2 on llm.c token shards, from a checkpoint or from a shape with random\n"
+    "initialisation (SHAPE: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m or\n"
+    "gpt2:L=12,C=768,NH=12[,V=50257][,T=1024]).\n"
+    "\n"
+    "  --model PATH|SHAPE   llm.c checkpoint or shape (not needed with --resume)\n"
+    "  --data GLOB          training shards (quote the glob)\n"
+    "  --val GLOB           validation shards; evaluated every --eval-every steps and at the end\n"
+    "  --batch B            sequences per step (default 4)\n"
+    "  --seq T              tokens per sequence (default 64; at most the model's maxT)\n"
+    "  --steps N            total optimizer steps (default 100)\n"
+    "  --lr X               peak learning rate (default 6e-4)\n"
+    "  --min-lr X           final learning rate of the cosine schedule (default lr/10)\n"
+    "  --warmup N           linear warmup steps (default 10)\n"
+    "  --weight-decay X     AdamW decoupled weight decay on matrices (default 0.1)\n"
+    "  --grad-clip X        global gradient-norm clip, 0 to disable (default 1.0)\n"
+    "  --eval-every N       validation interval in steps (default 100)\n"
+    "  --val-batches N      batches per validation (default 10)\n"
+    "  --save DIR           write DIR/state.bin (resumable) and DIR/model.bin (llm.c) at the end\n"
+    "  --save-every N       also every N steps\n"
+    "  --resume DIR         continue from DIR/state.bin (same --batch and --seq)\n"
+    "  --log FILE.jsonl     one JSON object per step\n"
+    "  --memory SIZE        device memory budget, e.g. 512MB, 4GB, 1.5GiB (default: none)\n"
+    "  --seed S             initialisation seed (default 1337)\n"
+    "  --threads N          threads (default: all cores)\n"
+    "  --quiet              no progress line\n";
+
+static void fmt_bytes(char *buf, size_t n, uint64_t b) {
+    if (b >= (1ull << 30)) snprintf(buf, n, "%.2f GiB", (double)b / 1073741824.0);
+    else snprintf(buf, n, "%.1f MiB", (double)b / 1048576.0);
+}
+
+static void fmt_time(char *buf, size_t n, double s) {
+    if (s < 0 || !isfinite(s)) snprintf(buf, n, "?");
+    else if (s < 60) snprintf(buf, n, "%.0fs", s);
+    else if (s < 3600) snprintf(buf, n, "%dm%02ds", (int)s / 60, (int)s % 60);
+    else snprintf(buf, n, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
+}
+
+static void memory_report(const hpt_mem *mem) {
+    hpt_mem_stats st;
+    hpt_mem_get_stats(mem, &st);
+    char b[32];
+    fprintf(stderr, "memory (device tier, accounted by hptrain)\n");
+    fprintf(stderr, "  %-10s %12s\n", "category", "at peak");
+    for (int c = 0; c < HPT_CAT_COUNT; c++) {
+        fmt_bytes(b, sizeof b, st.peak_live_bytes[HPT_TIER_DEVICE][c]);
+        fprintf(stderr, "  %-10s %12s\n", hpt_category_name((hpt_category)c), b);
+    }
+    fmt_bytes(b, sizeof b, st.peak_bytes[HPT_TIER_DEVICE]);
+    fprintf(stderr, "  %-10s %12s", "peak", b);
+    if (st.budget_bytes[HPT_TIER_DEVICE]) {
+        fmt_bytes(b, sizeof b, st.budget_bytes[HPT_TIER_DEVICE]);
+        fprintf(stderr, "  of budget %s", b);
+    }
+    fmt_bytes(b, sizeof b, hpt_rss_peak_bytes());
+    fprintf(stderr, "\n  process peak RSS %s (includes code, libraries and allocator overhead)\n", b);
+}
+
+int cmd_train(int argc, char **argv) {
+    static const struct option longopts[] = {
+        {"model", 1, 0, 'm'},       {"data", 1, 0, 'd'},        {"val", 1, 0, 'v'},
+        {"batch", 1, 0, 'b'},       {"seq", 1, 0, 't'},         {"steps", 1, 0, 'n'},
+        {"lr", 1, 0, 'l'},          {"min-lr", 1, 0, 'L'},      {"warmup", 1, 0, 'w'},
+        {"weight-decay", 1, 0, 'W'}, {"grad-clip", 1, 0, 'g'},  {"eval-every", 1, 0, 'e'},
+        {"val-batches", 1, 0, 'E'}, {"save", 1, 0, 's'},        {"save-every", 1, 0, 'S'},
+        {"resume", 1, 0, 'r'},      {"log", 1, 0, 'o'},         {"memory", 1, 0, 'M'},
+        {"seed", 1, 0, 'x'},        {"threads", 1, 0, 'j'},     {"quiet", 0, 0, 'q'},
+        {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
+    hpt_train_opts o = hpt_train_defaults();
+    const char *log_path = NULL;
+    uint64_t budget = 0;
+    int quiet = 0, min_lr_set = 0;
+    long threads = 0;
+    opterr = 0;
+    optind = 1;
+    int c;
+    long lv;
+    double dv;
+    while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+        int r = 0;
+        switch (c) {
+        case 'm': o.model = optarg; break;
+        case 'd': o.data = optarg; break;
+        case 'v': o.val = optarg; break;
+        case 'b': r = cli_parse_long("train", "--batch", optarg, 1, 1 << 20, &lv); o.B = (int)lv; break;
+        case 't': r = cli_parse_long("train", "--seq", optarg, 1, 1 << 20, &lv); o.T = (int)lv; break;
+        case 'n': r = cli_parse_long("train", "--steps", optarg, 1, 1L << 40, &lv); o.steps = lv; break;
+        case 'l': r = cli_parse_float("train", "--lr", optarg, 0, 10, &dv); o.lr = (float)dv; break;
+        case 'L': r = cli_parse_float("train", "--min-lr", optarg, 0, 10, &dv); o.min_lr = (float)dv; min_lr_set = 1; break;
+        case 'w': r = cli_parse_long("train", "--warmup", optarg, 0, 1L << 40, &lv); o.warmup = lv; break;
+        case 'W': r = cli_parse_float("train", "--weight-decay", optarg, 0, 10, &dv); o.adamw.weight_decay = (float)dv; break;
+        case 'g': r = cli_parse_float("train", "--grad-clip", optarg, 0, 1e9, &dv); o.grad_clip = (float)dv; break;
+        case 'e': r = cli_parse_long("train", "--eval-every", optarg, 0, 1L << 40, &lv); o.eval_every = lv; break;
+        case 'E': r = cli_parse_long("train", "--val-batches", optarg, 1, 1 << 20, &lv); o.val_batches = (int)lv; break;
+        case 's': o.save_dir = optarg; break;
+        case 'S': r = cli_parse_long("train", "--save-every", optarg, 0, 1L << 40, &lv); o.save_every = lv; break;
+        case 'r': o.resume = optarg; break;
+        case 'o': log_path = optarg; break;
+        case 'M':
+            if (hpt_parse_size(optarg, &budget) != HPT_OK)
+                return cli_usage_error("train", "--memory: %s", hpt_last_error());
+            break;
+        case 'x': r = cli_parse_long("train", "--seed", optarg, 0, 0x7fffffffffffffffL, &lv); o.seed = (uint64_t)lv; break;
+        case 'j': r = cli_parse_long("train", "--threads", optarg, 1, 1024, &threads); break;
+        case 'q': quiet = 1; break;
+        case 'h': fputs(k_help, stdout); return 0;
+        case ':': return cli_usage_error("train", "%s needs a value", argv[optind - 1]);
+        default: return cli_usage_error("train", "unknown option '%s'", argv[optind - 1]);
+        }
+        if (r) return r;
+    }
+    if (optind < argc) return cli_usage_error("train", "unexpected argument '%s'", argv[optind]);
+    if (!o.data) return cli_usage_error("train", "--data is required");
+    if (!o.model && !o.resume) return cli_usage_error("train", "--model (or --resume) is required");
+    if (!min_lr_set) o.min_lr = o.lr / 10.0f;
+    if (threads) hpt_set_threads((int)threads);
+
+    hpt_mem *mem;
+    hpt_status s = hpt_mem_create(&mem);
+    if (s != HPT_OK) return cli_lib_error(s, "starting");
+    if (budget) hpt_mem_set_budget(mem, HPT_TIER_DEVICE, budget);
+    hpt_trainer *tr;
+    s = hpt_trainer_create(mem, &o, &tr);
+    if (s != HPT_OK) {
+        int rc = cli_lib_error(s, "train");
+        if (s == HPT_ERR_OOM) memory_report(mem);
+        hpt_mem_destroy(mem);
+        return rc;
+    }
+    FILE *log = NULL;
+    if (log_path && !(log = fopen(log_path, "w"))) {
+        hpt_trainer_free(tr);
+        hpt_mem_destroy(mem);
+        return cli_error("cannot write the log %s", log_path);
+    }
+    const hpt_gpt2_config *cfg = hpt_gpt2_get_config(hpt_trainer_model(tr));
+    fprintf(stderr, "hptrain: GPT-2 L=%d C=%d NH=%d V=%d maxT=%d, %.2fM parameters; %zu training "
+            "tokens; B=%d T=%d, %d threads%s\n", cfg->L, cfg->C, cfg->NH, cfg->V, cfg->maxT,
+            (double)hpt_gpt2_get_num_params(hpt_trainer_model(tr)) / 1e6,
+            hpt_trainer_train_tokens(tr), o.B, o.T, hpt_get_threads(),
+            hpt_trainer_start_step(tr) ? " (resumed)" : "");
+    if (hpt_trainer_start_step(tr))
+        fprintf(stderr, "hptrain: resuming at step %lld of %lld\n",
+                (long long)hpt_trainer_start_step(tr), (long long)o.steps);
+    signal(SIGINT, on_sigint);
+    int tty = isatty(2) && !quiet;
+    int64_t every = o.steps / 20 > 0 ? o.steps / 20 : 1;
+    double t_start = hpt_now(), tok_time = 0;
+    int64_t tok_steps = 0;
+    float last_val = NAN;
+    hpt_train_progress p = {0};
+    int rc = 0;
+    while (!hpt_trainer_done(tr) && !g_stop) {
+        s = hpt_trainer_step(tr, &p);
+        if (s != HPT_OK) { rc = cli_lib_error(s, "train"); break; }
+        if (p.step > hpt_trainer_start_step(tr) + 1) { tok_time += p.step_ms; tok_steps++; }
+        if (p.evaluated) last_val = p.val_loss;
+        if (log) {
+            fprintf(log, "{\"step\":%lld,\"phase\":\"full\",\"loss\":%.6f", (long long)p.step, (double)p.loss);
+            if (p.evaluated) fprintf(log, ",\"val_loss\":%.6f", (double)p.val_loss);
+            fprintf(log, ",\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens_per_s\":%.1f,\"step_ms\":%.3f,"
+                    "\"mem_peak_bytes\":%llu,\"rss_peak_bytes\":%llu}\n", (double)p.lr,
+                    (double)p.grad_norm, p.tokens_per_s, p.step_ms,
+                    (unsigned long long)p.mem_peak_bytes, (unsigned long long)p.rss_peak_bytes);
+        }
+        double elapsed = hpt_now() - t_start;
+        double eta = elapsed / (double)(p.step - hpt_trainer_start_step(tr)) * (double)(p.total - p.step);
+        char mb[32], et[32], vl[32];
+        fmt_bytes(mb, sizeof mb, p.mem_peak_bytes);
+        fmt_time(et, sizeof et, eta);
+        if (isnan(last_val)) snprintf(vl, sizeof vl, "-");
+        else snprintf(vl, sizeof vl, "%.4f", (double)last_val);
+        if (tty) {
+            fprintf(stderr, "\rstep %lld/%lld | loss %.4f | val %s | lr %.2e | %.0f tok/s | mem %s | ETA %s   ",
+                    (long long)p.step, (long long)p.total, (double)p.loss, vl, (double)p.lr,
+                    p.tokens_per_s, mb, et);
+            if (p.evaluated || p.step == p.total) fputc('\n', stderr);
+        } else if (!quiet && (p.step % every == 0 || p.evaluated || p.step == p.total)) {
+            fprintf(stderr, "step %lld/%lld | loss %.4f | val %s | lr %.2e | %.0f tok/s | mem %s | ETA %s\n",
+                    (long long)p.step, (long long)p.total, (double)p.loss, vl, (double)p.lr,
+                    p.tokens_per_s, mb, et);
+        }
+    }
+    if (g_stop && rc == 0) {
+        fprintf(stderr, "\nhptrain: interrupted at step %lld\n", (long long)p.step);
+        if (o.save_dir) {
+            s = hpt_trainer_save(tr);
+            if (s != HPT_OK) rc = cli_lib_error(s, "saving");
+            else fprintf(stderr, "hptrain: saved %s/state.bin (resume with --resume %s)\n", o.save_dir, o.save_dir);
+        }
+        rc = rc ? rc : 130;
+    }
+    if (log) fclose(log);
+    if (rc == 0) {
+        double total = hpt_now() - t_start;
+        char tt[32];
+        fmt_time(tt, sizeof tt, total);
+        fprintf(stderr, "done: %lld steps in %s | final loss %.4f", (long long)(p.step - hpt_trainer_start_step(tr)),
+                tt, (double)p.loss);
+        if (!isnan(last_val)) fprintf(stderr, " | val loss %.4f", (double)last_val);
+        if (tok_steps) fprintf(stderr, " | %.0f tok/s", (double)o.B * o.T * (double)tok_steps / (tok_time / 1e3));
+        fputc('\n', stderr);
+        if (o.save_dir) fprintf(stderr, "saved %s/state.bin and %s/model.bin\n", o.save_dir, o.save_dir);
+        memory_report(mem);
+    }
+    hpt_trainer_free(tr);
+    hpt_mem_destroy(mem);
+    return rc;
+}
