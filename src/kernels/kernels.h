@@ -8,6 +8,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Loops over fewer elements than this run on one thread: a fork/join costs microseconds, more
+ * than small layers' work, and far more when the machine is shared. */
+#define K_PAR_MIN 32768
+
 /* C (M,N) = alpha * op(A) * op(B) + beta * C, row-major; op(X) = X or X^T ('N'/'T'). */
 void k_gemm(char transa, char transb, int64_t M, int64_t N, int64_t K, float alpha,
             const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,

@@ -36,6 +36,7 @@ static const char k_help[] =
     "  --save DIR           write DIR/state.bin (resumable) and DIR/model.bin (llm.c) at the end\n"
     "  --save-every N       also every N steps\n"
     "  --resume DIR         continue from DIR/state.bin (same --batch and --seq)\n"
+    "  --stop-at N          stop after step N of the run and save (split a run across sessions)\n"
     "  --log FILE.jsonl     one JSON object per step\n"
     "  --memory SIZE        device memory budget, e.g. 512MB, 4GB, 1.5GiB (default: none)\n"
     "  --seed S             initialisation seed (default 1337)\n"
@@ -82,13 +83,13 @@ int cmd_train(int argc, char **argv) {
         {"weight-decay", 1, 0, 'W'}, {"grad-clip", 1, 0, 'g'},  {"eval-every", 1, 0, 'e'},
         {"val-batches", 1, 0, 'E'}, {"save", 1, 0, 's'},        {"save-every", 1, 0, 'S'},
         {"resume", 1, 0, 'r'},      {"log", 1, 0, 'o'},         {"memory", 1, 0, 'M'},
-        {"seed", 1, 0, 'x'},        {"threads", 1, 0, 'j'},     {"quiet", 0, 0, 'q'},
+        {"seed", 1, 0, 'x'},        {"threads", 1, 0, 'j'},     {"quiet", 0, 0, 'q'},        {"stop-at", 1, 0, 'A'},
         {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
     hpt_train_opts o = hpt_train_defaults();
     const char *log_path = NULL;
     uint64_t budget = 0;
     int quiet = 0, min_lr_set = 0;
-    long threads = 0;
+    long threads = 0, stop_at = 0;
     opterr = 0;
     optind = 1;
     int c;
@@ -121,6 +122,7 @@ int cmd_train(int argc, char **argv) {
         case 'x': r = cli_parse_long("train", "--seed", optarg, 0, 0x7fffffffffffffffL, &lv); o.seed = (uint64_t)lv; break;
         case 'j': r = cli_parse_long("train", "--threads", optarg, 1, 1024, &threads); break;
         case 'q': quiet = 1; break;
+        case 'A': r = cli_parse_long("train", "--stop-at", optarg, 1, 1L << 40, &stop_at); break;
         case 'h': fputs(k_help, stdout); return 0;
         case ':': return cli_usage_error("train", "%s needs a value", argv[optind - 1]);
         default: return cli_usage_error("train", "unknown option '%s'", argv[optind - 1]);
@@ -173,6 +175,7 @@ int cmd_train(int argc, char **argv) {
         if (s != HPT_OK) { rc = cli_lib_error(s, "train"); break; }
         if (p.step > hpt_trainer_start_step(tr) + 1) { tok_time += p.step_ms; tok_steps++; }
         if (p.evaluated) last_val = p.val_loss;
+        if (stop_at && p.step >= stop_at && !hpt_trainer_done(tr)) g_stop = 2;
         if (log) {
             fprintf(log, "{\"step\":%lld,\"phase\":\"full\",\"loss\":%.6f", (long long)p.step, (double)p.loss);
             if (p.evaluated) fprintf(log, ",\"val_loss\":%.6f", (double)p.val_loss);
@@ -200,16 +203,17 @@ int cmd_train(int argc, char **argv) {
         }
     }
     if (g_stop && rc == 0) {
-        fprintf(stderr, "\nhptrain: interrupted at step %lld\n", (long long)p.step);
+        fprintf(stderr, "%shptrain: %s at step %lld\n", tty ? "\n" : "",
+                g_stop == 2 ? "stopped (--stop-at)" : "interrupted", (long long)p.step);
         if (o.save_dir) {
             s = hpt_trainer_save(tr);
             if (s != HPT_OK) rc = cli_lib_error(s, "saving");
             else fprintf(stderr, "hptrain: saved %s/state.bin (resume with --resume %s)\n", o.save_dir, o.save_dir);
         }
-        rc = rc ? rc : 130;
+        if (g_stop == 1) rc = rc ? rc : 130;
     }
     if (log) fclose(log);
-    if (rc == 0) {
+    if (rc == 0 && !g_stop) {
         double total = hpt_now() - t_start;
         char tt[32];
         fmt_time(tt, sizeof tt, total);

@@ -10,7 +10,7 @@ void k_attention_forward(float *out, float *att, const float *qkv, int B, int T,
     const int hs = C / NH;
     const int C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for collapse(3) schedule(static)
+#pragma omp parallel for collapse(3) schedule(static) if ((int64_t)B * T * T * C >= 4 * K_PAR_MIN)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++) {
@@ -52,7 +52,7 @@ void k_attention_backward(float *dqkv, float *scratch, const float *dout, const 
     const int C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
     /* dqkv is overwritten: clear this (b, h)'s slices inside the task that owns them */
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if ((int64_t)B * T * T * C >= 4 * K_PAR_MIN)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             for (int t = 0; t < T; t++) {

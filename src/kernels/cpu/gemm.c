@@ -18,7 +18,7 @@ void k_matmul_forward(float *out, const float *inp, const float *w, const float 
                       int64_t N, int64_t C, int64_t OC, int accumulate) {
     float beta = accumulate ? 1.0f : 0.0f;
     if (bias) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * OC >= K_PAR_MIN)
         for (int64_t i = 0; i < N; i++) {
             float *o = out + i * OC;
             if (accumulate) {
@@ -42,7 +42,7 @@ void k_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
     k_gemm('T', 'N', OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
     if (dbias) {
         /* column sums, parallel over columns so no two threads touch one output */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * OC >= K_PAR_MIN)
         for (int64_t j0 = 0; j0 < OC; j0 += 64) {
             int64_t j1 = j0 + 64 < OC ? j0 + 64 : OC;
             for (int64_t i = 0; i < N; i++) {

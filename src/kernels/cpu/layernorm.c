@@ -7,7 +7,7 @@
 
 void k_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
                          const float *b, int64_t N, int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * C >= K_PAR_MIN)
     for (int64_t i = 0; i < N; i++) {
         const float *x = inp + i * C; // (C)
         float sum = 0.0f;
@@ -30,7 +30,7 @@ void k_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, 
                           const float *w, const float *mean, const float *rstd, int64_t N, int C) {
     /* out = norm * w + b, norm = (x - mean) * rstd.
      * dnorm = dout * w; dx = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)). */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * C >= K_PAR_MIN)
     for (int64_t i = 0; i < N; i++) {
         const float *x = inp + i * C, *d = dout + i * C;
         float mu = mean[i], rs = rstd[i];
@@ -51,7 +51,7 @@ void k_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, 
         }
     }
     /* dw = sum_i dout * norm, db = sum_i dout, each channel block owned by one thread */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * C >= K_PAR_MIN)
     for (int c0 = 0; c0 < C; c0 += 32) {
         int c1 = c0 + 32 < C ? c0 + 32 : C;
         for (int64_t i = 0; i < N; i++) {

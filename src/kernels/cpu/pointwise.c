@@ -7,7 +7,7 @@
 
 void k_encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe,
                        int B, int T, int C) {
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if ((int64_t)B * T * C >= K_PAR_MIN)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             float *o = out + ((int64_t)b * T + t) * C;
@@ -20,7 +20,7 @@ void k_encoder_forward(float *out, const int32_t *inp, const float *wte, const f
 void k_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B,
                         int T, int C) {
     /* Tokens repeat, so rows of dwte have many writers: split by channel blocks instead. */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((int64_t)B * T * C >= K_PAR_MIN)
     for (int c0 = 0; c0 < C; c0 += 16) {
         int c1 = c0 + 16 < C ? c0 + 16 : C;
         for (int b = 0; b < B; b++)
@@ -38,7 +38,7 @@ void k_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 
 void k_gelu_forward(float *out, const float *inp, int64_t n) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= K_PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         float x = inp[i];
         out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
@@ -46,7 +46,7 @@ void k_gelu_forward(float *out, const float *inp, int64_t n) {
 }
 
 void k_gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= K_PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         float x = inp[i];
         float u = GELU_K * (x + 0.044715f * x * x * x);
@@ -59,7 +59,7 @@ void k_gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n
 
 float k_crossentropy_forward(float *losses, float *lse, const float *logits,
                              const int32_t *targets, int64_t N, int V, int Vp) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * V >= K_PAR_MIN)
     for (int64_t i = 0; i < N; i++) {
         const float *l = logits + i * Vp;
         float maxv = -INFINITY;
@@ -77,7 +77,7 @@ float k_crossentropy_forward(float *losses, float *lse, const float *logits,
 
 void k_crossentropy_backward(float *logits, const float *lse, const int32_t *targets,
                              int64_t N, int V, int Vp, float dloss) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * V >= K_PAR_MIN)
     for (int64_t i = 0; i < N; i++) {
         float *l = logits + i * Vp;
         float m = lse[i];
@@ -95,7 +95,7 @@ void k_crossentropy_backward(float *logits, const float *lse, const int32_t *tar
 double k_sumsq(const float *x, size_t n) {
     double part[K_CHUNKS];
     size_t chunk = (n + K_CHUNKS - 1) / K_CHUNKS;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
     for (int c = 0; c < K_CHUNKS; c++) {
         size_t lo = (size_t)c * chunk, hi = lo + chunk < n ? lo + chunk : n;
         double s = 0.0;
@@ -108,7 +108,7 @@ double k_sumsq(const float *x, size_t n) {
 }
 
 void k_scale(float *x, size_t n, float s) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= K_PAR_MIN)
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
@@ -116,7 +116,7 @@ void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, f
              float beta2, float eps, float wd, float grad_scale, int64_t t) {
     float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
     float step = lr / bc1, rbc2 = 1.0f / sqrtf(bc2), decay = 1.0f - lr * wd;
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= K_PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         float gi = g[i] * grad_scale;
         float mi = beta1 * m[i] + (1.0f - beta1) * gi;

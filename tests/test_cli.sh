@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# test_cli.sh HPTRAIN REFDIR: the command line end to end. Every bad input must end in a
+# one-line error on stderr and exit status 1 or 2 (never a crash: no status >= 128, no
+# sanitizer report); good input must work: verify passes, training lowers the loss, a split
+# run resumes bit-identically, sample and encode/decode work.
+set -u
+bin=$1
+ref=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+# expect_error NAME PATTERN CMD...: fails with status 1 or 2, one line on stderr matching PATTERN
+expect_error() {
+  local name=$1 pat=$2; shift 2
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  local lines
+  lines=$(wc -l <"$tmp/err")
+  if { [ $rc -eq 1 ] || [ $rc -eq 2 ]; } && [ "$lines" -eq 1 ] && grep -qiE "$pat" "$tmp/err"; then
+    ok
+  else
+    bad "$name: status $rc, stderr: $(head -c 400 "$tmp/err")"
+  fi
+}
+
+model=$ref/gpt2_tiny_model.bin
+state=$ref/gpt2_tiny_state.bin
+
+# --- verify against PyTorch ---
+if "$bin" verify --model "$model" --state "$state" --steps "$ref/gpt2_tiny_steps.json" >"$tmp/v" 2>&1 && grep -q PASSED "$tmp/v"; then ok; else bad "verify: $(cat "$tmp/v")"; fi
+expect_error "verify truncated" "truncated" bash -c "head -c 5000 '$state' > '$tmp/s.bin'; exec '$bin' verify --model '$model' --state '$tmp/s.bin'"
+
+# --- data for training ---
+python3 - "$tmp" <<'PY'
+import struct, sys, random
+d = sys.argv[1]
+random.seed(5)
+def shard(path, toks, count=None, magic=20240520, version=1):
+    h = [magic, version, len(toks) if count is None else count] + [0] * 253
+    open(path, 'wb').write(struct.pack('<256i', *h) + struct.pack('<%dH' % len(toks), *toks))
+pattern = [random.randrange(64) for _ in range(40)]
+toks = [pattern[i % 40] if random.random() < 0.9 else random.randrange(64) for i in range(6000)]
+shard(d + '/train_000000.bin', toks[:5000])
+shard(d + '/val_000000.bin', toks[5000:])
+shard(d + '/bigid.bin', [1, 2, 3, 60000] * 200)
+shard(d + '/badmagic.bin', toks[:500], magic=1234)
+shard(d + '/badversion.bin', toks[:500], version=9)
+shard(d + '/short.bin', toks[:500], count=900)
+PY
+shape="gpt2:L=2,C=32,NH=4,V=64,T=32"
+train() { "$bin" train --model "$shape" --data "$tmp/train_*.bin" --batch 4 --seq 16 --quiet "$@"; }
+
+# --- bad input: each a one-line error ---
+expect_error "unknown flag" "unknown option" train --steps 2 --bogus
+expect_error "missing value" "needs a value" train --steps
+expect_error "batch 0" "batch" train --steps 2 --batch 0
+expect_error "steps 0" "steps" train --steps 0
+expect_error "seq > maxT" "maxT" train --steps 2 --seq 33
+expect_error "missing model file" "cannot open" "$bin" train --model "$tmp/nope.bin" --data "$tmp/train_*.bin" --steps 1
+expect_error "bad shape" "shape" "$bin" train --model "gpt2:L=2,C=30,NH=4" --data "$tmp/train_*.bin" --steps 1
+expect_error "no data" "no data files" train --steps 1 --data "$tmp/none_*.bin"
+expect_error "token id >= V" "vocabulary" train --steps 1 --data "$tmp/bigid.bin"
+expect_error "shard magic" "magic" train --steps 1 --data "$tmp/badmagic.bin"
+expect_error "shard version" "version" train --steps 1 --data "$tmp/badversion.bin"
+expect_error "shard truncated" "truncated" train --steps 1 --data "$tmp/short.bin"
+expect_error "budget too small" "out of memory|budget" train --steps 1 --memory 100KB
+expect_error "bad size" "size" train --steps 1 --memory 12XB
+expect_error "checkpoint magic" "magic" "$bin" sample --model "$tmp/train_000000.bin"
+head -c 2000 "$model" >"$tmp/trunc_model.bin"
+expect_error "checkpoint truncated" "bytes" "$bin" sample --model "$tmp/trunc_model.bin"
+python3 -c "
+import sys; b = bytearray(open('$model','rb').read()); b[4] = 7; open('$tmp/v7.bin','wb').write(b)"
+expect_error "checkpoint version" "version 7" "$bin" sample --model "$tmp/v7.bin"
+expect_error "state/model mismatch" "bytes|B=|T=" "$bin" verify --model "$tmp/v7.bin" --state "$state"
+expect_error "resume missing" "cannot open" train --steps 2 --resume "$tmp/nothing"
+expect_error "unknown command" "unknown command" "$bin" frobnicate
+for c in train sample verify encode decode tokenize; do
+  if "$bin" $c --help | grep -q "usage: hptrain $c"; then ok; else bad "$c --help"; fi
+done
+
+# --- training lowers the loss; logs have the contract's fields ---
+if train --steps 60 --lr 3e-3 --val "$tmp/val_*.bin" --eval-every 20 --log "$tmp/log.jsonl" --save "$tmp/run" 2>"$tmp/err"; then
+  python3 - "$tmp/log.jsonl" <<'PY' && ok || bad "training log"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 60, len(rows)
+for k in ("step", "phase", "loss", "lr", "tokens_per_s", "step_ms", "mem_peak_bytes", "rss_peak_bytes"):
+    assert k in rows[0], k
+assert rows[-1]["val_loss"] < rows[19]["val_loss"] < rows[0]["loss"], (rows[0]["loss"], rows[19], rows[-1])
+assert rows[-1]["loss"] < rows[0]["loss"] - 1.0, (rows[0]["loss"], rows[-1]["loss"])
+PY
+else
+  bad "training: $(cat "$tmp/err")"
+fi
+
+# --- a run split by --stop-at and --resume equals the uninterrupted run, bit for bit ---
+train --steps 20 --lr 3e-3 --log "$tmp/full.jsonl" --save "$tmp/full" 2>/dev/null
+train --steps 20 --lr 3e-3 --log "$tmp/part1.jsonl" --save "$tmp/split" --stop-at 8 2>/dev/null
+"$bin" train --data "$tmp/train_*.bin" --batch 4 --seq 16 --quiet --steps 20 --lr 3e-3 \
+  --log "$tmp/part2.jsonl" --resume "$tmp/split" --save "$tmp/split" 2>/dev/null
+python3 - "$tmp" <<'PY' && ok || bad "resume is not bit-identical"
+import json, sys
+d = sys.argv[1]
+full = [json.loads(l)["loss"] for l in open(d + "/full.jsonl")]
+split = [json.loads(l)["loss"] for l in open(d + "/part1.jsonl")] + [json.loads(l)["loss"] for l in open(d + "/part2.jsonl")]
+assert full == split, (full, split)
+PY
+if cmp -s "$tmp/full/model.bin" "$tmp/split/model.bin"; then ok; else bad "resumed weights differ"; fi
+
+# --- sample, encode/decode ---
+if "$bin" sample --model "$tmp/run" --tokens 20 --prompt "hello" >"$tmp/sample" 2>"$tmp/err" && [ -s "$tmp/sample" ]; then ok; else bad "sample: $(cat "$tmp/err")"; fi
+expect_error "sample temperature" "temperature" "$bin" sample --model "$tmp/run" --temperature 0
+text='Hello, world! Ünïcödé — “quotes” 12345   spaces'
+if [ "$(printf '%s' "$text" | "$bin" encode | "$bin" decode)" = "$text" ]; then ok; else bad "encode/decode round trip"; fi
+expect_error "decode bad id" "id|token" bash -c "echo '1 2 99999999' | '$bin' decode"
+expect_error "decode not a number" "integer|number|invalid" bash -c "echo '1 x 3' | '$bin' decode"
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
