@@ -2,6 +2,7 @@
  * (T,T) probabilities of every head for backward. Work is split over (b, h) pairs (and rows
  * within them in forward), so every output element has exactly one writer. */
 #include "kernels/kernels.h"
+#include "kernels/cpu/vmath.h"
 
 #include <math.h>
 #include <string.h>
@@ -27,6 +28,7 @@ void k_attention_forward(float *out, float *att, const float *qkv, int B, int T,
                     if (s > maxv) maxv = s;
                 }
                 float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
                 for (int t2 = 0; t2 <= t; t2++) {
                     float e = expf(a[t2] - maxv);
                     a[t2] = e;

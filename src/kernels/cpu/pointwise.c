@@ -1,5 +1,6 @@
 /* pointwise.c: embeddings, GELU, softmax cross-entropy, and the optimizer's element loops. */
 #include "kernels/kernels.h"
+#include "kernels/cpu/vmath.h"
 
 #include <math.h>
 #include <omp.h>
