@@ -286,7 +286,7 @@ hpt_status hpt_gpt2_generate(hpt_gpt2 *m, int32_t *tokens, int n_prompt, int n_n
         double sum = 0.0;
         for (int v = 0; v < c->V; v++) {
             probs[v] = expf((logits[v] - maxv) / temperature);
-            sum += probs[v];
+            sum += (double)probs[v];
         }
         int K = top_k > 0 && top_k < c->V ? top_k : c->V;
         if (K < c->V) {
@@ -299,14 +299,14 @@ hpt_status hpt_gpt2_generate(hpt_gpt2 *m, int32_t *tokens, int n_prompt, int n_n
                 int32_t tmp = order[i]; order[i] = order[best]; order[best] = tmp;
             }
             sum = 0.0;
-            for (int i = 0; i < K; i++) sum += probs[order[i]];
+            for (int i = 0; i < K; i++) sum += (double)probs[order[i]];
         } else {
             for (int v = 0; v < c->V; v++) order[v] = v;
         }
         double r = (double)hpt_rng_uniform(&rng) * sum, acc = 0.0;
         int32_t pick = order[K - 1];
         for (int i = 0; i < K; i++) {
-            acc += probs[order[i]];
+            acc += (double)probs[order[i]];
             if (r < acc) { pick = order[i]; break; }
         }
         tokens[n] = pick;

@@ -134,7 +134,7 @@ hpt_status hpt_trainer_eval(hpt_trainer *tr, float *val_loss_out) {
         float loss;
         HPT_CHECK(hpt_dataloader_next(tr->val, &x, &y));
         HPT_CHECK(hpt_gpt2_forward(tr->model, x, y, tr->o.B, tr->o.T, &loss));
-        sum += loss;
+        sum += (double)loss;
     }
     *val_loss_out = (float)(sum / n);
     return HPT_OK;

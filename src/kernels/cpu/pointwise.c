@@ -72,7 +72,7 @@ float k_crossentropy_forward(float *losses, float *lse, const float *logits,
         losses[i] = lse[i] - l[targets[i]];
     }
     double total = 0.0;
-    for (int64_t i = 0; i < N; i++) total += losses[i];
+    for (int64_t i = 0; i < N; i++) total += (double)losses[i];
     return (float)(total / (double)N);
 }
 
