@@ -36,12 +36,15 @@ hpt_status hpt_fail(hpt_status s, const char *fmt, ...) {
 
 hpt_status hpt_fail_ctx(hpt_status s, const char *fmt, ...) {
     char inner[sizeof g_err];
-    char prefix[512];
+    char prefix[256];
     memcpy(inner, g_err, sizeof inner);
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
-    snprintf(g_err, sizeof g_err, "%s: %s", prefix, inner[0] ? inner : hpt_status_str(s));
+    /* both parts fit: prefix < 256, inner < 1024, so at most the tail of inner is cut */
+    int n = snprintf(g_err, sizeof g_err, "%s: ", prefix);
+    if (n > 0 && (size_t)n < sizeof g_err)
+        snprintf(g_err + n, sizeof g_err - (size_t)n, "%s", inner[0] ? inner : hpt_status_str(s));
     return s;
 }

