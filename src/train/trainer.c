@@ -54,6 +54,27 @@ static int file_exists(const char *p) {
     return stat(p, &st) == 0;
 }
 
+/* Creates dir and its missing parents, like mkdir -p. */
+static hpt_status mkdir_p(const char *dir) {
+    char p[PATH_MAX];
+    if (strlen(dir) >= sizeof p) return hpt_fail(HPT_ERR_INVALID, "path too long: %s", dir);
+    strcpy(p, dir);
+    for (char *c = p + 1; ; c++) {
+        if (*c == '/' || *c == '\0') {
+            char keep = *c;
+            *c = '\0';
+            if (mkdir(p, 0755) != 0 && errno != EEXIST)
+                return hpt_fail(HPT_ERR_IO, "cannot create %s: %s", p, strerror(errno));
+            *c = keep;
+            if (!keep) break;
+        }
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return hpt_fail(HPT_ERR_IO, "%s exists and is not a directory", dir);
+    return HPT_OK;
+}
+
 static hpt_status setup(hpt_trainer *tr) {
     const hpt_train_opts *o = &tr->o;
     if (o->B < 1 || o->T < 1 || o->steps < 1)
@@ -98,8 +119,7 @@ static hpt_status setup(hpt_trainer *tr) {
         return hpt_fail(HPT_ERR_SHAPE, "sequence length %d exceeds the model's maxT %d", o->T,
                         tr->model->cfg.maxT);
     if (o->val) HPT_CHECK(hpt_dataloader_open(tr->mem, o->val, o->B, o->T, tr->model->cfg.V, &tr->val));
-    if (o->save_dir && mkdir(o->save_dir, 0755) != 0 && errno != EEXIST)
-        return hpt_fail(HPT_ERR_IO, "cannot create %s: %s", o->save_dir, strerror(errno));
+    if (o->save_dir) HPT_CHECK(mkdir_p(o->save_dir));
     return HPT_OK;
 }
 

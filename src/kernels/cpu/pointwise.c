@@ -64,6 +64,7 @@ float k_crossentropy_forward(float *losses, float *lse, const float *logits,
     for (int64_t i = 0; i < N; i++) {
         const float *l = logits + i * Vp;
         float maxv = -INFINITY;
+#pragma omp simd reduction(max : maxv)
         for (int v = 0; v < V; v++) maxv = l[v] > maxv ? l[v] : maxv;
         float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
