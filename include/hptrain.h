@@ -130,6 +130,54 @@ void hpt_mem_reset_peak(hpt_mem *m);
 /* Testing: make the n-th allocation from now fail with HPT_ERR_OOM (0 disables). */
 void hpt_mem_fail_nth(hpt_mem *m, uint64_t n);
 
+/* -- mem: the event timeline (profiler) --
+ * While recording, every allocation, free, refusal and transfer is an event, tagged with the
+ * context the caller set (step, phase, layer). Buffers inside a planned activation arena are
+ * events too (in_arena = 1): they do not change the tier's accounted total (the arena itself
+ * was one allocation), but show what is live inside it. Recording costs one append per event. */
+typedef enum {
+    HPT_PHASE_FULL = 0, /* forward + backward + update (the only phase until the hybrid schedule) */
+    HPT_PHASE_WARMUP,
+    HPT_PHASE_PREDICT,
+    HPT_PHASE_CORRECT,
+    HPT_PHASE_EVAL,     /* validation forwards */
+    HPT_PHASE_SETUP,    /* before the first step: model, optimizer, data */
+    HPT_PHASE_COUNT
+} hpt_phase;
+const char *hpt_phase_name(hpt_phase p);
+
+typedef enum { HPT_EV_ALLOC = 0, HPT_EV_FREE, HPT_EV_REFUSED, HPT_EV_TRANSFER } hpt_mem_event_kind;
+
+typedef struct {
+    double t;                /* seconds since recording started */
+    int64_t step;            /* context: optimizer step being computed (0 before the first) */
+    int32_t layer;           /* context: transformer block, -1 outside blocks */
+    uint8_t kind;            /* hpt_mem_event_kind */
+    uint8_t tier;            /* hpt_tier (source tier of a transfer) */
+    uint8_t dst_tier;        /* transfers only */
+    uint8_t category;        /* hpt_category */
+    uint8_t phase;           /* hpt_phase */
+    uint8_t in_arena;        /* 1: a buffer inside an activation arena */
+    uint64_t bytes;
+    uint64_t tier_live_bytes;   /* the tier's accounted total after the event */
+    uint64_t arena_live_bytes;  /* bytes live inside arenas after the event */
+    const char *name;        /* static text naming the buffer ("qkv", "params"...), may be NULL */
+} hpt_mem_event;
+
+/* Starts (clearing earlier events) or stops recording. */
+void hpt_mem_record(hpt_mem *m, int on);
+/* The recorded events, valid until the next allocation or hpt_mem_record(m, 1). */
+const hpt_mem_event *hpt_mem_events(const hpt_mem *m, size_t *n_out);
+/* Sets the context that tags the following events. layer -1: outside blocks. */
+void hpt_mem_set_context(hpt_mem *m, int64_t step, hpt_phase phase, int layer);
+void hpt_mem_set_layer(hpt_mem *m, int layer);
+/* Names the next hpt_mem_alloc (static text; reset after that call). */
+void hpt_mem_set_name(hpt_mem *m, const char *name);
+/* Records a buffer becoming live (born = 1) or dead inside an arena. */
+void hpt_mem_arena_event(hpt_mem *m, hpt_category cat, size_t bytes, int born, const char *name);
+/* Records bytes copied from one tier to another (the offload engine's transfers). */
+void hpt_mem_transfer(hpt_mem *m, hpt_tier src, hpt_tier dst, hpt_category cat, size_t bytes);
+
 /* ---- model: GPT-2 -------------------------------------------------------------------- */
 
 typedef struct {

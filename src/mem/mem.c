@@ -15,7 +15,23 @@
 struct hpt_mem {
     hpt_mem_stats st;
     uint64_t fail_countdown; /* 0: off; 1: the next allocation fails */
+    /* event timeline */
+    int recording;
+    double t0;
+    hpt_mem_event *ev;       /* (n_ev) growable; profiler metadata, not tensor data */
+    size_t n_ev, cap_ev;
+    uint64_t arena_live;     /* bytes live inside arenas */
+    int64_t step;            /* context tags */
+    int layer;
+    hpt_phase phase;
+    const char *next_name;
 };
+
+static const char *const k_phase_names[HPT_PHASE_COUNT] = {"full", "warmup", "predict",
+                                                           "correct", "eval", "setup"};
+const char *hpt_phase_name(hpt_phase p) {
+    return (unsigned)p < HPT_PHASE_COUNT ? k_phase_names[p] : "?";
+}
 
 static const char *const k_tier_names[HPT_TIER_COUNT] = {"device", "host", "disk"};
 static const char *const k_cat_names[HPT_CAT_COUNT] = {"params", "grads", "optim",
@@ -32,15 +48,82 @@ static uint64_t tier_total(const hpt_mem_stats *st, int tier) {
     return s;
 }
 
+/* Appends an event if recording. A failed growth stops recording (the timeline is then
+ * incomplete, which hpt_mem_events cannot hide: the caller sees fewer events), but never
+ * fails the allocation it describes. */
+static void emit(hpt_mem *m, hpt_mem_event_kind kind, int tier, int dst, int cat, uint64_t bytes,
+                 int in_arena, const char *name) {
+    if (!m->recording) return;
+    if (m->n_ev == m->cap_ev) {
+        size_t cap = m->cap_ev ? m->cap_ev * 2 : 4096;
+        hpt_mem_event *ev = realloc(m->ev, cap * sizeof *ev);
+        if (!ev) { m->recording = 0; return; }
+        m->ev = ev;
+        m->cap_ev = cap;
+    }
+    hpt_mem_event *e = &m->ev[m->n_ev++];
+    e->t = hpt_now() - m->t0;
+    e->step = m->step;
+    e->layer = m->layer;
+    e->kind = (uint8_t)kind;
+    e->tier = (uint8_t)tier;
+    e->dst_tier = (uint8_t)dst;
+    e->category = (uint8_t)cat;
+    e->phase = (uint8_t)m->phase;
+    e->in_arena = (uint8_t)in_arena;
+    e->bytes = bytes;
+    e->tier_live_bytes = tier_total(&m->st, tier);
+    e->arena_live_bytes = m->arena_live;
+    e->name = name;
+}
+
+void hpt_mem_record(hpt_mem *m, int on) {
+    if (on) {
+        m->n_ev = 0;
+        m->t0 = hpt_now();
+    }
+    m->recording = on;
+}
+
+const hpt_mem_event *hpt_mem_events(const hpt_mem *m, size_t *n_out) {
+    *n_out = m->n_ev;
+    return m->ev;
+}
+
+void hpt_mem_set_context(hpt_mem *m, int64_t step, hpt_phase phase, int layer) {
+    m->step = step;
+    m->phase = phase;
+    m->layer = layer;
+}
+
+void hpt_mem_set_layer(hpt_mem *m, int layer) { m->layer = layer; }
+void hpt_mem_set_name(hpt_mem *m, const char *name) { m->next_name = name; }
+
+void hpt_mem_arena_event(hpt_mem *m, hpt_category cat, size_t bytes, int born, const char *name) {
+    if (born) m->arena_live += bytes;
+    else m->arena_live -= bytes;
+    emit(m, born ? HPT_EV_ALLOC : HPT_EV_FREE, HPT_TIER_DEVICE, HPT_TIER_DEVICE, cat, bytes, 1, name);
+}
+
+void hpt_mem_transfer(hpt_mem *m, hpt_tier src, hpt_tier dst, hpt_category cat, size_t bytes) {
+    emit(m, HPT_EV_TRANSFER, src, dst, cat, bytes, 0, NULL);
+}
+
 hpt_status hpt_mem_create(hpt_mem **out) {
     hpt_mem *m = calloc(1, sizeof *m);
     if (!m) return hpt_fail(HPT_ERR_OOM, "cannot allocate the memory manager");
     m->st.version = HPT_MEM_STATS_VERSION;
+    m->layer = -1;
+    m->phase = HPT_PHASE_SETUP;
     *out = m;
     return HPT_OK;
 }
 
-void hpt_mem_destroy(hpt_mem *m) { free(m); }
+void hpt_mem_destroy(hpt_mem *m) {
+    if (!m) return;
+    free(m->ev);
+    free(m);
+}
 
 void hpt_mem_set_budget(hpt_mem *m, hpt_tier tier, uint64_t bytes) {
     if ((unsigned)tier < HPT_TIER_COUNT) m->st.budget_bytes[tier] = bytes;
@@ -51,6 +134,8 @@ void hpt_mem_fail_nth(hpt_mem *m, uint64_t n) { m->fail_countdown = n; }
 static hpt_status refuse(hpt_mem *m, hpt_tier tier, hpt_category cat, size_t bytes,
                          const char *why) {
     m->st.n_refused++;
+    emit(m, HPT_EV_REFUSED, tier, tier, cat, bytes, 0, m->next_name);
+    m->next_name = NULL;
     char detail[512];
     int n = 0;
     for (int c = 0; c < HPT_CAT_COUNT && n < (int)sizeof detail; c++)
@@ -71,7 +156,10 @@ hpt_status hpt_mem_alloc(hpt_mem *m, hpt_tier tier, hpt_category cat, size_t byt
         return hpt_fail(HPT_ERR_INVALID, "bad tier %d or category %d", (int)tier, (int)cat);
     if (tier == HPT_TIER_DISK)
         return hpt_fail(HPT_ERR_UNSUPPORTED, "the disk tier cannot be allocated directly yet");
-    if (bytes == 0) return HPT_OK;
+    if (bytes == 0) {
+        m->next_name = NULL;
+        return HPT_OK;
+    }
     if (m->fail_countdown && --m->fail_countdown == 0) return refuse(m, tier, cat, bytes, "injected failure");
     uint64_t total = tier_total(&m->st, tier);
     uint64_t budget = m->st.budget_bytes[tier];
@@ -89,6 +177,8 @@ hpt_status hpt_mem_alloc(hpt_mem *m, hpt_tier tier, hpt_category cat, size_t byt
         m->st.peak_bytes[tier] = total;
         memcpy(m->st.peak_live_bytes[tier], m->st.live_bytes[tier], sizeof m->st.live_bytes[tier]);
     }
+    emit(m, HPT_EV_ALLOC, tier, tier, cat, bytes, 0, m->next_name);
+    m->next_name = NULL;
     *out = p;
     return HPT_OK;
 }
@@ -97,6 +187,7 @@ void hpt_mem_free(hpt_mem *m, hpt_tier tier, hpt_category cat, void *p, size_t b
     if (!p) return;
     m->st.live_bytes[tier][cat] -= bytes;
     m->st.n_frees++;
+    emit(m, HPT_EV_FREE, tier, tier, cat, bytes, 0, NULL);
     free(p);
 }
 

@@ -9,11 +9,14 @@
  * is refused with HPT_ERR_INVALID. */
 #include "core/core.h"
 #include "kernels/kernels.h"
+#include "mem/arena.h"
 #include "model/gpt2_int.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+static void enter_time(hpt_gpt2 *m, int t);
 
 hpt_status hpt_gpt2_create(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_gpt2 **out) {
     *out = NULL;
@@ -22,11 +25,15 @@ hpt_status hpt_gpt2_create(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_gpt2 **
     if (!m) return hpt_fail(HPT_ERR_OOM, "cannot allocate the model object");
     m->cfg = *cfg;
     m->mem = mem;
+    m->t_now = -1;
     m->num_params = hpt_gpt2_num_params(cfg);
     size_t bytes = m->num_params * sizeof(float);
+    hpt_mem_set_name(mem, "parameters");
     hpt_status s = hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, bytes, (void **)&m->params);
-    if (s == HPT_OK)
+    if (s == HPT_OK) {
+        hpt_mem_set_name(mem, "gradients");
         s = hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, bytes, (void **)&m->grads);
+    }
     if (s != HPT_OK) {
         hpt_gpt2_free(m);
         return hpt_fail_ctx(s, "allocating %zu parameters", hpt_gpt2_num_params(cfg));
@@ -39,6 +46,7 @@ hpt_status hpt_gpt2_create(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_gpt2 **
 
 void hpt_gpt2_free_activations(hpt_gpt2 *m) {
     if (!m) return;
+    if (m->act_mem) enter_time(m, -1);
     hpt_mem_free(m->mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, m->act_mem, m->act_bytes);
     m->act_mem = NULL;
     m->act_bytes = 0;
@@ -50,6 +58,8 @@ void hpt_gpt2_free_activations(hpt_gpt2 *m) {
 void hpt_gpt2_free(hpt_gpt2 *m) {
     if (!m) return;
     hpt_gpt2_free_activations(m);
+    free(m->layers);
+    free(m->bufs);
     size_t bytes = m->num_params * sizeof(float);
     hpt_mem_free(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, m->params, bytes);
     hpt_mem_free(m->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, m->grads, bytes);
@@ -90,52 +100,129 @@ void hpt_gpt2_init_random(hpt_gpt2 *m, uint64_t seed) {
     }
 }
 
-/* Lays out the activations of (B, T) from base (NULL: only counts); returns the bytes. */
-static size_t layout_acts(const hpt_gpt2_config *c, int B, int T, char *base, gpt2_acts *a,
-                          int32_t **inputs, int32_t **targets) {
-    size_t L = (size_t)c->L, BT = (size_t)B * T, C = (size_t)c->C;
-    size_t NH = (size_t)c->NH, Vp = (size_t)c->Vp;
-    struct { float **p; size_t n; } f[] = {
-        {&a->encoded, BT * C},        {&a->ln1, L * BT * C},      {&a->ln1_mean, L * BT},
-        {&a->ln1_rstd, L * BT},       {&a->qkv, L * BT * 3 * C},  {&a->atty, L * BT * C},
-        {&a->att, L * (size_t)B * NH * T * T}, {&a->res2, L * BT * C}, {&a->ln2, L * BT * C},
-        {&a->ln2_mean, L * BT},       {&a->ln2_rstd, L * BT},     {&a->fch, L * BT * 4 * C},
-        {&a->fch_gelu, L * BT * 4 * C}, {&a->res3, L * BT * C},   {&a->lnf, BT * C},
-        {&a->lnf_mean, BT},           {&a->lnf_rstd, BT},         {&a->logits, BT * Vp},
-        {&a->lse, BT},                {&a->losses, BT},           {&a->dres, BT * C},
-        {&a->dsmall, BT * C},         {&a->dbig, BT * 4 * C},     {&a->attscr, (size_t)B * NH * T},
-    };
-    size_t off = 0;
-    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
-        if (base) *f[i].p = (float *)(base + off);
-        off += (f[i].n * sizeof(float) + 63) & ~(size_t)63; /* each buffer 64-byte aligned */
+/* Step time points of the arena plan: forward of the embeddings (0), of block l (1 + l), of
+ * the head and loss (L + 1); backward of the head (L + 2), of block l (L + 3 + (L - 1 - l)),
+ * of the embeddings (2L + 3). A buffer lives from the point that writes it to the last
+ * point that reads it. */
+#define TP_BLOCK_F(l) (1 + (l))
+#define TP_HEAD_F(L) ((L) + 1)
+#define TP_HEAD_B(L) ((L) + 2)
+#define TP_BLOCK_B(L, l) ((L) + 3 + ((L) - 1 - (l)))
+#define TP_ENC_B(L) (2 * (L) + 3)
+
+static int n_bufs_for(const hpt_gpt2_config *c) { return 13 * c->L + 13; }
+
+/* Lists the buffers of a step at (B, T) with their sizes and lifetimes, plans their offsets,
+ * and returns the arena's size. Pointers are set later by point_bufs. */
+static size_t plan_acts(const hpt_gpt2_config *c, int B, int T, gpt2_acts *a,
+                        gpt2_layer_acts *layers, gpt2_buf *bufs) {
+    const int L = c->L;
+    size_t BT = (size_t)B * T, C = (size_t)c->C, NH = (size_t)c->NH, f = sizeof(float);
+    int n = 0;
+#define BUF(p, nm, lay, nbytes, t0, t1) \
+    bufs[n++] = (gpt2_buf){(void **)&(p), nm, lay, nbytes, t0, t1, 0}
+    BUF(a->inputs, "inputs", -1, BT * 4, 0, TP_ENC_B(L));
+    BUF(a->targets, "targets", -1, BT * 4, 0, TP_HEAD_B(L));
+    BUF(a->encoded, "encoded", -1, BT * C * f, 0, TP_BLOCK_B(L, 0));
+    for (int l = 0; l < L; l++) {
+        gpt2_layer_acts *la = &layers[l];
+        int tf = TP_BLOCK_F(l), tb = TP_BLOCK_B(L, l);
+        BUF(la->ln1, "ln1", l, BT * C * f, tf, tb);
+        BUF(la->ln1_mean, "ln1_mean", l, BT * f, tf, tb);
+        BUF(la->ln1_rstd, "ln1_rstd", l, BT * f, tf, tb);
+        BUF(la->qkv, "qkv", l, BT * 3 * C * f, tf, tb);
+        BUF(la->atty, "atty", l, BT * C * f, tf, tb);
+        BUF(la->att, "att", l, (size_t)B * NH * T * T * f, tf, tb);
+        BUF(la->res2, "res2", l, BT * C * f, tf, tb);
+        BUF(la->ln2, "ln2", l, BT * C * f, tf, tb);
+        BUF(la->ln2_mean, "ln2_mean", l, BT * f, tf, tb);
+        BUF(la->ln2_rstd, "ln2_rstd", l, BT * f, tf, tb);
+        BUF(la->fch, "fch", l, BT * 4 * C * f, tf, tb);
+        BUF(la->fch_gelu, "fch_gelu", l, BT * 4 * C * f, tf, tb);
+        /* the block's output is the next block's input (read by its ln1 backward) or lnf's */
+        BUF(la->res3, "res3", l, BT * C * f, tf, l + 1 < L ? TP_BLOCK_B(L, l + 1) : TP_HEAD_B(L));
     }
-    if (base) *inputs = (int32_t *)(base + off);
-    off += (BT * sizeof(int32_t) + 63) & ~(size_t)63;
-    if (base) *targets = (int32_t *)(base + off);
-    off += (BT * sizeof(int32_t) + 63) & ~(size_t)63;
-    return off;
+    BUF(a->lnf, "lnf", -1, BT * C * f, TP_HEAD_F(L), TP_HEAD_B(L));
+    BUF(a->lnf_mean, "lnf_mean", -1, BT * f, TP_HEAD_F(L), TP_HEAD_B(L));
+    BUF(a->lnf_rstd, "lnf_rstd", -1, BT * f, TP_HEAD_F(L), TP_HEAD_B(L));
+    BUF(a->logits, "logits", -1, BT * (size_t)c->Vp * f, TP_HEAD_F(L), TP_HEAD_B(L));
+    BUF(a->lse, "lse", -1, BT * f, TP_HEAD_F(L), TP_HEAD_B(L));
+    BUF(a->losses, "losses", -1, BT * f, TP_HEAD_F(L), TP_HEAD_F(L));
+    BUF(a->dres, "dres", -1, BT * C * f, TP_HEAD_B(L), TP_ENC_B(L));
+    BUF(a->dsmall, "dsmall", -1, BT * C * f, TP_HEAD_B(L), TP_BLOCK_B(L, 0));
+    BUF(a->dbig, "dbig", -1, BT * 4 * C * f, TP_BLOCK_B(L, L - 1), TP_BLOCK_B(L, 0));
+    BUF(a->attscr, "attscr", -1, (size_t)B * NH * T * f, TP_BLOCK_B(L, L - 1), TP_BLOCK_B(L, 0));
+#undef BUF
+    hpt_arena_buf *ab = malloc((size_t)n * sizeof *ab);
+    size_t size = 0;
+    if (ab) {
+        for (int i = 0; i < n; i++) ab[i] = (hpt_arena_buf){bufs[i].bytes, bufs[i].first, bufs[i].last, 0};
+        size = hpt_arena_plan(ab, n);
+        for (int i = 0; i < n; i++) bufs[i].offset = ab[i].offset;
+        free(ab);
+    } else { /* no room to plan: end to end */
+        for (int i = 0; i < n; i++) {
+            bufs[i].offset = size;
+            size += (bufs[i].bytes + 63) & ~(size_t)63;
+        }
+    }
+    return size;
 }
 
 size_t hpt_gpt2_activation_bytes(const hpt_gpt2_config *cfg, int B, int T) {
     gpt2_acts a;
-    return layout_acts(cfg, B, T, NULL, &a, NULL, NULL);
+    gpt2_layer_acts *layers = calloc((size_t)cfg->L, sizeof *layers);
+    gpt2_buf *bufs = calloc((size_t)n_bufs_for(cfg), sizeof *bufs);
+    size_t size = 0;
+    if (layers && bufs) size = plan_acts(cfg, B, T, &a, layers, bufs);
+    free(layers);
+    free(bufs);
+    return size;
+}
+
+/* Moves the step to time point t (-1: outside a step), recording which arena buffers die and
+ * which are born, for the profiler. */
+static void enter_time(hpt_gpt2 *m, int t) {
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < m->n_bufs; i++) {
+            const gpt2_buf *b = &m->bufs[i];
+            int was = m->t_now >= 0 && b->first <= m->t_now && m->t_now <= b->last;
+            int now = t >= 0 && b->first <= t && t <= b->last;
+            if (pass == 0 && was && !now) hpt_mem_arena_event(m->mem, HPT_CAT_ACTS, b->bytes, 0, b->name);
+            if (pass == 1 && !was && now) hpt_mem_arena_event(m->mem, HPT_CAT_ACTS, b->bytes, 1, b->name);
+        }
+    m->t_now = t;
 }
 
 static hpt_status ensure_acts(hpt_gpt2 *m, int B, int T) {
     if (m->act_mem && m->aB == B && m->aT == T) return HPT_OK;
-    size_t need = hpt_gpt2_activation_bytes(&m->cfg, B, T);
+    if (m->act_mem) enter_time(m, -1);
+    if (!m->layers) {
+        m->layers = calloc((size_t)m->cfg.L, sizeof *m->layers);
+        m->n_bufs = n_bufs_for(&m->cfg);
+        m->bufs = calloc((size_t)m->n_bufs, sizeof *m->bufs);
+        if (!m->layers || !m->bufs) return hpt_fail(HPT_ERR_OOM, "activation plan");
+    }
+    m->a.layer = m->layers;
+    size_t need = plan_acts(&m->cfg, B, T, &m->a, m->layers, m->bufs);
     if (!m->act_mem || need > m->act_bytes) {
-        hpt_gpt2_free_activations(m);
+        hpt_mem_free(m->mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, m->act_mem, m->act_bytes);
+        m->act_mem = NULL;
+        m->act_bytes = 0;
         void *p;
+        hpt_mem_set_name(m->mem, "activation arena");
         hpt_status s = hpt_mem_alloc(m->mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, need, &p);
-        if (s != HPT_OK) return hpt_fail_ctx(s, "activations for B=%d T=%d", B, T);
+        if (s != HPT_OK) {
+            m->aB = m->aT = 0;
+            return hpt_fail_ctx(s, "activations for B=%d T=%d", B, T);
+        }
         m->act_mem = p;
         m->act_bytes = need;
     }
-    layout_acts(&m->cfg, B, T, (char *)m->act_mem, &m->a, &m->inputs, &m->targets);
+    for (int i = 0; i < m->n_bufs; i++) *m->bufs[i].ptr = (char *)m->act_mem + m->bufs[i].offset;
     m->aB = B;
     m->aT = T;
+    m->t_now = -1;
     return HPT_OK;
 }
 
@@ -157,45 +244,49 @@ hpt_status hpt_gpt2_forward(hpt_gpt2 *m, const int32_t *inputs, const int32_t *t
     HPT_CHECK(ensure_acts(m, B, T));
     m->B = B;
     m->T = T;
-    memcpy(m->inputs, inputs, BT * sizeof(int32_t));
-    m->has_targets = targets != NULL;
-    if (targets) memcpy(m->targets, targets, BT * sizeof(int32_t));
-
     const int L = c->L, C = c->C, NH = c->NH;
     gpt2_acts *a = &m->a;
     const gpt2_tensors *p = &m->p;
-    k_encoder_forward(a->encoded, m->inputs, p->wte, p->wpe, B, T, C);
+    hpt_mem_set_layer(m->mem, -1);
+    enter_time(m, 0);
+    memcpy(a->inputs, inputs, BT * sizeof(int32_t));
+    m->has_targets = targets != NULL;
+    if (targets) memcpy(a->targets, targets, BT * sizeof(int32_t));
+    k_encoder_forward(a->encoded, a->inputs, p->wte, p->wpe, B, T, C);
     for (int l = 0; l < L; l++) {
-        const float *residual = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * BT * C;
-        float *ln1 = a->ln1 + (size_t)l * BT * C, *qkv = a->qkv + (size_t)l * BT * 3 * C;
-        float *atty = a->atty + (size_t)l * BT * C, *res2 = a->res2 + (size_t)l * BT * C;
-        float *att = a->att + (size_t)l * B * NH * T * T;
-        float *ln2 = a->ln2 + (size_t)l * BT * C, *fch = a->fch + (size_t)l * BT * 4 * C;
-        float *fch_gelu = a->fch_gelu + (size_t)l * BT * 4 * C, *res3 = a->res3 + (size_t)l * BT * C;
+        hpt_mem_set_layer(m->mem, l);
+        enter_time(m, TP_BLOCK_F(l));
+        const float *residual = l == 0 ? a->encoded : a->layer[l - 1].res3;
+        gpt2_layer_acts *la = &a->layer[l];
         size_t lc = (size_t)l * C;
-        k_layernorm_forward(ln1, a->ln1_mean + (size_t)l * BT, a->ln1_rstd + (size_t)l * BT,
-                            residual, p->ln1w + lc, p->ln1b + lc, (int64_t)BT, C);
-        k_matmul_forward(qkv, ln1, p->qkvw + lc * 3 * C, p->qkvb + lc * 3, (int64_t)BT, C, 3 * C, 0);
-        k_attention_forward(atty, att, qkv, B, T, C, NH);
+        k_layernorm_forward(la->ln1, la->ln1_mean, la->ln1_rstd, residual, p->ln1w + lc,
+                            p->ln1b + lc, (int64_t)BT, C);
+        k_matmul_forward(la->qkv, la->ln1, p->qkvw + lc * 3 * C, p->qkvb + lc * 3, (int64_t)BT, C,
+                         3 * C, 0);
+        k_attention_forward(la->atty, la->att, la->qkv, B, T, C, NH);
         /* res2 = residual + atty @ attprojw^T + attprojb */
-        memcpy(res2, residual, BT * C * sizeof(float));
-        k_matmul_forward(res2, atty, p->attprojw + lc * C, p->attprojb + lc, (int64_t)BT, C, C, 1);
-        k_layernorm_forward(ln2, a->ln2_mean + (size_t)l * BT, a->ln2_rstd + (size_t)l * BT, res2,
-                            p->ln2w + lc, p->ln2b + lc, (int64_t)BT, C);
-        k_matmul_forward(fch, ln2, p->fcw + lc * 4 * C, p->fcb + lc * 4, (int64_t)BT, C, 4 * C, 0);
-        k_gelu_forward(fch_gelu, fch, (int64_t)BT * 4 * C);
+        memcpy(la->res2, residual, BT * C * sizeof(float));
+        k_matmul_forward(la->res2, la->atty, p->attprojw + lc * C, p->attprojb + lc, (int64_t)BT,
+                         C, C, 1);
+        k_layernorm_forward(la->ln2, la->ln2_mean, la->ln2_rstd, la->res2, p->ln2w + lc,
+                            p->ln2b + lc, (int64_t)BT, C);
+        k_matmul_forward(la->fch, la->ln2, p->fcw + lc * 4 * C, p->fcb + lc * 4, (int64_t)BT, C,
+                         4 * C, 0);
+        k_gelu_forward(la->fch_gelu, la->fch, (int64_t)BT * 4 * C);
         /* res3 = res2 + fch_gelu @ fcprojw^T + fcprojb */
-        memcpy(res3, res2, BT * C * sizeof(float));
-        k_matmul_forward(res3, fch_gelu, p->fcprojw + lc * 4 * C, p->fcprojb + lc, (int64_t)BT,
-                         4 * C, C, 1);
+        memcpy(la->res3, la->res2, BT * C * sizeof(float));
+        k_matmul_forward(la->res3, la->fch_gelu, p->fcprojw + lc * 4 * C, p->fcprojb + lc,
+                         (int64_t)BT, 4 * C, C, 1);
     }
-    const float *last = a->res3 + (size_t)(L - 1) * BT * C;
-    k_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, p->lnfw, p->lnfb, (int64_t)BT, C);
+    hpt_mem_set_layer(m->mem, -1);
+    enter_time(m, TP_HEAD_F(L));
+    k_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->layer[L - 1].res3, p->lnfw, p->lnfb,
+                        (int64_t)BT, C);
     /* logits (BT, Vp) = lnf @ wte^T (tied head, no bias) */
     k_matmul_forward(a->logits, a->lnf, p->wte, NULL, (int64_t)BT, C, c->Vp, 0);
     m->loss = -1.0f;
     if (targets)
-        m->loss = k_crossentropy_forward(a->losses, a->lse, a->logits, m->targets, (int64_t)BT,
+        m->loss = k_crossentropy_forward(a->losses, a->lse, a->logits, a->targets, (int64_t)BT,
                                          c->V, c->Vp);
     if (loss_out) *loss_out = m->loss;
     return HPT_OK;
@@ -212,51 +303,51 @@ hpt_status hpt_gpt2_backward(hpt_gpt2 *m) {
     const gpt2_tensors *g = &m->g;
     m->has_targets = 0; /* logits become dlogits: one backward per forward */
 
+    enter_time(m, TP_HEAD_B(L));
     /* loss = mean_i (lse_i - logits[i, y_i]) */
-    k_crossentropy_backward(a->logits, a->lse, m->targets, (int64_t)BT, c->V, c->Vp,
+    k_crossentropy_backward(a->logits, a->lse, a->targets, (int64_t)BT, c->V, c->Vp,
                             1.0f / (float)BT);
     float *dlogits = a->logits;
     /* logits = lnf @ wte^T: dlnf = dlogits @ wte, dwte += dlogits^T @ lnf */
     k_matmul_backward(a->dsmall, g->wte, NULL, dlogits, a->lnf, p->wte, (int64_t)BT, C, c->Vp, 0);
     /* lnf = layernorm(res3[L-1]) */
     memset(a->dres, 0, BT * C * sizeof(float));
-    k_layernorm_backward(a->dres, g->lnfw, g->lnfb, a->dsmall, a->res3 + (size_t)(L - 1) * BT * C,
-                         p->lnfw, a->lnf_mean, a->lnf_rstd, (int64_t)BT, C);
+    k_layernorm_backward(a->dres, g->lnfw, g->lnfb, a->dsmall, a->layer[L - 1].res3, p->lnfw,
+                         a->lnf_mean, a->lnf_rstd, (int64_t)BT, C);
     for (int l = L - 1; l >= 0; l--) {
-        const float *residual = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * BT * C;
-        const float *ln1 = a->ln1 + (size_t)l * BT * C, *qkv = a->qkv + (size_t)l * BT * 3 * C;
-        const float *atty = a->atty + (size_t)l * BT * C, *res2 = a->res2 + (size_t)l * BT * C;
-        const float *att = a->att + (size_t)l * B * NH * T * T;
-        const float *ln2 = a->ln2 + (size_t)l * BT * C, *fch = a->fch + (size_t)l * BT * 4 * C;
-        const float *fch_gelu = a->fch_gelu + (size_t)l * BT * 4 * C;
+        hpt_mem_set_layer(m->mem, l);
+        enter_time(m, TP_BLOCK_B(L, l));
+        const float *residual = l == 0 ? a->encoded : a->layer[l - 1].res3;
+        const gpt2_layer_acts *la = &a->layer[l];
         size_t lc = (size_t)l * C;
         /* res3 = res2 + fch_gelu @ fcprojw^T + fcprojb; dres flows to res2 unchanged */
-        k_matmul_backward(a->dbig, g->fcprojw + lc * 4 * C, g->fcprojb + lc, a->dres, fch_gelu,
+        k_matmul_backward(a->dbig, g->fcprojw + lc * 4 * C, g->fcprojb + lc, a->dres, la->fch_gelu,
                           p->fcprojw + lc * 4 * C, (int64_t)BT, 4 * C, C, 0);
         /* fch_gelu = gelu(fch) */
-        k_gelu_backward(a->dbig, fch, a->dbig, (int64_t)BT * 4 * C);
+        k_gelu_backward(a->dbig, la->fch, a->dbig, (int64_t)BT * 4 * C);
         /* fch = ln2 @ fcw^T + fcb */
-        k_matmul_backward(a->dsmall, g->fcw + lc * 4 * C, g->fcb + lc * 4, a->dbig, ln2,
+        k_matmul_backward(a->dsmall, g->fcw + lc * 4 * C, g->fcb + lc * 4, a->dbig, la->ln2,
                           p->fcw + lc * 4 * C, (int64_t)BT, C, 4 * C, 0);
         /* ln2 = layernorm(res2) */
-        k_layernorm_backward(a->dres, g->ln2w + lc, g->ln2b + lc, a->dsmall, res2, p->ln2w + lc,
-                             a->ln2_mean + (size_t)l * BT, a->ln2_rstd + (size_t)l * BT,
-                             (int64_t)BT, C);
+        k_layernorm_backward(a->dres, g->ln2w + lc, g->ln2b + lc, a->dsmall, la->res2,
+                             p->ln2w + lc, la->ln2_mean, la->ln2_rstd, (int64_t)BT, C);
         /* res2 = residual + atty @ attprojw^T + attprojb */
-        k_matmul_backward(a->dsmall, g->attprojw + lc * C, g->attprojb + lc, a->dres, atty,
+        k_matmul_backward(a->dsmall, g->attprojw + lc * C, g->attprojb + lc, a->dres, la->atty,
                           p->attprojw + lc * C, (int64_t)BT, C, C, 0);
         /* atty = attention(qkv) */
-        k_attention_backward(a->dbig, a->attscr, a->dsmall, qkv, att, B, T, C, NH);
+        k_attention_backward(a->dbig, a->attscr, a->dsmall, la->qkv, la->att, B, T, C, NH);
         /* qkv = ln1 @ qkvw^T + qkvb */
-        k_matmul_backward(a->dsmall, g->qkvw + lc * 3 * C, g->qkvb + lc * 3, a->dbig, ln1,
+        k_matmul_backward(a->dsmall, g->qkvw + lc * 3 * C, g->qkvb + lc * 3, a->dbig, la->ln1,
                           p->qkvw + lc * 3 * C, (int64_t)BT, C, 3 * C, 0);
         /* ln1 = layernorm(residual) */
         k_layernorm_backward(a->dres, g->ln1w + lc, g->ln1b + lc, a->dsmall, residual,
-                             p->ln1w + lc, a->ln1_mean + (size_t)l * BT,
-                             a->ln1_rstd + (size_t)l * BT, (int64_t)BT, C);
+                             p->ln1w + lc, la->ln1_mean, la->ln1_rstd, (int64_t)BT, C);
     }
+    hpt_mem_set_layer(m->mem, -1);
+    enter_time(m, TP_ENC_B(L));
     /* encoded = wte[inputs] + wpe[t] */
-    k_encoder_backward(g->wte, g->wpe, a->dres, m->inputs, B, T, C);
+    k_encoder_backward(g->wte, g->wpe, a->dres, a->inputs, B, T, C);
+    enter_time(m, -1);
     return HPT_OK;
 }
 

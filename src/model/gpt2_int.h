@@ -24,34 +24,52 @@ typedef struct {
     float *lnfb;     // (C)
 } gpt2_tensors;
 
-/* Activations of one forward at (B, T) and the scratch of its backward; all fp32. */
+/* Activations one block saves for its backward; all fp32. */
+typedef struct {
+    float *ln1;      // (B, T, C)
+    float *ln1_mean; // (B, T)
+    float *ln1_rstd; // (B, T)
+    float *qkv;      // (B, T, 3C)
+    float *atty;     // (B, T, C) attention output before the projection
+    float *att;      // (B, NH, T, T) softmax probabilities
+    float *res2;     // (B, T, C) residual after attention
+    float *ln2;      // (B, T, C)
+    float *ln2_mean; // (B, T)
+    float *ln2_rstd; // (B, T)
+    float *fch;      // (B, T, 4C) MLP pre-activation
+    float *fch_gelu; // (B, T, 4C)
+    float *res3;     // (B, T, C) residual after the MLP: the block's output
+} gpt2_layer_acts;
+
+/* Activations of one forward at (B, T) and the scratch of its backward, placed in one arena
+ * by lifetime (src/mem/arena.c); all fp32 unless noted. */
 typedef struct {
     float *encoded;  // (B, T, C) block 0's input
-    float *ln1;      // (L, B, T, C)
-    float *ln1_mean; // (L, B, T)
-    float *ln1_rstd; // (L, B, T)
-    float *qkv;      // (L, B, T, 3C)
-    float *atty;     // (L, B, T, C)
-    float *att;      // (L, B, NH, T, T) softmax probabilities
-    float *res2;     // (L, B, T, C) residual after attention
-    float *ln2;      // (L, B, T, C)
-    float *ln2_mean; // (L, B, T)
-    float *ln2_rstd; // (L, B, T)
-    float *fch;      // (L, B, T, 4C) MLP pre-activation
-    float *fch_gelu; // (L, B, T, 4C)
-    float *res3;     // (L, B, T, C) residual after the MLP: the block's output
+    gpt2_layer_acts *layer; // (L)
     float *lnf;      // (B, T, C)
     float *lnf_mean; // (B, T)
     float *lnf_rstd; // (B, T)
     float *logits;   // (B, T, Vp); dlogits in place during backward
     float *lse;      // (B, T) log-sum-exp of each row
     float *losses;   // (B, T)
+    int32_t *inputs; // (B, T) copy of the forward's inputs
+    int32_t *targets;// (B, T) copy of its targets
     /* backward scratch */
     float *dres;     // (B, T, C) gradient of the residual stream
     float *dsmall;   // (B, T, C)
     float *dbig;     // (B, T, 4C) also holds dqkv (B, T, 3C)
     float *attscr;   // (B, NH, T)
 } gpt2_acts;
+
+/* One buffer of the arena: where its pointer goes, and its lifetime in step time points. */
+typedef struct {
+    void **ptr;
+    const char *name;
+    int layer;       /* -1 outside blocks */
+    size_t bytes;
+    int first, last;
+    size_t offset;
+} gpt2_buf;
 
 struct hpt_gpt2 {
     hpt_gpt2_config cfg;
@@ -60,15 +78,17 @@ struct hpt_gpt2 {
     float *params;        /* (num_params) device tier, params category */
     float *grads;         /* (num_params) device tier, grads category */
     gpt2_tensors p, g;
-    /* activations: one block sized for (aB, aT); reused while a forward fits */
+    /* activations: one arena planned for (aB, aT); replanned when the shape changes */
     float *act_mem;
-    size_t act_bytes;
+    size_t act_bytes;     /* the arena's allocation */
     int aB, aT;
     gpt2_acts a;
+    gpt2_layer_acts *layers; /* (L) for a.layer */
+    gpt2_buf *bufs;          /* (n_bufs) the plan */
+    int n_bufs;
+    int t_now;               /* the last time point entered; -1 outside a step */
     /* the last forward */
     int B, T;
-    int32_t *inputs;      /* (B, T) copies, in act_mem */
-    int32_t *targets;     /* (B, T) or NULL */
     int has_targets;
     float loss;
 };
