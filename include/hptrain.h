@@ -75,6 +75,8 @@ void hpt_set_threads(int n);
 int hpt_get_threads(void);
 /* The process's peak resident set size so far, in bytes (0 if unknown). */
 uint64_t hpt_rss_peak_bytes(void);
+/* The process's resident set size now, in bytes (0 if unknown). */
+uint64_t hpt_rss_bytes(void);
 /* Monotonic clock in seconds. */
 double hpt_now(void);
 
@@ -350,6 +352,36 @@ hpt_status hpt_ref_state_load(const char *path, hpt_mem *mem, const hpt_gpt2_con
 void hpt_ref_state_free(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_ref_state *s);
 
 
+
+
+
+/* ---- mem: profile summaries, traces (src/mem/profile.c) -------------------------------- */
+/* (section owned by the profiler work; see docs/memory.md) */
+
+/* ---- end of profile section ---- */
+
+/* ---- plan: the estimator ---------------------------------------------------------------- */
+
+/* What a run will allocate, computed from the configuration alone (nothing is allocated).
+ * The figures are the same bytes the run's hpt_mem accounts: the estimate is exact for the
+ * allocations it knows (the tests hold it within 2% of the measured peak). */
+typedef struct {
+    hpt_gpt2_config cfg;
+    int B, T;
+    int training;        /* 1: forward + backward + AdamW; 0: forward only (sampling, eval) */
+    int has_val;         /* a validation loader is open (its data buffers count) */
+} hpt_plan_opts;
+
+typedef struct {
+    uint64_t bytes[HPT_TIER_COUNT][HPT_CAT_COUNT]; /* at the peak */
+    uint64_t peak_bytes[HPT_TIER_COUNT];
+    uint64_t num_params;
+    uint64_t activation_bytes;     /* the planned activation arena */
+    double flops_per_token;        /* training: forward + backward, incl. attention */
+    double flops_per_token_fwd;
+} hpt_estimate;
+
+hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out);
 
 /* ---- train: the trainer ------------------------------------------------------------- */
 

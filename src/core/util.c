@@ -57,6 +57,7 @@ float hpt_rng_normal(hpt_rng *r) {
 }
 
 #include <sys/resource.h>
+#include <unistd.h>
 #include <time.h>
 
 uint64_t hpt_rss_peak_bytes(void) {
@@ -69,4 +70,14 @@ double hpt_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+uint64_t hpt_rss_bytes(void) {
+    /* /proc/self/statm: size resident shared ... in pages */
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return 0;
+    unsigned long long size = 0, resident = 0;
+    int n = fscanf(f, "%llu %llu", &size, &resident);
+    fclose(f);
+    return n == 2 ? (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
 }

@@ -129,6 +129,7 @@ hpt_status hpt_trainer_create(hpt_mem *mem, const hpt_train_opts *opts, hpt_trai
     if (!tr) return hpt_fail(HPT_ERR_OOM, "cannot allocate the trainer");
     tr->o = *opts;
     tr->mem = mem;
+    hpt_mem_set_context(mem, 0, HPT_PHASE_SETUP, -1);
     hpt_status s = setup(tr);
     if (s != HPT_OK) {
         hpt_trainer_free(tr);
@@ -147,6 +148,7 @@ hpt_status hpt_trainer_eval(hpt_trainer *tr, float *val_loss_out) {
     *val_loss_out = NAN;
     if (!tr->val) return HPT_OK;
     HPT_CHECK(hpt_dataloader_rewind(tr->val));
+    hpt_mem_set_context(tr->mem, tr->step, HPT_PHASE_EVAL, -1);
     double sum = 0.0;
     int n = tr->o.val_batches > 0 ? tr->o.val_batches : 1;
     for (int i = 0; i < n; i++) {
@@ -178,6 +180,7 @@ hpt_status hpt_trainer_step(hpt_trainer *tr, hpt_train_progress *p) {
     if (hpt_trainer_done(tr)) return hpt_fail(HPT_ERR_INVALID, "training is already complete");
     const hpt_train_opts *o = &tr->o;
     double t0 = hpt_now();
+    hpt_mem_set_context(tr->mem, tr->step + 1, HPT_PHASE_FULL, -1);
     const int32_t *x, *y;
     HPT_CHECK(hpt_dataloader_next(tr->train, &x, &y));
     HPT_CHECK(hpt_gpt2_forward(tr->model, x, y, o->B, o->T, &p->loss));
