@@ -118,9 +118,10 @@ hpt_status hpt_mem_create(hpt_mem **out);
 void hpt_mem_destroy(hpt_mem *m);
 /* 0 means unlimited. A budget below what is live already is accepted; later allocs fail. */
 void hpt_mem_set_budget(hpt_mem *m, hpt_tier tier, uint64_t bytes);
-/* 64-byte aligned, zero-filled storage of `bytes` bytes on `tier`. HPT_ERR_OOM with the
- * live breakdown in hpt_last_error() when the budget would be passed. bytes == 0 gives
- * *out == NULL and HPT_OK. Only HPT_TIER_DEVICE and HPT_TIER_HOST are allocatable today. */
+/* Zero-filled storage of `bytes` bytes on `tier` (64-byte aligned, 4096 from 4096 bytes up).
+ * HPT_ERR_OOM with the live breakdown in hpt_last_error() when the budget would be passed.
+ * bytes == 0 gives *out == NULL and HPT_OK. DEVICE and HOST only: the disk tier has its own
+ * calls below. */
 hpt_status hpt_mem_alloc(hpt_mem *m, hpt_tier tier, hpt_category cat, size_t bytes,
                          void **out);
 /* Frees what hpt_mem_alloc gave, told its tier, category and size (Lua's rule: devices
@@ -131,6 +132,29 @@ void hpt_mem_get_stats(const hpt_mem *m, hpt_mem_stats *out);
 void hpt_mem_reset_peak(hpt_mem *m);
 /* Testing: make the n-th allocation from now fail with HPT_ERR_OOM (0 disables). */
 void hpt_mem_fail_nth(hpt_mem *m, uint64_t n);
+
+/* -- mem: the disk tier --
+ * Storage in files under a directory (one file per block, removed when freed), read and
+ * written with direct I/O (O_DIRECT, 4096-byte aligned; unaligned requests go through an
+ * aligned bounce buffer counted on the host tier). Space is reserved at allocation, so a full
+ * disk is an HPT_ERR_OOM then, not a failed write later. Disk blocks are not addressable:
+ * data moves with hpt_mem_disk_write/read, and each call is a transfer in the timeline. */
+typedef struct {
+    int fd;          /* -1: none */
+    uint64_t bytes;  /* requested size */
+} hpt_disk_ref;
+
+/* Directory for the disk tier's files (created if missing). Needed before a disk allocation. */
+hpt_status hpt_mem_set_disk_dir(hpt_mem *m, const char *dir);
+hpt_status hpt_mem_disk_alloc(hpt_mem *m, hpt_category cat, size_t bytes, hpt_disk_ref *out);
+/* Frees the block (the file is already unlinked; closing releases the space). */
+void hpt_mem_disk_free(hpt_mem *m, hpt_category cat, hpt_disk_ref *ref);
+/* Copies bytes between memory on tier `from`/`to` (DEVICE or HOST, for the timeline) and the
+ * block at byte offset `offset`. */
+hpt_status hpt_mem_disk_write(hpt_mem *m, const hpt_disk_ref *ref, uint64_t offset,
+                              const void *src, size_t bytes, hpt_tier from, hpt_category cat);
+hpt_status hpt_mem_disk_read(hpt_mem *m, const hpt_disk_ref *ref, uint64_t offset, void *dst,
+                             size_t bytes, hpt_tier to, hpt_category cat);
 
 /* -- mem: the event timeline (profiler) --
  * While recording, every allocation, free, refusal and transfer is an event, tagged with the

@@ -8,24 +8,10 @@
  *   - A refused request changes nothing but n_refused and the last-error text.
  * One thread allocates at a time (the trainer's); kernels never allocate. */
 #include "core/core.h"
+#include "mem/mem_int.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-struct hpt_mem {
-    hpt_mem_stats st;
-    uint64_t fail_countdown; /* 0: off; 1: the next allocation fails */
-    /* event timeline */
-    int recording;
-    double t0;
-    hpt_mem_event *ev;       /* (n_ev) growable; profiler metadata, not tensor data */
-    size_t n_ev, cap_ev;
-    uint64_t arena_live;     /* bytes live inside arenas */
-    int64_t step;            /* context tags */
-    int layer;
-    hpt_phase phase;
-    const char *next_name;
-};
 
 static const char *const k_phase_names[HPT_PHASE_COUNT] = {"full", "warmup", "predict",
                                                            "correct", "eval", "setup"};
@@ -121,6 +107,7 @@ hpt_status hpt_mem_create(hpt_mem **out) {
 
 void hpt_mem_destroy(hpt_mem *m) {
     if (!m) return;
+    if (m->bounce) hpt_mem_free(m, HPT_TIER_HOST, HPT_CAT_IO, m->bounce, 4u << 20);
     free(m->ev);
     free(m);
 }
@@ -149,27 +136,14 @@ static hpt_status refuse(hpt_mem *m, hpt_tier tier, hpt_category cat, size_t byt
                     (double)m->st.budget_bytes[tier] / 1048576.0, detail);
 }
 
-hpt_status hpt_mem_alloc(hpt_mem *m, hpt_tier tier, hpt_category cat, size_t bytes,
-                         void **out) {
-    *out = NULL;
+hpt_status mem_reserve(hpt_mem *m, hpt_tier tier, hpt_category cat, size_t bytes) {
     if ((unsigned)tier >= HPT_TIER_COUNT || (unsigned)cat >= HPT_CAT_COUNT)
         return hpt_fail(HPT_ERR_INVALID, "bad tier %d or category %d", (int)tier, (int)cat);
-    if (tier == HPT_TIER_DISK)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "the disk tier cannot be allocated directly yet");
-    if (bytes == 0) {
-        m->next_name = NULL;
-        return HPT_OK;
-    }
     if (m->fail_countdown && --m->fail_countdown == 0) return refuse(m, tier, cat, bytes, "injected failure");
     uint64_t total = tier_total(&m->st, tier);
     uint64_t budget = m->st.budget_bytes[tier];
     if (budget && (bytes > budget || total > budget - bytes))
         return refuse(m, tier, cat, bytes, "over budget");
-    size_t rounded = (bytes + 63) & ~(size_t)63;
-    void *p = NULL;
-    if (posix_memalign(&p, 64, rounded) != 0 || !p)
-        return refuse(m, tier, cat, bytes, "operating system refused");
-    memset(p, 0, rounded);
     m->st.live_bytes[tier][cat] += bytes;
     m->st.n_allocs++;
     total += bytes;
@@ -179,15 +153,42 @@ hpt_status hpt_mem_alloc(hpt_mem *m, hpt_tier tier, hpt_category cat, size_t byt
     }
     emit(m, HPT_EV_ALLOC, tier, tier, cat, bytes, 0, m->next_name);
     m->next_name = NULL;
+    return HPT_OK;
+}
+
+void mem_unreserve(hpt_mem *m, hpt_tier tier, hpt_category cat, size_t bytes) {
+    m->st.live_bytes[tier][cat] -= bytes;
+    m->st.n_frees++;
+    emit(m, HPT_EV_FREE, tier, tier, cat, bytes, 0, NULL);
+}
+
+hpt_status hpt_mem_alloc(hpt_mem *m, hpt_tier tier, hpt_category cat, size_t bytes,
+                         void **out) {
+    *out = NULL;
+    if (tier == HPT_TIER_DISK)
+        return hpt_fail(HPT_ERR_INVALID, "the disk tier is not addressable: use hpt_mem_disk_alloc");
+    if (bytes == 0) {
+        m->next_name = NULL;
+        return HPT_OK;
+    }
+    HPT_CHECK(mem_reserve(m, tier, cat, bytes));
+    /* page alignment for blocks of a page or more: the disk tier's direct I/O needs it */
+    size_t align = bytes >= 4096 ? 4096 : 64;
+    size_t rounded = (bytes + align - 1) & ~(align - 1);
+    void *p = NULL;
+    if (posix_memalign(&p, align, rounded) != 0 || !p) {
+        m->st.live_bytes[tier][cat] -= bytes; /* undo without a free event: nothing was live */
+        m->st.n_allocs--;
+        return refuse(m, tier, cat, bytes, "operating system refused");
+    }
+    memset(p, 0, rounded);
     *out = p;
     return HPT_OK;
 }
 
 void hpt_mem_free(hpt_mem *m, hpt_tier tier, hpt_category cat, void *p, size_t bytes) {
     if (!p) return;
-    m->st.live_bytes[tier][cat] -= bytes;
-    m->st.n_frees++;
-    emit(m, HPT_EV_FREE, tier, tier, cat, bytes, 0, NULL);
+    mem_unreserve(m, tier, cat, bytes);
     free(p);
 }
 

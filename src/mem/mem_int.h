@@ -1,0 +1,34 @@
+/* mem_int.h: the memory manager's state, shared by its files (mem.c, disk.c). */
+#ifndef HPT_MEM_INT_H
+#define HPT_MEM_INT_H
+
+#include "hptrain.h"
+
+#include <limits.h>
+
+struct hpt_mem {
+    hpt_mem_stats st;
+    uint64_t fail_countdown; /* 0: off; 1: the next allocation fails */
+    /* event timeline */
+    int recording;
+    double t0;
+    hpt_mem_event *ev;       /* (n_ev) growable; profiler metadata, not tensor data */
+    size_t n_ev, cap_ev;
+    uint64_t arena_live;     /* bytes live inside arenas */
+    int64_t step;            /* context tags */
+    int layer;
+    hpt_phase phase;
+    const char *next_name;
+    /* disk tier */
+    char disk_dir[PATH_MAX];
+    int disk_direct;         /* the last block opened with O_DIRECT */
+    void *bounce;            /* (4 MiB) host tier, io: aligned staging for unaligned disk I/O */
+};
+
+
+/* Accounts bytes on tier/category if the budget (and failure injection) allow: the common
+ * part of every tier's allocation. Records the event. */
+hpt_status mem_reserve(hpt_mem *m, hpt_tier tier, hpt_category cat, size_t bytes);
+void mem_unreserve(hpt_mem *m, hpt_tier tier, hpt_category cat, size_t bytes);
+
+#endif
