@@ -114,7 +114,7 @@ typedef struct {
 } hpt_mem_stats;
 
 hpt_status hpt_mem_create(hpt_mem **out);
-/* Releases the manager; every allocation must have been freed (debug builds assert). */
+/* Releases the manager (and its disk bounce buffer). Blocks still live are leaked: free them first. */
 void hpt_mem_destroy(hpt_mem *m);
 /* 0 means unlimited. A budget below what is live already is accepted; later allocs fail. */
 void hpt_mem_set_budget(hpt_mem *m, hpt_tier tier, uint64_t bytes);

@@ -161,6 +161,8 @@ static void usage(FILE *out) {
           "  encode    text on stdin -> GPT-2 token ids on stdout\n"
           "  decode    token ids on stdin -> text on stdout\n"
           "  tokenize  text files -> llm.c token shards (train/val split)\n"
+          "  estimate  bytes by category and tier, and the peak, of a training configuration\n"
+          "  profile   picture and memory-doctor summary of a training trace\n"
           "\n"
           "hptrain <command> --help describes a command. hptrain --version prints the version.\n",
           out);
@@ -170,6 +172,7 @@ int main(int argc, char **argv) {
     static const struct { const char *name; int (*fn)(int, char **); } cmds[] = {
         {"train", cmd_train},   {"sample", cmd_sample}, {"verify", cmd_verify},
         {"encode", cmd_encode}, {"decode", cmd_decode}, {"tokenize", cmd_tokenize},
+        {"estimate", cmd_estimate}, {"profile", cmd_profile},
     };
     if (argc < 2) { usage(stderr); return 2; }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
