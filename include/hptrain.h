@@ -386,26 +386,71 @@ void hpt_ref_state_free(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_ref_state 
 
 /* ---- plan: the estimator ---------------------------------------------------------------- */
 
-/* What a run will allocate, computed from the configuration alone (nothing is allocated).
- * The figures are the same bytes the run's hpt_mem accounts: the estimate is exact for the
- * allocations it knows (the tests hold it within 2% of the measured peak). */
+/* What a run will allocate, computed from the configuration alone (nothing is allocated, no
+ * file is read). The figures are the bytes the run's hpt_mem accounts, byte for byte, on the
+ * device tier: parameters and gradients (4 bytes each, wte's padding rows included; the model
+ * allocates gradients also for forward-only use), AdamW's m and v (8 bytes per parameter,
+ * training only), the activation arena (hpt_gpt2_activation_bytes: planned for forward and
+ * backward, so a forward-only run allocates the same), and each data loader's buffers
+ * ((B*T+1)*2 + 2*B*T*4 bytes). All of them are allocated at setup or at the first forward and
+ * live until the run ends, so the peak is their sum, reached at the first forward.
+ * FLOPs count matrix multiplies and attention only (docs/estimate.md):
+ *   forward per token  = 2*(12*L*C^2 + Vp*C) + 2*L*C*(T+1)   (causal attention as computed:
+ *                        position t attends t+1 keys, QK^T and AV at 2 FLOPs per multiply-add)
+ *   training per token = 3 * forward                          (backward = 2 * forward) */
 typedef struct {
     hpt_gpt2_config cfg;
-    int B, T;
+    int B, T;            /* batch and sequence length; 1 <= T <= cfg.maxT */
     int training;        /* 1: forward + backward + AdamW; 0: forward only (sampling, eval) */
     int has_val;         /* a validation loader is open (its data buffers count) */
+    int no_data;         /* 1: no data loader at all (generation from a prompt); 0: the training
+                          * data loader's buffers count, in forward-only runs too (evaluation) */
 } hpt_plan_opts;
+/* gpt2-124m, B=4, T=64, training, no validation: the trainer's defaults. */
+hpt_plan_opts hpt_plan_defaults(void);
 
 typedef struct {
     uint64_t bytes[HPT_TIER_COUNT][HPT_CAT_COUNT]; /* at the peak */
     uint64_t peak_bytes[HPT_TIER_COUNT];
     uint64_t num_params;
     uint64_t activation_bytes;     /* the planned activation arena */
-    double flops_per_token;        /* training: forward + backward, incl. attention */
+    double flops_per_token;        /* the run's: training 3 x forward; forward-only = forward */
     double flops_per_token_fwd;
+    uint64_t tokens_per_step;      /* B*T: tokens per optimizer step (per forward) */
 } hpt_estimate;
 
+/* HPT_ERR_SHAPE for a bad shape or T > maxT, HPT_ERR_INVALID for B or T < 1 or a run too large
+ * to count in 64 bits. */
 hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out);
+
+/* What fits a device budget of budget_bytes (0: unlimited), searched with the estimator
+ * (nothing is allocated; a few estimates, the peak being affine in B and convex in T). A max_*
+ * field is 0 where nothing fits. */
+typedef struct {
+    int fits;                     /* o itself fits */
+    uint64_t peak_bytes;          /* o's device peak */
+    int max_B;                    /* the largest batch at o->T that fits (up to 1 << 20) */
+    uint64_t max_B_peak_bytes;
+    int max_T;                    /* the largest sequence at o->B that fits (up to maxT) */
+    uint64_t max_T_peak_bytes;
+    int max_T_B1;                 /* the largest sequence at B = 1 that fits */
+    uint64_t max_T_B1_peak_bytes;
+    uint64_t min_peak_bytes;      /* the peak at B = 1, T = 1 */
+    uint64_t fixed_bytes;         /* what B and T do not change: params, grads, optim */
+} hpt_plan_fit;
+hpt_status hpt_plan_fit_budget(const hpt_plan_opts *o, uint64_t budget_bytes, hpt_plan_fit *out);
+
+/* The trainer's refusal before it allocates: HPT_OK when o's estimated device peak plus
+ * live_bytes (already allocated in the same hpt_mem) is within budget_bytes (0: unlimited);
+ * otherwise HPT_ERR_OOM with a one-line hpt_last_error() that gives the breakdown and the
+ * --batch / --seq that would fit with their estimated peaks, or says that the model itself
+ * does not fit the budget. Estimator errors (a bad shape, T > maxT) are returned as they are. */
+hpt_status hpt_plan_check_budget(const hpt_plan_opts *o, uint64_t budget_bytes,
+                                 uint64_t live_bytes);
+
+/* The shape in an llm.c GPT-2 checkpoint's header, checked as hpt_gpt2_load checks it (magic,
+ * version, shape, file size); the payload is not read (src/io/llmc.c). */
+hpt_status hpt_gpt2_read_config(const char *path, hpt_gpt2_config *out);
 
 /* ---- train: the trainer ------------------------------------------------------------- */
 

@@ -5,6 +5,7 @@ hpt_add_test(test_mem test_mem.c)
 hpt_add_test(test_reference test_reference.c)
 hpt_add_test(test_gradcheck test_gradcheck.c)
 hpt_add_test(test_state test_state.c)
+hpt_add_test(test_estimate test_estimate.c)
 # node's ids for the oracle texts are made once per build tree and reused (test_tokenizer.c)
 hpt_add_test(test_tokenizer test_tokenizer.c ARGS ${CMAKE_BINARY_DIR}/tokenizer_oracle)
 # Command-line behaviour (bad input, round trips, resume) through the real binary, both variants.

@@ -131,3 +131,32 @@ hpt_status hpt_ref_state_load(const char *path, hpt_mem *mem, const hpt_gpt2_con
     if (s != HPT_OK) hpt_ref_state_free(mem, cfg, out);
     return s;
 }
+
+/* The header checks of hpt_gpt2_load without the payload: the estimator and the trainer's
+ * budget check learn a checkpoint's shape before anything is allocated for it. */
+hpt_status hpt_gpt2_read_config(const char *path, hpt_gpt2_config *out) {
+    FILE *f;
+    uint64_t size;
+    HPT_CHECK(io_open_read(path, &f, &size));
+    int32_t h[256];
+    hpt_status s = io_read_header(f, h, path);
+    fclose(f);
+    if (s != HPT_OK) return s;
+    if (h[0] != CKPT_MAGIC)
+        return hpt_fail(HPT_ERR_FORMAT, "%s is not a GPT-2 checkpoint (magic %d, expected %d)",
+                        path, h[0], CKPT_MAGIC);
+    if (h[1] != 3 && h[1] != 5)
+        return hpt_fail(HPT_ERR_FORMAT, "%s: checkpoint version %d is not supported (3 fp32, 5 bf16)",
+                        path, h[1]);
+    hpt_gpt2_config cfg = {.maxT = h[2], .V = h[3], .L = h[4], .NH = h[5], .C = h[6], .Vp = h[7]};
+    if (cfg.Vp == 0) cfg.Vp = cfg.V;
+    s = hpt_gpt2_config_check(&cfg);
+    if (s != HPT_OK) return hpt_fail_ctx(s, "%s", path);
+    size_t n = hpt_gpt2_num_params(&cfg), esz = h[1] == 3 ? 4 : 2;
+    if (size != 1024 + (uint64_t)n * esz)
+        return hpt_fail(HPT_ERR_FORMAT, "%s: %llu bytes, but its header (L=%d C=%d V=%d Vp=%d maxT=%d) "
+                        "needs %llu (truncated or corrupt)", path, (unsigned long long)size, cfg.L,
+                        cfg.C, cfg.V, cfg.Vp, cfg.maxT, (unsigned long long)(1024 + (uint64_t)n * esz));
+    *out = cfg;
+    return HPT_OK;
+}

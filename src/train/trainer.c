@@ -75,8 +75,30 @@ static hpt_status mkdir_p(const char *dir) {
     return HPT_OK;
 }
 
+/* Refuses, before anything is allocated for it, a run whose estimated device peak does not
+ * fit the budget: the error gives the breakdown and the --batch / --seq that would fit.
+ * The shape is *cfg, or is read into *cfg from the checkpoint at ckpt (when not NULL);
+ * live0: device bytes live before setup began. */
+static hpt_status check_budget(hpt_trainer *tr, hpt_gpt2_config *cfg, const char *ckpt,
+                               uint64_t live0) {
+    hpt_mem_stats st;
+    hpt_mem_get_stats(tr->mem, &st);
+    if (!st.budget_bytes[HPT_TIER_DEVICE]) return HPT_OK;
+    hpt_plan_opts po = hpt_plan_defaults();
+    if (ckpt) HPT_CHECK(hpt_gpt2_read_config(ckpt, cfg));
+    po.cfg = *cfg;
+    po.B = tr->o.B;
+    po.T = tr->o.T;
+    po.has_val = tr->o.val != NULL;
+    return hpt_plan_check_budget(&po, st.budget_bytes[HPT_TIER_DEVICE], live0);
+}
+
 static hpt_status setup(hpt_trainer *tr) {
     const hpt_train_opts *o = &tr->o;
+    hpt_mem_stats st0;
+    hpt_mem_get_stats(tr->mem, &st0);
+    uint64_t live0 = 0;
+    for (int c = 0; c < HPT_CAT_COUNT; c++) live0 += st0.live_bytes[HPT_TIER_DEVICE][c];
     if (o->B < 1 || o->T < 1 || o->steps < 1)
         return hpt_fail(HPT_ERR_INVALID, "batch (%d), sequence (%d) and steps (%lld) must be >= 1",
                         o->B, o->T, (long long)o->steps);
@@ -94,6 +116,8 @@ static hpt_status setup(hpt_trainer *tr) {
         if (pos.step > o->steps)
             return hpt_fail(HPT_ERR_INVALID, "%s is at step %lld, beyond --steps %lld", path,
                             (long long)pos.step, (long long)o->steps);
+        hpt_gpt2_config cfg = tr->model->cfg;
+        HPT_CHECK(check_budget(tr, &cfg, NULL, live0)); /* the shape is known only now */
         tr->step = tr->start_step = pos.step;
         tr->rng.s = pos.rng_state;
         tr->o.adamw = ao;
@@ -103,8 +127,10 @@ static hpt_status setup(hpt_trainer *tr) {
         if (!o->model) return hpt_fail(HPT_ERR_INVALID, "no model given (a checkpoint or a shape)");
         hpt_gpt2_config cfg;
         if (file_exists(o->model)) {
+            HPT_CHECK(check_budget(tr, &cfg, o->model, live0));
             HPT_CHECK(hpt_gpt2_load(tr->mem, o->model, &tr->model));
         } else if (hpt_gpt2_config_parse(o->model, &cfg) == HPT_OK) {
+            HPT_CHECK(check_budget(tr, &cfg, NULL, live0));
             HPT_CHECK(hpt_gpt2_create(tr->mem, &cfg, &tr->model));
             hpt_gpt2_init_random(tr->model, o->seed);
         } else if (strchr(o->model, '/') || strstr(o->model, ".bin")) {

@@ -1,0 +1,232 @@
+/* estimate.c: the bytes and FLOPs of a run, from its configuration alone.
+ *
+ * The estimate restates, category by category, what the code allocates through hpt_mem (every
+ * hpt_mem_alloc call site of the library: gpt2.c's parameters, gradients and activation arena,
+ * adamw.c's moments, dataloader.c's buffers; llmc.c's reference state belongs to verify, not to
+ * training), with the same sizes, so it equals the measured peak byte for byte. When one of
+ * those sites changes, this file changes with it; tests/test_estimate.c compares both on
+ * several configurations.
+ *
+ * When the peak occurs: nothing the trainer allocates is freed before the run ends (the
+ * arena is kept while B*T does not grow, and evaluation uses the training B and T), so the
+ * peak is the sum of everything, reached when the first forward allocates the arena.
+ *
+ * Invariants: nothing is allocated through hpt_mem and no file is read; sizes are uint64_t and
+ * a run whose bytes cannot be counted in 64 bits is refused; the fit search only calls
+ * hpt_plan_estimate, so any figure it reports is one the estimator gives. */
+#include "core/core.h"
+
+#include <string.h>
+
+hpt_plan_opts hpt_plan_defaults(void) {
+    hpt_plan_opts o;
+    memset(&o, 0, sizeof o);
+    hpt_gpt2_config_parse("gpt2-124m", &o.cfg);
+    o.B = 4;
+    o.T = 64;
+    o.training = 1;
+    return o;
+}
+
+/* One data loader: raw window (B*T+1) uint16, inputs and targets (B, T) int32 each. */
+static uint64_t loader_bytes(uint64_t BT) { return (BT + 1) * 2 + 2 * BT * 4; }
+
+hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
+    memset(out, 0, sizeof *out);
+    const hpt_gpt2_config *c = &o->cfg;
+    HPT_CHECK(hpt_gpt2_config_check(c));
+    if (o->B < 1 || o->T < 1)
+        return hpt_fail(HPT_ERR_INVALID, "batch %d and sequence %d must be >= 1", o->B, o->T);
+    if (o->T > c->maxT)
+        return hpt_fail(HPT_ERR_SHAPE, "sequence length %d exceeds the model's maxT %d", o->T,
+                        c->maxT);
+    /* An upper bound of the arena in floating point (every buffer end to end, plus the
+     * alignment) before any size_t product that could wrap. */
+    double B = o->B, T = o->T, C = c->C, L = c->L, NH = c->NH;
+    double per_layer = B * T * (16.0 * C + 4.0) * 4.0 + B * NH * T * T * 4.0 + 13.0 * 64.0;
+    double rest = B * T * (5.0 * C + 4.0 * C + (double)c->Vp + 5.0) * 4.0 + B * NH * T * 4.0;
+    if (L * per_layer + rest > 4e18)
+        return hpt_fail(HPT_ERR_INVALID, "B=%d T=%d with L=%d C=%d NH=%d is too large to count "
+                        "(over 4 EB of activations)", o->B, o->T, c->L, c->C, c->NH);
+
+    uint64_t np = hpt_gpt2_num_params(c), BT = (uint64_t)o->B * (uint64_t)o->T;
+    uint64_t *dev = out->bytes[HPT_TIER_DEVICE];
+    dev[HPT_CAT_PARAMS] = np * 4;                     /* hpt_gpt2_create */
+    dev[HPT_CAT_GRADS] = np * 4;                      /* hpt_gpt2_create, forward-only too */
+    dev[HPT_CAT_OPTIM] = o->training ? np * 8 : 0;    /* hpt_optim_create: m and v */
+    size_t acts = hpt_gpt2_activation_bytes(c, o->B, o->T);
+    if (acts == 0) return hpt_fail(HPT_ERR_OOM, "no memory to plan the activation arena");
+    dev[HPT_CAT_ACTS] = acts;                         /* ensure_acts, at the first forward */
+    int loaders = (o->no_data ? 0 : 1) + (o->has_val ? 1 : 0);
+    dev[HPT_CAT_IO] = (uint64_t)loaders * loader_bytes(BT);
+    for (int t = 0; t < HPT_TIER_COUNT; t++)
+        for (int k = 0; k < HPT_CAT_COUNT; k++) out->peak_bytes[t] += out->bytes[t][k];
+    out->num_params = np;
+    out->activation_bytes = acts;
+    out->tokens_per_step = BT;
+
+    /* FLOPs per token, matrix multiplies and attention (elementwise work is left out):
+     * the weights each token meets in a GEMM are qkv 3C^2, attention projection C^2, fc 4C^2,
+     * fc projection 4C^2 per layer and the tied head Vp*C (the GEMM runs over the padded
+     * columns), at 2 FLOPs per multiply-add. Causal attention as the kernel computes it:
+     * query t scores t+1 keys (QK^T) and sums t+1 values (AV), 2*C FLOPs per key each, so
+     * 2*C*(T+1) per token and layer on average. Backward does twice the forward's work in
+     * both (two GEMMs per forward GEMM; four dot products per (query, key) pair). */
+    double n_mm = 12.0 * L * C * C + (double)c->Vp * C;
+    out->flops_per_token_fwd = 2.0 * n_mm + 2.0 * L * C * (T + 1.0);
+    out->flops_per_token = o->training ? 3.0 * out->flops_per_token_fwd : out->flops_per_token_fwd;
+    return HPT_OK;
+}
+
+/* The device peak of o with B and T replaced; 0 if the estimator refuses that point. */
+static uint64_t peak_at(const hpt_plan_opts *o, int B, int T) {
+    hpt_plan_opts p = *o;
+    p.B = B;
+    p.T = T;
+    hpt_estimate e;
+    if (hpt_plan_estimate(&p, &e) != HPT_OK) return 0;
+    return e.peak_bytes[HPT_TIER_DEVICE];
+}
+
+static int fits_at(const hpt_plan_opts *o, int B, int T, uint64_t budget, uint64_t *peak) {
+    *peak = peak_at(o, B, T);
+    return *peak > 0 && *peak <= budget;
+}
+
+/* The largest x in [1, hi] whose peak fits the budget, assuming the peak grows with x (it
+ * does with B and with T); 0 if x = 1 does not fit. *peak_out gets the peak at the answer.
+ * The peak is affine in B and convex in T, so the chord between x = 1 and x = hi is a good
+ * first guess (exact for B up to alignment, below the answer for T); from there a galloping
+ * search and a bisection finish: a handful of estimates, each costing one arena plan (25 ms
+ * for L = 80), instead of a blind bisection over [1, 1 << 20]. */
+static int search(const hpt_plan_opts *o, int vary_B, int fixed, int hi, uint64_t budget,
+                  uint64_t *peak_out) {
+    uint64_t pk;
+#define FITS(x) (vary_B ? fits_at(o, (x), fixed, budget, &pk) : fits_at(o, fixed, (x), budget, &pk))
+    *peak_out = 0;
+    if (!FITS(1)) return 0;
+    uint64_t p1 = pk;
+    if (hi <= 1 || FITS(hi)) {
+        *peak_out = pk;
+        return hi < 1 ? 1 : hi;
+    }
+    uint64_t phi = pk; /* > budget, or 0 where the estimator refuses hi */
+    long g = 1;
+    if (phi > p1)
+        g = 1 + (long)((double)(budget - p1) / (double)(phi - p1) * (double)(hi - 1));
+    if (g < 1) g = 1;
+    if (g >= hi) g = hi - 1;
+    int lo, up;
+    uint64_t lo_peak;
+    if (FITS((int)g)) { /* gallop up: g+1, g+2, g+4, ... */
+        lo = (int)g;
+        lo_peak = pk;
+        up = hi;
+        for (long step = 1;; step *= 2) {
+            long nx = lo + step < up ? lo + step : up;
+            if (nx >= up) break;
+            if (!FITS((int)nx)) { up = (int)nx; break; }
+            lo = (int)nx;
+            lo_peak = pk;
+        }
+    } else { /* gallop down: g-1, g-2, g-4, ... (1 fits) */
+        up = (int)g;
+        lo = 1;
+        lo_peak = p1;
+        for (long step = 1;; step *= 2) {
+            long nx = up - step > 1 ? up - step : 1;
+            if (nx <= 1) break;
+            if (FITS((int)nx)) { lo = (int)nx; lo_peak = pk; break; }
+            up = (int)nx;
+        }
+    }
+    while (up - lo > 1) {
+        int mid = lo + (up - lo) / 2;
+        if (FITS(mid)) { lo = mid; lo_peak = pk; }
+        else up = mid;
+    }
+#undef FITS
+    *peak_out = lo_peak;
+    return lo;
+}
+
+hpt_status hpt_plan_fit_budget(const hpt_plan_opts *o, uint64_t budget_bytes, hpt_plan_fit *out) {
+    memset(out, 0, sizeof *out);
+    hpt_estimate e;
+    HPT_CHECK(hpt_plan_estimate(o, &e));
+    const uint64_t *dev = e.bytes[HPT_TIER_DEVICE];
+    out->peak_bytes = e.peak_bytes[HPT_TIER_DEVICE];
+    out->fits = budget_bytes == 0 || out->peak_bytes <= budget_bytes;
+    out->fixed_bytes = dev[HPT_CAT_PARAMS] + dev[HPT_CAT_GRADS] + dev[HPT_CAT_OPTIM];
+    out->min_peak_bytes = peak_at(o, 1, 1);
+    uint64_t budget = budget_bytes ? budget_bytes : UINT64_MAX;
+    out->max_B = search(o, 1, o->T, 1 << 20, budget, &out->max_B_peak_bytes);
+    out->max_T = search(o, 0, o->B, o->cfg.maxT, budget, &out->max_T_peak_bytes);
+    out->max_T_B1 = search(o, 0, 1, o->cfg.maxT, budget, &out->max_T_B1_peak_bytes);
+    return HPT_OK;
+}
+
+/* "512 B", "12.3 KiB", "45.6 MiB", "7.89 GiB", "1.23 TiB" */
+static const char *fmt_size(char buf[32], uint64_t b) {
+    double x = (double)b;
+    if (b < 1024) snprintf(buf, 32, "%llu B", (unsigned long long)b);
+    else if (x < 1048576.0) snprintf(buf, 32, "%.1f KiB", x / 1024.0);
+    else if (x < 1073741824.0) snprintf(buf, 32, "%.1f MiB", x / 1048576.0);
+    else if (x < 1099511627776.0) snprintf(buf, 32, "%.2f GiB", x / 1073741824.0);
+    else snprintf(buf, 32, "%.2f TiB", x / 1099511627776.0);
+    return buf;
+}
+
+hpt_status hpt_plan_check_budget(const hpt_plan_opts *o, uint64_t budget_bytes,
+                                 uint64_t live_bytes) {
+    if (budget_bytes == 0) return HPT_OK;
+    hpt_estimate e;
+    HPT_CHECK(hpt_plan_estimate(o, &e));
+    const uint64_t *dev = e.bytes[HPT_TIER_DEVICE];
+    uint64_t peak = e.peak_bytes[HPT_TIER_DEVICE];
+    if (live_bytes <= budget_bytes && peak <= budget_bytes - live_bytes) return HPT_OK;
+    uint64_t room = live_bytes < budget_bytes ? budget_bytes - live_bytes : 0;
+    hpt_plan_fit fit;
+    memset(&fit, 0, sizeof fit);
+    if (room) HPT_CHECK(hpt_plan_fit_budget(o, room, &fit));
+    char b[12][32];
+    char msg[1000];
+    int n = snprintf(msg, sizeof msg,
+                     "device budget %s (%llu bytes) is too small for B=%d T=%d (%s): estimated "
+                     "peak %s (%llu bytes) = params %s + grads %s + optim %s + acts %s + io %s",
+                     fmt_size(b[0], budget_bytes), (unsigned long long)budget_bytes, o->B, o->T,
+                     o->training ? "training" : "forward only", fmt_size(b[1], peak),
+                     (unsigned long long)peak,
+                     fmt_size(b[2], dev[HPT_CAT_PARAMS]), fmt_size(b[3], dev[HPT_CAT_GRADS]),
+                     fmt_size(b[4], dev[HPT_CAT_OPTIM]), fmt_size(b[5], dev[HPT_CAT_ACTS]),
+                     fmt_size(b[6], dev[HPT_CAT_IO]));
+    if (live_bytes && n < (int)sizeof msg)
+        n += snprintf(msg + n, sizeof msg - (size_t)n, ", with %s already allocated",
+                      fmt_size(b[7], live_bytes));
+    if (n < (int)sizeof msg) {
+        if (fit.max_B > 0 && fit.max_T > 0)
+            snprintf(msg + n, sizeof msg - (size_t)n, "; it fits with --batch %d (peak %s) or "
+                     "--seq %d (peak %s)", fit.max_B, fmt_size(b[8], fit.max_B_peak_bytes),
+                     fit.max_T, fmt_size(b[9], fit.max_T_peak_bytes));
+        else if (fit.max_B > 0)
+            snprintf(msg + n, sizeof msg - (size_t)n, "; it fits with --batch %d (peak %s)",
+                     fit.max_B, fmt_size(b[8], fit.max_B_peak_bytes));
+        else if (fit.max_T > 0 && fit.max_T_B1 > fit.max_T)
+            snprintf(msg + n, sizeof msg - (size_t)n, "; it fits with --seq %d (peak %s) or "
+                     "--batch 1 --seq %d (peak %s)", fit.max_T, fmt_size(b[9], fit.max_T_peak_bytes),
+                     fit.max_T_B1, fmt_size(b[10], fit.max_T_B1_peak_bytes));
+        else if (fit.max_T > 0)
+            snprintf(msg + n, sizeof msg - (size_t)n, "; it fits with --seq %d (peak %s)",
+                     fit.max_T, fmt_size(b[9], fit.max_T_peak_bytes));
+        else if (fit.max_T_B1 > 0)
+            snprintf(msg + n, sizeof msg - (size_t)n, "; it fits with --batch 1 --seq %d "
+                     "(peak %s)", fit.max_T_B1, fmt_size(b[10], fit.max_T_B1_peak_bytes));
+        else
+            snprintf(msg + n, sizeof msg - (size_t)n, "; even --batch 1 --seq 1 needs %s: the "
+                     "model itself (params, grads and optimizer state: %s) is too large for "
+                     "this budget", fmt_size(b[10], peak_at(o, 1, 1)),
+                     fmt_size(b[11], dev[HPT_CAT_PARAMS] + dev[HPT_CAT_GRADS] +
+                                         dev[HPT_CAT_OPTIM]));
+    }
+    return hpt_fail(HPT_ERR_OOM, "%s", msg);
+}

@@ -1,0 +1,240 @@
+/* cmd_estimate.c: `hptrain estimate`: what `hptrain train` with the same flags would allocate,
+ * by category and tier, its peak, whether it fits --memory, and its FLOPs, from the estimator
+ * (src/plan/estimate.c). Nothing is allocated for the model and no data is read: a SHAPE is
+ * parsed, a checkpoint's header is read for its shape. Text on stdout, or JSON with --json. */
+#include "cli.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static const char k_help[] =
+    "usage: hptrain estimate --model PATH|SHAPE [options]\n"
+    "\n"
+    "Prints what `hptrain train` with the same options would allocate, by category and tier,\n"
+    "its peak, whether it fits --memory (and if not, the --batch / --seq that would), the\n"
+    "parameter count and the FLOPs per token. Nothing is allocated and no data is read; a\n"
+    "checkpoint's header is read for its shape. It takes every option of `hptrain train`;\n"
+    "those that do not change memory (--data, --steps, --lr, --log, ...) are accepted and ignored.\n"
+    "\n"
+    "  --model PATH|SHAPE   llm.c checkpoint or shape: gpt2-124m, gpt2-350m, gpt2-774m,\n"
+    "                       gpt2-1558m or gpt2:L=..,C=..,NH=..[,V=50257][,T=1024]\n"
+    "  --resume DIR         the shape of DIR/model.bin (written next to DIR/state.bin)\n"
+    "  --batch B            sequences per step (default 4)\n"
+    "  --seq T              tokens per sequence (default 64)\n"
+    "  --val GLOB           a validation loader is open (its buffers count)\n"
+    "  --memory SIZE        device budget, e.g. 512MB, 4GB, 1.5GiB: says whether the run fits\n"
+    "  --forward-only       forward passes only (evaluation): no optimizer state\n"
+    "  --json               machine-readable output (docs/estimate.md lists the keys)\n";
+
+static void fmt_bytes(char *buf, size_t n, uint64_t b) {
+    double x = (double)b;
+    if (b == 0) snprintf(buf, n, "0");
+    else if (b < 1024) snprintf(buf, n, "%llu B", (unsigned long long)b);
+    else if (x < 1048576.0) snprintf(buf, n, "%.1f KiB", x / 1024.0);
+    else if (x < 1073741824.0) snprintf(buf, n, "%.1f MiB", x / 1048576.0);
+    else if (x < 1099511627776.0) snprintf(buf, n, "%.2f GiB", x / 1073741824.0);
+    else snprintf(buf, n, "%.2f TiB", x / 1099511627776.0);
+}
+
+static void fmt_flops(char *buf, size_t n, double f) {
+    if (f >= 1e12) snprintf(buf, n, "%.2f TFLOP", f / 1e12);
+    else if (f >= 1e9) snprintf(buf, n, "%.2f GFLOP", f / 1e9);
+    else if (f >= 1e6) snprintf(buf, n, "%.2f MFLOP", f / 1e6);
+    else snprintf(buf, n, "%.0f FLOP", f);
+}
+
+static int is_file(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t budget,
+                       const hpt_plan_fit *fit) {
+    const hpt_gpt2_config *c = &po->cfg;
+    printf("{\"version\":1,\"model\":{\"L\":%d,\"C\":%d,\"NH\":%d,\"V\":%d,\"Vp\":%d,\"maxT\":%d},",
+           c->L, c->C, c->NH, c->V, c->Vp, c->maxT);
+    printf("\"B\":%d,\"T\":%d,\"training\":%s,\"has_val\":%s,", po->B, po->T,
+           po->training ? "true" : "false", po->has_val ? "true" : "false");
+    printf("\"peak_bytes\":%llu,\"bytes\":{", (unsigned long long)e->peak_bytes[HPT_TIER_DEVICE]);
+    for (int t = 0; t < HPT_TIER_COUNT; t++) {
+        printf("%s\"%s\":{", t ? "," : "", hpt_tier_name((hpt_tier)t));
+        for (int k = 0; k < HPT_CAT_COUNT; k++)
+            printf("%s\"%s\":%llu", k ? "," : "", hpt_category_name((hpt_category)k),
+                   (unsigned long long)e->bytes[t][k]);
+        printf("}");
+    }
+    printf("},\"peak_bytes_by_tier\":{");
+    for (int t = 0; t < HPT_TIER_COUNT; t++)
+        printf("%s\"%s\":%llu", t ? "," : "", hpt_tier_name((hpt_tier)t),
+               (unsigned long long)e->peak_bytes[t]);
+    printf("},\"activation_bytes\":%llu,\"num_params\":%llu,", (unsigned long long)e->activation_bytes,
+           (unsigned long long)e->num_params);
+    printf("\"flops_per_token\":%.6g,\"flops_per_token_fwd\":%.6g,\"tokens_per_step\":%llu,"
+           "\"flops_per_step\":%.6g,", e->flops_per_token, e->flops_per_token_fwd,
+           (unsigned long long)e->tokens_per_step, e->flops_per_token * (double)e->tokens_per_step);
+    if (budget) {
+        printf("\"budget_bytes\":%llu,\"fits\":%s,\"max_batch\":%d,\"max_batch_peak_bytes\":%llu,"
+               "\"max_seq\":%d,\"max_seq_peak_bytes\":%llu,\"min_peak_bytes\":%llu",
+               (unsigned long long)budget, fit->fits ? "true" : "false", fit->max_B,
+               (unsigned long long)fit->max_B_peak_bytes, fit->max_T,
+               (unsigned long long)fit->max_T_peak_bytes, (unsigned long long)fit->min_peak_bytes);
+    } else {
+        printf("\"budget_bytes\":0,\"fits\":true");
+    }
+    printf("}\n");
+}
+
+static void print_text(const char *model, const hpt_plan_opts *po, const hpt_estimate *e,
+                       uint64_t budget, const hpt_plan_fit *fit) {
+    const hpt_gpt2_config *c = &po->cfg;
+    char b[HPT_TIER_COUNT][32], x[32], y[32];
+    printf("estimate: %s: GPT-2 L=%d C=%d NH=%d V=%d (Vp %d) maxT=%d; B=%d T=%d; %s%s\n", model,
+           c->L, c->C, c->NH, c->V, c->Vp, c->maxT, po->B, po->T,
+           po->training ? "training (forward, backward, AdamW)" : "forward only",
+           po->has_val ? ", with a validation loader" : "");
+    printf("\n  %-10s %12s %12s %12s %18s\n", "category", "device", "host", "disk", "device bytes");
+    for (int k = 0; k < HPT_CAT_COUNT; k++) {
+        for (int t = 0; t < HPT_TIER_COUNT; t++) fmt_bytes(b[t], sizeof b[t], e->bytes[t][k]);
+        printf("  %-10s %12s %12s %12s %18llu\n", hpt_category_name((hpt_category)k), b[0], b[1],
+               b[2], (unsigned long long)e->bytes[HPT_TIER_DEVICE][k]);
+    }
+    for (int t = 0; t < HPT_TIER_COUNT; t++) fmt_bytes(b[t], sizeof b[t], e->peak_bytes[t]);
+    printf("  %-10s %12s %12s %12s %18llu\n\n", "peak", b[0], b[1], b[2],
+           (unsigned long long)e->peak_bytes[HPT_TIER_DEVICE]);
+    printf("  the peak is the sum: everything is allocated at setup or at the first forward and\n"
+           "  kept; acts is the activation arena planned from buffer lifetimes\n");
+    if (budget) {
+        fmt_bytes(x, sizeof x, budget);
+        if (fit->fits) {
+            fmt_bytes(y, sizeof y, budget - e->peak_bytes[HPT_TIER_DEVICE]);
+            printf("  budget     %s: fits, %s to spare", x, y);
+            if (fit->max_B > po->B) printf("; up to --batch %d fits", fit->max_B);
+            printf("\n");
+        } else {
+            printf("  budget     %s: does NOT fit", x);
+            if (fit->max_B > 0) {
+                fmt_bytes(y, sizeof y, fit->max_B_peak_bytes);
+                printf("; fits with --batch %d (peak %s)", fit->max_B, y);
+            }
+            if (fit->max_T > 0) {
+                fmt_bytes(y, sizeof y, fit->max_T_peak_bytes);
+                printf("%s --seq %d (peak %s)", fit->max_B > 0 ? " or" : "; fits with", fit->max_T, y);
+            }
+            if (fit->max_B == 0) {
+                if (fit->max_T_B1 > fit->max_T) {
+                    fmt_bytes(y, sizeof y, fit->max_T_B1_peak_bytes);
+                    printf("%s --batch 1 --seq %d (peak %s)", fit->max_T > 0 ? " or" : "; fits with",
+                           fit->max_T_B1, y);
+                } else if (fit->max_T == 0) { /* then nothing fits at B = 1 either */
+                    fmt_bytes(y, sizeof y, fit->min_peak_bytes);
+                    printf("; even --batch 1 --seq 1 needs %s: the model itself is too large", y);
+                }
+            }
+            printf("\n");
+        }
+    } else {
+        printf("  budget     none given (--memory SIZE checks one)\n");
+    }
+    printf("  parameters %.2fM (%llu, wte padding included)\n", (double)e->num_params / 1e6,
+           (unsigned long long)e->num_params);
+    fmt_flops(x, sizeof x, e->flops_per_token);
+    fmt_flops(y, sizeof y, e->flops_per_token_fwd);
+    if (po->training)
+        printf("  FLOPs/token %s (3 x forward %s; matmuls and causal attention)\n", x, y);
+    else
+        printf("  FLOPs/token %s (forward; matmuls and causal attention)\n", y);
+    fmt_flops(x, sizeof x, e->flops_per_token * (double)e->tokens_per_step);
+    printf("  tokens/step %llu (B x T), %s per optimizer step\n",
+           (unsigned long long)e->tokens_per_step, x);
+}
+
+int cmd_estimate(int argc, char **argv) {
+    static const struct option longopts[] = {
+        {"model", 1, 0, 'm'},       {"data", 1, 0, 'd'},        {"val", 1, 0, 'v'},
+        {"batch", 1, 0, 'b'},       {"seq", 1, 0, 't'},         {"steps", 1, 0, 'n'},
+        {"lr", 1, 0, 'l'},          {"min-lr", 1, 0, 'L'},      {"warmup", 1, 0, 'w'},
+        {"weight-decay", 1, 0, 'W'}, {"grad-clip", 1, 0, 'g'},  {"eval-every", 1, 0, 'e'},
+        {"val-batches", 1, 0, 'E'}, {"save", 1, 0, 's'},        {"save-every", 1, 0, 'S'},
+        {"resume", 1, 0, 'r'},      {"log", 1, 0, 'o'},         {"memory", 1, 0, 'M'},
+        {"seed", 1, 0, 'x'},        {"threads", 1, 0, 'j'},     {"quiet", 0, 0, 'q'},
+        {"stop-at", 1, 0, 'A'},     {"json", 0, 0, 'J'},        {"forward-only", 0, 0, 'F'},
+        {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
+    const char *model = NULL, *resume = NULL;
+    hpt_plan_opts po = hpt_plan_defaults();
+    uint64_t budget = 0;
+    int json = 0, opt_rc = 0, c;
+    long lv;
+    double dv;
+    while ((c = cli_getopt("estimate", argc, argv, longopts, k_help, &opt_rc)) != -1) {
+        if (c == CLI_OPT_EXIT) return opt_rc;
+        int r = 0;
+        switch (c) {
+        case 'm': model = optarg; break;
+        case 'v': po.has_val = 1; break;
+        case 'b': r = cli_parse_long("estimate", "--batch", optarg, 1, 1 << 20, &lv); po.B = (int)lv; break;
+        case 't': r = cli_parse_long("estimate", "--seq", optarg, 1, 1 << 20, &lv); po.T = (int)lv; break;
+        case 'r': resume = optarg; break;
+        case 'M':
+            if (hpt_parse_size(optarg, &budget) != HPT_OK)
+                return cli_usage_error("estimate", "--memory: %s", hpt_last_error());
+            break;
+        case 'J': json = 1; break;
+        case 'F': po.training = 0; break;
+        /* accepted for symmetry with train, checked as train checks them, no effect on memory */
+        case 'n': r = cli_parse_long("estimate", "--steps", optarg, 1, 1L << 40, &lv); break;
+        case 'l': r = cli_parse_float("estimate", "--lr", optarg, 0, 10, &dv); break;
+        case 'L': r = cli_parse_float("estimate", "--min-lr", optarg, 0, 10, &dv); break;
+        case 'w': r = cli_parse_long("estimate", "--warmup", optarg, 0, 1L << 40, &lv); break;
+        case 'W': r = cli_parse_float("estimate", "--weight-decay", optarg, 0, 10, &dv); break;
+        case 'g': r = cli_parse_float("estimate", "--grad-clip", optarg, 0, 1e9, &dv); break;
+        case 'e': r = cli_parse_long("estimate", "--eval-every", optarg, 0, 1L << 40, &lv); break;
+        case 'E': r = cli_parse_long("estimate", "--val-batches", optarg, 1, 1 << 20, &lv); break;
+        case 'S': r = cli_parse_long("estimate", "--save-every", optarg, 0, 1L << 40, &lv); break;
+        case 'x': r = cli_parse_long("estimate", "--seed", optarg, 0, 0x7fffffffffffffffL, &lv); break;
+        case 'j': r = cli_parse_long("estimate", "--threads", optarg, 1, 1024, &lv); break;
+        case 'A': r = cli_parse_long("estimate", "--stop-at", optarg, 1, 1L << 40, &lv); break;
+        case 'd': case 's': case 'o': case 'q': break;
+        }
+        if (r) return r;
+    }
+    if (optind < argc) return cli_usage_error("estimate", "unexpected argument '%s'", argv[optind]);
+    if (!model && !resume) return cli_usage_error("estimate", "--model (or --resume) is required");
+
+    char path[4096];
+    const char *ckpt = NULL;
+    if (resume) { /* the trainer writes model.bin next to state.bin; its header has the shape */
+        snprintf(path, sizeof path, "%s/model.bin", resume);
+        if (!is_file(path))
+            return cli_error("estimate: --resume %s: %s is missing (it holds the run's shape); "
+                             "pass --model with the shape instead", resume, path);
+        ckpt = path;
+    } else if (is_file(model)) {
+        ckpt = model;
+    }
+    hpt_status s;
+    if (ckpt) {
+        s = hpt_gpt2_read_config(ckpt, &po.cfg);
+        model = ckpt;
+    } else {
+        s = hpt_gpt2_config_parse(model, &po.cfg);
+        if (s != HPT_OK && (strchr(model, '/') || strstr(model, ".bin")))
+            return cli_error("estimate: cannot open %s: no such file", model);
+    }
+    if (s != HPT_OK) return cli_lib_error(s, "estimate");
+    hpt_estimate e;
+    s = hpt_plan_estimate(&po, &e);
+    if (s != HPT_OK) return cli_lib_error(s, "estimate");
+    hpt_plan_fit fit;
+    memset(&fit, 0, sizeof fit);
+    fit.fits = 1;
+    if (budget) {
+        s = hpt_plan_fit_budget(&po, budget, &fit);
+        if (s != HPT_OK) return cli_lib_error(s, "estimate");
+    }
+    if (json) print_json(&po, &e, budget, &fit);
+    else print_text(model, &po, &e, budget, &fit);
+    return 0;
+}
