@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 static volatile sig_atomic_t g_stop;
+static uint64_t g_rss0; /* RSS when the command began, before hptrain allocated anything */
 static void on_sigint(int sig) { (void)sig; g_stop = 1; }
 
 static const char k_help[] =
@@ -38,6 +39,8 @@ static const char k_help[] =
     "  --resume DIR         continue from DIR/state.bin (same --batch and --seq)\n"
     "  --stop-at N          stop after step N of the run and save (split a run across sessions)\n"
     "  --log FILE.jsonl     one JSON object per step\n"
+    "  --trace FILE         record every allocation, free and arena buffer; write the trace as\n"
+    "                       JSON, or CSV when FILE ends in .csv (see hptrain profile)\n"
     "  --memory SIZE        device memory budget, e.g. 512MB, 4GB, 1.5GiB (default: none)\n"
     "  --seed S             initialisation seed (default 1337)\n"
     "  --threads N          threads (default: all cores)\n"
@@ -71,11 +74,42 @@ static void memory_report(const hpt_mem *mem) {
         fmt_bytes(b, sizeof b, st.budget_bytes[HPT_TIER_DEVICE]);
         fprintf(stderr, "  of budget %s", b);
     }
-    fmt_bytes(b, sizeof b, hpt_rss_peak_bytes());
+    uint64_t rss = hpt_rss_peak_bytes();
+    fmt_bytes(b, sizeof b, rss);
     fprintf(stderr, "\n  process peak RSS %s (includes code, libraries and allocator overhead)\n", b);
+    if (g_rss0 && rss > g_rss0) {
+        char b0[32];
+        fmt_bytes(b0, sizeof b0, g_rss0);
+        fmt_bytes(b, sizeof b, rss - g_rss0);
+        double pct = 100.0 * (double)st.peak_bytes[HPT_TIER_DEVICE] / (double)(rss - g_rss0);
+        fprintf(stderr, "  RSS growth above baseline explained by accounted bytes: %.0f%% (RSS grew %s "
+                "above the %s at start%s)\n", pct, b, b0, pct < 100.0 ? "; the rest: the libraries' "
+                "own buffers (oneDNN, OpenMP, libc), allocator overhead, hptrain's bookkeeping" : "");
+    }
+}
+
+/* Writes the recorded timeline with the run's metadata (--trace); returns 0 or prints why not. */
+static int write_trace(const char *path, hpt_mem *mem, const hpt_trace_meta *known) {
+    hpt_trace_meta m = *known;
+    hpt_mem_stats st;
+    hpt_mem_get_stats(mem, &st);
+    for (int t = 0; t < HPT_TIER_COUNT; t++) {
+        m.budget_bytes[t] = st.budget_bytes[t];
+        m.accounted_peak_bytes[t] = st.peak_bytes[t];
+    }
+    m.threads = hpt_get_threads();
+    m.rss_baseline_bytes = g_rss0;
+    m.rss_peak_bytes = hpt_rss_peak_bytes();
+    size_t n;
+    const hpt_mem_event *ev = hpt_mem_events(mem, &n);
+    hpt_status s = hpt_trace_write(path, &m, ev, n);
+    if (s != HPT_OK) return cli_lib_error(s, "writing the trace");
+    fprintf(stderr, "trace: %zu events written to %s (hptrain profile %s --out FILE.svg)\n", n, path, path);
+    return 0;
 }
 
 int cmd_train(int argc, char **argv) {
+    g_rss0 = hpt_rss_bytes();
     static const struct option longopts[] = {
         {"model", 1, 0, 'm'},       {"data", 1, 0, 'd'},        {"val", 1, 0, 'v'},
         {"batch", 1, 0, 'b'},       {"seq", 1, 0, 't'},         {"steps", 1, 0, 'n'},
@@ -84,9 +118,10 @@ int cmd_train(int argc, char **argv) {
         {"val-batches", 1, 0, 'E'}, {"save", 1, 0, 's'},        {"save-every", 1, 0, 'S'},
         {"resume", 1, 0, 'r'},      {"log", 1, 0, 'o'},         {"memory", 1, 0, 'M'},
         {"seed", 1, 0, 'x'},        {"threads", 1, 0, 'j'},     {"quiet", 0, 0, 'q'},        {"stop-at", 1, 0, 'A'},
+        {"trace", 1, 0, 'P'},
         {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
     hpt_train_opts o = hpt_train_defaults();
-    const char *log_path = NULL;
+    const char *log_path = NULL, *trace_path = NULL;
     uint64_t budget = 0;
     int quiet = 0, min_lr_set = 0;
     long threads = 0, stop_at = 0;
@@ -115,6 +150,7 @@ int cmd_train(int argc, char **argv) {
         case 'S': r = cli_parse_long("train", "--save-every", optarg, 0, 1L << 40, &lv); o.save_every = lv; break;
         case 'r': o.resume = optarg; break;
         case 'o': log_path = optarg; break;
+        case 'P': trace_path = optarg; break;
         case 'M':
             if (hpt_parse_size(optarg, &budget) != HPT_OK)
                 return cli_usage_error("train", "--memory: %s", hpt_last_error());
@@ -136,11 +172,22 @@ int cmd_train(int argc, char **argv) {
     hpt_status s = hpt_mem_create(&mem);
     if (s != HPT_OK) return cli_lib_error(s, "starting");
     if (budget) hpt_mem_set_budget(mem, HPT_TIER_DEVICE, budget);
+    if (trace_path) hpt_mem_record(mem, 1);
+    hpt_trace_meta tmeta = hpt_trace_meta_defaults();
+    tmeta.B = o.B;
+    tmeta.T = o.T;
+    tmeta.has_val = o.val != NULL;
     hpt_trainer *tr;
     s = hpt_trainer_create(mem, &o, &tr);
     if (s != HPT_OK) {
         if (s == HPT_ERR_OOM) memory_report(mem);
         int rc = cli_lib_error(s, "train");
+        hpt_gpt2_config shape;
+        if (trace_path && o.model && hpt_gpt2_config_parse(o.model, &shape) == HPT_OK) {
+            tmeta.cfg = shape;
+            tmeta.num_params = hpt_gpt2_num_params(&shape);
+        }
+        if (trace_path) write_trace(trace_path, mem, &tmeta);
         hpt_mem_destroy(mem);
         return rc;
     }
@@ -151,6 +198,8 @@ int cmd_train(int argc, char **argv) {
         return cli_error("cannot write the log %s", log_path);
     }
     const hpt_gpt2_config *cfg = hpt_gpt2_get_config(hpt_trainer_model(tr));
+    tmeta.cfg = *cfg;
+    tmeta.num_params = hpt_gpt2_get_num_params(hpt_trainer_model(tr));
     fprintf(stderr, "hptrain: GPT-2 L=%d C=%d NH=%d V=%d maxT=%d, %.2fM parameters; %zu training "
             "tokens; B=%d T=%d, %d threads%s\n", cfg->L, cfg->C, cfg->NH, cfg->V, cfg->maxT,
             (double)hpt_gpt2_get_num_params(hpt_trainer_model(tr)) / 1e6,
@@ -222,6 +271,8 @@ int cmd_train(int argc, char **argv) {
         if (o.save_dir) fprintf(stderr, "saved %s/state.bin and %s/model.bin\n", o.save_dir, o.save_dir);
         memory_report(mem);
     }
+    tmeta.steps = p.step; /* the trace ends with the run, before the teardown's frees */
+    if (trace_path && write_trace(trace_path, mem, &tmeta) && rc == 0) rc = 1;
     hpt_trainer_free(tr);
     hpt_mem_destroy(mem);
     return rc;
