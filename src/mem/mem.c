@@ -177,8 +177,7 @@ hpt_status hpt_mem_alloc(hpt_mem *m, hpt_tier tier, hpt_category cat, size_t byt
     size_t rounded = (bytes + align - 1) & ~(align - 1);
     void *p = NULL;
     if (posix_memalign(&p, align, rounded) != 0 || !p) {
-        m->st.live_bytes[tier][cat] -= bytes; /* undo without a free event: nothing was live */
-        m->st.n_allocs--;
+        mem_unreserve(m, tier, cat, bytes); /* the timeline sees an alloc undone by a free */
         return refuse(m, tier, cat, bytes, "operating system refused");
     }
     memset(p, 0, rounded);

@@ -180,7 +180,11 @@ int cmd_train(int argc, char **argv) {
     hpt_trainer *tr;
     s = hpt_trainer_create(mem, &o, &tr);
     if (s != HPT_OK) {
-        if (s == HPT_ERR_OOM) memory_report(mem);
+        /* the breakdown of what was allocated when the budget ran out (a refusal before any
+         * allocation carries its own estimate-based breakdown in the error line) */
+        hpt_mem_stats st;
+        hpt_mem_get_stats(mem, &st);
+        if (s == HPT_ERR_OOM && st.n_allocs > 0) memory_report(mem);
         int rc = cli_lib_error(s, "train");
         hpt_gpt2_config shape;
         if (trace_path && o.model && hpt_gpt2_config_parse(o.model, &shape) == HPT_OK) {
