@@ -119,7 +119,21 @@ def main():
     warmup = meta.get("warmup", {})
     N = n_params(L, C, V, maxT)
     gemm = load_json(os.path.join(out, "gemm_peak.json"))
-    peak = gemm["peak_gflops"] * 1e9 if gemm else None
+    # the quick GEMM checks run.sh makes before the first run and after each: (name, GFLOP/s)
+    checks = []
+    try:
+        with open(os.path.join(out, "gemm_checks.txt")) as f:
+            for name in f.read().split():
+                c = load_json(os.path.join(out, "gemm_check_%s.json" % name))
+                if c:
+                    checks.append((name, c["peak_gflops"]))
+    except OSError:
+        pass
+    peak_gf = max([gemm["peak_gflops"] if gemm else 0.0] + [g for _, g in checks]) or None
+    peak = peak_gf * 1e9 if peak_gf else None
+    speed = {}  # run name -> (GEMM GFLOP/s just before, just after)
+    for i in range(1, len(checks)):
+        speed[checks[i][0]] = (checks[i - 1][1], checks[i][1])
 
     rows, summary = [], {"meta": meta, "n_params": N, "gemm": gemm, "configs": []}
     for cfg in meta.get("configs", ["4x64", "4x256"]):
@@ -150,6 +164,10 @@ def main():
         for k, r in res.items():
             if "tokens_per_s" in r and peak:
                 r["mfu"] = flop_tok * r["tokens_per_s"] / peak
+            run = "%s_%s" % (k, tag)
+            if run in speed and peak_gf:
+                r["gemm_check_gflops_before_after"] = list(speed[run])
+                r["machine_speed"] = min(speed[run]) / peak_gf
         entry.update(res)
         summary["configs"].append(entry)
         hp, tb, td = res["hptrain"], res["torch_best"], res["torch_default"]
@@ -169,8 +187,12 @@ def main():
     lines.append("GPT-2 L=%d C=%d NH=%d V=%d (hptrain Vp=%s), maxT=%d, N=%d parameters; fp32, "
                  "AdamW, %s threads" % (L, C, NH, V, meta.get("Vp", "?"), maxT, N,
                                         meta.get("threads", "?")))
-    lines.append("GEMM peak: %s GFLOP/s (%s, best over model shapes and a 4096^3 square)"
-                 % (fmt(gemm and gemm["peak_gflops"]), gemm["library"] if gemm else "n/a"))
+    lines.append("GEMM peak: %s GFLOP/s (%s, best over model shapes and a 4096^3 square, "
+                 "and over the quick checks between runs; full measurement %s)"
+                 % (fmt(peak_gf), gemm["library"] if gemm else "n/a",
+                    fmt(gemm and gemm["peak_gflops"])))
+    summary["gemm_peak_gflops"] = peak_gf
+    summary["gemm_checks"] = checks
     lines.append("torch best config: %s" % meta.get("torch_best_desc", "n/a"))
     lines.append("torch default config: only OPENBLAS_NUM_THREADS=%s (thread parity); OpenBLAS "
                  "picks its core itself, glibc malloc and OpenMP defaults; same script and "
@@ -201,6 +223,21 @@ def main():
             lines.append("B=%d T=%d hptrain logged: rss_peak_bytes %s, mem_peak_bytes %s "
                          "(accounted)" % (e["B"], e["T"], fmt_bytes(hp["rss_peak_bytes_logged"]),
                                           fmt_bytes(hp.get("mem_peak_bytes_logged"))))
+    sp = []
+    slow = []
+    for e in summary["configs"]:
+        for k in ("hptrain", "torch_best", "torch_default"):
+            ms = e[k].get("machine_speed")
+            if ms is not None:
+                sp.append("%s B=%d T=%d %.0f%%" % (k, e["B"], e["T"], 100 * ms))
+                if ms < 0.85:
+                    slow.append("%s B=%d T=%d" % (k, e["B"], e["T"]))
+    if sp:
+        lines.append("machine speed around each run (the slower of the quick GEMM checks just "
+                     "before and after, % of the peak): " + ", ".join(sp))
+    if slow:
+        lines.append("WARNING: the machine was slower than 85%% of its GEMM peak around: %s; "
+                     "their figures are suspect, run again" % "; ".join(slow))
     text = "\n".join(lines)
     print(text)
     with open(os.path.join(out, "summary.md"), "w") as f:

@@ -167,6 +167,16 @@ if [ -x "$GEMM_BIN" ]; then
         note "gemm_peak failed"
     cat "$OUT/gemm_peak.txt" >&2
 fi
+# gemm_check NAME: a 2-3 s GEMM measurement (model shapes, 0.2 s each) between runs. A shared
+# machine's speed drifts (by up to 3x on the development VM); these checks say how fast the
+# machine was around each run, and their best also counts towards the peak, so a slow period
+# during the full measurement cannot inflate MFU. report.py reads gemm_checks.txt in order.
+: >"$OUT/gemm_checks.txt"
+gemm_check() {
+    [ -x "$GEMM_BIN" ] || return 0
+    "$GEMM_BIN" --threads "$THREADS" --quick --budget 0.2 >"$OUT/gemm_check_$1.json" 2>/dev/null &&
+        echo "$1" >>"$OUT/gemm_checks.txt"
+}
 
 # ---- PyTorch's best configuration ---------------------------------------------------------
 # Measured on the development machine (docs/benchmarks.md has the figures):
@@ -244,6 +254,7 @@ EOF
 
 # ---- the runs -------------------------------------------------------------------------------
 ran_any=0
+gemm_check start
 for cfg in $CONFIGS; do
     B=${cfg%x*} T=${cfg#*x}
     W=$(warmup_for "$cfg") S=$(steps_for "$cfg")
@@ -259,6 +270,7 @@ for cfg in $CONFIGS; do
             note "hptrain train failed (exit $?); last lines of its output:"
             tail -5 "$OUT/hptrain_$tag.out" >&2
         fi
+        gemm_check "hptrain_$tag"
     fi
     for which in best default; do
         [ $which = default ] && [ $RUN_TORCH_DEFAULT = 0 ] && continue
@@ -273,6 +285,7 @@ for cfg in $CONFIGS; do
         else
             note "pytorch ($which) failed (exit $?); see $OUT/torch_${which}_$tag.err"
         fi
+        gemm_check "torch_${which}_$tag"
     done
 done
 
