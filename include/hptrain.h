@@ -261,8 +261,53 @@ void hpt_gpt2_zero_grad(hpt_gpt2 *m);
 hpt_status hpt_gpt2_backward(hpt_gpt2 *m);
 /* Releases the activation buffers. */
 void hpt_gpt2_free_activations(hpt_gpt2 *m);
-/* Bytes of activations (and backward scratch) that a forward+backward at (B, T) allocates. */
-size_t hpt_gpt2_activation_bytes(const hpt_gpt2_config *cfg, int B, int T);
+
+/* -- model: what the activation arena keeps (docs/activations.md) --
+ * attention: FLASH (the default) saves each block's attention output and the log-sum-exp of
+ *   each row, (B,NH,T), and recomputes the probabilities in backward, memory linear in T;
+ *   PLAIN saves the (B,NH,T,T) probabilities (the reference kernel).
+ * recompute (exact: the same kernels on the same inputs, so gradients and losses are the same
+ *   bits as without recomputation):
+ *   NONE       every block keeps all it saves until its backward.
+ *   SELECTIVE  drops the large cheap activations, ln1, ln2 (recomputed from the saved input,
+ *              mean and rstd), the GELU output and, with PLAIN attention, the probabilities;
+ *              each is rebuilt at the start of its block's backward.
+ *   EVERY      (every:N) keeps only the input of every N-th block (blocks 0, N, 2N, ...) and
+ *              the last block's output; the backward of a segment of N blocks reruns that
+ *              segment's forward once, keeping its activations until each block's backward.
+ *   FULL       every:1: keeps each block's input (the residual stream), reruns each block's
+ *              forward at the start of its backward.
+ * The arena plan follows the choice: recomputed buffers live only during the forward of their
+ * block and from the recompute to their block's backward, so the arena shrinks. */
+typedef enum { HPT_ATTN_FLASH = 0, HPT_ATTN_PLAIN } hpt_attention;
+typedef enum {
+    HPT_RECOMPUTE_NONE = 0,
+    HPT_RECOMPUTE_SELECTIVE,
+    HPT_RECOMPUTE_EVERY,
+    HPT_RECOMPUTE_FULL
+} hpt_recompute;
+typedef struct {
+    hpt_attention attention;
+    hpt_recompute recompute;
+    int every;                /* N of HPT_RECOMPUTE_EVERY, >= 1 */
+} hpt_gpt2_act_opts;
+/* FLASH, NONE, every 1. */
+hpt_gpt2_act_opts hpt_gpt2_act_defaults(void);
+/* Parses "flash" | "plain" into o->attention. */
+hpt_status hpt_attention_parse(const char *text, hpt_gpt2_act_opts *o);
+/* Parses "none" | "selective" | "every:N" (N >= 1) | "full" into o->recompute and o->every. */
+hpt_status hpt_recompute_parse(const char *text, hpt_gpt2_act_opts *o);
+/* "flash", "plain"; "none", "selective", "every:N", "full" (written to buf, n >= 24). */
+const char *hpt_attention_name(hpt_attention a);
+const char *hpt_recompute_name(const hpt_gpt2_act_opts *o, char *buf, size_t n);
+/* Sets what the model keeps (HPT_ERR_INVALID for an unknown choice). Activations already
+ * allocated are released, so the next forward plans and allocates the arena for the choice. */
+hpt_status hpt_gpt2_set_act_opts(hpt_gpt2 *m, const hpt_gpt2_act_opts *o);
+hpt_gpt2_act_opts hpt_gpt2_get_act_opts(const hpt_gpt2 *m);
+/* Bytes of activations (and backward scratch) that a forward+backward at (B, T) allocates
+ * with the choice o (NULL: hpt_gpt2_act_defaults()); 0 if the plan cannot be made. */
+size_t hpt_gpt2_activation_bytes(const hpt_gpt2_config *cfg, int B, int T,
+                                 const hpt_gpt2_act_opts *o);
 
 /* Samples n_new tokens after the n_prompt tokens in tokens[] (capacity n_prompt + n_new),
  * with temperature (> 0) and top_k (0: all). Uses a window of the last maxT tokens. */
@@ -530,6 +575,7 @@ typedef struct {
     int has_val;         /* a validation loader is open (its data buffers count) */
     int no_data;         /* 1: no data loader at all (generation from a prompt); 0: the training
                           * data loader's buffers count, in forward-only runs too (evaluation) */
+    hpt_gpt2_act_opts act; /* attention kind and recompute policy (the activation arena) */
 } hpt_plan_opts;
 /* gpt2-124m, B=4, T=64, training, no validation: the trainer's defaults. */
 hpt_plan_opts hpt_plan_defaults(void);
@@ -595,6 +641,7 @@ typedef struct {
     int val_batches;       /* batches per validation */
     int64_t save_every;    /* checkpoint every N steps and at the end; 0: only at the end */
     uint64_t seed;
+    hpt_gpt2_act_opts act; /* attention kind and recompute policy */
 } hpt_train_opts;
 hpt_train_opts hpt_train_defaults(void);
 

@@ -7,6 +7,8 @@ hpt_add_test(test_gradcheck test_gradcheck.c)
 hpt_add_test(test_state test_state.c)
 hpt_add_test(test_profile test_profile.c)
 hpt_add_test(test_estimate test_estimate.c)
+hpt_add_test(test_attention test_attention.c)
+hpt_add_test(test_recompute test_recompute.c)
 # node's ids for the oracle texts are made once per build tree and reused (test_tokenizer.c)
 hpt_add_test(test_tokenizer test_tokenizer.c ARGS ${CMAKE_BINARY_DIR}/tokenizer_oracle)
 # Command-line behaviour (bad input, round trips, resume) through the real binary, both variants.

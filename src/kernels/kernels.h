@@ -37,6 +37,10 @@ void k_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32
 /* out = (inp - mean) * rstd * w + b per row, eps 1e-5; mean, rstd (N) saved for backward. */
 void k_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
                          const float *b, int64_t N, int C);
+/* out = (inp - mean) * rstd * w + b with the mean and rstd a forward saved: the same bits as
+ * k_layernorm_forward's out (recomputation). */
+void k_layernorm_apply(float *out, const float *inp, const float *w, const float *b,
+                       const float *mean, const float *rstd, int64_t N, int C);
 /* dinp (N,C) += backward; dw, db (C) += backward. */
 void k_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                           const float *w, const float *mean, const float *rstd, int64_t N, int C);
@@ -47,6 +51,16 @@ void k_attention_forward(float *out, float *att, const float *qkv, int B, int T,
 /* dqkv (B,T,3C) = backward (overwritten); scratch (B*NH, T) floats. */
 void k_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                           const float *att, int B, int T, int C, int NH);
+
+/* The same attention in memory linear in T (flash_attention.c, FlashAttention-2's algorithm):
+ * out (B,T,C) as above; lse (B,NH,T) the log-sum-exp of each row's scaled scores, the only
+ * other thing saved. Equal to the plain version within fp32 rounding, not bit for bit. */
+void k_flash_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C,
+                               int NH);
+/* dqkv (B,T,3C) = backward (overwritten), recomputing the probabilities from qkv and lse;
+ * out (B,T,C) the forward's output; scratch (B*NH, T) floats. */
+void k_flash_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                                const float *out, const float *lse, int B, int T, int C, int NH);
 
 /* GELU, tanh form: out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
 void k_gelu_forward(float *out, const float *inp, int64_t n);

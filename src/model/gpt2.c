@@ -13,6 +13,8 @@
 #include "model/gpt2_int.h"
 
 #include <math.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,6 +28,7 @@ hpt_status hpt_gpt2_create(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_gpt2 **
     m->cfg = *cfg;
     m->mem = mem;
     m->t_now = -1;
+    m->act = hpt_gpt2_act_defaults();
     m->num_params = hpt_gpt2_num_params(cfg);
     size_t bytes = m->num_params * sizeof(float);
     hpt_mem_set_name(mem, "parameters");
@@ -59,6 +62,7 @@ void hpt_gpt2_free(hpt_gpt2 *m) {
     if (!m) return;
     hpt_gpt2_free_activations(m);
     free(m->layers);
+    free(m->flayers);
     free(m->bufs);
     size_t bytes = m->num_params * sizeof(float);
     hpt_mem_free(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, m->params, bytes);
@@ -103,21 +107,69 @@ void hpt_gpt2_init_random(hpt_gpt2 *m, uint64_t seed) {
 /* Step time points of the arena plan: forward of the embeddings (0), of block l (1 + l), of
  * the head and loss (L + 1); backward of the head (L + 2), of block l (L + 3 + (L - 1 - l)),
  * of the embeddings (2L + 3). A buffer lives from the point that writes it to the last
- * point that reads it. */
+ * point that reads it. A block's recomputation runs at the start of its backward point (for
+ * every:N, the segment's whole forward at the backward point of its last block). */
 #define TP_BLOCK_F(l) (1 + (l))
 #define TP_HEAD_F(L) ((L) + 1)
 #define TP_HEAD_B(L) ((L) + 2)
 #define TP_BLOCK_B(L, l) ((L) + 3 + ((L) - 1 - (l)))
 #define TP_ENC_B(L) (2 * (L) + 3)
 
-static int n_bufs_for(const hpt_gpt2_config *c) { return 13 * c->L + 13; }
+/* The fields of gpt2_layer_acts (all float pointers), for the plan. */
+enum { SZ_C, SZ_3C, SZ_4C, SZ_ROW, SZ_ATT, SZ_LSE };
+typedef struct {
+    size_t off;
+    const char *name;
+    int size;
+} layer_field;
+#define LF(f, sz) {offsetof(gpt2_layer_acts, f), #f, sz}
+static const layer_field k_fields[] = {
+    LF(ln1, SZ_C),  LF(ln1_mean, SZ_ROW), LF(ln1_rstd, SZ_ROW), LF(qkv, SZ_3C),
+    LF(atty, SZ_C), LF(att, SZ_ATT),      LF(att_lse, SZ_LSE),  LF(res2, SZ_C),
+    LF(ln2, SZ_C),  LF(ln2_mean, SZ_ROW), LF(ln2_rstd, SZ_ROW), LF(fch, SZ_4C),
+    LF(fch_gelu, SZ_4C), LF(res3, SZ_C)};
+#undef LF
+#define N_FIELDS ((int)(sizeof k_fields / sizeof k_fields[0]))
+static float **field_of(gpt2_layer_acts *la, int i) { return (float **)((char *)la + k_fields[i].off); }
+
+static int n_bufs_for(const hpt_gpt2_config *c) { return 2 * N_FIELDS * c->L + 13; }
+
+/* N of the every:N segmentation (full = every:1); 0 for policies that keep block inputs. */
+static int segment_len(const hpt_gpt2_act_opts *o) {
+    if (o->recompute == HPT_RECOMPUTE_FULL) return 1;
+    if (o->recompute == HPT_RECOMPUTE_EVERY) return o->every;
+    return 0;
+}
+
+/* The last block of block l's segment (every:N): segments are [kN, kN + N - 1]. */
+static int segment_end(int l, int N, int L) {
+    int e = (l / N) * N + N - 1;
+    return e < L - 1 ? e : L - 1;
+}
+
+/* Whether the policy drops field i of block l (recomputes it in backward). */
+static int dropped(const hpt_gpt2_act_opts *o, int L, int l, const char *name) {
+    int N = segment_len(o);
+    if (N) return !(strcmp(name, "res3") == 0 && l == segment_end(l, N, L));
+    if (o->recompute == HPT_RECOMPUTE_SELECTIVE)
+        return !strcmp(name, "ln1") || !strcmp(name, "ln2") || !strcmp(name, "fch_gelu") ||
+               !strcmp(name, "att");
+    return 0;
+}
 
 /* Lists the buffers of a step at (B, T) with their sizes and lifetimes, plans their offsets,
- * and returns the arena's size. Pointers are set later by point_bufs. */
-static size_t plan_acts(const hpt_gpt2_config *c, int B, int T, gpt2_acts *a,
-                        gpt2_layer_acts *layers, gpt2_buf *bufs) {
+ * and returns the arena's size and the number of buffers. Pointers are set later by
+ * point_bufs. A kept field of block l is one buffer, from its forward to its backward; a
+ * dropped one is two: a transient one its forward writes (flayers[l]) and the recomputed one
+ * its backward reads (layers[l]). */
+static size_t plan_acts(const hpt_gpt2_config *c, const hpt_gpt2_act_opts *o, int B, int T,
+                        gpt2_acts *a, gpt2_layer_acts *layers, gpt2_layer_acts *flayers,
+                        gpt2_buf *bufs, int *n_out) {
     const int L = c->L;
     size_t BT = (size_t)B * T, C = (size_t)c->C, NH = (size_t)c->NH, f = sizeof(float);
+    const size_t sizes[] = {BT * C * f, BT * 3 * C * f, BT * 4 * C * f, BT * f,
+                            (size_t)B * NH * T * T * f, (size_t)B * NH * T * f};
+    const int N = segment_len(o);
     int n = 0;
 #define BUF(p, nm, lay, nbytes, t0, t1) \
     bufs[n++] = (gpt2_buf){(void **)&(p), nm, lay, nbytes, t0, t1, 0}
@@ -125,22 +177,23 @@ static size_t plan_acts(const hpt_gpt2_config *c, int B, int T, gpt2_acts *a,
     BUF(a->targets, "targets", -1, BT * 4, 0, TP_HEAD_B(L));
     BUF(a->encoded, "encoded", -1, BT * C * f, 0, TP_BLOCK_B(L, 0));
     for (int l = 0; l < L; l++) {
-        gpt2_layer_acts *la = &layers[l];
         int tf = TP_BLOCK_F(l), tb = TP_BLOCK_B(L, l);
-        BUF(la->ln1, "ln1", l, BT * C * f, tf, tb);
-        BUF(la->ln1_mean, "ln1_mean", l, BT * f, tf, tb);
-        BUF(la->ln1_rstd, "ln1_rstd", l, BT * f, tf, tb);
-        BUF(la->qkv, "qkv", l, BT * 3 * C * f, tf, tb);
-        BUF(la->atty, "atty", l, BT * C * f, tf, tb);
-        BUF(la->att, "att", l, (size_t)B * NH * T * T * f, tf, tb);
-        BUF(la->res2, "res2", l, BT * C * f, tf, tb);
-        BUF(la->ln2, "ln2", l, BT * C * f, tf, tb);
-        BUF(la->ln2_mean, "ln2_mean", l, BT * f, tf, tb);
-        BUF(la->ln2_rstd, "ln2_rstd", l, BT * f, tf, tb);
-        BUF(la->fch, "fch", l, BT * 4 * C * f, tf, tb);
-        BUF(la->fch_gelu, "fch_gelu", l, BT * 4 * C * f, tf, tb);
-        /* the block's output is the next block's input (read by its ln1 backward) or lnf's */
-        BUF(la->res3, "res3", l, BT * C * f, tf, l + 1 < L ? TP_BLOCK_B(L, l + 1) : TP_HEAD_B(L));
+        /* the block's output is the next block's input (read by its forward and its ln1
+         * backward) or lnf's */
+        int next_b = l + 1 < L ? TP_BLOCK_B(L, l + 1) : TP_HEAD_B(L);
+        int t_re = N ? TP_BLOCK_B(L, segment_end(l, N, L)) : tb; /* when it is recomputed */
+        for (int i = 0; i < N_FIELDS; i++) {
+            const char *nm = k_fields[i].name;
+            int is_res3 = !strcmp(nm, "res3");
+            if (!strcmp(nm, o->attention == HPT_ATTN_FLASH ? "att" : "att_lse")) continue;
+            size_t bytes = sizes[k_fields[i].size];
+            if (!dropped(o, L, l, nm)) {
+                BUF(*field_of(&layers[l], i), nm, l, bytes, tf, is_res3 ? next_b : tb);
+            } else {
+                BUF(*field_of(&flayers[l], i), nm, l, bytes, tf, is_res3 ? tf + 1 : tf);
+                BUF(*field_of(&layers[l], i), nm, l, bytes, t_re, is_res3 ? next_b : tb);
+            }
+        }
     }
     BUF(a->lnf, "lnf", -1, BT * C * f, TP_HEAD_F(L), TP_HEAD_B(L));
     BUF(a->lnf_mean, "lnf_mean", -1, BT * f, TP_HEAD_F(L), TP_HEAD_B(L));
@@ -151,8 +204,10 @@ static size_t plan_acts(const hpt_gpt2_config *c, int B, int T, gpt2_acts *a,
     BUF(a->dres, "dres", -1, BT * C * f, TP_HEAD_B(L), TP_ENC_B(L));
     BUF(a->dsmall, "dsmall", -1, BT * C * f, TP_HEAD_B(L), TP_BLOCK_B(L, 0));
     BUF(a->dbig, "dbig", -1, BT * 4 * C * f, TP_BLOCK_B(L, L - 1), TP_BLOCK_B(L, 0));
+    /* plain: one row of dP per (b, h); flash: D = rowsum(dO * O) per (b, h) */
     BUF(a->attscr, "attscr", -1, (size_t)B * NH * T * f, TP_BLOCK_B(L, L - 1), TP_BLOCK_B(L, 0));
 #undef BUF
+    *n_out = n;
     hpt_arena_buf *ab = malloc((size_t)n * sizeof *ab);
     size_t size = 0;
     if (ab) {
@@ -169,13 +224,80 @@ static size_t plan_acts(const hpt_gpt2_config *c, int B, int T, gpt2_acts *a,
     return size;
 }
 
-size_t hpt_gpt2_activation_bytes(const hpt_gpt2_config *cfg, int B, int T) {
+hpt_gpt2_act_opts hpt_gpt2_act_defaults(void) {
+    hpt_gpt2_act_opts o = {HPT_ATTN_FLASH, HPT_RECOMPUTE_NONE, 1};
+    return o;
+}
+
+static hpt_status check_act_opts(const hpt_gpt2_act_opts *o) {
+    if (o->attention != HPT_ATTN_FLASH && o->attention != HPT_ATTN_PLAIN)
+        return hpt_fail(HPT_ERR_INVALID, "unknown attention kind %d", (int)o->attention);
+    if ((unsigned)o->recompute > HPT_RECOMPUTE_FULL)
+        return hpt_fail(HPT_ERR_INVALID, "unknown recompute policy %d", (int)o->recompute);
+    if (o->recompute == HPT_RECOMPUTE_EVERY && o->every < 1)
+        return hpt_fail(HPT_ERR_INVALID, "recompute every:%d: N must be >= 1", o->every);
+    return HPT_OK;
+}
+
+hpt_status hpt_attention_parse(const char *text, hpt_gpt2_act_opts *o) {
+    if (!strcmp(text, "flash")) o->attention = HPT_ATTN_FLASH;
+    else if (!strcmp(text, "plain")) o->attention = HPT_ATTN_PLAIN;
+    else return hpt_fail(HPT_ERR_INVALID, "attention '%s': expected flash or plain", text);
+    return HPT_OK;
+}
+
+hpt_status hpt_recompute_parse(const char *text, hpt_gpt2_act_opts *o) {
+    if (!strcmp(text, "none")) o->recompute = HPT_RECOMPUTE_NONE;
+    else if (!strcmp(text, "selective")) o->recompute = HPT_RECOMPUTE_SELECTIVE;
+    else if (!strcmp(text, "full")) o->recompute = HPT_RECOMPUTE_FULL;
+    else if (!strncmp(text, "every:", 6)) {
+        char *end;
+        long n = strtol(text + 6, &end, 10);
+        if (end == text + 6 || *end || n < 1 || n > 1000000)
+            return hpt_fail(HPT_ERR_INVALID, "recompute '%s': N of every:N must be an integer >= 1", text);
+        o->recompute = HPT_RECOMPUTE_EVERY;
+        o->every = (int)n;
+    } else {
+        return hpt_fail(HPT_ERR_INVALID, "recompute '%s': expected none, selective, every:N or full", text);
+    }
+    return HPT_OK;
+}
+
+const char *hpt_attention_name(hpt_attention a) { return a == HPT_ATTN_PLAIN ? "plain" : "flash"; }
+
+const char *hpt_recompute_name(const hpt_gpt2_act_opts *o, char *buf, size_t n) {
+    switch (o->recompute) {
+    case HPT_RECOMPUTE_SELECTIVE: snprintf(buf, n, "selective"); break;
+    case HPT_RECOMPUTE_EVERY: snprintf(buf, n, "every:%d", o->every); break;
+    case HPT_RECOMPUTE_FULL: snprintf(buf, n, "full"); break;
+    default: snprintf(buf, n, "none"); break;
+    }
+    return buf;
+}
+
+hpt_status hpt_gpt2_set_act_opts(hpt_gpt2 *m, const hpt_gpt2_act_opts *o) {
+    HPT_CHECK(check_act_opts(o));
+    hpt_gpt2_free_activations(m);
+    m->act = *o;
+    return HPT_OK;
+}
+
+hpt_gpt2_act_opts hpt_gpt2_get_act_opts(const hpt_gpt2 *m) { return m->act; }
+
+size_t hpt_gpt2_activation_bytes(const hpt_gpt2_config *cfg, int B, int T,
+                                 const hpt_gpt2_act_opts *o) {
+    hpt_gpt2_act_opts d = hpt_gpt2_act_defaults();
+    if (!o) o = &d;
+    if (check_act_opts(o) != HPT_OK) return 0;
     gpt2_acts a;
     gpt2_layer_acts *layers = calloc((size_t)cfg->L, sizeof *layers);
+    gpt2_layer_acts *flayers = calloc((size_t)cfg->L, sizeof *flayers);
     gpt2_buf *bufs = calloc((size_t)n_bufs_for(cfg), sizeof *bufs);
     size_t size = 0;
-    if (layers && bufs) size = plan_acts(cfg, B, T, &a, layers, bufs);
+    int n;
+    if (layers && flayers && bufs) size = plan_acts(cfg, o, B, T, &a, layers, flayers, bufs, &n);
     free(layers);
+    free(flayers);
     free(bufs);
     return size;
 }
@@ -199,12 +321,15 @@ static hpt_status ensure_acts(hpt_gpt2 *m, int B, int T) {
     if (m->act_mem) enter_time(m, -1);
     if (!m->layers) {
         m->layers = calloc((size_t)m->cfg.L, sizeof *m->layers);
-        m->n_bufs = n_bufs_for(&m->cfg);
-        m->bufs = calloc((size_t)m->n_bufs, sizeof *m->bufs);
-        if (!m->layers || !m->bufs) return hpt_fail(HPT_ERR_OOM, "activation plan");
+        m->flayers = calloc((size_t)m->cfg.L, sizeof *m->flayers);
+        m->bufs = calloc((size_t)n_bufs_for(&m->cfg), sizeof *m->bufs);
+        if (!m->layers || !m->flayers || !m->bufs) return hpt_fail(HPT_ERR_OOM, "activation plan");
     }
     m->a.layer = m->layers;
-    size_t need = plan_acts(&m->cfg, B, T, &m->a, m->layers, m->bufs);
+    memset(m->layers, 0, (size_t)m->cfg.L * sizeof *m->layers);
+    memset(m->flayers, 0, (size_t)m->cfg.L * sizeof *m->flayers);
+    size_t need = plan_acts(&m->cfg, &m->act, B, T, &m->a, m->layers, m->flayers, m->bufs,
+                            &m->n_bufs);
     if (!m->act_mem || need > m->act_bytes) {
         hpt_mem_free(m->mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, m->act_mem, m->act_bytes);
         m->act_mem = NULL;
@@ -220,10 +345,71 @@ static hpt_status ensure_acts(hpt_gpt2 *m, int B, int T) {
         m->act_bytes = need;
     }
     for (int i = 0; i < m->n_bufs; i++) *m->bufs[i].ptr = (char *)m->act_mem + m->bufs[i].offset;
+    /* a kept field: the forward writes the buffer the backward reads */
+    for (int l = 0; l < m->cfg.L; l++)
+        for (int i = 0; i < N_FIELDS; i++)
+            if (!*field_of(&m->flayers[l], i)) *field_of(&m->flayers[l], i) = *field_of(&m->layers[l], i);
     m->aB = B;
     m->aT = T;
     m->t_now = -1;
     return HPT_OK;
+}
+
+/* The forward of block l on (m->B, m->T): reads residual (B,T,C), writes la's buffers; the
+ * block's output res3 only when with_res3 (a recomputation skips it where it is kept). */
+static void block_forward(hpt_gpt2 *m, int l, gpt2_layer_acts *la, const float *residual,
+                          int with_res3) {
+    const int B = m->B, T = m->T, C = m->cfg.C, NH = m->cfg.NH;
+    const size_t BT = (size_t)B * T, lc = (size_t)l * C;
+    const gpt2_tensors *p = &m->p;
+    k_layernorm_forward(la->ln1, la->ln1_mean, la->ln1_rstd, residual, p->ln1w + lc,
+                        p->ln1b + lc, (int64_t)BT, C);
+    k_matmul_forward(la->qkv, la->ln1, p->qkvw + lc * 3 * C, p->qkvb + lc * 3, (int64_t)BT, C,
+                     3 * C, 0);
+    if (m->act.attention == HPT_ATTN_FLASH)
+        k_flash_attention_forward(la->atty, la->att_lse, la->qkv, B, T, C, NH);
+    else
+        k_attention_forward(la->atty, la->att, la->qkv, B, T, C, NH);
+    /* res2 = residual + atty @ attprojw^T + attprojb */
+    memcpy(la->res2, residual, BT * C * sizeof(float));
+    k_matmul_forward(la->res2, la->atty, p->attprojw + lc * C, p->attprojb + lc, (int64_t)BT,
+                     C, C, 1);
+    k_layernorm_forward(la->ln2, la->ln2_mean, la->ln2_rstd, la->res2, p->ln2w + lc,
+                        p->ln2b + lc, (int64_t)BT, C);
+    k_matmul_forward(la->fch, la->ln2, p->fcw + lc * 4 * C, p->fcb + lc * 4, (int64_t)BT, C,
+                     4 * C, 0);
+    k_gelu_forward(la->fch_gelu, la->fch, (int64_t)BT * 4 * C);
+    if (!with_res3) return;
+    /* res3 = res2 + fch_gelu @ fcprojw^T + fcprojb */
+    memcpy(la->res3, la->res2, BT * C * sizeof(float));
+    k_matmul_forward(la->res3, la->fch_gelu, p->fcprojw + lc * 4 * C, p->fcprojb + lc,
+                     (int64_t)BT, 4 * C, C, 1);
+}
+
+/* At the start of block l's backward: rebuilds what the policy dropped, with the kernels and
+ * inputs of the forward, so the bits are the forward's. */
+static void recompute_block(hpt_gpt2 *m, int l) {
+    const int B = m->B, T = m->T, L = m->cfg.L, C = m->cfg.C, NH = m->cfg.NH;
+    const size_t BT = (size_t)B * T, lc = (size_t)l * C;
+    const gpt2_tensors *p = &m->p;
+    gpt2_acts *a = &m->a;
+    const int N = segment_len(&m->act);
+    if (N) {
+        /* every:N / full: at the segment's last block, rerun its forward from the kept input */
+        if (l != segment_end(l, N, L)) return;
+        for (int j = (l / N) * N; j <= l; j++)
+            block_forward(m, j, &a->layer[j], j == 0 ? a->encoded : a->layer[j - 1].res3, j < l);
+    } else if (m->act.recompute == HPT_RECOMPUTE_SELECTIVE) {
+        gpt2_layer_acts *la = &a->layer[l];
+        const float *residual = l == 0 ? a->encoded : a->layer[l - 1].res3;
+        k_layernorm_apply(la->ln1, residual, p->ln1w + lc, p->ln1b + lc, la->ln1_mean,
+                          la->ln1_rstd, (int64_t)BT, C);
+        if (m->act.attention == HPT_ATTN_PLAIN) /* rewrites atty with the same bits */
+            k_attention_forward(la->atty, la->att, la->qkv, B, T, C, NH);
+        k_layernorm_apply(la->ln2, la->res2, p->ln2w + lc, p->ln2b + lc, la->ln2_mean,
+                          la->ln2_rstd, (int64_t)BT, C);
+        k_gelu_forward(la->fch_gelu, la->fch, (int64_t)BT * 4 * C);
+    }
 }
 
 hpt_status hpt_gpt2_forward(hpt_gpt2 *m, const int32_t *inputs, const int32_t *targets,
@@ -244,7 +430,7 @@ hpt_status hpt_gpt2_forward(hpt_gpt2 *m, const int32_t *inputs, const int32_t *t
     HPT_CHECK(ensure_acts(m, B, T));
     m->B = B;
     m->T = T;
-    const int L = c->L, C = c->C, NH = c->NH;
+    const int L = c->L, C = c->C;
     gpt2_acts *a = &m->a;
     const gpt2_tensors *p = &m->p;
     hpt_mem_set_layer(m->mem, -1);
@@ -256,27 +442,7 @@ hpt_status hpt_gpt2_forward(hpt_gpt2 *m, const int32_t *inputs, const int32_t *t
     for (int l = 0; l < L; l++) {
         hpt_mem_set_layer(m->mem, l);
         enter_time(m, TP_BLOCK_F(l));
-        const float *residual = l == 0 ? a->encoded : a->layer[l - 1].res3;
-        gpt2_layer_acts *la = &a->layer[l];
-        size_t lc = (size_t)l * C;
-        k_layernorm_forward(la->ln1, la->ln1_mean, la->ln1_rstd, residual, p->ln1w + lc,
-                            p->ln1b + lc, (int64_t)BT, C);
-        k_matmul_forward(la->qkv, la->ln1, p->qkvw + lc * 3 * C, p->qkvb + lc * 3, (int64_t)BT, C,
-                         3 * C, 0);
-        k_attention_forward(la->atty, la->att, la->qkv, B, T, C, NH);
-        /* res2 = residual + atty @ attprojw^T + attprojb */
-        memcpy(la->res2, residual, BT * C * sizeof(float));
-        k_matmul_forward(la->res2, la->atty, p->attprojw + lc * C, p->attprojb + lc, (int64_t)BT,
-                         C, C, 1);
-        k_layernorm_forward(la->ln2, la->ln2_mean, la->ln2_rstd, la->res2, p->ln2w + lc,
-                            p->ln2b + lc, (int64_t)BT, C);
-        k_matmul_forward(la->fch, la->ln2, p->fcw + lc * 4 * C, p->fcb + lc * 4, (int64_t)BT, C,
-                         4 * C, 0);
-        k_gelu_forward(la->fch_gelu, la->fch, (int64_t)BT * 4 * C);
-        /* res3 = res2 + fch_gelu @ fcprojw^T + fcprojb */
-        memcpy(la->res3, la->res2, BT * C * sizeof(float));
-        k_matmul_forward(la->res3, la->fch_gelu, p->fcprojw + lc * 4 * C, p->fcprojb + lc,
-                         (int64_t)BT, 4 * C, C, 1);
+        block_forward(m, l, &m->flayers[l], l == 0 ? a->encoded : m->flayers[l - 1].res3, 1);
     }
     hpt_mem_set_layer(m->mem, -1);
     enter_time(m, TP_HEAD_F(L));
@@ -317,6 +483,7 @@ hpt_status hpt_gpt2_backward(hpt_gpt2 *m) {
     for (int l = L - 1; l >= 0; l--) {
         hpt_mem_set_layer(m->mem, l);
         enter_time(m, TP_BLOCK_B(L, l));
+        recompute_block(m, l);
         const float *residual = l == 0 ? a->encoded : a->layer[l - 1].res3;
         const gpt2_layer_acts *la = &a->layer[l];
         size_t lc = (size_t)l * C;
@@ -335,7 +502,11 @@ hpt_status hpt_gpt2_backward(hpt_gpt2 *m) {
         k_matmul_backward(a->dsmall, g->attprojw + lc * C, g->attprojb + lc, a->dres, la->atty,
                           p->attprojw + lc * C, (int64_t)BT, C, C, 0);
         /* atty = attention(qkv) */
-        k_attention_backward(a->dbig, a->attscr, a->dsmall, la->qkv, la->att, B, T, C, NH);
+        if (m->act.attention == HPT_ATTN_FLASH)
+            k_flash_attention_backward(a->dbig, a->attscr, a->dsmall, la->qkv, la->atty,
+                                       la->att_lse, B, T, C, NH);
+        else
+            k_attention_backward(a->dbig, a->attscr, a->dsmall, la->qkv, la->att, B, T, C, NH);
         /* qkv = ln1 @ qkvw^T + qkvb */
         k_matmul_backward(a->dsmall, g->qkvw + lc * 3 * C, g->qkvb + lc * 3, a->dbig, la->ln1,
                           p->qkvw + lc * 3 * C, (int64_t)BT, C, 3 * C, 0);

@@ -31,7 +31,8 @@ typedef struct {
     float *ln1_rstd; // (B, T)
     float *qkv;      // (B, T, 3C)
     float *atty;     // (B, T, C) attention output before the projection
-    float *att;      // (B, NH, T, T) softmax probabilities
+    float *att;      // (B, NH, T, T) softmax probabilities (plain attention only)
+    float *att_lse;  // (B, NH, T) log-sum-exp of each row's scores (flash attention only)
     float *res2;     // (B, T, C) residual after attention
     float *ln2;      // (B, T, C)
     float *ln2_mean; // (B, T)
@@ -83,7 +84,10 @@ struct hpt_gpt2 {
     size_t act_bytes;     /* the arena's allocation */
     int aB, aT;
     gpt2_acts a;
-    gpt2_layer_acts *layers; /* (L) for a.layer */
+    gpt2_layer_acts *layers; /* (L) for a.layer: what each block's backward reads */
+    gpt2_layer_acts *flayers;/* (L) what each block's forward writes: the same buffers as
+                              * layers[l] where kept, transient ones where recomputed */
+    hpt_gpt2_act_opts act;   /* attention kind and recompute policy of the plan */
     gpt2_buf *bufs;          /* (n_bufs) the plan */
     int n_bufs;
     int t_now;               /* the last time point entered; -1 outside a step */

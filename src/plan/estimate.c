@@ -25,6 +25,7 @@ hpt_plan_opts hpt_plan_defaults(void) {
     o.B = 4;
     o.T = 64;
     o.training = 1;
+    o.act = hpt_gpt2_act_defaults();
     return o;
 }
 
@@ -54,7 +55,7 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     dev[HPT_CAT_PARAMS] = np * 4;                     /* hpt_gpt2_create */
     dev[HPT_CAT_GRADS] = np * 4;                      /* hpt_gpt2_create, forward-only too */
     dev[HPT_CAT_OPTIM] = o->training ? np * 8 : 0;    /* hpt_optim_create: m and v */
-    size_t acts = hpt_gpt2_activation_bytes(c, o->B, o->T);
+    size_t acts = hpt_gpt2_activation_bytes(c, o->B, o->T, &o->act);
     if (acts == 0) return hpt_fail(HPT_ERR_OOM, "no memory to plan the activation arena");
     dev[HPT_CAT_ACTS] = acts;                         /* ensure_acts, at the first forward */
     int loaders = (o->no_data ? 0 : 1) + (o->has_val ? 1 : 0);

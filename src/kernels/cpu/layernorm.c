@@ -26,6 +26,18 @@ void k_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
     }
 }
 
+void k_layernorm_apply(float *out, const float *inp, const float *w, const float *b,
+                       const float *mean, const float *rstd, int64_t N, int C) {
+#pragma omp parallel for schedule(static) if (N * C >= K_PAR_MIN)
+    for (int64_t i = 0; i < N; i++) {
+        const float *x = inp + i * C; // (C)
+        const float mu = mean[i], rs = rstd[i];
+        float *o = out + i * C;
+#pragma omp simd
+        for (int c = 0; c < C; c++) o[c] = (x[c] - mu) * rs * w[c] + b[c];
+    }
+}
+
 void k_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                           const float *w, const float *mean, const float *rstd, int64_t N, int C) {
     /* out = norm * w + b, norm = (x - mean) * rstd.
