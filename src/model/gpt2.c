@@ -80,30 +80,6 @@ void hpt_gpt2_zero_grad(hpt_gpt2 *m) {
     memset(m->grads, 0, m->num_params * sizeof(float));
 }
 
-void hpt_gpt2_init_random(hpt_gpt2 *m, uint64_t seed) {
-    const hpt_gpt2_config *c = &m->cfg;
-    hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
-    hpt_gpt2_tensors(c, t);
-    hpt_rng rng;
-    hpt_rng_seed(&rng, seed);
-    float resid_std = 0.02f / sqrtf(2.0f * (float)c->L);
-    for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) {
-        float *x = m->params + t[i].offset;
-        const char *n = t[i].name;
-        if (!strcmp(n, "ln1w") || !strcmp(n, "ln2w") || !strcmp(n, "lnfw")) {
-            for (size_t j = 0; j < t[i].numel; j++) x[j] = 1.0f;
-        } else if (!t[i].is_matrix) {
-            memset(x, 0, t[i].numel * sizeof(float)); /* biases */
-        } else {
-            float std = (!strcmp(n, "attprojw") || !strcmp(n, "fcprojw")) ? resid_std : 0.02f;
-            size_t n_init = t[i].numel;
-            if (!strcmp(n, "wte")) n_init = (size_t)c->V * c->C; /* padding rows stay 0 */
-            for (size_t j = 0; j < n_init; j++) x[j] = std * hpt_rng_normal(&rng);
-            for (size_t j = n_init; j < t[i].numel; j++) x[j] = 0.0f;
-        }
-    }
-}
-
 /* Step time points of the arena plan: forward of the embeddings (0), of block l (1 + l), of
  * the head and loss (L + 1); backward of the head (L + 2), of block l (L + 3 + (L - 1 - l)),
  * of the embeddings (2L + 3). A buffer lives from the point that writes it to the last
