@@ -37,6 +37,7 @@ hpt_train_opts hpt_train_defaults(void) {
     o.val_batches = 10;
     o.save_every = 0;
     o.seed = 1337;
+    o.act = hpt_gpt2_act_defaults();
     return o;
 }
 
@@ -90,6 +91,7 @@ static hpt_status check_budget(hpt_trainer *tr, hpt_gpt2_config *cfg, const char
     po.B = tr->o.B;
     po.T = tr->o.T;
     po.has_val = tr->o.val != NULL;
+    po.act = tr->o.act;
     return hpt_plan_check_budget(&po, st.budget_bytes[HPT_TIER_DEVICE], live0);
 }
 
@@ -141,6 +143,7 @@ static hpt_status setup(hpt_trainer *tr) {
         HPT_CHECK(hpt_optim_create(tr->mem, tr->model, &tr->o.adamw, &tr->opt));
         HPT_CHECK(hpt_dataloader_open(tr->mem, o->data, o->B, o->T, tr->model->cfg.V, &tr->train));
     }
+    HPT_CHECK(hpt_gpt2_set_act_opts(tr->model, &o->act)); /* before the first forward */
     if (o->T > tr->model->cfg.maxT)
         return hpt_fail(HPT_ERR_SHAPE, "sequence length %d exceeds the model's maxT %d", o->T,
                         tr->model->cfg.maxT);

@@ -27,6 +27,8 @@ static const char k_help[] =
     "  --val GLOB           a validation loader is open (its buffers count)\n"
     "  --memory SIZE        device budget, e.g. 512MB, 4GB, 1.5GiB: says whether the run fits\n"
     "  --forward-only       forward passes only (evaluation): no optimizer state\n"
+    "  --attention K        flash (default) or plain attention\n"
+    "  --recompute P        none (default), selective, every:N or full\n"
     "  --json               machine-readable output (docs/estimate.md lists the keys)\n";
 
 static void fmt_bytes(char *buf, size_t n, uint64_t b) {
@@ -70,7 +72,10 @@ static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t 
     for (int t = 0; t < HPT_TIER_COUNT; t++)
         printf("%s\"%s\":%llu", t ? "," : "", hpt_tier_name((hpt_tier)t),
                (unsigned long long)e->peak_bytes[t]);
-    printf("},\"activation_bytes\":%llu,\"num_params\":%llu,", (unsigned long long)e->activation_bytes,
+    char rb[32];
+    printf("},\"attention\":\"%s\",\"recompute\":\"%s\"", hpt_attention_name(po->act.attention),
+           hpt_recompute_name(&po->act, rb, sizeof rb));
+    printf(",\"activation_bytes\":%llu,\"num_params\":%llu,", (unsigned long long)e->activation_bytes,
            (unsigned long long)e->num_params);
     printf("\"flops_per_token\":%.6g,\"flops_per_token_fwd\":%.6g,\"tokens_per_step\":%llu,"
            "\"flops_per_step\":%.6g,", e->flops_per_token, e->flops_per_token_fwd,
@@ -104,6 +109,9 @@ static void print_text(const char *model, const hpt_plan_opts *po, const hpt_est
     for (int t = 0; t < HPT_TIER_COUNT; t++) fmt_bytes(b[t], sizeof b[t], e->peak_bytes[t]);
     printf("  %-10s %12s %12s %12s %18llu\n\n", "peak", b[0], b[1], b[2],
            (unsigned long long)e->peak_bytes[HPT_TIER_DEVICE]);
+    char rb[32];
+    printf("  activations: attention %s, recompute %s\n", hpt_attention_name(po->act.attention),
+           hpt_recompute_name(&po->act, rb, sizeof rb));
     printf("  the peak is the sum: everything is allocated at setup or at the first forward and\n"
            "  kept; acts is the activation arena planned from buffer lifetimes\n");
     if (budget) {
@@ -161,6 +169,7 @@ int cmd_estimate(int argc, char **argv) {
         {"resume", 1, 0, 'r'},      {"log", 1, 0, 'o'},         {"memory", 1, 0, 'M'},
         {"seed", 1, 0, 'x'},        {"threads", 1, 0, 'j'},     {"quiet", 0, 0, 'q'},
         {"stop-at", 1, 0, 'A'},     {"json", 0, 0, 'J'},        {"forward-only", 0, 0, 'F'},
+        {"attention", 1, 0, 1001},  {"recompute", 1, 0, 1002},
         {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
     const char *model = NULL, *resume = NULL;
     hpt_plan_opts po = hpt_plan_defaults();
@@ -183,6 +192,14 @@ int cmd_estimate(int argc, char **argv) {
             break;
         case 'J': json = 1; break;
         case 'F': po.training = 0; break;
+        case 1001:
+            if (hpt_attention_parse(optarg, &po.act) != HPT_OK)
+                return cli_usage_error("estimate", "--attention: %s", hpt_last_error());
+            break;
+        case 1002:
+            if (hpt_recompute_parse(optarg, &po.act) != HPT_OK)
+                return cli_usage_error("estimate", "--recompute: %s", hpt_last_error());
+            break;
         /* accepted for symmetry with train, checked as train checks them, no effect on memory */
         case 'n': r = cli_parse_long("estimate", "--steps", optarg, 1, 1L << 40, &lv); break;
         case 'l': r = cli_parse_float("estimate", "--lr", optarg, 0, 10, &dv); break;

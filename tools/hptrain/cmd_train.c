@@ -42,6 +42,11 @@ static const char k_help[] =
     "  --trace FILE         record every allocation, free and arena buffer; write the trace as\n"
     "                       JSON, or CSV when FILE ends in .csv (see hptrain profile)\n"
     "  --memory SIZE        device memory budget, e.g. 512MB, 4GB, 1.5GiB (default: none)\n"
+    "  --attention K        flash (default: memory linear in T) or plain (saves the (T,T)\n"
+    "                       probabilities; the reference)\n"
+    "  --recompute P        none (default), selective (ln1, ln2, GELU output; probabilities\n"
+    "                       with plain attention), every:N (keep every N-th block's input) or\n"
+    "                       full (keep each block's input); exact (docs/activations.md)\n"
     "  --seed S             initialisation seed (default 1337)\n"
     "  --threads N          threads (default: all cores)\n"
     "  --quiet              no progress line\n";
@@ -118,7 +123,7 @@ int cmd_train(int argc, char **argv) {
         {"val-batches", 1, 0, 'E'}, {"save", 1, 0, 's'},        {"save-every", 1, 0, 'S'},
         {"resume", 1, 0, 'r'},      {"log", 1, 0, 'o'},         {"memory", 1, 0, 'M'},
         {"seed", 1, 0, 'x'},        {"threads", 1, 0, 'j'},     {"quiet", 0, 0, 'q'},        {"stop-at", 1, 0, 'A'},
-        {"trace", 1, 0, 'P'},
+        {"trace", 1, 0, 'P'},     {"attention", 1, 0, 1001}, {"recompute", 1, 0, 1002},
         {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
     hpt_train_opts o = hpt_train_defaults();
     const char *log_path = NULL, *trace_path = NULL;
@@ -158,6 +163,14 @@ int cmd_train(int argc, char **argv) {
         case 'x': r = cli_parse_long("train", "--seed", optarg, 0, 0x7fffffffffffffffL, &lv); o.seed = (uint64_t)lv; break;
         case 'j': r = cli_parse_long("train", "--threads", optarg, 1, 1024, &threads); break;
         case 'q': quiet = 1; break;
+        case 1001:
+            if (hpt_attention_parse(optarg, &o.act) != HPT_OK)
+                return cli_usage_error("train", "--attention: %s", hpt_last_error());
+            break;
+        case 1002:
+            if (hpt_recompute_parse(optarg, &o.act) != HPT_OK)
+                return cli_usage_error("train", "--recompute: %s", hpt_last_error());
+            break;
         case 'A': r = cli_parse_long("train", "--stop-at", optarg, 1, 1L << 40, &stop_at); break;
         }
         if (r) return r;
@@ -209,6 +222,12 @@ int cmd_train(int argc, char **argv) {
             (double)hpt_gpt2_get_num_params(hpt_trainer_model(tr)) / 1e6,
             hpt_trainer_train_tokens(tr), o.B, o.T, hpt_get_threads(),
             hpt_trainer_start_step(tr) ? " (resumed)" : "");
+    {
+        char rb[32], ab[32];
+        fmt_bytes(ab, sizeof ab, hpt_gpt2_activation_bytes(cfg, o.B, o.T, &o.act));
+        fprintf(stderr, "hptrain: attention %s, recompute %s: activation arena %s\n",
+                hpt_attention_name(o.act.attention), hpt_recompute_name(&o.act, rb, sizeof rb), ab);
+    }
     if (hpt_trainer_start_step(tr))
         fprintf(stderr, "hptrain: resuming at step %lld of %lld\n",
                 (long long)hpt_trainer_start_step(tr), (long long)o.steps);
