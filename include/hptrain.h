@@ -314,30 +314,77 @@ size_t hpt_gpt2_activation_bytes(const hpt_gpt2_config *cfg, int B, int T,
 hpt_status hpt_gpt2_generate(hpt_gpt2 *m, int32_t *tokens, int n_prompt, int n_new,
                              float temperature, int top_k, uint64_t seed);
 
-/* ---- optim: AdamW, schedules, clipping ----------------------------------------------- */
+/* ---- optim: AdamW, Lion, Adam-mini, SGD; 8-bit states; schedules, clipping ------------ */
 
+/* The optimizer (docs/optimizers.md has the formulas, state bytes and advice):
+ *   ADAMW      PyTorch's AdamW, decoupled weight decay. State m, v per parameter.
+ *   LION       Chen et al. 2023: p -= lr*(sign(beta1*m + (1-beta1)*g) + wd*p), then
+ *              m = beta2*m + (1-beta2)*g. State m. Use a 3-10x smaller lr than AdamW.
+ *   ADAM_MINI  AdamW with one second moment per block: each row of a linear weight or
+ *              embedding, each (per-layer) vector; v_b tracks the block's mean of g^2.
+ *              State m per parameter plus v per block (always fp32).
+ *   SGD        PyTorch's SGD with momentum beta1 (dampening 0, not Nesterov) and coupled
+ *              (L2) weight decay: d = g + wd*p, buf = beta1*buf + d, p -= lr*buf. State buf.
+ * State width: 32 (fp32) or 8: block-wise quantised states (blocks of 256 values, one fp32
+ * absmax per block, Dettmers et al.'s dynamic map: signed for m, unsigned for v), updated in
+ * fp32 inside the step and requantised. */
+typedef enum {
+    HPT_OPTIM_ADAMW = 0,
+    HPT_OPTIM_LION,
+    HPT_OPTIM_ADAM_MINI,
+    HPT_OPTIM_SGD,
+    HPT_OPTIM_COUNT
+} hpt_optim_kind;
+const char *hpt_optim_name(hpt_optim_kind k); /* "adamw", "lion", "adam-mini", "sgd" */
+/* HPT_ERR_INVALID for an unknown name. */
+hpt_status hpt_optim_parse(const char *name, hpt_optim_kind *out);
+
+/* The optimizer's settings (named after the first optimizer; every kind uses it). */
 typedef struct {
     float lr;           /* peak learning rate */
-    float beta1, beta2;
-    float eps;
-    float weight_decay; /* decoupled, as PyTorch's AdamW */
+    float beta1, beta2; /* SGD: beta1 is the momentum, beta2 unused */
+    float eps;          /* AdamW, Adam-mini */
+    float weight_decay; /* decoupled (AdamW, Lion, Adam-mini); coupled L2 for SGD, as PyTorch */
     int decay_all;      /* 1: decay every tensor; 0: only matrices (hpt_gpt2_tensor.is_matrix) */
+    int optimizer;      /* hpt_optim_kind; 0 = AdamW */
+    int state_bits;     /* 32 (or 0, read as 32) or 8 */
+    int state32_embeddings; /* with 8-bit states: wte and wpe keep 32-bit state */
 } hpt_adamw_opts;
-hpt_adamw_opts hpt_adamw_defaults(void); /* 3e-4, 0.9, 0.95, 1e-8, 0.1, matrices only */
+hpt_adamw_opts hpt_adamw_defaults(void); /* 3e-4, 0.9, 0.95, 1e-8, 0.1, matrices only, AdamW fp32 */
+/* Defaults of each kind: AdamW's, with Lion betas 0.9, 0.99 and lr 1e-4; SGD momentum 0.9,
+ * weight decay 0, lr 0.1; Adam-mini as AdamW. */
+hpt_adamw_opts hpt_optim_defaults(hpt_optim_kind k);
 
 typedef struct hpt_optim hpt_optim;
-/* Allocates m and v (optimizer category) for the model's parameters. */
+/* Allocates the optimizer's state (optimizer category, device tier) for the model's
+ * parameters: hpt_optim_state_bytes() bytes, zero. */
 hpt_status hpt_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts *o,
                             hpt_optim **out);
 void hpt_optim_free(hpt_optim *o);
-/* One AdamW step with learning rate lr. If clip > 0 the gradients are scaled so their global
- * L2 norm is at most clip. *grad_norm_out (may be NULL) gets the norm before clipping. */
+/* One optimizer step with learning rate lr. If clip > 0 the gradients are scaled so their
+ * global L2 norm is at most clip. *grad_norm_out (may be NULL) gets the norm before clipping. */
 hpt_status hpt_optim_step(hpt_optim *o, float lr, float clip, float *grad_norm_out);
 int64_t hpt_optim_get_t(const hpt_optim *o); /* steps taken */
 void hpt_optim_set_t(hpt_optim *o, int64_t t);
-/* The moments, (num_params) floats each; const-in, mutable-out like strchr. */
+const hpt_adamw_opts *hpt_optim_get_opts(const hpt_optim *o);
+/* AdamW with 32-bit state only (else NULL): the moments, (num_params) floats each;
+ * const-in, mutable-out like strchr. */
 float *hpt_optim_m(const hpt_optim *o);
 float *hpt_optim_v(const hpt_optim *o);
+
+/* The optimizer's state as the buffers it allocated, in a fixed order (the checkpoint's):
+ * first moment fp32, codes, scales; second moment fp32, codes, scales. Empty buffers are
+ * listed with bytes 0 and data NULL. */
+#define HPT_OPTIM_NUM_BUFS 6
+typedef struct {
+    void *data;         /* borrowed from the optimizer */
+    size_t bytes;
+    const char *name;   /* "m", "m_codes", "m_scales", "v", "v_codes", "v_scales" */
+} hpt_optim_buf;
+void hpt_optim_state_buffers(const hpt_optim *o, hpt_optim_buf out[HPT_OPTIM_NUM_BUFS]);
+/* The bytes of state an optimizer with settings o allocates for a model of shape cfg (the
+ * sum of its buffers); 0 for invalid settings. */
+uint64_t hpt_optim_state_bytes(const hpt_gpt2_config *cfg, const hpt_adamw_opts *o);
 
 /* Linear warmup from 0 to max_lr over warmup steps, then cosine to min_lr at total. */
 float hpt_lr_cosine(int64_t step, int64_t total, int64_t warmup, float max_lr, float min_lr);
@@ -395,12 +442,14 @@ typedef struct {
     int32_t B, T;
 } hpt_train_pos;
 
-/* Writes model weights, AdamW moments and position to path (a file), atomically: a temporary
- * file in the same directory, fsync, rename, fsync of the directory. A CRC-32C-style checksum
- * over the whole payload is verified on load. */
+/* Writes model weights, the optimizer's settings and state (moments, 8-bit codes and their
+ * scales) and position to path (a file), atomically: a temporary file in the same directory,
+ * fsync, rename, fsync of the directory. A CRC-32C checksum over the whole payload is
+ * verified on load. Version 2; version-1 files (AdamW, fp32 moments) load as AdamW fp32. */
 hpt_status hpt_state_save(const char *path, const hpt_gpt2 *model, const hpt_optim *opt,
                           const hpt_adamw_opts *ao, const hpt_train_pos *pos);
-/* Creates model and optimizer from a state file (both owned by the caller). */
+/* Creates model and optimizer from a state file (both owned by the caller); *ao_out gets the
+ * optimizer settings saved with it. */
 hpt_status hpt_state_load(const char *path, hpt_mem *mem, hpt_gpt2 **model_out,
                           hpt_optim **opt_out, hpt_adamw_opts *ao_out,
                           hpt_train_pos *pos_out);
@@ -559,8 +608,9 @@ hpt_status hpt_profile_render_svg(const hpt_trace *tr, const hpt_profile_summary
 /* What a run will allocate, computed from the configuration alone (nothing is allocated, no
  * file is read). The figures are the bytes the run's hpt_mem accounts, byte for byte, on the
  * device tier: parameters and gradients (4 bytes each, wte's padding rows included; the model
- * allocates gradients also for forward-only use), AdamW's m and v (8 bytes per parameter,
- * training only), the activation arena (hpt_gpt2_activation_bytes: planned for forward and
+ * allocates gradients also for forward-only use), the optimizer's state (training only:
+ * hpt_optim_state_bytes restated per optimizer and state width, docs/optimizers.md; AdamW fp32
+ * 8 bytes per parameter), the activation arena (hpt_gpt2_activation_bytes: planned for forward and
  * backward, so a forward-only run allocates the same), and each data loader's buffers
  * ((B*T+1)*2 + 2*B*T*4 bytes). All of them are allocated at setup or at the first forward and
  * live until the run ends, so the peak is their sum, reached at the first forward.
@@ -576,8 +626,11 @@ typedef struct {
     int no_data;         /* 1: no data loader at all (generation from a prompt); 0: the training
                           * data loader's buffers count, in forward-only runs too (evaluation) */
     hpt_gpt2_act_opts act; /* attention kind and recompute policy (the activation arena) */
+    int optimizer;       /* hpt_optim_kind (training only) */
+    int state_bits;      /* 32 (or 0) or 8 */
+    int state32_embeddings; /* with 8-bit states, wte and wpe keep 32-bit state */
 } hpt_plan_opts;
-/* gpt2-124m, B=4, T=64, training, no validation: the trainer's defaults. */
+/* gpt2-124m, B=4, T=64, training with AdamW fp32, no validation: the trainer's defaults. */
 hpt_plan_opts hpt_plan_defaults(void);
 
 typedef struct {

@@ -1,11 +1,17 @@
-/* state.c: hptrain's training-state checkpoint (weights, AdamW moments, position, config).
+/* state.c: hptrain's training-state checkpoint (weights, optimizer settings and state,
+ * position, config).
  *
- * Layout (little-endian), version 1:
+ * Layout (little-endian), version 2:
  *   "HPTSTATE" (8 bytes), uint32 version, uint32 header fields count (32)
  *   int64 fields[32]: L C NH V Vp maxT | lr beta1 beta2 eps wd (float bits) decay_all |
- *                     step shard offset rng total_steps B T | optim_t | num_params | 0...
- *   float params[n], m[n], v[n]
+ *                     step shard offset rng total_steps B T | optim_t | num_params |
+ *                     optimizer state_bits state32_embeddings | 0...
+ *   float params[n]; then the optimizer's state buffers in hpt_optim_state_buffers' order
+ *   (m fp32, m codes, m scales, v fp32, v codes, v scales; empty ones take no bytes), whose
+ *   sizes follow from the shape and fields 21-23 (hpt_optim_state_bytes)
  *   uint32 CRC-32C of every byte before it, then "HPTEND\0\0"
+ * Version 1 (AdamW only: params, m, v, fields 21-23 zero) is exactly version 2 with AdamW and
+ * 32-bit state, and loads as that.
  * Written through io_atomic (temporary file, fsync, rename, directory fsync): the previous
  * checkpoint under the same name survives any crash. Load checks the size first, then the
  * checksum over everything, before handing out a model. */
@@ -16,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define STATE_VERSION 1
+#define STATE_VERSION 2
 #define NFIELDS 32
 static const char k_magic[8] = {'H', 'P', 'T', 'S', 'T', 'A', 'T', 'E'};
 static const char k_end[8] = {'H', 'P', 'T', 'E', 'N', 'D', 0, 0};
@@ -32,17 +38,25 @@ hpt_status hpt_state_save(const char *path, const hpt_gpt2 *model, const hpt_opt
                           fbits(ao->weight_decay), ao->decay_all,
                           pos->step, pos->data_shard, pos->data_offset, (int64_t)pos->rng_state,
                           pos->total_steps, pos->B, pos->T,
-                          hpt_optim_get_t(opt), (int64_t)model->num_params};
+                          hpt_optim_get_t(opt), (int64_t)model->num_params, ao->optimizer,
+                          ao->state_bits == 0 ? 32 : ao->state_bits, ao->state32_embeddings};
     uint32_t ver[2] = {STATE_VERSION, NFIELDS};
     size_t nb = model->num_params * sizeof(float);
+    const hpt_adamw_opts *oo = hpt_optim_get_opts(opt);
+    if (oo->optimizer != ao->optimizer || (oo->state_bits == 0 ? 32 : oo->state_bits) != f[22] ||
+        oo->state32_embeddings != ao->state32_embeddings)
+        return hpt_fail(HPT_ERR_INVALID, "saving a state: the settings given do not match the "
+                        "optimizer's (%s)", hpt_optim_name((hpt_optim_kind)oo->optimizer));
+    hpt_optim_buf bufs[HPT_OPTIM_NUM_BUFS];
+    hpt_optim_state_buffers(opt, bufs);
     io_atomic w;
     HPT_CHECK(io_atomic_begin(&w, path));
     hpt_status s = io_atomic_write(&w, k_magic, 8);
     if (s == HPT_OK) s = io_atomic_write(&w, ver, sizeof ver);
     if (s == HPT_OK) s = io_atomic_write(&w, f, sizeof f);
     if (s == HPT_OK) s = io_atomic_write(&w, model->params, nb);
-    if (s == HPT_OK) s = io_atomic_write(&w, hpt_optim_m(opt), nb);
-    if (s == HPT_OK) s = io_atomic_write(&w, hpt_optim_v(opt), nb);
+    for (int i = 0; i < HPT_OPTIM_NUM_BUFS && s == HPT_OK; i++)
+        if (bufs[i].bytes) s = io_atomic_write(&w, bufs[i].data, bufs[i].bytes);
     uint32_t crc = w.crc;
     if (s == HPT_OK) s = io_atomic_write(&w, &crc, 4);
     if (s == HPT_OK) s = io_atomic_write(&w, k_end, 8);
@@ -64,9 +78,9 @@ hpt_status hpt_state_load(const char *path, hpt_mem *mem, hpt_gpt2 **model_out,
     if (s == HPT_OK && memcmp(magic, k_magic, 8) != 0)
         s = hpt_fail(HPT_ERR_FORMAT, "%s is not an hptrain training state (bad magic)", path);
     if (s == HPT_OK) s = io_read_exact(fp, ver, sizeof ver, path, "version");
-    if (s == HPT_OK && (ver[0] != STATE_VERSION || ver[1] != NFIELDS))
+    if (s == HPT_OK && (ver[0] < 1 || ver[0] > STATE_VERSION || ver[1] != NFIELDS))
         s = hpt_fail(HPT_ERR_FORMAT, "%s: training-state version %u is not supported (this build "
-                     "reads version %d)", path, ver[0], STATE_VERSION);
+                     "reads versions 1 to %d)", path, ver[0], STATE_VERSION);
     if (s == HPT_OK) s = io_read_exact(fp, f, sizeof f, path, "header");
     hpt_gpt2_config c = {0};
     if (s == HPT_OK) {
@@ -76,10 +90,20 @@ hpt_status hpt_state_load(const char *path, hpt_mem *mem, hpt_gpt2 **model_out,
         if (s != HPT_OK) s = hpt_fail_ctx(s, "%s", path);
     }
     size_t n = 0;
+    hpt_adamw_opts ao = {0};
     if (s == HPT_OK) {
+        ao = (hpt_adamw_opts){.lr = bitsf(f[6]), .beta1 = bitsf(f[7]), .beta2 = bitsf(f[8]),
+                              .eps = bitsf(f[9]), .weight_decay = bitsf(f[10]),
+                              .decay_all = (int)f[11], .optimizer = (int)f[21],
+                              .state_bits = ver[0] == 1 ? 32 : (int)f[22],
+                              .state32_embeddings = (int)f[23]};
         n = hpt_gpt2_num_params(&c);
-        uint64_t want = 16 + sizeof f + 3 * (uint64_t)n * 4 + 12;
-        if ((uint64_t)f[20] != n)
+        uint64_t sb = hpt_optim_state_bytes(&c, &ao);
+        uint64_t want = 16 + sizeof f + (uint64_t)n * 4 + sb + 12;
+        if (sb == 0)
+            s = hpt_fail(HPT_ERR_FORMAT, "%s: bad optimizer settings (optimizer %lld, %lld-bit "
+                         "state): %s", path, (long long)f[21], (long long)f[22], hpt_last_error());
+        else if ((uint64_t)f[20] != n)
             s = hpt_fail(HPT_ERR_FORMAT, "%s: parameter count %lld does not match its shape", path,
                          (long long)f[20]);
         else if (size != want)
@@ -88,17 +112,13 @@ hpt_status hpt_state_load(const char *path, hpt_mem *mem, hpt_gpt2 **model_out,
     }
     hpt_gpt2 *m = NULL;
     hpt_optim *o = NULL;
-    hpt_adamw_opts ao = {0};
-    if (s == HPT_OK) {
-        ao = (hpt_adamw_opts){.lr = bitsf(f[6]), .beta1 = bitsf(f[7]), .beta2 = bitsf(f[8]),
-                              .eps = bitsf(f[9]), .weight_decay = bitsf(f[10]),
-                              .decay_all = (int)f[11]};
-        s = hpt_gpt2_create(mem, &c, &m);
-    }
+    hpt_optim_buf bufs[HPT_OPTIM_NUM_BUFS];
+    if (s == HPT_OK) s = hpt_gpt2_create(mem, &c, &m);
     if (s == HPT_OK) s = hpt_optim_create(mem, m, &ao, &o);
     if (s == HPT_OK) s = io_read_exact(fp, m->params, n * 4, path, "parameters");
-    if (s == HPT_OK) s = io_read_exact(fp, hpt_optim_m(o), n * 4, path, "first moments");
-    if (s == HPT_OK) s = io_read_exact(fp, hpt_optim_v(o), n * 4, path, "second moments");
+    if (s == HPT_OK) hpt_optim_state_buffers(o, bufs);
+    for (int i = 0; i < HPT_OPTIM_NUM_BUFS && s == HPT_OK; i++)
+        if (bufs[i].bytes) s = io_read_exact(fp, bufs[i].data, bufs[i].bytes, path, bufs[i].name);
     uint32_t crc_file = 0;
     char end[8];
     if (s == HPT_OK) s = io_read_exact(fp, &crc_file, 4, path, "checksum");
@@ -109,8 +129,8 @@ hpt_status hpt_state_load(const char *path, hpt_mem *mem, hpt_gpt2 **model_out,
         crc = io_crc32c(crc, ver, sizeof ver);
         crc = io_crc32c(crc, f, sizeof f);
         crc = io_crc32c(crc, m->params, n * 4);
-        crc = io_crc32c(crc, hpt_optim_m(o), n * 4);
-        crc = io_crc32c(crc, hpt_optim_v(o), n * 4);
+        for (int i = 0; i < HPT_OPTIM_NUM_BUFS; i++)
+            if (bufs[i].bytes) crc = io_crc32c(crc, bufs[i].data, bufs[i].bytes);
         if (memcmp(end, k_end, 8) != 0)
             s = hpt_fail(HPT_ERR_FORMAT, "%s: end marker missing (truncated or corrupt)", path);
         else if (crc != crc_file)

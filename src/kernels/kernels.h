@@ -84,4 +84,46 @@ void k_scale(float *x, size_t n, float s);
 void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
              float beta2, float eps, float wd, float grad_scale, int64_t t);
 
+/* ---- 8-bit block-wise states (quant.c) and the optimizers' element loops (optim.c) ----
+ * An 8-bit state of n values is n codes plus one fp32 absmax per block of K_Q8_BLOCK values
+ * (the last block may be short): value = map[code] * absmax. The map is Dettmers et al.'s
+ * dynamic map (2021): 256 ascending values in [-1, 1] (signed) or [0, 1] (unsigned), each
+ * with 0 and 1 exactly. Quantisation picks the nearest code (ties to the lower one). */
+#define K_Q8_BLOCK 256
+
+/* map (256) ascending: the signed (is_signed = 1) or unsigned dynamic map. */
+void k_q8_map(float map[256], int is_signed);
+/* codes (n), absmax (ceil(n/256)) from x (n). */
+void k_q8_quantize(uint8_t *codes, float *absmax, const float *x, size_t n, const float *map);
+/* x (n) from codes and absmax. */
+void k_q8_dequantize(float *x, const uint8_t *codes, const float *absmax, size_t n,
+                     const float *map);
+
+/* One optimizer state tensor of n values: fp32 (f32 set) or 8-bit (codes, absmax, map). */
+typedef struct {
+    float *f32;       /* (n) or NULL */
+    uint8_t *codes;   /* (n) when f32 is NULL */
+    float *absmax;    /* (ceil(n/256)) when f32 is NULL */
+    const float *map; /* (256) when f32 is NULL */
+} k_state;
+
+/* The update kernels work on one tensor of n parameters, block by block (256 values): the
+ * block's states are dequantised into fp32, updated, used for the parameter update (in fp32)
+ * and requantised with the block's new absmax. Threaded over blocks; deterministic.
+ * grad_scale multiplies each gradient first (clipping). */
+/* AdamW, as k_adamw, with states of either width. */
+void k_adamw_q(float *p, const float *g, k_state m, k_state v, size_t n, float lr, float beta1,
+               float beta2, float eps, float wd, float grad_scale, int64_t t);
+/* Lion: c = beta1*m + (1-beta1)*g; p = p*(1 - lr*wd) - lr*sign(c); m = beta2*m + (1-beta2)*g. */
+void k_lion(float *p, const float *g, k_state m, size_t n, float lr, float beta1, float beta2,
+            float wd, float grad_scale);
+/* SGD with momentum (PyTorch, dampening 0): d = g + wd*p; m = mom*m + d; p -= lr*m. */
+void k_sgd(float *p, const float *g, k_state m, size_t n, float lr, float momentum, float wd,
+           float grad_scale);
+/* Adam-mini: v (n / block) holds one second moment per block of `block` consecutive values,
+ * v_b = beta2*v_b + (1-beta2)*mean over the block of g^2 (summed in double); then AdamW's
+ * update with v_b in place of each v_i. n % block == 0. */
+void k_adam_mini(float *p, const float *g, k_state m, float *v, size_t n, size_t block, float lr,
+                 float beta1, float beta2, float eps, float wd, float grad_scale, int64_t t);
+
 #endif

@@ -1,48 +1,189 @@
-/* adamw.c: AdamW with decoupled weight decay (PyTorch's formulation), global-norm gradient
- * clipping, and the warmup + cosine learning-rate schedule. The moments live in the device
- * tier's optimizer category, one float each per parameter, in checkpoint order. */
+/* optim.c: the optimizers behind hpt_optim (AdamW, Lion, Adam-mini, SGD with momentum), their
+ * states in 32 or 8 bits, global-norm gradient clipping, and the warmup + cosine schedule.
+ *
+ * State layout. Every state lives in the device tier's optimizer category, in at most six
+ * buffers (hpt_optim_state_buffers, the checkpoint's order): per moment an fp32 array, an
+ * 8-bit code array and its fp32 block scales. Each model tensor (hpt_gpt2_tensors, checkpoint
+ * order) keeps its state either in fp32 or in 8 bits; the tensors of one width are packed in
+ * checkpoint order, and an 8-bit tensor's quantisation blocks (256 values) start at the
+ * tensor's first value, so no block straddles two tensors. With 32-bit state every tensor is
+ * fp32 and the fp32 arrays line up with the parameters (AdamW's m and v as before).
+ *   AdamW      m, v per parameter (8-bit: m signed map, v unsigned map)
+ *   Lion, SGD  m per parameter (signed map)
+ *   Adam-mini  m per parameter; v per block (always fp32: a handful of floats per row)
+ * Adam-mini's blocks (our reading of the paper's partition): one per output row of every
+ * linear weight (qkv, attention projection, fc, fc projection: rows of C or 4C inputs), one
+ * per row of wte and wpe (one token, one position), and one per vector of each layer (each
+ * layernorm weight or bias, each bias: C, 3C or 4C values). The paper further splits Q and K
+ * by head; we keep rows, which is finer.
+ * hpt_optim_state_bytes() and src/plan/estimate.c compute the same sizes.
+ * Invariants: AdamW with 32-bit state runs k_adamw exactly as before this file knew other
+ * optimizers (tests/test_reference.c, hptrain verify); each step is deterministic for a
+ * fixed thread count (the kernels partition blocks statically). */
 #include "core/core.h"
 #include "kernels/kernels.h"
 #include "model/gpt2_int.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
+
+enum { B_M = 0, B_M_CODES, B_M_SCALES, B_V, B_V_CODES, B_V_SCALES };
+static const char *const k_buf_names[HPT_OPTIM_NUM_BUFS] = {"m", "m_codes", "m_scales",
+                                                            "v", "v_codes", "v_scales"};
+
+typedef struct {
+    int q8;          /* 1: 8-bit state */
+    size_t f32_off;  /* floats into the fp32 arrays (fp32 tensors) */
+    size_t q_off;    /* codes into the code arrays (8-bit tensors) */
+    size_t sc_off;   /* scales into the scale arrays (8-bit tensors) */
+    size_t row;      /* Adam-mini: values per second-moment block */
+    size_t v_off;    /* Adam-mini: blocks into the v array */
+} tensor_layout;
+
+typedef struct {
+    tensor_layout t[HPT_GPT2_NUM_TENSORS];
+    uint64_t bytes[HPT_OPTIM_NUM_BUFS];
+} layout;
 
 struct hpt_optim {
     hpt_mem *mem;
     hpt_gpt2 *model; /* borrowed */
     hpt_adamw_opts o;
     size_t n;
-    float *m;        /* (n) first moments */
-    float *v;        /* (n) second moments */
+    layout lay;
+    void *buf[HPT_OPTIM_NUM_BUFS]; /* (lay.bytes[i]) each, NULL when empty */
+    float map_signed[256], map_unsigned[256];
     int64_t t;       /* steps taken */
 };
 
+static const char *const k_names[HPT_OPTIM_COUNT] = {"adamw", "lion", "adam-mini", "sgd"};
+
+const char *hpt_optim_name(hpt_optim_kind k) {
+    return (unsigned)k < HPT_OPTIM_COUNT ? k_names[k] : "?";
+}
+
+hpt_status hpt_optim_parse(const char *name, hpt_optim_kind *out) {
+    for (int k = 0; k < HPT_OPTIM_COUNT; k++)
+        if (!strcmp(name, k_names[k])) {
+            *out = (hpt_optim_kind)k;
+            return HPT_OK;
+        }
+    return hpt_fail(HPT_ERR_INVALID, "unknown optimizer '%s' (adamw, lion, adam-mini or sgd)", name);
+}
+
 hpt_adamw_opts hpt_adamw_defaults(void) {
     hpt_adamw_opts o = {.lr = 3e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-                        .weight_decay = 0.1f, .decay_all = 0};
+                        .weight_decay = 0.1f, .decay_all = 0, .optimizer = HPT_OPTIM_ADAMW,
+                        .state_bits = 32, .state32_embeddings = 0};
     return o;
+}
+
+hpt_adamw_opts hpt_optim_defaults(hpt_optim_kind k) {
+    hpt_adamw_opts o = hpt_adamw_defaults();
+    o.optimizer = (int)k;
+    if (k == HPT_OPTIM_LION) {
+        o.lr = 1e-4f;
+        o.beta2 = 0.99f;
+    } else if (k == HPT_OPTIM_SGD) {
+        o.lr = 0.1f;
+        o.weight_decay = 0.0f;
+    }
+    return o;
+}
+
+static int state_bits(const hpt_adamw_opts *o) { return o->state_bits == 0 ? 32 : o->state_bits; }
+
+/* Values per Adam-mini block of tensor i (see the top of the file). */
+static size_t mini_row(const hpt_gpt2_config *c, int i) {
+    size_t C = (size_t)c->C;
+    switch (i) {
+    case 5: return 3 * C;  /* qkvb */
+    case 11: return 4 * C; /* fcb */
+    case 12: return 4 * C; /* fcprojw: (C, 4C) */
+    default: return C;     /* rows of wte, wpe, qkvw, attprojw, fcw; C-vectors */
+    }
+}
+
+static hpt_status check_opts(const hpt_adamw_opts *o) {
+    int bits = state_bits(o);
+    if ((unsigned)o->optimizer >= HPT_OPTIM_COUNT)
+        return hpt_fail(HPT_ERR_INVALID, "unknown optimizer %d", o->optimizer);
+    if (bits != 32 && bits != 8)
+        return hpt_fail(HPT_ERR_INVALID, "optimizer state bits must be 32 or 8 (got %d)", bits);
+    int sgd = o->optimizer == HPT_OPTIM_SGD;
+    if (!(o->lr >= 0) || !(o->beta1 >= 0 && o->beta1 < 1) ||
+        (!sgd && !(o->beta2 >= 0 && o->beta2 < 1)) || !(o->eps > 0) || !(o->weight_decay >= 0))
+        return hpt_fail(HPT_ERR_INVALID, "bad %s settings (lr %g, betas %g %g, eps %g, wd %g)",
+                        k_names[o->optimizer], (double)o->lr, (double)o->beta1, (double)o->beta2,
+                        (double)o->eps, (double)o->weight_decay);
+    return HPT_OK;
+}
+
+static void plan_layout(const hpt_gpt2_config *c, const hpt_adamw_opts *o, layout *L) {
+    memset(L, 0, sizeof *L);
+    hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
+    hpt_gpt2_tensors(c, t);
+    int bits = state_bits(o), k = o->optimizer;
+    uint64_t n32 = 0, n8 = 0, nsc = 0, nv = 0;
+    for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) {
+        tensor_layout *tl = &L->t[i];
+        tl->q8 = bits == 8 && !(o->state32_embeddings && i < 2); /* wte, wpe come first */
+        if (tl->q8) {
+            tl->q_off = n8;
+            tl->sc_off = nsc;
+            n8 += t[i].numel;
+            nsc += (t[i].numel + K_Q8_BLOCK - 1) / K_Q8_BLOCK;
+        } else {
+            tl->f32_off = n32;
+            n32 += t[i].numel;
+        }
+        tl->row = mini_row(c, i);
+        tl->v_off = nv;
+        nv += t[i].numel / tl->row;
+    }
+    L->bytes[B_M] = n32 * 4;
+    L->bytes[B_M_CODES] = n8;
+    L->bytes[B_M_SCALES] = nsc * 4;
+    if (k == HPT_OPTIM_ADAMW) {
+        L->bytes[B_V] = n32 * 4;
+        L->bytes[B_V_CODES] = n8;
+        L->bytes[B_V_SCALES] = nsc * 4;
+    } else if (k == HPT_OPTIM_ADAM_MINI) {
+        L->bytes[B_V] = nv * 4;
+    }
+}
+
+uint64_t hpt_optim_state_bytes(const hpt_gpt2_config *cfg, const hpt_adamw_opts *o) {
+    if (check_opts(o) != HPT_OK || hpt_gpt2_config_check(cfg) != HPT_OK) return 0;
+    layout L;
+    plan_layout(cfg, o, &L);
+    uint64_t s = 0;
+    for (int i = 0; i < HPT_OPTIM_NUM_BUFS; i++) s += L.bytes[i];
+    return s;
 }
 
 hpt_status hpt_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts *o,
                             hpt_optim **out) {
     *out = NULL;
-    if (!(o->lr >= 0) || !(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1) ||
-        !(o->eps > 0) || !(o->weight_decay >= 0))
-        return hpt_fail(HPT_ERR_INVALID, "bad AdamW settings (lr %g, betas %g %g, eps %g, wd %g)",
-                        (double)o->lr, (double)o->beta1, (double)o->beta2, (double)o->eps,
-                        (double)o->weight_decay);
+    HPT_CHECK(check_opts(o));
     hpt_optim *op = calloc(1, sizeof *op);
     if (!op) return hpt_fail(HPT_ERR_OOM, "cannot allocate the optimizer object");
     op->mem = mem;
     op->model = model;
     op->o = *o;
     op->n = model->num_params;
-    hpt_status s = hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_OPTIM, op->n * 4, (void **)&op->m);
-    if (s == HPT_OK) s = hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_OPTIM, op->n * 4, (void **)&op->v);
+    plan_layout(&model->cfg, o, &op->lay);
+    k_q8_map(op->map_signed, 1);
+    k_q8_map(op->map_unsigned, 0);
+    hpt_status s = HPT_OK;
+    for (int i = 0; i < HPT_OPTIM_NUM_BUFS && s == HPT_OK; i++) {
+        hpt_mem_set_name(mem, k_buf_names[i]);
+        s = hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_OPTIM, op->lay.bytes[i], &op->buf[i]);
+    }
     if (s != HPT_OK) {
         hpt_optim_free(op);
-        return hpt_fail_ctx(s, "allocating AdamW state");
+        return hpt_fail_ctx(s, "allocating %s state", k_names[o->optimizer]);
     }
     *out = op;
     return HPT_OK;
@@ -50,15 +191,40 @@ hpt_status hpt_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts 
 
 void hpt_optim_free(hpt_optim *op) {
     if (!op) return;
-    hpt_mem_free(op->mem, HPT_TIER_DEVICE, HPT_CAT_OPTIM, op->m, op->n * 4);
-    hpt_mem_free(op->mem, HPT_TIER_DEVICE, HPT_CAT_OPTIM, op->v, op->n * 4);
+    for (int i = 0; i < HPT_OPTIM_NUM_BUFS; i++)
+        hpt_mem_free(op->mem, HPT_TIER_DEVICE, HPT_CAT_OPTIM, op->buf[i], op->lay.bytes[i]);
     free(op);
 }
 
 int64_t hpt_optim_get_t(const hpt_optim *op) { return op->t; }
 void hpt_optim_set_t(hpt_optim *op, int64_t t) { op->t = t; }
-float *hpt_optim_m(const hpt_optim *op) { return op->m; }
-float *hpt_optim_v(const hpt_optim *op) { return op->v; }
+const hpt_adamw_opts *hpt_optim_get_opts(const hpt_optim *op) { return &op->o; }
+
+static int full_fp32_adamw(const hpt_optim *op) {
+    return op->o.optimizer == HPT_OPTIM_ADAMW && state_bits(&op->o) == 32;
+}
+float *hpt_optim_m(const hpt_optim *op) { return full_fp32_adamw(op) ? op->buf[B_M] : NULL; }
+float *hpt_optim_v(const hpt_optim *op) { return full_fp32_adamw(op) ? op->buf[B_V] : NULL; }
+
+void hpt_optim_state_buffers(const hpt_optim *op, hpt_optim_buf out[HPT_OPTIM_NUM_BUFS]) {
+    for (int i = 0; i < HPT_OPTIM_NUM_BUFS; i++)
+        out[i] = (hpt_optim_buf){.data = op->buf[i], .bytes = op->lay.bytes[i],
+                                 .name = k_buf_names[i]};
+}
+
+/* Tensor i's state for moment base (B_M or B_V) with map. */
+static k_state tensor_state(const hpt_optim *op, int i, int base, const float *map) {
+    const tensor_layout *tl = &op->lay.t[i];
+    k_state s = {0};
+    if (!tl->q8) {
+        s.f32 = (float *)op->buf[base] + tl->f32_off;
+    } else {
+        s.codes = (uint8_t *)op->buf[base + 1] + tl->q_off;
+        s.absmax = (float *)op->buf[base + 2] + tl->sc_off;
+        s.map = map;
+    }
+    return s;
+}
 
 hpt_status hpt_optim_step(hpt_optim *op, float lr, float clip, float *grad_norm_out) {
     hpt_gpt2 *model = op->model;
@@ -70,11 +236,35 @@ hpt_status hpt_optim_step(hpt_optim *op, float lr, float clip, float *grad_norm_
     op->t++;
     hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
     hpt_gpt2_tensors(&model->cfg, t);
+    const hpt_adamw_opts *o = &op->o;
     for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) {
-        size_t off = t[i].offset;
-        float wd = op->o.decay_all || t[i].is_matrix ? op->o.weight_decay : 0.0f;
-        k_adamw(model->params + off, model->grads + off, op->m + off, op->v + off, t[i].numel, lr,
-                op->o.beta1, op->o.beta2, op->o.eps, wd, scale, op->t);
+        size_t off = t[i].offset, n = t[i].numel;
+        float *p = model->params + off;
+        const float *g = model->grads + off;
+        float wd = o->decay_all || t[i].is_matrix ? o->weight_decay : 0.0f;
+        k_state m = tensor_state(op, i, B_M, op->map_signed);
+        switch ((hpt_optim_kind)o->optimizer) {
+        case HPT_OPTIM_ADAMW:
+            if (m.f32) /* the reference path, unchanged */
+                k_adamw(p, g, m.f32, tensor_state(op, i, B_V, NULL).f32, n, lr, o->beta1,
+                        o->beta2, o->eps, wd, scale, op->t);
+            else
+                k_adamw_q(p, g, m, tensor_state(op, i, B_V, op->map_unsigned), n, lr, o->beta1,
+                          o->beta2, o->eps, wd, scale, op->t);
+            break;
+        case HPT_OPTIM_LION:
+            k_lion(p, g, m, n, lr, o->beta1, o->beta2, wd, scale);
+            break;
+        case HPT_OPTIM_SGD:
+            k_sgd(p, g, m, n, lr, o->beta1, wd, scale);
+            break;
+        case HPT_OPTIM_ADAM_MINI:
+            k_adam_mini(p, g, m, (float *)op->buf[B_V] + op->lay.t[i].v_off, n, op->lay.t[i].row,
+                        lr, o->beta1, o->beta2, o->eps, wd, scale, op->t);
+            break;
+        case HPT_OPTIM_COUNT:
+            break;
+        }
     }
     return HPT_OK;
 }

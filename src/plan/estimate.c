@@ -2,7 +2,7 @@
  *
  * The estimate restates, category by category, what the code allocates through hpt_mem (every
  * hpt_mem_alloc call site of the library: gpt2.c's parameters, gradients and activation arena,
- * adamw.c's moments, dataloader.c's buffers; llmc.c's reference state belongs to verify, not to
+ * optim.c's state buffers, dataloader.c's buffers; llmc.c's reference state belongs to verify, not to
  * training), with the same sizes, so it equals the measured peak byte for byte. When one of
  * those sites changes, this file changes with it; tests/test_estimate.c compares both on
  * several configurations.
@@ -26,8 +26,40 @@ hpt_plan_opts hpt_plan_defaults(void) {
     o.T = 64;
     o.training = 1;
     o.act = hpt_gpt2_act_defaults();
+    o.optimizer = HPT_OPTIM_ADAMW;
+    o.state_bits = 32;
     return o;
 }
+
+/* The optimizer's state, restated from optim.c's layout: per tensor, a moment costs 4 bytes per
+ * value in fp32, or 1 byte per value plus a 4-byte scale per block of 256 values (blocks start
+ * at each tensor's first value) in 8 bits; wte and wpe (the first two tensors) stay fp32 with
+ * state32_embeddings. AdamW keeps m and v, Lion and SGD m, Adam-mini m plus one fp32 v per
+ * block: per row of C values (wte, wpe, qkvw, attprojw, fcw), of 4C (fcprojw), and per
+ * per-layer vector (C; qkvb 3C; fcb 4C). HPT_ERR_INVALID for settings optim.c refuses. */
+static hpt_status optim_bytes(const hpt_plan_opts *o, uint64_t *out) {
+    int bits = o->state_bits == 0 ? 32 : o->state_bits;
+    if ((unsigned)o->optimizer >= HPT_OPTIM_COUNT || (bits != 32 && bits != 8))
+        return hpt_fail(HPT_ERR_INVALID, "optimizer %d with %d-bit state is not an optimizer",
+                        o->optimizer, bits);
+    hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
+    hpt_gpt2_tensors(&o->cfg, t);
+    uint64_t per_moment = 0, mini_v = 0, C = (uint64_t)o->cfg.C;
+    for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) {
+        uint64_t n = t[i].numel;
+        int q8 = bits == 8 && !(o->state32_embeddings && i < 2);
+        per_moment += q8 ? n + (n + 255) / 256 * 4 : n * 4;
+        uint64_t row = i == 5 ? 3 * C : (i == 11 || i == 12) ? 4 * C : C;
+        mini_v += n / row * 4;
+    }
+    switch ((hpt_optim_kind)o->optimizer) {
+    case HPT_OPTIM_ADAMW: *out = 2 * per_moment; break;
+    case HPT_OPTIM_ADAM_MINI: *out = per_moment + mini_v; break;
+    default: *out = per_moment; break; /* Lion, SGD */
+    }
+    return HPT_OK;
+}
+
 
 /* One data loader: raw window (B*T+1) uint16, inputs and targets (B, T) int32 each. */
 static uint64_t loader_bytes(uint64_t BT) { return (BT + 1) * 2 + 2 * BT * 4; }
@@ -54,7 +86,7 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     uint64_t *dev = out->bytes[HPT_TIER_DEVICE];
     dev[HPT_CAT_PARAMS] = np * 4;                     /* hpt_gpt2_create */
     dev[HPT_CAT_GRADS] = np * 4;                      /* hpt_gpt2_create, forward-only too */
-    dev[HPT_CAT_OPTIM] = o->training ? np * 8 : 0;    /* hpt_optim_create: m and v */
+    if (o->training) HPT_CHECK(optim_bytes(o, &dev[HPT_CAT_OPTIM])); /* hpt_optim_create */
     size_t acts = hpt_gpt2_activation_bytes(c, o->B, o->T, &o->act);
     if (acts == 0) return hpt_fail(HPT_ERR_OOM, "no memory to plan the activation arena");
     dev[HPT_CAT_ACTS] = acts;                         /* ensure_acts, at the first forward */

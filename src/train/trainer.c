@@ -1,5 +1,6 @@
 /* trainer.c: the training loop, one step per call: batch -> forward -> backward -> clip ->
- * AdamW with the warmup+cosine learning rate -> (evaluation, checkpoint when due).
+ * the optimizer (AdamW, Lion, Adam-mini or SGD; 32- or 8-bit state) with the warmup+cosine
+ * learning rate -> (evaluation, checkpoint when due).
  * Everything a step depends on (weights, moments, optimizer step count, data position, RNG)
  * is in the training-state checkpoint, so a resumed run computes the same bits as an
  * uninterrupted one with the same thread count. */
@@ -91,6 +92,9 @@ static hpt_status check_budget(hpt_trainer *tr, hpt_gpt2_config *cfg, const char
     po.B = tr->o.B;
     po.T = tr->o.T;
     po.has_val = tr->o.val != NULL;
+    po.optimizer = tr->o.adamw.optimizer;
+    po.state_bits = tr->o.adamw.state_bits;
+    po.state32_embeddings = tr->o.adamw.state32_embeddings;
     po.act = tr->o.act;
     return hpt_plan_check_budget(&po, st.budget_bytes[HPT_TIER_DEVICE], live0);
 }
@@ -118,11 +122,11 @@ static hpt_status setup(hpt_trainer *tr) {
         if (pos.step > o->steps)
             return hpt_fail(HPT_ERR_INVALID, "%s is at step %lld, beyond --steps %lld", path,
                             (long long)pos.step, (long long)o->steps);
+        tr->o.adamw = ao; /* the checkpoint's optimizer and settings continue */
         hpt_gpt2_config cfg = tr->model->cfg;
         HPT_CHECK(check_budget(tr, &cfg, NULL, live0)); /* the shape is known only now */
         tr->step = tr->start_step = pos.step;
         tr->rng.s = pos.rng_state;
-        tr->o.adamw = ao;
         HPT_CHECK(hpt_dataloader_open(tr->mem, o->data, o->B, o->T, tr->model->cfg.V, &tr->train));
         HPT_CHECK(hpt_dataloader_set_pos(tr->train, pos.data_shard, pos.data_offset));
     } else {

@@ -1,0 +1,121 @@
+/* optim.c: the element loops of AdamW (8-bit capable), Lion, SGD with momentum and Adam-mini.
+ *
+ * Each kernel walks its tensor in blocks of K_Q8_BLOCK values, one OpenMP static partition of
+ * blocks: a block's states are made fp32 (in place for fp32 state, dequantised into a stack
+ * buffer for 8-bit state), updated in fp32, used for the parameter update, and requantised with
+ * the block's new absmax (bitsandbytes' order: the parameter sees the unquantised new state).
+ * Blocks are independent, so the result does not depend on the thread count. k_adamw
+ * (pointwise.c) stays the fp32 AdamW path that the PyTorch reference checks. */
+#include "kernels/cpu/q8.h"
+
+#include <math.h>
+#include <omp.h>
+
+#define NBLOCKS(n) (((n) + K_Q8_BLOCK - 1) / K_Q8_BLOCK)
+#define BLOCK_LEN(n, lo) ((int)((n) - (lo) < K_Q8_BLOCK ? (n) - (lo) : K_Q8_BLOCK))
+
+void k_adamw_q(float *p, const float *g, k_state m, k_state v, size_t n, float lr, float beta1,
+               float beta2, float eps, float wd, float grad_scale, int64_t t) {
+    float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
+    float step = lr / bc1, rbc2 = 1.0f / sqrtf(bc2), decay = 1.0f - lr * wd;
+    size_t nb = NBLOCKS(n);
+#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
+    for (size_t b = 0; b < nb; b++) {
+        size_t lo = b * K_Q8_BLOCK;
+        int len = BLOCK_LEN(n, lo);
+        float ms[K_Q8_BLOCK], vs[K_Q8_BLOCK];
+        float *mb = state_block(&m, lo, len, ms), *vb = state_block(&v, lo, len, vs);
+        float *pb = p + lo;
+        const float *gb = g + lo;
+#pragma omp simd
+        for (int j = 0; j < len; j++) {
+            float gi = gb[j] * grad_scale;
+            float mi = beta1 * mb[j] + (1.0f - beta1) * gi;
+            float vi = beta2 * vb[j] + (1.0f - beta2) * gi * gi;
+            mb[j] = mi;
+            vb[j] = vi;
+            pb[j] = pb[j] * decay - step * mi / (sqrtf(vi) * rbc2 + eps);
+        }
+        state_commit(&m, lo, len, mb);
+        state_commit(&v, lo, len, vb);
+    }
+}
+
+void k_lion(float *p, const float *g, k_state m, size_t n, float lr, float beta1, float beta2,
+            float wd, float grad_scale) {
+    float decay = 1.0f - lr * wd;
+    size_t nb = NBLOCKS(n);
+#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
+    for (size_t b = 0; b < nb; b++) {
+        size_t lo = b * K_Q8_BLOCK;
+        int len = BLOCK_LEN(n, lo);
+        float ms[K_Q8_BLOCK];
+        float *mb = state_block(&m, lo, len, ms), *pb = p + lo;
+        const float *gb = g + lo;
+#pragma omp simd
+        for (int j = 0; j < len; j++) {
+            float gi = gb[j] * grad_scale;
+            float c = beta1 * mb[j] + (1.0f - beta1) * gi;
+            float sgn = (float)((c > 0.0f) - (c < 0.0f)); /* sign(0) = 0, as torch.sign */
+            pb[j] = pb[j] * decay - lr * sgn;
+            mb[j] = beta2 * mb[j] + (1.0f - beta2) * gi;
+        }
+        state_commit(&m, lo, len, mb);
+    }
+}
+
+void k_sgd(float *p, const float *g, k_state m, size_t n, float lr, float momentum, float wd,
+           float grad_scale) {
+    size_t nb = NBLOCKS(n);
+#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
+    for (size_t b = 0; b < nb; b++) {
+        size_t lo = b * K_Q8_BLOCK;
+        int len = BLOCK_LEN(n, lo);
+        float ms[K_Q8_BLOCK];
+        float *mb = state_block(&m, lo, len, ms), *pb = p + lo;
+        const float *gb = g + lo;
+#pragma omp simd
+        for (int j = 0; j < len; j++) {
+            float d = gb[j] * grad_scale + wd * pb[j];
+            float buf = momentum * mb[j] + d; /* PyTorch's first step buf = d: 0*momentum + d */
+            mb[j] = buf;
+            pb[j] = pb[j] - lr * buf;
+        }
+        state_commit(&m, lo, len, mb);
+    }
+}
+
+void k_adam_mini(float *p, const float *g, k_state m, float *v, size_t n, size_t block, float lr,
+                 float beta1, float beta2, float eps, float wd, float grad_scale, int64_t t) {
+    size_t nv = n / block;
+    /* pass 1: each block's mean of g^2, summed in order in double */
+#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
+    for (size_t r = 0; r < nv; r++) {
+        const float *gr = g + r * block;
+        double s = 0.0;
+        for (size_t j = 0; j < block; j++) {
+            double gi = (double)(gr[j] * grad_scale);
+            s += gi * gi;
+        }
+        v[r] = beta2 * v[r] + (1.0f - beta2) * (float)(s / (double)block);
+    }
+    float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
+    float step = lr / bc1, rbc2 = 1.0f / sqrtf(bc2), decay = 1.0f - lr * wd;
+    size_t nb = NBLOCKS(n);
+    /* pass 2: the first moment and the parameters, by quantisation block */
+#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
+    for (size_t b = 0; b < nb; b++) {
+        size_t lo = b * K_Q8_BLOCK;
+        int len = BLOCK_LEN(n, lo);
+        float ms[K_Q8_BLOCK];
+        float *mb = state_block(&m, lo, len, ms), *pb = p + lo;
+        const float *gb = g + lo;
+        for (int j = 0; j < len; j++) {
+            float gi = gb[j] * grad_scale;
+            float mi = beta1 * mb[j] + (1.0f - beta1) * gi;
+            mb[j] = mi;
+            pb[j] = pb[j] * decay - step * mi / (sqrtf(v[(lo + (size_t)j) / block]) * rbc2 + eps);
+        }
+        state_commit(&m, lo, len, mb);
+    }
+}

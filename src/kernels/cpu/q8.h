@@ -1,0 +1,60 @@
+/* q8.h: the 8-bit dynamic-map codec shared by quant.c and optim.c (inline, no state).
+ * Encoding is a branchless binary search over the 256 ascending code values (8 compares, no
+ * data-dependent branches, so `omp simd` loops vectorise it with gathers), then the nearer of
+ * the two neighbours. */
+#ifndef HPT_Q8_H
+#define HPT_Q8_H
+
+#include "kernels/kernels.h"
+
+#include <math.h>
+#include <string.h>
+
+/* The code whose value is nearest x (x in units of the block's absmax). */
+static inline uint8_t q8_encode(float x, const float *map) {
+    int pos = 0; /* largest index with map[pos] <= x, or 0 */
+    pos += map[pos + 128] <= x ? 128 : 0;
+    pos += map[pos + 64] <= x ? 64 : 0;
+    pos += map[pos + 32] <= x ? 32 : 0;
+    pos += map[pos + 16] <= x ? 16 : 0;
+    pos += map[pos + 8] <= x ? 8 : 0;
+    pos += map[pos + 4] <= x ? 4 : 0;
+    pos += map[pos + 2] <= x ? 2 : 0;
+    pos += map[pos + 1] <= x ? 1 : 0;
+    int up = pos < 255 ? pos + 1 : 255;
+    return (uint8_t)(map[up] - x < x - map[pos] ? up : pos);
+}
+
+/* buf (len) = the block's values; len <= 256. */
+static inline void q8_load_block(float *buf, const uint8_t *codes, float absmax, int len,
+                                 const float *map) {
+#pragma omp simd
+    for (int j = 0; j < len; j++) buf[j] = map[codes[j]] * absmax;
+}
+
+/* Quantises buf (len) into codes; returns the block's absmax. */
+static inline float q8_store_block(uint8_t *codes, const float *buf, int len, const float *map) {
+    float mx = 0.0f;
+#pragma omp simd reduction(max : mx)
+    for (int j = 0; j < len; j++) mx = fmaxf(mx, fabsf(buf[j]));
+    float inv = mx > 0.0f ? 1.0f / mx : 0.0f;
+#pragma omp simd
+    for (int j = 0; j < len; j++) codes[j] = q8_encode(buf[j] * inv, map);
+    return mx;
+}
+
+/* The block [lo, lo+len) of state s as fp32: in place when s is fp32, else dequantised into
+ * scratch. */
+static inline float *state_block(const k_state *s, size_t lo, int len, float *scratch) {
+    if (s->f32) return s->f32 + lo;
+    q8_load_block(scratch, s->codes + lo, s->absmax[lo / K_Q8_BLOCK], len, s->map);
+    return scratch;
+}
+
+/* Writes the block back (requantises when 8-bit). */
+static inline void state_commit(const k_state *s, size_t lo, int len, const float *buf) {
+    if (s->f32) return;
+    s->absmax[lo / K_Q8_BLOCK] = q8_store_block(s->codes + lo, buf, len, s->map);
+}
+
+#endif

@@ -1,0 +1,56 @@
+/* quant.c: 8-bit block-wise quantisation with Dettmers et al.'s dynamic map ("8-bit Optimizers
+ * via Block-wise Quantization", 2021; bitsandbytes' create_dynamic_map(signed, 7, 8)).
+ *
+ * The dynamic map spends bits on an exponent (a run of leading zero bits, here 10^-6 .. 10^0)
+ * and a linear fraction whose length grows with the exponent: for exponent i (0..6) it holds
+ * the midpoints of linspace(0.1, 1, k+1) times 10^(i-6), k = 2^i fractions (signed: each with
+ * both signs) or 2^(i+1) (unsigned: the sign bit becomes a fraction bit); plus 0 and 1. That
+ * makes 2*127 + 2 = 256 values (signed, range [-0.993, 1]) and 254 + 2 (unsigned, [0, 1]).
+ * Invariant: map[] is strictly ascending, so nearest-code search is a binary search. */
+#include "kernels/cpu/q8.h"
+
+#include <stdlib.h>
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+void k_q8_map(float map[256], int is_signed) {
+    int n = 0;
+    for (int i = 0; i < 7; i++) {
+        int k = is_signed ? 1 << i : 1 << (i + 1); /* fractions at this exponent */
+        double scale = pow(10.0, (double)(i - 6));
+        for (int j = 0; j < k; j++) {
+            /* midpoint of [b_j, b_j+1], b = linspace(0.1, 1, k+1), in float */
+            float b0 = 0.1f + (float)j * (0.9f / (float)k), b1 = 0.1f + (float)(j + 1) * (0.9f / (float)k);
+            float mid = (float)(scale * (double)((b0 + b1) / 2.0f));
+            map[n++] = mid;
+            if (is_signed) map[n++] = -mid;
+        }
+    }
+    map[n++] = 0.0f;
+    map[n++] = 1.0f;
+    qsort(map, 256, sizeof(float), cmp_float);
+}
+
+void k_q8_quantize(uint8_t *codes, float *absmax, const float *x, size_t n, const float *map) {
+    size_t nb = (n + K_Q8_BLOCK - 1) / K_Q8_BLOCK;
+#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
+    for (size_t b = 0; b < nb; b++) {
+        size_t lo = b * K_Q8_BLOCK;
+        int len = (int)(n - lo < K_Q8_BLOCK ? n - lo : K_Q8_BLOCK);
+        absmax[b] = q8_store_block(codes + lo, x + lo, len, map);
+    }
+}
+
+void k_q8_dequantize(float *x, const uint8_t *codes, const float *absmax, size_t n,
+                     const float *map) {
+    size_t nb = (n + K_Q8_BLOCK - 1) / K_Q8_BLOCK;
+#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
+    for (size_t b = 0; b < nb; b++) {
+        size_t lo = b * K_Q8_BLOCK;
+        int len = (int)(n - lo < K_Q8_BLOCK ? n - lo : K_Q8_BLOCK);
+        q8_load_block(x + lo, codes + lo, absmax[b], len, map);
+    }
+}
