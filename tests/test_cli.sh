@@ -113,6 +113,19 @@ assert full == split, (full, split)
 PY
 if cmp -s "$tmp/full/model.bin" "$tmp/split/model.bin"; then ok; else bad "resumed weights differ"; fi
 
+# --- optimizers: 8-bit Lion split by --stop-at resumes bit-identically; bad flags refused ---
+train --steps 12 --lr 1e-3 --optimizer lion --state-bits 8 --save "$tmp/lfull" 2>/dev/null
+train --steps 12 --lr 1e-3 --optimizer lion --state-bits 8 --save "$tmp/lsplit" --stop-at 5 2>/dev/null
+"$bin" train --data "$tmp/train_*.bin" --batch 4 --seq 16 --quiet --steps 12 --lr 1e-3 \
+  --resume "$tmp/lsplit" --save "$tmp/lsplit" 2>"$tmp/err"
+if grep -q "optimizer lion, 8-bit state" "$tmp/err" && cmp -s "$tmp/lfull/state.bin" "$tmp/lsplit/state.bin"; then ok
+else bad "8-bit Lion resume: $(cat "$tmp/err")"; fi
+expect_error "bad optimizer" "unknown optimizer" train --steps 1 --optimizer adam
+expect_error "bad state bits" "32 or 8" train --steps 1 --state-bits 4
+expect_error "emb32 without 8 bits" "state-bits 8" train --steps 1 --state-32bit-embeddings
+if "$bin" estimate --model "gpt2:L=2,C=32,NH=4,V=64,T=16" --seq 16 --optimizer adam-mini --state-bits 8 --json \
+   | grep -q '"optimizer":"adam-mini","state_bits":8'; then ok; else bad "estimate --optimizer"; fi
+
 # --- sample, encode/decode ---
 if "$bin" sample --model "$tmp/run" --tokens 20 >"$tmp/sample" 2>"$tmp/err" && [ -s "$tmp/sample" ]; then ok; else bad "sample: $(cat "$tmp/err")"; fi
 expect_error "sample temperature" "temperature" "$bin" sample --model "$tmp/run" --temperature 0

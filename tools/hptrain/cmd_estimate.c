@@ -27,6 +27,10 @@ static const char k_help[] =
     "  --val GLOB           a validation loader is open (its buffers count)\n"
     "  --memory SIZE        device budget, e.g. 512MB, 4GB, 1.5GiB: says whether the run fits\n"
     "  --forward-only       forward passes only (evaluation): no optimizer state\n"
+    "  --optimizer K        adamw (default), lion, adam-mini or sgd (docs/optimizers.md; Lion\n"
+    "                       wants a 3-10x smaller --lr than AdamW, SGD a far larger one)\n"
+    "  --state-bits N       optimizer state in 32 (default) or 8 bits (block-wise quantised)\n"
+    "  --state-32bit-embeddings  with --state-bits 8: keep wte and wpe state in 32 bits\n"
     "  --attention K        flash (default) or plain attention\n"
     "  --recompute P        none (default), selective, every:N or full\n"
     "  --json               machine-readable output (docs/estimate.md lists the keys)\n";
@@ -60,6 +64,9 @@ static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t 
            c->L, c->C, c->NH, c->V, c->Vp, c->maxT);
     printf("\"B\":%d,\"T\":%d,\"training\":%s,\"has_val\":%s,", po->B, po->T,
            po->training ? "true" : "false", po->has_val ? "true" : "false");
+    printf("\"optimizer\":\"%s\",\"state_bits\":%d,\"state32_embeddings\":%s,",
+           hpt_optim_name((hpt_optim_kind)po->optimizer), po->state_bits ? po->state_bits : 32,
+           po->state32_embeddings ? "true" : "false");
     printf("\"peak_bytes\":%llu,\"bytes\":{", (unsigned long long)e->peak_bytes[HPT_TIER_DEVICE]);
     for (int t = 0; t < HPT_TIER_COUNT; t++) {
         printf("%s\"%s\":{", t ? "," : "", hpt_tier_name((hpt_tier)t));
@@ -96,10 +103,13 @@ static void print_text(const char *model, const hpt_plan_opts *po, const hpt_est
                        uint64_t budget, const hpt_plan_fit *fit) {
     const hpt_gpt2_config *c = &po->cfg;
     char b[HPT_TIER_COUNT][32], x[32], y[32];
+    char how[96];
+    snprintf(how, sizeof how, "training (forward, backward, %s with %d-bit state%s)",
+             hpt_optim_name((hpt_optim_kind)po->optimizer), po->state_bits ? po->state_bits : 32,
+             po->state32_embeddings ? ", wte and wpe 32-bit" : "");
     printf("estimate: %s: GPT-2 L=%d C=%d NH=%d V=%d (Vp %d) maxT=%d; B=%d T=%d; %s%s\n", model,
            c->L, c->C, c->NH, c->V, c->Vp, c->maxT, po->B, po->T,
-           po->training ? "training (forward, backward, AdamW)" : "forward only",
-           po->has_val ? ", with a validation loader" : "");
+           po->training ? how : "forward only", po->has_val ? ", with a validation loader" : "");
     printf("\n  %-10s %12s %12s %12s %18s\n", "category", "device", "host", "disk", "device bytes");
     for (int k = 0; k < HPT_CAT_COUNT; k++) {
         for (int t = 0; t < HPT_TIER_COUNT; t++) fmt_bytes(b[t], sizeof b[t], e->bytes[t][k]);
@@ -170,6 +180,7 @@ int cmd_estimate(int argc, char **argv) {
         {"seed", 1, 0, 'x'},        {"threads", 1, 0, 'j'},     {"quiet", 0, 0, 'q'},
         {"stop-at", 1, 0, 'A'},     {"json", 0, 0, 'J'},        {"forward-only", 0, 0, 'F'},
         {"attention", 1, 0, 1001},  {"recompute", 1, 0, 1002},
+        {"optimizer", 1, 0, 1101}, {"state-bits", 1, 0, 1102}, {"state-32bit-embeddings", 0, 0, 1103},
         {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
     const char *model = NULL, *resume = NULL;
     hpt_plan_opts po = hpt_plan_defaults();
@@ -213,12 +224,27 @@ int cmd_estimate(int argc, char **argv) {
         case 'x': r = cli_parse_long("estimate", "--seed", optarg, 0, 0x7fffffffffffffffL, &lv); break;
         case 'j': r = cli_parse_long("estimate", "--threads", optarg, 1, 1024, &lv); break;
         case 'A': r = cli_parse_long("estimate", "--stop-at", optarg, 1, 1L << 40, &lv); break;
+        case 1101: {
+            hpt_optim_kind k;
+            if (hpt_optim_parse(optarg, &k) != HPT_OK)
+                return cli_usage_error("estimate", "--optimizer: %s", hpt_last_error());
+            po.optimizer = (int)k;
+            break;
+        }
+        case 1102:
+            if (strcmp(optarg, "32") && strcmp(optarg, "8"))
+                return cli_usage_error("estimate", "--state-bits: 32 or 8 (got '%s')", optarg);
+            po.state_bits = atoi(optarg);
+            break;
+        case 1103: po.state32_embeddings = 1; break;
         case 'd': case 's': case 'o': case 'q': break;
         }
         if (r) return r;
     }
     if (optind < argc) return cli_usage_error("estimate", "unexpected argument '%s'", argv[optind]);
     if (!model && !resume) return cli_usage_error("estimate", "--model (or --resume) is required");
+    if (po.state32_embeddings && po.state_bits != 8)
+        return cli_usage_error("estimate", "--state-32bit-embeddings needs --state-bits 8");
 
     char path[4096];
     const char *ckpt = NULL;

@@ -30,7 +30,7 @@ static const char k_help[] =
     "  --lr X               peak learning rate (default 6e-4)\n"
     "  --min-lr X           final learning rate of the cosine schedule (default lr/10)\n"
     "  --warmup N           linear warmup steps (default 10)\n"
-    "  --weight-decay X     AdamW decoupled weight decay on matrices (default 0.1)\n"
+    "  --weight-decay X     weight decay on matrices (default 0.1; sgd: 0, coupled as PyTorch)\n"
     "  --grad-clip X        global gradient-norm clip, 0 to disable (default 1.0)\n"
     "  --eval-every N       validation interval in steps (default 100)\n"
     "  --val-batches N      batches per validation (default 10)\n"
@@ -47,6 +47,10 @@ static const char k_help[] =
     "  --recompute P        none (default), selective (ln1, ln2, GELU output; probabilities\n"
     "                       with plain attention), every:N (keep every N-th block's input) or\n"
     "                       full (keep each block's input); exact (docs/activations.md)\n"
+    "  --optimizer K        adamw (default), lion, adam-mini or sgd (docs/optimizers.md; Lion\n"
+    "                       wants a 3-10x smaller --lr than AdamW, SGD a far larger one)\n"
+    "  --state-bits N       optimizer state in 32 (default) or 8 bits (block-wise quantised)\n"
+    "  --state-32bit-embeddings  with --state-bits 8: keep wte and wpe state in 32 bits\n"
     "  --seed S             initialisation seed (default 1337)\n"
     "  --threads N          threads (default: all cores)\n"
     "  --quiet              no progress line\n";
@@ -124,11 +128,13 @@ int cmd_train(int argc, char **argv) {
         {"resume", 1, 0, 'r'},      {"log", 1, 0, 'o'},         {"memory", 1, 0, 'M'},
         {"seed", 1, 0, 'x'},        {"threads", 1, 0, 'j'},     {"quiet", 0, 0, 'q'},        {"stop-at", 1, 0, 'A'},
         {"trace", 1, 0, 'P'},     {"attention", 1, 0, 1001}, {"recompute", 1, 0, 1002},
+        {"optimizer", 1, 0, 1101}, {"state-bits", 1, 0, 1102}, {"state-32bit-embeddings", 0, 0, 1103},
         {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
     hpt_train_opts o = hpt_train_defaults();
     const char *log_path = NULL, *trace_path = NULL;
     uint64_t budget = 0;
-    int quiet = 0, min_lr_set = 0;
+    int quiet = 0, min_lr_set = 0, wd_set = 0, state_bits = 32, emb32 = 0;
+    hpt_optim_kind kind = HPT_OPTIM_ADAMW;
     long threads = 0, stop_at = 0;
     int opt_rc = 0;
     int c;
@@ -147,7 +153,7 @@ int cmd_train(int argc, char **argv) {
         case 'l': r = cli_parse_float("train", "--lr", optarg, 0, 10, &dv); o.lr = (float)dv; break;
         case 'L': r = cli_parse_float("train", "--min-lr", optarg, 0, 10, &dv); o.min_lr = (float)dv; min_lr_set = 1; break;
         case 'w': r = cli_parse_long("train", "--warmup", optarg, 0, 1L << 40, &lv); o.warmup = lv; break;
-        case 'W': r = cli_parse_float("train", "--weight-decay", optarg, 0, 10, &dv); o.adamw.weight_decay = (float)dv; break;
+        case 'W': r = cli_parse_float("train", "--weight-decay", optarg, 0, 10, &dv); o.adamw.weight_decay = (float)dv; wd_set = 1; break;
         case 'g': r = cli_parse_float("train", "--grad-clip", optarg, 0, 1e9, &dv); o.grad_clip = (float)dv; break;
         case 'e': r = cli_parse_long("train", "--eval-every", optarg, 0, 1L << 40, &lv); o.eval_every = lv; break;
         case 'E': r = cli_parse_long("train", "--val-batches", optarg, 1, 1 << 20, &lv); o.val_batches = (int)lv; break;
@@ -172,6 +178,16 @@ int cmd_train(int argc, char **argv) {
                 return cli_usage_error("train", "--recompute: %s", hpt_last_error());
             break;
         case 'A': r = cli_parse_long("train", "--stop-at", optarg, 1, 1L << 40, &stop_at); break;
+        case 1101:
+            if (hpt_optim_parse(optarg, &kind) != HPT_OK)
+                return cli_usage_error("train", "--optimizer: %s", hpt_last_error());
+            break;
+        case 1102:
+            if (strcmp(optarg, "32") && strcmp(optarg, "8"))
+                return cli_usage_error("train", "--state-bits: 32 or 8 (got '%s')", optarg);
+            state_bits = atoi(optarg);
+            break;
+        case 1103: emb32 = 1; break;
         }
         if (r) return r;
     }
@@ -179,6 +195,15 @@ int cmd_train(int argc, char **argv) {
     if (!o.data) return cli_usage_error("train", "--data is required");
     if (!o.model && !o.resume) return cli_usage_error("train", "--model (or --resume) is required");
     if (!min_lr_set) o.min_lr = o.lr / 10.0f;
+    if (emb32 && state_bits != 8)
+        return cli_usage_error("train", "--state-32bit-embeddings needs --state-bits 8");
+    { /* the optimizer's own defaults (betas, SGD's weight decay), then the flags */
+        float wd = o.adamw.weight_decay;
+        o.adamw = hpt_optim_defaults(kind);
+        if (wd_set) o.adamw.weight_decay = wd;
+        o.adamw.state_bits = state_bits;
+        o.adamw.state32_embeddings = emb32;
+    }
     if (threads) hpt_set_threads((int)threads);
 
     hpt_mem *mem;
@@ -227,6 +252,14 @@ int cmd_train(int argc, char **argv) {
         fmt_bytes(ab, sizeof ab, hpt_gpt2_activation_bytes(cfg, o.B, o.T, &o.act));
         fprintf(stderr, "hptrain: attention %s, recompute %s: activation arena %s\n",
                 hpt_attention_name(o.act.attention), hpt_recompute_name(&o.act, rb, sizeof rb), ab);
+    }
+    {
+        const hpt_adamw_opts *ao = hpt_trainer_optim_opts(tr);
+        char sb[32];
+        fmt_bytes(sb, sizeof sb, hpt_optim_state_bytes(cfg, ao));
+        fprintf(stderr, "hptrain: optimizer %s, %d-bit state%s: %s of optimizer state\n",
+                hpt_optim_name((hpt_optim_kind)ao->optimizer), ao->state_bits ? ao->state_bits : 32,
+                ao->state32_embeddings ? " (wte, wpe in 32 bits)" : "", sb);
     }
     if (hpt_trainer_start_step(tr))
         fprintf(stderr, "hptrain: resuming at step %lld of %lld\n",

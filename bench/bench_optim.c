@@ -1,0 +1,76 @@
+/* bench_optim.c: training-state bytes per parameter of every optimizer and state width,
+ * measured: a model and its optimizer are created in a fresh hpt_mem, and the accounted
+ * device bytes of params + grads + optim are divided by the parameter count (nothing is
+ * computed from formulas here). Also the optimizer step's time per parameter on random
+ * gradients (median of a few steps). Usage: bench_optim [SHAPE] [--steps N]. */
+#include "hptrain.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv) {
+    const char *shape = "gpt2-124m";
+    int steps = 5;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+        else shape = argv[i];
+    }
+    if (steps < 1 || steps > 64) steps = 5;
+    hpt_gpt2_config cfg;
+    if (hpt_gpt2_config_parse(shape, &cfg) != HPT_OK) {
+        fprintf(stderr, "bench_optim: %s\n", hpt_last_error());
+        return 1;
+    }
+    printf("training-state bytes per parameter, measured from hpt_mem (%s, %.2fM parameters, "
+           "%d threads)\n\n", shape, (double)hpt_gpt2_num_params(&cfg) / 1e6, hpt_get_threads());
+    printf("| optimizer | state | params | grads | optim | total bytes/param | step ns/param |\n");
+    printf("| --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
+    const int bits[3] = {32, 8, 8}, emb[3] = {0, 0, 1};
+    for (int k = 0; k < HPT_OPTIM_COUNT; k++)
+        for (int w = 0; w < 3; w++) {
+            hpt_mem *mem;
+            hpt_gpt2 *m;
+            hpt_optim *o;
+            if (hpt_mem_create(&mem) != HPT_OK || hpt_gpt2_create(mem, &cfg, &m) != HPT_OK) return 1;
+            hpt_adamw_opts ao = hpt_optim_defaults((hpt_optim_kind)k);
+            ao.state_bits = bits[w];
+            ao.state32_embeddings = emb[w];
+            if (hpt_optim_create(mem, m, &ao, &o) != HPT_OK) {
+                fprintf(stderr, "bench_optim: %s\n", hpt_last_error());
+                return 1;
+            }
+            hpt_mem_stats st;
+            hpt_mem_get_stats(mem, &st);
+            double n = (double)hpt_gpt2_get_num_params(m);
+            const uint64_t *live = st.live_bytes[HPT_TIER_DEVICE];
+            double p = (double)live[HPT_CAT_PARAMS] / n, g = (double)live[HPT_CAT_GRADS] / n,
+                   s = (double)live[HPT_CAT_OPTIM] / n;
+            /* time: random gradients, the step at a tiny lr */
+            float *gr = hpt_gpt2_grads(m);
+            uint32_t x = 1u;
+            for (size_t i = 0; i < (size_t)n; i++) {
+                x = x * 1664525u + 1013904223u;
+                gr[i] = ((float)(x >> 8) / 16777216.0f - 0.5f) * 1e-3f;
+            }
+            double t[64];
+            for (int i = 0; i < steps; i++) {
+                double t0 = hpt_now();
+                hpt_optim_step(o, 1e-6f, 0.0f, NULL);
+                t[i] = hpt_now() - t0;
+            }
+            qsort(t, (size_t)steps, sizeof t[0], cmp_double);
+            printf("| %s | %d-bit%s | %.3f | %.3f | %.3f | %.3f | %.2f |\n",
+                   hpt_optim_name((hpt_optim_kind)k), bits[w], emb[w] ? " (wte, wpe 32-bit)" : "",
+                   p, g, s, p + g + s, t[steps / 2] / n * 1e9);
+            hpt_optim_free(o);
+            hpt_gpt2_free(m);
+            hpt_mem_destroy(mem);
+        }
+    return 0;
+}
