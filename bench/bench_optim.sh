@@ -3,7 +3,8 @@
 # optimizer and state width, measured from hpt_mem's accounted bytes (GPT-2 124M shape).
 # 2) Final validation loss of each optimizer and state width on Moby-Dick (scripts/demo.sh's
 # corpus) with a small GPT-2, same data, seed and schedule; per-optimizer learning rates below.
-# Usage: bench/bench_optim.sh [steps] [configs...]   (BUILD=dir picks the build; OUT=dir the logs)
+# Usage: bench/bench_optim.sh [steps] [configs...]   (BUILD=dir picks the build; OUT=dir the logs;
+# THREADS=N the training threads; SKIP_BYTES=1 skips part 1, to run config lists side by side)
 # A config is NAME:OPTIMIZER:BITS[:emb]:LR[:WD], e.g. adamw8:adamw:8:2e-3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +17,7 @@ cmake --build "$build" --target hptrain_cli hptrain -j2 >/dev/null
 cc -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Iinclude bench/bench_optim.c "$build/libhptrain.a" \
   -fopenmp -ldnnl -lpcre2-8 -lcjson -lmvec -lm -o "$build/bench_optim"
 mkdir -p "$out"
-"$build/bench_optim" gpt2-124m | tee "$out/bytes.md"
+[ -n "${SKIP_BYTES:-}" ] || "$build/bench_optim" gpt2-124m | tee "$out/bytes.md"
 
 data=data/mobydick
 if [ ! -f "$data/train_000000.bin" ]; then
@@ -34,7 +35,7 @@ if [ ${#configs[@]} -eq 0 ]; then
 fi
 echo
 echo "validation loss after $steps steps: $model, batch 4, seq 32, warmup 100, cosine to lr/10,"
-echo "clip 1.0, seed 1337, validation over 40 batches (5120 tokens)"
+echo "clip 1.0, seed 1337, validation over 40 batches (5120 tokens), ${THREADS:-all} threads"
 echo
 echo "| run | optimizer | state | lr | weight decay | final val loss | vs fp32 AdamW | optim bytes | s/run |"
 echo "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
@@ -47,11 +48,11 @@ for c in "${configs[@]}"; do
   "$build/hptrain" train --model "$model" --data "$data/train_*.bin" --val "$data/val_*.bin" \
     --batch 4 --seq 32 --steps "$steps" --lr "$lr" --warmup 100 --weight-decay "$wd" \
     --eval-every 500 --val-batches 40 --optimizer "$opt" --state-bits "$bits" $emb \
-    --quiet --log "$out/$name.jsonl" 2>"$out/$name.txt" || { echo "| $name | $opt | $bits | $lr | $wd | failed: $(tail -1 "$out/$name.txt") |"; continue; }
+    ${THREADS:+--threads $THREADS} --quiet --log "$out/$name.jsonl" 2>"$out/$name.txt" || { echo "| $name | $opt | $bits | $lr | $wd | failed: $(tail -1 "$out/$name.txt") |"; continue; }
   t1=$(date +%s)
   vl=$(grep -o '"val_loss":[0-9.]*' "$out/$name.jsonl" | tail -1 | cut -d: -f2)
   ob=$(grep -o 'optim [ 0-9.]*MiB' "$out/$name.txt" | tail -1 | sed 's/optim *//')
   [ -z "$base" ] && [ "$name" = adamw32 ] && base=$vl
   rel=$([ -n "$base" ] && python3 -c "print('%+.2f%%' % (100*($vl-$base)/$base))" || echo -)
   echo "| $name | $opt | $bits-bit${emb:+ (wte, wpe 32-bit)} | $lr | $wd | $vl | $rel | $ob | $((t1 - t0)) |"
-done | tee "$out/losses.md"
+done | tee -a "$out/losses.md"
