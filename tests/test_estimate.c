@@ -1,7 +1,7 @@
 /* test_estimate.c: the estimator against real runs. For each configuration (shapes, batches,
  * sequence lengths, with and without validation, training and forward-only, a shape and a
- * checkpoint) the real thing runs under a recording hpt_mem and the estimate must match the
- * measured device peak within 2% (DESIGN.md's invariant) and, today, byte for byte in every
+ * checkpoint, each optimizer and state width) the real thing runs under a recording hpt_mem
+ * and the estimate must match the measured device peak within 2% (DESIGN.md's invariant) and, today, byte for byte in every
  * category. Also: the peak is the sum of what is live at the end (nothing is freed early); the
  * planned arena is at least the largest sum of buffers live at one time point (measured from
  * the arena's events); a 70B-like shape estimates instantly with plausible figures; the
@@ -42,6 +42,9 @@ typedef struct {
     int training;      /* 1: the trainer (2 steps, evaluation after each with val) */
     int val;
     int no_data;       /* forward-only without a data loader (generation-like) */
+    int optimizer;     /* hpt_optim_kind (training) */
+    int state_bits;    /* 0 or 32, or 8 */
+    int emb32;         /* 8-bit state with wte, wpe in fp32 */
 } run_case;
 
 typedef struct {
@@ -62,6 +65,9 @@ static hpt_status run_training(hpt_mem *mem, const run_case *rc, measured *m) {
     o.warmup = 1;
     o.eval_every = 1;
     o.val_batches = 1;
+    o.adamw = hpt_optim_defaults((hpt_optim_kind)rc->optimizer);
+    o.adamw.state_bits = rc->state_bits;
+    o.adamw.state32_embeddings = rc->emb32;
     hpt_trainer *tr;
     TRY(hpt_trainer_create(mem, &o, &tr));
     hpt_train_progress p;
@@ -130,6 +136,9 @@ static void check_case(const run_case *rc) {
     po.training = rc->training;
     po.has_val = rc->val;
     po.no_data = rc->no_data;
+    po.optimizer = rc->optimizer;
+    po.state_bits = rc->state_bits;
+    po.state32_embeddings = rc->emb32;
     hpt_estimate e;
     CHECK_OK(hpt_plan_estimate(&po, &e));
     uint64_t est = e.peak_bytes[HPT_TIER_DEVICE], meas = m.st.peak_bytes[HPT_TIER_DEVICE];
@@ -177,7 +186,7 @@ static void check_refusal(void) {
     hpt_estimate e;
     CHECK_OK(hpt_plan_estimate(&po, &e));
     uint64_t peak = e.peak_bytes[HPT_TIER_DEVICE];
-    run_case rc = {"refusal", shape, 8, 32, 1, 1, 0};
+    run_case rc = {"refusal", shape, 8, 32, 1, 1, 0, 0, 32, 0};
 
     /* one byte short: refused before any allocation, with the breakdown and what fits */
     hpt_mem *mem;
@@ -233,7 +242,7 @@ static void check_refusal(void) {
     /* a checkpoint: its header gives the shape, nothing is loaded */
     char ckpt[600];
     snprintf(ckpt, sizeof ckpt, "%s/gpt2_tiny_model.bin", t_ref_dir());
-    run_case rk = {"refusal ckpt", ckpt, 2, 16, 1, 0, 0};
+    run_case rk = {"refusal ckpt", ckpt, 2, 16, 1, 0, 0, 0, 32, 0};
     CHECK_OK(hpt_mem_create(&mem));
     hpt_mem_set_budget(mem, HPT_TIER_DEVICE, 400000);
     CHECK_STATUS(run_training(mem, &rk, NULL), HPT_ERR_OOM);
@@ -365,15 +374,21 @@ int main(void) {
     snprintf(ckpt, sizeof ckpt, "%s/gpt2_tiny_model.bin", t_ref_dir());
 
     const run_case cases[] = {
-        {"train L2 C32 B4 T16", "gpt2:L=2,C=32,NH=4,V=64,T=32", 4, 16, 1, 0, 0},
-        {"train L2 C32 B4 T16 +val", "gpt2:L=2,C=32,NH=4,V=64,T=32", 4, 16, 1, 1, 0},
-        {"train L3 C48 V100 B2 T32 +val", "gpt2:L=3,C=48,NH=6,V=100,T=32", 2, 32, 1, 1, 0},
-        {"train L1 C16 B1 T64 (T=maxT)", "gpt2:L=1,C=16,NH=2,V=50,T=64", 1, 64, 1, 0, 0},
-        {"train L4 C64 NH8 B2 T96 +val", "gpt2:L=4,C=64,NH=8,V=256,T=128", 2, 96, 1, 1, 0},
-        {"train ckpt tiny B2 T16 +val", ckpt, 2, 16, 1, 1, 0},
-        {"forward L2 C64 B3 T24 loader", "gpt2:L=2,C=64,NH=4,V=256,T=64", 3, 24, 0, 0, 0},
-        {"forward L3 C32 B1 T20 no data", "gpt2:L=3,C=32,NH=2,V=80,T=32", 1, 20, 0, 0, 1},
-        {"forward L2 C32 B2 T16 loader+val", "gpt2:L=2,C=32,NH=4,V=64,T=32", 2, 16, 0, 1, 0},
+        {"train L2 C32 B4 T16", "gpt2:L=2,C=32,NH=4,V=64,T=32", 4, 16, 1, 0, 0, 0, 32, 0},
+        {"train L2 C32 B4 T16 +val", "gpt2:L=2,C=32,NH=4,V=64,T=32", 4, 16, 1, 1, 0, 0, 32, 0},
+        {"train L3 C48 V100 B2 T32 +val", "gpt2:L=3,C=48,NH=6,V=100,T=32", 2, 32, 1, 1, 0, 0, 32, 0},
+        {"train L1 C16 B1 T64 (T=maxT)", "gpt2:L=1,C=16,NH=2,V=50,T=64", 1, 64, 1, 0, 0, 0, 32, 0},
+        {"train L4 C64 NH8 B2 T96 +val", "gpt2:L=4,C=64,NH=8,V=256,T=128", 2, 96, 1, 1, 0, 0, 32, 0},
+        {"train ckpt tiny B2 T16 +val", ckpt, 2, 16, 1, 1, 0, 0, 32, 0},
+        {"forward L2 C64 B3 T24 loader", "gpt2:L=2,C=64,NH=4,V=256,T=64", 3, 24, 0, 0, 0, 0, 32, 0},
+        {"forward L3 C32 B1 T20 no data", "gpt2:L=3,C=32,NH=2,V=80,T=32", 1, 20, 0, 0, 1, 0, 32, 0},
+        {"forward L2 C32 B2 T16 loader+val", "gpt2:L=2,C=32,NH=4,V=64,T=32", 2, 16, 0, 1, 0, 0, 32, 0},
+        /* optimizers and state widths (docs/optimizers.md) */
+        {"train L2 C32 +val AdamW 8-bit", "gpt2:L=2,C=32,NH=4,V=64,T=32", 4, 16, 1, 1, 0, HPT_OPTIM_ADAMW, 8, 0},
+        {"train L3 C48 V100 Lion 8-bit emb32", "gpt2:L=3,C=48,NH=6,V=100,T=32", 2, 32, 1, 1, 0, HPT_OPTIM_LION, 8, 1},
+        {"train L2 C64 Adam-mini 32-bit", "gpt2:L=2,C=64,NH=4,V=256,T=64", 3, 24, 1, 0, 0, HPT_OPTIM_ADAM_MINI, 32, 0},
+        {"train L2 C64 Adam-mini 8-bit", "gpt2:L=2,C=64,NH=4,V=256,T=64", 3, 24, 1, 0, 0, HPT_OPTIM_ADAM_MINI, 8, 0},
+        {"train L1 C16 SGD 8-bit", "gpt2:L=1,C=16,NH=2,V=50,T=64", 1, 64, 1, 0, 0, HPT_OPTIM_SGD, 8, 0},
     };
     printf("estimate vs measured device peak (bytes):\n");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
