@@ -72,7 +72,8 @@ for T in $TS; do
 done
 
 echo
-echo "-- 2. measured: $STEPS steps each (time: mean of steps 2..$STEPS)"
+if [ "$STEPS" -gt 1 ]; then what="mean of steps 2..$STEPS"; else what="the one step, its arena's first touch included"; fi
+echo "-- 2. measured: $STEPS step(s) each (time: $what)"
 printf "%-40s %5s %-6s %-10s %11s %8s %11s %9s %7s\n" model B,T attn recompute "arena GiB" "x none" "peak GiB" "step s" "x none"
 for run in "${RUNS[@]}"; do
     set -- $run

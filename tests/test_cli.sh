@@ -68,6 +68,8 @@ expect_error "token id >= V" "vocabulary" train --steps 1 --data "$tmp/bigid.bin
 expect_error "shard magic" "magic" train --steps 1 --data "$tmp/badmagic.bin"
 expect_error "shard version" "version" train --steps 1 --data "$tmp/badversion.bin"
 expect_error "shard truncated" "truncated" train --steps 1 --data "$tmp/short.bin"
+expect_error "bad recompute" "every:N" train --steps 1 --recompute every:0
+expect_error "bad attention" "flash or plain" train --steps 1 --attention fast
 expect_error "budget too small" "out of memory|budget" train --steps 1 --memory 100KB
 expect_error "bad size" "size" train --steps 1 --memory 12XB
 expect_error "checkpoint magic" "magic" "$bin" sample --model "$tmp/train_000000.bin"
@@ -125,6 +127,10 @@ expect_error "bad state bits" "32 or 8" train --steps 1 --state-bits 4
 expect_error "emb32 without 8 bits" "state-bits 8" train --steps 1 --state-32bit-embeddings
 if "$bin" estimate --model "gpt2:L=2,C=32,NH=4,V=64,T=16" --seq 16 --optimizer adam-mini --state-bits 8 --json \
    | grep -q '"optimizer":"adam-mini","state_bits":8'; then ok; else bad "estimate --optimizer"; fi
+if "$bin" estimate --model "gpt2:L=2,C=32,NH=4,V=64,T=16" --seq 16 --attention plain --recompute every:2 --json \
+   | grep -q '"attention":"plain","recompute":"every:2"'; then ok; else bad "estimate --recompute"; fi
+if train --steps 2 --attention plain --recompute full 2>&1 | grep -q "attention plain, recompute full"; then ok
+else bad "train --recompute full"; fi
 
 # --- sample, encode/decode ---
 if "$bin" sample --model "$tmp/run" --tokens 20 >"$tmp/sample" 2>"$tmp/err" && [ -s "$tmp/sample" ]; then ok; else bad "sample: $(cat "$tmp/err")"; fi
