@@ -5,6 +5,11 @@
  * records its inputs and targets; backward differentiates that forward. Backward restates
  * the expression it differentiates above each step. Gradients accumulate (+=), so callers
  * zero them per optimizer step and may accumulate micro-batches.
+ * What the arena keeps follows the model's hpt_gpt2_act_opts: flash or plain attention, and a
+ * recompute policy (recompute_block rebuilds at the start of a block's backward what the
+ * policy dropped, with the forward's kernels on the forward's inputs, so the bits are the
+ * same as without recomputation; plan_acts gives dropped buffers a forward lifetime and a
+ * backward one, so the arena shrinks).
  * States: created -> (forward -> [backward]) * ; backward without a forward with targets
  * is refused with HPT_ERR_INVALID. */
 #include "core/core.h"
