@@ -181,6 +181,7 @@ int cmd_estimate(int argc, char **argv) {
         {"stop-at", 1, 0, 'A'},     {"json", 0, 0, 'J'},        {"forward-only", 0, 0, 'F'},
         {"attention", 1, 0, 1001},  {"recompute", 1, 0, 1002},
         {"optimizer", 1, 0, 1101}, {"state-bits", 1, 0, 1102}, {"state-32bit-embeddings", 0, 0, 1103},
+        {"host-memory", 1, 0, 1201}, {"disk-memory", 1, 0, 1202}, {"offload-dir", 1, 0, 1203},
         {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
     const char *model = NULL, *resume = NULL;
     hpt_plan_opts po = hpt_plan_defaults();
@@ -201,6 +202,16 @@ int cmd_estimate(int argc, char **argv) {
             if (hpt_parse_size(optarg, &budget) != HPT_OK)
                 return cli_usage_error("estimate", "--memory: %s", hpt_last_error());
             break;
+        case 1201: case 1202: {
+            /* host and disk budgets: checked for syntax; nothing is placed on those tiers yet,
+             * so their estimated bytes are 0 and always fit */
+            uint64_t b;
+            if (hpt_parse_size(optarg, &b) != HPT_OK)
+                return cli_usage_error("estimate", "%s: %s", c == 1201 ? "--host-memory" : "--disk-memory",
+                                       hpt_last_error());
+            break;
+        }
+        case 1203: break;
         case 'J': json = 1; break;
         case 'F': po.training = 0; break;
         case 1001:

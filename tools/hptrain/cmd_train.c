@@ -42,6 +42,9 @@ static const char k_help[] =
     "  --trace FILE         record every allocation, free and arena buffer; write the trace as\n"
     "                       JSON, or CSV when FILE ends in .csv (see hptrain profile)\n"
     "  --memory SIZE        device memory budget, e.g. 512MB, 4GB, 1.5GiB (default: none)\n"
+    "  --host-memory SIZE   host-tier budget (default: none)\n"
+    "  --disk-memory SIZE   disk-tier budget (default: none)\n"
+    "  --offload-dir DIR    directory of the disk tier's files\n"
     "  --attention K        flash (default: memory linear in T) or plain (saves the (T,T)\n"
     "                       probabilities; the reference)\n"
     "  --recompute P        none (default), selective (ln1, ln2, GELU output; probabilities\n"
@@ -129,8 +132,11 @@ int cmd_train(int argc, char **argv) {
         {"seed", 1, 0, 'x'},        {"threads", 1, 0, 'j'},     {"quiet", 0, 0, 'q'},        {"stop-at", 1, 0, 'A'},
         {"trace", 1, 0, 'P'},     {"attention", 1, 0, 1001}, {"recompute", 1, 0, 1002},
         {"optimizer", 1, 0, 1101}, {"state-bits", 1, 0, 1102}, {"state-32bit-embeddings", 0, 0, 1103},
+        {"host-memory", 1, 0, 1201}, {"disk-memory", 1, 0, 1202}, {"offload-dir", 1, 0, 1203},
         {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
     hpt_train_opts o = hpt_train_defaults();
+    uint64_t host_budget = 0, disk_budget = 0;
+    const char *offload_dir = NULL;
     const char *log_path = NULL, *trace_path = NULL;
     uint64_t budget = 0;
     int quiet = 0, min_lr_set = 0, wd_set = 0, state_bits = 32, emb32 = 0;
@@ -166,6 +172,15 @@ int cmd_train(int argc, char **argv) {
             if (hpt_parse_size(optarg, &budget) != HPT_OK)
                 return cli_usage_error("train", "--memory: %s", hpt_last_error());
             break;
+        case 1201:
+            if (hpt_parse_size(optarg, &host_budget) != HPT_OK)
+                return cli_usage_error("train", "--host-memory: %s", hpt_last_error());
+            break;
+        case 1202:
+            if (hpt_parse_size(optarg, &disk_budget) != HPT_OK)
+                return cli_usage_error("train", "--disk-memory: %s", hpt_last_error());
+            break;
+        case 1203: offload_dir = optarg; break;
         case 'x': r = cli_parse_long("train", "--seed", optarg, 0, 0x7fffffffffffffffL, &lv); o.seed = (uint64_t)lv; break;
         case 'j': r = cli_parse_long("train", "--threads", optarg, 1, 1024, &threads); break;
         case 'q': quiet = 1; break;
@@ -210,6 +225,12 @@ int cmd_train(int argc, char **argv) {
     hpt_status s = hpt_mem_create(&mem);
     if (s != HPT_OK) return cli_lib_error(s, "starting");
     if (budget) hpt_mem_set_budget(mem, HPT_TIER_DEVICE, budget);
+    if (host_budget) hpt_mem_set_budget(mem, HPT_TIER_HOST, host_budget);
+    if (disk_budget) hpt_mem_set_budget(mem, HPT_TIER_DISK, disk_budget);
+    if (offload_dir && (s = hpt_mem_set_disk_dir(mem, offload_dir)) != HPT_OK) {
+        hpt_mem_destroy(mem);
+        return cli_lib_error(s, "--offload-dir");
+    }
     if (trace_path) hpt_mem_record(mem, 1);
     hpt_trace_meta tmeta = hpt_trace_meta_defaults();
     tmeta.B = o.B;
