@@ -286,12 +286,37 @@ typedef enum {
     HPT_RECOMPUTE_EVERY,
     HPT_RECOMPUTE_FULL
 } hpt_recompute;
+/* offload (docs/activations.md; recompute NONE or SELECTIVE only, else HPT_ERR_UNSUPPORTED):
+ *   the fields each block keeps for its backward other than its output and the per-row
+ *   statistics (ln1, qkv, atty, att, res2, ln2, fch, fch_gelu, those the policy keeps) live in
+ *   the device arena only during the block's forward, which copies them to a HOST buffer or to
+ *   the DISK tier (hpt_mem_set_disk_dir first); at the time point before the block's backward
+ *   (the next block's backward, or the head's) they are copied back into arena buffers that
+ *   live until the block's backward. The copies are synchronous. Exact: same bits.
+ * compress INT8: those fields are stored as int8 with one fp32 absmax scale per row (a token's
+ *   C, 3C or 4C values; a probability row of T) and dequantised before backward: on the
+ *   offload tier, or with no offload in the device arena. Lossy. */
+typedef enum { HPT_OFFLOAD_NONE = 0, HPT_OFFLOAD_HOST, HPT_OFFLOAD_DISK } hpt_act_offload;
+typedef enum { HPT_COMPRESS_NONE = 0, HPT_COMPRESS_INT8 } hpt_act_compress;
 typedef struct {
     hpt_attention attention;
     hpt_recompute recompute;
     int every;                /* N of HPT_RECOMPUTE_EVERY, >= 1 */
+    hpt_act_offload offload;
+    hpt_act_compress compress;
 } hpt_gpt2_act_opts;
-/* FLASH, NONE, every 1. */
+/* Parses "none" | "host" | "disk" into o->offload; "none" | "int8" into o->compress. */
+hpt_status hpt_act_offload_parse(const char *text, hpt_gpt2_act_opts *o);
+hpt_status hpt_act_compress_parse(const char *text, hpt_gpt2_act_opts *o);
+const char *hpt_act_offload_name(hpt_act_offload x);
+const char *hpt_act_compress_name(hpt_act_compress x);
+/* Activation bytes per tier that a forward+backward at (B, T) allocates with o (category
+ * acts): [DEVICE] the arena (= hpt_gpt2_activation_bytes), [HOST] the offload buffer (host
+ * offload) or the int8 staging buffer (disk offload with int8), [DISK] the offload file.
+ * HPT_ERR_INVALID / HPT_ERR_UNSUPPORTED for a bad choice, HPT_ERR_OOM if it cannot plan. */
+hpt_status hpt_gpt2_act_tier_bytes(const hpt_gpt2_config *cfg, int B, int T,
+                                   const hpt_gpt2_act_opts *o, uint64_t out[HPT_TIER_COUNT]);
+/* FLASH, NONE, every 1, no offload, no compression. */
 hpt_gpt2_act_opts hpt_gpt2_act_defaults(void);
 /* Parses "flash" | "plain" into o->attention. */
 hpt_status hpt_attention_parse(const char *text, hpt_gpt2_act_opts *o);

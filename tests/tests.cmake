@@ -11,6 +11,7 @@ hpt_add_test(test_estimate test_estimate.c)
 hpt_add_test(test_optim test_optim.c)
 hpt_add_test(test_attention test_attention.c)
 hpt_add_test(test_recompute test_recompute.c)
+hpt_add_test(test_offload test_offload.c)
 # node's ids for the oracle texts are made once per build tree and reused (test_tokenizer.c)
 hpt_add_test(test_tokenizer test_tokenizer.c ARGS ${CMAKE_BINARY_DIR}/tokenizer_oracle)
 # Command-line behaviour (bad input, round trips, resume) through the real binary, both variants.

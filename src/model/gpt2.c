@@ -25,6 +25,16 @@
 
 static void enter_time(hpt_gpt2 *m, int t);
 
+/* Releases the offload tier's buffers (host store, disk block, staging). */
+static void free_stores(hpt_gpt2 *m) {
+    hpt_mem_free(m->mem, HPT_TIER_HOST, HPT_CAT_ACTS, m->host_store, m->host_bytes);
+    hpt_mem_free(m->mem, HPT_TIER_HOST, HPT_CAT_ACTS, m->staging, m->staging_bytes);
+    if (m->disk.fd >= 0) hpt_mem_disk_free(m->mem, HPT_CAT_ACTS, &m->disk);
+    m->disk.fd = -1;
+    m->host_store = m->staging = NULL;
+    m->host_bytes = m->staging_bytes = m->disk_bytes = 0;
+}
+
 hpt_status hpt_gpt2_create(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_gpt2 **out) {
     *out = NULL;
     HPT_CHECK(hpt_gpt2_config_check(cfg));
@@ -33,6 +43,7 @@ hpt_status hpt_gpt2_create(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_gpt2 **
     m->cfg = *cfg;
     m->mem = mem;
     m->t_now = -1;
+    m->disk.fd = -1;
     m->act = hpt_gpt2_act_defaults();
     m->num_params = hpt_gpt2_num_params(cfg);
     size_t bytes = m->num_params * sizeof(float);
@@ -58,6 +69,7 @@ void hpt_gpt2_free_activations(hpt_gpt2 *m) {
     hpt_mem_free(m->mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, m->act_mem, m->act_bytes);
     m->act_mem = NULL;
     m->act_bytes = 0;
+    free_stores(m);
     m->aB = m->aT = 0;
     m->B = m->T = 0;
     m->has_targets = 0;
@@ -69,6 +81,9 @@ void hpt_gpt2_free(hpt_gpt2 *m) {
     free(m->layers);
     free(m->flayers);
     free(m->bufs);
+    free(m->astore);
+    free(m->soff);
+    free(m->sbytes);
     size_t bytes = m->num_params * sizeof(float);
     hpt_mem_free(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, m->params, bytes);
     hpt_mem_free(m->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, m->grads, bytes);
@@ -113,7 +128,69 @@ static const layer_field k_fields[] = {
 #define N_FIELDS ((int)(sizeof k_fields / sizeof k_fields[0]))
 static float **field_of(gpt2_layer_acts *la, int i) { return (float **)((char *)la + k_fields[i].off); }
 
-static int n_bufs_for(const hpt_gpt2_config *c) { return 2 * N_FIELDS * c->L + 13; }
+/* a stored (offloaded or compressed) field is up to three buffers: forward, store, backward */
+static int n_bufs_for(const hpt_gpt2_config *c) { return 3 * N_FIELDS * c->L + 13; }
+
+/* Where the stored copies go: filled by plan_acts (arrays of L * N_FIELDS, zeroed). */
+typedef struct {
+    void **astore;     /* int8 copies in the arena (compression without offload) */
+    size_t *soff;      /* offsets in the offload space (host buffer or disk block) */
+    size_t *sbytes;    /* bytes of each stored copy, 0: not stored */
+    size_t off_bytes;  /* the offload space */
+    size_t max_store;  /* the largest stored copy (disk + int8 staging) */
+} store_plan;
+
+/* Whether field `name` of a kept buffer is stored (offloaded and/or compressed): the large
+ * ones a block's backward reads; not the block's output (the next block's input) nor the
+ * per-row statistics. */
+static int stored(const hpt_gpt2_act_opts *o, const char *name) {
+    if (o->offload == HPT_OFFLOAD_NONE && o->compress == HPT_COMPRESS_NONE) return 0;
+    static const char *k[] = {"ln1", "qkv", "atty", "att", "res2", "ln2", "fch", "fch_gelu"};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (!strcmp(name, k[i])) return 1;
+    return 0;
+}
+
+/* Row width (floats) of a field of size class sz: a token's C, 3C or 4C values, or a row of
+ * T probabilities. */
+static size_t row_width(const hpt_gpt2_config *c, int T, int sz) {
+    switch (sz) {
+    case SZ_3C: return 3 * (size_t)c->C;
+    case SZ_4C: return 4 * (size_t)c->C;
+    case SZ_ATT: return (size_t)T;
+    case SZ_C: return (size_t)c->C;
+    default: return 1;
+    }
+}
+
+/* int8 with one absmax scale per row: (rows) fp32 scales, then (rows, w) int8. */
+static size_t q8_bytes(size_t rows, size_t w) { return rows * sizeof(float) + rows * w; }
+
+static void q8_store(char *dst, const float *x, size_t rows, size_t w) {
+    float *scale = (float *)dst;
+    int8_t *q = (int8_t *)(dst + rows * sizeof(float));
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < (int64_t)rows; r++) {
+        const float *xr = x + (size_t)r * w;
+        float amax = 0.0f;
+        for (size_t j = 0; j < w; j++) amax = fabsf(xr[j]) > amax ? fabsf(xr[j]) : amax;
+        float s = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        scale[r] = s;
+        for (size_t j = 0; j < w; j++) {
+            float v = nearbyintf(xr[j] * inv);
+            q[(size_t)r * w + j] = (int8_t)(v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v);
+        }
+    }
+}
+
+static void q8_load(float *x, const char *src, size_t rows, size_t w) {
+    const float *scale = (const float *)src;
+    const int8_t *q = (const int8_t *)(src + rows * sizeof(float));
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < (int64_t)rows; r++)
+        for (size_t j = 0; j < w; j++)
+            x[(size_t)r * w + j] = (float)q[(size_t)r * w + j] * scale[r];
+}
 
 /* N of the every:N segmentation (full = every:1); 0 for policies that keep block inputs. */
 static int segment_len(const hpt_gpt2_act_opts *o) {
@@ -145,7 +222,7 @@ static int dropped(const hpt_gpt2_act_opts *o, int L, int l, const char *name) {
  * its backward reads (layers[l]). */
 static size_t plan_acts(const hpt_gpt2_config *c, const hpt_gpt2_act_opts *o, int B, int T,
                         gpt2_acts *a, gpt2_layer_acts *layers, gpt2_layer_acts *flayers,
-                        gpt2_buf *bufs, int *n_out) {
+                        gpt2_buf *bufs, int *n_out, store_plan *sp) {
     const int L = c->L;
     size_t BT = (size_t)B * T, C = (size_t)c->C, NH = (size_t)c->NH, f = sizeof(float);
     const size_t sizes[] = {BT * C * f, BT * 3 * C * f, BT * 4 * C * f, BT * f,
@@ -168,7 +245,23 @@ static size_t plan_acts(const hpt_gpt2_config *c, const hpt_gpt2_act_opts *o, in
             int is_res3 = !strcmp(nm, "res3");
             if (!strcmp(nm, o->attention == HPT_ATTN_FLASH ? "att" : "att_lse")) continue;
             size_t bytes = sizes[k_fields[i].size];
-            if (!dropped(o, L, l, nm)) {
+            if (!dropped(o, L, l, nm) && stored(o, nm)) {
+                /* forward writes a transient buffer, copied out at the end of the block's
+                 * forward; copied back at tb - 1 (the next block's backward or the head's)
+                 * into the buffer the backward reads */
+                size_t idx = (size_t)l * N_FIELDS + (size_t)i, w = row_width(c, T, k_fields[i].size);
+                size_t sb = o->compress == HPT_COMPRESS_INT8 ? q8_bytes(bytes / (w * f), w) : bytes;
+                sp->sbytes[idx] = sb;
+                sp->max_store = sb > sp->max_store ? sb : sp->max_store;
+                BUF(*field_of(&flayers[l], i), nm, l, bytes, tf, tf);
+                if (o->offload == HPT_OFFLOAD_NONE) {
+                    BUF(sp->astore[idx], "int8 store", l, sb, tf, tb - 1);
+                } else {
+                    sp->soff[idx] = sp->off_bytes;
+                    sp->off_bytes += (sb + 63) & ~(size_t)63;
+                }
+                BUF(*field_of(&layers[l], i), nm, l, bytes, tb - 1, tb);
+            } else if (!dropped(o, L, l, nm)) {
                 BUF(*field_of(&layers[l], i), nm, l, bytes, tf, is_res3 ? next_b : tb);
             } else {
                 BUF(*field_of(&flayers[l], i), nm, l, bytes, tf, is_res3 ? tf + 1 : tf);
@@ -206,7 +299,8 @@ static size_t plan_acts(const hpt_gpt2_config *c, const hpt_gpt2_act_opts *o, in
 }
 
 hpt_gpt2_act_opts hpt_gpt2_act_defaults(void) {
-    hpt_gpt2_act_opts o = {HPT_ATTN_FLASH, HPT_RECOMPUTE_NONE, 1};
+    hpt_gpt2_act_opts o = {HPT_ATTN_FLASH, HPT_RECOMPUTE_NONE, 1, HPT_OFFLOAD_NONE,
+                           HPT_COMPRESS_NONE};
     return o;
 }
 
@@ -217,7 +311,37 @@ static hpt_status check_act_opts(const hpt_gpt2_act_opts *o) {
         return hpt_fail(HPT_ERR_INVALID, "unknown recompute policy %d", (int)o->recompute);
     if (o->recompute == HPT_RECOMPUTE_EVERY && o->every < 1)
         return hpt_fail(HPT_ERR_INVALID, "recompute every:%d: N must be >= 1", o->every);
+    if ((unsigned)o->offload > HPT_OFFLOAD_DISK)
+        return hpt_fail(HPT_ERR_INVALID, "unknown activation offload %d", (int)o->offload);
+    if ((unsigned)o->compress > HPT_COMPRESS_INT8)
+        return hpt_fail(HPT_ERR_INVALID, "unknown activation compression %d", (int)o->compress);
+    if ((o->offload != HPT_OFFLOAD_NONE || o->compress != HPT_COMPRESS_NONE) && segment_len(o))
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "activation offload and compression work with "
+                        "recompute none or selective, not every:N or full");
     return HPT_OK;
+}
+
+hpt_status hpt_act_offload_parse(const char *text, hpt_gpt2_act_opts *o) {
+    if (!strcmp(text, "none")) o->offload = HPT_OFFLOAD_NONE;
+    else if (!strcmp(text, "host")) o->offload = HPT_OFFLOAD_HOST;
+    else if (!strcmp(text, "disk")) o->offload = HPT_OFFLOAD_DISK;
+    else return hpt_fail(HPT_ERR_INVALID, "act-offload '%s': expected none, host or disk", text);
+    return HPT_OK;
+}
+
+hpt_status hpt_act_compress_parse(const char *text, hpt_gpt2_act_opts *o) {
+    if (!strcmp(text, "none")) o->compress = HPT_COMPRESS_NONE;
+    else if (!strcmp(text, "int8")) o->compress = HPT_COMPRESS_INT8;
+    else return hpt_fail(HPT_ERR_INVALID, "act-compress '%s': expected none or int8", text);
+    return HPT_OK;
+}
+
+const char *hpt_act_offload_name(hpt_act_offload x) {
+    return x == HPT_OFFLOAD_HOST ? "host" : x == HPT_OFFLOAD_DISK ? "disk" : "none";
+}
+
+const char *hpt_act_compress_name(hpt_act_compress x) {
+    return x == HPT_COMPRESS_INT8 ? "int8" : "none";
 }
 
 hpt_status hpt_attention_parse(const char *text, hpt_gpt2_act_opts *o) {
@@ -265,22 +389,49 @@ hpt_status hpt_gpt2_set_act_opts(hpt_gpt2 *m, const hpt_gpt2_act_opts *o) {
 
 hpt_gpt2_act_opts hpt_gpt2_get_act_opts(const hpt_gpt2 *m) { return m->act; }
 
-size_t hpt_gpt2_activation_bytes(const hpt_gpt2_config *cfg, int B, int T,
-                                 const hpt_gpt2_act_opts *o) {
-    hpt_gpt2_act_opts d = hpt_gpt2_act_defaults();
-    if (!o) o = &d;
-    if (check_act_opts(o) != HPT_OK) return 0;
+/* The plan's bytes per tier (see hpt_gpt2_act_tier_bytes); HPT_ERR_OOM when it cannot plan. */
+static hpt_status plan_tiers(const hpt_gpt2_config *cfg, int B, int T, const hpt_gpt2_act_opts *o,
+                             uint64_t out[HPT_TIER_COUNT]) {
+    for (int t = 0; t < HPT_TIER_COUNT; t++) out[t] = 0;
+    HPT_CHECK(check_act_opts(o));
     gpt2_acts a;
+    size_t nf = (size_t)cfg->L * N_FIELDS;
     gpt2_layer_acts *layers = calloc((size_t)cfg->L, sizeof *layers);
     gpt2_layer_acts *flayers = calloc((size_t)cfg->L, sizeof *flayers);
     gpt2_buf *bufs = calloc((size_t)n_bufs_for(cfg), sizeof *bufs);
-    size_t size = 0;
+    store_plan sp = {calloc(nf, sizeof(void *)), calloc(nf, sizeof(size_t)),
+                     calloc(nf, sizeof(size_t)), 0, 0};
+    hpt_status s = HPT_ERR_OOM;
     int n;
-    if (layers && flayers && bufs) size = plan_acts(cfg, o, B, T, &a, layers, flayers, bufs, &n);
+    if (layers && flayers && bufs && sp.astore && sp.soff && sp.sbytes) {
+        out[HPT_TIER_DEVICE] = plan_acts(cfg, o, B, T, &a, layers, flayers, bufs, &n, &sp);
+        if (o->offload == HPT_OFFLOAD_HOST) out[HPT_TIER_HOST] = sp.off_bytes;
+        if (o->offload == HPT_OFFLOAD_DISK) {
+            out[HPT_TIER_DISK] = sp.off_bytes;
+            if (o->compress == HPT_COMPRESS_INT8) out[HPT_TIER_HOST] = sp.max_store;
+        }
+        s = HPT_OK;
+    }
     free(layers);
     free(flayers);
     free(bufs);
-    return size;
+    free(sp.astore);
+    free(sp.soff);
+    free(sp.sbytes);
+    return s == HPT_OK ? s : hpt_fail(s, "no memory to plan the activations");
+}
+
+hpt_status hpt_gpt2_act_tier_bytes(const hpt_gpt2_config *cfg, int B, int T,
+                                   const hpt_gpt2_act_opts *o, uint64_t out[HPT_TIER_COUNT]) {
+    hpt_gpt2_act_opts d = hpt_gpt2_act_defaults();
+    return plan_tiers(cfg, B, T, o ? o : &d, out);
+}
+
+size_t hpt_gpt2_activation_bytes(const hpt_gpt2_config *cfg, int B, int T,
+                                 const hpt_gpt2_act_opts *o) {
+    uint64_t t[HPT_TIER_COUNT];
+    if (hpt_gpt2_act_tier_bytes(cfg, B, T, o, t) != HPT_OK) return 0;
+    return (size_t)t[HPT_TIER_DEVICE];
 }
 
 /* Moves the step to time point t (-1: outside a step), recording which arena buffers die and
@@ -304,13 +455,23 @@ static hpt_status ensure_acts(hpt_gpt2 *m, int B, int T) {
         m->layers = calloc((size_t)m->cfg.L, sizeof *m->layers);
         m->flayers = calloc((size_t)m->cfg.L, sizeof *m->flayers);
         m->bufs = calloc((size_t)n_bufs_for(&m->cfg), sizeof *m->bufs);
-        if (!m->layers || !m->flayers || !m->bufs) return hpt_fail(HPT_ERR_OOM, "activation plan");
+        size_t nf = (size_t)m->cfg.L * N_FIELDS;
+        m->astore = calloc(nf, sizeof *m->astore);
+        m->soff = calloc(nf, sizeof *m->soff);
+        m->sbytes = calloc(nf, sizeof *m->sbytes);
+        if (!m->layers || !m->flayers || !m->bufs || !m->astore || !m->soff || !m->sbytes)
+            return hpt_fail(HPT_ERR_OOM, "activation plan");
     }
+    size_t nf = (size_t)m->cfg.L * N_FIELDS;
+    memset(m->astore, 0, nf * sizeof *m->astore);
+    memset(m->soff, 0, nf * sizeof *m->soff);
+    memset(m->sbytes, 0, nf * sizeof *m->sbytes);
+    store_plan sp = {m->astore, m->soff, m->sbytes, 0, 0};
     m->a.layer = m->layers;
     memset(m->layers, 0, (size_t)m->cfg.L * sizeof *m->layers);
     memset(m->flayers, 0, (size_t)m->cfg.L * sizeof *m->flayers);
     size_t need = plan_acts(&m->cfg, &m->act, B, T, &m->a, m->layers, m->flayers, m->bufs,
-                            &m->n_bufs);
+                            &m->n_bufs, &sp);
     if (!m->act_mem || need > m->act_bytes) {
         hpt_mem_free(m->mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, m->act_mem, m->act_bytes);
         m->act_mem = NULL;
@@ -324,6 +485,34 @@ static hpt_status ensure_acts(hpt_gpt2 *m, int B, int T) {
         }
         m->act_mem = p;
         m->act_bytes = need;
+    }
+    /* the offload tier: grown like the arena, kept while the plan fits */
+    size_t host_need = m->act.offload == HPT_OFFLOAD_HOST ? sp.off_bytes : 0;
+    size_t disk_need = m->act.offload == HPT_OFFLOAD_DISK ? sp.off_bytes : 0;
+    size_t stage_need = disk_need && m->act.compress == HPT_COMPRESS_INT8 ? sp.max_store : 0;
+    if (host_need > m->host_bytes || disk_need > m->disk_bytes || stage_need > m->staging_bytes) {
+        free_stores(m);
+        hpt_status s = HPT_OK;
+        if (host_need) {
+            hpt_mem_set_name(m->mem, "offloaded activations");
+            s = hpt_mem_alloc(m->mem, HPT_TIER_HOST, HPT_CAT_ACTS, host_need, (void **)&m->host_store);
+            if (s == HPT_OK) m->host_bytes = host_need;
+        }
+        if (s == HPT_OK && disk_need) {
+            s = hpt_mem_disk_alloc(m->mem, HPT_CAT_ACTS, disk_need, &m->disk);
+            if (s == HPT_OK) m->disk_bytes = disk_need;
+            else m->disk.fd = -1;
+        }
+        if (s == HPT_OK && stage_need) {
+            hpt_mem_set_name(m->mem, "int8 activation staging");
+            s = hpt_mem_alloc(m->mem, HPT_TIER_HOST, HPT_CAT_ACTS, stage_need, (void **)&m->staging);
+            if (s == HPT_OK) m->staging_bytes = stage_need;
+        }
+        if (s != HPT_OK) {
+            free_stores(m);
+            m->aB = m->aT = 0;
+            return hpt_fail_ctx(s, "offloaded activations for B=%d T=%d", B, T);
+        }
     }
     for (int i = 0; i < m->n_bufs; i++) *m->bufs[i].ptr = (char *)m->act_mem + m->bufs[i].offset;
     /* a kept field: the forward writes the buffer the backward reads */
@@ -393,6 +582,69 @@ static void recompute_block(hpt_gpt2 *m, int l) {
     }
 }
 
+/* Rows and row width of field i at the current (B, T). */
+static void field_shape(const hpt_gpt2 *m, int i, size_t *rows, size_t *w) {
+    const size_t BT = (size_t)m->B * m->T;
+    *w = row_width(&m->cfg, m->T, k_fields[i].size);
+    *rows = k_fields[i].size == SZ_ATT ? (size_t)m->B * m->cfg.NH * m->T : BT;
+}
+
+/* At the end of block l's forward: copies (or quantises) its stored fields out of the
+ * transient buffers the forward wrote. */
+static hpt_status offload_block(hpt_gpt2 *m, int l) {
+    for (int i = 0; i < N_FIELDS; i++) {
+        size_t idx = (size_t)l * N_FIELDS + (size_t)i, sb = m->sbytes[idx], rows, w;
+        if (!sb) continue;
+        field_shape(m, i, &rows, &w);
+        const float *src = *field_of(&m->flayers[l], i);
+        int q8 = m->act.compress == HPT_COMPRESS_INT8;
+        if (m->act.offload == HPT_OFFLOAD_NONE) {
+            q8_store(m->astore[idx], src, rows, w);
+        } else if (m->act.offload == HPT_OFFLOAD_HOST) {
+            char *dst = m->host_store + m->soff[idx];
+            if (q8) q8_store(dst, src, rows, w);
+            else memcpy(dst, src, sb);
+            hpt_mem_transfer(m->mem, HPT_TIER_DEVICE, HPT_TIER_HOST, HPT_CAT_ACTS, sb);
+        } else if (q8) {
+            q8_store(m->staging, src, rows, w);
+            HPT_CHECK(hpt_mem_disk_write(m->mem, &m->disk, m->soff[idx], m->staging, sb,
+                                         HPT_TIER_HOST, HPT_CAT_ACTS));
+        } else {
+            HPT_CHECK(hpt_mem_disk_write(m->mem, &m->disk, m->soff[idx], src, sb,
+                                         HPT_TIER_DEVICE, HPT_CAT_ACTS));
+        }
+    }
+    return HPT_OK;
+}
+
+/* At the time point before block l's backward: brings its stored fields back into the
+ * buffers its backward reads (synchronously). */
+static hpt_status prefetch_block(hpt_gpt2 *m, int l) {
+    for (int i = 0; i < N_FIELDS; i++) {
+        size_t idx = (size_t)l * N_FIELDS + (size_t)i, sb = m->sbytes[idx], rows, w;
+        if (!sb) continue;
+        field_shape(m, i, &rows, &w);
+        float *dst = *field_of(&m->layers[l], i);
+        int q8 = m->act.compress == HPT_COMPRESS_INT8;
+        if (m->act.offload == HPT_OFFLOAD_NONE) {
+            q8_load(dst, m->astore[idx], rows, w);
+        } else if (m->act.offload == HPT_OFFLOAD_HOST) {
+            const char *src = m->host_store + m->soff[idx];
+            if (q8) q8_load(dst, src, rows, w);
+            else memcpy(dst, src, sb);
+            hpt_mem_transfer(m->mem, HPT_TIER_HOST, HPT_TIER_DEVICE, HPT_CAT_ACTS, sb);
+        } else if (q8) {
+            HPT_CHECK(hpt_mem_disk_read(m->mem, &m->disk, m->soff[idx], m->staging, sb,
+                                        HPT_TIER_HOST, HPT_CAT_ACTS));
+            q8_load(dst, m->staging, rows, w);
+        } else {
+            HPT_CHECK(hpt_mem_disk_read(m->mem, &m->disk, m->soff[idx], dst, sb,
+                                        HPT_TIER_DEVICE, HPT_CAT_ACTS));
+        }
+    }
+    return HPT_OK;
+}
+
 hpt_status hpt_gpt2_forward(hpt_gpt2 *m, const int32_t *inputs, const int32_t *targets,
                             int B, int T, float *loss_out) {
     const hpt_gpt2_config *c = &m->cfg;
@@ -424,6 +676,12 @@ hpt_status hpt_gpt2_forward(hpt_gpt2 *m, const int32_t *inputs, const int32_t *t
         hpt_mem_set_layer(m->mem, l);
         enter_time(m, TP_BLOCK_F(l));
         block_forward(m, l, &m->flayers[l], l == 0 ? a->encoded : m->flayers[l - 1].res3, 1);
+        hpt_status s = offload_block(m, l);
+        if (s != HPT_OK) {
+            m->has_targets = 0;
+            hpt_mem_set_layer(m->mem, -1);
+            return hpt_fail_ctx(s, "offloading block %d's activations", l);
+        }
     }
     hpt_mem_set_layer(m->mem, -1);
     enter_time(m, TP_HEAD_F(L));
@@ -451,6 +709,7 @@ hpt_status hpt_gpt2_backward(hpt_gpt2 *m) {
     m->has_targets = 0; /* logits become dlogits: one backward per forward */
 
     enter_time(m, TP_HEAD_B(L));
+    HPT_CHECK(prefetch_block(m, L - 1));
     /* loss = mean_i (lse_i - logits[i, y_i]) */
     k_crossentropy_backward(a->logits, a->lse, a->targets, (int64_t)BT, c->V, c->Vp,
                             1.0f / (float)BT);
@@ -464,6 +723,13 @@ hpt_status hpt_gpt2_backward(hpt_gpt2 *m) {
     for (int l = L - 1; l >= 0; l--) {
         hpt_mem_set_layer(m->mem, l);
         enter_time(m, TP_BLOCK_B(L, l));
+        if (l > 0) {
+            hpt_status s = prefetch_block(m, l - 1);
+            if (s != HPT_OK) {
+                hpt_mem_set_layer(m->mem, -1);
+                return hpt_fail_ctx(s, "bringing back block %d's activations", l - 1);
+            }
+        }
         recompute_block(m, l);
         const float *residual = l == 0 ? a->encoded : a->layer[l - 1].res3;
         const gpt2_layer_acts *la = &a->layer[l];

@@ -91,6 +91,17 @@ struct hpt_gpt2 {
     gpt2_buf *bufs;          /* (n_bufs) the plan */
     int n_bufs;
     int t_now;               /* the last time point entered; -1 outside a step */
+    /* offload and int8 compression of saved fields (act.offload, act.compress), per
+     * (block l, field i) at l * n_fields + i: */
+    void **astore;           /* int8 copy inside the arena (compression without offload) */
+    size_t *soff;            /* offset of the stored copy in host_store or the disk block */
+    size_t *sbytes;          /* bytes of the stored copy; 0: the field is not stored */
+    char *host_store;        /* (host_bytes) host tier, acts: host offload */
+    size_t host_bytes;
+    hpt_disk_ref disk;       /* (disk_bytes) disk tier, acts: disk offload; fd -1 when none */
+    size_t disk_bytes;
+    char *staging;           /* (staging_bytes) host tier, acts: int8 copy on its way to disk */
+    size_t staging_bytes;
     /* the last forward */
     int B, T;
     int has_targets;

@@ -87,9 +87,17 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     dev[HPT_CAT_PARAMS] = np * 4;                     /* hpt_gpt2_create */
     dev[HPT_CAT_GRADS] = np * 4;                      /* hpt_gpt2_create, forward-only too */
     if (o->training) HPT_CHECK(optim_bytes(o, &dev[HPT_CAT_OPTIM])); /* hpt_optim_create */
-    size_t acts = hpt_gpt2_activation_bytes(c, o->B, o->T, &o->act);
+    uint64_t at[HPT_TIER_COUNT];
+    HPT_CHECK(hpt_gpt2_act_tier_bytes(c, o->B, o->T, &o->act, at));
+    size_t acts = (size_t)at[HPT_TIER_DEVICE];
     if (acts == 0) return hpt_fail(HPT_ERR_OOM, "no memory to plan the activation arena");
     dev[HPT_CAT_ACTS] = acts;                         /* ensure_acts, at the first forward */
+    /* activation offload (ensure_acts): the host buffer or the disk block (and the int8
+     * staging buffer); disk I/O that is not 4096-aligned goes through the disk tier's 4 MiB
+     * bounce buffer (host, io), allocated at the first such transfer: counted here */
+    out->bytes[HPT_TIER_HOST][HPT_CAT_ACTS] = at[HPT_TIER_HOST];
+    out->bytes[HPT_TIER_DISK][HPT_CAT_ACTS] = at[HPT_TIER_DISK];
+    if (o->act.offload == HPT_OFFLOAD_DISK) out->bytes[HPT_TIER_HOST][HPT_CAT_IO] = 4u << 20;
     int loaders = (o->no_data ? 0 : 1) + (o->has_val ? 1 : 0);
     dev[HPT_CAT_IO] = (uint64_t)loaders * loader_bytes(BT);
     for (int t = 0; t < HPT_TIER_COUNT; t++)
