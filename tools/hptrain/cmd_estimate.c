@@ -33,6 +33,8 @@ static const char k_help[] =
     "  --state-32bit-embeddings  with --state-bits 8: keep wte and wpe state in 32 bits\n"
     "  --attention K        flash (default) or plain attention\n"
     "  --recompute P        none (default), selective, every:N or full\n"
+    "  --act-offload K      none (default), host or disk: saved activations on that tier\n"
+    "  --act-compress K     none (default) or int8 saved activations\n"
     "  --json               machine-readable output (docs/estimate.md lists the keys)\n";
 
 static void fmt_bytes(char *buf, size_t n, uint64_t b) {
@@ -80,8 +82,10 @@ static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t 
         printf("%s\"%s\":%llu", t ? "," : "", hpt_tier_name((hpt_tier)t),
                (unsigned long long)e->peak_bytes[t]);
     char rb[32];
-    printf("},\"attention\":\"%s\",\"recompute\":\"%s\"", hpt_attention_name(po->act.attention),
-           hpt_recompute_name(&po->act, rb, sizeof rb));
+    printf("},\"attention\":\"%s\",\"recompute\":\"%s\",\"act_offload\":\"%s\","
+           "\"act_compress\":\"%s\"", hpt_attention_name(po->act.attention),
+           hpt_recompute_name(&po->act, rb, sizeof rb), hpt_act_offload_name(po->act.offload),
+           hpt_act_compress_name(po->act.compress));
     printf(",\"activation_bytes\":%llu,\"num_params\":%llu,", (unsigned long long)e->activation_bytes,
            (unsigned long long)e->num_params);
     printf("\"flops_per_token\":%.6g,\"flops_per_token_fwd\":%.6g,\"tokens_per_step\":%llu,"
@@ -120,8 +124,9 @@ static void print_text(const char *model, const hpt_plan_opts *po, const hpt_est
     printf("  %-10s %12s %12s %12s %18llu\n\n", "peak", b[0], b[1], b[2],
            (unsigned long long)e->peak_bytes[HPT_TIER_DEVICE]);
     char rb[32];
-    printf("  activations: attention %s, recompute %s\n", hpt_attention_name(po->act.attention),
-           hpt_recompute_name(&po->act, rb, sizeof rb));
+    printf("  activations: attention %s, recompute %s, offload %s, compress %s\n",
+           hpt_attention_name(po->act.attention), hpt_recompute_name(&po->act, rb, sizeof rb),
+           hpt_act_offload_name(po->act.offload), hpt_act_compress_name(po->act.compress));
     printf("  the peak is the sum: everything is allocated at setup or at the first forward and\n"
            "  kept; acts is the activation arena planned from buffer lifetimes\n");
     if (budget) {
@@ -180,6 +185,7 @@ int cmd_estimate(int argc, char **argv) {
         {"seed", 1, 0, 'x'},        {"threads", 1, 0, 'j'},     {"quiet", 0, 0, 'q'},
         {"stop-at", 1, 0, 'A'},     {"json", 0, 0, 'J'},        {"forward-only", 0, 0, 'F'},
         {"attention", 1, 0, 1001},  {"recompute", 1, 0, 1002},
+        {"act-offload", 1, 0, 1401}, {"act-compress", 1, 0, 1402},
         {"optimizer", 1, 0, 1101}, {"state-bits", 1, 0, 1102}, {"state-32bit-embeddings", 0, 0, 1103},
         {"host-memory", 1, 0, 1201}, {"disk-memory", 1, 0, 1202}, {"offload-dir", 1, 0, 1203},
         {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
@@ -221,6 +227,14 @@ int cmd_estimate(int argc, char **argv) {
         case 1002:
             if (hpt_recompute_parse(optarg, &po.act) != HPT_OK)
                 return cli_usage_error("estimate", "--recompute: %s", hpt_last_error());
+            break;
+        case 1401:
+            if (hpt_act_offload_parse(optarg, &po.act) != HPT_OK)
+                return cli_usage_error("estimate", "--act-offload: %s", hpt_last_error());
+            break;
+        case 1402:
+            if (hpt_act_compress_parse(optarg, &po.act) != HPT_OK)
+                return cli_usage_error("estimate", "--act-compress: %s", hpt_last_error());
             break;
         /* accepted for symmetry with train, checked as train checks them, no effect on memory */
         case 'n': r = cli_parse_long("estimate", "--steps", optarg, 1, 1L << 40, &lv); break;

@@ -50,6 +50,11 @@ static const char k_help[] =
     "  --recompute P        none (default), selective (ln1, ln2, GELU output; probabilities\n"
     "                       with plain attention), every:N (keep every N-th block's input) or\n"
     "                       full (keep each block's input); exact (docs/activations.md)\n"
+    "  --act-offload K      none (default), host or disk (needs --offload-dir): saved\n"
+    "                       activations leave the device after each block's forward and come\n"
+    "                       back before its backward; exact; recompute none or selective\n"
+    "  --act-compress K     none (default) or int8: saved activations as int8 with a per-row\n"
+    "                       absmax scale (lossy, docs/activations.md)\n"
     "  --optimizer K        adamw (default), lion, adam-mini or sgd (docs/optimizers.md; Lion\n"
     "                       wants a 3-10x smaller --lr than AdamW, SGD a far larger one)\n"
     "  --state-bits N       optimizer state in 32 (default) or 8 bits (block-wise quantised)\n"
@@ -131,6 +136,7 @@ int cmd_train(int argc, char **argv) {
         {"resume", 1, 0, 'r'},      {"log", 1, 0, 'o'},         {"memory", 1, 0, 'M'},
         {"seed", 1, 0, 'x'},        {"threads", 1, 0, 'j'},     {"quiet", 0, 0, 'q'},        {"stop-at", 1, 0, 'A'},
         {"trace", 1, 0, 'P'},     {"attention", 1, 0, 1001}, {"recompute", 1, 0, 1002},
+        {"act-offload", 1, 0, 1401}, {"act-compress", 1, 0, 1402},
         {"optimizer", 1, 0, 1101}, {"state-bits", 1, 0, 1102}, {"state-32bit-embeddings", 0, 0, 1103},
         {"host-memory", 1, 0, 1201}, {"disk-memory", 1, 0, 1202}, {"offload-dir", 1, 0, 1203},
         {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
@@ -192,6 +198,14 @@ int cmd_train(int argc, char **argv) {
             if (hpt_recompute_parse(optarg, &o.act) != HPT_OK)
                 return cli_usage_error("train", "--recompute: %s", hpt_last_error());
             break;
+        case 1401:
+            if (hpt_act_offload_parse(optarg, &o.act) != HPT_OK)
+                return cli_usage_error("train", "--act-offload: %s", hpt_last_error());
+            break;
+        case 1402:
+            if (hpt_act_compress_parse(optarg, &o.act) != HPT_OK)
+                return cli_usage_error("train", "--act-compress: %s", hpt_last_error());
+            break;
         case 'A': r = cli_parse_long("train", "--stop-at", optarg, 1, 1L << 40, &stop_at); break;
         case 1101:
             if (hpt_optim_parse(optarg, &kind) != HPT_OK)
@@ -221,6 +235,8 @@ int cmd_train(int argc, char **argv) {
     }
     if (threads) hpt_set_threads((int)threads);
 
+    if (o.act.offload == HPT_OFFLOAD_DISK && !offload_dir)
+        return cli_usage_error("train", "--act-offload disk needs --offload-dir DIR");
     hpt_mem *mem;
     hpt_status s = hpt_mem_create(&mem);
     if (s != HPT_OK) return cli_lib_error(s, "starting");
@@ -271,8 +287,10 @@ int cmd_train(int argc, char **argv) {
     {
         char rb[32], ab[32];
         fmt_bytes(ab, sizeof ab, hpt_gpt2_activation_bytes(cfg, o.B, o.T, &o.act));
-        fprintf(stderr, "hptrain: attention %s, recompute %s: activation arena %s\n",
-                hpt_attention_name(o.act.attention), hpt_recompute_name(&o.act, rb, sizeof rb), ab);
+        fprintf(stderr, "hptrain: attention %s, recompute %s, act-offload %s, act-compress %s: "
+                "activation arena %s\n", hpt_attention_name(o.act.attention),
+                hpt_recompute_name(&o.act, rb, sizeof rb), hpt_act_offload_name(o.act.offload),
+                hpt_act_compress_name(o.act.compress), ab);
     }
     {
         const hpt_adamw_opts *ao = hpt_trainer_optim_opts(tr);
