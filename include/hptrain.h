@@ -389,6 +389,12 @@ void hpt_optim_free(hpt_optim *o);
 /* One optimizer step with learning rate lr. If clip > 0 the gradients are scaled so their
  * global L2 norm is at most clip. *grad_norm_out (may be NULL) gets the norm before clipping. */
 hpt_status hpt_optim_step(hpt_optim *o, float lr, float clip, float *grad_norm_out);
+/* hpt_optim_step on the gradients times grad_scale (> 0; gradient accumulation passes 1/K
+ * for K micro-batches summed into the gradients): the norm, the clipping and the update all
+ * see grad_scale * grads. The buffer itself is not changed (the factor is applied inside the
+ * update, at no extra pass). grad_scale 1 is hpt_optim_step, bit for bit. */
+hpt_status hpt_optim_step_scaled(hpt_optim *o, float lr, float clip, float grad_scale,
+                                 float *grad_norm_out);
 int64_t hpt_optim_get_t(const hpt_optim *o); /* steps taken */
 void hpt_optim_set_t(hpt_optim *o, int64_t t);
 const hpt_adamw_opts *hpt_optim_get_opts(const hpt_optim *o);
@@ -465,6 +471,7 @@ typedef struct {
     uint64_t rng_state;   /* the trainer's RNG (sampling, future dropout) */
     int64_t total_steps;  /* the run's planned steps (schedule) */
     int32_t B, T;
+    int32_t accum;        /* micro-batches per optimizer step (0 is read as 1) */
 } hpt_train_pos;
 
 /* Writes model weights, the optimizer's settings and state (moments, 8-bit codes and their
@@ -654,6 +661,8 @@ typedef struct {
     int optimizer;       /* hpt_optim_kind (training only) */
     int state_bits;      /* 32 (or 0) or 8 */
     int state32_embeddings; /* with 8-bit states, wte and wpe keep 32-bit state */
+    int accum;           /* micro-batches per optimizer step (0 is read as 1): tokens and
+                          * FLOPs per step follow it; memory does not (activations for B only) */
 } hpt_plan_opts;
 /* gpt2-124m, B=4, T=64, training with AdamW fp32, no validation: the trainer's defaults. */
 hpt_plan_opts hpt_plan_defaults(void);
@@ -665,7 +674,7 @@ typedef struct {
     uint64_t activation_bytes;     /* the planned activation arena */
     double flops_per_token;        /* the run's: training 3 x forward; forward-only = forward */
     double flops_per_token_fwd;
-    uint64_t tokens_per_step;      /* B*T: tokens per optimizer step (per forward) */
+    uint64_t tokens_per_step;      /* accum*B*T: tokens per optimizer step */
 } hpt_estimate;
 
 /* HPT_ERR_SHAPE for a bad shape or T > maxT, HPT_ERR_INVALID for B or T < 1 or a run too large
@@ -710,6 +719,9 @@ typedef struct {
     const char *resume;    /* directory holding state.bin, or NULL */
     const char *save_dir;  /* directory for state.bin and model.bin, or NULL */
     int B, T;
+    int accum;             /* micro-batches of B sequences per optimizer step (0 is read as 1):
+                            * their gradients are summed and scaled by 1/accum, the same update
+                            * as one batch of accum*B; activations are for B only */
     int64_t steps;         /* total optimizer steps of the run (a resumed run continues to it) */
     float lr, min_lr;      /* peak and final learning rate (cosine) */
     int64_t warmup;        /* linear warmup steps */
@@ -725,7 +737,8 @@ hpt_train_opts hpt_train_defaults(void);
 
 typedef struct {
     int64_t step, total;   /* steps completed after this call, of total */
-    float loss;            /* training loss of this step's batch, before its update */
+    float loss;            /* training loss of this step's batch, before its update (with
+                            * accumulation: the mean of the micro-batches' losses) */
     float val_loss;        /* when evaluated is 1 */
     int evaluated, saved;
     float lr, grad_norm;

@@ -125,6 +125,19 @@ else bad "8-bit Lion resume: $(cat "$tmp/err")"; fi
 expect_error "bad optimizer" "unknown optimizer" train --steps 1 --optimizer adam
 expect_error "bad state bits" "32 or 8" train --steps 1 --state-bits 4
 expect_error "emb32 without 8 bits" "state-bits 8" train --steps 1 --state-32bit-embeddings
+
+# --- gradient accumulation: --accum 2 split by --stop-at resumes bit-identically; bad K refused ---
+expect_error "accum 0" "accum expects" train --steps 1 --accum 0
+expect_error "estimate accum 0" "accum expects" "$bin" estimate --model "$shape" --accum 0
+train --steps 6 --lr 1e-3 --batch 2 --accum 2 --save "$tmp/afull" 2>/dev/null
+train --steps 6 --lr 1e-3 --batch 2 --accum 2 --save "$tmp/asplit" --stop-at 3 2>/dev/null
+"$bin" train --data "$tmp/train_*.bin" --batch 2 --seq 16 --accum 2 --quiet --steps 6 --lr 1e-3 \
+  --resume "$tmp/asplit" --save "$tmp/asplit" 2>"$tmp/err"
+if cmp -s "$tmp/afull/state.bin" "$tmp/asplit/state.bin"; then ok; else bad "accum 2 resume: $(cat "$tmp/err")"; fi
+expect_error "resume with another accum" "accum 2" "$bin" train --data "$tmp/train_*.bin" --batch 2 \
+  --seq 16 --quiet --steps 6 --accum 3 --resume "$tmp/asplit"
+if "$bin" estimate --model "gpt2:L=2,C=32,NH=4,V=64,T=16" --batch 2 --seq 16 --accum 4 --json \
+   | grep -q '"tokens_per_step":128,'; then ok; else bad "estimate --accum"; fi
 if "$bin" estimate --model "gpt2:L=2,C=32,NH=4,V=64,T=16" --seq 16 --optimizer adam-mini --state-bits 8 --json \
    | grep -q '"optimizer":"adam-mini","state_bits":8'; then ok; else bad "estimate --optimizer"; fi
 if "$bin" estimate --model "gpt2:L=2,C=32,NH=4,V=64,T=16" --seq 16 --attention plain --recompute every:2 --json \

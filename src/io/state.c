@@ -5,7 +5,8 @@
  *   "HPTSTATE" (8 bytes), uint32 version, uint32 header fields count (32)
  *   int64 fields[32]: L C NH V Vp maxT | lr beta1 beta2 eps wd (float bits) decay_all |
  *                     step shard offset rng total_steps B T | optim_t | num_params |
- *                     optimizer state_bits state32_embeddings | 0...
+ *                     optimizer state_bits state32_embeddings | accum (0 in files written
+ *                     before accumulation: read as 1) | 0...
  *   float params[n]; then the optimizer's state buffers in hpt_optim_state_buffers' order
  *   (m fp32, m codes, m scales, v fp32, v codes, v scales; empty ones take no bytes), whose
  *   sizes follow from the shape and fields 21-23 (hpt_optim_state_bytes)
@@ -39,7 +40,8 @@ hpt_status hpt_state_save(const char *path, const hpt_gpt2 *model, const hpt_opt
                           pos->step, pos->data_shard, pos->data_offset, (int64_t)pos->rng_state,
                           pos->total_steps, pos->B, pos->T,
                           hpt_optim_get_t(opt), (int64_t)model->num_params, ao->optimizer,
-                          ao->state_bits == 0 ? 32 : ao->state_bits, ao->state32_embeddings};
+                          ao->state_bits == 0 ? 32 : ao->state_bits, ao->state32_embeddings,
+                          pos->accum > 1 ? pos->accum : 1};
     uint32_t ver[2] = {STATE_VERSION, NFIELDS};
     size_t nb = model->num_params * sizeof(float);
     const hpt_adamw_opts *oo = hpt_optim_get_opts(opt);
@@ -144,9 +146,17 @@ hpt_status hpt_state_load(const char *path, hpt_mem *mem, hpt_gpt2 **model_out,
     }
     hpt_optim_set_t(o, f[19]);
     *ao_out = ao;
-    *pos_out = (hpt_train_pos){.step = f[12], .data_shard = f[13], .data_offset = f[14],
-                               .rng_state = (uint64_t)f[15], .total_steps = f[16],
-                               .B = (int32_t)f[17], .T = (int32_t)f[18]};
+    /* Field by field after a memset: the struct has tail padding, and callers compare it
+     * with memcmp. */
+    memset(pos_out, 0, sizeof *pos_out);
+    pos_out->step = f[12];
+    pos_out->data_shard = f[13];
+    pos_out->data_offset = f[14];
+    pos_out->rng_state = (uint64_t)f[15];
+    pos_out->total_steps = f[16];
+    pos_out->B = (int32_t)f[17];
+    pos_out->T = (int32_t)f[18];
+    pos_out->accum = f[24] > 1 ? (int32_t)f[24] : 1;
     *model_out = m;
     *opt_out = o;
     return HPT_OK;

@@ -227,12 +227,23 @@ static k_state tensor_state(const hpt_optim *op, int i, int base, const float *m
 }
 
 hpt_status hpt_optim_step(hpt_optim *op, float lr, float clip, float *grad_norm_out) {
+    return hpt_optim_step_scaled(op, lr, clip, 1.0f, grad_norm_out);
+}
+
+/* grad_scale is folded into the factor the kernels already multiply each gradient by (the
+ * clip factor), so accumulation's 1/K costs no pass over the gradients. With grad_scale 1
+ * every product below is exact, so hpt_optim_step computes the same bits as before. */
+hpt_status hpt_optim_step_scaled(hpt_optim *op, float lr, float clip, float grad_scale,
+                                 float *grad_norm_out) {
     hpt_gpt2 *model = op->model;
-    float norm = (float)sqrt(k_sumsq(model->grads, op->n));
+    if (!(grad_scale > 0.0f) || !isfinite(grad_scale))
+        return hpt_fail(HPT_ERR_INVALID, "gradient scale %g must be positive and finite",
+                        (double)grad_scale);
+    float norm = (float)sqrt(k_sumsq(model->grads, op->n)) * grad_scale;
     if (grad_norm_out) *grad_norm_out = norm;
     if (!isfinite(norm))
         return hpt_fail(HPT_ERR_INVALID, "gradient norm is not finite (%g); step skipped", (double)norm);
-    float scale = clip > 0.0f && norm > clip ? clip / norm : 1.0f;
+    float scale = (clip > 0.0f && norm > clip ? clip / norm : 1.0f) * grad_scale;
     op->t++;
     hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
     hpt_gpt2_tensors(&model->cfg, t);

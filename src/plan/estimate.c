@@ -73,6 +73,8 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     if (o->T > c->maxT)
         return hpt_fail(HPT_ERR_SHAPE, "sequence length %d exceeds the model's maxT %d", o->T,
                         c->maxT);
+    if (o->accum < 0)
+        return hpt_fail(HPT_ERR_INVALID, "accumulation %d must be >= 1", o->accum);
     /* An upper bound of the arena in floating point (every buffer end to end, plus the
      * alignment) before any size_t product that could wrap. */
     double B = o->B, T = o->T, C = c->C, L = c->L, NH = c->NH;
@@ -104,7 +106,9 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
         for (int k = 0; k < HPT_CAT_COUNT; k++) out->peak_bytes[t] += out->bytes[t][k];
     out->num_params = np;
     out->activation_bytes = acts;
-    out->tokens_per_step = BT;
+    /* Accumulation runs accum forwards and backwards of B sequences per optimizer step into
+     * the same gradients: memory is that of B (above), tokens and FLOPs per step scale. */
+    out->tokens_per_step = BT * (uint64_t)(o->accum > 1 ? o->accum : 1);
 
     /* FLOPs per token, matrix multiplies and attention (elementwise work is left out):
      * the weights each token meets in a GEMM are qkv 3C^2, attention projection C^2, fc 4C^2,

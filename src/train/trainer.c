@@ -1,9 +1,16 @@
-/* trainer.c: the training loop, one step per call: batch -> forward -> backward -> clip ->
- * the optimizer (AdamW, Lion, Adam-mini or SGD; 32- or 8-bit state) with the warmup+cosine
+/* trainer.c: the training loop, one step per call: accum x (batch -> forward -> backward,
+ * gradients summed) -> clip -> the optimizer (AdamW, Lion, Adam-mini or SGD; 32- or 8-bit state) with the warmup+cosine
  * learning rate -> (evaluation, checkpoint when due).
  * Everything a step depends on (weights, moments, optimizer step count, data position, RNG)
  * is in the training-state checkpoint, so a resumed run computes the same bits as an
- * uninterrupted one with the same thread count. */
+ * uninterrupted one with the same thread count.
+ * Gradient accumulation: one optimizer step runs accum micro-batches of B sequences (the
+ * loader's next accum windows, the tokens one batch of accum*B would read), backward adds
+ * each one's gradients of its mean loss, and the optimizer takes them times 1/accum
+ * (hpt_optim_step_scaled: folded into the clip factor, no extra pass), so the update is that
+ * of one batch of accum*B up to float rounding. The checkpoint records accum; a resume with
+ * another is refused (the data position would still be right, but the run would no longer
+ * be the one that was started). */
 #include "core/core.h"
 #include "model/gpt2_int.h"
 
@@ -28,6 +35,7 @@ hpt_train_opts hpt_train_defaults(void) {
     hpt_train_opts o = {0};
     o.B = 4;
     o.T = 64;
+    o.accum = 1;
     o.steps = 100;
     o.lr = 6e-4f;
     o.min_lr = 6e-5f;
@@ -91,6 +99,7 @@ static hpt_status check_budget(hpt_trainer *tr, hpt_gpt2_config *cfg, const char
     po.cfg = *cfg;
     po.B = tr->o.B;
     po.T = tr->o.T;
+    po.accum = tr->o.accum;
     po.has_val = tr->o.val != NULL;
     po.optimizer = tr->o.adamw.optimizer;
     po.state_bits = tr->o.adamw.state_bits;
@@ -105,6 +114,8 @@ static hpt_status setup(hpt_trainer *tr) {
     hpt_mem_get_stats(tr->mem, &st0);
     uint64_t live0 = 0;
     for (int c = 0; c < HPT_CAT_COUNT; c++) live0 += st0.live_bytes[HPT_TIER_DEVICE][c];
+    if (o->accum < 0)
+        return hpt_fail(HPT_ERR_INVALID, "accumulation (%d) must be >= 1", o->accum);
     if (o->B < 1 || o->T < 1 || o->steps < 1)
         return hpt_fail(HPT_ERR_INVALID, "batch (%d), sequence (%d) and steps (%lld) must be >= 1",
                         o->B, o->T, (long long)o->steps);
@@ -119,6 +130,9 @@ static hpt_status setup(hpt_trainer *tr) {
         if (pos.B != o->B || pos.T != o->T)
             return hpt_fail(HPT_ERR_SHAPE, "%s was trained with batch %d and sequence %d; resume "
                             "with the same (got %d and %d)", path, pos.B, pos.T, o->B, o->T);
+        if (pos.accum != (o->accum > 1 ? o->accum : 1))
+            return hpt_fail(HPT_ERR_INVALID, "%s was trained with --accum %d; resume with the "
+                            "same (got %d)", path, pos.accum, o->accum > 1 ? o->accum : 1);
         if (pos.step > o->steps)
             return hpt_fail(HPT_ERR_INVALID, "%s is at step %lld, beyond --steps %lld", path,
                             (long long)pos.step, (long long)o->steps);
@@ -199,7 +213,7 @@ hpt_status hpt_trainer_eval(hpt_trainer *tr, float *val_loss_out) {
 hpt_status hpt_trainer_save(hpt_trainer *tr) {
     if (!tr->o.save_dir) return hpt_fail(HPT_ERR_INVALID, "no save directory given");
     hpt_train_pos pos = {.step = tr->step, .rng_state = tr->rng.s, .total_steps = tr->o.steps,
-                         .B = tr->o.B, .T = tr->o.T};
+                         .B = tr->o.B, .T = tr->o.T, .accum = tr->o.accum};
     hpt_dataloader_get_pos(tr->train, &pos.data_shard, &pos.data_offset);
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/state.bin", tr->o.save_dir);
@@ -215,22 +229,31 @@ hpt_status hpt_trainer_step(hpt_trainer *tr, hpt_train_progress *p) {
     const hpt_train_opts *o = &tr->o;
     double t0 = hpt_now();
     hpt_mem_set_context(tr->mem, tr->step + 1, HPT_PHASE_FULL, -1);
-    const int32_t *x, *y;
-    HPT_CHECK(hpt_dataloader_next(tr->train, &x, &y));
-    HPT_CHECK(hpt_gpt2_forward(tr->model, x, y, o->B, o->T, &p->loss));
-    if (!isfinite(p->loss))
-        return hpt_fail(HPT_ERR_INVALID, "the loss is %g at step %lld: training diverged (try a "
-                        "lower --lr)", (double)p->loss, (long long)tr->step + 1);
+    int K = o->accum > 1 ? o->accum : 1;
+    double loss_sum = 0.0;
     hpt_gpt2_zero_grad(tr->model);
-    HPT_CHECK(hpt_gpt2_backward(tr->model));
+    for (int k = 0; k < K; k++) {
+        const int32_t *x, *y;
+        float loss;
+        HPT_CHECK(hpt_dataloader_next(tr->train, &x, &y));
+        HPT_CHECK(hpt_gpt2_forward(tr->model, x, y, o->B, o->T, &loss));
+        if (!isfinite(loss))
+            return hpt_fail(HPT_ERR_INVALID, "the loss is %g at step %lld: training diverged (try "
+                            "a lower --lr)", (double)loss, (long long)tr->step + 1);
+        HPT_CHECK(hpt_gpt2_backward(tr->model)); /* += into the gradients */
+        loss_sum += (double)loss;
+    }
+    /* K = 1: the loss is the micro-batch's, exactly (a float through a double and back). */
+    p->loss = (float)(loss_sum / K);
     p->lr = hpt_lr_cosine(tr->step, o->steps, o->warmup, o->lr, o->min_lr);
-    HPT_CHECK(hpt_optim_step(tr->opt, p->lr, o->grad_clip, &p->grad_norm));
+    HPT_CHECK(hpt_optim_step_scaled(tr->opt, p->lr, o->grad_clip, 1.0f / (float)K,
+                                    &p->grad_norm));
     tr->step++;
     double dt = hpt_now() - t0;
     p->step = tr->step;
     p->total = o->steps;
     p->step_ms = dt * 1e3;
-    p->tokens_per_s = (double)o->B * o->T / dt;
+    p->tokens_per_s = (double)K * o->B * o->T / dt;
     int last = hpt_trainer_done(tr);
     if (tr->val && (last || (o->eval_every > 0 && tr->step % o->eval_every == 0))) {
         HPT_CHECK(hpt_trainer_eval(tr, &p->val_loss));

@@ -22,7 +22,9 @@ static const char k_help[] =
     "  --model PATH|SHAPE   llm.c checkpoint or shape: gpt2-124m, gpt2-350m, gpt2-774m,\n"
     "                       gpt2-1558m or gpt2:L=..,C=..,NH=..[,V=50257][,T=1024]\n"
     "  --resume DIR         the shape of DIR/model.bin (written next to DIR/state.bin)\n"
-    "  --batch B            sequences per step (default 4)\n"
+    "  --batch B            sequences per micro-batch (default 4)\n"
+    "  --accum K            micro-batches per optimizer step (default 1): gradients summed and\n"
+    "                       scaled by 1/K, the update of one batch of K*B; memory of B only\n"
     "  --seq T              tokens per sequence (default 64)\n"
     "  --val GLOB           a validation loader is open (its buffers count)\n"
     "  --memory SIZE        device budget, e.g. 512MB, 4GB, 1.5GiB: says whether the run fits\n"
@@ -170,7 +172,7 @@ static void print_text(const char *model, const hpt_plan_opts *po, const hpt_est
     else
         printf("  FLOPs/token %s (forward; matmuls and causal attention)\n", y);
     fmt_flops(x, sizeof x, e->flops_per_token * (double)e->tokens_per_step);
-    printf("  tokens/step %llu (B x T), %s per optimizer step\n",
+    printf("  tokens/step %llu (accum x B x T), %s per optimizer step\n",
            (unsigned long long)e->tokens_per_step, x);
 }
 
@@ -187,7 +189,7 @@ int cmd_estimate(int argc, char **argv) {
         {"attention", 1, 0, 1001},  {"recompute", 1, 0, 1002},
         {"act-offload", 1, 0, 1401}, {"act-compress", 1, 0, 1402},
         {"optimizer", 1, 0, 1101}, {"state-bits", 1, 0, 1102}, {"state-32bit-embeddings", 0, 0, 1103},
-        {"host-memory", 1, 0, 1201}, {"disk-memory", 1, 0, 1202}, {"offload-dir", 1, 0, 1203},
+        {"accum", 1, 0, 1301}, {"host-memory", 1, 0, 1201}, {"disk-memory", 1, 0, 1202}, {"offload-dir", 1, 0, 1203},
         {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
     const char *model = NULL, *resume = NULL;
     hpt_plan_opts po = hpt_plan_defaults();
@@ -202,6 +204,7 @@ int cmd_estimate(int argc, char **argv) {
         case 'm': model = optarg; break;
         case 'v': po.has_val = 1; break;
         case 'b': r = cli_parse_long("estimate", "--batch", optarg, 1, 1 << 20, &lv); po.B = (int)lv; break;
+        case 1301: r = cli_parse_long("estimate", "--accum", optarg, 1, 1 << 20, &lv); po.accum = (int)lv; break;
         case 't': r = cli_parse_long("estimate", "--seq", optarg, 1, 1 << 20, &lv); po.T = (int)lv; break;
         case 'r': resume = optarg; break;
         case 'M':

@@ -24,7 +24,9 @@ static const char k_help[] =
     "  --model PATH|SHAPE   llm.c checkpoint or shape (not needed with --resume)\n"
     "  --data GLOB          training shards (quote the glob)\n"
     "  --val GLOB           validation shards; evaluated every --eval-every steps and at the end\n"
-    "  --batch B            sequences per step (default 4)\n"
+    "  --batch B            sequences per micro-batch (default 4)\n"
+    "  --accum K            micro-batches per optimizer step (default 1): gradients summed and\n"
+    "                       scaled by 1/K, the update of one batch of K*B; memory of B only\n"
     "  --seq T              tokens per sequence (default 64; at most the model's maxT)\n"
     "  --steps N            total optimizer steps (default 100)\n"
     "  --lr X               peak learning rate (default 6e-4)\n"
@@ -36,7 +38,7 @@ static const char k_help[] =
     "  --val-batches N      batches per validation (default 10)\n"
     "  --save DIR           write DIR/state.bin (resumable) and DIR/model.bin (llm.c) at the end\n"
     "  --save-every N       also every N steps\n"
-    "  --resume DIR         continue from DIR/state.bin (same --batch and --seq)\n"
+    "  --resume DIR         continue from DIR/state.bin (same --batch, --seq and --accum)\n"
     "  --stop-at N          stop after step N of the run and save (split a run across sessions)\n"
     "  --log FILE.jsonl     one JSON object per step\n"
     "  --trace FILE         record every allocation, free and arena buffer; write the trace as\n"
@@ -138,7 +140,7 @@ int cmd_train(int argc, char **argv) {
         {"trace", 1, 0, 'P'},     {"attention", 1, 0, 1001}, {"recompute", 1, 0, 1002},
         {"act-offload", 1, 0, 1401}, {"act-compress", 1, 0, 1402},
         {"optimizer", 1, 0, 1101}, {"state-bits", 1, 0, 1102}, {"state-32bit-embeddings", 0, 0, 1103},
-        {"host-memory", 1, 0, 1201}, {"disk-memory", 1, 0, 1202}, {"offload-dir", 1, 0, 1203},
+        {"accum", 1, 0, 1301}, {"host-memory", 1, 0, 1201}, {"disk-memory", 1, 0, 1202}, {"offload-dir", 1, 0, 1203},
         {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
     hpt_train_opts o = hpt_train_defaults();
     uint64_t host_budget = 0, disk_budget = 0;
@@ -160,6 +162,7 @@ int cmd_train(int argc, char **argv) {
         case 'd': o.data = optarg; break;
         case 'v': o.val = optarg; break;
         case 'b': r = cli_parse_long("train", "--batch", optarg, 1, 1 << 20, &lv); o.B = (int)lv; break;
+        case 1301: r = cli_parse_long("train", "--accum", optarg, 1, 1 << 20, &lv); o.accum = (int)lv; break;
         case 't': r = cli_parse_long("train", "--seq", optarg, 1, 1 << 20, &lv); o.T = (int)lv; break;
         case 'n': r = cli_parse_long("train", "--steps", optarg, 1, 1L << 40, &lv); o.steps = lv; break;
         case 'l': r = cli_parse_float("train", "--lr", optarg, 0, 10, &dv); o.lr = (float)dv; break;
@@ -280,9 +283,9 @@ int cmd_train(int argc, char **argv) {
     tmeta.cfg = *cfg;
     tmeta.num_params = hpt_gpt2_get_num_params(hpt_trainer_model(tr));
     fprintf(stderr, "hptrain: GPT-2 L=%d C=%d NH=%d V=%d maxT=%d, %.2fM parameters; %zu training "
-            "tokens; B=%d T=%d, %d threads%s\n", cfg->L, cfg->C, cfg->NH, cfg->V, cfg->maxT,
+            "tokens; B=%d T=%d accum=%d, %d threads%s\n", cfg->L, cfg->C, cfg->NH, cfg->V, cfg->maxT,
             (double)hpt_gpt2_get_num_params(hpt_trainer_model(tr)) / 1e6,
-            hpt_trainer_train_tokens(tr), o.B, o.T, hpt_get_threads(),
+            hpt_trainer_train_tokens(tr), o.B, o.T, o.accum, hpt_get_threads(),
             hpt_trainer_start_step(tr) ? " (resumed)" : "");
     {
         char rb[32], ab[32];
@@ -361,7 +364,7 @@ int cmd_train(int argc, char **argv) {
         fprintf(stderr, "done: %lld steps in %s | final loss %.4f", (long long)(p.step - hpt_trainer_start_step(tr)),
                 tt, (double)p.loss);
         if (!isnan(last_val)) fprintf(stderr, " | val loss %.4f", (double)last_val);
-        if (tok_steps) fprintf(stderr, " | %.0f tok/s", (double)o.B * o.T * (double)tok_steps / (tok_time / 1e3));
+        if (tok_steps) fprintf(stderr, " | %.0f tok/s", (double)o.accum * o.B * o.T * (double)tok_steps / (tok_time / 1e3));
         fputc('\n', stderr);
         if (o.save_dir) fprintf(stderr, "saved %s/state.bin and %s/model.bin\n", o.save_dir, o.save_dir);
         memory_report(mem);
