@@ -18,12 +18,14 @@
 #include "model/gpt2_int.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static void enter_time(hpt_gpt2 *m, int t);
+static void prefetch_wait(hpt_gpt2 *m);
 
 /* Releases the offload tier's buffers (host store, disk block, staging). */
 static void free_stores(hpt_gpt2 *m) {
@@ -65,6 +67,7 @@ hpt_status hpt_gpt2_create(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_gpt2 **
 
 void hpt_gpt2_free_activations(hpt_gpt2 *m) {
     if (!m) return;
+    prefetch_wait(m);
     if (m->act_mem) enter_time(m, -1);
     hpt_mem_free(m->mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, m->act_mem, m->act_bytes);
     m->act_mem = NULL;
@@ -183,10 +186,11 @@ static void q8_store(char *dst, const float *x, size_t rows, size_t w) {
     }
 }
 
-static void q8_load(float *x, const char *src, size_t rows, size_t w) {
+/* par 0: serial (on the prefetch thread, outside OpenMP's team) */
+static void q8_load(float *x, const char *src, size_t rows, size_t w, int par) {
     const float *scale = (const float *)src;
     const int8_t *q = (const int8_t *)(src + rows * sizeof(float));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (par)
     for (int64_t r = 0; r < (int64_t)rows; r++)
         for (size_t j = 0; j < w; j++)
             x[(size_t)r * w + j] = (float)q[(size_t)r * w + j] * scale[r];
@@ -618,8 +622,9 @@ static hpt_status offload_block(hpt_gpt2 *m, int l) {
 }
 
 /* At the time point before block l's backward: brings its stored fields back into the
- * buffers its backward reads (synchronously). */
-static hpt_status prefetch_block(hpt_gpt2 *m, int l) {
+ * buffers its backward reads. serial 1: called on the prefetch thread (host offload only:
+ * no OpenMP, no event recording, which the main thread does at prefetch_wait). */
+static hpt_status prefetch_block(hpt_gpt2 *m, int l, int serial) {
     for (int i = 0; i < N_FIELDS; i++) {
         size_t idx = (size_t)l * N_FIELDS + (size_t)i, sb = m->sbytes[idx], rows, w;
         if (!sb) continue;
@@ -627,22 +632,52 @@ static hpt_status prefetch_block(hpt_gpt2 *m, int l) {
         float *dst = *field_of(&m->layers[l], i);
         int q8 = m->act.compress == HPT_COMPRESS_INT8;
         if (m->act.offload == HPT_OFFLOAD_NONE) {
-            q8_load(dst, m->astore[idx], rows, w);
+            q8_load(dst, m->astore[idx], rows, w, 1);
         } else if (m->act.offload == HPT_OFFLOAD_HOST) {
             const char *src = m->host_store + m->soff[idx];
-            if (q8) q8_load(dst, src, rows, w);
+            if (q8) q8_load(dst, src, rows, w, !serial);
             else memcpy(dst, src, sb);
-            hpt_mem_transfer(m->mem, HPT_TIER_HOST, HPT_TIER_DEVICE, HPT_CAT_ACTS, sb);
+            if (!serial) hpt_mem_transfer(m->mem, HPT_TIER_HOST, HPT_TIER_DEVICE, HPT_CAT_ACTS, sb);
         } else if (q8) {
             HPT_CHECK(hpt_mem_disk_read(m->mem, &m->disk, m->soff[idx], m->staging, sb,
                                         HPT_TIER_HOST, HPT_CAT_ACTS));
-            q8_load(dst, m->staging, rows, w);
+            q8_load(dst, m->staging, rows, w, 1);
         } else {
             HPT_CHECK(hpt_mem_disk_read(m->mem, &m->disk, m->soff[idx], dst, sb,
                                         HPT_TIER_DEVICE, HPT_CAT_ACTS));
         }
     }
     return HPT_OK;
+}
+
+/* The asynchronous prefetch (host offload): a thread copies block l's fields back while the
+ * main thread runs the backward of block l + 1 (or the head). Safe because the buffers it
+ * writes are born at that time point in the plan (no other buffer live then overlaps them)
+ * and it only reads the host store, which nothing writes during backward. */
+static void *prefetch_thread(void *arg) {
+    hpt_gpt2 *m = arg;
+    prefetch_block(m, m->pf_layer, 1); /* host copies cannot fail */
+    return NULL;
+}
+
+static hpt_status prefetch_start(hpt_gpt2 *m, int l) {
+    if (m->act.offload != HPT_OFFLOAD_HOST) return prefetch_block(m, l, 0);
+    m->pf_layer = l;
+    if (pthread_create(&m->pf_thread, NULL, prefetch_thread, m) != 0)
+        return prefetch_block(m, l, 0); /* no thread: synchronously */
+    m->pf_active = 1;
+    return HPT_OK;
+}
+
+/* Waits for the prefetch thread and records its transfers. */
+static void prefetch_wait(hpt_gpt2 *m) {
+    if (!m->pf_active) return;
+    pthread_join(m->pf_thread, NULL);
+    m->pf_active = 0;
+    for (int i = 0; i < N_FIELDS; i++) {
+        size_t sb = m->sbytes[(size_t)m->pf_layer * N_FIELDS + (size_t)i];
+        if (sb) hpt_mem_transfer(m->mem, HPT_TIER_HOST, HPT_TIER_DEVICE, HPT_CAT_ACTS, sb);
+    }
 }
 
 hpt_status hpt_gpt2_forward(hpt_gpt2 *m, const int32_t *inputs, const int32_t *targets,
@@ -660,6 +695,7 @@ hpt_status hpt_gpt2_forward(hpt_gpt2 *m, const int32_t *inputs, const int32_t *t
             return hpt_fail(HPT_ERR_INVALID, "target token %d at position %zu is outside [0, %d)",
                             targets[i], i, c->V);
     }
+    prefetch_wait(m);
     HPT_CHECK(ensure_acts(m, B, T));
     m->B = B;
     m->T = T;
@@ -709,7 +745,7 @@ hpt_status hpt_gpt2_backward(hpt_gpt2 *m) {
     m->has_targets = 0; /* logits become dlogits: one backward per forward */
 
     enter_time(m, TP_HEAD_B(L));
-    HPT_CHECK(prefetch_block(m, L - 1));
+    HPT_CHECK(prefetch_start(m, L - 1));
     /* loss = mean_i (lse_i - logits[i, y_i]) */
     k_crossentropy_backward(a->logits, a->lse, a->targets, (int64_t)BT, c->V, c->Vp,
                             1.0f / (float)BT);
@@ -723,8 +759,9 @@ hpt_status hpt_gpt2_backward(hpt_gpt2 *m) {
     for (int l = L - 1; l >= 0; l--) {
         hpt_mem_set_layer(m->mem, l);
         enter_time(m, TP_BLOCK_B(L, l));
+        prefetch_wait(m); /* block l's fields */
         if (l > 0) {
-            hpt_status s = prefetch_block(m, l - 1);
+            hpt_status s = prefetch_start(m, l - 1);
             if (s != HPT_OK) {
                 hpt_mem_set_layer(m->mem, -1);
                 return hpt_fail_ctx(s, "bringing back block %d's activations", l - 1);

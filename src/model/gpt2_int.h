@@ -4,6 +4,8 @@
 
 #include "hptrain.h"
 
+#include <pthread.h>
+
 /* Pointers into the parameter (or gradient) buffer, llm.c's checkpoint order. */
 typedef struct {
     float *wte;      // (Vp, C)
@@ -102,6 +104,9 @@ struct hpt_gpt2 {
     size_t disk_bytes;
     char *staging;           /* (staging_bytes) host tier, acts: int8 copy on its way to disk */
     size_t staging_bytes;
+    pthread_t pf_thread;     /* the prefetch thread (host offload), joined by prefetch_wait */
+    int pf_active;           /* 1 while pf_thread runs */
+    int pf_layer;            /* the block it brings back */
     /* the last forward */
     int B, T;
     int has_targets;
