@@ -292,7 +292,9 @@ typedef enum {
  *   the device arena only during the block's forward, which copies them to a HOST buffer or to
  *   the DISK tier (hpt_mem_set_disk_dir first); at the time point before the block's backward
  *   (the next block's backward, or the head's) they are copied back into arena buffers that
- *   live until the block's backward. The copies are synchronous. Exact: same bits.
+ *   live until the block's backward. Copies out are synchronous; the copy back is done by a
+ *   thread during the next block's backward with HOST, synchronously with DISK. Exact: same
+ *   bits.
  * compress INT8: those fields are stored as int8 with one fp32 absmax scale per row (a token's
  *   C, 3C or 4C values; a probability row of T) and dequantised before backward: on the
  *   offload tier, or with no offload in the device arena. Lossy. */

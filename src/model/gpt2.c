@@ -10,6 +10,13 @@
  * policy dropped, with the forward's kernels on the forward's inputs, so the bits are the
  * same as without recomputation; plan_acts gives dropped buffers a forward lifetime and a
  * backward one, so the arena shrinks).
+ * Offload and int8 compression (act.offload, act.compress; docs/activations.md): a stored
+ * field has a forward buffer (its block's forward), a stored copy (host buffer, disk block, or
+ * int8 in the arena) and a backward buffer (from the time point before its block's backward);
+ * offload_block fills the copy, prefetch_start / prefetch_wait bring it back (a thread for
+ * host offload). Invariant: the prefetch thread writes only buffers born at the current time
+ * point and reads only the host store; it is joined before anything reads them and before the
+ * arena is freed or replanned.
  * States: created -> (forward -> [backward]) * ; backward without a forward with targets
  * is refused with HPT_ERR_INVALID. */
 #include "core/core.h"
