@@ -272,6 +272,31 @@ hpt_status hpt_plan_check_budget(const hpt_plan_opts *o, uint64_t budget_bytes,
                      "this budget", fmt_size(b[10], peak_at(o, 1, 1)),
                      fmt_size(b[11], dev[HPT_CAT_PARAMS] + dev[HPT_CAT_GRADS] +
                                          dev[HPT_CAT_OPTIM]));
+        n = (int)strlen(msg);
+    }
+    /* the memory techniques, one at a time, at this batch and sequence */
+    hpt_plan_opts alt[4];
+    const char *flag[4] = {"--recompute full", "--act-offload host", "--state-bits 8",
+                           "--recompute selective --act-offload host --act-compress int8"};
+    for (int i = 0; i < 4; i++) alt[i] = *o;
+    alt[0].act.recompute = HPT_RECOMPUTE_FULL;
+    alt[0].act.every = 1;
+    alt[0].act.offload = HPT_OFFLOAD_NONE;
+    alt[1].act.offload = HPT_OFFLOAD_HOST;
+    if (alt[1].act.recompute != HPT_RECOMPUTE_SELECTIVE) alt[1].act.recompute = HPT_RECOMPUTE_NONE;
+    alt[2].state_bits = 8;
+    alt[3].act.recompute = HPT_RECOMPUTE_SELECTIVE;
+    alt[3].act.offload = HPT_OFFLOAD_HOST;
+    alt[3].act.compress = HPT_COMPRESS_INT8;
+    const char *sep = "; at this batch and sequence: ";
+    for (int i = 0; i < 4 && n < (int)sizeof msg; i++) {
+        hpt_estimate ea;
+        if (hpt_plan_estimate(&alt[i], &ea) != HPT_OK) continue;
+        uint64_t pa = ea.peak_bytes[HPT_TIER_DEVICE];
+        if (pa >= peak) continue; /* no saving (already chosen, or not applicable) */
+        n += snprintf(msg + n, sizeof msg - (size_t)n, "%s%s %s (peak %s)", sep, flag[i],
+                      pa <= room ? "fits" : "does not fit", fmt_size(b[11], pa));
+        sep = ", ";
     }
     return hpt_fail(HPT_ERR_OOM, "%s", msg);
 }

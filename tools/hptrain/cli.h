@@ -39,6 +39,13 @@ int cli_getopt(const char *cmd, int argc, char **argv, const struct option *long
 /* Loads the tokenizer at path (NULL: cli_default_tokenizer()); need_encode refuses a decode-only
  * file. Returns 0, or prints the error and returns 1. */
 int cli_load_tokenizer(const char *path, int need_encode, hpt_tokenizer **out);
+/* Option values of the activation technique flags, shared by train and estimate. */
+#define CLI_OPT_ATTENTION 1001
+#define CLI_OPT_RECOMPUTE 1002
+#define CLI_OPT_ACT_OFFLOAD 1401
+#define CLI_OPT_ACT_COMPRESS 1402
+/* Parses one of those flags into act: 0, or a usage error's exit status (2). */
+int cli_parse_act_flag(const char *cmd, int opt, const char *arg, hpt_gpt2_act_opts *act);
 /* Reads a whole file (or stdin for "-") into a malloc'd buffer. */
 int cli_read_file(const char *path, char **data_out, size_t *len_out);
 

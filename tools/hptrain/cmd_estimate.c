@@ -186,8 +186,8 @@ int cmd_estimate(int argc, char **argv) {
         {"resume", 1, 0, 'r'},      {"log", 1, 0, 'o'},         {"memory", 1, 0, 'M'},
         {"seed", 1, 0, 'x'},        {"threads", 1, 0, 'j'},     {"quiet", 0, 0, 'q'},
         {"stop-at", 1, 0, 'A'},     {"json", 0, 0, 'J'},        {"forward-only", 0, 0, 'F'},
-        {"attention", 1, 0, 1001},  {"recompute", 1, 0, 1002},
-        {"act-offload", 1, 0, 1401}, {"act-compress", 1, 0, 1402},
+        {"attention", 1, 0, CLI_OPT_ATTENTION},  {"recompute", 1, 0, CLI_OPT_RECOMPUTE},
+        {"act-offload", 1, 0, CLI_OPT_ACT_OFFLOAD}, {"act-compress", 1, 0, CLI_OPT_ACT_COMPRESS},
         {"optimizer", 1, 0, 1101}, {"state-bits", 1, 0, 1102}, {"state-32bit-embeddings", 0, 0, 1103},
         {"accum", 1, 0, 1301}, {"host-memory", 1, 0, 1201}, {"disk-memory", 1, 0, 1202}, {"offload-dir", 1, 0, 1203},
         {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
@@ -212,8 +212,7 @@ int cmd_estimate(int argc, char **argv) {
                 return cli_usage_error("estimate", "--memory: %s", hpt_last_error());
             break;
         case 1201: case 1202: {
-            /* host and disk budgets: checked for syntax; nothing is placed on those tiers yet,
-             * so their estimated bytes are 0 and always fit */
+            /* host and disk budgets: checked for syntax; the table shows those tiers' bytes */
             uint64_t b;
             if (hpt_parse_size(optarg, &b) != HPT_OK)
                 return cli_usage_error("estimate", "%s: %s", c == 1201 ? "--host-memory" : "--disk-memory",
@@ -223,22 +222,8 @@ int cmd_estimate(int argc, char **argv) {
         case 1203: break;
         case 'J': json = 1; break;
         case 'F': po.training = 0; break;
-        case 1001:
-            if (hpt_attention_parse(optarg, &po.act) != HPT_OK)
-                return cli_usage_error("estimate", "--attention: %s", hpt_last_error());
-            break;
-        case 1002:
-            if (hpt_recompute_parse(optarg, &po.act) != HPT_OK)
-                return cli_usage_error("estimate", "--recompute: %s", hpt_last_error());
-            break;
-        case 1401:
-            if (hpt_act_offload_parse(optarg, &po.act) != HPT_OK)
-                return cli_usage_error("estimate", "--act-offload: %s", hpt_last_error());
-            break;
-        case 1402:
-            if (hpt_act_compress_parse(optarg, &po.act) != HPT_OK)
-                return cli_usage_error("estimate", "--act-compress: %s", hpt_last_error());
-            break;
+        case CLI_OPT_ATTENTION: case CLI_OPT_RECOMPUTE: case CLI_OPT_ACT_OFFLOAD:
+        case CLI_OPT_ACT_COMPRESS: r = cli_parse_act_flag("estimate", c, optarg, &po.act); break;
         /* accepted for symmetry with train, checked as train checks them, no effect on memory */
         case 'n': r = cli_parse_long("estimate", "--steps", optarg, 1, 1L << 40, &lv); break;
         case 'l': r = cli_parse_float("estimate", "--lr", optarg, 0, 10, &dv); break;

@@ -137,8 +137,8 @@ int cmd_train(int argc, char **argv) {
         {"val-batches", 1, 0, 'E'}, {"save", 1, 0, 's'},        {"save-every", 1, 0, 'S'},
         {"resume", 1, 0, 'r'},      {"log", 1, 0, 'o'},         {"memory", 1, 0, 'M'},
         {"seed", 1, 0, 'x'},        {"threads", 1, 0, 'j'},     {"quiet", 0, 0, 'q'},        {"stop-at", 1, 0, 'A'},
-        {"trace", 1, 0, 'P'},     {"attention", 1, 0, 1001}, {"recompute", 1, 0, 1002},
-        {"act-offload", 1, 0, 1401}, {"act-compress", 1, 0, 1402},
+        {"trace", 1, 0, 'P'},     {"attention", 1, 0, CLI_OPT_ATTENTION}, {"recompute", 1, 0, CLI_OPT_RECOMPUTE},
+        {"act-offload", 1, 0, CLI_OPT_ACT_OFFLOAD}, {"act-compress", 1, 0, CLI_OPT_ACT_COMPRESS},
         {"optimizer", 1, 0, 1101}, {"state-bits", 1, 0, 1102}, {"state-32bit-embeddings", 0, 0, 1103},
         {"accum", 1, 0, 1301}, {"host-memory", 1, 0, 1201}, {"disk-memory", 1, 0, 1202}, {"offload-dir", 1, 0, 1203},
         {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
@@ -193,22 +193,8 @@ int cmd_train(int argc, char **argv) {
         case 'x': r = cli_parse_long("train", "--seed", optarg, 0, 0x7fffffffffffffffL, &lv); o.seed = (uint64_t)lv; break;
         case 'j': r = cli_parse_long("train", "--threads", optarg, 1, 1024, &threads); break;
         case 'q': quiet = 1; break;
-        case 1001:
-            if (hpt_attention_parse(optarg, &o.act) != HPT_OK)
-                return cli_usage_error("train", "--attention: %s", hpt_last_error());
-            break;
-        case 1002:
-            if (hpt_recompute_parse(optarg, &o.act) != HPT_OK)
-                return cli_usage_error("train", "--recompute: %s", hpt_last_error());
-            break;
-        case 1401:
-            if (hpt_act_offload_parse(optarg, &o.act) != HPT_OK)
-                return cli_usage_error("train", "--act-offload: %s", hpt_last_error());
-            break;
-        case 1402:
-            if (hpt_act_compress_parse(optarg, &o.act) != HPT_OK)
-                return cli_usage_error("train", "--act-compress: %s", hpt_last_error());
-            break;
+        case CLI_OPT_ATTENTION: case CLI_OPT_RECOMPUTE: case CLI_OPT_ACT_OFFLOAD:
+        case CLI_OPT_ACT_COMPRESS: r = cli_parse_act_flag("train", c, optarg, &o.act); break;
         case 'A': r = cli_parse_long("train", "--stop-at", optarg, 1, 1L << 40, &stop_at); break;
         case 1101:
             if (hpt_optim_parse(optarg, &kind) != HPT_OK)

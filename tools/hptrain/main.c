@@ -97,6 +97,18 @@ int cli_load_tokenizer(const char *path, int need_encode, hpt_tokenizer **out) {
     return 0;
 }
 
+int cli_parse_act_flag(const char *cmd, int opt, const char *arg, hpt_gpt2_act_opts *act) {
+    hpt_status s;
+    const char *flag;
+    switch (opt) {
+    case CLI_OPT_ATTENTION: s = hpt_attention_parse(arg, act); flag = "--attention"; break;
+    case CLI_OPT_RECOMPUTE: s = hpt_recompute_parse(arg, act); flag = "--recompute"; break;
+    case CLI_OPT_ACT_OFFLOAD: s = hpt_act_offload_parse(arg, act); flag = "--act-offload"; break;
+    default: s = hpt_act_compress_parse(arg, act); flag = "--act-compress"; break;
+    }
+    return s == HPT_OK ? 0 : cli_usage_error(cmd, "%s: %s", flag, hpt_last_error());
+}
+
 static int is_dir_with_bpe(const char *dir) {
     char p[PATH_MAX + 128];
     struct stat st;
