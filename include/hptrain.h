@@ -306,6 +306,10 @@ typedef struct {
     int every;                /* N of HPT_RECOMPUTE_EVERY, >= 1 */
     hpt_act_offload offload;
     hpt_act_compress compress;
+    int head_chunk;           /* 0: the head keeps all (B,T,Vp) logits; N > 0: it computes the
+                               * loss N rows at a time, keeps only (N,Vp) logits, and recomputes
+                               * each chunk's logits in backward (one more head GEMM). A forward
+                               * without targets then fails: sampling and verify need all logits. */
 } hpt_gpt2_act_opts;
 /* Parses "none" | "host" | "disk" into o->offload; "none" | "int8" into o->compress. */
 hpt_status hpt_act_offload_parse(const char *text, hpt_gpt2_act_opts *o);

@@ -106,6 +106,12 @@ float *hpt_gpt2_params(hpt_gpt2 *m) { return m->params; }
 float *hpt_gpt2_grads(hpt_gpt2 *m) { return m->grads; }
 const float *hpt_gpt2_logits(const hpt_gpt2 *m) { return m->a.logits; }
 
+/* Rows of logits the head computes at once for the current (B, T). */
+static size_t head_rows(const hpt_gpt2 *m) {
+    size_t BT = (size_t)m->B * m->T;
+    return m->act.head_chunk > 0 && (size_t)m->act.head_chunk < BT ? (size_t)m->act.head_chunk : BT;
+}
+
 void hpt_gpt2_zero_grad(hpt_gpt2 *m) {
     memset(m->grads, 0, m->num_params * sizeof(float));
 }
@@ -283,7 +289,8 @@ static size_t plan_acts(const hpt_gpt2_config *c, const hpt_gpt2_act_opts *o, in
     BUF(a->lnf, "lnf", -1, BT * C * f, TP_HEAD_F(L), TP_HEAD_B(L));
     BUF(a->lnf_mean, "lnf_mean", -1, BT * f, TP_HEAD_F(L), TP_HEAD_B(L));
     BUF(a->lnf_rstd, "lnf_rstd", -1, BT * f, TP_HEAD_F(L), TP_HEAD_B(L));
-    BUF(a->logits, "logits", -1, BT * (size_t)c->Vp * f, TP_HEAD_F(L), TP_HEAD_B(L));
+    size_t head_rows = o->head_chunk > 0 && (size_t)o->head_chunk < BT ? (size_t)o->head_chunk : BT;
+    BUF(a->logits, "logits", -1, head_rows * (size_t)c->Vp * f, TP_HEAD_F(L), TP_HEAD_B(L));
     BUF(a->lse, "lse", -1, BT * f, TP_HEAD_F(L), TP_HEAD_B(L));
     BUF(a->losses, "losses", -1, BT * f, TP_HEAD_F(L), TP_HEAD_F(L));
     BUF(a->dres, "dres", -1, BT * C * f, TP_HEAD_B(L), TP_ENC_B(L));
@@ -311,11 +318,13 @@ static size_t plan_acts(const hpt_gpt2_config *c, const hpt_gpt2_act_opts *o, in
 
 hpt_gpt2_act_opts hpt_gpt2_act_defaults(void) {
     hpt_gpt2_act_opts o = {HPT_ATTN_FLASH, HPT_RECOMPUTE_NONE, 1, HPT_OFFLOAD_NONE,
-                           HPT_COMPRESS_NONE};
+                           HPT_COMPRESS_NONE, 0};
     return o;
 }
 
 static hpt_status check_act_opts(const hpt_gpt2_act_opts *o) {
+    if (o->head_chunk < 0)
+        return hpt_fail(HPT_ERR_INVALID, "head chunk %d must be >= 0 (0: all logits)", o->head_chunk);
     if (o->attention != HPT_ATTN_FLASH && o->attention != HPT_ATTN_PLAIN)
         return hpt_fail(HPT_ERR_INVALID, "unknown attention kind %d", (int)o->attention);
     if ((unsigned)o->recompute > HPT_RECOMPUTE_FULL)
@@ -730,12 +739,28 @@ hpt_status hpt_gpt2_forward(hpt_gpt2 *m, const int32_t *inputs, const int32_t *t
     enter_time(m, TP_HEAD_F(L));
     k_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->layer[L - 1].res3, p->lnfw, p->lnfb,
                         (int64_t)BT, C);
-    /* logits (BT, Vp) = lnf @ wte^T (tied head, no bias) */
-    k_matmul_forward(a->logits, a->lnf, p->wte, NULL, (int64_t)BT, C, c->Vp, 0);
     m->loss = -1.0f;
-    if (targets)
-        m->loss = k_crossentropy_forward(a->losses, a->lse, a->logits, a->targets, (int64_t)BT,
-                                         c->V, c->Vp);
+    if (head_rows(m) < BT) {
+        if (!targets)
+            return hpt_fail(HPT_ERR_UNSUPPORTED, "a chunked head (head_chunk %d) computes no full "
+                            "logits: a forward without targets needs head_chunk 0", m->act.head_chunk);
+        /* the loss chunk by chunk; the logits of one chunk at a time, (rows, Vp) */
+        for (size_t r0 = 0; r0 < BT; r0 += head_rows(m)) {
+            size_t n = HPT_MIN(head_rows(m), BT - r0);
+            k_matmul_forward(a->logits, a->lnf + r0 * C, p->wte, NULL, (int64_t)n, C, c->Vp, 0);
+            (void)k_crossentropy_forward(a->losses + r0, a->lse + r0, a->logits, a->targets + r0,
+                                         (int64_t)n, c->V, c->Vp);
+        }
+        double total = 0.0; /* the same sum, in the same order, as the unchunked head's */
+        for (size_t i = 0; i < BT; i++) total += (double)a->losses[i];
+        m->loss = (float)(total / (double)BT);
+    } else {
+        /* logits (BT, Vp) = lnf @ wte^T (tied head, no bias) */
+        k_matmul_forward(a->logits, a->lnf, p->wte, NULL, (int64_t)BT, C, c->Vp, 0);
+        if (targets)
+            m->loss = k_crossentropy_forward(a->losses, a->lse, a->logits, a->targets,
+                                             (int64_t)BT, c->V, c->Vp);
+    }
     if (loss_out) *loss_out = m->loss;
     return HPT_OK;
 }
@@ -753,12 +778,18 @@ hpt_status hpt_gpt2_backward(hpt_gpt2 *m) {
 
     enter_time(m, TP_HEAD_B(L));
     HPT_CHECK(prefetch_start(m, L - 1));
-    /* loss = mean_i (lse_i - logits[i, y_i]) */
-    k_crossentropy_backward(a->logits, a->lse, a->targets, (int64_t)BT, c->V, c->Vp,
-                            1.0f / (float)BT);
-    float *dlogits = a->logits;
-    /* logits = lnf @ wte^T: dlnf = dlogits @ wte, dwte += dlogits^T @ lnf */
-    k_matmul_backward(a->dsmall, g->wte, NULL, dlogits, a->lnf, p->wte, (int64_t)BT, C, c->Vp, 0);
+    /* loss = mean_i (lse_i - logits[i, y_i]); logits = lnf @ wte^T:
+     * dlnf = dlogits @ wte, dwte += dlogits^T @ lnf; chunk by chunk with a chunked head, whose
+     * logits are recomputed first */
+    for (size_t r0 = 0; r0 < BT; r0 += head_rows(m)) {
+        size_t n = HPT_MIN(head_rows(m), BT - r0);
+        if (n < BT)
+            k_matmul_forward(a->logits, a->lnf + r0 * C, p->wte, NULL, (int64_t)n, C, c->Vp, 0);
+        k_crossentropy_backward(a->logits, a->lse + r0, a->targets + r0, (int64_t)n, c->V, c->Vp,
+                                1.0f / (float)BT);
+        k_matmul_backward(a->dsmall + r0 * C, g->wte, NULL, a->logits, a->lnf + r0 * C, p->wte,
+                          (int64_t)n, C, c->Vp, 0);
+    }
     /* lnf = layernorm(res3[L-1]) */
     memset(a->dres, 0, BT * C * sizeof(float));
     k_layernorm_backward(a->dres, g->lnfw, g->lnfb, a->dsmall, a->layer[L - 1].res3, p->lnfw,

@@ -235,7 +235,7 @@ hpt_status hpt_plan_check_budget(const hpt_plan_opts *o, uint64_t budget_bytes,
     memset(&fit, 0, sizeof fit);
     if (room) HPT_CHECK(hpt_plan_fit_budget(o, room, &fit));
     char b[12][32];
-    char msg[1000];
+    char msg[1400];
     int n = snprintf(msg, sizeof msg,
                      "device budget %s (%llu bytes) is too small for B=%d T=%d (%s): estimated "
                      "peak %s (%llu bytes) = params %s + grads %s + optim %s + acts %s + io %s",
@@ -275,10 +275,12 @@ hpt_status hpt_plan_check_budget(const hpt_plan_opts *o, uint64_t budget_bytes,
         n = (int)strlen(msg);
     }
     /* the memory techniques, one at a time, at this batch and sequence */
-    hpt_plan_opts alt[4];
-    const char *flag[4] = {"--recompute full", "--act-offload host", "--state-bits 8",
-                           "--recompute selective --act-offload host --act-compress int8"};
-    for (int i = 0; i < 4; i++) alt[i] = *o;
+    hpt_plan_opts alt[5];
+    const char *flag[5] = {"--recompute full", "--act-offload host", "--state-bits 8",
+                           "--recompute selective --act-offload host --act-compress int8",
+                           "--head-chunk 128"};
+    for (int i = 0; i < 5; i++) alt[i] = *o;
+    alt[4].act.head_chunk = 128;
     alt[0].act.recompute = HPT_RECOMPUTE_FULL;
     alt[0].act.every = 1;
     alt[0].act.offload = HPT_OFFLOAD_NONE;
@@ -289,7 +291,7 @@ hpt_status hpt_plan_check_budget(const hpt_plan_opts *o, uint64_t budget_bytes,
     alt[3].act.offload = HPT_OFFLOAD_HOST;
     alt[3].act.compress = HPT_COMPRESS_INT8;
     const char *sep = "; at this batch and sequence: ";
-    for (int i = 0; i < 4 && n < (int)sizeof msg; i++) {
+    for (int i = 0; i < 5 && n < (int)sizeof msg; i++) {
         hpt_estimate ea;
         if (hpt_plan_estimate(&alt[i], &ea) != HPT_OK) continue;
         uint64_t pa = ea.peak_bytes[HPT_TIER_DEVICE];

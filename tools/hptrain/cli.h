@@ -44,6 +44,7 @@ int cli_load_tokenizer(const char *path, int need_encode, hpt_tokenizer **out);
 #define CLI_OPT_RECOMPUTE 1002
 #define CLI_OPT_ACT_OFFLOAD 1401
 #define CLI_OPT_ACT_COMPRESS 1402
+#define CLI_OPT_HEAD_CHUNK 1403
 /* Parses one of those flags into act: 0, or a usage error's exit status (2). */
 int cli_parse_act_flag(const char *cmd, int opt, const char *arg, hpt_gpt2_act_opts *act);
 /* Reads a whole file (or stdin for "-") into a malloc'd buffer. */

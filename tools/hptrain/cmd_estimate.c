@@ -187,7 +187,7 @@ int cmd_estimate(int argc, char **argv) {
         {"seed", 1, 0, 'x'},        {"threads", 1, 0, 'j'},     {"quiet", 0, 0, 'q'},
         {"stop-at", 1, 0, 'A'},     {"json", 0, 0, 'J'},        {"forward-only", 0, 0, 'F'},
         {"attention", 1, 0, CLI_OPT_ATTENTION},  {"recompute", 1, 0, CLI_OPT_RECOMPUTE},
-        {"act-offload", 1, 0, CLI_OPT_ACT_OFFLOAD}, {"act-compress", 1, 0, CLI_OPT_ACT_COMPRESS},
+        {"act-offload", 1, 0, CLI_OPT_ACT_OFFLOAD}, {"act-compress", 1, 0, CLI_OPT_ACT_COMPRESS}, {"head-chunk", 1, 0, CLI_OPT_HEAD_CHUNK},
         {"optimizer", 1, 0, 1101}, {"state-bits", 1, 0, 1102}, {"state-32bit-embeddings", 0, 0, 1103},
         {"accum", 1, 0, 1301}, {"host-memory", 1, 0, 1201}, {"disk-memory", 1, 0, 1202}, {"offload-dir", 1, 0, 1203},
         {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
@@ -223,7 +223,7 @@ int cmd_estimate(int argc, char **argv) {
         case 'J': json = 1; break;
         case 'F': po.training = 0; break;
         case CLI_OPT_ATTENTION: case CLI_OPT_RECOMPUTE: case CLI_OPT_ACT_OFFLOAD:
-        case CLI_OPT_ACT_COMPRESS: r = cli_parse_act_flag("estimate", c, optarg, &po.act); break;
+        case CLI_OPT_ACT_COMPRESS: case CLI_OPT_HEAD_CHUNK: r = cli_parse_act_flag("estimate", c, optarg, &po.act); break;
         /* accepted for symmetry with train, checked as train checks them, no effect on memory */
         case 'n': r = cli_parse_long("estimate", "--steps", optarg, 1, 1L << 40, &lv); break;
         case 'l': r = cli_parse_float("estimate", "--lr", optarg, 0, 10, &dv); break;

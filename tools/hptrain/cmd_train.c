@@ -49,6 +49,8 @@ static const char k_help[] =
     "  --offload-dir DIR    directory of the disk tier's files\n"
     "  --attention K        flash (default: memory linear in T) or plain (saves the (T,T)\n"
     "                       probabilities; the reference)\n"
+    "  --head-chunk N       compute the loss N token rows at a time and keep only (N, Vp)\n"
+    "                       logits (recomputed in backward: one more head GEMM); 0: all (default)\n"
     "  --recompute P        none (default), selective (ln1, ln2, GELU output; probabilities\n"
     "                       with plain attention), every:N (keep every N-th block's input) or\n"
     "                       full (keep each block's input); exact (docs/activations.md)\n"
@@ -138,7 +140,7 @@ int cmd_train(int argc, char **argv) {
         {"resume", 1, 0, 'r'},      {"log", 1, 0, 'o'},         {"memory", 1, 0, 'M'},
         {"seed", 1, 0, 'x'},        {"threads", 1, 0, 'j'},     {"quiet", 0, 0, 'q'},        {"stop-at", 1, 0, 'A'},
         {"trace", 1, 0, 'P'},     {"attention", 1, 0, CLI_OPT_ATTENTION}, {"recompute", 1, 0, CLI_OPT_RECOMPUTE},
-        {"act-offload", 1, 0, CLI_OPT_ACT_OFFLOAD}, {"act-compress", 1, 0, CLI_OPT_ACT_COMPRESS},
+        {"act-offload", 1, 0, CLI_OPT_ACT_OFFLOAD}, {"act-compress", 1, 0, CLI_OPT_ACT_COMPRESS}, {"head-chunk", 1, 0, CLI_OPT_HEAD_CHUNK},
         {"optimizer", 1, 0, 1101}, {"state-bits", 1, 0, 1102}, {"state-32bit-embeddings", 0, 0, 1103},
         {"accum", 1, 0, 1301}, {"host-memory", 1, 0, 1201}, {"disk-memory", 1, 0, 1202}, {"offload-dir", 1, 0, 1203},
         {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
@@ -194,7 +196,7 @@ int cmd_train(int argc, char **argv) {
         case 'j': r = cli_parse_long("train", "--threads", optarg, 1, 1024, &threads); break;
         case 'q': quiet = 1; break;
         case CLI_OPT_ATTENTION: case CLI_OPT_RECOMPUTE: case CLI_OPT_ACT_OFFLOAD:
-        case CLI_OPT_ACT_COMPRESS: r = cli_parse_act_flag("train", c, optarg, &o.act); break;
+        case CLI_OPT_ACT_COMPRESS: case CLI_OPT_HEAD_CHUNK: r = cli_parse_act_flag("train", c, optarg, &o.act); break;
         case 'A': r = cli_parse_long("train", "--stop-at", optarg, 1, 1L << 40, &stop_at); break;
         case 1101:
             if (hpt_optim_parse(optarg, &kind) != HPT_OK)

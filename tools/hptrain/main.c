@@ -104,6 +104,12 @@ int cli_parse_act_flag(const char *cmd, int opt, const char *arg, hpt_gpt2_act_o
     case CLI_OPT_ATTENTION: s = hpt_attention_parse(arg, act); flag = "--attention"; break;
     case CLI_OPT_RECOMPUTE: s = hpt_recompute_parse(arg, act); flag = "--recompute"; break;
     case CLI_OPT_ACT_OFFLOAD: s = hpt_act_offload_parse(arg, act); flag = "--act-offload"; break;
+    case CLI_OPT_HEAD_CHUNK: {
+        long v = 0;
+        int r = cli_parse_long(cmd, "--head-chunk", arg, 0, 1 << 30, &v);
+        if (r == 0) act->head_chunk = (int)v;
+        return r;
+    }
     default: s = hpt_act_compress_parse(arg, act); flag = "--act-compress"; break;
     }
     return s == HPT_OK ? 0 : cli_usage_error(cmd, "%s: %s", flag, hpt_last_error());
