@@ -20,6 +20,19 @@
  *     }
  *     hpt_optim_free(opt); hpt_gpt2_free(model); hpt_mem_destroy(mem);
  *
+ *   Or let the trainer run the loop (data, schedule, evaluation, checkpoints, resume):
+ *
+ *     hpt_train_opts o = hpt_train_defaults();
+ *     o.model = "gpt2-124m"; o.data = "data/train_*.bin"; o.B = 4; o.T = 256; o.steps = 1000;
+ *     o.act.recompute = HPT_RECOMPUTE_SELECTIVE;          // memory techniques: o.act, o.adamw
+ *     hpt_trainer *tr;         hpt_trainer_create(mem, &o, &tr);   // refuses a budget it
+ *     while (!hpt_trainer_done(tr)) {                              // cannot meet, up front
+ *         hpt_train_progress p; hpt_trainer_step(tr, &p);
+ *     }
+ *
+ *   hpt_plan_estimate() tells what a configuration will allocate, by tier and category,
+ *   before anything is; hpt_mem_record() and hpt_trace_write() give the exact timeline.
+ *
  * ERRORS
  *   Every function that can fail returns hpt_status. HPT_OK is 0. Detail (which file, how
  *   many bytes, which tensor) is in hpt_last_error(), a per-thread text valid until the next
