@@ -139,26 +139,6 @@ static hpt_train_opts opts(int B, int K, const char *save, const char *resume) {
     return o;
 }
 
-/* Runs a trainer until it is done or has completed step `stop` (then saves). */
-static void run(hpt_mem *mem, const hpt_train_opts *o, int stop, float *losses, float *params) {
-    hpt_trainer *tr = NULL;
-    CHECK_OK(hpt_trainer_create(mem, o, &tr));
-    if (!tr) return;
-    while (!hpt_trainer_done(tr)) {
-        hpt_train_progress p;
-        CHECK_OK(hpt_trainer_step(tr, &p));
-        losses[p.step - 1] = p.loss;
-        if (p.step == stop) {
-            CHECK_OK(hpt_trainer_save(tr));
-            break;
-        }
-    }
-    if (params) {
-        hpt_gpt2 *m = hpt_trainer_model(tr);
-        memcpy(params, hpt_gpt2_params(m), hpt_gpt2_get_num_params(m) * sizeof(float));
-    }
-    hpt_trainer_free(tr);
-}
 
 /* (b) */
 static void test_resume(hpt_mem *mem) {
@@ -172,10 +152,10 @@ static void test_resume(hpt_mem *mem) {
     float la[8] = {0}, lb[8] = {0}, lc[8] = {0};
     float *pa = calloc(n, 4), *pb = calloc(n, 4), *pc = calloc(n, 4);
     hpt_train_opts oa = opts(2, 2, da, NULL), ob = opts(2, 2, db, NULL);
-    run(mem, &oa, 8, la, pa);       /* whole */
-    run(mem, &ob, 3, lb, NULL);     /* steps 1-3, saved */
+    t_train_run(mem, &oa, 8, la, NULL, pa);       /* whole */
+    t_train_run(mem, &ob, 3, lb, NULL, NULL);     /* steps 1-3, saved */
     hpt_train_opts ob2 = opts(2, 2, db, db);
-    run(mem, &ob2, 8, lb, pb);      /* resumed: 4-8 */
+    t_train_run(mem, &ob2, 8, lb, NULL, pb);      /* resumed: 4-8 */
     CHECK_MSG(memcmp(la, lb, sizeof la) == 0, "accum 2: resumed losses differ");
     CHECK_MSG(memcmp(pa, pb, n * 4) == 0, "accum 2: resumed weights differ");
     CHECK(la[7] < la[0]); /* it trained */
@@ -188,7 +168,7 @@ static void test_resume(hpt_mem *mem) {
     /* The same run as batch 4 without accumulation (same tokens per step, same windows):
      * equal up to float rounding. */
     hpt_train_opts oc = opts(4, 1, dc, NULL);
-    run(mem, &oc, 8, lc, pc);
+    t_train_run(mem, &oc, 8, lc, NULL, pc);
     double max_loss_err = 0.0;
     for (int i = 0; i < 8; i++) {
         double e = fabs((double)la[i] - (double)lc[i]) / fabs((double)lc[i]);
@@ -261,10 +241,7 @@ int main(void) {
     test_equivalence(mem, 2, 3, 0.05f);
     test_resume(mem);
     test_memory();
-    hpt_mem_stats st;
-    hpt_mem_get_stats(mem, &st);
-    uint64_t live = 0;
-    for (int c = 0; c < HPT_CAT_COUNT; c++) live += st.live_bytes[HPT_TIER_DEVICE][c];
+    uint64_t live = t_device_live(mem);
     CHECK_MSG(live == 0, "%llu bytes still live", (unsigned long long)live);
     hpt_mem_destroy(mem);
     return t_done("test_accum");

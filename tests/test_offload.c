@@ -52,21 +52,7 @@ static void run(const hpt_gpt2_act_opts *ao, int steps, run_out *out) {
     hpt_mem *mem;
     hpt_gpt2 *m = make(&mem, ao);
     hpt_mem_record(mem, 1);
-    int32_t x[B * T], y[B * T];
-    hpt_rng r;
-    hpt_rng_seed(&r, 5);
-    for (int s = 0; s < steps; s++) {
-        for (int i = 0; i < B * T; i++) {
-            x[i] = (int32_t)(hpt_rng_uniform(&r) * 256) % 256;
-            y[i] = (int32_t)(hpt_rng_uniform(&r) * 256) % 256;
-        }
-        CHECK_OK(hpt_gpt2_forward(m, x, y, B, T, &out->losses[s]));
-        hpt_gpt2_zero_grad(m);
-        CHECK_OK(hpt_gpt2_backward(m));
-        float *p = hpt_gpt2_params(m), *g = hpt_gpt2_grads(m);
-        if (s + 1 < steps)
-            for (size_t i = 0; i < hpt_gpt2_get_num_params(m); i++) p[i] -= 0.05f * g[i];
-    }
+    t_sgd_steps(m, B, T, steps, out->losses);
     size_t n_ev;
     const hpt_mem_event *ev = hpt_mem_events(mem, &n_ev);
     out->n_transfers = 0;
@@ -89,6 +75,11 @@ static void run(const hpt_gpt2_act_opts *ao, int steps, run_out *out) {
     memcpy(out->params, hpt_gpt2_params(m), out->np * sizeof(float));
     /* forward only, then a smaller shape (replanned), then its backward */
     float l1;
+    int32_t x[B * T], y[B * T];
+    for (int i = 0; i < B * T; i++) {
+        x[i] = (i * 37 + 3) % 256;
+        y[i] = (i * 11 + 5) % 256;
+    }
     CHECK_OK(hpt_gpt2_forward(m, x, NULL, B, T, &l1));
     CHECK_OK(hpt_gpt2_forward(m, x, y, 1, 17, &l1));
     CHECK_OK(hpt_gpt2_backward(m));

@@ -498,10 +498,7 @@ int main(void) {
     test_8bit_vs_32bit(mem);
     test_bytes_and_resume(mem);
     test_files(mem);
-    hpt_mem_stats st;
-    hpt_mem_get_stats(mem, &st);
-    uint64_t live = 0;
-    for (int c = 0; c < HPT_CAT_COUNT; c++) live += st.live_bytes[HPT_TIER_DEVICE][c];
+    uint64_t live = t_device_live(mem);
     CHECK_MSG(live == 0, "%llu bytes still live", (unsigned long long)live);
     hpt_mem_destroy(mem);
     return t_done("test_optim");

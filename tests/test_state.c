@@ -43,28 +43,6 @@ static hpt_train_opts opts(const char *save, const char *resume) {
     return o;
 }
 
-/* Runs steps [start, stop) of a run, recording losses by step index. */
-static void run(hpt_mem *mem, const hpt_train_opts *o, int stop, float *losses, float *vals,
-                float *params_out) {
-    hpt_trainer *tr = NULL;
-    CHECK_OK(hpt_trainer_create(mem, o, &tr));
-    if (!tr) return;
-    while (!hpt_trainer_done(tr)) {
-        hpt_train_progress p;
-        CHECK_OK(hpt_trainer_step(tr, &p));
-        losses[p.step - 1] = p.loss;
-        vals[p.step - 1] = p.evaluated ? p.val_loss : -1.0f;
-        if (p.step == stop) {
-            CHECK_OK(hpt_trainer_save(tr));
-            break;
-        }
-    }
-    if (params_out) {
-        hpt_gpt2 *m = hpt_trainer_model(tr);
-        memcpy(params_out, hpt_gpt2_params(m), hpt_gpt2_get_num_params(m) * sizeof(float));
-    }
-    hpt_trainer_free(tr);
-}
 
 static void test_resume_exact(hpt_mem *mem) {
     char dir_a[512], dir_b[512];
@@ -76,10 +54,10 @@ static void test_resume_exact(hpt_mem *mem) {
     float la[12] = {0}, va[12] = {0}, lb[12] = {0}, vb[12] = {0};
     float *pa = calloc(n, sizeof(float)), *pb = calloc(n, sizeof(float));
     hpt_train_opts oa = opts(dir_a, NULL), ob = opts(dir_b, NULL);
-    run(mem, &oa, 12, la, va, pa);                   /* uninterrupted */
-    run(mem, &ob, 5, lb, vb, NULL);                  /* stops after step 5, saves */
+    t_train_run(mem, &oa, 12, la, va, pa);                   /* uninterrupted */
+    t_train_run(mem, &ob, 5, lb, vb, NULL);                  /* stops after step 5, saves */
     hpt_train_opts oc = opts(dir_b, dir_b);
-    run(mem, &oc, 12, lb, vb, pb);                   /* resumes at 5, runs to 12 */
+    t_train_run(mem, &oc, 12, lb, vb, pb);                   /* resumes at 5, runs to 12 */
     int same = 1;
     for (int i = 0; i < 12; i++) {
         if (memcmp(&la[i], &lb[i], 4) != 0 || memcmp(&va[i], &vb[i], 4) != 0) same = 0;
@@ -267,10 +245,7 @@ int main(void) {
     test_state_errors(mem);
     test_checkpoint(mem);
     test_shards(mem);
-    hpt_mem_stats st;
-    hpt_mem_get_stats(mem, &st);
-    uint64_t live = 0;
-    for (int c = 0; c < HPT_CAT_COUNT; c++) live += st.live_bytes[HPT_TIER_DEVICE][c];
+    uint64_t live = t_device_live(mem);
     CHECK_MSG(live == 0, "%llu bytes still live", (unsigned long long)live);
     hpt_mem_destroy(mem);
     return t_done("test_state");

@@ -1,6 +1,8 @@
 /* testlib.c: helpers of the test harness. */
 #include "testlib.h"
 
+#include "core/core.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,4 +42,57 @@ double t_rel_err(const float *a, const float *b, size_t n) {
         den += (double)b[i] * (double)b[i];
     }
     return sqrt(num) / (sqrt(den) > 1e-30 ? sqrt(den) : 1e-30);
+}
+
+void t_train_run(hpt_mem *mem, const hpt_train_opts *o, int64_t stop, float *losses, float *vals,
+                 float *params_out) {
+    hpt_trainer *tr = NULL;
+    CHECK_OK(hpt_trainer_create(mem, o, &tr));
+    if (!tr) return;
+    while (!hpt_trainer_done(tr)) {
+        hpt_train_progress p;
+        CHECK_OK(hpt_trainer_step(tr, &p));
+        if (p.step < 1) break;
+        losses[p.step - 1] = p.loss;
+        if (vals) vals[p.step - 1] = p.evaluated ? p.val_loss : -1.0f;
+        if (p.step == stop) {
+            CHECK_OK(hpt_trainer_save(tr));
+            break;
+        }
+    }
+    if (params_out) {
+        hpt_gpt2 *m = hpt_trainer_model(tr);
+        memcpy(params_out, hpt_gpt2_params(m), hpt_gpt2_get_num_params(m) * sizeof(float));
+    }
+    hpt_trainer_free(tr);
+}
+
+void t_sgd_steps(hpt_gpt2 *m, int B, int T, int steps, float *losses) {
+    size_t n = (size_t)B * (size_t)T;
+    int32_t *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+    hpt_rng r;
+    hpt_rng_seed(&r, 5);
+    for (int k = 0; x && y && k < steps; k++) {
+        for (size_t i = 0; i < n; i++) {
+            x[i] = (int32_t)(hpt_rng_uniform(&r) * 256) % 256;
+            y[i] = (int32_t)(hpt_rng_uniform(&r) * 256) % 256;
+        }
+        CHECK_OK(hpt_gpt2_forward(m, x, y, B, T, &losses[k]));
+        hpt_gpt2_zero_grad(m);
+        CHECK_OK(hpt_gpt2_backward(m));
+        float *p = hpt_gpt2_params(m), *g = hpt_gpt2_grads(m);
+        if (k + 1 < steps)
+            for (size_t i = 0; i < hpt_gpt2_get_num_params(m); i++) p[i] -= 0.05f * g[i];
+    }
+    CHECK(x && y);
+    free(x);
+    free(y);
+}
+
+uint64_t t_device_live(const hpt_mem *mem) {
+    hpt_mem_stats st;
+    hpt_mem_get_stats(mem, &st);
+    uint64_t live = 0;
+    for (int c = 0; c < HPT_CAT_COUNT; c++) live += st.live_bytes[HPT_TIER_DEVICE][c];
+    return live;
 }

@@ -32,4 +32,15 @@ const char *t_tmpdir(void);
 /* ||a-b||_2 / ||b||_2: the norm-wise relative error of a against the reference b. */
 double t_rel_err(const float *a, const float *b, size_t n);
 
+/* Runs a trainer built from o until it is done or has completed step `stop` (then saves).
+ * losses[step-1] (and vals[step-1], -1 when not evaluated; vals may be NULL) record each step;
+ * params_out (may be NULL) gets the final weights. */
+void t_train_run(hpt_mem *mem, const hpt_train_opts *o, int64_t stop, float *losses, float *vals,
+                 float *params_out);
+/* `steps` forward/backward passes on random tokens below 256 (seed 5), with plain SGD (lr 0.05)
+ * between them: the gradients of the last pass are left in place. losses[s] records each. */
+void t_sgd_steps(hpt_gpt2 *m, int B, int T, int steps, float *losses);
+/* Bytes live on the device tier, all categories. */
+uint64_t t_device_live(const hpt_mem *mem);
+
 #endif
