@@ -73,28 +73,9 @@ static void run(const hpt_gpt2_act_opts *ao, int steps, run_out *out) {
     out->params = malloc(out->np * sizeof(float));
     memcpy(out->grads, hpt_gpt2_grads(m), out->np * sizeof(float));
     memcpy(out->params, hpt_gpt2_params(m), out->np * sizeof(float));
-    /* forward only, then a smaller shape (replanned), then its backward */
-    float l1;
-    int32_t x[B * T], y[B * T];
-    for (int i = 0; i < B * T; i++) {
-        x[i] = (i * 37 + 3) % 256;
-        y[i] = (i * 11 + 5) % 256;
-    }
-    CHECK_OK(hpt_gpt2_forward(m, x, NULL, B, T, &l1));
-    CHECK_OK(hpt_gpt2_forward(m, x, y, 1, 17, &l1));
-    CHECK_OK(hpt_gpt2_backward(m));
+    t_replan(m, B, T);
     hpt_gpt2_free(m);
     hpt_mem_destroy(mem);
-}
-
-static double rel_err(const float *a, const float *ref, size_t n) {
-    double d = 0, r = 0;
-    for (size_t i = 0; i < n; i++) {
-        double x = (double)a[i] - (double)ref[i];
-        d += x * x;
-        r += (double)ref[i] * (double)ref[i];
-    }
-    return sqrt(d / r);
 }
 
 /* 100 AdamW steps on a learnable sequence (each token determines the next: t -> (5t + 3) mod
@@ -174,7 +155,7 @@ int main(void) {
                 ao.offload = (hpt_act_offload)ti;
                 run_out o;
                 run(&ao, 1, &o);
-                double e = rel_err(o.grads, one.grads, o.np);
+                double e = t_rel_err(o.grads, one.grads, o.np);
                 CHECK_MSG(e < GRAD_TOL, "int8 (%s): gradient error %.4f", hpt_act_offload_name(ao.offload), e);
                 printf("  int8, offload %-4s device %9llu, host %9llu, disk %9llu; "
                        "gradient rel. error %.4f, loss %.6f vs %.6f\n",

@@ -89,6 +89,24 @@ void t_sgd_steps(hpt_gpt2 *m, int B, int T, int steps, float *losses) {
     free(y);
 }
 
+void t_replan(hpt_gpt2 *m, int B, int T) {
+    size_t n = (size_t)B * (size_t)T;
+    int32_t *x = malloc((n > 17 ? n : 17) * sizeof *x), *y = malloc(17 * sizeof *y);
+    float loss;
+    for (size_t i = 0; x && y && i < (n > 17 ? n : 17); i++) {
+        x[i] = (int32_t)((i * 37 + 3) % 256);
+        if (i < 17) y[i] = (int32_t)((i * 11 + 5) % 256);
+    }
+    CHECK(x && y);
+    if (x && y) {
+        CHECK_OK(hpt_gpt2_forward(m, x, NULL, B, T, &loss));
+        CHECK_OK(hpt_gpt2_forward(m, x, y, 1, 17, &loss));
+        CHECK_OK(hpt_gpt2_backward(m));
+    }
+    free(x);
+    free(y);
+}
+
 uint64_t t_device_live(const hpt_mem *mem) {
     hpt_mem_stats st;
     hpt_mem_get_stats(mem, &st);

@@ -40,6 +40,9 @@ void t_train_run(hpt_mem *mem, const hpt_train_opts *o, int64_t stop, float *los
 /* `steps` forward/backward passes on random tokens below 256 (seed 5), with plain SGD (lr 0.05)
  * between them: the gradients of the last pass are left in place. losses[s] records each. */
 void t_sgd_steps(hpt_gpt2 *m, int B, int T, int steps, float *losses);
+/* After a training pass at (B, T): a forward without targets at (B, T), then a forward and
+ * backward at (1, 17), which replans the arena (T of the model >= 17). */
+void t_replan(hpt_gpt2 *m, int B, int T);
 /* Bytes live on the device tier, all categories. */
 uint64_t t_device_live(const hpt_mem *mem);
 
