@@ -354,9 +354,53 @@ size_t hpt_gpt2_activation_bytes(const hpt_gpt2_config *cfg, int B, int T,
                                  const hpt_gpt2_act_opts *o);
 
 /* Samples n_new tokens after the n_prompt tokens in tokens[] (capacity n_prompt + n_new),
- * with temperature (> 0) and top_k (0: all). Uses a window of the last maxT tokens. */
+ * with temperature (> 0) and top_k (0: all): hpt_infer_generate on the model's fp32 weights
+ * with a cache of min(n_prompt + n_new, maxT) positions. */
 hpt_status hpt_gpt2_generate(hpt_gpt2 *m, int32_t *tokens, int n_prompt, int n_new,
                              float temperature, int top_k, uint64_t seed);
+
+/* ---- infer: generation with a key/value cache, fp32 or int8 weights ------------------
+ * An hpt_infer runs tokens through the model one feed at a time, keeping every block's keys
+ * and values (L, 2, ctx, C fp32, device tier) so a new token costs one row's work, and gives
+ * the logits after the last fed token. Weights:
+ *   HPT_WEIGHTS_F32  the model's own fp32 weights, borrowed (the model outlives the engine)
+ *   HPT_WEIGHTS_Q8   int8 copies of wte, qkvw, attprojw, fcw, fcprojw with one fp32 scale per
+ *                    output channel (row), round to nearest of absmax/127; vectors and wpe
+ *                    fp32. ~1 byte per parameter instead of 4 (hpt_infer_weight_bytes_for).
+ * hpt_infer_load with HPT_WEIGHTS_Q8 reads the checkpoint a few MiB at a time, so the fp32
+ * weights never sit in memory. Typical use:
+ *     hpt_infer *inf;
+ *     hpt_infer_load(mem, "model.bin", HPT_WEIGHTS_Q8, 0, NULL, &inf);   // ctx 0: maxT
+ *     hpt_infer_generate(inf, tokens, n_prompt, n_new, 1.0f, 40, seed);
+ *     hpt_infer_free(inf);                                                // model, if any, after */
+typedef enum { HPT_WEIGHTS_F32 = 0, HPT_WEIGHTS_Q8 } hpt_weights;
+const char *hpt_weights_name(hpt_weights w); /* "fp32", "int8" */
+hpt_status hpt_weights_parse(const char *text, hpt_weights *out);
+/* Bytes of an engine's weights for cfg (the estimate of what hpt_infer allocates for them). */
+uint64_t hpt_infer_weight_bytes_for(const hpt_gpt2_config *cfg, hpt_weights w);
+
+typedef struct hpt_infer hpt_infer;
+/* An engine on model's weights (F32: borrowed; Q8: quantised copies, model may then be freed);
+ * ctx cache positions, 0 or > maxT: maxT. */
+hpt_status hpt_infer_create(hpt_mem *mem, hpt_gpt2 *model, hpt_weights w, int ctx,
+                            hpt_infer **out);
+/* An engine from an llm.c checkpoint (version 3 or 5). F32 loads the model into *model_out
+ * (required; free it after the engine); Q8 streams the file and sets *model_out (may be NULL)
+ * to NULL. */
+hpt_status hpt_infer_load(hpt_mem *mem, const char *path, hpt_weights w, int ctx,
+                          hpt_gpt2 **model_out, hpt_infer **out);
+void hpt_infer_free(hpt_infer *inf);
+const hpt_gpt2_config *hpt_infer_get_config(const hpt_infer *inf);
+int hpt_infer_get_ctx(const hpt_infer *inf);
+int hpt_infer_get_pos(const hpt_infer *inf); /* positions filled since the last reset */
+void hpt_infer_reset(hpt_infer *inf);        /* empties the cache */
+/* Runs n tokens at the next positions; HPT_ERR_SHAPE when they do not fit the context. */
+hpt_status hpt_infer_feed(hpt_infer *inf, const int32_t *tokens, int n);
+/* (Vp) the logits after the last fed token. */
+const float *hpt_infer_logits(const hpt_infer *inf);
+/* As hpt_gpt2_generate; when the cache is full it restarts from the last ctx/2 tokens. */
+hpt_status hpt_infer_generate(hpt_infer *inf, int32_t *tokens, int n_prompt, int n_new,
+                              float temperature, int top_k, uint64_t seed);
 
 /* ---- optim: AdamW, Lion, Adam-mini, SGD; 8-bit states; schedules, clipping ------------ */
 

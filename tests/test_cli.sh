@@ -147,6 +147,9 @@ else bad "train --recompute full"; fi
 
 # --- sample, encode/decode ---
 if "$bin" sample --model "$tmp/run" --tokens 20 >"$tmp/sample" 2>"$tmp/err" && [ -s "$tmp/sample" ]; then ok; else bad "sample: $(cat "$tmp/err")"; fi
+if "$bin" sample --model "$tmp/run" --tokens 20 --weights int8 >"$tmp/sample8" 2>"$tmp/err" &&
+   [ -s "$tmp/sample8" ] && grep -q "int8 weights" "$tmp/err"; then ok; else bad "sample int8: $(cat "$tmp/err")"; fi
+expect_error "sample weights" "weight format" "$bin" sample --model "$tmp/run" --weights int4
 expect_error "sample temperature" "temperature" "$bin" sample --model "$tmp/run" --temperature 0
 text='Hello, world! Ünïcödé — “quotes” 12345   spaces'
 if [ "$(printf '%s' "$text" | "$bin" encode | "$bin" decode)" = "$text" ]; then ok; else bad "encode/decode round trip"; fi

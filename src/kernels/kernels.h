@@ -126,4 +126,18 @@ void k_sgd(float *p, const float *g, k_state m, size_t n, float lr, float moment
 void k_adam_mini(float *p, const float *g, k_state m, float *v, size_t n, size_t block, float lr,
                  float beta1, float beta2, float eps, float wd, float grad_scale, int64_t t);
 
+/* ---- int8 weights, one fp32 scale per output channel (q8w.c) ---------------------------
+ * w (OC, C) ~= scale (OC) * q (OC, C), q in [-127, 127]. Used by inference (sample, forward
+ * checks), never by training. */
+#define K_Q8W_TILE 256       /* output channels dequantised at once for the GEMM path */
+#define K_Q8W_DIRECT_ROWS 8  /* up to this many rows take the direct int8 dot product */
+/* q (OC, C), scale (OC) from w (OC, C): per-row absmax / 127, round to nearest. */
+void k_q8w_quantize(int8_t *q, float *scale, const float *w, int64_t OC, int64_t C);
+/* w (OC, C) = scale[o] * q[o][i]. */
+void k_q8w_dequantize(float *w, const int8_t *q, const float *scale, int64_t OC, int64_t C);
+/* As k_matmul_forward with w given as (q, scale); scratch (K_Q8W_TILE * C) floats. */
+void k_q8w_matmul_forward(float *out, const float *inp, const int8_t *q, const float *scale,
+                          const float *bias, int64_t N, int64_t C, int64_t OC, int accumulate,
+                          float *scratch);
+
 #endif

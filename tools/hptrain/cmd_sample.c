@@ -18,6 +18,10 @@ static const char k_help[] =
     "  --temperature X     softmax temperature, > 0 (default 1.0)\n"
     "  --top-k K           sample among the K likeliest tokens, 0 for all (default 40)\n"
     "  --seed S            sampling seed (default 1337)\n"
+    "  --weights W         fp32 | int8: int8 weights with one scale per output channel, read\n"
+    "                      from the file a few MiB at a time (~1 byte per parameter instead of\n"
+    "                      4; logits within ~1% of fp32's) (default fp32)\n"
+    "  --quiet             no memory and speed line on stderr\n"
     "  --tokenizer PATH    GPT-2 encoder.json/vocab.bpe directory or llm.c tokenizer file\n"
     "  --threads N         threads (default: all cores)\n";
 
@@ -25,11 +29,13 @@ int cmd_sample(int argc, char **argv) {
     static const struct option longopts[] = {
         {"model", 1, 0, 'm'}, {"prompt", 1, 0, 'p'}, {"tokens", 1, 0, 'n'},
         {"temperature", 1, 0, 't'}, {"top-k", 1, 0, 'k'}, {"seed", 1, 0, 's'},
-        {"tokenizer", 1, 0, 'z'}, {"threads", 1, 0, 'j'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"tokenizer", 1, 0, 'z'}, {"threads", 1, 0, 'j'}, {"weights", 1, 0, 'w'},
+        {"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     const char *model_path = NULL, *prompt = NULL, *tok_path = NULL;
     long n_new = 128, top_k = 40, seed = 1337, threads = 0;
     double temperature = 1.0;
-    int opt_rc = 0;
+    hpt_weights weights = HPT_WEIGHTS_F32;
+    int quiet = 0, opt_rc = 0;
     int c;
     while ((c = cli_getopt("sample", argc, argv, longopts, k_help, &opt_rc)) != -1) {
         if (c == CLI_OPT_EXIT) return opt_rc;
@@ -43,6 +49,11 @@ int cmd_sample(int argc, char **argv) {
         case 's': r = cli_parse_long("sample", "--seed", optarg, 0, 0x7fffffffffffffffL, &seed); break;
         case 'z': tok_path = optarg; break;
         case 'j': r = cli_parse_long("sample", "--threads", optarg, 1, 1024, &threads); break;
+        case 'w':
+            if (hpt_weights_parse(optarg, &weights) != HPT_OK)
+                r = cli_usage_error("sample", "%s", hpt_last_error());
+            break;
+        case 'q': quiet = 1; break;
         }
         if (r) return r;
     }
@@ -58,16 +69,18 @@ int cmd_sample(int argc, char **argv) {
     hpt_tokenizer *tok = NULL;
     hpt_mem *mem = NULL;
     hpt_gpt2 *m = NULL;
+    hpt_infer *inf = NULL;
     int32_t *ids = NULL, *buf = NULL;
     size_t n_ids = 0;
     int rc = 0;
     hpt_status s;
-    if ((s = hpt_mem_create(&mem)) != HPT_OK || (s = hpt_gpt2_load(mem, model_path, &m)) != HPT_OK) {
+    hpt_gpt2_config cfg_file;
+    if ((s = hpt_gpt2_read_config(model_path, &cfg_file)) != HPT_OK) {
         rc = cli_lib_error(s, "loading the model");
         goto out;
     }
     if ((rc = cli_load_tokenizer(tok_path, prompt && *prompt, &tok)) != 0) goto out;
-    const hpt_gpt2_config *cfg = hpt_gpt2_get_config(m);
+    const hpt_gpt2_config *cfg = &cfg_file;
     if (prompt && *prompt) {
         if ((s = hpt_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n_ids)) != HPT_OK) {
             rc = cli_lib_error(s, "encoding the prompt");
@@ -87,7 +100,17 @@ int cmd_sample(int argc, char **argv) {
     buf = malloc((n_ids + (size_t)n_new) * sizeof *buf);
     if (!buf) { rc = cli_error("out of memory"); goto out; }
     memcpy(buf, ids, n_ids * sizeof *buf);
-    s = hpt_gpt2_generate(m, buf, (int)n_ids, (int)n_new, (float)temperature, (int)top_k, (uint64_t)seed);
+    /* the cache holds what this run needs, at most maxT positions */
+    long ctx = (long)n_ids + n_new < cfg->maxT ? (long)n_ids + n_new : cfg->maxT;
+    if ((s = hpt_mem_create(&mem)) != HPT_OK ||
+        (s = hpt_infer_load(mem, model_path, weights, (int)ctx, &m, &inf)) != HPT_OK) {
+        rc = cli_lib_error(s, "loading the model");
+        goto out;
+    }
+    double t0 = hpt_now();
+    s = hpt_infer_generate(inf, buf, (int)n_ids, (int)n_new, (float)temperature, (int)top_k,
+                           (uint64_t)seed);
+    double secs = hpt_now() - t0;
     if (s != HPT_OK) { rc = cli_lib_error(s, "sampling"); goto out; }
     size_t first = prompt && *prompt ? 0 : 1; /* do not print the start-of-document token */
     for (size_t i = first; i < n_ids + (size_t)n_new; i++) {
@@ -96,9 +119,21 @@ int cmd_sample(int argc, char **argv) {
         if (hpt_tokenizer_decode(tok, buf[i], &bytes, &len) == HPT_OK) fwrite(bytes, 1, len, stdout);
     }
     fputc('\n', stdout);
+    if (!quiet) {
+        hpt_mem_stats ms;
+        hpt_mem_get_stats(mem, &ms);
+        fprintf(stderr, "sample: %s weights %.1f MiB (fp32: %.1f MiB), %ld-position cache, "
+                "peak %.1f MiB accounted, RSS peak %.1f MiB, %.1f tokens/s\n",
+                hpt_weights_name(weights),
+                (double)hpt_infer_weight_bytes_for(cfg, weights) / 1048576.0,
+                (double)hpt_infer_weight_bytes_for(cfg, HPT_WEIGHTS_F32) / 1048576.0, ctx,
+                (double)ms.peak_bytes[HPT_TIER_DEVICE] / 1048576.0,
+                (double)hpt_rss_peak_bytes() / 1048576.0, secs > 0 ? (double)n_new / secs : 0.0);
+    }
 out:
     free(ids);
     free(buf);
+    hpt_infer_free(inf);
     hpt_gpt2_free(m);
     hpt_mem_destroy(mem);
     hpt_tokenizer_free(tok);

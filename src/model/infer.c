@@ -1,0 +1,464 @@
+/* infer.c: GPT-2 inference with a key/value cache (hpt_infer): the logits of the next token
+ * after each fed token, and sampling. Weights are fp32 (borrowed from a model) or int8 with
+ * one fp32 scale per output channel (k_q8w_*) for the five weight matrices (wte, qkvw,
+ * attprojw, fcw, fcprojw: 99% of GPT-2's parameters); the vectors and wpe stay fp32. An int8
+ * engine loaded from a checkpoint reads it K_STAGE_BYTES at a time, so the fp32 weights are
+ * never all in memory: the weights cost ~1 byte per parameter, not 4.
+ * The cache holds keys and values of positions [0, pos) for every block, (L, ctx, C) each; a
+ * feed of n tokens runs the blocks on those n rows only (at most K_ROWS at once), attending
+ * to the cache. Invariants: pos <= ctx; cache rows [0, pos) are those of tokens fed since the
+ * last reset, in order. Every buffer goes through hpt_mem (device tier: weights as params,
+ * cache and scratch as acts; host tier: the loader's staging as io). */
+#include "core/core.h"
+#include "io/io_int.h"
+#include "kernels/kernels.h"
+#include "model/gpt2_int.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define K_ROWS 64                  /* tokens a feed runs through the blocks at once */
+#define K_STAGE_BYTES (8u << 20)   /* the int8 loader's read size */
+
+/* Tensor indices (hpt_gpt2_tensors' order) and which ones are int8 in an int8 engine. */
+enum { T_WTE = 0, T_WPE, T_LN1W, T_LN1B, T_QKVW, T_QKVB, T_ATTPROJW, T_ATTPROJB, T_LN2W,
+       T_LN2B, T_FCW, T_FCB, T_FCPROJW, T_FCPROJB, T_LNFW, T_LNFB };
+static int is_q8(int k) {
+    return k == T_WTE || k == T_QKVW || k == T_ATTPROJW || k == T_FCW || k == T_FCPROJW;
+}
+
+struct hpt_infer {
+    hpt_mem *mem;
+    hpt_gpt2_config cfg;
+    hpt_weights kind;
+    hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
+    float *f[HPT_GPT2_NUM_TENSORS];  /* fp32 tensors (NULL for int8 ones) */
+    int8_t *q[HPT_GPT2_NUM_TENSORS]; /* int8 tensors (NULL for fp32 ones) */
+    float *qs[HPT_GPT2_NUM_TENSORS]; /* their per-row scales */
+    float *f32;            /* (f32_bytes) int8 engine: its fp32 tensors, device params */
+    int8_t *q8;            /* (q8_bytes) int8 engine: int8 tensors, device params */
+    float *scales;         /* (scale_bytes) their scales, device params */
+    size_t f32_bytes, q8_bytes, scale_bytes;
+    int ctx, pos;          /* cache positions; positions filled */
+    float *kv;             /* (L, 2, ctx, C) keys then values of each block; device acts */
+    size_t kv_bytes;
+    float *work;           /* (work_bytes) the rows' activations and scratch; device acts */
+    size_t work_bytes;
+    float *x, *ln, *qkv, *atty, *fch; /* (K_ROWS, C | C | 3C | C | 4C) */
+    float *mean, *rstd;    /* (K_ROWS) */
+    float *tile;           /* (K_Q8W_TILE, 4C) dequantised weights (int8 engine) */
+    float *logits;         /* (Vp) after the last fed token */
+};
+
+/* Rows and row width of tensor k (one layer's slice for per-layer tensors). */
+static size_t row_width(const hpt_gpt2_config *c, int k) {
+    return k == T_FCPROJW ? 4 * (size_t)c->C : (size_t)c->C;
+}
+static int per_layer(int k) { return k != T_WTE && k != T_WPE && k != T_LNFW && k != T_LNFB; }
+
+const char *hpt_weights_name(hpt_weights w) { return w == HPT_WEIGHTS_Q8 ? "int8" : "fp32"; }
+
+hpt_status hpt_weights_parse(const char *text, hpt_weights *out) {
+    if (!strcmp(text, "fp32")) *out = HPT_WEIGHTS_F32;
+    else if (!strcmp(text, "int8")) *out = HPT_WEIGHTS_Q8;
+    else return hpt_fail(HPT_ERR_INVALID, "unknown weight format '%s' (fp32, int8)", text);
+    return HPT_OK;
+}
+
+uint64_t hpt_infer_weight_bytes_for(const hpt_gpt2_config *cfg, hpt_weights w) {
+    hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
+    hpt_gpt2_tensors(cfg, t);
+    uint64_t bytes = 0;
+    for (int k = 0; k < HPT_GPT2_NUM_TENSORS; k++) {
+        if (w == HPT_WEIGHTS_Q8 && is_q8(k))
+            bytes += t[k].numel + t[k].numel / row_width(cfg, k) * sizeof(float);
+        else
+            bytes += t[k].numel * sizeof(float);
+    }
+    return bytes;
+}
+
+void hpt_infer_free(hpt_infer *inf) {
+    if (!inf) return;
+    hpt_mem *mem = inf->mem;
+    hpt_mem_free(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, inf->f32, inf->f32_bytes);
+    hpt_mem_free(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, inf->q8, inf->q8_bytes);
+    hpt_mem_free(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, inf->scales, inf->scale_bytes);
+    hpt_mem_free(mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, inf->kv, inf->kv_bytes);
+    hpt_mem_free(mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, inf->work, inf->work_bytes);
+    free(inf);
+}
+
+/* The engine object with its cache and scratch; weights are the caller's to set. */
+static hpt_status infer_new(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_weights kind, int ctx,
+                            hpt_infer **out) {
+    *out = NULL;
+    if (ctx < 0) return hpt_fail(HPT_ERR_INVALID, "context %d must be >= 0", ctx);
+    hpt_infer *inf = calloc(1, sizeof *inf);
+    if (!inf) return hpt_fail(HPT_ERR_OOM, "cannot allocate the inference object");
+    inf->mem = mem;
+    inf->cfg = *cfg;
+    inf->kind = kind;
+    inf->ctx = ctx == 0 || ctx > cfg->maxT ? cfg->maxT : ctx;
+    hpt_gpt2_tensors(cfg, inf->t);
+    const size_t C = (size_t)cfg->C;
+    inf->kv_bytes = (size_t)cfg->L * 2 * (size_t)inf->ctx * C * sizeof(float);
+    size_t work = K_ROWS * (C + C + 3 * C + C + 4 * C) + 2 * K_ROWS + (size_t)cfg->Vp;
+    if (kind == HPT_WEIGHTS_Q8) work += K_Q8W_TILE * 4 * C;
+    inf->work_bytes = work * sizeof(float);
+    hpt_mem_set_name(mem, "kv cache");
+    hpt_status s = hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, inf->kv_bytes, (void **)&inf->kv);
+    if (s == HPT_OK) {
+        hpt_mem_set_name(mem, "inference rows");
+        s = hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, inf->work_bytes, (void **)&inf->work);
+    }
+    if (s != HPT_OK) {
+        hpt_infer_free(inf);
+        return hpt_fail_ctx(s, "inference buffers for a context of %d", ctx);
+    }
+    float *w = inf->work;
+    inf->x = w;        w += K_ROWS * C;
+    inf->ln = w;       w += K_ROWS * C;
+    inf->qkv = w;      w += K_ROWS * 3 * C;
+    inf->atty = w;     w += K_ROWS * C;
+    inf->fch = w;      w += K_ROWS * 4 * C;
+    inf->mean = w;     w += K_ROWS;
+    inf->rstd = w;     w += K_ROWS;
+    inf->logits = w;   w += cfg->Vp;
+    inf->tile = kind == HPT_WEIGHTS_Q8 ? w : NULL;
+    *out = inf;
+    return HPT_OK;
+}
+
+/* Int8 engine: its weight buffers and the tensor pointers into them. */
+static hpt_status alloc_q8(hpt_infer *inf) {
+    const hpt_gpt2_config *c = &inf->cfg;
+    size_t nf = 0, nq = 0, ns = 0;
+    for (int k = 0; k < HPT_GPT2_NUM_TENSORS; k++) {
+        if (is_q8(k)) {
+            nq += inf->t[k].numel;
+            ns += inf->t[k].numel / row_width(c, k);
+        } else {
+            nf += inf->t[k].numel;
+        }
+    }
+    inf->f32_bytes = nf * sizeof(float);
+    inf->q8_bytes = nq;
+    inf->scale_bytes = ns * sizeof(float);
+    hpt_mem *mem = inf->mem;
+    hpt_mem_set_name(mem, "int8 weights");
+    HPT_CHECK(hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, inf->q8_bytes, (void **)&inf->q8));
+    hpt_mem_set_name(mem, "int8 weight scales");
+    HPT_CHECK(hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, inf->scale_bytes,
+                            (void **)&inf->scales));
+    hpt_mem_set_name(mem, "fp32 vectors");
+    HPT_CHECK(hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, inf->f32_bytes, (void **)&inf->f32));
+    nf = nq = ns = 0;
+    for (int k = 0; k < HPT_GPT2_NUM_TENSORS; k++) {
+        if (is_q8(k)) {
+            inf->q[k] = inf->q8 + nq;
+            inf->qs[k] = inf->scales + ns;
+            nq += inf->t[k].numel;
+            ns += inf->t[k].numel / row_width(c, k);
+        } else {
+            inf->f[k] = inf->f32 + nf;
+            nf += inf->t[k].numel;
+        }
+    }
+    return HPT_OK;
+}
+
+/* Stores rows [r0, r0 + n) of tensor k's fp32 values (src, n rows of its width) into the int8
+ * engine: quantised rows or copied vectors. */
+static void ingest(hpt_infer *inf, int k, size_t r0, const float *src, size_t n) {
+    size_t w = row_width(&inf->cfg, k);
+    if (is_q8(k))
+        k_q8w_quantize(inf->q[k] + r0 * w, inf->qs[k] + r0, src, (int64_t)n, (int64_t)w);
+    else
+        memcpy(inf->f[k] + r0 * w, src, n * w * sizeof(float));
+}
+
+hpt_status hpt_infer_create(hpt_mem *mem, hpt_gpt2 *model, hpt_weights kind, int ctx,
+                            hpt_infer **out) {
+    hpt_infer *inf;
+    HPT_CHECK(infer_new(mem, &model->cfg, kind, ctx, &inf));
+    if (kind == HPT_WEIGHTS_F32) {
+        for (int k = 0; k < HPT_GPT2_NUM_TENSORS; k++) inf->f[k] = model->params + inf->t[k].offset;
+    } else {
+        hpt_status s = alloc_q8(inf);
+        if (s != HPT_OK) {
+            hpt_infer_free(inf);
+            return hpt_fail_ctx(s, "int8 weights");
+        }
+        for (int k = 0; k < HPT_GPT2_NUM_TENSORS; k++)
+            ingest(inf, k, 0, model->params + inf->t[k].offset,
+                   inf->t[k].numel / row_width(&model->cfg, k));
+    }
+    *out = inf;
+    return HPT_OK;
+}
+
+/* Reads the checkpoint's tensors (fp32, or bf16 for version 5) in pieces of at most
+ * K_STAGE_BYTES into the int8 engine. */
+static hpt_status load_q8(hpt_infer *inf, const char *path) {
+    FILE *f;
+    uint64_t size;
+    HPT_CHECK(io_open_read(path, &f, &size));
+    int32_t h[256];
+    hpt_status s = io_read_header(f, h, path);
+    const size_t esz = h[1] == 5 ? 2 : 4;
+    float *stage = NULL;
+    size_t stage_bytes = K_STAGE_BYTES;
+    if (s == HPT_OK) {
+        hpt_mem_set_name(inf->mem, "checkpoint staging");
+        s = hpt_mem_alloc(inf->mem, HPT_TIER_HOST, HPT_CAT_IO, stage_bytes, (void **)&stage);
+    }
+    for (int k = 0; k < HPT_GPT2_NUM_TENSORS && s == HPT_OK; k++) {
+        size_t w = row_width(&inf->cfg, k), rows = inf->t[k].numel / w;
+        size_t step = stage_bytes / (w * sizeof(float));
+        for (size_t r0 = 0; r0 < rows && s == HPT_OK; r0 += step) {
+            size_t n = HPT_MIN(step, rows - r0), cnt = n * w;
+            s = io_read_exact(f, stage, cnt * esz, path, inf->t[k].name);
+            if (s != HPT_OK) break;
+            if (esz == 2) { /* bf16 bits are a float's high half; widen in place from the end */
+                const uint16_t *b = (const uint16_t *)stage;
+                for (size_t i = cnt; i-- > 0;) {
+                    uint32_t bits = (uint32_t)b[i] << 16;
+                    memcpy(&stage[i], &bits, 4);
+                }
+            }
+            ingest(inf, k, r0, stage, n);
+        }
+    }
+    hpt_mem_free(inf->mem, HPT_TIER_HOST, HPT_CAT_IO, stage, stage_bytes);
+    fclose(f);
+    return s;
+}
+
+hpt_status hpt_infer_load(hpt_mem *mem, const char *path, hpt_weights kind, int ctx,
+                          hpt_gpt2 **model_out, hpt_infer **out) {
+    *out = NULL;
+    if (model_out) *model_out = NULL;
+    if (kind == HPT_WEIGHTS_F32) {
+        if (!model_out)
+            return hpt_fail(HPT_ERR_INVALID, "an fp32 engine borrows a model: pass model_out");
+        hpt_gpt2 *m;
+        HPT_CHECK(hpt_gpt2_load(mem, path, &m));
+        hpt_status s = hpt_infer_create(mem, m, kind, ctx, out);
+        if (s != HPT_OK) {
+            hpt_gpt2_free(m);
+            return s;
+        }
+        *model_out = m;
+        return HPT_OK;
+    }
+    hpt_gpt2_config cfg;
+    HPT_CHECK(hpt_gpt2_read_config(path, &cfg)); /* checks magic, version and size */
+    hpt_infer *inf;
+    HPT_CHECK(infer_new(mem, &cfg, kind, ctx, &inf));
+    hpt_status s = alloc_q8(inf);
+    if (s == HPT_OK) s = load_q8(inf, path);
+    if (s != HPT_OK) {
+        hpt_infer_free(inf);
+        return hpt_fail_ctx(s, "loading %s as int8", path);
+    }
+    *out = inf;
+    return HPT_OK;
+}
+
+const hpt_gpt2_config *hpt_infer_get_config(const hpt_infer *inf) { return &inf->cfg; }
+int hpt_infer_get_ctx(const hpt_infer *inf) { return inf->ctx; }
+int hpt_infer_get_pos(const hpt_infer *inf) { return inf->pos; }
+void hpt_infer_reset(hpt_infer *inf) { inf->pos = 0; }
+const float *hpt_infer_logits(const hpt_infer *inf) { return inf->logits; }
+
+/* out (n, OC) (+)= inp (n, IC) @ w^T + b for tensor kw of layer l (bias kb, -1: none). */
+static void linear(hpt_infer *inf, float *out, const float *inp, int kw, int kb, int l, size_t n,
+                   int64_t IC, int64_t OC, int accumulate) {
+    size_t wo = per_layer(kw) ? (size_t)l * (size_t)(OC * IC) : 0;
+    const float *b = kb >= 0 ? inf->f[kb] + (size_t)l * (size_t)OC : NULL;
+    if (inf->q[kw])
+        k_q8w_matmul_forward(out, inp, inf->q[kw] + wo, inf->qs[kw] + wo / (size_t)IC, b,
+                             (int64_t)n, IC, OC, accumulate, inf->tile);
+    else
+        k_matmul_forward(out, inp, inf->f[kw] + wo, b, (int64_t)n, IC, OC, accumulate);
+}
+
+/* atty (n, C) = causal attention of the n rows' queries (qkv (n, 3C)) at positions
+ * pos0 .. pos0 + n - 1 over the cache's keys and values K, V (ctx, C) up to each row's
+ * position; one pass per (row, head) with a running softmax. */
+static void attend(float *atty, const float *qkv, const float *K, const float *V, int pos0,
+                   size_t n, int C, int NH) {
+    const int hs = C / NH;
+    const float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for collapse(2) schedule(static) if ((size_t)(pos0 + n) * n * C >= K_PAR_MIN)
+    for (int64_t t = 0; t < (int64_t)n; t++) {
+        for (int h = 0; h < NH; h++) {
+            const float *q = qkv + (size_t)t * 3 * C + (size_t)h * hs;
+            float *o = atty + (size_t)t * C + (size_t)h * hs;
+            float mx = -INFINITY, sum = 0.0f;
+            memset(o, 0, (size_t)hs * sizeof(float));
+            for (int j = 0; j <= pos0 + (int)t; j++) {
+                const float *k = K + (size_t)j * C + (size_t)h * hs;
+                const float *v = V + (size_t)j * C + (size_t)h * hs;
+                float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+                for (int i = 0; i < hs; i++) s += q[i] * k[i];
+                s *= scale;
+                if (s > mx) { /* rescale what was summed against the old maximum */
+                    float corr = expf(mx - s);
+                    sum *= corr;
+                    for (int i = 0; i < hs; i++) o[i] *= corr;
+                    mx = s;
+                }
+                float p = expf(s - mx);
+                sum += p;
+#pragma omp simd
+                for (int i = 0; i < hs; i++) o[i] += p * v[i];
+            }
+            float inv = 1.0f / sum;
+            for (int i = 0; i < hs; i++) o[i] *= inv;
+        }
+    }
+}
+
+/* Runs n <= K_ROWS tokens at positions pos .. pos + n - 1 through the blocks; with last, the
+ * logits after the last of them. */
+static void feed_rows(hpt_infer *inf, const int32_t *tok, size_t n, int last) {
+    const hpt_gpt2_config *c = &inf->cfg;
+    const int C = c->C, L = c->L;
+    const size_t Cz = (size_t)C;
+    const int pos0 = inf->pos;
+    for (size_t t = 0; t < n; t++) { /* x = wte[tok] + wpe[pos] */
+        float *x = inf->x + t * Cz;
+        const float *pe = inf->f[T_WPE] + (size_t)(pos0 + (int)t) * Cz;
+        if (inf->q[T_WTE]) {
+            const int8_t *qr = inf->q[T_WTE] + (size_t)tok[t] * Cz;
+            float s = inf->qs[T_WTE][tok[t]];
+            for (size_t i = 0; i < Cz; i++) x[i] = (float)qr[i] * s + pe[i];
+        } else {
+            const float *er = inf->f[T_WTE] + (size_t)tok[t] * Cz;
+            for (size_t i = 0; i < Cz; i++) x[i] = er[i] + pe[i];
+        }
+    }
+    for (int l = 0; l < L; l++) {
+        const size_t lc = (size_t)l * Cz;
+        float *K = inf->kv + (size_t)l * 2 * (size_t)inf->ctx * Cz, *V = K + (size_t)inf->ctx * Cz;
+        k_layernorm_forward(inf->ln, inf->mean, inf->rstd, inf->x, inf->f[T_LN1W] + lc,
+                            inf->f[T_LN1B] + lc, (int64_t)n, C);
+        linear(inf, inf->qkv, inf->ln, T_QKVW, T_QKVB, l, n, C, 3 * C, 0);
+        for (size_t t = 0; t < n; t++) {
+            memcpy(K + (size_t)(pos0 + (int)t) * Cz, inf->qkv + t * 3 * Cz + Cz, Cz * sizeof(float));
+            memcpy(V + (size_t)(pos0 + (int)t) * Cz, inf->qkv + t * 3 * Cz + 2 * Cz, Cz * sizeof(float));
+        }
+        attend(inf->atty, inf->qkv, K, V, pos0, n, C, c->NH);
+        linear(inf, inf->x, inf->atty, T_ATTPROJW, T_ATTPROJB, l, n, C, C, 1);
+        k_layernorm_forward(inf->ln, inf->mean, inf->rstd, inf->x, inf->f[T_LN2W] + lc,
+                            inf->f[T_LN2B] + lc, (int64_t)n, C);
+        linear(inf, inf->fch, inf->ln, T_FCW, T_FCB, l, n, C, 4 * C, 0);
+        k_gelu_forward(inf->fch, inf->fch, (int64_t)n * 4 * C);
+        linear(inf, inf->x, inf->fch, T_FCPROJW, T_FCPROJB, l, n, 4 * C, C, 1);
+    }
+    inf->pos += (int)n;
+    if (!last) return;
+    const float *xl = inf->x + (n - 1) * Cz;
+    k_layernorm_forward(inf->ln, inf->mean, inf->rstd, xl, inf->f[T_LNFW], inf->f[T_LNFB], 1, C);
+    linear(inf, inf->logits, inf->ln, T_WTE, -1, 0, 1, C, c->Vp, 0); /* tied head */
+}
+
+hpt_status hpt_infer_feed(hpt_infer *inf, const int32_t *tokens, int n) {
+    if (n < 1) return hpt_fail(HPT_ERR_INVALID, "feed needs at least one token");
+    if (inf->pos + n > inf->ctx)
+        return hpt_fail(HPT_ERR_SHAPE, "%d more tokens do not fit the context (%d of %d used)",
+                        n, inf->pos, inf->ctx);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= inf->cfg.V)
+            return hpt_fail(HPT_ERR_INVALID, "token %d at position %d is outside [0, %d)",
+                            tokens[i], i, inf->cfg.V);
+    for (int i = 0; i < n; i += K_ROWS) {
+        int k = n - i < K_ROWS ? n - i : K_ROWS;
+        feed_rows(inf, tokens + i, (size_t)k, i + k == n);
+    }
+    return HPT_OK;
+}
+
+/* The next token from logits (V of Vp) at temperature among the top_k likeliest (0: all);
+ * probs, order (V) are scratch. */
+static int32_t sample_token(const float *logits, int V, float temperature, int top_k,
+                            hpt_rng *rng, float *probs, int32_t *order) {
+    float maxv = -INFINITY;
+    for (int v = 0; v < V; v++) maxv = logits[v] > maxv ? logits[v] : maxv;
+    double sum = 0.0;
+    for (int v = 0; v < V; v++) {
+        probs[v] = expf((logits[v] - maxv) / temperature);
+        sum += (double)probs[v];
+    }
+    for (int v = 0; v < V; v++) order[v] = v;
+    int K = top_k > 0 && top_k < V ? top_k : V;
+    if (K < V) { /* keep the K largest: partial selection sort on indices (K is small) */
+        for (int i = 0; i < K; i++) {
+            int best = i;
+            for (int j = i + 1; j < V; j++)
+                if (probs[order[j]] > probs[order[best]]) best = j;
+            int32_t tmp = order[i];
+            order[i] = order[best];
+            order[best] = tmp;
+        }
+        sum = 0.0;
+        for (int i = 0; i < K; i++) sum += (double)probs[order[i]];
+    }
+    double r = (double)hpt_rng_uniform(rng) * sum, acc = 0.0;
+    for (int i = 0; i < K; i++) {
+        acc += (double)probs[order[i]];
+        if (r < acc) return order[i];
+    }
+    return order[K - 1];
+}
+
+hpt_status hpt_infer_generate(hpt_infer *inf, int32_t *tokens, int n_prompt, int n_new,
+                              float temperature, int top_k, uint64_t seed) {
+    const int V = inf->cfg.V, ctx = inf->ctx;
+    if (n_prompt < 1) return hpt_fail(HPT_ERR_INVALID, "generation needs at least one prompt token");
+    if (!(temperature > 0.0f)) return hpt_fail(HPT_ERR_INVALID, "temperature must be > 0");
+    if (top_k < 0) return hpt_fail(HPT_ERR_INVALID, "top-k must be >= 0");
+    hpt_rng rng;
+    hpt_rng_seed(&rng, seed);
+    float *probs = malloc((size_t)V * sizeof(float));
+    int32_t *order = malloc((size_t)V * sizeof(int32_t));
+    if (!probs || !order) {
+        free(probs);
+        free(order);
+        return hpt_fail(HPT_ERR_OOM, "sampling buffers");
+    }
+    /* the cache holds at most ctx positions: when full, it restarts from the last ctx / 2
+     * tokens (one prefill), so each token sees between ctx / 2 and ctx tokens of context */
+    hpt_infer_reset(inf);
+    int start = n_prompt > ctx ? n_prompt - ctx : 0;
+    hpt_status s = hpt_infer_feed(inf, tokens + start, n_prompt - start);
+    for (int n = n_prompt; n < n_prompt + n_new && s == HPT_OK; n++) {
+        tokens[n] = sample_token(inf->logits, V, temperature, top_k, &rng, probs, order);
+        if (n + 1 == n_prompt + n_new) break;
+        if (inf->pos == ctx) {
+            int keep = ctx / 2 > 0 ? ctx / 2 : 1;
+            hpt_infer_reset(inf);
+            s = hpt_infer_feed(inf, tokens + n + 1 - keep, keep);
+        } else {
+            s = hpt_infer_feed(inf, tokens + n, 1);
+        }
+    }
+    free(probs);
+    free(order);
+    return s;
+}
+
+hpt_status hpt_gpt2_generate(hpt_gpt2 *m, int32_t *tokens, int n_prompt, int n_new,
+                             float temperature, int top_k, uint64_t seed) {
+    if (n_prompt < 1) return hpt_fail(HPT_ERR_INVALID, "generation needs at least one prompt token");
+    if (n_new < 0) return hpt_fail(HPT_ERR_INVALID, "tokens to generate must be >= 0");
+    hpt_infer *inf;
+    HPT_CHECK(hpt_infer_create(m->mem, m, HPT_WEIGHTS_F32, n_prompt + n_new, &inf));
+    hpt_status s = hpt_infer_generate(inf, tokens, n_prompt, n_new, temperature, top_k, seed);
+    hpt_infer_free(inf);
+    return s;
+}
