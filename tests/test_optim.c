@@ -13,6 +13,7 @@
  *  - damaged version-2 files are refused; a version-1 file loads as AdamW with fp32 state. */
 #include "testlib.h"
 #include "io/io_int.h"
+#include "kernels/cpu/q8.h"
 #include "kernels/kernels.h"
 
 #include <math.h>
@@ -79,6 +80,36 @@ static void test_maps(void) {
         CHECK(bound < (sgn ? 0.0071 : 0.0036));
         CHECK_MSG(nearest, "quantisation did not pick the nearest code");
         free(x); free(y); free(q); free(amax);
+    }
+}
+
+/* The table-driven encoding (q8_encode_lut, the optimizers' path) gives q8_encode's code for
+ * every map value and its float neighbours, the midpoints between codes and theirs, signed
+ * zeros, infinities, values beyond [-1, 1] and 2M values log-uniform over 12 decades. */
+static void test_lut(void) {
+    static int32_t lut[K_Q8_LUT_SIZE];
+    for (int sgn = 1; sgn >= 0; sgn--) {
+        float map[256];
+        k_q8_map(map, sgn);
+        int most = k_q8_lut(lut, map);
+        CHECK_MSG(most <= 1, "%s map: %d code values in one bucket", sgn ? "signed" : "unsigned", most);
+        size_t tried = 0, differ = 0;
+        float probes[12];
+        for (int c = 0; c < 257; c++) {
+            float a = map[c < 256 ? c : 255], mid = c < 255 ? (map[c] + map[c + 1]) / 2.0f : 1.5f;
+            float p[12] = {a, nextafterf(a, -INFINITY), nextafterf(a, INFINITY), mid,
+                           nextafterf(mid, -INFINITY), nextafterf(mid, INFINITY), -a, -mid,
+                           0.0f, -0.0f, INFINITY, -INFINITY};
+            memcpy(probes, p, sizeof p);
+            for (int k = 0; k < 12; k++, tried++)
+                differ += q8_encode_lut(probes[k], map, lut) != q8_encode(probes[k], map);
+        }
+        for (int i = 0; i < 2000000; i++, tried++) {
+            float x = (float)((urand() < 0.5 ? -1.0 : 1.0) * pow(10.0, -11.0 * urand() + 0.3));
+            differ += q8_encode_lut(x, map, lut) != q8_encode(x, map);
+        }
+        CHECK_MSG(differ == 0, "%s map: %zu of %zu codes differ", sgn ? "signed" : "unsigned", differ, tried);
+        CHECK(memcmp(lut, k_q8_lut_of(sgn), sizeof lut) == 0);
     }
 }
 
@@ -494,6 +525,7 @@ int main(void) {
     CHECK_OK(hpt_mem_create(&mem));
     make_shards();
     test_maps();
+    test_lut();
     test_reference_formulas(mem);
     test_8bit_vs_32bit(mem);
     test_bytes_and_resume(mem);

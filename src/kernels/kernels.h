@@ -93,7 +93,14 @@ void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, f
 
 /* map (256) ascending: the signed (is_signed = 1) or unsigned dynamic map. */
 void k_q8_map(float map[256], int is_signed);
-/* codes (n), absmax (ceil(n/256)) from x (n). */
+/* lut (K_Q8_LUT_SIZE) for map: per bucket of floats with the same top 16 bits, the largest
+ * code whose value is not above the bucket's smallest value (fast encoding, q8.h). Returns
+ * the most code values inside one bucket: the fast encoding is exact when it is <= 1. */
+#define K_Q8_LUT_SIZE 65536
+int k_q8_lut(int32_t lut[K_Q8_LUT_SIZE], const float map[256]);
+/* The table of k_q8_map(is_signed)'s map, built on first use (thread-safe). */
+const int32_t *k_q8_lut_of(int is_signed);
+/* codes (n), absmax (ceil(n/256)) from x (n) (binary search: the reference encoding). */
 void k_q8_quantize(uint8_t *codes, float *absmax, const float *x, size_t n, const float *map);
 /* x (n) from codes and absmax. */
 void k_q8_dequantize(float *x, const uint8_t *codes, const float *absmax, size_t n,
@@ -105,6 +112,7 @@ typedef struct {
     uint8_t *codes;   /* (n) when f32 is NULL */
     float *absmax;    /* (ceil(n/256)) when f32 is NULL */
     const float *map; /* (256) when f32 is NULL */
+    const int32_t *lut; /* (K_Q8_LUT_SIZE) k_q8_lut of map, or NULL: binary search */
 } k_state;
 
 /* The update kernels work on one tensor of n parameters, block by block (256 values): the

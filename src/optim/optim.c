@@ -222,6 +222,7 @@ static k_state tensor_state(const hpt_optim *op, int i, int base, const float *m
         s.codes = (uint8_t *)op->buf[base + 1] + tl->q_off;
         s.absmax = (float *)op->buf[base + 2] + tl->sc_off;
         s.map = map;
+        s.lut = k_q8_lut_of(map == op->map_signed); /* fast encoding of the same map */
     }
     return s;
 }

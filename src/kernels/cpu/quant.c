@@ -9,7 +9,9 @@
  * Invariant: map[] is strictly ascending, so nearest-code search is a binary search. */
 #include "kernels/cpu/q8.h"
 
+#include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int cmp_float(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
@@ -34,13 +36,53 @@ void k_q8_map(float map[256], int is_signed) {
     qsort(map, 256, sizeof(float), cmp_float);
 }
 
+int k_q8_lut(int32_t lut[K_Q8_LUT_SIZE], const float map[256]) {
+    int most = 0;
+    for (uint32_t key = 0; key < K_Q8_LUT_SIZE; key++) {
+        /* the bucket's values run from lo to hi bits; negative ones descend as bits grow */
+        uint32_t lo_bits = key << 16, hi_bits = lo_bits | 0xffffu;
+        float a, b;
+        memcpy(&a, &lo_bits, sizeof a);
+        memcpy(&b, &hi_bits, sizeof b);
+        float lo = key >> 15 ? b : a, hi = key >> 15 ? a : b;
+        if (!isfinite(lo) || !isfinite(hi)) { /* infinities: what q8_encode gives */
+            lut[key] = q8_encode(lo, map) == 255 ? 254 : 0;
+            continue;
+        }
+        int pos = 0, inside = 0;
+        for (int c = 0; c < 256; c++) {
+            if (map[c] <= lo) pos = c;
+            else if (map[c] <= hi) inside++;
+        }
+        lut[key] = pos;
+        most = inside > most ? inside : most;
+    }
+    return most;
+}
+
+/* The tables of the two maps, built once per process (512 KiB of constant data). */
+static int32_t g_lut[2][K_Q8_LUT_SIZE];
+static pthread_once_t g_lut_once = PTHREAD_ONCE_INIT;
+static void build_luts(void) {
+    for (int sgn = 0; sgn < 2; sgn++) {
+        float map[256];
+        k_q8_map(map, sgn);
+        (void)k_q8_lut(g_lut[sgn], map); /* exact (<= 1 code per bucket): tests/test_optim.c */
+    }
+}
+
+const int32_t *k_q8_lut_of(int is_signed) {
+    pthread_once(&g_lut_once, build_luts);
+    return g_lut[is_signed ? 1 : 0];
+}
+
 void k_q8_quantize(uint8_t *codes, float *absmax, const float *x, size_t n, const float *map) {
     size_t nb = (n + K_Q8_BLOCK - 1) / K_Q8_BLOCK;
 #pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
     for (size_t b = 0; b < nb; b++) {
         size_t lo = b * K_Q8_BLOCK;
         int len = (int)(n - lo < K_Q8_BLOCK ? n - lo : K_Q8_BLOCK);
-        absmax[b] = q8_store_block(codes + lo, x + lo, len, map);
+        absmax[b] = q8_store_block(codes + lo, x + lo, len, map, NULL);
     }
 }
 
