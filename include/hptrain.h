@@ -310,9 +310,12 @@ typedef enum {
  *   bits.
  * compress INT8: those fields are stored as int8 with one fp32 absmax scale per row (a token's
  *   C, 3C or 4C values; a probability row of T) and dequantised before backward: on the
- *   offload tier, or with no offload in the device arena. Lossy. */
+ *   offload tier, or with no offload in the device arena. Lossy.
+ * compress BF16: those fields are stored as bf16 (a float's top 16 bits, rounded to nearest
+ *   even: fp32's range, 8 significant bits) and widened before backward. Half the bytes of
+ *   fp32; lossy, far less than INT8 (relative error <= 2^-9 per value). */
 typedef enum { HPT_OFFLOAD_NONE = 0, HPT_OFFLOAD_HOST, HPT_OFFLOAD_DISK } hpt_act_offload;
-typedef enum { HPT_COMPRESS_NONE = 0, HPT_COMPRESS_INT8 } hpt_act_compress;
+typedef enum { HPT_COMPRESS_NONE = 0, HPT_COMPRESS_INT8, HPT_COMPRESS_BF16 } hpt_act_compress;
 typedef struct {
     hpt_attention attention;
     hpt_recompute recompute;
@@ -324,7 +327,7 @@ typedef struct {
                                * each chunk's logits in backward (one more head GEMM). A forward
                                * without targets then fails: sampling and verify need all logits. */
 } hpt_gpt2_act_opts;
-/* Parses "none" | "host" | "disk" into o->offload; "none" | "int8" into o->compress. */
+/* Parses "none" | "host" | "disk" into o->offload; "none" | "int8" | "bf16" into o->compress. */
 hpt_status hpt_act_offload_parse(const char *text, hpt_gpt2_act_opts *o);
 hpt_status hpt_act_compress_parse(const char *text, hpt_gpt2_act_opts *o);
 const char *hpt_act_offload_name(hpt_act_offload x);

@@ -7,9 +7,9 @@
  * parameters must be the same bits (memcmp). The device arena must be smaller than without
  * offload, and the live activation bytes on each tier (device arena, host buffer, disk block)
  * must equal hpt_gpt2_act_tier_bytes (the estimator's figures); transfers must be recorded.
- * Lossy part (--act-compress int8, per-row absmax): against the exact gradients of one
- * forward+backward, the relative norm error ||g8 - g|| / ||g|| must be below GRAD_TOL for each
- * storage (device arena, host, disk); and 100 AdamW steps on a learnable synthetic sequence
+ * Lossy part (--act-compress int8, per-row absmax, and bf16): against the exact gradients of
+ * one forward+backward, the relative norm error ||g8 - g|| / ||g|| must be below GRAD_TOL
+ * (int8) or GRAD_TOL_BF16 for each storage (device arena, host, disk); and 100 AdamW steps on a learnable synthetic sequence
  * must lower the loss like the exact run: final losses within LOSS_TOL (relative) of each
  * other and both below half the initial loss. */
 #include "testlib.h"
@@ -23,6 +23,7 @@
 
 enum { STEPS = 3, B = 2, T = 40 };
 #define GRAD_TOL 0.05
+#define GRAD_TOL_BF16 0.01
 #define LOSS_TOL 0.05
 
 static const char *k_shape = "gpt2:L=4,C=64,NH=4,V=256,T=64";
@@ -146,20 +147,22 @@ int main(void) {
                 free(o.grads);
                 free(o.params);
             }
-            /* int8: one step's gradients against the exact ones */
+            /* int8 and bf16: one step's gradients against the exact ones */
             run_out one;
             run(&base, 1, &one);
-            for (int ti = 0; ti < 3; ti++) {
+            for (int ci = 0; ci < 6; ci++) {
                 hpt_gpt2_act_opts ao = base;
-                ao.compress = HPT_COMPRESS_INT8;
-                ao.offload = (hpt_act_offload)ti;
+                ao.compress = ci < 3 ? HPT_COMPRESS_INT8 : HPT_COMPRESS_BF16;
+                ao.offload = (hpt_act_offload)(ci % 3);
                 run_out o;
                 run(&ao, 1, &o);
                 double e = t_rel_err(o.grads, one.grads, o.np);
-                CHECK_MSG(e < GRAD_TOL, "int8 (%s): gradient error %.4f", hpt_act_offload_name(ao.offload), e);
-                printf("  int8, offload %-4s device %9llu, host %9llu, disk %9llu; "
+                double tol = ci < 3 ? GRAD_TOL : GRAD_TOL_BF16;
+                CHECK_MSG(e < tol, "%s (%s): gradient error %.4f", hpt_act_compress_name(ao.compress),
+                          hpt_act_offload_name(ao.offload), e);
+                printf("  %s, offload %-4s device %9llu, host %9llu, disk %9llu; "
                        "gradient rel. error %.4f, loss %.6f vs %.6f\n",
-                       hpt_act_offload_name(ao.offload),
+                       hpt_act_compress_name(ao.compress), hpt_act_offload_name(ao.offload),
                        (unsigned long long)o.tier_bytes[HPT_TIER_DEVICE],
                        (unsigned long long)o.tier_bytes[HPT_TIER_HOST],
                        (unsigned long long)o.tier_bytes[HPT_TIER_DISK], e, (double)o.losses[0], (double)one.losses[0]);
@@ -190,6 +193,8 @@ int main(void) {
     CHECK(o.offload == HPT_OFFLOAD_DISK && !strcmp(hpt_act_offload_name(o.offload), "disk"));
     CHECK_OK(hpt_act_compress_parse("int8", &o));
     CHECK(!strcmp(hpt_act_compress_name(o.compress), "int8"));
+    CHECK_OK(hpt_act_compress_parse("bf16", &o));
+    CHECK(o.compress == HPT_COMPRESS_BF16 && !strcmp(hpt_act_compress_name(o.compress), "bf16"));
     CHECK_STATUS(hpt_act_offload_parse("gpu", &o), HPT_ERR_INVALID);
     CHECK_STATUS(hpt_act_compress_parse("int4", &o), HPT_ERR_INVALID);
     CHECK_OK(hpt_recompute_parse("every:2", &o));

@@ -10,9 +10,9 @@
  * policy dropped, with the forward's kernels on the forward's inputs, so the bits are the
  * same as without recomputation; plan_acts gives dropped buffers a forward lifetime and a
  * backward one, so the arena shrinks).
- * Offload and int8 compression (act.offload, act.compress; docs/activations.md): a stored
- * field has a forward buffer (its block's forward), a stored copy (host buffer, disk block, or
- * int8 in the arena) and a backward buffer (from the time point before its block's backward);
+ * Offload and compression (act.offload, act.compress int8 or bf16; docs/activations.md): a
+ * stored field has a forward buffer (its block's forward), a stored copy (host buffer, disk
+ * block, or the compressed copy in the arena) and a backward buffer (from the time point before its block's backward);
  * offload_block fills the copy, prefetch_start / prefetch_wait bring it back (a thread for
  * host offload). Invariant: the prefetch thread writes only buffers born at the current time
  * point and reads only the host store; it is joined before anything reads them and before the
@@ -209,6 +209,43 @@ static void q8_load(float *x, const char *src, size_t rows, size_t w, int par) {
             x[(size_t)r * w + j] = (float)q[(size_t)r * w + j] * scale[r];
 }
 
+/* bf16: a float's high half, rounded to nearest even (no scale: bf16 keeps fp32's range). */
+static void bf16_store(char *dst, const float *x, size_t n) {
+    uint16_t *h = (uint16_t *)dst;
+#pragma omp parallel for simd schedule(static) if (n >= K_PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, &x[i], sizeof b);
+        h[i] = (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+    }
+}
+
+static void bf16_load(float *x, const char *src, size_t n, int par) {
+    const uint16_t *h = (const uint16_t *)src;
+#pragma omp parallel for simd schedule(static) if (par && n >= K_PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b = (uint32_t)h[i] << 16;
+        memcpy(&x[i], &b, sizeof b);
+    }
+}
+
+/* Bytes of a stored copy of (rows, w) floats under compression kind k. */
+static size_t coded_bytes(hpt_act_compress k, size_t rows, size_t w) {
+    return k == HPT_COMPRESS_INT8 ? q8_bytes(rows, w) : k == HPT_COMPRESS_BF16 ? rows * w * 2 : rows * w * 4;
+}
+
+/* dst = the compressed copy of x (rows, w) (kind not NONE). */
+static void code_store(hpt_act_compress k, char *dst, const float *x, size_t rows, size_t w) {
+    if (k == HPT_COMPRESS_INT8) q8_store(dst, x, rows, w);
+    else bf16_store(dst, x, rows * w);
+}
+
+/* x (rows, w) from a compressed copy; par 0: serial (the prefetch thread). */
+static void code_load(hpt_act_compress k, float *x, const char *src, size_t rows, size_t w, int par) {
+    if (k == HPT_COMPRESS_INT8) q8_load(x, src, rows, w, par);
+    else bf16_load(x, src, rows * w, par);
+}
+
 /* N of the every:N segmentation (full = every:1); 0 for policies that keep block inputs. */
 static int segment_len(const hpt_gpt2_act_opts *o) {
     if (o->recompute == HPT_RECOMPUTE_FULL) return 1;
@@ -267,12 +304,13 @@ static size_t plan_acts(const hpt_gpt2_config *c, const hpt_gpt2_act_opts *o, in
                  * forward; copied back at tb - 1 (the next block's backward or the head's)
                  * into the buffer the backward reads */
                 size_t idx = (size_t)l * N_FIELDS + (size_t)i, w = row_width(c, T, k_fields[i].size);
-                size_t sb = o->compress == HPT_COMPRESS_INT8 ? q8_bytes(bytes / (w * f), w) : bytes;
+                size_t sb = coded_bytes(o->compress, bytes / (w * f), w);
                 sp->sbytes[idx] = sb;
                 sp->max_store = sb > sp->max_store ? sb : sp->max_store;
                 BUF(*field_of(&flayers[l], i), nm, l, bytes, tf, tf);
                 if (o->offload == HPT_OFFLOAD_NONE) {
-                    BUF(sp->astore[idx], "int8 store", l, sb, tf, tb - 1);
+                    BUF(sp->astore[idx], o->compress == HPT_COMPRESS_INT8 ? "int8 store" : "bf16 store",
+                        l, sb, tf, tb - 1);
                 } else {
                     sp->soff[idx] = sp->off_bytes;
                     sp->off_bytes += (sb + 63) & ~(size_t)63;
@@ -333,7 +371,7 @@ static hpt_status check_act_opts(const hpt_gpt2_act_opts *o) {
         return hpt_fail(HPT_ERR_INVALID, "recompute every:%d: N must be >= 1", o->every);
     if ((unsigned)o->offload > HPT_OFFLOAD_DISK)
         return hpt_fail(HPT_ERR_INVALID, "unknown activation offload %d", (int)o->offload);
-    if ((unsigned)o->compress > HPT_COMPRESS_INT8)
+    if ((unsigned)o->compress > HPT_COMPRESS_BF16)
         return hpt_fail(HPT_ERR_INVALID, "unknown activation compression %d", (int)o->compress);
     if ((o->offload != HPT_OFFLOAD_NONE || o->compress != HPT_COMPRESS_NONE) && segment_len(o))
         return hpt_fail(HPT_ERR_UNSUPPORTED, "activation offload and compression work with "
@@ -352,7 +390,8 @@ hpt_status hpt_act_offload_parse(const char *text, hpt_gpt2_act_opts *o) {
 hpt_status hpt_act_compress_parse(const char *text, hpt_gpt2_act_opts *o) {
     if (!strcmp(text, "none")) o->compress = HPT_COMPRESS_NONE;
     else if (!strcmp(text, "int8")) o->compress = HPT_COMPRESS_INT8;
-    else return hpt_fail(HPT_ERR_INVALID, "act-compress '%s': expected none or int8", text);
+    else if (!strcmp(text, "bf16")) o->compress = HPT_COMPRESS_BF16;
+    else return hpt_fail(HPT_ERR_INVALID, "act-compress '%s': expected none, int8 or bf16", text);
     return HPT_OK;
 }
 
@@ -361,7 +400,7 @@ const char *hpt_act_offload_name(hpt_act_offload x) {
 }
 
 const char *hpt_act_compress_name(hpt_act_compress x) {
-    return x == HPT_COMPRESS_INT8 ? "int8" : "none";
+    return x == HPT_COMPRESS_INT8 ? "int8" : x == HPT_COMPRESS_BF16 ? "bf16" : "none";
 }
 
 hpt_status hpt_attention_parse(const char *text, hpt_gpt2_act_opts *o) {
@@ -428,7 +467,7 @@ static hpt_status plan_tiers(const hpt_gpt2_config *cfg, int B, int T, const hpt
         if (o->offload == HPT_OFFLOAD_HOST) out[HPT_TIER_HOST] = sp.off_bytes;
         if (o->offload == HPT_OFFLOAD_DISK) {
             out[HPT_TIER_DISK] = sp.off_bytes;
-            if (o->compress == HPT_COMPRESS_INT8) out[HPT_TIER_HOST] = sp.max_store;
+            if (o->compress != HPT_COMPRESS_NONE) out[HPT_TIER_HOST] = sp.max_store;
         }
         s = HPT_OK;
     }
@@ -509,7 +548,7 @@ static hpt_status ensure_acts(hpt_gpt2 *m, int B, int T) {
     /* the offload tier: grown like the arena, kept while the plan fits */
     size_t host_need = m->act.offload == HPT_OFFLOAD_HOST ? sp.off_bytes : 0;
     size_t disk_need = m->act.offload == HPT_OFFLOAD_DISK ? sp.off_bytes : 0;
-    size_t stage_need = disk_need && m->act.compress == HPT_COMPRESS_INT8 ? sp.max_store : 0;
+    size_t stage_need = disk_need && m->act.compress != HPT_COMPRESS_NONE ? sp.max_store : 0;
     if (host_need > m->host_bytes || disk_need > m->disk_bytes || stage_need > m->staging_bytes) {
         free_stores(m);
         hpt_status s = HPT_OK;
@@ -617,16 +656,16 @@ static hpt_status offload_block(hpt_gpt2 *m, int l) {
         if (!sb) continue;
         field_shape(m, i, &rows, &w);
         const float *src = *field_of(&m->flayers[l], i);
-        int q8 = m->act.compress == HPT_COMPRESS_INT8;
+        const hpt_act_compress k = m->act.compress;
         if (m->act.offload == HPT_OFFLOAD_NONE) {
-            q8_store(m->astore[idx], src, rows, w);
+            code_store(k, m->astore[idx], src, rows, w);
         } else if (m->act.offload == HPT_OFFLOAD_HOST) {
             char *dst = m->host_store + m->soff[idx];
-            if (q8) q8_store(dst, src, rows, w);
+            if (k != HPT_COMPRESS_NONE) code_store(k, dst, src, rows, w);
             else memcpy(dst, src, sb);
             hpt_mem_transfer(m->mem, HPT_TIER_DEVICE, HPT_TIER_HOST, HPT_CAT_ACTS, sb);
-        } else if (q8) {
-            q8_store(m->staging, src, rows, w);
+        } else if (k != HPT_COMPRESS_NONE) {
+            code_store(k, m->staging, src, rows, w);
             HPT_CHECK(hpt_mem_disk_write(m->mem, &m->disk, m->soff[idx], m->staging, sb,
                                          HPT_TIER_HOST, HPT_CAT_ACTS));
         } else {
@@ -646,18 +685,18 @@ static hpt_status prefetch_block(hpt_gpt2 *m, int l, int serial) {
         if (!sb) continue;
         field_shape(m, i, &rows, &w);
         float *dst = *field_of(&m->layers[l], i);
-        int q8 = m->act.compress == HPT_COMPRESS_INT8;
+        const hpt_act_compress k = m->act.compress;
         if (m->act.offload == HPT_OFFLOAD_NONE) {
-            q8_load(dst, m->astore[idx], rows, w, 1);
+            code_load(k, dst, m->astore[idx], rows, w, 1);
         } else if (m->act.offload == HPT_OFFLOAD_HOST) {
             const char *src = m->host_store + m->soff[idx];
-            if (q8) q8_load(dst, src, rows, w, !serial);
+            if (k != HPT_COMPRESS_NONE) code_load(k, dst, src, rows, w, !serial);
             else memcpy(dst, src, sb);
             if (!serial) hpt_mem_transfer(m->mem, HPT_TIER_HOST, HPT_TIER_DEVICE, HPT_CAT_ACTS, sb);
-        } else if (q8) {
+        } else if (k != HPT_COMPRESS_NONE) {
             HPT_CHECK(hpt_mem_disk_read(m->mem, &m->disk, m->soff[idx], m->staging, sb,
                                         HPT_TIER_HOST, HPT_CAT_ACTS));
-            q8_load(dst, m->staging, rows, w, 1);
+            code_load(k, dst, m->staging, rows, w, 1);
         } else {
             HPT_CHECK(hpt_mem_disk_read(m->mem, &m->disk, m->soff[idx], dst, sb,
                                         HPT_TIER_DEVICE, HPT_CAT_ACTS));

@@ -36,7 +36,7 @@ static const char k_help[] =
     "  --attention K        flash (default) or plain attention\n"
     "  --recompute P        none (default), selective, every:N or full\n"
     "  --act-offload K      none (default), host or disk: saved activations on that tier\n"
-    "  --act-compress K     none (default) or int8 saved activations\n"
+    "  --act-compress K     none (default), int8 or bf16 saved activations\n"
     "  --json               machine-readable output (docs/estimate.md lists the keys)\n";
 
 static void fmt_bytes(char *buf, size_t n, uint64_t b) {
