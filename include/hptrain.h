@@ -382,6 +382,10 @@ hpt_status hpt_weights_parse(const char *text, hpt_weights *out);
 /* Bytes of an engine's weights for cfg (the estimate of what hpt_infer allocates for them). */
 uint64_t hpt_infer_weight_bytes_for(const hpt_gpt2_config *cfg, hpt_weights w);
 
+/* Device bytes an engine allocates (Q8: its weights; F32 borrows them) with its cache of ctx
+ * positions (0: maxT) and row scratch: exactly what hpt_infer_create/load leave allocated. */
+uint64_t hpt_infer_bytes_for(const hpt_gpt2_config *cfg, hpt_weights w, int ctx);
+
 typedef struct hpt_infer hpt_infer;
 /* An engine on model's weights (F32: borrowed; Q8: quantised copies, model may then be freed);
  * ctx cache positions, 0 or > maxT: maxT. */

@@ -162,6 +162,9 @@ static void test_load(void) {
               "expected %llu", (unsigned long long)st.live_bytes[HPT_TIER_DEVICE][HPT_CAT_PARAMS],
               (unsigned long long)want);
     CHECK(st.live_bytes[HPT_TIER_HOST][HPT_CAT_IO] == 0); /* the staging buffer is gone */
+    CHECK_MSG(t_device_live(mem2) == hpt_infer_bytes_for(&cfg, HPT_WEIGHTS_Q8, 16),
+              "engine %llu bytes, estimated %llu", (unsigned long long)t_device_live(mem2),
+              (unsigned long long)hpt_infer_bytes_for(&cfg, HPT_WEIGHTS_Q8, 16));
     int32_t tok[9] = {3, 1, 4, 1, 5, 9, 2, 6, 5};
     CHECK_OK(hpt_infer_feed(a, tok, 9));
     CHECK_OK(hpt_infer_feed(b, tok, 9));
@@ -208,7 +211,9 @@ static void test_generate(void) {
     for (int i = 0; i < 100; i++) in_vocab &= a[i] >= 0 && a[i] < cfg.V;
     CHECK(in_vocab);
     hpt_infer *inf = NULL;
+    uint64_t before = t_device_live(mem);
     CHECK_OK(hpt_infer_create(mem, m, HPT_WEIGHTS_F32, 0, &inf));
+    CHECK(t_device_live(mem) - before == hpt_infer_bytes_for(&cfg, HPT_WEIGHTS_F32, 0));
     if (inf) CHECK_OK(hpt_infer_generate(inf, c, 2, 98, 1.0f, 20, 99));
     CHECK(memcmp(a, c, sizeof a) == 0); /* the same context (maxT), the same tokens */
     CHECK_STATUS(hpt_gpt2_generate(m, a, 0, 5, 1.0f, 20, 1), HPT_ERR_INVALID);

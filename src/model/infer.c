@@ -79,6 +79,21 @@ uint64_t hpt_infer_weight_bytes_for(const hpt_gpt2_config *cfg, hpt_weights w) {
     return bytes;
 }
 
+/* Floats of an engine's row scratch (see infer_new). */
+static size_t work_floats(const hpt_gpt2_config *c, hpt_weights kind) {
+    const size_t C = (size_t)c->C;
+    size_t work = K_ROWS * (C + C + 3 * C + C + 4 * C) + 2 * K_ROWS + (size_t)c->Vp;
+    return work + (kind == HPT_WEIGHTS_Q8 ? K_Q8W_TILE * 4 * C : 0);
+}
+
+static int clamp_ctx(const hpt_gpt2_config *c, int ctx) { return ctx == 0 || ctx > c->maxT ? c->maxT : ctx; }
+
+uint64_t hpt_infer_bytes_for(const hpt_gpt2_config *cfg, hpt_weights w, int ctx) {
+    uint64_t kv = (uint64_t)cfg->L * 2 * (uint64_t)clamp_ctx(cfg, ctx) * (uint64_t)cfg->C * sizeof(float);
+    uint64_t weights = w == HPT_WEIGHTS_Q8 ? hpt_infer_weight_bytes_for(cfg, w) : 0;
+    return weights + kv + work_floats(cfg, w) * sizeof(float);
+}
+
 void hpt_infer_free(hpt_infer *inf) {
     if (!inf) return;
     hpt_mem *mem = inf->mem;
@@ -100,13 +115,11 @@ static hpt_status infer_new(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_weight
     inf->mem = mem;
     inf->cfg = *cfg;
     inf->kind = kind;
-    inf->ctx = ctx == 0 || ctx > cfg->maxT ? cfg->maxT : ctx;
+    inf->ctx = clamp_ctx(cfg, ctx);
     hpt_gpt2_tensors(cfg, inf->t);
     const size_t C = (size_t)cfg->C;
     inf->kv_bytes = (size_t)cfg->L * 2 * (size_t)inf->ctx * C * sizeof(float);
-    size_t work = K_ROWS * (C + C + 3 * C + C + 4 * C) + 2 * K_ROWS + (size_t)cfg->Vp;
-    if (kind == HPT_WEIGHTS_Q8) work += K_Q8W_TILE * 4 * C;
-    inf->work_bytes = work * sizeof(float);
+    inf->work_bytes = work_floats(cfg, kind) * sizeof(float);
     hpt_mem_set_name(mem, "kv cache");
     hpt_status s = hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, inf->kv_bytes, (void **)&inf->kv);
     if (s == HPT_OK) {

@@ -102,6 +102,13 @@ int cmd_sample(int argc, char **argv) {
     memcpy(buf, ids, n_ids * sizeof *buf);
     /* the cache holds what this run needs, at most maxT positions */
     long ctx = (long)n_ids + n_new < cfg->maxT ? (long)n_ids + n_new : cfg->maxT;
+    if (!quiet) {
+        uint64_t model = weights == HPT_WEIGHTS_F32 ? hpt_gpt2_num_params(cfg) * 8 : 0;
+        fprintf(stderr, "sample: %s weights, %ld-position cache: %.1f MiB estimated%s\n",
+                hpt_weights_name(weights), ctx,
+                (double)(hpt_infer_bytes_for(cfg, weights, (int)ctx) + model) / 1048576.0,
+                weights == HPT_WEIGHTS_F32 ? " (incl. the model's fp32 weights and gradients)" : "");
+    }
     if ((s = hpt_mem_create(&mem)) != HPT_OK ||
         (s = hpt_infer_load(mem, model_path, weights, (int)ctx, &m, &inf)) != HPT_OK) {
         rc = cli_lib_error(s, "loading the model");
@@ -122,11 +129,14 @@ int cmd_sample(int argc, char **argv) {
     if (!quiet) {
         hpt_mem_stats ms;
         hpt_mem_get_stats(mem, &ms);
-        fprintf(stderr, "sample: %s weights %.1f MiB (fp32: %.1f MiB), %ld-position cache, "
+        char f32[64] = "";
+        if (weights != HPT_WEIGHTS_F32)
+            snprintf(f32, sizeof f32, " (fp32: %.1f MiB)",
+                     (double)hpt_infer_weight_bytes_for(cfg, HPT_WEIGHTS_F32) / 1048576.0);
+        fprintf(stderr, "sample: %s weights %.1f MiB%s, %ld-position cache, "
                 "peak %.1f MiB accounted, RSS peak %.1f MiB, %.1f tokens/s\n",
                 hpt_weights_name(weights),
-                (double)hpt_infer_weight_bytes_for(cfg, weights) / 1048576.0,
-                (double)hpt_infer_weight_bytes_for(cfg, HPT_WEIGHTS_F32) / 1048576.0, ctx,
+                (double)hpt_infer_weight_bytes_for(cfg, weights) / 1048576.0, f32, ctx,
                 (double)ms.peak_bytes[HPT_TIER_DEVICE] / 1048576.0,
                 (double)hpt_rss_peak_bytes() / 1048576.0, secs > 0 ? (double)n_new / secs : 0.0);
     }
