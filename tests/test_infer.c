@@ -120,6 +120,24 @@ static void test_logits(void) {
     CHECK(hpt_infer_get_pos(f32) == T);
     CHECK(t_rel_err(hpt_infer_logits(f32), ref + (size_t)(T - 1) * Vp, (size_t)V) < 1e-5);
     CHECK(t_rel_err(hpt_infer_logits(q8), ref + (size_t)(T - 1) * Vp, (size_t)V) < 0.03);
+    /* the loss of two sequences (prefills of 37 rows) against the training forward's */
+    int32_t in2[74], tg2[74];
+    for (int i = 0; i < 74; i++) {
+        in2[i] = (i * 13 + 1) % V;
+        tg2[i] = (i * 29 + 3) % V;
+    }
+    float lref, l32, l8;
+    CHECK_OK(hpt_gpt2_forward(m, in2, tg2, 2, T, &lref));
+    CHECK_OK(hpt_infer_loss(f32, in2, tg2, 2, T, &l32));
+    CHECK_OK(hpt_infer_loss(q8, in2, tg2, 2, T, &l8));
+    CHECK_MSG(fabsf(l32 - lref) <= 1e-5f * lref, "loss %.7f vs training forward %.7f", (double)l32, (double)lref);
+    CHECK_MSG(fabsf(l8 - lref) <= 1e-2f * lref, "int8 loss %.7f vs %.7f", (double)l8, (double)lref);
+    CHECK(hpt_infer_get_pos(f32) == 0);
+    printf("loss of 2 x %d tokens: training forward %.6f, cache fp32 %.6f, int8 %.6f\n", T,
+           (double)lref, (double)l32, (double)l8);
+    CHECK_STATUS(hpt_infer_loss(f32, in2, tg2, 1, 41, &l32), HPT_ERR_SHAPE);
+    CHECK_OK(hpt_infer_feed(f32, tok, T));
+    CHECK_OK(hpt_infer_feed(q8, tok, T));
     /* the context is full at maxT; bad tokens are refused */
     int32_t more[4] = {1, 2, 3, 4}, bad = V;
     CHECK_STATUS(hpt_infer_feed(f32, more, 4), HPT_ERR_SHAPE);

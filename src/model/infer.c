@@ -336,9 +336,9 @@ static void attend(float *atty, const float *qkv, const float *K, const float *V
     }
 }
 
-/* Runs n <= K_ROWS tokens at positions pos .. pos + n - 1 through the blocks; with last, the
- * logits after the last of them. */
-static void feed_rows(hpt_infer *inf, const int32_t *tok, size_t n, int last) {
+/* Runs n <= K_ROWS tokens at positions pos .. pos + n - 1 through the blocks: x holds their
+ * final residuals. */
+static void block_rows(hpt_infer *inf, const int32_t *tok, size_t n) {
     const hpt_gpt2_config *c = &inf->cfg;
     const int C = c->C, L = c->L;
     const size_t Cz = (size_t)C;
@@ -374,10 +374,14 @@ static void feed_rows(hpt_infer *inf, const int32_t *tok, size_t n, int last) {
         linear(inf, inf->x, inf->fch, T_FCPROJW, T_FCPROJB, l, n, 4 * C, C, 1);
     }
     inf->pos += (int)n;
-    if (!last) return;
-    const float *xl = inf->x + (n - 1) * Cz;
-    k_layernorm_forward(inf->ln, inf->mean, inf->rstd, xl, inf->f[T_LNFW], inf->f[T_LNFB], 1, C);
-    linear(inf, inf->logits, inf->ln, T_WTE, -1, 0, 1, C, c->Vp, 0); /* tied head */
+}
+
+/* ln (n, C) = lnf of the n rows in x; out (n, Vp) = their logits (tied head). */
+static void head_rows(hpt_infer *inf, float *out, const float *x, size_t n) {
+    const hpt_gpt2_config *c = &inf->cfg;
+    k_layernorm_forward(inf->ln, inf->mean, inf->rstd, x, inf->f[T_LNFW], inf->f[T_LNFB],
+                        (int64_t)n, c->C);
+    linear(inf, out, inf->ln, T_WTE, -1, 0, n, c->C, c->Vp, 0);
 }
 
 hpt_status hpt_infer_feed(hpt_infer *inf, const int32_t *tokens, int n) {
@@ -389,10 +393,45 @@ hpt_status hpt_infer_feed(hpt_infer *inf, const int32_t *tokens, int n) {
         if (tokens[i] < 0 || tokens[i] >= inf->cfg.V)
             return hpt_fail(HPT_ERR_INVALID, "token %d at position %d is outside [0, %d)",
                             tokens[i], i, inf->cfg.V);
-    for (int i = 0; i < n; i += K_ROWS) {
-        int k = n - i < K_ROWS ? n - i : K_ROWS;
-        feed_rows(inf, tokens + i, (size_t)k, i + k == n);
+    int k = 0;
+    for (int i = 0; i < n; i += k) {
+        k = n - i < K_ROWS ? n - i : K_ROWS;
+        block_rows(inf, tokens + i, (size_t)k);
     }
+    head_rows(inf, inf->logits, inf->x + (size_t)(k - 1) * (size_t)inf->cfg.C, 1);
+    return HPT_OK;
+}
+
+hpt_status hpt_infer_loss(hpt_infer *inf, const int32_t *inputs, const int32_t *targets, int B,
+                          int T, float *loss_out) {
+    const hpt_gpt2_config *c = &inf->cfg;
+    if (B < 1 || T < 1) return hpt_fail(HPT_ERR_INVALID, "batch %d and sequence %d must be >= 1", B, T);
+    if (T > inf->ctx)
+        return hpt_fail(HPT_ERR_SHAPE, "sequence %d is longer than the context %d", T, inf->ctx);
+    for (size_t i = 0; i < (size_t)B * (size_t)T; i++)
+        if (inputs[i] < 0 || inputs[i] >= c->V || targets[i] < 0 || targets[i] >= c->V)
+            return hpt_fail(HPT_ERR_INVALID, "token %d -> %d at position %zu is outside [0, %d)",
+                            inputs[i], targets[i], i, c->V);
+    /* (K_ROWS, Vp) logits, then (K_ROWS) losses and log-sum-exps: for this call only */
+    size_t bytes = ((size_t)K_ROWS * (size_t)c->Vp + 2 * K_ROWS) * sizeof(float);
+    float *lg;
+    hpt_mem_set_name(inf->mem, "loss logits");
+    HPT_CHECK(hpt_mem_alloc(inf->mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, bytes, (void **)&lg));
+    float *losses = lg + (size_t)K_ROWS * (size_t)c->Vp, *lse = losses + K_ROWS;
+    double total = 0.0;
+    for (int b = 0; b < B; b++) {
+        hpt_infer_reset(inf);
+        for (int i = 0; i < T; i += K_ROWS) {
+            size_t k = (size_t)(T - i < K_ROWS ? T - i : K_ROWS), at = (size_t)b * (size_t)T + (size_t)i;
+            block_rows(inf, inputs + at, k);
+            head_rows(inf, lg, inf->x, k);
+            (void)k_crossentropy_forward(losses, lse, lg, targets + at, (int64_t)k, c->V, c->Vp);
+            for (size_t r = 0; r < k; r++) total += (double)losses[r];
+        }
+    }
+    hpt_infer_reset(inf);
+    hpt_mem_free(inf->mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, lg, bytes);
+    *loss_out = (float)(total / ((double)B * (double)T));
     return HPT_OK;
 }
 
