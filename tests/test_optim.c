@@ -13,6 +13,7 @@
  *  - damaged version-2 files are refused; a version-1 file loads as AdamW with fp32 state. */
 #include "testlib.h"
 #include "io/io_int.h"
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/q8.h"
 #include "kernels/kernels.h"
 
@@ -111,6 +112,61 @@ static void test_lut(void) {
         CHECK_MSG(differ == 0, "%s map: %zu of %zu codes differ", sgn ? "signed" : "unsigned", differ, tried);
         CHECK(memcmp(lut, k_q8_lut_of(sgn), sizeof lut) == 0);
     }
+}
+
+/* bf16 parameters: N = 1000 SGD steps of -1e-4 on p = 1 (each far below bf16's half ulp at 1,
+ * 2^-9): round to nearest never moves; stochastic rounding ends at 0.9 on average (mean of
+ * 4096 values within 0.005; the same seeds give the same bits); Kahan compensation ends
+ * within 1e-3 of 0.9 for every value. Then one AdamW step with bf16 parameters equals the fp32
+ * step within bf16 rounding (relative 2^-8). */
+static void test_bf16_params(void) {
+    enum { n = 4096, N = 1000 };
+    static uint16_t sr[n], sr2[n], kb[n], kc[n], rne[n];
+    static float g[n], mom[n], p32[n];
+    for (int i = 0; i < n; i++) {
+        sr[i] = sr2[i] = kb[i] = rne[i] = bf16_rne(1.0f);
+        kc[i] = 0;
+        g[i] = 1.0f;
+    }
+    k_state m = {mom, NULL, NULL, NULL, NULL};
+    for (int s = 0; s < N; s++) {
+        k_param a = {NULL, sr, NULL, (uint64_t)s * 7919u, 0}, b = {NULL, sr2, NULL, (uint64_t)s * 7919u, 0};
+        k_param k = {NULL, kb, kc, 0, 0};
+        memset(mom, 0, sizeof mom);
+        k_sgd(a, g, m, n, 1e-4f, 0.0f, 0.0f, 1.0f);
+        memset(mom, 0, sizeof mom);
+        k_sgd(b, g, m, n, 1e-4f, 0.0f, 0.0f, 1.0f);
+        memset(mom, 0, sizeof mom);
+        k_sgd(k, g, m, n, 1e-4f, 0.0f, 0.0f, 1.0f);
+        for (int i = 0; i < n; i++) rne[i] = bf16_rne(bf16_widen(rne[i]) - 1e-4f);
+    }
+    double mean = 0.0, kworst = 0.0;
+    for (int i = 0; i < n; i++) {
+        mean += (double)bf16_widen(sr[i]) / n;
+        kworst = fmax(kworst, fabs((double)bf16_widen(kb[i]) + (double)bf16_widen(kc[i]) - 0.9));
+    }
+    printf("bf16 parameters, %d steps of -1e-4 from 1: round-to-nearest %.4f, stochastic mean %.5f, "
+           "Kahan worst |p - 0.9| %.2e\n", N, (double)bf16_widen(rne[0]), mean, kworst);
+    CHECK(bf16_widen(rne[0]) == 1.0f);
+    CHECK_MSG(fabs(mean - 0.9) < 0.005, "stochastic rounding mean %.5f", mean);
+    CHECK(memcmp(sr, sr2, sizeof sr) == 0);
+    CHECK_MSG(kworst < 1e-3, "Kahan-compensated bf16 off by %.2e", kworst);
+    /* one AdamW step (8-bit state) from the same values: bf16 vs fp32 parameters */
+    static float mm[n], vv[n], m2[n], v2[n], g2[n];
+    for (int i = 0; i < n; i++) {
+        p32[i] = bf16_widen(kb[i]);
+        g2[i] = (float)nrand();
+    }
+    k_param f = k_param_f32(p32), h = {NULL, kb, NULL, 3, 0};
+    k_state ma = {mm, NULL, NULL, NULL, NULL}, va = {vv, NULL, NULL, NULL, NULL};
+    k_state mb = {m2, NULL, NULL, NULL, NULL}, vb = {v2, NULL, NULL, NULL, NULL};
+    k_adamw_q(f, g2, ma, va, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1);
+    k_adamw_q(h, g2, mb, vb, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1);
+    int close = 1;
+    for (int i = 0; i < n; i++)
+        close &= fabsf(bf16_widen(kb[i]) - p32[i]) <= fabsf(p32[i]) * (1.0f / 256.0f);
+    CHECK_MSG(close, "bf16 AdamW step beyond bf16 rounding of the fp32 step");
+    CHECK(memcmp(mm, m2, sizeof mm) == 0 && memcmp(vv, v2, sizeof vv) == 0);
 }
 
 /* ---- optimizers against double-precision references ---- */
@@ -526,6 +582,7 @@ int main(void) {
     make_shards();
     test_maps();
     test_lut();
+    test_bf16_params();
     test_reference_formulas(mem);
     test_8bit_vs_32bit(mem);
     test_bytes_and_resume(mem);

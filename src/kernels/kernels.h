@@ -115,23 +115,40 @@ typedef struct {
     const int32_t *lut; /* (K_Q8_LUT_SIZE) k_q8_lut of map, or NULL: binary search */
 } k_state;
 
+/* The parameters an update kernel writes (kernels/cpu/bf16.h): fp32 (f32 set) or bf16 (bf16
+ * set), rounded back after the update stochastically (comp NULL: random bits from seed and the
+ * element's index base + i in the model) or with Kahan compensation (comp (n) bf16: the
+ * rounding error, added back before the next update). */
+typedef struct {
+    float *f32;       /* (n) or NULL */
+    uint16_t *bf16;   /* (n) when f32 is NULL */
+    uint16_t *comp;   /* (n) or NULL */
+    uint64_t seed;    /* stochastic rounding: this step's seed */
+    size_t base;      /* index of element 0 in the whole model */
+} k_param;
+/* fp32 parameters. */
+static inline k_param k_param_f32(float *p) {
+    k_param k = {p, NULL, NULL, 0, 0};
+    return k;
+}
+
 /* The update kernels work on one tensor of n parameters, block by block (256 values): the
  * block's states are dequantised into fp32, updated, used for the parameter update (in fp32)
  * and requantised with the block's new absmax. Threaded over blocks; deterministic.
  * grad_scale multiplies each gradient first (clipping). */
 /* AdamW, as k_adamw, with states of either width. */
-void k_adamw_q(float *p, const float *g, k_state m, k_state v, size_t n, float lr, float beta1,
+void k_adamw_q(k_param p, const float *g, k_state m, k_state v, size_t n, float lr, float beta1,
                float beta2, float eps, float wd, float grad_scale, int64_t t);
 /* Lion: c = beta1*m + (1-beta1)*g; p = p*(1 - lr*wd) - lr*sign(c); m = beta2*m + (1-beta2)*g. */
-void k_lion(float *p, const float *g, k_state m, size_t n, float lr, float beta1, float beta2,
+void k_lion(k_param p, const float *g, k_state m, size_t n, float lr, float beta1, float beta2,
             float wd, float grad_scale);
 /* SGD with momentum (PyTorch, dampening 0): d = g + wd*p; m = mom*m + d; p -= lr*m. */
-void k_sgd(float *p, const float *g, k_state m, size_t n, float lr, float momentum, float wd,
+void k_sgd(k_param p, const float *g, k_state m, size_t n, float lr, float momentum, float wd,
            float grad_scale);
 /* Adam-mini: v (n / block) holds one second moment per block of `block` consecutive values,
  * v_b = beta2*v_b + (1-beta2)*mean over the block of g^2 (summed in double); then AdamW's
  * update with v_b in place of each v_i. n % block == 0. */
-void k_adam_mini(float *p, const float *g, k_state m, float *v, size_t n, size_t block, float lr,
+void k_adam_mini(k_param p, const float *g, k_state m, float *v, size_t n, size_t block, float lr,
                  float beta1, float beta2, float eps, float wd, float grad_scale, int64_t t);
 
 /* ---- int8 weights, one fp32 scale per output channel (q8w.c) ---------------------------

@@ -252,6 +252,7 @@ hpt_status hpt_optim_step_scaled(hpt_optim *op, float lr, float clip, float grad
     for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) {
         size_t off = t[i].offset, n = t[i].numel;
         float *p = model->params + off;
+        const k_param kp = k_param_f32(p);
         const float *g = model->grads + off;
         float wd = o->decay_all || t[i].is_matrix ? o->weight_decay : 0.0f;
         k_state m = tensor_state(op, i, B_M, op->map_signed);
@@ -261,17 +262,17 @@ hpt_status hpt_optim_step_scaled(hpt_optim *op, float lr, float clip, float grad
                 k_adamw(p, g, m.f32, tensor_state(op, i, B_V, NULL).f32, n, lr, o->beta1,
                         o->beta2, o->eps, wd, scale, op->t);
             else
-                k_adamw_q(p, g, m, tensor_state(op, i, B_V, op->map_unsigned), n, lr, o->beta1,
+                k_adamw_q(kp, g, m, tensor_state(op, i, B_V, op->map_unsigned), n, lr, o->beta1,
                           o->beta2, o->eps, wd, scale, op->t);
             break;
         case HPT_OPTIM_LION:
-            k_lion(p, g, m, n, lr, o->beta1, o->beta2, wd, scale);
+            k_lion(kp, g, m, n, lr, o->beta1, o->beta2, wd, scale);
             break;
         case HPT_OPTIM_SGD:
-            k_sgd(p, g, m, n, lr, o->beta1, wd, scale);
+            k_sgd(kp, g, m, n, lr, o->beta1, wd, scale);
             break;
         case HPT_OPTIM_ADAM_MINI:
-            k_adam_mini(p, g, m, (float *)op->buf[B_V] + op->lay.t[i].v_off, n, op->lay.t[i].row,
+            k_adam_mini(kp, g, m, (float *)op->buf[B_V] + op->lay.t[i].v_off, n, op->lay.t[i].row,
                         lr, o->beta1, o->beta2, o->eps, wd, scale, op->t);
             break;
         case HPT_OPTIM_COUNT:

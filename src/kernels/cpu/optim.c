@@ -6,6 +6,7 @@
  * the block's new absmax (bitsandbytes' order: the parameter sees the unquantised new state).
  * Blocks are independent, so the result does not depend on the thread count. k_adamw
  * (pointwise.c) stays the fp32 AdamW path that the PyTorch reference checks. */
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/q8.h"
 
 #include <math.h>
@@ -14,7 +15,7 @@
 #define NBLOCKS(n) (((n) + K_Q8_BLOCK - 1) / K_Q8_BLOCK)
 #define BLOCK_LEN(n, lo) ((int)((n) - (lo) < K_Q8_BLOCK ? (n) - (lo) : K_Q8_BLOCK))
 
-void k_adamw_q(float *p, const float *g, k_state m, k_state v, size_t n, float lr, float beta1,
+void k_adamw_q(k_param p, const float *g, k_state m, k_state v, size_t n, float lr, float beta1,
                float beta2, float eps, float wd, float grad_scale, int64_t t) {
     float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
     float step = lr / bc1, rbc2 = 1.0f / sqrtf(bc2), decay = 1.0f - lr * wd;
@@ -23,9 +24,9 @@ void k_adamw_q(float *p, const float *g, k_state m, k_state v, size_t n, float l
     for (size_t b = 0; b < nb; b++) {
         size_t lo = b * K_Q8_BLOCK;
         int len = BLOCK_LEN(n, lo);
-        float ms[K_Q8_BLOCK], vs[K_Q8_BLOCK];
+        float ms[K_Q8_BLOCK], vs[K_Q8_BLOCK], ps[K_Q8_BLOCK];
         float *mb = state_block(&m, lo, len, ms), *vb = state_block(&v, lo, len, vs);
-        float *pb = p + lo;
+        float *pb = param_block(&p, lo, len, ps);
         const float *gb = g + lo;
 #pragma omp simd
         for (int j = 0; j < len; j++) {
@@ -38,10 +39,11 @@ void k_adamw_q(float *p, const float *g, k_state m, k_state v, size_t n, float l
         }
         state_commit(&m, lo, len, mb);
         state_commit(&v, lo, len, vb);
+        param_commit(&p, lo, len, pb);
     }
 }
 
-void k_lion(float *p, const float *g, k_state m, size_t n, float lr, float beta1, float beta2,
+void k_lion(k_param p, const float *g, k_state m, size_t n, float lr, float beta1, float beta2,
             float wd, float grad_scale) {
     float decay = 1.0f - lr * wd;
     size_t nb = NBLOCKS(n);
@@ -49,8 +51,8 @@ void k_lion(float *p, const float *g, k_state m, size_t n, float lr, float beta1
     for (size_t b = 0; b < nb; b++) {
         size_t lo = b * K_Q8_BLOCK;
         int len = BLOCK_LEN(n, lo);
-        float ms[K_Q8_BLOCK];
-        float *mb = state_block(&m, lo, len, ms), *pb = p + lo;
+        float ms[K_Q8_BLOCK], ps[K_Q8_BLOCK];
+        float *mb = state_block(&m, lo, len, ms), *pb = param_block(&p, lo, len, ps);
         const float *gb = g + lo;
 #pragma omp simd
         for (int j = 0; j < len; j++) {
@@ -61,18 +63,19 @@ void k_lion(float *p, const float *g, k_state m, size_t n, float lr, float beta1
             mb[j] = beta2 * mb[j] + (1.0f - beta2) * gi;
         }
         state_commit(&m, lo, len, mb);
+        param_commit(&p, lo, len, pb);
     }
 }
 
-void k_sgd(float *p, const float *g, k_state m, size_t n, float lr, float momentum, float wd,
+void k_sgd(k_param p, const float *g, k_state m, size_t n, float lr, float momentum, float wd,
            float grad_scale) {
     size_t nb = NBLOCKS(n);
 #pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
     for (size_t b = 0; b < nb; b++) {
         size_t lo = b * K_Q8_BLOCK;
         int len = BLOCK_LEN(n, lo);
-        float ms[K_Q8_BLOCK];
-        float *mb = state_block(&m, lo, len, ms), *pb = p + lo;
+        float ms[K_Q8_BLOCK], ps[K_Q8_BLOCK];
+        float *mb = state_block(&m, lo, len, ms), *pb = param_block(&p, lo, len, ps);
         const float *gb = g + lo;
 #pragma omp simd
         for (int j = 0; j < len; j++) {
@@ -82,10 +85,11 @@ void k_sgd(float *p, const float *g, k_state m, size_t n, float lr, float moment
             pb[j] = pb[j] - lr * buf;
         }
         state_commit(&m, lo, len, mb);
+        param_commit(&p, lo, len, pb);
     }
 }
 
-void k_adam_mini(float *p, const float *g, k_state m, float *v, size_t n, size_t block, float lr,
+void k_adam_mini(k_param p, const float *g, k_state m, float *v, size_t n, size_t block, float lr,
                  float beta1, float beta2, float eps, float wd, float grad_scale, int64_t t) {
     size_t nv = n / block;
     /* pass 1: each block's mean of g^2, summed in order in double */
@@ -107,8 +111,8 @@ void k_adam_mini(float *p, const float *g, k_state m, float *v, size_t n, size_t
     for (size_t b = 0; b < nb; b++) {
         size_t lo = b * K_Q8_BLOCK;
         int len = BLOCK_LEN(n, lo);
-        float ms[K_Q8_BLOCK];
-        float *mb = state_block(&m, lo, len, ms), *pb = p + lo;
+        float ms[K_Q8_BLOCK], ps[K_Q8_BLOCK];
+        float *mb = state_block(&m, lo, len, ms), *pb = param_block(&p, lo, len, ps);
         const float *gb = g + lo;
         for (int j = 0; j < len; j++) {
             float gi = gb[j] * grad_scale;
@@ -117,5 +121,6 @@ void k_adam_mini(float *p, const float *g, k_state m, float *v, size_t n, size_t
             pb[j] = pb[j] * decay - step * mi / (sqrtf(v[(lo + (size_t)j) / block]) * rbc2 + eps);
         }
         state_commit(&m, lo, len, mb);
+        param_commit(&p, lo, len, pb);
     }
 }
