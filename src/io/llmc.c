@@ -4,6 +4,7 @@
 #include "core/core.h"
 #include "io/io_int.h"
 #include "model/gpt2_int.h"
+#include "offload/engine.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +62,10 @@ hpt_status hpt_gpt2_load(hpt_mem *mem, const char *path, hpt_gpt2 **out) {
     return HPT_OK;
 }
 
+static hpt_status emit_atomic(void *ctx, const float *x, size_t n) {
+    return io_atomic_write(ctx, x, n * sizeof(float));
+}
+
 hpt_status hpt_gpt2_save(const hpt_gpt2 *m, const char *path) {
     int32_t h[256] = {0};
     h[0] = CKPT_MAGIC; h[1] = 3; h[2] = m->cfg.maxT; h[3] = m->cfg.V; h[4] = m->cfg.L;
@@ -68,7 +73,8 @@ hpt_status hpt_gpt2_save(const hpt_gpt2 *m, const char *path) {
     io_atomic w;
     HPT_CHECK(io_atomic_begin(&w, path));
     hpt_status s = io_atomic_write(&w, h, sizeof h);
-    if (s == HPT_OK) s = io_atomic_write(&w, m->params, m->num_params * sizeof(float));
+    if (s == HPT_OK) /* gpt2_emit gathers an offloaded model's blocks in checkpoint order */
+        s = gpt2_emit((hpt_gpt2 *)(uintptr_t)m, EB_P, m->params, emit_atomic, &w);
     if (s != HPT_OK) { io_atomic_abort(&w); return s; }
     return io_atomic_commit(&w);
 }

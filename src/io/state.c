@@ -19,6 +19,7 @@
 #include "core/core.h"
 #include "io/io_int.h"
 #include "model/gpt2_int.h"
+#include "offload/engine.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,10 @@ static const char k_end[8] = {'H', 'P', 'T', 'E', 'N', 'D', 0, 0};
 
 static int64_t fbits(float f) { uint32_t u; memcpy(&u, &f, 4); return (int64_t)u; }
 static float bitsf(int64_t b) { uint32_t u = (uint32_t)b; float f; memcpy(&f, &u, 4); return f; }
+
+static hpt_status emit_atomic(void *ctx, const float *x, size_t n) {
+    return io_atomic_write(ctx, x, n * sizeof(float));
+}
 
 hpt_status hpt_state_save(const char *path, const hpt_gpt2 *model, const hpt_optim *opt,
                           const hpt_adamw_opts *ao, const hpt_train_pos *pos) {
@@ -56,9 +61,15 @@ hpt_status hpt_state_save(const char *path, const hpt_gpt2 *model, const hpt_opt
     hpt_status s = io_atomic_write(&w, k_magic, 8);
     if (s == HPT_OK) s = io_atomic_write(&w, ver, sizeof ver);
     if (s == HPT_OK) s = io_atomic_write(&w, f, sizeof f);
-    if (s == HPT_OK) s = io_atomic_write(&w, model->params, nb);
-    for (int i = 0; i < HPT_OPTIM_NUM_BUFS && s == HPT_OK; i++)
-        if (bufs[i].bytes) s = io_atomic_write(&w, bufs[i].data, bufs[i].bytes);
+    if (model->eng) { /* offloaded: gathered in checkpoint order (AdamW fp32: m, v) */
+        hpt_gpt2 *mm = (hpt_gpt2 *)(uintptr_t)model;
+        if (s == HPT_OK) s = gpt2_emit(mm, EB_P, model->params, emit_atomic, &w);
+        for (int i = 0; i < 2 && s == HPT_OK; i++) s = optim_emit_moment(opt, i, emit_atomic, &w);
+    } else {
+        if (s == HPT_OK) s = io_atomic_write(&w, model->params, nb);
+        for (int i = 0; i < HPT_OPTIM_NUM_BUFS && s == HPT_OK; i++)
+            if (bufs[i].bytes) s = io_atomic_write(&w, bufs[i].data, bufs[i].bytes);
+    }
     uint32_t crc = w.crc;
     if (s == HPT_OK) s = io_atomic_write(&w, &crc, 4);
     if (s == HPT_OK) s = io_atomic_write(&w, k_end, 8);
