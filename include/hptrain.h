@@ -410,7 +410,8 @@ hpt_status hpt_gpt2_copy_params(hpt_gpt2 *m, float *dst);
 typedef struct {
     uint64_t bytes_in[HPT_TIER_COUNT];  /* bytes read from each home tier (loads, state reads) */
     uint64_t bytes_out[HPT_TIER_COUNT]; /* bytes written to each home tier (write-backs) */
-    uint64_t loads, hits;               /* block acquisitions that needed a load / found it resident */
+    uint64_t loads, acquires;           /* block loads queued; block acquisitions (forward,
+                                         * recompute, backward): acquires - loads were found on the device */
     double io_s;                        /* worker time in copies and disk transfers */
     double update_s;                    /* worker time in optimizer updates */
     double wait_s;                      /* compute-thread time blocked on the worker */

@@ -408,7 +408,7 @@ hpt_status eng_acquire(offload_engine *e, int l, float **p_out) {
     }
     reap(e);
     e->cur = l;
-    if (e->res[l] == RS_RESIDENT || e->res[l] == RS_DIRTY) e->st.hits++;
+    e->st.acquires++;
     if (!schedule_load(e, l)) {
         HPT_CHECK(eng_drain(e)); /* every slot busy with the window: wait, then evict */
         if (!schedule_load(e, l))

@@ -254,7 +254,7 @@ hpt_status hpt_plan_check_budget(const hpt_plan_opts *o, uint64_t budget_bytes,
     memset(&fit, 0, sizeof fit);
     if (room) HPT_CHECK(hpt_plan_fit_budget(o, room, &fit));
     char b[12][32];
-    char msg[1400];
+    char msg[2048];
     int n = snprintf(msg, sizeof msg,
                      "device budget %s (%llu bytes) is too small for B=%d T=%d (%s): estimated "
                      "peak %s (%llu bytes) = params %s + grads %s + optim %s + acts %s + io %s",
@@ -294,11 +294,14 @@ hpt_status hpt_plan_check_budget(const hpt_plan_opts *o, uint64_t budget_bytes,
         n = (int)strlen(msg);
     }
     /* the memory techniques, one at a time, at this batch and sequence */
-    hpt_plan_opts alt[5];
-    const char *flag[5] = {"--recompute full", "--act-offload host", "--state-bits 8",
-                           "--recompute selective --act-offload host --act-compress int8",
-                           "--head-chunk 128"};
-    for (int i = 0; i < 5; i++) alt[i] = *o;
+    enum { N_ALT = 8 };
+    hpt_plan_opts alt[N_ALT];
+    const char *flag[N_ALT] = {"--recompute full", "--act-offload host", "--state-bits 8",
+                               "--recompute selective --act-offload host --act-compress int8",
+                               "--head-chunk 128", "--fused-update",
+                               "--offload host --fused-update",
+                               "--offload disk --fused-update (with --offload-dir)"};
+    for (int i = 0; i < N_ALT; i++) alt[i] = *o;
     alt[4].act.head_chunk = 128;
     alt[0].act.recompute = HPT_RECOMPUTE_FULL;
     alt[0].act.every = 1;
@@ -309,8 +312,14 @@ hpt_status hpt_plan_check_budget(const hpt_plan_opts *o, uint64_t budget_bytes,
     alt[3].act.recompute = HPT_RECOMPUTE_SELECTIVE;
     alt[3].act.offload = HPT_OFFLOAD_HOST;
     alt[3].act.compress = HPT_COMPRESS_INT8;
+    for (int i = 5; i < N_ALT; i++) { /* the offload engine: AdamW with 32-bit state */
+        alt[i].offload = hpt_offload_defaults();
+        alt[i].offload.fused = 1;
+        alt[i].offload.params = alt[i].offload.optim = i == 5 ? HPT_TIER_DEVICE
+                                                   : i == 6 ? HPT_TIER_HOST : HPT_TIER_DISK;
+    }
     const char *sep = "; at this batch and sequence: ";
-    for (int i = 0; i < 5 && n < (int)sizeof msg; i++) {
+    for (int i = 0; i < N_ALT && n < (int)sizeof msg; i++) {
         hpt_estimate ea;
         if (hpt_plan_estimate(&alt[i], &ea) != HPT_OK) continue;
         uint64_t pa = ea.peak_bytes[HPT_TIER_DEVICE];

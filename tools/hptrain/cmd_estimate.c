@@ -96,6 +96,11 @@ static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t 
            "\"act_compress\":\"%s\"", hpt_attention_name(po->act.attention),
            hpt_recompute_name(&po->act, rb, sizeof rb), hpt_act_offload_name(po->act.offload),
            hpt_act_compress_name(po->act.compress));
+    const hpt_offload_opts *of = &po->offload;
+    printf(",\"offload\":{\"params\":\"%s\",\"grads\":\"%s\",\"optim\":\"%s\","
+           "\"max_active_layers\":%d,\"prefetch\":%d,\"fused_update\":%s}",
+           hpt_tier_name(of->params), hpt_tier_name(of->grads), hpt_tier_name(of->optim),
+           of->max_active, of->prefetch, of->fused ? "true" : "false");
     printf(",\"activation_bytes\":%llu,\"num_params\":%llu,", (unsigned long long)e->activation_bytes,
            (unsigned long long)e->num_params);
     printf("\"flops_per_token\":%.6g,\"flops_per_token_fwd\":%.6g,\"tokens_per_step\":%llu,"
@@ -137,6 +142,12 @@ static void print_text(const char *model, const hpt_plan_opts *po, const hpt_est
     printf("  activations: attention %s, recompute %s, offload %s, compress %s\n",
            hpt_attention_name(po->act.attention), hpt_recompute_name(&po->act, rb, sizeof rb),
            hpt_act_offload_name(po->act.offload), hpt_act_compress_name(po->act.compress));
+    if (hpt_offload_active(&po->offload))
+        printf("  offload engine: blocks' params on %s, grads on %s, optimizer state on %s; %d "
+               "blocks' params on the device, prefetch %d%s (docs/offload.md)\n",
+               hpt_tier_name(po->offload.params), po->offload.fused ? "the device (fused: two "
+               "blocks)" : hpt_tier_name(po->offload.grads), hpt_tier_name(po->offload.optim),
+               po->offload.max_active, po->offload.prefetch, po->offload.fused ? ", fused update" : "");
     printf("  the peak is the sum: everything is allocated at setup or at the first forward and\n"
            "  kept; acts is the activation arena planned from buffer lifetimes\n");
     if (budget) {
