@@ -115,6 +115,7 @@ static void test_exact(void) {
         {off(HPT_TIER_DISK, HPT_TIER_DISK, HPT_TIER_DISK, 3, 1, 0), HPT_RECOMPUTE_SELECTIVE, "disk K3 P1 selective"},
         {off(HPT_TIER_DISK, HPT_TIER_HOST, HPT_TIER_DEVICE, 2, 1, 0), HPT_RECOMPUTE_EVERY, "params disk, grads host, every:2"},
         {off(HPT_TIER_DEVICE, HPT_TIER_DISK, HPT_TIER_HOST, 2, 0, 0), HPT_RECOMPUTE_NONE, "grads disk, optim host"},
+        {off(HPT_TIER_HOST, HPT_TIER_HOST, HPT_TIER_DISK, 3, 1, 0), HPT_RECOMPUTE_EVERY, "host K3 P1 every:2"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         hpt_train_opts oo = o;

@@ -674,10 +674,10 @@ static void block_forward(hpt_gpt2 *m, const gpt2_block *p, gpt2_layer_acts *la,
     k_matmul_forward(la->res3, la->fch_gelu, p->fcprojw, p->fcprojb, (int64_t)BT, 4 * C, C, 1);
 }
 
-/* At the start of block l's backward (p: block l's parameters, held): rebuilds what the
- * policy dropped, with the kernels and inputs of the forward, so the bits are the forward's.
- * every:N acquires the segment's other blocks in turn (releasing and re-acquiring l). */
-static hpt_status recompute_block(hpt_gpt2 *m, int l, const gpt2_block *p) {
+/* At the start of block l's backward: rebuilds what the policy dropped, with the kernels and
+ * inputs of the forward, so the bits are the forward's. Acquires (and releases) each block whose
+ * forward it reruns. */
+static hpt_status recompute_block(hpt_gpt2 *m, int l) {
     const int B = m->B, T = m->T, L = m->cfg.L, C = m->cfg.C, NH = m->cfg.NH;
     const size_t BT = (size_t)B * T;
     gpt2_acts *a = &m->a;
@@ -686,22 +686,15 @@ static hpt_status recompute_block(hpt_gpt2 *m, int l, const gpt2_block *p) {
         /* every:N / full: at the segment's last block, rerun its forward from the kept input */
         if (l != segment_end(l, N, L)) return HPT_OK;
         for (int j = (l / N) * N; j <= l; j++) {
-            gpt2_block bj = *p;
-            if (j != l) {
-                block_release(m, l);
-                HPT_CHECK(block_acquire(m, j, &bj));
-            }
+            gpt2_block bj;
+            HPT_CHECK(block_acquire(m, j, &bj));
             block_forward(m, &bj, &a->layer[j], j == 0 ? a->encoded : a->layer[j - 1].res3, j < l);
-            if (j != l) {
-                block_release(m, j);
-                gpt2_block bl;
-                HPT_CHECK(block_acquire(m, l, &bl)); /* the same pointers without the engine */
-                if (bl.ln1w != p->ln1w)
-                    return hpt_fail(HPT_ERR_INVALID, "offload: block %d moved while recomputing "
-                                    "its segment (raise --max-active-layers)", l);
-            }
+            block_release(m, j);
         }
     } else if (m->act.recompute == HPT_RECOMPUTE_SELECTIVE) {
+        gpt2_block pb;
+        HPT_CHECK(block_acquire(m, l, &pb));
+        const gpt2_block *p = &pb;
         gpt2_layer_acts *la = &a->layer[l];
         const float *residual = l == 0 ? a->encoded : a->layer[l - 1].res3;
         k_layernorm_apply(la->ln1, residual, p->ln1w, p->ln1b, la->ln1_mean, la->ln1_rstd,
@@ -711,6 +704,7 @@ static hpt_status recompute_block(hpt_gpt2 *m, int l, const gpt2_block *p) {
         k_layernorm_apply(la->ln2, la->res2, p->ln2w, p->ln2b, la->ln2_mean, la->ln2_rstd,
                           (int64_t)BT, C);
         k_gelu_forward(la->fch_gelu, la->fch, (int64_t)BT * 4 * C);
+        block_release(m, l);
     }
     return HPT_OK;
 }
@@ -929,8 +923,8 @@ hpt_status hpt_gpt2_backward(hpt_gpt2 *m) {
             }
         }
         gpt2_block pb, gb;
-        s = block_acquire(m, l, &pb);
-        if (s == HPT_OK) s = recompute_block(m, l, &pb);
+        s = recompute_block(m, l);
+        if (s == HPT_OK) s = block_acquire(m, l, &pb);
         if (s == HPT_OK && m->eng) {
             float *gbase;
             s = eng_grad_slot(m->eng, l, &gbase);
