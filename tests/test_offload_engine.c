@@ -9,7 +9,8 @@
  *   (d) disk faults (short write, disk full, EIO, a block's file truncated away) in step 3 after
  *       a checkpoint at step 2: HPT_ERR_IO naming the cause, and the step-2 checkpoint loads with
  *       the in-memory run's weights of step 2;
- *   (e) refusals: 8-bit state, accumulation, K <= P. */
+ *   (e) refusals: 8-bit state, accumulation, K <= P; each allocation of an offloaded setup
+ *       failing in turn ends in HPT_ERR_OOM with nothing left allocated on any tier. */
 #include "testlib.h"
 
 #include <stdio.h>
@@ -280,6 +281,32 @@ static void test_refusals(void) {
     CHECK_STATUS(hpt_offload_parse("params=tape", &f), HPT_ERR_INVALID);
     CHECK(t_device_live(mem) == 0);
     hpt_mem_destroy(mem);
+    /* every allocation of an offloaded setup failing in turn: a clean OOM, nothing left live */
+    o = opts(1.0f);
+    o.offload = off(HPT_TIER_DISK, HPT_TIER_HOST, HPT_TIER_DISK, 2, 1, 0);
+    int oks = 0;
+    for (uint64_t n = 1; n <= 24; n++) {
+        CHECK_OK(hpt_mem_create(&mem));
+        CHECK_OK(hpt_mem_set_disk_dir(mem, g_disk));
+        hpt_mem_fail_nth(mem, n);
+        hpt_trainer *t = NULL;
+        hpt_status s = hpt_trainer_create(mem, &o, &t);
+        hpt_train_progress p;
+        if (s == HPT_OK) s = hpt_trainer_step(t, &p); /* the arena is allocated here */
+        CHECK_MSG(s == HPT_OK || s == HPT_ERR_OOM, "allocation %llu: %s", (unsigned long long)n,
+                  hpt_status_str(s));
+        oks += s == HPT_OK;
+        hpt_trainer_free(t);
+        hpt_mem_stats st;
+        hpt_mem_get_stats(mem, &st);
+        uint64_t live = 0;
+        for (int ti = 0; ti < HPT_TIER_COUNT; ti++)
+            for (int c = 0; c < HPT_CAT_COUNT; c++) live += st.live_bytes[ti][c];
+        CHECK_MSG(live == 0, "allocation %llu failing leaves %llu bytes live", (unsigned long long)n,
+                  (unsigned long long)live);
+        hpt_mem_destroy(mem);
+    }
+    CHECK(oks > 0 && oks < 24); /* some sites failed, the later ones were past setup */
 }
 
 int main(void) {
