@@ -667,8 +667,9 @@ hpt_status eng_create(hpt_mem *mem, int L, int n_slices, const size_t *slice_n,
             e->th_on = 1;
     }
     if (s != HPT_OK) {
+        size_t bn = e->bn;
         eng_free(e);
-        return hpt_fail_ctx(s, "offload engine for %d blocks of %zu floats", L, e->bn);
+        return hpt_fail_ctx(s, "offload engine for %d blocks of %zu floats", L, bn);
     }
     *out = e;
     return HPT_OK;
