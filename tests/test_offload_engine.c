@@ -127,6 +127,13 @@ static void test_exact(void) {
         CHECK_MSG(same(&r, &ref), "%s: not bit-identical to training in memory", cases[i].what);
         free(r.params);
     }
+    /* with saved activations offloaded too (their own prefetch thread) */
+    hpt_train_opts oa = o;
+    oa.offload = off(HPT_TIER_DISK, HPT_TIER_DISK, HPT_TIER_DISK, 2, 1, 0);
+    oa.act.offload = HPT_OFFLOAD_HOST;
+    run(&oa, &r, "disk K2 P1, activations on the host");
+    CHECK_MSG(same(&r, &ref), "with activation offload: not bit-identical to training in memory");
+    free(r.params);
     free(ref.params);
 }
 
