@@ -24,7 +24,9 @@
  *
  *     hpt_train_opts o = hpt_train_defaults();
  *     o.model = "gpt2-124m"; o.data = "data/train_*.bin"; o.B = 4; o.T = 256; o.steps = 1000;
- *     o.act.recompute = HPT_RECOMPUTE_SELECTIVE;          // memory techniques: o.act, o.adamw
+ *     o.act.recompute = HPT_RECOMPUTE_SELECTIVE;          // memory techniques: o.act, o.adamw,
+ *     o.offload.params = o.offload.optim = HPT_TIER_DISK; // o.offload (blocks streamed from
+ *     o.offload.fused = 1;                                // disk: hpt_mem_set_disk_dir first)
  *     hpt_trainer *tr;         hpt_trainer_create(mem, &o, &tr);   // refuses a budget it
  *     while (!hpt_trainer_done(tr)) {                              // cannot meet, up front
  *         hpt_train_progress p; hpt_trainer_step(tr, &p);
