@@ -388,7 +388,9 @@ size_t hpt_gpt2_activation_bytes(const hpt_gpt2_config *cfg, int B, int T,
  *                  step). With clipping off, the same bits as the unfused update.
  * An active engine (any home not DEVICE, or fused) changes what hpt_gpt2_params() and
  * hpt_gpt2_grads() return: NULL (the blocks are not in one buffer); hpt_gpt2_copy_params()
- * gathers the weights in checkpoint order. Gradient accumulation is not supported with it. */
+ * gathers the weights in checkpoint order. Gradient accumulation works in exact mode (a later
+ * micro-batch's backward adds to the block's gradients brought back from their home), not
+ * with the fused update. */
 typedef struct {
     hpt_tier params, grads, optim; /* homes; all DEVICE and fused 0: no engine (the default) */
     int max_active;                /* K >= 1 device slots of block parameters */

@@ -1,7 +1,8 @@
 /* test_offload_engine.c: the offload engine (src/offload/engine.c) against training without it.
  *   (a) exact mode: 20 fp32 AdamW steps with clipping, blocks' weights, gradients and state on
- *       the host, on disk and mixed, several K and P, with recomputation: the weights are the
- *       in-memory run's, bit for bit (and the losses);
+ *       the host, on disk and mixed, several K and P, with recomputation, with activation
+ *       offload, and 8 steps of 2 accumulated micro-batches: the weights are the in-memory
+ *       run's, bit for bit (and the losses);
  *   (b) fused update: with clipping off, fused (device homes: no offload; host; disk) equals
  *       the unfused in-memory run bit for bit; with clipping (previous step's norm), the fused
  *       runs agree with each other bit for bit, whatever the homes;
@@ -9,7 +10,7 @@
  *   (d) disk faults (short write, disk full, EIO, a block's file truncated away) in step 3 after
  *       a checkpoint at step 2: HPT_ERR_IO naming the cause, and the step-2 checkpoint loads with
  *       the in-memory run's weights of step 2;
- *   (e) refusals: 8-bit state, accumulation, K <= P; each allocation of an offloaded setup
+ *   (e) refusals: 8-bit state, accumulation with the fused update, K <= P; each allocation of an offloaded setup
  *       failing in turn ends in HPT_ERR_OOM with nothing left allocated on any tier. */
 #include "testlib.h"
 
@@ -127,6 +128,25 @@ static void test_exact(void) {
         CHECK_MSG(same(&r, &ref), "%s: not bit-identical to training in memory", cases[i].what);
         free(r.params);
     }
+    /* gradient accumulation: later micro-batches add to the gradients brought back home */
+    hpt_train_opts ok = o;
+    ok.accum = 2;
+    ok.steps = 8;
+    run_out refk;
+    run(&ok, &refk, "in memory, accum 2");
+    hpt_offload_opts acc_cases[] = {off(HPT_TIER_HOST, HPT_TIER_HOST, HPT_TIER_HOST, 2, 1, 0),
+                                    off(HPT_TIER_DISK, HPT_TIER_DISK, HPT_TIER_DISK, 2, 1, 0),
+                                    off(HPT_TIER_HOST, HPT_TIER_DEVICE, HPT_TIER_HOST, 1, 0, 0)};
+    for (size_t i = 0; i < sizeof acc_cases / sizeof acc_cases[0]; i++) {
+        hpt_train_opts oo = ok;
+        oo.offload = acc_cases[i];
+        run(&oo, &r, "accum 2");
+        CHECK_MSG(memcmp(r.params, refk.params, r.n * sizeof(float)) == 0 &&
+                  memcmp(r.losses, refk.losses, 8 * sizeof(float)) == 0,
+                  "accum 2, case %zu: not bit-identical to accumulating in memory", i);
+        free(r.params);
+    }
+    free(refk.params);
     /* with saved activations offloaded too (their own prefetch thread) */
     hpt_train_opts oa = o;
     oa.offload = off(HPT_TIER_DISK, HPT_TIER_DISK, HPT_TIER_DISK, 2, 1, 0);
@@ -278,7 +298,9 @@ static void test_refusals(void) {
     CHECK(strstr(hpt_last_error(), "32-bit state") != NULL);
     o.adamw.state_bits = 32;
     o.accum = 2;
+    o.offload.fused = 1;
     CHECK_STATUS(hpt_trainer_create(mem, &o, &tr), HPT_ERR_UNSUPPORTED);
+    o.offload.fused = 0;
     o.accum = 1;
     o.offload.prefetch = 2;
     CHECK_STATUS(hpt_trainer_create(mem, &o, &tr), HPT_ERR_INVALID);

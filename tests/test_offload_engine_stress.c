@@ -101,7 +101,7 @@ static void one_schedule(hpt_rng *r, int round) {
             }
             if (with_grads && !touched[l] && !bad) {
                 float *g;
-                CHECK_OK(eng_grad_slot(e, l, &g));
+                CHECK_OK(eng_grad_slot(e, l, 0, &g));
                 for (size_t i = 0; g && i < bn; i++) g[i] = 1.0f;
                 CHECK_OK(eng_grads_done(e, l));
                 touched[l] = 1;

@@ -217,6 +217,7 @@ static size_t head_rows(const hpt_gpt2 *m) {
 
 void hpt_gpt2_zero_grad(hpt_gpt2 *m) {
     memset(m->grads, 0, m->n_flat * sizeof(float)); /* the engine zeroes a block's at its backward */
+    m->grads_live = 0;
 }
 
 /* Step time points of the arena plan: forward of the embeddings (0), of block l (1 + l), of
@@ -927,7 +928,7 @@ hpt_status hpt_gpt2_backward(hpt_gpt2 *m) {
         if (s == HPT_OK) s = block_acquire(m, l, &pb);
         if (s == HPT_OK && m->eng) {
             float *gbase;
-            s = eng_grad_slot(m->eng, l, &gbase);
+            s = eng_grad_slot(m->eng, l, m->grads_live, &gbase);
             if (s == HPT_OK) block_packed(c, gbase, &gb);
         } else {
             block_flat(c, g, l, &gb);
@@ -980,6 +981,7 @@ hpt_status hpt_gpt2_backward(hpt_gpt2 *m) {
     enter_time(m, TP_ENC_B(L));
     /* encoded = wte[inputs] + wpe[t] */
     k_encoder_backward(g->wte, g->wpe, a->dres, a->inputs, B, T, C);
+    m->grads_live = 1;
     enter_time(m, -1);
     return HPT_OK;
 }

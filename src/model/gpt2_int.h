@@ -106,6 +106,7 @@ struct hpt_gpt2 {
                            * lnfw, lnfb back to back (gpt2_nonblock_offset) */
     gpt2_tensors p, g;    /* with the engine, the block tensors' pointers are NULL */
     struct offload_engine *eng; /* the offload engine, or NULL (src/offload/engine.c) */
+    int grads_live;       /* a backward has added gradients since the last zero_grad */
     /* activations: one arena planned for (aB, aT); replanned when the shape changes */
     float *act_mem;
     size_t act_bytes;     /* the arena's allocation */

@@ -46,7 +46,7 @@
 #include <string.h>
 
 enum { RS_HOME = 0, RS_LOADING, RS_RESIDENT, RS_DIRTY, RS_WRITING_BACK };
-enum { J_LOAD = 0, J_WRITE_G, J_UPDATE, J_READ, J_WRITE };
+enum { J_LOAD = 0, J_WRITE_G, J_UPDATE, J_READ, J_WRITE, J_READ_G };
 #define QCAP 64
 #define ALIGN_BYTES 4096u
 
@@ -188,6 +188,9 @@ static hpt_status run_job(offload_engine *e, const job *j, double *io_s, double 
     case J_WRITE_G:
         HPT_CHECK(home_io(e, EB_G, j->l, gslot_ptr(e, j->g), 1));
         break;
+    case J_READ_G:
+        HPT_CHECK(home_io(e, EB_G, j->l, gslot_ptr(e, j->g), 0));
+        break;
     case J_UPDATE: {
         float *p = e->tier[EB_P] == HPT_TIER_DEVICE ? e->home[EB_P] + (size_t)j->l * e->stride
                                                     : slot_ptr(e, j->slot);
@@ -274,6 +277,9 @@ static void reap(offload_engine *e) {
             break;
         case J_WRITE_G:
             transfer(e, HPT_TIER_DEVICE, e->tier[EB_G], EB_G, home_bytes_moved(e, EB_G));
+            break;
+        case J_READ_G:
+            transfer(e, e->tier[EB_G], HPT_TIER_DEVICE, EB_G, home_bytes_moved(e, EB_G));
             break;
         case J_UPDATE:
             for (int b = EB_M; b <= EB_V; b++)
@@ -430,20 +436,29 @@ void eng_release(offload_engine *e, int l) {
     if (e->in_use == l) e->in_use = -1;
 }
 
-hpt_status eng_grad_slot(offload_engine *e, int l, float **g_out) {
+hpt_status eng_grad_slot(offload_engine *e, int l, int accumulate, float **g_out) {
     *g_out = NULL;
     HPT_CHECK(sticky(e));
-    if (e->n_g == 0) {
+    if (accumulate && e->o.fused)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "the fused update cannot accumulate gradients over "
+                        "micro-batches (each block is updated as its gradients complete)");
+    if (e->n_g == 0) { /* the home itself (exact mode, gradients on the device) */
         *g_out = e->home[EB_G] + (size_t)l * e->stride;
-    } else {
-        int g = e->g_next;
-        e->g_next = (e->g_next + 1) % e->n_g;
-        HPT_CHECK(wait_seq(e, e->g_seq[g]));
-        e->g_of[l] = g;
-        *g_out = gslot_ptr(e, g);
+        if (!accumulate) memset(*g_out, 0, e->bn * sizeof(float));
+        return HPT_OK;
     }
-    memset(*g_out, 0, e->bn * sizeof(float));
-    return HPT_OK;
+    int g = e->g_next;
+    e->g_next = (e->g_next + 1) % e->n_g;
+    HPT_CHECK(wait_seq(e, e->g_seq[g]));
+    e->g_of[l] = g;
+    *g_out = gslot_ptr(e, g);
+    if (!accumulate) {
+        memset(*g_out, 0, e->bn * sizeof(float));
+        return HPT_OK;
+    }
+    /* queued after the block's last write-back (FIFO), so it reads the sum so far */
+    e->g_seq[g] = push(e, (job){.kind = J_READ_G, .l = l, .g = g});
+    return wait_seq(e, e->g_seq[g]);
 }
 
 double eng_block_sumsq(const offload_engine *e, int l) { return e->sumsq[l]; }

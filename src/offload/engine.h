@@ -39,8 +39,10 @@ hpt_status eng_begin_pass(offload_engine *e, int dir);
  * held at a time. */
 hpt_status eng_acquire(offload_engine *e, int l, float **p_out);
 void eng_release(offload_engine *e, int l);
-/* A zeroed device buffer for block l's gradients (backward, while l is held). */
-hpt_status eng_grad_slot(offload_engine *e, int l, float **g_out);
+/* A device buffer for block l's gradients (backward, while l is held): zeroed, or with
+ * accumulate (exact mode: a later micro-batch of one step) holding the gradients its home has
+ * so far, which the backward adds to. */
+hpt_status eng_grad_slot(offload_engine *e, int l, int accumulate, float **g_out);
 /* Block l's gradients are complete (l still held): records their sum of squares, then hands
  * them to the optimizer (fused) or writes them to their home (exact). */
 hpt_status eng_grads_done(offload_engine *e, int l);

@@ -14,7 +14,7 @@
  * Offload (o.offload, src/offload/engine.c): the model is made with the engine; a fused-update
  * engine's step is forward -> hpt_optim_fused_begin -> backward (each block updated as its
  * gradients complete) -> hpt_optim_fused_end. Offloaded runs start from a shape (not from a
- * checkpoint or a resume) and take one micro-batch per step. */
+ * checkpoint or a resume); the fused update takes one micro-batch per step. */
 #include "core/core.h"
 #include "model/gpt2_int.h"
 
@@ -127,10 +127,12 @@ static hpt_status setup(hpt_trainer *tr) {
                         o->B, o->T, (long long)o->steps);
     if (!o->data) return hpt_fail(HPT_ERR_INVALID, "no training data given");
     int off = hpt_offload_active(&o->offload);
-    if (off && (o->resume || o->accum > 1 || (o->model && file_exists(o->model))))
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "offload and --fused-update start from a shape, with "
-                        "one micro-batch per step: --resume, --accum > 1 and a checkpoint as "
-                        "--model are not supported with them yet");
+    if (off && (o->resume || (o->model && file_exists(o->model))))
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "offload and --fused-update start from a shape: "
+                        "--resume and a checkpoint as --model are not supported with them yet");
+    if (o->offload.fused && o->accum > 1)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--fused-update updates each block as its gradients "
+                        "complete: it cannot accumulate micro-batches (--accum %d)", o->accum);
     hpt_rng_seed(&tr->rng, o->seed);
     if (o->resume) {
         char path[PATH_MAX];
