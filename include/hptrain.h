@@ -388,7 +388,8 @@ size_t hpt_gpt2_activation_bytes(const hpt_gpt2_config *cfg, int B, int T,
  *                  step). With clipping off, the same bits as the unfused update.
  * An active engine (any home not DEVICE, or fused) changes what hpt_gpt2_params() and
  * hpt_gpt2_grads() return: NULL (the blocks are not in one buffer); hpt_gpt2_copy_params()
- * gathers the weights in checkpoint order. Gradient accumulation works in exact mode (a later
+ * gathers the weights in checkpoint order, and checkpoints are saved and loaded (the
+ * *_load_offload calls) in the same formats as without the engine. Gradient accumulation works in exact mode (a later
  * micro-batch's backward adds to the block's gradients brought back from their home), not
  * with the fused update. */
 typedef struct {
@@ -408,6 +409,9 @@ hpt_status hpt_offload_check(const hpt_offload_opts *o);
  * hpt_mem_set_disk_dir first. */
 hpt_status hpt_gpt2_create_offload(hpt_mem *mem, const hpt_gpt2_config *cfg,
                                    const hpt_offload_opts *o, hpt_gpt2 **out);
+/* hpt_gpt2_load into a model made with the offload engine (off NULL or inactive: none). */
+hpt_status hpt_gpt2_load_offload(hpt_mem *mem, const char *path, const hpt_offload_opts *off,
+                                 hpt_gpt2 **out);
 /* The weights in checkpoint order into dst (num_params floats), with or without the engine. */
 hpt_status hpt_gpt2_copy_params(hpt_gpt2 *m, float *dst);
 /* What the engine moved and how long it waited (all zero without one). */
@@ -579,6 +583,11 @@ hpt_status hpt_state_save(const char *path, const hpt_gpt2 *model, const hpt_opt
 hpt_status hpt_state_load(const char *path, hpt_mem *mem, hpt_gpt2 **model_out,
                           hpt_optim **opt_out, hpt_adamw_opts *ao_out,
                           hpt_train_pos *pos_out);
+/* hpt_state_load into a model made with the offload engine (off NULL or inactive: none); the
+ * same files either way. */
+hpt_status hpt_state_load_offload(const char *path, hpt_mem *mem, const hpt_offload_opts *off,
+                                  hpt_gpt2 **model_out, hpt_optim **opt_out,
+                                  hpt_adamw_opts *ao_out, hpt_train_pos *pos_out);
 
 /* ---- io: llm.c reference state (verification) ------------------------------------------ */
 

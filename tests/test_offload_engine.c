@@ -10,6 +10,10 @@
  *   (d) disk faults (short write, disk full, EIO, a block's file truncated away) in step 3 after
  *       a checkpoint at step 2: HPT_ERR_IO naming the cause, and the step-2 checkpoint loads with
  *       the in-memory run's weights of step 2;
+ *   (f) checkpoints: a run saved at step 8 with one placement (disk, host, in memory) and
+ *       resumed with another ends with the uninterrupted in-memory run's weights and losses,
+ *       bit for bit; llm.c checkpoints (fp32 and bf16) load into offloaded models with the
+ *       weights hpt_gpt2_load gives;
  *   (e) refusals: 8-bit state, accumulation with the fused update, K <= P; each allocation of an offloaded setup
  *       failing in turn ends in HPT_ERR_OOM with nothing left allocated on any tier. */
 #include "testlib.h"
@@ -286,6 +290,88 @@ static void test_faults(void) {
     hpt_mem_destroy(mem);
 }
 
+/* (f) */
+static hpt_status write_bf16(const char *path, const float *p, const hpt_gpt2_config *c, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return HPT_ERR_IO;
+    int32_t h[256] = {0};
+    h[0] = 20240326; h[1] = 5; h[2] = c->maxT; h[3] = c->V; h[4] = c->L; h[5] = c->NH;
+    h[6] = c->C; h[7] = c->Vp;
+    fwrite(h, sizeof h, 1, f);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &p[i], 4);
+        uint16_t b = (uint16_t)(u >> 16);
+        fwrite(&b, 2, 1, f);
+    }
+    return fclose(f) == 0 ? HPT_OK : HPT_ERR_IO;
+}
+
+static void test_checkpoints(void) {
+    hpt_train_opts o = opts(1.0f);
+    run_out ref;
+    run(&o, &ref, "in memory (checkpoints)");
+    struct {
+        hpt_offload_opts first, second;
+        const char *what;
+    } cases[] = {
+        {off(HPT_TIER_DISK, HPT_TIER_DISK, HPT_TIER_DISK, 2, 1, 0),
+         off(HPT_TIER_HOST, HPT_TIER_HOST, HPT_TIER_DISK, 3, 2, 0), "disk, resumed on host"},
+        {hpt_offload_defaults(), off(HPT_TIER_DISK, HPT_TIER_HOST, HPT_TIER_DISK, 1, 0, 0),
+         "in memory, resumed on disk"},
+        {off(HPT_TIER_HOST, HPT_TIER_DISK, HPT_TIER_HOST, 2, 1, 0), hpt_offload_defaults(),
+         "host, resumed in memory"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[600];
+        snprintf(dir, sizeof dir, "%s/resume%zu", t_tmpdir(), i);
+        hpt_mem *mem;
+        CHECK_OK(hpt_mem_create(&mem));
+        CHECK_OK(hpt_mem_set_disk_dir(mem, g_disk));
+        hpt_train_opts a = o, b = o;
+        a.offload = cases[i].first;
+        a.save_dir = dir;
+        float losses[STEPS];
+        t_train_run(mem, &a, 8, losses, NULL, NULL);
+        b.offload = cases[i].second;
+        b.resume = dir;
+        float *p = calloc(ref.n, sizeof(float));
+        t_train_run(mem, &b, 0, losses, NULL, p);
+        CHECK_MSG(memcmp(p, ref.params, ref.n * sizeof(float)) == 0 &&
+                  memcmp(losses + 8, ref.losses + 8, (STEPS - 8) * sizeof(float)) == 0,
+                  "%s: not the uninterrupted run's bits", cases[i].what);
+        /* the llm.c checkpoint written at step 8 loads into an offloaded model */
+        char path[700];
+        snprintf(path, sizeof path, "%s/model.bin", dir);
+        hpt_gpt2 *m1 = NULL, *m2 = NULL;
+        CHECK_OK(hpt_gpt2_load(mem, path, &m1));
+        CHECK_OK(hpt_gpt2_load_offload(mem, path, &cases[i].second, &m2));
+        if (m1 && m2) {
+            CHECK_OK(hpt_gpt2_copy_params(m2, p));
+            CHECK(memcmp(p, hpt_gpt2_params(m1), ref.n * sizeof(float)) == 0);
+            /* and a bf16 one, widened the same way */
+            snprintf(path, sizeof path, "%s/model_bf16.bin", dir);
+            CHECK_OK(write_bf16(path, hpt_gpt2_params(m1), hpt_gpt2_get_config(m1), ref.n));
+            hpt_gpt2_free(m2);
+            m2 = NULL;
+            hpt_gpt2_free(m1);
+            m1 = NULL;
+            CHECK_OK(hpt_gpt2_load(mem, path, &m1));
+            CHECK_OK(hpt_gpt2_load_offload(mem, path, &cases[i].first, &m2));
+            if (m1 && m2) {
+                CHECK_OK(hpt_gpt2_copy_params(m2, p));
+                CHECK(memcmp(p, hpt_gpt2_params(m1), ref.n * sizeof(float)) == 0);
+            }
+        }
+        hpt_gpt2_free(m1);
+        hpt_gpt2_free(m2);
+        free(p);
+        CHECK(t_device_live(mem) == 0);
+        hpt_mem_destroy(mem);
+    }
+    free(ref.params);
+}
+
 /* (e) */
 static void test_refusals(void) {
     hpt_mem *mem;
@@ -344,6 +430,7 @@ int main(void) {
     test_exact();
     test_fused();
     test_faults();
+    test_checkpoints();
     test_refusals();
     return t_done("test_offload_engine");
 }

@@ -12,7 +12,33 @@
 #define CKPT_MAGIC 20240326
 #define STATE_MAGIC 20240327
 
+/* An offloaded model's weights, read in the engine's pieces (fp32, or bf16 widened in place:
+ * the n bf16 values read into the upper half of dst, element i read before dst[i] is written,
+ * and dst[i] never reaches an element not yet read). */
+typedef struct {
+    FILE *f;
+    const char *path;
+    int bf16;
+} ckpt_reader;
+
+static hpt_status read_ckpt(void *ctx, float *dst, size_t n) {
+    ckpt_reader *r = ctx;
+    if (!r->bf16) return io_read_exact(r->f, dst, n * 4, r->path, "parameters");
+    uint16_t *stage = (uint16_t *)dst + n;
+    HPT_CHECK(io_read_exact(r->f, stage, n * 2, r->path, "parameters"));
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits = (uint32_t)stage[i] << 16;
+        memcpy(&dst[i], &bits, 4);
+    }
+    return HPT_OK;
+}
+
 hpt_status hpt_gpt2_load(hpt_mem *mem, const char *path, hpt_gpt2 **out) {
+    return hpt_gpt2_load_offload(mem, path, NULL, out);
+}
+
+hpt_status hpt_gpt2_load_offload(hpt_mem *mem, const char *path, const hpt_offload_opts *off,
+                                 hpt_gpt2 **out) {
     *out = NULL;
     FILE *f;
     uint64_t size;
@@ -42,9 +68,12 @@ hpt_status hpt_gpt2_load(hpt_mem *mem, const char *path, hpt_gpt2 **out) {
                         cfg.maxT, (unsigned long long)(1024 + (uint64_t)n * esz));
     }
     hpt_gpt2 *m;
-    s = hpt_gpt2_create(mem, &cfg, &m);
+    s = hpt_gpt2_create_offload(mem, &cfg, off, &m);
     if (s != HPT_OK) { fclose(f); return s; }
-    if (esz == 4) {
+    if (m->eng) {
+        ckpt_reader r = {f, path, esz == 2};
+        s = gpt2_absorb(m, EB_P, m->params, read_ckpt, &r);
+    } else if (esz == 4) {
         s = io_read_exact(f, m->params, n * 4, path, "parameters");
     } else {
         /* bf16 -> fp32: the bf16 bits are the high half of the float; reuse grads as staging */

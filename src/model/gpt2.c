@@ -192,6 +192,21 @@ hpt_status gpt2_emit(hpt_gpt2 *m, int b, const float *flat, gpt2_emit_fn emit, v
     return HPT_OK;
 }
 
+hpt_status gpt2_absorb(hpt_gpt2 *m, int b, float *flat, gpt2_read_fn read, void *ctx) {
+    hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
+    hpt_gpt2_tensors(&m->cfg, t);
+    if (!m->eng) return read(ctx, flat, m->num_params);
+    for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) {
+        if (!gpt2_is_block_tensor(i)) {
+            HPT_CHECK(read(ctx, flat + gpt2_nonblock_offset(&m->cfg, i), t[i].numel));
+            continue;
+        }
+        for (int l = 0; l < m->cfg.L; l++)
+            HPT_CHECK(eng_absorb_slice(m->eng, b, l, i - GPT2_FIRST_BLOCK_TENSOR, read, ctx));
+    }
+    return HPT_OK;
+}
+
 static hpt_status emit_copy(void *ctx, const float *x, size_t n) {
     float **dst = ctx;
     memcpy(*dst, x, n * sizeof(float));

@@ -154,5 +154,10 @@ hpt_status gpt2_emit(hpt_gpt2 *m, int b, const float *flat, gpt2_emit_fn emit, v
 /* The optimizer's fp32 moment (0: m, 1: v) in checkpoint order through emit (AdamW fp32;
  * with or without the engine). */
 hpt_status optim_emit_moment(const hpt_optim *op, int which, gpt2_emit_fn emit, void *ctx);
+/* The reverse of gpt2_emit: fills buffer b from a stream in checkpoint order (read fills n
+ * floats at dst each call); and the optimizer's moment likewise. */
+typedef hpt_status (*gpt2_read_fn)(void *ctx, float *dst, size_t n);
+hpt_status gpt2_absorb(hpt_gpt2 *m, int b, float *flat, gpt2_read_fn read, void *ctx);
+hpt_status optim_absorb_moment(hpt_optim *op, int which, gpt2_read_fn read, void *ctx);
 
 #endif

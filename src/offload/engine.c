@@ -562,16 +562,45 @@ hpt_status eng_emit_slice(offload_engine *e, int b, int l, int i, eng_emit_fn em
     return HPT_OK;
 }
 
+/* Drops the slot copy of block l's weights (its home is about to change). */
+static void drop_slot(offload_engine *e, int l) {
+    if (e->slot_of[l] < 0) return;
+    e->slot_blk[e->slot_of[l]] = -1;
+    e->slot_of[l] = -1;
+    e->res[l] = RS_HOME;
+}
+
+hpt_status eng_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn read, void *ctx) {
+    HPT_CHECK(eng_drain(e));
+    size_t n = e->slice_n[i], off = (size_t)l * e->stride + e->slice_off[i];
+    if (b == EB_P) drop_slot(e, l);
+    if (e->tier[b] != HPT_TIER_DISK) return read(ctx, e->home[b] + off, n);
+    hpt_tier st;
+    float *buf = scratch(e, &st);
+    if (!buf) return hpt_fail(HPT_ERR_INVALID, "offload engine: no buffer to fill a block in");
+    uint64_t o = (uint64_t)off * sizeof(float), end = o + (uint64_t)n * sizeof(float);
+    uint64_t cap = (uint64_t)e->stride * sizeof(float);
+    while (o < end) { /* read-modify-write of each aligned window */
+        uint64_t a = o / ALIGN_BYTES * ALIGN_BYTES;
+        uint64_t len = (end + ALIGN_BYTES - 1) / ALIGN_BYTES * ALIGN_BYTES - a;
+        if (len > cap) len = cap;
+        uint64_t useful = HPT_MIN(end, a + len) - o;
+        HPT_CHECK(mem_disk_rw(e->mem, &e->disk[b], a, buf, (size_t)len, 0));
+        HPT_CHECK(read(ctx, buf + (o - a) / sizeof(float), (size_t)(useful / sizeof(float))));
+        HPT_CHECK(mem_disk_rw(e->mem, &e->disk[b], a, buf, (size_t)len, 1));
+        hpt_mem_transfer(e->mem, HPT_TIER_DISK, st, k_cat[b], (size_t)len);
+        hpt_mem_transfer(e->mem, st, HPT_TIER_DISK, k_cat[b], (size_t)len);
+        o += useful;
+    }
+    return HPT_OK;
+}
+
 hpt_status eng_block_dest(offload_engine *e, int b, int l, float **dst, int *in_place) {
     HPT_CHECK(eng_drain(e));
     *in_place = e->tier[b] != HPT_TIER_DISK;
     if (*in_place) {
         *dst = e->home[b] + (size_t)l * e->stride;
-        if (b == EB_P && e->slot_of[l] >= 0) { /* its slot's copy becomes stale */
-            e->slot_blk[e->slot_of[l]] = -1;
-            e->slot_of[l] = -1;
-            e->res[l] = RS_HOME;
-        }
+        if (b == EB_P) drop_slot(e, l); /* its slot's copy becomes stale */
         return HPT_OK;
     }
     hpt_tier st;
@@ -581,11 +610,7 @@ hpt_status eng_block_dest(offload_engine *e, int b, int l, float **dst, int *in_
 
 hpt_status eng_store_block(offload_engine *e, int b, int l, const float *src) {
     if (e->tier[b] != HPT_TIER_DISK) return HPT_OK;
-    if (b == EB_P && e->slot_of[l] >= 0) {
-        e->slot_blk[e->slot_of[l]] = -1;
-        e->slot_of[l] = -1;
-        e->res[l] = RS_HOME;
-    }
+    if (b == EB_P) drop_slot(e, l);
     /* the buffer is the scratch (aligned, stride floats) */
     HPT_CHECK(mem_disk_rw(e->mem, &e->disk[b], (uint64_t)l * e->stride * sizeof(float),
                           (void *)(uintptr_t)src, e->stride * sizeof(float), 1));

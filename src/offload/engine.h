@@ -56,6 +56,11 @@ hpt_status eng_drain(offload_engine *e);
 hpt_status eng_stream_update(offload_engine *e);
 /* Gathers slice i of block l of buffer b (EB_P, EB_M, EB_V) into emit, in pieces. */
 hpt_status eng_emit_slice(offload_engine *e, int b, int l, int i, eng_emit_fn emit, void *ctx);
+/* Fills n floats at dst (a checkpoint's stream being read). */
+typedef hpt_status (*eng_read_fn)(void *ctx, float *dst, size_t n);
+/* Scatters: fills slice i of block l of buffer b from read, in pieces (disk: each aligned window
+ * read, filled and written back). */
+hpt_status eng_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn read, void *ctx);
 /* A device scratch of one block (for filling a block before eng_store_block), or the block's
  * home when that is memory (then fill it in place and skip the store). */
 hpt_status eng_block_dest(offload_engine *e, int b, int l, float **dst, int *in_place);

@@ -252,6 +252,12 @@ hpt_status optim_emit_moment(const hpt_optim *op, int which, gpt2_emit_fn emit, 
     return gpt2_emit(op->model, which ? EB_V : EB_M, op->buf[which ? B_V : B_M], emit, ctx);
 }
 
+hpt_status optim_absorb_moment(hpt_optim *op, int which, gpt2_read_fn read, void *ctx) {
+    if (op->o.optimizer != HPT_OPTIM_ADAMW || state_bits(&op->o) != 32)
+        return hpt_fail(HPT_ERR_INVALID, "optim_absorb_moment: AdamW with 32-bit state only");
+    return gpt2_absorb(op->model, which ? EB_V : EB_M, op->buf[which ? B_V : B_M], read, ctx);
+}
+
 /* The global sum of squares of the gradients, in the fixed order of the top of the file. */
 static double grad_sumsq(const hpt_optim *op) {
     const hpt_gpt2 *m = op->model;

@@ -13,8 +13,8 @@
  * be the one that was started).
  * Offload (o.offload, src/offload/engine.c): the model is made with the engine; a fused-update
  * engine's step is forward -> hpt_optim_fused_begin -> backward (each block updated as its
- * gradients complete) -> hpt_optim_fused_end. Offloaded runs start from a shape (not from a
- * checkpoint or a resume); the fused update takes one micro-batch per step. */
+ * gradients complete) -> hpt_optim_fused_end; it takes one micro-batch per step. Checkpoints
+ * load into an offloaded model and resume it (the same files as without offload). */
 #include "core/core.h"
 #include "model/gpt2_int.h"
 
@@ -126,10 +126,6 @@ static hpt_status setup(hpt_trainer *tr) {
         return hpt_fail(HPT_ERR_INVALID, "batch (%d), sequence (%d) and steps (%lld) must be >= 1",
                         o->B, o->T, (long long)o->steps);
     if (!o->data) return hpt_fail(HPT_ERR_INVALID, "no training data given");
-    int off = hpt_offload_active(&o->offload);
-    if (off && (o->resume || (o->model && file_exists(o->model))))
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "offload and --fused-update start from a shape: "
-                        "--resume and a checkpoint as --model are not supported with them yet");
     if (o->offload.fused && o->accum > 1)
         return hpt_fail(HPT_ERR_UNSUPPORTED, "--fused-update updates each block as its gradients "
                         "complete: it cannot accumulate micro-batches (--accum %d)", o->accum);
@@ -139,7 +135,7 @@ static hpt_status setup(hpt_trainer *tr) {
         snprintf(path, sizeof path, "%s/state.bin", o->resume);
         hpt_adamw_opts ao;
         hpt_train_pos pos;
-        HPT_CHECK(hpt_state_load(path, tr->mem, &tr->model, &tr->opt, &ao, &pos));
+        HPT_CHECK(hpt_state_load_offload(path, tr->mem, &o->offload, &tr->model, &tr->opt, &ao, &pos));
         if (pos.B != o->B || pos.T != o->T)
             return hpt_fail(HPT_ERR_SHAPE, "%s was trained with batch %d and sequence %d; resume "
                             "with the same (got %d and %d)", path, pos.B, pos.T, o->B, o->T);
@@ -161,7 +157,7 @@ static hpt_status setup(hpt_trainer *tr) {
         hpt_gpt2_config cfg;
         if (file_exists(o->model)) {
             HPT_CHECK(check_budget(tr, &cfg, o->model, live0));
-            HPT_CHECK(hpt_gpt2_load(tr->mem, o->model, &tr->model));
+            HPT_CHECK(hpt_gpt2_load_offload(tr->mem, o->model, &o->offload, &tr->model));
         } else if (hpt_gpt2_config_parse(o->model, &cfg) == HPT_OK) {
             HPT_CHECK(check_budget(tr, &cfg, NULL, live0));
             HPT_CHECK(hpt_gpt2_create_offload(tr->mem, &cfg, &o->offload, &tr->model));
