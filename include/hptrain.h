@@ -422,6 +422,7 @@ typedef struct {
                                          * recompute, backward): acquires - loads were found on the device */
     double io_s;                        /* worker time in copies and disk transfers */
     double update_s;                    /* worker time in optimizer updates */
+    double compute_update_s;            /* compute-thread time in updates (fused, state on disk) */
     double wait_s;                      /* compute-thread time blocked on the worker */
 } hpt_offload_stats;
 void hpt_gpt2_offload_stats(const hpt_gpt2 *m, hpt_offload_stats *out);

@@ -17,14 +17,21 @@
  *      ^                                                      |   |                  |
  *      |   choose_slot (evict: no write, the home is current)  |   | eng_grads_done   | reap
  *      +-------------------------------------------------------+   v (fused: update | (update and
- *      |                                                         DIRTY   queued)    |  write-back
- *      |   choose_slot (evict: the queued update writes back;      |                |  done)
- *      +---------- FIFO orders any later load after it) -----------+----------------+
+ *      |                                                         DIRTY   queued, or | write-back
+ *      |   choose_slot (evict: the queued write-back runs first;   |  done and its  | done)
+ *      +---------- FIFO orders any later load after it) -----------+  write-back    |
+ *                                                                  |  queued) ------+
  *      |
  *      |   eng_stream_update (exact mode: slots invalidated, then per block:
  *      |   read into staging -> update -> WRITING_BACK queued -> reap -> HOME)
  *      +--- reap <-- WRITING_BACK <-- eng_stream_update
  *
+ * Fused updates run where the state is: on the worker when m and v are in memory (ZeRO-Offload:
+ * overlapping the backward of the blocks before); when they are on disk, the worker reads
+ * block l's m and v into one of two staging sets while block l's backward computes, the
+ * compute thread updates it as soon as its gradients are complete, and the worker writes
+ * weights, m and v back while the next block's backward computes (ZeRO-Infinity: one streaming
+ * pass, double buffered; the worker's disk traffic, not the update, is the bottleneck there).
  * Device-homed parameters never move: their "slot" is the home (zero copy), only the waits
  * for queued updates apply. Gradient slots (device) alternate between two blocks so that block
  * l-1's backward writes one while the worker consumes block l's from the other.
@@ -46,7 +53,7 @@
 #include <string.h>
 
 enum { RS_HOME = 0, RS_LOADING, RS_RESIDENT, RS_DIRTY, RS_WRITING_BACK };
-enum { J_LOAD = 0, J_WRITE_G, J_UPDATE, J_READ, J_WRITE, J_READ_G };
+enum { J_LOAD = 0, J_WRITE_G, J_UPDATE, J_READ, J_WRITE, J_READ_G, J_READ_MV, J_WRITE_PMV };
 #define QCAP 64
 #define ALIGN_BYTES 4096u
 
@@ -94,6 +101,9 @@ struct offload_engine {
     size_t stage_bytes;
     float *stage_ptr[2][EB_COUNT];
     uint64_t read_seq[2];
+    int mv_next;               /* fused, m and v on disk: the staging set of the next read */
+    int *mv_set;               /* (L) the set block l's m and v were read into */
+    uint64_t *mv_seq;          /* (L) that read's job */
     eng_update_fn upd;
     void *upd_ctx;
     /* worker */
@@ -143,7 +153,7 @@ void eng_bytes(const hpt_offload_opts *o, int L, size_t block_floats, int traini
     out[HPT_TIER_DEVICE][HPT_CAT_GRADS] += (uint64_t)n_gslots(o) * sb;
     if (!training) return;
     out[o->optim][HPT_CAT_OPTIM] += 2 * home;
-    out[HPT_TIER_HOST][HPT_CAT_IO] += (uint64_t)(o->fused ? 1 : 2) * (uint64_t)n_staged(o) * sb;
+    out[HPT_TIER_HOST][HPT_CAT_IO] += 2 * (uint64_t)n_staged(o) * sb;
 }
 
 /* ---- worker ---------------------------------------------------------------------------- */
@@ -191,22 +201,24 @@ static hpt_status run_job(offload_engine *e, const job *j, double *io_s, double 
     case J_READ_G:
         HPT_CHECK(home_io(e, EB_G, j->l, gslot_ptr(e, j->g), 0));
         break;
-    case J_UPDATE: {
+    case J_UPDATE: { /* m and v in memory: the update runs here, where they live */
         float *p = e->tier[EB_P] == HPT_TIER_DEVICE ? e->home[EB_P] + (size_t)j->l * e->stride
                                                     : slot_ptr(e, j->slot);
-        for (int b = EB_M; b <= EB_V; b++)
-            if (e->tier[b] == HPT_TIER_DISK) HPT_CHECK(home_io(e, b, j->l, e->stage_ptr[0][b], 0));
-        double t1 = hpt_now();
         update_block(e, p, gslot_ptr(e, j->g), update_ptr(e, EB_M, j->l, 0),
                      update_ptr(e, EB_V, j->l, 0));
-        double t2 = hpt_now();
-        *upd_s += t2 - t1;
+        double t1 = hpt_now();
+        *upd_s += t1 - t0;
         if (e->tier[EB_P] != HPT_TIER_DEVICE) HPT_CHECK(home_io(e, EB_P, j->l, p, 1));
-        for (int b = EB_M; b <= EB_V; b++)
-            if (e->tier[b] == HPT_TIER_DISK) HPT_CHECK(home_io(e, b, j->l, e->stage_ptr[0][b], 1));
-        *io_s += (t1 - t0) + (hpt_now() - t2);
+        *io_s += hpt_now() - t1;
         return HPT_OK;
     }
+    case J_READ_MV:
+        for (int b = EB_M; b <= EB_V; b++) HPT_CHECK(home_io(e, b, j->l, e->stage_ptr[j->set][b], 0));
+        break;
+    case J_WRITE_PMV:
+        if (j->slot >= 0) HPT_CHECK(home_io(e, EB_P, j->l, slot_ptr(e, j->slot), 1));
+        for (int b = EB_M; b <= EB_V; b++) HPT_CHECK(home_io(e, b, j->l, e->stage_ptr[j->set][b], 1));
+        break;
     case J_READ:
         for (int b = 0; b < EB_COUNT; b++)
             if (e->has[b] && e->tier[b] == HPT_TIER_DISK)
@@ -282,14 +294,17 @@ static void reap(offload_engine *e) {
             transfer(e, e->tier[EB_G], HPT_TIER_DEVICE, EB_G, home_bytes_moved(e, EB_G));
             break;
         case J_UPDATE:
-            for (int b = EB_M; b <= EB_V; b++)
-                if (e->tier[b] == HPT_TIER_DISK) {
-                    transfer(e, HPT_TIER_DISK, HPT_TIER_HOST, b, home_bytes_moved(e, b));
+        case J_WRITE_PMV:
+            if (j->kind == J_WRITE_PMV)
+                for (int b = EB_M; b <= EB_V; b++)
                     transfer(e, HPT_TIER_HOST, HPT_TIER_DISK, b, home_bytes_moved(e, b));
-                }
             if (e->tier[EB_P] != HPT_TIER_DEVICE)
                 transfer(e, HPT_TIER_DEVICE, e->tier[EB_P], EB_P, home_bytes_moved(e, EB_P));
             if (e->res[j->l] == RS_DIRTY && e->slot_of[j->l] == j->slot) e->res[j->l] = RS_RESIDENT;
+            break;
+        case J_READ_MV:
+            for (int b = EB_M; b <= EB_V; b++)
+                transfer(e, HPT_TIER_DISK, HPT_TIER_HOST, b, home_bytes_moved(e, b));
             break;
         case J_READ:
             for (int b = 0; b < EB_COUNT; b++)
@@ -452,6 +467,13 @@ hpt_status eng_grad_slot(offload_engine *e, int l, int accumulate, float **g_out
     HPT_CHECK(wait_seq(e, e->g_seq[g]));
     e->g_of[l] = g;
     *g_out = gslot_ptr(e, g);
+    if (e->o.fused && e->tier[EB_M] == HPT_TIER_DISK && e->upd) {
+        /* the block's m and v come in while its backward computes (staging sets alternate;
+         * FIFO puts the read after the write-back that last used the set) */
+        e->mv_set[l] = e->mv_next;
+        e->mv_next ^= 1;
+        e->mv_seq[l] = push(e, (job){.kind = J_READ_MV, .l = l, .set = e->mv_set[l]});
+    }
     if (!accumulate) {
         memset(*g_out, 0, e->bn * sizeof(float));
         return HPT_OK;
@@ -482,9 +504,22 @@ hpt_status eng_grads_done(offload_engine *e, int l) {
         update_block(e, e->home[EB_P] + o, g, e->home[EB_M] + o, e->home[EB_V] + o);
         return HPT_OK;
     }
-    int s_ = e->tier[EB_P] == HPT_TIER_DEVICE ? -1 : e->slot_of[l];
-    if (s_ >= 0) e->res[l] = RS_DIRTY;
-    uint64_t seq = push(e, (job){.kind = J_UPDATE, .l = l, .slot = s_, .g = e->g_of[l]});
+    int sl = e->tier[EB_P] == HPT_TIER_DEVICE ? -1 : e->slot_of[l];
+    if (e->tier[EB_M] == HPT_TIER_DISK) {
+        /* m and v on disk: the update runs here, between their read and the write-back of
+         * weights, m and v (the worker's I/O is the bottleneck, not this thread) */
+        HPT_CHECK(wait_seq(e, e->mv_seq[l]));
+        float *p = sl >= 0 ? slot_ptr(e, sl) : e->home[EB_P] + (size_t)l * e->stride;
+        int set = e->mv_set[l];
+        double t0 = hpt_now();
+        update_block(e, p, g, e->stage_ptr[set][EB_M], e->stage_ptr[set][EB_V]);
+        e->st.compute_update_s += hpt_now() - t0;
+        if (sl >= 0) e->res[l] = RS_DIRTY;
+        e->blk_seq[l] = push(e, (job){.kind = J_WRITE_PMV, .l = l, .slot = sl, .set = set});
+        return HPT_OK;
+    }
+    if (sl >= 0) e->res[l] = RS_DIRTY;
+    uint64_t seq = push(e, (job){.kind = J_UPDATE, .l = l, .slot = sl, .g = e->g_of[l]});
     e->blk_seq[l] = e->g_seq[e->g_of[l]] = seq;
     return HPT_OK;
 }
@@ -676,13 +711,16 @@ hpt_status eng_create(hpt_mem *mem, int L, int n_slices, const size_t *slice_n,
     e->blk_seq = calloc((size_t)L, sizeof *e->blk_seq);
     e->g_of = calloc((size_t)L, sizeof *e->g_of);
     e->sumsq = calloc((size_t)L, sizeof *e->sumsq);
+    e->mv_set = calloc((size_t)L, sizeof *e->mv_set);
+    e->mv_seq = calloc((size_t)L, sizeof *e->mv_seq);
     e->slot_blk = malloc((size_t)(e->K ? e->K : 1) * sizeof *e->slot_blk);
     e->slot_tick = calloc((size_t)(e->K ? e->K : 1), sizeof *e->slot_tick);
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv_work, NULL);
     pthread_cond_init(&e->cv_done, NULL);
     hpt_status s = HPT_OK;
-    if (!e->res || !e->slot_of || !e->blk_seq || !e->g_of || !e->sumsq || !e->slot_blk || !e->slot_tick)
+    if (!e->res || !e->slot_of || !e->blk_seq || !e->g_of || !e->sumsq || !e->slot_blk ||
+        !e->slot_tick || !e->mv_set || !e->mv_seq)
         s = hpt_fail(HPT_ERR_OOM, "offload engine records");
     if (s == HPT_OK) {
         for (int l = 0; l < L; l++) e->slot_of[l] = -1;
@@ -718,7 +756,7 @@ hpt_status eng_create(hpt_mem *mem, int L, int n_slices, const size_t *slice_n,
 hpt_status eng_attach_optim(offload_engine *e, eng_update_fn fn, void *ctx) {
     HPT_CHECK(alloc_home(e, EB_M));
     hpt_status s = alloc_home(e, EB_V);
-    int nst = n_staged(&e->o), sets = e->o.fused ? 1 : 2;
+    int nst = n_staged(&e->o), sets = 2;
     size_t sb = e->stride * sizeof(float);
     if (s == HPT_OK && nst) {
         e->stage_bytes = (size_t)sets * (size_t)nst * sb;
@@ -773,6 +811,8 @@ void eng_free(offload_engine *e) {
     free(e->blk_seq);
     free(e->g_of);
     free(e->sumsq);
+    free(e->mv_set);
+    free(e->mv_seq);
     free(e->slot_blk);
     free(e->slot_tick);
     free(e);

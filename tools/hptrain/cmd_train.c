@@ -125,14 +125,14 @@ static void offload_report(const hpt_gpt2 *m, int64_t steps) {
     hpt_gpt2_offload_stats(m, &st);
     if (steps < 1 || (st.io_s == 0.0 && st.update_s == 0.0 && st.loads == 0)) return;
     fprintf(stderr, "offload: per step: host in %.1f MiB out %.1f MiB, disk in %.1f MiB out %.1f MiB; "
-            "%.1f block loads of %.1f acquisitions; worker I/O %.3f s, updates %.3f s; compute waited %.3f s "
-            "(%.0f%% of the worker's time hidden)\n",
+            "%.1f block loads of %.1f acquisitions; worker I/O %.3f s, updates %.3f s; compute-thread "
+            "updates %.3f s; compute waited %.3f s (%.0f%% of the worker's time hidden)\n",
             (double)st.bytes_in[HPT_TIER_HOST] / 1048576.0 / (double)steps,
             (double)st.bytes_out[HPT_TIER_HOST] / 1048576.0 / (double)steps,
             (double)st.bytes_in[HPT_TIER_DISK] / 1048576.0 / (double)steps,
             (double)st.bytes_out[HPT_TIER_DISK] / 1048576.0 / (double)steps,
             (double)st.loads / (double)steps, (double)st.acquires / (double)steps, st.io_s / (double)steps,
-            st.update_s / (double)steps, st.wait_s / (double)steps,
+            st.update_s / (double)steps, st.compute_update_s / (double)steps, st.wait_s / (double)steps,
             st.io_s + st.update_s > 0 ? 100.0 * (1.0 - HPT_MIN_D(st.wait_s, st.io_s + st.update_s) /
                                                      (st.io_s + st.update_s)) : 100.0);
 }
