@@ -6,7 +6,8 @@
  *   (b) fused update: with clipping off, fused (device homes: no offload; host; disk) equals
  *       the unfused in-memory run bit for bit; with clipping (previous step's norm), the fused
  *       runs agree with each other bit for bit, whatever the homes;
- *   (c) the estimator: each configuration's estimated peak per tier equals the measured one;
+ *   (c) the estimator: each configuration's estimated peak per tier equals the measured one
+ *       (training runs, and forward-only models);
  *   (d) disk faults (short write, disk full, EIO, a block's file truncated away) in step 3 after
  *       a checkpoint at step 2: HPT_ERR_IO naming the cause, and the step-2 checkpoint loads with
  *       the in-memory run's weights of step 2;
@@ -372,6 +373,43 @@ static void test_checkpoints(void) {
     free(ref.params);
 }
 
+/* (c) forward only (sampling, evaluation): no optimizer state, no staging */
+static void test_forward_estimate(void) {
+    hpt_gpt2_config cfg;
+    CHECK_OK(hpt_gpt2_config_parse(SHAPE, &cfg));
+    hpt_offload_opts cases[] = {off(HPT_TIER_DISK, HPT_TIER_HOST, HPT_TIER_DISK, 2, 1, 0),
+                                off(HPT_TIER_HOST, HPT_TIER_DEVICE, HPT_TIER_HOST, 3, 0, 1)};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        hpt_mem *mem;
+        CHECK_OK(hpt_mem_create(&mem));
+        CHECK_OK(hpt_mem_set_disk_dir(mem, g_disk));
+        hpt_gpt2 *m = NULL;
+        CHECK_OK(hpt_gpt2_create_offload(mem, &cfg, &cases[i], &m));
+        int32_t x[2 * 16];
+        for (int k = 0; k < 32; k++) x[k] = (k * 7) % 64;
+        float loss;
+        if (m) CHECK_OK(hpt_gpt2_init_random(m, 3));
+        if (m) CHECK_OK(hpt_gpt2_forward(m, x, NULL, 2, 16, &loss));
+        hpt_plan_opts po = hpt_plan_defaults();
+        po.cfg = cfg;
+        po.B = 2;
+        po.T = 16;
+        po.training = 0;
+        po.no_data = 1;
+        po.offload = cases[i];
+        hpt_estimate e;
+        CHECK_OK(hpt_plan_estimate(&po, &e));
+        hpt_mem_stats st;
+        hpt_mem_get_stats(mem, &st);
+        for (int t = 0; t < HPT_TIER_COUNT; t++)
+            CHECK_MSG(e.peak_bytes[t] == st.peak_bytes[t], "forward %zu: %s tier estimated %llu, "
+                      "measured %llu", i, hpt_tier_name((hpt_tier)t),
+                      (unsigned long long)e.peak_bytes[t], (unsigned long long)st.peak_bytes[t]);
+        hpt_gpt2_free(m);
+        hpt_mem_destroy(mem);
+    }
+}
+
 /* (e) */
 static void test_refusals(void) {
     hpt_mem *mem;
@@ -431,6 +469,7 @@ int main(void) {
     test_fused();
     test_faults();
     test_checkpoints();
+    test_forward_estimate();
     test_refusals();
     return t_done("test_offload_engine");
 }
