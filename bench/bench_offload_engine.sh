@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # bench_offload_engine.sh: the offload engine (docs/offload.md).
 #  (a) GPT-2 1.5B shape (L=48, C=1600, NH=25), whose fp32 AdamW training state (23.2 GiB) does
-#      not fit this machine's memory, trained under --memory 4GB with the blocks' weights and
-#      AdamW state on disk (--offload disk --fused-update): peak RSS, seconds per step, disk bytes
-#      per step against the minimum, and the share of the worker's time hidden behind compute;
+#      not fit this machine's memory, trained under --memory 4GB with the blocks' weights,
+#      gradients and AdamW state on disk, fused update and exact mode: peak RSS, seconds per
+#      step, disk bytes per step against the minimum, and the share of the worker's time hidden
+#      behind compute;
 #  (b) GPT-2 124M with the blocks' state on the host and on disk, exact and fused: tokens/s
 #      against training in memory, in one run side by side.
 # Usage: bench/bench_offload_engine.sh [--hptrain PATH] [--dir DIR] [--steps S] [--skip-big]
@@ -45,21 +46,20 @@ import json, sys
 ms = [json.loads(l)["step_ms"] for l in open(sys.argv[1])][1:]
 print("%.1f" % (sum(ms) / len(ms)) if ms else "nan")' "$1"; }
 
-if [ "$SKIP_BIG" = 0 ]; then
+# one 1.5B run: $1 label, $2.. extra flags; prints the figures
+big_run() {
+    local label=$1; shift
     echo
-    echo "-- (a) GPT-2 1.5B shape, B=1 T=64, --memory 4GB, --offload disk --fused-update --max-active-layers 2 --prefetch 1"
-    SHAPE=gpt2:L=48,C=1600,NH=25
-    "$HPT" estimate --model $SHAPE --batch 1 --seq 64 | grep -E "^  peak"
-    echo "in memory (no offload) it would need: $("$HPT" estimate --model $SHAPE --batch 1 --seq 64 | awk '/^  peak/ {print $2, $3}') on the device"
+    echo "-- (a) GPT-2 1.5B shape, B=1 T=64, --memory 4GB, --offload disk --max-active-layers 2 --prefetch 1 $*"
+    local cached0 cached1 rc
     cached0=$(awk '/^Cached:/ {print $2}' /proc/meminfo)
     /usr/bin/time -v "$HPT" train --model $SHAPE --data "$TMP/train_*.bin" --batch 1 --seq 64 \
-        --steps "$STEPS" --memory 4GB --offload disk --offload-dir "$DIR" --fused-update \
-        --max-active-layers 2 --prefetch 1 --quiet --log "$TMP/big.jsonl" > "$TMP/big.out" 2>&1
+        --steps "$STEPS" --memory 4GB --offload disk --offload-dir "$DIR" --max-active-layers 2 \
+        --prefetch 1 "$@" --quiet --log "$TMP/big.jsonl" > "$TMP/big.out" 2>&1
     rc=$?
     cached1=$(awk '/^Cached:/ {print $2}' /proc/meminfo)
     grep -E "^done|process peak RSS|^offload:|error|Maximum resident|Elapsed \(wall" "$TMP/big.out"
-    if [ $rc = 0 ]; then
-        python3 - "$TMP/big.jsonl" "$TMP/big.out" "$cached0" "$cached1" <<'PY'
+    [ $rc = 0 ] && python3 - "$TMP/big.jsonl" "$TMP/big.out" "$cached0" "$cached1" "$label" <<'PY'
 import json, re, sys
 steps = [json.loads(l) for l in open(sys.argv[1])]
 out = open(sys.argv[2]).read()
@@ -70,17 +70,28 @@ m = re.search(r"disk in ([\d.]+) MiB out ([\d.]+) MiB", out)
 din, dout = float(m.group(1)) * 2**20, float(m.group(2)) * 2**20
 minimum = 6 * L * block_bytes  # read weights, m, v once; write them once
 h = re.search(r"\((\d+)% of the worker's time hidden\)", out)
+w = re.search(r"compute waited ([\d.]+) s", out)
 ms = [s["step_ms"] for s in steps][1:] or [steps[0]["step_ms"]]
 rss = max(s["rss_peak_bytes"] for s in steps)
-print("RESULT 1.5B: peak RSS %.2f GiB (%.2f GB); %.1f s/step (steps 2..%d); disk %.1f GB/step "
-      "(read %.1f, written %.1f) vs minimum %.1f GB (x%.2f); %s%% of the worker's I/O+update time "
-      "hidden; losses %s; page cache %+.1f GiB over the run" %
-      (rss / 2**30, rss / 1e9, sum(ms) / len(ms) / 1e3, len(steps), (din + dout) / 1e9, din / 1e9,
-       dout / 1e9, minimum / 1e9, (din + dout) / minimum, h.group(1) if h else "?",
-       " ".join("%.4f" % s["loss"] for s in steps), (int(sys.argv[4]) - int(sys.argv[3])) / 2**20))
+print("RESULT 1.5B %s: peak RSS %.2f GiB (%.2f GB); %.1f s/step (steps 2..%d); disk %.1f GB/step "
+      "(read %.1f, written %.1f) vs minimum %.1f GB (x%.2f); compute thread waited %s s/step, %s%% "
+      "of the worker's time hidden; losses %s; page cache %+.1f GiB over the run" %
+      (sys.argv[5], rss / 2**30, rss / 1e9, sum(ms) / len(ms) / 1e3, len(steps), (din + dout) / 1e9,
+       din / 1e9, dout / 1e9, minimum / 1e9, (din + dout) / minimum, w.group(1) if w else "?",
+       h.group(1) if h else "?", " ".join("%.4f" % s["loss"] for s in steps),
+       (int(sys.argv[4]) - int(sys.argv[3])) / 2**20))
 PY
-    fi
-    rm -rf "$DIR"/* 2>/dev/null
+    rm -rf "${DIR:?}"/* 2>/dev/null
+}
+
+if [ "$SKIP_BIG" = 0 ]; then
+    SHAPE=gpt2:L=48,C=1600,NH=25
+    echo
+    echo "in memory the 1.5B shape would need on the device: $("$HPT" estimate --model $SHAPE --batch 1 --seq 64 | awk '/^  peak/ {print $2, $3}')"
+    echo "with --offload disk --fused-update (estimate, device / host / disk):"
+    "$HPT" estimate --model $SHAPE --batch 1 --seq 64 --offload disk --fused-update | grep -E "^  peak"
+    big_run fused --fused-update
+    big_run exact
 fi
 
 echo
