@@ -945,7 +945,7 @@ hpt_status hpt_gpt2_backward(hpt_gpt2 *m) {
             float *gbase;
             s = eng_grad_slot(m->eng, l, m->grads_live, &gbase);
             if (s == HPT_OK) block_packed(c, gbase, &gb);
-        } else {
+        } else if (s == HPT_OK) {
             block_flat(c, g, l, &gb);
         }
         if (s != HPT_OK) {
