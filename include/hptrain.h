@@ -24,7 +24,9 @@
  *
  *     hpt_train_opts o = hpt_train_defaults();
  *     o.model = "gpt2-124m"; o.data = "data/train_*.bin"; o.B = 4; o.T = 256; o.steps = 1000;
- *     o.act.recompute = HPT_RECOMPUTE_SELECTIVE;          // memory techniques: o.act, o.adamw
+ *     o.act.recompute = HPT_RECOMPUTE_SELECTIVE;          // memory techniques: o.act, o.adamw,
+ *     o.offload.params = o.offload.optim = HPT_TIER_DISK; // o.offload (blocks streamed from
+ *     o.offload.fused = 1;                                // disk: hpt_mem_set_disk_dir first)
  *     hpt_trainer *tr;         hpt_trainer_create(mem, &o, &tr);   // refuses a budget it
  *     while (!hpt_trainer_done(tr)) {                              // cannot meet, up front
  *         hpt_train_progress p; hpt_trainer_step(tr, &p);
@@ -168,6 +170,19 @@ hpt_status hpt_mem_disk_write(hpt_mem *m, const hpt_disk_ref *ref, uint64_t offs
                               const void *src, size_t bytes, hpt_tier from, hpt_category cat);
 hpt_status hpt_mem_disk_read(hpt_mem *m, const hpt_disk_ref *ref, uint64_t offset, void *dst,
                              size_t bytes, hpt_tier to, hpt_category cat);
+/* Testing: the nth disk transfer from now (any thread, read or write) fails as kind: SHORT_WRITE
+ * (a write stops after half its bytes), ENOSPC (a write finds the disk full), EIO (any
+ * transfer), VANISHED (the block's file is truncated to nothing underneath, as if removed, so a
+ * read finds its end). Each ends in HPT_ERR_IO with the cause in hpt_last_error(). nth 0: off.
+ * SHORT_WRITE and ENOSPC count writes only. */
+typedef enum {
+    HPT_DISK_FAULT_NONE = 0,
+    HPT_DISK_FAULT_SHORT_WRITE,
+    HPT_DISK_FAULT_ENOSPC,
+    HPT_DISK_FAULT_EIO,
+    HPT_DISK_FAULT_VANISHED
+} hpt_disk_fault;
+void hpt_mem_disk_fail(hpt_mem *m, hpt_disk_fault kind, uint64_t nth);
 
 /* -- mem: the event timeline (profiler) --
  * While recording, every allocation, free, refusal and transfer is an event, tagged with the
@@ -254,8 +269,9 @@ hpt_status hpt_gpt2_load(hpt_mem *mem, const char *path, hpt_gpt2 **out);
 hpt_status hpt_gpt2_save(const hpt_gpt2 *m, const char *path);
 void hpt_gpt2_free(hpt_gpt2 *m);
 /* GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)), biases 0,
- * layernorm weights 1, wte padding rows 0. Deterministic in seed. */
-void hpt_gpt2_init_random(hpt_gpt2 *m, uint64_t seed);
+ * layernorm weights 1, wte padding rows 0. Deterministic in seed; the same values with or
+ * without the offload engine (which can fail: a disk write). */
+hpt_status hpt_gpt2_init_random(hpt_gpt2 *m, uint64_t seed);
 
 const hpt_gpt2_config *hpt_gpt2_get_config(const hpt_gpt2 *m);
 size_t hpt_gpt2_get_num_params(const hpt_gpt2 *m);
@@ -355,6 +371,64 @@ hpt_gpt2_act_opts hpt_gpt2_get_act_opts(const hpt_gpt2 *m);
  * with the choice o (NULL: hpt_gpt2_act_defaults()); 0 if the plan cannot be made. */
 size_t hpt_gpt2_activation_bytes(const hpt_gpt2_config *cfg, int B, int T,
                                  const hpt_gpt2_act_opts *o);
+
+/* -- model: the offload engine (src/offload/engine.c, docs/offload.md) --
+ * Each transformer block's parameters, gradients and optimizer state have a home tier; the
+ * blocks' parameters come to the device only while needed: at most max_active (K) blocks at
+ * once, the next prefetch (P) blocks loading on a worker thread while one computes (forward
+ * order in forward, reverse in backward). wte, wpe and the final layernorm stay on the device.
+ * Homes are laid out block by block (a block's 12 tensors' slices packed, 4096-byte aligned),
+ * so a block moves in one transfer; the disk tier uses direct I/O.
+ *   params, optim  the home of the blocks' weights and of their AdamW m and v (DEVICE, HOST or
+ *                  DISK; AdamW with 32-bit state only)
+ *   grads          exact mode: where each block's gradients wait for the optimizer after its
+ *                  backward (the optimizer then streams over all blocks, so clipping uses this
+ *                  step's global norm: the same bits as without offload); fused mode keeps
+ *                  gradients only in device slots of one block
+ *   fused          1: each block's update runs (on the worker, where its state lives) as soon as
+ *                  its gradients are complete, overlapping the backward of the blocks before
+ *                  it; clipping then uses the previous step's global norm (none at the first
+ *                  step). With clipping off, the same bits as the unfused update.
+ * An active engine (any home not DEVICE, or fused) changes what hpt_gpt2_params() and
+ * hpt_gpt2_grads() return: NULL (the blocks are not in one buffer); hpt_gpt2_copy_params()
+ * gathers the weights in checkpoint order, and checkpoints are saved and loaded (the
+ * *_load_offload calls) in the same formats as without the engine. Gradient accumulation works in exact mode (a later
+ * micro-batch's backward adds to the block's gradients brought back from their home), not
+ * with the fused update. */
+typedef struct {
+    hpt_tier params, grads, optim; /* homes; all DEVICE and fused 0: no engine (the default) */
+    int max_active;                /* K >= 1 device slots of block parameters */
+    int prefetch;                  /* P, 0 <= P < K: blocks loaded ahead of the one computing */
+    int fused;
+} hpt_offload_opts;
+hpt_offload_opts hpt_offload_defaults(void);  /* all DEVICE, K 2, P 1, not fused */
+int hpt_offload_active(const hpt_offload_opts *o);
+/* "none" | "host" | "disk" (params, grads and optim there) | "params=T,grads=T,optim=T" (T:
+ * device, host or disk; missing keys stay as they are) into o. */
+hpt_status hpt_offload_parse(const char *text, hpt_offload_opts *o);
+/* HPT_ERR_INVALID / HPT_ERR_UNSUPPORTED with the reason for a choice the engine refuses. */
+hpt_status hpt_offload_check(const hpt_offload_opts *o);
+/* hpt_gpt2_create with the engine (o NULL or inactive: hpt_gpt2_create); DISK homes need
+ * hpt_mem_set_disk_dir first. */
+hpt_status hpt_gpt2_create_offload(hpt_mem *mem, const hpt_gpt2_config *cfg,
+                                   const hpt_offload_opts *o, hpt_gpt2 **out);
+/* hpt_gpt2_load into a model made with the offload engine (off NULL or inactive: none). */
+hpt_status hpt_gpt2_load_offload(hpt_mem *mem, const char *path, const hpt_offload_opts *off,
+                                 hpt_gpt2 **out);
+/* The weights in checkpoint order into dst (num_params floats), with or without the engine. */
+hpt_status hpt_gpt2_copy_params(hpt_gpt2 *m, float *dst);
+/* What the engine moved and how long it waited (all zero without one). */
+typedef struct {
+    uint64_t bytes_in[HPT_TIER_COUNT];  /* bytes read from each home tier (loads, state reads) */
+    uint64_t bytes_out[HPT_TIER_COUNT]; /* bytes written to each home tier (write-backs) */
+    uint64_t loads, acquires;           /* block loads queued; block acquisitions (forward,
+                                         * recompute, backward): acquires - loads were found on the device */
+    double io_s;                        /* worker time in copies and disk transfers */
+    double update_s;                    /* worker time in optimizer updates */
+    double compute_update_s;            /* compute-thread time in updates (fused, state on disk) */
+    double wait_s;                      /* compute-thread time blocked on the worker */
+} hpt_offload_stats;
+void hpt_gpt2_offload_stats(const hpt_gpt2 *m, hpt_offload_stats *out);
 
 /* Samples n_new tokens after the n_prompt tokens in tokens[] (capacity n_prompt + n_new),
  * with temperature (> 0) and top_k (0: all): hpt_infer_generate on the model's fp32 weights
@@ -470,6 +544,12 @@ hpt_status hpt_optim_step(hpt_optim *o, float lr, float clip, float *grad_norm_o
  * update, at no extra pass). grad_scale 1 is hpt_optim_step, bit for bit. */
 hpt_status hpt_optim_step_scaled(hpt_optim *o, float lr, float clip, float grad_scale,
                                  float *grad_norm_out);
+/* The fused update (a model with the engine in fused mode): begin before the backward (sets
+ * lr, counts the step, takes the clip factor from the previous step's norm), then the
+ * backward updates each block as its gradients complete; end updates wte, wpe and the final
+ * layernorm, waits for the blocks' updates and gives this step's gradient norm. */
+hpt_status hpt_optim_fused_begin(hpt_optim *o, float lr, float clip);
+hpt_status hpt_optim_fused_end(hpt_optim *o, float *grad_norm_out);
 int64_t hpt_optim_get_t(const hpt_optim *o); /* steps taken */
 void hpt_optim_set_t(hpt_optim *o, int64_t t);
 const hpt_adamw_opts *hpt_optim_get_opts(const hpt_optim *o);
@@ -560,6 +640,11 @@ hpt_status hpt_state_save(const char *path, const hpt_gpt2 *model, const hpt_opt
 hpt_status hpt_state_load(const char *path, hpt_mem *mem, hpt_gpt2 **model_out,
                           hpt_optim **opt_out, hpt_adamw_opts *ao_out,
                           hpt_train_pos *pos_out);
+/* hpt_state_load into a model made with the offload engine (off NULL or inactive: none); the
+ * same files either way. */
+hpt_status hpt_state_load_offload(const char *path, hpt_mem *mem, const hpt_offload_opts *off,
+                                  hpt_gpt2 **model_out, hpt_optim **opt_out,
+                                  hpt_adamw_opts *ao_out, hpt_train_pos *pos_out);
 
 /* ---- io: llm.c reference state (verification) ------------------------------------------ */
 
@@ -738,6 +823,7 @@ typedef struct {
     int state32_embeddings; /* with 8-bit states, wte and wpe keep 32-bit state */
     int accum;           /* micro-batches per optimizer step (0 is read as 1): tokens and
                           * FLOPs per step follow it; memory does not (activations for B only) */
+    hpt_offload_opts offload; /* the offload engine (all zero: none) */
 } hpt_plan_opts;
 /* gpt2-124m, B=4, T=64, training with AdamW fp32, no validation: the trainer's defaults. */
 hpt_plan_opts hpt_plan_defaults(void);
@@ -807,6 +893,7 @@ typedef struct {
     int64_t save_every;    /* checkpoint every N steps and at the end; 0: only at the end */
     uint64_t seed;
     hpt_gpt2_act_opts act; /* attention kind and recompute policy */
+    hpt_offload_opts offload; /* the offload engine (all zero or inactive: none) */
 } hpt_train_opts;
 hpt_train_opts hpt_train_defaults(void);
 

@@ -62,7 +62,7 @@ void t_train_run(hpt_mem *mem, const hpt_train_opts *o, int64_t stop, float *los
     }
     if (params_out) {
         hpt_gpt2 *m = hpt_trainer_model(tr);
-        memcpy(params_out, hpt_gpt2_params(m), hpt_gpt2_get_num_params(m) * sizeof(float));
+        CHECK_OK(hpt_gpt2_copy_params(m, params_out)); /* also an offloaded model's */
     }
     hpt_trainer_free(tr);
 }

@@ -4,6 +4,7 @@
 #include "core/core.h"
 #include "io/io_int.h"
 #include "model/gpt2_int.h"
+#include "offload/engine.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,33 @@
 #define CKPT_MAGIC 20240326
 #define STATE_MAGIC 20240327
 
+/* An offloaded model's weights, read in the engine's pieces (fp32, or bf16 widened in place:
+ * the n bf16 values read into the upper half of dst, element i read before dst[i] is written,
+ * and dst[i] never reaches an element not yet read). */
+typedef struct {
+    FILE *f;
+    const char *path;
+    int bf16;
+} ckpt_reader;
+
+static hpt_status read_ckpt(void *ctx, float *dst, size_t n) {
+    ckpt_reader *r = ctx;
+    if (!r->bf16) return io_read_exact(r->f, dst, n * 4, r->path, "parameters");
+    uint16_t *stage = (uint16_t *)dst + n;
+    HPT_CHECK(io_read_exact(r->f, stage, n * 2, r->path, "parameters"));
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits = (uint32_t)stage[i] << 16;
+        memcpy(&dst[i], &bits, 4);
+    }
+    return HPT_OK;
+}
+
 hpt_status hpt_gpt2_load(hpt_mem *mem, const char *path, hpt_gpt2 **out) {
+    return hpt_gpt2_load_offload(mem, path, NULL, out);
+}
+
+hpt_status hpt_gpt2_load_offload(hpt_mem *mem, const char *path, const hpt_offload_opts *off,
+                                 hpt_gpt2 **out) {
     *out = NULL;
     FILE *f;
     uint64_t size;
@@ -41,9 +68,12 @@ hpt_status hpt_gpt2_load(hpt_mem *mem, const char *path, hpt_gpt2 **out) {
                         cfg.maxT, (unsigned long long)(1024 + (uint64_t)n * esz));
     }
     hpt_gpt2 *m;
-    s = hpt_gpt2_create(mem, &cfg, &m);
+    s = hpt_gpt2_create_offload(mem, &cfg, off, &m);
     if (s != HPT_OK) { fclose(f); return s; }
-    if (esz == 4) {
+    if (m->eng) {
+        ckpt_reader r = {f, path, esz == 2};
+        s = gpt2_absorb(m, EB_P, m->params, read_ckpt, &r);
+    } else if (esz == 4) {
         s = io_read_exact(f, m->params, n * 4, path, "parameters");
     } else {
         /* bf16 -> fp32: the bf16 bits are the high half of the float; reuse grads as staging */
@@ -61,6 +91,10 @@ hpt_status hpt_gpt2_load(hpt_mem *mem, const char *path, hpt_gpt2 **out) {
     return HPT_OK;
 }
 
+static hpt_status emit_atomic(void *ctx, const float *x, size_t n) {
+    return io_atomic_write(ctx, x, n * sizeof(float));
+}
+
 hpt_status hpt_gpt2_save(const hpt_gpt2 *m, const char *path) {
     int32_t h[256] = {0};
     h[0] = CKPT_MAGIC; h[1] = 3; h[2] = m->cfg.maxT; h[3] = m->cfg.V; h[4] = m->cfg.L;
@@ -68,7 +102,8 @@ hpt_status hpt_gpt2_save(const hpt_gpt2 *m, const char *path) {
     io_atomic w;
     HPT_CHECK(io_atomic_begin(&w, path));
     hpt_status s = io_atomic_write(&w, h, sizeof h);
-    if (s == HPT_OK) s = io_atomic_write(&w, m->params, m->num_params * sizeof(float));
+    if (s == HPT_OK) /* gpt2_emit gathers an offloaded model's blocks in checkpoint order */
+        s = gpt2_emit((hpt_gpt2 *)(uintptr_t)m, EB_P, m->params, emit_atomic, &w);
     if (s != HPT_OK) { io_atomic_abort(&w); return s; }
     return io_atomic_commit(&w);
 }

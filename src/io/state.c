@@ -15,10 +15,14 @@
  * 32-bit state, and loads as that.
  * Written through io_atomic (temporary file, fsync, rename, directory fsync): the previous
  * checkpoint under the same name survives any crash. Load checks the size first, then the
- * checksum over everything, before handing out a model. */
+ * checksum over everything, before handing out a model.
+ * An offloaded model (the offload engine) is written and read in the same format: its blocks
+ * gathered in checkpoint order (gpt2_emit) and scattered back (gpt2_absorb), the checksum
+ * taken as the stream goes by. */
 #include "core/core.h"
 #include "io/io_int.h"
 #include "model/gpt2_int.h"
+#include "offload/engine.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +34,10 @@ static const char k_end[8] = {'H', 'P', 'T', 'E', 'N', 'D', 0, 0};
 
 static int64_t fbits(float f) { uint32_t u; memcpy(&u, &f, 4); return (int64_t)u; }
 static float bitsf(int64_t b) { uint32_t u = (uint32_t)b; float f; memcpy(&f, &u, 4); return f; }
+
+static hpt_status emit_atomic(void *ctx, const float *x, size_t n) {
+    return io_atomic_write(ctx, x, n * sizeof(float));
+}
 
 hpt_status hpt_state_save(const char *path, const hpt_gpt2 *model, const hpt_optim *opt,
                           const hpt_adamw_opts *ao, const hpt_train_pos *pos) {
@@ -56,9 +64,15 @@ hpt_status hpt_state_save(const char *path, const hpt_gpt2 *model, const hpt_opt
     hpt_status s = io_atomic_write(&w, k_magic, 8);
     if (s == HPT_OK) s = io_atomic_write(&w, ver, sizeof ver);
     if (s == HPT_OK) s = io_atomic_write(&w, f, sizeof f);
-    if (s == HPT_OK) s = io_atomic_write(&w, model->params, nb);
-    for (int i = 0; i < HPT_OPTIM_NUM_BUFS && s == HPT_OK; i++)
-        if (bufs[i].bytes) s = io_atomic_write(&w, bufs[i].data, bufs[i].bytes);
+    if (model->eng) { /* offloaded: gathered in checkpoint order (AdamW fp32: m, v) */
+        hpt_gpt2 *mm = (hpt_gpt2 *)(uintptr_t)model;
+        if (s == HPT_OK) s = gpt2_emit(mm, EB_P, model->params, emit_atomic, &w);
+        for (int i = 0; i < 2 && s == HPT_OK; i++) s = optim_emit_moment(opt, i, emit_atomic, &w);
+    } else {
+        if (s == HPT_OK) s = io_atomic_write(&w, model->params, nb);
+        for (int i = 0; i < HPT_OPTIM_NUM_BUFS && s == HPT_OK; i++)
+            if (bufs[i].bytes) s = io_atomic_write(&w, bufs[i].data, bufs[i].bytes);
+    }
     uint32_t crc = w.crc;
     if (s == HPT_OK) s = io_atomic_write(&w, &crc, 4);
     if (s == HPT_OK) s = io_atomic_write(&w, k_end, 8);
@@ -66,8 +80,28 @@ hpt_status hpt_state_save(const char *path, const hpt_gpt2 *model, const hpt_opt
     return io_atomic_commit(&w);
 }
 
+/* An offloaded model's stream, read in the engine's pieces, with the checksum as it goes. */
+typedef struct {
+    FILE *fp;
+    const char *path;
+    uint32_t crc;
+} crc_reader;
+
+static hpt_status read_crc(void *ctx, float *dst, size_t n) {
+    crc_reader *r = ctx;
+    HPT_CHECK(io_read_exact(r->fp, dst, n * sizeof(float), r->path, "state"));
+    r->crc = io_crc32c(r->crc, dst, n * sizeof(float));
+    return HPT_OK;
+}
+
 hpt_status hpt_state_load(const char *path, hpt_mem *mem, hpt_gpt2 **model_out,
                           hpt_optim **opt_out, hpt_adamw_opts *ao_out, hpt_train_pos *pos_out) {
+    return hpt_state_load_offload(path, mem, NULL, model_out, opt_out, ao_out, pos_out);
+}
+
+hpt_status hpt_state_load_offload(const char *path, hpt_mem *mem, const hpt_offload_opts *off,
+                                  hpt_gpt2 **model_out, hpt_optim **opt_out,
+                                  hpt_adamw_opts *ao_out, hpt_train_pos *pos_out) {
     *model_out = NULL;
     *opt_out = NULL;
     FILE *fp;
@@ -115,24 +149,34 @@ hpt_status hpt_state_load(const char *path, hpt_mem *mem, hpt_gpt2 **model_out,
     hpt_gpt2 *m = NULL;
     hpt_optim *o = NULL;
     hpt_optim_buf bufs[HPT_OPTIM_NUM_BUFS];
-    if (s == HPT_OK) s = hpt_gpt2_create(mem, &c, &m);
+    crc_reader rd = {fp, path, 0};
+    if (s == HPT_OK) s = hpt_gpt2_create_offload(mem, &c, off, &m);
     if (s == HPT_OK) s = hpt_optim_create(mem, m, &ao, &o);
-    if (s == HPT_OK) s = io_read_exact(fp, m->params, n * 4, path, "parameters");
-    if (s == HPT_OK) hpt_optim_state_buffers(o, bufs);
-    for (int i = 0; i < HPT_OPTIM_NUM_BUFS && s == HPT_OK; i++)
-        if (bufs[i].bytes) s = io_read_exact(fp, bufs[i].data, bufs[i].bytes, path, bufs[i].name);
+    if (s == HPT_OK && m->eng) { /* scattered into the engine's homes as it is read */
+        rd.crc = io_crc32c(io_crc32c(io_crc32c(0, k_magic, 8), ver, sizeof ver), f, sizeof f);
+        s = gpt2_absorb(m, EB_P, m->params, read_crc, &rd);
+        for (int i = 0; i < 2 && s == HPT_OK; i++) s = optim_absorb_moment(o, i, read_crc, &rd);
+    } else {
+        if (s == HPT_OK) s = io_read_exact(fp, m->params, n * 4, path, "parameters");
+        if (s == HPT_OK) hpt_optim_state_buffers(o, bufs);
+        for (int i = 0; i < HPT_OPTIM_NUM_BUFS && s == HPT_OK; i++)
+            if (bufs[i].bytes) s = io_read_exact(fp, bufs[i].data, bufs[i].bytes, path, bufs[i].name);
+    }
     uint32_t crc_file = 0;
     char end[8];
     if (s == HPT_OK) s = io_read_exact(fp, &crc_file, 4, path, "checksum");
     if (s == HPT_OK) s = io_read_exact(fp, end, 8, path, "end marker");
     fclose(fp);
     if (s == HPT_OK) {
-        uint32_t crc = io_crc32c(0, k_magic, 8);
-        crc = io_crc32c(crc, ver, sizeof ver);
-        crc = io_crc32c(crc, f, sizeof f);
-        crc = io_crc32c(crc, m->params, n * 4);
-        for (int i = 0; i < HPT_OPTIM_NUM_BUFS; i++)
-            if (bufs[i].bytes) crc = io_crc32c(crc, bufs[i].data, bufs[i].bytes);
+        uint32_t crc = rd.crc;
+        if (!m->eng) {
+            crc = io_crc32c(0, k_magic, 8);
+            crc = io_crc32c(crc, ver, sizeof ver);
+            crc = io_crc32c(crc, f, sizeof f);
+            crc = io_crc32c(crc, m->params, n * 4);
+            for (int i = 0; i < HPT_OPTIM_NUM_BUFS; i++)
+                if (bufs[i].bytes) crc = io_crc32c(crc, bufs[i].data, bufs[i].bytes);
+        }
         if (memcmp(end, k_end, 8) != 0)
             s = hpt_fail(HPT_ERR_FORMAT, "%s: end marker missing (truncated or corrupt)", path);
         else if (crc != crc_file)

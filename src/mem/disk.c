@@ -5,7 +5,13 @@
  * write later. I/O is O_DIRECT when the file system allows it: aligned requests go straight
  * between memory and disk; unaligned ones go through one 4 MiB bounce buffer (host tier, io
  * category) in read-modify-write blocks. Accounting: the disk tier's live bytes are the
- * requested sizes, under the disk budget like every tier. */
+ * requested sizes, under the disk budget like every tier.
+ * Failures: every read and write checks the full count; an error, a write that stops making
+ * progress (short write) or a read that meets the end of the file (a block truncated or taken
+ * away underneath, found by the file's size before each transfer) is HPT_ERR_IO naming the directory, the offset and the cause, and
+ * ENOSPC says the disk is full. hpt_mem_disk_fail injects each of these at the n-th transfer
+ * (tests; short write and disk full count writes only). mem_disk_rw is the thread-safe path of the offload engine's worker: aligned
+ * requests only, no bounce buffer, no timeline event (the caller records the transfer). */
 #include "core/core.h"
 #include "mem/mem_int.h"
 
@@ -89,18 +95,80 @@ static hpt_status bounce(hpt_mem *m) {
     return hpt_mem_alloc(m, HPT_TIER_HOST, HPT_CAT_IO, BOUNCE_BYTES, &m->bounce);
 }
 
-static hpt_status full_io(int fd, void *buf, size_t n, uint64_t off, int write_) {
+void hpt_mem_disk_fail(hpt_mem *m, hpt_disk_fault kind, uint64_t nth) {
+    __atomic_store_n(&m->disk_fault_kind, (int)kind, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&m->disk_fault_countdown, nth, __ATOMIC_SEQ_CST);
+}
+
+/* The fault to inject into this transfer (HPT_DISK_FAULT_NONE mostly); any thread. Faults of
+ * writes (short write, disk full) count writes only. */
+static hpt_disk_fault take_fault(hpt_mem *m, int write_) {
+    int kind = __atomic_load_n(&m->disk_fault_kind, __ATOMIC_SEQ_CST);
+    if (!write_ && (kind == HPT_DISK_FAULT_SHORT_WRITE || kind == HPT_DISK_FAULT_ENOSPC))
+        return HPT_DISK_FAULT_NONE;
+    uint64_t c = __atomic_load_n(&m->disk_fault_countdown, __ATOMIC_SEQ_CST);
+    while (c) {
+        if (__atomic_compare_exchange_n(&m->disk_fault_countdown, &c, c - 1, 0, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_SEQ_CST))
+            return c == 1 ? (hpt_disk_fault)__atomic_load_n(&m->disk_fault_kind, __ATOMIC_SEQ_CST)
+                          : HPT_DISK_FAULT_NONE;
+    }
+    return HPT_DISK_FAULT_NONE;
+}
+
+/* file_bytes: the block's reserved size; a file found shorter was truncated or taken away
+ * underneath (reading it would meet its end, writing it would leave holes that read as zeros). */
+static hpt_status full_io(hpt_mem *m, int fd, void *buf, size_t n, uint64_t off, int write_,
+                          uint64_t file_bytes) {
+    const char *what = write_ ? "write" : "read";
+    size_t total = n, done = 0;
+    hpt_disk_fault f = take_fault(m, write_);
+    if (f == HPT_DISK_FAULT_VANISHED && ftruncate(fd, 0) != 0) f = HPT_DISK_FAULT_EIO;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || (uint64_t)st.st_size < file_bytes)
+        return hpt_fail(HPT_ERR_IO, "disk tier: the block's file in %s was truncated or removed "
+                        "(%lld of %llu bytes left)", m->disk_dir, (long long)st.st_size,
+                        (unsigned long long)file_bytes);
     while (n) {
-        ssize_t r = write_ ? pwrite(fd, buf, n, (off_t)off) : pread(fd, buf, n, (off_t)off);
+        ssize_t r;
+        if (f == HPT_DISK_FAULT_EIO) { r = -1; errno = EIO; }
+        else if (f == HPT_DISK_FAULT_ENOSPC && write_) { r = -1; errno = ENOSPC; }
+        else if (f == HPT_DISK_FAULT_SHORT_WRITE && write_ && done) r = 0; /* no more progress */
+        else {
+            size_t k = f == HPT_DISK_FAULT_SHORT_WRITE && write_ ? (n + 1) / 2 : n;
+            r = write_ ? pwrite(fd, buf, k, (off_t)off) : pread(fd, buf, k, (off_t)off);
+        }
         if (r < 0 && errno == EINTR) continue;
-        if (r <= 0)
-            return hpt_fail(HPT_ERR_IO, "disk tier: %s failed: %s", write_ ? "write" : "read",
-                            r < 0 ? strerror(errno) : "end of file");
+        if (r < 0 && errno == ENOSPC)
+            return hpt_fail(HPT_ERR_IO, "disk tier: %s of %zu bytes at offset %llu in %s failed: "
+                            "the disk is full (%s)", what, total, (unsigned long long)(off - done),
+                            m->disk_dir, strerror(ENOSPC));
+        if (r < 0)
+            return hpt_fail(HPT_ERR_IO, "disk tier: %s of %zu bytes at offset %llu in %s failed: %s",
+                            what, total, (unsigned long long)(off - done), m->disk_dir,
+                            strerror(errno));
+        if (r == 0)
+            return hpt_fail(HPT_ERR_IO, write_ ? "disk tier: short write in %s: %zu of %zu bytes "
+                            "at offset %llu written, then no progress" : "disk tier: read in %s "
+                            "stopped after %zu of %zu bytes at offset %llu: the block's file was "
+                            "truncated or removed", m->disk_dir, done, total,
+                            (unsigned long long)(off - done));
         buf = (char *)buf + r;
         n -= (size_t)r;
+        done += (size_t)r;
         off += (uint64_t)r;
     }
     return HPT_OK;
+}
+
+hpt_status mem_disk_rw(hpt_mem *m, const hpt_disk_ref *ref, uint64_t offset, void *buf,
+                       size_t bytes, int write_) {
+    if (ref->fd < 0 || offset > ref->bytes || bytes > round_up(ref->bytes) - offset)
+        return hpt_fail(HPT_ERR_INVALID, "disk tier: %zu bytes at %llu are outside the block of %llu",
+                        bytes, (unsigned long long)offset, (unsigned long long)ref->bytes);
+    if (((uintptr_t)buf | offset | bytes) % DISK_ALIGN != 0)
+        return hpt_fail(HPT_ERR_INVALID, "disk tier: unaligned transfer on the engine's path");
+    return full_io(m, ref->fd, buf, bytes, offset, write_, round_up(ref->bytes));
 }
 
 /* Moves bytes between mem and the block at offset, directly when everything is aligned. */
@@ -110,7 +178,7 @@ static hpt_status disk_io(hpt_mem *m, const hpt_disk_ref *ref, uint64_t offset, 
         return hpt_fail(HPT_ERR_INVALID, "disk tier: %zu bytes at %llu are outside the block of %llu",
                         bytes, (unsigned long long)offset, (unsigned long long)ref->bytes);
     if (((uintptr_t)mem_ptr | offset | bytes) % DISK_ALIGN == 0 || !m->disk_direct)
-        return full_io(ref->fd, mem_ptr, bytes, offset, write_);
+        return full_io(m, ref->fd, mem_ptr, bytes, offset, write_, round_up(ref->bytes));
     HPT_CHECK(bounce(m));
     char *b = m->bounce;
     while (bytes) {
@@ -121,11 +189,11 @@ static hpt_status disk_io(hpt_mem *m, const hpt_disk_ref *ref, uint64_t offset, 
         if (lo + span > round_up(ref->bytes)) span = (size_t)(round_up(ref->bytes) - lo);
         if (write_) {
             /* read-modify-write the edges the request does not cover */
-            if (head || n % DISK_ALIGN) HPT_CHECK(full_io(ref->fd, b, span, lo, 0));
+            if (head || n % DISK_ALIGN) HPT_CHECK(full_io(m, ref->fd, b, span, lo, 0, round_up(ref->bytes)));
             memcpy(b + head, mem_ptr, n);
-            HPT_CHECK(full_io(ref->fd, b, span, lo, 1));
+            HPT_CHECK(full_io(m, ref->fd, b, span, lo, 1, round_up(ref->bytes)));
         } else {
-            HPT_CHECK(full_io(ref->fd, b, span, lo, 0));
+            HPT_CHECK(full_io(m, ref->fd, b, span, lo, 0, round_up(ref->bytes)));
             memcpy(mem_ptr, b + head, n);
         }
         mem_ptr = (char *)mem_ptr + n;

@@ -23,6 +23,8 @@ struct hpt_mem {
     char disk_dir[PATH_MAX];
     int disk_direct;         /* the last block opened with O_DIRECT */
     void *bounce;            /* (4 MiB) host tier, io: aligned staging for unaligned disk I/O */
+    uint64_t disk_fault_countdown; /* atomic; 0: off; 1: the next disk transfer fails */
+    int disk_fault_kind;     /* hpt_disk_fault */
 };
 
 
@@ -30,5 +32,11 @@ struct hpt_mem {
  * part of every tier's allocation. Records the event. */
 hpt_status mem_reserve(hpt_mem *m, hpt_tier tier, hpt_category cat, size_t bytes);
 void mem_unreserve(hpt_mem *m, hpt_tier tier, hpt_category cat, size_t bytes);
+
+/* Reads or writes a disk block with no bounce buffer and no timeline event: the offload
+ * engine's worker thread (buf, offset and bytes 4096-aligned; bytes may run into the block's
+ * last aligned page). */
+hpt_status mem_disk_rw(hpt_mem *m, const hpt_disk_ref *ref, uint64_t offset, void *buf,
+                       size_t bytes, int write_);
 
 #endif

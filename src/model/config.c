@@ -100,3 +100,35 @@ void gpt2_point_tensors(const hpt_gpt2_config *cfg, float *base, gpt2_tensors *p
                                          &p->lnfw, &p->lnfb};
     for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) *dst[i] = base + t[i].offset;
 }
+
+void gpt2_block_slices(const hpt_gpt2_config *cfg, size_t n[GPT2_BLOCK_SLICES]) {
+    hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
+    hpt_gpt2_tensors(cfg, t);
+    for (int i = 0; i < GPT2_BLOCK_SLICES; i++)
+        n[i] = t[GPT2_FIRST_BLOCK_TENSOR + i].numel / (size_t)cfg->L;
+}
+
+size_t gpt2_block_floats(const hpt_gpt2_config *cfg) {
+    size_t n[GPT2_BLOCK_SLICES], s = 0;
+    gpt2_block_slices(cfg, n);
+    for (int i = 0; i < GPT2_BLOCK_SLICES; i++) s += n[i];
+    return s;
+}
+
+int gpt2_is_block_tensor(int i) {
+    return i >= GPT2_FIRST_BLOCK_TENSOR && i < GPT2_FIRST_BLOCK_TENSOR + GPT2_BLOCK_SLICES;
+}
+
+size_t gpt2_nonblock_offset(const hpt_gpt2_config *cfg, int i) {
+    size_t C = (size_t)cfg->C, emb = (size_t)cfg->Vp * C + (size_t)cfg->maxT * C;
+    switch (i) {
+    case 0: return 0;
+    case 1: return (size_t)cfg->Vp * C;
+    case 14: return emb;
+    default: return emb + C; /* 15 */
+    }
+}
+
+size_t gpt2_nonblock_floats(const hpt_gpt2_config *cfg) {
+    return gpt2_nonblock_offset(cfg, 15) + (size_t)cfg->C;
+}

@@ -17,12 +17,18 @@
  * host offload). Invariant: the prefetch thread writes only buffers born at the current time
  * point and reads only the host store; it is joined before anything reads them and before the
  * arena is freed or replanned.
+ * Blocks' parameters are reached through a gpt2_block (block_acquire / block_release): slices of
+ * the flat buffers without the offload engine (zero copy, the same pointers as before the
+ * engine existed), or the engine's device slot with it (src/offload/engine.c): each block is
+ * acquired for its forward, its recomputation and its backward, whose gradients go to the
+ * engine's gradient slot and are handed to it (eng_grads_done) when complete.
  * States: created -> (forward -> [backward]) * ; backward without a forward with targets
  * is refused with HPT_ERR_INVALID. */
 #include "core/core.h"
 #include "kernels/kernels.h"
 #include "mem/arena.h"
 #include "model/gpt2_int.h"
+#include "offload/engine.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -44,9 +50,21 @@ static void free_stores(hpt_gpt2 *m) {
     m->host_bytes = m->staging_bytes = m->disk_bytes = 0;
 }
 
-hpt_status hpt_gpt2_create(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_gpt2 **out) {
+/* Points the non-block tensors into the engine's flat buffer (wte, wpe, lnfw, lnfb). */
+static void point_nonblock(const hpt_gpt2_config *cfg, float *base, gpt2_tensors *t) {
+    memset(t, 0, sizeof *t);
+    t->wte = base + gpt2_nonblock_offset(cfg, 0);
+    t->wpe = base + gpt2_nonblock_offset(cfg, 1);
+    t->lnfw = base + gpt2_nonblock_offset(cfg, 14);
+    t->lnfb = base + gpt2_nonblock_offset(cfg, 15);
+}
+
+hpt_status hpt_gpt2_create_offload(hpt_mem *mem, const hpt_gpt2_config *cfg,
+                                   const hpt_offload_opts *o, hpt_gpt2 **out) {
     *out = NULL;
     HPT_CHECK(hpt_gpt2_config_check(cfg));
+    int eng = hpt_offload_active(o);
+    if (eng) HPT_CHECK(hpt_offload_check(o));
     hpt_gpt2 *m = calloc(1, sizeof *m);
     if (!m) return hpt_fail(HPT_ERR_OOM, "cannot allocate the model object");
     m->cfg = *cfg;
@@ -55,21 +73,74 @@ hpt_status hpt_gpt2_create(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_gpt2 **
     m->disk.fd = -1;
     m->act = hpt_gpt2_act_defaults();
     m->num_params = hpt_gpt2_num_params(cfg);
-    size_t bytes = m->num_params * sizeof(float);
+    m->n_flat = eng ? gpt2_nonblock_floats(cfg) : m->num_params;
+    size_t bytes = m->n_flat * sizeof(float);
     hpt_mem_set_name(mem, "parameters");
     hpt_status s = hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, bytes, (void **)&m->params);
     if (s == HPT_OK) {
         hpt_mem_set_name(mem, "gradients");
         s = hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, bytes, (void **)&m->grads);
     }
+    if (s == HPT_OK && eng) {
+        size_t n[GPT2_BLOCK_SLICES];
+        gpt2_block_slices(cfg, n);
+        s = eng_create(mem, cfg->L, GPT2_BLOCK_SLICES, n, o, &m->eng);
+    }
     if (s != HPT_OK) {
         hpt_gpt2_free(m);
         return hpt_fail_ctx(s, "allocating %zu parameters", hpt_gpt2_num_params(cfg));
     }
-    gpt2_point_tensors(cfg, m->params, &m->p);
-    gpt2_point_tensors(cfg, m->grads, &m->g);
+    if (eng) {
+        point_nonblock(cfg, m->params, &m->p);
+        point_nonblock(cfg, m->grads, &m->g);
+    } else {
+        gpt2_point_tensors(cfg, m->params, &m->p);
+        gpt2_point_tensors(cfg, m->grads, &m->g);
+    }
     *out = m;
     return HPT_OK;
+}
+
+hpt_status hpt_gpt2_create(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_gpt2 **out) {
+    return hpt_gpt2_create_offload(mem, cfg, NULL, out);
+}
+
+/* The slices of block l in a packed block at base (the engine's layout). */
+static void block_packed(const hpt_gpt2_config *cfg, float *base, gpt2_block *b) {
+    size_t n[GPT2_BLOCK_SLICES], o = 0;
+    gpt2_block_slices(cfg, n);
+    float **f[GPT2_BLOCK_SLICES] = {&b->ln1w, &b->ln1b, &b->qkvw, &b->qkvb, &b->attprojw,
+                                    &b->attprojb, &b->ln2w, &b->ln2b, &b->fcw, &b->fcb,
+                                    &b->fcprojw, &b->fcprojb};
+    for (int i = 0; i < GPT2_BLOCK_SLICES; i++) {
+        *f[i] = base + o;
+        o += n[i];
+    }
+}
+
+/* Block l's slices of the flat tensors t. */
+static void block_flat(const hpt_gpt2_config *cfg, const gpt2_tensors *t, int l, gpt2_block *b) {
+    size_t lc = (size_t)l * cfg->C, C = (size_t)cfg->C;
+    *b = (gpt2_block){t->ln1w + lc, t->ln1b + lc, t->qkvw + lc * 3 * C, t->qkvb + lc * 3,
+                      t->attprojw + lc * C, t->attprojb + lc, t->ln2w + lc, t->ln2b + lc,
+                      t->fcw + lc * 4 * C, t->fcb + lc * 4, t->fcprojw + lc * 4 * C,
+                      t->fcprojb + lc};
+}
+
+/* Block l's parameters, held until block_release (the engine loads them when offloaded). */
+static hpt_status block_acquire(hpt_gpt2 *m, int l, gpt2_block *b) {
+    if (!m->eng) {
+        block_flat(&m->cfg, &m->p, l, b);
+        return HPT_OK;
+    }
+    float *base;
+    HPT_CHECK(eng_acquire(m->eng, l, &base));
+    block_packed(&m->cfg, base, b);
+    return HPT_OK;
+}
+
+static void block_release(hpt_gpt2 *m, int l) {
+    if (m->eng) eng_release(m->eng, l);
 }
 
 void hpt_gpt2_free_activations(hpt_gpt2 *m) {
@@ -94,7 +165,8 @@ void hpt_gpt2_free(hpt_gpt2 *m) {
     free(m->astore);
     free(m->soff);
     free(m->sbytes);
-    size_t bytes = m->num_params * sizeof(float);
+    eng_free(m->eng);
+    size_t bytes = m->n_flat * sizeof(float);
     hpt_mem_free(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, m->params, bytes);
     hpt_mem_free(m->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, m->grads, bytes);
     free(m);
@@ -102,8 +174,54 @@ void hpt_gpt2_free(hpt_gpt2 *m) {
 
 const hpt_gpt2_config *hpt_gpt2_get_config(const hpt_gpt2 *m) { return &m->cfg; }
 size_t hpt_gpt2_get_num_params(const hpt_gpt2 *m) { return m->num_params; }
-float *hpt_gpt2_params(hpt_gpt2 *m) { return m->params; }
-float *hpt_gpt2_grads(hpt_gpt2 *m) { return m->grads; }
+float *hpt_gpt2_params(hpt_gpt2 *m) { return m->eng ? NULL : m->params; }
+float *hpt_gpt2_grads(hpt_gpt2 *m) { return m->eng ? NULL : m->grads; }
+
+hpt_status gpt2_emit(hpt_gpt2 *m, int b, const float *flat, gpt2_emit_fn emit, void *ctx) {
+    hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
+    hpt_gpt2_tensors(&m->cfg, t);
+    if (!m->eng) return emit(ctx, flat, m->num_params);
+    for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) {
+        if (!gpt2_is_block_tensor(i)) {
+            HPT_CHECK(emit(ctx, flat + gpt2_nonblock_offset(&m->cfg, i), t[i].numel));
+            continue;
+        }
+        for (int l = 0; l < m->cfg.L; l++)
+            HPT_CHECK(eng_emit_slice(m->eng, b, l, i - GPT2_FIRST_BLOCK_TENSOR, emit, ctx));
+    }
+    return HPT_OK;
+}
+
+hpt_status gpt2_absorb(hpt_gpt2 *m, int b, float *flat, gpt2_read_fn read, void *ctx) {
+    hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
+    hpt_gpt2_tensors(&m->cfg, t);
+    if (!m->eng) return read(ctx, flat, m->num_params);
+    for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) {
+        if (!gpt2_is_block_tensor(i)) {
+            HPT_CHECK(read(ctx, flat + gpt2_nonblock_offset(&m->cfg, i), t[i].numel));
+            continue;
+        }
+        for (int l = 0; l < m->cfg.L; l++)
+            HPT_CHECK(eng_absorb_slice(m->eng, b, l, i - GPT2_FIRST_BLOCK_TENSOR, read, ctx));
+    }
+    return HPT_OK;
+}
+
+static hpt_status emit_copy(void *ctx, const float *x, size_t n) {
+    float **dst = ctx;
+    memcpy(*dst, x, n * sizeof(float));
+    *dst += n;
+    return HPT_OK;
+}
+
+hpt_status hpt_gpt2_copy_params(hpt_gpt2 *m, float *dst) {
+    return gpt2_emit(m, EB_P, m->params, emit_copy, &dst);
+}
+
+void hpt_gpt2_offload_stats(const hpt_gpt2 *m, hpt_offload_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (m->eng) eng_stats(m->eng, out);
+}
 const float *hpt_gpt2_logits(const hpt_gpt2 *m) { return m->a.logits; }
 
 /* Rows of logits the head computes at once for the current (B, T). */
@@ -113,7 +231,8 @@ static size_t head_rows(const hpt_gpt2 *m) {
 }
 
 void hpt_gpt2_zero_grad(hpt_gpt2 *m) {
-    memset(m->grads, 0, m->num_params * sizeof(float));
+    memset(m->grads, 0, m->n_flat * sizeof(float)); /* the engine zeroes a block's at its backward */
+    m->grads_live = 0;
 }
 
 /* Step time points of the arena plan: forward of the embeddings (0), of block l (1 + l), of
@@ -586,59 +705,63 @@ static hpt_status ensure_acts(hpt_gpt2 *m, int B, int T) {
 
 /* The forward of block l on (m->B, m->T): reads residual (B,T,C), writes la's buffers; the
  * block's output res3 only when with_res3 (a recomputation skips it where it is kept). */
-static void block_forward(hpt_gpt2 *m, int l, gpt2_layer_acts *la, const float *residual,
-                          int with_res3) {
+static void block_forward(hpt_gpt2 *m, const gpt2_block *p, gpt2_layer_acts *la,
+                          const float *residual, int with_res3) {
     const int B = m->B, T = m->T, C = m->cfg.C, NH = m->cfg.NH;
-    const size_t BT = (size_t)B * T, lc = (size_t)l * C;
-    const gpt2_tensors *p = &m->p;
-    k_layernorm_forward(la->ln1, la->ln1_mean, la->ln1_rstd, residual, p->ln1w + lc,
-                        p->ln1b + lc, (int64_t)BT, C);
-    k_matmul_forward(la->qkv, la->ln1, p->qkvw + lc * 3 * C, p->qkvb + lc * 3, (int64_t)BT, C,
-                     3 * C, 0);
+    const size_t BT = (size_t)B * T;
+    k_layernorm_forward(la->ln1, la->ln1_mean, la->ln1_rstd, residual, p->ln1w, p->ln1b,
+                        (int64_t)BT, C);
+    k_matmul_forward(la->qkv, la->ln1, p->qkvw, p->qkvb, (int64_t)BT, C, 3 * C, 0);
     if (m->act.attention == HPT_ATTN_FLASH)
         k_flash_attention_forward(la->atty, la->att_lse, la->qkv, B, T, C, NH);
     else
         k_attention_forward(la->atty, la->att, la->qkv, B, T, C, NH);
     /* res2 = residual + atty @ attprojw^T + attprojb */
     memcpy(la->res2, residual, BT * C * sizeof(float));
-    k_matmul_forward(la->res2, la->atty, p->attprojw + lc * C, p->attprojb + lc, (int64_t)BT,
-                     C, C, 1);
-    k_layernorm_forward(la->ln2, la->ln2_mean, la->ln2_rstd, la->res2, p->ln2w + lc,
-                        p->ln2b + lc, (int64_t)BT, C);
-    k_matmul_forward(la->fch, la->ln2, p->fcw + lc * 4 * C, p->fcb + lc * 4, (int64_t)BT, C,
-                     4 * C, 0);
+    k_matmul_forward(la->res2, la->atty, p->attprojw, p->attprojb, (int64_t)BT, C, C, 1);
+    k_layernorm_forward(la->ln2, la->ln2_mean, la->ln2_rstd, la->res2, p->ln2w, p->ln2b,
+                        (int64_t)BT, C);
+    k_matmul_forward(la->fch, la->ln2, p->fcw, p->fcb, (int64_t)BT, C, 4 * C, 0);
     k_gelu_forward(la->fch_gelu, la->fch, (int64_t)BT * 4 * C);
     if (!with_res3) return;
     /* res3 = res2 + fch_gelu @ fcprojw^T + fcprojb */
     memcpy(la->res3, la->res2, BT * C * sizeof(float));
-    k_matmul_forward(la->res3, la->fch_gelu, p->fcprojw + lc * 4 * C, p->fcprojb + lc,
-                     (int64_t)BT, 4 * C, C, 1);
+    k_matmul_forward(la->res3, la->fch_gelu, p->fcprojw, p->fcprojb, (int64_t)BT, 4 * C, C, 1);
 }
 
 /* At the start of block l's backward: rebuilds what the policy dropped, with the kernels and
- * inputs of the forward, so the bits are the forward's. */
-static void recompute_block(hpt_gpt2 *m, int l) {
+ * inputs of the forward, so the bits are the forward's. Acquires (and releases) each block whose
+ * forward it reruns. */
+static hpt_status recompute_block(hpt_gpt2 *m, int l) {
     const int B = m->B, T = m->T, L = m->cfg.L, C = m->cfg.C, NH = m->cfg.NH;
-    const size_t BT = (size_t)B * T, lc = (size_t)l * C;
-    const gpt2_tensors *p = &m->p;
+    const size_t BT = (size_t)B * T;
     gpt2_acts *a = &m->a;
     const int N = segment_len(&m->act);
     if (N) {
         /* every:N / full: at the segment's last block, rerun its forward from the kept input */
-        if (l != segment_end(l, N, L)) return;
-        for (int j = (l / N) * N; j <= l; j++)
-            block_forward(m, j, &a->layer[j], j == 0 ? a->encoded : a->layer[j - 1].res3, j < l);
+        if (l != segment_end(l, N, L)) return HPT_OK;
+        for (int j = (l / N) * N; j <= l; j++) {
+            gpt2_block bj;
+            HPT_CHECK(block_acquire(m, j, &bj));
+            block_forward(m, &bj, &a->layer[j], j == 0 ? a->encoded : a->layer[j - 1].res3, j < l);
+            block_release(m, j);
+        }
     } else if (m->act.recompute == HPT_RECOMPUTE_SELECTIVE) {
+        gpt2_block pb;
+        HPT_CHECK(block_acquire(m, l, &pb));
+        const gpt2_block *p = &pb;
         gpt2_layer_acts *la = &a->layer[l];
         const float *residual = l == 0 ? a->encoded : a->layer[l - 1].res3;
-        k_layernorm_apply(la->ln1, residual, p->ln1w + lc, p->ln1b + lc, la->ln1_mean,
-                          la->ln1_rstd, (int64_t)BT, C);
+        k_layernorm_apply(la->ln1, residual, p->ln1w, p->ln1b, la->ln1_mean, la->ln1_rstd,
+                          (int64_t)BT, C);
         if (m->act.attention == HPT_ATTN_PLAIN) /* rewrites atty with the same bits */
             k_attention_forward(la->atty, la->att, la->qkv, B, T, C, NH);
-        k_layernorm_apply(la->ln2, la->res2, p->ln2w + lc, p->ln2b + lc, la->ln2_mean,
-                          la->ln2_rstd, (int64_t)BT, C);
+        k_layernorm_apply(la->ln2, la->res2, p->ln2w, p->ln2b, la->ln2_mean, la->ln2_rstd,
+                          (int64_t)BT, C);
         k_gelu_forward(la->fch_gelu, la->fch, (int64_t)BT * 4 * C);
+        block_release(m, l);
     }
+    return HPT_OK;
 }
 
 /* Rows and row width of field i at the current (B, T). */
@@ -763,16 +886,25 @@ hpt_status hpt_gpt2_forward(hpt_gpt2 *m, const int32_t *inputs, const int32_t *t
     m->has_targets = targets != NULL;
     if (targets) memcpy(a->targets, targets, BT * sizeof(int32_t));
     k_encoder_forward(a->encoded, a->inputs, p->wte, p->wpe, B, T, C);
-    for (int l = 0; l < L; l++) {
+    hpt_status s = m->eng ? eng_begin_pass(m->eng, 1) : HPT_OK;
+    for (int l = 0; l < L && s == HPT_OK; l++) {
         hpt_mem_set_layer(m->mem, l);
         enter_time(m, TP_BLOCK_F(l));
-        block_forward(m, l, &m->flayers[l], l == 0 ? a->encoded : m->flayers[l - 1].res3, 1);
-        hpt_status s = offload_block(m, l);
+        gpt2_block bp;
+        s = block_acquire(m, l, &bp);
         if (s != HPT_OK) {
-            m->has_targets = 0;
-            hpt_mem_set_layer(m->mem, -1);
-            return hpt_fail_ctx(s, "offloading block %d's activations", l);
+            s = hpt_fail_ctx(s, "bringing in block %d's parameters", l);
+            break;
         }
+        block_forward(m, &bp, &m->flayers[l], l == 0 ? a->encoded : m->flayers[l - 1].res3, 1);
+        block_release(m, l);
+        s = offload_block(m, l);
+        if (s != HPT_OK) s = hpt_fail_ctx(s, "offloading block %d's activations", l);
+    }
+    if (s != HPT_OK) {
+        m->has_targets = 0;
+        hpt_mem_set_layer(m->mem, -1);
+        return s;
     }
     hpt_mem_set_layer(m->mem, -1);
     enter_time(m, TP_HEAD_F(L));
@@ -833,35 +965,49 @@ hpt_status hpt_gpt2_backward(hpt_gpt2 *m) {
     memset(a->dres, 0, BT * C * sizeof(float));
     k_layernorm_backward(a->dres, g->lnfw, g->lnfb, a->dsmall, a->layer[L - 1].res3, p->lnfw,
                          a->lnf_mean, a->lnf_rstd, (int64_t)BT, C);
-    for (int l = L - 1; l >= 0; l--) {
+    hpt_status s = m->eng ? eng_begin_pass(m->eng, -1) : HPT_OK;
+    for (int l = L - 1; l >= 0 && s == HPT_OK; l--) {
         hpt_mem_set_layer(m->mem, l);
         enter_time(m, TP_BLOCK_B(L, l));
         prefetch_wait(m); /* block l's fields */
         if (l > 0) {
-            hpt_status s = prefetch_start(m, l - 1);
+            s = prefetch_start(m, l - 1);
             if (s != HPT_OK) {
-                hpt_mem_set_layer(m->mem, -1);
-                return hpt_fail_ctx(s, "bringing back block %d's activations", l - 1);
+                s = hpt_fail_ctx(s, "bringing back block %d's activations", l - 1);
+                break;
             }
         }
-        recompute_block(m, l);
+        gpt2_block pb, gb;
+        s = recompute_block(m, l);
+        if (s == HPT_OK) s = block_acquire(m, l, &pb);
+        if (s == HPT_OK && m->eng) {
+            float *gbase;
+            s = eng_grad_slot(m->eng, l, m->grads_live, &gbase);
+            if (s == HPT_OK) block_packed(c, gbase, &gb);
+        } else if (s == HPT_OK) {
+            block_flat(c, g, l, &gb);
+        }
+        if (s != HPT_OK) {
+            s = hpt_fail_ctx(s, "bringing in block %d's parameters", l);
+            break;
+        }
+        const gpt2_block *bp = &pb, *bg = &gb;
         const float *residual = l == 0 ? a->encoded : a->layer[l - 1].res3;
         const gpt2_layer_acts *la = &a->layer[l];
-        size_t lc = (size_t)l * C;
         /* res3 = res2 + fch_gelu @ fcprojw^T + fcprojb; dres flows to res2 unchanged */
-        k_matmul_backward(a->dbig, g->fcprojw + lc * 4 * C, g->fcprojb + lc, a->dres, la->fch_gelu,
-                          p->fcprojw + lc * 4 * C, (int64_t)BT, 4 * C, C, 0);
+        k_matmul_backward(a->dbig, bg->fcprojw, bg->fcprojb, a->dres, la->fch_gelu, bp->fcprojw,
+                          (int64_t)BT, 4 * C, C, 0);
         /* fch_gelu = gelu(fch) */
         k_gelu_backward(a->dbig, la->fch, a->dbig, (int64_t)BT * 4 * C);
         /* fch = ln2 @ fcw^T + fcb */
-        k_matmul_backward(a->dsmall, g->fcw + lc * 4 * C, g->fcb + lc * 4, a->dbig, la->ln2,
-                          p->fcw + lc * 4 * C, (int64_t)BT, C, 4 * C, 0);
+        k_matmul_backward(a->dsmall, bg->fcw, bg->fcb, a->dbig, la->ln2, bp->fcw, (int64_t)BT, C,
+                          4 * C, 0);
         /* ln2 = layernorm(res2) */
-        k_layernorm_backward(a->dres, g->ln2w + lc, g->ln2b + lc, a->dsmall, la->res2,
-                             p->ln2w + lc, la->ln2_mean, la->ln2_rstd, (int64_t)BT, C);
+        k_layernorm_backward(a->dres, bg->ln2w, bg->ln2b, a->dsmall, la->res2, bp->ln2w,
+                             la->ln2_mean, la->ln2_rstd, (int64_t)BT, C);
         /* res2 = residual + atty @ attprojw^T + attprojb */
-        k_matmul_backward(a->dsmall, g->attprojw + lc * C, g->attprojb + lc, a->dres, la->atty,
-                          p->attprojw + lc * C, (int64_t)BT, C, C, 0);
+        k_matmul_backward(a->dsmall, bg->attprojw, bg->attprojb, a->dres, la->atty, bp->attprojw,
+                          (int64_t)BT, C, C, 0);
         /* atty = attention(qkv) */
         if (m->act.attention == HPT_ATTN_FLASH)
             k_flash_attention_backward(a->dbig, a->attscr, a->dsmall, la->qkv, la->atty,
@@ -869,16 +1015,27 @@ hpt_status hpt_gpt2_backward(hpt_gpt2 *m) {
         else
             k_attention_backward(a->dbig, a->attscr, a->dsmall, la->qkv, la->att, B, T, C, NH);
         /* qkv = ln1 @ qkvw^T + qkvb */
-        k_matmul_backward(a->dsmall, g->qkvw + lc * 3 * C, g->qkvb + lc * 3, a->dbig, la->ln1,
-                          p->qkvw + lc * 3 * C, (int64_t)BT, C, 3 * C, 0);
+        k_matmul_backward(a->dsmall, bg->qkvw, bg->qkvb, a->dbig, la->ln1, bp->qkvw, (int64_t)BT,
+                          C, 3 * C, 0);
         /* ln1 = layernorm(residual) */
-        k_layernorm_backward(a->dres, g->ln1w + lc, g->ln1b + lc, a->dsmall, residual,
-                             p->ln1w + lc, la->ln1_mean, la->ln1_rstd, (int64_t)BT, C);
+        k_layernorm_backward(a->dres, bg->ln1w, bg->ln1b, a->dsmall, residual, bp->ln1w,
+                             la->ln1_mean, la->ln1_rstd, (int64_t)BT, C);
+        if (m->eng) {
+            s = eng_grads_done(m->eng, l);
+            if (s != HPT_OK) s = hpt_fail_ctx(s, "handing over block %d's gradients", l);
+        }
+        block_release(m, l);
     }
     hpt_mem_set_layer(m->mem, -1);
+    if (s != HPT_OK) {
+        prefetch_wait(m);
+        enter_time(m, -1);
+        return s;
+    }
     enter_time(m, TP_ENC_B(L));
     /* encoded = wte[inputs] + wpe[t] */
     k_encoder_backward(g->wte, g->wpe, a->dres, a->inputs, B, T, C);
+    m->grads_live = 1;
     enter_time(m, -1);
     return HPT_OK;
 }

@@ -26,6 +26,26 @@ typedef struct {
     float *lnfb;     // (C)
 } gpt2_tensors;
 
+/* One block's parameters (or gradients): block l's slice of each per-layer tensor, in the
+ * tensors' order. Without the offload engine they point into the flat buffers (slice l of each
+ * tensor); with it, into one packed block (the slices back to back, this order). */
+typedef struct {
+    float *ln1w;     // (C)
+    float *ln1b;     // (C)
+    float *qkvw;     // (3C, C)
+    float *qkvb;     // (3C)
+    float *attprojw; // (C, C)
+    float *attprojb; // (C)
+    float *ln2w;     // (C)
+    float *ln2b;     // (C)
+    float *fcw;      // (4C, C)
+    float *fcb;      // (4C)
+    float *fcprojw;  // (C, 4C)
+    float *fcprojb;  // (C)
+} gpt2_block;
+#define GPT2_BLOCK_SLICES 12
+#define GPT2_FIRST_BLOCK_TENSOR 2 /* tensor index (hpt_gpt2_tensors) of a block's slice 0 */
+
 /* Activations one block saves for its backward; all fp32. */
 typedef struct {
     float *ln1;      // (B, T, C)
@@ -74,13 +94,19 @@ typedef struct {
     size_t offset;
 } gpt2_buf;
 
+struct offload_engine;
+
 struct hpt_gpt2 {
     hpt_gpt2_config cfg;
     hpt_mem *mem;         /* borrowed; outlives the model */
     size_t num_params;
-    float *params;        /* (num_params) device tier, params category */
-    float *grads;         /* (num_params) device tier, grads category */
-    gpt2_tensors p, g;
+    float *params;        /* (n_flat) device tier, params category */
+    float *grads;         /* (n_flat) device tier, grads category */
+    size_t n_flat;        /* num_params; with the engine, the non-block tensors only: wte, wpe,
+                           * lnfw, lnfb back to back (gpt2_nonblock_offset) */
+    gpt2_tensors p, g;    /* with the engine, the block tensors' pointers are NULL */
+    struct offload_engine *eng; /* the offload engine, or NULL (src/offload/engine.c) */
+    int grads_live;       /* a backward has added gradients since the last zero_grad */
     /* activations: one arena planned for (aB, aT); replanned when the shape changes */
     float *act_mem;
     size_t act_bytes;     /* the arena's allocation */
@@ -114,5 +140,24 @@ struct hpt_gpt2 {
 };
 
 void gpt2_point_tensors(const hpt_gpt2_config *cfg, float *base, gpt2_tensors *t);
+/* Floats of each block slice (GPT2_BLOCK_SLICES), of one block, and of the non-block tensors. */
+void gpt2_block_slices(const hpt_gpt2_config *cfg, size_t n[GPT2_BLOCK_SLICES]);
+size_t gpt2_block_floats(const hpt_gpt2_config *cfg);
+size_t gpt2_nonblock_floats(const hpt_gpt2_config *cfg);
+/* Offset of non-block tensor i (0, 1, 14, 15) in the engine's flat buffers. */
+size_t gpt2_nonblock_offset(const hpt_gpt2_config *cfg, int i);
+int gpt2_is_block_tensor(int i);
+/* Emits buffer b (EB_P, EB_M or EB_V of the engine) in checkpoint order: non-block tensors from
+ * flat (n_flat floats, the model's or the optimizer's), block slices from the engine. */
+typedef hpt_status (*gpt2_emit_fn)(void *ctx, const float *x, size_t n);
+hpt_status gpt2_emit(hpt_gpt2 *m, int b, const float *flat, gpt2_emit_fn emit, void *ctx);
+/* The optimizer's fp32 moment (0: m, 1: v) in checkpoint order through emit (AdamW fp32;
+ * with or without the engine). */
+hpt_status optim_emit_moment(const hpt_optim *op, int which, gpt2_emit_fn emit, void *ctx);
+/* The reverse of gpt2_emit: fills buffer b from a stream in checkpoint order (read fills n
+ * floats at dst each call); and the optimizer's moment likewise. */
+typedef hpt_status (*gpt2_read_fn)(void *ctx, float *dst, size_t n);
+hpt_status gpt2_absorb(hpt_gpt2 *m, int b, float *flat, gpt2_read_fn read, void *ctx);
+hpt_status optim_absorb_moment(hpt_optim *op, int which, gpt2_read_fn read, void *ctx);
 
 #endif

@@ -17,12 +17,22 @@
  * layernorm weight or bias, each bias: C, 3C or 4C values). The paper further splits Q and K
  * by head; we keep rows, which is finer.
  * hpt_optim_state_bytes() and src/plan/estimate.c compute the same sizes.
+ * With the offload engine (src/offload/engine.c; AdamW with 32-bit state only) this file keeps
+ * m and v of the non-block tensors (wte, wpe, lnfw, lnfb, packed as the model's flat buffer)
+ * and hands the engine eng_update for the blocks' slices, whose m and v live in the engine's
+ * homes: a step streams over the blocks after the backward (exact mode), or each block is
+ * updated as its gradients complete (fused: hpt_optim_fused_begin / _end). k_adamw is
+ * elementwise, so a slice updated on its own gets the bits it gets inside its whole tensor.
+ * The global gradient norm is one sum in a fixed order in every mode: wte, wpe, then per block
+ * l the sum over its 12 slices in order (each slice's k_sumsq), then lnfw, lnfb; k_sumsq of a
+ * slice depends only on its values and length, so every mode gets the same norm, bit for bit.
  * Invariants: AdamW with 32-bit state runs k_adamw exactly as before this file knew other
  * optimizers (tests/test_reference.c, hptrain verify); each step is deterministic for a
  * fixed thread count (the kernels partition blocks statically). */
 #include "core/core.h"
 #include "kernels/kernels.h"
 #include "model/gpt2_int.h"
+#include "offload/engine.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -55,6 +65,11 @@ struct hpt_optim {
     void *buf[HPT_OPTIM_NUM_BUFS]; /* (lay.bytes[i]) each, NULL when empty */
     float map_signed[256], map_unsigned[256];
     int64_t t;       /* steps taken */
+    float wd[HPT_GPT2_NUM_TENSORS]; /* weight decay of each tensor */
+    /* the engine's updates (read by its worker between a step's start and its end) */
+    float lr_now, scale_now;
+    int armed;       /* 1 while a step's block updates may run */
+    float prev_norm; /* fused: the previous step's gradient norm (0 before the first) */
 };
 
 static const char *const k_names[HPT_OPTIM_COUNT] = {"adamw", "lion", "adam-mini", "sgd"};
@@ -163,6 +178,16 @@ uint64_t hpt_optim_state_bytes(const hpt_gpt2_config *cfg, const hpt_adamw_opts 
     return s;
 }
 
+/* The engine's update of slice `slice` of a block (AdamW fp32; the worker's thread or ours). */
+static void eng_update(void *ctx, int slice, float *p, const float *g, float *m, float *v,
+                       size_t n) {
+    hpt_optim *op = ctx;
+    if (!op->armed) return; /* a backward outside a step's begin and end: gradients only */
+    const hpt_adamw_opts *o = &op->o;
+    k_adamw(p, g, m, v, n, op->lr_now, o->beta1, o->beta2, o->eps,
+            op->wd[GPT2_FIRST_BLOCK_TENSOR + slice], op->scale_now, op->t);
+}
+
 hpt_status hpt_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts *o,
                             hpt_optim **out) {
     *out = NULL;
@@ -174,6 +199,21 @@ hpt_status hpt_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts 
     op->o = *o;
     op->n = model->num_params;
     plan_layout(&model->cfg, o, &op->lay);
+    hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
+    hpt_gpt2_tensors(&model->cfg, t);
+    for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++)
+        op->wd[i] = o->decay_all || t[i].is_matrix ? o->weight_decay : 0.0f;
+    if (model->eng) {
+        if (o->optimizer != HPT_OPTIM_ADAMW || state_bits(o) != 32) {
+            free(op);
+            return hpt_fail(HPT_ERR_UNSUPPORTED, "the offload engine and the fused update run "
+                            "AdamW with 32-bit state only (got %s with %d-bit state)",
+                            k_names[o->optimizer], state_bits(o));
+        }
+        /* m and v of the non-block tensors; the blocks' are the engine's */
+        memset(&op->lay, 0, sizeof op->lay);
+        op->lay.bytes[B_M] = op->lay.bytes[B_V] = model->n_flat * sizeof(float);
+    }
     k_q8_map(op->map_signed, 1);
     k_q8_map(op->map_unsigned, 0);
     hpt_status s = HPT_OK;
@@ -181,6 +221,7 @@ hpt_status hpt_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts 
         hpt_mem_set_name(mem, k_buf_names[i]);
         s = hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_OPTIM, op->lay.bytes[i], &op->buf[i]);
     }
+    if (s == HPT_OK && model->eng) s = eng_attach_optim(model->eng, eng_update, op);
     if (s != HPT_OK) {
         hpt_optim_free(op);
         return hpt_fail_ctx(s, "allocating %s state", k_names[o->optimizer]);
@@ -191,6 +232,7 @@ hpt_status hpt_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts 
 
 void hpt_optim_free(hpt_optim *op) {
     if (!op) return;
+    if (op->model->eng) eng_detach_optim(op->model->eng);
     for (int i = 0; i < HPT_OPTIM_NUM_BUFS; i++)
         hpt_mem_free(op->mem, HPT_TIER_DEVICE, HPT_CAT_OPTIM, op->buf[i], op->lay.bytes[i]);
     free(op);
@@ -201,7 +243,84 @@ void hpt_optim_set_t(hpt_optim *op, int64_t t) { op->t = t; }
 const hpt_adamw_opts *hpt_optim_get_opts(const hpt_optim *op) { return &op->o; }
 
 static int full_fp32_adamw(const hpt_optim *op) {
-    return op->o.optimizer == HPT_OPTIM_ADAMW && state_bits(&op->o) == 32;
+    return op->o.optimizer == HPT_OPTIM_ADAMW && state_bits(&op->o) == 32 && !op->model->eng;
+}
+
+hpt_status optim_emit_moment(const hpt_optim *op, int which, gpt2_emit_fn emit, void *ctx) {
+    if (op->o.optimizer != HPT_OPTIM_ADAMW || state_bits(&op->o) != 32)
+        return hpt_fail(HPT_ERR_INVALID, "optim_emit_moment: AdamW with 32-bit state only");
+    return gpt2_emit(op->model, which ? EB_V : EB_M, op->buf[which ? B_V : B_M], emit, ctx);
+}
+
+hpt_status optim_absorb_moment(hpt_optim *op, int which, gpt2_read_fn read, void *ctx) {
+    if (op->o.optimizer != HPT_OPTIM_ADAMW || state_bits(&op->o) != 32)
+        return hpt_fail(HPT_ERR_INVALID, "optim_absorb_moment: AdamW with 32-bit state only");
+    return gpt2_absorb(op->model, which ? EB_V : EB_M, op->buf[which ? B_V : B_M], read, ctx);
+}
+
+/* The global sum of squares of the gradients, in the fixed order of the top of the file. */
+static double grad_sumsq(const hpt_optim *op) {
+    const hpt_gpt2 *m = op->model;
+    const hpt_gpt2_config *c = &m->cfg;
+    hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
+    hpt_gpt2_tensors(c, t);
+    size_t sn[GPT2_BLOCK_SLICES];
+    gpt2_block_slices(c, sn);
+    double s = k_sumsq(m->g.wte, t[0].numel);
+    s += k_sumsq(m->g.wpe, t[1].numel);
+    for (int l = 0; l < c->L; l++) {
+        double b = 0.0;
+        if (m->eng) {
+            b = eng_block_sumsq(m->eng, l);
+        } else {
+            for (int i = 0; i < GPT2_BLOCK_SLICES; i++)
+                b += k_sumsq(m->grads + t[GPT2_FIRST_BLOCK_TENSOR + i].offset + (size_t)l * sn[i], sn[i]);
+        }
+        s += b;
+    }
+    s += k_sumsq(m->g.lnfw, (size_t)c->C);
+    s += k_sumsq(m->g.lnfb, (size_t)c->C);
+    return s;
+}
+
+/* AdamW on the non-block tensors of an engine's model (its flat buffers). */
+static void update_nonblock(hpt_optim *op, float lr, float scale) {
+    hpt_gpt2 *model = op->model;
+    hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
+    hpt_gpt2_tensors(&model->cfg, t);
+    const hpt_adamw_opts *o = &op->o;
+    for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) {
+        if (gpt2_is_block_tensor(i)) continue;
+        size_t off = gpt2_nonblock_offset(&model->cfg, i);
+        k_adamw(model->params + off, model->grads + off, (float *)op->buf[B_M] + off,
+                (float *)op->buf[B_V] + off, t[i].numel, lr, o->beta1, o->beta2, o->eps, op->wd[i],
+                scale, op->t);
+    }
+}
+
+hpt_status hpt_optim_fused_begin(hpt_optim *op, float lr, float clip) {
+    if (!op->model->eng || !eng_fused(op->model->eng))
+        return hpt_fail(HPT_ERR_INVALID, "the fused update needs a model made with the fused "
+                        "engine (hpt_offload_opts.fused, --fused-update)");
+    op->t++;
+    op->lr_now = lr;
+    op->scale_now = clip > 0.0f && op->prev_norm > clip ? clip / op->prev_norm : 1.0f;
+    op->armed = 1;
+    return HPT_OK;
+}
+
+hpt_status hpt_optim_fused_end(hpt_optim *op, float *grad_norm_out) {
+    if (!op->armed) return hpt_fail(HPT_ERR_INVALID, "hpt_optim_fused_end without a begin");
+    hpt_status s = eng_drain(op->model->eng); /* every block's update done */
+    op->armed = 0;
+    HPT_CHECK(s);
+    update_nonblock(op, op->lr_now, op->scale_now);
+    float norm = (float)sqrt(grad_sumsq(op));
+    if (grad_norm_out) *grad_norm_out = norm;
+    op->prev_norm = norm;
+    if (!isfinite(norm))
+        return hpt_fail(HPT_ERR_INVALID, "gradient norm is not finite (%g)", (double)norm);
+    return HPT_OK;
 }
 float *hpt_optim_m(const hpt_optim *op) { return full_fp32_adamw(op) ? op->buf[B_M] : NULL; }
 float *hpt_optim_v(const hpt_optim *op) { return full_fp32_adamw(op) ? op->buf[B_V] : NULL; }
@@ -240,11 +359,25 @@ hpt_status hpt_optim_step_scaled(hpt_optim *op, float lr, float clip, float grad
     if (!(grad_scale > 0.0f) || !isfinite(grad_scale))
         return hpt_fail(HPT_ERR_INVALID, "gradient scale %g must be positive and finite",
                         (double)grad_scale);
-    float norm = (float)sqrt(k_sumsq(model->grads, op->n)) * grad_scale;
+    float norm = (float)sqrt(grad_sumsq(op)) * grad_scale;
     if (grad_norm_out) *grad_norm_out = norm;
     if (!isfinite(norm))
         return hpt_fail(HPT_ERR_INVALID, "gradient norm is not finite (%g); step skipped", (double)norm);
     float scale = (clip > 0.0f && norm > clip ? clip / norm : 1.0f) * grad_scale;
+    if (model->eng) {
+        if (eng_fused(model->eng))
+            return hpt_fail(HPT_ERR_INVALID, "a fused-update model steps with "
+                            "hpt_optim_fused_begin / _end");
+        op->t++;
+        op->lr_now = lr;
+        op->scale_now = scale;
+        op->armed = 1;
+        hpt_status s = eng_stream_update(model->eng); /* the blocks, where their state lives */
+        op->armed = 0;
+        HPT_CHECK(s);
+        update_nonblock(op, lr, scale);
+        return HPT_OK;
+    }
     op->t++;
     hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
     hpt_gpt2_tensors(&model->cfg, t);

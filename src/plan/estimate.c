@@ -11,10 +11,16 @@
  * arena is kept while B*T does not grow, and evaluation uses the training B and T), so the
  * peak is the sum of everything, reached when the first forward allocates the arena.
  *
+ * The offload engine (o->offload active) keeps only wte, wpe and the final layernorm (and their
+ * gradients and moments) in the flat device buffers; eng_bytes, next to the engine's own
+ * allocations, gives its homes, slots and staging by tier and category.
+ *
  * Invariants: nothing is allocated through hpt_mem and no file is read; sizes are uint64_t and
  * a run whose bytes cannot be counted in 64 bits is refused; the fit search only calls
  * hpt_plan_estimate, so any figure it reports is one the estimator gives. */
 #include "core/core.h"
+#include "model/gpt2_int.h"
+#include "offload/engine.h"
 
 #include <string.h>
 
@@ -28,6 +34,7 @@ hpt_plan_opts hpt_plan_defaults(void) {
     o.act = hpt_gpt2_act_defaults();
     o.optimizer = HPT_OPTIM_ADAMW;
     o.state_bits = 32;
+    o.offload = hpt_offload_defaults();
     return o;
 }
 
@@ -89,6 +96,18 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     dev[HPT_CAT_PARAMS] = np * 4;                     /* hpt_gpt2_create */
     dev[HPT_CAT_GRADS] = np * 4;                      /* hpt_gpt2_create, forward-only too */
     if (o->training) HPT_CHECK(optim_bytes(o, &dev[HPT_CAT_OPTIM])); /* hpt_optim_create */
+    if (hpt_offload_active(&o->offload)) {
+        HPT_CHECK(hpt_offload_check(&o->offload));
+        if (o->training && (o->optimizer != HPT_OPTIM_ADAMW || (o->state_bits && o->state_bits != 32)))
+            return hpt_fail(HPT_ERR_UNSUPPORTED, "the offload engine and the fused update run "
+                            "AdamW with 32-bit state only");
+        uint64_t nf = gpt2_nonblock_floats(c), eb[HPT_TIER_COUNT][HPT_CAT_COUNT];
+        dev[HPT_CAT_PARAMS] = dev[HPT_CAT_GRADS] = nf * 4; /* hpt_gpt2_create_offload */
+        dev[HPT_CAT_OPTIM] = o->training ? 2 * nf * 4 : 0;  /* hpt_optim_create: m, v */
+        eng_bytes(&o->offload, c->L, gpt2_block_floats(c), o->training, eb); /* eng_create, attach */
+        for (int t = 0; t < HPT_TIER_COUNT; t++)
+            for (int k = 0; k < HPT_CAT_COUNT; k++) out->bytes[t][k] += eb[t][k];
+    }
     uint64_t at[HPT_TIER_COUNT];
     HPT_CHECK(hpt_gpt2_act_tier_bytes(c, o->B, o->T, &o->act, at));
     size_t acts = (size_t)at[HPT_TIER_DEVICE];
@@ -99,7 +118,7 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
      * bounce buffer (host, io), allocated at the first such transfer: counted here */
     out->bytes[HPT_TIER_HOST][HPT_CAT_ACTS] = at[HPT_TIER_HOST];
     out->bytes[HPT_TIER_DISK][HPT_CAT_ACTS] = at[HPT_TIER_DISK];
-    if (o->act.offload == HPT_OFFLOAD_DISK) out->bytes[HPT_TIER_HOST][HPT_CAT_IO] = 4u << 20;
+    if (o->act.offload == HPT_OFFLOAD_DISK) out->bytes[HPT_TIER_HOST][HPT_CAT_IO] += 4u << 20;
     int loaders = (o->no_data ? 0 : 1) + (o->has_val ? 1 : 0);
     dev[HPT_CAT_IO] = (uint64_t)loaders * loader_bytes(BT);
     for (int t = 0; t < HPT_TIER_COUNT; t++)
@@ -235,7 +254,7 @@ hpt_status hpt_plan_check_budget(const hpt_plan_opts *o, uint64_t budget_bytes,
     memset(&fit, 0, sizeof fit);
     if (room) HPT_CHECK(hpt_plan_fit_budget(o, room, &fit));
     char b[12][32];
-    char msg[1400];
+    char msg[2048];
     int n = snprintf(msg, sizeof msg,
                      "device budget %s (%llu bytes) is too small for B=%d T=%d (%s): estimated "
                      "peak %s (%llu bytes) = params %s + grads %s + optim %s + acts %s + io %s",
@@ -275,11 +294,14 @@ hpt_status hpt_plan_check_budget(const hpt_plan_opts *o, uint64_t budget_bytes,
         n = (int)strlen(msg);
     }
     /* the memory techniques, one at a time, at this batch and sequence */
-    hpt_plan_opts alt[5];
-    const char *flag[5] = {"--recompute full", "--act-offload host", "--state-bits 8",
-                           "--recompute selective --act-offload host --act-compress int8",
-                           "--head-chunk 128"};
-    for (int i = 0; i < 5; i++) alt[i] = *o;
+    enum { N_ALT = 8 };
+    hpt_plan_opts alt[N_ALT];
+    const char *flag[N_ALT] = {"--recompute full", "--act-offload host", "--state-bits 8",
+                               "--recompute selective --act-offload host --act-compress int8",
+                               "--head-chunk 128", "--fused-update",
+                               "--offload host --fused-update",
+                               "--offload disk --fused-update (with --offload-dir)"};
+    for (int i = 0; i < N_ALT; i++) alt[i] = *o;
     alt[4].act.head_chunk = 128;
     alt[0].act.recompute = HPT_RECOMPUTE_FULL;
     alt[0].act.every = 1;
@@ -290,8 +312,14 @@ hpt_status hpt_plan_check_budget(const hpt_plan_opts *o, uint64_t budget_bytes,
     alt[3].act.recompute = HPT_RECOMPUTE_SELECTIVE;
     alt[3].act.offload = HPT_OFFLOAD_HOST;
     alt[3].act.compress = HPT_COMPRESS_INT8;
+    for (int i = 5; i < N_ALT; i++) { /* the offload engine: AdamW with 32-bit state */
+        alt[i].offload = hpt_offload_defaults();
+        alt[i].offload.fused = 1;
+        alt[i].offload.params = alt[i].offload.optim = i == 5 ? HPT_TIER_DEVICE
+                                                   : i == 6 ? HPT_TIER_HOST : HPT_TIER_DISK;
+    }
     const char *sep = "; at this batch and sequence: ";
-    for (int i = 0; i < 5 && n < (int)sizeof msg; i++) {
+    for (int i = 0; i < N_ALT && n < (int)sizeof msg; i++) {
         hpt_estimate ea;
         if (hpt_plan_estimate(&alt[i], &ea) != HPT_OK) continue;
         uint64_t pa = ea.peak_bytes[HPT_TIER_DEVICE];

@@ -10,7 +10,11 @@
  * (hpt_optim_step_scaled: folded into the clip factor, no extra pass), so the update is that
  * of one batch of accum*B up to float rounding. The checkpoint records accum; a resume with
  * another is refused (the data position would still be right, but the run would no longer
- * be the one that was started). */
+ * be the one that was started).
+ * Offload (o.offload, src/offload/engine.c): the model is made with the engine; a fused-update
+ * engine's step is forward -> hpt_optim_fused_begin -> backward (each block updated as its
+ * gradients complete) -> hpt_optim_fused_end; it takes one micro-batch per step. Checkpoints
+ * load into an offloaded model and resume it (the same files as without offload). */
 #include "core/core.h"
 #include "model/gpt2_int.h"
 
@@ -47,6 +51,7 @@ hpt_train_opts hpt_train_defaults(void) {
     o.save_every = 0;
     o.seed = 1337;
     o.act = hpt_gpt2_act_defaults();
+    o.offload = hpt_offload_defaults();
     return o;
 }
 
@@ -105,6 +110,7 @@ static hpt_status check_budget(hpt_trainer *tr, hpt_gpt2_config *cfg, const char
     po.state_bits = tr->o.adamw.state_bits;
     po.state32_embeddings = tr->o.adamw.state32_embeddings;
     po.act = tr->o.act;
+    po.offload = tr->o.offload;
     return hpt_plan_check_budget(&po, st.budget_bytes[HPT_TIER_DEVICE], live0);
 }
 
@@ -120,13 +126,16 @@ static hpt_status setup(hpt_trainer *tr) {
         return hpt_fail(HPT_ERR_INVALID, "batch (%d), sequence (%d) and steps (%lld) must be >= 1",
                         o->B, o->T, (long long)o->steps);
     if (!o->data) return hpt_fail(HPT_ERR_INVALID, "no training data given");
+    if (o->offload.fused && o->accum > 1)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--fused-update updates each block as its gradients "
+                        "complete: it cannot accumulate micro-batches (--accum %d)", o->accum);
     hpt_rng_seed(&tr->rng, o->seed);
     if (o->resume) {
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/state.bin", o->resume);
         hpt_adamw_opts ao;
         hpt_train_pos pos;
-        HPT_CHECK(hpt_state_load(path, tr->mem, &tr->model, &tr->opt, &ao, &pos));
+        HPT_CHECK(hpt_state_load_offload(path, tr->mem, &o->offload, &tr->model, &tr->opt, &ao, &pos));
         if (pos.B != o->B || pos.T != o->T)
             return hpt_fail(HPT_ERR_SHAPE, "%s was trained with batch %d and sequence %d; resume "
                             "with the same (got %d and %d)", path, pos.B, pos.T, o->B, o->T);
@@ -148,11 +157,11 @@ static hpt_status setup(hpt_trainer *tr) {
         hpt_gpt2_config cfg;
         if (file_exists(o->model)) {
             HPT_CHECK(check_budget(tr, &cfg, o->model, live0));
-            HPT_CHECK(hpt_gpt2_load(tr->mem, o->model, &tr->model));
+            HPT_CHECK(hpt_gpt2_load_offload(tr->mem, o->model, &o->offload, &tr->model));
         } else if (hpt_gpt2_config_parse(o->model, &cfg) == HPT_OK) {
             HPT_CHECK(check_budget(tr, &cfg, NULL, live0));
-            HPT_CHECK(hpt_gpt2_create(tr->mem, &cfg, &tr->model));
-            hpt_gpt2_init_random(tr->model, o->seed);
+            HPT_CHECK(hpt_gpt2_create_offload(tr->mem, &cfg, &o->offload, &tr->model));
+            HPT_CHECK(hpt_gpt2_init_random(tr->model, o->seed));
         } else if (strchr(o->model, '/') || strstr(o->model, ".bin")) {
             return hpt_fail(HPT_ERR_IO, "cannot open %s: %s", o->model, strerror(ENOENT));
         } else {
@@ -231,6 +240,8 @@ hpt_status hpt_trainer_step(hpt_trainer *tr, hpt_train_progress *p) {
     hpt_mem_set_context(tr->mem, tr->step + 1, HPT_PHASE_FULL, -1);
     int K = o->accum > 1 ? o->accum : 1;
     double loss_sum = 0.0;
+    int fused = o->offload.fused;
+    p->lr = hpt_lr_cosine(tr->step, o->steps, o->warmup, o->lr, o->min_lr);
     hpt_gpt2_zero_grad(tr->model);
     for (int k = 0; k < K; k++) {
         const int32_t *x, *y;
@@ -240,14 +251,17 @@ hpt_status hpt_trainer_step(hpt_trainer *tr, hpt_train_progress *p) {
         if (!isfinite(loss))
             return hpt_fail(HPT_ERR_INVALID, "the loss is %g at step %lld: training diverged (try "
                             "a lower --lr)", (double)loss, (long long)tr->step + 1);
-        HPT_CHECK(hpt_gpt2_backward(tr->model)); /* += into the gradients */
+        if (fused) HPT_CHECK(hpt_optim_fused_begin(tr->opt, p->lr, o->grad_clip));
+        HPT_CHECK(hpt_gpt2_backward(tr->model)); /* += into the gradients (fused: updates) */
         loss_sum += (double)loss;
     }
     /* K = 1: the loss is the micro-batch's, exactly (a float through a double and back). */
     p->loss = (float)(loss_sum / K);
-    p->lr = hpt_lr_cosine(tr->step, o->steps, o->warmup, o->lr, o->min_lr);
-    HPT_CHECK(hpt_optim_step_scaled(tr->opt, p->lr, o->grad_clip, 1.0f / (float)K,
-                                    &p->grad_norm));
+    if (fused)
+        HPT_CHECK(hpt_optim_fused_end(tr->opt, &p->grad_norm));
+    else
+        HPT_CHECK(hpt_optim_step_scaled(tr->opt, p->lr, o->grad_clip, 1.0f / (float)K,
+                                        &p->grad_norm));
     tr->step++;
     double dt = hpt_now() - t0;
     p->step = tr->step;

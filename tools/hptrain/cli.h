@@ -47,6 +47,14 @@ int cli_load_tokenizer(const char *path, int need_encode, hpt_tokenizer **out);
 #define CLI_OPT_HEAD_CHUNK 1403
 /* Parses one of those flags into act: 0, or a usage error's exit status (2). */
 int cli_parse_act_flag(const char *cmd, int opt, const char *arg, hpt_gpt2_act_opts *act);
+/* Option values of the offload engine's flags (--offload, --max-active-layers, --prefetch,
+ * --fused-update), shared by train and estimate. */
+#define CLI_OPT_OFFLOAD 1501
+#define CLI_OPT_MAX_ACTIVE 1502
+#define CLI_OPT_PREFETCH 1503
+#define CLI_OPT_FUSED 1504
+/* Parses one of those flags into o: 0, or a usage error's exit status (2). */
+int cli_parse_offload_flag(const char *cmd, int opt, const char *arg, hpt_offload_opts *o);
 /* Reads a whole file (or stdin for "-") into a malloc'd buffer. */
 int cli_read_file(const char *path, char **data_out, size_t *len_out);
 

@@ -29,6 +29,14 @@ static const char k_help[] =
     "  --val GLOB           a validation loader is open (its buffers count)\n"
     "  --memory SIZE        device budget, e.g. 512MB, 4GB, 1.5GiB: says whether the run fits\n"
     "  --forward-only       forward passes only (evaluation): no optimizer state\n"
+    "  --offload SPEC       none (default), host, disk (needs --offload-dir) or\n"
+    "                       params=T,grads=T,optim=T (T device, host, disk): the blocks' weights,\n"
+    "                       gradients and AdamW state live there and stream through the device\n"
+    "                       block by block (docs/offload.md); exact\n"
+    "  --max-active-layers K  blocks' weights on the device at once (default 2)\n"
+    "  --prefetch P         blocks loaded ahead of the one computing, P < K (default 1)\n"
+    "  --fused-update       update each block as soon as its gradients are complete (gradient\n"
+    "                       memory of two blocks); clipping uses the previous step's norm\n"
     "  --optimizer K        adamw (default), lion, adam-mini or sgd (docs/optimizers.md; Lion\n"
     "                       wants a 3-10x smaller --lr than AdamW, SGD a far larger one)\n"
     "  --state-bits N       optimizer state in 32 (default) or 8 bits (block-wise quantised)\n"
@@ -88,6 +96,11 @@ static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t 
            "\"act_compress\":\"%s\"", hpt_attention_name(po->act.attention),
            hpt_recompute_name(&po->act, rb, sizeof rb), hpt_act_offload_name(po->act.offload),
            hpt_act_compress_name(po->act.compress));
+    const hpt_offload_opts *of = &po->offload;
+    printf(",\"offload\":{\"params\":\"%s\",\"grads\":\"%s\",\"optim\":\"%s\","
+           "\"max_active_layers\":%d,\"prefetch\":%d,\"fused_update\":%s}",
+           hpt_tier_name(of->params), hpt_tier_name(of->grads), hpt_tier_name(of->optim),
+           of->max_active, of->prefetch, of->fused ? "true" : "false");
     printf(",\"activation_bytes\":%llu,\"num_params\":%llu,", (unsigned long long)e->activation_bytes,
            (unsigned long long)e->num_params);
     printf("\"flops_per_token\":%.6g,\"flops_per_token_fwd\":%.6g,\"tokens_per_step\":%llu,"
@@ -129,6 +142,12 @@ static void print_text(const char *model, const hpt_plan_opts *po, const hpt_est
     printf("  activations: attention %s, recompute %s, offload %s, compress %s\n",
            hpt_attention_name(po->act.attention), hpt_recompute_name(&po->act, rb, sizeof rb),
            hpt_act_offload_name(po->act.offload), hpt_act_compress_name(po->act.compress));
+    if (hpt_offload_active(&po->offload))
+        printf("  offload engine: blocks' params on %s, grads on %s, optimizer state on %s; %d "
+               "blocks' params on the device, prefetch %d%s (docs/offload.md)\n",
+               hpt_tier_name(po->offload.params), po->offload.fused ? "the device (fused: two "
+               "blocks)" : hpt_tier_name(po->offload.grads), hpt_tier_name(po->offload.optim),
+               po->offload.max_active, po->offload.prefetch, po->offload.fused ? ", fused update" : "");
     printf("  the peak is the sum: everything is allocated at setup or at the first forward and\n"
            "  kept; acts is the activation arena planned from buffer lifetimes\n");
     if (budget) {
@@ -190,6 +209,8 @@ int cmd_estimate(int argc, char **argv) {
         {"act-offload", 1, 0, CLI_OPT_ACT_OFFLOAD}, {"act-compress", 1, 0, CLI_OPT_ACT_COMPRESS}, {"head-chunk", 1, 0, CLI_OPT_HEAD_CHUNK},
         {"optimizer", 1, 0, 1101}, {"state-bits", 1, 0, 1102}, {"state-32bit-embeddings", 0, 0, 1103},
         {"accum", 1, 0, 1301}, {"host-memory", 1, 0, 1201}, {"disk-memory", 1, 0, 1202}, {"offload-dir", 1, 0, 1203},
+        {"offload", 1, 0, CLI_OPT_OFFLOAD}, {"max-active-layers", 1, 0, CLI_OPT_MAX_ACTIVE},
+        {"prefetch", 1, 0, CLI_OPT_PREFETCH}, {"fused-update", 0, 0, CLI_OPT_FUSED},
         {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
     const char *model = NULL, *resume = NULL;
     hpt_plan_opts po = hpt_plan_defaults();
@@ -224,6 +245,8 @@ int cmd_estimate(int argc, char **argv) {
         case 'F': po.training = 0; break;
         case CLI_OPT_ATTENTION: case CLI_OPT_RECOMPUTE: case CLI_OPT_ACT_OFFLOAD:
         case CLI_OPT_ACT_COMPRESS: case CLI_OPT_HEAD_CHUNK: r = cli_parse_act_flag("estimate", c, optarg, &po.act); break;
+        case CLI_OPT_OFFLOAD: case CLI_OPT_MAX_ACTIVE: case CLI_OPT_PREFETCH:
+        case CLI_OPT_FUSED: r = cli_parse_offload_flag("estimate", c, optarg, &po.offload); break;
         /* accepted for symmetry with train, checked as train checks them, no effect on memory */
         case 'n': r = cli_parse_long("estimate", "--steps", optarg, 1, 1L << 40, &lv); break;
         case 'l': r = cli_parse_float("estimate", "--lr", optarg, 0, 10, &dv); break;

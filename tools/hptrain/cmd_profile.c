@@ -100,15 +100,9 @@ static void explain_category(int c, const hpt_trace_meta *m, double bytes) {
 static void later_techniques(int c, double bytes) {
     (void)bytes;
     switch (c) {
-    case HPT_CAT_OPTIM:
-        printf("  later (planned, not yet available): offloading optimizer state to host memory or "
-               "disk would take it off the device.\n");
-        break;
     case HPT_CAT_PARAMS:
     case HPT_CAT_GRADS:
-        printf("  later (planned, not yet available): bf16 weights would halve the parameters; "
-               "updates fused into the backward pass would not hold every gradient at once; "
-               "parameter and gradient offload would stream layers from host memory.\n");
+        printf("  later (planned, not yet available): bf16 weights would halve the parameters.\n");
         break;
     default: break;
     }
@@ -121,7 +115,8 @@ static void technique_what_ifs(const hpt_plan_opts *po, double est_now) {
     static const char *const flags[] = {
         "--state-bits 8 --state-32bit-embeddings", "--state-bits 8", "--recompute selective",
         "--recompute full", "--head-chunk 128", "--act-offload host",
-        "--recompute full --head-chunk 128"};
+        "--recompute full --head-chunk 128", "--fused-update", "--offload host --fused-update",
+        "--offload disk --fused-update"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         hpt_plan_opts q = *po;
         switch (i) {
@@ -131,7 +126,13 @@ static void technique_what_ifs(const hpt_plan_opts *po, double est_now) {
         case 3: q.act.recompute = HPT_RECOMPUTE_FULL; q.act.every = 1; break;
         case 4: q.act.head_chunk = 128; break;
         case 5: q.act.offload = HPT_OFFLOAD_HOST; break;
-        default: q.act.recompute = HPT_RECOMPUTE_FULL; q.act.every = 1; q.act.head_chunk = 128; break;
+        case 6: q.act.recompute = HPT_RECOMPUTE_FULL; q.act.every = 1; q.act.head_chunk = 128; break;
+        default: /* the offload engine (docs/offload.md) */
+            q.offload = hpt_offload_defaults();
+            q.offload.fused = 1;
+            q.offload.params = q.offload.optim = i == 7 ? HPT_TIER_DEVICE
+                                                : i == 8 ? HPT_TIER_HOST : HPT_TIER_DISK;
+            break;
         }
         hpt_estimate e;
         if (hpt_plan_estimate(&q, &e) != HPT_OK) continue;
@@ -144,6 +145,10 @@ static void technique_what_ifs(const hpt_plan_opts *po, double est_now) {
         if (e.peak_bytes[HPT_TIER_HOST]) {
             fmt_bytes(b3, sizeof b3, (double)e.peak_bytes[HPT_TIER_HOST]);
             printf(", %s on the host", b3);
+        }
+        if (e.peak_bytes[HPT_TIER_DISK]) {
+            fmt_bytes(b3, sizeof b3, (double)e.peak_bytes[HPT_TIER_DISK]);
+            printf(", %s on disk", b3);
         }
         printf("\n");
     }
@@ -379,7 +384,8 @@ static void print_options(const hpt_trace *tr, const hpt_profile_summary *s, int
     double fixed = (double)(now.bytes[HPT_TIER_DEVICE][HPT_CAT_PARAMS] + now.bytes[HPT_TIER_DEVICE][HPT_CAT_GRADS]);
     fmt_bytes(b1, sizeof b1, fixed);
     printf("  parameters and gradients (%s, %.0f%% of the peak) depend on neither --batch nor "
-           "--seq nor the techniques above: only a smaller model lowers them today.\n", b1,
+           "--seq: --fused-update keeps one block's gradients, --offload moves the blocks' "
+           "weights, gradients and optimizer state to the host or disk.\n", b1,
            100.0 * fixed / est_now);
     uint64_t budget = m->budget_bytes[HPT_TIER_DEVICE];
     if (budget) {

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#define HPT_MIN_D(a, b) ((a) < (b) ? (a) : (b))
+
 static volatile sig_atomic_t g_stop;
 static uint64_t g_rss0; /* RSS when the command began, before hptrain allocated anything */
 static void on_sigint(int sig) { (void)sig; g_stop = 1; }
@@ -59,6 +61,14 @@ static const char k_help[] =
     "                       back before its backward; exact; recompute none or selective\n"
     "  --act-compress K     none (default), int8 (per-row absmax scale) or bf16: saved\n"
     "                       activations stored compressed (lossy, docs/activations.md)\n"
+    "  --offload SPEC       none (default), host, disk (needs --offload-dir) or\n"
+    "                       params=T,grads=T,optim=T (T device, host, disk): the blocks' weights,\n"
+    "                       gradients and AdamW state live there and stream through the device\n"
+    "                       block by block (docs/offload.md); exact\n"
+    "  --max-active-layers K  blocks' weights on the device at once (default 2)\n"
+    "  --prefetch P         blocks loaded ahead of the one computing, P < K (default 1)\n"
+    "  --fused-update       update each block as soon as its gradients are complete (gradient\n"
+    "                       memory of two blocks); clipping uses the previous step's norm\n"
     "  --optimizer K        adamw (default), lion, adam-mini or sgd (docs/optimizers.md; Lion\n"
     "                       wants a 3-10x smaller --lr than AdamW, SGD a far larger one)\n"
     "  --state-bits N       optimizer state in 32 (default) or 8 bits (block-wise quantised)\n"
@@ -109,6 +119,24 @@ static void memory_report(const hpt_mem *mem) {
     }
 }
 
+/* What the offload engine moved per step and how much of its time the compute thread waited. */
+static void offload_report(const hpt_gpt2 *m, int64_t steps) {
+    hpt_offload_stats st;
+    hpt_gpt2_offload_stats(m, &st);
+    if (steps < 1 || (st.io_s == 0.0 && st.update_s == 0.0 && st.loads == 0)) return;
+    fprintf(stderr, "offload: per step: host in %.1f MiB out %.1f MiB, disk in %.1f MiB out %.1f MiB; "
+            "%.1f block loads of %.1f acquisitions; worker I/O %.3f s, updates %.3f s; compute-thread "
+            "updates %.3f s; compute waited %.3f s (%.0f%% of the worker's time hidden)\n",
+            (double)st.bytes_in[HPT_TIER_HOST] / 1048576.0 / (double)steps,
+            (double)st.bytes_out[HPT_TIER_HOST] / 1048576.0 / (double)steps,
+            (double)st.bytes_in[HPT_TIER_DISK] / 1048576.0 / (double)steps,
+            (double)st.bytes_out[HPT_TIER_DISK] / 1048576.0 / (double)steps,
+            (double)st.loads / (double)steps, (double)st.acquires / (double)steps, st.io_s / (double)steps,
+            st.update_s / (double)steps, st.compute_update_s / (double)steps, st.wait_s / (double)steps,
+            st.io_s + st.update_s > 0 ? 100.0 * (1.0 - HPT_MIN_D(st.wait_s, st.io_s + st.update_s) /
+                                                     (st.io_s + st.update_s)) : 100.0);
+}
+
 /* Writes the recorded timeline with the run's metadata (--trace); returns 0 or prints why not. */
 static int write_trace(const char *path, hpt_mem *mem, const hpt_trace_meta *known) {
     hpt_trace_meta m = *known;
@@ -143,6 +171,8 @@ int cmd_train(int argc, char **argv) {
         {"act-offload", 1, 0, CLI_OPT_ACT_OFFLOAD}, {"act-compress", 1, 0, CLI_OPT_ACT_COMPRESS}, {"head-chunk", 1, 0, CLI_OPT_HEAD_CHUNK},
         {"optimizer", 1, 0, 1101}, {"state-bits", 1, 0, 1102}, {"state-32bit-embeddings", 0, 0, 1103},
         {"accum", 1, 0, 1301}, {"host-memory", 1, 0, 1201}, {"disk-memory", 1, 0, 1202}, {"offload-dir", 1, 0, 1203},
+        {"offload", 1, 0, CLI_OPT_OFFLOAD}, {"max-active-layers", 1, 0, CLI_OPT_MAX_ACTIVE},
+        {"prefetch", 1, 0, CLI_OPT_PREFETCH}, {"fused-update", 0, 0, CLI_OPT_FUSED},
         {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
     hpt_train_opts o = hpt_train_defaults();
     uint64_t host_budget = 0, disk_budget = 0;
@@ -197,6 +227,8 @@ int cmd_train(int argc, char **argv) {
         case 'q': quiet = 1; break;
         case CLI_OPT_ATTENTION: case CLI_OPT_RECOMPUTE: case CLI_OPT_ACT_OFFLOAD:
         case CLI_OPT_ACT_COMPRESS: case CLI_OPT_HEAD_CHUNK: r = cli_parse_act_flag("train", c, optarg, &o.act); break;
+        case CLI_OPT_OFFLOAD: case CLI_OPT_MAX_ACTIVE: case CLI_OPT_PREFETCH:
+        case CLI_OPT_FUSED: r = cli_parse_offload_flag("train", c, optarg, &o.offload); break;
         case 'A': r = cli_parse_long("train", "--stop-at", optarg, 1, 1L << 40, &stop_at); break;
         case 1101:
             if (hpt_optim_parse(optarg, &kind) != HPT_OK)
@@ -228,6 +260,9 @@ int cmd_train(int argc, char **argv) {
 
     if (o.act.offload == HPT_OFFLOAD_DISK && !offload_dir)
         return cli_usage_error("train", "--act-offload disk needs --offload-dir DIR");
+    if ((o.offload.params == HPT_TIER_DISK || o.offload.grads == HPT_TIER_DISK ||
+         o.offload.optim == HPT_TIER_DISK) && !offload_dir)
+        return cli_usage_error("train", "--offload to disk needs --offload-dir DIR");
     hpt_mem *mem;
     hpt_status s = hpt_mem_create(&mem);
     if (s != HPT_OK) return cli_lib_error(s, "starting");
@@ -356,6 +391,7 @@ int cmd_train(int argc, char **argv) {
         fputc('\n', stderr);
         if (o.save_dir) fprintf(stderr, "saved %s/state.bin and %s/model.bin\n", o.save_dir, o.save_dir);
         memory_report(mem);
+        offload_report(hpt_trainer_model(tr), p.step - hpt_trainer_start_step(tr));
     }
     tmeta.steps = p.step; /* the trace ends with the run, before the teardown's frees */
     if (trace_path && write_trace(trace_path, mem, &tmeta) && rc == 0) rc = 1;

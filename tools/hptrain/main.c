@@ -115,6 +115,27 @@ int cli_parse_act_flag(const char *cmd, int opt, const char *arg, hpt_gpt2_act_o
     return s == HPT_OK ? 0 : cli_usage_error(cmd, "%s: %s", flag, hpt_last_error());
 }
 
+int cli_parse_offload_flag(const char *cmd, int opt, const char *arg, hpt_offload_opts *o) {
+    long v = 0;
+    int r = 0;
+    switch (opt) {
+    case CLI_OPT_OFFLOAD:
+        if (hpt_offload_parse(arg, o) != HPT_OK)
+            return cli_usage_error(cmd, "--offload: %s", hpt_last_error());
+        break;
+    case CLI_OPT_MAX_ACTIVE:
+        r = cli_parse_long(cmd, "--max-active-layers", arg, 1, 1 << 20, &v);
+        if (r == 0) o->max_active = (int)v;
+        break;
+    case CLI_OPT_PREFETCH:
+        r = cli_parse_long(cmd, "--prefetch", arg, 0, 1 << 20, &v);
+        if (r == 0) o->prefetch = (int)v;
+        break;
+    default: o->fused = 1; break;
+    }
+    return r;
+}
+
 static int is_dir_with_bpe(const char *dir) {
     char p[PATH_MAX + 128];
     struct stat st;

@@ -1,0 +1,914 @@
+/* engine.c: the offload engine. Each transformer block's parameters (P), gradients (G, exact
+ * mode), and AdamW moments (M, V) live in a home tier (device, host or disk), block by block:
+ * block l's slices packed at l * stride floats, stride = the block rounded up to 4096 bytes, so a
+ * block is one aligned transfer (direct I/O on disk). Blocks come to the device only while
+ * needed: K device slots hold block parameters, the block computing and up to P blocks ahead of
+ * it (forward order in forward, reverse in backward), loaded by one worker thread that runs a
+ * FIFO queue of jobs (loads, gradient write-backs, optimizer updates, streaming reads and
+ * writes). Because the queue is FIFO, a job queued after another that writes a buffer sees that
+ * write: an evicted block whose update is still queued is reloaded only after it is written
+ * back. The compute thread waits for a job only where it needs that job's result.
+ *
+ * Residency of a block's parameters (res[l]); every transition is made by the compute thread,
+ * in the function named:
+ *
+ *            schedule_load               reap (load done)
+ *     HOME ----------------> LOADING -----------------------> RESIDENT <------------+
+ *      ^                                                      |   |                  |
+ *      |   choose_slot (evict: no write, the home is current)  |   | eng_grads_done   | reap
+ *      +-------------------------------------------------------+   v (fused: update | (update and
+ *      |                                                         DIRTY   queued, or | write-back
+ *      |   choose_slot (evict: the queued write-back runs first;   |  done and its  | done)
+ *      +---------- FIFO orders any later load after it) -----------+  write-back    |
+ *                                                                  |  queued) ------+
+ *      |
+ *      |   eng_stream_update (exact mode: slots invalidated, then per block:
+ *      |   read into staging -> update -> WRITING_BACK queued -> reap -> HOME)
+ *      +--- reap <-- WRITING_BACK <-- eng_stream_update
+ *
+ * Fused updates run where the state is: on the worker when m and v are in memory (ZeRO-Offload:
+ * overlapping the backward of the blocks before); when they are on disk, the worker reads
+ * block l's m and v into one of two staging sets while block l's backward computes, the
+ * compute thread updates it as soon as its gradients are complete, and the worker writes
+ * weights, m and v back while the next block's backward computes (ZeRO-Infinity: one streaming
+ * pass, double buffered; the worker's disk traffic, not the update, is the bottleneck there).
+ * Device-homed parameters never move: their "slot" is the home (zero copy), only the waits
+ * for queued updates apply. Gradient slots (device) alternate between two blocks so that block
+ * l-1's backward writes one while the worker consumes block l's from the other.
+ *
+ * Invariants: at most one block is held by the compute thread (in_use), and its slot is never
+ * chosen for eviction; at most K blocks have a slot; slot_of and slot_blk are inverse; the
+ * worker never allocates, never records timeline events (the compute thread records each job's
+ * transfers when it reaps it, in queue order) and touches only slots, gradient slots, staging
+ * and homes named by its job; the first worker error is sticky: every later call returns it
+ * with its text, so a failed step stops cleanly and nothing is written over a good checkpoint. */
+#include "offload/engine.h"
+#include "core/core.h"
+#include "kernels/kernels.h"
+#include "mem/mem_int.h"
+
+#include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { RS_HOME = 0, RS_LOADING, RS_RESIDENT, RS_DIRTY, RS_WRITING_BACK };
+enum { J_LOAD = 0, J_WRITE_G, J_UPDATE, J_READ, J_WRITE, J_READ_G, J_READ_MV, J_WRITE_PMV };
+#define QCAP 64
+#define ALIGN_BYTES 4096u
+
+typedef struct {
+    int kind, l, slot, g, set;
+    int ok;          /* set by the worker: the job ran without error */
+} job;
+
+static const hpt_category k_cat[EB_COUNT] = {HPT_CAT_PARAMS, HPT_CAT_GRADS, HPT_CAT_OPTIM,
+                                             HPT_CAT_OPTIM};
+static const char *const k_home_name[EB_COUNT] = {"block parameters (home)", "block gradients (home)",
+                                                  "block m (home)", "block v (home)"};
+
+struct offload_engine {
+    hpt_mem *mem;              /* borrowed */
+    hpt_offload_opts o;
+    int L, ns;
+    size_t slice_n[ENG_MAX_SLICES], slice_off[ENG_MAX_SLICES];
+    size_t bn;                 /* floats per block */
+    size_t stride;             /* floats between blocks: bn rounded up to 4096 bytes */
+    hpt_tier tier[EB_COUNT];
+    int has[EB_COUNT];         /* the home exists */
+    float *home[EB_COUNT];     /* (L, stride) memory homes */
+    hpt_disk_ref disk[EB_COUNT];
+    /* parameter slots (P not device-homed) */
+    int K;
+    float *slots;              /* (K, stride) device, params */
+    int *slot_blk;             /* (K) block held, -1 empty */
+    uint64_t *slot_tick;       /* (K) last acquisition, for LRU */
+    uint64_t tick;
+    int *res;                  /* (L) RS_* */
+    int *slot_of;              /* (L) slot, -1 */
+    uint64_t *blk_seq;         /* (L) last job that writes the block's slot or its home */
+    int in_use, cur, dir;
+    /* gradient slots */
+    int n_g;                   /* 0: gradients go straight to a device home (zero copy) */
+    float *gslots;             /* (n_g, stride) device, grads */
+    uint64_t g_seq[2];
+    int g_next;
+    int *g_of;                 /* (L) the gradient slot block l uses this backward */
+    double *sumsq;             /* (L) */
+    int sync;                  /* 1: every home on the device: no worker, updates inline */
+    /* staging for disk homes (host, io): fused 1 set of M, V; exact 2 sets of P, G, M, V */
+    float *stage;
+    size_t stage_bytes;
+    float *stage_ptr[2][EB_COUNT];
+    uint64_t read_seq[2];
+    int mv_next;               /* fused, m and v on disk: the staging set of the next read */
+    int *mv_set;               /* (L) the set block l's m and v were read into */
+    uint64_t *mv_seq;          /* (L) that read's job */
+    eng_update_fn upd;
+    void *upd_ctx;
+    /* worker */
+    pthread_t th;
+    int th_on;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work, cv_done;
+    job q[QCAP];
+    uint64_t head, done, reaped; /* jobs queued, completed, recorded (seq = 1-based index) */
+    int stop;
+    hpt_status err;
+    char err_msg[600];
+    hpt_offload_stats st;
+};
+
+static size_t round_floats(size_t n) {
+    size_t b = (n * sizeof(float) + ALIGN_BYTES - 1) / ALIGN_BYTES * ALIGN_BYTES;
+    return b / sizeof(float);
+}
+
+static int is_sync(const hpt_offload_opts *o) {
+    if (o->fused)
+        return o->params == HPT_TIER_DEVICE && o->optim == HPT_TIER_DEVICE;
+    return o->grads == HPT_TIER_DEVICE && o->params == HPT_TIER_DEVICE &&
+           o->optim == HPT_TIER_DEVICE;
+}
+
+static int n_gslots(const hpt_offload_opts *o) {
+    if (!o->fused && o->grads == HPT_TIER_DEVICE) return 0;
+    return is_sync(o) ? 1 : 2;
+}
+
+/* Disk-homed buffers among the ones the staging holds: fused M, V; exact P, G, M, V. */
+static int n_staged(const hpt_offload_opts *o) {
+    int n = (o->optim == HPT_TIER_DISK) * 2;
+    if (!o->fused) n += (o->params == HPT_TIER_DISK) + (o->grads == HPT_TIER_DISK);
+    return n;
+}
+
+void eng_bytes(const hpt_offload_opts *o, int L, size_t block_floats, int training,
+               uint64_t out[HPT_TIER_COUNT][HPT_CAT_COUNT]) {
+    memset(out, 0, sizeof(uint64_t) * HPT_TIER_COUNT * HPT_CAT_COUNT);
+    uint64_t sb = (uint64_t)round_floats(block_floats) * sizeof(float), home = (uint64_t)L * sb;
+    out[o->params][HPT_CAT_PARAMS] += home;
+    if (o->params != HPT_TIER_DEVICE) out[HPT_TIER_DEVICE][HPT_CAT_PARAMS] += (uint64_t)o->max_active * sb;
+    if (!o->fused) out[o->grads][HPT_CAT_GRADS] += home;
+    out[HPT_TIER_DEVICE][HPT_CAT_GRADS] += (uint64_t)n_gslots(o) * sb;
+    if (!training) return;
+    out[o->optim][HPT_CAT_OPTIM] += 2 * home;
+    out[HPT_TIER_HOST][HPT_CAT_IO] += 2 * (uint64_t)n_staged(o) * sb;
+}
+
+/* ---- worker ---------------------------------------------------------------------------- */
+
+static size_t home_bytes_moved(const offload_engine *e, int b) {
+    return e->tier[b] == HPT_TIER_DISK ? e->stride * sizeof(float) : e->bn * sizeof(float);
+}
+
+/* Copies block l of buffer b between its home and mem (disk: the aligned stride). */
+static hpt_status home_io(offload_engine *e, int b, int l, float *mem, int write_) {
+    if (e->tier[b] == HPT_TIER_DISK)
+        return mem_disk_rw(e->mem, &e->disk[b], (uint64_t)l * e->stride * sizeof(float), mem,
+                           e->stride * sizeof(float), write_);
+    float *h = e->home[b] + (size_t)l * e->stride;
+    if (write_) memcpy(h, mem, e->bn * sizeof(float));
+    else memcpy(mem, h, e->bn * sizeof(float));
+    return HPT_OK;
+}
+
+static float *slot_ptr(const offload_engine *e, int s) { return e->slots + (size_t)s * e->stride; }
+static float *gslot_ptr(const offload_engine *e, int g) { return e->gslots + (size_t)g * e->stride; }
+
+/* Where block l of buffer b is read and written during an update: its memory home, or the
+ * staging set's buffer when it lives on disk. */
+static float *update_ptr(const offload_engine *e, int b, int l, int set) {
+    return e->tier[b] == HPT_TIER_DISK ? e->stage_ptr[set][b] : e->home[b] + (size_t)l * e->stride;
+}
+
+static void update_block(offload_engine *e, float *p, const float *g, float *m, float *v) {
+    for (int i = 0; i < e->ns; i++) {
+        size_t o = e->slice_off[i];
+        e->upd(e->upd_ctx, i, p + o, g + o, m + o, v + o, e->slice_n[i]);
+    }
+}
+
+static hpt_status run_job(offload_engine *e, const job *j, double *io_s, double *upd_s) {
+    double t0 = hpt_now();
+    switch (j->kind) {
+    case J_LOAD:
+        HPT_CHECK(home_io(e, EB_P, j->l, slot_ptr(e, j->slot), 0));
+        break;
+    case J_WRITE_G:
+        HPT_CHECK(home_io(e, EB_G, j->l, gslot_ptr(e, j->g), 1));
+        break;
+    case J_READ_G:
+        HPT_CHECK(home_io(e, EB_G, j->l, gslot_ptr(e, j->g), 0));
+        break;
+    case J_UPDATE: { /* m and v in memory: the update runs here, where they live */
+        float *p = e->tier[EB_P] == HPT_TIER_DEVICE ? e->home[EB_P] + (size_t)j->l * e->stride
+                                                    : slot_ptr(e, j->slot);
+        update_block(e, p, gslot_ptr(e, j->g), update_ptr(e, EB_M, j->l, 0),
+                     update_ptr(e, EB_V, j->l, 0));
+        double t1 = hpt_now();
+        *upd_s += t1 - t0;
+        if (e->tier[EB_P] != HPT_TIER_DEVICE) HPT_CHECK(home_io(e, EB_P, j->l, p, 1));
+        *io_s += hpt_now() - t1;
+        return HPT_OK;
+    }
+    case J_READ_MV:
+        for (int b = EB_M; b <= EB_V; b++) HPT_CHECK(home_io(e, b, j->l, e->stage_ptr[j->set][b], 0));
+        break;
+    case J_WRITE_PMV:
+        if (j->slot >= 0) HPT_CHECK(home_io(e, EB_P, j->l, slot_ptr(e, j->slot), 1));
+        for (int b = EB_M; b <= EB_V; b++) HPT_CHECK(home_io(e, b, j->l, e->stage_ptr[j->set][b], 1));
+        break;
+    case J_READ:
+        for (int b = 0; b < EB_COUNT; b++)
+            if (e->has[b] && e->tier[b] == HPT_TIER_DISK)
+                HPT_CHECK(home_io(e, b, j->l, e->stage_ptr[j->set][b], 0));
+        break;
+    case J_WRITE:
+        for (int b = 0; b < EB_COUNT; b++)
+            if (b != EB_G && e->has[b] && e->tier[b] == HPT_TIER_DISK)
+                HPT_CHECK(home_io(e, b, j->l, e->stage_ptr[j->set][b], 1));
+        break;
+    }
+    *io_s += hpt_now() - t0;
+    return HPT_OK;
+}
+
+static void *worker(void *arg) {
+    offload_engine *e = arg;
+    omp_set_num_threads(1); /* the compute thread's team keeps the cores */
+    pthread_mutex_lock(&e->mu);
+    while (!e->stop) {
+        if (e->done == e->head) {
+            pthread_cond_wait(&e->cv_work, &e->mu);
+            continue;
+        }
+        job *j = &e->q[e->done % QCAP];
+        int failed = e->err != HPT_OK;
+        pthread_mutex_unlock(&e->mu);
+        double io = 0.0, up = 0.0;
+        hpt_status s = failed ? HPT_ERR_IO : run_job(e, j, &io, &up);
+        pthread_mutex_lock(&e->mu);
+        j->ok = !failed && s == HPT_OK;
+        if (!failed && s != HPT_OK) {
+            e->err = s;
+            snprintf(e->err_msg, sizeof e->err_msg, "%s", hpt_last_error());
+        }
+        e->st.io_s += io;
+        e->st.update_s += up;
+        e->done++;
+        pthread_cond_broadcast(&e->cv_done);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+/* ---- the compute thread's side of the queue ------------------------------------------ */
+
+static void transfer(offload_engine *e, hpt_tier src, hpt_tier dst, int b, size_t bytes) {
+    hpt_mem_transfer(e->mem, src, dst, k_cat[b], bytes);
+    if (src != HPT_TIER_DEVICE && dst == HPT_TIER_DEVICE) e->st.bytes_in[src] += bytes;
+    else if (src == HPT_TIER_DISK) e->st.bytes_in[src] += bytes;
+    else e->st.bytes_out[dst] += bytes;
+}
+
+/* Records the transfers of the jobs completed since the last reap and makes their
+ * residency transitions. */
+static void reap(offload_engine *e) {
+    uint64_t done;
+    pthread_mutex_lock(&e->mu);
+    done = e->done;
+    pthread_mutex_unlock(&e->mu);
+    for (; e->reaped < done; e->reaped++) {
+        const job *j = &e->q[e->reaped % QCAP];
+        if (!j->ok) continue;
+        switch (j->kind) {
+        case J_LOAD:
+            transfer(e, e->tier[EB_P], HPT_TIER_DEVICE, EB_P, home_bytes_moved(e, EB_P));
+            if (e->res[j->l] == RS_LOADING && e->slot_of[j->l] == j->slot) e->res[j->l] = RS_RESIDENT;
+            break;
+        case J_WRITE_G:
+            transfer(e, HPT_TIER_DEVICE, e->tier[EB_G], EB_G, home_bytes_moved(e, EB_G));
+            break;
+        case J_READ_G:
+            transfer(e, e->tier[EB_G], HPT_TIER_DEVICE, EB_G, home_bytes_moved(e, EB_G));
+            break;
+        case J_UPDATE:
+        case J_WRITE_PMV:
+            if (j->kind == J_WRITE_PMV)
+                for (int b = EB_M; b <= EB_V; b++)
+                    transfer(e, HPT_TIER_HOST, HPT_TIER_DISK, b, home_bytes_moved(e, b));
+            if (e->tier[EB_P] != HPT_TIER_DEVICE)
+                transfer(e, HPT_TIER_DEVICE, e->tier[EB_P], EB_P, home_bytes_moved(e, EB_P));
+            if (e->res[j->l] == RS_DIRTY && e->slot_of[j->l] == j->slot) e->res[j->l] = RS_RESIDENT;
+            break;
+        case J_READ_MV:
+            for (int b = EB_M; b <= EB_V; b++)
+                transfer(e, HPT_TIER_DISK, HPT_TIER_HOST, b, home_bytes_moved(e, b));
+            break;
+        case J_READ:
+            for (int b = 0; b < EB_COUNT; b++)
+                if (e->has[b] && e->tier[b] == HPT_TIER_DISK)
+                    transfer(e, HPT_TIER_DISK, HPT_TIER_HOST, b, home_bytes_moved(e, b));
+            break;
+        case J_WRITE:
+            for (int b = 0; b < EB_COUNT; b++)
+                if (b != EB_G && e->has[b] && e->tier[b] == HPT_TIER_DISK)
+                    transfer(e, HPT_TIER_HOST, HPT_TIER_DISK, b, home_bytes_moved(e, b));
+            if (e->res[j->l] == RS_WRITING_BACK) e->res[j->l] = RS_HOME;
+            break;
+        }
+    }
+}
+
+static hpt_status sticky(offload_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    hpt_status s = e->err;
+    pthread_mutex_unlock(&e->mu);
+    if (s == HPT_OK) return HPT_OK;
+    return hpt_fail(s, "offload engine stopped: %s", e->err_msg);
+}
+
+/* Waits until job seq (0: none) is done; the engine's error if one happened. */
+static hpt_status wait_seq(offload_engine *e, uint64_t seq) {
+    if (!e->th_on) return HPT_OK;
+    pthread_mutex_lock(&e->mu);
+    if (e->done < seq) {
+        double t0 = hpt_now();
+        while (e->done < seq) pthread_cond_wait(&e->cv_done, &e->mu);
+        e->st.wait_s += hpt_now() - t0;
+    }
+    pthread_mutex_unlock(&e->mu);
+    reap(e);
+    return sticky(e);
+}
+
+static uint64_t push(offload_engine *e, job j) {
+    if (e->head - e->reaped >= QCAP) (void)wait_seq(e, e->head - QCAP + 1);
+    pthread_mutex_lock(&e->mu);
+    j.ok = 0;
+    e->q[e->head % QCAP] = j;
+    uint64_t seq = ++e->head;
+    pthread_cond_signal(&e->cv_work);
+    pthread_mutex_unlock(&e->mu);
+    return seq;
+}
+
+hpt_status eng_drain(offload_engine *e) {
+    if (!e) return HPT_OK;
+    return wait_seq(e, e->head);
+}
+
+/* ---- residency --------------------------------------------------------------------------- */
+
+static int in_window(const offload_engine *e, int b) {
+    for (int k = 0; k <= e->o.prefetch; k++)
+        if (b == e->cur + e->dir * k) return 1;
+    return 0;
+}
+
+/* A slot for a block: an empty one, else the least recently used whose block is neither held
+ * nor in the prefetch window (evicted to HOME without a write: a clean block's home is
+ * current, a DIRTY one's queued update writes it back first). -1 if none. */
+static int choose_slot(offload_engine *e) {
+    int best = -1;
+    for (int s = 0; s < e->K; s++) {
+        int b = e->slot_blk[s];
+        if (b < 0) return s;
+        if (b == e->in_use || in_window(e, b) || e->res[b] == RS_LOADING) continue;
+        if (best < 0 || e->slot_tick[s] < e->slot_tick[best]) best = s;
+    }
+    if (best >= 0) {
+        int b = e->slot_blk[best];
+        e->res[b] = RS_HOME;
+        e->slot_of[b] = -1;
+        e->slot_blk[best] = -1;
+    }
+    return best;
+}
+
+/* HOME -> LOADING when a slot is free; 0 if none is. */
+static int schedule_load(offload_engine *e, int l) {
+    if (e->res[l] != RS_HOME) return 1;
+    int s = choose_slot(e);
+    if (s < 0) return 0;
+    e->slot_blk[s] = l;
+    e->slot_of[l] = s;
+    e->slot_tick[s] = ++e->tick;
+    e->res[l] = RS_LOADING;
+    e->st.loads++;
+    e->blk_seq[l] = push(e, (job){.kind = J_LOAD, .l = l, .slot = s});
+    return 1;
+}
+
+hpt_status eng_begin_pass(offload_engine *e, int dir) {
+    HPT_CHECK(sticky(e));
+    e->dir = dir;
+    e->in_use = -1;
+    if (e->tier[EB_P] == HPT_TIER_DEVICE) return HPT_OK;
+    reap(e);
+    e->cur = dir > 0 ? 0 : e->L - 1;
+    for (int k = 0; k <= e->o.prefetch; k++) {
+        int b = e->cur + dir * k;
+        if (b < 0 || b >= e->L || !schedule_load(e, b)) break;
+    }
+    return HPT_OK;
+}
+
+hpt_status eng_acquire(offload_engine *e, int l, float **p_out) {
+    *p_out = NULL;
+    HPT_CHECK(sticky(e));
+    if (l < 0 || l >= e->L || e->in_use >= 0)
+        return hpt_fail(HPT_ERR_INVALID, "offload engine: acquiring block %d with block %d held",
+                        l, e->in_use);
+    if (e->tier[EB_P] == HPT_TIER_DEVICE) {
+        HPT_CHECK(wait_seq(e, e->blk_seq[l])); /* a queued update of its weights */
+        e->in_use = l;
+        *p_out = e->home[EB_P] + (size_t)l * e->stride;
+        return HPT_OK;
+    }
+    reap(e);
+    e->cur = l;
+    e->st.acquires++;
+    if (!schedule_load(e, l)) {
+        HPT_CHECK(eng_drain(e)); /* every slot busy with the window: wait, then evict */
+        if (!schedule_load(e, l))
+            return hpt_fail(HPT_ERR_INVALID, "offload engine: no slot for block %d (K %d)", l, e->K);
+    }
+    HPT_CHECK(wait_seq(e, e->blk_seq[l]));
+    int s = e->slot_of[l];
+    e->in_use = l;
+    e->slot_tick[s] = ++e->tick;
+    for (int k = 1; k <= e->o.prefetch; k++) {
+        int b = l + e->dir * k;
+        if (b < 0 || b >= e->L || !schedule_load(e, b)) break;
+    }
+    *p_out = slot_ptr(e, s);
+    return HPT_OK;
+}
+
+void eng_release(offload_engine *e, int l) {
+    if (e->in_use == l) e->in_use = -1;
+}
+
+hpt_status eng_grad_slot(offload_engine *e, int l, int accumulate, float **g_out) {
+    *g_out = NULL;
+    HPT_CHECK(sticky(e));
+    if (accumulate && e->o.fused)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "the fused update cannot accumulate gradients over "
+                        "micro-batches (each block is updated as its gradients complete)");
+    if (e->n_g == 0) { /* the home itself (exact mode, gradients on the device) */
+        *g_out = e->home[EB_G] + (size_t)l * e->stride;
+        if (!accumulate) memset(*g_out, 0, e->bn * sizeof(float));
+        return HPT_OK;
+    }
+    int g = e->g_next;
+    e->g_next = (e->g_next + 1) % e->n_g;
+    HPT_CHECK(wait_seq(e, e->g_seq[g]));
+    e->g_of[l] = g;
+    *g_out = gslot_ptr(e, g);
+    if (e->o.fused && e->tier[EB_M] == HPT_TIER_DISK && e->upd) {
+        /* the block's m and v come in while its backward computes (staging sets alternate;
+         * FIFO puts the read after the write-back that last used the set) */
+        e->mv_set[l] = e->mv_next;
+        e->mv_next ^= 1;
+        e->mv_seq[l] = push(e, (job){.kind = J_READ_MV, .l = l, .set = e->mv_set[l]});
+    }
+    if (!accumulate) {
+        memset(*g_out, 0, e->bn * sizeof(float));
+        return HPT_OK;
+    }
+    /* queued after the block's last write-back (FIFO), so it reads the sum so far */
+    e->g_seq[g] = push(e, (job){.kind = J_READ_G, .l = l, .g = g});
+    return wait_seq(e, e->g_seq[g]);
+}
+
+double eng_block_sumsq(const offload_engine *e, int l) { return e->sumsq[l]; }
+
+hpt_status eng_grads_done(offload_engine *e, int l) {
+    HPT_CHECK(sticky(e));
+    if (e->in_use != l)
+        return hpt_fail(HPT_ERR_INVALID, "offload engine: block %d's gradients done while not held", l);
+    const float *g = e->n_g ? gslot_ptr(e, e->g_of[l]) : e->home[EB_G] + (size_t)l * e->stride;
+    double s = 0.0;
+    for (int i = 0; i < e->ns; i++) s += k_sumsq(g + e->slice_off[i], e->slice_n[i]);
+    e->sumsq[l] = s;
+    if (!e->o.fused) {
+        if (e->n_g) e->g_seq[e->g_of[l]] = push(e, (job){.kind = J_WRITE_G, .l = l, .g = e->g_of[l]});
+        return HPT_OK;
+    }
+    if (!e->upd)
+        return hpt_fail(HPT_ERR_INVALID, "fused update: the model has no optimizer attached");
+    if (e->sync) {
+        size_t o = (size_t)l * e->stride;
+        update_block(e, e->home[EB_P] + o, g, e->home[EB_M] + o, e->home[EB_V] + o);
+        return HPT_OK;
+    }
+    int sl = e->tier[EB_P] == HPT_TIER_DEVICE ? -1 : e->slot_of[l];
+    if (e->tier[EB_M] == HPT_TIER_DISK) {
+        /* m and v on disk: the update runs here, between their read and the write-back of
+         * weights, m and v (the worker's I/O is the bottleneck, not this thread) */
+        HPT_CHECK(wait_seq(e, e->mv_seq[l]));
+        float *p = sl >= 0 ? slot_ptr(e, sl) : e->home[EB_P] + (size_t)l * e->stride;
+        int set = e->mv_set[l];
+        double t0 = hpt_now();
+        update_block(e, p, g, e->stage_ptr[set][EB_M], e->stage_ptr[set][EB_V]);
+        e->st.compute_update_s += hpt_now() - t0;
+        if (sl >= 0) e->res[l] = RS_DIRTY;
+        e->blk_seq[l] = push(e, (job){.kind = J_WRITE_PMV, .l = l, .slot = sl, .set = set});
+        return HPT_OK;
+    }
+    if (sl >= 0) e->res[l] = RS_DIRTY;
+    uint64_t seq = push(e, (job){.kind = J_UPDATE, .l = l, .slot = sl, .g = e->g_of[l]});
+    e->blk_seq[l] = e->g_seq[e->g_of[l]] = seq;
+    return HPT_OK;
+}
+
+hpt_status eng_stream_update(offload_engine *e) {
+    HPT_CHECK(eng_drain(e));
+    if (!e->upd) return hpt_fail(HPT_ERR_INVALID, "offload engine: no optimizer attached");
+    for (int s = 0; s < e->K; s++) /* the homes change: the slots' copies become stale */
+        if (e->slot_blk[s] >= 0) {
+            e->res[e->slot_blk[s]] = RS_HOME;
+            e->slot_of[e->slot_blk[s]] = -1;
+            e->slot_blk[s] = -1;
+        }
+    if (!e->stage) { /* memory homes: in place */
+        for (int l = 0; l < e->L; l++)
+            update_block(e, update_ptr(e, EB_P, l, 0), update_ptr(e, EB_G, l, 0),
+                         update_ptr(e, EB_M, l, 0), update_ptr(e, EB_V, l, 0));
+        return HPT_OK;
+    }
+    e->read_seq[0] = push(e, (job){.kind = J_READ, .l = 0, .set = 0});
+    for (int l = 0; l < e->L; l++) {
+        int set = l & 1;
+        if (l + 1 < e->L) e->read_seq[set ^ 1] = push(e, (job){.kind = J_READ, .l = l + 1, .set = set ^ 1});
+        HPT_CHECK(wait_seq(e, e->read_seq[set]));
+        update_block(e, update_ptr(e, EB_P, l, set), update_ptr(e, EB_G, l, set),
+                     update_ptr(e, EB_M, l, set), update_ptr(e, EB_V, l, set));
+        if (e->tier[EB_P] == HPT_TIER_DISK) e->res[l] = RS_WRITING_BACK;
+        push(e, (job){.kind = J_WRITE, .l = l, .set = set});
+    }
+    return eng_drain(e);
+}
+
+/* ---- gather and scatter (checkpoints, initialisation, tests) ------------------------------ */
+
+/* A buffer of stride floats free between steps, and its tier: staging, a gradient slot, or a
+ * parameter slot (whose block is dropped). */
+static float *scratch(offload_engine *e, hpt_tier *tier) {
+    *tier = HPT_TIER_DEVICE;
+    if (e->stage) {
+        *tier = HPT_TIER_HOST;
+        return e->stage;
+    }
+    if (e->gslots) return e->gslots;
+    if (e->slots) {
+        int b = e->slot_blk[0];
+        if (b >= 0) {
+            e->res[b] = RS_HOME;
+            e->slot_of[b] = -1;
+            e->slot_blk[0] = -1;
+        }
+        return e->slots;
+    }
+    return NULL;
+}
+
+hpt_status eng_emit_slice(offload_engine *e, int b, int l, int i, eng_emit_fn emit, void *ctx) {
+    HPT_CHECK(eng_drain(e));
+    size_t n = e->slice_n[i], off = (size_t)l * e->stride + e->slice_off[i];
+    if (e->tier[b] != HPT_TIER_DISK) return emit(ctx, e->home[b] + off, n);
+    hpt_tier st;
+    float *buf = scratch(e, &st);
+    if (!buf) return hpt_fail(HPT_ERR_INVALID, "offload engine: no buffer to read a block into");
+    uint64_t o = (uint64_t)off * sizeof(float), end = o + (uint64_t)n * sizeof(float);
+    uint64_t cap = (uint64_t)e->stride * sizeof(float);
+    while (o < end) {
+        uint64_t a = o / ALIGN_BYTES * ALIGN_BYTES;
+        uint64_t len = (end + ALIGN_BYTES - 1) / ALIGN_BYTES * ALIGN_BYTES - a;
+        if (len > cap) len = cap;
+        HPT_CHECK(mem_disk_rw(e->mem, &e->disk[b], a, buf, (size_t)len, 0));
+        hpt_mem_transfer(e->mem, HPT_TIER_DISK, st, k_cat[b], (size_t)len);
+        uint64_t useful = HPT_MIN(end, a + len) - o;
+        HPT_CHECK(emit(ctx, buf + (o - a) / sizeof(float), (size_t)(useful / sizeof(float))));
+        o += useful;
+    }
+    return HPT_OK;
+}
+
+/* Drops the slot copy of block l's weights (its home is about to change). */
+static void drop_slot(offload_engine *e, int l) {
+    if (e->slot_of[l] < 0) return;
+    e->slot_blk[e->slot_of[l]] = -1;
+    e->slot_of[l] = -1;
+    e->res[l] = RS_HOME;
+}
+
+hpt_status eng_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn read, void *ctx) {
+    HPT_CHECK(eng_drain(e));
+    size_t n = e->slice_n[i], off = (size_t)l * e->stride + e->slice_off[i];
+    if (b == EB_P) drop_slot(e, l);
+    if (e->tier[b] != HPT_TIER_DISK) return read(ctx, e->home[b] + off, n);
+    hpt_tier st;
+    float *buf = scratch(e, &st);
+    if (!buf) return hpt_fail(HPT_ERR_INVALID, "offload engine: no buffer to fill a block in");
+    uint64_t o = (uint64_t)off * sizeof(float), end = o + (uint64_t)n * sizeof(float);
+    uint64_t cap = (uint64_t)e->stride * sizeof(float);
+    while (o < end) { /* read-modify-write of each aligned window */
+        uint64_t a = o / ALIGN_BYTES * ALIGN_BYTES;
+        uint64_t len = (end + ALIGN_BYTES - 1) / ALIGN_BYTES * ALIGN_BYTES - a;
+        if (len > cap) len = cap;
+        uint64_t useful = HPT_MIN(end, a + len) - o;
+        HPT_CHECK(mem_disk_rw(e->mem, &e->disk[b], a, buf, (size_t)len, 0));
+        HPT_CHECK(read(ctx, buf + (o - a) / sizeof(float), (size_t)(useful / sizeof(float))));
+        HPT_CHECK(mem_disk_rw(e->mem, &e->disk[b], a, buf, (size_t)len, 1));
+        hpt_mem_transfer(e->mem, HPT_TIER_DISK, st, k_cat[b], (size_t)len);
+        hpt_mem_transfer(e->mem, st, HPT_TIER_DISK, k_cat[b], (size_t)len);
+        o += useful;
+    }
+    return HPT_OK;
+}
+
+hpt_status eng_block_dest(offload_engine *e, int b, int l, float **dst, int *in_place) {
+    HPT_CHECK(eng_drain(e));
+    *in_place = e->tier[b] != HPT_TIER_DISK;
+    if (*in_place) {
+        *dst = e->home[b] + (size_t)l * e->stride;
+        if (b == EB_P) drop_slot(e, l); /* its slot's copy becomes stale */
+        return HPT_OK;
+    }
+    hpt_tier st;
+    *dst = scratch(e, &st);
+    return *dst ? HPT_OK : hpt_fail(HPT_ERR_INVALID, "offload engine: no buffer to fill a block in");
+}
+
+hpt_status eng_store_block(offload_engine *e, int b, int l, const float *src) {
+    if (e->tier[b] != HPT_TIER_DISK) return HPT_OK;
+    if (b == EB_P) drop_slot(e, l);
+    /* the buffer is the scratch (aligned, stride floats) */
+    HPT_CHECK(mem_disk_rw(e->mem, &e->disk[b], (uint64_t)l * e->stride * sizeof(float),
+                          (void *)(uintptr_t)src, e->stride * sizeof(float), 1));
+    hpt_mem_transfer(e->mem, e->stage ? HPT_TIER_HOST : HPT_TIER_DEVICE, HPT_TIER_DISK, k_cat[b],
+                     e->stride * sizeof(float));
+    return HPT_OK;
+}
+
+/* ---- setup --------------------------------------------------------------------------------- */
+
+static hpt_status alloc_home(offload_engine *e, int b) {
+    size_t bytes = (size_t)e->L * e->stride * sizeof(float);
+    e->tier[b] = b == EB_P ? e->o.params : b == EB_G ? e->o.grads : e->o.optim;
+    if (e->tier[b] == HPT_TIER_DISK) {
+        HPT_CHECK(hpt_mem_disk_alloc(e->mem, k_cat[b], bytes, &e->disk[b]));
+    } else {
+        hpt_mem_set_name(e->mem, k_home_name[b]);
+        HPT_CHECK(hpt_mem_alloc(e->mem, e->tier[b], k_cat[b], bytes, (void **)&e->home[b]));
+    }
+    e->has[b] = 1;
+    return HPT_OK;
+}
+
+static void free_home(offload_engine *e, int b) {
+    if (!e->has[b]) return;
+    if (e->tier[b] == HPT_TIER_DISK) hpt_mem_disk_free(e->mem, k_cat[b], &e->disk[b]);
+    else hpt_mem_free(e->mem, e->tier[b], k_cat[b], e->home[b],
+                      (size_t)e->L * e->stride * sizeof(float));
+    e->home[b] = NULL;
+    e->disk[b].fd = -1;
+    e->has[b] = 0;
+}
+
+hpt_status eng_create(hpt_mem *mem, int L, int n_slices, const size_t *slice_n,
+                      const hpt_offload_opts *o, offload_engine **out) {
+    *out = NULL;
+    HPT_CHECK(hpt_offload_check(o));
+    if (L < 1 || n_slices < 1 || n_slices > ENG_MAX_SLICES)
+        return hpt_fail(HPT_ERR_INVALID, "offload engine: %d blocks of %d slices", L, n_slices);
+    offload_engine *e = calloc(1, sizeof *e);
+    if (!e) return hpt_fail(HPT_ERR_OOM, "cannot allocate the offload engine");
+    e->mem = mem;
+    e->o = *o;
+    e->L = L;
+    e->ns = n_slices;
+    for (int i = 0; i < n_slices; i++) {
+        e->slice_off[i] = e->bn;
+        e->slice_n[i] = slice_n[i];
+        e->bn += slice_n[i];
+    }
+    e->stride = round_floats(e->bn);
+    e->in_use = e->cur = -1;
+    e->dir = 1;
+    e->sync = is_sync(o);
+    for (int b = 0; b < EB_COUNT; b++) e->disk[b].fd = -1;
+    e->tier[EB_P] = o->params;
+    e->tier[EB_G] = o->grads;
+    e->tier[EB_M] = e->tier[EB_V] = o->optim;
+    e->K = o->params == HPT_TIER_DEVICE ? 0 : o->max_active;
+    e->n_g = n_gslots(o);
+    e->res = calloc((size_t)L, sizeof *e->res);
+    e->slot_of = malloc((size_t)L * sizeof *e->slot_of);
+    e->blk_seq = calloc((size_t)L, sizeof *e->blk_seq);
+    e->g_of = calloc((size_t)L, sizeof *e->g_of);
+    e->sumsq = calloc((size_t)L, sizeof *e->sumsq);
+    e->mv_set = calloc((size_t)L, sizeof *e->mv_set);
+    e->mv_seq = calloc((size_t)L, sizeof *e->mv_seq);
+    e->slot_blk = malloc((size_t)(e->K ? e->K : 1) * sizeof *e->slot_blk);
+    e->slot_tick = calloc((size_t)(e->K ? e->K : 1), sizeof *e->slot_tick);
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv_work, NULL);
+    pthread_cond_init(&e->cv_done, NULL);
+    hpt_status s = HPT_OK;
+    if (!e->res || !e->slot_of || !e->blk_seq || !e->g_of || !e->sumsq || !e->slot_blk ||
+        !e->slot_tick || !e->mv_set || !e->mv_seq)
+        s = hpt_fail(HPT_ERR_OOM, "offload engine records");
+    if (s == HPT_OK) {
+        for (int l = 0; l < L; l++) e->slot_of[l] = -1;
+        for (int k = 0; k < e->K; k++) e->slot_blk[k] = -1;
+        s = alloc_home(e, EB_P);
+    }
+    if (s == HPT_OK && !o->fused) s = alloc_home(e, EB_G);
+    if (s == HPT_OK && e->K) {
+        hpt_mem_set_name(mem, "parameter slots");
+        s = hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, (size_t)e->K * e->stride * sizeof(float),
+                          (void **)&e->slots);
+    }
+    if (s == HPT_OK && e->n_g) {
+        hpt_mem_set_name(mem, "gradient slots");
+        s = hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, (size_t)e->n_g * e->stride * sizeof(float),
+                          (void **)&e->gslots);
+    }
+    if (s == HPT_OK && !e->sync) {
+        if (pthread_create(&e->th, NULL, worker, e) != 0)
+            s = hpt_fail(HPT_ERR_OOM, "offload engine: cannot start its worker thread");
+        else
+            e->th_on = 1;
+    }
+    if (s != HPT_OK) {
+        size_t bn = e->bn;
+        eng_free(e);
+        return hpt_fail_ctx(s, "offload engine for %d blocks of %zu floats", L, bn);
+    }
+    *out = e;
+    return HPT_OK;
+}
+
+hpt_status eng_attach_optim(offload_engine *e, eng_update_fn fn, void *ctx) {
+    HPT_CHECK(alloc_home(e, EB_M));
+    hpt_status s = alloc_home(e, EB_V);
+    int nst = n_staged(&e->o), sets = 2;
+    size_t sb = e->stride * sizeof(float);
+    if (s == HPT_OK && nst) {
+        e->stage_bytes = (size_t)sets * (size_t)nst * sb;
+        hpt_mem_set_name(e->mem, "offload staging");
+        s = hpt_mem_alloc(e->mem, HPT_TIER_HOST, HPT_CAT_IO, e->stage_bytes, (void **)&e->stage);
+        if (s != HPT_OK) e->stage_bytes = 0;
+    }
+    if (s != HPT_OK) {
+        eng_detach_optim(e);
+        return s;
+    }
+    for (int set = 0, k = 0; set < sets; set++)
+        for (int b = e->o.fused ? EB_M : EB_P; b < EB_COUNT; b++)
+            if (e->tier[b] == HPT_TIER_DISK) e->stage_ptr[set][b] = e->stage + (size_t)(k++) * e->stride;
+    e->upd = fn;
+    e->upd_ctx = ctx;
+    return HPT_OK;
+}
+
+void eng_detach_optim(offload_engine *e) {
+    if (!e) return;
+    (void)eng_drain(e);
+    free_home(e, EB_M);
+    free_home(e, EB_V);
+    hpt_mem_free(e->mem, HPT_TIER_HOST, HPT_CAT_IO, e->stage, e->stage_bytes);
+    e->stage = NULL;
+    e->stage_bytes = 0;
+    memset(e->stage_ptr, 0, sizeof e->stage_ptr);
+    e->upd = NULL;
+    e->upd_ctx = NULL;
+}
+
+void eng_free(offload_engine *e) {
+    if (!e) return;
+    if (e->th_on) {
+        pthread_mutex_lock(&e->mu);
+        e->stop = 1; /* queued jobs are dropped: the worker finishes the one it runs */
+        pthread_cond_signal(&e->cv_work);
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(e->th, NULL);
+    }
+    eng_detach_optim(e);
+    free_home(e, EB_P);
+    free_home(e, EB_G);
+    hpt_mem_free(e->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, e->slots, (size_t)e->K * e->stride * sizeof(float));
+    hpt_mem_free(e->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, e->gslots, (size_t)e->n_g * e->stride * sizeof(float));
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv_work);
+    pthread_cond_destroy(&e->cv_done);
+    free(e->res);
+    free(e->slot_of);
+    free(e->blk_seq);
+    free(e->g_of);
+    free(e->sumsq);
+    free(e->mv_set);
+    free(e->mv_seq);
+    free(e->slot_blk);
+    free(e->slot_tick);
+    free(e);
+}
+
+int eng_fused(const offload_engine *e) { return e->o.fused; }
+size_t eng_slice_offset(const offload_engine *e, int i) { return e->slice_off[i]; }
+
+hpt_status eng_check(const offload_engine *e, int *resident) {
+    int n = 0;
+    for (int s = 0; s < e->K; s++) {
+        int b = e->slot_blk[s];
+        if (b < 0) continue;
+        n++;
+        if (b >= e->L || e->slot_of[b] != s)
+            return hpt_fail(HPT_ERR_INVALID, "slot %d holds block %d, whose slot is %d", s, b,
+                            b < e->L ? e->slot_of[b] : -2);
+        if (e->res[b] == RS_HOME || e->res[b] == RS_WRITING_BACK)
+            return hpt_fail(HPT_ERR_INVALID, "block %d is in slot %d but in state %d", b, s, e->res[b]);
+    }
+    for (int l = 0; l < e->L; l++) {
+        int s = e->slot_of[l];
+        if (s >= 0 && (s >= e->K || e->slot_blk[s] != l))
+            return hpt_fail(HPT_ERR_INVALID, "block %d names slot %d, which holds another", l, s);
+        if (s < 0 && e->K && e->res[l] != RS_HOME && e->res[l] != RS_WRITING_BACK)
+            return hpt_fail(HPT_ERR_INVALID, "block %d has no slot but is in state %d", l, e->res[l]);
+    }
+    if (e->in_use >= 0 && e->K && e->slot_of[e->in_use] < 0)
+        return hpt_fail(HPT_ERR_INVALID, "held block %d has no slot", e->in_use);
+    if (n > e->K) return hpt_fail(HPT_ERR_INVALID, "%d blocks resident with K = %d", n, e->K);
+    if (resident) *resident = n;
+    return HPT_OK;
+}
+
+void eng_stats(const offload_engine *e, hpt_offload_stats *out) {
+    offload_engine *m = (offload_engine *)(uintptr_t)e;
+    pthread_mutex_lock(&m->mu);
+    *out = e->st;
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* ---- options -------------------------------------------------------------------------------- */
+
+hpt_offload_opts hpt_offload_defaults(void) {
+    return (hpt_offload_opts){.params = HPT_TIER_DEVICE, .grads = HPT_TIER_DEVICE,
+                              .optim = HPT_TIER_DEVICE, .max_active = 2, .prefetch = 1, .fused = 0};
+}
+
+int hpt_offload_active(const hpt_offload_opts *o) {
+    return o && (o->params != HPT_TIER_DEVICE || o->grads != HPT_TIER_DEVICE ||
+                 o->optim != HPT_TIER_DEVICE || o->fused);
+}
+
+static int parse_tier(const char *t, size_t n, hpt_tier *out) {
+    static const char *k[] = {"device", "host", "disk"};
+    for (int i = 0; i < 3; i++)
+        if (strlen(k[i]) == n && !strncmp(t, k[i], n)) {
+            *out = (hpt_tier)i;
+            return 1;
+        }
+    return 0;
+}
+
+hpt_status hpt_offload_parse(const char *text, hpt_offload_opts *o) {
+    hpt_tier t;
+    if (!strcmp(text, "none")) {
+        o->params = o->grads = o->optim = HPT_TIER_DEVICE;
+        return HPT_OK;
+    }
+    if (parse_tier(text, strlen(text), &t) && t != HPT_TIER_DEVICE) {
+        o->params = o->grads = o->optim = t;
+        return HPT_OK;
+    }
+    for (const char *p = text; *p;) {
+        const char *eq = strchr(p, '='), *end = strchr(p, ',');
+        if (!end) end = p + strlen(p);
+        if (!eq || eq > end || !parse_tier(eq + 1, (size_t)(end - eq - 1), &t))
+            return hpt_fail(HPT_ERR_INVALID, "offload '%s': expected none, host, disk or "
+                            "params=T,grads=T,optim=T with T device, host or disk", text);
+        size_t kn = (size_t)(eq - p);
+        if (kn == 6 && !strncmp(p, "params", 6)) o->params = t;
+        else if (kn == 5 && !strncmp(p, "grads", 5)) o->grads = t;
+        else if (kn == 5 && !strncmp(p, "optim", 5)) o->optim = t;
+        else return hpt_fail(HPT_ERR_INVALID, "offload '%s': unknown key '%.*s' (params, grads, "
+                             "optim)", text, (int)kn, p);
+        p = *end ? end + 1 : end;
+    }
+    return HPT_OK;
+}
+
+hpt_status hpt_offload_check(const hpt_offload_opts *o) {
+    if ((unsigned)o->params >= HPT_TIER_COUNT || (unsigned)o->grads >= HPT_TIER_COUNT ||
+        (unsigned)o->optim >= HPT_TIER_COUNT)
+        return hpt_fail(HPT_ERR_INVALID, "offload: unknown tier");
+    if (o->max_active < 1 || o->prefetch < 0 || o->prefetch >= o->max_active)
+        return hpt_fail(HPT_ERR_INVALID, "offload: --max-active-layers %d and --prefetch %d need "
+                        "K >= 1 and 0 <= P < K", o->max_active, o->prefetch);
+    return HPT_OK;
+}

@@ -1,0 +1,73 @@
+/* engine.h: the offload engine's interface to the model and the optimizer (engine.c). */
+#ifndef HPT_OFFLOAD_ENGINE_H
+#define HPT_OFFLOAD_ENGINE_H
+
+#include "hptrain.h"
+
+/* The per-block buffers the engine keeps, each in its home tier. */
+enum { EB_P = 0, EB_G, EB_M, EB_V, EB_COUNT };
+#define ENG_MAX_SLICES 16
+
+typedef struct offload_engine offload_engine;
+
+/* The optimizer's update of one slice of a block: slice i (0..n_slices-1) of n floats. */
+typedef void (*eng_update_fn)(void *ctx, int slice, float *p, const float *g, float *m, float *v,
+                              size_t n);
+/* Receives n floats of a slice being gathered (eng_emit_slice). */
+typedef hpt_status (*eng_emit_fn)(void *ctx, const float *x, size_t n);
+
+/* L blocks of n_slices slices of slice_n[i] floats each (packed in order). Allocates the
+ * parameters' home, the device slots and the gradient slots. */
+hpt_status eng_create(hpt_mem *mem, int L, int n_slices, const size_t *slice_n,
+                      const hpt_offload_opts *o, offload_engine **out);
+void eng_free(offload_engine *e);
+/* Bytes eng_create and eng_attach_optim allocate, per tier and category, for L blocks of
+ * block_floats floats (the estimator's restatement lives here, next to the allocations). */
+void eng_bytes(const hpt_offload_opts *o, int L, size_t block_floats, int training,
+               uint64_t out[HPT_TIER_COUNT][HPT_CAT_COUNT]);
+/* Allocates the optimizer state's homes (m, v), the gradients' home (exact mode) and the host
+ * staging buffers for disk homes; fn updates a slice (called on the worker or, for device
+ * homes, on the caller's thread). */
+hpt_status eng_attach_optim(offload_engine *e, eng_update_fn fn, void *ctx);
+void eng_detach_optim(offload_engine *e);
+int eng_fused(const offload_engine *e);
+size_t eng_slice_offset(const offload_engine *e, int i);
+
+/* Starts a pass over the blocks: dir +1 forward (prefetch l+1..l+P), -1 backward. */
+hpt_status eng_begin_pass(offload_engine *e, int dir);
+/* Block l's parameters on the device (packed slices), valid until eng_release. One block is
+ * held at a time. */
+hpt_status eng_acquire(offload_engine *e, int l, float **p_out);
+void eng_release(offload_engine *e, int l);
+/* A device buffer for block l's gradients (backward, while l is held): zeroed, or with
+ * accumulate (exact mode: a later micro-batch of one step) holding the gradients its home has
+ * so far, which the backward adds to. */
+hpt_status eng_grad_slot(offload_engine *e, int l, int accumulate, float **g_out);
+/* Block l's gradients are complete (l still held): records their sum of squares, then hands
+ * them to the optimizer (fused) or writes them to their home (exact). */
+hpt_status eng_grads_done(offload_engine *e, int l);
+/* Sum of squares of block l's gradients of this step, slice by slice in order (each slice by
+ * k_sumsq): the global norm's partial sums, combined by the optimizer in a fixed order. */
+double eng_block_sumsq(const offload_engine *e, int l);
+/* Waits for every queued transfer and update; the engine's first error, if any (sticky). */
+hpt_status eng_drain(offload_engine *e);
+/* Exact mode: one streaming pass over all blocks after the backward, fn on each (disk homes
+ * read and written back with two staging sets, the next block read while one updates). */
+hpt_status eng_stream_update(offload_engine *e);
+/* Gathers slice i of block l of buffer b (EB_P, EB_M, EB_V) into emit, in pieces. */
+hpt_status eng_emit_slice(offload_engine *e, int b, int l, int i, eng_emit_fn emit, void *ctx);
+/* Fills n floats at dst (a checkpoint's stream being read). */
+typedef hpt_status (*eng_read_fn)(void *ctx, float *dst, size_t n);
+/* Scatters: fills slice i of block l of buffer b from read, in pieces (disk: each aligned window
+ * read, filled and written back). */
+hpt_status eng_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn read, void *ctx);
+/* A device scratch of one block (for filling a block before eng_store_block), or the block's
+ * home when that is memory (then fill it in place and skip the store). */
+hpt_status eng_block_dest(offload_engine *e, int b, int l, float **dst, int *in_place);
+hpt_status eng_store_block(offload_engine *e, int b, int l, const float *src);
+/* Consistency of the residency records (slots, states, the one held block); HPT_ERR_INVALID
+ * with the broken rule. Also counts the resident blocks into *resident (may be NULL). */
+hpt_status eng_check(const offload_engine *e, int *resident);
+void eng_stats(const offload_engine *e, hpt_offload_stats *out);
+
+#endif

@@ -1,0 +1,475 @@
+/* test_offload_engine.c: the offload engine (src/offload/engine.c) against training without it.
+ *   (a) exact mode: 20 fp32 AdamW steps with clipping, blocks' weights, gradients and state on
+ *       the host, on disk and mixed, several K and P, with recomputation, with activation
+ *       offload, and 8 steps of 2 accumulated micro-batches: the weights are the in-memory
+ *       run's, bit for bit (and the losses);
+ *   (b) fused update: with clipping off, fused (device homes: no offload; host; disk) equals
+ *       the unfused in-memory run bit for bit; with clipping (previous step's norm), the fused
+ *       runs agree with each other bit for bit, whatever the homes;
+ *   (c) the estimator: each configuration's estimated peak per tier equals the measured one
+ *       (training runs, and forward-only models);
+ *   (d) disk faults (short write, disk full, EIO, a block's file truncated away) in step 3 after
+ *       a checkpoint at step 2: HPT_ERR_IO naming the cause, and the step-2 checkpoint loads with
+ *       the in-memory run's weights of step 2;
+ *   (f) checkpoints: a run saved at step 8 with one placement (disk, host, in memory) and
+ *       resumed with another ends with the uninterrupted in-memory run's weights and losses,
+ *       bit for bit; llm.c checkpoints (fp32 and bf16) load into offloaded models with the
+ *       weights hpt_gpt2_load gives;
+ *   (e) refusals: 8-bit state, accumulation with the fused update, K <= P; each allocation of an offloaded setup
+ *       failing in turn ends in HPT_ERR_OOM with nothing left allocated on any tier. */
+#include "testlib.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SHAPE "gpt2:L=4,C=32,NH=4,V=64,T=16"
+#define STEPS 20
+
+static char g_train[512];
+static char g_disk[512];
+
+static void make_shard(void) {
+    uint16_t toks[6000];
+    uint32_t x = 4242;
+    for (int i = 0; i < 6000; i++) {
+        x = x * 1103515245u + 12345u;
+        toks[i] = (uint16_t)((x >> 16) % 23 + (i % 5) * 8);
+    }
+    snprintf(g_train, sizeof g_train, "%s/train_000000.bin", t_tmpdir());
+    CHECK_OK(hpt_shard_write(g_train, toks, 6000));
+    snprintf(g_disk, sizeof g_disk, "%s/offload", t_tmpdir());
+}
+
+static hpt_train_opts opts(float clip) {
+    hpt_train_opts o = hpt_train_defaults();
+    o.model = SHAPE;
+    o.data = g_train;
+    o.B = 2;
+    o.T = 16;
+    o.steps = STEPS;
+    o.lr = 3e-3f;
+    o.warmup = 3;
+    o.grad_clip = clip;
+    return o;
+}
+
+static hpt_offload_opts off(hpt_tier p, hpt_tier g, hpt_tier m, int K, int P, int fused) {
+    hpt_offload_opts f = hpt_offload_defaults();
+    f.params = p;
+    f.grads = g;
+    f.optim = m;
+    f.max_active = K;
+    f.prefetch = P;
+    f.fused = fused;
+    return f;
+}
+
+typedef struct {
+    float losses[STEPS];
+    float *params;
+    size_t n;
+} run_out;
+
+/* A run on a fresh hpt_mem; checks the estimator against its measured peaks per tier. */
+static void run(const hpt_train_opts *o, run_out *r, const char *what) {
+    hpt_mem *mem;
+    CHECK_OK(hpt_mem_create(&mem));
+    CHECK_OK(hpt_mem_set_disk_dir(mem, g_disk));
+    hpt_gpt2_config cfg;
+    CHECK_OK(hpt_gpt2_config_parse(SHAPE, &cfg));
+    r->n = hpt_gpt2_num_params(&cfg);
+    r->params = calloc(r->n, sizeof(float));
+    t_train_run(mem, o, 0, r->losses, NULL, r->params);
+    /* (c) */
+    hpt_plan_opts po = hpt_plan_defaults();
+    po.cfg = cfg;
+    po.B = o->B;
+    po.T = o->T;
+    po.act = o->act;
+    po.offload = o->offload;
+    hpt_estimate e;
+    CHECK_OK(hpt_plan_estimate(&po, &e));
+    hpt_mem_stats st;
+    hpt_mem_get_stats(mem, &st);
+    for (int t = 0; t < HPT_TIER_COUNT; t++)
+        CHECK_MSG(e.peak_bytes[t] == st.peak_bytes[t], "%s: %s tier estimated %llu, measured %llu",
+                  what, hpt_tier_name((hpt_tier)t), (unsigned long long)e.peak_bytes[t],
+                  (unsigned long long)st.peak_bytes[t]);
+    hpt_mem_destroy(mem);
+}
+
+static int same(const run_out *a, const run_out *b) {
+    return memcmp(a->params, b->params, a->n * sizeof(float)) == 0 &&
+           memcmp(a->losses, b->losses, sizeof a->losses) == 0;
+}
+
+/* (a) */
+static void test_exact(void) {
+    hpt_train_opts o = opts(1.0f);
+    run_out ref, r;
+    run(&o, &ref, "in memory");
+    CHECK(ref.losses[STEPS - 1] < ref.losses[0]); /* it trains */
+    struct {
+        hpt_offload_opts f;
+        hpt_recompute rc;
+        const char *what;
+    } cases[] = {
+        {off(HPT_TIER_HOST, HPT_TIER_HOST, HPT_TIER_HOST, 1, 0, 0), HPT_RECOMPUTE_NONE, "host K1 P0"},
+        {off(HPT_TIER_HOST, HPT_TIER_HOST, HPT_TIER_HOST, 2, 1, 0), HPT_RECOMPUTE_NONE, "host K2 P1"},
+        {off(HPT_TIER_HOST, HPT_TIER_HOST, HPT_TIER_HOST, 4, 3, 0), HPT_RECOMPUTE_FULL, "host K4 P3 full"},
+        {off(HPT_TIER_DISK, HPT_TIER_DISK, HPT_TIER_DISK, 1, 0, 0), HPT_RECOMPUTE_NONE, "disk K1 P0"},
+        {off(HPT_TIER_DISK, HPT_TIER_DISK, HPT_TIER_DISK, 3, 1, 0), HPT_RECOMPUTE_SELECTIVE, "disk K3 P1 selective"},
+        {off(HPT_TIER_DISK, HPT_TIER_HOST, HPT_TIER_DEVICE, 2, 1, 0), HPT_RECOMPUTE_EVERY, "params disk, grads host, every:2"},
+        {off(HPT_TIER_DEVICE, HPT_TIER_DISK, HPT_TIER_HOST, 2, 0, 0), HPT_RECOMPUTE_NONE, "grads disk, optim host"},
+        {off(HPT_TIER_HOST, HPT_TIER_HOST, HPT_TIER_DISK, 3, 1, 0), HPT_RECOMPUTE_EVERY, "host K3 P1 every:2"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        hpt_train_opts oo = o;
+        oo.offload = cases[i].f;
+        oo.act.recompute = cases[i].rc;
+        oo.act.every = 2;
+        run(&oo, &r, cases[i].what);
+        CHECK_MSG(same(&r, &ref), "%s: not bit-identical to training in memory", cases[i].what);
+        free(r.params);
+    }
+    /* gradient accumulation: later micro-batches add to the gradients brought back home */
+    hpt_train_opts ok = o;
+    ok.accum = 2;
+    ok.steps = 8;
+    run_out refk;
+    run(&ok, &refk, "in memory, accum 2");
+    hpt_offload_opts acc_cases[] = {off(HPT_TIER_HOST, HPT_TIER_HOST, HPT_TIER_HOST, 2, 1, 0),
+                                    off(HPT_TIER_DISK, HPT_TIER_DISK, HPT_TIER_DISK, 2, 1, 0),
+                                    off(HPT_TIER_HOST, HPT_TIER_DEVICE, HPT_TIER_HOST, 1, 0, 0)};
+    for (size_t i = 0; i < sizeof acc_cases / sizeof acc_cases[0]; i++) {
+        hpt_train_opts oo = ok;
+        oo.offload = acc_cases[i];
+        run(&oo, &r, "accum 2");
+        CHECK_MSG(memcmp(r.params, refk.params, r.n * sizeof(float)) == 0 &&
+                  memcmp(r.losses, refk.losses, 8 * sizeof(float)) == 0,
+                  "accum 2, case %zu: not bit-identical to accumulating in memory", i);
+        free(r.params);
+    }
+    free(refk.params);
+    /* with saved activations offloaded too (their own prefetch thread) */
+    hpt_train_opts oa = o;
+    oa.offload = off(HPT_TIER_DISK, HPT_TIER_DISK, HPT_TIER_DISK, 2, 1, 0);
+    oa.act.offload = HPT_OFFLOAD_HOST;
+    run(&oa, &r, "disk K2 P1, activations on the host");
+    CHECK_MSG(same(&r, &ref), "with activation offload: not bit-identical to training in memory");
+    free(r.params);
+    free(ref.params);
+}
+
+/* (b) */
+static void test_fused(void) {
+    hpt_train_opts o = opts(0.0f);
+    run_out ref, r, fclip;
+    run(&o, &ref, "in memory, no clip");
+    hpt_offload_opts cases[] = {
+        off(HPT_TIER_DEVICE, HPT_TIER_DEVICE, HPT_TIER_DEVICE, 2, 1, 1),
+        off(HPT_TIER_HOST, HPT_TIER_DEVICE, HPT_TIER_HOST, 2, 1, 1),
+        off(HPT_TIER_DISK, HPT_TIER_DEVICE, HPT_TIER_DISK, 1, 0, 1),
+        off(HPT_TIER_DISK, HPT_TIER_DEVICE, HPT_TIER_DISK, 3, 2, 1),
+        off(HPT_TIER_DEVICE, HPT_TIER_DEVICE, HPT_TIER_DISK, 2, 1, 1),
+    };
+    const char *names[] = {"fused", "fused host", "fused disk K1", "fused disk K3 P2",
+                           "fused optim disk"};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        hpt_train_opts oo = o;
+        oo.offload = cases[i];
+        run(&oo, &r, names[i]);
+        CHECK_MSG(same(&r, &ref), "%s: not bit-identical to the unfused update (no clipping)", names[i]);
+        free(r.params);
+    }
+    /* clipping by the previous step's norm: the same in every fused run */
+    hpt_train_opts oc = opts(0.05f);
+    oc.offload = cases[0];
+    run(&oc, &fclip, "fused clip");
+    hpt_train_opts oe = opts(0.05f); /* and not the unfused update, which clips by this step's */
+    run(&oe, &r, "unfused clip");
+    CHECK(!same(&r, &fclip));
+    free(r.params);
+    for (size_t i = 1; i < sizeof cases / sizeof cases[0]; i++) {
+        oc.offload = cases[i];
+        run(&oc, &r, names[i]);
+        CHECK_MSG(same(&r, &fclip), "%s with clipping: differs from the fused update on the device",
+                  names[i]);
+        free(r.params);
+    }
+    free(fclip.params);
+    free(ref.params);
+}
+
+/* (d) */
+static void test_faults(void) {
+    hpt_train_opts o = opts(1.0f);
+    o.steps = 6;
+    /* the in-memory run's checkpoint of step 2 */
+    char dref[600];
+    snprintf(dref, sizeof dref, "%s/ref2", t_tmpdir());
+    hpt_train_opts orf = o;
+    orf.save_dir = dref;
+    hpt_mem *mem;
+    CHECK_OK(hpt_mem_create(&mem));
+    float losses[6];
+    t_train_run(mem, &orf, 2, losses, NULL, NULL);
+    hpt_mem_destroy(mem);
+    char path[700];
+    snprintf(path, sizeof path, "%s/state.bin", dref);
+    hpt_gpt2 *m_ref = NULL;
+    hpt_optim *o_ref = NULL;
+    hpt_adamw_opts ao;
+    hpt_train_pos pos;
+    CHECK_OK(hpt_mem_create(&mem));
+    CHECK_OK(hpt_state_load(path, mem, &m_ref, &o_ref, &ao, &pos));
+    struct {
+        hpt_disk_fault kind;
+        const char *says;
+        int fused;
+    } cases[] = {
+        {HPT_DISK_FAULT_SHORT_WRITE, "short write", 0},
+        {HPT_DISK_FAULT_ENOSPC, "disk is full", 1},
+        {HPT_DISK_FAULT_EIO, "Input/output error", 0},
+        {HPT_DISK_FAULT_VANISHED, "truncated or removed", 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0] && m_ref; i++) {
+        char dir[600];
+        snprintf(dir, sizeof dir, "%s/fault%zu", t_tmpdir(), i);
+        hpt_train_opts of = o;
+        of.save_dir = dir;
+        of.save_every = 2;
+        of.grad_clip = cases[i].fused ? 0.0f : 1.0f;
+        of.offload = off(HPT_TIER_DISK, HPT_TIER_DISK, HPT_TIER_DISK, 2, 1, cases[i].fused);
+        hpt_mem *fm;
+        CHECK_OK(hpt_mem_create(&fm));
+        CHECK_OK(hpt_mem_set_disk_dir(fm, g_disk));
+        hpt_trainer *tr = NULL;
+        CHECK_OK(hpt_trainer_create(fm, &of, &tr));
+        hpt_train_progress p;
+        for (int k = 0; tr && k < 2; k++) CHECK_OK(hpt_trainer_step(tr, &p));
+        hpt_mem_disk_fail(fm, cases[i].kind, 3);
+        hpt_status s = HPT_OK;
+        int64_t last = 2;
+        for (int k = 0; tr && k < 4 && s == HPT_OK; k++) {
+            s = hpt_trainer_step(tr, &p);
+            if (s == HPT_OK) last = p.step;
+        }
+        CHECK_MSG(s == HPT_ERR_IO && strstr(hpt_last_error(), cases[i].says) &&
+                  strstr(hpt_last_error(), g_disk),
+                  "fault %d: status %s, error '%s'", (int)cases[i].kind, hpt_status_str(s),
+                  hpt_last_error());
+        CHECK(last == 2); /* stopped in step 3 */
+        if (tr) { /* and stays stopped */
+            CHECK_STATUS(hpt_trainer_step(tr, &p), HPT_ERR_IO);
+        }
+        hpt_mem_disk_fail(fm, HPT_DISK_FAULT_NONE, 0);
+        hpt_trainer_free(tr);
+        hpt_mem_destroy(fm);
+        /* the last good checkpoint loads, and is the in-memory run's step 2 (exact mode) */
+        snprintf(path, sizeof path, "%s/state.bin", dir);
+        hpt_gpt2 *m2 = NULL;
+        hpt_optim *o2 = NULL;
+        hpt_adamw_opts ao2;
+        hpt_train_pos pos2;
+        CHECK_OK(hpt_state_load(path, mem, &m2, &o2, &ao2, &pos2));
+        if (m2) {
+            CHECK(pos2.step == 2);
+            if (!cases[i].fused) {
+                size_t n = hpt_gpt2_get_num_params(m2);
+                CHECK(memcmp(hpt_gpt2_params(m2), hpt_gpt2_params(m_ref), n * 4) == 0);
+                CHECK(memcmp(hpt_optim_m(o2), hpt_optim_m(o_ref), n * 4) == 0);
+                CHECK(memcmp(hpt_optim_v(o2), hpt_optim_v(o_ref), n * 4) == 0);
+            }
+        }
+        hpt_optim_free(o2);
+        hpt_gpt2_free(m2);
+    }
+    hpt_optim_free(o_ref);
+    hpt_gpt2_free(m_ref);
+    hpt_mem_destroy(mem);
+}
+
+/* (f) */
+static hpt_status write_bf16(const char *path, const float *p, const hpt_gpt2_config *c, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return HPT_ERR_IO;
+    int32_t h[256] = {0};
+    h[0] = 20240326; h[1] = 5; h[2] = c->maxT; h[3] = c->V; h[4] = c->L; h[5] = c->NH;
+    h[6] = c->C; h[7] = c->Vp;
+    fwrite(h, sizeof h, 1, f);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &p[i], 4);
+        uint16_t b = (uint16_t)(u >> 16);
+        fwrite(&b, 2, 1, f);
+    }
+    return fclose(f) == 0 ? HPT_OK : HPT_ERR_IO;
+}
+
+static void test_checkpoints(void) {
+    hpt_train_opts o = opts(1.0f);
+    run_out ref;
+    run(&o, &ref, "in memory (checkpoints)");
+    struct {
+        hpt_offload_opts first, second;
+        const char *what;
+    } cases[] = {
+        {off(HPT_TIER_DISK, HPT_TIER_DISK, HPT_TIER_DISK, 2, 1, 0),
+         off(HPT_TIER_HOST, HPT_TIER_HOST, HPT_TIER_DISK, 3, 2, 0), "disk, resumed on host"},
+        {hpt_offload_defaults(), off(HPT_TIER_DISK, HPT_TIER_HOST, HPT_TIER_DISK, 1, 0, 0),
+         "in memory, resumed on disk"},
+        {off(HPT_TIER_HOST, HPT_TIER_DISK, HPT_TIER_HOST, 2, 1, 0), hpt_offload_defaults(),
+         "host, resumed in memory"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[600];
+        snprintf(dir, sizeof dir, "%s/resume%zu", t_tmpdir(), i);
+        hpt_mem *mem;
+        CHECK_OK(hpt_mem_create(&mem));
+        CHECK_OK(hpt_mem_set_disk_dir(mem, g_disk));
+        hpt_train_opts a = o, b = o;
+        a.offload = cases[i].first;
+        a.save_dir = dir;
+        float losses[STEPS];
+        t_train_run(mem, &a, 8, losses, NULL, NULL);
+        b.offload = cases[i].second;
+        b.resume = dir;
+        float *p = calloc(ref.n, sizeof(float));
+        t_train_run(mem, &b, 0, losses, NULL, p);
+        CHECK_MSG(memcmp(p, ref.params, ref.n * sizeof(float)) == 0 &&
+                  memcmp(losses + 8, ref.losses + 8, (STEPS - 8) * sizeof(float)) == 0,
+                  "%s: not the uninterrupted run's bits", cases[i].what);
+        /* the llm.c checkpoint written at step 8 loads into an offloaded model */
+        char path[700];
+        snprintf(path, sizeof path, "%s/model.bin", dir);
+        hpt_gpt2 *m1 = NULL, *m2 = NULL;
+        CHECK_OK(hpt_gpt2_load(mem, path, &m1));
+        CHECK_OK(hpt_gpt2_load_offload(mem, path, &cases[i].second, &m2));
+        if (m1 && m2) {
+            CHECK_OK(hpt_gpt2_copy_params(m2, p));
+            CHECK(memcmp(p, hpt_gpt2_params(m1), ref.n * sizeof(float)) == 0);
+            /* and a bf16 one, widened the same way */
+            snprintf(path, sizeof path, "%s/model_bf16.bin", dir);
+            CHECK_OK(write_bf16(path, hpt_gpt2_params(m1), hpt_gpt2_get_config(m1), ref.n));
+            hpt_gpt2_free(m2);
+            m2 = NULL;
+            hpt_gpt2_free(m1);
+            m1 = NULL;
+            CHECK_OK(hpt_gpt2_load(mem, path, &m1));
+            CHECK_OK(hpt_gpt2_load_offload(mem, path, &cases[i].first, &m2));
+            if (m1 && m2) {
+                CHECK_OK(hpt_gpt2_copy_params(m2, p));
+                CHECK(memcmp(p, hpt_gpt2_params(m1), ref.n * sizeof(float)) == 0);
+            }
+        }
+        hpt_gpt2_free(m1);
+        hpt_gpt2_free(m2);
+        free(p);
+        CHECK(t_device_live(mem) == 0);
+        hpt_mem_destroy(mem);
+    }
+    free(ref.params);
+}
+
+/* (c) forward only (sampling, evaluation): no optimizer state, no staging */
+static void test_forward_estimate(void) {
+    hpt_gpt2_config cfg;
+    CHECK_OK(hpt_gpt2_config_parse(SHAPE, &cfg));
+    hpt_offload_opts cases[] = {off(HPT_TIER_DISK, HPT_TIER_HOST, HPT_TIER_DISK, 2, 1, 0),
+                                off(HPT_TIER_HOST, HPT_TIER_DEVICE, HPT_TIER_HOST, 3, 0, 1)};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        hpt_mem *mem;
+        CHECK_OK(hpt_mem_create(&mem));
+        CHECK_OK(hpt_mem_set_disk_dir(mem, g_disk));
+        hpt_gpt2 *m = NULL;
+        CHECK_OK(hpt_gpt2_create_offload(mem, &cfg, &cases[i], &m));
+        int32_t x[2 * 16];
+        for (int k = 0; k < 32; k++) x[k] = (k * 7) % 64;
+        float loss;
+        if (m) CHECK_OK(hpt_gpt2_init_random(m, 3));
+        if (m) CHECK_OK(hpt_gpt2_forward(m, x, NULL, 2, 16, &loss));
+        hpt_plan_opts po = hpt_plan_defaults();
+        po.cfg = cfg;
+        po.B = 2;
+        po.T = 16;
+        po.training = 0;
+        po.no_data = 1;
+        po.offload = cases[i];
+        hpt_estimate e;
+        CHECK_OK(hpt_plan_estimate(&po, &e));
+        hpt_mem_stats st;
+        hpt_mem_get_stats(mem, &st);
+        for (int t = 0; t < HPT_TIER_COUNT; t++)
+            CHECK_MSG(e.peak_bytes[t] == st.peak_bytes[t], "forward %zu: %s tier estimated %llu, "
+                      "measured %llu", i, hpt_tier_name((hpt_tier)t),
+                      (unsigned long long)e.peak_bytes[t], (unsigned long long)st.peak_bytes[t]);
+        hpt_gpt2_free(m);
+        hpt_mem_destroy(mem);
+    }
+}
+
+/* (e) */
+static void test_refusals(void) {
+    hpt_mem *mem;
+    CHECK_OK(hpt_mem_create(&mem));
+    hpt_train_opts o = opts(1.0f);
+    o.offload = off(HPT_TIER_HOST, HPT_TIER_HOST, HPT_TIER_HOST, 2, 1, 0);
+    hpt_trainer *tr = NULL;
+    o.adamw.state_bits = 8;
+    CHECK_STATUS(hpt_trainer_create(mem, &o, &tr), HPT_ERR_UNSUPPORTED);
+    CHECK(strstr(hpt_last_error(), "32-bit state") != NULL);
+    o.adamw.state_bits = 32;
+    o.accum = 2;
+    o.offload.fused = 1;
+    CHECK_STATUS(hpt_trainer_create(mem, &o, &tr), HPT_ERR_UNSUPPORTED);
+    o.offload.fused = 0;
+    o.accum = 1;
+    o.offload.prefetch = 2;
+    CHECK_STATUS(hpt_trainer_create(mem, &o, &tr), HPT_ERR_INVALID);
+    hpt_offload_opts f = hpt_offload_defaults();
+    CHECK_OK(hpt_offload_parse("params=disk,grads=host", &f));
+    CHECK(f.params == HPT_TIER_DISK && f.grads == HPT_TIER_HOST && f.optim == HPT_TIER_DEVICE);
+    CHECK_STATUS(hpt_offload_parse("params=tape", &f), HPT_ERR_INVALID);
+    CHECK(t_device_live(mem) == 0);
+    hpt_mem_destroy(mem);
+    /* every allocation of an offloaded setup failing in turn: a clean OOM, nothing left live */
+    o = opts(1.0f);
+    o.offload = off(HPT_TIER_DISK, HPT_TIER_HOST, HPT_TIER_DISK, 2, 1, 0);
+    int oks = 0;
+    for (uint64_t n = 1; n <= 24; n++) {
+        CHECK_OK(hpt_mem_create(&mem));
+        CHECK_OK(hpt_mem_set_disk_dir(mem, g_disk));
+        hpt_mem_fail_nth(mem, n);
+        hpt_trainer *t = NULL;
+        hpt_status s = hpt_trainer_create(mem, &o, &t);
+        hpt_train_progress p;
+        if (s == HPT_OK) s = hpt_trainer_step(t, &p); /* the arena is allocated here */
+        CHECK_MSG(s == HPT_OK || s == HPT_ERR_OOM, "allocation %llu: %s", (unsigned long long)n,
+                  hpt_status_str(s));
+        oks += s == HPT_OK;
+        hpt_trainer_free(t);
+        hpt_mem_stats st;
+        hpt_mem_get_stats(mem, &st);
+        uint64_t live = 0;
+        for (int ti = 0; ti < HPT_TIER_COUNT; ti++)
+            for (int c = 0; c < HPT_CAT_COUNT; c++) live += st.live_bytes[ti][c];
+        CHECK_MSG(live == 0, "allocation %llu failing leaves %llu bytes live", (unsigned long long)n,
+                  (unsigned long long)live);
+        hpt_mem_destroy(mem);
+    }
+    CHECK(oks > 0 && oks < 24); /* some sites failed, the later ones were past setup */
+}
+
+int main(void) {
+    hpt_set_threads(2);
+    make_shard();
+    test_exact();
+    test_fused();
+    test_faults();
+    test_checkpoints();
+    test_forward_estimate();
+    test_refusals();
+    return t_done("test_offload_engine");
+}
