@@ -289,10 +289,9 @@ void lossmodel_observe(lossmodel *lm, double loss, double grad_norm, double upda
         double pred = after_predict ? lm->pred : lossmodel_next(lm);
         double e = fabs(loss - pred) / fmax(fabs(pred), 1e-6);
         lm->noise = lm->n < 2 && !after_predict ? e : LM_ERR * lm->noise + (1.0 - LM_ERR) * e;
-        if (after_predict) { /* a predict phase's whole error beyond the batch noise */
-            lossmodel_phase_error(lm, fmax(0.0, e - lm->noise));
-        } else { /* the smoothed loss's change against the line's (batch noise enters 1 -
-                  * LM_EMA times) */
+        if (!after_predict) { /* the smoothed loss's change against the line's (batch noise
+                               * enters 1 - LM_EMA times); a predict phase's error is the
+                               * trainer's to report (lossmodel_phase_error) */
             double te = fabs((1.0 - LM_EMA) * (loss - lm->lbar) - line(lm, lm->prev_x)) /
                         fmax(fabs(lm->lbar), 1e-6);
             lm->err = lm->n < 2 ? te : LM_ERR * lm->err + (1.0 - LM_ERR) * te;
@@ -328,5 +327,5 @@ void lossmodel_begin_predict(lossmodel *lm) { lm->pred = lossmodel_next(lm); }
 
 void lossmodel_predict_step(lossmodel *lm, double update_norm) {
     lm->prev_x = lm->gbar * update_norm;
-    lm->pred += line(lm, lm->prev_x);
+    lm->pred = fmax(0.0, lm->pred + line(lm, lm->prev_x)); /* a loss is never negative */
 }

@@ -65,8 +65,8 @@ void predictor_set_scalars(predictor *pr, const predictor_scalars *in);
  * phase, the loss after each predicted update. noise is an EMA (0.9) of the relative error of
  * its one-step predictions of the batch losses (mostly batch-to-batch noise); err an EMA of the
  * trend's relative error: of the smoothed loss's one-step change; phase_err an EMA (0.5) of the relative errors measured on predicted weights: a
- * predict phase's checks, and its prediction against the first CORRECT step's loss beyond the
- * noise (each capped at 1; decaying by 0.97 per real step, so an old failure fades). confidence = max(0, 1 - max(err, phase_err) / band). All fields double: it
+ * predict phase's checks, and its prediction against the first CORRECT step's loss beyond twice
+ * the noise (each capped at 1; decaying by 0.97 per real step, so an old failure fades). confidence = max(0, 1 - max(err, phase_err) / band). All fields double: it
  * checkpoints as bytes. */
 typedef struct {
     double lbar, gbar;

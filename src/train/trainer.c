@@ -18,9 +18,9 @@
  * forward on the check batch (the first validation window, one sequence at a time, so only a
  * B=1 arena lives) compares the real loss with the predicted one; above the band the phase ends,
  * beyond the rollback bound the weights are restored from the phase's start (a host-tier
- * snapshot). Memory by phase: a predict phase begins by releasing the gradients and the
- * activation arena, and (for predictors that do not read them) moving the optimizer's state to
- * the host tier; the first CORRECT step brings everything back before its forward. The
+ * snapshot). Memory by phase: the step before a predict phase ends by releasing the gradients
+ * and the activation arena, and (for predictors that do not read them) moving the optimizer's
+ * state to the host tier; the first CORRECT step brings everything back before its forward. The
  * snapshot lives from the phase's start to the end of the first CORRECT step, whose loss
  * measures the prediction (and rolls back past the bound). The controller's state, the
  * predictor's and loss model's state and the snapshot are checkpoint sections, so a run
@@ -261,7 +261,7 @@ static hpt_status restore_schedule(hpt_trainer *tr, const hpt_state_section *sec
     }
     const hpt_state_section *sn = find_section(sec, n_sec, "snapshot");
     if (sn) HPT_CHECK(load_array(tr, sn, HPT_TIER_HOST, HPT_CAT_PARAMS, "rollback snapshot", &tr->snapshot));
-    if (c->phase == HPT_PHASE_PREDICT && c->in_phase > 0) HPT_CHECK(predict_memory(tr));
+    if (c->phase == HPT_PHASE_PREDICT) HPT_CHECK(predict_memory(tr));
     return HPT_OK;
 }
 
@@ -471,22 +471,20 @@ static int divergence(const hpt_trainer *tr, double excess, double slack) {
     return excess > (double)tr->o.sched.band + slack ? 1 : 0;
 }
 
-/* One PREDICT step: phase start (memory, snapshot, velocities, baseline check) at k = 0; a
- * check when due; the predicted update unless the check ended the phase. */
+/* One PREDICT step: phase start (snapshot, predicted loss, baseline check) at k = 0; a check
+ * when due; the predicted update unless the check ended the phase. */
 static hpt_status predict_step(hpt_trainer *tr, hpt_train_progress *p) {
     const hpt_schedule_opts *so = &tr->o.sched;
     int64_t k = tr->sch.in_phase;
     hpt_gpt2_free_activations(tr->model); /* an evaluation's arena, if one ran since */
     if (k == 0) {
         size_t bytes = nparams(tr) * sizeof(float);
-        HPT_CHECK(predict_memory(tr));
         if (!tr->snapshot) {
             hpt_mem_set_name(tr->mem, "rollback snapshot");
             HPT_CHECK(hpt_mem_alloc(tr->mem, HPT_TIER_HOST, HPT_CAT_PARAMS, bytes, (void **)&tr->snapshot));
         }
         memcpy(tr->snapshot, tr->model->params, bytes);
         hpt_mem_transfer(tr->mem, HPT_TIER_DEVICE, HPT_TIER_HOST, HPT_CAT_PARAMS, bytes);
-        predictor_begin(&tr->pr);
         lossmodel_begin_predict(&tr->lm);
         tr->pred0 = tr->lm.pred;
         tr->check0 = NAN;
@@ -538,7 +536,9 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
         HPT_CHECK(hpt_dataloader_next(tr->train, &x, &y));
         HPT_CHECK(hpt_gpt2_forward(tr->model, x, y, o->B, o->T, &loss));
         if (k == 0 && measure) { /* the prediction's error; past the bound, back to the start */
-            p->diverged = divergence(tr, ((double)loss - pred) / pred, 2.0 * tr->lm.noise);
+            double excess = ((double)loss - pred) / fmax(pred, 1e-6);
+            p->diverged = divergence(tr, excess, 2.0 * tr->lm.noise);
+            lossmodel_phase_error(&tr->lm, fmax(0.0, fabs(excess) - 2.0 * tr->lm.noise));
             if (p->diverged == 2) {
                 rollback(tr);
                 HPT_CHECK(hpt_gpt2_forward(tr->model, x, y, o->B, o->T, &loss));
@@ -589,6 +589,11 @@ hpt_status hpt_trainer_step(hpt_trainer *tr, hpt_train_progress *p) {
                                .steps_left = o->steps - tr->step};
         hpt_schedule_advance(&tr->sch, &o->sched, &ob);
         if (phase == HPT_PHASE_PREDICT && p->diverged) free_snapshot(tr); /* no measure follows */
+        /* a predict phase next: its memory is released now, by this step */
+        if (phase != HPT_PHASE_PREDICT && tr->sch.phase == HPT_PHASE_PREDICT) {
+            predictor_begin(&tr->pr); /* the fit's sums become velocities (s0 freed) */
+            HPT_CHECK(predict_memory(tr));
+        }
     }
     int K = o->accum > 1 ? o->accum : 1;
     double dt = hpt_now() - t0;
