@@ -710,6 +710,12 @@ typedef struct {
     int state32_embeddings; /* with 8-bit states, wte and wpe keep 32-bit state */
     int accum;           /* micro-batches per optimizer step (0 is read as 1): tokens and
                           * FLOPs per step follow it; memory does not (activations for B only) */
+    int schedule;        /* hpt_schedule_kind (training only). HYBRID: the linear predictor's two
+                          * sums per parameter (device, optim) at the peak; the rollback snapshot
+                          * (host, params) and the check batch (host, io: 2*B*T int32) beside it;
+                          * and predict_peak_bytes below */
+    int predictor;       /* hpt_predictor_kind of the hybrid schedule */
+    int checks;          /* hybrid: predict-phase checks (one-sequence forwards; needs has_val) */
 } hpt_plan_opts;
 /* gpt2-124m, B=4, T=64, training with AdamW fp32, no validation: the trainer's defaults. */
 hpt_plan_opts hpt_plan_defaults(void);
@@ -722,6 +728,11 @@ typedef struct {
     double flops_per_token;        /* the run's: training 3 x forward; forward-only = forward */
     double flops_per_token_fwd;
     uint64_t tokens_per_step;      /* accum*B*T: tokens per optimizer step */
+    /* hybrid schedule: each tier's peak during PREDICT steps (docs/predict.md): parameters, the
+     * data loaders, the optimizer's state where the predictor reads it (adam) or on the host
+     * (others), the linear predictor's velocities, the snapshot and check batch (host), the
+     * checks' one-sequence arena. All zero without the hybrid schedule. */
+    uint64_t predict_peak_bytes[HPT_TIER_COUNT];
 } hpt_estimate;
 
 /* HPT_ERR_SHAPE for a bad shape or T > maxT, HPT_ERR_INVALID for B or T < 1 or a run too large

@@ -145,6 +145,9 @@ static hpt_status check_budget(hpt_trainer *tr, hpt_gpt2_config *cfg, const char
     po.state_bits = tr->o.adamw.state_bits;
     po.state32_embeddings = tr->o.adamw.state32_embeddings;
     po.act = tr->o.act;
+    po.schedule = tr->o.sched.kind;
+    po.predictor = tr->o.sched.predictor;
+    po.checks = tr->o.sched.check_every > 0;
     return hpt_plan_check_budget(&po, st.budget_bytes[HPT_TIER_DEVICE], live0);
 }
 
