@@ -10,10 +10,15 @@
  *       computes the same bits as the uninterrupted run; a full-only state is still version 2,
  *       a hybrid one version 3, and both load; a corrupt or truncated section is refused, and
  *       so is a resume with another predictor;
+ *   (f) the predictors' formulas: three adam predictions equal three real AdamW steps whose
+ *       gradient is the first moment (the summed updates within 1e-5, norm-wise); the linear fit of an exactly
+ *       linear trajectory gives its slope (1e-4) and moves the weights by it;
  *   (e) phase-aware memory, from the hpt_mem timeline: the device peak of PREDICT is below
  *       that of the ordinary steps (WARMUP, FULL, CORRECT) by at least the gradients and the arena (adam) and also the optimizer state
  *       (linear, whose state goes to the host tier and comes back). */
 #include "testlib.h"
+
+#include "train/train_int.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -480,12 +485,105 @@ static void test_memory(hpt_mem *mem, int predictor) {
     hpt_mem_record(mem, 0);
 }
 
+/* (f) */
+static int k_nonzero(const float *x, size_t n) {
+    size_t nz = 0;
+    for (size_t i = 0; i < n; i++) nz += x[i] != 0.0f;
+    return nz > n / 2;
+}
+
+static void test_formulas(hpt_mem *mem) {
+    hpt_gpt2_config cfg;
+    CHECK_OK(hpt_gpt2_config_parse("gpt2:L=2,C=32,NH=4,V=256,T=16", &cfg)); /* t_sgd_steps' tokens */
+    hpt_gpt2 *a = NULL, *b = NULL;
+    hpt_optim *oa = NULL, *ob = NULL;
+    hpt_adamw_opts ao = hpt_adamw_defaults();
+    CHECK_OK(hpt_gpt2_create(mem, &cfg, &a));
+    CHECK_OK(hpt_gpt2_create(mem, &cfg, &b));
+    if (!a || !b) return;
+    CHECK_OK(hpt_optim_create(mem, a, &ao, &oa));
+    CHECK_OK(hpt_optim_create(mem, b, &ao, &ob));
+    if (!oa || !ob) return;
+    hpt_gpt2_init_random(a, 3);
+    size_t n = hpt_gpt2_get_num_params(a);
+    float loss[3];
+    for (int i = 0; i < 3; i++) { /* real moments: three AdamW steps on random tokens */
+        t_sgd_steps(a, 2, 16, 1, loss);
+        CHECK_OK(hpt_optim_step(oa, 1e-3f, 0.0f, NULL));
+    }
+    memcpy(hpt_gpt2_params(b), hpt_gpt2_params(a), n * sizeof(float));
+    memcpy(hpt_optim_m(ob), hpt_optim_m(oa), n * sizeof(float));
+    memcpy(hpt_optim_v(ob), hpt_optim_v(oa), n * sizeof(float));
+    hpt_optim_set_t(ob, hpt_optim_get_t(oa));
+    float *p0 = malloc(n * sizeof(float)), *ua = malloc(n * sizeof(float)), *ub = malloc(n * sizeof(float));
+    memcpy(p0, hpt_gpt2_params(a), n * sizeof(float));
+    weight_predictor pr;
+    CHECK_OK(predictor_init(&pr, mem, HPT_PREDICTOR_ADAM, n, 0.9, 1));
+    const float lrs[3] = {1e-3f, 8e-4f, 6e-4f};
+    for (int k = 0; k < 3; k++) {
+        double un;
+        CHECK_OK(predictor_apply(&pr, a, oa, k, 10 + k, lrs[k], &un));
+        memcpy(hpt_gpt2_grads(b), hpt_optim_m(ob), n * sizeof(float)); /* g = m */
+        CHECK_OK(hpt_optim_step(ob, lrs[k], 0.0f, NULL));
+        CHECK(un > 0.0);
+    }
+    for (size_t i = 0; i < n; i++) { /* the updates, in double: the weights' own size hides them */
+        ua[i] = (float)((double)hpt_gpt2_params(a)[i] - (double)p0[i]);
+        ub[i] = (float)((double)hpt_gpt2_params(b)[i] - (double)p0[i]);
+    }
+    double err = t_rel_err(ua, ub, n);
+    CHECK_MSG(err < 1e-5, "adam predictor vs AdamW with g = m: %g", err);
+    free(p0);
+    free(ua);
+    free(ub);
+    CHECK(hpt_optim_get_t(oa) == 3); /* the predictor does not count steps */
+    CHECK(k_nonzero(hpt_optim_m(oa), n));
+    fprintf(stderr, "  adam predictor: 3 predicted updates vs 3 AdamW steps with g = m: updates "
+            "differ by %.2e (norm-wise)\n", err);
+    predictor_free(&pr);
+    /* linear: w_t = w0 + t * slope, observed 8 times */
+    CHECK_OK(predictor_init(&pr, mem, HPT_PREDICTOR_LINEAR, n, 0.9, 1));
+    float *w = hpt_gpt2_params(b), *w0 = malloc(n * sizeof(float)), *slope = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        w0[i] = hpt_gpt2_params(a)[i];
+        slope[i] = 1e-3f * (float)((int)(i % 7) - 3);
+    }
+    for (int t = 0; t < 8; t++) {
+        for (size_t i = 0; i < n; i++) w[i] = w0[i] + (float)t * slope[i];
+        CHECK_OK(predictor_observe(&pr, w, 1e-3f));
+    }
+    predictor_begin(&pr);
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double e = (double)pr.s1[i] - (double)slope[i];
+        num += e * e;
+        den += (double)slope[i] * (double)slope[i];
+    }
+    CHECK_MSG(sqrt(num / den) < 1e-4, "linear fit slope error %g", sqrt(num / den));
+    double un;
+    for (size_t i = 0; i < n; i++) w[i] = w0[i];
+    CHECK_OK(predictor_apply(&pr, b, ob, 0, 20, 1e-3f, &un));
+    double d = 0.0;
+    for (size_t i = 0; i < n; i++) d = fmax(d, fabs((double)w[i] - (double)w0[i] - (double)slope[i]));
+    CHECK_MSG(d < 1e-5, "linear prediction moved by %g off the slope", d);
+    fprintf(stderr, "  linear predictor: slope of an exact linear trajectory recovered to %.1e\n",
+            sqrt(num / den));
+    predictor_free(&pr);
+    free(w0);
+    free(slope);
+    hpt_optim_free(oa);
+    hpt_optim_free(ob);
+    hpt_gpt2_free(a);
+    hpt_gpt2_free(b);
+}
+
 int main(void) {
     hpt_set_threads(2);
     make_shards();
     test_transitions();
     hpt_mem *mem;
     if (hpt_mem_create(&mem) != HPT_OK) return 1;
+    test_formulas(mem);
     test_zero(mem);
     test_garbage(mem);
     test_resume(mem, HPT_PREDICTOR_ADAM);

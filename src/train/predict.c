@@ -26,7 +26,7 @@
 #define N_CHUNKS 64
 #define PAR_MIN 32768
 
-static hpt_status alloc_sums(predictor *pr) {
+static hpt_status alloc_sums(weight_predictor *pr) {
     size_t bytes = pr->n * sizeof(float);
     if (!pr->s0) {
         hpt_mem_set_name(pr->mem, "predictor sum w");
@@ -39,12 +39,12 @@ static hpt_status alloc_sums(predictor *pr) {
     return HPT_OK;
 }
 
-static void free_buf(predictor *pr, float **p) {
+static void free_buf(weight_predictor *pr, float **p) {
     hpt_mem_free(pr->mem, HPT_TIER_DEVICE, HPT_CAT_OPTIM, *p, pr->n * sizeof(float));
     *p = NULL;
 }
 
-hpt_status predictor_init(predictor *pr, hpt_mem *mem, int kind, size_t n, double decay,
+hpt_status predictor_init(weight_predictor *pr, hpt_mem *mem, int kind, size_t n, double decay,
                           uint64_t seed) {
     memset(pr, 0, sizeof *pr);
     pr->mem = mem;
@@ -56,13 +56,13 @@ hpt_status predictor_init(predictor *pr, hpt_mem *mem, int kind, size_t n, doubl
     return HPT_OK;
 }
 
-void predictor_free(predictor *pr) {
+void predictor_free(weight_predictor *pr) {
     if (!pr->mem) return;
     free_buf(pr, &pr->s0);
     free_buf(pr, &pr->s1);
 }
 
-void predictor_drop_s0(predictor *pr) { free_buf(pr, &pr->s0); }
+void predictor_drop_s0(weight_predictor *pr) { free_buf(pr, &pr->s0); }
 
 uint64_t predictor_full_bytes(int kind, size_t n) {
     return kind == HPT_PREDICTOR_LINEAR ? 2 * (uint64_t)n * sizeof(float) : 0;
@@ -74,7 +74,7 @@ uint64_t predictor_predict_bytes(int kind, size_t n) {
 
 int predictor_reads_moments(int kind) { return kind == HPT_PREDICTOR_ADAM; }
 
-hpt_status predictor_observe(predictor *pr, const float *params, float lr) {
+hpt_status predictor_observe(weight_predictor *pr, const float *params, float lr) {
     pr->lr_fit = lr;
     if (pr->kind != HPT_PREDICTOR_LINEAR) return HPT_OK;
     HPT_CHECK(alloc_sums(pr)); /* present unless a predict phase just ended without its reset */
@@ -97,7 +97,7 @@ hpt_status predictor_observe(predictor *pr, const float *params, float lr) {
     return HPT_OK;
 }
 
-void predictor_begin(predictor *pr) {
+void predictor_begin(weight_predictor *pr) {
     if (pr->kind != HPT_PREDICTOR_LINEAR) return;
     /* slope in age: beta = (W s1 - A1 s0) / (W A2 - A1^2); velocity forward in time = -beta */
     double den = pr->W * pr->A2 - pr->A1 * pr->A1;
@@ -113,7 +113,7 @@ void predictor_begin(predictor *pr) {
     free_buf(pr, &pr->s0);
 }
 
-hpt_status predictor_end(predictor *pr) {
+hpt_status predictor_end(weight_predictor *pr) {
     if (pr->kind != HPT_PREDICTOR_LINEAR) return HPT_OK;
     HPT_CHECK(alloc_sums(pr));
     memset(pr->s0, 0, pr->n * sizeof(float));
@@ -154,7 +154,7 @@ static double adam_tensor(float *p, const float *m, const float *v, size_t n, fl
     return s;
 }
 
-hpt_status predictor_apply(predictor *pr, hpt_gpt2 *model, const hpt_optim *opt, int64_t k,
+hpt_status predictor_apply(weight_predictor *pr, hpt_gpt2 *model, const hpt_optim *opt, int64_t k,
                            int64_t step, float lr, double *update_norm_out) {
     *update_norm_out = 0.0;
     float *p = hpt_gpt2_params(model);
@@ -244,7 +244,7 @@ double predictor_real_update_norm(const hpt_optim *opt, size_t n, float lr, floa
     return (double)lr * sqrt(s);
 }
 
-void predictor_get_scalars(const predictor *pr, predictor_scalars *out) {
+void predictor_get_scalars(const weight_predictor *pr, predictor_scalars *out) {
     memset(out, 0, sizeof *out);
     out->W = pr->W;
     out->A1 = pr->A1;
@@ -254,7 +254,7 @@ void predictor_get_scalars(const predictor *pr, predictor_scalars *out) {
     out->velocity = pr->s1 && !pr->s0;
 }
 
-void predictor_set_scalars(predictor *pr, const predictor_scalars *in) {
+void predictor_set_scalars(weight_predictor *pr, const predictor_scalars *in) {
     pr->W = in->W;
     pr->A1 = in->A1;
     pr->A2 = in->A2;

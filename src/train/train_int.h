@@ -21,7 +21,7 @@ typedef struct {
     int64_t n_samples;            /* real steps in the fit */
     float lr_fit;                 /* the learning rate of the last real step */
     uint64_t seed;                /* garbage predictor */
-} predictor;
+} weight_predictor;
 
 /* The scalar part of a predictor's state, as checkpointed (the arrays are separate sections). */
 typedef struct {
@@ -31,31 +31,31 @@ typedef struct {
     int32_t velocity;             /* 1: s1 holds the velocity (a predict phase) */
 } predictor_scalars;
 
-hpt_status predictor_init(predictor *pr, hpt_mem *mem, int kind, size_t n, double decay,
+hpt_status predictor_init(weight_predictor *pr, hpt_mem *mem, int kind, size_t n, double decay,
                           uint64_t seed);
-void predictor_free(predictor *pr);
+void predictor_free(weight_predictor *pr);
 /* Frees s0 (a checkpoint taken in a predict phase holds only the velocities). */
-void predictor_drop_s0(predictor *pr);
+void predictor_drop_s0(weight_predictor *pr);
 /* Device bytes the predictor holds during FULL steps and during PREDICT steps. */
 uint64_t predictor_full_bytes(int kind, size_t n);
 uint64_t predictor_predict_bytes(int kind, size_t n);
 /* Whether it reads the optimizer's moments (the others let them move to the host). */
 int predictor_reads_moments(int kind);
 /* After a real step: params (n) are the weights after it, lr its learning rate. */
-hpt_status predictor_observe(predictor *pr, const float *params, float lr);
+hpt_status predictor_observe(weight_predictor *pr, const float *params, float lr);
 /* At the start of a predict phase: the linear predictor turns its sums into velocities. */
-void predictor_begin(predictor *pr);
+void predictor_begin(weight_predictor *pr);
 /* At the end of a predict phase: the linear fit restarts from nothing (sums reallocated). */
-hpt_status predictor_end(predictor *pr);
+hpt_status predictor_end(weight_predictor *pr);
 /* Predicted update number k (0-based) of the phase at optimizer step `step` with learning
  * rate lr, applied to the model's weights; *update_norm_out gets its L2 norm. */
-hpt_status predictor_apply(predictor *pr, hpt_gpt2 *model, const hpt_optim *opt, int64_t k,
+hpt_status predictor_apply(weight_predictor *pr, hpt_gpt2 *model, const hpt_optim *opt, int64_t k,
                            int64_t step, float lr, double *update_norm_out);
 /* The norm of the update the last real AdamW (fp32) step made, from its moments:
  * lr * ||m_hat / (sqrt(v_hat) + eps)|| (decay excluded); lr * grad_norm for other optimizers. */
 double predictor_real_update_norm(const hpt_optim *opt, size_t n, float lr, float grad_norm);
-void predictor_get_scalars(const predictor *pr, predictor_scalars *out);
-void predictor_set_scalars(predictor *pr, const predictor_scalars *in);
+void predictor_get_scalars(const weight_predictor *pr, predictor_scalars *out);
+void predictor_set_scalars(weight_predictor *pr, const predictor_scalars *in);
 
 /* The loss-dynamics model: the smoothed loss lbar (an EMA, 0.9), the smoothed gradient norm
  * gbar, and a weighted least-squares line through the origin (decay 0.95) of the smoothed

@@ -46,7 +46,7 @@ struct hpt_trainer {
     int64_t step, start_step;
     /* the hybrid schedule (o.sched.kind HYBRID) */
     hpt_schedule sch;
-    predictor pr;
+    weight_predictor pr;
     lossmodel lm;
     float *snapshot;          /* (num_params) host tier, params: weights at the phase's start */
     int32_t *check_x, *check_y; /* (B, T) each, host tier, io: the check batch; NULL: none */
