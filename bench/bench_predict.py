@@ -50,6 +50,20 @@ def reach(pts, target):
     return None
 
 
+def at_time(pts, t):
+    """The curve's validation loss at t seconds, interpolated linearly between evaluations
+    (None before the first one or after the last)."""
+    prev = None
+    for p in pts:
+        if p[0] >= t:
+            if prev is None:
+                return None
+            f = (t - prev[0]) / (p[0] - prev[0])
+            return prev[2] + f * (p[2] - prev[2])
+        prev = p
+    return None
+
+
 def phase_stats(rows):
     out = {}
     for r in rows:
@@ -156,9 +170,9 @@ def report(out, seeds):
     load_txt = os.path.join(out, "load.txt")
     if os.path.exists(load_txt):
         print("machine load (1, 5, 15 min): " + "; ".join(open(load_txt).read().split("\n")).strip("; ") + "\n")
-    print("| seed | FULL final val | FULL s | hybrid final val | hybrid s | hybrid reaches FULL's final val at | time ratio | step ratio | predict steps |")
-    print("| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |")
-    series, ratios, sratios, gaps, tratio = [], [], [], [], []
+    print("| seed | FULL final val | FULL s | hybrid final val | hybrid s | FULL's val at hybrid's s | hybrid reaches FULL's final val at | time ratio | step ratio | predict steps |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |")
+    series, ratios, sratios, gaps, tratio, eqt = [], [], [], [], [], []
     ph_full, ph_hyb = {}, {}
     for i, s in enumerate(seeds):
         full, hyb = load(os.path.join(out, "full_s%s.jsonl" % s)), load(os.path.join(out, "hybrid_s%s.jsonl" % s))
@@ -181,8 +195,12 @@ def report(out, seeds):
             rat, srat = "%.3f" % (r[0] / tf), "%.3f" % (r[1] / cf[-1][1])
         else:
             at, rat, srat = "not reached (gap %+.4f)" % (ch[-1][2] - target), "-", "-"
-        print("| %s | %.4f | %.1f | %.4f | %.1f | %s | %s | %s | %d of %d |" % (
-            s, target, tf, ch[-1][2], th, at, rat, srat, n_pred, len(hyb)))
+        fe = at_time(cf, th)
+        if fe is not None:
+            eqt.append(ch[-1][2] - fe)
+        print("| %s | %.4f | %.1f | %.4f | %.1f | %s | %s | %s | %s | %d of %d |" % (
+            s, target, tf, ch[-1][2], th, "%.4f" % fe if fe is not None else "-", at, rat, srat,
+            n_pred, len(hyb)))
         series.append({"name": "FULL-only seed %s" % s, "pts": cf, "color": COLORS["full"], "dash": DASHES[i % 4]})
         series.append({"name": "hybrid seed %s" % s, "pts": ch, "color": COLORS["hybrid"], "dash": DASHES[i % 4]})
     print()
@@ -192,6 +210,8 @@ def report(out, seeds):
     print("- step ratio to reach it: %s" % (spread(sratios) if sratios else "-"))
     print("- final validation loss, hybrid minus FULL-only: %s" % spread(gaps))
     print("- whole-run wall-clock, hybrid / FULL-only: %s" % spread(tratio))
+    print("- at equal wall-clock (hybrid's whole run), hybrid's final val minus FULL-only's val then: %s"
+          % spread(eqt))
     print("- median step time by phase (ms, mean over seeds): FULL-only %s; hybrid %s" % (
         ", ".join("%s %.1f" % (k, statistics.mean(v)) for k, v in sorted(ph_full.items())),
         ", ".join("%s %.1f" % (k, statistics.mean(v)) for k, v in sorted(ph_hyb.items()))))

@@ -435,6 +435,7 @@ static uint64_t phase_peak(const hpt_mem_event *ev, size_t n, int phase) {
 static void test_memory(hpt_mem *mem, int predictor) {
     hpt_train_opts o = hybrid_opts(predictor, 24);
     o.sched.check_every = 2;
+    o.eval_every = 3; /* evaluations land in predict phases too: their arena is not PREDICT's */
     hpt_mem_record(mem, 1);
     hpt_trainer *tr = NULL;
     CHECK_OK(hpt_trainer_create(mem, &o, &tr));

@@ -479,7 +479,7 @@ static int divergence(const hpt_trainer *tr, double excess, double slack) {
 static hpt_status predict_step(hpt_trainer *tr, hpt_train_progress *p) {
     const hpt_schedule_opts *so = &tr->o.sched;
     int64_t k = tr->sch.in_phase;
-    hpt_gpt2_free_activations(tr->model); /* an evaluation's arena, if one ran since */
+    hpt_gpt2_free_activations(tr->model); /* an evaluation's (hpt_trainer_eval called alone) */
     if (k == 0) {
         size_t bytes = nparams(tr) * sizeof(float);
         if (!tr->snapshot) {
@@ -608,6 +608,8 @@ hpt_status hpt_trainer_step(hpt_trainer *tr, hpt_train_progress *p) {
     if (tr->val && (last || (o->eval_every > 0 && tr->step % o->eval_every == 0))) {
         HPT_CHECK(hpt_trainer_eval(tr, &p->val_loss));
         p->evaluated = 1;
+        /* a predict phase holds no B-sized arena: the evaluation's goes with it */
+        if (HYBRID(tr) && tr->sch.phase == HPT_PHASE_PREDICT) hpt_gpt2_free_activations(tr->model);
     }
     if (o->save_dir && (last || (o->save_every > 0 && tr->step % o->save_every == 0))) {
         HPT_CHECK(hpt_trainer_save(tr));
