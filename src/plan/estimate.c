@@ -75,6 +75,10 @@ static uint64_t loader_bytes(uint64_t BT) { return (BT + 1) * 2 + 2 * BT * 4; }
 static hpt_status hybrid_bytes(const hpt_plan_opts *o, hpt_estimate *out) {
     if ((unsigned)o->predictor >= HPT_PREDICTOR_COUNT)
         return hpt_fail(HPT_ERR_INVALID, "unknown predictor %d", o->predictor);
+    if (o->predictor == HPT_PREDICTOR_ADAM &&
+        (o->optimizer != HPT_OPTIM_ADAMW || (o->state_bits != 0 && o->state_bits != 32)))
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "the adam predictor reads AdamW's 32-bit moments: use "
+                        "--optimizer adamw --state-bits 32, or --predictor linear");
     uint64_t np = hpt_gpt2_num_params(&o->cfg), pb = np * 4;
     uint64_t (*b)[HPT_CAT_COUNT] = out->bytes, *pp = out->predict_peak_bytes;
     uint64_t optim = b[HPT_TIER_DEVICE][HPT_CAT_OPTIM];
