@@ -290,6 +290,11 @@ void hpt_gpt2_zero_grad(hpt_gpt2 *m);
 hpt_status hpt_gpt2_backward(hpt_gpt2 *m);
 /* Releases the activation buffers. */
 void hpt_gpt2_free_activations(hpt_gpt2 *m);
+/* Frees the gradient buffer (a predict phase needs none): hpt_gpt2_grads() is NULL, backward
+ * and an optimizer step are refused, zero_grad does nothing, until hpt_gpt2_acquire_grads()
+ * allocates it again (zeroed; HPT_ERR_OOM if the device budget refuses; nothing if present). */
+void hpt_gpt2_release_grads(hpt_gpt2 *m);
+hpt_status hpt_gpt2_acquire_grads(hpt_gpt2 *m);
 
 /* -- model: what the activation arena keeps (docs/activations.md) --
  * attention: FLASH (the default) saves each block's attention output and the log-sum-exp of
@@ -550,6 +555,10 @@ hpt_status hpt_optim_step_scaled(hpt_optim *o, float lr, float clip, float grad_
  * layernorm, waits for the blocks' updates and gives this step's gradient norm. */
 hpt_status hpt_optim_fused_begin(hpt_optim *o, float lr, float clip);
 hpt_status hpt_optim_fused_end(hpt_optim *o, float *grad_norm_out);
+/* Moves the state buffers to tier (DEVICE or HOST; transfers in the timeline). While any is on
+ * HOST a step is refused; the values are unchanged, so moving back continues bit for bit. */
+hpt_status hpt_optim_set_tier(hpt_optim *o, hpt_tier tier);
+hpt_tier hpt_optim_get_tier(const hpt_optim *o); /* DEVICE when every buffer is there */
 int64_t hpt_optim_get_t(const hpt_optim *o); /* steps taken */
 void hpt_optim_set_t(hpt_optim *o, int64_t t);
 const hpt_adamw_opts *hpt_optim_get_opts(const hpt_optim *o);
@@ -645,6 +654,25 @@ hpt_status hpt_state_load(const char *path, hpt_mem *mem, hpt_gpt2 **model_out,
 hpt_status hpt_state_load_offload(const char *path, hpt_mem *mem, const hpt_offload_opts *off,
                                   hpt_gpt2 **model_out, hpt_optim **opt_out,
                                   hpt_adamw_opts *ao_out, hpt_train_pos *pos_out);
+/* Named extra sections of a training state (version 3): the hybrid schedule's controller,
+ * predictor and rollback snapshot. Saving borrows data; loading allocates each section's data
+ * on the host tier (category io), released with hpt_state_sections_free. Files of versions 1
+ * and 2 load with no sections. At most HPT_STATE_MAX_SECTIONS, names up to 15 characters. */
+#define HPT_STATE_MAX_SECTIONS 16
+typedef struct {
+    char name[16];
+    void *data;
+    uint64_t bytes;
+} hpt_state_section;
+hpt_status hpt_state_save_sections(const char *path, const hpt_gpt2 *model, const hpt_optim *opt,
+                                   const hpt_adamw_opts *ao, const hpt_train_pos *pos,
+                                   const hpt_state_section *sec, int n_sec);
+hpt_status hpt_state_load_sections(const char *path, hpt_mem *mem, hpt_gpt2 **model_out,
+                                   hpt_optim **opt_out, hpt_adamw_opts *ao_out,
+                                   hpt_train_pos *pos_out,
+                                   hpt_state_section sec_out[HPT_STATE_MAX_SECTIONS],
+                                   int *n_sec_out);
+void hpt_state_sections_free(hpt_mem *mem, hpt_state_section *sec, int n_sec);
 
 /* ---- io: llm.c reference state (verification) ------------------------------------------ */
 
@@ -824,6 +852,12 @@ typedef struct {
     int accum;           /* micro-batches per optimizer step (0 is read as 1): tokens and
                           * FLOPs per step follow it; memory does not (activations for B only) */
     hpt_offload_opts offload; /* the offload engine (all zero: none) */
+    int schedule;        /* hpt_schedule_kind (training only). HYBRID: the linear predictor's two
+                          * sums per parameter (device, optim) at the peak; the rollback snapshot
+                          * (host, params) and the check batch (host, io: 2*B*T int32) beside it;
+                          * and predict_peak_bytes below */
+    int predictor;       /* hpt_predictor_kind of the hybrid schedule */
+    int checks;          /* hybrid: predict-phase checks (one-sequence forwards; needs has_val) */
 } hpt_plan_opts;
 /* gpt2-124m, B=4, T=64, training with AdamW fp32, no validation: the trainer's defaults. */
 hpt_plan_opts hpt_plan_defaults(void);
@@ -836,6 +870,11 @@ typedef struct {
     double flops_per_token;        /* the run's: training 3 x forward; forward-only = forward */
     double flops_per_token_fwd;
     uint64_t tokens_per_step;      /* accum*B*T: tokens per optimizer step */
+    /* hybrid schedule: each tier's peak during PREDICT steps (docs/predict.md): parameters, the
+     * data loaders, the optimizer's state where the predictor reads it (adam) or on the host
+     * (others), the linear predictor's velocities, the snapshot and check batch (host), the
+     * checks' one-sequence arena. All zero without the hybrid schedule. */
+    uint64_t predict_peak_bytes[HPT_TIER_COUNT];
 } hpt_estimate;
 
 /* HPT_ERR_SHAPE for a bad shape or T > maxT, HPT_ERR_INVALID for B or T < 1 or a run too large
@@ -871,6 +910,77 @@ hpt_status hpt_plan_check_budget(const hpt_plan_opts *o, uint64_t budget_bytes,
  * version, shape, file size); the payload is not read (src/io/llmc.c). */
 hpt_status hpt_gpt2_read_config(const char *path, hpt_gpt2_config *out);
 
+/* ---- train: the hybrid predict schedule (docs/predict.md) --------------------------
+ *
+ * A run in four phases: WARMUP (ordinary steps; the statistics start), FULL (ordinary steps
+ * that also fit the predictor), PREDICT (the weights move by predicted per-parameter updates:
+ * no data, no forward except optional checks, no backward; gradients and activations are
+ * released and optimizer state the predictor does not read moves to the host tier), CORRECT
+ * (ordinary steps again; the first one measures the prediction's error and may roll back).
+ *
+ *   WARMUP --warmup_steps--> FULL --full_steps, confidence >= threshold--> PREDICT
+ *   FULL --full_steps, confidence below (or too few steps left)--> FULL (another round)
+ *   PREDICT --horizon steps--> CORRECT; --loss above the band (a check)--> CORRECT (early);
+ *           --loss beyond the rollback bound--> weights back to the phase's start, CORRECT
+ *   CORRECT --correct_steps, confident--> PREDICT;  --not confident--> FULL
+ * The horizon of a predict phase: max(1, round(max_predict_steps * cap * r)), r = (c - thr) /
+ * (1 - thr) for confidence c and threshold thr (1 when thr = 1), cap in (0, 1] halved after each
+ * early end or rollback and doubled (up to 1) after each clean phase; never past the point where
+ * correct_steps would no longer fit before the run's end. */
+typedef enum { HPT_SCHEDULE_FULL = 0, HPT_SCHEDULE_HYBRID } hpt_schedule_kind;
+typedef enum {
+    HPT_PREDICTOR_ADAM = 0, /* the optimizer's own direction: AdamW fp32 m / (sqrt(v) + eps) */
+    HPT_PREDICTOR_LINEAR,   /* per-parameter weighted linear fit of the recent weights */
+    HPT_PREDICTOR_ZERO,     /* no change (tests: weights stay bit-identical) */
+    HPT_PREDICTOR_GARBAGE,  /* large random updates (tests: divergence detection) */
+    HPT_PREDICTOR_COUNT
+} hpt_predictor_kind;
+const char *hpt_predictor_name(hpt_predictor_kind k); /* "adam", "linear", "zero", "garbage" */
+hpt_status hpt_predictor_parse(const char *name, hpt_predictor_kind *out);
+
+typedef struct {
+    int kind;                  /* hpt_schedule_kind */
+    int64_t warmup_steps;      /* WARMUP steps at the start (>= 0) */
+    int64_t full_steps;        /* FULL steps before a predict phase is considered (>= 1) */
+    int64_t max_predict_steps; /* the longest predict phase (>= 1) */
+    float confidence;          /* threshold in [0, 1] on the dynamics model's confidence */
+    int64_t correct_steps;     /* CORRECT steps after each predict phase (>= 1) */
+    int predictor;             /* hpt_predictor_kind */
+    int64_t check_every;       /* a forward on the check batch every K predict steps; 0: none */
+    float band;                /* relative excess of the loss over its prediction that ends a
+                                * predict phase early; also the confidence's error scale */
+    float rollback;            /* relative excess beyond which the weights roll back (>= band) */
+    float fit_decay;           /* linear predictor: weight of a sample one step older (0, 1) */
+} hpt_schedule_opts;
+/* Full-only; hybrid values: warmup 50, full 20, max predict 20, confidence 0.5, correct 2,
+ * adam, no checks, band 0.05, rollback 0.2, fit decay 0.9. */
+hpt_schedule_opts hpt_schedule_defaults(void);
+/* HPT_ERR_INVALID naming the field out of range. */
+hpt_status hpt_schedule_check(const hpt_schedule_opts *o);
+
+/* The controller: plain data, checkpointed with the run. */
+typedef struct {
+    int phase;                 /* hpt_phase of the next step */
+    int64_t in_phase;          /* steps done in the current phase */
+    int64_t horizon;           /* PREDICT: the phase's planned length */
+    float cap;                 /* horizon scale in (0, 1] */
+    int clean;                 /* the last predict phase ran its horizon without divergence */
+    int64_t n_predict_phases, n_predict_steps, n_early, n_rollback;
+} hpt_schedule;
+
+/* What a step observed, for the transition after it. */
+typedef struct {
+    float confidence;          /* the dynamics model's after the step, in [0, 1] */
+    int diverged;              /* PREDICT or a CORRECT phase's first step: 0 within the band,
+                                * 1 above it, 2 beyond the rollback bound (rolled back) */
+    int64_t steps_left;        /* optimizer steps of the run after this one */
+} hpt_schedule_obs;
+void hpt_schedule_init(hpt_schedule *s, const hpt_schedule_opts *o);
+/* The transition after one step in phase s->phase (the diagram above). */
+void hpt_schedule_advance(hpt_schedule *s, const hpt_schedule_opts *o, const hpt_schedule_obs *ob);
+/* The horizon rule alone (>= 1). */
+int64_t hpt_schedule_horizon(const hpt_schedule_opts *o, float confidence, float cap);
+
 /* ---- train: the trainer ------------------------------------------------------------- */
 
 typedef struct {
@@ -894,6 +1004,7 @@ typedef struct {
     uint64_t seed;
     hpt_gpt2_act_opts act; /* attention kind and recompute policy */
     hpt_offload_opts offload; /* the offload engine (all zero or inactive: none) */
+    hpt_schedule_opts sched; /* full-only (default) or the hybrid predict schedule */
 } hpt_train_opts;
 hpt_train_opts hpt_train_defaults(void);
 
@@ -908,6 +1019,11 @@ typedef struct {
     double tokens_per_s;
     uint64_t mem_peak_bytes; /* accounted device-tier peak so far */
     uint64_t rss_peak_bytes;
+    int phase;             /* hpt_phase of this step (FULL throughout a full-only run) */
+    float pred_loss;       /* the dynamics model's predicted loss of this step (NaN if none) */
+    float confidence;      /* the dynamics model's confidence after the step, [0, 1] */
+    int checked;           /* PREDICT: a check forward ran; loss is its loss (NaN otherwise) */
+    int diverged;          /* 1: the phase ended early; 2: the weights were rolled back */
 } hpt_train_progress;
 
 typedef struct hpt_trainer hpt_trainer;
@@ -926,6 +1042,8 @@ int64_t hpt_trainer_start_step(const hpt_trainer *tr);       /* > 0 after a resu
 /* The optimizer settings in use (a resumed run's come from its checkpoint). */
 const hpt_adamw_opts *hpt_trainer_optim_opts(const hpt_trainer *tr);
 size_t hpt_trainer_train_tokens(const hpt_trainer *tr);
+/* The hybrid schedule's controller (phase of the next step, counts); FULL in a full-only run. */
+const hpt_schedule *hpt_trainer_schedule(const hpt_trainer *tr);
 
 /* ---- train: verification against a PyTorch reference state -------------------------- */
 

@@ -156,5 +156,35 @@ if [ "$(printf '%s' "$text" | "$bin" encode | "$bin" decode)" = "$text" ]; then 
 expect_error "decode bad id" "id|token" bash -c "echo '1 2 99999999' | '$bin' decode"
 expect_error "decode not a number" "integer|number|invalid" bash -c "echo '1 x 3' | '$bin' decode"
 
+# --- hybrid schedule: phases in the log, split inside a predict phase resumes bit-identically ---
+hyb=(--steps 16 --lr 3e-3 --val "$tmp/val_*.bin" --eval-every 8 --schedule hybrid --warmup-steps 2
+     --full-steps 2 --max-predict-steps 4 --confidence 0 --correct-steps 1 --predictor linear --check-every 2)
+train "${hyb[@]}" --log "$tmp/hfull.jsonl" --save "$tmp/hfull" 2>"$tmp/err"
+python3 - "$tmp" <<'PY' && ok || bad "hybrid log: $(cat "$tmp/err")"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1] + "/hfull.jsonl")]
+phases = [r["phase"] for r in rows]
+assert phases[:4] == ["warmup", "warmup", "full", "full"] and phases[4] == "predict", phases
+assert "correct" in phases and all("confidence" in r and "step_ms" in r for r in rows), rows
+p = [r for r in rows if r["phase"] == "predict"]
+assert all("pred_loss" in r for r in p) and any(r.get("checked") for r in p), p
+assert all(("loss" in r) == bool(r.get("checked")) for r in p), p
+PY
+stop=$(python3 -c "
+import json
+rows = [json.loads(l) for l in open('$tmp/hfull.jsonl')]
+print([r['step'] for r in rows if r['phase'] == 'predict'][1])")
+train "${hyb[@]}" --save "$tmp/hsplit" --stop-at "$stop" 2>/dev/null
+"$bin" train --data "$tmp/train_*.bin" --batch 4 --seq 16 --quiet "${hyb[@]}" --resume "$tmp/hsplit" \
+  --save "$tmp/hsplit" 2>"$tmp/err"
+if grep -q "schedule: " "$tmp/err" && cmp -s "$tmp/hfull/state.bin" "$tmp/hsplit/state.bin"; then ok
+else bad "hybrid resume at step $stop: $(cat "$tmp/err")"; fi
+expect_error "bad schedule" "full or hybrid" train --steps 1 --schedule half
+expect_error "bad predictor" "unknown predictor" train --steps 1 --schedule hybrid --predictor oracle
+expect_error "checks without val" "need validation" train --steps 1 --schedule hybrid --check-every 2
+expect_error "adam predictor with 8-bit state" "32-bit moments" train --steps 1 --schedule hybrid --state-bits 8
+if "$bin" estimate --model "$shape" --seq 16 --schedule hybrid --predictor linear --json \
+   | grep -q '"predictor":"linear","predict_peak_bytes_by_tier":{"device":'; then ok; else bad "estimate --schedule"; fi
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

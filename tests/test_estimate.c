@@ -170,6 +170,80 @@ static void check_case(const run_case *rc) {
     CHECK(e.tokens_per_step == (uint64_t)rc->B * (uint64_t)rc->T);
 }
 
+/* The hybrid schedule (docs/predict.md): the run's device peak by category and its host peak
+ * (snapshot, check batch, and the optimizer's state while predicting with the linear predictor)
+ * match the estimate byte for byte, and so does the device peak of the PREDICT steps (the
+ * largest accounted total after any event tagged PREDICT). */
+static void check_hybrid(int predictor, int checks) {
+    hpt_mem *mem;
+    CHECK_OK(hpt_mem_create(&mem));
+    hpt_mem_record(mem, 1);
+    hpt_train_opts o = hpt_train_defaults();
+    o.model = "gpt2:L=2,C=32,NH=4,V=64,T=32";
+    o.data = g_train;
+    o.val = g_val;
+    o.B = 3;
+    o.T = 16;
+    o.steps = 14;
+    o.eval_every = 0;
+    o.val_batches = 1;
+    o.sched.kind = HPT_SCHEDULE_HYBRID;
+    o.sched.warmup_steps = 2;
+    o.sched.full_steps = 3;
+    o.sched.max_predict_steps = 4;
+    o.sched.confidence = 0.0f;
+    o.sched.predictor = predictor;
+    o.sched.check_every = checks ? 2 : 0;
+    hpt_trainer *tr = NULL;
+    int64_t predict_steps = 0;
+    CHECK_OK(hpt_trainer_create(mem, &o, &tr));
+    while (tr && !hpt_trainer_done(tr)) {
+        hpt_train_progress p;
+        CHECK_OK(hpt_trainer_step(tr, &p));
+        predict_steps += p.phase == HPT_PHASE_PREDICT;
+    }
+    hpt_trainer_free(tr);
+    hpt_mem_stats st;
+    hpt_mem_get_stats(mem, &st);
+    size_t n;
+    const hpt_mem_event *ev = hpt_mem_events(mem, &n);
+    uint64_t pred = 0;
+    for (size_t i = 0; i < n; i++)
+        if (ev[i].phase == HPT_PHASE_PREDICT && ev[i].tier == HPT_TIER_DEVICE && ev[i].tier_live_bytes > pred)
+            pred = ev[i].tier_live_bytes;
+    hpt_plan_opts po = hpt_plan_defaults();
+    CHECK_OK(hpt_gpt2_config_parse(o.model, &po.cfg));
+    po.B = o.B;
+    po.T = o.T;
+    po.has_val = 1;
+    po.schedule = HPT_SCHEDULE_HYBRID;
+    po.predictor = predictor;
+    po.checks = checks;
+    hpt_estimate e;
+    CHECK_OK(hpt_plan_estimate(&po, &e));
+    const char *name = hpt_predictor_name((hpt_predictor_kind)predictor);
+    uint64_t host_peak = e.peak_bytes[HPT_TIER_HOST] > e.predict_peak_bytes[HPT_TIER_HOST]
+                             ? e.peak_bytes[HPT_TIER_HOST] : e.predict_peak_bytes[HPT_TIER_HOST];
+    printf("  hybrid %-6s %s: device peak estimate %llu measured %llu; predict phase %llu measured "
+           "%llu; host peak %llu measured %llu (%lld predict steps)\n", name, checks ? "checks" : "      ",
+           (unsigned long long)e.peak_bytes[HPT_TIER_DEVICE], (unsigned long long)st.peak_bytes[HPT_TIER_DEVICE],
+           (unsigned long long)e.predict_peak_bytes[HPT_TIER_DEVICE], (unsigned long long)pred,
+           (unsigned long long)host_peak, (unsigned long long)st.peak_bytes[HPT_TIER_HOST],
+           (long long)predict_steps);
+    CHECK(predict_steps > 0);
+    for (int c = 0; c < HPT_CAT_COUNT; c++)
+        CHECK_MSG(e.bytes[HPT_TIER_DEVICE][c] == st.peak_live_bytes[HPT_TIER_DEVICE][c],
+                  "hybrid %s: %s estimate %llu, measured %llu", name, hpt_category_name((hpt_category)c),
+                  (unsigned long long)e.bytes[HPT_TIER_DEVICE][c],
+                  (unsigned long long)st.peak_live_bytes[HPT_TIER_DEVICE][c]);
+    CHECK(e.peak_bytes[HPT_TIER_DEVICE] == st.peak_bytes[HPT_TIER_DEVICE]);
+    CHECK(e.predict_peak_bytes[HPT_TIER_DEVICE] == pred);
+    CHECK_MSG(host_peak == st.peak_bytes[HPT_TIER_HOST], "hybrid %s: host estimate %llu, measured "
+              "%llu", name, (unsigned long long)host_peak, (unsigned long long)st.peak_bytes[HPT_TIER_HOST]);
+    CHECK(device_live(mem) == 0);
+    hpt_mem_destroy(mem);
+}
+
 /* The n after `flag` in text ("--batch 3"), or 0. */
 static int flag_value(const char *text, const char *flag) {
     const char *p = strstr(text, flag);
@@ -394,6 +468,9 @@ int main(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         check_case(&cases[i]);
     }
+    check_hybrid(HPT_PREDICTOR_ADAM, 1);
+    check_hybrid(HPT_PREDICTOR_LINEAR, 1);
+    check_hybrid(HPT_PREDICTOR_LINEAR, 0);
     check_large_and_bad();
     check_refusal();
     return t_done("test_estimate");

@@ -16,6 +16,7 @@ hpt_add_test(test_accum test_accum.c)
 hpt_add_test(test_offload test_offload.c)
 hpt_add_test(test_offload_engine test_offload_engine.c)
 hpt_add_test(test_offload_engine_stress test_offload_engine_stress.c)
+hpt_add_test(test_schedule test_schedule.c)
 # node's ids for the oracle texts are made once per build tree and reused (test_tokenizer.c)
 hpt_add_test(test_tokenizer test_tokenizer.c ARGS ${CMAKE_BINARY_DIR}/tokenizer_oracle)
 # Command-line behaviour (bad input, round trips, resume) through the real binary, both variants.

@@ -13,6 +13,10 @@
  *   uint32 CRC-32C of every byte before it, then "HPTEND\0\0"
  * Version 1 (AdamW only: params, m, v, fields 21-23 zero) is exactly version 2 with AdamW and
  * 32-bit state, and loads as that.
+ * Version 3 is version 2 plus named sections after the optimizer's state (the hybrid
+ * schedule's controller, predictor and rollback snapshot): uint32 count, then per section
+ * char name[16] (NUL-padded), uint64 bytes, the bytes. A state without sections is written as
+ * version 2, byte for byte as before sections existed; versions 1 and 2 load with none.
  * Written through io_atomic (temporary file, fsync, rename, directory fsync): the previous
  * checkpoint under the same name survives any crash. Load checks the size first, then the
  * checksum over everything, before handing out a model.
@@ -27,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define STATE_VERSION 2
+#define STATE_VERSION 3
 #define NFIELDS 32
 static const char k_magic[8] = {'H', 'P', 'T', 'S', 'T', 'A', 'T', 'E'};
 static const char k_end[8] = {'H', 'P', 'T', 'E', 'N', 'D', 0, 0};
@@ -41,6 +45,18 @@ static hpt_status emit_atomic(void *ctx, const float *x, size_t n) {
 
 hpt_status hpt_state_save(const char *path, const hpt_gpt2 *model, const hpt_optim *opt,
                           const hpt_adamw_opts *ao, const hpt_train_pos *pos) {
+    return hpt_state_save_sections(path, model, opt, ao, pos, NULL, 0);
+}
+
+hpt_status hpt_state_save_sections(const char *path, const hpt_gpt2 *model, const hpt_optim *opt,
+                                   const hpt_adamw_opts *ao, const hpt_train_pos *pos,
+                                   const hpt_state_section *sec, int n_sec) {
+    if (n_sec < 0 || n_sec > HPT_STATE_MAX_SECTIONS)
+        return hpt_fail(HPT_ERR_INVALID, "%d checkpoint sections (at most %d)", n_sec,
+                        HPT_STATE_MAX_SECTIONS);
+    for (int i = 0; i < n_sec; i++)
+        if (!memchr(sec[i].name, 0, sizeof sec[i].name) || !sec[i].name[0])
+            return hpt_fail(HPT_ERR_INVALID, "checkpoint section %d: a name of 1 to 15 characters", i);
     const hpt_gpt2_config *c = &model->cfg;
     int64_t f[NFIELDS] = {c->L, c->C, c->NH, c->V, c->Vp, c->maxT,
                           fbits(ao->lr), fbits(ao->beta1), fbits(ao->beta2), fbits(ao->eps),
@@ -50,7 +66,7 @@ hpt_status hpt_state_save(const char *path, const hpt_gpt2 *model, const hpt_opt
                           hpt_optim_get_t(opt), (int64_t)model->num_params, ao->optimizer,
                           ao->state_bits == 0 ? 32 : ao->state_bits, ao->state32_embeddings,
                           pos->accum > 1 ? pos->accum : 1};
-    uint32_t ver[2] = {STATE_VERSION, NFIELDS};
+    uint32_t ver[2] = {n_sec ? 3 : 2, NFIELDS};
     size_t nb = model->num_params * sizeof(float);
     const hpt_adamw_opts *oo = hpt_optim_get_opts(opt);
     if (oo->optimizer != ao->optimizer || (oo->state_bits == 0 ? 32 : oo->state_bits) != f[22] ||
@@ -73,6 +89,18 @@ hpt_status hpt_state_save(const char *path, const hpt_gpt2 *model, const hpt_opt
         for (int i = 0; i < HPT_OPTIM_NUM_BUFS && s == HPT_OK; i++)
             if (bufs[i].bytes) s = io_atomic_write(&w, bufs[i].data, bufs[i].bytes);
     }
+    if (n_sec) {
+        uint32_t ns = (uint32_t)n_sec;
+        if (s == HPT_OK) s = io_atomic_write(&w, &ns, 4);
+        for (int i = 0; i < n_sec && s == HPT_OK; i++) {
+            char name[16] = {0};
+            strcpy(name, sec[i].name);
+            uint64_t sb = sec[i].bytes;
+            s = io_atomic_write(&w, name, sizeof name);
+            if (s == HPT_OK) s = io_atomic_write(&w, &sb, 8);
+            if (s == HPT_OK && sb) s = io_atomic_write(&w, sec[i].data, (size_t)sb);
+        }
+    }
     uint32_t crc = w.crc;
     if (s == HPT_OK) s = io_atomic_write(&w, &crc, 4);
     if (s == HPT_OK) s = io_atomic_write(&w, k_end, 8);
@@ -94,16 +122,89 @@ static hpt_status read_crc(void *ctx, float *dst, size_t n) {
     return HPT_OK;
 }
 
+void hpt_state_sections_free(hpt_mem *mem, hpt_state_section *sec, int n_sec) {
+    for (int i = 0; i < n_sec; i++) {
+        hpt_mem_free(mem, HPT_TIER_HOST, HPT_CAT_IO, sec[i].data, (size_t)sec[i].bytes);
+        sec[i].data = NULL;
+    }
+}
+
+static hpt_status load_state(const char *path, hpt_mem *mem, const hpt_offload_opts *off,
+                             hpt_gpt2 **model_out, hpt_optim **opt_out, hpt_adamw_opts *ao_out,
+                             hpt_train_pos *pos_out, hpt_state_section sec[HPT_STATE_MAX_SECTIONS],
+                             int *n_sec_out);
+
 hpt_status hpt_state_load(const char *path, hpt_mem *mem, hpt_gpt2 **model_out,
                           hpt_optim **opt_out, hpt_adamw_opts *ao_out, hpt_train_pos *pos_out) {
-    return hpt_state_load_offload(path, mem, NULL, model_out, opt_out, ao_out, pos_out);
+    hpt_state_section sec[HPT_STATE_MAX_SECTIONS];
+    int n_sec;
+    HPT_CHECK(load_state(path, mem, NULL, model_out, opt_out, ao_out, pos_out, sec, &n_sec));
+    hpt_state_sections_free(mem, sec, n_sec);
+    return HPT_OK;
 }
 
 hpt_status hpt_state_load_offload(const char *path, hpt_mem *mem, const hpt_offload_opts *off,
                                   hpt_gpt2 **model_out, hpt_optim **opt_out,
                                   hpt_adamw_opts *ao_out, hpt_train_pos *pos_out) {
+    hpt_state_section sec[HPT_STATE_MAX_SECTIONS];
+    int n_sec;
+    HPT_CHECK(load_state(path, mem, off, model_out, opt_out, ao_out, pos_out, sec, &n_sec));
+    hpt_state_sections_free(mem, sec, n_sec);
+    return HPT_OK;
+}
+
+hpt_status hpt_state_load_sections(const char *path, hpt_mem *mem, hpt_gpt2 **model_out,
+                                   hpt_optim **opt_out, hpt_adamw_opts *ao_out,
+                                   hpt_train_pos *pos_out,
+                                   hpt_state_section sec[HPT_STATE_MAX_SECTIONS],
+                                   int *n_sec_out) {
+    return load_state(path, mem, NULL, model_out, opt_out, ao_out, pos_out, sec, n_sec_out);
+}
+
+/* Reads version 3's sections (after the optimizer's state) into host buffers from mem; rest:
+ * the file's bytes left before the checksum and end marker. */
+static hpt_status read_sections(FILE *fp, const char *path, hpt_mem *mem, uint64_t rest,
+                                hpt_state_section *sec, int *n_sec) {
+    uint32_t ns;
+    if (rest < 4) return hpt_fail(HPT_ERR_FORMAT, "%s: sections missing (truncated or corrupt)", path);
+    HPT_CHECK(io_read_exact(fp, &ns, 4, path, "section count"));
+    rest -= 4;
+    if (ns > HPT_STATE_MAX_SECTIONS)
+        return hpt_fail(HPT_ERR_FORMAT, "%s: %u sections (at most %d): corrupt", path, ns,
+                        HPT_STATE_MAX_SECTIONS);
+    for (uint32_t i = 0; i < ns; i++) {
+        hpt_state_section *s = &sec[i];
+        uint64_t nb;
+        if (rest < 24) return hpt_fail(HPT_ERR_FORMAT, "%s: section %u truncated", path, i);
+        HPT_CHECK(io_read_exact(fp, s->name, sizeof s->name, path, "section name"));
+        HPT_CHECK(io_read_exact(fp, &nb, 8, path, "section size"));
+        rest -= 24;
+        if (!memchr(s->name, 0, sizeof s->name) || nb > rest)
+            return hpt_fail(HPT_ERR_FORMAT, "%s: section %u is malformed or truncated", path, i);
+        s->bytes = nb;
+        s->data = NULL;
+        hpt_mem_set_name(mem, "checkpoint section");
+        HPT_CHECK(hpt_mem_alloc(mem, HPT_TIER_HOST, HPT_CAT_IO, (size_t)nb, &s->data));
+        *n_sec = (int)i + 1;
+        if (nb) HPT_CHECK(io_read_exact(fp, s->data, (size_t)nb, path, s->name));
+        rest -= nb;
+    }
+    if (rest != 0)
+        return hpt_fail(HPT_ERR_FORMAT, "%s: %llu unexpected bytes after the sections", path,
+                        (unsigned long long)rest);
+    return HPT_OK;
+}
+
+/* Loads a state into a model made with off (NULL: no engine), with version 3's sections. */
+static hpt_status load_state(const char *path, hpt_mem *mem, const hpt_offload_opts *off,
+                             hpt_gpt2 **model_out, hpt_optim **opt_out, hpt_adamw_opts *ao_out,
+                             hpt_train_pos *pos_out, hpt_state_section sec[HPT_STATE_MAX_SECTIONS],
+                             int *n_sec_out) {
     *model_out = NULL;
     *opt_out = NULL;
+    *n_sec_out = 0;
+    int n_sec = 0;
+    uint64_t base = 0;
     FILE *fp;
     uint64_t size;
     HPT_CHECK(io_open_read(path, &fp, &size));
@@ -142,9 +243,10 @@ hpt_status hpt_state_load_offload(const char *path, hpt_mem *mem, const hpt_offl
         else if ((uint64_t)f[20] != n)
             s = hpt_fail(HPT_ERR_FORMAT, "%s: parameter count %lld does not match its shape", path,
                          (long long)f[20]);
-        else if (size != want)
+        else if (ver[0] < 3 ? size != want : size < want)
             s = hpt_fail(HPT_ERR_FORMAT, "%s: %llu bytes, expected %llu (truncated or corrupt)",
                          path, (unsigned long long)size, (unsigned long long)want);
+        base = want;
     }
     hpt_gpt2 *m = NULL;
     hpt_optim *o = NULL;
@@ -162,6 +264,7 @@ hpt_status hpt_state_load_offload(const char *path, hpt_mem *mem, const hpt_offl
         for (int i = 0; i < HPT_OPTIM_NUM_BUFS && s == HPT_OK; i++)
             if (bufs[i].bytes) s = io_read_exact(fp, bufs[i].data, bufs[i].bytes, path, bufs[i].name);
     }
+    if (s == HPT_OK && ver[0] >= 3) s = read_sections(fp, path, mem, size - base, sec, &n_sec);
     uint32_t crc_file = 0;
     char end[8];
     if (s == HPT_OK) s = io_read_exact(fp, &crc_file, 4, path, "checksum");
@@ -177,6 +280,15 @@ hpt_status hpt_state_load_offload(const char *path, hpt_mem *mem, const hpt_offl
             for (int i = 0; i < HPT_OPTIM_NUM_BUFS; i++)
                 if (bufs[i].bytes) crc = io_crc32c(crc, bufs[i].data, bufs[i].bytes);
         }
+        if (ver[0] >= 3) {
+            uint32_t ns = (uint32_t)n_sec;
+            crc = io_crc32c(crc, &ns, 4);
+            for (int i = 0; i < n_sec; i++) {
+                crc = io_crc32c(crc, sec[i].name, sizeof sec[i].name);
+                crc = io_crc32c(crc, &sec[i].bytes, 8);
+                if (sec[i].bytes) crc = io_crc32c(crc, sec[i].data, (size_t)sec[i].bytes);
+            }
+        }
         if (memcmp(end, k_end, 8) != 0)
             s = hpt_fail(HPT_ERR_FORMAT, "%s: end marker missing (truncated or corrupt)", path);
         else if (crc != crc_file)
@@ -184,10 +296,12 @@ hpt_status hpt_state_load_offload(const char *path, hpt_mem *mem, const hpt_offl
                          "the file is corrupt", path, crc_file, crc);
     }
     if (s != HPT_OK) {
+        hpt_state_sections_free(mem, sec, n_sec);
         hpt_optim_free(o);
         hpt_gpt2_free(m);
         return s;
     }
+    *n_sec_out = n_sec;
     hpt_optim_set_t(o, f[19]);
     *ao_out = ao;
     /* Field by field after a memset: the struct has tail padding, and callers compare it

@@ -231,8 +231,26 @@ static size_t head_rows(const hpt_gpt2 *m) {
 }
 
 void hpt_gpt2_zero_grad(hpt_gpt2 *m) {
-    memset(m->grads, 0, m->n_flat * sizeof(float)); /* the engine zeroes a block's at its backward */
+    if (m->grads) memset(m->grads, 0, m->n_flat * sizeof(float)); /* the engine zeroes a block's at its backward */
     m->grads_live = 0;
+}
+
+void hpt_gpt2_release_grads(hpt_gpt2 *m) {
+    hpt_mem_free(m->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, m->grads, m->n_flat * sizeof(float));
+    m->grads = NULL;
+    memset(&m->g, 0, sizeof m->g);
+}
+
+hpt_status hpt_gpt2_acquire_grads(hpt_gpt2 *m) {
+    if (m->grads) return HPT_OK;
+    if (m->eng)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "releasing and reacquiring gradients is for models "
+                        "without the offload engine");
+    hpt_mem_set_name(m->mem, "gradients");
+    HPT_CHECK(hpt_mem_alloc(m->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, m->num_params * sizeof(float),
+                            (void **)&m->grads));
+    gpt2_point_tensors(&m->cfg, m->grads, &m->g);
+    return HPT_OK;
 }
 
 /* Step time points of the arena plan: forward of the embeddings (0), of block l (1 + l), of
@@ -939,6 +957,8 @@ hpt_status hpt_gpt2_forward(hpt_gpt2 *m, const int32_t *inputs, const int32_t *t
 hpt_status hpt_gpt2_backward(hpt_gpt2 *m) {
     if (!m->has_targets)
         return hpt_fail(HPT_ERR_INVALID, "backward needs a forward with targets first");
+    if (!m->grads)
+        return hpt_fail(HPT_ERR_INVALID, "backward needs gradients (released by hpt_gpt2_release_grads)");
     const hpt_gpt2_config *c = &m->cfg;
     const int B = m->B, T = m->T, L = c->L, C = c->C, NH = c->NH;
     const size_t BT = (size_t)B * T;

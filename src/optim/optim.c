@@ -70,6 +70,8 @@ struct hpt_optim {
     float lr_now, scale_now;
     int armed;       /* 1 while a step's block updates may run */
     float prev_norm; /* fused: the previous step's gradient norm (0 before the first) */
+    hpt_tier tier[HPT_OPTIM_NUM_BUFS]; /* where each buf[] lives: DEVICE (0), or HOST while moved
+                                        * (hpt_optim_set_tier) */
 };
 
 static const char *const k_names[HPT_OPTIM_COUNT] = {"adamw", "lion", "adam-mini", "sgd"};
@@ -234,9 +236,38 @@ void hpt_optim_free(hpt_optim *op) {
     if (!op) return;
     if (op->model->eng) eng_detach_optim(op->model->eng);
     for (int i = 0; i < HPT_OPTIM_NUM_BUFS; i++)
-        hpt_mem_free(op->mem, HPT_TIER_DEVICE, HPT_CAT_OPTIM, op->buf[i], op->lay.bytes[i]);
+        hpt_mem_free(op->mem, op->tier[i], HPT_CAT_OPTIM, op->buf[i], op->lay.bytes[i]);
     free(op);
 }
+
+/* Buffer by buffer (allocate on the new tier, copy, free the old), so the old tier never holds
+ * more than before and the new one grows by one buffer at a time. A failed allocation leaves
+ * the buffers not yet moved where they were (each buffer knows its tier) and is returned; a
+ * later call finishes the move. */
+hpt_status hpt_optim_set_tier(hpt_optim *op, hpt_tier tier) {
+    if (tier != HPT_TIER_DEVICE && tier != HPT_TIER_HOST)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "optimizer state moves between device and host only");
+    for (int i = 0; i < HPT_OPTIM_NUM_BUFS; i++) {
+        if (!op->lay.bytes[i] || op->tier[i] == tier) continue;
+        void *p;
+        hpt_mem_set_name(op->mem, k_buf_names[i]);
+        hpt_status s = hpt_mem_alloc(op->mem, tier, HPT_CAT_OPTIM, op->lay.bytes[i], &p);
+        if (s != HPT_OK) return hpt_fail_ctx(s, "moving optimizer state %s", k_buf_names[i]);
+        memcpy(p, op->buf[i], op->lay.bytes[i]);
+        hpt_mem_transfer(op->mem, op->tier[i], tier, HPT_CAT_OPTIM, op->lay.bytes[i]);
+        hpt_mem_free(op->mem, op->tier[i], HPT_CAT_OPTIM, op->buf[i], op->lay.bytes[i]);
+        op->buf[i] = p;
+        op->tier[i] = tier;
+    }
+    return HPT_OK;
+}
+
+static int on_device(const hpt_optim *op) {
+    for (int i = 0; i < HPT_OPTIM_NUM_BUFS; i++)
+        if (op->tier[i] != HPT_TIER_DEVICE) return 0;
+    return 1;
+}
+hpt_tier hpt_optim_get_tier(const hpt_optim *op) { return on_device(op) ? HPT_TIER_DEVICE : HPT_TIER_HOST; }
 
 int64_t hpt_optim_get_t(const hpt_optim *op) { return op->t; }
 void hpt_optim_set_t(hpt_optim *op, int64_t t) { op->t = t; }
@@ -356,6 +387,9 @@ hpt_status hpt_optim_step(hpt_optim *op, float lr, float clip, float *grad_norm_
 hpt_status hpt_optim_step_scaled(hpt_optim *op, float lr, float clip, float grad_scale,
                                  float *grad_norm_out) {
     hpt_gpt2 *model = op->model;
+    if (!model->grads || !on_device(op))
+        return hpt_fail(HPT_ERR_INVALID, "an optimizer step needs the gradients and the state on "
+                        "the device (released or moved for a predict phase)");
     if (!(grad_scale > 0.0f) || !isfinite(grad_scale))
         return hpt_fail(HPT_ERR_INVALID, "gradient scale %g must be positive and finite",
                         (double)grad_scale);

@@ -71,6 +71,41 @@ static hpt_status optim_bytes(const hpt_plan_opts *o, uint64_t *out) {
 /* One data loader: raw window (B*T+1) uint16, inputs and targets (B, T) int32 each. */
 static uint64_t loader_bytes(uint64_t BT) { return (BT + 1) * 2 + 2 * BT * 4; }
 
+/* The hybrid schedule (src/train/trainer.c, predict.c): at the full-phase peak the linear
+ * predictor's sums s0, s1 (device, optim), and on the host the rollback snapshot (params; it
+ * lives through the first CORRECT step, whose forward is at the full peak) and the check batch
+ * (io). During PREDICT: no gradients, no B-sized arena; the optimizer's state stays on the
+ * device only for the adam predictor (which reads it), else it is on the host; the linear
+ * predictor keeps s1 (velocities); checks run a forward of one sequence (its arena and, with
+ * activation offload, its offload tier's bytes). Called after out->bytes holds the full
+ * phase's figures without the schedule. */
+static hpt_status hybrid_bytes(const hpt_plan_opts *o, hpt_estimate *out) {
+    if ((unsigned)o->predictor >= HPT_PREDICTOR_COUNT)
+        return hpt_fail(HPT_ERR_INVALID, "unknown predictor %d", o->predictor);
+    if (o->predictor == HPT_PREDICTOR_ADAM &&
+        (o->optimizer != HPT_OPTIM_ADAMW || (o->state_bits != 0 && o->state_bits != 32)))
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "the adam predictor reads AdamW's 32-bit moments: use "
+                        "--optimizer adamw --state-bits 32, or --predictor linear");
+    uint64_t np = hpt_gpt2_num_params(&o->cfg), pb = np * 4;
+    uint64_t (*b)[HPT_CAT_COUNT] = out->bytes, *pp = out->predict_peak_bytes;
+    uint64_t optim = b[HPT_TIER_DEVICE][HPT_CAT_OPTIM];
+    uint64_t check_io = o->checks ? 2 * (uint64_t)o->B * (uint64_t)o->T * 4 : 0;
+    int linear = o->predictor == HPT_PREDICTOR_LINEAR, adam = o->predictor == HPT_PREDICTOR_ADAM;
+    pp[HPT_TIER_DEVICE] = pb + b[HPT_TIER_DEVICE][HPT_CAT_IO] + (adam ? optim : 0) + (linear ? pb : 0);
+    pp[HPT_TIER_HOST] = pb + check_io + (adam ? 0 : optim);
+    if (o->checks) {
+        uint64_t at[HPT_TIER_COUNT];
+        HPT_CHECK(hpt_gpt2_act_tier_bytes(&o->cfg, 1, o->T, &o->act, at));
+        pp[HPT_TIER_DEVICE] += at[HPT_TIER_DEVICE];
+        pp[HPT_TIER_HOST] += at[HPT_TIER_HOST];
+        pp[HPT_TIER_DISK] += at[HPT_TIER_DISK];
+    }
+    if (linear) b[HPT_TIER_DEVICE][HPT_CAT_OPTIM] += 2 * pb;
+    b[HPT_TIER_HOST][HPT_CAT_PARAMS] += pb;
+    b[HPT_TIER_HOST][HPT_CAT_IO] += check_io;
+    return HPT_OK;
+}
+
 hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     memset(out, 0, sizeof *out);
     const hpt_gpt2_config *c = &o->cfg;
@@ -121,6 +156,7 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     if (o->act.offload == HPT_OFFLOAD_DISK) out->bytes[HPT_TIER_HOST][HPT_CAT_IO] += 4u << 20;
     int loaders = (o->no_data ? 0 : 1) + (o->has_val ? 1 : 0);
     dev[HPT_CAT_IO] = (uint64_t)loaders * loader_bytes(BT);
+    if (o->training && o->schedule == HPT_SCHEDULE_HYBRID) HPT_CHECK(hybrid_bytes(o, out));
     for (int t = 0; t < HPT_TIER_COUNT; t++)
         for (int k = 0; k < HPT_CAT_COUNT; k++) out->peak_bytes[t] += out->bytes[t][k];
     out->num_params = np;

@@ -14,9 +14,25 @@
  * Offload (o.offload, src/offload/engine.c): the model is made with the engine; a fused-update
  * engine's step is forward -> hpt_optim_fused_begin -> backward (each block updated as its
  * gradients complete) -> hpt_optim_fused_end; it takes one micro-batch per step. Checkpoints
- * load into an offloaded model and resume it (the same files as without offload). */
+ * load into an offloaded model and resume it (the same files as without offload). The
+ * hybrid schedule below does not combine with the engine (refused at setup).
+ * The hybrid schedule (docs/predict.md; the controller is src/train/schedule.c, the predictors
+ * src/train/predict.c): each step runs the phase the controller names. WARMUP, FULL and
+ * CORRECT are the step above, plus the predictor's and the loss model's observations. A
+ * PREDICT step reads no data: the predictor moves the weights, and every check_every steps a
+ * forward on the check batch (the first validation window, one sequence at a time, so only a
+ * B=1 arena lives) compares the real loss with the predicted one; above the band the phase ends,
+ * beyond the rollback bound the weights are restored from the phase's start (a host-tier
+ * snapshot). Memory by phase: the step before a predict phase ends by releasing the gradients
+ * and the activation arena, and (for predictors that do not read them) moving the optimizer's
+ * state to the host tier; the first CORRECT step brings everything back before its forward. The
+ * snapshot lives from the phase's start to the end of the first CORRECT step, whose loss
+ * measures the prediction (and rolls back past the bound). The controller's state, the
+ * predictor's and loss model's state and the snapshot are checkpoint sections, so a run
+ * resumed mid-phase computes the same bits. */
 #include "core/core.h"
 #include "model/gpt2_int.h"
+#include "train/train_int.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -33,7 +49,16 @@ struct hpt_trainer {
     hpt_dataloader *train, *val;
     hpt_rng rng;
     int64_t step, start_step;
+    /* the hybrid schedule (o.sched.kind HYBRID) */
+    hpt_schedule sch;
+    weight_predictor pr;
+    lossmodel lm;
+    float *snapshot;          /* (num_params) host tier, params: weights at the phase's start */
+    int32_t *check_x, *check_y; /* (B, T) each, host tier, io: the check batch; NULL: none */
+    double check0, pred0;     /* the phase's first check loss and predicted loss at its start */
 };
+
+#define HYBRID(tr) ((tr)->o.sched.kind == HPT_SCHEDULE_HYBRID)
 
 hpt_train_opts hpt_train_defaults(void) {
     hpt_train_opts o = {0};
@@ -52,11 +77,27 @@ hpt_train_opts hpt_train_defaults(void) {
     o.seed = 1337;
     o.act = hpt_gpt2_act_defaults();
     o.offload = hpt_offload_defaults();
+    o.sched = hpt_schedule_defaults();
     return o;
+}
+
+static size_t nparams(const hpt_trainer *tr) { return tr->model->num_params; }
+
+static void free_snapshot(hpt_trainer *tr) {
+    if (tr->snapshot)
+        hpt_mem_free(tr->mem, HPT_TIER_HOST, HPT_CAT_PARAMS, tr->snapshot, nparams(tr) * sizeof(float));
+    tr->snapshot = NULL;
 }
 
 void hpt_trainer_free(hpt_trainer *tr) {
     if (!tr) return;
+    free_snapshot(tr);
+    predictor_free(&tr->pr);
+    if (tr->check_x) {
+        size_t bt = (size_t)tr->o.B * tr->o.T * sizeof(int32_t);
+        hpt_mem_free(tr->mem, HPT_TIER_HOST, HPT_CAT_IO, tr->check_x, bt);
+        hpt_mem_free(tr->mem, HPT_TIER_HOST, HPT_CAT_IO, tr->check_y, bt);
+    }
     hpt_dataloader_free(tr->train);
     hpt_dataloader_free(tr->val);
     hpt_optim_free(tr->opt);
@@ -111,7 +152,145 @@ static hpt_status check_budget(hpt_trainer *tr, hpt_gpt2_config *cfg, const char
     po.state32_embeddings = tr->o.adamw.state32_embeddings;
     po.act = tr->o.act;
     po.offload = tr->o.offload;
+    po.schedule = tr->o.sched.kind;
+    po.predictor = tr->o.sched.predictor;
+    po.checks = tr->o.sched.check_every > 0;
     return hpt_plan_check_budget(&po, st.budget_bytes[HPT_TIER_DEVICE], live0);
+}
+
+/* ---- the hybrid schedule's checkpoint sections ----
+ * "schedule": int64[HS_N], below; "pred_s0", "pred_s1": the linear predictor's arrays when
+ * allocated; "snapshot": the rollback weights while they live. Doubles and floats are stored
+ * as their bits (no struct padding reaches the file, so equal states give equal files). */
+enum {
+    HS_PHASE, HS_IN_PHASE, HS_HORIZON, HS_CAP, HS_CLEAN, HS_N_PHASES, HS_N_PSTEPS, HS_N_EARLY,
+    HS_N_ROLLBACK, HS_PREDICTOR, HS_PW, HS_PA1, HS_PA2, HS_PSAMPLES, HS_PLR, HS_CHECK0, HS_PRED0,
+    HS_LM, /* the loss model's doubles follow */
+    HS_N = HS_LM + (int)(sizeof(lossmodel) / sizeof(double))
+};
+
+static int64_t dbits(double d) { int64_t b; memcpy(&b, &d, 8); return b; }
+static double bitsd(int64_t b) { double d; memcpy(&d, &b, 8); return d; }
+
+static void pack_schedule(const hpt_trainer *tr, int64_t f[HS_N]) {
+    memset(f, 0, HS_N * sizeof *f);
+    const hpt_schedule *s = &tr->sch;
+    f[HS_PHASE] = s->phase;
+    f[HS_IN_PHASE] = s->in_phase;
+    f[HS_HORIZON] = s->horizon;
+    f[HS_CAP] = dbits((double)s->cap);
+    f[HS_CLEAN] = s->clean;
+    f[HS_N_PHASES] = s->n_predict_phases;
+    f[HS_N_PSTEPS] = s->n_predict_steps;
+    f[HS_N_EARLY] = s->n_early;
+    f[HS_N_ROLLBACK] = s->n_rollback;
+    f[HS_PREDICTOR] = tr->pr.kind;
+    predictor_scalars ps;
+    predictor_get_scalars(&tr->pr, &ps);
+    f[HS_PW] = dbits(ps.W);
+    f[HS_PA1] = dbits(ps.A1);
+    f[HS_PA2] = dbits(ps.A2);
+    f[HS_PSAMPLES] = ps.n_samples;
+    f[HS_PLR] = dbits((double)ps.lr_fit);
+    f[HS_CHECK0] = dbits(tr->check0);
+    f[HS_PRED0] = dbits(tr->pred0);
+    memcpy(&f[HS_LM], &tr->lm, sizeof tr->lm);
+}
+
+static const hpt_state_section *find_section(const hpt_state_section *sec, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(sec[i].name, name)) return &sec[i];
+    return NULL;
+}
+
+/* Copies a per-parameter section into *dst, allocated on tier (device: the predictor's). */
+static hpt_status load_array(hpt_trainer *tr, const hpt_state_section *s, hpt_tier tier,
+                             hpt_category cat, const char *name, float **dst) {
+    size_t bytes = nparams(tr) * sizeof(float);
+    if (s->bytes != bytes)
+        return hpt_fail(HPT_ERR_FORMAT, "checkpoint section %s: %llu bytes, expected %zu", s->name,
+                        (unsigned long long)s->bytes, bytes);
+    if (!*dst) {
+        hpt_mem_set_name(tr->mem, name);
+        HPT_CHECK(hpt_mem_alloc(tr->mem, tier, cat, bytes, (void **)dst));
+    }
+    memcpy(*dst, s->data, bytes);
+    return HPT_OK;
+}
+
+/* Memory as a predict phase holds it: no gradients, no arena, and the optimizer's state on
+ * the host unless the predictor reads it. */
+static hpt_status predict_memory(hpt_trainer *tr) {
+    hpt_gpt2_release_grads(tr->model);
+    hpt_gpt2_free_activations(tr->model);
+    if (!predictor_reads_moments(tr->pr.kind)) HPT_CHECK(hpt_optim_set_tier(tr->opt, HPT_TIER_HOST));
+    return HPT_OK;
+}
+
+/* Restores the hybrid schedule's state from a checkpoint's sections (none: a fresh start). */
+static hpt_status restore_schedule(hpt_trainer *tr, const hpt_state_section *sec, int n_sec,
+                                   const char *path) {
+    const hpt_state_section *s = find_section(sec, n_sec, "schedule");
+    if (!s) return HPT_OK;
+    if (s->bytes != HS_N * sizeof(int64_t))
+        return hpt_fail(HPT_ERR_FORMAT, "%s: schedule section of %llu bytes, expected %zu", path,
+                        (unsigned long long)s->bytes, HS_N * sizeof(int64_t));
+    int64_t f[HS_N];
+    memcpy(f, s->data, sizeof f);
+    if (f[HS_PREDICTOR] != tr->pr.kind)
+        return hpt_fail(HPT_ERR_INVALID, "%s was trained with --predictor %s; resume with the same "
+                        "(got %s)", path, hpt_predictor_name((hpt_predictor_kind)f[HS_PREDICTOR]),
+                        hpt_predictor_name((hpt_predictor_kind)tr->pr.kind));
+    if (f[HS_PHASE] != HPT_PHASE_WARMUP && f[HS_PHASE] != HPT_PHASE_FULL &&
+        f[HS_PHASE] != HPT_PHASE_PREDICT && f[HS_PHASE] != HPT_PHASE_CORRECT)
+        return hpt_fail(HPT_ERR_FORMAT, "%s: schedule phase %lld is not a training phase", path,
+                        (long long)f[HS_PHASE]);
+    hpt_schedule *c = &tr->sch;
+    c->phase = (int)f[HS_PHASE];
+    c->in_phase = f[HS_IN_PHASE];
+    c->horizon = f[HS_HORIZON];
+    c->cap = (float)bitsd(f[HS_CAP]);
+    c->clean = (int)f[HS_CLEAN];
+    c->n_predict_phases = f[HS_N_PHASES];
+    c->n_predict_steps = f[HS_N_PSTEPS];
+    c->n_early = f[HS_N_EARLY];
+    c->n_rollback = f[HS_N_ROLLBACK];
+    predictor_scalars ps = {.W = bitsd(f[HS_PW]), .A1 = bitsd(f[HS_PA1]), .A2 = bitsd(f[HS_PA2]),
+                            .n_samples = f[HS_PSAMPLES], .lr_fit = (float)bitsd(f[HS_PLR])};
+    predictor_set_scalars(&tr->pr, &ps);
+    tr->check0 = bitsd(f[HS_CHECK0]);
+    tr->pred0 = bitsd(f[HS_PRED0]);
+    memcpy(&tr->lm, &f[HS_LM], sizeof tr->lm);
+    if (tr->pr.kind == HPT_PREDICTOR_LINEAR) {
+        const hpt_state_section *s0 = find_section(sec, n_sec, "pred_s0");
+        const hpt_state_section *s1 = find_section(sec, n_sec, "pred_s1");
+        if (!s1) return hpt_fail(HPT_ERR_FORMAT, "%s: the linear predictor's sums are missing", path);
+        if (s0) HPT_CHECK(load_array(tr, s0, HPT_TIER_DEVICE, HPT_CAT_OPTIM, "predictor sum w", &tr->pr.s0));
+        else predictor_drop_s0(&tr->pr); /* a predict phase's velocities only */
+        HPT_CHECK(load_array(tr, s1, HPT_TIER_DEVICE, HPT_CAT_OPTIM, "predictor sum a*w", &tr->pr.s1));
+    }
+    const hpt_state_section *sn = find_section(sec, n_sec, "snapshot");
+    if (sn) HPT_CHECK(load_array(tr, sn, HPT_TIER_HOST, HPT_CAT_PARAMS, "rollback snapshot", &tr->snapshot));
+    if (c->phase == HPT_PHASE_PREDICT) HPT_CHECK(predict_memory(tr));
+    return HPT_OK;
+}
+
+/* The check batch: the validation set's first window, copied (host tier). */
+static hpt_status load_check_batch(hpt_trainer *tr) {
+    if (!tr->val)
+        return hpt_fail(HPT_ERR_INVALID, "predict-phase checks (check every %lld) need validation "
+                        "data (--val)", (long long)tr->o.sched.check_every);
+    size_t bt = (size_t)tr->o.B * tr->o.T * sizeof(int32_t);
+    hpt_mem_set_name(tr->mem, "check batch inputs");
+    HPT_CHECK(hpt_mem_alloc(tr->mem, HPT_TIER_HOST, HPT_CAT_IO, bt, (void **)&tr->check_x));
+    hpt_mem_set_name(tr->mem, "check batch targets");
+    HPT_CHECK(hpt_mem_alloc(tr->mem, HPT_TIER_HOST, HPT_CAT_IO, bt, (void **)&tr->check_y));
+    const int32_t *x, *y;
+    HPT_CHECK(hpt_dataloader_rewind(tr->val));
+    HPT_CHECK(hpt_dataloader_next(tr->val, &x, &y));
+    memcpy(tr->check_x, x, bt);
+    memcpy(tr->check_y, y, bt);
+    return hpt_dataloader_rewind(tr->val);
 }
 
 static hpt_status setup(hpt_trainer *tr) {
@@ -129,29 +308,52 @@ static hpt_status setup(hpt_trainer *tr) {
     if (o->offload.fused && o->accum > 1)
         return hpt_fail(HPT_ERR_UNSUPPORTED, "--fused-update updates each block as its gradients "
                         "complete: it cannot accumulate micro-batches (--accum %d)", o->accum);
+    HPT_CHECK(hpt_schedule_check(&o->sched));
+    if (o->sched.kind == HPT_SCHEDULE_HYBRID && hpt_offload_active(&o->offload))
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "the hybrid schedule does not run with the offload "
+                        "engine yet (--offload, --fused-update): its predict phase moves the "
+                        "whole flat weights and gradients");
     hpt_rng_seed(&tr->rng, o->seed);
+    hpt_state_section sec[HPT_STATE_MAX_SECTIONS];
+    int n_sec = 0;
+    char path[PATH_MAX];
     if (o->resume) {
-        char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/state.bin", o->resume);
         hpt_adamw_opts ao;
         hpt_train_pos pos;
-        HPT_CHECK(hpt_state_load_offload(path, tr->mem, &o->offload, &tr->model, &tr->opt, &ao, &pos));
+        if (hpt_offload_active(&o->offload))
+            HPT_CHECK(hpt_state_load_offload(path, tr->mem, &o->offload, &tr->model, &tr->opt, &ao, &pos));
+        else
+            HPT_CHECK(hpt_state_load_sections(path, tr->mem, &tr->model, &tr->opt, &ao, &pos, sec, &n_sec));
+        hpt_status s = HPT_OK;
         if (pos.B != o->B || pos.T != o->T)
-            return hpt_fail(HPT_ERR_SHAPE, "%s was trained with batch %d and sequence %d; resume "
-                            "with the same (got %d and %d)", path, pos.B, pos.T, o->B, o->T);
-        if (pos.accum != (o->accum > 1 ? o->accum : 1))
-            return hpt_fail(HPT_ERR_INVALID, "%s was trained with --accum %d; resume with the "
-                            "same (got %d)", path, pos.accum, o->accum > 1 ? o->accum : 1);
-        if (pos.step > o->steps)
-            return hpt_fail(HPT_ERR_INVALID, "%s is at step %lld, beyond --steps %lld", path,
-                            (long long)pos.step, (long long)o->steps);
+            s = hpt_fail(HPT_ERR_SHAPE, "%s was trained with batch %d and sequence %d; resume "
+                         "with the same (got %d and %d)", path, pos.B, pos.T, o->B, o->T);
+        else if (pos.accum != (o->accum > 1 ? o->accum : 1))
+            s = hpt_fail(HPT_ERR_INVALID, "%s was trained with --accum %d; resume with the "
+                         "same (got %d)", path, pos.accum, o->accum > 1 ? o->accum : 1);
+        else if (pos.step > o->steps)
+            s = hpt_fail(HPT_ERR_INVALID, "%s is at step %lld, beyond --steps %lld", path,
+                         (long long)pos.step, (long long)o->steps);
+        if (s != HPT_OK) {
+            hpt_state_sections_free(tr->mem, sec, n_sec);
+            return s;
+        }
         tr->o.adamw = ao; /* the checkpoint's optimizer and settings continue */
         hpt_gpt2_config cfg = tr->model->cfg;
-        HPT_CHECK(check_budget(tr, &cfg, NULL, live0)); /* the shape is known only now */
+        s = check_budget(tr, &cfg, NULL, live0); /* the shape is known only now */
+        if (s != HPT_OK) {
+            hpt_state_sections_free(tr->mem, sec, n_sec);
+            return s;
+        }
         tr->step = tr->start_step = pos.step;
         tr->rng.s = pos.rng_state;
-        HPT_CHECK(hpt_dataloader_open(tr->mem, o->data, o->B, o->T, tr->model->cfg.V, &tr->train));
-        HPT_CHECK(hpt_dataloader_set_pos(tr->train, pos.data_shard, pos.data_offset));
+        s = hpt_dataloader_open(tr->mem, o->data, o->B, o->T, tr->model->cfg.V, &tr->train);
+        if (s == HPT_OK) s = hpt_dataloader_set_pos(tr->train, pos.data_shard, pos.data_offset);
+        if (s != HPT_OK) {
+            hpt_state_sections_free(tr->mem, sec, n_sec);
+            return s;
+        }
     } else {
         if (!o->model) return hpt_fail(HPT_ERR_INVALID, "no model given (a checkpoint or a shape)");
         hpt_gpt2_config cfg;
@@ -170,13 +372,27 @@ static hpt_status setup(hpt_trainer *tr) {
         HPT_CHECK(hpt_optim_create(tr->mem, tr->model, &tr->o.adamw, &tr->opt));
         HPT_CHECK(hpt_dataloader_open(tr->mem, o->data, o->B, o->T, tr->model->cfg.V, &tr->train));
     }
-    HPT_CHECK(hpt_gpt2_set_act_opts(tr->model, &o->act)); /* before the first forward */
-    if (o->T > tr->model->cfg.maxT)
-        return hpt_fail(HPT_ERR_SHAPE, "sequence length %d exceeds the model's maxT %d", o->T,
-                        tr->model->cfg.maxT);
-    if (o->val) HPT_CHECK(hpt_dataloader_open(tr->mem, o->val, o->B, o->T, tr->model->cfg.V, &tr->val));
-    if (o->save_dir) HPT_CHECK(mkdir_p(o->save_dir));
-    return HPT_OK;
+    hpt_status s = hpt_gpt2_set_act_opts(tr->model, &o->act); /* before the first forward */
+    if (s == HPT_OK && o->T > tr->model->cfg.maxT)
+        s = hpt_fail(HPT_ERR_SHAPE, "sequence length %d exceeds the model's maxT %d", o->T,
+                     tr->model->cfg.maxT);
+    if (s == HPT_OK && o->val)
+        s = hpt_dataloader_open(tr->mem, o->val, o->B, o->T, tr->model->cfg.V, &tr->val);
+    if (s == HPT_OK && o->save_dir) s = mkdir_p(o->save_dir);
+    if (s == HPT_OK && HYBRID(tr)) {
+        if (o->sched.predictor == HPT_PREDICTOR_ADAM && !hpt_optim_m(tr->opt))
+            s = hpt_fail(HPT_ERR_UNSUPPORTED, "the adam predictor reads AdamW's 32-bit moments: use "
+                         "--optimizer adamw --state-bits 32, or --predictor linear");
+        if (s == HPT_OK)
+            s = predictor_init(&tr->pr, tr->mem, o->sched.predictor, nparams(tr),
+                               (double)o->sched.fit_decay, o->seed);
+        lossmodel_init(&tr->lm);
+        hpt_schedule_init(&tr->sch, &o->sched);
+        if (s == HPT_OK && o->sched.check_every > 0) s = load_check_batch(tr);
+        if (s == HPT_OK && o->resume) s = restore_schedule(tr, sec, n_sec, path);
+    }
+    hpt_state_sections_free(tr->mem, sec, n_sec);
+    return s;
 }
 
 hpt_status hpt_trainer_create(hpt_mem *mem, const hpt_train_opts *opts, hpt_trainer **out) {
@@ -200,6 +416,7 @@ hpt_gpt2 *hpt_trainer_model(hpt_trainer *tr) { return tr->model; }
 int64_t hpt_trainer_start_step(const hpt_trainer *tr) { return tr->start_step; }
 const hpt_adamw_opts *hpt_trainer_optim_opts(const hpt_trainer *tr) { return hpt_optim_get_opts(tr->opt); }
 size_t hpt_trainer_train_tokens(const hpt_trainer *tr) { return hpt_dataloader_num_tokens(tr->train); }
+const hpt_schedule *hpt_trainer_schedule(const hpt_trainer *tr) { return &tr->sch; }
 
 hpt_status hpt_trainer_eval(hpt_trainer *tr, float *val_loss_out) {
     *val_loss_out = NAN;
@@ -224,20 +441,112 @@ hpt_status hpt_trainer_save(hpt_trainer *tr) {
     hpt_train_pos pos = {.step = tr->step, .rng_state = tr->rng.s, .total_steps = tr->o.steps,
                          .B = tr->o.B, .T = tr->o.T, .accum = tr->o.accum};
     hpt_dataloader_get_pos(tr->train, &pos.data_shard, &pos.data_offset);
+    hpt_state_section sec[4];
+    int n = 0;
+    int64_t f[HS_N];
+    if (HYBRID(tr)) {
+        size_t bytes = nparams(tr) * sizeof(float);
+        pack_schedule(tr, f);
+        sec[n++] = (hpt_state_section){.name = "schedule", .data = f, .bytes = sizeof f};
+        if (tr->pr.s0) sec[n++] = (hpt_state_section){.name = "pred_s0", .data = tr->pr.s0, .bytes = bytes};
+        if (tr->pr.s1) sec[n++] = (hpt_state_section){.name = "pred_s1", .data = tr->pr.s1, .bytes = bytes};
+        if (tr->snapshot) sec[n++] = (hpt_state_section){.name = "snapshot", .data = tr->snapshot, .bytes = bytes};
+    }
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/state.bin", tr->o.save_dir);
-    HPT_CHECK(hpt_state_save(path, tr->model, tr->opt, &tr->o.adamw, &pos));
+    HPT_CHECK(hpt_state_save_sections(path, tr->model, tr->opt, &tr->o.adamw, &pos, sec, n));
     snprintf(path, sizeof path, "%s/model.bin", tr->o.save_dir);
     return hpt_gpt2_save(tr->model, path);
 }
 
-hpt_status hpt_trainer_step(hpt_trainer *tr, hpt_train_progress *p) {
-    memset(p, 0, sizeof *p);
-    p->val_loss = NAN;
-    if (hpt_trainer_done(tr)) return hpt_fail(HPT_ERR_INVALID, "training is already complete");
+/* The check batch's loss: B forwards of one sequence each (a B=1 arena, freed after), the
+ * mean over sequences (= the batch's mean over tokens: equal counts). */
+static hpt_status check_loss(hpt_trainer *tr, double *out) {
+    int B = tr->o.B, T = tr->o.T;
+    double sum = 0.0;
+    for (int b = 0; b < B; b++) {
+        float loss;
+        hpt_status s = hpt_gpt2_forward(tr->model, tr->check_x + (size_t)b * T,
+                                        tr->check_y + (size_t)b * T, 1, T, &loss);
+        if (s != HPT_OK) {
+            hpt_gpt2_free_activations(tr->model);
+            return s;
+        }
+        sum += (double)loss;
+    }
+    hpt_gpt2_free_activations(tr->model);
+    *out = sum / B;
+    return HPT_OK;
+}
+
+static void rollback(hpt_trainer *tr) {
+    memcpy(tr->model->params, tr->snapshot, nparams(tr) * sizeof(float));
+}
+
+/* Relative excess of a loss over its prediction: 0 within the band, 1 above, 2 beyond the
+ * rollback bound (a non-finite loss is beyond it). slack widens both: twice the batch noise
+ * for a training batch's loss, 0 for the fixed check batch. */
+static int divergence(const hpt_trainer *tr, double excess, double slack) {
+    if (!isfinite(excess) || excess > (double)tr->o.sched.rollback + slack) return 2;
+    return excess > (double)tr->o.sched.band + slack ? 1 : 0;
+}
+
+/* One PREDICT step: phase start (snapshot, predicted loss, baseline check) at k = 0; a check
+ * when due; the predicted update unless the check ended the phase. */
+static hpt_status predict_step(hpt_trainer *tr, hpt_train_progress *p) {
+    const hpt_schedule_opts *so = &tr->o.sched;
+    int64_t k = tr->sch.in_phase;
+    hpt_gpt2_free_activations(tr->model); /* an evaluation's (hpt_trainer_eval called alone) */
+    if (k == 0) {
+        size_t bytes = nparams(tr) * sizeof(float);
+        if (!tr->snapshot) {
+            hpt_mem_set_name(tr->mem, "rollback snapshot");
+            HPT_CHECK(hpt_mem_alloc(tr->mem, HPT_TIER_HOST, HPT_CAT_PARAMS, bytes, (void **)&tr->snapshot));
+        }
+        memcpy(tr->snapshot, tr->model->params, bytes);
+        hpt_mem_transfer(tr->mem, HPT_TIER_DEVICE, HPT_TIER_HOST, HPT_CAT_PARAMS, bytes);
+        lossmodel_begin_predict(&tr->lm);
+        tr->pred0 = tr->lm.pred;
+        tr->check0 = NAN;
+        if (so->check_every > 0) {
+            HPT_CHECK(check_loss(tr, &tr->check0));
+            p->checked = 1;
+            p->loss = (float)tr->check0;
+        }
+    } else if (so->check_every > 0 && k % so->check_every == 0) {
+        double c;
+        HPT_CHECK(check_loss(tr, &c));
+        p->checked = 1;
+        p->loss = (float)c;
+        double excess = (c - tr->check0 - (tr->lm.pred - tr->pred0)) / tr->check0;
+        p->diverged = divergence(tr, excess, 0.0);
+        lossmodel_phase_error(&tr->lm, excess);
+        if (p->diverged == 2) {
+            rollback(tr);
+            tr->lm.pred = tr->pred0;
+        }
+    }
+    p->pred_loss = (float)tr->lm.pred;
+    if (!p->diverged) {
+        double un;
+        HPT_CHECK(predictor_apply(&tr->pr, tr->model, tr->opt, k, tr->step, p->lr, &un));
+        lossmodel_predict_step(&tr->lm, un);
+    }
+    return HPT_OK;
+}
+
+/* One ordinary step (WARMUP, FULL, CORRECT; every step of a full-only run). */
+static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
     const hpt_train_opts *o = &tr->o;
-    double t0 = hpt_now();
-    hpt_mem_set_context(tr->mem, tr->step + 1, HPT_PHASE_FULL, -1);
+    int hybrid = HYBRID(tr);
+    int first_correct = hybrid && tr->sch.phase == HPT_PHASE_CORRECT && tr->sch.in_phase == 0;
+    if (first_correct) { /* back from a predict phase: state, gradients, a fresh fit */
+        HPT_CHECK(hpt_optim_set_tier(tr->opt, HPT_TIER_DEVICE));
+        HPT_CHECK(hpt_gpt2_acquire_grads(tr->model));
+        HPT_CHECK(predictor_end(&tr->pr));
+    }
+    int measure = first_correct && tr->sch.clean && tr->snapshot;
+    double pred = !hybrid || tr->lm.n < 1.0 ? (double)NAN : first_correct ? tr->lm.pred : lossmodel_next(&tr->lm);
     int K = o->accum > 1 ? o->accum : 1;
     double loss_sum = 0.0;
     int fused = o->offload.fused;
@@ -248,6 +557,15 @@ hpt_status hpt_trainer_step(hpt_trainer *tr, hpt_train_progress *p) {
         float loss;
         HPT_CHECK(hpt_dataloader_next(tr->train, &x, &y));
         HPT_CHECK(hpt_gpt2_forward(tr->model, x, y, o->B, o->T, &loss));
+        if (k == 0 && measure) { /* the prediction's error; past the bound, back to the start */
+            double excess = ((double)loss - pred) / fmax(pred, 1e-6);
+            p->diverged = divergence(tr, excess, 2.0 * tr->lm.noise);
+            lossmodel_phase_error(&tr->lm, fmax(0.0, fabs(excess) - 2.0 * tr->lm.noise));
+            if (p->diverged == 2) {
+                rollback(tr);
+                HPT_CHECK(hpt_gpt2_forward(tr->model, x, y, o->B, o->T, &loss));
+            }
+        }
         if (!isfinite(loss))
             return hpt_fail(HPT_ERR_INVALID, "the loss is %g at step %lld: training diverged (try "
                             "a lower --lr)", (double)loss, (long long)tr->step + 1);
@@ -262,16 +580,59 @@ hpt_status hpt_trainer_step(hpt_trainer *tr, hpt_train_progress *p) {
     else
         HPT_CHECK(hpt_optim_step_scaled(tr->opt, p->lr, o->grad_clip, 1.0f / (float)K,
                                         &p->grad_norm));
+    if (hybrid) {
+        p->pred_loss = (float)pred;
+        if (p->diverged == 2) tr->lm.pred = tr->pred0; /* the rolled-back weights' prediction */
+        double un = predictor_real_update_norm(tr->opt, nparams(tr), p->lr, p->grad_norm);
+        lossmodel_observe(&tr->lm, (double)p->loss, (double)p->grad_norm, un, first_correct);
+        HPT_CHECK(predictor_observe(&tr->pr, tr->model->params, p->lr));
+        if (first_correct) free_snapshot(tr);
+    }
+    return HPT_OK;
+}
+
+hpt_status hpt_trainer_step(hpt_trainer *tr, hpt_train_progress *p) {
+    memset(p, 0, sizeof *p);
+    p->val_loss = NAN;
+    p->pred_loss = NAN;
+    if (hpt_trainer_done(tr)) return hpt_fail(HPT_ERR_INVALID, "training is already complete");
+    const hpt_train_opts *o = &tr->o;
+    double t0 = hpt_now();
+    int phase = HYBRID(tr) ? tr->sch.phase : HPT_PHASE_FULL;
+    hpt_mem_set_context(tr->mem, tr->step + 1, (hpt_phase)phase, -1);
+    p->phase = phase;
+    p->lr = hpt_lr_cosine(tr->step, o->steps, o->warmup, o->lr, o->min_lr);
+    if (phase == HPT_PHASE_PREDICT) {
+        p->loss = NAN;
+        HPT_CHECK(predict_step(tr, p));
+    } else {
+        HPT_CHECK(real_step(tr, p));
+    }
     tr->step++;
+    if (HYBRID(tr)) {
+        p->confidence = (float)lossmodel_confidence(&tr->lm, (double)o->sched.band);
+        hpt_schedule_obs ob = {.confidence = p->confidence, .diverged = p->diverged,
+                               .steps_left = o->steps - tr->step};
+        hpt_schedule_advance(&tr->sch, &o->sched, &ob);
+        if (phase == HPT_PHASE_PREDICT && p->diverged) free_snapshot(tr); /* no measure follows */
+        /* a predict phase next: its memory is released now, by this step */
+        if (phase != HPT_PHASE_PREDICT && tr->sch.phase == HPT_PHASE_PREDICT) {
+            predictor_begin(&tr->pr); /* the fit's sums become velocities (s0 freed) */
+            HPT_CHECK(predict_memory(tr));
+        }
+    }
+    int K = o->accum > 1 ? o->accum : 1;
     double dt = hpt_now() - t0;
     p->step = tr->step;
     p->total = o->steps;
     p->step_ms = dt * 1e3;
-    p->tokens_per_s = (double)K * o->B * o->T / dt;
+    p->tokens_per_s = phase == HPT_PHASE_PREDICT ? 0.0 : (double)K * o->B * o->T / dt;
     int last = hpt_trainer_done(tr);
     if (tr->val && (last || (o->eval_every > 0 && tr->step % o->eval_every == 0))) {
         HPT_CHECK(hpt_trainer_eval(tr, &p->val_loss));
         p->evaluated = 1;
+        /* a predict phase holds no B-sized arena: the evaluation's goes with it */
+        if (HYBRID(tr) && tr->sch.phase == HPT_PHASE_PREDICT) hpt_gpt2_free_activations(tr->model);
     }
     if (o->save_dir && (last || (o->save_every > 0 && tr->step % o->save_every == 0))) {
         HPT_CHECK(hpt_trainer_save(tr));

@@ -45,6 +45,10 @@ static const char k_help[] =
     "  --recompute P        none (default), selective, every:N or full\n"
     "  --act-offload K      none (default), host or disk: saved activations on that tier\n"
     "  --act-compress K     none (default), int8 or bf16 saved activations\n"
+    "  --schedule K         full (default) or hybrid (docs/predict.md): adds the predictor's\n"
+    "                       state and prints the predict phase's peak per tier\n"
+    "  --predictor K        hybrid: adam (default) or linear\n"
+    "  --check-every K      hybrid: predict-phase checks (their one-sequence arena) when K > 0\n"
     "  --json               machine-readable output (docs/estimate.md lists the keys)\n";
 
 static void fmt_bytes(char *buf, size_t n, uint64_t b) {
@@ -103,6 +107,14 @@ static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t 
            of->max_active, of->prefetch, of->fused ? "true" : "false");
     printf(",\"activation_bytes\":%llu,\"num_params\":%llu,", (unsigned long long)e->activation_bytes,
            (unsigned long long)e->num_params);
+    if (po->schedule == HPT_SCHEDULE_HYBRID) {
+        printf("\"schedule\":\"hybrid\",\"predictor\":\"%s\",\"predict_peak_bytes_by_tier\":{",
+               hpt_predictor_name((hpt_predictor_kind)po->predictor));
+        for (int t = 0; t < HPT_TIER_COUNT; t++)
+            printf("%s\"%s\":%llu", t ? "," : "", hpt_tier_name((hpt_tier)t),
+                   (unsigned long long)e->predict_peak_bytes[t]);
+        printf("},");
+    }
     printf("\"flops_per_token\":%.6g,\"flops_per_token_fwd\":%.6g,\"tokens_per_step\":%llu,"
            "\"flops_per_step\":%.6g,", e->flops_per_token, e->flops_per_token_fwd,
            (unsigned long long)e->tokens_per_step, e->flops_per_token * (double)e->tokens_per_step);
@@ -136,8 +148,16 @@ static void print_text(const char *model, const hpt_plan_opts *po, const hpt_est
                b[2], (unsigned long long)e->bytes[HPT_TIER_DEVICE][k]);
     }
     for (int t = 0; t < HPT_TIER_COUNT; t++) fmt_bytes(b[t], sizeof b[t], e->peak_bytes[t]);
-    printf("  %-10s %12s %12s %12s %18llu\n\n", "peak", b[0], b[1], b[2],
+    printf("  %-10s %12s %12s %12s %18llu\n", "peak", b[0], b[1], b[2],
            (unsigned long long)e->peak_bytes[HPT_TIER_DEVICE]);
+    if (po->schedule == HPT_SCHEDULE_HYBRID) {
+        for (int t = 0; t < HPT_TIER_COUNT; t++) fmt_bytes(b[t], sizeof b[t], e->predict_peak_bytes[t]);
+        printf("  %-10s %12s %12s %12s %18llu   (hybrid schedule, %s predictor: no gradients, no\n"
+               "  %-10s %12s %12s %12s %18s    B-sized arena; docs/predict.md)\n", "predict", b[0],
+               b[1], b[2], (unsigned long long)e->predict_peak_bytes[HPT_TIER_DEVICE],
+               hpt_predictor_name((hpt_predictor_kind)po->predictor), "", "", "", "", "");
+    }
+    printf("\n");
     char rb[32];
     printf("  activations: attention %s, recompute %s, offload %s, compress %s\n",
            hpt_attention_name(po->act.attention), hpt_recompute_name(&po->act, rb, sizeof rb),
@@ -208,6 +228,10 @@ int cmd_estimate(int argc, char **argv) {
         {"attention", 1, 0, CLI_OPT_ATTENTION},  {"recompute", 1, 0, CLI_OPT_RECOMPUTE},
         {"act-offload", 1, 0, CLI_OPT_ACT_OFFLOAD}, {"act-compress", 1, 0, CLI_OPT_ACT_COMPRESS}, {"head-chunk", 1, 0, CLI_OPT_HEAD_CHUNK},
         {"optimizer", 1, 0, 1101}, {"state-bits", 1, 0, 1102}, {"state-32bit-embeddings", 0, 0, 1103},
+        {"schedule", 1, 0, 1701}, {"warmup-steps", 1, 0, 1702}, {"full-steps", 1, 0, 1703},
+        {"max-predict-steps", 1, 0, 1704}, {"confidence", 1, 0, 1705}, {"correct-steps", 1, 0, 1706},
+        {"predictor", 1, 0, 1707}, {"check-every", 1, 0, 1708}, {"band", 1, 0, 1709},
+        {"rollback-bound", 1, 0, 1710},
         {"accum", 1, 0, 1301}, {"host-memory", 1, 0, 1201}, {"disk-memory", 1, 0, 1202}, {"offload-dir", 1, 0, 1203},
         {"offload", 1, 0, CLI_OPT_OFFLOAD}, {"max-active-layers", 1, 0, CLI_OPT_MAX_ACTIVE},
         {"prefetch", 1, 0, CLI_OPT_PREFETCH}, {"fused-update", 0, 0, CLI_OPT_FUSED},
@@ -260,6 +284,24 @@ int cmd_estimate(int argc, char **argv) {
         case 'x': r = cli_parse_long("estimate", "--seed", optarg, 0, 0x7fffffffffffffffL, &lv); break;
         case 'j': r = cli_parse_long("estimate", "--threads", optarg, 1, 1024, &lv); break;
         case 'A': r = cli_parse_long("estimate", "--stop-at", optarg, 1, 1L << 40, &lv); break;
+        case 1702: case 1703: case 1704: case 1706:
+            r = cli_parse_long("estimate", "a schedule length", optarg, 0, 1L << 40, &lv);
+            break;
+        case 1705: r = cli_parse_float("estimate", "--confidence", optarg, 0, 1, &dv); break;
+        case 1709: case 1710: r = cli_parse_float("estimate", "--band", optarg, 1e-6, 1e6, &dv); break;
+        case 1701:
+            if (!strcmp(optarg, "full")) po.schedule = HPT_SCHEDULE_FULL;
+            else if (!strcmp(optarg, "hybrid")) po.schedule = HPT_SCHEDULE_HYBRID;
+            else return cli_usage_error("estimate", "--schedule: full or hybrid (got '%s')", optarg);
+            break;
+        case 1707: {
+            hpt_predictor_kind pk;
+            if (hpt_predictor_parse(optarg, &pk) != HPT_OK)
+                return cli_usage_error("estimate", "--predictor: %s", hpt_last_error());
+            po.predictor = (int)pk;
+            break;
+        }
+        case 1708: r = cli_parse_long("estimate", "--check-every", optarg, 0, 1L << 40, &lv); po.checks = lv > 0; break;
         case 1101: {
             hpt_optim_kind k;
             if (hpt_optim_parse(optarg, &k) != HPT_OK)

@@ -73,6 +73,30 @@ static const char k_help[] =
     "                       wants a 3-10x smaller --lr than AdamW, SGD a far larger one)\n"
     "  --state-bits N       optimizer state in 32 (default) or 8 bits (block-wise quantised)\n"
     "  --state-32bit-embeddings  with --state-bits 8: keep wte and wpe state in 32 bits\n"
+    "  --schedule K         full (default): every step back-propagates; hybrid: the predict\n"
+    "                       schedule (docs/predict.md): WARMUP, FULL, then PREDICT phases whose\n"
+    "                       steps move the weights by predicted updates (no data, no backward,\n"
+    "                       gradients and activations released) and CORRECT steps after each\n"
+    "  --warmup-steps N     hybrid: ordinary steps before any prediction (default 50; not the\n"
+    "                       learning-rate --warmup)\n"
+    "  --full-steps N       hybrid: ordinary steps that fit the predictor before each predict\n"
+    "                       phase (default 20)\n"
+    "  --max-predict-steps N  hybrid: the longest predict phase (default 20); each phase's\n"
+    "                       length grows with the loss model's confidence above the threshold\n"
+    "  --confidence X       hybrid: predict only when the confidence (1 - recent relative loss\n"
+    "                       prediction error / band) is at least X in [0, 1] (default 0.5)\n"
+    "  --correct-steps N    hybrid: ordinary steps after each predict phase (default 2)\n"
+    "  --predictor K        hybrid: adam (AdamW's m/(sqrt(v)+eps) under the lr schedule; needs\n"
+    "                       AdamW with 32-bit state) or linear (per-parameter linear fit of the\n"
+    "                       recent weights; the optimizer state moves to the host while\n"
+    "                       predicting) (default adam)\n"
+    "  --check-every K      hybrid: a forward on the first validation batch every K predict\n"
+    "                       steps (needs --val); 0: none (default); a phase that runs its\n"
+    "                       course is measured on its first CORRECT step either way\n"
+    "  --band X             hybrid: relative loss excess over the prediction that ends a predict\n"
+    "                       phase early (default 0.05)\n"
+    "  --rollback-bound X   hybrid: excess beyond which the weights roll back to the phase's\n"
+    "                       start (default 0.2)\n"
     "  --seed S             initialisation seed (default 1337)\n"
     "  --threads N          threads (default: all cores)\n"
     "  --quiet              no progress line\n";
@@ -173,6 +197,10 @@ int cmd_train(int argc, char **argv) {
         {"accum", 1, 0, 1301}, {"host-memory", 1, 0, 1201}, {"disk-memory", 1, 0, 1202}, {"offload-dir", 1, 0, 1203},
         {"offload", 1, 0, CLI_OPT_OFFLOAD}, {"max-active-layers", 1, 0, CLI_OPT_MAX_ACTIVE},
         {"prefetch", 1, 0, CLI_OPT_PREFETCH}, {"fused-update", 0, 0, CLI_OPT_FUSED},
+        {"schedule", 1, 0, 1701}, {"warmup-steps", 1, 0, 1702},
+        {"full-steps", 1, 0, 1703}, {"max-predict-steps", 1, 0, 1704}, {"confidence", 1, 0, 1705},
+        {"correct-steps", 1, 0, 1706}, {"predictor", 1, 0, 1707}, {"check-every", 1, 0, 1708},
+        {"band", 1, 0, 1709}, {"rollback-bound", 1, 0, 1710},
         {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
     hpt_train_opts o = hpt_train_defaults();
     uint64_t host_budget = 0, disk_budget = 0;
@@ -240,6 +268,26 @@ int cmd_train(int argc, char **argv) {
             state_bits = atoi(optarg);
             break;
         case 1103: emb32 = 1; break;
+        case 1701:
+            if (!strcmp(optarg, "full")) o.sched.kind = HPT_SCHEDULE_FULL;
+            else if (!strcmp(optarg, "hybrid")) o.sched.kind = HPT_SCHEDULE_HYBRID;
+            else return cli_usage_error("train", "--schedule: full or hybrid (got '%s')", optarg);
+            break;
+        case 1702: r = cli_parse_long("train", "--warmup-steps", optarg, 0, 1L << 40, &lv); o.sched.warmup_steps = lv; break;
+        case 1703: r = cli_parse_long("train", "--full-steps", optarg, 1, 1L << 40, &lv); o.sched.full_steps = lv; break;
+        case 1704: r = cli_parse_long("train", "--max-predict-steps", optarg, 1, 1L << 40, &lv); o.sched.max_predict_steps = lv; break;
+        case 1705: r = cli_parse_float("train", "--confidence", optarg, 0, 1, &dv); o.sched.confidence = (float)dv; break;
+        case 1706: r = cli_parse_long("train", "--correct-steps", optarg, 1, 1L << 40, &lv); o.sched.correct_steps = lv; break;
+        case 1707: {
+            hpt_predictor_kind pk;
+            if (hpt_predictor_parse(optarg, &pk) != HPT_OK)
+                return cli_usage_error("train", "--predictor: %s", hpt_last_error());
+            o.sched.predictor = (int)pk;
+            break;
+        }
+        case 1708: r = cli_parse_long("train", "--check-every", optarg, 0, 1L << 40, &lv); o.sched.check_every = lv; break;
+        case 1709: r = cli_parse_float("train", "--band", optarg, 1e-6, 1e6, &dv); o.sched.band = (float)dv; break;
+        case 1710: r = cli_parse_float("train", "--rollback-bound", optarg, 1e-6, 1e6, &dv); o.sched.rollback = (float)dv; break;
         }
         if (r) return r;
     }
@@ -326,6 +374,14 @@ int cmd_train(int argc, char **argv) {
                 hpt_optim_name((hpt_optim_kind)ao->optimizer), ao->state_bits ? ao->state_bits : 32,
                 ao->state32_embeddings ? " (wte, wpe in 32 bits)" : "", sb);
     }
+    if (o.sched.kind == HPT_SCHEDULE_HYBRID)
+        fprintf(stderr, "hptrain: hybrid schedule: warmup %lld, full %lld, predict up to %lld at "
+                "confidence >= %g, correct %lld, predictor %s, checks %s%lld, band %g, rollback %g\n",
+                (long long)o.sched.warmup_steps, (long long)o.sched.full_steps,
+                (long long)o.sched.max_predict_steps, (double)o.sched.confidence,
+                (long long)o.sched.correct_steps, hpt_predictor_name((hpt_predictor_kind)o.sched.predictor),
+                o.sched.check_every ? "every " : "", (long long)o.sched.check_every,
+                (double)o.sched.band, (double)o.sched.rollback);
     if (hpt_trainer_start_step(tr))
         fprintf(stderr, "hptrain: resuming at step %lld of %lld\n",
                 (long long)hpt_trainer_start_step(tr), (long long)o.steps);
@@ -335,16 +391,28 @@ int cmd_train(int argc, char **argv) {
     double t_start = hpt_now(), tok_time = 0;
     int64_t tok_steps = 0;
     float last_val = NAN;
+    int64_t phase_steps[HPT_PHASE_COUNT] = {0};
     hpt_train_progress p = {0};
     int rc = 0;
     while (!hpt_trainer_done(tr) && !g_stop) {
         s = hpt_trainer_step(tr, &p);
         if (s != HPT_OK) { rc = cli_lib_error(s, "train"); break; }
-        if (p.step > hpt_trainer_start_step(tr) + 1) { tok_time += p.step_ms; tok_steps++; }
+        if (p.step > hpt_trainer_start_step(tr) + 1 && p.phase != HPT_PHASE_PREDICT) {
+            tok_time += p.step_ms;
+            tok_steps++;
+        }
+        phase_steps[p.phase]++;
         if (p.evaluated) last_val = p.val_loss;
         if (stop_at && p.step >= stop_at && !hpt_trainer_done(tr)) g_stop = 2;
         if (log) {
-            fprintf(log, "{\"step\":%lld,\"phase\":\"full\",\"loss\":%.6f", (long long)p.step, (double)p.loss);
+            fprintf(log, "{\"step\":%lld,\"phase\":\"%s\"", (long long)p.step,
+                    hpt_phase_name((hpt_phase)p.phase));
+            if (!isnan(p.loss)) fprintf(log, ",\"loss\":%.6f", (double)p.loss);
+            if (p.checked) fprintf(log, ",\"checked\":true");
+            if (!isnan(p.pred_loss)) fprintf(log, ",\"pred_loss\":%.6f", (double)p.pred_loss);
+            if (o.sched.kind == HPT_SCHEDULE_HYBRID)
+                fprintf(log, ",\"confidence\":%.4f", (double)p.confidence);
+            if (p.diverged) fprintf(log, ",\"diverged\":\"%s\"", p.diverged == 2 ? "rollback" : "early");
             if (p.evaluated) fprintf(log, ",\"val_loss\":%.6f", (double)p.val_loss);
             fprintf(log, ",\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens_per_s\":%.1f,\"step_ms\":%.3f,"
                     "\"mem_peak_bytes\":%llu,\"rss_peak_bytes\":%llu}\n", (double)p.lr,
@@ -353,20 +421,22 @@ int cmd_train(int argc, char **argv) {
         }
         double elapsed = hpt_now() - t_start;
         double eta = elapsed / (double)(p.step - hpt_trainer_start_step(tr)) * (double)(p.total - p.step);
-        char mb[32], et[32], vl[32];
+        char mb[32], et[32], vl[32], ls[48];
         fmt_bytes(mb, sizeof mb, p.mem_peak_bytes);
+        if (p.phase == HPT_PHASE_PREDICT && !p.checked) snprintf(ls, sizeof ls, "~%.4f", (double)p.pred_loss);
+        else snprintf(ls, sizeof ls, "%.4f", (double)p.loss);
         fmt_time(et, sizeof et, eta);
         if (isnan(last_val)) snprintf(vl, sizeof vl, "-");
         else snprintf(vl, sizeof vl, "%.4f", (double)last_val);
         if (tty) {
-            fprintf(stderr, "\rstep %lld/%lld | loss %.4f | val %s | lr %.2e | %.0f tok/s | mem %s | ETA %s   ",
-                    (long long)p.step, (long long)p.total, (double)p.loss, vl, (double)p.lr,
-                    p.tokens_per_s, mb, et);
+            fprintf(stderr, "\rstep %lld/%lld %-7s | loss %s | val %s | lr %.2e | %.0f tok/s | mem %s | ETA %s   ",
+                    (long long)p.step, (long long)p.total, hpt_phase_name((hpt_phase)p.phase), ls,
+                    vl, (double)p.lr, p.tokens_per_s, mb, et);
             if (p.evaluated || p.step == p.total) fputc('\n', stderr);
         } else if (!quiet && (p.step % every == 0 || p.evaluated || p.step == p.total)) {
-            fprintf(stderr, "step %lld/%lld | loss %.4f | val %s | lr %.2e | %.0f tok/s | mem %s | ETA %s\n",
-                    (long long)p.step, (long long)p.total, (double)p.loss, vl, (double)p.lr,
-                    p.tokens_per_s, mb, et);
+            fprintf(stderr, "step %lld/%lld %-7s | loss %s | val %s | lr %.2e | %.0f tok/s | mem %s | ETA %s\n",
+                    (long long)p.step, (long long)p.total, hpt_phase_name((hpt_phase)p.phase), ls,
+                    vl, (double)p.lr, p.tokens_per_s, mb, et);
         }
     }
     if (g_stop && rc == 0) {
@@ -389,6 +459,15 @@ int cmd_train(int argc, char **argv) {
         if (!isnan(last_val)) fprintf(stderr, " | val loss %.4f", (double)last_val);
         if (tok_steps) fprintf(stderr, " | %.0f tok/s", (double)o.accum * o.B * o.T * (double)tok_steps / (tok_time / 1e3));
         fputc('\n', stderr);
+        if (o.sched.kind == HPT_SCHEDULE_HYBRID) {
+            const hpt_schedule *sc = hpt_trainer_schedule(tr);
+            fprintf(stderr, "schedule: %lld warmup, %lld full, %lld predict (%lld phases, %lld ended "
+                    "early, %lld rolled back), %lld correct steps\n",
+                    (long long)phase_steps[HPT_PHASE_WARMUP], (long long)phase_steps[HPT_PHASE_FULL],
+                    (long long)phase_steps[HPT_PHASE_PREDICT], (long long)sc->n_predict_phases,
+                    (long long)sc->n_early, (long long)sc->n_rollback,
+                    (long long)phase_steps[HPT_PHASE_CORRECT]);
+        }
         if (o.save_dir) fprintf(stderr, "saved %s/state.bin and %s/model.bin\n", o.save_dir, o.save_dir);
         memory_report(mem);
         offload_report(hpt_trainer_model(tr), p.step - hpt_trainer_start_step(tr));

@@ -1,0 +1,94 @@
+/* train_int.h: the hybrid schedule's predictors and loss-dynamics model (src/train/predict.c),
+ * shared by the trainer. */
+#ifndef HPT_TRAIN_INT_H
+#define HPT_TRAIN_INT_H
+
+#include "hptrain.h"
+
+/* A per-parameter predictor. The linear one keeps, over the real steps since its last reset,
+ * exponentially weighted sums of each weight by its age a (steps before now, weight
+ * decay^a): s0 = sum w, s1 = sum a*w, and the same sums of 1, a, a^2 as scalars (W, A1, A2),
+ * so the weighted least-squares slope of every weight is known at any step from O(1) state
+ * per parameter; no snapshot of past weights is kept. In a predict phase s1 holds the
+ * velocity (weight change per step) and s0 is freed. */
+typedef struct {
+    hpt_mem *mem;                 /* borrowed */
+    int kind;                     /* hpt_predictor_kind */
+    size_t n;                     /* parameters */
+    double decay;                 /* the linear fit's decay */
+    float *s0, *s1;               /* (n) each, device tier, optim category; NULL when unused */
+    double W, A1, A2;             /* scalar sums of the fit */
+    int64_t n_samples;            /* real steps in the fit */
+    float lr_fit;                 /* the learning rate of the last real step */
+    uint64_t seed;                /* garbage predictor */
+} weight_predictor;
+
+/* The scalar part of a predictor's state, as checkpointed (the arrays are separate sections). */
+typedef struct {
+    double W, A1, A2;
+    int64_t n_samples;
+    float lr_fit;
+    int32_t velocity;             /* 1: s1 holds the velocity (a predict phase) */
+} predictor_scalars;
+
+hpt_status predictor_init(weight_predictor *pr, hpt_mem *mem, int kind, size_t n, double decay,
+                          uint64_t seed);
+void predictor_free(weight_predictor *pr);
+/* Frees s0 (a checkpoint taken in a predict phase holds only the velocities). */
+void predictor_drop_s0(weight_predictor *pr);
+/* Device bytes the predictor holds during FULL steps and during PREDICT steps. */
+uint64_t predictor_full_bytes(int kind, size_t n);
+uint64_t predictor_predict_bytes(int kind, size_t n);
+/* Whether it reads the optimizer's moments (the others let them move to the host). */
+int predictor_reads_moments(int kind);
+/* After a real step: params (n) are the weights after it, lr its learning rate. */
+hpt_status predictor_observe(weight_predictor *pr, const float *params, float lr);
+/* At the start of a predict phase: the linear predictor turns its sums into velocities. */
+void predictor_begin(weight_predictor *pr);
+/* At the end of a predict phase: the linear fit restarts from nothing (sums reallocated). */
+hpt_status predictor_end(weight_predictor *pr);
+/* Predicted update number k (0-based) of the phase at optimizer step `step` with learning
+ * rate lr, applied to the model's weights; *update_norm_out gets its L2 norm. */
+hpt_status predictor_apply(weight_predictor *pr, hpt_gpt2 *model, const hpt_optim *opt, int64_t k,
+                           int64_t step, float lr, double *update_norm_out);
+/* The norm of the update the last real AdamW (fp32) step made, from its moments:
+ * lr * ||m_hat / (sqrt(v_hat) + eps)|| (decay excluded); lr * grad_norm for other optimizers. */
+double predictor_real_update_norm(const hpt_optim *opt, size_t n, float lr, float grad_norm);
+void predictor_get_scalars(const weight_predictor *pr, predictor_scalars *out);
+void predictor_set_scalars(weight_predictor *pr, const predictor_scalars *in);
+
+/* The loss-dynamics model: the smoothed loss lbar (an EMA, 0.9), the smoothed gradient norm
+ * gbar, and a weighted least-squares line through the origin (decay 0.95) of the smoothed
+ * loss's change per step against x = gbar * (update norm of the step): dl = b * x (a step that
+ * moves nothing changes nothing). It predicts the next loss
+ * (lbar corrected for the EMA's lag, plus the line at the last step's x) and, in a predict
+ * phase, the loss after each predicted update. noise is an EMA (0.9) of the relative error of
+ * its one-step predictions of the batch losses (mostly batch-to-batch noise); err an EMA of the
+ * trend's relative error: of the smoothed loss's one-step change; phase_err an EMA (0.5) of the relative errors measured on predicted weights: a
+ * predict phase's checks, and its prediction against the first CORRECT step's loss beyond twice
+ * the noise (each capped at 1; decaying by 0.97 per real step, so an old failure fades). confidence = max(0, 1 - max(err, phase_err) / band). All fields double: it
+ * checkpoints as bytes. */
+typedef struct {
+    double lbar, gbar;
+    double sxx, sxy;
+    double err, noise, phase_err;
+    double prev_x;                /* x of the last step's update */
+    double pred;                  /* PREDICT: the predicted loss of the current weights */
+    double n;                     /* real losses observed */
+} lossmodel;
+
+void lossmodel_init(lossmodel *lm);
+/* The predicted loss of the next real step. */
+double lossmodel_next(const lossmodel *lm);
+/* A real step's loss, gradient norm and update norm. after_predict: the first step after a
+ * predict phase (its error is against lm->pred; the level restarts from it). */
+void lossmodel_observe(lossmodel *lm, double loss, double grad_norm, double update_norm,
+                       int after_predict);
+double lossmodel_confidence(const lossmodel *lm, double band);
+/* A relative error measured on predicted weights (a check's excess over the prediction). */
+void lossmodel_phase_error(lossmodel *lm, double excess);
+/* Predict phase: begin sets pred to the next loss; step adds one predicted update. */
+void lossmodel_begin_predict(lossmodel *lm);
+void lossmodel_predict_step(lossmodel *lm, double update_norm);
+
+#endif
