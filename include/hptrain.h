@@ -471,8 +471,8 @@ typedef struct hpt_infer hpt_infer;
 hpt_status hpt_infer_create(hpt_mem *mem, hpt_gpt2 *model, hpt_weights w, int ctx,
                             hpt_infer **out);
 /* An engine from an llm.c checkpoint (version 3 or 5). F32 loads the model into *model_out
- * (required; free it after the engine); Q8 streams the file and sets *model_out (may be NULL)
- * to NULL. */
+ * (required; free it after the engine; its gradient buffer is released); Q8 streams the file
+ * and sets *model_out (may be NULL) to NULL. */
 hpt_status hpt_infer_load(hpt_mem *mem, const char *path, hpt_weights w, int ctx,
                           hpt_gpt2 **model_out, hpt_infer **out);
 void hpt_infer_free(hpt_infer *inf);

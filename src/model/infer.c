@@ -258,6 +258,7 @@ hpt_status hpt_infer_load(hpt_mem *mem, const char *path, hpt_weights kind, int 
             return hpt_fail(HPT_ERR_INVALID, "an fp32 engine borrows a model: pass model_out");
         hpt_gpt2 *m;
         HPT_CHECK(hpt_gpt2_load(mem, path, &m));
+        hpt_gpt2_release_grads(m); /* inference needs none */
         hpt_status s = hpt_infer_create(mem, m, kind, ctx, out);
         if (s != HPT_OK) {
             hpt_gpt2_free(m);

@@ -103,11 +103,11 @@ int cmd_sample(int argc, char **argv) {
     /* the cache holds what this run needs, at most maxT positions */
     long ctx = (long)n_ids + n_new < cfg->maxT ? (long)n_ids + n_new : cfg->maxT;
     if (!quiet) {
-        uint64_t model = weights == HPT_WEIGHTS_F32 ? hpt_gpt2_num_params(cfg) * 8 : 0;
+        uint64_t model = weights == HPT_WEIGHTS_F32 ? hpt_gpt2_num_params(cfg) * 4 : 0;
         fprintf(stderr, "sample: %s weights, %ld-position cache: %.1f MiB estimated%s\n",
                 hpt_weights_name(weights), ctx,
                 (double)(hpt_infer_bytes_for(cfg, weights, (int)ctx) + model) / 1048576.0,
-                weights == HPT_WEIGHTS_F32 ? " (incl. the model's fp32 weights and gradients)" : "");
+                weights == HPT_WEIGHTS_F32 ? " (incl. the model's fp32 weights)" : "");
     }
     if ((s = hpt_mem_create(&mem)) != HPT_OK ||
         (s = hpt_infer_load(mem, model_path, weights, (int)ctx, &m, &inf)) != HPT_OK) {
