@@ -551,12 +551,24 @@ static void test_files(hpt_mem *mem) {
         CHECK(memcmp(hpt_optim_v(o), hpt_optim_v(o2), np * 4) == 0);
     }
     hpt_optim_free(o); hpt_gpt2_free(m); hpt_optim_free(o2); hpt_gpt2_free(m2);
-    /* version 3 is refused by name */
-    uint32_t three = 3;
-    memcpy(b + 8, &three, 4);
+    /* version 4 is refused by name */
+    uint32_t four = 4;
+    memcpy(b + 8, &four, 4);
     spit(bad, b, n);
     CHECK_STATUS(hpt_state_load(bad, mem, &m, &o, &ao, &pos), HPT_ERR_FORMAT);
-    CHECK(strstr(hpt_last_error(), "version 3") != NULL);
+    CHECK(strstr(hpt_last_error(), "version 4") != NULL);
+    free(b);
+    /* version 2 with 8-bit state: its blocks were per tensor, this shape's slices are not
+     * multiples of 256: refused by name (the same bytes would be read as other blocks) */
+    snprintf(good, sizeof good, "%s/adamw_8_0_a/state.bin", t_tmpdir());
+    b = slurp(good, &n);
+    uint32_t two = 2;
+    memcpy(b + 8, &two, 4);
+    fix_crc(b, n);
+    spit(bad, b, n);
+    CHECK_STATUS(hpt_state_load(bad, mem, &m, &o, &ao, &pos), HPT_ERR_FORMAT);
+    CHECK(strstr(hpt_last_error(), "quantisation blocks per tensor") != NULL);
+    CHECK(m == NULL && o == NULL);
     free(b);
     /* bad settings are refused at creation */
     hpt_gpt2_config cfg;
