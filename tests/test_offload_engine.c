@@ -8,7 +8,7 @@
  *       runs agree with each other bit for bit, whatever the homes;
  *   (g) every optimizer and state width with the engine (AdamW 8-bit, 8-bit with fp32
  *       embeddings, Lion, SGD, Adam-mini in 8 and 32 bits; the optimizer's own state on the
- *       device): fused (parameters on the device, and on the host through the worker) equals
+ *       device): fused (parameters on the device, on the host and on disk) equals
  *       the unfused in-memory run bit for bit with clipping off; exact mode with parameters
  *       on disk and gradients on the host equals it with clipping on; each run's per-tier
  *       peak equals the estimator's; an 8-bit fused run saved at step 8 and resumed (fused,
@@ -226,7 +226,8 @@ static void test_optimizers(void) {
         {HPT_OPTIM_ADAM_MINI, 8, 0, "adam-mini 8-bit"}, {HPT_OPTIM_ADAM_MINI, 32, 0, "adam-mini 32-bit"},
     };
     const hpt_offload_opts fused[] = {off(HPT_TIER_DEVICE, HPT_TIER_DEVICE, HPT_TIER_DEVICE, 2, 1, 1),
-                                      off(HPT_TIER_HOST, HPT_TIER_DEVICE, HPT_TIER_DEVICE, 2, 1, 1)};
+                                      off(HPT_TIER_HOST, HPT_TIER_DEVICE, HPT_TIER_DEVICE, 2, 1, 1),
+                                      off(HPT_TIER_DISK, HPT_TIER_DEVICE, HPT_TIER_DEVICE, 3, 1, 1)};
     for (size_t c = 0; c < sizeof opt / sizeof opt[0]; c++) {
         char what[160];
         hpt_train_opts o = opts(0.0f);
