@@ -380,8 +380,8 @@ size_t hpt_gpt2_activation_bytes(const hpt_gpt2_config *cfg, int B, int T,
  * Homes are laid out block by block (a block's 12 tensors' slices packed, 4096-byte aligned),
  * so a block moves in one transfer; the disk tier uses direct I/O.
  *   params, optim  the home of the blocks' weights and of their AdamW m and v (DEVICE, HOST or
- *                  DISK); any other optimizer or 8-bit state keeps its whole state on the
- *                  device (optim must be DEVICE, else HPT_ERR_UNSUPPORTED), in the same
+ *                  DISK); any other optimizer or 8-bit state keeps its whole state in the
+ *                  optim tier (DEVICE or HOST; DISK is HPT_ERR_UNSUPPORTED), in the same
  *                  layout as without the engine
  *   grads          exact mode: where each block's gradients wait for the optimizer after its
  *                  backward (the optimizer then streams over all blocks, so clipping uses this

@@ -8,9 +8,10 @@
  *       runs agree with each other bit for bit, whatever the homes;
  *   (g) every optimizer and state width with the engine (AdamW 8-bit, 8-bit with fp32
  *       embeddings, Lion, SGD, Adam-mini in 8 and 32 bits; the optimizer's own state on the
- *       device): fused (parameters on the device, on the host and on disk) equals
- *       the unfused in-memory run bit for bit with clipping off; exact mode with parameters
- *       on disk and gradients on the host equals it with clipping on; each run's per-tier
+ *       device or the host): fused (parameters on the device, on the host and on disk; state
+ *       on the device, and on the host) equals the unfused in-memory run bit for bit with
+ *       clipping off; exact mode with parameters on disk, gradients on the host and the state
+ *       on the device or the host equals it with clipping on; each run's per-tier
  *       peak equals the estimator's; an 8-bit fused run saved at step 8 and resumed (fused,
  *       and unfused in memory) ends with the uninterrupted run's bits;
  *   (c) the estimator: each configuration's estimated peak per tier equals the measured one
@@ -22,7 +23,7 @@
  *       resumed with another ends with the uninterrupted in-memory run's weights and losses,
  *       bit for bit; llm.c checkpoints (fp32 and bf16) load into offloaded models with the
  *       weights hpt_gpt2_load gives;
- *   (e) refusals: 8-bit state with the optimizer's home on the host, accumulation with the
+ *   (e) refusals: 8-bit state with the optimizer's home on disk, accumulation with the
  *       fused update, K <= P; each allocation of an offloaded setup
  *       failing in turn ends in HPT_ERR_OOM with nothing left allocated on any tier. */
 #include "testlib.h"
@@ -227,7 +228,8 @@ static void test_optimizers(void) {
     };
     const hpt_offload_opts fused[] = {off(HPT_TIER_DEVICE, HPT_TIER_DEVICE, HPT_TIER_DEVICE, 2, 1, 1),
                                       off(HPT_TIER_HOST, HPT_TIER_DEVICE, HPT_TIER_DEVICE, 2, 1, 1),
-                                      off(HPT_TIER_DISK, HPT_TIER_DEVICE, HPT_TIER_DEVICE, 3, 1, 1)};
+                                      off(HPT_TIER_DISK, HPT_TIER_DEVICE, HPT_TIER_DEVICE, 3, 1, 1),
+                                      off(HPT_TIER_HOST, HPT_TIER_DEVICE, HPT_TIER_HOST, 2, 1, 1)};
     for (size_t c = 0; c < sizeof opt / sizeof opt[0]; c++) {
         char what[160];
         hpt_train_opts o = opts(0.0f);
@@ -241,23 +243,27 @@ static void test_optimizers(void) {
         for (size_t f = 0; f < sizeof fused / sizeof fused[0]; f++) {
             hpt_train_opts oo = o;
             oo.offload = fused[f];
-            snprintf(what, sizeof what, "%s fused, params %s", opt[c].what,
-                     hpt_tier_name(fused[f].params));
+            snprintf(what, sizeof what, "%s fused, params %s, optim %s", opt[c].what,
+                     hpt_tier_name(fused[f].params), hpt_tier_name(fused[f].optim));
             run(&oo, &r, what);
             CHECK_MSG(same(&r, &ref), "%s: not bit-identical to the unfused update", what);
             free(r.params);
         }
-        /* exact mode with clipping: the blocks stream through the optimizer's own state */
+        /* exact mode with clipping: the blocks stream through the optimizer's own state (on the
+         * device, or on the host) */
         hpt_train_opts oc = o, oe;
         oc.grad_clip = 1.0f;
-        oe = oc;
-        oe.offload = off(HPT_TIER_DISK, HPT_TIER_HOST, HPT_TIER_DEVICE, 2, 1, 0);
         run_out refc;
         run(&oc, &refc, opt[c].what);
-        snprintf(what, sizeof what, "%s exact, params disk, grads host", opt[c].what);
-        run(&oe, &r, what);
-        CHECK_MSG(same(&r, &refc), "%s: not bit-identical to training in memory", what);
-        free(r.params);
+        for (int h = 0; h < 2; h++) {
+            oe = oc;
+            oe.offload = off(HPT_TIER_DISK, HPT_TIER_HOST, h ? HPT_TIER_HOST : HPT_TIER_DEVICE, 2, 1, 0);
+            snprintf(what, sizeof what, "%s exact, params disk, grads host, optim %s", opt[c].what,
+                     hpt_tier_name(oe.offload.optim));
+            run(&oe, &r, what);
+            CHECK_MSG(same(&r, &refc), "%s: not bit-identical to training in memory", what);
+            free(r.params);
+        }
         free(refc.params);
         /* fused 8-bit: saved at step 8, resumed fused and resumed in memory (unfused) */
         for (int resume_fused = 1; opt[c].bits == 8 && resume_fused >= 0; resume_fused--) {
@@ -501,9 +507,11 @@ static void test_refusals(void) {
     hpt_train_opts o = opts(1.0f);
     o.offload = off(HPT_TIER_HOST, HPT_TIER_HOST, HPT_TIER_HOST, 2, 1, 0);
     hpt_trainer *tr = NULL;
-    o.adamw.state_bits = 8; /* 8-bit state is the optimizer's own: on the device only */
+    o.offload.optim = HPT_TIER_DISK; /* 8-bit state is the optimizer's own: device or host */
+    o.adamw.state_bits = 8;
     CHECK_STATUS(hpt_trainer_create(mem, &o, &tr), HPT_ERR_UNSUPPORTED);
-    CHECK(strstr(hpt_last_error(), "on the device only") != NULL);
+    CHECK(strstr(hpt_last_error(), "optim=disk given") != NULL);
+    o.offload.optim = HPT_TIER_HOST;
     o.adamw.state_bits = 32;
     o.accum = 2;
     o.offload.fused = 1;

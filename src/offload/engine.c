@@ -9,8 +9,9 @@
  * write: an evicted block whose update is still queued is reloaded only after it is written
  * back. The compute thread waits for a job only where it needs that job's result.
  * The M, V homes exist for AdamW with 32-bit state; any other optimizer or state width keeps
- * its whole state itself, on the device (eng_attach_optim's mv_homes 0, src/optim/optim.c),
- * and its update callback gets the block's index and NULL m, v.
+ * its whole state itself, in the optim home's tier, device or host (eng_attach_optim's
+ * mv_homes 0, src/optim/optim.c), and its update callback gets the block's index and NULL m,
+ * v; with state on the host the updates run on the worker like those of host-homed m, v.
  *
  * Residency of a block's parameters (res[l]); every transition is made by the compute thread,
  * in the function named:
@@ -160,10 +161,10 @@ void eng_bytes(const hpt_offload_opts *o, int L, size_t block_floats, int traini
 }
 
 hpt_status eng_check_optim(const hpt_offload_opts *o, int mv_homes) {
-    if (!mv_homes && o->optim != HPT_TIER_DEVICE)
+    if (!mv_homes && o->optim == HPT_TIER_DISK)
         return hpt_fail(HPT_ERR_UNSUPPORTED, "the offload engine keeps optimizer state other than "
-                        "AdamW's 32-bit m and v on the device only (--offload optim=device; "
-                        "optim=%s given)", hpt_tier_name(o->optim));
+                        "AdamW's 32-bit m and v on the device or the host only (--offload "
+                        "optim=device or optim=host; optim=disk given)");
     return HPT_OK;
 }
 
@@ -837,6 +838,7 @@ void eng_free(offload_engine *e) {
 }
 
 int eng_fused(const offload_engine *e) { return e->o.fused; }
+const hpt_offload_opts *eng_opts(const offload_engine *e) { return &e->o; }
 size_t eng_slice_offset(const offload_engine *e, int i) { return e->slice_off[i]; }
 
 hpt_status eng_check(const offload_engine *e, int *resident) {

@@ -27,11 +27,13 @@ void eng_free(offload_engine *e);
  * mv_homes as eng_attach_optim's. */
 void eng_bytes(const hpt_offload_opts *o, int L, size_t block_floats, int training, int mv_homes,
                uint64_t out[HPT_TIER_COUNT][HPT_CAT_COUNT]);
-/* HPT_ERR_UNSUPPORTED when an optimizer that keeps its own state (mv_homes 0) meets an
- * optimizer home other than the device (its state is not streamed). */
+/* HPT_ERR_UNSUPPORTED when an optimizer that keeps its own state (mv_homes 0) meets a disk
+ * optimizer home (its state is not streamed; device and host are memory it updates in place). */
 hpt_status eng_check_optim(const hpt_offload_opts *o, int mv_homes);
+const hpt_offload_opts *eng_opts(const offload_engine *e);
 /* Attaches the optimizer: with mv_homes, allocates the homes of its state (m, v per block);
- * without, the optimizer keeps its state (on the device) and fn gets NULL m, v. Also the
+ * without, the optimizer keeps its state (in the optim home's tier: device or host) and fn
+ * gets NULL m, v. Also the
  * host staging buffers for disk homes. fn updates a slice (called on the worker or, for
  * device homes, on the caller's thread). */
 hpt_status eng_attach_optim(offload_engine *e, eng_update_fn fn, void *ctx, int mv_homes);

@@ -26,9 +26,9 @@
  *    lnfw, lnfb, packed as the model's flat buffer) and the blocks' m and v live in the
  *    engine's homes (device, host or disk), handed to eng_update with the block's slices;
  *  - any other optimizer or state width: this file keeps the whole state, laid out as without
- *    the engine (so the same checkpoint), on the device, and eng_update updates block l's
- *    slices from it; the engine keeps no m, v homes (an optimizer home other than the device
- *    is refused).
+ *    the engine (so the same checkpoint), in the engine's optim tier (device or host; disk is
+ *    refused), and eng_update updates block l's slices from it (on the engine's worker when
+ *    the state is on the host); the engine keeps no m, v homes.
  * A step streams over the blocks after the backward (exact mode), or each block is updated as
  * its gradients complete (fused: hpt_optim_fused_begin / _end, clipping by the previous
  * step's norm).
@@ -84,6 +84,7 @@ struct hpt_optim {
     int armed;       /* 1 while a step's block updates may run */
     float prev_norm; /* fused: the previous step's gradient norm (0 before the first) */
     int eng_homes;   /* 1: the engine's homes hold the blocks' m and v (AdamW fp32) */
+    hpt_tier tier;   /* of buf: the device, or the engine's optim home (host) without eng_homes */
 };
 
 static const char *const k_names[HPT_OPTIM_COUNT] = {"adamw", "lion", "adam-mini", "sgd"};
@@ -287,9 +288,14 @@ hpt_status hpt_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts 
     k_q8_map(op->map_signed, 1);
     k_q8_map(op->map_unsigned, 0);
     hpt_status s = HPT_OK;
+    op->tier = HPT_TIER_DEVICE;
+    if (model->eng) {
+        s = eng_check_optim(eng_opts(model->eng), op->eng_homes);
+        if (!op->eng_homes) op->tier = eng_opts(model->eng)->optim;
+    }
     for (int i = 0; i < HPT_OPTIM_NUM_BUFS && s == HPT_OK; i++) {
         hpt_mem_set_name(mem, k_buf_names[i]);
-        s = hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_OPTIM, op->lay.bytes[i], &op->buf[i]);
+        s = hpt_mem_alloc(mem, op->tier, HPT_CAT_OPTIM, op->lay.bytes[i], &op->buf[i]);
     }
     if (s == HPT_OK && model->eng) s = eng_attach_optim(model->eng, eng_update, op, op->eng_homes);
     if (s != HPT_OK) {
@@ -304,7 +310,7 @@ void hpt_optim_free(hpt_optim *op) {
     if (!op) return;
     if (op->model->eng) eng_detach_optim(op->model->eng);
     for (int i = 0; i < HPT_OPTIM_NUM_BUFS; i++)
-        hpt_mem_free(op->mem, HPT_TIER_DEVICE, HPT_CAT_OPTIM, op->buf[i], op->lay.bytes[i]);
+        hpt_mem_free(op->mem, op->tier, HPT_CAT_OPTIM, op->buf[i], op->lay.bytes[i]);
     free(op);
 }
 

@@ -100,12 +100,17 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     if (hpt_offload_active(&o->offload)) {
         HPT_CHECK(hpt_offload_check(&o->offload));
         /* AdamW fp32: the blocks' m and v in the engine's homes; else the whole state in
-         * optim.c's buffers (above), on the device */
+         * optim.c's buffers (above), in the optim home's tier (device or host) */
         int mv_homes = o->optimizer == HPT_OPTIM_ADAMW && (o->state_bits == 0 || o->state_bits == 32);
         if (o->training) HPT_CHECK(eng_check_optim(&o->offload, mv_homes));
         uint64_t nf = gpt2_nonblock_floats(c), eb[HPT_TIER_COUNT][HPT_CAT_COUNT];
         dev[HPT_CAT_PARAMS] = dev[HPT_CAT_GRADS] = nf * 4; /* hpt_gpt2_create_offload */
-        if (mv_homes) dev[HPT_CAT_OPTIM] = o->training ? 2 * nf * 4 : 0; /* hpt_optim_create: m, v */
+        if (mv_homes) {
+            dev[HPT_CAT_OPTIM] = o->training ? 2 * nf * 4 : 0; /* hpt_optim_create: m, v */
+        } else if (o->offload.optim != HPT_TIER_DEVICE) {
+            out->bytes[o->offload.optim][HPT_CAT_OPTIM] = dev[HPT_CAT_OPTIM];
+            dev[HPT_CAT_OPTIM] = 0;
+        }
         eng_bytes(&o->offload, c->L, gpt2_block_floats(c), o->training, mv_homes, eb); /* eng_create, attach */
         for (int t = 0; t < HPT_TIER_COUNT; t++)
             for (int k = 0; k < HPT_CAT_COUNT; k++) out->bytes[t][k] += eb[t][k];
