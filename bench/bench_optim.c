@@ -1,8 +1,11 @@
 /* bench_optim.c: training-state bytes per parameter of every optimizer and state width,
  * measured: a model and its optimizer are created in a fresh hpt_mem, and the accounted
  * device bytes of params + grads + optim are divided by the parameter count (nothing is
- * computed from formulas here). Also the optimizer step's time per parameter on random
- * gradients (median of a few steps). Usage: bench_optim [SHAPE] [--steps N]. */
+ * computed from formulas here). Each combination also with the fused update (--fused-update:
+ * the model made with the offload engine, everything on the device; gradients only for wte,
+ * wpe, the final layernorm and one block's slot). Also the unfused optimizer step's time per
+ * parameter on random gradients (median of a few steps; a fused step runs inside the
+ * backward and is not timed here). Usage: bench_optim [SHAPE] [--steps N]. */
 #include "hptrain.h"
 
 #include <stdio.h>
@@ -32,12 +35,19 @@ int main(int argc, char **argv) {
     printf("| optimizer | state | params | grads | optim | total bytes/param | step ns/param |\n");
     printf("| --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
     const int bits[3] = {32, 8, 8}, emb[3] = {0, 0, 1};
-    for (int k = 0; k < HPT_OPTIM_COUNT; k++)
+    hpt_offload_opts fused = hpt_offload_defaults();
+    fused.fused = 1;
+    for (int r = 0; r < 2 * HPT_OPTIM_COUNT; r++) /* unfused rows, then fused rows */
         for (int w = 0; w < 3; w++) {
+            int f = r / HPT_OPTIM_COUNT, k = r % HPT_OPTIM_COUNT;
             hpt_mem *mem;
             hpt_gpt2 *m;
             hpt_optim *o;
-            if (hpt_mem_create(&mem) != HPT_OK || hpt_gpt2_create(mem, &cfg, &m) != HPT_OK) return 1;
+            if (hpt_mem_create(&mem) != HPT_OK ||
+                hpt_gpt2_create_offload(mem, &cfg, f ? &fused : NULL, &m) != HPT_OK) {
+                fprintf(stderr, "bench_optim: %s\n", hpt_last_error());
+                return 1;
+            }
             hpt_adamw_opts ao = hpt_optim_defaults((hpt_optim_kind)k);
             ao.state_bits = bits[w];
             ao.state32_embeddings = emb[w];
@@ -51,23 +61,26 @@ int main(int argc, char **argv) {
             const uint64_t *live = st.live_bytes[HPT_TIER_DEVICE];
             double p = (double)live[HPT_CAT_PARAMS] / n, g = (double)live[HPT_CAT_GRADS] / n,
                    s = (double)live[HPT_CAT_OPTIM] / n;
-            /* time: random gradients, the step at a tiny lr */
-            float *gr = hpt_gpt2_grads(m);
-            uint32_t x = 1u;
-            for (size_t i = 0; i < (size_t)n; i++) {
-                x = x * 1664525u + 1013904223u;
-                gr[i] = ((float)(x >> 8) / 16777216.0f - 0.5f) * 1e-3f;
+            char tm[32] = "-";
+            if (!f) { /* time: random gradients, the step at a tiny lr */
+                float *gr = hpt_gpt2_grads(m);
+                uint32_t x = 1u;
+                for (size_t i = 0; i < (size_t)n; i++) {
+                    x = x * 1664525u + 1013904223u;
+                    gr[i] = ((float)(x >> 8) / 16777216.0f - 0.5f) * 1e-3f;
+                }
+                double t[64];
+                for (int i = 0; i < steps; i++) {
+                    double t0 = hpt_now();
+                    hpt_optim_step(o, 1e-6f, 0.0f, NULL);
+                    t[i] = hpt_now() - t0;
+                }
+                qsort(t, (size_t)steps, sizeof t[0], cmp_double);
+                snprintf(tm, sizeof tm, "%.2f", t[steps / 2] / n * 1e9);
             }
-            double t[64];
-            for (int i = 0; i < steps; i++) {
-                double t0 = hpt_now();
-                hpt_optim_step(o, 1e-6f, 0.0f, NULL);
-                t[i] = hpt_now() - t0;
-            }
-            qsort(t, (size_t)steps, sizeof t[0], cmp_double);
-            printf("| %s | %d-bit%s | %.3f | %.3f | %.3f | %.3f | %.2f |\n",
+            printf("| %s | %d-bit%s%s | %.3f | %.3f | %.3f | %.3f | %s |\n",
                    hpt_optim_name((hpt_optim_kind)k), bits[w], emb[w] ? " (wte, wpe 32-bit)" : "",
-                   p, g, s, p + g + s, t[steps / 2] / n * 1e9);
+                   f ? ", fused" : "", p, g, s, p + g + s, tm);
             hpt_optim_free(o);
             hpt_gpt2_free(m);
             hpt_mem_destroy(mem);

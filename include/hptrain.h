@@ -385,7 +385,9 @@ size_t hpt_gpt2_activation_bytes(const hpt_gpt2_config *cfg, int B, int T,
  * Homes are laid out block by block (a block's 12 tensors' slices packed, 4096-byte aligned),
  * so a block moves in one transfer; the disk tier uses direct I/O.
  *   params, optim  the home of the blocks' weights and of their AdamW m and v (DEVICE, HOST or
- *                  DISK; AdamW with 32-bit state only)
+ *                  DISK); any other optimizer or 8-bit state keeps its whole state in the
+ *                  optim tier (DEVICE or HOST; DISK is HPT_ERR_UNSUPPORTED), in the same
+ *                  layout as without the engine
  *   grads          exact mode: where each block's gradients wait for the optimizer after its
  *                  backward (the optimizer then streams over all blocks, so clipping uses this
  *                  step's global norm: the same bits as without offload); fused mode keeps
@@ -393,7 +395,8 @@ size_t hpt_gpt2_activation_bytes(const hpt_gpt2_config *cfg, int B, int T,
  *   fused          1: each block's update runs (on the worker, where its state lives) as soon as
  *                  its gradients are complete, overlapping the backward of the blocks before
  *                  it; clipping then uses the previous step's global norm (none at the first
- *                  step). With clipping off, the same bits as the unfused update.
+ *                  step). With clipping off, the same bits as the unfused update, for every
+ *                  optimizer and state width.
  * An active engine (any home not DEVICE, or fused) changes what hpt_gpt2_params() and
  * hpt_gpt2_grads() return: NULL (the blocks are not in one buffer); hpt_gpt2_copy_params()
  * gathers the weights in checkpoint order, and checkpoints are saved and loaded (the

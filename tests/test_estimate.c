@@ -45,6 +45,7 @@ typedef struct {
     int optimizer;     /* hpt_optim_kind (training) */
     int state_bits;    /* 0 or 32, or 8 */
     int emb32;         /* 8-bit state with wte, wpe in fp32 */
+    int fused;         /* --fused-update (the offload engine, everything on the device) */
 } run_case;
 
 typedef struct {
@@ -68,6 +69,7 @@ static hpt_status run_training(hpt_mem *mem, const run_case *rc, measured *m) {
     o.adamw = hpt_optim_defaults((hpt_optim_kind)rc->optimizer);
     o.adamw.state_bits = rc->state_bits;
     o.adamw.state32_embeddings = rc->emb32;
+    o.offload.fused = rc->fused;
     hpt_trainer *tr;
     TRY(hpt_trainer_create(mem, &o, &tr));
     hpt_train_progress p;
@@ -139,6 +141,7 @@ static void check_case(const run_case *rc) {
     po.optimizer = rc->optimizer;
     po.state_bits = rc->state_bits;
     po.state32_embeddings = rc->emb32;
+    po.offload.fused = rc->fused;
     hpt_estimate e;
     CHECK_OK(hpt_plan_estimate(&po, &e));
     uint64_t est = e.peak_bytes[HPT_TIER_DEVICE], meas = m.st.peak_bytes[HPT_TIER_DEVICE];
@@ -260,7 +263,7 @@ static void check_refusal(void) {
     hpt_estimate e;
     CHECK_OK(hpt_plan_estimate(&po, &e));
     uint64_t peak = e.peak_bytes[HPT_TIER_DEVICE];
-    run_case rc = {"refusal", shape, 8, 32, 1, 1, 0, 0, 32, 0};
+    run_case rc = {"refusal", shape, 8, 32, 1, 1, 0, 0, 32, 0, 0};
 
     /* one byte short: refused before any allocation, with the breakdown and what fits */
     hpt_mem *mem;
@@ -316,7 +319,7 @@ static void check_refusal(void) {
     /* a checkpoint: its header gives the shape, nothing is loaded */
     char ckpt[600];
     snprintf(ckpt, sizeof ckpt, "%s/gpt2_tiny_model.bin", t_ref_dir());
-    run_case rk = {"refusal ckpt", ckpt, 2, 16, 1, 0, 0, 0, 32, 0};
+    run_case rk = {"refusal ckpt", ckpt, 2, 16, 1, 0, 0, 0, 32, 0, 0};
     CHECK_OK(hpt_mem_create(&mem));
     hpt_mem_set_budget(mem, HPT_TIER_DEVICE, 400000);
     CHECK_STATUS(run_training(mem, &rk, NULL), HPT_ERR_OOM);
@@ -448,21 +451,28 @@ int main(void) {
     snprintf(ckpt, sizeof ckpt, "%s/gpt2_tiny_model.bin", t_ref_dir());
 
     const run_case cases[] = {
-        {"train L2 C32 B4 T16", "gpt2:L=2,C=32,NH=4,V=64,T=32", 4, 16, 1, 0, 0, 0, 32, 0},
-        {"train L2 C32 B4 T16 +val", "gpt2:L=2,C=32,NH=4,V=64,T=32", 4, 16, 1, 1, 0, 0, 32, 0},
-        {"train L3 C48 V100 B2 T32 +val", "gpt2:L=3,C=48,NH=6,V=100,T=32", 2, 32, 1, 1, 0, 0, 32, 0},
-        {"train L1 C16 B1 T64 (T=maxT)", "gpt2:L=1,C=16,NH=2,V=50,T=64", 1, 64, 1, 0, 0, 0, 32, 0},
-        {"train L4 C64 NH8 B2 T96 +val", "gpt2:L=4,C=64,NH=8,V=256,T=128", 2, 96, 1, 1, 0, 0, 32, 0},
-        {"train ckpt tiny B2 T16 +val", ckpt, 2, 16, 1, 1, 0, 0, 32, 0},
-        {"forward L2 C64 B3 T24 loader", "gpt2:L=2,C=64,NH=4,V=256,T=64", 3, 24, 0, 0, 0, 0, 32, 0},
-        {"forward L3 C32 B1 T20 no data", "gpt2:L=3,C=32,NH=2,V=80,T=32", 1, 20, 0, 0, 1, 0, 32, 0},
-        {"forward L2 C32 B2 T16 loader+val", "gpt2:L=2,C=32,NH=4,V=64,T=32", 2, 16, 0, 1, 0, 0, 32, 0},
+        {"train L2 C32 B4 T16", "gpt2:L=2,C=32,NH=4,V=64,T=32", 4, 16, 1, 0, 0, 0, 32, 0, 0},
+        {"train L2 C32 B4 T16 +val", "gpt2:L=2,C=32,NH=4,V=64,T=32", 4, 16, 1, 1, 0, 0, 32, 0, 0},
+        {"train L3 C48 V100 B2 T32 +val", "gpt2:L=3,C=48,NH=6,V=100,T=32", 2, 32, 1, 1, 0, 0, 32, 0, 0},
+        {"train L1 C16 B1 T64 (T=maxT)", "gpt2:L=1,C=16,NH=2,V=50,T=64", 1, 64, 1, 0, 0, 0, 32, 0, 0},
+        {"train L4 C64 NH8 B2 T96 +val", "gpt2:L=4,C=64,NH=8,V=256,T=128", 2, 96, 1, 1, 0, 0, 32, 0, 0},
+        {"train ckpt tiny B2 T16 +val", ckpt, 2, 16, 1, 1, 0, 0, 32, 0, 0},
+        {"forward L2 C64 B3 T24 loader", "gpt2:L=2,C=64,NH=4,V=256,T=64", 3, 24, 0, 0, 0, 0, 32, 0, 0},
+        {"forward L3 C32 B1 T20 no data", "gpt2:L=3,C=32,NH=2,V=80,T=32", 1, 20, 0, 0, 1, 0, 32, 0, 0},
+        {"forward L2 C32 B2 T16 loader+val", "gpt2:L=2,C=32,NH=4,V=64,T=32", 2, 16, 0, 1, 0, 0, 32, 0, 0},
         /* optimizers and state widths (docs/optimizers.md) */
-        {"train L2 C32 +val AdamW 8-bit", "gpt2:L=2,C=32,NH=4,V=64,T=32", 4, 16, 1, 1, 0, HPT_OPTIM_ADAMW, 8, 0},
-        {"train L3 C48 V100 Lion 8-bit emb32", "gpt2:L=3,C=48,NH=6,V=100,T=32", 2, 32, 1, 1, 0, HPT_OPTIM_LION, 8, 1},
-        {"train L2 C64 Adam-mini 32-bit", "gpt2:L=2,C=64,NH=4,V=256,T=64", 3, 24, 1, 0, 0, HPT_OPTIM_ADAM_MINI, 32, 0},
-        {"train L2 C64 Adam-mini 8-bit", "gpt2:L=2,C=64,NH=4,V=256,T=64", 3, 24, 1, 0, 0, HPT_OPTIM_ADAM_MINI, 8, 0},
-        {"train L1 C16 SGD 8-bit", "gpt2:L=1,C=16,NH=2,V=50,T=64", 1, 64, 1, 0, 0, HPT_OPTIM_SGD, 8, 0},
+        {"train L2 C32 +val AdamW 8-bit", "gpt2:L=2,C=32,NH=4,V=64,T=32", 4, 16, 1, 1, 0, HPT_OPTIM_ADAMW, 8, 0, 0},
+        {"train L3 C48 V100 Lion 8-bit emb32", "gpt2:L=3,C=48,NH=6,V=100,T=32", 2, 32, 1, 1, 0, HPT_OPTIM_LION, 8, 1, 0},
+        {"train L2 C64 Adam-mini 32-bit", "gpt2:L=2,C=64,NH=4,V=256,T=64", 3, 24, 1, 0, 0, HPT_OPTIM_ADAM_MINI, 32, 0, 0},
+        {"train L2 C64 Adam-mini 8-bit", "gpt2:L=2,C=64,NH=4,V=256,T=64", 3, 24, 1, 0, 0, HPT_OPTIM_ADAM_MINI, 8, 0, 0},
+        {"train L1 C16 SGD 8-bit", "gpt2:L=1,C=16,NH=2,V=50,T=64", 1, 64, 1, 0, 0, HPT_OPTIM_SGD, 8, 0, 0},
+        /* the fused update (two blocks' gradients; 8-bit blocks start at each layer's slice) */
+        {"train L3 C48 +val AdamW fused", "gpt2:L=3,C=48,NH=6,V=100,T=32", 2, 32, 1, 1, 0, HPT_OPTIM_ADAMW, 32, 0, 1},
+        {"train L3 C48 +val AdamW 8-bit fused", "gpt2:L=3,C=48,NH=6,V=100,T=32", 2, 32, 1, 1, 0, HPT_OPTIM_ADAMW, 8, 0, 1},
+        {"train L2 C32 AdamW 8-bit emb32 fused", "gpt2:L=2,C=32,NH=4,V=64,T=32", 4, 16, 1, 0, 0, HPT_OPTIM_ADAMW, 8, 1, 1},
+        {"train L4 C64 Lion 8-bit fused", "gpt2:L=4,C=64,NH=8,V=256,T=128", 2, 96, 1, 0, 0, HPT_OPTIM_LION, 8, 0, 1},
+        {"train L2 C64 Adam-mini 8-bit fused", "gpt2:L=2,C=64,NH=4,V=256,T=64", 3, 24, 1, 0, 0, HPT_OPTIM_ADAM_MINI, 8, 0, 1},
+        {"train L2 C32 SGD 32-bit fused", "gpt2:L=2,C=32,NH=4,V=64,T=32", 4, 16, 1, 0, 0, HPT_OPTIM_SGD, 32, 0, 1},
     };
     printf("estimate vs measured device peak (bytes):\n");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

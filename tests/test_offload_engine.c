@@ -6,6 +6,14 @@
  *   (b) fused update: with clipping off, fused (device homes: no offload; host; disk) equals
  *       the unfused in-memory run bit for bit; with clipping (previous step's norm), the fused
  *       runs agree with each other bit for bit, whatever the homes;
+ *   (g) every optimizer and state width with the engine (AdamW 8-bit, 8-bit with fp32
+ *       embeddings, Lion, SGD, Adam-mini in 8 and 32 bits; the optimizer's own state on the
+ *       device or the host): fused (parameters on the device, on the host and on disk; state
+ *       on the device, and on the host) equals the unfused in-memory run bit for bit with
+ *       clipping off; exact mode with parameters on disk, gradients on the host and the state
+ *       on the device or the host equals it with clipping on; each run's per-tier
+ *       peak equals the estimator's; an 8-bit fused run saved at step 8 and resumed (fused,
+ *       and unfused in memory) ends with the uninterrupted run's bits;
  *   (c) the estimator: each configuration's estimated peak per tier equals the measured one
  *       (training runs, and forward-only models);
  *   (d) disk faults (short write, disk full, EIO, a block's file truncated away) in step 3 after
@@ -15,7 +23,8 @@
  *       resumed with another ends with the uninterrupted in-memory run's weights and losses,
  *       bit for bit; llm.c checkpoints (fp32 and bf16) load into offloaded models with the
  *       weights hpt_gpt2_load gives;
- *   (e) refusals: 8-bit state, accumulation with the fused update, K <= P; each allocation of an offloaded setup
+ *   (e) refusals: 8-bit state with the optimizer's home on disk, accumulation with the
+ *       fused update, K <= P; each allocation of an offloaded setup
  *       failing in turn ends in HPT_ERR_OOM with nothing left allocated on any tier. */
 #include "testlib.h"
 
@@ -88,6 +97,9 @@ static void run(const hpt_train_opts *o, run_out *r, const char *what) {
     po.T = o->T;
     po.act = o->act;
     po.offload = o->offload;
+    po.optimizer = o->adamw.optimizer;
+    po.state_bits = o->adamw.state_bits;
+    po.state32_embeddings = o->adamw.state32_embeddings;
     hpt_estimate e;
     CHECK_OK(hpt_plan_estimate(&po, &e));
     hpt_mem_stats st;
@@ -200,6 +212,84 @@ static void test_fused(void) {
     }
     free(fclip.params);
     free(ref.params);
+}
+
+/* (g) */
+static void test_optimizers(void) {
+    static const struct {
+        hpt_optim_kind k;
+        int bits, emb;
+        const char *what;
+    } opt[] = {
+        {HPT_OPTIM_ADAMW, 8, 0, "adamw 8-bit"},       {HPT_OPTIM_ADAMW, 8, 1, "adamw 8-bit fp32-emb"},
+        {HPT_OPTIM_LION, 8, 0, "lion 8-bit"},         {HPT_OPTIM_LION, 32, 0, "lion 32-bit"},
+        {HPT_OPTIM_SGD, 8, 0, "sgd 8-bit"},           {HPT_OPTIM_SGD, 32, 0, "sgd 32-bit"},
+        {HPT_OPTIM_ADAM_MINI, 8, 0, "adam-mini 8-bit"}, {HPT_OPTIM_ADAM_MINI, 32, 0, "adam-mini 32-bit"},
+    };
+    const hpt_offload_opts fused[] = {off(HPT_TIER_DEVICE, HPT_TIER_DEVICE, HPT_TIER_DEVICE, 2, 1, 1),
+                                      off(HPT_TIER_HOST, HPT_TIER_DEVICE, HPT_TIER_DEVICE, 2, 1, 1),
+                                      off(HPT_TIER_DISK, HPT_TIER_DEVICE, HPT_TIER_DEVICE, 3, 1, 1),
+                                      off(HPT_TIER_HOST, HPT_TIER_DEVICE, HPT_TIER_HOST, 2, 1, 1)};
+    for (size_t c = 0; c < sizeof opt / sizeof opt[0]; c++) {
+        char what[160];
+        hpt_train_opts o = opts(0.0f);
+        o.adamw = hpt_optim_defaults(opt[c].k);
+        o.adamw.state_bits = opt[c].bits;
+        o.adamw.state32_embeddings = opt[c].emb;
+        o.lr = opt[c].k == HPT_OPTIM_LION ? 3e-4f : 3e-3f;
+        run_out ref, r;
+        run(&o, &ref, opt[c].what);
+        CHECK_MSG(ref.losses[STEPS - 1] < ref.losses[0], "%s: does not train", opt[c].what);
+        for (size_t f = 0; f < sizeof fused / sizeof fused[0]; f++) {
+            hpt_train_opts oo = o;
+            oo.offload = fused[f];
+            snprintf(what, sizeof what, "%s fused, params %s, optim %s", opt[c].what,
+                     hpt_tier_name(fused[f].params), hpt_tier_name(fused[f].optim));
+            run(&oo, &r, what);
+            CHECK_MSG(same(&r, &ref), "%s: not bit-identical to the unfused update", what);
+            free(r.params);
+        }
+        /* exact mode with clipping: the blocks stream through the optimizer's own state (on the
+         * device, or on the host) */
+        hpt_train_opts oc = o, oe;
+        oc.grad_clip = 1.0f;
+        run_out refc;
+        run(&oc, &refc, opt[c].what);
+        for (int h = 0; h < 2; h++) {
+            oe = oc;
+            oe.offload = off(HPT_TIER_DISK, HPT_TIER_HOST, h ? HPT_TIER_HOST : HPT_TIER_DEVICE, 2, 1, 0);
+            snprintf(what, sizeof what, "%s exact, params disk, grads host, optim %s", opt[c].what,
+                     hpt_tier_name(oe.offload.optim));
+            run(&oe, &r, what);
+            CHECK_MSG(same(&r, &refc), "%s: not bit-identical to training in memory", what);
+            free(r.params);
+        }
+        free(refc.params);
+        /* fused 8-bit: saved at step 8, resumed fused and resumed in memory (unfused) */
+        for (int resume_fused = 1; opt[c].bits == 8 && resume_fused >= 0; resume_fused--) {
+            char dir[600];
+            snprintf(dir, sizeof dir, "%s/fused_resume_%zu_%d", t_tmpdir(), c, resume_fused);
+            hpt_mem *mem;
+            CHECK_OK(hpt_mem_create(&mem));
+            hpt_train_opts a = o, b = o;
+            a.offload = fused[0];
+            a.save_dir = dir;
+            float losses[STEPS];
+            t_train_run(mem, &a, 8, losses, NULL, NULL);
+            b.offload = resume_fused ? fused[0] : hpt_offload_defaults();
+            b.resume = dir;
+            float *p = calloc(ref.n, sizeof(float));
+            t_train_run(mem, &b, 0, losses, NULL, p);
+            CHECK_MSG(memcmp(p, ref.params, ref.n * sizeof(float)) == 0 &&
+                      memcmp(losses + 8, ref.losses + 8, (STEPS - 8) * sizeof(float)) == 0,
+                      "%s: saved fused at step 8, resumed %s: not the uninterrupted run's bits",
+                      opt[c].what, resume_fused ? "fused" : "in memory");
+            free(p);
+            CHECK(t_device_live(mem) == 0);
+            hpt_mem_destroy(mem);
+        }
+        free(ref.params);
+    }
 }
 
 /* (d) */
@@ -417,9 +507,11 @@ static void test_refusals(void) {
     hpt_train_opts o = opts(1.0f);
     o.offload = off(HPT_TIER_HOST, HPT_TIER_HOST, HPT_TIER_HOST, 2, 1, 0);
     hpt_trainer *tr = NULL;
+    o.offload.optim = HPT_TIER_DISK; /* 8-bit state is the optimizer's own: device or host */
     o.adamw.state_bits = 8;
     CHECK_STATUS(hpt_trainer_create(mem, &o, &tr), HPT_ERR_UNSUPPORTED);
-    CHECK(strstr(hpt_last_error(), "32-bit state") != NULL);
+    CHECK(strstr(hpt_last_error(), "optim=disk given") != NULL);
+    o.offload.optim = HPT_TIER_HOST;
     o.adamw.state_bits = 32;
     o.accum = 2;
     o.offload.fused = 1;
@@ -467,6 +559,7 @@ int main(void) {
     make_shard();
     test_exact();
     test_fused();
+    test_optimizers();
     test_faults();
     test_checkpoints();
     test_forward_estimate();

@@ -15,7 +15,9 @@
 #include <string.h>
 
 /* updates: p += g (g is 1 everywhere), m += 1, v += 2 */
-static void upd(void *ctx, int slice, float *p, const float *g, float *m, float *v, size_t n) {
+static void upd(void *ctx, int l, int slice, float *p, const float *g, float *m, float *v,
+                size_t n) {
+    (void)l;
     (void)ctx;
     (void)slice;
     for (size_t i = 0; i < n; i++) {
@@ -70,7 +72,7 @@ static void one_schedule(hpt_rng *r, int round) {
         hpt_mem_destroy(mem);
         return;
     }
-    CHECK_OK(eng_attach_optim(e, upd, NULL));
+    CHECK_OK(eng_attach_optim(e, upd, NULL, 1));
     int *ver = calloc((size_t)L, sizeof *ver);
     int *gh = calloc((size_t)L, sizeof *gh); /* exact mode: the gradient home holds 1s (or 0s) */
     for (int l = 0; l < L; l++) {

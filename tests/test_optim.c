@@ -483,6 +483,13 @@ static void fix_crc(unsigned char *b, long n) {
     memcpy(b + n - 12, &crc, 4);
 }
 
+/* A version-3 file (no sections) as an older version: the section count goes. */
+static void make_old(unsigned char *b, long *n, uint32_t version) {
+    memmove(b + *n - 16, b + *n - 12, 12);
+    *n -= 4;
+    memcpy(b + 8, &version, 4);
+}
+
 static void test_files(hpt_mem *mem) {
     char good[512], bad[512];
     snprintf(good, sizeof good, "%s/adamw_8_0_a/state.bin", t_tmpdir());
@@ -534,8 +541,7 @@ static void test_files(hpt_mem *mem) {
     /* version 1 (AdamW fp32, fields 21-23 zero) loads as AdamW with 32-bit state */
     snprintf(good, sizeof good, "%s/adamw_32_0_a/state.bin", t_tmpdir());
     b = slurp(good, &n);
-    uint32_t one = 1;
-    memcpy(b + 8, &one, 4);
+    make_old(b, &n, 1);
     memset(b + 16 + 21 * 8, 0, 3 * 8);
     fix_crc(b, n);
     spit(bad, b, n);
@@ -557,6 +563,17 @@ static void test_files(hpt_mem *mem) {
     spit(bad, b, n);
     CHECK_STATUS(hpt_state_load(bad, mem, &m, &o, &ao, &pos), HPT_ERR_FORMAT);
     CHECK(strstr(hpt_last_error(), "version 4") != NULL);
+    free(b);
+    /* version 2 with 8-bit state: its blocks were per tensor, this shape's slices are not
+     * multiples of 256: refused by name (the same bytes would be read as other blocks) */
+    snprintf(good, sizeof good, "%s/adamw_8_0_a/state.bin", t_tmpdir());
+    b = slurp(good, &n);
+    make_old(b, &n, 2);
+    fix_crc(b, n);
+    spit(bad, b, n);
+    CHECK_STATUS(hpt_state_load(bad, mem, &m, &o, &ao, &pos), HPT_ERR_FORMAT);
+    CHECK(strstr(hpt_last_error(), "quantisation blocks per tensor") != NULL);
+    CHECK(m == NULL && o == NULL);
     free(b);
     /* bad settings are refused at creation */
     hpt_gpt2_config cfg;

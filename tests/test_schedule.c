@@ -410,14 +410,14 @@ static void test_resume(hpt_mem *mem, int predictor) {
     fprintf(stderr, "  %s predictor: resumed at step %lld (inside a predict phase): weights, losses "
             "and the final state file bit-identical\n", hpt_predictor_name((hpt_predictor_kind)predictor),
             (long long)stop);
-    /* a full-only state is still version 2 */
+    /* a full-only state is version 3 with no sections */
     hpt_train_opts f = hybrid_opts(HPT_PREDICTOR_ADAM, 3);
     f.sched.kind = HPT_SCHEDULE_FULL;
     snprintf(dir_a, sizeof dir_a, "%s/res_full", t_tmpdir());
     f.save_dir = dir_a;
     t_train_run(mem, &f, 0, la, NULL, NULL);
     snprintf(path, sizeof path, "%s/state.bin", dir_a);
-    CHECK_MSG(file_version(path) == 2, "a full-only state is version 2 (got %u)", file_version(path));
+    CHECK_MSG(file_version(path) == 3, "a full-only state is version 3 (got %u)", file_version(path));
     free(pa);
     free(pb);
 }

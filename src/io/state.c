@@ -1,7 +1,7 @@
 /* state.c: hptrain's training-state checkpoint (weights, optimizer settings and state,
  * position, config).
  *
- * Layout (little-endian), version 2:
+ * Layout (little-endian), version 3:
  *   "HPTSTATE" (8 bytes), uint32 version, uint32 header fields count (32)
  *   int64 fields[32]: L C NH V Vp maxT | lr beta1 beta2 eps wd (float bits) decay_all |
  *                     step shard offset rng total_steps B T | optim_t | num_params |
@@ -14,15 +14,20 @@
  * Version 1 (AdamW only: params, m, v, fields 21-23 zero) is exactly version 2 with AdamW and
  * 32-bit state, and loads as that.
  * Version 3 is version 2 plus named sections after the optimizer's state (the hybrid
- * schedule's controller, predictor and rollback snapshot): uint32 count, then per section
- * char name[16] (NUL-padded), uint64 bytes, the bytes. A state without sections is written as
- * version 2, byte for byte as before sections existed; versions 1 and 2 load with none.
+ * schedule's controller, predictor and rollback snapshot): uint32 count (0: none), then per
+ * section char name[16] (NUL-padded), uint64 bytes, the bytes; and an 8-bit state's
+ * quantisation blocks start at each layer's slice of a per-layer tensor (version 2: at each
+ * tensor's first value). Versions 1 and 2 load with no sections; a version-2 file with 8-bit
+ * state loads where both block layouts are the same (optim_q8_per_slice: L = 1, or every slice
+ * a multiple of 256 values, as in the GPT-2 sizes) and is refused otherwise. Version 3 is
+ * always written.
  * Written through io_atomic (temporary file, fsync, rename, directory fsync): the previous
  * checkpoint under the same name survives any crash. Load checks the size first, then the
  * checksum over everything, before handing out a model.
  * An offloaded model (the offload engine) is written and read in the same format: its blocks
  * gathered in checkpoint order (gpt2_emit) and scattered back (gpt2_absorb), the checksum
- * taken as the stream goes by. */
+ * taken as the stream goes by; AdamW fp32's m and v likewise (the engine's homes), any other
+ * optimizer's buffers as they are (optim.c keeps them whole, as without the engine). */
 #include "core/core.h"
 #include "io/io_int.h"
 #include "model/gpt2_int.h"
@@ -66,7 +71,7 @@ hpt_status hpt_state_save_sections(const char *path, const hpt_gpt2 *model, cons
                           hpt_optim_get_t(opt), (int64_t)model->num_params, ao->optimizer,
                           ao->state_bits == 0 ? 32 : ao->state_bits, ao->state32_embeddings,
                           pos->accum > 1 ? pos->accum : 1};
-    uint32_t ver[2] = {n_sec ? 3 : 2, NFIELDS};
+    uint32_t ver[2] = {STATE_VERSION, NFIELDS};
     size_t nb = model->num_params * sizeof(float);
     const hpt_adamw_opts *oo = hpt_optim_get_opts(opt);
     if (oo->optimizer != ao->optimizer || (oo->state_bits == 0 ? 32 : oo->state_bits) != f[22] ||
@@ -80,16 +85,19 @@ hpt_status hpt_state_save_sections(const char *path, const hpt_gpt2 *model, cons
     hpt_status s = io_atomic_write(&w, k_magic, 8);
     if (s == HPT_OK) s = io_atomic_write(&w, ver, sizeof ver);
     if (s == HPT_OK) s = io_atomic_write(&w, f, sizeof f);
-    if (model->eng) { /* offloaded: gathered in checkpoint order (AdamW fp32: m, v) */
+    if (model->eng) { /* offloaded: gathered in checkpoint order */
         hpt_gpt2 *mm = (hpt_gpt2 *)(uintptr_t)model;
         if (s == HPT_OK) s = gpt2_emit(mm, EB_P, model->params, emit_atomic, &w);
+    } else if (s == HPT_OK) {
+        s = io_atomic_write(&w, model->params, nb);
+    }
+    if (optim_eng_homes(opt)) { /* AdamW fp32's m, v from the engine's homes */
         for (int i = 0; i < 2 && s == HPT_OK; i++) s = optim_emit_moment(opt, i, emit_atomic, &w);
     } else {
-        if (s == HPT_OK) s = io_atomic_write(&w, model->params, nb);
         for (int i = 0; i < HPT_OPTIM_NUM_BUFS && s == HPT_OK; i++)
             if (bufs[i].bytes) s = io_atomic_write(&w, bufs[i].data, bufs[i].bytes);
     }
-    if (n_sec) {
+    {
         uint32_t ns = (uint32_t)n_sec;
         if (s == HPT_OK) s = io_atomic_write(&w, &ns, 4);
         for (int i = 0; i < n_sec && s == HPT_OK; i++) {
@@ -240,6 +248,11 @@ static hpt_status load_state(const char *path, hpt_mem *mem, const hpt_offload_o
         if (sb == 0)
             s = hpt_fail(HPT_ERR_FORMAT, "%s: bad optimizer settings (optimizer %lld, %lld-bit "
                          "state): %s", path, (long long)f[21], (long long)f[22], hpt_last_error());
+        else if (ver[0] < 3 && ao.state_bits == 8 && optim_q8_per_slice(&c))
+            s = hpt_fail(HPT_ERR_FORMAT, "%s: a version-%u state whose 8-bit optimizer state has "
+                         "quantisation blocks per tensor; this build's start at each layer's "
+                         "slice (L=%d, C=%d), so the file cannot be read: resume it with the "
+                         "build that wrote it, or start again", path, ver[0], c.L, c.C);
         else if ((uint64_t)f[20] != n)
             s = hpt_fail(HPT_ERR_FORMAT, "%s: parameter count %lld does not match its shape", path,
                          (long long)f[20]);
@@ -254,15 +267,21 @@ static hpt_status load_state(const char *path, hpt_mem *mem, const hpt_offload_o
     crc_reader rd = {fp, path, 0};
     if (s == HPT_OK) s = hpt_gpt2_create_offload(mem, &c, off, &m);
     if (s == HPT_OK) s = hpt_optim_create(mem, m, &ao, &o);
+    if (s == HPT_OK) hpt_optim_state_buffers(o, bufs);
     if (s == HPT_OK && m->eng) { /* scattered into the engine's homes as it is read */
         rd.crc = io_crc32c(io_crc32c(io_crc32c(0, k_magic, 8), ver, sizeof ver), f, sizeof f);
         s = gpt2_absorb(m, EB_P, m->params, read_crc, &rd);
+    } else if (s == HPT_OK) {
+        s = io_read_exact(fp, m->params, n * 4, path, "parameters");
+    }
+    if (s == HPT_OK && optim_eng_homes(o)) {
         for (int i = 0; i < 2 && s == HPT_OK; i++) s = optim_absorb_moment(o, i, read_crc, &rd);
     } else {
-        if (s == HPT_OK) s = io_read_exact(fp, m->params, n * 4, path, "parameters");
-        if (s == HPT_OK) hpt_optim_state_buffers(o, bufs);
-        for (int i = 0; i < HPT_OPTIM_NUM_BUFS && s == HPT_OK; i++)
-            if (bufs[i].bytes) s = io_read_exact(fp, bufs[i].data, bufs[i].bytes, path, bufs[i].name);
+        for (int i = 0; i < HPT_OPTIM_NUM_BUFS && s == HPT_OK; i++) {
+            if (!bufs[i].bytes) continue;
+            s = io_read_exact(fp, bufs[i].data, bufs[i].bytes, path, bufs[i].name);
+            if (s == HPT_OK && m->eng) rd.crc = io_crc32c(rd.crc, bufs[i].data, bufs[i].bytes);
+        }
     }
     if (s == HPT_OK && ver[0] >= 3) s = read_sections(fp, path, mem, size - base, sec, &n_sec);
     uint32_t crc_file = 0;

@@ -159,5 +159,12 @@ hpt_status optim_emit_moment(const hpt_optim *op, int which, gpt2_emit_fn emit, 
 typedef hpt_status (*gpt2_read_fn)(void *ctx, float *dst, size_t n);
 hpt_status gpt2_absorb(hpt_gpt2 *m, int b, float *flat, gpt2_read_fn read, void *ctx);
 hpt_status optim_absorb_moment(hpt_optim *op, int which, gpt2_read_fn read, void *ctx);
+/* 1 when the engine's homes hold the blocks' m and v (AdamW fp32 with the engine: the
+ * checkpoint goes through optim_emit_moment / _absorb_moment); else the optimizer's state
+ * buffers are the checkpoint's, with or without the engine. */
+int optim_eng_homes(const hpt_optim *op);
+/* 1 when an 8-bit state's blocks, which start at each layer's slice of a per-layer tensor,
+ * differ from blocks starting at each tensor's first value (checkpoints before version 3). */
+int optim_q8_per_slice(const hpt_gpt2_config *cfg);
 
 #endif

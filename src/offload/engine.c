@@ -8,6 +8,10 @@
  * writes). Because the queue is FIFO, a job queued after another that writes a buffer sees that
  * write: an evicted block whose update is still queued is reloaded only after it is written
  * back. The compute thread waits for a job only where it needs that job's result.
+ * The M, V homes exist for AdamW with 32-bit state; any other optimizer or state width keeps
+ * its whole state itself, in the optim home's tier, device or host (eng_attach_optim's
+ * mv_homes 0, src/optim/optim.c), and its update callback gets the block's index and NULL m,
+ * v; with state on the host the updates run on the worker like those of host-homed m, v.
  *
  * Residency of a block's parameters (res[l]); every transition is made by the compute thread,
  * in the function named:
@@ -143,7 +147,7 @@ static int n_staged(const hpt_offload_opts *o) {
     return n;
 }
 
-void eng_bytes(const hpt_offload_opts *o, int L, size_t block_floats, int training,
+void eng_bytes(const hpt_offload_opts *o, int L, size_t block_floats, int training, int mv_homes,
                uint64_t out[HPT_TIER_COUNT][HPT_CAT_COUNT]) {
     memset(out, 0, sizeof(uint64_t) * HPT_TIER_COUNT * HPT_CAT_COUNT);
     uint64_t sb = (uint64_t)round_floats(block_floats) * sizeof(float), home = (uint64_t)L * sb;
@@ -152,8 +156,16 @@ void eng_bytes(const hpt_offload_opts *o, int L, size_t block_floats, int traini
     if (!o->fused) out[o->grads][HPT_CAT_GRADS] += home;
     out[HPT_TIER_DEVICE][HPT_CAT_GRADS] += (uint64_t)n_gslots(o) * sb;
     if (!training) return;
-    out[o->optim][HPT_CAT_OPTIM] += 2 * home;
+    if (mv_homes) out[o->optim][HPT_CAT_OPTIM] += 2 * home;
     out[HPT_TIER_HOST][HPT_CAT_IO] += 2 * (uint64_t)n_staged(o) * sb;
+}
+
+hpt_status eng_check_optim(const hpt_offload_opts *o, int mv_homes) {
+    if (!mv_homes && o->optim == HPT_TIER_DISK)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "the offload engine keeps optimizer state other than "
+                        "AdamW's 32-bit m and v on the device or the host only (--offload "
+                        "optim=device or optim=host; optim=disk given)");
+    return HPT_OK;
 }
 
 /* ---- worker ---------------------------------------------------------------------------- */
@@ -177,15 +189,18 @@ static float *slot_ptr(const offload_engine *e, int s) { return e->slots + (size
 static float *gslot_ptr(const offload_engine *e, int g) { return e->gslots + (size_t)g * e->stride; }
 
 /* Where block l of buffer b is read and written during an update: its memory home, or the
- * staging set's buffer when it lives on disk. */
+ * staging set's buffer when it lives on disk; NULL when the buffer has no home (m and v kept
+ * by the optimizer). */
 static float *update_ptr(const offload_engine *e, int b, int l, int set) {
+    if (!e->has[b]) return NULL;
     return e->tier[b] == HPT_TIER_DISK ? e->stage_ptr[set][b] : e->home[b] + (size_t)l * e->stride;
 }
 
-static void update_block(offload_engine *e, float *p, const float *g, float *m, float *v) {
+/* Block l's update, slice by slice; m and v NULL when the optimizer keeps its state. */
+static void update_block(offload_engine *e, int l, float *p, const float *g, float *m, float *v) {
     for (int i = 0; i < e->ns; i++) {
         size_t o = e->slice_off[i];
-        e->upd(e->upd_ctx, i, p + o, g + o, m + o, v + o, e->slice_n[i]);
+        e->upd(e->upd_ctx, l, i, p + o, g + o, m ? m + o : NULL, v ? v + o : NULL, e->slice_n[i]);
     }
 }
 
@@ -204,7 +219,7 @@ static hpt_status run_job(offload_engine *e, const job *j, double *io_s, double 
     case J_UPDATE: { /* m and v in memory: the update runs here, where they live */
         float *p = e->tier[EB_P] == HPT_TIER_DEVICE ? e->home[EB_P] + (size_t)j->l * e->stride
                                                     : slot_ptr(e, j->slot);
-        update_block(e, p, gslot_ptr(e, j->g), update_ptr(e, EB_M, j->l, 0),
+        update_block(e, j->l, p, gslot_ptr(e, j->g), update_ptr(e, EB_M, j->l, 0),
                      update_ptr(e, EB_V, j->l, 0));
         double t1 = hpt_now();
         *upd_s += t1 - t0;
@@ -501,7 +516,7 @@ hpt_status eng_grads_done(offload_engine *e, int l) {
         return hpt_fail(HPT_ERR_INVALID, "fused update: the model has no optimizer attached");
     if (e->sync) {
         size_t o = (size_t)l * e->stride;
-        update_block(e, e->home[EB_P] + o, g, e->home[EB_M] + o, e->home[EB_V] + o);
+        update_block(e, l, e->home[EB_P] + o, g, update_ptr(e, EB_M, l, 0), update_ptr(e, EB_V, l, 0));
         return HPT_OK;
     }
     int sl = e->tier[EB_P] == HPT_TIER_DEVICE ? -1 : e->slot_of[l];
@@ -512,7 +527,7 @@ hpt_status eng_grads_done(offload_engine *e, int l) {
         float *p = sl >= 0 ? slot_ptr(e, sl) : e->home[EB_P] + (size_t)l * e->stride;
         int set = e->mv_set[l];
         double t0 = hpt_now();
-        update_block(e, p, g, e->stage_ptr[set][EB_M], e->stage_ptr[set][EB_V]);
+        update_block(e, l, p, g, e->stage_ptr[set][EB_M], e->stage_ptr[set][EB_V]);
         e->st.compute_update_s += hpt_now() - t0;
         if (sl >= 0) e->res[l] = RS_DIRTY;
         e->blk_seq[l] = push(e, (job){.kind = J_WRITE_PMV, .l = l, .slot = sl, .set = set});
@@ -535,7 +550,7 @@ hpt_status eng_stream_update(offload_engine *e) {
         }
     if (!e->stage) { /* memory homes: in place */
         for (int l = 0; l < e->L; l++)
-            update_block(e, update_ptr(e, EB_P, l, 0), update_ptr(e, EB_G, l, 0),
+            update_block(e, l, update_ptr(e, EB_P, l, 0), update_ptr(e, EB_G, l, 0),
                          update_ptr(e, EB_M, l, 0), update_ptr(e, EB_V, l, 0));
         return HPT_OK;
     }
@@ -544,7 +559,7 @@ hpt_status eng_stream_update(offload_engine *e) {
         int set = l & 1;
         if (l + 1 < e->L) e->read_seq[set ^ 1] = push(e, (job){.kind = J_READ, .l = l + 1, .set = set ^ 1});
         HPT_CHECK(wait_seq(e, e->read_seq[set]));
-        update_block(e, update_ptr(e, EB_P, l, set), update_ptr(e, EB_G, l, set),
+        update_block(e, l, update_ptr(e, EB_P, l, set), update_ptr(e, EB_G, l, set),
                      update_ptr(e, EB_M, l, set), update_ptr(e, EB_V, l, set));
         if (e->tier[EB_P] == HPT_TIER_DISK) e->res[l] = RS_WRITING_BACK;
         push(e, (job){.kind = J_WRITE, .l = l, .set = set});
@@ -753,9 +768,13 @@ hpt_status eng_create(hpt_mem *mem, int L, int n_slices, const size_t *slice_n,
     return HPT_OK;
 }
 
-hpt_status eng_attach_optim(offload_engine *e, eng_update_fn fn, void *ctx) {
-    HPT_CHECK(alloc_home(e, EB_M));
-    hpt_status s = alloc_home(e, EB_V);
+hpt_status eng_attach_optim(offload_engine *e, eng_update_fn fn, void *ctx, int mv_homes) {
+    HPT_CHECK(eng_check_optim(&e->o, mv_homes));
+    hpt_status s = HPT_OK;
+    if (mv_homes) {
+        HPT_CHECK(alloc_home(e, EB_M));
+        s = alloc_home(e, EB_V);
+    }
     int nst = n_staged(&e->o), sets = 2;
     size_t sb = e->stride * sizeof(float);
     if (s == HPT_OK && nst) {
@@ -819,6 +838,7 @@ void eng_free(offload_engine *e) {
 }
 
 int eng_fused(const offload_engine *e) { return e->o.fused; }
+const hpt_offload_opts *eng_opts(const offload_engine *e) { return &e->o; }
 size_t eng_slice_offset(const offload_engine *e, int i) { return e->slice_off[i]; }
 
 hpt_status eng_check(const offload_engine *e, int *resident) {

@@ -10,9 +10,10 @@ enum { EB_P = 0, EB_G, EB_M, EB_V, EB_COUNT };
 
 typedef struct offload_engine offload_engine;
 
-/* The optimizer's update of one slice of a block: slice i (0..n_slices-1) of n floats. */
-typedef void (*eng_update_fn)(void *ctx, int slice, float *p, const float *g, float *m, float *v,
-                              size_t n);
+/* The optimizer's update of one slice of block l: slice i (0..n_slices-1) of n floats; m and v
+ * are the engine's homes' (or staging's) slice, NULL when the optimizer keeps its own state. */
+typedef void (*eng_update_fn)(void *ctx, int l, int slice, float *p, const float *g, float *m,
+                              float *v, size_t n);
 /* Receives n floats of a slice being gathered (eng_emit_slice). */
 typedef hpt_status (*eng_emit_fn)(void *ctx, const float *x, size_t n);
 
@@ -22,13 +23,20 @@ hpt_status eng_create(hpt_mem *mem, int L, int n_slices, const size_t *slice_n,
                       const hpt_offload_opts *o, offload_engine **out);
 void eng_free(offload_engine *e);
 /* Bytes eng_create and eng_attach_optim allocate, per tier and category, for L blocks of
- * block_floats floats (the estimator's restatement lives here, next to the allocations). */
-void eng_bytes(const hpt_offload_opts *o, int L, size_t block_floats, int training,
+ * block_floats floats (the estimator's restatement lives here, next to the allocations);
+ * mv_homes as eng_attach_optim's. */
+void eng_bytes(const hpt_offload_opts *o, int L, size_t block_floats, int training, int mv_homes,
                uint64_t out[HPT_TIER_COUNT][HPT_CAT_COUNT]);
-/* Allocates the optimizer state's homes (m, v), the gradients' home (exact mode) and the host
- * staging buffers for disk homes; fn updates a slice (called on the worker or, for device
- * homes, on the caller's thread). */
-hpt_status eng_attach_optim(offload_engine *e, eng_update_fn fn, void *ctx);
+/* HPT_ERR_UNSUPPORTED when an optimizer that keeps its own state (mv_homes 0) meets a disk
+ * optimizer home (its state is not streamed; device and host are memory it updates in place). */
+hpt_status eng_check_optim(const hpt_offload_opts *o, int mv_homes);
+const hpt_offload_opts *eng_opts(const offload_engine *e);
+/* Attaches the optimizer: with mv_homes, allocates the homes of its state (m, v per block);
+ * without, the optimizer keeps its state (in the optim home's tier: device or host) and fn
+ * gets NULL m, v. Also the
+ * host staging buffers for disk homes. fn updates a slice (called on the worker or, for
+ * device homes, on the caller's thread). */
+hpt_status eng_attach_optim(offload_engine *e, eng_update_fn fn, void *ctx, int mv_homes);
 void eng_detach_optim(offload_engine *e);
 int eng_fused(const offload_engine *e);
 size_t eng_slice_offset(const offload_engine *e, int i);

@@ -5,9 +5,11 @@
  * buffers (hpt_optim_state_buffers, the checkpoint's order): per moment an fp32 array, an
  * 8-bit code array and its fp32 block scales. Each model tensor (hpt_gpt2_tensors, checkpoint
  * order) keeps its state either in fp32 or in 8 bits; the tensors of one width are packed in
- * checkpoint order, and an 8-bit tensor's quantisation blocks (256 values) start at the
- * tensor's first value, so no block straddles two tensors. With 32-bit state every tensor is
- * fp32 and the fp32 arrays line up with the parameters (AdamW's m and v as before).
+ * checkpoint order. A tensor is cut into slices: a per-layer tensor (ln1w .. fcprojb) into its
+ * L layers' shares, any other tensor is one slice; an 8-bit slice's quantisation blocks (256
+ * values) start at the slice's first value, so no block straddles two slices, and one layer's
+ * slice of every tensor can be updated on its own (the fused update). With 32-bit state every
+ * tensor is fp32 and the fp32 arrays line up with the parameters (AdamW's m and v as before).
  *   AdamW      m, v per parameter (8-bit: m signed map, v unsigned map)
  *   Lion, SGD  m per parameter (signed map)
  *   Adam-mini  m per parameter; v per block (always fp32: a handful of floats per row)
@@ -15,20 +17,28 @@
  * linear weight (qkv, attention projection, fc, fc projection: rows of C or 4C inputs), one
  * per row of wte and wpe (one token, one position), and one per vector of each layer (each
  * layernorm weight or bias, each bias: C, 3C or 4C values). The paper further splits Q and K
- * by head; we keep rows, which is finer.
+ * by head; we keep rows, which is finer (and never straddles two layers).
  * hpt_optim_state_bytes() and src/plan/estimate.c compute the same sizes.
- * With the offload engine (src/offload/engine.c; AdamW with 32-bit state only) this file keeps
- * m and v of the non-block tensors (wte, wpe, lnfw, lnfb, packed as the model's flat buffer)
- * and hands the engine eng_update for the blocks' slices, whose m and v live in the engine's
- * homes: a step streams over the blocks after the backward (exact mode), or each block is
- * updated as its gradients complete (fused: hpt_optim_fused_begin / _end). k_adamw is
- * elementwise, so a slice updated on its own gets the bits it gets inside its whole tensor.
+ * Every step runs the kernels slice by slice (update_slice), with or without the engine, so
+ * a slice's update does not depend on the order in which slices are updated.
+ * With the offload engine (src/offload/engine.c) there are two arrangements:
+ *  - AdamW with 32-bit state: this file keeps m and v of the non-block tensors (wte, wpe,
+ *    lnfw, lnfb, packed as the model's flat buffer) and the blocks' m and v live in the
+ *    engine's homes (device, host or disk), handed to eng_update with the block's slices;
+ *  - any other optimizer or state width: this file keeps the whole state, laid out as without
+ *    the engine (so the same checkpoint), in the engine's optim tier (device or host; disk is
+ *    refused), and eng_update updates block l's slices from it (on the engine's worker when
+ *    the state is on the host); the engine keeps no m, v homes.
+ * A step streams over the blocks after the backward (exact mode), or each block is updated as
+ * its gradients complete (fused: hpt_optim_fused_begin / _end, clipping by the previous
+ * step's norm).
  * The global gradient norm is one sum in a fixed order in every mode: wte, wpe, then per block
  * l the sum over its 12 slices in order (each slice's k_sumsq), then lnfw, lnfb; k_sumsq of a
  * slice depends only on its values and length, so every mode gets the same norm, bit for bit.
- * Invariants: AdamW with 32-bit state runs k_adamw exactly as before this file knew other
- * optimizers (tests/test_reference.c, hptrain verify); each step is deterministic for a
- * fixed thread count (the kernels partition blocks statically). */
+ * Invariants: AdamW with 32-bit state runs k_adamw (elementwise: a slice gets the bits it gets
+ * inside its whole tensor) as before this file knew other optimizers (tests/test_reference.c,
+ * hptrain verify); each step is deterministic for a fixed thread count (the kernels partition
+ * blocks statically). */
 #include "core/core.h"
 #include "kernels/kernels.h"
 #include "model/gpt2_int.h"
@@ -44,6 +54,9 @@ static const char *const k_buf_names[HPT_OPTIM_NUM_BUFS] = {"m", "m_codes", "m_s
 
 typedef struct {
     int q8;          /* 1: 8-bit state */
+    size_t slices;   /* L for a per-layer tensor, else 1 */
+    size_t sn;       /* values per slice */
+    size_t sc_per;   /* 8-bit: scales per slice */
     size_t f32_off;  /* floats into the fp32 arrays (fp32 tensors) */
     size_t q_off;    /* codes into the code arrays (8-bit tensors) */
     size_t sc_off;   /* scales into the scale arrays (8-bit tensors) */
@@ -70,8 +83,11 @@ struct hpt_optim {
     float lr_now, scale_now;
     int armed;       /* 1 while a step's block updates may run */
     float prev_norm; /* fused: the previous step's gradient norm (0 before the first) */
-    hpt_tier tier[HPT_OPTIM_NUM_BUFS]; /* where each buf[] lives: DEVICE (0), or HOST while moved
-                                        * (hpt_optim_set_tier) */
+    int eng_homes;   /* 1: the engine's homes hold the blocks' m and v (AdamW fp32) */
+    hpt_tier home;   /* where buf[] is made: the device, or the engine's optim home (host)
+                      * without eng_homes */
+    hpt_tier tier[HPT_OPTIM_NUM_BUFS]; /* where each buf[] lives: home, or HOST while moved by
+                                        * hpt_optim_set_tier */
 };
 
 static const char *const k_names[HPT_OPTIM_COUNT] = {"adamw", "lion", "adam-mini", "sgd"};
@@ -137,7 +153,11 @@ static hpt_status check_opts(const hpt_adamw_opts *o) {
     return HPT_OK;
 }
 
-static void plan_layout(const hpt_gpt2_config *c, const hpt_adamw_opts *o, layout *L) {
+/* The state's layout (top of the file). eng_homes: the engine holds the blocks' m and v
+ * (AdamW fp32), this layout only the non-block tensors', at their offsets in the model's flat
+ * buffer. */
+static void plan_layout(const hpt_gpt2_config *c, const hpt_adamw_opts *o, int eng_homes,
+                        layout *L) {
     memset(L, 0, sizeof *L);
     hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
     hpt_gpt2_tensors(c, t);
@@ -145,12 +165,19 @@ static void plan_layout(const hpt_gpt2_config *c, const hpt_adamw_opts *o, layou
     uint64_t n32 = 0, n8 = 0, nsc = 0, nv = 0;
     for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) {
         tensor_layout *tl = &L->t[i];
+        tl->slices = gpt2_is_block_tensor(i) ? (size_t)c->L : 1;
+        tl->sn = t[i].numel / tl->slices;
+        if (eng_homes) {
+            if (!gpt2_is_block_tensor(i)) tl->f32_off = gpt2_nonblock_offset(c, i);
+            continue;
+        }
         tl->q8 = bits == 8 && !(o->state32_embeddings && i < 2); /* wte, wpe come first */
         if (tl->q8) {
+            tl->sc_per = (tl->sn + K_Q8_BLOCK - 1) / K_Q8_BLOCK;
             tl->q_off = n8;
             tl->sc_off = nsc;
             n8 += t[i].numel;
-            nsc += (t[i].numel + K_Q8_BLOCK - 1) / K_Q8_BLOCK;
+            nsc += tl->slices * tl->sc_per;
         } else {
             tl->f32_off = n32;
             n32 += t[i].numel;
@@ -159,6 +186,7 @@ static void plan_layout(const hpt_gpt2_config *c, const hpt_adamw_opts *o, layou
         tl->v_off = nv;
         nv += t[i].numel / tl->row;
     }
+    if (eng_homes) n32 = gpt2_nonblock_floats(c);
     L->bytes[B_M] = n32 * 4;
     L->bytes[B_M_CODES] = n8;
     L->bytes[B_M_SCALES] = nsc * 4;
@@ -174,20 +202,74 @@ static void plan_layout(const hpt_gpt2_config *c, const hpt_adamw_opts *o, layou
 uint64_t hpt_optim_state_bytes(const hpt_gpt2_config *cfg, const hpt_adamw_opts *o) {
     if (check_opts(o) != HPT_OK || hpt_gpt2_config_check(cfg) != HPT_OK) return 0;
     layout L;
-    plan_layout(cfg, o, &L);
+    plan_layout(cfg, o, 0, &L);
     uint64_t s = 0;
     for (int i = 0; i < HPT_OPTIM_NUM_BUFS; i++) s += L.bytes[i];
     return s;
 }
 
-/* The engine's update of slice `slice` of a block (AdamW fp32; the worker's thread or ours). */
-static void eng_update(void *ctx, int slice, float *p, const float *g, float *m, float *v,
+/* Slice s of tensor i's state for moment base (B_M or B_V) with map. */
+static k_state slice_state(const hpt_optim *op, int i, size_t s, int base, const float *map) {
+    const tensor_layout *tl = &op->lay.t[i];
+    k_state st = {0};
+    if (!tl->q8) {
+        st.f32 = (float *)op->buf[base] + tl->f32_off + s * tl->sn;
+    } else {
+        st.codes = (uint8_t *)op->buf[base + 1] + tl->q_off + s * tl->sn;
+        st.absmax = (float *)op->buf[base + 2] + tl->sc_off + s * tl->sc_per;
+        st.map = map;
+        st.lut = k_q8_lut_of(map == op->map_signed); /* fast encoding of the same map */
+    }
+    return st;
+}
+
+/* The step of slice s of tensor i (its sn parameters p and gradients g) from this file's
+ * state; scale multiplies each gradient (clipping, accumulation's 1/K). */
+static void update_slice(hpt_optim *op, int i, size_t s, float *p, const float *g, float lr,
+                         float scale) {
+    const hpt_adamw_opts *o = &op->o;
+    const tensor_layout *tl = &op->lay.t[i];
+    size_t n = tl->sn;
+    const k_param kp = k_param_f32(p);
+    float wd = op->wd[i];
+    k_state m = slice_state(op, i, s, B_M, op->map_signed);
+    switch ((hpt_optim_kind)o->optimizer) {
+    case HPT_OPTIM_ADAMW:
+        if (m.f32) /* the reference path, unchanged */
+            k_adamw(p, g, m.f32, slice_state(op, i, s, B_V, NULL).f32, n, lr, o->beta1, o->beta2,
+                    o->eps, wd, scale, op->t);
+        else
+            k_adamw_q(kp, g, m, slice_state(op, i, s, B_V, op->map_unsigned), n, lr, o->beta1,
+                      o->beta2, o->eps, wd, scale, op->t);
+        break;
+    case HPT_OPTIM_LION:
+        k_lion(kp, g, m, n, lr, o->beta1, o->beta2, wd, scale);
+        break;
+    case HPT_OPTIM_SGD:
+        k_sgd(kp, g, m, n, lr, o->beta1, wd, scale);
+        break;
+    case HPT_OPTIM_ADAM_MINI:
+        k_adam_mini(kp, g, m, (float *)op->buf[B_V] + tl->v_off + s * (n / tl->row), n, tl->row,
+                    lr, o->beta1, o->beta2, o->eps, wd, scale, op->t);
+        break;
+    case HPT_OPTIM_COUNT:
+        break;
+    }
+}
+
+/* The engine's update of slice `slice` of block l (the worker's thread or ours): AdamW fp32 on
+ * the engine's m and v, or any optimizer on this file's state (m, v NULL). */
+static void eng_update(void *ctx, int l, int slice, float *p, const float *g, float *m, float *v,
                        size_t n) {
     hpt_optim *op = ctx;
     if (!op->armed) return; /* a backward outside a step's begin and end: gradients only */
     const hpt_adamw_opts *o = &op->o;
-    k_adamw(p, g, m, v, n, op->lr_now, o->beta1, o->beta2, o->eps,
-            op->wd[GPT2_FIRST_BLOCK_TENSOR + slice], op->scale_now, op->t);
+    int i = GPT2_FIRST_BLOCK_TENSOR + slice;
+    if (op->eng_homes)
+        k_adamw(p, g, m, v, n, op->lr_now, o->beta1, o->beta2, o->eps, op->wd[i], op->scale_now,
+                op->t);
+    else
+        update_slice(op, i, (size_t)l, p, g, op->lr_now, op->scale_now);
 }
 
 hpt_status hpt_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts *o,
@@ -200,30 +282,26 @@ hpt_status hpt_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts 
     op->model = model;
     op->o = *o;
     op->n = model->num_params;
-    plan_layout(&model->cfg, o, &op->lay);
+    op->eng_homes = model->eng && o->optimizer == HPT_OPTIM_ADAMW && state_bits(o) == 32;
+    plan_layout(&model->cfg, o, op->eng_homes, &op->lay);
     hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
     hpt_gpt2_tensors(&model->cfg, t);
     for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++)
         op->wd[i] = o->decay_all || t[i].is_matrix ? o->weight_decay : 0.0f;
-    if (model->eng) {
-        if (o->optimizer != HPT_OPTIM_ADAMW || state_bits(o) != 32) {
-            free(op);
-            return hpt_fail(HPT_ERR_UNSUPPORTED, "the offload engine and the fused update run "
-                            "AdamW with 32-bit state only (got %s with %d-bit state)",
-                            k_names[o->optimizer], state_bits(o));
-        }
-        /* m and v of the non-block tensors; the blocks' are the engine's */
-        memset(&op->lay, 0, sizeof op->lay);
-        op->lay.bytes[B_M] = op->lay.bytes[B_V] = model->n_flat * sizeof(float);
-    }
     k_q8_map(op->map_signed, 1);
     k_q8_map(op->map_unsigned, 0);
     hpt_status s = HPT_OK;
+    hpt_tier home = HPT_TIER_DEVICE;
+    if (model->eng) {
+        s = eng_check_optim(eng_opts(model->eng), op->eng_homes);
+        if (!op->eng_homes) home = eng_opts(model->eng)->optim;
+    }
     for (int i = 0; i < HPT_OPTIM_NUM_BUFS && s == HPT_OK; i++) {
         hpt_mem_set_name(mem, k_buf_names[i]);
-        s = hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_OPTIM, op->lay.bytes[i], &op->buf[i]);
+        op->tier[i] = op->home = home;
+        s = hpt_mem_alloc(mem, home, HPT_CAT_OPTIM, op->lay.bytes[i], &op->buf[i]);
     }
-    if (s == HPT_OK && model->eng) s = eng_attach_optim(model->eng, eng_update, op);
+    if (s == HPT_OK && model->eng) s = eng_attach_optim(model->eng, eng_update, op, op->eng_homes);
     if (s != HPT_OK) {
         hpt_optim_free(op);
         return hpt_fail_ctx(s, "allocating %s state", k_names[o->optimizer]);
@@ -262,29 +340,39 @@ hpt_status hpt_optim_set_tier(hpt_optim *op, hpt_tier tier) {
     return HPT_OK;
 }
 
-static int on_device(const hpt_optim *op) {
+static int at_home(const hpt_optim *op) {
     for (int i = 0; i < HPT_OPTIM_NUM_BUFS; i++)
-        if (op->tier[i] != HPT_TIER_DEVICE) return 0;
+        if (op->tier[i] != op->home) return 0;
     return 1;
 }
-hpt_tier hpt_optim_get_tier(const hpt_optim *op) { return on_device(op) ? HPT_TIER_DEVICE : HPT_TIER_HOST; }
+hpt_tier hpt_optim_get_tier(const hpt_optim *op) { return at_home(op) ? op->home : HPT_TIER_HOST; }
 
 int64_t hpt_optim_get_t(const hpt_optim *op) { return op->t; }
 void hpt_optim_set_t(hpt_optim *op, int64_t t) { op->t = t; }
 const hpt_adamw_opts *hpt_optim_get_opts(const hpt_optim *op) { return &op->o; }
+
+int optim_eng_homes(const hpt_optim *op) { return op->eng_homes; }
+
+int optim_q8_per_slice(const hpt_gpt2_config *c) {
+    size_t sn[GPT2_BLOCK_SLICES];
+    gpt2_block_slices(c, sn);
+    for (int i = 0; i < GPT2_BLOCK_SLICES && c->L > 1; i++)
+        if (sn[i] % K_Q8_BLOCK) return 1;
+    return 0;
+}
 
 static int full_fp32_adamw(const hpt_optim *op) {
     return op->o.optimizer == HPT_OPTIM_ADAMW && state_bits(&op->o) == 32 && !op->model->eng;
 }
 
 hpt_status optim_emit_moment(const hpt_optim *op, int which, gpt2_emit_fn emit, void *ctx) {
-    if (op->o.optimizer != HPT_OPTIM_ADAMW || state_bits(&op->o) != 32)
+    if (!op->eng_homes)
         return hpt_fail(HPT_ERR_INVALID, "optim_emit_moment: AdamW with 32-bit state only");
     return gpt2_emit(op->model, which ? EB_V : EB_M, op->buf[which ? B_V : B_M], emit, ctx);
 }
 
 hpt_status optim_absorb_moment(hpt_optim *op, int which, gpt2_read_fn read, void *ctx) {
-    if (op->o.optimizer != HPT_OPTIM_ADAMW || state_bits(&op->o) != 32)
+    if (!op->eng_homes)
         return hpt_fail(HPT_ERR_INVALID, "optim_absorb_moment: AdamW with 32-bit state only");
     return gpt2_absorb(op->model, which ? EB_V : EB_M, op->buf[which ? B_V : B_M], read, ctx);
 }
@@ -314,18 +402,13 @@ static double grad_sumsq(const hpt_optim *op) {
     return s;
 }
 
-/* AdamW on the non-block tensors of an engine's model (its flat buffers). */
+/* The non-block tensors of an engine's model (its flat buffers). */
 static void update_nonblock(hpt_optim *op, float lr, float scale) {
     hpt_gpt2 *model = op->model;
-    hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
-    hpt_gpt2_tensors(&model->cfg, t);
-    const hpt_adamw_opts *o = &op->o;
     for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) {
         if (gpt2_is_block_tensor(i)) continue;
         size_t off = gpt2_nonblock_offset(&model->cfg, i);
-        k_adamw(model->params + off, model->grads + off, (float *)op->buf[B_M] + off,
-                (float *)op->buf[B_V] + off, t[i].numel, lr, o->beta1, o->beta2, o->eps, op->wd[i],
-                scale, op->t);
+        update_slice(op, i, 0, model->params + off, model->grads + off, lr, scale);
     }
 }
 
@@ -362,21 +445,6 @@ void hpt_optim_state_buffers(const hpt_optim *op, hpt_optim_buf out[HPT_OPTIM_NU
                                  .name = k_buf_names[i]};
 }
 
-/* Tensor i's state for moment base (B_M or B_V) with map. */
-static k_state tensor_state(const hpt_optim *op, int i, int base, const float *map) {
-    const tensor_layout *tl = &op->lay.t[i];
-    k_state s = {0};
-    if (!tl->q8) {
-        s.f32 = (float *)op->buf[base] + tl->f32_off;
-    } else {
-        s.codes = (uint8_t *)op->buf[base + 1] + tl->q_off;
-        s.absmax = (float *)op->buf[base + 2] + tl->sc_off;
-        s.map = map;
-        s.lut = k_q8_lut_of(map == op->map_signed); /* fast encoding of the same map */
-    }
-    return s;
-}
-
 hpt_status hpt_optim_step(hpt_optim *op, float lr, float clip, float *grad_norm_out) {
     return hpt_optim_step_scaled(op, lr, clip, 1.0f, grad_norm_out);
 }
@@ -387,7 +455,7 @@ hpt_status hpt_optim_step(hpt_optim *op, float lr, float clip, float *grad_norm_
 hpt_status hpt_optim_step_scaled(hpt_optim *op, float lr, float clip, float grad_scale,
                                  float *grad_norm_out) {
     hpt_gpt2 *model = op->model;
-    if (!model->grads || !on_device(op))
+    if (!model->grads || !at_home(op))
         return hpt_fail(HPT_ERR_INVALID, "an optimizer step needs the gradients and the state on "
                         "the device (released or moved for a predict phase)");
     if (!(grad_scale > 0.0f) || !isfinite(grad_scale))
@@ -415,35 +483,11 @@ hpt_status hpt_optim_step_scaled(hpt_optim *op, float lr, float clip, float grad
     op->t++;
     hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
     hpt_gpt2_tensors(&model->cfg, t);
-    const hpt_adamw_opts *o = &op->o;
     for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) {
-        size_t off = t[i].offset, n = t[i].numel;
-        float *p = model->params + off;
-        const k_param kp = k_param_f32(p);
-        const float *g = model->grads + off;
-        float wd = o->decay_all || t[i].is_matrix ? o->weight_decay : 0.0f;
-        k_state m = tensor_state(op, i, B_M, op->map_signed);
-        switch ((hpt_optim_kind)o->optimizer) {
-        case HPT_OPTIM_ADAMW:
-            if (m.f32) /* the reference path, unchanged */
-                k_adamw(p, g, m.f32, tensor_state(op, i, B_V, NULL).f32, n, lr, o->beta1,
-                        o->beta2, o->eps, wd, scale, op->t);
-            else
-                k_adamw_q(kp, g, m, tensor_state(op, i, B_V, op->map_unsigned), n, lr, o->beta1,
-                          o->beta2, o->eps, wd, scale, op->t);
-            break;
-        case HPT_OPTIM_LION:
-            k_lion(kp, g, m, n, lr, o->beta1, o->beta2, wd, scale);
-            break;
-        case HPT_OPTIM_SGD:
-            k_sgd(kp, g, m, n, lr, o->beta1, wd, scale);
-            break;
-        case HPT_OPTIM_ADAM_MINI:
-            k_adam_mini(kp, g, m, (float *)op->buf[B_V] + op->lay.t[i].v_off, n, op->lay.t[i].row,
-                        lr, o->beta1, o->beta2, o->eps, wd, scale, op->t);
-            break;
-        case HPT_OPTIM_COUNT:
-            break;
+        const tensor_layout *tl = &op->lay.t[i];
+        for (size_t sl = 0; sl < tl->slices; sl++) {
+            size_t off = t[i].offset + sl * tl->sn;
+            update_slice(op, i, sl, model->params + off, model->grads + off, lr, scale);
         }
     }
     return HPT_OK;

@@ -40,7 +40,8 @@ hpt_plan_opts hpt_plan_defaults(void) {
 
 /* The optimizer's state, restated from optim.c's layout: per tensor, a moment costs 4 bytes per
  * value in fp32, or 1 byte per value plus a 4-byte scale per block of 256 values (blocks start
- * at each tensor's first value) in 8 bits; wte and wpe (the first two tensors) stay fp32 with
+ * at each slice's first value: a per-layer tensor has L slices, one per layer, any other
+ * tensor one) in 8 bits; wte and wpe (the first two tensors) stay fp32 with
  * state32_embeddings. AdamW keeps m and v, Lion and SGD m, Adam-mini m plus one fp32 v per
  * block: per row of C values (wte, wpe, qkvw, attprojw, fcw), of 4C (fcprojw), and per
  * per-layer vector (C; qkvb 3C; fcb 4C). HPT_ERR_INVALID for settings optim.c refuses. */
@@ -53,9 +54,9 @@ static hpt_status optim_bytes(const hpt_plan_opts *o, uint64_t *out) {
     hpt_gpt2_tensors(&o->cfg, t);
     uint64_t per_moment = 0, mini_v = 0, C = (uint64_t)o->cfg.C;
     for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) {
-        uint64_t n = t[i].numel;
+        uint64_t n = t[i].numel, slices = gpt2_is_block_tensor(i) ? (uint64_t)o->cfg.L : 1;
         int q8 = bits == 8 && !(o->state32_embeddings && i < 2);
-        per_moment += q8 ? n + (n + 255) / 256 * 4 : n * 4;
+        per_moment += q8 ? n + slices * ((n / slices + 255) / 256) * 4 : n * 4;
         uint64_t row = i == 5 ? 3 * C : (i == 11 || i == 12) ? 4 * C : C;
         mini_v += n / row * 4;
     }
@@ -133,13 +134,19 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     if (o->training) HPT_CHECK(optim_bytes(o, &dev[HPT_CAT_OPTIM])); /* hpt_optim_create */
     if (hpt_offload_active(&o->offload)) {
         HPT_CHECK(hpt_offload_check(&o->offload));
-        if (o->training && (o->optimizer != HPT_OPTIM_ADAMW || (o->state_bits && o->state_bits != 32)))
-            return hpt_fail(HPT_ERR_UNSUPPORTED, "the offload engine and the fused update run "
-                            "AdamW with 32-bit state only");
+        /* AdamW fp32: the blocks' m and v in the engine's homes; else the whole state in
+         * optim.c's buffers (above), in the optim home's tier (device or host) */
+        int mv_homes = o->optimizer == HPT_OPTIM_ADAMW && (o->state_bits == 0 || o->state_bits == 32);
+        if (o->training) HPT_CHECK(eng_check_optim(&o->offload, mv_homes));
         uint64_t nf = gpt2_nonblock_floats(c), eb[HPT_TIER_COUNT][HPT_CAT_COUNT];
         dev[HPT_CAT_PARAMS] = dev[HPT_CAT_GRADS] = nf * 4; /* hpt_gpt2_create_offload */
-        dev[HPT_CAT_OPTIM] = o->training ? 2 * nf * 4 : 0;  /* hpt_optim_create: m, v */
-        eng_bytes(&o->offload, c->L, gpt2_block_floats(c), o->training, eb); /* eng_create, attach */
+        if (mv_homes) {
+            dev[HPT_CAT_OPTIM] = o->training ? 2 * nf * 4 : 0; /* hpt_optim_create: m, v */
+        } else if (o->offload.optim != HPT_TIER_DEVICE) {
+            out->bytes[o->offload.optim][HPT_CAT_OPTIM] = dev[HPT_CAT_OPTIM];
+            dev[HPT_CAT_OPTIM] = 0;
+        }
+        eng_bytes(&o->offload, c->L, gpt2_block_floats(c), o->training, mv_homes, eb); /* eng_create, attach */
         for (int t = 0; t < HPT_TIER_COUNT; t++)
             for (int k = 0; k < HPT_CAT_COUNT; k++) out->bytes[t][k] += eb[t][k];
     }
@@ -348,7 +355,7 @@ hpt_status hpt_plan_check_budget(const hpt_plan_opts *o, uint64_t budget_bytes,
     alt[3].act.recompute = HPT_RECOMPUTE_SELECTIVE;
     alt[3].act.offload = HPT_OFFLOAD_HOST;
     alt[3].act.compress = HPT_COMPRESS_INT8;
-    for (int i = 5; i < N_ALT; i++) { /* the offload engine: AdamW with 32-bit state */
+    for (int i = 5; i < N_ALT; i++) { /* the offload engine (host, disk: AdamW fp32 only) */
         alt[i].offload = hpt_offload_defaults();
         alt[i].offload.fused = 1;
         alt[i].offload.params = alt[i].offload.optim = i == 5 ? HPT_TIER_DEVICE
