@@ -24,7 +24,7 @@
  *      |                                                         DIRTY   queued, or | write-back
  *      |   choose_slot (evict: the queued write-back runs first;   |  done and its  | done)
  *      +---------- FIFO orders any later load after it) -----------+  write-back    |
- *                                                                  |  queued) ------+
+ *      |                                                           |  queued) ------+
  *      |
  *      |   eng_stream_update (exact mode: slots invalidated, then per block:
  *      |   read into staging -> update -> WRITING_BACK queued -> reap -> HOME)
