@@ -563,6 +563,10 @@ hpt_status hpt_optim_fused_end(hpt_optim *o, float *grad_norm_out);
 hpt_status hpt_optim_set_tier(hpt_optim *o, hpt_tier tier);
 hpt_tier hpt_optim_get_tier(const hpt_optim *o); /* DEVICE when every buffer is there */
 int64_t hpt_optim_get_t(const hpt_optim *o); /* steps taken */
+/* The fused update's previous gradient norm (its clip factor's source; 0: none yet), which the
+ * training state saves so a resumed fused run clips its first step as the uninterrupted one. */
+float hpt_optim_get_prev_norm(const hpt_optim *o);
+void hpt_optim_set_prev_norm(hpt_optim *o, float norm);
 void hpt_optim_set_t(hpt_optim *o, int64_t t);
 const hpt_adamw_opts *hpt_optim_get_opts(const hpt_optim *o);
 /* AdamW with 32-bit state only (else NULL): the moments, (num_params) floats each;

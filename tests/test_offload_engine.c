@@ -290,6 +290,30 @@ static void test_optimizers(void) {
         }
         free(ref.params);
     }
+    /* fused with clipping active (the previous step's norm): saved at step 8 and resumed, the
+     * uninterrupted run's bits (the norm travels in the checkpoint) */
+    hpt_train_opts a = opts(0.05f), b;
+    a.offload = fused[0];
+    run_out whole;
+    run(&a, &whole, "fused, clip 0.05");
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/fused_clip_resume", t_tmpdir());
+    hpt_mem *mem;
+    CHECK_OK(hpt_mem_create(&mem));
+    a.save_dir = dir;
+    float losses[STEPS];
+    t_train_run(mem, &a, 8, losses, NULL, NULL);
+    b = a;
+    b.save_dir = NULL;
+    b.resume = dir;
+    float *p = calloc(whole.n, sizeof(float));
+    t_train_run(mem, &b, 0, losses, NULL, p);
+    CHECK_MSG(memcmp(p, whole.params, whole.n * sizeof(float)) == 0 &&
+              memcmp(losses + 8, whole.losses + 8, (STEPS - 8) * sizeof(float)) == 0,
+              "fused with clipping: saved at step 8 and resumed, not the uninterrupted run's bits");
+    free(p);
+    free(whole.params);
+    hpt_mem_destroy(mem);
 }
 
 /* (d) */

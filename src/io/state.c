@@ -6,7 +6,8 @@
  *   int64 fields[32]: L C NH V Vp maxT | lr beta1 beta2 eps wd (float bits) decay_all |
  *                     step shard offset rng total_steps B T | optim_t | num_params |
  *                     optimizer state_bits state32_embeddings | accum (0 in files written
- *                     before accumulation: read as 1) | 0...
+ *                     before accumulation: read as 1) | the fused update's previous gradient
+ *                     norm (float bits; 0: none) | 0...
  *   float params[n]; then the optimizer's state buffers in hpt_optim_state_buffers' order
  *   (m fp32, m codes, m scales, v fp32, v codes, v scales; empty ones take no bytes), whose
  *   sizes follow from the shape and fields 21-23 (hpt_optim_state_bytes)
@@ -70,7 +71,7 @@ hpt_status hpt_state_save_sections(const char *path, const hpt_gpt2 *model, cons
                           pos->total_steps, pos->B, pos->T,
                           hpt_optim_get_t(opt), (int64_t)model->num_params, ao->optimizer,
                           ao->state_bits == 0 ? 32 : ao->state_bits, ao->state32_embeddings,
-                          pos->accum > 1 ? pos->accum : 1};
+                          pos->accum > 1 ? pos->accum : 1, fbits(hpt_optim_get_prev_norm(opt))};
     uint32_t ver[2] = {STATE_VERSION, NFIELDS};
     size_t nb = model->num_params * sizeof(float);
     const hpt_adamw_opts *oo = hpt_optim_get_opts(opt);
@@ -322,6 +323,7 @@ static hpt_status load_state(const char *path, hpt_mem *mem, const hpt_offload_o
     }
     *n_sec_out = n_sec;
     hpt_optim_set_t(o, f[19]);
+    hpt_optim_set_prev_norm(o, bitsf(f[25])); /* 0 in files before it was saved */
     *ao_out = ao;
     /* Field by field after a memset: the struct has tail padding, and callers compare it
      * with memcmp. */

@@ -347,6 +347,8 @@ static int at_home(const hpt_optim *op) {
 }
 hpt_tier hpt_optim_get_tier(const hpt_optim *op) { return at_home(op) ? op->home : HPT_TIER_HOST; }
 
+float hpt_optim_get_prev_norm(const hpt_optim *op) { return op->prev_norm; }
+void hpt_optim_set_prev_norm(hpt_optim *op, float norm) { op->prev_norm = norm; }
 int64_t hpt_optim_get_t(const hpt_optim *op) { return op->t; }
 void hpt_optim_set_t(hpt_optim *op, int64_t t) { op->t = t; }
 const hpt_adamw_opts *hpt_optim_get_opts(const hpt_optim *op) { return &op->o; }
