@@ -19,14 +19,7 @@
 static char g_train[512];
 
 static void make_shard(void) {
-    uint16_t toks[4000];
-    uint32_t x = 777;
-    for (int i = 0; i < 4000; i++) {
-        x = x * 1103515245u + 12345u;
-        toks[i] = (uint16_t)((x >> 16) % 17 + (i % 3) * 7);
-    }
-    snprintf(g_train, sizeof g_train, "%s/train_000000.bin", t_tmpdir());
-    CHECK_OK(hpt_shard_write(g_train, toks, 4000));
+    t_make_shards(777, 17, 3, 7, 4000, 0, g_train, NULL);
 }
 
 static double max_abs_diff(const float *a, const float *b, size_t n) {

@@ -39,14 +39,7 @@ static char g_train[512];
 static char g_disk[512];
 
 static void make_shard(void) {
-    uint16_t toks[6000];
-    uint32_t x = 4242;
-    for (int i = 0; i < 6000; i++) {
-        x = x * 1103515245u + 12345u;
-        toks[i] = (uint16_t)((x >> 16) % 23 + (i % 5) * 8);
-    }
-    snprintf(g_train, sizeof g_train, "%s/train_000000.bin", t_tmpdir());
-    CHECK_OK(hpt_shard_write(g_train, toks, 6000));
+    t_make_shards(4242, 23, 5, 8, 6000, 0, g_train, NULL);
     snprintf(g_disk, sizeof g_disk, "%s/offload", t_tmpdir());
 }
 

@@ -336,16 +336,7 @@ static void test_8bit_vs_32bit(hpt_mem *mem) {
 static char g_train[512], g_val[512];
 
 static void make_shards(void) {
-    uint16_t toks[3000];
-    uint32_t x = 12345;
-    for (int i = 0; i < 3000; i++) {
-        x = x * 1103515245u + 12345u;
-        toks[i] = (uint16_t)((x >> 16) % 17 + (i % 3) * 7);
-    }
-    snprintf(g_train, sizeof g_train, "%s/train_000000.bin", t_tmpdir());
-    snprintf(g_val, sizeof g_val, "%s/val_000000.bin", t_tmpdir());
-    CHECK_OK(hpt_shard_write(g_train, toks, 2500));
-    CHECK_OK(hpt_shard_write(g_val, toks + 2500, 500));
+    t_make_shards(12345, 17, 3, 7, 2500, 500, g_train, g_val);
 }
 
 static hpt_train_opts train_opts(const hpt_adamw_opts *ao, const char *save, const char *resume) {

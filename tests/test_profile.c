@@ -20,16 +20,7 @@
 static char g_train[512], g_val[512];
 
 static void make_shards(void) {
-    uint16_t toks[3000];
-    uint32_t x = 777;
-    for (int i = 0; i < 3000; i++) {
-        x = x * 1103515245u + 12345u;
-        toks[i] = (uint16_t)((x >> 16) % VOCAB);
-    }
-    snprintf(g_train, sizeof g_train, "%s/train_000000.bin", t_tmpdir());
-    snprintf(g_val, sizeof g_val, "%s/val_000000.bin", t_tmpdir());
-    CHECK_OK(hpt_shard_write(g_train, toks, 2500));
-    CHECK_OK(hpt_shard_write(g_val, toks + 2500, 500));
+    t_make_shards(777, VOCAB, 1, 0, 2500, 500, g_train, g_val);
 }
 
 static hpt_train_opts opts(void) {

@@ -32,16 +32,7 @@
 static char g_train[512], g_val[512];
 
 static void make_shards(void) {
-    uint16_t toks[6000];
-    uint32_t x = 4242;
-    for (int i = 0; i < 6000; i++) {
-        x = x * 1103515245u + 12345u;
-        toks[i] = (uint16_t)((x >> 16) % 17 + (i % 3) * 7); /* learnable structure, < V */
-    }
-    snprintf(g_train, sizeof g_train, "%s/train_000000.bin", t_tmpdir());
-    snprintf(g_val, sizeof g_val, "%s/val_000000.bin", t_tmpdir());
-    CHECK_OK(hpt_shard_write(g_train, toks, 5000));
-    CHECK_OK(hpt_shard_write(g_val, toks + 5000, 1000));
+    t_make_shards(4242, 17, 3, 7, 5000, 1000, g_train, g_val);
 }
 
 /* ---- (a) ---- */

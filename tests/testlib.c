@@ -114,3 +114,24 @@ uint64_t t_device_live(const hpt_mem *mem) {
     for (int c = 0; c < HPT_CAT_COUNT; c++) live += st.live_bytes[HPT_TIER_DEVICE][c];
     return live;
 }
+
+void t_make_shards(uint32_t seed, int mod, int period, int stride, size_t n_train, size_t n_val,
+                   char train[512], char val[512]) {
+    uint16_t *toks = malloc((n_train + n_val) * sizeof *toks);
+    if (!toks) {
+        CHECK(toks != NULL);
+        return;
+    }
+    uint32_t x = seed;
+    for (size_t i = 0; i < n_train + n_val; i++) {
+        x = x * 1103515245u + 12345u;
+        toks[i] = (uint16_t)((int)((x >> 16) % (uint32_t)mod) + (int)(i % (size_t)period) * stride);
+    }
+    snprintf(train, 512, "%s/train_000000.bin", t_tmpdir());
+    CHECK_OK(hpt_shard_write(train, toks, n_train));
+    if (n_val) {
+        snprintf(val, 512, "%s/val_000000.bin", t_tmpdir());
+        CHECK_OK(hpt_shard_write(val, toks + n_train, n_val));
+    }
+    free(toks);
+}

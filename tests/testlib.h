@@ -43,6 +43,12 @@ void t_sgd_steps(hpt_gpt2 *m, int B, int T, int steps, float *losses);
 /* After a training pass at (B, T): a forward without targets at (B, T), then a forward and
  * backward at (1, 17), which replans the arena (T of the model >= 17). */
 void t_replan(hpt_gpt2 *m, int B, int T);
+/* Synthetic token shards with learnable structure: token i = (x_i >> 16) % mod + (i % period)
+ * * stride, x the LCG x = x * 1103515245 + 12345 from seed. The first n_train tokens go to
+ * <tmp>/train_000000.bin (its path into train), the next n_val (if any) to
+ * <tmp>/val_000000.bin (into val, which may be NULL when n_val is 0). */
+void t_make_shards(uint32_t seed, int mod, int period, int stride, size_t n_train, size_t n_val,
+                   char train[512], char val[512]);
 /* Bytes live on the device tier, all categories. */
 uint64_t t_device_live(const hpt_mem *mem);
 
