@@ -58,4 +58,16 @@ int cli_parse_offload_flag(const char *cmd, int opt, const char *arg, hpt_offloa
 /* Reads a whole file (or stdin for "-") into a malloc'd buffer. */
 int cli_read_file(const char *path, char **data_out, size_t *len_out);
 
+/* The offload engine's flags, as `train` and `estimate` describe them. */
+#define CLI_HELP_OFFLOAD \
+    "  --offload SPEC       none (default), host, disk (needs --offload-dir) or\n" \
+    "                       params=T,grads=T,optim=T (T device, host, disk): the blocks' weights,\n" \
+    "                       gradients and optimizer state live there and stream through the\n" \
+    "                       device block by block (docs/offload.md); exact\n" \
+    "  --max-active-layers K  blocks' weights on the device at once (default 2)\n" \
+    "  --prefetch P         blocks loaded ahead of the one computing, P < K (default 1)\n" \
+    "  --fused-update       update each block as soon as its gradients are complete (gradient\n" \
+    "                       memory of one block, two with --offload); clipping uses the\n" \
+    "                       previous step's norm\n"
+
 #endif
