@@ -48,11 +48,12 @@ int cli_load_tokenizer(const char *path, int need_encode, hpt_tokenizer **out);
 /* Parses one of those flags into act: 0, or a usage error's exit status (2). */
 int cli_parse_act_flag(const char *cmd, int opt, const char *arg, hpt_gpt2_act_opts *act);
 /* Option values of the offload engine's flags (--offload, --max-active-layers, --prefetch,
- * --fused-update), shared by train and estimate. */
+ * --fused-update, --weights), shared by train and estimate. */
 #define CLI_OPT_OFFLOAD 1501
 #define CLI_OPT_MAX_ACTIVE 1502
 #define CLI_OPT_PREFETCH 1503
 #define CLI_OPT_FUSED 1504
+#define CLI_OPT_WEIGHTS 1505
 /* Parses one of those flags into o: 0, or a usage error's exit status (2). */
 int cli_parse_offload_flag(const char *cmd, int opt, const char *arg, hpt_offload_opts *o);
 /* Reads a whole file (or stdin for "-") into a malloc'd buffer. */

@@ -69,6 +69,10 @@ static const char k_help[] =
     "  --prefetch P         blocks loaded ahead of the one computing, P < K (default 1)\n"
     "  --fused-update       update each block as soon as its gradients are complete (gradient\n"
     "                       memory of two blocks); clipping uses the previous step's norm\n"
+    "  --weights W          fp32 (default), bf16-sr or bf16-kahan: the blocks' weights kept in\n"
+    "                       bf16 (2 bytes, Kahan 4 with its compensation), widened to fp32 to\n"
+    "                       compute, updated with stochastic rounding or Kahan compensation\n"
+    "                       (uses the engine; not with params=disk; docs/optimizers.md)\n"
     "  --optimizer K        adamw (default), lion, adam-mini or sgd (docs/optimizers.md; Lion\n"
     "                       wants a 3-10x smaller --lr than AdamW, SGD a far larger one)\n"
     "  --state-bits N       optimizer state in 32 (default) or 8 bits (block-wise quantised)\n"
@@ -197,6 +201,7 @@ int cmd_train(int argc, char **argv) {
         {"accum", 1, 0, 1301}, {"host-memory", 1, 0, 1201}, {"disk-memory", 1, 0, 1202}, {"offload-dir", 1, 0, 1203},
         {"offload", 1, 0, CLI_OPT_OFFLOAD}, {"max-active-layers", 1, 0, CLI_OPT_MAX_ACTIVE},
         {"prefetch", 1, 0, CLI_OPT_PREFETCH}, {"fused-update", 0, 0, CLI_OPT_FUSED},
+        {"weights", 1, 0, CLI_OPT_WEIGHTS},
         {"schedule", 1, 0, 1701}, {"warmup-steps", 1, 0, 1702},
         {"full-steps", 1, 0, 1703}, {"max-predict-steps", 1, 0, 1704}, {"confidence", 1, 0, 1705},
         {"correct-steps", 1, 0, 1706}, {"predictor", 1, 0, 1707}, {"check-every", 1, 0, 1708},
@@ -256,7 +261,8 @@ int cmd_train(int argc, char **argv) {
         case CLI_OPT_ATTENTION: case CLI_OPT_RECOMPUTE: case CLI_OPT_ACT_OFFLOAD:
         case CLI_OPT_ACT_COMPRESS: case CLI_OPT_HEAD_CHUNK: r = cli_parse_act_flag("train", c, optarg, &o.act); break;
         case CLI_OPT_OFFLOAD: case CLI_OPT_MAX_ACTIVE: case CLI_OPT_PREFETCH:
-        case CLI_OPT_FUSED: r = cli_parse_offload_flag("train", c, optarg, &o.offload); break;
+        case CLI_OPT_FUSED:
+        case CLI_OPT_WEIGHTS: r = cli_parse_offload_flag("train", c, optarg, &o.offload); break;
         case 'A': r = cli_parse_long("train", "--stop-at", optarg, 1, 1L << 40, &stop_at); break;
         case 1101:
             if (hpt_optim_parse(optarg, &kind) != HPT_OK)
