@@ -5,7 +5,9 @@
  * the model made with the offload engine, everything on the device; gradients only for wte,
  * wpe, the final layernorm and one block's slot). Also the unfused optimizer step's time per
  * parameter on random gradients (median of a few steps; a fused step runs inside the
- * backward and is not timed here). Usage: bench_optim [SHAPE] [--steps N]. */
+ * backward and is not timed here). Last, AdamW fused with the blocks' weights in bf16
+ * (--weights bf16-sr, bf16-kahan: 2 or 4 bytes per block weight; wte, wpe, lnf stay fp32).
+ * Usage: bench_optim [SHAPE] [--steps N]. */
 #include "hptrain.h"
 
 #include <stdio.h>
@@ -15,6 +17,59 @@
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+/* One table row: a model (with the engine when f) and its optimizer in a fresh hpt_mem. */
+static int row(const hpt_gpt2_config *cfg, const hpt_offload_opts *f, int k, int bits, int emb,
+               int steps) {
+    hpt_mem *mem;
+    hpt_gpt2 *m;
+    hpt_optim *o;
+    if (hpt_mem_create(&mem) != HPT_OK || hpt_gpt2_create_offload(mem, cfg, f, &m) != HPT_OK) {
+        fprintf(stderr, "bench_optim: %s\n", hpt_last_error());
+        return 1;
+    }
+    hpt_adamw_opts ao = hpt_optim_defaults((hpt_optim_kind)k);
+    ao.state_bits = bits;
+    ao.state32_embeddings = emb;
+    if (hpt_optim_create(mem, m, &ao, &o) != HPT_OK) {
+        fprintf(stderr, "bench_optim: %s\n", hpt_last_error());
+        return 1;
+    }
+    hpt_mem_stats st;
+    hpt_mem_get_stats(mem, &st);
+    double n = (double)hpt_gpt2_get_num_params(m);
+    const uint64_t *live = st.live_bytes[HPT_TIER_DEVICE];
+    double p = (double)live[HPT_CAT_PARAMS] / n, g = (double)live[HPT_CAT_GRADS] / n,
+           s = (double)live[HPT_CAT_OPTIM] / n;
+    char tm[32] = "-";
+    if (!f) { /* time: random gradients, the step at a tiny lr */
+        float *gr = hpt_gpt2_grads(m);
+        uint32_t x = 1u;
+        for (size_t i = 0; i < (size_t)n; i++) {
+            x = x * 1664525u + 1013904223u;
+            gr[i] = ((float)(x >> 8) / 16777216.0f - 0.5f) * 1e-3f;
+        }
+        double t[64];
+        for (int i = 0; i < steps; i++) {
+            double t0 = hpt_now();
+            hpt_optim_step(o, 1e-6f, 0.0f, NULL);
+            t[i] = hpt_now() - t0;
+        }
+        qsort(t, (size_t)steps, sizeof t[0], cmp_double);
+        snprintf(tm, sizeof tm, "%.2f", t[steps / 2] / n * 1e9);
+    }
+    char wb[48] = "";
+    if (f && f->weights != HPT_BW_FP32)
+        snprintf(wb, sizeof wb, ", %s weights",
+                 hpt_block_weights_name((hpt_block_weights)f->weights));
+    printf("| %s | %d-bit%s%s%s | %.3f | %.3f | %.3f | %.3f | %s |\n",
+           hpt_optim_name((hpt_optim_kind)k), bits, emb ? " (wte, wpe 32-bit)" : "",
+           f ? ", fused" : "", wb, p, g, s, p + g + s, tm);
+    hpt_optim_free(o);
+    hpt_gpt2_free(m);
+    hpt_mem_destroy(mem);
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -38,52 +93,14 @@ int main(int argc, char **argv) {
     hpt_offload_opts fused = hpt_offload_defaults();
     fused.fused = 1;
     for (int r = 0; r < 2 * HPT_OPTIM_COUNT; r++) /* unfused rows, then fused rows */
-        for (int w = 0; w < 3; w++) {
-            int f = r / HPT_OPTIM_COUNT, k = r % HPT_OPTIM_COUNT;
-            hpt_mem *mem;
-            hpt_gpt2 *m;
-            hpt_optim *o;
-            if (hpt_mem_create(&mem) != HPT_OK ||
-                hpt_gpt2_create_offload(mem, &cfg, f ? &fused : NULL, &m) != HPT_OK) {
-                fprintf(stderr, "bench_optim: %s\n", hpt_last_error());
+        for (int w = 0; w < 3; w++)
+            if (row(&cfg, r / HPT_OPTIM_COUNT ? &fused : NULL, r % HPT_OPTIM_COUNT, bits[w], emb[w],
+                    steps))
                 return 1;
-            }
-            hpt_adamw_opts ao = hpt_optim_defaults((hpt_optim_kind)k);
-            ao.state_bits = bits[w];
-            ao.state32_embeddings = emb[w];
-            if (hpt_optim_create(mem, m, &ao, &o) != HPT_OK) {
-                fprintf(stderr, "bench_optim: %s\n", hpt_last_error());
-                return 1;
-            }
-            hpt_mem_stats st;
-            hpt_mem_get_stats(mem, &st);
-            double n = (double)hpt_gpt2_get_num_params(m);
-            const uint64_t *live = st.live_bytes[HPT_TIER_DEVICE];
-            double p = (double)live[HPT_CAT_PARAMS] / n, g = (double)live[HPT_CAT_GRADS] / n,
-                   s = (double)live[HPT_CAT_OPTIM] / n;
-            char tm[32] = "-";
-            if (!f) { /* time: random gradients, the step at a tiny lr */
-                float *gr = hpt_gpt2_grads(m);
-                uint32_t x = 1u;
-                for (size_t i = 0; i < (size_t)n; i++) {
-                    x = x * 1664525u + 1013904223u;
-                    gr[i] = ((float)(x >> 8) / 16777216.0f - 0.5f) * 1e-3f;
-                }
-                double t[64];
-                for (int i = 0; i < steps; i++) {
-                    double t0 = hpt_now();
-                    hpt_optim_step(o, 1e-6f, 0.0f, NULL);
-                    t[i] = hpt_now() - t0;
-                }
-                qsort(t, (size_t)steps, sizeof t[0], cmp_double);
-                snprintf(tm, sizeof tm, "%.2f", t[steps / 2] / n * 1e9);
-            }
-            printf("| %s | %d-bit%s%s | %.3f | %.3f | %.3f | %.3f | %s |\n",
-                   hpt_optim_name((hpt_optim_kind)k), bits[w], emb[w] ? " (wte, wpe 32-bit)" : "",
-                   f ? ", fused" : "", p, g, s, p + g + s, tm);
-            hpt_optim_free(o);
-            hpt_gpt2_free(m);
-            hpt_mem_destroy(mem);
+    for (int w = HPT_BW_BF16_SR; w <= HPT_BW_BF16_KAHAN; w++) /* AdamW, fused, bf16 weights */
+        for (int b = 0; b < 2; b++) {
+            fused.weights = w;
+            if (row(&cfg, &fused, HPT_OPTIM_ADAMW, bits[b], 0, steps)) return 1;
         }
     return 0;
 }

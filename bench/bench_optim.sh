@@ -7,7 +7,9 @@
 # THREADS=N the training threads; SKIP_BYTES=1 skips part 1, to run config lists side by side)
 # A config is NAME:OPTIMIZER:BITS[:emb]:LR[:WD], e.g. adamw8:adamw:8:2e-3; a NAME ending in
 # -fused runs with --fused-update (each block updated in its backward; clipping by the previous
-# step's norm), e.g. adamw8-fused:adamw:8:2e-3.
+# step's norm), e.g. adamw8-fused:adamw:8:2e-3; a NAME ending in -fused-bf16-sr or
+# -fused-bf16-kahan also keeps the blocks' weights in bf16 (--weights), e.g.
+# adamw32-fused-bf16-sr:adamw:32:2e-3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD:-build}
@@ -49,7 +51,11 @@ for c in "${configs[@]}"; do
   emb=""
   if [ "$a" = emb ]; then emb=--state-32bit-embeddings; lr=$b; wd=${c2:-0.1}; else lr=$a; wd=${b:-0.1}; fi
   fused=""
-  case "$name" in *-fused) fused=--fused-update ;; esac
+  case "$name" in
+    *-fused) fused=--fused-update ;;
+    *-fused-bf16-sr) fused="--fused-update --weights bf16-sr" ;;
+    *-fused-bf16-kahan) fused="--fused-update --weights bf16-kahan" ;;
+  esac
   t0=$(date +%s)
   "$build/hptrain" train --model "$model" --data "$data/train_*.bin" --val "$data/val_*.bin" \
     --batch 4 --seq 32 --steps "$steps" --lr "$lr" --warmup 100 --weight-decay "$wd" \
@@ -60,5 +66,5 @@ for c in "${configs[@]}"; do
   ob=$(grep -o 'optim [ 0-9.]*MiB' "$out/$name.txt" | tail -1 | sed 's/optim *//')
   [ -z "$base" ] && [ "$name" = adamw32 ] && base=$vl
   rel=$([ -n "$base" ] && python3 -c "print('%+.2f%%' % (100*($vl-$base)/$base))" || echo -)
-  echo "| $name | $opt | $bits-bit${emb:+ (wte, wpe 32-bit)}${fused:+, fused} | $lr | $wd | $vl | $rel | $ob | $((t1 - t0)) |"
+  echo "| $name | $opt | $bits-bit${emb:+ (wte, wpe 32-bit)}${fused:+, fused}${fused#--fused-update} | $lr | $wd | $vl | $rel | $ob | $((t1 - t0)) |"
 done | tee -a "$out/losses.md"

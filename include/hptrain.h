@@ -403,11 +403,26 @@ size_t hpt_gpt2_activation_bytes(const hpt_gpt2_config *cfg, int B, int T,
  * *_load_offload calls) in the same formats as without the engine. Gradient accumulation works in exact mode (a later
  * micro-batch's backward adds to the block's gradients brought back from their home), not
  * with the fused update. */
+/* The precision of the blocks' weights at their home (hpt_offload_opts.weights; training's
+ * counterpart of inference's hpt_weights). bf16 homes
+ * (device or host; disk is HPT_ERR_UNSUPPORTED) hold 2 bytes per weight, Kahan 2 more (the
+ * compensation, bf16); acquiring a block widens it into an fp32 device slot, so compute stays
+ * fp32, and the optimizer's update rewrites the home: stochastic rounding (SR; the noise is a
+ * hash of the step and the element) or round to nearest plus the compensation (Kahan). The
+ * embeddings and the final layer norm stay fp32. Checkpoints stay fp32: the weights are widened
+ * when saved and rounded to nearest when loaded (exact for a bf16 run's own checkpoint; the
+ * Kahan compensation is not saved, so `hptrain train` refuses --resume with bf16-kahan). Any
+ * value but FP32 makes the engine active. */
+typedef enum { HPT_BW_FP32 = 0, HPT_BW_BF16_SR, HPT_BW_BF16_KAHAN, HPT_BW_COUNT } hpt_block_weights;
+/* "fp32" | "bf16-sr" | "bf16-kahan" into *out. */
+hpt_status hpt_block_weights_parse(const char *text, hpt_block_weights *out);
+const char *hpt_block_weights_name(hpt_block_weights w);
 typedef struct {
     hpt_tier params, grads, optim; /* homes; all DEVICE and fused 0: no engine (the default) */
     int max_active;                /* K >= 1 device slots of block parameters */
     int prefetch;                  /* P, 0 <= P < K: blocks loaded ahead of the one computing */
     int fused;
+    int weights;                   /* hpt_block_weights: the blocks' weights' home precision */
 } hpt_offload_opts;
 hpt_offload_opts hpt_offload_defaults(void);  /* all DEVICE, K 2, P 1, not fused */
 int hpt_offload_active(const hpt_offload_opts *o);

@@ -125,6 +125,9 @@ else bad "8-bit Lion resume: $(cat "$tmp/err")"; fi
 expect_error "bad optimizer" "unknown optimizer" train --steps 1 --optimizer adam
 expect_error "bad state bits" "32 or 8" train --steps 1 --state-bits 4
 expect_error "emb32 without 8 bits" "state-bits 8" train --steps 1 --state-32bit-embeddings
+expect_error "bad weights" "bf16-sr" train --steps 1 --weights bf16
+expect_error "kahan resume" "Kahan compensation" train --steps 1 --weights bf16-kahan --resume "$tmp/nothing"
+expect_error "bf16 weights on disk" "device or the host" train --steps 1 --weights bf16-sr --offload params=disk --offload-dir "$tmp"
 
 # --- gradient accumulation: --accum 2 split by --stop-at resumes bit-identically; bad K refused ---
 expect_error "accum 0" "accum expects" train --steps 1 --accum 0

@@ -15,8 +15,9 @@
 #include <string.h>
 
 /* updates: p += g (g is 1 everywhere), m += 1, v += 2 */
-static void upd(void *ctx, int l, int slice, float *p, const float *g, float *m, float *v,
+static void upd(void *ctx, int l, int slice, k_param kp, const float *g, float *m, float *v,
                 size_t n) {
+    float *p = kp.f32;
     (void)l;
     (void)ctx;
     (void)slice;

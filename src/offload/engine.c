@@ -13,6 +13,11 @@
  * mv_homes 0, src/optim/optim.c), and its update callback gets the block's index and NULL m,
  * v; with state on the host the updates run on the worker like those of host-homed m, v.
  *
+ * bf16 weights (o.weights, HPT_BW_*): P's home is bf16 (wh; Kahan's compensation in wc), in
+ * memory only; a load widens it into the block's fp32 slot (device homes have slots too: no
+ * zero copy), the update callback gets the home itself as a k_param and rounds into it, and
+ * the slot is widened again from it where fp32 weights would be written back.
+ *
  * Residency of a block's parameters (res[l]); every transition is made by the compute thread,
  * in the function named:
  *
@@ -49,6 +54,7 @@
 #include "offload/engine.h"
 #include "core/core.h"
 #include "kernels/kernels.h"
+#include "kernels/cpu/bf16.h"
 #include "mem/mem_int.h"
 
 #include <omp.h>
@@ -80,7 +86,11 @@ struct offload_engine {
     size_t stride;             /* floats between blocks: bn rounded up to 4096 bytes */
     hpt_tier tier[EB_COUNT];
     int has[EB_COUNT];         /* the home exists */
-    float *home[EB_COUNT];     /* (L, stride) memory homes */
+    float *home[EB_COUNT];     /* (L, stride) memory homes (P: NULL with bf16 weights) */
+    int bf;                    /* HPT_BW_*: bf16 weights keep P in wh (and wc, Kahan) */
+    size_t hstride;            /* bf16 values between blocks: bn rounded up to 4096 bytes */
+    uint16_t *wh, *wc;         /* (L, hstride) bf16 weights; their compensation (Kahan) */
+    int zc;                    /* P's home is the fp32 device slot itself (zero copy) */
     hpt_disk_ref disk[EB_COUNT];
     /* parameter slots (P not device-homed) */
     int K;
@@ -128,7 +138,17 @@ static size_t round_floats(size_t n) {
     return b / sizeof(float);
 }
 
+static size_t round_halves(size_t n) {
+    return (n * sizeof(uint16_t) + ALIGN_BYTES - 1) / ALIGN_BYTES * ALIGN_BYTES / sizeof(uint16_t);
+}
+
+/* The blocks' weights are used in place: fp32 on the device (bf16 ones are widened into slots). */
+static int zero_copy(const hpt_offload_opts *o) {
+    return o->params == HPT_TIER_DEVICE && o->weights == HPT_BW_FP32;
+}
+
 static int is_sync(const hpt_offload_opts *o) {
+    if (!zero_copy(o)) return 0;
     if (o->fused)
         return o->params == HPT_TIER_DEVICE && o->optim == HPT_TIER_DEVICE;
     return o->grads == HPT_TIER_DEVICE && o->params == HPT_TIER_DEVICE &&
@@ -151,8 +171,11 @@ void eng_bytes(const hpt_offload_opts *o, int L, size_t block_floats, int traini
                uint64_t out[HPT_TIER_COUNT][HPT_CAT_COUNT]) {
     memset(out, 0, sizeof(uint64_t) * HPT_TIER_COUNT * HPT_CAT_COUNT);
     uint64_t sb = (uint64_t)round_floats(block_floats) * sizeof(float), home = (uint64_t)L * sb;
-    out[o->params][HPT_CAT_PARAMS] += home;
-    if (o->params != HPT_TIER_DEVICE) out[HPT_TIER_DEVICE][HPT_CAT_PARAMS] += (uint64_t)o->max_active * sb;
+    uint64_t hhome = (uint64_t)L * round_halves(block_floats) * sizeof(uint16_t);
+    if (o->weights == HPT_BW_FP32) out[o->params][HPT_CAT_PARAMS] += home;
+    else /* bf16 weights, and their bf16 compensation with Kahan */
+        out[o->params][HPT_CAT_PARAMS] += hhome * (o->weights == HPT_BW_BF16_KAHAN ? 2u : 1u);
+    if (!zero_copy(o)) out[HPT_TIER_DEVICE][HPT_CAT_PARAMS] += (uint64_t)o->max_active * sb;
     if (!o->fused) out[o->grads][HPT_CAT_GRADS] += home;
     out[HPT_TIER_DEVICE][HPT_CAT_GRADS] += (uint64_t)n_gslots(o) * sb;
     if (!training) return;
@@ -170,12 +193,29 @@ hpt_status eng_check_optim(const hpt_offload_opts *o, int mv_homes) {
 
 /* ---- worker ---------------------------------------------------------------------------- */
 
+static void widen(float *dst, const uint16_t *h, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = bf16_widen(h[i]);
+}
+
+/* n fp32 values into bf16 at h, rounded to nearest (and the residue into c, Kahan). */
+static void narrow(uint16_t *h, uint16_t *c, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        h[i] = bf16_rne(x[i]);
+        if (c) c[i] = bf16_rne(x[i] - bf16_widen(h[i]));
+    }
+}
+
 static size_t home_bytes_moved(const offload_engine *e, int b) {
+    if (b == EB_P && e->bf) return e->bn * sizeof(uint16_t);
     return e->tier[b] == HPT_TIER_DISK ? e->stride * sizeof(float) : e->bn * sizeof(float);
 }
 
 /* Copies block l of buffer b between its home and mem (disk: the aligned stride). */
 static hpt_status home_io(offload_engine *e, int b, int l, float *mem, int write_) {
+    if (b == EB_P && e->bf) { /* bf16 weights are only read (widened): updates write the home */
+        widen(mem, e->wh + (size_t)l * e->hstride, e->bn);
+        return HPT_OK;
+    }
     if (e->tier[b] == HPT_TIER_DISK)
         return mem_disk_rw(e->mem, &e->disk[b], (uint64_t)l * e->stride * sizeof(float), mem,
                            e->stride * sizeof(float), write_);
@@ -190,18 +230,28 @@ static float *gslot_ptr(const offload_engine *e, int g) { return e->gslots + (si
 
 /* Where block l of buffer b is read and written during an update: its memory home, or the
  * staging set's buffer when it lives on disk; NULL when the buffer has no home (m and v kept
- * by the optimizer). */
+ * by the optimizer) or is not fp32 (bf16 weights: update_block names their home). */
 static float *update_ptr(const offload_engine *e, int b, int l, int set) {
-    if (!e->has[b]) return NULL;
+    if (!e->has[b] || (b == EB_P && e->bf)) return NULL;
     return e->tier[b] == HPT_TIER_DISK ? e->stage_ptr[set][b] : e->home[b] + (size_t)l * e->stride;
 }
 
-/* Block l's update, slice by slice; m and v NULL when the optimizer keeps its state. */
+/* Block l's update, slice by slice; m and v NULL when the optimizer keeps its state. p is
+ * the fp32 weights (unused with bf16 weights: the update rewrites their home). */
 static void update_block(offload_engine *e, int l, float *p, const float *g, float *m, float *v) {
     for (int i = 0; i < e->ns; i++) {
-        size_t o = e->slice_off[i];
-        e->upd(e->upd_ctx, l, i, p + o, g + o, m ? m + o : NULL, v ? v + o : NULL, e->slice_n[i]);
+        size_t o = e->slice_off[i], h = (size_t)l * e->hstride + o;
+        k_param kp = k_param_f32(p ? p + o : NULL);
+        if (e->bf) /* base: the element's index among the blocks' weights (noise, not layout) */
+            kp = (k_param){NULL, e->wh + h, e->wc ? e->wc + h : NULL, 0, (size_t)l * e->bn + o};
+        e->upd(e->upd_ctx, l, i, kp, g + o, m ? m + o : NULL, v ? v + o : NULL, e->slice_n[i]);
     }
+}
+
+/* After block l's update: its slot's copy made current again (fp32: written to its home;
+ * bf16: widened again from the home the update wrote). */
+static hpt_status after_update(offload_engine *e, int l, float *slot) {
+    return home_io(e, EB_P, l, slot, !e->bf);
 }
 
 static hpt_status run_job(offload_engine *e, const job *j, double *io_s, double *upd_s) {
@@ -217,13 +267,12 @@ static hpt_status run_job(offload_engine *e, const job *j, double *io_s, double 
         HPT_CHECK(home_io(e, EB_G, j->l, gslot_ptr(e, j->g), 0));
         break;
     case J_UPDATE: { /* m and v in memory: the update runs here, where they live */
-        float *p = e->tier[EB_P] == HPT_TIER_DEVICE ? e->home[EB_P] + (size_t)j->l * e->stride
-                                                    : slot_ptr(e, j->slot);
+        float *p = e->zc ? e->home[EB_P] + (size_t)j->l * e->stride : slot_ptr(e, j->slot);
         update_block(e, j->l, p, gslot_ptr(e, j->g), update_ptr(e, EB_M, j->l, 0),
                      update_ptr(e, EB_V, j->l, 0));
         double t1 = hpt_now();
         *upd_s += t1 - t0;
-        if (e->tier[EB_P] != HPT_TIER_DEVICE) HPT_CHECK(home_io(e, EB_P, j->l, p, 1));
+        if (!e->zc) HPT_CHECK(after_update(e, j->l, p));
         *io_s += hpt_now() - t1;
         return HPT_OK;
     }
@@ -231,7 +280,7 @@ static hpt_status run_job(offload_engine *e, const job *j, double *io_s, double 
         for (int b = EB_M; b <= EB_V; b++) HPT_CHECK(home_io(e, b, j->l, e->stage_ptr[j->set][b], 0));
         break;
     case J_WRITE_PMV:
-        if (j->slot >= 0) HPT_CHECK(home_io(e, EB_P, j->l, slot_ptr(e, j->slot), 1));
+        if (j->slot >= 0) HPT_CHECK(after_update(e, j->l, slot_ptr(e, j->slot)));
         for (int b = EB_M; b <= EB_V; b++) HPT_CHECK(home_io(e, b, j->l, e->stage_ptr[j->set][b], 1));
         break;
     case J_READ:
@@ -281,6 +330,7 @@ static void *worker(void *arg) {
 /* ---- the compute thread's side of the queue ------------------------------------------ */
 
 static void transfer(offload_engine *e, hpt_tier src, hpt_tier dst, int b, size_t bytes) {
+    if (src == dst) return; /* bf16 weights on the device widened into their slot */
     hpt_mem_transfer(e->mem, src, dst, k_cat[b], bytes);
     if (src != HPT_TIER_DEVICE && dst == HPT_TIER_DEVICE) e->st.bytes_in[src] += bytes;
     else if (src == HPT_TIER_DISK) e->st.bytes_in[src] += bytes;
@@ -420,7 +470,7 @@ hpt_status eng_begin_pass(offload_engine *e, int dir) {
     HPT_CHECK(sticky(e));
     e->dir = dir;
     e->in_use = -1;
-    if (e->tier[EB_P] == HPT_TIER_DEVICE) return HPT_OK;
+    if (e->zc) return HPT_OK;
     reap(e);
     e->cur = dir > 0 ? 0 : e->L - 1;
     for (int k = 0; k <= e->o.prefetch; k++) {
@@ -436,7 +486,7 @@ hpt_status eng_acquire(offload_engine *e, int l, float **p_out) {
     if (l < 0 || l >= e->L || e->in_use >= 0)
         return hpt_fail(HPT_ERR_INVALID, "offload engine: acquiring block %d with block %d held",
                         l, e->in_use);
-    if (e->tier[EB_P] == HPT_TIER_DEVICE) {
+    if (e->zc) {
         HPT_CHECK(wait_seq(e, e->blk_seq[l])); /* a queued update of its weights */
         e->in_use = l;
         *p_out = e->home[EB_P] + (size_t)l * e->stride;
@@ -519,7 +569,7 @@ hpt_status eng_grads_done(offload_engine *e, int l) {
         update_block(e, l, e->home[EB_P] + o, g, update_ptr(e, EB_M, l, 0), update_ptr(e, EB_V, l, 0));
         return HPT_OK;
     }
-    int sl = e->tier[EB_P] == HPT_TIER_DEVICE ? -1 : e->slot_of[l];
+    int sl = e->zc ? -1 : e->slot_of[l];
     if (e->tier[EB_M] == HPT_TIER_DISK) {
         /* m and v on disk: the update runs here, between their read and the write-back of
          * weights, m and v (the worker's I/O is the bottleneck, not this thread) */
@@ -590,9 +640,21 @@ static float *scratch(offload_engine *e, hpt_tier *tier) {
     return NULL;
 }
 
+#define BF_CHUNK 1024 /* floats widened or narrowed at once by gather and scatter */
+
 hpt_status eng_emit_slice(offload_engine *e, int b, int l, int i, eng_emit_fn emit, void *ctx) {
     HPT_CHECK(eng_drain(e));
     size_t n = e->slice_n[i], off = (size_t)l * e->stride + e->slice_off[i];
+    if (b == EB_P && e->bf) { /* widened (the compensation is not emitted) */
+        const uint16_t *h = e->wh + (size_t)l * e->hstride + e->slice_off[i];
+        float buf[BF_CHUNK];
+        for (size_t k = 0; k < n; k += BF_CHUNK) {
+            size_t c = HPT_MIN(n - k, (size_t)BF_CHUNK);
+            widen(buf, h + k, c);
+            HPT_CHECK(emit(ctx, buf, c));
+        }
+        return HPT_OK;
+    }
     if (e->tier[b] != HPT_TIER_DISK) return emit(ctx, e->home[b] + off, n);
     hpt_tier st;
     float *buf = scratch(e, &st);
@@ -624,6 +686,16 @@ hpt_status eng_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn 
     HPT_CHECK(eng_drain(e));
     size_t n = e->slice_n[i], off = (size_t)l * e->stride + e->slice_off[i];
     if (b == EB_P) drop_slot(e, l);
+    if (b == EB_P && e->bf) { /* rounded to nearest; Kahan: the residue is the compensation */
+        size_t h = (size_t)l * e->hstride + e->slice_off[i];
+        float buf[BF_CHUNK];
+        for (size_t k = 0; k < n; k += BF_CHUNK) {
+            size_t c = HPT_MIN(n - k, (size_t)BF_CHUNK);
+            HPT_CHECK(read(ctx, buf, c));
+            narrow(e->wh + h + k, e->wc ? e->wc + h + k : NULL, buf, c);
+        }
+        return HPT_OK;
+    }
     if (e->tier[b] != HPT_TIER_DISK) return read(ctx, e->home[b] + off, n);
     hpt_tier st;
     float *buf = scratch(e, &st);
@@ -647,7 +719,7 @@ hpt_status eng_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn 
 
 hpt_status eng_block_dest(offload_engine *e, int b, int l, float **dst, int *in_place) {
     HPT_CHECK(eng_drain(e));
-    *in_place = e->tier[b] != HPT_TIER_DISK;
+    *in_place = e->tier[b] != HPT_TIER_DISK && !(b == EB_P && e->bf);
     if (*in_place) {
         *dst = e->home[b] + (size_t)l * e->stride;
         if (b == EB_P) drop_slot(e, l); /* its slot's copy becomes stale */
@@ -659,6 +731,12 @@ hpt_status eng_block_dest(offload_engine *e, int b, int l, float **dst, int *in_
 }
 
 hpt_status eng_store_block(offload_engine *e, int b, int l, const float *src) {
+    if (b == EB_P && e->bf) {
+        drop_slot(e, l);
+        size_t h = (size_t)l * e->hstride;
+        narrow(e->wh + h, e->wc ? e->wc + h : NULL, src, e->bn);
+        return HPT_OK;
+    }
     if (e->tier[b] != HPT_TIER_DISK) return HPT_OK;
     if (b == EB_P) drop_slot(e, l);
     /* the buffer is the scratch (aligned, stride floats) */
@@ -674,6 +752,15 @@ hpt_status eng_store_block(offload_engine *e, int b, int l, const float *src) {
 static hpt_status alloc_home(offload_engine *e, int b) {
     size_t bytes = (size_t)e->L * e->stride * sizeof(float);
     e->tier[b] = b == EB_P ? e->o.params : b == EB_G ? e->o.grads : e->o.optim;
+    if (b == EB_P && e->bf) { /* memory only (hpt_offload_check) */
+        size_t hb = (size_t)e->L * e->hstride * sizeof(uint16_t);
+        hpt_mem_set_name(e->mem, "block bf16 parameters (home)");
+        HPT_CHECK(hpt_mem_alloc(e->mem, e->tier[b], HPT_CAT_PARAMS, hb, (void **)&e->wh));
+        e->has[b] = 1;
+        if (e->bf != HPT_BW_BF16_KAHAN) return HPT_OK;
+        hpt_mem_set_name(e->mem, "block bf16 compensation (home)");
+        return hpt_mem_alloc(e->mem, e->tier[b], HPT_CAT_PARAMS, hb, (void **)&e->wc);
+    }
     if (e->tier[b] == HPT_TIER_DISK) {
         HPT_CHECK(hpt_mem_disk_alloc(e->mem, k_cat[b], bytes, &e->disk[b]));
     } else {
@@ -686,6 +773,14 @@ static hpt_status alloc_home(offload_engine *e, int b) {
 
 static void free_home(offload_engine *e, int b) {
     if (!e->has[b]) return;
+    if (b == EB_P && e->bf) {
+        size_t hb = (size_t)e->L * e->hstride * sizeof(uint16_t);
+        hpt_mem_free(e->mem, e->tier[b], HPT_CAT_PARAMS, e->wh, hb);
+        hpt_mem_free(e->mem, e->tier[b], HPT_CAT_PARAMS, e->wc, hb);
+        e->wh = e->wc = NULL;
+        e->has[b] = 0;
+        return;
+    }
     if (e->tier[b] == HPT_TIER_DISK) hpt_mem_disk_free(e->mem, k_cat[b], &e->disk[b]);
     else hpt_mem_free(e->mem, e->tier[b], k_cat[b], e->home[b],
                       (size_t)e->L * e->stride * sizeof(float));
@@ -712,6 +807,9 @@ hpt_status eng_create(hpt_mem *mem, int L, int n_slices, const size_t *slice_n,
         e->bn += slice_n[i];
     }
     e->stride = round_floats(e->bn);
+    e->hstride = round_halves(e->bn);
+    e->bf = o->weights;
+    e->zc = zero_copy(o);
     e->in_use = e->cur = -1;
     e->dir = 1;
     e->sync = is_sync(o);
@@ -719,7 +817,7 @@ hpt_status eng_create(hpt_mem *mem, int L, int n_slices, const size_t *slice_n,
     e->tier[EB_P] = o->params;
     e->tier[EB_G] = o->grads;
     e->tier[EB_M] = e->tier[EB_V] = o->optim;
-    e->K = o->params == HPT_TIER_DEVICE ? 0 : o->max_active;
+    e->K = e->zc ? 0 : o->max_active;
     e->n_g = n_gslots(o);
     e->res = calloc((size_t)L, sizeof *e->res);
     e->slot_of = malloc((size_t)L * sizeof *e->slot_of);
@@ -883,7 +981,7 @@ hpt_offload_opts hpt_offload_defaults(void) {
 
 int hpt_offload_active(const hpt_offload_opts *o) {
     return o && (o->params != HPT_TIER_DEVICE || o->grads != HPT_TIER_DEVICE ||
-                 o->optim != HPT_TIER_DEVICE || o->fused);
+                 o->optim != HPT_TIER_DEVICE || o->fused || o->weights != HPT_BW_FP32);
 }
 
 static int parse_tier(const char *t, size_t n, hpt_tier *out) {
@@ -927,8 +1025,28 @@ hpt_status hpt_offload_check(const hpt_offload_opts *o) {
     if ((unsigned)o->params >= HPT_TIER_COUNT || (unsigned)o->grads >= HPT_TIER_COUNT ||
         (unsigned)o->optim >= HPT_TIER_COUNT)
         return hpt_fail(HPT_ERR_INVALID, "offload: unknown tier");
+    if ((unsigned)o->weights >= HPT_BW_COUNT)
+        return hpt_fail(HPT_ERR_INVALID, "offload: unknown weights precision %d", o->weights);
+    if (o->weights != HPT_BW_FP32 && o->params == HPT_TIER_DISK)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "bf16 weights keep their home on the device or the "
+                        "host (--offload params=disk given)");
     if (o->max_active < 1 || o->prefetch < 0 || o->prefetch >= o->max_active)
         return hpt_fail(HPT_ERR_INVALID, "offload: --max-active-layers %d and --prefetch %d need "
                         "K >= 1 and 0 <= P < K", o->max_active, o->prefetch);
     return HPT_OK;
+}
+
+static const char *const k_weights_name[HPT_BW_COUNT] = {"fp32", "bf16-sr", "bf16-kahan"};
+
+hpt_status hpt_block_weights_parse(const char *text, hpt_block_weights *out) {
+    for (int i = 0; i < HPT_BW_COUNT; i++)
+        if (!strcmp(text, k_weights_name[i])) {
+            *out = (hpt_block_weights)i;
+            return HPT_OK;
+        }
+    return hpt_fail(HPT_ERR_INVALID, "weights '%s': expected fp32, bf16-sr or bf16-kahan", text);
+}
+
+const char *hpt_block_weights_name(hpt_block_weights w) {
+    return (unsigned)w < HPT_BW_COUNT ? k_weights_name[w] : "?";
 }

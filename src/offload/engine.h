@@ -3,6 +3,7 @@
 #define HPT_OFFLOAD_ENGINE_H
 
 #include "hptrain.h"
+#include "kernels/kernels.h"
 
 /* The per-block buffers the engine keeps, each in its home tier. */
 enum { EB_P = 0, EB_G, EB_M, EB_V, EB_COUNT };
@@ -10,9 +11,10 @@ enum { EB_P = 0, EB_G, EB_M, EB_V, EB_COUNT };
 
 typedef struct offload_engine offload_engine;
 
-/* The optimizer's update of one slice of block l: slice i (0..n_slices-1) of n floats; m and v
- * are the engine's homes' (or staging's) slice, NULL when the optimizer keeps its own state. */
-typedef void (*eng_update_fn)(void *ctx, int l, int slice, float *p, const float *g, float *m,
+/* The optimizer's update of one slice of block l: slice i (0..n_slices-1) of n floats; p the
+ * weights (fp32, or bf16 weights' home with seed 0 for the optimizer to set); m and v are the
+ * engine's homes' (or staging's) slice, NULL when the optimizer keeps its own state. */
+typedef void (*eng_update_fn)(void *ctx, int l, int slice, k_param p, const float *g, float *m,
                               float *v, size_t n);
 /* Receives n floats of a slice being gathered (eng_emit_slice). */
 typedef hpt_status (*eng_emit_fn)(void *ctx, const float *x, size_t n);

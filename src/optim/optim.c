@@ -225,17 +225,17 @@ static k_state slice_state(const hpt_optim *op, int i, size_t s, int base, const
 
 /* The step of slice s of tensor i (its sn parameters p and gradients g) from this file's
  * state; scale multiplies each gradient (clipping, accumulation's 1/K). */
-static void update_slice(hpt_optim *op, int i, size_t s, float *p, const float *g, float lr,
+static void update_slice(hpt_optim *op, int i, size_t s, k_param kp, const float *g, float lr,
                          float scale) {
     const hpt_adamw_opts *o = &op->o;
     const tensor_layout *tl = &op->lay.t[i];
     size_t n = tl->sn;
-    const k_param kp = k_param_f32(p);
+    float *p = kp.f32;
     float wd = op->wd[i];
     k_state m = slice_state(op, i, s, B_M, op->map_signed);
     switch ((hpt_optim_kind)o->optimizer) {
     case HPT_OPTIM_ADAMW:
-        if (m.f32) /* the reference path, unchanged */
+        if (m.f32 && p) /* the reference path, unchanged */
             k_adamw(p, g, m.f32, slice_state(op, i, s, B_V, NULL).f32, n, lr, o->beta1, o->beta2,
                     o->eps, wd, scale, op->t);
         else
@@ -259,15 +259,19 @@ static void update_slice(hpt_optim *op, int i, size_t s, float *p, const float *
 
 /* The engine's update of slice `slice` of block l (the worker's thread or ours): AdamW fp32 on
  * the engine's m and v, or any optimizer on this file's state (m, v NULL). */
-static void eng_update(void *ctx, int l, int slice, float *p, const float *g, float *m, float *v,
-                       size_t n) {
+static void eng_update(void *ctx, int l, int slice, k_param p, const float *g, float *m,
+                       float *v, size_t n) {
     hpt_optim *op = ctx;
     if (!op->armed) return; /* a backward outside a step's begin and end: gradients only */
     const hpt_adamw_opts *o = &op->o;
     int i = GPT2_FIRST_BLOCK_TENSOR + slice;
-    if (op->eng_homes)
-        k_adamw(p, g, m, v, n, op->lr_now, o->beta1, o->beta2, o->eps, op->wd[i], op->scale_now,
-                op->t);
+    p.seed = 0x9e3779b97f4a7c15ull * (uint64_t)op->t; /* bf16 stochastic rounding: per step */
+    if (op->eng_homes && p.f32)
+        k_adamw(p.f32, g, m, v, n, op->lr_now, o->beta1, o->beta2, o->eps, op->wd[i],
+                op->scale_now, op->t);
+    else if (op->eng_homes) /* bf16 weights */
+        k_adamw_q(p, g, (k_state){.f32 = m}, (k_state){.f32 = v}, n, op->lr_now, o->beta1,
+                  o->beta2, o->eps, op->wd[i], op->scale_now, op->t);
     else
         update_slice(op, i, (size_t)l, p, g, op->lr_now, op->scale_now);
 }
@@ -410,7 +414,7 @@ static void update_nonblock(hpt_optim *op, float lr, float scale) {
     for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) {
         if (gpt2_is_block_tensor(i)) continue;
         size_t off = gpt2_nonblock_offset(&model->cfg, i);
-        update_slice(op, i, 0, model->params + off, model->grads + off, lr, scale);
+        update_slice(op, i, 0, k_param_f32(model->params + off), model->grads + off, lr, scale);
     }
 }
 
@@ -489,7 +493,8 @@ hpt_status hpt_optim_step_scaled(hpt_optim *op, float lr, float clip, float grad
         const tensor_layout *tl = &op->lay.t[i];
         for (size_t sl = 0; sl < tl->slices; sl++) {
             size_t off = t[i].offset + sl * tl->sn;
-            update_slice(op, i, sl, model->params + off, model->grads + off, lr, scale);
+            update_slice(op, i, sl, k_param_f32(model->params + off), model->grads + off, lr,
+                         scale);
         }
     }
     return HPT_OK;

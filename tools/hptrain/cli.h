@@ -48,11 +48,12 @@ int cli_load_tokenizer(const char *path, int need_encode, hpt_tokenizer **out);
 /* Parses one of those flags into act: 0, or a usage error's exit status (2). */
 int cli_parse_act_flag(const char *cmd, int opt, const char *arg, hpt_gpt2_act_opts *act);
 /* Option values of the offload engine's flags (--offload, --max-active-layers, --prefetch,
- * --fused-update), shared by train and estimate. */
+ * --fused-update, --weights), shared by train and estimate. */
 #define CLI_OPT_OFFLOAD 1501
 #define CLI_OPT_MAX_ACTIVE 1502
 #define CLI_OPT_PREFETCH 1503
 #define CLI_OPT_FUSED 1504
+#define CLI_OPT_WEIGHTS 1505
 /* Parses one of those flags into o: 0, or a usage error's exit status (2). */
 int cli_parse_offload_flag(const char *cmd, int opt, const char *arg, hpt_offload_opts *o);
 /* Reads a whole file (or stdin for "-") into a malloc'd buffer. */
@@ -68,6 +69,10 @@ int cli_read_file(const char *path, char **data_out, size_t *len_out);
     "  --prefetch P         blocks loaded ahead of the one computing, P < K (default 1)\n" \
     "  --fused-update       update each block as soon as its gradients are complete (gradient\n" \
     "                       memory of one block, two with --offload); clipping uses the\n" \
-    "                       previous step's norm\n"
+    "                       previous step's norm\n" \
+    "  --weights W          fp32 (default), bf16-sr or bf16-kahan: the blocks' weights kept in\n" \
+    "                       bf16 (2 bytes, Kahan 4 with its compensation), widened to fp32 to\n" \
+    "                       compute, updated with stochastic rounding or Kahan compensation\n" \
+    "                       (uses the engine; not with params=disk; docs/optimizers.md)\n"
 
 #endif

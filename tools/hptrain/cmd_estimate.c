@@ -157,10 +157,12 @@ static void print_text(const char *model, const hpt_plan_opts *po, const hpt_est
            hpt_act_offload_name(po->act.offload), hpt_act_compress_name(po->act.compress));
     if (hpt_offload_active(&po->offload))
         printf("  offload engine: blocks' params on %s, grads on %s, optimizer state on %s; %d "
-               "blocks' params on the device, prefetch %d%s (docs/offload.md)\n",
+               "blocks' params on the device, prefetch %d%s, weights %s (docs/offload.md)\n",
                hpt_tier_name(po->offload.params), po->offload.fused ? "the device (fused: two "
                "blocks)" : hpt_tier_name(po->offload.grads), hpt_tier_name(po->offload.optim),
-               po->offload.max_active, po->offload.prefetch, po->offload.fused ? ", fused update" : "");
+               po->offload.max_active, po->offload.prefetch,
+               po->offload.fused ? ", fused update" : "",
+               hpt_block_weights_name((hpt_block_weights)po->offload.weights));
     printf("  the peak is the sum: everything is allocated at setup or at the first forward and\n"
            "  kept; acts is the activation arena planned from buffer lifetimes\n");
     if (budget) {
@@ -228,6 +230,7 @@ int cmd_estimate(int argc, char **argv) {
         {"accum", 1, 0, 1301}, {"host-memory", 1, 0, 1201}, {"disk-memory", 1, 0, 1202}, {"offload-dir", 1, 0, 1203},
         {"offload", 1, 0, CLI_OPT_OFFLOAD}, {"max-active-layers", 1, 0, CLI_OPT_MAX_ACTIVE},
         {"prefetch", 1, 0, CLI_OPT_PREFETCH}, {"fused-update", 0, 0, CLI_OPT_FUSED},
+        {"weights", 1, 0, CLI_OPT_WEIGHTS},
         {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
     const char *model = NULL, *resume = NULL;
     hpt_plan_opts po = hpt_plan_defaults();
@@ -263,7 +266,8 @@ int cmd_estimate(int argc, char **argv) {
         case CLI_OPT_ATTENTION: case CLI_OPT_RECOMPUTE: case CLI_OPT_ACT_OFFLOAD:
         case CLI_OPT_ACT_COMPRESS: case CLI_OPT_HEAD_CHUNK: r = cli_parse_act_flag("estimate", c, optarg, &po.act); break;
         case CLI_OPT_OFFLOAD: case CLI_OPT_MAX_ACTIVE: case CLI_OPT_PREFETCH:
-        case CLI_OPT_FUSED: r = cli_parse_offload_flag("estimate", c, optarg, &po.offload); break;
+        case CLI_OPT_FUSED:
+        case CLI_OPT_WEIGHTS: r = cli_parse_offload_flag("estimate", c, optarg, &po.offload); break;
         /* accepted for symmetry with train, checked as train checks them, no effect on memory */
         case 'n': r = cli_parse_long("estimate", "--steps", optarg, 1, 1L << 40, &lv); break;
         case 'l': r = cli_parse_float("estimate", "--lr", optarg, 0, 10, &dv); break;

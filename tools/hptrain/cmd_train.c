@@ -190,6 +190,7 @@ int cmd_train(int argc, char **argv) {
         {"accum", 1, 0, 1301}, {"host-memory", 1, 0, 1201}, {"disk-memory", 1, 0, 1202}, {"offload-dir", 1, 0, 1203},
         {"offload", 1, 0, CLI_OPT_OFFLOAD}, {"max-active-layers", 1, 0, CLI_OPT_MAX_ACTIVE},
         {"prefetch", 1, 0, CLI_OPT_PREFETCH}, {"fused-update", 0, 0, CLI_OPT_FUSED},
+        {"weights", 1, 0, CLI_OPT_WEIGHTS},
         {"schedule", 1, 0, 1701}, {"warmup-steps", 1, 0, 1702},
         {"full-steps", 1, 0, 1703}, {"max-predict-steps", 1, 0, 1704}, {"confidence", 1, 0, 1705},
         {"correct-steps", 1, 0, 1706}, {"predictor", 1, 0, 1707}, {"check-every", 1, 0, 1708},
@@ -249,7 +250,8 @@ int cmd_train(int argc, char **argv) {
         case CLI_OPT_ATTENTION: case CLI_OPT_RECOMPUTE: case CLI_OPT_ACT_OFFLOAD:
         case CLI_OPT_ACT_COMPRESS: case CLI_OPT_HEAD_CHUNK: r = cli_parse_act_flag("train", c, optarg, &o.act); break;
         case CLI_OPT_OFFLOAD: case CLI_OPT_MAX_ACTIVE: case CLI_OPT_PREFETCH:
-        case CLI_OPT_FUSED: r = cli_parse_offload_flag("train", c, optarg, &o.offload); break;
+        case CLI_OPT_FUSED:
+        case CLI_OPT_WEIGHTS: r = cli_parse_offload_flag("train", c, optarg, &o.offload); break;
         case 'A': r = cli_parse_long("train", "--stop-at", optarg, 1, 1L << 40, &stop_at); break;
         case 1101:
             if (hpt_optim_parse(optarg, &kind) != HPT_OK)
@@ -287,6 +289,9 @@ int cmd_train(int argc, char **argv) {
     if (optind < argc) return cli_usage_error("train", "unexpected argument '%s'", argv[optind]);
     if (!o.data) return cli_usage_error("train", "--data is required");
     if (!o.model && !o.resume) return cli_usage_error("train", "--model (or --resume) is required");
+    if (o.resume && o.offload.weights == HPT_BW_BF16_KAHAN) /* docs/optimizers.md */
+        return cli_usage_error("train", "--weights bf16-kahan cannot --resume: the checkpoint holds "
+                               "the weights, not their Kahan compensation");
     if (!min_lr_set) o.min_lr = o.lr / 10.0f;
     if (emb32 && state_bits != 8)
         return cli_usage_error("train", "--state-32bit-embeddings needs --state-bits 8");

@@ -131,6 +131,13 @@ int cli_parse_offload_flag(const char *cmd, int opt, const char *arg, hpt_offloa
         r = cli_parse_long(cmd, "--prefetch", arg, 0, 1 << 20, &v);
         if (r == 0) o->prefetch = (int)v;
         break;
+    case CLI_OPT_WEIGHTS: {
+        hpt_block_weights w;
+        if (hpt_block_weights_parse(arg, &w) != HPT_OK)
+            return cli_usage_error(cmd, "--weights: %s", hpt_last_error());
+        o->weights = (int)w;
+        break;
+    }
     default: o->fused = 1; break;
     }
     return r;
