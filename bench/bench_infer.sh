@@ -25,7 +25,7 @@ echo "| sample --weights | peak RSS | accounted peak | tokens/s |"
 echo "|---|---|---|---|"
 for w in fp32 int8; do
   line=$("$build/hptrain" sample --model "$tmp/run" --tokens 64 --weights "$w" \
-         --threads "$threads" 2>&1 >/dev/null | grep '^sample:')
+         --threads "$threads" 2>&1 >/dev/null | grep "tokens/s")
   rss=$(sed -E 's/.*RSS peak ([0-9.]+ MiB).*/\1/' <<<"$line")
   acc=$(sed -E 's/.*peak ([0-9.]+ MiB) accounted.*/\1/' <<<"$line")
   tps=$(sed -E 's/.* ([0-9.]+) tokens\/s.*/\1/' <<<"$line")

@@ -463,24 +463,26 @@ hpt_status hpt_gpt2_generate(hpt_gpt2 *m, int32_t *tokens, int n_prompt, int n_n
  * An hpt_infer runs tokens through the model one feed at a time, keeping every block's keys
  * and values (L, 2, ctx, C fp32, device tier) so a new token costs one row's work, and gives
  * the logits after the last fed token. Weights:
- *   HPT_WEIGHTS_F32  the model's own fp32 weights, borrowed (the model outlives the engine)
+ *   HPT_WEIGHTS_F32  fp32 weights: the model's own, borrowed, with hpt_infer_create (the model
+ *                    outlives the engine), or the engine's own with hpt_infer_load
  *   HPT_WEIGHTS_Q8   int8 copies of wte, qkvw, attprojw, fcw, fcprojw with one fp32 scale per
  *                    output channel (row), round to nearest of absmax/127; vectors and wpe
  *                    fp32. ~1 byte per parameter instead of 4 (hpt_infer_weight_bytes_for).
  * hpt_infer_load with HPT_WEIGHTS_Q8 reads the checkpoint a few MiB at a time, so the fp32
  * weights never sit in memory. Typical use:
  *     hpt_infer *inf;
- *     hpt_infer_load(mem, "model.bin", HPT_WEIGHTS_Q8, 0, NULL, &inf);   // ctx 0: maxT
+ *     hpt_infer_load(mem, "model.bin", HPT_WEIGHTS_Q8, 0, &inf);   // ctx 0: maxT
  *     hpt_infer_generate(inf, tokens, n_prompt, n_new, 1.0f, 40, seed);
- *     hpt_infer_free(inf);                                                // model, if any, after */
+ *     hpt_infer_free(inf); */
 typedef enum { HPT_WEIGHTS_F32 = 0, HPT_WEIGHTS_Q8 } hpt_weights;
 const char *hpt_weights_name(hpt_weights w); /* "fp32", "int8" */
 hpt_status hpt_weights_parse(const char *text, hpt_weights *out);
 /* Bytes of an engine's weights for cfg (the estimate of what hpt_infer allocates for them). */
 uint64_t hpt_infer_weight_bytes_for(const hpt_gpt2_config *cfg, hpt_weights w);
 
-/* Device bytes an engine allocates (Q8: its weights; F32 borrows them) with its cache of ctx
- * positions (0: maxT) and row scratch: exactly what hpt_infer_create/load leave allocated. */
+/* Device bytes an engine allocates: its weights, its cache of ctx positions (0: maxT) and row
+ * scratch: exactly what hpt_infer_load leaves allocated (hpt_infer_create with F32 borrows the
+ * model's weights: hpt_infer_weight_bytes_for less). */
 uint64_t hpt_infer_bytes_for(const hpt_gpt2_config *cfg, hpt_weights w, int ctx);
 
 typedef struct hpt_infer hpt_infer;
@@ -488,11 +490,10 @@ typedef struct hpt_infer hpt_infer;
  * ctx cache positions, 0 or > maxT: maxT. */
 hpt_status hpt_infer_create(hpt_mem *mem, hpt_gpt2 *model, hpt_weights w, int ctx,
                             hpt_infer **out);
-/* An engine from an llm.c checkpoint (version 3 or 5). F32 loads the model into *model_out
- * (required; free it after the engine; its gradient buffer is released); Q8 streams the file
- * and sets *model_out (may be NULL) to NULL. */
+/* An engine from an llm.c checkpoint (version 3 or 5) that owns its weights (fp32 or int8),
+ * read a few MiB at a time: no model and no gradient buffer is made. */
 hpt_status hpt_infer_load(hpt_mem *mem, const char *path, hpt_weights w, int ctx,
-                          hpt_gpt2 **model_out, hpt_infer **out);
+                          hpt_infer **out);
 void hpt_infer_free(hpt_infer *inf);
 const hpt_gpt2_config *hpt_infer_get_config(const hpt_infer *inf);
 int hpt_infer_get_ctx(const hpt_infer *inf);

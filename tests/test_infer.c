@@ -162,15 +162,21 @@ static void test_load(void) {
     snprintf(path, sizeof path, "%s/infer_model.bin", t_tmpdir());
     snprintf(bad, sizeof bad, "%s/infer_truncated.bin", t_tmpdir());
     CHECK_OK(hpt_gpt2_save(m, path));
-    hpt_infer *a = NULL;
+    hpt_infer *a = NULL, *af = NULL;
     CHECK_OK(hpt_infer_create(mem, m, HPT_WEIGHTS_Q8, 16, &a));
+    CHECK_OK(hpt_infer_create(mem, m, HPT_WEIGHTS_F32, 16, &af));
+    int32_t tok[9] = {3, 1, 4, 1, 5, 9, 2, 6, 5};
+    static float f32_logits[1024];
+    if (af && cfg.Vp <= 1024) {
+        CHECK_OK(hpt_infer_feed(af, tok, 9));
+        memcpy(f32_logits, hpt_infer_logits(af), (size_t)cfg.Vp * sizeof(float));
+    }
+    hpt_infer_free(af);
     hpt_gpt2_free(m);
     hpt_mem *mem2;
     CHECK_OK(hpt_mem_create(&mem2));
     hpt_infer *b = NULL;
-    hpt_gpt2 *none = (hpt_gpt2 *)(uintptr_t)1; /* must come back NULL */
-    CHECK_OK(hpt_infer_load(mem2, path, HPT_WEIGHTS_Q8, 16, &none, &b));
-    CHECK(none == NULL);
+    CHECK_OK(hpt_infer_load(mem2, path, HPT_WEIGHTS_Q8, 16, &b));
     if (!a || !b) return;
     CHECK(hpt_infer_get_ctx(b) == 16);
     hpt_mem_stats st;
@@ -183,7 +189,6 @@ static void test_load(void) {
     CHECK_MSG(t_device_live(mem2) == hpt_infer_bytes_for(&cfg, HPT_WEIGHTS_Q8, 16),
               "engine %llu bytes, estimated %llu", (unsigned long long)t_device_live(mem2),
               (unsigned long long)hpt_infer_bytes_for(&cfg, HPT_WEIGHTS_Q8, 16));
-    int32_t tok[9] = {3, 1, 4, 1, 5, 9, 2, 6, 5};
     CHECK_OK(hpt_infer_feed(a, tok, 9));
     CHECK_OK(hpt_infer_feed(b, tok, 9));
     CHECK(memcmp(hpt_infer_logits(a), hpt_infer_logits(b), (size_t)cfg.Vp * sizeof(float)) == 0);
@@ -195,8 +200,18 @@ static void test_load(void) {
     if (out) fwrite(buf, 1, n, out);
     if (in) fclose(in);
     if (out) fclose(out);
-    CHECK_STATUS(hpt_infer_load(mem2, bad, HPT_WEIGHTS_Q8, 0, NULL, &b), HPT_ERR_FORMAT);
-    CHECK_STATUS(hpt_infer_load(mem2, path, HPT_WEIGHTS_F32, 0, NULL, &b), HPT_ERR_INVALID);
+    CHECK_STATUS(hpt_infer_load(mem2, bad, HPT_WEIGHTS_Q8, 0, &b), HPT_ERR_FORMAT);
+    CHECK_STATUS(hpt_infer_load(mem2, bad, HPT_WEIGHTS_F32, 0, &b), HPT_ERR_FORMAT);
+    /* an fp32 engine loaded from the file: its own weights, exactly the bytes estimated, and the
+     * logits of the engine on the model it was saved from */
+    hpt_infer *c = NULL;
+    CHECK_OK(hpt_infer_load(mem2, path, HPT_WEIGHTS_F32, 16, &c));
+    CHECK(t_device_live(mem2) == hpt_infer_bytes_for(&cfg, HPT_WEIGHTS_F32, 16));
+    if (c) {
+        CHECK_OK(hpt_infer_feed(c, tok, 9));
+        CHECK(memcmp(hpt_infer_logits(c), f32_logits, (size_t)cfg.Vp * sizeof(float)) == 0);
+    }
+    hpt_infer_free(c);
     hpt_mem_get_stats(mem2, &st);
     CHECK(t_device_live(mem2) == 0);
     hpt_infer_free(a);
@@ -231,7 +246,8 @@ static void test_generate(void) {
     hpt_infer *inf = NULL;
     uint64_t before = t_device_live(mem);
     CHECK_OK(hpt_infer_create(mem, m, HPT_WEIGHTS_F32, 0, &inf));
-    CHECK(t_device_live(mem) - before == hpt_infer_bytes_for(&cfg, HPT_WEIGHTS_F32, 0));
+    CHECK(t_device_live(mem) - before == hpt_infer_bytes_for(&cfg, HPT_WEIGHTS_F32, 0) -
+                                         hpt_infer_weight_bytes_for(&cfg, HPT_WEIGHTS_F32));
     if (inf) CHECK_OK(hpt_infer_generate(inf, c, 2, 98, 1.0f, 20, 99));
     CHECK(memcmp(a, c, sizeof a) == 0); /* the same context (maxT), the same tokens */
     CHECK_STATUS(hpt_gpt2_generate(m, a, 0, 5, 1.0f, 20, 1), HPT_ERR_INVALID);

@@ -1,9 +1,9 @@
 /* infer.c: GPT-2 inference with a key/value cache (hpt_infer): the logits of the next token
  * after each fed token, and sampling. Weights are fp32 (borrowed from a model) or int8 with
  * one fp32 scale per output channel (k_q8w_*) for the five weight matrices (wte, qkvw,
- * attprojw, fcw, fcprojw: 99% of GPT-2's parameters); the vectors and wpe stay fp32. An int8
- * engine loaded from a checkpoint reads it K_STAGE_BYTES at a time, so the fp32 weights are
- * never all in memory: the weights cost ~1 byte per parameter, not 4.
+ * attprojw, fcw, fcprojw: 99% of GPT-2's parameters); the vectors and wpe stay fp32. An engine
+ * loaded from a checkpoint owns its weights and reads the file K_STAGE_BYTES at a time: no
+ * model, no gradient buffer, and for int8 no full fp32 copy: ~1 byte per parameter, not 4.
  * The cache holds keys and values of positions [0, pos) for every block, (L, ctx, C) each; a
  * feed of n tokens runs the blocks on those n rows only (at most K_ROWS at once), attending
  * to the cache. Invariants: pos <= ctx; cache rows [0, pos) are those of tokens fed since the
@@ -90,8 +90,7 @@ static int clamp_ctx(const hpt_gpt2_config *c, int ctx) { return ctx == 0 || ctx
 
 uint64_t hpt_infer_bytes_for(const hpt_gpt2_config *cfg, hpt_weights w, int ctx) {
     uint64_t kv = (uint64_t)cfg->L * 2 * (uint64_t)clamp_ctx(cfg, ctx) * (uint64_t)cfg->C * sizeof(float);
-    uint64_t weights = w == HPT_WEIGHTS_Q8 ? hpt_infer_weight_bytes_for(cfg, w) : 0;
-    return weights + kv + work_floats(cfg, w) * sizeof(float);
+    return hpt_infer_weight_bytes_for(cfg, w) + kv + work_floats(cfg, w) * sizeof(float);
 }
 
 void hpt_infer_free(hpt_infer *inf) {
@@ -144,12 +143,16 @@ static hpt_status infer_new(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_weight
     return HPT_OK;
 }
 
-/* Int8 engine: its weight buffers and the tensor pointers into them. */
-static hpt_status alloc_q8(hpt_infer *inf) {
+/* Whether tensor k is stored as int8 in this engine. */
+static int quantised(const hpt_infer *inf, int k) { return inf->kind == HPT_WEIGHTS_Q8 && is_q8(k); }
+
+/* An engine that owns its weights: its buffers (int8 and scales for the quantised tensors, fp32
+ * for the others) and the tensor pointers into them. */
+static hpt_status alloc_weights(hpt_infer *inf) {
     const hpt_gpt2_config *c = &inf->cfg;
     size_t nf = 0, nq = 0, ns = 0;
     for (int k = 0; k < HPT_GPT2_NUM_TENSORS; k++) {
-        if (is_q8(k)) {
+        if (quantised(inf, k)) {
             nq += inf->t[k].numel;
             ns += inf->t[k].numel / row_width(c, k);
         } else {
@@ -165,11 +168,11 @@ static hpt_status alloc_q8(hpt_infer *inf) {
     hpt_mem_set_name(mem, "int8 weight scales");
     HPT_CHECK(hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, inf->scale_bytes,
                             (void **)&inf->scales));
-    hpt_mem_set_name(mem, "fp32 vectors");
+    hpt_mem_set_name(mem, inf->kind == HPT_WEIGHTS_Q8 ? "fp32 vectors" : "fp32 weights");
     HPT_CHECK(hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, inf->f32_bytes, (void **)&inf->f32));
     nf = nq = ns = 0;
     for (int k = 0; k < HPT_GPT2_NUM_TENSORS; k++) {
-        if (is_q8(k)) {
+        if (quantised(inf, k)) {
             inf->q[k] = inf->q8 + nq;
             inf->qs[k] = inf->scales + ns;
             nq += inf->t[k].numel;
@@ -182,11 +185,11 @@ static hpt_status alloc_q8(hpt_infer *inf) {
     return HPT_OK;
 }
 
-/* Stores rows [r0, r0 + n) of tensor k's fp32 values (src, n rows of its width) into the int8
- * engine: quantised rows or copied vectors. */
+/* Stores rows [r0, r0 + n) of tensor k's fp32 values (src, n rows of its width) into an
+ * engine that owns its weights: quantised rows or copies. */
 static void ingest(hpt_infer *inf, int k, size_t r0, const float *src, size_t n) {
     size_t w = row_width(&inf->cfg, k);
-    if (is_q8(k))
+    if (quantised(inf, k))
         k_q8w_quantize(inf->q[k] + r0 * w, inf->qs[k] + r0, src, (int64_t)n, (int64_t)w);
     else
         memcpy(inf->f[k] + r0 * w, src, n * w * sizeof(float));
@@ -194,12 +197,17 @@ static void ingest(hpt_infer *inf, int k, size_t r0, const float *src, size_t n)
 
 hpt_status hpt_infer_create(hpt_mem *mem, hpt_gpt2 *model, hpt_weights kind, int ctx,
                             hpt_infer **out) {
+    *out = NULL;
+    if (model->eng)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "inference reads the model's flat weights: load the "
+                        "checkpoint with hpt_infer_load instead of a model made with the offload "
+                        "engine");
     hpt_infer *inf;
     HPT_CHECK(infer_new(mem, &model->cfg, kind, ctx, &inf));
     if (kind == HPT_WEIGHTS_F32) {
         for (int k = 0; k < HPT_GPT2_NUM_TENSORS; k++) inf->f[k] = model->params + inf->t[k].offset;
     } else {
-        hpt_status s = alloc_q8(inf);
+        hpt_status s = alloc_weights(inf);
         if (s != HPT_OK) {
             hpt_infer_free(inf);
             return hpt_fail_ctx(s, "int8 weights");
@@ -213,8 +221,8 @@ hpt_status hpt_infer_create(hpt_mem *mem, hpt_gpt2 *model, hpt_weights kind, int
 }
 
 /* Reads the checkpoint's tensors (fp32, or bf16 for version 5) in pieces of at most
- * K_STAGE_BYTES into the int8 engine. */
-static hpt_status load_q8(hpt_infer *inf, const char *path) {
+ * K_STAGE_BYTES into the engine's own weights. */
+static hpt_status load_weights(hpt_infer *inf, const char *path) {
     FILE *f;
     uint64_t size;
     HPT_CHECK(io_open_read(path, &f, &size));
@@ -250,32 +258,17 @@ static hpt_status load_q8(hpt_infer *inf, const char *path) {
 }
 
 hpt_status hpt_infer_load(hpt_mem *mem, const char *path, hpt_weights kind, int ctx,
-                          hpt_gpt2 **model_out, hpt_infer **out) {
+                          hpt_infer **out) {
     *out = NULL;
-    if (model_out) *model_out = NULL;
-    if (kind == HPT_WEIGHTS_F32) {
-        if (!model_out)
-            return hpt_fail(HPT_ERR_INVALID, "an fp32 engine borrows a model: pass model_out");
-        hpt_gpt2 *m;
-        HPT_CHECK(hpt_gpt2_load(mem, path, &m));
-        hpt_gpt2_release_grads(m); /* inference needs none */
-        hpt_status s = hpt_infer_create(mem, m, kind, ctx, out);
-        if (s != HPT_OK) {
-            hpt_gpt2_free(m);
-            return s;
-        }
-        *model_out = m;
-        return HPT_OK;
-    }
     hpt_gpt2_config cfg;
     HPT_CHECK(hpt_gpt2_read_config(path, &cfg)); /* checks magic, version and size */
     hpt_infer *inf;
     HPT_CHECK(infer_new(mem, &cfg, kind, ctx, &inf));
-    hpt_status s = alloc_q8(inf);
-    if (s == HPT_OK) s = load_q8(inf, path);
+    hpt_status s = alloc_weights(inf);
+    if (s == HPT_OK) s = load_weights(inf, path);
     if (s != HPT_OK) {
         hpt_infer_free(inf);
-        return hpt_fail_ctx(s, "loading %s as int8", path);
+        return hpt_fail_ctx(s, "loading %s (%s weights)", path, hpt_weights_name(kind));
     }
     *out = inf;
     return HPT_OK;

@@ -68,7 +68,6 @@ int cmd_sample(int argc, char **argv) {
     }
     hpt_tokenizer *tok = NULL;
     hpt_mem *mem = NULL;
-    hpt_gpt2 *m = NULL;
     hpt_infer *inf = NULL;
     int32_t *ids = NULL, *buf = NULL;
     size_t n_ids = 0;
@@ -103,14 +102,12 @@ int cmd_sample(int argc, char **argv) {
     /* the cache holds what this run needs, at most maxT positions */
     long ctx = (long)n_ids + n_new < cfg->maxT ? (long)n_ids + n_new : cfg->maxT;
     if (!quiet) {
-        uint64_t model = weights == HPT_WEIGHTS_F32 ? hpt_gpt2_num_params(cfg) * 4 : 0;
-        fprintf(stderr, "sample: %s weights, %ld-position cache: %.1f MiB estimated%s\n",
+        fprintf(stderr, "sample: %s weights, %ld-position cache: %.1f MiB estimated\n",
                 hpt_weights_name(weights), ctx,
-                (double)(hpt_infer_bytes_for(cfg, weights, (int)ctx) + model) / 1048576.0,
-                weights == HPT_WEIGHTS_F32 ? " (incl. the model's fp32 weights)" : "");
+                (double)hpt_infer_bytes_for(cfg, weights, (int)ctx) / 1048576.0);
     }
     if ((s = hpt_mem_create(&mem)) != HPT_OK ||
-        (s = hpt_infer_load(mem, model_path, weights, (int)ctx, &m, &inf)) != HPT_OK) {
+        (s = hpt_infer_load(mem, model_path, weights, (int)ctx, &inf)) != HPT_OK) {
         rc = cli_lib_error(s, "loading the model");
         goto out;
     }
@@ -144,7 +141,6 @@ out:
     free(ids);
     free(buf);
     hpt_infer_free(inf);
-    hpt_gpt2_free(m);
     hpt_mem_destroy(mem);
     hpt_tokenizer_free(tok);
     return rc;
