@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Precision benchmark (docs/optimizers.md, "Precision"): what bf16 storage costs and saves.
 #   1. Step time and device peak of GPT-2 124M (B=4, T=256, AdamW fp32, random tokens) with
-#      saved activations in fp32, bf16 and int8 (--act-compress), runs interleaved (A B C A B
-#      C) so that load on a shared machine hits each alike; the mean of steps 2..STEPS.
+#      saved activations in fp32, bf16 and int8 (--act-compress), and with the fused update on
+#      fp32, bf16-sr and bf16-kahan block weights (--weights); runs interleaved (every config
+#      once, then again) so that load on a shared machine hits each alike; the mean of steps
+#      2..STEPS of both runs.
 #   2. Final validation loss after 2000 steps on Moby-Dick (bench_optim.sh's small model and
 #      flags) with fp32 and bf16 saved activations.
 # Usage: bench/bench_precision.sh [steps]   (BUILD=dir, THREADS=N (default 2), SKIP_QUALITY=1)
@@ -19,21 +21,24 @@ trap 'rm -rf "$tmp"' EXIT
 echo "load before: $(uptime)"
 printf 'It was the best of times, it was the worst of times. %.0s' $(seq 400) > "$tmp/text.txt"
 "$build/hptrain" tokenize --output "$tmp/data" --val-fraction 0.1 "$tmp/text.txt" >/dev/null 2>&1
-configs=(none bf16 int8)
+names=(fp32 act-bf16 act-int8 fused fused-bf16-sr fused-bf16-kahan)
+flags=("" "--act-compress bf16" "--act-compress int8" "--fused-update"
+       "--fused-update --weights bf16-sr" "--fused-update --weights bf16-kahan")
 for rep in 1 2; do
-  for c in "${configs[@]}"; do
+  for i in "${!names[@]}"; do
+    # shellcheck disable=SC2086
     "$build/hptrain" train --model gpt2-124m --data "$tmp/data/train_*.bin" --batch 4 --seq 256 \
-      --steps "$steps" --act-compress "$c" --threads "$threads" --quiet \
-      --log "$tmp/$c.$rep.jsonl" 2>/dev/null
+      --steps "$steps" ${flags[$i]} --threads "$threads" --quiet \
+      --log "$tmp/${names[$i]}.$rep.jsonl" 2>/dev/null
   done
 done
 echo "load after: $(uptime)"
 echo
 echo "GPT-2 124M, B=4 T=256, AdamW fp32, $threads threads, steps 2..$steps of 2 runs each"
 echo
-echo "| saved activations | step ms | vs fp32 | device peak |"
+echo "| config | step ms | vs fp32 | device peak |"
 echo "|---|---:|---:|---:|"
-/usr/bin/python3 - "$tmp" "${configs[@]}" <<'PY'
+/usr/bin/python3 - "$tmp" "${names[@]}" <<'PY'
 import json, sys
 d, cfgs = sys.argv[1], sys.argv[2:]
 base = None
@@ -45,7 +50,7 @@ for c in cfgs:
         peak = max(peak, max(r["mem_peak_bytes"] for r in rows))
     m = sum(ms) / len(ms)
     base = base or m
-    print(f"| {'fp32' if c == 'none' else c} | {m:.0f} | {m / base:.2f} | {peak / 2**30:.2f} GiB |")
+    print(f"| {c} | {m:.0f} | {m / base:.2f} | {peak / 2**30:.2f} GiB |")
 PY
 [ -n "${SKIP_QUALITY:-}" ] && exit 0
 . bench/mobydick.sh
