@@ -177,25 +177,7 @@ static int write_trace(const char *path, hpt_mem *mem, const hpt_trace_meta *kno
 int cmd_train(int argc, char **argv) {
     g_rss0 = hpt_rss_bytes();
     static const struct option longopts[] = {
-        {"model", 1, 0, 'm'},       {"data", 1, 0, 'd'},        {"val", 1, 0, 'v'},
-        {"batch", 1, 0, 'b'},       {"seq", 1, 0, 't'},         {"steps", 1, 0, 'n'},
-        {"lr", 1, 0, 'l'},          {"min-lr", 1, 0, 'L'},      {"warmup", 1, 0, 'w'},
-        {"weight-decay", 1, 0, 'W'}, {"grad-clip", 1, 0, 'g'},  {"eval-every", 1, 0, 'e'},
-        {"val-batches", 1, 0, 'E'}, {"save", 1, 0, 's'},        {"save-every", 1, 0, 'S'},
-        {"resume", 1, 0, 'r'},      {"log", 1, 0, 'o'},         {"memory", 1, 0, 'M'},
-        {"seed", 1, 0, 'x'},        {"threads", 1, 0, 'j'},     {"quiet", 0, 0, 'q'},        {"stop-at", 1, 0, 'A'},
-        {"trace", 1, 0, 'P'},     {"attention", 1, 0, CLI_OPT_ATTENTION}, {"recompute", 1, 0, CLI_OPT_RECOMPUTE},
-        {"act-offload", 1, 0, CLI_OPT_ACT_OFFLOAD}, {"act-compress", 1, 0, CLI_OPT_ACT_COMPRESS}, {"head-chunk", 1, 0, CLI_OPT_HEAD_CHUNK},
-        {"optimizer", 1, 0, 1101}, {"state-bits", 1, 0, 1102}, {"state-32bit-embeddings", 0, 0, 1103},
-        {"accum", 1, 0, 1301}, {"host-memory", 1, 0, 1201}, {"disk-memory", 1, 0, 1202}, {"offload-dir", 1, 0, 1203},
-        {"offload", 1, 0, CLI_OPT_OFFLOAD}, {"max-active-layers", 1, 0, CLI_OPT_MAX_ACTIVE},
-        {"prefetch", 1, 0, CLI_OPT_PREFETCH}, {"fused-update", 0, 0, CLI_OPT_FUSED},
-        {"weights", 1, 0, CLI_OPT_WEIGHTS},
-        {"schedule", 1, 0, 1701}, {"warmup-steps", 1, 0, 1702},
-        {"full-steps", 1, 0, 1703}, {"max-predict-steps", 1, 0, 1704}, {"confidence", 1, 0, 1705},
-        {"correct-steps", 1, 0, 1706}, {"predictor", 1, 0, 1707}, {"check-every", 1, 0, 1708},
-        {"band", 1, 0, 1709}, {"rollback-bound", 1, 0, 1710},
-        {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
+        CLI_TRAIN_LONGOPTS, {"trace", 1, 0, 'P'}, {0, 0, 0, 0}};
     hpt_train_opts o = hpt_train_defaults();
     uint64_t host_budget = 0, disk_budget = 0;
     const char *offload_dir = NULL;
