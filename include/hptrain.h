@@ -410,9 +410,12 @@ size_t hpt_gpt2_activation_bytes(const hpt_gpt2_config *cfg, int B, int T,
  * fp32, and the optimizer's update rewrites the home: stochastic rounding (SR; the noise is a
  * hash of the step and the element) or round to nearest plus the compensation (Kahan). The
  * embeddings and the final layer norm stay fp32. Checkpoints stay fp32: the weights are widened
- * when saved and rounded to nearest when loaded (exact for a bf16 run's own checkpoint; the
- * Kahan compensation is not saved, so `hptrain train` refuses --resume with bf16-kahan). Any
- * value but FP32 makes the engine active. */
+ * when saved and rounded to nearest when loaded (exact for a bf16 run's own checkpoint), and the
+ * training state (hpt_state_save) also holds the Kahan compensation, so a bf16-kahan run resumes
+ * bit for bit. Loaded with other weights (fp32, bf16-sr) a Kahan state's compensation is dropped;
+ * a state without one loaded into bf16-kahan weights starts it at the residue of rounding the
+ * saved weights (zero when they are bf16 values, as a bf16 run's are). Any value but FP32 makes
+ * the engine active. */
 typedef enum { HPT_BW_FP32 = 0, HPT_BW_BF16_SR, HPT_BW_BF16_KAHAN, HPT_BW_COUNT } hpt_block_weights;
 /* "fp32" | "bf16-sr" | "bf16-kahan" into *out. */
 hpt_status hpt_block_weights_parse(const char *text, hpt_block_weights *out);
@@ -680,7 +683,10 @@ hpt_status hpt_state_load_offload(const char *path, hpt_mem *mem, const hpt_offl
 /* Named extra sections of a training state (version 3): the hybrid schedule's controller,
  * predictor and rollback snapshot. Saving borrows data; loading allocates each section's data
  * on the host tier (category io), released with hpt_state_sections_free. Files of versions 1
- * and 2 load with no sections. At most HPT_STATE_MAX_SECTIONS, names up to 15 characters. */
+ * and 2 load with no sections. At most HPT_STATE_MAX_SECTIONS, names up to 15 characters.
+ * The state adds one of its own for a model with bf16-kahan weights, "bf16_comp" (their
+ * compensation; a caller's section may not take that name, and at most
+ * HPT_STATE_MAX_SECTIONS - 1 go beside it), which a load restores and does not hand back. */
 #define HPT_STATE_MAX_SECTIONS 16
 typedef struct {
     char name[16];

@@ -126,7 +126,12 @@ expect_error "bad optimizer" "unknown optimizer" train --steps 1 --optimizer ada
 expect_error "bad state bits" "32 or 8" train --steps 1 --state-bits 4
 expect_error "emb32 without 8 bits" "state-bits 8" train --steps 1 --state-32bit-embeddings
 expect_error "bad weights" "bf16-sr" train --steps 1 --weights bf16
-expect_error "kahan resume" "Kahan compensation" train --steps 1 --weights bf16-kahan --resume "$tmp/nothing"
+# bf16-kahan weights split by --stop-at resume bit-identically (the compensation is saved)
+train --steps 8 --lr 1e-3 --weights bf16-kahan --fused-update --save "$tmp/kfull" 2>/dev/null
+train --steps 8 --lr 1e-3 --weights bf16-kahan --fused-update --save "$tmp/ksplit" --stop-at 3 2>/dev/null
+"$bin" train --data "$tmp/train_*.bin" --batch 4 --seq 16 --quiet --steps 8 --lr 1e-3 \
+  --weights bf16-kahan --fused-update --resume "$tmp/ksplit" --save "$tmp/ksplit" 2>"$tmp/err"
+if cmp -s "$tmp/kfull/state.bin" "$tmp/ksplit/state.bin"; then ok; else bad "bf16-kahan resume: $(cat "$tmp/err")"; fi
 expect_error "bf16 weights on disk" "device or the host" train --steps 1 --weights bf16-sr --offload params=disk --offload-dir "$tmp"
 
 # --- gradient accumulation: --accum 2 split by --stop-at resumes bit-identically; bad K refused ---

@@ -33,10 +33,22 @@
  *       block weights end at under half the SR run's squared distance from the fp32 run's
  *       (measured: 4.1e-5 against 7.2e-4); a bf16-sr run saved at step 8 and resumed ends
  *       with the uninterrupted run's bits; params=disk refused;
+ *   (i) Kahan compensation in the training state: a bf16-kahan run (fused and exact, parameters
+ *       on the device and on the host) saved at step 8 and resumed ends with the uninterrupted
+ *       run's weights, losses and state file, bit for bit (the compensation loaded is not all
+ *       zero: it carries what rounding lost); the Kahan state resumes with fp32 or bf16-sr
+ *       weights (compensation dropped, the weights its bf16 values, the section not handed to
+ *       the caller); a bf16-sr state loaded into Kahan weights starts the compensation at zero,
+ *       an fp32 one at the rounding residue (not all zero); a corrupt compensation (checksum),
+ *       a file cut inside it and a section of the wrong size under a valid checksum are
+ *       refused with nothing left allocated; a caller's section may not take its name;
  *   (e) refusals: 8-bit state with the optimizer's home on disk, accumulation with the
  *       fused update, K <= P; each allocation of an offloaded setup
  *       failing in turn ends in HPT_ERR_OOM with nothing left allocated on any tier. */
 #include "testlib.h"
+#include "io/io_int.h"
+#include "model/gpt2_int.h"
+#include "offload/engine.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -670,6 +682,220 @@ static void test_bf16_weights(void) {
     CHECK_STATUS(hpt_offload_check(&d), HPT_ERR_UNSUPPORTED);
 }
 
+/* (i) helpers: a file's bytes, and the compensation of a state loaded into a model made with f
+ * (into *comp_out, malloc'd, *n_out values; status of the load). */
+static unsigned char *read_all(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    unsigned char *b = NULL;
+    *n = 0;
+    if (f && fseek(f, 0, SEEK_END) == 0) {
+        long sz = ftell(f);
+        rewind(f);
+        b = sz > 0 ? malloc((size_t)sz) : NULL;
+        if (b && fread(b, 1, (size_t)sz, f) == (size_t)sz) *n = (size_t)sz;
+    }
+    if (f) fclose(f);
+    return b;
+}
+
+static void write_all(const char *path, const void *b, size_t n) {
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(b, 1, n, f) == n);
+    if (f) fclose(f);
+}
+
+static hpt_status load_comp(hpt_mem *mem, const char *path, const hpt_offload_opts *f,
+                            uint16_t **comp_out, size_t *n_out) {
+    hpt_gpt2 *m = NULL;
+    hpt_optim *op = NULL;
+    hpt_adamw_opts ao;
+    hpt_train_pos pos;
+    *comp_out = NULL;
+    *n_out = 0;
+    hpt_status s = hpt_state_load_offload(path, mem, f, &m, &op, &ao, &pos);
+    uint16_t *c = NULL;
+    if (s == HPT_OK) s = eng_comp(m->eng, &c, n_out);
+    if (s == HPT_OK && c) {
+        *comp_out = malloc(*n_out * sizeof(uint16_t));
+        memcpy(*comp_out, c, *n_out * sizeof(uint16_t));
+    }
+    hpt_optim_free(op);
+    hpt_gpt2_free(m);
+    return s;
+}
+
+static size_t count_nonzero(const uint16_t *c, size_t n) {
+    size_t k = 0;
+    for (size_t i = 0; c && i < n; i++) k += c[i] != 0;
+    return k;
+}
+
+/* (i) */
+static void test_kahan_resume(void) {
+    hpt_gpt2_config cfg;
+    CHECK_OK(hpt_gpt2_config_parse(SHAPE, &cfg));
+    hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
+    hpt_gpt2_tensors(&cfg, t);
+    size_t n = hpt_gpt2_num_params(&cfg);
+    struct {
+        hpt_offload_opts f;
+        const char *what;
+    } cases[] = {{off(HPT_TIER_DEVICE, HPT_TIER_DEVICE, HPT_TIER_DEVICE, 2, 1, 1), "fused, device"},
+                 {off(HPT_TIER_HOST, HPT_TIER_DEVICE, HPT_TIER_HOST, 2, 1, 1), "fused, host"},
+                 {off(HPT_TIER_DEVICE, HPT_TIER_DEVICE, HPT_TIER_DEVICE, 2, 1, 0), "exact, device"},
+                 {off(HPT_TIER_HOST, HPT_TIER_HOST, HPT_TIER_HOST, 2, 1, 0), "exact, host"}};
+    char dir_u[600], dir_a[600], dir_b[600], path[700], path2[700];
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        hpt_train_opts o = opts(1.0f), a, b;
+        o.offload = cases[c].f;
+        o.offload.weights = HPT_BW_BF16_KAHAN;
+        snprintf(dir_u, sizeof dir_u, "%s/kahan_whole%zu", t_tmpdir(), c);
+        snprintf(dir_a, sizeof dir_a, "%s/kahan_at8_%zu", t_tmpdir(), c);
+        snprintf(dir_b, sizeof dir_b, "%s/kahan_resumed%zu", t_tmpdir(), c);
+        hpt_mem *mem;
+        CHECK_OK(hpt_mem_create(&mem));
+        float lu[STEPS], lr[STEPS];
+        float *pu = calloc(n, sizeof(float)), *pr = calloc(n, sizeof(float));
+        a = o;
+        a.save_dir = dir_u;
+        t_train_run(mem, &a, 0, lu, NULL, pu);
+        a.save_dir = dir_a;
+        t_train_run(mem, &a, 8, lr, NULL, NULL);
+        b = o;
+        b.resume = dir_a;
+        b.save_dir = dir_b;
+        t_train_run(mem, &b, 0, lr, NULL, pr);
+        snprintf(path, sizeof path, "%s/state.bin", dir_u);
+        snprintf(path2, sizeof path2, "%s/state.bin", dir_b);
+        size_t nu, nb;
+        unsigned char *fu = read_all(path, &nu), *fb = read_all(path2, &nb);
+        CHECK_MSG(memcmp(pu, pr, n * sizeof(float)) == 0 &&
+                  memcmp(lu + 8, lr + 8, (STEPS - 8) * sizeof(float)) == 0 && nu > 0 && nu == nb &&
+                  memcmp(fu, fb, nu) == 0,
+                  "bf16-kahan %s: saved at step 8 and resumed, not the uninterrupted run's bits "
+                  "(state files of %zu and %zu bytes)", cases[c].what, nu, nb);
+        free(fu);
+        free(fb);
+        free(pu);
+        free(pr);
+        /* the compensation restored carries information */
+        uint16_t *comp;
+        size_t nc;
+        snprintf(path, sizeof path, "%s/state.bin", dir_a);
+        CHECK_OK(load_comp(mem, path, &o.offload, &comp, &nc));
+        CHECK_MSG(count_nonzero(comp, nc) > nc / 10, "bf16-kahan %s: %zu of %zu compensation values "
+                  "non-zero at step 8", cases[c].what, count_nonzero(comp, nc), nc);
+        free(comp);
+        CHECK(t_device_live(mem) == 0);
+        hpt_mem_destroy(mem);
+    }
+    /* the last case's step-8 state (exact, host) with other weights: resumes; the weights are
+     * its bf16 values, the compensation dropped and not handed to the caller */
+    hpt_mem *mem;
+    CHECK_OK(hpt_mem_create(&mem));
+    hpt_train_opts o = opts(1.0f), b;
+    o.offload = cases[3].f;
+    o.offload.weights = HPT_BW_BF16_KAHAN;
+    float losses[STEPS];
+    for (int w = HPT_BW_FP32; w <= HPT_BW_BF16_SR; w++) {
+        b = opts(1.0f);
+        b.resume = dir_a;
+        b.offload = w == HPT_BW_FP32 ? hpt_offload_defaults() : cases[3].f;
+        b.offload.weights = w;
+        float *p = calloc(n, sizeof(float));
+        t_train_run(mem, &b, 0, losses, NULL, p);
+        CHECK_MSG(losses[STEPS - 1] < losses[8], "Kahan state resumed with %s weights: loss %g -> %g",
+                  hpt_block_weights_name((hpt_block_weights)w), (double)losses[8],
+                  (double)losses[STEPS - 1]);
+        free(p);
+    }
+    {
+        hpt_gpt2 *m = NULL;
+        hpt_optim *op = NULL;
+        hpt_adamw_opts ao;
+        hpt_train_pos pos;
+        hpt_state_section sec[HPT_STATE_MAX_SECTIONS];
+        int n_sec = -1;
+        CHECK_OK(hpt_state_load_sections(path, mem, &m, &op, &ao, &pos, sec, &n_sec));
+        CHECK(n_sec == 0);
+        int bf16 = m != NULL;
+        for (int i = 0; m && i < HPT_GPT2_NUM_TENSORS; i++)
+            for (size_t k = 0; is_block_tensor(t[i].name) && k < t[i].numel; k++) {
+                float x = hpt_gpt2_params(m)[t[i].offset + k];
+                bf16 &= round_bf16(x) == x;
+            }
+        CHECK_MSG(bf16, "a Kahan state loaded without the engine: a block weight is not bf16");
+        hpt_state_section own = {.name = "bf16_comp", .data = &ao, .bytes = 4};
+        CHECK_STATUS(hpt_state_save_sections(path2, m, op, &ao, &pos, &own, 1), HPT_ERR_INVALID);
+        hpt_optim_free(op);
+        hpt_gpt2_free(m);
+    }
+    /* other states into Kahan weights: bf16-sr's (bf16 values) -> zero; fp32's -> the residue */
+    for (int w = HPT_BW_FP32; w <= HPT_BW_BF16_SR; w++) {
+        hpt_train_opts a = opts(1.0f);
+        a.offload = cases[3].f;
+        a.offload.weights = w;
+        snprintf(dir_b, sizeof dir_b, "%s/kahan_from%d", t_tmpdir(), w);
+        a.save_dir = dir_b;
+        t_train_run(mem, &a, 8, losses, NULL, NULL);
+        snprintf(path2, sizeof path2, "%s/state.bin", dir_b);
+        uint16_t *comp;
+        size_t nc;
+        CHECK_OK(load_comp(mem, path2, &o.offload, &comp, &nc));
+        size_t nz = count_nonzero(comp, nc);
+        CHECK_MSG(nc > 0 && (w == HPT_BW_BF16_SR ? nz == 0 : nz > nc / 10),
+                  "a %s state into Kahan weights: %zu of %zu compensation values non-zero",
+                  hpt_block_weights_name((hpt_block_weights)w), nz, nc);
+        free(comp);
+    }
+    /* damaged compensation: corrupt, cut inside it, the wrong size under a valid checksum */
+    uint16_t *comp;
+    size_t nc, nf;
+    CHECK_OK(load_comp(mem, path, &o.offload, &comp, &nc));
+    free(comp);
+    unsigned char *f = read_all(path, &nf);
+    size_t sb = nc * sizeof(uint16_t), data = nf - 12 - sb; /* the section's data, last before the crc */
+    CHECK(f && nf > sb + 36 && !memcmp(f + data - 24, "bf16_comp", 10));
+    snprintf(path2, sizeof path2, "%s/kahan_bad.bin", t_tmpdir());
+    struct {
+        hpt_status want;
+        const char *says;
+    } bad[] = {{HPT_ERR_CHECKSUM, "checksum"}, {HPT_ERR_FORMAT, "truncated"},
+               {HPT_ERR_FORMAT, "Kahan compensation"}};
+    for (int k = 0; f && k < 3; k++) {
+        unsigned char *g = malloc(nf);
+        memcpy(g, f, nf);
+        size_t ng = nf;
+        if (k == 0) g[data + sb / 2] ^= 0x10;
+        if (k == 1) ng = data + sb / 2;
+        if (k == 2) { /* two bytes fewer, the checksum recomputed */
+            uint64_t len = sb - 2;
+            memcpy(g + data - 8, &len, 8);
+            ng = data + sb - 2;
+            uint32_t crc = io_crc32c(0, g, ng);
+            memcpy(g + ng, &crc, 4);
+            memcpy(g + ng + 4, f + nf - 8, 8);
+            ng += 12;
+        }
+        write_all(path2, g, ng);
+        free(g);
+        uint16_t *cc = NULL;
+        size_t ncc;
+        hpt_status s = load_comp(mem, path2, &o.offload, &cc, &ncc);
+        CHECK_MSG(s == bad[k].want && strstr(hpt_last_error(), bad[k].says),
+                  "damaged compensation %d: %s, '%s'", k, hpt_status_str(s), hpt_last_error());
+        free(cc);
+        hpt_mem_stats st;
+        hpt_mem_get_stats(mem, &st);
+        uint64_t live = 0;
+        for (int ti = 0; ti < HPT_TIER_COUNT; ti++)
+            for (int ci = 0; ci < HPT_CAT_COUNT; ci++) live += st.live_bytes[ti][ci];
+        CHECK_MSG(live == 0, "damaged compensation %d: %llu bytes left live", k, (unsigned long long)live);
+    }
+    free(f);
+    hpt_mem_destroy(mem);
+}
+
 /* (e) */
 static void test_refusals(void) {
     hpt_mem *mem;
@@ -734,6 +960,7 @@ int main(void) {
     test_checkpoints();
     test_forward_estimate();
     test_bf16_weights();
+    test_kahan_resume();
     test_refusals();
     return t_done("test_offload_engine");
 }

@@ -28,7 +28,14 @@
  * An offloaded model (the offload engine) is written and read in the same format: its blocks
  * gathered in checkpoint order (gpt2_emit) and scattered back (gpt2_absorb), the checksum
  * taken as the stream goes by; AdamW fp32's m and v likewise (the engine's homes), any other
- * optimizer's buffers as they are (optim.c keeps them whole, as without the engine). */
+ * optimizer's buffers as they are (optim.c keeps them whole, as without the engine).
+ * bf16-kahan weights (hpt_offload_opts.weights): the weights saved are the bf16 values widened,
+ * exactly; their Kahan compensation is the section "bf16_comp" (eng_comp's layout: L blocks of
+ * S bf16 values, S the block's floats rounded up to 2048), added after the caller's sections and
+ * taken out of the list a load hands back. A load into bf16-kahan weights restores it (a size
+ * other than the shape's is HPT_ERR_FORMAT); with other weights it is dropped (the weights are
+ * the bf16 values); a state without it loaded into bf16-kahan weights leaves the compensation
+ * at the residue of rounding the saved weights to bf16 (zero when they are bf16 values). */
 #include "core/core.h"
 #include "io/io_int.h"
 #include "model/gpt2_int.h"
@@ -41,6 +48,8 @@
 #define NFIELDS 32
 static const char k_magic[8] = {'H', 'P', 'T', 'S', 'T', 'A', 'T', 'E'};
 static const char k_end[8] = {'H', 'P', 'T', 'E', 'N', 'D', 0, 0};
+
+static const char k_comp_name[] = "bf16_comp";
 
 static int64_t fbits(float f) { uint32_t u; memcpy(&u, &f, 4); return (int64_t)u; }
 static float bitsf(int64_t b) { uint32_t u = (uint32_t)b; float f; memcpy(&f, &u, 4); return f; }
@@ -57,12 +66,18 @@ hpt_status hpt_state_save(const char *path, const hpt_gpt2 *model, const hpt_opt
 hpt_status hpt_state_save_sections(const char *path, const hpt_gpt2 *model, const hpt_optim *opt,
                                    const hpt_adamw_opts *ao, const hpt_train_pos *pos,
                                    const hpt_state_section *sec, int n_sec) {
-    if (n_sec < 0 || n_sec > HPT_STATE_MAX_SECTIONS)
-        return hpt_fail(HPT_ERR_INVALID, "%d checkpoint sections (at most %d)", n_sec,
-                        HPT_STATE_MAX_SECTIONS);
+    uint16_t *comp = NULL; /* bf16-kahan weights' compensation: one more section */
+    size_t n_comp = 0;
+    if (model->eng) HPT_CHECK(eng_comp(model->eng, &comp, &n_comp));
+    if (n_sec < 0 || n_sec + (comp != NULL) > HPT_STATE_MAX_SECTIONS)
+        return hpt_fail(HPT_ERR_INVALID, "%d checkpoint sections (at most %d%s)", n_sec,
+                        HPT_STATE_MAX_SECTIONS - (comp != NULL),
+                        comp ? " beside the bf16 compensation" : "");
     for (int i = 0; i < n_sec; i++)
-        if (!memchr(sec[i].name, 0, sizeof sec[i].name) || !sec[i].name[0])
-            return hpt_fail(HPT_ERR_INVALID, "checkpoint section %d: a name of 1 to 15 characters", i);
+        if (!memchr(sec[i].name, 0, sizeof sec[i].name) || !sec[i].name[0] ||
+            !strcmp(sec[i].name, k_comp_name))
+            return hpt_fail(HPT_ERR_INVALID, "checkpoint section %d: a name of 1 to 15 characters, "
+                            "not %s (the state's own)", i, k_comp_name);
     const hpt_gpt2_config *c = &model->cfg;
     int64_t f[NFIELDS] = {c->L, c->C, c->NH, c->V, c->Vp, c->maxT,
                           fbits(ao->lr), fbits(ao->beta1), fbits(ao->beta2), fbits(ao->eps),
@@ -99,15 +114,16 @@ hpt_status hpt_state_save_sections(const char *path, const hpt_gpt2 *model, cons
             if (bufs[i].bytes) s = io_atomic_write(&w, bufs[i].data, bufs[i].bytes);
     }
     {
-        uint32_t ns = (uint32_t)n_sec;
+        uint32_t ns = (uint32_t)n_sec + (comp != NULL);
         if (s == HPT_OK) s = io_atomic_write(&w, &ns, 4);
-        for (int i = 0; i < n_sec && s == HPT_OK; i++) {
+        for (int i = 0; i < (int)ns && s == HPT_OK; i++) {
             char name[16] = {0};
-            strcpy(name, sec[i].name);
-            uint64_t sb = sec[i].bytes;
+            strcpy(name, i < n_sec ? sec[i].name : k_comp_name);
+            uint64_t sb = i < n_sec ? sec[i].bytes : n_comp * sizeof(uint16_t);
+            const void *data = i < n_sec ? sec[i].data : comp;
             s = io_atomic_write(&w, name, sizeof name);
             if (s == HPT_OK) s = io_atomic_write(&w, &sb, 8);
-            if (s == HPT_OK && sb) s = io_atomic_write(&w, sec[i].data, (size_t)sb);
+            if (s == HPT_OK && sb) s = io_atomic_write(&w, data, (size_t)sb);
         }
     }
     uint32_t crc = w.crc;
@@ -202,6 +218,27 @@ static hpt_status read_sections(FILE *fp, const char *path, hpt_mem *mem, uint64
         return hpt_fail(HPT_ERR_FORMAT, "%s: %llu unexpected bytes after the sections", path,
                         (unsigned long long)rest);
     return HPT_OK;
+}
+
+/* Takes the bf16 compensation's section out of sec (freed, the others moved up): into the
+ * model's bf16-kahan weights, or dropped for other weights. */
+static hpt_status absorb_comp(hpt_gpt2 *m, hpt_mem *mem, const char *path, hpt_state_section *sec,
+                              int *n_sec) {
+    int k = 0;
+    while (k < *n_sec && strcmp(sec[k].name, k_comp_name)) k++;
+    if (k == *n_sec) return HPT_OK;
+    uint16_t *comp = NULL;
+    size_t n = 0;
+    hpt_status s = m->eng ? eng_comp(m->eng, &comp, &n) : HPT_OK;
+    if (s == HPT_OK && comp && sec[k].bytes != n * sizeof(uint16_t))
+        s = hpt_fail(HPT_ERR_FORMAT, "%s: the bf16 weights' Kahan compensation has %llu bytes, "
+                     "expected %zu for this shape (truncated or corrupt)", path,
+                     (unsigned long long)sec[k].bytes, n * sizeof(uint16_t));
+    if (s == HPT_OK && comp) memcpy(comp, sec[k].data, n * sizeof(uint16_t));
+    hpt_state_sections_free(mem, &sec[k], 1);
+    for (int i = k + 1; i < *n_sec; i++) sec[i - 1] = sec[i];
+    (*n_sec)--;
+    return s;
 }
 
 /* Loads a state into a model made with off (NULL: no engine), with version 3's sections. */
@@ -315,6 +352,7 @@ static hpt_status load_state(const char *path, hpt_mem *mem, const hpt_offload_o
             s = hpt_fail(HPT_ERR_CHECKSUM, "%s: checksum mismatch (stored %08x, computed %08x): "
                          "the file is corrupt", path, crc_file, crc);
     }
+    if (s == HPT_OK) s = absorb_comp(m, mem, path, sec, &n_sec);
     if (s != HPT_OK) {
         hpt_state_sections_free(mem, sec, n_sec);
         hpt_optim_free(o);

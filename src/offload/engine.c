@@ -645,7 +645,7 @@ static float *scratch(offload_engine *e, hpt_tier *tier) {
 hpt_status eng_emit_slice(offload_engine *e, int b, int l, int i, eng_emit_fn emit, void *ctx) {
     HPT_CHECK(eng_drain(e));
     size_t n = e->slice_n[i], off = (size_t)l * e->stride + e->slice_off[i];
-    if (b == EB_P && e->bf) { /* widened (the compensation is not emitted) */
+    if (b == EB_P && e->bf) { /* widened (the compensation goes separately: eng_comp) */
         const uint16_t *h = e->wh + (size_t)l * e->hstride + e->slice_off[i];
         float buf[BF_CHUNK];
         for (size_t k = 0; k < n; k += BF_CHUNK) {
@@ -714,6 +714,16 @@ hpt_status eng_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn 
         hpt_mem_transfer(e->mem, st, HPT_TIER_DISK, k_cat[b], (size_t)len);
         o += useful;
     }
+    return HPT_OK;
+}
+
+hpt_status eng_comp(offload_engine *e, uint16_t **comp_out, size_t *n_out) {
+    *comp_out = NULL;
+    *n_out = 0;
+    HPT_CHECK(eng_drain(e));
+    if (!e->wc) return HPT_OK;
+    *comp_out = e->wc;
+    *n_out = (size_t)e->L * e->hstride;
     return HPT_OK;
 }
 

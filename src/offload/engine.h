@@ -71,6 +71,11 @@ typedef hpt_status (*eng_read_fn)(void *ctx, float *dst, size_t n);
 /* Scatters: fills slice i of block l of buffer b from read, in pieces (disk: each aligned window
  * read, filled and written back). */
 hpt_status eng_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn read, void *ctx);
+/* The Kahan compensation of bf16-kahan weights (after waiting for queued updates): its home,
+ * (L, S) bf16 values, S the block's floats (its slices packed in order) rounded up to 2048 values
+ * (4096 bytes), the rounding zero; *n_out = L * S. NULL and 0 for other weights. The training
+ * state saves and restores it (src/io/state.c); writing it between steps is safe. */
+hpt_status eng_comp(offload_engine *e, uint16_t **comp_out, size_t *n_out);
 /* A device scratch of one block (for filling a block before eng_store_block), or the block's
  * home when that is memory (then fill it in place and skip the store). */
 hpt_status eng_block_dest(offload_engine *e, int b, int l, float **dst, int *in_place);

@@ -271,9 +271,6 @@ int cmd_train(int argc, char **argv) {
     if (optind < argc) return cli_usage_error("train", "unexpected argument '%s'", argv[optind]);
     if (!o.data) return cli_usage_error("train", "--data is required");
     if (!o.model && !o.resume) return cli_usage_error("train", "--model (or --resume) is required");
-    if (o.resume && o.offload.weights == HPT_BW_BF16_KAHAN) /* docs/optimizers.md */
-        return cli_usage_error("train", "--weights bf16-kahan cannot --resume: the checkpoint holds "
-                               "the weights, not their Kahan compensation");
     if (!min_lr_set) o.min_lr = o.lr / 10.0f;
     if (emb32 && state_bits != 8)
         return cli_usage_error("train", "--state-32bit-embeddings needs --state-bits 8");
