@@ -487,6 +487,8 @@ uint64_t hpt_infer_weight_bytes_for(const hpt_gpt2_config *cfg, hpt_weights w);
  * scratch: exactly what hpt_infer_load leaves allocated (hpt_infer_create with F32 borrows the
  * model's weights: hpt_infer_weight_bytes_for less). */
 uint64_t hpt_infer_bytes_for(const hpt_gpt2_config *cfg, hpt_weights w, int ctx);
+/* Device bytes hpt_infer_loss allocates for the duration of its call (logits of 64 rows). */
+uint64_t hpt_infer_loss_bytes_for(const hpt_gpt2_config *cfg);
 
 typedef struct hpt_infer hpt_infer;
 /* An engine on model's weights (F32: borrowed; Q8: quantised copies, model may then be freed);
@@ -887,6 +889,9 @@ typedef struct {
                           * and predict_peak_bytes below */
     int predictor;       /* hpt_predictor_kind of the hybrid schedule */
     int checks;          /* hybrid: predict-phase checks (one-sequence forwards; needs has_val) */
+    int check_weights;   /* hpt_weights of the checks: F32 (the model's, a B=1 arena) or Q8 (an
+                          * int8 hpt_infer made for each check: hpt_infer_bytes_for at ctx T plus
+                          * hpt_infer_loss_bytes_for, instead of the arena) */
 } hpt_plan_opts;
 /* gpt2-124m, B=4, T=64, training with AdamW fp32, no validation: the trainer's defaults. */
 hpt_plan_opts hpt_plan_defaults(void);
@@ -976,13 +981,17 @@ typedef struct {
     int64_t correct_steps;     /* CORRECT steps after each predict phase (>= 1) */
     int predictor;             /* hpt_predictor_kind */
     int64_t check_every;       /* a forward on the check batch every K predict steps; 0: none */
+    int check_weights;         /* hpt_weights of the checks' forward: F32 (the model's weights,
+                                * one sequence at a time), or Q8 (int8 copies of the current
+                                * weights, one scale per output channel, made for each check and
+                                * freed after it; hpt_infer_loss) */
     float band;                /* relative excess of the loss over its prediction that ends a
                                 * predict phase early; also the confidence's error scale */
     float rollback;            /* relative excess beyond which the weights roll back (>= band) */
     float fit_decay;           /* linear predictor: weight of a sample one step older (0, 1) */
 } hpt_schedule_opts;
 /* Full-only; hybrid values: warmup 50, full 20, max predict 20, confidence 0.5, correct 2,
- * adam, no checks, band 0.05, rollback 0.2, fit decay 0.9. */
+ * adam, no checks (fp32 when on), band 0.05, rollback 0.2, fit decay 0.9. */
 hpt_schedule_opts hpt_schedule_defaults(void);
 /* HPT_ERR_INVALID naming the field out of range. */
 hpt_status hpt_schedule_check(const hpt_schedule_opts *o);

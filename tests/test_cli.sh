@@ -192,7 +192,10 @@ expect_error "bad predictor" "unknown predictor" train --steps 1 --schedule hybr
 expect_error "checks without val" "need validation" train --steps 1 --schedule hybrid --check-every 2
 expect_error "adam predictor with 8-bit state" "32-bit moments" train --steps 1 --schedule hybrid --state-bits 8
 if "$bin" estimate --model "$shape" --seq 16 --schedule hybrid --predictor linear --json \
-   | grep -q '"predictor":"linear","predict_peak_bytes_by_tier":{"device":'; then ok; else bad "estimate --schedule"; fi
+   | grep -q '"predictor":"linear","checks":false,"check_weights":"fp32","predict_peak_bytes_by_tier":{"device":'; then ok; else bad "estimate --schedule"; fi
+if "$bin" estimate --model "$shape" --seq 16 --schedule hybrid --check-every 2 --check-weights int8 --json \
+   | grep -q '"checks":true,"check_weights":"int8"'; then ok; else bad "estimate --check-weights int8"; fi
+expect_error "bad check weights" "fp32, int8" train --steps 1 --schedule hybrid --check-weights int4
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

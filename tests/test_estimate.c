@@ -176,8 +176,8 @@ static void check_case(const run_case *rc) {
 /* The hybrid schedule (docs/predict.md): the run's device peak by category and its host peak
  * (snapshot, check batch, and the optimizer's state while predicting with the linear predictor)
  * match the estimate byte for byte, and so does the device peak of the PREDICT steps (the
- * largest accounted total after any event tagged PREDICT). */
-static void check_hybrid(int predictor, int checks) {
+ * largest accounted total after any event tagged PREDICT), with fp32 or int8 checks. */
+static void check_hybrid(int predictor, int checks, int check_weights) {
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
     hpt_mem_record(mem, 1);
@@ -197,6 +197,7 @@ static void check_hybrid(int predictor, int checks) {
     o.sched.confidence = 0.0f;
     o.sched.predictor = predictor;
     o.sched.check_every = checks ? 2 : 0;
+    o.sched.check_weights = check_weights;
     hpt_trainer *tr = NULL;
     int64_t predict_steps = 0;
     CHECK_OK(hpt_trainer_create(mem, &o, &tr));
@@ -222,13 +223,15 @@ static void check_hybrid(int predictor, int checks) {
     po.schedule = HPT_SCHEDULE_HYBRID;
     po.predictor = predictor;
     po.checks = checks;
+    po.check_weights = check_weights;
     hpt_estimate e;
     CHECK_OK(hpt_plan_estimate(&po, &e));
     const char *name = hpt_predictor_name((hpt_predictor_kind)predictor);
     uint64_t host_peak = e.peak_bytes[HPT_TIER_HOST] > e.predict_peak_bytes[HPT_TIER_HOST]
                              ? e.peak_bytes[HPT_TIER_HOST] : e.predict_peak_bytes[HPT_TIER_HOST];
     printf("  hybrid %-6s %s: device peak estimate %llu measured %llu; predict phase %llu measured "
-           "%llu; host peak %llu measured %llu (%lld predict steps)\n", name, checks ? "checks" : "      ",
+           "%llu; host peak %llu measured %llu (%lld predict steps)\n", name,
+           !checks ? "          " : check_weights == HPT_WEIGHTS_Q8 ? "int8 checks" : "checks     ",
            (unsigned long long)e.peak_bytes[HPT_TIER_DEVICE], (unsigned long long)st.peak_bytes[HPT_TIER_DEVICE],
            (unsigned long long)e.predict_peak_bytes[HPT_TIER_DEVICE], (unsigned long long)pred,
            (unsigned long long)host_peak, (unsigned long long)st.peak_bytes[HPT_TIER_HOST],
@@ -240,7 +243,13 @@ static void check_hybrid(int predictor, int checks) {
                   (unsigned long long)e.bytes[HPT_TIER_DEVICE][c],
                   (unsigned long long)st.peak_live_bytes[HPT_TIER_DEVICE][c]);
     CHECK(e.peak_bytes[HPT_TIER_DEVICE] == st.peak_bytes[HPT_TIER_DEVICE]);
-    CHECK(e.predict_peak_bytes[HPT_TIER_DEVICE] == pred);
+    CHECK_MSG(e.predict_peak_bytes[HPT_TIER_DEVICE] == pred, "hybrid %s: predict-phase device "
+              "estimate %llu, measured %llu", name,
+              (unsigned long long)e.predict_peak_bytes[HPT_TIER_DEVICE], (unsigned long long)pred);
+    int int8_events = 0; /* the checks used an int8 engine exactly when asked to */
+    for (size_t i = 0; i < n; i++)
+        int8_events += ev[i].kind == HPT_EV_ALLOC && ev[i].name && !strcmp(ev[i].name, "int8 weights");
+    CHECK((int8_events > 0) == (checks && check_weights == HPT_WEIGHTS_Q8));
     CHECK_MSG(host_peak == st.peak_bytes[HPT_TIER_HOST], "hybrid %s: host estimate %llu, measured "
               "%llu", name, (unsigned long long)host_peak, (unsigned long long)st.peak_bytes[HPT_TIER_HOST]);
     CHECK(device_live(mem) == 0);
@@ -478,9 +487,11 @@ int main(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         check_case(&cases[i]);
     }
-    check_hybrid(HPT_PREDICTOR_ADAM, 1);
-    check_hybrid(HPT_PREDICTOR_LINEAR, 1);
-    check_hybrid(HPT_PREDICTOR_LINEAR, 0);
+    check_hybrid(HPT_PREDICTOR_ADAM, 1, HPT_WEIGHTS_F32);
+    check_hybrid(HPT_PREDICTOR_LINEAR, 1, HPT_WEIGHTS_F32);
+    check_hybrid(HPT_PREDICTOR_LINEAR, 0, HPT_WEIGHTS_F32);
+    check_hybrid(HPT_PREDICTOR_ADAM, 1, HPT_WEIGHTS_Q8);
+    check_hybrid(HPT_PREDICTOR_LINEAR, 1, HPT_WEIGHTS_Q8);
     check_large_and_bad();
     check_refusal();
     return t_done("test_estimate");

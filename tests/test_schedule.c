@@ -13,6 +13,12 @@
  *   (f) the predictors' formulas: three adam predictions equal three real AdamW steps whose
  *       gradient is the first moment (the summed updates within 1e-5, norm-wise); the linear fit of an exactly
  *       linear trajectory gives its slope (1e-4) and moves the weights by it;
+ *   (g) int8 checks (--check-weights int8): the same run with fp32 and with int8 checks (zero
+ *       predictor, a band too wide to act on) checks the same weights at the same steps; each
+ *       int8 check loss is within 0.2% (relative) of the fp32 one, and not equal to it
+ *       (measured: 2.0e-5 at worst); a garbage
+ *       predictor under int8 checks is caught, rolled back bit for bit, and training recovers
+ *       as with fp32 checks (c);
  *   (e) phase-aware memory, from the hpt_mem timeline: the device peak of PREDICT is below
  *       that of the ordinary steps (WARMUP, FULL, CORRECT) by at least the gradients and the arena (adam) and also the optimizer state
  *       (linear, whose state goes to the host tier and comes back). */
@@ -146,6 +152,9 @@ static void test_transitions(void) {
     bad = o;
     bad.correct_steps = 0;
     CHECK_STATUS(hpt_schedule_check(&bad), HPT_ERR_INVALID);
+    bad = o;
+    bad.check_weights = 7;
+    CHECK_STATUS(hpt_schedule_check(&bad), HPT_ERR_INVALID);
     hpt_predictor_kind pk;
     CHECK_OK(hpt_predictor_parse("linear", &pk));
     CHECK(pk == HPT_PREDICTOR_LINEAR);
@@ -276,6 +285,73 @@ static void test_garbage(hpt_mem *mem) {
               (double)val0, (double)base);
     fprintf(stderr, "  garbage predictor without checks: %lld rollbacks at the first CORRECT step; "
             "final val %.4f vs full-only %.4f\n", (long long)rb, (double)val0, (double)base);
+}
+
+/* (g) the check losses of a run, by step (NaN where none ran) */
+static int check_losses(hpt_mem *mem, int weights, int64_t steps, float *out) {
+    hpt_train_opts o = hybrid_opts(HPT_PREDICTOR_ZERO, steps);
+    o.sched.check_every = 1;
+    o.sched.band = 100.0f; /* nothing a check measures changes the schedule */
+    o.sched.rollback = 100.0f;
+    o.sched.check_weights = weights;
+    hpt_trainer *tr = NULL;
+    int n = 0;
+    CHECK_OK(hpt_trainer_create(mem, &o, &tr));
+    while (tr && !hpt_trainer_done(tr)) {
+        hpt_train_progress p;
+        CHECK_OK(hpt_trainer_step(tr, &p));
+        if (p.step < 1) break;
+        out[p.step - 1] = p.checked ? p.loss : NAN;
+        n += p.checked;
+    }
+    hpt_trainer_free(tr);
+    return n;
+}
+
+/* (g) */
+static void test_int8_checks(hpt_mem *mem) {
+    enum { STEPS = 30 };
+    float c32[STEPS], c8[STEPS];
+    int n32 = check_losses(mem, HPT_WEIGHTS_F32, STEPS, c32);
+    int n8 = check_losses(mem, HPT_WEIGHTS_Q8, STEPS, c8);
+    int paired = 0, differ = 0;
+    double worst = 0.0;
+    for (int i = 0; i < STEPS; i++) {
+        CHECK_MSG(isnan(c32[i]) == isnan(c8[i]), "step %d: a check in one run only", i + 1);
+        if (isnan(c32[i]) || isnan(c8[i])) continue;
+        double rel = fabs((double)c8[i] - (double)c32[i]) / (double)c32[i];
+        worst = rel > worst ? rel : worst;
+        paired++;
+        differ += c8[i] != c32[i];
+    }
+    CHECK_MSG(paired >= 6 && paired == n32 && paired == n8, "%d checks paired (%d fp32, %d int8)",
+              paired, n32, n8);
+    CHECK_MSG(worst < 0.002 && differ == paired, "int8 checks: worst relative difference %.3g from "
+              "the fp32 checks' losses (%d of %d differ)", worst, differ, paired);
+    fprintf(stderr, "  int8 checks: %d checks on the same weights as fp32 checks, worst relative "
+            "loss difference %.2e\n", paired, worst);
+    /* garbage caught by int8 checks too */
+    const int64_t steps = 80;
+    hpt_train_opts full = hybrid_opts(HPT_PREDICTOR_ZERO, steps);
+    full.sched.kind = HPT_SCHEDULE_FULL;
+    float base = run_val(mem, &full, NULL, NULL, NULL, NULL);
+    hpt_train_opts g = hybrid_opts(HPT_PREDICTOR_GARBAGE, steps);
+    g.sched.check_every = 2;
+    g.sched.max_predict_steps = 8;
+    g.sched.confidence = 0.5f;
+    g.sched.check_weights = HPT_WEIGHTS_Q8;
+    int64_t rb, inp, exact;
+    float worst_loss;
+    float val = run_val(mem, &g, &rb, &inp, &exact, &worst_loss);
+    CHECK_MSG(inp >= 1 && exact == inp, "garbage with int8 checks: %lld rollbacks in PREDICT, %lld "
+              "bit-exact", (long long)inp, (long long)exact);
+    CHECK_MSG(!(worst_loss < logf(64.0f)), "garbage with int8 checks: worst check loss %g",
+              (double)worst_loss);
+    CHECK_MSG(fabsf(val - base) < 0.05f * base, "garbage with int8 checks: val %g vs full-only %g",
+              (double)val, (double)base);
+    fprintf(stderr, "  garbage predictor with int8 checks every 2: worst check loss %.3f, %lld "
+            "rollbacks by a check (bit-identical), %lld in all; final val %.4f vs full-only %.4f\n",
+            (double)worst_loss, (long long)inp, (long long)rb, (double)val, (double)base);
 }
 
 /* (d) */
@@ -578,6 +654,7 @@ int main(void) {
     test_formulas(mem);
     test_zero(mem);
     test_garbage(mem);
+    test_int8_checks(mem);
     test_resume(mem, HPT_PREDICTOR_ADAM);
     test_resume(mem, HPT_PREDICTOR_LINEAR);
     test_memory(mem, HPT_PREDICTOR_ADAM);

@@ -93,6 +93,13 @@ uint64_t hpt_infer_bytes_for(const hpt_gpt2_config *cfg, hpt_weights w, int ctx)
     return hpt_infer_weight_bytes_for(cfg, w) + kv + work_floats(cfg, w) * sizeof(float);
 }
 
+/* (K_ROWS, Vp) logits, then (K_ROWS) losses and log-sum-exps (hpt_infer_loss). */
+static size_t loss_bytes(const hpt_gpt2_config *c) {
+    return ((size_t)K_ROWS * (size_t)c->Vp + 2 * K_ROWS) * sizeof(float);
+}
+
+uint64_t hpt_infer_loss_bytes_for(const hpt_gpt2_config *cfg) { return loss_bytes(cfg); }
+
 void hpt_infer_free(hpt_infer *inf) {
     if (!inf) return;
     hpt_mem *mem = inf->mem;
@@ -406,8 +413,7 @@ hpt_status hpt_infer_loss(hpt_infer *inf, const int32_t *inputs, const int32_t *
         if (inputs[i] < 0 || inputs[i] >= c->V || targets[i] < 0 || targets[i] >= c->V)
             return hpt_fail(HPT_ERR_INVALID, "token %d -> %d at position %zu is outside [0, %d)",
                             inputs[i], targets[i], i, c->V);
-    /* (K_ROWS, Vp) logits, then (K_ROWS) losses and log-sum-exps: for this call only */
-    size_t bytes = ((size_t)K_ROWS * (size_t)c->Vp + 2 * K_ROWS) * sizeof(float);
+    size_t bytes = loss_bytes(c); /* for this call only */
     float *lg;
     hpt_mem_set_name(inf->mem, "loss logits");
     HPT_CHECK(hpt_mem_alloc(inf->mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, bytes, (void **)&lg));

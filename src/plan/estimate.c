@@ -78,11 +78,15 @@ static uint64_t loader_bytes(uint64_t BT) { return (BT + 1) * 2 + 2 * BT * 4; }
  * (io). During PREDICT: no gradients, no B-sized arena; the optimizer's state stays on the
  * device only for the adam predictor (which reads it), else it is on the host; the linear
  * predictor keeps s1 (velocities); checks run a forward of one sequence (its arena and, with
- * activation offload, its offload tier's bytes). Called after out->bytes holds the full
+ * activation offload, its offload tier's bytes), or with int8 check weights an hpt_infer of
+ * int8 copies (hpt_infer_create: weights, a cache of T positions, row scratch) and the loss's
+ * logits (hpt_infer_loss), all freed after each check. Called after out->bytes holds the full
  * phase's figures without the schedule. */
 static hpt_status hybrid_bytes(const hpt_plan_opts *o, hpt_estimate *out) {
     if ((unsigned)o->predictor >= HPT_PREDICTOR_COUNT)
         return hpt_fail(HPT_ERR_INVALID, "unknown predictor %d", o->predictor);
+    if (o->checks && o->check_weights != HPT_WEIGHTS_F32 && o->check_weights != HPT_WEIGHTS_Q8)
+        return hpt_fail(HPT_ERR_INVALID, "unknown check weights %d", o->check_weights);
     if (o->predictor == HPT_PREDICTOR_ADAM &&
         (o->optimizer != HPT_OPTIM_ADAMW || (o->state_bits != 0 && o->state_bits != 32)))
         return hpt_fail(HPT_ERR_UNSUPPORTED, "the adam predictor reads AdamW's 32-bit moments: use "
@@ -94,7 +98,10 @@ static hpt_status hybrid_bytes(const hpt_plan_opts *o, hpt_estimate *out) {
     int linear = o->predictor == HPT_PREDICTOR_LINEAR, adam = o->predictor == HPT_PREDICTOR_ADAM;
     pp[HPT_TIER_DEVICE] = pb + b[HPT_TIER_DEVICE][HPT_CAT_IO] + (adam ? optim : 0) + (linear ? pb : 0);
     pp[HPT_TIER_HOST] = pb + check_io + (adam ? 0 : optim);
-    if (o->checks) {
+    if (o->checks && o->check_weights == HPT_WEIGHTS_Q8) { /* the check's int8 engine */
+        pp[HPT_TIER_DEVICE] += hpt_infer_bytes_for(&o->cfg, HPT_WEIGHTS_Q8, o->T) +
+                               hpt_infer_loss_bytes_for(&o->cfg);
+    } else if (o->checks) {
         uint64_t at[HPT_TIER_COUNT];
         HPT_CHECK(hpt_gpt2_act_tier_bytes(&o->cfg, 1, o->T, &o->act, at));
         pp[HPT_TIER_DEVICE] += at[HPT_TIER_DEVICE];

@@ -53,6 +53,8 @@ hpt_status hpt_schedule_check(const hpt_schedule_opts *o) {
         return hpt_fail(HPT_ERR_INVALID, "fit decay %g must be in (0, 1)", (double)o->fit_decay);
     if ((unsigned)o->predictor >= HPT_PREDICTOR_COUNT)
         return hpt_fail(HPT_ERR_INVALID, "unknown predictor %d", o->predictor);
+    if (o->check_weights != HPT_WEIGHTS_F32 && o->check_weights != HPT_WEIGHTS_Q8)
+        return hpt_fail(HPT_ERR_INVALID, "unknown check weights %d (fp32 or int8)", o->check_weights);
     return HPT_OK;
 }
 

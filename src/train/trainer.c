@@ -155,6 +155,7 @@ static hpt_status check_budget(hpt_trainer *tr, hpt_gpt2_config *cfg, const char
     po.schedule = tr->o.sched.kind;
     po.predictor = tr->o.sched.predictor;
     po.checks = tr->o.sched.check_every > 0;
+    po.check_weights = tr->o.sched.check_weights;
     return hpt_plan_check_budget(&po, st.budget_bytes[HPT_TIER_DEVICE], live0);
 }
 
@@ -460,9 +461,21 @@ hpt_status hpt_trainer_save(hpt_trainer *tr) {
 }
 
 /* The check batch's loss: B forwards of one sequence each (a B=1 arena, freed after), the
- * mean over sequences (= the batch's mean over tokens: equal counts). */
+ * mean over sequences (= the batch's mean over tokens: equal counts). With int8 check weights:
+ * an int8 engine quantised from the current weights (hpt_infer_create), its loss over the
+ * batch (one sequence at a time, from an empty cache), freed: made for each check, since the
+ * weights move between checks and a kept engine would hold its bytes through the phase. */
 static hpt_status check_loss(hpt_trainer *tr, double *out) {
     int B = tr->o.B, T = tr->o.T;
+    if (tr->o.sched.check_weights == HPT_WEIGHTS_Q8) {
+        hpt_infer *inf;
+        float loss;
+        HPT_CHECK(hpt_infer_create(tr->mem, tr->model, HPT_WEIGHTS_Q8, T, &inf));
+        hpt_status s = hpt_infer_loss(inf, tr->check_x, tr->check_y, B, T, &loss);
+        hpt_infer_free(inf);
+        if (s == HPT_OK) *out = (double)loss;
+        return s;
+    }
     double sum = 0.0;
     for (int b = 0; b < B; b++) {
         float loss;

@@ -82,7 +82,7 @@ int cli_read_file(const char *path, char **data_out, size_t *len_out);
     {"schedule", 1, 0, 1701}, {"warmup-steps", 1, 0, 1702}, {"full-steps", 1, 0, 1703}, \
     {"max-predict-steps", 1, 0, 1704}, {"confidence", 1, 0, 1705}, \
     {"correct-steps", 1, 0, 1706}, {"predictor", 1, 0, 1707}, {"check-every", 1, 0, 1708}, \
-    {"band", 1, 0, 1709}, {"rollback-bound", 1, 0, 1710}
+    {"band", 1, 0, 1709}, {"rollback-bound", 1, 0, 1710}, {"check-weights", 1, 0, 1711}
 
 /* The offload engine's flags, as `train` and `estimate` describe them. */
 #define CLI_HELP_OFFLOAD \

@@ -42,6 +42,8 @@ static const char k_help[] =
     "                       state and prints the predict phase's peak per tier\n"
     "  --predictor K        hybrid: adam (default) or linear\n"
     "  --check-every K      hybrid: predict-phase checks (their one-sequence arena) when K > 0\n"
+    "  --check-weights W    hybrid: fp32 (default) or int8 checks (an int8 copy of the weights\n"
+    "                       and its cache instead of the arena)\n"
     "  --json               machine-readable output (docs/estimate.md lists the keys)\n";
 
 static void fmt_bytes(char *buf, size_t n, uint64_t b) {
@@ -101,8 +103,9 @@ static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t 
     printf(",\"activation_bytes\":%llu,\"num_params\":%llu,", (unsigned long long)e->activation_bytes,
            (unsigned long long)e->num_params);
     if (po->schedule == HPT_SCHEDULE_HYBRID) {
-        printf("\"schedule\":\"hybrid\",\"predictor\":\"%s\",\"predict_peak_bytes_by_tier\":{",
-               hpt_predictor_name((hpt_predictor_kind)po->predictor));
+        printf("\"schedule\":\"hybrid\",\"predictor\":\"%s\",\"checks\":%s,\"check_weights\":\"%s\","
+               "\"predict_peak_bytes_by_tier\":{", hpt_predictor_name((hpt_predictor_kind)po->predictor),
+               po->checks ? "true" : "false", hpt_weights_name((hpt_weights)po->check_weights));
         for (int t = 0; t < HPT_TIER_COUNT; t++)
             printf("%s\"%s\":%llu", t ? "," : "", hpt_tier_name((hpt_tier)t),
                    (unsigned long long)e->predict_peak_bytes[t]);
@@ -146,9 +149,11 @@ static void print_text(const char *model, const hpt_plan_opts *po, const hpt_est
     if (po->schedule == HPT_SCHEDULE_HYBRID) {
         for (int t = 0; t < HPT_TIER_COUNT; t++) fmt_bytes(b[t], sizeof b[t], e->predict_peak_bytes[t]);
         printf("  %-10s %12s %12s %12s %18llu   (hybrid schedule, %s predictor: no gradients, no\n"
-               "  %-10s %12s %12s %12s %18s    B-sized arena; docs/predict.md)\n", "predict", b[0],
-               b[1], b[2], (unsigned long long)e->predict_peak_bytes[HPT_TIER_DEVICE],
-               hpt_predictor_name((hpt_predictor_kind)po->predictor), "", "", "", "", "");
+               "  %-10s %12s %12s %12s %18s    B-sized arena; %s; docs/predict.md)\n", "predict",
+               b[0], b[1], b[2], (unsigned long long)e->predict_peak_bytes[HPT_TIER_DEVICE],
+               hpt_predictor_name((hpt_predictor_kind)po->predictor), "", "", "", "", "",
+               !po->checks ? "no checks"
+               : po->check_weights == HPT_WEIGHTS_Q8 ? "int8 checks" : "fp32 checks");
     }
     printf("\n");
     char rb[32];
@@ -280,6 +285,13 @@ int cmd_estimate(int argc, char **argv) {
             break;
         }
         case 1708: r = cli_parse_long("estimate", "--check-every", optarg, 0, 1L << 40, &lv); po.checks = lv > 0; break;
+        case 1711: {
+            hpt_weights w;
+            if (hpt_weights_parse(optarg, &w) != HPT_OK)
+                return cli_usage_error("estimate", "--check-weights: %s", hpt_last_error());
+            po.check_weights = (int)w;
+            break;
+        }
         case 1101: {
             hpt_optim_kind k;
             if (hpt_optim_parse(optarg, &k) != HPT_OK)

@@ -86,6 +86,9 @@ static const char k_help[] =
     "  --check-every K      hybrid: a forward on the first validation batch every K predict\n"
     "                       steps (needs --val); 0: none (default); a phase that runs its\n"
     "                       course is measured on its first CORRECT step either way\n"
+    "  --check-weights W    hybrid: the checks' weights: fp32 (default: the model's) or int8\n"
+    "                       (per-output-channel int8 copies of the current weights, made for\n"
+    "                       each check and freed after it)\n"
     "  --band X             hybrid: relative loss excess over the prediction that ends a predict\n"
     "                       phase early (default 0.05)\n"
     "  --rollback-bound X   hybrid: excess beyond which the weights roll back to the phase's\n"
@@ -265,6 +268,13 @@ int cmd_train(int argc, char **argv) {
         case 1708: r = cli_parse_long("train", "--check-every", optarg, 0, 1L << 40, &lv); o.sched.check_every = lv; break;
         case 1709: r = cli_parse_float("train", "--band", optarg, 1e-6, 1e6, &dv); o.sched.band = (float)dv; break;
         case 1710: r = cli_parse_float("train", "--rollback-bound", optarg, 1e-6, 1e6, &dv); o.sched.rollback = (float)dv; break;
+        case 1711: {
+            hpt_weights w;
+            if (hpt_weights_parse(optarg, &w) != HPT_OK)
+                return cli_usage_error("train", "--check-weights: %s", hpt_last_error());
+            o.sched.check_weights = (int)w;
+            break;
+        }
         }
         if (r) return r;
     }
@@ -353,11 +363,13 @@ int cmd_train(int argc, char **argv) {
     }
     if (o.sched.kind == HPT_SCHEDULE_HYBRID)
         fprintf(stderr, "hptrain: hybrid schedule: warmup %lld, full %lld, predict up to %lld at "
-                "confidence >= %g, correct %lld, predictor %s, checks %s%lld, band %g, rollback %g\n",
+                "confidence >= %g, correct %lld, predictor %s, checks %s%lld (%s), band %g, "
+                "rollback %g\n",
                 (long long)o.sched.warmup_steps, (long long)o.sched.full_steps,
                 (long long)o.sched.max_predict_steps, (double)o.sched.confidence,
                 (long long)o.sched.correct_steps, hpt_predictor_name((hpt_predictor_kind)o.sched.predictor),
                 o.sched.check_every ? "every " : "", (long long)o.sched.check_every,
+                hpt_weights_name((hpt_weights)o.sched.check_weights),
                 (double)o.sched.band, (double)o.sched.rollback);
     if (hpt_trainer_start_step(tr))
         fprintf(stderr, "hptrain: resuming at step %lld of %lld\n",
