@@ -405,7 +405,8 @@ size_t hpt_gpt2_activation_bytes(const hpt_gpt2_config *cfg, int B, int T,
  * with the fused update. */
 /* The precision of the blocks' weights at their home (hpt_offload_opts.weights; training's
  * counterpart of inference's hpt_weights). bf16 homes
- * (device or host; disk is HPT_ERR_UNSUPPORTED) hold 2 bytes per weight, Kahan 2 more (the
+ * (device, host, or disk for SR; Kahan on disk is HPT_ERR_UNSUPPORTED; a disk home is read and
+ * written through two host staging blocks of bf16) hold 2 bytes per weight, Kahan 2 more (the
  * compensation, bf16); acquiring a block widens it into an fp32 device slot, so compute stays
  * fp32, and the optimizer's update rewrites the home: stochastic rounding (SR; the noise is a
  * hash of the step and the element) or round to nearest plus the compensation (Kahan). The

@@ -132,7 +132,7 @@ train --steps 8 --lr 1e-3 --weights bf16-kahan --fused-update --save "$tmp/kspli
 "$bin" train --data "$tmp/train_*.bin" --batch 4 --seq 16 --quiet --steps 8 --lr 1e-3 \
   --weights bf16-kahan --fused-update --resume "$tmp/ksplit" --save "$tmp/ksplit" 2>"$tmp/err"
 if cmp -s "$tmp/kfull/state.bin" "$tmp/ksplit/state.bin"; then ok; else bad "bf16-kahan resume: $(cat "$tmp/err")"; fi
-expect_error "bf16 weights on disk" "device or the host" train --steps 1 --weights bf16-sr --offload params=disk --offload-dir "$tmp"
+expect_error "bf16-kahan weights on disk" "device or the host" train --steps 1 --weights bf16-kahan --offload params=disk --offload-dir "$tmp"
 
 # --- gradient accumulation: --accum 2 split by --stop-at resumes bit-identically; bad K refused ---
 expect_error "accum 0" "accum expects" train --steps 1 --accum 0

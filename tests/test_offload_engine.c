@@ -32,7 +32,12 @@
  *       the widened home); with updates far below a bf16 ulp (lr 1e-5), the Kahan run's
  *       block weights end at under half the SR run's squared distance from the fp32 run's
  *       (measured: 4.1e-5 against 7.2e-4); a bf16-sr run saved at step 8 and resumed ends
- *       with the uninterrupted run's bits; params=disk refused;
+ *       with the uninterrupted run's bits; bf16-sr weights on disk (fused with m, v on the
+ *       device and on disk; exact with gradients on the host, and everything on disk) end 20
+ *       steps with the bits of bf16-sr weights on the host (fused, exact), each run's per-tier
+ *       peaks equal to the estimator's; a bf16-sr run saved on disk at step 8 and resumed on
+ *       the host, and the other way round, ends with the uninterrupted run's bits; bf16-kahan
+ *       with params=disk refused;
  *   (i) Kahan compensation in the training state: a bf16-kahan run (fused and exact, parameters
  *       on the device and on the host) saved at step 8 and resumed ends with the uninterrupted
  *       run's weights, losses and state file, bit for bit (the compensation loaded is not all
@@ -509,8 +514,10 @@ static void test_forward_estimate(void) {
     CHECK_OK(hpt_gpt2_config_parse(SHAPE, &cfg));
     hpt_offload_opts cases[] = {off(HPT_TIER_DISK, HPT_TIER_HOST, HPT_TIER_DISK, 2, 1, 0),
                                 off(HPT_TIER_HOST, HPT_TIER_DEVICE, HPT_TIER_HOST, 3, 0, 1),
-                                off(HPT_TIER_DEVICE, HPT_TIER_DEVICE, HPT_TIER_DEVICE, 2, 1, 0)};
+                                off(HPT_TIER_DEVICE, HPT_TIER_DEVICE, HPT_TIER_DEVICE, 2, 1, 0),
+                                off(HPT_TIER_DISK, HPT_TIER_HOST, HPT_TIER_DISK, 2, 1, 1)};
     cases[2].weights = HPT_BW_BF16_KAHAN;
+    cases[3].weights = HPT_BW_BF16_SR;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         hpt_mem *mem;
         CHECK_OK(hpt_mem_create(&mem));
@@ -677,9 +684,63 @@ static void test_bf16_weights(void) {
         CHECK(t_device_live(mem) == 0);
         hpt_mem_destroy(mem);
     }
+    /* bf16-sr on disk: the bits of bf16-sr on the host */
+    for (int fused = 1; fused >= 0; fused--) {
+        hpt_train_opts h = o;
+        h.offload = off(HPT_TIER_HOST, HPT_TIER_HOST, HPT_TIER_HOST, 2, 1, fused);
+        h.offload.weights = HPT_BW_BF16_SR;
+        run_out rh, rd;
+        run(&h, &rh, fused ? "bf16-sr fused, host" : "bf16-sr exact, host");
+        hpt_offload_opts disk[2] = {
+            fused ? off(HPT_TIER_DISK, HPT_TIER_DEVICE, HPT_TIER_DEVICE, 2, 1, 1)
+                  : off(HPT_TIER_DISK, HPT_TIER_HOST, HPT_TIER_HOST, 2, 1, 0),
+            fused ? off(HPT_TIER_DISK, HPT_TIER_DEVICE, HPT_TIER_DISK, 3, 1, 1)
+                  : off(HPT_TIER_DISK, HPT_TIER_DISK, HPT_TIER_DISK, 1, 0, 0)};
+        for (int k = 0; k < 2; k++) {
+            char what[120];
+            snprintf(what, sizeof what, "bf16-sr %s, params disk, grads %s, optim %s",
+                     fused ? "fused" : "exact", hpt_tier_name(disk[k].grads),
+                     hpt_tier_name(disk[k].optim));
+            hpt_train_opts dd = o;
+            dd.offload = disk[k];
+            dd.offload.weights = HPT_BW_BF16_SR;
+            run(&dd, &rd, what);
+            CHECK_MSG(same(&rd, &rh), "%s: not the bits of bf16-sr weights on the host", what);
+            free(rd.params);
+        }
+        /* checkpoints across the homes: disk -> host and host -> disk */
+        for (int k = 0; k < 2; k++) {
+            char dir[600];
+            snprintf(dir, sizeof dir, "%s/bf16_disk_resume_%d_%d", t_tmpdir(), fused, k);
+            hpt_mem *mem;
+            CHECK_OK(hpt_mem_create(&mem));
+            CHECK_OK(hpt_mem_set_disk_dir(mem, g_disk));
+            hpt_train_opts a = h, b = h;
+            hpt_train_opts *on_disk = k ? &b : &a;
+            on_disk->offload = disk[0];
+            on_disk->offload.weights = HPT_BW_BF16_SR;
+            a.save_dir = dir;
+            float losses[STEPS];
+            t_train_run(mem, &a, 8, losses, NULL, NULL);
+            b.resume = dir;
+            float *p = calloc(rh.n, sizeof(float));
+            t_train_run(mem, &b, 0, losses, NULL, p);
+            CHECK_MSG(memcmp(p, rh.params, rh.n * sizeof(float)) == 0 &&
+                      memcmp(losses + 8, rh.losses + 8, (STEPS - 8) * sizeof(float)) == 0,
+                      "bf16-sr %s saved at step 8 on the %s, resumed on the %s: not the "
+                      "uninterrupted run's bits", fused ? "fused" : "exact", k ? "host" : "disk",
+                      k ? "disk" : "host");
+            free(p);
+            CHECK(t_device_live(mem) == 0);
+            hpt_mem_destroy(mem);
+        }
+        free(rh.params);
+    }
     hpt_offload_opts d = off(HPT_TIER_DISK, HPT_TIER_DEVICE, HPT_TIER_DEVICE, 2, 1, 1);
     d.weights = HPT_BW_BF16_KAHAN;
     CHECK_STATUS(hpt_offload_check(&d), HPT_ERR_UNSUPPORTED);
+    d.weights = HPT_BW_BF16_SR;
+    CHECK_OK(hpt_offload_check(&d));
 }
 
 /* (i) helpers: a file's bytes, and the compensation of a state loaded into a model made with f

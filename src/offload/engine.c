@@ -13,10 +13,16 @@
  * mv_homes 0, src/optim/optim.c), and its update callback gets the block's index and NULL m,
  * v; with state on the host the updates run on the worker like those of host-homed m, v.
  *
- * bf16 weights (o.weights, HPT_BW_*): P's home is bf16 (wh; Kahan's compensation in wc), in
- * memory only; a load widens it into the block's fp32 slot (device homes have slots too: no
- * zero copy), the update callback gets the home itself as a k_param and rounds into it, and
- * the slot is widened again from it where fp32 weights would be written back.
+ * bf16 weights (o.weights, HPT_BW_*): P's home is bf16 (wh; Kahan's compensation in wc); a load
+ * widens it into the block's fp32 slot (device homes have slots too: no zero copy), the update
+ * callback gets the home itself as a k_param and rounds into it, and the slot is widened again
+ * from it where fp32 weights would be written back. bf16-sr weights may live on disk (bfd): a
+ * block is hstride bf16 values (4096-byte multiples, so direct I/O needs no bounce buffer); a
+ * load reads it into the slot and widens it in place, from the end; an update reads it into
+ * one of two host bf16 staging blocks (bstage, set as the fp32 staging's: the worker's updates
+ * use set 0, the streaming and the compute thread's updates the set of their m, v), rounds
+ * into it, writes it back and widens the slot from it. Kahan's compensation stays in memory
+ * (hpt_offload_check), since the training state saves it as one borrowed section.
  *
  * Residency of a block's parameters (res[l]); every transition is made by the compute thread,
  * in the function named:
@@ -90,6 +96,8 @@ struct offload_engine {
     int bf;                    /* HPT_BW_*: bf16 weights keep P in wh (and wc, Kahan) */
     size_t hstride;            /* bf16 values between blocks: bn rounded up to 4096 bytes */
     uint16_t *wh, *wc;         /* (L, hstride) bf16 weights; their compensation (Kahan) */
+    int bfd;                   /* bf16 weights on disk (disk[EB_P] holds them, wh is NULL) */
+    uint16_t *bstage;          /* (2, hstride) host io: bfd's staging blocks */
     int zc;                    /* P's home is the fp32 device slot itself (zero copy) */
     hpt_disk_ref disk[EB_COUNT];
     /* parameter slots (P not device-homed) */
@@ -163,7 +171,8 @@ static int n_gslots(const hpt_offload_opts *o) {
 /* Disk-homed buffers among the ones the staging holds: fused M, V; exact P, G, M, V. */
 static int n_staged(const hpt_offload_opts *o) {
     int n = (o->optim == HPT_TIER_DISK) * 2;
-    if (!o->fused) n += (o->params == HPT_TIER_DISK) + (o->grads == HPT_TIER_DISK);
+    if (!o->fused)
+        n += (o->params == HPT_TIER_DISK && o->weights == HPT_BW_FP32) + (o->grads == HPT_TIER_DISK);
     return n;
 }
 
@@ -176,6 +185,8 @@ void eng_bytes(const hpt_offload_opts *o, int L, size_t block_floats, int traini
     else /* bf16 weights, and their bf16 compensation with Kahan */
         out[o->params][HPT_CAT_PARAMS] += hhome * (o->weights == HPT_BW_BF16_KAHAN ? 2u : 1u);
     if (!zero_copy(o)) out[HPT_TIER_DEVICE][HPT_CAT_PARAMS] += (uint64_t)o->max_active * sb;
+    if (o->weights != HPT_BW_FP32 && o->params == HPT_TIER_DISK) /* bstage, from eng_create */
+        out[HPT_TIER_HOST][HPT_CAT_IO] += 2 * (uint64_t)round_halves(block_floats) * sizeof(uint16_t);
     if (!o->fused) out[o->grads][HPT_CAT_GRADS] += home;
     out[HPT_TIER_DEVICE][HPT_CAT_GRADS] += (uint64_t)n_gslots(o) * sb;
     if (!training) return;
@@ -206,14 +217,21 @@ static void narrow(uint16_t *h, uint16_t *c, const float *x, size_t n) {
 }
 
 static size_t home_bytes_moved(const offload_engine *e, int b) {
-    if (b == EB_P && e->bf) return e->bn * sizeof(uint16_t);
+    if (b == EB_P && e->bf) return (e->bfd ? e->hstride : e->bn) * sizeof(uint16_t);
     return e->tier[b] == HPT_TIER_DISK ? e->stride * sizeof(float) : e->bn * sizeof(float);
 }
 
 /* Copies block l of buffer b between its home and mem (disk: the aligned stride). */
 static hpt_status home_io(offload_engine *e, int b, int l, float *mem, int write_) {
     if (b == EB_P && e->bf) { /* bf16 weights are only read (widened): updates write the home */
-        widen(mem, e->wh + (size_t)l * e->hstride, e->bn);
+        if (!e->bfd) {
+            widen(mem, e->wh + (size_t)l * e->hstride, e->bn);
+            return HPT_OK;
+        }
+        const uint16_t *h = (const uint16_t *)mem; /* read into mem's start, widened from the end */
+        HPT_CHECK(mem_disk_rw(e->mem, &e->disk[EB_P], (uint64_t)l * e->hstride * sizeof(uint16_t),
+                              mem, e->hstride * sizeof(uint16_t), 0));
+        for (size_t i = e->bn; i-- > 0;) mem[i] = bf16_widen(h[i]);
         return HPT_OK;
     }
     if (e->tier[b] == HPT_TIER_DISK)
@@ -223,6 +241,12 @@ static hpt_status home_io(offload_engine *e, int b, int l, float *mem, int write
     if (write_) memcpy(h, mem, e->bn * sizeof(float));
     else memcpy(mem, h, e->bn * sizeof(float));
     return HPT_OK;
+}
+
+/* bfd: block l's bf16 weights between disk and staging block set. */
+static hpt_status bstage_io(offload_engine *e, int l, int set, int write_) {
+    return mem_disk_rw(e->mem, &e->disk[EB_P], (uint64_t)l * e->hstride * sizeof(uint16_t),
+                       e->bstage + (size_t)set * e->hstride, e->hstride * sizeof(uint16_t), write_);
 }
 
 static float *slot_ptr(const offload_engine *e, int s) { return e->slots + (size_t)s * e->stride; }
@@ -237,21 +261,27 @@ static float *update_ptr(const offload_engine *e, int b, int l, int set) {
 }
 
 /* Block l's update, slice by slice; m and v NULL when the optimizer keeps its state. p is
- * the fp32 weights (unused with bf16 weights: the update rewrites their home). */
-static void update_block(offload_engine *e, int l, float *p, const float *g, float *m, float *v) {
+ * the fp32 weights (unused with bf16 weights: the update rewrites their home, or with bfd the
+ * staging block of set, read before and written back after). */
+static void update_block(offload_engine *e, int l, int set, float *p, const float *g, float *m,
+                         float *v) {
+    uint16_t *wh = e->bfd ? e->bstage + (size_t)set * e->hstride : e->wh + (size_t)l * e->hstride;
     for (int i = 0; i < e->ns; i++) {
         size_t o = e->slice_off[i], h = (size_t)l * e->hstride + o;
         k_param kp = k_param_f32(p ? p + o : NULL);
         if (e->bf) /* base: the element's index among the blocks' weights (noise, not layout) */
-            kp = (k_param){NULL, e->wh + h, e->wc ? e->wc + h : NULL, 0, (size_t)l * e->bn + o};
+            kp = (k_param){NULL, wh + o, e->wc ? e->wc + h : NULL, 0, (size_t)l * e->bn + o};
         e->upd(e->upd_ctx, l, i, kp, g + o, m ? m + o : NULL, v ? v + o : NULL, e->slice_n[i]);
     }
 }
 
 /* After block l's update: its slot's copy made current again (fp32: written to its home;
- * bf16: widened again from the home the update wrote). */
-static hpt_status after_update(offload_engine *e, int l, float *slot) {
-    return home_io(e, EB_P, l, slot, !e->bf);
+ * bf16: widened again from the home the update wrote; bfd: from staging set, written home). */
+static hpt_status after_update(offload_engine *e, int l, float *slot, int set) {
+    if (!e->bfd) return home_io(e, EB_P, l, slot, !e->bf);
+    HPT_CHECK(bstage_io(e, l, set, 1));
+    widen(slot, e->bstage + (size_t)set * e->hstride, e->bn);
+    return HPT_OK;
 }
 
 static hpt_status run_job(offload_engine *e, const job *j, double *io_s, double *upd_s) {
@@ -268,30 +298,36 @@ static hpt_status run_job(offload_engine *e, const job *j, double *io_s, double 
         break;
     case J_UPDATE: { /* m and v in memory: the update runs here, where they live */
         float *p = e->zc ? e->home[EB_P] + (size_t)j->l * e->stride : slot_ptr(e, j->slot);
-        update_block(e, j->l, p, gslot_ptr(e, j->g), update_ptr(e, EB_M, j->l, 0),
-                     update_ptr(e, EB_V, j->l, 0));
+        if (e->bfd) HPT_CHECK(bstage_io(e, j->l, 0, 0));
         double t1 = hpt_now();
-        *upd_s += t1 - t0;
-        if (!e->zc) HPT_CHECK(after_update(e, j->l, p));
+        *io_s += t1 - t0;
+        update_block(e, j->l, 0, p, gslot_ptr(e, j->g), update_ptr(e, EB_M, j->l, 0),
+                     update_ptr(e, EB_V, j->l, 0));
+        t0 = hpt_now();
+        *upd_s += t0 - t1;
+        if (!e->zc) HPT_CHECK(after_update(e, j->l, p, 0));
         *io_s += hpt_now() - t1;
         return HPT_OK;
     }
     case J_READ_MV:
         for (int b = EB_M; b <= EB_V; b++) HPT_CHECK(home_io(e, b, j->l, e->stage_ptr[j->set][b], 0));
+        if (e->bfd) HPT_CHECK(bstage_io(e, j->l, j->set, 0));
         break;
     case J_WRITE_PMV:
-        if (j->slot >= 0) HPT_CHECK(after_update(e, j->l, slot_ptr(e, j->slot)));
+        if (j->slot >= 0) HPT_CHECK(after_update(e, j->l, slot_ptr(e, j->slot), j->set));
         for (int b = EB_M; b <= EB_V; b++) HPT_CHECK(home_io(e, b, j->l, e->stage_ptr[j->set][b], 1));
         break;
     case J_READ:
         for (int b = 0; b < EB_COUNT; b++)
-            if (e->has[b] && e->tier[b] == HPT_TIER_DISK)
+            if (e->has[b] && e->tier[b] == HPT_TIER_DISK && !(b == EB_P && e->bfd))
                 HPT_CHECK(home_io(e, b, j->l, e->stage_ptr[j->set][b], 0));
+        if (e->bfd) HPT_CHECK(bstage_io(e, j->l, j->set, 0));
         break;
     case J_WRITE:
         for (int b = 0; b < EB_COUNT; b++)
-            if (b != EB_G && e->has[b] && e->tier[b] == HPT_TIER_DISK)
+            if (b != EB_G && e->has[b] && e->tier[b] == HPT_TIER_DISK && !(b == EB_P && e->bfd))
                 HPT_CHECK(home_io(e, b, j->l, e->stage_ptr[j->set][b], 1));
+        if (e->bfd) HPT_CHECK(bstage_io(e, j->l, j->set, 1));
         break;
     }
     *io_s += hpt_now() - t0;
@@ -363,13 +399,19 @@ static void reap(offload_engine *e) {
             if (j->kind == J_WRITE_PMV)
                 for (int b = EB_M; b <= EB_V; b++)
                     transfer(e, HPT_TIER_HOST, HPT_TIER_DISK, b, home_bytes_moved(e, b));
-            if (e->tier[EB_P] != HPT_TIER_DEVICE)
+            if (e->bfd) { /* through the staging block: read (J_UPDATE; else J_READ_MV), write */
+                if (j->kind == J_UPDATE)
+                    transfer(e, HPT_TIER_DISK, HPT_TIER_HOST, EB_P, home_bytes_moved(e, EB_P));
+                transfer(e, HPT_TIER_HOST, HPT_TIER_DISK, EB_P, home_bytes_moved(e, EB_P));
+            } else if (e->tier[EB_P] != HPT_TIER_DEVICE) {
                 transfer(e, HPT_TIER_DEVICE, e->tier[EB_P], EB_P, home_bytes_moved(e, EB_P));
+            }
             if (e->res[j->l] == RS_DIRTY && e->slot_of[j->l] == j->slot) e->res[j->l] = RS_RESIDENT;
             break;
         case J_READ_MV:
             for (int b = EB_M; b <= EB_V; b++)
                 transfer(e, HPT_TIER_DISK, HPT_TIER_HOST, b, home_bytes_moved(e, b));
+            if (e->bfd) transfer(e, HPT_TIER_DISK, HPT_TIER_HOST, EB_P, home_bytes_moved(e, EB_P));
             break;
         case J_READ:
             for (int b = 0; b < EB_COUNT; b++)
@@ -566,7 +608,7 @@ hpt_status eng_grads_done(offload_engine *e, int l) {
         return hpt_fail(HPT_ERR_INVALID, "fused update: the model has no optimizer attached");
     if (e->sync) {
         size_t o = (size_t)l * e->stride;
-        update_block(e, l, e->home[EB_P] + o, g, update_ptr(e, EB_M, l, 0), update_ptr(e, EB_V, l, 0));
+        update_block(e, l, 0, e->home[EB_P] + o, g, update_ptr(e, EB_M, l, 0), update_ptr(e, EB_V, l, 0));
         return HPT_OK;
     }
     int sl = e->zc ? -1 : e->slot_of[l];
@@ -577,7 +619,7 @@ hpt_status eng_grads_done(offload_engine *e, int l) {
         float *p = sl >= 0 ? slot_ptr(e, sl) : e->home[EB_P] + (size_t)l * e->stride;
         int set = e->mv_set[l];
         double t0 = hpt_now();
-        update_block(e, l, p, g, e->stage_ptr[set][EB_M], e->stage_ptr[set][EB_V]);
+        update_block(e, l, set, p, g, e->stage_ptr[set][EB_M], e->stage_ptr[set][EB_V]);
         e->st.compute_update_s += hpt_now() - t0;
         if (sl >= 0) e->res[l] = RS_DIRTY;
         e->blk_seq[l] = push(e, (job){.kind = J_WRITE_PMV, .l = l, .slot = sl, .set = set});
@@ -598,9 +640,9 @@ hpt_status eng_stream_update(offload_engine *e) {
             e->slot_of[e->slot_blk[s]] = -1;
             e->slot_blk[s] = -1;
         }
-    if (!e->stage) { /* memory homes: in place */
+    if (!e->stage && !e->bfd) { /* memory homes: in place */
         for (int l = 0; l < e->L; l++)
-            update_block(e, l, update_ptr(e, EB_P, l, 0), update_ptr(e, EB_G, l, 0),
+            update_block(e, l, 0, update_ptr(e, EB_P, l, 0), update_ptr(e, EB_G, l, 0),
                          update_ptr(e, EB_M, l, 0), update_ptr(e, EB_V, l, 0));
         return HPT_OK;
     }
@@ -609,7 +651,7 @@ hpt_status eng_stream_update(offload_engine *e) {
         int set = l & 1;
         if (l + 1 < e->L) e->read_seq[set ^ 1] = push(e, (job){.kind = J_READ, .l = l + 1, .set = set ^ 1});
         HPT_CHECK(wait_seq(e, e->read_seq[set]));
-        update_block(e, l, update_ptr(e, EB_P, l, set), update_ptr(e, EB_G, l, set),
+        update_block(e, l, set, update_ptr(e, EB_P, l, set), update_ptr(e, EB_G, l, set),
                      update_ptr(e, EB_M, l, set), update_ptr(e, EB_V, l, set));
         if (e->tier[EB_P] == HPT_TIER_DISK) e->res[l] = RS_WRITING_BACK;
         push(e, (job){.kind = J_WRITE, .l = l, .set = set});
@@ -642,16 +684,40 @@ static float *scratch(offload_engine *e, hpt_tier *tier) {
 
 #define BF_CHUNK 1024 /* floats widened or narrowed at once by gather and scatter */
 
+/* bfd: the next aligned window of bf16 weights from byte o (< end) into staging set 0: its
+ * first byte a and length (at most the staging block); the bytes of [o, end) it holds. */
+static hpt_status bf_window(offload_engine *e, uint64_t o, uint64_t end, uint64_t *a,
+                            uint64_t *len, uint64_t *useful) {
+    *a = o / ALIGN_BYTES * ALIGN_BYTES;
+    *len = (end + ALIGN_BYTES - 1) / ALIGN_BYTES * ALIGN_BYTES - *a;
+    if (*len > (uint64_t)e->hstride * sizeof(uint16_t)) *len = (uint64_t)e->hstride * sizeof(uint16_t);
+    *useful = HPT_MIN(end, *a + *len) - o;
+    HPT_CHECK(mem_disk_rw(e->mem, &e->disk[EB_P], *a, e->bstage, (size_t)*len, 0));
+    hpt_mem_transfer(e->mem, HPT_TIER_DISK, HPT_TIER_HOST, HPT_CAT_PARAMS, (size_t)*len);
+    return HPT_OK;
+}
+
 hpt_status eng_emit_slice(offload_engine *e, int b, int l, int i, eng_emit_fn emit, void *ctx) {
     HPT_CHECK(eng_drain(e));
     size_t n = e->slice_n[i], off = (size_t)l * e->stride + e->slice_off[i];
     if (b == EB_P && e->bf) { /* widened (the compensation goes separately: eng_comp) */
-        const uint16_t *h = e->wh + (size_t)l * e->hstride + e->slice_off[i];
+        uint64_t o = ((uint64_t)l * e->hstride + e->slice_off[i]) * sizeof(uint16_t);
+        uint64_t end = o + (uint64_t)n * sizeof(uint16_t);
         float buf[BF_CHUNK];
-        for (size_t k = 0; k < n; k += BF_CHUNK) {
-            size_t c = HPT_MIN(n - k, (size_t)BF_CHUNK);
-            widen(buf, h + k, c);
-            HPT_CHECK(emit(ctx, buf, c));
+        while (o < end) { /* memory: one window, the home; bfd: aligned windows read from disk */
+            const uint16_t *h = e->wh ? e->wh + o / sizeof(uint16_t) : NULL;
+            uint64_t a, len, useful = end - o;
+            if (!h) {
+                HPT_CHECK(bf_window(e, o, end, &a, &len, &useful));
+                h = e->bstage + (o - a) / sizeof(uint16_t);
+            }
+            size_t m = (size_t)(useful / sizeof(uint16_t));
+            for (size_t k = 0; k < m; k += BF_CHUNK) {
+                size_t c = HPT_MIN(m - k, (size_t)BF_CHUNK);
+                widen(buf, h + k, c);
+                HPT_CHECK(emit(ctx, buf, c));
+            }
+            o += useful;
         }
         return HPT_OK;
     }
@@ -689,6 +755,24 @@ hpt_status eng_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn 
     if (b == EB_P && e->bf) { /* rounded to nearest; Kahan: the residue is the compensation */
         size_t h = (size_t)l * e->hstride + e->slice_off[i];
         float buf[BF_CHUNK];
+        if (e->bfd) { /* read-modify-write of each aligned window (no compensation on disk) */
+            uint64_t o = (uint64_t)h * sizeof(uint16_t), end = o + (uint64_t)n * sizeof(uint16_t);
+            while (o < end) {
+                uint64_t a, len, useful;
+                HPT_CHECK(bf_window(e, o, end, &a, &len, &useful));
+                uint16_t *w = e->bstage + (o - a) / sizeof(uint16_t);
+                size_t m = (size_t)(useful / sizeof(uint16_t));
+                for (size_t k = 0; k < m; k += BF_CHUNK) {
+                    size_t c = HPT_MIN(m - k, (size_t)BF_CHUNK);
+                    HPT_CHECK(read(ctx, buf, c));
+                    narrow(w + k, NULL, buf, c);
+                }
+                HPT_CHECK(mem_disk_rw(e->mem, &e->disk[EB_P], a, e->bstage, (size_t)len, 1));
+                hpt_mem_transfer(e->mem, HPT_TIER_HOST, HPT_TIER_DISK, HPT_CAT_PARAMS, (size_t)len);
+                o += useful;
+            }
+            return HPT_OK;
+        }
         for (size_t k = 0; k < n; k += BF_CHUNK) {
             size_t c = HPT_MIN(n - k, (size_t)BF_CHUNK);
             HPT_CHECK(read(ctx, buf, c));
@@ -744,7 +828,15 @@ hpt_status eng_store_block(offload_engine *e, int b, int l, const float *src) {
     if (b == EB_P && e->bf) {
         drop_slot(e, l);
         size_t h = (size_t)l * e->hstride;
-        narrow(e->wh + h, e->wc ? e->wc + h : NULL, src, e->bn);
+        if (!e->bfd) {
+            narrow(e->wh + h, e->wc ? e->wc + h : NULL, src, e->bn);
+            return HPT_OK;
+        }
+        narrow(e->bstage, NULL, src, e->bn);
+        memset(e->bstage + e->bn, 0, (e->hstride - e->bn) * sizeof(uint16_t));
+        HPT_CHECK(bstage_io(e, l, 0, 1));
+        hpt_mem_transfer(e->mem, HPT_TIER_HOST, HPT_TIER_DISK, HPT_CAT_PARAMS,
+                         e->hstride * sizeof(uint16_t));
         return HPT_OK;
     }
     if (e->tier[b] != HPT_TIER_DISK) return HPT_OK;
@@ -762,7 +854,15 @@ hpt_status eng_store_block(offload_engine *e, int b, int l, const float *src) {
 static hpt_status alloc_home(offload_engine *e, int b) {
     size_t bytes = (size_t)e->L * e->stride * sizeof(float);
     e->tier[b] = b == EB_P ? e->o.params : b == EB_G ? e->o.grads : e->o.optim;
-    if (b == EB_P && e->bf) { /* memory only (hpt_offload_check) */
+    if (b == EB_P && e->bf && e->tier[b] == HPT_TIER_DISK) { /* bf16-sr (hpt_offload_check) */
+        HPT_CHECK(hpt_mem_disk_alloc(e->mem, HPT_CAT_PARAMS,
+                                     (size_t)e->L * e->hstride * sizeof(uint16_t), &e->disk[b]));
+        e->has[b] = e->bfd = 1;
+        hpt_mem_set_name(e->mem, "bf16 parameter staging");
+        return hpt_mem_alloc(e->mem, HPT_TIER_HOST, HPT_CAT_IO, 2 * e->hstride * sizeof(uint16_t),
+                             (void **)&e->bstage);
+    }
+    if (b == EB_P && e->bf) {
         size_t hb = (size_t)e->L * e->hstride * sizeof(uint16_t);
         hpt_mem_set_name(e->mem, "block bf16 parameters (home)");
         HPT_CHECK(hpt_mem_alloc(e->mem, e->tier[b], HPT_CAT_PARAMS, hb, (void **)&e->wh));
@@ -783,6 +883,14 @@ static hpt_status alloc_home(offload_engine *e, int b) {
 
 static void free_home(offload_engine *e, int b) {
     if (!e->has[b]) return;
+    if (b == EB_P && e->bfd) {
+        hpt_mem_disk_free(e->mem, HPT_CAT_PARAMS, &e->disk[b]);
+        hpt_mem_free(e->mem, HPT_TIER_HOST, HPT_CAT_IO, e->bstage, 2 * e->hstride * sizeof(uint16_t));
+        e->bstage = NULL;
+        e->disk[b].fd = -1;
+        e->has[b] = e->bfd = 0;
+        return;
+    }
     if (b == EB_P && e->bf) {
         size_t hb = (size_t)e->L * e->hstride * sizeof(uint16_t);
         hpt_mem_free(e->mem, e->tier[b], HPT_CAT_PARAMS, e->wh, hb);
@@ -897,7 +1005,8 @@ hpt_status eng_attach_optim(offload_engine *e, eng_update_fn fn, void *ctx, int 
     }
     for (int set = 0, k = 0; set < sets; set++)
         for (int b = e->o.fused ? EB_M : EB_P; b < EB_COUNT; b++)
-            if (e->tier[b] == HPT_TIER_DISK) e->stage_ptr[set][b] = e->stage + (size_t)(k++) * e->stride;
+            if (e->tier[b] == HPT_TIER_DISK && !(b == EB_P && e->bf)) /* bf16: bstage */
+                e->stage_ptr[set][b] = e->stage + (size_t)(k++) * e->stride;
     e->upd = fn;
     e->upd_ctx = ctx;
     return HPT_OK;
@@ -1037,9 +1146,10 @@ hpt_status hpt_offload_check(const hpt_offload_opts *o) {
         return hpt_fail(HPT_ERR_INVALID, "offload: unknown tier");
     if ((unsigned)o->weights >= HPT_BW_COUNT)
         return hpt_fail(HPT_ERR_INVALID, "offload: unknown weights precision %d", o->weights);
-    if (o->weights != HPT_BW_FP32 && o->params == HPT_TIER_DISK)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "bf16 weights keep their home on the device or the "
-                        "host (--offload params=disk given)");
+    if (o->weights == HPT_BW_BF16_KAHAN && o->params == HPT_TIER_DISK)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "bf16-kahan weights keep their home (and its "
+                        "compensation) on the device or the host; bf16-sr may use the disk "
+                        "(--offload params=disk given)");
     if (o->max_active < 1 || o->prefetch < 0 || o->prefetch >= o->max_active)
         return hpt_fail(HPT_ERR_INVALID, "offload: --max-active-layers %d and --prefetch %d need "
                         "K >= 1 and 0 <= P < K", o->max_active, o->prefetch);

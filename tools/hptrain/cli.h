@@ -98,6 +98,7 @@ int cli_read_file(const char *path, char **data_out, size_t *len_out);
     "  --weights W          fp32 (default), bf16-sr or bf16-kahan: the blocks' weights kept in\n" \
     "                       bf16 (2 bytes, Kahan 4 with its compensation), widened to fp32 to\n" \
     "                       compute, updated with stochastic rounding or Kahan compensation\n" \
-    "                       (uses the engine; not with params=disk; docs/optimizers.md)\n"
+    "                       (uses the engine; bf16-kahan not with params=disk;\n" \
+    "                       docs/optimizers.md)\n"
 
 #endif
