@@ -6,7 +6,9 @@
  * planned arena is at least the largest sum of buffers live at one time point (measured from
  * the arena's events); a 70B-like shape estimates instantly with plausible figures; the
  * trainer refuses a budget it cannot meet before allocating anything, naming a --batch and a
- * --seq that fit, and those really fit. */
+ * --seq that fit, and those really fit. The hybrid schedule (fp32 and int8 checks) and the
+ * offload engine with bf16 block weights (bf16-sr on the host and on disk, bf16-kahan) match on
+ * every tier, by category. */
 #include "testlib.h"
 
 #include <math.h>
@@ -256,6 +258,72 @@ static void check_hybrid(int predictor, int checks, int check_weights) {
     hpt_mem_destroy(mem);
 }
 
+/* The offload engine with bf16 block weights (bf16-sr on the host and on disk, fused and
+ * exact; bf16-kahan on the device): every tier's bytes by category at its peak, and its peak,
+ * equal the estimate (the bf16 homes, the fp32 slots, the disk home's bf16 staging blocks). */
+static void check_bf16_weights(void) {
+    static const struct {
+        hpt_tier params, grads, optim;
+        int fused, weights;
+        const char *what;
+    } c[] = {{HPT_TIER_DISK, HPT_TIER_DEVICE, HPT_TIER_DISK, 1, HPT_BW_BF16_SR, "bf16-sr disk, fused"},
+             {HPT_TIER_DISK, HPT_TIER_HOST, HPT_TIER_HOST, 0, HPT_BW_BF16_SR, "bf16-sr disk, exact"},
+             {HPT_TIER_HOST, HPT_TIER_DEVICE, HPT_TIER_HOST, 1, HPT_BW_BF16_SR, "bf16-sr host, fused"},
+             {HPT_TIER_DEVICE, HPT_TIER_DEVICE, HPT_TIER_DEVICE, 0, HPT_BW_BF16_KAHAN,
+              "bf16-kahan device, exact"}};
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/offload", t_tmpdir());
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        hpt_mem *mem;
+        CHECK_OK(hpt_mem_create(&mem));
+        CHECK_OK(hpt_mem_set_disk_dir(mem, dir));
+        hpt_train_opts o = hpt_train_defaults();
+        o.model = "gpt2:L=3,C=48,NH=6,V=100,T=32";
+        o.data = g_train;
+        o.B = 2;
+        o.T = 24;
+        o.steps = 2;
+        o.warmup = 1;
+        o.offload = hpt_offload_defaults();
+        o.offload.params = c[i].params;
+        o.offload.grads = c[i].grads;
+        o.offload.optim = c[i].optim;
+        o.offload.fused = c[i].fused;
+        o.offload.weights = c[i].weights;
+        hpt_trainer *tr = NULL;
+        CHECK_OK(hpt_trainer_create(mem, &o, &tr));
+        while (tr && !hpt_trainer_done(tr)) {
+            hpt_train_progress p;
+            CHECK_OK(hpt_trainer_step(tr, &p));
+        }
+        hpt_trainer_free(tr);
+        hpt_mem_stats st;
+        hpt_mem_get_stats(mem, &st);
+        hpt_mem_destroy(mem);
+        hpt_plan_opts po = hpt_plan_defaults();
+        CHECK_OK(hpt_gpt2_config_parse(o.model, &po.cfg));
+        po.B = o.B;
+        po.T = o.T;
+        po.offload = o.offload;
+        hpt_estimate e;
+        CHECK_OK(hpt_plan_estimate(&po, &e));
+        printf("  %-26s estimate / measured peaks: device %llu / %llu, host %llu / %llu, disk %llu / "
+               "%llu\n", c[i].what, (unsigned long long)e.peak_bytes[0], (unsigned long long)st.peak_bytes[0],
+               (unsigned long long)e.peak_bytes[1], (unsigned long long)st.peak_bytes[1],
+               (unsigned long long)e.peak_bytes[2], (unsigned long long)st.peak_bytes[2]);
+        for (int t = 0; t < HPT_TIER_COUNT; t++) {
+            CHECK_MSG(e.peak_bytes[t] == st.peak_bytes[t], "%s: %s peak estimate %llu, measured %llu",
+                      c[i].what, hpt_tier_name((hpt_tier)t), (unsigned long long)e.peak_bytes[t],
+                      (unsigned long long)st.peak_bytes[t]);
+            for (int k = 0; k < HPT_CAT_COUNT; k++)
+                CHECK_MSG(e.bytes[t][k] == st.peak_live_bytes[t][k], "%s: %s %s estimate %llu, "
+                          "measured %llu", c[i].what, hpt_tier_name((hpt_tier)t),
+                          hpt_category_name((hpt_category)k), (unsigned long long)e.bytes[t][k],
+                          (unsigned long long)st.peak_live_bytes[t][k]);
+        }
+    }
+}
+
 /* The n after `flag` in text ("--batch 3"), or 0. */
 static int flag_value(const char *text, const char *flag) {
     const char *p = strstr(text, flag);
@@ -492,6 +560,7 @@ int main(void) {
     check_hybrid(HPT_PREDICTOR_LINEAR, 0, HPT_WEIGHTS_F32);
     check_hybrid(HPT_PREDICTOR_ADAM, 1, HPT_WEIGHTS_Q8);
     check_hybrid(HPT_PREDICTOR_LINEAR, 1, HPT_WEIGHTS_Q8);
+    check_bf16_weights();
     check_large_and_bad();
     check_refusal();
     return t_done("test_estimate");
