@@ -18,10 +18,11 @@
  * callback gets the home itself as a k_param and rounds into it, and the slot is widened again
  * from it where fp32 weights would be written back. bf16-sr weights may live on disk (bfd): a
  * block is hstride bf16 values (4096-byte multiples, so direct I/O needs no bounce buffer); a
- * load reads it into the slot and widens it in place, from the end; an update reads it into
- * one of two host bf16 staging blocks (bstage, set as the fp32 staging's: the worker's updates
- * use set 0, the streaming and the compute thread's updates the set of their m, v), rounds
- * into it, writes it back and widens the slot from it. Kahan's compensation stays in memory
+ * load reads it into the slot and widens it in place, from the end; an update rounds into one
+ * of two host bf16 staging blocks (bstage, set as the fp32 staging's: the worker's updates use
+ * set 0, the streaming and the compute thread's updates the set of their m, v), filled from the
+ * slot (fused: it holds the block widened, which narrows back exactly) or read from disk (the
+ * streaming update), writes it back and widens the slot from it. Kahan's compensation stays in memory
  * (hpt_offload_check), since the training state saves it as one borrowed section.
  *
  * Residency of a block's parameters (res[l]); every transition is made by the compute thread,
@@ -249,6 +250,14 @@ static hpt_status bstage_io(offload_engine *e, int l, int set, int write_) {
                        e->bstage + (size_t)set * e->hstride, e->hstride * sizeof(uint16_t), write_);
 }
 
+/* bfd, fused: block l's bf16 weights into staging set from its slot, which holds them widened
+ * (exactly: rounding a widened bf16 value gives it back), so the update needs no disk read. */
+static void bstage_from_slot(offload_engine *e, int set, const float *slot) {
+    uint16_t *h = e->bstage + (size_t)set * e->hstride;
+    narrow(h, NULL, slot, e->bn);
+    memset(h + e->bn, 0, (e->hstride - e->bn) * sizeof(uint16_t));
+}
+
 static float *slot_ptr(const offload_engine *e, int s) { return e->slots + (size_t)s * e->stride; }
 static float *gslot_ptr(const offload_engine *e, int g) { return e->gslots + (size_t)g * e->stride; }
 
@@ -298,7 +307,7 @@ static hpt_status run_job(offload_engine *e, const job *j, double *io_s, double 
         break;
     case J_UPDATE: { /* m and v in memory: the update runs here, where they live */
         float *p = e->zc ? e->home[EB_P] + (size_t)j->l * e->stride : slot_ptr(e, j->slot);
-        if (e->bfd) HPT_CHECK(bstage_io(e, j->l, 0, 0));
+        if (e->bfd) bstage_from_slot(e, 0, p);
         double t1 = hpt_now();
         *io_s += t1 - t0;
         update_block(e, j->l, 0, p, gslot_ptr(e, j->g), update_ptr(e, EB_M, j->l, 0),
@@ -311,7 +320,6 @@ static hpt_status run_job(offload_engine *e, const job *j, double *io_s, double 
     }
     case J_READ_MV:
         for (int b = EB_M; b <= EB_V; b++) HPT_CHECK(home_io(e, b, j->l, e->stage_ptr[j->set][b], 0));
-        if (e->bfd) HPT_CHECK(bstage_io(e, j->l, j->set, 0));
         break;
     case J_WRITE_PMV:
         if (j->slot >= 0) HPT_CHECK(after_update(e, j->l, slot_ptr(e, j->slot), j->set));
@@ -399,11 +407,9 @@ static void reap(offload_engine *e) {
             if (j->kind == J_WRITE_PMV)
                 for (int b = EB_M; b <= EB_V; b++)
                     transfer(e, HPT_TIER_HOST, HPT_TIER_DISK, b, home_bytes_moved(e, b));
-            if (e->bfd) { /* through the staging block: read (J_UPDATE; else J_READ_MV), write */
-                if (j->kind == J_UPDATE)
-                    transfer(e, HPT_TIER_DISK, HPT_TIER_HOST, EB_P, home_bytes_moved(e, EB_P));
+            if (e->bfd) /* written from the staging block (filled from the slot) */
                 transfer(e, HPT_TIER_HOST, HPT_TIER_DISK, EB_P, home_bytes_moved(e, EB_P));
-            } else if (e->tier[EB_P] != HPT_TIER_DEVICE) {
+            else if (e->tier[EB_P] != HPT_TIER_DEVICE) {
                 transfer(e, HPT_TIER_DEVICE, e->tier[EB_P], EB_P, home_bytes_moved(e, EB_P));
             }
             if (e->res[j->l] == RS_DIRTY && e->slot_of[j->l] == j->slot) e->res[j->l] = RS_RESIDENT;
@@ -411,7 +417,6 @@ static void reap(offload_engine *e) {
         case J_READ_MV:
             for (int b = EB_M; b <= EB_V; b++)
                 transfer(e, HPT_TIER_DISK, HPT_TIER_HOST, b, home_bytes_moved(e, b));
-            if (e->bfd) transfer(e, HPT_TIER_DISK, HPT_TIER_HOST, EB_P, home_bytes_moved(e, EB_P));
             break;
         case J_READ:
             for (int b = 0; b < EB_COUNT; b++)
@@ -618,6 +623,7 @@ hpt_status eng_grads_done(offload_engine *e, int l) {
         HPT_CHECK(wait_seq(e, e->mv_seq[l]));
         float *p = sl >= 0 ? slot_ptr(e, sl) : e->home[EB_P] + (size_t)l * e->stride;
         int set = e->mv_set[l];
+        if (e->bfd) bstage_from_slot(e, set, p); /* the set's last write-back ran (FIFO) */
         double t0 = hpt_now();
         update_block(e, l, set, p, g, e->stage_ptr[set][EB_M], e->stage_ptr[set][EB_V]);
         e->st.compute_update_s += hpt_now() - t0;
