@@ -22,8 +22,8 @@
  * of two host bf16 staging blocks (bstage, set as the fp32 staging's: the worker's updates use
  * set 0, the streaming and the compute thread's updates the set of their m, v), filled from the
  * slot (fused: it holds the block widened, which narrows back exactly) or read from disk (the
- * streaming update), writes it back and widens the slot from it. Kahan's compensation stays in memory
- * (hpt_offload_check), since the training state saves it as one borrowed section.
+ * streaming update), writes it back and widens the slot from it. Kahan's weights stay in memory
+ * (hpt_offload_check): the training state saves their compensation as one borrowed section.
  *
  * Residency of a block's parameters (res[l]); every transition is made by the compute thread,
  * in the function named:
@@ -308,12 +308,10 @@ static hpt_status run_job(offload_engine *e, const job *j, double *io_s, double 
     case J_UPDATE: { /* m and v in memory: the update runs here, where they live */
         float *p = e->zc ? e->home[EB_P] + (size_t)j->l * e->stride : slot_ptr(e, j->slot);
         if (e->bfd) bstage_from_slot(e, 0, p);
-        double t1 = hpt_now();
-        *io_s += t1 - t0;
         update_block(e, j->l, 0, p, gslot_ptr(e, j->g), update_ptr(e, EB_M, j->l, 0),
                      update_ptr(e, EB_V, j->l, 0));
-        t0 = hpt_now();
-        *upd_s += t0 - t1;
+        double t1 = hpt_now();
+        *upd_s += t1 - t0;
         if (!e->zc) HPT_CHECK(after_update(e, j->l, p, 0));
         *io_s += hpt_now() - t1;
         return HPT_OK;
@@ -409,9 +407,8 @@ static void reap(offload_engine *e) {
                     transfer(e, HPT_TIER_HOST, HPT_TIER_DISK, b, home_bytes_moved(e, b));
             if (e->bfd) /* written from the staging block (filled from the slot) */
                 transfer(e, HPT_TIER_HOST, HPT_TIER_DISK, EB_P, home_bytes_moved(e, EB_P));
-            else if (e->tier[EB_P] != HPT_TIER_DEVICE) {
+            else if (e->tier[EB_P] != HPT_TIER_DEVICE)
                 transfer(e, HPT_TIER_DEVICE, e->tier[EB_P], EB_P, home_bytes_moved(e, EB_P));
-            }
             if (e->res[j->l] == RS_DIRTY && e->slot_of[j->l] == j->slot) e->res[j->l] = RS_RESIDENT;
             break;
         case J_READ_MV:
