@@ -363,13 +363,14 @@ int cmd_train(int argc, char **argv) {
     }
     if (o.sched.kind == HPT_SCHEDULE_HYBRID)
         fprintf(stderr, "hptrain: hybrid schedule: warmup %lld, full %lld, predict up to %lld at "
-                "confidence >= %g, correct %lld, predictor %s, checks %s%lld (%s), band %g, "
+                "confidence >= %g, correct %lld, predictor %s, checks %s%lld%s, band %g, "
                 "rollback %g\n",
                 (long long)o.sched.warmup_steps, (long long)o.sched.full_steps,
                 (long long)o.sched.max_predict_steps, (double)o.sched.confidence,
                 (long long)o.sched.correct_steps, hpt_predictor_name((hpt_predictor_kind)o.sched.predictor),
                 o.sched.check_every ? "every " : "", (long long)o.sched.check_every,
-                hpt_weights_name((hpt_weights)o.sched.check_weights),
+                !o.sched.check_every ? ""
+                : o.sched.check_weights == HPT_WEIGHTS_Q8 ? " on int8 weights" : " on fp32 weights",
                 (double)o.sched.band, (double)o.sched.rollback);
     if (hpt_trainer_start_step(tr))
         fprintf(stderr, "hptrain: resuming at step %lld of %lld\n",
