@@ -16,9 +16,10 @@
  *       and unfused in memory) ends with the uninterrupted run's bits;
  *   (c) the estimator: each configuration's estimated peak per tier equals the measured one
  *       (training runs, and forward-only models);
- *   (d) disk faults (short write, disk full, EIO, a block's file truncated away) in step 3 after
- *       a checkpoint at step 2: HPT_ERR_IO naming the cause, and the step-2 checkpoint loads with
- *       the in-memory run's weights of step 2;
+ *   (d) disk faults (short write, disk full, EIO, a block's file truncated away; and EIO, short
+ *       write with bf16-sr weights on disk) in step 3 after a checkpoint at step 2: HPT_ERR_IO
+ *       naming the cause, and the step-2 checkpoint loads (exact fp32 runs: with the in-memory
+ *       run's weights of step 2);
  *   (f) checkpoints: a run saved at step 8 with one placement (disk, host, in memory) and
  *       resumed with another ends with the uninterrupted in-memory run's weights and losses,
  *       bit for bit; llm.c checkpoints (fp32 and bf16) load into offloaded models with the
@@ -362,12 +363,14 @@ static void test_faults(void) {
     struct {
         hpt_disk_fault kind;
         const char *says;
-        int fused;
+        int fused, weights;
     } cases[] = {
-        {HPT_DISK_FAULT_SHORT_WRITE, "short write", 0},
-        {HPT_DISK_FAULT_ENOSPC, "disk is full", 1},
-        {HPT_DISK_FAULT_EIO, "Input/output error", 0},
-        {HPT_DISK_FAULT_VANISHED, "truncated or removed", 1},
+        {HPT_DISK_FAULT_SHORT_WRITE, "short write", 0, HPT_BW_FP32},
+        {HPT_DISK_FAULT_ENOSPC, "disk is full", 1, HPT_BW_FP32},
+        {HPT_DISK_FAULT_EIO, "Input/output error", 0, HPT_BW_FP32},
+        {HPT_DISK_FAULT_VANISHED, "truncated or removed", 1, HPT_BW_FP32},
+        {HPT_DISK_FAULT_EIO, "Input/output error", 1, HPT_BW_BF16_SR},
+        {HPT_DISK_FAULT_SHORT_WRITE, "short write", 0, HPT_BW_BF16_SR},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0] && m_ref; i++) {
         char dir[600];
@@ -377,6 +380,7 @@ static void test_faults(void) {
         of.save_every = 2;
         of.grad_clip = cases[i].fused ? 0.0f : 1.0f;
         of.offload = off(HPT_TIER_DISK, HPT_TIER_DISK, HPT_TIER_DISK, 2, 1, cases[i].fused);
+        of.offload.weights = cases[i].weights;
         hpt_mem *fm;
         CHECK_OK(hpt_mem_create(&fm));
         CHECK_OK(hpt_mem_set_disk_dir(fm, g_disk));
@@ -411,7 +415,7 @@ static void test_faults(void) {
         CHECK_OK(hpt_state_load(path, mem, &m2, &o2, &ao2, &pos2));
         if (m2) {
             CHECK(pos2.step == 2);
-            if (!cases[i].fused) {
+            if (!cases[i].fused && cases[i].weights == HPT_BW_FP32) {
                 size_t n = hpt_gpt2_get_num_params(m2);
                 CHECK(memcmp(hpt_gpt2_params(m2), hpt_gpt2_params(m_ref), n * 4) == 0);
                 CHECK(memcmp(hpt_optim_m(o2), hpt_optim_m(o_ref), n * 4) == 0);
