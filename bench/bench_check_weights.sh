@@ -2,7 +2,7 @@
 # The hybrid schedule's predict-phase checks with fp32 and int8 weights (docs/predict.md):
 # bench/bench_check_weights.c on bench/bench_predict.sh's model (gpt2:L=2,C=64,NH=4,T=64, check
 # batch 8 x 64) after 200 steps of training on Moby-Dick, then on GPT-2 124M (random weights,
-# the same check batch). Prints check time, the bytes a check adds, the check losses and the
+# the same check batch, and a batch of 2 x 1024). Prints check time, the bytes a check adds, the check losses and the
 # estimator's predict-phase peak with each.
 # Usage: bench/bench_check_weights.sh   (BUILD=dir, THREADS=N (default 2), R=checks (default 5))
 set -euo pipefail
@@ -25,4 +25,6 @@ echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$build/bench_check_weights" "$tmp/run/model.bin" "$data/val_*.bin" 8 64 "$reps"
 echo
 "$build/bench_check_weights" gpt2-124m "$data/val_*.bin" 8 64 "$reps"
+echo
+"$build/bench_check_weights" gpt2-124m "$data/val_*.bin" 2 1024 3
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
