@@ -32,6 +32,12 @@
  *         hpt_train_progress p; hpt_trainer_step(tr, &p);
  *     }
  *
+ *   Gradients kept in fp16 at their offload home with dynamic loss scaling (exact mode, not
+ *   fused; a step whose gradients overflow is skipped: hpt_train_progress.skipped):
+ *
+ *     o.offload.grads = HPT_TIER_HOST; o.offload.grad_home = HPT_GH_FP16;
+ *     o.loss_scale.mode = HPT_LOSS_SCALE_DYNAMIC;       // from 2^16, halved on overflow
+ *
  *   hpt_plan_estimate() tells what a configuration will allocate, by tier and category,
  *   before anything is; hpt_mem_record() and hpt_trace_write() give the exact timeline.
  *

@@ -95,9 +95,10 @@ static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t 
            hpt_act_compress_name(po->act.compress));
     const hpt_offload_opts *of = &po->offload;
     printf(",\"offload\":{\"params\":\"%s\",\"grads\":\"%s\",\"optim\":\"%s\","
-           "\"max_active_layers\":%d,\"prefetch\":%d,\"fused_update\":%s}",
+           "\"max_active_layers\":%d,\"prefetch\":%d,\"fused_update\":%s,\"grad_home\":\"%s\"}",
            hpt_tier_name(of->params), hpt_tier_name(of->grads), hpt_tier_name(of->optim),
-           of->max_active, of->prefetch, of->fused ? "true" : "false");
+           of->max_active, of->prefetch, of->fused ? "true" : "false",
+           hpt_grad_home_name((hpt_grad_home)of->grad_home));
     printf(",\"activation_bytes\":%llu,\"num_params\":%llu,", (unsigned long long)e->activation_bytes,
            (unsigned long long)e->num_params);
     if (po->schedule == HPT_SCHEDULE_HYBRID) {

@@ -421,7 +421,7 @@ int cmd_train(int argc, char **argv) {
             if (p.diverged) fprintf(log, ",\"diverged\":\"%s\"", p.diverged == 2 ? "rollback" : "early");
             if (p.evaluated) fprintf(log, ",\"val_loss\":%.6f", (double)p.val_loss);
             if (o.loss_scale.mode != HPT_LOSS_SCALE_OFF)
-                fprintf(log, ",\"loss_scale\":%.9g,\"skipped\":%d", (double)p.loss_scale, p.skipped);
+                fprintf(log, ",\"loss_scale\":%.0f,\"skipped\":%d", (double)p.loss_scale, p.skipped);
             fprintf(log, ",\"lr\":%.6g", (double)p.lr);
             if (!p.skipped) fprintf(log, ",\"grad_norm\":%.6g", (double)p.grad_norm);
             fprintf(log, ",\"tokens_per_s\":%.1f,\"step_ms\":%.3f,"
@@ -437,7 +437,7 @@ int cmd_train(int argc, char **argv) {
         else snprintf(ls, sizeof ls, "%.4f", (double)p.loss);
         fmt_time(et, sizeof et, eta);
         if (o.loss_scale.mode != HPT_LOSS_SCALE_OFF)
-            snprintf(sc, sizeof sc, " | scale %g%s, %lld skipped", (double)p.loss_scale,
+            snprintf(sc, sizeof sc, " | scale %.0f%s, %lld skipped", (double)p.loss_scale,
                      p.skipped ? " SKIP" : "", (long long)p.skipped_total);
         if (isnan(last_val)) snprintf(vl, sizeof vl, "-");
         else snprintf(vl, sizeof vl, "%.4f", (double)last_val);
@@ -473,7 +473,7 @@ int cmd_train(int argc, char **argv) {
         if (tok_steps) fprintf(stderr, " | %.0f tok/s", (double)o.accum * o.B * o.T * (double)tok_steps / (tok_time / 1e3));
         fputc('\n', stderr);
         if (o.loss_scale.mode != HPT_LOSS_SCALE_OFF)
-            fprintf(stderr, "loss scale: %s, %g at the end; %lld steps skipped (gradient overflow)\n",
+            fprintf(stderr, "loss scale: %s, %.0f at the end; %lld steps skipped (gradient overflow)\n",
                     o.loss_scale.mode == HPT_LOSS_SCALE_DYNAMIC ? "dynamic" : "fixed",
                     (double)p.loss_scale, (long long)p.skipped_total);
         if (o.sched.kind == HPT_SCHEDULE_HYBRID) {
