@@ -154,6 +154,12 @@ static void run(const hpt_train_opts *o0, const run_ctl *c, run_out *r, const ch
     }
     CHECK_OK(hpt_gpt2_copy_params(hpt_trainer_model(tr), r->params));
     hpt_trainer_free(tr);
+    hpt_mem_stats st;
+    hpt_mem_get_stats(mem, &st);
+    uint64_t live = 0;
+    for (int t = 0; t < HPT_TIER_COUNT; t++)
+        for (int k = 0; k < HPT_CAT_COUNT; k++) live += st.live_bytes[t][k];
+    CHECK_MSG(live == 0, "%s: %llu bytes live after the trainer was freed", what, (unsigned long long)live);
     /* (e); not for a resumed run, whose setup holds the checkpoint's sections on the host a
      * moment (here the scaler's 24 bytes), which the estimate of a run does not count */
     if (o.resume) {
@@ -168,8 +174,6 @@ static void run(const hpt_train_opts *o0, const run_ctl *c, run_out *r, const ch
     po.offload = o.offload;
     hpt_estimate e;
     CHECK_OK(hpt_plan_estimate(&po, &e));
-    hpt_mem_stats st;
-    hpt_mem_get_stats(mem, &st);
     for (int t = 0; t < HPT_TIER_COUNT; t++)
         CHECK_MSG(e.peak_bytes[t] == st.peak_bytes[t], "%s: %s tier estimated %llu, measured %llu",
                   what, hpt_tier_name((hpt_tier)t), (unsigned long long)e.peak_bytes[t],

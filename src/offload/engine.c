@@ -857,14 +857,17 @@ static void free_home(offload_engine *e, int b) {
         e->has[b] = 0;
         return;
     }
-    if (e->tier[b] == HPT_TIER_DISK) hpt_mem_disk_free(e->mem, k_cat[b], &e->disk[b]);
-    else if (b == EB_G && e->gh)
+    if (e->tier[b] == HPT_TIER_DISK) {
+        hpt_mem_disk_free(e->mem, k_cat[b], &e->disk[b]);
+    } else if (b == EB_G && e->gh) {
         hpt_mem_free(e->mem, e->tier[b], k_cat[b], e->ghome,
                      (size_t)e->L * e->hstride * sizeof(uint16_t));
-    else hpt_mem_free(e->mem, e->tier[b], k_cat[b], e->home[b],
-                      (size_t)e->L * e->stride * sizeof(float));
+        e->ghome = NULL;
+    } else {
+        hpt_mem_free(e->mem, e->tier[b], k_cat[b], e->home[b],
+                     (size_t)e->L * e->stride * sizeof(float));
+    }
     e->home[b] = NULL;
-    e->ghome = NULL;
     e->disk[b].fd = -1;
     e->has[b] = 0;
 }
