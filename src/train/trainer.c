@@ -160,28 +160,27 @@ void hpt_trainer_inject_grad(hpt_trainer *tr, int64_t step, int layer, float val
 /* ---- the loss scaler's checkpoint section "loss_scale": int64[LSS_N] ---- */
 enum { LSS_SCALE, LSS_CLEAN, LSS_SKIPPED, LSS_N };
 
-static void restore_scaler(hpt_trainer *tr, const hpt_state_section *sec, int n_sec, int *bad) {
-    *bad = 0;
+/* The scaler's state from a checkpoint's sections; none (a run saved without scaling): a fresh
+ * scaler. A run resumed without scaling ignores the section. */
+static hpt_status restore_scaler(hpt_trainer *tr, const hpt_state_section *sec, int n_sec,
+                                 const char *path) {
     const hpt_state_section *s = NULL;
     for (int i = 0; i < n_sec; i++)
         if (!strcmp(sec[i].name, "loss_scale")) s = &sec[i];
-    if (!s || tr->o.loss_scale.mode == HPT_LOSS_SCALE_OFF) return; /* a fresh scaler, or none */
+    if (!s || tr->o.loss_scale.mode == HPT_LOSS_SCALE_OFF) return HPT_OK;
     int64_t f[LSS_N];
-    if (s->bytes != sizeof f) {
-        *bad = 1;
-        return;
+    float scale = 0.0f;
+    if (s->bytes == sizeof f) {
+        memcpy(f, s->data, sizeof f);
+        uint32_t u = (uint32_t)f[LSS_SCALE];
+        memcpy(&scale, &u, sizeof scale);
     }
-    memcpy(f, s->data, sizeof f);
-    uint32_t u = (uint32_t)f[LSS_SCALE];
-    float scale;
-    memcpy(&scale, &u, sizeof scale);
-    if (!pow2_scale(scale) || f[LSS_CLEAN] < 0 || f[LSS_SKIPPED] < 0) {
-        *bad = 1;
-        return;
-    }
+    if (!pow2_scale(scale) || f[LSS_CLEAN] < 0 || f[LSS_SKIPPED] < 0)
+        return hpt_fail(HPT_ERR_FORMAT, "%s: the loss_scale section is malformed", path);
     tr->ls = scale;
     tr->ls_clean = f[LSS_CLEAN];
     tr->ls_skipped = f[LSS_SKIPPED];
+    return HPT_OK;
 }
 
 static size_t nparams(const hpt_trainer *tr) { return tr->model->num_params; }
@@ -429,8 +428,6 @@ static hpt_status setup(hpt_trainer *tr) {
         HPT_CHECK(hpt_state_load_offload_sections(path, tr->mem, &o->offload, &tr->model, &tr->opt,
                                                   &ao, &pos, sec, &n_sec));
         hpt_status s = HPT_OK;
-        int bad;
-        restore_scaler(tr, sec, n_sec, &bad);
         if (pos.B != o->B || pos.T != o->T)
             s = hpt_fail(HPT_ERR_SHAPE, "%s was trained with batch %d and sequence %d; resume "
                          "with the same (got %d and %d)", path, pos.B, pos.T, o->B, o->T);
@@ -440,8 +437,8 @@ static hpt_status setup(hpt_trainer *tr) {
         else if (pos.step > o->steps)
             s = hpt_fail(HPT_ERR_INVALID, "%s is at step %lld, beyond --steps %lld", path,
                          (long long)pos.step, (long long)o->steps);
-        else if (bad)
-            s = hpt_fail(HPT_ERR_FORMAT, "%s: the loss_scale section is malformed", path);
+        else
+            s = restore_scaler(tr, sec, n_sec, path);
         if (s != HPT_OK) {
             hpt_state_sections_free(tr->mem, sec, n_sec);
             return s;
