@@ -32,6 +32,12 @@
  *         hpt_train_progress p; hpt_trainer_step(tr, &p);
  *     }
  *
+ *   Gradients kept in fp16 at their offload home with dynamic loss scaling (exact mode, not
+ *   fused; a step whose gradients overflow is skipped: hpt_train_progress.skipped):
+ *
+ *     o.offload.grads = HPT_TIER_HOST; o.offload.grad_home = HPT_GH_FP16;
+ *     o.loss_scale.mode = HPT_LOSS_SCALE_DYNAMIC;       // from 2^16, halved on overflow
+ *
  *   hpt_plan_estimate() tells what a configuration will allocate, by tier and category,
  *   before anything is; hpt_mem_record() and hpt_trace_write() give the exact timeline.
  *
@@ -421,12 +427,24 @@ typedef enum { HPT_BW_FP32 = 0, HPT_BW_BF16_SR, HPT_BW_BF16_KAHAN, HPT_BW_COUNT 
 /* "fp32" | "bf16-sr" | "bf16-kahan" into *out. */
 hpt_status hpt_block_weights_parse(const char *text, hpt_block_weights *out);
 const char *hpt_block_weights_name(hpt_block_weights w);
+/* The precision of the blocks' gradients at their home (hpt_offload_opts.grad_home; exact mode
+ * only, HPT_ERR_UNSUPPORTED with fused). FP16 and BF16 homes hold 2 bytes per gradient (device,
+ * host or disk; each block rounded up to 4096 bytes): a block's gradients are computed in an
+ * fp32 device slot, rounded to nearest even when they go home, and widened when they come back
+ * (accumulation's later micro-batches, the optimizer's streaming pass). FP16 needs a loss scale
+ * (hpt_train_opts.loss_scale): its narrowing reports any value beyond 65504 or not finite, and
+ * the trainer skips that step. Any value but FP32 makes the engine active. */
+typedef enum { HPT_GH_FP32 = 0, HPT_GH_BF16, HPT_GH_FP16, HPT_GH_COUNT } hpt_grad_home;
+/* "fp32" | "bf16" | "fp16" into *out. */
+hpt_status hpt_grad_home_parse(const char *text, hpt_grad_home *out);
+const char *hpt_grad_home_name(hpt_grad_home g);
 typedef struct {
     hpt_tier params, grads, optim; /* homes; all DEVICE and fused 0: no engine (the default) */
     int max_active;                /* K >= 1 device slots of block parameters */
     int prefetch;                  /* P, 0 <= P < K: blocks loaded ahead of the one computing */
     int fused;
     int weights;                   /* hpt_block_weights: the blocks' weights' home precision */
+    int grad_home;                 /* hpt_grad_home: the blocks' gradients' home precision */
 } hpt_offload_opts;
 hpt_offload_opts hpt_offload_defaults(void);  /* all DEVICE, K 2, P 1, not fused */
 int hpt_offload_active(const hpt_offload_opts *o);
@@ -704,6 +722,14 @@ hpt_status hpt_state_load_sections(const char *path, hpt_mem *mem, hpt_gpt2 **mo
                                    hpt_train_pos *pos_out,
                                    hpt_state_section sec_out[HPT_STATE_MAX_SECTIONS],
                                    int *n_sec_out);
+/* hpt_state_load_sections into a model made with the offload engine (off NULL or inactive:
+ * none). */
+hpt_status hpt_state_load_offload_sections(const char *path, hpt_mem *mem,
+                                           const hpt_offload_opts *off, hpt_gpt2 **model_out,
+                                           hpt_optim **opt_out, hpt_adamw_opts *ao_out,
+                                           hpt_train_pos *pos_out,
+                                           hpt_state_section sec_out[HPT_STATE_MAX_SECTIONS],
+                                           int *n_sec_out);
 void hpt_state_sections_free(hpt_mem *mem, hpt_state_section *sec, int n_sec);
 
 /* ---- io: llm.c reference state (verification) ------------------------------------------ */
@@ -1022,6 +1048,31 @@ int64_t hpt_schedule_horizon(const hpt_schedule_opts *o, float confidence, float
 
 /* ---- train: the trainer ------------------------------------------------------------- */
 
+/* Loss scaling (docs/offload.md, "16-bit gradient homes"). The backward computes S times the
+ * loss's gradients (S a power of two, so every gradient is exactly S times the unscaled one);
+ * before the update they are taken times 1/S (folded into the clip factor, with accumulation's
+ * 1/accum), so with fp32 gradients a scaled run computes the unscaled run's bits. After each
+ * step's backward the trainer asks whether a gradient overflowed: fp16 homes check every value
+ * as it is narrowed (|x| > 65504 or not finite), every other gradient (fp32 and bf16 homes, the
+ * flat wte, wpe and lnf gradients) is checked for non-finite values. On an overflow in any
+ * micro-batch the step is skipped: weights and optimizer state stay as they were, the
+ * optimizer's step count (AdamW's bias correction) does not advance; the trainer's step, the
+ * learning-rate schedule and the data position do (the step's tokens are consumed). DYNAMIC
+ * then halves S (not below 1) and doubles it (up to 2^24) after `window` clean steps in a row;
+ * STATIC keeps S. Scale, clean-step count and skipped steps are saved in the training state
+ * (section "loss_scale"), so a resumed run continues with the uninterrupted one's bits.
+ * Exact mode only (not with the fused update, which updates before the backward is over),
+ * not with the hybrid schedule. */
+typedef enum { HPT_LOSS_SCALE_OFF = 0, HPT_LOSS_SCALE_STATIC, HPT_LOSS_SCALE_DYNAMIC } hpt_loss_scale_mode;
+typedef struct {
+    int mode;              /* hpt_loss_scale_mode */
+    float init;            /* S at the start (a power of two, 1 to 2^64) */
+    int64_t window;        /* DYNAMIC: clean steps in a row before S doubles (>= 1) */
+} hpt_loss_scale_opts;
+hpt_loss_scale_opts hpt_loss_scale_defaults(void); /* OFF, init 65536, window 2000 */
+/* "off" | "dynamic" | a power of two N (STATIC at N) into o (mode, and init for N). */
+hpt_status hpt_loss_scale_parse(const char *text, hpt_loss_scale_opts *o);
+
 typedef struct {
     const char *model;     /* llm.c checkpoint path or SHAPE (random init); unused on resume */
     const char *data;      /* glob of training shards */
@@ -1044,6 +1095,7 @@ typedef struct {
     hpt_gpt2_act_opts act; /* attention kind and recompute policy */
     hpt_offload_opts offload; /* the offload engine (all zero or inactive: none) */
     hpt_schedule_opts sched; /* full-only (default) or the hybrid predict schedule */
+    hpt_loss_scale_opts loss_scale; /* off by default; needed by fp16 gradient homes */
 } hpt_train_opts;
 hpt_train_opts hpt_train_defaults(void);
 
@@ -1063,6 +1115,10 @@ typedef struct {
     float confidence;      /* the dynamics model's confidence after the step, [0, 1] */
     int checked;           /* PREDICT: a check forward ran; loss is its loss (NaN otherwise) */
     int diverged;          /* 1: the phase ended early; 2: the weights were rolled back */
+    float loss_scale;      /* the loss scale this step used (1 without loss scaling) */
+    int skipped;           /* 1: a gradient overflowed, the update was skipped */
+    int64_t skipped_total; /* steps skipped so far in the run (a resumed run counts from its
+                            * first start: the count is in the checkpoint) */
 } hpt_train_progress;
 
 typedef struct hpt_trainer hpt_trainer;
@@ -1083,6 +1139,10 @@ const hpt_adamw_opts *hpt_trainer_optim_opts(const hpt_trainer *tr);
 size_t hpt_trainer_train_tokens(const hpt_trainer *tr);
 /* The hybrid schedule's controller (phase of the next step, counts); FULL in a full-only run. */
 const hpt_schedule *hpt_trainer_schedule(const hpt_trainer *tr);
+/* Testing: at step `step` (1-based; its first micro-batch) element 0 of block layer's gradients
+ * is set to value right after that block's backward, before it goes to its home: an injected
+ * overflow for the loss scaler (inf, or a value fp16 cannot hold). step 0: off. */
+void hpt_trainer_inject_grad(hpt_trainer *tr, int64_t step, int layer, float value);
 
 /* ---- train: verification against a PyTorch reference state -------------------------- */
 

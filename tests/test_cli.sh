@@ -197,5 +197,21 @@ if "$bin" estimate --model "$shape" --seq 16 --schedule hybrid --check-every 2 -
    | grep -q '"checks":true,"check_weights":"int8"'; then ok; else bad "estimate --check-weights int8"; fi
 expect_error "bad check weights" "fp32, int8" train --steps 1 --schedule hybrid --check-weights int4
 
+# --- 16-bit gradient homes and loss scaling: refusals; a run's log and summary show the scale ---
+expect_error "grad home without offload" "needs --offload" train --steps 1 --grad-home fp16
+expect_error "bad grad home" "fp32, bf16 or fp16" train --steps 1 --offload host --grad-home fp8
+expect_error "grad home fused" "never go to a home" train --steps 1 --offload host --grad-home bf16 --fused-update
+expect_error "loss scale fused" "fused-update" train --steps 1 --offload host --loss-scale dynamic --fused-update
+expect_error "loss scale not a power of two" "power of two" train --steps 1 --loss-scale 1000
+expect_error "fp16 without a scale" "need a loss scale" train --steps 1 --offload host --grad-home fp16 --loss-scale off
+train --steps 4 --lr 1e-3 --offload host --grad-home fp16 --loss-scale-init 1099511627776 \
+  --log "$tmp/ls.jsonl" 2>"$tmp/err"
+if grep -q '"loss_scale":1099511627776,"skipped":1' "$tmp/ls.jsonl" \
+   && grep -q '"loss_scale":549755813888,"skipped":1' "$tmp/ls.jsonl" \
+   && grep -qE "^loss scale: dynamic, [0-9.e+]+ at the end; [1-4] steps skipped" "$tmp/err"; then ok
+else bad "loss scale log: $(cat "$tmp/ls.jsonl" "$tmp/err")"; fi
+if "$bin" estimate --model "$shape" --seq 16 --offload disk --grad-home bf16 --json \
+   | grep -q '"grad_home":"bf16"'; then ok; else bad "estimate --grad-home"; fi
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -4,7 +4,7 @@
  * and the estimate must match the measured device peak within 2% (DESIGN.md's invariant) and, today, byte for byte in every
  * category. Also: the peak is the sum of what is live at the end (nothing is freed early); the
  * planned arena is at least the largest sum of buffers live at one time point (measured from
- * the arena's events); a 70B-like shape estimates instantly with plausible figures; the
+ * the arena's events); 16-bit gradient homes match on every tier; a 70B-like shape estimates instantly with plausible figures; the
  * trainer refuses a budget it cannot meet before allocating anything, naming a --batch and a
  * --seq that fit, and those really fit. The hybrid schedule (fp32 and int8 checks) and the
  * offload engine with bf16 block weights (bf16-sr on the host and on disk, bf16-kahan) match on
@@ -513,6 +513,69 @@ static void check_large_and_bad(void) {
     CHECK_STATUS(hpt_gpt2_read_config(missing, &cfg), HPT_ERR_IO);
 }
 
+/* 16-bit gradient homes (--grad-home bf16|fp16, docs/offload.md): every tier's bytes by category
+ * at its peak, estimated and measured, byte for byte (homes of 2 bytes per gradient on the
+ * device, host or disk; the disk path's half-size staging; two device gradient slots). */
+static void check_grad_homes(void) {
+    static const struct {
+        hpt_tier t;
+        int gh, accum;
+    } cases[] = {{HPT_TIER_HOST, HPT_GH_FP16, 1}, {HPT_TIER_DISK, HPT_GH_FP16, 2},
+                 {HPT_TIER_HOST, HPT_GH_BF16, 2}, {HPT_TIER_DISK, HPT_GH_BF16, 1},
+                 {HPT_TIER_DEVICE, HPT_GH_FP16, 1}};
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/grad_homes", t_tmpdir());
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        hpt_mem *mem;
+        CHECK_OK(hpt_mem_create(&mem));
+        CHECK_OK(hpt_mem_set_disk_dir(mem, dir));
+        hpt_train_opts o = hpt_train_defaults();
+        o.model = "gpt2:L=3,C=48,NH=6,V=100,T=32";
+        o.data = g_train;
+        o.B = 2;
+        o.T = 32;
+        o.accum = cases[i].accum;
+        o.steps = 2;
+        o.warmup = 1;
+        o.offload.params = o.offload.grads = o.offload.optim = cases[i].t;
+        o.offload.grad_home = cases[i].gh;
+        o.loss_scale.mode = HPT_LOSS_SCALE_DYNAMIC;
+        hpt_trainer *tr = NULL;
+        CHECK_OK(hpt_trainer_create(mem, &o, &tr));
+        hpt_train_progress p;
+        while (tr && !hpt_trainer_done(tr)) CHECK_OK(hpt_trainer_step(tr, &p));
+        hpt_gpt2_config cfg = *hpt_gpt2_get_config(hpt_trainer_model(tr));
+        hpt_trainer_free(tr);
+        hpt_mem_stats st;
+        hpt_mem_get_stats(mem, &st);
+        hpt_mem_destroy(mem);
+        hpt_plan_opts po = hpt_plan_defaults();
+        po.cfg = cfg;
+        po.B = o.B;
+        po.T = o.T;
+        po.accum = o.accum;
+        po.offload = o.offload;
+        hpt_estimate e;
+        CHECK_OK(hpt_plan_estimate(&po, &e));
+        printf("  grad home %s on %s, accum %d: device %llu, host %llu, disk %llu bytes (grads: "
+               "%llu on the home's tier)\n", hpt_grad_home_name((hpt_grad_home)cases[i].gh),
+               hpt_tier_name(cases[i].t), cases[i].accum,
+               (unsigned long long)st.peak_bytes[HPT_TIER_DEVICE],
+               (unsigned long long)st.peak_bytes[HPT_TIER_HOST],
+               (unsigned long long)st.peak_bytes[HPT_TIER_DISK],
+               (unsigned long long)st.peak_live_bytes[cases[i].t][HPT_CAT_GRADS]);
+        for (int t = 0; t < HPT_TIER_COUNT; t++) {
+            CHECK(e.peak_bytes[t] == st.peak_bytes[t]);
+            for (int c = 0; c < HPT_CAT_COUNT; c++)
+                CHECK_MSG(e.bytes[t][c] == st.peak_live_bytes[t][c], "grad home %s on %s: %s %s "
+                          "estimated %llu, measured %llu", hpt_grad_home_name((hpt_grad_home)cases[i].gh),
+                          hpt_tier_name(cases[i].t), hpt_tier_name((hpt_tier)t),
+                          hpt_category_name((hpt_category)c), (unsigned long long)e.bytes[t][c],
+                          (unsigned long long)st.peak_live_bytes[t][c]);
+        }
+    }
+}
+
 int main(void) {
     /* one thread: the figures do not depend on it, and a loaded machine makes OpenMP's
      * barriers of tiny kernels slow */
@@ -561,6 +624,7 @@ int main(void) {
     check_hybrid(HPT_PREDICTOR_ADAM, 1, HPT_WEIGHTS_Q8);
     check_hybrid(HPT_PREDICTOR_LINEAR, 1, HPT_WEIGHTS_Q8);
     check_bf16_weights();
+    check_grad_homes();
     check_large_and_bad();
     check_refusal();
     return t_done("test_estimate");

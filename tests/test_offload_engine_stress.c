@@ -1,6 +1,6 @@
 /* test_offload_engine_stress.c: the offload engine's residency state machine under a
  * deterministic random schedule: random block counts, slice sizes, K, P, homes (host or disk),
- * fused or exact updates, passes forward and backward that stop early at random blocks (a
+ * fused or exact updates (exact: fp32, bf16 or fp16 gradient homes in turn), passes forward and backward that stop early at random blocks (a
  * failed step), re-acquisitions out of order. After every call the residency records are
  * consistent (eng_check: slots and blocks inverse, at most K resident, the held block has a
  * slot) and every acquired block holds exactly the values its home should: each block's
@@ -62,6 +62,7 @@ static void one_schedule(hpt_rng *r, int round) {
     o.optim = hpt_rng_u32(r) % 2 ? HPT_TIER_DISK : HPT_TIER_HOST;
     o.grads = hpt_rng_u32(r) % 3 == 0 ? HPT_TIER_DEVICE : HPT_TIER_DISK;
     o.fused = (int)(hpt_rng_u32(r) % 2);
+    if (!o.fused) o.grad_home = round % 3; /* fp32, bf16, fp16 (1s and 0s are exact in each) */
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
     char dir[600];

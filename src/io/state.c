@@ -186,6 +186,15 @@ hpt_status hpt_state_load_sections(const char *path, hpt_mem *mem, hpt_gpt2 **mo
     return load_state(path, mem, NULL, model_out, opt_out, ao_out, pos_out, sec, n_sec_out);
 }
 
+hpt_status hpt_state_load_offload_sections(const char *path, hpt_mem *mem,
+                                           const hpt_offload_opts *off, hpt_gpt2 **model_out,
+                                           hpt_optim **opt_out, hpt_adamw_opts *ao_out,
+                                           hpt_train_pos *pos_out,
+                                           hpt_state_section sec[HPT_STATE_MAX_SECTIONS],
+                                           int *n_sec_out) {
+    return load_state(path, mem, off, model_out, opt_out, ao_out, pos_out, sec, n_sec_out);
+}
+
 /* Reads version 3's sections (after the optimizer's state) into host buffers from mem; rest:
  * the file's bytes left before the checksum and end marker. */
 static hpt_status read_sections(FILE *fp, const char *path, hpt_mem *mem, uint64_t rest,

@@ -151,6 +151,17 @@ void k_sgd(k_param p, const float *g, k_state m, size_t n, float lr, float momen
 void k_adam_mini(k_param p, const float *g, k_state m, float *v, size_t n, size_t block, float lr,
                  float beta1, float beta2, float eps, float wd, float grad_scale, int64_t t);
 
+/* ---- 16-bit gradient homes (half.c) ----------------------------------------------------
+ * h (n) from x (n), rounded to nearest even; 1 when a value overflowed (fp16: |x| > 65504 or not
+ * finite; bf16: a result not finite). h may be x's own bytes (in place). */
+int k_f16_narrow(uint16_t *h, const float *x, size_t n);
+int k_bf16_narrow(uint16_t *h, const float *x, size_t n);
+/* x (n) from h (n), exactly; x may be h's own bytes (in place). */
+void k_f16_widen(float *x, const uint16_t *h, size_t n);
+void k_bf16_widen(float *x, const uint16_t *h, size_t n);
+/* 1 when any of x (n) is infinite or NaN. */
+int k_nonfinite(const float *x, size_t n);
+
 /* ---- int8 weights, one fp32 scale per output channel (q8w.c) ---------------------------
  * w (OC, C) ~= scale (OC) * q (OC, C), q in [-127, 127]. Used by inference (sample, forward
  * checks), never by training. */

@@ -72,6 +72,8 @@ hpt_status hpt_gpt2_create_offload(hpt_mem *mem, const hpt_gpt2_config *cfg,
     m->t_now = -1;
     m->disk.fd = -1;
     m->act = hpt_gpt2_act_defaults();
+    m->loss_scale = 1.0f;
+    m->fault_layer = -1;
     m->num_params = hpt_gpt2_num_params(cfg);
     m->n_flat = eng ? gpt2_nonblock_floats(cfg) : m->num_params;
     size_t bytes = m->n_flat * sizeof(float);
@@ -233,6 +235,13 @@ static size_t head_rows(const hpt_gpt2 *m) {
 void hpt_gpt2_zero_grad(hpt_gpt2 *m) {
     if (m->grads) memset(m->grads, 0, m->n_flat * sizeof(float)); /* the engine zeroes a block's at its backward */
     m->grads_live = 0;
+}
+
+hpt_status gpt2_grads_overflow(hpt_gpt2 *m, int *overflow) {
+    *overflow = 0;
+    if (m->eng) HPT_CHECK(eng_grads_overflow(m->eng, overflow));
+    if (m->grads && k_nonfinite(m->grads, m->n_flat)) *overflow = 1;
+    return HPT_OK;
 }
 
 void hpt_gpt2_release_grads(hpt_gpt2 *m) {
@@ -976,8 +985,9 @@ hpt_status hpt_gpt2_backward(hpt_gpt2 *m) {
         size_t n = HPT_MIN(head_rows(m), BT - r0);
         if (n < BT)
             k_matmul_forward(a->logits, a->lnf + r0 * C, p->wte, NULL, (int64_t)n, C, c->Vp, 0);
+        /* times the loss scale (a power of two: every gradient below is exactly S times) */
         k_crossentropy_backward(a->logits, a->lse + r0, a->targets + r0, (int64_t)n, c->V, c->Vp,
-                                1.0f / (float)BT);
+                                1.0f / (float)BT * m->loss_scale);
         k_matmul_backward(a->dsmall + r0 * C, g->wte, NULL, a->logits, a->lnf + r0 * C, p->wte,
                           (int64_t)n, C, c->Vp, 0);
     }
@@ -1040,6 +1050,10 @@ hpt_status hpt_gpt2_backward(hpt_gpt2 *m) {
         /* ln1 = layernorm(residual) */
         k_layernorm_backward(a->dres, bg->ln1w, bg->ln1b, a->dsmall, residual, bp->ln1w,
                              la->ln1_mean, la->ln1_rstd, (int64_t)BT, C);
+        if (m->fault_layer == l) { /* a test's injected gradient (hpt_trainer_inject_grad) */
+            bg->ln1w[0] = m->fault_value;
+            m->fault_layer = -1;
+        }
         if (m->eng) {
             s = eng_grads_done(m->eng, l);
             if (s != HPT_OK) s = hpt_fail_ctx(s, "handing over block %d's gradients", l);

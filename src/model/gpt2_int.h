@@ -107,6 +107,11 @@ struct hpt_gpt2 {
     gpt2_tensors p, g;    /* with the engine, the block tensors' pointers are NULL */
     struct offload_engine *eng; /* the offload engine, or NULL (src/offload/engine.c) */
     int grads_live;       /* a backward has added gradients since the last zero_grad */
+    float loss_scale;     /* S: backward computes S times the loss's gradients (1: none; a
+                           * power of two set by the trainer's loss scaler) */
+    int fault_layer;      /* testing: the next backward sets element 0 of this block's
+                           * gradients to fault_value (-1: none; hpt_trainer_inject_grad) */
+    float fault_value;
     /* activations: one arena planned for (aB, aT); replanned when the shape changes */
     float *act_mem;
     size_t act_bytes;     /* the arena's allocation */
@@ -139,6 +144,11 @@ struct hpt_gpt2 {
     float loss;
 };
 
+/* *overflow 1 when this step's gradients overflowed so far: an engine's block (its 16-bit home's
+ * narrowing, or a non-finite fp32 one with eng_check_grads), or a non-finite value in the flat
+ * gradients (all of them without the engine; wte, wpe and lnf with it). Waits for the engine's
+ * queued write-backs and clears its record. */
+hpt_status gpt2_grads_overflow(hpt_gpt2 *m, int *overflow);
 void gpt2_point_tensors(const hpt_gpt2_config *cfg, float *base, gpt2_tensors *t);
 /* Floats of each block slice (GPT2_BLOCK_SLICES), of one block, and of the non-block tensors. */
 void gpt2_block_slices(const hpt_gpt2_config *cfg, size_t n[GPT2_BLOCK_SLICES]);

@@ -25,6 +25,14 @@
  * streaming update), writes it back and widens the slot from it. Kahan's weights stay in memory
  * (hpt_offload_check): the training state saves their compensation as one borrowed section.
  *
+ * 16-bit gradient homes (o.grad_home, HPT_GH_*; exact mode only): G's home holds fp16 or bf16
+ * values (gh; (L, hstride), in memory or on disk). The worker narrows a block's gradient slot
+ * into it (J_WRITE_G; on disk the slot is narrowed in place and its first hstride halves
+ * written) and widens it back for accumulation (J_READ_G); the streaming update widens each
+ * block's home (or its half-size staging) into a gradient slot. Narrowing reports overflow
+ * (g_over, taken by eng_grads_overflow): the trainer's loss scaler skips the step on it. A
+ * 16-bit home always has two gradient slots and a worker (no zero copy, no synchronous mode).
+ *
  * Residency of a block's parameters (res[l]); every transition is made by the compute thread,
  * in the function named:
  *
@@ -77,6 +85,7 @@ enum { J_LOAD = 0, J_WRITE_G, J_UPDATE, J_READ, J_WRITE, J_READ_G, J_READ_MV, J_
 typedef struct {
     int kind, l, slot, g, set;
     int ok;          /* set by the worker: the job ran without error */
+    int ovf;         /* set by the worker: J_WRITE_G narrowed an overflowing value */
 } job;
 
 static const hpt_category k_cat[EB_COUNT] = {HPT_CAT_PARAMS, HPT_CAT_GRADS, HPT_CAT_OPTIM,
@@ -118,9 +127,13 @@ struct offload_engine {
     int g_next;
     int *g_of;                 /* (L) the gradient slot block l uses this backward */
     double *sumsq;             /* (L) */
+    int gh;                    /* HPT_GH_*: G's home precision (FP32: in home[EB_G]) */
+    uint16_t *ghome;           /* (L, hstride) fp16 or bf16 gradients: G's memory home */
+    int check_grads;           /* fp32 homes: scan each block's gradients for non-finite values */
+    int g_over;                /* a block's gradients overflowed since eng_grads_overflow */
     int sync;                  /* 1: every home on the device: no worker, updates inline */
     /* staging for disk homes (host, io): fused 1 set of M, V; exact 2 sets of P, G, M, V */
-    float *stage;
+    float *stage;              /* 2 sets; a 16-bit G's share is hstride halves */
     size_t stage_bytes;
     float *stage_ptr[2][EB_COUNT];
     uint64_t read_seq[2];
@@ -157,7 +170,7 @@ static int zero_copy(const hpt_offload_opts *o) {
 }
 
 static int is_sync(const hpt_offload_opts *o) {
-    if (!zero_copy(o)) return 0;
+    if (!zero_copy(o) || o->grad_home != HPT_GH_FP32) return 0; /* 16-bit G: the worker narrows */
     if (o->fused)
         return o->params == HPT_TIER_DEVICE && o->optim == HPT_TIER_DEVICE;
     return o->grads == HPT_TIER_DEVICE && o->params == HPT_TIER_DEVICE &&
@@ -165,15 +178,17 @@ static int is_sync(const hpt_offload_opts *o) {
 }
 
 static int n_gslots(const hpt_offload_opts *o) {
-    if (!o->fused && o->grads == HPT_TIER_DEVICE) return 0;
+    if (!o->fused && o->grads == HPT_TIER_DEVICE && o->grad_home == HPT_GH_FP32) return 0;
     return is_sync(o) ? 1 : 2;
 }
 
-/* Disk-homed buffers among the ones the staging holds: fused M, V; exact P, G, M, V. */
-static int n_staged(const hpt_offload_opts *o) {
-    int n = (o->optim == HPT_TIER_DISK) * 2;
+/* Bytes of one staging set: the disk-homed buffers among fused M, V; exact P, G, M, V (sb the
+ * block stride in bytes; a 16-bit G takes hsb, its stride in halves). */
+static uint64_t stage_set_bytes(const hpt_offload_opts *o, uint64_t sb, uint64_t hsb) {
+    uint64_t n = (o->optim == HPT_TIER_DISK) * 2 * sb;
     if (!o->fused)
-        n += (o->params == HPT_TIER_DISK && o->weights == HPT_BW_FP32) + (o->grads == HPT_TIER_DISK);
+        n += (o->params == HPT_TIER_DISK && o->weights == HPT_BW_FP32) * sb + /* bf16: bstage */
+             (o->grads == HPT_TIER_DISK) * (o->grad_home != HPT_GH_FP32 ? hsb : sb);
     return n;
 }
 
@@ -181,18 +196,18 @@ void eng_bytes(const hpt_offload_opts *o, int L, size_t block_floats, int traini
                uint64_t out[HPT_TIER_COUNT][HPT_CAT_COUNT]) {
     memset(out, 0, sizeof(uint64_t) * HPT_TIER_COUNT * HPT_CAT_COUNT);
     uint64_t sb = (uint64_t)round_floats(block_floats) * sizeof(float), home = (uint64_t)L * sb;
-    uint64_t hhome = (uint64_t)L * round_halves(block_floats) * sizeof(uint16_t);
+    uint64_t hsb = (uint64_t)round_halves(block_floats) * sizeof(uint16_t), hhome = (uint64_t)L * hsb;
     if (o->weights == HPT_BW_FP32) out[o->params][HPT_CAT_PARAMS] += home;
     else /* bf16 weights, and their bf16 compensation with Kahan */
         out[o->params][HPT_CAT_PARAMS] += hhome * (o->weights == HPT_BW_BF16_KAHAN ? 2u : 1u);
     if (!zero_copy(o)) out[HPT_TIER_DEVICE][HPT_CAT_PARAMS] += (uint64_t)o->max_active * sb;
     if (o->weights != HPT_BW_FP32 && o->params == HPT_TIER_DISK) /* bstage, from eng_create */
         out[HPT_TIER_HOST][HPT_CAT_IO] += 2 * (uint64_t)round_halves(block_floats) * sizeof(uint16_t);
-    if (!o->fused) out[o->grads][HPT_CAT_GRADS] += home;
+    if (!o->fused) out[o->grads][HPT_CAT_GRADS] += o->grad_home != HPT_GH_FP32 ? hhome : home;
     out[HPT_TIER_DEVICE][HPT_CAT_GRADS] += (uint64_t)n_gslots(o) * sb;
     if (!training) return;
     if (mv_homes) out[o->optim][HPT_CAT_OPTIM] += 2 * home;
-    out[HPT_TIER_HOST][HPT_CAT_IO] += 2 * (uint64_t)n_staged(o) * sb;
+    out[HPT_TIER_HOST][HPT_CAT_IO] += 2 * stage_set_bytes(o, sb, hsb);
 }
 
 hpt_status eng_check_optim(const hpt_offload_opts *o, int mv_homes) {
@@ -218,6 +233,8 @@ static void narrow(uint16_t *h, uint16_t *c, const float *x, size_t n) {
 }
 
 static size_t home_bytes_moved(const offload_engine *e, int b) {
+    if (b == EB_G && e->gh)
+        return (e->tier[b] == HPT_TIER_DISK ? e->hstride : e->bn) * sizeof(uint16_t);
     if (b == EB_P && e->bf) return (e->bfd ? e->hstride : e->bn) * sizeof(uint16_t);
     return e->tier[b] == HPT_TIER_DISK ? e->stride * sizeof(float) : e->bn * sizeof(float);
 }
@@ -261,12 +278,42 @@ static void bstage_from_slot(offload_engine *e, int set, const float *slot) {
 static float *slot_ptr(const offload_engine *e, int s) { return e->slots + (size_t)s * e->stride; }
 static float *gslot_ptr(const offload_engine *e, int g) { return e->gslots + (size_t)g * e->stride; }
 
+/* Block l's gradients between gradient slot g and their home: fp32 as home_io; a 16-bit home
+ * narrowed into (*ovf: an overflow) or widened from, in place in the slot for a disk home. */
+static hpt_status grad_io(offload_engine *e, int l, float *g, int write_, int *ovf) {
+    if (!e->gh) return home_io(e, EB_G, l, g, write_);
+    int f16 = e->gh == HPT_GH_FP16, disk = e->tier[EB_G] == HPT_TIER_DISK;
+    uint16_t *h = disk ? (uint16_t *)(void *)g : e->ghome + (size_t)l * e->hstride;
+    uint64_t off = (uint64_t)l * e->hstride * sizeof(uint16_t);
+    size_t len = e->hstride * sizeof(uint16_t);
+    if (write_) {
+        *ovf = f16 ? k_f16_narrow(h, g, e->bn) : k_bf16_narrow(h, g, e->bn);
+        return disk ? mem_disk_rw(e->mem, &e->disk[EB_G], off, h, len, 1) : HPT_OK;
+    }
+    if (disk) HPT_CHECK(mem_disk_rw(e->mem, &e->disk[EB_G], off, h, len, 0));
+    if (f16) k_f16_widen(g, h, e->bn);
+    else k_bf16_widen(g, h, e->bn);
+    return HPT_OK;
+}
+
 /* Where block l of buffer b is read and written during an update: its memory home, or the
  * staging set's buffer when it lives on disk; NULL when the buffer has no home (m and v kept
  * by the optimizer) or is not fp32 (bf16 weights: update_block names their home). */
 static float *update_ptr(const offload_engine *e, int b, int l, int set) {
     if (!e->has[b] || (b == EB_P && e->bf)) return NULL;
     return e->tier[b] == HPT_TIER_DISK ? e->stage_ptr[set][b] : e->home[b] + (size_t)l * e->stride;
+}
+
+/* Block l's gradients as the update reads them (set: the staging set of this block): the fp32
+ * home or staging itself, or a 16-bit home (or its staging) widened into gradient slot set. */
+static const float *update_grads(offload_engine *e, int l, int set) {
+    if (!e->gh) return update_ptr(e, EB_G, l, set);
+    const uint16_t *h = e->tier[EB_G] == HPT_TIER_DISK ? (const uint16_t *)(void *)e->stage_ptr[set][EB_G]
+                                                       : e->ghome + (size_t)l * e->hstride;
+    float *g = gslot_ptr(e, set);
+    if (e->gh == HPT_GH_FP16) k_f16_widen(g, h, e->bn);
+    else k_bf16_widen(g, h, e->bn);
+    return g;
 }
 
 /* Block l's update, slice by slice; m and v NULL when the optimizer keeps its state. p is
@@ -293,17 +340,17 @@ static hpt_status after_update(offload_engine *e, int l, float *slot, int set) {
     return HPT_OK;
 }
 
-static hpt_status run_job(offload_engine *e, const job *j, double *io_s, double *upd_s) {
+static hpt_status run_job(offload_engine *e, const job *j, double *io_s, double *upd_s, int *ovf) {
     double t0 = hpt_now();
     switch (j->kind) {
     case J_LOAD:
         HPT_CHECK(home_io(e, EB_P, j->l, slot_ptr(e, j->slot), 0));
         break;
     case J_WRITE_G:
-        HPT_CHECK(home_io(e, EB_G, j->l, gslot_ptr(e, j->g), 1));
+        HPT_CHECK(grad_io(e, j->l, gslot_ptr(e, j->g), 1, ovf));
         break;
     case J_READ_G:
-        HPT_CHECK(home_io(e, EB_G, j->l, gslot_ptr(e, j->g), 0));
+        HPT_CHECK(grad_io(e, j->l, gslot_ptr(e, j->g), 0, ovf));
         break;
     case J_UPDATE: { /* m and v in memory: the update runs here, where they live */
         float *p = e->zc ? e->home[EB_P] + (size_t)j->l * e->stride : slot_ptr(e, j->slot);
@@ -325,9 +372,14 @@ static hpt_status run_job(offload_engine *e, const job *j, double *io_s, double 
         break;
     case J_READ:
         for (int b = 0; b < EB_COUNT; b++)
-            if (e->has[b] && e->tier[b] == HPT_TIER_DISK && !(b == EB_P && e->bfd))
+            if (e->has[b] && e->tier[b] == HPT_TIER_DISK && !(b == EB_P && e->bfd) &&
+                !(b == EB_G && e->gh))
                 HPT_CHECK(home_io(e, b, j->l, e->stage_ptr[j->set][b], 0));
         if (e->bfd) HPT_CHECK(bstage_io(e, j->l, j->set, 0));
+        if (e->gh && e->tier[EB_G] == HPT_TIER_DISK) /* the halves, widened by update_grads */
+            HPT_CHECK(mem_disk_rw(e->mem, &e->disk[EB_G],
+                                  (uint64_t)j->l * e->hstride * sizeof(uint16_t),
+                                  e->stage_ptr[j->set][EB_G], e->hstride * sizeof(uint16_t), 0));
         break;
     case J_WRITE:
         for (int b = 0; b < EB_COUNT; b++)
@@ -353,9 +405,11 @@ static void *worker(void *arg) {
         int failed = e->err != HPT_OK;
         pthread_mutex_unlock(&e->mu);
         double io = 0.0, up = 0.0;
-        hpt_status s = failed ? HPT_ERR_IO : run_job(e, j, &io, &up);
+        int ovf = 0;
+        hpt_status s = failed ? HPT_ERR_IO : run_job(e, j, &io, &up, &ovf);
         pthread_mutex_lock(&e->mu);
         j->ok = !failed && s == HPT_OK;
+        j->ovf = ovf;
         if (!failed && s != HPT_OK) {
             e->err = s;
             snprintf(e->err_msg, sizeof e->err_msg, "%s", hpt_last_error());
@@ -396,6 +450,7 @@ static void reap(offload_engine *e) {
             break;
         case J_WRITE_G:
             transfer(e, HPT_TIER_DEVICE, e->tier[EB_G], EB_G, home_bytes_moved(e, EB_G));
+            e->g_over |= j->ovf;
             break;
         case J_READ_G:
             transfer(e, e->tier[EB_G], HPT_TIER_DEVICE, EB_G, home_bytes_moved(e, EB_G));
@@ -455,7 +510,7 @@ static hpt_status wait_seq(offload_engine *e, uint64_t seq) {
 static uint64_t push(offload_engine *e, job j) {
     if (e->head - e->reaped >= QCAP) (void)wait_seq(e, e->head - QCAP + 1);
     pthread_mutex_lock(&e->mu);
-    j.ok = 0;
+    j.ok = j.ovf = 0;
     e->q[e->head % QCAP] = j;
     uint64_t seq = ++e->head;
     pthread_cond_signal(&e->cv_work);
@@ -594,6 +649,16 @@ hpt_status eng_grad_slot(offload_engine *e, int l, int accumulate, float **g_out
 
 double eng_block_sumsq(const offload_engine *e, int l) { return e->sumsq[l]; }
 
+void eng_check_grads(offload_engine *e, int on) { e->check_grads = on; }
+
+hpt_status eng_grads_overflow(offload_engine *e, int *overflow) {
+    *overflow = 0;
+    HPT_CHECK(eng_drain(e)); /* every queued narrowing reaped */
+    *overflow = e->g_over;
+    e->g_over = 0;
+    return HPT_OK;
+}
+
 hpt_status eng_grads_done(offload_engine *e, int l) {
     HPT_CHECK(sticky(e));
     if (e->in_use != l)
@@ -602,6 +667,7 @@ hpt_status eng_grads_done(offload_engine *e, int l) {
     double s = 0.0;
     for (int i = 0; i < e->ns; i++) s += k_sumsq(g + e->slice_off[i], e->slice_n[i]);
     e->sumsq[l] = s;
+    if (e->check_grads && !e->gh) e->g_over |= k_nonfinite(g, e->bn); /* 16-bit: at narrowing */
     if (!e->o.fused) {
         if (e->n_g) e->g_seq[e->g_of[l]] = push(e, (job){.kind = J_WRITE_G, .l = l, .g = e->g_of[l]});
         return HPT_OK;
@@ -645,7 +711,7 @@ hpt_status eng_stream_update(offload_engine *e) {
         }
     if (!e->stage && !e->bfd) { /* memory homes: in place */
         for (int l = 0; l < e->L; l++)
-            update_block(e, l, 0, update_ptr(e, EB_P, l, 0), update_ptr(e, EB_G, l, 0),
+            update_block(e, l, 0, update_ptr(e, EB_P, l, 0), update_grads(e, l, 0),
                          update_ptr(e, EB_M, l, 0), update_ptr(e, EB_V, l, 0));
         return HPT_OK;
     }
@@ -654,7 +720,7 @@ hpt_status eng_stream_update(offload_engine *e) {
         int set = l & 1;
         if (l + 1 < e->L) e->read_seq[set ^ 1] = push(e, (job){.kind = J_READ, .l = l + 1, .set = set ^ 1});
         HPT_CHECK(wait_seq(e, e->read_seq[set]));
-        update_block(e, l, set, update_ptr(e, EB_P, l, set), update_ptr(e, EB_G, l, set),
+        update_block(e, l, set, update_ptr(e, EB_P, l, set), update_grads(e, l, set),
                      update_ptr(e, EB_M, l, set), update_ptr(e, EB_V, l, set));
         if (e->tier[EB_P] == HPT_TIER_DISK) e->res[l] = RS_WRITING_BACK;
         push(e, (job){.kind = J_WRITE, .l = l, .set = set});
@@ -664,8 +730,9 @@ hpt_status eng_stream_update(offload_engine *e) {
 
 /* ---- gather and scatter (checkpoints, initialisation, tests) ------------------------------ */
 
-/* A buffer of stride floats free between steps, and its tier: staging, a gradient slot, or a
- * parameter slot (whose block is dropped). */
+/* A buffer of stride floats free between steps, and its tier: staging (at least stride floats:
+ * even two sets of a 16-bit G's share alone, 2 x hstride halves, hold them), a gradient slot,
+ * or a parameter slot (whose block is dropped). */
 static float *scratch(offload_engine *e, hpt_tier *tier) {
     *tier = HPT_TIER_DEVICE;
     if (e->stage) {
@@ -874,7 +941,16 @@ static hpt_status alloc_home(offload_engine *e, int b) {
         hpt_mem_set_name(e->mem, "block bf16 compensation (home)");
         return hpt_mem_alloc(e->mem, e->tier[b], HPT_CAT_PARAMS, hb, (void **)&e->wc);
     }
-    if (e->tier[b] == HPT_TIER_DISK) {
+    if (b == EB_G && e->gh) { /* 16-bit gradients */
+        size_t hb = (size_t)e->L * e->hstride * sizeof(uint16_t);
+        if (e->tier[b] == HPT_TIER_DISK) {
+            HPT_CHECK(hpt_mem_disk_alloc(e->mem, k_cat[b], hb, &e->disk[b]));
+        } else {
+            hpt_mem_set_name(e->mem, e->gh == HPT_GH_FP16 ? "block fp16 gradients (home)"
+                                                          : "block bf16 gradients (home)");
+            HPT_CHECK(hpt_mem_alloc(e->mem, e->tier[b], k_cat[b], hb, (void **)&e->ghome));
+        }
+    } else if (e->tier[b] == HPT_TIER_DISK) {
         HPT_CHECK(hpt_mem_disk_alloc(e->mem, k_cat[b], bytes, &e->disk[b]));
     } else {
         hpt_mem_set_name(e->mem, k_home_name[b]);
@@ -902,9 +978,16 @@ static void free_home(offload_engine *e, int b) {
         e->has[b] = 0;
         return;
     }
-    if (e->tier[b] == HPT_TIER_DISK) hpt_mem_disk_free(e->mem, k_cat[b], &e->disk[b]);
-    else hpt_mem_free(e->mem, e->tier[b], k_cat[b], e->home[b],
-                      (size_t)e->L * e->stride * sizeof(float));
+    if (e->tier[b] == HPT_TIER_DISK) {
+        hpt_mem_disk_free(e->mem, k_cat[b], &e->disk[b]);
+    } else if (b == EB_G && e->gh) {
+        hpt_mem_free(e->mem, e->tier[b], k_cat[b], e->ghome,
+                     (size_t)e->L * e->hstride * sizeof(uint16_t));
+        e->ghome = NULL;
+    } else {
+        hpt_mem_free(e->mem, e->tier[b], k_cat[b], e->home[b],
+                     (size_t)e->L * e->stride * sizeof(float));
+    }
     e->home[b] = NULL;
     e->disk[b].fd = -1;
     e->has[b] = 0;
@@ -930,6 +1013,7 @@ hpt_status eng_create(hpt_mem *mem, int L, int n_slices, const size_t *slice_n,
     e->stride = round_floats(e->bn);
     e->hstride = round_halves(e->bn);
     e->bf = o->weights;
+    e->gh = o->grad_home;
     e->zc = zero_copy(o);
     e->in_use = e->cur = -1;
     e->dir = 1;
@@ -994,10 +1078,11 @@ hpt_status eng_attach_optim(offload_engine *e, eng_update_fn fn, void *ctx, int 
         HPT_CHECK(alloc_home(e, EB_M));
         s = alloc_home(e, EB_V);
     }
-    int nst = n_staged(&e->o), sets = 2;
-    size_t sb = e->stride * sizeof(float);
-    if (s == HPT_OK && nst) {
-        e->stage_bytes = (size_t)sets * (size_t)nst * sb;
+    int sets = 2;
+    size_t sb = e->stride * sizeof(float), hsb = e->hstride * sizeof(uint16_t);
+    size_t set_bytes = (size_t)stage_set_bytes(&e->o, sb, hsb);
+    if (s == HPT_OK && set_bytes) {
+        e->stage_bytes = (size_t)sets * set_bytes;
         hpt_mem_set_name(e->mem, "offload staging");
         s = hpt_mem_alloc(e->mem, HPT_TIER_HOST, HPT_CAT_IO, e->stage_bytes, (void **)&e->stage);
         if (s != HPT_OK) e->stage_bytes = 0;
@@ -1006,10 +1091,13 @@ hpt_status eng_attach_optim(offload_engine *e, eng_update_fn fn, void *ctx, int 
         eng_detach_optim(e);
         return s;
     }
-    for (int set = 0, k = 0; set < sets; set++)
+    size_t off = 0; /* bytes; every share is a multiple of 4096 */
+    for (int set = 0; set < sets; set++)
         for (int b = e->o.fused ? EB_M : EB_P; b < EB_COUNT; b++)
-            if (e->tier[b] == HPT_TIER_DISK && !(b == EB_P && e->bf)) /* bf16: bstage */
-                e->stage_ptr[set][b] = e->stage + (size_t)(k++) * e->stride;
+            if (e->tier[b] == HPT_TIER_DISK && !(b == EB_P && e->bf)) { /* bf16: bstage */
+                e->stage_ptr[set][b] = (float *)(void *)((char *)e->stage + off);
+                off += b == EB_G && e->gh ? hsb : sb;
+            }
     e->upd = fn;
     e->upd_ctx = ctx;
     return HPT_OK;
@@ -1103,7 +1191,8 @@ hpt_offload_opts hpt_offload_defaults(void) {
 
 int hpt_offload_active(const hpt_offload_opts *o) {
     return o && (o->params != HPT_TIER_DEVICE || o->grads != HPT_TIER_DEVICE ||
-                 o->optim != HPT_TIER_DEVICE || o->fused || o->weights != HPT_BW_FP32);
+                 o->optim != HPT_TIER_DEVICE || o->fused || o->weights != HPT_BW_FP32 ||
+                 o->grad_home != HPT_GH_FP32);
 }
 
 static int parse_tier(const char *t, size_t n, hpt_tier *out) {
@@ -1153,6 +1242,12 @@ hpt_status hpt_offload_check(const hpt_offload_opts *o) {
         return hpt_fail(HPT_ERR_UNSUPPORTED, "bf16-kahan weights keep their home (and its "
                         "compensation) on the device or the host; bf16-sr may use the disk "
                         "(--offload params=disk given)");
+    if ((unsigned)o->grad_home >= HPT_GH_COUNT)
+        return hpt_fail(HPT_ERR_INVALID, "offload: unknown gradient home precision %d", o->grad_home);
+    if (o->grad_home != HPT_GH_FP32 && o->fused)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--grad-home %s: with --fused-update gradients never "
+                        "go to a home (each block is updated from its device slot)",
+                        hpt_grad_home_name((hpt_grad_home)o->grad_home));
     if (o->max_active < 1 || o->prefetch < 0 || o->prefetch >= o->max_active)
         return hpt_fail(HPT_ERR_INVALID, "offload: --max-active-layers %d and --prefetch %d need "
                         "K >= 1 and 0 <= P < K", o->max_active, o->prefetch);
@@ -1172,4 +1267,19 @@ hpt_status hpt_block_weights_parse(const char *text, hpt_block_weights *out) {
 
 const char *hpt_block_weights_name(hpt_block_weights w) {
     return (unsigned)w < HPT_BW_COUNT ? k_weights_name[w] : "?";
+}
+
+static const char *const k_grad_home_name[HPT_GH_COUNT] = {"fp32", "bf16", "fp16"};
+
+hpt_status hpt_grad_home_parse(const char *text, hpt_grad_home *out) {
+    for (int i = 0; i < HPT_GH_COUNT; i++)
+        if (!strcmp(text, k_grad_home_name[i])) {
+            *out = (hpt_grad_home)i;
+            return HPT_OK;
+        }
+    return hpt_fail(HPT_ERR_INVALID, "grad-home '%s': expected fp32, bf16 or fp16", text);
+}
+
+const char *hpt_grad_home_name(hpt_grad_home g) {
+    return (unsigned)g < HPT_GH_COUNT ? k_grad_home_name[g] : "?";
 }

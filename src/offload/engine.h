@@ -59,6 +59,14 @@ hpt_status eng_grads_done(offload_engine *e, int l);
 /* Sum of squares of block l's gradients of this step, slice by slice in order (each slice by
  * k_sumsq): the global norm's partial sums, combined by the optimizer in a fixed order. */
 double eng_block_sumsq(const offload_engine *e, int l);
+/* Exact mode: *overflow 1 when a block's gradients overflowed since the last call, after every
+ * queued write-back: a 16-bit home's narrowing met a value fp16 cannot hold (|x| > 65504, or
+ * not finite) or bf16 rounded to a non-finite one; with eng_check_grads on, an fp32 home's block
+ * held a non-finite value. Clears the record. */
+hpt_status eng_grads_overflow(offload_engine *e, int *overflow);
+/* on 1: eng_grads_done scans fp32 gradients for non-finite values (the loss scaler's check;
+ * 16-bit homes are checked as they are narrowed, always). */
+void eng_check_grads(offload_engine *e, int on);
 /* Waits for every queued transfer and update; the engine's first error, if any (sticky). */
 hpt_status eng_drain(offload_engine *e);
 /* Exact mode: one streaming pass over all blocks after the backward, fn on each (disk homes

@@ -29,9 +29,16 @@
  * snapshot lives from the phase's start to the end of the first CORRECT step, whose loss
  * measures the prediction (and rolls back past the bound). The controller's state, the
  * predictor's and loss model's state and the snapshot are checkpoint sections, so a run
- * resumed mid-phase computes the same bits. */
+ * resumed mid-phase computes the same bits.
+ * Loss scaling (o.loss_scale; hptrain.h's hpt_loss_scale_opts, docs/offload.md): the backward
+ * computes S times the gradients (gpt2's loss_scale), gpt2_grads_overflow reports whether one
+ * overflowed (fp16 homes at narrowing, non-finite values elsewhere); then the step is skipped
+ * (scaler_skip: nothing changes but S and the counts) or the optimizer takes the gradients
+ * times 1/(accum S) (exact: S is a power of two) and scaler_clean counts it. S, the clean-step
+ * count and the skipped steps are the checkpoint's "loss_scale" section. */
 #include "core/core.h"
 #include "model/gpt2_int.h"
+#include "offload/engine.h"
 #include "train/train_int.h"
 
 #include <errno.h>
@@ -56,6 +63,14 @@ struct hpt_trainer {
     float *snapshot;          /* (num_params) host tier, params: weights at the phase's start */
     int32_t *check_x, *check_y; /* (B, T) each, host tier, io: the check batch; NULL: none */
     double check0, pred0;     /* the phase's first check loss and predicted loss at its start */
+    /* loss scaling (o.loss_scale.mode not OFF) */
+    float ls;                 /* S, a power of two in [1, 2^64] */
+    int64_t ls_clean;         /* clean steps in a row since S last changed */
+    int64_t ls_skipped;       /* steps skipped in the run (restored on resume) */
+    /* testing: hpt_trainer_inject_grad */
+    int64_t fault_step;
+    int fault_layer;
+    float fault_value;
 };
 
 #define HYBRID(tr) ((tr)->o.sched.kind == HPT_SCHEDULE_HYBRID)
@@ -78,7 +93,94 @@ hpt_train_opts hpt_train_defaults(void) {
     o.act = hpt_gpt2_act_defaults();
     o.offload = hpt_offload_defaults();
     o.sched = hpt_schedule_defaults();
+    o.loss_scale = hpt_loss_scale_defaults();
     return o;
+}
+
+#define LS_MAX 18446744073709551616.0f /* 2^64: the largest initial scale */
+#define LS_GROW_MAX 16777216.0f        /* 2^24: growth stops here */
+
+hpt_loss_scale_opts hpt_loss_scale_defaults(void) {
+    return (hpt_loss_scale_opts){.mode = HPT_LOSS_SCALE_OFF, .init = 65536.0f, .window = 2000};
+}
+
+static int pow2_scale(float x) {
+    int e;
+    return x >= 1.0f && x <= LS_MAX && frexpf(x, &e) == 0.5f;
+}
+
+hpt_status hpt_loss_scale_parse(const char *text, hpt_loss_scale_opts *o) {
+    if (!strcmp(text, "off")) {
+        o->mode = HPT_LOSS_SCALE_OFF;
+        return HPT_OK;
+    }
+    if (!strcmp(text, "dynamic")) {
+        o->mode = HPT_LOSS_SCALE_DYNAMIC;
+        return HPT_OK;
+    }
+    char *end;
+    double v = strtod(text, &end);
+    if (end == text || *end || !pow2_scale((float)v) || (double)(float)v != v)
+        return hpt_fail(HPT_ERR_INVALID, "loss scale '%s': expected off, dynamic or a power of two "
+                        "from 1 to 2^64", text);
+    o->mode = HPT_LOSS_SCALE_STATIC;
+    o->init = (float)v;
+    return HPT_OK;
+}
+
+static hpt_status check_loss_scale(const hpt_train_opts *o) {
+    const hpt_loss_scale_opts *l = &o->loss_scale;
+    if (l->mode == HPT_LOSS_SCALE_OFF) {
+        if (o->offload.grad_home == HPT_GH_FP16)
+            return hpt_fail(HPT_ERR_INVALID, "fp16 gradient homes need a loss scale (--loss-scale "
+                            "dynamic or N): fp16 holds neither small gradients nor ones above 65504");
+        return HPT_OK;
+    }
+    if (l->mode != HPT_LOSS_SCALE_STATIC && l->mode != HPT_LOSS_SCALE_DYNAMIC)
+        return hpt_fail(HPT_ERR_INVALID, "unknown loss-scale mode %d", l->mode);
+    if (!pow2_scale(l->init))
+        return hpt_fail(HPT_ERR_INVALID, "loss scale %g: a power of two from 1 to 2^64",
+                        (double)l->init);
+    if (l->window < 1)
+        return hpt_fail(HPT_ERR_INVALID, "loss-scale window %lld must be >= 1", (long long)l->window);
+    if (o->offload.fused)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "loss scaling skips a step whose gradients overflow, "
+                        "which --fused-update has already applied block by block");
+    if (o->sched.kind == HPT_SCHEDULE_HYBRID)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "loss scaling does not run with the hybrid schedule");
+    return HPT_OK;
+}
+
+void hpt_trainer_inject_grad(hpt_trainer *tr, int64_t step, int layer, float value) {
+    tr->fault_step = step;
+    tr->fault_layer = layer;
+    tr->fault_value = value;
+}
+
+/* ---- the loss scaler's checkpoint section "loss_scale": int64[LSS_N] ---- */
+enum { LSS_SCALE, LSS_CLEAN, LSS_SKIPPED, LSS_N };
+
+/* The scaler's state from a checkpoint's sections; none (a run saved without scaling): a fresh
+ * scaler. A run resumed without scaling ignores the section. */
+static hpt_status restore_scaler(hpt_trainer *tr, const hpt_state_section *sec, int n_sec,
+                                 const char *path) {
+    const hpt_state_section *s = NULL;
+    for (int i = 0; i < n_sec; i++)
+        if (!strcmp(sec[i].name, "loss_scale")) s = &sec[i];
+    if (!s || tr->o.loss_scale.mode == HPT_LOSS_SCALE_OFF) return HPT_OK;
+    int64_t f[LSS_N];
+    float scale = 0.0f;
+    if (s->bytes == sizeof f) {
+        memcpy(f, s->data, sizeof f);
+        uint32_t u = (uint32_t)f[LSS_SCALE];
+        memcpy(&scale, &u, sizeof scale);
+    }
+    if (!pow2_scale(scale) || f[LSS_CLEAN] < 0 || f[LSS_SKIPPED] < 0)
+        return hpt_fail(HPT_ERR_FORMAT, "%s: the loss_scale section is malformed", path);
+    tr->ls = scale;
+    tr->ls_clean = f[LSS_CLEAN];
+    tr->ls_skipped = f[LSS_SKIPPED];
+    return HPT_OK;
 }
 
 static size_t nparams(const hpt_trainer *tr) { return tr->model->num_params; }
@@ -310,6 +412,8 @@ static hpt_status setup(hpt_trainer *tr) {
         return hpt_fail(HPT_ERR_UNSUPPORTED, "--fused-update updates each block as its gradients "
                         "complete: it cannot accumulate micro-batches (--accum %d)", o->accum);
     HPT_CHECK(hpt_schedule_check(&o->sched));
+    HPT_CHECK(check_loss_scale(o));
+    tr->ls = o->loss_scale.mode != HPT_LOSS_SCALE_OFF ? o->loss_scale.init : 1.0f;
     if (o->sched.kind == HPT_SCHEDULE_HYBRID && hpt_offload_active(&o->offload))
         return hpt_fail(HPT_ERR_UNSUPPORTED, "the hybrid schedule does not run with the offload "
                         "engine yet (--offload, --fused-update): its predict phase moves the "
@@ -322,10 +426,8 @@ static hpt_status setup(hpt_trainer *tr) {
         snprintf(path, sizeof path, "%s/state.bin", o->resume);
         hpt_adamw_opts ao;
         hpt_train_pos pos;
-        if (hpt_offload_active(&o->offload))
-            HPT_CHECK(hpt_state_load_offload(path, tr->mem, &o->offload, &tr->model, &tr->opt, &ao, &pos));
-        else
-            HPT_CHECK(hpt_state_load_sections(path, tr->mem, &tr->model, &tr->opt, &ao, &pos, sec, &n_sec));
+        HPT_CHECK(hpt_state_load_offload_sections(path, tr->mem, &o->offload, &tr->model, &tr->opt,
+                                                  &ao, &pos, sec, &n_sec));
         hpt_status s = HPT_OK;
         if (pos.B != o->B || pos.T != o->T)
             s = hpt_fail(HPT_ERR_SHAPE, "%s was trained with batch %d and sequence %d; resume "
@@ -336,6 +438,8 @@ static hpt_status setup(hpt_trainer *tr) {
         else if (pos.step > o->steps)
             s = hpt_fail(HPT_ERR_INVALID, "%s is at step %lld, beyond --steps %lld", path,
                          (long long)pos.step, (long long)o->steps);
+        else
+            s = restore_scaler(tr, sec, n_sec, path);
         if (s != HPT_OK) {
             hpt_state_sections_free(tr->mem, sec, n_sec);
             return s;
@@ -373,6 +477,8 @@ static hpt_status setup(hpt_trainer *tr) {
         HPT_CHECK(hpt_optim_create(tr->mem, tr->model, &tr->o.adamw, &tr->opt));
         HPT_CHECK(hpt_dataloader_open(tr->mem, o->data, o->B, o->T, tr->model->cfg.V, &tr->train));
     }
+    if (tr->model->eng && o->loss_scale.mode != HPT_LOSS_SCALE_OFF)
+        eng_check_grads(tr->model->eng, 1); /* fp32 homes too: non-finite values skip a step */
     hpt_status s = hpt_gpt2_set_act_opts(tr->model, &o->act); /* before the first forward */
     if (s == HPT_OK && o->T > tr->model->cfg.maxT)
         s = hpt_fail(HPT_ERR_SHAPE, "sequence length %d exceeds the model's maxT %d", o->T,
@@ -442,9 +548,17 @@ hpt_status hpt_trainer_save(hpt_trainer *tr) {
     hpt_train_pos pos = {.step = tr->step, .rng_state = tr->rng.s, .total_steps = tr->o.steps,
                          .B = tr->o.B, .T = tr->o.T, .accum = tr->o.accum};
     hpt_dataloader_get_pos(tr->train, &pos.data_shard, &pos.data_offset);
-    hpt_state_section sec[4];
+    hpt_state_section sec[5];
     int n = 0;
-    int64_t f[HS_N];
+    int64_t f[HS_N], lsf[LSS_N];
+    if (tr->o.loss_scale.mode != HPT_LOSS_SCALE_OFF) {
+        uint32_t u;
+        memcpy(&u, &tr->ls, sizeof u);
+        lsf[LSS_SCALE] = (int64_t)u;
+        lsf[LSS_CLEAN] = tr->ls_clean;
+        lsf[LSS_SKIPPED] = tr->ls_skipped;
+        sec[n++] = (hpt_state_section){.name = "loss_scale", .data = lsf, .bytes = sizeof lsf};
+    }
     if (HYBRID(tr)) {
         size_t bytes = nparams(tr) * sizeof(float);
         pack_schedule(tr, f);
@@ -548,6 +662,28 @@ static hpt_status predict_step(hpt_trainer *tr, hpt_train_progress *p) {
     return HPT_OK;
 }
 
+/* An overflowing step: no update (weights, optimizer state and its step count stay); S halves
+ * (DYNAMIC, down to 1). An overflow at S = 1 is the gradients' own: an error. */
+static hpt_status scaler_skip(hpt_trainer *tr, hpt_train_progress *p) {
+    if (tr->ls <= 1.0f)
+        return hpt_fail(HPT_ERR_INVALID, "a gradient overflows at loss scale 1 (step %lld): "
+                        "training diverged (try a lower --lr)", (long long)tr->step + 1);
+    p->skipped = 1;
+    p->grad_norm = NAN;
+    tr->ls_skipped++;
+    tr->ls_clean = 0;
+    if (tr->o.loss_scale.mode == HPT_LOSS_SCALE_DYNAMIC) tr->ls *= 0.5f;
+    return HPT_OK;
+}
+
+/* A step that updated: after window of them in a row, S doubles (DYNAMIC, up to 2^24). */
+static void scaler_clean(hpt_trainer *tr) {
+    if (tr->o.loss_scale.mode != HPT_LOSS_SCALE_DYNAMIC) return;
+    if (++tr->ls_clean < tr->o.loss_scale.window) return;
+    tr->ls_clean = 0;
+    if (tr->ls < LS_GROW_MAX) tr->ls *= 2.0f;
+}
+
 /* One ordinary step (WARMUP, FULL, CORRECT; every step of a full-only run). */
 static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
     const hpt_train_opts *o = &tr->o;
@@ -563,7 +699,13 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
     int K = o->accum > 1 ? o->accum : 1;
     double loss_sum = 0.0;
     int fused = o->offload.fused;
+    int scaling = o->loss_scale.mode != HPT_LOSS_SCALE_OFF;
     p->lr = hpt_lr_cosine(tr->step, o->steps, o->warmup, o->lr, o->min_lr);
+    tr->model->loss_scale = p->loss_scale = tr->ls; /* 1 without scaling */
+    if (tr->fault_step == tr->step + 1) {
+        tr->model->fault_layer = tr->fault_layer;
+        tr->model->fault_value = tr->fault_value;
+    }
     hpt_gpt2_zero_grad(tr->model);
     for (int k = 0; k < K; k++) {
         const int32_t *x, *y;
@@ -586,13 +728,20 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
         HPT_CHECK(hpt_gpt2_backward(tr->model)); /* += into the gradients (fused: updates) */
         loss_sum += (double)loss;
     }
+    tr->model->fault_layer = -1;
     /* K = 1: the loss is the micro-batch's, exactly (a float through a double and back). */
     p->loss = (float)(loss_sum / K);
+    if (scaling) {
+        int overflow;
+        HPT_CHECK(gpt2_grads_overflow(tr->model, &overflow));
+        if (overflow) return scaler_skip(tr, p);
+    }
     if (fused)
         HPT_CHECK(hpt_optim_fused_end(tr->opt, &p->grad_norm));
-    else
-        HPT_CHECK(hpt_optim_step_scaled(tr->opt, p->lr, o->grad_clip, 1.0f / (float)K,
-                                        &p->grad_norm));
+    else /* 1/S: a power of two, so the product with 1/K and the clip factor loses nothing */
+        HPT_CHECK(hpt_optim_step_scaled(tr->opt, p->lr, o->grad_clip,
+                                        1.0f / (float)K * (1.0f / tr->ls), &p->grad_norm));
+    if (scaling) scaler_clean(tr);
     if (hybrid) {
         p->pred_loss = (float)pred;
         if (p->diverged == 2) tr->lm.pred = tr->pred0; /* the rolled-back weights' prediction */
@@ -606,6 +755,7 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
 
 hpt_status hpt_trainer_step(hpt_trainer *tr, hpt_train_progress *p) {
     memset(p, 0, sizeof *p);
+    p->loss_scale = tr->ls;
     p->val_loss = NAN;
     p->pred_loss = NAN;
     if (hpt_trainer_done(tr)) return hpt_fail(HPT_ERR_INVALID, "training is already complete");
@@ -655,5 +805,6 @@ hpt_status hpt_trainer_step(hpt_trainer *tr, hpt_train_progress *p) {
     hpt_mem_get_stats(tr->mem, &st);
     p->mem_peak_bytes = st.peak_bytes[HPT_TIER_DEVICE];
     p->rss_peak_bytes = hpt_rss_peak_bytes();
+    p->skipped_total = tr->ls_skipped;
     return HPT_OK;
 }

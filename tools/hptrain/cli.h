@@ -48,16 +48,23 @@ int cli_load_tokenizer(const char *path, int need_encode, hpt_tokenizer **out);
 /* Parses one of those flags into act: 0, or a usage error's exit status (2). */
 int cli_parse_act_flag(const char *cmd, int opt, const char *arg, hpt_gpt2_act_opts *act);
 /* Option values of the offload engine's flags (--offload, --max-active-layers, --prefetch,
- * --fused-update, --weights), shared by train and estimate. */
+ * --fused-update, --weights, --grad-home), shared by train and estimate. */
 #define CLI_OPT_OFFLOAD 1501
 #define CLI_OPT_MAX_ACTIVE 1502
 #define CLI_OPT_PREFETCH 1503
 #define CLI_OPT_FUSED 1504
 #define CLI_OPT_WEIGHTS 1505
+#define CLI_OPT_GRAD_HOME 1506
 /* Parses one of those flags into o: 0, or a usage error's exit status (2). */
 int cli_parse_offload_flag(const char *cmd, int opt, const char *arg, hpt_offload_opts *o);
 /* Reads a whole file (or stdin for "-") into a malloc'd buffer. */
 int cli_read_file(const char *path, char **data_out, size_t *len_out);
+
+/* Option values of the loss scaler's flags (hpt_loss_scale_opts): train parses them, estimate
+ * takes and ignores them (no memory of their own). */
+#define CLI_OPT_LOSS_SCALE 1801
+#define CLI_OPT_LOSS_SCALE_INIT 1802
+#define CLI_OPT_LOSS_SCALE_WINDOW 1803
 
 /* The long options `train` and `estimate` share (estimate takes train's flags); each command
  * appends its own and the terminator. */
@@ -78,7 +85,9 @@ int cli_read_file(const char *path, char **data_out, size_t *len_out);
     {"offload-dir", 1, 0, 1203}, \
     {"offload", 1, 0, CLI_OPT_OFFLOAD}, {"max-active-layers", 1, 0, CLI_OPT_MAX_ACTIVE}, \
     {"prefetch", 1, 0, CLI_OPT_PREFETCH}, {"fused-update", 0, 0, CLI_OPT_FUSED}, \
-    {"weights", 1, 0, CLI_OPT_WEIGHTS}, \
+    {"weights", 1, 0, CLI_OPT_WEIGHTS}, {"grad-home", 1, 0, CLI_OPT_GRAD_HOME}, \
+    {"loss-scale", 1, 0, CLI_OPT_LOSS_SCALE}, {"loss-scale-init", 1, 0, CLI_OPT_LOSS_SCALE_INIT}, \
+    {"loss-scale-window", 1, 0, CLI_OPT_LOSS_SCALE_WINDOW}, \
     {"schedule", 1, 0, 1701}, {"warmup-steps", 1, 0, 1702}, {"full-steps", 1, 0, 1703}, \
     {"max-predict-steps", 1, 0, 1704}, {"confidence", 1, 0, 1705}, \
     {"correct-steps", 1, 0, 1706}, {"predictor", 1, 0, 1707}, {"check-every", 1, 0, 1708}, \
@@ -99,6 +108,18 @@ int cli_read_file(const char *path, char **data_out, size_t *len_out);
     "                       bf16 (2 bytes, Kahan 4 with its compensation), widened to fp32 to\n" \
     "                       compute, updated with stochastic rounding or Kahan compensation\n" \
     "                       (uses the engine; bf16-kahan not with params=disk;\n" \
-    "                       docs/optimizers.md)\n"
+    "                       docs/optimizers.md)\n" \
+    "  --grad-home P        fp32 (default), bf16 or fp16: the blocks' gradients kept at their\n" \
+    "                       home (--offload grads=T, needs --offload; not with --fused-update)\n" \
+    "                       in 2 bytes: narrowed after each block's backward, widened for\n" \
+    "                       accumulation and the update; fp16 turns on --loss-scale dynamic\n" \
+    "  --loss-scale M       off (default; dynamic with --grad-home fp16), dynamic, or a power\n" \
+    "                       of two N (fixed): the loss's gradient times S, the update's times\n" \
+    "                       1/S (exact); a step whose gradients overflow (fp16 beyond 65504,\n" \
+    "                       anything non-finite) is skipped, and dynamic S halves; not with\n" \
+    "                       --fused-update (docs/offload.md)\n" \
+    "  --loss-scale-init S  dynamic: the first S, a power of two (default 65536)\n" \
+    "  --loss-scale-window N  dynamic: S doubles after N steps in a row without overflow\n" \
+    "                       (default 2000; up to 2^24)\n"
 
 #endif

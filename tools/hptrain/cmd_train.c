@@ -188,6 +188,8 @@ int cmd_train(int argc, char **argv) {
     const char *log_path = NULL, *trace_path = NULL;
     uint64_t budget = 0;
     int quiet = 0, min_lr_set = 0, wd_set = 0, state_bits = 32, emb32 = 0;
+    int offload_set = 0, ls_set = 0;
+    float ls_init = 0.0f;
     hpt_optim_kind kind = HPT_OPTIM_ADAMW;
     long threads = 0, stop_at = 0;
     int opt_rc = 0;
@@ -237,7 +239,20 @@ int cmd_train(int argc, char **argv) {
         case CLI_OPT_ACT_COMPRESS: case CLI_OPT_HEAD_CHUNK: r = cli_parse_act_flag("train", c, optarg, &o.act); break;
         case CLI_OPT_OFFLOAD: case CLI_OPT_MAX_ACTIVE: case CLI_OPT_PREFETCH:
         case CLI_OPT_FUSED:
-        case CLI_OPT_WEIGHTS: r = cli_parse_offload_flag("train", c, optarg, &o.offload); break;
+        case CLI_OPT_WEIGHTS:
+        case CLI_OPT_GRAD_HOME: r = cli_parse_offload_flag("train", c, optarg, &o.offload);
+            offload_set |= c == CLI_OPT_OFFLOAD;
+            break;
+        case CLI_OPT_LOSS_SCALE:
+            if (hpt_loss_scale_parse(optarg, &o.loss_scale) != HPT_OK)
+                return cli_usage_error("train", "--loss-scale: %s", hpt_last_error());
+            ls_set = 1;
+            break;
+        case CLI_OPT_LOSS_SCALE_INIT:
+            r = cli_parse_float("train", "--loss-scale-init", optarg, 1, 1.8446744073709552e19, &dv);
+            ls_init = (float)dv;
+            break;
+        case CLI_OPT_LOSS_SCALE_WINDOW: r = cli_parse_long("train", "--loss-scale-window", optarg, 1, 1L << 40, &lv); o.loss_scale.window = lv; break;
         case 'A': r = cli_parse_long("train", "--stop-at", optarg, 1, 1L << 40, &stop_at); break;
         case 1101:
             if (hpt_optim_parse(optarg, &kind) != HPT_OK)
@@ -283,6 +298,17 @@ int cmd_train(int argc, char **argv) {
     if (!o.data) return cli_usage_error("train", "--data is required");
     if (!o.model && !o.resume) return cli_usage_error("train", "--model (or --resume) is required");
     if (!min_lr_set) o.min_lr = o.lr / 10.0f;
+    if (o.offload.grad_home != HPT_GH_FP32 && !offload_set)
+        return cli_usage_error("train", "--grad-home %s needs --offload (the offload engine keeps "
+                               "the blocks' gradient homes)",
+                               hpt_grad_home_name((hpt_grad_home)o.offload.grad_home));
+    if (o.offload.grad_home == HPT_GH_FP16 && !ls_set) o.loss_scale.mode = HPT_LOSS_SCALE_DYNAMIC;
+    if (ls_init > 0.0f) {
+        if (o.loss_scale.mode != HPT_LOSS_SCALE_DYNAMIC)
+            return cli_usage_error("train", "--loss-scale-init is for --loss-scale dynamic (a fixed "
+                                   "scale is --loss-scale N)");
+        o.loss_scale.init = ls_init;
+    }
     if (emb32 && state_bits != 8)
         return cli_usage_error("train", "--state-32bit-embeddings needs --state-bits 8");
     { /* the optimizer's own defaults (betas, SGD's weight decay), then the flags */
@@ -405,29 +431,36 @@ int cmd_train(int argc, char **argv) {
                 fprintf(log, ",\"confidence\":%.4f", (double)p.confidence);
             if (p.diverged) fprintf(log, ",\"diverged\":\"%s\"", p.diverged == 2 ? "rollback" : "early");
             if (p.evaluated) fprintf(log, ",\"val_loss\":%.6f", (double)p.val_loss);
-            fprintf(log, ",\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens_per_s\":%.1f,\"step_ms\":%.3f,"
-                    "\"mem_peak_bytes\":%llu,\"rss_peak_bytes\":%llu}\n", (double)p.lr,
-                    (double)p.grad_norm, p.tokens_per_s, p.step_ms,
+            if (o.loss_scale.mode != HPT_LOSS_SCALE_OFF)
+                fprintf(log, ",\"loss_scale\":%.0f,\"skipped\":%d", (double)p.loss_scale, p.skipped);
+            fprintf(log, ",\"lr\":%.6g", (double)p.lr);
+            if (!p.skipped) fprintf(log, ",\"grad_norm\":%.6g", (double)p.grad_norm);
+            fprintf(log, ",\"tokens_per_s\":%.1f,\"step_ms\":%.3f,"
+                    "\"mem_peak_bytes\":%llu,\"rss_peak_bytes\":%llu}\n",
+                    p.tokens_per_s, p.step_ms,
                     (unsigned long long)p.mem_peak_bytes, (unsigned long long)p.rss_peak_bytes);
         }
         double elapsed = hpt_now() - t_start;
         double eta = elapsed / (double)(p.step - hpt_trainer_start_step(tr)) * (double)(p.total - p.step);
-        char mb[32], et[32], vl[32], ls[48];
+        char mb[32], et[32], vl[32], ls[48], sc[64] = "";
         fmt_bytes(mb, sizeof mb, p.mem_peak_bytes);
         if (p.phase == HPT_PHASE_PREDICT && !p.checked) snprintf(ls, sizeof ls, "~%.4f", (double)p.pred_loss);
         else snprintf(ls, sizeof ls, "%.4f", (double)p.loss);
         fmt_time(et, sizeof et, eta);
+        if (o.loss_scale.mode != HPT_LOSS_SCALE_OFF)
+            snprintf(sc, sizeof sc, " | scale %.0f%s, %lld skipped", (double)p.loss_scale,
+                     p.skipped ? " SKIP" : "", (long long)p.skipped_total);
         if (isnan(last_val)) snprintf(vl, sizeof vl, "-");
         else snprintf(vl, sizeof vl, "%.4f", (double)last_val);
         if (tty) {
-            fprintf(stderr, "\rstep %lld/%lld %-7s | loss %s | val %s | lr %.2e | %.0f tok/s | mem %s | ETA %s   ",
+            fprintf(stderr, "\rstep %lld/%lld %-7s | loss %s | val %s | lr %.2e%s | %.0f tok/s | mem %s | ETA %s   ",
                     (long long)p.step, (long long)p.total, hpt_phase_name((hpt_phase)p.phase), ls,
-                    vl, (double)p.lr, p.tokens_per_s, mb, et);
+                    vl, (double)p.lr, sc, p.tokens_per_s, mb, et);
             if (p.evaluated || p.step == p.total) fputc('\n', stderr);
         } else if (!quiet && (p.step % every == 0 || p.evaluated || p.step == p.total)) {
-            fprintf(stderr, "step %lld/%lld %-7s | loss %s | val %s | lr %.2e | %.0f tok/s | mem %s | ETA %s\n",
+            fprintf(stderr, "step %lld/%lld %-7s | loss %s | val %s | lr %.2e%s | %.0f tok/s | mem %s | ETA %s\n",
                     (long long)p.step, (long long)p.total, hpt_phase_name((hpt_phase)p.phase), ls,
-                    vl, (double)p.lr, p.tokens_per_s, mb, et);
+                    vl, (double)p.lr, sc, p.tokens_per_s, mb, et);
         }
     }
     if (g_stop && rc == 0) {
@@ -450,6 +483,10 @@ int cmd_train(int argc, char **argv) {
         if (!isnan(last_val)) fprintf(stderr, " | val loss %.4f", (double)last_val);
         if (tok_steps) fprintf(stderr, " | %.0f tok/s", (double)o.accum * o.B * o.T * (double)tok_steps / (tok_time / 1e3));
         fputc('\n', stderr);
+        if (o.loss_scale.mode != HPT_LOSS_SCALE_OFF)
+            fprintf(stderr, "loss scale: %s, %.0f at the end; %lld steps skipped (gradient overflow)\n",
+                    o.loss_scale.mode == HPT_LOSS_SCALE_DYNAMIC ? "dynamic" : "fixed",
+                    (double)p.loss_scale, (long long)p.skipped_total);
         if (o.sched.kind == HPT_SCHEDULE_HYBRID) {
             const hpt_schedule *sc = hpt_trainer_schedule(tr);
             fprintf(stderr, "schedule: %lld warmup, %lld full, %lld predict (%lld phases, %lld ended "

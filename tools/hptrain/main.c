@@ -138,6 +138,13 @@ int cli_parse_offload_flag(const char *cmd, int opt, const char *arg, hpt_offloa
         o->weights = (int)w;
         break;
     }
+    case CLI_OPT_GRAD_HOME: {
+        hpt_grad_home g;
+        if (hpt_grad_home_parse(arg, &g) != HPT_OK)
+            return cli_usage_error(cmd, "--grad-home: %s", hpt_last_error());
+        o->grad_home = (int)g;
+        break;
+    }
     default: o->fused = 1; break;
     }
     return r;
