@@ -176,10 +176,10 @@ static void test_bf16_params(void) {
 /* The zero-point problem (Li, Chen, Zhu 2023): one block of 256 parameters whose gradients
  * (constant per parameter, alternating signs, times 1 +- 10% noise, and 1000x smaller every
  * fourth step, as a rare token's) span 6 decades, so v spans 12; 30 AdamW steps (lr 1, no
- * decay, eps 1e-8) on the same gradients with fp32 state, with
- * this build's 8-bit state (sqrt(v) on the unsigned map without a 0 code) and with the
- * previous one (v itself on bitsandbytes' unsigned map, which has a 0 code: emulated as fp32
- * state rounded through that map between steps, which is what its kernel computed). With
+ * decay, eps 1e-8) on the same gradients with fp32 state, with this build's 8-bit state
+ * (sqrt(v) on the unsigned map without a 0 code) and with the previous one (v itself on
+ * bitsandbytes' unsigned map, which has a 0 code: emulated as fp32 state rounded through
+ * that map between steps, which is what its kernel computed). With
  * such gradients Adam's normalised update m^ / sqrt(v^) stays near 1 for every parameter
  * whatever its scale (fp32: largest step 1.00 lr). Asserted: no v ever reads back as 0;
  * no 8-bit step moves a parameter by more than 2 lr (measured 1.33); the previous encoding
