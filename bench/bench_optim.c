@@ -7,7 +7,10 @@
  * parameter on random gradients (median of a few steps; a fused step runs inside the
  * backward and is not timed here). Last, AdamW fused with the blocks' weights in bf16
  * (--weights bf16-sr, bf16-kahan: 2 or 4 bytes per block weight; wte, wpe, lnf stay fp32).
- * Usage: bench_optim [SHAPE] [--steps N]. */
+ * Usage: bench_optim [SHAPE] [--steps N] [--q8-fused [--weights W]]; --q8-fused prints only
+ * 8-bit AdamW fused with fp32, bf16-sr and bf16-kahan weights (about 8 bytes per parameter
+ * at most: for shapes whose other rows would not fit in memory), --weights only the row of
+ * W (fp32, bf16-sr or bf16-kahan). */
 #include "hptrain.h"
 
 #include <stdio.h>
@@ -74,10 +77,18 @@ static int row(const hpt_gpt2_config *cfg, const hpt_offload_opts *f, int k, int
 
 int main(int argc, char **argv) {
     const char *shape = "gpt2-124m";
-    int steps = 5;
+    int steps = 5, q8_fused = 0;
+    const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--q8-fused")) q8_fused = 1;
+        else if (!strcmp(argv[i], "--weights") && i + 1 < argc) only = argv[++i];
         else shape = argv[i];
+    }
+    hpt_block_weights wsel = HPT_BW_COUNT; /* every kind */
+    if (only && hpt_block_weights_parse(only, &wsel) != HPT_OK) {
+        fprintf(stderr, "bench_optim: %s\n", hpt_last_error());
+        return 1;
     }
     if (steps < 1 || steps > 64) steps = 5;
     hpt_gpt2_config cfg;
@@ -92,6 +103,14 @@ int main(int argc, char **argv) {
     const int bits[3] = {32, 8, 8}, emb[3] = {0, 0, 1};
     hpt_offload_opts fused = hpt_offload_defaults();
     fused.fused = 1;
+    if (q8_fused) {
+        for (int w = HPT_BW_FP32; w <= HPT_BW_BF16_KAHAN; w++) {
+            if (wsel != HPT_BW_COUNT && w != (int)wsel) continue;
+            fused.weights = w;
+            if (row(&cfg, &fused, HPT_OPTIM_ADAMW, 8, 0, steps)) return 1;
+        }
+        return 0;
+    }
     for (int r = 0; r < 2 * HPT_OPTIM_COUNT; r++) /* unfused rows, then fused rows */
         for (int w = 0; w < 3; w++)
             if (row(&cfg, r / HPT_OPTIM_COUNT ? &fused : NULL, r % HPT_OPTIM_COUNT, bits[w], emb[w],

@@ -4,7 +4,8 @@
 # 2) Final validation loss of each optimizer and state width on Moby-Dick (scripts/demo.sh's
 # corpus) with a small GPT-2, same data, seed and schedule; per-optimizer learning rates below.
 # Usage: bench/bench_optim.sh [steps] [configs...]   (BUILD=dir picks the build; OUT=dir the logs;
-# THREADS=N the training threads; SKIP_BYTES=1 skips part 1, to run config lists side by side)
+# THREADS=N the training threads; SKIP_BYTES=1 skips part 1, to run config lists side by side;
+# MODEL=shape another model for part 2, e.g. MODEL=gpt2:L=4,C=128,NH=4,T=64)
 # A config is NAME:OPTIMIZER:BITS[:emb]:LR[:WD], e.g. adamw8:adamw:8:2e-3; a NAME ending in
 # -fused runs with --fused-update (each block updated in its backward; clipping by the previous
 # step's norm), e.g. adamw8-fused:adamw:8:2e-3; a NAME ending in -fused-bf16-sr or
@@ -25,7 +26,7 @@ mkdir -p "$out"
 
 . bench/mobydick.sh
 mobydick_data "$build"
-model="gpt2:L=2,C=64,NH=4,T=64"
+model=${MODEL:-gpt2:L=2,C=64,NH=4,T=64}
 configs=("$@")
 if [ ${#configs[@]} -eq 0 ]; then
   configs=(adamw32:adamw:32:2e-3 adamw8:adamw:8:2e-3 lion32:lion:32:2e-4:1.0

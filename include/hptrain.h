@@ -548,8 +548,9 @@ hpt_status hpt_infer_generate(hpt_infer *inf, int32_t *tokens, int n_prompt, int
  *   SGD        PyTorch's SGD with momentum beta1 (dampening 0, not Nesterov) and coupled
  *              (L2) weight decay: d = g + wd*p, buf = beta1*buf + d, p -= lr*buf. State buf.
  * State width: 32 (fp32) or 8: block-wise quantised states (blocks of 256 values, one fp32
- * absmax per block, Dettmers et al.'s dynamic map: signed for m, unsigned for v), updated in
- * fp32 inside the step and requantised. */
+ * absmax per block, Dettmers et al.'s dynamic map: signed for m; AdamW's v as sqrt(v) on the
+ * unsigned map, whose smallest code is 1e-7 rather than 0, so no v reads back as 0 under a
+ * nonzero m), updated in fp32 inside the step and requantised. */
 typedef enum {
     HPT_OPTIM_ADAMW = 0,
     HPT_OPTIM_LION,

@@ -1,7 +1,9 @@
 /* test_optim.c: the optimizers and their 8-bit states.
- *  - the dynamic maps: 256 strictly ascending values with 0 and 1; quantisation picks the
- *    nearest code (checked against a linear search) and round-trips within half the largest
- *    gap of the map times the block's absmax;
+ *  - the dynamic maps: 256 strictly ascending values with 0 (signed) or 1e-7 (unsigned) and
+ *    1; quantisation picks the nearest code (checked against a linear search) and round-trips
+ *    within half the largest gap of the map times the block's absmax;
+ *  - the zero-point problem: in a block whose v spans 1e-12 .. 1 no v reads back as 0 and
+ *    8-bit AdamW's steps stay bounded (the previous encoding's did not);
  *  - every optimizer with 32-bit state against a double-precision reference of its formula
  *    (AdamW and Adam-mini bias-corrected, decoupled decay; Lion; PyTorch's SGD with momentum
  *    and coupled decay), over several steps with clipping active;
@@ -10,7 +12,8 @@
  *  - the bytes: hpt_mem's accounted optimizer bytes equal hpt_optim_state_bytes and the
  *    estimator's (the whole device peak, category by category);
  *  - resume is bit-exact for every optimizer and state width (weights and every state buffer);
- *  - damaged version-2 files are refused; a version-1 file loads as AdamW with fp32 state. */
+ *  - damaged version-2 files are refused; a version-1 file loads as AdamW with fp32 state;
+ *    an 8-bit AdamW file without this build's second-moment encoding is refused by name. */
 #include "testlib.h"
 #include "io/io_int.h"
 #include "kernels/cpu/bf16.h"
@@ -48,8 +51,9 @@ static void test_maps(void) {
             has0 |= map[i] == 0.0f;
             has1 |= map[i] == 1.0f;
         }
-        CHECK_MSG(asc && has0 && has1, "map %d: ascending %d, 0 %d, 1 %d", sgn, asc, has0, has1);
-        CHECK(sgn ? map[0] < -0.99f : map[0] == 0.0f);
+        /* the unsigned map has no 0 code: its smallest is K_Q8_UNSIGNED_MIN */
+        CHECK_MSG(asc && has0 == sgn && has1, "map %d: ascending %d, 0 %d, 1 %d", sgn, asc, has0, has1);
+        CHECK(sgn ? map[0] < -0.99f : map[0] == K_Q8_UNSIGNED_MIN);
         /* values in [-1, 1] (signed) or [0, 1]: below map[0] the error is up to 1 + map[0] */
         double bound = sgn ? fmax(half_gap, 1.0 + (double)map[0]) : half_gap;
         size_t n = 10000; /* 39 full blocks and a short one */
@@ -167,6 +171,75 @@ static void test_bf16_params(void) {
         close &= fabsf(bf16_widen(kb[i]) - p32[i]) <= fabsf(p32[i]) * (1.0f / 256.0f);
     CHECK_MSG(close, "bf16 AdamW step beyond bf16 rounding of the fp32 step");
     CHECK(memcmp(mm, m2, sizeof mm) == 0 && memcmp(vv, v2, sizeof vv) == 0);
+}
+
+/* The zero-point problem (Li, Chen, Zhu 2023): one block of 256 parameters whose gradients
+ * (constant per parameter, alternating signs, times 1 +- 10% noise, and 1000x smaller every
+ * fourth step, as a rare token's) span 6 decades, so v spans 12; 30 AdamW steps (lr 1, no
+ * decay, eps 1e-8) on the same gradients with fp32 state, with this build's 8-bit state
+ * (sqrt(v) on the unsigned map without a 0 code) and with the previous one (v itself on
+ * bitsandbytes' unsigned map, which has a 0 code: emulated as fp32 state rounded through
+ * that map between steps, which is what its kernel computed). With
+ * such gradients Adam's normalised update m^ / sqrt(v^) stays near 1 for every parameter
+ * whatever its scale (fp32: largest step 1.00 lr). Asserted: no v ever reads back as 0;
+ * no 8-bit step moves a parameter by more than 2 lr (measured 1.33); the previous encoding
+ * does read v's back as 0 under nonzero m and steps by more than 10 lr (measured: 112 of
+ * 256, up to 3.2e3 lr, on the small steps where sqrt(v) is just (1-b2)^0.5 |g|), so the test
+ * sees the problem. The total update is within 25% of fp32's (norm-wise; measured 17%): six
+ * decades in one block leave the small values a few codes per decade of the maps (10-50%
+ * apart), and steady gradients make those rounding errors add up instead of averaging out. */
+static void test_zero_point(void) {
+    enum { n = 256, S = 30 };
+    static float g[n], p8[n], p32[n], pold[n], prev[n], m32[n], v32[n], mo[n], vo[n], vr[n];
+    static uint8_t mc[n], vc[n], qc[n];
+    float msc = 0.0f, vsc = 0.0f, qsc, smap[256], umap[256], omap[256];
+    k_q8_map(smap, 1);
+    k_q8_map(umap, 0);
+    memcpy(omap, umap, sizeof omap);
+    omap[0] = 0.0f; /* bitsandbytes' unsigned map */
+    k_state m8 = {NULL, mc, &msc, smap, k_q8_lut_of(1)}, v8 = {NULL, vc, &vsc, umap, k_q8_lut_of(0)};
+    k_state ma = {m32, NULL, NULL, NULL, NULL}, va = {v32, NULL, NULL, NULL, NULL};
+    k_state mb = {mo, NULL, NULL, NULL, NULL}, vb = {vo, NULL, NULL, NULL, NULL};
+    g_rng = 777;
+    double step8 = 0.0, step32 = 0.0, step_old = 0.0;
+    int zero_v = 0, old_zero = 0;
+    for (int s = 0; s < S; s++) {
+        for (int j = 0; j < n; j++)
+            g[j] = (float)((j & 1 ? -1.0 : 1.0) * pow(10.0, -6.0 * j / (n - 1)) *
+                           (1.0 + 0.1 * nrand()) * (s % 4 == 3 ? 1e-3 : 1.0));
+        memcpy(prev, p8, sizeof prev);
+        k_adamw_q(k_param_f32(p8), g, m8, v8, n, 1.0f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, s + 1);
+        for (int j = 0; j < n; j++) step8 = fmax(step8, fabs((double)p8[j] - (double)prev[j]));
+        memcpy(prev, p32, sizeof prev);
+        k_adamw_q(k_param_f32(p32), g, ma, va, n, 1.0f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, s + 1);
+        for (int j = 0; j < n; j++) step32 = fmax(step32, fabs((double)p32[j] - (double)prev[j]));
+        memcpy(prev, pold, sizeof prev);
+        k_adamw_q(k_param_f32(pold), g, mb, vb, n, 1.0f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, s + 1);
+        for (int j = 0; j < n; j++) step_old = fmax(step_old, fabs((double)pold[j] - (double)prev[j]));
+        k_q8_quantize(qc, &qsc, mo, n, smap); /* the previous encoding's round trips */
+        k_q8_dequantize(mo, qc, &qsc, n, smap);
+        k_q8_quantize(qc, &qsc, vo, n, omap);
+        k_q8_dequantize(vo, qc, &qsc, n, omap);
+        k_q8_dequantize(vr, vc, &vsc, n, umap); /* this build's stored roots */
+        for (int j = 0; j < n; j++) {
+            zero_v += vr[j] * vr[j] == 0.0f;
+            old_zero += s == S - 1 && vo[j] == 0.0f && mo[j] != 0.0f;
+        }
+    }
+    double num = 0.0, den = 0.0;
+    for (int j = 0; j < n; j++) {
+        num += ((double)p8[j] - (double)p32[j]) * ((double)p8[j] - (double)p32[j]);
+        den += (double)p32[j] * (double)p32[j];
+    }
+    double rel = sqrt(num / den);
+    printf("zero point: v over 1e-12..1, %d steps: largest step / lr fp32 %.3f, 8-bit %.3f "
+           "(v read back as 0: %d), previous encoding %.3g (%d of %d v's read back as 0 under "
+           "a nonzero m); 8-bit total update differs by %.4f\n", S, step32, step8, zero_v,
+           step_old, old_zero, n, rel);
+    CHECK_MSG(zero_v == 0, "%d v's read back as 0", zero_v);
+    CHECK_MSG(step32 < 1.05 && step8 < 2.0, "largest steps %g (fp32 %g)", step8, step32);
+    CHECK_MSG(old_zero > n / 4 && step_old > 10.0, "previous encoding: %d zeros, step %g", old_zero, step_old);
+    CHECK_MSG(rel < 0.25, "8-bit update differs from fp32 by %g", rel);
 }
 
 /* ---- optimizers against double-precision references ---- */
@@ -566,6 +639,31 @@ static void test_files(hpt_mem *mem) {
     CHECK(strstr(hpt_last_error(), "quantisation blocks per tensor") != NULL);
     CHECK(m == NULL && o == NULL);
     free(b);
+    /* 8-bit AdamW written before the second moment's encoding was recorded (field 26 = 0: v on
+     * a map with a 0 code) or in an unknown one: refused by name; 8-bit Lion (no second
+     * moment) loads either way */
+    snprintf(good, sizeof good, "%s/adamw_8_1_a/state.bin", t_tmpdir());
+    b = slurp(good, &n);
+    for (int64_t enc = 0; enc <= 2; enc += 2) {
+        memcpy(b + 16 + 26 * 8, &enc, 8);
+        fix_crc(b, n);
+        spit(bad, b, n);
+        CHECK_STATUS(hpt_state_load(bad, mem, &m, &o, &ao, &pos), HPT_ERR_FORMAT);
+        CHECK(strstr(hpt_last_error(), enc ? "unknown encoding" : "v on the map with a 0 code") != NULL);
+        CHECK(m == NULL && o == NULL);
+    }
+    free(b);
+    snprintf(good, sizeof good, "%s/lion_8_0_a/state.bin", t_tmpdir());
+    b = slurp(good, &n);
+    int64_t f26;
+    memcpy(&f26, b + 16 + 26 * 8, 8);
+    CHECK(f26 == 1);
+    memset(b + 16 + 26 * 8, 0, 8);
+    fix_crc(b, n);
+    spit(bad, b, n);
+    CHECK_OK(hpt_state_load(bad, mem, &m, &o, &ao, &pos));
+    hpt_optim_free(o); hpt_gpt2_free(m);
+    free(b);
     /* bad settings are refused at creation */
     hpt_gpt2_config cfg;
     hpt_gpt2_config_parse(SHAPE, &cfg);
@@ -591,6 +689,7 @@ int main(void) {
     test_maps();
     test_lut();
     test_bf16_params();
+    test_zero_point();
     test_reference_formulas(mem);
     test_8bit_vs_32bit(mem);
     test_bytes_and_resume(mem);

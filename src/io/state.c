@@ -7,7 +7,8 @@
  *                     step shard offset rng total_steps B T | optim_t | num_params |
  *                     optimizer state_bits state32_embeddings | accum (0 in files written
  *                     before accumulation: read as 1) | the fused update's previous gradient
- *                     norm (float bits; 0: none) | 0...
+ *                     norm (float bits; 0: none) | the encoding of AdamW's 8-bit second
+ *                     moment (OPTIM_Q8_V_ROOT; 0 in files written before it) | 0...
  *   float params[n]; then the optimizer's state buffers in hpt_optim_state_buffers' order
  *   (m fp32, m codes, m scales, v fp32, v codes, v scales; empty ones take no bytes), whose
  *   sizes follow from the shape and fields 21-23 (hpt_optim_state_bytes)
@@ -21,7 +22,9 @@
  * tensor's first value). Versions 1 and 2 load with no sections; a version-2 file with 8-bit
  * state loads where both block layouts are the same (optim_q8_per_slice: L = 1, or every slice
  * a multiple of 256 values, as in the GPT-2 sizes) and is refused otherwise. Version 3 is
- * always written.
+ * always written. A file whose AdamW state is 8-bit loads only with field 26 =
+ * OPTIM_Q8_V_ROOT: older ones hold v, not sqrt(v), on the previous unsigned map (with a 0
+ * code), and are refused by name (converting them would not resume exactly).
  * Written through io_atomic (temporary file, fsync, rename, directory fsync): the previous
  * checkpoint under the same name survives any crash. Load checks the size first, then the
  * checksum over everything, before handing out a model.
@@ -86,7 +89,8 @@ hpt_status hpt_state_save_sections(const char *path, const hpt_gpt2 *model, cons
                           pos->total_steps, pos->B, pos->T,
                           hpt_optim_get_t(opt), (int64_t)model->num_params, ao->optimizer,
                           ao->state_bits == 0 ? 32 : ao->state_bits, ao->state32_embeddings,
-                          pos->accum > 1 ? pos->accum : 1, fbits(hpt_optim_get_prev_norm(opt))};
+                          pos->accum > 1 ? pos->accum : 1, fbits(hpt_optim_get_prev_norm(opt)),
+                          OPTIM_Q8_V_ROOT};
     uint32_t ver[2] = {STATE_VERSION, NFIELDS};
     size_t nb = model->num_params * sizeof(float);
     const hpt_adamw_opts *oo = hpt_optim_get_opts(opt);
@@ -300,6 +304,13 @@ static hpt_status load_state(const char *path, hpt_mem *mem, const hpt_offload_o
                          "quantisation blocks per tensor; this build's start at each layer's "
                          "slice (L=%d, C=%d), so the file cannot be read: resume it with the "
                          "build that wrote it, or start again", path, ver[0], c.L, c.C);
+        else if (ao.optimizer == HPT_OPTIM_ADAMW && ao.state_bits == 8 && f[26] != OPTIM_Q8_V_ROOT)
+            s = hpt_fail(HPT_ERR_FORMAT, "%s: its 8-bit AdamW second moment is %s; this build "
+                         "stores sqrt(v) on a map without a 0 code (docs/optimizers.md, the "
+                         "zero-point problem), so the file cannot be resumed exactly: resume it "
+                         "with the build that wrote it, or start again", path,
+                         f[26] == 0 ? "v on the map with a 0 code (written before the encoding "
+                                      "was recorded)" : "in an unknown encoding");
         else if ((uint64_t)f[20] != n)
             s = hpt_fail(HPT_ERR_FORMAT, "%s: parameter count %lld does not match its shape", path,
                          (long long)f[20]);

@@ -87,9 +87,12 @@ void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, f
 /* ---- 8-bit block-wise states (quant.c) and the optimizers' element loops (optim.c) ----
  * An 8-bit state of n values is n codes plus one fp32 absmax per block of K_Q8_BLOCK values
  * (the last block may be short): value = map[code] * absmax. The map is Dettmers et al.'s
- * dynamic map (2021): 256 ascending values in [-1, 1] (signed) or [0, 1] (unsigned), each
- * with 0 and 1 exactly. Quantisation picks the nearest code (ties to the lower one). */
+ * dynamic map (2021): 256 ascending values in [-1, 1] (signed, with 0 and 1 exactly) or
+ * [K_Q8_UNSIGNED_MIN, 1] (unsigned: bitsandbytes' 0 code replaced by K_Q8_UNSIGNED_MIN, so no
+ * value dequantises to 0 in a block whose absmax is not 0). Quantisation picks the nearest
+ * code (ties to the lower one). */
 #define K_Q8_BLOCK 256
+#define K_Q8_UNSIGNED_MIN 1e-7f
 
 /* map (256) ascending: the signed (is_signed = 1) or unsigned dynamic map. */
 void k_q8_map(float map[256], int is_signed);

@@ -10,7 +10,8 @@
  * values) start at the slice's first value, so no block straddles two slices, and one layer's
  * slice of every tensor can be updated on its own (the fused update). With 32-bit state every
  * tensor is fp32 and the fp32 arrays line up with the parameters (AdamW's m and v as before).
- *   AdamW      m, v per parameter (8-bit: m signed map, v unsigned map)
+ *   AdamW      m, v per parameter (8-bit: m signed map, sqrt(v) unsigned map: see
+ *              kernels/cpu/optim.c)
  *   Lion, SGD  m per parameter (signed map)
  *   Adam-mini  m per parameter; v per block (always fp32: a handful of floats per row)
  * Adam-mini's blocks (our reading of the paper's partition): one per output row of every

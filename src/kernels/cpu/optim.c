@@ -5,7 +5,13 @@
  * buffer for 8-bit state), updated in fp32, used for the parameter update, and requantised with
  * the block's new absmax (bitsandbytes' order: the parameter sees the unquantised new state).
  * Blocks are independent, so the result does not depend on the thread count. k_adamw
- * (pointwise.c) stays the fp32 AdamW path that the PyTorch reference checks. */
+ * (pointwise.c) stays the fp32 AdamW path that the PyTorch reference checks.
+ * AdamW's 8-bit second moment is stored as its root r = sqrt(v) on the unsigned map, whose
+ * smallest code is positive (quant.c): the codes span 10^-7 .. 1 of the block's largest root,
+ * i.e. 10^-14 .. 1 of its largest v, and no v of a block with a nonzero absmax dequantises to
+ * 0. Stored as v on a map with a 0 code (bitsandbytes'), a v more than ~10^6.8 below its
+ * block's largest became 0 while its m did not, and the update m / (sqrt(v) + eps) exploded
+ * (docs/optimizers.md, "the zero-point problem"). The fp32 path is unchanged. */
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/q8.h"
 
@@ -28,14 +34,16 @@ void k_adamw_q(k_param p, const float *g, k_state m, k_state v, size_t n, float 
         float *mb = state_block(&m, lo, len, ms), *vb = state_block(&v, lo, len, vs);
         float *pb = param_block(&p, lo, len, ps);
         const float *gb = g + lo;
+        int root = v.f32 == NULL; /* 8-bit: the codes hold sqrt(v) (top of the file) */
 #pragma omp simd
         for (int j = 0; j < len; j++) {
             float gi = gb[j] * grad_scale;
             float mi = beta1 * mb[j] + (1.0f - beta1) * gi;
-            float vi = beta2 * vb[j] + (1.0f - beta2) * gi * gi;
+            float vi = beta2 * (root ? vb[j] * vb[j] : vb[j]) + (1.0f - beta2) * gi * gi;
+            float ri = sqrtf(vi);
             mb[j] = mi;
-            vb[j] = vi;
-            pb[j] = pb[j] * decay - step * mi / (sqrtf(vi) * rbc2 + eps);
+            vb[j] = root ? ri : vi;
+            pb[j] = pb[j] * decay - step * mi / (ri * rbc2 + eps);
         }
         state_commit(&m, lo, len, mb);
         state_commit(&v, lo, len, vb);
