@@ -484,9 +484,9 @@ int cmd_train(int argc, char **argv) {
         if (tok_steps) fprintf(stderr, " | %.0f tok/s", (double)o.accum * o.B * o.T * (double)tok_steps / (tok_time / 1e3));
         fputc('\n', stderr);
         if (o.loss_scale.mode != HPT_LOSS_SCALE_OFF)
-            fprintf(stderr, "loss scale: %s, %.0f at the end; %lld steps skipped (gradient overflow)\n",
+            fprintf(stderr, "loss scale: %s, %.0f at the end; %lld step%s skipped (gradient overflow)\n",
                     o.loss_scale.mode == HPT_LOSS_SCALE_DYNAMIC ? "dynamic" : "fixed",
-                    (double)p.loss_scale, (long long)p.skipped_total);
+                    (double)p.loss_scale, (long long)p.skipped_total, p.skipped_total == 1 ? "" : "s");
         if (o.sched.kind == HPT_SCHEDULE_HYBRID) {
             const hpt_schedule *sc = hpt_trainer_schedule(tr);
             fprintf(stderr, "schedule: %lld warmup, %lld full, %lld predict (%lld phases, %lld ended "
