@@ -438,6 +438,23 @@ typedef enum { HPT_GH_FP32 = 0, HPT_GH_BF16, HPT_GH_FP16, HPT_GH_COUNT } hpt_gra
 /* "fp32" | "bf16" | "fp16" into *out. */
 hpt_status hpt_grad_home_parse(const char *text, hpt_grad_home *out);
 const char *hpt_grad_home_name(hpt_grad_home g);
+/* The tied embedding wte (and wpe) under the engine (hpt_offload_opts.embeddings; src/model/embed.c).
+ * FULL (the default) keeps them fp32 with a whole (Vp, C) gradient. CHUNKED and BF16 need
+ * --fused-update: the head runs over the vocabulary in chunks of vocab_chunk rows of wte (its
+ * logits never exist whole), and wte is updated after the backward chunk by chunk (each chunk's
+ * head gradient recomputed from the saved lnf and log-sum-exp, plus the encoder's rows of its
+ * tokens) by the optimizer's own update of those values: wte's gradient memory is one chunk,
+ * the price one more head matmul per step. CHUNKED keeps wte and wpe fp32; BF16 stores them in
+ * bf16 with the blocks' rounding (hpt_offload_opts.weights: bf16-sr or bf16-kahan, whose
+ * compensation the training state saves as the section "emb_comp"). lnfw, lnfb stay fp32. A
+ * forward without targets (the full logits) is refused; sampling and checks copy the weights
+ * out (hpt_gpt2_copy_params). Clipping is the fused update's (the previous step's norm); wte's
+ * chunks are part of this step's norm. Results equal FULL's up to the reduction order of the
+ * chunked sums (docs/optimizers.md). */
+typedef enum { HPT_EMB_FULL = 0, HPT_EMB_CHUNKED, HPT_EMB_BF16, HPT_EMB_COUNT } hpt_embeddings;
+/* "full" | "chunked" | "bf16" into *out. */
+hpt_status hpt_embeddings_parse(const char *text, hpt_embeddings *out);
+const char *hpt_embeddings_name(hpt_embeddings e);
 typedef struct {
     hpt_tier params, grads, optim; /* homes; all DEVICE and fused 0: no engine (the default) */
     int max_active;                /* K >= 1 device slots of block parameters */
@@ -445,6 +462,10 @@ typedef struct {
     int fused;
     int weights;                   /* hpt_block_weights: the blocks' weights' home precision */
     int grad_home;                 /* hpt_grad_home: the blocks' gradients' home precision */
+    int embeddings;                /* hpt_embeddings: wte's and wpe's storage and update */
+    int vocab_chunk;               /* CHUNKED, BF16: rows of wte per chunk (0: 2048), a
+                                    * multiple of 256 / gcd(C, 256) so that 8-bit state blocks
+                                    * never straddle two chunks */
 } hpt_offload_opts;
 hpt_offload_opts hpt_offload_defaults(void);  /* all DEVICE, K 2, P 1, not fused */
 int hpt_offload_active(const hpt_offload_opts *o);
