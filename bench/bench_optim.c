@@ -6,7 +6,9 @@
  * wpe, the final layernorm and one block's slot). Also the unfused optimizer step's time per
  * parameter on random gradients (median of a few steps; a fused step runs inside the
  * backward and is not timed here). Last, AdamW fused with the blocks' weights in bf16
- * (--weights bf16-sr, bf16-kahan: 2 or 4 bytes per block weight; wte, wpe, lnf stay fp32).
+ * (--weights bf16-sr, bf16-kahan: 2 or 4 bytes per block weight; wte, wpe, lnf stay fp32), and
+ * then with chunked or bf16 embeddings (--embeddings chunked: no whole wte gradient, one chunk
+ * of it; bf16: wte, wpe also in bf16 with the blocks' rounding; src/model/embed.c).
  * Usage: bench_optim [SHAPE] [--steps N]. */
 #include "hptrain.h"
 
@@ -63,6 +65,9 @@ static int row(const hpt_gpt2_config *cfg, const hpt_offload_opts *f, int k, int
     if (f && f->weights != HPT_BW_FP32)
         snprintf(wb, sizeof wb, ", %s weights",
                  hpt_block_weights_name((hpt_block_weights)f->weights));
+    if (f && f->embeddings != HPT_EMB_FULL)
+        snprintf(wb + strlen(wb), sizeof wb - strlen(wb), ", %s embeddings",
+                 hpt_embeddings_name((hpt_embeddings)f->embeddings));
     printf("| %s | %d-bit%s%s%s | %.3f | %.3f | %.3f | %.3f | %s |\n",
            hpt_optim_name((hpt_optim_kind)k), bits, emb ? " (wte, wpe 32-bit)" : "",
            f ? ", fused" : "", wb, p, g, s, p + g + s, tm);
@@ -100,6 +105,12 @@ int main(int argc, char **argv) {
     for (int w = HPT_BW_BF16_SR; w <= HPT_BW_BF16_KAHAN; w++) /* AdamW, fused, bf16 weights */
         for (int b = 0; b < 2; b++) {
             fused.weights = w;
+            if (row(&cfg, &fused, HPT_OPTIM_ADAMW, bits[b], 0, steps)) return 1;
+        }
+    for (int w = HPT_BW_FP32; w <= HPT_BW_BF16_KAHAN; w++) /* and chunked / bf16 embeddings */
+        for (int b = 0; b < 2; b++) {
+            fused.weights = w;
+            fused.embeddings = w == HPT_BW_FP32 ? HPT_EMB_CHUNKED : HPT_EMB_BF16;
             if (row(&cfg, &fused, HPT_OPTIM_ADAMW, bits[b], 0, steps)) return 1;
         }
     return 0;

@@ -38,6 +38,13 @@
  *     o.offload.grads = HPT_TIER_HOST; o.offload.grad_home = HPT_GH_FP16;
  *     o.loss_scale.mode = HPT_LOSS_SCALE_DYNAMIC;       // from 2^16, halved on overflow
  *
+ *   The smallest training state (8-bit AdamW, fused, bf16 weights with stochastic rounding,
+ *   and bf16 tied embeddings whose gradient is one vocabulary chunk, updated chunk by chunk
+ *   after the backward; a forward then needs targets: hpt_embeddings):
+ *
+ *     o.adamw.state_bits = 8; o.offload.fused = 1;
+ *     o.offload.weights = HPT_BW_BF16_SR; o.offload.embeddings = HPT_EMB_BF16;
+ *
  *   hpt_plan_estimate() tells what a configuration will allocate, by tier and category,
  *   before anything is; hpt_mem_record() and hpt_trace_write() give the exact timeline.
  *
@@ -416,7 +423,8 @@ size_t hpt_gpt2_activation_bytes(const hpt_gpt2_config *cfg, int B, int T,
  * compensation, bf16); acquiring a block widens it into an fp32 device slot, so compute stays
  * fp32, and the optimizer's update rewrites the home: stochastic rounding (SR; the noise is a
  * hash of the step and the element) or round to nearest plus the compensation (Kahan). The
- * embeddings and the final layer norm stay fp32. Checkpoints stay fp32: the weights are widened
+ * embeddings (unless hpt_offload_opts.embeddings is HPT_EMB_BF16) and the final layer norm stay
+ * fp32. Checkpoints stay fp32: the weights are widened
  * when saved and rounded to nearest when loaded (exact for a bf16 run's own checkpoint), and the
  * training state (hpt_state_save) also holds the Kahan compensation, so a bf16-kahan run resumes
  * bit for bit. Loaded with other weights (fp32, bf16-sr) a Kahan state's compensation is dropped;
@@ -443,8 +451,10 @@ const char *hpt_grad_home_name(hpt_grad_home g);
  * --fused-update: the head runs over the vocabulary in chunks of vocab_chunk rows of wte (its
  * logits never exist whole), and wte is updated after the backward chunk by chunk (each chunk's
  * head gradient recomputed from the saved lnf and log-sum-exp, plus the encoder's rows of its
- * tokens) by the optimizer's own update of those values: wte's gradient memory is one chunk,
- * the price one more head matmul per step. CHUNKED keeps wte and wpe fp32; BF16 stores them in
+ * tokens) by the optimizer's own update of those values: wte's gradient memory is one chunk
+ * and the logits (rows, vocab_chunk). The price: the logits are computed three times a step
+ * (forward, backward's start for dlnf, its end for wte's gradient), one GEMM more than a
+ * row-chunked full head (act.head_chunk), two more than a full head keeping all logits. CHUNKED keeps wte and wpe fp32; BF16 stores them in
  * bf16 with the blocks' rounding (hpt_offload_opts.weights: bf16-sr or bf16-kahan, whose
  * compensation the training state saves as the section "emb_comp"). lnfw, lnfb stay fp32. A
  * forward without targets (the full logits) is refused; sampling and checks copy the weights

@@ -272,6 +272,13 @@ static void test_refusals(void) {
     hpt_gpt2 *m = NULL;
     f.vocab_chunk = 12; /* 12 * 48 = 576 values: not a multiple of 256 */
     CHECK_STATUS(hpt_gpt2_create_offload(mem, &cfg, &f, &m), HPT_ERR_INVALID);
+    hpt_plan_opts po = hpt_plan_defaults();
+    po.cfg = cfg;
+    po.B = 2;
+    po.T = 16;
+    po.offload = f;
+    hpt_estimate est;
+    CHECK_STATUS(hpt_plan_estimate(&po, &est), HPT_ERR_INVALID); /* the estimator refuses it too */
     CHECK(m == NULL && t_device_live(mem) == 0);
     f.vocab_chunk = 16;
     CHECK_OK(hpt_gpt2_create_offload(mem, &cfg, &f, &m));

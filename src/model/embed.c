@@ -15,9 +15,10 @@
  * running sum of exponentials (in lse) per row, then lse = max + log(sum) and loss = lse -
  * logit[target] (the target's logit as one dot product). Backward, at its start, needs only
  * dlnf = dlogits @ wte, summed over the chunks, with dlogits = (softmax - onehot) / BT times the
- * loss scale recomputed per chunk from lse; wte's gradient is not formed there. At its end,
- * after the blocks (and so after every use of dres), each chunk v of Vc rows in order:
- *   dwte_v = dlogits_v^T @ lnf  (recomputed: one more head matmul per step)
+ * loss scale recomputed per chunk from lse (the logits are not kept: they would be (B*T, Vp));
+ * wte's gradient is not formed there. At its end, after the blocks (and so after every use of
+ * dres), each chunk v of Vc rows in order:
+ *   dwte_v = dlogits_v^T @ lnf  (the logits recomputed again: three times a step in all)
  *          + the encoder's rows dres[b, t] of the tokens in v (in (b, t) order, as
  *            k_encoder_backward adds them),
  * its sum of squares added to wte_sumsq (chunk order: fixed), and the optimizer's update of
@@ -72,16 +73,22 @@ void gpt2_nonblock_bytes(const hpt_gpt2_config *c, const hpt_offload_opts *o, ui
                   vc * C * 4;
 }
 
+hpt_status gpt2_vocab_chunk_check(const hpt_gpt2_config *c, const hpt_offload_opts *o) {
+    size_t vc = (size_t)gpt2_vocab_chunk(c, o), C = (size_t)c->C;
+    if ((vc * C) % K_Q8_BLOCK)
+        return hpt_fail(HPT_ERR_INVALID, "vocab chunk %zu rows of C=%d: rows * C must be a multiple "
+                        "of %d (use a multiple of %zu rows)", vc, c->C, K_Q8_BLOCK,
+                        (size_t)K_Q8_BLOCK / gcd_size(C, K_Q8_BLOCK));
+    return HPT_OK;
+}
+
 hpt_status emb_create(hpt_gpt2 *m, const hpt_offload_opts *o) {
     const hpt_gpt2_config *c = &m->cfg;
     m->emb = o ? o->embeddings : HPT_EMB_FULL;
     m->Vc = gpt2_vocab_chunk(c, o);
     if (m->emb == HPT_EMB_FULL) return HPT_OK;
+    HPT_CHECK(gpt2_vocab_chunk_check(c, o));
     size_t C = (size_t)c->C;
-    if (((size_t)m->Vc * C) % K_Q8_BLOCK)
-        return hpt_fail(HPT_ERR_INVALID, "vocab chunk %d rows of C=%d: %d * C must be a multiple "
-                        "of %d (use a multiple of %zu rows)", m->Vc, c->C, m->Vc, K_Q8_BLOCK,
-                        (size_t)K_Q8_BLOCK / gcd_size(C, K_Q8_BLOCK));
     size_t ne = wte_n(c) + wpe_n(c), chunk = (size_t)m->Vc * C * sizeof(float);
     hpt_mem_set_name(m->mem, "wte gradient chunk");
     HPT_CHECK(hpt_mem_alloc(m->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, chunk, (void **)&m->emb_grad));

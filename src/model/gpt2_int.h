@@ -208,6 +208,8 @@ hpt_status emb_create(hpt_gpt2 *m, const hpt_offload_opts *o);
 void emb_free(hpt_gpt2 *m);
 /* Rows of wte the head computes at once; 0 for FULL (the arena plan's logits width). */
 int gpt2_vocab_chunk(const hpt_gpt2_config *c, const hpt_offload_opts *o);
+/* HPT_ERR_INVALID when a chunk's values (rows * C) are not a multiple of K_Q8_BLOCK. */
+hpt_status gpt2_vocab_chunk_check(const hpt_gpt2_config *c, const hpt_offload_opts *o);
 /* Parameters of non-block tensor i (0, 1, 14, 15) as the optimizer's kernels take them, and
  * their gradients (NULL: wte with CHUNKED or BF16). */
 k_param gpt2_nonblock_param(hpt_gpt2 *m, int i);

@@ -141,6 +141,7 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     if (o->training) HPT_CHECK(optim_bytes(o, &dev[HPT_CAT_OPTIM])); /* hpt_optim_create */
     if (hpt_offload_active(&o->offload)) {
         HPT_CHECK(hpt_offload_check(&o->offload));
+        HPT_CHECK(gpt2_vocab_chunk_check(c, &o->offload));
         /* AdamW fp32: the blocks' m and v in the engine's homes; else the whole state in
          * optim.c's buffers (above), in the optim home's tier (device or host) */
         int mv_homes = o->optimizer == HPT_OPTIM_ADAMW && (o->state_bits == 0 || o->state_bits == 32);
