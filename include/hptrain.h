@@ -452,9 +452,9 @@ const char *hpt_grad_home_name(hpt_grad_home g);
  * logits never exist whole), and wte is updated after the backward chunk by chunk (each chunk's
  * head gradient recomputed from the saved lnf and log-sum-exp, plus the encoder's rows of its
  * tokens) by the optimizer's own update of those values: wte's gradient memory is one chunk
- * and the logits (rows, vocab_chunk). The price: the logits are computed three times a step
- * (forward, backward's start for dlnf, its end for wte's gradient), one GEMM more than a
- * row-chunked full head (act.head_chunk), two more than a full head keeping all logits. CHUNKED keeps wte and wpe fp32; BF16 stores them in
+ * (and with a row-chunked head, act.head_chunk, the logits (rows, vocab_chunk)). The price:
+ * one head GEMM more per step than FULL with the same head chunk (the logits recomputed for
+ * wte's gradient at the end). CHUNKED keeps wte and wpe fp32; BF16 stores them in
  * bf16 with the blocks' rounding (hpt_offload_opts.weights: bf16-sr or bf16-kahan, whose
  * compensation the training state saves as the section "emb_comp"). lnfw, lnfb stay fp32. A
  * forward without targets (the full logits) is refused; sampling and checks copy the weights

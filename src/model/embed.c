@@ -9,16 +9,20 @@
  * The gradient buffer holds wpe, lnfw, lnfb; wte's gradient exists one chunk at a time
  * (emb_grad, (Vc, C)).
  *
- * The head, logits = lnf @ wte^T, runs over the vocabulary in chunks of Vc rows of wte (outer
- * loop: each chunk is widened once) and over rows in chunks of the act plan's head rows (inner
- * loop); the logits scratch is (rows, Vc). Forward keeps a running maximum (in losses) and a
- * running sum of exponentials (in lse) per row, then lse = max + log(sum) and loss = lse -
- * logit[target] (the target's logit as one dot product). Backward, at its start, needs only
- * dlnf = dlogits @ wte, summed over the chunks, with dlogits = (softmax - onehot) / BT times the
- * loss scale recomputed per chunk from lse (the logits are not kept: they would be (B*T, Vp));
- * wte's gradient is not formed there. At its end, after the blocks (and so after every use of
- * dres), each chunk v of Vc rows in order:
- *   dwte_v = dlogits_v^T @ lnf  (the logits recomputed again: three times a step in all)
+ * The head, logits = lnf @ wte^T, runs over the vocabulary in chunks of Vc rows of wte (each
+ * widened once per pass). Without a row-chunked head (act.head_chunk 0) the logits are kept
+ * whole, (B*T, Vp), as the full head keeps them: the forward places each chunk's columns and
+ * takes the loss as the full head does (the same bits), and the backward's start turns them
+ * into dlogits in place. With a row-chunked head the logits scratch is (rows, Vc) (vocabulary
+ * chunks outer, row chunks inner): the forward keeps a running maximum (in losses) and a running
+ * sum of exponentials (in lse) per row, then lse = max + log(sum) and loss = lse -
+ * logit[target] (the target's logit as one dot product), and the backward's start recomputes
+ * each chunk's logits and dlogits = (softmax - onehot) / BT times the loss scale from lse.
+ * Either way the backward's start forms only dlnf = dlogits @ wte, summed over the chunks; wte's
+ * gradient is not formed there. At its end, after the blocks (and so after every use of dres),
+ * each chunk v of Vc rows in order:
+ *   dwte_v = dlogits_v^T @ lnf  (the chunk's logits recomputed: one head GEMM more per step
+ *                                than the full head with the same head chunk)
  *          + the encoder's rows dres[b, t] of the tokens in v (in (b, t) order, as
  *            k_encoder_backward adds them),
  * its sum of squares added to wte_sumsq (chunk order: fixed), and the optimizer's update of
@@ -211,6 +215,17 @@ void emb_head_forward(hpt_gpt2 *m, size_t rows) {
     gpt2_acts *a = &m->a;
     const hpt_gpt2_config *c = &m->cfg;
     size_t BT = (size_t)m->B * m->T, C = (size_t)c->C, V = (size_t)c->V, Vc = (size_t)m->Vc;
+    size_t Vp = (size_t)c->Vp;
+    if (rows >= BT) { /* all logits kept, (BT, Vp): each chunk's columns placed, then the loss */
+        for (size_t v0 = 0; v0 < V; v0 += Vc) {
+            size_t nv = HPT_MIN(Vc, V - v0);
+            k_gemm('N', 'T', (int64_t)BT, (int64_t)nv, (int64_t)C, 1.0f, a->lnf, (int64_t)C,
+                   wte_rows(m, v0, nv), (int64_t)C, 0.0f, a->logits + v0, (int64_t)Vp);
+        }
+        m->loss = k_crossentropy_forward(a->losses, a->lse, a->logits, a->targets, (int64_t)BT,
+                                         c->V, c->Vp);
+        return;
+    }
     /* the running maximum of each row in losses, the running sum of exp(logit - max) in lse */
     for (size_t i = 0; i < BT; i++) {
         a->losses[i] = -INFINITY;
@@ -256,6 +271,17 @@ void emb_head_backward(hpt_gpt2 *m, size_t rows) {
     size_t BT = (size_t)m->B * m->T, C = (size_t)c->C, V = (size_t)c->V, Vc = (size_t)m->Vc;
     float dloss = 1.0f / (float)BT * m->loss_scale;
     /* dlnf (BT, C) = sum over chunks of dlogits_v @ wte_v */
+    if (rows >= BT) { /* the forward's logits, kept: dlogits in place */
+        size_t Vp = (size_t)c->Vp;
+        k_crossentropy_backward(a->logits, a->lse, a->targets, (int64_t)BT, c->V, c->Vp, dloss);
+        for (size_t v0 = 0; v0 < V; v0 += Vc) {
+            size_t nv = HPT_MIN(Vc, V - v0);
+            k_gemm('N', 'N', (int64_t)BT, (int64_t)C, (int64_t)nv, 1.0f, a->logits + v0,
+                   (int64_t)Vp, wte_rows(m, v0, nv), (int64_t)C, v0 ? 1.0f : 0.0f, a->dsmall,
+                   (int64_t)C);
+        }
+        return;
+    }
     for (size_t v0 = 0; v0 < V; v0 += Vc) {
         size_t nv = HPT_MIN(Vc, V - v0);
         const float *W = wte_rows(m, v0, nv);

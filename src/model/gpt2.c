@@ -470,8 +470,8 @@ static size_t plan_acts(const hpt_gpt2_config *c, const hpt_gpt2_act_opts *o, in
 #define BUF(p, nm, lay, nbytes, t0, t1) \
     bufs[n++] = (gpt2_buf){(void **)&(p), nm, lay, nbytes, t0, t1, 0}
     BUF(a->inputs, "inputs", -1, BT * 4, 0, TP_ENC_B(L));
-    /* vc > 0 (chunked embeddings, embed.c): the head's logits are (rows, vc), and the targets,
-     * lnf, lse and the logits live on to the encoder's backward (wte's deferred update) */
+    /* vc > 0 (chunked embeddings, embed.c): a row-chunked head's logits are (rows, vc), and the
+     * targets, lnf, lse and the logits live on to the encoder's backward (wte's deferred update) */
     const int t_head = vc ? TP_ENC_B(L) : TP_HEAD_B(L);
     BUF(a->targets, "targets", -1, BT * 4, 0, t_head);
     BUF(a->encoded, "encoded", -1, BT * C * f, 0, TP_BLOCK_B(L, 0));
@@ -515,7 +515,8 @@ static size_t plan_acts(const hpt_gpt2_config *c, const hpt_gpt2_act_opts *o, in
     BUF(a->lnf_mean, "lnf_mean", -1, BT * f, TP_HEAD_F(L), TP_HEAD_B(L));
     BUF(a->lnf_rstd, "lnf_rstd", -1, BT * f, TP_HEAD_F(L), TP_HEAD_B(L));
     size_t head_rows = o->head_chunk > 0 && (size_t)o->head_chunk < BT ? (size_t)o->head_chunk : BT;
-    BUF(a->logits, "logits", -1, head_rows * (size_t)(vc ? vc : c->Vp) * f, TP_HEAD_F(L), t_head);
+    size_t lw = vc && head_rows < BT ? (size_t)vc : (size_t)c->Vp; /* embed.c: (rows, vc) */
+    BUF(a->logits, "logits", -1, head_rows * lw * f, TP_HEAD_F(L), t_head);
     BUF(a->lse, "lse", -1, BT * f, TP_HEAD_F(L), t_head);
     BUF(a->losses, "losses", -1, BT * f, TP_HEAD_F(L), TP_HEAD_F(L));
     BUF(a->dres, "dres", -1, BT * C * f, TP_HEAD_B(L), TP_ENC_B(L));

@@ -114,8 +114,8 @@ int cli_read_file(const char *path, char **data_out, size_t *len_out);
     "  --embeddings E       full (default), chunked or bf16 (needs --fused-update): the tied\n" \
     "                       embedding's head runs over the vocabulary in chunks and wte is\n" \
     "                       updated chunk by chunk after the backward, so its gradient is one\n" \
-    "                       chunk, not (V, C) fp32, and the logits (rows, chunk) (the logits\n" \
-    "                       computed 3 times a step: one GEMM more than --head-chunk); bf16 also\n" \
+    "                       chunk, not (V, C) fp32 (one more head GEMM per step; with\n" \
+    "                       --head-chunk the logits are (rows, chunk)); bf16 also\n" \
     "                       keeps wte and wpe in bf16 with --weights' rounding (bf16-sr or\n" \
     "                       bf16-kahan); no full logits (docs/optimizers.md)\n" \
     "  --grad-home P        fp32 (default), bf16 or fp16: the blocks' gradients kept at their\n" \
