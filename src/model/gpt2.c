@@ -22,6 +22,9 @@
  * engine existed), or the engine's device slot with it (src/offload/engine.c): each block is
  * acquired for its forward, its recomputation and its backward, whose gradients go to the
  * engine's gradient slot and are handed to it (eng_grads_done) when complete.
+ * With chunked or bf16 embeddings (the engine's o.embeddings) the encoder, the head and wte's
+ * gradient go through src/model/embed.c: no whole wte gradient (the flat gradients are wpe's and
+ * lnf's), wte updated chunk by chunk at the backward's end, bf16 wte and wpe outside params.
  * States: created -> (forward -> [backward]) * ; backward without a forward with targets
  * is refused with HPT_ERR_INVALID. */
 #include "core/core.h"
