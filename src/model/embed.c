@@ -36,6 +36,7 @@
  * the order of sums: dlnf's over chunks, the running log-sum-exp, the norm's. */
 #include "core/core.h"
 #include "kernels/cpu/bf16.h"
+#include "kernels/cpu/vmath.h"
 #include "kernels/kernels.h"
 #include "model/gpt2_int.h"
 
@@ -150,7 +151,7 @@ float *gpt2_nonblock_grad(hpt_gpt2 *m, int i) {
 
 void emb_get(const hpt_gpt2 *m, int i, size_t lo, float *x, size_t n) {
     const uint16_t *h = m->emb_h + emb_off(m, i) + lo;
-#pragma omp parallel for schedule(static) if (n >= 65536)
+#pragma omp parallel for simd schedule(static) if (n >= 65536)
     for (size_t j = 0; j < n; j++) x[j] = bf16_widen(h[j]);
 }
 
@@ -205,7 +206,9 @@ static void chunk_dlogits(hpt_gpt2 *m, size_t r0, size_t n, size_t v0, size_t nv
 #pragma omp parallel for schedule(static) if ((int64_t)(n * nv) >= K_PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         float *l = a->logits + i * nv, lse = a->lse[r0 + i];
-        for (size_t v = 0; v < nv; v++) l[v] = expf(l[v] - lse) * dloss;
+        const int n_v = (int)nv;
+#pragma omp simd
+        for (int v = 0; v < n_v; v++) l[v] = expf(l[v] - lse) * dloss;
         size_t t = (size_t)a->targets[r0 + i];
         if (t >= v0 && t < v0 + nv) l[t - v0] -= dloss;
     }
@@ -241,9 +244,13 @@ void emb_head_forward(hpt_gpt2 *m, size_t rows) {
             for (size_t i = 0; i < n; i++) {
                 const float *l = a->logits + i * nv;
                 float mx = a->losses[r0 + i];
-                for (size_t v = 0; v < nv; v++) mx = l[v] > mx ? l[v] : mx;
-                float sum = a->lse[r0 + i] * expf(a->losses[r0 + i] - mx); /* first: 0 * 0 */
-                for (size_t v = 0; v < nv; v++) sum += expf(l[v] - mx);
+                const int n_v = (int)nv;
+#pragma omp simd reduction(max : mx)
+                for (int v = 0; v < n_v; v++) mx = l[v] > mx ? l[v] : mx;
+                float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+                for (int v = 0; v < n_v; v++) sum += expf(l[v] - mx);
+                sum += a->lse[r0 + i] * expf(a->losses[r0 + i] - mx); /* first chunk: 0 * 0 */
                 a->losses[r0 + i] = mx;
                 a->lse[r0 + i] = sum;
             }
