@@ -74,15 +74,15 @@ void gpt2_nonblock_bytes(const hpt_gpt2_config *c, const hpt_offload_opts *o, ui
     if (e == HPT_EMB_FULL) return;
     *grads = (wpe_n(c) + 2 * C) * 4 + vc * C * 4; /* wpe, lnf; one chunk of wte */
     if (e == HPT_EMB_BF16) /* lnf fp32; wte, wpe bf16 (+ Kahan's compensation); the widened chunk */
-        *params = 2 * C * 4 + (wte_n(c) + wpe_n(c)) * 2 * (o->weights == HPT_BW_BF16_KAHAN ? 2u : 1u) +
-                  vc * C * 4;
+        *params = 2 * C * 4 + vc * C * 4 +
+                  (wte_n(c) + wpe_n(c)) * 2 * (o->weights == HPT_BW_BF16_KAHAN ? 2u : 1u);
 }
 
 hpt_status gpt2_vocab_chunk_check(const hpt_gpt2_config *c, const hpt_offload_opts *o) {
     size_t vc = (size_t)gpt2_vocab_chunk(c, o), C = (size_t)c->C;
     if ((vc * C) % K_Q8_BLOCK)
-        return hpt_fail(HPT_ERR_INVALID, "vocab chunk %zu rows of C=%d: rows * C must be a multiple "
-                        "of %d (use a multiple of %zu rows)", vc, c->C, K_Q8_BLOCK,
+        return hpt_fail(HPT_ERR_INVALID, "vocab chunk %zu rows of C=%d: rows * C must be a "
+                        "multiple of %d (use a multiple of %zu rows)", vc, c->C, K_Q8_BLOCK,
                         (size_t)K_Q8_BLOCK / gcd_size(C, K_Q8_BLOCK));
     return HPT_OK;
 }
@@ -103,7 +103,8 @@ hpt_status emb_create(hpt_gpt2 *m, const hpt_offload_opts *o) {
     memset(m->emb_h, 0, ne * 2);
     if (o->weights == HPT_BW_BF16_KAHAN) {
         hpt_mem_set_name(m->mem, "embeddings (Kahan compensation)");
-        HPT_CHECK(hpt_mem_alloc(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, ne * 2, (void **)&m->emb_c));
+        HPT_CHECK(hpt_mem_alloc(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, ne * 2,
+                                (void **)&m->emb_c));
         memset(m->emb_c, 0, ne * 2);
     }
     hpt_mem_set_name(m->mem, "wte rows (fp32)");
@@ -186,13 +187,14 @@ void emb_encoder_forward(hpt_gpt2 *m) {
     int64_t BT = (int64_t)B * T;
 #pragma omp parallel for schedule(static) if (BT * C >= K_PAR_MIN)
     for (int64_t i = 0; i < BT; i++) {
-        const uint16_t *e = wte + (size_t)a->inputs[i] * (size_t)C, *p = wpe + (size_t)(i % T) * (size_t)C;
+        const uint16_t *e = wte + (size_t)a->inputs[i] * (size_t)C;
+        const uint16_t *p = wpe + (size_t)(i % T) * (size_t)C;
         float *o = a->encoded + (size_t)i * (size_t)C;
         for (int c = 0; c < C; c++) o[c] = bf16_widen(e[c]) + bf16_widen(p[c]);
     }
 }
 
-/* The logits of rows [r0, r0 + n) for nv vocabulary rows W (from row v0): (n, nv) into a->logits. */
+/* The logits of rows [r0, r0 + n) for nv vocabulary rows W: (n, nv) into a->logits. */
 static void chunk_logits(hpt_gpt2 *m, const float *W, size_t r0, size_t n, size_t nv) {
     size_t C = (size_t)m->cfg.C;
     k_gemm('N', 'T', (int64_t)n, (int64_t)nv, (int64_t)C, 1.0f, m->a.lnf + r0 * C, (int64_t)C, W,
@@ -263,7 +265,8 @@ void emb_head_forward(hpt_gpt2 *m, size_t rows) {
         const float *x = a->lnf + i * C;
         size_t t = (size_t)a->targets[i] * C;
         float dot = 0.0f;
-        for (size_t k = 0; k < C; k++) dot += x[k] * (bf ? bf16_widen(m->emb_h[t + k]) : m->p.wte[t + k]);
+        for (size_t k = 0; k < C; k++)
+            dot += x[k] * (bf ? bf16_widen(m->emb_h[t + k]) : m->p.wte[t + k]);
         a->lse[i] = a->losses[i] + logf(a->lse[i]);
         a->losses[i] = a->lse[i] - dot;
     }
