@@ -6,11 +6,14 @@
  * wpe, the final layernorm and one block's slot). Also the unfused optimizer step's time per
  * parameter on random gradients (median of a few steps; a fused step runs inside the
  * backward and is not timed here). Last, AdamW fused with the blocks' weights in bf16
- * (--weights bf16-sr, bf16-kahan: 2 or 4 bytes per block weight; wte, wpe, lnf stay fp32).
- * Usage: bench_optim [SHAPE] [--steps N] [--q8-fused [--weights W]]; --q8-fused prints only
- * 8-bit AdamW fused with fp32, bf16-sr and bf16-kahan weights (about 8 bytes per parameter
- * at most: for shapes whose other rows would not fit in memory), --weights only the row of
- * W (fp32, bf16-sr or bf16-kahan). */
+ * (--weights bf16-sr, bf16-kahan: 2 or 4 bytes per block weight; wte, wpe, lnf stay fp32), and
+ * then with chunked or bf16 embeddings (--embeddings chunked: no whole wte gradient, one chunk
+ * of it; bf16: wte, wpe also in bf16 with the blocks' rounding; src/model/embed.c).
+ * Usage: bench_optim [SHAPE] [--steps N] [--q8-fused [--weights W] [--embeddings E]];
+ * --q8-fused prints only 8-bit AdamW fused with fp32, bf16-sr and bf16-kahan weights, each with
+ * full embeddings and then chunked (fp32 weights) or bf16 ones (about 8 bytes per parameter at
+ * most: for shapes whose other rows would not fit in memory); --weights keeps only the rows of
+ * W (fp32, bf16-sr or bf16-kahan), --embeddings only those of E (full, chunked or bf16). */
 #include "hptrain.h"
 
 #include <stdio.h>
@@ -66,6 +69,9 @@ static int row(const hpt_gpt2_config *cfg, const hpt_offload_opts *f, int k, int
     if (f && f->weights != HPT_BW_FP32)
         snprintf(wb, sizeof wb, ", %s weights",
                  hpt_block_weights_name((hpt_block_weights)f->weights));
+    if (f && f->embeddings != HPT_EMB_FULL)
+        snprintf(wb + strlen(wb), sizeof wb - strlen(wb), ", %s embeddings",
+                 hpt_embeddings_name((hpt_embeddings)f->embeddings));
     printf("| %s | %d-bit%s%s%s | %.3f | %.3f | %.3f | %.3f | %s |\n",
            hpt_optim_name((hpt_optim_kind)k), bits, emb ? " (wte, wpe 32-bit)" : "",
            f ? ", fused" : "", wb, p, g, s, p + g + s, tm);
@@ -78,15 +84,21 @@ static int row(const hpt_gpt2_config *cfg, const hpt_offload_opts *f, int k, int
 int main(int argc, char **argv) {
     const char *shape = "gpt2-124m";
     int steps = 5, q8_fused = 0;
-    const char *only = NULL;
+    const char *only = NULL, *only_emb = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--q8-fused")) q8_fused = 1;
         else if (!strcmp(argv[i], "--weights") && i + 1 < argc) only = argv[++i];
+        else if (!strcmp(argv[i], "--embeddings") && i + 1 < argc) only_emb = argv[++i];
         else shape = argv[i];
     }
     hpt_block_weights wsel = HPT_BW_COUNT; /* every kind */
     if (only && hpt_block_weights_parse(only, &wsel) != HPT_OK) {
+        fprintf(stderr, "bench_optim: %s\n", hpt_last_error());
+        return 1;
+    }
+    hpt_embeddings esel = HPT_EMB_COUNT; /* every kind */
+    if (only_emb && hpt_embeddings_parse(only_emb, &esel) != HPT_OK) {
         fprintf(stderr, "bench_optim: %s\n", hpt_last_error());
         return 1;
     }
@@ -106,8 +118,13 @@ int main(int argc, char **argv) {
     if (q8_fused) {
         for (int w = HPT_BW_FP32; w <= HPT_BW_BF16_KAHAN; w++) {
             if (wsel != HPT_BW_COUNT && w != (int)wsel) continue;
-            fused.weights = w;
-            if (row(&cfg, &fused, HPT_OPTIM_ADAMW, 8, 0, steps)) return 1;
+            for (int k = 0; k < 2; k++) {
+                hpt_embeddings e = !k ? HPT_EMB_FULL : w == HPT_BW_FP32 ? HPT_EMB_CHUNKED : HPT_EMB_BF16;
+                if (esel != HPT_EMB_COUNT && e != esel) continue;
+                fused.weights = w;
+                fused.embeddings = e;
+                if (row(&cfg, &fused, HPT_OPTIM_ADAMW, 8, 0, steps)) return 1;
+            }
         }
         return 0;
     }
@@ -119,6 +136,12 @@ int main(int argc, char **argv) {
     for (int w = HPT_BW_BF16_SR; w <= HPT_BW_BF16_KAHAN; w++) /* AdamW, fused, bf16 weights */
         for (int b = 0; b < 2; b++) {
             fused.weights = w;
+            if (row(&cfg, &fused, HPT_OPTIM_ADAMW, bits[b], 0, steps)) return 1;
+        }
+    for (int w = HPT_BW_FP32; w <= HPT_BW_BF16_KAHAN; w++) /* and chunked / bf16 embeddings */
+        for (int b = 0; b < 2; b++) {
+            fused.weights = w;
+            fused.embeddings = w == HPT_BW_FP32 ? HPT_EMB_CHUNKED : HPT_EMB_BF16;
             if (row(&cfg, &fused, HPT_OPTIM_ADAMW, bits[b], 0, steps)) return 1;
         }
     return 0;

@@ -38,6 +38,13 @@
  *     o.offload.grads = HPT_TIER_HOST; o.offload.grad_home = HPT_GH_FP16;
  *     o.loss_scale.mode = HPT_LOSS_SCALE_DYNAMIC;       // from 2^16, halved on overflow
  *
+ *   The smallest training state (8-bit AdamW, fused, bf16 weights with stochastic rounding,
+ *   and bf16 tied embeddings whose gradient is one vocabulary chunk, updated chunk by chunk
+ *   after the backward; a forward then needs targets: hpt_embeddings):
+ *
+ *     o.adamw.state_bits = 8; o.offload.fused = 1;
+ *     o.offload.weights = HPT_BW_BF16_SR; o.offload.embeddings = HPT_EMB_BF16;
+ *
  *   hpt_plan_estimate() tells what a configuration will allocate, by tier and category,
  *   before anything is; hpt_mem_record() and hpt_trace_write() give the exact timeline.
  *
@@ -416,7 +423,8 @@ size_t hpt_gpt2_activation_bytes(const hpt_gpt2_config *cfg, int B, int T,
  * compensation, bf16); acquiring a block widens it into an fp32 device slot, so compute stays
  * fp32, and the optimizer's update rewrites the home: stochastic rounding (SR; the noise is a
  * hash of the step and the element) or round to nearest plus the compensation (Kahan). The
- * embeddings and the final layer norm stay fp32. Checkpoints stay fp32: the weights are widened
+ * embeddings (unless hpt_offload_opts.embeddings is HPT_EMB_BF16) and the final layer norm stay
+ * fp32. Checkpoints stay fp32: the weights are widened
  * when saved and rounded to nearest when loaded (exact for a bf16 run's own checkpoint), and the
  * training state (hpt_state_save) also holds the Kahan compensation, so a bf16-kahan run resumes
  * bit for bit. Loaded with other weights (fp32, bf16-sr) a Kahan state's compensation is dropped;
@@ -438,6 +446,25 @@ typedef enum { HPT_GH_FP32 = 0, HPT_GH_BF16, HPT_GH_FP16, HPT_GH_COUNT } hpt_gra
 /* "fp32" | "bf16" | "fp16" into *out. */
 hpt_status hpt_grad_home_parse(const char *text, hpt_grad_home *out);
 const char *hpt_grad_home_name(hpt_grad_home g);
+/* The tied embedding wte (and wpe) under the engine (hpt_offload_opts.embeddings; src/model/embed.c).
+ * FULL (the default) keeps them fp32 with a whole (Vp, C) gradient. CHUNKED and BF16 need
+ * --fused-update: the head runs over the vocabulary in chunks of vocab_chunk rows of wte (its
+ * logits never exist whole), and wte is updated after the backward chunk by chunk (each chunk's
+ * head gradient recomputed from the saved lnf and log-sum-exp, plus the encoder's rows of its
+ * tokens) by the optimizer's own update of those values: wte's gradient memory is one chunk
+ * (and with a row-chunked head, act.head_chunk, the logits (rows, vocab_chunk)). The price:
+ * one head GEMM more per step than FULL with the same head chunk (the logits recomputed for
+ * wte's gradient at the end). CHUNKED keeps wte and wpe fp32; BF16 stores them in
+ * bf16 with the blocks' rounding (hpt_offload_opts.weights: bf16-sr or bf16-kahan, whose
+ * compensation the training state saves as the section "emb_comp"). lnfw, lnfb stay fp32. A
+ * forward without targets (the full logits) is refused; sampling and checks copy the weights
+ * out (hpt_gpt2_copy_params). Clipping is the fused update's (the previous step's norm); wte's
+ * chunks are part of this step's norm. Results equal FULL's up to the reduction order of the
+ * chunked sums (docs/optimizers.md). */
+typedef enum { HPT_EMB_FULL = 0, HPT_EMB_CHUNKED, HPT_EMB_BF16, HPT_EMB_COUNT } hpt_embeddings;
+/* "full" | "chunked" | "bf16" into *out. */
+hpt_status hpt_embeddings_parse(const char *text, hpt_embeddings *out);
+const char *hpt_embeddings_name(hpt_embeddings e);
 typedef struct {
     hpt_tier params, grads, optim; /* homes; all DEVICE and fused 0: no engine (the default) */
     int max_active;                /* K >= 1 device slots of block parameters */
@@ -445,6 +472,10 @@ typedef struct {
     int fused;
     int weights;                   /* hpt_block_weights: the blocks' weights' home precision */
     int grad_home;                 /* hpt_grad_home: the blocks' gradients' home precision */
+    int embeddings;                /* hpt_embeddings: wte's and wpe's storage and update */
+    int vocab_chunk;               /* CHUNKED, BF16: rows of wte per chunk (0: 2048), a
+                                    * multiple of 256 / gcd(C, 256) so that 8-bit state blocks
+                                    * never straddle two chunks */
 } hpt_offload_opts;
 hpt_offload_opts hpt_offload_defaults(void);  /* all DEVICE, K 2, P 1, not fused */
 int hpt_offload_active(const hpt_offload_opts *o);

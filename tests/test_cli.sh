@@ -213,5 +213,15 @@ else bad "loss scale log: $(cat "$tmp/ls.jsonl" "$tmp/err")"; fi
 if "$bin" estimate --model "$shape" --seq 16 --offload disk --grad-home bf16 --json \
    | grep -q '"grad_home":"bf16"'; then ok; else bad "estimate --grad-home"; fi
 
+# --- chunked and bf16 embeddings: refusals; a run; the estimate names them ---
+expect_error "embeddings not fused" "needs --fused-update" train --steps 1 --embeddings chunked
+expect_error "bf16 embeddings, fp32 weights" "bf16-sr or bf16-kahan" train --steps 1 --fused-update --embeddings bf16
+expect_error "bad embeddings" "full, chunked or bf16" train --steps 1 --fused-update --embeddings half
+if train --steps 3 --lr 1e-3 --fused-update --weights bf16-kahan --embeddings bf16 --state-bits 8 \
+   --log "$tmp/emb.jsonl" 2>"$tmp/err" && [ "$(grep -c '"loss"' "$tmp/emb.jsonl")" = 3 ]; then ok
+else bad "bf16 embeddings run: $(cat "$tmp/err")"; fi
+if "$bin" estimate --model "$shape" --seq 16 --fused-update --weights bf16-sr --embeddings bf16 --json \
+   | grep -q '"embeddings":"bf16"'; then ok; else bad "estimate --embeddings"; fi
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -324,6 +324,82 @@ static void check_bf16_weights(void) {
     }
 }
 
+/* Chunked and bf16 embeddings (src/model/embed.c): every tier's bytes by category at its peak,
+ * and its peak, equal the estimate (the bf16 homes of wte and wpe, Kahan's compensation, the
+ * widened chunk, wte's gradient chunk, the arena's (rows, chunk) logits living to the encoder's
+ * backward). */
+static void check_embeddings(void) {
+    static const struct {
+        int embeddings, weights, optimizer, bits, head_chunk, vocab_chunk;
+        hpt_tier params;
+        const char *what;
+    } c[] = {{HPT_EMB_CHUNKED, HPT_BW_FP32, HPT_OPTIM_ADAMW, 32, 0, 32, HPT_TIER_DEVICE,
+              "chunked, AdamW"},
+             {HPT_EMB_BF16, HPT_BW_BF16_SR, HPT_OPTIM_ADAMW, 8, 0, 0, HPT_TIER_DEVICE,
+              "bf16-sr, AdamW 8-bit"},
+             {HPT_EMB_BF16, HPT_BW_BF16_KAHAN, HPT_OPTIM_ADAMW, 8, 5, 48, HPT_TIER_HOST,
+              "bf16-kahan host, 8-bit, head 5"},
+             {HPT_EMB_BF16, HPT_BW_BF16_SR, HPT_OPTIM_ADAM_MINI, 8, 0, 16, HPT_TIER_DEVICE,
+              "bf16-sr, Adam-mini 8-bit"}};
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        hpt_mem *mem;
+        CHECK_OK(hpt_mem_create(&mem));
+        hpt_train_opts o = hpt_train_defaults();
+        o.model = "gpt2:L=3,C=48,NH=6,V=100,T=32";
+        o.data = g_train;
+        o.val = g_val;
+        o.eval_every = 1;
+        o.val_batches = 1;
+        o.B = 2;
+        o.T = 24;
+        o.steps = 2;
+        o.warmup = 1;
+        o.adamw = hpt_optim_defaults((hpt_optim_kind)c[i].optimizer);
+        o.adamw.state_bits = c[i].bits;
+        o.act.head_chunk = c[i].head_chunk;
+        o.offload = hpt_offload_defaults();
+        o.offload.params = o.offload.optim = c[i].params;
+        o.offload.fused = 1;
+        o.offload.weights = c[i].weights;
+        o.offload.embeddings = c[i].embeddings;
+        o.offload.vocab_chunk = c[i].vocab_chunk;
+        hpt_trainer *tr = NULL;
+        CHECK_OK(hpt_trainer_create(mem, &o, &tr));
+        while (tr && !hpt_trainer_done(tr)) {
+            hpt_train_progress p;
+            CHECK_OK(hpt_trainer_step(tr, &p));
+        }
+        hpt_trainer_free(tr);
+        hpt_mem_stats st;
+        hpt_mem_get_stats(mem, &st);
+        hpt_mem_destroy(mem);
+        hpt_plan_opts po = hpt_plan_defaults();
+        CHECK_OK(hpt_gpt2_config_parse(o.model, &po.cfg));
+        po.B = o.B;
+        po.T = o.T;
+        po.has_val = 1;
+        po.act = o.act;
+        po.offload = o.offload;
+        po.optimizer = o.adamw.optimizer;
+        po.state_bits = o.adamw.state_bits;
+        hpt_estimate e;
+        CHECK_OK(hpt_plan_estimate(&po, &e));
+        printf("  %-30s estimate / measured peaks: device %llu / %llu, host %llu / %llu\n",
+               c[i].what, (unsigned long long)e.peak_bytes[0], (unsigned long long)st.peak_bytes[0],
+               (unsigned long long)e.peak_bytes[1], (unsigned long long)st.peak_bytes[1]);
+        for (int t = 0; t < HPT_TIER_COUNT; t++) {
+            CHECK_MSG(e.peak_bytes[t] == st.peak_bytes[t], "%s: %s peak estimate %llu, measured %llu",
+                      c[i].what, hpt_tier_name((hpt_tier)t), (unsigned long long)e.peak_bytes[t],
+                      (unsigned long long)st.peak_bytes[t]);
+            for (int k = 0; k < HPT_CAT_COUNT; k++)
+                CHECK_MSG(e.bytes[t][k] == st.peak_live_bytes[t][k], "%s: %s %s estimate %llu, "
+                          "measured %llu", c[i].what, hpt_tier_name((hpt_tier)t),
+                          hpt_category_name((hpt_category)k), (unsigned long long)e.bytes[t][k],
+                          (unsigned long long)st.peak_live_bytes[t][k]);
+        }
+    }
+}
+
 /* The n after `flag` in text ("--batch 3"), or 0. */
 static int flag_value(const char *text, const char *flag) {
     const char *p = strstr(text, flag);
@@ -624,6 +700,7 @@ int main(void) {
     check_hybrid(HPT_PREDICTOR_ADAM, 1, HPT_WEIGHTS_Q8);
     check_hybrid(HPT_PREDICTOR_LINEAR, 1, HPT_WEIGHTS_Q8);
     check_bf16_weights();
+    check_embeddings();
     check_grad_homes();
     check_large_and_bad();
     check_refusal();

@@ -38,7 +38,9 @@
  * taken out of the list a load hands back. A load into bf16-kahan weights restores it (a size
  * other than the shape's is HPT_ERR_FORMAT); with other weights it is dropped (the weights are
  * the bf16 values); a state without it loaded into bf16-kahan weights leaves the compensation
- * at the residue of rounding the saved weights to bf16 (zero when they are bf16 values). */
+ * at the residue of rounding the saved weights to bf16 (zero when they are bf16 values).
+ * bf16 embeddings with Kahan (hpt_offload_opts.embeddings, src/model/embed.c) add the section
+ * "emb_comp" the same way: wte's then wpe's compensation, (Vp + maxT) * C bf16 values. */
 #include "core/core.h"
 #include "io/io_int.h"
 #include "model/gpt2_int.h"
@@ -52,7 +54,17 @@
 static const char k_magic[8] = {'H', 'P', 'T', 'S', 'T', 'A', 'T', 'E'};
 static const char k_end[8] = {'H', 'P', 'T', 'E', 'N', 'D', 0, 0};
 
-static const char k_comp_name[] = "bf16_comp";
+#define N_COMP 2
+static const char *const k_comp_names[N_COMP] = {"bf16_comp", "emb_comp"};
+
+/* The model's Kahan compensations, one per name of k_comp_names (NULL, 0: none). */
+static hpt_status model_comps(hpt_gpt2 *m, uint16_t *comp[N_COMP], size_t n[N_COMP]) {
+    comp[0] = comp[1] = NULL;
+    n[0] = n[1] = 0;
+    if (m->eng) HPT_CHECK(eng_comp(m->eng, &comp[0], &n[0]));
+    gpt2_emb_comp(m, &comp[1], &n[1]);
+    return HPT_OK;
+}
 
 static int64_t fbits(float f) { uint32_t u; memcpy(&u, &f, 4); return (int64_t)u; }
 static float bitsf(int64_t b) { uint32_t u = (uint32_t)b; float f; memcpy(&f, &u, 4); return f; }
@@ -69,18 +81,20 @@ hpt_status hpt_state_save(const char *path, const hpt_gpt2 *model, const hpt_opt
 hpt_status hpt_state_save_sections(const char *path, const hpt_gpt2 *model, const hpt_optim *opt,
                                    const hpt_adamw_opts *ao, const hpt_train_pos *pos,
                                    const hpt_state_section *sec, int n_sec) {
-    uint16_t *comp = NULL; /* bf16-kahan weights' compensation: one more section */
-    size_t n_comp = 0;
-    if (model->eng) HPT_CHECK(eng_comp(model->eng, &comp, &n_comp));
-    if (n_sec < 0 || n_sec + (comp != NULL) > HPT_STATE_MAX_SECTIONS)
+    /* bf16-kahan weights' (and embeddings') compensation: one more section each */
+    uint16_t *comp[N_COMP];
+    size_t n_comp[N_COMP];
+    HPT_CHECK(model_comps((hpt_gpt2 *)(uintptr_t)model, comp, n_comp));
+    int n_own = (comp[0] != NULL) + (comp[1] != NULL);
+    if (n_sec < 0 || n_sec + n_own > HPT_STATE_MAX_SECTIONS)
         return hpt_fail(HPT_ERR_INVALID, "%d checkpoint sections (at most %d%s)", n_sec,
-                        HPT_STATE_MAX_SECTIONS - (comp != NULL),
-                        comp ? " beside the bf16 compensation" : "");
+                        HPT_STATE_MAX_SECTIONS - n_own,
+                        n_own ? " beside the bf16 compensation" : "");
     for (int i = 0; i < n_sec; i++)
         if (!memchr(sec[i].name, 0, sizeof sec[i].name) || !sec[i].name[0] ||
-            !strcmp(sec[i].name, k_comp_name))
+            !strcmp(sec[i].name, k_comp_names[0]) || !strcmp(sec[i].name, k_comp_names[1]))
             return hpt_fail(HPT_ERR_INVALID, "checkpoint section %d: a name of 1 to 15 characters, "
-                            "not %s (the state's own)", i, k_comp_name);
+                            "not %s or %s (the state's own)", i, k_comp_names[0], k_comp_names[1]);
     const hpt_gpt2_config *c = &model->cfg;
     int64_t f[NFIELDS] = {c->L, c->C, c->NH, c->V, c->Vp, c->maxT,
                           fbits(ao->lr), fbits(ao->beta1), fbits(ao->beta2), fbits(ao->eps),
@@ -118,13 +132,16 @@ hpt_status hpt_state_save_sections(const char *path, const hpt_gpt2 *model, cons
             if (bufs[i].bytes) s = io_atomic_write(&w, bufs[i].data, bufs[i].bytes);
     }
     {
-        uint32_t ns = (uint32_t)n_sec + (comp != NULL);
+        uint32_t ns = (uint32_t)(n_sec + n_own);
         if (s == HPT_OK) s = io_atomic_write(&w, &ns, 4);
-        for (int i = 0; i < (int)ns && s == HPT_OK; i++) {
+        for (int i = 0, k = 0; i < (int)ns && s == HPT_OK; i++) {
             char name[16] = {0};
-            strcpy(name, i < n_sec ? sec[i].name : k_comp_name);
-            uint64_t sb = i < n_sec ? sec[i].bytes : n_comp * sizeof(uint16_t);
-            const void *data = i < n_sec ? sec[i].data : comp;
+            if (i >= n_sec) /* the next compensation the model has */
+                while (!comp[k]) k++;
+            strcpy(name, i < n_sec ? sec[i].name : k_comp_names[k]);
+            uint64_t sb = i < n_sec ? sec[i].bytes : n_comp[k] * sizeof(uint16_t);
+            const void *data = i < n_sec ? sec[i].data : comp[k];
+            if (i >= n_sec) k++;
             s = io_atomic_write(&w, name, sizeof name);
             if (s == HPT_OK) s = io_atomic_write(&w, &sb, 8);
             if (s == HPT_OK && sb) s = io_atomic_write(&w, data, (size_t)sb);
@@ -233,24 +250,28 @@ static hpt_status read_sections(FILE *fp, const char *path, hpt_mem *mem, uint64
     return HPT_OK;
 }
 
-/* Takes the bf16 compensation's section out of sec (freed, the others moved up): into the
- * model's bf16-kahan weights, or dropped for other weights. */
+/* Takes the bf16 compensations' sections out of sec (freed, the others moved up): into the
+ * model's bf16-kahan weights (embeddings), or dropped for other weights. */
 static hpt_status absorb_comp(hpt_gpt2 *m, hpt_mem *mem, const char *path, hpt_state_section *sec,
                               int *n_sec) {
-    int k = 0;
-    while (k < *n_sec && strcmp(sec[k].name, k_comp_name)) k++;
-    if (k == *n_sec) return HPT_OK;
-    uint16_t *comp = NULL;
-    size_t n = 0;
-    hpt_status s = m->eng ? eng_comp(m->eng, &comp, &n) : HPT_OK;
-    if (s == HPT_OK && comp && sec[k].bytes != n * sizeof(uint16_t))
-        s = hpt_fail(HPT_ERR_FORMAT, "%s: the bf16 weights' Kahan compensation has %llu bytes, "
-                     "expected %zu for this shape (truncated or corrupt)", path,
-                     (unsigned long long)sec[k].bytes, n * sizeof(uint16_t));
-    if (s == HPT_OK && comp) memcpy(comp, sec[k].data, n * sizeof(uint16_t));
-    hpt_state_sections_free(mem, &sec[k], 1);
-    for (int i = k + 1; i < *n_sec; i++) sec[i - 1] = sec[i];
-    (*n_sec)--;
+    uint16_t *comp[N_COMP];
+    size_t n[N_COMP];
+    HPT_CHECK(model_comps(m, comp, n));
+    hpt_status s = HPT_OK;
+    for (int c = 0; c < N_COMP; c++) {
+        int k = 0;
+        while (k < *n_sec && strcmp(sec[k].name, k_comp_names[c])) k++;
+        if (k == *n_sec) continue;
+        if (s == HPT_OK && comp[c] && sec[k].bytes != n[c] * sizeof(uint16_t))
+            s = hpt_fail(HPT_ERR_FORMAT, "%s: the bf16 %s' Kahan compensation has %llu bytes, "
+                         "expected %zu for this shape (truncated or corrupt)", path,
+                         c ? "embeddings" : "weights", (unsigned long long)sec[k].bytes,
+                         n[c] * sizeof(uint16_t));
+        if (s == HPT_OK && comp[c]) memcpy(comp[c], sec[k].data, n[c] * sizeof(uint16_t));
+        hpt_state_sections_free(mem, &sec[k], 1);
+        for (int i = k + 1; i < *n_sec; i++) sec[i - 1] = sec[i];
+        (*n_sec)--;
+    }
     return s;
 }
 

@@ -22,6 +22,9 @@
  * engine existed), or the engine's device slot with it (src/offload/engine.c): each block is
  * acquired for its forward, its recomputation and its backward, whose gradients go to the
  * engine's gradient slot and are handed to it (eng_grads_done) when complete.
+ * With chunked or bf16 embeddings (the engine's o.embeddings) the encoder, the head and wte's
+ * gradient go through src/model/embed.c: no whole wte gradient (the flat gradients are wpe's and
+ * lnf's), wte updated chunk by chunk at the backward's end, bf16 wte and wpe outside params.
  * States: created -> (forward -> [backward]) * ; backward without a forward with targets
  * is refused with HPT_ERR_INVALID. */
 #include "core/core.h"
@@ -75,14 +78,20 @@ hpt_status hpt_gpt2_create_offload(hpt_mem *mem, const hpt_gpt2_config *cfg,
     m->loss_scale = 1.0f;
     m->fault_layer = -1;
     m->num_params = hpt_gpt2_num_params(cfg);
+    int emb = eng ? o->embeddings : HPT_EMB_FULL;
+    size_t C = (size_t)cfg->C, wte = (size_t)cfg->Vp * C;
     m->n_flat = eng ? gpt2_nonblock_floats(cfg) : m->num_params;
-    size_t bytes = m->n_flat * sizeof(float);
+    m->n_gflat = emb != HPT_EMB_FULL ? m->n_flat - wte : m->n_flat; /* no whole wte gradient */
+    if (emb == HPT_EMB_BF16) m->n_flat = 2 * C;                      /* lnfw, lnfb */
     hpt_mem_set_name(mem, "parameters");
-    hpt_status s = hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, bytes, (void **)&m->params);
+    hpt_status s = hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, m->n_flat * sizeof(float),
+                                 (void **)&m->params);
     if (s == HPT_OK) {
         hpt_mem_set_name(mem, "gradients");
-        s = hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, bytes, (void **)&m->grads);
+        s = hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, m->n_gflat * sizeof(float),
+                          (void **)&m->grads);
     }
+    if (s == HPT_OK) s = emb_create(m, eng ? o : NULL);
     if (s == HPT_OK && eng) {
         size_t n[GPT2_BLOCK_SLICES];
         gpt2_block_slices(cfg, n);
@@ -92,10 +101,22 @@ hpt_status hpt_gpt2_create_offload(hpt_mem *mem, const hpt_gpt2_config *cfg,
         hpt_gpt2_free(m);
         return hpt_fail_ctx(s, "allocating %zu parameters", hpt_gpt2_num_params(cfg));
     }
-    if (eng) {
+    if (emb == HPT_EMB_BF16) {
+        memset(&m->p, 0, sizeof m->p);
+        m->p.lnfw = m->params;
+        m->p.lnfb = m->params + C;
+    } else if (eng) {
         point_nonblock(cfg, m->params, &m->p);
+    }
+    if (emb != HPT_EMB_FULL) { /* wpe, lnfw, lnfb */
+        memset(&m->g, 0, sizeof m->g);
+        m->g.wpe = m->grads;
+        m->g.lnfw = m->grads + (size_t)cfg->maxT * C;
+        m->g.lnfb = m->g.lnfw + C;
+    } else if (eng) {
         point_nonblock(cfg, m->grads, &m->g);
-    } else {
+    }
+    if (!eng) {
         gpt2_point_tensors(cfg, m->params, &m->p);
         gpt2_point_tensors(cfg, m->grads, &m->g);
     }
@@ -168,9 +189,9 @@ void hpt_gpt2_free(hpt_gpt2 *m) {
     free(m->soff);
     free(m->sbytes);
     eng_free(m->eng);
-    size_t bytes = m->n_flat * sizeof(float);
-    hpt_mem_free(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, m->params, bytes);
-    hpt_mem_free(m->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, m->grads, bytes);
+    emb_free(m);
+    hpt_mem_free(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, m->params, m->n_flat * sizeof(float));
+    hpt_mem_free(m->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, m->grads, m->n_gflat * sizeof(float));
     free(m);
 }
 
@@ -183,9 +204,19 @@ hpt_status gpt2_emit(hpt_gpt2 *m, int b, const float *flat, gpt2_emit_fn emit, v
     hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
     hpt_gpt2_tensors(&m->cfg, t);
     if (!m->eng) return emit(ctx, flat, m->num_params);
+    size_t piece = (size_t)m->Vc * (size_t)m->cfg.C;
     for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) {
+        if (b == EB_P && m->emb == HPT_EMB_BF16 && i < 2) { /* widened through the chunk scratch */
+            for (size_t lo = 0; lo < t[i].numel; lo += piece) {
+                size_t n = HPT_MIN(piece, t[i].numel - lo);
+                emb_get(m, i, lo, m->emb_rows, n);
+                HPT_CHECK(emit(ctx, m->emb_rows, n));
+            }
+            continue;
+        }
         if (!gpt2_is_block_tensor(i)) {
-            HPT_CHECK(emit(ctx, flat + gpt2_nonblock_offset(&m->cfg, i), t[i].numel));
+            HPT_CHECK(emit(ctx, b == EB_P ? gpt2_nonblock_param(m, i).f32
+                                          : flat + gpt2_nonblock_offset(&m->cfg, i), t[i].numel));
             continue;
         }
         for (int l = 0; l < m->cfg.L; l++)
@@ -198,9 +229,19 @@ hpt_status gpt2_absorb(hpt_gpt2 *m, int b, float *flat, gpt2_read_fn read, void 
     hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
     hpt_gpt2_tensors(&m->cfg, t);
     if (!m->eng) return read(ctx, flat, m->num_params);
+    size_t piece = (size_t)m->Vc * (size_t)m->cfg.C;
     for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) {
+        if (b == EB_P && m->emb == HPT_EMB_BF16 && i < 2) { /* rounded through the chunk scratch */
+            for (size_t lo = 0; lo < t[i].numel; lo += piece) {
+                size_t n = HPT_MIN(piece, t[i].numel - lo);
+                HPT_CHECK(read(ctx, m->emb_rows, n));
+                emb_put(m, i, lo, m->emb_rows, n);
+            }
+            continue;
+        }
         if (!gpt2_is_block_tensor(i)) {
-            HPT_CHECK(read(ctx, flat + gpt2_nonblock_offset(&m->cfg, i), t[i].numel));
+            HPT_CHECK(read(ctx, b == EB_P ? gpt2_nonblock_param(m, i).f32
+                                          : flat + gpt2_nonblock_offset(&m->cfg, i), t[i].numel));
             continue;
         }
         for (int l = 0; l < m->cfg.L; l++)
@@ -233,19 +274,19 @@ static size_t head_rows(const hpt_gpt2 *m) {
 }
 
 void hpt_gpt2_zero_grad(hpt_gpt2 *m) {
-    if (m->grads) memset(m->grads, 0, m->n_flat * sizeof(float)); /* the engine zeroes a block's at its backward */
+    if (m->grads) memset(m->grads, 0, m->n_gflat * sizeof(float)); /* the engine zeroes a block's at its backward */
     m->grads_live = 0;
 }
 
 hpt_status gpt2_grads_overflow(hpt_gpt2 *m, int *overflow) {
     *overflow = 0;
     if (m->eng) HPT_CHECK(eng_grads_overflow(m->eng, overflow));
-    if (m->grads && k_nonfinite(m->grads, m->n_flat)) *overflow = 1;
+    if (m->grads && k_nonfinite(m->grads, m->n_gflat)) *overflow = 1;
     return HPT_OK;
 }
 
 void hpt_gpt2_release_grads(hpt_gpt2 *m) {
-    hpt_mem_free(m->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, m->grads, m->n_flat * sizeof(float));
+    hpt_mem_free(m->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, m->grads, m->n_gflat * sizeof(float));
     m->grads = NULL;
     memset(&m->g, 0, sizeof m->g);
 }
@@ -420,8 +461,8 @@ static int dropped(const hpt_gpt2_act_opts *o, int L, int l, const char *name) {
  * point_bufs. A kept field of block l is one buffer, from its forward to its backward; a
  * dropped one is two: a transient one its forward writes (flayers[l]) and the recomputed one
  * its backward reads (layers[l]). */
-static size_t plan_acts(const hpt_gpt2_config *c, const hpt_gpt2_act_opts *o, int B, int T,
-                        gpt2_acts *a, gpt2_layer_acts *layers, gpt2_layer_acts *flayers,
+static size_t plan_acts(const hpt_gpt2_config *c, const hpt_gpt2_act_opts *o, int vc, int B,
+                        int T, gpt2_acts *a, gpt2_layer_acts *layers, gpt2_layer_acts *flayers,
                         gpt2_buf *bufs, int *n_out, store_plan *sp) {
     const int L = c->L;
     size_t BT = (size_t)B * T, C = (size_t)c->C, NH = (size_t)c->NH, f = sizeof(float);
@@ -432,7 +473,10 @@ static size_t plan_acts(const hpt_gpt2_config *c, const hpt_gpt2_act_opts *o, in
 #define BUF(p, nm, lay, nbytes, t0, t1) \
     bufs[n++] = (gpt2_buf){(void **)&(p), nm, lay, nbytes, t0, t1, 0}
     BUF(a->inputs, "inputs", -1, BT * 4, 0, TP_ENC_B(L));
-    BUF(a->targets, "targets", -1, BT * 4, 0, TP_HEAD_B(L));
+    /* vc > 0 (chunked embeddings, embed.c): a row-chunked head's logits are (rows, vc), and the
+     * targets, lnf, lse and the logits live on to the encoder's backward (wte's deferred update) */
+    const int t_head = vc ? TP_ENC_B(L) : TP_HEAD_B(L);
+    BUF(a->targets, "targets", -1, BT * 4, 0, t_head);
     BUF(a->encoded, "encoded", -1, BT * C * f, 0, TP_BLOCK_B(L, 0));
     for (int l = 0; l < L; l++) {
         int tf = TP_BLOCK_F(l), tb = TP_BLOCK_B(L, l);
@@ -470,12 +514,13 @@ static size_t plan_acts(const hpt_gpt2_config *c, const hpt_gpt2_act_opts *o, in
             }
         }
     }
-    BUF(a->lnf, "lnf", -1, BT * C * f, TP_HEAD_F(L), TP_HEAD_B(L));
+    BUF(a->lnf, "lnf", -1, BT * C * f, TP_HEAD_F(L), t_head);
     BUF(a->lnf_mean, "lnf_mean", -1, BT * f, TP_HEAD_F(L), TP_HEAD_B(L));
     BUF(a->lnf_rstd, "lnf_rstd", -1, BT * f, TP_HEAD_F(L), TP_HEAD_B(L));
     size_t head_rows = o->head_chunk > 0 && (size_t)o->head_chunk < BT ? (size_t)o->head_chunk : BT;
-    BUF(a->logits, "logits", -1, head_rows * (size_t)c->Vp * f, TP_HEAD_F(L), TP_HEAD_B(L));
-    BUF(a->lse, "lse", -1, BT * f, TP_HEAD_F(L), TP_HEAD_B(L));
+    size_t lw = vc && head_rows < BT ? (size_t)vc : (size_t)c->Vp; /* embed.c: (rows, vc) */
+    BUF(a->logits, "logits", -1, head_rows * lw * f, TP_HEAD_F(L), t_head);
+    BUF(a->lse, "lse", -1, BT * f, TP_HEAD_F(L), t_head);
     BUF(a->losses, "losses", -1, BT * f, TP_HEAD_F(L), TP_HEAD_F(L));
     BUF(a->dres, "dres", -1, BT * C * f, TP_HEAD_B(L), TP_ENC_B(L));
     BUF(a->dsmall, "dsmall", -1, BT * C * f, TP_HEAD_B(L), TP_BLOCK_B(L, 0));
@@ -596,7 +641,7 @@ hpt_gpt2_act_opts hpt_gpt2_get_act_opts(const hpt_gpt2 *m) { return m->act; }
 
 /* The plan's bytes per tier (see hpt_gpt2_act_tier_bytes); HPT_ERR_OOM when it cannot plan. */
 static hpt_status plan_tiers(const hpt_gpt2_config *cfg, int B, int T, const hpt_gpt2_act_opts *o,
-                             uint64_t out[HPT_TIER_COUNT]) {
+                             int vc, uint64_t out[HPT_TIER_COUNT]) {
     for (int t = 0; t < HPT_TIER_COUNT; t++) out[t] = 0;
     HPT_CHECK(check_act_opts(o));
     gpt2_acts a;
@@ -609,7 +654,7 @@ static hpt_status plan_tiers(const hpt_gpt2_config *cfg, int B, int T, const hpt
     hpt_status s = HPT_ERR_OOM;
     int n;
     if (layers && flayers && bufs && sp.astore && sp.soff && sp.sbytes) {
-        out[HPT_TIER_DEVICE] = plan_acts(cfg, o, B, T, &a, layers, flayers, bufs, &n, &sp);
+        out[HPT_TIER_DEVICE] = plan_acts(cfg, o, vc, B, T, &a, layers, flayers, bufs, &n, &sp);
         if (o->offload == HPT_OFFLOAD_HOST) out[HPT_TIER_HOST] = sp.off_bytes;
         if (o->offload == HPT_OFFLOAD_DISK) {
             out[HPT_TIER_DISK] = sp.off_bytes;
@@ -629,7 +674,12 @@ static hpt_status plan_tiers(const hpt_gpt2_config *cfg, int B, int T, const hpt
 hpt_status hpt_gpt2_act_tier_bytes(const hpt_gpt2_config *cfg, int B, int T,
                                    const hpt_gpt2_act_opts *o, uint64_t out[HPT_TIER_COUNT]) {
     hpt_gpt2_act_opts d = hpt_gpt2_act_defaults();
-    return plan_tiers(cfg, B, T, o ? o : &d, out);
+    return plan_tiers(cfg, B, T, o ? o : &d, 0, out);
+}
+
+hpt_status gpt2_act_tier_bytes_vc(const hpt_gpt2_config *cfg, int B, int T,
+                                  const hpt_gpt2_act_opts *o, int vc, uint64_t out[HPT_TIER_COUNT]) {
+    return plan_tiers(cfg, B, T, o, vc, out);
 }
 
 size_t hpt_gpt2_activation_bytes(const hpt_gpt2_config *cfg, int B, int T,
@@ -675,8 +725,8 @@ static hpt_status ensure_acts(hpt_gpt2 *m, int B, int T) {
     m->a.layer = m->layers;
     memset(m->layers, 0, (size_t)m->cfg.L * sizeof *m->layers);
     memset(m->flayers, 0, (size_t)m->cfg.L * sizeof *m->flayers);
-    size_t need = plan_acts(&m->cfg, &m->act, B, T, &m->a, m->layers, m->flayers, m->bufs,
-                            &m->n_bufs, &sp);
+    size_t need = plan_acts(&m->cfg, &m->act, m->emb != HPT_EMB_FULL ? m->Vc : 0, B, T, &m->a,
+                            m->layers, m->flayers, m->bufs, &m->n_bufs, &sp);
     if (!m->act_mem || need > m->act_bytes) {
         hpt_mem_free(m->mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, m->act_mem, m->act_bytes);
         m->act_mem = NULL;
@@ -912,7 +962,8 @@ hpt_status hpt_gpt2_forward(hpt_gpt2 *m, const int32_t *inputs, const int32_t *t
     memcpy(a->inputs, inputs, BT * sizeof(int32_t));
     m->has_targets = targets != NULL;
     if (targets) memcpy(a->targets, targets, BT * sizeof(int32_t));
-    k_encoder_forward(a->encoded, a->inputs, p->wte, p->wpe, B, T, C);
+    if (m->emb != HPT_EMB_FULL) emb_encoder_forward(m);
+    else k_encoder_forward(a->encoded, a->inputs, p->wte, p->wpe, B, T, C);
     hpt_status s = m->eng ? eng_begin_pass(m->eng, 1) : HPT_OK;
     for (int l = 0; l < L && s == HPT_OK; l++) {
         hpt_mem_set_layer(m->mem, l);
@@ -938,7 +989,13 @@ hpt_status hpt_gpt2_forward(hpt_gpt2 *m, const int32_t *inputs, const int32_t *t
     k_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->layer[L - 1].res3, p->lnfw, p->lnfb,
                         (int64_t)BT, C);
     m->loss = -1.0f;
-    if (head_rows(m) < BT) {
+    if (m->emb != HPT_EMB_FULL) {
+        if (!targets)
+            return hpt_fail(HPT_ERR_UNSUPPORTED, "--embeddings %s computes the logits a vocabulary "
+                            "chunk at a time: a forward without targets needs full embeddings",
+                            hpt_embeddings_name((hpt_embeddings)m->emb));
+        emb_head_forward(m, head_rows(m));
+    } else if (head_rows(m) < BT) {
         if (!targets)
             return hpt_fail(HPT_ERR_UNSUPPORTED, "a chunked head (head_chunk %d) computes no full "
                             "logits: a forward without targets needs head_chunk 0", m->act.head_chunk);
@@ -981,7 +1038,8 @@ hpt_status hpt_gpt2_backward(hpt_gpt2 *m) {
     /* loss = mean_i (lse_i - logits[i, y_i]); logits = lnf @ wte^T:
      * dlnf = dlogits @ wte, dwte += dlogits^T @ lnf; chunk by chunk with a chunked head, whose
      * logits are recomputed first */
-    for (size_t r0 = 0; r0 < BT; r0 += head_rows(m)) {
+    if (m->emb != HPT_EMB_FULL) emb_head_backward(m, head_rows(m)); /* dlnf only (embed.c) */
+    for (size_t r0 = 0; r0 < BT && m->emb == HPT_EMB_FULL; r0 += head_rows(m)) {
         size_t n = HPT_MIN(head_rows(m), BT - r0);
         if (n < BT)
             k_matmul_forward(a->logits, a->lnf + r0 * C, p->wte, NULL, (int64_t)n, C, c->Vp, 0);
@@ -1067,8 +1125,10 @@ hpt_status hpt_gpt2_backward(hpt_gpt2 *m) {
         return s;
     }
     enter_time(m, TP_ENC_B(L));
-    /* encoded = wte[inputs] + wpe[t] */
-    k_encoder_backward(g->wte, g->wpe, a->dres, a->inputs, B, T, C);
+    /* encoded = wte[inputs] + wpe[t]; chunked embeddings: also the head's dwte, and wte's
+     * update chunk by chunk (embed.c) */
+    if (m->emb != HPT_EMB_FULL) emb_backward_end(m, head_rows(m));
+    else k_encoder_backward(g->wte, g->wpe, a->dres, a->inputs, B, T, C);
     m->grads_live = 1;
     enter_time(m, -1);
     return HPT_OK;

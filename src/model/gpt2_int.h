@@ -3,6 +3,7 @@
 #define HPT_GPT2_INT_H
 
 #include "hptrain.h"
+#include "kernels/kernels.h"
 
 #include <pthread.h>
 
@@ -96,14 +97,34 @@ typedef struct {
 
 struct offload_engine;
 
+/* The optimizer's update of n values of non-block tensor i from its value off (embed.c's
+ * deferred wte update; off a multiple of K_Q8_BLOCK and of a row): p the parameters there, g
+ * their gradients. Registered by hpt_optim_create (gpt2_set_emb_update). */
+typedef void (*gpt2_emb_update_fn)(void *ctx, int i, size_t off, k_param p, const float *g,
+                                   size_t n);
+
 struct hpt_gpt2 {
     hpt_gpt2_config cfg;
     hpt_mem *mem;         /* borrowed; outlives the model */
     size_t num_params;
     float *params;        /* (n_flat) device tier, params category */
     float *grads;         /* (n_flat) device tier, grads category */
-    size_t n_flat;        /* num_params; with the engine, the non-block tensors only: wte, wpe,
-                           * lnfw, lnfb back to back (gpt2_nonblock_offset) */
+    size_t n_flat;        /* floats of params: num_params; with the engine, the non-block
+                           * tensors only: wte, wpe, lnfw, lnfb back to back
+                           * (gpt2_nonblock_offset); with bf16 embeddings lnfw, lnfb only */
+    size_t n_gflat;       /* floats of grads: n_flat; with chunked or bf16 embeddings wpe,
+                           * lnfw, lnfb only (wte's gradient is one chunk, emb_grad) */
+    /* the tied embedding (hpt_embeddings; src/model/embed.c): FULL without the engine */
+    int emb;
+    int Vc;               /* CHUNKED, BF16: rows of wte per chunk */
+    uint16_t *emb_h;      /* BF16: (Vp*C + maxT*C) bf16 wte then wpe, device params */
+    uint16_t *emb_c;      /* BF16 with Kahan: their compensation (same shape), device params */
+    float *emb_rows;      /* BF16: (Vc, C) fp32 chunk of wte widened, device params */
+    float *emb_grad;      /* CHUNKED, BF16: (Vc, C) fp32 one chunk of wte's gradient, device grads */
+    double wte_sumsq;     /* CHUNKED, BF16: the last backward's sum of squares of wte's gradient,
+                           * chunk by chunk in order */
+    gpt2_emb_update_fn emb_upd; /* the optimizer's update of a chunk, or NULL */
+    void *emb_ctx;
     gpt2_tensors p, g;    /* with the engine, the block tensors' pointers are NULL */
     struct offload_engine *eng; /* the offload engine, or NULL (src/offload/engine.c) */
     int grads_live;       /* a backward has added gradients since the last zero_grad */
@@ -180,5 +201,39 @@ int optim_q8_per_slice(const hpt_gpt2_config *cfg);
  * sqrt(v) on the unsigned map without a 0 code (kernels/cpu/optim.c); 0, in files written
  * before the field, v itself on a map with a 0 code. */
 #define OPTIM_Q8_V_ROOT 1
+
+/* ---- embed.c: chunked and bf16 tied embeddings (HPT_EMB_CHUNKED, HPT_EMB_BF16) ---- */
+/* Device bytes of the model's non-block parameters and gradients with the engine (params and
+ * grads flat buffers, embed.c's bf16 homes and chunk buffers). */
+void gpt2_nonblock_bytes(const hpt_gpt2_config *c, const hpt_offload_opts *o, uint64_t *params,
+                         uint64_t *grads);
+/* Allocates what embeddings o->embeddings need beside params and grads (sets m->emb, m->Vc). */
+hpt_status emb_create(hpt_gpt2 *m, const hpt_offload_opts *o);
+void emb_free(hpt_gpt2 *m);
+/* Rows of wte the head computes at once; 0 for FULL (the arena plan's logits width). */
+int gpt2_vocab_chunk(const hpt_gpt2_config *c, const hpt_offload_opts *o);
+/* HPT_ERR_INVALID when a chunk's values (rows * C) are not a multiple of K_Q8_BLOCK. */
+hpt_status gpt2_vocab_chunk_check(const hpt_gpt2_config *c, const hpt_offload_opts *o);
+/* Parameters of non-block tensor i (0, 1, 14, 15) as the optimizer's kernels take them, and
+ * their gradients (NULL: wte with CHUNKED or BF16). */
+k_param gpt2_nonblock_param(hpt_gpt2 *m, int i);
+float *gpt2_nonblock_grad(hpt_gpt2 *m, int i);
+/* BF16: n values of tensor i (0 wte, 1 wpe) from value lo, widened into x / rounded from x
+ * (to nearest; Kahan: the compensation gets the residue). */
+void emb_get(const hpt_gpt2 *m, int i, size_t lo, float *x, size_t n);
+void emb_put(hpt_gpt2 *m, int i, size_t lo, const float *x, size_t n);
+/* The forward's encoder (a->encoded) and head (lse, losses, m->loss; needs targets), the
+ * backward's head (dlnf into a->dsmall), and the backward's end: wpe's gradient and wte's
+ * deferred update, chunk by chunk (see embed.c). */
+void emb_encoder_forward(hpt_gpt2 *m);
+void emb_head_forward(hpt_gpt2 *m, size_t rows);
+void emb_head_backward(hpt_gpt2 *m, size_t rows);
+void emb_backward_end(hpt_gpt2 *m, size_t rows);
+/* hpt_gpt2_act_tier_bytes with a head of vc vocabulary rows at a time (0: all). */
+hpt_status gpt2_act_tier_bytes_vc(const hpt_gpt2_config *cfg, int B, int T,
+                                  const hpt_gpt2_act_opts *o, int vc, uint64_t out[HPT_TIER_COUNT]);
+void gpt2_set_emb_update(hpt_gpt2 *m, gpt2_emb_update_fn fn, void *ctx);
+/* BF16 with Kahan: the compensation of wte, wpe ((Vp + maxT) * C bf16); NULL, 0 otherwise. */
+void gpt2_emb_comp(hpt_gpt2 *m, uint16_t **comp, size_t *n);
 
 #endif

@@ -85,8 +85,15 @@ hpt_status hpt_gpt2_init_random(hpt_gpt2 *m, uint64_t seed) {
     for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) {
         if (!m->eng) {
             init_range(c, t, i, seed, m->params + t[i].offset, 0, t[i].numel);
+        } else if (m->emb == HPT_EMB_BF16 && i < 2) { /* through the chunk scratch, rounded */
+            size_t piece = (size_t)m->Vc * (size_t)c->C;
+            for (size_t lo = 0; lo < t[i].numel; lo += piece) {
+                size_t n = HPT_MIN(piece, t[i].numel - lo);
+                init_range(c, t, i, seed, m->emb_rows, lo, n);
+                emb_put(m, i, lo, m->emb_rows, n);
+            }
         } else if (!gpt2_is_block_tensor(i)) {
-            init_range(c, t, i, seed, m->params + gpt2_nonblock_offset(c, i), 0, t[i].numel);
+            init_range(c, t, i, seed, gpt2_nonblock_param(m, i).f32, 0, t[i].numel);
         }
     }
     if (!m->eng) return HPT_OK;

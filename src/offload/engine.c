@@ -1192,7 +1192,7 @@ hpt_offload_opts hpt_offload_defaults(void) {
 int hpt_offload_active(const hpt_offload_opts *o) {
     return o && (o->params != HPT_TIER_DEVICE || o->grads != HPT_TIER_DEVICE ||
                  o->optim != HPT_TIER_DEVICE || o->fused || o->weights != HPT_BW_FP32 ||
-                 o->grad_home != HPT_GH_FP32);
+                 o->grad_home != HPT_GH_FP32 || o->embeddings != HPT_EMB_FULL);
 }
 
 static int parse_tier(const char *t, size_t n, hpt_tier *out) {
@@ -1248,6 +1248,16 @@ hpt_status hpt_offload_check(const hpt_offload_opts *o) {
         return hpt_fail(HPT_ERR_UNSUPPORTED, "--grad-home %s: with --fused-update gradients never "
                         "go to a home (each block is updated from its device slot)",
                         hpt_grad_home_name((hpt_grad_home)o->grad_home));
+    if ((unsigned)o->embeddings >= HPT_EMB_COUNT || o->vocab_chunk < 0)
+        return hpt_fail(HPT_ERR_INVALID, "offload: unknown embeddings %d or vocab chunk %d < 0",
+                        o->embeddings, o->vocab_chunk);
+    if (o->embeddings != HPT_EMB_FULL && !o->fused)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--embeddings %s updates wte chunk by chunk at the end "
+                        "of the backward: it needs --fused-update",
+                        hpt_embeddings_name((hpt_embeddings)o->embeddings));
+    if (o->embeddings == HPT_EMB_BF16 && o->weights == HPT_BW_FP32)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--embeddings bf16 rounds as the blocks' weights do: "
+                        "it needs --weights bf16-sr or bf16-kahan");
     if (o->max_active < 1 || o->prefetch < 0 || o->prefetch >= o->max_active)
         return hpt_fail(HPT_ERR_INVALID, "offload: --max-active-layers %d and --prefetch %d need "
                         "K >= 1 and 0 <= P < K", o->max_active, o->prefetch);
@@ -1282,4 +1292,19 @@ hpt_status hpt_grad_home_parse(const char *text, hpt_grad_home *out) {
 
 const char *hpt_grad_home_name(hpt_grad_home g) {
     return (unsigned)g < HPT_GH_COUNT ? k_grad_home_name[g] : "?";
+}
+
+static const char *const k_emb_name[HPT_EMB_COUNT] = {"full", "chunked", "bf16"};
+
+hpt_status hpt_embeddings_parse(const char *text, hpt_embeddings *out) {
+    for (int i = 0; i < HPT_EMB_COUNT; i++)
+        if (!strcmp(text, k_emb_name[i])) {
+            *out = (hpt_embeddings)i;
+            return HPT_OK;
+        }
+    return hpt_fail(HPT_ERR_INVALID, "embeddings '%s': expected full, chunked or bf16", text);
+}
+
+const char *hpt_embeddings_name(hpt_embeddings e) {
+    return (unsigned)e < HPT_EMB_COUNT ? k_emb_name[e] : "?";
 }

@@ -209,39 +209,42 @@ uint64_t hpt_optim_state_bytes(const hpt_gpt2_config *cfg, const hpt_adamw_opts 
     return s;
 }
 
-/* Slice s of tensor i's state for moment base (B_M or B_V) with map. */
-static k_state slice_state(const hpt_optim *op, int i, size_t s, int base, const float *map) {
+/* Slice s of tensor i's state for moment base (B_M or B_V) with map, from the slice's value
+ * off (a multiple of K_Q8_BLOCK). */
+static k_state slice_state(const hpt_optim *op, int i, size_t s, size_t off, int base,
+                           const float *map) {
     const tensor_layout *tl = &op->lay.t[i];
     k_state st = {0};
     if (!tl->q8) {
-        st.f32 = (float *)op->buf[base] + tl->f32_off + s * tl->sn;
+        st.f32 = (float *)op->buf[base] + tl->f32_off + s * tl->sn + off;
     } else {
-        st.codes = (uint8_t *)op->buf[base + 1] + tl->q_off + s * tl->sn;
-        st.absmax = (float *)op->buf[base + 2] + tl->sc_off + s * tl->sc_per;
+        st.codes = (uint8_t *)op->buf[base + 1] + tl->q_off + s * tl->sn + off;
+        st.absmax = (float *)op->buf[base + 2] + tl->sc_off + s * tl->sc_per + off / K_Q8_BLOCK;
         st.map = map;
         st.lut = k_q8_lut_of(map == op->map_signed); /* fast encoding of the same map */
     }
     return st;
 }
 
-/* The step of slice s of tensor i (its sn parameters p and gradients g) from this file's
- * state; scale multiplies each gradient (clipping, accumulation's 1/K). */
-static void update_slice(hpt_optim *op, int i, size_t s, k_param kp, const float *g, float lr,
-                         float scale) {
+/* The step of values [off, off + n) of slice s of tensor i (parameters p and gradients g from
+ * there) from this file's state; scale multiplies each gradient (clipping, accumulation's
+ * 1/K). off is a multiple of K_Q8_BLOCK and of Adam-mini's block, n of the latter (a whole
+ * slice, or a chunk of wte: embed.c). */
+static void update_range(hpt_optim *op, int i, size_t s, size_t off, k_param kp, const float *g,
+                         size_t n, float lr, float scale) {
     const hpt_adamw_opts *o = &op->o;
     const tensor_layout *tl = &op->lay.t[i];
-    size_t n = tl->sn;
     float *p = kp.f32;
     float wd = op->wd[i];
-    k_state m = slice_state(op, i, s, B_M, op->map_signed);
+    k_state m = slice_state(op, i, s, off, B_M, op->map_signed);
     switch ((hpt_optim_kind)o->optimizer) {
     case HPT_OPTIM_ADAMW:
         if (m.f32 && p) /* the reference path, unchanged */
-            k_adamw(p, g, m.f32, slice_state(op, i, s, B_V, NULL).f32, n, lr, o->beta1, o->beta2,
-                    o->eps, wd, scale, op->t);
+            k_adamw(p, g, m.f32, slice_state(op, i, s, off, B_V, NULL).f32, n, lr, o->beta1,
+                    o->beta2, o->eps, wd, scale, op->t);
         else
-            k_adamw_q(kp, g, m, slice_state(op, i, s, B_V, op->map_unsigned), n, lr, o->beta1,
-                      o->beta2, o->eps, wd, scale, op->t);
+            k_adamw_q(kp, g, m, slice_state(op, i, s, off, B_V, op->map_unsigned), n, lr,
+                      o->beta1, o->beta2, o->eps, wd, scale, op->t);
         break;
     case HPT_OPTIM_LION:
         k_lion(kp, g, m, n, lr, o->beta1, o->beta2, wd, scale);
@@ -250,12 +253,30 @@ static void update_slice(hpt_optim *op, int i, size_t s, k_param kp, const float
         k_sgd(kp, g, m, n, lr, o->beta1, wd, scale);
         break;
     case HPT_OPTIM_ADAM_MINI:
-        k_adam_mini(kp, g, m, (float *)op->buf[B_V] + tl->v_off + s * (n / tl->row), n, tl->row,
-                    lr, o->beta1, o->beta2, o->eps, wd, scale, op->t);
+        k_adam_mini(kp, g, m, (float *)op->buf[B_V] + tl->v_off + (s * tl->sn + off) / tl->row, n,
+                    tl->row, lr, o->beta1, o->beta2, o->eps, wd, scale, op->t);
         break;
     case HPT_OPTIM_COUNT:
         break;
     }
+}
+
+/* The step of slice s of tensor i, whole. */
+static void update_slice(hpt_optim *op, int i, size_t s, k_param kp, const float *g, float lr,
+                         float scale) {
+    update_range(op, i, s, 0, kp, g, op->lay.t[i].sn, lr, scale);
+}
+
+/* The seed of this step's stochastic rounding of bf16 weights. */
+static uint64_t sr_seed(const hpt_optim *op) { return 0x9e3779b97f4a7c15ull * (uint64_t)op->t; }
+
+/* The model's deferred update of a chunk of wte (chunked embeddings, src/model/embed.c), with
+ * the fused step's learning rate and clip factor. */
+static void emb_update(void *ctx, int i, size_t off, k_param p, const float *g, size_t n) {
+    hpt_optim *op = ctx;
+    if (!op->armed) return; /* a backward outside a step's begin and end: gradients only */
+    p.seed = sr_seed(op);
+    update_range(op, i, 0, off, p, g, n, op->lr_now, op->scale_now);
 }
 
 /* The engine's update of slice `slice` of block l (the worker's thread or ours): AdamW fp32 on
@@ -266,7 +287,7 @@ static void eng_update(void *ctx, int l, int slice, k_param p, const float *g, f
     if (!op->armed) return; /* a backward outside a step's begin and end: gradients only */
     const hpt_adamw_opts *o = &op->o;
     int i = GPT2_FIRST_BLOCK_TENSOR + slice;
-    p.seed = 0x9e3779b97f4a7c15ull * (uint64_t)op->t; /* bf16 stochastic rounding: per step */
+    p.seed = sr_seed(op); /* bf16 stochastic rounding: per step */
     if (op->eng_homes && p.f32)
         k_adamw(p.f32, g, m, v, n, op->lr_now, o->beta1, o->beta2, o->eps, op->wd[i],
                 op->scale_now, op->t);
@@ -307,6 +328,7 @@ hpt_status hpt_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts 
         s = hpt_mem_alloc(mem, home, HPT_CAT_OPTIM, op->lay.bytes[i], &op->buf[i]);
     }
     if (s == HPT_OK && model->eng) s = eng_attach_optim(model->eng, eng_update, op, op->eng_homes);
+    if (s == HPT_OK && model->emb != HPT_EMB_FULL) gpt2_set_emb_update(model, emb_update, op);
     if (s != HPT_OK) {
         hpt_optim_free(op);
         return hpt_fail_ctx(s, "allocating %s state", k_names[o->optimizer]);
@@ -318,6 +340,7 @@ hpt_status hpt_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts 
 void hpt_optim_free(hpt_optim *op) {
     if (!op) return;
     if (op->model->eng) eng_detach_optim(op->model->eng);
+    gpt2_set_emb_update(op->model, NULL, NULL);
     for (int i = 0; i < HPT_OPTIM_NUM_BUFS; i++)
         hpt_mem_free(op->mem, op->tier[i], HPT_CAT_OPTIM, op->buf[i], op->lay.bytes[i]);
     free(op);
@@ -392,7 +415,8 @@ static double grad_sumsq(const hpt_optim *op) {
     hpt_gpt2_tensors(c, t);
     size_t sn[GPT2_BLOCK_SLICES];
     gpt2_block_slices(c, sn);
-    double s = k_sumsq(m->g.wte, t[0].numel);
+    /* chunked embeddings: wte's sum of squares, chunk by chunk, from the backward (embed.c) */
+    double s = m->emb != HPT_EMB_FULL ? m->wte_sumsq : k_sumsq(m->g.wte, t[0].numel);
     s += k_sumsq(m->g.wpe, t[1].numel);
     for (int l = 0; l < c->L; l++) {
         double b = 0.0;
@@ -409,13 +433,14 @@ static double grad_sumsq(const hpt_optim *op) {
     return s;
 }
 
-/* The non-block tensors of an engine's model (its flat buffers). */
+/* The non-block tensors of an engine's model (wte's chunks already, with chunked embeddings). */
 static void update_nonblock(hpt_optim *op, float lr, float scale) {
     hpt_gpt2 *model = op->model;
     for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) {
-        if (gpt2_is_block_tensor(i)) continue;
-        size_t off = gpt2_nonblock_offset(&model->cfg, i);
-        update_slice(op, i, 0, k_param_f32(model->params + off), model->grads + off, lr, scale);
+        if (gpt2_is_block_tensor(i) || (i == 0 && model->emb != HPT_EMB_FULL)) continue;
+        k_param kp = gpt2_nonblock_param(model, i);
+        kp.seed = sr_seed(op);
+        update_slice(op, i, 0, kp, gpt2_nonblock_grad(model, i), lr, scale);
     }
 }
 

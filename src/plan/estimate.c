@@ -141,12 +141,14 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     if (o->training) HPT_CHECK(optim_bytes(o, &dev[HPT_CAT_OPTIM])); /* hpt_optim_create */
     if (hpt_offload_active(&o->offload)) {
         HPT_CHECK(hpt_offload_check(&o->offload));
+        HPT_CHECK(gpt2_vocab_chunk_check(c, &o->offload));
         /* AdamW fp32: the blocks' m and v in the engine's homes; else the whole state in
          * optim.c's buffers (above), in the optim home's tier (device or host) */
         int mv_homes = o->optimizer == HPT_OPTIM_ADAMW && (o->state_bits == 0 || o->state_bits == 32);
         if (o->training) HPT_CHECK(eng_check_optim(&o->offload, mv_homes));
         uint64_t nf = gpt2_nonblock_floats(c), eb[HPT_TIER_COUNT][HPT_CAT_COUNT];
-        dev[HPT_CAT_PARAMS] = dev[HPT_CAT_GRADS] = nf * 4; /* hpt_gpt2_create_offload */
+        /* hpt_gpt2_create_offload, with the embeddings' own buffers (src/model/embed.c) */
+        gpt2_nonblock_bytes(c, &o->offload, &dev[HPT_CAT_PARAMS], &dev[HPT_CAT_GRADS]);
         if (mv_homes) {
             dev[HPT_CAT_OPTIM] = o->training ? 2 * nf * 4 : 0; /* hpt_optim_create: m, v */
         } else if (o->offload.optim != HPT_TIER_DEVICE) {
@@ -158,7 +160,8 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
             for (int k = 0; k < HPT_CAT_COUNT; k++) out->bytes[t][k] += eb[t][k];
     }
     uint64_t at[HPT_TIER_COUNT];
-    HPT_CHECK(hpt_gpt2_act_tier_bytes(c, o->B, o->T, &o->act, at));
+    int vc = hpt_offload_active(&o->offload) ? gpt2_vocab_chunk(c, &o->offload) : 0;
+    HPT_CHECK(gpt2_act_tier_bytes_vc(c, o->B, o->T, &o->act, vc, at));
     size_t acts = (size_t)at[HPT_TIER_DEVICE];
     if (acts == 0) return hpt_fail(HPT_ERR_OOM, "no memory to plan the activation arena");
     dev[HPT_CAT_ACTS] = acts;                         /* ensure_acts, at the first forward */

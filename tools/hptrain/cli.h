@@ -48,13 +48,14 @@ int cli_load_tokenizer(const char *path, int need_encode, hpt_tokenizer **out);
 /* Parses one of those flags into act: 0, or a usage error's exit status (2). */
 int cli_parse_act_flag(const char *cmd, int opt, const char *arg, hpt_gpt2_act_opts *act);
 /* Option values of the offload engine's flags (--offload, --max-active-layers, --prefetch,
- * --fused-update, --weights, --grad-home), shared by train and estimate. */
+ * --fused-update, --weights, --grad-home, --embeddings), shared by train and estimate. */
 #define CLI_OPT_OFFLOAD 1501
 #define CLI_OPT_MAX_ACTIVE 1502
 #define CLI_OPT_PREFETCH 1503
 #define CLI_OPT_FUSED 1504
 #define CLI_OPT_WEIGHTS 1505
 #define CLI_OPT_GRAD_HOME 1506
+#define CLI_OPT_EMBEDDINGS 1507
 /* Parses one of those flags into o: 0, or a usage error's exit status (2). */
 int cli_parse_offload_flag(const char *cmd, int opt, const char *arg, hpt_offload_opts *o);
 /* Reads a whole file (or stdin for "-") into a malloc'd buffer. */
@@ -86,6 +87,7 @@ int cli_read_file(const char *path, char **data_out, size_t *len_out);
     {"offload", 1, 0, CLI_OPT_OFFLOAD}, {"max-active-layers", 1, 0, CLI_OPT_MAX_ACTIVE}, \
     {"prefetch", 1, 0, CLI_OPT_PREFETCH}, {"fused-update", 0, 0, CLI_OPT_FUSED}, \
     {"weights", 1, 0, CLI_OPT_WEIGHTS}, {"grad-home", 1, 0, CLI_OPT_GRAD_HOME}, \
+    {"embeddings", 1, 0, CLI_OPT_EMBEDDINGS}, \
     {"loss-scale", 1, 0, CLI_OPT_LOSS_SCALE}, {"loss-scale-init", 1, 0, CLI_OPT_LOSS_SCALE_INIT}, \
     {"loss-scale-window", 1, 0, CLI_OPT_LOSS_SCALE_WINDOW}, \
     {"schedule", 1, 0, 1701}, {"warmup-steps", 1, 0, 1702}, {"full-steps", 1, 0, 1703}, \
@@ -109,6 +111,13 @@ int cli_read_file(const char *path, char **data_out, size_t *len_out);
     "                       compute, updated with stochastic rounding or Kahan compensation\n" \
     "                       (uses the engine; bf16-kahan not with params=disk;\n" \
     "                       docs/optimizers.md)\n" \
+    "  --embeddings E       full (default), chunked or bf16 (needs --fused-update): the tied\n" \
+    "                       embedding's head runs over the vocabulary in chunks and wte is\n" \
+    "                       updated chunk by chunk after the backward, so its gradient is one\n" \
+    "                       chunk, not (V, C) fp32 (one more head GEMM per step; with\n" \
+    "                       --head-chunk the logits are (rows, chunk)); bf16 also\n" \
+    "                       keeps wte and wpe in bf16 with --weights' rounding (bf16-sr or\n" \
+    "                       bf16-kahan); no full logits (docs/optimizers.md)\n" \
     "  --grad-home P        fp32 (default), bf16 or fp16: the blocks' gradients kept at their\n" \
     "                       home (--offload grads=T, needs --offload; not with --fused-update)\n" \
     "                       in 2 bytes: narrowed after each block's backward, widened for\n" \

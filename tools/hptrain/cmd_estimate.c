@@ -97,10 +97,12 @@ static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t 
            hpt_act_compress_name(po->act.compress));
     const hpt_offload_opts *of = &po->offload;
     printf(",\"offload\":{\"params\":\"%s\",\"grads\":\"%s\",\"optim\":\"%s\","
-           "\"max_active_layers\":%d,\"prefetch\":%d,\"fused_update\":%s,\"grad_home\":\"%s\"}",
+           "\"max_active_layers\":%d,\"prefetch\":%d,\"fused_update\":%s,\"grad_home\":\"%s\","
+           "\"embeddings\":\"%s\"}",
            hpt_tier_name(of->params), hpt_tier_name(of->grads), hpt_tier_name(of->optim),
            of->max_active, of->prefetch, of->fused ? "true" : "false",
-           hpt_grad_home_name((hpt_grad_home)of->grad_home));
+           hpt_grad_home_name((hpt_grad_home)of->grad_home),
+           hpt_embeddings_name((hpt_embeddings)of->embeddings));
     printf(",\"activation_bytes\":%llu,\"num_params\":%llu,", (unsigned long long)e->activation_bytes,
            (unsigned long long)e->num_params);
     if (po->schedule == HPT_SCHEDULE_HYBRID) {
@@ -163,14 +165,15 @@ static void print_text(const char *model, const hpt_plan_opts *po, const hpt_est
            hpt_act_offload_name(po->act.offload), hpt_act_compress_name(po->act.compress));
     if (hpt_offload_active(&po->offload))
         printf("  offload engine: blocks' params on %s, grads on %s, optimizer state on %s; %d "
-               "blocks' params on the device, prefetch %d%s, weights %s, grad home %s "
-               "(docs/offload.md)\n",
+               "blocks' params on the device, prefetch %d%s, weights %s, grad home %s, "
+               "embeddings %s (docs/offload.md)\n",
                hpt_tier_name(po->offload.params), po->offload.fused ? "the device (fused: two "
                "blocks)" : hpt_tier_name(po->offload.grads), hpt_tier_name(po->offload.optim),
                po->offload.max_active, po->offload.prefetch,
                po->offload.fused ? ", fused update" : "",
                hpt_block_weights_name((hpt_block_weights)po->offload.weights),
-               hpt_grad_home_name((hpt_grad_home)po->offload.grad_home));
+               hpt_grad_home_name((hpt_grad_home)po->offload.grad_home),
+               hpt_embeddings_name((hpt_embeddings)po->offload.embeddings));
     printf("  the peak is the sum: everything is allocated at setup or at the first forward and\n"
            "  kept; acts is the activation arena planned from buffer lifetimes\n");
     if (budget) {
@@ -256,7 +259,7 @@ int cmd_estimate(int argc, char **argv) {
         case CLI_OPT_ACT_COMPRESS: case CLI_OPT_HEAD_CHUNK: r = cli_parse_act_flag("estimate", c, optarg, &po.act); break;
         case CLI_OPT_OFFLOAD: case CLI_OPT_MAX_ACTIVE: case CLI_OPT_PREFETCH:
         case CLI_OPT_FUSED:
-        case CLI_OPT_WEIGHTS:
+        case CLI_OPT_WEIGHTS: case CLI_OPT_EMBEDDINGS:
         case CLI_OPT_GRAD_HOME: r = cli_parse_offload_flag("estimate", c, optarg, &po.offload); break;
         case CLI_OPT_LOSS_SCALE: case CLI_OPT_LOSS_SCALE_INIT: case CLI_OPT_LOSS_SCALE_WINDOW: break;
         /* accepted for symmetry with train, checked as train checks them, no effect on memory */

@@ -239,7 +239,7 @@ int cmd_train(int argc, char **argv) {
         case CLI_OPT_ACT_COMPRESS: case CLI_OPT_HEAD_CHUNK: r = cli_parse_act_flag("train", c, optarg, &o.act); break;
         case CLI_OPT_OFFLOAD: case CLI_OPT_MAX_ACTIVE: case CLI_OPT_PREFETCH:
         case CLI_OPT_FUSED:
-        case CLI_OPT_WEIGHTS:
+        case CLI_OPT_WEIGHTS: case CLI_OPT_EMBEDDINGS:
         case CLI_OPT_GRAD_HOME: r = cli_parse_offload_flag("train", c, optarg, &o.offload);
             offload_set |= c == CLI_OPT_OFFLOAD;
             break;

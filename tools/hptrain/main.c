@@ -145,6 +145,13 @@ int cli_parse_offload_flag(const char *cmd, int opt, const char *arg, hpt_offloa
         o->grad_home = (int)g;
         break;
     }
+    case CLI_OPT_EMBEDDINGS: {
+        hpt_embeddings e;
+        if (hpt_embeddings_parse(arg, &e) != HPT_OK)
+            return cli_usage_error(cmd, "--embeddings: %s", hpt_last_error());
+        o->embeddings = (int)e;
+        break;
+    }
     default: o->fused = 1; break;
     }
     return r;

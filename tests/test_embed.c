@@ -1,0 +1,305 @@
+/* test_embed.c: the tied embedding without a whole gradient (hpt_offload_opts.embeddings,
+ * src/model/embed.c), 20 fused steps on a small model (V 100, Vp 128: padding rows; chunks of
+ * 48 rows: 48 + 48 + 32, the last one partly padding) with clipping on.
+ *   (a) chunked (fp32 storage): the first step's loss (the same weights, the chunked head
+ *       forward) equals the full head's within 1e-6 relative (measured: equal); the 20 steps'
+ *       losses and the final weights equal the full embeddings' fused run within the bounds
+ *       below, for AdamW 32-bit
+ *       and 8-bit and Adam-mini 8-bit (the chunked update is the whole tensor's update; only the
+ *       order of sums differs: dlnf over chunks, the norm; with a row-chunked head also the
+ *       running log-sum-exp); with a row-chunked head (head chunk 7 rows, not dividing B*T:
+ *       the (rows, chunk) logits path) likewise;
+ *   (b) bf16 embeddings (with bf16 block weights), stochastic rounding and Kahan, 8-bit AdamW:
+ *       the mean loss of the last 5 steps within 0.1% of the fp32 run's (measured: 1.5e-5 SR,
+ *       2.8e-5 Kahan); the gathered wte and wpe
+ *       are bf16 values;
+ *   (c) a bf16-kahan run with bf16 embeddings saved at step 8 and resumed ends with the
+ *       uninterrupted run's weights, losses and state file, bit for bit; the file holds the
+ *       section "emb_comp";
+ *   (d) every run's per-tier peak equals the estimator's (test_estimate.c checks each category);
+ *       the gradient category's peak shrinks by wte's gradient less one chunk;
+ *   (e) refusals: without --fused-update, bf16 embeddings with fp32 block weights, a vocab chunk
+ *       whose values are not a multiple of 256, a forward without targets. */
+#include "testlib.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SHAPE "gpt2:L=3,C=48,NH=6,V=100,T=32"
+#define STEPS 20
+#define VCHUNK 48
+
+/* Bounds of chunked vs full embeddings, per step's loss (relative) and for all weights after 20
+ * steps (||chunked - full|| / ||full||). Measured (2 threads): AdamW 32-bit 1.0e-7 and 3.0e-6;
+ * 8-bit states amplify the sums' last-bit differences where a value's code flips: AdamW 8-bit
+ * 4.2e-6 and 1.3e-4 (head chunk 7: 3.8e-6 and 1.2e-4), Adam-mini 8-bit 1.3e-6 and 4.7e-5. */
+#define LOSS_REL_F32 1e-6
+#define PARAM_REL_F32 3e-5
+#define LOSS_REL_Q8 3e-5
+#define PARAM_REL_Q8 1e-3
+
+static char g_train[512];
+
+static hpt_train_opts opts(void) {
+    hpt_train_opts o = hpt_train_defaults();
+    o.model = SHAPE;
+    o.data = g_train;
+    o.B = 2;
+    o.T = 16;
+    o.steps = STEPS;
+    o.lr = 3e-3f;
+    o.warmup = 3;
+    o.grad_clip = 1.0f;
+    o.offload = hpt_offload_defaults();
+    o.offload.fused = 1;
+    o.offload.vocab_chunk = VCHUNK;
+    return o;
+}
+
+typedef struct {
+    float losses[STEPS];
+    float *params;
+    size_t n;
+    uint64_t grads_peak; /* device tier, gradients category */
+} run_out;
+
+/* A run on a fresh hpt_mem; checks the estimator's per-tier peaks. */
+static void run(const hpt_train_opts *o, run_out *r, const char *what) {
+    hpt_mem *mem;
+    CHECK_OK(hpt_mem_create(&mem));
+    hpt_gpt2_config cfg;
+    CHECK_OK(hpt_gpt2_config_parse(SHAPE, &cfg));
+    r->n = hpt_gpt2_num_params(&cfg);
+    r->params = calloc(r->n, sizeof(float));
+    t_train_run(mem, o, 0, r->losses, NULL, r->params);
+    hpt_plan_opts po = hpt_plan_defaults();
+    po.cfg = cfg;
+    po.B = o->B;
+    po.T = o->T;
+    po.act = o->act;
+    po.offload = o->offload;
+    po.optimizer = o->adamw.optimizer;
+    po.state_bits = o->adamw.state_bits;
+    hpt_estimate e;
+    CHECK_OK(hpt_plan_estimate(&po, &e));
+    hpt_mem_stats st;
+    hpt_mem_get_stats(mem, &st);
+    for (int t = 0; t < HPT_TIER_COUNT; t++)
+        CHECK_MSG(e.peak_bytes[t] == st.peak_bytes[t], "%s: %s tier estimated %llu, measured %llu",
+                  what, hpt_tier_name((hpt_tier)t), (unsigned long long)e.peak_bytes[t],
+                  (unsigned long long)st.peak_bytes[t]);
+    r->grads_peak = st.peak_live_bytes[HPT_TIER_DEVICE][HPT_CAT_GRADS];
+    CHECK(t_device_live(mem) == 0);
+    hpt_mem_destroy(mem);
+}
+
+static double max_loss_rel(const run_out *a, const run_out *b) {
+    double w = 0.0;
+    for (int i = 0; i < STEPS; i++)
+        w = fmax(w, fabs((double)a->losses[i] - (double)b->losses[i]) / fabs((double)b->losses[i]));
+    return w;
+}
+
+/* (a), (d) */
+static void test_chunked(void) {
+    hpt_gpt2_config cfg;
+    CHECK_OK(hpt_gpt2_config_parse(SHAPE, &cfg));
+    static const struct {
+        int optimizer, bits;
+        const char *what;
+    } c[] = {{HPT_OPTIM_ADAMW, 32, "AdamW 32-bit"}, {HPT_OPTIM_ADAMW, 8, "AdamW 8-bit"},
+             {HPT_OPTIM_ADAM_MINI, 8, "Adam-mini 8-bit"}};
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        hpt_train_opts o = opts();
+        o.adamw = hpt_optim_defaults((hpt_optim_kind)c[i].optimizer);
+        o.adamw.lr = o.lr;
+        o.adamw.state_bits = c[i].bits;
+        run_out full, ch;
+        run(&o, &full, "full embeddings");
+        o.offload.embeddings = HPT_EMB_CHUNKED;
+        run(&o, &ch, "chunked embeddings");
+        double l0 = fabs((double)ch.losses[0] - (double)full.losses[0]) / (double)full.losses[0];
+        double lw = max_loss_rel(&ch, &full), pw = t_rel_err(ch.params, full.params, ch.n);
+        printf("%-16s chunked vs full: first loss rel %.2e, worst loss rel %.2e, weights rel %.2e; "
+               "gradient bytes %llu vs %llu\n", c[i].what, l0, lw, pw,
+               (unsigned long long)ch.grads_peak, (unsigned long long)full.grads_peak);
+        CHECK_MSG(l0 <= 1e-6, "%s: chunked head's first loss off by %.2e", c[i].what, l0);
+        double lb = c[i].bits == 8 ? LOSS_REL_Q8 : LOSS_REL_F32;
+        double pb = c[i].bits == 8 ? PARAM_REL_Q8 : PARAM_REL_F32;
+        CHECK_MSG(lw <= lb, "%s: chunked losses off by %.2e", c[i].what, lw);
+        CHECK_MSG(pw <= pb, "%s: chunked weights off by %.2e", c[i].what, pw);
+        uint64_t saved = ((uint64_t)cfg.Vp - VCHUNK) * (uint64_t)cfg.C * 4;
+        CHECK_MSG(full.grads_peak - ch.grads_peak == saved, "%s: gradient bytes %llu vs %llu, "
+                  "expected %llu less", c[i].what, (unsigned long long)ch.grads_peak,
+                  (unsigned long long)full.grads_peak, (unsigned long long)saved);
+        if (i == 1) { /* with a row-chunked head too */
+            run_out rc;
+            o.act.head_chunk = 7;
+            run(&o, &rc, "chunked embeddings, head chunk 7");
+            double rw = max_loss_rel(&rc, &full), rp = t_rel_err(rc.params, full.params, rc.n);
+            printf("%-16s chunked, head chunk 7 rows, vs full: worst loss rel %.2e, weights rel "
+                   "%.2e\n", c[i].what, rw, rp);
+            CHECK_MSG(rw <= lb && rp <= pb, "head chunk 7: off by %.2e, "
+                      "%.2e", rw, rp);
+            free(rc.params);
+        }
+        free(full.params);
+        free(ch.params);
+    }
+}
+
+static float round_bf16(float x) {
+    uint32_t b;
+    memcpy(&b, &x, 4);
+    b = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&x, &b, 4);
+    return x;
+}
+
+static double tail_mean(const float *l) {
+    double s = 0.0;
+    for (int i = STEPS - 5; i < STEPS; i++) s += (double)l[i];
+    return s / 5.0;
+}
+
+/* (b) */
+static void test_bf16(void) {
+    hpt_gpt2_config cfg;
+    CHECK_OK(hpt_gpt2_config_parse(SHAPE, &cfg));
+    hpt_train_opts o = opts();
+    o.adamw.state_bits = 8;
+    run_out f32;
+    run(&o, &f32, "fp32 weights, full embeddings");
+    size_t ne = ((size_t)cfg.Vp + (size_t)cfg.maxT) * (size_t)cfg.C; /* wte, wpe lead */
+    int ws[] = {HPT_BW_BF16_SR, HPT_BW_BF16_KAHAN};
+    for (int k = 0; k < 2; k++) {
+        hpt_train_opts b = o;
+        b.offload.weights = ws[k];
+        b.offload.embeddings = HPT_EMB_BF16;
+        run_out r;
+        run(&b, &r, "bf16 embeddings");
+        double rel = fabs(tail_mean(r.losses) - tail_mean(f32.losses)) / tail_mean(f32.losses);
+        printf("bf16 embeddings, %s, 8-bit AdamW: mean loss of the last 5 steps %.5f vs fp32 "
+               "%.5f (rel %.2e; first %.4f)\n", hpt_block_weights_name((hpt_block_weights)ws[k]),
+               tail_mean(r.losses), tail_mean(f32.losses), rel, (double)r.losses[0]);
+        CHECK_MSG(rel <= 1e-3, "bf16 embeddings %d: %.2e from fp32's loss", ws[k], rel);
+        CHECK(r.losses[STEPS - 1] < r.losses[0]);
+        int bf = 1;
+        for (size_t i = 0; i < ne; i++) bf &= round_bf16(r.params[i]) == r.params[i];
+        CHECK_MSG(bf, "bf16 embeddings %d: a gathered wte or wpe value is not a bf16 value", ws[k]);
+        free(r.params);
+    }
+    free(f32.params);
+}
+
+static unsigned char *read_all(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    *n = 0;
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc((size_t)len);
+    if (b && fread(b, 1, (size_t)len, f) == (size_t)len) *n = (size_t)len;
+    fclose(f);
+    return b;
+}
+
+/* (c) */
+static void test_kahan_resume(void) {
+    hpt_gpt2_config cfg;
+    CHECK_OK(hpt_gpt2_config_parse(SHAPE, &cfg));
+    size_t n = hpt_gpt2_num_params(&cfg);
+    hpt_train_opts o = opts(), a, b;
+    o.adamw.state_bits = 8;
+    o.offload.weights = HPT_BW_BF16_KAHAN;
+    o.offload.embeddings = HPT_EMB_BF16;
+    char dir_u[600], dir_a[600], dir_b[600], path[700], path2[700];
+    snprintf(dir_u, sizeof dir_u, "%s/emb_whole", t_tmpdir());
+    snprintf(dir_a, sizeof dir_a, "%s/emb_at8", t_tmpdir());
+    snprintf(dir_b, sizeof dir_b, "%s/emb_resumed", t_tmpdir());
+    hpt_mem *mem;
+    CHECK_OK(hpt_mem_create(&mem));
+    float lu[STEPS], lr[STEPS];
+    float *pu = calloc(n, sizeof(float)), *pr = calloc(n, sizeof(float));
+    a = o;
+    a.save_dir = dir_u;
+    t_train_run(mem, &a, 0, lu, NULL, pu);
+    a.save_dir = dir_a;
+    t_train_run(mem, &a, 8, lr, NULL, NULL);
+    b = o;
+    b.resume = dir_a;
+    b.save_dir = dir_b;
+    t_train_run(mem, &b, 0, lr, NULL, pr);
+    snprintf(path, sizeof path, "%s/state.bin", dir_u);
+    snprintf(path2, sizeof path2, "%s/state.bin", dir_b);
+    size_t nu, nb;
+    unsigned char *fu = read_all(path, &nu), *fb = read_all(path2, &nb);
+    CHECK_MSG(memcmp(pu, pr, n * sizeof(float)) == 0 &&
+              memcmp(lu + 8, lr + 8, (STEPS - 8) * sizeof(float)) == 0 && nu > 0 && nu == nb &&
+              memcmp(fu, fb, nu) == 0,
+              "bf16-kahan embeddings: saved at step 8 and resumed, not the uninterrupted run's bits "
+              "(state files of %zu and %zu bytes)", nu, nb);
+    CHECK_MSG(fu && memmem(fu, nu, "emb_comp", 9) != NULL, "no emb_comp section in %s", path);
+    free(fu);
+    free(fb);
+    free(pu);
+    free(pr);
+    CHECK(t_device_live(mem) == 0);
+    hpt_mem_destroy(mem);
+}
+
+/* (e) */
+static void test_refusals(void) {
+    hpt_offload_opts f = hpt_offload_defaults();
+    f.embeddings = HPT_EMB_CHUNKED;
+    CHECK_STATUS(hpt_offload_check(&f), HPT_ERR_UNSUPPORTED); /* not fused */
+    f.fused = 1;
+    CHECK_OK(hpt_offload_check(&f));
+    f.embeddings = HPT_EMB_BF16;
+    CHECK_STATUS(hpt_offload_check(&f), HPT_ERR_UNSUPPORTED); /* fp32 block weights */
+    f.weights = HPT_BW_BF16_SR;
+    CHECK_OK(hpt_offload_check(&f));
+    hpt_embeddings e;
+    CHECK_STATUS(hpt_embeddings_parse("half", &e), HPT_ERR_INVALID);
+    CHECK_OK(hpt_embeddings_parse("bf16", &e));
+    CHECK(e == HPT_EMB_BF16);
+    hpt_mem *mem;
+    CHECK_OK(hpt_mem_create(&mem));
+    hpt_gpt2_config cfg;
+    CHECK_OK(hpt_gpt2_config_parse(SHAPE, &cfg));
+    hpt_gpt2 *m = NULL;
+    f.vocab_chunk = 12; /* 12 * 48 = 576 values: not a multiple of 256 */
+    CHECK_STATUS(hpt_gpt2_create_offload(mem, &cfg, &f, &m), HPT_ERR_INVALID);
+    hpt_plan_opts po = hpt_plan_defaults();
+    po.cfg = cfg;
+    po.B = 2;
+    po.T = 16;
+    po.offload = f;
+    hpt_estimate est;
+    CHECK_STATUS(hpt_plan_estimate(&po, &est), HPT_ERR_INVALID); /* the estimator refuses it too */
+    CHECK(m == NULL && t_device_live(mem) == 0);
+    f.vocab_chunk = 16;
+    CHECK_OK(hpt_gpt2_create_offload(mem, &cfg, &f, &m));
+    CHECK_OK(hpt_gpt2_init_random(m, 7));
+    int32_t x[8] = {1, 2, 3, 4, 5, 6, 7, 99}, y[8] = {2, 3, 4, 5, 6, 7, 8, 0};
+    float loss;
+    CHECK_STATUS(hpt_gpt2_forward(m, x, NULL, 1, 8, &loss), HPT_ERR_UNSUPPORTED);
+    CHECK_OK(hpt_gpt2_forward(m, x, y, 1, 8, &loss));
+    CHECK(loss > 0.0f && isfinite(loss));
+    hpt_gpt2_free(m);
+    CHECK(t_device_live(mem) == 0);
+    hpt_mem_destroy(mem);
+}
+
+int main(void) {
+    hpt_set_threads(2);
+    t_make_shards(4242, 23, 5, 8, 6000, 0, g_train, NULL);
+    test_refusals();
+    test_chunked();
+    test_bf16();
+    test_kahan_resume();
+    return t_done("test_embed");
+}
