@@ -1130,6 +1130,9 @@ typedef struct {
     hpt_loss_scale_opts loss_scale; /* off by default; needed by fp16 gradient homes */
 } hpt_train_opts;
 hpt_train_opts hpt_train_defaults(void);
+/* The estimator's options for the run o describes on the shape cfg (what the trainer's budget
+ * check estimates; hpt_plan_estimate of it gives the run's peaks). */
+hpt_plan_opts hpt_train_plan_opts(const hpt_train_opts *o, const hpt_gpt2_config *cfg);
 
 typedef struct {
     int64_t step, total;   /* steps completed after this call, of total */

@@ -258,6 +258,44 @@ static void check_hybrid(int predictor, int checks, int check_weights) {
     hpt_mem_destroy(mem);
 }
 
+/* Trains o to its end on a fresh hpt_mem (disk files under dir, when not NULL) and checks the
+ * estimate of that run (hpt_train_plan_opts) against the measured peaks: every tier's peak and
+ * its bytes by category at the peak, byte for byte; prints the peaks. */
+static void check_trained(const hpt_train_opts *o, const char *dir, const char *what) {
+    hpt_mem *mem;
+    CHECK_OK(hpt_mem_create(&mem));
+    if (dir) CHECK_OK(hpt_mem_set_disk_dir(mem, dir));
+    hpt_trainer *tr = NULL;
+    CHECK_OK(hpt_trainer_create(mem, o, &tr));
+    while (tr && !hpt_trainer_done(tr)) {
+        hpt_train_progress p;
+        CHECK_OK(hpt_trainer_step(tr, &p));
+    }
+    hpt_trainer_free(tr);
+    hpt_mem_stats st;
+    hpt_mem_get_stats(mem, &st);
+    hpt_mem_destroy(mem);
+    hpt_gpt2_config cfg;
+    CHECK_OK(hpt_gpt2_config_parse(o->model, &cfg));
+    hpt_plan_opts po = hpt_train_plan_opts(o, &cfg);
+    hpt_estimate e;
+    CHECK_OK(hpt_plan_estimate(&po, &e));
+    printf("  %-34s estimate / measured peaks: device %llu / %llu, host %llu / %llu, disk %llu / "
+           "%llu\n", what, (unsigned long long)e.peak_bytes[0], (unsigned long long)st.peak_bytes[0],
+           (unsigned long long)e.peak_bytes[1], (unsigned long long)st.peak_bytes[1],
+           (unsigned long long)e.peak_bytes[2], (unsigned long long)st.peak_bytes[2]);
+    for (int t = 0; t < HPT_TIER_COUNT; t++) {
+        CHECK_MSG(e.peak_bytes[t] == st.peak_bytes[t], "%s: %s peak estimate %llu, measured %llu",
+                  what, hpt_tier_name((hpt_tier)t), (unsigned long long)e.peak_bytes[t],
+                  (unsigned long long)st.peak_bytes[t]);
+        for (int k = 0; k < HPT_CAT_COUNT; k++)
+            CHECK_MSG(e.bytes[t][k] == st.peak_live_bytes[t][k], "%s: %s %s estimate %llu, "
+                      "measured %llu", what, hpt_tier_name((hpt_tier)t),
+                      hpt_category_name((hpt_category)k), (unsigned long long)e.bytes[t][k],
+                      (unsigned long long)st.peak_live_bytes[t][k]);
+    }
+}
+
 /* The offload engine with bf16 block weights (bf16-sr on the host and on disk, fused and
  * exact; bf16-kahan on the device): every tier's bytes by category at its peak, and its peak,
  * equal the estimate (the bf16 homes, the fp32 slots, the disk home's bf16 staging blocks). */
@@ -274,9 +312,6 @@ static void check_bf16_weights(void) {
     char dir[600];
     snprintf(dir, sizeof dir, "%s/offload", t_tmpdir());
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
-        hpt_mem *mem;
-        CHECK_OK(hpt_mem_create(&mem));
-        CHECK_OK(hpt_mem_set_disk_dir(mem, dir));
         hpt_train_opts o = hpt_train_defaults();
         o.model = "gpt2:L=3,C=48,NH=6,V=100,T=32";
         o.data = g_train;
@@ -290,37 +325,7 @@ static void check_bf16_weights(void) {
         o.offload.optim = c[i].optim;
         o.offload.fused = c[i].fused;
         o.offload.weights = c[i].weights;
-        hpt_trainer *tr = NULL;
-        CHECK_OK(hpt_trainer_create(mem, &o, &tr));
-        while (tr && !hpt_trainer_done(tr)) {
-            hpt_train_progress p;
-            CHECK_OK(hpt_trainer_step(tr, &p));
-        }
-        hpt_trainer_free(tr);
-        hpt_mem_stats st;
-        hpt_mem_get_stats(mem, &st);
-        hpt_mem_destroy(mem);
-        hpt_plan_opts po = hpt_plan_defaults();
-        CHECK_OK(hpt_gpt2_config_parse(o.model, &po.cfg));
-        po.B = o.B;
-        po.T = o.T;
-        po.offload = o.offload;
-        hpt_estimate e;
-        CHECK_OK(hpt_plan_estimate(&po, &e));
-        printf("  %-26s estimate / measured peaks: device %llu / %llu, host %llu / %llu, disk %llu / "
-               "%llu\n", c[i].what, (unsigned long long)e.peak_bytes[0], (unsigned long long)st.peak_bytes[0],
-               (unsigned long long)e.peak_bytes[1], (unsigned long long)st.peak_bytes[1],
-               (unsigned long long)e.peak_bytes[2], (unsigned long long)st.peak_bytes[2]);
-        for (int t = 0; t < HPT_TIER_COUNT; t++) {
-            CHECK_MSG(e.peak_bytes[t] == st.peak_bytes[t], "%s: %s peak estimate %llu, measured %llu",
-                      c[i].what, hpt_tier_name((hpt_tier)t), (unsigned long long)e.peak_bytes[t],
-                      (unsigned long long)st.peak_bytes[t]);
-            for (int k = 0; k < HPT_CAT_COUNT; k++)
-                CHECK_MSG(e.bytes[t][k] == st.peak_live_bytes[t][k], "%s: %s %s estimate %llu, "
-                          "measured %llu", c[i].what, hpt_tier_name((hpt_tier)t),
-                          hpt_category_name((hpt_category)k), (unsigned long long)e.bytes[t][k],
-                          (unsigned long long)st.peak_live_bytes[t][k]);
-        }
+        check_trained(&o, dir, c[i].what);
     }
 }
 
@@ -342,8 +347,6 @@ static void check_embeddings(void) {
              {HPT_EMB_BF16, HPT_BW_BF16_SR, HPT_OPTIM_ADAM_MINI, 8, 0, 16, HPT_TIER_DEVICE,
               "bf16-sr, Adam-mini 8-bit"}};
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
-        hpt_mem *mem;
-        CHECK_OK(hpt_mem_create(&mem));
         hpt_train_opts o = hpt_train_defaults();
         o.model = "gpt2:L=3,C=48,NH=6,V=100,T=32";
         o.data = g_train;
@@ -363,40 +366,7 @@ static void check_embeddings(void) {
         o.offload.weights = c[i].weights;
         o.offload.embeddings = c[i].embeddings;
         o.offload.vocab_chunk = c[i].vocab_chunk;
-        hpt_trainer *tr = NULL;
-        CHECK_OK(hpt_trainer_create(mem, &o, &tr));
-        while (tr && !hpt_trainer_done(tr)) {
-            hpt_train_progress p;
-            CHECK_OK(hpt_trainer_step(tr, &p));
-        }
-        hpt_trainer_free(tr);
-        hpt_mem_stats st;
-        hpt_mem_get_stats(mem, &st);
-        hpt_mem_destroy(mem);
-        hpt_plan_opts po = hpt_plan_defaults();
-        CHECK_OK(hpt_gpt2_config_parse(o.model, &po.cfg));
-        po.B = o.B;
-        po.T = o.T;
-        po.has_val = 1;
-        po.act = o.act;
-        po.offload = o.offload;
-        po.optimizer = o.adamw.optimizer;
-        po.state_bits = o.adamw.state_bits;
-        hpt_estimate e;
-        CHECK_OK(hpt_plan_estimate(&po, &e));
-        printf("  %-30s estimate / measured peaks: device %llu / %llu, host %llu / %llu\n",
-               c[i].what, (unsigned long long)e.peak_bytes[0], (unsigned long long)st.peak_bytes[0],
-               (unsigned long long)e.peak_bytes[1], (unsigned long long)st.peak_bytes[1]);
-        for (int t = 0; t < HPT_TIER_COUNT; t++) {
-            CHECK_MSG(e.peak_bytes[t] == st.peak_bytes[t], "%s: %s peak estimate %llu, measured %llu",
-                      c[i].what, hpt_tier_name((hpt_tier)t), (unsigned long long)e.peak_bytes[t],
-                      (unsigned long long)st.peak_bytes[t]);
-            for (int k = 0; k < HPT_CAT_COUNT; k++)
-                CHECK_MSG(e.bytes[t][k] == st.peak_live_bytes[t][k], "%s: %s %s estimate %llu, "
-                          "measured %llu", c[i].what, hpt_tier_name((hpt_tier)t),
-                          hpt_category_name((hpt_category)k), (unsigned long long)e.bytes[t][k],
-                          (unsigned long long)st.peak_live_bytes[t][k]);
-        }
+        check_trained(&o, NULL, c[i].what);
     }
 }
 
@@ -602,9 +572,6 @@ static void check_grad_homes(void) {
     char dir[600];
     snprintf(dir, sizeof dir, "%s/grad_homes", t_tmpdir());
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        hpt_mem *mem;
-        CHECK_OK(hpt_mem_create(&mem));
-        CHECK_OK(hpt_mem_set_disk_dir(mem, dir));
         hpt_train_opts o = hpt_train_defaults();
         o.model = "gpt2:L=3,C=48,NH=6,V=100,T=32";
         o.data = g_train;
@@ -616,39 +583,11 @@ static void check_grad_homes(void) {
         o.offload.params = o.offload.grads = o.offload.optim = cases[i].t;
         o.offload.grad_home = cases[i].gh;
         o.loss_scale.mode = HPT_LOSS_SCALE_DYNAMIC;
-        hpt_trainer *tr = NULL;
-        CHECK_OK(hpt_trainer_create(mem, &o, &tr));
-        hpt_train_progress p;
-        while (tr && !hpt_trainer_done(tr)) CHECK_OK(hpt_trainer_step(tr, &p));
-        hpt_gpt2_config cfg = *hpt_gpt2_get_config(hpt_trainer_model(tr));
-        hpt_trainer_free(tr);
-        hpt_mem_stats st;
-        hpt_mem_get_stats(mem, &st);
-        hpt_mem_destroy(mem);
-        hpt_plan_opts po = hpt_plan_defaults();
-        po.cfg = cfg;
-        po.B = o.B;
-        po.T = o.T;
-        po.accum = o.accum;
-        po.offload = o.offload;
-        hpt_estimate e;
-        CHECK_OK(hpt_plan_estimate(&po, &e));
-        printf("  grad home %s on %s, accum %d: device %llu, host %llu, disk %llu bytes (grads: "
-               "%llu on the home's tier)\n", hpt_grad_home_name((hpt_grad_home)cases[i].gh),
-               hpt_tier_name(cases[i].t), cases[i].accum,
-               (unsigned long long)st.peak_bytes[HPT_TIER_DEVICE],
-               (unsigned long long)st.peak_bytes[HPT_TIER_HOST],
-               (unsigned long long)st.peak_bytes[HPT_TIER_DISK],
-               (unsigned long long)st.peak_live_bytes[cases[i].t][HPT_CAT_GRADS]);
-        for (int t = 0; t < HPT_TIER_COUNT; t++) {
-            CHECK(e.peak_bytes[t] == st.peak_bytes[t]);
-            for (int c = 0; c < HPT_CAT_COUNT; c++)
-                CHECK_MSG(e.bytes[t][c] == st.peak_live_bytes[t][c], "grad home %s on %s: %s %s "
-                          "estimated %llu, measured %llu", hpt_grad_home_name((hpt_grad_home)cases[i].gh),
-                          hpt_tier_name(cases[i].t), hpt_tier_name((hpt_tier)t),
-                          hpt_category_name((hpt_category)c), (unsigned long long)e.bytes[t][c],
-                          (unsigned long long)st.peak_live_bytes[t][c]);
-        }
+        char what[96];
+        snprintf(what, sizeof what, "grad home %s on %s, accum %d",
+                 hpt_grad_home_name((hpt_grad_home)cases[i].gh), hpt_tier_name(cases[i].t),
+                 cases[i].accum);
+        check_trained(&o, dir, what);
     }
 }
 

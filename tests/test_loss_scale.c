@@ -162,22 +162,7 @@ static void run(const hpt_train_opts *o0, const run_ctl *c, run_out *r, const ch
     CHECK_MSG(live == 0, "%s: %llu bytes live after the trainer was freed", what, (unsigned long long)live);
     /* (e); not for a resumed run, whose setup holds the checkpoint's sections on the host a
      * moment (here the scaler's 24 bytes), which the estimate of a run does not count */
-    if (o.resume) {
-        hpt_mem_destroy(mem);
-        return;
-    }
-    hpt_plan_opts po = hpt_plan_defaults();
-    po.cfg = cfg;
-    po.B = o.B;
-    po.T = o.T;
-    po.act = o.act;
-    po.offload = o.offload;
-    hpt_estimate e;
-    CHECK_OK(hpt_plan_estimate(&po, &e));
-    for (int t = 0; t < HPT_TIER_COUNT; t++)
-        CHECK_MSG(e.peak_bytes[t] == st.peak_bytes[t], "%s: %s tier estimated %llu, measured %llu",
-                  what, hpt_tier_name((hpt_tier)t), (unsigned long long)e.peak_bytes[t],
-                  (unsigned long long)st.peak_bytes[t]);
+    if (!o.resume) t_check_estimate(mem, &o, what);
     hpt_mem_destroy(mem);
 }
 

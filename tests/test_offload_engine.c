@@ -112,24 +112,7 @@ static void run(const hpt_train_opts *o, run_out *r, const char *what) {
     r->n = hpt_gpt2_num_params(&cfg);
     r->params = calloc(r->n, sizeof(float));
     t_train_run(mem, o, 0, r->losses, NULL, r->params);
-    /* (c) */
-    hpt_plan_opts po = hpt_plan_defaults();
-    po.cfg = cfg;
-    po.B = o->B;
-    po.T = o->T;
-    po.act = o->act;
-    po.offload = o->offload;
-    po.optimizer = o->adamw.optimizer;
-    po.state_bits = o->adamw.state_bits;
-    po.state32_embeddings = o->adamw.state32_embeddings;
-    hpt_estimate e;
-    CHECK_OK(hpt_plan_estimate(&po, &e));
-    hpt_mem_stats st;
-    hpt_mem_get_stats(mem, &st);
-    for (int t = 0; t < HPT_TIER_COUNT; t++)
-        CHECK_MSG(e.peak_bytes[t] == st.peak_bytes[t], "%s: %s tier estimated %llu, measured %llu",
-                  what, hpt_tier_name((hpt_tier)t), (unsigned long long)e.peak_bytes[t],
-                  (unsigned long long)st.peak_bytes[t]);
+    t_check_estimate(mem, o, what); /* (c) */
     hpt_mem_destroy(mem);
 }
 

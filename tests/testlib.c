@@ -67,6 +67,20 @@ void t_train_run(hpt_mem *mem, const hpt_train_opts *o, int64_t stop, float *los
     hpt_trainer_free(tr);
 }
 
+void t_check_estimate(const hpt_mem *mem, const hpt_train_opts *o, const char *what) {
+    hpt_gpt2_config cfg;
+    CHECK_OK(hpt_gpt2_config_parse(o->model, &cfg));
+    hpt_plan_opts po = hpt_train_plan_opts(o, &cfg);
+    hpt_estimate e;
+    CHECK_OK(hpt_plan_estimate(&po, &e));
+    hpt_mem_stats st;
+    hpt_mem_get_stats(mem, &st);
+    for (int t = 0; t < HPT_TIER_COUNT; t++)
+        CHECK_MSG(e.peak_bytes[t] == st.peak_bytes[t], "%s: %s tier estimated %llu, measured %llu",
+                  what, hpt_tier_name((hpt_tier)t), (unsigned long long)e.peak_bytes[t],
+                  (unsigned long long)st.peak_bytes[t]);
+}
+
 void t_sgd_steps(hpt_gpt2 *m, int B, int T, int steps, float *losses) {
     size_t n = (size_t)B * (size_t)T;
     int32_t *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);

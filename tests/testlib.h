@@ -49,6 +49,9 @@ void t_replan(hpt_gpt2 *m, int B, int T);
  * <tmp>/val_000000.bin (into val, which may be NULL when n_val is 0). */
 void t_make_shards(uint32_t seed, int mod, int period, int stride, size_t n_train, size_t n_val,
                    char train[512], char val[512]);
+/* Checks that the estimator's peak of every tier for the run o (hpt_train_plan_opts) equals the
+ * peak measured on mem; what names the run in a failure. */
+void t_check_estimate(const hpt_mem *mem, const hpt_train_opts *o, const char *what);
 /* Bytes live on the device tier, all categories. */
 uint64_t t_device_live(const hpt_mem *mem);
 

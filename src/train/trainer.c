@@ -242,23 +242,28 @@ static hpt_status check_budget(hpt_trainer *tr, hpt_gpt2_config *cfg, const char
     hpt_mem_stats st;
     hpt_mem_get_stats(tr->mem, &st);
     if (!st.budget_bytes[HPT_TIER_DEVICE]) return HPT_OK;
-    hpt_plan_opts po = hpt_plan_defaults();
     if (ckpt) HPT_CHECK(hpt_gpt2_read_config(ckpt, cfg));
-    po.cfg = *cfg;
-    po.B = tr->o.B;
-    po.T = tr->o.T;
-    po.accum = tr->o.accum;
-    po.has_val = tr->o.val != NULL;
-    po.optimizer = tr->o.adamw.optimizer;
-    po.state_bits = tr->o.adamw.state_bits;
-    po.state32_embeddings = tr->o.adamw.state32_embeddings;
-    po.act = tr->o.act;
-    po.offload = tr->o.offload;
-    po.schedule = tr->o.sched.kind;
-    po.predictor = tr->o.sched.predictor;
-    po.checks = tr->o.sched.check_every > 0;
-    po.check_weights = tr->o.sched.check_weights;
+    hpt_plan_opts po = hpt_train_plan_opts(&tr->o, cfg);
     return hpt_plan_check_budget(&po, st.budget_bytes[HPT_TIER_DEVICE], live0);
+}
+
+hpt_plan_opts hpt_train_plan_opts(const hpt_train_opts *o, const hpt_gpt2_config *cfg) {
+    hpt_plan_opts po = hpt_plan_defaults();
+    po.cfg = *cfg;
+    po.B = o->B;
+    po.T = o->T;
+    po.accum = o->accum;
+    po.has_val = o->val != NULL;
+    po.optimizer = o->adamw.optimizer;
+    po.state_bits = o->adamw.state_bits;
+    po.state32_embeddings = o->adamw.state32_embeddings;
+    po.act = o->act;
+    po.offload = o->offload;
+    po.schedule = o->sched.kind;
+    po.predictor = o->sched.predictor;
+    po.checks = o->sched.check_every > 0;
+    po.check_weights = o->sched.check_weights;
+    return po;
 }
 
 /* ---- the hybrid schedule's checkpoint sections ----
