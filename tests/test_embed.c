@@ -181,59 +181,22 @@ static void test_bf16(void) {
     free(f32.params);
 }
 
-static unsigned char *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    *n = 0;
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc((size_t)len);
-    if (b && fread(b, 1, (size_t)len, f) == (size_t)len) *n = (size_t)len;
-    fclose(f);
-    return b;
-}
-
 /* (c) */
 static void test_kahan_resume(void) {
     hpt_gpt2_config cfg;
     CHECK_OK(hpt_gpt2_config_parse(SHAPE, &cfg));
     size_t n = hpt_gpt2_num_params(&cfg);
-    hpt_train_opts o = opts(), a, b;
+    hpt_train_opts o = opts();
     o.adamw.state_bits = 8;
     o.offload.weights = HPT_BW_BF16_KAHAN;
     o.offload.embeddings = HPT_EMB_BF16;
-    char dir_u[600], dir_a[600], dir_b[600], path[700], path2[700];
-    snprintf(dir_u, sizeof dir_u, "%s/emb_whole", t_tmpdir());
-    snprintf(dir_a, sizeof dir_a, "%s/emb_at8", t_tmpdir());
-    snprintf(dir_b, sizeof dir_b, "%s/emb_resumed", t_tmpdir());
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
-    float lu[STEPS], lr[STEPS];
-    float *pu = calloc(n, sizeof(float)), *pr = calloc(n, sizeof(float));
-    a = o;
-    a.save_dir = dir_u;
-    t_train_run(mem, &a, 0, lu, NULL, pu);
-    a.save_dir = dir_a;
-    t_train_run(mem, &a, 8, lr, NULL, NULL);
-    b = o;
-    b.resume = dir_a;
-    b.save_dir = dir_b;
-    t_train_run(mem, &b, 0, lr, NULL, pr);
-    snprintf(path, sizeof path, "%s/state.bin", dir_u);
-    snprintf(path2, sizeof path2, "%s/state.bin", dir_b);
-    size_t nu, nb;
-    unsigned char *fu = read_all(path, &nu), *fb = read_all(path2, &nb);
-    CHECK_MSG(memcmp(pu, pr, n * sizeof(float)) == 0 &&
-              memcmp(lu + 8, lr + 8, (STEPS - 8) * sizeof(float)) == 0 && nu > 0 && nu == nb &&
-              memcmp(fu, fb, nu) == 0,
-              "bf16-kahan embeddings: saved at step 8 and resumed, not the uninterrupted run's bits "
-              "(state files of %zu and %zu bytes)", nu, nb);
-    CHECK_MSG(fu && memmem(fu, nu, "emb_comp", 9) != NULL, "no emb_comp section in %s", path);
+    unsigned char *fu;
+    size_t nu;
+    t_check_resume(mem, &o, 8, n, "emb", "bf16-kahan embeddings", &fu, &nu);
+    CHECK_MSG(fu && memmem(fu, nu, "emb_comp", 9) != NULL, "no emb_comp section in the state");
     free(fu);
-    free(fb);
-    free(pu);
-    free(pr);
     CHECK(t_device_live(mem) == 0);
     hpt_mem_destroy(mem);
 }

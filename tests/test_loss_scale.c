@@ -74,26 +74,11 @@ typedef struct {
     int64_t stop;        /* > 0: save after this step and stop */
 } run_ctl;
 
-static unsigned char *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc(*n);
-    if (b && fread(b, 1, *n, f) != *n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    return b;
-}
-
 static unsigned char *saved_state(hpt_trainer *tr, size_t *n) {
     char p[600];
     CHECK_OK(hpt_trainer_save(tr));
     snprintf(p, sizeof p, "%s/state.bin", g_save);
-    return read_all(p, n);
+    return t_read_file(p, n);
 }
 
 /* A run on a fresh hpt_mem, step by step; checks the estimated peak per tier (e). */

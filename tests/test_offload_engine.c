@@ -732,20 +732,6 @@ static void test_bf16_weights(void) {
 
 /* (i) helpers: a file's bytes, and the compensation of a state loaded into a model made with f
  * (into *comp_out, malloc'd, *n_out values; status of the load). */
-static unsigned char *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    unsigned char *b = NULL;
-    *n = 0;
-    if (f && fseek(f, 0, SEEK_END) == 0) {
-        long sz = ftell(f);
-        rewind(f);
-        b = sz > 0 ? malloc((size_t)sz) : NULL;
-        if (b && fread(b, 1, (size_t)sz, f) == (size_t)sz) *n = (size_t)sz;
-    }
-    if (f) fclose(f);
-    return b;
-}
-
 static void write_all(const char *path, const void *b, size_t n) {
     FILE *f = fopen(path, "wb");
     CHECK(f && fwrite(b, 1, n, f) == n);
@@ -792,40 +778,17 @@ static void test_kahan_resume(void) {
                  {off(HPT_TIER_HOST, HPT_TIER_DEVICE, HPT_TIER_HOST, 2, 1, 1), "fused, host"},
                  {off(HPT_TIER_DEVICE, HPT_TIER_DEVICE, HPT_TIER_DEVICE, 2, 1, 0), "exact, device"},
                  {off(HPT_TIER_HOST, HPT_TIER_HOST, HPT_TIER_HOST, 2, 1, 0), "exact, host"}};
-    char dir_u[600], dir_a[600], dir_b[600], path[700], path2[700];
+    char dir_a[600], dir_b[600], path[700], path2[700], tag[32], what[64];
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        hpt_train_opts o = opts(1.0f), a, b;
+        hpt_train_opts o = opts(1.0f);
         o.offload = cases[c].f;
         o.offload.weights = HPT_BW_BF16_KAHAN;
-        snprintf(dir_u, sizeof dir_u, "%s/kahan_whole%zu", t_tmpdir(), c);
-        snprintf(dir_a, sizeof dir_a, "%s/kahan_at8_%zu", t_tmpdir(), c);
-        snprintf(dir_b, sizeof dir_b, "%s/kahan_resumed%zu", t_tmpdir(), c);
         hpt_mem *mem;
         CHECK_OK(hpt_mem_create(&mem));
-        float lu[STEPS], lr[STEPS];
-        float *pu = calloc(n, sizeof(float)), *pr = calloc(n, sizeof(float));
-        a = o;
-        a.save_dir = dir_u;
-        t_train_run(mem, &a, 0, lu, NULL, pu);
-        a.save_dir = dir_a;
-        t_train_run(mem, &a, 8, lr, NULL, NULL);
-        b = o;
-        b.resume = dir_a;
-        b.save_dir = dir_b;
-        t_train_run(mem, &b, 0, lr, NULL, pr);
-        snprintf(path, sizeof path, "%s/state.bin", dir_u);
-        snprintf(path2, sizeof path2, "%s/state.bin", dir_b);
-        size_t nu, nb;
-        unsigned char *fu = read_all(path, &nu), *fb = read_all(path2, &nb);
-        CHECK_MSG(memcmp(pu, pr, n * sizeof(float)) == 0 &&
-                  memcmp(lu + 8, lr + 8, (STEPS - 8) * sizeof(float)) == 0 && nu > 0 && nu == nb &&
-                  memcmp(fu, fb, nu) == 0,
-                  "bf16-kahan %s: saved at step 8 and resumed, not the uninterrupted run's bits "
-                  "(state files of %zu and %zu bytes)", cases[c].what, nu, nb);
-        free(fu);
-        free(fb);
-        free(pu);
-        free(pr);
+        snprintf(tag, sizeof tag, "kahan%zu", c);
+        snprintf(what, sizeof what, "bf16-kahan %s", cases[c].what);
+        t_check_resume(mem, &o, 8, n, tag, what, NULL, NULL);
+        snprintf(dir_a, sizeof dir_a, "%s/%s_at", t_tmpdir(), tag); /* its step-8 state */
         /* the compensation restored carries information */
         uint16_t *comp;
         size_t nc;
@@ -901,7 +864,7 @@ static void test_kahan_resume(void) {
     size_t nc, nf;
     CHECK_OK(load_comp(mem, path, &o.offload, &comp, &nc));
     free(comp);
-    unsigned char *f = read_all(path, &nf);
+    unsigned char *f = t_read_file(path, &nf);
     size_t sb = nc * sizeof(uint16_t), data = nf - 12 - sb; /* the section's data, last before the crc */
     CHECK(f && nf > sb + 36 && !memcmp(f + data - 24, "bf16_comp", 10));
     snprintf(path2, sizeof path2, "%s/kahan_bad.bin", t_tmpdir());

@@ -67,6 +67,65 @@ void t_train_run(hpt_mem *mem, const hpt_train_opts *o, int64_t stop, float *los
     hpt_trainer_free(tr);
 }
 
+unsigned char *t_read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    *n = 0;
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = len > 0 ? malloc((size_t)len) : NULL;
+    if (b && fread(b, 1, (size_t)len, f) == (size_t)len) {
+        *n = (size_t)len;
+    } else {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    return b;
+}
+
+void t_check_resume(hpt_mem *mem, const hpt_train_opts *o, int64_t stop, size_t n,
+                    const char *tag, const char *what, unsigned char **state, size_t *state_n) {
+    char dir_u[600], dir_a[600], dir_b[600], path[700];
+    snprintf(dir_u, sizeof dir_u, "%s/%s_whole", t_tmpdir(), tag);
+    snprintf(dir_a, sizeof dir_a, "%s/%s_at", t_tmpdir(), tag);
+    snprintf(dir_b, sizeof dir_b, "%s/%s_resumed", t_tmpdir(), tag);
+    size_t steps = (size_t)o->steps;
+    float *lu = calloc(steps, sizeof(float)), *lr = calloc(steps, sizeof(float));
+    float *pu = calloc(n, sizeof(float)), *pr = calloc(n, sizeof(float));
+    CHECK(lu && lr && pu && pr);
+    hpt_train_opts a = *o;
+    a.save_dir = dir_u;
+    t_train_run(mem, &a, 0, lu, NULL, pu);
+    a.save_dir = dir_a;
+    t_train_run(mem, &a, stop, lr, NULL, NULL);
+    a.resume = dir_a;
+    a.save_dir = dir_b;
+    t_train_run(mem, &a, 0, lr, NULL, pr);
+    size_t nu, nb;
+    snprintf(path, sizeof path, "%s/state.bin", dir_u);
+    unsigned char *fu = t_read_file(path, &nu);
+    snprintf(path, sizeof path, "%s/state.bin", dir_b);
+    unsigned char *fb = t_read_file(path, &nb);
+    CHECK_MSG(memcmp(pu, pr, n * sizeof(float)) == 0 &&
+              memcmp(lu + stop, lr + stop, (steps - (size_t)stop) * sizeof(float)) == 0 &&
+              nu > 0 && nu == nb && memcmp(fu, fb, nu) == 0,
+              "%s: saved at step %lld and resumed, not the uninterrupted run's bits (state files "
+              "of %zu and %zu bytes)", what, (long long)stop, nu, nb);
+    if (state) {
+        *state = fu;
+        *state_n = nu;
+    } else {
+        free(fu);
+    }
+    free(fb);
+    free(lu);
+    free(lr);
+    free(pu);
+    free(pr);
+}
+
 void t_check_estimate(const hpt_mem *mem, const hpt_train_opts *o, const char *what) {
     hpt_gpt2_config cfg;
     CHECK_OK(hpt_gpt2_config_parse(o->model, &cfg));

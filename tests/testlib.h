@@ -49,6 +49,15 @@ void t_replan(hpt_gpt2 *m, int B, int T);
  * <tmp>/val_000000.bin (into val, which may be NULL when n_val is 0). */
 void t_make_shards(uint32_t seed, int mod, int period, int stride, size_t n_train, size_t n_val,
                    char train[512], char val[512]);
+/* The whole file at path (malloc'd; NULL, with *n 0, when it cannot be read). */
+unsigned char *t_read_file(const char *path, size_t *n);
+/* Exact resume: trains o on mem uninterrupted (saving into <tmp>/<tag>_whole), then stopped
+ * after step stop (<tmp>/<tag>_at) and resumed from there (<tmp>/<tag>_resumed); checks that
+ * the resumed run ends with the uninterrupted run's n weights, its losses after stop and its
+ * state.bin, byte for byte (what names the case in a failure). The uninterrupted run's
+ * state.bin is returned in *state (free it) when state is not NULL. */
+void t_check_resume(hpt_mem *mem, const hpt_train_opts *o, int64_t stop, size_t n,
+                    const char *tag, const char *what, unsigned char **state, size_t *state_n);
 /* Checks that the estimator's peak of every tier for the run o (hpt_train_plan_opts) equals the
  * peak measured on mem; what names the run in a failure. */
 void t_check_estimate(const hpt_mem *mem, const hpt_train_opts *o, const char *what);
