@@ -118,15 +118,8 @@ static void test_equivalence(hpt_mem *mem, int K, int B, float clip) {
 }
 
 static hpt_train_opts opts(int B, int K, const char *save, const char *resume) {
-    hpt_train_opts o = hpt_train_defaults();
-    o.model = SHAPE;
-    o.data = g_train;
-    o.B = B;
-    o.T = 16;
+    hpt_train_opts o = t_train_opts(SHAPE, g_train, B, 16, 8, 2);
     o.accum = K;
-    o.steps = 8;
-    o.lr = 3e-3f;
-    o.warmup = 2;
     o.save_dir = save;
     o.resume = resume;
     return o;

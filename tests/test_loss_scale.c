@@ -35,14 +35,7 @@ static char g_disk[512];
 static char g_save[512];
 
 static hpt_train_opts opts(void) {
-    hpt_train_opts o = hpt_train_defaults();
-    o.model = SHAPE;
-    o.data = g_train;
-    o.B = 2;
-    o.T = 16;
-    o.steps = STEPS;
-    o.lr = 3e-3f;
-    o.warmup = 3;
+    hpt_train_opts o = t_train_opts(SHAPE, g_train, 2, 16, STEPS, 3);
     o.grad_clip = 1.0f;
     return o;
 }

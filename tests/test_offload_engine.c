@@ -73,14 +73,7 @@ static void make_shard(void) {
 }
 
 static hpt_train_opts opts(float clip) {
-    hpt_train_opts o = hpt_train_defaults();
-    o.model = SHAPE;
-    o.data = g_train;
-    o.B = 2;
-    o.T = 16;
-    o.steps = STEPS;
-    o.lr = 3e-3f;
-    o.warmup = 3;
+    hpt_train_opts o = t_train_opts(SHAPE, g_train, 2, 16, STEPS, 3);
     o.grad_clip = clip;
     return o;
 }

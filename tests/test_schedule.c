@@ -164,15 +164,8 @@ static void test_transitions(void) {
 /* ---- trainer runs ---- */
 
 static hpt_train_opts hybrid_opts(int predictor, int64_t steps) {
-    hpt_train_opts o = hpt_train_defaults();
-    o.model = SHAPE;
-    o.data = g_train;
+    hpt_train_opts o = t_train_opts(SHAPE, g_train, 4, 16, steps, 5);
     o.val = g_val;
-    o.B = 4;
-    o.T = 16;
-    o.steps = steps;
-    o.lr = 3e-3f;
-    o.warmup = 5;
     o.eval_every = 0;
     o.val_batches = 4;
     o.sched.kind = HPT_SCHEDULE_HYBRID;

@@ -18,15 +18,8 @@ static void make_shards(void) {
 }
 
 static hpt_train_opts opts(const char *save, const char *resume) {
-    hpt_train_opts o = hpt_train_defaults();
-    o.model = "gpt2:L=2,C=32,NH=4,V=64,T=16";
-    o.data = g_train;
+    hpt_train_opts o = t_train_opts("gpt2:L=2,C=32,NH=4,V=64,T=16", g_train, 2, 16, 12, 3);
     o.val = g_val;
-    o.B = 2;
-    o.T = 16;
-    o.steps = 12;
-    o.lr = 3e-3f;
-    o.warmup = 3;
     o.eval_every = 4;
     o.val_batches = 2;
     o.save_dir = save;

@@ -67,6 +67,19 @@ void t_train_run(hpt_mem *mem, const hpt_train_opts *o, int64_t stop, float *los
     hpt_trainer_free(tr);
 }
 
+hpt_train_opts t_train_opts(const char *model, const char *data, int B, int T, int64_t steps,
+                            int64_t warmup) {
+    hpt_train_opts o = hpt_train_defaults();
+    o.model = model;
+    o.data = data;
+    o.B = B;
+    o.T = T;
+    o.steps = steps;
+    o.lr = 3e-3f;
+    o.warmup = warmup;
+    return o;
+}
+
 unsigned char *t_read_file(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
     *n = 0;

@@ -49,6 +49,10 @@ void t_replan(hpt_gpt2 *m, int B, int T);
  * <tmp>/val_000000.bin (into val, which may be NULL when n_val is 0). */
 void t_make_shards(uint32_t seed, int mod, int period, int stride, size_t n_train, size_t n_val,
                    char train[512], char val[512]);
+/* The tests' training options: model on the shards at data, batch B x T, steps steps with
+ * lr 3e-3 after warmup steps of warmup; the rest hpt_train_defaults'. */
+hpt_train_opts t_train_opts(const char *model, const char *data, int B, int T, int64_t steps,
+                            int64_t warmup);
 /* The whole file at path (malloc'd; NULL, with *n 0, when it cannot be read). */
 unsigned char *t_read_file(const char *path, size_t *n);
 /* Exact resume: trains o on mem uninterrupted (saving into <tmp>/<tag>_whole), then stopped
