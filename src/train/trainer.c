@@ -157,6 +157,10 @@ void hpt_trainer_inject_grad(hpt_trainer *tr, int64_t step, int layer, float val
     tr->fault_value = value;
 }
 
+/* Doubles (and floats, widened exactly) in a section's int64 fields, bit for bit. */
+static int64_t dbits(double d) { int64_t b; memcpy(&b, &d, 8); return b; }
+static double bitsd(int64_t b) { double d; memcpy(&d, &b, 8); return d; }
+
 /* ---- the loss scaler's checkpoint section "loss_scale": int64[LSS_N] ---- */
 enum { LSS_SCALE, LSS_CLEAN, LSS_SKIPPED, LSS_N };
 
@@ -172,8 +176,7 @@ static hpt_status restore_scaler(hpt_trainer *tr, const hpt_state_section *sec, 
     float scale = 0.0f;
     if (s->bytes == sizeof f) {
         memcpy(f, s->data, sizeof f);
-        uint32_t u = (uint32_t)f[LSS_SCALE];
-        memcpy(&scale, &u, sizeof scale);
+        scale = (float)bitsd(f[LSS_SCALE]);
     }
     if (!pow2_scale(scale) || f[LSS_CLEAN] < 0 || f[LSS_SKIPPED] < 0)
         return hpt_fail(HPT_ERR_FORMAT, "%s: the loss_scale section is malformed", path);
@@ -277,8 +280,6 @@ enum {
     HS_N = HS_LM + (int)(sizeof(lossmodel) / sizeof(double))
 };
 
-static int64_t dbits(double d) { int64_t b; memcpy(&b, &d, 8); return b; }
-static double bitsd(int64_t b) { double d; memcpy(&d, &b, 8); return d; }
 
 static void pack_schedule(const hpt_trainer *tr, int64_t f[HS_N]) {
     memset(f, 0, HS_N * sizeof *f);
@@ -557,9 +558,7 @@ hpt_status hpt_trainer_save(hpt_trainer *tr) {
     int n = 0;
     int64_t f[HS_N], lsf[LSS_N];
     if (tr->o.loss_scale.mode != HPT_LOSS_SCALE_OFF) {
-        uint32_t u;
-        memcpy(&u, &tr->ls, sizeof u);
-        lsf[LSS_SCALE] = (int64_t)u;
+        lsf[LSS_SCALE] = dbits((double)tr->ls);
         lsf[LSS_CLEAN] = tr->ls_clean;
         lsf[LSS_SKIPPED] = tr->ls_skipped;
         sec[n++] = (hpt_state_section){.name = "loss_scale", .data = lsf, .bytes = sizeof lsf};
