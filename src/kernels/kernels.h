@@ -162,6 +162,9 @@ int k_bf16_narrow(uint16_t *h, const float *x, size_t n);
 /* x (n) from h (n), exactly; x may be h's own bytes (in place). */
 void k_f16_widen(float *x, const uint16_t *h, size_t n);
 void k_bf16_widen(float *x, const uint16_t *h, size_t n);
+/* bf16 weights (the engine's blocks, bf16 embeddings): x (n) rounded to nearest even into h and,
+ * when c is not NULL, the residue x - h rounded into c (Kahan's compensation). One thread. */
+void k_bf16_split(uint16_t *h, uint16_t *c, const float *x, size_t n);
 /* 1 when any of x (n) is infinite or NaN. */
 int k_nonfinite(const float *x, size_t n);
 

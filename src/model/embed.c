@@ -150,20 +150,20 @@ float *gpt2_nonblock_grad(hpt_gpt2 *m, int i) {
     return g[i < 2 ? i : i - 12];
 }
 
+#define EMB_PIECE 16384 /* values per thread's piece of a long conversion */
+
 void emb_get(const hpt_gpt2 *m, int i, size_t lo, float *x, size_t n) {
     const uint16_t *h = m->emb_h + emb_off(m, i) + lo;
-#pragma omp parallel for simd schedule(static) if (n >= 65536)
-    for (size_t j = 0; j < n; j++) x[j] = bf16_widen(h[j]);
+#pragma omp parallel for schedule(static) if (n >= 4 * EMB_PIECE)
+    for (size_t j = 0; j < n; j += EMB_PIECE) k_bf16_widen(x + j, h + j, HPT_MIN(EMB_PIECE, n - j));
 }
 
 void emb_put(hpt_gpt2 *m, int i, size_t lo, const float *x, size_t n) {
     uint16_t *h = m->emb_h + emb_off(m, i) + lo;
     uint16_t *cp = m->emb_c ? m->emb_c + emb_off(m, i) + lo : NULL;
-#pragma omp parallel for schedule(static) if (n >= 65536)
-    for (size_t j = 0; j < n; j++) {
-        h[j] = bf16_rne(x[j]);
-        if (cp) cp[j] = bf16_rne(x[j] - bf16_widen(h[j]));
-    }
+#pragma omp parallel for schedule(static) if (n >= 4 * EMB_PIECE)
+    for (size_t j = 0; j < n; j += EMB_PIECE)
+        k_bf16_split(h + j, cp ? cp + j : NULL, x + j, HPT_MIN(EMB_PIECE, n - j));
 }
 
 /* nv rows of wte from row v0 as fp32 (nv <= Vc): the weights themselves (CHUNKED) or widened

@@ -69,7 +69,6 @@
 #include "offload/engine.h"
 #include "core/core.h"
 #include "kernels/kernels.h"
-#include "kernels/cpu/bf16.h"
 #include "mem/mem_int.h"
 
 #include <omp.h>
@@ -220,18 +219,6 @@ hpt_status eng_check_optim(const hpt_offload_opts *o, int mv_homes) {
 
 /* ---- worker ---------------------------------------------------------------------------- */
 
-static void widen(float *dst, const uint16_t *h, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] = bf16_widen(h[i]);
-}
-
-/* n fp32 values into bf16 at h, rounded to nearest (and the residue into c, Kahan). */
-static void narrow(uint16_t *h, uint16_t *c, const float *x, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        h[i] = bf16_rne(x[i]);
-        if (c) c[i] = bf16_rne(x[i] - bf16_widen(h[i]));
-    }
-}
-
 static size_t home_bytes_moved(const offload_engine *e, int b) {
     if (b == EB_G && e->gh)
         return (e->tier[b] == HPT_TIER_DISK ? e->hstride : e->bn) * sizeof(uint16_t);
@@ -243,13 +230,13 @@ static size_t home_bytes_moved(const offload_engine *e, int b) {
 static hpt_status home_io(offload_engine *e, int b, int l, float *mem, int write_) {
     if (b == EB_P && e->bf) { /* bf16 weights are only read (widened): updates write the home */
         if (!e->bfd) {
-            widen(mem, e->wh + (size_t)l * e->hstride, e->bn);
+            k_bf16_widen(mem, e->wh + (size_t)l * e->hstride, e->bn);
             return HPT_OK;
         }
-        const uint16_t *h = (const uint16_t *)mem; /* read into mem's start, widened from the end */
+        /* read into mem's start, widened in place */
         HPT_CHECK(mem_disk_rw(e->mem, &e->disk[EB_P], (uint64_t)l * e->hstride * sizeof(uint16_t),
                               mem, e->hstride * sizeof(uint16_t), 0));
-        for (size_t i = e->bn; i-- > 0;) mem[i] = bf16_widen(h[i]);
+        k_bf16_widen(mem, (const uint16_t *)mem, e->bn);
         return HPT_OK;
     }
     if (e->tier[b] == HPT_TIER_DISK)
@@ -271,7 +258,7 @@ static hpt_status bstage_io(offload_engine *e, int l, int set, int write_) {
  * (exactly: rounding a widened bf16 value gives it back), so the update needs no disk read. */
 static void bstage_from_slot(offload_engine *e, int set, const float *slot) {
     uint16_t *h = e->bstage + (size_t)set * e->hstride;
-    narrow(h, NULL, slot, e->bn);
+    k_bf16_split(h, NULL, slot, e->bn);
     memset(h + e->bn, 0, (e->hstride - e->bn) * sizeof(uint16_t));
 }
 
@@ -336,7 +323,7 @@ static void update_block(offload_engine *e, int l, int set, float *p, const floa
 static hpt_status after_update(offload_engine *e, int l, float *slot, int set) {
     if (!e->bfd) return home_io(e, EB_P, l, slot, !e->bf);
     HPT_CHECK(bstage_io(e, l, set, 1));
-    widen(slot, e->bstage + (size_t)set * e->hstride, e->bn);
+    k_bf16_widen(slot, e->bstage + (size_t)set * e->hstride, e->bn);
     return HPT_OK;
 }
 
@@ -784,7 +771,7 @@ hpt_status eng_emit_slice(offload_engine *e, int b, int l, int i, eng_emit_fn em
             size_t m = (size_t)(useful / sizeof(uint16_t));
             for (size_t k = 0; k < m; k += BF_CHUNK) {
                 size_t c = HPT_MIN(m - k, (size_t)BF_CHUNK);
-                widen(buf, h + k, c);
+                k_bf16_widen(buf, h + k, c);
                 HPT_CHECK(emit(ctx, buf, c));
             }
             o += useful;
@@ -835,7 +822,7 @@ hpt_status eng_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn 
                 for (size_t k = 0; k < m; k += BF_CHUNK) {
                     size_t c = HPT_MIN(m - k, (size_t)BF_CHUNK);
                     HPT_CHECK(read(ctx, buf, c));
-                    narrow(w + k, NULL, buf, c);
+                    k_bf16_split(w + k, NULL, buf, c);
                 }
                 HPT_CHECK(mem_disk_rw(e->mem, &e->disk[EB_P], a, e->bstage, (size_t)len, 1));
                 hpt_mem_transfer(e->mem, HPT_TIER_HOST, HPT_TIER_DISK, HPT_CAT_PARAMS, (size_t)len);
@@ -846,7 +833,7 @@ hpt_status eng_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn 
         for (size_t k = 0; k < n; k += BF_CHUNK) {
             size_t c = HPT_MIN(n - k, (size_t)BF_CHUNK);
             HPT_CHECK(read(ctx, buf, c));
-            narrow(e->wh + h + k, e->wc ? e->wc + h + k : NULL, buf, c);
+            k_bf16_split(e->wh + h + k, e->wc ? e->wc + h + k : NULL, buf, c);
         }
         return HPT_OK;
     }
@@ -899,10 +886,10 @@ hpt_status eng_store_block(offload_engine *e, int b, int l, const float *src) {
         drop_slot(e, l);
         size_t h = (size_t)l * e->hstride;
         if (!e->bfd) {
-            narrow(e->wh + h, e->wc ? e->wc + h : NULL, src, e->bn);
+            k_bf16_split(e->wh + h, e->wc ? e->wc + h : NULL, src, e->bn);
             return HPT_OK;
         }
-        narrow(e->bstage, NULL, src, e->bn);
+        k_bf16_split(e->bstage, NULL, src, e->bn);
         memset(e->bstage + e->bn, 0, (e->hstride - e->bn) * sizeof(uint16_t));
         HPT_CHECK(bstage_io(e, l, 0, 1));
         hpt_mem_transfer(e->mem, HPT_TIER_HOST, HPT_TIER_DISK, HPT_CAT_PARAMS,

@@ -1,5 +1,6 @@
 /* half.c: gradients to and from 16-bit homes (the offload engine's --grad-home fp16 or bf16),
- * one thread (the engine's worker), 8 values at a time.
+ * one thread (the engine's worker), 8 values at a time; and bf16 weights' rounding with their
+ * Kahan compensation (k_bf16_split).
  * fp16 uses F16C's conversions (_mm256_cvtps_ph / _mm256_cvtph_ps, round to nearest even);
  * bf16 keeps a float's top 16 bits, rounded to nearest even (bf16_rne). Narrowing reports an
  * overflow where it happens: fp16, any |x| above 65504 (the largest finite fp16; what rounds
@@ -79,6 +80,13 @@ void k_bf16_widen(float *x, const uint16_t *h, size_t n) {
         memcpy(&r, (const char *)h + (i - 1) * sizeof r, sizeof r);
         float v = bf16_widen(r);
         memcpy((char *)x + (i - 1) * sizeof v, &v, sizeof v);
+    }
+}
+
+void k_bf16_split(uint16_t *h, uint16_t *c, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        h[i] = bf16_rne(x[i]);
+        if (c) c[i] = bf16_rne(x[i] - bf16_widen(h[i]));
     }
 }
 
