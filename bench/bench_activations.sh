@@ -39,14 +39,8 @@ export OMP_NUM_THREADS=$THREADS
 echo "== bench_activations: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, $THREADS threads"
 echo "load before: $(uptime)"
 
-python3 - "$TMP" <<'EOF'
-import random, struct, sys
-random.seed(1)
-n = 1 << 17
-hdr = [20240520, 1, n] + [0] * 253
-toks = [random.randrange(50257) for _ in range(n)]
-open(sys.argv[1] + "/train_000.bin", "wb").write(struct.pack("<256i", *hdr) + struct.pack("<%dH" % n, *toks))
-EOF
+. "$ROOT/bench/random_shard.sh"
+random_shard "$TMP" $((1 << 17))
 
 gib() { python3 -c "print('%.3f' % ($1 / 1073741824))"; }
 est_acts() { # model B T attention recompute -> activation bytes

@@ -29,19 +29,9 @@ trap 'rm -rf "$TMP" "$DIR"' EXIT
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} OMP_WAIT_POLICY=PASSIVE
 echo "== bench_grad_home: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, $OMP_NUM_THREADS threads"
 echo "load before: $(uptime)"
-python3 - "$TMP" <<'PY'
-import random, struct, sys
-random.seed(1)
-n = 1 << 16
-hdr = [20240520, 1, n] + [0] * 253
-toks = [random.randrange(50257) for _ in range(n)]
-open(sys.argv[1] + "/train_000.bin", "wb").write(struct.pack("<256i", *hdr) + struct.pack("<%dH" % n, *toks))
-PY
+. "$ROOT/bench/random_shard.sh"
+random_shard "$TMP" $((1 << 16))
 
-mean_ms() { python3 -c '
-import json, sys
-ms = [json.loads(l)["step_ms"] for l in open(sys.argv[1])][1:]
-print("%.0f" % (sum(ms) / len(ms)) if ms else "nan")' "$1"; }
 
 # the gradients' bytes by tier from hptrain estimate --json
 grad_bytes() { "$HPT" estimate --model gpt2-124m --batch 4 --seq 64 "$@" --json | python3 -c '

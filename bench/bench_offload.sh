@@ -24,14 +24,8 @@ trap 'rm -rf "$TMP"' EXIT
 export OMP_NUM_THREADS=$THREADS
 echo "== bench_offload: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, $THREADS threads, $M B=$B T=$T, $STEPS steps"
 echo "load before: $(uptime)"
-python3 - "$TMP" <<'PY'
-import random, struct, sys
-random.seed(1)
-n = 1 << 17
-hdr = [20240520, 1, n] + [0] * 253
-toks = [random.randrange(50257) for _ in range(n)]
-open(sys.argv[1] + "/train_000.bin", "wb").write(struct.pack("<256i", *hdr) + struct.pack("<%dH" % n, *toks))
-PY
+. "$ROOT/bench/random_shard.sh"
+random_shard "$TMP" $((1 << 17))
 printf "%-34s %14s %14s %14s %10s %8s %10s\n" flags "arena bytes" "host acts" "disk acts" "step s" "x none" "loss@S"
 base=""
 for flags in "" "--act-offload host" "--act-offload disk" "--act-compress int8" \

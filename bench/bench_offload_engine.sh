@@ -31,20 +31,9 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} OMP_WAIT_POLICY=PASSIVE
 echo "== bench_offload_engine: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, $OMP_NUM_THREADS threads"
 echo "machine: $(free -g | awk '/Mem:/ {print $2 " GiB RAM"}'), disk tier in $DIR ($(df -h "$DIR" | awk 'NR==2 {print $4 " free on " $1}'), $(stat -f -c %T "$DIR"))"
 echo "load before: $(uptime)"
-python3 - "$TMP" <<'PY'
-import random, struct, sys
-random.seed(1)
-n = 1 << 17
-hdr = [20240520, 1, n] + [0] * 253
-toks = [random.randrange(50257) for _ in range(n)]
-open(sys.argv[1] + "/train_000.bin", "wb").write(struct.pack("<256i", *hdr) + struct.pack("<%dH" % n, *toks))
-PY
+. "$ROOT/bench/random_shard.sh"
+random_shard "$TMP" $((1 << 17))
 
-# mean step_ms of steps 2..S of a log
-mean_ms() { python3 -c '
-import json, sys
-ms = [json.loads(l)["step_ms"] for l in open(sys.argv[1])][1:]
-print("%.1f" % (sum(ms) / len(ms)) if ms else "nan")' "$1"; }
 
 # one 1.5B run: $1 label, $2.. extra flags; prints the figures
 big_run() {
