@@ -5,12 +5,13 @@
 #ifndef HPT_KERNELS_H
 #define HPT_KERNELS_H
 
+#include "kernels/backend.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
-/* Loops over fewer elements than this run on one thread: a fork/join costs microseconds, more
- * than small layers' work, and far more when the machine is shared. */
-#define K_PAR_MIN 32768
+/* Loops over fewer elements than this run on one thread (backend.h says why). */
+#define K_PAR_MIN HPT_PAR_MIN
 
 /* C (M,N) = alpha * op(A) * op(B) + beta * C, row-major; op(X) = X or X^T ('N'/'T'). */
 void k_gemm(char transa, char transb, int64_t M, int64_t N, int64_t K, float alpha,
@@ -91,15 +92,15 @@ void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, f
  * [K_Q8_UNSIGNED_MIN, 1] (unsigned: bitsandbytes' 0 code replaced by K_Q8_UNSIGNED_MIN, so no
  * value dequantises to 0 in a block whose absmax is not 0). Quantisation picks the nearest
  * code (ties to the lower one). */
-#define K_Q8_BLOCK 256
-#define K_Q8_UNSIGNED_MIN 1e-7f
+#define K_Q8_BLOCK HPT_Q8_BLOCK
+#define K_Q8_UNSIGNED_MIN HPT_Q8_UNSIGNED_MIN
 
 /* map (256) ascending: the signed (is_signed = 1) or unsigned dynamic map. */
 void k_q8_map(float map[256], int is_signed);
 /* lut (K_Q8_LUT_SIZE) for map: per bucket of floats with the same top 16 bits, the largest
  * code whose value is not above the bucket's smallest value (fast encoding, q8.h). Returns
  * the most code values inside one bucket: the fast encoding is exact when it is <= 1. */
-#define K_Q8_LUT_SIZE 65536
+#define K_Q8_LUT_SIZE HPT_Q8_LUT_SIZE
 int k_q8_lut(int32_t lut[K_Q8_LUT_SIZE], const float map[256]);
 /* The table of k_q8_map(is_signed)'s map, built on first use (thread-safe). */
 const int32_t *k_q8_lut_of(int is_signed);
@@ -109,31 +110,10 @@ void k_q8_quantize(uint8_t *codes, float *absmax, const float *x, size_t n, cons
 void k_q8_dequantize(float *x, const uint8_t *codes, const float *absmax, size_t n,
                      const float *map);
 
-/* One optimizer state tensor of n values: fp32 (f32 set) or 8-bit (codes, absmax, map). */
-typedef struct {
-    float *f32;       /* (n) or NULL */
-    uint8_t *codes;   /* (n) when f32 is NULL */
-    float *absmax;    /* (ceil(n/256)) when f32 is NULL */
-    const float *map; /* (256) when f32 is NULL */
-    const int32_t *lut; /* (K_Q8_LUT_SIZE) k_q8_lut of map, or NULL: binary search */
-} k_state;
-
-/* The parameters an update kernel writes (kernels/cpu/bf16.h): fp32 (f32 set) or bf16 (bf16
- * set), rounded back after the update stochastically (comp NULL: random bits from seed and the
- * element's index base + i in the model) or with Kahan compensation (comp (n) bf16: the
- * rounding error, added back before the next update). */
-typedef struct {
-    float *f32;       /* (n) or NULL */
-    uint16_t *bf16;   /* (n) when f32 is NULL */
-    uint16_t *comp;   /* (n) or NULL */
-    uint64_t seed;    /* stochastic rounding: this step's seed */
-    size_t base;      /* index of element 0 in the whole model */
-} k_param;
-/* fp32 parameters. */
-static inline k_param k_param_f32(float *p) {
-    k_param k = {p, NULL, NULL, 0, 0};
-    return k;
-}
+/* One optimizer state tensor, and the parameters an update writes (backend.h). */
+typedef hpt_be_state k_state;
+typedef hpt_be_param k_param;
+static inline k_param k_param_f32(float *p) { return hpt_be_param_f32(p); }
 
 /* The update kernels work on one tensor of n parameters, block by block (256 values): the
  * block's states are dequantised into fp32, updated, used for the parameter update (in fp32)
@@ -171,8 +151,8 @@ int k_nonfinite(const float *x, size_t n);
 /* ---- int8 weights, one fp32 scale per output channel (q8w.c) ---------------------------
  * w (OC, C) ~= scale (OC) * q (OC, C), q in [-127, 127]. Used by inference (sample, forward
  * checks), never by training. */
-#define K_Q8W_TILE 256       /* output channels dequantised at once for the GEMM path */
-#define K_Q8W_DIRECT_ROWS 8  /* up to this many rows take the direct int8 dot product */
+#define K_Q8W_TILE HPT_Q8W_TILE               /* output channels dequantised at once for the GEMM path */
+#define K_Q8W_DIRECT_ROWS HPT_Q8W_DIRECT_ROWS /* up to this many rows take the direct int8 dot product */
 /* q (OC, C), scale (OC) from w (OC, C): per-row absmax / 127, round to nearest. */
 void k_q8w_quantize(int8_t *q, float *scale, const float *w, int64_t OC, int64_t C);
 /* w (OC, C) = scale[o] * q[o][i]. */
@@ -181,5 +161,10 @@ void k_q8w_dequantize(float *w, const int8_t *q, const float *scale, int64_t OC,
 void k_q8w_matmul_forward(float *out, const float *inp, const int8_t *q, const float *scale,
                           const float *bias, int64_t N, int64_t C, int64_t OC, int accumulate,
                           float *scratch);
+
+/* ---- saved activations, compressed (actcode.c) ---------------------------------------- */
+size_t k_act_code_bytes(hpt_act_code k, size_t rows, size_t w);
+void k_act_code_store(hpt_act_code k, void *dst, const float *x, size_t rows, size_t w);
+void k_act_code_load(hpt_act_code k, float *x, const void *src, size_t rows, size_t w, int par);
 
 #endif

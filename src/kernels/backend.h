@@ -1,0 +1,205 @@
+/* backend.h: the backend table. Every op the architectures, the runner, the optimizer and the
+ * offload engine use, and every touch of device memory (allocate per tier, copy, memset,
+ * synchronise), goes through one of these tables; nothing outside src/kernels/ calls a kernel
+ * or memcpy/memset's a device buffer itself. kernels/cpu fills the CPU table (oneDNN GEMM and
+ * the vectorised kernels of kernels/cpu/); a CUDA backend fills the same table with device
+ * code, and tests/test_backend.c checks every op of every backend present against the CPU one.
+ *
+ *   const hpt_backend *be = hpt_backend_cpu();
+ *   float *x;  be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, n * sizeof(float), (void **)&x);
+ *   be->memset(x, 0, n * sizeof(float));
+ *   be->gelu_forward(y, x, n);                        // y (n) = gelu(x)
+ *   be->free(mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, x, n * sizeof(float));
+ *
+ * Conventions (the CPU's, which every backend keeps): row-major; shapes in the comments; N =
+ * B*T rows. Ops never allocate, never fail and never print; scratch is passed in. Each op is
+ * deterministic for a fixed thread count. An op's pointers are device-tier memory of the
+ * backend unless said otherwise; ops run in order on the backend's stream, and sync() waits
+ * for all of them (the CPU's ops finish before they return). */
+#ifndef HPT_KERNELS_BACKEND_H
+#define HPT_KERNELS_BACKEND_H
+
+#include "hptrain.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Loops over fewer elements than this run on one thread: a fork/join costs microseconds, more
+ * than small layers' work, and far more when the machine is shared. */
+#define HPT_PAR_MIN 32768
+
+/* 8-bit block-wise states: blocks of this many values, one fp32 absmax each. */
+#define HPT_Q8_BLOCK 256
+/* The smallest code of the unsigned dynamic map (no value dequantises to 0). */
+#define HPT_Q8_UNSIGNED_MIN 1e-7f
+/* Entries of the fast nearest-code table (one per float's top 16 bits). */
+#define HPT_Q8_LUT_SIZE 65536
+/* int8 weights: output channels dequantised at once for the GEMM path (q8w scratch rows). */
+#define HPT_Q8W_TILE 256
+#define HPT_Q8W_DIRECT_ROWS 8
+
+/* One optimizer state tensor of n values: fp32 (f32 set) or 8-bit (codes, absmax, map). */
+typedef struct {
+    float *f32;         /* (n) or NULL */
+    uint8_t *codes;     /* (n) when f32 is NULL */
+    float *absmax;      /* (ceil(n/256)) when f32 is NULL */
+    const float *map;   /* (256) when f32 is NULL */
+    const int32_t *lut; /* (HPT_Q8_LUT_SIZE) the map's fast table, or NULL: binary search */
+} hpt_be_state;
+
+/* The parameters an update op writes: fp32 (f32 set) or bf16 (bf16 set), rounded back after the
+ * update stochastically (comp NULL: random bits from seed and the element's index base + i in
+ * the model) or with Kahan compensation (comp (n) bf16: the rounding error, added back before
+ * the next update). */
+typedef struct {
+    float *f32;       /* (n) or NULL */
+    uint16_t *bf16;   /* (n) when f32 is NULL */
+    uint16_t *comp;   /* (n) or NULL */
+    uint64_t seed;    /* stochastic rounding: this step's seed */
+    size_t base;      /* index of element 0 in the whole model */
+} hpt_be_param;
+
+static inline hpt_be_param hpt_be_param_f32(float *p) {
+    hpt_be_param k = {p, NULL, NULL, 0, 0};
+    return k;
+}
+
+/* Directions of a copy: between two device buffers, host to device, device to host, or two
+ * host buffers (pinned or not: the backend knows its own host tier). */
+typedef enum { HPT_COPY_D2D = 0, HPT_COPY_H2D, HPT_COPY_D2H, HPT_COPY_H2H } hpt_copy_kind;
+
+/* Saved activations stored compressed (the activation store): per-row int8 with one fp32 scale,
+ * or bf16 rounded to nearest even. */
+typedef enum { HPT_ACT_CODE_INT8 = 1, HPT_ACT_CODE_BF16 = 2 } hpt_act_code;
+
+typedef struct hpt_backend hpt_backend;
+struct hpt_backend {
+    const char *name; /* "cpu", "cuda" */
+
+    /* ---- memory ---- */
+    /* Zero-filled storage from the budgeted manager on tier (DEVICE: the backend's memory, HOST:
+     * memory it copies to and from fastest); free is told the size (devices keep no headers). */
+    hpt_status (*alloc)(hpt_mem *mem, hpt_tier tier, hpt_category cat, size_t bytes, void **out);
+    void (*free)(hpt_mem *mem, hpt_tier tier, hpt_category cat, void *p, size_t bytes);
+    void (*copy)(void *dst, const void *src, size_t bytes, hpt_copy_kind kind);
+    void (*memset)(void *dst, int value, size_t bytes);
+    /* Waits for every op and copy issued so far. */
+    void (*sync)(void);
+
+    /* ---- GEMM and linear layers ---- */
+    /* C (M,N) = alpha * op(A) * op(B) + beta * C, row-major; op(X) = X or X^T ('N'/'T'). */
+    void (*gemm)(char transa, char transb, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                 int64_t ldc);
+    /* out (N,OC) = inp (N,C) @ w^T (w: (OC,C)) + bias (OC, may be NULL); accumulate 1 adds to
+     * what out holds (residual connections). */
+    void (*matmul_forward)(float *out, const float *inp, const float *w, const float *bias,
+                           int64_t N, int64_t C, int64_t OC, int accumulate);
+    /* dinp (N,C) = or += dout @ w (accumulate_dinp), dw (OC,C) += dout^T @ inp, dbias (OC) +=
+     * column sums of dout (dbias may be NULL). */
+    void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout,
+                            const float *inp, const float *w, int64_t N, int64_t C, int64_t OC,
+                            int accumulate_dinp);
+
+    /* ---- embedding ---- */
+    /* out (B,T,C) = wte[inp[b,t]] + wpe[t]. */
+    void (*encoder_forward)(float *out, const int32_t *inp, const float *wte, const float *wpe,
+                            int B, int T, int C);
+    /* dwte (Vp,C) += scatter of dout by token; dwpe (maxT,C) += sum over b of dout. */
+    void (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
+                             int B, int T, int C);
+
+    /* ---- normalisation ---- */
+    /* out = (inp - mean) * rstd * w + b per row, eps 1e-5; mean, rstd (N) saved. */
+    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int64_t N, int C);
+    /* the same out from a forward's saved mean and rstd (recomputation: the same bits) */
+    void (*layernorm_apply)(float *out, const float *inp, const float *w, const float *b,
+                            const float *mean, const float *rstd, int64_t N, int C);
+    /* dinp (N,C) += backward; dw, db (C) += backward. */
+    void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const float *mean,
+                               const float *rstd, int64_t N, int C);
+
+    /* ---- attention (causal; qkv (B,T,3C) = [q | k | v], heads of C/NH) ---- */
+    /* plain: out (B,T,C); att (B,NH,T,T) the softmax probabilities */
+    void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C,
+                              int NH);
+    /* dqkv (B,T,3C) overwritten; scratch (B*NH, T) */
+    void (*attention_backward)(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                               const float *att, int B, int T, int C, int NH);
+    /* flash: out (B,T,C), lse (B,NH,T) each row's log-sum-exp: the only other thing saved */
+    void (*flash_attention_forward)(float *out, float *lse, const float *qkv, int B, int T,
+                                    int C, int NH);
+    void (*flash_attention_backward)(float *dqkv, float *scratch, const float *dout,
+                                     const float *qkv, const float *out, const float *lse, int B,
+                                     int T, int C, int NH);
+
+    /* ---- pointwise ---- */
+    /* GELU, tanh form; backward: dinp = gelu'(inp) * dout (dinp may alias dout) */
+    void (*gelu_forward)(float *out, const float *inp, int64_t n);
+    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, int64_t n);
+    void (*scale)(float *x, size_t n, float s);
+    /* sum of squares in double, deterministic */
+    double (*sumsq)(const float *x, size_t n);
+    /* 1 when any of x (n) is infinite or NaN */
+    int (*nonfinite)(const float *x, size_t n);
+
+    /* ---- loss ---- */
+    /* softmax cross-entropy over the first V of Vp columns: lse, losses (N); mean loss */
+    float (*crossentropy_forward)(float *losses, float *lse, const float *logits,
+                                  const int32_t *targets, int64_t N, int V, int Vp);
+    /* logits (N,Vp) become dlogits in place: (softmax - onehot) * dloss, 0 beyond V */
+    void (*crossentropy_backward)(float *logits, const float *lse, const int32_t *targets,
+                                  int64_t N, int V, int Vp, float dloss);
+
+    /* ---- optimizer updates (one tensor of n values, 256-value blocks; grad_scale multiplies
+     * each gradient first: clipping and the loss scale's inverse) ---- */
+    void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+                  float beta2, float eps, float wd, float grad_scale, int64_t t);
+    void (*adamw_q)(hpt_be_param p, const float *g, hpt_be_state m, hpt_be_state v, size_t n,
+                    float lr, float beta1, float beta2, float eps, float wd, float grad_scale,
+                    int64_t t);
+    void (*lion)(hpt_be_param p, const float *g, hpt_be_state m, size_t n, float lr,
+                 float beta1, float beta2, float wd, float grad_scale);
+    void (*sgd)(hpt_be_param p, const float *g, hpt_be_state m, size_t n, float lr,
+                float momentum, float wd, float grad_scale);
+    void (*adam_mini)(hpt_be_param p, const float *g, hpt_be_state m, float *v, size_t n,
+                      size_t block, float lr, float beta1, float beta2, float eps, float wd,
+                      float grad_scale, int64_t t);
+
+    /* ---- quantisation and 16-bit conversion ---- */
+    /* the dynamic map (256 ascending values; host memory) and its fast table (built once) */
+    void (*q8_map)(float map[256], int is_signed);
+    const int32_t *(*q8_lut_of)(int is_signed);
+    void (*q8_quantize)(uint8_t *codes, float *absmax, const float *x, size_t n,
+                        const float *map);
+    void (*q8_dequantize)(float *x, const uint8_t *codes, const float *absmax, size_t n,
+                          const float *map);
+    /* h (n) from x (n), nearest even; 1 when a value overflowed. h may alias x. */
+    int (*f16_narrow)(uint16_t *h, const float *x, size_t n);
+    int (*bf16_narrow)(uint16_t *h, const float *x, size_t n);
+    void (*f16_widen)(float *x, const uint16_t *h, size_t n);
+    void (*bf16_widen)(float *x, const uint16_t *h, size_t n);
+    /* bf16 weights: h nearest even and, when c is not NULL, the residue into c (Kahan) */
+    void (*bf16_split)(uint16_t *h, uint16_t *c, const float *x, size_t n);
+    /* int8 weights per output channel: w (OC,C) ~= scale (OC) * q (OC,C) */
+    void (*q8w_quantize)(int8_t *q, float *scale, const float *w, int64_t OC, int64_t C);
+    void (*q8w_dequantize)(float *w, const int8_t *q, const float *scale, int64_t OC,
+                           int64_t C);
+    /* as matmul_forward with w as (q, scale); scratch (HPT_Q8W_TILE * C) floats */
+    void (*q8w_matmul_forward)(float *out, const float *inp, const int8_t *q, const float *scale,
+                               const float *bias, int64_t N, int64_t C, int64_t OC,
+                               int accumulate, float *scratch);
+    /* Saved activations, compressed: the bytes of a stored copy of x (rows, w); store it; load
+     * it back (par 0: on a helper thread, outside the op's thread team). */
+    size_t (*act_code_bytes)(hpt_act_code k, size_t rows, size_t w);
+    void (*act_code_store)(hpt_act_code k, void *dst, const float *x, size_t rows, size_t w);
+    void (*act_code_load)(hpt_act_code k, float *x, const void *src, size_t rows, size_t w,
+                          int par);
+};
+
+/* The CPU backend (kernels/cpu/backend.c): always present. */
+const hpt_backend *hpt_backend_cpu(void);
+
+#endif

@@ -1,0 +1,76 @@
+/* backend.c: the CPU backend's table (kernels/backend.h). Device and host tiers are both RAM from
+ * the budgeted manager, a copy is memcpy in any direction, and every op has finished when it
+ * returns, so sync has nothing to wait for. The ops are the kernels of this directory. */
+#include "kernels/kernels.h"
+
+#include <string.h>
+
+static hpt_status cpu_alloc(hpt_mem *mem, hpt_tier tier, hpt_category cat, size_t bytes,
+                            void **out) {
+    return hpt_mem_alloc(mem, tier, cat, bytes, out);
+}
+
+static void cpu_free(hpt_mem *mem, hpt_tier tier, hpt_category cat, void *p, size_t bytes) {
+    hpt_mem_free(mem, tier, cat, p, bytes);
+}
+
+static void cpu_copy(void *dst, const void *src, size_t bytes, hpt_copy_kind kind) {
+    (void)kind;
+    if (bytes) memcpy(dst, src, bytes);
+}
+
+static void cpu_memset(void *dst, int value, size_t bytes) {
+    if (bytes) memset(dst, value, bytes);
+}
+
+static void cpu_sync(void) {}
+
+static const hpt_backend k_cpu = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .copy = cpu_copy,
+    .memset = cpu_memset,
+    .sync = cpu_sync,
+    .gemm = k_gemm,
+    .matmul_forward = k_matmul_forward,
+    .matmul_backward = k_matmul_backward,
+    .encoder_forward = k_encoder_forward,
+    .encoder_backward = k_encoder_backward,
+    .layernorm_forward = k_layernorm_forward,
+    .layernorm_apply = k_layernorm_apply,
+    .layernorm_backward = k_layernorm_backward,
+    .attention_forward = k_attention_forward,
+    .attention_backward = k_attention_backward,
+    .flash_attention_forward = k_flash_attention_forward,
+    .flash_attention_backward = k_flash_attention_backward,
+    .gelu_forward = k_gelu_forward,
+    .gelu_backward = k_gelu_backward,
+    .scale = k_scale,
+    .sumsq = k_sumsq,
+    .nonfinite = k_nonfinite,
+    .crossentropy_forward = k_crossentropy_forward,
+    .crossentropy_backward = k_crossentropy_backward,
+    .adamw = k_adamw,
+    .adamw_q = k_adamw_q,
+    .lion = k_lion,
+    .sgd = k_sgd,
+    .adam_mini = k_adam_mini,
+    .q8_map = k_q8_map,
+    .q8_lut_of = k_q8_lut_of,
+    .q8_quantize = k_q8_quantize,
+    .q8_dequantize = k_q8_dequantize,
+    .f16_narrow = k_f16_narrow,
+    .bf16_narrow = k_bf16_narrow,
+    .f16_widen = k_f16_widen,
+    .bf16_widen = k_bf16_widen,
+    .bf16_split = k_bf16_split,
+    .q8w_quantize = k_q8w_quantize,
+    .q8w_dequantize = k_q8w_dequantize,
+    .q8w_matmul_forward = k_q8w_matmul_forward,
+    .act_code_bytes = k_act_code_bytes,
+    .act_code_store = k_act_code_store,
+    .act_code_load = k_act_code_load,
+};
+
+const hpt_backend *hpt_backend_cpu(void) { return &k_cpu; }
