@@ -9,6 +9,7 @@
 #include "testlib.h"
 
 #include "core/core.h"
+#include "kernels/kernels.h" /* k_param: the update callback's parameter type */
 #include "offload/engine.h"
 
 #include <stdlib.h>

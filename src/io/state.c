@@ -43,6 +43,7 @@
  * "emb_comp" the same way: wte's then wpe's compensation, (Vp + maxT) * C bf16 values. */
 #include "core/core.h"
 #include "io/io_int.h"
+#include "kernels/backend.h"
 #include "model/gpt2_int.h"
 #include "offload/engine.h"
 
@@ -55,9 +56,9 @@ static const char k_magic[8] = {'H', 'P', 'T', 'S', 'T', 'A', 'T', 'E'};
 static const char k_end[8] = {'H', 'P', 'T', 'E', 'N', 'D', 0, 0};
 
 #define N_COMP 2
-static const char *const k_comp_names[N_COMP] = {"bf16_comp", "emb_comp"};
+static const char *const comp_names[N_COMP] = {"bf16_comp", "emb_comp"};
 
-/* The model's Kahan compensations, one per name of k_comp_names (NULL, 0: none). */
+/* The model's Kahan compensations, one per name of comp_names (NULL, 0: none). */
 static hpt_status model_comps(hpt_gpt2 *m, uint16_t *comp[N_COMP], size_t n[N_COMP]) {
     comp[0] = comp[1] = NULL;
     n[0] = n[1] = 0;
@@ -92,9 +93,9 @@ hpt_status hpt_state_save_sections(const char *path, const hpt_gpt2 *model, cons
                         n_own ? " beside the bf16 compensation" : "");
     for (int i = 0; i < n_sec; i++)
         if (!memchr(sec[i].name, 0, sizeof sec[i].name) || !sec[i].name[0] ||
-            !strcmp(sec[i].name, k_comp_names[0]) || !strcmp(sec[i].name, k_comp_names[1]))
+            !strcmp(sec[i].name, comp_names[0]) || !strcmp(sec[i].name, comp_names[1]))
             return hpt_fail(HPT_ERR_INVALID, "checkpoint section %d: a name of 1 to 15 characters, "
-                            "not %s or %s (the state's own)", i, k_comp_names[0], k_comp_names[1]);
+                            "not %s or %s (the state's own)", i, comp_names[0], comp_names[1]);
     const hpt_gpt2_config *c = &model->cfg;
     int64_t f[NFIELDS] = {c->L, c->C, c->NH, c->V, c->Vp, c->maxT,
                           fbits(ao->lr), fbits(ao->beta1), fbits(ao->beta2), fbits(ao->eps),
@@ -138,7 +139,7 @@ hpt_status hpt_state_save_sections(const char *path, const hpt_gpt2 *model, cons
             char name[16] = {0};
             if (i >= n_sec) /* the next compensation the model has */
                 while (!comp[k]) k++;
-            strcpy(name, i < n_sec ? sec[i].name : k_comp_names[k]);
+            strcpy(name, i < n_sec ? sec[i].name : comp_names[k]);
             uint64_t sb = i < n_sec ? sec[i].bytes : n_comp[k] * sizeof(uint16_t);
             const void *data = i < n_sec ? sec[i].data : comp[k];
             if (i >= n_sec) k++;
@@ -260,14 +261,16 @@ static hpt_status absorb_comp(hpt_gpt2 *m, hpt_mem *mem, const char *path, hpt_s
     hpt_status s = HPT_OK;
     for (int c = 0; c < N_COMP; c++) {
         int k = 0;
-        while (k < *n_sec && strcmp(sec[k].name, k_comp_names[c])) k++;
+        while (k < *n_sec && strcmp(sec[k].name, comp_names[c])) k++;
         if (k == *n_sec) continue;
         if (s == HPT_OK && comp[c] && sec[k].bytes != n[c] * sizeof(uint16_t))
             s = hpt_fail(HPT_ERR_FORMAT, "%s: the bf16 %s' Kahan compensation has %llu bytes, "
                          "expected %zu for this shape (truncated or corrupt)", path,
                          c ? "embeddings" : "weights", (unsigned long long)sec[k].bytes,
                          n[c] * sizeof(uint16_t));
-        if (s == HPT_OK && comp[c]) memcpy(comp[c], sec[k].data, n[c] * sizeof(uint16_t));
+        if (s == HPT_OK && comp[c]) /* the model's (device, or an engine's host home) from the
+                                     * section's (host) */
+            hpt_backend_cpu()->copy(comp[c], sec[k].data, n[c] * sizeof(uint16_t), HPT_COPY_H2D);
         hpt_state_sections_free(mem, &sec[k], 1);
         for (int i = k + 1; i < *n_sec; i++) sec[i - 1] = sec[i];
         (*n_sec)--;

@@ -197,6 +197,32 @@ struct hpt_backend {
     void (*act_code_store)(hpt_act_code k, void *dst, const float *x, size_t rows, size_t w);
     void (*act_code_load)(hpt_act_code k, float *x, const void *src, size_t rows, size_t w,
                           int par);
+
+    /* ---- optimizer, predictor and initialisation helpers ---- */
+    /* The hybrid schedule's predictors (src/train/predict.c). Each sum of squares is summed in
+     * double over 64 fixed chunks of the n values, then the chunks in order. */
+    /* the linear fit's sums (n each): s1 = d * (s1 + s0), then s0 = d * s0 + w */
+    void (*fit_observe)(float *s0, float *s1, const float *w, size_t n, float d);
+    /* the fit's velocity: s1 = cw * s1 + ca * s0 */
+    void (*fit_velocity)(float *s1, const float *s0, size_t n, float cw, float ca);
+    /* a predicted AdamW update of p (n) from m, v (read only): vk = b2k v + (1 - b2k) m^2,
+     * u = lr ((m / bc1) / (sqrt(vk / bc2) + eps) + wd p), p -= u; returns the sum of u^2 */
+    double (*predict_adam)(float *p, const float *m, const float *v, size_t n, float lr,
+                           float wd, float b2k, float bc1, float bc2, float eps);
+    /* p += scale * vel; returns the sum of the updates' squares */
+    double (*predict_linear)(float *p, const float *vel, size_t n, float scale);
+    /* p += std * N(0, 1), one stream seeded seed, in order; returns the sum of the updates'
+     * squares (one thread) */
+    double (*add_normal)(float *p, size_t n, uint64_t seed, float std);
+    /* the sum over i of ((m / bc1) / (sqrt(v / bc2) + eps))^2: AdamW's last step's norm */
+    double (*adam_step_sumsq)(const float *m, const float *v, size_t n, float bc1, float bc2,
+                              float eps);
+    /* Random initialisation (src/model/init.c): x (hi - lo) = values [lo, hi) of total normals
+     * std * N(0, 1) made in chunks of 4096, chunk k from an RNG seeded key ^ k (the same
+     * values whichever range is asked for); hi <= total. */
+    void (*init_normal)(float *x, size_t lo, size_t hi, size_t total, float std, uint64_t key);
+    /* x (n) = value */
+    void (*fill)(float *x, size_t n, float value);
 };
 
 /* The CPU backend (kernels/cpu/backend.c): always present. */

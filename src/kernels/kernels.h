@@ -167,4 +167,17 @@ size_t k_act_code_bytes(hpt_act_code k, size_t rows, size_t w);
 void k_act_code_store(hpt_act_code k, void *dst, const float *x, size_t rows, size_t w);
 void k_act_code_load(hpt_act_code k, float *x, const void *src, size_t rows, size_t w, int par);
 
+/* ---- the hybrid schedule's predictors (predict.c) and initialisation (init.c) ----------
+ * As the backend table's ops of the same names (backend.h). */
+void k_fit_observe(float *s0, float *s1, const float *w, size_t n, float d);
+void k_fit_velocity(float *s1, const float *s0, size_t n, float cw, float ca);
+double k_predict_adam(float *p, const float *m, const float *v, size_t n, float lr, float wd,
+                      float b2k, float bc1, float bc2, float eps);
+double k_predict_linear(float *p, const float *vel, size_t n, float scale);
+double k_add_normal(float *p, size_t n, uint64_t seed, float std);
+double k_adam_step_sumsq(const float *m, const float *v, size_t n, float bc1, float bc2,
+                         float eps);
+void k_init_normal(float *x, size_t lo, size_t hi, size_t total, float std, uint64_t key);
+void k_fill(float *x, size_t n, float value);
+
 #endif

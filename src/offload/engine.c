@@ -15,7 +15,7 @@
  *
  * bf16 weights (o.weights, HPT_BW_*): P's home is bf16 (wh; Kahan's compensation in wc); a load
  * widens it into the block's fp32 slot (device homes have slots too: no zero copy), the update
- * callback gets the home itself as a k_param and rounds into it, and the slot is widened again
+ * callback gets the home itself as an hpt_be_param and rounds into it, and the slot is widened again
  * from it where fp32 weights would be written back. bf16-sr weights may live on disk (bfd): a
  * block is hstride bf16 values (4096-byte multiples, so direct I/O needs no bounce buffer); a
  * load reads it into the slot and widens it in place, from the end; an update rounds into one
@@ -68,7 +68,7 @@
  * with its text, so a failed step stops cleanly and nothing is written over a good checkpoint. */
 #include "offload/engine.h"
 #include "core/core.h"
-#include "kernels/kernels.h"
+#include "kernels/backend.h"
 #include "mem/mem_int.h"
 
 #include <omp.h>
@@ -94,6 +94,7 @@ static const char *const k_home_name[EB_COUNT] = {"block parameters (home)", "bl
 
 struct offload_engine {
     hpt_mem *mem;              /* borrowed */
+    const hpt_backend *be;     /* every op and device copy (the CPU's for now) */
     hpt_offload_opts o;
     int L, ns;
     size_t slice_n[ENG_MAX_SLICES], slice_off[ENG_MAX_SLICES];
@@ -230,21 +231,22 @@ static size_t home_bytes_moved(const offload_engine *e, int b) {
 static hpt_status home_io(offload_engine *e, int b, int l, float *mem, int write_) {
     if (b == EB_P && e->bf) { /* bf16 weights are only read (widened): updates write the home */
         if (!e->bfd) {
-            k_bf16_widen(mem, e->wh + (size_t)l * e->hstride, e->bn);
+            e->be->bf16_widen(mem, e->wh + (size_t)l * e->hstride, e->bn);
             return HPT_OK;
         }
         /* read into mem's start, widened in place */
         HPT_CHECK(mem_disk_rw(e->mem, &e->disk[EB_P], (uint64_t)l * e->hstride * sizeof(uint16_t),
                               mem, e->hstride * sizeof(uint16_t), 0));
-        k_bf16_widen(mem, (const uint16_t *)mem, e->bn);
+        e->be->bf16_widen(mem, (const uint16_t *)mem, e->bn);
         return HPT_OK;
     }
     if (e->tier[b] == HPT_TIER_DISK)
         return mem_disk_rw(e->mem, &e->disk[b], (uint64_t)l * e->stride * sizeof(float), mem,
                            e->stride * sizeof(float), write_);
     float *h = e->home[b] + (size_t)l * e->stride;
-    if (write_) memcpy(h, mem, e->bn * sizeof(float));
-    else memcpy(mem, h, e->bn * sizeof(float));
+    int host = e->tier[b] == HPT_TIER_HOST; /* mem is a device slot here (staging serves disk) */
+    if (write_) e->be->copy(h, mem, e->bn * sizeof(float), host ? HPT_COPY_D2H : HPT_COPY_D2D);
+    else e->be->copy(mem, h, e->bn * sizeof(float), host ? HPT_COPY_H2D : HPT_COPY_D2D);
     return HPT_OK;
 }
 
@@ -258,8 +260,8 @@ static hpt_status bstage_io(offload_engine *e, int l, int set, int write_) {
  * (exactly: rounding a widened bf16 value gives it back), so the update needs no disk read. */
 static void bstage_from_slot(offload_engine *e, int set, const float *slot) {
     uint16_t *h = e->bstage + (size_t)set * e->hstride;
-    k_bf16_split(h, NULL, slot, e->bn);
-    memset(h + e->bn, 0, (e->hstride - e->bn) * sizeof(uint16_t));
+    e->be->bf16_split(h, NULL, slot, e->bn);
+    e->be->memset(h + e->bn, 0, (e->hstride - e->bn) * sizeof(uint16_t));
 }
 
 static float *slot_ptr(const offload_engine *e, int s) { return e->slots + (size_t)s * e->stride; }
@@ -274,12 +276,12 @@ static hpt_status grad_io(offload_engine *e, int l, float *g, int write_, int *o
     uint64_t off = (uint64_t)l * e->hstride * sizeof(uint16_t);
     size_t len = e->hstride * sizeof(uint16_t);
     if (write_) {
-        *ovf = f16 ? k_f16_narrow(h, g, e->bn) : k_bf16_narrow(h, g, e->bn);
+        *ovf = f16 ? e->be->f16_narrow(h, g, e->bn) : e->be->bf16_narrow(h, g, e->bn);
         return disk ? mem_disk_rw(e->mem, &e->disk[EB_G], off, h, len, 1) : HPT_OK;
     }
     if (disk) HPT_CHECK(mem_disk_rw(e->mem, &e->disk[EB_G], off, h, len, 0));
-    if (f16) k_f16_widen(g, h, e->bn);
-    else k_bf16_widen(g, h, e->bn);
+    if (f16) e->be->f16_widen(g, h, e->bn);
+    else e->be->bf16_widen(g, h, e->bn);
     return HPT_OK;
 }
 
@@ -298,8 +300,8 @@ static const float *update_grads(offload_engine *e, int l, int set) {
     const uint16_t *h = e->tier[EB_G] == HPT_TIER_DISK ? (const uint16_t *)(void *)e->stage_ptr[set][EB_G]
                                                        : e->ghome + (size_t)l * e->hstride;
     float *g = gslot_ptr(e, set);
-    if (e->gh == HPT_GH_FP16) k_f16_widen(g, h, e->bn);
-    else k_bf16_widen(g, h, e->bn);
+    if (e->gh == HPT_GH_FP16) e->be->f16_widen(g, h, e->bn);
+    else e->be->bf16_widen(g, h, e->bn);
     return g;
 }
 
@@ -311,9 +313,9 @@ static void update_block(offload_engine *e, int l, int set, float *p, const floa
     uint16_t *wh = e->bfd ? e->bstage + (size_t)set * e->hstride : e->wh + (size_t)l * e->hstride;
     for (int i = 0; i < e->ns; i++) {
         size_t o = e->slice_off[i], h = (size_t)l * e->hstride + o;
-        k_param kp = k_param_f32(p ? p + o : NULL);
+        hpt_be_param kp = hpt_be_param_f32(p ? p + o : NULL);
         if (e->bf) /* base: the element's index among the blocks' weights (noise, not layout) */
-            kp = (k_param){NULL, wh + o, e->wc ? e->wc + h : NULL, 0, (size_t)l * e->bn + o};
+            kp = (hpt_be_param){NULL, wh + o, e->wc ? e->wc + h : NULL, 0, (size_t)l * e->bn + o};
         e->upd(e->upd_ctx, l, i, kp, g + o, m ? m + o : NULL, v ? v + o : NULL, e->slice_n[i]);
     }
 }
@@ -323,7 +325,7 @@ static void update_block(offload_engine *e, int l, int set, float *p, const floa
 static hpt_status after_update(offload_engine *e, int l, float *slot, int set) {
     if (!e->bfd) return home_io(e, EB_P, l, slot, !e->bf);
     HPT_CHECK(bstage_io(e, l, set, 1));
-    k_bf16_widen(slot, e->bstage + (size_t)set * e->hstride, e->bn);
+    e->be->bf16_widen(slot, e->bstage + (size_t)set * e->hstride, e->bn);
     return HPT_OK;
 }
 
@@ -610,7 +612,7 @@ hpt_status eng_grad_slot(offload_engine *e, int l, int accumulate, float **g_out
                         "micro-batches (each block is updated as its gradients complete)");
     if (e->n_g == 0) { /* the home itself (exact mode, gradients on the device) */
         *g_out = e->home[EB_G] + (size_t)l * e->stride;
-        if (!accumulate) memset(*g_out, 0, e->bn * sizeof(float));
+        if (!accumulate) e->be->memset(*g_out, 0, e->bn * sizeof(float));
         return HPT_OK;
     }
     int g = e->g_next;
@@ -626,7 +628,7 @@ hpt_status eng_grad_slot(offload_engine *e, int l, int accumulate, float **g_out
         e->mv_seq[l] = push(e, (job){.kind = J_READ_MV, .l = l, .set = e->mv_set[l]});
     }
     if (!accumulate) {
-        memset(*g_out, 0, e->bn * sizeof(float));
+        e->be->memset(*g_out, 0, e->bn * sizeof(float));
         return HPT_OK;
     }
     /* queued after the block's last write-back (FIFO), so it reads the sum so far */
@@ -652,9 +654,9 @@ hpt_status eng_grads_done(offload_engine *e, int l) {
         return hpt_fail(HPT_ERR_INVALID, "offload engine: block %d's gradients done while not held", l);
     const float *g = e->n_g ? gslot_ptr(e, e->g_of[l]) : e->home[EB_G] + (size_t)l * e->stride;
     double s = 0.0;
-    for (int i = 0; i < e->ns; i++) s += k_sumsq(g + e->slice_off[i], e->slice_n[i]);
+    for (int i = 0; i < e->ns; i++) s += e->be->sumsq(g + e->slice_off[i], e->slice_n[i]);
     e->sumsq[l] = s;
-    if (e->check_grads && !e->gh) e->g_over |= k_nonfinite(g, e->bn); /* 16-bit: at narrowing */
+    if (e->check_grads && !e->gh) e->g_over |= e->be->nonfinite(g, e->bn); /* 16-bit: at narrowing */
     if (!e->o.fused) {
         if (e->n_g) e->g_seq[e->g_of[l]] = push(e, (job){.kind = J_WRITE_G, .l = l, .g = e->g_of[l]});
         return HPT_OK;
@@ -771,7 +773,7 @@ hpt_status eng_emit_slice(offload_engine *e, int b, int l, int i, eng_emit_fn em
             size_t m = (size_t)(useful / sizeof(uint16_t));
             for (size_t k = 0; k < m; k += BF_CHUNK) {
                 size_t c = HPT_MIN(m - k, (size_t)BF_CHUNK);
-                k_bf16_widen(buf, h + k, c);
+                e->be->bf16_widen(buf, h + k, c);
                 HPT_CHECK(emit(ctx, buf, c));
             }
             o += useful;
@@ -822,7 +824,7 @@ hpt_status eng_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn 
                 for (size_t k = 0; k < m; k += BF_CHUNK) {
                     size_t c = HPT_MIN(m - k, (size_t)BF_CHUNK);
                     HPT_CHECK(read(ctx, buf, c));
-                    k_bf16_split(w + k, NULL, buf, c);
+                    e->be->bf16_split(w + k, NULL, buf, c);
                 }
                 HPT_CHECK(mem_disk_rw(e->mem, &e->disk[EB_P], a, e->bstage, (size_t)len, 1));
                 hpt_mem_transfer(e->mem, HPT_TIER_HOST, HPT_TIER_DISK, HPT_CAT_PARAMS, (size_t)len);
@@ -833,7 +835,7 @@ hpt_status eng_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn 
         for (size_t k = 0; k < n; k += BF_CHUNK) {
             size_t c = HPT_MIN(n - k, (size_t)BF_CHUNK);
             HPT_CHECK(read(ctx, buf, c));
-            k_bf16_split(e->wh + h + k, e->wc ? e->wc + h + k : NULL, buf, c);
+            e->be->bf16_split(e->wh + h + k, e->wc ? e->wc + h + k : NULL, buf, c);
         }
         return HPT_OK;
     }
@@ -886,11 +888,11 @@ hpt_status eng_store_block(offload_engine *e, int b, int l, const float *src) {
         drop_slot(e, l);
         size_t h = (size_t)l * e->hstride;
         if (!e->bfd) {
-            k_bf16_split(e->wh + h, e->wc ? e->wc + h : NULL, src, e->bn);
+            e->be->bf16_split(e->wh + h, e->wc ? e->wc + h : NULL, src, e->bn);
             return HPT_OK;
         }
-        k_bf16_split(e->bstage, NULL, src, e->bn);
-        memset(e->bstage + e->bn, 0, (e->hstride - e->bn) * sizeof(uint16_t));
+        e->be->bf16_split(e->bstage, NULL, src, e->bn);
+        e->be->memset(e->bstage + e->bn, 0, (e->hstride - e->bn) * sizeof(uint16_t));
         HPT_CHECK(bstage_io(e, l, 0, 1));
         hpt_mem_transfer(e->mem, HPT_TIER_HOST, HPT_TIER_DISK, HPT_CAT_PARAMS,
                          e->hstride * sizeof(uint16_t));
@@ -916,17 +918,17 @@ static hpt_status alloc_home(offload_engine *e, int b) {
                                      (size_t)e->L * e->hstride * sizeof(uint16_t), &e->disk[b]));
         e->has[b] = e->bfd = 1;
         hpt_mem_set_name(e->mem, "bf16 parameter staging");
-        return hpt_mem_alloc(e->mem, HPT_TIER_HOST, HPT_CAT_IO, 2 * e->hstride * sizeof(uint16_t),
+        return e->be->alloc(e->mem, HPT_TIER_HOST, HPT_CAT_IO, 2 * e->hstride * sizeof(uint16_t),
                              (void **)&e->bstage);
     }
     if (b == EB_P && e->bf) {
         size_t hb = (size_t)e->L * e->hstride * sizeof(uint16_t);
         hpt_mem_set_name(e->mem, "block bf16 parameters (home)");
-        HPT_CHECK(hpt_mem_alloc(e->mem, e->tier[b], HPT_CAT_PARAMS, hb, (void **)&e->wh));
+        HPT_CHECK(e->be->alloc(e->mem, e->tier[b], HPT_CAT_PARAMS, hb, (void **)&e->wh));
         e->has[b] = 1;
         if (e->bf != HPT_BW_BF16_KAHAN) return HPT_OK;
         hpt_mem_set_name(e->mem, "block bf16 compensation (home)");
-        return hpt_mem_alloc(e->mem, e->tier[b], HPT_CAT_PARAMS, hb, (void **)&e->wc);
+        return e->be->alloc(e->mem, e->tier[b], HPT_CAT_PARAMS, hb, (void **)&e->wc);
     }
     if (b == EB_G && e->gh) { /* 16-bit gradients */
         size_t hb = (size_t)e->L * e->hstride * sizeof(uint16_t);
@@ -935,13 +937,13 @@ static hpt_status alloc_home(offload_engine *e, int b) {
         } else {
             hpt_mem_set_name(e->mem, e->gh == HPT_GH_FP16 ? "block fp16 gradients (home)"
                                                           : "block bf16 gradients (home)");
-            HPT_CHECK(hpt_mem_alloc(e->mem, e->tier[b], k_cat[b], hb, (void **)&e->ghome));
+            HPT_CHECK(e->be->alloc(e->mem, e->tier[b], k_cat[b], hb, (void **)&e->ghome));
         }
     } else if (e->tier[b] == HPT_TIER_DISK) {
         HPT_CHECK(hpt_mem_disk_alloc(e->mem, k_cat[b], bytes, &e->disk[b]));
     } else {
         hpt_mem_set_name(e->mem, k_home_name[b]);
-        HPT_CHECK(hpt_mem_alloc(e->mem, e->tier[b], k_cat[b], bytes, (void **)&e->home[b]));
+        HPT_CHECK(e->be->alloc(e->mem, e->tier[b], k_cat[b], bytes, (void **)&e->home[b]));
     }
     e->has[b] = 1;
     return HPT_OK;
@@ -951,7 +953,7 @@ static void free_home(offload_engine *e, int b) {
     if (!e->has[b]) return;
     if (b == EB_P && e->bfd) {
         hpt_mem_disk_free(e->mem, HPT_CAT_PARAMS, &e->disk[b]);
-        hpt_mem_free(e->mem, HPT_TIER_HOST, HPT_CAT_IO, e->bstage, 2 * e->hstride * sizeof(uint16_t));
+        e->be->free(e->mem, HPT_TIER_HOST, HPT_CAT_IO, e->bstage, 2 * e->hstride * sizeof(uint16_t));
         e->bstage = NULL;
         e->disk[b].fd = -1;
         e->has[b] = e->bfd = 0;
@@ -959,8 +961,8 @@ static void free_home(offload_engine *e, int b) {
     }
     if (b == EB_P && e->bf) {
         size_t hb = (size_t)e->L * e->hstride * sizeof(uint16_t);
-        hpt_mem_free(e->mem, e->tier[b], HPT_CAT_PARAMS, e->wh, hb);
-        hpt_mem_free(e->mem, e->tier[b], HPT_CAT_PARAMS, e->wc, hb);
+        e->be->free(e->mem, e->tier[b], HPT_CAT_PARAMS, e->wh, hb);
+        e->be->free(e->mem, e->tier[b], HPT_CAT_PARAMS, e->wc, hb);
         e->wh = e->wc = NULL;
         e->has[b] = 0;
         return;
@@ -968,11 +970,11 @@ static void free_home(offload_engine *e, int b) {
     if (e->tier[b] == HPT_TIER_DISK) {
         hpt_mem_disk_free(e->mem, k_cat[b], &e->disk[b]);
     } else if (b == EB_G && e->gh) {
-        hpt_mem_free(e->mem, e->tier[b], k_cat[b], e->ghome,
+        e->be->free(e->mem, e->tier[b], k_cat[b], e->ghome,
                      (size_t)e->L * e->hstride * sizeof(uint16_t));
         e->ghome = NULL;
     } else {
-        hpt_mem_free(e->mem, e->tier[b], k_cat[b], e->home[b],
+        e->be->free(e->mem, e->tier[b], k_cat[b], e->home[b],
                      (size_t)e->L * e->stride * sizeof(float));
     }
     e->home[b] = NULL;
@@ -989,6 +991,7 @@ hpt_status eng_create(hpt_mem *mem, int L, int n_slices, const size_t *slice_n,
     offload_engine *e = calloc(1, sizeof *e);
     if (!e) return hpt_fail(HPT_ERR_OOM, "cannot allocate the offload engine");
     e->mem = mem;
+    e->be = hpt_backend_cpu();
     e->o = *o;
     e->L = L;
     e->ns = n_slices;
@@ -1035,12 +1038,12 @@ hpt_status eng_create(hpt_mem *mem, int L, int n_slices, const size_t *slice_n,
     if (s == HPT_OK && !o->fused) s = alloc_home(e, EB_G);
     if (s == HPT_OK && e->K) {
         hpt_mem_set_name(mem, "parameter slots");
-        s = hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, (size_t)e->K * e->stride * sizeof(float),
+        s = e->be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, (size_t)e->K * e->stride * sizeof(float),
                           (void **)&e->slots);
     }
     if (s == HPT_OK && e->n_g) {
         hpt_mem_set_name(mem, "gradient slots");
-        s = hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, (size_t)e->n_g * e->stride * sizeof(float),
+        s = e->be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, (size_t)e->n_g * e->stride * sizeof(float),
                           (void **)&e->gslots);
     }
     if (s == HPT_OK && !e->sync) {
@@ -1071,7 +1074,7 @@ hpt_status eng_attach_optim(offload_engine *e, eng_update_fn fn, void *ctx, int 
     if (s == HPT_OK && set_bytes) {
         e->stage_bytes = (size_t)sets * set_bytes;
         hpt_mem_set_name(e->mem, "offload staging");
-        s = hpt_mem_alloc(e->mem, HPT_TIER_HOST, HPT_CAT_IO, e->stage_bytes, (void **)&e->stage);
+        s = e->be->alloc(e->mem, HPT_TIER_HOST, HPT_CAT_IO, e->stage_bytes, (void **)&e->stage);
         if (s != HPT_OK) e->stage_bytes = 0;
     }
     if (s != HPT_OK) {
@@ -1095,7 +1098,7 @@ void eng_detach_optim(offload_engine *e) {
     (void)eng_drain(e);
     free_home(e, EB_M);
     free_home(e, EB_V);
-    hpt_mem_free(e->mem, HPT_TIER_HOST, HPT_CAT_IO, e->stage, e->stage_bytes);
+    e->be->free(e->mem, HPT_TIER_HOST, HPT_CAT_IO, e->stage, e->stage_bytes);
     e->stage = NULL;
     e->stage_bytes = 0;
     memset(e->stage_ptr, 0, sizeof e->stage_ptr);
@@ -1115,8 +1118,8 @@ void eng_free(offload_engine *e) {
     eng_detach_optim(e);
     free_home(e, EB_P);
     free_home(e, EB_G);
-    hpt_mem_free(e->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, e->slots, (size_t)e->K * e->stride * sizeof(float));
-    hpt_mem_free(e->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, e->gslots, (size_t)e->n_g * e->stride * sizeof(float));
+    e->be->free(e->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, e->slots, (size_t)e->K * e->stride * sizeof(float));
+    e->be->free(e->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, e->gslots, (size_t)e->n_g * e->stride * sizeof(float));
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv_work);
     pthread_cond_destroy(&e->cv_done);

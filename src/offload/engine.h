@@ -3,7 +3,7 @@
 #define HPT_OFFLOAD_ENGINE_H
 
 #include "hptrain.h"
-#include "kernels/kernels.h"
+#include "kernels/backend.h"
 
 /* The per-block buffers the engine keeps, each in its home tier. */
 enum { EB_P = 0, EB_G, EB_M, EB_V, EB_COUNT };
@@ -14,7 +14,7 @@ typedef struct offload_engine offload_engine;
 /* The optimizer's update of one slice of block l: slice i (0..n_slices-1) of n floats; p the
  * weights (fp32, or bf16 weights' home with seed 0 for the optimizer to set); m and v are the
  * engine's homes' (or staging's) slice, NULL when the optimizer keeps its own state. */
-typedef void (*eng_update_fn)(void *ctx, int l, int slice, k_param p, const float *g, float *m,
+typedef void (*eng_update_fn)(void *ctx, int l, int slice, hpt_be_param p, const float *g, float *m,
                               float *v, size_t n);
 /* Receives n floats of a slice being gathered (eng_emit_slice). */
 typedef hpt_status (*eng_emit_fn)(void *ctx, const float *x, size_t n);
@@ -57,7 +57,7 @@ hpt_status eng_grad_slot(offload_engine *e, int l, int accumulate, float **g_out
  * them to the optimizer (fused) or writes them to their home (exact). */
 hpt_status eng_grads_done(offload_engine *e, int l);
 /* Sum of squares of block l's gradients of this step, slice by slice in order (each slice by
- * k_sumsq): the global norm's partial sums, combined by the optimizer in a fixed order. */
+ * the backend's sumsq): the global norm's partial sums, combined by the optimizer in a fixed order. */
 double eng_block_sumsq(const offload_engine *e, int l);
 /* Exact mode: *overflow 1 when a block's gradients overflowed since the last call, after every
  * queued write-back: a 16-bit home's narrowing met a value fp16 cannot hold (|x| > 65504, or

@@ -34,14 +34,14 @@
  * its gradients complete (fused: hpt_optim_fused_begin / _end, clipping by the previous
  * step's norm).
  * The global gradient norm is one sum in a fixed order in every mode: wte, wpe, then per block
- * l the sum over its 12 slices in order (each slice's k_sumsq), then lnfw, lnfb; k_sumsq of a
+ * l the sum over its 12 slices in order (each slice's sumsq op), then lnfw, lnfb; the sumsq of a
  * slice depends only on its values and length, so every mode gets the same norm, bit for bit.
- * Invariants: AdamW with 32-bit state runs k_adamw (elementwise: a slice gets the bits it gets
+ * Invariants: AdamW with 32-bit state runs the adamw op (elementwise: a slice gets the bits it gets
  * inside its whole tensor) as before this file knew other optimizers (tests/test_reference.c,
  * hptrain verify); each step is deterministic for a fixed thread count (the kernels partition
  * blocks statically). */
 #include "core/core.h"
-#include "kernels/kernels.h"
+#include "kernels/backend.h"
 #include "model/gpt2_int.h"
 #include "offload/engine.h"
 
@@ -72,6 +72,7 @@ typedef struct {
 
 struct hpt_optim {
     hpt_mem *mem;
+    const hpt_backend *be; /* the update ops and device copies (the CPU's for now) */
     hpt_gpt2 *model; /* borrowed */
     hpt_adamw_opts o;
     size_t n;
@@ -174,7 +175,7 @@ static void plan_layout(const hpt_gpt2_config *c, const hpt_adamw_opts *o, int e
         }
         tl->q8 = bits == 8 && !(o->state32_embeddings && i < 2); /* wte, wpe come first */
         if (tl->q8) {
-            tl->sc_per = (tl->sn + K_Q8_BLOCK - 1) / K_Q8_BLOCK;
+            tl->sc_per = (tl->sn + HPT_Q8_BLOCK - 1) / HPT_Q8_BLOCK;
             tl->q_off = n8;
             tl->sc_off = nsc;
             n8 += t[i].numel;
@@ -210,51 +211,51 @@ uint64_t hpt_optim_state_bytes(const hpt_gpt2_config *cfg, const hpt_adamw_opts 
 }
 
 /* Slice s of tensor i's state for moment base (B_M or B_V) with map, from the slice's value
- * off (a multiple of K_Q8_BLOCK). */
-static k_state slice_state(const hpt_optim *op, int i, size_t s, size_t off, int base,
+ * off (a multiple of HPT_Q8_BLOCK). */
+static hpt_be_state slice_state(const hpt_optim *op, int i, size_t s, size_t off, int base,
                            const float *map) {
     const tensor_layout *tl = &op->lay.t[i];
-    k_state st = {0};
+    hpt_be_state st = {0};
     if (!tl->q8) {
         st.f32 = (float *)op->buf[base] + tl->f32_off + s * tl->sn + off;
     } else {
         st.codes = (uint8_t *)op->buf[base + 1] + tl->q_off + s * tl->sn + off;
-        st.absmax = (float *)op->buf[base + 2] + tl->sc_off + s * tl->sc_per + off / K_Q8_BLOCK;
+        st.absmax = (float *)op->buf[base + 2] + tl->sc_off + s * tl->sc_per + off / HPT_Q8_BLOCK;
         st.map = map;
-        st.lut = k_q8_lut_of(map == op->map_signed); /* fast encoding of the same map */
+        st.lut = op->be->q8_lut_of(map == op->map_signed); /* fast encoding of the same map */
     }
     return st;
 }
 
 /* The step of values [off, off + n) of slice s of tensor i (parameters p and gradients g from
  * there) from this file's state; scale multiplies each gradient (clipping, accumulation's
- * 1/K). off is a multiple of K_Q8_BLOCK and of Adam-mini's block, n of the latter (a whole
+ * 1/K). off is a multiple of HPT_Q8_BLOCK and of Adam-mini's block, n of the latter (a whole
  * slice, or a chunk of wte: embed.c). */
-static void update_range(hpt_optim *op, int i, size_t s, size_t off, k_param kp, const float *g,
+static void update_range(hpt_optim *op, int i, size_t s, size_t off, hpt_be_param kp, const float *g,
                          size_t n, float lr, float scale) {
     const hpt_adamw_opts *o = &op->o;
     const tensor_layout *tl = &op->lay.t[i];
     float *p = kp.f32;
     float wd = op->wd[i];
-    k_state m = slice_state(op, i, s, off, B_M, op->map_signed);
+    hpt_be_state m = slice_state(op, i, s, off, B_M, op->map_signed);
     switch ((hpt_optim_kind)o->optimizer) {
     case HPT_OPTIM_ADAMW:
         if (m.f32 && p) /* the reference path, unchanged */
-            k_adamw(p, g, m.f32, slice_state(op, i, s, off, B_V, NULL).f32, n, lr, o->beta1,
-                    o->beta2, o->eps, wd, scale, op->t);
+            op->be->adamw(p, g, m.f32, slice_state(op, i, s, off, B_V, NULL).f32, n, lr,
+                          o->beta1, o->beta2, o->eps, wd, scale, op->t);
         else
-            k_adamw_q(kp, g, m, slice_state(op, i, s, off, B_V, op->map_unsigned), n, lr,
-                      o->beta1, o->beta2, o->eps, wd, scale, op->t);
+            op->be->adamw_q(kp, g, m, slice_state(op, i, s, off, B_V, op->map_unsigned), n, lr,
+                            o->beta1, o->beta2, o->eps, wd, scale, op->t);
         break;
     case HPT_OPTIM_LION:
-        k_lion(kp, g, m, n, lr, o->beta1, o->beta2, wd, scale);
+        op->be->lion(kp, g, m, n, lr, o->beta1, o->beta2, wd, scale);
         break;
     case HPT_OPTIM_SGD:
-        k_sgd(kp, g, m, n, lr, o->beta1, wd, scale);
+        op->be->sgd(kp, g, m, n, lr, o->beta1, wd, scale);
         break;
     case HPT_OPTIM_ADAM_MINI:
-        k_adam_mini(kp, g, m, (float *)op->buf[B_V] + tl->v_off + (s * tl->sn + off) / tl->row, n,
-                    tl->row, lr, o->beta1, o->beta2, o->eps, wd, scale, op->t);
+        op->be->adam_mini(kp, g, m, (float *)op->buf[B_V] + tl->v_off + (s * tl->sn + off) / tl->row,
+                          n, tl->row, lr, o->beta1, o->beta2, o->eps, wd, scale, op->t);
         break;
     case HPT_OPTIM_COUNT:
         break;
@@ -262,7 +263,7 @@ static void update_range(hpt_optim *op, int i, size_t s, size_t off, k_param kp,
 }
 
 /* The step of slice s of tensor i, whole. */
-static void update_slice(hpt_optim *op, int i, size_t s, k_param kp, const float *g, float lr,
+static void update_slice(hpt_optim *op, int i, size_t s, hpt_be_param kp, const float *g, float lr,
                          float scale) {
     update_range(op, i, s, 0, kp, g, op->lay.t[i].sn, lr, scale);
 }
@@ -272,7 +273,7 @@ static uint64_t sr_seed(const hpt_optim *op) { return 0x9e3779b97f4a7c15ull * (u
 
 /* The model's deferred update of a chunk of wte (chunked embeddings, src/model/embed.c), with
  * the fused step's learning rate and clip factor. */
-static void emb_update(void *ctx, int i, size_t off, k_param p, const float *g, size_t n) {
+static void emb_update(void *ctx, int i, size_t off, hpt_be_param p, const float *g, size_t n) {
     hpt_optim *op = ctx;
     if (!op->armed) return; /* a backward outside a step's begin and end: gradients only */
     p.seed = sr_seed(op);
@@ -281,7 +282,7 @@ static void emb_update(void *ctx, int i, size_t off, k_param p, const float *g, 
 
 /* The engine's update of slice `slice` of block l (the worker's thread or ours): AdamW fp32 on
  * the engine's m and v, or any optimizer on this file's state (m, v NULL). */
-static void eng_update(void *ctx, int l, int slice, k_param p, const float *g, float *m,
+static void eng_update(void *ctx, int l, int slice, hpt_be_param p, const float *g, float *m,
                        float *v, size_t n) {
     hpt_optim *op = ctx;
     if (!op->armed) return; /* a backward outside a step's begin and end: gradients only */
@@ -289,11 +290,11 @@ static void eng_update(void *ctx, int l, int slice, k_param p, const float *g, f
     int i = GPT2_FIRST_BLOCK_TENSOR + slice;
     p.seed = sr_seed(op); /* bf16 stochastic rounding: per step */
     if (op->eng_homes && p.f32)
-        k_adamw(p.f32, g, m, v, n, op->lr_now, o->beta1, o->beta2, o->eps, op->wd[i],
-                op->scale_now, op->t);
+        op->be->adamw(p.f32, g, m, v, n, op->lr_now, o->beta1, o->beta2, o->eps, op->wd[i],
+                      op->scale_now, op->t);
     else if (op->eng_homes) /* bf16 weights */
-        k_adamw_q(p, g, (k_state){.f32 = m}, (k_state){.f32 = v}, n, op->lr_now, o->beta1,
-                  o->beta2, o->eps, op->wd[i], op->scale_now, op->t);
+        op->be->adamw_q(p, g, (hpt_be_state){.f32 = m}, (hpt_be_state){.f32 = v}, n, op->lr_now,
+                        o->beta1, o->beta2, o->eps, op->wd[i], op->scale_now, op->t);
     else
         update_slice(op, i, (size_t)l, p, g, op->lr_now, op->scale_now);
 }
@@ -305,6 +306,7 @@ hpt_status hpt_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts 
     hpt_optim *op = calloc(1, sizeof *op);
     if (!op) return hpt_fail(HPT_ERR_OOM, "cannot allocate the optimizer object");
     op->mem = mem;
+    op->be = hpt_backend_cpu();
     op->model = model;
     op->o = *o;
     op->n = model->num_params;
@@ -314,8 +316,8 @@ hpt_status hpt_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts 
     hpt_gpt2_tensors(&model->cfg, t);
     for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++)
         op->wd[i] = o->decay_all || t[i].is_matrix ? o->weight_decay : 0.0f;
-    k_q8_map(op->map_signed, 1);
-    k_q8_map(op->map_unsigned, 0);
+    op->be->q8_map(op->map_signed, 1);
+    op->be->q8_map(op->map_unsigned, 0);
     hpt_status s = HPT_OK;
     hpt_tier home = HPT_TIER_DEVICE;
     if (model->eng) {
@@ -325,7 +327,7 @@ hpt_status hpt_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts 
     for (int i = 0; i < HPT_OPTIM_NUM_BUFS && s == HPT_OK; i++) {
         hpt_mem_set_name(mem, k_buf_names[i]);
         op->tier[i] = op->home = home;
-        s = hpt_mem_alloc(mem, home, HPT_CAT_OPTIM, op->lay.bytes[i], &op->buf[i]);
+        s = op->be->alloc(mem, home, HPT_CAT_OPTIM, op->lay.bytes[i], &op->buf[i]);
     }
     if (s == HPT_OK && model->eng) s = eng_attach_optim(model->eng, eng_update, op, op->eng_homes);
     if (s == HPT_OK && model->emb != HPT_EMB_FULL) gpt2_set_emb_update(model, emb_update, op);
@@ -342,7 +344,7 @@ void hpt_optim_free(hpt_optim *op) {
     if (op->model->eng) eng_detach_optim(op->model->eng);
     gpt2_set_emb_update(op->model, NULL, NULL);
     for (int i = 0; i < HPT_OPTIM_NUM_BUFS; i++)
-        hpt_mem_free(op->mem, op->tier[i], HPT_CAT_OPTIM, op->buf[i], op->lay.bytes[i]);
+        op->be->free(op->mem, op->tier[i], HPT_CAT_OPTIM, op->buf[i], op->lay.bytes[i]);
     free(op);
 }
 
@@ -357,11 +359,12 @@ hpt_status hpt_optim_set_tier(hpt_optim *op, hpt_tier tier) {
         if (!op->lay.bytes[i] || op->tier[i] == tier) continue;
         void *p;
         hpt_mem_set_name(op->mem, k_buf_names[i]);
-        hpt_status s = hpt_mem_alloc(op->mem, tier, HPT_CAT_OPTIM, op->lay.bytes[i], &p);
+        hpt_status s = op->be->alloc(op->mem, tier, HPT_CAT_OPTIM, op->lay.bytes[i], &p);
         if (s != HPT_OK) return hpt_fail_ctx(s, "moving optimizer state %s", k_buf_names[i]);
-        memcpy(p, op->buf[i], op->lay.bytes[i]);
+        op->be->copy(p, op->buf[i], op->lay.bytes[i],
+                     tier == HPT_TIER_HOST ? HPT_COPY_D2H : HPT_COPY_H2D);
         hpt_mem_transfer(op->mem, op->tier[i], tier, HPT_CAT_OPTIM, op->lay.bytes[i]);
-        hpt_mem_free(op->mem, op->tier[i], HPT_CAT_OPTIM, op->buf[i], op->lay.bytes[i]);
+        op->be->free(op->mem, op->tier[i], HPT_CAT_OPTIM, op->buf[i], op->lay.bytes[i]);
         op->buf[i] = p;
         op->tier[i] = tier;
     }
@@ -387,7 +390,7 @@ int optim_q8_per_slice(const hpt_gpt2_config *c) {
     size_t sn[GPT2_BLOCK_SLICES];
     gpt2_block_slices(c, sn);
     for (int i = 0; i < GPT2_BLOCK_SLICES && c->L > 1; i++)
-        if (sn[i] % K_Q8_BLOCK) return 1;
+        if (sn[i] % HPT_Q8_BLOCK) return 1;
     return 0;
 }
 
@@ -416,20 +419,20 @@ static double grad_sumsq(const hpt_optim *op) {
     size_t sn[GPT2_BLOCK_SLICES];
     gpt2_block_slices(c, sn);
     /* chunked embeddings: wte's sum of squares, chunk by chunk, from the backward (embed.c) */
-    double s = m->emb != HPT_EMB_FULL ? m->wte_sumsq : k_sumsq(m->g.wte, t[0].numel);
-    s += k_sumsq(m->g.wpe, t[1].numel);
+    double s = m->emb != HPT_EMB_FULL ? m->wte_sumsq : op->be->sumsq(m->g.wte, t[0].numel);
+    s += op->be->sumsq(m->g.wpe, t[1].numel);
     for (int l = 0; l < c->L; l++) {
         double b = 0.0;
         if (m->eng) {
             b = eng_block_sumsq(m->eng, l);
         } else {
             for (int i = 0; i < GPT2_BLOCK_SLICES; i++)
-                b += k_sumsq(m->grads + t[GPT2_FIRST_BLOCK_TENSOR + i].offset + (size_t)l * sn[i], sn[i]);
+                b += op->be->sumsq(m->grads + t[GPT2_FIRST_BLOCK_TENSOR + i].offset + (size_t)l * sn[i], sn[i]);
         }
         s += b;
     }
-    s += k_sumsq(m->g.lnfw, (size_t)c->C);
-    s += k_sumsq(m->g.lnfb, (size_t)c->C);
+    s += op->be->sumsq(m->g.lnfw, (size_t)c->C);
+    s += op->be->sumsq(m->g.lnfb, (size_t)c->C);
     return s;
 }
 
@@ -438,7 +441,7 @@ static void update_nonblock(hpt_optim *op, float lr, float scale) {
     hpt_gpt2 *model = op->model;
     for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) {
         if (gpt2_is_block_tensor(i) || (i == 0 && model->emb != HPT_EMB_FULL)) continue;
-        k_param kp = gpt2_nonblock_param(model, i);
+        hpt_be_param kp = gpt2_nonblock_param(model, i);
         kp.seed = sr_seed(op);
         update_slice(op, i, 0, kp, gpt2_nonblock_grad(model, i), lr, scale);
     }
@@ -519,7 +522,7 @@ hpt_status hpt_optim_step_scaled(hpt_optim *op, float lr, float clip, float grad
         const tensor_layout *tl = &op->lay.t[i];
         for (size_t sl = 0; sl < tl->slices; sl++) {
             size_t off = t[i].offset + sl * tl->sn;
-            update_slice(op, i, sl, k_param_f32(model->params + off), model->grads + off, lr,
+            update_slice(op, i, sl, hpt_be_param_f32(model->params + off), model->grads + off, lr,
                          scale);
         }
     }

@@ -13,9 +13,11 @@
  *            train_int.h), scaled by the learning-rate schedule.
  *   zero     nothing (the weights stay bit-identical).
  *   garbage  p += 0.1 * N(0, 1), a fresh draw per parameter and step (tests).
- * Every loop partitions statically and every norm is summed in fixed chunks, so a phase gives
- * the same bits for a given thread count, and after a resume. */
+ * The per-parameter loops are the backend's ops (fit_observe, predict_adam, ...): each
+ * partitions statically and sums every norm in fixed chunks, so a phase gives the same bits
+ * for a given thread count, and after a resume. */
 #include "core/core.h"
+#include "kernels/backend.h"
 #include "model/gpt2_int.h"
 #include "train/train_int.h"
 
@@ -23,24 +25,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define N_CHUNKS 64
-#define PAR_MIN 32768
-
 static hpt_status alloc_sums(weight_predictor *pr) {
     size_t bytes = pr->n * sizeof(float);
     if (!pr->s0) {
         hpt_mem_set_name(pr->mem, "predictor sum w");
-        HPT_CHECK(hpt_mem_alloc(pr->mem, HPT_TIER_DEVICE, HPT_CAT_OPTIM, bytes, (void **)&pr->s0));
+        HPT_CHECK(pr->be->alloc(pr->mem, HPT_TIER_DEVICE, HPT_CAT_OPTIM, bytes, (void **)&pr->s0));
     }
     if (!pr->s1) {
         hpt_mem_set_name(pr->mem, "predictor sum a*w");
-        HPT_CHECK(hpt_mem_alloc(pr->mem, HPT_TIER_DEVICE, HPT_CAT_OPTIM, bytes, (void **)&pr->s1));
+        HPT_CHECK(pr->be->alloc(pr->mem, HPT_TIER_DEVICE, HPT_CAT_OPTIM, bytes, (void **)&pr->s1));
     }
     return HPT_OK;
 }
 
 static void free_buf(weight_predictor *pr, float **p) {
-    hpt_mem_free(pr->mem, HPT_TIER_DEVICE, HPT_CAT_OPTIM, *p, pr->n * sizeof(float));
+    pr->be->free(pr->mem, HPT_TIER_DEVICE, HPT_CAT_OPTIM, *p, pr->n * sizeof(float));
     *p = NULL;
 }
 
@@ -48,6 +47,7 @@ hpt_status predictor_init(weight_predictor *pr, hpt_mem *mem, int kind, size_t n
                           uint64_t seed) {
     memset(pr, 0, sizeof *pr);
     pr->mem = mem;
+    pr->be = hpt_backend_cpu();
     pr->kind = kind;
     pr->n = n;
     pr->decay = decay;
@@ -80,15 +80,7 @@ hpt_status predictor_observe(weight_predictor *pr, const float *params, float lr
     HPT_CHECK(alloc_sums(pr)); /* present unless a predict phase just ended without its reset */
     /* every sample ages by one step (decay, a -> a+1), then w joins with age 0:
      * s1' = d (s1 + s0), s0' = d s0 + w */
-    const float d = (float)pr->decay;
-    float *s0 = pr->s0, *s1 = pr->s1;
-    const size_t n = pr->n;
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-    for (size_t i = 0; i < n; i++) {
-        float a = s0[i];
-        s1[i] = d * (s1[i] + a);
-        s0[i] = d * a + params[i];
-    }
+    pr->be->fit_observe(pr->s0, pr->s1, params, pr->n, (float)pr->decay);
     double D = pr->decay;
     pr->A2 = D * (pr->A2 + 2.0 * pr->A1 + pr->W);
     pr->A1 = D * (pr->A1 + pr->W);
@@ -106,52 +98,18 @@ void predictor_begin(weight_predictor *pr) {
         cw = (float)(-pr->W / den);
         ca = (float)(pr->A1 / den);
     }
-    float *s0 = pr->s0, *s1 = pr->s1;
-    const size_t n = pr->n;
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-    for (size_t i = 0; i < n; i++) s1[i] = cw * s1[i] + ca * s0[i];
+    pr->be->fit_velocity(pr->s1, pr->s0, pr->n, cw, ca);
     free_buf(pr, &pr->s0);
 }
 
 hpt_status predictor_end(weight_predictor *pr) {
     if (pr->kind != HPT_PREDICTOR_LINEAR) return HPT_OK;
     HPT_CHECK(alloc_sums(pr));
-    memset(pr->s0, 0, pr->n * sizeof(float));
-    memset(pr->s1, 0, pr->n * sizeof(float));
+    pr->be->memset(pr->s0, 0, pr->n * sizeof(float));
+    pr->be->memset(pr->s1, 0, pr->n * sizeof(float));
     pr->W = pr->A1 = pr->A2 = 0.0;
     pr->n_samples = 0;
     return HPT_OK;
-}
-
-/* Sum of squares of x[lo, hi) for chunk c of N_CHUNKS over n. */
-static void chunk_range(size_t n, int c, size_t *lo, size_t *hi) {
-    size_t chunk = (n + N_CHUNKS - 1) / N_CHUNKS;
-    *lo = (size_t)c * chunk < n ? (size_t)c * chunk : n;
-    *hi = *lo + chunk < n ? *lo + chunk : n;
-}
-
-/* One predicted AdamW update of tensor (p, m, v) of n values; returns the update's sum of
- * squares. */
-static double adam_tensor(float *p, const float *m, const float *v, size_t n, float lr,
-                          float wd, float b2k, float bc1, float bc2, float eps) {
-    double part[N_CHUNKS];
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-    for (int c = 0; c < N_CHUNKS; c++) {
-        size_t lo, hi;
-        chunk_range(n, c, &lo, &hi);
-        double s = 0.0;
-        for (size_t i = lo; i < hi; i++) {
-            float mk = m[i];
-            float vk = b2k * v[i] + (1.0f - b2k) * mk * mk;
-            float u = lr * ((mk / bc1) / (sqrtf(vk / bc2) + eps) + wd * p[i]);
-            p[i] -= u;
-            s += (double)u * (double)u;
-        }
-        part[c] = s;
-    }
-    double s = 0.0;
-    for (int c = 0; c < N_CHUNKS; c++) s += part[c];
-    return s;
 }
 
 hpt_status predictor_apply(weight_predictor *pr, hpt_gpt2 *model, const hpt_optim *opt, int64_t k,
@@ -176,40 +134,22 @@ hpt_status predictor_apply(weight_predictor *pr, hpt_gpt2 *model, const hpt_opti
         for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) {
             float wd = o->decay_all || ts[i].is_matrix ? o->weight_decay : 0.0f;
             size_t off = ts[i].offset;
-            ss += adam_tensor(p + off, m + off, v + off, ts[i].numel, lr, wd, b2k, bc1, bc2, o->eps);
+            ss += pr->be->predict_adam(p + off, m + off, v + off, ts[i].numel, lr, wd, b2k, bc1,
+                                       bc2, o->eps);
         }
         break;
     }
     case HPT_PREDICTOR_LINEAR: {
         if (!pr->s1) return hpt_fail(HPT_ERR_INVALID, "the linear predictor has no velocities");
         float scale = pr->lr_fit > 0.0f ? lr / pr->lr_fit : 1.0f;
-        const float *vel = pr->s1;
-        double part[N_CHUNKS];
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-        for (int c = 0; c < N_CHUNKS; c++) {
-            size_t lo, hi;
-            chunk_range(n, c, &lo, &hi);
-            double s = 0.0;
-            for (size_t i = lo; i < hi; i++) {
-                float u = scale * vel[i];
-                p[i] += u;
-                s += (double)u * (double)u;
-            }
-            part[c] = s;
-        }
-        for (int c = 0; c < N_CHUNKS; c++) ss += part[c];
+        ss += pr->be->predict_linear(p, pr->s1, n, scale);
         break;
     }
     case HPT_PREDICTOR_ZERO:
         break;
     case HPT_PREDICTOR_GARBAGE: {
-        hpt_rng r;
-        hpt_rng_seed(&r, pr->seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(step + 1)));
-        for (size_t i = 0; i < n; i++) {
-            float u = 0.1f * hpt_rng_normal(&r);
-            p[i] += u;
-            ss += (double)u * (double)u;
-        }
+        ss += pr->be->add_normal(p, n, pr->seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(step + 1)),
+                                 0.1f);
         break;
     }
     case HPT_PREDICTOR_COUNT:
@@ -226,22 +166,8 @@ double predictor_real_update_norm(const hpt_optim *opt, size_t n, float lr, floa
     double t = (double)hpt_optim_get_t(opt);
     float bc1 = (float)(1.0 - pow((double)o->beta1, t));
     float bc2 = (float)(1.0 - pow((double)o->beta2, t));
-    float eps = o->eps;
-    double part[N_CHUNKS];
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-    for (int c = 0; c < N_CHUNKS; c++) {
-        size_t lo, hi;
-        chunk_range(n, c, &lo, &hi);
-        double s = 0.0;
-        for (size_t i = lo; i < hi; i++) {
-            float u = (m[i] / bc1) / (sqrtf(v[i] / bc2) + eps);
-            s += (double)u * (double)u;
-        }
-        part[c] = s;
-    }
-    double s = 0.0;
-    for (int c = 0; c < N_CHUNKS; c++) s += part[c];
-    return (double)lr * sqrt(s);
+    /* no predictor object here: the moments are the CPU backend's, as the optimizer's */
+    return (double)lr * sqrt(hpt_backend_cpu()->adam_step_sumsq(m, v, n, bc1, bc2, o->eps));
 }
 
 void predictor_get_scalars(const weight_predictor *pr, predictor_scalars *out) {

@@ -4,6 +4,7 @@
 #define HPT_TRAIN_INT_H
 
 #include "hptrain.h"
+#include "kernels/backend.h"
 
 /* A per-parameter predictor. The linear one keeps, over the real steps since its last reset,
  * exponentially weighted sums of each weight by its age a (steps before now, weight
@@ -13,6 +14,7 @@
  * velocity (weight change per step) and s0 is freed. */
 typedef struct {
     hpt_mem *mem;                 /* borrowed */
+    const hpt_backend *be;        /* the per-parameter loops (the CPU's for now) */
     int kind;                     /* hpt_predictor_kind */
     size_t n;                     /* parameters */
     double decay;                 /* the linear fit's decay */

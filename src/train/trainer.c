@@ -37,6 +37,7 @@
  * times 1/(accum S) (exact: S is a power of two) and scaler_clean counts it. S, the clean-step
  * count and the skipped steps are the checkpoint's "loss_scale" section. */
 #include "core/core.h"
+#include "kernels/backend.h"
 #include "model/gpt2_int.h"
 #include "offload/engine.h"
 #include "train/train_int.h"
@@ -51,6 +52,7 @@
 struct hpt_trainer {
     hpt_train_opts o;
     hpt_mem *mem;
+    const hpt_backend *be;    /* device copies (the CPU's for now) */
     hpt_gpt2 *model;
     hpt_optim *opt;
     hpt_dataloader *train, *val;
@@ -323,7 +325,7 @@ static hpt_status load_array(hpt_trainer *tr, const hpt_state_section *s, hpt_ti
         hpt_mem_set_name(tr->mem, name);
         HPT_CHECK(hpt_mem_alloc(tr->mem, tier, cat, bytes, (void **)dst));
     }
-    memcpy(*dst, s->data, bytes);
+    tr->be->copy(*dst, s->data, bytes, tier == HPT_TIER_DEVICE ? HPT_COPY_H2D : HPT_COPY_H2H);
     return HPT_OK;
 }
 
@@ -514,6 +516,7 @@ hpt_status hpt_trainer_create(hpt_mem *mem, const hpt_train_opts *opts, hpt_trai
     if (!tr) return hpt_fail(HPT_ERR_OOM, "cannot allocate the trainer");
     tr->o = *opts;
     tr->mem = mem;
+    tr->be = hpt_backend_cpu();
     hpt_mem_set_context(mem, 0, HPT_PHASE_SETUP, -1);
     hpt_status s = setup(tr);
     if (s != HPT_OK) {
@@ -611,7 +614,7 @@ static hpt_status check_loss(hpt_trainer *tr, double *out) {
 }
 
 static void rollback(hpt_trainer *tr) {
-    memcpy(tr->model->params, tr->snapshot, nparams(tr) * sizeof(float));
+    tr->be->copy(tr->model->params, tr->snapshot, nparams(tr) * sizeof(float), HPT_COPY_H2D);
 }
 
 /* Relative excess of a loss over its prediction: 0 within the band, 1 above, 2 beyond the
@@ -634,7 +637,7 @@ static hpt_status predict_step(hpt_trainer *tr, hpt_train_progress *p) {
             hpt_mem_set_name(tr->mem, "rollback snapshot");
             HPT_CHECK(hpt_mem_alloc(tr->mem, HPT_TIER_HOST, HPT_CAT_PARAMS, bytes, (void **)&tr->snapshot));
         }
-        memcpy(tr->snapshot, tr->model->params, bytes);
+        tr->be->copy(tr->snapshot, tr->model->params, bytes, HPT_COPY_D2H);
         hpt_mem_transfer(tr->mem, HPT_TIER_DEVICE, HPT_TIER_HOST, HPT_CAT_PARAMS, bytes);
         lossmodel_begin_predict(&tr->lm);
         tr->pred0 = tr->lm.pred;

@@ -1,7 +1,7 @@
 /* verify.c: checks forward, backward and AdamW against a PyTorch reference state (llm.c's
  * format). Any shape works, including the real GPT-2 vocabulary with its padding. */
 #include "core/core.h"
-#include "kernels/kernels.h"
+#include "kernels/backend.h"
 #include "model/gpt2_int.h"
 
 #include <cJSON.h>

@@ -71,6 +71,14 @@ static const hpt_backend k_cpu = {
     .act_code_bytes = k_act_code_bytes,
     .act_code_store = k_act_code_store,
     .act_code_load = k_act_code_load,
+    .fit_observe = k_fit_observe,
+    .fit_velocity = k_fit_velocity,
+    .predict_adam = k_predict_adam,
+    .predict_linear = k_predict_linear,
+    .add_normal = k_add_normal,
+    .adam_step_sumsq = k_adam_step_sumsq,
+    .init_normal = k_init_normal,
+    .fill = k_fill,
 };
 
 const hpt_backend *hpt_backend_cpu(void) { return &k_cpu; }
