@@ -1,4 +1,9 @@
-/* gpt2_int.h: the GPT-2 object's layout, shared by the model and io modules. */
+/* gpt2_int.h: the GPT-2 object's layout, shared by the model and (until they iterate the tensor
+ * table) the optim, io, plan and train modules. The model's files: gpt2.c (the maths, through
+ * the arch interface, arch.h), runner.c (the layer loop), actplan.c (the activation arena),
+ * actstore.c (offload and compression of saved fields), actopts.c (the activation options),
+ * lifecycle.c (the object), embed.c (chunked and bf16 tied embeddings), config.c (shapes);
+ * runner_int.h holds the runner's private state and functions. */
 #ifndef HPT_GPT2_INT_H
 #define HPT_GPT2_INT_H
 
