@@ -153,6 +153,36 @@ struct hpt_backend {
     void (*crossentropy_backward)(float *logits, const float *lse, const int32_t *targets,
                                   int64_t N, int V, int Vp, float dloss);
 
+    /* ---- model-side helpers (chunked head, embeddings) ---- */
+    /* the mean of losses (n), summed in double in order (crossentropy_forward's sum): the
+     * loss of a head computed over row chunks */
+    float (*loss_mean)(const float *losses, size_t n);
+    /* bf16 tied embeddings (model/embed.c): x (n) = h widened; h (n) = x rounded to nearest
+     * even and, when c is not NULL, the residue into c; both in pieces across threads */
+    void (*bf16_widen_par)(float *x, const uint16_t *h, size_t n);
+    void (*bf16_split_par)(uint16_t *h, uint16_t *c, const float *x, size_t n);
+    /* out (B,T,C) = wte[inp[b,t]] + wpe[t] with wte, wpe bf16 (each row widened as gathered) */
+    void (*encoder_forward_bf16)(float *out, const int32_t *inp, const uint16_t *wte,
+                                 const uint16_t *wpe, int B, int T, int C);
+    /* encoder_backward's two halves, the same sums in the same order: dwpe (T,C) += sum over
+     * b of dout (BT rows, position = row % T); dwte (nv,C), the rows [v0, v0 + nv) of wte,
+     * += dout's rows of the tokens in that range */
+    void (*encoder_backward_wpe)(float *dwpe, const float *dout, size_t BT, int T, size_t C);
+    void (*encoder_backward_rows)(float *dwte, const float *dout, const int32_t *inp, size_t BT,
+                                  size_t C, size_t v0, size_t nv);
+    /* A running log-sum-exp over vocabulary chunks: logits (n, nv) of one chunk update each
+     * row's maximum mx (n) and sum of exp(logit - mx) sum (n); first: the first chunk */
+    void (*logsumexp_chunk)(float *mx, float *sum, const float *logits, size_t n, size_t nv,
+                            int first);
+    /* The running log-sum-exp's end: lse (n) = mx + log(sum) (lse holds sum, losses holds mx
+     * on entry), losses (n) = lse - lnf_i . wte[targets_i]; wte fp32 (wte) or bf16 (wte_h) */
+    void (*tied_loss)(float *losses, float *lse, const float *lnf, const float *wte,
+                      const uint16_t *wte_h, const int32_t *targets, size_t n, size_t C);
+    /* logits (n, nv) of vocabulary rows [v0, v0 + nv) become dlogits: (softmax - onehot) *
+     * dloss, the softmax from the saved lse (n) */
+    void (*crossentropy_dlogits)(float *logits, const float *lse, const int32_t *targets,
+                                 size_t n, size_t v0, size_t nv, float dloss);
+
     /* ---- optimizer updates (one tensor of n values, 256-value blocks; grad_scale multiplies
      * each gradient first: clipping and the loss scale's inverse) ---- */
     void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,

@@ -29,15 +29,15 @@
  * those Vc * C values runs at once (emb_upd: the step's learning rate and the clip factor of the
  * previous step's norm, as every fused update). A chunk's logits depend only on its own rows of
  * wte, which are updated after their last use, so updating as we go is exact.
- * Chunks start at multiples of Vc * C values, a multiple of K_Q8_BLOCK (gpt2_vocab_chunk) and of
+ * Chunks start at multiples of Vc * C values, a multiple of HPT_Q8_BLOCK (gpt2_vocab_chunk) and of
  * a row, so an 8-bit state's blocks and Adam-mini's per-row blocks never straddle two chunks,
  * and stochastic rounding's noise is keyed by the element's index: the update of a chunk is the
  * update of those values inside the whole tensor, bit for bit. What differs from FULL is only
- * the order of sums: dlnf's over chunks, the running log-sum-exp, the norm's. */
+ * the order of sums: dlnf's over chunks, the running log-sum-exp, the norm's.
+ * Every op goes through the model's backend (m->be): its model-side helpers hold this file's
+ * loops (kernels/cpu/embed_kernels.c). */
 #include "core/core.h"
-#include "kernels/cpu/bf16.h"
-#include "kernels/cpu/vmath.h"
-#include "kernels/kernels.h"
+#include "kernels/backend.h"
 #include "model/gpt2_int.h"
 
 #include <math.h>
@@ -80,10 +80,10 @@ void gpt2_nonblock_bytes(const hpt_gpt2_config *c, const hpt_offload_opts *o, ui
 
 hpt_status gpt2_vocab_chunk_check(const hpt_gpt2_config *c, const hpt_offload_opts *o) {
     size_t vc = (size_t)gpt2_vocab_chunk(c, o), C = (size_t)c->C;
-    if ((vc * C) % K_Q8_BLOCK)
+    if ((vc * C) % HPT_Q8_BLOCK)
         return hpt_fail(HPT_ERR_INVALID, "vocab chunk %zu rows of C=%d: rows * C must be a "
-                        "multiple of %d (use a multiple of %zu rows)", vc, c->C, K_Q8_BLOCK,
-                        (size_t)K_Q8_BLOCK / gcd_size(C, K_Q8_BLOCK));
+                        "multiple of %d (use a multiple of %zu rows)", vc, c->C, HPT_Q8_BLOCK,
+                        (size_t)HPT_Q8_BLOCK / gcd_size(C, HPT_Q8_BLOCK));
     return HPT_OK;
 }
 
@@ -100,12 +100,12 @@ hpt_status emb_create(hpt_gpt2 *m, const hpt_offload_opts *o) {
     if (m->emb != HPT_EMB_BF16) return HPT_OK;
     hpt_mem_set_name(m->mem, "embeddings (bf16)");
     HPT_CHECK(hpt_mem_alloc(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, ne * 2, (void **)&m->emb_h));
-    memset(m->emb_h, 0, ne * 2);
+    m->be->memset(m->emb_h, 0, ne * 2);
     if (o->weights == HPT_BW_BF16_KAHAN) {
         hpt_mem_set_name(m->mem, "embeddings (Kahan compensation)");
         HPT_CHECK(hpt_mem_alloc(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, ne * 2,
                                 (void **)&m->emb_c));
-        memset(m->emb_c, 0, ne * 2);
+        m->be->memset(m->emb_c, 0, ne * 2);
     }
     hpt_mem_set_name(m->mem, "wte rows (fp32)");
     return hpt_mem_alloc(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, chunk, (void **)&m->emb_rows);
@@ -135,14 +135,14 @@ void gpt2_emb_comp(hpt_gpt2 *m, uint16_t **comp, size_t *n) {
 /* Value offset of tensor i (0 wte, 1 wpe) in emb_h. */
 static size_t emb_off(const hpt_gpt2 *m, int i) { return i ? wte_n(&m->cfg) : 0; }
 
-k_param gpt2_nonblock_param(hpt_gpt2 *m, int i) {
+hpt_be_param gpt2_nonblock_param(hpt_gpt2 *m, int i) {
     float *f[] = {m->p.wte, m->p.wpe, m->p.lnfw, m->p.lnfb};
     int k = i < 2 ? i : i - 12;
-    if (m->emb != HPT_EMB_BF16 || i > 1) return k_param_f32(f[k]);
+    if (m->emb != HPT_EMB_BF16 || i > 1) return hpt_be_param_f32(f[k]);
     size_t o = emb_off(m, i);
     /* stochastic rounding's element index: after the blocks' (the engine's l * block floats) */
     size_t base = (size_t)m->cfg.L * gpt2_block_floats(&m->cfg) + o;
-    return (k_param){NULL, m->emb_h + o, m->emb_c ? m->emb_c + o : NULL, 0, base};
+    return (hpt_be_param){NULL, m->emb_h + o, m->emb_c ? m->emb_c + o : NULL, 0, base};
 }
 
 float *gpt2_nonblock_grad(hpt_gpt2 *m, int i) {
@@ -150,20 +150,13 @@ float *gpt2_nonblock_grad(hpt_gpt2 *m, int i) {
     return g[i < 2 ? i : i - 12];
 }
 
-#define EMB_PIECE 16384 /* values per thread's piece of a long conversion */
-
 void emb_get(const hpt_gpt2 *m, int i, size_t lo, float *x, size_t n) {
-    const uint16_t *h = m->emb_h + emb_off(m, i) + lo;
-#pragma omp parallel for schedule(static) if (n >= 4 * EMB_PIECE)
-    for (size_t j = 0; j < n; j += EMB_PIECE) k_bf16_widen(x + j, h + j, HPT_MIN(EMB_PIECE, n - j));
+    m->be->bf16_widen_par(x, m->emb_h + emb_off(m, i) + lo, n);
 }
 
 void emb_put(hpt_gpt2 *m, int i, size_t lo, const float *x, size_t n) {
-    uint16_t *h = m->emb_h + emb_off(m, i) + lo;
     uint16_t *cp = m->emb_c ? m->emb_c + emb_off(m, i) + lo : NULL;
-#pragma omp parallel for schedule(static) if (n >= 4 * EMB_PIECE)
-    for (size_t j = 0; j < n; j += EMB_PIECE)
-        k_bf16_split(h + j, cp ? cp + j : NULL, x + j, HPT_MIN(EMB_PIECE, n - j));
+    m->be->bf16_split_par(m->emb_h + emb_off(m, i) + lo, cp, x, n);
 }
 
 /* nv rows of wte from row v0 as fp32 (nv <= Vc): the weights themselves (CHUNKED) or widened
@@ -178,45 +171,30 @@ static const float *wte_rows(hpt_gpt2 *m, size_t v0, size_t nv) {
 void emb_encoder_forward(hpt_gpt2 *m) {
     gpt2_acts *a = &m->a;
     const int B = m->B, T = m->T, C = m->cfg.C;
-    if (m->emb != HPT_EMB_BF16) {
-        k_encoder_forward(a->encoded, a->inputs, m->p.wte, m->p.wpe, B, T, C);
-        return;
-    }
-    /* encoded = wte[inputs] + wpe[t], each row widened as it is gathered */
-    const uint16_t *wte = m->emb_h, *wpe = m->emb_h + emb_off(m, 1);
-    int64_t BT = (int64_t)B * T;
-#pragma omp parallel for schedule(static) if (BT * C >= K_PAR_MIN)
-    for (int64_t i = 0; i < BT; i++) {
-        const uint16_t *e = wte + (size_t)a->inputs[i] * (size_t)C;
-        const uint16_t *p = wpe + (size_t)(i % T) * (size_t)C;
-        float *o = a->encoded + (size_t)i * (size_t)C;
-        for (int c = 0; c < C; c++) o[c] = bf16_widen(e[c]) + bf16_widen(p[c]);
-    }
+    /* encoded (B, T, C) = wte[inputs] + wpe[t] (bf16: each row widened as it is gathered) */
+    if (m->emb != HPT_EMB_BF16)
+        m->be->encoder_forward(a->encoded, a->inputs, m->p.wte, m->p.wpe, B, T, C);
+    else
+        m->be->encoder_forward_bf16(a->encoded, a->inputs, m->emb_h, m->emb_h + emb_off(m, 1), B,
+                                    T, C);
 }
 
 /* The logits of rows [r0, r0 + n) for nv vocabulary rows W: (n, nv) into a->logits. */
 static void chunk_logits(hpt_gpt2 *m, const float *W, size_t r0, size_t n, size_t nv) {
     size_t C = (size_t)m->cfg.C;
-    k_gemm('N', 'T', (int64_t)n, (int64_t)nv, (int64_t)C, 1.0f, m->a.lnf + r0 * C, (int64_t)C, W,
-           (int64_t)C, 0.0f, m->a.logits, (int64_t)nv);
+    m->be->gemm('N', 'T', (int64_t)n, (int64_t)nv, (int64_t)C, 1.0f, m->a.lnf + r0 * C,
+                (int64_t)C, W, (int64_t)C, 0.0f, m->a.logits, (int64_t)nv);
 }
 
 /* a->logits (n, nv) of rows [r0, r0 + n), vocabulary rows [v0, v0 + nv), become dlogits:
  * (softmax - onehot) * dloss from the saved lse. */
 static void chunk_dlogits(hpt_gpt2 *m, size_t r0, size_t n, size_t v0, size_t nv, float dloss) {
     gpt2_acts *a = &m->a;
-#pragma omp parallel for schedule(static) if ((int64_t)(n * nv) >= K_PAR_MIN)
-    for (size_t i = 0; i < n; i++) {
-        float *l = a->logits + i * nv, lse = a->lse[r0 + i];
-        const int n_v = (int)nv;
-#pragma omp simd
-        for (int v = 0; v < n_v; v++) l[v] = expf(l[v] - lse) * dloss;
-        size_t t = (size_t)a->targets[r0 + i];
-        if (t >= v0 && t < v0 + nv) l[t - v0] -= dloss;
-    }
+    m->be->crossentropy_dlogits(a->logits, a->lse + r0, a->targets + r0, n, v0, nv, dloss);
 }
 
 void emb_head_forward(hpt_gpt2 *m, size_t rows) {
+    const hpt_backend *be = m->be;
     gpt2_acts *a = &m->a;
     const hpt_gpt2_config *c = &m->cfg;
     size_t BT = (size_t)m->B * m->T, C = (size_t)c->C, V = (size_t)c->V, Vc = (size_t)m->Vc;
@@ -224,55 +202,27 @@ void emb_head_forward(hpt_gpt2 *m, size_t rows) {
     if (rows >= BT) { /* all logits kept, (BT, Vp): each chunk's columns placed, then the loss */
         for (size_t v0 = 0; v0 < V; v0 += Vc) {
             size_t nv = HPT_MIN(Vc, V - v0);
-            k_gemm('N', 'T', (int64_t)BT, (int64_t)nv, (int64_t)C, 1.0f, a->lnf, (int64_t)C,
-                   wte_rows(m, v0, nv), (int64_t)C, 0.0f, a->logits + v0, (int64_t)Vp);
+            be->gemm('N', 'T', (int64_t)BT, (int64_t)nv, (int64_t)C, 1.0f, a->lnf, (int64_t)C,
+                     wte_rows(m, v0, nv), (int64_t)C, 0.0f, a->logits + v0, (int64_t)Vp);
         }
-        m->loss = k_crossentropy_forward(a->losses, a->lse, a->logits, a->targets, (int64_t)BT,
-                                         c->V, c->Vp);
+        m->loss = be->crossentropy_forward(a->losses, a->lse, a->logits, a->targets, (int64_t)BT,
+                                           c->V, c->Vp);
         return;
     }
     /* the running maximum of each row in losses, the running sum of exp(logit - max) in lse */
-    for (size_t i = 0; i < BT; i++) {
-        a->losses[i] = -INFINITY;
-        a->lse[i] = 0.0f;
-    }
     for (size_t v0 = 0; v0 < V; v0 += Vc) {
         size_t nv = HPT_MIN(Vc, V - v0);
         const float *W = wte_rows(m, v0, nv);
         for (size_t r0 = 0; r0 < BT; r0 += rows) {
             size_t n = HPT_MIN(rows, BT - r0);
             chunk_logits(m, W, r0, n, nv);
-#pragma omp parallel for schedule(static) if ((int64_t)(n * nv) >= K_PAR_MIN)
-            for (size_t i = 0; i < n; i++) {
-                const float *l = a->logits + i * nv;
-                float mx = a->losses[r0 + i];
-                const int n_v = (int)nv;
-#pragma omp simd reduction(max : mx)
-                for (int v = 0; v < n_v; v++) mx = l[v] > mx ? l[v] : mx;
-                float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-                for (int v = 0; v < n_v; v++) sum += expf(l[v] - mx);
-                sum += a->lse[r0 + i] * expf(a->losses[r0 + i] - mx); /* first chunk: 0 * 0 */
-                a->losses[r0 + i] = mx;
-                a->lse[r0 + i] = sum;
-            }
+            be->logsumexp_chunk(a->losses + r0, a->lse + r0, a->logits, n, nv, v0 == 0);
         }
     }
-    /* loss_i = lse_i - lnf_i . wte[target_i] */
-    int bf = m->emb == HPT_EMB_BF16;
-#pragma omp parallel for schedule(static) if ((int64_t)(BT * C) >= K_PAR_MIN)
-    for (size_t i = 0; i < BT; i++) {
-        const float *x = a->lnf + i * C;
-        size_t t = (size_t)a->targets[i] * C;
-        float dot = 0.0f;
-        for (size_t k = 0; k < C; k++)
-            dot += x[k] * (bf ? bf16_widen(m->emb_h[t + k]) : m->p.wte[t + k]);
-        a->lse[i] = a->losses[i] + logf(a->lse[i]);
-        a->losses[i] = a->lse[i] - dot;
-    }
-    double total = 0.0; /* in order, as k_crossentropy_forward sums */
-    for (size_t i = 0; i < BT; i++) total += (double)a->losses[i];
-    m->loss = (float)(total / (double)BT);
+    /* lse_i = max_i + log(sum_i); loss_i = lse_i - lnf_i . wte[target_i] */
+    be->tied_loss(a->losses, a->lse, a->lnf, m->emb == HPT_EMB_BF16 ? NULL : m->p.wte, m->emb_h,
+                  a->targets, BT, C);
+    m->loss = be->loss_mean(a->losses, BT); /* in order, as crossentropy_forward sums */
 }
 
 void emb_head_backward(hpt_gpt2 *m, size_t rows) {
@@ -283,12 +233,13 @@ void emb_head_backward(hpt_gpt2 *m, size_t rows) {
     /* dlnf (BT, C) = sum over chunks of dlogits_v @ wte_v */
     if (rows >= BT) { /* the forward's logits, kept: dlogits in place */
         size_t Vp = (size_t)c->Vp;
-        k_crossentropy_backward(a->logits, a->lse, a->targets, (int64_t)BT, c->V, c->Vp, dloss);
+        m->be->crossentropy_backward(a->logits, a->lse, a->targets, (int64_t)BT, c->V, c->Vp,
+                                     dloss);
         for (size_t v0 = 0; v0 < V; v0 += Vc) {
             size_t nv = HPT_MIN(Vc, V - v0);
-            k_gemm('N', 'N', (int64_t)BT, (int64_t)C, (int64_t)nv, 1.0f, a->logits + v0,
-                   (int64_t)Vp, wte_rows(m, v0, nv), (int64_t)C, v0 ? 1.0f : 0.0f, a->dsmall,
-                   (int64_t)C);
+            m->be->gemm('N', 'N', (int64_t)BT, (int64_t)C, (int64_t)nv, 1.0f, a->logits + v0,
+                        (int64_t)Vp, wte_rows(m, v0, nv), (int64_t)C, v0 ? 1.0f : 0.0f, a->dsmall,
+                        (int64_t)C);
         }
         return;
     }
@@ -299,60 +250,44 @@ void emb_head_backward(hpt_gpt2 *m, size_t rows) {
             size_t n = HPT_MIN(rows, BT - r0);
             chunk_logits(m, W, r0, n, nv);
             chunk_dlogits(m, r0, n, v0, nv, dloss);
-            k_gemm('N', 'N', (int64_t)n, (int64_t)C, (int64_t)nv, 1.0f, a->logits, (int64_t)nv, W,
-                   (int64_t)C, v0 ? 1.0f : 0.0f, a->dsmall + r0 * C, (int64_t)C);
+            m->be->gemm('N', 'N', (int64_t)n, (int64_t)C, (int64_t)nv, 1.0f, a->logits,
+                        (int64_t)nv, W, (int64_t)C, v0 ? 1.0f : 0.0f, a->dsmall + r0 * C,
+                        (int64_t)C);
         }
     }
 }
 
 void emb_backward_end(hpt_gpt2 *m, size_t rows) {
+    const hpt_backend *be = m->be;
     gpt2_acts *a = &m->a;
     const hpt_gpt2_config *c = &m->cfg;
     const int B = m->B, T = m->T;
     size_t BT = (size_t)B * T, C = (size_t)c->C, V = (size_t)c->V, Vp = (size_t)c->Vp;
     size_t Vc = (size_t)m->Vc;
     float dloss = 1.0f / (float)BT * m->loss_scale;
-    /* encoded = wte[inputs] + wpe[t]: dwpe[t] += sum over b of dres[b, t] (k_encoder_backward's
+    /* encoded = wte[inputs] + wpe[t]: dwpe[t] += sum over b of dres[b, t] (encoder_backward's
      * order) */
-#pragma omp parallel for schedule(static) if ((int64_t)(BT * C) >= K_PAR_MIN)
-    for (size_t c0 = 0; c0 < C; c0 += 16) {
-        size_t c1 = HPT_MIN(c0 + 16, C);
-        for (size_t i = 0; i < BT; i++) {
-            const float *d = a->dres + i * C;
-            float *p = m->g.wpe + (i % (size_t)T) * C;
-            for (size_t k = c0; k < c1; k++) p[k] += d[k];
-        }
-    }
+    be->encoder_backward_wpe(m->g.wpe, a->dres, BT, T, C);
     double sumsq = 0.0;
-    k_param wp = gpt2_nonblock_param(m, 0);
+    hpt_be_param wp = gpt2_nonblock_param(m, 0);
     for (size_t v0 = 0; v0 < Vp; v0 += Vc) {
         size_t nv = HPT_MIN(Vc, Vp - v0), nh = v0 < V ? HPT_MIN(nv, V - v0) : 0;
         float *G = m->emb_grad; /* (nv, C) */
-        memset(G, 0, nv * C * sizeof(float));
+        be->memset(G, 0, nv * C * sizeof(float));
         /* logits = lnf @ wte^T: dwte_v += dlogits_v^T @ lnf (recomputed) */
         const float *W = nh ? wte_rows(m, v0, nh) : NULL;
         for (size_t r0 = 0; r0 < BT && nh; r0 += rows) {
             size_t n = HPT_MIN(rows, BT - r0);
             chunk_logits(m, W, r0, n, nh);
             chunk_dlogits(m, r0, n, v0, nh, dloss);
-            k_gemm('T', 'N', (int64_t)nh, (int64_t)C, (int64_t)n, 1.0f, a->logits, (int64_t)nh,
-                   a->lnf + r0 * C, (int64_t)C, 1.0f, G, (int64_t)C);
+            be->gemm('T', 'N', (int64_t)nh, (int64_t)C, (int64_t)n, 1.0f, a->logits, (int64_t)nh,
+                     a->lnf + r0 * C, (int64_t)C, 1.0f, G, (int64_t)C);
         }
         /* the encoder's rows: dwte[inputs[b, t]] += dres[b, t] for the tokens in the chunk */
-#pragma omp parallel for schedule(static) if ((int64_t)(BT * C) >= K_PAR_MIN)
-        for (size_t c0 = 0; c0 < C; c0 += 16) {
-            size_t c1 = HPT_MIN(c0 + 16, C);
-            for (size_t i = 0; i < BT; i++) {
-                size_t t = (size_t)a->inputs[i];
-                if (t < v0 || t >= v0 + nv) continue;
-                const float *d = a->dres + i * C;
-                float *e = G + (t - v0) * C;
-                for (size_t k = c0; k < c1; k++) e[k] += d[k];
-            }
-        }
-        sumsq += k_sumsq(G, nv * C);
+        be->encoder_backward_rows(G, a->dres, a->inputs, BT, C, v0, nv);
+        sumsq += be->sumsq(G, nv * C);
         if (m->emb_upd) {
-            k_param kp = wp;
+            hpt_be_param kp = wp;
             size_t off = v0 * C;
             if (kp.f32) kp.f32 += off;
             else {

@@ -1,9 +1,16 @@
-/* gpt2_int.h: the GPT-2 object's layout, shared by the model and io modules. */
+/* gpt2_int.h: the GPT-2 object's layout, shared by the model and (until they iterate the tensor
+ * table) the optim, io, plan and train modules. The model's files: gpt2.c (the maths, through
+ * the arch interface, arch.h), runner.c (the layer loop), actplan.c (the activation arena),
+ * actstore.c (offload and compression of saved fields), actopts.c (the activation options),
+ * lifecycle.c (the object), embed.c (chunked and bf16 tied embeddings), config.c (shapes);
+ * runner_int.h holds the runner's private state and functions. */
 #ifndef HPT_GPT2_INT_H
 #define HPT_GPT2_INT_H
 
 #include "hptrain.h"
 #include "kernels/kernels.h"
+#include "model/arch.h"
+#include "model/runner_int.h"
 
 #include <pthread.h>
 
@@ -47,7 +54,7 @@ typedef struct {
 #define GPT2_BLOCK_SLICES 12
 #define GPT2_FIRST_BLOCK_TENSOR 2 /* tensor index (hpt_gpt2_tensors) of a block's slice 0 */
 
-/* Activations one block saves for its backward; all fp32. */
+/* Activations one block saves for its backward; all fp32 (model/gpt2.c's fields). */
 typedef struct {
     float *ln1;      // (B, T, C)
     float *ln1_mean; // (B, T)
@@ -65,15 +72,14 @@ typedef struct {
     float *res3;     // (B, T, C) residual after the MLP: the block's output
 } gpt2_layer_acts;
 
-/* Activations of one forward at (B, T) and the scratch of its backward, placed in one arena
- * by lifetime (src/mem/arena.c); all fp32 unless noted. */
+/* The non-block activations of one forward at (B, T) and the scratch of its backward, placed
+ * in the runner's arena by lifetime (model/actplan.c); all fp32 unless noted. */
 typedef struct {
     float *encoded;  // (B, T, C) block 0's input
-    gpt2_layer_acts *layer; // (L)
     float *lnf;      // (B, T, C)
     float *lnf_mean; // (B, T)
     float *lnf_rstd; // (B, T)
-    float *logits;   // (B, T, Vp); dlogits in place during backward
+    float *logits;   // (B, T, Vp), or (rows, Vp) / (rows, Vc) chunked; dlogits in place in backward
     float *lse;      // (B, T) log-sum-exp of each row
     float *losses;   // (B, T)
     int32_t *inputs; // (B, T) copy of the forward's inputs
@@ -85,27 +91,22 @@ typedef struct {
     float *attscr;   // (B, NH, T)
 } gpt2_acts;
 
-/* One buffer of the arena: where its pointer goes, and its lifetime in step time points. */
-typedef struct {
-    void **ptr;
-    const char *name;
-    int layer;       /* -1 outside blocks */
-    size_t bytes;
-    int first, last;
-    size_t offset;
-} gpt2_buf;
-
 struct offload_engine;
 
 /* The optimizer's update of n values of non-block tensor i from its value off (embed.c's
  * deferred wte update; off a multiple of K_Q8_BLOCK and of a row): p the parameters there, g
  * their gradients. Registered by hpt_optim_create (gpt2_set_emb_update). */
-typedef void (*gpt2_emb_update_fn)(void *ctx, int i, size_t off, k_param p, const float *g,
+typedef void (*gpt2_emb_update_fn)(void *ctx, int i, size_t off, hpt_be_param p, const float *g,
                                    size_t n);
 
 struct hpt_gpt2 {
     hpt_gpt2_config cfg;
     hpt_mem *mem;         /* borrowed; outlives the model */
+    const hpt_backend *be;   /* every op and device copy (the CPU's today) */
+    const hpt_arch *arch;    /* the maths (hpt_arch_gpt2) */
+    hpt_tensor_table tab;    /* arch->describe(cfg): checkpoint order */
+    size_t slice_off[GPT2_BLOCK_SLICES]; /* floats: block slice s's tensor in the flat buffers */
+    size_t slice_n[GPT2_BLOCK_SLICES];   /* floats of one block's slice s */
     size_t num_params;
     float *params;        /* (n_flat) device tier, params category */
     float *grads;         /* (n_flat) device tier, grads category */
@@ -133,32 +134,9 @@ struct hpt_gpt2 {
     int fault_layer;      /* testing: the next backward sets element 0 of this block's
                            * gradients to fault_value (-1: none; hpt_trainer_inject_grad) */
     float fault_value;
-    /* activations: one arena planned for (aB, aT); replanned when the shape changes */
-    float *act_mem;
-    size_t act_bytes;     /* the arena's allocation */
-    int aB, aT;
-    gpt2_acts a;
-    gpt2_layer_acts *layers; /* (L) for a.layer: what each block's backward reads */
-    gpt2_layer_acts *flayers;/* (L) what each block's forward writes: the same buffers as
-                              * layers[l] where kept, transient ones where recomputed */
-    hpt_gpt2_act_opts act;   /* attention kind and recompute policy of the plan */
-    gpt2_buf *bufs;          /* (n_bufs) the plan */
-    int n_bufs;
-    int t_now;               /* the last time point entered; -1 outside a step */
-    /* offload and int8 compression of saved fields (act.offload, act.compress), per
-     * (block l, field i) at l * n_fields + i: */
-    void **astore;           /* int8 copy inside the arena (compression without offload) */
-    size_t *soff;            /* offset of the stored copy in host_store or the disk block */
-    size_t *sbytes;          /* bytes of the stored copy; 0: the field is not stored */
-    char *host_store;        /* (host_bytes) host tier, acts: host offload */
-    size_t host_bytes;
-    hpt_disk_ref disk;       /* (disk_bytes) disk tier, acts: disk offload; fd -1 when none */
-    size_t disk_bytes;
-    char *staging;           /* (staging_bytes) host tier, acts: int8 copy on its way to disk */
-    size_t staging_bytes;
-    pthread_t pf_thread;     /* the prefetch thread (host offload), joined by prefetch_wait */
-    int pf_active;           /* 1 while pf_thread runs */
-    int pf_layer;            /* the block it brings back */
+    hpt_gpt2_act_opts act;   /* attention kind, recompute policy, offload, compression, head */
+    gpt2_acts a;             /* the non-block activations (pointers into the arena) */
+    hpt_run run;             /* the runner's arena, plan and activation store (runner_int.h) */
     /* the last forward */
     int B, T;
     int has_targets;
@@ -216,7 +194,7 @@ int gpt2_vocab_chunk(const hpt_gpt2_config *c, const hpt_offload_opts *o);
 hpt_status gpt2_vocab_chunk_check(const hpt_gpt2_config *c, const hpt_offload_opts *o);
 /* Parameters of non-block tensor i (0, 1, 14, 15) as the optimizer's kernels take them, and
  * their gradients (NULL: wte with CHUNKED or BF16). */
-k_param gpt2_nonblock_param(hpt_gpt2 *m, int i);
+hpt_be_param gpt2_nonblock_param(hpt_gpt2 *m, int i);
 float *gpt2_nonblock_grad(hpt_gpt2 *m, int i);
 /* BF16: n values of tensor i (0 wte, 1 wpe) from value lo, widened into x / rounded from x
  * (to nearest; Kahan: the compensation gets the residue). */

@@ -1,6 +1,7 @@
 /* backend.c: the CPU backend's table (kernels/backend.h). Device and host tiers are both RAM from
  * the budgeted manager, a copy is memcpy in any direction, and every op has finished when it
  * returns, so sync has nothing to wait for. The ops are the kernels of this directory. */
+#include "kernels/cpu/embed_kernels.h"
 #include "kernels/kernels.h"
 
 #include <string.h>
@@ -51,6 +52,15 @@ static const hpt_backend k_cpu = {
     .nonfinite = k_nonfinite,
     .crossentropy_forward = k_crossentropy_forward,
     .crossentropy_backward = k_crossentropy_backward,
+    .loss_mean = k_loss_mean,
+    .bf16_widen_par = k_bf16_widen_par,
+    .bf16_split_par = k_bf16_split_par,
+    .encoder_forward_bf16 = k_encoder_forward_bf16,
+    .encoder_backward_wpe = k_encoder_backward_wpe,
+    .encoder_backward_rows = k_encoder_backward_rows,
+    .logsumexp_chunk = k_logsumexp_chunk,
+    .tied_loss = k_tied_loss,
+    .crossentropy_dlogits = k_crossentropy_dlogits,
     .adamw = k_adamw,
     .adamw_q = k_adamw_q,
     .lion = k_lion,

@@ -1,0 +1,324 @@
+/* actplan.c: the activation arena, planned from the architecture's fields (ggml-alloc's habit).
+ *
+ * A step's buffers are the arch's non-block buffers (hpt_arch.globals, with symbolic lifetimes)
+ * and, per block, its saved fields (hpt_arch.fields); the recompute policy and the store decide
+ * how many buffers a field is and when each lives:
+ *   kept:     one buffer, from the block's forward to its backward (the block's output on to
+ *             the next block's backward, which reads it as its input);
+ *   dropped:  (recomputation) a transient buffer the forward writes (flayers) and the rebuilt
+ *             one the backward reads (layers), born when the recomputation runs;
+ *   stored:   (offload, compression) the forward's transient buffer, a stored copy (in the
+ *             arena for compression alone, else on the host or disk: actstore.c), and the
+ *             buffer the backward reads, born the time point before its backward (the prefetch).
+ * hpt_arena_plan assigns offsets; the arena is one device allocation, grown when a plan needs
+ * more and kept otherwise. Invariant: the plan's bytes per tier are what the run allocates
+ * (hpt_gpt2_act_tier_bytes, which the estimator reports, plans with this same function). The
+ * profiler sees each buffer's birth and death as arena events (act_enter). */
+#include "core/core.h"
+#include "mem/arena.h"
+#include "model/gpt2_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+float **act_field(const hpt_arch *A, char *base, int l, int i) {
+    return (float **)(base + (size_t)l * A->block_acts_size + A->fields[i].off);
+}
+
+size_t act_head_rows(const hpt_gpt2_act_opts *o, int B, int T) {
+    size_t BT = (size_t)B * T;
+    return o->head_chunk > 0 && (size_t)o->head_chunk < BT ? (size_t)o->head_chunk : BT;
+}
+
+/* The ops' context at (B, T): vc > 0 (chunked embeddings, embed.c) makes a row-chunked head's
+ * logits (rows, vc). */
+static hpt_arch_ctx ctx_for(const hpt_gpt2_config *c, const hpt_gpt2_act_opts *o, int vc, int B,
+                            int T) {
+    hpt_arch_ctx x = {hpt_backend_cpu(), c, B, T, o->attention, act_head_rows(o, B, T), 0, 1.0f};
+    x.logit_cols = vc && x.head_rows < (size_t)B * T ? (size_t)vc : (size_t)c->Vp;
+    return x;
+}
+
+hpt_arch_ctx act_ctx(const hpt_gpt2 *m) {
+    hpt_arch_ctx x = ctx_for(&m->cfg, &m->act, m->emb != HPT_EMB_FULL ? m->Vc : 0, m->B, m->T);
+    x.be = m->be;
+    x.loss_scale = m->loss_scale;
+    return x;
+}
+
+/* Whether a stored (offloaded or compressed) field: the large ones a block's backward reads. */
+static int stored(const hpt_gpt2_act_opts *o, const hpt_arch_field *f) {
+    if (o->offload == HPT_OFFLOAD_NONE && o->compress == HPT_COMPRESS_NONE) return 0;
+    return (f->flags & HPT_FIELD_STORE) != 0;
+}
+
+/* Whether the policy drops field f of block l (recomputes it in backward). */
+static int dropped(const hpt_gpt2_act_opts *o, int L, int l, const hpt_arch_field *f) {
+    int N = act_segment_len(o);
+    if (N) return !((f->flags & HPT_FIELD_OUTPUT) && l == act_segment_end(l, N, L));
+    if (o->recompute == HPT_RECOMPUTE_SELECTIVE) return (f->flags & HPT_FIELD_RECOMPUTE) != 0;
+    return 0;
+}
+
+/* a stored field is up to three buffers: forward, store, backward */
+static int n_bufs_for(const hpt_arch *A, const hpt_gpt2_config *c) {
+    return 3 * A->n_fields * c->L + A->n_globals;
+}
+
+/* Where the stored copies go: filled by plan_acts (arrays of L * n_fields, zeroed). */
+typedef struct {
+    void **astore;     /* compressed copies in the arena (compression without offload) */
+    size_t *soff;      /* offsets in the offload space (host buffer or disk block) */
+    size_t *sbytes;    /* bytes of each stored copy, 0: not stored */
+    size_t off_bytes;  /* the offload space */
+    size_t max_store;  /* the largest stored copy (disk + compressed staging) */
+} store_plan;
+
+/* The time point of a symbolic lifetime. */
+static int time_of(hpt_arch_time t, int L, int vc) {
+    switch (t) {
+    case HPT_TP_HEAD_F: return TP_HEAD_F(L);
+    case HPT_TP_HEAD_B: return TP_HEAD_B(L);
+    /* chunked embeddings: the head's buffers live on to the encoder's backward (wte's deferred
+     * update) */
+    case HPT_TP_HEAD_END: return vc ? TP_ENC_B(L) : TP_HEAD_B(L);
+    case HPT_TP_BLOCKS_B: return TP_BLOCK_B(L, L - 1);
+    case HPT_TP_BLOCK0_B: return TP_BLOCK_B(L, 0);
+    case HPT_TP_EMBED_B: return TP_ENC_B(L);
+    default: return 0;
+    }
+}
+
+/* Lists the buffers of a step at x's (B, T) with their sizes and lifetimes, plans their
+ * offsets, and returns the arena's size and the number of buffers. Pointers are set later
+ * (act_ensure). */
+static size_t plan_acts(const hpt_arch *A, const hpt_arch_ctx *x, const hpt_gpt2_act_opts *o,
+                        int vc, void *acts, char *layers, char *flayers, hpt_act_buf *bufs,
+                        int *n_out, store_plan *sp) {
+    const int L = x->cfg->L, N = act_segment_len(o);
+    const size_t f = sizeof(float);
+    const hpt_backend *be = x->be;
+    int n = 0;
+#define BUF(p, nm, lay, nbytes, t0, t1) \
+    bufs[n++] = (hpt_act_buf){(void **)(p), nm, lay, nbytes, t0, t1, 0}
+    for (int g = 0; g < A->n_globals; g++) {
+        const hpt_arch_global *gl = &A->globals[g];
+        if (gl->after_blocks) continue;
+        size_t rows, w;
+        A->global_shape(x, g, &rows, &w);
+        BUF((char *)acts + gl->off, gl->name, -1, rows * w * f, time_of(gl->first, L, vc),
+            time_of(gl->last, L, vc));
+    }
+    for (int l = 0; l < L; l++) {
+        int tf = TP_BLOCK_F(l), tb = TP_BLOCK_B(L, l);
+        /* the block's output is the next block's input (read by its forward and its first
+         * norm's backward) or the final norm's */
+        int next_b = l + 1 < L ? TP_BLOCK_B(L, l + 1) : TP_HEAD_B(L);
+        int t_re = N ? TP_BLOCK_B(L, act_segment_end(l, N, L)) : tb; /* when it is recomputed */
+        for (int i = 0; i < A->n_fields; i++) {
+            const hpt_arch_field *fd = &A->fields[i];
+            const char *nm = fd->name;
+            int is_out = (fd->flags & HPT_FIELD_OUTPUT) != 0;
+            if (fd->attention >= 0 && fd->attention != (int)x->attention) continue;
+            size_t rows, w;
+            A->field_shape(x, i, &rows, &w);
+            size_t bytes = rows * w * f;
+            if (!dropped(o, L, l, fd) && stored(o, fd)) {
+                /* forward writes a transient buffer, copied out at the end of the block's
+                 * forward; copied back at tb - 1 (the next block's backward or the head's)
+                 * into the buffer the backward reads */
+                size_t idx = (size_t)l * (size_t)A->n_fields + (size_t)i;
+                size_t sb = be->act_code_bytes((hpt_act_code)o->compress, rows, w);
+                sp->sbytes[idx] = sb;
+                sp->max_store = sb > sp->max_store ? sb : sp->max_store;
+                BUF(act_field(A, flayers, l, i), nm, l, bytes, tf, tf);
+                if (o->offload == HPT_OFFLOAD_NONE) {
+                    BUF(&sp->astore[idx], o->compress == HPT_COMPRESS_INT8 ? "int8 store" : "bf16 store",
+                        l, sb, tf, tb - 1);
+                } else {
+                    sp->soff[idx] = sp->off_bytes;
+                    sp->off_bytes += (sb + 63) & ~(size_t)63;
+                }
+                BUF(act_field(A, layers, l, i), nm, l, bytes, tb - 1, tb);
+            } else if (!dropped(o, L, l, fd)) {
+                BUF(act_field(A, layers, l, i), nm, l, bytes, tf, is_out ? next_b : tb);
+            } else {
+                BUF(act_field(A, flayers, l, i), nm, l, bytes, tf, is_out ? tf + 1 : tf);
+                BUF(act_field(A, layers, l, i), nm, l, bytes, t_re, is_out ? next_b : tb);
+            }
+        }
+    }
+    for (int g = 0; g < A->n_globals; g++) {
+        const hpt_arch_global *gl = &A->globals[g];
+        if (!gl->after_blocks) continue;
+        size_t rows, w;
+        A->global_shape(x, g, &rows, &w);
+        BUF((char *)acts + gl->off, gl->name, -1, rows * w * f, time_of(gl->first, L, vc),
+            time_of(gl->last, L, vc));
+    }
+#undef BUF
+    *n_out = n;
+    hpt_arena_buf *ab = malloc((size_t)n * sizeof *ab);
+    size_t size = 0;
+    if (ab) {
+        for (int i = 0; i < n; i++) ab[i] = (hpt_arena_buf){bufs[i].bytes, bufs[i].first, bufs[i].last, 0};
+        size = hpt_arena_plan(ab, n);
+        for (int i = 0; i < n; i++) bufs[i].offset = ab[i].offset;
+        free(ab);
+    } else { /* no room to plan: end to end */
+        for (int i = 0; i < n; i++) {
+            bufs[i].offset = size;
+            size += (bufs[i].bytes + 63) & ~(size_t)63;
+        }
+    }
+    return size;
+}
+
+/* The plan's bytes per tier (see hpt_gpt2_act_tier_bytes); HPT_ERR_OOM when it cannot plan. */
+static hpt_status plan_tiers(const hpt_gpt2_config *cfg, int B, int T, const hpt_gpt2_act_opts *o,
+                             int vc, uint64_t out[HPT_TIER_COUNT]) {
+    const hpt_arch *A = &hpt_arch_gpt2;
+    for (int t = 0; t < HPT_TIER_COUNT; t++) out[t] = 0;
+    HPT_CHECK(act_opts_check(o));
+    hpt_arch_ctx x = ctx_for(cfg, o, vc, B, T);
+    size_t nf = (size_t)cfg->L * (size_t)A->n_fields;
+    void *acts = calloc(1, A->acts_size);
+    char *layers = calloc((size_t)cfg->L, A->block_acts_size);
+    char *flayers = calloc((size_t)cfg->L, A->block_acts_size);
+    hpt_act_buf *bufs = calloc((size_t)n_bufs_for(A, cfg), sizeof *bufs);
+    store_plan sp = {calloc(nf, sizeof(void *)), calloc(nf, sizeof(size_t)),
+                     calloc(nf, sizeof(size_t)), 0, 0};
+    hpt_status s = HPT_ERR_OOM;
+    int n;
+    if (acts && layers && flayers && bufs && sp.astore && sp.soff && sp.sbytes) {
+        out[HPT_TIER_DEVICE] = plan_acts(A, &x, o, vc, acts, layers, flayers, bufs, &n, &sp);
+        if (o->offload == HPT_OFFLOAD_HOST) out[HPT_TIER_HOST] = sp.off_bytes;
+        if (o->offload == HPT_OFFLOAD_DISK) {
+            out[HPT_TIER_DISK] = sp.off_bytes;
+            if (o->compress != HPT_COMPRESS_NONE) out[HPT_TIER_HOST] = sp.max_store;
+        }
+        s = HPT_OK;
+    }
+    free(acts);
+    free(layers);
+    free(flayers);
+    free(bufs);
+    free(sp.astore);
+    free(sp.soff);
+    free(sp.sbytes);
+    return s == HPT_OK ? s : hpt_fail(s, "no memory to plan the activations");
+}
+
+hpt_status hpt_gpt2_act_tier_bytes(const hpt_gpt2_config *cfg, int B, int T,
+                                   const hpt_gpt2_act_opts *o, uint64_t out[HPT_TIER_COUNT]) {
+    hpt_gpt2_act_opts d = hpt_gpt2_act_defaults();
+    return plan_tiers(cfg, B, T, o ? o : &d, 0, out);
+}
+
+hpt_status gpt2_act_tier_bytes_vc(const hpt_gpt2_config *cfg, int B, int T,
+                                  const hpt_gpt2_act_opts *o, int vc, uint64_t out[HPT_TIER_COUNT]) {
+    return plan_tiers(cfg, B, T, o, vc, out);
+}
+
+size_t hpt_gpt2_activation_bytes(const hpt_gpt2_config *cfg, int B, int T,
+                                 const hpt_gpt2_act_opts *o) {
+    uint64_t t[HPT_TIER_COUNT];
+    if (hpt_gpt2_act_tier_bytes(cfg, B, T, o, t) != HPT_OK) return 0;
+    return (size_t)t[HPT_TIER_DEVICE];
+}
+
+hpt_status hpt_gpt2_set_act_opts(hpt_gpt2 *m, const hpt_gpt2_act_opts *o) {
+    HPT_CHECK(act_opts_check(o));
+    hpt_gpt2_free_activations(m);
+    m->act = *o;
+    return HPT_OK;
+}
+
+hpt_gpt2_act_opts hpt_gpt2_get_act_opts(const hpt_gpt2 *m) { return m->act; }
+
+void act_enter(hpt_gpt2 *m, int t) {
+    hpt_run *r = &m->run;
+    /* deaths first, then births: the profiler's live bytes never count two buffers that share
+     * bytes */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < r->n_bufs; i++) {
+            const hpt_act_buf *b = &r->bufs[i];
+            int was = r->t_now >= 0 && b->first <= r->t_now && r->t_now <= b->last;
+            int now = t >= 0 && b->first <= t && t <= b->last;
+            if (pass == 0 && was && !now) hpt_mem_arena_event(m->mem, HPT_CAT_ACTS, b->bytes, 0, b->name);
+            if (pass == 1 && !was && now) hpt_mem_arena_event(m->mem, HPT_CAT_ACTS, b->bytes, 1, b->name);
+        }
+    r->t_now = t;
+}
+
+void act_plan_free(hpt_gpt2 *m) {
+    hpt_run *r = &m->run;
+    free(r->layers);
+    free(r->flayers);
+    free(r->bufs);
+    free(r->st.astore);
+    free(r->st.soff);
+    free(r->st.sbytes);
+    r->layers = r->flayers = NULL;
+    r->bufs = NULL;
+    r->st.astore = NULL;
+    r->st.soff = r->st.sbytes = NULL;
+}
+
+hpt_status act_ensure(hpt_gpt2 *m, int B, int T) {
+    const hpt_arch *A = m->arch;
+    hpt_run *r = &m->run;
+    hpt_actstore *st = &r->st;
+    if (r->act_mem && r->aB == B && r->aT == T) return HPT_OK;
+    if (r->act_mem) act_enter(m, -1);
+    const size_t L = (size_t)m->cfg.L, nf = L * (size_t)A->n_fields;
+    if (!r->layers) {
+        r->layers = calloc(L, A->block_acts_size);
+        r->flayers = calloc(L, A->block_acts_size);
+        r->bufs = calloc((size_t)n_bufs_for(A, &m->cfg), sizeof *r->bufs);
+        st->astore = calloc(nf, sizeof *st->astore);
+        st->soff = calloc(nf, sizeof *st->soff);
+        st->sbytes = calloc(nf, sizeof *st->sbytes);
+        if (!r->layers || !r->flayers || !r->bufs || !st->astore || !st->soff || !st->sbytes)
+            return hpt_fail(HPT_ERR_OOM, "activation plan");
+    }
+    memset(st->astore, 0, nf * sizeof *st->astore);
+    memset(st->soff, 0, nf * sizeof *st->soff);
+    memset(st->sbytes, 0, nf * sizeof *st->sbytes);
+    store_plan sp = {st->astore, st->soff, st->sbytes, 0, 0};
+    memset(r->layers, 0, L * A->block_acts_size);
+    memset(r->flayers, 0, L * A->block_acts_size);
+    hpt_arch_ctx x = ctx_for(&m->cfg, &m->act, m->emb != HPT_EMB_FULL ? m->Vc : 0, B, T);
+    x.be = m->be;
+    size_t need = plan_acts(A, &x, &m->act, m->emb != HPT_EMB_FULL ? m->Vc : 0, &m->a, r->layers,
+                            r->flayers, r->bufs, &r->n_bufs, &sp);
+    if (!r->act_mem || need > r->act_bytes) {
+        m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, r->act_mem, r->act_bytes);
+        r->act_mem = NULL;
+        r->act_bytes = 0;
+        void *p;
+        hpt_mem_set_name(m->mem, "activation arena");
+        hpt_status s = m->be->alloc(m->mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, need, &p);
+        if (s != HPT_OK) {
+            r->aB = r->aT = 0;
+            return hpt_fail_ctx(s, "activations for B=%d T=%d", B, T);
+        }
+        r->act_mem = p;
+        r->act_bytes = need;
+    }
+    hpt_status s = actstore_reserve(m, sp.off_bytes, sp.max_store);
+    if (s != HPT_OK) {
+        r->aB = r->aT = 0;
+        return hpt_fail_ctx(s, "offloaded activations for B=%d T=%d", B, T);
+    }
+    for (int i = 0; i < r->n_bufs; i++) *r->bufs[i].ptr = (char *)r->act_mem + r->bufs[i].offset;
+    /* a kept field: the forward writes the buffer the backward reads */
+    for (int l = 0; l < (int)L; l++)
+        for (int i = 0; i < A->n_fields; i++)
+            if (!*act_field(A, r->flayers, l, i))
+                *act_field(A, r->flayers, l, i) = *act_field(A, r->layers, l, i);
+    r->aB = B;
+    r->aT = T;
+    r->t_now = -1;
+    return HPT_OK;
+}

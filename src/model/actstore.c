@@ -1,0 +1,154 @@
+/* actstore.c: the activation store: saved fields offloaded to the host or to disk and/or
+ * compressed (int8 with one scale per row, or bf16; docs/activations.md), with the backend's
+ * act_code ops.
+ *
+ * A stored field has a forward buffer (its block's forward writes it), a stored copy (the
+ * compressed copy in the arena, a slice of the host buffer, or of the disk block; placed by
+ * actplan.c) and a backward buffer (born the time point before its block's backward).
+ * actstore_put fills the copy at the end of the block's forward; actstore_prefetch brings it
+ * back one block ahead of the backward, on a thread for host offload, and actstore_wait joins
+ * that thread and records its transfers.
+ * Invariant: the prefetch thread writes only buffers born at the current time point (no other
+ * live buffer overlaps them) and reads only the host store, which nothing writes during
+ * backward; it is joined before anything reads them and before the arena is freed or
+ * replanned. Host copies cannot fail, so the thread has no status to return. */
+#include "core/core.h"
+#include "model/gpt2_int.h"
+
+#include <pthread.h>
+#include <string.h>
+
+void actstore_release(hpt_gpt2 *m) {
+    hpt_actstore *st = &m->run.st;
+    m->be->free(m->mem, HPT_TIER_HOST, HPT_CAT_ACTS, st->host_store, st->host_bytes);
+    m->be->free(m->mem, HPT_TIER_HOST, HPT_CAT_ACTS, st->staging, st->staging_bytes);
+    if (st->disk.fd >= 0) hpt_mem_disk_free(m->mem, HPT_CAT_ACTS, &st->disk);
+    st->disk.fd = -1;
+    st->host_store = st->staging = NULL;
+    st->host_bytes = st->staging_bytes = st->disk_bytes = 0;
+}
+
+/* Grown like the arena, kept while the plan fits. */
+hpt_status actstore_reserve(hpt_gpt2 *m, size_t off_bytes, size_t max_store) {
+    hpt_actstore *st = &m->run.st;
+    size_t host_need = m->act.offload == HPT_OFFLOAD_HOST ? off_bytes : 0;
+    size_t disk_need = m->act.offload == HPT_OFFLOAD_DISK ? off_bytes : 0;
+    size_t stage_need = disk_need && m->act.compress != HPT_COMPRESS_NONE ? max_store : 0;
+    if (host_need <= st->host_bytes && disk_need <= st->disk_bytes && stage_need <= st->staging_bytes)
+        return HPT_OK;
+    actstore_release(m);
+    hpt_status s = HPT_OK;
+    if (host_need) {
+        hpt_mem_set_name(m->mem, "offloaded activations");
+        s = m->be->alloc(m->mem, HPT_TIER_HOST, HPT_CAT_ACTS, host_need, (void **)&st->host_store);
+        if (s == HPT_OK) st->host_bytes = host_need;
+    }
+    if (s == HPT_OK && disk_need) {
+        s = hpt_mem_disk_alloc(m->mem, HPT_CAT_ACTS, disk_need, &st->disk);
+        if (s == HPT_OK) st->disk_bytes = disk_need;
+        else st->disk.fd = -1;
+    }
+    if (s == HPT_OK && stage_need) {
+        hpt_mem_set_name(m->mem, "int8 activation staging");
+        s = m->be->alloc(m->mem, HPT_TIER_HOST, HPT_CAT_ACTS, stage_need, (void **)&st->staging);
+        if (s == HPT_OK) st->staging_bytes = stage_need;
+    }
+    if (s != HPT_OK) actstore_release(m);
+    return s;
+}
+
+/* Rows and row width of field i at the current (B, T). */
+static void field_shape(const hpt_gpt2 *m, int i, size_t *rows, size_t *w) {
+    hpt_arch_ctx x = act_ctx(m);
+    m->arch->field_shape(&x, i, rows, w);
+}
+
+hpt_status actstore_put(hpt_gpt2 *m, int l) {
+    const hpt_arch *A = m->arch;
+    const hpt_backend *be = m->be;
+    hpt_actstore *st = &m->run.st;
+    const hpt_act_code k = (hpt_act_code)m->act.compress;
+    for (int i = 0; i < A->n_fields; i++) {
+        size_t idx = (size_t)l * (size_t)A->n_fields + (size_t)i, sb = st->sbytes[idx], rows, w;
+        if (!sb) continue;
+        field_shape(m, i, &rows, &w);
+        const float *src = *act_field(A, m->run.flayers, l, i);
+        if (m->act.offload == HPT_OFFLOAD_NONE) {
+            be->act_code_store(k, st->astore[idx], src, rows, w);
+        } else if (m->act.offload == HPT_OFFLOAD_HOST) {
+            char *dst = st->host_store + st->soff[idx];
+            if (m->act.compress != HPT_COMPRESS_NONE) be->act_code_store(k, dst, src, rows, w);
+            else be->copy(dst, src, sb, HPT_COPY_D2H);
+            hpt_mem_transfer(m->mem, HPT_TIER_DEVICE, HPT_TIER_HOST, HPT_CAT_ACTS, sb);
+        } else if (m->act.compress != HPT_COMPRESS_NONE) {
+            be->act_code_store(k, st->staging, src, rows, w);
+            HPT_CHECK(hpt_mem_disk_write(m->mem, &st->disk, st->soff[idx], st->staging, sb,
+                                         HPT_TIER_HOST, HPT_CAT_ACTS));
+        } else {
+            HPT_CHECK(hpt_mem_disk_write(m->mem, &st->disk, st->soff[idx], src, sb,
+                                         HPT_TIER_DEVICE, HPT_CAT_ACTS));
+        }
+    }
+    return HPT_OK;
+}
+
+/* Brings block l's stored fields back into the buffers its backward reads. serial 1: on the
+ * prefetch thread (host offload only: no OpenMP, no event recording, which the main thread
+ * does at actstore_wait). */
+static hpt_status fetch_block(hpt_gpt2 *m, int l, int serial) {
+    const hpt_arch *A = m->arch;
+    const hpt_backend *be = m->be;
+    hpt_actstore *st = &m->run.st;
+    const hpt_act_code k = (hpt_act_code)m->act.compress;
+    for (int i = 0; i < A->n_fields; i++) {
+        size_t idx = (size_t)l * (size_t)A->n_fields + (size_t)i, sb = st->sbytes[idx], rows, w;
+        if (!sb) continue;
+        field_shape(m, i, &rows, &w);
+        float *dst = *act_field(A, m->run.layers, l, i);
+        if (m->act.offload == HPT_OFFLOAD_NONE) {
+            be->act_code_load(k, dst, st->astore[idx], rows, w, 1);
+        } else if (m->act.offload == HPT_OFFLOAD_HOST) {
+            const char *src = st->host_store + st->soff[idx];
+            if (m->act.compress != HPT_COMPRESS_NONE) be->act_code_load(k, dst, src, rows, w, !serial);
+            else be->copy(dst, src, sb, HPT_COPY_H2D);
+            if (!serial) hpt_mem_transfer(m->mem, HPT_TIER_HOST, HPT_TIER_DEVICE, HPT_CAT_ACTS, sb);
+        } else if (m->act.compress != HPT_COMPRESS_NONE) {
+            HPT_CHECK(hpt_mem_disk_read(m->mem, &st->disk, st->soff[idx], st->staging, sb,
+                                        HPT_TIER_HOST, HPT_CAT_ACTS));
+            be->act_code_load(k, dst, st->staging, rows, w, 1);
+        } else {
+            HPT_CHECK(hpt_mem_disk_read(m->mem, &st->disk, st->soff[idx], dst, sb,
+                                        HPT_TIER_DEVICE, HPT_CAT_ACTS));
+        }
+    }
+    return HPT_OK;
+}
+
+/* The asynchronous prefetch (host offload): copies block l's fields back while the main
+ * thread runs the backward of block l + 1 (or the head); see the invariant above. */
+static void *prefetch_thread(void *arg) {
+    hpt_gpt2 *m = arg;
+    fetch_block(m, m->run.st.pf_layer, 1); /* host copies cannot fail */
+    return NULL;
+}
+
+hpt_status actstore_prefetch(hpt_gpt2 *m, int l) {
+    hpt_actstore *st = &m->run.st;
+    if (m->act.offload != HPT_OFFLOAD_HOST) return fetch_block(m, l, 0);
+    st->pf_layer = l;
+    if (pthread_create(&st->pf_thread, NULL, prefetch_thread, m) != 0)
+        return fetch_block(m, l, 0); /* no thread: synchronously */
+    st->pf_active = 1;
+    return HPT_OK;
+}
+
+void actstore_wait(hpt_gpt2 *m) {
+    hpt_actstore *st = &m->run.st;
+    if (!st->pf_active) return;
+    pthread_join(st->pf_thread, NULL);
+    st->pf_active = 0;
+    for (int i = 0; i < m->arch->n_fields; i++) {
+        size_t sb = st->sbytes[(size_t)st->pf_layer * (size_t)m->arch->n_fields + (size_t)i];
+        if (sb) hpt_mem_transfer(m->mem, HPT_TIER_HOST, HPT_TIER_DEVICE, HPT_CAT_ACTS, sb);
+    }
+}

@@ -1,0 +1,124 @@
+/* arch.h: the architecture interface. An architecture (GPT-2 today: model/gpt2.c) is the maths
+ * of one model family and nothing else: it describes a configuration as a tensor table, names
+ * the activations one block saves and their shapes, and computes the embedding, one block, the
+ * final norm and the head, forward and backward, through a backend's ops. It knows nothing of
+ * tiers, the offload engine, recomputation policies, activation offload or compression: the
+ * runner (model/runner.c) owns the layer loop and hands each op the buffers it planned.
+ *
+ *   const hpt_arch *A = &hpt_arch_gpt2;
+ *   hpt_tensor_table t;  A->describe(cfg, &t);            // checkpoint order
+ *   hpt_arch_ctx x = {be, cfg, B, T, HPT_ATTN_FLASH, BT, Vp, 1.0f};
+ *   A->embed_forward(&x, params, acts);
+ *   for (l...) A->block_forward(&x, w_l, layer_acts_l, input_l, 1);
+ *   A->final_forward(&x, params, acts, output_of_last_block);
+ *   loss = A->head_forward(&x, params, acts, 1);
+ *   A->head_backward(...); A->final_backward(...); for (l reversed) A->block_backward(...);
+ *   A->embed_backward(...);
+ *
+ * Ownership: every pointer an op takes is borrowed (device memory of x->be). Ops never allocate,
+ * fail or print. Activations: a block's saved fields live in an arch-defined struct of float
+ * pointers (block_acts_size bytes, each field's pointer at fields[i].off); the non-block
+ * buffers (inputs, head, backward scratch) in another (acts_size bytes, globals[i].off). The
+ * runner sets those pointers from its arena plan; a field the plan does not keep (the other
+ * attention kind's) is NULL. */
+#ifndef HPT_MODEL_ARCH_H
+#define HPT_MODEL_ARCH_H
+
+#include "core/tensor.h"
+#include "hptrain.h"
+#include "kernels/backend.h"
+
+#include <stddef.h>
+
+/* The configuration an architecture reads (GPT-2's today; a wider one comes with Llama). */
+typedef hpt_gpt2_config hpt_arch_config;
+
+/* One step's data for the ops: the backend, the shape, and the choices that reach the maths as
+ * data (which attention kernel pair, how many logit rows at once, the loss scale). */
+typedef struct {
+    const hpt_backend *be;
+    const hpt_arch_config *cfg;
+    int B, T;
+    hpt_attention attention; /* the plan's attention kind: flash saves att_lse, plain att */
+    size_t head_rows;        /* rows of logits the head computes at once (B*T: all) */
+    size_t logit_cols;       /* columns of the logits buffer (the planner's; Vp for the head) */
+    float loss_scale;        /* S: the backward computes S times the loss's gradients */
+} hpt_arch_ctx;
+
+/* A saved field of one block. */
+#define HPT_FIELD_RECOMPUTE 1 /* selective recomputation drops it; block_recompute rebuilds it */
+#define HPT_FIELD_STORE 2     /* large, read by the backward: may be offloaded or compressed */
+#define HPT_FIELD_OUTPUT 4    /* the block's output: the next block's input (or the final norm's) */
+typedef struct {
+    const char *name;  /* the profiler's event name */
+    size_t off;        /* offset of its float * in the block's activation struct */
+    int flags;         /* HPT_FIELD_* */
+    int attention;     /* -1: always; else planned only with this hpt_attention */
+} hpt_arch_field;
+
+/* Lifetimes of the non-block buffers, in the runner's step time points. */
+typedef enum {
+    HPT_TP_START = 0,  /* the embedding's forward */
+    HPT_TP_HEAD_F,     /* the final norm and the head's forward */
+    HPT_TP_HEAD_B,     /* the head's and the final norm's backward */
+    HPT_TP_HEAD_END,   /* HEAD_B, or EMBED_B when the head's buffers live on (embeddings that
+                        * update wte chunk by chunk at the backward's end) */
+    HPT_TP_BLOCKS_B,   /* the first block backward (block L-1) */
+    HPT_TP_BLOCK0_B,   /* block 0's backward */
+    HPT_TP_EMBED_B     /* the embedding's backward */
+} hpt_arch_time;
+
+/* A non-block buffer; elements are 4 bytes (fp32 or int32). */
+typedef struct {
+    const char *name;
+    size_t off;          /* offset of its pointer in the activation struct */
+    hpt_arch_time first, last;
+    int after_blocks;    /* 0: planned before the blocks' fields, 1: after them */
+} hpt_arch_global;
+
+typedef struct hpt_arch {
+    const char *name;
+    /* The parameters in checkpoint order (the per-layer tensors stacked over L). */
+    void (*describe)(const hpt_arch_config *cfg, hpt_tensor_table *out);
+    /* Forward FLOPs per token at sequence length T (GEMMs and attention; training: 3 times). */
+    double (*flops_per_token)(const hpt_arch_config *cfg, int T);
+
+    /* a block's saved fields: rows and row width (floats) of field i at x's (B, T) */
+    int n_fields;
+    const hpt_arch_field *fields;
+    size_t block_acts_size;
+    void (*field_shape)(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w);
+    /* the non-block buffers, in plan order */
+    int n_globals;
+    const hpt_arch_global *globals;
+    size_t acts_size;
+    void (*global_shape)(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w);
+
+    /* p, g: the non-block parameters and gradients (the arch's struct of tensor pointers);
+     * w, dw: one block's parameters and gradients, one pointer per block slice in block order;
+     * a: the activation struct; la: one block's; in: the block's input (B, T, C). */
+    void (*embed_forward)(const hpt_arch_ctx *x, const void *p, void *a);
+    void (*embed_backward)(const hpt_arch_ctx *x, void *g, const void *a);
+    /* with_out 0: stops before the block's output (a recomputation where it is kept) */
+    void (*block_forward)(const hpt_arch_ctx *x, float *const *w, void *la, const float *in,
+                          int with_out);
+    /* selective recomputation: rebuilds the HPT_FIELD_RECOMPUTE fields, the same bits */
+    void (*block_recompute)(const hpt_arch_ctx *x, float *const *w, void *la, const float *in);
+    /* a's residual gradient flows back through the block; dw += the block's gradients */
+    void (*block_backward)(const hpt_arch_ctx *x, float *const *w, float *const *dw,
+                           const void *la, const float *in, void *a);
+    /* the final norm of the last block's output `out` */
+    void (*final_forward)(const hpt_arch_ctx *x, const void *p, void *a, const float *out);
+    /* logits (and with targets the loss, returned; -1 without) */
+    float (*head_forward)(const hpt_arch_ctx *x, const void *p, void *a, int has_targets);
+    /* the head's backward: the final norm's output gradient, and the head's weights' */
+    void (*head_backward)(const hpt_arch_ctx *x, const void *p, void *g, void *a);
+    /* the final norm's backward: starts the residual gradient */
+    void (*final_backward)(const hpt_arch_ctx *x, const void *p, void *g, void *a,
+                           const float *out);
+} hpt_arch;
+
+/* GPT-2 (model/gpt2.c). */
+extern const hpt_arch hpt_arch_gpt2;
+
+#endif

@@ -1,0 +1,236 @@
+/* lifecycle.c: the model object: creation with or without the offload engine, its parameter
+ * and gradient buffers, freeing, the accessors, and the checkpoint-order streams (gpt2_emit,
+ * gpt2_absorb) that hide where the blocks live.
+ *
+ * The model owns two flat buffers (parameters and gradients, device tier). Without the engine
+ * they hold every tensor in checkpoint order (num_params floats); with it the blocks live in
+ * the engine's homes and the flat buffers hold the non-block tensors only (wte, wpe, lnfw, lnfb;
+ * fewer with chunked or bf16 embeddings: embed.c). Activations are the runner's (actplan.c),
+ * allocated at the first forward and released by hpt_gpt2_free_activations.
+ * States: created -> (forward -> [backward]) * ; backward without a forward with targets is
+ * refused with HPT_ERR_INVALID (runner.c). */
+#include "core/core.h"
+#include "model/gpt2_int.h"
+#include "offload/engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Points the non-block tensors into the engine's flat buffer (wte, wpe, lnfw, lnfb). */
+static void point_nonblock(const hpt_gpt2_config *cfg, float *base, gpt2_tensors *t) {
+    memset(t, 0, sizeof *t);
+    t->wte = base + gpt2_nonblock_offset(cfg, 0);
+    t->wpe = base + gpt2_nonblock_offset(cfg, 1);
+    t->lnfw = base + gpt2_nonblock_offset(cfg, 14);
+    t->lnfb = base + gpt2_nonblock_offset(cfg, 15);
+}
+
+/* The architecture, the backend and the block slices' layout in the flat buffers. */
+static void bind_arch(hpt_gpt2 *m) {
+    m->be = hpt_backend_cpu();
+    m->arch = &hpt_arch_gpt2;
+    m->arch->describe(&m->cfg, &m->tab);
+    for (int s = 0; s < GPT2_BLOCK_SLICES; s++) {
+        int ti = hpt_table_slice_tensor(&m->tab, s);
+        m->slice_off[s] = hpt_table_offset(&m->tab, ti);
+        m->slice_n[s] = hpt_tensor_slice_numel(&m->tab.t[ti], m->tab.L);
+    }
+}
+
+hpt_status hpt_gpt2_create_offload(hpt_mem *mem, const hpt_gpt2_config *cfg,
+                                   const hpt_offload_opts *o, hpt_gpt2 **out) {
+    *out = NULL;
+    HPT_CHECK(hpt_gpt2_config_check(cfg));
+    int eng = hpt_offload_active(o);
+    if (eng) HPT_CHECK(hpt_offload_check(o));
+    hpt_gpt2 *m = calloc(1, sizeof *m);
+    if (!m) return hpt_fail(HPT_ERR_OOM, "cannot allocate the model object");
+    m->cfg = *cfg;
+    m->mem = mem;
+    bind_arch(m);
+    m->run.t_now = -1;
+    m->run.st.disk.fd = -1;
+    m->act = hpt_gpt2_act_defaults();
+    m->loss_scale = 1.0f;
+    m->fault_layer = -1;
+    m->num_params = hpt_gpt2_num_params(cfg);
+    int emb = eng ? o->embeddings : HPT_EMB_FULL;
+    size_t C = (size_t)cfg->C, wte = (size_t)cfg->Vp * C;
+    m->n_flat = eng ? gpt2_nonblock_floats(cfg) : m->num_params;
+    m->n_gflat = emb != HPT_EMB_FULL ? m->n_flat - wte : m->n_flat; /* no whole wte gradient */
+    if (emb == HPT_EMB_BF16) m->n_flat = 2 * C;                      /* lnfw, lnfb */
+    hpt_mem_set_name(mem, "parameters");
+    hpt_status s = m->be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, m->n_flat * sizeof(float),
+                                (void **)&m->params);
+    if (s == HPT_OK) {
+        hpt_mem_set_name(mem, "gradients");
+        s = m->be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, m->n_gflat * sizeof(float),
+                         (void **)&m->grads);
+    }
+    if (s == HPT_OK) s = emb_create(m, eng ? o : NULL);
+    if (s == HPT_OK && eng) s = eng_create(mem, cfg->L, GPT2_BLOCK_SLICES, m->slice_n, o, &m->eng);
+    if (s != HPT_OK) {
+        hpt_gpt2_free(m);
+        return hpt_fail_ctx(s, "allocating %zu parameters", hpt_gpt2_num_params(cfg));
+    }
+    if (emb == HPT_EMB_BF16) {
+        memset(&m->p, 0, sizeof m->p);
+        m->p.lnfw = m->params;
+        m->p.lnfb = m->params + C;
+    } else if (eng) {
+        point_nonblock(cfg, m->params, &m->p);
+    }
+    if (emb != HPT_EMB_FULL) { /* wpe, lnfw, lnfb */
+        memset(&m->g, 0, sizeof m->g);
+        m->g.wpe = m->grads;
+        m->g.lnfw = m->grads + (size_t)cfg->maxT * C;
+        m->g.lnfb = m->g.lnfw + C;
+    } else if (eng) {
+        point_nonblock(cfg, m->grads, &m->g);
+    }
+    if (!eng) {
+        gpt2_point_tensors(cfg, m->params, &m->p);
+        gpt2_point_tensors(cfg, m->grads, &m->g);
+    }
+    *out = m;
+    return HPT_OK;
+}
+
+hpt_status hpt_gpt2_create(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_gpt2 **out) {
+    return hpt_gpt2_create_offload(mem, cfg, NULL, out);
+}
+
+void hpt_gpt2_free_activations(hpt_gpt2 *m) {
+    if (!m) return;
+    hpt_run *r = &m->run;
+    actstore_wait(m);
+    if (r->act_mem) act_enter(m, -1);
+    m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, r->act_mem, r->act_bytes);
+    r->act_mem = NULL;
+    r->act_bytes = 0;
+    actstore_release(m);
+    r->aB = r->aT = 0;
+    m->B = m->T = 0;
+    m->has_targets = 0;
+}
+
+void hpt_gpt2_free(hpt_gpt2 *m) {
+    if (!m) return;
+    hpt_gpt2_free_activations(m);
+    act_plan_free(m);
+    eng_free(m->eng);
+    emb_free(m);
+    m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, m->params, m->n_flat * sizeof(float));
+    m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, m->grads, m->n_gflat * sizeof(float));
+    free(m);
+}
+
+const hpt_gpt2_config *hpt_gpt2_get_config(const hpt_gpt2 *m) { return &m->cfg; }
+size_t hpt_gpt2_get_num_params(const hpt_gpt2 *m) { return m->num_params; }
+float *hpt_gpt2_params(hpt_gpt2 *m) { return m->eng ? NULL : m->params; }
+float *hpt_gpt2_grads(hpt_gpt2 *m) { return m->eng ? NULL : m->grads; }
+
+hpt_status gpt2_emit(hpt_gpt2 *m, int b, const float *flat, gpt2_emit_fn emit, void *ctx) {
+    const hpt_tensor_table *t = &m->tab;
+    if (!m->eng) return emit(ctx, flat, m->num_params);
+    size_t piece = (size_t)m->Vc * (size_t)m->cfg.C;
+    for (int i = 0; i < t->n; i++) {
+        size_t numel = hpt_tensor_numel(&t->t[i]);
+        if (b == EB_P && m->emb == HPT_EMB_BF16 && i < 2) { /* widened through the chunk scratch */
+            for (size_t lo = 0; lo < numel; lo += piece) {
+                size_t n = HPT_MIN(piece, numel - lo);
+                emb_get(m, i, lo, m->emb_rows, n);
+                HPT_CHECK(emit(ctx, m->emb_rows, n));
+            }
+            continue;
+        }
+        if (t->t[i].layer != HPT_LAYER_STACKED) {
+            HPT_CHECK(emit(ctx, b == EB_P ? gpt2_nonblock_param(m, i).f32
+                                          : flat + gpt2_nonblock_offset(&m->cfg, i), numel));
+            continue;
+        }
+        for (int l = 0; l < m->cfg.L; l++)
+            HPT_CHECK(eng_emit_slice(m->eng, b, l, t->t[i].slice, emit, ctx));
+    }
+    return HPT_OK;
+}
+
+hpt_status gpt2_absorb(hpt_gpt2 *m, int b, float *flat, gpt2_read_fn read, void *ctx) {
+    const hpt_tensor_table *t = &m->tab;
+    if (!m->eng) return read(ctx, flat, m->num_params);
+    size_t piece = (size_t)m->Vc * (size_t)m->cfg.C;
+    for (int i = 0; i < t->n; i++) {
+        size_t numel = hpt_tensor_numel(&t->t[i]);
+        if (b == EB_P && m->emb == HPT_EMB_BF16 && i < 2) { /* rounded through the chunk scratch */
+            for (size_t lo = 0; lo < numel; lo += piece) {
+                size_t n = HPT_MIN(piece, numel - lo);
+                HPT_CHECK(read(ctx, m->emb_rows, n));
+                emb_put(m, i, lo, m->emb_rows, n);
+            }
+            continue;
+        }
+        if (t->t[i].layer != HPT_LAYER_STACKED) {
+            HPT_CHECK(read(ctx, b == EB_P ? gpt2_nonblock_param(m, i).f32
+                                          : flat + gpt2_nonblock_offset(&m->cfg, i), numel));
+            continue;
+        }
+        for (int l = 0; l < m->cfg.L; l++)
+            HPT_CHECK(eng_absorb_slice(m->eng, b, l, t->t[i].slice, read, ctx));
+    }
+    return HPT_OK;
+}
+
+typedef struct {
+    const hpt_backend *be;
+    float *dst; /* the caller's host buffer */
+} emit_copy_ctx;
+
+static hpt_status emit_copy(void *ctx, const float *x, size_t n) {
+    emit_copy_ctx *c = ctx;
+    c->be->copy(c->dst, x, n * sizeof(float), HPT_COPY_D2H);
+    c->dst += n;
+    return HPT_OK;
+}
+
+hpt_status hpt_gpt2_copy_params(hpt_gpt2 *m, float *dst) {
+    emit_copy_ctx c = {m->be, dst};
+    return gpt2_emit(m, EB_P, m->params, emit_copy, &c);
+}
+
+void hpt_gpt2_offload_stats(const hpt_gpt2 *m, hpt_offload_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (m->eng) eng_stats(m->eng, out);
+}
+
+const float *hpt_gpt2_logits(const hpt_gpt2 *m) { return m->a.logits; }
+
+void hpt_gpt2_zero_grad(hpt_gpt2 *m) {
+    /* the engine zeroes a block's at its backward */
+    if (m->grads) m->be->memset(m->grads, 0, m->n_gflat * sizeof(float));
+    m->grads_live = 0;
+}
+
+hpt_status gpt2_grads_overflow(hpt_gpt2 *m, int *overflow) {
+    *overflow = 0;
+    if (m->eng) HPT_CHECK(eng_grads_overflow(m->eng, overflow));
+    if (m->grads && m->be->nonfinite(m->grads, m->n_gflat)) *overflow = 1;
+    return HPT_OK;
+}
+
+void hpt_gpt2_release_grads(hpt_gpt2 *m) {
+    m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, m->grads, m->n_gflat * sizeof(float));
+    m->grads = NULL;
+    memset(&m->g, 0, sizeof m->g);
+}
+
+hpt_status hpt_gpt2_acquire_grads(hpt_gpt2 *m) {
+    if (m->grads) return HPT_OK;
+    if (m->eng)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "releasing and reacquiring gradients is for models "
+                        "without the offload engine");
+    hpt_mem_set_name(m->mem, "gradients");
+    HPT_CHECK(m->be->alloc(m->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, m->num_params * sizeof(float),
+                           (void **)&m->grads));
+    gpt2_point_tensors(&m->cfg, m->grads, &m->g);
+    return HPT_OK;
+}

@@ -1,0 +1,244 @@
+/* runner.c: the training step of a model made of L identical blocks, generic over hpt_arch
+ * (model/arch.h): the layer loop, where each block's parameters come from, what is recomputed,
+ * and the hooks around a block's gradients. The maths is the architecture's; the buffers are
+ * the arena's (actplan.c); saved fields that are offloaded or compressed go through the
+ * activation store (actstore.c).
+ *
+ * Blocks' parameters are reached per block (block_acquire / block_release): slices of the flat
+ * buffers without the offload engine (zero copy), or the engine's device slot with it
+ * (src/offload/engine.c): each block is acquired for its forward, its recomputation and its
+ * backward, whose gradients go to the engine's gradient slot and are handed to it
+ * (eng_grads_done) when complete.
+ * Recomputation (act.recompute): selective rebuilds the arch's HPT_FIELD_RECOMPUTE fields at
+ * the start of a block's backward (block_recompute); every:N and full rerun a segment's forward
+ * from its kept input at the backward of its last block. Either way the forward's kernels run
+ * on the forward's inputs, so the bits are those of a run without recomputation.
+ * With chunked or bf16 embeddings (the engine's o.embeddings) the encoder, the head and wte's
+ * gradient go through model/embed.c instead of the arch's embedding and head.
+ * Forward records its inputs and targets; backward differentiates that forward, once. */
+#include "core/core.h"
+#include "model/gpt2_int.h"
+#include "offload/engine.h"
+
+#include <stddef.h>
+
+/* The block's input in a block activation array: the embedding's output for block 0, else the
+ * previous block's output field. */
+static const float *block_input(const hpt_gpt2 *m, char *base, int l) {
+    const hpt_arch *A = m->arch;
+    if (l == 0) return m->a.encoded;
+    for (int i = 0; i < A->n_fields; i++)
+        if (A->fields[i].flags & HPT_FIELD_OUTPUT) return *act_field(A, base, l - 1, i);
+    return NULL;
+}
+
+static const float *block_output(const hpt_gpt2 *m, char *base, int l) {
+    return block_input(m, base, l + 1);
+}
+
+/* The slices of a packed block at base (the engine's layout: slices back to back). */
+static void block_packed(const hpt_gpt2 *m, float *base, float *w[GPT2_BLOCK_SLICES]) {
+    size_t o = 0;
+    for (int s = 0; s < GPT2_BLOCK_SLICES; s++) {
+        w[s] = base + o;
+        o += m->slice_n[s];
+    }
+}
+
+/* Block l's slices of the flat buffer base (checkpoint order). */
+static void block_flat(const hpt_gpt2 *m, float *base, int l, float *w[GPT2_BLOCK_SLICES]) {
+    for (int s = 0; s < GPT2_BLOCK_SLICES; s++)
+        w[s] = base + m->slice_off[s] + (size_t)l * m->slice_n[s];
+}
+
+/* Block l's parameters, held until block_release (the engine loads them when offloaded). */
+static hpt_status block_acquire(hpt_gpt2 *m, int l, float *w[GPT2_BLOCK_SLICES]) {
+    if (!m->eng) {
+        block_flat(m, m->params, l, w);
+        return HPT_OK;
+    }
+    float *base;
+    HPT_CHECK(eng_acquire(m->eng, l, &base));
+    block_packed(m, base, w);
+    return HPT_OK;
+}
+
+static void block_release(hpt_gpt2 *m, int l) {
+    if (m->eng) eng_release(m->eng, l);
+}
+
+/* Block l's gradients: the engine's gradient slot (zeroed unless gradients are live), or
+ * slices of the flat gradients. */
+static hpt_status block_grads(hpt_gpt2 *m, int l, float *dw[GPT2_BLOCK_SLICES]) {
+    if (!m->eng) {
+        block_flat(m, m->grads, l, dw);
+        return HPT_OK;
+    }
+    float *gbase;
+    HPT_CHECK(eng_grad_slot(m->eng, l, m->grads_live, &gbase));
+    block_packed(m, gbase, dw);
+    return HPT_OK;
+}
+
+/* A block's gradients are complete: the test fault hook (hpt_trainer_inject_grad sets element
+ * 0 of the chosen block's gradients), then the engine takes them. */
+static hpt_status grads_done(hpt_gpt2 *m, int l, float *const *dw) {
+    if (m->fault_layer == l) {
+        m->be->copy(dw[0], &m->fault_value, sizeof(float), HPT_COPY_H2D);
+        m->fault_layer = -1;
+    }
+    if (!m->eng) return HPT_OK;
+    hpt_status s = eng_grads_done(m->eng, l);
+    return s == HPT_OK ? s : hpt_fail_ctx(s, "handing over block %d's gradients", l);
+}
+
+/* At the start of block l's backward: rebuilds what the policy dropped, acquiring (and
+ * releasing) each block whose forward it reruns. */
+static hpt_status recompute(hpt_gpt2 *m, const hpt_arch_ctx *x, int l) {
+    const hpt_arch *A = m->arch;
+    const int L = m->cfg.L, N = act_segment_len(&m->act);
+    char *layers = m->run.layers;
+    float *w[GPT2_BLOCK_SLICES];
+    if (N) {
+        /* every:N / full: at the segment's last block, rerun its forward from the kept input */
+        if (l != act_segment_end(l, N, L)) return HPT_OK;
+        for (int j = (l / N) * N; j <= l; j++) {
+            HPT_CHECK(block_acquire(m, j, w));
+            A->block_forward(x, w, layers + (size_t)j * A->block_acts_size,
+                             block_input(m, layers, j), j < l);
+            block_release(m, j);
+        }
+    } else if (m->act.recompute == HPT_RECOMPUTE_SELECTIVE) {
+        HPT_CHECK(block_acquire(m, l, w));
+        A->block_recompute(x, w, layers + (size_t)l * A->block_acts_size, block_input(m, layers, l));
+        block_release(m, l);
+    }
+    return HPT_OK;
+}
+
+hpt_status hpt_gpt2_forward(hpt_gpt2 *m, const int32_t *inputs, const int32_t *targets,
+                            int B, int T, float *loss_out) {
+    const hpt_gpt2_config *c = &m->cfg;
+    const hpt_arch *A = m->arch;
+    if (B < 1 || T < 1) return hpt_fail(HPT_ERR_INVALID, "batch %d and sequence %d must be >= 1", B, T);
+    if (T > c->maxT)
+        return hpt_fail(HPT_ERR_SHAPE, "sequence length %d exceeds the model's maxT %d", T, c->maxT);
+    size_t BT = (size_t)B * T;
+    for (size_t i = 0; i < BT; i++) {
+        if (inputs[i] < 0 || inputs[i] >= c->V)
+            return hpt_fail(HPT_ERR_INVALID, "input token %d at position %zu is outside [0, %d)",
+                            inputs[i], i, c->V);
+        if (targets && (targets[i] < 0 || targets[i] >= c->V))
+            return hpt_fail(HPT_ERR_INVALID, "target token %d at position %zu is outside [0, %d)",
+                            targets[i], i, c->V);
+    }
+    actstore_wait(m);
+    HPT_CHECK(act_ensure(m, B, T));
+    m->B = B;
+    m->T = T;
+    const int L = c->L;
+    const hpt_arch_ctx x = act_ctx(m);
+    char *flayers = m->run.flayers;
+    hpt_mem_set_layer(m->mem, -1);
+    act_enter(m, 0);
+    m->be->copy(m->a.inputs, inputs, BT * sizeof(int32_t), HPT_COPY_H2D);
+    m->has_targets = targets != NULL;
+    if (targets) m->be->copy(m->a.targets, targets, BT * sizeof(int32_t), HPT_COPY_H2D);
+    if (m->emb != HPT_EMB_FULL) emb_encoder_forward(m);
+    else A->embed_forward(&x, &m->p, &m->a);
+    hpt_status s = m->eng ? eng_begin_pass(m->eng, 1) : HPT_OK;
+    for (int l = 0; l < L && s == HPT_OK; l++) {
+        hpt_mem_set_layer(m->mem, l);
+        act_enter(m, TP_BLOCK_F(l));
+        float *w[GPT2_BLOCK_SLICES];
+        s = block_acquire(m, l, w);
+        if (s != HPT_OK) {
+            s = hpt_fail_ctx(s, "bringing in block %d's parameters", l);
+            break;
+        }
+        A->block_forward(&x, w, flayers + (size_t)l * A->block_acts_size,
+                         block_input(m, flayers, l), 1);
+        block_release(m, l);
+        s = actstore_put(m, l);
+        if (s != HPT_OK) s = hpt_fail_ctx(s, "offloading block %d's activations", l);
+    }
+    if (s != HPT_OK) {
+        m->has_targets = 0;
+        hpt_mem_set_layer(m->mem, -1);
+        return s;
+    }
+    hpt_mem_set_layer(m->mem, -1);
+    act_enter(m, TP_HEAD_F(L));
+    A->final_forward(&x, &m->p, &m->a, block_output(m, m->run.layers, L - 1));
+    m->loss = -1.0f;
+    if (m->emb != HPT_EMB_FULL) {
+        if (!targets)
+            return hpt_fail(HPT_ERR_UNSUPPORTED, "--embeddings %s computes the logits a vocabulary "
+                            "chunk at a time: a forward without targets needs full embeddings",
+                            hpt_embeddings_name((hpt_embeddings)m->emb));
+        emb_head_forward(m, x.head_rows);
+    } else {
+        if (x.head_rows < BT && !targets)
+            return hpt_fail(HPT_ERR_UNSUPPORTED, "a chunked head (head_chunk %d) computes no full "
+                            "logits: a forward without targets needs head_chunk 0", m->act.head_chunk);
+        m->loss = A->head_forward(&x, &m->p, &m->a, targets != NULL);
+    }
+    if (loss_out) *loss_out = m->loss;
+    return HPT_OK;
+}
+
+hpt_status hpt_gpt2_backward(hpt_gpt2 *m) {
+    if (!m->has_targets)
+        return hpt_fail(HPT_ERR_INVALID, "backward needs a forward with targets first");
+    if (!m->grads)
+        return hpt_fail(HPT_ERR_INVALID, "backward needs gradients (released by hpt_gpt2_release_grads)");
+    const hpt_arch *A = m->arch;
+    const int L = m->cfg.L;
+    const hpt_arch_ctx x = act_ctx(m);
+    char *layers = m->run.layers;
+    m->has_targets = 0; /* logits become dlogits: one backward per forward */
+
+    act_enter(m, TP_HEAD_B(L));
+    HPT_CHECK(actstore_prefetch(m, L - 1));
+    if (m->emb != HPT_EMB_FULL) emb_head_backward(m, x.head_rows); /* dlnf only (embed.c) */
+    else A->head_backward(&x, &m->p, &m->g, &m->a);
+    A->final_backward(&x, &m->p, &m->g, &m->a, block_output(m, layers, L - 1));
+    hpt_status s = m->eng ? eng_begin_pass(m->eng, -1) : HPT_OK;
+    for (int l = L - 1; l >= 0 && s == HPT_OK; l--) {
+        hpt_mem_set_layer(m->mem, l);
+        act_enter(m, TP_BLOCK_B(L, l));
+        actstore_wait(m); /* block l's fields */
+        if (l > 0) {
+            s = actstore_prefetch(m, l - 1);
+            if (s != HPT_OK) {
+                s = hpt_fail_ctx(s, "bringing back block %d's activations", l - 1);
+                break;
+            }
+        }
+        float *w[GPT2_BLOCK_SLICES], *dw[GPT2_BLOCK_SLICES];
+        s = recompute(m, &x, l);
+        if (s == HPT_OK) s = block_acquire(m, l, w);
+        if (s == HPT_OK) s = block_grads(m, l, dw);
+        if (s != HPT_OK) {
+            s = hpt_fail_ctx(s, "bringing in block %d's parameters", l);
+            break;
+        }
+        A->block_backward(&x, w, dw, layers + (size_t)l * A->block_acts_size,
+                          block_input(m, layers, l), &m->a);
+        s = grads_done(m, l, dw);
+        block_release(m, l);
+    }
+    hpt_mem_set_layer(m->mem, -1);
+    if (s != HPT_OK) {
+        actstore_wait(m);
+        act_enter(m, -1);
+        return s;
+    }
+    act_enter(m, TP_ENC_B(L));
+    /* chunked embeddings: also the head's dwte, and wte's update chunk by chunk (embed.c) */
+    if (m->emb != HPT_EMB_FULL) emb_backward_end(m, x.head_rows);
+    else A->embed_backward(&x, &m->g, &m->a);
+    m->grads_live = 1;
+    act_enter(m, -1);
+    return HPT_OK;
+}
