@@ -3,6 +3,7 @@
  * leak (the sanitizer variant checks) and no corrupted state: after each failure a clean run
  * gives the same loss bits as a run that never failed. */
 #include "testlib.h"
+#include "testing.h"
 
 #include <string.h>
 

@@ -8,6 +8,7 @@
  *   - A refused request changes nothing but n_refused and the last-error text.
  * One thread allocates at a time (the trainer's); kernels never allocate. */
 #include "core/core.h"
+#include "testing.h"
 #include "mem/mem_int.h"
 
 #include <stdlib.h>

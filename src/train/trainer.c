@@ -37,6 +37,7 @@
  * times 1/(accum S) (exact: S is a power of two) and scaler_clean counts it. S, the clean-step
  * count and the skipped steps are the checkpoint's "loss_scale" section. */
 #include "core/core.h"
+#include "testing.h"
 #include "model/gpt2_int.h"
 #include "offload/engine.h"
 #include "train/train_int.h"
