@@ -38,3 +38,4 @@ set_tests_properties(test_verify_torch PROPERTIES SKIP_RETURN_CODE 77
 hpt_add_test(test_infer test_infer.c)
 hpt_add_test(test_loss_scale test_loss_scale.c)
 hpt_add_test(test_embed test_embed.c)
+hpt_add_test(test_gemm test_gemm.c)
