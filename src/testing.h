@@ -11,6 +11,10 @@
 /* Make the n-th allocation from now fail with HPT_ERR_OOM (0 disables). */
 void hpt_mem_fail_nth(hpt_mem *m, uint64_t n);
 
+/* 1 where hpt_mem_free checks the size it is told against its record of live blocks and aborts
+ * on a mismatch or an unknown pointer (debug and sanitizer builds); 0 in release builds. */
+int hpt_mem_checks_frees(void);
+
 /* The nth disk transfer from now (any thread, read or write) fails as kind: SHORT_WRITE
  * (a write stops after half its bytes), ENOSPC (a write finds the disk full), EIO (any
  * transfer), VANISHED (the block's file is truncated to nothing underneath, as if removed, so a
