@@ -82,6 +82,7 @@ static void test_closed_form(void) {
             }
 }
 
+#ifndef HPT_SANITIZED
 static uint64_t accounted(const hpt_mem_stats *st, int peak) {
     uint64_t n = 0;
     for (int t = 0; t < HPT_TIER_COUNT; t++) {
@@ -92,6 +93,8 @@ static uint64_t accounted(const hpt_mem_stats *st, int peak) {
     }
     return n;
 }
+
+#endif
 
 static void test_rss(void) {
 #ifdef HPT_SANITIZED
