@@ -114,7 +114,7 @@ static void block_add(hpt_mem *m, void *p, size_t bytes) {
     if (2 * (m->n_blocks + 1) > m->cap_blocks) {
         size_t cap = m->cap_blocks ? 2 * m->cap_blocks : 256;
         struct mem_block *old = m->blocks, *nb = calloc(cap, sizeof *nb);
-        if (!nb) return;
+        if (!nb) { m->blocks_lost = 1; return; }
         size_t old_cap = m->cap_blocks;
         m->blocks = nb;
         m->cap_blocks = cap;
@@ -131,12 +131,13 @@ static void block_add(hpt_mem *m, void *p, size_t bytes) {
 /* A programmer's error, not a user's: the caller freed a block it does not own, or told the
  * wrong size. Fail loudly where it happens rather than report wrong peaks later. */
 static void block_remove(hpt_mem *m, void *p, size_t bytes) {
-    if (!m->cap_blocks) return; /* the table never grew: nothing to check against */
-    size_t i = block_slot(m, p), mask = m->cap_blocks - 1;
-    if (!m->blocks[i].p || m->blocks[i].bytes != bytes) {
+    if (m->blocks_lost) return;
+    size_t i = m->cap_blocks ? block_slot(m, p) : 0, mask = m->cap_blocks - 1;
+    if (!m->cap_blocks || !m->blocks[i].p || m->blocks[i].bytes != bytes) {
+        int known = m->cap_blocks && m->blocks[i].p;
         fprintf(stderr, "hpt_mem_free: %s %p (told %zu bytes, allocated %zu)\n",
-                m->blocks[i].p ? "wrong size for block" : "unknown pointer", p, bytes,
-                m->blocks[i].p ? m->blocks[i].bytes : (size_t)0);
+                known ? "wrong size for block" : "unknown pointer", p, bytes,
+                known ? m->blocks[i].bytes : (size_t)0);
         abort();
     }
     /* backward-shift deletion keeps every probe chain unbroken without tombstones */

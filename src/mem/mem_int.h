@@ -38,6 +38,7 @@ struct hpt_mem {
      * a power-of-two capacity, key NULL = empty), host memory outside the budget */
     struct mem_block { void *p; size_t bytes; } *blocks;
     size_t n_blocks, cap_blocks;
+    int blocks_lost;         /* a growth failed: the record is incomplete, checks are off */
 #endif
 };
 
