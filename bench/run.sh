@@ -73,6 +73,31 @@ steps_for() {
 [ -x "$PY" ] || die "$PY not found (Debian's python3 with python3-torch)"
 "$PY" -c 'import torch' 2>/dev/null || die "$PY cannot import torch (apt-get install python3-torch)"
 
+# ---- PyTorch's BLAS: OpenBLAS, installed if missing ------------------------------------------
+# Debian's python3-torch alone brings the reference BLAS (libblas3), about 20x slower than
+# OpenBLAS; installing libopenblas0-pthread switches the libblas.so.3 alternative to it.
+if ! dpkg -s libopenblas0-pthread >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    note "installing OpenBLAS for PyTorch (Debian package 'libopenblas0-pthread')"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q libopenblas0-pthread >/dev/null 2>&1 ||
+        { apt-get update -q >/dev/null 2>&1 &&
+          DEBIAN_FRONTEND=noninteractive apt-get install -y -q libopenblas0-pthread >/dev/null 2>&1; } ||
+        note "could not install libopenblas0-pthread: PyTorch's figures will be the reference BLAS's"
+fi
+# The BLAS the python process mapped after a matmul (as /proc/self/maps names it: links resolved).
+TORCH_BLAS=$("$PY" - 2>/dev/null <<'PYBLAS'
+import torch
+torch.mm(torch.ones(64, 64), torch.ones(64, 64))
+names = {l.split()[-1] for l in open("/proc/self/maps") if len(l.split()) >= 6}
+libs = sorted(n for n in names if any(k in n.rsplit("/", 1)[-1] for k in ("blas", "mkl")))
+print(" ".join(libs) or "none mapped (linked into torch?)")
+PYBLAS
+)
+note "PyTorch's BLAS: ${TORCH_BLAS:-unknown}"
+case "$TORCH_BLAS" in
+*openblas* | *mkl*) ;;
+*) note "warning: PyTorch is not on OpenBLAS or MKL: its times will be far slower than it can do" ;;
+esac
+
 [ -n "$OUT" ] || OUT="$ROOT/build/bench/run-$(date +%Y%m%d-%H%M%S)"
 mkdir -p "$OUT" || die "cannot create $OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -246,6 +271,7 @@ json.dump({"L": $L, "C": $C, "NH": $NH, "V": $V, "Vp": $VP, "maxT": $MAXT,
            "warmup": {${wjson%,}}, "steps": {${sjson%,}}, "quick": bool($QUICK),
            "torch_best_env": $(printf '%s\n' "${TORCH_ENV[@]}" | "$PY" -c 'import json,sys; print(json.dumps(sys.stdin.read().split()))'),
            "torch_best_desc": """$TORCH_DESC""", "hptrain_note": """$HPT_NOTE""",
+           "torch_blas": """$TORCH_BLAS""",
            "cpu": sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"),
            "nproc": sh("nproc"), "kernel": platform.release(),
            "git": sh("git -C '$ROOT' rev-parse --short HEAD"), "date": sh("date -Is")},

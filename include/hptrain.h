@@ -158,8 +158,6 @@ void hpt_mem_free(hpt_mem *m, hpt_tier tier, hpt_category cat, void *p, size_t b
 void hpt_mem_get_stats(const hpt_mem *m, hpt_mem_stats *out);
 /* Resets the peaks to the live values (start of a new measurement window). */
 void hpt_mem_reset_peak(hpt_mem *m);
-/* Testing: make the n-th allocation from now fail with HPT_ERR_OOM (0 disables). */
-void hpt_mem_fail_nth(hpt_mem *m, uint64_t n);
 
 /* -- mem: the disk tier --
  * Storage in files under a directory (one file per block, removed when freed), read and
@@ -183,19 +181,6 @@ hpt_status hpt_mem_disk_write(hpt_mem *m, const hpt_disk_ref *ref, uint64_t offs
                               const void *src, size_t bytes, hpt_tier from, hpt_category cat);
 hpt_status hpt_mem_disk_read(hpt_mem *m, const hpt_disk_ref *ref, uint64_t offset, void *dst,
                              size_t bytes, hpt_tier to, hpt_category cat);
-/* Testing: the nth disk transfer from now (any thread, read or write) fails as kind: SHORT_WRITE
- * (a write stops after half its bytes), ENOSPC (a write finds the disk full), EIO (any
- * transfer), VANISHED (the block's file is truncated to nothing underneath, as if removed, so a
- * read finds its end). Each ends in HPT_ERR_IO with the cause in hpt_last_error(). nth 0: off.
- * SHORT_WRITE and ENOSPC count writes only. */
-typedef enum {
-    HPT_DISK_FAULT_NONE = 0,
-    HPT_DISK_FAULT_SHORT_WRITE,
-    HPT_DISK_FAULT_ENOSPC,
-    HPT_DISK_FAULT_EIO,
-    HPT_DISK_FAULT_VANISHED
-} hpt_disk_fault;
-void hpt_mem_disk_fail(hpt_mem *m, hpt_disk_fault kind, uint64_t nth);
 
 /* -- mem: the event timeline (profiler) --
  * While recording, every allocation, free, refusal and transfer is an event, tagged with the
@@ -1024,11 +1009,12 @@ typedef enum { HPT_SCHEDULE_FULL = 0, HPT_SCHEDULE_HYBRID } hpt_schedule_kind;
 typedef enum {
     HPT_PREDICTOR_ADAM = 0, /* the optimizer's own direction: AdamW fp32 m / (sqrt(v) + eps) */
     HPT_PREDICTOR_LINEAR,   /* per-parameter weighted linear fit of the recent weights */
-    HPT_PREDICTOR_ZERO,     /* no change (tests: weights stay bit-identical) */
-    HPT_PREDICTOR_GARBAGE,  /* large random updates (tests: divergence detection) */
-    HPT_PREDICTOR_COUNT
+    /* 2, 3: the testing predictors (zero, garbage), internal; checkpoints store the values */
+    HPT_PREDICTOR_COUNT = 4 /* bound on the values a plan or checkpoint may hold */
 } hpt_predictor_kind;
-const char *hpt_predictor_name(hpt_predictor_kind k); /* "adam", "linear", "zero", "garbage" */
+/* "adam", "linear" (and the testing predictors' "zero", "garbage"); "?" out of range. */
+const char *hpt_predictor_name(hpt_predictor_kind k);
+/* "adam" or "linear"; anything else is HPT_ERR_INVALID. */
 hpt_status hpt_predictor_parse(const char *name, hpt_predictor_kind *out);
 
 typedef struct {
@@ -1174,10 +1160,6 @@ const hpt_adamw_opts *hpt_trainer_optim_opts(const hpt_trainer *tr);
 size_t hpt_trainer_train_tokens(const hpt_trainer *tr);
 /* The hybrid schedule's controller (phase of the next step, counts); FULL in a full-only run. */
 const hpt_schedule *hpt_trainer_schedule(const hpt_trainer *tr);
-/* Testing: at step `step` (1-based; its first micro-batch) element 0 of block layer's gradients
- * is set to value right after that block's backward, before it goes to its home: an injected
- * overflow for the loss scaler (inf, or a value fp16 cannot hold). step 0: off. */
-void hpt_trainer_inject_grad(hpt_trainer *tr, int64_t step, int layer, float value);
 
 /* ---- train: verification against a PyTorch reference state -------------------------- */
 

@@ -18,6 +18,7 @@
  *   and the refusals: --fused-update with a 16-bit home or a loss scale, fp16 without a scale,
  *   a scale that is not a power of two. */
 #include "testlib.h"
+#include "testing.h"
 #include "kernels/kernels.h"
 
 #include <math.h>

@@ -3,8 +3,13 @@
  * leak (the sanitizer variant checks) and no corrupted state: after each failure a clean run
  * gives the same loss bits as a run that never failed. */
 #include "testlib.h"
+#include "testing.h"
 
+#include <signal.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static char g_train[512];
 
@@ -36,6 +41,51 @@ static uint64_t live(const hpt_mem *mem) {
     for (int t = 0; t < HPT_TIER_COUNT; t++)
         for (int c = 0; c < HPT_CAT_COUNT; c++) n += st.live_bytes[t][c];
     return n;
+}
+
+/* Frees a fresh block with a wrong size (wrong != 0) or an unknown pointer (wrong == 0) in a
+ * forked child; returns 1 if the child died of SIGABRT. */
+static int free_dies(size_t wrong) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        hpt_mem *mem;
+        void *a = NULL;
+        if (hpt_mem_create(&mem) != HPT_OK) _exit(3);
+        if (hpt_mem_alloc(mem, HPT_TIER_HOST, HPT_CAT_ACTS, 1000, &a) != HPT_OK) _exit(3);
+        freopen("/dev/null", "w", stderr); /* the expected message */
+        static char not_ours[64];
+        if (wrong) hpt_mem_free(mem, HPT_TIER_HOST, HPT_CAT_ACTS, a, wrong);
+        else hpt_mem_free(mem, HPT_TIER_HOST, HPT_CAT_ACTS, not_ours, 64);
+        _exit(0); /* survived: the check is missing */
+    }
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid) return 0;
+    return WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT;
+}
+
+/* hpt_mem_free checks the size it is told (debug and sanitizer builds): a right free passes
+ * among many live blocks (the table grows and deletes), a wrong size or a pointer it never gave
+ * aborts. Release builds skip the check and this test. */
+static void test_free_checks(void) {
+    if (!hpt_mem_checks_frees()) {
+        printf("free-size checks: release build, not compiled in\n");
+        return;
+    }
+    hpt_mem *mem;
+    CHECK_OK(hpt_mem_create(&mem));
+    enum { N = 1000 };
+    static void *p[N];
+    for (int i = 0; i < N; i++)
+        CHECK_OK(hpt_mem_alloc(mem, HPT_TIER_HOST, HPT_CAT_ACTS, (size_t)(i % 97) + 1, &p[i]));
+    for (int i = 0; i < N; i += 2) hpt_mem_free(mem, HPT_TIER_HOST, HPT_CAT_ACTS, p[i], (size_t)(i % 97) + 1);
+    for (int i = 1; i < N; i += 2) hpt_mem_free(mem, HPT_TIER_HOST, HPT_CAT_ACTS, p[i], (size_t)(i % 97) + 1);
+    CHECK(live(mem) == 0);
+    hpt_mem_destroy(mem);
+    CHECK_MSG(free_dies(999), "a free with the wrong size did not abort");
+    CHECK_MSG(free_dies(0), "a free of an unknown pointer did not abort");
+    printf("free-size checks: %d blocks freed by their sizes; a wrong size and an unknown "
+           "pointer abort\n", N);
 }
 
 /* The disk tier: budget, aligned and unaligned round trips, accounting, transfers recorded. */
@@ -122,6 +172,7 @@ int main(void) {
     hpt_mem_destroy(mem);
 
     test_disk();
+    test_free_checks();
 
     /* a training run under a budget too small fails cleanly with the breakdown */
     CHECK_OK(hpt_mem_create(&mem));

@@ -52,6 +52,7 @@
  *       fused update, K <= P; each allocation of an offloaded setup
  *       failing in turn ends in HPT_ERR_OOM with nothing left allocated on any tier. */
 #include "testlib.h"
+#include "testing.h"
 #include "io/io_int.h"
 #include "model/gpt2_int.h"
 #include "offload/engine.h"

@@ -23,6 +23,7 @@
  *       that of the ordinary steps (WARMUP, FULL, CORRECT) by at least the gradients and the arena (adam) and also the optimizer state
  *       (linear, whose state goes to the host tier and comes back). */
 #include "testlib.h"
+#include "testing.h"
 
 #include "train/train_int.h"
 

@@ -31,6 +31,14 @@ hpt_status io_read_exact(FILE *f, void *dst, size_t bytes, const char *path, con
 /* Reads the 256 x int32 header of llm.c's files. */
 hpt_status io_read_header(FILE *f, int32_t hdr[256], const char *path);
 
+/* Streams the llm.c GPT-2 checkpoint at path (shape cfg, already checked) to fn: each tensor in
+ * checkpoint order, in pieces of whole rows (row_width[k] floats each) of at most stage_bytes,
+ * as fp32 (version 5's bf16 widened) in a host staging buffer (io category) that fn borrows. */
+typedef void (*io_llmc_rows_fn)(void *ctx, int k, size_t row0, const float *rows, size_t n_rows);
+hpt_status io_llmc_stream(hpt_mem *mem, const char *path, const hpt_gpt2_config *cfg,
+                          const size_t row_width[HPT_GPT2_NUM_TENSORS], size_t stage_bytes,
+                          io_llmc_rows_fn fn, void *ctx);
+
 /* CRC-32C (Castagnoli), incremental: crc = io_crc32c(crc, data, n), starting from 0. */
 uint32_t io_crc32c(uint32_t crc, const void *data, size_t n);
 

@@ -4,6 +4,7 @@
 #include "core/core.h"
 #include "io/io_int.h"
 #include "model/gpt2_int.h"
+#include "model/infer.h"
 #include "offload/engine.h"
 
 #include <stdlib.h>
@@ -193,5 +194,72 @@ hpt_status hpt_gpt2_read_config(const char *path, hpt_gpt2_config *out) {
                         "needs %llu (truncated or corrupt)", path, (unsigned long long)size, cfg.L,
                         cfg.C, cfg.V, cfg.Vp, cfg.maxT, (unsigned long long)(1024 + (uint64_t)n * esz));
     *out = cfg;
+    return HPT_OK;
+}
+
+/* ---- streaming reader: the inference engine's loader ---------------------------------- */
+
+hpt_status io_llmc_stream(hpt_mem *mem, const char *path, const hpt_gpt2_config *cfg,
+                          const size_t row_width[HPT_GPT2_NUM_TENSORS], size_t stage_bytes,
+                          io_llmc_rows_fn fn, void *ctx) {
+    hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
+    hpt_gpt2_tensors(cfg, t);
+    FILE *f;
+    uint64_t size;
+    HPT_CHECK(io_open_read(path, &f, &size));
+    int32_t h[256];
+    hpt_status s = io_read_header(f, h, path);
+    const size_t esz = h[1] == 5 ? 2 : 4;
+    float *stage = NULL;
+    if (s == HPT_OK) {
+        hpt_mem_set_name(mem, "checkpoint staging");
+        s = hpt_mem_alloc(mem, HPT_TIER_HOST, HPT_CAT_IO, stage_bytes, (void **)&stage);
+    }
+    for (int k = 0; k < HPT_GPT2_NUM_TENSORS && s == HPT_OK; k++) {
+        size_t w = row_width[k], rows = t[k].numel / w;
+        size_t step = stage_bytes / (w * sizeof(float));
+        for (size_t r0 = 0; r0 < rows && s == HPT_OK; r0 += step) {
+            size_t n = HPT_MIN(step, rows - r0), cnt = n * w;
+            s = io_read_exact(f, stage, cnt * esz, path, t[k].name);
+            if (s != HPT_OK) break;
+            if (esz == 2) { /* bf16 bits are a float's high half; widen in place from the end */
+                const uint16_t *b = (const uint16_t *)stage;
+                for (size_t i = cnt; i-- > 0;) {
+                    uint32_t bits = (uint32_t)b[i] << 16;
+                    memcpy(&stage[i], &bits, 4);
+                }
+            }
+            fn(ctx, k, r0, stage, n);
+        }
+    }
+    hpt_mem_free(mem, HPT_TIER_HOST, HPT_CAT_IO, stage, stage_bytes);
+    fclose(f);
+    return s;
+}
+
+static void ingest_rows(void *ctx, int k, size_t row0, const float *rows, size_t n) {
+    infer_ingest(ctx, k, row0, rows, n);
+}
+
+/* An inference engine that owns its weights, read K_INFER_STAGE_BYTES at a time: with int8
+ * weights no full fp32 copy ever exists. */
+#define K_INFER_STAGE_BYTES (8u << 20)
+
+hpt_status hpt_infer_load(hpt_mem *mem, const char *path, hpt_weights kind, int ctx,
+                          hpt_infer **out) {
+    *out = NULL;
+    hpt_gpt2_config cfg;
+    HPT_CHECK(hpt_gpt2_read_config(path, &cfg)); /* checks magic, version and size */
+    hpt_infer *inf;
+    HPT_CHECK(infer_new(mem, &cfg, kind, ctx, &inf));
+    size_t w[HPT_GPT2_NUM_TENSORS];
+    for (int k = 0; k < HPT_GPT2_NUM_TENSORS; k++) w[k] = infer_row_width(&cfg, k);
+    hpt_status s = infer_alloc_weights(inf);
+    if (s == HPT_OK) s = io_llmc_stream(mem, path, &cfg, w, K_INFER_STAGE_BYTES, ingest_rows, inf);
+    if (s != HPT_OK) {
+        hpt_infer_free(inf);
+        return hpt_fail_ctx(s, "loading %s (%s weights)", path, hpt_weights_name(kind));
+    }
+    *out = inf;
     return HPT_OK;
 }

@@ -221,6 +221,16 @@ struct hpt_backend {
     void (*q8w_matmul_forward)(float *out, const float *inp, const int8_t *q, const float *scale,
                                const float *bias, int64_t N, int64_t C, int64_t OC,
                                int accumulate, float *scratch);
+    /* ---- inference helpers ---- */
+    /* x (n,C) = wte[tok] + wpe[pos0 + t]; wte (Vp,C) fp32, or int8 rows wte_q (Vp,C) times
+     * wte_scale (Vp) when wte_q is not NULL (wte is then unused) */
+    void (*infer_embed)(float *x, const int32_t *tok, size_t n, int pos0, const float *wte,
+                        const int8_t *wte_q, const float *wte_scale, const float *wpe, int C);
+    /* the key/value cache K, V (ctx,C): rows pos0 .. pos0 + n - 1 = the k and v of qkv (n,3C) */
+    void (*infer_kv_store)(float *K, float *V, const float *qkv, int pos0, size_t n, int C);
+    /* atty (n,C) = causal attention of qkv's n queries at positions pos0 .. over K, V (ctx,C) */
+    void (*infer_attend)(float *atty, const float *qkv, const float *K, const float *V,
+                         int pos0, size_t n, int C, int NH);
     /* Saved activations, compressed: the bytes of a stored copy of x (rows, w); store it; load
      * it back (par 0: on a helper thread, outside the op's thread team). */
     size_t (*act_code_bytes)(hpt_act_code k, size_t rows, size_t w);

@@ -13,6 +13,7 @@
  * (tests; short write and disk full count writes only). mem_disk_rw is the thread-safe path of the offload engine's worker: aligned
  * requests only, no bounce buffer, no timeline event (the caller records the transfer). */
 #include "core/core.h"
+#include "testing.h"
 #include "mem/mem_int.h"
 
 #include <errno.h>

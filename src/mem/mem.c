@@ -6,10 +6,15 @@
  *   - peak_bytes[tier] is the high-water mark of the tier's total since the last reset, and
  *     peak_live_bytes is the breakdown at the moment that mark was set.
  *   - A refused request changes nothing but n_refused and the last-error text.
+ *   - In debug and sanitizer builds (HPT_MEM_CHECK) every live block's size is on record, and
+ *     hpt_mem_free of an unknown pointer or with a wrong size aborts: a programmer's error.
  * One thread allocates at a time (the trainer's); kernels never allocate. */
 #include "core/core.h"
+#include "testing.h"
 #include "mem/mem_int.h"
 
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -95,6 +100,66 @@ void hpt_mem_transfer(hpt_mem *m, hpt_tier src, hpt_tier dst, hpt_category cat, 
     emit(m, HPT_EV_TRANSFER, src, dst, cat, bytes, 0, NULL);
 }
 
+/* ---- the live-block table (HPT_MEM_CHECK builds) ---- */
+#if HPT_MEM_CHECK
+static size_t block_slot(const hpt_mem *m, const void *p) {
+    uint64_t h = (uint64_t)(uintptr_t)p * 0x9e3779b97f4a7c15ull; /* Fibonacci hashing */
+    size_t mask = m->cap_blocks - 1, i = (size_t)(h >> 32) & mask;
+    while (m->blocks[i].p && m->blocks[i].p != p) i = (i + 1) & mask;
+    return i;
+}
+
+/* Records p; a failed growth only stops the checking (it never fails the allocation). */
+static void block_add(hpt_mem *m, void *p, size_t bytes) {
+    if (2 * (m->n_blocks + 1) > m->cap_blocks) {
+        size_t cap = m->cap_blocks ? 2 * m->cap_blocks : 256;
+        struct mem_block *old = m->blocks, *nb = calloc(cap, sizeof *nb);
+        if (!nb) { m->blocks_lost = 1; return; }
+        size_t old_cap = m->cap_blocks;
+        m->blocks = nb;
+        m->cap_blocks = cap;
+        for (size_t i = 0; i < old_cap; i++)
+            if (old[i].p) m->blocks[block_slot(m, old[i].p)] = old[i];
+        free(old);
+    }
+    size_t i = block_slot(m, p);
+    m->blocks[i].p = p;
+    m->blocks[i].bytes = bytes;
+    m->n_blocks++;
+}
+
+/* A programmer's error, not a user's: the caller freed a block it does not own, or told the
+ * wrong size. Fail loudly where it happens rather than report wrong peaks later. */
+static void block_remove(hpt_mem *m, void *p, size_t bytes) {
+    if (m->blocks_lost) return;
+    size_t i = m->cap_blocks ? block_slot(m, p) : 0, mask = m->cap_blocks - 1;
+    if (!m->cap_blocks || !m->blocks[i].p || m->blocks[i].bytes != bytes) {
+        int known = m->cap_blocks && m->blocks[i].p;
+        fprintf(stderr, "hpt_mem_free: %s %p (told %zu bytes, allocated %zu)\n",
+                known ? "wrong size for block" : "unknown pointer", p, bytes,
+                known ? m->blocks[i].bytes : (size_t)0);
+        abort();
+    }
+    /* backward-shift deletion keeps every probe chain unbroken without tombstones */
+    size_t j = i;
+    for (;;) {
+        m->blocks[i].p = NULL;
+        for (;;) {
+            j = (j + 1) & mask;
+            if (!m->blocks[j].p) { m->n_blocks--; return; }
+            uint64_t h = (uint64_t)(uintptr_t)m->blocks[j].p * 0x9e3779b97f4a7c15ull;
+            size_t home = (size_t)(h >> 32) & mask;
+            /* j's entry may move to i unless its home lies cyclically in (i, j] */
+            if (i <= j ? (home <= i || home > j) : (home <= i && home > j)) break;
+        }
+        m->blocks[i] = m->blocks[j];
+        i = j;
+    }
+}
+#endif
+
+int hpt_mem_checks_frees(void) { return HPT_MEM_CHECK; }
+
 hpt_status hpt_mem_create(hpt_mem **out) {
     hpt_mem *m = calloc(1, sizeof *m);
     if (!m) return hpt_fail(HPT_ERR_OOM, "cannot allocate the memory manager");
@@ -109,6 +174,9 @@ void hpt_mem_destroy(hpt_mem *m) {
     if (!m) return;
     if (m->bounce) hpt_mem_free(m, HPT_TIER_HOST, HPT_CAT_IO, m->bounce, 4u << 20);
     free(m->ev);
+#if HPT_MEM_CHECK
+    free(m->blocks);
+#endif
     free(m);
 }
 
@@ -181,12 +249,18 @@ hpt_status hpt_mem_alloc(hpt_mem *m, hpt_tier tier, hpt_category cat, size_t byt
         return refuse(m, tier, cat, bytes, "operating system refused");
     }
     memset(p, 0, rounded);
+#if HPT_MEM_CHECK
+    block_add(m, p, bytes);
+#endif
     *out = p;
     return HPT_OK;
 }
 
 void hpt_mem_free(hpt_mem *m, hpt_tier tier, hpt_category cat, void *p, size_t bytes) {
     if (!p) return;
+#if HPT_MEM_CHECK
+    block_remove(m, p, bytes);
+#endif
     mem_unreserve(m, tier, cat, bytes);
     free(p);
 }

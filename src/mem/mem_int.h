@@ -6,6 +6,14 @@
 
 #include <limits.h>
 
+/* Debug and sanitizer builds keep each live block's size and check it at hpt_mem_free (the
+ * caller tells the size: a wrong one would corrupt the accounting silently). Release: no cost. */
+#if defined(HPT_SANITIZED) || !defined(NDEBUG)
+#define HPT_MEM_CHECK 1
+#else
+#define HPT_MEM_CHECK 0
+#endif
+
 struct hpt_mem {
     hpt_mem_stats st;
     uint64_t fail_countdown; /* 0: off; 1: the next allocation fails */
@@ -25,6 +33,13 @@ struct hpt_mem {
     void *bounce;            /* (4 MiB) host tier, io: aligned staging for unaligned disk I/O */
     uint64_t disk_fault_countdown; /* atomic; 0: off; 1: the next disk transfer fails */
     int disk_fault_kind;     /* hpt_disk_fault */
+#if HPT_MEM_CHECK
+    /* live blocks' sizes (debug/sanitizer builds): an open-addressing table (linear probing,
+     * a power-of-two capacity, key NULL = empty), host memory outside the budget */
+    struct mem_block { void *p; size_t bytes; } *blocks;
+    size_t n_blocks, cap_blocks;
+    int blocks_lost;         /* a growth failed: the record is incomplete, checks are off */
+#endif
 };
 
 

@@ -1,25 +1,27 @@
 /* infer.c: GPT-2 inference with a key/value cache (hpt_infer): the logits of the next token
  * after each fed token, and sampling. Weights are fp32 (borrowed from a model) or int8 with
- * one fp32 scale per output channel (k_q8w_*) for the five weight matrices (wte, qkvw,
+ * one fp32 scale per output channel (the backend's q8w ops) for the five weight matrices (wte, qkvw,
  * attprojw, fcw, fcprojw: 99% of GPT-2's parameters); the vectors and wpe stay fp32. An engine
- * loaded from a checkpoint owns its weights and reads the file K_STAGE_BYTES at a time: no
+ * loaded from a checkpoint owns its weights and is read a few MiB at a time (io/llmc.c): no
  * model, no gradient buffer, and for int8 no full fp32 copy: ~1 byte per parameter, not 4.
  * The cache holds keys and values of positions [0, pos) for every block, (L, ctx, C) each; a
  * feed of n tokens runs the blocks on those n rows only (at most K_ROWS at once), attending
  * to the cache. Invariants: pos <= ctx; cache rows [0, pos) are those of tokens fed since the
  * last reset, in order. Every buffer goes through hpt_mem (device tier: weights as params,
- * cache and scratch as acts; host tier: the loader's staging as io). */
+ * cache and row buffers as acts, the int8 GEMM's dequantisation tile as workspace; host tier:
+ * the loader's staging as io). Every op and device copy goes through the backend table.
+ * The checkpoint reader lives in io (io/llmc.c: hpt_infer_load), above the model: it hands
+ * this engine each tensor's rows in checkpoint order (model/infer.h). */
 #include "core/core.h"
-#include "io/io_int.h"
-#include "kernels/kernels.h"
+#include "kernels/backend.h"
 #include "model/gpt2_int.h"
+#include "model/infer.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define K_ROWS 64                  /* tokens a feed runs through the blocks at once */
-#define K_STAGE_BYTES (8u << 20)   /* the int8 loader's read size */
 
 /* Tensor indices (hpt_gpt2_tensors' order) and which ones are int8 in an int8 engine. */
 enum { T_WTE = 0, T_WPE, T_LN1W, T_LN1B, T_QKVW, T_QKVB, T_ATTPROJW, T_ATTPROJB, T_LN2W,
@@ -43,18 +45,21 @@ struct hpt_infer {
     int ctx, pos;          /* cache positions; positions filled */
     float *kv;             /* (L, 2, ctx, C) keys then values of each block; device acts */
     size_t kv_bytes;
-    float *work;           /* (work_bytes) the rows' activations and scratch; device acts */
+    float *work;           /* (work_bytes) the rows' activations and logits; device acts */
     size_t work_bytes;
     float *x, *ln, *qkv, *atty, *fch; /* (K_ROWS, C | C | 3C | C | 4C) */
     float *mean, *rstd;    /* (K_ROWS) */
-    float *tile;           /* (K_Q8W_TILE, 4C) dequantised weights (int8 engine) */
     float *logits;         /* (Vp) after the last fed token */
+    float *tile;           /* (HPT_Q8W_TILE, 4C) int8 engine: the q8w GEMM's dequantised
+                            * weights, kernel scratch; device workspace (NULL for fp32) */
+    size_t tile_bytes;
 };
 
 /* Rows and row width of tensor k (one layer's slice for per-layer tensors). */
 static size_t row_width(const hpt_gpt2_config *c, int k) {
     return k == T_FCPROJW ? 4 * (size_t)c->C : (size_t)c->C;
 }
+size_t infer_row_width(const hpt_gpt2_config *cfg, int k) { return row_width(cfg, k); }
 static int per_layer(int k) { return k != T_WTE && k != T_WPE && k != T_LNFW && k != T_LNFB; }
 
 const char *hpt_weights_name(hpt_weights w) { return w == HPT_WEIGHTS_Q8 ? "int8" : "fp32"; }
@@ -79,18 +84,22 @@ uint64_t hpt_infer_weight_bytes_for(const hpt_gpt2_config *cfg, hpt_weights w) {
     return bytes;
 }
 
-/* Floats of an engine's row scratch (see infer_new). */
-static size_t work_floats(const hpt_gpt2_config *c, hpt_weights kind) {
+/* Floats of an engine's row buffers (see infer_new). */
+static size_t work_floats(const hpt_gpt2_config *c) {
     const size_t C = (size_t)c->C;
-    size_t work = K_ROWS * (C + C + 3 * C + C + 4 * C) + 2 * K_ROWS + (size_t)c->Vp;
-    return work + (kind == HPT_WEIGHTS_Q8 ? K_Q8W_TILE * 4 * C : 0);
+    return K_ROWS * (C + C + 3 * C + C + 4 * C) + 2 * K_ROWS + (size_t)c->Vp;
+}
+/* Bytes of the int8 GEMM's tile: HPT_Q8W_TILE output channels of the widest input (4C). */
+static size_t tile_bytes(const hpt_gpt2_config *c, hpt_weights kind) {
+    return kind == HPT_WEIGHTS_Q8 ? HPT_Q8W_TILE * 4 * (size_t)c->C * sizeof(float) : 0;
 }
 
 static int clamp_ctx(const hpt_gpt2_config *c, int ctx) { return ctx == 0 || ctx > c->maxT ? c->maxT : ctx; }
 
 uint64_t hpt_infer_bytes_for(const hpt_gpt2_config *cfg, hpt_weights w, int ctx) {
     uint64_t kv = (uint64_t)cfg->L * 2 * (uint64_t)clamp_ctx(cfg, ctx) * (uint64_t)cfg->C * sizeof(float);
-    return hpt_infer_weight_bytes_for(cfg, w) + kv + work_floats(cfg, w) * sizeof(float);
+    return hpt_infer_weight_bytes_for(cfg, w) + kv + work_floats(cfg) * sizeof(float) +
+           tile_bytes(cfg, w);
 }
 
 /* (K_ROWS, Vp) logits, then (K_ROWS) losses and log-sum-exps (hpt_infer_loss). */
@@ -103,17 +112,20 @@ uint64_t hpt_infer_loss_bytes_for(const hpt_gpt2_config *cfg) { return loss_byte
 void hpt_infer_free(hpt_infer *inf) {
     if (!inf) return;
     hpt_mem *mem = inf->mem;
-    hpt_mem_free(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, inf->f32, inf->f32_bytes);
-    hpt_mem_free(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, inf->q8, inf->q8_bytes);
-    hpt_mem_free(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, inf->scales, inf->scale_bytes);
-    hpt_mem_free(mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, inf->kv, inf->kv_bytes);
-    hpt_mem_free(mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, inf->work, inf->work_bytes);
+    const hpt_backend *be = hpt_backend_cpu();
+    be->free(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, inf->f32, inf->f32_bytes);
+    be->free(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, inf->q8, inf->q8_bytes);
+    be->free(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, inf->scales, inf->scale_bytes);
+    be->free(mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, inf->kv, inf->kv_bytes);
+    be->free(mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, inf->work, inf->work_bytes);
+    be->free(mem, HPT_TIER_DEVICE, HPT_CAT_WORKSPACE, inf->tile, inf->tile_bytes);
     free(inf);
 }
 
 /* The engine object with its cache and scratch; weights are the caller's to set. */
-static hpt_status infer_new(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_weights kind, int ctx,
-                            hpt_infer **out) {
+hpt_status infer_new(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_weights kind, int ctx,
+                     hpt_infer **out) {
+    const hpt_backend *be = hpt_backend_cpu();
     *out = NULL;
     if (ctx < 0) return hpt_fail(HPT_ERR_INVALID, "context %d must be >= 0", ctx);
     hpt_infer *inf = calloc(1, sizeof *inf);
@@ -125,12 +137,17 @@ static hpt_status infer_new(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_weight
     hpt_gpt2_tensors(cfg, inf->t);
     const size_t C = (size_t)cfg->C;
     inf->kv_bytes = (size_t)cfg->L * 2 * (size_t)inf->ctx * C * sizeof(float);
-    inf->work_bytes = work_floats(cfg, kind) * sizeof(float);
+    inf->work_bytes = work_floats(cfg) * sizeof(float);
+    inf->tile_bytes = tile_bytes(cfg, kind);
     hpt_mem_set_name(mem, "kv cache");
-    hpt_status s = hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, inf->kv_bytes, (void **)&inf->kv);
+    hpt_status s = be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, inf->kv_bytes, (void **)&inf->kv);
     if (s == HPT_OK) {
         hpt_mem_set_name(mem, "inference rows");
-        s = hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, inf->work_bytes, (void **)&inf->work);
+        s = be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, inf->work_bytes, (void **)&inf->work);
+    }
+    if (s == HPT_OK) {
+        hpt_mem_set_name(mem, "int8 gemm tile");
+        s = be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_WORKSPACE, inf->tile_bytes, (void **)&inf->tile);
     }
     if (s != HPT_OK) {
         hpt_infer_free(inf);
@@ -144,8 +161,7 @@ static hpt_status infer_new(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_weight
     inf->fch = w;      w += K_ROWS * 4 * C;
     inf->mean = w;     w += K_ROWS;
     inf->rstd = w;     w += K_ROWS;
-    inf->logits = w;   w += cfg->Vp;
-    inf->tile = kind == HPT_WEIGHTS_Q8 ? w : NULL;
+    inf->logits = w;
     *out = inf;
     return HPT_OK;
 }
@@ -155,7 +171,8 @@ static int quantised(const hpt_infer *inf, int k) { return inf->kind == HPT_WEIG
 
 /* An engine that owns its weights: its buffers (int8 and scales for the quantised tensors, fp32
  * for the others) and the tensor pointers into them. */
-static hpt_status alloc_weights(hpt_infer *inf) {
+hpt_status infer_alloc_weights(hpt_infer *inf) {
+    const hpt_backend *be = hpt_backend_cpu();
     const hpt_gpt2_config *c = &inf->cfg;
     size_t nf = 0, nq = 0, ns = 0;
     for (int k = 0; k < HPT_GPT2_NUM_TENSORS; k++) {
@@ -171,12 +188,12 @@ static hpt_status alloc_weights(hpt_infer *inf) {
     inf->scale_bytes = ns * sizeof(float);
     hpt_mem *mem = inf->mem;
     hpt_mem_set_name(mem, "int8 weights");
-    HPT_CHECK(hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, inf->q8_bytes, (void **)&inf->q8));
+    HPT_CHECK(be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, inf->q8_bytes, (void **)&inf->q8));
     hpt_mem_set_name(mem, "int8 weight scales");
-    HPT_CHECK(hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, inf->scale_bytes,
-                            (void **)&inf->scales));
+    HPT_CHECK(be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, inf->scale_bytes,
+                        (void **)&inf->scales));
     hpt_mem_set_name(mem, inf->kind == HPT_WEIGHTS_Q8 ? "fp32 vectors" : "fp32 weights");
-    HPT_CHECK(hpt_mem_alloc(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, inf->f32_bytes, (void **)&inf->f32));
+    HPT_CHECK(be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, inf->f32_bytes, (void **)&inf->f32));
     nf = nq = ns = 0;
     for (int k = 0; k < HPT_GPT2_NUM_TENSORS; k++) {
         if (quantised(inf, k)) {
@@ -192,14 +209,20 @@ static hpt_status alloc_weights(hpt_infer *inf) {
     return HPT_OK;
 }
 
-/* Stores rows [r0, r0 + n) of tensor k's fp32 values (src, n rows of its width) into an
- * engine that owns its weights: quantised rows or copies. */
-static void ingest(hpt_infer *inf, int k, size_t r0, const float *src, size_t n) {
+/* Stores rows [r0, r0 + n) of tensor k's fp32 values (src, n rows of its width, on the tier
+ * the copy kind names) into an engine that owns its weights: quantised rows or copies. */
+static void ingest(hpt_infer *inf, int k, size_t r0, const float *src, size_t n,
+                   hpt_copy_kind kind) {
+    const hpt_backend *be = hpt_backend_cpu();
     size_t w = row_width(&inf->cfg, k);
-    if (quantised(inf, k))
-        k_q8w_quantize(inf->q[k] + r0 * w, inf->qs[k] + r0, src, (int64_t)n, (int64_t)w);
+    if (quantised(inf, k)) /* the CPU backend quantises from either tier */
+        be->q8w_quantize(inf->q[k] + r0 * w, inf->qs[k] + r0, src, (int64_t)n, (int64_t)w);
     else
-        memcpy(inf->f[k] + r0 * w, src, n * w * sizeof(float));
+        be->copy(inf->f[k] + r0 * w, src, n * w * sizeof(float), kind);
+}
+
+void infer_ingest(hpt_infer *inf, int k, size_t row0, const float *rows, size_t n) {
+    ingest(inf, k, row0, rows, n, HPT_COPY_H2D);
 }
 
 hpt_status hpt_infer_create(hpt_mem *mem, hpt_gpt2 *model, hpt_weights kind, int ctx,
@@ -214,68 +237,14 @@ hpt_status hpt_infer_create(hpt_mem *mem, hpt_gpt2 *model, hpt_weights kind, int
     if (kind == HPT_WEIGHTS_F32) {
         for (int k = 0; k < HPT_GPT2_NUM_TENSORS; k++) inf->f[k] = model->params + inf->t[k].offset;
     } else {
-        hpt_status s = alloc_weights(inf);
+        hpt_status s = infer_alloc_weights(inf);
         if (s != HPT_OK) {
             hpt_infer_free(inf);
             return hpt_fail_ctx(s, "int8 weights");
         }
         for (int k = 0; k < HPT_GPT2_NUM_TENSORS; k++)
             ingest(inf, k, 0, model->params + inf->t[k].offset,
-                   inf->t[k].numel / row_width(&model->cfg, k));
-    }
-    *out = inf;
-    return HPT_OK;
-}
-
-/* Reads the checkpoint's tensors (fp32, or bf16 for version 5) in pieces of at most
- * K_STAGE_BYTES into the engine's own weights. */
-static hpt_status load_weights(hpt_infer *inf, const char *path) {
-    FILE *f;
-    uint64_t size;
-    HPT_CHECK(io_open_read(path, &f, &size));
-    int32_t h[256];
-    hpt_status s = io_read_header(f, h, path);
-    const size_t esz = h[1] == 5 ? 2 : 4;
-    float *stage = NULL;
-    size_t stage_bytes = K_STAGE_BYTES;
-    if (s == HPT_OK) {
-        hpt_mem_set_name(inf->mem, "checkpoint staging");
-        s = hpt_mem_alloc(inf->mem, HPT_TIER_HOST, HPT_CAT_IO, stage_bytes, (void **)&stage);
-    }
-    for (int k = 0; k < HPT_GPT2_NUM_TENSORS && s == HPT_OK; k++) {
-        size_t w = row_width(&inf->cfg, k), rows = inf->t[k].numel / w;
-        size_t step = stage_bytes / (w * sizeof(float));
-        for (size_t r0 = 0; r0 < rows && s == HPT_OK; r0 += step) {
-            size_t n = HPT_MIN(step, rows - r0), cnt = n * w;
-            s = io_read_exact(f, stage, cnt * esz, path, inf->t[k].name);
-            if (s != HPT_OK) break;
-            if (esz == 2) { /* bf16 bits are a float's high half; widen in place from the end */
-                const uint16_t *b = (const uint16_t *)stage;
-                for (size_t i = cnt; i-- > 0;) {
-                    uint32_t bits = (uint32_t)b[i] << 16;
-                    memcpy(&stage[i], &bits, 4);
-                }
-            }
-            ingest(inf, k, r0, stage, n);
-        }
-    }
-    hpt_mem_free(inf->mem, HPT_TIER_HOST, HPT_CAT_IO, stage, stage_bytes);
-    fclose(f);
-    return s;
-}
-
-hpt_status hpt_infer_load(hpt_mem *mem, const char *path, hpt_weights kind, int ctx,
-                          hpt_infer **out) {
-    *out = NULL;
-    hpt_gpt2_config cfg;
-    HPT_CHECK(hpt_gpt2_read_config(path, &cfg)); /* checks magic, version and size */
-    hpt_infer *inf;
-    HPT_CHECK(infer_new(mem, &cfg, kind, ctx, &inf));
-    hpt_status s = alloc_weights(inf);
-    if (s == HPT_OK) s = load_weights(inf, path);
-    if (s != HPT_OK) {
-        hpt_infer_free(inf);
-        return hpt_fail_ctx(s, "loading %s (%s weights)", path, hpt_weights_name(kind));
+                   inf->t[k].numel / row_width(&model->cfg, k), HPT_COPY_D2D);
     }
     *out = inf;
     return HPT_OK;
@@ -292,86 +261,37 @@ static void linear(hpt_infer *inf, float *out, const float *inp, int kw, int kb,
                    int64_t IC, int64_t OC, int accumulate) {
     size_t wo = per_layer(kw) ? (size_t)l * (size_t)(OC * IC) : 0;
     const float *b = kb >= 0 ? inf->f[kb] + (size_t)l * (size_t)OC : NULL;
+    const hpt_backend *be = hpt_backend_cpu();
     if (inf->q[kw])
-        k_q8w_matmul_forward(out, inp, inf->q[kw] + wo, inf->qs[kw] + wo / (size_t)IC, b,
-                             (int64_t)n, IC, OC, accumulate, inf->tile);
+        be->q8w_matmul_forward(out, inp, inf->q[kw] + wo, inf->qs[kw] + wo / (size_t)IC, b,
+                               (int64_t)n, IC, OC, accumulate, inf->tile);
     else
-        k_matmul_forward(out, inp, inf->f[kw] + wo, b, (int64_t)n, IC, OC, accumulate);
-}
-
-/* atty (n, C) = causal attention of the n rows' queries (qkv (n, 3C)) at positions
- * pos0 .. pos0 + n - 1 over the cache's keys and values K, V (ctx, C) up to each row's
- * position; one pass per (row, head) with a running softmax. */
-static void attend(float *atty, const float *qkv, const float *K, const float *V, int pos0,
-                   size_t n, int C, int NH) {
-    const int hs = C / NH;
-    const float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for collapse(2) schedule(static) if ((size_t)(pos0 + n) * n * C >= K_PAR_MIN)
-    for (int64_t t = 0; t < (int64_t)n; t++) {
-        for (int h = 0; h < NH; h++) {
-            const float *q = qkv + (size_t)t * 3 * C + (size_t)h * hs;
-            float *o = atty + (size_t)t * C + (size_t)h * hs;
-            float mx = -INFINITY, sum = 0.0f;
-            memset(o, 0, (size_t)hs * sizeof(float));
-            for (int j = 0; j <= pos0 + (int)t; j++) {
-                const float *k = K + (size_t)j * C + (size_t)h * hs;
-                const float *v = V + (size_t)j * C + (size_t)h * hs;
-                float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-                for (int i = 0; i < hs; i++) s += q[i] * k[i];
-                s *= scale;
-                if (s > mx) { /* rescale what was summed against the old maximum */
-                    float corr = expf(mx - s);
-                    sum *= corr;
-                    for (int i = 0; i < hs; i++) o[i] *= corr;
-                    mx = s;
-                }
-                float p = expf(s - mx);
-                sum += p;
-#pragma omp simd
-                for (int i = 0; i < hs; i++) o[i] += p * v[i];
-            }
-            float inv = 1.0f / sum;
-            for (int i = 0; i < hs; i++) o[i] *= inv;
-        }
-    }
+        be->matmul_forward(out, inp, inf->f[kw] + wo, b, (int64_t)n, IC, OC, accumulate);
 }
 
 /* Runs n <= K_ROWS tokens at positions pos .. pos + n - 1 through the blocks: x holds their
  * final residuals. */
 static void block_rows(hpt_infer *inf, const int32_t *tok, size_t n) {
+    const hpt_backend *be = hpt_backend_cpu();
     const hpt_gpt2_config *c = &inf->cfg;
     const int C = c->C, L = c->L;
     const size_t Cz = (size_t)C;
     const int pos0 = inf->pos;
-    for (size_t t = 0; t < n; t++) { /* x = wte[tok] + wpe[pos] */
-        float *x = inf->x + t * Cz;
-        const float *pe = inf->f[T_WPE] + (size_t)(pos0 + (int)t) * Cz;
-        if (inf->q[T_WTE]) {
-            const int8_t *qr = inf->q[T_WTE] + (size_t)tok[t] * Cz;
-            float s = inf->qs[T_WTE][tok[t]];
-            for (size_t i = 0; i < Cz; i++) x[i] = (float)qr[i] * s + pe[i];
-        } else {
-            const float *er = inf->f[T_WTE] + (size_t)tok[t] * Cz;
-            for (size_t i = 0; i < Cz; i++) x[i] = er[i] + pe[i];
-        }
-    }
+    be->infer_embed(inf->x, tok, n, pos0, inf->f[T_WTE], inf->q[T_WTE], inf->qs[T_WTE],
+                    inf->f[T_WPE], C); /* x = wte[tok] + wpe[pos] */
     for (int l = 0; l < L; l++) {
         const size_t lc = (size_t)l * Cz;
         float *K = inf->kv + (size_t)l * 2 * (size_t)inf->ctx * Cz, *V = K + (size_t)inf->ctx * Cz;
-        k_layernorm_forward(inf->ln, inf->mean, inf->rstd, inf->x, inf->f[T_LN1W] + lc,
-                            inf->f[T_LN1B] + lc, (int64_t)n, C);
+        be->layernorm_forward(inf->ln, inf->mean, inf->rstd, inf->x, inf->f[T_LN1W] + lc,
+                              inf->f[T_LN1B] + lc, (int64_t)n, C);
         linear(inf, inf->qkv, inf->ln, T_QKVW, T_QKVB, l, n, C, 3 * C, 0);
-        for (size_t t = 0; t < n; t++) {
-            memcpy(K + (size_t)(pos0 + (int)t) * Cz, inf->qkv + t * 3 * Cz + Cz, Cz * sizeof(float));
-            memcpy(V + (size_t)(pos0 + (int)t) * Cz, inf->qkv + t * 3 * Cz + 2 * Cz, Cz * sizeof(float));
-        }
-        attend(inf->atty, inf->qkv, K, V, pos0, n, C, c->NH);
+        be->infer_kv_store(K, V, inf->qkv, pos0, n, C);
+        be->infer_attend(inf->atty, inf->qkv, K, V, pos0, n, C, c->NH);
         linear(inf, inf->x, inf->atty, T_ATTPROJW, T_ATTPROJB, l, n, C, C, 1);
-        k_layernorm_forward(inf->ln, inf->mean, inf->rstd, inf->x, inf->f[T_LN2W] + lc,
-                            inf->f[T_LN2B] + lc, (int64_t)n, C);
+        be->layernorm_forward(inf->ln, inf->mean, inf->rstd, inf->x, inf->f[T_LN2W] + lc,
+                              inf->f[T_LN2B] + lc, (int64_t)n, C);
         linear(inf, inf->fch, inf->ln, T_FCW, T_FCB, l, n, C, 4 * C, 0);
-        k_gelu_forward(inf->fch, inf->fch, (int64_t)n * 4 * C);
+        be->gelu_forward(inf->fch, inf->fch, (int64_t)n * 4 * C);
         linear(inf, inf->x, inf->fch, T_FCPROJW, T_FCPROJB, l, n, 4 * C, C, 1);
     }
     inf->pos += (int)n;
@@ -380,8 +300,8 @@ static void block_rows(hpt_infer *inf, const int32_t *tok, size_t n) {
 /* ln (n, C) = lnf of the n rows in x; out (n, Vp) = their logits (tied head). */
 static void head_rows(hpt_infer *inf, float *out, const float *x, size_t n) {
     const hpt_gpt2_config *c = &inf->cfg;
-    k_layernorm_forward(inf->ln, inf->mean, inf->rstd, x, inf->f[T_LNFW], inf->f[T_LNFB],
-                        (int64_t)n, c->C);
+    hpt_backend_cpu()->layernorm_forward(inf->ln, inf->mean, inf->rstd, x, inf->f[T_LNFW],
+                                         inf->f[T_LNFB], (int64_t)n, c->C);
     linear(inf, out, inf->ln, T_WTE, -1, 0, n, c->C, c->Vp, 0);
 }
 
@@ -416,7 +336,8 @@ hpt_status hpt_infer_loss(hpt_infer *inf, const int32_t *inputs, const int32_t *
     size_t bytes = loss_bytes(c); /* for this call only */
     float *lg;
     hpt_mem_set_name(inf->mem, "loss logits");
-    HPT_CHECK(hpt_mem_alloc(inf->mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, bytes, (void **)&lg));
+    const hpt_backend *be = hpt_backend_cpu();
+    HPT_CHECK(be->alloc(inf->mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, bytes, (void **)&lg));
     float *losses = lg + (size_t)K_ROWS * (size_t)c->Vp, *lse = losses + K_ROWS;
     double total = 0.0;
     for (int b = 0; b < B; b++) {
@@ -425,12 +346,12 @@ hpt_status hpt_infer_loss(hpt_infer *inf, const int32_t *inputs, const int32_t *
             size_t k = (size_t)(T - i < K_ROWS ? T - i : K_ROWS), at = (size_t)b * (size_t)T + (size_t)i;
             block_rows(inf, inputs + at, k);
             head_rows(inf, lg, inf->x, k);
-            (void)k_crossentropy_forward(losses, lse, lg, targets + at, (int64_t)k, c->V, c->Vp);
+            (void)be->crossentropy_forward(losses, lse, lg, targets + at, (int64_t)k, c->V, c->Vp);
             for (size_t r = 0; r < k; r++) total += (double)losses[r];
         }
     }
     hpt_infer_reset(inf);
-    hpt_mem_free(inf->mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, lg, bytes);
+    be->free(inf->mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, lg, bytes);
     *loss_out = (float)(total / ((double)B * (double)T));
     return HPT_OK;
 }

@@ -6,6 +6,7 @@
  * only with at least horizon + correct_steps steps left, so a run never ends uncorrected;
  * 0 < cap <= 1. */
 #include "core/core.h"
+#include "testing.h"
 
 #include <math.h>
 #include <string.h>
@@ -16,13 +17,23 @@ const char *hpt_predictor_name(hpt_predictor_kind k) {
     return (unsigned)k < HPT_PREDICTOR_COUNT ? k_pred_names[k] : "?";
 }
 
-hpt_status hpt_predictor_parse(const char *name, hpt_predictor_kind *out) {
-    for (int k = 0; k < HPT_PREDICTOR_COUNT; k++)
+/* The public parse knows the user's predictors only; the testing ones (src/testing.h) are
+ * reachable from tests, never from a flag. */
+static hpt_status predictor_parse(const char *name, int n, hpt_predictor_kind *out) {
+    for (int k = 0; k < n; k++)
         if (!strcmp(name, k_pred_names[k])) {
             *out = (hpt_predictor_kind)k;
             return HPT_OK;
         }
-    return hpt_fail(HPT_ERR_INVALID, "unknown predictor '%s' (adam, linear, zero or garbage)", name);
+    return hpt_fail(HPT_ERR_INVALID, "unknown predictor '%s' (adam or linear)", name);
+}
+
+hpt_status hpt_predictor_parse(const char *name, hpt_predictor_kind *out) {
+    return predictor_parse(name, HPT_PREDICTOR_LINEAR + 1, out);
+}
+
+hpt_status hpt_predictor_parse_testing(const char *name, hpt_predictor_kind *out) {
+    return predictor_parse(name, HPT_PREDICTOR_COUNT, out);
 }
 
 hpt_schedule_opts hpt_schedule_defaults(void) {

@@ -38,6 +38,7 @@
  * count and the skipped steps are the checkpoint's "loss_scale" section. */
 #include "core/core.h"
 #include "kernels/backend.h"
+#include "testing.h"
 #include "model/gpt2_int.h"
 #include "offload/engine.h"
 #include "train/train_int.h"

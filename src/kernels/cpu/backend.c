@@ -2,6 +2,7 @@
  * the budgeted manager, a copy is memcpy in any direction, and every op has finished when it
  * returns, so sync has nothing to wait for. The ops are the kernels of this directory. */
 #include "kernels/cpu/embed_kernels.h"
+#include "kernels/cpu/infer_ops.h"
 #include "kernels/kernels.h"
 
 #include <string.h>
@@ -78,6 +79,9 @@ static const hpt_backend k_cpu = {
     .q8w_quantize = k_q8w_quantize,
     .q8w_dequantize = k_q8w_dequantize,
     .q8w_matmul_forward = k_q8w_matmul_forward,
+    .infer_embed = k_infer_embed,
+    .infer_kv_store = k_infer_kv_store,
+    .infer_attend = k_infer_attend,
     .act_code_bytes = k_act_code_bytes,
     .act_code_store = k_act_code_store,
     .act_code_load = k_act_code_load,

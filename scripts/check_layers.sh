@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# check_layers.sh: holds the module order of docs/design.md ("The module order").
+#
+#   tools -> train -> (plan, dist, optim, io) -> offload -> model -> kernels -> mem -> core
+#
+# Reads every `#include "..."` in src/ and tools/ and reports, as violations:
+#   up        an include of a module above the includer's (a back-edge in the order);
+#   kernels   kernels/kernels.h or kernels/cpu/* included outside src/kernels/ (the backend
+#             table, kernels/backend.h, is the only way in);
+#   private   a module's private header (<module>/*_int.h) included from another module;
+#   tools     tools/ including anything but the public header and its own headers (so never
+#             src/testing.h, the test hooks);
+#   lines     a source file (src/, tools/, include/, tests/, bench/) over 1,000 lines.
+# It prints the module graph it measured (each module's floor: 0 for a module that includes
+# no other, else 1 + the highest floor below it; "cycle" for a module on a cycle or above
+# one), the cycles (each group of modules that reach one another), every violation, and fails on any violation not in the allowlist
+# (scripts/layers.allow: "file -> include  # why", "file -> LINES  # why"). Allowlist entries
+# that no longer match are printed as stale so they can be removed.
+# Usage: scripts/check_layers.sh [repository root]   (default: this script's parent)
+set -euo pipefail
+root=${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+cd "$root"
+allow=scripts/layers.allow
+max_lines=1000
+
+# "file include" pairs
+pairs=$(grep -rHo '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[^"]*"' src tools 2>/dev/null |
+        sed -E 's/^([^:]*):[^"]*"([^"]*)"/\1 \2/' | sort -u)
+# "file LINES" for long files
+long=$(find src tools include tests bench -name '*.[ch]' -type f 2>/dev/null | sort |
+       while read -r f; do n=$(wc -l <"$f"); [ "$n" -gt "$max_lines" ] && echo "$f $n"; done || true)
+
+awk -v allowfile="$allow" -v longlist="$long" '
+function modof(path,   a, n) {          # the module of a file under src/ or tools/
+    n = split(path, a, "/")
+    if (a[1] == "tools") return "tools"
+    if (a[1] == "src" && n == 2) return a[2] == "testing.h" ? "testing" : "src"
+    return a[2]
+}
+BEGIN {
+    split("core:0 testing:0 mem:1 kernels:2 model:3 offload:4 plan:5 dist:5 optim:5 io:5 train:6 tools:7", r, " ")
+    for (i in r) { split(r[i], kv, ":"); rank[kv[1]] = kv[2] }
+    while ((getline line < allowfile) > 0) {
+        sub(/#.*/, "", line); gsub(/^[ \t]+|[ \t]+$/, "", line)
+        if (line == "") continue
+        split(line, kv, /[ \t]*->[ \t]*/)
+        allowed[kv[1] " -> " kv[2]] = 1
+    }
+    nl = split(longlist, ll, "\n")
+    for (i = 1; i <= nl; i++) if (ll[i] != "") {
+        split(ll[i], kv, " ")
+        report(kv[1], "LINES", "lines", kv[2] " lines (over 1,000)")
+    }
+}
+function report(file, inc, kind, why,   key) {
+    key = file " -> " inc
+    if (key in allowed) { used[key] = 1; nallowed++; tag = "allowed" }
+    else { nnew++; tag = "VIOLATION" }
+    lines[++nv] = sprintf("  %-9s %-7s %s  (%s)", tag, kind, key, why)
+}
+{
+    file = $1; inc = $2; src = modof(file)
+    if (inc == "hptrain.h") next                     # the public header: anyone
+    if (inc == "testing.h") tgt = "testing"
+    else if (inc !~ /\//) {                          # same directory as the includer
+        d = file; sub(/\/[^\/]*$/, "", d); full = d "/" inc; tgt = modof(full)
+        if (src == "tools") next                     # tools/ own headers
+        inc = substr(full, 5)                        # as written from src/
+    } else { split(inc, p, "/"); tgt = p[1] }
+    if (src == "tools") {
+        report(file, inc, "tools", "tools/ includes the public header and its own only")
+        next
+    }
+    if (tgt != src) edge[src " " tgt] = 1
+    if (!(tgt in rank) || !(src in rank)) { report(file, inc, "unknown", "module not in the order"); next }
+    if (rank[tgt] > rank[src])
+        report(file, inc, "up", src " (" rank[src] ") reaches up to " tgt " (" rank[tgt] ")")
+    if (tgt == "kernels" && src != "kernels" && inc != "kernels/backend.h")
+        report(file, inc, "kernels", "kernel internals outside src/kernels/: use kernels/backend.h")
+    if (inc ~ /_int\.h$/ && tgt != src)
+        report(file, inc, "private", tgt "-private header")
+}
+END {
+    # reachability (transitive closure; a dozen modules): a module that reaches itself is on a
+    # cycle; its floor, and that of every module that reaches a cycle, is "cycle"
+    n = split("tools train plan dist optim io offload model kernels mem testing core", order, " ")
+    for (e in edge) reach[e] = 1
+    for (k = 1; k <= n; k++) for (i = 1; i <= n; i++) for (j = 1; j <= n; j++)
+        if ((order[i] " " order[k]) in reach && (order[k] " " order[j]) in reach) reach[order[i] " " order[j]] = 1
+    for (i = 1; i <= n; i++) { m = order[i]; for (j = 1; j <= n; j++)
+        if ((m " " order[j]) in reach && (order[j] " " order[j]) in reach) above[m] = 1 }
+    for (i = 1; i <= n; i++) floor[order[i]] = 0
+    for (it = 0; it < n; it++)              # longest path, on the acyclic part
+        for (e in edge) { split(e, ab, " "); if (!(ab[1] in above) && floor[ab[1]] < floor[ab[2]] + 1) floor[ab[1]] = floor[ab[2]] + 1 }
+    print "module floors measured (declared rank in the order; the modules each includes):"
+    for (i = 1; i <= n; i++) {
+        m = order[i]; deps = ""
+        for (j = 1; j <= n; j++) if ((m " " order[j]) in edge) deps = deps " " order[j]
+        printf "  %-8s rank %d  floor %-5s ->%s\n", m, rank[m], (m in above) ? "cycle" : floor[m], deps == "" ? " (nothing)" : deps
+    }
+    nc = 0
+    for (i = 1; i <= n; i++) {
+        m = order[i]
+        if (!((m " " m) in reach) || (m in done)) continue
+        cyc = m; done[m] = 1
+        for (j = 1; j <= n; j++) if (order[j] != m && (m " " order[j]) in reach && (order[j] " " m) in reach) { cyc = cyc " <-> " order[j]; done[order[j]] = 1 }
+        print "  cycle: " cyc; nc++
+    }
+    if (nc == 0) print "  cycles: none"
+    print "violations (" nv "; " nallowed + 0 " in " allowfile "):"
+    for (i = 1; i <= nv; i++) print lines[i]
+    for (k in allowed) if (!(k in used)) printf "  stale allowlist entry (no longer needed): %s\n", k
+    if (nnew) { printf "check_layers: %d violation(s) not in %s\n", nnew, allowfile; exit 1 }
+    print "check_layers: ok"
+}' <<<"$pairs"

@@ -1,0 +1,19 @@
+/* gemm.h: the plain reference GEMM behind k_gemm's fallback, and how to observe that fallback.
+ * Internal to the kernels and their tests. */
+#ifndef HPT_KERNELS_CPU_GEMM_H
+#define HPT_KERNELS_CPU_GEMM_H
+
+#include <stdint.h>
+
+/* k_gemm's arithmetic with plain loops (row-major; op(X) = X or X^T by 'N'/'T'): the path a
+ * failed dnnl_sgemm falls back to, so a kernel still cannot fail. */
+void k_gemm_ref(char transa, char transb, int64_t M, int64_t N, int64_t K, float alpha,
+                const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                int64_t ldc);
+/* How many k_gemm calls fell back to k_gemm_ref since the process started (any thread). */
+uint64_t k_gemm_fallbacks(void);
+/* Testing: the next n k_gemm calls see dnnl_sgemm's status as a failure (invalid arguments)
+ * without calling it; the API gives no way to make a valid call fail otherwise. */
+void k_gemm_fail_next(uint64_t n);
+
+#endif
