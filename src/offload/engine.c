@@ -65,95 +65,18 @@
  * worker never allocates, never records timeline events (the compute thread records each job's
  * transfers when it reaps it, in queue order) and touches only slots, gradient slots, staging
  * and homes named by its job; the first worker error is sticky: every later call returns it
- * with its text, so a failed step stops cleanly and nothing is written over a good checkpoint. */
-#include "offload/engine.h"
-#include "core/core.h"
-#include "kernels/backend.h"
-#include "mem/mem_int.h"
+ * with its text, so a failed step stops cleanly and nothing is written over a good checkpoint.
+ *
+ * Its other files: engine_int.h (the engine's record, its jobs, the residency states),
+ * engine_gather.c (gather and scatter between steps), engine_opts.c (the options). */
+#include "offload/engine_int.h"
 
 #include <omp.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { RS_HOME = 0, RS_LOADING, RS_RESIDENT, RS_DIRTY, RS_WRITING_BACK };
-enum { J_LOAD = 0, J_WRITE_G, J_UPDATE, J_READ, J_WRITE, J_READ_G, J_READ_MV, J_WRITE_PMV };
-#define QCAP 64
-#define ALIGN_BYTES 4096u
-
-typedef struct {
-    int kind, l, slot, g, set;
-    int ok;          /* set by the worker: the job ran without error */
-    int ovf;         /* set by the worker: J_WRITE_G narrowed an overflowing value */
-} job;
-
-static const hpt_category k_cat[EB_COUNT] = {HPT_CAT_PARAMS, HPT_CAT_GRADS, HPT_CAT_OPTIM,
-                                             HPT_CAT_OPTIM};
 static const char *const k_home_name[EB_COUNT] = {"block parameters (home)", "block gradients (home)",
                                                   "block m (home)", "block v (home)"};
-
-struct offload_engine {
-    hpt_mem *mem;              /* borrowed */
-    const hpt_backend *be;     /* every op and device copy (the CPU's for now) */
-    hpt_offload_opts o;
-    int L, ns;
-    size_t slice_n[ENG_MAX_SLICES], slice_off[ENG_MAX_SLICES];
-    size_t bn;                 /* floats per block */
-    size_t stride;             /* floats between blocks: bn rounded up to 4096 bytes */
-    hpt_tier tier[EB_COUNT];
-    int has[EB_COUNT];         /* the home exists */
-    float *home[EB_COUNT];     /* (L, stride) memory homes (P: NULL with bf16 weights) */
-    int bf;                    /* HPT_BW_*: bf16 weights keep P in wh (and wc, Kahan) */
-    size_t hstride;            /* bf16 values between blocks: bn rounded up to 4096 bytes */
-    uint16_t *wh, *wc;         /* (L, hstride) bf16 weights; their compensation (Kahan) */
-    int bfd;                   /* bf16 weights on disk (disk[EB_P] holds them, wh is NULL) */
-    uint16_t *bstage;          /* (2, hstride) host io: bfd's staging blocks */
-    int zc;                    /* P's home is the fp32 device slot itself (zero copy) */
-    hpt_disk_ref disk[EB_COUNT];
-    /* parameter slots (P not device-homed) */
-    int K;
-    float *slots;              /* (K, stride) device, params */
-    int *slot_blk;             /* (K) block held, -1 empty */
-    uint64_t *slot_tick;       /* (K) last acquisition, for LRU */
-    uint64_t tick;
-    int *res;                  /* (L) RS_* */
-    int *slot_of;              /* (L) slot, -1 */
-    uint64_t *blk_seq;         /* (L) last job that writes the block's slot or its home */
-    int in_use, cur, dir;
-    /* gradient slots */
-    int n_g;                   /* 0: gradients go straight to a device home (zero copy) */
-    float *gslots;             /* (n_g, stride) device, grads */
-    uint64_t g_seq[2];
-    int g_next;
-    int *g_of;                 /* (L) the gradient slot block l uses this backward */
-    double *sumsq;             /* (L) */
-    int gh;                    /* HPT_GH_*: G's home precision (FP32: in home[EB_G]) */
-    uint16_t *ghome;           /* (L, hstride) fp16 or bf16 gradients: G's memory home */
-    int check_grads;           /* fp32 homes: scan each block's gradients for non-finite values */
-    int g_over;                /* a block's gradients overflowed since eng_grads_overflow */
-    int sync;                  /* 1: every home on the device: no worker, updates inline */
-    /* staging for disk homes (host, io): fused 1 set of M, V; exact 2 sets of P, G, M, V */
-    float *stage;              /* 2 sets; a 16-bit G's share is hstride halves */
-    size_t stage_bytes;
-    float *stage_ptr[2][EB_COUNT];
-    uint64_t read_seq[2];
-    int mv_next;               /* fused, m and v on disk: the staging set of the next read */
-    int *mv_set;               /* (L) the set block l's m and v were read into */
-    uint64_t *mv_seq;          /* (L) that read's job */
-    eng_update_fn upd;
-    void *upd_ctx;
-    /* worker */
-    pthread_t th;
-    int th_on;
-    pthread_mutex_t mu;
-    pthread_cond_t cv_work, cv_done;
-    job q[QCAP];
-    uint64_t head, done, reaped; /* jobs queued, completed, recorded (seq = 1-based index) */
-    int stop;
-    hpt_status err;
-    char err_msg[600];
-    hpt_offload_stats st;
-};
 
 static size_t round_floats(size_t n) {
     size_t b = (n * sizeof(float) + ALIGN_BYTES - 1) / ALIGN_BYTES * ALIGN_BYTES;
@@ -251,7 +174,7 @@ static hpt_status home_io(offload_engine *e, int b, int l, float *mem, int write
 }
 
 /* bfd: block l's bf16 weights between disk and staging block set. */
-static hpt_status bstage_io(offload_engine *e, int l, int set, int write_) {
+hpt_status eng_bstage_io(offload_engine *e, int l, int set, int write_) {
     return mem_disk_rw(e->mem, &e->disk[EB_P], (uint64_t)l * e->hstride * sizeof(uint16_t),
                        e->bstage + (size_t)set * e->hstride, e->hstride * sizeof(uint16_t), write_);
 }
@@ -324,7 +247,7 @@ static void update_block(offload_engine *e, int l, int set, float *p, const floa
  * bf16: widened again from the home the update wrote; bfd: from staging set, written home). */
 static hpt_status after_update(offload_engine *e, int l, float *slot, int set) {
     if (!e->bfd) return home_io(e, EB_P, l, slot, !e->bf);
-    HPT_CHECK(bstage_io(e, l, set, 1));
+    HPT_CHECK(eng_bstage_io(e, l, set, 1));
     e->be->bf16_widen(slot, e->bstage + (size_t)set * e->hstride, e->bn);
     return HPT_OK;
 }
@@ -364,7 +287,7 @@ static hpt_status run_job(offload_engine *e, const job *j, double *io_s, double 
             if (e->has[b] && e->tier[b] == HPT_TIER_DISK && !(b == EB_P && e->bfd) &&
                 !(b == EB_G && e->gh))
                 HPT_CHECK(home_io(e, b, j->l, e->stage_ptr[j->set][b], 0));
-        if (e->bfd) HPT_CHECK(bstage_io(e, j->l, j->set, 0));
+        if (e->bfd) HPT_CHECK(eng_bstage_io(e, j->l, j->set, 0));
         if (e->gh && e->tier[EB_G] == HPT_TIER_DISK) /* the halves, widened by update_grads */
             HPT_CHECK(mem_disk_rw(e->mem, &e->disk[EB_G],
                                   (uint64_t)j->l * e->hstride * sizeof(uint16_t),
@@ -374,7 +297,7 @@ static hpt_status run_job(offload_engine *e, const job *j, double *io_s, double 
         for (int b = 0; b < EB_COUNT; b++)
             if (b != EB_G && e->has[b] && e->tier[b] == HPT_TIER_DISK && !(b == EB_P && e->bfd))
                 HPT_CHECK(home_io(e, b, j->l, e->stage_ptr[j->set][b], 1));
-        if (e->bfd) HPT_CHECK(bstage_io(e, j->l, j->set, 1));
+        if (e->bfd) HPT_CHECK(eng_bstage_io(e, j->l, j->set, 1));
         break;
     }
     *io_s += hpt_now() - t0;
@@ -717,197 +640,6 @@ hpt_status eng_stream_update(offload_engine *e) {
     return eng_drain(e);
 }
 
-/* ---- gather and scatter (checkpoints, initialisation, tests) ------------------------------ */
-
-/* A buffer of stride floats free between steps, and its tier: staging (at least stride floats:
- * even two sets of a 16-bit G's share alone, 2 x hstride halves, hold them), a gradient slot,
- * or a parameter slot (whose block is dropped). */
-static float *scratch(offload_engine *e, hpt_tier *tier) {
-    *tier = HPT_TIER_DEVICE;
-    if (e->stage) {
-        *tier = HPT_TIER_HOST;
-        return e->stage;
-    }
-    if (e->gslots) return e->gslots;
-    if (e->slots) {
-        int b = e->slot_blk[0];
-        if (b >= 0) {
-            e->res[b] = RS_HOME;
-            e->slot_of[b] = -1;
-            e->slot_blk[0] = -1;
-        }
-        return e->slots;
-    }
-    return NULL;
-}
-
-#define BF_CHUNK 1024 /* floats widened or narrowed at once by gather and scatter */
-
-/* bfd: the next aligned window of bf16 weights from byte o (< end) into staging set 0: its
- * first byte a and length (at most the staging block); the bytes of [o, end) it holds. */
-static hpt_status bf_window(offload_engine *e, uint64_t o, uint64_t end, uint64_t *a,
-                            uint64_t *len, uint64_t *useful) {
-    *a = o / ALIGN_BYTES * ALIGN_BYTES;
-    *len = (end + ALIGN_BYTES - 1) / ALIGN_BYTES * ALIGN_BYTES - *a;
-    if (*len > (uint64_t)e->hstride * sizeof(uint16_t)) *len = (uint64_t)e->hstride * sizeof(uint16_t);
-    *useful = HPT_MIN(end, *a + *len) - o;
-    HPT_CHECK(mem_disk_rw(e->mem, &e->disk[EB_P], *a, e->bstage, (size_t)*len, 0));
-    hpt_mem_transfer(e->mem, HPT_TIER_DISK, HPT_TIER_HOST, HPT_CAT_PARAMS, (size_t)*len);
-    return HPT_OK;
-}
-
-hpt_status eng_emit_slice(offload_engine *e, int b, int l, int i, eng_emit_fn emit, void *ctx) {
-    HPT_CHECK(eng_drain(e));
-    size_t n = e->slice_n[i], off = (size_t)l * e->stride + e->slice_off[i];
-    if (b == EB_P && e->bf) { /* widened (the compensation goes separately: eng_comp) */
-        uint64_t o = ((uint64_t)l * e->hstride + e->slice_off[i]) * sizeof(uint16_t);
-        uint64_t end = o + (uint64_t)n * sizeof(uint16_t);
-        float buf[BF_CHUNK];
-        while (o < end) { /* memory: one window, the home; bfd: aligned windows read from disk */
-            const uint16_t *h = e->wh ? e->wh + o / sizeof(uint16_t) : NULL;
-            uint64_t a, len, useful = end - o;
-            if (!h) {
-                HPT_CHECK(bf_window(e, o, end, &a, &len, &useful));
-                h = e->bstage + (o - a) / sizeof(uint16_t);
-            }
-            size_t m = (size_t)(useful / sizeof(uint16_t));
-            for (size_t k = 0; k < m; k += BF_CHUNK) {
-                size_t c = HPT_MIN(m - k, (size_t)BF_CHUNK);
-                e->be->bf16_widen(buf, h + k, c);
-                HPT_CHECK(emit(ctx, buf, c));
-            }
-            o += useful;
-        }
-        return HPT_OK;
-    }
-    if (e->tier[b] != HPT_TIER_DISK) return emit(ctx, e->home[b] + off, n);
-    hpt_tier st;
-    float *buf = scratch(e, &st);
-    if (!buf) return hpt_fail(HPT_ERR_INVALID, "offload engine: no buffer to read a block into");
-    uint64_t o = (uint64_t)off * sizeof(float), end = o + (uint64_t)n * sizeof(float);
-    uint64_t cap = (uint64_t)e->stride * sizeof(float);
-    while (o < end) {
-        uint64_t a = o / ALIGN_BYTES * ALIGN_BYTES;
-        uint64_t len = (end + ALIGN_BYTES - 1) / ALIGN_BYTES * ALIGN_BYTES - a;
-        if (len > cap) len = cap;
-        HPT_CHECK(mem_disk_rw(e->mem, &e->disk[b], a, buf, (size_t)len, 0));
-        hpt_mem_transfer(e->mem, HPT_TIER_DISK, st, k_cat[b], (size_t)len);
-        uint64_t useful = HPT_MIN(end, a + len) - o;
-        HPT_CHECK(emit(ctx, buf + (o - a) / sizeof(float), (size_t)(useful / sizeof(float))));
-        o += useful;
-    }
-    return HPT_OK;
-}
-
-/* Drops the slot copy of block l's weights (its home is about to change). */
-static void drop_slot(offload_engine *e, int l) {
-    if (e->slot_of[l] < 0) return;
-    e->slot_blk[e->slot_of[l]] = -1;
-    e->slot_of[l] = -1;
-    e->res[l] = RS_HOME;
-}
-
-hpt_status eng_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn read, void *ctx) {
-    HPT_CHECK(eng_drain(e));
-    size_t n = e->slice_n[i], off = (size_t)l * e->stride + e->slice_off[i];
-    if (b == EB_P) drop_slot(e, l);
-    if (b == EB_P && e->bf) { /* rounded to nearest; Kahan: the residue is the compensation */
-        size_t h = (size_t)l * e->hstride + e->slice_off[i];
-        float buf[BF_CHUNK];
-        if (e->bfd) { /* read-modify-write of each aligned window (no compensation on disk) */
-            uint64_t o = (uint64_t)h * sizeof(uint16_t), end = o + (uint64_t)n * sizeof(uint16_t);
-            while (o < end) {
-                uint64_t a, len, useful;
-                HPT_CHECK(bf_window(e, o, end, &a, &len, &useful));
-                uint16_t *w = e->bstage + (o - a) / sizeof(uint16_t);
-                size_t m = (size_t)(useful / sizeof(uint16_t));
-                for (size_t k = 0; k < m; k += BF_CHUNK) {
-                    size_t c = HPT_MIN(m - k, (size_t)BF_CHUNK);
-                    HPT_CHECK(read(ctx, buf, c));
-                    e->be->bf16_split(w + k, NULL, buf, c);
-                }
-                HPT_CHECK(mem_disk_rw(e->mem, &e->disk[EB_P], a, e->bstage, (size_t)len, 1));
-                hpt_mem_transfer(e->mem, HPT_TIER_HOST, HPT_TIER_DISK, HPT_CAT_PARAMS, (size_t)len);
-                o += useful;
-            }
-            return HPT_OK;
-        }
-        for (size_t k = 0; k < n; k += BF_CHUNK) {
-            size_t c = HPT_MIN(n - k, (size_t)BF_CHUNK);
-            HPT_CHECK(read(ctx, buf, c));
-            e->be->bf16_split(e->wh + h + k, e->wc ? e->wc + h + k : NULL, buf, c);
-        }
-        return HPT_OK;
-    }
-    if (e->tier[b] != HPT_TIER_DISK) return read(ctx, e->home[b] + off, n);
-    hpt_tier st;
-    float *buf = scratch(e, &st);
-    if (!buf) return hpt_fail(HPT_ERR_INVALID, "offload engine: no buffer to fill a block in");
-    uint64_t o = (uint64_t)off * sizeof(float), end = o + (uint64_t)n * sizeof(float);
-    uint64_t cap = (uint64_t)e->stride * sizeof(float);
-    while (o < end) { /* read-modify-write of each aligned window */
-        uint64_t a = o / ALIGN_BYTES * ALIGN_BYTES;
-        uint64_t len = (end + ALIGN_BYTES - 1) / ALIGN_BYTES * ALIGN_BYTES - a;
-        if (len > cap) len = cap;
-        uint64_t useful = HPT_MIN(end, a + len) - o;
-        HPT_CHECK(mem_disk_rw(e->mem, &e->disk[b], a, buf, (size_t)len, 0));
-        HPT_CHECK(read(ctx, buf + (o - a) / sizeof(float), (size_t)(useful / sizeof(float))));
-        HPT_CHECK(mem_disk_rw(e->mem, &e->disk[b], a, buf, (size_t)len, 1));
-        hpt_mem_transfer(e->mem, HPT_TIER_DISK, st, k_cat[b], (size_t)len);
-        hpt_mem_transfer(e->mem, st, HPT_TIER_DISK, k_cat[b], (size_t)len);
-        o += useful;
-    }
-    return HPT_OK;
-}
-
-hpt_status eng_comp(offload_engine *e, uint16_t **comp_out, size_t *n_out) {
-    *comp_out = NULL;
-    *n_out = 0;
-    HPT_CHECK(eng_drain(e));
-    if (!e->wc) return HPT_OK;
-    *comp_out = e->wc;
-    *n_out = (size_t)e->L * e->hstride;
-    return HPT_OK;
-}
-
-hpt_status eng_block_dest(offload_engine *e, int b, int l, float **dst, int *in_place) {
-    HPT_CHECK(eng_drain(e));
-    *in_place = e->tier[b] != HPT_TIER_DISK && !(b == EB_P && e->bf);
-    if (*in_place) {
-        *dst = e->home[b] + (size_t)l * e->stride;
-        if (b == EB_P) drop_slot(e, l); /* its slot's copy becomes stale */
-        return HPT_OK;
-    }
-    hpt_tier st;
-    *dst = scratch(e, &st);
-    return *dst ? HPT_OK : hpt_fail(HPT_ERR_INVALID, "offload engine: no buffer to fill a block in");
-}
-
-hpt_status eng_store_block(offload_engine *e, int b, int l, const float *src) {
-    if (b == EB_P && e->bf) {
-        drop_slot(e, l);
-        size_t h = (size_t)l * e->hstride;
-        if (!e->bfd) {
-            e->be->bf16_split(e->wh + h, e->wc ? e->wc + h : NULL, src, e->bn);
-            return HPT_OK;
-        }
-        e->be->bf16_split(e->bstage, NULL, src, e->bn);
-        e->be->memset(e->bstage + e->bn, 0, (e->hstride - e->bn) * sizeof(uint16_t));
-        HPT_CHECK(bstage_io(e, l, 0, 1));
-        hpt_mem_transfer(e->mem, HPT_TIER_HOST, HPT_TIER_DISK, HPT_CAT_PARAMS,
-                         e->hstride * sizeof(uint16_t));
-        return HPT_OK;
-    }
-    if (e->tier[b] != HPT_TIER_DISK) return HPT_OK;
-    if (b == EB_P) drop_slot(e, l);
-    /* the buffer is the scratch (aligned, stride floats) */
-    HPT_CHECK(mem_disk_rw(e->mem, &e->disk[b], (uint64_t)l * e->stride * sizeof(float),
-                          (void *)(uintptr_t)src, e->stride * sizeof(float), 1));
-    hpt_mem_transfer(e->mem, e->stage ? HPT_TIER_HOST : HPT_TIER_DEVICE, HPT_TIER_DISK, k_cat[b],
-                     e->stride * sizeof(float));
-    return HPT_OK;
-}
-
 /* ---- setup --------------------------------------------------------------------------------- */
 
 static hpt_status alloc_home(offload_engine *e, int b) {
@@ -1170,131 +902,4 @@ void eng_stats(const offload_engine *e, hpt_offload_stats *out) {
     pthread_mutex_lock(&m->mu);
     *out = e->st;
     pthread_mutex_unlock(&m->mu);
-}
-
-/* ---- options -------------------------------------------------------------------------------- */
-
-hpt_offload_opts hpt_offload_defaults(void) {
-    return (hpt_offload_opts){.params = HPT_TIER_DEVICE, .grads = HPT_TIER_DEVICE,
-                              .optim = HPT_TIER_DEVICE, .max_active = 2, .prefetch = 1, .fused = 0};
-}
-
-int hpt_offload_active(const hpt_offload_opts *o) {
-    return o && (o->params != HPT_TIER_DEVICE || o->grads != HPT_TIER_DEVICE ||
-                 o->optim != HPT_TIER_DEVICE || o->fused || o->weights != HPT_BW_FP32 ||
-                 o->grad_home != HPT_GH_FP32 || o->embeddings != HPT_EMB_FULL);
-}
-
-static int parse_tier(const char *t, size_t n, hpt_tier *out) {
-    static const char *k[] = {"device", "host", "disk"};
-    for (int i = 0; i < 3; i++)
-        if (strlen(k[i]) == n && !strncmp(t, k[i], n)) {
-            *out = (hpt_tier)i;
-            return 1;
-        }
-    return 0;
-}
-
-hpt_status hpt_offload_parse(const char *text, hpt_offload_opts *o) {
-    hpt_tier t;
-    if (!strcmp(text, "none")) {
-        o->params = o->grads = o->optim = HPT_TIER_DEVICE;
-        return HPT_OK;
-    }
-    if (parse_tier(text, strlen(text), &t) && t != HPT_TIER_DEVICE) {
-        o->params = o->grads = o->optim = t;
-        return HPT_OK;
-    }
-    for (const char *p = text; *p;) {
-        const char *eq = strchr(p, '='), *end = strchr(p, ',');
-        if (!end) end = p + strlen(p);
-        if (!eq || eq > end || !parse_tier(eq + 1, (size_t)(end - eq - 1), &t))
-            return hpt_fail(HPT_ERR_INVALID, "offload '%s': expected none, host, disk or "
-                            "params=T,grads=T,optim=T with T device, host or disk", text);
-        size_t kn = (size_t)(eq - p);
-        if (kn == 6 && !strncmp(p, "params", 6)) o->params = t;
-        else if (kn == 5 && !strncmp(p, "grads", 5)) o->grads = t;
-        else if (kn == 5 && !strncmp(p, "optim", 5)) o->optim = t;
-        else return hpt_fail(HPT_ERR_INVALID, "offload '%s': unknown key '%.*s' (params, grads, "
-                             "optim)", text, (int)kn, p);
-        p = *end ? end + 1 : end;
-    }
-    return HPT_OK;
-}
-
-hpt_status hpt_offload_check(const hpt_offload_opts *o) {
-    if ((unsigned)o->params >= HPT_TIER_COUNT || (unsigned)o->grads >= HPT_TIER_COUNT ||
-        (unsigned)o->optim >= HPT_TIER_COUNT)
-        return hpt_fail(HPT_ERR_INVALID, "offload: unknown tier");
-    if ((unsigned)o->weights >= HPT_BW_COUNT)
-        return hpt_fail(HPT_ERR_INVALID, "offload: unknown weights precision %d", o->weights);
-    if (o->weights == HPT_BW_BF16_KAHAN && o->params == HPT_TIER_DISK)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "bf16-kahan weights keep their home (and its "
-                        "compensation) on the device or the host; bf16-sr may use the disk "
-                        "(--offload params=disk given)");
-    if ((unsigned)o->grad_home >= HPT_GH_COUNT)
-        return hpt_fail(HPT_ERR_INVALID, "offload: unknown gradient home precision %d", o->grad_home);
-    if (o->grad_home != HPT_GH_FP32 && o->fused)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "--grad-home %s: with --fused-update gradients never "
-                        "go to a home (each block is updated from its device slot)",
-                        hpt_grad_home_name((hpt_grad_home)o->grad_home));
-    if ((unsigned)o->embeddings >= HPT_EMB_COUNT || o->vocab_chunk < 0)
-        return hpt_fail(HPT_ERR_INVALID, "offload: unknown embeddings %d or vocab chunk %d < 0",
-                        o->embeddings, o->vocab_chunk);
-    if (o->embeddings != HPT_EMB_FULL && !o->fused)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "--embeddings %s updates wte chunk by chunk at the end "
-                        "of the backward: it needs --fused-update",
-                        hpt_embeddings_name((hpt_embeddings)o->embeddings));
-    if (o->embeddings == HPT_EMB_BF16 && o->weights == HPT_BW_FP32)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "--embeddings bf16 rounds as the blocks' weights do: "
-                        "it needs --weights bf16-sr or bf16-kahan");
-    if (o->max_active < 1 || o->prefetch < 0 || o->prefetch >= o->max_active)
-        return hpt_fail(HPT_ERR_INVALID, "offload: --max-active-layers %d and --prefetch %d need "
-                        "K >= 1 and 0 <= P < K", o->max_active, o->prefetch);
-    return HPT_OK;
-}
-
-static const char *const k_weights_name[HPT_BW_COUNT] = {"fp32", "bf16-sr", "bf16-kahan"};
-
-hpt_status hpt_block_weights_parse(const char *text, hpt_block_weights *out) {
-    for (int i = 0; i < HPT_BW_COUNT; i++)
-        if (!strcmp(text, k_weights_name[i])) {
-            *out = (hpt_block_weights)i;
-            return HPT_OK;
-        }
-    return hpt_fail(HPT_ERR_INVALID, "weights '%s': expected fp32, bf16-sr or bf16-kahan", text);
-}
-
-const char *hpt_block_weights_name(hpt_block_weights w) {
-    return (unsigned)w < HPT_BW_COUNT ? k_weights_name[w] : "?";
-}
-
-static const char *const k_grad_home_name[HPT_GH_COUNT] = {"fp32", "bf16", "fp16"};
-
-hpt_status hpt_grad_home_parse(const char *text, hpt_grad_home *out) {
-    for (int i = 0; i < HPT_GH_COUNT; i++)
-        if (!strcmp(text, k_grad_home_name[i])) {
-            *out = (hpt_grad_home)i;
-            return HPT_OK;
-        }
-    return hpt_fail(HPT_ERR_INVALID, "grad-home '%s': expected fp32, bf16 or fp16", text);
-}
-
-const char *hpt_grad_home_name(hpt_grad_home g) {
-    return (unsigned)g < HPT_GH_COUNT ? k_grad_home_name[g] : "?";
-}
-
-static const char *const k_emb_name[HPT_EMB_COUNT] = {"full", "chunked", "bf16"};
-
-hpt_status hpt_embeddings_parse(const char *text, hpt_embeddings *out) {
-    for (int i = 0; i < HPT_EMB_COUNT; i++)
-        if (!strcmp(text, k_emb_name[i])) {
-            *out = (hpt_embeddings)i;
-            return HPT_OK;
-        }
-    return hpt_fail(HPT_ERR_INVALID, "embeddings '%s': expected full, chunked or bf16", text);
-}
-
-const char *hpt_embeddings_name(hpt_embeddings e) {
-    return (unsigned)e < HPT_EMB_COUNT ? k_emb_name[e] : "?";
 }

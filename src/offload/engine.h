@@ -1,4 +1,5 @@
-/* engine.h: the offload engine's interface to the model and the optimizer (engine.c). */
+/* engine.h: the offload engine's interface to the model and the optimizer (engine.c,
+ * engine_gather.c). */
 #ifndef HPT_OFFLOAD_ENGINE_H
 #define HPT_OFFLOAD_ENGINE_H
 

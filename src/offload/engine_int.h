@@ -1,0 +1,96 @@
+/* engine_int.h: the offload engine's private parts, shared by its files: engine.c (sizes, the
+ * worker and its queue, residency, setup), engine_gather.c (gather and scatter between steps)
+ * and engine_opts.c (the options, public, need none of this). The engine's state, its job
+ * queue and residency states are described with their invariants at the top of engine.c. */
+#ifndef HPT_OFFLOAD_ENGINE_INT_H
+#define HPT_OFFLOAD_ENGINE_INT_H
+
+#include "offload/engine.h"
+#include "core/core.h"
+#include "kernels/backend.h"
+#include "mem/mem_int.h"
+
+#include <pthread.h>
+
+enum { RS_HOME = 0, RS_LOADING, RS_RESIDENT, RS_DIRTY, RS_WRITING_BACK };
+enum { J_LOAD = 0, J_WRITE_G, J_UPDATE, J_READ, J_WRITE, J_READ_G, J_READ_MV, J_WRITE_PMV };
+#define QCAP 64
+#define ALIGN_BYTES 4096u
+
+typedef struct {
+    int kind, l, slot, g, set;
+    int ok;          /* set by the worker: the job ran without error */
+    int ovf;         /* set by the worker: J_WRITE_G narrowed an overflowing value */
+} job;
+
+static const hpt_category k_cat[EB_COUNT] = {HPT_CAT_PARAMS, HPT_CAT_GRADS, HPT_CAT_OPTIM,
+                                             HPT_CAT_OPTIM};
+
+struct offload_engine {
+    hpt_mem *mem;              /* borrowed */
+    const hpt_backend *be;     /* every op and device copy (the CPU's for now) */
+    hpt_offload_opts o;
+    int L, ns;
+    size_t slice_n[ENG_MAX_SLICES], slice_off[ENG_MAX_SLICES];
+    size_t bn;                 /* floats per block */
+    size_t stride;             /* floats between blocks: bn rounded up to 4096 bytes */
+    hpt_tier tier[EB_COUNT];
+    int has[EB_COUNT];         /* the home exists */
+    float *home[EB_COUNT];     /* (L, stride) memory homes (P: NULL with bf16 weights) */
+    int bf;                    /* HPT_BW_*: bf16 weights keep P in wh (and wc, Kahan) */
+    size_t hstride;            /* bf16 values between blocks: bn rounded up to 4096 bytes */
+    uint16_t *wh, *wc;         /* (L, hstride) bf16 weights; their compensation (Kahan) */
+    int bfd;                   /* bf16 weights on disk (disk[EB_P] holds them, wh is NULL) */
+    uint16_t *bstage;          /* (2, hstride) host io: bfd's staging blocks */
+    int zc;                    /* P's home is the fp32 device slot itself (zero copy) */
+    hpt_disk_ref disk[EB_COUNT];
+    /* parameter slots (P not device-homed) */
+    int K;
+    float *slots;              /* (K, stride) device, params */
+    int *slot_blk;             /* (K) block held, -1 empty */
+    uint64_t *slot_tick;       /* (K) last acquisition, for LRU */
+    uint64_t tick;
+    int *res;                  /* (L) RS_* */
+    int *slot_of;              /* (L) slot, -1 */
+    uint64_t *blk_seq;         /* (L) last job that writes the block's slot or its home */
+    int in_use, cur, dir;
+    /* gradient slots */
+    int n_g;                   /* 0: gradients go straight to a device home (zero copy) */
+    float *gslots;             /* (n_g, stride) device, grads */
+    uint64_t g_seq[2];
+    int g_next;
+    int *g_of;                 /* (L) the gradient slot block l uses this backward */
+    double *sumsq;             /* (L) */
+    int gh;                    /* HPT_GH_*: G's home precision (FP32: in home[EB_G]) */
+    uint16_t *ghome;           /* (L, hstride) fp16 or bf16 gradients: G's memory home */
+    int check_grads;           /* fp32 homes: scan each block's gradients for non-finite values */
+    int g_over;                /* a block's gradients overflowed since eng_grads_overflow */
+    int sync;                  /* 1: every home on the device: no worker, updates inline */
+    /* staging for disk homes (host, io): fused 1 set of M, V; exact 2 sets of P, G, M, V */
+    float *stage;              /* 2 sets; a 16-bit G's share is hstride halves */
+    size_t stage_bytes;
+    float *stage_ptr[2][EB_COUNT];
+    uint64_t read_seq[2];
+    int mv_next;               /* fused, m and v on disk: the staging set of the next read */
+    int *mv_set;               /* (L) the set block l's m and v were read into */
+    uint64_t *mv_seq;          /* (L) that read's job */
+    eng_update_fn upd;
+    void *upd_ctx;
+    /* worker */
+    pthread_t th;
+    int th_on;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work, cv_done;
+    job q[QCAP];
+    uint64_t head, done, reaped; /* jobs queued, completed, recorded (seq = 1-based index) */
+    int stop;
+    hpt_status err;
+    char err_msg[600];
+    hpt_offload_stats st;
+};
+
+/* bfd: block l's bf16 weights between disk and staging block set (engine.c; the worker's
+ * loads and write-backs, and eng_store_block). */
+hpt_status eng_bstage_io(offload_engine *e, int l, int set, int write_);
+
+#endif
