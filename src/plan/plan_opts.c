@@ -430,7 +430,7 @@ hpt_status hpt_plan_print(const hpt_plan *p, char *buf, size_t n) {
     char rb[32];
     /* activations */
     if (p->act.attention != d.act.attention) emit(&o, O_ATTENTION, "%s", hpt_attention_name(p->act.attention));
-    if (p->act.recompute != d.act.recompute || (p->act.recompute == HPT_RECOMPUTE_EVERY))
+    if (p->act.recompute != d.act.recompute)
         emit(&o, O_RECOMPUTE, "%s", hpt_recompute_name(&p->act, rb, sizeof rb));
     if (p->act.offload != d.act.offload) emit(&o, O_ACT_OFFLOAD, "%s", hpt_act_offload_name(p->act.offload));
     if (p->act.compress != d.act.compress) emit(&o, O_ACT_COMPRESS, "%s", hpt_act_compress_name(p->act.compress));
@@ -464,11 +464,12 @@ hpt_status hpt_plan_print(const hpt_plan *p, char *buf, size_t n) {
     /* loss scaling, after --grad-home (which sets the mode unless --loss-scale follows) */
     const hpt_loss_scale_opts *ls = &p->loss_scale;
     int implied = of->grad_home == HPT_GH_FP16 ? HPT_LOSS_SCALE_DYNAMIC : HPT_LOSS_SCALE_OFF;
-    if (ls->mode == HPT_LOSS_SCALE_STATIC) emit(&o, O_LOSS_SCALE, "%.9g", (double)ls->init);
+    if (ls->mode == HPT_LOSS_SCALE_STATIC) /* exact: the parser wants the power of two itself */
+        emit(&o, O_LOSS_SCALE, "%.17g", (double)ls->init);
     else if (ls->mode != implied)
         emit(&o, O_LOSS_SCALE, "%s", ls->mode == HPT_LOSS_SCALE_DYNAMIC ? "dynamic" : "off");
     if (ls->mode != HPT_LOSS_SCALE_STATIC && ls->init != d.loss_scale.init)
-        emit(&o, O_LOSS_SCALE_INIT, "%.9g", (double)ls->init);
+        emit(&o, O_LOSS_SCALE_INIT, "%.17g", (double)ls->init);
     if (ls->window != d.loss_scale.window) emit(&o, O_LOSS_SCALE_WINDOW, "%lld", (long long)ls->window);
     if (p->accum != d.accum) emit(&o, O_ACCUM, "%d", p->accum);
     /* the schedule */
