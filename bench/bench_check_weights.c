@@ -112,10 +112,10 @@ int main(int argc, char **argv) {
         po.B = B;
         po.T = T;
         po.has_val = 1;
-        po.schedule = HPT_SCHEDULE_HYBRID;
-        po.predictor = HPT_PREDICTOR_ADAM;
-        po.checks = 1;
-        po.check_weights = w ? HPT_WEIGHTS_Q8 : HPT_WEIGHTS_F32;
+        po.sched.kind = HPT_SCHEDULE_HYBRID;
+        po.sched.predictor = HPT_PREDICTOR_ADAM;
+        po.sched.check_every = 1;
+        po.sched.check_weights = w ? HPT_WEIGHTS_Q8 : HPT_WEIGHTS_F32;
         hpt_estimate e;
         if (hpt_plan_estimate(&po, &e)) {
             fprintf(stderr, "bench_check_weights: %s\n", hpt_last_error());

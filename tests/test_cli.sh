@@ -223,5 +223,18 @@ else bad "bf16 embeddings run: $(cat "$tmp/err")"; fi
 if "$bin" estimate --model "$shape" --seq 16 --fused-update --weights bf16-sr --embeddings bf16 --json \
    | grep -q '"embeddings":"bf16"'; then ok; else bad "estimate --embeddings"; fi
 
+# --- one plan: train and estimate parse and check the same flags; budgets per tier ---
+expect_error "fused with accum" "cannot accumulate" train --steps 1 --fused-update --accum 2
+expect_error "estimate fused with accum" "cannot accumulate" "$bin" estimate --model "$shape" --fused-update --accum 2
+expect_error "offload disk without dir" "offload-dir" train --steps 1 --offload disk
+expect_error "estimate loss scale" "power of two" "$bin" estimate --model "$shape" --loss-scale 1000
+expect_error "estimate bad host budget" "host-memory" "$bin" estimate --model "$shape" --host-memory 12XB
+if train --steps 1 --recompute selective --fused-update 2>&1 | grep -q "plan: --recompute selective --fused-update"; then ok
+else bad "train prints its plan"; fi
+if "$bin" estimate --model "$shape" --seq 16 --offload host --host-memory 10KB --disk-memory 1GB \
+   | grep -q "host budget .*does NOT fit"; then ok; else bad "estimate --host-memory"; fi
+if "$bin" estimate --model "$shape" --seq 16 --offload host --host-memory 1GB --json \
+   | grep -q '"host_budget_bytes":1000000000,"host_fits":true'; then ok; else bad "estimate --host-memory json"; fi
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

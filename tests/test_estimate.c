@@ -140,9 +140,9 @@ static void check_case(const run_case *rc) {
     po.training = rc->training;
     po.has_val = rc->val;
     po.no_data = rc->no_data;
-    po.optimizer = rc->optimizer;
-    po.state_bits = rc->state_bits;
-    po.state32_embeddings = rc->emb32;
+    po.adamw.optimizer = rc->optimizer;
+    po.adamw.state_bits = rc->state_bits;
+    po.adamw.state32_embeddings = rc->emb32;
     po.offload.fused = rc->fused;
     hpt_estimate e;
     CHECK_OK(hpt_plan_estimate(&po, &e));
@@ -222,10 +222,10 @@ static void check_hybrid(int predictor, int checks, int check_weights) {
     po.B = o.B;
     po.T = o.T;
     po.has_val = 1;
-    po.schedule = HPT_SCHEDULE_HYBRID;
-    po.predictor = predictor;
-    po.checks = checks;
-    po.check_weights = check_weights;
+    po.sched.kind = HPT_SCHEDULE_HYBRID;
+    po.sched.predictor = predictor;
+    po.sched.check_every = checks;
+    po.sched.check_weights = check_weights;
     hpt_estimate e;
     CHECK_OK(hpt_plan_estimate(&po, &e));
     const char *name = hpt_predictor_name((hpt_predictor_kind)predictor);

@@ -481,9 +481,9 @@ static void test_bytes_and_resume(hpt_mem *mem) {
             po.B = 2;
             po.T = 16;
             po.has_val = 1;
-            po.optimizer = k;
-            po.state_bits = bits[w];
-            po.state32_embeddings = emb[w];
+            po.adamw.optimizer = k;
+            po.adamw.state_bits = bits[w];
+            po.adamw.state32_embeddings = emb[w];
             hpt_estimate e;
             CHECK_OK(hpt_plan_estimate(&po, &e));
             uint64_t acc = st.peak_live_bytes[HPT_TIER_DEVICE][HPT_CAT_OPTIM];

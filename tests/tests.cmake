@@ -37,6 +37,7 @@ set_tests_properties(test_verify_torch PROPERTIES SKIP_RETURN_CODE 77
   ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
 hpt_add_test(test_infer test_infer.c)
 hpt_add_test(test_loss_scale test_loss_scale.c)
+hpt_add_test(test_plan test_plan.c)
 hpt_add_test(test_embed test_embed.c)
 hpt_add_test(test_backend test_backend.c)
 hpt_add_test(test_gemm test_gemm.c)

@@ -31,10 +31,7 @@ hpt_plan_opts hpt_plan_defaults(void) {
     o.B = 4;
     o.T = 64;
     o.training = 1;
-    o.act = hpt_gpt2_act_defaults();
-    o.optimizer = HPT_OPTIM_ADAMW;
-    o.state_bits = 32;
-    o.offload = hpt_offload_defaults();
+    o.plan = hpt_plan_default_choices();
     return o;
 }
 
@@ -46,21 +43,21 @@ hpt_plan_opts hpt_plan_defaults(void) {
  * block: per row of C values (wte, wpe, qkvw, attprojw, fcw), of 4C (fcprojw), and per
  * per-layer vector (C; qkvb 3C; fcb 4C). HPT_ERR_INVALID for settings optim.c refuses. */
 static hpt_status optim_bytes(const hpt_plan_opts *o, uint64_t *out) {
-    int bits = o->state_bits == 0 ? 32 : o->state_bits;
-    if ((unsigned)o->optimizer >= HPT_OPTIM_COUNT || (bits != 32 && bits != 8))
+    int bits = o->adamw.state_bits == 0 ? 32 : o->adamw.state_bits;
+    if ((unsigned)o->adamw.optimizer >= HPT_OPTIM_COUNT || (bits != 32 && bits != 8))
         return hpt_fail(HPT_ERR_INVALID, "optimizer %d with %d-bit state is not an optimizer",
-                        o->optimizer, bits);
+                        o->adamw.optimizer, bits);
     hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
     hpt_gpt2_tensors(&o->cfg, t);
     uint64_t per_moment = 0, mini_v = 0, C = (uint64_t)o->cfg.C;
     for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) {
         uint64_t n = t[i].numel, slices = gpt2_is_block_tensor(i) ? (uint64_t)o->cfg.L : 1;
-        int q8 = bits == 8 && !(o->state32_embeddings && i < 2);
+        int q8 = bits == 8 && !(o->adamw.state32_embeddings && i < 2);
         per_moment += q8 ? n + slices * ((n / slices + 255) / 256) * 4 : n * 4;
         uint64_t row = i == 5 ? 3 * C : (i == 11 || i == 12) ? 4 * C : C;
         mini_v += n / row * 4;
     }
-    switch ((hpt_optim_kind)o->optimizer) {
+    switch ((hpt_optim_kind)o->adamw.optimizer) {
     case HPT_OPTIM_ADAMW: *out = 2 * per_moment; break;
     case HPT_OPTIM_ADAM_MINI: *out = per_moment + mini_v; break;
     default: *out = per_moment; break; /* Lion, SGD */
@@ -83,25 +80,26 @@ static uint64_t loader_bytes(uint64_t BT) { return (BT + 1) * 2 + 2 * BT * 4; }
  * logits (hpt_infer_loss), all freed after each check. Called after out->bytes holds the full
  * phase's figures without the schedule. */
 static hpt_status hybrid_bytes(const hpt_plan_opts *o, hpt_estimate *out) {
-    if ((unsigned)o->predictor >= HPT_PREDICTOR_COUNT)
-        return hpt_fail(HPT_ERR_INVALID, "unknown predictor %d", o->predictor);
-    if (o->checks && o->check_weights != HPT_WEIGHTS_F32 && o->check_weights != HPT_WEIGHTS_Q8)
-        return hpt_fail(HPT_ERR_INVALID, "unknown check weights %d", o->check_weights);
-    if (o->predictor == HPT_PREDICTOR_ADAM &&
-        (o->optimizer != HPT_OPTIM_ADAMW || (o->state_bits != 0 && o->state_bits != 32)))
+    int checks = o->sched.check_every > 0;
+    if ((unsigned)o->sched.predictor >= HPT_PREDICTOR_COUNT)
+        return hpt_fail(HPT_ERR_INVALID, "unknown predictor %d", o->sched.predictor);
+    if (checks && o->sched.check_weights != HPT_WEIGHTS_F32 && o->sched.check_weights != HPT_WEIGHTS_Q8)
+        return hpt_fail(HPT_ERR_INVALID, "unknown check weights %d", o->sched.check_weights);
+    if (o->sched.predictor == HPT_PREDICTOR_ADAM &&
+        (o->adamw.optimizer != HPT_OPTIM_ADAMW || (o->adamw.state_bits != 0 && o->adamw.state_bits != 32)))
         return hpt_fail(HPT_ERR_UNSUPPORTED, "the adam predictor reads AdamW's 32-bit moments: use "
                         "--optimizer adamw --state-bits 32, or --predictor linear");
     uint64_t np = hpt_gpt2_num_params(&o->cfg), pb = np * 4;
     uint64_t (*b)[HPT_CAT_COUNT] = out->bytes, *pp = out->predict_peak_bytes;
     uint64_t optim = b[HPT_TIER_DEVICE][HPT_CAT_OPTIM];
-    uint64_t check_io = o->checks ? 2 * (uint64_t)o->B * (uint64_t)o->T * 4 : 0;
-    int linear = o->predictor == HPT_PREDICTOR_LINEAR, adam = o->predictor == HPT_PREDICTOR_ADAM;
+    uint64_t check_io = checks ? 2 * (uint64_t)o->B * (uint64_t)o->T * 4 : 0;
+    int linear = o->sched.predictor == HPT_PREDICTOR_LINEAR, adam = o->sched.predictor == HPT_PREDICTOR_ADAM;
     pp[HPT_TIER_DEVICE] = pb + b[HPT_TIER_DEVICE][HPT_CAT_IO] + (adam ? optim : 0) + (linear ? pb : 0);
     pp[HPT_TIER_HOST] = pb + check_io + (adam ? 0 : optim);
-    if (o->checks && o->check_weights == HPT_WEIGHTS_Q8) { /* the check's int8 engine */
+    if (checks && o->sched.check_weights == HPT_WEIGHTS_Q8) { /* the check's int8 engine */
         pp[HPT_TIER_DEVICE] += hpt_infer_bytes_for(&o->cfg, HPT_WEIGHTS_Q8, o->T) +
                                hpt_infer_loss_bytes_for(&o->cfg);
-    } else if (o->checks) {
+    } else if (checks) {
         uint64_t at[HPT_TIER_COUNT];
         HPT_CHECK(hpt_gpt2_act_tier_bytes(&o->cfg, 1, o->T, &o->act, at));
         pp[HPT_TIER_DEVICE] += at[HPT_TIER_DEVICE];
@@ -144,7 +142,7 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
         HPT_CHECK(gpt2_vocab_chunk_check(c, &o->offload));
         /* AdamW fp32: the blocks' m and v in the engine's homes; else the whole state in
          * optim.c's buffers (above), in the optim home's tier (device or host) */
-        int mv_homes = o->optimizer == HPT_OPTIM_ADAMW && (o->state_bits == 0 || o->state_bits == 32);
+        int mv_homes = o->adamw.optimizer == HPT_OPTIM_ADAMW && (o->adamw.state_bits == 0 || o->adamw.state_bits == 32);
         if (o->training) HPT_CHECK(eng_check_optim(&o->offload, mv_homes));
         uint64_t nf = gpt2_nonblock_floats(c), eb[HPT_TIER_COUNT][HPT_CAT_COUNT];
         /* hpt_gpt2_create_offload, with the embeddings' own buffers (src/model/embed.c) */
@@ -173,7 +171,7 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     if (o->act.offload == HPT_OFFLOAD_DISK) out->bytes[HPT_TIER_HOST][HPT_CAT_IO] += 4u << 20;
     int loaders = (o->no_data ? 0 : 1) + (o->has_val ? 1 : 0);
     dev[HPT_CAT_IO] = (uint64_t)loaders * loader_bytes(BT);
-    if (o->training && o->schedule == HPT_SCHEDULE_HYBRID) HPT_CHECK(hybrid_bytes(o, out));
+    if (o->training && o->sched.kind == HPT_SCHEDULE_HYBRID) HPT_CHECK(hybrid_bytes(o, out));
     for (int t = 0; t < HPT_TIER_COUNT; t++)
         for (int k = 0; k < HPT_CAT_COUNT; k++) out->peak_bytes[t] += out->bytes[t][k];
     out->num_params = np;
@@ -361,7 +359,7 @@ hpt_status hpt_plan_check_budget(const hpt_plan_opts *o, uint64_t budget_bytes,
     alt[0].act.offload = HPT_OFFLOAD_NONE;
     alt[1].act.offload = HPT_OFFLOAD_HOST;
     if (alt[1].act.recompute != HPT_RECOMPUTE_SELECTIVE) alt[1].act.recompute = HPT_RECOMPUTE_NONE;
-    alt[2].state_bits = 8;
+    alt[2].adamw.state_bits = 8;
     alt[3].act.recompute = HPT_RECOMPUTE_SELECTIVE;
     alt[3].act.offload = HPT_OFFLOAD_HOST;
     alt[3].act.compress = HPT_COMPRESS_INT8;

@@ -82,21 +82,16 @@ hpt_train_opts hpt_train_defaults(void) {
     hpt_train_opts o = {0};
     o.B = 4;
     o.T = 64;
-    o.accum = 1;
     o.steps = 100;
     o.lr = 6e-4f;
     o.min_lr = 6e-5f;
     o.warmup = 10;
     o.grad_clip = 1.0f;
-    o.adamw = hpt_adamw_defaults();
     o.eval_every = 100;
     o.val_batches = 10;
     o.save_every = 0;
     o.seed = 1337;
-    o.act = hpt_gpt2_act_defaults();
-    o.offload = hpt_offload_defaults();
-    o.sched = hpt_schedule_defaults();
-    o.loss_scale = hpt_loss_scale_defaults();
+    o.plan = hpt_plan_default_choices(); /* AdamW fp32, accum 1, no technique, no budget */
     return o;
 }
 
@@ -128,29 +123,6 @@ hpt_status hpt_loss_scale_parse(const char *text, hpt_loss_scale_opts *o) {
                         "from 1 to 2^64", text);
     o->mode = HPT_LOSS_SCALE_STATIC;
     o->init = (float)v;
-    return HPT_OK;
-}
-
-static hpt_status check_loss_scale(const hpt_train_opts *o) {
-    const hpt_loss_scale_opts *l = &o->loss_scale;
-    if (l->mode == HPT_LOSS_SCALE_OFF) {
-        if (o->offload.grad_home == HPT_GH_FP16)
-            return hpt_fail(HPT_ERR_INVALID, "fp16 gradient homes need a loss scale (--loss-scale "
-                            "dynamic or N): fp16 holds neither small gradients nor ones above 65504");
-        return HPT_OK;
-    }
-    if (l->mode != HPT_LOSS_SCALE_STATIC && l->mode != HPT_LOSS_SCALE_DYNAMIC)
-        return hpt_fail(HPT_ERR_INVALID, "unknown loss-scale mode %d", l->mode);
-    if (!pow2_scale(l->init))
-        return hpt_fail(HPT_ERR_INVALID, "loss scale %g: a power of two from 1 to 2^64",
-                        (double)l->init);
-    if (l->window < 1)
-        return hpt_fail(HPT_ERR_INVALID, "loss-scale window %lld must be >= 1", (long long)l->window);
-    if (o->offload.fused)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "loss scaling skips a step whose gradients overflow, "
-                        "which --fused-update has already applied block by block");
-    if (o->sched.kind == HPT_SCHEDULE_HYBRID)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "loss scaling does not run with the hybrid schedule");
     return HPT_OK;
 }
 
@@ -245,12 +217,16 @@ static hpt_status mkdir_p(const char *dir) {
  * live0: device bytes live before setup began. */
 static hpt_status check_budget(hpt_trainer *tr, hpt_gpt2_config *cfg, const char *ckpt,
                                uint64_t live0) {
-    hpt_mem_stats st;
-    hpt_mem_get_stats(tr->mem, &st);
-    if (!st.budget_bytes[HPT_TIER_DEVICE]) return HPT_OK;
+    uint64_t budget = tr->o.plan.budget_bytes[HPT_TIER_DEVICE];
+    if (!budget) { /* a library caller may have set the budget on mem instead of in the plan */
+        hpt_mem_stats st;
+        hpt_mem_get_stats(tr->mem, &st);
+        budget = st.budget_bytes[HPT_TIER_DEVICE];
+    }
+    if (!budget) return HPT_OK;
     if (ckpt) HPT_CHECK(hpt_gpt2_read_config(ckpt, cfg));
     hpt_plan_opts po = hpt_train_plan_opts(&tr->o, cfg);
-    return hpt_plan_check_budget(&po, st.budget_bytes[HPT_TIER_DEVICE], live0);
+    return hpt_plan_check_budget(&po, budget, live0);
 }
 
 hpt_plan_opts hpt_train_plan_opts(const hpt_train_opts *o, const hpt_gpt2_config *cfg) {
@@ -258,17 +234,8 @@ hpt_plan_opts hpt_train_plan_opts(const hpt_train_opts *o, const hpt_gpt2_config
     po.cfg = *cfg;
     po.B = o->B;
     po.T = o->T;
-    po.accum = o->accum;
     po.has_val = o->val != NULL;
-    po.optimizer = o->adamw.optimizer;
-    po.state_bits = o->adamw.state_bits;
-    po.state32_embeddings = o->adamw.state32_embeddings;
-    po.act = o->act;
-    po.offload = o->offload;
-    po.schedule = o->sched.kind;
-    po.predictor = o->sched.predictor;
-    po.checks = o->sched.check_every > 0;
-    po.check_weights = o->sched.check_weights;
+    po.plan = o->plan;
     return po;
 }
 
@@ -411,22 +378,15 @@ static hpt_status setup(hpt_trainer *tr) {
     hpt_mem_get_stats(tr->mem, &st0);
     uint64_t live0 = 0;
     for (int c = 0; c < HPT_CAT_COUNT; c++) live0 += st0.live_bytes[HPT_TIER_DEVICE][c];
-    if (o->accum < 0)
-        return hpt_fail(HPT_ERR_INVALID, "accumulation (%d) must be >= 1", o->accum);
     if (o->B < 1 || o->T < 1 || o->steps < 1)
         return hpt_fail(HPT_ERR_INVALID, "batch (%d), sequence (%d) and steps (%lld) must be >= 1",
                         o->B, o->T, (long long)o->steps);
     if (!o->data) return hpt_fail(HPT_ERR_INVALID, "no training data given");
-    if (o->offload.fused && o->accum > 1)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "--fused-update updates each block as its gradients "
-                        "complete: it cannot accumulate micro-batches (--accum %d)", o->accum);
-    HPT_CHECK(hpt_schedule_check(&o->sched));
-    HPT_CHECK(check_loss_scale(o));
+    /* every rule on how the choices combine (accumulation, fused update, schedule, loss
+     * scaling, offload, activations); the disk directory is the caller's (mem's) */
+    hpt_plan_env env = {.training = 1, .has_val = o->val != NULL, .need_disk_dir = 0};
+    HPT_CHECK(hpt_plan_check(&o->plan, &env));
     tr->ls = o->loss_scale.mode != HPT_LOSS_SCALE_OFF ? o->loss_scale.init : 1.0f;
-    if (o->sched.kind == HPT_SCHEDULE_HYBRID && hpt_offload_active(&o->offload))
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "the hybrid schedule does not run with the offload "
-                        "engine yet (--offload, --fused-update): its predict phase moves the "
-                        "whole flat weights and gradients");
     hpt_rng_seed(&tr->rng, o->seed);
     hpt_state_section sec[HPT_STATE_MAX_SECTIONS];
     int n_sec = 0;
@@ -496,6 +456,7 @@ static hpt_status setup(hpt_trainer *tr) {
         s = hpt_dataloader_open(tr->mem, o->val, o->B, o->T, tr->model->cfg.V, &tr->val);
     if (s == HPT_OK && o->save_dir) s = mkdir_p(o->save_dir);
     if (s == HPT_OK && HYBRID(tr)) {
+        /* the plan check saw the plan's optimizer; a resumed run's is its checkpoint's */
         if (o->sched.predictor == HPT_PREDICTOR_ADAM && !hpt_optim_m(tr->opt))
             s = hpt_fail(HPT_ERR_UNSUPPORTED, "the adam predictor reads AdamW's 32-bit moments: use "
                          "--optimizer adamw --state-bits 32, or --predictor linear");
@@ -519,7 +480,12 @@ hpt_status hpt_trainer_create(hpt_mem *mem, const hpt_train_opts *opts, hpt_trai
     tr->mem = mem;
     tr->be = hpt_backend_cpu();
     hpt_mem_set_context(mem, 0, HPT_PHASE_SETUP, -1);
-    hpt_status s = setup(tr);
+    /* the plan's budgets and disk directory are the run's: set on mem before anything */
+    for (int t = 0; t < HPT_TIER_COUNT; t++)
+        if (opts->plan.budget_bytes[t]) hpt_mem_set_budget(mem, (hpt_tier)t, opts->plan.budget_bytes[t]);
+    hpt_status s = HPT_OK;
+    if (opts->plan.offload_dir) s = hpt_mem_set_disk_dir(mem, opts->plan.offload_dir);
+    if (s == HPT_OK) s = setup(tr);
     if (s != HPT_OK) {
         hpt_trainer_free(tr);
         return s;

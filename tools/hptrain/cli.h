@@ -39,33 +39,18 @@ int cli_getopt(const char *cmd, int argc, char **argv, const struct option *long
 /* Loads the tokenizer at path (NULL: cli_default_tokenizer()); need_encode refuses a decode-only
  * file. Returns 0, or prints the error and returns 1. */
 int cli_load_tokenizer(const char *path, int need_encode, hpt_tokenizer **out);
-/* Option values of the activation technique flags, shared by train and estimate. */
-#define CLI_OPT_ATTENTION 1001
-#define CLI_OPT_RECOMPUTE 1002
-#define CLI_OPT_ACT_OFFLOAD 1401
-#define CLI_OPT_ACT_COMPRESS 1402
-#define CLI_OPT_HEAD_CHUNK 1403
-/* Parses one of those flags into act: 0, or a usage error's exit status (2). */
-int cli_parse_act_flag(const char *cmd, int opt, const char *arg, hpt_gpt2_act_opts *act);
-/* Option values of the offload engine's flags (--offload, --max-active-layers, --prefetch,
- * --fused-update, --weights, --grad-home, --embeddings), shared by train and estimate. */
-#define CLI_OPT_OFFLOAD 1501
-#define CLI_OPT_MAX_ACTIVE 1502
-#define CLI_OPT_PREFETCH 1503
-#define CLI_OPT_FUSED 1504
-#define CLI_OPT_WEIGHTS 1505
-#define CLI_OPT_GRAD_HOME 1506
-#define CLI_OPT_EMBEDDINGS 1507
-/* Parses one of those flags into o: 0, or a usage error's exit status (2). */
-int cli_parse_offload_flag(const char *cmd, int opt, const char *arg, hpt_offload_opts *o);
+/* The plan's flags (every technique choice and the budgets: hpt_plan_set's options, each flag
+ * --NAME the option NAME) all have this value in the long options; cli_optname() names the one
+ * cli_getopt returned. */
+#define CLI_OPT_PLAN 1000
+/* The long name of the option cli_getopt returned last. */
+const char *cli_optname(void);
+/* hpt_plan_set(p, name, arg): 0, or a usage error's exit status (2) naming the flag --name. */
+int cli_plan_flag(const char *cmd, hpt_plan *p, const char *name, const char *arg);
+/* hpt_plan_check(p, env): 0, or a usage error's exit status (2) with the rule's message. */
+int cli_plan_check(const char *cmd, const hpt_plan *p, const hpt_plan_env *env);
 /* Reads a whole file (or stdin for "-") into a malloc'd buffer. */
 int cli_read_file(const char *path, char **data_out, size_t *len_out);
-
-/* Option values of the loss scaler's flags (hpt_loss_scale_opts): train parses them, estimate
- * takes and ignores them (no memory of their own). */
-#define CLI_OPT_LOSS_SCALE 1801
-#define CLI_OPT_LOSS_SCALE_INIT 1802
-#define CLI_OPT_LOSS_SCALE_WINDOW 1803
 
 /* The long options `train` and `estimate` share (estimate takes train's flags); each command
  * appends its own and the terminator. */
@@ -73,27 +58,28 @@ int cli_read_file(const char *path, char **data_out, size_t *len_out);
     {"model", 1, 0, 'm'},       {"data", 1, 0, 'd'},        {"val", 1, 0, 'v'}, \
     {"batch", 1, 0, 'b'},       {"seq", 1, 0, 't'},         {"steps", 1, 0, 'n'}, \
     {"lr", 1, 0, 'l'},          {"min-lr", 1, 0, 'L'},      {"warmup", 1, 0, 'w'}, \
-    {"weight-decay", 1, 0, 'W'}, {"grad-clip", 1, 0, 'g'},  {"eval-every", 1, 0, 'e'}, \
-    {"val-batches", 1, 0, 'E'}, {"save", 1, 0, 's'},        {"save-every", 1, 0, 'S'}, \
-    {"resume", 1, 0, 'r'},      {"log", 1, 0, 'o'},         {"memory", 1, 0, 'M'}, \
-    {"seed", 1, 0, 'x'},        {"threads", 1, 0, 'j'},     {"quiet", 0, 0, 'q'}, \
-    {"stop-at", 1, 0, 'A'},     {"help", 0, 0, 'h'}, \
-    {"attention", 1, 0, CLI_OPT_ATTENTION}, {"recompute", 1, 0, CLI_OPT_RECOMPUTE}, \
-    {"act-offload", 1, 0, CLI_OPT_ACT_OFFLOAD}, {"act-compress", 1, 0, CLI_OPT_ACT_COMPRESS}, \
-    {"head-chunk", 1, 0, CLI_OPT_HEAD_CHUNK}, \
-    {"optimizer", 1, 0, 1101}, {"state-bits", 1, 0, 1102}, {"state-32bit-embeddings", 0, 0, 1103}, \
-    {"accum", 1, 0, 1301}, {"host-memory", 1, 0, 1201}, {"disk-memory", 1, 0, 1202}, \
-    {"offload-dir", 1, 0, 1203}, \
-    {"offload", 1, 0, CLI_OPT_OFFLOAD}, {"max-active-layers", 1, 0, CLI_OPT_MAX_ACTIVE}, \
-    {"prefetch", 1, 0, CLI_OPT_PREFETCH}, {"fused-update", 0, 0, CLI_OPT_FUSED}, \
-    {"weights", 1, 0, CLI_OPT_WEIGHTS}, {"grad-home", 1, 0, CLI_OPT_GRAD_HOME}, \
-    {"embeddings", 1, 0, CLI_OPT_EMBEDDINGS}, \
-    {"loss-scale", 1, 0, CLI_OPT_LOSS_SCALE}, {"loss-scale-init", 1, 0, CLI_OPT_LOSS_SCALE_INIT}, \
-    {"loss-scale-window", 1, 0, CLI_OPT_LOSS_SCALE_WINDOW}, \
-    {"schedule", 1, 0, 1701}, {"warmup-steps", 1, 0, 1702}, {"full-steps", 1, 0, 1703}, \
-    {"max-predict-steps", 1, 0, 1704}, {"confidence", 1, 0, 1705}, \
-    {"correct-steps", 1, 0, 1706}, {"predictor", 1, 0, 1707}, {"check-every", 1, 0, 1708}, \
-    {"band", 1, 0, 1709}, {"rollback-bound", 1, 0, 1710}, {"check-weights", 1, 0, 1711}
+    {"grad-clip", 1, 0, 'g'},   {"eval-every", 1, 0, 'e'},  {"val-batches", 1, 0, 'E'}, \
+    {"save", 1, 0, 's'},        {"save-every", 1, 0, 'S'},  {"resume", 1, 0, 'r'}, \
+    {"log", 1, 0, 'o'},         {"seed", 1, 0, 'x'},        {"threads", 1, 0, 'j'}, \
+    {"quiet", 0, 0, 'q'},       {"stop-at", 1, 0, 'A'},     {"help", 0, 0, 'h'}, \
+    {"attention", 1, 0, CLI_OPT_PLAN}, {"recompute", 1, 0, CLI_OPT_PLAN}, \
+    {"act-offload", 1, 0, CLI_OPT_PLAN}, {"act-compress", 1, 0, CLI_OPT_PLAN}, \
+    {"head-chunk", 1, 0, CLI_OPT_PLAN}, {"optimizer", 1, 0, CLI_OPT_PLAN}, \
+    {"state-bits", 1, 0, CLI_OPT_PLAN}, {"state-32bit-embeddings", 0, 0, CLI_OPT_PLAN}, \
+    {"weight-decay", 1, 0, CLI_OPT_PLAN}, {"offload", 1, 0, CLI_OPT_PLAN}, \
+    {"max-active-layers", 1, 0, CLI_OPT_PLAN}, {"prefetch", 1, 0, CLI_OPT_PLAN}, \
+    {"fused-update", 0, 0, CLI_OPT_PLAN}, {"weights", 1, 0, CLI_OPT_PLAN}, \
+    {"grad-home", 1, 0, CLI_OPT_PLAN}, {"embeddings", 1, 0, CLI_OPT_PLAN}, \
+    {"vocab-chunk", 1, 0, CLI_OPT_PLAN}, {"loss-scale", 1, 0, CLI_OPT_PLAN}, \
+    {"loss-scale-init", 1, 0, CLI_OPT_PLAN}, {"loss-scale-window", 1, 0, CLI_OPT_PLAN}, \
+    {"accum", 1, 0, CLI_OPT_PLAN}, {"schedule", 1, 0, CLI_OPT_PLAN}, \
+    {"warmup-steps", 1, 0, CLI_OPT_PLAN}, {"full-steps", 1, 0, CLI_OPT_PLAN}, \
+    {"max-predict-steps", 1, 0, CLI_OPT_PLAN}, {"confidence", 1, 0, CLI_OPT_PLAN}, \
+    {"correct-steps", 1, 0, CLI_OPT_PLAN}, {"predictor", 1, 0, CLI_OPT_PLAN}, \
+    {"check-every", 1, 0, CLI_OPT_PLAN}, {"check-weights", 1, 0, CLI_OPT_PLAN}, \
+    {"band", 1, 0, CLI_OPT_PLAN}, {"rollback-bound", 1, 0, CLI_OPT_PLAN}, \
+    {"memory", 1, 0, CLI_OPT_PLAN}, {"host-memory", 1, 0, CLI_OPT_PLAN}, \
+    {"disk-memory", 1, 0, CLI_OPT_PLAN}, {"offload-dir", 1, 0, CLI_OPT_PLAN}
 
 /* The offload engine's flags, as `train` and `estimate` describe them. */
 #define CLI_HELP_OFFLOAD \
@@ -111,6 +97,8 @@ int cli_read_file(const char *path, char **data_out, size_t *len_out);
     "                       compute, updated with stochastic rounding or Kahan compensation\n" \
     "                       (uses the engine; bf16-kahan not with params=disk;\n" \
     "                       docs/optimizers.md)\n" \
+    "  --vocab-chunk N      with --embeddings chunked or bf16: rows of wte per chunk (0: 2048;\n" \
+    "                       a multiple of 256 / gcd(C, 256))\n" \
     "  --embeddings E       full (default), chunked or bf16 (needs --fused-update): the tied\n" \
     "                       embedding's head runs over the vocabulary in chunks and wte is\n" \
     "                       updated chunk by chunk after the backward, so its gradient is one\n" \

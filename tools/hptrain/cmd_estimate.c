@@ -28,6 +28,8 @@ static const char k_help[] =
     "  --seq T              tokens per sequence (default 64)\n"
     "  --val GLOB           a validation loader is open (its buffers count)\n"
     "  --memory SIZE        device budget, e.g. 512MB, 4GB, 1.5GiB: says whether the run fits\n"
+    "  --host-memory SIZE   host-tier budget: says whether the host tier's peak fits\n"
+    "  --disk-memory SIZE   disk-tier budget: says whether the disk tier's peak fits\n"
     "  --forward-only       forward passes only (evaluation): no optimizer state\n"
     CLI_HELP_OFFLOAD
     "  --optimizer K        adamw (default), lion, adam-mini or sgd (docs/optimizers.md; Lion\n"
@@ -68,6 +70,11 @@ static int is_file(const char *p) {
     return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* A tier's peak: the full phase's, or the predict phase's when higher (hybrid schedule). */
+static uint64_t tier_peak(const hpt_estimate *e, int t) {
+    return e->peak_bytes[t] > e->predict_peak_bytes[t] ? e->peak_bytes[t] : e->predict_peak_bytes[t];
+}
+
 static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t budget,
                        const hpt_plan_fit *fit) {
     const hpt_gpt2_config *c = &po->cfg;
@@ -76,8 +83,8 @@ static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t 
     printf("\"B\":%d,\"T\":%d,\"training\":%s,\"has_val\":%s,", po->B, po->T,
            po->training ? "true" : "false", po->has_val ? "true" : "false");
     printf("\"optimizer\":\"%s\",\"state_bits\":%d,\"state32_embeddings\":%s,",
-           hpt_optim_name((hpt_optim_kind)po->optimizer), po->state_bits ? po->state_bits : 32,
-           po->state32_embeddings ? "true" : "false");
+           hpt_optim_name((hpt_optim_kind)po->adamw.optimizer), po->adamw.state_bits ? po->adamw.state_bits : 32,
+           po->adamw.state32_embeddings ? "true" : "false");
     printf("\"peak_bytes\":%llu,\"bytes\":{", (unsigned long long)e->peak_bytes[HPT_TIER_DEVICE]);
     for (int t = 0; t < HPT_TIER_COUNT; t++) {
         printf("%s\"%s\":{", t ? "," : "", hpt_tier_name((hpt_tier)t));
@@ -105,10 +112,10 @@ static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t 
            hpt_embeddings_name((hpt_embeddings)of->embeddings));
     printf(",\"activation_bytes\":%llu,\"num_params\":%llu,", (unsigned long long)e->activation_bytes,
            (unsigned long long)e->num_params);
-    if (po->schedule == HPT_SCHEDULE_HYBRID) {
+    if (po->sched.kind == HPT_SCHEDULE_HYBRID) {
         printf("\"schedule\":\"hybrid\",\"predictor\":\"%s\",\"checks\":%s,\"check_weights\":\"%s\","
-               "\"predict_peak_bytes_by_tier\":{", hpt_predictor_name((hpt_predictor_kind)po->predictor),
-               po->checks ? "true" : "false", hpt_weights_name((hpt_weights)po->check_weights));
+               "\"predict_peak_bytes_by_tier\":{", hpt_predictor_name((hpt_predictor_kind)po->sched.predictor),
+               (po->sched.check_every > 0) ? "true" : "false", hpt_weights_name((hpt_weights)po->sched.check_weights));
         for (int t = 0; t < HPT_TIER_COUNT; t++)
             printf("%s\"%s\":%llu", t ? "," : "", hpt_tier_name((hpt_tier)t),
                    (unsigned long long)e->predict_peak_bytes[t]);
@@ -126,6 +133,11 @@ static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t 
     } else {
         printf("\"budget_bytes\":0,\"fits\":true");
     }
+    for (int t = HPT_TIER_HOST; t < HPT_TIER_COUNT; t++)
+        if (po->budget_bytes[t])
+            printf(",\"%s_budget_bytes\":%llu,\"%s_fits\":%s", hpt_tier_name((hpt_tier)t),
+                   (unsigned long long)po->budget_bytes[t], hpt_tier_name((hpt_tier)t),
+                   tier_peak(e, t) <= po->budget_bytes[t] ? "true" : "false");
     printf("}\n");
 }
 
@@ -135,8 +147,8 @@ static void print_text(const char *model, const hpt_plan_opts *po, const hpt_est
     char b[HPT_TIER_COUNT][32], x[32], y[32];
     char how[96];
     snprintf(how, sizeof how, "training (forward, backward, %s with %d-bit state%s)",
-             hpt_optim_name((hpt_optim_kind)po->optimizer), po->state_bits ? po->state_bits : 32,
-             po->state32_embeddings ? ", wte and wpe 32-bit" : "");
+             hpt_optim_name((hpt_optim_kind)po->adamw.optimizer), po->adamw.state_bits ? po->adamw.state_bits : 32,
+             po->adamw.state32_embeddings ? ", wte and wpe 32-bit" : "");
     printf("estimate: %s: GPT-2 L=%d C=%d NH=%d V=%d (Vp %d) maxT=%d; B=%d T=%d; %s%s\n", model,
            c->L, c->C, c->NH, c->V, c->Vp, c->maxT, po->B, po->T,
            po->training ? how : "forward only", po->has_val ? ", with a validation loader" : "");
@@ -149,14 +161,14 @@ static void print_text(const char *model, const hpt_plan_opts *po, const hpt_est
     for (int t = 0; t < HPT_TIER_COUNT; t++) fmt_bytes(b[t], sizeof b[t], e->peak_bytes[t]);
     printf("  %-10s %12s %12s %12s %18llu\n", "peak", b[0], b[1], b[2],
            (unsigned long long)e->peak_bytes[HPT_TIER_DEVICE]);
-    if (po->schedule == HPT_SCHEDULE_HYBRID) {
+    if (po->sched.kind == HPT_SCHEDULE_HYBRID) {
         for (int t = 0; t < HPT_TIER_COUNT; t++) fmt_bytes(b[t], sizeof b[t], e->predict_peak_bytes[t]);
         printf("  %-10s %12s %12s %12s %18llu   (hybrid schedule, %s predictor: no gradients, no\n"
                "  %-10s %12s %12s %12s %18s    B-sized arena; %s; docs/predict.md)\n", "predict",
                b[0], b[1], b[2], (unsigned long long)e->predict_peak_bytes[HPT_TIER_DEVICE],
-               hpt_predictor_name((hpt_predictor_kind)po->predictor), "", "", "", "", "",
-               !po->checks ? "no checks"
-               : po->check_weights == HPT_WEIGHTS_Q8 ? "int8 checks" : "fp32 checks");
+               hpt_predictor_name((hpt_predictor_kind)po->sched.predictor), "", "", "", "", "",
+               !(po->sched.check_every > 0) ? "no checks"
+               : po->sched.check_weights == HPT_WEIGHTS_Q8 ? "int8 checks" : "fp32 checks");
     }
     printf("\n");
     char rb[32];
@@ -208,6 +220,23 @@ static void print_text(const char *model, const hpt_plan_opts *po, const hpt_est
     } else {
         printf("  budget     none given (--memory SIZE checks one)\n");
     }
+    for (int t = HPT_TIER_HOST; t < HPT_TIER_COUNT; t++) { /* --host-memory, --disk-memory */
+        if (!po->budget_bytes[t]) continue;
+        uint64_t peak = tier_peak(e, t);
+        fmt_bytes(x, sizeof x, po->budget_bytes[t]);
+        if (peak <= po->budget_bytes[t]) {
+            fmt_bytes(y, sizeof y, po->budget_bytes[t] - peak);
+            printf("  %-4s budget %s: fits, %s to spare\n", hpt_tier_name((hpt_tier)t), x, y);
+        } else {
+            fmt_bytes(y, sizeof y, peak);
+            printf("  %-4s budget %s: does NOT fit (the %s tier's peak is %s; --%s-memory)\n",
+                   hpt_tier_name((hpt_tier)t), x, hpt_tier_name((hpt_tier)t), y,
+                   hpt_tier_name((hpt_tier)t));
+        }
+    }
+    char pb[2048];
+    if (hpt_plan_print(&po->plan, pb, sizeof pb) == HPT_OK)
+        printf("  plan       %s\n", *pb ? pb : "(defaults)");
     printf("  parameters %.2fM (%llu, wte padding included)\n", (double)e->num_params / 1e6,
            (unsigned long long)e->num_params);
     fmt_flops(x, sizeof x, e->flops_per_token);
@@ -226,7 +255,6 @@ int cmd_estimate(int argc, char **argv) {
         CLI_TRAIN_LONGOPTS, {"json", 0, 0, 'J'}, {"forward-only", 0, 0, 'F'}, {0, 0, 0, 0}};
     const char *model = NULL, *resume = NULL;
     hpt_plan_opts po = hpt_plan_defaults();
-    uint64_t budget = 0;
     int json = 0, opt_rc = 0, c;
     long lv;
     double dv;
@@ -237,37 +265,17 @@ int cmd_estimate(int argc, char **argv) {
         case 'm': model = optarg; break;
         case 'v': po.has_val = 1; break;
         case 'b': r = cli_parse_long("estimate", "--batch", optarg, 1, 1 << 20, &lv); po.B = (int)lv; break;
-        case 1301: r = cli_parse_long("estimate", "--accum", optarg, 1, 1 << 20, &lv); po.accum = (int)lv; break;
         case 't': r = cli_parse_long("estimate", "--seq", optarg, 1, 1 << 20, &lv); po.T = (int)lv; break;
         case 'r': resume = optarg; break;
-        case 'M':
-            if (hpt_parse_size(optarg, &budget) != HPT_OK)
-                return cli_usage_error("estimate", "--memory: %s", hpt_last_error());
-            break;
-        case 1201: case 1202: {
-            /* host and disk budgets: checked for syntax; the table shows those tiers' bytes */
-            uint64_t b;
-            if (hpt_parse_size(optarg, &b) != HPT_OK)
-                return cli_usage_error("estimate", "%s: %s", c == 1201 ? "--host-memory" : "--disk-memory",
-                                       hpt_last_error());
-            break;
-        }
-        case 1203: break;
         case 'J': json = 1; break;
         case 'F': po.training = 0; break;
-        case CLI_OPT_ATTENTION: case CLI_OPT_RECOMPUTE: case CLI_OPT_ACT_OFFLOAD:
-        case CLI_OPT_ACT_COMPRESS: case CLI_OPT_HEAD_CHUNK: r = cli_parse_act_flag("estimate", c, optarg, &po.act); break;
-        case CLI_OPT_OFFLOAD: case CLI_OPT_MAX_ACTIVE: case CLI_OPT_PREFETCH:
-        case CLI_OPT_FUSED:
-        case CLI_OPT_WEIGHTS: case CLI_OPT_EMBEDDINGS:
-        case CLI_OPT_GRAD_HOME: r = cli_parse_offload_flag("estimate", c, optarg, &po.offload); break;
-        case CLI_OPT_LOSS_SCALE: case CLI_OPT_LOSS_SCALE_INIT: case CLI_OPT_LOSS_SCALE_WINDOW: break;
+        /* every technique choice and the budgets: the plan, parsed as train parses it */
+        case CLI_OPT_PLAN: r = cli_plan_flag("estimate", &po.plan, cli_optname(), optarg); break;
         /* accepted for symmetry with train, checked as train checks them, no effect on memory */
         case 'n': r = cli_parse_long("estimate", "--steps", optarg, 1, 1L << 40, &lv); break;
         case 'l': r = cli_parse_float("estimate", "--lr", optarg, 0, 10, &dv); break;
         case 'L': r = cli_parse_float("estimate", "--min-lr", optarg, 0, 10, &dv); break;
         case 'w': r = cli_parse_long("estimate", "--warmup", optarg, 0, 1L << 40, &lv); break;
-        case 'W': r = cli_parse_float("estimate", "--weight-decay", optarg, 0, 10, &dv); break;
         case 'g': r = cli_parse_float("estimate", "--grad-clip", optarg, 0, 1e9, &dv); break;
         case 'e': r = cli_parse_long("estimate", "--eval-every", optarg, 0, 1L << 40, &lv); break;
         case 'E': r = cli_parse_long("estimate", "--val-batches", optarg, 1, 1 << 20, &lv); break;
@@ -275,52 +283,17 @@ int cmd_estimate(int argc, char **argv) {
         case 'x': r = cli_parse_long("estimate", "--seed", optarg, 0, 0x7fffffffffffffffL, &lv); break;
         case 'j': r = cli_parse_long("estimate", "--threads", optarg, 1, 1024, &lv); break;
         case 'A': r = cli_parse_long("estimate", "--stop-at", optarg, 1, 1L << 40, &lv); break;
-        case 1702: case 1703: case 1704: case 1706:
-            r = cli_parse_long("estimate", "a schedule length", optarg, 0, 1L << 40, &lv);
-            break;
-        case 1705: r = cli_parse_float("estimate", "--confidence", optarg, 0, 1, &dv); break;
-        case 1709: case 1710: r = cli_parse_float("estimate", "--band", optarg, 1e-6, 1e6, &dv); break;
-        case 1701:
-            if (!strcmp(optarg, "full")) po.schedule = HPT_SCHEDULE_FULL;
-            else if (!strcmp(optarg, "hybrid")) po.schedule = HPT_SCHEDULE_HYBRID;
-            else return cli_usage_error("estimate", "--schedule: full or hybrid (got '%s')", optarg);
-            break;
-        case 1707: {
-            hpt_predictor_kind pk;
-            if (hpt_predictor_parse(optarg, &pk) != HPT_OK)
-                return cli_usage_error("estimate", "--predictor: %s", hpt_last_error());
-            po.predictor = (int)pk;
-            break;
-        }
-        case 1708: r = cli_parse_long("estimate", "--check-every", optarg, 0, 1L << 40, &lv); po.checks = lv > 0; break;
-        case 1711: {
-            hpt_weights w;
-            if (hpt_weights_parse(optarg, &w) != HPT_OK)
-                return cli_usage_error("estimate", "--check-weights: %s", hpt_last_error());
-            po.check_weights = (int)w;
-            break;
-        }
-        case 1101: {
-            hpt_optim_kind k;
-            if (hpt_optim_parse(optarg, &k) != HPT_OK)
-                return cli_usage_error("estimate", "--optimizer: %s", hpt_last_error());
-            po.optimizer = (int)k;
-            break;
-        }
-        case 1102:
-            if (strcmp(optarg, "32") && strcmp(optarg, "8"))
-                return cli_usage_error("estimate", "--state-bits: 32 or 8 (got '%s')", optarg);
-            po.state_bits = atoi(optarg);
-            break;
-        case 1103: po.state32_embeddings = 1; break;
         case 'd': case 's': case 'o': case 'q': break;
         }
         if (r) return r;
     }
     if (optind < argc) return cli_usage_error("estimate", "unexpected argument '%s'", argv[optind]);
     if (!model && !resume) return cli_usage_error("estimate", "--model (or --resume) is required");
-    if (po.state32_embeddings && po.state_bits != 8)
-        return cli_usage_error("estimate", "--state-32bit-embeddings needs --state-bits 8");
+    /* validation data and the disk directory are the run's business, not the estimate's */
+    hpt_plan_env env = {.training = po.training, .has_val = -1, .need_disk_dir = 0};
+    int rc0 = cli_plan_check("estimate", &po.plan, &env);
+    if (rc0) return rc0;
+    uint64_t budget = po.budget_bytes[HPT_TIER_DEVICE];
 
     char path[4096];
     const char *ckpt = NULL;

@@ -120,8 +120,8 @@ static void technique_what_ifs(const hpt_plan_opts *po, double est_now) {
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         hpt_plan_opts q = *po;
         switch (i) {
-        case 0: q.state_bits = 8; q.state32_embeddings = 1; break;
-        case 1: q.state_bits = 8; break;
+        case 0: q.adamw.state_bits = 8; q.adamw.state32_embeddings = 1; break;
+        case 1: q.adamw.state_bits = 8; break;
         case 2: q.act.recompute = HPT_RECOMPUTE_SELECTIVE; break;
         case 3: q.act.recompute = HPT_RECOMPUTE_FULL; q.act.every = 1; break;
         case 4: q.act.head_chunk = 128; break;

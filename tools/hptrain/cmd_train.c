@@ -183,14 +183,8 @@ int cmd_train(int argc, char **argv) {
     static const struct option longopts[] = {
         CLI_TRAIN_LONGOPTS, {"trace", 1, 0, 'P'}, {0, 0, 0, 0}};
     hpt_train_opts o = hpt_train_defaults();
-    uint64_t host_budget = 0, disk_budget = 0;
-    const char *offload_dir = NULL;
     const char *log_path = NULL, *trace_path = NULL;
-    uint64_t budget = 0;
-    int quiet = 0, min_lr_set = 0, wd_set = 0, state_bits = 32, emb32 = 0;
-    int offload_set = 0, ls_set = 0;
-    float ls_init = 0.0f;
-    hpt_optim_kind kind = HPT_OPTIM_ADAMW;
+    int quiet = 0, min_lr_set = 0;
     long threads = 0, stop_at = 0;
     int opt_rc = 0;
     int c;
@@ -204,13 +198,11 @@ int cmd_train(int argc, char **argv) {
         case 'd': o.data = optarg; break;
         case 'v': o.val = optarg; break;
         case 'b': r = cli_parse_long("train", "--batch", optarg, 1, 1 << 20, &lv); o.B = (int)lv; break;
-        case 1301: r = cli_parse_long("train", "--accum", optarg, 1, 1 << 20, &lv); o.accum = (int)lv; break;
         case 't': r = cli_parse_long("train", "--seq", optarg, 1, 1 << 20, &lv); o.T = (int)lv; break;
         case 'n': r = cli_parse_long("train", "--steps", optarg, 1, 1L << 40, &lv); o.steps = lv; break;
         case 'l': r = cli_parse_float("train", "--lr", optarg, 0, 10, &dv); o.lr = (float)dv; break;
         case 'L': r = cli_parse_float("train", "--min-lr", optarg, 0, 10, &dv); o.min_lr = (float)dv; min_lr_set = 1; break;
         case 'w': r = cli_parse_long("train", "--warmup", optarg, 0, 1L << 40, &lv); o.warmup = lv; break;
-        case 'W': r = cli_parse_float("train", "--weight-decay", optarg, 0, 10, &dv); o.adamw.weight_decay = (float)dv; wd_set = 1; break;
         case 'g': r = cli_parse_float("train", "--grad-clip", optarg, 0, 1e9, &dv); o.grad_clip = (float)dv; break;
         case 'e': r = cli_parse_long("train", "--eval-every", optarg, 0, 1L << 40, &lv); o.eval_every = lv; break;
         case 'E': r = cli_parse_long("train", "--val-batches", optarg, 1, 1 << 20, &lv); o.val_batches = (int)lv; break;
@@ -219,78 +211,11 @@ int cmd_train(int argc, char **argv) {
         case 'r': o.resume = optarg; break;
         case 'o': log_path = optarg; break;
         case 'P': trace_path = optarg; break;
-        case 'M':
-            if (hpt_parse_size(optarg, &budget) != HPT_OK)
-                return cli_usage_error("train", "--memory: %s", hpt_last_error());
-            break;
-        case 1201:
-            if (hpt_parse_size(optarg, &host_budget) != HPT_OK)
-                return cli_usage_error("train", "--host-memory: %s", hpt_last_error());
-            break;
-        case 1202:
-            if (hpt_parse_size(optarg, &disk_budget) != HPT_OK)
-                return cli_usage_error("train", "--disk-memory: %s", hpt_last_error());
-            break;
-        case 1203: offload_dir = optarg; break;
         case 'x': r = cli_parse_long("train", "--seed", optarg, 0, 0x7fffffffffffffffL, &lv); o.seed = (uint64_t)lv; break;
         case 'j': r = cli_parse_long("train", "--threads", optarg, 1, 1024, &threads); break;
         case 'q': quiet = 1; break;
-        case CLI_OPT_ATTENTION: case CLI_OPT_RECOMPUTE: case CLI_OPT_ACT_OFFLOAD:
-        case CLI_OPT_ACT_COMPRESS: case CLI_OPT_HEAD_CHUNK: r = cli_parse_act_flag("train", c, optarg, &o.act); break;
-        case CLI_OPT_OFFLOAD: case CLI_OPT_MAX_ACTIVE: case CLI_OPT_PREFETCH:
-        case CLI_OPT_FUSED:
-        case CLI_OPT_WEIGHTS: case CLI_OPT_EMBEDDINGS:
-        case CLI_OPT_GRAD_HOME: r = cli_parse_offload_flag("train", c, optarg, &o.offload);
-            offload_set |= c == CLI_OPT_OFFLOAD;
-            break;
-        case CLI_OPT_LOSS_SCALE:
-            if (hpt_loss_scale_parse(optarg, &o.loss_scale) != HPT_OK)
-                return cli_usage_error("train", "--loss-scale: %s", hpt_last_error());
-            ls_set = 1;
-            break;
-        case CLI_OPT_LOSS_SCALE_INIT:
-            r = cli_parse_float("train", "--loss-scale-init", optarg, 1, 1.8446744073709552e19, &dv);
-            ls_init = (float)dv;
-            break;
-        case CLI_OPT_LOSS_SCALE_WINDOW: r = cli_parse_long("train", "--loss-scale-window", optarg, 1, 1L << 40, &lv); o.loss_scale.window = lv; break;
+        case CLI_OPT_PLAN: r = cli_plan_flag("train", &o.plan, cli_optname(), optarg); break;
         case 'A': r = cli_parse_long("train", "--stop-at", optarg, 1, 1L << 40, &stop_at); break;
-        case 1101:
-            if (hpt_optim_parse(optarg, &kind) != HPT_OK)
-                return cli_usage_error("train", "--optimizer: %s", hpt_last_error());
-            break;
-        case 1102:
-            if (strcmp(optarg, "32") && strcmp(optarg, "8"))
-                return cli_usage_error("train", "--state-bits: 32 or 8 (got '%s')", optarg);
-            state_bits = atoi(optarg);
-            break;
-        case 1103: emb32 = 1; break;
-        case 1701:
-            if (!strcmp(optarg, "full")) o.sched.kind = HPT_SCHEDULE_FULL;
-            else if (!strcmp(optarg, "hybrid")) o.sched.kind = HPT_SCHEDULE_HYBRID;
-            else return cli_usage_error("train", "--schedule: full or hybrid (got '%s')", optarg);
-            break;
-        case 1702: r = cli_parse_long("train", "--warmup-steps", optarg, 0, 1L << 40, &lv); o.sched.warmup_steps = lv; break;
-        case 1703: r = cli_parse_long("train", "--full-steps", optarg, 1, 1L << 40, &lv); o.sched.full_steps = lv; break;
-        case 1704: r = cli_parse_long("train", "--max-predict-steps", optarg, 1, 1L << 40, &lv); o.sched.max_predict_steps = lv; break;
-        case 1705: r = cli_parse_float("train", "--confidence", optarg, 0, 1, &dv); o.sched.confidence = (float)dv; break;
-        case 1706: r = cli_parse_long("train", "--correct-steps", optarg, 1, 1L << 40, &lv); o.sched.correct_steps = lv; break;
-        case 1707: {
-            hpt_predictor_kind pk;
-            if (hpt_predictor_parse(optarg, &pk) != HPT_OK)
-                return cli_usage_error("train", "--predictor: %s", hpt_last_error());
-            o.sched.predictor = (int)pk;
-            break;
-        }
-        case 1708: r = cli_parse_long("train", "--check-every", optarg, 0, 1L << 40, &lv); o.sched.check_every = lv; break;
-        case 1709: r = cli_parse_float("train", "--band", optarg, 1e-6, 1e6, &dv); o.sched.band = (float)dv; break;
-        case 1710: r = cli_parse_float("train", "--rollback-bound", optarg, 1e-6, 1e6, &dv); o.sched.rollback = (float)dv; break;
-        case 1711: {
-            hpt_weights w;
-            if (hpt_weights_parse(optarg, &w) != HPT_OK)
-                return cli_usage_error("train", "--check-weights: %s", hpt_last_error());
-            o.sched.check_weights = (int)w;
-            break;
-        }
         }
         if (r) return r;
     }
@@ -298,43 +223,14 @@ int cmd_train(int argc, char **argv) {
     if (!o.data) return cli_usage_error("train", "--data is required");
     if (!o.model && !o.resume) return cli_usage_error("train", "--model (or --resume) is required");
     if (!min_lr_set) o.min_lr = o.lr / 10.0f;
-    if (o.offload.grad_home != HPT_GH_FP32 && !offload_set)
-        return cli_usage_error("train", "--grad-home %s needs --offload (the offload engine keeps "
-                               "the blocks' gradient homes)",
-                               hpt_grad_home_name((hpt_grad_home)o.offload.grad_home));
-    if (o.offload.grad_home == HPT_GH_FP16 && !ls_set) o.loss_scale.mode = HPT_LOSS_SCALE_DYNAMIC;
-    if (ls_init > 0.0f) {
-        if (o.loss_scale.mode != HPT_LOSS_SCALE_DYNAMIC)
-            return cli_usage_error("train", "--loss-scale-init is for --loss-scale dynamic (a fixed "
-                                   "scale is --loss-scale N)");
-        o.loss_scale.init = ls_init;
-    }
-    if (emb32 && state_bits != 8)
-        return cli_usage_error("train", "--state-32bit-embeddings needs --state-bits 8");
-    { /* the optimizer's own defaults (betas, SGD's weight decay), then the flags */
-        float wd = o.adamw.weight_decay;
-        o.adamw = hpt_optim_defaults(kind);
-        if (wd_set) o.adamw.weight_decay = wd;
-        o.adamw.state_bits = state_bits;
-        o.adamw.state32_embeddings = emb32;
-    }
     if (threads) hpt_set_threads((int)threads);
 
-    if (o.act.offload == HPT_OFFLOAD_DISK && !offload_dir)
-        return cli_usage_error("train", "--act-offload disk needs --offload-dir DIR");
-    if ((o.offload.params == HPT_TIER_DISK || o.offload.grads == HPT_TIER_DISK ||
-         o.offload.optim == HPT_TIER_DISK) && !offload_dir)
-        return cli_usage_error("train", "--offload to disk needs --offload-dir DIR");
+    hpt_plan_env env = {.training = 1, .has_val = o.val != NULL, .need_disk_dir = 1};
+    int rc0 = cli_plan_check("train", &o.plan, &env);
+    if (rc0) return rc0;
     hpt_mem *mem;
     hpt_status s = hpt_mem_create(&mem);
     if (s != HPT_OK) return cli_lib_error(s, "starting");
-    if (budget) hpt_mem_set_budget(mem, HPT_TIER_DEVICE, budget);
-    if (host_budget) hpt_mem_set_budget(mem, HPT_TIER_HOST, host_budget);
-    if (disk_budget) hpt_mem_set_budget(mem, HPT_TIER_DISK, disk_budget);
-    if (offload_dir && (s = hpt_mem_set_disk_dir(mem, offload_dir)) != HPT_OK) {
-        hpt_mem_destroy(mem);
-        return cli_lib_error(s, "--offload-dir");
-    }
     if (trace_path) hpt_mem_record(mem, 1);
     hpt_trace_meta tmeta = hpt_trace_meta_defaults();
     tmeta.B = o.B;
@@ -399,6 +295,11 @@ int cmd_train(int argc, char **argv) {
                 !o.sched.check_every ? ""
                 : o.sched.check_weights == HPT_WEIGHTS_Q8 ? " on int8 weights" : " on fp32 weights",
                 (double)o.sched.band, (double)o.sched.rollback);
+    {
+        char pb[2048];
+        if (hpt_plan_print(&o.plan, pb, sizeof pb) == HPT_OK)
+            fprintf(stderr, "hptrain: plan: %s\n", *pb ? pb : "(defaults)");
+    }
     if (hpt_trainer_start_step(tr))
         fprintf(stderr, "hptrain: resuming at step %lld of %lld\n",
                 (long long)hpt_trainer_start_step(tr), (long long)o.steps);

@@ -60,10 +60,16 @@ int cli_parse_float(const char *cmd, const char *flag, const char *s, double min
     return 0;
 }
 
+static const char *g_optname; /* the long name of the option cli_getopt returned last */
+
+const char *cli_optname(void) { return g_optname ? g_optname : ""; }
+
 int cli_getopt(const char *cmd, int argc, char **argv, const struct option *longopts,
                const char *help, int *rc) {
     opterr = 0;
-    int c = getopt_long(argc, argv, ":", longopts, NULL);
+    int li = -1;
+    int c = getopt_long(argc, argv, ":", longopts, &li);
+    g_optname = li >= 0 ? longopts[li].name : NULL;
     if (c == 'h') {
         fputs(help, stdout);
         *rc = 0;
@@ -97,64 +103,16 @@ int cli_load_tokenizer(const char *path, int need_encode, hpt_tokenizer **out) {
     return 0;
 }
 
-int cli_parse_act_flag(const char *cmd, int opt, const char *arg, hpt_gpt2_act_opts *act) {
-    hpt_status s;
-    const char *flag;
-    switch (opt) {
-    case CLI_OPT_ATTENTION: s = hpt_attention_parse(arg, act); flag = "--attention"; break;
-    case CLI_OPT_RECOMPUTE: s = hpt_recompute_parse(arg, act); flag = "--recompute"; break;
-    case CLI_OPT_ACT_OFFLOAD: s = hpt_act_offload_parse(arg, act); flag = "--act-offload"; break;
-    case CLI_OPT_HEAD_CHUNK: {
-        long v = 0;
-        int r = cli_parse_long(cmd, "--head-chunk", arg, 0, 1 << 30, &v);
-        if (r == 0) act->head_chunk = (int)v;
-        return r;
-    }
-    default: s = hpt_act_compress_parse(arg, act); flag = "--act-compress"; break;
-    }
-    return s == HPT_OK ? 0 : cli_usage_error(cmd, "%s: %s", flag, hpt_last_error());
+int cli_plan_flag(const char *cmd, hpt_plan *p, const char *name, const char *arg) {
+    /* the library's message starts with the option's name: the flag is --name */
+    if (hpt_plan_set(p, name, arg) != HPT_OK) return cli_usage_error(cmd, "--%s", hpt_last_error());
+    return 0;
 }
 
-int cli_parse_offload_flag(const char *cmd, int opt, const char *arg, hpt_offload_opts *o) {
-    long v = 0;
-    int r = 0;
-    switch (opt) {
-    case CLI_OPT_OFFLOAD:
-        if (hpt_offload_parse(arg, o) != HPT_OK)
-            return cli_usage_error(cmd, "--offload: %s", hpt_last_error());
-        break;
-    case CLI_OPT_MAX_ACTIVE:
-        r = cli_parse_long(cmd, "--max-active-layers", arg, 1, 1 << 20, &v);
-        if (r == 0) o->max_active = (int)v;
-        break;
-    case CLI_OPT_PREFETCH:
-        r = cli_parse_long(cmd, "--prefetch", arg, 0, 1 << 20, &v);
-        if (r == 0) o->prefetch = (int)v;
-        break;
-    case CLI_OPT_WEIGHTS: {
-        hpt_block_weights w;
-        if (hpt_block_weights_parse(arg, &w) != HPT_OK)
-            return cli_usage_error(cmd, "--weights: %s", hpt_last_error());
-        o->weights = (int)w;
-        break;
-    }
-    case CLI_OPT_GRAD_HOME: {
-        hpt_grad_home g;
-        if (hpt_grad_home_parse(arg, &g) != HPT_OK)
-            return cli_usage_error(cmd, "--grad-home: %s", hpt_last_error());
-        o->grad_home = (int)g;
-        break;
-    }
-    case CLI_OPT_EMBEDDINGS: {
-        hpt_embeddings e;
-        if (hpt_embeddings_parse(arg, &e) != HPT_OK)
-            return cli_usage_error(cmd, "--embeddings: %s", hpt_last_error());
-        o->embeddings = (int)e;
-        break;
-    }
-    default: o->fused = 1; break;
-    }
-    return r;
+int cli_plan_check(const char *cmd, const hpt_plan *p, const hpt_plan_env *env) {
+    /* the rules' messages name the options as flags already */
+    if (hpt_plan_check(p, env) != HPT_OK) return cli_usage_error(cmd, "%s", hpt_last_error());
+    return 0;
 }
 
 static int is_dir_with_bpe(const char *dir) {

@@ -1,0 +1,516 @@
+/* plan_opts.c: the plan (hptrain.h's hpt_plan): every technique choice of a run and its budgets,
+ * parsed by name, checked, printed.
+ *
+ * One parser (hpt_plan_set) serves `hptrain train` and `hptrain estimate`: each takes the option's
+ * name (the flag without its dashes) and its text. One check (hpt_plan_check) holds every rule on
+ * how the choices combine, gathered from where they grew: the command line, the trainer's setup,
+ * the offload engine (hpt_offload_check, eng_check_optim), the model's activation options
+ * (check_act_opts) and the estimator; those places keep their own checks until they delegate
+ * here, so the messages are the same words. One printer (hpt_plan_print) writes the flags that
+ * reproduce a plan.
+ *
+ * Invariants: hpt_plan_set changes only what its option names (plus the choices whose default
+ * follows it: --optimizer resets the optimizer's settings to its kind's, keeping the state width
+ * and a given weight decay; --grad-home sets the loss scale's mode unless --loss-scale was given)
+ * and records the option in p->given; for every plan p whose choices the options can express,
+ * setting each option hpt_plan_print writes, from hpt_plan_default_choices, gives p back. */
+#include "core/core.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The options, in the order hpt_plan_option_name lists them and p->given's bits. */
+enum {
+    O_ATTENTION, O_RECOMPUTE, O_ACT_OFFLOAD, O_ACT_COMPRESS, O_HEAD_CHUNK,
+    O_OPTIMIZER, O_STATE_BITS, O_STATE32_EMB, O_WEIGHT_DECAY,
+    O_OFFLOAD, O_MAX_ACTIVE, O_PREFETCH, O_FUSED, O_WEIGHTS, O_GRAD_HOME, O_EMBEDDINGS,
+    O_VOCAB_CHUNK,
+    O_LOSS_SCALE, O_LOSS_SCALE_INIT, O_LOSS_SCALE_WINDOW,
+    O_ACCUM,
+    O_SCHEDULE, O_WARMUP_STEPS, O_FULL_STEPS, O_MAX_PREDICT, O_CONFIDENCE, O_CORRECT_STEPS,
+    O_PREDICTOR, O_CHECK_EVERY, O_CHECK_WEIGHTS, O_BAND, O_ROLLBACK,
+    O_MEMORY, O_HOST_MEMORY, O_DISK_MEMORY, O_OFFLOAD_DIR,
+    O_COUNT
+};
+
+static const struct {
+    const char *name;
+    int takes_value;
+} k_opts[O_COUNT] = {
+    {"attention", 1}, {"recompute", 1}, {"act-offload", 1}, {"act-compress", 1},
+    {"head-chunk", 1}, {"optimizer", 1}, {"state-bits", 1}, {"state-32bit-embeddings", 0},
+    {"weight-decay", 1}, {"offload", 1}, {"max-active-layers", 1}, {"prefetch", 1},
+    {"fused-update", 0}, {"weights", 1}, {"grad-home", 1}, {"embeddings", 1},
+    {"vocab-chunk", 1}, {"loss-scale", 1}, {"loss-scale-init", 1}, {"loss-scale-window", 1},
+    {"accum", 1}, {"schedule", 1}, {"warmup-steps", 1}, {"full-steps", 1},
+    {"max-predict-steps", 1}, {"confidence", 1}, {"correct-steps", 1}, {"predictor", 1},
+    {"check-every", 1}, {"check-weights", 1}, {"band", 1}, {"rollback-bound", 1},
+    {"memory", 1}, {"host-memory", 1}, {"disk-memory", 1}, {"offload-dir", 1},
+};
+
+#define GIVEN(p, i) (((p)->given >> (i)) & 1u)
+
+hpt_plan hpt_plan_default_choices(void) {
+    hpt_plan p;
+    memset(&p, 0, sizeof p);
+    p.act = hpt_gpt2_act_defaults();
+    p.adamw = hpt_adamw_defaults();
+    p.offload = hpt_offload_defaults();
+    p.loss_scale = hpt_loss_scale_defaults();
+    p.sched = hpt_schedule_defaults();
+    p.accum = 1;
+    return p;
+}
+
+const char *hpt_plan_option_name(int i, int *takes_value) {
+    if (i < 0 || i >= O_COUNT) return NULL;
+    if (takes_value) *takes_value = k_opts[i].takes_value;
+    return k_opts[i].name;
+}
+
+/* ---- parsing ----------------------------------------------------------------------------- */
+
+/* The integer in [min, max] that text spells in full; the message names the option. */
+static hpt_status parse_long(int opt, const char *text, long min, long max, long *out) {
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (!*text || *end || errno || v < min || v > max)
+        return hpt_fail(HPT_ERR_INVALID, "%s expects an integer in [%ld, %ld], got '%s'",
+                        k_opts[opt].name, min, max, text);
+    *out = v;
+    return HPT_OK;
+}
+
+static hpt_status parse_float(int opt, const char *text, double min, double max, float *out) {
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (!*text || *end || errno || !isfinite(v) || v < min || v > max)
+        return hpt_fail(HPT_ERR_INVALID, "%s expects a number in [%g, %g], got '%s'",
+                        k_opts[opt].name, min, max, text);
+    *out = (float)v;
+    return HPT_OK;
+}
+
+/* parse_long into an int or int64_t field. */
+static hpt_status set_int(int opt, const char *text, long min, long max, int *dst) {
+    long v = 0;
+    HPT_CHECK(parse_long(opt, text, min, max, &v));
+    *dst = (int)v;
+    return HPT_OK;
+}
+
+static hpt_status set_i64(int opt, const char *text, long min, long max, int64_t *dst) {
+    long v = 0;
+    HPT_CHECK(parse_long(opt, text, min, max, &v));
+    *dst = v;
+    return HPT_OK;
+}
+
+/* A parse helper's failure, its message prefixed by the option's name. */
+static hpt_status named(int opt, hpt_status s) {
+    if (s == HPT_OK) return s;
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", hpt_last_error());
+    return hpt_fail(s, "%s: %s", k_opts[opt].name, msg);
+}
+
+static hpt_status set_option(hpt_plan *p, int opt, const char *v) {
+    switch (opt) {
+    case O_ATTENTION: return named(opt, hpt_attention_parse(v, &p->act));
+    case O_RECOMPUTE: return named(opt, hpt_recompute_parse(v, &p->act));
+    case O_ACT_OFFLOAD: return named(opt, hpt_act_offload_parse(v, &p->act));
+    case O_ACT_COMPRESS: return named(opt, hpt_act_compress_parse(v, &p->act));
+    case O_HEAD_CHUNK: return set_int(opt, v, 0, 1L << 30, &p->act.head_chunk);
+    case O_OPTIMIZER: { /* the kind's own settings (betas, SGD's weight decay), then the flags' */
+        hpt_optim_kind k;
+        HPT_CHECK(named(opt, hpt_optim_parse(v, &k)));
+        hpt_adamw_opts was = p->adamw;
+        p->adamw = hpt_optim_defaults(k);
+        p->adamw.state_bits = was.state_bits;
+        p->adamw.state32_embeddings = was.state32_embeddings;
+        if (GIVEN(p, O_WEIGHT_DECAY)) p->adamw.weight_decay = was.weight_decay;
+        return HPT_OK;
+    }
+    case O_STATE_BITS:
+        if (strcmp(v, "32") && strcmp(v, "8"))
+            return hpt_fail(HPT_ERR_INVALID, "state-bits: 32 or 8 (got '%s')", v);
+        p->adamw.state_bits = atoi(v);
+        return HPT_OK;
+    case O_STATE32_EMB: p->adamw.state32_embeddings = 1; return HPT_OK;
+    case O_WEIGHT_DECAY: return parse_float(opt, v, 0, 10, &p->adamw.weight_decay);
+    case O_OFFLOAD: return named(opt, hpt_offload_parse(v, &p->offload));
+    case O_MAX_ACTIVE: return set_int(opt, v, 1, 1 << 20, &p->offload.max_active);
+    case O_PREFETCH: return set_int(opt, v, 0, 1 << 20, &p->offload.prefetch);
+    case O_FUSED: p->offload.fused = 1; return HPT_OK;
+    case O_WEIGHTS: {
+        hpt_block_weights w;
+        HPT_CHECK(named(opt, hpt_block_weights_parse(v, &w)));
+        p->offload.weights = (int)w;
+        return HPT_OK;
+    }
+    case O_GRAD_HOME: { /* fp16 homes turn on dynamic loss scaling unless a scale was given */
+        hpt_grad_home g;
+        HPT_CHECK(named(opt, hpt_grad_home_parse(v, &g)));
+        p->offload.grad_home = (int)g;
+        if (!GIVEN(p, O_LOSS_SCALE))
+            p->loss_scale.mode = g == HPT_GH_FP16 ? HPT_LOSS_SCALE_DYNAMIC : HPT_LOSS_SCALE_OFF;
+        return HPT_OK;
+    }
+    case O_EMBEDDINGS: {
+        hpt_embeddings e;
+        HPT_CHECK(named(opt, hpt_embeddings_parse(v, &e)));
+        p->offload.embeddings = (int)e;
+        return HPT_OK;
+    }
+    case O_VOCAB_CHUNK: return set_int(opt, v, 0, 1L << 30, &p->offload.vocab_chunk);
+    case O_LOSS_SCALE: return named(opt, hpt_loss_scale_parse(v, &p->loss_scale));
+    case O_LOSS_SCALE_INIT:
+        return parse_float(opt, v, 1, 1.8446744073709552e19, &p->loss_scale.init);
+    case O_LOSS_SCALE_WINDOW: return set_i64(opt, v, 1, 1L << 40, &p->loss_scale.window);
+    case O_ACCUM: return set_int(opt, v, 1, 1 << 20, &p->accum);
+    case O_SCHEDULE:
+        if (!strcmp(v, "full")) p->sched.kind = HPT_SCHEDULE_FULL;
+        else if (!strcmp(v, "hybrid")) p->sched.kind = HPT_SCHEDULE_HYBRID;
+        else return hpt_fail(HPT_ERR_INVALID, "schedule: full or hybrid (got '%s')", v);
+        return HPT_OK;
+    case O_WARMUP_STEPS: return set_i64(opt, v, 0, 1L << 40, &p->sched.warmup_steps);
+    case O_FULL_STEPS: return set_i64(opt, v, 1, 1L << 40, &p->sched.full_steps);
+    case O_MAX_PREDICT: return set_i64(opt, v, 1, 1L << 40, &p->sched.max_predict_steps);
+    case O_CONFIDENCE: return parse_float(opt, v, 0, 1, &p->sched.confidence);
+    case O_CORRECT_STEPS: return set_i64(opt, v, 1, 1L << 40, &p->sched.correct_steps);
+    case O_PREDICTOR: {
+        hpt_predictor_kind k;
+        HPT_CHECK(named(opt, hpt_predictor_parse(v, &k)));
+        p->sched.predictor = (int)k;
+        return HPT_OK;
+    }
+    case O_CHECK_EVERY: return set_i64(opt, v, 0, 1L << 40, &p->sched.check_every);
+    case O_CHECK_WEIGHTS: {
+        hpt_weights w;
+        HPT_CHECK(named(opt, hpt_weights_parse(v, &w)));
+        p->sched.check_weights = (int)w;
+        return HPT_OK;
+    }
+    case O_BAND: return parse_float(opt, v, 1e-6, 1e6, &p->sched.band);
+    case O_ROLLBACK: return parse_float(opt, v, 1e-6, 1e6, &p->sched.rollback);
+    case O_MEMORY: return named(opt, hpt_parse_size(v, &p->budget_bytes[HPT_TIER_DEVICE]));
+    case O_HOST_MEMORY: return named(opt, hpt_parse_size(v, &p->budget_bytes[HPT_TIER_HOST]));
+    case O_DISK_MEMORY: return named(opt, hpt_parse_size(v, &p->budget_bytes[HPT_TIER_DISK]));
+    case O_OFFLOAD_DIR: p->offload_dir = v; return HPT_OK;
+    }
+    return hpt_fail(HPT_ERR_INVALID, "unknown option %d", opt);
+}
+
+hpt_status hpt_plan_set(hpt_plan *p, const char *option, const char *value) {
+    int opt = 0;
+    while (opt < O_COUNT && strcmp(k_opts[opt].name, option ? option : "")) opt++;
+    if (opt == O_COUNT)
+        return hpt_fail(HPT_ERR_INVALID, "%s: not an option of the plan", option ? option : "");
+    if (k_opts[opt].takes_value && !value)
+        return hpt_fail(HPT_ERR_INVALID, "%s needs a value", option);
+    if (!k_opts[opt].takes_value && value)
+        return hpt_fail(HPT_ERR_INVALID, "%s takes no value (got '%s')", option, value);
+    hpt_plan q = *p; /* a failed option leaves the plan as it was */
+    HPT_CHECK(set_option(&q, opt, value));
+    q.given |= 1ull << opt;
+    *p = q;
+    return HPT_OK;
+}
+
+/* ---- the check ---------------------------------------------------------------------------- */
+
+/* A loss scale S is a power of two from 1 to 2^64 (trainer.c's pow2_scale). */
+static int pow2_scale(float x) {
+    int e;
+    return x >= 1.0f && x <= 18446744073709551616.0f && frexpf(x, &e) == 0.5f;
+}
+
+static int any_home_on(const hpt_offload_opts *o, hpt_tier t) {
+    return o->params == t || o->grads == t || o->optim == t;
+}
+
+/* What the activation arena keeps (from gpt2.c's check_act_opts). */
+static hpt_status check_act(const hpt_gpt2_act_opts *o) {
+    if (o->head_chunk < 0)
+        return hpt_fail(HPT_ERR_INVALID, "head chunk %d must be >= 0 (0: all logits)", o->head_chunk);
+    if (o->attention != HPT_ATTN_FLASH && o->attention != HPT_ATTN_PLAIN)
+        return hpt_fail(HPT_ERR_INVALID, "unknown attention kind %d", (int)o->attention);
+    if ((unsigned)o->recompute > HPT_RECOMPUTE_FULL)
+        return hpt_fail(HPT_ERR_INVALID, "unknown recompute policy %d", (int)o->recompute);
+    if (o->recompute == HPT_RECOMPUTE_EVERY && o->every < 1)
+        return hpt_fail(HPT_ERR_INVALID, "recompute every:%d: N must be >= 1", o->every);
+    if ((unsigned)o->offload > HPT_OFFLOAD_DISK)
+        return hpt_fail(HPT_ERR_INVALID, "unknown activation offload %d", (int)o->offload);
+    if ((unsigned)o->compress > HPT_COMPRESS_BF16)
+        return hpt_fail(HPT_ERR_INVALID, "unknown activation compression %d", (int)o->compress);
+    if ((o->offload != HPT_OFFLOAD_NONE || o->compress != HPT_COMPRESS_NONE) &&
+        (o->recompute == HPT_RECOMPUTE_EVERY || o->recompute == HPT_RECOMPUTE_FULL))
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "activation offload and compression work with "
+                        "recompute none or selective, not every:N or full");
+    return HPT_OK;
+}
+
+/* The offload engine's choices (from engine.c's hpt_offload_check). */
+static hpt_status check_offload(const hpt_offload_opts *o) {
+    if ((unsigned)o->params >= HPT_TIER_COUNT || (unsigned)o->grads >= HPT_TIER_COUNT ||
+        (unsigned)o->optim >= HPT_TIER_COUNT)
+        return hpt_fail(HPT_ERR_INVALID, "offload: unknown tier");
+    if ((unsigned)o->weights >= HPT_BW_COUNT)
+        return hpt_fail(HPT_ERR_INVALID, "offload: unknown weights precision %d", o->weights);
+    if (o->weights == HPT_BW_BF16_KAHAN && o->params == HPT_TIER_DISK)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "bf16-kahan weights keep their home (and its "
+                        "compensation) on the device or the host; bf16-sr may use the disk "
+                        "(--offload params=disk given)");
+    if ((unsigned)o->grad_home >= HPT_GH_COUNT)
+        return hpt_fail(HPT_ERR_INVALID, "offload: unknown gradient home precision %d", o->grad_home);
+    if (o->grad_home != HPT_GH_FP32 && o->fused)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--grad-home %s: with --fused-update gradients never "
+                        "go to a home (each block is updated from its device slot)",
+                        hpt_grad_home_name((hpt_grad_home)o->grad_home));
+    if ((unsigned)o->embeddings >= HPT_EMB_COUNT || o->vocab_chunk < 0)
+        return hpt_fail(HPT_ERR_INVALID, "offload: unknown embeddings %d or vocab chunk %d < 0",
+                        o->embeddings, o->vocab_chunk);
+    if (o->embeddings != HPT_EMB_FULL && !o->fused)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--embeddings %s updates wte chunk by chunk at the end "
+                        "of the backward: it needs --fused-update",
+                        hpt_embeddings_name((hpt_embeddings)o->embeddings));
+    if (o->embeddings == HPT_EMB_BF16 && o->weights == HPT_BW_FP32)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--embeddings bf16 rounds as the blocks' weights do: "
+                        "it needs --weights bf16-sr or bf16-kahan");
+    if (o->max_active < 1 || o->prefetch < 0 || o->prefetch >= o->max_active)
+        return hpt_fail(HPT_ERR_INVALID, "offload: --max-active-layers %d and --prefetch %d need "
+                        "K >= 1 and 0 <= P < K", o->max_active, o->prefetch);
+    return HPT_OK;
+}
+
+/* The hybrid schedule's fields (from schedule.c's hpt_schedule_check). */
+static hpt_status check_schedule(const hpt_schedule_opts *o) {
+    if (o->kind != HPT_SCHEDULE_FULL && o->kind != HPT_SCHEDULE_HYBRID)
+        return hpt_fail(HPT_ERR_INVALID, "unknown schedule %d", o->kind);
+    if (o->kind == HPT_SCHEDULE_FULL) return HPT_OK;
+    if (o->warmup_steps < 0 || o->full_steps < 1 || o->max_predict_steps < 1 ||
+        o->correct_steps < 1 || o->check_every < 0)
+        return hpt_fail(HPT_ERR_INVALID, "hybrid schedule: warmup (%lld) and check interval (%lld) "
+                        "must be >= 0, full (%lld), max predict (%lld) and correct (%lld) steps >= 1",
+                        (long long)o->warmup_steps, (long long)o->check_every,
+                        (long long)o->full_steps, (long long)o->max_predict_steps,
+                        (long long)o->correct_steps);
+    if (!(o->confidence >= 0.0f && o->confidence <= 1.0f))
+        return hpt_fail(HPT_ERR_INVALID, "confidence threshold %g must be in [0, 1]", (double)o->confidence);
+    if (!(o->band > 0.0f) || !(o->rollback >= o->band) || !isfinite(o->rollback))
+        return hpt_fail(HPT_ERR_INVALID, "band %g must be > 0 and the rollback bound %g >= it",
+                        (double)o->band, (double)o->rollback);
+    if (!(o->fit_decay > 0.0f && o->fit_decay < 1.0f))
+        return hpt_fail(HPT_ERR_INVALID, "fit decay %g must be in (0, 1)", (double)o->fit_decay);
+    if ((unsigned)o->predictor >= HPT_PREDICTOR_COUNT)
+        return hpt_fail(HPT_ERR_INVALID, "unknown predictor %d", o->predictor);
+    if (o->check_weights != HPT_WEIGHTS_F32 && o->check_weights != HPT_WEIGHTS_Q8)
+        return hpt_fail(HPT_ERR_INVALID, "unknown check weights %d (fp32 or int8)", o->check_weights);
+    return HPT_OK;
+}
+
+/* Loss scaling (from trainer.c's check_loss_scale). */
+static hpt_status check_loss_scale(const hpt_plan *p) {
+    const hpt_loss_scale_opts *l = &p->loss_scale;
+    if (l->mode == HPT_LOSS_SCALE_OFF) {
+        if (p->offload.grad_home == HPT_GH_FP16)
+            return hpt_fail(HPT_ERR_INVALID, "fp16 gradient homes need a loss scale (--loss-scale "
+                            "dynamic or N): fp16 holds neither small gradients nor ones above 65504");
+        return HPT_OK;
+    }
+    if (l->mode != HPT_LOSS_SCALE_STATIC && l->mode != HPT_LOSS_SCALE_DYNAMIC)
+        return hpt_fail(HPT_ERR_INVALID, "unknown loss-scale mode %d", l->mode);
+    if (!pow2_scale(l->init))
+        return hpt_fail(HPT_ERR_INVALID, "loss scale %g: a power of two from 1 to 2^64",
+                        (double)l->init);
+    if (l->window < 1)
+        return hpt_fail(HPT_ERR_INVALID, "loss-scale window %lld must be >= 1", (long long)l->window);
+    if (p->offload.fused)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "loss scaling skips a step whose gradients overflow, "
+                        "which --fused-update has already applied block by block");
+    if (p->sched.kind == HPT_SCHEDULE_HYBRID)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "loss scaling does not run with the hybrid schedule");
+    return HPT_OK;
+}
+
+hpt_status hpt_plan_check(const hpt_plan *p, const hpt_plan_env *env) {
+    hpt_plan_env e = {.training = 1, .has_val = -1, .need_disk_dir = 0};
+    if (env) e = *env;
+    const hpt_offload_opts *of = &p->offload;
+    int bits = p->adamw.state_bits == 0 ? 32 : p->adamw.state_bits;
+    /* what was given together (the command line's rules) */
+    if (GIVEN(p, O_GRAD_HOME) && of->grad_home != HPT_GH_FP32 && !GIVEN(p, O_OFFLOAD))
+        return hpt_fail(HPT_ERR_INVALID, "--grad-home %s needs --offload (the offload engine keeps "
+                        "the blocks' gradient homes)", hpt_grad_home_name((hpt_grad_home)of->grad_home));
+    if (GIVEN(p, O_LOSS_SCALE_INIT) && p->loss_scale.mode != HPT_LOSS_SCALE_DYNAMIC)
+        return hpt_fail(HPT_ERR_INVALID, "--loss-scale-init is for --loss-scale dynamic (a fixed "
+                        "scale is --loss-scale N)");
+    if (p->adamw.state32_embeddings && bits != 8)
+        return hpt_fail(HPT_ERR_INVALID, "--state-32bit-embeddings needs --state-bits 8");
+    if (e.need_disk_dir && !p->offload_dir) {
+        if (p->act.offload == HPT_OFFLOAD_DISK)
+            return hpt_fail(HPT_ERR_INVALID, "--act-offload disk needs --offload-dir DIR");
+        if (any_home_on(of, HPT_TIER_DISK))
+            return hpt_fail(HPT_ERR_INVALID, "--offload to disk needs --offload-dir DIR");
+    }
+    /* each family's own choices */
+    HPT_CHECK(check_act(&p->act));
+    if ((unsigned)p->adamw.optimizer >= HPT_OPTIM_COUNT || (bits != 32 && bits != 8))
+        return hpt_fail(HPT_ERR_INVALID, "optimizer %d with %d-bit state is not an optimizer",
+                        p->adamw.optimizer, bits);
+    HPT_CHECK(check_offload(of));
+    /* AdamW fp32 keeps the blocks' m and v in the engine's homes; any other state is optim.c's
+     * buffers, on the device or the host (from engine.c's eng_check_optim) */
+    int mv_homes = p->adamw.optimizer == HPT_OPTIM_ADAMW && bits == 32;
+    if (e.training && hpt_offload_active(of) && !mv_homes && of->optim == HPT_TIER_DISK)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "the offload engine keeps optimizer state other than "
+                        "AdamW's 32-bit m and v on the device or the host only (--offload "
+                        "optim=device or optim=host; optim=disk given)");
+    /* the step: accumulation, the fused update, loss scaling, the schedule (trainer.c) */
+    if (p->accum < 0)
+        return hpt_fail(HPT_ERR_INVALID, "accumulation (%d) must be >= 1", p->accum);
+    if (of->fused && p->accum > 1)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--fused-update updates each block as its gradients "
+                        "complete: it cannot accumulate micro-batches (--accum %d)", p->accum);
+    HPT_CHECK(check_schedule(&p->sched));
+    HPT_CHECK(check_loss_scale(p));
+    if (p->sched.kind == HPT_SCHEDULE_HYBRID) {
+        if (hpt_offload_active(of))
+            return hpt_fail(HPT_ERR_UNSUPPORTED, "the hybrid schedule does not run with the offload "
+                            "engine yet (--offload, --fused-update): its predict phase moves the "
+                            "whole flat weights and gradients");
+        if (e.training && p->sched.predictor == HPT_PREDICTOR_ADAM && !mv_homes)
+            return hpt_fail(HPT_ERR_UNSUPPORTED, "the adam predictor reads AdamW's 32-bit moments: "
+                            "use --optimizer adamw --state-bits 32, or --predictor linear");
+        if (e.has_val == 0 && p->sched.check_every > 0)
+            return hpt_fail(HPT_ERR_INVALID, "predict-phase checks (check every %lld) need "
+                            "validation data (--val)", (long long)p->sched.check_every);
+    }
+    return HPT_OK;
+}
+
+/* ---- the printer -------------------------------------------------------------------------- */
+
+typedef struct {
+    char *buf;
+    size_t n, len;
+    int cut;
+} out_buf;
+
+static void emit(out_buf *o, int opt, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void emit(out_buf *o, int opt, const char *fmt, ...) {
+    char v[512] = "";
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(v, sizeof v, fmt, ap);
+        va_end(ap);
+    }
+    size_t room = o->len < o->n ? o->n - o->len : 0;
+    int w = snprintf(o->buf + o->len, room, "%s--%s%s%s", o->len ? " " : "", k_opts[opt].name,
+                     fmt ? " " : "", v);
+    if (w < 0 || (size_t)w >= room) {
+        o->cut = 1;
+        o->len = o->n ? o->n - 1 : 0;
+    } else {
+        o->len += (size_t)w;
+    }
+}
+
+hpt_status hpt_plan_print(const hpt_plan *p, char *buf, size_t n) {
+    const hpt_plan d = hpt_plan_default_choices();
+    out_buf o = {buf, n, 0, 0};
+    if (n) buf[0] = '\0';
+    char rb[32];
+    /* activations */
+    if (p->act.attention != d.act.attention) emit(&o, O_ATTENTION, "%s", hpt_attention_name(p->act.attention));
+    if (p->act.recompute != d.act.recompute)
+        emit(&o, O_RECOMPUTE, "%s", hpt_recompute_name(&p->act, rb, sizeof rb));
+    if (p->act.offload != d.act.offload) emit(&o, O_ACT_OFFLOAD, "%s", hpt_act_offload_name(p->act.offload));
+    if (p->act.compress != d.act.compress) emit(&o, O_ACT_COMPRESS, "%s", hpt_act_compress_name(p->act.compress));
+    if (p->act.head_chunk != d.act.head_chunk) emit(&o, O_HEAD_CHUNK, "%d", p->act.head_chunk);
+    /* the optimizer: its kind first (it resets the settings the later options then change) */
+    const hpt_adamw_opts kd = hpt_optim_defaults((hpt_optim_kind)p->adamw.optimizer);
+    if (p->adamw.optimizer != d.adamw.optimizer)
+        emit(&o, O_OPTIMIZER, "%s", hpt_optim_name((hpt_optim_kind)p->adamw.optimizer));
+    if (p->adamw.state_bits != d.adamw.state_bits) emit(&o, O_STATE_BITS, "%d", p->adamw.state_bits);
+    if (p->adamw.state32_embeddings) emit(&o, O_STATE32_EMB, NULL);
+    if (p->adamw.weight_decay != kd.weight_decay)
+        emit(&o, O_WEIGHT_DECAY, "%.9g", (double)p->adamw.weight_decay);
+    /* the offload engine ("none" too when a gradient home was chosen: it needs --offload) */
+    const hpt_offload_opts *of = &p->offload;
+    if (of->params != HPT_TIER_DEVICE || of->grads != HPT_TIER_DEVICE ||
+        of->optim != HPT_TIER_DEVICE)
+        emit(&o, O_OFFLOAD, "params=%s,grads=%s,optim=%s", hpt_tier_name(of->params),
+             hpt_tier_name(of->grads), hpt_tier_name(of->optim));
+    else if (of->grad_home != HPT_GH_FP32)
+        emit(&o, O_OFFLOAD, "none");
+    if (of->max_active != d.offload.max_active) emit(&o, O_MAX_ACTIVE, "%d", of->max_active);
+    if (of->prefetch != d.offload.prefetch) emit(&o, O_PREFETCH, "%d", of->prefetch);
+    if (of->fused) emit(&o, O_FUSED, NULL);
+    if (of->weights != d.offload.weights)
+        emit(&o, O_WEIGHTS, "%s", hpt_block_weights_name((hpt_block_weights)of->weights));
+    if (of->grad_home != d.offload.grad_home)
+        emit(&o, O_GRAD_HOME, "%s", hpt_grad_home_name((hpt_grad_home)of->grad_home));
+    if (of->embeddings != d.offload.embeddings)
+        emit(&o, O_EMBEDDINGS, "%s", hpt_embeddings_name((hpt_embeddings)of->embeddings));
+    if (of->vocab_chunk != d.offload.vocab_chunk) emit(&o, O_VOCAB_CHUNK, "%d", of->vocab_chunk);
+    /* loss scaling, after --grad-home (which sets the mode unless --loss-scale follows) */
+    const hpt_loss_scale_opts *ls = &p->loss_scale;
+    int implied = of->grad_home == HPT_GH_FP16 ? HPT_LOSS_SCALE_DYNAMIC : HPT_LOSS_SCALE_OFF;
+    if (ls->mode == HPT_LOSS_SCALE_STATIC) /* exact: the parser wants the power of two itself */
+        emit(&o, O_LOSS_SCALE, "%.17g", (double)ls->init);
+    else if (ls->mode != implied)
+        emit(&o, O_LOSS_SCALE, "%s", ls->mode == HPT_LOSS_SCALE_DYNAMIC ? "dynamic" : "off");
+    if (ls->mode != HPT_LOSS_SCALE_STATIC && ls->init != d.loss_scale.init)
+        emit(&o, O_LOSS_SCALE_INIT, "%.17g", (double)ls->init);
+    if (ls->window != d.loss_scale.window) emit(&o, O_LOSS_SCALE_WINDOW, "%lld", (long long)ls->window);
+    if (p->accum != d.accum) emit(&o, O_ACCUM, "%d", p->accum);
+    /* the schedule */
+    const hpt_schedule_opts *s = &p->sched, *sd = &d.sched;
+    if (s->kind != sd->kind) emit(&o, O_SCHEDULE, "%s", s->kind == HPT_SCHEDULE_HYBRID ? "hybrid" : "full");
+    if (s->warmup_steps != sd->warmup_steps) emit(&o, O_WARMUP_STEPS, "%lld", (long long)s->warmup_steps);
+    if (s->full_steps != sd->full_steps) emit(&o, O_FULL_STEPS, "%lld", (long long)s->full_steps);
+    if (s->max_predict_steps != sd->max_predict_steps)
+        emit(&o, O_MAX_PREDICT, "%lld", (long long)s->max_predict_steps);
+    if (s->confidence != sd->confidence) emit(&o, O_CONFIDENCE, "%.9g", (double)s->confidence);
+    if (s->correct_steps != sd->correct_steps) emit(&o, O_CORRECT_STEPS, "%lld", (long long)s->correct_steps);
+    if (s->predictor != sd->predictor)
+        emit(&o, O_PREDICTOR, "%s", hpt_predictor_name((hpt_predictor_kind)s->predictor));
+    if (s->check_every != sd->check_every) emit(&o, O_CHECK_EVERY, "%lld", (long long)s->check_every);
+    if (s->check_weights != sd->check_weights)
+        emit(&o, O_CHECK_WEIGHTS, "%s", hpt_weights_name((hpt_weights)s->check_weights));
+    if (s->band != sd->band) emit(&o, O_BAND, "%.9g", (double)s->band);
+    if (s->rollback != sd->rollback) emit(&o, O_ROLLBACK, "%.9g", (double)s->rollback);
+    /* budgets, in bytes */
+    static const int k_budget_opt[HPT_TIER_COUNT] = {O_MEMORY, O_HOST_MEMORY, O_DISK_MEMORY};
+    for (int t = 0; t < HPT_TIER_COUNT; t++)
+        if (p->budget_bytes[t])
+            emit(&o, k_budget_opt[t], "%llu", (unsigned long long)p->budget_bytes[t]);
+    if (p->offload_dir) emit(&o, O_OFFLOAD_DIR, "%s", p->offload_dir);
+    if (o.cut) return hpt_fail(HPT_ERR_INVALID, "the plan's flags need more than %zu bytes", n);
+    return HPT_OK;
+}
+
+/* ---- budgets per tier --------------------------------------------------------------------- */
+
+hpt_status hpt_plan_check_tiers(const hpt_plan *p, const hpt_estimate *e) {
+    static const int k_budget_opt[HPT_TIER_COUNT] = {O_MEMORY, O_HOST_MEMORY, O_DISK_MEMORY};
+    for (int t = 0; t < HPT_TIER_COUNT; t++) {
+        uint64_t b = p->budget_bytes[t];
+        uint64_t peak = e->peak_bytes[t] > e->predict_peak_bytes[t] ? e->peak_bytes[t]
+                                                                     : e->predict_peak_bytes[t];
+        if (b && peak > b)
+            return hpt_fail(HPT_ERR_OOM, "the %s tier's estimated peak of %llu bytes passes "
+                            "--%s %llu by %llu bytes", hpt_tier_name((hpt_tier)t),
+                            (unsigned long long)peak, k_opts[k_budget_opt[t]].name,
+                            (unsigned long long)b, (unsigned long long)(peak - b));
+    }
+    return HPT_OK;
+}
