@@ -105,14 +105,16 @@ static double t_bf16_split_par(void) {
         float ties[] = {0.0f, -0.0f, 1.0f + 1.0f / 256, 1.0f + 3.0f / 256, -(1.0f + 5.0f / 256), 1e-39f};
         for (size_t i = 0; i < sizeof ties / sizeof *ties; i++) x[n - 1 - i] = ties[i]; /* the last piece too */
         uint16_t *h = malloc(n * sizeof(uint16_t)), *c = malloc(n * sizeof(uint16_t));
-        uint16_t *h0 = malloc(n * sizeof(uint16_t)), *hs = malloc(n * sizeof(uint16_t)), *cs = malloc(n * sizeof(uint16_t));
+        uint16_t *h0 = malloc(n * sizeof(uint16_t)), *hs = malloc(n * sizeof(uint16_t));
+        uint16_t *cs = malloc(n * sizeof(uint16_t));
         float *dx = dput(x, n * sizeof(float));
         uint16_t *dh = dput(NULL, n * 2), *dc = dput(NULL, n * 2), *dh0 = dput(NULL, n * 2);
         uint16_t *dhs = dput(NULL, n * 2), *dcs = dput(NULL, n * 2);
         g_be->bf16_split_par(dh, dc, dx, n);
         g_be->bf16_split_par(dh0, NULL, dx, n);
         g_be->bf16_split(dhs, dcs, dx, n);
-        dget(h, dh, n * 2), dget(c, dc, n * 2), dget(h0, dh0, n * 2), dget(hs, dhs, n * 2), dget(cs, dcs, n * 2);
+        dget(h, dh, n * 2), dget(c, dc, n * 2), dget(h0, dh0, n * 2);
+        dget(hs, dhs, n * 2), dget(cs, dcs, n * 2);
         for (size_t i = 0; i < n; i++) {
             double hv = ref_bf16_value(h[i]);
             exact &= same_value(hv, ref_bf16_round(x[i]));
@@ -193,7 +195,8 @@ static double t_encoder_backward_impl(int rows) {
         size_t BT = (size_t)B * T;
         int32_t *tok = malloc(BT * sizeof(int32_t));
         float *dout = malloc(BT * MC_ * sizeof(float)), *wte0 = malloc(MV * MC_ * sizeof(float));
-        float *wpe0 = malloc((size_t)T * MC_ * sizeof(float)), *g = malloc((size_t)(T > MV ? T : MV + 1) * MC_ * sizeof(float));
+        float *wpe0 = malloc((size_t)T * MC_ * sizeof(float));
+        float *g = malloc((size_t)(T > MV ? T : MV + 1) * MC_ * sizeof(float)); /* dwpe, or a chunk + guard */
         float *gwte = malloc(MV * MC_ * sizeof(float)), *gwpe = malloc((size_t)T * MC_ * sizeof(float));
         double *r = malloc((size_t)(T > MV ? T : MV) * MC_ * sizeof(double));
         enc_bwd_inputs(tok, dout, wte0, wpe0, BT, T);
@@ -264,7 +267,8 @@ static void chunk_of(float *dst, const float *lg, size_t n, size_t v0, size_t v1
 static void head_logits(float *lg, size_t n) {
     fill_rand(lg, n * HV, 4.0f);
     for (size_t i = 0; i < n; i++)
-        for (int v = 0; v < HV; v++) lg[i * HV + v] += (float)(i % 5) - 2.0f + (v >= 26 && i % 3 == 0 ? 6.0f : 0.0f);
+        for (int v = 0; v < HV; v++)
+            lg[i * HV + v] += (float)(i % 5) - 2.0f + (v >= 26 && i % 3 == 0 ? 6.0f : 0.0f);
 }
 
 static double t_logsumexp_chunk(void) {
@@ -326,8 +330,9 @@ static double t_tied_loss(void) {
                 rl[i] = rs[i] - dot;
             }
             float *dl = dput(mx, n * sizeof(float)), *ds = dput(sum, n * sizeof(float));
-            g_be->tied_loss(dl, ds, dput(lnf, n * MC_ * sizeof(float)), bf ? NULL : dput(wte, MV * MC_ * sizeof(float)),
-                            dput(wh, sizeof wh), dput(tg, n * sizeof(int32_t)), n, MC_);
+            g_be->tied_loss(dl, ds, dput(lnf, n * MC_ * sizeof(float)),
+                            bf ? NULL : dput(wte, MV * MC_ * sizeof(float)), dput(wh, sizeof wh),
+                            dput(tg, n * sizeof(int32_t)), n, MC_);
             dget(losses, dl, n * sizeof(float)), dget(lse, ds, n * sizeof(float));
             /* logf (4 ulp) and a 37-term fp32 dot product */
             e = fmax(e, cmp_arr(bf ? "tied_loss (bf16 wte) losses" : "tied_loss losses", losses, rl, n, TOL));
@@ -426,7 +431,8 @@ static double t_infer_embed(void) {
                                 wpe[(POS0 + t) * IC + c];
         float *dx = dput(NULL, sizeof x);
         g_be->infer_embed(dx, dput(tok, sizeof tok), N, POS0, qz ? NULL : dput(wte, sizeof wte),
-                          qz ? dput(q, sizeof q) : NULL, qz ? dput(sc, sizeof sc) : NULL, dput(wpe, sizeof wpe), IC);
+                          qz ? dput(q, sizeof q) : NULL, qz ? dput(sc, sizeof sc) : NULL,
+                          dput(wpe, sizeof wpe), IC);
         dget(x, dx, sizeof x);
         if (qz) { /* a product and a sum in fp32 */
             e = fmax(e, cmp_arr("infer_embed (int8 wte)", x, r, N * IC, TOL));
