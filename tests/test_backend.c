@@ -12,7 +12,7 @@
  * max(1, |reference|) per element (reductions here are at most a few hundred terms); libmvec
  * (exp, tanh, log: 4 ulp) the same; finite differences 1e-4; rounding ops exact or within
  * their rounding's half unit. One line per op prints its largest error. The op tests live in
- * test_backend_nn.h and test_backend_optim.h (included below). */
+ * test_backend_nn.h, test_backend_optim.h and test_backend_model.h (included below). */
 #include "testlib.h"
 
 #include "core/core.h"
@@ -157,6 +157,7 @@ static double t_memory(void) {
 /* The op tests (after the helpers above, which they use). */
 #include "test_backend_nn.h"
 #include "test_backend_optim.h"
+#include "test_backend_model.h"
 
 /* ================================ the table ================================ */
 typedef struct {
@@ -181,6 +182,11 @@ static const op_test k_tests[] = {
     OP(sumsq, t_sumsq), OP(nonfinite, t_nonfinite),
     OP(crossentropy_forward, t_crossentropy_forward),
     OP(crossentropy_backward, t_crossentropy_backward),
+    OP(loss_mean, t_loss_mean), OP(bf16_widen_par, t_bf16_widen_par),
+    OP(bf16_split_par, t_bf16_split_par), OP(encoder_forward_bf16, t_encoder_forward_bf16),
+    OP(encoder_backward_wpe, t_encoder_backward_wpe),
+    OP(encoder_backward_rows, t_encoder_backward_rows), OP(logsumexp_chunk, t_logsumexp_chunk),
+    OP(tied_loss, t_tied_loss), OP(crossentropy_dlogits, t_crossentropy_dlogits),
     OP(adamw, t_adamw), OP(adamw_q, t_adamw_q), OP(lion, t_lion), OP(sgd, t_sgd),
     OP(adam_mini, t_adam_mini),
     OP(q8_map, t_q8_map), WITH(q8_lut_of, "adamw_q (the fast table against the binary search)"),
@@ -189,6 +195,8 @@ static const op_test k_tests[] = {
     OP(bf16_widen, t_bf16_widen), OP(bf16_split, t_bf16_split),
     OP(q8w_quantize, t_q8w_quantize), OP(q8w_dequantize, t_q8w_dequantize),
     OP(q8w_matmul_forward, t_q8w_matmul_forward),
+    OP(infer_embed, t_infer_embed), OP(infer_kv_store, t_infer_kv_store),
+    OP(infer_attend, t_infer_attend),
     OP(act_code_bytes, t_act_code_bytes), OP(act_code_store, t_act_code),
     WITH(act_code_load, "act_code_store"),
     OP(fit_observe, t_fit_observe), OP(fit_velocity, t_fit_velocity),
