@@ -1,13 +1,13 @@
-/* engine.h: the offload engine's interface to the model and the optimizer (engine.c,
- * engine_gather.c). */
+/* engine.h: the offload engine's interface to the optimizer, the trainer and checkpoints
+ * (engine.c, engine_gather.c); the model reaches it only as a block store (model/blocks.h,
+ * eng_block_store: blocks_engine.c), bound by hpt_gpt2_create_offload (bind.c). */
 #ifndef HPT_OFFLOAD_ENGINE_H
 #define HPT_OFFLOAD_ENGINE_H
 
 #include "hptrain.h"
 #include "kernels/backend.h"
+#include "model/blocks.h" /* EB_P..EB_V: the per-block buffers, each in its home tier */
 
-/* The per-block buffers the engine keeps, each in its home tier. */
-enum { EB_P = 0, EB_G, EB_M, EB_V, EB_COUNT };
 #define ENG_MAX_SLICES 16
 
 typedef struct offload_engine offload_engine;
@@ -93,5 +93,9 @@ hpt_status eng_store_block(offload_engine *e, int b, int l, const float *src);
  * with the broken rule. Also counts the resident blocks into *resident (may be NULL). */
 hpt_status eng_check(const offload_engine *e, int *resident);
 void eng_stats(const offload_engine *e, hpt_offload_stats *out);
+/* The engine as a block store (model/blocks.h): each entry calls the eng_* function of its
+ * name (gather: eng_emit_slice, scatter: eng_absorb_slice, free: eng_free). The table lives in
+ * the engine and is valid until eng_free. */
+hpt_block_store *eng_block_store(offload_engine *e);
 
 #endif
