@@ -18,7 +18,7 @@ typedef struct offload_engine offload_engine;
 typedef void (*eng_update_fn)(void *ctx, int l, int slice, hpt_be_param p, const float *g, float *m,
                               float *v, size_t n);
 /* Receives n floats of a slice being gathered (eng_emit_slice). */
-typedef hpt_status (*eng_emit_fn)(void *ctx, const float *x, size_t n);
+typedef hpt_block_emit_fn eng_emit_fn; /* (model/blocks.h) */
 
 /* L blocks of n_slices slices of slice_n[i] floats each (packed in order). Allocates the
  * parameters' home, the device slots and the gradient slots. */
@@ -76,7 +76,7 @@ hpt_status eng_stream_update(offload_engine *e);
 /* Gathers slice i of block l of buffer b (EB_P, EB_M, EB_V) into emit, in pieces. */
 hpt_status eng_emit_slice(offload_engine *e, int b, int l, int i, eng_emit_fn emit, void *ctx);
 /* Fills n floats at dst (a checkpoint's stream being read). */
-typedef hpt_status (*eng_read_fn)(void *ctx, float *dst, size_t n);
+typedef hpt_block_read_fn eng_read_fn;
 /* Scatters: fills slice i of block l of buffer b from read, in pieces (disk: each aligned window
  * read, filled and written back). */
 hpt_status eng_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn read, void *ctx);
