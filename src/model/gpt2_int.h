@@ -92,6 +92,7 @@ typedef struct {
 } gpt2_acts;
 
 struct offload_engine;
+struct hpt_block_store;
 
 /* The optimizer's update of n values of non-block tensor i from its value off (embed.c's
  * deferred wte update; off a multiple of K_Q8_BLOCK and of a row): p the parameters there, g
@@ -127,7 +128,10 @@ struct hpt_gpt2 {
     gpt2_emb_update_fn emb_upd; /* the optimizer's update of a chunk, or NULL */
     void *emb_ctx;
     gpt2_tensors p, g;    /* with the engine, the block tensors' pointers are NULL */
-    struct offload_engine *eng; /* the offload engine, or NULL (src/offload/engine.c) */
+    struct offload_engine *eng; /* the offload engine, or NULL (src/offload/engine.c); the
+                                 * model itself never calls it: see blocks */
+    struct hpt_block_store *blocks; /* where the blocks live (model/blocks.h), owned; NULL:
+                                     * the flat buffers. Set with eng (gpt2_bind_blocks) */
     int grads_live;       /* a backward has added gradients since the last zero_grad */
     float loss_scale;     /* S: backward computes S times the loss's gradients (1: none; a
                            * power of two set by the trainer's loss scaler) */

@@ -4,12 +4,13 @@
  * Normals come from chunks of 4096 values, each with its own RNG seeded from (seed, tensor,
  * chunk), filled by Box-Muller on vectors (both outputs used; the backend's init_normal): the
  * chunks are independent, so they are generated in parallel and the result does not depend
- * on the thread count, nor on the ranges asked for: with the offload engine each block's slices are generated as ranges
- * of their tensors, the same values as the flat buffer gets without it. */
+ * on the thread count, nor on the ranges asked for: with a block store (model/blocks.h; the
+ * offload engine's) each block's slices are generated as ranges of their tensors, the same
+ * values as the flat buffer gets without it. */
 #include "core/core.h"
 #include "kernels/backend.h"
+#include "model/blocks.h"
 #include "model/gpt2_int.h"
-#include "offload/engine.h"
 
 #include <math.h>
 #include <string.h>
@@ -43,7 +44,7 @@ hpt_status hpt_gpt2_init_random(hpt_gpt2 *m, uint64_t seed) {
     hpt_gpt2_tensors(c, t);
     const hpt_backend *be = hpt_backend_cpu(); /* the model's tensors are the CPU's for now */
     for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) {
-        if (!m->eng) {
+        if (!m->blocks) {
             init_range(be, c, t, i, seed, m->params + t[i].offset, 0, t[i].numel);
         } else if (m->emb == HPT_EMB_BF16 && i < 2) { /* through the chunk scratch, rounded */
             size_t piece = (size_t)m->Vc * (size_t)c->C;
@@ -56,18 +57,22 @@ hpt_status hpt_gpt2_init_random(hpt_gpt2 *m, uint64_t seed) {
             init_range(be, c, t, i, seed, gpt2_nonblock_param(m, i).f32, 0, t[i].numel);
         }
     }
-    if (!m->eng) return HPT_OK;
-    /* block by block into the engine: each block's slices are ranges of the block tensors */
+    const hpt_block_store *bs = m->blocks;
+    if (!bs) return HPT_OK;
+    /* block by block into the store: each block's slices are ranges of the block tensors,
+     * packed back to back (blocks.h) */
     for (int l = 0; l < c->L; l++) {
         float *dst;
         int in_place;
-        HPT_CHECK(eng_block_dest(m->eng, EB_P, l, &dst, &in_place));
+        HPT_CHECK(bs->block_dest(bs->ctx, EB_P, l, &dst, &in_place));
+        size_t off = 0;
         for (int i = 0; i < GPT2_BLOCK_SLICES; i++) {
             int ti = GPT2_FIRST_BLOCK_TENSOR + i;
             size_t sn = t[ti].numel / (size_t)c->L;
-            init_range(be, c, t, ti, seed, dst + eng_slice_offset(m->eng, i), (size_t)l * sn, sn);
+            init_range(be, c, t, ti, seed, dst + off, (size_t)l * sn, sn);
+            off += sn;
         }
-        if (!in_place) HPT_CHECK(eng_store_block(m->eng, EB_P, l, dst));
+        if (!in_place) HPT_CHECK(bs->store_block(bs->ctx, EB_P, l, dst));
     }
     return HPT_OK;
 }

@@ -1,22 +1,25 @@
-/* lifecycle.c: the model object: creation with or without the offload engine, its parameter
- * and gradient buffers, freeing, the accessors, and the checkpoint-order streams (gpt2_emit,
+/* lifecycle.c: the model object: creation with its blocks in the flat buffers or in a block
+ * store (model/blocks.h; the offload engine binds one: src/offload/bind.c), its parameter and
+ * gradient buffers, freeing, the accessors, and the checkpoint-order streams (gpt2_emit,
  * gpt2_absorb) that hide where the blocks live.
  *
- * The model owns two flat buffers (parameters and gradients, device tier). Without the engine
- * they hold every tensor in checkpoint order (num_params floats); with it the blocks live in
- * the engine's homes and the flat buffers hold the non-block tensors only (wte, wpe, lnfw, lnfb;
- * fewer with chunked or bf16 embeddings: embed.c). Activations are the runner's (actplan.c),
+ * The model owns two flat buffers (parameters and gradients, device tier). Without a block
+ * store they hold every tensor in checkpoint order (num_params floats); with one the blocks live
+ * in the store and the flat buffers hold the non-block tensors only (wte, wpe, lnfw, lnfb;
+ * fewer with chunked or bf16 embeddings: embed.c). The model reaches the store only through
+ * its table; it owns it from gpt2_bind_blocks and frees it in hpt_gpt2_free. Activations are the runner's (actplan.c),
  * allocated at the first forward and released by hpt_gpt2_free_activations.
  * States: created -> (forward -> [backward]) * ; backward without a forward with targets is
  * refused with HPT_ERR_INVALID (runner.c). */
 #include "core/core.h"
+#include "model/blocks.h"
 #include "model/gpt2_int.h"
-#include "offload/engine.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* Points the non-block tensors into the engine's flat buffer (wte, wpe, lnfw, lnfb). */
+/* Points the non-block tensors into the flat buffer of a model with a block store (wte, wpe,
+ * lnfw, lnfb). */
 static void point_nonblock(const hpt_gpt2_config *cfg, float *base, gpt2_tensors *t) {
     memset(t, 0, sizeof *t);
     t->wte = base + gpt2_nonblock_offset(cfg, 0);
@@ -37,12 +40,12 @@ static void bind_arch(hpt_gpt2 *m) {
     }
 }
 
-hpt_status hpt_gpt2_create_offload(hpt_mem *mem, const hpt_gpt2_config *cfg,
-                                   const hpt_offload_opts *o, hpt_gpt2 **out) {
+/* The model object and its flat buffers: every tensor (o NULL), or with o (the blocks in a
+ * store, bound later) the non-block tensors and o->embeddings' buffers. */
+static hpt_status create(hpt_mem *mem, const hpt_gpt2_config *cfg, const hpt_offload_opts *o,
+                         hpt_gpt2 **out) {
     *out = NULL;
-    HPT_CHECK(hpt_gpt2_config_check(cfg));
-    int eng = hpt_offload_active(o);
-    if (eng) HPT_CHECK(hpt_offload_check(o));
+    int stored = o != NULL;
     hpt_gpt2 *m = calloc(1, sizeof *m);
     if (!m) return hpt_fail(HPT_ERR_OOM, "cannot allocate the model object");
     m->cfg = *cfg;
@@ -54,9 +57,9 @@ hpt_status hpt_gpt2_create_offload(hpt_mem *mem, const hpt_gpt2_config *cfg,
     m->loss_scale = 1.0f;
     m->fault_layer = -1;
     m->num_params = hpt_gpt2_num_params(cfg);
-    int emb = eng ? o->embeddings : HPT_EMB_FULL;
+    int emb = stored ? o->embeddings : HPT_EMB_FULL;
     size_t C = (size_t)cfg->C, wte = (size_t)cfg->Vp * C;
-    m->n_flat = eng ? gpt2_nonblock_floats(cfg) : m->num_params;
+    m->n_flat = stored ? gpt2_nonblock_floats(cfg) : m->num_params;
     m->n_gflat = emb != HPT_EMB_FULL ? m->n_flat - wte : m->n_flat; /* no whole wte gradient */
     if (emb == HPT_EMB_BF16) m->n_flat = 2 * C;                      /* lnfw, lnfb */
     hpt_mem_set_name(mem, "parameters");
@@ -67,8 +70,7 @@ hpt_status hpt_gpt2_create_offload(hpt_mem *mem, const hpt_gpt2_config *cfg,
         s = m->be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, m->n_gflat * sizeof(float),
                          (void **)&m->grads);
     }
-    if (s == HPT_OK) s = emb_create(m, eng ? o : NULL);
-    if (s == HPT_OK && eng) s = eng_create(mem, cfg->L, GPT2_BLOCK_SLICES, m->slice_n, o, &m->eng);
+    if (s == HPT_OK) s = emb_create(m, stored ? o : NULL);
     if (s != HPT_OK) {
         hpt_gpt2_free(m);
         return hpt_fail_ctx(s, "allocating %zu parameters", hpt_gpt2_num_params(cfg));
@@ -77,7 +79,7 @@ hpt_status hpt_gpt2_create_offload(hpt_mem *mem, const hpt_gpt2_config *cfg,
         memset(&m->p, 0, sizeof m->p);
         m->p.lnfw = m->params;
         m->p.lnfb = m->params + C;
-    } else if (eng) {
+    } else if (stored) {
         point_nonblock(cfg, m->params, &m->p);
     }
     if (emb != HPT_EMB_FULL) { /* wpe, lnfw, lnfb */
@@ -85,10 +87,10 @@ hpt_status hpt_gpt2_create_offload(hpt_mem *mem, const hpt_gpt2_config *cfg,
         m->g.wpe = m->grads;
         m->g.lnfw = m->grads + (size_t)cfg->maxT * C;
         m->g.lnfb = m->g.lnfw + C;
-    } else if (eng) {
+    } else if (stored) {
         point_nonblock(cfg, m->grads, &m->g);
     }
-    if (!eng) {
+    if (!stored) {
         gpt2_point_tensors(cfg, m->params, &m->p);
         gpt2_point_tensors(cfg, m->grads, &m->g);
     }
@@ -97,7 +99,25 @@ hpt_status hpt_gpt2_create_offload(hpt_mem *mem, const hpt_gpt2_config *cfg,
 }
 
 hpt_status hpt_gpt2_create(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_gpt2 **out) {
-    return hpt_gpt2_create_offload(mem, cfg, NULL, out);
+    *out = NULL;
+    HPT_CHECK(hpt_gpt2_config_check(cfg));
+    return create(mem, cfg, NULL, out);
+}
+
+hpt_status gpt2_create_unbound(hpt_mem *mem, const hpt_gpt2_config *cfg,
+                               const hpt_offload_opts *o, hpt_gpt2 **out) {
+    return create(mem, cfg, o, out);
+}
+
+void gpt2_block_layout(const hpt_gpt2 *m, int *L, int *n_slices, const size_t **slice_n) {
+    *L = m->cfg.L;
+    *n_slices = GPT2_BLOCK_SLICES;
+    *slice_n = m->slice_n;
+}
+
+void gpt2_bind_blocks(hpt_gpt2 *m, hpt_block_store *store, struct offload_engine *eng) {
+    m->blocks = store;
+    m->eng = eng;
 }
 
 void hpt_gpt2_free_activations(hpt_gpt2 *m) {
@@ -118,7 +138,7 @@ void hpt_gpt2_free(hpt_gpt2 *m) {
     if (!m) return;
     hpt_gpt2_free_activations(m);
     act_plan_free(m);
-    eng_free(m->eng);
+    if (m->blocks) m->blocks->free(m->blocks->ctx);
     emb_free(m);
     m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, m->params, m->n_flat * sizeof(float));
     m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, m->grads, m->n_gflat * sizeof(float));
@@ -127,12 +147,13 @@ void hpt_gpt2_free(hpt_gpt2 *m) {
 
 const hpt_gpt2_config *hpt_gpt2_get_config(const hpt_gpt2 *m) { return &m->cfg; }
 size_t hpt_gpt2_get_num_params(const hpt_gpt2 *m) { return m->num_params; }
-float *hpt_gpt2_params(hpt_gpt2 *m) { return m->eng ? NULL : m->params; }
-float *hpt_gpt2_grads(hpt_gpt2 *m) { return m->eng ? NULL : m->grads; }
+float *hpt_gpt2_params(hpt_gpt2 *m) { return m->blocks ? NULL : m->params; }
+float *hpt_gpt2_grads(hpt_gpt2 *m) { return m->blocks ? NULL : m->grads; }
 
 hpt_status gpt2_emit(hpt_gpt2 *m, int b, const float *flat, gpt2_emit_fn emit, void *ctx) {
     const hpt_tensor_table *t = &m->tab;
-    if (!m->eng) return emit(ctx, flat, m->num_params);
+    const hpt_block_store *bs = m->blocks;
+    if (!bs) return emit(ctx, flat, m->num_params);
     size_t piece = (size_t)m->Vc * (size_t)m->cfg.C;
     for (int i = 0; i < t->n; i++) {
         size_t numel = hpt_tensor_numel(&t->t[i]);
@@ -150,14 +171,15 @@ hpt_status gpt2_emit(hpt_gpt2 *m, int b, const float *flat, gpt2_emit_fn emit, v
             continue;
         }
         for (int l = 0; l < m->cfg.L; l++)
-            HPT_CHECK(eng_emit_slice(m->eng, b, l, t->t[i].slice, emit, ctx));
+            HPT_CHECK(bs->gather(bs->ctx, b, l, t->t[i].slice, emit, ctx));
     }
     return HPT_OK;
 }
 
 hpt_status gpt2_absorb(hpt_gpt2 *m, int b, float *flat, gpt2_read_fn read, void *ctx) {
     const hpt_tensor_table *t = &m->tab;
-    if (!m->eng) return read(ctx, flat, m->num_params);
+    const hpt_block_store *bs = m->blocks;
+    if (!bs) return read(ctx, flat, m->num_params);
     size_t piece = (size_t)m->Vc * (size_t)m->cfg.C;
     for (int i = 0; i < t->n; i++) {
         size_t numel = hpt_tensor_numel(&t->t[i]);
@@ -175,7 +197,7 @@ hpt_status gpt2_absorb(hpt_gpt2 *m, int b, float *flat, gpt2_read_fn read, void 
             continue;
         }
         for (int l = 0; l < m->cfg.L; l++)
-            HPT_CHECK(eng_absorb_slice(m->eng, b, l, t->t[i].slice, read, ctx));
+            HPT_CHECK(bs->scatter(bs->ctx, b, l, t->t[i].slice, read, ctx));
     }
     return HPT_OK;
 }
@@ -199,20 +221,20 @@ hpt_status hpt_gpt2_copy_params(hpt_gpt2 *m, float *dst) {
 
 void hpt_gpt2_offload_stats(const hpt_gpt2 *m, hpt_offload_stats *out) {
     memset(out, 0, sizeof *out);
-    if (m->eng) eng_stats(m->eng, out);
+    if (m->blocks) m->blocks->stats(m->blocks->ctx, out);
 }
 
 const float *hpt_gpt2_logits(const hpt_gpt2 *m) { return m->a.logits; }
 
 void hpt_gpt2_zero_grad(hpt_gpt2 *m) {
-    /* the engine zeroes a block's at its backward */
+    /* a block store zeroes a block's at its backward (grad_slot) */
     if (m->grads) m->be->memset(m->grads, 0, m->n_gflat * sizeof(float));
     m->grads_live = 0;
 }
 
 hpt_status gpt2_grads_overflow(hpt_gpt2 *m, int *overflow) {
     *overflow = 0;
-    if (m->eng) HPT_CHECK(eng_grads_overflow(m->eng, overflow));
+    if (m->blocks) HPT_CHECK(m->blocks->grads_overflow(m->blocks->ctx, overflow));
     if (m->grads && m->be->nonfinite(m->grads, m->n_gflat)) *overflow = 1;
     return HPT_OK;
 }
@@ -225,7 +247,7 @@ void hpt_gpt2_release_grads(hpt_gpt2 *m) {
 
 hpt_status hpt_gpt2_acquire_grads(hpt_gpt2 *m) {
     if (m->grads) return HPT_OK;
-    if (m->eng)
+    if (m->blocks)
         return hpt_fail(HPT_ERR_UNSUPPORTED, "releasing and reacquiring gradients is for models "
                         "without the offload engine");
     hpt_mem_set_name(m->mem, "gradients");

@@ -5,20 +5,20 @@
  * activation store (actstore.c).
  *
  * Blocks' parameters are reached per block (block_acquire / block_release): slices of the flat
- * buffers without the offload engine (zero copy), or the engine's device slot with it
- * (src/offload/engine.c): each block is acquired for its forward, its recomputation and its
- * backward, whose gradients go to the engine's gradient slot and are handed to it
- * (eng_grads_done) when complete.
+ * buffers without a block store (zero copy), or the store's device buffer with one (model/
+ * blocks.h; the offload engine's): each block is acquired for its forward, its recomputation
+ * and its backward, whose gradients go to the store's gradient slot and are handed to it
+ * (grads_done) when complete, in the call order blocks.h states.
  * Recomputation (act.recompute): selective rebuilds the arch's HPT_FIELD_RECOMPUTE fields at
  * the start of a block's backward (block_recompute); every:N and full rerun a segment's forward
  * from its kept input at the backward of its last block. Either way the forward's kernels run
  * on the forward's inputs, so the bits are those of a run without recomputation.
- * With chunked or bf16 embeddings (the engine's o.embeddings) the encoder, the head and wte's
+ * With chunked or bf16 embeddings (hpt_offload_opts.embeddings) the encoder, the head and wte's
  * gradient go through model/embed.c instead of the arch's embedding and head.
  * Forward records its inputs and targets; backward differentiates that forward, once. */
 #include "core/core.h"
+#include "model/blocks.h"
 #include "model/gpt2_int.h"
-#include "offload/engine.h"
 
 #include <stddef.h>
 
@@ -36,7 +36,7 @@ static const float *block_output(const hpt_gpt2 *m, char *base, int l) {
     return block_input(m, base, l + 1);
 }
 
-/* The slices of a packed block at base (the engine's layout: slices back to back). */
+/* The slices of a packed block at base (the block store's layout: slices back to back). */
 static void block_packed(const hpt_gpt2 *m, float *base, float *w[GPT2_BLOCK_SLICES]) {
     size_t o = 0;
     for (int s = 0; s < GPT2_BLOCK_SLICES; s++) {
@@ -51,44 +51,46 @@ static void block_flat(const hpt_gpt2 *m, float *base, int l, float *w[GPT2_BLOC
         w[s] = base + m->slice_off[s] + (size_t)l * m->slice_n[s];
 }
 
-/* Block l's parameters, held until block_release (the engine loads them when offloaded). */
+/* Block l's parameters, held until block_release (the store loads them when offloaded). */
 static hpt_status block_acquire(hpt_gpt2 *m, int l, float *w[GPT2_BLOCK_SLICES]) {
-    if (!m->eng) {
+    const hpt_block_store *bs = m->blocks;
+    if (!bs) {
         block_flat(m, m->params, l, w);
         return HPT_OK;
     }
     float *base;
-    HPT_CHECK(eng_acquire(m->eng, l, &base));
+    HPT_CHECK(bs->acquire(bs->ctx, l, &base));
     block_packed(m, base, w);
     return HPT_OK;
 }
 
 static void block_release(hpt_gpt2 *m, int l) {
-    if (m->eng) eng_release(m->eng, l);
+    if (m->blocks) m->blocks->release(m->blocks->ctx, l);
 }
 
-/* Block l's gradients: the engine's gradient slot (zeroed unless gradients are live), or
+/* Block l's gradients: the store's gradient slot (zeroed unless gradients are live), or
  * slices of the flat gradients. */
 static hpt_status block_grads(hpt_gpt2 *m, int l, float *dw[GPT2_BLOCK_SLICES]) {
-    if (!m->eng) {
+    const hpt_block_store *bs = m->blocks;
+    if (!bs) {
         block_flat(m, m->grads, l, dw);
         return HPT_OK;
     }
     float *gbase;
-    HPT_CHECK(eng_grad_slot(m->eng, l, m->grads_live, &gbase));
+    HPT_CHECK(bs->grad_slot(bs->ctx, l, m->grads_live, &gbase));
     block_packed(m, gbase, dw);
     return HPT_OK;
 }
 
 /* A block's gradients are complete: the test fault hook (hpt_trainer_inject_grad sets element
- * 0 of the chosen block's gradients), then the engine takes them. */
+ * 0 of the chosen block's gradients), then the store takes them. */
 static hpt_status grads_done(hpt_gpt2 *m, int l, float *const *dw) {
     if (m->fault_layer == l) {
         m->be->copy(dw[0], &m->fault_value, sizeof(float), HPT_COPY_H2D);
         m->fault_layer = -1;
     }
-    if (!m->eng) return HPT_OK;
-    hpt_status s = eng_grads_done(m->eng, l);
+    if (!m->blocks) return HPT_OK;
+    hpt_status s = m->blocks->grads_done(m->blocks->ctx, l);
     return s == HPT_OK ? s : hpt_fail_ctx(s, "handing over block %d's gradients", l);
 }
 
@@ -146,7 +148,7 @@ hpt_status hpt_gpt2_forward(hpt_gpt2 *m, const int32_t *inputs, const int32_t *t
     if (targets) m->be->copy(m->a.targets, targets, BT * sizeof(int32_t), HPT_COPY_H2D);
     if (m->emb != HPT_EMB_FULL) emb_encoder_forward(m);
     else A->embed_forward(&x, &m->p, &m->a);
-    hpt_status s = m->eng ? eng_begin_pass(m->eng, 1) : HPT_OK;
+    hpt_status s = m->blocks ? m->blocks->begin_pass(m->blocks->ctx, 1) : HPT_OK;
     for (int l = 0; l < L && s == HPT_OK; l++) {
         hpt_mem_set_layer(m->mem, l);
         act_enter(m, TP_BLOCK_F(l));
@@ -203,7 +205,7 @@ hpt_status hpt_gpt2_backward(hpt_gpt2 *m) {
     if (m->emb != HPT_EMB_FULL) emb_head_backward(m, x.head_rows); /* dlnf only (embed.c) */
     else A->head_backward(&x, &m->p, &m->g, &m->a);
     A->final_backward(&x, &m->p, &m->g, &m->a, block_output(m, layers, L - 1));
-    hpt_status s = m->eng ? eng_begin_pass(m->eng, -1) : HPT_OK;
+    hpt_status s = m->blocks ? m->blocks->begin_pass(m->blocks->ctx, -1) : HPT_OK;
     for (int l = L - 1; l >= 0 && s == HPT_OK; l--) {
         hpt_mem_set_layer(m->mem, l);
         act_enter(m, TP_BLOCK_B(L, l));

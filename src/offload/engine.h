@@ -1,13 +1,13 @@
-/* engine.h: the offload engine's interface to the model and the optimizer (engine.c,
- * engine_gather.c). */
+/* engine.h: the offload engine's interface to the optimizer, the trainer and checkpoints
+ * (engine.c, engine_gather.c); the model reaches it only as a block store (model/blocks.h,
+ * eng_block_store: blocks_engine.c), bound by hpt_gpt2_create_offload (bind.c). */
 #ifndef HPT_OFFLOAD_ENGINE_H
 #define HPT_OFFLOAD_ENGINE_H
 
 #include "hptrain.h"
 #include "kernels/backend.h"
+#include "model/blocks.h" /* EB_P..EB_V: the per-block buffers, each in its home tier */
 
-/* The per-block buffers the engine keeps, each in its home tier. */
-enum { EB_P = 0, EB_G, EB_M, EB_V, EB_COUNT };
 #define ENG_MAX_SLICES 16
 
 typedef struct offload_engine offload_engine;
@@ -18,7 +18,7 @@ typedef struct offload_engine offload_engine;
 typedef void (*eng_update_fn)(void *ctx, int l, int slice, hpt_be_param p, const float *g, float *m,
                               float *v, size_t n);
 /* Receives n floats of a slice being gathered (eng_emit_slice). */
-typedef hpt_status (*eng_emit_fn)(void *ctx, const float *x, size_t n);
+typedef hpt_block_emit_fn eng_emit_fn; /* (model/blocks.h) */
 
 /* L blocks of n_slices slices of slice_n[i] floats each (packed in order). Allocates the
  * parameters' home, the device slots and the gradient slots. */
@@ -76,7 +76,7 @@ hpt_status eng_stream_update(offload_engine *e);
 /* Gathers slice i of block l of buffer b (EB_P, EB_M, EB_V) into emit, in pieces. */
 hpt_status eng_emit_slice(offload_engine *e, int b, int l, int i, eng_emit_fn emit, void *ctx);
 /* Fills n floats at dst (a checkpoint's stream being read). */
-typedef hpt_status (*eng_read_fn)(void *ctx, float *dst, size_t n);
+typedef hpt_block_read_fn eng_read_fn;
 /* Scatters: fills slice i of block l of buffer b from read, in pieces (disk: each aligned window
  * read, filled and written back). */
 hpt_status eng_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn read, void *ctx);
@@ -93,5 +93,9 @@ hpt_status eng_store_block(offload_engine *e, int b, int l, const float *src);
  * with the broken rule. Also counts the resident blocks into *resident (may be NULL). */
 hpt_status eng_check(const offload_engine *e, int *resident);
 void eng_stats(const offload_engine *e, hpt_offload_stats *out);
+/* The engine as a block store (model/blocks.h): each entry calls the eng_* function of its
+ * name (gather: eng_emit_slice, scatter: eng_absorb_slice, free: eng_free). The table lives in
+ * the engine and is valid until eng_free. */
+hpt_block_store *eng_block_store(offload_engine *e);
 
 #endif

@@ -87,6 +87,7 @@ struct offload_engine {
     hpt_status err;
     char err_msg[600];
     hpt_offload_stats st;
+    hpt_block_store store;     /* the engine as the model sees it (blocks_engine.c) */
 };
 
 /* bfd: block l's bf16 weights between disk and staging block set (engine.c; the worker's

@@ -1,0 +1,86 @@
+/* blocks.h: the block store, the runner's view of where a block's parameters and gradients
+ * live when they are not in the model's flat buffers. The model (runner.c, lifecycle.c,
+ * init.c) calls only through this table; the offload engine implements it
+ * (src/offload/blocks_engine.c) and binds it to a model (src/offload/bind.c), so the model
+ * never includes the engine, which sits above it in the module order (docs/design.md).
+ *
+ * A block is n_slices slices (block l's slice of each per-layer tensor, the arch's table
+ * order), packed back to back: slice i starts slice_n[0] + ... + slice_n[i-1] floats into the
+ * block (gpt2_block_layout). Every float * a store hands out is device memory of that layout.
+ *
+ * The call order within a training step (runner.c; the engine's residency and prefetching
+ * depend on it, so it is part of the contract):
+ *
+ *   forward:   begin_pass(+1); for l = 0 .. L-1: acquire(l) ... release(l)
+ *   backward:  begin_pass(-1); for l = L-1 .. 0:
+ *                  [acquire(j) ... release(j) for each block j the recomputation reruns]
+ *                  acquire(l); grad_slot(l, live); ... grads_done(l); release(l)
+ *   between steps: grads_overflow (the loss scaler), gather / scatter (checkpoints,
+ *                  hpt_gpt2_copy_params), block_dest / store_block (initialisation), stats.
+ *
+ * At most one block is held (acquire .. release) at a time. grad_slot and grads_done are called
+ * while their block is held; grads_done hands the complete gradients over (to the optimizer or
+ * their home), after which the slot is the store's again. A failed call leaves the store in a
+ * state where free is safe; the runner stops the pass and reports the status.
+ *
+ * Ownership: the table and ctx belong to the store. A model bound to a store (gpt2_bind_blocks)
+ * calls free(ctx) once, from hpt_gpt2_free; nothing else frees it. Pointers a store hands out
+ * are borrowed and valid until the matching release / the next grad_slot / store_block. */
+#ifndef HPT_MODEL_BLOCKS_H
+#define HPT_MODEL_BLOCKS_H
+
+#include "hptrain.h"
+
+#include <stddef.h>
+
+struct offload_engine;
+
+/* The buffers of a block a store may keep: parameters, gradients, the optimizer's m and v. */
+enum { EB_P = 0, EB_G, EB_M, EB_V, EB_COUNT };
+
+/* Receives n floats of a slice being gathered. */
+typedef hpt_status (*hpt_block_emit_fn)(void *ctx, const float *x, size_t n);
+/* Fills n floats at dst (a checkpoint's stream being read). */
+typedef hpt_status (*hpt_block_read_fn)(void *ctx, float *dst, size_t n);
+
+typedef struct hpt_block_store {
+    void *ctx; /* the store's state, passed to every entry */
+    /* Starts a pass over the blocks: dir +1 forward (blocks 0..L-1), -1 backward (L-1..0). */
+    hpt_status (*begin_pass)(void *ctx, int dir);
+    /* Block l's parameters (packed), valid until release(l). */
+    hpt_status (*acquire)(void *ctx, int l, float **p);
+    void (*release)(void *ctx, int l);
+    /* Block l's gradient buffer (packed; l held): zeroed, or with accumulate (gradients live
+     * since the last zero_grad) holding the gradients block l has so far. */
+    hpt_status (*grad_slot)(void *ctx, int l, int accumulate, float **g);
+    /* Block l's gradients in its slot are complete (l still held). */
+    hpt_status (*grads_done)(void *ctx, int l);
+    /* *overflow 1 when a block's gradients overflowed since the last call; clears the record. */
+    hpt_status (*grads_overflow)(void *ctx, int *overflow);
+    /* Gathers slice i of block l of buffer b (EB_P, EB_M, EB_V) into emit, in pieces. */
+    hpt_status (*gather)(void *ctx, int b, int l, int i, hpt_block_emit_fn emit, void *ectx);
+    /* Scatters: fills slice i of block l of buffer b from read, in pieces. */
+    hpt_status (*scatter)(void *ctx, int b, int l, int i, hpt_block_read_fn read, void *rctx);
+    /* Where to write a whole block of buffer b: a device scratch to hand to store_block, or
+     * (*in_place 1) the block's home itself, which needs no store_block. */
+    hpt_status (*block_dest)(void *ctx, int b, int l, float **dst, int *in_place);
+    hpt_status (*store_block)(void *ctx, int b, int l, const float *src);
+    /* The store's transfer statistics. */
+    void (*stats)(void *ctx, hpt_offload_stats *out);
+    void (*free)(void *ctx);
+} hpt_block_store;
+
+/* ---- binding a store to a model (its owner, src/offload/bind.c, calls these) ---- */
+/* A model whose blocks live in a store: its flat buffers hold the non-block tensors only (and
+ * o->embeddings' buffers, model/embed.c). Unusable until gpt2_bind_blocks (or hpt_gpt2_free).
+ * cfg and o are checked by the caller. Failures are wrapped as hpt_gpt2_create's. */
+hpt_status gpt2_create_unbound(hpt_mem *mem, const hpt_gpt2_config *cfg,
+                               const hpt_offload_opts *o, hpt_gpt2 **out);
+/* The packed layout a store keeps: L blocks of *n_slices slices of slice_n[i] floats (borrowed
+ * from the model). */
+void gpt2_block_layout(const hpt_gpt2 *m, int *L, int *n_slices, const size_t **slice_n);
+/* Binds store (ownership passes to the model: hpt_gpt2_free frees it) and eng, the engine
+ * behind it, which the model keeps as m->eng for the modules above it and never calls. */
+void gpt2_bind_blocks(hpt_gpt2 *m, hpt_block_store *store, struct offload_engine *eng);
+
+#endif

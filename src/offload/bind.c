@@ -1,0 +1,31 @@
+/* bind.c: a GPT-2 model whose blocks live in the offload engine. The model is created with its
+ * non-block tensors only (gpt2_create_unbound), the engine with the model's packed block
+ * layout, and the engine is bound to the model as its block store (model/blocks.h); the model
+ * then owns the engine (hpt_gpt2_free frees it) and keeps it as m->eng for the modules above.
+ * Allocation order (the profiler's events): the model's parameters, gradients and embedding
+ * buffers, then the engine's. Without an active offload this is hpt_gpt2_create. */
+#include "core/core.h"
+#include "model/blocks.h"
+#include "offload/engine.h"
+
+hpt_status hpt_gpt2_create_offload(hpt_mem *mem, const hpt_gpt2_config *cfg,
+                                   const hpt_offload_opts *o, hpt_gpt2 **out) {
+    *out = NULL;
+    if (!hpt_offload_active(o)) return hpt_gpt2_create(mem, cfg, out);
+    HPT_CHECK(hpt_gpt2_config_check(cfg));
+    HPT_CHECK(hpt_offload_check(o));
+    hpt_gpt2 *m;
+    HPT_CHECK(gpt2_create_unbound(mem, cfg, o, &m));
+    int L, n_slices;
+    const size_t *slice_n;
+    gpt2_block_layout(m, &L, &n_slices, &slice_n);
+    offload_engine *e;
+    hpt_status s = eng_create(mem, L, n_slices, slice_n, o, &e);
+    if (s != HPT_OK) {
+        hpt_gpt2_free(m);
+        return hpt_fail_ctx(s, "allocating %zu parameters", hpt_gpt2_num_params(cfg));
+    }
+    gpt2_bind_blocks(m, eng_block_store(e), e);
+    *out = m;
+    return HPT_OK;
+}
