@@ -1,10 +1,12 @@
 /* llmc.c: llm.c's GPT-2 checkpoint (version 3 fp32, version 5 bf16) and reference state.
  * Readers check magic, version, shape and the exact file size before reading a payload, so
- * a wrong or truncated file fails with a one-line reason and nothing half-loaded. */
+ * a wrong or truncated file fails with a one-line reason and nothing half-loaded. The payload
+ * is the model's tensor table in checkpoint order (model/model.h): read into and written from
+ * the model's flat buffer, or streamed through gpt2_absorb / gpt2_emit with the offload engine. */
 #include "core/core.h"
 #include "io/io_int.h"
-#include "model/gpt2_int.h"
 #include "model/infer.h"
+#include "model/model.h"
 #include "offload/engine.h"
 
 #include <stdlib.h>
@@ -71,18 +73,19 @@ hpt_status hpt_gpt2_load_offload(hpt_mem *mem, const char *path, const hpt_offlo
     hpt_gpt2 *m;
     s = hpt_gpt2_create_offload(mem, &cfg, off, &m);
     if (s != HPT_OK) { fclose(f); return s; }
-    if (m->eng) {
+    float *params = model_params(m);
+    if (model_engine(m)) {
         ckpt_reader r = {f, path, esz == 2};
-        s = gpt2_absorb(m, EB_P, m->params, read_ckpt, &r);
+        s = gpt2_absorb(m, EB_P, params, read_ckpt, &r);
     } else if (esz == 4) {
-        s = io_read_exact(f, m->params, n * 4, path, "parameters");
+        s = io_read_exact(f, params, n * 4, path, "parameters");
     } else {
         /* bf16 -> fp32: the bf16 bits are the high half of the float; reuse grads as staging */
-        uint16_t *stage = (uint16_t *)m->grads;
+        uint16_t *stage = (uint16_t *)model_grads(m);
         s = io_read_exact(f, stage, n * 2, path, "parameters");
         for (size_t i = n; s == HPT_OK && i-- > 0;) {
             uint32_t bits = (uint32_t)stage[i] << 16;
-            memcpy(&m->params[i], &bits, 4);
+            memcpy(&params[i], &bits, 4);
         }
         hpt_gpt2_zero_grad(m);
     }
@@ -97,14 +100,16 @@ static hpt_status emit_atomic(void *ctx, const float *x, size_t n) {
 }
 
 hpt_status hpt_gpt2_save(const hpt_gpt2 *m, const char *path) {
+    const hpt_gpt2_config *c = hpt_gpt2_get_config(m);
+    hpt_gpt2 *mm = (hpt_gpt2 *)(uintptr_t)m; /* gpt2_emit's engine gathers: no change */
     int32_t h[256] = {0};
-    h[0] = CKPT_MAGIC; h[1] = 3; h[2] = m->cfg.maxT; h[3] = m->cfg.V; h[4] = m->cfg.L;
-    h[5] = m->cfg.NH; h[6] = m->cfg.C; h[7] = m->cfg.Vp;
+    h[0] = CKPT_MAGIC; h[1] = 3; h[2] = c->maxT; h[3] = c->V; h[4] = c->L;
+    h[5] = c->NH; h[6] = c->C; h[7] = c->Vp;
     io_atomic w;
     HPT_CHECK(io_atomic_begin(&w, path));
     hpt_status s = io_atomic_write(&w, h, sizeof h);
     if (s == HPT_OK) /* gpt2_emit gathers an offloaded model's blocks in checkpoint order */
-        s = gpt2_emit((hpt_gpt2 *)(uintptr_t)m, EB_P, m->params, emit_atomic, &w);
+        s = gpt2_emit(mm, EB_P, model_params(mm), emit_atomic, &w);
     if (s != HPT_OK) { io_atomic_abort(&w); return s; }
     return io_atomic_commit(&w);
 }
@@ -200,10 +205,10 @@ hpt_status hpt_gpt2_read_config(const char *path, hpt_gpt2_config *out) {
 /* ---- streaming reader: the inference engine's loader ---------------------------------- */
 
 hpt_status io_llmc_stream(hpt_mem *mem, const char *path, const hpt_gpt2_config *cfg,
-                          const size_t row_width[HPT_GPT2_NUM_TENSORS], size_t stage_bytes,
-                          io_llmc_rows_fn fn, void *ctx) {
-    hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
-    hpt_gpt2_tensors(cfg, t);
+                          const size_t *row_width, size_t stage_bytes, io_llmc_rows_fn fn,
+                          void *ctx) {
+    hpt_tensor_table t;
+    model_describe(cfg, &t);
     FILE *f;
     uint64_t size;
     HPT_CHECK(io_open_read(path, &f, &size));
@@ -215,12 +220,12 @@ hpt_status io_llmc_stream(hpt_mem *mem, const char *path, const hpt_gpt2_config 
         hpt_mem_set_name(mem, "checkpoint staging");
         s = hpt_mem_alloc(mem, HPT_TIER_HOST, HPT_CAT_IO, stage_bytes, (void **)&stage);
     }
-    for (int k = 0; k < HPT_GPT2_NUM_TENSORS && s == HPT_OK; k++) {
-        size_t w = row_width[k], rows = t[k].numel / w;
+    for (int k = 0; k < t.n && s == HPT_OK; k++) {
+        size_t w = row_width[k], rows = hpt_tensor_numel(&t.t[k]) / w;
         size_t step = stage_bytes / (w * sizeof(float));
         for (size_t r0 = 0; r0 < rows && s == HPT_OK; r0 += step) {
             size_t n = HPT_MIN(step, rows - r0), cnt = n * w;
-            s = io_read_exact(f, stage, cnt * esz, path, t[k].name);
+            s = io_read_exact(f, stage, cnt * esz, path, t.t[k].name);
             if (s != HPT_OK) break;
             if (esz == 2) { /* bf16 bits are a float's high half; widen in place from the end */
                 const uint16_t *b = (const uint16_t *)stage;
@@ -252,8 +257,10 @@ hpt_status hpt_infer_load(hpt_mem *mem, const char *path, hpt_weights kind, int 
     HPT_CHECK(hpt_gpt2_read_config(path, &cfg)); /* checks magic, version and size */
     hpt_infer *inf;
     HPT_CHECK(infer_new(mem, &cfg, kind, ctx, &inf));
-    size_t w[HPT_GPT2_NUM_TENSORS];
-    for (int k = 0; k < HPT_GPT2_NUM_TENSORS; k++) w[k] = infer_row_width(&cfg, k);
+    hpt_tensor_table t;
+    model_describe(&cfg, &t);
+    size_t w[HPT_TABLE_MAX];
+    for (int k = 0; k < t.n; k++) w[k] = infer_row_width(&cfg, k);
     hpt_status s = infer_alloc_weights(inf);
     if (s == HPT_OK) s = io_llmc_stream(mem, path, &cfg, w, K_INFER_STAGE_BYTES, ingest_rows, inf);
     if (s != HPT_OK) {

@@ -1,5 +1,5 @@
-/* gpt2_int.h: the GPT-2 object's layout, shared by the model and (until they iterate the tensor
- * table) the optim, io, plan and train modules. The model's files: gpt2.c (the maths, through
+/* gpt2_int.h: the GPT-2 object's layout, private to src/model/ (the modules above reach the
+ * model through model/model.h and its tensor table). The model's files: gpt2.c (the maths, through
  * the arch interface, arch.h), runner.c (the layer loop), actplan.c (the activation arena),
  * actstore.c (offload and compression of saved fields), actopts.c (the activation options),
  * lifecycle.c (the object), embed.c (chunked and bf16 tied embeddings), config.c (shapes);
@@ -10,6 +10,7 @@
 #include "hptrain.h"
 #include "kernels/kernels.h"
 #include "model/arch.h"
+#include "model/model.h"
 #include "model/runner_int.h"
 
 #include <pthread.h>
@@ -94,12 +95,6 @@ typedef struct {
 struct offload_engine;
 struct hpt_block_store;
 
-/* The optimizer's update of n values of non-block tensor i from its value off (embed.c's
- * deferred wte update; off a multiple of K_Q8_BLOCK and of a row): p the parameters there, g
- * their gradients. Registered by hpt_optim_create (gpt2_set_emb_update). */
-typedef void (*gpt2_emb_update_fn)(void *ctx, int i, size_t off, hpt_be_param p, const float *g,
-                                   size_t n);
-
 struct hpt_gpt2 {
     hpt_gpt2_config cfg;
     hpt_mem *mem;         /* borrowed; outlives the model */
@@ -147,59 +142,16 @@ struct hpt_gpt2 {
     float loss;
 };
 
-/* *overflow 1 when this step's gradients overflowed so far: an engine's block (its 16-bit home's
- * narrowing, or a non-finite fp32 one with eng_check_grads), or a non-finite value in the flat
- * gradients (all of them without the engine; wte, wpe and lnf with it). Waits for the engine's
- * queued write-backs and clears its record. */
-hpt_status gpt2_grads_overflow(hpt_gpt2 *m, int *overflow);
 void gpt2_point_tensors(const hpt_gpt2_config *cfg, float *base, gpt2_tensors *t);
-/* Floats of each block slice (GPT2_BLOCK_SLICES), of one block, and of the non-block tensors. */
+/* Floats of each block slice (GPT2_BLOCK_SLICES) and of one block. */
 void gpt2_block_slices(const hpt_gpt2_config *cfg, size_t n[GPT2_BLOCK_SLICES]);
 size_t gpt2_block_floats(const hpt_gpt2_config *cfg);
-size_t gpt2_nonblock_floats(const hpt_gpt2_config *cfg);
-/* Offset of non-block tensor i (0, 1, 14, 15) in the engine's flat buffers. */
-size_t gpt2_nonblock_offset(const hpt_gpt2_config *cfg, int i);
 int gpt2_is_block_tensor(int i);
-/* Emits buffer b (EB_P, EB_M or EB_V of the engine) in checkpoint order: non-block tensors from
- * flat (n_flat floats, the model's or the optimizer's), block slices from the engine. */
-typedef hpt_status (*gpt2_emit_fn)(void *ctx, const float *x, size_t n);
-hpt_status gpt2_emit(hpt_gpt2 *m, int b, const float *flat, gpt2_emit_fn emit, void *ctx);
-/* The optimizer's fp32 moment (0: m, 1: v) in checkpoint order through emit (AdamW fp32;
- * with or without the engine). */
-hpt_status optim_emit_moment(const hpt_optim *op, int which, gpt2_emit_fn emit, void *ctx);
-/* The reverse of gpt2_emit: fills buffer b from a stream in checkpoint order (read fills n
- * floats at dst each call); and the optimizer's moment likewise. */
-typedef hpt_status (*gpt2_read_fn)(void *ctx, float *dst, size_t n);
-hpt_status gpt2_absorb(hpt_gpt2 *m, int b, float *flat, gpt2_read_fn read, void *ctx);
-hpt_status optim_absorb_moment(hpt_optim *op, int which, gpt2_read_fn read, void *ctx);
-/* 1 when the engine's homes hold the blocks' m and v (AdamW fp32 with the engine: the
- * checkpoint goes through optim_emit_moment / _absorb_moment); else the optimizer's state
- * buffers are the checkpoint's, with or without the engine. */
-int optim_eng_homes(const hpt_optim *op);
-/* 1 when an 8-bit state's blocks, which start at each layer's slice of a per-layer tensor,
- * differ from blocks starting at each tensor's first value (checkpoints before version 3). */
-int optim_q8_per_slice(const hpt_gpt2_config *cfg);
-/* How AdamW's 8-bit second moment is encoded (checkpoint header field 26): 1, this build's,
- * sqrt(v) on the unsigned map without a 0 code (kernels/cpu/optim.c); 0, in files written
- * before the field, v itself on a map with a 0 code. */
-#define OPTIM_Q8_V_ROOT 1
 
 /* ---- embed.c: chunked and bf16 tied embeddings (HPT_EMB_CHUNKED, HPT_EMB_BF16) ---- */
-/* Device bytes of the model's non-block parameters and gradients with the engine (params and
- * grads flat buffers, embed.c's bf16 homes and chunk buffers). */
-void gpt2_nonblock_bytes(const hpt_gpt2_config *c, const hpt_offload_opts *o, uint64_t *params,
-                         uint64_t *grads);
 /* Allocates what embeddings o->embeddings need beside params and grads (sets m->emb, m->Vc). */
 hpt_status emb_create(hpt_gpt2 *m, const hpt_offload_opts *o);
 void emb_free(hpt_gpt2 *m);
-/* Rows of wte the head computes at once; 0 for FULL (the arena plan's logits width). */
-int gpt2_vocab_chunk(const hpt_gpt2_config *c, const hpt_offload_opts *o);
-/* HPT_ERR_INVALID when a chunk's values (rows * C) are not a multiple of K_Q8_BLOCK. */
-hpt_status gpt2_vocab_chunk_check(const hpt_gpt2_config *c, const hpt_offload_opts *o);
-/* Parameters of non-block tensor i (0, 1, 14, 15) as the optimizer's kernels take them, and
- * their gradients (NULL: wte with CHUNKED or BF16). */
-hpt_be_param gpt2_nonblock_param(hpt_gpt2 *m, int i);
-float *gpt2_nonblock_grad(hpt_gpt2 *m, int i);
 /* BF16: n values of tensor i (0 wte, 1 wpe) from value lo, widened into x / rounded from x
  * (to nearest; Kahan: the compensation gets the residue). */
 void emb_get(const hpt_gpt2 *m, int i, size_t lo, float *x, size_t n);
@@ -211,11 +163,5 @@ void emb_encoder_forward(hpt_gpt2 *m);
 void emb_head_forward(hpt_gpt2 *m, size_t rows);
 void emb_head_backward(hpt_gpt2 *m, size_t rows);
 void emb_backward_end(hpt_gpt2 *m, size_t rows);
-/* hpt_gpt2_act_tier_bytes with a head of vc vocabulary rows at a time (0: all). */
-hpt_status gpt2_act_tier_bytes_vc(const hpt_gpt2_config *cfg, int B, int T,
-                                  const hpt_gpt2_act_opts *o, int vc, uint64_t out[HPT_TIER_COUNT]);
-void gpt2_set_emb_update(hpt_gpt2 *m, gpt2_emb_update_fn fn, void *ctx);
-/* BF16 with Kahan: the compensation of wte, wpe ((Vp + maxT) * C bf16); NULL, 0 otherwise. */
-void gpt2_emb_comp(hpt_gpt2 *m, uint16_t **comp, size_t *n);
 
 #endif

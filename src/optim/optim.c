@@ -3,20 +3,21 @@
  *
  * State layout. Every state lives in the device tier's optimizer category, in at most six
  * buffers (hpt_optim_state_buffers, the checkpoint's order): per moment an fp32 array, an
- * 8-bit code array and its fp32 block scales. Each model tensor (hpt_gpt2_tensors, checkpoint
- * order) keeps its state either in fp32 or in 8 bits; the tensors of one width are packed in
- * checkpoint order. A tensor is cut into slices: a per-layer tensor (ln1w .. fcprojb) into its
- * L layers' shares, any other tensor is one slice; an 8-bit slice's quantisation blocks (256
- * values) start at the slice's first value, so no block straddles two slices, and one layer's
- * slice of every tensor can be updated on its own (the fused update). With 32-bit state every
+ * 8-bit code array and its fp32 block scales. Each tensor of the model's table (model/model.h,
+ * checkpoint order) keeps its state either in fp32 or in 8 bits; the tensors of one width are
+ * packed in checkpoint order. A tensor is cut into slices: a block tensor (stacked over the
+ * layers: layer HPT_LAYER_STACKED) into its L layers' shares, any other tensor is one slice;
+ * an 8-bit slice's quantisation blocks (256 values) start at the slice's first value, so no
+ * block straddles two slices, and one layer's slice of every tensor can be updated on its own
+ * (the fused update). With 32-bit state every
  * tensor is fp32 and the fp32 arrays line up with the parameters (AdamW's m and v as before).
  *   AdamW      m, v per parameter (8-bit: m signed map, sqrt(v) unsigned map: see
  *              kernels/cpu/optim.c)
  *   Lion, SGD  m per parameter (signed map)
  *   Adam-mini  m per parameter; v per block (always fp32: a handful of floats per row)
- * Adam-mini's blocks (our reading of the paper's partition): one per output row of every
- * linear weight (qkv, attention projection, fc, fc projection: rows of C or 4C inputs), one
- * per row of wte and wpe (one token, one position), and one per vector of each layer (each
+ * Adam-mini's blocks (our reading of the paper's partition): one per row of the tensor's last
+ * dimension, that is one per output row of every linear weight (qkv, attention projection,
+ * fc, fc projection: rows of C or 4C inputs), one per row of wte and wpe (one token, one position), and one per vector of each layer (each
  * layernorm weight or bias, each bias: C, 3C or 4C values). The paper further splits Q and K
  * by head; we keep rows, which is finer (and never straddles two layers).
  * hpt_optim_state_bytes() and src/plan/estimate.c compute the same sizes.
@@ -33,17 +34,22 @@
  * A step streams over the blocks after the backward (exact mode), or each block is updated as
  * its gradients complete (fused: hpt_optim_fused_begin / _end, clipping by the previous
  * step's norm).
- * The global gradient norm is one sum in a fixed order in every mode: wte, wpe, then per block
- * l the sum over its 12 slices in order (each slice's sumsq op), then lnfw, lnfb; the sumsq of a
- * slice depends only on its values and length, so every mode gets the same norm, bit for bit.
+ * The global gradient norm is one sum in a fixed order in every mode: the non-block tensors
+ * before the blocks (wte, wpe), then per block l the sum over its slices in order (each slice's
+ * sumsq op), then the non-block tensors after them (lnfw, lnfb); the sumsq of a slice depends
+ * only on its values and length, so every mode gets the same norm, bit for bit.
+ * Tensors are the table's: sizes from their descriptors, weight decay by is_matrix, the tied
+ * embedding's update deferred to the model with chunked embeddings; nothing here names one
+ * architecture's tensors.
  * Invariants: AdamW with 32-bit state runs the adamw op (elementwise: a slice gets the bits it gets
  * inside its whole tensor) as before this file knew other optimizers (tests/test_reference.c,
  * hptrain verify); each step is deterministic for a fixed thread count (the kernels partition
  * blocks statically). */
 #include "core/core.h"
 #include "kernels/backend.h"
-#include "model/gpt2_int.h"
+#include "model/model.h"
 #include "offload/engine.h"
+#include "optim/optim.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -55,6 +61,9 @@ static const char *const k_buf_names[HPT_OPTIM_NUM_BUFS] = {"m", "m_codes", "m_s
 
 typedef struct {
     int q8;          /* 1: 8-bit state */
+    int stacked;     /* a block tensor (layer HPT_LAYER_STACKED) */
+    size_t off;      /* values into the model's checkpoint order (the flat buffers without the
+                      * engine) */
     size_t slices;   /* L for a per-layer tensor, else 1 */
     size_t sn;       /* values per slice */
     size_t sc_per;   /* 8-bit: scales per slice */
@@ -66,7 +75,8 @@ typedef struct {
 } tensor_layout;
 
 typedef struct {
-    tensor_layout t[HPT_GPT2_NUM_TENSORS];
+    int n;           /* tensors (the table's) */
+    tensor_layout t[HPT_TABLE_MAX];
     uint64_t bytes[HPT_OPTIM_NUM_BUFS];
 } layout;
 
@@ -74,13 +84,15 @@ struct hpt_optim {
     hpt_mem *mem;
     const hpt_backend *be; /* the update ops and device copies (the CPU's for now) */
     hpt_gpt2 *model; /* borrowed */
+    const hpt_tensor_table *tab; /* the model's (model_table) */
     hpt_adamw_opts o;
     size_t n;
     layout lay;
     void *buf[HPT_OPTIM_NUM_BUFS]; /* (lay.bytes[i]) each, NULL when empty */
     float map_signed[256], map_unsigned[256];
     int64_t t;       /* steps taken */
-    float wd[HPT_GPT2_NUM_TENSORS]; /* weight decay of each tensor */
+    float wd[HPT_TABLE_MAX]; /* weight decay of each tensor */
+    int slice_tensor[HPT_TABLE_MAX]; /* the table's tensor of block slice s */
     /* the engine's updates (read by its worker between a step's start and its end) */
     float lr_now, scale_now;
     int armed;       /* 1 while a step's block updates may run */
@@ -129,16 +141,9 @@ hpt_adamw_opts hpt_optim_defaults(hpt_optim_kind k) {
 
 static int state_bits(const hpt_adamw_opts *o) { return o->state_bits == 0 ? 32 : o->state_bits; }
 
-/* Values per Adam-mini block of tensor i (see the top of the file). */
-static size_t mini_row(const hpt_gpt2_config *c, int i) {
-    size_t C = (size_t)c->C;
-    switch (i) {
-    case 5: return 3 * C;  /* qkvb */
-    case 11: return 4 * C; /* fcb */
-    case 12: return 4 * C; /* fcprojw: (C, 4C) */
-    default: return C;     /* rows of wte, wpe, qkvw, attprojw, fcw; C-vectors */
-    }
-}
+/* Values per Adam-mini block of a tensor: its last dimension (a linear weight's row of
+ * inputs, (out, in); a vector whole: see the top of the file). */
+static size_t mini_row(const hpt_tensor_desc *d) { return (size_t)d->shape[d->ndim - 1]; }
 
 static hpt_status check_opts(const hpt_adamw_opts *o) {
     int bits = state_bits(o);
@@ -155,38 +160,46 @@ static hpt_status check_opts(const hpt_adamw_opts *o) {
     return HPT_OK;
 }
 
-/* The state's layout (top of the file). eng_homes: the engine holds the blocks' m and v
- * (AdamW fp32), this layout only the non-block tensors', at their offsets in the model's flat
- * buffer. */
-static void plan_layout(const hpt_gpt2_config *c, const hpt_adamw_opts *o, int eng_homes,
-                        layout *L) {
+/* The state's layout (top of the file) for the tensors of table t (configuration c's).
+ * eng_homes: the engine holds the blocks' m and v (AdamW fp32), this layout only the non-block
+ * tensors', at their offsets in the model's flat buffer. */
+static void plan_layout(const hpt_gpt2_config *c, const hpt_tensor_table *t,
+                        const hpt_adamw_opts *o, int eng_homes, layout *L) {
     memset(L, 0, sizeof *L);
-    hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
-    hpt_gpt2_tensors(c, t);
     int bits = state_bits(o), k = o->optimizer;
+    int first_block = t->n; /* the embeddings: the non-block tensors before the blocks */
+    for (int i = t->n - 1; i >= 0; i--)
+        if (t->t[i].layer == HPT_LAYER_STACKED) first_block = i;
     uint64_t n32 = 0, n8 = 0, nsc = 0, nv = 0;
-    for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) {
+    size_t off = 0;
+    L->n = t->n;
+    for (int i = 0; i < t->n; i++) {
+        const hpt_tensor_desc *d = &t->t[i];
+        size_t numel = hpt_tensor_numel(d);
         tensor_layout *tl = &L->t[i];
-        tl->slices = gpt2_is_block_tensor(i) ? (size_t)c->L : 1;
-        tl->sn = t[i].numel / tl->slices;
+        tl->stacked = d->layer == HPT_LAYER_STACKED;
+        tl->off = off;
+        off += numel;
+        tl->slices = tl->stacked ? (size_t)t->L : 1;
+        tl->sn = hpt_tensor_slice_numel(d, t->L);
         if (eng_homes) {
-            if (!gpt2_is_block_tensor(i)) tl->f32_off = gpt2_nonblock_offset(c, i);
+            if (!tl->stacked) tl->f32_off = gpt2_nonblock_offset(c, i);
             continue;
         }
-        tl->q8 = bits == 8 && !(o->state32_embeddings && i < 2); /* wte, wpe come first */
+        tl->q8 = bits == 8 && !(o->state32_embeddings && i < first_block);
         if (tl->q8) {
             tl->sc_per = (tl->sn + HPT_Q8_BLOCK - 1) / HPT_Q8_BLOCK;
             tl->q_off = n8;
             tl->sc_off = nsc;
-            n8 += t[i].numel;
+            n8 += numel;
             nsc += tl->slices * tl->sc_per;
         } else {
             tl->f32_off = n32;
-            n32 += t[i].numel;
+            n32 += numel;
         }
-        tl->row = mini_row(c, i);
+        tl->row = mini_row(d);
         tl->v_off = nv;
-        nv += t[i].numel / tl->row;
+        nv += numel / tl->row;
     }
     if (eng_homes) n32 = gpt2_nonblock_floats(c);
     L->bytes[B_M] = n32 * 4;
@@ -203,8 +216,10 @@ static void plan_layout(const hpt_gpt2_config *c, const hpt_adamw_opts *o, int e
 
 uint64_t hpt_optim_state_bytes(const hpt_gpt2_config *cfg, const hpt_adamw_opts *o) {
     if (check_opts(o) != HPT_OK || hpt_gpt2_config_check(cfg) != HPT_OK) return 0;
+    hpt_tensor_table t;
+    model_describe(cfg, &t);
     layout L;
-    plan_layout(cfg, o, 0, &L);
+    plan_layout(cfg, &t, o, 0, &L);
     uint64_t s = 0;
     for (int i = 0; i < HPT_OPTIM_NUM_BUFS; i++) s += L.bytes[i];
     return s;
@@ -287,7 +302,7 @@ static void eng_update(void *ctx, int l, int slice, hpt_be_param p, const float 
     hpt_optim *op = ctx;
     if (!op->armed) return; /* a backward outside a step's begin and end: gradients only */
     const hpt_adamw_opts *o = &op->o;
-    int i = GPT2_FIRST_BLOCK_TENSOR + slice;
+    int i = op->slice_tensor[slice];
     p.seed = sr_seed(op); /* bf16 stochastic rounding: per step */
     if (op->eng_homes && p.f32)
         op->be->adamw(p.f32, g, m, v, n, op->lr_now, o->beta1, o->beta2, o->eps, op->wd[i],
@@ -308,29 +323,32 @@ hpt_status hpt_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts 
     op->mem = mem;
     op->be = hpt_backend_cpu();
     op->model = model;
+    op->tab = model_table(model);
     op->o = *o;
-    op->n = model->num_params;
-    op->eng_homes = model->eng && o->optimizer == HPT_OPTIM_ADAMW && state_bits(o) == 32;
-    plan_layout(&model->cfg, o, op->eng_homes, &op->lay);
-    hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
-    hpt_gpt2_tensors(&model->cfg, t);
-    for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++)
-        op->wd[i] = o->decay_all || t[i].is_matrix ? o->weight_decay : 0.0f;
+    op->n = hpt_gpt2_get_num_params(model);
+    struct offload_engine *eng = model_engine(model);
+    op->eng_homes = eng && o->optimizer == HPT_OPTIM_ADAMW && state_bits(o) == 32;
+    plan_layout(hpt_gpt2_get_config(model), op->tab, o, op->eng_homes, &op->lay);
+    for (int i = 0; i < op->tab->n; i++)
+        op->wd[i] = o->decay_all || op->tab->t[i].is_matrix ? o->weight_decay : 0.0f;
+    for (int s = 0; s < op->tab->n_slices; s++)
+        op->slice_tensor[s] = hpt_table_slice_tensor(op->tab, s);
     op->be->q8_map(op->map_signed, 1);
     op->be->q8_map(op->map_unsigned, 0);
     hpt_status s = HPT_OK;
     hpt_tier home = HPT_TIER_DEVICE;
-    if (model->eng) {
-        s = eng_check_optim(eng_opts(model->eng), op->eng_homes);
-        if (!op->eng_homes) home = eng_opts(model->eng)->optim;
+    if (eng) {
+        s = eng_check_optim(eng_opts(eng), op->eng_homes);
+        if (!op->eng_homes) home = eng_opts(eng)->optim;
     }
     for (int i = 0; i < HPT_OPTIM_NUM_BUFS && s == HPT_OK; i++) {
         hpt_mem_set_name(mem, k_buf_names[i]);
         op->tier[i] = op->home = home;
         s = op->be->alloc(mem, home, HPT_CAT_OPTIM, op->lay.bytes[i], &op->buf[i]);
     }
-    if (s == HPT_OK && model->eng) s = eng_attach_optim(model->eng, eng_update, op, op->eng_homes);
-    if (s == HPT_OK && model->emb != HPT_EMB_FULL) gpt2_set_emb_update(model, emb_update, op);
+    if (s == HPT_OK && eng) s = eng_attach_optim(eng, eng_update, op, op->eng_homes);
+    if (s == HPT_OK && model_embeddings(model) != HPT_EMB_FULL)
+        gpt2_set_emb_update(model, emb_update, op);
     if (s != HPT_OK) {
         hpt_optim_free(op);
         return hpt_fail_ctx(s, "allocating %s state", k_names[o->optimizer]);
@@ -341,7 +359,7 @@ hpt_status hpt_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts 
 
 void hpt_optim_free(hpt_optim *op) {
     if (!op) return;
-    if (op->model->eng) eng_detach_optim(op->model->eng);
+    if (model_engine(op->model)) eng_detach_optim(model_engine(op->model));
     gpt2_set_emb_update(op->model, NULL, NULL);
     for (int i = 0; i < HPT_OPTIM_NUM_BUFS; i++)
         op->be->free(op->mem, op->tier[i], HPT_CAT_OPTIM, op->buf[i], op->lay.bytes[i]);
@@ -387,15 +405,18 @@ const hpt_adamw_opts *hpt_optim_get_opts(const hpt_optim *op) { return &op->o; }
 int optim_eng_homes(const hpt_optim *op) { return op->eng_homes; }
 
 int optim_q8_per_slice(const hpt_gpt2_config *c) {
-    size_t sn[GPT2_BLOCK_SLICES];
-    gpt2_block_slices(c, sn);
-    for (int i = 0; i < GPT2_BLOCK_SLICES && c->L > 1; i++)
-        if (sn[i] % HPT_Q8_BLOCK) return 1;
+    hpt_tensor_table t;
+    model_describe(c, &t);
+    for (int i = 0; i < t.n && t.L > 1; i++)
+        if (t.t[i].layer == HPT_LAYER_STACKED &&
+            hpt_tensor_slice_numel(&t.t[i], t.L) % HPT_Q8_BLOCK)
+            return 1;
     return 0;
 }
 
 static int full_fp32_adamw(const hpt_optim *op) {
-    return op->o.optimizer == HPT_OPTIM_ADAMW && state_bits(&op->o) == 32 && !op->model->eng;
+    return op->o.optimizer == HPT_OPTIM_ADAMW && state_bits(&op->o) == 32 &&
+           !model_engine(op->model);
 }
 
 hpt_status optim_emit_moment(const hpt_optim *op, int which, gpt2_emit_fn emit, void *ctx) {
@@ -410,37 +431,48 @@ hpt_status optim_absorb_moment(hpt_optim *op, int which, gpt2_read_fn read, void
     return gpt2_absorb(op->model, which ? EB_V : EB_M, op->buf[which ? B_V : B_M], read, ctx);
 }
 
-/* The global sum of squares of the gradients, in the fixed order of the top of the file. */
+/* The global sum of squares of the gradients, in the fixed order of the top of the file (the
+ * first term is added to 0.0, which changes no bits: a sum of squares is never -0). */
 static double grad_sumsq(const hpt_optim *op) {
-    const hpt_gpt2 *m = op->model;
-    const hpt_gpt2_config *c = &m->cfg;
-    hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
-    hpt_gpt2_tensors(c, t);
-    size_t sn[GPT2_BLOCK_SLICES];
-    gpt2_block_slices(c, sn);
-    /* chunked embeddings: wte's sum of squares, chunk by chunk, from the backward (embed.c) */
-    double s = m->emb != HPT_EMB_FULL ? m->wte_sumsq : op->be->sumsq(m->g.wte, t[0].numel);
-    s += op->be->sumsq(m->g.wpe, t[1].numel);
-    for (int l = 0; l < c->L; l++) {
-        double b = 0.0;
-        if (m->eng) {
-            b = eng_block_sumsq(m->eng, l);
-        } else {
-            for (int i = 0; i < GPT2_BLOCK_SLICES; i++)
-                b += op->be->sumsq(m->grads + t[GPT2_FIRST_BLOCK_TENSOR + i].offset + (size_t)l * sn[i], sn[i]);
+    hpt_gpt2 *m = op->model;
+    const hpt_tensor_table *t = op->tab;
+    struct offload_engine *eng = model_engine(m);
+    const float *grads = model_grads(m);
+    int chunked = model_embeddings(m) != HPT_EMB_FULL, blocks_done = 0;
+    double s = 0.0;
+    for (int i = 0; i < t->n; i++) {
+        const tensor_layout *tl = &op->lay.t[i];
+        if (!tl->stacked) {
+            /* chunked embeddings: the tied embedding's sum of squares, chunk by chunk, from the
+             * backward (embed.c) */
+            s += t->t[i].tied && chunked ? model_wte_sumsq(m)
+                                         : op->be->sumsq(gpt2_nonblock_grad(m, i), tl->sn);
+            continue;
         }
-        s += b;
+        if (blocks_done) continue; /* the blocks, at the first block tensor */
+        blocks_done = 1;
+        for (int l = 0; l < t->L; l++) {
+            double b = 0.0;
+            if (eng) {
+                b = eng_block_sumsq(eng, l);
+            } else {
+                for (int k = 0; k < t->n_slices; k++) {
+                    const tensor_layout *sl = &op->lay.t[op->slice_tensor[k]];
+                    b += op->be->sumsq(grads + sl->off + (size_t)l * sl->sn, sl->sn);
+                }
+            }
+            s += b;
+        }
     }
-    s += op->be->sumsq(m->g.lnfw, (size_t)c->C);
-    s += op->be->sumsq(m->g.lnfb, (size_t)c->C);
     return s;
 }
 
 /* The non-block tensors of an engine's model (wte's chunks already, with chunked embeddings). */
 static void update_nonblock(hpt_optim *op, float lr, float scale) {
     hpt_gpt2 *model = op->model;
-    for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) {
-        if (gpt2_is_block_tensor(i) || (i == 0 && model->emb != HPT_EMB_FULL)) continue;
+    int chunked = model_embeddings(model) != HPT_EMB_FULL;
+    for (int i = 0; i < op->lay.n; i++) {
+        if (op->lay.t[i].stacked || (op->tab->t[i].tied && chunked)) continue;
         hpt_be_param kp = gpt2_nonblock_param(model, i);
         kp.seed = sr_seed(op);
         update_slice(op, i, 0, kp, gpt2_nonblock_grad(model, i), lr, scale);
@@ -448,7 +480,8 @@ static void update_nonblock(hpt_optim *op, float lr, float scale) {
 }
 
 hpt_status hpt_optim_fused_begin(hpt_optim *op, float lr, float clip) {
-    if (!op->model->eng || !eng_fused(op->model->eng))
+    struct offload_engine *eng = model_engine(op->model);
+    if (!eng || !eng_fused(eng))
         return hpt_fail(HPT_ERR_INVALID, "the fused update needs a model made with the fused "
                         "engine (hpt_offload_opts.fused, --fused-update)");
     op->t++;
@@ -460,7 +493,7 @@ hpt_status hpt_optim_fused_begin(hpt_optim *op, float lr, float clip) {
 
 hpt_status hpt_optim_fused_end(hpt_optim *op, float *grad_norm_out) {
     if (!op->armed) return hpt_fail(HPT_ERR_INVALID, "hpt_optim_fused_end without a begin");
-    hpt_status s = eng_drain(op->model->eng); /* every block's update done */
+    hpt_status s = eng_drain(model_engine(op->model)); /* every block's update done */
     op->armed = 0;
     HPT_CHECK(s);
     update_nonblock(op, op->lr_now, op->scale_now);
@@ -490,7 +523,9 @@ hpt_status hpt_optim_step(hpt_optim *op, float lr, float clip, float *grad_norm_
 hpt_status hpt_optim_step_scaled(hpt_optim *op, float lr, float clip, float grad_scale,
                                  float *grad_norm_out) {
     hpt_gpt2 *model = op->model;
-    if (!model->grads || !at_home(op))
+    struct offload_engine *eng = model_engine(model);
+    float *params = model_params(model), *grads = model_grads(model);
+    if (!grads || !at_home(op))
         return hpt_fail(HPT_ERR_INVALID, "an optimizer step needs the gradients and the state on "
                         "the device (released or moved for a predict phase)");
     if (!(grad_scale > 0.0f) || !isfinite(grad_scale))
@@ -501,29 +536,26 @@ hpt_status hpt_optim_step_scaled(hpt_optim *op, float lr, float clip, float grad
     if (!isfinite(norm))
         return hpt_fail(HPT_ERR_INVALID, "gradient norm is not finite (%g); step skipped", (double)norm);
     float scale = (clip > 0.0f && norm > clip ? clip / norm : 1.0f) * grad_scale;
-    if (model->eng) {
-        if (eng_fused(model->eng))
+    if (eng) {
+        if (eng_fused(eng))
             return hpt_fail(HPT_ERR_INVALID, "a fused-update model steps with "
                             "hpt_optim_fused_begin / _end");
         op->t++;
         op->lr_now = lr;
         op->scale_now = scale;
         op->armed = 1;
-        hpt_status s = eng_stream_update(model->eng); /* the blocks, where their state lives */
+        hpt_status s = eng_stream_update(eng); /* the blocks, where their state lives */
         op->armed = 0;
         HPT_CHECK(s);
         update_nonblock(op, lr, scale);
         return HPT_OK;
     }
     op->t++;
-    hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
-    hpt_gpt2_tensors(&model->cfg, t);
-    for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) {
+    for (int i = 0; i < op->lay.n; i++) {
         const tensor_layout *tl = &op->lay.t[i];
         for (size_t sl = 0; sl < tl->slices; sl++) {
-            size_t off = t[i].offset + sl * tl->sn;
-            update_slice(op, i, sl, hpt_be_param_f32(model->params + off), model->grads + off, lr,
-                         scale);
+            size_t off = tl->off + sl * tl->sn;
+            update_slice(op, i, sl, hpt_be_param_f32(params + off), grads + off, lr, scale);
         }
     }
     return HPT_OK;

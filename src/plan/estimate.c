@@ -19,7 +19,7 @@
  * a run whose bytes cannot be counted in 64 bits is refused; the fit search only calls
  * hpt_plan_estimate, so any figure it reports is one the estimator gives. */
 #include "core/core.h"
-#include "model/gpt2_int.h"
+#include "model/model.h"
 #include "offload/engine.h"
 
 #include <string.h>
@@ -35,26 +35,31 @@ hpt_plan_opts hpt_plan_defaults(void) {
     return o;
 }
 
-/* The optimizer's state, restated from optim.c's layout: per tensor, a moment costs 4 bytes per
- * value in fp32, or 1 byte per value plus a 4-byte scale per block of 256 values (blocks start
- * at each slice's first value: a per-layer tensor has L slices, one per layer, any other
- * tensor one) in 8 bits; wte and wpe (the first two tensors) stay fp32 with
- * state32_embeddings. AdamW keeps m and v, Lion and SGD m, Adam-mini m plus one fp32 v per
- * block: per row of C values (wte, wpe, qkvw, attprojw, fcw), of 4C (fcprojw), and per
- * per-layer vector (C; qkvb 3C; fcb 4C). HPT_ERR_INVALID for settings optim.c refuses. */
+/* The optimizer's state, restated from optim.c's layout over the model's tensor table: per
+ * tensor, a moment costs 4 bytes per value in fp32, or 1 byte per value plus a 4-byte scale per
+ * block of 256 values (blocks start at each slice's first value: a block tensor has L slices,
+ * one per layer, any other tensor one) in 8 bits; the embeddings (the non-block tensors before
+ * the blocks: wte, wpe) stay fp32 with state32_embeddings. AdamW keeps m and v, Lion and SGD
+ * m, Adam-mini m plus one fp32 v per block: per row of the tensor's last dimension (C values
+ * for wte, wpe, qkvw, attprojw, fcw; 4C for fcprojw; a per-layer vector whole: C, qkvb 3C,
+ * fcb 4C). HPT_ERR_INVALID for settings optim.c refuses. */
 static hpt_status optim_bytes(const hpt_plan_opts *o, uint64_t *out) {
     int bits = o->adamw.state_bits == 0 ? 32 : o->adamw.state_bits;
     if ((unsigned)o->adamw.optimizer >= HPT_OPTIM_COUNT || (bits != 32 && bits != 8))
         return hpt_fail(HPT_ERR_INVALID, "optimizer %d with %d-bit state is not an optimizer",
                         o->adamw.optimizer, bits);
-    hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
-    hpt_gpt2_tensors(&o->cfg, t);
-    uint64_t per_moment = 0, mini_v = 0, C = (uint64_t)o->cfg.C;
-    for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) {
-        uint64_t n = t[i].numel, slices = gpt2_is_block_tensor(i) ? (uint64_t)o->cfg.L : 1;
-        int q8 = bits == 8 && !(o->adamw.state32_embeddings && i < 2);
+    hpt_tensor_table t;
+    model_describe(&o->cfg, &t);
+    uint64_t per_moment = 0, mini_v = 0;
+    int blocks = 0; /* a block tensor seen: the embeddings are behind */
+    for (int i = 0; i < t.n; i++) {
+        const hpt_tensor_desc *d = &t.t[i];
+        int stacked = d->layer == HPT_LAYER_STACKED;
+        blocks |= stacked;
+        uint64_t n = hpt_tensor_numel(d), slices = stacked ? (uint64_t)t.L : 1;
+        int q8 = bits == 8 && !(o->adamw.state32_embeddings && !blocks);
         per_moment += q8 ? n + slices * ((n / slices + 255) / 256) * 4 : n * 4;
-        uint64_t row = i == 5 ? 3 * C : (i == 11 || i == 12) ? 4 * C : C;
+        uint64_t row = (uint64_t)d->shape[d->ndim - 1];
         mini_v += n / row * 4;
     }
     switch ((hpt_optim_kind)o->adamw.optimizer) {
@@ -153,7 +158,10 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
             out->bytes[o->offload.optim][HPT_CAT_OPTIM] = dev[HPT_CAT_OPTIM];
             dev[HPT_CAT_OPTIM] = 0;
         }
-        eng_bytes(&o->offload, c->L, gpt2_block_floats(c), o->training, mv_homes, eb); /* eng_create, attach */
+        hpt_tensor_table tab;
+        model_describe(c, &tab);
+        /* eng_create, eng_attach_optim: one block is its tensors' slices */
+        eng_bytes(&o->offload, c->L, hpt_table_block_numel(&tab), o->training, mv_homes, eb);
         for (int t = 0; t < HPT_TIER_COUNT; t++)
             for (int k = 0; k < HPT_CAT_COUNT; k++) out->bytes[t][k] += eb[t][k];
     }

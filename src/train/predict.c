@@ -19,7 +19,7 @@
 #include "core/core.h"
 #include "kernels/backend.h"
 #include "testing.h"
-#include "model/gpt2_int.h"
+#include "model/model.h"
 #include "train/train_int.h"
 
 #include <math.h>
@@ -130,13 +130,15 @@ hpt_status predictor_apply(weight_predictor *pr, hpt_gpt2 *model, const hpt_opti
         float b2k = (float)pow((double)o->beta2, (double)k + 1.0);
         float bc1 = (float)(1.0 - pow((double)o->beta1, t));
         float bc2 = (float)(1.0 - pow((double)o->beta2, t));
-        hpt_gpt2_tensor ts[HPT_GPT2_NUM_TENSORS];
-        hpt_gpt2_tensors(&model->cfg, ts);
-        for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) {
-            float wd = o->decay_all || ts[i].is_matrix ? o->weight_decay : 0.0f;
-            size_t off = ts[i].offset;
-            ss += pr->be->predict_adam(p + off, m + off, v + off, ts[i].numel, lr, wd, b2k, bc1,
-                                       bc2, o->eps);
+        const hpt_tensor_table *ts = model_table(model); /* checkpoint order: p, m, v */
+        size_t off = 0;
+        for (int i = 0; i < ts->n; i++) {
+            const hpt_tensor_desc *d = &ts->t[i];
+            size_t numel = hpt_tensor_numel(d);
+            float wd = o->decay_all || d->is_matrix ? o->weight_decay : 0.0f;
+            ss += pr->be->predict_adam(p + off, m + off, v + off, numel, lr, wd, b2k, bc1, bc2,
+                                       o->eps);
+            off += numel;
         }
         break;
     }

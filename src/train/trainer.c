@@ -31,7 +31,7 @@
  * predictor's and loss model's state and the snapshot are checkpoint sections, so a run
  * resumed mid-phase computes the same bits.
  * Loss scaling (o.loss_scale; hptrain.h's hpt_loss_scale_opts, docs/offload.md): the backward
- * computes S times the gradients (gpt2's loss_scale), gpt2_grads_overflow reports whether one
+ * computes S times the gradients (model_set_loss_scale), gpt2_grads_overflow reports whether one
  * overflowed (fp16 homes at narrowing, non-finite values elsewhere); then the step is skipped
  * (scaler_skip: nothing changes but S and the counts) or the optimizer takes the gradients
  * times 1/(accum S) (exact: S is a power of two) and scaler_clean counts it. S, the clean-step
@@ -39,7 +39,7 @@
 #include "core/core.h"
 #include "kernels/backend.h"
 #include "testing.h"
-#include "model/gpt2_int.h"
+#include "model/model.h"
 #include "offload/engine.h"
 #include "train/train_int.h"
 
@@ -161,7 +161,8 @@ static hpt_status restore_scaler(hpt_trainer *tr, const hpt_state_section *sec, 
     return HPT_OK;
 }
 
-static size_t nparams(const hpt_trainer *tr) { return tr->model->num_params; }
+static size_t nparams(const hpt_trainer *tr) { return hpt_gpt2_get_num_params(tr->model); }
+static const hpt_gpt2_config *mcfg(const hpt_trainer *tr) { return hpt_gpt2_get_config(tr->model); }
 
 static void free_snapshot(hpt_trainer *tr) {
     if (tr->snapshot)
@@ -414,7 +415,7 @@ static hpt_status setup(hpt_trainer *tr) {
             return s;
         }
         tr->o.adamw = ao; /* the checkpoint's optimizer and settings continue */
-        hpt_gpt2_config cfg = tr->model->cfg;
+        hpt_gpt2_config cfg = *hpt_gpt2_get_config(tr->model);
         s = check_budget(tr, &cfg, NULL, live0); /* the shape is known only now */
         if (s != HPT_OK) {
             hpt_state_sections_free(tr->mem, sec, n_sec);
@@ -422,7 +423,7 @@ static hpt_status setup(hpt_trainer *tr) {
         }
         tr->step = tr->start_step = pos.step;
         tr->rng.s = pos.rng_state;
-        s = hpt_dataloader_open(tr->mem, o->data, o->B, o->T, tr->model->cfg.V, &tr->train);
+        s = hpt_dataloader_open(tr->mem, o->data, o->B, o->T, mcfg(tr)->V, &tr->train);
         if (s == HPT_OK) s = hpt_dataloader_set_pos(tr->train, pos.data_shard, pos.data_offset);
         if (s != HPT_OK) {
             hpt_state_sections_free(tr->mem, sec, n_sec);
@@ -444,16 +445,16 @@ static hpt_status setup(hpt_trainer *tr) {
             return hpt_gpt2_config_parse(o->model, &cfg); /* its error names the shape problem */
         }
         HPT_CHECK(hpt_optim_create(tr->mem, tr->model, &tr->o.adamw, &tr->opt));
-        HPT_CHECK(hpt_dataloader_open(tr->mem, o->data, o->B, o->T, tr->model->cfg.V, &tr->train));
+        HPT_CHECK(hpt_dataloader_open(tr->mem, o->data, o->B, o->T, mcfg(tr)->V, &tr->train));
     }
-    if (tr->model->eng && o->loss_scale.mode != HPT_LOSS_SCALE_OFF)
-        eng_check_grads(tr->model->eng, 1); /* fp32 homes too: non-finite values skip a step */
+    if (model_engine(tr->model) && o->loss_scale.mode != HPT_LOSS_SCALE_OFF) /* fp32 homes too: */
+        eng_check_grads(model_engine(tr->model), 1); /* non-finite values skip a step */
     hpt_status s = hpt_gpt2_set_act_opts(tr->model, &o->act); /* before the first forward */
-    if (s == HPT_OK && o->T > tr->model->cfg.maxT)
+    if (s == HPT_OK && o->T > mcfg(tr)->maxT)
         s = hpt_fail(HPT_ERR_SHAPE, "sequence length %d exceeds the model's maxT %d", o->T,
-                     tr->model->cfg.maxT);
+                     mcfg(tr)->maxT);
     if (s == HPT_OK && o->val)
-        s = hpt_dataloader_open(tr->mem, o->val, o->B, o->T, tr->model->cfg.V, &tr->val);
+        s = hpt_dataloader_open(tr->mem, o->val, o->B, o->T, mcfg(tr)->V, &tr->val);
     if (s == HPT_OK && o->save_dir) s = mkdir_p(o->save_dir);
     if (s == HPT_OK && HYBRID(tr)) {
         /* the plan check saw the plan's optimizer; a resumed run's is its checkpoint's */
@@ -581,7 +582,7 @@ static hpt_status check_loss(hpt_trainer *tr, double *out) {
 }
 
 static void rollback(hpt_trainer *tr) {
-    tr->be->copy(tr->model->params, tr->snapshot, nparams(tr) * sizeof(float), HPT_COPY_H2D);
+    tr->be->copy(model_params(tr->model), tr->snapshot, nparams(tr) * sizeof(float), HPT_COPY_H2D);
 }
 
 /* Relative excess of a loss over its prediction: 0 within the band, 1 above, 2 beyond the
@@ -604,7 +605,7 @@ static hpt_status predict_step(hpt_trainer *tr, hpt_train_progress *p) {
             hpt_mem_set_name(tr->mem, "rollback snapshot");
             HPT_CHECK(hpt_mem_alloc(tr->mem, HPT_TIER_HOST, HPT_CAT_PARAMS, bytes, (void **)&tr->snapshot));
         }
-        tr->be->copy(tr->snapshot, tr->model->params, bytes, HPT_COPY_D2H);
+        tr->be->copy(tr->snapshot, model_params(tr->model), bytes, HPT_COPY_D2H);
         hpt_mem_transfer(tr->mem, HPT_TIER_DEVICE, HPT_TIER_HOST, HPT_CAT_PARAMS, bytes);
         lossmodel_begin_predict(&tr->lm);
         tr->pred0 = tr->lm.pred;
@@ -675,11 +676,9 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
     int fused = o->offload.fused;
     int scaling = o->loss_scale.mode != HPT_LOSS_SCALE_OFF;
     p->lr = hpt_lr_cosine(tr->step, o->steps, o->warmup, o->lr, o->min_lr);
-    tr->model->loss_scale = p->loss_scale = tr->ls; /* 1 without scaling */
-    if (tr->fault_step == tr->step + 1) {
-        tr->model->fault_layer = tr->fault_layer;
-        tr->model->fault_value = tr->fault_value;
-    }
+    p->loss_scale = tr->ls; /* 1 without scaling */
+    model_set_loss_scale(tr->model, tr->ls);
+    if (tr->fault_step == tr->step + 1) model_set_fault(tr->model, tr->fault_layer, tr->fault_value);
     hpt_gpt2_zero_grad(tr->model);
     for (int k = 0; k < K; k++) {
         const int32_t *x, *y;
@@ -702,7 +701,7 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
         HPT_CHECK(hpt_gpt2_backward(tr->model)); /* += into the gradients (fused: updates) */
         loss_sum += (double)loss;
     }
-    tr->model->fault_layer = -1;
+    model_set_fault(tr->model, -1, 0.0f);
     /* K = 1: the loss is the micro-batch's, exactly (a float through a double and back). */
     p->loss = (float)(loss_sum / K);
     if (scaling) {
@@ -721,7 +720,7 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
         if (p->diverged == 2) tr->lm.pred = tr->pred0; /* the rolled-back weights' prediction */
         double un = predictor_real_update_norm(tr->opt, nparams(tr), p->lr, p->grad_norm);
         lossmodel_observe(&tr->lm, (double)p->loss, (double)p->grad_norm, un, first_correct);
-        HPT_CHECK(predictor_observe(&tr->pr, tr->model->params, p->lr));
+        HPT_CHECK(predictor_observe(&tr->pr, model_params(tr->model), p->lr));
         if (first_correct) free_snapshot(tr);
     }
     return HPT_OK;

@@ -2,7 +2,7 @@
  * format). Any shape works, including the real GPT-2 vocabulary with its padding. */
 #include "core/core.h"
 #include "kernels/backend.h"
-#include "model/gpt2_int.h"
+#include "model/model.h"
 
 #include <cJSON.h>
 #include <math.h>
@@ -85,13 +85,13 @@ hpt_status hpt_verify(hpt_mem *mem, const char *model_path, const char *state_pa
     if (steps_json) HPT_CHECK(read_steps(steps_json, &sf));
     hpt_gpt2 *m = NULL;
     HPT_CHECK(hpt_gpt2_load(mem, model_path, &m));
-    r->cfg = m->cfg;
+    const hpt_gpt2_config *c = hpt_gpt2_get_config(m);
+    r->cfg = *c;
     hpt_ref_state ref;
-    hpt_status s = hpt_ref_state_load(state_path, mem, &m->cfg, &ref);
+    hpt_status s = hpt_ref_state_load(state_path, mem, c, &ref);
     if (s != HPT_OK) { hpt_gpt2_free(m); return s; }
     r->B = ref.B;
     r->T = ref.T;
-    const hpt_gpt2_config *c = &m->cfg;
     size_t BT = (size_t)ref.B * ref.T;
     hpt_optim *opt = NULL;
 
@@ -104,13 +104,19 @@ hpt_status hpt_verify(hpt_mem *mem, const char *model_path, const char *state_pa
     hpt_gpt2_zero_grad(m);
     s = hpt_gpt2_backward(m);
     if (s != HPT_OK) goto done;
-    hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
-    hpt_gpt2_tensors(c, t);
+    /* per tensor of the table, in checkpoint order (the reference's gradients' too); the
+     * report's names are the public list's (static strings: they outlive the model) */
+    const hpt_tensor_table *t = model_table(m);
+    hpt_gpt2_tensor names[HPT_GPT2_NUM_TENSORS];
+    hpt_gpt2_tensors(c, names);
+    const float *grads = hpt_gpt2_grads(m);
     int ok = r->loss_rel_err <= tol && r->logits_rel_err <= tol;
-    for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) {
-        r->grad_name[i] = t[i].name;
-        r->grad_rel_err[i] = norm_rel_err(m->grads + t[i].offset, ref.grads + t[i].offset, 1, 0,
-                                          t[i].numel, 0);
+    size_t off = 0;
+    for (int i = 0; i < t->n && i < HPT_GPT2_NUM_TENSORS; i++) {
+        size_t numel = hpt_tensor_numel(&t->t[i]);
+        r->grad_name[i] = names[i].name;
+        r->grad_rel_err[i] = norm_rel_err(grads + off, ref.grads + off, 1, 0, numel, 0);
+        off += numel;
         if (!(r->grad_rel_err[i] <= tol)) ok = 0;
     }
     if (sf.n) {

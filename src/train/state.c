@@ -1,5 +1,6 @@
 /* state.c: hptrain's training-state checkpoint (weights, optimizer settings and state,
- * position, config).
+ * position, config). It builds the model and the optimizer it resumes, so it lives in train
+ * (the module above both), on io's file helpers (io/io.h).
  *
  * Layout (little-endian), version 3:
  *   "HPTSTATE" (8 bytes), uint32 version, uint32 header fields count (32)
@@ -42,10 +43,11 @@
  * bf16 embeddings with Kahan (hpt_offload_opts.embeddings, src/model/embed.c) add the section
  * "emb_comp" the same way: wte's then wpe's compensation, (Vp + maxT) * C bf16 values. */
 #include "core/core.h"
-#include "io/io_int.h"
+#include "io/io.h"
 #include "kernels/backend.h"
-#include "model/gpt2_int.h"
+#include "model/model.h"
 #include "offload/engine.h"
+#include "optim/optim.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -62,7 +64,7 @@ static const char *const comp_names[N_COMP] = {"bf16_comp", "emb_comp"};
 static hpt_status model_comps(hpt_gpt2 *m, uint16_t *comp[N_COMP], size_t n[N_COMP]) {
     comp[0] = comp[1] = NULL;
     n[0] = n[1] = 0;
-    if (m->eng) HPT_CHECK(eng_comp(m->eng, &comp[0], &n[0]));
+    if (model_engine(m)) HPT_CHECK(eng_comp(model_engine(m), &comp[0], &n[0]));
     gpt2_emb_comp(m, &comp[1], &n[1]);
     return HPT_OK;
 }
@@ -96,18 +98,19 @@ hpt_status hpt_state_save_sections(const char *path, const hpt_gpt2 *model, cons
             !strcmp(sec[i].name, comp_names[0]) || !strcmp(sec[i].name, comp_names[1]))
             return hpt_fail(HPT_ERR_INVALID, "checkpoint section %d: a name of 1 to 15 characters, "
                             "not %s or %s (the state's own)", i, comp_names[0], comp_names[1]);
-    const hpt_gpt2_config *c = &model->cfg;
+    const hpt_gpt2_config *c = hpt_gpt2_get_config(model);
+    size_t num_params = hpt_gpt2_get_num_params(model);
     int64_t f[NFIELDS] = {c->L, c->C, c->NH, c->V, c->Vp, c->maxT,
                           fbits(ao->lr), fbits(ao->beta1), fbits(ao->beta2), fbits(ao->eps),
                           fbits(ao->weight_decay), ao->decay_all,
                           pos->step, pos->data_shard, pos->data_offset, (int64_t)pos->rng_state,
                           pos->total_steps, pos->B, pos->T,
-                          hpt_optim_get_t(opt), (int64_t)model->num_params, ao->optimizer,
+                          hpt_optim_get_t(opt), (int64_t)num_params, ao->optimizer,
                           ao->state_bits == 0 ? 32 : ao->state_bits, ao->state32_embeddings,
                           pos->accum > 1 ? pos->accum : 1, fbits(hpt_optim_get_prev_norm(opt)),
                           OPTIM_Q8_V_ROOT};
     uint32_t ver[2] = {STATE_VERSION, NFIELDS};
-    size_t nb = model->num_params * sizeof(float);
+    size_t nb = num_params * sizeof(float);
     const hpt_adamw_opts *oo = hpt_optim_get_opts(opt);
     if (oo->optimizer != ao->optimizer || (oo->state_bits == 0 ? 32 : oo->state_bits) != f[22] ||
         oo->state32_embeddings != ao->state32_embeddings)
@@ -120,11 +123,11 @@ hpt_status hpt_state_save_sections(const char *path, const hpt_gpt2 *model, cons
     hpt_status s = io_atomic_write(&w, k_magic, 8);
     if (s == HPT_OK) s = io_atomic_write(&w, ver, sizeof ver);
     if (s == HPT_OK) s = io_atomic_write(&w, f, sizeof f);
-    if (model->eng) { /* offloaded: gathered in checkpoint order */
-        hpt_gpt2 *mm = (hpt_gpt2 *)(uintptr_t)model;
-        if (s == HPT_OK) s = gpt2_emit(mm, EB_P, model->params, emit_atomic, &w);
+    hpt_gpt2 *mm = (hpt_gpt2 *)(uintptr_t)model;
+    if (model_engine(mm)) { /* offloaded: gathered in checkpoint order */
+        if (s == HPT_OK) s = gpt2_emit(mm, EB_P, model_params(mm), emit_atomic, &w);
     } else if (s == HPT_OK) {
-        s = io_atomic_write(&w, model->params, nb);
+        s = io_atomic_write(&w, model_params(mm), nb);
     }
     if (optim_eng_homes(opt)) { /* AdamW fp32's m, v from the engine's homes */
         for (int i = 0; i < 2 && s == HPT_OK; i++) s = optim_emit_moment(opt, i, emit_atomic, &w);
@@ -350,11 +353,11 @@ static hpt_status load_state(const char *path, hpt_mem *mem, const hpt_offload_o
     if (s == HPT_OK) s = hpt_gpt2_create_offload(mem, &c, off, &m);
     if (s == HPT_OK) s = hpt_optim_create(mem, m, &ao, &o);
     if (s == HPT_OK) hpt_optim_state_buffers(o, bufs);
-    if (s == HPT_OK && m->eng) { /* scattered into the engine's homes as it is read */
+    if (s == HPT_OK && model_engine(m)) { /* scattered into the engine's homes as it is read */
         rd.crc = io_crc32c(io_crc32c(io_crc32c(0, k_magic, 8), ver, sizeof ver), f, sizeof f);
-        s = gpt2_absorb(m, EB_P, m->params, read_crc, &rd);
+        s = gpt2_absorb(m, EB_P, model_params(m), read_crc, &rd);
     } else if (s == HPT_OK) {
-        s = io_read_exact(fp, m->params, n * 4, path, "parameters");
+        s = io_read_exact(fp, model_params(m), n * 4, path, "parameters");
     }
     if (s == HPT_OK && optim_eng_homes(o)) {
         for (int i = 0; i < 2 && s == HPT_OK; i++) s = optim_absorb_moment(o, i, read_crc, &rd);
@@ -362,7 +365,8 @@ static hpt_status load_state(const char *path, hpt_mem *mem, const hpt_offload_o
         for (int i = 0; i < HPT_OPTIM_NUM_BUFS && s == HPT_OK; i++) {
             if (!bufs[i].bytes) continue;
             s = io_read_exact(fp, bufs[i].data, bufs[i].bytes, path, bufs[i].name);
-            if (s == HPT_OK && m->eng) rd.crc = io_crc32c(rd.crc, bufs[i].data, bufs[i].bytes);
+            if (s == HPT_OK && model_engine(m))
+                rd.crc = io_crc32c(rd.crc, bufs[i].data, bufs[i].bytes);
         }
     }
     if (s == HPT_OK && ver[0] >= 3) s = read_sections(fp, path, mem, size - base, sec, &n_sec);
@@ -373,11 +377,11 @@ static hpt_status load_state(const char *path, hpt_mem *mem, const hpt_offload_o
     fclose(fp);
     if (s == HPT_OK) {
         uint32_t crc = rd.crc;
-        if (!m->eng) {
+        if (!model_engine(m)) {
             crc = io_crc32c(0, k_magic, 8);
             crc = io_crc32c(crc, ver, sizeof ver);
             crc = io_crc32c(crc, f, sizeof f);
-            crc = io_crc32c(crc, m->params, n * 4);
+            crc = io_crc32c(crc, model_params(m), n * 4);
             for (int i = 0; i < HPT_OPTIM_NUM_BUFS; i++)
                 if (bufs[i].bytes) crc = io_crc32c(crc, bufs[i].data, bufs[i].bytes);
         }

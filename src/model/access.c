@@ -1,0 +1,26 @@
+/* access.c: the model's accessors for the modules above it (model/model.h): its tensor table,
+ * flat buffers, engine, embeddings kind and the trainer's hooks. Plain reads and writes of the
+ * model's record, so that nothing outside src/model/ needs its layout (gpt2_int.h). */
+#include "model/gpt2_int.h"
+
+void model_describe(const hpt_gpt2_config *cfg, hpt_tensor_table *out) {
+    hpt_arch_gpt2.describe(cfg, out);
+}
+
+const hpt_tensor_table *model_table(const hpt_gpt2 *m) { return &m->tab; }
+
+float *model_params(hpt_gpt2 *m) { return m->params; }
+size_t model_params_floats(const hpt_gpt2 *m) { return m->n_flat; }
+float *model_grads(hpt_gpt2 *m) { return m->grads; }
+size_t model_grads_floats(const hpt_gpt2 *m) { return m->n_gflat; }
+struct offload_engine *model_engine(const hpt_gpt2 *m) { return m->eng; }
+
+int model_embeddings(const hpt_gpt2 *m) { return m->emb; }
+double model_wte_sumsq(const hpt_gpt2 *m) { return m->wte_sumsq; }
+
+void model_set_loss_scale(hpt_gpt2 *m, float s) { m->loss_scale = s; }
+
+void model_set_fault(hpt_gpt2 *m, int layer, float value) {
+    m->fault_layer = layer;
+    if (layer >= 0) m->fault_value = value;
+}

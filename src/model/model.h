@@ -1,0 +1,107 @@
+/* model.h: the model module's interface to the modules above it (the optimizer, the checkpoint
+ * readers and writers, the estimator, the trainer), without the model's layout (gpt2_int.h,
+ * private to src/model/). A model's parameters are a tensor table (core/tensor.h) in checkpoint
+ * order; callers iterate it and reach a tensor's values through the functions below, never
+ * through the struct.
+ *
+ *   const hpt_tensor_table *t = model_table(m);
+ *   for (int i = 0; i < t->n; i++)
+ *       if (t->t[i].layer != HPT_LAYER_STACKED)
+ *           use(gpt2_nonblock_param(m, i), gpt2_nonblock_grad(m, i));
+ *
+ * Storage: without the offload engine the flat buffers (model_params, model_grads) hold every
+ * tensor in checkpoint order (hpt_table_offset); with it they hold the non-block tensors only,
+ * back to back (gpt2_nonblock_offset), and the blocks live in the engine's homes (model_engine;
+ * the checkpoint-order streams gpt2_emit and gpt2_absorb hide where). Every pointer handed out
+ * is the model's (device tier), valid until the model is freed (gradients: until released). */
+#ifndef HPT_MODEL_H
+#define HPT_MODEL_H
+
+#include "core/tensor.h"
+#include "hptrain.h"
+#include "kernels/backend.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct offload_engine;
+
+/* ---- the tensor table ---- */
+/* The parameters of a configuration in checkpoint order (the architecture's describe). */
+void model_describe(const hpt_gpt2_config *cfg, hpt_tensor_table *out);
+/* The model's table (model_describe of its configuration). */
+const hpt_tensor_table *model_table(const hpt_gpt2 *m);
+
+/* ---- storage ---- */
+/* The flat parameter buffer and its floats (num_params without the engine; with it the
+ * non-block tensors, fewer with bf16 embeddings: embed.c). */
+float *model_params(hpt_gpt2 *m);
+size_t model_params_floats(const hpt_gpt2 *m);
+/* The flat gradient buffer (NULL while released: hpt_gpt2_release_grads) and its floats. */
+float *model_grads(hpt_gpt2 *m);
+size_t model_grads_floats(const hpt_gpt2 *m);
+/* The offload engine (src/offload/engine.h), or NULL. */
+struct offload_engine *model_engine(const hpt_gpt2 *m);
+
+/* Offset (floats) of non-block tensor i (a table index) in the engine's flat buffers: the
+ * non-block tensors back to back in checkpoint order; and their floats. */
+size_t gpt2_nonblock_offset(const hpt_gpt2_config *cfg, int i);
+size_t gpt2_nonblock_floats(const hpt_gpt2_config *cfg);
+/* Parameters of non-block tensor i as the optimizer's kernels take them, and their gradients
+ * (NULL: the tied embedding with CHUNKED or BF16 embeddings, updated chunk by chunk). */
+hpt_be_param gpt2_nonblock_param(hpt_gpt2 *m, int i);
+float *gpt2_nonblock_grad(hpt_gpt2 *m, int i);
+
+/* ---- checkpoint order ---- */
+/* Emits buffer b (EB_P, EB_M or EB_V of the engine, offload/engine.h) in checkpoint order:
+ * non-block tensors from flat (model_params_floats floats, the model's or the optimizer's),
+ * block slices from the engine; without the engine flat is the whole buffer. */
+typedef hpt_status (*gpt2_emit_fn)(void *ctx, const float *x, size_t n);
+hpt_status gpt2_emit(hpt_gpt2 *m, int b, const float *flat, gpt2_emit_fn emit, void *ctx);
+/* The reverse of gpt2_emit: fills buffer b from a stream in checkpoint order (read fills n
+ * floats at dst each call). */
+typedef hpt_status (*gpt2_read_fn)(void *ctx, float *dst, size_t n);
+hpt_status gpt2_absorb(hpt_gpt2 *m, int b, float *flat, gpt2_read_fn read, void *ctx);
+
+/* ---- the tied embedding (hpt_embeddings; src/model/embed.c) ---- */
+/* The embeddings kind (hpt_embeddings): FULL without the engine. */
+int model_embeddings(const hpt_gpt2 *m);
+/* CHUNKED, BF16: the last backward's sum of squares of the tied embedding's gradient, chunk by
+ * chunk in order (its gradient is never whole). */
+double model_wte_sumsq(const hpt_gpt2 *m);
+/* The optimizer's update of n values of non-block tensor i from its value off (embed.c's
+ * deferred update of the tied embedding; off a multiple of HPT_Q8_BLOCK and of a row): p the
+ * parameters there, g their gradients. Registered by hpt_optim_create (gpt2_set_emb_update;
+ * NULL unregisters). */
+typedef void (*gpt2_emb_update_fn)(void *ctx, int i, size_t off, hpt_be_param p, const float *g,
+                                   size_t n);
+void gpt2_set_emb_update(hpt_gpt2 *m, gpt2_emb_update_fn fn, void *ctx);
+/* BF16 with Kahan: the compensation of wte, wpe ((Vp + maxT) * C bf16); NULL, 0 otherwise. */
+void gpt2_emb_comp(hpt_gpt2 *m, uint16_t **comp, size_t *n);
+
+/* ---- the trainer's hooks ---- */
+/* S: the next backwards compute S times the loss's gradients (1: none; a power of two). */
+void model_set_loss_scale(hpt_gpt2 *m, float s);
+/* Testing: the next backward sets element 0 of block layer's gradients to value (layer -1:
+ * none; hpt_trainer_inject_grad). */
+void model_set_fault(hpt_gpt2 *m, int layer, float value);
+/* *overflow 1 when this step's gradients overflowed so far: an engine's block (its 16-bit home's
+ * narrowing, or a non-finite fp32 one with eng_check_grads), or a non-finite value in the flat
+ * gradients (all of them without the engine; the non-block ones with it). Waits for the
+ * engine's queued write-backs and clears its record. */
+hpt_status gpt2_grads_overflow(hpt_gpt2 *m, int *overflow);
+
+/* ---- sizes from a configuration (the estimator's) ---- */
+/* Device bytes of the model's non-block parameters and gradients with the engine (params and
+ * grads flat buffers, embed.c's bf16 homes and chunk buffers). */
+void gpt2_nonblock_bytes(const hpt_gpt2_config *c, const hpt_offload_opts *o, uint64_t *params,
+                         uint64_t *grads);
+/* Rows of wte the head computes at once; 0 for FULL (the arena plan's logits width). */
+int gpt2_vocab_chunk(const hpt_gpt2_config *c, const hpt_offload_opts *o);
+/* HPT_ERR_INVALID when a chunk's values (rows * C) are not a multiple of HPT_Q8_BLOCK. */
+hpt_status gpt2_vocab_chunk_check(const hpt_gpt2_config *c, const hpt_offload_opts *o);
+/* hpt_gpt2_act_tier_bytes with a head of vc vocabulary rows at a time (0: all). */
+hpt_status gpt2_act_tier_bytes_vc(const hpt_gpt2_config *cfg, int B, int T,
+                                  const hpt_gpt2_act_opts *o, int vc, uint64_t out[HPT_TIER_COUNT]);
+
+#endif
