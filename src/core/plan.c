@@ -1,5 +1,5 @@
-/* plan.c: the plan (hptrain.h's hpt_plan): every technique choice of a run and its budgets,
- * parsed by name, checked, printed.
+/* plan.c: the plan (hpt_plan, include/hptrain/plan.h): every technique choice of a run and its
+ * budgets, parsed by name, checked, printed.
  *
  * One parser (hpt_plan_set) serves `hptrain train` and `hptrain estimate`: each takes the option's
  * name (the flag without its dashes) and its text. One check (hpt_plan_check) holds every rule on

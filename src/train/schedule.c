@@ -1,6 +1,8 @@
-/* schedule.c: the hybrid schedule's phase controller (the state diagram is in hptrain.h, above
- * hpt_schedule_opts). Pure: a function of its options, its state and each step's observation,
- * so every transition is table-testable and the state checkpoints as plain data.
+/* schedule.c: the hybrid schedule's phase controller (the state diagram is in
+ * include/hptrain/schedule.h, above hpt_schedule_opts; the options' defaults, names and check
+ * are the plan's, src/core/choices.c). Pure: a function of its options, its state and each
+ * step's observation, so every transition is table-testable and the state checkpoints as plain
+ * data.
  * Invariants: phase is WARMUP, FULL, PREDICT or CORRECT (FULL forever in a full-only run);
  * a predict phase lasts 1 <= horizon <= max_predict_steps steps unless it ends early; it starts
  * only with at least horizon + correct_steps steps left, so a run never ends uncorrected;
