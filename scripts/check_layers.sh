@@ -3,19 +3,22 @@
 #
 #   tools -> train -> (plan, dist, optim, io) -> offload -> model -> kernels -> mem -> core
 #
-# Reads every `#include "..."` in src/ and tools/ and reports, as violations:
+# Reads every `#include "..."` in src/, tools/ and include/ and reports, as violations:
 #   up        an include of a module above the includer's (a back-edge in the order);
 #   kernels   kernels/kernels.h or kernels/cpu/* included outside src/kernels/ (the backend
 #             table, kernels/backend.h, is the only way in);
 #   private   a module's private header (<module>/*_int.h) included from another module;
 #   tools     tools/ including anything but the public header and its own headers (so never
 #             src/testing.h, the test hooks);
+#   public    the public header's parts (include/hptrain/*.h) included by anything but
+#             include/hptrain.h (everyone includes hptrain.h), or a public header including
+#             anything of the library's own in quotes (the parts are self-contained);
 #   lines     a source file (src/, tools/, include/, tests/, bench/) over 1,000 lines.
 # It prints the module graph it measured (each module's floor: 0 for a module that includes
 # no other, else 1 + the highest floor below it; "cycle" for a module on a cycle or above
 # one), the cycles (each group of modules that reach one another), every violation, and fails on any violation not in the allowlist
 # (scripts/layers.allow: "file -> include  # why", "file -> LINES  # why"). Allowlist entries
-# that no longer match are printed as stale so they can be removed.
+# that no longer match are stale and fail the check too, so the list only shrinks honestly.
 # Usage: scripts/check_layers.sh [repository root]   (default: this script's parent)
 set -euo pipefail
 root=${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
@@ -24,7 +27,7 @@ allow=scripts/layers.allow
 max_lines=1000
 
 # "file include" pairs
-pairs=$(grep -rHo '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[^"]*"' src tools 2>/dev/null |
+pairs=$(grep -rHo '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[^"]*"' src tools include 2>/dev/null |
         sed -E 's/^([^:]*):[^"]*"([^"]*)"/\1 \2/' | sort -u)
 # "file LINES" for long files
 long=$(find src tools include tests bench -name '*.[ch]' -type f 2>/dev/null | sort |
@@ -59,7 +62,17 @@ function report(file, inc, kind, why,   key) {
     lines[++nv] = sprintf("  %-9s %-7s %s  (%s)", tag, kind, key, why)
 }
 {
-    file = $1; inc = $2; src = modof(file)
+    file = $1; inc = $2
+    if (file ~ /^include\//) {                       # the public header and its parts
+        if (file == "include/hptrain.h" && inc ~ /^hptrain\/[^\/]*\.h$/) next
+        report(file, inc, "public", "the public header includes its parts; they include nothing in quotes")
+        next
+    }
+    if (inc ~ /^hptrain\//) {
+        report(file, inc, "public", "a part of the public header: include hptrain.h")
+        next
+    }
+    src = modof(file)
     if (inc == "hptrain.h") next                     # the public header: anyone
     if (inc == "testing.h") tgt = "testing"
     else if (inc !~ /\//) {                          # same directory as the includer
@@ -107,9 +120,11 @@ END {
         print "  cycle: " cyc; nc++
     }
     if (nc == 0) print "  cycles: none"
-    print "violations (" nv "; " nallowed + 0 " in " allowfile "):"
+    print "violations (" nv + 0 "; " nallowed + 0 " in " allowfile "):"
     for (i = 1; i <= nv; i++) print lines[i]
-    for (k in allowed) if (!(k in used)) printf "  stale allowlist entry (no longer needed): %s\n", k
+    nstale = 0
+    for (k in allowed) if (!(k in used)) { printf "  stale allowlist entry (no longer needed): %s\n", k; nstale++ }
     if (nnew) { printf "check_layers: %d violation(s) not in %s\n", nnew, allowfile; exit 1 }
+    if (nstale) { printf "check_layers: %d stale entr(ies) in %s: remove them\n", nstale, allowfile; exit 1 }
     print "check_layers: ok"
 }' <<<"$pairs"

@@ -24,11 +24,9 @@ const char *hpt_phase_name(hpt_phase p) {
     return (unsigned)p < HPT_PHASE_COUNT ? k_phase_names[p] : "?";
 }
 
-static const char *const k_tier_names[HPT_TIER_COUNT] = {"device", "host", "disk"};
 static const char *const k_cat_names[HPT_CAT_COUNT] = {"params", "grads", "optim",
                                                        "acts", "workspace", "io"};
 
-const char *hpt_tier_name(hpt_tier t) { return (unsigned)t < HPT_TIER_COUNT ? k_tier_names[t] : "?"; }
 const char *hpt_category_name(hpt_category c) {
     return (unsigned)c < HPT_CAT_COUNT ? k_cat_names[c] : "?";
 }
@@ -199,7 +197,7 @@ static hpt_status refuse(hpt_mem *m, hpt_tier tier, hpt_category cat, size_t byt
     return hpt_fail(HPT_ERR_OOM,
                     "%s tier: %s request of %.1f MiB (%zu bytes) refused (%s); live %.1f MiB "
                     "of budget %.1f MiB: %s",
-                    k_tier_names[tier], k_cat_names[cat], (double)bytes / 1048576.0, bytes, why,
+                    hpt_tier_name(tier), k_cat_names[cat], (double)bytes / 1048576.0, bytes, why,
                     (double)tier_total(&m->st, tier) / 1048576.0,
                     (double)m->st.budget_bytes[tier] / 1048576.0, detail);
 }

@@ -3,6 +3,7 @@
 #define HPT_MEM_INT_H
 
 #include "hptrain.h"
+#include "mem/mem.h"
 
 #include <limits.h>
 
@@ -48,10 +49,6 @@ struct hpt_mem {
 hpt_status mem_reserve(hpt_mem *m, hpt_tier tier, hpt_category cat, size_t bytes);
 void mem_unreserve(hpt_mem *m, hpt_tier tier, hpt_category cat, size_t bytes);
 
-/* Reads or writes a disk block with no bounce buffer and no timeline event: the offload
- * engine's worker thread (buf, offset and bytes 4096-aligned; bytes may run into the block's
- * last aligned page). */
-hpt_status mem_disk_rw(hpt_mem *m, const hpt_disk_ref *ref, uint64_t offset, void *buf,
-                       size_t bytes, int write_);
+
 
 #endif

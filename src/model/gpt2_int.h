@@ -8,7 +8,7 @@
 #define HPT_GPT2_INT_H
 
 #include "hptrain.h"
-#include "kernels/kernels.h"
+#include "kernels/backend.h"
 #include "model/arch.h"
 #include "model/model.h"
 #include "model/runner_int.h"

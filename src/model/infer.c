@@ -62,15 +62,6 @@ static size_t row_width(const hpt_gpt2_config *c, int k) {
 size_t infer_row_width(const hpt_gpt2_config *cfg, int k) { return row_width(cfg, k); }
 static int per_layer(int k) { return k != T_WTE && k != T_WPE && k != T_LNFW && k != T_LNFB; }
 
-const char *hpt_weights_name(hpt_weights w) { return w == HPT_WEIGHTS_Q8 ? "int8" : "fp32"; }
-
-hpt_status hpt_weights_parse(const char *text, hpt_weights *out) {
-    if (!strcmp(text, "fp32")) *out = HPT_WEIGHTS_F32;
-    else if (!strcmp(text, "int8")) *out = HPT_WEIGHTS_Q8;
-    else return hpt_fail(HPT_ERR_INVALID, "unknown weight format '%s' (fp32, int8)", text);
-    return HPT_OK;
-}
-
 uint64_t hpt_infer_weight_bytes_for(const hpt_gpt2_config *cfg, hpt_weights w) {
     hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
     hpt_gpt2_tensors(cfg, t);

@@ -133,14 +133,6 @@ void eng_bytes(const hpt_offload_opts *o, int L, size_t block_floats, int traini
     out[HPT_TIER_HOST][HPT_CAT_IO] += 2 * stage_set_bytes(o, sb, hsb);
 }
 
-hpt_status eng_check_optim(const hpt_offload_opts *o, int mv_homes) {
-    if (!mv_homes && o->optim == HPT_TIER_DISK)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "the offload engine keeps optimizer state other than "
-                        "AdamW's 32-bit m and v on the device or the host only (--offload "
-                        "optim=device or optim=host; optim=disk given)");
-    return HPT_OK;
-}
-
 /* ---- worker ---------------------------------------------------------------------------- */
 
 static size_t home_bytes_moved(const offload_engine *e, int b) {

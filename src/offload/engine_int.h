@@ -8,7 +8,7 @@
 #include "offload/engine.h"
 #include "core/core.h"
 #include "kernels/backend.h"
-#include "mem/mem_int.h"
+#include "mem/mem.h"
 
 #include <pthread.h>
 

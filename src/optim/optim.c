@@ -106,39 +106,6 @@ struct hpt_optim {
 
 static const char *const k_names[HPT_OPTIM_COUNT] = {"adamw", "lion", "adam-mini", "sgd"};
 
-const char *hpt_optim_name(hpt_optim_kind k) {
-    return (unsigned)k < HPT_OPTIM_COUNT ? k_names[k] : "?";
-}
-
-hpt_status hpt_optim_parse(const char *name, hpt_optim_kind *out) {
-    for (int k = 0; k < HPT_OPTIM_COUNT; k++)
-        if (!strcmp(name, k_names[k])) {
-            *out = (hpt_optim_kind)k;
-            return HPT_OK;
-        }
-    return hpt_fail(HPT_ERR_INVALID, "unknown optimizer '%s' (adamw, lion, adam-mini or sgd)", name);
-}
-
-hpt_adamw_opts hpt_adamw_defaults(void) {
-    hpt_adamw_opts o = {.lr = 3e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-                        .weight_decay = 0.1f, .decay_all = 0, .optimizer = HPT_OPTIM_ADAMW,
-                        .state_bits = 32, .state32_embeddings = 0};
-    return o;
-}
-
-hpt_adamw_opts hpt_optim_defaults(hpt_optim_kind k) {
-    hpt_adamw_opts o = hpt_adamw_defaults();
-    o.optimizer = (int)k;
-    if (k == HPT_OPTIM_LION) {
-        o.lr = 1e-4f;
-        o.beta2 = 0.99f;
-    } else if (k == HPT_OPTIM_SGD) {
-        o.lr = 0.1f;
-        o.weight_decay = 0.0f;
-    }
-    return o;
-}
-
 static int state_bits(const hpt_adamw_opts *o) { return o->state_bits == 0 ? 32 : o->state_bits; }
 
 /* Values per Adam-mini block of a tensor: its last dimension (a linear weight's row of

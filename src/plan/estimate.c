@@ -18,6 +18,7 @@
  * Invariants: nothing is allocated through hpt_mem and no file is read; sizes are uint64_t and
  * a run whose bytes cannot be counted in 64 bits is refused; the fit search only calls
  * hpt_plan_estimate, so any figure it reports is one the estimator gives. */
+#include "core/choices.h"
 #include "core/core.h"
 #include "model/model.h"
 #include "offload/engine.h"
@@ -44,10 +45,8 @@ hpt_plan_opts hpt_plan_defaults(void) {
  * for wte, wpe, qkvw, attprojw, fcw; 4C for fcprojw; a per-layer vector whole: C, qkvb 3C,
  * fcb 4C). HPT_ERR_INVALID for settings optim.c refuses. */
 static hpt_status optim_bytes(const hpt_plan_opts *o, uint64_t *out) {
+    HPT_CHECK(hpt_optim_check(&o->adamw));
     int bits = o->adamw.state_bits == 0 ? 32 : o->adamw.state_bits;
-    if ((unsigned)o->adamw.optimizer >= HPT_OPTIM_COUNT || (bits != 32 && bits != 8))
-        return hpt_fail(HPT_ERR_INVALID, "optimizer %d with %d-bit state is not an optimizer",
-                        o->adamw.optimizer, bits);
     hpt_tensor_table t;
     model_describe(&o->cfg, &t);
     uint64_t per_moment = 0, mini_v = 0;
@@ -90,10 +89,7 @@ static hpt_status hybrid_bytes(const hpt_plan_opts *o, hpt_estimate *out) {
         return hpt_fail(HPT_ERR_INVALID, "unknown predictor %d", o->sched.predictor);
     if (checks && o->sched.check_weights != HPT_WEIGHTS_F32 && o->sched.check_weights != HPT_WEIGHTS_Q8)
         return hpt_fail(HPT_ERR_INVALID, "unknown check weights %d", o->sched.check_weights);
-    if (o->sched.predictor == HPT_PREDICTOR_ADAM &&
-        (o->adamw.optimizer != HPT_OPTIM_ADAMW || (o->adamw.state_bits != 0 && o->adamw.state_bits != 32)))
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "the adam predictor reads AdamW's 32-bit moments: use "
-                        "--optimizer adamw --state-bits 32, or --predictor linear");
+    HPT_CHECK(hpt_predictor_check_optim(o->sched.predictor, &o->adamw));
     uint64_t np = hpt_gpt2_num_params(&o->cfg), pb = np * 4;
     uint64_t (*b)[HPT_CAT_COUNT] = out->bytes, *pp = out->predict_peak_bytes;
     uint64_t optim = b[HPT_TIER_DEVICE][HPT_CAT_OPTIM];
@@ -147,7 +143,7 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
         HPT_CHECK(gpt2_vocab_chunk_check(c, &o->offload));
         /* AdamW fp32: the blocks' m and v in the engine's homes; else the whole state in
          * optim.c's buffers (above), in the optim home's tier (device or host) */
-        int mv_homes = o->adamw.optimizer == HPT_OPTIM_ADAMW && (o->adamw.state_bits == 0 || o->adamw.state_bits == 32);
+        int mv_homes = hpt_optim_mv_homes(&o->adamw);
         if (o->training) HPT_CHECK(eng_check_optim(&o->offload, mv_homes));
         uint64_t nf = gpt2_nonblock_floats(c), eb[HPT_TIER_COUNT][HPT_CAT_COUNT];
         /* hpt_gpt2_create_offload, with the embeddings' own buffers (src/model/embed.c) */

@@ -1,73 +1,16 @@
-/* schedule.c: the hybrid schedule's phase controller (the state diagram is in hptrain.h, above
- * hpt_schedule_opts). Pure: a function of its options, its state and each step's observation,
- * so every transition is table-testable and the state checkpoints as plain data.
+/* schedule.c: the hybrid schedule's phase controller (the state diagram is in
+ * include/hptrain/schedule.h, above hpt_schedule_opts; the options' defaults, names and check
+ * are the plan's, src/core/choices.c). Pure: a function of its options, its state and each
+ * step's observation, so every transition is table-testable and the state checkpoints as plain
+ * data.
  * Invariants: phase is WARMUP, FULL, PREDICT or CORRECT (FULL forever in a full-only run);
  * a predict phase lasts 1 <= horizon <= max_predict_steps steps unless it ends early; it starts
  * only with at least horizon + correct_steps steps left, so a run never ends uncorrected;
  * 0 < cap <= 1. */
 #include "core/core.h"
-#include "testing.h"
 
 #include <math.h>
 #include <string.h>
-
-static const char *const k_pred_names[HPT_PREDICTOR_COUNT] = {"adam", "linear", "zero", "garbage"};
-
-const char *hpt_predictor_name(hpt_predictor_kind k) {
-    return (unsigned)k < HPT_PREDICTOR_COUNT ? k_pred_names[k] : "?";
-}
-
-/* The public parse knows the user's predictors only; the testing ones (src/testing.h) are
- * reachable from tests, never from a flag. */
-static hpt_status predictor_parse(const char *name, int n, hpt_predictor_kind *out) {
-    for (int k = 0; k < n; k++)
-        if (!strcmp(name, k_pred_names[k])) {
-            *out = (hpt_predictor_kind)k;
-            return HPT_OK;
-        }
-    return hpt_fail(HPT_ERR_INVALID, "unknown predictor '%s' (adam or linear)", name);
-}
-
-hpt_status hpt_predictor_parse(const char *name, hpt_predictor_kind *out) {
-    return predictor_parse(name, HPT_PREDICTOR_LINEAR + 1, out);
-}
-
-hpt_status hpt_predictor_parse_testing(const char *name, hpt_predictor_kind *out) {
-    return predictor_parse(name, HPT_PREDICTOR_COUNT, out);
-}
-
-hpt_schedule_opts hpt_schedule_defaults(void) {
-    hpt_schedule_opts o = {.kind = HPT_SCHEDULE_FULL, .warmup_steps = 50, .full_steps = 20,
-                           .max_predict_steps = 20, .confidence = 0.5f, .correct_steps = 2,
-                           .predictor = HPT_PREDICTOR_ADAM, .check_every = 0, .band = 0.05f,
-                           .rollback = 0.2f, .fit_decay = 0.9f};
-    return o;
-}
-
-hpt_status hpt_schedule_check(const hpt_schedule_opts *o) {
-    if (o->kind != HPT_SCHEDULE_FULL && o->kind != HPT_SCHEDULE_HYBRID)
-        return hpt_fail(HPT_ERR_INVALID, "unknown schedule %d", o->kind);
-    if (o->kind == HPT_SCHEDULE_FULL) return HPT_OK;
-    if (o->warmup_steps < 0 || o->full_steps < 1 || o->max_predict_steps < 1 ||
-        o->correct_steps < 1 || o->check_every < 0)
-        return hpt_fail(HPT_ERR_INVALID, "hybrid schedule: warmup (%lld) and check interval (%lld) "
-                        "must be >= 0, full (%lld), max predict (%lld) and correct (%lld) steps >= 1",
-                        (long long)o->warmup_steps, (long long)o->check_every,
-                        (long long)o->full_steps, (long long)o->max_predict_steps,
-                        (long long)o->correct_steps);
-    if (!(o->confidence >= 0.0f && o->confidence <= 1.0f))
-        return hpt_fail(HPT_ERR_INVALID, "confidence threshold %g must be in [0, 1]", (double)o->confidence);
-    if (!(o->band > 0.0f) || !(o->rollback >= o->band) || !isfinite(o->rollback))
-        return hpt_fail(HPT_ERR_INVALID, "band %g must be > 0 and the rollback bound %g >= it",
-                        (double)o->band, (double)o->rollback);
-    if (!(o->fit_decay > 0.0f && o->fit_decay < 1.0f))
-        return hpt_fail(HPT_ERR_INVALID, "fit decay %g must be in (0, 1)", (double)o->fit_decay);
-    if ((unsigned)o->predictor >= HPT_PREDICTOR_COUNT)
-        return hpt_fail(HPT_ERR_INVALID, "unknown predictor %d", o->predictor);
-    if (o->check_weights != HPT_WEIGHTS_F32 && o->check_weights != HPT_WEIGHTS_Q8)
-        return hpt_fail(HPT_ERR_INVALID, "unknown check weights %d (fp32 or int8)", o->check_weights);
-    return HPT_OK;
-}
 
 void hpt_schedule_init(hpt_schedule *s, const hpt_schedule_opts *o) {
     memset(s, 0, sizeof *s);

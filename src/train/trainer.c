@@ -98,32 +98,9 @@ hpt_train_opts hpt_train_defaults(void) {
 #define LS_MAX 18446744073709551616.0f /* 2^64: the largest initial scale */
 #define LS_GROW_MAX 16777216.0f        /* 2^24: growth stops here */
 
-hpt_loss_scale_opts hpt_loss_scale_defaults(void) {
-    return (hpt_loss_scale_opts){.mode = HPT_LOSS_SCALE_OFF, .init = 65536.0f, .window = 2000};
-}
-
 static int pow2_scale(float x) {
     int e;
     return x >= 1.0f && x <= LS_MAX && frexpf(x, &e) == 0.5f;
-}
-
-hpt_status hpt_loss_scale_parse(const char *text, hpt_loss_scale_opts *o) {
-    if (!strcmp(text, "off")) {
-        o->mode = HPT_LOSS_SCALE_OFF;
-        return HPT_OK;
-    }
-    if (!strcmp(text, "dynamic")) {
-        o->mode = HPT_LOSS_SCALE_DYNAMIC;
-        return HPT_OK;
-    }
-    char *end;
-    double v = strtod(text, &end);
-    if (end == text || *end || !pow2_scale((float)v) || (double)(float)v != v)
-        return hpt_fail(HPT_ERR_INVALID, "loss scale '%s': expected off, dynamic or a power of two "
-                        "from 1 to 2^64", text);
-    o->mode = HPT_LOSS_SCALE_STATIC;
-    o->init = (float)v;
-    return HPT_OK;
 }
 
 void hpt_trainer_inject_grad(hpt_trainer *tr, int64_t step, int layer, float value) {

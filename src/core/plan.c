@@ -1,19 +1,19 @@
-/* plan_opts.c: the plan (hptrain.h's hpt_plan): every technique choice of a run and its budgets,
- * parsed by name, checked, printed.
+/* plan.c: the plan (hpt_plan, include/hptrain/plan.h): every technique choice of a run and its
+ * budgets, parsed by name, checked, printed.
  *
  * One parser (hpt_plan_set) serves `hptrain train` and `hptrain estimate`: each takes the option's
  * name (the flag without its dashes) and its text. One check (hpt_plan_check) holds every rule on
- * how the choices combine, gathered from where they grew: the command line, the trainer's setup,
- * the offload engine (hpt_offload_check, eng_check_optim), the model's activation options
- * (check_act_opts) and the estimator; those places keep their own checks until they delegate
- * here, so the messages are the same words. One printer (hpt_plan_print) writes the flags that
- * reproduce a plan.
+ * how the choices combine; it is built from the per-part checks of choices.c (activations,
+ * optimizer, offload engine, schedule), which the model, the offload engine and the estimator
+ * call for their own part, so each rule is written once and reads the same from every caller.
+ * One printer (hpt_plan_print) writes the flags that reproduce a plan.
  *
  * Invariants: hpt_plan_set changes only what its option names (plus the choices whose default
  * follows it: --optimizer resets the optimizer's settings to its kind's, keeping the state width
  * and a given weight decay; --grad-home sets the loss scale's mode unless --loss-scale was given)
  * and records the option in p->given; for every plan p whose choices the options can express,
  * setting each option hpt_plan_print writes, from hpt_plan_default_choices, gives p back. */
+#include "core/choices.h"
 #include "core/core.h"
 
 #include <errno.h>
@@ -225,97 +225,12 @@ hpt_status hpt_plan_set(hpt_plan *p, const char *option, const char *value) {
 
 /* ---- the check ---------------------------------------------------------------------------- */
 
-/* A loss scale S is a power of two from 1 to 2^64 (trainer.c's pow2_scale). */
-static int pow2_scale(float x) {
-    int e;
-    return x >= 1.0f && x <= 18446744073709551616.0f && frexpf(x, &e) == 0.5f;
-}
-
 static int any_home_on(const hpt_offload_opts *o, hpt_tier t) {
     return o->params == t || o->grads == t || o->optim == t;
 }
 
-/* What the activation arena keeps (from gpt2.c's check_act_opts). */
-static hpt_status check_act(const hpt_gpt2_act_opts *o) {
-    if (o->head_chunk < 0)
-        return hpt_fail(HPT_ERR_INVALID, "head chunk %d must be >= 0 (0: all logits)", o->head_chunk);
-    if (o->attention != HPT_ATTN_FLASH && o->attention != HPT_ATTN_PLAIN)
-        return hpt_fail(HPT_ERR_INVALID, "unknown attention kind %d", (int)o->attention);
-    if ((unsigned)o->recompute > HPT_RECOMPUTE_FULL)
-        return hpt_fail(HPT_ERR_INVALID, "unknown recompute policy %d", (int)o->recompute);
-    if (o->recompute == HPT_RECOMPUTE_EVERY && o->every < 1)
-        return hpt_fail(HPT_ERR_INVALID, "recompute every:%d: N must be >= 1", o->every);
-    if ((unsigned)o->offload > HPT_OFFLOAD_DISK)
-        return hpt_fail(HPT_ERR_INVALID, "unknown activation offload %d", (int)o->offload);
-    if ((unsigned)o->compress > HPT_COMPRESS_BF16)
-        return hpt_fail(HPT_ERR_INVALID, "unknown activation compression %d", (int)o->compress);
-    if ((o->offload != HPT_OFFLOAD_NONE || o->compress != HPT_COMPRESS_NONE) &&
-        (o->recompute == HPT_RECOMPUTE_EVERY || o->recompute == HPT_RECOMPUTE_FULL))
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "activation offload and compression work with "
-                        "recompute none or selective, not every:N or full");
-    return HPT_OK;
-}
-
-/* The offload engine's choices (from engine.c's hpt_offload_check). */
-static hpt_status check_offload(const hpt_offload_opts *o) {
-    if ((unsigned)o->params >= HPT_TIER_COUNT || (unsigned)o->grads >= HPT_TIER_COUNT ||
-        (unsigned)o->optim >= HPT_TIER_COUNT)
-        return hpt_fail(HPT_ERR_INVALID, "offload: unknown tier");
-    if ((unsigned)o->weights >= HPT_BW_COUNT)
-        return hpt_fail(HPT_ERR_INVALID, "offload: unknown weights precision %d", o->weights);
-    if (o->weights == HPT_BW_BF16_KAHAN && o->params == HPT_TIER_DISK)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "bf16-kahan weights keep their home (and its "
-                        "compensation) on the device or the host; bf16-sr may use the disk "
-                        "(--offload params=disk given)");
-    if ((unsigned)o->grad_home >= HPT_GH_COUNT)
-        return hpt_fail(HPT_ERR_INVALID, "offload: unknown gradient home precision %d", o->grad_home);
-    if (o->grad_home != HPT_GH_FP32 && o->fused)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "--grad-home %s: with --fused-update gradients never "
-                        "go to a home (each block is updated from its device slot)",
-                        hpt_grad_home_name((hpt_grad_home)o->grad_home));
-    if ((unsigned)o->embeddings >= HPT_EMB_COUNT || o->vocab_chunk < 0)
-        return hpt_fail(HPT_ERR_INVALID, "offload: unknown embeddings %d or vocab chunk %d < 0",
-                        o->embeddings, o->vocab_chunk);
-    if (o->embeddings != HPT_EMB_FULL && !o->fused)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "--embeddings %s updates wte chunk by chunk at the end "
-                        "of the backward: it needs --fused-update",
-                        hpt_embeddings_name((hpt_embeddings)o->embeddings));
-    if (o->embeddings == HPT_EMB_BF16 && o->weights == HPT_BW_FP32)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "--embeddings bf16 rounds as the blocks' weights do: "
-                        "it needs --weights bf16-sr or bf16-kahan");
-    if (o->max_active < 1 || o->prefetch < 0 || o->prefetch >= o->max_active)
-        return hpt_fail(HPT_ERR_INVALID, "offload: --max-active-layers %d and --prefetch %d need "
-                        "K >= 1 and 0 <= P < K", o->max_active, o->prefetch);
-    return HPT_OK;
-}
-
-/* The hybrid schedule's fields (from schedule.c's hpt_schedule_check). */
-static hpt_status check_schedule(const hpt_schedule_opts *o) {
-    if (o->kind != HPT_SCHEDULE_FULL && o->kind != HPT_SCHEDULE_HYBRID)
-        return hpt_fail(HPT_ERR_INVALID, "unknown schedule %d", o->kind);
-    if (o->kind == HPT_SCHEDULE_FULL) return HPT_OK;
-    if (o->warmup_steps < 0 || o->full_steps < 1 || o->max_predict_steps < 1 ||
-        o->correct_steps < 1 || o->check_every < 0)
-        return hpt_fail(HPT_ERR_INVALID, "hybrid schedule: warmup (%lld) and check interval (%lld) "
-                        "must be >= 0, full (%lld), max predict (%lld) and correct (%lld) steps >= 1",
-                        (long long)o->warmup_steps, (long long)o->check_every,
-                        (long long)o->full_steps, (long long)o->max_predict_steps,
-                        (long long)o->correct_steps);
-    if (!(o->confidence >= 0.0f && o->confidence <= 1.0f))
-        return hpt_fail(HPT_ERR_INVALID, "confidence threshold %g must be in [0, 1]", (double)o->confidence);
-    if (!(o->band > 0.0f) || !(o->rollback >= o->band) || !isfinite(o->rollback))
-        return hpt_fail(HPT_ERR_INVALID, "band %g must be > 0 and the rollback bound %g >= it",
-                        (double)o->band, (double)o->rollback);
-    if (!(o->fit_decay > 0.0f && o->fit_decay < 1.0f))
-        return hpt_fail(HPT_ERR_INVALID, "fit decay %g must be in (0, 1)", (double)o->fit_decay);
-    if ((unsigned)o->predictor >= HPT_PREDICTOR_COUNT)
-        return hpt_fail(HPT_ERR_INVALID, "unknown predictor %d", o->predictor);
-    if (o->check_weights != HPT_WEIGHTS_F32 && o->check_weights != HPT_WEIGHTS_Q8)
-        return hpt_fail(HPT_ERR_INVALID, "unknown check weights %d (fp32 or int8)", o->check_weights);
-    return HPT_OK;
-}
-
-/* Loss scaling (from trainer.c's check_loss_scale). */
+/* Loss scaling: its own fields, then how it meets the gradient homes, the fused update and the
+ * schedule. */
 static hpt_status check_loss_scale(const hpt_plan *p) {
     const hpt_loss_scale_opts *l = &p->loss_scale;
     if (l->mode == HPT_LOSS_SCALE_OFF) {
@@ -326,7 +241,7 @@ static hpt_status check_loss_scale(const hpt_plan *p) {
     }
     if (l->mode != HPT_LOSS_SCALE_STATIC && l->mode != HPT_LOSS_SCALE_DYNAMIC)
         return hpt_fail(HPT_ERR_INVALID, "unknown loss-scale mode %d", l->mode);
-    if (!pow2_scale(l->init))
+    if (!hpt_loss_scale_valid(l->init))
         return hpt_fail(HPT_ERR_INVALID, "loss scale %g: a power of two from 1 to 2^64",
                         (double)l->init);
     if (l->window < 1)
@@ -344,6 +259,7 @@ hpt_status hpt_plan_check(const hpt_plan *p, const hpt_plan_env *env) {
     if (env) e = *env;
     const hpt_offload_opts *of = &p->offload;
     int bits = p->adamw.state_bits == 0 ? 32 : p->adamw.state_bits;
+    int mv_homes = hpt_optim_mv_homes(&p->adamw);
     /* what was given together (the command line's rules) */
     if (GIVEN(p, O_GRAD_HOME) && of->grad_home != HPT_GH_FP32 && !GIVEN(p, O_OFFLOAD))
         return hpt_fail(HPT_ERR_INVALID, "--grad-home %s needs --offload (the offload engine keeps "
@@ -360,34 +276,26 @@ hpt_status hpt_plan_check(const hpt_plan *p, const hpt_plan_env *env) {
             return hpt_fail(HPT_ERR_INVALID, "--offload to disk needs --offload-dir DIR");
     }
     /* each family's own choices */
-    HPT_CHECK(check_act(&p->act));
-    if ((unsigned)p->adamw.optimizer >= HPT_OPTIM_COUNT || (bits != 32 && bits != 8))
-        return hpt_fail(HPT_ERR_INVALID, "optimizer %d with %d-bit state is not an optimizer",
-                        p->adamw.optimizer, bits);
-    HPT_CHECK(check_offload(of));
+    HPT_CHECK(hpt_act_check(&p->act));
+    HPT_CHECK(hpt_optim_check(&p->adamw));
+    HPT_CHECK(hpt_offload_check(of));
     /* AdamW fp32 keeps the blocks' m and v in the engine's homes; any other state is optim.c's
-     * buffers, on the device or the host (from engine.c's eng_check_optim) */
-    int mv_homes = p->adamw.optimizer == HPT_OPTIM_ADAMW && bits == 32;
-    if (e.training && hpt_offload_active(of) && !mv_homes && of->optim == HPT_TIER_DISK)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "the offload engine keeps optimizer state other than "
-                        "AdamW's 32-bit m and v on the device or the host only (--offload "
-                        "optim=device or optim=host; optim=disk given)");
+     * buffers, on the device or the host */
+    if (e.training && hpt_offload_active(of)) HPT_CHECK(hpt_offload_check_optim(of, mv_homes));
     /* the step: accumulation, the fused update, loss scaling, the schedule (trainer.c) */
     if (p->accum < 0)
         return hpt_fail(HPT_ERR_INVALID, "accumulation (%d) must be >= 1", p->accum);
     if (of->fused && p->accum > 1)
         return hpt_fail(HPT_ERR_UNSUPPORTED, "--fused-update updates each block as its gradients "
                         "complete: it cannot accumulate micro-batches (--accum %d)", p->accum);
-    HPT_CHECK(check_schedule(&p->sched));
+    HPT_CHECK(hpt_schedule_check(&p->sched));
     HPT_CHECK(check_loss_scale(p));
     if (p->sched.kind == HPT_SCHEDULE_HYBRID) {
         if (hpt_offload_active(of))
             return hpt_fail(HPT_ERR_UNSUPPORTED, "the hybrid schedule does not run with the offload "
                             "engine yet (--offload, --fused-update): its predict phase moves the "
                             "whole flat weights and gradients");
-        if (e.training && p->sched.predictor == HPT_PREDICTOR_ADAM && !mv_homes)
-            return hpt_fail(HPT_ERR_UNSUPPORTED, "the adam predictor reads AdamW's 32-bit moments: "
-                            "use --optimizer adamw --state-bits 32, or --predictor linear");
+        if (e.training) HPT_CHECK(hpt_predictor_check_optim(p->sched.predictor, &p->adamw));
         if (e.has_val == 0 && p->sched.check_every > 0)
             return hpt_fail(HPT_ERR_INVALID, "predict-phase checks (check every %lld) need "
                             "validation data (--val)", (long long)p->sched.check_every);

@@ -1,0 +1,138 @@
+/* hptrain/io.h: files: llm.c token shards and the data loader, tokenizers, the training-state
+ * checkpoint, the PyTorch reference state, a checkpoint's shape. Part of hptrain.h.
+ *
+ * llm.c's formats are read and written as llm.c writes them (DESIGN.md, "File formats"); every
+ * file hptrain writes is written to a temporary name, synced and renamed, so a crash never
+ * damages the last good one. Readers check magic, version and size and fail with
+ * HPT_ERR_FORMAT (HPT_ERR_CHECKSUM for the training state) rather than read past the end. */
+#ifndef HPTRAIN_IO_H
+#define HPTRAIN_IO_H
+#ifndef HPTRAIN_H
+#error "include hptrain.h, which includes this part"
+#endif
+
+/* ---- io: llm.c data shards and the data loader -------------------------------------- */
+
+/* Writes an llm.c token shard (magic 20240520, version 1, uint16 tokens), atomically. */
+hpt_status hpt_shard_write(const char *path, const uint16_t *tokens, size_t n);
+
+typedef struct hpt_dataloader hpt_dataloader;
+/* Opens the shards matching a glob pattern (sorted by name). Batches are consecutive
+ * windows of B*T+1 tokens, walking the shards in order and wrapping at the end. */
+hpt_status hpt_dataloader_open(hpt_mem *mem, const char *pattern, int B, int T, int vocab,
+                               hpt_dataloader **out);
+void hpt_dataloader_free(hpt_dataloader *d);
+/* inputs, targets: (B, T) int32, owned by the loader until the next call. */
+hpt_status hpt_dataloader_next(hpt_dataloader *d, const int32_t **inputs,
+                               const int32_t **targets);
+size_t hpt_dataloader_num_tokens(const hpt_dataloader *d);
+/* Position for exact resume: (shard index, token offset within the shard). */
+void hpt_dataloader_get_pos(const hpt_dataloader *d, int64_t *shard, int64_t *offset);
+hpt_status hpt_dataloader_set_pos(hpt_dataloader *d, int64_t shard, int64_t offset);
+/* Back to the first window of the first shard (evaluation reads the same batches each time). */
+hpt_status hpt_dataloader_rewind(hpt_dataloader *d);
+
+/* ---- io: GPT-2 tokenizer -------------------------------------------------------------- */
+
+typedef struct hpt_tokenizer hpt_tokenizer;
+/* path: a directory holding GPT-2's encoder.json and vocab.bpe (encode and decode), or
+ * llm.c's tokenizer file (magic 20240328; decode only). */
+hpt_status hpt_tokenizer_load(const char *path, hpt_tokenizer **out);
+void hpt_tokenizer_free(hpt_tokenizer *t);
+int hpt_tokenizer_vocab_size(const hpt_tokenizer *t);
+int hpt_tokenizer_eot(const hpt_tokenizer *t); /* <|endoftext|>, 50256 for GPT-2 */
+int hpt_tokenizer_can_encode(const hpt_tokenizer *t);
+/* Encodes len bytes of UTF-8 text (invalid UTF-8 is encoded byte-wise, losslessly).
+ * *ids_out is malloc'd (caller frees); *n_out its length. */
+hpt_status hpt_tokenizer_encode(hpt_tokenizer *t, const char *text, size_t len,
+                                int32_t **ids_out, size_t *n_out);
+/* The bytes of one token (not NUL-terminated); HPT_ERR_INVALID for an id out of range. */
+hpt_status hpt_tokenizer_decode(const hpt_tokenizer *t, int32_t id, const char **bytes_out,
+                                size_t *len_out);
+/* Writes llm.c's tokenizer file (version 2), atomically. */
+hpt_status hpt_tokenizer_write_llmc(const hpt_tokenizer *t, const char *path);
+
+
+/* ---- io: the training-state checkpoint ------------------------------------------------ */
+
+/* Data and RNG position of a run, saved with weights and optimizer state. */
+typedef struct {
+    int64_t step;         /* optimizer steps completed */
+    int64_t data_shard;   /* dataloader position */
+    int64_t data_offset;
+    uint64_t rng_state;   /* the trainer's RNG (sampling, future dropout) */
+    int64_t total_steps;  /* the run's planned steps (schedule) */
+    int32_t B, T;
+    int32_t accum;        /* micro-batches per optimizer step (0 is read as 1) */
+} hpt_train_pos;
+
+/* Writes model weights, the optimizer's settings and state (moments, 8-bit codes and their
+ * scales) and position to path (a file), atomically: a temporary file in the same directory,
+ * fsync, rename, fsync of the directory. A CRC-32C checksum over the whole payload is
+ * verified on load. Version 2; version-1 files (AdamW, fp32 moments) load as AdamW fp32. */
+hpt_status hpt_state_save(const char *path, const hpt_gpt2 *model, const hpt_optim *opt,
+                          const hpt_adamw_opts *ao, const hpt_train_pos *pos);
+/* Creates model and optimizer from a state file (both owned by the caller); *ao_out gets the
+ * optimizer settings saved with it. */
+hpt_status hpt_state_load(const char *path, hpt_mem *mem, hpt_gpt2 **model_out,
+                          hpt_optim **opt_out, hpt_adamw_opts *ao_out,
+                          hpt_train_pos *pos_out);
+/* hpt_state_load into a model made with the offload engine (off NULL or inactive: none); the
+ * same files either way. */
+hpt_status hpt_state_load_offload(const char *path, hpt_mem *mem, const hpt_offload_opts *off,
+                                  hpt_gpt2 **model_out, hpt_optim **opt_out,
+                                  hpt_adamw_opts *ao_out, hpt_train_pos *pos_out);
+/* Named extra sections of a training state (version 3): the hybrid schedule's controller,
+ * predictor and rollback snapshot. Saving borrows data; loading allocates each section's data
+ * on the host tier (category io), released with hpt_state_sections_free. Files of versions 1
+ * and 2 load with no sections. At most HPT_STATE_MAX_SECTIONS, names up to 15 characters.
+ * The state adds one of its own for a model with bf16-kahan weights, "bf16_comp" (their
+ * compensation; a caller's section may not take that name, and at most
+ * HPT_STATE_MAX_SECTIONS - 1 go beside it), which a load restores and does not hand back. */
+#define HPT_STATE_MAX_SECTIONS 16
+typedef struct {
+    char name[16];
+    void *data;
+    uint64_t bytes;
+} hpt_state_section;
+hpt_status hpt_state_save_sections(const char *path, const hpt_gpt2 *model, const hpt_optim *opt,
+                                   const hpt_adamw_opts *ao, const hpt_train_pos *pos,
+                                   const hpt_state_section *sec, int n_sec);
+hpt_status hpt_state_load_sections(const char *path, hpt_mem *mem, hpt_gpt2 **model_out,
+                                   hpt_optim **opt_out, hpt_adamw_opts *ao_out,
+                                   hpt_train_pos *pos_out,
+                                   hpt_state_section sec_out[HPT_STATE_MAX_SECTIONS],
+                                   int *n_sec_out);
+/* hpt_state_load_sections into a model made with the offload engine (off NULL or inactive:
+ * none). */
+hpt_status hpt_state_load_offload_sections(const char *path, hpt_mem *mem,
+                                           const hpt_offload_opts *off, hpt_gpt2 **model_out,
+                                           hpt_optim **opt_out, hpt_adamw_opts *ao_out,
+                                           hpt_train_pos *pos_out,
+                                           hpt_state_section sec_out[HPT_STATE_MAX_SECTIONS],
+                                           int *n_sec_out);
+void hpt_state_sections_free(hpt_mem *mem, hpt_state_section *sec, int n_sec);
+
+/* ---- io: llm.c reference state (verification) ------------------------------------------ */
+
+typedef struct {
+    int B, T, V, Vp;   /* V, Vp from the model the state belongs to */
+    int32_t *x, *y;    /* (B, T) */
+    float *logits;     /* (B, T, V), unpadded */
+    float loss;
+    float *grads;      /* (num_params) in checkpoint order with padding */
+} hpt_ref_state;
+/* Reads a reference state (magic 20240327, version 2) for the given model config; buffers
+ * come from mem (IO category). */
+hpt_status hpt_ref_state_load(const char *path, hpt_mem *mem, const hpt_gpt2_config *cfg,
+                              hpt_ref_state *out);
+void hpt_ref_state_free(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_ref_state *s);
+
+
+/* ---- io: a GPT-2 checkpoint's shape --------------------------------------------------- */
+
+/* The shape in an llm.c GPT-2 checkpoint's header, checked as hpt_gpt2_load checks it (magic,
+ * version, shape, file size); the payload is not read (src/io/llmc.c). */
+hpt_status hpt_gpt2_read_config(const char *path, hpt_gpt2_config *out);
+
+#endif /* HPTRAIN_IO_H */

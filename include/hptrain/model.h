@@ -1,0 +1,168 @@
+/* hptrain/model.h: the GPT-2 model: shape, parameters, forward and backward, the activation
+ * arena's choices, sampling. Part of hptrain.h.
+ *
+ *   hpt_gpt2_config cfg; hpt_gpt2_config_parse("gpt2-124m", &cfg);
+ *   hpt_gpt2 *m; hpt_gpt2_create(mem, &cfg, &m);      // or hpt_gpt2_load(mem, "model.bin", &m)
+ *   hpt_gpt2_forward(m, x, y, B, T, &loss);            // (B, T) int32 each
+ *   hpt_gpt2_zero_grad(m); hpt_gpt2_backward(m);
+ *
+ * A model's weights, gradients and activations come from the hpt_mem it was made with. What
+ * the activation arena keeps (recomputation, flash attention, offload and compression of saved
+ * activations, a chunked head) is an hpt_gpt2_act_opts, a choice of the plan (hptrain/plan.h):
+ * every choice computes the same thing, bit for bit where it is exact. */
+#ifndef HPTRAIN_MODEL_H
+#define HPTRAIN_MODEL_H
+#ifndef HPTRAIN_H
+#error "include hptrain.h, which includes this part"
+#endif
+
+typedef struct {
+    int L;    /* layers */
+    int C;    /* channels */
+    int NH;   /* heads; C % NH == 0 */
+    int V;    /* vocabulary */
+    int Vp;   /* vocabulary padded (rows of wte), Vp >= V */
+    int maxT; /* positions */
+} hpt_gpt2_config;
+
+/* "gpt2-124m" | "gpt2-350m" | "gpt2-774m" | "gpt2-1558m" |
+ * "gpt2:L=12,C=768,NH=12[,V=50257][,T=1024][,Vp=...]". Vp defaults to V rounded up to 128. */
+hpt_status hpt_gpt2_config_parse(const char *shape, hpt_gpt2_config *out);
+hpt_status hpt_gpt2_config_check(const hpt_gpt2_config *cfg);
+/* Number of parameters including wte's padding rows. */
+size_t hpt_gpt2_num_params(const hpt_gpt2_config *cfg);
+
+#define HPT_GPT2_NUM_TENSORS 16
+typedef struct {
+    const char *name; /* "wte", "wpe", "ln1w", ..., "lnfb" (llm.c's checkpoint order) */
+    size_t offset;    /* floats from the start of the parameter buffer */
+    size_t numel;     /* whole tensor, stacked over L for per-layer tensors */
+    int is_matrix;    /* 2-D weights (embeddings and linear weights): decayed by default */
+} hpt_gpt2_tensor;
+void hpt_gpt2_tensors(const hpt_gpt2_config *cfg, hpt_gpt2_tensor out[HPT_GPT2_NUM_TENSORS]);
+
+typedef struct hpt_gpt2 hpt_gpt2;
+
+/* Allocates zeroed parameters and gradients (device tier). */
+hpt_status hpt_gpt2_create(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_gpt2 **out);
+/* Reads an llm.c GPT-2 checkpoint (version 3 fp32 or 5 bf16). */
+hpt_status hpt_gpt2_load(hpt_mem *mem, const char *path, hpt_gpt2 **out);
+/* Writes an llm.c version-3 (fp32) checkpoint, atomically. */
+hpt_status hpt_gpt2_save(const hpt_gpt2 *m, const char *path);
+void hpt_gpt2_free(hpt_gpt2 *m);
+/* GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)), biases 0,
+ * layernorm weights 1, wte padding rows 0. Deterministic in seed; the same values with or
+ * without the offload engine (which can fail: a disk write). */
+hpt_status hpt_gpt2_init_random(hpt_gpt2 *m, uint64_t seed);
+
+const hpt_gpt2_config *hpt_gpt2_get_config(const hpt_gpt2 *m);
+size_t hpt_gpt2_get_num_params(const hpt_gpt2 *m);
+float *hpt_gpt2_params(hpt_gpt2 *m); /* (num_params) fp32, in checkpoint order */
+float *hpt_gpt2_grads(hpt_gpt2 *m);  /* (num_params) fp32 */
+/* Logits of the last forward: (B, T, Vp) fp32, entries >= V are the padding columns. */
+const float *hpt_gpt2_logits(const hpt_gpt2 *m);
+
+/* Activation buffers for (B, T) are allocated on first use and kept while B*T does not grow.
+ * targets may be NULL (no loss; *loss_out = -1). Token ids must be in [0, V). */
+hpt_status hpt_gpt2_forward(hpt_gpt2 *m, const int32_t *inputs, const int32_t *targets,
+                            int B, int T, float *loss_out);
+void hpt_gpt2_zero_grad(hpt_gpt2 *m);
+/* Accumulates (+=) the gradients of the mean loss of the last forward (which needs targets)
+ * into hpt_gpt2_grads(). */
+hpt_status hpt_gpt2_backward(hpt_gpt2 *m);
+/* Releases the activation buffers. */
+void hpt_gpt2_free_activations(hpt_gpt2 *m);
+/* Frees the gradient buffer (a predict phase needs none): hpt_gpt2_grads() is NULL, backward
+ * and an optimizer step are refused, zero_grad does nothing, until hpt_gpt2_acquire_grads()
+ * allocates it again (zeroed; HPT_ERR_OOM if the device budget refuses; nothing if present). */
+void hpt_gpt2_release_grads(hpt_gpt2 *m);
+hpt_status hpt_gpt2_acquire_grads(hpt_gpt2 *m);
+
+/* -- model: what the activation arena keeps (docs/activations.md) --
+ * attention: FLASH (the default) saves each block's attention output and the log-sum-exp of
+ *   each row, (B,NH,T), and recomputes the probabilities in backward, memory linear in T;
+ *   PLAIN saves the (B,NH,T,T) probabilities (the reference kernel).
+ * recompute (exact: the same kernels on the same inputs, so gradients and losses are the same
+ *   bits as without recomputation):
+ *   NONE       every block keeps all it saves until its backward.
+ *   SELECTIVE  drops the large cheap activations, ln1, ln2 (recomputed from the saved input,
+ *              mean and rstd), the GELU output and, with PLAIN attention, the probabilities;
+ *              each is rebuilt at the start of its block's backward.
+ *   EVERY      (every:N) keeps only the input of every N-th block (blocks 0, N, 2N, ...) and
+ *              the last block's output; the backward of a segment of N blocks reruns that
+ *              segment's forward once, keeping its activations until each block's backward.
+ *   FULL       every:1: keeps each block's input (the residual stream), reruns each block's
+ *              forward at the start of its backward.
+ * The arena plan follows the choice: recomputed buffers live only during the forward of their
+ * block and from the recompute to their block's backward, so the arena shrinks. */
+typedef enum { HPT_ATTN_FLASH = 0, HPT_ATTN_PLAIN } hpt_attention;
+typedef enum {
+    HPT_RECOMPUTE_NONE = 0,
+    HPT_RECOMPUTE_SELECTIVE,
+    HPT_RECOMPUTE_EVERY,
+    HPT_RECOMPUTE_FULL
+} hpt_recompute;
+/* offload (docs/activations.md; recompute NONE or SELECTIVE only, else HPT_ERR_UNSUPPORTED):
+ *   the fields each block keeps for its backward other than its output and the per-row
+ *   statistics (ln1, qkv, atty, att, res2, ln2, fch, fch_gelu, those the policy keeps) live in
+ *   the device arena only during the block's forward, which copies them to a HOST buffer or to
+ *   the DISK tier (hpt_mem_set_disk_dir first); at the time point before the block's backward
+ *   (the next block's backward, or the head's) they are copied back into arena buffers that
+ *   live until the block's backward. Copies out are synchronous; the copy back is done by a
+ *   thread during the next block's backward with HOST, synchronously with DISK. Exact: same
+ *   bits.
+ * compress INT8: those fields are stored as int8 with one fp32 absmax scale per row (a token's
+ *   C, 3C or 4C values; a probability row of T) and dequantised before backward: on the
+ *   offload tier, or with no offload in the device arena. Lossy.
+ * compress BF16: those fields are stored as bf16 (a float's top 16 bits, rounded to nearest
+ *   even: fp32's range, 8 significant bits) and widened before backward. Half the bytes of
+ *   fp32; lossy, far less than INT8 (relative error <= 2^-9 per value). */
+typedef enum { HPT_OFFLOAD_NONE = 0, HPT_OFFLOAD_HOST, HPT_OFFLOAD_DISK } hpt_act_offload;
+typedef enum { HPT_COMPRESS_NONE = 0, HPT_COMPRESS_INT8, HPT_COMPRESS_BF16 } hpt_act_compress;
+typedef struct {
+    hpt_attention attention;
+    hpt_recompute recompute;
+    int every;                /* N of HPT_RECOMPUTE_EVERY, >= 1 */
+    hpt_act_offload offload;
+    hpt_act_compress compress;
+    int head_chunk;           /* 0: the head keeps all (B,T,Vp) logits; N > 0: it computes the
+                               * loss N rows at a time, keeps only (N,Vp) logits, and recomputes
+                               * each chunk's logits in backward (one more head GEMM). A forward
+                               * without targets then fails: sampling and verify need all logits. */
+} hpt_gpt2_act_opts;
+/* Parses "none" | "host" | "disk" into o->offload; "none" | "int8" | "bf16" into o->compress. */
+hpt_status hpt_act_offload_parse(const char *text, hpt_gpt2_act_opts *o);
+hpt_status hpt_act_compress_parse(const char *text, hpt_gpt2_act_opts *o);
+const char *hpt_act_offload_name(hpt_act_offload x);
+const char *hpt_act_compress_name(hpt_act_compress x);
+/* Activation bytes per tier that a forward+backward at (B, T) allocates with o (category
+ * acts): [DEVICE] the arena (= hpt_gpt2_activation_bytes), [HOST] the offload buffer (host
+ * offload) or the int8 staging buffer (disk offload with int8), [DISK] the offload file.
+ * HPT_ERR_INVALID / HPT_ERR_UNSUPPORTED for a bad choice, HPT_ERR_OOM if it cannot plan. */
+hpt_status hpt_gpt2_act_tier_bytes(const hpt_gpt2_config *cfg, int B, int T,
+                                   const hpt_gpt2_act_opts *o, uint64_t out[HPT_TIER_COUNT]);
+/* FLASH, NONE, every 1, no offload, no compression. */
+hpt_gpt2_act_opts hpt_gpt2_act_defaults(void);
+/* Parses "flash" | "plain" into o->attention. */
+hpt_status hpt_attention_parse(const char *text, hpt_gpt2_act_opts *o);
+/* Parses "none" | "selective" | "every:N" (N >= 1) | "full" into o->recompute and o->every. */
+hpt_status hpt_recompute_parse(const char *text, hpt_gpt2_act_opts *o);
+/* "flash", "plain"; "none", "selective", "every:N", "full" (written to buf, n >= 24). */
+const char *hpt_attention_name(hpt_attention a);
+const char *hpt_recompute_name(const hpt_gpt2_act_opts *o, char *buf, size_t n);
+/* Sets what the model keeps (HPT_ERR_INVALID for an unknown choice). Activations already
+ * allocated are released, so the next forward plans and allocates the arena for the choice. */
+hpt_status hpt_gpt2_set_act_opts(hpt_gpt2 *m, const hpt_gpt2_act_opts *o);
+hpt_gpt2_act_opts hpt_gpt2_get_act_opts(const hpt_gpt2 *m);
+/* Bytes of activations (and backward scratch) that a forward+backward at (B, T) allocates
+ * with the choice o (NULL: hpt_gpt2_act_defaults()); 0 if the plan cannot be made. */
+size_t hpt_gpt2_activation_bytes(const hpt_gpt2_config *cfg, int B, int T,
+                                 const hpt_gpt2_act_opts *o);
+
+/* Samples n_new tokens after the n_prompt tokens in tokens[] (capacity n_prompt + n_new),
+ * with temperature (> 0) and top_k (0: all): hpt_infer_generate on the model's fp32 weights
+ * with a cache of min(n_prompt + n_new, maxT) positions. */
+hpt_status hpt_gpt2_generate(hpt_gpt2 *m, int32_t *tokens, int n_prompt, int n_new,
+                             float temperature, int top_k, uint64_t seed);
+
+#endif /* HPTRAIN_MODEL_H */
