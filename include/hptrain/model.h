@@ -1,15 +1,20 @@
-/* hptrain/model.h: the GPT-2 model: shape, parameters, forward and backward, the activation
- * arena's choices, sampling. Part of hptrain.h.
+/* hptrain/model.h: the model, over any architecture (hpt_model_*): its tensors, forward and
+ * backward, the activation arena's choices, sampling; and GPT-2's shapes. Part of hptrain.h.
  *
- *   hpt_gpt2_config cfg; hpt_gpt2_config_parse("gpt2-124m", &cfg);
- *   hpt_gpt2 *m; hpt_gpt2_create(mem, &cfg, &m);      // or hpt_gpt2_load(mem, "model.bin", &m)
- *   hpt_gpt2_forward(m, x, y, B, T, &loss);            // (B, T) int32 each
- *   hpt_gpt2_zero_grad(m); hpt_gpt2_backward(m);
+ *   hpt_model *m;  hpt_model_create(mem, "gpt2-124m", &m);          // a SHAPE
+ *   hpt_model_init_random(m, 1337);                                 // or hpt_model_load(...)
+ *   hpt_model_forward(m, x, y, B, T, &loss);                        // (B, T) int32 each
+ *   hpt_model_zero_grad(m); hpt_model_backward(m);
+ *   for (int i = 0; i < hpt_model_num_tensors(m); i++) { hpt_tensor_info t;
+ *       hpt_model_tensor(m, i, &t); }                               // name, dtype, shape, layer
  *
- * A model's weights, gradients and activations come from the hpt_mem it was made with. What
- * the activation arena keeps (recomputation, flash attention, offload and compression of saved
- * activations, a chunked head) is an hpt_gpt2_act_opts, a choice of the plan (hptrain/plan.h):
- * every choice computes the same thing, bit for bit where it is exact. */
+ * One object type serves every architecture (src/model/arch.h: GPT-2 today); hpt_gpt2 is the
+ * same type, and the hpt_gpt2_* calls on a model object are thin wrappers of the hpt_model_*
+ * ones, kept for one release. A model's weights, gradients and activations come from the
+ * hpt_mem it was made with. What the activation arena keeps (recomputation, flash attention,
+ * offload and compression of saved activations, a chunked head) is an hpt_gpt2_act_opts, a
+ * choice of the plan (hptrain/plan.h): every choice computes the same thing, bit for bit where
+ * it is exact. */
 #ifndef HPTRAIN_MODEL_H
 #define HPTRAIN_MODEL_H
 #ifndef HPTRAIN_H
@@ -41,40 +46,82 @@ typedef struct {
 } hpt_gpt2_tensor;
 void hpt_gpt2_tensors(const hpt_gpt2_config *cfg, hpt_gpt2_tensor out[HPT_GPT2_NUM_TENSORS]);
 
-typedef struct hpt_gpt2 hpt_gpt2;
+typedef struct hpt_model hpt_model;
+typedef struct hpt_model hpt_gpt2; /* the same object: GPT-2 is one architecture */
 
-/* Allocates zeroed parameters and gradients (device tier). */
-hpt_status hpt_gpt2_create(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_gpt2 **out);
-/* Reads an llm.c GPT-2 checkpoint (version 3 fp32 or 5 bf16). */
-hpt_status hpt_gpt2_load(hpt_mem *mem, const char *path, hpt_gpt2 **out);
-/* Writes an llm.c version-3 (fp32) checkpoint, atomically. */
-hpt_status hpt_gpt2_save(const hpt_gpt2 *m, const char *path);
-void hpt_gpt2_free(hpt_gpt2 *m);
-/* GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)), biases 0,
- * layernorm weights 1, wte padding rows 0. Deterministic in seed; the same values with or
- * without the offload engine (which can fail: a disk write). */
-hpt_status hpt_gpt2_init_random(hpt_gpt2 *m, uint64_t seed);
+/* A tensor of a model's table (checkpoint order): what it is, apart from its storage. */
+typedef enum {
+    HPT_DTYPE_F32 = 0, HPT_DTYPE_BF16, HPT_DTYPE_F16, HPT_DTYPE_Q8, HPT_DTYPE_I32, HPT_DTYPE_U16,
+    HPT_DTYPE_U32
+} hpt_dtype_id;
+typedef struct {
+    const char *name;   /* "wte", "qkvw", ... (borrowed from the model) */
+    int dtype;          /* hpt_dtype_id of its checkpoint values (F32 today) */
+    int ndim;
+    int64_t shape[4];   /* row-major; a per-layer tensor stacked over the blocks: shape[0] = L */
+    size_t numel;
+    int per_layer;      /* 1: one slice per block, stacked */
+    int is_matrix;      /* 2-D weights (embeddings and linear weights): decayed by default */
+} hpt_tensor_info;
 
-const hpt_gpt2_config *hpt_gpt2_get_config(const hpt_gpt2 *m);
-size_t hpt_gpt2_get_num_params(const hpt_gpt2 *m);
-float *hpt_gpt2_params(hpt_gpt2 *m); /* (num_params) fp32, in checkpoint order */
-float *hpt_gpt2_grads(hpt_gpt2 *m);  /* (num_params) fp32 */
+/* A model from SHAPE (an architecture's shape, see hpt_gpt2_config_parse), with zeroed
+ * parameters and gradients (device tier); hpt_model_create_offload (hptrain/offload.h) adds the
+ * offload engine. HPT_ERR_INVALID for a shape no architecture knows. */
+hpt_status hpt_model_create(hpt_mem *mem, const char *shape, hpt_model **out);
+/* A model from a checkpoint (llm.c GPT-2, version 3 fp32 or 5 bf16). */
+hpt_status hpt_model_load(hpt_mem *mem, const char *path, hpt_model **out);
+/* Writes the checkpoint of the model's architecture (llm.c version 3 for GPT-2), atomically. */
+hpt_status hpt_model_save(const hpt_model *m, const char *path);
+void hpt_model_free(hpt_model *m);
+/* The architecture's initialisation (GPT-2: N(0, 0.02), residual projections N(0,
+ * 0.02/sqrt(2L)), biases 0, layernorm weights 1, wte padding rows 0). Deterministic in seed; the
+ * same values with or without the offload engine (which can fail: a disk write). */
+hpt_status hpt_model_init_random(hpt_model *m, uint64_t seed);
+const char *hpt_model_arch(const hpt_model *m); /* "gpt2" */
+size_t hpt_model_num_params(const hpt_model *m);
+int hpt_model_num_tensors(const hpt_model *m);
+/* Tensor i (0 <= i < hpt_model_num_tensors) of the model's table; HPT_ERR_INVALID otherwise. */
+hpt_status hpt_model_tensor(const hpt_model *m, int i, hpt_tensor_info *out);
+float *hpt_model_params(hpt_model *m); /* (num_params) fp32, checkpoint order; NULL with the engine */
+float *hpt_model_grads(hpt_model *m);  /* (num_params) fp32; NULL with the engine */
 /* Logits of the last forward: (B, T, Vp) fp32, entries >= V are the padding columns. */
-const float *hpt_gpt2_logits(const hpt_gpt2 *m);
+const float *hpt_model_logits(const hpt_model *m);
 
 /* Activation buffers for (B, T) are allocated on first use and kept while B*T does not grow.
  * targets may be NULL (no loss; *loss_out = -1). Token ids must be in [0, V). */
+hpt_status hpt_model_forward(hpt_model *m, const int32_t *inputs, const int32_t *targets,
+                             int B, int T, float *loss_out);
+void hpt_model_zero_grad(hpt_model *m);
+/* Accumulates (+=) the gradients of the mean loss of the last forward (which needs targets)
+ * into hpt_model_grads(). */
+hpt_status hpt_model_backward(hpt_model *m);
+/* Releases the activation buffers. */
+void hpt_model_free_activations(hpt_model *m);
+/* Frees the gradient buffer (a predict phase needs none): hpt_model_grads() is NULL, backward
+ * and an optimizer step are refused, zero_grad does nothing, until hpt_model_acquire_grads()
+ * allocates it again (zeroed; HPT_ERR_OOM if the device budget refuses; nothing if present). */
+void hpt_model_release_grads(hpt_model *m);
+hpt_status hpt_model_acquire_grads(hpt_model *m);
+
+/* GPT-2 by its configuration: allocates zeroed parameters and gradients (device tier). */
+hpt_status hpt_gpt2_create(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_gpt2 **out);
+/* Reads an llm.c GPT-2 checkpoint (version 3 fp32 or 5 bf16). */
+hpt_status hpt_gpt2_load(hpt_mem *mem, const char *path, hpt_gpt2 **out);
+const hpt_gpt2_config *hpt_gpt2_get_config(const hpt_gpt2 *m);
+
+/* Thin wrappers of the hpt_model_* calls above, kept for one release (src/model/compat.c). */
+hpt_status hpt_gpt2_save(const hpt_gpt2 *m, const char *path);
+void hpt_gpt2_free(hpt_gpt2 *m);
+hpt_status hpt_gpt2_init_random(hpt_gpt2 *m, uint64_t seed);
+size_t hpt_gpt2_get_num_params(const hpt_gpt2 *m);
+float *hpt_gpt2_params(hpt_gpt2 *m);
+float *hpt_gpt2_grads(hpt_gpt2 *m);
+const float *hpt_gpt2_logits(const hpt_gpt2 *m);
 hpt_status hpt_gpt2_forward(hpt_gpt2 *m, const int32_t *inputs, const int32_t *targets,
                             int B, int T, float *loss_out);
 void hpt_gpt2_zero_grad(hpt_gpt2 *m);
-/* Accumulates (+=) the gradients of the mean loss of the last forward (which needs targets)
- * into hpt_gpt2_grads(). */
 hpt_status hpt_gpt2_backward(hpt_gpt2 *m);
-/* Releases the activation buffers. */
 void hpt_gpt2_free_activations(hpt_gpt2 *m);
-/* Frees the gradient buffer (a predict phase needs none): hpt_gpt2_grads() is NULL, backward
- * and an optimizer step are refused, zero_grad does nothing, until hpt_gpt2_acquire_grads()
- * allocates it again (zeroed; HPT_ERR_OOM if the device budget refuses; nothing if present). */
 void hpt_gpt2_release_grads(hpt_gpt2 *m);
 hpt_status hpt_gpt2_acquire_grads(hpt_gpt2 *m);
 
@@ -152,7 +199,9 @@ const char *hpt_attention_name(hpt_attention a);
 const char *hpt_recompute_name(const hpt_gpt2_act_opts *o, char *buf, size_t n);
 /* Sets what the model keeps (HPT_ERR_INVALID for an unknown choice). Activations already
  * allocated are released, so the next forward plans and allocates the arena for the choice. */
-hpt_status hpt_gpt2_set_act_opts(hpt_gpt2 *m, const hpt_gpt2_act_opts *o);
+hpt_status hpt_model_set_act_opts(hpt_model *m, const hpt_gpt2_act_opts *o);
+hpt_gpt2_act_opts hpt_model_get_act_opts(const hpt_model *m);
+hpt_status hpt_gpt2_set_act_opts(hpt_gpt2 *m, const hpt_gpt2_act_opts *o); /* wrappers */
 hpt_gpt2_act_opts hpt_gpt2_get_act_opts(const hpt_gpt2 *m);
 /* Bytes of activations (and backward scratch) that a forward+backward at (B, T) allocates
  * with the choice o (NULL: hpt_gpt2_act_defaults()); 0 if the plan cannot be made. */
@@ -162,7 +211,9 @@ size_t hpt_gpt2_activation_bytes(const hpt_gpt2_config *cfg, int B, int T,
 /* Samples n_new tokens after the n_prompt tokens in tokens[] (capacity n_prompt + n_new),
  * with temperature (> 0) and top_k (0: all): hpt_infer_generate on the model's fp32 weights
  * with a cache of min(n_prompt + n_new, maxT) positions. */
+hpt_status hpt_model_generate(hpt_model *m, int32_t *tokens, int n_prompt, int n_new,
+                              float temperature, int top_k, uint64_t seed);
 hpt_status hpt_gpt2_generate(hpt_gpt2 *m, int32_t *tokens, int n_prompt, int n_new,
-                             float temperature, int top_k, uint64_t seed);
+                             float temperature, int top_k, uint64_t seed); /* wrapper */
 
 #endif /* HPTRAIN_MODEL_H */

@@ -113,8 +113,14 @@ hpt_status hpt_gpt2_create_offload(hpt_mem *mem, const hpt_gpt2_config *cfg,
 /* hpt_gpt2_load into a model made with the offload engine (off NULL or inactive: none). */
 hpt_status hpt_gpt2_load_offload(hpt_mem *mem, const char *path, const hpt_offload_opts *off,
                                  hpt_gpt2 **out);
+/* hpt_model_create and hpt_model_load with the engine (o NULL or inactive: none). */
+hpt_status hpt_model_create_offload(hpt_mem *mem, const char *shape, const hpt_offload_opts *o,
+                                    hpt_model **out);
+hpt_status hpt_model_load_offload(hpt_mem *mem, const char *path, const hpt_offload_opts *o,
+                                  hpt_model **out);
 /* The weights in checkpoint order into dst (num_params floats), with or without the engine. */
-hpt_status hpt_gpt2_copy_params(hpt_gpt2 *m, float *dst);
+hpt_status hpt_model_copy_params(hpt_model *m, float *dst);
+hpt_status hpt_gpt2_copy_params(hpt_gpt2 *m, float *dst); /* wrapper */
 /* What the engine moved and how long it waited (all zero without one). */
 typedef struct {
     uint64_t bytes_in[HPT_TIER_COUNT];  /* bytes read from each home tier (loads, state reads) */
@@ -126,6 +132,7 @@ typedef struct {
     double compute_update_s;            /* compute-thread time in updates (fused, state on disk) */
     double wait_s;                      /* compute-thread time blocked on the worker */
 } hpt_offload_stats;
-void hpt_gpt2_offload_stats(const hpt_gpt2 *m, hpt_offload_stats *out);
+void hpt_model_offload_stats(const hpt_model *m, hpt_offload_stats *out);
+void hpt_gpt2_offload_stats(const hpt_gpt2 *m, hpt_offload_stats *out); /* wrapper */
 
 #endif /* HPTRAIN_OFFLOAD_H */

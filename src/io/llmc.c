@@ -87,10 +87,10 @@ hpt_status hpt_gpt2_load_offload(hpt_mem *mem, const char *path, const hpt_offlo
             uint32_t bits = (uint32_t)stage[i] << 16;
             memcpy(&params[i], &bits, 4);
         }
-        hpt_gpt2_zero_grad(m);
+        hpt_model_zero_grad(m);
     }
     fclose(f);
-    if (s != HPT_OK) { hpt_gpt2_free(m); return s; }
+    if (s != HPT_OK) { hpt_model_free(m); return s; }
     *out = m;
     return HPT_OK;
 }
@@ -99,7 +99,7 @@ static hpt_status emit_atomic(void *ctx, const float *x, size_t n) {
     return io_atomic_write(ctx, x, n * sizeof(float));
 }
 
-hpt_status hpt_gpt2_save(const hpt_gpt2 *m, const char *path) {
+hpt_status hpt_model_save(const hpt_gpt2 *m, const char *path) {
     const hpt_gpt2_config *c = hpt_gpt2_get_config(m);
     hpt_gpt2 *mm = (hpt_gpt2 *)(uintptr_t)m; /* gpt2_emit's engine gathers: no change */
     int32_t h[256] = {0};

@@ -227,14 +227,14 @@ size_t hpt_gpt2_activation_bytes(const hpt_gpt2_config *cfg, int B, int T,
     return (size_t)t[HPT_TIER_DEVICE];
 }
 
-hpt_status hpt_gpt2_set_act_opts(hpt_gpt2 *m, const hpt_gpt2_act_opts *o) {
+hpt_status hpt_model_set_act_opts(hpt_gpt2 *m, const hpt_gpt2_act_opts *o) {
     HPT_CHECK(act_opts_check(o));
-    hpt_gpt2_free_activations(m);
+    hpt_model_free_activations(m);
     m->act = *o;
     return HPT_OK;
 }
 
-hpt_gpt2_act_opts hpt_gpt2_get_act_opts(const hpt_gpt2 *m) { return m->act; }
+hpt_gpt2_act_opts hpt_model_get_act_opts(const hpt_gpt2 *m) { return m->act; }
 
 void act_enter(hpt_gpt2 *m, int t) {
     hpt_run *r = &m->run;

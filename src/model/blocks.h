@@ -16,7 +16,7 @@
  *                  [acquire(j) ... release(j) for each block j the recomputation reruns]
  *                  acquire(l); grad_slot(l, live); ... grads_done(l); release(l)
  *   between steps: grads_overflow (the loss scaler), gather / scatter (checkpoints,
- *                  hpt_gpt2_copy_params), block_dest / store_block (initialisation), stats.
+ *                  hpt_model_copy_params), block_dest / store_block (initialisation), stats.
  *
  * At most one block is held (acquire .. release) at a time. grad_slot and grads_done are called
  * while their block is held; grads_done hands the complete gradients over (to the optimizer or
@@ -24,7 +24,7 @@
  * state where free is safe; the runner stops the pass and reports the status.
  *
  * Ownership: the table and ctx belong to the store. A model bound to a store (gpt2_bind_blocks)
- * calls free(ctx) once, from hpt_gpt2_free; nothing else frees it. Pointers a store hands out
+ * calls free(ctx) once, from hpt_model_free; nothing else frees it. Pointers a store hands out
  * are borrowed and valid until the matching release / the next grad_slot / store_block. */
 #ifndef HPT_MODEL_BLOCKS_H
 #define HPT_MODEL_BLOCKS_H
@@ -72,14 +72,14 @@ typedef struct hpt_block_store {
 
 /* ---- binding a store to a model (its owner, src/offload/bind.c, calls these) ---- */
 /* A model whose blocks live in a store: its flat buffers hold the non-block tensors only (and
- * o->embeddings' buffers, model/embed.c). Unusable until gpt2_bind_blocks (or hpt_gpt2_free).
+ * o->embeddings' buffers, model/embed.c). Unusable until gpt2_bind_blocks (or hpt_model_free).
  * cfg and o are checked by the caller. Failures are wrapped as hpt_gpt2_create's. */
 hpt_status gpt2_create_unbound(hpt_mem *mem, const hpt_gpt2_config *cfg,
                                const hpt_offload_opts *o, hpt_gpt2 **out);
 /* The packed layout a store keeps: L blocks of *n_slices slices of slice_n[i] floats (borrowed
  * from the model). */
 void gpt2_block_layout(const hpt_gpt2 *m, int *L, int *n_slices, const size_t **slice_n);
-/* Binds store (ownership passes to the model: hpt_gpt2_free frees it) and eng, the engine
+/* Binds store (ownership passes to the model: hpt_model_free frees it) and eng, the engine
  * behind it, which the model keeps as m->eng for the modules above it and never calls. */
 void gpt2_bind_blocks(hpt_gpt2 *m, hpt_block_store *store, struct offload_engine *eng);
 

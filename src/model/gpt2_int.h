@@ -95,7 +95,7 @@ typedef struct {
 struct offload_engine;
 struct hpt_block_store;
 
-struct hpt_gpt2 {
+struct hpt_model {
     hpt_gpt2_config cfg;
     hpt_mem *mem;         /* borrowed; outlives the model */
     const hpt_backend *be;   /* every op and device copy (the CPU's today) */

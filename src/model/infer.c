@@ -416,7 +416,7 @@ hpt_status hpt_infer_generate(hpt_infer *inf, int32_t *tokens, int n_prompt, int
     return s;
 }
 
-hpt_status hpt_gpt2_generate(hpt_gpt2 *m, int32_t *tokens, int n_prompt, int n_new,
+hpt_status hpt_model_generate(hpt_gpt2 *m, int32_t *tokens, int n_prompt, int n_new,
                              float temperature, int top_k, uint64_t seed) {
     if (n_prompt < 1) return hpt_fail(HPT_ERR_INVALID, "generation needs at least one prompt token");
     if (n_new < 0) return hpt_fail(HPT_ERR_INVALID, "tokens to generate must be >= 0");

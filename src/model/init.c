@@ -38,7 +38,7 @@ static void init_range(const hpt_backend *be, const hpt_gpt2_config *c, const hp
     be->init_normal(x, lo, gen_hi, n_init, std, seed * 0x9E3779B97F4A7C15ull ^ ((uint64_t)i << 48));
 }
 
-hpt_status hpt_gpt2_init_random(hpt_gpt2 *m, uint64_t seed) {
+hpt_status hpt_model_init_random(hpt_gpt2 *m, uint64_t seed) {
     const hpt_gpt2_config *c = &m->cfg;
     hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
     hpt_gpt2_tensors(c, t);

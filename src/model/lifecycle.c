@@ -7,8 +7,8 @@
  * store they hold every tensor in checkpoint order (num_params floats); with one the blocks live
  * in the store and the flat buffers hold the non-block tensors only (wte, wpe, lnfw, lnfb;
  * fewer with chunked or bf16 embeddings: embed.c). The model reaches the store only through
- * its table; it owns it from gpt2_bind_blocks and frees it in hpt_gpt2_free. Activations are the runner's (actplan.c),
- * allocated at the first forward and released by hpt_gpt2_free_activations.
+ * its table; it owns it from gpt2_bind_blocks and frees it in hpt_model_free. Activations are the runner's (actplan.c),
+ * allocated at the first forward and released by hpt_model_free_activations.
  * States: created -> (forward -> [backward]) * ; backward without a forward with targets is
  * refused with HPT_ERR_INVALID (runner.c). */
 #include "core/core.h"
@@ -72,7 +72,7 @@ static hpt_status create(hpt_mem *mem, const hpt_gpt2_config *cfg, const hpt_off
     }
     if (s == HPT_OK) s = emb_create(m, stored ? o : NULL);
     if (s != HPT_OK) {
-        hpt_gpt2_free(m);
+        hpt_model_free(m);
         return hpt_fail_ctx(s, "allocating %zu parameters", hpt_gpt2_num_params(cfg));
     }
     if (emb == HPT_EMB_BF16) {
@@ -120,7 +120,7 @@ void gpt2_bind_blocks(hpt_gpt2 *m, hpt_block_store *store, struct offload_engine
     m->eng = eng;
 }
 
-void hpt_gpt2_free_activations(hpt_gpt2 *m) {
+void hpt_model_free_activations(hpt_gpt2 *m) {
     if (!m) return;
     hpt_run *r = &m->run;
     actstore_wait(m);
@@ -134,9 +134,9 @@ void hpt_gpt2_free_activations(hpt_gpt2 *m) {
     m->has_targets = 0;
 }
 
-void hpt_gpt2_free(hpt_gpt2 *m) {
+void hpt_model_free(hpt_gpt2 *m) {
     if (!m) return;
-    hpt_gpt2_free_activations(m);
+    hpt_model_free_activations(m);
     act_plan_free(m);
     if (m->blocks) m->blocks->free(m->blocks->ctx);
     emb_free(m);
@@ -146,9 +146,9 @@ void hpt_gpt2_free(hpt_gpt2 *m) {
 }
 
 const hpt_gpt2_config *hpt_gpt2_get_config(const hpt_gpt2 *m) { return &m->cfg; }
-size_t hpt_gpt2_get_num_params(const hpt_gpt2 *m) { return m->num_params; }
-float *hpt_gpt2_params(hpt_gpt2 *m) { return m->blocks ? NULL : m->params; }
-float *hpt_gpt2_grads(hpt_gpt2 *m) { return m->blocks ? NULL : m->grads; }
+size_t hpt_model_num_params(const hpt_gpt2 *m) { return m->num_params; }
+float *hpt_model_params(hpt_gpt2 *m) { return m->blocks ? NULL : m->params; }
+float *hpt_model_grads(hpt_gpt2 *m) { return m->blocks ? NULL : m->grads; }
 
 hpt_status gpt2_emit(hpt_gpt2 *m, int b, const float *flat, gpt2_emit_fn emit, void *ctx) {
     const hpt_tensor_table *t = &m->tab;
@@ -214,19 +214,19 @@ static hpt_status emit_copy(void *ctx, const float *x, size_t n) {
     return HPT_OK;
 }
 
-hpt_status hpt_gpt2_copy_params(hpt_gpt2 *m, float *dst) {
+hpt_status hpt_model_copy_params(hpt_gpt2 *m, float *dst) {
     emit_copy_ctx c = {m->be, dst};
     return gpt2_emit(m, EB_P, m->params, emit_copy, &c);
 }
 
-void hpt_gpt2_offload_stats(const hpt_gpt2 *m, hpt_offload_stats *out) {
+void hpt_model_offload_stats(const hpt_gpt2 *m, hpt_offload_stats *out) {
     memset(out, 0, sizeof *out);
     if (m->blocks) m->blocks->stats(m->blocks->ctx, out);
 }
 
-const float *hpt_gpt2_logits(const hpt_gpt2 *m) { return m->a.logits; }
+const float *hpt_model_logits(const hpt_gpt2 *m) { return m->a.logits; }
 
-void hpt_gpt2_zero_grad(hpt_gpt2 *m) {
+void hpt_model_zero_grad(hpt_gpt2 *m) {
     /* a block store zeroes a block's at its backward (grad_slot) */
     if (m->grads) m->be->memset(m->grads, 0, m->n_gflat * sizeof(float));
     m->grads_live = 0;
@@ -239,13 +239,13 @@ hpt_status gpt2_grads_overflow(hpt_gpt2 *m, int *overflow) {
     return HPT_OK;
 }
 
-void hpt_gpt2_release_grads(hpt_gpt2 *m) {
+void hpt_model_release_grads(hpt_gpt2 *m) {
     m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, m->grads, m->n_gflat * sizeof(float));
     m->grads = NULL;
     memset(&m->g, 0, sizeof m->g);
 }
 
-hpt_status hpt_gpt2_acquire_grads(hpt_gpt2 *m) {
+hpt_status hpt_model_acquire_grads(hpt_gpt2 *m) {
     if (m->grads) return HPT_OK;
     if (m->blocks)
         return hpt_fail(HPT_ERR_UNSUPPORTED, "releasing and reacquiring gradients is for models "

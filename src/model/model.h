@@ -37,7 +37,7 @@ const hpt_tensor_table *model_table(const hpt_gpt2 *m);
  * non-block tensors, fewer with bf16 embeddings: embed.c). */
 float *model_params(hpt_gpt2 *m);
 size_t model_params_floats(const hpt_gpt2 *m);
-/* The flat gradient buffer (NULL while released: hpt_gpt2_release_grads) and its floats. */
+/* The flat gradient buffer (NULL while released: hpt_model_release_grads) and its floats. */
 float *model_grads(hpt_gpt2 *m);
 size_t model_grads_floats(const hpt_gpt2 *m);
 /* The offload engine (src/offload/engine.h), or NULL. */

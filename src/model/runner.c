@@ -118,7 +118,7 @@ static hpt_status recompute(hpt_gpt2 *m, const hpt_arch_ctx *x, int l) {
     return HPT_OK;
 }
 
-hpt_status hpt_gpt2_forward(hpt_gpt2 *m, const int32_t *inputs, const int32_t *targets,
+hpt_status hpt_model_forward(hpt_gpt2 *m, const int32_t *inputs, const int32_t *targets,
                             int B, int T, float *loss_out) {
     const hpt_gpt2_config *c = &m->cfg;
     const hpt_arch *A = m->arch;
@@ -189,11 +189,11 @@ hpt_status hpt_gpt2_forward(hpt_gpt2 *m, const int32_t *inputs, const int32_t *t
     return HPT_OK;
 }
 
-hpt_status hpt_gpt2_backward(hpt_gpt2 *m) {
+hpt_status hpt_model_backward(hpt_gpt2 *m) {
     if (!m->has_targets)
         return hpt_fail(HPT_ERR_INVALID, "backward needs a forward with targets first");
     if (!m->grads)
-        return hpt_fail(HPT_ERR_INVALID, "backward needs gradients (released by hpt_gpt2_release_grads)");
+        return hpt_fail(HPT_ERR_INVALID, "backward needs gradients (released by hpt_model_release_grads)");
     const hpt_arch *A = m->arch;
     const int L = m->cfg.L;
     const hpt_arch_ctx x = act_ctx(m);

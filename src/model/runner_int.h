@@ -81,7 +81,7 @@ size_t act_head_rows(const hpt_gpt2_act_opts *o, int B, int T);
 hpt_status act_ensure(hpt_gpt2 *m, int B, int T);
 /* Moves the step to time point t (-1: outside a step), recording the arena's events. */
 void act_enter(hpt_gpt2 *m, int t);
-/* Releases the plan's arrays (hpt_gpt2_free). */
+/* Releases the plan's arrays (hpt_model_free). */
 void act_plan_free(hpt_gpt2 *m);
 
 /* ---- actstore.c ---- */

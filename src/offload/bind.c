@@ -1,7 +1,7 @@
 /* bind.c: a GPT-2 model whose blocks live in the offload engine. The model is created with its
  * non-block tensors only (gpt2_create_unbound), the engine with the model's packed block
  * layout, and the engine is bound to the model as its block store (model/blocks.h); the model
- * then owns the engine (hpt_gpt2_free frees it) and keeps it as m->eng for the modules above.
+ * then owns the engine (hpt_model_free frees it) and keeps it as m->eng for the modules above.
  * Allocation order (the profiler's events): the model's parameters, gradients and embedding
  * buffers, then the engine's. Without an active offload this is hpt_gpt2_create. */
 #include "core/core.h"
@@ -22,10 +22,24 @@ hpt_status hpt_gpt2_create_offload(hpt_mem *mem, const hpt_gpt2_config *cfg,
     offload_engine *e;
     hpt_status s = eng_create(mem, L, n_slices, slice_n, o, &e);
     if (s != HPT_OK) {
-        hpt_gpt2_free(m);
+        hpt_model_free(m);
         return hpt_fail_ctx(s, "allocating %zu parameters", hpt_gpt2_num_params(cfg));
     }
     gpt2_bind_blocks(m, eng_block_store(e), e);
     *out = m;
     return HPT_OK;
+}
+
+hpt_status hpt_model_create_offload(hpt_mem *mem, const char *shape, const hpt_offload_opts *o,
+                                    hpt_model **out) {
+    *out = NULL;
+    if (!hpt_offload_active(o)) return hpt_model_create(mem, shape, out);
+    hpt_gpt2_config cfg;
+    HPT_CHECK(hpt_gpt2_config_parse(shape, &cfg));
+    return hpt_gpt2_create_offload(mem, &cfg, o, out);
+}
+
+hpt_status hpt_model_load_offload(hpt_mem *mem, const char *path, const hpt_offload_opts *o,
+                                  hpt_model **out) {
+    return hpt_gpt2_load_offload(mem, path, o, out);
 }

@@ -292,7 +292,7 @@ hpt_status hpt_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts 
     op->model = model;
     op->tab = model_table(model);
     op->o = *o;
-    op->n = hpt_gpt2_get_num_params(model);
+    op->n = hpt_model_num_params(model);
     struct offload_engine *eng = model_engine(model);
     op->eng_homes = eng && o->optimizer == HPT_OPTIM_ADAMW && state_bits(o) == 32;
     plan_layout(hpt_gpt2_get_config(model), op->tab, o, op->eng_homes, &op->lay);

@@ -116,7 +116,7 @@ hpt_status predictor_end(weight_predictor *pr) {
 hpt_status predictor_apply(weight_predictor *pr, hpt_gpt2 *model, const hpt_optim *opt, int64_t k,
                            int64_t step, float lr, double *update_norm_out) {
     *update_norm_out = 0.0;
-    float *p = hpt_gpt2_params(model);
+    float *p = hpt_model_params(model);
     const size_t n = pr->n;
     double ss = 0.0;
     switch (pr->kind) { /* an int: the testing predictors are not in the public enum */

@@ -99,7 +99,7 @@ hpt_status hpt_state_save_sections(const char *path, const hpt_gpt2 *model, cons
             return hpt_fail(HPT_ERR_INVALID, "checkpoint section %d: a name of 1 to 15 characters, "
                             "not %s or %s (the state's own)", i, comp_names[0], comp_names[1]);
     const hpt_gpt2_config *c = hpt_gpt2_get_config(model);
-    size_t num_params = hpt_gpt2_get_num_params(model);
+    size_t num_params = hpt_model_num_params(model);
     int64_t f[NFIELDS] = {c->L, c->C, c->NH, c->V, c->Vp, c->maxT,
                           fbits(ao->lr), fbits(ao->beta1), fbits(ao->beta2), fbits(ao->eps),
                           fbits(ao->weight_decay), ao->decay_all,
@@ -404,7 +404,7 @@ static hpt_status load_state(const char *path, hpt_mem *mem, const hpt_offload_o
     if (s != HPT_OK) {
         hpt_state_sections_free(mem, sec, n_sec);
         hpt_optim_free(o);
-        hpt_gpt2_free(m);
+        hpt_model_free(m);
         return s;
     }
     *n_sec_out = n_sec;

@@ -138,7 +138,7 @@ static hpt_status restore_scaler(hpt_trainer *tr, const hpt_state_section *sec, 
     return HPT_OK;
 }
 
-static size_t nparams(const hpt_trainer *tr) { return hpt_gpt2_get_num_params(tr->model); }
+static size_t nparams(const hpt_trainer *tr) { return hpt_model_num_params(tr->model); }
 static const hpt_gpt2_config *mcfg(const hpt_trainer *tr) { return hpt_gpt2_get_config(tr->model); }
 
 static void free_snapshot(hpt_trainer *tr) {
@@ -159,7 +159,7 @@ void hpt_trainer_free(hpt_trainer *tr) {
     hpt_dataloader_free(tr->train);
     hpt_dataloader_free(tr->val);
     hpt_optim_free(tr->opt);
-    hpt_gpt2_free(tr->model);
+    hpt_model_free(tr->model);
     free(tr);
 }
 
@@ -278,8 +278,8 @@ static hpt_status load_array(hpt_trainer *tr, const hpt_state_section *s, hpt_ti
 /* Memory as a predict phase holds it: no gradients, no arena, and the optimizer's state on
  * the host unless the predictor reads it. */
 static hpt_status predict_memory(hpt_trainer *tr) {
-    hpt_gpt2_release_grads(tr->model);
-    hpt_gpt2_free_activations(tr->model);
+    hpt_model_release_grads(tr->model);
+    hpt_model_free_activations(tr->model);
     if (!predictor_reads_moments(tr->pr.kind)) HPT_CHECK(hpt_optim_set_tier(tr->opt, HPT_TIER_HOST));
     return HPT_OK;
 }
@@ -415,7 +415,7 @@ static hpt_status setup(hpt_trainer *tr) {
         } else if (hpt_gpt2_config_parse(o->model, &cfg) == HPT_OK) {
             HPT_CHECK(check_budget(tr, &cfg, NULL, live0));
             HPT_CHECK(hpt_gpt2_create_offload(tr->mem, &cfg, &o->offload, &tr->model));
-            HPT_CHECK(hpt_gpt2_init_random(tr->model, o->seed));
+            HPT_CHECK(hpt_model_init_random(tr->model, o->seed));
         } else if (strchr(o->model, '/') || strstr(o->model, ".bin")) {
             return hpt_fail(HPT_ERR_IO, "cannot open %s: %s", o->model, strerror(ENOENT));
         } else {
@@ -426,7 +426,7 @@ static hpt_status setup(hpt_trainer *tr) {
     }
     if (model_engine(tr->model) && o->loss_scale.mode != HPT_LOSS_SCALE_OFF) /* fp32 homes too: */
         eng_check_grads(model_engine(tr->model), 1); /* non-finite values skip a step */
-    hpt_status s = hpt_gpt2_set_act_opts(tr->model, &o->act); /* before the first forward */
+    hpt_status s = hpt_model_set_act_opts(tr->model, &o->act); /* before the first forward */
     if (s == HPT_OK && o->T > mcfg(tr)->maxT)
         s = hpt_fail(HPT_ERR_SHAPE, "sequence length %d exceeds the model's maxT %d", o->T,
                      mcfg(tr)->maxT);
@@ -490,7 +490,7 @@ hpt_status hpt_trainer_eval(hpt_trainer *tr, float *val_loss_out) {
         const int32_t *x, *y;
         float loss;
         HPT_CHECK(hpt_dataloader_next(tr->val, &x, &y));
-        HPT_CHECK(hpt_gpt2_forward(tr->model, x, y, tr->o.B, tr->o.T, &loss));
+        HPT_CHECK(hpt_model_forward(tr->model, x, y, tr->o.B, tr->o.T, &loss));
         sum += (double)loss;
     }
     *val_loss_out = (float)(sum / n);
@@ -523,7 +523,7 @@ hpt_status hpt_trainer_save(hpt_trainer *tr) {
     snprintf(path, sizeof path, "%s/state.bin", tr->o.save_dir);
     HPT_CHECK(hpt_state_save_sections(path, tr->model, tr->opt, &tr->o.adamw, &pos, sec, n));
     snprintf(path, sizeof path, "%s/model.bin", tr->o.save_dir);
-    return hpt_gpt2_save(tr->model, path);
+    return hpt_model_save(tr->model, path);
 }
 
 /* The check batch's loss: B forwards of one sequence each (a B=1 arena, freed after), the
@@ -545,15 +545,15 @@ static hpt_status check_loss(hpt_trainer *tr, double *out) {
     double sum = 0.0;
     for (int b = 0; b < B; b++) {
         float loss;
-        hpt_status s = hpt_gpt2_forward(tr->model, tr->check_x + (size_t)b * T,
+        hpt_status s = hpt_model_forward(tr->model, tr->check_x + (size_t)b * T,
                                         tr->check_y + (size_t)b * T, 1, T, &loss);
         if (s != HPT_OK) {
-            hpt_gpt2_free_activations(tr->model);
+            hpt_model_free_activations(tr->model);
             return s;
         }
         sum += (double)loss;
     }
-    hpt_gpt2_free_activations(tr->model);
+    hpt_model_free_activations(tr->model);
     *out = sum / B;
     return HPT_OK;
 }
@@ -575,7 +575,7 @@ static int divergence(const hpt_trainer *tr, double excess, double slack) {
 static hpt_status predict_step(hpt_trainer *tr, hpt_train_progress *p) {
     const hpt_schedule_opts *so = &tr->o.sched;
     int64_t k = tr->sch.in_phase;
-    hpt_gpt2_free_activations(tr->model); /* an evaluation's (hpt_trainer_eval called alone) */
+    hpt_model_free_activations(tr->model); /* an evaluation's (hpt_trainer_eval called alone) */
     if (k == 0) {
         size_t bytes = nparams(tr) * sizeof(float);
         if (!tr->snapshot) {
@@ -643,7 +643,7 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
     int first_correct = hybrid && tr->sch.phase == HPT_PHASE_CORRECT && tr->sch.in_phase == 0;
     if (first_correct) { /* back from a predict phase: state, gradients, a fresh fit */
         HPT_CHECK(hpt_optim_set_tier(tr->opt, HPT_TIER_DEVICE));
-        HPT_CHECK(hpt_gpt2_acquire_grads(tr->model));
+        HPT_CHECK(hpt_model_acquire_grads(tr->model));
         HPT_CHECK(predictor_end(&tr->pr));
     }
     int measure = first_correct && tr->sch.clean && tr->snapshot;
@@ -656,26 +656,26 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
     p->loss_scale = tr->ls; /* 1 without scaling */
     model_set_loss_scale(tr->model, tr->ls);
     if (tr->fault_step == tr->step + 1) model_set_fault(tr->model, tr->fault_layer, tr->fault_value);
-    hpt_gpt2_zero_grad(tr->model);
+    hpt_model_zero_grad(tr->model);
     for (int k = 0; k < K; k++) {
         const int32_t *x, *y;
         float loss;
         HPT_CHECK(hpt_dataloader_next(tr->train, &x, &y));
-        HPT_CHECK(hpt_gpt2_forward(tr->model, x, y, o->B, o->T, &loss));
+        HPT_CHECK(hpt_model_forward(tr->model, x, y, o->B, o->T, &loss));
         if (k == 0 && measure) { /* the prediction's error; past the bound, back to the start */
             double excess = ((double)loss - pred) / fmax(pred, 1e-6);
             p->diverged = divergence(tr, excess, 2.0 * tr->lm.noise);
             lossmodel_phase_error(&tr->lm, fmax(0.0, fabs(excess) - 2.0 * tr->lm.noise));
             if (p->diverged == 2) {
                 rollback(tr);
-                HPT_CHECK(hpt_gpt2_forward(tr->model, x, y, o->B, o->T, &loss));
+                HPT_CHECK(hpt_model_forward(tr->model, x, y, o->B, o->T, &loss));
             }
         }
         if (!isfinite(loss))
             return hpt_fail(HPT_ERR_INVALID, "the loss is %g at step %lld: training diverged (try "
                             "a lower --lr)", (double)loss, (long long)tr->step + 1);
         if (fused) HPT_CHECK(hpt_optim_fused_begin(tr->opt, p->lr, o->grad_clip));
-        HPT_CHECK(hpt_gpt2_backward(tr->model)); /* += into the gradients (fused: updates) */
+        HPT_CHECK(hpt_model_backward(tr->model)); /* += into the gradients (fused: updates) */
         loss_sum += (double)loss;
     }
     model_set_fault(tr->model, -1, 0.0f);
@@ -745,7 +745,7 @@ hpt_status hpt_trainer_step(hpt_trainer *tr, hpt_train_progress *p) {
         HPT_CHECK(hpt_trainer_eval(tr, &p->val_loss));
         p->evaluated = 1;
         /* a predict phase holds no B-sized arena: the evaluation's goes with it */
-        if (HYBRID(tr) && tr->sch.phase == HPT_PHASE_PREDICT) hpt_gpt2_free_activations(tr->model);
+        if (HYBRID(tr) && tr->sch.phase == HPT_PHASE_PREDICT) hpt_model_free_activations(tr->model);
     }
     if (o->save_dir && (last || (o->save_every > 0 && tr->step % o->save_every == 0))) {
         HPT_CHECK(hpt_trainer_save(tr));

@@ -89,27 +89,27 @@ hpt_status hpt_verify(hpt_mem *mem, const char *model_path, const char *state_pa
     r->cfg = *c;
     hpt_ref_state ref;
     hpt_status s = hpt_ref_state_load(state_path, mem, c, &ref);
-    if (s != HPT_OK) { hpt_gpt2_free(m); return s; }
+    if (s != HPT_OK) { hpt_model_free(m); return s; }
     r->B = ref.B;
     r->T = ref.T;
     size_t BT = (size_t)ref.B * ref.T;
     hpt_optim *opt = NULL;
 
-    s = hpt_gpt2_forward(m, ref.x, ref.y, ref.B, ref.T, &r->loss);
+    s = hpt_model_forward(m, ref.x, ref.y, ref.B, ref.T, &r->loss);
     if (s != HPT_OK) goto done;
     r->ref_loss = ref.loss;
     r->loss_rel_err = rel(r->loss, ref.loss);
-    r->logits_rel_err = norm_rel_err(hpt_gpt2_logits(m), ref.logits, BT, (size_t)c->Vp,
+    r->logits_rel_err = norm_rel_err(hpt_model_logits(m), ref.logits, BT, (size_t)c->Vp,
                                      (size_t)c->V, (size_t)c->V);
-    hpt_gpt2_zero_grad(m);
-    s = hpt_gpt2_backward(m);
+    hpt_model_zero_grad(m);
+    s = hpt_model_backward(m);
     if (s != HPT_OK) goto done;
     /* per tensor of the table, in checkpoint order (the reference's gradients' too); the
      * report's names are the public list's (static strings: they outlive the model) */
     const hpt_tensor_table *t = model_table(m);
     hpt_gpt2_tensor names[HPT_GPT2_NUM_TENSORS];
     hpt_gpt2_tensors(c, names);
-    const float *grads = hpt_gpt2_grads(m);
+    const float *grads = hpt_model_grads(m);
     int ok = r->loss_rel_err <= tol && r->logits_rel_err <= tol;
     size_t off = 0;
     for (int i = 0; i < t->n && i < HPT_GPT2_NUM_TENSORS; i++) {
@@ -123,13 +123,13 @@ hpt_status hpt_verify(hpt_mem *mem, const char *model_path, const char *state_pa
         s = hpt_optim_create(mem, m, &sf.o, &opt);
         if (s != HPT_OK) goto done;
         for (int i = 0; i < sf.n; i++) {
-            s = hpt_gpt2_forward(m, ref.x, ref.y, ref.B, ref.T, &r->step_loss[i]);
+            s = hpt_model_forward(m, ref.x, ref.y, ref.B, ref.T, &r->step_loss[i]);
             if (s != HPT_OK) goto done;
             r->ref_step_loss[i] = sf.losses[i];
             double e = rel(r->step_loss[i], sf.losses[i]);
             if (e > r->max_step_rel_err || isnan(e)) r->max_step_rel_err = e;
-            hpt_gpt2_zero_grad(m);
-            s = hpt_gpt2_backward(m);
+            hpt_model_zero_grad(m);
+            s = hpt_model_backward(m);
             if (s == HPT_OK) s = hpt_optim_step(opt, sf.o.lr, 0.0f, NULL);
             if (s != HPT_OK) goto done;
         }
@@ -140,6 +140,6 @@ hpt_status hpt_verify(hpt_mem *mem, const char *model_path, const char *state_pa
 done:
     hpt_optim_free(opt);
     hpt_ref_state_free(mem, c, &ref);
-    hpt_gpt2_free(m);
+    hpt_model_free(m);
     return s;
 }

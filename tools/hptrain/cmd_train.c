@@ -143,7 +143,7 @@ static void memory_report(const hpt_mem *mem) {
 /* What the offload engine moved per step and how much of its time the compute thread waited. */
 static void offload_report(const hpt_gpt2 *m, int64_t steps) {
     hpt_offload_stats st;
-    hpt_gpt2_offload_stats(m, &st);
+    hpt_model_offload_stats(m, &st);
     if (steps < 1 || (st.io_s == 0.0 && st.update_s == 0.0 && st.loads == 0)) return;
     fprintf(stderr, "offload: per step: host in %.1f MiB out %.1f MiB, disk in %.1f MiB out %.1f MiB; "
             "%.1f block loads of %.1f acquisitions; worker I/O %.3f s, updates %.3f s; compute-thread "
@@ -262,10 +262,10 @@ int cmd_train(int argc, char **argv) {
     }
     const hpt_gpt2_config *cfg = hpt_gpt2_get_config(hpt_trainer_model(tr));
     tmeta.cfg = *cfg;
-    tmeta.num_params = hpt_gpt2_get_num_params(hpt_trainer_model(tr));
+    tmeta.num_params = hpt_model_num_params(hpt_trainer_model(tr));
     fprintf(stderr, "hptrain: GPT-2 L=%d C=%d NH=%d V=%d maxT=%d, %.2fM parameters; %zu training "
             "tokens; B=%d T=%d accum=%d, %d threads%s\n", cfg->L, cfg->C, cfg->NH, cfg->V, cfg->maxT,
-            (double)hpt_gpt2_get_num_params(hpt_trainer_model(tr)) / 1e6,
+            (double)hpt_model_num_params(hpt_trainer_model(tr)) / 1e6,
             hpt_trainer_train_tokens(tr), o.B, o.T, o.accum, hpt_get_threads(),
             hpt_trainer_start_step(tr) ? " (resumed)" : "");
     {

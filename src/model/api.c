@@ -1,0 +1,53 @@
+/* api.c: the public model calls that no single file of the model owns: creating a model from a
+ * SHAPE by asking each architecture whether the shape is its own (GPT-2 today), its
+ * architecture's name, and its tensor table as public descriptors (hpt_tensor_info, borrowed
+ * from the table the model keeps). The forward, backward and lifecycle calls live with the
+ * runner (runner.c, lifecycle.c); the hpt_gpt2_* names are wrappers (compat.c). */
+#include "core/core.h"
+#include "model/gpt2_int.h"
+
+#include <string.h>
+
+/* The architecture a shape names (its prefix before '-' or ':'), or NULL. */
+static const hpt_arch *arch_of_shape(const char *shape) {
+    static const hpt_arch *const k_archs[] = {&hpt_arch_gpt2};
+    for (size_t i = 0; i < sizeof k_archs / sizeof k_archs[0]; i++) {
+        size_t n = strlen(k_archs[i]->name);
+        if (!strncmp(shape, k_archs[i]->name, n) && (shape[n] == '-' || shape[n] == ':'))
+            return k_archs[i];
+    }
+    return NULL;
+}
+
+hpt_status hpt_model_create(hpt_mem *mem, const char *shape, hpt_model **out) {
+    *out = NULL;
+    if (!arch_of_shape(shape))
+        return hpt_fail(HPT_ERR_INVALID, "shape '%s': no architecture knows it (gpt2-124m, "
+                        "gpt2:L=..,C=..,NH=..)", shape);
+    hpt_gpt2_config cfg;
+    HPT_CHECK(hpt_gpt2_config_parse(shape, &cfg));
+    return hpt_gpt2_create(mem, &cfg, out);
+}
+
+hpt_status hpt_model_load(hpt_mem *mem, const char *path, hpt_model **out) {
+    return hpt_gpt2_load(mem, path, out);
+}
+
+const char *hpt_model_arch(const hpt_model *m) { return m->arch->name; }
+
+int hpt_model_num_tensors(const hpt_model *m) { return m->tab.n; }
+
+hpt_status hpt_model_tensor(const hpt_model *m, int i, hpt_tensor_info *out) {
+    if (i < 0 || i >= m->tab.n)
+        return hpt_fail(HPT_ERR_INVALID, "tensor %d: the model has %d", i, m->tab.n);
+    const hpt_tensor_desc *d = &m->tab.t[i];
+    memset(out, 0, sizeof *out);
+    out->name = d->name;
+    out->dtype = (int)d->dtype;
+    out->ndim = d->ndim;
+    for (int k = 0; k < d->ndim && k < 4; k++) out->shape[k] = d->shape[k];
+    out->numel = hpt_tensor_numel(d);
+    out->per_layer = d->layer == HPT_LAYER_STACKED;
+    out->is_matrix = d->is_matrix;
+    return HPT_OK;
+}
