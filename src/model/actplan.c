@@ -34,7 +34,8 @@ size_t act_head_rows(const hpt_gpt2_act_opts *o, int B, int T) {
  * logits (rows, vc). */
 static hpt_arch_ctx ctx_for(const hpt_gpt2_config *c, const hpt_gpt2_act_opts *o, int vc, int B,
                             int T) {
-    hpt_arch_ctx x = {hpt_backend_cpu(), c, B, T, o->attention, act_head_rows(o, B, T), 0, 1.0f};
+    hpt_arch_ctx x = {hpt_backend_cpu(), c, B, T, o->attention, act_head_rows(o, B, T), 0, 1.0f,
+                     hpt_attn_ops_of(o->attention)};
     x.logit_cols = vc && x.head_rows < (size_t)B * T ? (size_t)vc : (size_t)c->Vp;
     return x;
 }

@@ -7,7 +7,7 @@
  *
  *   const hpt_arch *A = &hpt_arch_gpt2;
  *   hpt_tensor_table t;  A->describe(cfg, &t);            // checkpoint order
- *   hpt_arch_ctx x = {be, cfg, B, T, HPT_ATTN_FLASH, BT, Vp, 1.0f};
+ *   hpt_arch_ctx x = {be, cfg, B, T, HPT_ATTN_FLASH, BT, Vp, 1.0f, hpt_attn_ops_of(HPT_ATTN_FLASH)};
  *   A->embed_forward(&x, params, acts);
  *   for (l...) A->block_forward(&x, w_l, layer_acts_l, input_l, 1);
  *   A->final_forward(&x, params, acts, output_of_last_block);
@@ -33,6 +33,23 @@
 /* The configuration an architecture reads (GPT-2's today; a wider one comes with Llama). */
 typedef hpt_gpt2_config hpt_arch_config;
 
+/* The attention kernel pair the plan chose, as ops the maths calls without asking which
+ * (model/attention.c): out (B,T,C) from qkv (B,T,3C); the saved state is att (B,NH,T,T), the
+ * probabilities (plain), or lse (B,NH,T), each row's log-sum-exp (flash): each op takes both
+ * pointers and uses its own. rebuild: selective recomputation's rerun (plain: the forward again,
+ * the same bits; flash: nothing, it keeps no probabilities). */
+typedef struct {
+    void (*forward)(const hpt_backend *be, float *out, float *att, float *lse, const float *qkv,
+                    int B, int T, int C, int NH);
+    void (*rebuild)(const hpt_backend *be, float *out, float *att, float *lse, const float *qkv,
+                    int B, int T, int C, int NH);
+    /* dqkv (B,T,3C) overwritten from dout (B,T,C); scratch (B*NH, T) */
+    void (*backward)(const hpt_backend *be, float *dqkv, float *scratch, const float *dout,
+                     const float *qkv, const float *out, const float *att, const float *lse,
+                     int B, int T, int C, int NH);
+} hpt_attn_ops;
+const hpt_attn_ops *hpt_attn_ops_of(hpt_attention a);
+
 /* One step's data for the ops: the backend, the shape, and the choices that reach the maths as
  * data (which attention kernel pair, how many logit rows at once, the loss scale). */
 typedef struct {
@@ -43,6 +60,7 @@ typedef struct {
     size_t head_rows;        /* rows of logits the head computes at once (B*T: all) */
     size_t logit_cols;       /* columns of the logits buffer (the planner's; Vp for the head) */
     float loss_scale;        /* S: the backward computes S times the loss's gradients */
+    const hpt_attn_ops *attn; /* the kernels of `attention` (hpt_attn_ops_of) */
 } hpt_arch_ctx;
 
 /* A saved field of one block. */

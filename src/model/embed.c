@@ -96,28 +96,28 @@ hpt_status emb_create(hpt_gpt2 *m, const hpt_offload_opts *o) {
     size_t C = (size_t)c->C;
     size_t ne = wte_n(c) + wpe_n(c), chunk = (size_t)m->Vc * C * sizeof(float);
     hpt_mem_set_name(m->mem, "wte gradient chunk");
-    HPT_CHECK(hpt_mem_alloc(m->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, chunk, (void **)&m->emb_grad));
+    HPT_CHECK(m->be->alloc(m->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, chunk, (void **)&m->emb_grad));
     if (m->emb != HPT_EMB_BF16) return HPT_OK;
     hpt_mem_set_name(m->mem, "embeddings (bf16)");
-    HPT_CHECK(hpt_mem_alloc(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, ne * 2, (void **)&m->emb_h));
+    HPT_CHECK(m->be->alloc(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, ne * 2, (void **)&m->emb_h));
     m->be->memset(m->emb_h, 0, ne * 2);
     if (o->weights == HPT_BW_BF16_KAHAN) {
         hpt_mem_set_name(m->mem, "embeddings (Kahan compensation)");
-        HPT_CHECK(hpt_mem_alloc(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, ne * 2,
+        HPT_CHECK(m->be->alloc(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, ne * 2,
                                 (void **)&m->emb_c));
         m->be->memset(m->emb_c, 0, ne * 2);
     }
     hpt_mem_set_name(m->mem, "wte rows (fp32)");
-    return hpt_mem_alloc(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, chunk, (void **)&m->emb_rows);
+    return m->be->alloc(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, chunk, (void **)&m->emb_rows);
 }
 
 void emb_free(hpt_gpt2 *m) {
     const hpt_gpt2_config *c = &m->cfg;
     size_t ne = wte_n(c) + wpe_n(c), chunk = (size_t)m->Vc * (size_t)c->C * sizeof(float);
-    hpt_mem_free(m->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, m->emb_grad, chunk);
-    hpt_mem_free(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, m->emb_h, ne * 2);
-    hpt_mem_free(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, m->emb_c, ne * 2);
-    hpt_mem_free(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, m->emb_rows, chunk);
+    m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, m->emb_grad, chunk);
+    m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, m->emb_h, ne * 2);
+    m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, m->emb_c, ne * 2);
+    m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, m->emb_rows, chunk);
     m->emb_grad = m->emb_rows = NULL;
     m->emb_h = m->emb_c = NULL;
 }

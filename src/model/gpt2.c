@@ -6,8 +6,8 @@
  * it differentiates. Gradients accumulate (+=). Every op goes through the backend x->be, on the
  * buffers the runner planned (model/runner.c): which buffers exist, where they live, what is
  * dropped and rebuilt, and where a block's parameters come from are the runner's business, not
- * this file's. The attention kind arrives as data (x->attention): flash saves the rows'
- * log-sum-exp, plain the probabilities. */
+ * this file's. The attention kernel pair arrives as ops (x->attn, chosen by the runner): flash
+ * saves the rows' log-sum-exp, plain the probabilities; this file calls them without asking. */
 #include "core/core.h"
 #include "model/arch.h"
 #include "model/gpt2_int.h"
@@ -159,10 +159,7 @@ static void block_forward(const hpt_arch_ctx *x, float *const *w, void *lav, con
     /* qkv (B, T, 3C) = ln1 @ qkvw^T + qkvb */
     be->matmul_forward(la->qkv, la->ln1, p->qkvw, p->qkvb, BT, C, 3 * C, 0);
     /* atty (B, T, C) = attention(qkv) */
-    if (x->attention == HPT_ATTN_FLASH)
-        be->flash_attention_forward(la->atty, la->att_lse, la->qkv, B, T, C, NH);
-    else
-        be->attention_forward(la->atty, la->att, la->qkv, B, T, C, NH);
+    x->attn->forward(be, la->atty, la->att, la->att_lse, la->qkv, B, T, C, NH);
     /* res2 (B, T, C) = residual + atty @ attprojw^T + attprojb */
     be->copy(la->res2, residual, (size_t)BT * C * sizeof(float), HPT_COPY_D2D);
     be->matmul_forward(la->res2, la->atty, p->attprojw, p->attprojb, BT, C, C, 1);
@@ -187,8 +184,8 @@ static void block_recompute(const hpt_arch_ctx *x, float *const *w, void *lav, c
     gpt2_layer_acts *la = lav;
     /* ln1 = layernorm(residual), with the saved mean and rstd */
     be->layernorm_apply(la->ln1, residual, p->ln1w, p->ln1b, la->ln1_mean, la->ln1_rstd, BT, C);
-    /* att = softmax(q k^T): rewrites atty with the same bits */
-    if (x->attention == HPT_ATTN_PLAIN) be->attention_forward(la->atty, la->att, la->qkv, B, T, C, NH);
+    /* att = softmax(q k^T) (plain attention; flash keeps none): rewrites atty, the same bits */
+    x->attn->rebuild(be, la->atty, la->att, la->att_lse, la->qkv, B, T, C, NH);
     /* ln2 = layernorm(res2) */
     be->layernorm_apply(la->ln2, la->res2, p->ln2w, p->ln2b, la->ln2_mean, la->ln2_rstd, BT, C);
     /* fch_gelu = gelu(fch) */
@@ -219,11 +216,8 @@ static void block_backward(const hpt_arch_ctx *x, float *const *w, float *const 
     be->matmul_backward(a->dsmall, g->attprojw, g->attprojb, a->dres, la->atty, p->attprojw, BT,
                         C, C, 0);
     /* atty = attention(qkv); dqkv (B, T, 3C) into dbig */
-    if (x->attention == HPT_ATTN_FLASH)
-        be->flash_attention_backward(a->dbig, a->attscr, a->dsmall, la->qkv, la->atty,
-                                     la->att_lse, B, T, C, NH);
-    else
-        be->attention_backward(a->dbig, a->attscr, a->dsmall, la->qkv, la->att, B, T, C, NH);
+    x->attn->backward(be, a->dbig, a->attscr, a->dsmall, la->qkv, la->atty, la->att, la->att_lse,
+                      B, T, C, NH);
     /* qkv = ln1 @ qkvw^T + qkvb */
     be->matmul_backward(a->dsmall, g->qkvw, g->qkvb, a->dbig, la->ln1, p->qkvw, BT, C, 3 * C, 0);
     /* ln1 = layernorm(residual) */

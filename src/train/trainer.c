@@ -143,7 +143,7 @@ static const hpt_gpt2_config *mcfg(const hpt_trainer *tr) { return hpt_gpt2_get_
 
 static void free_snapshot(hpt_trainer *tr) {
     if (tr->snapshot)
-        hpt_mem_free(tr->mem, HPT_TIER_HOST, HPT_CAT_PARAMS, tr->snapshot, nparams(tr) * sizeof(float));
+        tr->be->free(tr->mem, HPT_TIER_HOST, HPT_CAT_PARAMS, tr->snapshot, nparams(tr) * sizeof(float));
     tr->snapshot = NULL;
 }
 
@@ -269,7 +269,7 @@ static hpt_status load_array(hpt_trainer *tr, const hpt_state_section *s, hpt_ti
                         (unsigned long long)s->bytes, bytes);
     if (!*dst) {
         hpt_mem_set_name(tr->mem, name);
-        HPT_CHECK(hpt_mem_alloc(tr->mem, tier, cat, bytes, (void **)dst));
+        HPT_CHECK(tr->be->alloc(tr->mem, tier, cat, bytes, (void **)dst));
     }
     tr->be->copy(*dst, s->data, bytes, tier == HPT_TIER_DEVICE ? HPT_COPY_H2D : HPT_COPY_H2H);
     return HPT_OK;
@@ -580,7 +580,7 @@ static hpt_status predict_step(hpt_trainer *tr, hpt_train_progress *p) {
         size_t bytes = nparams(tr) * sizeof(float);
         if (!tr->snapshot) {
             hpt_mem_set_name(tr->mem, "rollback snapshot");
-            HPT_CHECK(hpt_mem_alloc(tr->mem, HPT_TIER_HOST, HPT_CAT_PARAMS, bytes, (void **)&tr->snapshot));
+            HPT_CHECK(tr->be->alloc(tr->mem, HPT_TIER_HOST, HPT_CAT_PARAMS, bytes, (void **)&tr->snapshot));
         }
         tr->be->copy(tr->snapshot, model_params(tr->model), bytes, HPT_COPY_D2H);
         hpt_mem_transfer(tr->mem, HPT_TIER_DEVICE, HPT_TIER_HOST, HPT_CAT_PARAMS, bytes);

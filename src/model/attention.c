@@ -1,0 +1,47 @@
+/* attention.c: the two attention kernel pairs a plan chooses between (flash: the output and
+ * each row's log-sum-exp saved; plain: the (T, T) probabilities saved), as one set of ops
+ * (arch.h's hpt_attn_ops) that an architecture calls without asking which: the choice is the
+ * runner's (act_ctx), the maths stays free of it. Each op takes both saved-state pointers and
+ * uses its own; the other is the field the plan did not keep (NULL). */
+#include "model/arch.h"
+
+static void flash_forward(const hpt_backend *be, float *out, float *att, float *lse,
+                          const float *qkv, int B, int T, int C, int NH) {
+    (void)att;
+    be->flash_attention_forward(out, lse, qkv, B, T, C, NH);
+}
+
+/* flash keeps only what selective recomputation never drops: nothing to rebuild */
+static void flash_rebuild(const hpt_backend *be, float *out, float *att, float *lse,
+                          const float *qkv, int B, int T, int C, int NH) {
+    (void)be, (void)out, (void)att, (void)lse, (void)qkv, (void)B, (void)T, (void)C, (void)NH;
+}
+
+static void flash_backward(const hpt_backend *be, float *dqkv, float *scratch, const float *dout,
+                           const float *qkv, const float *out, const float *att, const float *lse,
+                           int B, int T, int C, int NH) {
+    (void)att;
+    be->flash_attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
+}
+
+/* plain: the forward, and its rerun rebuilding dropped probabilities (out rewritten with the
+ * same bits) */
+static void plain_forward(const hpt_backend *be, float *out, float *att, float *lse,
+                          const float *qkv, int B, int T, int C, int NH) {
+    (void)lse;
+    be->attention_forward(out, att, qkv, B, T, C, NH);
+}
+
+static void plain_backward(const hpt_backend *be, float *dqkv, float *scratch, const float *dout,
+                           const float *qkv, const float *out, const float *att, const float *lse,
+                           int B, int T, int C, int NH) {
+    (void)out, (void)lse;
+    be->attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
+}
+
+static const hpt_attn_ops k_flash = {flash_forward, flash_rebuild, flash_backward};
+static const hpt_attn_ops k_plain = {plain_forward, plain_forward, plain_backward};
+
+const hpt_attn_ops *hpt_attn_ops_of(hpt_attention a) {
+    return a == HPT_ATTN_PLAIN ? &k_plain : &k_flash;
+}
