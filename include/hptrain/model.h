@@ -12,7 +12,7 @@
  * same type, and the hpt_gpt2_* calls on a model object are thin wrappers of the hpt_model_*
  * ones, kept for one release. A model's weights, gradients and activations come from the
  * hpt_mem it was made with. What the activation arena keeps (recomputation, flash attention,
- * offload and compression of saved activations, a chunked head) is an hpt_gpt2_act_opts, a
+ * offload and compression of saved activations, a chunked head) is an hpt_act_opts, a
  * choice of the plan (hptrain/plan.h): every choice computes the same thing, bit for bit where
  * it is exact. */
 #ifndef HPTRAIN_MODEL_H
@@ -176,10 +176,11 @@ typedef struct {
                                * loss N rows at a time, keeps only (N,Vp) logits, and recomputes
                                * each chunk's logits in backward (one more head GEMM). A forward
                                * without targets then fails: sampling and verify need all logits. */
-} hpt_gpt2_act_opts;
+} hpt_act_opts;
+typedef hpt_act_opts hpt_gpt2_act_opts; /* its name before the seams, kept for one release */
 /* Parses "none" | "host" | "disk" into o->offload; "none" | "int8" | "bf16" into o->compress. */
-hpt_status hpt_act_offload_parse(const char *text, hpt_gpt2_act_opts *o);
-hpt_status hpt_act_compress_parse(const char *text, hpt_gpt2_act_opts *o);
+hpt_status hpt_act_offload_parse(const char *text, hpt_act_opts *o);
+hpt_status hpt_act_compress_parse(const char *text, hpt_act_opts *o);
 const char *hpt_act_offload_name(hpt_act_offload x);
 const char *hpt_act_compress_name(hpt_act_compress x);
 /* Activation bytes per tier that a forward+backward at (B, T) allocates with o (category
@@ -187,26 +188,26 @@ const char *hpt_act_compress_name(hpt_act_compress x);
  * offload) or the int8 staging buffer (disk offload with int8), [DISK] the offload file.
  * HPT_ERR_INVALID / HPT_ERR_UNSUPPORTED for a bad choice, HPT_ERR_OOM if it cannot plan. */
 hpt_status hpt_gpt2_act_tier_bytes(const hpt_gpt2_config *cfg, int B, int T,
-                                   const hpt_gpt2_act_opts *o, uint64_t out[HPT_TIER_COUNT]);
+                                   const hpt_act_opts *o, uint64_t out[HPT_TIER_COUNT]);
 /* FLASH, NONE, every 1, no offload, no compression. */
-hpt_gpt2_act_opts hpt_gpt2_act_defaults(void);
+hpt_act_opts hpt_gpt2_act_defaults(void);
 /* Parses "flash" | "plain" into o->attention. */
-hpt_status hpt_attention_parse(const char *text, hpt_gpt2_act_opts *o);
+hpt_status hpt_attention_parse(const char *text, hpt_act_opts *o);
 /* Parses "none" | "selective" | "every:N" (N >= 1) | "full" into o->recompute and o->every. */
-hpt_status hpt_recompute_parse(const char *text, hpt_gpt2_act_opts *o);
+hpt_status hpt_recompute_parse(const char *text, hpt_act_opts *o);
 /* "flash", "plain"; "none", "selective", "every:N", "full" (written to buf, n >= 24). */
 const char *hpt_attention_name(hpt_attention a);
-const char *hpt_recompute_name(const hpt_gpt2_act_opts *o, char *buf, size_t n);
+const char *hpt_recompute_name(const hpt_act_opts *o, char *buf, size_t n);
 /* Sets what the model keeps (HPT_ERR_INVALID for an unknown choice). Activations already
  * allocated are released, so the next forward plans and allocates the arena for the choice. */
-hpt_status hpt_model_set_act_opts(hpt_model *m, const hpt_gpt2_act_opts *o);
-hpt_gpt2_act_opts hpt_model_get_act_opts(const hpt_model *m);
-hpt_status hpt_gpt2_set_act_opts(hpt_gpt2 *m, const hpt_gpt2_act_opts *o); /* wrappers */
-hpt_gpt2_act_opts hpt_gpt2_get_act_opts(const hpt_gpt2 *m);
+hpt_status hpt_model_set_act_opts(hpt_model *m, const hpt_act_opts *o);
+hpt_act_opts hpt_model_get_act_opts(const hpt_model *m);
+hpt_status hpt_gpt2_set_act_opts(hpt_gpt2 *m, const hpt_act_opts *o); /* wrappers */
+hpt_act_opts hpt_gpt2_get_act_opts(const hpt_gpt2 *m);
 /* Bytes of activations (and backward scratch) that a forward+backward at (B, T) allocates
  * with the choice o (NULL: hpt_gpt2_act_defaults()); 0 if the plan cannot be made. */
 size_t hpt_gpt2_activation_bytes(const hpt_gpt2_config *cfg, int B, int T,
-                                 const hpt_gpt2_act_opts *o);
+                                 const hpt_act_opts *o);
 
 /* Samples n_new tokens after the n_prompt tokens in tokens[] (capacity n_prompt + n_new),
  * with temperature (> 0) and top_k (0: all): hpt_infer_generate on the model's fp32 weights

@@ -63,7 +63,7 @@ hpt_status hpt_loss_scale_parse(const char *text, hpt_loss_scale_opts *o);
  * The members are listed once (HPT_PLAN_MEMBERS) so that hpt_train_opts and hpt_plan_opts can
  * hold a plan and also reach its members by their own names (o.act is o.plan.act). */
 #define HPT_PLAN_MEMBERS \
-    hpt_gpt2_act_opts act;      /* attention, recompute, activation offload/compression, head chunk */ \
+    hpt_act_opts act;      /* attention, recompute, activation offload/compression, head chunk */ \
     hpt_adamw_opts adamw;       /* optimizer kind, state bits, 32-bit embedding state; its
                                  * settings (lr inside is ignored: the trainer's schedule sets it) */ \
     hpt_offload_opts offload;   /* homes, K, P, fused update, weights, gradient home, embeddings,

@@ -31,15 +31,15 @@ static int parse_tier(const char *t, size_t n, hpt_tier *out) {
     return 0;
 }
 
-/* ---- activations (hpt_gpt2_act_opts) ------------------------------------------------------ */
+/* ---- activations (hpt_act_opts) ------------------------------------------------------ */
 
-hpt_gpt2_act_opts hpt_gpt2_act_defaults(void) {
-    hpt_gpt2_act_opts o = {HPT_ATTN_FLASH, HPT_RECOMPUTE_NONE, 1, HPT_OFFLOAD_NONE,
+hpt_act_opts hpt_gpt2_act_defaults(void) {
+    hpt_act_opts o = {HPT_ATTN_FLASH, HPT_RECOMPUTE_NONE, 1, HPT_OFFLOAD_NONE,
                            HPT_COMPRESS_NONE, 0};
     return o;
 }
 
-hpt_status hpt_act_check(const hpt_gpt2_act_opts *o) {
+hpt_status hpt_act_check(const hpt_act_opts *o) {
     if (o->head_chunk < 0)
         return hpt_fail(HPT_ERR_INVALID, "head chunk %d must be >= 0 (0: all logits)", o->head_chunk);
     if (o->attention != HPT_ATTN_FLASH && o->attention != HPT_ATTN_PLAIN)
@@ -61,7 +61,7 @@ hpt_status hpt_act_check(const hpt_gpt2_act_opts *o) {
     return HPT_OK;
 }
 
-hpt_status hpt_act_offload_parse(const char *text, hpt_gpt2_act_opts *o) {
+hpt_status hpt_act_offload_parse(const char *text, hpt_act_opts *o) {
     if (!strcmp(text, "none")) o->offload = HPT_OFFLOAD_NONE;
     else if (!strcmp(text, "host")) o->offload = HPT_OFFLOAD_HOST;
     else if (!strcmp(text, "disk")) o->offload = HPT_OFFLOAD_DISK;
@@ -69,7 +69,7 @@ hpt_status hpt_act_offload_parse(const char *text, hpt_gpt2_act_opts *o) {
     return HPT_OK;
 }
 
-hpt_status hpt_act_compress_parse(const char *text, hpt_gpt2_act_opts *o) {
+hpt_status hpt_act_compress_parse(const char *text, hpt_act_opts *o) {
     if (!strcmp(text, "none")) o->compress = HPT_COMPRESS_NONE;
     else if (!strcmp(text, "int8")) o->compress = HPT_COMPRESS_INT8;
     else if (!strcmp(text, "bf16")) o->compress = HPT_COMPRESS_BF16;
@@ -85,14 +85,14 @@ const char *hpt_act_compress_name(hpt_act_compress x) {
     return x == HPT_COMPRESS_INT8 ? "int8" : x == HPT_COMPRESS_BF16 ? "bf16" : "none";
 }
 
-hpt_status hpt_attention_parse(const char *text, hpt_gpt2_act_opts *o) {
+hpt_status hpt_attention_parse(const char *text, hpt_act_opts *o) {
     if (!strcmp(text, "flash")) o->attention = HPT_ATTN_FLASH;
     else if (!strcmp(text, "plain")) o->attention = HPT_ATTN_PLAIN;
     else return hpt_fail(HPT_ERR_INVALID, "attention '%s': expected flash or plain", text);
     return HPT_OK;
 }
 
-hpt_status hpt_recompute_parse(const char *text, hpt_gpt2_act_opts *o) {
+hpt_status hpt_recompute_parse(const char *text, hpt_act_opts *o) {
     if (!strcmp(text, "none")) o->recompute = HPT_RECOMPUTE_NONE;
     else if (!strcmp(text, "selective")) o->recompute = HPT_RECOMPUTE_SELECTIVE;
     else if (!strcmp(text, "full")) o->recompute = HPT_RECOMPUTE_FULL;
@@ -111,7 +111,7 @@ hpt_status hpt_recompute_parse(const char *text, hpt_gpt2_act_opts *o) {
 
 const char *hpt_attention_name(hpt_attention a) { return a == HPT_ATTN_PLAIN ? "plain" : "flash"; }
 
-const char *hpt_recompute_name(const hpt_gpt2_act_opts *o, char *buf, size_t n) {
+const char *hpt_recompute_name(const hpt_act_opts *o, char *buf, size_t n) {
     switch (o->recompute) {
     case HPT_RECOMPUTE_SELECTIVE: snprintf(buf, n, "selective"); break;
     case HPT_RECOMPUTE_EVERY: snprintf(buf, n, "every:%d", o->every); break;

@@ -9,7 +9,7 @@
 
 /* The activation options on their own (head chunk, attention, recompute, offload, compression
  * and how they combine). HPT_ERR_INVALID or HPT_ERR_UNSUPPORTED. */
-hpt_status hpt_act_check(const hpt_gpt2_act_opts *o);
+hpt_status hpt_act_check(const hpt_act_opts *o);
 
 /* An optimizer kind and state width that exist (state_bits 0 reads as 32). */
 hpt_status hpt_optim_check(const hpt_adamw_opts *o);

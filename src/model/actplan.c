@@ -25,14 +25,14 @@ float **act_field(const hpt_arch *A, char *base, int l, int i) {
     return (float **)(base + (size_t)l * A->block_acts_size + A->fields[i].off);
 }
 
-size_t act_head_rows(const hpt_gpt2_act_opts *o, int B, int T) {
+size_t act_head_rows(const hpt_act_opts *o, int B, int T) {
     size_t BT = (size_t)B * T;
     return o->head_chunk > 0 && (size_t)o->head_chunk < BT ? (size_t)o->head_chunk : BT;
 }
 
 /* The ops' context at (B, T): vc > 0 (chunked embeddings, embed.c) makes a row-chunked head's
  * logits (rows, vc). */
-static hpt_arch_ctx ctx_for(const hpt_gpt2_config *c, const hpt_gpt2_act_opts *o, int vc, int B,
+static hpt_arch_ctx ctx_for(const hpt_gpt2_config *c, const hpt_act_opts *o, int vc, int B,
                             int T) {
     hpt_arch_ctx x = {hpt_backend_cpu(), c, B, T, o->attention, act_head_rows(o, B, T), 0, 1.0f,
                      hpt_attn_ops_of(o->attention)};
@@ -48,13 +48,13 @@ hpt_arch_ctx act_ctx(const hpt_gpt2 *m) {
 }
 
 /* Whether a stored (offloaded or compressed) field: the large ones a block's backward reads. */
-static int stored(const hpt_gpt2_act_opts *o, const hpt_arch_field *f) {
+static int stored(const hpt_act_opts *o, const hpt_arch_field *f) {
     if (o->offload == HPT_OFFLOAD_NONE && o->compress == HPT_COMPRESS_NONE) return 0;
     return (f->flags & HPT_FIELD_STORE) != 0;
 }
 
 /* Whether the policy drops field f of block l (recomputes it in backward). */
-static int dropped(const hpt_gpt2_act_opts *o, int L, int l, const hpt_arch_field *f) {
+static int dropped(const hpt_act_opts *o, int L, int l, const hpt_arch_field *f) {
     int N = act_segment_len(o);
     if (N) return !((f->flags & HPT_FIELD_OUTPUT) && l == act_segment_end(l, N, L));
     if (o->recompute == HPT_RECOMPUTE_SELECTIVE) return (f->flags & HPT_FIELD_RECOMPUTE) != 0;
@@ -93,7 +93,7 @@ static int time_of(hpt_arch_time t, int L, int vc) {
 /* Lists the buffers of a step at x's (B, T) with their sizes and lifetimes, plans their
  * offsets, and returns the arena's size and the number of buffers. Pointers are set later
  * (act_ensure). */
-static size_t plan_acts(const hpt_arch *A, const hpt_arch_ctx *x, const hpt_gpt2_act_opts *o,
+static size_t plan_acts(const hpt_arch *A, const hpt_arch_ctx *x, const hpt_act_opts *o,
                         int vc, void *acts, char *layers, char *flayers, hpt_act_buf *bufs,
                         int *n_out, store_plan *sp) {
     const int L = x->cfg->L, N = act_segment_len(o);
@@ -176,7 +176,7 @@ static size_t plan_acts(const hpt_arch *A, const hpt_arch_ctx *x, const hpt_gpt2
 }
 
 /* The plan's bytes per tier (see hpt_gpt2_act_tier_bytes); HPT_ERR_OOM when it cannot plan. */
-static hpt_status plan_tiers(const hpt_gpt2_config *cfg, int B, int T, const hpt_gpt2_act_opts *o,
+static hpt_status plan_tiers(const hpt_gpt2_config *cfg, int B, int T, const hpt_act_opts *o,
                              int vc, uint64_t out[HPT_TIER_COUNT]) {
     const hpt_arch *A = &hpt_arch_gpt2;
     for (int t = 0; t < HPT_TIER_COUNT; t++) out[t] = 0;
@@ -211,31 +211,31 @@ static hpt_status plan_tiers(const hpt_gpt2_config *cfg, int B, int T, const hpt
 }
 
 hpt_status hpt_gpt2_act_tier_bytes(const hpt_gpt2_config *cfg, int B, int T,
-                                   const hpt_gpt2_act_opts *o, uint64_t out[HPT_TIER_COUNT]) {
-    hpt_gpt2_act_opts d = hpt_gpt2_act_defaults();
+                                   const hpt_act_opts *o, uint64_t out[HPT_TIER_COUNT]) {
+    hpt_act_opts d = hpt_gpt2_act_defaults();
     return plan_tiers(cfg, B, T, o ? o : &d, 0, out);
 }
 
 hpt_status gpt2_act_tier_bytes_vc(const hpt_gpt2_config *cfg, int B, int T,
-                                  const hpt_gpt2_act_opts *o, int vc, uint64_t out[HPT_TIER_COUNT]) {
+                                  const hpt_act_opts *o, int vc, uint64_t out[HPT_TIER_COUNT]) {
     return plan_tiers(cfg, B, T, o, vc, out);
 }
 
 size_t hpt_gpt2_activation_bytes(const hpt_gpt2_config *cfg, int B, int T,
-                                 const hpt_gpt2_act_opts *o) {
+                                 const hpt_act_opts *o) {
     uint64_t t[HPT_TIER_COUNT];
     if (hpt_gpt2_act_tier_bytes(cfg, B, T, o, t) != HPT_OK) return 0;
     return (size_t)t[HPT_TIER_DEVICE];
 }
 
-hpt_status hpt_model_set_act_opts(hpt_gpt2 *m, const hpt_gpt2_act_opts *o) {
+hpt_status hpt_model_set_act_opts(hpt_gpt2 *m, const hpt_act_opts *o) {
     HPT_CHECK(act_opts_check(o));
     hpt_model_free_activations(m);
     m->act = *o;
     return HPT_OK;
 }
 
-hpt_gpt2_act_opts hpt_model_get_act_opts(const hpt_gpt2 *m) { return m->act; }
+hpt_act_opts hpt_model_get_act_opts(const hpt_gpt2 *m) { return m->act; }
 
 void act_enter(hpt_gpt2 *m, int t) {
     hpt_run *r = &m->run;

@@ -19,10 +19,10 @@ hpt_status hpt_gpt2_backward(hpt_gpt2 *m) { return hpt_model_backward(m); }
 void hpt_gpt2_free_activations(hpt_gpt2 *m) { hpt_model_free_activations(m); }
 void hpt_gpt2_release_grads(hpt_gpt2 *m) { hpt_model_release_grads(m); }
 hpt_status hpt_gpt2_acquire_grads(hpt_gpt2 *m) { return hpt_model_acquire_grads(m); }
-hpt_status hpt_gpt2_set_act_opts(hpt_gpt2 *m, const hpt_gpt2_act_opts *o) {
+hpt_status hpt_gpt2_set_act_opts(hpt_gpt2 *m, const hpt_act_opts *o) {
     return hpt_model_set_act_opts(m, o);
 }
-hpt_gpt2_act_opts hpt_gpt2_get_act_opts(const hpt_gpt2 *m) { return hpt_model_get_act_opts(m); }
+hpt_act_opts hpt_gpt2_get_act_opts(const hpt_gpt2 *m) { return hpt_model_get_act_opts(m); }
 hpt_status hpt_gpt2_generate(hpt_gpt2 *m, int32_t *tokens, int n_prompt, int n_new,
                              float temperature, int top_k, uint64_t seed) {
     return hpt_model_generate(m, tokens, n_prompt, n_new, temperature, top_k, seed);

@@ -133,7 +133,7 @@ struct hpt_model {
     int fault_layer;      /* testing: the next backward sets element 0 of this block's
                            * gradients to fault_value (-1: none; hpt_trainer_inject_grad) */
     float fault_value;
-    hpt_gpt2_act_opts act;   /* attention kind, recompute policy, offload, compression, head */
+    hpt_act_opts act;   /* attention kind, recompute policy, offload, compression, head */
     gpt2_acts a;             /* the non-block activations (pointers into the arena) */
     hpt_run run;             /* the runner's arena, plan and activation store (runner_int.h) */
     /* the last forward */

@@ -102,6 +102,6 @@ int gpt2_vocab_chunk(const hpt_gpt2_config *c, const hpt_offload_opts *o);
 hpt_status gpt2_vocab_chunk_check(const hpt_gpt2_config *c, const hpt_offload_opts *o);
 /* hpt_gpt2_act_tier_bytes with a head of vc vocabulary rows at a time (0: all). */
 hpt_status gpt2_act_tier_bytes_vc(const hpt_gpt2_config *cfg, int B, int T,
-                                  const hpt_gpt2_act_opts *o, int vc, uint64_t out[HPT_TIER_COUNT]);
+                                  const hpt_act_opts *o, int vc, uint64_t out[HPT_TIER_COUNT]);
 
 #endif

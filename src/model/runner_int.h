@@ -64,9 +64,9 @@ typedef struct {
 #define TP_ENC_B(L) (2 * (L) + 3)
 
 /* ---- actopts.c ---- */
-hpt_status act_opts_check(const hpt_gpt2_act_opts *o);
+hpt_status act_opts_check(const hpt_act_opts *o);
 /* N of the every:N segmentation (full = every:1); 0 for policies that keep block inputs. */
-int act_segment_len(const hpt_gpt2_act_opts *o);
+int act_segment_len(const hpt_act_opts *o);
 /* The last block of block l's segment (every:N): segments are [kN, kN + N - 1]. */
 int act_segment_end(int l, int N, int L);
 
@@ -76,7 +76,7 @@ float **act_field(const hpt_arch *A, char *base, int l, int i);
 /* The ops' context for the model's current (B, T) and choices. */
 hpt_arch_ctx act_ctx(const hpt_gpt2 *m);
 /* Rows of logits the head computes at once for (B, T) and head_chunk. */
-size_t act_head_rows(const hpt_gpt2_act_opts *o, int B, int T);
+size_t act_head_rows(const hpt_act_opts *o, int B, int T);
 /* Plans (and allocates, when it grew) the arena and the store for (B, T); points the buffers. */
 hpt_status act_ensure(hpt_gpt2 *m, int B, int T);
 /* Moves the step to time point t (-1: outside a step), recording the arena's events. */
