@@ -7,6 +7,10 @@ void model_describe(const hpt_gpt2_config *cfg, hpt_tensor_table *out) {
     hpt_arch_gpt2.describe(cfg, out);
 }
 
+double model_flops_per_token(const hpt_gpt2_config *cfg, int T) {
+    return hpt_arch_gpt2.flops_per_token(cfg, T);
+}
+
 const hpt_tensor_table *model_table(const hpt_gpt2 *m) { return &m->tab; }
 
 float *model_params(hpt_gpt2 *m) { return m->params; }

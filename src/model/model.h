@@ -29,6 +29,8 @@ struct offload_engine;
 /* ---- the tensor table ---- */
 /* The parameters of a configuration in checkpoint order (the architecture's describe). */
 void model_describe(const hpt_gpt2_config *cfg, hpt_tensor_table *out);
+/* Forward FLOPs per token at sequence length T (the architecture's count, docs/estimate.md). */
+double model_flops_per_token(const hpt_gpt2_config *cfg, int T);
 /* The model's table (model_describe of its configuration). */
 const hpt_tensor_table *model_table(const hpt_gpt2 *m);
 

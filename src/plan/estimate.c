@@ -184,15 +184,12 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
      * the same gradients: memory is that of B (above), tokens and FLOPs per step scale. */
     out->tokens_per_step = BT * (uint64_t)(o->accum > 1 ? o->accum : 1);
 
-    /* FLOPs per token, matrix multiplies and attention (elementwise work is left out):
-     * the weights each token meets in a GEMM are qkv 3C^2, attention projection C^2, fc 4C^2,
-     * fc projection 4C^2 per layer and the tied head Vp*C (the GEMM runs over the padded
-     * columns), at 2 FLOPs per multiply-add. Causal attention as the kernel computes it:
-     * query t scores t+1 keys (QK^T) and sums t+1 values (AV), 2*C FLOPs per key each, so
-     * 2*C*(T+1) per token and layer on average. Backward does twice the forward's work in
-     * both (two GEMMs per forward GEMM; four dot products per (query, key) pair). */
-    double n_mm = 12.0 * L * C * C + (double)c->Vp * C;
-    out->flops_per_token_fwd = 2.0 * n_mm + 2.0 * L * C * (T + 1.0);
+    /* FLOPs per token, matrix multiplies and attention (elementwise work is left out): the
+     * architecture's count (for GPT-2, model/gpt2.c: GEMMs over the blocks' weights and the tied
+     * head at 2 FLOPs per multiply-add, causal attention 2*C*(T+1) per token and layer). Backward
+     * does twice the forward's work in both (two GEMMs per forward GEMM; four dot products per
+     * (query, key) pair). */
+    out->flops_per_token_fwd = model_flops_per_token(c, o->T);
     out->flops_per_token = o->training ? 3.0 * out->flops_per_token_fwd : out->flops_per_token_fwd;
     return HPT_OK;
 }
