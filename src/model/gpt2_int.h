@@ -101,8 +101,8 @@ struct hpt_model {
     const hpt_backend *be;   /* every op and device copy (the CPU's today) */
     const hpt_arch *arch;    /* the maths (hpt_arch_gpt2) */
     hpt_tensor_table tab;    /* arch->describe(cfg): checkpoint order */
-    size_t slice_off[GPT2_BLOCK_SLICES]; /* floats: block slice s's tensor in the flat buffers */
-    size_t slice_n[GPT2_BLOCK_SLICES];   /* floats of one block's slice s */
+    size_t slice_off[HPT_TABLE_MAX]; /* floats: block slice s's tensor in the flat buffers */
+    size_t slice_n[HPT_TABLE_MAX];   /* floats of one block's slice s (tab.n_slices of them) */
     size_t num_params;
     float *params;        /* (n_flat) device tier, params category */
     float *grads;         /* (n_flat) device tier, grads category */

@@ -33,7 +33,7 @@ static void bind_arch(hpt_gpt2 *m) {
     m->be = hpt_backend_cpu();
     m->arch = &hpt_arch_gpt2;
     m->arch->describe(&m->cfg, &m->tab);
-    for (int s = 0; s < GPT2_BLOCK_SLICES; s++) {
+    for (int s = 0; s < m->tab.n_slices; s++) {
         int ti = hpt_table_slice_tensor(&m->tab, s);
         m->slice_off[s] = hpt_table_offset(&m->tab, ti);
         m->slice_n[s] = hpt_tensor_slice_numel(&m->tab.t[ti], m->tab.L);
@@ -111,7 +111,7 @@ hpt_status gpt2_create_unbound(hpt_mem *mem, const hpt_gpt2_config *cfg,
 
 void gpt2_block_layout(const hpt_gpt2 *m, int *L, int *n_slices, const size_t **slice_n) {
     *L = m->cfg.L;
-    *n_slices = GPT2_BLOCK_SLICES;
+    *n_slices = m->tab.n_slices;
     *slice_n = m->slice_n;
 }
 

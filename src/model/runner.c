@@ -37,22 +37,22 @@ static const float *block_output(const hpt_gpt2 *m, char *base, int l) {
 }
 
 /* The slices of a packed block at base (the block store's layout: slices back to back). */
-static void block_packed(const hpt_gpt2 *m, float *base, float *w[GPT2_BLOCK_SLICES]) {
+static void block_packed(const hpt_gpt2 *m, float *base, float *w[HPT_TABLE_MAX]) {
     size_t o = 0;
-    for (int s = 0; s < GPT2_BLOCK_SLICES; s++) {
+    for (int s = 0; s < m->tab.n_slices; s++) {
         w[s] = base + o;
         o += m->slice_n[s];
     }
 }
 
 /* Block l's slices of the flat buffer base (checkpoint order). */
-static void block_flat(const hpt_gpt2 *m, float *base, int l, float *w[GPT2_BLOCK_SLICES]) {
-    for (int s = 0; s < GPT2_BLOCK_SLICES; s++)
+static void block_flat(const hpt_gpt2 *m, float *base, int l, float *w[HPT_TABLE_MAX]) {
+    for (int s = 0; s < m->tab.n_slices; s++)
         w[s] = base + m->slice_off[s] + (size_t)l * m->slice_n[s];
 }
 
 /* Block l's parameters, held until block_release (the store loads them when offloaded). */
-static hpt_status block_acquire(hpt_gpt2 *m, int l, float *w[GPT2_BLOCK_SLICES]) {
+static hpt_status block_acquire(hpt_gpt2 *m, int l, float *w[HPT_TABLE_MAX]) {
     const hpt_block_store *bs = m->blocks;
     if (!bs) {
         block_flat(m, m->params, l, w);
@@ -70,7 +70,7 @@ static void block_release(hpt_gpt2 *m, int l) {
 
 /* Block l's gradients: the store's gradient slot (zeroed unless gradients are live), or
  * slices of the flat gradients. */
-static hpt_status block_grads(hpt_gpt2 *m, int l, float *dw[GPT2_BLOCK_SLICES]) {
+static hpt_status block_grads(hpt_gpt2 *m, int l, float *dw[HPT_TABLE_MAX]) {
     const hpt_block_store *bs = m->blocks;
     if (!bs) {
         block_flat(m, m->grads, l, dw);
@@ -100,7 +100,7 @@ static hpt_status recompute(hpt_gpt2 *m, const hpt_arch_ctx *x, int l) {
     const hpt_arch *A = m->arch;
     const int L = m->cfg.L, N = act_segment_len(&m->act);
     char *layers = m->run.layers;
-    float *w[GPT2_BLOCK_SLICES];
+    float *w[HPT_TABLE_MAX];
     if (N) {
         /* every:N / full: at the segment's last block, rerun its forward from the kept input */
         if (l != act_segment_end(l, N, L)) return HPT_OK;
@@ -152,7 +152,7 @@ hpt_status hpt_model_forward(hpt_gpt2 *m, const int32_t *inputs, const int32_t *
     for (int l = 0; l < L && s == HPT_OK; l++) {
         hpt_mem_set_layer(m->mem, l);
         act_enter(m, TP_BLOCK_F(l));
-        float *w[GPT2_BLOCK_SLICES];
+        float *w[HPT_TABLE_MAX];
         s = block_acquire(m, l, w);
         if (s != HPT_OK) {
             s = hpt_fail_ctx(s, "bringing in block %d's parameters", l);
@@ -217,7 +217,7 @@ hpt_status hpt_model_backward(hpt_gpt2 *m) {
                 break;
             }
         }
-        float *w[GPT2_BLOCK_SLICES], *dw[GPT2_BLOCK_SLICES];
+        float *w[HPT_TABLE_MAX], *dw[HPT_TABLE_MAX];
         s = recompute(m, &x, l);
         if (s == HPT_OK) s = block_acquire(m, l, w);
         if (s == HPT_OK) s = block_grads(m, l, dw);
