@@ -18,7 +18,7 @@
 
 /* ---- the parameters ---- */
 
-static void describe(const hpt_arch_config *cfg, hpt_tensor_table *out) {
+static void describe(const hpt_model_config *cfg, hpt_tensor_table *out) {
     const int64_t L = cfg->L, C = cfg->C;
     static const char *const names[HPT_GPT2_NUM_TENSORS] = {
         "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
@@ -52,7 +52,7 @@ static void describe(const hpt_arch_config *cfg, hpt_tensor_table *out) {
 /* FLOPs per token (docs/estimate.md): GEMMs with qkv 3C^2, attention projection C^2, fc and fc
  * projection 4C^2 each per layer and the tied head Vp*C, at 2 FLOPs per multiply-add; causal
  * attention 2*C*(T+1) per token and layer (QK^T and AV over t+1 keys on average). */
-static double flops_per_token(const hpt_arch_config *c, int T) {
+static double flops_per_token(const hpt_model_config *c, int T) {
     double L = c->L, C = c->C;
     return 2.0 * (12.0 * L * C * C + (double)c->Vp * C) + 2.0 * L * C * (T + 1.0);
 }
@@ -241,7 +241,7 @@ static float head_forward(const hpt_arch_ctx *x, const void *pv, void *av, int h
     const hpt_backend *be = x->be;
     const gpt2_tensors *p = pv;
     gpt2_acts *a = av;
-    const hpt_arch_config *c = x->cfg;
+    const hpt_model_config *c = x->cfg;
     const size_t BT = (size_t)x->B * x->T, C = (size_t)c->C, rows = x->head_rows;
     float loss = -1.0f;
     for (size_t r0 = 0; r0 < BT; r0 += rows) {
@@ -264,7 +264,7 @@ static void head_backward(const hpt_arch_ctx *x, const void *pv, void *gv, void 
     const gpt2_tensors *p = pv;
     gpt2_tensors *g = gv;
     gpt2_acts *a = av;
-    const hpt_arch_config *c = x->cfg;
+    const hpt_model_config *c = x->cfg;
     const size_t BT = (size_t)x->B * x->T, C = (size_t)c->C, rows = x->head_rows;
     /* loss = mean_i (lse_i - logits[i, y_i]); logits = lnf @ wte^T:
      * dlnf = dlogits @ wte, dwte += dlogits^T @ lnf; chunk by chunk, a chunk's logits
