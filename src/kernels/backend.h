@@ -120,6 +120,36 @@ struct hpt_backend {
     void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout,
                                const float *inp, const float *w, const float *mean,
                                const float *rstd, int64_t N, int C);
+    /* RMSNorm (Llama): out (N,C) = inp * rstd * w per row, rstd = 1 / sqrt(mean(inp^2) + eps);
+     * rstd (N) saved. out must not alias inp. */
+    void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w, int64_t N,
+                            int C, float eps);
+    /* the same out from the forward's saved rstd: the same bits (recomputation) */
+    void (*rmsnorm_apply)(float *out, const float *inp, const float *w, const float *rstd,
+                          int64_t N, int C);
+    /* dinp (N,C) += backward; dw (C) += backward (dout, inp (N,C); rstd (N) the forward's) */
+    void (*rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp,
+                             const float *w, const float *rstd, int64_t N, int C);
+
+    /* ---- rotary position embeddings and SwiGLU (Llama) ---- */
+    /* In place on the NH q heads and the NKV k heads of qkv (B,T,(NH+2*NKV)*hd) (v untouched),
+     * rotate_half convention (element i of a head pairs with i + hd/2, hd even):
+     *   y[i] = x[i] cos - x[i+hd/2] sin,  y[i+hd/2] = x[i+hd/2] cos + x[i] sin,
+     * with cos, sin (maxT, hd/2) tables (host-computed by the arch, on the device) read at row
+     * pos0 + t for position t of each sequence (pos0 + T <= maxT; training passes pos0 = 0,
+     * inference the position of its first new token, B = 1). */
+    void (*rope_forward)(float *qkv, const float *cos, const float *sin, int B, int T, int NH,
+                         int NKV, int hd, int pos0);
+    /* the transpose rotation, in place on the dq and dk heads of dqkv (same layout); dv untouched.
+     * RoPE is linear: nothing is saved. */
+    void (*rope_backward)(float *dqkv, const float *cos, const float *sin, int B, int T, int NH,
+                          int NKV, int hd, int pos0);
+    /* h (N,2FF) = [gate | up] per row: out (N,FF) = silu(gate) * up, silu(g) = g / (1 + e^-g).
+     * out must not alias h. */
+    void (*swiglu_forward)(float *out, const float *h, int64_t N, int FF);
+    /* dh (N,2FF) = [dgate | dup] overwritten from dout (N,FF) and the forward's saved h (N,2FF);
+     * dh must not alias h or dout. */
+    void (*swiglu_backward)(float *dh, const float *dout, const float *h, int64_t N, int FF);
 
     /* ---- attention (causal; qkv (B,T,3C) = [q | k | v], heads of C/NH) ---- */
     /* plain: out (B,T,C); att (B,NH,T,T) the softmax probabilities */
