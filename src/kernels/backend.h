@@ -151,19 +151,25 @@ struct hpt_backend {
      * dh must not alias h or dout. */
     void (*swiglu_backward)(float *dh, const float *dout, const float *h, int64_t N, int FF);
 
-    /* ---- attention (causal; qkv (B,T,3C) = [q | k | v], heads of C/NH) ---- */
+    /* ---- attention (causal, grouped-query) ----
+     * qkv (B,T,(NH+2*NKV)*hd) = [q (NH heads) | k (NKV heads) | v (NKV heads)], hd = C/NH,
+     * NKV divides NH; query head h uses kv head h / (NH/NKV); out (B,T,C), C = NH*hd. GPT-2 is
+     * NKV = NH: qkv (B,T,3C) = [q | k | v]. Repeated K/V heads are never materialised. */
     /* plain: out (B,T,C); att (B,NH,T,T) the softmax probabilities */
     void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C,
-                              int NH);
-    /* dqkv (B,T,3C) overwritten; scratch (B*NH, T) */
+                              int NH, int NKV);
+    /* dqkv (as qkv) overwritten, dk and dv the sums over each group's query heads; scratch
+     * (B*NH, T) */
     void (*attention_backward)(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                               const float *att, int B, int T, int C, int NH);
+                               const float *att, int B, int T, int C, int NH, int NKV);
     /* flash: out (B,T,C), lse (B,NH,T) each row's log-sum-exp: the only other thing saved */
     void (*flash_attention_forward)(float *out, float *lse, const float *qkv, int B, int T,
-                                    int C, int NH);
+                                    int C, int NH, int NKV);
+    /* dqkv (as qkv) overwritten, as attention_backward; out, lse the forward's; scratch
+     * (B*NH, T) */
     void (*flash_attention_backward)(float *dqkv, float *scratch, const float *dout,
                                      const float *qkv, const float *out, const float *lse, int B,
-                                     int T, int C, int NH);
+                                     int T, int C, int NH, int NKV);
 
     /* ---- pointwise ---- */
     /* GELU, tanh form; backward: dinp = gelu'(inp) * dout (dinp may alias dout) */
