@@ -259,14 +259,21 @@ struct hpt_backend {
                                int accumulate, float *scratch);
     /* ---- inference helpers ---- */
     /* x (n,C) = wte[tok] + wpe[pos0 + t]; wte (Vp,C) fp32, or int8 rows wte_q (Vp,C) times
-     * wte_scale (Vp) when wte_q is not NULL (wte is then unused) */
+     * wte_scale (Vp) when wte_q is not NULL (wte is then unused); wpe (maxT,C) NULL: no
+     * learned positions (rotary models), x = wte[tok] */
     void (*infer_embed)(float *x, const int32_t *tok, size_t n, int pos0, const float *wte,
                         const int8_t *wte_q, const float *wte_scale, const float *wpe, int C);
-    /* the key/value cache K, V (ctx,C): rows pos0 .. pos0 + n - 1 = the k and v of qkv (n,3C) */
-    void (*infer_kv_store)(float *K, float *V, const float *qkv, int pos0, size_t n, int C);
-    /* atty (n,C) = causal attention of qkv's n queries at positions pos0 .. over K, V (ctx,C) */
+    /* The key/value cache of NKV heads, grouped-query as the attention ops: qkv (n, C + 2 KVC)
+     * = [q (NH heads) | k (NKV heads) | v (NKV heads)], KVC = NKV * (C/NH); K, V (ctx, KVC).
+     * GPT-2: NKV = NH, qkv (n,3C), K, V (ctx,C). A rotary model applies rope_forward (B = 1,
+     * T = n, pos0) to qkv before storing. */
+    /* rows pos0 .. pos0 + n - 1 of K, V = the k and v parts of qkv's n rows (copies) */
+    void (*infer_kv_store)(float *K, float *V, const float *qkv, int pos0, size_t n, int C,
+                           int NH, int NKV);
+    /* atty (n,C) = causal attention of qkv's n queries at positions pos0 .. pos0 + n - 1 over
+     * K, V rows 0 .. each query's position; query head h reads kv head h / (NH/NKV) */
     void (*infer_attend)(float *atty, const float *qkv, const float *K, const float *V,
-                         int pos0, size_t n, int C, int NH);
+                         int pos0, size_t n, int C, int NH, int NKV);
     /* Saved activations, compressed: the bytes of a stored copy of x (rows, w); store it; load
      * it back (par 0: on a helper thread, outside the op's thread team). */
     size_t (*act_code_bytes)(hpt_act_code k, size_t rows, size_t w);
