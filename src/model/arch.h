@@ -36,14 +36,15 @@
  * pointers and uses its own. rebuild: selective recomputation's rerun (plain: the forward again,
  * the same bits; flash: nothing, it keeps no probabilities). */
 typedef struct {
+    /* NKV: key/value heads (grouped-query attention, qkv (B,T,(NH+2*NKV)*C/NH); GPT-2 NH) */
     void (*forward)(const hpt_backend *be, float *out, float *att, float *lse, const float *qkv,
-                    int B, int T, int C, int NH);
+                    int B, int T, int C, int NH, int NKV);
     void (*rebuild)(const hpt_backend *be, float *out, float *att, float *lse, const float *qkv,
-                    int B, int T, int C, int NH);
-    /* dqkv (B,T,3C) overwritten from dout (B,T,C); scratch (B*NH, T) */
+                    int B, int T, int C, int NH, int NKV);
+    /* dqkv (as qkv) overwritten from dout (B,T,C); scratch (B*NH, T) */
     void (*backward)(const hpt_backend *be, float *dqkv, float *scratch, const float *dout,
                      const float *qkv, const float *out, const float *att, const float *lse,
-                     int B, int T, int C, int NH);
+                     int B, int T, int C, int NH, int NKV);
 } hpt_attn_ops;
 const hpt_attn_ops *hpt_attn_ops_of(hpt_attention a);
 

@@ -276,8 +276,8 @@ static void block_rows(hpt_infer *inf, const int32_t *tok, size_t n) {
         be->layernorm_forward(inf->ln, inf->mean, inf->rstd, inf->x, inf->f[T_LN1W] + lc,
                               inf->f[T_LN1B] + lc, (int64_t)n, C);
         linear(inf, inf->qkv, inf->ln, T_QKVW, T_QKVB, l, n, C, 3 * C, 0);
-        be->infer_kv_store(K, V, inf->qkv, pos0, n, C);
-        be->infer_attend(inf->atty, inf->qkv, K, V, pos0, n, C, c->NH);
+        be->infer_kv_store(K, V, inf->qkv, pos0, n, C, c->NH, c->NH);
+        be->infer_attend(inf->atty, inf->qkv, K, V, pos0, n, C, c->NH, c->NH);
         linear(inf, inf->x, inf->atty, T_ATTPROJW, T_ATTPROJB, l, n, C, C, 1);
         be->layernorm_forward(inf->ln, inf->mean, inf->rstd, inf->x, inf->f[T_LN2W] + lc,
                               inf->f[T_LN2B] + lc, (int64_t)n, C);
