@@ -16,6 +16,11 @@ void model_describe(const hpt_model_config *cfg, hpt_tensor_table *out) {
     else memset(out, 0, sizeof *out);
 }
 
+size_t model_consts_floats(const hpt_model_config *cfg) {
+    const hpt_arch *a = hpt_arch_of(cfg);
+    return a && a->consts_floats ? a->consts_floats(cfg) : 0;
+}
+
 double model_flops_per_token(const hpt_model_config *cfg, int T) {
     const hpt_arch *a = hpt_arch_of(cfg);
     return a ? a->flops_per_token(cfg, T) : 0.0;

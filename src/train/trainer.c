@@ -412,14 +412,14 @@ static hpt_status setup(hpt_trainer *tr) {
         if (file_exists(o->model)) {
             HPT_CHECK(check_budget(tr, &cfg, o->model, live0));
             HPT_CHECK(hpt_gpt2_load_offload(tr->mem, o->model, &o->offload, &tr->model));
-        } else if (hpt_gpt2_config_parse(o->model, &cfg) == HPT_OK) {
+        } else if (hpt_model_config_parse(o->model, &cfg) == HPT_OK) {
             HPT_CHECK(check_budget(tr, &cfg, NULL, live0));
             HPT_CHECK(hpt_gpt2_create_offload(tr->mem, &cfg, &o->offload, &tr->model));
             HPT_CHECK(hpt_model_init_random(tr->model, o->seed));
         } else if (strchr(o->model, '/') || strstr(o->model, ".bin")) {
             return hpt_fail(HPT_ERR_IO, "cannot open %s: %s", o->model, strerror(ENOENT));
         } else {
-            return hpt_gpt2_config_parse(o->model, &cfg); /* its error names the shape problem */
+            return hpt_model_config_parse(o->model, &cfg); /* its error names the shape problem */
         }
         HPT_CHECK(hpt_optim_create(tr->mem, tr->model, &tr->o.adamw, &tr->opt));
         HPT_CHECK(hpt_dataloader_open(tr->mem, o->data, o->B, o->T, mcfg(tr)->V, &tr->train));

@@ -246,7 +246,7 @@ int cmd_train(int argc, char **argv) {
         if (s == HPT_ERR_OOM && st.n_allocs > 0) memory_report(mem);
         int rc = cli_lib_error(s, "train");
         hpt_model_config shape;
-        if (trace_path && o.model && hpt_gpt2_config_parse(o.model, &shape) == HPT_OK) {
+        if (trace_path && o.model && hpt_model_config_parse(o.model, &shape) == HPT_OK) {
             tmeta.cfg = shape;
             tmeta.num_params = hpt_model_config_num_params(&shape);
         }
