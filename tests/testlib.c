@@ -141,7 +141,7 @@ void t_check_resume(hpt_mem *mem, const hpt_train_opts *o, int64_t stop, size_t 
 
 void t_check_estimate(const hpt_mem *mem, const hpt_train_opts *o, const char *what) {
     hpt_gpt2_config cfg;
-    CHECK_OK(hpt_gpt2_config_parse(o->model, &cfg));
+    CHECK_OK(hpt_model_config_parse(o->model, &cfg));
     hpt_plan_opts po = hpt_train_plan_opts(o, &cfg);
     hpt_estimate e;
     CHECK_OK(hpt_plan_estimate(&po, &e));
