@@ -66,7 +66,6 @@
 static const char *const k_shapes[] = {"gpt2:L=4,C=32,NH=4,V=64,T=16",
                                        "llama:L=4,C=32,NH=4,NKV=2,FF=48,V=64,T=16"};
 static const char *SHAPE = "gpt2:L=4,C=32,NH=4,V=64,T=16";
-#define HPT_TABLE_MAX_TEST 32
 #define STEPS 20
 
 static char g_train[512];
@@ -544,34 +543,6 @@ static float round_bf16(float x) { /* round to nearest even, as the engine (fini
     return x;
 }
 
-/* The tensors of cfg's table in checkpoint order (any architecture: a model's hpt_tensor_info),
- * as GPT-2's legacy descriptor; returns their count. */
-static int tensors_of(const hpt_gpt2_config *cfg, hpt_gpt2_tensor t[HPT_TABLE_MAX_TEST]) {
-    hpt_mem *mem;
-    hpt_model *m = NULL;
-    int n = 0;
-    CHECK_OK(hpt_mem_create(&mem));
-    CHECK_OK(hpt_model_create_config(mem, cfg, &m));
-    size_t off = 0;
-    for (int i = 0; m && i < hpt_model_num_tensors(m) && i < HPT_TABLE_MAX_TEST; i++, n++) {
-        hpt_tensor_info ti;
-        CHECK_OK(hpt_model_tensor(m, i, &ti));
-        static const char *const names[] = {"wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb",
-                                            "attprojw", "attprojb", "ln2w", "ln2b", "fcw", "fcb",
-                                            "fcprojw", "fcprojb", "lnfw", "lnfb", "lm_head"};
-        t[i].name = "?";
-        for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
-            if (!strcmp(names[k], ti.name)) t[i].name = names[k];
-        t[i].offset = off;
-        t[i].numel = ti.numel;
-        t[i].is_matrix = ti.is_matrix;
-        off += ti.numel;
-    }
-    hpt_model_free(m);
-    hpt_mem_destroy(mem);
-    return n;
-}
-
 static int is_block_tensor(const char *name) {
     return strcmp(name, "wte") && strcmp(name, "wpe") && strcmp(name, "lnfw") &&
            strcmp(name, "lnfb") && strcmp(name, "lm_head");
@@ -581,8 +552,8 @@ static int is_block_tensor(const char *name) {
 static void test_bf16_weights(void) {
     hpt_gpt2_config cfg;
     CHECK_OK(hpt_model_config_parse(SHAPE, &cfg));
-    hpt_gpt2_tensor t[HPT_TABLE_MAX_TEST];
-    const int nt = tensors_of(&cfg, t);
+    hpt_gpt2_tensor t[T_MAX_TENSORS];
+    const int nt = t_tensors_of(&cfg, t, NULL);
     hpt_train_opts o = opts(0.0f);
     run_out ref;
     o.offload = off(HPT_TIER_DEVICE, HPT_TIER_DEVICE, HPT_TIER_DEVICE, 2, 1, 1);
@@ -796,8 +767,8 @@ static size_t count_nonzero(const uint16_t *c, size_t n) {
 static void test_kahan_resume(void) {
     hpt_gpt2_config cfg;
     CHECK_OK(hpt_model_config_parse(SHAPE, &cfg));
-    hpt_gpt2_tensor t[HPT_TABLE_MAX_TEST];
-    const int nt = tensors_of(&cfg, t);
+    hpt_gpt2_tensor t[T_MAX_TENSORS];
+    const int nt = t_tensors_of(&cfg, t, NULL);
     size_t n = hpt_gpt2_num_params(&cfg);
     struct {
         hpt_offload_opts f;

@@ -249,30 +249,6 @@ static const char *const k_shapes[] = {"gpt2:L=2,C=32,NH=4,V=64,T=16",
                                        "llama:L=2,C=32,NH=4,NKV=2,FF=48,V=64,T=16"};
 static const char *SHAPE = "gpt2:L=2,C=32,NH=4,V=64,T=16";
 
-/* A llama configuration's tensors in checkpoint order (a model's hpt_tensor_info) and each
- * one's last dimension (Adam-mini's block: optim.c's rule restated); returns their count. */
-static int llama_tensors(const hpt_gpt2_config *cfg, hpt_gpt2_tensor t[32], size_t last[32]) {
-    hpt_mem *mem;
-    hpt_model *m = NULL;
-    int n = 0;
-    CHECK_OK(hpt_mem_create(&mem));
-    CHECK_OK(hpt_model_create_config(mem, cfg, &m));
-    size_t off = 0;
-    for (int i = 0; m && i < hpt_model_num_tensors(m) && i < 32; i++, n++) {
-        hpt_tensor_info ti;
-        CHECK_OK(hpt_model_tensor(m, i, &ti));
-        t[i].name = "";
-        t[i].offset = off;
-        t[i].numel = ti.numel;
-        t[i].is_matrix = ti.is_matrix;
-        last[i] = (size_t)ti.shape[ti.ndim - 1];
-        off += ti.numel;
-    }
-    hpt_model_free(m);
-    hpt_mem_destroy(mem);
-    return n;
-}
-
 /* Values per Adam-mini block of tensor i (restated from optim.c's description). */
 static size_t mini_row(const char *name, size_t C) {
     if (!strcmp(name, "qkvb")) return 3 * C;
@@ -312,11 +288,11 @@ static void ref_steps(const hpt_adamw_opts *o, int steps, const float *p0, doubl
     hpt_gpt2_config cfg;
     hpt_model_config_parse(SHAPE, &cfg);
     size_t n = hpt_gpt2_num_params(&cfg);
-    hpt_gpt2_tensor t[32];
-    size_t last[32] = {0};
+    hpt_gpt2_tensor t[T_MAX_TENSORS];
+    size_t last[T_MAX_TENSORS] = {0};
     int nt = HPT_GPT2_NUM_TENSORS, gpt2 = cfg.arch == HPT_ARCH_GPT2;
     if (gpt2) hpt_gpt2_tensors(&cfg, t);
-    else nt = llama_tensors(&cfg, t, last);
+    else nt = t_tensors_of(&cfg, t, last);
     double *m = calloc(n, 8), *v = calloc(n, 8);
     float *g = malloc(n * 4);
     for (size_t i = 0; i < n; i++) p[i] = p0[i];
