@@ -3,7 +3,7 @@
  * int8 with one fp32 scale per output channel (the backend's q8w ops) for the weight matrices
  * (wte, qkvw, attprojw, fcw, fcprojw and llama's lm_head: 99% of the parameters); the vectors
  * and wpe stay fp32. llama's cache holds its NKV key/value heads (L, ctx, NKV*hd), its keys
- * rotated at their positions (the model's rotary tables, borrowed). An engine
+ * rotated at their positions (the engine's own copy of the arch's rotary tables). An engine
  * loaded from a checkpoint owns its weights and is read a few MiB at a time (io/llmc.c): no
  * model, no gradient buffer, and for int8 no full fp32 copy: ~1 byte per parameter, not 4.
  * The cache holds keys and values of positions [0, pos) for every block, (L, ctx, KV) each; a
@@ -47,8 +47,9 @@ struct hpt_infer {
     float *f[T_ROLES];     /* fp32 tensors (NULL for int8 ones and absent ones) */
     int8_t *q[T_ROLES];    /* int8 tensors (NULL for fp32 ones) */
     float *qs[T_ROLES];    /* their per-row scales */
-    const float *rope;     /* llama: the model's rotary tables, cos then sin (maxT, hd/2) each;
-                            * borrowed (the model outlives the engine) */
+    float *rope;           /* (n_rope) llama: the rotary tables, cos then sin (maxT, hd/2)
+                            * each (the arch's constants); device params */
+    size_t n_rope;
     float *f32;            /* (f32_bytes) int8 engine: its fp32 tensors, device params */
     int8_t *q8;            /* (q8_bytes) int8 engine: int8 tensors, device params */
     float *scales;         /* (scale_bytes) their scales, device params */
@@ -87,9 +88,20 @@ static size_t in_w(const hpt_model_config *c) {
 static size_t row_width(const hpt_model_config *c, int k) {
     return k == T_FCPROJW ? (size_t)c->FF : (size_t)c->C;
 }
-size_t infer_row_width(const hpt_model_config *cfg, int k) {
+/* The role of table index i (-1: none). */
+static int role_of(const int ti[T_ROLES], int i) {
+    for (int k = 0; k < T_ROLES; k++)
+        if (ti[k] == i) return k;
+    return -1;
+}
+static void roles(const hpt_model_config *c, hpt_tensor_table *t, int ti[T_ROLES]);
+
+size_t infer_row_width(const hpt_model_config *cfg, int i) {
     hpt_model_config c = full_cfg(cfg);
-    return row_width(&c, k);
+    hpt_tensor_table t;
+    int ti[T_ROLES];
+    roles(&c, &t, ti);
+    return row_width(&c, role_of(ti, i));
 }
 static int per_layer(int k) {
     return k != T_WTE && k != T_WPE && k != T_LNFW && k != T_LNFB && k != T_LMHEAD;
@@ -134,7 +146,7 @@ uint64_t hpt_infer_bytes_for(const hpt_model_config *cfg, hpt_weights w, int ctx
     hpt_model_config c = full_cfg(cfg);
     uint64_t kv = (uint64_t)c.L * 2 * (uint64_t)clamp_ctx(&c, ctx) * (uint64_t)kv_w(&c) * sizeof(float);
     return hpt_infer_weight_bytes_for(&c, w) + kv + work_floats(&c) * sizeof(float) +
-           tile_bytes(&c, w);
+           tile_bytes(&c, w) + model_consts_floats(&c) * sizeof(float);
 }
 
 /* (K_ROWS, Vp) logits, then (K_ROWS) losses and log-sum-exps (hpt_infer_loss). */
@@ -154,6 +166,7 @@ void hpt_infer_free(hpt_infer *inf) {
     be->free(mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, inf->kv, inf->kv_bytes);
     be->free(mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, inf->work, inf->work_bytes);
     be->free(mem, HPT_TIER_DEVICE, HPT_CAT_WORKSPACE, inf->tile, inf->tile_bytes);
+    be->free(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, inf->rope, inf->n_rope * sizeof(float));
     free(inf);
 }
 
@@ -184,6 +197,21 @@ hpt_status infer_new(hpt_mem *mem, const hpt_model_config *cfg, hpt_weights kind
     if (s == HPT_OK) {
         hpt_mem_set_name(mem, "int8 gemm tile");
         s = be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_WORKSPACE, inf->tile_bytes, (void **)&inf->tile);
+    }
+    inf->n_rope = model_consts_floats(cfg);
+    if (s == HPT_OK && inf->n_rope) { /* the arch's rotary tables, made on the host */
+        float *host = malloc(inf->n_rope * sizeof(float));
+        hpt_mem_set_name(mem, "rotary tables");
+        s = host ? be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, inf->n_rope * sizeof(float),
+                             (void **)&inf->rope)
+                 : hpt_fail(HPT_ERR_OOM, "rotary tables");
+        if (s == HPT_OK) {
+            hpt_arch_of(cfg)->consts_fill(cfg, host);
+            be->copy(inf->rope, host, inf->n_rope * sizeof(float), HPT_COPY_H2D);
+        } else {
+            inf->n_rope = 0;
+        }
+        free(host);
     }
     if (s != HPT_OK) {
         hpt_infer_free(inf);
@@ -261,8 +289,9 @@ static void ingest(hpt_infer *inf, int k, size_t r0, const float *src, size_t n,
         be->copy(inf->f[k] + r0 * w, src, n * w * sizeof(float), kind);
 }
 
-void infer_ingest(hpt_infer *inf, int k, size_t row0, const float *rows, size_t n) {
-    ingest(inf, k, row0, rows, n, HPT_COPY_H2D);
+void infer_ingest(hpt_infer *inf, int i, size_t row0, const float *rows, size_t n) {
+    int k = role_of(inf->ti, i);
+    if (k >= 0) ingest(inf, k, row0, rows, n, HPT_COPY_H2D);
 }
 
 hpt_status hpt_infer_create(hpt_mem *mem, hpt_gpt2 *model, hpt_weights kind, int ctx,
@@ -274,7 +303,6 @@ hpt_status hpt_infer_create(hpt_mem *mem, hpt_gpt2 *model, hpt_weights kind, int
                         "engine");
     hpt_infer *inf;
     HPT_CHECK(infer_new(mem, &model->cfg, kind, ctx, &inf));
-    inf->rope = model->consts;
     for (int k = 0; k < T_ROLES; k++) {
         if (inf->ti[k] < 0) continue;
         if (kind == HPT_WEIGHTS_F32) inf->f[k] = model->params + hpt_table_offset(&inf->tab, inf->ti[k]);
