@@ -51,3 +51,4 @@ add_test(NAME test_hf_gpt2 COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_hf_gpt2.s
          $<TARGET_FILE:hptrain_cli> ${HPT_REF_DIR})
 set_tests_properties(test_hf_gpt2 PROPERTIES SKIP_RETURN_CODE 77
   ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+hpt_add_test(test_llama test_llama.c)
