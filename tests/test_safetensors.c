@@ -314,7 +314,7 @@ static void configs(void) {
           c.FF == 3072 && c.maxT == 1024 && c.V == 50257 && c.tied && c.n_eos == 1 &&
           c.eos[0] == 50256 && c.bos == 50256);
     hpt_gpt2_config g;
-    CHECK_OK(hf_config_to_gpt2(&c, &g));
+    CHECK_OK(hf_config_to_model(&c, &g));
     CHECK(g.Vp == 50304 && g.V == 50257 && g.L == 12);
     /* Llama 3.2 1B's keys */
     const char *llama = "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":2048,"
@@ -331,7 +331,9 @@ static void configs(void) {
           c.rope_theta == 500000.f && c.rope_factor == 32.f && c.rope_low_freq == 1.f &&
           c.rope_high_freq == 4.f && c.rope_orig_maxT == 8192 && c.tied && !c.attn_bias &&
           c.n_eos == 3 && c.eos[2] == 128009 && c.bos == 128000 && !strcmp(c.torch_dtype, "bfloat16"));
-    CHECK(hf_config_to_gpt2(&c, &g) == HPT_ERR_UNSUPPORTED);
+    CHECK_OK(hf_config_to_model(&c, &g));
+    CHECK(g.arch == HPT_ARCH_LLAMA && g.NKV == 8 && g.FF == 8192 && g.Vp == 128256 && g.tied &&
+          g.rope_factor == 32.f && g.rope_orig_maxT == 8192 && g.norm_eps == 1e-5f);
     /* written and read back */
     CHECK_OK(hf_config_write(path_in("cfg.json"), &c, "float32"));
     size_t n;

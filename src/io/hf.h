@@ -37,9 +37,10 @@ hpt_status hf_config_read(const char *dir, hf_config *out);
 /* Writes c as config.json at path (not atomic: the model-directory writer writes into a
  * temporary directory); dtype "float32" or "bfloat16". */
 hpt_status hf_config_write(const char *path, const hf_config *c, const char *dtype);
-/* GPT-2's shape from c (HPT_ERR_UNSUPPORTED for another architecture); Vp: V rounded up to 128. */
-hpt_status hf_config_to_gpt2(const hf_config *c, hpt_gpt2_config *out);
-/* config.json's fields of a GPT-2 shape. */
-void hf_config_from_gpt2(const hpt_gpt2_config *g, hf_config *out);
+/* The model configuration of c (Vp: V rounded up to 128), checked; HPT_ERR_UNSUPPORTED for
+ * what hptrain's architecture cannot follow. */
+hpt_status hf_config_to_model(const hf_config *c, hpt_model_config *out);
+/* config.json's fields of a model configuration (llama: LlamaForCausalLM). */
+void hf_config_from_model(const hpt_model_config *g, hf_config *out);
 
 #endif

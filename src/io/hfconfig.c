@@ -292,24 +292,40 @@ hpt_status hf_config_write(const char *path, const hf_config *c, const char *dty
     return s;
 }
 
-hpt_status hf_config_to_gpt2(const hf_config *c, hpt_gpt2_config *out) {
-    if (c->arch != HF_GPT2)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "%s is not GPT-2", c->arch_name);
-    *out = (hpt_gpt2_config){.L = c->L, .C = c->C, .NH = c->NH, .V = c->V,
-                             .Vp = (c->V + 127) / 128 * 128, .maxT = c->maxT};
-    return hpt_gpt2_config_check(out);
+hpt_status hf_config_to_model(const hf_config *c, hpt_model_config *out) {
+    if (c->arch == HF_GPT2 && (c->norm_eps < 0.99e-5f || c->norm_eps > 1.01e-5f))
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "%s: layer_norm_epsilon %g: hptrain's GPT-2 uses 1e-5",
+                        c->arch_name, (double)c->norm_eps);
+    *out = (hpt_model_config){
+        .arch = c->arch == HF_GPT2 ? HPT_ARCH_GPT2 : HPT_ARCH_LLAMA,
+        .L = c->L, .C = c->C, .NH = c->NH, .NKV = c->NKV, .FF = c->FF, .V = c->V,
+        .Vp = (c->V + 127) / 128 * 128, .maxT = c->maxT, .norm_eps = c->norm_eps,
+        .rope_theta = c->arch == HF_GPT2 ? 0.0f : c->rope_theta, .rope_factor = c->rope_factor,
+        .rope_low_freq = c->rope_low_freq, .rope_high_freq = c->rope_high_freq,
+        .rope_orig_maxT = c->rope_orig_maxT, .tied = c->tied, .attn_bias = c->attn_bias,
+        .mlp_bias = c->mlp_bias, .init_range = c->init_range};
+    if (c->arch == HF_GPT2) out->attn_bias = out->mlp_bias = 0; /* GPT-2's biases are its own */
+    return hpt_model_config_check(out);
 }
 
-void hf_config_from_gpt2(const hpt_gpt2_config *g, hf_config *out) {
+void hf_config_from_model(const hpt_model_config *g, hf_config *out) {
     memset(out, 0, sizeof *out);
-    out->arch = HF_GPT2;
-    snprintf(out->arch_name, sizeof out->arch_name, "GPT2LMHeadModel");
-    out->L = g->L; out->C = g->C; out->NH = g->NH; out->NKV = g->NH; out->FF = 4 * g->C;
+    const int gpt2 = g->arch == HPT_ARCH_GPT2;
+    out->arch = gpt2 ? HF_GPT2 : HF_LLAMA;
+    snprintf(out->arch_name, sizeof out->arch_name, gpt2 ? "GPT2LMHeadModel" : "LlamaForCausalLM");
+    out->L = g->L; out->C = g->C; out->NH = g->NH; out->NKV = gpt2 ? g->NH : g->NKV;
+    out->FF = gpt2 ? 4 * g->C : g->FF;
     out->V = g->V; out->maxT = g->maxT;
-    out->norm_eps = 1e-5f;
-    out->init_range = 0.02f;
-    out->tied = 1;
-    out->attn_bias = out->mlp_bias = 1;
+    out->norm_eps = gpt2 ? 1e-5f : g->norm_eps;
+    out->rope_theta = g->rope_theta;
+    out->rope_factor = g->rope_factor;
+    out->rope_low_freq = g->rope_low_freq;
+    out->rope_high_freq = g->rope_high_freq;
+    out->rope_orig_maxT = g->rope_orig_maxT;
+    out->init_range = g->init_range > 0 ? g->init_range : 0.02f;
+    out->tied = gpt2 ? 1 : g->tied;
+    out->attn_bias = gpt2 ? 1 : g->attn_bias;
+    out->mlp_bias = gpt2 ? 1 : g->mlp_bias;
     out->bos = -1;
-    if (g->V > 50256) { out->bos = 50256; out->eos[out->n_eos++] = 50256; }
+    if (gpt2 && g->V > 50256) { out->bos = 50256; out->eos[out->n_eos++] = 50256; }
 }

@@ -297,11 +297,14 @@ static hpt_status check_names(const hf_map *mp, const st_dir *d, const char *dir
 }
 
 /* The map of a directory's config (GPT-2's prefix chosen by what the files hold). */
-static hpt_status map_config(const hf_config *hc, const st_dir *d, hf_map *mp, hpt_gpt2_config *g) {
+static hpt_status map_config(const hf_config *hc, const st_dir *d, hf_map *mp, hpt_model_config *g) {
     memset(mp, 0, sizeof *mp);
     mp->hc = *hc;
-    HPT_CHECK(hf_config_to_gpt2(hc, g));
+    HPT_CHECK(hf_config_to_model(hc, g));
     model_describe(g, &mp->tab);
+    if (mp->tab.n == 0)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "%s: this build has no %s architecture", hc->arch_name,
+                        hc->arch == HF_GPT2 ? "gpt2" : "llama");
     if (hc->arch == HF_GPT2 && d)
         snprintf(mp->prefix, sizeof mp->prefix, "%s",
                  st_dir_find(d, "wte.weight", NULL) && !st_dir_find(d, "transformer.wte.weight", NULL)
@@ -309,10 +312,10 @@ static hpt_status map_config(const hf_config *hc, const st_dir *d, hf_map *mp, h
     return HPT_OK;
 }
 
-hpt_status io_hf_read_gpt2_config(const char *dir, hpt_gpt2_config *out) {
+hpt_status io_hf_read_config(const char *dir, hpt_model_config *out) {
     hf_config hc;
     HPT_CHECK(hf_config_read(dir, &hc));
-    return hf_config_to_gpt2(&hc, out);
+    return hf_config_to_model(&hc, out);
 }
 
 hpt_status hpt_model_load_hf(hpt_mem *mem, const char *dir, const hpt_offload_opts *off,
@@ -323,7 +326,7 @@ hpt_status hpt_model_load_hf(hpt_mem *mem, const char *dir, const hpt_offload_op
     st_dir d;
     HPT_CHECK(st_dir_open(dir, &d));
     hf_map mp;
-    hpt_gpt2_config g;
+    hpt_model_config g;
     size_t tmax = 0;
     hpt_status s = map_config(&hc, &d, &mp, &g);
     if (s == HPT_OK) s = check_names(&mp, &d, dir, &tmax);
@@ -358,10 +361,11 @@ hpt_status io_hf_stream(hpt_mem *mem, const char *dir, const hpt_gpt2_config *cf
     st_dir d;
     HPT_CHECK(st_dir_open(dir, &d));
     hf_map mp;
-    hpt_gpt2_config g;
+    hpt_model_config g;
     size_t tmax = 0;
     hpt_status s = map_config(&hc, &d, &mp, &g);
-    if (s == HPT_OK && memcmp(&g, cfg, sizeof g))
+    if (s == HPT_OK && (g.L != cfg->L || g.C != cfg->C || g.V != cfg->V || g.Vp != cfg->Vp ||
+                        g.NH != cfg->NH || g.maxT != cfg->maxT || g.arch != cfg->arch))
         s = hpt_fail(HPT_ERR_SHAPE, "%s: config.json changed while loading", dir);
     if (s == HPT_OK) s = check_names(&mp, &d, dir, &tmax);
     hf_reader r = {.mp = &mp, .d = &d, .mem = mem, .tcap = tmax};
@@ -537,7 +541,7 @@ hpt_status hpt_model_save_hf(const hpt_model *m, const char *dir, int dtype, uin
     hpt_model *mm = (hpt_model *)(uintptr_t)m; /* gpt2_emit gathers an offloaded model: no change */
     hf_map mp;
     memset(&mp, 0, sizeof mp);
-    hf_config_from_gpt2(hpt_gpt2_get_config(m), &mp.hc);
+    hf_config_from_model(hpt_model_get_config(m), &mp.hc);
     snprintf(mp.prefix, sizeof mp.prefix, "transformer.");
     mp.tab = *model_table(m);
     char tmp[4200], old[4200];

@@ -21,9 +21,9 @@ hpt_status io_llmc_stream(hpt_mem *mem, const char *path, const hpt_model_config
                           const size_t *row_width, size_t stage_bytes, io_llmc_rows_fn fn,
                           void *ctx);
 
-/* Hugging Face model directories (src/io/hfmodel.c): GPT-2's shape from dir/config.json, and
+/* Hugging Face model directories (src/io/hfmodel.c): the model configuration of dir/config.json, and
  * io_llmc_stream's contract over a directory's safetensors. */
-hpt_status io_hf_read_gpt2_config(const char *dir, hpt_gpt2_config *out);
+hpt_status io_hf_read_config(const char *dir, hpt_model_config *out);
 hpt_status io_hf_stream(hpt_mem *mem, const char *dir, const hpt_gpt2_config *cfg,
                         const size_t *row_width, size_t stage_bytes, io_llmc_rows_fn fn,
                         void *ctx);
