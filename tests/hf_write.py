@@ -10,6 +10,13 @@ transformers packages are not needed.
                                       a GPT2LMHeadModel directory from an llm.c checkpoint
                                       (fp32); --hub: the hub's names (no "transformer."), with the
                                       attention-mask buffers
+  hf_write.py llama OUT SHAPE B T SEED [--dtype f32|bf16] [--shard BYTES] [--rope-parameters]
+                                      a LlamaForCausalLM directory OUT/hf of the PyTorch model of
+                                      tests/make_ref_state_llama.py (SHAPE its llama:... shape),
+                                      and OUT/ref.bin: B, T (int32), x, y (B*T int32 each),
+                                      PyTorch's loss (fp32), the parameter count (int64) and the
+                                      parameters in hptrain's checkpoint order (fp32), the logits
+                                      (B*T*V fp32); exit 77 when that script is not there
   hf_write.py check DIR MODEL.bin [--dtype f32|bf16]
                                       reads a directory hptrain wrote and checks names, shapes,
                                       dtypes and values against the llm.c checkpoint (bf16:
@@ -202,6 +209,92 @@ def cmd_check(args):
     print("check: %d tensors of %s equal the checkpoint's (%s)" % (len(want), d, dt))
 
 
+def llama_tensors(model):
+    """LlamaForCausalLM's state dict of make_ref_state_llama.Llama (Linear weights (out, in))."""
+    c, t = model.c, [("model.embed_tokens.weight", model.embed_tokens.weight)]
+    for l, b in enumerate(model.layers):
+        p = "model.layers.%d." % l
+        t.append((p + "input_layernorm.weight", b.input_layernorm.weight))
+        for k in ("q", "k", "v", "o"):
+            lin = getattr(b, k + "_proj")
+            t.append((p + "self_attn.%s_proj.weight" % k, lin.weight))
+            if lin.bias is not None:
+                t.append((p + "self_attn.%s_proj.bias" % k, lin.bias))
+        t.append((p + "post_attention_layernorm.weight", b.post_attention_layernorm.weight))
+        for k in ("gate", "up", "down"):
+            lin = getattr(b, k + "_proj")
+            t.append((p + "mlp.%s_proj.weight" % k, lin.weight))
+            if lin.bias is not None:
+                t.append((p + "mlp.%s_proj.bias" % k, lin.bias))
+    t.append(("model.norm.weight", model.norm.weight))
+    if not c["tied"]:
+        t.append(("lm_head.weight", model.lm_head.weight))
+    return [(n, x.detach().float().contiguous()) for n, x in t]
+
+
+def llama_config(c, dtype, rope_parameters):
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+           "hidden_size": c["C"], "intermediate_size": c["FF"], "num_attention_heads": c["NH"],
+           "num_key_value_heads": c["NKV"], "num_hidden_layers": c["L"], "vocab_size": c["V"],
+           "max_position_embeddings": c["T"], "rms_norm_eps": c["eps"],
+           "tie_word_embeddings": bool(c["tied"]), "attention_bias": bool(c["attn_bias"]),
+           "mlp_bias": bool(c["mlp_bias"]), "initializer_range": c["range"],
+           "head_dim": c["C"] // c["NH"], "bos_token_id": 1, "eos_token_id": [2, 3],
+           "torch_dtype": dtype}
+    rope = None
+    if c["factor"] > 0:
+        rope = {"rope_type": "llama3", "factor": c["factor"], "low_freq_factor": c["low"],
+                "high_freq_factor": c["high"], "original_max_position_embeddings": c["orig"]}
+    if rope_parameters:  # transformers 5's form: theta inside
+        cfg["rope_parameters"] = dict(rope or {"rope_type": "default"}, rope_theta=c["theta"])
+    else:
+        cfg["rope_theta"] = c["theta"]
+        cfg["rope_scaling"] = rope
+    return cfg
+
+
+def cmd_llama(args):
+    out, shape, B, T, seed = args[0], args[1], int(args[2]), int(args[3]), int(args[4])
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, here)
+    try:
+        import make_ref_state_llama as ref
+    except ImportError:
+        print("tests/make_ref_state_llama.py is not there: skipped")
+        sys.exit(77)
+    dt = {"f32": torch.float32, "bf16": torch.bfloat16}[args[args.index("--dtype") + 1] if "--dtype" in args else "f32"]
+    shard = int(args[args.index("--shard") + 1]) if "--shard" in args else None
+    c = ref.parse_shape(shape)
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    model = ref.Llama(c)
+    with torch.no_grad():  # as make_ref_state_llama: norms away from 1, biases away from 0
+        for name, p in model.named_parameters():
+            if "layernorm" in name or name.startswith("norm") or name.endswith("bias"):
+                p.add_(0.1 * torch.randn_like(p))
+        if dt != torch.float32:  # the model the files hold: its weights rounded
+            for p in model.parameters():
+                p.copy_(p.to(dt).float())
+    x = torch.randint(0, c["V"], (B, T))
+    y = torch.randint(0, c["V"], (B, T))
+    with torch.no_grad():
+        logits, loss = model(x, y)
+    d = os.path.join(out, "hf")
+    save_dir(d, [(n, t.to(dt)) for n, t in llama_tensors(model)], shard)
+    json.dump(llama_config(c, {torch.float32: "float32", torch.bfloat16: "bfloat16"}[dt],
+                           "--rope-parameters" in args),
+              open(os.path.join(d, "config.json"), "w"), indent=2)
+    params = ref.flat(model, False)
+    with open(os.path.join(out, "ref.bin"), "wb") as f:
+        f.write(struct.pack("<2i", B, T))
+        f.write(x.to(torch.int32).numpy().tobytes())
+        f.write(y.to(torch.int32).numpy().tobytes())
+        f.write(struct.pack("<f", float(loss)))
+        f.write(struct.pack("<q", params.numel()))
+        f.write(params.numpy().tobytes())
+        f.write(logits.float().contiguous().numpy().tobytes())
+
+
 def cmd_fixtures(args):
     out = args[0]
     os.makedirs(out, exist_ok=True)
@@ -232,4 +325,4 @@ def cmd_fixtures(args):
 
 if __name__ == "__main__":
     cmd = sys.argv[1]
-    {"fixtures": cmd_fixtures, "gpt2": cmd_gpt2, "check": cmd_check}[cmd](sys.argv[2:])
+    {"fixtures": cmd_fixtures, "gpt2": cmd_gpt2, "check": cmd_check, "llama": cmd_llama}[cmd](sys.argv[2:])
