@@ -82,6 +82,14 @@ loss() { grep -o '"loss": *[0-9.e+-]*' "$1" | tr -d ' '; }
 run "saved directory to llm.c" "$bin" convert "$tmp/s1" "$tmp/s1.bin"
 run "equals the llm.c save" cmp "$tmp/s1.bin" "$tmp/s1/model.bin"
 
+# --- sample and estimate read a directory as they read the llm.c file ---
+"$bin" sample --model "$model" --tokens 8 --seed 3 >"$tmp/sa" 2>/dev/null
+"$bin" sample --model "$tmp/hub" --tokens 8 --seed 3 >"$tmp/sb" 2>/dev/null
+[ -s "$tmp/sa" ] && cmp -s "$tmp/sa" "$tmp/sb" && ok || bad "sample differs: $(cat "$tmp/sa") / $(cat "$tmp/sb")"
+"$bin" estimate --model "$model" --batch 2 --seq 16 >"$tmp/ea" 2>&1
+"$bin" estimate --model "$tmp/f32" --batch 2 --seq 16 >"$tmp/eb" 2>&1
+[ -s "$tmp/ea" ] && [ "$(tail -n +2 "$tmp/ea")" = "$(tail -n +2 "$tmp/eb")" ] && ok || bad "estimate differs"
+
 # --- bad directories: one line naming the file and the tensor ---
 cp -r "$tmp/f32" "$tmp/bad"
 sed -i 's/"n_layer": 2/"n_layer": 3/' "$tmp/bad/config.json"
