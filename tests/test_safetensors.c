@@ -460,6 +460,50 @@ static void model_dirs(hpt_mem *mem) {
     hpt_model_free(m);
 }
 
+/* A checkpoint larger than the device budget goes straight to the engine's disk homes: the
+ * device and host peaks stay below its size, and the values are the file's. */
+static void streamed(void) {
+    hpt_mem *mem;
+    CHECK_OK(hpt_mem_create(&mem));
+    hpt_model *m, *m2 = NULL;
+    CHECK_OK(hpt_model_create(mem, "gpt2:L=8,C=128,NH=4,V=128,T=16", &m));
+    CHECK_OK(hpt_model_init_random(m, 5));
+    size_t n = hpt_model_num_params(m);
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", path_in("big"));
+    CHECK_OK(hpt_model_save_hf(m, dir, HPT_DTYPE_F32, 0));
+    hpt_mem *m2mem;
+    CHECK_OK(hpt_mem_create(&m2mem));
+    CHECK_OK(hpt_mem_set_disk_dir(m2mem, g_tmp));
+    const uint64_t ckpt = n * 4, budget = ckpt * 3 / 5;
+    hpt_mem_set_budget(m2mem, HPT_TIER_DEVICE, budget);
+    CHECK_STATUS(hpt_model_load_hf(m2mem, dir, NULL, &m2), HPT_ERR_OOM); /* whole: too big */
+    hpt_offload_opts off = hpt_offload_defaults();
+    CHECK_OK(hpt_offload_parse("disk", &off));
+    hpt_mem_reset_peak(m2mem);
+    CHECK_OK(hpt_model_load_hf(m2mem, dir, &off, &m2));
+    hpt_mem_stats st;
+    hpt_mem_get_stats(m2mem, &st);
+    printf("test_safetensors: a %llu-byte checkpoint loaded into disk homes: device peak %llu "
+           "(budget %llu), host peak %llu\n", (unsigned long long)ckpt,
+           (unsigned long long)st.peak_bytes[HPT_TIER_DEVICE], (unsigned long long)budget,
+           (unsigned long long)st.peak_bytes[HPT_TIER_HOST]);
+    CHECK_MSG(st.peak_bytes[HPT_TIER_DEVICE] <= budget && st.peak_bytes[HPT_TIER_HOST] < ckpt / 2,
+              "device peak %llu, host peak %llu, checkpoint %llu bytes",
+              (unsigned long long)st.peak_bytes[HPT_TIER_DEVICE],
+              (unsigned long long)st.peak_bytes[HPT_TIER_HOST], (unsigned long long)ckpt);
+    if (m2) {
+        float *q = malloc(n * 4);
+        CHECK_OK(hpt_model_copy_params(m2, q));
+        CHECK(!memcmp(q, hpt_model_params(m), n * 4));
+        free(q);
+        hpt_model_free(m2);
+    }
+    hpt_model_free(m);
+    hpt_mem_destroy(m2mem);
+    hpt_mem_destroy(mem);
+}
+
 /* ---- 6. llama directories written by torch (tests/make_ref_state_llama.py's model) ---- */
 
 /* Same names, shapes and dtypes in two directories. */
@@ -581,6 +625,7 @@ int main(int argc, char **argv) {
     corrupt();
     configs();
     model_dirs(mem);
+    streamed();
     hpt_mem_destroy(mem);
     return t_done("test_safetensors");
 }

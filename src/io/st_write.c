@@ -55,43 +55,44 @@ static void put_json_str(FILE *f, const char *s) {
     fputc('"', f);
 }
 
-/* Writes shard s's header to f (or only counts its bytes when f is NULL: a memory stream
- * would do too, but a dry run with a null sink keeps it in one function). */
-static long shard_header(const st_writer *w, int s, FILE *f) {
-    FILE *sink = f ? f : fopen("/dev/null", "wb");
-    if (!sink) return -1;
-    long start = ftell(sink);
-    fputs("{\"__metadata__\":{\"format\":\"pt\"}", sink);
+/* Shard s's header JSON, malloc'd (*n its bytes), or NULL without memory. */
+static char *shard_header(const st_writer *w, int s, size_t *n) {
+    char *buf = NULL;
+    FILE *f = open_memstream(&buf, n);
+    if (!f) return NULL;
+    fputs("{\"__metadata__\":{\"format\":\"pt\"}", f);
     for (int i = 0; i < w->n; i++) {
         if (w->shard[i] != s) continue;
-        fputc(',', sink);
-        put_json_str(sink, w->t[i].name);
-        fprintf(sink, ":{\"dtype\":\"%s\",\"shape\":[", st_dtype_name(w->t[i].dtype));
+        fputc(',', f);
+        put_json_str(f, w->t[i].name);
+        fprintf(f, ":{\"dtype\":\"%s\",\"shape\":[", st_dtype_name(w->t[i].dtype));
         for (int d = 0; d < w->t[i].ndim; d++)
-            fprintf(sink, "%s%lld", d ? "," : "", (long long)w->t[i].shape[d]);
-        fprintf(sink, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)w->begin[i],
+            fprintf(f, "%s%lld", d ? "," : "", (long long)w->t[i].shape[d]);
+        fprintf(f, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)w->begin[i],
                 (unsigned long long)(w->begin[i] + w->bytes[i]));
     }
-    fputc('}', sink);
-    long n = ftell(sink) - start;
-    if (!f) fclose(sink);
-    return n;
+    fputc('}', f);
+    if (ferror(f)) { fclose(f); free(buf); return NULL; }
+    fclose(f);
+    return buf;
 }
 
 static hpt_status open_shard(st_writer *w, int s) {
     char name[64], p[4200];
     shard_name(w, s, name, sizeof name);
     snprintf(p, sizeof p, "%s/%s", w->dir, name);
-    long json = shard_header(w, s, NULL);
-    if (json < 0) return hpt_fail(HPT_ERR_IO, "cannot open /dev/null: %s", strerror(errno));
+    size_t json = 0;
+    char *text = shard_header(w, s, &json);
+    if (!text) return hpt_fail(HPT_ERR_OOM, "no memory for the header of %s", p);
     uint64_t n = ((uint64_t)json + 8 + 7) / 8 * 8 - 8; /* data at a multiple of 8 */
     w->f = fopen(p, "wb");
-    if (!w->f) return hpt_fail(HPT_ERR_IO, "cannot create %s: %s", p, strerror(errno));
+    if (!w->f) { free(text); return hpt_fail(HPT_ERR_IO, "cannot create %s: %s", p, strerror(errno)); }
     w->cur_shard = s;
     unsigned char b[8];
     for (int i = 0; i < 8; i++) b[i] = (unsigned char)(n >> (8 * i));
     fwrite(b, 1, 8, w->f);
-    shard_header(w, s, w->f);
+    fwrite(text, 1, json, w->f);
+    free(text);
     for (uint64_t i = (uint64_t)json; i < n; i++) fputc(' ', w->f);
     if (ferror(w->f)) return hpt_fail(HPT_ERR_IO, "cannot write %s: %s", p, strerror(errno));
     return HPT_OK;
