@@ -45,4 +45,10 @@ hpt_add_test(test_gemm test_gemm.c)
 hpt_add_test(test_memcheck test_memcheck.c)
 add_test(NAME test_layers COMMAND bash ${CMAKE_SOURCE_DIR}/scripts/check_layers.sh)
 hpt_add_test(test_blocks test_blocks.c)
+hpt_add_test(test_safetensors test_safetensors.c ARGS ${CMAKE_SOURCE_DIR}/tests/hf_write.py)
+# Hugging Face GPT-2 directories through the command line (skipped without torch).
+add_test(NAME test_hf_gpt2 COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_hf_gpt2.sh
+         $<TARGET_FILE:hptrain_cli> ${HPT_REF_DIR})
+set_tests_properties(test_hf_gpt2 PROPERTIES SKIP_RETURN_CODE 77
+  ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
 hpt_add_test(test_llama test_llama.c)

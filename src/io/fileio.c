@@ -114,3 +114,8 @@ uint32_t io_crc32c(uint32_t crc, const void *data, size_t n) {
     while (n--) crc = (crc >> 8) ^ g_crc_tab[0][(crc ^ *p++) & 0xff];
     return ~crc;
 }
+
+int io_is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}

@@ -523,7 +523,13 @@ hpt_status hpt_trainer_save(hpt_trainer *tr) {
     snprintf(path, sizeof path, "%s/state.bin", tr->o.save_dir);
     HPT_CHECK(hpt_state_save_sections(path, tr->model, tr->opt, &tr->o.adamw, &pos, sec, n));
     snprintf(path, sizeof path, "%s/model.bin", tr->o.save_dir);
-    return hpt_model_save(tr->model, path);
+    HPT_CHECK(hpt_model_save(tr->model, path));
+    /* a run from a Hugging Face directory saves one too (config.json + safetensors beside
+     * state.bin, which the directory's replacement keeps) */
+    struct stat st;
+    if (tr->o.model && stat(tr->o.model, &st) == 0 && S_ISDIR(st.st_mode))
+        return hpt_model_save_hf(tr->model, tr->o.save_dir, HPT_DTYPE_F32, 0);
+    return HPT_OK;
 }
 
 /* The check batch's loss: B forwards of one sequence each (a B=1 arena, freed after), the

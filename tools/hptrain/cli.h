@@ -14,6 +14,7 @@ int cmd_decode(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_estimate(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
 
 /* Prints "hptrain: error: <message>" on stderr and returns 1. */
 int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -176,6 +176,7 @@ static void usage(FILE *out) {
           "  train     train a model from a checkpoint or a shape (random init)\n"
           "  sample    generate text from a checkpoint\n"
           "  verify    check forward, backward and AdamW against a PyTorch reference state\n"
+          "  convert   llm.c checkpoint <-> Hugging Face model directory (config.json, safetensors)\n"
           "  encode    text on stdin -> GPT-2 token ids on stdout\n"
           "  decode    token ids on stdin -> text on stdout\n"
           "  tokenize  text files -> llm.c token shards (train/val split)\n"
@@ -190,7 +191,7 @@ int main(int argc, char **argv) {
     static const struct { const char *name; int (*fn)(int, char **); } cmds[] = {
         {"train", cmd_train},   {"sample", cmd_sample}, {"verify", cmd_verify},
         {"encode", cmd_encode}, {"decode", cmd_decode}, {"tokenize", cmd_tokenize},
-        {"estimate", cmd_estimate}, {"profile", cmd_profile},
+        {"estimate", cmd_estimate}, {"profile", cmd_profile}, {"convert", cmd_convert},
     };
     if (argc < 2) { usage(stderr); return 2; }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
