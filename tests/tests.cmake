@@ -19,6 +19,8 @@ hpt_add_test(test_offload_engine_stress test_offload_engine_stress.c)
 hpt_add_test(test_schedule test_schedule.c)
 # node's ids for the oracle texts are made once per build tree and reused (test_tokenizer.c)
 hpt_add_test(test_tokenizer test_tokenizer.c ARGS ${CMAKE_BINARY_DIR}/tokenizer_oracle)
+# the Llama 3 tokenizer against llama3-tokenizer-js (fixture made by node once per build tree)
+hpt_add_test(test_tokenizer_llama3 test_tokenizer_llama3.c ARGS ${CMAKE_BINARY_DIR}/tokenizer_oracle)
 # Command-line behaviour (bad input, round trips, resume) through the real binary, both variants.
 foreach(variant IN LISTS HPT_VARIANTS)
   set(v "${variant}")
