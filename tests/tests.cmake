@@ -21,6 +21,7 @@ hpt_add_test(test_schedule test_schedule.c)
 hpt_add_test(test_tokenizer test_tokenizer.c ARGS ${CMAKE_BINARY_DIR}/tokenizer_oracle)
 # the Llama 3 tokenizer against llama3-tokenizer-js (fixture made by node once per build tree)
 hpt_add_test(test_tokenizer_llama3 test_tokenizer_llama3.c ARGS ${CMAKE_BINARY_DIR}/tokenizer_oracle)
+hpt_add_test(test_tokenizer_shards test_tokenizer_shards.c)
 # Command-line behaviour (bad input, round trips, resume) through the real binary, both variants.
 foreach(variant IN LISTS HPT_VARIANTS)
   set(v "${variant}")
