@@ -48,6 +48,7 @@ hpt_add_test(test_gemm test_gemm.c)
 hpt_add_test(test_memcheck test_memcheck.c)
 add_test(NAME test_layers COMMAND bash ${CMAKE_SOURCE_DIR}/scripts/check_layers.sh)
 hpt_add_test(test_blocks test_blocks.c)
+hpt_add_test(test_llama test_llama.c)
 # hptrain eval against PyTorch and train; the tokenizer commands with Llama 3's tokenizer.json
 add_test(NAME test_eval COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_eval.sh $<TARGET_FILE:hptrain_cli>
          ${CMAKE_SOURCE_DIR})
