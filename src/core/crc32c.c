@@ -1,7 +1,7 @@
 /* crc32c.c: CRC-32C, the checksum of hptrain's training state and of the disk tier's pages.
  * Two paths with the same result: the SSE4.2 crc32 instruction, three independent streams at
- * once (its latency is three cycles, its throughput one per cycle) joined by a carry-less
- * "shift by n zero bytes" of the first two; and a slicing-by-8 table for other CPUs. The
+ * once (its latency is three cycles, its throughput one per cycle) joined by a "shift by n
+ * zero bytes" of the first two (a multiplication mod P, as tables); and a slicing-by-8 table for other CPUs. The
  * choice is made once, at the first call, from cpuid (thread-safe: pthread_once).
  * Convention (zlib's): the pre- and post-inversion happen inside, so crc32c(0, ...) starts a
  * new checksum and a previous result continues it. */
@@ -41,7 +41,18 @@ static uint32_t x_pow_8n(size_t n) {
 }
 
 #define HW_LANE 1360 /* bytes per stream in one round: 3 lanes fill a 4096-byte page (+16) */
-static uint32_t g_shift_lane, g_shift_2lane; /* x^(8 HW_LANE), x^(16 HW_LANE) mod P */
+/* The joins as tables: shifting a register by n zero bytes is linear in its 4 bytes, so
+ * shift(c) = t[0][c & 0xff] ^ t[1][(c >> 8) & 0xff] ^ ... (4 loads, not a 32-step multiply) */
+static uint32_t g_shift1[4][256], g_shift2[4][256]; /* by HW_LANE, by 2 HW_LANE bytes */
+
+static void shift_table(uint32_t t[4][256], uint32_t op) {
+    for (int k = 0; k < 4; k++)
+        for (uint32_t b = 0; b < 256; b++) t[k][b] = gf_mul(b << (8 * k), op);
+}
+
+static inline uint32_t shift_by(const uint32_t t[4][256], uint32_t c) {
+    return t[0][c & 0xff] ^ t[1][(c >> 8) & 0xff] ^ t[2][(c >> 16) & 0xff] ^ t[3][c >> 24];
+}
 
 static void init(void) {
     for (uint32_t i = 0; i < 256; i++) {
@@ -51,8 +62,8 @@ static void init(void) {
     }
     for (uint32_t i = 0; i < 256; i++)
         for (int t = 1; t < 8; t++) g_tab[t][i] = (g_tab[t - 1][i] >> 8) ^ g_tab[0][g_tab[t - 1][i] & 0xff];
-    g_shift_lane = x_pow_8n(HW_LANE);
-    g_shift_2lane = x_pow_8n(2 * HW_LANE);
+    shift_table(g_shift1, x_pow_8n(HW_LANE));
+    shift_table(g_shift2, x_pow_8n(2 * HW_LANE));
 #if defined(__x86_64__)
     __builtin_cpu_init();
     g_hw = __builtin_cpu_supports("sse4.2") != 0;
@@ -96,7 +107,7 @@ __attribute__((target("sse4.2"))) static uint32_t hw_raw(uint32_t crc, const uns
             c1 = _mm_crc32_u64(c1, b);
             c2 = _mm_crc32_u64(c2, c);
         }
-        c0 = gf_mul((uint32_t)c0, g_shift_2lane) ^ gf_mul((uint32_t)c1, g_shift_lane) ^ (uint32_t)c2;
+        c0 = shift_by(g_shift2, (uint32_t)c0) ^ shift_by(g_shift1, (uint32_t)c1) ^ (uint32_t)c2;
         p += 3 * HW_LANE;
         n -= 3 * HW_LANE;
     }
