@@ -48,3 +48,14 @@ hpt_add_test(test_memcheck test_memcheck.c)
 add_test(NAME test_layers COMMAND bash ${CMAKE_SOURCE_DIR}/scripts/check_layers.sh)
 hpt_add_test(test_blocks test_blocks.c)
 hpt_add_test(test_corrupt_disk test_corrupt_disk.c)
+# Training survives kill -9 (tests/test_crash.sh; plain variant only: about a minute).
+if(TARGET hptrain_cli)
+  add_test(NAME test_crash COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_crash.sh $<TARGET_FILE:hptrain_cli>)
+  set_tests_properties(test_crash PROPERTIES TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+endif()
+# Signals and limits of hptrain train (tests/test_limits.sh): SIGTERM/SIGINT save, a full disk
+# during a save, --memory beyond the machine, short data, a NaN loss.
+if(TARGET hptrain_cli)
+  add_test(NAME test_limits COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_limits.sh $<TARGET_FILE:hptrain_cli>)
+  set_tests_properties(test_limits PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+endif()

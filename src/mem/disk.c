@@ -40,6 +40,15 @@
 
 static uint64_t round_up(uint64_t x) { return (x + DISK_ALIGN - 1) / DISK_ALIGN * DISK_ALIGN; }
 
+/* Test hook (testing.h): HPT_TEST_DISK_DELAY_US, microseconds slept after each transfer, so a
+ * test that kills a run lands inside the disk tier's I/O often (tests/test_crash.sh). */
+static unsigned g_delay_us;
+static pthread_once_t g_delay_once = PTHREAD_ONCE_INIT;
+static void delay_init(void) {
+    const char *e = getenv("HPT_TEST_DISK_DELAY_US");
+    g_delay_us = e ? (unsigned)strtoul(e, NULL, 10) : 0;
+}
+
 static uint32_t g_zero_crc; /* CRC-32C of a page of zeros */
 static pthread_once_t g_zero_once = PTHREAD_ONCE_INIT;
 static void zero_crc_init(void) {
@@ -228,6 +237,8 @@ static hpt_status full_io(hpt_mem *m, const hpt_disk_ref *ref, void *buf, size_t
         done += (size_t)r;
         off += (uint64_t)r;
     }
+    pthread_once(&g_delay_once, delay_init);
+    if (g_delay_us) usleep(g_delay_us);
     return pages_crc(m, ref, buf0, total, off0, write_);
 }
 

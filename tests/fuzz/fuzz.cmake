@@ -6,7 +6,9 @@
 #    -fsanitize=fuzzer-no-link,address,undefined, and each target a libFuzzer program; ctest
 #    runs each for HPT_FUZZ_SECONDS (20) from its seeds, new inputs kept under
 #    <build>/fuzz_corpus/<target>, crashes under <build>/fuzz_crash/. The library's usual
-#    variants and tests are not built in such a tree (HPT_FUZZ clears HPT_VARIANTS).
+#    variants and tests are not built in such a tree (HPT_FUZZ clears HPT_VARIANTS). The
+#    library compiles there with the warning list but not as errors: clang warns about
+#    things gcc does not (the gcc builds hold the line).
 set(HPT_FUZZ_TARGETS state llmc refstate shard tokbin tokgpt2 trace)
 set(HPT_FUZZ_DIR ${CMAKE_SOURCE_DIR}/tests/fuzz)
 
@@ -38,7 +40,7 @@ if(HPT_FUZZ)
   add_library(hptrain_fuzz STATIC ${HPT_SOURCES})
   target_include_directories(hptrain_fuzz PUBLIC ${CMAKE_SOURCE_DIR}/include
                              PRIVATE ${CMAKE_SOURCE_DIR}/src ${CJSON_INC})
-  target_compile_options(hptrain_fuzz PRIVATE ${HPT_WARNINGS} -Wno-unknown-warning-option
+  target_compile_options(hptrain_fuzz PRIVATE ${HPT_WARNINGS} -Wno-error -Wno-pass-failed
                          PUBLIC ${HPT_FUZZ_FLAGS} -fsanitize=fuzzer-no-link)
   target_compile_definitions(hptrain_fuzz PUBLIC HPT_SANITIZED=1)
   target_link_options(hptrain_fuzz PUBLIC -fsanitize=address,undefined)
