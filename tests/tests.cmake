@@ -47,6 +47,7 @@ hpt_add_test(test_gemm test_gemm.c)
 hpt_add_test(test_memcheck test_memcheck.c)
 add_test(NAME test_layers COMMAND bash ${CMAKE_SOURCE_DIR}/scripts/check_layers.sh)
 hpt_add_test(test_blocks test_blocks.c)
+hpt_add_test(test_llama test_llama.c)
 hpt_add_test(test_corrupt_disk test_corrupt_disk.c)
 # Training survives kill -9 (tests/test_crash.sh; plain variant only: about a minute).
 if(TARGET hptrain_cli)

@@ -124,15 +124,15 @@ typedef struct {
 } hpt_ref_state;
 /* Reads a reference state (magic 20240327, version 2) for the given model config; buffers
  * come from mem (IO category). */
-hpt_status hpt_ref_state_load(const char *path, hpt_mem *mem, const hpt_gpt2_config *cfg,
+hpt_status hpt_ref_state_load(const char *path, hpt_mem *mem, const hpt_model_config *cfg,
                               hpt_ref_state *out);
-void hpt_ref_state_free(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_ref_state *s);
+void hpt_ref_state_free(hpt_mem *mem, const hpt_model_config *cfg, hpt_ref_state *s);
 
 
 /* ---- io: a GPT-2 checkpoint's shape --------------------------------------------------- */
 
 /* The shape in an llm.c GPT-2 checkpoint's header, checked as hpt_gpt2_load checks it (magic,
  * version, shape, file size); the payload is not read (src/io/llmc.c). */
-hpt_status hpt_gpt2_read_config(const char *path, hpt_gpt2_config *out);
+hpt_status hpt_gpt2_read_config(const char *path, hpt_model_config *out);
 
 #endif /* HPTRAIN_IO_H */

@@ -36,7 +36,7 @@ typedef struct {
 hpt_train_opts hpt_train_defaults(void);
 /* The estimator's options for the run o describes on the shape cfg (what the trainer's budget
  * check estimates; hpt_plan_estimate of it gives the run's peaks). */
-hpt_plan_opts hpt_train_plan_opts(const hpt_train_opts *o, const hpt_gpt2_config *cfg);
+hpt_plan_opts hpt_train_plan_opts(const hpt_train_opts *o, const hpt_model_config *cfg);
 
 typedef struct {
     int64_t step, total;   /* steps completed after this call, of total */
@@ -86,7 +86,7 @@ const hpt_schedule *hpt_trainer_schedule(const hpt_trainer *tr);
 
 #define HPT_VERIFY_MAX_STEPS 64
 typedef struct {
-    hpt_gpt2_config cfg;
+    hpt_model_config cfg;
     int B, T;
     double logits_rel_err;                       /* ||ours - ref|| / ||ref|| over (B,T,V) */
     double loss_rel_err;

@@ -32,7 +32,7 @@ size_t act_head_rows(const hpt_act_opts *o, int B, int T) {
 
 /* The ops' context at (B, T): vc > 0 (chunked embeddings, embed.c) makes a row-chunked head's
  * logits (rows, vc). */
-static hpt_arch_ctx ctx_for(const hpt_gpt2_config *c, const hpt_act_opts *o, int vc, int B,
+static hpt_arch_ctx ctx_for(const hpt_model_config *c, const hpt_act_opts *o, int vc, int B,
                             int T) {
     hpt_arch_ctx x = {hpt_backend_cpu(), c, B, T, o->attention, act_head_rows(o, B, T), 0, 1.0f,
                      hpt_attn_ops_of(o->attention)};
@@ -62,7 +62,7 @@ static int dropped(const hpt_act_opts *o, int L, int l, const hpt_arch_field *f)
 }
 
 /* a stored field is up to three buffers: forward, store, backward */
-static int n_bufs_for(const hpt_arch *A, const hpt_gpt2_config *c) {
+static int n_bufs_for(const hpt_arch *A, const hpt_model_config *c) {
     return 3 * A->n_fields * c->L + A->n_globals;
 }
 
@@ -176,7 +176,7 @@ static size_t plan_acts(const hpt_arch *A, const hpt_arch_ctx *x, const hpt_act_
 }
 
 /* The plan's bytes per tier (see hpt_gpt2_act_tier_bytes); HPT_ERR_OOM when it cannot plan. */
-static hpt_status plan_tiers(const hpt_gpt2_config *cfg, int B, int T, const hpt_act_opts *o,
+static hpt_status plan_tiers(const hpt_model_config *cfg, int B, int T, const hpt_act_opts *o,
                              int vc, uint64_t out[HPT_TIER_COUNT]) {
     const hpt_arch *A = &hpt_arch_gpt2;
     for (int t = 0; t < HPT_TIER_COUNT; t++) out[t] = 0;
@@ -210,18 +210,18 @@ static hpt_status plan_tiers(const hpt_gpt2_config *cfg, int B, int T, const hpt
     return s == HPT_OK ? s : hpt_fail(s, "no memory to plan the activations");
 }
 
-hpt_status hpt_gpt2_act_tier_bytes(const hpt_gpt2_config *cfg, int B, int T,
+hpt_status hpt_gpt2_act_tier_bytes(const hpt_model_config *cfg, int B, int T,
                                    const hpt_act_opts *o, uint64_t out[HPT_TIER_COUNT]) {
     hpt_act_opts d = hpt_gpt2_act_defaults();
     return plan_tiers(cfg, B, T, o ? o : &d, 0, out);
 }
 
-hpt_status gpt2_act_tier_bytes_vc(const hpt_gpt2_config *cfg, int B, int T,
+hpt_status gpt2_act_tier_bytes_vc(const hpt_model_config *cfg, int B, int T,
                                   const hpt_act_opts *o, int vc, uint64_t out[HPT_TIER_COUNT]) {
     return plan_tiers(cfg, B, T, o, vc, out);
 }
 
-size_t hpt_gpt2_activation_bytes(const hpt_gpt2_config *cfg, int B, int T,
+size_t hpt_gpt2_activation_bytes(const hpt_model_config *cfg, int B, int T,
                                  const hpt_act_opts *o) {
     uint64_t t[HPT_TIER_COUNT];
     if (hpt_gpt2_act_tier_bytes(cfg, B, T, o, t) != HPT_OK) return 0;

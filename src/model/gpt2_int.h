@@ -96,7 +96,7 @@ struct offload_engine;
 struct hpt_block_store;
 
 struct hpt_model {
-    hpt_gpt2_config cfg;
+    hpt_model_config cfg;
     hpt_mem *mem;         /* borrowed; outlives the model */
     const hpt_backend *be;   /* every op and device copy (the CPU's today) */
     const hpt_arch *arch;    /* the maths (hpt_arch_gpt2) */
@@ -142,10 +142,10 @@ struct hpt_model {
     float loss;
 };
 
-void gpt2_point_tensors(const hpt_gpt2_config *cfg, float *base, gpt2_tensors *t);
+void gpt2_point_tensors(const hpt_model_config *cfg, float *base, gpt2_tensors *t);
 /* Floats of each block slice (GPT2_BLOCK_SLICES) and of one block. */
-void gpt2_block_slices(const hpt_gpt2_config *cfg, size_t n[GPT2_BLOCK_SLICES]);
-size_t gpt2_block_floats(const hpt_gpt2_config *cfg);
+void gpt2_block_slices(const hpt_model_config *cfg, size_t n[GPT2_BLOCK_SLICES]);
+size_t gpt2_block_floats(const hpt_model_config *cfg);
 int gpt2_is_block_tensor(int i);
 
 /* ---- embed.c: chunked and bf16 tied embeddings (HPT_EMB_CHUNKED, HPT_EMB_BF16) ---- */

@@ -17,7 +17,7 @@
 
 /* Values [lo, lo + n) of tensor i (of t) into x: the same values whichever range is asked,
  * since each chunk's stream depends only on (seed, tensor, chunk). */
-static void init_range(const hpt_backend *be, const hpt_gpt2_config *c, const hpt_gpt2_tensor *t,
+static void init_range(const hpt_backend *be, const hpt_model_config *c, const hpt_gpt2_tensor *t,
                        int i, uint64_t seed, float *x, size_t lo, size_t n) {
     const char *name = t[i].name;
     if (!strcmp(name, "ln1w") || !strcmp(name, "ln2w") || !strcmp(name, "lnfw")) {
@@ -39,7 +39,7 @@ static void init_range(const hpt_backend *be, const hpt_gpt2_config *c, const hp
 }
 
 hpt_status hpt_model_init_random(hpt_gpt2 *m, uint64_t seed) {
-    const hpt_gpt2_config *c = &m->cfg;
+    const hpt_model_config *c = &m->cfg;
     hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
     hpt_gpt2_tensors(c, t);
     const hpt_backend *be = hpt_backend_cpu(); /* the model's tensors are the CPU's for now */

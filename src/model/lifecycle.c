@@ -20,7 +20,7 @@
 
 /* Points the non-block tensors into the flat buffer of a model with a block store (wte, wpe,
  * lnfw, lnfb). */
-static void point_nonblock(const hpt_gpt2_config *cfg, float *base, gpt2_tensors *t) {
+static void point_nonblock(const hpt_model_config *cfg, float *base, gpt2_tensors *t) {
     memset(t, 0, sizeof *t);
     t->wte = base + gpt2_nonblock_offset(cfg, 0);
     t->wpe = base + gpt2_nonblock_offset(cfg, 1);
@@ -31,7 +31,7 @@ static void point_nonblock(const hpt_gpt2_config *cfg, float *base, gpt2_tensors
 /* The architecture, the backend and the block slices' layout in the flat buffers. */
 static void bind_arch(hpt_gpt2 *m) {
     m->be = hpt_backend_cpu();
-    m->arch = &hpt_arch_gpt2;
+    m->arch = hpt_arch_of(&m->cfg);
     m->arch->describe(&m->cfg, &m->tab);
     for (int s = 0; s < m->tab.n_slices; s++) {
         int ti = hpt_table_slice_tensor(&m->tab, s);
@@ -42,13 +42,19 @@ static void bind_arch(hpt_gpt2 *m) {
 
 /* The model object and its flat buffers: every tensor (o NULL), or with o (the blocks in a
  * store, bound later) the non-block tensors and o->embeddings' buffers. */
-static hpt_status create(hpt_mem *mem, const hpt_gpt2_config *cfg, const hpt_offload_opts *o,
+static hpt_status create(hpt_mem *mem, const hpt_model_config *cfg, const hpt_offload_opts *o,
                          hpt_gpt2 **out) {
     *out = NULL;
     int stored = o != NULL;
+    hpt_model_config full = *cfg;
+    model_config_fill(&full);
+    HPT_CHECK(hpt_model_config_check(&full));
+    if (!hpt_arch_of(&full))
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "architecture %d is not built in this version", full.arch);
+    cfg = &full;
     hpt_gpt2 *m = calloc(1, sizeof *m);
     if (!m) return hpt_fail(HPT_ERR_OOM, "cannot allocate the model object");
-    m->cfg = *cfg;
+    m->cfg = full;
     m->mem = mem;
     bind_arch(m);
     m->run.t_now = -1;
@@ -56,7 +62,7 @@ static hpt_status create(hpt_mem *mem, const hpt_gpt2_config *cfg, const hpt_off
     m->act = hpt_gpt2_act_defaults();
     m->loss_scale = 1.0f;
     m->fault_layer = -1;
-    m->num_params = hpt_gpt2_num_params(cfg);
+    m->num_params = hpt_model_config_num_params(cfg);
     int emb = stored ? o->embeddings : HPT_EMB_FULL;
     size_t C = (size_t)cfg->C, wte = (size_t)cfg->Vp * C;
     m->n_flat = stored ? gpt2_nonblock_floats(cfg) : m->num_params;
@@ -73,7 +79,7 @@ static hpt_status create(hpt_mem *mem, const hpt_gpt2_config *cfg, const hpt_off
     if (s == HPT_OK) s = emb_create(m, stored ? o : NULL);
     if (s != HPT_OK) {
         hpt_model_free(m);
-        return hpt_fail_ctx(s, "allocating %zu parameters", hpt_gpt2_num_params(cfg));
+        return hpt_fail_ctx(s, "allocating %zu parameters", hpt_model_config_num_params(cfg));
     }
     if (emb == HPT_EMB_BF16) {
         memset(&m->p, 0, sizeof m->p);
@@ -98,13 +104,15 @@ static hpt_status create(hpt_mem *mem, const hpt_gpt2_config *cfg, const hpt_off
     return HPT_OK;
 }
 
-hpt_status hpt_gpt2_create(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_gpt2 **out) {
-    *out = NULL;
-    HPT_CHECK(hpt_gpt2_config_check(cfg));
+hpt_status hpt_model_create_config(hpt_mem *mem, const hpt_model_config *cfg, hpt_model **out) {
     return create(mem, cfg, NULL, out);
 }
 
-hpt_status gpt2_create_unbound(hpt_mem *mem, const hpt_gpt2_config *cfg,
+hpt_status hpt_gpt2_create(hpt_mem *mem, const hpt_model_config *cfg, hpt_gpt2 **out) {
+    return create(mem, cfg, NULL, out);
+}
+
+hpt_status gpt2_create_unbound(hpt_mem *mem, const hpt_model_config *cfg,
                                const hpt_offload_opts *o, hpt_gpt2 **out) {
     return create(mem, cfg, o, out);
 }
@@ -145,7 +153,8 @@ void hpt_model_free(hpt_gpt2 *m) {
     free(m);
 }
 
-const hpt_gpt2_config *hpt_gpt2_get_config(const hpt_gpt2 *m) { return &m->cfg; }
+const hpt_model_config *hpt_gpt2_get_config(const hpt_gpt2 *m) { return &m->cfg; }
+const hpt_model_config *hpt_model_get_config(const hpt_model *m) { return &m->cfg; }
 size_t hpt_model_num_params(const hpt_gpt2 *m) { return m->num_params; }
 float *hpt_model_params(hpt_gpt2 *m) { return m->blocks ? NULL : m->params; }
 float *hpt_model_grads(hpt_gpt2 *m) { return m->blocks ? NULL : m->grads; }

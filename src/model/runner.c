@@ -120,7 +120,7 @@ static hpt_status recompute(hpt_gpt2 *m, const hpt_arch_ctx *x, int l) {
 
 hpt_status hpt_model_forward(hpt_gpt2 *m, const int32_t *inputs, const int32_t *targets,
                             int B, int T, float *loss_out) {
-    const hpt_gpt2_config *c = &m->cfg;
+    const hpt_model_config *c = &m->cfg;
     const hpt_arch *A = m->arch;
     if (B < 1 || T < 1) return hpt_fail(HPT_ERR_INVALID, "batch %d and sequence %d must be >= 1", B, T);
     if (T > c->maxT)

@@ -90,7 +90,7 @@ static hpt_status hybrid_bytes(const hpt_plan_opts *o, hpt_estimate *out) {
     if (checks && o->sched.check_weights != HPT_WEIGHTS_F32 && o->sched.check_weights != HPT_WEIGHTS_Q8)
         return hpt_fail(HPT_ERR_INVALID, "unknown check weights %d", o->sched.check_weights);
     HPT_CHECK(hpt_predictor_check_optim(o->sched.predictor, &o->adamw));
-    uint64_t np = hpt_gpt2_num_params(&o->cfg), pb = np * 4;
+    uint64_t np = hpt_model_config_num_params(&o->cfg), pb = np * 4;
     uint64_t (*b)[HPT_CAT_COUNT] = out->bytes, *pp = out->predict_peak_bytes;
     uint64_t optim = b[HPT_TIER_DEVICE][HPT_CAT_OPTIM];
     uint64_t check_io = checks ? 2 * (uint64_t)o->B * (uint64_t)o->T * 4 : 0;
@@ -115,7 +115,7 @@ static hpt_status hybrid_bytes(const hpt_plan_opts *o, hpt_estimate *out) {
 
 hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     memset(out, 0, sizeof *out);
-    const hpt_gpt2_config *c = &o->cfg;
+    const hpt_model_config *c = &o->cfg;
     HPT_CHECK(hpt_gpt2_config_check(c));
     if (o->B < 1 || o->T < 1)
         return hpt_fail(HPT_ERR_INVALID, "batch %d and sequence %d must be >= 1", o->B, o->T);
@@ -133,7 +133,7 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
         return hpt_fail(HPT_ERR_INVALID, "B=%d T=%d with L=%d C=%d NH=%d is too large to count "
                         "(over 4 EB of activations)", o->B, o->T, c->L, c->C, c->NH);
 
-    uint64_t np = hpt_gpt2_num_params(c), BT = (uint64_t)o->B * (uint64_t)o->T;
+    uint64_t np = hpt_model_config_num_params(c), BT = (uint64_t)o->B * (uint64_t)o->T;
     uint64_t *dev = out->bytes[HPT_TIER_DEVICE];
     dev[HPT_CAT_PARAMS] = np * 4;                     /* hpt_gpt2_create */
     dev[HPT_CAT_GRADS] = np * 4;                      /* hpt_gpt2_create, forward-only too */

@@ -142,7 +142,7 @@ static hpt_status restore_scaler(hpt_trainer *tr, const hpt_state_section *sec, 
 }
 
 static size_t nparams(const hpt_trainer *tr) { return hpt_model_num_params(tr->model); }
-static const hpt_gpt2_config *mcfg(const hpt_trainer *tr) { return hpt_gpt2_get_config(tr->model); }
+static const hpt_model_config *mcfg(const hpt_trainer *tr) { return hpt_gpt2_get_config(tr->model); }
 
 static void free_snapshot(hpt_trainer *tr) {
     if (tr->snapshot)
@@ -196,7 +196,7 @@ static hpt_status mkdir_p(const char *dir) {
  * fit the budget: the error gives the breakdown and the --batch / --seq that would fit.
  * The shape is *cfg, or is read into *cfg from the checkpoint at ckpt (when not NULL);
  * live0: device bytes live before setup began. */
-static hpt_status check_budget(hpt_trainer *tr, hpt_gpt2_config *cfg, const char *ckpt,
+static hpt_status check_budget(hpt_trainer *tr, hpt_model_config *cfg, const char *ckpt,
                                uint64_t live0) {
     uint64_t budget = tr->o.plan.budget_bytes[HPT_TIER_DEVICE];
     if (!budget) { /* a library caller may have set the budget on mem instead of in the plan */
@@ -210,7 +210,7 @@ static hpt_status check_budget(hpt_trainer *tr, hpt_gpt2_config *cfg, const char
     return hpt_plan_check_budget(&po, budget, live0);
 }
 
-hpt_plan_opts hpt_train_plan_opts(const hpt_train_opts *o, const hpt_gpt2_config *cfg) {
+hpt_plan_opts hpt_train_plan_opts(const hpt_train_opts *o, const hpt_model_config *cfg) {
     hpt_plan_opts po = hpt_plan_defaults();
     po.cfg = *cfg;
     po.B = o->B;
@@ -395,7 +395,7 @@ static hpt_status setup(hpt_trainer *tr) {
             return s;
         }
         tr->o.adamw = ao; /* the checkpoint's optimizer and settings continue */
-        hpt_gpt2_config cfg = *hpt_gpt2_get_config(tr->model);
+        hpt_model_config cfg = *hpt_gpt2_get_config(tr->model);
         s = check_budget(tr, &cfg, NULL, live0); /* the shape is known only now */
         if (s != HPT_OK) {
             hpt_state_sections_free(tr->mem, sec, n_sec);
@@ -411,7 +411,7 @@ static hpt_status setup(hpt_trainer *tr) {
         }
     } else {
         if (!o->model) return hpt_fail(HPT_ERR_INVALID, "no model given (a checkpoint or a shape)");
-        hpt_gpt2_config cfg;
+        hpt_model_config cfg;
         if (file_exists(o->model)) {
             HPT_CHECK(check_budget(tr, &cfg, o->model, live0));
             HPT_CHECK(hpt_gpt2_load_offload(tr->mem, o->model, &o->offload, &tr->model));

@@ -85,7 +85,7 @@ hpt_status hpt_verify(hpt_mem *mem, const char *model_path, const char *state_pa
     if (steps_json) HPT_CHECK(read_steps(steps_json, &sf));
     hpt_gpt2 *m = NULL;
     HPT_CHECK(hpt_gpt2_load(mem, model_path, &m));
-    const hpt_gpt2_config *c = hpt_gpt2_get_config(m);
+    const hpt_model_config *c = hpt_gpt2_get_config(m);
     r->cfg = *c;
     hpt_ref_state ref;
     hpt_status s = hpt_ref_state_load(state_path, mem, c, &ref);

@@ -77,7 +77,7 @@ static uint64_t tier_peak(const hpt_estimate *e, int t) {
 
 static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t budget,
                        const hpt_plan_fit *fit) {
-    const hpt_gpt2_config *c = &po->cfg;
+    const hpt_model_config *c = &po->cfg;
     printf("{\"version\":1,\"model\":{\"L\":%d,\"C\":%d,\"NH\":%d,\"V\":%d,\"Vp\":%d,\"maxT\":%d},",
            c->L, c->C, c->NH, c->V, c->Vp, c->maxT);
     printf("\"B\":%d,\"T\":%d,\"training\":%s,\"has_val\":%s,", po->B, po->T,
@@ -143,7 +143,7 @@ static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t 
 
 static void print_text(const char *model, const hpt_plan_opts *po, const hpt_estimate *e,
                        uint64_t budget, const hpt_plan_fit *fit) {
-    const hpt_gpt2_config *c = &po->cfg;
+    const hpt_model_config *c = &po->cfg;
     char b[HPT_TIER_COUNT][32], x[32], y[32];
     char how[96];
     snprintf(how, sizeof how, "training (forward, backward, %s with %d-bit state%s)",

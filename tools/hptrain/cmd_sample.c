@@ -73,13 +73,13 @@ int cmd_sample(int argc, char **argv) {
     size_t n_ids = 0;
     int rc = 0;
     hpt_status s;
-    hpt_gpt2_config cfg_file;
+    hpt_model_config cfg_file;
     if ((s = hpt_gpt2_read_config(model_path, &cfg_file)) != HPT_OK) {
         rc = cli_lib_error(s, "loading the model");
         goto out;
     }
     if ((rc = cli_load_tokenizer(tok_path, prompt && *prompt, &tok)) != 0) goto out;
-    const hpt_gpt2_config *cfg = &cfg_file;
+    const hpt_model_config *cfg = &cfg_file;
     if (prompt && *prompt) {
         if ((s = hpt_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n_ids)) != HPT_OK) {
             rc = cli_lib_error(s, "encoding the prompt");

@@ -278,10 +278,10 @@ int cmd_train(int argc, char **argv) {
         hpt_mem_get_stats(mem, &st);
         if (s == HPT_ERR_OOM && st.n_allocs > 0) memory_report(mem);
         int rc = cli_lib_error(s, "train");
-        hpt_gpt2_config shape;
+        hpt_model_config shape;
         if (trace_path && o.model && hpt_gpt2_config_parse(o.model, &shape) == HPT_OK) {
             tmeta.cfg = shape;
-            tmeta.num_params = hpt_gpt2_num_params(&shape);
+            tmeta.num_params = hpt_model_config_num_params(&shape);
         }
         if (trace_path) write_trace(trace_path, mem, &tmeta);
         hpt_mem_destroy(mem);
@@ -293,7 +293,7 @@ int cmd_train(int argc, char **argv) {
         hpt_mem_destroy(mem);
         return cli_error("cannot write the log %s", log_path);
     }
-    const hpt_gpt2_config *cfg = hpt_gpt2_get_config(hpt_trainer_model(tr));
+    const hpt_model_config *cfg = hpt_gpt2_get_config(hpt_trainer_model(tr));
     tmeta.cfg = *cfg;
     tmeta.num_params = hpt_model_num_params(hpt_trainer_model(tr));
     fprintf(stderr, "hptrain: GPT-2 L=%d C=%d NH=%d V=%d maxT=%d, %.2fM parameters; %zu training "
