@@ -6,7 +6,8 @@
  *  - every update kernel (AdamW 8-bit and fp32 state with fp32, bf16-sr and bf16-kahan
  *    weights, Lion, SGD, Adam-mini, fp32 and 8-bit), several steps on gradients with specials:
  *    every output buffer equal byte for byte to the portable path's, and to the AVX-512 path's
- *    on one thread (the split across threads changes no bits).
+ *    on one thread and decoding by gathers instead of VBMI byte shuffles (the split across
+ *    threads changes no bits).
  * On a CPU without AVX-512 only the portable path exists: the comparisons are skipped. */
 #include "testlib.h"
 #include "kernels/cpu/q8.h"
@@ -78,12 +79,14 @@ static void fill(float *x, int n, int k) {
 }
 
 static void test_blocks(void) {
-    static float x[256], back[2][256];
+    static float x[256], back[3][256];
     static uint8_t codes[2][256];
     for (int sgn = 0; sgn < 2; sgn++) {
         float map[256];
         k_q8_map(map, sgn);
         const int32_t *lut = k_q8_lut_of(sgn);
+        k_q8_planes pl;
+        k_q8_planes_of(&pl, map);
         int bad = 0;
         for (int it = 0; it < 400; it++) {
             int len = it % 5 == 0 ? 1 + (int)(rnd32() % 255) : 256, kind = it % 4;
@@ -93,11 +96,14 @@ static void test_blocks(void) {
                 k_simd_force(lv);
                 memset(codes[lv], 0xa5, sizeof codes[lv]);
                 amax[lv] = q8_store_block(codes[lv], x, len, map, lut);
-                q8_load_block(back[lv], codes[lv], amax[lv], len, map);
+                q8_load_block(back[lv], codes[lv], amax[lv], len, map, &pl);
             }
+            k_simd_force(2); /* AVX-512 decoding by gathers */
+            q8_load_block(back[2], codes[1], amax[1], len, map, &pl);
             bad += memcmp(&amax[0], &amax[1], sizeof amax[0]) != 0 ||
                    memcmp(codes[0], codes[1], sizeof codes[0]) != 0 ||
-                   memcmp(back[0], back[1], (size_t)len * sizeof(float)) != 0;
+                   memcmp(back[0], back[1], (size_t)len * sizeof(float)) != 0 ||
+                   memcmp(back[0], back[2], (size_t)len * sizeof(float)) != 0;
         }
         CHECK_MSG(bad == 0, "map %d: %d blocks differ between the paths", sgn, bad);
     }
@@ -169,6 +175,7 @@ static void test_kernels(void) {
                 k_simd_force(1);
                 run(&r[1], g, op, bits, w);
                 omp_set_num_threads(1);
+                k_simd_force(2); /* and decoding by gathers */
                 run(&r[2], g, op, bits, w);
                 omp_set_num_threads(nthreads);
                 k_simd_force(-1);

@@ -137,10 +137,12 @@ void k_q8_quantize(uint8_t *codes, float *absmax, const float *x, size_t n, cons
 void k_q8_dequantize(float *x, const uint8_t *codes, const float *absmax, size_t n,
                      const float *map) {
     size_t nb = (n + K_Q8_BLOCK - 1) / K_Q8_BLOCK;
+    k_q8_planes pl;
+    if (k_simd_vbmi) k_q8_planes_of(&pl, map);
 #pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
     for (size_t b = 0; b < nb; b++) {
         size_t lo = b * K_Q8_BLOCK;
         int len = (int)(n - lo < K_Q8_BLOCK ? n - lo : K_Q8_BLOCK);
-        q8_load_block(x + lo, codes + lo, absmax[b], len, map);
+        q8_load_block(x + lo, codes + lo, absmax[b], len, map, k_simd_vbmi ? &pl : NULL);
     }
 }

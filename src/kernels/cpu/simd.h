@@ -15,6 +15,8 @@
 
 /* 1 when the AVX-512 helpers run (F, BW, DQ and VL all present, or forced by the hook). */
 extern int k_simd_avx512;
+/* 1 when, in addition, AVX-512 VBMI's byte shuffles decode 8-bit states (k_q8_planes). */
+extern int k_simd_vbmi;
 /* Test hook: -1 back to the CPU's answer, 0 the portable helpers, 1 AVX-512 (ignored and 0
  * returned when the CPU lacks it). Returns the level now in effect. Not thread-safe: call it
  * between kernels. */
@@ -32,8 +34,18 @@ void k_q8_thr(uint32_t thr[65536], const float map[256], const int32_t *lut);
  * lut (the walk is used then). */
 const uint32_t *k_q8_thr_of(const int32_t *lut);
 
-/* buf (len <= 256) = map[codes] * absmax. */
-void k_q8_load_avx512(float *buf, const uint8_t *codes, float absmax, int len, const float *map);
+/* A map as four byte planes (plane k: byte k of each of the 256 floats, little-endian), so that
+ * decoding is a 256-entry byte lookup per plane (two 128-byte VBMI shuffles and a blend on the
+ * code's top bit) instead of a gather: the same floats, byte for byte. Made once per kernel
+ * call (k_q8_planes_of), read-only while the threads decode. */
+typedef struct {
+    uint8_t b[4][256];
+} k_q8_planes;
+void k_q8_planes_of(k_q8_planes *pl, const float *map);
+
+/* buf (len <= 256) = map[codes] * absmax (pl: map's planes, or NULL: a gather from map). */
+void k_q8_load_avx512(float *buf, const uint8_t *codes, float absmax, int len, const float *map,
+                      const k_q8_planes *pl);
 /* codes (len) = the nearest code of buf / absmax through the map's table lut (q8_encode_lut's
  * codes; through thr, its step table, when not NULL); returns the block's absmax (max |buf|,
  * NaN ignored as fmaxf does). */
