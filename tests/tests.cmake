@@ -45,3 +45,13 @@ hpt_add_test(test_gemm test_gemm.c)
 hpt_add_test(test_memcheck test_memcheck.c)
 add_test(NAME test_layers COMMAND bash ${CMAKE_SOURCE_DIR}/scripts/check_layers.sh)
 hpt_add_test(test_blocks test_blocks.c)
+# The CUDA backend's tests (docs/cuda.md): they exit 77 with a "SKIP: no GPU" line where no GPU
+# (or no CUDA build) is present, after their CPU-side checks passed.
+hpt_add_test(test_cuda_gpt2 test_cuda_gpt2.c)
+foreach(variant IN LISTS HPT_VARIANTS)
+  set(v "${variant}")
+  if(v STREQUAL "plain")
+    set(v "")
+  endif()
+  set_tests_properties(test_cuda_gpt2${v} PROPERTIES SKIP_RETURN_CODE 77)
+endforeach()
