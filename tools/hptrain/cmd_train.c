@@ -48,6 +48,7 @@ static const char k_help[] =
     "  --log FILE.jsonl     one JSON object per step\n"
     "  --trace FILE         record every allocation, free and arena buffer; write the trace as\n"
     "                       JSON, or CSV when FILE ends in .csv (see hptrain profile)\n"
+    "  --device cpu|cuda[:N] where to compute (default cpu; cuda: docs/cuda.md)\n"
     "  --memory SIZE        device memory budget, e.g. 512MB, 4GB, 1.5GiB (default: none)\n"
     "  --host-memory SIZE   host-tier budget (default: none)\n"
     "  --disk-memory SIZE   disk-tier budget (default: none)\n"
@@ -260,6 +261,7 @@ int cmd_train(int argc, char **argv) {
     hpt_plan_env env = {.training = 1, .has_val = o.val != NULL, .need_disk_dir = 1};
     int rc0 = cli_plan_check("train", &o.plan, &env);
     if (rc0) return rc0;
+    if (hpt_device_ready(o.plan.device) != HPT_OK) return cli_error("%s", hpt_last_error());
     warn_budgets(&o.plan);
     hpt_mem *mem;
     hpt_status s = hpt_mem_create(&mem);
