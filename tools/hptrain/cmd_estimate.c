@@ -318,7 +318,7 @@ int cmd_estimate(int argc, char **argv) {
         s = hpt_gpt2_read_config(ckpt, &po.cfg);
         model = ckpt;
     } else {
-        s = hpt_gpt2_config_parse(model, &po.cfg);
+        s = hpt_model_config_parse(model, &po.cfg);
         if (s != HPT_OK && (strchr(model, '/') || strstr(model, ".bin")))
             return cli_error("estimate: cannot open %s: no such file", model);
     }
