@@ -32,6 +32,7 @@ open(sys.argv[1] + '/g.bin', 'wb').write(struct.pack('<256i', *([20240520, 1, le
 PY
 a=$(evloss "$ref/gpt2_tiny_model.bin" "$tmp/g.bin" 2 16)
 b=$(evloss "$tmp/g" "$tmp/g.bin" 2 16)
+echo "gpt2: eval loss $a (llm.c file), $b (directory)"
 [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "gpt2 eval: llm.c $a, directory $b ($(cat "$tmp/err"))"
 
 #        tag   shape                                                                       B T  options
@@ -46,6 +47,7 @@ for cfg in "odd|llama:L=2,C=48,NH=6,NKV=3,FF=80,V=300,T=64,theta=10000,eps=1e-5,
   if [ -z "$got" ] && grep -q "no llama architecture" "$tmp/err"; then
     echo "$tag: this build has no llama architecture: skipped"; skipped=1; continue
   fi
+  echo "$tag: eval loss $got, PyTorch's $want"
   [ -n "$got" ] && [ -n "$want" ] && close "$got" "$want" 1e-5 && ok ||
     bad "$tag: eval loss '$got', PyTorch's '$want' ($(cat "$tmp/err"))"
 done
