@@ -51,6 +51,33 @@ for cfg in "odd|llama:L=2,C=48,NH=6,NKV=3,FF=80,V=300,T=64,theta=10000,eps=1e-5,
   [ -n "$got" ] && [ -n "$want" ] && close "$got" "$want" 1e-5 && ok ||
     bad "$tag: eval loss '$got', PyTorch's '$want' ($(cat "$tmp/err"))"
 done
+# training from a llama directory: the same losses with disk homes; --save writes a directory with
+# the names, shapes and dtypes torch wrote; llm.c's format is refused with a clear line
+if [ -f "$tmp/odd/hf/config.json" ] && [ $skipped -eq 0 ]; then
+  "$py" - "$tmp" <<'PY'
+import struct, sys, random
+random.seed(5)
+toks = [random.randrange(300) for _ in range(2000)]
+open(sys.argv[1] + '/tr.bin', 'wb').write(struct.pack('<256i', *([20240520, 1, len(toks)] + [0] * 253)) + struct.pack('<%dH' % len(toks), *toks))
+PY
+  trn() { "$bin" train --model "$tmp/odd/hf" --data "$tmp/tr.bin" --batch 2 --seq 16 --steps 3 --quiet "$@" >/dev/null 2>"$tmp/err"; }
+  trn --log "$tmp/a.jsonl" --save "$tmp/s1" || bad "train: $(cat "$tmp/err")"
+  trn --log "$tmp/b.jsonl" --offload disk --offload-dir "$tmp" || bad "train disk: $(cat "$tmp/err")"
+  la=$(grep -o '"loss": *[0-9.e+-]*' "$tmp/a.jsonl"); lb=$(grep -o '"loss": *[0-9.e+-]*' "$tmp/b.jsonl")
+  [ -n "$la" ] && [ "$la" = "$lb" ] && ok || bad "losses differ: $la / $lb"
+  "$py" - "$here" "$tmp/odd/hf" "$tmp/s1" <<'PY' && ok || bad "saved directory's names differ"
+import sys
+sys.path.insert(0, sys.argv[1])
+import hf_write
+a, b = hf_write.load_dir(sys.argv[2]), hf_write.load_dir(sys.argv[3])
+assert set(a) == set(b), sorted(set(a) ^ set(b))
+for k in a:
+    assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape, k
+assert not all(bool((a[k] == b[k]).all()) for k in a)  # trained: the weights moved
+PY
+  "$bin" convert "$tmp/odd/hf" "$tmp/x.bin" 2>"$tmp/err"
+  [ $? -eq 1 ] && grep -q "GPT-2 only" "$tmp/err" && ok || bad "convert llama to llm.c: $(cat "$tmp/err")"
+fi
 echo "test_hf_llama: $pass passed, $fail failed"
 [ $fail -eq 0 ] || exit 1
 [ $skipped -eq 0 ] || exit 77
