@@ -60,6 +60,12 @@ run "convert bf16 sharded" "$bin" convert --model "$model" --save "$tmp/c16" --d
 run "python reads bf16 shards (torch's rounding)" $w check "$tmp/c16" "$model" --dtype bf16
 run "torch's directory to llm.c" "$bin" convert "$tmp/hub" "$tmp/hub.bin"
 run "equals the reference weights" cmp "$tmp/hub.bin" "$model"
+# directory to directory: the source's tokenizer files and token ids come along
+echo '{"model": "x"}' > "$tmp/hub/tokenizer.json"
+run "convert dir to dir" "$bin" convert "$tmp/hub" "$tmp/hub2" --format hf --dtype bf16
+run "tokenizer.json kept" cmp "$tmp/hub/tokenizer.json" "$tmp/hub2/tokenizer.json"
+run "token ids kept" "$py" -c "import json, sys; c = json.load(open(sys.argv[1])); sys.exit(not (c['eos_token_id'] == [0, 1] and c['bos_token_id'] == 0 and c['torch_dtype'] == 'bfloat16'))" "$tmp/hub2/config.json"
+run "python reads it (bf16)" $w check "$tmp/hub2" "$model" --dtype bf16
 
 # --- training from a directory: same losses as from the llm.c file; saves a directory ---
 "$py" - "$tmp" <<'PY'

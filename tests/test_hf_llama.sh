@@ -74,6 +74,10 @@ assert set(a) == set(b), sorted(set(a) ^ set(b))
 for k in a:
     assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape, k
 assert not all(bool((a[k] == b[k]).all()) for k in a)  # trained: the weights moved
+import json, os
+c = json.load(open(os.path.join(sys.argv[3], "config.json")))
+assert c["eos_token_id"] == [2, 3] and c["bos_token_id"] == 1, c  # the source's token ids
+assert c["num_key_value_heads"] == 3 and c["rope_scaling"]["rope_type"] == "llama3", c
 PY
   "$bin" convert "$tmp/odd/hf" "$tmp/x.bin" 2>"$tmp/err"
   [ $? -eq 1 ] && grep -q "GPT-2 only" "$tmp/err" && ok || bad "convert llama to llm.c: $(cat "$tmp/err")"
