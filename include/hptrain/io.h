@@ -157,4 +157,23 @@ void hpt_ref_state_free(hpt_mem *mem, const hpt_model_config *cfg, hpt_ref_state
  * version, shape, file size); the payload is not read (src/io/llmc.c). */
 hpt_status hpt_gpt2_read_config(const char *path, hpt_model_config *out);
 
+/* ---- io: Hugging Face model directories (docs/formats.md) ------------------------------- */
+
+/* A model from a Hugging Face directory: config.json (GPT2LMHeadModel; LlamaForCausalLM,
+ * MistralForCausalLM) and model.safetensors or the shards of model.safetensors.index.json.
+ * F32, BF16 and F16 tensors are converted to fp32 as they stream into the model's storage (with
+ * off active, straight into the engine's host or disk homes, slice by slice): no copy of the
+ * checkpoint is ever whole in memory. Names, shapes and dtypes are checked before anything is
+ * read; errors name the file and the tensor. The llm.c loaders (hpt_model_load,
+ * hpt_gpt2_load_offload, hpt_gpt2_read_config, hpt_infer_load) take a directory too. */
+hpt_status hpt_model_load_hf(hpt_mem *mem, const char *dir, const hpt_offload_opts *off,
+                             hpt_model **out);
+/* Writes config.json and safetensors (dtype HPT_DTYPE_F32 or HPT_DTYPE_BF16, rounded to nearest
+ * even) with Hugging Face's names and shapes (GPT-2's Conv1D weights transposed, as stored
+ * there), split into shards above shard_bytes (0: 5 GB) with model.safetensors.index.json.
+ * Atomic: written into DIR.tmp.<pid>, synced, renamed over dir; files of an existing dir that
+ * are not weights (tokenizer.json, ...) are kept. */
+#define HPT_HF_SHARD_DEFAULT (5ull * 1000 * 1000 * 1000)
+hpt_status hpt_model_save_hf(const hpt_model *m, const char *dir, int dtype, uint64_t shard_bytes);
+
 #endif /* HPTRAIN_IO_H */
