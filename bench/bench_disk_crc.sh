@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench_disk_crc.sh: the cost of the disk tier's page checksums (CRC-32C set on every write,
 # checked on every read; src/mem/disk.c). Builds the command line a second time with
-# -DHPT_DISK_NO_VERIFY (build-nocrc/, the only difference), then runs both in turns (A B A B ...)
+# -DHPT_DISK_NO_VERIFY (build-nocrc/, the only difference), then runs both in turns (A B, B A, ...)
 # on a short training run with weights, gradients and AdamW state on disk (--offload disk):
 # per pair the ratio of tokens/s (steps after the first) and of CPU seconds (user + system; on
 # a shared machine steadier than time), medians over the pairs. Then the bound from first
@@ -40,7 +40,8 @@ gcc -O3 -march=native -std=c11 -D_GNU_SOURCE -I"$ROOT/src" "$ROOT/bench/bench_cr
 random_shard "$TMP" 400000
 tps_r=() cpu_r=()
 for r in $(seq 1 "$ROUNDS"); do
-    for which in nocrc crc; do
+    order="nocrc crc"; [ $((r % 2)) -eq 0 ] && order="crc nocrc" # turns: no order bias
+    for which in $order; do
         bin="$ROOT/build/hptrain"; [ $which = nocrc ] && bin="$ROOT/build-nocrc/hptrain"
         /usr/bin/time -f "%U %S" -o "$TMP/time.$which" "$bin" train --model "$MODEL" \
             --data "$TMP/train_000.bin" --batch "$B" --seq "$T" --steps "$STEPS" --offload disk \
