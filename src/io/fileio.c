@@ -82,3 +82,8 @@ hpt_status io_read_header(FILE *f, int32_t hdr[256], const char *path) {
 
 /* core/crc32c.c: the crc32 instruction where the CPU has it, else a table. */
 uint32_t io_crc32c(uint32_t crc, const void *data, size_t n) { return crc32c(crc, data, n); }
+
+int io_is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}

@@ -59,6 +59,8 @@ typedef struct {
     size_t logit_cols;       /* columns of the logits buffer (the planner's; Vp for the head) */
     float loss_scale;        /* S: the backward computes S times the loss's gradients */
     const hpt_attn_ops *attn; /* the kernels of `attention` (hpt_attn_ops_of) */
+    const void *params;      /* the arch's parameter struct (non-block tensors, constants) as
+                              * the embedding and head ops get it; NULL when only planning */
 } hpt_arch_ctx;
 
 /* A saved field of one block. */
@@ -109,6 +111,19 @@ typedef struct hpt_arch {
     const hpt_arch_global *globals;
     size_t acts_size;
     void (*global_shape)(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w);
+    /* offsets in the activation struct of the runner's inputs and targets (int32_t *), of
+     * block 0's input and of the logits (float *) */
+    size_t off_inputs, off_targets, off_encoded, off_logits;
+
+    /* The parameter struct (p or g of the ops) from the tensors' pointers tp[i] (table order;
+     * NULL where not in the flat buffers) and the constants; NULL: the model points GPT-2's
+     * itself (lifecycle.c). */
+    void (*point)(const hpt_model_config *cfg, const hpt_tensor_table *t, float *const *tp,
+                  const float *consts, void *out);
+    /* Constants the ops read (not parameters; e.g. rotary tables), computed on the host once
+     * and kept on the device: their floats (0: none) and their values. */
+    size_t (*consts_floats)(const hpt_model_config *cfg);
+    void (*consts_fill)(const hpt_model_config *cfg, float *host);
 
     /* p, g: the non-block parameters and gradients (the arch's struct of tensor pointers);
      * w, dw: one block's parameters and gradients, one pointer per block slice in block order;
@@ -134,8 +149,9 @@ typedef struct hpt_arch {
                            const float *out);
 } hpt_arch;
 
-/* GPT-2 (model/gpt2.c). */
+/* GPT-2 (model/gpt2.c); the Llama family (model/llama.c). */
 extern const hpt_arch hpt_arch_gpt2;
+extern const hpt_arch hpt_arch_llama;
 /* The architecture of a configuration (cfg->arch), or NULL when this build has none. */
 const hpt_arch *hpt_arch_of(const hpt_model_config *cfg);
 

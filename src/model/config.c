@@ -284,16 +284,18 @@ int gpt2_is_block_tensor(int i) {
     return i >= GPT2_FIRST_BLOCK_TENSOR && i < GPT2_FIRST_BLOCK_TENSOR + GPT2_BLOCK_SLICES;
 }
 
+/* The non-block tensors back to back in checkpoint order (GPT-2: wte, wpe, lnfw, lnfb). */
 size_t gpt2_nonblock_offset(const hpt_model_config *cfg, int i) {
-    size_t C = (size_t)cfg->C, emb = (size_t)cfg->Vp * C + (size_t)cfg->maxT * C;
-    switch (i) {
-    case 0: return 0;
-    case 1: return (size_t)cfg->Vp * C;
-    case 14: return emb;
-    default: return emb + C; /* 15 */
-    }
+    hpt_tensor_table t;
+    model_describe(cfg, &t);
+    size_t off = 0;
+    for (int k = 0; k < i && k < t.n; k++)
+        if (t.t[k].layer != HPT_LAYER_STACKED) off += hpt_tensor_numel(&t.t[k]);
+    return off;
 }
 
 size_t gpt2_nonblock_floats(const hpt_model_config *cfg) {
-    return gpt2_nonblock_offset(cfg, 15) + (size_t)cfg->C;
+    hpt_tensor_table t;
+    model_describe(cfg, &t);
+    return gpt2_nonblock_offset(cfg, t.n);
 }

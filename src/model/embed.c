@@ -136,6 +136,7 @@ void gpt2_emb_comp(hpt_gpt2 *m, uint16_t **comp, size_t *n) {
 static size_t emb_off(const hpt_gpt2 *m, int i) { return i ? wte_n(&m->cfg) : 0; }
 
 hpt_be_param gpt2_nonblock_param(hpt_gpt2 *m, int i) {
+    if (m->cfg.arch != HPT_ARCH_GPT2) return hpt_be_param_f32(m->tp[i]);
     float *f[] = {m->p.wte, m->p.wpe, m->p.lnfw, m->p.lnfb};
     int k = i < 2 ? i : i - 12;
     if (m->emb != HPT_EMB_BF16 || i > 1) return hpt_be_param_f32(f[k]);
@@ -146,6 +147,7 @@ hpt_be_param gpt2_nonblock_param(hpt_gpt2 *m, int i) {
 }
 
 float *gpt2_nonblock_grad(hpt_gpt2 *m, int i) {
+    if (m->cfg.arch != HPT_ARCH_GPT2) return m->tg[i];
     float *g[] = {m->g.wte, m->g.wpe, m->g.lnfw, m->g.lnfb};
     return g[i < 2 ? i : i - 12];
 }

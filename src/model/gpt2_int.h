@@ -10,6 +10,7 @@
 #include "hptrain.h"
 #include "kernels/backend.h"
 #include "model/arch.h"
+#include "model/llama_int.h"
 #include "model/model.h"
 #include "model/runner_int.h"
 
@@ -122,7 +123,14 @@ struct hpt_model {
                            * chunk by chunk in order */
     gpt2_emb_update_fn emb_upd; /* the optimizer's update of a chunk, or NULL */
     void *emb_ctx;
-    gpt2_tensors p, g;    /* with the engine, the block tensors' pointers are NULL */
+    gpt2_tensors p, g;    /* GPT-2's; with the engine, the block tensors' pointers are NULL */
+    llama_tensors lp, lg; /* llama's (the same rules) */
+    float *tp[HPT_TABLE_MAX], *tg[HPT_TABLE_MAX]; /* table tensor i in params, grads (NULL:
+                                                   * not in the flat buffers); llama's only */
+    void *ap, *ag;        /* the arch's parameter and gradient structs: &p, &g or &lp, &lg */
+    int blocks_planned;   /* created for a block store: the flat buffers hold no blocks */
+    float *consts;        /* (n_consts) device tier, params: the arch's constants (consts_fill) */
+    size_t n_consts;
     struct offload_engine *eng; /* the offload engine, or NULL (src/offload/engine.c); the
                                  * model itself never calls it: see blocks */
     struct hpt_block_store *blocks; /* where the blocks live (model/blocks.h), owned; NULL:
@@ -134,7 +142,9 @@ struct hpt_model {
                            * gradients to fault_value (-1: none; hpt_trainer_inject_grad) */
     float fault_value;
     hpt_act_opts act;   /* attention kind, recompute policy, offload, compression, head */
-    gpt2_acts a;             /* the non-block activations (pointers into the arena) */
+    gpt2_acts a;             /* GPT-2's non-block activations (pointers into the arena) */
+    llama_acts al;           /* llama's */
+    void *acts;              /* the arch's: &a or &al */
     hpt_run run;             /* the runner's arena, plan and activation store (runner_int.h) */
     /* the last forward */
     int B, T;

@@ -34,6 +34,9 @@ void model_config_fill(hpt_model_config *c);
 /* ---- the tensor table ---- */
 /* The parameters of a configuration in checkpoint order (the architecture's describe). */
 void model_describe(const hpt_model_config *cfg, hpt_tensor_table *out);
+/* Floats of the architecture's device constants (llama: the rotary tables, maxT * C/NH; GPT-2
+ * none), allocated with the parameters (category params). */
+size_t model_consts_floats(const hpt_model_config *cfg);
 /* Forward FLOPs per token at sequence length T (the architecture's count, docs/estimate.md). */
 double model_flops_per_token(const hpt_model_config *cfg, int T);
 /* The model's table (model_describe of its configuration). */

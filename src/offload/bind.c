@@ -35,7 +35,7 @@ hpt_status hpt_model_create_offload(hpt_mem *mem, const char *shape, const hpt_o
     *out = NULL;
     if (!hpt_offload_active(o)) return hpt_model_create(mem, shape, out);
     hpt_model_config cfg;
-    HPT_CHECK(hpt_gpt2_config_parse(shape, &cfg));
+    HPT_CHECK(hpt_model_config_parse(shape, &cfg));
     return hpt_gpt2_create_offload(mem, &cfg, o, out);
 }
 

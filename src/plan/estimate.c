@@ -95,7 +95,7 @@ static hpt_status hybrid_bytes(const hpt_plan_opts *o, hpt_estimate *out) {
     uint64_t optim = b[HPT_TIER_DEVICE][HPT_CAT_OPTIM];
     uint64_t check_io = checks ? 2 * (uint64_t)o->B * (uint64_t)o->T * 4 : 0;
     int linear = o->sched.predictor == HPT_PREDICTOR_LINEAR, adam = o->sched.predictor == HPT_PREDICTOR_ADAM;
-    pp[HPT_TIER_DEVICE] = pb + b[HPT_TIER_DEVICE][HPT_CAT_IO] + (adam ? optim : 0) + (linear ? pb : 0);
+    pp[HPT_TIER_DEVICE] = pb + (uint64_t)model_consts_floats(&o->cfg) * 4 + b[HPT_TIER_DEVICE][HPT_CAT_IO] + (adam ? optim : 0) + (linear ? pb : 0);
     pp[HPT_TIER_HOST] = pb + check_io + (adam ? 0 : optim);
     if (checks && o->sched.check_weights == HPT_WEIGHTS_Q8) { /* the check's int8 engine */
         pp[HPT_TIER_DEVICE] += hpt_infer_bytes_for(&o->cfg, HPT_WEIGHTS_Q8, o->T) +
@@ -161,6 +161,7 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
         for (int t = 0; t < HPT_TIER_COUNT; t++)
             for (int k = 0; k < HPT_CAT_COUNT; k++) out->bytes[t][k] += eb[t][k];
     }
+    dev[HPT_CAT_PARAMS] += (uint64_t)model_consts_floats(c) * 4; /* the arch's constants */
     uint64_t at[HPT_TIER_COUNT];
     int vc = hpt_offload_active(&o->offload) ? gpt2_vocab_chunk(c, &o->offload) : 0;
     HPT_CHECK(gpt2_act_tier_bytes_vc(c, o->B, o->T, &o->act, vc, at));

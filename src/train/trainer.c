@@ -415,14 +415,14 @@ static hpt_status setup(hpt_trainer *tr) {
         if (file_exists(o->model)) {
             HPT_CHECK(check_budget(tr, &cfg, o->model, live0));
             HPT_CHECK(hpt_gpt2_load_offload(tr->mem, o->model, &o->offload, &tr->model));
-        } else if (hpt_gpt2_config_parse(o->model, &cfg) == HPT_OK) {
+        } else if (hpt_model_config_parse(o->model, &cfg) == HPT_OK) {
             HPT_CHECK(check_budget(tr, &cfg, NULL, live0));
             HPT_CHECK(hpt_gpt2_create_offload(tr->mem, &cfg, &o->offload, &tr->model));
             HPT_CHECK(hpt_model_init_random(tr->model, o->seed));
         } else if (strchr(o->model, '/') || strstr(o->model, ".bin")) {
             return hpt_fail(HPT_ERR_IO, "cannot open %s: %s", o->model, strerror(ENOENT));
         } else {
-            return hpt_gpt2_config_parse(o->model, &cfg); /* its error names the shape problem */
+            return hpt_model_config_parse(o->model, &cfg); /* its error names the shape problem */
         }
         HPT_CHECK(hpt_optim_create(tr->mem, tr->model, &tr->o.adamw, &tr->opt));
         HPT_CHECK(hpt_dataloader_open(tr->mem, o->data, o->B, o->T, mcfg(tr)->V, &tr->train));
@@ -548,6 +548,11 @@ hpt_status hpt_trainer_save(hpt_trainer *tr) {
     snprintf(path, sizeof path, "%s/model.bin", tr->o.save_dir);
     HPT_CHECK(hpt_model_save(tr->model, path));
     sweep_stale_tmp(tr->o.save_dir);
+    /* a run from a Hugging Face directory saves one too (config.json + safetensors beside
+     * state.bin, which the directory's replacement keeps) */
+    struct stat st;
+    if (tr->o.model && stat(tr->o.model, &st) == 0 && S_ISDIR(st.st_mode))
+        return hpt_model_save_hf(tr->model, tr->o.save_dir, HPT_DTYPE_F32, 0);
     return HPT_OK;
 }
 

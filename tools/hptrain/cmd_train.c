@@ -48,6 +48,7 @@ static const char k_help[] =
     "  --log FILE.jsonl     one JSON object per step\n"
     "  --trace FILE         record every allocation, free and arena buffer; write the trace as\n"
     "                       JSON, or CSV when FILE ends in .csv (see hptrain profile)\n"
+    "  --device cpu|cuda[:N] where to compute (default cpu; cuda: docs/cuda.md)\n"
     "  --memory SIZE        device memory budget, e.g. 512MB, 4GB, 1.5GiB (default: none)\n"
     "  --host-memory SIZE   host-tier budget (default: none)\n"
     "  --disk-memory SIZE   disk-tier budget (default: none)\n"
@@ -260,6 +261,7 @@ int cmd_train(int argc, char **argv) {
     hpt_plan_env env = {.training = 1, .has_val = o.val != NULL, .need_disk_dir = 1};
     int rc0 = cli_plan_check("train", &o.plan, &env);
     if (rc0) return rc0;
+    if (hpt_device_ready(o.plan.device) != HPT_OK) return cli_error("%s", hpt_last_error());
     warn_budgets(&o.plan);
     hpt_mem *mem;
     hpt_status s = hpt_mem_create(&mem);
@@ -279,7 +281,7 @@ int cmd_train(int argc, char **argv) {
         if (s == HPT_ERR_OOM && st.n_allocs > 0) memory_report(mem);
         int rc = cli_lib_error(s, "train");
         hpt_model_config shape;
-        if (trace_path && o.model && hpt_gpt2_config_parse(o.model, &shape) == HPT_OK) {
+        if (trace_path && o.model && hpt_model_config_parse(o.model, &shape) == HPT_OK) {
             tmeta.cfg = shape;
             tmeta.num_params = hpt_model_config_num_params(&shape);
         }
