@@ -7,7 +7,9 @@
  *    weights, Lion, SGD, Adam-mini, fp32 and 8-bit), several steps on gradients with specials:
  *    every output buffer equal byte for byte to the portable path's, and to the AVX-512 path's
  *    on one thread and decoding by gathers instead of VBMI byte shuffles (the split across
- *    threads changes no bits).
+ *    threads changes no bits);
+ *  - whole-array bf16 widening, narrowing (and its overflow flag) and splitting, in place and
+ *    not, on random bit patterns: equal to the portable loops'.
  * On a CPU without AVX-512 only the portable path exists: the comparisons are skipped. */
 #include "testlib.h"
 #include "kernels/cpu/q8.h"
@@ -186,11 +188,47 @@ static void test_kernels(void) {
             }
 }
 
+/* Whole-array widening, narrowing (with its overflow flag) and splitting, out of place and in
+ * place, on every kind of bit pattern. */
+static void test_arrays(void) {
+    enum { M = 1037 };
+    static float x[M], xw[2][M];
+    static uint16_t h[2][M], c[2][M], hin[M];
+    static float inplace[2][M];
+    const size_t ns[] = {0, 1, 15, 16, 17, 64, 1000, M};
+    int bad = 0;
+    for (int it = 0; it < 8; it++) {
+        size_t n = ns[it];
+        for (size_t i = 0; i < M; i++) {
+            x[i] = from_bits(rnd32());
+            if (i % 7 == 0) x[i] = frand();
+            hin[i] = (uint16_t)(rnd32() >> 16);
+        }
+        int over[2], over_in[2];
+        for (int lv = 0; lv < 2; lv++) {
+            k_simd_force(lv);
+            memset(xw[lv], 0, sizeof xw[lv]);
+            k_bf16_widen(xw[lv], hin, n);
+            over[lv] = k_bf16_narrow(h[lv], x, n);
+            k_bf16_split(h[lv], c[lv], x, n);
+            memcpy(inplace[lv], x, sizeof x); /* narrowed in place, then widened in place */
+            over_in[lv] = k_bf16_narrow((uint16_t *)(void *)inplace[lv], inplace[lv], n);
+            k_bf16_widen(inplace[lv], (const uint16_t *)(void *)inplace[lv], n);
+        }
+        bad += memcmp(xw[0], xw[1], sizeof xw[0]) != 0 || over[0] != over[1] ||
+               memcmp(h[0], h[1], sizeof h[0]) != 0 || memcmp(c[0], c[1], sizeof c[0]) != 0 ||
+               over_in[0] != over_in[1] || memcmp(inplace[0], inplace[1], sizeof inplace[0]) != 0;
+    }
+    k_simd_force(-1);
+    CHECK_MSG(bad == 0, "%d bf16 array conversions differ between the paths", bad);
+}
+
 int main(void) {
     test_step_tables();
     if (k_simd_force(1)) {
         test_blocks();
         test_kernels();
+        test_arrays();
     } else {
         printf("test_simd: no AVX-512 on this CPU, the path comparisons are skipped\n");
     }

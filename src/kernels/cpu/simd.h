@@ -58,4 +58,10 @@ void k_bf16_load_avx512(float *buf, const uint16_t *h, const uint16_t *c, int le
 void k_bf16_store_avx512(uint16_t *h, uint16_t *c, const float *buf, int len, uint64_t seed,
                          uint64_t index);
 
+/* half.c's whole-array conversions, with its in-place rules (widening may write x over h's
+ * bytes, narrowing h over x's): the same bits, 16 values at a time. */
+void k_bf16_widen_avx512(float *x, const uint16_t *h, size_t n);
+int k_bf16_narrow_avx512(uint16_t *h, const float *x, size_t n);
+void k_bf16_split_avx512(uint16_t *h, uint16_t *c, const float *x, size_t n);
+
 #endif
