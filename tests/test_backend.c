@@ -12,11 +12,15 @@
  * max(1, |reference|) per element (reductions here are at most a few hundred terms); libmvec
  * (exp, tanh, log: 4 ulp) the same; finite differences 1e-4; rounding ops exact or within
  * their rounding's half unit. One line per op prints its largest error. The op tests live in
- * test_backend_nn.h, test_backend_optim.h and test_backend_model.h (included below). */
+ * test_backend_nn.h, test_backend_optim.h, test_backend_model.h and test_backend_llama.h
+ * (included below). */
 #include "testlib.h"
 
 #include "core/core.h"
 #include "kernels/backend.h"
+#ifdef HPT_HAVE_CUDA
+#include "kernels/cuda/cuda.h"
+#endif
 
 #include <math.h>
 #include <stddef.h>
@@ -158,6 +162,7 @@ static double t_memory(void) {
 #include "test_backend_nn.h"
 #include "test_backend_optim.h"
 #include "test_backend_model.h"
+#include "test_backend_llama.h"
 
 /* ================================ the table ================================ */
 typedef struct {
@@ -175,6 +180,10 @@ static const op_test k_tests[] = {
     OP(encoder_forward, t_encoder_forward), OP(encoder_backward, t_encoder_backward),
     OP(layernorm_forward, t_layernorm_forward), OP(layernorm_apply, t_layernorm_apply),
     OP(layernorm_backward, t_layernorm_backward),
+    OP(rmsnorm_forward, t_rmsnorm_forward), OP(rmsnorm_apply, t_rmsnorm_apply),
+    OP(rmsnorm_backward, t_rmsnorm_backward), OP(rope_forward, t_rope_forward),
+    OP(rope_backward, t_rope_backward), OP(swiglu_forward, t_swiglu_forward),
+    OP(swiglu_backward, t_swiglu_backward),
     OP(attention_forward, t_attention_forward), OP(attention_backward, t_attention_backward),
     OP(flash_attention_forward, t_flash_attention_forward),
     OP(flash_attention_backward, t_flash_attention_backward),
@@ -215,7 +224,12 @@ static const hpt_backend *backends(int i) {
     switch (i) {
     case 0: return hpt_backend_cpu();
 #ifdef HPT_HAVE_CUDA
-    case 1: return hpt_backend_cuda(); /* the CUDA backend, when built */
+    case 1: { /* the CUDA backend, when built and a GPU is present (else a visible SKIP line) */
+        static int said;
+        const hpt_backend *be = hpt_backend_cuda();
+        if (!be && !said++) printf("SKIP: no GPU: the cuda backend is built but not run (%s)\n", hpt_last_error());
+        return be;
+    }
 #endif
     default: return NULL;
     }
