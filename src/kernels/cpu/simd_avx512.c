@@ -1,5 +1,5 @@
 /* simd_avx512.c: the optimizers' block helpers in AVX-512 (the dispatch and its contract:
- * simd.h). Each function is the portable helper of q8.h or bf16.h written 16 lanes at a time,
+ * simd.h; the CPU's level is read here, for both vector files). Each function is the portable helper of q8.h or bf16.h written 16 lanes at a time,
  * with the same operations in the same order, so the bits are the same:
  *  - decoding: map[code] by byte-plane shuffles (VBMI) or a gather, times absmax (one IEEE
  *    multiply);
@@ -24,22 +24,25 @@
 #define AVX512_FN __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
 #define VBMI_FN __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi")))
 
-int k_simd_avx512, k_simd_vbmi;
-static int g_cpu_avx512, g_cpu_vbmi;
+int k_simd_avx512, k_simd_vbmi, k_simd_avx2;
+static int g_cpu_avx512, g_cpu_vbmi, g_cpu_avx2;
 
 __attribute__((constructor)) static void simd_detect(void) {
     __builtin_cpu_init();
     g_cpu_avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                    __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
     g_cpu_vbmi = g_cpu_avx512 && __builtin_cpu_supports("avx512vbmi");
-    k_simd_avx512 = g_cpu_avx512;
-    k_simd_vbmi = g_cpu_vbmi;
+    g_cpu_avx2 = __builtin_cpu_supports("avx2");
+    k_simd_force(-1);
 }
 
 int k_simd_force(int level) {
-    k_simd_avx512 = level < 0 ? g_cpu_avx512 : level > 0 && g_cpu_avx512;
-    k_simd_vbmi = k_simd_avx512 && g_cpu_vbmi && level != 2; /* 2: AVX-512 without VBMI */
-    return k_simd_avx512;
+    int cpu = level < 0 || level == 1;
+    k_simd_avx512 = (cpu || level == 2) && g_cpu_avx512;
+    k_simd_vbmi = cpu && g_cpu_vbmi;
+    k_simd_avx2 = (cpu || level == 3) && g_cpu_avx2 && !k_simd_avx512;
+    if (level < 0) return 1;
+    return level == 0 ? 1 : level == 3 ? k_simd_avx2 : k_simd_avx512;
 }
 
 void k_q8_planes_of(k_q8_planes *pl, const float *map) {
