@@ -322,8 +322,9 @@ static void cu_copy(void *dst, const void *src, size_t bytes, hpt_copy_kind kind
     case HPT_COPY_H2D:
     case HPT_COPY_D2H:
         pthread_mutex_lock(&g_lock);
-        copy_on(kind == HPT_COPY_H2D ? g_h2d : g_d2h, dst, src, bytes,
-                kind == HPT_COPY_H2D ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
+        /* cudaMemcpyDefault: the pointers say where they live (unified addressing), so pinned
+         * host-tier buffers and pageable host memory both work in either direction */
+        copy_on(kind == HPT_COPY_H2D ? g_h2d : g_d2h, dst, src, bytes, cudaMemcpyDefault);
         pthread_mutex_unlock(&g_lock);
         break;
     }
@@ -434,6 +435,8 @@ extern "C" const hpt_backend *hpt_backend_cuda(void) {
     hpt_status s = g_ready ? HPT_OK : init_locked();
     if (s == HPT_OK && !g_table.name) fill_table(&g_table);
     pthread_mutex_unlock(&g_lock);
+    /* the q8 tables' device copies at setup, not at the first 8-bit update of a step */
+    if (s == HPT_OK) (void)cu_q8_lut_of(0), (void)cu_q8_lut_of(1);
     return s == HPT_OK ? &g_table : NULL;
 }
 
