@@ -12,7 +12,8 @@
  * max(1, |reference|) per element (reductions here are at most a few hundred terms); libmvec
  * (exp, tanh, log: 4 ulp) the same; finite differences 1e-4; rounding ops exact or within
  * their rounding's half unit. One line per op prints its largest error. The op tests live in
- * test_backend_nn.h, test_backend_optim.h and test_backend_model.h (included below). */
+ * test_backend_nn.h, test_backend_optim.h, test_backend_model.h and test_backend_llama.h
+ * (included below). */
 #include "testlib.h"
 
 #include "core/core.h"
@@ -161,6 +162,7 @@ static double t_memory(void) {
 #include "test_backend_nn.h"
 #include "test_backend_optim.h"
 #include "test_backend_model.h"
+#include "test_backend_llama.h"
 
 /* ================================ the table ================================ */
 typedef struct {
@@ -178,6 +180,10 @@ static const op_test k_tests[] = {
     OP(encoder_forward, t_encoder_forward), OP(encoder_backward, t_encoder_backward),
     OP(layernorm_forward, t_layernorm_forward), OP(layernorm_apply, t_layernorm_apply),
     OP(layernorm_backward, t_layernorm_backward),
+    OP(rmsnorm_forward, t_rmsnorm_forward), OP(rmsnorm_apply, t_rmsnorm_apply),
+    OP(rmsnorm_backward, t_rmsnorm_backward), OP(rope_forward, t_rope_forward),
+    OP(rope_backward, t_rope_backward), OP(swiglu_forward, t_swiglu_forward),
+    OP(swiglu_backward, t_swiglu_backward),
     OP(attention_forward, t_attention_forward), OP(attention_backward, t_attention_backward),
     OP(flash_attention_forward, t_flash_attention_forward),
     OP(flash_attention_backward, t_flash_attention_backward),

@@ -423,20 +423,21 @@ static double t_infer_embed(void) {
     q[7 * IC] = -127, q[7 * IC + 1] = 127;
     for (int i = 0; i < IV; i++) sc[i] = 0.01f * (frand() + 1.5f);
     double e = 0.0;
-    for (int qz = 0; qz < 2; qz++) {
+    for (int kase = 0; kase < 4; kase++) { /* fp32 or int8 wte; with wpe or none (rotary) */
+        const int qz = kase & 1, pe = kase < 2;
         double r[N * IC];
         for (int t = 0; t < N; t++)
             for (int c = 0; c < IC; c++)
                 r[t * IC + c] = (qz ? (double)q[tok[t] * IC + c] * sc[tok[t]] : (double)wte[tok[t] * IC + c]) +
-                                wpe[(POS0 + t) * IC + c];
+                                (pe ? wpe[(POS0 + t) * IC + c] : 0.0);
         float *dx = dput(NULL, sizeof x);
         g_be->infer_embed(dx, dput(tok, sizeof tok), N, POS0, qz ? NULL : dput(wte, sizeof wte),
                           qz ? dput(q, sizeof q) : NULL, qz ? dput(sc, sizeof sc) : NULL,
-                          dput(wpe, sizeof wpe), IC);
+                          pe ? dput(wpe, sizeof wpe) : NULL, IC);
         dget(x, dx, sizeof x);
         if (qz) { /* a product and a sum in fp32 */
             e = fmax(e, cmp_arr("infer_embed (int8 wte)", x, r, N * IC, TOL));
-        } else { /* one fp32 sum: exact in double, rounded once */
+        } else { /* one fp32 sum (or a copy): exact in double, rounded once */
             int exact = 1;
             for (int i = 0; i < N * IC; i++) exact &= x[i] == (float)r[i];
             CHECK_MSG(exact, "%s: infer_embed is not the rounded sum", g_be->name);
@@ -448,46 +449,59 @@ static double t_infer_embed(void) {
     return e;
 }
 
+/* (NH, NKV) of the cache tests: GPT-2's layout, then grouped-query (hd 4 and 8) */
+static const int k_kv_cases[3][2] = {{INH, INH}, {6, 2}, {3, 1}};
+
 static double t_infer_kv_store(void) {
     enum { N = 3, POS0 = 4, CTX = 9 };
-    float K[CTX * IC], V[CTX * IC], qkv[N * 3 * IC], gK[CTX * IC], gV[CTX * IC];
-    fill_rand(K, CTX * IC, 1.0f);
-    fill_rand(V, CTX * IC, 1.0f);
-    fill_rand(qkv, N * 3 * IC, 1.0f);
-    float *dK = dput(K, sizeof K), *dV = dput(V, sizeof V);
-    g_be->infer_kv_store(dK, dV, dput(qkv, sizeof qkv), POS0, N, IC);
-    dget(gK, dK, sizeof gK), dget(gV, dV, sizeof gV);
-    int exact = 1; /* a copy: rows POS0 .. POS0 + N - 1 from qkv, every other row as it was */
-    for (int p = 0; p < CTX; p++)
-        for (int c = 0; c < IC; c++) {
-            int in = p >= POS0 && p < POS0 + N;
-            exact &= gK[p * IC + c] == (in ? qkv[(p - POS0) * 3 * IC + IC + c] : K[p * IC + c]);
-            exact &= gV[p * IC + c] == (in ? qkv[(p - POS0) * 3 * IC + 2 * IC + c] : V[p * IC + c]);
-        }
-    CHECK_MSG(exact, "%s: infer_kv_store", g_be->name);
-    emit(gK, CTX * IC), emit(gV, CTX * IC);
-    dfree_all();
-    return exact ? 0.0 : 1.0;
+    double e = 0.0;
+    for (int kase = 0; kase < 3; kase++) {
+        const int NH = k_kv_cases[kase][0], NKV = k_kv_cases[kase][1];
+        const int KVC = NKV * (IC / NH), W = IC + 2 * KVC;
+        float K[CTX * IC], V[CTX * IC], qkv[N * 3 * IC], gK[CTX * IC], gV[CTX * IC];
+        fill_rand(K, (size_t)CTX * KVC, 1.0f);
+        fill_rand(V, (size_t)CTX * KVC, 1.0f);
+        fill_rand(qkv, (size_t)N * W, 1.0f);
+        float *dK = dput(K, (size_t)CTX * KVC * 4), *dV = dput(V, (size_t)CTX * KVC * 4);
+        g_be->infer_kv_store(dK, dV, dput(qkv, (size_t)N * W * 4), POS0, N, IC, NH, NKV);
+        dget(gK, dK, (size_t)CTX * KVC * 4), dget(gV, dV, (size_t)CTX * KVC * 4);
+        int exact = 1; /* a copy: rows POS0 .. POS0 + N - 1 from qkv, every other row as it was */
+        for (int p = 0; p < CTX; p++)
+            for (int c = 0; c < KVC; c++) {
+                int in = p >= POS0 && p < POS0 + N;
+                exact &= gK[p * KVC + c] == (in ? qkv[(p - POS0) * W + IC + c] : K[p * KVC + c]);
+                exact &= gV[p * KVC + c] == (in ? qkv[(p - POS0) * W + IC + KVC + c] : V[p * KVC + c]);
+            }
+        CHECK_MSG(exact, "%s: infer_kv_store NH=%d NKV=%d", g_be->name, NH, NKV);
+        emit(gK, (size_t)CTX * KVC), emit(gV, (size_t)CTX * KVC);
+        e = fmax(e, exact ? 0.0 : 1.0);
+        dfree_all();
+    }
+    return e;
 }
 
-/* atty (n,C): row t's query at position pos0 + t over K, V rows 0 .. pos0 + t, in double */
-static void ref_attend(double *o, const float *qkv, const float *K, const float *V, int pos0, int n) {
-    double sc = 1.0 / sqrt((double)IHS), s[ICTX];
+/* atty (n,C): row t's query at position pos0 + t over K, V (ctx, KVC) rows 0 .. pos0 + t, in
+ * double; query head h reads kv head h / (NH/NKV) */
+static void ref_attend(double *o, const float *qkv, const float *K, const float *V, int pos0, int n,
+                       int NH, int NKV) {
+    const int hs = IC / NH, KVC = NKV * hs, W = IC + 2 * KVC;
+    double sc = 1.0 / sqrt((double)hs), s[ICTX];
     for (int t = 0; t < n; t++)
-        for (int h = 0; h < INH; h++) {
-            const float *q = qkv + t * 3 * IC + h * IHS;
+        for (int h = 0; h < NH; h++) {
+            const float *q = qkv + t * W + h * hs;
+            const int kh = h / (NH / NKV) * hs;
             double mx = -INFINITY, z = 0.0;
             for (int j = 0; j <= pos0 + t; j++) {
                 double d = 0.0;
-                for (int i = 0; i < IHS; i++) d += (double)q[i] * K[j * IC + h * IHS + i];
+                for (int i = 0; i < hs; i++) d += (double)q[i] * K[j * KVC + kh + i];
                 s[j] = d * sc;
                 mx = fmax(mx, s[j]);
             }
             for (int j = 0; j <= pos0 + t; j++) z += exp(s[j] - mx);
-            for (int i = 0; i < IHS; i++) {
+            for (int i = 0; i < hs; i++) {
                 double a = 0.0;
-                for (int j = 0; j <= pos0 + t; j++) a += exp(s[j] - mx) / z * V[j * IC + h * IHS + i];
-                o[t * IC + h * IHS + i] = a;
+                for (int j = 0; j <= pos0 + t; j++) a += exp(s[j] - mx) / z * V[j * KVC + kh + i];
+                o[t * IC + h * hs + i] = a;
             }
         }
 }
@@ -495,29 +509,33 @@ static void ref_attend(double *o, const float *qkv, const float *K, const float 
 static double t_infer_attend(void) {
     int cases[3][2] = {{0, 5}, {6, 3}, {163, 8}}; /* pos0, n; the last above HPT_PAR_MIN */
     double e = 0.0;
-    for (int k = 0; k < 3; k++) {
-        int pos0 = cases[k][0], n = cases[k][1];
-        static float K[ICTX * IC], V[ICTX * IC], qkv[8 * 3 * IC], y[8 * IC];
-        static double r[8 * IC];
-        fill_rand(qkv, (size_t)n * 3 * IC, 1.5f);
-        fill_rand(K, ICTX * IC, 1.5f);
-        fill_rand(V, ICTX * IC, 1.0f);
-        for (int t = 0; t < n; t++) /* the fed rows' keys and values, as the cache holds them */
-            for (int c = 0; c < IC; c++) {
-                K[(pos0 + t) * IC + c] = qkv[t * 3 * IC + IC + c];
-                V[(pos0 + t) * IC + c] = qkv[t * 3 * IC + 2 * IC + c];
-            }
-        for (int p = pos0 + n; p < ICTX; p++) /* beyond the last position: never read */
-            for (int c = 0; c < IC; c++) K[p * IC + c] = V[p * IC + c] = NAN;
-        ref_attend(r, qkv, K, V, pos0, n);
-        float *dy = dput(NULL, (size_t)n * IC * sizeof(float));
-        g_be->infer_attend(dy, dput(qkv, (size_t)n * 3 * IC * sizeof(float)), dput(K, sizeof K),
-                           dput(V, sizeof V), pos0, (size_t)n, IC, INH);
-        dget(y, dy, (size_t)n * IC * sizeof(float));
-        /* expf (4 ulp), an 8-term dot, a running softmax over at most 171 positions */
-        e = fmax(e, cmp_arr("infer_attend", y, r, (size_t)n * IC, TOL));
-        emit(y, (size_t)n * IC);
-        dfree_all();
+    for (int kv = 0; kv < 3; kv++) {
+        const int NH = k_kv_cases[kv][0], NKV = k_kv_cases[kv][1];
+        const int KVC = NKV * (IC / NH), W = IC + 2 * KVC;
+        for (int k = 0; k < 3; k++) {
+            int pos0 = cases[k][0], n = cases[k][1];
+            static float K[ICTX * IC], V[ICTX * IC], qkv[8 * 3 * IC], y[8 * IC];
+            static double r[8 * IC];
+            fill_rand(qkv, (size_t)n * W, 1.5f);
+            fill_rand(K, (size_t)ICTX * KVC, 1.5f);
+            fill_rand(V, (size_t)ICTX * KVC, 1.0f);
+            for (int t = 0; t < n; t++) /* the fed rows' keys and values, as the cache holds them */
+                for (int c = 0; c < KVC; c++) {
+                    K[(pos0 + t) * KVC + c] = qkv[t * W + IC + c];
+                    V[(pos0 + t) * KVC + c] = qkv[t * W + IC + KVC + c];
+                }
+            for (int p = pos0 + n; p < ICTX; p++) /* beyond the last position: never read */
+                for (int c = 0; c < KVC; c++) K[p * KVC + c] = V[p * KVC + c] = NAN;
+            ref_attend(r, qkv, K, V, pos0, n, NH, NKV);
+            float *dy = dput(NULL, (size_t)n * IC * sizeof(float));
+            g_be->infer_attend(dy, dput(qkv, (size_t)n * W * sizeof(float)), dput(K, (size_t)ICTX * KVC * 4),
+                               dput(V, (size_t)ICTX * KVC * 4), pos0, (size_t)n, IC, NH, NKV);
+            dget(y, dy, (size_t)n * IC * sizeof(float));
+            /* expf (4 ulp), an 8-term dot, a running softmax over at most 171 positions */
+            e = fmax(e, cmp_arr("infer_attend", y, r, (size_t)n * IC, TOL));
+            emit(y, (size_t)n * IC);
+            dfree_all();
+        }
     }
     return e;
 }

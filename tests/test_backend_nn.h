@@ -306,17 +306,25 @@ static double t_layernorm_backward(void) {
 }
 
 /* ================================ attention ================================ */
-enum { AB = 2, AT = 5, AC = 24, ANH = 3, AHS = AC / ANH };
-/* out (B,T,C), att (B,NH,T,T), lse (B,NH,T) from qkv (B,T,3C), causal, scale 1/sqrt(hs). */
+/* Two cases: NH = 3 query heads over NKV = 3 (GPT-2's layout), and NH = 6 over NKV = 2
+ * key/value heads (grouped-query, groups of 3: head h reads kv head h / 3, not h % 2) */
+enum { AB = 2, AT = 5, AC = 24, ANHMAX = 6 };
+static int g_nh = 3, g_nkv = 3; /* the case under test */
+#define ANH g_nh
+#define AHS (AC / g_nh)
+#define AW (AC + 2 * g_nkv * AHS) /* a row of qkv */
+/* out (B,T,C), att (B,NH,T,T), lse (B,NH,T) from qkv (B,T,W), causal, scale 1/sqrt(hs); query
+ * head h reads kv head h / (NH/NKV). */
 static void ref_attn(double *out, double *att, double *lse, const double *qkv) {
     double sc = 1.0 / sqrt((double)AHS);
     for (int b = 0; b < AB; b++)
         for (int h = 0; h < ANH; h++)
             for (int t = 0; t < AT; t++) {
-                const double *q = qkv + (b * AT + t) * 3 * AC + h * AHS;
-                double s[AT], mx = -INFINITY, z = 0.0;
+                const int kv = h / (ANH / g_nkv);
+                const double *q = qkv + (b * AT + t) * AW + h * AHS;
+                double s[AT] = {0}, mx = -INFINITY, z = 0.0;
                 for (int u = 0; u <= t; u++) {
-                    const double *k = qkv + (b * AT + u) * 3 * AC + AC + h * AHS;
+                    const double *k = qkv + (b * AT + u) * AW + AC + kv * AHS;
                     double d = 0.0;
                     for (int i = 0; i < AHS; i++) d += q[i] * k[i];
                     s[u] = d * sc;
@@ -330,37 +338,43 @@ static void ref_attn(double *out, double *att, double *lse, const double *qkv) {
                     double p = u <= t ? exp(s[u] - mx) / z : 0.0;
                     if (att) att[((b * ANH + h) * AT + t) * AT + u] = p;
                     if (u > t) continue;
-                    const double *v = qkv + (b * AT + u) * 3 * AC + 2 * AC + h * AHS;
+                    const double *v = qkv + (b * AT + u) * AW + AC + g_nkv * AHS + kv * AHS;
                     for (int i = 0; i < AHS; i++) o[i] += p * v[i];
                 }
             }
 }
-enum { NQKV = AB * AT * 3 * AC, NAO = AB * AT * AC, NATT = AB * ANH * AT * AT, NLSE = AB * ANH * AT };
+enum { NQKV = AB * AT * 3 * AC, NAO = AB * AT * AC, NATT = AB * ANHMAX * AT * AT, NLSE = AB * ANHMAX * AT };
 
 static double t_attention_forward_impl(int flash) {
-    float qkv[NQKV], out[NAO], att[NATT], lse[NLSE];
-    fill_rand(qkv, NQKV, 1.5f);
-    static double qd[NQKV], ro[NAO], ra[NATT], rl[NLSE];
-    to_d(qd, qkv, NQKV);
-    ref_attn(ro, ra, rl, qd);
-    float *dq = dput(qkv, sizeof qkv), *dout = dput(NULL, sizeof out);
-    double e;
-    if (!flash) {
-        float *da = dput(NULL, sizeof att);
-        g_be->attention_forward(dout, da, dq, AB, AT, AC, ANH);
-        dget(out, dout, sizeof out), dget(att, da, sizeof att);
-        e = fmax(cmp_arr("attention_forward out", out, ro, NAO, TOL),
-                 cmp_arr("attention_forward att", att, ra, NATT, TOL));
-        emit(out, NAO), emit(att, NATT);
-    } else {
-        float *dl = dput(NULL, sizeof lse);
-        g_be->flash_attention_forward(dout, dl, dq, AB, AT, AC, ANH);
-        dget(out, dout, sizeof out), dget(lse, dl, sizeof lse);
-        e = fmax(cmp_arr("flash_attention_forward out", out, ro, NAO, TOL),
-                 cmp_arr("flash_attention_forward lse", lse, rl, NLSE, TOL));
-        emit(out, NAO), emit(lse, NLSE);
+    double e = 0.0;
+    for (int kase = 0; kase < 2; kase++) {
+        g_nh = kase ? 6 : 3, g_nkv = kase ? 2 : 3;
+        const int nq = AB * AT * AW;
+        float qkv[NQKV], out[NAO], att[NATT], lse[NLSE];
+        const size_t natt = (size_t)AB * ANH * AT * AT, nlse = (size_t)AB * ANH * AT;
+        fill_rand(qkv, (size_t)nq, 1.5f);
+        static double qd[NQKV], ro[NAO], ra[NATT], rl[NLSE];
+        to_d(qd, qkv, (size_t)nq);
+        ref_attn(ro, ra, rl, qd);
+        float *dq = dput(qkv, (size_t)nq * 4), *dout = dput(NULL, sizeof out);
+        if (!flash) {
+            float *da = dput(NULL, natt * 4);
+            g_be->attention_forward(dout, da, dq, AB, AT, AC, ANH, g_nkv);
+            dget(out, dout, sizeof out), dget(att, da, natt * 4);
+            e = fmax(e, fmax(cmp_arr("attention_forward out", out, ro, NAO, TOL),
+                             cmp_arr("attention_forward att", att, ra, natt, TOL)));
+            emit(out, NAO), emit(att, natt);
+        } else {
+            float *dl = dput(NULL, nlse * 4);
+            g_be->flash_attention_forward(dout, dl, dq, AB, AT, AC, ANH, g_nkv);
+            dget(out, dout, sizeof out), dget(lse, dl, nlse * 4);
+            e = fmax(e, fmax(cmp_arr("flash_attention_forward out", out, ro, NAO, TOL),
+                             cmp_arr("flash_attention_forward lse", lse, rl, nlse, TOL)));
+            emit(out, NAO), emit(lse, nlse);
+        }
+        dfree_all();
     }
-    dfree_all();
+    g_nh = 3, g_nkv = 3;
     return e;
 }
 static double t_attention_forward(void) { return t_attention_forward_impl(0); }
@@ -379,33 +393,44 @@ static double at_loss(const double *qkv, const void *vctx) {
 }
 
 static double t_attention_backward_impl(int flash) {
-    float qkv[NQKV], dout[NAO], g[NQKV];
-    fill_rand(qkv, NQKV, 1.5f);
-    fill_rand(dout, NAO, 1.0f);
-    float *dq = dput(qkv, sizeof qkv), *dy = dput(NULL, NAO * 4), *ddy = dput(dout, sizeof dout);
-    float *dg = dput(NULL, sizeof g), *scr = dput(NULL, AB * ANH * AT * 4);
-    if (!flash) {
-        float *da = dput(NULL, NATT * 4);
-        g_be->attention_forward(dy, da, dq, AB, AT, AC, ANH);
-        g_be->attention_backward(dg, scr, ddy, dq, da, AB, AT, AC, ANH);
-    } else {
-        float *dl = dput(NULL, NLSE * 4);
-        g_be->flash_attention_forward(dy, dl, dq, AB, AT, AC, ANH);
-        g_be->flash_attention_backward(dg, scr, ddy, dq, dy, dl, AB, AT, AC, ANH);
+    double e = 0.0;
+    for (int kase = 0; kase < 2; kase++) {
+        g_nh = kase ? 6 : 3, g_nkv = kase ? 2 : 3; /* grouped: dk, dv sum over 3 query heads */
+        const int nq = AB * AT * AW;
+        float qkv[NQKV], dout[NAO], g[NQKV];
+        fill_rand(qkv, (size_t)nq, 1.5f);
+        fill_rand(dout, NAO, 1.0f);
+        float *dq = dput(qkv, (size_t)nq * 4), *dy = dput(NULL, NAO * 4), *ddy = dput(dout, sizeof dout);
+        float *dg = dput(NULL, (size_t)nq * 4), *scr = dput(NULL, AB * ANH * AT * 4);
+        g_be->memset(dg, 0x7f, (size_t)nq * 4); /* overwritten, not accumulated into */
+        if (!flash) {
+            float *da = dput(NULL, NATT * 4);
+            g_be->attention_forward(dy, da, dq, AB, AT, AC, ANH, g_nkv);
+            g_be->attention_backward(dg, scr, ddy, dq, da, AB, AT, AC, ANH, g_nkv);
+        } else {
+            float *dl = dput(NULL, NLSE * 4);
+            g_be->flash_attention_forward(dy, dl, dq, AB, AT, AC, ANH, g_nkv);
+            g_be->flash_attention_backward(dg, scr, ddy, dq, dy, dl, AB, AT, AC, ANH, g_nkv);
+        }
+        dget(g, dg, (size_t)nq * 4);
+        /* the reference: the whole central-difference gradient of sum(dout * attention) */
+        static double th[NQKV], r[NQKV];
+        to_d(th, qkv, (size_t)nq);
+        at_ctx c = {dout};
+        for (int i = 0; i < nq; i++) r[i] = fd(at_loss, th, (size_t)i, &c);
+        e = fmax(e, cmp_arr(flash ? "flash_attention_backward" : "attention_backward", g, r, (size_t)nq, TOL_FD));
+        emit(g, (size_t)nq);
+        dfree_all();
     }
-    dget(g, dg, sizeof g);
-    /* the reference: the whole central-difference gradient of sum(dout * attention) */
-    static double th[NQKV], r[NQKV];
-    to_d(th, qkv, NQKV);
-    at_ctx c = {dout};
-    for (int i = 0; i < NQKV; i++) r[i] = fd(at_loss, th, (size_t)i, &c);
-    double e = cmp_arr(flash ? "flash_attention_backward" : "attention_backward", g, r, NQKV, TOL_FD);
-    emit(g, NQKV);
-    dfree_all();
+    g_nh = 3, g_nkv = 3;
     return e;
 }
 static double t_attention_backward(void) { return t_attention_backward_impl(0); }
 static double t_flash_attention_backward(void) { return t_attention_backward_impl(1); }
+
+#undef ANH
+#undef AHS
+#undef AW
 
 /* ================================ pointwise ================================ */
 enum { PN = 1003 };

@@ -17,6 +17,11 @@
 
 static char g_train[512], g_val[512];
 
+/* GPT-2 and llama (grouped-query attention, untied head) of about the same size */
+static const char *const k_models[2] = {"gpt2:L=3,C=48,NH=6,V=100,T=32",
+                                        "llama:L=3,C=48,NH=6,NKV=2,FF=80,V=100,T=32,factor=8,orig=16"};
+static const char *const k_names[2] = {"gpt2", "llama"};
+
 #define TRY(expr) do { hpt_status s_ = (expr); if (s_ != HPT_OK) return s_; } while (0)
 
 static uint64_t device_live(const hpt_mem *mem) {
@@ -88,7 +93,7 @@ static hpt_status run_training(hpt_mem *mem, const run_case *rc, measured *m) {
 /* Forward passes only: the model (from a shape), optionally a data loader, two forwards. */
 static hpt_status run_forward(hpt_mem *mem, const run_case *rc, measured *m) {
     hpt_gpt2_config cfg;
-    TRY(hpt_gpt2_config_parse(rc->model, &cfg));
+    TRY(hpt_model_config_parse(rc->model, &cfg));
     hpt_gpt2 *model;
     TRY(hpt_gpt2_create(mem, &cfg, &model));
     hpt_gpt2_init_random(model, 7);
@@ -179,12 +184,12 @@ static void check_case(const run_case *rc) {
  * (snapshot, check batch, and the optimizer's state while predicting with the linear predictor)
  * match the estimate byte for byte, and so does the device peak of the PREDICT steps (the
  * largest accounted total after any event tagged PREDICT), with fp32 or int8 checks. */
-static void check_hybrid(int predictor, int checks, int check_weights) {
+static void check_hybrid(const char *model, int predictor, int checks, int check_weights) {
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
     hpt_mem_record(mem, 1);
     hpt_train_opts o = hpt_train_defaults();
-    o.model = "gpt2:L=2,C=32,NH=4,V=64,T=32";
+    o.model = model;
     o.data = g_train;
     o.val = g_val;
     o.B = 3;
@@ -218,7 +223,7 @@ static void check_hybrid(int predictor, int checks, int check_weights) {
         if (ev[i].phase == HPT_PHASE_PREDICT && ev[i].tier == HPT_TIER_DEVICE && ev[i].tier_live_bytes > pred)
             pred = ev[i].tier_live_bytes;
     hpt_plan_opts po = hpt_plan_defaults();
-    CHECK_OK(hpt_gpt2_config_parse(o.model, &po.cfg));
+    CHECK_OK(hpt_model_config_parse(o.model, &po.cfg));
     po.B = o.B;
     po.T = o.T;
     po.has_val = 1;
@@ -231,8 +236,8 @@ static void check_hybrid(int predictor, int checks, int check_weights) {
     const char *name = hpt_predictor_name((hpt_predictor_kind)predictor);
     uint64_t host_peak = e.peak_bytes[HPT_TIER_HOST] > e.predict_peak_bytes[HPT_TIER_HOST]
                              ? e.peak_bytes[HPT_TIER_HOST] : e.predict_peak_bytes[HPT_TIER_HOST];
-    printf("  hybrid %-6s %s: device peak estimate %llu measured %llu; predict phase %llu measured "
-           "%llu; host peak %llu measured %llu (%lld predict steps)\n", name,
+    printf("  %s hybrid %-6s %s: device peak estimate %llu measured %llu; predict phase %llu measured "
+           "%llu; host peak %llu measured %llu (%lld predict steps)\n", model, name,
            !checks ? "          " : check_weights == HPT_WEIGHTS_Q8 ? "int8 checks" : "checks     ",
            (unsigned long long)e.peak_bytes[HPT_TIER_DEVICE], (unsigned long long)st.peak_bytes[HPT_TIER_DEVICE],
            (unsigned long long)e.predict_peak_bytes[HPT_TIER_DEVICE], (unsigned long long)pred,
@@ -276,7 +281,7 @@ static void check_trained(const hpt_train_opts *o, const char *dir, const char *
     hpt_mem_get_stats(mem, &st);
     hpt_mem_destroy(mem);
     hpt_gpt2_config cfg;
-    CHECK_OK(hpt_gpt2_config_parse(o->model, &cfg));
+    CHECK_OK(hpt_model_config_parse(o->model, &cfg));
     hpt_plan_opts po = hpt_train_plan_opts(o, &cfg);
     hpt_estimate e;
     CHECK_OK(hpt_plan_estimate(&po, &e));
@@ -311,21 +316,23 @@ static void check_bf16_weights(void) {
               "bf16-kahan device, exact"}};
     char dir[600];
     snprintf(dir, sizeof dir, "%s/offload", t_tmpdir());
-    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+    for (size_t i = 0; i < 2 * (sizeof c / sizeof c[0]); i++) {
         hpt_train_opts o = hpt_train_defaults();
-        o.model = "gpt2:L=3,C=48,NH=6,V=100,T=32";
+        o.model = k_models[i % 2];
         o.data = g_train;
         o.B = 2;
         o.T = 24;
         o.steps = 2;
         o.warmup = 1;
         o.offload = hpt_offload_defaults();
-        o.offload.params = c[i].params;
-        o.offload.grads = c[i].grads;
-        o.offload.optim = c[i].optim;
-        o.offload.fused = c[i].fused;
-        o.offload.weights = c[i].weights;
-        check_trained(&o, dir, c[i].what);
+        o.offload.params = c[i / 2].params;
+        o.offload.grads = c[i / 2].grads;
+        o.offload.optim = c[i / 2].optim;
+        o.offload.fused = c[i / 2].fused;
+        o.offload.weights = c[i / 2].weights;
+        char what[96];
+        snprintf(what, sizeof what, "%s %s", k_names[i % 2], c[i / 2].what);
+        check_trained(&o, dir, what);
     }
 }
 
@@ -571,9 +578,10 @@ static void check_grad_homes(void) {
                  {HPT_TIER_DEVICE, HPT_GH_FP16, 1}};
     char dir[600];
     snprintf(dir, sizeof dir, "%s/grad_homes", t_tmpdir());
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    for (size_t j = 0; j < 2 * (sizeof cases / sizeof cases[0]); j++) {
+        size_t i = j / 2;
         hpt_train_opts o = hpt_train_defaults();
-        o.model = "gpt2:L=3,C=48,NH=6,V=100,T=32";
+        o.model = k_models[j % 2];
         o.data = g_train;
         o.B = 2;
         o.T = 32;
@@ -584,7 +592,7 @@ static void check_grad_homes(void) {
         o.offload.grad_home = cases[i].gh;
         o.loss_scale.mode = HPT_LOSS_SCALE_DYNAMIC;
         char what[96];
-        snprintf(what, sizeof what, "grad home %s on %s, accum %d",
+        snprintf(what, sizeof what, "%s grad home %s on %s, accum %d", k_names[j % 2],
                  hpt_grad_home_name((hpt_grad_home)cases[i].gh), hpt_tier_name(cases[i].t),
                  cases[i].accum);
         check_trained(&o, dir, what);
@@ -628,16 +636,34 @@ int main(void) {
         {"train L4 C64 Lion 8-bit fused", "gpt2:L=4,C=64,NH=8,V=256,T=128", 2, 96, 1, 0, 0, HPT_OPTIM_LION, 8, 0, 1},
         {"train L2 C64 Adam-mini 8-bit fused", "gpt2:L=2,C=64,NH=4,V=256,T=64", 3, 24, 1, 0, 0, HPT_OPTIM_ADAM_MINI, 8, 0, 1},
         {"train L2 C32 SGD 32-bit fused", "gpt2:L=2,C=32,NH=4,V=64,T=32", 4, 16, 1, 0, 0, HPT_OPTIM_SGD, 32, 0, 1},
+        /* llama: grouped-query attention, rotary tables (the model's constants), SwiGLU */
+#define LL "llama:L=3,C=48,NH=6,NKV=2,FF=80,V=100,T=32,factor=8,orig=16"
+        {"llama train B2 T32 +val", LL, 2, 32, 1, 1, 0, 0, 32, 0, 0},
+        {"llama tied NKV=NH B4 T16", "llama:L=2,C=32,NH=4,FF=40,V=64,T=32,tied=1", 4, 16, 1, 0, 0, 0, 32, 0, 0},
+        {"llama forward B3 T24 loader", LL, 3, 24, 0, 0, 0, 0, 32, 0, 0},
+        {"llama forward B1 T20 no data", LL, 1, 20, 0, 0, 1, 0, 32, 0, 0},
+        {"llama AdamW 8-bit +val", LL, 2, 32, 1, 1, 0, HPT_OPTIM_ADAMW, 8, 0, 0},
+        {"llama Lion 8-bit emb32", LL, 2, 32, 1, 1, 0, HPT_OPTIM_LION, 8, 1, 0},
+        {"llama Adam-mini 8-bit", LL, 2, 32, 1, 0, 0, HPT_OPTIM_ADAM_MINI, 8, 0, 0},
+        {"llama SGD 8-bit", LL, 2, 32, 1, 0, 0, HPT_OPTIM_SGD, 8, 0, 0},
+        {"llama AdamW fused", LL, 2, 32, 1, 1, 0, HPT_OPTIM_ADAMW, 32, 0, 1},
+        {"llama AdamW 8-bit fused", LL, 2, 32, 1, 1, 0, HPT_OPTIM_ADAMW, 8, 0, 1},
+        {"llama Adam-mini 8-bit fused", LL, 2, 32, 1, 0, 0, HPT_OPTIM_ADAM_MINI, 8, 0, 1},
+#undef LL
     };
     printf("estimate vs measured device peak (bytes):\n");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         check_case(&cases[i]);
     }
-    check_hybrid(HPT_PREDICTOR_ADAM, 1, HPT_WEIGHTS_F32);
-    check_hybrid(HPT_PREDICTOR_LINEAR, 1, HPT_WEIGHTS_F32);
-    check_hybrid(HPT_PREDICTOR_LINEAR, 0, HPT_WEIGHTS_F32);
-    check_hybrid(HPT_PREDICTOR_ADAM, 1, HPT_WEIGHTS_Q8);
-    check_hybrid(HPT_PREDICTOR_LINEAR, 1, HPT_WEIGHTS_Q8);
+    static const char *const hybrid_models[] = {"gpt2:L=2,C=32,NH=4,V=64,T=32",
+                                                "llama:L=2,C=32,NH=4,NKV=2,FF=64,V=64,T=32"};
+    for (int k = 0; k < 2; k++) {
+        check_hybrid(hybrid_models[k], HPT_PREDICTOR_ADAM, 1, HPT_WEIGHTS_F32);
+        check_hybrid(hybrid_models[k], HPT_PREDICTOR_LINEAR, 1, HPT_WEIGHTS_F32);
+        check_hybrid(hybrid_models[k], HPT_PREDICTOR_LINEAR, 0, HPT_WEIGHTS_F32);
+        check_hybrid(hybrid_models[k], HPT_PREDICTOR_ADAM, 1, HPT_WEIGHTS_Q8);
+        check_hybrid(hybrid_models[k], HPT_PREDICTOR_LINEAR, 1, HPT_WEIGHTS_Q8);
+    }
     check_bf16_weights();
     check_embeddings();
     check_grad_homes();

@@ -339,7 +339,7 @@ static void check_attention(int B, int T, int C, int NH) {
     size_t nQ = (size_t)B * T * 3 * C, nO = (size_t)B * T * C, nA = (size_t)B * NH * T * T;
     float *qkv = rand_f(nQ, 0.0, 1.0);
     float *out = fill_f(nO, NAN), *att = fill_f(nA, NAN);
-    k_attention_forward(out, att, qkv, B, T, C, NH);
+    k_attention_forward(out, att, qkv, B, T, C, NH, NH);
     att_ctx x = {to_d(qkv, nQ), zeros_d(nO), zeros_d(nA), NULL, B, T, C, NH};
     attention_ref(x.out, x.att, x.qkv, B, T, C, NH);
     report(tag, "fwd", fwd_err(out, x.out, nO), FWD_BOUND);
@@ -356,7 +356,7 @@ static void check_attention(int B, int T, int C, int NH) {
     double *Rd = to_d(R, nO);
     x.R = Rd;
     float *dqkv = fill_f(nQ, NAN), *scratch = fill_f((size_t)B * NH * T, NAN);
-    k_attention_backward(dqkv, scratch, R, qkv, att, B, T, C, NH);
+    k_attention_backward(dqkv, scratch, R, qkv, att, B, T, C, NH, NH);
     if (nQ > FD_ALL) {
         check_grad(tag, "dqkv", x.qkv, nQ, att_objective, &x, dqkv, NULL);
     } else {

@@ -1,6 +1,7 @@
 /* test_recompute.c: activation recomputation is exact and shrinks the arena.
  *
- * For each attention kind (flash, plain) and each policy (selective, every:2, every:3, full,
+ * For GPT-2 and llama (grouped-query attention, rotary tables, SwiGLU, untied head), each
+ * attention kind (flash, plain) and each policy (selective, every:2, every:3, full,
  * every:N with N > L), a small GPT-2 (L = 5, so segments of 2 and 3 leave a short last one) is
  * trained for a few steps (plain SGD: updates, not a particular optimizer) from the same
  * initialisation and batches as with no recomputation; every step's loss, the final gradients
@@ -25,13 +26,17 @@ typedef struct {
     uint64_t arena_bytes;
 } run_out;
 
-static const char *k_shape = "gpt2:L=5,C=64,NH=4,V=256,T=64";
+/* GPT-2, and llama with grouped-query attention (NH/NKV = 2), rope scaling and an untied head */
+static const char *const k_shapes[] = {
+    "gpt2:L=5,C=64,NH=4,V=256,T=64",
+    "llama:L=5,C=64,NH=4,NKV=2,FF=96,V=256,T=64,factor=8,orig=16"};
+static const char *k_shape;
 
 static void run(const hpt_gpt2_act_opts *ao, run_out *out) {
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
-    hpt_gpt2_config cfg;
-    CHECK_OK(hpt_gpt2_config_parse(k_shape, &cfg));
+    hpt_model_config cfg;
+    CHECK_OK(hpt_model_config_parse(k_shape, &cfg));
     hpt_gpt2 *m;
     CHECK_OK(hpt_gpt2_create(mem, &cfg, &m));
     hpt_gpt2_init_random(m, 11);
@@ -56,7 +61,9 @@ static void run(const hpt_gpt2_act_opts *ao, run_out *out) {
 int main(void) {
     static const char *policies[] = {"selective", "every:2", "every:3", "full", "every:9"};
     const int n_pol = (int)(sizeof policies / sizeof policies[0]);
+    for (int sh = 0; sh < 2; sh++)
     for (int k = 0; k < 2; k++) {
+        k_shape = k_shapes[sh];
         hpt_gpt2_act_opts base = hpt_gpt2_act_defaults();
         base.attention = k == 0 ? HPT_ATTN_FLASH : HPT_ATTN_PLAIN;
         run_out ref;
@@ -103,7 +110,7 @@ int main(void) {
     CHECK(o.attention == HPT_ATTN_PLAIN);
     CHECK_STATUS(hpt_attention_parse("fast", &o), HPT_ERR_INVALID);
     hpt_gpt2_config cfg;
-    CHECK_OK(hpt_gpt2_config_parse(k_shape, &cfg));
+    CHECK_OK(hpt_gpt2_config_parse(k_shapes[0], &cfg));
     o.recompute = HPT_RECOMPUTE_EVERY;
     o.every = 0;
     CHECK(hpt_gpt2_activation_bytes(&cfg, B, T, &o) == 0);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_verify_torch.sh HPTRAIN: `hptrain verify` on PyTorch references made now by
 # tests/make_ref_state.py (Debian's python3-torch): the real GPT-2 vocabulary (V=50257,
-# Vp=50304) with C and T not multiples of 8, and a second odd shape. Exit 77 (ctest: skipped)
+# Vp=50304) with C and T not multiples of 8, and a second odd shape; and llama shapes by
+# tests/make_ref_state_llama.py (see below). Exit 77 (ctest: skipped)
 # when torch is not installed.
 set -u
 bin=$1
@@ -29,6 +30,30 @@ for cfg in "realvocab 2 36 3 50257 50304 64 2 13 7" "odd 3 20 5 333 384 40 3 29 
        --steps "$tmp/$name/steps.json" >"$tmp/$name.out" 2>&1 && grep -q PASSED "$tmp/$name.out"; then
     pass=$((pass + 1))
     head -2 "$tmp/$name.out"
+  else
+    fail=$((fail + 1))
+    echo "FAIL: verify $name"
+    cat "$tmp/$name.out"
+  fi
+done
+# llama (tests/make_ref_state_llama.py, hand-written from Hugging Face's LlamaForCausalLM): the
+# issue's odd shapes: NH/NKV = 3, C not a multiple of 64, T not a multiple of the attention
+# tile, Llama 3 rope scaling on (orig 16: the rotary frequencies fall in all three bands),
+# untied head; then a tied head with q/k/v/o and MLP biases, NKV = NH, no scaling.
+for cfg in "gqa llama:L=2,C=96,NH=6,NKV=2,FF=200,V=500,T=64,theta=10000,eps=1e-5,factor=8,low=1,high=4,orig=16,tied=0 2 37 7" \
+           "bias llama:L=3,C=40,NH=5,FF=72,V=333,T=40,theta=500,eps=1e-6,tied=1,attn_bias=1,mlp_bias=1 3 29 11"; do
+  set -- $cfg
+  name=$1
+  shape=$2
+  if ! "$py" "$here/make_ref_state_llama.py" "$tmp/$name" "$shape" "$3" "$4" "$5" >"$tmp/gen.log" 2>&1; then
+    echo "FAIL: generating $name: $(tail -3 "$tmp/gen.log")"
+    fail=$((fail + 1))
+    continue
+  fi
+  if "$bin" verify --model "$shape" --state "$tmp/$name/state.bin" \
+       --steps "$tmp/$name/steps.json" >"$tmp/$name.out" 2>&1 && grep -q PASSED "$tmp/$name.out"; then
+    pass=$((pass + 1))
+    cat "$tmp/$name.out"
   else
     fail=$((fail + 1))
     echo "FAIL: verify $name"

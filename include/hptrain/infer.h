@@ -28,14 +28,14 @@ typedef enum { HPT_WEIGHTS_F32 = 0, HPT_WEIGHTS_Q8 } hpt_weights;
 const char *hpt_weights_name(hpt_weights w); /* "fp32", "int8" */
 hpt_status hpt_weights_parse(const char *text, hpt_weights *out);
 /* Bytes of an engine's weights for cfg (the estimate of what hpt_infer allocates for them). */
-uint64_t hpt_infer_weight_bytes_for(const hpt_gpt2_config *cfg, hpt_weights w);
+uint64_t hpt_infer_weight_bytes_for(const hpt_model_config *cfg, hpt_weights w);
 
 /* Device bytes an engine allocates: its weights, its cache of ctx positions (0: maxT) and row
  * scratch: exactly what hpt_infer_load leaves allocated (hpt_infer_create with F32 borrows the
  * model's weights: hpt_infer_weight_bytes_for less). */
-uint64_t hpt_infer_bytes_for(const hpt_gpt2_config *cfg, hpt_weights w, int ctx);
+uint64_t hpt_infer_bytes_for(const hpt_model_config *cfg, hpt_weights w, int ctx);
 /* Device bytes hpt_infer_loss allocates for the duration of its call (logits of 64 rows). */
-uint64_t hpt_infer_loss_bytes_for(const hpt_gpt2_config *cfg);
+uint64_t hpt_infer_loss_bytes_for(const hpt_model_config *cfg);
 
 typedef struct hpt_infer hpt_infer;
 /* An engine on model's weights (F32: borrowed; Q8: quantised copies, model may then be freed);
@@ -47,7 +47,7 @@ hpt_status hpt_infer_create(hpt_mem *mem, hpt_gpt2 *model, hpt_weights w, int ct
 hpt_status hpt_infer_load(hpt_mem *mem, const char *path, hpt_weights w, int ctx,
                           hpt_infer **out);
 void hpt_infer_free(hpt_infer *inf);
-const hpt_gpt2_config *hpt_infer_get_config(const hpt_infer *inf);
+const hpt_model_config *hpt_infer_get_config(const hpt_infer *inf);
 int hpt_infer_get_ctx(const hpt_infer *inf);
 int hpt_infer_get_pos(const hpt_infer *inf); /* positions filled since the last reset */
 void hpt_infer_reset(hpt_infer *inf);        /* empties the cache */

@@ -21,17 +21,48 @@
 #error "include hptrain.h, which includes this part"
 #endif
 
+/* A model's configuration, for every architecture (hpt_arch_id). GPT-2 fills NKV = NH,
+ * FF = 4C, norm_eps 1e-5, tied 1, init_range 0.02 and leaves the rope fields 0; a GPT-2
+ * configuration written by hand with only L, C, NH, V, Vp, maxT set (designated initialisers,
+ * arch 0) means the same thing: the model fills the rest on create. hd = C / NH always. */
+typedef enum { HPT_ARCH_GPT2 = 0, HPT_ARCH_LLAMA = 1 } hpt_arch_id;
 typedef struct {
-    int L;    /* layers */
-    int C;    /* channels */
-    int NH;   /* heads; C % NH == 0 */
-    int V;    /* vocabulary */
-    int Vp;   /* vocabulary padded (rows of wte), Vp >= V */
-    int maxT; /* positions */
-} hpt_gpt2_config;
+    int arch;            /* hpt_arch_id */
+    int L, C, NH, NKV;   /* layers, channels, query heads, key/value heads (GPT-2: NKV = NH);
+                          * C % NH == 0, NH % NKV == 0 */
+    int FF;              /* MLP hidden width (GPT-2: 4C) */
+    int V, Vp, maxT;     /* vocabulary, padded vocabulary (rows of wte, Vp >= V), positions */
+    float norm_eps;      /* GPT-2 1e-5 (LayerNorm), llama rms_norm_eps */
+    float rope_theta;    /* llama's rope base; GPT-2 0 */
+    float rope_factor;   /* Llama 3 frequency scaling factor; 0 = none */
+    float rope_low_freq, rope_high_freq; /* low_freq_factor, high_freq_factor */
+    int rope_orig_maxT;  /* original_max_position_embeddings (with rope_factor > 0) */
+    int tied;            /* the head is wte (GPT-2: 1); 0: a separate lm_head (Vp, C) */
+    int attn_bias, mlp_bias; /* llama: biases on q/k/v/o, on gate/up/down */
+    float init_range;    /* initializer_range: N(0, init_range) init (GPT-2 0.02) */
+} hpt_model_config;
+/* GPT-2's configuration is the model configuration (arch HPT_ARCH_GPT2), kept under its old
+ * name for the hpt_gpt2_* calls. */
+typedef hpt_model_config hpt_gpt2_config;
 
-/* "gpt2-124m" | "gpt2-350m" | "gpt2-774m" | "gpt2-1558m" |
- * "gpt2:L=12,C=768,NH=12[,V=50257][,T=1024][,Vp=...]". Vp defaults to V rounded up to 128. */
+/* SHAPE of any architecture:
+ *   "gpt2-124m" | "gpt2-350m" | "gpt2-774m" | "gpt2-1558m" |
+ *   "gpt2:L=12,C=768,NH=12[,V=50257][,T=1024][,Vp=...]"
+ *   "llama3.2-1b" | "llama3.2-3b" | "llama3.1-8b" | "llama2-7b" | "mistral-7b" (v0.1) |
+ *   "llama:L=..,C=..,NH=..,FF=..[,NKV=..][,V=..][,T=..][,theta=..][,Vp=..][,eps=..]
+ *          [,factor=..,low=..,high=..,orig=..][,tied=0|1][,attn_bias=0|1][,mlp_bias=0|1]
+ *          [,range=..]"
+ * The named shapes carry their published config.json's dimensions (docs/llama.md). A custom
+ * llama shape takes Hugging Face LlamaConfig's defaults: NKV = NH, V 32000, T 2048, theta
+ * 10000, eps 1e-6, untied, no biases, no rope scaling (factor 0; with factor > 0, low 1,
+ * high 4 unless given, orig required), range 0.02. Vp defaults to V rounded up to 128. */
+hpt_status hpt_model_config_parse(const char *shape, hpt_model_config *out);
+/* HPT_ERR_SHAPE for a configuration no architecture can build. */
+hpt_status hpt_model_config_check(const hpt_model_config *cfg);
+/* Number of parameters of the configuration (wte's and lm_head's padding rows included). */
+size_t hpt_model_config_num_params(const hpt_model_config *cfg);
+
+/* GPT-2 shapes only (HPT_ERR_INVALID for another architecture's); see hpt_model_config_parse. */
 hpt_status hpt_gpt2_config_parse(const char *shape, hpt_gpt2_config *out);
 hpt_status hpt_gpt2_config_check(const hpt_gpt2_config *cfg);
 /* Number of parameters including wte's padding rows. */
@@ -64,10 +95,14 @@ typedef struct {
     int is_matrix;      /* 2-D weights (embeddings and linear weights): decayed by default */
 } hpt_tensor_info;
 
-/* A model from SHAPE (an architecture's shape, see hpt_gpt2_config_parse), with zeroed
+/* A model from SHAPE (an architecture's shape, see hpt_model_config_parse), with zeroed
  * parameters and gradients (device tier); hpt_model_create_offload (hptrain/offload.h) adds the
  * offload engine. HPT_ERR_INVALID for a shape no architecture knows. */
 hpt_status hpt_model_create(hpt_mem *mem, const char *shape, hpt_model **out);
+/* The same from a configuration (hpt_model_config_parse's, or a Hugging Face config.json's). */
+hpt_status hpt_model_create_config(hpt_mem *mem, const hpt_model_config *cfg, hpt_model **out);
+/* The model's configuration (every field filled). */
+const hpt_model_config *hpt_model_get_config(const hpt_model *m);
 /* A model from a checkpoint (llm.c GPT-2, version 3 fp32 or 5 bf16). */
 hpt_status hpt_model_load(hpt_mem *mem, const char *path, hpt_model **out);
 /* Writes the checkpoint of the model's architecture (llm.c version 3 for GPT-2), atomically. */
@@ -77,7 +112,7 @@ void hpt_model_free(hpt_model *m);
  * 0.02/sqrt(2L)), biases 0, layernorm weights 1, wte padding rows 0). Deterministic in seed; the
  * same values with or without the offload engine (which can fail: a disk write). */
 hpt_status hpt_model_init_random(hpt_model *m, uint64_t seed);
-const char *hpt_model_arch(const hpt_model *m); /* "gpt2" */
+const char *hpt_model_arch(const hpt_model *m); /* "gpt2", "llama" */
 size_t hpt_model_num_params(const hpt_model *m);
 int hpt_model_num_tensors(const hpt_model *m);
 /* Tensor i (0 <= i < hpt_model_num_tensors) of the model's table; HPT_ERR_INVALID otherwise. */

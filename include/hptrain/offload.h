@@ -108,7 +108,7 @@ hpt_status hpt_offload_parse(const char *text, hpt_offload_opts *o);
 hpt_status hpt_offload_check(const hpt_offload_opts *o);
 /* hpt_gpt2_create with the engine (o NULL or inactive: hpt_gpt2_create); DISK homes need
  * hpt_mem_set_disk_dir first. */
-hpt_status hpt_gpt2_create_offload(hpt_mem *mem, const hpt_gpt2_config *cfg,
+hpt_status hpt_gpt2_create_offload(hpt_mem *mem, const hpt_model_config *cfg,
                                    const hpt_offload_opts *o, hpt_gpt2 **out);
 /* hpt_gpt2_load into a model made with the offload engine (off NULL or inactive: none). */
 hpt_status hpt_gpt2_load_offload(hpt_mem *mem, const char *path, const hpt_offload_opts *off,

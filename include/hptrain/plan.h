@@ -133,7 +133,7 @@ hpt_status hpt_device_ready(int device);
  *                        position t attends t+1 keys, QK^T and AV at 2 FLOPs per multiply-add)
  *   training per token = 3 * forward                          (backward = 2 * forward) */
 typedef struct {
-    hpt_gpt2_config cfg;
+    hpt_model_config cfg;
     int B, T;            /* batch and sequence length; 1 <= T <= cfg.maxT */
     int training;        /* 1: forward + backward + AdamW; 0: forward only (sampling, eval) */
     int has_val;         /* a validation loader is open (its data buffers count) */

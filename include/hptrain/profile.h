@@ -28,7 +28,7 @@
 typedef struct {
     int version;                                  /* HPT_TRACE_VERSION */
     uint64_t budget_bytes[HPT_TIER_COUNT];        /* 0: unlimited */
-    hpt_gpt2_config cfg;                          /* all zero when unknown */
+    hpt_model_config cfg;                          /* all zero when unknown */
     uint64_t num_params;
     int B, T;
     int has_val;                                  /* a validation set was evaluated */

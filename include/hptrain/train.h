@@ -36,7 +36,7 @@ typedef struct {
 hpt_train_opts hpt_train_defaults(void);
 /* The estimator's options for the run o describes on the shape cfg (what the trainer's budget
  * check estimates; hpt_plan_estimate of it gives the run's peaks). */
-hpt_plan_opts hpt_train_plan_opts(const hpt_train_opts *o, const hpt_gpt2_config *cfg);
+hpt_plan_opts hpt_train_plan_opts(const hpt_train_opts *o, const hpt_model_config *cfg);
 
 typedef struct {
     int64_t step, total;   /* steps completed after this call, of total */
@@ -86,13 +86,14 @@ const hpt_schedule *hpt_trainer_schedule(const hpt_trainer *tr);
 
 #define HPT_VERIFY_MAX_STEPS 64
 typedef struct {
-    hpt_gpt2_config cfg;
+    hpt_model_config cfg;
     int B, T;
     double logits_rel_err;                       /* ||ours - ref|| / ||ref|| over (B,T,V) */
     double loss_rel_err;
     float loss, ref_loss;
     double grad_rel_err[HPT_GPT2_NUM_TENSORS];   /* norm-wise, per tensor */
     const char *grad_name[HPT_GPT2_NUM_TENSORS];
+    int n_grads;                                 /* entries of grad_name, grad_rel_err */
     int n_steps;                                 /* AdamW steps compared (0: no steps file) */
     float step_loss[HPT_VERIFY_MAX_STEPS], ref_step_loss[HPT_VERIFY_MAX_STEPS];
     double max_step_rel_err;
@@ -100,7 +101,9 @@ typedef struct {
     int passed;                                  /* every figure within tol */
 } hpt_verify_report;
 
-/* Loads an llm.c checkpoint and reference state, runs forward and backward on its batch and
+/* Loads an llm.c checkpoint and reference state (or, with a SHAPE as model_path, a model of
+ * that shape whose parameters come from a version-3 reference state: src/train/verify.c),
+ * runs forward and backward on its batch and
  * compares logits, loss and every gradient; with steps_json (may be NULL: llm.c-style JSON
  * with "adamw": {lr, beta1, beta2, eps, weight_decay} and "losses": [...]) also runs that
  * many AdamW steps (weight decay on every tensor) comparing the loss before each. Returns

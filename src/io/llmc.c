@@ -43,6 +43,7 @@ hpt_status hpt_gpt2_load(hpt_mem *mem, const char *path, hpt_gpt2 **out) {
 hpt_status hpt_gpt2_load_offload(hpt_mem *mem, const char *path, const hpt_offload_opts *off,
                                  hpt_gpt2 **out) {
     *out = NULL;
+    if (io_is_dir(path)) return hpt_model_load_hf(mem, path, off, out); /* Hugging Face */
     FILE *f;
     uint64_t size;
     HPT_CHECK(io_open_read(path, &f, &size));
@@ -59,8 +60,9 @@ hpt_status hpt_gpt2_load_offload(hpt_mem *mem, const char *path, const hpt_offlo
         return hpt_fail(HPT_ERR_FORMAT, "%s: checkpoint version %d is not supported (3 fp32, 5 bf16)",
                         path, h[1]);
     }
-    hpt_gpt2_config cfg = {.maxT = h[2], .V = h[3], .L = h[4], .NH = h[5], .C = h[6], .Vp = h[7]};
+    hpt_model_config cfg = {.maxT = h[2], .V = h[3], .L = h[4], .NH = h[5], .C = h[6], .Vp = h[7]};
     if (cfg.Vp == 0) cfg.Vp = cfg.V; /* version-1 era files carry no padded size */
+    model_config_fill(&cfg);
     s = hpt_gpt2_config_check(&cfg);
     if (s != HPT_OK) { fclose(f); return hpt_fail_ctx(s, "%s", path); }
     size_t n = hpt_gpt2_num_params(&cfg), esz = h[1] == 3 ? 4 : 2;
@@ -100,7 +102,7 @@ static hpt_status emit_atomic(void *ctx, const float *x, size_t n) {
 }
 
 hpt_status hpt_model_save(const hpt_gpt2 *m, const char *path) {
-    const hpt_gpt2_config *c = hpt_gpt2_get_config(m);
+    const hpt_model_config *c = hpt_gpt2_get_config(m);
     hpt_gpt2 *mm = (hpt_gpt2 *)(uintptr_t)m; /* gpt2_emit's engine gathers: no change */
     int32_t h[256] = {0};
     h[0] = CKPT_MAGIC; h[1] = 3; h[2] = c->maxT; h[3] = c->V; h[4] = c->L;
@@ -114,12 +116,12 @@ hpt_status hpt_model_save(const hpt_gpt2 *m, const char *path) {
     return io_atomic_commit(&w);
 }
 
-static size_t ref_sizes(const hpt_gpt2_config *cfg, int B, int T, size_t *n_logits) {
+static size_t ref_sizes(const hpt_model_config *cfg, int B, int T, size_t *n_logits) {
     *n_logits = (size_t)B * T * cfg->V;
     return hpt_gpt2_num_params(cfg);
 }
 
-void hpt_ref_state_free(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_ref_state *s) {
+void hpt_ref_state_free(hpt_mem *mem, const hpt_model_config *cfg, hpt_ref_state *s) {
     if (!s) return;
     size_t BT = (size_t)s->B * s->T, nl, np = ref_sizes(cfg, s->B, s->T, &nl);
     hpt_mem_free(mem, HPT_TIER_DEVICE, HPT_CAT_IO, s->x, BT * 4);
@@ -129,7 +131,7 @@ void hpt_ref_state_free(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_ref_state 
     memset(s, 0, sizeof *s);
 }
 
-hpt_status hpt_ref_state_load(const char *path, hpt_mem *mem, const hpt_gpt2_config *cfg,
+hpt_status hpt_ref_state_load(const char *path, hpt_mem *mem, const hpt_model_config *cfg,
                               hpt_ref_state *out) {
     memset(out, 0, sizeof *out);
     FILE *f;
@@ -175,7 +177,8 @@ hpt_status hpt_ref_state_load(const char *path, hpt_mem *mem, const hpt_gpt2_con
 
 /* The header checks of hpt_gpt2_load without the payload: the estimator and the trainer's
  * budget check learn a checkpoint's shape before anything is allocated for it. */
-hpt_status hpt_gpt2_read_config(const char *path, hpt_gpt2_config *out) {
+hpt_status hpt_gpt2_read_config(const char *path, hpt_model_config *out) {
+    if (io_is_dir(path)) return io_hf_read_config(path, out); /* Hugging Face */
     FILE *f;
     uint64_t size;
     HPT_CHECK(io_open_read(path, &f, &size));
@@ -189,8 +192,9 @@ hpt_status hpt_gpt2_read_config(const char *path, hpt_gpt2_config *out) {
     if (h[1] != 3 && h[1] != 5)
         return hpt_fail(HPT_ERR_FORMAT, "%s: checkpoint version %d is not supported (3 fp32, 5 bf16)",
                         path, h[1]);
-    hpt_gpt2_config cfg = {.maxT = h[2], .V = h[3], .L = h[4], .NH = h[5], .C = h[6], .Vp = h[7]};
+    hpt_model_config cfg = {.maxT = h[2], .V = h[3], .L = h[4], .NH = h[5], .C = h[6], .Vp = h[7]};
     if (cfg.Vp == 0) cfg.Vp = cfg.V;
+    model_config_fill(&cfg);
     s = hpt_gpt2_config_check(&cfg);
     if (s != HPT_OK) return hpt_fail_ctx(s, "%s", path);
     size_t n = hpt_gpt2_num_params(&cfg), esz = h[1] == 3 ? 4 : 2;
@@ -204,7 +208,7 @@ hpt_status hpt_gpt2_read_config(const char *path, hpt_gpt2_config *out) {
 
 /* ---- streaming reader: the inference engine's loader ---------------------------------- */
 
-hpt_status io_llmc_stream(hpt_mem *mem, const char *path, const hpt_gpt2_config *cfg,
+hpt_status io_llmc_stream(hpt_mem *mem, const char *path, const hpt_model_config *cfg,
                           const size_t *row_width, size_t stage_bytes, io_llmc_rows_fn fn,
                           void *ctx) {
     hpt_tensor_table t;
@@ -253,7 +257,7 @@ static void ingest_rows(void *ctx, int k, size_t row0, const float *rows, size_t
 hpt_status hpt_infer_load(hpt_mem *mem, const char *path, hpt_weights kind, int ctx,
                           hpt_infer **out) {
     *out = NULL;
-    hpt_gpt2_config cfg;
+    hpt_model_config cfg;
     HPT_CHECK(hpt_gpt2_read_config(path, &cfg)); /* checks magic, version and size */
     hpt_infer *inf;
     HPT_CHECK(infer_new(mem, &cfg, kind, ctx, &inf));
@@ -262,7 +266,9 @@ hpt_status hpt_infer_load(hpt_mem *mem, const char *path, hpt_weights kind, int 
     size_t w[HPT_TABLE_MAX];
     for (int k = 0; k < t.n; k++) w[k] = infer_row_width(&cfg, k);
     hpt_status s = infer_alloc_weights(inf);
-    if (s == HPT_OK) s = io_llmc_stream(mem, path, &cfg, w, K_INFER_STAGE_BYTES, ingest_rows, inf);
+    if (s == HPT_OK)
+        s = (io_is_dir(path) ? io_hf_stream : io_llmc_stream)(mem, path, &cfg, w,
+                                                              K_INFER_STAGE_BYTES, ingest_rows, inf);
     if (s != HPT_OK) {
         hpt_infer_free(inf);
         return hpt_fail_ctx(s, "loading %s (%s weights)", path, hpt_weights_name(kind));

@@ -120,20 +120,56 @@ struct hpt_backend {
     void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout,
                                const float *inp, const float *w, const float *mean,
                                const float *rstd, int64_t N, int C);
+    /* RMSNorm (Llama): out (N,C) = inp * rstd * w per row, rstd = 1 / sqrt(mean(inp^2) + eps);
+     * rstd (N) saved. out must not alias inp. */
+    void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w, int64_t N,
+                            int C, float eps);
+    /* the same out from the forward's saved rstd: the same bits (recomputation) */
+    void (*rmsnorm_apply)(float *out, const float *inp, const float *w, const float *rstd,
+                          int64_t N, int C);
+    /* dinp (N,C) += backward; dw (C) += backward (dout, inp (N,C); rstd (N) the forward's) */
+    void (*rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp,
+                             const float *w, const float *rstd, int64_t N, int C);
 
-    /* ---- attention (causal; qkv (B,T,3C) = [q | k | v], heads of C/NH) ---- */
+    /* ---- rotary position embeddings and SwiGLU (Llama) ---- */
+    /* In place on the NH q heads and the NKV k heads of qkv (B,T,(NH+2*NKV)*hd) (v untouched),
+     * rotate_half convention (element i of a head pairs with i + hd/2, hd even):
+     *   y[i] = x[i] cos - x[i+hd/2] sin,  y[i+hd/2] = x[i+hd/2] cos + x[i] sin,
+     * with cos, sin (maxT, hd/2) tables (host-computed by the arch, on the device) read at row
+     * pos0 + t for position t of each sequence (pos0 + T <= maxT; training passes pos0 = 0,
+     * inference the position of its first new token, B = 1). */
+    void (*rope_forward)(float *qkv, const float *cos, const float *sin, int B, int T, int NH,
+                         int NKV, int hd, int pos0);
+    /* the transpose rotation, in place on the dq and dk heads of dqkv (same layout); dv untouched.
+     * RoPE is linear: nothing is saved. */
+    void (*rope_backward)(float *dqkv, const float *cos, const float *sin, int B, int T, int NH,
+                          int NKV, int hd, int pos0);
+    /* h (N,2FF) = [gate | up] per row: out (N,FF) = silu(gate) * up, silu(g) = g / (1 + e^-g).
+     * out must not alias h. */
+    void (*swiglu_forward)(float *out, const float *h, int64_t N, int FF);
+    /* dh (N,2FF) = [dgate | dup] overwritten from dout (N,FF) and the forward's saved h (N,2FF);
+     * dh must not alias h or dout. */
+    void (*swiglu_backward)(float *dh, const float *dout, const float *h, int64_t N, int FF);
+
+    /* ---- attention (causal, grouped-query) ----
+     * qkv (B,T,(NH+2*NKV)*hd) = [q (NH heads) | k (NKV heads) | v (NKV heads)], hd = C/NH,
+     * NKV divides NH; query head h uses kv head h / (NH/NKV); out (B,T,C), C = NH*hd. GPT-2 is
+     * NKV = NH: qkv (B,T,3C) = [q | k | v]. Repeated K/V heads are never materialised. */
     /* plain: out (B,T,C); att (B,NH,T,T) the softmax probabilities */
     void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C,
-                              int NH);
-    /* dqkv (B,T,3C) overwritten; scratch (B*NH, T) */
+                              int NH, int NKV);
+    /* dqkv (as qkv) overwritten, dk and dv the sums over each group's query heads; scratch
+     * (B*NH, T) */
     void (*attention_backward)(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                               const float *att, int B, int T, int C, int NH);
+                               const float *att, int B, int T, int C, int NH, int NKV);
     /* flash: out (B,T,C), lse (B,NH,T) each row's log-sum-exp: the only other thing saved */
     void (*flash_attention_forward)(float *out, float *lse, const float *qkv, int B, int T,
-                                    int C, int NH);
+                                    int C, int NH, int NKV);
+    /* dqkv (as qkv) overwritten, as attention_backward; out, lse the forward's; scratch
+     * (B*NH, T) */
     void (*flash_attention_backward)(float *dqkv, float *scratch, const float *dout,
                                      const float *qkv, const float *out, const float *lse, int B,
-                                     int T, int C, int NH);
+                                     int T, int C, int NH, int NKV);
 
     /* ---- pointwise ---- */
     /* GELU, tanh form; backward: dinp = gelu'(inp) * dout (dinp may alias dout) */
@@ -223,14 +259,21 @@ struct hpt_backend {
                                int accumulate, float *scratch);
     /* ---- inference helpers ---- */
     /* x (n,C) = wte[tok] + wpe[pos0 + t]; wte (Vp,C) fp32, or int8 rows wte_q (Vp,C) times
-     * wte_scale (Vp) when wte_q is not NULL (wte is then unused) */
+     * wte_scale (Vp) when wte_q is not NULL (wte is then unused); wpe (maxT,C) NULL: no
+     * learned positions (rotary models), x = wte[tok] */
     void (*infer_embed)(float *x, const int32_t *tok, size_t n, int pos0, const float *wte,
                         const int8_t *wte_q, const float *wte_scale, const float *wpe, int C);
-    /* the key/value cache K, V (ctx,C): rows pos0 .. pos0 + n - 1 = the k and v of qkv (n,3C) */
-    void (*infer_kv_store)(float *K, float *V, const float *qkv, int pos0, size_t n, int C);
-    /* atty (n,C) = causal attention of qkv's n queries at positions pos0 .. over K, V (ctx,C) */
+    /* The key/value cache of NKV heads, grouped-query as the attention ops: qkv (n, C + 2 KVC)
+     * = [q (NH heads) | k (NKV heads) | v (NKV heads)], KVC = NKV * (C/NH); K, V (ctx, KVC).
+     * GPT-2: NKV = NH, qkv (n,3C), K, V (ctx,C). A rotary model applies rope_forward (B = 1,
+     * T = n, pos0) to qkv before storing. */
+    /* rows pos0 .. pos0 + n - 1 of K, V = the k and v parts of qkv's n rows (copies) */
+    void (*infer_kv_store)(float *K, float *V, const float *qkv, int pos0, size_t n, int C,
+                           int NH, int NKV);
+    /* atty (n,C) = causal attention of qkv's n queries at positions pos0 .. pos0 + n - 1 over
+     * K, V rows 0 .. each query's position; query head h reads kv head h / (NH/NKV) */
     void (*infer_attend)(float *atty, const float *qkv, const float *K, const float *V,
-                         int pos0, size_t n, int C, int NH);
+                         int pos0, size_t n, int C, int NH, int NKV);
     /* Saved activations, compressed: the bytes of a stored copy of x (rows, w); store it; load
      * it back (par 0: on a helper thread, outside the op's thread team). */
     size_t (*act_code_bytes)(hpt_act_code k, size_t rows, size_t w);

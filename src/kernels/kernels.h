@@ -46,22 +46,27 @@ void k_layernorm_apply(float *out, const float *inp, const float *w, const float
 void k_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                           const float *w, const float *mean, const float *rstd, int64_t N, int C);
 
-/* Causal self-attention. qkv (B,T,3C) = [q | k | v], heads of size C/NH.
- * out (B,T,C); att (B,NH,T,T) the softmax probabilities (upper triangle zero). */
-void k_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-/* dqkv (B,T,3C) = backward (overwritten); scratch (B*NH, T) floats. */
+/* Causal self-attention with grouped-query heads. qkv (B,T,(NH+2*NKV)*hd) = [q (NH heads) |
+ * k (NKV heads) | v (NKV heads)], hd = C/NH; query head h uses kv head h / (NH/NKV) (GPT-2:
+ * NKV = NH, qkv (B,T,3C)). out (B,T,C); att (B,NH,T,T) the softmax probabilities (upper
+ * triangle zero). */
+void k_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH,
+                         int NKV);
+/* dqkv (B,T,(NH+2*NKV)*hd) = backward (overwritten; dk, dv summed over each group's query
+ * heads); scratch (B*NH, T) floats. */
 void k_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                          const float *att, int B, int T, int C, int NH);
+                          const float *att, int B, int T, int C, int NH, int NKV);
 
 /* The same attention in memory linear in T (flash_attention.c, FlashAttention-2's algorithm):
  * out (B,T,C) as above; lse (B,NH,T) the log-sum-exp of each row's scaled scores, the only
  * other thing saved. Equal to the plain version within fp32 rounding, not bit for bit. */
 void k_flash_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C,
-                               int NH);
-/* dqkv (B,T,3C) = backward (overwritten), recomputing the probabilities from qkv and lse;
+                               int NH, int NKV);
+/* dqkv (as qkv) = backward (overwritten), recomputing the probabilities from qkv and lse;
  * out (B,T,C) the forward's output; scratch (B*NH, T) floats. */
 void k_flash_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                                const float *out, const float *lse, int B, int T, int C, int NH);
+                                const float *out, const float *lse, int B, int T, int C, int NH,
+                                int NKV);
 
 /* GELU, tanh form: out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
 void k_gelu_forward(float *out, const float *inp, int64_t n);

@@ -3,12 +3,27 @@
  * model's record, so that nothing outside src/model/ needs its layout (gpt2_int.h). */
 #include "model/gpt2_int.h"
 
-void model_describe(const hpt_gpt2_config *cfg, hpt_tensor_table *out) {
-    hpt_arch_gpt2.describe(cfg, out);
+#include <string.h>
+
+const hpt_arch *hpt_arch_of(const hpt_model_config *cfg) {
+    return cfg->arch == HPT_ARCH_GPT2 ? &hpt_arch_gpt2
+         : cfg->arch == HPT_ARCH_LLAMA ? &hpt_arch_llama : NULL;
 }
 
-double model_flops_per_token(const hpt_gpt2_config *cfg, int T) {
-    return hpt_arch_gpt2.flops_per_token(cfg, T);
+void model_describe(const hpt_model_config *cfg, hpt_tensor_table *out) {
+    const hpt_arch *a = hpt_arch_of(cfg);
+    if (a) a->describe(cfg, out);
+    else memset(out, 0, sizeof *out);
+}
+
+size_t model_consts_floats(const hpt_model_config *cfg) {
+    const hpt_arch *a = hpt_arch_of(cfg);
+    return a && a->consts_floats ? a->consts_floats(cfg) : 0;
+}
+
+double model_flops_per_token(const hpt_model_config *cfg, int T) {
+    const hpt_arch *a = hpt_arch_of(cfg);
+    return a ? a->flops_per_token(cfg, T) : 0.0;
 }
 
 const hpt_tensor_table *model_table(const hpt_gpt2 *m) { return &m->tab; }

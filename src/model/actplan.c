@@ -32,10 +32,10 @@ size_t act_head_rows(const hpt_act_opts *o, int B, int T) {
 
 /* The ops' context at (B, T): vc > 0 (chunked embeddings, embed.c) makes a row-chunked head's
  * logits (rows, vc). */
-static hpt_arch_ctx ctx_for(const hpt_gpt2_config *c, const hpt_act_opts *o, int vc, int B,
+static hpt_arch_ctx ctx_for(const hpt_model_config *c, const hpt_act_opts *o, int vc, int B,
                             int T) {
     hpt_arch_ctx x = {hpt_backend_cpu(), c, B, T, o->attention, act_head_rows(o, B, T), 0, 1.0f,
-                     hpt_attn_ops_of(o->attention)};
+                     hpt_attn_ops_of(o->attention), NULL};
     x.logit_cols = vc && x.head_rows < (size_t)B * T ? (size_t)vc : (size_t)c->Vp;
     return x;
 }
@@ -44,6 +44,7 @@ hpt_arch_ctx act_ctx(const hpt_gpt2 *m) {
     hpt_arch_ctx x = ctx_for(&m->cfg, &m->act, m->emb != HPT_EMB_FULL ? m->Vc : 0, m->B, m->T);
     x.be = m->be;
     x.loss_scale = m->loss_scale;
+    x.params = m->ap;
     return x;
 }
 
@@ -62,7 +63,7 @@ static int dropped(const hpt_act_opts *o, int L, int l, const hpt_arch_field *f)
 }
 
 /* a stored field is up to three buffers: forward, store, backward */
-static int n_bufs_for(const hpt_arch *A, const hpt_gpt2_config *c) {
+static int n_bufs_for(const hpt_arch *A, const hpt_model_config *c) {
     return 3 * A->n_fields * c->L + A->n_globals;
 }
 
@@ -176,10 +177,11 @@ static size_t plan_acts(const hpt_arch *A, const hpt_arch_ctx *x, const hpt_act_
 }
 
 /* The plan's bytes per tier (see hpt_gpt2_act_tier_bytes); HPT_ERR_OOM when it cannot plan. */
-static hpt_status plan_tiers(const hpt_gpt2_config *cfg, int B, int T, const hpt_act_opts *o,
+static hpt_status plan_tiers(const hpt_model_config *cfg, int B, int T, const hpt_act_opts *o,
                              int vc, uint64_t out[HPT_TIER_COUNT]) {
-    const hpt_arch *A = &hpt_arch_gpt2;
+    const hpt_arch *A = hpt_arch_of(cfg);
     for (int t = 0; t < HPT_TIER_COUNT; t++) out[t] = 0;
+    if (!A) return hpt_fail(HPT_ERR_INVALID, "unknown architecture id %d", cfg->arch);
     HPT_CHECK(act_opts_check(o));
     hpt_arch_ctx x = ctx_for(cfg, o, vc, B, T);
     size_t nf = (size_t)cfg->L * (size_t)A->n_fields;
@@ -210,18 +212,18 @@ static hpt_status plan_tiers(const hpt_gpt2_config *cfg, int B, int T, const hpt
     return s == HPT_OK ? s : hpt_fail(s, "no memory to plan the activations");
 }
 
-hpt_status hpt_gpt2_act_tier_bytes(const hpt_gpt2_config *cfg, int B, int T,
+hpt_status hpt_gpt2_act_tier_bytes(const hpt_model_config *cfg, int B, int T,
                                    const hpt_act_opts *o, uint64_t out[HPT_TIER_COUNT]) {
     hpt_act_opts d = hpt_gpt2_act_defaults();
     return plan_tiers(cfg, B, T, o ? o : &d, 0, out);
 }
 
-hpt_status gpt2_act_tier_bytes_vc(const hpt_gpt2_config *cfg, int B, int T,
+hpt_status gpt2_act_tier_bytes_vc(const hpt_model_config *cfg, int B, int T,
                                   const hpt_act_opts *o, int vc, uint64_t out[HPT_TIER_COUNT]) {
     return plan_tiers(cfg, B, T, o, vc, out);
 }
 
-size_t hpt_gpt2_activation_bytes(const hpt_gpt2_config *cfg, int B, int T,
+size_t hpt_gpt2_activation_bytes(const hpt_model_config *cfg, int B, int T,
                                  const hpt_act_opts *o) {
     uint64_t t[HPT_TIER_COUNT];
     if (hpt_gpt2_act_tier_bytes(cfg, B, T, o, t) != HPT_OK) return 0;
@@ -291,7 +293,7 @@ hpt_status act_ensure(hpt_gpt2 *m, int B, int T) {
     memset(r->flayers, 0, L * A->block_acts_size);
     hpt_arch_ctx x = ctx_for(&m->cfg, &m->act, m->emb != HPT_EMB_FULL ? m->Vc : 0, B, T);
     x.be = m->be;
-    size_t need = plan_acts(A, &x, &m->act, m->emb != HPT_EMB_FULL ? m->Vc : 0, &m->a, r->layers,
+    size_t need = plan_acts(A, &x, &m->act, m->emb != HPT_EMB_FULL ? m->Vc : 0, m->acts, r->layers,
                             r->flayers, r->bufs, &r->n_bufs, &sp);
     if (!r->act_mem || need > r->act_bytes) {
         m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, r->act_mem, r->act_bytes);

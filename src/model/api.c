@@ -24,9 +24,9 @@ hpt_status hpt_model_create(hpt_mem *mem, const char *shape, hpt_model **out) {
     if (!arch_of_shape(shape))
         return hpt_fail(HPT_ERR_INVALID, "shape '%s': no architecture knows it (gpt2-124m, "
                         "gpt2:L=..,C=..,NH=..)", shape);
-    hpt_gpt2_config cfg;
-    HPT_CHECK(hpt_gpt2_config_parse(shape, &cfg));
-    return hpt_gpt2_create(mem, &cfg, out);
+    hpt_model_config cfg;
+    HPT_CHECK(hpt_model_config_parse(shape, &cfg));
+    return hpt_model_create_config(mem, &cfg, out);
 }
 
 hpt_status hpt_model_load(hpt_mem *mem, const char *path, hpt_model **out) {

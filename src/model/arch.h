@@ -30,23 +30,21 @@
 
 #include <stddef.h>
 
-/* The configuration an architecture reads (GPT-2's today; a wider one comes with Llama). */
-typedef hpt_gpt2_config hpt_arch_config;
-
 /* The attention kernel pair the plan chose, as ops the maths calls without asking which
  * (model/attention.c): out (B,T,C) from qkv (B,T,3C); the saved state is att (B,NH,T,T), the
  * probabilities (plain), or lse (B,NH,T), each row's log-sum-exp (flash): each op takes both
  * pointers and uses its own. rebuild: selective recomputation's rerun (plain: the forward again,
  * the same bits; flash: nothing, it keeps no probabilities). */
 typedef struct {
+    /* NKV: key/value heads (grouped-query attention, qkv (B,T,(NH+2*NKV)*C/NH); GPT-2 NH) */
     void (*forward)(const hpt_backend *be, float *out, float *att, float *lse, const float *qkv,
-                    int B, int T, int C, int NH);
+                    int B, int T, int C, int NH, int NKV);
     void (*rebuild)(const hpt_backend *be, float *out, float *att, float *lse, const float *qkv,
-                    int B, int T, int C, int NH);
-    /* dqkv (B,T,3C) overwritten from dout (B,T,C); scratch (B*NH, T) */
+                    int B, int T, int C, int NH, int NKV);
+    /* dqkv (as qkv) overwritten from dout (B,T,C); scratch (B*NH, T) */
     void (*backward)(const hpt_backend *be, float *dqkv, float *scratch, const float *dout,
                      const float *qkv, const float *out, const float *att, const float *lse,
-                     int B, int T, int C, int NH);
+                     int B, int T, int C, int NH, int NKV);
 } hpt_attn_ops;
 const hpt_attn_ops *hpt_attn_ops_of(hpt_attention a);
 
@@ -54,13 +52,15 @@ const hpt_attn_ops *hpt_attn_ops_of(hpt_attention a);
  * data (which attention kernel pair, how many logit rows at once, the loss scale). */
 typedef struct {
     const hpt_backend *be;
-    const hpt_arch_config *cfg;
+    const hpt_model_config *cfg;
     int B, T;
     hpt_attention attention; /* the plan's attention kind: flash saves att_lse, plain att */
     size_t head_rows;        /* rows of logits the head computes at once (B*T: all) */
     size_t logit_cols;       /* columns of the logits buffer (the planner's; Vp for the head) */
     float loss_scale;        /* S: the backward computes S times the loss's gradients */
     const hpt_attn_ops *attn; /* the kernels of `attention` (hpt_attn_ops_of) */
+    const void *params;      /* the arch's parameter struct (non-block tensors, constants) as
+                              * the embedding and head ops get it; NULL when only planning */
 } hpt_arch_ctx;
 
 /* A saved field of one block. */
@@ -97,9 +97,9 @@ typedef struct {
 typedef struct hpt_arch {
     const char *name;
     /* The parameters in checkpoint order (the per-layer tensors stacked over L). */
-    void (*describe)(const hpt_arch_config *cfg, hpt_tensor_table *out);
+    void (*describe)(const hpt_model_config *cfg, hpt_tensor_table *out);
     /* Forward FLOPs per token at sequence length T (GEMMs and attention; training: 3 times). */
-    double (*flops_per_token)(const hpt_arch_config *cfg, int T);
+    double (*flops_per_token)(const hpt_model_config *cfg, int T);
 
     /* a block's saved fields: rows and row width (floats) of field i at x's (B, T) */
     int n_fields;
@@ -111,6 +111,19 @@ typedef struct hpt_arch {
     const hpt_arch_global *globals;
     size_t acts_size;
     void (*global_shape)(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w);
+    /* offsets in the activation struct of the runner's inputs and targets (int32_t *), of
+     * block 0's input and of the logits (float *) */
+    size_t off_inputs, off_targets, off_encoded, off_logits;
+
+    /* The parameter struct (p or g of the ops) from the tensors' pointers tp[i] (table order;
+     * NULL where not in the flat buffers) and the constants; NULL: the model points GPT-2's
+     * itself (lifecycle.c). */
+    void (*point)(const hpt_model_config *cfg, const hpt_tensor_table *t, float *const *tp,
+                  const float *consts, void *out);
+    /* Constants the ops read (not parameters; e.g. rotary tables), computed on the host once
+     * and kept on the device: their floats (0: none) and their values. */
+    size_t (*consts_floats)(const hpt_model_config *cfg);
+    void (*consts_fill)(const hpt_model_config *cfg, float *host);
 
     /* p, g: the non-block parameters and gradients (the arch's struct of tensor pointers);
      * w, dw: one block's parameters and gradients, one pointer per block slice in block order;
@@ -136,7 +149,10 @@ typedef struct hpt_arch {
                            const float *out);
 } hpt_arch;
 
-/* GPT-2 (model/gpt2.c). */
+/* GPT-2 (model/gpt2.c); the Llama family (model/llama.c). */
 extern const hpt_arch hpt_arch_gpt2;
+extern const hpt_arch hpt_arch_llama;
+/* The architecture of a configuration (cfg->arch), or NULL when this build has none. */
+const hpt_arch *hpt_arch_of(const hpt_model_config *cfg);
 
 #endif

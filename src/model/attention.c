@@ -2,41 +2,43 @@
  * each row's log-sum-exp saved; plain: the (T, T) probabilities saved), as one set of ops
  * (arch.h's hpt_attn_ops) that an architecture calls without asking which: the choice is the
  * runner's (act_ctx), the maths stays free of it. Each op takes both saved-state pointers and
- * uses its own; the other is the field the plan did not keep (NULL). */
+ * uses its own; the other is the field the plan did not keep (NULL). NKV (key/value heads,
+ * grouped-query attention) passes through to the kernels; GPT-2 passes NH. */
 #include "model/arch.h"
 
 static void flash_forward(const hpt_backend *be, float *out, float *att, float *lse,
-                          const float *qkv, int B, int T, int C, int NH) {
+                          const float *qkv, int B, int T, int C, int NH, int NKV) {
     (void)att;
-    be->flash_attention_forward(out, lse, qkv, B, T, C, NH);
+    be->flash_attention_forward(out, lse, qkv, B, T, C, NH, NKV);
 }
 
 /* flash keeps only what selective recomputation never drops: nothing to rebuild */
 static void flash_rebuild(const hpt_backend *be, float *out, float *att, float *lse,
-                          const float *qkv, int B, int T, int C, int NH) {
-    (void)be, (void)out, (void)att, (void)lse, (void)qkv, (void)B, (void)T, (void)C, (void)NH;
+                          const float *qkv, int B, int T, int C, int NH, int NKV) {
+    (void)be, (void)out, (void)att, (void)lse, (void)qkv;
+    (void)B, (void)T, (void)C, (void)NH, (void)NKV;
 }
 
 static void flash_backward(const hpt_backend *be, float *dqkv, float *scratch, const float *dout,
                            const float *qkv, const float *out, const float *att, const float *lse,
-                           int B, int T, int C, int NH) {
+                           int B, int T, int C, int NH, int NKV) {
     (void)att;
-    be->flash_attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
+    be->flash_attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV);
 }
 
 /* plain: the forward, and its rerun rebuilding dropped probabilities (out rewritten with the
  * same bits) */
 static void plain_forward(const hpt_backend *be, float *out, float *att, float *lse,
-                          const float *qkv, int B, int T, int C, int NH) {
+                          const float *qkv, int B, int T, int C, int NH, int NKV) {
     (void)lse;
-    be->attention_forward(out, att, qkv, B, T, C, NH);
+    be->attention_forward(out, att, qkv, B, T, C, NH, NKV);
 }
 
 static void plain_backward(const hpt_backend *be, float *dqkv, float *scratch, const float *dout,
                            const float *qkv, const float *out, const float *att, const float *lse,
-                           int B, int T, int C, int NH) {
+                           int B, int T, int C, int NH, int NKV) {
     (void)out, (void)lse;
-    be->attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
+    be->attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, NKV);
 }
 
 static const hpt_attn_ops k_flash = {flash_forward, flash_rebuild, flash_backward};

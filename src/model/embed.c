@@ -54,17 +54,17 @@ static size_t gcd_size(size_t a, size_t b) {
     return a;
 }
 
-int gpt2_vocab_chunk(const hpt_gpt2_config *c, const hpt_offload_opts *o) {
+int gpt2_vocab_chunk(const hpt_model_config *c, const hpt_offload_opts *o) {
     if (!o || o->embeddings == HPT_EMB_FULL) return 0;
     int rows = o->vocab_chunk > 0 ? o->vocab_chunk : EMB_DEFAULT_ROWS;
     return rows < c->Vp ? rows : c->Vp;
 }
 
 /* Floats of wte and wpe. */
-static size_t wte_n(const hpt_gpt2_config *c) { return (size_t)c->Vp * (size_t)c->C; }
-static size_t wpe_n(const hpt_gpt2_config *c) { return (size_t)c->maxT * (size_t)c->C; }
+static size_t wte_n(const hpt_model_config *c) { return (size_t)c->Vp * (size_t)c->C; }
+static size_t wpe_n(const hpt_model_config *c) { return (size_t)c->maxT * (size_t)c->C; }
 
-void gpt2_nonblock_bytes(const hpt_gpt2_config *c, const hpt_offload_opts *o, uint64_t *params,
+void gpt2_nonblock_bytes(const hpt_model_config *c, const hpt_offload_opts *o, uint64_t *params,
                          uint64_t *grads) {
     uint64_t nf = gpt2_nonblock_floats(c), C = (uint64_t)c->C;
     int e = o ? o->embeddings : HPT_EMB_FULL;
@@ -78,7 +78,7 @@ void gpt2_nonblock_bytes(const hpt_gpt2_config *c, const hpt_offload_opts *o, ui
                   (wte_n(c) + wpe_n(c)) * 2 * (o->weights == HPT_BW_BF16_KAHAN ? 2u : 1u);
 }
 
-hpt_status gpt2_vocab_chunk_check(const hpt_gpt2_config *c, const hpt_offload_opts *o) {
+hpt_status gpt2_vocab_chunk_check(const hpt_model_config *c, const hpt_offload_opts *o) {
     size_t vc = (size_t)gpt2_vocab_chunk(c, o), C = (size_t)c->C;
     if ((vc * C) % HPT_Q8_BLOCK)
         return hpt_fail(HPT_ERR_INVALID, "vocab chunk %zu rows of C=%d: rows * C must be a "
@@ -88,7 +88,7 @@ hpt_status gpt2_vocab_chunk_check(const hpt_gpt2_config *c, const hpt_offload_op
 }
 
 hpt_status emb_create(hpt_gpt2 *m, const hpt_offload_opts *o) {
-    const hpt_gpt2_config *c = &m->cfg;
+    const hpt_model_config *c = &m->cfg;
     m->emb = o ? o->embeddings : HPT_EMB_FULL;
     m->Vc = gpt2_vocab_chunk(c, o);
     if (m->emb == HPT_EMB_FULL) return HPT_OK;
@@ -112,7 +112,7 @@ hpt_status emb_create(hpt_gpt2 *m, const hpt_offload_opts *o) {
 }
 
 void emb_free(hpt_gpt2 *m) {
-    const hpt_gpt2_config *c = &m->cfg;
+    const hpt_model_config *c = &m->cfg;
     size_t ne = wte_n(c) + wpe_n(c), chunk = (size_t)m->Vc * (size_t)c->C * sizeof(float);
     m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, m->emb_grad, chunk);
     m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, m->emb_h, ne * 2);
@@ -136,6 +136,7 @@ void gpt2_emb_comp(hpt_gpt2 *m, uint16_t **comp, size_t *n) {
 static size_t emb_off(const hpt_gpt2 *m, int i) { return i ? wte_n(&m->cfg) : 0; }
 
 hpt_be_param gpt2_nonblock_param(hpt_gpt2 *m, int i) {
+    if (m->cfg.arch != HPT_ARCH_GPT2) return hpt_be_param_f32(m->tp[i]);
     float *f[] = {m->p.wte, m->p.wpe, m->p.lnfw, m->p.lnfb};
     int k = i < 2 ? i : i - 12;
     if (m->emb != HPT_EMB_BF16 || i > 1) return hpt_be_param_f32(f[k]);
@@ -146,6 +147,7 @@ hpt_be_param gpt2_nonblock_param(hpt_gpt2 *m, int i) {
 }
 
 float *gpt2_nonblock_grad(hpt_gpt2 *m, int i) {
+    if (m->cfg.arch != HPT_ARCH_GPT2) return m->tg[i];
     float *g[] = {m->g.wte, m->g.wpe, m->g.lnfw, m->g.lnfb};
     return g[i < 2 ? i : i - 12];
 }
@@ -196,7 +198,7 @@ static void chunk_dlogits(hpt_gpt2 *m, size_t r0, size_t n, size_t v0, size_t nv
 void emb_head_forward(hpt_gpt2 *m, size_t rows) {
     const hpt_backend *be = m->be;
     gpt2_acts *a = &m->a;
-    const hpt_gpt2_config *c = &m->cfg;
+    const hpt_model_config *c = &m->cfg;
     size_t BT = (size_t)m->B * m->T, C = (size_t)c->C, V = (size_t)c->V, Vc = (size_t)m->Vc;
     size_t Vp = (size_t)c->Vp;
     if (rows >= BT) { /* all logits kept, (BT, Vp): each chunk's columns placed, then the loss */
@@ -227,7 +229,7 @@ void emb_head_forward(hpt_gpt2 *m, size_t rows) {
 
 void emb_head_backward(hpt_gpt2 *m, size_t rows) {
     gpt2_acts *a = &m->a;
-    const hpt_gpt2_config *c = &m->cfg;
+    const hpt_model_config *c = &m->cfg;
     size_t BT = (size_t)m->B * m->T, C = (size_t)c->C, V = (size_t)c->V, Vc = (size_t)m->Vc;
     float dloss = 1.0f / (float)BT * m->loss_scale;
     /* dlnf (BT, C) = sum over chunks of dlogits_v @ wte_v */
@@ -260,7 +262,7 @@ void emb_head_backward(hpt_gpt2 *m, size_t rows) {
 void emb_backward_end(hpt_gpt2 *m, size_t rows) {
     const hpt_backend *be = m->be;
     gpt2_acts *a = &m->a;
-    const hpt_gpt2_config *c = &m->cfg;
+    const hpt_model_config *c = &m->cfg;
     const int B = m->B, T = m->T;
     size_t BT = (size_t)B * T, C = (size_t)c->C, V = (size_t)c->V, Vp = (size_t)c->Vp;
     size_t Vc = (size_t)m->Vc;

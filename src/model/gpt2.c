@@ -18,7 +18,7 @@
 
 /* ---- the parameters ---- */
 
-static void describe(const hpt_arch_config *cfg, hpt_tensor_table *out) {
+static void describe(const hpt_model_config *cfg, hpt_tensor_table *out) {
     const int64_t L = cfg->L, C = cfg->C;
     static const char *const names[HPT_GPT2_NUM_TENSORS] = {
         "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
@@ -52,7 +52,7 @@ static void describe(const hpt_arch_config *cfg, hpt_tensor_table *out) {
 /* FLOPs per token (docs/estimate.md): GEMMs with qkv 3C^2, attention projection C^2, fc and fc
  * projection 4C^2 each per layer and the tied head Vp*C, at 2 FLOPs per multiply-add; causal
  * attention 2*C*(T+1) per token and layer (QK^T and AV over t+1 keys on average). */
-static double flops_per_token(const hpt_arch_config *c, int T) {
+static double flops_per_token(const hpt_model_config *c, int T) {
     double L = c->L, C = c->C;
     return 2.0 * (12.0 * L * C * C + (double)c->Vp * C) + 2.0 * L * C * (T + 1.0);
 }
@@ -159,7 +159,7 @@ static void block_forward(const hpt_arch_ctx *x, float *const *w, void *lav, con
     /* qkv (B, T, 3C) = ln1 @ qkvw^T + qkvb */
     be->matmul_forward(la->qkv, la->ln1, p->qkvw, p->qkvb, BT, C, 3 * C, 0);
     /* atty (B, T, C) = attention(qkv) */
-    x->attn->forward(be, la->atty, la->att, la->att_lse, la->qkv, B, T, C, NH);
+    x->attn->forward(be, la->atty, la->att, la->att_lse, la->qkv, B, T, C, NH, NH);
     /* res2 (B, T, C) = residual + atty @ attprojw^T + attprojb */
     be->copy(la->res2, residual, (size_t)BT * C * sizeof(float), HPT_COPY_D2D);
     be->matmul_forward(la->res2, la->atty, p->attprojw, p->attprojb, BT, C, C, 1);
@@ -185,7 +185,7 @@ static void block_recompute(const hpt_arch_ctx *x, float *const *w, void *lav, c
     /* ln1 = layernorm(residual), with the saved mean and rstd */
     be->layernorm_apply(la->ln1, residual, p->ln1w, p->ln1b, la->ln1_mean, la->ln1_rstd, BT, C);
     /* att = softmax(q k^T) (plain attention; flash keeps none): rewrites atty, the same bits */
-    x->attn->rebuild(be, la->atty, la->att, la->att_lse, la->qkv, B, T, C, NH);
+    x->attn->rebuild(be, la->atty, la->att, la->att_lse, la->qkv, B, T, C, NH, NH);
     /* ln2 = layernorm(res2) */
     be->layernorm_apply(la->ln2, la->res2, p->ln2w, p->ln2b, la->ln2_mean, la->ln2_rstd, BT, C);
     /* fch_gelu = gelu(fch) */
@@ -217,7 +217,7 @@ static void block_backward(const hpt_arch_ctx *x, float *const *w, float *const 
                         C, C, 0);
     /* atty = attention(qkv); dqkv (B, T, 3C) into dbig */
     x->attn->backward(be, a->dbig, a->attscr, a->dsmall, la->qkv, la->atty, la->att, la->att_lse,
-                      B, T, C, NH);
+                      B, T, C, NH, NH);
     /* qkv = ln1 @ qkvw^T + qkvb */
     be->matmul_backward(a->dsmall, g->qkvw, g->qkvb, a->dbig, la->ln1, p->qkvw, BT, C, 3 * C, 0);
     /* ln1 = layernorm(residual) */
@@ -241,7 +241,7 @@ static float head_forward(const hpt_arch_ctx *x, const void *pv, void *av, int h
     const hpt_backend *be = x->be;
     const gpt2_tensors *p = pv;
     gpt2_acts *a = av;
-    const hpt_arch_config *c = x->cfg;
+    const hpt_model_config *c = x->cfg;
     const size_t BT = (size_t)x->B * x->T, C = (size_t)c->C, rows = x->head_rows;
     float loss = -1.0f;
     for (size_t r0 = 0; r0 < BT; r0 += rows) {
@@ -264,7 +264,7 @@ static void head_backward(const hpt_arch_ctx *x, const void *pv, void *gv, void 
     const gpt2_tensors *p = pv;
     gpt2_tensors *g = gv;
     gpt2_acts *a = av;
-    const hpt_arch_config *c = x->cfg;
+    const hpt_model_config *c = x->cfg;
     const size_t BT = (size_t)x->B * x->T, C = (size_t)c->C, rows = x->head_rows;
     /* loss = mean_i (lse_i - logits[i, y_i]); logits = lnf @ wte^T:
      * dlnf = dlogits @ wte, dwte += dlogits^T @ lnf; chunk by chunk, a chunk's logits
@@ -307,6 +307,10 @@ const hpt_arch hpt_arch_gpt2 = {
     .globals = k_globals,
     .acts_size = sizeof(gpt2_acts),
     .global_shape = global_shape,
+    .off_inputs = offsetof(gpt2_acts, inputs),
+    .off_targets = offsetof(gpt2_acts, targets),
+    .off_encoded = offsetof(gpt2_acts, encoded),
+    .off_logits = offsetof(gpt2_acts, logits),
     .embed_forward = embed_forward,
     .embed_backward = embed_backward,
     .block_forward = block_forward,

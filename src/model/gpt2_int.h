@@ -10,6 +10,7 @@
 #include "hptrain.h"
 #include "kernels/backend.h"
 #include "model/arch.h"
+#include "model/llama_int.h"
 #include "model/model.h"
 #include "model/runner_int.h"
 
@@ -96,7 +97,7 @@ struct offload_engine;
 struct hpt_block_store;
 
 struct hpt_model {
-    hpt_gpt2_config cfg;
+    hpt_model_config cfg;
     hpt_mem *mem;         /* borrowed; outlives the model */
     const hpt_backend *be;   /* every op and device copy (the CPU's today) */
     const hpt_arch *arch;    /* the maths (hpt_arch_gpt2) */
@@ -122,7 +123,14 @@ struct hpt_model {
                            * chunk by chunk in order */
     gpt2_emb_update_fn emb_upd; /* the optimizer's update of a chunk, or NULL */
     void *emb_ctx;
-    gpt2_tensors p, g;    /* with the engine, the block tensors' pointers are NULL */
+    gpt2_tensors p, g;    /* GPT-2's; with the engine, the block tensors' pointers are NULL */
+    llama_tensors lp, lg; /* llama's (the same rules) */
+    float *tp[HPT_TABLE_MAX], *tg[HPT_TABLE_MAX]; /* table tensor i in params, grads (NULL:
+                                                   * not in the flat buffers); llama's only */
+    void *ap, *ag;        /* the arch's parameter and gradient structs: &p, &g or &lp, &lg */
+    int blocks_planned;   /* created for a block store: the flat buffers hold no blocks */
+    float *consts;        /* (n_consts) device tier, params: the arch's constants (consts_fill) */
+    size_t n_consts;
     struct offload_engine *eng; /* the offload engine, or NULL (src/offload/engine.c); the
                                  * model itself never calls it: see blocks */
     struct hpt_block_store *blocks; /* where the blocks live (model/blocks.h), owned; NULL:
@@ -134,7 +142,9 @@ struct hpt_model {
                            * gradients to fault_value (-1: none; hpt_trainer_inject_grad) */
     float fault_value;
     hpt_act_opts act;   /* attention kind, recompute policy, offload, compression, head */
-    gpt2_acts a;             /* the non-block activations (pointers into the arena) */
+    gpt2_acts a;             /* GPT-2's non-block activations (pointers into the arena) */
+    llama_acts al;           /* llama's */
+    void *acts;              /* the arch's: &a or &al */
     hpt_run run;             /* the runner's arena, plan and activation store (runner_int.h) */
     /* the last forward */
     int B, T;
@@ -142,10 +152,10 @@ struct hpt_model {
     float loss;
 };
 
-void gpt2_point_tensors(const hpt_gpt2_config *cfg, float *base, gpt2_tensors *t);
+void gpt2_point_tensors(const hpt_model_config *cfg, float *base, gpt2_tensors *t);
 /* Floats of each block slice (GPT2_BLOCK_SLICES) and of one block. */
-void gpt2_block_slices(const hpt_gpt2_config *cfg, size_t n[GPT2_BLOCK_SLICES]);
-size_t gpt2_block_floats(const hpt_gpt2_config *cfg);
+void gpt2_block_slices(const hpt_model_config *cfg, size_t n[GPT2_BLOCK_SLICES]);
+size_t gpt2_block_floats(const hpt_model_config *cfg);
 int gpt2_is_block_tensor(int i);
 
 /* ---- embed.c: chunked and bf16 tied embeddings (HPT_EMB_CHUNKED, HPT_EMB_BF16) ---- */

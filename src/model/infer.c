@@ -32,7 +32,7 @@ static int is_q8(int k) {
 
 struct hpt_infer {
     hpt_mem *mem;
-    hpt_gpt2_config cfg;
+    hpt_model_config cfg;
     hpt_weights kind;
     hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
     float *f[HPT_GPT2_NUM_TENSORS];  /* fp32 tensors (NULL for int8 ones) */
@@ -56,13 +56,13 @@ struct hpt_infer {
 };
 
 /* Rows and row width of tensor k (one layer's slice for per-layer tensors). */
-static size_t row_width(const hpt_gpt2_config *c, int k) {
+static size_t row_width(const hpt_model_config *c, int k) {
     return k == T_FCPROJW ? 4 * (size_t)c->C : (size_t)c->C;
 }
-size_t infer_row_width(const hpt_gpt2_config *cfg, int k) { return row_width(cfg, k); }
+size_t infer_row_width(const hpt_model_config *cfg, int k) { return row_width(cfg, k); }
 static int per_layer(int k) { return k != T_WTE && k != T_WPE && k != T_LNFW && k != T_LNFB; }
 
-uint64_t hpt_infer_weight_bytes_for(const hpt_gpt2_config *cfg, hpt_weights w) {
+uint64_t hpt_infer_weight_bytes_for(const hpt_model_config *cfg, hpt_weights w) {
     hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
     hpt_gpt2_tensors(cfg, t);
     uint64_t bytes = 0;
@@ -76,29 +76,29 @@ uint64_t hpt_infer_weight_bytes_for(const hpt_gpt2_config *cfg, hpt_weights w) {
 }
 
 /* Floats of an engine's row buffers (see infer_new). */
-static size_t work_floats(const hpt_gpt2_config *c) {
+static size_t work_floats(const hpt_model_config *c) {
     const size_t C = (size_t)c->C;
     return K_ROWS * (C + C + 3 * C + C + 4 * C) + 2 * K_ROWS + (size_t)c->Vp;
 }
 /* Bytes of the int8 GEMM's tile: HPT_Q8W_TILE output channels of the widest input (4C). */
-static size_t tile_bytes(const hpt_gpt2_config *c, hpt_weights kind) {
+static size_t tile_bytes(const hpt_model_config *c, hpt_weights kind) {
     return kind == HPT_WEIGHTS_Q8 ? HPT_Q8W_TILE * 4 * (size_t)c->C * sizeof(float) : 0;
 }
 
-static int clamp_ctx(const hpt_gpt2_config *c, int ctx) { return ctx == 0 || ctx > c->maxT ? c->maxT : ctx; }
+static int clamp_ctx(const hpt_model_config *c, int ctx) { return ctx == 0 || ctx > c->maxT ? c->maxT : ctx; }
 
-uint64_t hpt_infer_bytes_for(const hpt_gpt2_config *cfg, hpt_weights w, int ctx) {
+uint64_t hpt_infer_bytes_for(const hpt_model_config *cfg, hpt_weights w, int ctx) {
     uint64_t kv = (uint64_t)cfg->L * 2 * (uint64_t)clamp_ctx(cfg, ctx) * (uint64_t)cfg->C * sizeof(float);
     return hpt_infer_weight_bytes_for(cfg, w) + kv + work_floats(cfg) * sizeof(float) +
            tile_bytes(cfg, w);
 }
 
 /* (K_ROWS, Vp) logits, then (K_ROWS) losses and log-sum-exps (hpt_infer_loss). */
-static size_t loss_bytes(const hpt_gpt2_config *c) {
+static size_t loss_bytes(const hpt_model_config *c) {
     return ((size_t)K_ROWS * (size_t)c->Vp + 2 * K_ROWS) * sizeof(float);
 }
 
-uint64_t hpt_infer_loss_bytes_for(const hpt_gpt2_config *cfg) { return loss_bytes(cfg); }
+uint64_t hpt_infer_loss_bytes_for(const hpt_model_config *cfg) { return loss_bytes(cfg); }
 
 void hpt_infer_free(hpt_infer *inf) {
     if (!inf) return;
@@ -114,7 +114,7 @@ void hpt_infer_free(hpt_infer *inf) {
 }
 
 /* The engine object with its cache and scratch; weights are the caller's to set. */
-hpt_status infer_new(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_weights kind, int ctx,
+hpt_status infer_new(hpt_mem *mem, const hpt_model_config *cfg, hpt_weights kind, int ctx,
                      hpt_infer **out) {
     const hpt_backend *be = hpt_backend_cpu();
     *out = NULL;
@@ -164,7 +164,7 @@ static int quantised(const hpt_infer *inf, int k) { return inf->kind == HPT_WEIG
  * for the others) and the tensor pointers into them. */
 hpt_status infer_alloc_weights(hpt_infer *inf) {
     const hpt_backend *be = hpt_backend_cpu();
-    const hpt_gpt2_config *c = &inf->cfg;
+    const hpt_model_config *c = &inf->cfg;
     size_t nf = 0, nq = 0, ns = 0;
     for (int k = 0; k < HPT_GPT2_NUM_TENSORS; k++) {
         if (quantised(inf, k)) {
@@ -241,7 +241,7 @@ hpt_status hpt_infer_create(hpt_mem *mem, hpt_gpt2 *model, hpt_weights kind, int
     return HPT_OK;
 }
 
-const hpt_gpt2_config *hpt_infer_get_config(const hpt_infer *inf) { return &inf->cfg; }
+const hpt_model_config *hpt_infer_get_config(const hpt_infer *inf) { return &inf->cfg; }
 int hpt_infer_get_ctx(const hpt_infer *inf) { return inf->ctx; }
 int hpt_infer_get_pos(const hpt_infer *inf) { return inf->pos; }
 void hpt_infer_reset(hpt_infer *inf) { inf->pos = 0; }
@@ -264,7 +264,7 @@ static void linear(hpt_infer *inf, float *out, const float *inp, int kw, int kb,
  * final residuals. */
 static void block_rows(hpt_infer *inf, const int32_t *tok, size_t n) {
     const hpt_backend *be = hpt_backend_cpu();
-    const hpt_gpt2_config *c = &inf->cfg;
+    const hpt_model_config *c = &inf->cfg;
     const int C = c->C, L = c->L;
     const size_t Cz = (size_t)C;
     const int pos0 = inf->pos;
@@ -276,8 +276,8 @@ static void block_rows(hpt_infer *inf, const int32_t *tok, size_t n) {
         be->layernorm_forward(inf->ln, inf->mean, inf->rstd, inf->x, inf->f[T_LN1W] + lc,
                               inf->f[T_LN1B] + lc, (int64_t)n, C);
         linear(inf, inf->qkv, inf->ln, T_QKVW, T_QKVB, l, n, C, 3 * C, 0);
-        be->infer_kv_store(K, V, inf->qkv, pos0, n, C);
-        be->infer_attend(inf->atty, inf->qkv, K, V, pos0, n, C, c->NH);
+        be->infer_kv_store(K, V, inf->qkv, pos0, n, C, c->NH, c->NH);
+        be->infer_attend(inf->atty, inf->qkv, K, V, pos0, n, C, c->NH, c->NH);
         linear(inf, inf->x, inf->atty, T_ATTPROJW, T_ATTPROJB, l, n, C, C, 1);
         be->layernorm_forward(inf->ln, inf->mean, inf->rstd, inf->x, inf->f[T_LN2W] + lc,
                               inf->f[T_LN2B] + lc, (int64_t)n, C);
@@ -290,7 +290,7 @@ static void block_rows(hpt_infer *inf, const int32_t *tok, size_t n) {
 
 /* ln (n, C) = lnf of the n rows in x; out (n, Vp) = their logits (tied head). */
 static void head_rows(hpt_infer *inf, float *out, const float *x, size_t n) {
-    const hpt_gpt2_config *c = &inf->cfg;
+    const hpt_model_config *c = &inf->cfg;
     hpt_backend_cpu()->layernorm_forward(inf->ln, inf->mean, inf->rstd, x, inf->f[T_LNFW],
                                          inf->f[T_LNFB], (int64_t)n, c->C);
     linear(inf, out, inf->ln, T_WTE, -1, 0, n, c->C, c->Vp, 0);
@@ -316,7 +316,7 @@ hpt_status hpt_infer_feed(hpt_infer *inf, const int32_t *tokens, int n) {
 
 hpt_status hpt_infer_loss(hpt_infer *inf, const int32_t *inputs, const int32_t *targets, int B,
                           int T, float *loss_out) {
-    const hpt_gpt2_config *c = &inf->cfg;
+    const hpt_model_config *c = &inf->cfg;
     if (B < 1 || T < 1) return hpt_fail(HPT_ERR_INVALID, "batch %d and sequence %d must be >= 1", B, T);
     if (T > inf->ctx)
         return hpt_fail(HPT_ERR_SHAPE, "sequence %d is longer than the context %d", T, inf->ctx);

@@ -1,6 +1,7 @@
-/* init.c: GPT-2 initialisation: N(0, 0.02) for embeddings and linear weights, N(0, 0.02 /
- * sqrt(2L)) for the residual projections (attention and MLP output), zero biases, unit
- * layernorm weights, zero padding rows of wte.
+/* init.c: initialisation over the tensor table. GPT-2: N(0, 0.02) for embeddings and linear
+ * weights, N(0, 0.02 / sqrt(2L)) for the residual projections (attention and MLP output);
+ * llama (Hugging Face's): N(0, init_range) for every linear weight and embedding. Both: zero
+ * biases, unit norm weights, zero padding rows of wte (and of an untied lm_head).
  * Normals come from chunks of 4096 values, each with its own RNG seeded from (seed, tensor,
  * chunk), filled by Box-Muller on vectors (both outputs used; the backend's init_normal): the
  * chunks are independent, so they are generated in parallel and the result does not depend
@@ -15,23 +16,27 @@
 #include <math.h>
 #include <string.h>
 
-/* Values [lo, lo + n) of tensor i (of t) into x: the same values whichever range is asked,
- * since each chunk's stream depends only on (seed, tensor, chunk). */
-static void init_range(const hpt_backend *be, const hpt_gpt2_config *c, const hpt_gpt2_tensor *t,
+/* Values [lo, lo + n) of tensor i (of the table t) into x: the same values whichever range is
+ * asked, since each chunk's stream depends only on (seed, tensor, chunk). */
+static void init_range(const hpt_backend *be, const hpt_model_config *c, const hpt_tensor_table *t,
                        int i, uint64_t seed, float *x, size_t lo, size_t n) {
-    const char *name = t[i].name;
+    const char *name = t->t[i].name;
     if (!strcmp(name, "ln1w") || !strcmp(name, "ln2w") || !strcmp(name, "lnfw")) {
         be->fill(x, n, 1.0f);
         return;
     }
-    if (!t[i].is_matrix) {
+    if (!t->t[i].is_matrix) {
         be->memset(x, 0, n * sizeof(float)); /* biases */
         return;
     }
-    float std = (!strcmp(name, "attprojw") || !strcmp(name, "fcprojw"))
+    /* GPT-2: N(0, 0.02), the residual projections N(0, 0.02 / sqrt(2L)); others (Hugging
+     * Face's _init_weights): every linear weight and embedding N(0, initializer_range) */
+    float std = c->arch != HPT_ARCH_GPT2 ? c->init_range
+              : (!strcmp(name, "attprojw") || !strcmp(name, "fcprojw"))
                     ? 0.02f / sqrtf(2.0f * (float)c->L) : 0.02f;
-    size_t n_init = t[i].numel;
-    if (!strcmp(name, "wte")) n_init = (size_t)c->V * c->C; /* padding rows stay 0 */
+    size_t numel = hpt_tensor_numel(&t->t[i]), n_init = numel;
+    if (!strcmp(name, "wte") || !strcmp(name, "lm_head"))
+        n_init = (size_t)c->V * c->C; /* padding rows stay 0 */
     size_t hi = lo + n, gen_hi = HPT_MIN(hi, n_init);
     if (hi > HPT_MAX(lo, n_init)) be->memset(x + (HPT_MAX(lo, n_init) - lo), 0,
                                              (hi - HPT_MAX(lo, n_init)) * sizeof(float));
@@ -39,22 +44,23 @@ static void init_range(const hpt_backend *be, const hpt_gpt2_config *c, const hp
 }
 
 hpt_status hpt_model_init_random(hpt_gpt2 *m, uint64_t seed) {
-    const hpt_gpt2_config *c = &m->cfg;
-    hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
-    hpt_gpt2_tensors(c, t);
+    const hpt_model_config *c = &m->cfg;
+    const hpt_tensor_table *t = &m->tab;
     const hpt_backend *be = hpt_backend_cpu(); /* the model's tensors are the CPU's for now */
-    for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) {
+    for (int i = 0; i < t->n; i++) {
+        size_t numel = hpt_tensor_numel(&t->t[i]);
+        int block = t->t[i].layer == HPT_LAYER_STACKED;
         if (!m->blocks) {
-            init_range(be, c, t, i, seed, m->params + t[i].offset, 0, t[i].numel);
+            init_range(be, c, t, i, seed, m->params + hpt_table_offset(t, i), 0, numel);
         } else if (m->emb == HPT_EMB_BF16 && i < 2) { /* through the chunk scratch, rounded */
             size_t piece = (size_t)m->Vc * (size_t)c->C;
-            for (size_t lo = 0; lo < t[i].numel; lo += piece) {
-                size_t n = HPT_MIN(piece, t[i].numel - lo);
+            for (size_t lo = 0; lo < numel; lo += piece) {
+                size_t n = HPT_MIN(piece, numel - lo);
                 init_range(be, c, t, i, seed, m->emb_rows, lo, n);
                 emb_put(m, i, lo, m->emb_rows, n);
             }
-        } else if (!gpt2_is_block_tensor(i)) {
-            init_range(be, c, t, i, seed, gpt2_nonblock_param(m, i).f32, 0, t[i].numel);
+        } else if (!block) {
+            init_range(be, c, t, i, seed, gpt2_nonblock_param(m, i).f32, 0, numel);
         }
     }
     const hpt_block_store *bs = m->blocks;
@@ -66,9 +72,9 @@ hpt_status hpt_model_init_random(hpt_gpt2 *m, uint64_t seed) {
         int in_place;
         HPT_CHECK(bs->block_dest(bs->ctx, EB_P, l, &dst, &in_place));
         size_t off = 0;
-        for (int i = 0; i < GPT2_BLOCK_SLICES; i++) {
-            int ti = GPT2_FIRST_BLOCK_TENSOR + i;
-            size_t sn = t[ti].numel / (size_t)c->L;
+        for (int s = 0; s < t->n_slices; s++) {
+            int ti = hpt_table_slice_tensor(t, s);
+            size_t sn = hpt_tensor_slice_numel(&t->t[ti], t->L);
             init_range(be, c, t, ti, seed, dst + off, (size_t)l * sn, sn);
             off += sn;
         }

@@ -20,7 +20,7 @@
 
 /* Points the non-block tensors into the flat buffer of a model with a block store (wte, wpe,
  * lnfw, lnfb). */
-static void point_nonblock(const hpt_gpt2_config *cfg, float *base, gpt2_tensors *t) {
+static void point_nonblock(const hpt_model_config *cfg, float *base, gpt2_tensors *t) {
     memset(t, 0, sizeof *t);
     t->wte = base + gpt2_nonblock_offset(cfg, 0);
     t->wpe = base + gpt2_nonblock_offset(cfg, 1);
@@ -28,10 +28,47 @@ static void point_nonblock(const hpt_gpt2_config *cfg, float *base, gpt2_tensors
     t->lnfb = base + gpt2_nonblock_offset(cfg, 15);
 }
 
+/* Points an architecture with its own parameter struct (arch->point; llama): tensor i of the
+ * table in base (every tensor in checkpoint order, or with a block store the non-block ones
+ * back to back; NULL base: none) into tp, then the arch's struct out. */
+static void point_arch(hpt_gpt2 *m, float *base, float **tp, void *out) {
+    const hpt_tensor_table *t = &m->tab;
+    size_t off = 0;
+    for (int i = 0; i < t->n; i++) {
+        int block = t->t[i].layer == HPT_LAYER_STACKED;
+        tp[i] = !base || (block && m->blocks_planned) ? NULL : base + off;
+        if (!block || !m->blocks_planned) off += hpt_tensor_numel(&t->t[i]);
+    }
+    m->arch->point(&m->cfg, t, tp, m->consts, out);
+}
+
+/* The arch's constants (rotary tables): computed on the host, kept on the device. */
+static hpt_status consts_create(hpt_gpt2 *m) {
+    m->n_consts = m->arch->consts_floats ? m->arch->consts_floats(&m->cfg) : 0;
+    if (!m->n_consts) return HPT_OK;
+    float *host = malloc(m->n_consts * sizeof(float));
+    if (!host) return hpt_fail(HPT_ERR_OOM, "cannot allocate %zu floats of constants", m->n_consts);
+    hpt_mem_set_name(m->mem, "rotary tables");
+    hpt_status s = m->be->alloc(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS,
+                                m->n_consts * sizeof(float), (void **)&m->consts);
+    if (s == HPT_OK) {
+        m->arch->consts_fill(&m->cfg, host);
+        m->be->copy(m->consts, host, m->n_consts * sizeof(float), HPT_COPY_H2D);
+    } else {
+        m->n_consts = 0;
+    }
+    free(host);
+    return s;
+}
+
 /* The architecture, the backend and the block slices' layout in the flat buffers. */
 static void bind_arch(hpt_gpt2 *m) {
     m->be = hpt_backend_cpu();
-    m->arch = &hpt_arch_gpt2;
+    m->arch = hpt_arch_of(&m->cfg);
+    int own = m->arch->point != NULL;
+    m->ap = own ? (void *)&m->lp : (void *)&m->p;
+    m->ag = own ? (void *)&m->lg : (void *)&m->g;
+    m->acts = own ? (void *)&m->al : (void *)&m->a;
     m->arch->describe(&m->cfg, &m->tab);
     for (int s = 0; s < m->tab.n_slices; s++) {
         int ti = hpt_table_slice_tensor(&m->tab, s);
@@ -42,13 +79,19 @@ static void bind_arch(hpt_gpt2 *m) {
 
 /* The model object and its flat buffers: every tensor (o NULL), or with o (the blocks in a
  * store, bound later) the non-block tensors and o->embeddings' buffers. */
-static hpt_status create(hpt_mem *mem, const hpt_gpt2_config *cfg, const hpt_offload_opts *o,
+static hpt_status create(hpt_mem *mem, const hpt_model_config *cfg, const hpt_offload_opts *o,
                          hpt_gpt2 **out) {
     *out = NULL;
     int stored = o != NULL;
+    hpt_model_config full = *cfg;
+    model_config_fill(&full);
+    HPT_CHECK(hpt_model_config_check(&full));
+    if (!hpt_arch_of(&full))
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "architecture %d is not built in this version", full.arch);
+    cfg = &full;
     hpt_gpt2 *m = calloc(1, sizeof *m);
     if (!m) return hpt_fail(HPT_ERR_OOM, "cannot allocate the model object");
-    m->cfg = *cfg;
+    m->cfg = full;
     m->mem = mem;
     bind_arch(m);
     m->run.t_now = -1;
@@ -56,8 +99,15 @@ static hpt_status create(hpt_mem *mem, const hpt_gpt2_config *cfg, const hpt_off
     m->act = hpt_gpt2_act_defaults();
     m->loss_scale = 1.0f;
     m->fault_layer = -1;
-    m->num_params = hpt_gpt2_num_params(cfg);
+    m->num_params = hpt_model_config_num_params(cfg);
     int emb = stored ? o->embeddings : HPT_EMB_FULL;
+    m->blocks_planned = stored;
+    if (m->arch->point && emb != HPT_EMB_FULL) {
+        hpt_model_free(m);
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--embeddings %s is GPT-2's (a tied wte with wpe); "
+                        "%s models take --embeddings full", hpt_embeddings_name((hpt_embeddings)emb),
+                        full.arch == HPT_ARCH_LLAMA ? "llama" : "these");
+    }
     size_t C = (size_t)cfg->C, wte = (size_t)cfg->Vp * C;
     m->n_flat = stored ? gpt2_nonblock_floats(cfg) : m->num_params;
     m->n_gflat = emb != HPT_EMB_FULL ? m->n_flat - wte : m->n_flat; /* no whole wte gradient */
@@ -71,9 +121,10 @@ static hpt_status create(hpt_mem *mem, const hpt_gpt2_config *cfg, const hpt_off
                          (void **)&m->grads);
     }
     if (s == HPT_OK) s = emb_create(m, stored ? o : NULL);
+    if (s == HPT_OK) s = consts_create(m);
     if (s != HPT_OK) {
         hpt_model_free(m);
-        return hpt_fail_ctx(s, "allocating %zu parameters", hpt_gpt2_num_params(cfg));
+        return hpt_fail_ctx(s, "allocating %zu parameters", hpt_model_config_num_params(cfg));
     }
     if (emb == HPT_EMB_BF16) {
         memset(&m->p, 0, sizeof m->p);
@@ -90,7 +141,10 @@ static hpt_status create(hpt_mem *mem, const hpt_gpt2_config *cfg, const hpt_off
     } else if (stored) {
         point_nonblock(cfg, m->grads, &m->g);
     }
-    if (!stored) {
+    if (m->arch->point) {
+        point_arch(m, m->params, m->tp, &m->lp);
+        point_arch(m, m->grads, m->tg, &m->lg);
+    } else if (!stored) {
         gpt2_point_tensors(cfg, m->params, &m->p);
         gpt2_point_tensors(cfg, m->grads, &m->g);
     }
@@ -98,13 +152,15 @@ static hpt_status create(hpt_mem *mem, const hpt_gpt2_config *cfg, const hpt_off
     return HPT_OK;
 }
 
-hpt_status hpt_gpt2_create(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_gpt2 **out) {
-    *out = NULL;
-    HPT_CHECK(hpt_gpt2_config_check(cfg));
+hpt_status hpt_model_create_config(hpt_mem *mem, const hpt_model_config *cfg, hpt_model **out) {
     return create(mem, cfg, NULL, out);
 }
 
-hpt_status gpt2_create_unbound(hpt_mem *mem, const hpt_gpt2_config *cfg,
+hpt_status hpt_gpt2_create(hpt_mem *mem, const hpt_model_config *cfg, hpt_gpt2 **out) {
+    return create(mem, cfg, NULL, out);
+}
+
+hpt_status gpt2_create_unbound(hpt_mem *mem, const hpt_model_config *cfg,
                                const hpt_offload_opts *o, hpt_gpt2 **out) {
     return create(mem, cfg, o, out);
 }
@@ -140,12 +196,14 @@ void hpt_model_free(hpt_gpt2 *m) {
     act_plan_free(m);
     if (m->blocks) m->blocks->free(m->blocks->ctx);
     emb_free(m);
+    m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, m->consts, m->n_consts * sizeof(float));
     m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, m->params, m->n_flat * sizeof(float));
     m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, m->grads, m->n_gflat * sizeof(float));
     free(m);
 }
 
-const hpt_gpt2_config *hpt_gpt2_get_config(const hpt_gpt2 *m) { return &m->cfg; }
+const hpt_model_config *hpt_gpt2_get_config(const hpt_gpt2 *m) { return &m->cfg; }
+const hpt_model_config *hpt_model_get_config(const hpt_model *m) { return &m->cfg; }
 size_t hpt_model_num_params(const hpt_gpt2 *m) { return m->num_params; }
 float *hpt_model_params(hpt_gpt2 *m) { return m->blocks ? NULL : m->params; }
 float *hpt_model_grads(hpt_gpt2 *m) { return m->blocks ? NULL : m->grads; }
@@ -224,7 +282,9 @@ void hpt_model_offload_stats(const hpt_gpt2 *m, hpt_offload_stats *out) {
     if (m->blocks) m->blocks->stats(m->blocks->ctx, out);
 }
 
-const float *hpt_model_logits(const hpt_gpt2 *m) { return m->a.logits; }
+const float *hpt_model_logits(const hpt_gpt2 *m) {
+    return *(float *const *)((const char *)m->acts + m->arch->off_logits);
+}
 
 void hpt_model_zero_grad(hpt_gpt2 *m) {
     /* a block store zeroes a block's at its backward (grad_slot) */
@@ -243,6 +303,7 @@ void hpt_model_release_grads(hpt_gpt2 *m) {
     m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, m->grads, m->n_gflat * sizeof(float));
     m->grads = NULL;
     memset(&m->g, 0, sizeof m->g);
+    if (m->arch->point) point_arch(m, NULL, m->tg, &m->lg);
 }
 
 hpt_status hpt_model_acquire_grads(hpt_gpt2 *m) {
@@ -253,6 +314,7 @@ hpt_status hpt_model_acquire_grads(hpt_gpt2 *m) {
     hpt_mem_set_name(m->mem, "gradients");
     HPT_CHECK(m->be->alloc(m->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, m->num_params * sizeof(float),
                            (void **)&m->grads));
-    gpt2_point_tensors(&m->cfg, m->grads, &m->g);
+    if (m->arch->point) point_arch(m, m->grads, m->tg, &m->lg);
+    else gpt2_point_tensors(&m->cfg, m->grads, &m->g);
     return HPT_OK;
 }

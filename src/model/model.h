@@ -26,11 +26,19 @@
 
 struct offload_engine;
 
+/* ---- the configuration ---- */
+/* Fills the fields a GPT-2 configuration written with only L, C, NH, V, Vp, maxT leaves 0
+ * (NKV = NH, FF = 4C, norm_eps 1e-5, tied, init_range 0.02); other architectures: nothing. */
+void model_config_fill(hpt_model_config *c);
+
 /* ---- the tensor table ---- */
 /* The parameters of a configuration in checkpoint order (the architecture's describe). */
-void model_describe(const hpt_gpt2_config *cfg, hpt_tensor_table *out);
+void model_describe(const hpt_model_config *cfg, hpt_tensor_table *out);
+/* Floats of the architecture's device constants (llama: the rotary tables, maxT * C/NH; GPT-2
+ * none), allocated with the parameters (category params). */
+size_t model_consts_floats(const hpt_model_config *cfg);
 /* Forward FLOPs per token at sequence length T (the architecture's count, docs/estimate.md). */
-double model_flops_per_token(const hpt_gpt2_config *cfg, int T);
+double model_flops_per_token(const hpt_model_config *cfg, int T);
 /* The model's table (model_describe of its configuration). */
 const hpt_tensor_table *model_table(const hpt_gpt2 *m);
 
@@ -47,8 +55,8 @@ struct offload_engine *model_engine(const hpt_gpt2 *m);
 
 /* Offset (floats) of non-block tensor i (a table index) in the engine's flat buffers: the
  * non-block tensors back to back in checkpoint order; and their floats. */
-size_t gpt2_nonblock_offset(const hpt_gpt2_config *cfg, int i);
-size_t gpt2_nonblock_floats(const hpt_gpt2_config *cfg);
+size_t gpt2_nonblock_offset(const hpt_model_config *cfg, int i);
+size_t gpt2_nonblock_floats(const hpt_model_config *cfg);
 /* Parameters of non-block tensor i as the optimizer's kernels take them, and their gradients
  * (NULL: the tied embedding with CHUNKED or BF16 embeddings, updated chunk by chunk). */
 hpt_be_param gpt2_nonblock_param(hpt_gpt2 *m, int i);
@@ -96,14 +104,14 @@ hpt_status gpt2_grads_overflow(hpt_gpt2 *m, int *overflow);
 /* ---- sizes from a configuration (the estimator's) ---- */
 /* Device bytes of the model's non-block parameters and gradients with the engine (params and
  * grads flat buffers, embed.c's bf16 homes and chunk buffers). */
-void gpt2_nonblock_bytes(const hpt_gpt2_config *c, const hpt_offload_opts *o, uint64_t *params,
+void gpt2_nonblock_bytes(const hpt_model_config *c, const hpt_offload_opts *o, uint64_t *params,
                          uint64_t *grads);
 /* Rows of wte the head computes at once; 0 for FULL (the arena plan's logits width). */
-int gpt2_vocab_chunk(const hpt_gpt2_config *c, const hpt_offload_opts *o);
+int gpt2_vocab_chunk(const hpt_model_config *c, const hpt_offload_opts *o);
 /* HPT_ERR_INVALID when a chunk's values (rows * C) are not a multiple of HPT_Q8_BLOCK. */
-hpt_status gpt2_vocab_chunk_check(const hpt_gpt2_config *c, const hpt_offload_opts *o);
+hpt_status gpt2_vocab_chunk_check(const hpt_model_config *c, const hpt_offload_opts *o);
 /* hpt_gpt2_act_tier_bytes with a head of vc vocabulary rows at a time (0: all). */
-hpt_status gpt2_act_tier_bytes_vc(const hpt_gpt2_config *cfg, int B, int T,
+hpt_status gpt2_act_tier_bytes_vc(const hpt_model_config *cfg, int B, int T,
                                   const hpt_act_opts *o, int vc, uint64_t out[HPT_TIER_COUNT]);
 
 #endif

@@ -22,11 +22,16 @@
 
 #include <stddef.h>
 
+/* The arch's activation struct's pointer at offset off (arch.h's off_*). */
+static void *acts_ptr(const hpt_gpt2 *m, size_t off) {
+    return *(void *const *)((const char *)m->acts + off);
+}
+
 /* The block's input in a block activation array: the embedding's output for block 0, else the
  * previous block's output field. */
 static const float *block_input(const hpt_gpt2 *m, char *base, int l) {
     const hpt_arch *A = m->arch;
-    if (l == 0) return m->a.encoded;
+    if (l == 0) return acts_ptr(m, A->off_encoded);
     for (int i = 0; i < A->n_fields; i++)
         if (A->fields[i].flags & HPT_FIELD_OUTPUT) return *act_field(A, base, l - 1, i);
     return NULL;
@@ -120,7 +125,7 @@ static hpt_status recompute(hpt_gpt2 *m, const hpt_arch_ctx *x, int l) {
 
 hpt_status hpt_model_forward(hpt_gpt2 *m, const int32_t *inputs, const int32_t *targets,
                             int B, int T, float *loss_out) {
-    const hpt_gpt2_config *c = &m->cfg;
+    const hpt_model_config *c = &m->cfg;
     const hpt_arch *A = m->arch;
     if (B < 1 || T < 1) return hpt_fail(HPT_ERR_INVALID, "batch %d and sequence %d must be >= 1", B, T);
     if (T > c->maxT)
@@ -143,11 +148,11 @@ hpt_status hpt_model_forward(hpt_gpt2 *m, const int32_t *inputs, const int32_t *
     char *flayers = m->run.flayers;
     hpt_mem_set_layer(m->mem, -1);
     act_enter(m, 0);
-    m->be->copy(m->a.inputs, inputs, BT * sizeof(int32_t), HPT_COPY_H2D);
+    m->be->copy(acts_ptr(m, A->off_inputs), inputs, BT * sizeof(int32_t), HPT_COPY_H2D);
     m->has_targets = targets != NULL;
-    if (targets) m->be->copy(m->a.targets, targets, BT * sizeof(int32_t), HPT_COPY_H2D);
+    if (targets) m->be->copy(acts_ptr(m, A->off_targets), targets, BT * sizeof(int32_t), HPT_COPY_H2D);
     if (m->emb != HPT_EMB_FULL) emb_encoder_forward(m);
-    else A->embed_forward(&x, &m->p, &m->a);
+    else A->embed_forward(&x, m->ap, m->acts);
     hpt_status s = m->blocks ? m->blocks->begin_pass(m->blocks->ctx, 1) : HPT_OK;
     for (int l = 0; l < L && s == HPT_OK; l++) {
         hpt_mem_set_layer(m->mem, l);
@@ -171,7 +176,7 @@ hpt_status hpt_model_forward(hpt_gpt2 *m, const int32_t *inputs, const int32_t *
     }
     hpt_mem_set_layer(m->mem, -1);
     act_enter(m, TP_HEAD_F(L));
-    A->final_forward(&x, &m->p, &m->a, block_output(m, m->run.layers, L - 1));
+    A->final_forward(&x, m->ap, m->acts, block_output(m, m->run.layers, L - 1));
     m->loss = -1.0f;
     if (m->emb != HPT_EMB_FULL) {
         if (!targets)
@@ -183,7 +188,7 @@ hpt_status hpt_model_forward(hpt_gpt2 *m, const int32_t *inputs, const int32_t *
         if (x.head_rows < BT && !targets)
             return hpt_fail(HPT_ERR_UNSUPPORTED, "a chunked head (head_chunk %d) computes no full "
                             "logits: a forward without targets needs head_chunk 0", m->act.head_chunk);
-        m->loss = A->head_forward(&x, &m->p, &m->a, targets != NULL);
+        m->loss = A->head_forward(&x, m->ap, m->acts, targets != NULL);
     }
     if (loss_out) *loss_out = m->loss;
     return HPT_OK;
@@ -203,8 +208,8 @@ hpt_status hpt_model_backward(hpt_gpt2 *m) {
     act_enter(m, TP_HEAD_B(L));
     HPT_CHECK(actstore_prefetch(m, L - 1));
     if (m->emb != HPT_EMB_FULL) emb_head_backward(m, x.head_rows); /* dlnf only (embed.c) */
-    else A->head_backward(&x, &m->p, &m->g, &m->a);
-    A->final_backward(&x, &m->p, &m->g, &m->a, block_output(m, layers, L - 1));
+    else A->head_backward(&x, m->ap, m->ag, m->acts);
+    A->final_backward(&x, m->ap, m->ag, m->acts, block_output(m, layers, L - 1));
     hpt_status s = m->blocks ? m->blocks->begin_pass(m->blocks->ctx, -1) : HPT_OK;
     for (int l = L - 1; l >= 0 && s == HPT_OK; l--) {
         hpt_mem_set_layer(m->mem, l);
@@ -226,7 +231,7 @@ hpt_status hpt_model_backward(hpt_gpt2 *m) {
             break;
         }
         A->block_backward(&x, w, dw, layers + (size_t)l * A->block_acts_size,
-                          block_input(m, layers, l), &m->a);
+                          block_input(m, layers, l), m->acts);
         s = grads_done(m, l, dw);
         block_release(m, l);
     }
@@ -239,7 +244,7 @@ hpt_status hpt_model_backward(hpt_gpt2 *m) {
     act_enter(m, TP_ENC_B(L));
     /* chunked embeddings: also the head's dwte, and wte's update chunk by chunk (embed.c) */
     if (m->emb != HPT_EMB_FULL) emb_backward_end(m, x.head_rows);
-    else A->embed_backward(&x, &m->g, &m->a);
+    else A->embed_backward(&x, m->ag, m->acts);
     m->grads_live = 1;
     act_enter(m, -1);
     return HPT_OK;

@@ -8,7 +8,7 @@
 #include "model/blocks.h"
 #include "offload/engine.h"
 
-hpt_status hpt_gpt2_create_offload(hpt_mem *mem, const hpt_gpt2_config *cfg,
+hpt_status hpt_gpt2_create_offload(hpt_mem *mem, const hpt_model_config *cfg,
                                    const hpt_offload_opts *o, hpt_gpt2 **out) {
     *out = NULL;
     if (!hpt_offload_active(o)) return hpt_gpt2_create(mem, cfg, out);
@@ -23,7 +23,7 @@ hpt_status hpt_gpt2_create_offload(hpt_mem *mem, const hpt_gpt2_config *cfg,
     hpt_status s = eng_create(mem, L, n_slices, slice_n, o, &e);
     if (s != HPT_OK) {
         hpt_model_free(m);
-        return hpt_fail_ctx(s, "allocating %zu parameters", hpt_gpt2_num_params(cfg));
+        return hpt_fail_ctx(s, "allocating %zu parameters", hpt_model_config_num_params(cfg));
     }
     gpt2_bind_blocks(m, eng_block_store(e), e);
     *out = m;
@@ -34,8 +34,8 @@ hpt_status hpt_model_create_offload(hpt_mem *mem, const char *shape, const hpt_o
                                     hpt_model **out) {
     *out = NULL;
     if (!hpt_offload_active(o)) return hpt_model_create(mem, shape, out);
-    hpt_gpt2_config cfg;
-    HPT_CHECK(hpt_gpt2_config_parse(shape, &cfg));
+    hpt_model_config cfg;
+    HPT_CHECK(hpt_model_config_parse(shape, &cfg));
     return hpt_gpt2_create_offload(mem, &cfg, o, out);
 }
 

@@ -640,6 +640,7 @@ static hpt_status alloc_home(offload_engine *e, int b) {
     if (b == EB_P && e->bf && e->tier[b] == HPT_TIER_DISK) { /* bf16-sr (hpt_offload_check) */
         HPT_CHECK(hpt_mem_disk_alloc(e->mem, HPT_CAT_PARAMS,
                                      (size_t)e->L * e->hstride * sizeof(uint16_t), &e->disk[b]));
+        e->disk[b].unit_bytes = e->hstride * sizeof(uint16_t); /* errors name the layer */
         e->has[b] = e->bfd = 1;
         hpt_mem_set_name(e->mem, "bf16 parameter staging");
         return e->be->alloc(e->mem, HPT_TIER_HOST, HPT_CAT_IO, 2 * e->hstride * sizeof(uint16_t),
@@ -658,6 +659,7 @@ static hpt_status alloc_home(offload_engine *e, int b) {
         size_t hb = (size_t)e->L * e->hstride * sizeof(uint16_t);
         if (e->tier[b] == HPT_TIER_DISK) {
             HPT_CHECK(hpt_mem_disk_alloc(e->mem, k_cat[b], hb, &e->disk[b]));
+            e->disk[b].unit_bytes = e->hstride * sizeof(uint16_t);
         } else {
             hpt_mem_set_name(e->mem, e->gh == HPT_GH_FP16 ? "block fp16 gradients (home)"
                                                           : "block bf16 gradients (home)");
@@ -665,6 +667,7 @@ static hpt_status alloc_home(offload_engine *e, int b) {
         }
     } else if (e->tier[b] == HPT_TIER_DISK) {
         HPT_CHECK(hpt_mem_disk_alloc(e->mem, k_cat[b], bytes, &e->disk[b]));
+        e->disk[b].unit_bytes = e->stride * sizeof(float);
     } else {
         hpt_mem_set_name(e->mem, k_home_name[b]);
         HPT_CHECK(e->be->alloc(e->mem, e->tier[b], k_cat[b], bytes, (void **)&e->home[b]));

@@ -130,7 +130,7 @@ static hpt_status check_opts(const hpt_adamw_opts *o) {
 /* The state's layout (top of the file) for the tensors of table t (configuration c's).
  * eng_homes: the engine holds the blocks' m and v (AdamW fp32), this layout only the non-block
  * tensors', at their offsets in the model's flat buffer. */
-static void plan_layout(const hpt_gpt2_config *c, const hpt_tensor_table *t,
+static void plan_layout(const hpt_model_config *c, const hpt_tensor_table *t,
                         const hpt_adamw_opts *o, int eng_homes, layout *L) {
     memset(L, 0, sizeof *L);
     int bits = state_bits(o), k = o->optimizer;
@@ -181,7 +181,7 @@ static void plan_layout(const hpt_gpt2_config *c, const hpt_tensor_table *t,
     }
 }
 
-uint64_t hpt_optim_state_bytes(const hpt_gpt2_config *cfg, const hpt_adamw_opts *o) {
+uint64_t hpt_optim_state_bytes(const hpt_model_config *cfg, const hpt_adamw_opts *o) {
     if (check_opts(o) != HPT_OK || hpt_gpt2_config_check(cfg) != HPT_OK) return 0;
     hpt_tensor_table t;
     model_describe(cfg, &t);
@@ -371,7 +371,7 @@ const hpt_adamw_opts *hpt_optim_get_opts(const hpt_optim *op) { return &op->o; }
 
 int optim_eng_homes(const hpt_optim *op) { return op->eng_homes; }
 
-int optim_q8_per_slice(const hpt_gpt2_config *c) {
+int optim_q8_per_slice(const hpt_model_config *c) {
     hpt_tensor_table t;
     model_describe(c, &t);
     for (int i = 0; i < t.n && t.L > 1; i++)

@@ -17,7 +17,7 @@ hpt_status optim_emit_moment(const hpt_optim *op, int which, gpt2_emit_fn emit, 
 hpt_status optim_absorb_moment(hpt_optim *op, int which, gpt2_read_fn read, void *ctx);
 /* 1 when an 8-bit state's blocks, which start at each layer's slice of a per-layer tensor,
  * differ from blocks starting at each tensor's first value (checkpoints before version 3). */
-int optim_q8_per_slice(const hpt_gpt2_config *cfg);
+int optim_q8_per_slice(const hpt_model_config *cfg);
 /* How AdamW's 8-bit second moment is encoded (checkpoint header field 26): 1, this build's,
  * sqrt(v) on the unsigned map without a 0 code (kernels/cpu/optim.c); 0, in files written
  * before the field, v itself on a map with a 0 code. */

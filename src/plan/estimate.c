@@ -90,12 +90,12 @@ static hpt_status hybrid_bytes(const hpt_plan_opts *o, hpt_estimate *out) {
     if (checks && o->sched.check_weights != HPT_WEIGHTS_F32 && o->sched.check_weights != HPT_WEIGHTS_Q8)
         return hpt_fail(HPT_ERR_INVALID, "unknown check weights %d", o->sched.check_weights);
     HPT_CHECK(hpt_predictor_check_optim(o->sched.predictor, &o->adamw));
-    uint64_t np = hpt_gpt2_num_params(&o->cfg), pb = np * 4;
+    uint64_t np = hpt_model_config_num_params(&o->cfg), pb = np * 4;
     uint64_t (*b)[HPT_CAT_COUNT] = out->bytes, *pp = out->predict_peak_bytes;
     uint64_t optim = b[HPT_TIER_DEVICE][HPT_CAT_OPTIM];
     uint64_t check_io = checks ? 2 * (uint64_t)o->B * (uint64_t)o->T * 4 : 0;
     int linear = o->sched.predictor == HPT_PREDICTOR_LINEAR, adam = o->sched.predictor == HPT_PREDICTOR_ADAM;
-    pp[HPT_TIER_DEVICE] = pb + b[HPT_TIER_DEVICE][HPT_CAT_IO] + (adam ? optim : 0) + (linear ? pb : 0);
+    pp[HPT_TIER_DEVICE] = pb + (uint64_t)model_consts_floats(&o->cfg) * 4 + b[HPT_TIER_DEVICE][HPT_CAT_IO] + (adam ? optim : 0) + (linear ? pb : 0);
     pp[HPT_TIER_HOST] = pb + check_io + (adam ? 0 : optim);
     if (checks && o->sched.check_weights == HPT_WEIGHTS_Q8) { /* the check's int8 engine */
         pp[HPT_TIER_DEVICE] += hpt_infer_bytes_for(&o->cfg, HPT_WEIGHTS_Q8, o->T) +
@@ -115,7 +115,7 @@ static hpt_status hybrid_bytes(const hpt_plan_opts *o, hpt_estimate *out) {
 
 hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     memset(out, 0, sizeof *out);
-    const hpt_gpt2_config *c = &o->cfg;
+    const hpt_model_config *c = &o->cfg;
     HPT_CHECK(hpt_gpt2_config_check(c));
     if (o->B < 1 || o->T < 1)
         return hpt_fail(HPT_ERR_INVALID, "batch %d and sequence %d must be >= 1", o->B, o->T);
@@ -133,7 +133,7 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
         return hpt_fail(HPT_ERR_INVALID, "B=%d T=%d with L=%d C=%d NH=%d is too large to count "
                         "(over 4 EB of activations)", o->B, o->T, c->L, c->C, c->NH);
 
-    uint64_t np = hpt_gpt2_num_params(c), BT = (uint64_t)o->B * (uint64_t)o->T;
+    uint64_t np = hpt_model_config_num_params(c), BT = (uint64_t)o->B * (uint64_t)o->T;
     uint64_t *dev = out->bytes[HPT_TIER_DEVICE];
     dev[HPT_CAT_PARAMS] = np * 4;                     /* hpt_gpt2_create */
     dev[HPT_CAT_GRADS] = np * 4;                      /* hpt_gpt2_create, forward-only too */
@@ -161,6 +161,7 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
         for (int t = 0; t < HPT_TIER_COUNT; t++)
             for (int k = 0; k < HPT_CAT_COUNT; k++) out->bytes[t][k] += eb[t][k];
     }
+    dev[HPT_CAT_PARAMS] += (uint64_t)model_consts_floats(c) * 4; /* the arch's constants */
     uint64_t at[HPT_TIER_COUNT];
     int vc = hpt_offload_active(&o->offload) ? gpt2_vocab_chunk(c, &o->offload) : 0;
     HPT_CHECK(gpt2_act_tier_bytes_vc(c, o->B, o->T, &o->act, vc, at));

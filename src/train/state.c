@@ -98,7 +98,7 @@ hpt_status hpt_state_save_sections(const char *path, const hpt_gpt2 *model, cons
             !strcmp(sec[i].name, comp_names[0]) || !strcmp(sec[i].name, comp_names[1]))
             return hpt_fail(HPT_ERR_INVALID, "checkpoint section %d: a name of 1 to 15 characters, "
                             "not %s or %s (the state's own)", i, comp_names[0], comp_names[1]);
-    const hpt_gpt2_config *c = hpt_gpt2_get_config(model);
+    const hpt_model_config *c = hpt_gpt2_get_config(model);
     size_t num_params = hpt_model_num_params(model);
     int64_t f[NFIELDS] = {c->L, c->C, c->NH, c->V, c->Vp, c->maxT,
                           fbits(ao->lr), fbits(ao->beta1), fbits(ao->beta2), fbits(ao->eps),
@@ -305,9 +305,9 @@ static hpt_status load_state(const char *path, hpt_mem *mem, const hpt_offload_o
         s = hpt_fail(HPT_ERR_FORMAT, "%s: training-state version %u is not supported (this build "
                      "reads versions 1 to %d)", path, ver[0], STATE_VERSION);
     if (s == HPT_OK) s = io_read_exact(fp, f, sizeof f, path, "header");
-    hpt_gpt2_config c = {0};
+    hpt_model_config c = {0};
     if (s == HPT_OK) {
-        c = (hpt_gpt2_config){.L = (int)f[0], .C = (int)f[1], .NH = (int)f[2], .V = (int)f[3],
+        c = (hpt_model_config){.L = (int)f[0], .C = (int)f[1], .NH = (int)f[2], .V = (int)f[3],
                               .Vp = (int)f[4], .maxT = (int)f[5]};
         s = hpt_gpt2_config_check(&c);
         if (s != HPT_OK) s = hpt_fail_ctx(s, "%s", path);
@@ -320,7 +320,7 @@ static hpt_status load_state(const char *path, hpt_mem *mem, const hpt_offload_o
                               .decay_all = (int)f[11], .optimizer = (int)f[21],
                               .state_bits = ver[0] == 1 ? 32 : (int)f[22],
                               .state32_embeddings = (int)f[23]};
-        n = hpt_gpt2_num_params(&c);
+        n = hpt_model_config_num_params(&c);
         uint64_t sb = hpt_optim_state_bytes(&c, &ao);
         uint64_t want = 16 + sizeof f + (uint64_t)n * 4 + sb + 12;
         if (sb == 0)

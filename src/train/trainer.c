@@ -49,6 +49,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <dirent.h>
+#include <signal.h>
+#include <unistd.h>
 
 struct hpt_trainer {
     hpt_train_opts o;
@@ -139,7 +142,7 @@ static hpt_status restore_scaler(hpt_trainer *tr, const hpt_state_section *sec, 
 }
 
 static size_t nparams(const hpt_trainer *tr) { return hpt_model_num_params(tr->model); }
-static const hpt_gpt2_config *mcfg(const hpt_trainer *tr) { return hpt_gpt2_get_config(tr->model); }
+static const hpt_model_config *mcfg(const hpt_trainer *tr) { return hpt_gpt2_get_config(tr->model); }
 
 static void free_snapshot(hpt_trainer *tr) {
     if (tr->snapshot)
@@ -193,7 +196,7 @@ static hpt_status mkdir_p(const char *dir) {
  * fit the budget: the error gives the breakdown and the --batch / --seq that would fit.
  * The shape is *cfg, or is read into *cfg from the checkpoint at ckpt (when not NULL);
  * live0: device bytes live before setup began. */
-static hpt_status check_budget(hpt_trainer *tr, hpt_gpt2_config *cfg, const char *ckpt,
+static hpt_status check_budget(hpt_trainer *tr, hpt_model_config *cfg, const char *ckpt,
                                uint64_t live0) {
     uint64_t budget = tr->o.plan.budget_bytes[HPT_TIER_DEVICE];
     if (!budget) { /* a library caller may have set the budget on mem instead of in the plan */
@@ -207,7 +210,7 @@ static hpt_status check_budget(hpt_trainer *tr, hpt_gpt2_config *cfg, const char
     return hpt_plan_check_budget(&po, budget, live0);
 }
 
-hpt_plan_opts hpt_train_plan_opts(const hpt_train_opts *o, const hpt_gpt2_config *cfg) {
+hpt_plan_opts hpt_train_plan_opts(const hpt_train_opts *o, const hpt_model_config *cfg) {
     hpt_plan_opts po = hpt_plan_defaults();
     po.cfg = *cfg;
     po.B = o->B;
@@ -392,7 +395,7 @@ static hpt_status setup(hpt_trainer *tr) {
             return s;
         }
         tr->o.adamw = ao; /* the checkpoint's optimizer and settings continue */
-        hpt_gpt2_config cfg = *hpt_gpt2_get_config(tr->model);
+        hpt_model_config cfg = *hpt_gpt2_get_config(tr->model);
         s = check_budget(tr, &cfg, NULL, live0); /* the shape is known only now */
         if (s != HPT_OK) {
             hpt_state_sections_free(tr->mem, sec, n_sec);
@@ -408,18 +411,18 @@ static hpt_status setup(hpt_trainer *tr) {
         }
     } else {
         if (!o->model) return hpt_fail(HPT_ERR_INVALID, "no model given (a checkpoint or a shape)");
-        hpt_gpt2_config cfg;
+        hpt_model_config cfg;
         if (file_exists(o->model)) {
             HPT_CHECK(check_budget(tr, &cfg, o->model, live0));
             HPT_CHECK(hpt_gpt2_load_offload(tr->mem, o->model, &o->offload, &tr->model));
-        } else if (hpt_gpt2_config_parse(o->model, &cfg) == HPT_OK) {
+        } else if (hpt_model_config_parse(o->model, &cfg) == HPT_OK) {
             HPT_CHECK(check_budget(tr, &cfg, NULL, live0));
             HPT_CHECK(hpt_gpt2_create_offload(tr->mem, &cfg, &o->offload, &tr->model));
             HPT_CHECK(hpt_model_init_random(tr->model, o->seed));
         } else if (strchr(o->model, '/') || strstr(o->model, ".bin")) {
             return hpt_fail(HPT_ERR_IO, "cannot open %s: %s", o->model, strerror(ENOENT));
         } else {
-            return hpt_gpt2_config_parse(o->model, &cfg); /* its error names the shape problem */
+            return hpt_model_config_parse(o->model, &cfg); /* its error names the shape problem */
         }
         HPT_CHECK(hpt_optim_create(tr->mem, tr->model, &tr->o.adamw, &tr->opt));
         HPT_CHECK(hpt_dataloader_open(tr->mem, o->data, o->B, o->T, mcfg(tr)->V, &tr->train));
@@ -497,6 +500,26 @@ hpt_status hpt_trainer_eval(hpt_trainer *tr, float *val_loss_out) {
     return HPT_OK;
 }
 
+/* A run killed while writing a checkpoint leaves its temporary file (io_atomic's
+ * "<name>.tmp.<pid>"; the checkpoint itself is intact). After a save, the ones of processes
+ * that no longer exist are removed, so repeated kills do not fill the disk. */
+static void sweep_stale_tmp(const char *dir) {
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        const char *t = strstr(de->d_name, ".bin.tmp.");
+        if (!t || (strncmp(de->d_name, "state.bin", 9) && strncmp(de->d_name, "model.bin", 9)))
+            continue;
+        char *end;
+        long pid = strtol(t + 9, &end, 10);
+        if (*end || pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        char path[PATH_MAX];
+        if (snprintf(path, sizeof path, "%s/%s", dir, de->d_name) < (int)sizeof path) unlink(path);
+    }
+    if (d) closedir(d);
+}
+
 hpt_status hpt_trainer_save(hpt_trainer *tr) {
     if (!tr->o.save_dir) return hpt_fail(HPT_ERR_INVALID, "no save directory given");
     hpt_train_pos pos = {.step = tr->step, .rng_state = tr->rng.s, .total_steps = tr->o.steps,
@@ -523,7 +546,14 @@ hpt_status hpt_trainer_save(hpt_trainer *tr) {
     snprintf(path, sizeof path, "%s/state.bin", tr->o.save_dir);
     HPT_CHECK(hpt_state_save_sections(path, tr->model, tr->opt, &tr->o.adamw, &pos, sec, n));
     snprintf(path, sizeof path, "%s/model.bin", tr->o.save_dir);
-    return hpt_model_save(tr->model, path);
+    HPT_CHECK(hpt_model_save(tr->model, path));
+    sweep_stale_tmp(tr->o.save_dir);
+    /* a run from a Hugging Face directory saves one too (config.json + safetensors beside
+     * state.bin, which the directory's replacement keeps) */
+    struct stat st;
+    if (tr->o.model && stat(tr->o.model, &st) == 0 && S_ISDIR(st.st_mode))
+        return hpt_model_save_hf(tr->model, tr->o.save_dir, HPT_DTYPE_F32, 0);
+    return HPT_OK;
 }
 
 /* The check batch's loss: B forwards of one sequence each (a B=1 arena, freed after), the

@@ -70,6 +70,13 @@ static int is_file(const char *p) {
     return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* A Hugging Face model directory (its config.json gives the shape). */
+static int is_hf_dir(const char *p) {
+    char q[4200];
+    snprintf(q, sizeof q, "%s/config.json", p);
+    return is_file(q);
+}
+
 /* A tier's peak: the full phase's, or the predict phase's when higher (hybrid schedule). */
 static uint64_t tier_peak(const hpt_estimate *e, int t) {
     return e->peak_bytes[t] > e->predict_peak_bytes[t] ? e->peak_bytes[t] : e->predict_peak_bytes[t];
@@ -77,7 +84,7 @@ static uint64_t tier_peak(const hpt_estimate *e, int t) {
 
 static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t budget,
                        const hpt_plan_fit *fit) {
-    const hpt_gpt2_config *c = &po->cfg;
+    const hpt_model_config *c = &po->cfg;
     printf("{\"version\":1,\"model\":{\"L\":%d,\"C\":%d,\"NH\":%d,\"V\":%d,\"Vp\":%d,\"maxT\":%d},",
            c->L, c->C, c->NH, c->V, c->Vp, c->maxT);
     printf("\"B\":%d,\"T\":%d,\"training\":%s,\"has_val\":%s,", po->B, po->T,
@@ -143,7 +150,7 @@ static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t 
 
 static void print_text(const char *model, const hpt_plan_opts *po, const hpt_estimate *e,
                        uint64_t budget, const hpt_plan_fit *fit) {
-    const hpt_gpt2_config *c = &po->cfg;
+    const hpt_model_config *c = &po->cfg;
     char b[HPT_TIER_COUNT][32], x[32], y[32];
     char how[96];
     snprintf(how, sizeof how, "training (forward, backward, %s with %d-bit state%s)",
@@ -303,7 +310,7 @@ int cmd_estimate(int argc, char **argv) {
             return cli_error("estimate: --resume %s: %s is missing (it holds the run's shape); "
                              "pass --model with the shape instead", resume, path);
         ckpt = path;
-    } else if (is_file(model)) {
+    } else if (is_file(model) || is_hf_dir(model)) {
         ckpt = model;
     }
     hpt_status s;
@@ -311,7 +318,7 @@ int cmd_estimate(int argc, char **argv) {
         s = hpt_gpt2_read_config(ckpt, &po.cfg);
         model = ckpt;
     } else {
-        s = hpt_gpt2_config_parse(model, &po.cfg);
+        s = hpt_model_config_parse(model, &po.cfg);
         if (s != HPT_OK && (strchr(model, '/') || strstr(model, ".bin")))
             return cli_error("estimate: cannot open %s: no such file", model);
     }

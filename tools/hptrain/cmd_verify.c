@@ -5,10 +5,12 @@
 #include <stdio.h>
 
 static const char k_help[] =
-    "usage: hptrain verify --model PATH --state PATH [--steps PATH.json] [--tol X]\n"
+    "usage: hptrain verify --model PATH|SHAPE --state PATH [--steps PATH.json] [--tol X]\n"
     "\n"
-    "Checks hptrain against a PyTorch reference state in llm.c's format: logits, loss and\n"
-    "every gradient of one batch, and with --steps the loss before each AdamW step.\n"
+    "Checks hptrain against a PyTorch reference state: logits, loss and every gradient of\n"
+    "one batch, and with --steps the loss before each AdamW step. --model PATH: an llm.c\n"
+    "GPT-2 checkpoint with llm.c's state (version 2); --model SHAPE (e.g. llama:L=2,...): the\n"
+    "parameters come from the state (version 3, tests/make_ref_state_llama.py).\n"
     "Exit status 0 when every figure is within --tol (relative, norm-wise; default 1e-4).\n";
 
 int cmd_verify(int argc, char **argv) {
@@ -42,13 +44,14 @@ int cmd_verify(int argc, char **argv) {
     s = hpt_verify(mem, model, state, steps, tol, &r);
     hpt_mem_destroy(mem);
     if (s != HPT_OK) return cli_lib_error(s, "verify");
-    printf("model L=%d C=%d NH=%d V=%d Vp=%d maxT=%d, batch B=%d T=%d, tolerance %.1e\n", r.cfg.L,
-           r.cfg.C, r.cfg.NH, r.cfg.V, r.cfg.Vp, r.cfg.maxT, r.B, r.T, r.tol);
+    printf("model %s L=%d C=%d NH=%d NKV=%d V=%d Vp=%d maxT=%d, batch B=%d T=%d, tolerance %.1e\n",
+           r.cfg.arch == HPT_ARCH_LLAMA ? "llama" : "gpt2", r.cfg.L, r.cfg.C, r.cfg.NH, r.cfg.NKV,
+           r.cfg.V, r.cfg.Vp, r.cfg.maxT, r.B, r.T, r.tol);
     printf("%-10s %-12s %s\n", "check", "rel. error", "");
     printf("%-10s %-12.3e %s\n", "logits", r.logits_rel_err, r.logits_rel_err <= tol ? "ok" : "FAIL");
     printf("%-10s %-12.3e %s (%.6f vs %.6f)\n", "loss", r.loss_rel_err,
            r.loss_rel_err <= tol ? "ok" : "FAIL", (double)r.loss, (double)r.ref_loss);
-    for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++)
+    for (int i = 0; i < r.n_grads; i++)
         printf("d%-9s %-12.3e %s\n", r.grad_name[i], r.grad_rel_err[i],
                r.grad_rel_err[i] <= tol ? "ok" : "FAIL");
     for (int i = 0; i < r.n_steps; i++)

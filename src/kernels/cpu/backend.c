@@ -3,6 +3,7 @@
  * returns, so sync has nothing to wait for. The ops are the kernels of this directory. */
 #include "kernels/cpu/embed_kernels.h"
 #include "kernels/cpu/infer_ops.h"
+#include "kernels/cpu/llama_ops.h"
 #include "kernels/kernels.h"
 
 #include <string.h>
@@ -42,6 +43,13 @@ static const hpt_backend k_cpu = {
     .layernorm_forward = k_layernorm_forward,
     .layernorm_apply = k_layernorm_apply,
     .layernorm_backward = k_layernorm_backward,
+    .rmsnorm_forward = k_rmsnorm_forward,
+    .rmsnorm_apply = k_rmsnorm_apply,
+    .rmsnorm_backward = k_rmsnorm_backward,
+    .rope_forward = k_rope_forward,
+    .rope_backward = k_rope_backward,
+    .swiglu_forward = k_swiglu_forward,
+    .swiglu_backward = k_swiglu_backward,
     .attention_forward = k_attention_forward,
     .attention_backward = k_attention_backward,
     .flash_attention_forward = k_flash_attention_forward,

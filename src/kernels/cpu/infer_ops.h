@@ -9,8 +9,9 @@
 
 void k_infer_embed(float *x, const int32_t *tok, size_t n, int pos0, const float *wte,
                    const int8_t *wte_q, const float *wte_scale, const float *wpe, int C);
-void k_infer_kv_store(float *K, float *V, const float *qkv, int pos0, size_t n, int C);
+void k_infer_kv_store(float *K, float *V, const float *qkv, int pos0, size_t n, int C, int NH,
+                      int NKV);
 void k_infer_attend(float *atty, const float *qkv, const float *K, const float *V, int pos0,
-                    size_t n, int C, int NH);
+                    size_t n, int C, int NH, int NKV);
 
 #endif

@@ -1,0 +1,435 @@
+/* llama.c: the Llama family's maths (Llama 2, Llama 3.x, Mistral) in the architecture
+ * interface (model/arch.h), read like llm.c's GPT-2: Hugging Face LlamaForCausalLM's forward
+ * and its backward side by side.
+ *
+ *   x = wte[tokens]                                          (no position table)
+ *   per block: h = x + o_proj(attention(rope(q), rope(k), v)) on rmsnorm(x) * ln1w
+ *              x = h + down_proj(silu(gate_proj(n)) * up_proj(n)), n = rmsnorm(h) * ln2w
+ *   logits = rmsnorm(x) * lnfw @ head^T, head = wte (tied) or lm_head
+ *
+ * Grouped-query attention: qkv (B,T,QKV) holds NH query heads, then NKV key and NKV value
+ * heads (hd = C/NH each); query head h reads key/value head h / (NH/NKV). The attention ops
+ * take NKV and never repeat the shared heads. Rotary embeddings rotate q and k in place after
+ * the qkv projection (rotate_half pairs i and i + hd/2), so the saved qkv is the attention's
+ * input; the backward rotates dq, dk back before the projection's backward. The cos/sin tables
+ * (maxT, hd/2) are this file's constants (consts_fill: rope_theta with Llama 3's frequency
+ * scaling), made on the host in double once and kept on the device by the model.
+ * Gradients accumulate (+=). Every op goes through the backend x->be on the runner's buffers. */
+#include "core/core.h"
+#include "model/arch.h"
+#include "model/gpt2_int.h"
+#include "model/llama_int.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- the parameters ---- */
+
+static int64_t hd_of(const hpt_model_config *c) { return c->C / c->NH; }
+static int64_t qkv_of(const hpt_model_config *c) { return (c->NH + 2 * (int64_t)c->NKV) * hd_of(c); }
+
+/* The tensors of a configuration in checkpoint order, and where each lands in llama_tensors.
+ * present: 0 for a bias or head the configuration has not. */
+typedef struct {
+    const char *name;
+    size_t off;      /* of its pointer in llama_tensors */
+    int ndim;
+    int64_t shape[3];
+    int stacked, matrix, present;
+} llama_desc;
+
+#define T_(f) #f, offsetof(llama_tensors, f)
+static int llama_descs(const hpt_model_config *c, llama_desc d[13]) {
+    const int64_t L = c->L, C = c->C, Vp = c->Vp, QKV = qkv_of(c), FF = c->FF;
+    const int64_t A = c->NH * hd_of(c);
+    const llama_desc all[13] = {
+        {T_(wte), 2, {Vp, C}, 0, 1, 1},
+        {T_(ln1w), 2, {L, C}, 1, 0, 1},
+        {T_(qkvw), 3, {L, QKV, C}, 1, 1, 1},
+        {T_(qkvb), 2, {L, QKV}, 1, 0, c->attn_bias},
+        {T_(attprojw), 3, {L, C, A}, 1, 1, 1},
+        {T_(attprojb), 2, {L, C}, 1, 0, c->attn_bias},
+        {T_(ln2w), 2, {L, C}, 1, 0, 1},
+        {T_(fcw), 3, {L, 2 * FF, C}, 1, 1, 1},
+        {T_(fcb), 2, {L, 2 * FF}, 1, 0, c->mlp_bias},
+        {T_(fcprojw), 3, {L, C, FF}, 1, 1, 1},
+        {T_(fcprojb), 2, {L, C}, 1, 0, c->mlp_bias},
+        {T_(lnfw), 1, {C}, 0, 0, 1},
+        {T_(lm_head), 2, {Vp, C}, 0, 1, !c->tied},
+    };
+    int n = 0;
+    for (int i = 0; i < 13; i++)
+        if (all[i].present) d[n++] = all[i];
+    return n;
+}
+#undef T_
+
+static void describe(const hpt_model_config *cfg, hpt_tensor_table *out) {
+    llama_desc d[13];
+    int n = llama_descs(cfg, d), slice = 0;
+    memset(out, 0, sizeof *out);
+    out->n = n;
+    out->L = cfg->L;
+    for (int i = 0; i < n; i++) {
+        hpt_tensor_desc *t = &out->t[i];
+        snprintf(t->name, sizeof t->name, "%s", d[i].name);
+        t->dtype = HPT_DT_F32;
+        t->ndim = d[i].ndim;
+        for (int k = 0; k < d[i].ndim; k++) t->shape[k] = d[i].shape[k];
+        t->role = HPT_ROLE_PARAM;
+        t->layer = d[i].stacked ? HPT_LAYER_STACKED : -1;
+        t->slice = d[i].stacked ? slice++ : -1;
+        t->is_matrix = d[i].matrix;
+        t->tied = i == 0 && cfg->tied;
+    }
+    out->n_slices = slice;
+}
+
+static void point(const hpt_model_config *cfg, const hpt_tensor_table *t, float *const *tp,
+                  const float *consts, void *outv) {
+    llama_tensors *p = outv;
+    llama_desc d[13];
+    int n = llama_descs(cfg, d);
+    memset(p, 0, sizeof *p);
+    for (int i = 0; i < n && i < t->n; i++) *(float **)((char *)p + d[i].off) = tp[i];
+    size_t half = (size_t)cfg->maxT * (size_t)(hd_of(cfg) / 2);
+    p->rope_cos = consts;
+    p->rope_sin = consts ? consts + half : NULL;
+}
+
+/* FLOPs per token: the GEMMs (q, k, v: C*QKV; o: C*C; gate and up: 2*C*FF; down: FF*C) and the
+ * head Vp*C at 2 FLOPs per multiply-add; causal attention 2*C*(T+1) per token and layer (QK^T
+ * and AV over t+1 keys on average, NH*hd = C query channels). */
+static double flops_per_token(const hpt_model_config *c, int T) {
+    double L = c->L, C = c->C, QKV = (double)qkv_of(c), FF = c->FF;
+    return 2.0 * (L * C * (QKV + C + 3.0 * FF) + (double)c->Vp * C) + 2.0 * L * C * (T + 1.0);
+}
+
+/* ---- the rotary tables ---- */
+
+static size_t consts_floats(const hpt_model_config *c) { return (size_t)c->maxT * (size_t)hd_of(c); }
+
+/* cos, sin (maxT, hd/2): angle p * f_i at position p, f_i = theta^(-2i/hd), and with Llama 3's
+ * scaling (rope_factor > 0; Hugging Face's "llama3" rope type): wavelengths 2 pi / f_i above
+ * orig / low are divided by factor, those below orig / high kept, those between blended by
+ * s = (orig / wavelength - low) / (high - low): f (1 - s) / factor + f s. */
+static void consts_fill(const hpt_model_config *c, float *host) {
+    const int half = (int)(hd_of(c) / 2);
+    const size_t rows = (size_t)c->maxT;
+    float *cosv = host, *sinv = host + rows * (size_t)half;
+    for (int i = 0; i < half; i++) {
+        double f = pow((double)c->rope_theta, -(2.0 * i) / (double)(2 * half));
+        if (c->rope_factor > 0.0f) {
+            const double orig = c->rope_orig_maxT, lo = c->rope_low_freq, hi = c->rope_high_freq;
+            const double wavelen = 2.0 * 3.14159265358979323846 / f, factor = c->rope_factor;
+            if (wavelen > orig / lo) f /= factor;
+            else if (wavelen >= orig / hi) {
+                double s = (orig / wavelen - lo) / (hi - lo);
+                f = (1.0 - s) * f / factor + s * f;
+            }
+        }
+        for (size_t p = 0; p < rows; p++) {
+            double a = (double)p * f;
+            cosv[p * (size_t)half + (size_t)i] = (float)cos(a);
+            sinv[p * (size_t)half + (size_t)i] = (float)sin(a);
+        }
+    }
+}
+
+/* A block's slices from the runner's pointers (block order: the table's stacked tensors). */
+typedef struct {
+    float *ln1w, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *fcw, *fcb, *fcprojw, *fcprojb;
+} llama_block;
+
+static llama_block block_of(const hpt_model_config *c, float *const *s) {
+    llama_block b;
+    int k = 0;
+    b.ln1w = s[k++];
+    b.qkvw = s[k++];
+    b.qkvb = c->attn_bias ? s[k++] : NULL;
+    b.attprojw = s[k++];
+    b.attprojb = c->attn_bias ? s[k++] : NULL;
+    b.ln2w = s[k++];
+    b.fcw = s[k++];
+    b.fcb = c->mlp_bias ? s[k++] : NULL;
+    b.fcprojw = s[k++];
+    b.fcprojb = c->mlp_bias ? s[k++] : NULL;
+    return b;
+}
+
+/* ---- the activations ---- */
+
+#define F(f, flags, attn) {#f, offsetof(llama_layer_acts, f), flags, attn}
+enum { R = HPT_FIELD_RECOMPUTE, S = HPT_FIELD_STORE, O = HPT_FIELD_OUTPUT };
+static const hpt_arch_field k_fields[] = {
+    F(ln1, R | S, -1),      F(ln1_rstd, 0, -1),      F(qkv, S, -1),
+    F(atty, S, -1),         F(att, R | S, HPT_ATTN_PLAIN), F(att_lse, 0, HPT_ATTN_FLASH),
+    F(res2, S, -1),         F(ln2, R | S, -1),       F(ln2_rstd, 0, -1),
+    F(fch, S, -1),          F(fch_swi, R | S, -1),   F(res3, O, -1)};
+#undef F
+#define N_FIELDS ((int)(sizeof k_fields / sizeof k_fields[0]))
+
+static void field_shape(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w) {
+    const hpt_model_config *c = x->cfg;
+    const size_t BT = (size_t)x->B * x->T, C = (size_t)c->C;
+    const size_t heads = (size_t)x->B * (size_t)c->NH * (size_t)x->T;
+    *rows = BT;
+    switch (k_fields[i].off) {
+    case offsetof(llama_layer_acts, qkv): *w = (size_t)qkv_of(c); return;
+    case offsetof(llama_layer_acts, fch): *w = 2 * (size_t)c->FF; return;
+    case offsetof(llama_layer_acts, fch_swi): *w = (size_t)c->FF; return;
+    case offsetof(llama_layer_acts, ln1_rstd):
+    case offsetof(llama_layer_acts, ln2_rstd): *w = 1; return;
+    case offsetof(llama_layer_acts, att): *rows = heads; *w = (size_t)x->T; return;
+    case offsetof(llama_layer_acts, att_lse): *rows = heads; *w = 1; return;
+    default: *w = C; return; /* ln1, atty, res2, ln2, res3 */
+    }
+}
+
+#define G(f, t0, t1, after) {#f, offsetof(llama_acts, f), t0, t1, after}
+static const hpt_arch_global k_globals[] = {
+    G(inputs, HPT_TP_START, HPT_TP_EMBED_B, 0),
+    G(targets, HPT_TP_START, HPT_TP_HEAD_END, 0),
+    G(encoded, HPT_TP_START, HPT_TP_BLOCK0_B, 0),
+    G(zpos, HPT_TP_START, HPT_TP_START, 0),
+    G(lnf, HPT_TP_HEAD_F, HPT_TP_HEAD_END, 1),
+    G(lnf_rstd, HPT_TP_HEAD_F, HPT_TP_HEAD_B, 1),
+    G(logits, HPT_TP_HEAD_F, HPT_TP_HEAD_END, 1),
+    G(lse, HPT_TP_HEAD_F, HPT_TP_HEAD_END, 1),
+    G(losses, HPT_TP_HEAD_F, HPT_TP_HEAD_F, 1),
+    G(dres, HPT_TP_HEAD_B, HPT_TP_EMBED_B, 1),
+    G(dsmall, HPT_TP_HEAD_B, HPT_TP_BLOCK0_B, 1),
+    G(dmid, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1),
+    G(dbig, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1),
+    G(attscr, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1)};
+#undef G
+
+static void global_shape(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w) {
+    const hpt_model_config *c = x->cfg;
+    const size_t BT = (size_t)x->B * x->T, C = (size_t)c->C;
+    *rows = BT;
+    switch (k_globals[i].off) {
+    case offsetof(llama_acts, inputs):
+    case offsetof(llama_acts, targets):
+    case offsetof(llama_acts, lnf_rstd):
+    case offsetof(llama_acts, lse):
+    case offsetof(llama_acts, losses): *w = 1; return;
+    case offsetof(llama_acts, zpos): *rows = (size_t)x->T; *w = C; return;
+    case offsetof(llama_acts, logits): *rows = x->head_rows; *w = x->logit_cols; return;
+    case offsetof(llama_acts, dmid): *w = (size_t)c->FF; return;
+    case offsetof(llama_acts, dbig): *w = HPT_MAX(2 * (size_t)c->FF, (size_t)qkv_of(c)); return;
+    case offsetof(llama_acts, attscr): *rows = (size_t)x->B * (size_t)c->NH; *w = (size_t)x->T; return;
+    default: *w = C; return; /* encoded, lnf, dres, dsmall */
+    }
+}
+
+/* ---- the embedding ---- */
+
+static void embed_forward(const hpt_arch_ctx *x, const void *pv, void *av) {
+    const llama_tensors *p = pv;
+    llama_acts *a = av;
+    const int C = x->cfg->C;
+    /* encoded (B, T, C) = wte[inputs] (the encoder op adds a position table: zeros here, and
+     * v + 0 is v exactly) */
+    x->be->memset(a->zpos, 0, (size_t)x->T * (size_t)C * sizeof(float));
+    x->be->encoder_forward(a->encoded, a->inputs, p->wte, a->zpos, x->B, x->T, C);
+}
+
+static void embed_backward(const hpt_arch_ctx *x, void *gv, const void *av) {
+    llama_tensors *g = gv;
+    const llama_acts *a = av;
+    /* encoded = wte[inputs]: dwte[inputs[b,t]] += dres[b,t] */
+    x->be->encoder_backward_rows(g->wte, a->dres, a->inputs, (size_t)x->B * x->T,
+                                 (size_t)x->cfg->C, 0, (size_t)x->cfg->Vp);
+}
+
+/* ---- one block: forward ---- */
+
+static void block_forward(const hpt_arch_ctx *x, float *const *w, void *lav, const float *residual,
+                          int with_res3) {
+    const hpt_backend *be = x->be;
+    const hpt_model_config *c = x->cfg;
+    const llama_tensors *k = x->params;
+    const int B = x->B, T = x->T, C = c->C, NH = c->NH, NKV = c->NKV, FF = c->FF;
+    const int hd = (int)hd_of(c);
+    const int64_t BT = (int64_t)B * T, QKV = qkv_of(c);
+    const llama_block pb = block_of(c, w), *p = &pb;
+    llama_layer_acts *la = lav;
+    /* ln1 (B, T, C) = rmsnorm(residual) * ln1w */
+    be->rmsnorm_forward(la->ln1, la->ln1_rstd, residual, p->ln1w, BT, C, c->norm_eps);
+    /* qkv (B, T, QKV) = ln1 @ qkvw^T (+ qkvb); q and k rotated in place */
+    be->matmul_forward(la->qkv, la->ln1, p->qkvw, p->qkvb, BT, C, QKV, 0);
+    be->rope_forward(la->qkv, k->rope_cos, k->rope_sin, B, T, NH, NKV, hd, 0);
+    /* atty (B, T, C) = attention(q, k, v), kv head h / (NH / NKV) for query head h */
+    x->attn->forward(be, la->atty, la->att, la->att_lse, la->qkv, B, T, C, NH, NKV);
+    /* res2 (B, T, C) = residual + atty @ attprojw^T (+ attprojb) */
+    be->copy(la->res2, residual, (size_t)BT * C * sizeof(float), HPT_COPY_D2D);
+    be->matmul_forward(la->res2, la->atty, p->attprojw, p->attprojb, BT, C, C, 1);
+    /* ln2 (B, T, C) = rmsnorm(res2) * ln2w */
+    be->rmsnorm_forward(la->ln2, la->ln2_rstd, la->res2, p->ln2w, BT, C, c->norm_eps);
+    /* fch (B, T, 2FF) = ln2 @ fcw^T (+ fcb) = [gate | up]; fch_swi (B, T, FF) = silu(gate) * up */
+    be->matmul_forward(la->fch, la->ln2, p->fcw, p->fcb, BT, C, 2 * (int64_t)FF, 0);
+    be->swiglu_forward(la->fch_swi, la->fch, BT, FF);
+    if (!with_res3) return;
+    /* res3 (B, T, C) = res2 + fch_swi @ fcprojw^T (+ fcprojb) */
+    be->copy(la->res3, la->res2, (size_t)BT * C * sizeof(float), HPT_COPY_D2D);
+    be->matmul_forward(la->res3, la->fch_swi, p->fcprojw, p->fcprojb, BT, FF, C, 1);
+}
+
+/* Rebuilds ln1, att (plain attention), ln2 and fch_swi from what the forward kept, with the
+ * forward's kernels on the forward's inputs: the same bits. */
+static void block_recompute(const hpt_arch_ctx *x, float *const *w, void *lav, const float *residual) {
+    const hpt_backend *be = x->be;
+    const hpt_model_config *c = x->cfg;
+    const int B = x->B, T = x->T, C = c->C;
+    const int64_t BT = (int64_t)B * T;
+    const llama_block pb = block_of(c, w), *p = &pb;
+    llama_layer_acts *la = lav;
+    /* ln1 = rmsnorm(residual) * ln1w, with the saved rstd */
+    be->rmsnorm_apply(la->ln1, residual, p->ln1w, la->ln1_rstd, BT, C);
+    /* att = softmax(q k^T) (plain attention; flash keeps none): rewrites atty, the same bits */
+    x->attn->rebuild(be, la->atty, la->att, la->att_lse, la->qkv, B, T, C, c->NH, c->NKV);
+    /* ln2 = rmsnorm(res2) * ln2w */
+    be->rmsnorm_apply(la->ln2, la->res2, p->ln2w, la->ln2_rstd, BT, C);
+    /* fch_swi = silu(gate) * up */
+    be->swiglu_forward(la->fch_swi, la->fch, BT, c->FF);
+}
+
+/* ---- one block: backward (a->dres: the gradient of the block's output in, of its input out) ---- */
+
+static void block_backward(const hpt_arch_ctx *x, float *const *w, float *const *dw,
+                           const void *lav, const float *residual, void *av) {
+    const hpt_backend *be = x->be;
+    const hpt_model_config *c = x->cfg;
+    const llama_tensors *k = x->params;
+    const int B = x->B, T = x->T, C = c->C, NH = c->NH, NKV = c->NKV, FF = c->FF;
+    const int hd = (int)hd_of(c);
+    const int64_t BT = (int64_t)B * T, QKV = qkv_of(c);
+    const llama_block pb = block_of(c, w), gb = block_of(c, dw), *p = &pb, *g = &gb;
+    const llama_layer_acts *la = lav;
+    llama_acts *a = av;
+    /* res3 = res2 + fch_swi @ fcprojw^T (+ fcprojb); dres flows to res2 unchanged */
+    be->matmul_backward(a->dmid, g->fcprojw, g->fcprojb, a->dres, la->fch_swi, p->fcprojw, BT,
+                        FF, C, 0);
+    /* fch_swi = silu(gate) * up: d[gate | up] (B, T, 2FF) into dbig */
+    be->swiglu_backward(a->dbig, a->dmid, la->fch, BT, FF);
+    /* fch = ln2 @ fcw^T (+ fcb) */
+    be->matmul_backward(a->dsmall, g->fcw, g->fcb, a->dbig, la->ln2, p->fcw, BT, C,
+                        2 * (int64_t)FF, 0);
+    /* ln2 = rmsnorm(res2) * ln2w: dres += */
+    be->rmsnorm_backward(a->dres, g->ln2w, a->dsmall, la->res2, p->ln2w, la->ln2_rstd, BT, C);
+    /* res2 = residual + atty @ attprojw^T (+ attprojb) */
+    be->matmul_backward(a->dsmall, g->attprojw, g->attprojb, a->dres, la->atty, p->attprojw, BT,
+                        C, C, 0);
+    /* atty = attention(qkv); dqkv (B, T, QKV) into dbig, dk and dv summed over each group */
+    x->attn->backward(be, a->dbig, a->attscr, a->dsmall, la->qkv, la->atty, la->att, la->att_lse,
+                      B, T, C, NH, NKV);
+    /* q, k = rope(q, k): the transpose rotation */
+    be->rope_backward(a->dbig, k->rope_cos, k->rope_sin, B, T, NH, NKV, hd, 0);
+    /* qkv = ln1 @ qkvw^T (+ qkvb) */
+    be->matmul_backward(a->dsmall, g->qkvw, g->qkvb, a->dbig, la->ln1, p->qkvw, BT, C, QKV, 0);
+    /* ln1 = rmsnorm(residual) * ln1w: dres += */
+    be->rmsnorm_backward(a->dres, g->ln1w, a->dsmall, residual, p->ln1w, la->ln1_rstd, BT, C);
+}
+
+/* ---- the final norm and the head ---- */
+
+static void final_forward(const hpt_arch_ctx *x, const void *pv, void *av, const float *res3) {
+    const llama_tensors *p = pv;
+    llama_acts *a = av;
+    /* lnf (B, T, C) = rmsnorm(res3 of block L-1) * lnfw */
+    x->be->rmsnorm_forward(a->lnf, a->lnf_rstd, res3, p->lnfw, (int64_t)x->B * x->T, x->cfg->C,
+                           x->cfg->norm_eps);
+}
+
+/* The head's weight: lm_head, or wte when tied. */
+static float *head_w(const hpt_model_config *c, const llama_tensors *p) {
+    return c->tied ? p->wte : p->lm_head;
+}
+
+/* The logits head_rows rows at a time: all (B*T, Vp) kept when head_rows is B*T, else the loss
+ * chunk by chunk and the last chunk's logits only, (rows, Vp). */
+static float head_forward(const hpt_arch_ctx *x, const void *pv, void *av, int has_targets) {
+    const hpt_backend *be = x->be;
+    const hpt_model_config *c = x->cfg;
+    llama_acts *a = av;
+    const float *W = head_w(c, pv);
+    const size_t BT = (size_t)x->B * x->T, C = (size_t)c->C, rows = x->head_rows;
+    float loss = -1.0f;
+    for (size_t r0 = 0; r0 < BT; r0 += rows) {
+        size_t n = HPT_MIN(rows, BT - r0);
+        /* logits (n, Vp) = lnf @ W^T (no bias) */
+        be->matmul_forward(a->logits, a->lnf + r0 * C, W, NULL, (int64_t)n, (int64_t)C, c->Vp, 0);
+        /* loss = mean_i (lse_i - logits[i, y_i]) */
+        if (has_targets)
+            loss = be->crossentropy_forward(a->losses + r0, a->lse + r0, a->logits,
+                                            a->targets + r0, (int64_t)n, c->V, c->Vp);
+    }
+    if (has_targets && rows < BT) loss = be->loss_mean(a->losses, BT);
+    return loss;
+}
+
+static void head_backward(const hpt_arch_ctx *x, const void *pv, void *gv, void *av) {
+    const hpt_backend *be = x->be;
+    const hpt_model_config *c = x->cfg;
+    llama_acts *a = av;
+    const float *W = head_w(c, pv);
+    float *dW = head_w(c, gv);
+    const size_t BT = (size_t)x->B * x->T, C = (size_t)c->C, rows = x->head_rows;
+    /* logits = lnf @ W^T: dlnf = dlogits @ W, dW += dlogits^T @ lnf; a chunk's logits
+     * recomputed first when the forward kept only the last one */
+    for (size_t r0 = 0; r0 < BT; r0 += rows) {
+        size_t n = HPT_MIN(rows, BT - r0);
+        if (n < BT)
+            be->matmul_forward(a->logits, a->lnf + r0 * C, W, NULL, (int64_t)n, (int64_t)C,
+                               c->Vp, 0);
+        be->crossentropy_backward(a->logits, a->lse + r0, a->targets + r0, (int64_t)n, c->V,
+                                  c->Vp, 1.0f / (float)BT * x->loss_scale);
+        be->matmul_backward(a->dsmall + r0 * C, dW, NULL, a->logits, a->lnf + r0 * C, W,
+                            (int64_t)n, (int64_t)C, c->Vp, 0);
+    }
+}
+
+static void final_backward(const hpt_arch_ctx *x, const void *pv, void *gv, void *av,
+                           const float *res3) {
+    const llama_tensors *p = pv;
+    llama_tensors *g = gv;
+    llama_acts *a = av;
+    const int64_t BT = (int64_t)x->B * x->T;
+    const int C = x->cfg->C;
+    /* lnf = rmsnorm(res3[L-1]) * lnfw: dres (B, T, C) starts here */
+    x->be->memset(a->dres, 0, (size_t)BT * C * sizeof(float));
+    x->be->rmsnorm_backward(a->dres, g->lnfw, a->dsmall, res3, p->lnfw, a->lnf_rstd, BT, C);
+}
+
+const hpt_arch hpt_arch_llama = {
+    .name = "llama",
+    .describe = describe,
+    .flops_per_token = flops_per_token,
+    .n_fields = N_FIELDS,
+    .fields = k_fields,
+    .block_acts_size = sizeof(llama_layer_acts),
+    .field_shape = field_shape,
+    .n_globals = (int)(sizeof k_globals / sizeof k_globals[0]),
+    .globals = k_globals,
+    .acts_size = sizeof(llama_acts),
+    .global_shape = global_shape,
+    .off_inputs = offsetof(llama_acts, inputs),
+    .off_targets = offsetof(llama_acts, targets),
+    .off_encoded = offsetof(llama_acts, encoded),
+    .off_logits = offsetof(llama_acts, logits),
+    .point = point,
+    .consts_floats = consts_floats,
+    .consts_fill = consts_fill,
+    .embed_forward = embed_forward,
+    .embed_backward = embed_backward,
+    .block_forward = block_forward,
+    .block_recompute = block_recompute,
+    .block_backward = block_backward,
+    .final_forward = final_forward,
+    .head_forward = head_forward,
+    .head_backward = head_backward,
+    .final_backward = final_backward,
+};

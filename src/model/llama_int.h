@@ -1,0 +1,68 @@
+/* llama_int.h: the llama architecture's layout (model/llama.c), private to src/model/: its
+ * parameter pointers, one block's saved activations and the step's other buffers. The tensor
+ * table (llama.c's describe) is the contract's (docs/llama.md): wte, then per-layer ln1w,
+ * qkvw, [qkvb], attprojw, [attprojb], ln2w, fcw, [fcb], fcprojw, [fcprojb] stacked over L, then
+ * lnfw and [lm_head]; the bracketed ones exist only when the configuration asks for them
+ * (attn_bias, mlp_bias, !tied). hd = C/NH, QKV = (NH + 2 NKV) hd. */
+#ifndef HPT_LLAMA_INT_H
+#define HPT_LLAMA_INT_H
+
+#include <stdint.h>
+
+/* Pointers into the parameter (or gradient) buffer; NULL for a tensor the configuration has
+ * not (a bias, the untied head), or that is not in the flat buffers (blocks in a store). */
+typedef struct {
+    float *wte;      // (Vp, C)
+    float *ln1w;     // (L, C)
+    float *qkvw;     // (L, QKV, C)
+    float *qkvb;     // (L, QKV)
+    float *attprojw; // (L, C, NH*hd)
+    float *attprojb; // (L, C)
+    float *ln2w;     // (L, C)
+    float *fcw;      // (L, 2FF, C) [gate | up]
+    float *fcb;      // (L, 2FF)
+    float *fcprojw;  // (L, C, FF)
+    float *fcprojb;  // (L, C)
+    float *lnfw;     // (C)
+    float *lm_head;  // (Vp, C); NULL when tied (the head is wte)
+    /* constants, not parameters (the model's, device): rotary tables, row p = position p */
+    const float *rope_cos; // (maxT, hd/2)
+    const float *rope_sin; // (maxT, hd/2)
+} llama_tensors;
+
+/* Activations one block saves for its backward; all fp32. */
+typedef struct {
+    float *ln1;      // (B, T, C)
+    float *ln1_rstd; // (B, T)
+    float *qkv;      // (B, T, QKV) q and k rotated (the attention's input)
+    float *atty;     // (B, T, C) attention output before the projection
+    float *att;      // (B, NH, T, T) softmax probabilities (plain attention only)
+    float *att_lse;  // (B, NH, T) log-sum-exp of each row's scores (flash attention only)
+    float *res2;     // (B, T, C) residual after attention
+    float *ln2;      // (B, T, C)
+    float *ln2_rstd; // (B, T)
+    float *fch;      // (B, T, 2FF) [gate | up]
+    float *fch_swi;  // (B, T, FF) silu(gate) * up
+    float *res3;     // (B, T, C) residual after the MLP: the block's output
+} llama_layer_acts;
+
+/* The non-block activations and the backward's scratch, in the runner's arena. */
+typedef struct {
+    int32_t *inputs; // (B, T)
+    int32_t *targets;// (B, T)
+    float *encoded;  // (B, T, C) block 0's input: wte[inputs]
+    float *zpos;     // (T, C) zeros: the encoder op's position table (llama has none)
+    float *lnf;      // (B, T, C)
+    float *lnf_rstd; // (B, T)
+    float *logits;   // (B, T, Vp), or (rows, Vp) chunked; dlogits in place in backward
+    float *lse;      // (B, T)
+    float *losses;   // (B, T)
+    /* backward scratch */
+    float *dres;     // (B, T, C) gradient of the residual stream
+    float *dsmall;   // (B, T, C)
+    float *dmid;     // (B, T, FF) the SwiGLU output's gradient
+    float *dbig;     // (B, T, max(2FF, QKV)) dfch, then dqkv
+    float *attscr;   // (B, NH, T)
+} llama_acts;
+
+#endif
