@@ -137,7 +137,7 @@ static inline float g2_step(g2_model *m) {
     for (int l = 0; l < L; l++) {
         be->layernorm_forward(m->ln1[l], m->mu1[l], m->rs1[l], m->r[l], g2_t(m, w, G2_LN1W, l), g2_t(m, w, G2_LN1B, l), N, C);
         be->matmul_forward(m->qkv[l], m->ln1[l], g2_t(m, w, G2_QKVW, l), g2_t(m, w, G2_QKVB, l), N, C, 3 * C, 0);
-        be->flash_attention_forward(m->atty[l], m->lse[l], m->qkv[l], B, T, C, NH);
+        be->flash_attention_forward(m->atty[l], m->lse[l], m->qkv[l], B, T, C, NH, NH);
         be->copy(m->r2[l], m->r[l], (size_t)N * C * sizeof(float), HPT_COPY_D2D);
         be->matmul_forward(m->r2[l], m->atty[l], g2_t(m, w, G2_APW, l), g2_t(m, w, G2_APB, l), N, C, C, 1);
         be->layernorm_forward(m->ln2[l], m->mu2[l], m->rs2[l], m->r2[l], g2_t(m, w, G2_LN2W, l), g2_t(m, w, G2_LN2B, l), N, C);
@@ -167,7 +167,7 @@ static inline float g2_step(g2_model *m) {
                                g2_t(m, w, G2_LN2W, l), m->mu2[l], m->rs2[l], N, C);
         be->matmul_backward(m->datty, g2_t(m, g, G2_APW, l), g2_t(m, g, G2_APB, l), m->dres, m->atty[l],
                             g2_t(m, w, G2_APW, l), N, C, C, 0);
-        be->flash_attention_backward(m->dqkv, m->attscr, m->datty, m->qkv[l], m->atty[l], m->lse[l], B, T, C, NH);
+        be->flash_attention_backward(m->dqkv, m->attscr, m->datty, m->qkv[l], m->atty[l], m->lse[l], B, T, C, NH, NH);
         be->matmul_backward(m->dln, g2_t(m, g, G2_QKVW, l), g2_t(m, g, G2_QKVB, l), m->dqkv, m->ln1[l],
                             g2_t(m, w, G2_QKVW, l), N, C, 3 * C, 0);
         be->layernorm_backward(m->dres, g2_t(m, g, G2_LN1W, l), g2_t(m, g, G2_LN1B, l), m->dln, m->r[l],

@@ -343,22 +343,6 @@ static void cu_sync(void) {
     cu_note(cudaStreamSynchronize(g_d2h), "sync");
 }
 
-/* The table's entries with the attention ops' GPT-2 form (NKV = NH). */
-static void tab_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
-    cu_attention_forward(out, att, qkv, B, T, C, NH, NH);
-}
-static void tab_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                                   const float *att, int B, int T, int C, int NH) {
-    cu_attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, NH);
-}
-static void tab_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
-    cu_flash_attention_forward(out, lse, qkv, B, T, C, NH, NH);
-}
-static void tab_flash_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                               const float *out, const float *lse, int B, int T, int C, int NH) {
-    cu_flash_attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NH);
-}
-
 static hpt_backend g_table;
 
 static void fill_table(hpt_backend *t) {
@@ -377,10 +361,17 @@ static void fill_table(hpt_backend *t) {
     t->layernorm_forward = cu_layernorm_forward;
     t->layernorm_apply = cu_layernorm_apply;
     t->layernorm_backward = cu_layernorm_backward;
-    t->attention_forward = tab_attention_forward;
-    t->attention_backward = tab_attention_backward;
-    t->flash_attention_forward = tab_flash_forward;
-    t->flash_attention_backward = tab_flash_backward;
+    t->rmsnorm_forward = cu_rmsnorm_forward;
+    t->rmsnorm_apply = cu_rmsnorm_apply;
+    t->rmsnorm_backward = cu_rmsnorm_backward;
+    t->rope_forward = cu_rope_forward;
+    t->rope_backward = cu_rope_backward;
+    t->swiglu_forward = cu_swiglu_forward;
+    t->swiglu_backward = cu_swiglu_backward;
+    t->attention_forward = cu_attention_forward;
+    t->attention_backward = cu_attention_backward;
+    t->flash_attention_forward = cu_flash_attention_forward;
+    t->flash_attention_backward = cu_flash_attention_backward;
     t->gelu_forward = cu_gelu_forward;
     t->gelu_backward = cu_gelu_backward;
     t->scale = cu_scale;

@@ -157,8 +157,8 @@ __global__ void d_infer_embed(float *x, const int32_t *tok, size_t n, int pos0, 
                               const int8_t *wte_q, const float *wte_scale, const float *wpe, int C) {
     CU_FOR(i, n * (size_t)C) {
         size_t t = i / (size_t)C, c = i % (size_t)C, row = (size_t)tok[t] * C + c;
-        float pe = wpe[(size_t)(pos0 + (int)t) * C + c];
-        x[i] = wte_q ? (float)wte_q[row] * wte_scale[tok[t]] + pe : wte[row] + pe;
+        float e = wte_q ? (float)wte_q[row] * wte_scale[tok[t]] : wte[row];
+        x[i] = wpe ? e + wpe[(size_t)(pos0 + (int)t) * C + c] : e; /* wpe NULL: rotary models */
     }
 }
 void cu_infer_embed(float *x, const int32_t *tok, size_t n, int pos0, const float *wte,
@@ -168,13 +168,15 @@ void cu_infer_embed(float *x, const int32_t *tok, size_t n, int pos0, const floa
     d_infer_embed<<<cu_grid(n * (size_t)C), CU_T, 0, cu_stream>>>(x, tok, n, pos0, wte, wte_q, wte_scale, wpe, C);
     CU_LAUNCHED("infer_embed");
 }
-void cu_infer_kv_store(float *K, float *V, const float *qkv, int pos0, size_t n, int C) {
+/* K, V (ctx, KVC) rows pos0 .. = the k and v parts of qkv (n, C + 2 KVC), KVC = NKV * (C/NH) */
+void cu_infer_kv_store(float *K, float *V, const float *qkv, int pos0, size_t n, int C, int NH,
+                       int NKV) {
     if (!n) return;
     cu_enter();
-    size_t row = (size_t)C * sizeof(float);
-    cu_note(cudaMemcpy2DAsync(K + (size_t)pos0 * C, row, qkv + C, 3 * row, row, n,
+    const size_t KVC = (size_t)NKV * (size_t)(C / NH), W = (size_t)C + 2 * KVC, row = KVC * sizeof(float);
+    cu_note(cudaMemcpy2DAsync(K + (size_t)pos0 * KVC, row, qkv + C, W * sizeof(float), row, n,
                               cudaMemcpyDeviceToDevice, cu_stream), "infer_kv_store");
-    cu_note(cudaMemcpy2DAsync(V + (size_t)pos0 * C, row, qkv + 2 * (size_t)C, 3 * row, row, n,
+    cu_note(cudaMemcpy2DAsync(V + (size_t)pos0 * KVC, row, qkv + C + KVC, W * sizeof(float), row, n,
                               cudaMemcpyDeviceToDevice, cu_stream), "infer_kv_store");
 }
 
