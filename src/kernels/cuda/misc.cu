@@ -17,6 +17,19 @@
 #define FIRST_RANGE 1024
 
 /* ---- 16-bit conversions ---- */
+/* fp16 nearest even as F16C (the CPU's): a NaN keeps its sign and top mantissa bits, quieted
+ * (CUDA's own conversion returns one canonical NaN) */
+__device__ inline uint16_t cu_f16_rne(float f) {
+    uint32_t b = __float_as_uint(f);
+    if ((b & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)(((b >> 16) & 0x8000u) | 0x7e00u | ((b >> 13) & 0x3ffu));
+    return __half_as_ushort(__float2half_rn(f));
+}
+__device__ inline float cu_f16_widen(uint16_t h) {
+    if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu))
+        return __uint_as_float(((uint32_t)(h & 0x8000u) << 16) | 0x7fc00000u | ((uint32_t)(h & 0x3ffu) << 13));
+    return __half2float(__ushort_as_half(h));
+}
 template <int BF>
 __global__ void d_narrow(uint16_t *h, const float *x, size_t lo, size_t hi, unsigned *flag, int one_block) {
     if (one_block) { /* the first range in place: every read before any write */
@@ -28,7 +41,7 @@ __global__ void d_narrow(uint16_t *h, const float *x, size_t lo, size_t hi, unsi
         nv = 0;
         for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
             float f = v[nv++];
-            uint16_t r = BF ? cu_bf16_rne(f) : __half_as_ushort(__float2half_rn(f));
+            uint16_t r = BF ? cu_bf16_rne(f) : cu_f16_rne(f);
             over |= BF ? (r & 0x7f80u) == 0x7f80u : !(f <= 65504.0f && f >= -65504.0f);
             h[i] = r;
         }
@@ -38,7 +51,7 @@ __global__ void d_narrow(uint16_t *h, const float *x, size_t lo, size_t hi, unsi
     unsigned over = 0;
     for (size_t i = lo + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < hi; i += (size_t)gridDim.x * blockDim.x) {
         float f = x[i];
-        uint16_t r = BF ? cu_bf16_rne(f) : __half_as_ushort(__float2half_rn(f));
+        uint16_t r = BF ? cu_bf16_rne(f) : cu_f16_rne(f);
         over |= BF ? (r & 0x7f80u) == 0x7f80u : !(f <= 65504.0f && f >= -65504.0f);
         h[i] = r;
     }
@@ -75,14 +88,14 @@ __global__ void d_widen(float *x, const uint16_t *h, size_t lo, size_t hi, int o
         float v[FIRST_RANGE / 256];
         int nv = 0;
         for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x)
-            v[nv++] = BF ? cu_bf16_widen(h[i]) : __half2float(__ushort_as_half(h[i]));
+            v[nv++] = BF ? cu_bf16_widen(h[i]) : cu_f16_widen(h[i]);
         __syncthreads();
         nv = 0;
         for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) x[i] = v[nv++];
         return;
     }
     for (size_t i = lo + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < hi; i += (size_t)gridDim.x * blockDim.x)
-        x[i] = BF ? cu_bf16_widen(h[i]) : __half2float(__ushort_as_half(h[i]));
+        x[i] = BF ? cu_bf16_widen(h[i]) : cu_f16_widen(h[i]);
 }
 
 template <int BF>
