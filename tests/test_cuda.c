@@ -13,8 +13,8 @@
  *     the embedding backward and in-place 16-bit conversions of 100003 values (several ranges),
  *     against the CPU within 1e-4 relative to max(1, |cpu|) and the same bits on a second run;
  *   - the bf16 GEMM (bf16 inputs, fp32 accumulation) against the CPU's fp32 GEMM of the same
- *     bf16 values, within the fp32 summation bound K 2^-24 sum|a b| per element; TF32 when asked,
- *     within (2^-10 + K 2^-24) sum|a b| (TF32 keeps 10 mantissa bits of each input).
+ *     bf16 values, within 2K 2^-23 sum|a b| per element (two fp32 summations, each add rounding
+ *     by at most an ulp); TF32 when asked, within (2^-10 + 2K 2^-23) sum|a b|.
  * Without a GPU (or without a CUDA build) it prints "SKIP: no GPU" and exits 77 (ctest's skip). */
 #include "testlib.h"
 
@@ -103,7 +103,10 @@ static void t_memory(size_t f0) {
     CHECK(zero);
     free(z);
     CHECK_OK(hpt_cuda_mem_info(&f3, &tot));
-    CHECK_MSG(f3 == f2, "cudaMemGetInfo moved by %.0f bytes while carving", (double)f2 - (double)f3);
+    /* 78 MiB carved and 3 MiB pinned since f2: a cudaMalloc would show; the driver's own
+     * bookkeeping may move a page or two */
+    CHECK_MSG(fabs((double)f2 - (double)f3) <= 4.0 * MiB, "cudaMemGetInfo moved by %.0f bytes while carving",
+              (double)f2 - (double)f3);
     cu->free(g_mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, a, 1000003);
     cu->free(g_mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, b, 77u << 20);
     cu->free(g_mem, HPT_TIER_HOST, HPT_CAT_IO, h, 3u << 20);
@@ -356,9 +359,11 @@ static void t_gemm_16(void) {
             hpt_cuda_gemm_bf16('N', 'T', M, NN, K, 1.0f, dah, K, dbh, K, 0.0f, dc, NN);
         }
         dget(c, dc, M * NN * 4);
-        /* both fp32 sums: two summation orders, each within K 2^-24 sum|ab|; TF32 also rounds
-         * each input to 10 mantissa bits: 2 * 2^-11 of each product */
-        double worst = 0.0, f = 2.0 * K * ldexp(1.0, -24) + (kind ? ldexp(1.0, -10) : 0.0);
+        /* both fp32 sums of exact products (bf16 x bf16 fits fp32): two summation orders, each
+         * within K ulp of sum|ab| when every add may round by a whole ulp (tensor cores need not
+         * round to nearest): 2 K 2^-23 sum|ab|; TF32 also rounds each input to 10 mantissa bits
+         * (exact here: the inputs are bf16 values), bounded anyway by 2^-10 of each product */
+        double worst = 0.0, f = 2.0 * K * ldexp(1.0, -23) + (kind ? ldexp(1.0, -10) : 0.0);
         for (int i = 0; i < M * NN; i++) worst = fmax(worst, fabs((double)c[i] - r[i]) / (f * mag[i]));
         printf("%s GEMM %dx%dx%d: %.3g of its bound\n", kind ? "TF32" : "bf16 (fp32 accumulation)", M, NN, K, worst);
         CHECK_MSG(worst <= 1.0, "%s GEMM beyond its bound", kind ? "TF32" : "bf16");
