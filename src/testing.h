@@ -29,6 +29,11 @@ typedef enum {
 } hpt_disk_fault;
 void hpt_mem_disk_fail(hpt_mem *m, hpt_disk_fault kind, uint64_t nth);
 
+/* Environment hooks, for tests that drive the command line (which cannot call the functions
+ * here): HPT_TEST_DISK_DELAY_US=N sleeps N microseconds after each disk-tier transfer (any
+ * thread), widening the window in which tests/test_crash.sh's kills land in the disk tier's
+ * I/O. Read once per process; unset: no cost but one branch. */
+
 /* At step `step` (1-based; its first micro-batch) element 0 of block layer's gradients is set
  * to value right after that block's backward, before it goes to its home: an injected
  * overflow for the loss scaler (inf, or a value fp16 cannot hold). step 0: off. */

@@ -18,6 +18,9 @@
 
 #include "core/core.h"
 #include "kernels/backend.h"
+#ifdef HPT_HAVE_CUDA
+#include "kernels/cuda/cuda.h"
+#endif
 
 #include <math.h>
 #include <stddef.h>
@@ -221,7 +224,12 @@ static const hpt_backend *backends(int i) {
     switch (i) {
     case 0: return hpt_backend_cpu();
 #ifdef HPT_HAVE_CUDA
-    case 1: return hpt_backend_cuda(); /* the CUDA backend, when built */
+    case 1: { /* the CUDA backend, when built and a GPU is present (else a visible SKIP line) */
+        static int said;
+        const hpt_backend *be = hpt_backend_cuda();
+        if (!be && !said++) printf("SKIP: no GPU: the cuda backend is built but not run (%s)\n", hpt_last_error());
+        return be;
+    }
 #endif
     default: return NULL;
     }

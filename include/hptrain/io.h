@@ -15,9 +15,12 @@
 
 /* Writes an llm.c token shard (magic 20240520, version 1, uint16 tokens), atomically. */
 hpt_status hpt_shard_write(const char *path, const uint16_t *tokens, size_t n);
+/* The same for vocabularies above 65,536 tokens: magic 20240801, version 7, uint32 tokens. */
+hpt_status hpt_shard_write_u32(const char *path, const uint32_t *tokens, size_t n);
 
 typedef struct hpt_dataloader hpt_dataloader;
-/* Opens the shards matching a glob pattern (sorted by name). Batches are consecutive
+/* Opens the shards matching a glob pattern (sorted by name), uint16 or uint32 ones (both may
+ * mix); each token must be below vocab. Batches are consecutive
  * windows of B*T+1 tokens, walking the shards in order and wrapping at the end. */
 hpt_status hpt_dataloader_open(hpt_mem *mem, const char *pattern, int B, int T, int vocab,
                                hpt_dataloader **out);
@@ -26,26 +29,45 @@ void hpt_dataloader_free(hpt_dataloader *d);
 hpt_status hpt_dataloader_next(hpt_dataloader *d, const int32_t **inputs,
                                const int32_t **targets);
 size_t hpt_dataloader_num_tokens(const hpt_dataloader *d);
+/* Batches in one pass over the data from the start (each shard's windows before the walk wraps). */
+size_t hpt_dataloader_num_batches(const hpt_dataloader *d);
 /* Position for exact resume: (shard index, token offset within the shard). */
 void hpt_dataloader_get_pos(const hpt_dataloader *d, int64_t *shard, int64_t *offset);
 hpt_status hpt_dataloader_set_pos(hpt_dataloader *d, int64_t shard, int64_t offset);
 /* Back to the first window of the first shard (evaluation reads the same batches each time). */
 hpt_status hpt_dataloader_rewind(hpt_dataloader *d);
 
-/* ---- io: GPT-2 tokenizer -------------------------------------------------------------- */
+/* ---- io: tokenizers (GPT-2 BPE, Llama 3 and other Hugging Face byte-level BPE) ---------- */
 
 typedef struct hpt_tokenizer hpt_tokenizer;
-/* path: a directory holding GPT-2's encoder.json and vocab.bpe (encode and decode), or
- * llm.c's tokenizer file (magic 20240328; decode only). */
+/* path, one of:
+ *   a directory holding GPT-2's encoder.json and vocab.bpe (encode and decode);
+ *   llm.c's tokenizer file (magic 20240328; decode only);
+ *   a Hugging Face tokenizer.json of a byte-level BPE model (Llama 3, GPT-2, ...): model.vocab,
+ *     model.merges, added_tokens and the pre_tokenizer's Split pattern (read from the file);
+ *     other model types or normalizers are refused (HPT_ERR_UNSUPPORTED);
+ *   tiktoken's tokenizer.model (Meta's Llama 3 file: "base64-token rank" per line), with
+ *     Llama 3's split pattern and Llama 3.1's 256 special tokens from id 128000;
+ *   a model directory holding tokenizer.json (else tokenizer.model). */
 hpt_status hpt_tokenizer_load(const char *path, hpt_tokenizer **out);
 void hpt_tokenizer_free(hpt_tokenizer *t);
-int hpt_tokenizer_vocab_size(const hpt_tokenizer *t);
-int hpt_tokenizer_eot(const hpt_tokenizer *t); /* <|endoftext|>, 50256 for GPT-2 */
+int hpt_tokenizer_vocab_size(const hpt_tokenizer *t); /* 1 + the largest id (128256 for Llama 3) */
+/* <|endoftext|> (50256 for GPT-2), <|end_of_text|> (Llama 3), </s>; -1 if none */
+int hpt_tokenizer_eot(const hpt_tokenizer *t);
+int hpt_tokenizer_bos(const hpt_tokenizer *t); /* <|begin_of_text|> or <s>; -1 if none (GPT-2) */
 int hpt_tokenizer_can_encode(const hpt_tokenizer *t);
-/* Encodes len bytes of UTF-8 text (invalid UTF-8 is encoded byte-wise, losslessly).
+/* Encodes len bytes of UTF-8 text (invalid UTF-8 is encoded byte-wise, losslessly). Special
+ * tokens spelled in the text ("<|eot_id|>") are ordinary text, and no BOS is added.
  * *ids_out is malloc'd (caller frees); *n_out its length. */
 hpt_status hpt_tokenizer_encode(hpt_tokenizer *t, const char *text, size_t len,
                                 int32_t **ids_out, size_t *n_out);
+/* HPT_TOK_SPECIAL: special tokens (the added tokens of tokenizer.json, tiktoken's specials,
+ * GPT-2's <|endoftext|>) spelled in the text are their ids, the longest at a position first,
+ * and the text between them is encoded on its own: Hugging Face's encode(text,
+ * add_special_tokens=False). */
+#define HPT_TOK_SPECIAL 1u
+hpt_status hpt_tokenizer_encode_ex(hpt_tokenizer *t, const char *text, size_t len,
+                                   unsigned flags, int32_t **ids_out, size_t *n_out);
 /* The bytes of one token (not NUL-terminated); HPT_ERR_INVALID for an id out of range. */
 hpt_status hpt_tokenizer_decode(const hpt_tokenizer *t, int32_t id, const char **bytes_out,
                                 size_t *len_out);
@@ -134,5 +156,29 @@ void hpt_ref_state_free(hpt_mem *mem, const hpt_model_config *cfg, hpt_ref_state
 /* The shape in an llm.c GPT-2 checkpoint's header, checked as hpt_gpt2_load checks it (magic,
  * version, shape, file size); the payload is not read (src/io/llmc.c). */
 hpt_status hpt_gpt2_read_config(const char *path, hpt_model_config *out);
+
+/* ---- io: Hugging Face model directories (docs/formats.md) ------------------------------- */
+
+/* A model from a Hugging Face directory: config.json (GPT2LMHeadModel; LlamaForCausalLM,
+ * MistralForCausalLM) and model.safetensors or the shards of model.safetensors.index.json.
+ * F32, BF16 and F16 tensors are converted to fp32 as they stream into the model's storage (with
+ * off active, straight into the engine's host or disk homes, slice by slice): no copy of the
+ * checkpoint is ever whole in memory. Names, shapes and dtypes are checked before anything is
+ * read; errors name the file and the tensor. The llm.c loaders (hpt_model_load,
+ * hpt_gpt2_load_offload, hpt_gpt2_read_config, hpt_infer_load) take a directory too. */
+hpt_status hpt_model_load_hf(hpt_mem *mem, const char *dir, const hpt_offload_opts *off,
+                             hpt_model **out);
+/* Writes config.json and safetensors (dtype HPT_DTYPE_F32 or HPT_DTYPE_BF16, rounded to nearest
+ * even) with Hugging Face's names and shapes (GPT-2's Conv1D weights transposed, as stored
+ * there), split into shards above shard_bytes (0: 5 GB) with model.safetensors.index.json.
+ * Atomic: written into DIR.tmp.<pid>, synced, renamed over dir; files of an existing dir that
+ * are not weights (tokenizer.json, ...) are kept. */
+#define HPT_HF_SHARD_DEFAULT (5ull * 1000 * 1000 * 1000)
+hpt_status hpt_model_save_hf(const hpt_model *m, const char *dir, int dtype, uint64_t shard_bytes);
+/* hpt_model_save_hf of a model that came from the Hugging Face directory src (NULL: none):
+ * src's config.json gives what the model does not carry (bos/eos token ids, the architecture's
+ * name), and its other files (tokenizer.json, generation_config.json, ...) are copied. */
+hpt_status hpt_model_save_hf_from(const hpt_model *m, const char *dir, int dtype,
+                                  uint64_t shard_bytes, const char *src);
 
 #endif /* HPTRAIN_IO_H */

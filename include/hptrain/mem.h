@@ -62,10 +62,16 @@ void hpt_mem_reset_peak(hpt_mem *m);
  * written with direct I/O (O_DIRECT, 4096-byte aligned; unaligned requests go through an
  * aligned bounce buffer counted on the host tier). Space is reserved at allocation, so a full
  * disk is an HPT_ERR_OOM then, not a failed write later. Disk blocks are not addressable:
- * data moves with hpt_mem_disk_write/read, and each call is a transfer in the timeline. */
+ * data moves with hpt_mem_disk_write/read, and each call is a transfer in the timeline.
+ * Every 4096-byte page carries a CRC-32C kept in memory, set when the page is written and
+ * checked each time it is read: a page changed on disk underneath is HPT_ERR_CHECKSUM naming
+ * the block (unit_bytes) and the page, never wrong data. */
 typedef struct {
     int fd;          /* -1: none */
     uint64_t bytes;  /* requested size */
+    uint32_t *crc;   /* (pages) CRC-32C of each 4096-byte page as last written (disk.c) */
+    int cat;         /* hpt_category, for error messages */
+    uint64_t unit_bytes; /* the owner's block size, so an error names a block (0: none) */
 } hpt_disk_ref;
 
 /* Directory for the disk tier's files (created if missing). Needed before a disk allocation. */

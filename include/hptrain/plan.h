@@ -75,6 +75,8 @@ hpt_status hpt_loss_scale_parse(const char *text, hpt_loss_scale_opts *o);
                                  * update as one batch of accum*B; activations are for B only */ \
     uint64_t budget_bytes[HPT_TIER_COUNT]; /* per tier; 0: unlimited */ \
     const char *offload_dir;    /* the disk tier's directory (borrowed), or NULL */ \
+    int device;                 /* where the run computes: 0 the CPU (default), 1 + N CUDA device
+                                 * N (--device cpu | cuda | cuda:N; docs/cuda.md) */ \
     uint64_t given;             /* bit i: option i (hpt_plan_option_name) was set by
                                  * hpt_plan_set; 0 in a plan made in code. Choices whose default
                                  * follows another (SGD's weight decay, the loss scale of fp16
@@ -108,6 +110,12 @@ hpt_status hpt_plan_check(const hpt_plan *p, const hpt_plan_env *env);
  * "--recompute selective --fused-update", "" for the default plan; hpt_plan_set of each gives
  * p back (given aside). HPT_ERR_INVALID if n is too small (buf then holds a cut text). */
 hpt_status hpt_plan_print(const hpt_plan *p, char *buf, size_t n);
+
+/* Whether the plan's device can run here: HPT_OK for the CPU; for CUDA (device 1 + N),
+ * HPT_ERR_UNSUPPORTED with a one-line reason when the build has no CUDA backend, when there is no
+ * GPU N, or (today) because the runner does not yet run on the CUDA backend, whose ops are checked
+ * one by one against the CPU's (tests/test_backend.c, test_cuda; docs/cuda.md). */
+hpt_status hpt_device_ready(int device);
 
 /* ---- plan: the estimator ---------------------------------------------------------------- */
 

@@ -34,6 +34,7 @@ enum {
     O_SCHEDULE, O_WARMUP_STEPS, O_FULL_STEPS, O_MAX_PREDICT, O_CONFIDENCE, O_CORRECT_STEPS,
     O_PREDICTOR, O_CHECK_EVERY, O_CHECK_WEIGHTS, O_BAND, O_ROLLBACK,
     O_MEMORY, O_HOST_MEMORY, O_DISK_MEMORY, O_OFFLOAD_DIR,
+    O_DEVICE,
     O_COUNT
 };
 
@@ -50,6 +51,7 @@ static const struct {
     {"max-predict-steps", 1}, {"confidence", 1}, {"correct-steps", 1}, {"predictor", 1},
     {"check-every", 1}, {"check-weights", 1}, {"band", 1}, {"rollback-bound", 1},
     {"memory", 1}, {"host-memory", 1}, {"disk-memory", 1}, {"offload-dir", 1},
+    {"device", 1},
 };
 
 #define GIVEN(p, i) (((p)->given >> (i)) & 1u)
@@ -118,6 +120,17 @@ static hpt_status named(int opt, hpt_status s) {
     char msg[512];
     snprintf(msg, sizeof msg, "%s", hpt_last_error());
     return hpt_fail(s, "%s: %s", k_opts[opt].name, msg);
+}
+
+/* "cpu" -> 0, "cuda" -> 1, "cuda:N" -> 1 + N */
+static hpt_status parse_device(const char *text, int *device) {
+    if (!strcmp(text, "cpu")) return *device = 0, HPT_OK;
+    if (!strcmp(text, "cuda")) return *device = 1, HPT_OK;
+    if (!strncmp(text, "cuda:", 5)) {
+        long n = 0;
+        if (parse_long(O_DEVICE, text + 5, 0, 1023, &n) == HPT_OK) return *device = 1 + (int)n, HPT_OK;
+    }
+    return hpt_fail(HPT_ERR_INVALID, "device: '%s': expected cpu, cuda or cuda:N", text);
 }
 
 static hpt_status set_option(hpt_plan *p, int opt, const char *v) {
@@ -203,6 +216,7 @@ static hpt_status set_option(hpt_plan *p, int opt, const char *v) {
     case O_HOST_MEMORY: return named(opt, hpt_parse_size(v, &p->budget_bytes[HPT_TIER_HOST]));
     case O_DISK_MEMORY: return named(opt, hpt_parse_size(v, &p->budget_bytes[HPT_TIER_DISK]));
     case O_OFFLOAD_DIR: p->offload_dir = v; return HPT_OK;
+    case O_DEVICE: return parse_device(v, &p->device);
     }
     return hpt_fail(HPT_ERR_INVALID, "unknown option %d", opt);
 }
@@ -275,6 +289,8 @@ hpt_status hpt_plan_check(const hpt_plan *p, const hpt_plan_env *env) {
         if (any_home_on(of, HPT_TIER_DISK))
             return hpt_fail(HPT_ERR_INVALID, "--offload to disk needs --offload-dir DIR");
     }
+    /* whether the device is here is hpt_device_ready's (estimates for a GPU run anywhere) */
+    if (p->device < 0) return hpt_fail(HPT_ERR_INVALID, "--device: bad device %d", p->device);
     /* each family's own choices */
     HPT_CHECK(hpt_act_check(&p->act));
     HPT_CHECK(hpt_optim_check(&p->adamw));
@@ -402,6 +418,7 @@ hpt_status hpt_plan_print(const hpt_plan *p, char *buf, size_t n) {
         if (p->budget_bytes[t])
             emit(&o, k_budget_opt[t], "%llu", (unsigned long long)p->budget_bytes[t]);
     if (p->offload_dir) emit(&o, O_OFFLOAD_DIR, "%s", p->offload_dir);
+    if (p->device) emit(&o, O_DEVICE, "cuda:%d", p->device - 1);
     if (o.cut) return hpt_fail(HPT_ERR_INVALID, "the plan's flags need more than %zu bytes", n);
     return HPT_OK;
 }

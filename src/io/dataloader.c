@@ -1,5 +1,9 @@
 /* dataloader.c: batches from llm.c token shards.
- * Shards matching a glob are sorted by name and validated at open (magic, version, size).
+ * Shards matching a glob are sorted by name and validated at open (magic, version, size):
+ * uint16 shards (magic 20240520, version 1) and uint32 ones (20240801, version 7, for
+ * vocabularies above 65,536), which may mix. A uint32 window is read straight into the
+ * targets buffer (its tokens 1..B*T) and the inputs are those shifted by one, so the loader's
+ * buffers are the same bytes for either width (the estimator's loader_bytes).
  * A batch is the window of B*T+1 tokens at (shard, offset): inputs are its first B*T tokens,
  * targets the same shifted by one. The offset then advances by B*T; a shard whose rest is
  * shorter than a window is left for the next one, and after the last shard the walk wraps to
@@ -12,6 +16,7 @@
 #include <string.h>
 
 #define SHARD_MAGIC 20240520
+#define SHARD_MAGIC_U32 20240801
 
 struct hpt_dataloader {
     hpt_mem *mem;
@@ -19,6 +24,7 @@ struct hpt_dataloader {
     size_t n_shards;
     char **paths;
     uint64_t *counts;   /* tokens in each shard */
+    unsigned char *width; /* bytes per token of each shard: 2 or 4 */
     size_t total;
     int64_t shard, offset;
     uint16_t *raw;      /* (B*T+1) */
@@ -35,10 +41,11 @@ void hpt_dataloader_free(hpt_dataloader *d) {
     for (size_t i = 0; i < d->n_shards; i++) free(d->paths[i]);
     free(d->paths);
     free(d->counts);
+    free(d->width);
     free(d);
 }
 
-static hpt_status check_shard(const char *path, uint64_t *count) {
+static hpt_status check_shard(const char *path, uint64_t *count, unsigned char *width) {
     FILE *f;
     uint64_t size;
     HPT_CHECK(io_open_read(path, &f, &size));
@@ -46,14 +53,17 @@ static hpt_status check_shard(const char *path, uint64_t *count) {
     hpt_status s = io_read_header(f, h, path);
     fclose(f);
     if (s != HPT_OK) return s;
-    if (h[0] != SHARD_MAGIC)
-        return hpt_fail(HPT_ERR_FORMAT, "%s is not a token shard (magic %d, expected %d)", path,
-                        h[0], SHARD_MAGIC);
-    if (h[1] != 1)
-        return hpt_fail(HPT_ERR_FORMAT, "%s: token shard version %d is not supported (1)", path, h[1]);
-    if (h[2] < 0 || size != 1024 + 2 * (uint64_t)(uint32_t)h[2])
-        return hpt_fail(HPT_ERR_FORMAT, "%s: header says %d tokens but the file has %llu bytes "
-                        "(truncated or corrupt)", path, h[2], (unsigned long long)size);
+    if (h[0] != SHARD_MAGIC && h[0] != SHARD_MAGIC_U32)
+        return hpt_fail(HPT_ERR_FORMAT, "%s is not a token shard (magic %d, expected %d or %d)", path,
+                        h[0], SHARD_MAGIC, SHARD_MAGIC_U32);
+    int want = h[0] == SHARD_MAGIC ? 1 : 7;
+    if (h[1] != want)
+        return hpt_fail(HPT_ERR_FORMAT, "%s: token shard version %d is not supported with magic %d "
+                        "(%d)", path, h[1], h[0], want);
+    *width = h[0] == SHARD_MAGIC ? 2 : 4;
+    if (h[2] < 0 || size != 1024 + *width * (uint64_t)(uint32_t)h[2])
+        return hpt_fail(HPT_ERR_FORMAT, "%s: header says %d tokens of %d bytes but the file has %llu "
+                        "bytes (truncated or corrupt)", path, h[2], *width, (unsigned long long)size);
     *count = (uint64_t)(uint32_t)h[2];
     return HPT_OK;
 }
@@ -75,14 +85,15 @@ hpt_status hpt_dataloader_open(hpt_mem *mem, const char *pattern, int B, int T, 
         d->mem = mem; d->B = B; d->T = T; d->V = vocab;
         d->paths = calloc(g.gl_pathc, sizeof *d->paths);
         d->counts = calloc(g.gl_pathc, sizeof *d->counts);
-        if (!d->paths || !d->counts) s = hpt_fail(HPT_ERR_OOM, "data loader");
+        d->width = calloc(g.gl_pathc, 1);
+        if (!d->paths || !d->counts || !d->width) s = hpt_fail(HPT_ERR_OOM, "data loader");
     }
     size_t window = (size_t)B * T + 1;
     for (size_t i = 0; s == HPT_OK && i < g.gl_pathc; i++) { /* glob sorts by name */
         d->paths[i] = strdup(g.gl_pathv[i]);
         d->n_shards = i + 1;
         if (!d->paths[i]) s = hpt_fail(HPT_ERR_OOM, "data loader");
-        if (s == HPT_OK) s = check_shard(g.gl_pathv[i], &d->counts[i]);
+        if (s == HPT_OK) s = check_shard(g.gl_pathv[i], &d->counts[i], &d->width[i]);
         if (s == HPT_OK && d->counts[i] >= window) d->total += d->counts[i];
     }
     globfree(&g);
@@ -100,6 +111,13 @@ hpt_status hpt_dataloader_open(hpt_mem *mem, const char *pattern, int B, int T, 
 }
 
 size_t hpt_dataloader_num_tokens(const hpt_dataloader *d) { return d->total; }
+
+size_t hpt_dataloader_num_batches(const hpt_dataloader *d) {
+    size_t BT = (size_t)d->B * d->T, n = 0;
+    for (size_t i = 0; i < d->n_shards; i++)
+        if (d->counts[i] > BT) n += (size_t)((d->counts[i] - 1) / BT);
+    return n;
+}
 
 void hpt_dataloader_get_pos(const hpt_dataloader *d, int64_t *shard, int64_t *offset) {
     *shard = d->shard;
@@ -125,18 +143,36 @@ hpt_status hpt_dataloader_next(hpt_dataloader *d, const int32_t **inputs,
     FILE *f = fopen(path, "rb");
     if (!f) return hpt_fail(HPT_ERR_IO, "cannot open %s", path);
     hpt_status s = HPT_OK;
-    if (fseek(f, 1024 + 2 * (long)d->offset, SEEK_SET) != 0)
+    int width = d->width[d->shard];
+    if (fseek(f, 1024 + width * (long)d->offset, SEEK_SET) != 0)
         s = hpt_fail(HPT_ERR_IO, "cannot seek in %s", path);
-    if (s == HPT_OK) s = io_read_exact(f, d->raw, window * 2, path, "tokens");
-    fclose(f);
-    if (s != HPT_OK) return s;
-    for (size_t i = 0; i < window; i++)
-        if (d->raw[i] >= d->V)
-            return hpt_fail(HPT_ERR_FORMAT, "%s: token id %u at %lld is not below the model's "
-                            "vocabulary size %d", path, d->raw[i], (long long)d->offset + (long long)i, d->V);
-    for (size_t i = 0; i < BT; i++) {
-        d->inputs[i] = d->raw[i];
-        d->targets[i] = d->raw[i + 1];
+    if (width == 2) {
+        if (s == HPT_OK) s = io_read_exact(f, d->raw, window * 2, path, "tokens");
+        fclose(f);
+        if (s != HPT_OK) return s;
+        for (size_t i = 0; i < window; i++)
+            if (d->raw[i] >= d->V)
+                return hpt_fail(HPT_ERR_FORMAT, "%s: token id %u at %lld is not below the model's "
+                                "vocabulary size %d", path, d->raw[i], (long long)d->offset + (long long)i, d->V);
+        for (size_t i = 0; i < BT; i++) {
+            d->inputs[i] = d->raw[i];
+            d->targets[i] = d->raw[i + 1];
+        }
+    } else { /* uint32: token 0, then tokens 1..BT into targets */
+        uint32_t first = 0;
+        uint32_t *rest = (uint32_t *)(void *)d->targets;
+        if (s == HPT_OK) s = io_read_exact(f, &first, 4, path, "tokens");
+        if (s == HPT_OK) s = io_read_exact(f, rest, BT * 4, path, "tokens");
+        fclose(f);
+        if (s != HPT_OK) return s;
+        for (size_t i = 0; i < window; i++) {
+            uint32_t tok = i == 0 ? first : rest[i - 1];
+            if (tok >= (uint32_t)d->V)
+                return hpt_fail(HPT_ERR_FORMAT, "%s: token id %u at %lld is not below the model's "
+                                "vocabulary size %d", path, tok, (long long)d->offset + (long long)i, d->V);
+        }
+        d->inputs[0] = (int32_t)first;
+        for (size_t i = 1; i < BT; i++) d->inputs[i] = (int32_t)rest[i - 1];
     }
     /* advance: next window in this shard, else the next shard that holds one (wrapping) */
     d->offset += (int64_t)BT;

@@ -1,6 +1,7 @@
 /* fileio.c: whole reads, atomic writes and the CRC-32C checksum of the io module. */
 #include "core/core.h"
 #include "io/io_int.h"
+#include "core/crc32c.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -79,38 +80,10 @@ hpt_status io_read_header(FILE *f, int32_t hdr[256], const char *path) {
     return io_read_exact(f, hdr, 256 * sizeof(int32_t), path, "the 1024-byte header");
 }
 
-/* Table-driven CRC-32C, reflected polynomial 0x82F63B78; slicing by 8 for ~1-2 GB/s. */
-static uint32_t g_crc_tab[8][256];
-static int g_crc_ready;
+/* core/crc32c.c: the crc32 instruction where the CPU has it, else a table. */
+uint32_t io_crc32c(uint32_t crc, const void *data, size_t n) { return crc32c(crc, data, n); }
 
-static void crc_init(void) {
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-        g_crc_tab[0][i] = c;
-    }
-    for (uint32_t i = 0; i < 256; i++)
-        for (int t = 1; t < 8; t++)
-            g_crc_tab[t][i] = (g_crc_tab[t - 1][i] >> 8) ^ g_crc_tab[0][g_crc_tab[t - 1][i] & 0xff];
-    g_crc_ready = 1;
-}
-
-uint32_t io_crc32c(uint32_t crc, const void *data, size_t n) {
-    if (!g_crc_ready) crc_init();
-    const unsigned char *p = data;
-    crc = ~crc;
-    while (n >= 8) {
-        uint32_t lo, hi;
-        memcpy(&lo, p, 4);
-        memcpy(&hi, p + 4, 4);
-        lo ^= crc;
-        crc = g_crc_tab[7][lo & 0xff] ^ g_crc_tab[6][(lo >> 8) & 0xff] ^
-              g_crc_tab[5][(lo >> 16) & 0xff] ^ g_crc_tab[4][lo >> 24] ^
-              g_crc_tab[3][hi & 0xff] ^ g_crc_tab[2][(hi >> 8) & 0xff] ^
-              g_crc_tab[1][(hi >> 16) & 0xff] ^ g_crc_tab[0][hi >> 24];
-        p += 8;
-        n -= 8;
-    }
-    while (n--) crc = (crc >> 8) ^ g_crc_tab[0][(crc ^ *p++) & 0xff];
-    return ~crc;
+int io_is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }

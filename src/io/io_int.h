@@ -21,4 +21,13 @@ hpt_status io_llmc_stream(hpt_mem *mem, const char *path, const hpt_model_config
                           const size_t *row_width, size_t stage_bytes, io_llmc_rows_fn fn,
                           void *ctx);
 
+/* Hugging Face model directories (src/io/hfmodel.c): the model configuration of dir/config.json, and
+ * io_llmc_stream's contract over a directory's safetensors. */
+hpt_status io_hf_read_config(const char *dir, hpt_model_config *out);
+hpt_status io_hf_stream(hpt_mem *mem, const char *dir, const hpt_gpt2_config *cfg,
+                        const size_t *row_width, size_t stage_bytes, io_llmc_rows_fn fn,
+                        void *ctx);
+/* 1 if path names a directory. */
+int io_is_dir(const char *path);
+
 #endif

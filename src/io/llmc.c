@@ -43,6 +43,7 @@ hpt_status hpt_gpt2_load(hpt_mem *mem, const char *path, hpt_gpt2 **out) {
 hpt_status hpt_gpt2_load_offload(hpt_mem *mem, const char *path, const hpt_offload_opts *off,
                                  hpt_gpt2 **out) {
     *out = NULL;
+    if (io_is_dir(path)) return hpt_model_load_hf(mem, path, off, out); /* Hugging Face */
     FILE *f;
     uint64_t size;
     HPT_CHECK(io_open_read(path, &f, &size));
@@ -180,6 +181,7 @@ hpt_status hpt_ref_state_load(const char *path, hpt_mem *mem, const hpt_model_co
 /* The header checks of hpt_gpt2_load without the payload: the estimator and the trainer's
  * budget check learn a checkpoint's shape before anything is allocated for it. */
 hpt_status hpt_gpt2_read_config(const char *path, hpt_model_config *out) {
+    if (io_is_dir(path)) return io_hf_read_config(path, out); /* Hugging Face */
     FILE *f;
     uint64_t size;
     HPT_CHECK(io_open_read(path, &f, &size));
@@ -267,7 +269,9 @@ hpt_status hpt_infer_load(hpt_mem *mem, const char *path, hpt_weights kind, int 
     size_t w[HPT_TABLE_MAX];
     for (int k = 0; k < t.n; k++) w[k] = infer_row_width(&cfg, k);
     hpt_status s = infer_alloc_weights(inf);
-    if (s == HPT_OK) s = io_llmc_stream(mem, path, &cfg, w, K_INFER_STAGE_BYTES, ingest_rows, inf);
+    if (s == HPT_OK)
+        s = (io_is_dir(path) ? io_hf_stream : io_llmc_stream)(mem, path, &cfg, w,
+                                                              K_INFER_STAGE_BYTES, ingest_rows, inf);
     if (s != HPT_OK) {
         hpt_infer_free(inf);
         return hpt_fail_ctx(s, "loading %s (%s weights)", path, hpt_weights_name(kind));

@@ -11,14 +11,25 @@
  * away underneath, found by the file's size before each transfer) is HPT_ERR_IO naming the directory, the offset and the cause, and
  * ENOSPC says the disk is full. hpt_mem_disk_fail injects each of these at the n-th transfer
  * (tests; short write and disk full count writes only). mem_disk_rw is the thread-safe path of the offload engine's worker: aligned
- * requests only, no bounce buffer, no timeline event (the caller records the transfer). */
+ * requests only, no bounce buffer, no timeline event (the caller records the transfer).
+ * Checksums: each 4096-byte page of a block has a CRC-32C in memory (ref->crc; a page never
+ * written holds the zeros fallocate gave it, and its CRC starts as that of a zero page). Every
+ * transfer reaches the file in whole pages (full_io's invariant: unaligned requests go through
+ * the bounce buffer, direct I/O or not), so a write sets its pages' CRCs from the bytes it
+ * wrote and a read checks every page it read before handing the bytes out: a page changed on
+ * disk (a flipped bit, another process, a stale file) is HPT_ERR_CHECKSUM naming the block,
+ * never training on wrong values. Concurrent transfers touch disjoint pages (the engine's
+ * blocks), so their CRC entries never race. Building with -DHPT_DISK_NO_VERIFY drops the
+ * checksums (bench/bench_disk_crc.sh measures their cost that way); never for training. */
 #include "core/core.h"
 #include "testing.h"
 #include "mem/mem_int.h"
+#include "core/crc32c.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -28,6 +39,22 @@
 #define BOUNCE_BYTES (4u << 20)
 
 static uint64_t round_up(uint64_t x) { return (x + DISK_ALIGN - 1) / DISK_ALIGN * DISK_ALIGN; }
+
+/* Test hook (testing.h): HPT_TEST_DISK_DELAY_US, microseconds slept after each transfer, so a
+ * test that kills a run lands inside the disk tier's I/O often (tests/test_crash.sh). */
+static unsigned g_delay_us;
+static pthread_once_t g_delay_once = PTHREAD_ONCE_INIT;
+static void delay_init(void) {
+    const char *e = getenv("HPT_TEST_DISK_DELAY_US");
+    g_delay_us = e ? (unsigned)strtoul(e, NULL, 10) : 0;
+}
+
+static uint32_t g_zero_crc; /* CRC-32C of a page of zeros */
+static pthread_once_t g_zero_once = PTHREAD_ONCE_INIT;
+static void zero_crc_init(void) {
+    static const unsigned char zero[DISK_ALIGN];
+    g_zero_crc = crc32c(0, zero, sizeof zero);
+}
 
 hpt_status hpt_mem_set_disk_dir(hpt_mem *m, const char *dir) {
     if (strlen(dir) >= sizeof m->disk_dir) return hpt_fail(HPT_ERR_INVALID, "path too long: %s", dir);
@@ -59,6 +86,9 @@ static int open_block(const char *dir, int *direct) {
 hpt_status hpt_mem_disk_alloc(hpt_mem *m, hpt_category cat, size_t bytes, hpt_disk_ref *out) {
     out->fd = -1;
     out->bytes = 0;
+    out->crc = NULL;
+    out->cat = (int)cat;
+    out->unit_bytes = 0;
     if (!m->disk_dir[0])
         return hpt_fail(HPT_ERR_INVALID, "the disk tier needs a directory (--offload-dir)");
     if (bytes == 0) return HPT_OK;
@@ -76,8 +106,19 @@ hpt_status hpt_mem_disk_alloc(hpt_mem *m, hpt_category cat, size_t bytes, hpt_di
         return hpt_fail(HPT_ERR_IO, "disk tier: cannot create a block in %s: %s", m->disk_dir,
                         strerror(err));
     }
+    /* the pages' checksums: metadata (4 bytes per 4096), outside the budget like the fd */
+    size_t pages = (size_t)(round_up(bytes) / DISK_ALIGN);
+    uint32_t *crc = malloc(pages * sizeof *crc);
+    if (!crc) {
+        close(fd);
+        mem_unreserve(m, HPT_TIER_DISK, cat, bytes);
+        return hpt_fail(HPT_ERR_OOM, "disk tier: no memory for the checksums of %zu pages", pages);
+    }
+    pthread_once(&g_zero_once, zero_crc_init);
+    for (size_t i = 0; i < pages; i++) crc[i] = g_zero_crc;
     out->fd = fd;
     out->bytes = bytes;
+    out->crc = crc;
     m->disk_direct = direct;
     return HPT_OK;
 }
@@ -85,9 +126,11 @@ hpt_status hpt_mem_disk_alloc(hpt_mem *m, hpt_category cat, size_t bytes, hpt_di
 void hpt_mem_disk_free(hpt_mem *m, hpt_category cat, hpt_disk_ref *ref) {
     if (!ref || ref->fd < 0) return;
     close(ref->fd);
+    free(ref->crc);
     mem_unreserve(m, HPT_TIER_DISK, cat, ref->bytes);
     ref->fd = -1;
     ref->bytes = 0;
+    ref->crc = NULL;
 }
 
 static hpt_status bounce(hpt_mem *m) {
@@ -117,11 +160,53 @@ static hpt_disk_fault take_fault(hpt_mem *m, int write_) {
     return HPT_DISK_FAULT_NONE;
 }
 
+/* Checks the pages [off, off + n) just read into buf against their CRCs (read) or records
+ * theirs (write). off and n are whole pages (full_io's invariant). */
+static hpt_status pages_crc(hpt_mem *m, const hpt_disk_ref *ref, const void *buf, size_t n,
+                            uint64_t off, int write_) {
+#ifdef HPT_DISK_NO_VERIFY
+    (void)m; (void)ref; (void)buf; (void)n; (void)off; (void)write_;
+    return HPT_OK;
+#else
+    const unsigned char *p = buf;
+    size_t np = n / DISK_ALIGN;
+    uint64_t p0 = off / DISK_ALIGN;
+    if (write_) {
+        crc32c_pages(p, np, ref->crc + p0);
+        return HPT_OK;
+    }
+    uint32_t got[48]; /* a read's CRCs, 48 pages at a time, compared with the written ones */
+    for (size_t i = 0; i < np; i++) {
+        if (i % 48 == 0) crc32c_pages(p + i * DISK_ALIGN, HPT_MIN(np - i, (size_t)48), got);
+        uint64_t page = p0 + i;
+        uint32_t c = got[i % 48];
+        if (c == ref->crc[page]) continue;
+        uint64_t at = page * DISK_ALIGN;
+        char blk[64] = "";
+        if (ref->unit_bytes)
+            snprintf(blk, sizeof blk, "block %llu, ", (unsigned long long)(at / ref->unit_bytes));
+        return hpt_fail(HPT_ERR_CHECKSUM, "disk tier: checksum mismatch in the %s file in %s "
+                        "(%spage %llu, bytes %llu..%llu: CRC-32C 0x%08x, written 0x%08x): the "
+                        "file was changed on disk", hpt_category_name((hpt_category)ref->cat),
+                        m->disk_dir, blk, (unsigned long long)page, (unsigned long long)at,
+                        (unsigned long long)(at + DISK_ALIGN - 1), c, ref->crc[page]);
+    }
+    return HPT_OK;
+#endif
+}
+
 /* file_bytes: the block's reserved size; a file found shorter was truncated or taken away
- * underneath (reading it would meet its end, writing it would leave holes that read as zeros). */
-static hpt_status full_io(hpt_mem *m, int fd, void *buf, size_t n, uint64_t off, int write_,
-                          uint64_t file_bytes) {
+ * underneath (reading it would meet its end, writing it would leave holes that read as zeros).
+ * off and n are whole pages; the pages' CRCs are checked (read) or set (write) on success. */
+static hpt_status full_io(hpt_mem *m, const hpt_disk_ref *ref, void *buf, size_t n, uint64_t off,
+                          int write_, uint64_t file_bytes) {
     const char *what = write_ ? "write" : "read";
+    int fd = ref->fd;
+    void *buf0 = buf;
+    uint64_t off0 = off;
+    if ((off | n) % DISK_ALIGN != 0)
+        return hpt_fail(HPT_ERR_INVALID, "disk tier: a transfer of %zu bytes at %llu is not whole "
+                        "pages", n, (unsigned long long)off);
     size_t total = n, done = 0;
     hpt_disk_fault f = take_fault(m, write_);
     if (f == HPT_DISK_FAULT_VANISHED && ftruncate(fd, 0) != 0) f = HPT_DISK_FAULT_EIO;
@@ -159,7 +244,9 @@ static hpt_status full_io(hpt_mem *m, int fd, void *buf, size_t n, uint64_t off,
         done += (size_t)r;
         off += (uint64_t)r;
     }
-    return HPT_OK;
+    pthread_once(&g_delay_once, delay_init);
+    if (g_delay_us) usleep(g_delay_us);
+    return pages_crc(m, ref, buf0, total, off0, write_);
 }
 
 hpt_status mem_disk_rw(hpt_mem *m, const hpt_disk_ref *ref, uint64_t offset, void *buf,
@@ -169,7 +256,7 @@ hpt_status mem_disk_rw(hpt_mem *m, const hpt_disk_ref *ref, uint64_t offset, voi
                         bytes, (unsigned long long)offset, (unsigned long long)ref->bytes);
     if (((uintptr_t)buf | offset | bytes) % DISK_ALIGN != 0)
         return hpt_fail(HPT_ERR_INVALID, "disk tier: unaligned transfer on the engine's path");
-    return full_io(m, ref->fd, buf, bytes, offset, write_, round_up(ref->bytes));
+    return full_io(m, ref, buf, bytes, offset, write_, round_up(ref->bytes));
 }
 
 /* Moves bytes between mem and the block at offset, directly when everything is aligned. */
@@ -178,8 +265,10 @@ static hpt_status disk_io(hpt_mem *m, const hpt_disk_ref *ref, uint64_t offset, 
     if (ref->fd < 0 || offset > ref->bytes || bytes > ref->bytes - offset)
         return hpt_fail(HPT_ERR_INVALID, "disk tier: %zu bytes at %llu are outside the block of %llu",
                         bytes, (unsigned long long)offset, (unsigned long long)ref->bytes);
-    if (((uintptr_t)mem_ptr | offset | bytes) % DISK_ALIGN == 0 || !m->disk_direct)
-        return full_io(m, ref->fd, mem_ptr, bytes, offset, write_, round_up(ref->bytes));
+    /* whole pages straight; anything else through the bounce buffer, even without direct
+     * I/O, so every transfer covers whole pages and each page's checksum stays exact */
+    if (((uintptr_t)mem_ptr | offset | bytes) % DISK_ALIGN == 0)
+        return full_io(m, ref, mem_ptr, bytes, offset, write_, round_up(ref->bytes));
     HPT_CHECK(bounce(m));
     char *b = m->bounce;
     while (bytes) {
@@ -190,11 +279,11 @@ static hpt_status disk_io(hpt_mem *m, const hpt_disk_ref *ref, uint64_t offset, 
         if (lo + span > round_up(ref->bytes)) span = (size_t)(round_up(ref->bytes) - lo);
         if (write_) {
             /* read-modify-write the edges the request does not cover */
-            if (head || n % DISK_ALIGN) HPT_CHECK(full_io(m, ref->fd, b, span, lo, 0, round_up(ref->bytes)));
+            if (head || n % DISK_ALIGN) HPT_CHECK(full_io(m, ref, b, span, lo, 0, round_up(ref->bytes)));
             memcpy(b + head, mem_ptr, n);
-            HPT_CHECK(full_io(m, ref->fd, b, span, lo, 1, round_up(ref->bytes)));
+            HPT_CHECK(full_io(m, ref, b, span, lo, 1, round_up(ref->bytes)));
         } else {
-            HPT_CHECK(full_io(m, ref->fd, b, span, lo, 0, round_up(ref->bytes)));
+            HPT_CHECK(full_io(m, ref, b, span, lo, 0, round_up(ref->bytes)));
             memcpy(mem_ptr, b + head, n);
         }
         mem_ptr = (char *)mem_ptr + n;

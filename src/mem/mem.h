@@ -11,4 +11,10 @@
 hpt_status mem_disk_rw(hpt_mem *m, const hpt_disk_ref *ref, uint64_t offset, void *buf,
                        size_t bytes, int write_);
 
+/* Accounts bytes on tier/category if the budget (and failure injection) allow, and undoes it:
+ * the memory manager's bookkeeping for a backend that allocates its own device memory (the CUDA
+ * backend carves its region and accounts each piece here, as hpt_mem_alloc does for RAM). */
+hpt_status mem_reserve(hpt_mem *m, hpt_tier tier, hpt_category cat, size_t bytes);
+void mem_unreserve(hpt_mem *m, hpt_tier tier, hpt_category cat, size_t bytes);
+
 #endif

@@ -90,9 +90,10 @@ hpt_status hpt_profile_render_svg(const hpt_trace *tr, const hpt_profile_summary
     best = cur;
     int col = 0;
     for (size_t i = 0; i < n; i++) {
-        int c = (int)(ev[i].t / tmax * NC);
-        if (c >= NC) c = NC - 1;
-        if (c < 0) c = 0;
+        /* clamped as a double: a trace read from a file may hold times past the last event's
+         * (or not finite), whose column would not fit an int */
+        double x = ev[i].t / tmax * NC;
+        int c = x >= (double)NC ? NC - 1 : x > 0 ? (int)x : 0;
         while (col < c) {
             cols[col++] = best;
             best = cur;

@@ -49,6 +49,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <dirent.h>
+#include <signal.h>
+#include <unistd.h>
 
 struct hpt_trainer {
     hpt_train_opts o;
@@ -497,6 +500,26 @@ hpt_status hpt_trainer_eval(hpt_trainer *tr, float *val_loss_out) {
     return HPT_OK;
 }
 
+/* A run killed while writing a checkpoint leaves its temporary file (io_atomic's
+ * "<name>.tmp.<pid>"; the checkpoint itself is intact). After a save, the ones of processes
+ * that no longer exist are removed, so repeated kills do not fill the disk. */
+static void sweep_stale_tmp(const char *dir) {
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        const char *t = strstr(de->d_name, ".bin.tmp.");
+        if (!t || (strncmp(de->d_name, "state.bin", 9) && strncmp(de->d_name, "model.bin", 9)))
+            continue;
+        char *end;
+        long pid = strtol(t + 9, &end, 10);
+        if (*end || pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        char path[PATH_MAX];
+        if (snprintf(path, sizeof path, "%s/%s", dir, de->d_name) < (int)sizeof path) unlink(path);
+    }
+    if (d) closedir(d);
+}
+
 hpt_status hpt_trainer_save(hpt_trainer *tr) {
     if (!tr->o.save_dir) return hpt_fail(HPT_ERR_INVALID, "no save directory given");
     hpt_train_pos pos = {.step = tr->step, .rng_state = tr->rng.s, .total_steps = tr->o.steps,
@@ -525,7 +548,17 @@ hpt_status hpt_trainer_save(hpt_trainer *tr) {
     /* llm.c's model.bin is GPT-2's; state.bin holds any architecture's weights */
     if (hpt_model_get_config(tr->model)->arch != HPT_ARCH_GPT2) return HPT_OK;
     snprintf(path, sizeof path, "%s/model.bin", tr->o.save_dir);
-    return hpt_model_save(tr->model, path);
+    HPT_CHECK(hpt_model_save(tr->model, path));
+    sweep_stale_tmp(tr->o.save_dir);
+    /* a run from a Hugging Face directory, or of an architecture llm.c's file does not hold,
+     * saves one too (config.json + safetensors beside state.bin, which the directory's
+     * replacement keeps) */
+    struct stat st;
+    int from_dir = tr->o.model && stat(tr->o.model, &st) == 0 && S_ISDIR(st.st_mode);
+    if (from_dir || strcmp(hpt_model_arch(tr->model), "gpt2"))
+        return hpt_model_save_hf_from(tr->model, tr->o.save_dir, HPT_DTYPE_F32, 0,
+                                      from_dir ? tr->o.model : NULL);
+    return HPT_OK;
 }
 
 /* The check batch's loss: B forwards of one sequence each (a B=1 arena, freed after), the

@@ -14,6 +14,8 @@ int cmd_decode(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_estimate(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
 
 /* Prints "hptrain: error: <message>" on stderr and returns 1. */
 int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -39,6 +41,11 @@ int cli_getopt(const char *cmd, int argc, char **argv, const struct option *long
 /* Loads the tokenizer at path (NULL: cli_default_tokenizer()); need_encode refuses a decode-only
  * file. Returns 0, or prints the error and returns 1. */
 int cli_load_tokenizer(const char *path, int need_encode, hpt_tokenizer **out);
+/* The tokenizer of --tokenizer PATH or --model DIR (at most one given; DIR's tokenizer.json,
+ * else its tokenizer.model); neither: cli_default_tokenizer(). 0, 1 after printing the error,
+ * 2 for a usage error (cmd names the command). (cmd_tokenize.c) */
+int cli_pick_tokenizer(const char *cmd, const char *tok_path, const char *model_dir, int need_encode,
+                       hpt_tokenizer **out);
 /* The plan's flags (every technique choice and the budgets: hpt_plan_set's options, each flag
  * --NAME the option NAME) all have this value in the long options; cli_optname() names the one
  * cli_getopt returned. */
@@ -71,6 +78,7 @@ int cli_read_file(const char *path, char **data_out, size_t *len_out);
     {"fused-update", 0, 0, CLI_OPT_PLAN}, {"weights", 1, 0, CLI_OPT_PLAN}, \
     {"grad-home", 1, 0, CLI_OPT_PLAN}, {"embeddings", 1, 0, CLI_OPT_PLAN}, \
     {"vocab-chunk", 1, 0, CLI_OPT_PLAN}, {"loss-scale", 1, 0, CLI_OPT_PLAN}, \
+    {"device", 1, 0, CLI_OPT_PLAN}, \
     {"loss-scale-init", 1, 0, CLI_OPT_PLAN}, {"loss-scale-window", 1, 0, CLI_OPT_PLAN}, \
     {"accum", 1, 0, CLI_OPT_PLAN}, {"schedule", 1, 0, CLI_OPT_PLAN}, \
     {"warmup-steps", 1, 0, CLI_OPT_PLAN}, {"full-steps", 1, 0, CLI_OPT_PLAN}, \

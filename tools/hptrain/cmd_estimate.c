@@ -72,6 +72,13 @@ static int is_file(const char *p) {
     return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* A Hugging Face model directory (its config.json gives the shape). */
+static int is_hf_dir(const char *p) {
+    char q[4200];
+    snprintf(q, sizeof q, "%s/config.json", p);
+    return is_file(q);
+}
+
 /* A tier's peak: the full phase's, or the predict phase's when higher (hybrid schedule). */
 static uint64_t tier_peak(const hpt_estimate *e, int t) {
     return e->peak_bytes[t] > e->predict_peak_bytes[t] ? e->peak_bytes[t] : e->predict_peak_bytes[t];
@@ -306,7 +313,7 @@ int cmd_estimate(int argc, char **argv) {
             return cli_error("estimate: --resume %s: %s is missing (it holds the run's shape); "
                              "pass --model with the shape instead", resume, path);
         ckpt = path;
-    } else if (is_file(model)) {
+    } else if (is_file(model) || is_hf_dir(model)) {
         ckpt = model;
     }
     hpt_status s;

@@ -12,7 +12,8 @@ static const char k_help[] =
     "\n"
     "Generates text from an llm.c GPT-2 checkpoint (or a --save directory's model.bin).\n"
     "\n"
-    "  --model PATH        checkpoint file, or a directory holding model.bin\n"
+    "  --model PATH        checkpoint file, a Hugging Face model directory (config.json and\n"
+    "                      safetensors), or a directory holding model.bin\n"
     "  --prompt TEXT       text to continue (default: start of a document)\n"
     "  --tokens N          tokens to generate (default 128)\n"
     "  --temperature X     softmax temperature, > 0 (default 1.0)\n"
@@ -63,8 +64,11 @@ int cmd_sample(int argc, char **argv) {
     char path[4096];
     struct stat st;
     if (stat(model_path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        snprintf(path, sizeof path, "%s/model.bin", model_path);
-        model_path = path;
+        snprintf(path, sizeof path, "%s/config.json", model_path);
+        if (stat(path, &st) != 0) { /* a --save directory; with config.json: Hugging Face's */
+            snprintf(path, sizeof path, "%s/model.bin", model_path);
+            model_path = path;
+        }
     }
     hpt_tokenizer *tok = NULL;
     hpt_mem *mem = NULL;

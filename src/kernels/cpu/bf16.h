@@ -7,11 +7,13 @@
  *   Kahan-compensated: the stored value is round-to-nearest-even, and what rounding lost is
  *     itself stored in bf16 (comp) and added back before the next update: value = p + comp
  *     carries ~16 significant bits in 4 bytes, and updates far below p's ulp accumulate.
- * NaN and infinity pass through unchanged by either rounding. */
+ * NaN and infinity pass through unchanged by either rounding. A block is widened and rounded
+ * by the AVX-512 or AVX2 helpers where the CPU has them (simd.h: the same bits). */
 #ifndef HPT_BF16_H
 #define HPT_BF16_H
 
 #include "kernels/kernels.h"
+#include "kernels/cpu/simd.h"
 
 #include <string.h>
 
@@ -50,6 +52,14 @@ static inline uint16_t bf16_sr(float x, uint32_t noise16) {
  * compensation) into scratch. */
 static inline float *param_block(const k_param *p, size_t lo, int len, float *scratch) {
     if (p->f32) return p->f32 + lo;
+    if (k_simd_avx512) {
+        k_bf16_load_avx512(scratch, p->bf16 + lo, p->comp ? p->comp + lo : NULL, len);
+        return scratch;
+    }
+    if (k_simd_avx2) {
+        k_bf16_load_avx2(scratch, p->bf16 + lo, p->comp ? p->comp + lo : NULL, len);
+        return scratch;
+    }
     for (int j = 0; j < len; j++)
         scratch[j] = bf16_widen(p->bf16[lo + (size_t)j]) +
                      (p->comp ? bf16_widen(p->comp[lo + (size_t)j]) : 0.0f);
@@ -59,6 +69,16 @@ static inline float *param_block(const k_param *p, size_t lo, int len, float *sc
 /* Writes the updated block back (rounds to bf16 when bf16). */
 static inline void param_commit(const k_param *p, size_t lo, int len, const float *buf) {
     if (p->f32) return;
+    if (k_simd_avx512) {
+        k_bf16_store_avx512(p->bf16 + lo, p->comp ? p->comp + lo : NULL, buf, len, p->seed,
+                            p->base + lo);
+        return;
+    }
+    if (k_simd_avx2) {
+        k_bf16_store_avx2(p->bf16 + lo, p->comp ? p->comp + lo : NULL, buf, len, p->seed,
+                          p->base + lo);
+        return;
+    }
     for (int j = 0; j < len; j++) {
         size_t i = lo + (size_t)j;
         if (p->comp) {

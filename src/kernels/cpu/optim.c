@@ -19,6 +19,7 @@
 #include <omp.h>
 
 #define NBLOCKS(n) (((n) + K_Q8_BLOCK - 1) / K_Q8_BLOCK)
+#define MINI_ROWS 8 /* Adam-mini: second-moment blocks summed side by side */
 #define BLOCK_LEN(n, lo) ((int)((n) - (lo) < K_Q8_BLOCK ? (n) - (lo) : K_Q8_BLOCK))
 
 void k_adamw_q(k_param p, const float *g, k_state m, k_state v, size_t n, float lr, float beta1,
@@ -26,12 +27,14 @@ void k_adamw_q(k_param p, const float *g, k_state m, k_state v, size_t n, float 
     float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
     float step = lr / bc1, rbc2 = 1.0f / sqrtf(bc2), decay = 1.0f - lr * wd;
     size_t nb = NBLOCKS(n);
+    k_q8_planes plm, plv;
+    const k_q8_planes *pm = state_planes(&m, &plm), *pv = state_planes(&v, &plv);
 #pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
     for (size_t b = 0; b < nb; b++) {
         size_t lo = b * K_Q8_BLOCK;
         int len = BLOCK_LEN(n, lo);
         float ms[K_Q8_BLOCK], vs[K_Q8_BLOCK], ps[K_Q8_BLOCK];
-        float *mb = state_block(&m, lo, len, ms), *vb = state_block(&v, lo, len, vs);
+        float *mb = state_block(&m, lo, len, ms, pm), *vb = state_block(&v, lo, len, vs, pv);
         float *pb = param_block(&p, lo, len, ps);
         const float *gb = g + lo;
         int root = v.f32 == NULL; /* 8-bit: the codes hold sqrt(v) (top of the file) */
@@ -55,12 +58,14 @@ void k_lion(k_param p, const float *g, k_state m, size_t n, float lr, float beta
             float wd, float grad_scale) {
     float decay = 1.0f - lr * wd;
     size_t nb = NBLOCKS(n);
+    k_q8_planes plm;
+    const k_q8_planes *pm = state_planes(&m, &plm);
 #pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
     for (size_t b = 0; b < nb; b++) {
         size_t lo = b * K_Q8_BLOCK;
         int len = BLOCK_LEN(n, lo);
         float ms[K_Q8_BLOCK], ps[K_Q8_BLOCK];
-        float *mb = state_block(&m, lo, len, ms), *pb = param_block(&p, lo, len, ps);
+        float *mb = state_block(&m, lo, len, ms, pm), *pb = param_block(&p, lo, len, ps);
         const float *gb = g + lo;
 #pragma omp simd
         for (int j = 0; j < len; j++) {
@@ -78,12 +83,14 @@ void k_lion(k_param p, const float *g, k_state m, size_t n, float lr, float beta
 void k_sgd(k_param p, const float *g, k_state m, size_t n, float lr, float momentum, float wd,
            float grad_scale) {
     size_t nb = NBLOCKS(n);
+    k_q8_planes plm;
+    const k_q8_planes *pm = state_planes(&m, &plm);
 #pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
     for (size_t b = 0; b < nb; b++) {
         size_t lo = b * K_Q8_BLOCK;
         int len = BLOCK_LEN(n, lo);
         float ms[K_Q8_BLOCK], ps[K_Q8_BLOCK];
-        float *mb = state_block(&m, lo, len, ms), *pb = param_block(&p, lo, len, ps);
+        float *mb = state_block(&m, lo, len, ms, pm), *pb = param_block(&p, lo, len, ps);
         const float *gb = g + lo;
 #pragma omp simd
         for (int j = 0; j < len; j++) {
@@ -99,34 +106,56 @@ void k_sgd(k_param p, const float *g, k_state m, size_t n, float lr, float momen
 
 void k_adam_mini(k_param p, const float *g, k_state m, float *v, size_t n, size_t block, float lr,
                  float beta1, float beta2, float eps, float wd, float grad_scale, int64_t t) {
-    size_t nv = n / block;
-    /* pass 1: each block's mean of g^2, summed in order in double */
+    size_t nv = n / block, ng = (nv + MINI_ROWS - 1) / MINI_ROWS;
+    /* pass 1: each block's mean of g^2, summed in order in double; MINI_ROWS blocks side by
+     * side (independent sums, so the adds overlap instead of waiting on each other) */
 #pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
-    for (size_t r = 0; r < nv; r++) {
-        const float *gr = g + r * block;
-        double s = 0.0;
-        for (size_t j = 0; j < block; j++) {
-            double gi = (double)(gr[j] * grad_scale);
-            s += gi * gi;
+    for (size_t q = 0; q < ng; q++) {
+        size_t r0 = q * MINI_ROWS, nr = nv - r0 < MINI_ROWS ? nv - r0 : MINI_ROWS;
+        double s[MINI_ROWS] = {0};
+        if (nr == MINI_ROWS) {
+            for (size_t j = 0; j < block; j++)
+                for (int k = 0; k < MINI_ROWS; k++) {
+                    double gi = (double)(g[(r0 + (size_t)k) * block + j] * grad_scale);
+                    s[k] += gi * gi;
+                }
+        } else {
+            for (size_t k = 0; k < nr; k++)
+                for (size_t j = 0; j < block; j++) {
+                    double gi = (double)(g[(r0 + k) * block + j] * grad_scale);
+                    s[k] += gi * gi;
+                }
         }
-        v[r] = beta2 * v[r] + (1.0f - beta2) * (float)(s / (double)block);
+        for (size_t k = 0; k < nr; k++)
+            v[r0 + k] = beta2 * v[r0 + k] + (1.0f - beta2) * (float)(s[k] / (double)block);
     }
     float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
     float step = lr / bc1, rbc2 = 1.0f / sqrtf(bc2), decay = 1.0f - lr * wd;
     size_t nb = NBLOCKS(n);
-    /* pass 2: the first moment and the parameters, by quantisation block */
+    k_q8_planes plm;
+    const k_q8_planes *pm = state_planes(&m, &plm);
+    /* pass 2: the first moment and the parameters, by quantisation block; the denominator
+     * sqrt(v) * rbc2 + eps once per run of one Adam-mini block (the same value each element
+     * computed before) */
 #pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
     for (size_t b = 0; b < nb; b++) {
         size_t lo = b * K_Q8_BLOCK;
         int len = BLOCK_LEN(n, lo);
         float ms[K_Q8_BLOCK], ps[K_Q8_BLOCK];
-        float *mb = state_block(&m, lo, len, ms), *pb = param_block(&p, lo, len, ps);
+        float *mb = state_block(&m, lo, len, ms, pm), *pb = param_block(&p, lo, len, ps);
         const float *gb = g + lo;
-        for (int j = 0; j < len; j++) {
-            float gi = gb[j] * grad_scale;
-            float mi = beta1 * mb[j] + (1.0f - beta1) * gi;
-            mb[j] = mi;
-            pb[j] = pb[j] * decay - step * mi / (sqrtf(v[(lo + (size_t)j) / block]) * rbc2 + eps);
+        for (int j0 = 0; j0 < len;) {
+            size_t r = (lo + (size_t)j0) / block;
+            int j1 = (int)((r + 1) * block - lo < (size_t)len ? (r + 1) * block - lo : (size_t)len);
+            float den = sqrtf(v[r]) * rbc2 + eps;
+#pragma omp simd
+            for (int j = j0; j < j1; j++) {
+                float gi = gb[j] * grad_scale;
+                float mi = beta1 * mb[j] + (1.0f - beta1) * gi;
+                mb[j] = mi;
+                pb[j] = pb[j] * decay - step * mi / den;
+            }
+            j0 = j1;
         }
         state_commit(&m, lo, len, mb);
         param_commit(&p, lo, len, pb);

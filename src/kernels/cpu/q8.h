@@ -1,11 +1,13 @@
 /* q8.h: the 8-bit dynamic-map codec shared by quant.c and optim.c (inline, no state).
  * Encoding is a branchless binary search over the 256 ascending code values (8 compares, no
  * data-dependent branches, so `omp simd` loops vectorise it with gathers), then the nearer of
- * the two neighbours. */
+ * the two neighbours. Blocks are decoded and encoded (through the table) by the AVX-512 or
+ * AVX2 helpers where the CPU has them (simd.h: the same bits). */
 #ifndef HPT_Q8_H
 #define HPT_Q8_H
 
 #include "kernels/kernels.h"
+#include "kernels/cpu/simd.h"
 
 #include <math.h>
 #include <string.h>
@@ -25,9 +27,17 @@ static inline uint8_t q8_encode(float x, const float *map) {
     return (uint8_t)(map[up] - x < x - map[pos] ? up : pos);
 }
 
-/* buf (len) = the block's values; len <= 256. */
+/* buf (len) = the block's values; len <= 256; pl: map's byte planes (simd.h) or NULL. */
 static inline void q8_load_block(float *buf, const uint8_t *codes, float absmax, int len,
-                                 const float *map) {
+                                 const float *map, const k_q8_planes *pl) {
+    if (k_simd_avx512) {
+        k_q8_load_avx512(buf, codes, absmax, len, map, pl);
+        return;
+    }
+    if (k_simd_avx2) {
+        k_q8_load_avx2(buf, codes, absmax, len, map);
+        return;
+    }
 #pragma omp simd
     for (int j = 0; j < len; j++) buf[j] = map[codes[j]] * absmax;
 }
@@ -50,6 +60,10 @@ static inline uint8_t q8_encode_lut(float x, const float *map, const int32_t *lu
 /* Quantises buf (len) into codes, through lut when not NULL; returns the block's absmax. */
 static inline float q8_store_block(uint8_t *codes, const float *buf, int len, const float *map,
                                    const int32_t *lut) {
+    if (lut && k_simd_avx512)
+        return k_q8_store_avx512(codes, buf, len, map, lut, k_q8_thr_of(lut));
+    const uint32_t *thr = lut && k_simd_avx2 ? k_q8_thr_of(lut) : NULL;
+    if (thr) return k_q8_store_avx2(codes, buf, len, map, lut, thr);
     float mx = 0.0f;
 #pragma omp simd reduction(max : mx)
     for (int j = 0; j < len; j++) mx = fmaxf(mx, fabsf(buf[j]));
@@ -65,11 +79,19 @@ static inline float q8_store_block(uint8_t *codes, const float *buf, int len, co
 }
 
 /* The block [lo, lo+len) of state s as fp32: in place when s is fp32, else dequantised into
- * scratch. */
-static inline float *state_block(const k_state *s, size_t lo, int len, float *scratch) {
+ * scratch (pl: s's map's byte planes, or NULL). */
+static inline float *state_block(const k_state *s, size_t lo, int len, float *scratch,
+                                 const k_q8_planes *pl) {
     if (s->f32) return s->f32 + lo;
-    q8_load_block(scratch, s->codes + lo, s->absmax[lo / K_Q8_BLOCK], len, s->map);
+    q8_load_block(scratch, s->codes + lo, s->absmax[lo / K_Q8_BLOCK], len, s->map, pl);
     return scratch;
+}
+
+/* s's map's byte planes into *pl when s is 8-bit and the planes will be used (else NULL). */
+static inline const k_q8_planes *state_planes(const k_state *s, k_q8_planes *pl) {
+    if (s->f32 || !k_simd_vbmi) return NULL;
+    k_q8_planes_of(pl, s->map);
+    return pl;
 }
 
 /* Writes the block back (requantises when 8-bit). */

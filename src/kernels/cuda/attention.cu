@@ -1,0 +1,307 @@
+/* attention.cu: causal attention on the GPU, grouped-query aware (NKV key/value heads; query head
+ * h reads kv head h / (NH / NKV); GPT-2 is NKV = NH), with the CPU's saved-state contract:
+ *   plain: out (B,T,NH*hs) and the probabilities att (B,NH,T,T) (upper triangle zero);
+ *   flash: out and each row's log-sum-exp lse (B,NH,T), nothing else: no (T,T) buffer exists.
+ * qkv rows are (NH + 2 NKV) * hs wide: [q (NH heads) | k (NKV) | v (NKV)].
+ *
+ * Forward: one block per (query row, head) walks the keys in tiles of AT_TILE with an online
+ * softmax (running max and sum, the partial output rescaled when the max grows: FlashAttention's
+ * recurrence), the query and the output accumulator in shared memory; the plain version then
+ * writes its row of probabilities as exp(s - lse). Inference (the key/value cache) is the same
+ * kernel over the cache's rows.
+ * Backward (both versions): D_t = sum_j P_tj dP_tj (= dO_t . O_t), then dq by query row and
+ * dk, dv by key row (summing over the query heads of its group and the later query rows in a
+ * fixed order), each output element written by one thread: deterministic, no atomics, dqkv
+ * overwritten. P comes from att (plain) or exp(scale q.k - lse) (flash). Correctness first: the
+ * tiles are not staged through shared memory for reuse across rows, nor on tensor cores (a
+ * faster kernel is future work, docs/cuda.md). */
+#include "kernels/cuda/cu_common.cuh"
+
+#include <math.h>
+
+#define AT_TILE 128
+#define AT_THREADS 128
+
+typedef struct {
+    const float *q, *k, *v;  /* element 0 of head 0 in row 0 of each */
+    size_t q_row, kv_row;    /* elements between rows */
+    float *out;
+    size_t out_row;
+    float *lse;              /* (B,NH,Tq) or NULL */
+    float *att;              /* (B,NH,Tq,Tq) or NULL */
+    int Tq, Tk, NH, group, hs, pos0;
+    float scale;
+} at_fwd;
+
+/* grid (Tq * NH, B): query row t of sequence b, head h; keys 0 .. pos0 + t */
+__global__ void d_attn_forward(at_fwd a) {
+    extern __shared__ float sm[];
+    float *qs = sm, *os = sm + a.hs, *s = sm + 2 * a.hs;
+    __shared__ float red[32];
+    const int b = blockIdx.y, t = blockIdx.x / a.NH, h = blockIdx.x % a.NH, kh = h / a.group;
+    const float *q = a.q + ((size_t)b * a.Tq + t) * a.q_row + (size_t)h * a.hs;
+    const float *kb = a.k + (size_t)b * a.Tk * a.kv_row + (size_t)kh * a.hs;
+    const float *vb = a.v + (size_t)b * a.Tk * a.kv_row + (size_t)kh * a.hs;
+    for (int i = threadIdx.x; i < a.hs; i += blockDim.x) qs[i] = q[i], os[i] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    const int nk = a.pos0 + t + 1;
+    for (int k0 = 0; k0 < nk; k0 += AT_TILE) {
+        const int n = nk - k0 < AT_TILE ? nk - k0 : AT_TILE;
+        __syncthreads();
+        float mt = -INFINITY;
+        for (int j = threadIdx.x; j < n; j += blockDim.x) {
+            const float *kr = kb + (size_t)(k0 + j) * a.kv_row;
+            float d = 0.0f;
+            for (int i = 0; i < a.hs; i++) d += qs[i] * kr[i];
+            s[j] = d * a.scale;
+            mt = fmaxf(mt, s[j]);
+        }
+        mt = cu_block_max(mt, red, -INFINITY);
+        const float mnew = fmaxf(m, mt), corr = expf(m - mnew); /* 0 on the first tile */
+        float ps = 0.0f;
+        for (int j = threadIdx.x; j < n; j += blockDim.x) {
+            s[j] = expf(s[j] - mnew);
+            ps += s[j];
+        }
+        ps = cu_block_sum(ps, red); /* its __syncthreads also publishes s[] */
+        l = l * corr + ps;
+        m = mnew;
+        for (int i = threadIdx.x; i < a.hs; i += blockDim.x) {
+            float acc = os[i] * corr;
+            for (int j = 0; j < n; j++) acc += s[j] * vb[(size_t)(k0 + j) * a.kv_row + i];
+            os[i] = acc;
+        }
+    }
+    float *o = a.out + ((size_t)b * a.Tq + t) * a.out_row + (size_t)h * a.hs;
+    const float inv = 1.0f / l, lse = m + logf(l);
+    for (int i = threadIdx.x; i < a.hs; i += blockDim.x) o[i] = os[i] * inv;
+    const size_t row = ((size_t)b * a.NH + h) * a.Tq + t;
+    if (a.lse && threadIdx.x == 0) a.lse[row] = lse;
+    if (a.att) { /* the probabilities of the row, and zeros past the diagonal */
+        float *ar = a.att + row * a.Tq;
+        for (int j = threadIdx.x; j < a.Tq; j += blockDim.x) {
+            float p = 0.0f;
+            if (j < nk) {
+                const float *kr = kb + (size_t)j * a.kv_row;
+                float d = 0.0f;
+                for (int i = 0; i < a.hs; i++) d += qs[i] * kr[i];
+                p = expf(d * a.scale - lse);
+            }
+            ar[j] = p;
+        }
+    }
+}
+
+static size_t fwd_smem(int hs) { return (size_t)(2 * hs + AT_TILE) * sizeof(float); }
+
+static at_fwd train_args(const float *qkv, float *out, int B, int T, int C, int NH, int NKV) {
+    at_fwd a;
+    const int hs = C / NH;
+    const size_t W = (size_t)(NH + 2 * NKV) * hs;
+    a.q = qkv;
+    a.k = qkv + (size_t)NH * hs;
+    a.v = qkv + (size_t)(NH + NKV) * hs;
+    a.q_row = a.kv_row = W;
+    a.out = out;
+    a.out_row = (size_t)NH * hs;
+    a.lse = NULL;
+    a.att = NULL;
+    a.Tq = a.Tk = T;
+    a.NH = NH;
+    a.group = NH / NKV;
+    a.hs = hs;
+    a.pos0 = 0;
+    a.scale = 1.0f / sqrtf((float)hs);
+    (void)B;
+    return a;
+}
+
+static void launch_forward(const at_fwd &a, int B, const char *what) {
+    if (a.Tq <= 0 || B <= 0) return;
+    cu_enter();
+    dim3 grid((unsigned)(a.Tq * a.NH), (unsigned)B);
+    d_attn_forward<<<grid, AT_THREADS, fwd_smem(a.hs), cu_stream>>>(a);
+    CU_LAUNCHED(what);
+}
+
+void cu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH,
+                          int NKV) {
+    at_fwd a = train_args(qkv, out, B, T, C, NH, NKV);
+    a.att = att;
+    launch_forward(a, B, "attention_forward");
+}
+
+void cu_flash_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C,
+                                int NH, int NKV) {
+    at_fwd a = train_args(qkv, out, B, T, C, NH, NKV);
+    a.lse = lse;
+    launch_forward(a, B, "flash_attention_forward");
+}
+
+void cu_infer_attend(float *atty, const float *qkv, const float *K, const float *V, int pos0,
+                     size_t n, int C, int NH, int NKV) {
+    at_fwd a;
+    a.hs = C / NH;
+    const size_t KVC = (size_t)NKV * (size_t)a.hs;
+    a.q = qkv;
+    a.q_row = (size_t)C + 2 * KVC;
+    a.k = K;
+    a.v = V;
+    a.kv_row = KVC;
+    a.out = atty;
+    a.out_row = (size_t)C;
+    a.lse = NULL;
+    a.att = NULL;
+    a.Tq = (int)n;
+    a.Tk = 0; /* one sequence: no offset between sequences */
+    a.NH = NH;
+    a.group = NH / NKV;
+    a.pos0 = pos0;
+    a.scale = 1.0f / sqrtf((float)a.hs);
+    launch_forward(a, 1, "infer_attend");
+}
+
+/* ---- backward ---- */
+typedef struct {
+    const float *qkv, *dout, *att, *lse, *out;
+    float *dqkv, *D;
+    int T, NH, NKV, group, hs;
+    size_t W;
+    float scale;
+} at_bwd;
+
+/* P_tj of head h in sequence b */
+__device__ inline float at_prob(const at_bwd &a, int b, int h, int t, int j, const float *q,
+                                const float *kr) {
+    const size_t row = ((size_t)b * a.NH + h) * a.T + t;
+    if (a.att) return a.att[row * a.T + j];
+    float d = 0.0f;
+    for (int i = 0; i < a.hs; i++) d += q[i] * kr[i];
+    return expf(d * a.scale - a.lse[row]);
+}
+
+/* grid (T * NH, B): D_t = dO_t . O_t (flash), sum_j P_tj (dO_t . v_j) (plain) */
+__global__ void d_attn_D(at_bwd a) {
+    __shared__ float red[32];
+    const int b = blockIdx.y, t = blockIdx.x / a.NH, h = blockIdx.x % a.NH, kh = h / a.group;
+    const float *d = a.dout + ((size_t)b * a.T + t) * a.NH * a.hs + (size_t)h * a.hs;
+    float acc = 0.0f;
+    if (a.out) {
+        const float *o = a.out + ((size_t)b * a.T + t) * a.NH * a.hs + (size_t)h * a.hs;
+        for (int i = threadIdx.x; i < a.hs; i += blockDim.x) acc += d[i] * o[i];
+    } else {
+        for (int j = threadIdx.x; j <= t; j += blockDim.x) {
+            const float *vr = a.qkv + ((size_t)b * a.T + j) * a.W + (size_t)(a.NH + a.NKV + kh) * a.hs;
+            float dp = 0.0f;
+            for (int i = 0; i < a.hs; i++) dp += d[i] * vr[i];
+            acc += a.att[(((size_t)b * a.NH + h) * a.T + t) * a.T + j] * dp;
+        }
+    }
+    acc = cu_block_sum(acc, red);
+    if (threadIdx.x == 0) a.D[((size_t)b * a.NH + h) * a.T + t] = acc;
+}
+
+/* grid (T * NH, B): dq_t = sum_{j <= t} dS_tj d_j, dS = P (dP - D) scale, dP = dO_t . v_j */
+__global__ void d_attn_dq(at_bwd a) {
+    extern __shared__ float sm[];
+    float *qs = sm, *acc = sm + a.hs, *ds = sm + 2 * a.hs;
+    const int b = blockIdx.y, t = blockIdx.x / a.NH, h = blockIdx.x % a.NH, kh = h / a.group;
+    const float *q = a.qkv + ((size_t)b * a.T + t) * a.W + (size_t)h * a.hs;
+    const float *d = a.dout + ((size_t)b * a.T + t) * a.NH * a.hs + (size_t)h * a.hs;
+    const float Dt = a.D[((size_t)b * a.NH + h) * a.T + t];
+    for (int i = threadIdx.x; i < a.hs; i += blockDim.x) qs[i] = q[i], acc[i] = 0.0f;
+    for (int k0 = 0; k0 <= t; k0 += AT_TILE) {
+        const int n = t + 1 - k0 < AT_TILE ? t + 1 - k0 : AT_TILE;
+        __syncthreads();
+        for (int j = threadIdx.x; j < n; j += blockDim.x) {
+            const float *kr = a.qkv + ((size_t)b * a.T + k0 + j) * a.W + (size_t)(a.NH + kh) * a.hs;
+            const float *vr = kr + (size_t)a.NKV * a.hs;
+            float dp = 0.0f;
+            for (int i = 0; i < a.hs; i++) dp += d[i] * vr[i];
+            float p = at_prob(a, b, h, t, k0 + j, qs, kr);
+            ds[j] = p * (dp - Dt) * a.scale;
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < a.hs; i += blockDim.x) {
+            float s = acc[i];
+            for (int j = 0; j < n; j++)
+                s += ds[j] * a.qkv[((size_t)b * a.T + k0 + j) * a.W + (size_t)(a.NH + kh) * a.hs + i];
+            acc[i] = s;
+        }
+    }
+    float *dq = a.dqkv + ((size_t)b * a.T + t) * a.W + (size_t)h * a.hs;
+    for (int i = threadIdx.x; i < a.hs; i += blockDim.x) dq[i] = acc[i];
+}
+
+/* grid (T * NKV, B): key row j of kv head kh: dk_j = sum over the group's heads h and t >= j of
+ * dS_tj q_t; dv_j = sum of P_tj dO_t */
+__global__ void d_attn_dkv(at_bwd a) {
+    extern __shared__ float sm[];
+    float *ds = sm, *ps = sm + AT_TILE, *ak = sm + 2 * AT_TILE, *av = ak + a.hs;
+    const int b = blockIdx.y, j = blockIdx.x / a.NKV, kh = blockIdx.x % a.NKV;
+    const float *kr = a.qkv + ((size_t)b * a.T + j) * a.W + (size_t)(a.NH + kh) * a.hs;
+    const float *vr = kr + (size_t)a.NKV * a.hs;
+    for (int i = threadIdx.x; i < a.hs; i += blockDim.x) ak[i] = 0.0f, av[i] = 0.0f;
+    for (int g = 0; g < a.group; g++) {
+        const int h = kh * a.group + g;
+        for (int t0 = j; t0 < a.T; t0 += AT_TILE) {
+            const int n = a.T - t0 < AT_TILE ? a.T - t0 : AT_TILE;
+            __syncthreads();
+            for (int r = threadIdx.x; r < n; r += blockDim.x) {
+                const int t = t0 + r;
+                const float *q = a.qkv + ((size_t)b * a.T + t) * a.W + (size_t)h * a.hs;
+                const float *d = a.dout + ((size_t)b * a.T + t) * a.NH * a.hs + (size_t)h * a.hs;
+                float dp = 0.0f;
+                for (int i = 0; i < a.hs; i++) dp += d[i] * vr[i];
+                float p = at_prob(a, b, h, t, j, q, kr);
+                ps[r] = p;
+                ds[r] = p * (dp - a.D[((size_t)b * a.NH + h) * a.T + t]) * a.scale;
+            }
+            __syncthreads();
+            for (int i = threadIdx.x; i < a.hs; i += blockDim.x) {
+                float sk = ak[i], sv = av[i];
+                for (int r = 0; r < n; r++) {
+                    const size_t rowq = ((size_t)b * a.T + t0 + r);
+                    sk += ds[r] * a.qkv[rowq * a.W + (size_t)h * a.hs + i];
+                    sv += ps[r] * a.dout[rowq * a.NH * a.hs + (size_t)h * a.hs + i];
+                }
+                ak[i] = sk, av[i] = sv;
+            }
+        }
+    }
+    float *dk = a.dqkv + ((size_t)b * a.T + j) * a.W + (size_t)(a.NH + kh) * a.hs;
+    float *dv = dk + (size_t)a.NKV * a.hs;
+    for (int i = threadIdx.x; i < a.hs; i += blockDim.x) dk[i] = ak[i], dv[i] = av[i];
+}
+
+static void backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                     const float *att, const float *out, const float *lse, int B, int T, int C,
+                     int NH, int NKV, const char *what) {
+    if (B <= 0 || T <= 0) return;
+    cu_enter();
+    at_bwd a;
+    a.qkv = qkv, a.dout = dout, a.att = att, a.lse = lse, a.out = out;
+    a.dqkv = dqkv, a.D = scratch;
+    a.T = T, a.NH = NH, a.NKV = NKV, a.group = NH / NKV, a.hs = C / NH;
+    a.W = (size_t)(NH + 2 * NKV) * a.hs;
+    a.scale = 1.0f / sqrtf((float)a.hs);
+    d_attn_D<<<dim3((unsigned)(T * NH), (unsigned)B), AT_THREADS, 0, cu_stream>>>(a);
+    CU_LAUNCHED(what);
+    d_attn_dq<<<dim3((unsigned)(T * NH), (unsigned)B), AT_THREADS,
+                (size_t)(2 * a.hs + AT_TILE) * sizeof(float), cu_stream>>>(a);
+    CU_LAUNCHED(what);
+    d_attn_dkv<<<dim3((unsigned)(T * NKV), (unsigned)B), AT_THREADS,
+                 (size_t)(2 * AT_TILE + 2 * a.hs) * sizeof(float), cu_stream>>>(a);
+    CU_LAUNCHED(what);
+}
+
+void cu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                           const float *att, int B, int T, int C, int NH, int NKV) {
+    backward(dqkv, scratch, dout, qkv, att, NULL, NULL, B, T, C, NH, NKV, "attention_backward");
+}
+
+void cu_flash_attention_backward(float *dqkv, float *scratch, const float *dout,
+                                 const float *qkv, const float *out, const float *lse, int B,
+                                 int T, int C, int NH, int NKV) {
+    backward(dqkv, scratch, dout, qkv, NULL, out, lse, B, T, C, NH, NKV, "flash_attention_backward");
+}

@@ -1,0 +1,456 @@
+/* backend.cu: the CUDA backend's table (kernels/backend.h), its device, streams and memory.
+ *
+ * Memory. The device tier is one region of GPU memory, taken with a single cudaMalloc at the
+ * first device allocation: the hpt_mem's device budget, or (budget unlimited) what the GPU has
+ * free less CU_MARGIN. The region is carved by a first-fit allocator over a sorted list of free
+ * extents (256-byte aligned, neighbours coalesced on free); the memory manager accounts every
+ * allocation first (mem_reserve: the budget, the categories, the timeline), exactly as on the
+ * CPU, so the accounted bytes are the carved bytes rounded down to each request. No cudaMalloc
+ * or cudaFree runs after setup. The host tier is pinned (cudaHostAlloc), accounted the same way.
+ * The library's own fixed overhead (cuBLAS workspace, the reduction scratch, the staging
+ * buffer, the q8 tables) is allocated at initialisation and is part of what test_cuda measures
+ * as the context's overhead, beside the CUDA context itself.
+ *
+ * Streams. Ops run on cu_stream in issue order. A copy that touches the host runs on its own
+ * stream (one per direction): it waits, by an event, for the compute work issued before it, and
+ * the compute work issued after it waits, by another event, for the copy; it returns when its
+ * bytes have arrived, as the CPU's memcpy does. Device-to-device copies and memsets are stream
+ * ops. sync() waits for all three streams.
+ *
+ * Errors. Ops cannot fail (the table's contract): the first CUDA or cuBLAS error is kept and
+ * hpt_cuda_status() returns it. */
+#include "kernels/cuda/cu_common.cuh"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#define CU_ALIGN 256
+#define CU_MARGIN ((size_t)512 << 20)      /* left to the context and other users */
+#define CU_BLAS_WS ((size_t)32 << 20)      /* cuBLAS's workspace, fixed at init */
+#define CU_MAX_EXTENTS 65536
+
+cudaStream_t cu_stream;
+cublasHandle_t cu_blas;
+double *cu_red;
+double *cu_red_host;
+float *cu_stage;
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER; /* init, allocator, copies */
+static int g_ready, g_device, g_selected;
+static cudaStream_t g_h2d, g_d2h;
+static cudaEvent_t g_ev_a, g_ev_b;
+static void *g_ws;
+static char g_err[256];
+static int g_err_set;
+
+/* the device region and its free extents, sorted by offset */
+static char *g_base;
+static size_t g_size, g_used;
+typedef struct { size_t off, len; } extent;
+static extent *g_free;
+static int g_nfree;
+
+void cu_note(cudaError_t e, const char *what) {
+    if (e == cudaSuccess || g_err_set) return;
+    snprintf(g_err, sizeof g_err, "CUDA error in %s: %s", what, cudaGetErrorString(e));
+    g_err_set = 1;
+}
+void cu_note_blas(cublasStatus_t s, const char *what) {
+    if (s == CUBLAS_STATUS_SUCCESS || g_err_set) return;
+    snprintf(g_err, sizeof g_err, "cuBLAS error %d in %s", (int)s, what);
+    g_err_set = 1;
+}
+
+static __thread int t_entered = -1;
+void cu_enter(void) {
+    if (t_entered != g_device) {
+        cu_note(cudaSetDevice(g_device), "cudaSetDevice");
+        t_entered = g_device;
+    }
+}
+
+extern "C" hpt_status hpt_cuda_status(void) {
+    if (!g_err_set) return HPT_OK;
+    g_err_set = 0;
+    return hpt_fail(HPT_ERR_IO, "%s", g_err);
+}
+
+void cu_read_red(int n) {
+    cu_note(cudaMemcpyAsync(cu_red_host, cu_red, (size_t)n * sizeof(double), cudaMemcpyDeviceToHost,
+                            cu_stream), "reading a reduction");
+    cu_note(cudaStreamSynchronize(cu_stream), "reading a reduction");
+}
+
+extern "C" int hpt_cuda_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError(); /* no driver: not sticky for later calls */
+        return 0;
+    }
+    return n;
+}
+
+extern "C" hpt_status hpt_cuda_select(int device) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "no CUDA device: %s", cudaGetErrorString(e));
+    }
+    if (device < 0 || device >= n)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "no CUDA device %d (this machine has %d)", device, n);
+    pthread_mutex_lock(&g_lock);
+    hpt_status s = HPT_OK;
+    if (g_ready && device != g_device)
+        s = hpt_fail(HPT_ERR_INVALID, "the CUDA backend already runs on device %d", g_device);
+    else g_device = device, g_selected = 1;
+    pthread_mutex_unlock(&g_lock);
+    return s;
+}
+
+static hpt_status init_locked(void) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        (void)cudaGetLastError();
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "no CUDA device: %s",
+                        e != cudaSuccess ? cudaGetErrorString(e) : "none present");
+    }
+    if (!g_selected) g_device = 0;
+    if (g_device >= n)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "no CUDA device %d (this machine has %d)", g_device, n);
+    t_entered = -1;
+    if ((e = cudaSetDevice(g_device)) != cudaSuccess ||
+        (e = cudaStreamCreateWithFlags(&cu_stream, cudaStreamNonBlocking)) != cudaSuccess ||
+        (e = cudaStreamCreateWithFlags(&g_h2d, cudaStreamNonBlocking)) != cudaSuccess ||
+        (e = cudaStreamCreateWithFlags(&g_d2h, cudaStreamNonBlocking)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&g_ev_a, cudaEventDisableTiming)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&g_ev_b, cudaEventDisableTiming)) != cudaSuccess ||
+        (e = cudaMalloc(&g_ws, CU_BLAS_WS)) != cudaSuccess ||
+        (e = cudaMalloc((void **)&cu_red, CU_RED_SLOTS * sizeof(double))) != cudaSuccess ||
+        (e = cudaHostAlloc((void **)&cu_red_host, CU_RED_SLOTS * sizeof(double), cudaHostAllocDefault)) != cudaSuccess ||
+        (e = cudaHostAlloc((void **)&cu_stage, CU_STAGE_FLOATS * sizeof(float), cudaHostAllocDefault)) != cudaSuccess)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "CUDA device %d: %s", g_device, cudaGetErrorString(e));
+    cublasStatus_t b = cublasCreate(&cu_blas);
+    if (b == CUBLAS_STATUS_SUCCESS) b = cublasSetStream(cu_blas, cu_stream);
+    if (b == CUBLAS_STATUS_SUCCESS) b = cublasSetWorkspace(cu_blas, g_ws, CU_BLAS_WS);
+    /* fp32 GEMMs in fp32 (no TF32) unless hpt_cuda_set_tf32 asks */
+    if (b == CUBLAS_STATUS_SUCCESS) b = cublasSetMathMode(cu_blas, CUBLAS_PEDANTIC_MATH);
+    if (b != CUBLAS_STATUS_SUCCESS)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "cuBLAS on CUDA device %d: status %d", g_device, (int)b);
+    g_ready = 1;
+    t_entered = g_device;
+    return HPT_OK;
+}
+
+extern "C" void hpt_cuda_set_tf32(int on) {
+    if (g_ready)
+        cu_note_blas(cublasSetMathMode(cu_blas, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH),
+                     "cublasSetMathMode");
+}
+
+extern "C" hpt_status hpt_cuda_mem_info(size_t *free_bytes, size_t *total_bytes) {
+    cu_enter();
+    cudaError_t e = cudaMemGetInfo(free_bytes, total_bytes);
+    if (e != cudaSuccess) return hpt_fail(HPT_ERR_IO, "cudaMemGetInfo: %s", cudaGetErrorString(e));
+    return HPT_OK;
+}
+
+/* ---- the device region ---- */
+static hpt_status region_open_locked(size_t want) {
+    if (g_base) return HPT_OK;
+    if (!want) {
+        size_t fr = 0, tot = 0;
+        cudaError_t e = cudaMemGetInfo(&fr, &tot);
+        if (e != cudaSuccess) return hpt_fail(HPT_ERR_OOM, "cudaMemGetInfo: %s", cudaGetErrorString(e));
+        want = fr > 2 * CU_MARGIN ? fr - CU_MARGIN : fr / 2;
+    }
+    want = want / CU_ALIGN * CU_ALIGN;
+    g_free = (extent *)malloc(CU_MAX_EXTENTS * sizeof(extent)); /* allocator metadata, host */
+    if (!g_free) return hpt_fail(HPT_ERR_OOM, "the device allocator's extent list");
+    cudaError_t e = cudaMalloc((void **)&g_base, want);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        free(g_free);
+        g_free = NULL;
+        g_base = NULL;
+        return hpt_fail(HPT_ERR_OOM, "the device region of %.1f MiB: %s", (double)want / 1048576.0,
+                        cudaGetErrorString(e));
+    }
+    g_size = want;
+    g_used = 0;
+    g_free[0] = extent{0, want};
+    g_nfree = 1;
+    return HPT_OK;
+}
+
+extern "C" hpt_status hpt_cuda_reserve(size_t bytes) {
+    if (!hpt_backend_cuda()) return HPT_ERR_UNSUPPORTED;
+    pthread_mutex_lock(&g_lock);
+    hpt_status s = g_base && bytes && bytes != g_size
+                       ? hpt_fail(HPT_ERR_INVALID, "the device region is already %zu bytes", g_size)
+                       : region_open_locked(bytes);
+    pthread_mutex_unlock(&g_lock);
+    return s;
+}
+
+extern "C" void hpt_cuda_region(size_t *region_bytes, size_t *used_bytes) {
+    pthread_mutex_lock(&g_lock);
+    *region_bytes = g_size;
+    *used_bytes = g_used;
+    pthread_mutex_unlock(&g_lock);
+}
+
+static size_t round_up(size_t x) { return (x + CU_ALIGN - 1) / CU_ALIGN * CU_ALIGN; }
+
+/* first fit: the lowest extent that holds len */
+static void *carve_locked(size_t len) {
+    for (int i = 0; i < g_nfree; i++) {
+        if (g_free[i].len < len) continue;
+        size_t off = g_free[i].off;
+        g_free[i].off += len;
+        g_free[i].len -= len;
+        if (!g_free[i].len) {
+            memmove(g_free + i, g_free + i + 1, (size_t)(g_nfree - i - 1) * sizeof(extent));
+            g_nfree--;
+        }
+        g_used += len;
+        return g_base + off;
+    }
+    return NULL;
+}
+
+static int give_back_locked(size_t off, size_t len) {
+    int i = 0;
+    while (i < g_nfree && g_free[i].off < off) i++;
+    int join_prev = i > 0 && g_free[i - 1].off + g_free[i - 1].len == off;
+    int join_next = i < g_nfree && off + len == g_free[i].off;
+    if ((i > 0 && g_free[i - 1].off + g_free[i - 1].len > off) || (i < g_nfree && off + len > g_free[i].off))
+        return 0; /* overlaps a free extent: a double free or a wrong size */
+    if (join_prev && join_next) {
+        g_free[i - 1].len += len + g_free[i].len;
+        memmove(g_free + i, g_free + i + 1, (size_t)(g_nfree - i - 1) * sizeof(extent));
+        g_nfree--;
+    } else if (join_prev) {
+        g_free[i - 1].len += len;
+    } else if (join_next) {
+        g_free[i].off = off;
+        g_free[i].len += len;
+    } else {
+        if (g_nfree == CU_MAX_EXTENTS) return 0;
+        memmove(g_free + i + 1, g_free + i, (size_t)(g_nfree - i) * sizeof(extent));
+        g_free[i] = extent{off, len};
+        g_nfree++;
+    }
+    g_used -= len;
+    return 1;
+}
+
+static hpt_status cu_alloc(hpt_mem *mem, hpt_tier tier, hpt_category cat, size_t bytes, void **out) {
+    *out = NULL;
+    if (tier == HPT_TIER_DISK)
+        return hpt_fail(HPT_ERR_INVALID, "the disk tier is not addressable: use hpt_mem_disk_alloc");
+    if (bytes == 0) return HPT_OK;
+    cu_enter();
+    HPT_CHECK(mem_reserve(mem, tier, cat, bytes));
+    pthread_mutex_lock(&g_lock);
+    hpt_status s = HPT_OK;
+    void *p = NULL;
+    if (tier == HPT_TIER_DEVICE) {
+        if (!g_base) {
+            hpt_mem_stats st;
+            hpt_mem_get_stats(mem, &st);
+            s = region_open_locked(st.budget_bytes[HPT_TIER_DEVICE]);
+        }
+        if (s == HPT_OK && !(p = carve_locked(round_up(bytes))))
+            s = hpt_fail(HPT_ERR_OOM, "device tier: %zu bytes do not fit the device region "
+                         "(%zu of %zu bytes carved, in %d free pieces)", bytes, g_used, g_size, g_nfree);
+        if (s == HPT_OK) cu_note(cudaMemsetAsync(p, 0, bytes, cu_stream), "zero-filling an allocation");
+    } else {
+        cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            p = NULL;
+            s = hpt_fail(HPT_ERR_OOM, "host tier: cudaHostAlloc of %zu bytes: %s", bytes, cudaGetErrorString(e));
+        } else {
+            memset(p, 0, bytes);
+        }
+    }
+    pthread_mutex_unlock(&g_lock);
+    if (s != HPT_OK) {
+        mem_unreserve(mem, tier, cat, bytes);
+        return s;
+    }
+    *out = p;
+    return HPT_OK;
+}
+
+static void cu_free(hpt_mem *mem, hpt_tier tier, hpt_category cat, void *p, size_t bytes) {
+    if (!p) return;
+    cu_enter();
+    pthread_mutex_lock(&g_lock);
+    if (tier == HPT_TIER_DEVICE) {
+        char *c = (char *)p;
+        if (c < g_base || c >= g_base + g_size || !give_back_locked((size_t)(c - g_base), round_up(bytes)))
+            cu_note(cudaErrorInvalidValue, "freeing device memory the allocator did not give");
+    } else {
+        cu_note(cudaFreeHost(p), "cudaFreeHost");
+    }
+    pthread_mutex_unlock(&g_lock);
+    mem_unreserve(mem, tier, cat, bytes);
+}
+
+/* A copy on stream s after the compute work issued so far, the later compute after it. */
+static void copy_on(cudaStream_t s, void *dst, const void *src, size_t bytes, cudaMemcpyKind k) {
+    cu_note(cudaEventRecord(g_ev_a, cu_stream), "cudaEventRecord");
+    cu_note(cudaStreamWaitEvent(s, g_ev_a, 0), "cudaStreamWaitEvent");
+    cu_note(cudaMemcpyAsync(dst, src, bytes, k, s), "cudaMemcpyAsync");
+    cu_note(cudaEventRecord(g_ev_b, s), "cudaEventRecord");
+    cu_note(cudaStreamWaitEvent(cu_stream, g_ev_b, 0), "cudaStreamWaitEvent");
+    cu_note(cudaEventSynchronize(g_ev_b), "cudaEventSynchronize"); /* the bytes have arrived */
+}
+
+static void cu_copy(void *dst, const void *src, size_t bytes, hpt_copy_kind kind) {
+    if (!bytes) return;
+    cu_enter();
+    switch (kind) {
+    case HPT_COPY_D2D:
+        cu_note(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cu_stream), "D2D copy");
+        break;
+    case HPT_COPY_H2H: memcpy(dst, src, bytes); break;
+    case HPT_COPY_H2D:
+    case HPT_COPY_D2H:
+        pthread_mutex_lock(&g_lock);
+        /* cudaMemcpyDefault: the pointers say where they live (unified addressing), so pinned
+         * host-tier buffers and pageable host memory both work in either direction */
+        copy_on(kind == HPT_COPY_H2D ? g_h2d : g_d2h, dst, src, bytes, cudaMemcpyDefault);
+        pthread_mutex_unlock(&g_lock);
+        break;
+    }
+}
+
+static void cu_memset(void *dst, int value, size_t bytes) {
+    if (!bytes) return;
+    cu_enter();
+    cu_note(cudaMemsetAsync(dst, value, bytes, cu_stream), "cudaMemsetAsync");
+}
+
+static void cu_sync(void) {
+    cu_enter();
+    cu_note(cudaStreamSynchronize(cu_stream), "sync");
+    cu_note(cudaStreamSynchronize(g_h2d), "sync");
+    cu_note(cudaStreamSynchronize(g_d2h), "sync");
+}
+
+static hpt_backend g_table;
+
+static void fill_table(hpt_backend *t) {
+    memset(t, 0, sizeof *t);
+    t->name = "cuda";
+    t->alloc = cu_alloc;
+    t->free = cu_free;
+    t->copy = cu_copy;
+    t->memset = cu_memset;
+    t->sync = cu_sync;
+    t->gemm = cu_gemm;
+    t->matmul_forward = cu_matmul_forward;
+    t->matmul_backward = cu_matmul_backward;
+    t->encoder_forward = cu_encoder_forward;
+    t->encoder_backward = cu_encoder_backward;
+    t->layernorm_forward = cu_layernorm_forward;
+    t->layernorm_apply = cu_layernorm_apply;
+    t->layernorm_backward = cu_layernorm_backward;
+    t->rmsnorm_forward = cu_rmsnorm_forward;
+    t->rmsnorm_apply = cu_rmsnorm_apply;
+    t->rmsnorm_backward = cu_rmsnorm_backward;
+    t->rope_forward = cu_rope_forward;
+    t->rope_backward = cu_rope_backward;
+    t->swiglu_forward = cu_swiglu_forward;
+    t->swiglu_backward = cu_swiglu_backward;
+    t->attention_forward = cu_attention_forward;
+    t->attention_backward = cu_attention_backward;
+    t->flash_attention_forward = cu_flash_attention_forward;
+    t->flash_attention_backward = cu_flash_attention_backward;
+    t->gelu_forward = cu_gelu_forward;
+    t->gelu_backward = cu_gelu_backward;
+    t->scale = cu_scale;
+    t->sumsq = cu_sumsq;
+    t->nonfinite = cu_nonfinite;
+    t->crossentropy_forward = cu_crossentropy_forward;
+    t->crossentropy_backward = cu_crossentropy_backward;
+    t->loss_mean = cu_loss_mean;
+    t->bf16_widen_par = cu_bf16_widen_par;
+    t->bf16_split_par = cu_bf16_split_par;
+    t->encoder_forward_bf16 = cu_encoder_forward_bf16;
+    t->encoder_backward_wpe = cu_encoder_backward_wpe;
+    t->encoder_backward_rows = cu_encoder_backward_rows;
+    t->logsumexp_chunk = cu_logsumexp_chunk;
+    t->tied_loss = cu_tied_loss;
+    t->crossentropy_dlogits = cu_crossentropy_dlogits;
+    t->adamw = cu_adamw;
+    t->adamw_q = cu_adamw_q;
+    t->lion = cu_lion;
+    t->sgd = cu_sgd;
+    t->adam_mini = cu_adam_mini;
+    t->q8_map = cu_q8_map;
+    t->q8_lut_of = cu_q8_lut_of;
+    t->q8_quantize = cu_q8_quantize;
+    t->q8_dequantize = cu_q8_dequantize;
+    t->f16_narrow = cu_f16_narrow;
+    t->bf16_narrow = cu_bf16_narrow;
+    t->f16_widen = cu_f16_widen;
+    t->bf16_widen = cu_bf16_widen;
+    t->bf16_split = cu_bf16_split;
+    t->q8w_quantize = cu_q8w_quantize;
+    t->q8w_dequantize = cu_q8w_dequantize;
+    t->q8w_matmul_forward = cu_q8w_matmul_forward;
+    t->infer_embed = cu_infer_embed;
+    t->infer_kv_store = cu_infer_kv_store;
+    t->infer_attend = cu_infer_attend;
+    t->act_code_bytes = cu_act_code_bytes;
+    t->act_code_store = cu_act_code_store;
+    t->act_code_load = cu_act_code_load;
+    t->fit_observe = cu_fit_observe;
+    t->fit_velocity = cu_fit_velocity;
+    t->predict_adam = cu_predict_adam;
+    t->predict_linear = cu_predict_linear;
+    t->add_normal = cu_add_normal;
+    t->adam_step_sumsq = cu_adam_step_sumsq;
+    t->init_normal = cu_init_normal;
+    t->fill = cu_fill;
+}
+
+extern "C" const hpt_backend *hpt_backend_cuda(void) {
+    pthread_mutex_lock(&g_lock);
+    hpt_status s = g_ready ? HPT_OK : init_locked();
+    if (s == HPT_OK && !g_table.name) fill_table(&g_table);
+    pthread_mutex_unlock(&g_lock);
+    /* the q8 tables' device copies at setup, not at the first 8-bit update of a step */
+    if (s == HPT_OK) (void)cu_q8_lut_of(0), (void)cu_q8_lut_of(1);
+    return s == HPT_OK ? &g_table : NULL;
+}
+
+extern "C" void hpt_cuda_shutdown(void) {
+    pthread_mutex_lock(&g_lock);
+    if (g_ready) {
+        cu_enter();
+        cudaDeviceSynchronize();
+        if (g_base) cudaFree(g_base);
+        free(g_free);
+        g_base = NULL, g_free = NULL, g_size = g_used = 0, g_nfree = 0;
+        cu_q8_release();
+        cublasDestroy(cu_blas);
+        cudaFree(g_ws);
+        cudaFree(cu_red);
+        cudaFreeHost(cu_red_host);
+        cudaFreeHost(cu_stage);
+        cudaEventDestroy(g_ev_a);
+        cudaEventDestroy(g_ev_b);
+        cudaStreamDestroy(cu_stream);
+        cudaStreamDestroy(g_h2d);
+        cudaStreamDestroy(g_d2h);
+        g_ready = 0;
+    }
+    pthread_mutex_unlock(&g_lock);
+}

@@ -1,0 +1,120 @@
+/* gemm.cu: matrix products through cuBLAS, the linear layers, and int8 weights.
+ * The table's GEMM is row-major; cuBLAS is column-major, where a row-major X (ld) reads as X^T:
+ * C^T (N,M) = op(B)^T op(A)^T, so the call swaps A and B and keeps each one's transposition.
+ * fp32 GEMMs run in fp32 (CUBLAS_PEDANTIC_MATH, backend.cu) unless TF32 was asked for; the bf16
+ * GEMM takes bf16 A and B and accumulates and writes fp32 (cublasGemmEx, CUBLAS_COMPUTE_32F).
+ * cuBLAS gives the same bits for the same call on the same GPU with its fixed workspace; the
+ * bias column sums run one thread per column over the rows in order (no atomics). */
+#include "kernels/cuda/cu_common.cuh"
+
+static cublasOperation_t op_of(char t) { return t == 'T' || t == 't' ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+void cu_gemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+             int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+    if (M == 0 || N == 0) return;
+    cu_enter();
+    cu_note_blas(cublasSgemm_64(cu_blas, op_of(tb), op_of(ta), N, M, K, &alpha, B, ldb, A, lda,
+                                &beta, C, ldc), "cublasSgemm");
+}
+
+extern "C" void hpt_cuda_gemm_bf16(char ta, char tb, int64_t M, int64_t N, int64_t K,
+                                   float alpha, const uint16_t *A, int64_t lda, const uint16_t *B,
+                                   int64_t ldb, float beta, float *C, int64_t ldc) {
+    if (M == 0 || N == 0) return;
+    cu_enter();
+    cu_note_blas(cublasGemmEx_64(cu_blas, op_of(tb), op_of(ta), N, M, K, &alpha, B, CUDA_R_16BF,
+                                 ldb, A, CUDA_R_16BF, lda, &beta, C, CUDA_R_32F, ldc,
+                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmEx (bf16)");
+}
+
+/* out (N,OC) = bias (OC) per row, or += it */
+__global__ void d_bias_rows(float *out, const float *bias, int64_t N, int64_t OC, int add) {
+    CU_FOR(i, (size_t)(N * OC)) {
+        float b = bias[i % (size_t)OC];
+        out[i] = add ? out[i] + b : b;
+    }
+}
+
+void cu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int64_t N,
+                       int64_t C, int64_t OC, int accumulate) {
+    cu_enter();
+    float beta = accumulate ? 1.0f : 0.0f;
+    if (bias) {
+        d_bias_rows<<<cu_grid((size_t)(N * OC)), CU_T, 0, cu_stream>>>(out, bias, N, OC, accumulate);
+        CU_LAUNCHED("matmul_forward bias");
+        beta = 1.0f;
+    }
+    cu_gemm('N', 'T', N, OC, C, 1.0f, inp, C, w, C, beta, out, OC);
+}
+
+/* dbias (OC) += column sums of dout (N,OC): one thread per column, rows in order */
+__global__ void d_col_sums(float *dbias, const float *dout, int64_t N, int64_t OC) {
+    int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (j >= OC) return;
+    float s = dbias[j];
+    for (int64_t i = 0; i < N; i++) s += dout[i * OC + j];
+    dbias[j] = s;
+}
+
+void cu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                        const float *w, int64_t N, int64_t C, int64_t OC, int accumulate_dinp) {
+    cu_enter();
+    cu_gemm('N', 'N', N, C, OC, 1.0f, dout, OC, w, C, accumulate_dinp ? 1.0f : 0.0f, dinp, C);
+    cu_gemm('T', 'N', OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
+    if (dbias) {
+        d_col_sums<<<cu_grid((size_t)OC), CU_T, 0, cu_stream>>>(dbias, dout, N, OC);
+        CU_LAUNCHED("matmul_backward dbias");
+    }
+}
+
+/* ---- int8 weights: one block per output channel ---- */
+__global__ void d_q8w_quantize(int8_t *q, float *scale, const float *w, int64_t C) {
+    __shared__ float sh[32];
+    const int64_t o = blockIdx.x;
+    const float *wr = w + o * C;
+    float amax = 0.0f;
+    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) amax = fmaxf(amax, fabsf(wr[i]));
+    amax = cu_block_max(amax, sh, 0.0f);
+    float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    if (threadIdx.x == 0) scale[o] = amax / 127.0f;
+    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
+        float v = rintf(wr[i] * inv);
+        q[o * C + i] = (int8_t)fmaxf(-127.0f, fminf(127.0f, v));
+    }
+}
+
+void cu_q8w_quantize(int8_t *q, float *scale, const float *w, int64_t OC, int64_t C) {
+    if (OC <= 0) return;
+    cu_enter();
+    d_q8w_quantize<<<(unsigned)OC, CU_T, 0, cu_stream>>>(q, scale, w, C);
+    CU_LAUNCHED("q8w_quantize");
+}
+
+__global__ void d_q8w_dequantize(float *w, const int8_t *q, const float *scale, int64_t OC, int64_t C) {
+    CU_FOR(i, (size_t)(OC * C)) w[i] = (float)q[i] * scale[i / (size_t)C];
+}
+
+void cu_q8w_dequantize(float *w, const int8_t *q, const float *scale, int64_t OC, int64_t C) {
+    if (OC * C <= 0) return;
+    cu_enter();
+    d_q8w_dequantize<<<cu_grid((size_t)(OC * C)), CU_T, 0, cu_stream>>>(w, q, scale, OC, C);
+    CU_LAUNCHED("q8w_dequantize");
+}
+
+/* HPT_Q8W_TILE output channels at a time dequantised into scratch, then the GEMM on them (the
+ * fp32 copy of a weight is never larger than one tile, as on the CPU). */
+void cu_q8w_matmul_forward(float *out, const float *inp, const int8_t *q, const float *scale,
+                           const float *bias, int64_t N, int64_t C, int64_t OC, int accumulate,
+                           float *scratch) {
+    cu_enter();
+    for (int64_t o0 = 0; o0 < OC; o0 += HPT_Q8W_TILE) {
+        int64_t no = OC - o0 < HPT_Q8W_TILE ? OC - o0 : HPT_Q8W_TILE;
+        cu_q8w_dequantize(scratch, q + o0 * C, scale + o0, no, C);
+        cu_gemm('N', 'T', N, no, C, 1.0f, inp, C, scratch, C, accumulate ? 1.0f : 0.0f, out + o0, OC);
+    }
+    if (bias) {
+        d_bias_rows<<<cu_grid((size_t)(N * OC)), CU_T, 0, cu_stream>>>(out, bias, N, OC, 1);
+        CU_LAUNCHED("q8w_matmul_forward bias");
+    }
+}

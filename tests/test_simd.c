@@ -1,0 +1,238 @@
+/* test_simd.c: the AVX-512 and AVX2 block helpers (kernels/cpu/simd.h) give the portable
+ * helpers' bits (each path the CPU has; an AVX-512 CPU runs all three).
+ *  - the step tables: for every bucket of both maps, the entry's code equals q8_encode_lut's
+ *    at both ends, around the step and at 24 random places of the bucket;
+ *  - encoding and decoding whole blocks (with infinities, NaN, -0, subnormals, blocks of
+ *    zeros, tails of 1..15 values): codes and absmax equal the portable path's;
+ *  - every update kernel (AdamW 8-bit and fp32 state with fp32, bf16-sr and bf16-kahan
+ *    weights, Lion, SGD, Adam-mini, fp32 and 8-bit), several steps on gradients with specials:
+ *    every output buffer equal byte for byte to the portable path's, for AVX-512, AVX-512
+ *    decoding by gathers instead of VBMI byte shuffles on one thread (the split across threads
+ *    changes no bits), and AVX2;
+ *  - whole-array bf16 widening, narrowing (and its overflow flag) and splitting, in place and
+ *    not, on random bit patterns: equal to the portable loops'.
+ * On a CPU without AVX-512 only the portable path exists: the comparisons are skipped. */
+#include "testlib.h"
+#include "kernels/cpu/q8.h"
+#include "kernels/cpu/simd.h"
+#include "kernels/kernels.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t g_rng = 0x2545f4914f6cdd1dull;
+static uint32_t rnd32(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 32);
+}
+static float frand(void) { return (float)rnd32() / 4294967296.0f - 0.5f; }
+
+static float from_bits(uint32_t b) {
+    float x;
+    memcpy(&x, &b, sizeof x);
+    return x;
+}
+
+static void test_step_tables(void) {
+    for (int sgn = 0; sgn < 2; sgn++) {
+        float map[256];
+        k_q8_map(map, sgn);
+        const int32_t *lut = k_q8_lut_of(sgn);
+        const uint32_t *thr = k_q8_thr_of(lut);
+        CHECK(thr != NULL);
+        if (!thr) return;
+        long differ = 0, fast = 0;
+        for (uint32_t key = 0; key < 65536; key++) {
+            uint32_t e = thr[key];
+            if (e >> 24 == 2) {
+                CHECK_MSG((key & 0x7f80u) == 0x7f80u, "bucket %#x slow", (unsigned)key);
+                continue;
+            }
+            fast++;
+            int c0 = (int)(e & 0xffu), d = (int8_t)(e >> 24);
+            uint32_t t = e >> 8 & 0xffffu;
+            uint32_t lows[31] = {0, 1, 0xfffe, 0xffff, t ? t - 1 : 0, t, t < 0xffff ? t + 1 : t};
+            for (int k = 7; k < 31; k++) lows[k] = rnd32() & 0xffffu;
+            for (int k = 0; k < 31; k++) {
+                float x = from_bits(key << 16 | lows[k]);
+                int want = q8_encode_lut(x, map, lut), got = c0 + (lows[k] >= t ? d : 0);
+                differ += want != got;
+            }
+        }
+        CHECK_MSG(differ == 0, "map %d: %ld codes differ from the walk's", sgn, differ);
+        CHECK(fast == 65536 - 256); /* all but the infinity and NaN buckets */
+    }
+}
+
+/* A block's worth of values of one kind (k: 0 normal, 1 with specials, 2 zeros, 3 tiny). */
+static void fill(float *x, int n, int k) {
+    for (int i = 0; i < n; i++) {
+        float v = frand() * powf(10.0f, (float)(rnd32() % 9) - 7.0f);
+        if (k == 1 && rnd32() % 8 == 0) {
+            static const uint32_t sp[] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u,
+                                          0x80000000u, 0x00000001u, 0x807fffffu, 0x7f7fffffu};
+            v = from_bits(sp[rnd32() % 8]);
+        }
+        x[i] = k == 2 ? 0.0f : k == 3 ? from_bits(rnd32() & 0x807fffffu) : v;
+    }
+}
+
+static void test_blocks(void) {
+    static float x[256], back[4][256];
+    static uint8_t codes[4][256];
+    for (int sgn = 0; sgn < 2; sgn++) {
+        float map[256];
+        k_q8_map(map, sgn);
+        const int32_t *lut = k_q8_lut_of(sgn);
+        k_q8_planes pl;
+        k_q8_planes_of(&pl, map);
+        int bad = 0;
+        for (int it = 0; it < 400; it++) {
+            int len = it % 5 == 0 ? 1 + (int)(rnd32() % 255) : 256, kind = it % 4;
+            fill(x, len, kind);
+            float amax[4];
+            for (int lv = 0; lv < 4; lv++) { /* portable, AVX-512, its gathers, AVX2 */
+                if (!k_simd_force(lv)) continue;
+                memset(codes[lv], 0xa5, sizeof codes[lv]);
+                amax[lv] = q8_store_block(codes[lv], x, len, map, lut);
+                q8_load_block(back[lv], codes[lv], amax[lv], len, map, &pl);
+                bad += memcmp(&amax[0], &amax[lv], sizeof amax[0]) != 0 ||
+                       memcmp(codes[0], codes[lv], sizeof codes[0]) != 0 ||
+                       memcmp(back[0], back[lv], (size_t)len * sizeof(float)) != 0;
+            }
+        }
+        CHECK_MSG(bad == 0, "map %d: %d blocks differ between the paths", sgn, bad);
+    }
+    k_simd_force(-1);
+}
+
+enum { N = 256 * 150 + 13 }; /* above K_PAR_MIN: the kernels split across threads */
+
+typedef struct {
+    float p[N], m[N], v[N], vmini[N / 13 + 1];
+    uint16_t h[N], c[N];
+    uint8_t mc[N], vc[N];
+    float ms[N / 256 + 1], vs[N / 256 + 1];
+} run_state;
+
+/* op: 0 AdamW, 1 Lion, 2 SGD, 3 Adam-mini; bits 32 or 8; w 0 fp32, 1 bf16-sr, 2 bf16-kahan. */
+static void run(run_state *s, const float *g0, int op, int bits, int w) {
+    float ms[256], mu[256];
+    k_q8_map(ms, 1);
+    k_q8_map(mu, 0);
+    g_rng = 77;
+    for (int i = 0; i < N; i++) {
+        s->p[i] = frand();
+        s->m[i] = frand() * 1e-3f;
+        s->v[i] = fabsf(frand()) * 1e-4f;
+    }
+    for (int i = 0; i < N / 13 + 1; i++) s->vmini[i] = 1e-6f;
+    for (int i = 0; i < N; i++) {
+        s->h[i] = (uint16_t)(rnd32() >> 16 & 0x3fffu);
+        s->c[i] = (uint16_t)(rnd32() >> 16 & 0x1fffu);
+    }
+    k_q8_quantize(s->mc, s->ms, s->m, N, ms);
+    k_q8_quantize(s->vc, s->vs, s->v, N, mu);
+    k_param p = w == 0 ? k_param_f32(s->p) : (k_param){NULL, s->h, w == 2 ? s->c : NULL, 99, 12345};
+    k_state m = {.f32 = s->m}, v = {.f32 = s->v};
+    if (bits == 8) {
+        m = (k_state){NULL, s->mc, s->ms, ms, k_q8_lut_of(1)};
+        v = (k_state){NULL, s->vc, s->vs, mu, k_q8_lut_of(0)};
+    }
+    static float g[N];
+    for (int t = 1; t <= 3; t++) {
+        for (int i = 0; i < N; i++) g[i] = g0[i] * (float)t;
+        p.seed = 99u + (uint64_t)t;
+        if (op == 0) k_adamw_q(p, g, m, v, N, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
+        else if (op == 1) k_lion(p, g, m, N, 1e-3f, 0.9f, 0.99f, 0.1f, 0.5f);
+        else if (op == 2) k_sgd(p, g, m, N, 1e-2f, 0.9f, 0.01f, 0.5f);
+        else k_adam_mini(p, g, m, s->vmini, N - N % 13, 13, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
+    }
+}
+
+static void test_kernels(void) {
+    static float g[N];
+    g_rng = 5;
+    fill(g, N, 0);
+    for (int i = 0; i < N; i += 97) { /* specials in a few blocks only */
+        static const uint32_t sp[] = {0x7f800000u, 0x7fc00000u, 0x80000000u, 0x00000001u,
+                                      0x7f7fffffu};
+        g[i] = i % 3 == 0 ? from_bits(sp[(i / 97) % 5]) : g[i] * 1e3f;
+    }
+    static run_state r[2];
+    const int nthreads = omp_get_max_threads();
+    static const char *const path[4] = {"", "AVX-512", "AVX-512 (gathers, one thread)", "AVX2"};
+    for (int op = 0; op < 4; op++)
+        for (int bits = 32; bits >= 8; bits -= 24)
+            for (int w = 0; w < 3; w++) {
+                if (op != 0 && w != 0) continue;
+                if (op == 0 && bits == 32 && w == 0) continue; /* k_adamw's path: no helpers */
+                k_simd_force(0);
+                run(&r[0], g, op, bits, w);
+                for (int lv = 1; lv < 4; lv++) {
+                    if (!k_simd_force(lv)) continue;
+                    if (lv == 2) omp_set_num_threads(1); /* the split changes no bits */
+                    run(&r[1], g, op, bits, w);
+                    omp_set_num_threads(nthreads);
+                    CHECK_MSG(!memcmp(&r[0], &r[1], sizeof r[0]),
+                              "op %d, %d-bit, weights %d: the %s path's bits differ", op, bits,
+                              w, path[lv]);
+                }
+                k_simd_force(-1);
+            }
+}
+
+/* Whole-array widening, narrowing (with its overflow flag) and splitting, out of place and in
+ * place, on every kind of bit pattern. */
+static void test_arrays(void) {
+    enum { M = 1037 };
+    static float x[M], xw[2][M];
+    static uint16_t h[2][M], c[2][M], hin[M];
+    static float inplace[2][M];
+    const size_t ns[] = {0, 1, 15, 16, 17, 64, 1000, M};
+    int bad = 0;
+    for (int it = 0; it < 8; it++) {
+        size_t n = ns[it];
+        for (size_t i = 0; i < M; i++) {
+            x[i] = from_bits(rnd32());
+            if (i % 7 == 0) x[i] = frand();
+            hin[i] = (uint16_t)(rnd32() >> 16);
+        }
+        int over[2], over_in[2];
+        for (int lv = 0; lv < 2; lv++) {
+            k_simd_force(lv);
+            memset(xw[lv], 0, sizeof xw[lv]);
+            k_bf16_widen(xw[lv], hin, n);
+            over[lv] = k_bf16_narrow(h[lv], x, n);
+            k_bf16_split(h[lv], c[lv], x, n);
+            memcpy(inplace[lv], x, sizeof x); /* narrowed in place, then widened in place */
+            over_in[lv] = k_bf16_narrow((uint16_t *)(void *)inplace[lv], inplace[lv], n);
+            k_bf16_widen(inplace[lv], (const uint16_t *)(void *)inplace[lv], n);
+        }
+        bad += memcmp(xw[0], xw[1], sizeof xw[0]) != 0 || over[0] != over[1] ||
+               memcmp(h[0], h[1], sizeof h[0]) != 0 || memcmp(c[0], c[1], sizeof c[0]) != 0 ||
+               over_in[0] != over_in[1] || memcmp(inplace[0], inplace[1], sizeof inplace[0]) != 0;
+    }
+    k_simd_force(-1);
+    CHECK_MSG(bad == 0, "%d bf16 array conversions differ between the paths", bad);
+}
+
+int main(void) {
+    test_step_tables();
+    int avx512 = k_simd_force(1), avx2 = k_simd_force(3);
+    k_simd_force(-1);
+    if (avx512 || avx2) {
+        test_blocks();
+        test_kernels();
+    }
+    if (avx512) test_arrays();
+    if (!avx512 || !avx2)
+        printf("test_simd: this CPU lacks %s: those paths are not compared\n",
+               !avx512 && !avx2 ? "AVX-512 and AVX2" : !avx512 ? "AVX-512" : "AVX2");
+    k_simd_force(-1);
+    return t_done("test_simd");
+}
