@@ -218,6 +218,11 @@ static void corrupt(void) {
     refuse("[1,2]", 0, F, "'{'");
     refuse("{\"a\":", 0, F, "not valid JSON");
     refuse("{} x", 0, F, "after its JSON");
+    refuse("{\"a\x01\":1}", 0, F, "not UTF-8 JSON text (byte 3: 0x01)");
+    refuse("{\"\xc0\xaf\":1}", 0, F, "not UTF-8");          /* overlong '/' */
+    refuse("{\"\xed\xa0\x80\":1}", 0, F, "not UTF-8");      /* a surrogate */
+    refuse("{\"\xe2\x82\":1}", 0, F, "not UTF-8");          /* cut short */
+    refuse("{\"\xf4\x90\x80\x80\":1}", 0, F, "not UTF-8"); /* past U+10FFFF */
     refuse("{}\n", 0, F, "after its JSON");
     refuse("{\"__metadata__\":[1]}", 0, F, "__metadata__");
     refuse("{\"__metadata__\":{\"k\":1}}", 0, F, "'k'");
@@ -250,6 +255,13 @@ static void corrupt(void) {
            "tensor 'w' appears twice");
     refuse("{\"\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, F, "empty name");
     refuse("{}", 4, F, "no tensors");
+    /* valid UTF-8 names, tabs and newlines between tokens */
+    b = image("{\n\t\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\": {\"dtype\": \"F32\", \"shape\": [1], "
+              "\"data_offsets\": [0, 4]}}", 4, &len);
+    CHECK_OK(st_parse_buffer(b, len, "x.safetensors", &h));
+    CHECK(h.n == 1 && st_find(&h, "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80"));
+    st_header_free(&h);
+    free(b);
     /* a valid file with an I64 tensor: parsed, but reading it is unsupported */
     const char *i64 = "{\"ids\":{\"dtype\":\"I64\",\"shape\":[2],\"data_offsets\":[0,16]}}";
     b = image(i64, 16, &len);

@@ -218,11 +218,41 @@ static hpt_status check_coverage(const st_header *h, const char *what) {
     return s;
 }
 
+/* Offset of the first byte of p[0, n) that is not UTF-8 (overlong forms, surrogates and code
+ * points past U+10FFFF included) or is a control character JSON never holds raw (below 0x20
+ * other than tab, newline, carriage return); n if none. */
+static size_t bad_utf8(const unsigned char *p, size_t n) {
+    for (size_t i = 0; i < n;) {
+        unsigned c = p[i];
+        if (c < 0x80) {
+            if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') return i;
+            i++;
+            continue;
+        }
+        size_t k = c >= 0xc2 && c <= 0xdf ? 1 : c >= 0xe0 && c <= 0xef ? 2 : c >= 0xf0 && c <= 0xf4 ? 3 : 0;
+        if (k == 0 || n - i <= k) return i; /* not a lead byte, or cut by the end */
+        unsigned c1 = p[i + 1];
+        unsigned lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;
+        unsigned hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+        if (c1 < lo || c1 > hi) return i;
+        for (size_t j = 2; j <= k; j++)
+            if ((p[i + j] & 0xc0) != 0x80) return i;
+        i += k + 1;
+    }
+    return n;
+}
+
 hpt_status st_parse_json(const char *json, size_t n, uint64_t file_bytes, const char *what,
                          st_header *out) {
     memset(out, 0, sizeof *out);
     if (n < 2 || json[0] != '{')
         return hpt_fail(HPT_ERR_FORMAT, "%s: the header does not begin with '{'", what);
+    if (file_bytes < 8 || n > file_bytes - 8)
+        return hpt_fail(HPT_ERR_FORMAT, "%s: header size %zu passes the end of the file", what, n);
+    size_t bad = bad_utf8((const unsigned char *)json, n);
+    if (bad != n)
+        return hpt_fail(HPT_ERR_FORMAT, "%s: the header is not UTF-8 JSON text (byte %zu: 0x%02x)",
+                        what, bad, (unsigned char)json[bad]);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(json, n, &end, 0);
     if (!root || !cJSON_IsObject(root)) {
