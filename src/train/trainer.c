@@ -545,6 +545,8 @@ hpt_status hpt_trainer_save(hpt_trainer *tr) {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/state.bin", tr->o.save_dir);
     HPT_CHECK(hpt_state_save_sections(path, tr->model, tr->opt, &tr->o.adamw, &pos, sec, n));
+    /* llm.c's model.bin is GPT-2's; state.bin holds any architecture's weights */
+    if (hpt_model_get_config(tr->model)->arch != HPT_ARCH_GPT2) return HPT_OK;
     snprintf(path, sizeof path, "%s/model.bin", tr->o.save_dir);
     HPT_CHECK(hpt_model_save(tr->model, path));
     sweep_stale_tmp(tr->o.save_dir);
