@@ -1,6 +1,8 @@
 /* bench_update.c: the optimizer update kernels at memory speed. First the machine's memory
  * bandwidth (a STREAM-like copy b = a and triad a = b + s * c over arrays far larger than the
- * caches, counted as STREAM counts: bytes read + bytes written, no write-allocate), then every
+ * caches, counted as STREAM counts: bytes read + bytes written, no write-allocate; and rmw,
+ * c = c * s + b, the pattern of an update, which writes only what it has read and so pays no
+ * write-allocate: the figure the updates' shares are of), then every
  * update op of the CPU backend x state width x weight width on N parameters of random
  * gradients, in ns per parameter, the bytes it must move per parameter (each array read once
  * and the written ones written once) and the share of the triad bandwidth that makes, at 1 and
@@ -38,12 +40,12 @@ static void *big(size_t bytes) {
     return p;
 }
 
-/* GB/s of copy and triad over n floats per array at the current thread count. */
-static void stream(size_t n, int runs, double *copy_gbs, double *triad_gbs) {
+/* GB/s of copy, triad and rmw over n floats per array at the current thread count. */
+static void stream(size_t n, int runs, double *copy_gbs, double *triad_gbs, double *rmw_gbs) {
     float *a = big(n * 4), *b = big(n * 4), *c = big(n * 4);
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) a[i] = 1.0f, b[i] = 2.0f, c[i] = 0.5f;
-    double tc[16], tt[16];
+    double tc[16], tt[16], tm[16];
     for (int r = 0; r < runs; r++) {
         double t0 = hpt_now();
 #pragma omp parallel for simd schedule(static)
@@ -52,10 +54,14 @@ static void stream(size_t n, int runs, double *copy_gbs, double *triad_gbs) {
 #pragma omp parallel for simd schedule(static)
         for (size_t i = 0; i < n; i++) a[i] = b[i] + 0.5f * c[i];
         double t2 = hpt_now();
-        tc[r] = t1 - t0, tt[r] = t2 - t1;
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++) c[i] = c[i] * 0.5f + b[i];
+        double t3 = hpt_now();
+        tc[r] = t1 - t0, tt[r] = t2 - t1, tm[r] = t3 - t2;
     }
     *copy_gbs = 8.0 * (double)n / best(tc, runs) / 1e9;
     *triad_gbs = 12.0 * (double)n / best(tt, runs) / 1e9;
+    *rmw_gbs = 12.0 * (double)n / best(tm, runs) / 1e9;
     free(a), free(b), free(c);
 }
 
@@ -151,10 +157,11 @@ int main(int argc, char **argv) {
     static const char *const ops[] = {"adamw", "lion", "sgd", "adam-mini"};
     for (int ti = 0; ti < nthr; ti++) {
         omp_set_num_threads(thr[ti]);
-        double cp, tr;
-        stream(n, runs, &cp, &tr);
-        printf("%d threads: memory bandwidth copy %.1f GB/s, triad %.1f GB/s\n\n", thr[ti], cp, tr);
-        printf("| op | state | weights | ns/param | bytes/param | GB/s | share of triad |\n");
+        double cp, tr, rmw;
+        stream(n, runs, &cp, &tr, &rmw);
+        printf("%d threads: memory bandwidth copy %.1f GB/s, triad %.1f GB/s, rmw %.1f GB/s\n\n",
+               thr[ti], cp, tr, rmw);
+        printf("| op | state | weights | ns/param | bytes/param | GB/s | share of rmw |\n");
         printf("| --- | --- | --- | ---: | ---: | ---: | ---: |\n");
         for (int o = 0; o < 4; o++)
             for (int bits = 32; bits >= 8; bits -= 24)
@@ -164,7 +171,7 @@ int main(int argc, char **argv) {
                         continue;
                     double bytes, ns = time_op(be, &A, ops[o], bits, w, runs, &bytes);
                     printf("| %s | %d-bit | %s | %.2f | %.1f | %.1f | %.0f%% |\n", ops[o], bits,
-                           k_wname[w], ns, bytes, bytes / ns, 100.0 * bytes / ns / tr);
+                           k_wname[w], ns, bytes, bytes / ns, 100.0 * bytes / ns / rmw);
                 }
         printf("\n");
     }

@@ -110,7 +110,7 @@ static void round_trip(void) {
     enum { NT = 5 };
     static const int64_t shapes[NT][2] = {{7, 5}, {33, 1}, {4, 0}, {100, 3}, {1, 1}};
     st_wtensor wt[NT];
-    char names[NT][16];
+    char names[NT][32];
     size_t total = 0;
     for (int i = 0; i < NT; i++) {
         snprintf(names[i], sizeof names[i], "t%d.weight", i);

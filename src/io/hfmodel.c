@@ -459,9 +459,25 @@ static int is_weight_file(const char *n) {
            (k > 12 && !strcmp(n + k - 12, ".safetensors"));
 }
 
-/* The files of an existing dir other than the weights (tokenizer.json, ...) hard-linked into
- * tmp, so replacing the directory keeps them. */
-static hpt_status keep_others(const char *dir, const char *tmp) {
+/* Copies file a to b (a model directory's tokenizer files: small). */
+static hpt_status copy_file(const char *a, const char *b) {
+    FILE *in = fopen(a, "rb"), *out = in ? fopen(b, "wb") : NULL;
+    hpt_status s = in && out ? HPT_OK : hpt_fail(HPT_ERR_IO, "cannot copy %s to %s: %s", a, b,
+                                                 strerror(errno));
+    char buf[1 << 16];
+    size_t n;
+    while (s == HPT_OK && (n = fread(buf, 1, sizeof buf, in)) > 0)
+        if (fwrite(buf, 1, n, out) != n) s = hpt_fail(HPT_ERR_IO, "cannot write %s: %s", b, strerror(errno));
+    if (s == HPT_OK && in && ferror(in)) s = hpt_fail(HPT_ERR_IO, "cannot read %s", a);
+    if (in) fclose(in);
+    if (out && fclose(out) != 0 && s == HPT_OK) s = hpt_fail(HPT_ERR_IO, "cannot write %s", b);
+    return s;
+}
+
+/* The files of dir other than the weights (tokenizer.json, state.bin, ...) into tmp: hard links
+ * (the directory being replaced) or copies (another model's directory, copy 1); a name tmp
+ * already holds is left as it is. */
+static hpt_status keep_others(const char *dir, const char *tmp, int copy) {
     DIR *dp = opendir(dir);
     if (!dp) return HPT_OK;
     struct dirent *e;
@@ -472,11 +488,15 @@ static hpt_status keep_others(const char *dir, const char *tmp) {
         snprintf(a, sizeof a, "%s/%s", dir, e->d_name);
         snprintf(b, sizeof b, "%s/%s", tmp, e->d_name);
         struct stat st;
-        if (stat(a, &st) != 0 || !S_ISREG(st.st_mode))
+        if (stat(b, &st) == 0) continue;
+        if (stat(a, &st) != 0 || !S_ISREG(st.st_mode)) {
+            if (copy) continue; /* another directory's subdirectories are not ours to take */
             s = hpt_fail(HPT_ERR_IO, "%s: holds %s, not a file: hptrain replaces only model "
                          "directories of files", dir, e->d_name);
-        else if (link(a, b) != 0)
-            s = hpt_fail(HPT_ERR_IO, "cannot keep %s in the new %s: %s", a, dir, strerror(errno));
+        } else if (copy ? copy_file(a, b) != HPT_OK : link(a, b) != 0) {
+            s = copy ? HPT_ERR_IO
+                     : hpt_fail(HPT_ERR_IO, "cannot keep %s in the new %s: %s", a, dir, strerror(errno));
+        }
     }
     closedir(dp);
     return s;
@@ -536,12 +556,26 @@ static hpt_status write_dir(hpt_model *m, const char *tmp, const hf_map *mp, int
 }
 
 hpt_status hpt_model_save_hf(const hpt_model *m, const char *dir, int dtype, uint64_t shard_bytes) {
+    return hpt_model_save_hf_from(m, dir, dtype, shard_bytes, NULL);
+}
+
+hpt_status hpt_model_save_hf_from(const hpt_model *m, const char *dir, int dtype,
+                                  uint64_t shard_bytes, const char *src) {
     if (dtype != HPT_DTYPE_F32 && dtype != HPT_DTYPE_BF16)
         return hpt_fail(HPT_ERR_INVALID, "saving %s: dtype must be f32 or bf16", dir);
     hpt_model *mm = (hpt_model *)(uintptr_t)m; /* gpt2_emit gathers an offloaded model: no change */
     hf_map mp;
     memset(&mp, 0, sizeof mp);
     hf_config_from_model(hpt_model_get_config(m), &mp.hc);
+    hf_config sc;
+    if (src && hf_config_read(src, &sc) == HPT_OK && sc.arch == mp.hc.arch) {
+        /* what the model does not carry: token ids, the architecture's name (Mistral) */
+        mp.hc.bos = sc.bos;
+        mp.hc.n_eos = sc.n_eos;
+        memcpy(mp.hc.eos, sc.eos, sizeof sc.eos);
+        memcpy(mp.hc.arch_name, sc.arch_name, sizeof sc.arch_name);
+    }
+    hpt_clear_error();
     snprintf(mp.prefix, sizeof mp.prefix, "transformer.");
     mp.tab = *model_table(m);
     char tmp[4200], old[4200];
@@ -559,7 +593,8 @@ hpt_status hpt_model_save_hf(const hpt_model *m, const char *dir, int dtype, uin
                    ? hpt_fail(HPT_ERR_IO, "%s exists and is not a directory", target) : HPT_OK;
     if (s == HPT_OK) s = write_dir(mm, tmp, &mp, dtype == HPT_DTYPE_BF16 ? ST_BF16 : ST_F32,
                                    shard_bytes ? shard_bytes : K_SHARD_DEFAULT);
-    if (s == HPT_OK && exists) s = keep_others(target, tmp);
+    if (s == HPT_OK && exists) s = keep_others(target, tmp, 0);
+    if (s == HPT_OK && src && io_is_dir(src)) s = keep_others(src, tmp, 1);
     if (s == HPT_OK) sync_dir(tmp);
     if (s == HPT_OK && exists && rename(target, old) != 0)
         s = hpt_fail(HPT_ERR_IO, "cannot move %s aside: %s", target, strerror(errno));

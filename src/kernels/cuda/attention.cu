@@ -139,14 +139,15 @@ void cu_flash_attention_forward(float *out, float *lse, const float *qkv, int B,
 }
 
 void cu_infer_attend(float *atty, const float *qkv, const float *K, const float *V, int pos0,
-                     size_t n, int C, int NH) {
+                     size_t n, int C, int NH, int NKV) {
     at_fwd a;
     a.hs = C / NH;
+    const size_t KVC = (size_t)NKV * (size_t)a.hs;
     a.q = qkv;
-    a.q_row = 3 * (size_t)C;
+    a.q_row = (size_t)C + 2 * KVC;
     a.k = K;
     a.v = V;
-    a.kv_row = (size_t)C;
+    a.kv_row = KVC;
     a.out = atty;
     a.out_row = (size_t)C;
     a.lse = NULL;
@@ -154,7 +155,7 @@ void cu_infer_attend(float *atty, const float *qkv, const float *K, const float 
     a.Tq = (int)n;
     a.Tk = 0; /* one sequence: no offset between sequences */
     a.NH = NH;
-    a.group = 1;
+    a.group = NH / NKV;
     a.pos0 = pos0;
     a.scale = 1.0f / sqrtf((float)a.hs);
     launch_forward(a, 1, "infer_attend");

@@ -322,8 +322,9 @@ static void cu_copy(void *dst, const void *src, size_t bytes, hpt_copy_kind kind
     case HPT_COPY_H2D:
     case HPT_COPY_D2H:
         pthread_mutex_lock(&g_lock);
-        copy_on(kind == HPT_COPY_H2D ? g_h2d : g_d2h, dst, src, bytes,
-                kind == HPT_COPY_H2D ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
+        /* cudaMemcpyDefault: the pointers say where they live (unified addressing), so pinned
+         * host-tier buffers and pageable host memory both work in either direction */
+        copy_on(kind == HPT_COPY_H2D ? g_h2d : g_d2h, dst, src, bytes, cudaMemcpyDefault);
         pthread_mutex_unlock(&g_lock);
         break;
     }
@@ -340,22 +341,6 @@ static void cu_sync(void) {
     cu_note(cudaStreamSynchronize(cu_stream), "sync");
     cu_note(cudaStreamSynchronize(g_h2d), "sync");
     cu_note(cudaStreamSynchronize(g_d2h), "sync");
-}
-
-/* The table's entries with the attention ops' GPT-2 form (NKV = NH). */
-static void tab_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
-    cu_attention_forward(out, att, qkv, B, T, C, NH, NH);
-}
-static void tab_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                                   const float *att, int B, int T, int C, int NH) {
-    cu_attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, NH);
-}
-static void tab_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
-    cu_flash_attention_forward(out, lse, qkv, B, T, C, NH, NH);
-}
-static void tab_flash_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                               const float *out, const float *lse, int B, int T, int C, int NH) {
-    cu_flash_attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NH);
 }
 
 static hpt_backend g_table;
@@ -376,10 +361,17 @@ static void fill_table(hpt_backend *t) {
     t->layernorm_forward = cu_layernorm_forward;
     t->layernorm_apply = cu_layernorm_apply;
     t->layernorm_backward = cu_layernorm_backward;
-    t->attention_forward = tab_attention_forward;
-    t->attention_backward = tab_attention_backward;
-    t->flash_attention_forward = tab_flash_forward;
-    t->flash_attention_backward = tab_flash_backward;
+    t->rmsnorm_forward = cu_rmsnorm_forward;
+    t->rmsnorm_apply = cu_rmsnorm_apply;
+    t->rmsnorm_backward = cu_rmsnorm_backward;
+    t->rope_forward = cu_rope_forward;
+    t->rope_backward = cu_rope_backward;
+    t->swiglu_forward = cu_swiglu_forward;
+    t->swiglu_backward = cu_swiglu_backward;
+    t->attention_forward = cu_attention_forward;
+    t->attention_backward = cu_attention_backward;
+    t->flash_attention_forward = cu_flash_attention_forward;
+    t->flash_attention_backward = cu_flash_attention_backward;
     t->gelu_forward = cu_gelu_forward;
     t->gelu_backward = cu_gelu_backward;
     t->scale = cu_scale;
@@ -434,6 +426,8 @@ extern "C" const hpt_backend *hpt_backend_cuda(void) {
     hpt_status s = g_ready ? HPT_OK : init_locked();
     if (s == HPT_OK && !g_table.name) fill_table(&g_table);
     pthread_mutex_unlock(&g_lock);
+    /* the q8 tables' device copies at setup, not at the first 8-bit update of a step */
+    if (s == HPT_OK) (void)cu_q8_lut_of(0), (void)cu_q8_lut_of(1);
     return s == HPT_OK ? &g_table : NULL;
 }
 

@@ -129,6 +129,17 @@ void cu_layernorm_apply(float *out, const float *inp, const float *w, const floa
                         const float *mean, const float *rstd, int64_t N, int C);
 void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                            const float *w, const float *mean, const float *rstd, int64_t N, int C);
+void cu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int64_t N, int C,
+                        float eps);
+void cu_rmsnorm_apply(float *out, const float *inp, const float *w, const float *rstd, int64_t N, int C);
+void cu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                         const float *rstd, int64_t N, int C);
+void cu_rope_forward(float *qkv, const float *cos, const float *sin, int B, int T, int NH, int NKV,
+                     int hd, int pos0);
+void cu_rope_backward(float *dqkv, const float *cos, const float *sin, int B, int T, int NH, int NKV,
+                      int hd, int pos0);
+void cu_swiglu_forward(float *out, const float *h, int64_t N, int FF);
+void cu_swiglu_backward(float *dh, const float *dout, const float *h, int64_t N, int FF);
 void cu_gelu_forward(float *out, const float *inp, int64_t n);
 void cu_gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n);
 void cu_scale(float *x, size_t n, float s);
@@ -164,7 +175,7 @@ void cu_flash_attention_backward(float *dqkv, float *scratch, const float *dout,
                                  const float *qkv, const float *out, const float *lse, int B,
                                  int T, int C, int NH, int NKV);
 void cu_infer_attend(float *atty, const float *qkv, const float *K, const float *V, int pos0,
-                     size_t n, int C, int NH);
+                     size_t n, int C, int NH, int NKV);
 
 void cu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
               float beta2, float eps, float wd, float grad_scale, int64_t t);
@@ -191,7 +202,8 @@ void cu_bf16_widen(float *x, const uint16_t *h, size_t n);
 void cu_bf16_split(uint16_t *h, uint16_t *c, const float *x, size_t n);
 void cu_infer_embed(float *x, const int32_t *tok, size_t n, int pos0, const float *wte,
                     const int8_t *wte_q, const float *wte_scale, const float *wpe, int C);
-void cu_infer_kv_store(float *K, float *V, const float *qkv, int pos0, size_t n, int C);
+void cu_infer_kv_store(float *K, float *V, const float *qkv, int pos0, size_t n, int C, int NH,
+                       int NKV);
 size_t cu_act_code_bytes(hpt_act_code k, size_t rows, size_t w);
 void cu_act_code_store(hpt_act_code k, void *dst, const float *x, size_t rows, size_t w);
 void cu_act_code_load(hpt_act_code k, float *x, const void *src, size_t rows, size_t w, int par);

@@ -17,6 +17,19 @@
 #define FIRST_RANGE 1024
 
 /* ---- 16-bit conversions ---- */
+/* fp16 nearest even as F16C (the CPU's): a NaN keeps its sign and top mantissa bits, quieted
+ * (CUDA's own conversion returns one canonical NaN) */
+__device__ inline uint16_t cu_f16_rne(float f) {
+    uint32_t b = __float_as_uint(f);
+    if ((b & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)(((b >> 16) & 0x8000u) | 0x7e00u | ((b >> 13) & 0x3ffu));
+    return __half_as_ushort(__float2half_rn(f));
+}
+__device__ inline float cu_f16_widen(uint16_t h) {
+    if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu))
+        return __uint_as_float(((uint32_t)(h & 0x8000u) << 16) | 0x7fc00000u | ((uint32_t)(h & 0x3ffu) << 13));
+    return __half2float(__ushort_as_half(h));
+}
 template <int BF>
 __global__ void d_narrow(uint16_t *h, const float *x, size_t lo, size_t hi, unsigned *flag, int one_block) {
     if (one_block) { /* the first range in place: every read before any write */
@@ -28,7 +41,7 @@ __global__ void d_narrow(uint16_t *h, const float *x, size_t lo, size_t hi, unsi
         nv = 0;
         for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
             float f = v[nv++];
-            uint16_t r = BF ? cu_bf16_rne(f) : __half_as_ushort(__float2half_rn(f));
+            uint16_t r = BF ? cu_bf16_rne(f) : cu_f16_rne(f);
             over |= BF ? (r & 0x7f80u) == 0x7f80u : !(f <= 65504.0f && f >= -65504.0f);
             h[i] = r;
         }
@@ -38,7 +51,7 @@ __global__ void d_narrow(uint16_t *h, const float *x, size_t lo, size_t hi, unsi
     unsigned over = 0;
     for (size_t i = lo + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < hi; i += (size_t)gridDim.x * blockDim.x) {
         float f = x[i];
-        uint16_t r = BF ? cu_bf16_rne(f) : __half_as_ushort(__float2half_rn(f));
+        uint16_t r = BF ? cu_bf16_rne(f) : cu_f16_rne(f);
         over |= BF ? (r & 0x7f80u) == 0x7f80u : !(f <= 65504.0f && f >= -65504.0f);
         h[i] = r;
     }
@@ -75,14 +88,14 @@ __global__ void d_widen(float *x, const uint16_t *h, size_t lo, size_t hi, int o
         float v[FIRST_RANGE / 256];
         int nv = 0;
         for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x)
-            v[nv++] = BF ? cu_bf16_widen(h[i]) : __half2float(__ushort_as_half(h[i]));
+            v[nv++] = BF ? cu_bf16_widen(h[i]) : cu_f16_widen(h[i]);
         __syncthreads();
         nv = 0;
         for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) x[i] = v[nv++];
         return;
     }
     for (size_t i = lo + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < hi; i += (size_t)gridDim.x * blockDim.x)
-        x[i] = BF ? cu_bf16_widen(h[i]) : __half2float(__ushort_as_half(h[i]));
+        x[i] = BF ? cu_bf16_widen(h[i]) : cu_f16_widen(h[i]);
 }
 
 template <int BF>
@@ -157,8 +170,8 @@ __global__ void d_infer_embed(float *x, const int32_t *tok, size_t n, int pos0, 
                               const int8_t *wte_q, const float *wte_scale, const float *wpe, int C) {
     CU_FOR(i, n * (size_t)C) {
         size_t t = i / (size_t)C, c = i % (size_t)C, row = (size_t)tok[t] * C + c;
-        float pe = wpe[(size_t)(pos0 + (int)t) * C + c];
-        x[i] = wte_q ? (float)wte_q[row] * wte_scale[tok[t]] + pe : wte[row] + pe;
+        float e = wte_q ? (float)wte_q[row] * wte_scale[tok[t]] : wte[row];
+        x[i] = wpe ? e + wpe[(size_t)(pos0 + (int)t) * C + c] : e; /* wpe NULL: rotary models */
     }
 }
 void cu_infer_embed(float *x, const int32_t *tok, size_t n, int pos0, const float *wte,
@@ -168,13 +181,15 @@ void cu_infer_embed(float *x, const int32_t *tok, size_t n, int pos0, const floa
     d_infer_embed<<<cu_grid(n * (size_t)C), CU_T, 0, cu_stream>>>(x, tok, n, pos0, wte, wte_q, wte_scale, wpe, C);
     CU_LAUNCHED("infer_embed");
 }
-void cu_infer_kv_store(float *K, float *V, const float *qkv, int pos0, size_t n, int C) {
+/* K, V (ctx, KVC) rows pos0 .. = the k and v parts of qkv (n, C + 2 KVC), KVC = NKV * (C/NH) */
+void cu_infer_kv_store(float *K, float *V, const float *qkv, int pos0, size_t n, int C, int NH,
+                       int NKV) {
     if (!n) return;
     cu_enter();
-    size_t row = (size_t)C * sizeof(float);
-    cu_note(cudaMemcpy2DAsync(K + (size_t)pos0 * C, row, qkv + C, 3 * row, row, n,
+    const size_t KVC = (size_t)NKV * (size_t)(C / NH), W = (size_t)C + 2 * KVC, row = KVC * sizeof(float);
+    cu_note(cudaMemcpy2DAsync(K + (size_t)pos0 * KVC, row, qkv + C, W * sizeof(float), row, n,
                               cudaMemcpyDeviceToDevice, cu_stream), "infer_kv_store");
-    cu_note(cudaMemcpy2DAsync(V + (size_t)pos0 * C, row, qkv + 2 * (size_t)C, 3 * row, row, n,
+    cu_note(cudaMemcpy2DAsync(V + (size_t)pos0 * KVC, row, qkv + C + KVC, W * sizeof(float), row, n,
                               cudaMemcpyDeviceToDevice, cu_stream), "infer_kv_store");
 }
 
