@@ -93,9 +93,9 @@ for dt in f32 bf16; do
     cp "$TMP/hf_$dt/model.safetensors" "$S/safetensors/gpt2_$dt.safetensors"
 done
 cp "$TMP/hf_f32/config.json" "$S/hfconfig/gpt2.json"
-"$HPT" convert --model "llama:L=1,C=16,NH=2,NKV=1,FF=32,V=32,T=8" --save "$TMP/hf_llama" --format hf >/dev/null 2>&1 &&
-    cp "$TMP/hf_llama/config.json" "$S/hfconfig/llama.json" &&
-    cp "$TMP/hf_llama/model.safetensors" "$S/safetensors/llama_f32.safetensors"
+cat > "$S/hfconfig/llama.json" <<'JSON'
+{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 64, "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0, "original_max_position_embeddings": 8192, "rope_type": "llama3"}, "hidden_act": "silu", "tie_word_embeddings": true, "attention_bias": false, "mlp_bias": false, "initializer_range": 0.02, "bos_token_id": 1, "eos_token_id": [2, 3], "torch_dtype": "bfloat16"}
+JSON
 python3 - "$S" "$TMP" <<'PY'
 import json, struct, sys
 S, TMP = sys.argv[1:3]
@@ -110,8 +110,5 @@ names = [k for k in json.loads(raw[8:8 + n]) if k != "__metadata__"]
 idx = json.dumps({"metadata": {"total_size": len(raw) - 8 - n},
                   "weight_map": {k: "model-00001-of-00001.safetensors" for k in names}}).encode()
 open(f"{S}/hfmodel/gpt2_index.bin", "wb").write(pack(f"{TMP}/hf_f32", idx))
-import os
-if os.path.exists(f"{TMP}/hf_llama/config.json"):
-    open(f"{S}/hfmodel/llama_f32.bin", "wb").write(pack(f"{TMP}/hf_llama"))
 PY
 ls -l "$S"/*
