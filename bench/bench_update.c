@@ -1,10 +1,14 @@
 /* bench_update.c: the optimizer update kernels at memory speed. First the machine's memory
  * bandwidth (a STREAM-like copy b = a and triad a = b + s * c over arrays far larger than the
- * caches, counted as STREAM counts: bytes read + bytes written, no write-allocate), then every
+ * caches, counted as STREAM counts: bytes read + bytes written, no write-allocate; and rmw,
+ * c = c * s + b, the pattern of an update, which writes only what it has read and so pays no
+ * write-allocate: the figure the updates' shares are of), then every
  * update op of the CPU backend x state width x weight width on N parameters of random
  * gradients, in ns per parameter, the bytes it must move per parameter (each array read once
  * and the written ones written once) and the share of the triad bandwidth that makes, at 1 and
- * at 2 threads (or the threads given). The fastest of R runs of each (the machine is shared).
+ * at 2 threads (or the threads given). The fastest of R runs of each (the machine is shared),
+ * and the CPU time per parameter of all threads together (the least of R): on a loaded
+ * machine the wall time includes waits for a core, the CPU time does not.
  * Usage: bench_update [--n MILLIONS] [--runs R] [--threads T1,T2,...] [--op NAME] [--bits B]
  * (--op, --bits: only the rows of that op or state width). */
 #include "hptrain.h"
@@ -16,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -38,12 +43,12 @@ static void *big(size_t bytes) {
     return p;
 }
 
-/* GB/s of copy and triad over n floats per array at the current thread count. */
-static void stream(size_t n, int runs, double *copy_gbs, double *triad_gbs) {
+/* GB/s of copy, triad and rmw over n floats per array at the current thread count. */
+static void stream(size_t n, int runs, double *copy_gbs, double *triad_gbs, double *rmw_gbs) {
     float *a = big(n * 4), *b = big(n * 4), *c = big(n * 4);
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) a[i] = 1.0f, b[i] = 2.0f, c[i] = 0.5f;
-    double tc[16], tt[16];
+    double tc[16], tt[16], tm[16];
     for (int r = 0; r < runs; r++) {
         double t0 = hpt_now();
 #pragma omp parallel for simd schedule(static)
@@ -52,10 +57,14 @@ static void stream(size_t n, int runs, double *copy_gbs, double *triad_gbs) {
 #pragma omp parallel for simd schedule(static)
         for (size_t i = 0; i < n; i++) a[i] = b[i] + 0.5f * c[i];
         double t2 = hpt_now();
-        tc[r] = t1 - t0, tt[r] = t2 - t1;
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++) c[i] = c[i] * 0.5f + b[i];
+        double t3 = hpt_now();
+        tc[r] = t1 - t0, tt[r] = t2 - t1, tm[r] = t3 - t2;
     }
     *copy_gbs = 8.0 * (double)n / best(tc, runs) / 1e9;
     *triad_gbs = 12.0 * (double)n / best(tt, runs) / 1e9;
+    *rmw_gbs = 12.0 * (double)n / best(tm, runs) / 1e9;
     free(a), free(b), free(c);
 }
 
@@ -71,9 +80,18 @@ typedef struct {
     float map_s[256], map_u[256];
 } arena;
 
-/* One op x state bits x weights; returns ns per parameter (the fastest run) and *bytes per parameter. */
+/* CPU seconds of the whole process (every thread), for the cost of a kernel apart from the
+ * time it waited for a core on a shared machine. */
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* One op x state bits x weights; returns ns per parameter (the fastest run), *bytes per
+ * parameter and *cpu_ns, the CPU time per parameter of the run with the least of it. */
 static double time_op(const hpt_backend *be, arena *A, const char *op, int bits, int w, int runs,
-                      double *bytes) {
+                      double *bytes, double *cpu_ns) {
     size_t n = A->n;
     hpt_be_param p = hpt_be_param_f32(A->p);
     double pb = 8.0; /* parameter bytes moved: fp32 read + write */
@@ -90,9 +108,9 @@ static double time_op(const hpt_backend *be, arena *A, const char *op, int bits,
     }
     int moments = !strcmp(op, "adamw") ? 2 : 1;
     *bytes = pb + 4.0 + moments * sb + (!strcmp(op, "adam-mini") ? 4.0 : 0.0) /* g read twice */;
-    double t[16];
+    double t[16], c[16];
     for (int r = 0; r < runs; r++) {
-        double t0 = hpt_now();
+        double t0 = hpt_now(), c0 = cpu_now();
         if (!strcmp(op, "adamw") && bits == 32 && w == W_F32)
             be->adamw(A->p, A->g, A->m, A->v, n, 1e-6f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, r + 1);
         else if (!strcmp(op, "adamw"))
@@ -105,7 +123,9 @@ static double time_op(const hpt_backend *be, arena *A, const char *op, int bits,
             be->adam_mini(p, A->g, m, A->vmini, n, 768, 1e-6f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f,
                           r + 1);
         t[r] = hpt_now() - t0;
+        c[r] = cpu_now() - c0;
     }
+    *cpu_ns = best(c, runs) / (double)n * 1e9;
     return best(t, runs) / (double)n * 1e9;
 }
 
@@ -151,20 +171,21 @@ int main(int argc, char **argv) {
     static const char *const ops[] = {"adamw", "lion", "sgd", "adam-mini"};
     for (int ti = 0; ti < nthr; ti++) {
         omp_set_num_threads(thr[ti]);
-        double cp, tr;
-        stream(n, runs, &cp, &tr);
-        printf("%d threads: memory bandwidth copy %.1f GB/s, triad %.1f GB/s\n\n", thr[ti], cp, tr);
-        printf("| op | state | weights | ns/param | bytes/param | GB/s | share of triad |\n");
-        printf("| --- | --- | --- | ---: | ---: | ---: | ---: |\n");
+        double cp, tr, rmw;
+        stream(n, runs, &cp, &tr, &rmw);
+        printf("%d threads: memory bandwidth copy %.1f GB/s, triad %.1f GB/s, rmw %.1f GB/s\n\n",
+               thr[ti], cp, tr, rmw);
+        printf("| op | state | weights | ns/param | cpu ns/param | bytes/param | GB/s | share of rmw |\n");
+        printf("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
         for (int o = 0; o < 4; o++)
             for (int bits = 32; bits >= 8; bits -= 24)
                 for (int w = W_F32; w <= W_KAHAN; w++) {
                     if (o && w != W_F32) continue; /* bf16 weights: AdamW (the engine's) */
                     if ((only_op && strcmp(only_op, ops[o])) || (only_bits && bits != only_bits))
                         continue;
-                    double bytes, ns = time_op(be, &A, ops[o], bits, w, runs, &bytes);
-                    printf("| %s | %d-bit | %s | %.2f | %.1f | %.1f | %.0f%% |\n", ops[o], bits,
-                           k_wname[w], ns, bytes, bytes / ns, 100.0 * bytes / ns / tr);
+                    double bytes, cpu, ns = time_op(be, &A, ops[o], bits, w, runs, &bytes, &cpu);
+                    printf("| %s | %d-bit | %s | %.2f | %.2f | %.1f | %.1f | %.0f%% |\n", ops[o],
+                           bits, k_wname[w], ns, cpu, bytes, bytes / ns, 100.0 * bytes / ns / rmw);
                 }
         printf("\n");
     }

@@ -11,12 +11,16 @@ transformers packages are not needed.
                                       (fp32); --hub: the hub's names (no "transformer."), with the
                                       attention-mask buffers
   hf_write.py llama OUT SHAPE B T SEED [--dtype f32|bf16] [--shard BYTES] [--rope-parameters]
+                    [--stream]
                                       a LlamaForCausalLM directory OUT/hf of the PyTorch model of
                                       tests/make_ref_state_llama.py (SHAPE its llama:... shape),
                                       and OUT/ref.bin: B, T (int32), x, y (B*T int32 each),
                                       PyTorch's loss (fp32), the parameter count (int64) and the
                                       parameters in hptrain's checkpoint order (fp32), the logits
-                                      (B*T*V fp32); exit 77 when that script is not there
+                                      (B*T*V fp32); --stream: x, y are one window of
+                                      B*T+1 tokens, written as the llm.c shard OUT/tokens.bin;
+                                      prints "pytorch loss X"; exit 77 when that script is
+                                      not there
   hf_write.py check DIR MODEL.bin [--dtype f32|bf16]
                                       reads a directory hptrain wrote and checks names, shapes,
                                       dtypes and values against the llm.c checkpoint (bf16:
@@ -275,10 +279,19 @@ def cmd_llama(args):
         if dt != torch.float32:  # the model the files hold: its weights rounded
             for p in model.parameters():
                 p.copy_(p.to(dt).float())
-    x = torch.randint(0, c["V"], (B, T))
-    y = torch.randint(0, c["V"], (B, T))
+    if "--stream" in args:  # one window of B*T+1 tokens, as the data loader reads a shard
+        toks = torch.randint(0, c["V"], (B * T + 1,))
+        x, y = toks[:-1].view(B, T), toks[1:].view(B, T)
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, "tokens.bin"), "wb") as f:
+            f.write(struct.pack("<256i", *([20240520, 1, toks.numel()] + [0] * 253)))
+            f.write(struct.pack("<%dH" % toks.numel(), *toks.tolist()))
+    else:
+        x = torch.randint(0, c["V"], (B, T))
+        y = torch.randint(0, c["V"], (B, T))
     with torch.no_grad():
         logits, loss = model(x, y)
+    print("pytorch loss %.9g" % float(loss))
     d = os.path.join(out, "hf")
     save_dir(d, [(n, t.to(dt)) for n, t in llama_tensors(model)], shard)
     json.dump(llama_config(c, {torch.float32: "float32", torch.bfloat16: "bfloat16"}[dt],

@@ -13,7 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SHAPE "gpt2:L=2,C=32,NH=4,V=64,T=16"
+/* GPT-2, and llama with grouped-query attention and an untied head */
+static const char *const k_shapes[] = {"gpt2:L=2,C=32,NH=4,V=64,T=16",
+                                       "llama:L=2,C=32,NH=4,NKV=2,FF=48,V=64,T=16"};
+static const char *SHAPE = "gpt2:L=2,C=32,NH=4,V=64,T=16";
 #define VOCAB 64
 
 static char g_train[512];
@@ -32,7 +35,7 @@ static double max_abs_diff(const float *a, const float *b, size_t n) {
 static void test_equivalence(hpt_mem *mem, int K, int B, float clip) {
     const int T = 16;
     hpt_gpt2_config cfg;
-    CHECK_OK(hpt_gpt2_config_parse(SHAPE, &cfg));
+    CHECK_OK(hpt_model_config_parse(SHAPE, &cfg));
     hpt_gpt2 *big = NULL, *acc = NULL;
     CHECK_OK(hpt_gpt2_create(mem, &cfg, &big));
     CHECK_OK(hpt_gpt2_create(mem, &cfg, &acc));
@@ -133,7 +136,7 @@ static void test_resume(hpt_mem *mem) {
     snprintf(db, sizeof db, "%s/accum_b", t_tmpdir());
     snprintf(dc, sizeof dc, "%s/accum_c", t_tmpdir());
     hpt_gpt2_config cfg;
-    CHECK_OK(hpt_gpt2_config_parse(SHAPE, &cfg));
+    CHECK_OK(hpt_model_config_parse(SHAPE, &cfg));
     size_t n = hpt_gpt2_num_params(&cfg);
     float la[8] = {0}, lb[8] = {0}, lc[8] = {0};
     float *pa = calloc(n, 4), *pb = calloc(n, 4), *pc = calloc(n, 4);
@@ -203,7 +206,7 @@ static void test_memory(void) {
     CHECK(a42 > 0 && a42 < a18 && p42 < p18);
     /* The estimator: the same peak, K times the tokens (and FLOPs) per step. */
     hpt_plan_opts po = hpt_plan_defaults();
-    CHECK_OK(hpt_gpt2_config_parse(SHAPE, &po.cfg));
+    CHECK_OK(hpt_model_config_parse(SHAPE, &po.cfg));
     po.B = 2;
     po.T = 16;
     hpt_estimate e1, e4;
@@ -223,10 +226,14 @@ int main(void) {
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
     make_shard();
-    test_equivalence(mem, 4, 2, 0.0f);
-    test_equivalence(mem, 2, 3, 0.05f);
-    test_resume(mem);
-    test_memory();
+    for (int k = 0; k < 2; k++) {
+        SHAPE = k_shapes[k];
+        printf("%s\n", SHAPE);
+        test_equivalence(mem, 4, 2, 0.0f);
+        test_equivalence(mem, 2, 3, 0.05f);
+        test_resume(mem);
+        test_memory();
+    }
     uint64_t live = t_device_live(mem);
     CHECK_MSG(live == 0, "%llu bytes still live", (unsigned long long)live);
     hpt_mem_destroy(mem);

@@ -282,11 +282,12 @@ static void check_gqa(int B, int T, int NH, int NKV, int hd) {
 
 /* Trains a small model for n steps with the given attention; losses (n) and the last step's
  * gradients (num_params, malloc'd) out. */
-static void train(hpt_attention kind, int n, float *losses, float **grads_out, size_t *np_out) {
+static void train(const char *shape, hpt_attention kind, int n, float *losses, float **grads_out,
+                  size_t *np_out) {
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
     hpt_gpt2_config cfg;
-    CHECK_OK(hpt_gpt2_config_parse("gpt2:L=2,C=64,NH=4,V=256,T=96", &cfg));
+    CHECK_OK(hpt_model_config_parse(shape, &cfg));
     hpt_gpt2 *m;
     CHECK_OK(hpt_gpt2_create(mem, &cfg, &m));
     hpt_gpt2_init_random(m, 7);
@@ -342,11 +343,16 @@ int main(void) {
     check_gqa(1, 65, 3, 3, 16);
 
     enum { STEPS = 4 };
+    /* GPT-2, and llama with grouped-query attention (NH/NKV = 3) and rotary embeddings */
+    static const char *const shapes[] = {"gpt2:L=2,C=64,NH=4,V=256,T=96",
+                                         "llama:L=2,C=96,NH=6,NKV=2,FF=128,V=256,T=96,factor=8,orig=32"};
+    for (int k = 0; k < 2; k++) {
     float lf[STEPS], lp[STEPS];
     float *gf, *gp;
     size_t np;
-    train(HPT_ATTN_FLASH, STEPS, lf, &gf, &np);
-    train(HPT_ATTN_PLAIN, STEPS, lp, &gp, &np);
+    printf("  %s\n", shapes[k]);
+    train(shapes[k], HPT_ATTN_FLASH, STEPS, lf, &gf, &np);
+    train(shapes[k], HPT_ATTN_PLAIN, STEPS, lp, &gp, &np);
     double lmax = 0;
     for (int s = 0; s < STEPS; s++) {
         double e = fabs((double)lf[s] - (double)lp[s]) / fabs((double)lp[s]);
@@ -359,5 +365,6 @@ int main(void) {
     CHECK_MSG(ge <= BOUND, "gradient rel err %.3g", ge);
     free(gf);
     free(gp);
+    }
     return t_done("test_attention");
 }

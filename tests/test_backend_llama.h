@@ -4,8 +4,9 @@
  * HPT_PAR_MIN, so the threaded path runs; its outputs are compared with a double-precision
  * reference written here from the op's definition, and each backward with central differences
  * of that reference (small sizes: the whole gradient) and with its double analytic form (large).
- * Rows are independent in these ops: the large run's first rows must equal the small run's to
- * the bit on the CPU (the threaded path computes what one thread does). */
+ * Rows are independent in these ops: the first rows of RMSNorm's and SwiGLU's large runs must
+ * equal their small runs' to the bit on the CPU (the threaded path computes what one thread
+ * does). */
 #ifndef HPT_TEST_BACKEND_LLAMA_H
 #define HPT_TEST_BACKEND_LLAMA_H
 
@@ -180,9 +181,11 @@ static double rope_loss(const double *x, const void *vctx) { /* sum dy * rope(x)
     return L;
 }
 
-/* (B, T, NH, NKV, pos0): GQA groups of 3, 2 and 1; the last above HPT_PAR_MIN, from pos0 0 */
-static const int k_rope_cases[4][5] = {
-    {QB, QT, 3, 1, QPOS0}, {QB, QT, 4, 2, QPOS0}, {QB, QT, 3, 3, 0}, {2, 140, 4, 2, 0}};
+/* (B, T, NH, NKV, pos0): GQA groups of 3, 2 and 1; one above HPT_PAR_MIN, from pos0 0; then
+ * inference's use, B = 1 and n = 4 new tokens at positions 131 .. 134 */
+enum { N_ROPE_CASES = 5, ROPE_BIG = 3 };
+static const int k_rope_cases[N_ROPE_CASES][5] = {
+    {QB, QT, 3, 1, QPOS0}, {QB, QT, 4, 2, QPOS0}, {QB, QT, 3, 3, 0}, {2, 140, 4, 2, 0}, {1, 4, 4, 2, 131}};
 
 static double t_rope_impl(int backward) {
     float *cs = g_cs, *sn = g_sn;
@@ -190,7 +193,7 @@ static double t_rope_impl(int backward) {
     static double xd[2 * 140 * 8 * QHD], r[2 * 140 * 8 * QHD];
     rope_tables(cs, sn);
     double e = 0.0;
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < N_ROPE_CASES; k++) {
         int B = k_rope_cases[k][0], T = k_rope_cases[k][1], NH = k_rope_cases[k][2];
         int NKV = k_rope_cases[k][3], pos0 = k_rope_cases[k][4];
         size_t n = (size_t)B * T * (NH + 2 * NKV) * QHD;
@@ -210,7 +213,7 @@ static double t_rope_impl(int backward) {
             v_same &= !memcmp(y + (size_t)row * W + (NH + NKV) * QHD, x + (size_t)row * W + (NH + NKV) * QHD,
                               (size_t)NKV * QHD * 4);
         CHECK_MSG(v_same, "%s: %s wrote v", g_be->name, backward ? "rope_backward" : "rope_forward");
-        if (backward && k < 3) { /* dx = d/dx0 sum(dy * rope(x0)) by central differences */
+        if (backward && k != ROPE_BIG) { /* dx = d/dx0 sum(dy * rope(x0)) by central differences */
             static double th[2 * QT * 9 * QHD];
             fill_rand(y + n, n, 1.0f); /* x0: any point (rope is linear), here random */
             to_d(th, y + n, n);

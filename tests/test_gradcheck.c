@@ -662,8 +662,8 @@ static double model_loss(hpt_gpt2 *m, const int32_t *inp, const int32_t *tgt, in
     return (double)loss;
 }
 
-static void check_model(void) {
-    const hpt_gpt2_config cfg = {.L = 2, .C = 8, .NH = 2, .V = 11, .Vp = 16, .maxT = 8};
+static void check_model(const hpt_gpt2_config *cfgp, const char *label) {
+    const hpt_gpt2_config cfg = *cfgp;
     const int B = 2, T = 5;
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
@@ -686,20 +686,21 @@ static void check_model(void) {
     hpt_gpt2_zero_grad(model);
     CHECK_OK(hpt_gpt2_backward(model));
     float *grads = copy_f(hpt_gpt2_grads(model), np);
-    printf("  model L=2 C=8 NH=2 V=11 Vp=16 B=2 T=5: loss %.6f\n", (double)loss);
+    printf("  model %s B=2 T=5: loss %.6f\n", label, (double)loss);
 
     /* the loss is deterministic: the same forward twice gives the same bits */
     double l1 = model_loss(model, inp, tgt, B, T), l2 = model_loss(model, inp, tgt, B, T);
     CHECK_MSG(l1 == l2 && l1 == (double)loss, "forward is not deterministic");
 
-    hpt_gpt2_tensor tens[HPT_GPT2_NUM_TENSORS];
-    hpt_gpt2_tensors(&cfg, tens);
+    hpt_gpt2_tensor tens[T_MAX_TENSORS];
+    const int nt = t_tensors_of(&cfg, tens, NULL);
     int checked = 0, meaningful = 0;
     double worst = 0.0;
-    for (int ti = 0; ti < HPT_GPT2_NUM_TENSORS; ti++) {
+    for (int ti = 0; ti < nt; ti++) {
         size_t lo = tens[ti].offset, n = tens[ti].numel;
-        /* embeddings: only rows the batch reaches (real tokens, positions < T) */
-        if (!strcmp(tens[ti].name, "wte")) n = (size_t)cfg.V * cfg.C;
+        /* embeddings and an untied head: only rows the batch reaches (real tokens, positions < T) */
+        if (!strcmp(tens[ti].name, "wte") || !strcmp(tens[ti].name, "lm_head"))
+            n = (size_t)cfg.V * cfg.C;
         if (!strcmp(tens[ti].name, "wpe")) n = (size_t)T * cfg.C;
         for (int k = 0; k < MODEL_PER_TENSOR; k++) {
             /* one element from each k-th part: distinct, and each layer of stacked tensors */
@@ -728,16 +729,25 @@ static void check_model(void) {
     }
     printf("  model: %d parameters checked, %d with |grad| > %.0e, worst |d| / bound %.2f\n",
            checked, meaningful, 10 * MODEL_ATOL, worst);
-    CHECK(checked == HPT_GPT2_NUM_TENSORS * MODEL_PER_TENSOR);
+    CHECK(checked == nt * MODEL_PER_TENSOR);
     CHECK_MSG(meaningful >= checked * 3 / 4, "only %d of %d gradients are above the floor",
               meaningful, checked);
-    /* gradients of what the loss cannot see are exactly 0: wte's padding rows, wpe >= T */
+    /* gradients of what the loss cannot see are exactly 0: the padding rows of wte (and of an
+     * untied lm_head), wpe >= T */
     int unseen_zero = 1;
-    for (size_t i = (size_t)cfg.V * cfg.C; i < (size_t)cfg.Vp * cfg.C; i++)
-        if (grads[tens[0].offset + i] != 0.0f) unseen_zero = 0;
-    for (size_t i = (size_t)T * cfg.C; i < (size_t)cfg.maxT * cfg.C; i++)
-        if (grads[tens[1].offset + i] != 0.0f) unseen_zero = 0;
-    CHECK_MSG(unseen_zero, "wte padding rows or wpe rows >= T have nonzero gradients");
+    for (int ti = 0; ti < nt; ti++) {
+        size_t lo = 0, hi = 0;
+        if (!strcmp(tens[ti].name, "wte") || !strcmp(tens[ti].name, "lm_head")) {
+            lo = (size_t)cfg.V * cfg.C;
+            hi = (size_t)cfg.Vp * cfg.C;
+        } else if (!strcmp(tens[ti].name, "wpe")) {
+            lo = (size_t)T * cfg.C;
+            hi = (size_t)cfg.maxT * cfg.C;
+        }
+        for (size_t i = lo; i < hi; i++)
+            if (grads[tens[ti].offset + i] != 0.0f) unseen_zero = 0;
+    }
+    CHECK_MSG(unseen_zero, "padding rows of wte / lm_head or wpe rows >= T have nonzero gradients");
 
     free(grads);
     hpt_gpt2_free(model);
@@ -794,6 +804,13 @@ int main(void) {
 
     printf("whole model: four-point differences of the fp32 loss (h=%.0e), "
            "|d| <= %.0e max(|a|,|n|) + %.0e\n", (double)MODEL_H, MODEL_RTOL, MODEL_ATOL);
-    check_model();
+    const hpt_gpt2_config gpt2 = {.L = 2, .C = 8, .NH = 2, .V = 11, .Vp = 16, .maxT = 8};
+    check_model(&gpt2, "L=2 C=8 NH=2 V=11 Vp=16");
+    /* llama: grouped-query attention, rotary embeddings with Llama 3 scaling (the two
+     * frequencies in the blended and the scaled bands), SwiGLU, biases, untied head */
+    hpt_model_config llama;
+    CHECK_OK(hpt_model_config_parse("llama:L=2,C=8,NH=2,NKV=1,FF=12,V=11,Vp=16,T=8,factor=4,"
+                                    "orig=16,attn_bias=1,mlp_bias=1,eps=1e-5", &llama));
+    check_model(&llama, "llama L=2 C=8 NH=2 NKV=1 FF=12 V=11 Vp=16 untied, biases");
     return t_done("test_gradcheck");
 }

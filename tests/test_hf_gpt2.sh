@@ -60,6 +60,12 @@ run "convert bf16 sharded" "$bin" convert --model "$model" --save "$tmp/c16" --d
 run "python reads bf16 shards (torch's rounding)" $w check "$tmp/c16" "$model" --dtype bf16
 run "torch's directory to llm.c" "$bin" convert "$tmp/hub" "$tmp/hub.bin"
 run "equals the reference weights" cmp "$tmp/hub.bin" "$model"
+# directory to directory: the source's tokenizer files and token ids come along
+echo '{"model": "x"}' > "$tmp/hub/tokenizer.json"
+run "convert dir to dir" "$bin" convert "$tmp/hub" "$tmp/hub2" --format hf --dtype bf16
+run "tokenizer.json kept" cmp "$tmp/hub/tokenizer.json" "$tmp/hub2/tokenizer.json"
+run "token ids kept" "$py" -c "import json, sys; c = json.load(open(sys.argv[1])); sys.exit(not (c['eos_token_id'] == [0, 1] and c['bos_token_id'] == 0 and c['torch_dtype'] == 'bfloat16'))" "$tmp/hub2/config.json"
+run "python reads it (bf16)" $w check "$tmp/hub2" "$model" --dtype bf16
 
 # --- training from a directory: same losses as from the llm.c file; saves a directory ---
 "$py" - "$tmp" <<'PY'
@@ -73,10 +79,14 @@ trn() { "$bin" train --data "$tmp/train_*.bin" --batch 2 --seq 16 --steps 3 --qu
 run "train from llm.c" trn --model "$model" --log "$tmp/a.jsonl"
 run "train from directory" trn --model "$tmp/f32" --log "$tmp/b.jsonl" --save "$tmp/s1"
 run "train from directory, host offload" trn --model "$tmp/f32" --log "$tmp/c.jsonl" --offload host
+run "bf16 homes from llm.c" trn --model "$model" --log "$tmp/d.jsonl" --offload host --weights bf16-sr --embeddings bf16 --fused-update
+run "bf16 homes from hub directory" trn --model "$tmp/hub" --log "$tmp/e.jsonl" --offload host --weights bf16-sr --embeddings bf16 --fused-update
 loss() { grep -o '"loss": *[0-9.e+-]*' "$1" | tr -d ' '; }
 [ -n "$(loss "$tmp/a.jsonl")" ] && [ "$(loss "$tmp/a.jsonl")" = "$(loss "$tmp/b.jsonl")" ] &&
   [ "$(loss "$tmp/a.jsonl")" = "$(loss "$tmp/c.jsonl")" ] && ok ||
   bad "losses differ: $(loss "$tmp/a.jsonl") / $(loss "$tmp/b.jsonl") / $(loss "$tmp/c.jsonl")"
+[ -n "$(loss "$tmp/d.jsonl")" ] && [ "$(loss "$tmp/d.jsonl")" = "$(loss "$tmp/e.jsonl")" ] && ok ||
+  bad "bf16 homes: losses differ: $(loss "$tmp/d.jsonl") / $(loss "$tmp/e.jsonl")"
 [ -f "$tmp/s1/config.json" ] && [ -f "$tmp/s1/model.safetensors" ] && [ -f "$tmp/s1/state.bin" ] && ok ||
   bad "saved directory: $(ls "$tmp/s1")"
 run "saved directory to llm.c" "$bin" convert "$tmp/s1" "$tmp/s1.bin"

@@ -1,6 +1,7 @@
 /* test_infer.c: the key/value-cache inference engine against the training forward, and its
  * int8 weights against fp32: the int8 kernels' round-trip and product error, the engine's
- * logits at every position, the streamed int8 loader against quantising a loaded model, the
+ * logits at every position (GPT-2, and llama's cache of NKV heads with rotated keys), the
+ * streamed int8 loader against quantising a loaded model, the
  * weights' bytes, generation's determinism and its context window. */
 #include "testlib.h"
 
@@ -64,8 +65,14 @@ static void test_kernels(void) {
     free(w); free(wd); free(sc); free(bias); free(q); free(tile);
 }
 
+/* GPT-2, and llama with a cache of NKV = NH/3 heads, rope scaling, an untied head and biases */
+static const char *const k_shapes[] = {
+    "gpt2:L=2,C=48,NH=4,V=200,T=40",
+    "llama:L=2,C=48,NH=6,NKV=2,FF=72,V=200,T=40,factor=8,orig=16,attn_bias=1"};
+static const char *g_shape = "gpt2:L=2,C=48,NH=4,V=200,T=40";
+
 static hpt_gpt2 *tiny_model(hpt_mem *mem, hpt_gpt2_config *cfg) {
-    CHECK_OK(hpt_gpt2_config_parse("gpt2:L=2,C=48,NH=4,V=200,T=40", cfg));
+    CHECK_OK(hpt_model_config_parse(g_shape, cfg));
     hpt_gpt2 *m = NULL;
     CHECK_OK(hpt_gpt2_create(mem, cfg, &m));
     if (m) hpt_gpt2_init_random(m, 11);
@@ -260,8 +267,13 @@ static void test_generate(void) {
 int main(void) {
     hpt_set_threads(2);
     test_kernels();
-    test_logits();
-    test_load();
-    test_generate();
+    for (int k = 0; k < 2; k++) {
+        g_shape = k_shapes[k];
+        printf("%s\n", g_shape);
+        test_logits();
+        test_generate();
+    }
+    g_shape = k_shapes[0];
+    test_load(); /* llm.c checkpoints are GPT-2's */
     return t_done("test_infer");
 }

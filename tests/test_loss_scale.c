@@ -26,7 +26,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SHAPE "gpt2:L=4,C=32,NH=4,V=64,T=16"
+/* GPT-2, and llama with grouped-query attention and an untied head */
+static const char *const k_shapes[] = {"gpt2:L=4,C=32,NH=4,V=64,T=16",
+                                       "llama:L=4,C=32,NH=4,NKV=2,FF=48,V=64,T=16"};
+static const char *SHAPE = "gpt2:L=4,C=32,NH=4,V=64,T=16";
 #define STEPS 20
 #define MAX_STEPS 48 /* the natural overflow's run */
 #define HDR (16 + 32 * 8) /* a training state's magic, version and header fields */
@@ -83,7 +86,7 @@ static void run(const hpt_train_opts *o0, const run_ctl *c, run_out *r, const ch
     CHECK_OK(hpt_mem_create(&mem));
     CHECK_OK(hpt_mem_set_disk_dir(mem, g_disk));
     hpt_gpt2_config cfg;
-    CHECK_OK(hpt_gpt2_config_parse(SHAPE, &cfg));
+    CHECK_OK(hpt_model_config_parse(SHAPE, &cfg));
     memset(r, 0, sizeof *r);
     r->n = hpt_gpt2_num_params(&cfg);
     r->params = calloc(r->n, sizeof(float));
@@ -289,7 +292,12 @@ static void test_homes_and_recovery(void) {
                   (double)ref.losses[STEPS - 1]);
         free(r.params);
     }
-    /* (b) a natural overflow: 2^40 is far too large for fp16; it halves until the gradients fit */
+    /* (b) a natural overflow: 2^40 is far too large for fp16; it halves until the gradients fit
+     * (GPT-2's run: the skip count and the loss's drop are that model's on these data) */
+    if (strncmp(SHAPE, "gpt2", 4) != 0) {
+        free(ref.params);
+        return;
+    }
     hpt_train_opts on = o;
     on.steps = MAX_STEPS;
     on.offload = off(HPT_TIER_HOST, HPT_GH_FP16);
@@ -372,8 +380,15 @@ int main(void) {
     snprintf(g_disk, sizeof g_disk, "%s/offload", t_tmpdir());
     snprintf(g_save, sizeof g_save, "%s/ckpt", t_tmpdir());
     test_kernels();
-    test_bit_identity();
-    test_homes_and_recovery();
+    for (int k = 0; k < 2; k++) {
+        SHAPE = k_shapes[k];
+        printf("%s\n", SHAPE);
+        test_bit_identity();
+        test_homes_and_recovery();
+    }
+    SHAPE = k_shapes[0];
+    /* (d) on GPT-2's run, whose only skipped step is the injected one (llama's resume: test_accum,
+     * test_llama) */
     test_resume();
     test_refusals();
     return t_done("test_loss_scale");

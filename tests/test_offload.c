@@ -26,6 +26,10 @@ enum { STEPS = 3, B = 2, T = 40 };
 #define GRAD_TOL_BF16 0.01
 #define LOSS_TOL 0.05
 
+/* GPT-2, and llama with grouped-query attention, rope scaling and an untied head */
+static const char *const k_shapes[] = {
+    "gpt2:L=4,C=64,NH=4,V=256,T=64",
+    "llama:L=4,C=64,NH=4,NKV=2,FF=96,V=256,T=64,factor=8,orig=16"};
 static const char *k_shape = "gpt2:L=4,C=64,NH=4,V=256,T=64";
 static char g_dir[64];
 
@@ -41,7 +45,7 @@ static hpt_gpt2 *make(hpt_mem **mem, const hpt_gpt2_act_opts *ao) {
     CHECK_OK(hpt_mem_create(mem));
     CHECK_OK(hpt_mem_set_disk_dir(*mem, g_dir));
     hpt_gpt2_config cfg;
-    CHECK_OK(hpt_gpt2_config_parse(k_shape, &cfg));
+    CHECK_OK(hpt_model_config_parse(k_shape, &cfg));
     hpt_gpt2 *m;
     CHECK_OK(hpt_gpt2_create(*mem, &cfg, &m));
     hpt_gpt2_init_random(m, 11);
@@ -116,8 +120,10 @@ int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/hpt_offload_%d", (int)getpid());
     static const char *policies[] = {"none", "selective"};
     static const char *tiers[] = {"host", "disk"};
+    for (int sh = 0; sh < 2; sh++)
     for (int k = 0; k < 2; k++)
         for (int pi = 0; pi < 2; pi++) {
+            k_shape = k_shapes[sh];
             hpt_gpt2_act_opts base = hpt_gpt2_act_defaults();
             base.attention = k == 0 ? HPT_ATTN_FLASH : HPT_ATTN_PLAIN;
             CHECK_OK(hpt_recompute_parse(policies[pi], &base));
@@ -174,6 +180,7 @@ int main(void) {
             free(ref.grads);
             free(ref.params);
         }
+    k_shape = k_shapes[0];
     /* int8 training against exact training */
     hpt_gpt2_act_opts ex = hpt_gpt2_act_defaults(), q = ex;
     q.compress = HPT_COMPRESS_INT8;

@@ -244,7 +244,10 @@ static void test_zero_point(void) {
 
 /* ---- optimizers against double-precision references ---- */
 
-#define SHAPE "gpt2:L=2,C=32,NH=4,V=64,T=16"
+/* GPT-2, and llama with grouped-query attention and an untied head */
+static const char *const k_shapes[] = {"gpt2:L=2,C=32,NH=4,V=64,T=16",
+                                       "llama:L=2,C=32,NH=4,NKV=2,FF=48,V=64,T=16"};
+static const char *SHAPE = "gpt2:L=2,C=32,NH=4,V=64,T=16";
 
 /* Values per Adam-mini block of tensor i (restated from optim.c's description). */
 static size_t mini_row(const char *name, size_t C) {
@@ -262,7 +265,7 @@ static void fill_grads(float *g, size_t n, int step) {
  * the params after them into out (n). Clipping at 0.5 (the gradients' norm is larger). */
 static void run_steps(hpt_mem *mem, const hpt_adamw_opts *o, int steps, float *out, float *p0) {
     hpt_gpt2_config cfg;
-    hpt_gpt2_config_parse(SHAPE, &cfg);
+    hpt_model_config_parse(SHAPE, &cfg);
     hpt_gpt2 *m;
     hpt_optim *op;
     CHECK_OK(hpt_gpt2_create(mem, &cfg, &m));
@@ -283,10 +286,13 @@ static void run_steps(hpt_mem *mem, const hpt_adamw_opts *o, int steps, float *o
 /* The reference: the same steps in double. */
 static void ref_steps(const hpt_adamw_opts *o, int steps, const float *p0, double *p) {
     hpt_gpt2_config cfg;
-    hpt_gpt2_config_parse(SHAPE, &cfg);
+    hpt_model_config_parse(SHAPE, &cfg);
     size_t n = hpt_gpt2_num_params(&cfg);
-    hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
-    hpt_gpt2_tensors(&cfg, t);
+    hpt_gpt2_tensor t[T_MAX_TENSORS];
+    size_t last[T_MAX_TENSORS] = {0};
+    int nt = HPT_GPT2_NUM_TENSORS, gpt2 = cfg.arch == HPT_ARCH_GPT2;
+    if (gpt2) hpt_gpt2_tensors(&cfg, t);
+    else nt = t_tensors_of(&cfg, t, last);
     double *m = calloc(n, 8), *v = calloc(n, 8);
     float *g = malloc(n * 4);
     for (size_t i = 0; i < n; i++) p[i] = p0[i];
@@ -299,9 +305,10 @@ static void ref_steps(const hpt_adamw_opts *o, int steps, const float *p0, doubl
         double scale = sqrt(ss) > 0.5 ? 0.5 / sqrt(ss) : 1.0;
         int tt = s + 1;
         double bc1 = 1 - pow(b1, tt), bc2 = 1 - pow(b2, tt);
-        for (int k = 0; k < HPT_GPT2_NUM_TENSORS; k++) {
+        for (int k = 0; k < nt; k++) {
             double wd = o->decay_all || t[k].is_matrix ? (double)o->weight_decay : 0.0;
-            size_t lo = t[k].offset, hi = lo + t[k].numel, row = mini_row(t[k].name, (size_t)cfg.C);
+            size_t lo = t[k].offset, hi = lo + t[k].numel;
+            size_t row = gpt2 ? mini_row(t[k].name, (size_t)cfg.C) : last[k];
             for (size_t i = lo; i < hi; i++) {
                 double gi = (double)g[i] * scale;
                 switch (o->optimizer) {
@@ -349,7 +356,7 @@ static hpt_adamw_opts opts_for(int kind, int bits, int emb32) {
 
 static void test_reference_formulas(hpt_mem *mem) {
     hpt_gpt2_config cfg;
-    hpt_gpt2_config_parse(SHAPE, &cfg);
+    hpt_model_config_parse(SHAPE, &cfg);
     size_t n = hpt_gpt2_num_params(&cfg);
     float *p = malloc(n * 4), *p0 = malloc(n * 4);
     double *r = malloc(n * 8);
@@ -376,7 +383,7 @@ static void test_reference_formulas(hpt_mem *mem) {
 /* 8-bit vs 32-bit state on the same gradients: ||dp8 - dp32|| / ||dp32||, dp the total update. */
 static void test_8bit_vs_32bit(hpt_mem *mem) {
     hpt_gpt2_config cfg;
-    hpt_gpt2_config_parse(SHAPE, &cfg);
+    hpt_model_config_parse(SHAPE, &cfg);
     size_t n = hpt_gpt2_num_params(&cfg);
     float *a = malloc(n * 4), *b = malloc(n * 4), *p0 = malloc(n * 4);
     const int steps = 20;
@@ -475,7 +482,7 @@ static void test_bytes_and_resume(hpt_mem *mem) {
             train(&oc, 8, NULL); /* resumes there */
             /* bytes: accounted == hpt_optim_state_bytes == the estimator's, and the whole peak */
             hpt_gpt2_config cfg;
-            hpt_gpt2_config_parse(SHAPE, &cfg);
+            hpt_model_config_parse(SHAPE, &cfg);
             hpt_plan_opts po = hpt_plan_defaults();
             po.cfg = cfg;
             po.B = 2;
@@ -666,7 +673,7 @@ static void test_files(hpt_mem *mem) {
     free(b);
     /* bad settings are refused at creation */
     hpt_gpt2_config cfg;
-    hpt_gpt2_config_parse(SHAPE, &cfg);
+    hpt_model_config_parse(SHAPE, &cfg);
     CHECK_OK(hpt_gpt2_create(mem, &cfg, &m));
     hpt_adamw_opts bo = hpt_adamw_defaults();
     bo.state_bits = 4;
@@ -690,9 +697,14 @@ int main(void) {
     test_lut();
     test_bf16_params();
     test_zero_point();
-    test_reference_formulas(mem);
-    test_8bit_vs_32bit(mem);
-    test_bytes_and_resume(mem);
+    for (int k = 0; k < 2; k++) {
+        SHAPE = k_shapes[k];
+        printf("%s\n", SHAPE);
+        test_reference_formulas(mem);
+        test_8bit_vs_32bit(mem);
+        test_bytes_and_resume(mem);
+    }
+    SHAPE = k_shapes[0];
     test_files(mem);
     uint64_t live = t_device_live(mem);
     CHECK_MSG(live == 0, "%llu bytes still live", (unsigned long long)live);

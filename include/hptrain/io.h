@@ -175,5 +175,10 @@ hpt_status hpt_model_load_hf(hpt_mem *mem, const char *dir, const hpt_offload_op
  * are not weights (tokenizer.json, ...) are kept. */
 #define HPT_HF_SHARD_DEFAULT (5ull * 1000 * 1000 * 1000)
 hpt_status hpt_model_save_hf(const hpt_model *m, const char *dir, int dtype, uint64_t shard_bytes);
+/* hpt_model_save_hf of a model that came from the Hugging Face directory src (NULL: none):
+ * src's config.json gives what the model does not carry (bos/eos token ids, the architecture's
+ * name), and its other files (tokenizer.json, generation_config.json, ...) are copied. */
+hpt_status hpt_model_save_hf_from(const hpt_model *m, const char *dir, int dtype,
+                                  uint64_t shard_bytes, const char *src);
 
 #endif /* HPTRAIN_IO_H */

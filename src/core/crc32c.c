@@ -3,6 +3,9 @@
  * once (its latency is three cycles, its throughput one per cycle) joined by a "shift by n
  * zero bytes" of the first two (a multiplication mod P, as tables); and a slicing-by-8 table for other CPUs. The
  * choice is made once, at the first call, from cpuid (thread-safe: pthread_once).
+ * crc32c_pages, the disk tier's call, checksums whole 4096-byte pages three at a time, each its
+ * own stream (no joining), prefetching the next ones: a hardware prefetcher stops at a page
+ * boundary, and reading three short lanes of one page from memory ran at half the speed.
  * Convention (zlib's): the pre- and post-inversion happen inside, so crc32c(0, ...) starts a
  * new checksum and a previous result continues it. */
 #include "core/crc32c.h"
@@ -123,6 +126,42 @@ __attribute__((target("sse4.2"))) static uint32_t hw_raw(uint32_t crc, const uns
     return c;
 }
 #endif
+
+#if defined(__x86_64__)
+/* Three 4096-byte pages at a time, their CRCs into out[0..2]; the three after them
+ * prefetched (prefetches never fault, so running past the buffer's end is harmless). */
+__attribute__((target("sse4.2"))) static void hw_pages3(const unsigned char *q, uint32_t *out) {
+    uint64_t a = 0xffffffffu, b = 0xffffffffu, c = 0xffffffffu;
+    for (size_t i = 0; i < 4096; i += 8) {
+        uint64_t x, y, z;
+        if ((i & 15) == 0) {
+            __builtin_prefetch(q + 3 * 4096 + i);
+            __builtin_prefetch(q + 4 * 4096 + i);
+            __builtin_prefetch(q + 5 * 4096 + i);
+        }
+        memcpy(&x, q + i, 8);
+        memcpy(&y, q + 4096 + i, 8);
+        memcpy(&z, q + 2 * 4096 + i, 8);
+        a = _mm_crc32_u64(a, x);
+        b = _mm_crc32_u64(b, y);
+        c = _mm_crc32_u64(c, z);
+    }
+    out[0] = ~(uint32_t)a;
+    out[1] = ~(uint32_t)b;
+    out[2] = ~(uint32_t)c;
+}
+#endif
+
+void crc32c_pages(const void *buf, size_t n_pages, uint32_t *out) {
+    pthread_once(&g_once, init);
+    const unsigned char *p = buf;
+    size_t i = 0;
+#if defined(__x86_64__)
+    if (g_hw)
+        for (; i + 3 <= n_pages; i += 3) hw_pages3(p + i * 4096, out + i);
+#endif
+    for (; i < n_pages; i++) out[i] = crc32c(0, p + i * 4096, 4096);
+}
 
 uint32_t crc32c_sw(uint32_t crc, const void *data, size_t n) {
     pthread_once(&g_once, init);

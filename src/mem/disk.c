@@ -169,10 +169,17 @@ static hpt_status pages_crc(hpt_mem *m, const hpt_disk_ref *ref, const void *buf
     return HPT_OK;
 #else
     const unsigned char *p = buf;
-    for (size_t i = 0; i < n / DISK_ALIGN; i++) {
-        uint64_t page = off / DISK_ALIGN + i;
-        uint32_t c = crc32c(0, p + i * DISK_ALIGN, DISK_ALIGN);
-        if (write_) { ref->crc[page] = c; continue; }
+    size_t np = n / DISK_ALIGN;
+    uint64_t p0 = off / DISK_ALIGN;
+    if (write_) {
+        crc32c_pages(p, np, ref->crc + p0);
+        return HPT_OK;
+    }
+    uint32_t got[48]; /* a read's CRCs, 48 pages at a time, compared with the written ones */
+    for (size_t i = 0; i < np; i++) {
+        if (i % 48 == 0) crc32c_pages(p + i * DISK_ALIGN, HPT_MIN(np - i, (size_t)48), got);
+        uint64_t page = p0 + i;
+        uint32_t c = got[i % 48];
         if (c == ref->crc[page]) continue;
         uint64_t at = page * DISK_ALIGN;
         char blk[64] = "";

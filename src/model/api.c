@@ -1,5 +1,5 @@
 /* api.c: the public model calls that no single file of the model owns: creating a model from a
- * SHAPE by asking each architecture whether the shape is its own (GPT-2 today), its
+ * SHAPE (hpt_model_config_parse: GPT-2's and llama's shapes), its
  * architecture's name, and its tensor table as public descriptors (hpt_tensor_info, borrowed
  * from the table the model keeps). The forward, backward and lifecycle calls live with the
  * runner (runner.c, lifecycle.c); the hpt_gpt2_* names are wrappers (compat.c). */
@@ -8,23 +8,9 @@
 
 #include <string.h>
 
-/* The architecture a shape names (its prefix before '-' or ':'), or NULL. */
-static const hpt_arch *arch_of_shape(const char *shape) {
-    static const hpt_arch *const k_archs[] = {&hpt_arch_gpt2};
-    for (size_t i = 0; i < sizeof k_archs / sizeof k_archs[0]; i++) {
-        size_t n = strlen(k_archs[i]->name);
-        if (!strncmp(shape, k_archs[i]->name, n) && (shape[n] == '-' || shape[n] == ':'))
-            return k_archs[i];
-    }
-    return NULL;
-}
-
 hpt_status hpt_model_create(hpt_mem *mem, const char *shape, hpt_model **out) {
     *out = NULL;
-    if (!arch_of_shape(shape))
-        return hpt_fail(HPT_ERR_INVALID, "shape '%s': no architecture knows it (gpt2-124m, "
-                        "gpt2:L=..,C=..,NH=..)", shape);
-    hpt_model_config cfg;
+    hpt_model_config cfg; /* its error names the shapes each architecture knows */
     HPT_CHECK(hpt_model_config_parse(shape, &cfg));
     return hpt_model_create_config(mem, &cfg, out);
 }

@@ -1,10 +1,12 @@
-/* infer.c: GPT-2 inference with a key/value cache (hpt_infer): the logits of the next token
- * after each fed token, and sampling. Weights are fp32 (borrowed from a model) or int8 with
- * one fp32 scale per output channel (the backend's q8w ops) for the five weight matrices (wte, qkvw,
- * attprojw, fcw, fcprojw: 99% of GPT-2's parameters); the vectors and wpe stay fp32. An engine
+/* infer.c: inference with a key/value cache (hpt_infer), GPT-2 and llama: the logits of the
+ * next token after each fed token, and sampling. Weights are fp32 (borrowed from a model) or
+ * int8 with one fp32 scale per output channel (the backend's q8w ops) for the weight matrices
+ * (wte, qkvw, attprojw, fcw, fcprojw and llama's lm_head: 99% of the parameters); the vectors
+ * and wpe stay fp32. llama's cache holds its NKV key/value heads (L, ctx, NKV*hd), its keys
+ * rotated at their positions (the engine's own copy of the arch's rotary tables). An engine
  * loaded from a checkpoint owns its weights and is read a few MiB at a time (io/llmc.c): no
  * model, no gradient buffer, and for int8 no full fp32 copy: ~1 byte per parameter, not 4.
- * The cache holds keys and values of positions [0, pos) for every block, (L, ctx, C) each; a
+ * The cache holds keys and values of positions [0, pos) for every block, (L, ctx, KV) each; a
  * feed of n tokens runs the blocks on those n rows only (at most K_ROWS at once), attending
  * to the cache. Invariants: pos <= ctx; cache rows [0, pos) are those of tokens fed since the
  * last reset, in order. Every buffer goes through hpt_mem (device tier: weights as params,
@@ -23,54 +25,107 @@
 
 #define K_ROWS 64                  /* tokens a feed runs through the blocks at once */
 
-/* Tensor indices (hpt_gpt2_tensors' order) and which ones are int8 in an int8 engine. */
+/* Tensor roles: GPT-2's table order (its checkpoint index is its role), then llama's head;
+ * a configuration's table index of each role is in ti (-1: absent). The int8 ones are the
+ * 2-D linear weights and the token embedding. */
 enum { T_WTE = 0, T_WPE, T_LN1W, T_LN1B, T_QKVW, T_QKVB, T_ATTPROJW, T_ATTPROJB, T_LN2W,
-       T_LN2B, T_FCW, T_FCB, T_FCPROJW, T_FCPROJB, T_LNFW, T_LNFB };
+       T_LN2B, T_FCW, T_FCB, T_FCPROJW, T_FCPROJB, T_LNFW, T_LNFB, T_LMHEAD, T_ROLES };
+static const char *const k_role[T_ROLES] = {
+    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b",
+    "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb", "lm_head"};
 static int is_q8(int k) {
-    return k == T_WTE || k == T_QKVW || k == T_ATTPROJW || k == T_FCW || k == T_FCPROJW;
+    return k == T_WTE || k == T_QKVW || k == T_ATTPROJW || k == T_FCW || k == T_FCPROJW ||
+           k == T_LMHEAD;
 }
 
 struct hpt_infer {
     hpt_mem *mem;
     hpt_model_config cfg;
     hpt_weights kind;
-    hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
-    float *f[HPT_GPT2_NUM_TENSORS];  /* fp32 tensors (NULL for int8 ones) */
-    int8_t *q[HPT_GPT2_NUM_TENSORS]; /* int8 tensors (NULL for fp32 ones) */
-    float *qs[HPT_GPT2_NUM_TENSORS]; /* their per-row scales */
+    hpt_tensor_table tab;  /* the configuration's tensors (checkpoint order) */
+    int ti[T_ROLES];       /* table index of each role, -1: absent */
+    float *f[T_ROLES];     /* fp32 tensors (NULL for int8 ones and absent ones) */
+    int8_t *q[T_ROLES];    /* int8 tensors (NULL for fp32 ones) */
+    float *qs[T_ROLES];    /* their per-row scales */
+    float *rope;           /* (n_rope) llama: the rotary tables, cos then sin (maxT, hd/2)
+                            * each (the arch's constants); device params */
+    size_t n_rope;
     float *f32;            /* (f32_bytes) int8 engine: its fp32 tensors, device params */
     int8_t *q8;            /* (q8_bytes) int8 engine: int8 tensors, device params */
     float *scales;         /* (scale_bytes) their scales, device params */
     size_t f32_bytes, q8_bytes, scale_bytes;
     int ctx, pos;          /* cache positions; positions filled */
-    float *kv;             /* (L, 2, ctx, C) keys then values of each block; device acts */
+    float *kv;             /* (L, 2, ctx, KV) keys then values of each block; device acts */
     size_t kv_bytes;
     float *work;           /* (work_bytes) the rows' activations and logits; device acts */
     size_t work_bytes;
-    float *x, *ln, *qkv, *atty, *fch; /* (K_ROWS, C | C | 3C | C | 4C) */
+    float *x, *ln, *qkv, *atty, *fch; /* (K_ROWS, C | C | QKV | C | FCH) */
     float *mean, *rstd;    /* (K_ROWS) */
     float *logits;         /* (Vp) after the last fed token */
-    float *tile;           /* (HPT_Q8W_TILE, 4C) int8 engine: the q8w GEMM's dequantised
-                            * weights, kernel scratch; device workspace (NULL for fp32) */
+    float *tile;           /* (HPT_Q8W_TILE, widest input) int8 engine: the q8w GEMM's
+                            * dequantised weights, kernel scratch; device workspace (NULL for fp32) */
     size_t tile_bytes;
 };
 
-/* Rows and row width of tensor k (one layer's slice for per-layer tensors). */
-static size_t row_width(const hpt_model_config *c, int k) {
-    return k == T_FCPROJW ? 4 * (size_t)c->C : (size_t)c->C;
+/* The configuration with a hand-written GPT-2's fields filled (model_config_fill). */
+static hpt_model_config full_cfg(const hpt_model_config *c) {
+    hpt_model_config f = *c;
+    model_config_fill(&f);
+    return f;
 }
-size_t infer_row_width(const hpt_model_config *cfg, int k) { return row_width(cfg, k); }
-static int per_layer(int k) { return k != T_WTE && k != T_WPE && k != T_LNFW && k != T_LNFB; }
+static int is_llama(const hpt_model_config *c) { return c->arch == HPT_ARCH_LLAMA; }
+static size_t hd_of(const hpt_model_config *c) { return (size_t)(c->C / c->NH); }
+/* key (and value) width of one cached position; a row of qkv; the MLP rows (GPT-2: fch (4C);
+ * llama: [gate | up] (2FF) then silu(gate) * up (FF)); the widest GEMM input */
+static size_t kv_w(const hpt_model_config *c) { return (size_t)c->NKV * hd_of(c); }
+static size_t qkv_w(const hpt_model_config *c) { return (size_t)c->C + 2 * kv_w(c); }
+static size_t fch_w(const hpt_model_config *c) { return (is_llama(c) ? 3u : 1u) * (size_t)c->FF; }
+static size_t in_w(const hpt_model_config *c) {
+    return (size_t)c->FF > (size_t)c->C ? (size_t)c->FF : (size_t)c->C;
+}
+
+/* Row width of tensor role k (one output channel: its input width). */
+static size_t row_width(const hpt_model_config *c, int k) {
+    return k == T_FCPROJW ? (size_t)c->FF : (size_t)c->C;
+}
+/* The role of table index i (-1: none). */
+static int role_of(const int ti[T_ROLES], int i) {
+    for (int k = 0; k < T_ROLES; k++)
+        if (ti[k] == i) return k;
+    return -1;
+}
+static void roles(const hpt_model_config *c, hpt_tensor_table *t, int ti[T_ROLES]);
+
+size_t infer_row_width(const hpt_model_config *cfg, int i) {
+    hpt_model_config c = full_cfg(cfg);
+    hpt_tensor_table t;
+    int ti[T_ROLES];
+    roles(&c, &t, ti);
+    return row_width(&c, role_of(ti, i));
+}
+static int per_layer(int k) {
+    return k != T_WTE && k != T_WPE && k != T_LNFW && k != T_LNFB && k != T_LMHEAD;
+}
+
+/* The roles' table indices and elements of a configuration. */
+static void roles(const hpt_model_config *c, hpt_tensor_table *t, int ti[T_ROLES]) {
+    model_describe(c, t);
+    for (int k = 0; k < T_ROLES; k++) ti[k] = hpt_table_find(t, k_role[k]);
+}
 
 uint64_t hpt_infer_weight_bytes_for(const hpt_model_config *cfg, hpt_weights w) {
-    hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
-    hpt_gpt2_tensors(cfg, t);
+    hpt_model_config c = full_cfg(cfg);
+    hpt_tensor_table t;
+    int ti[T_ROLES];
+    roles(&c, &t, ti);
     uint64_t bytes = 0;
-    for (int k = 0; k < HPT_GPT2_NUM_TENSORS; k++) {
+    for (int k = 0; k < T_ROLES; k++) {
+        if (ti[k] < 0) continue;
+        size_t numel = hpt_tensor_numel(&t.t[ti[k]]);
         if (w == HPT_WEIGHTS_Q8 && is_q8(k))
-            bytes += t[k].numel + t[k].numel / row_width(cfg, k) * sizeof(float);
+            bytes += numel + numel / row_width(&c, k) * sizeof(float);
         else
-            bytes += t[k].numel * sizeof(float);
+            bytes += numel * sizeof(float);
     }
     return bytes;
 }
@@ -78,19 +133,20 @@ uint64_t hpt_infer_weight_bytes_for(const hpt_model_config *cfg, hpt_weights w) 
 /* Floats of an engine's row buffers (see infer_new). */
 static size_t work_floats(const hpt_model_config *c) {
     const size_t C = (size_t)c->C;
-    return K_ROWS * (C + C + 3 * C + C + 4 * C) + 2 * K_ROWS + (size_t)c->Vp;
+    return K_ROWS * (C + C + qkv_w(c) + C + fch_w(c)) + 2 * K_ROWS + (size_t)c->Vp;
 }
-/* Bytes of the int8 GEMM's tile: HPT_Q8W_TILE output channels of the widest input (4C). */
+/* Bytes of the int8 GEMM's tile: HPT_Q8W_TILE output channels of the widest input. */
 static size_t tile_bytes(const hpt_model_config *c, hpt_weights kind) {
-    return kind == HPT_WEIGHTS_Q8 ? HPT_Q8W_TILE * 4 * (size_t)c->C * sizeof(float) : 0;
+    return kind == HPT_WEIGHTS_Q8 ? HPT_Q8W_TILE * in_w(c) * sizeof(float) : 0;
 }
 
 static int clamp_ctx(const hpt_model_config *c, int ctx) { return ctx == 0 || ctx > c->maxT ? c->maxT : ctx; }
 
 uint64_t hpt_infer_bytes_for(const hpt_model_config *cfg, hpt_weights w, int ctx) {
-    uint64_t kv = (uint64_t)cfg->L * 2 * (uint64_t)clamp_ctx(cfg, ctx) * (uint64_t)cfg->C * sizeof(float);
-    return hpt_infer_weight_bytes_for(cfg, w) + kv + work_floats(cfg) * sizeof(float) +
-           tile_bytes(cfg, w);
+    hpt_model_config c = full_cfg(cfg);
+    uint64_t kv = (uint64_t)c.L * 2 * (uint64_t)clamp_ctx(&c, ctx) * (uint64_t)kv_w(&c) * sizeof(float);
+    return hpt_infer_weight_bytes_for(&c, w) + kv + work_floats(&c) * sizeof(float) +
+           tile_bytes(&c, w) + model_consts_floats(&c) * sizeof(float);
 }
 
 /* (K_ROWS, Vp) logits, then (K_ROWS) losses and log-sum-exps (hpt_infer_loss). */
@@ -110,6 +166,7 @@ void hpt_infer_free(hpt_infer *inf) {
     be->free(mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, inf->kv, inf->kv_bytes);
     be->free(mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, inf->work, inf->work_bytes);
     be->free(mem, HPT_TIER_DEVICE, HPT_CAT_WORKSPACE, inf->tile, inf->tile_bytes);
+    be->free(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, inf->rope, inf->n_rope * sizeof(float));
     free(inf);
 }
 
@@ -122,12 +179,13 @@ hpt_status infer_new(hpt_mem *mem, const hpt_model_config *cfg, hpt_weights kind
     hpt_infer *inf = calloc(1, sizeof *inf);
     if (!inf) return hpt_fail(HPT_ERR_OOM, "cannot allocate the inference object");
     inf->mem = mem;
-    inf->cfg = *cfg;
+    inf->cfg = full_cfg(cfg);
+    cfg = &inf->cfg;
     inf->kind = kind;
     inf->ctx = clamp_ctx(cfg, ctx);
-    hpt_gpt2_tensors(cfg, inf->t);
+    roles(cfg, &inf->tab, inf->ti);
     const size_t C = (size_t)cfg->C;
-    inf->kv_bytes = (size_t)cfg->L * 2 * (size_t)inf->ctx * C * sizeof(float);
+    inf->kv_bytes = (size_t)cfg->L * 2 * (size_t)inf->ctx * kv_w(cfg) * sizeof(float);
     inf->work_bytes = work_floats(cfg) * sizeof(float);
     inf->tile_bytes = tile_bytes(cfg, kind);
     hpt_mem_set_name(mem, "kv cache");
@@ -140,6 +198,21 @@ hpt_status infer_new(hpt_mem *mem, const hpt_model_config *cfg, hpt_weights kind
         hpt_mem_set_name(mem, "int8 gemm tile");
         s = be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_WORKSPACE, inf->tile_bytes, (void **)&inf->tile);
     }
+    inf->n_rope = model_consts_floats(cfg);
+    if (s == HPT_OK && inf->n_rope) { /* the arch's rotary tables, made on the host */
+        float *host = malloc(inf->n_rope * sizeof(float));
+        hpt_mem_set_name(mem, "rotary tables");
+        s = host ? be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, inf->n_rope * sizeof(float),
+                             (void **)&inf->rope)
+                 : hpt_fail(HPT_ERR_OOM, "rotary tables");
+        if (s == HPT_OK) {
+            hpt_arch_of(cfg)->consts_fill(cfg, host);
+            be->copy(inf->rope, host, inf->n_rope * sizeof(float), HPT_COPY_H2D);
+        } else {
+            inf->n_rope = 0;
+        }
+        free(host);
+    }
     if (s != HPT_OK) {
         hpt_infer_free(inf);
         return hpt_fail_ctx(s, "inference buffers for a context of %d", ctx);
@@ -147,9 +220,9 @@ hpt_status infer_new(hpt_mem *mem, const hpt_model_config *cfg, hpt_weights kind
     float *w = inf->work;
     inf->x = w;        w += K_ROWS * C;
     inf->ln = w;       w += K_ROWS * C;
-    inf->qkv = w;      w += K_ROWS * 3 * C;
+    inf->qkv = w;      w += K_ROWS * qkv_w(cfg);
     inf->atty = w;     w += K_ROWS * C;
-    inf->fch = w;      w += K_ROWS * 4 * C;
+    inf->fch = w;      w += K_ROWS * fch_w(cfg);
     inf->mean = w;     w += K_ROWS;
     inf->rstd = w;     w += K_ROWS;
     inf->logits = w;
@@ -157,8 +230,11 @@ hpt_status infer_new(hpt_mem *mem, const hpt_model_config *cfg, hpt_weights kind
     return HPT_OK;
 }
 
-/* Whether tensor k is stored as int8 in this engine. */
+/* Whether tensor role k is stored as int8 in this engine. */
 static int quantised(const hpt_infer *inf, int k) { return inf->kind == HPT_WEIGHTS_Q8 && is_q8(k); }
+static size_t role_numel(const hpt_infer *inf, int k) {
+    return inf->ti[k] < 0 ? 0 : hpt_tensor_numel(&inf->tab.t[inf->ti[k]]);
+}
 
 /* An engine that owns its weights: its buffers (int8 and scales for the quantised tensors, fp32
  * for the others) and the tensor pointers into them. */
@@ -166,12 +242,12 @@ hpt_status infer_alloc_weights(hpt_infer *inf) {
     const hpt_backend *be = hpt_backend_cpu();
     const hpt_model_config *c = &inf->cfg;
     size_t nf = 0, nq = 0, ns = 0;
-    for (int k = 0; k < HPT_GPT2_NUM_TENSORS; k++) {
+    for (int k = 0; k < T_ROLES; k++) {
         if (quantised(inf, k)) {
-            nq += inf->t[k].numel;
-            ns += inf->t[k].numel / row_width(c, k);
+            nq += role_numel(inf, k);
+            ns += role_numel(inf, k) / row_width(c, k);
         } else {
-            nf += inf->t[k].numel;
+            nf += role_numel(inf, k);
         }
     }
     inf->f32_bytes = nf * sizeof(float);
@@ -186,22 +262,23 @@ hpt_status infer_alloc_weights(hpt_infer *inf) {
     hpt_mem_set_name(mem, inf->kind == HPT_WEIGHTS_Q8 ? "fp32 vectors" : "fp32 weights");
     HPT_CHECK(be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, inf->f32_bytes, (void **)&inf->f32));
     nf = nq = ns = 0;
-    for (int k = 0; k < HPT_GPT2_NUM_TENSORS; k++) {
+    for (int k = 0; k < T_ROLES; k++) {
+        if (inf->ti[k] < 0) continue;
         if (quantised(inf, k)) {
             inf->q[k] = inf->q8 + nq;
             inf->qs[k] = inf->scales + ns;
-            nq += inf->t[k].numel;
-            ns += inf->t[k].numel / row_width(c, k);
+            nq += role_numel(inf, k);
+            ns += role_numel(inf, k) / row_width(c, k);
         } else {
             inf->f[k] = inf->f32 + nf;
-            nf += inf->t[k].numel;
+            nf += role_numel(inf, k);
         }
     }
     return HPT_OK;
 }
 
-/* Stores rows [r0, r0 + n) of tensor k's fp32 values (src, n rows of its width, on the tier
- * the copy kind names) into an engine that owns its weights: quantised rows or copies. */
+/* Stores rows [r0, r0 + n) of tensor role k's fp32 values (src, n rows of its width, on the
+ * tier the copy kind names) into an engine that owns its weights: quantised rows or copies. */
 static void ingest(hpt_infer *inf, int k, size_t r0, const float *src, size_t n,
                    hpt_copy_kind kind) {
     const hpt_backend *be = hpt_backend_cpu();
@@ -212,8 +289,9 @@ static void ingest(hpt_infer *inf, int k, size_t r0, const float *src, size_t n,
         be->copy(inf->f[k] + r0 * w, src, n * w * sizeof(float), kind);
 }
 
-void infer_ingest(hpt_infer *inf, int k, size_t row0, const float *rows, size_t n) {
-    ingest(inf, k, row0, rows, n, HPT_COPY_H2D);
+void infer_ingest(hpt_infer *inf, int i, size_t row0, const float *rows, size_t n) {
+    int k = role_of(inf->ti, i);
+    if (k >= 0) ingest(inf, k, row0, rows, n, HPT_COPY_H2D);
 }
 
 hpt_status hpt_infer_create(hpt_mem *mem, hpt_gpt2 *model, hpt_weights kind, int ctx,
@@ -225,17 +303,20 @@ hpt_status hpt_infer_create(hpt_mem *mem, hpt_gpt2 *model, hpt_weights kind, int
                         "engine");
     hpt_infer *inf;
     HPT_CHECK(infer_new(mem, &model->cfg, kind, ctx, &inf));
-    if (kind == HPT_WEIGHTS_F32) {
-        for (int k = 0; k < HPT_GPT2_NUM_TENSORS; k++) inf->f[k] = model->params + inf->t[k].offset;
-    } else {
+    for (int k = 0; k < T_ROLES; k++) {
+        if (inf->ti[k] < 0) continue;
+        if (kind == HPT_WEIGHTS_F32) inf->f[k] = model->params + hpt_table_offset(&inf->tab, inf->ti[k]);
+    }
+    if (kind != HPT_WEIGHTS_F32) {
         hpt_status s = infer_alloc_weights(inf);
         if (s != HPT_OK) {
             hpt_infer_free(inf);
             return hpt_fail_ctx(s, "int8 weights");
         }
-        for (int k = 0; k < HPT_GPT2_NUM_TENSORS; k++)
-            ingest(inf, k, 0, model->params + inf->t[k].offset,
-                   inf->t[k].numel / row_width(&model->cfg, k), HPT_COPY_D2D);
+        for (int k = 0; k < T_ROLES; k++)
+            if (inf->ti[k] >= 0)
+                ingest(inf, k, 0, model->params + hpt_table_offset(&inf->tab, inf->ti[k]),
+                       role_numel(inf, k) / row_width(&inf->cfg, k), HPT_COPY_D2D);
     }
     *out = inf;
     return HPT_OK;
@@ -247,17 +328,43 @@ int hpt_infer_get_pos(const hpt_infer *inf) { return inf->pos; }
 void hpt_infer_reset(hpt_infer *inf) { inf->pos = 0; }
 const float *hpt_infer_logits(const hpt_infer *inf) { return inf->logits; }
 
-/* out (n, OC) (+)= inp (n, IC) @ w^T + b for tensor kw of layer l (bias kb, -1: none). */
+/* out (n, OC) (+)= inp (n, IC) @ w^T + b for tensor role kw of layer l (bias kb, -1 or absent:
+ * none). */
 static void linear(hpt_infer *inf, float *out, const float *inp, int kw, int kb, int l, size_t n,
                    int64_t IC, int64_t OC, int accumulate) {
     size_t wo = per_layer(kw) ? (size_t)l * (size_t)(OC * IC) : 0;
-    const float *b = kb >= 0 ? inf->f[kb] + (size_t)l * (size_t)OC : NULL;
+    const float *b = kb >= 0 && inf->f[kb] ? inf->f[kb] + (size_t)l * (size_t)OC : NULL;
     const hpt_backend *be = hpt_backend_cpu();
     if (inf->q[kw])
         be->q8w_matmul_forward(out, inp, inf->q[kw] + wo, inf->qs[kw] + wo / (size_t)IC, b,
                                (int64_t)n, IC, OC, accumulate, inf->tile);
     else
         be->matmul_forward(out, inp, inf->f[kw] + wo, b, (int64_t)n, IC, OC, accumulate);
+}
+
+/* llama's blocks on n rows (model/llama.c's forward): rmsnorm, qkv, rope at the rows'
+ * positions, the cache of NKV heads, attention, SwiGLU. */
+static void llama_rows(hpt_infer *inf, size_t n, int pos0) {
+    const hpt_backend *be = hpt_backend_cpu();
+    const hpt_model_config *c = &inf->cfg;
+    const int C = c->C, NH = c->NH, NKV = c->NKV, FF = c->FF, hd = (int)hd_of(c);
+    const size_t Cz = (size_t)C, kw = kv_w(c), QKV = qkv_w(c);
+    const float *cosv = inf->rope, *sinv = inf->rope + (size_t)c->maxT * (size_t)(hd / 2);
+    float *gu = inf->fch, *sw = inf->fch + K_ROWS * 2 * (size_t)FF;
+    for (int l = 0; l < c->L; l++) {
+        const size_t lc = (size_t)l * Cz;
+        float *K = inf->kv + (size_t)l * 2 * (size_t)inf->ctx * kw, *V = K + (size_t)inf->ctx * kw;
+        be->rmsnorm_forward(inf->ln, inf->rstd, inf->x, inf->f[T_LN1W] + lc, (int64_t)n, C, c->norm_eps);
+        linear(inf, inf->qkv, inf->ln, T_QKVW, T_QKVB, l, n, C, (int64_t)QKV, 0);
+        be->rope_forward(inf->qkv, cosv, sinv, 1, (int)n, NH, NKV, hd, pos0);
+        be->infer_kv_store(K, V, inf->qkv, pos0, n, C, NH, NKV);
+        be->infer_attend(inf->atty, inf->qkv, K, V, pos0, n, C, NH, NKV);
+        linear(inf, inf->x, inf->atty, T_ATTPROJW, T_ATTPROJB, l, n, C, C, 1);
+        be->rmsnorm_forward(inf->ln, inf->rstd, inf->x, inf->f[T_LN2W] + lc, (int64_t)n, C, c->norm_eps);
+        linear(inf, gu, inf->ln, T_FCW, T_FCB, l, n, C, 2 * (int64_t)FF, 0);
+        be->swiglu_forward(sw, gu, (int64_t)n, FF);
+        linear(inf, inf->x, sw, T_FCPROJW, T_FCPROJB, l, n, FF, C, 1);
+    }
 }
 
 /* Runs n <= K_ROWS tokens at positions pos .. pos + n - 1 through the blocks: x holds their
@@ -269,7 +376,12 @@ static void block_rows(hpt_infer *inf, const int32_t *tok, size_t n) {
     const size_t Cz = (size_t)C;
     const int pos0 = inf->pos;
     be->infer_embed(inf->x, tok, n, pos0, inf->f[T_WTE], inf->q[T_WTE], inf->qs[T_WTE],
-                    inf->f[T_WPE], C); /* x = wte[tok] + wpe[pos] */
+                    inf->f[T_WPE], C); /* x = wte[tok] + wpe[pos] (llama: no wpe) */
+    if (is_llama(c)) {
+        llama_rows(inf, n, pos0);
+        inf->pos += (int)n;
+        return;
+    }
     for (int l = 0; l < L; l++) {
         const size_t lc = (size_t)l * Cz;
         float *K = inf->kv + (size_t)l * 2 * (size_t)inf->ctx * Cz, *V = K + (size_t)inf->ctx * Cz;
@@ -288,12 +400,17 @@ static void block_rows(hpt_infer *inf, const int32_t *tok, size_t n) {
     inf->pos += (int)n;
 }
 
-/* ln (n, C) = lnf of the n rows in x; out (n, Vp) = their logits (tied head). */
+/* ln (n, C) = the final norm of the n rows in x; out (n, Vp) = their logits (the tied head,
+ * or llama's lm_head when untied). */
 static void head_rows(hpt_infer *inf, float *out, const float *x, size_t n) {
     const hpt_model_config *c = &inf->cfg;
-    hpt_backend_cpu()->layernorm_forward(inf->ln, inf->mean, inf->rstd, x, inf->f[T_LNFW],
-                                         inf->f[T_LNFB], (int64_t)n, c->C);
-    linear(inf, out, inf->ln, T_WTE, -1, 0, n, c->C, c->Vp, 0);
+    if (is_llama(c))
+        hpt_backend_cpu()->rmsnorm_forward(inf->ln, inf->rstd, x, inf->f[T_LNFW], (int64_t)n,
+                                           c->C, c->norm_eps);
+    else
+        hpt_backend_cpu()->layernorm_forward(inf->ln, inf->mean, inf->rstd, x, inf->f[T_LNFW],
+                                             inf->f[T_LNFB], (int64_t)n, c->C);
+    linear(inf, out, inf->ln, inf->ti[T_LMHEAD] >= 0 ? T_LMHEAD : T_WTE, -1, 0, n, c->C, c->Vp, 0);
 }
 
 hpt_status hpt_infer_feed(hpt_infer *inf, const int32_t *tokens, int n) {

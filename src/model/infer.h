@@ -14,11 +14,12 @@ hpt_status infer_new(hpt_mem *mem, const hpt_model_config *cfg, hpt_weights kind
 /* Gives the engine weights of its own (int8 and scales for the quantised tensors, fp32 for
  * the others), zero until ingested. */
 hpt_status infer_alloc_weights(hpt_infer *inf);
-/* The width of one row of tensor k (hpt_gpt2_tensors' order) as the engine stores it: each
- * quantised matrix has one scale per row (output channel). Tensors are ingested in whole rows. */
+/* The width of one row of tensor k (the configuration's table index) as the engine stores it:
+ * each quantised matrix has one scale per row (output channel). Tensors are ingested in whole
+ * rows. */
 size_t infer_row_width(const hpt_model_config *cfg, int k);
-/* Stores rows [row0, row0 + n) of tensor k (rows: n x infer_row_width floats, host memory;
- * borrowed) into an engine with weights of its own. */
+/* Stores rows [row0, row0 + n) of tensor k (a table index; rows: n x infer_row_width floats,
+ * host memory; borrowed) into an engine with weights of its own. */
 void infer_ingest(hpt_infer *inf, int k, size_t row0, const float *rows, size_t n);
 
 #endif

@@ -51,11 +51,13 @@
  *      +--- reap <-- WRITING_BACK <-- eng_stream_update
  *
  * Fused updates run where the state is: on the worker when m and v are in memory (ZeRO-Offload:
- * overlapping the backward of the blocks before); when they are on disk, the worker reads
- * block l's m and v into one of two staging sets while block l's backward computes, the
- * compute thread updates it as soon as its gradients are complete, and the worker writes
- * weights, m and v back while the next block's backward computes (ZeRO-Infinity: one streaming
- * pass, double buffered; the worker's disk traffic, not the update, is the bottleneck there).
+ * overlapping the backward of the blocks before; one thread while the compute thread computes,
+ * the compute team's count while it is blocked in wait_seq, chosen slice by slice); when they
+ * are on disk, the worker reads block l's m and v into one of two staging sets while block l's
+ * backward computes, the compute thread updates it as soon as its gradients are complete, and
+ * the worker writes weights, m and v back while the next block's backward computes
+ * (ZeRO-Infinity: one streaming pass, double buffered; the worker's disk traffic, not the
+ * update, is the bottleneck there).
  * Device-homed parameters never move: their "slot" is the home (zero copy), only the waits
  * for queued updates apply. Gradient slots (device) alternate between two blocks so that block
  * l-1's backward writes one while the worker consumes block l's from the other.
@@ -220,6 +222,8 @@ static const float *update_grads(offload_engine *e, int l, int set) {
     return g;
 }
 
+static _Thread_local int t_worker; /* 1 on an engine's worker thread */
+
 /* Block l's update, slice by slice; m and v NULL when the optimizer keeps its state. p is
  * the fp32 weights (unused with bf16 weights: the update rewrites their home, or with bfd the
  * staging block of set, read before and written back after). */
@@ -227,6 +231,10 @@ static void update_block(offload_engine *e, int l, int set, float *p, const floa
                          float *v) {
     uint16_t *wh = e->bfd ? e->bstage + (size_t)set * e->hstride : e->wh + (size_t)l * e->hstride;
     for (int i = 0; i < e->ns; i++) {
+        /* the worker's update: one thread while the compute thread computes, its team's cores
+         * while it waits for a job (the update kernels give the same bits on any count) */
+        if (t_worker)
+            omp_set_num_threads(__atomic_load_n(&e->waiting, __ATOMIC_RELAXED) ? e->team : 1);
         size_t o = e->slice_off[i], h = (size_t)l * e->hstride + o;
         hpt_be_param kp = hpt_be_param_f32(p ? p + o : NULL);
         if (e->bf) /* base: the element's index among the blocks' weights (noise, not layout) */
@@ -298,6 +306,7 @@ static hpt_status run_job(offload_engine *e, const job *j, double *io_s, double 
 
 static void *worker(void *arg) {
     offload_engine *e = arg;
+    t_worker = 1;
     omp_set_num_threads(1); /* the compute thread's team keeps the cores */
     pthread_mutex_lock(&e->mu);
     while (!e->stop) {
@@ -403,7 +412,9 @@ static hpt_status wait_seq(offload_engine *e, uint64_t seq) {
     pthread_mutex_lock(&e->mu);
     if (e->done < seq) {
         double t0 = hpt_now();
+        __atomic_store_n(&e->waiting, 1, __ATOMIC_RELAXED); /* the worker may use our cores */
         while (e->done < seq) pthread_cond_wait(&e->cv_done, &e->mu);
+        __atomic_store_n(&e->waiting, 0, __ATOMIC_RELAXED);
         e->st.wait_s += hpt_now() - t0;
     }
     pthread_mutex_unlock(&e->mu);
@@ -773,6 +784,7 @@ hpt_status eng_create(hpt_mem *mem, int L, int n_slices, const size_t *slice_n,
         s = e->be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, (size_t)e->n_g * e->stride * sizeof(float),
                           (void **)&e->gslots);
     }
+    e->team = omp_get_max_threads();
     if (s == HPT_OK && !e->sync) {
         if (pthread_create(&e->th, NULL, worker, e) != 0)
             s = hpt_fail(HPT_ERR_OOM, "offload engine: cannot start its worker thread");

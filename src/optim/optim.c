@@ -460,11 +460,14 @@ hpt_status hpt_optim_fused_begin(hpt_optim *op, float lr, float clip) {
 
 hpt_status hpt_optim_fused_end(hpt_optim *op, float *grad_norm_out) {
     if (!op->armed) return hpt_fail(HPT_ERR_INVALID, "hpt_optim_fused_end without a begin");
+    /* the non-block tensors and the norm first (they touch nothing the worker's block updates
+     * touch, and the blocks' sums of squares were taken as their gradients completed), so this
+     * thread works while the worker finishes the last blocks instead of waiting for them */
+    update_nonblock(op, op->lr_now, op->scale_now);
+    float norm = (float)sqrt(grad_sumsq(op));
     hpt_status s = eng_drain(model_engine(op->model)); /* every block's update done */
     op->armed = 0;
     HPT_CHECK(s);
-    update_nonblock(op, op->lr_now, op->scale_now);
-    float norm = (float)sqrt(grad_sumsq(op));
     if (grad_norm_out) *grad_norm_out = norm;
     op->prev_norm = norm;
     if (!isfinite(norm))

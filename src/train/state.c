@@ -9,7 +9,8 @@
  *                     optimizer state_bits state32_embeddings | accum (0 in files written
  *                     before accumulation: read as 1) | the fused update's previous gradient
  *                     norm (float bits; 0: none) | the encoding of AdamW's 8-bit second
- *                     moment (OPTIM_Q8_V_ROOT; 0 in files written before it) | 0...
+ *                     moment (OPTIM_Q8_V_ROOT; 0 in files written before it) | the
+ *                     configuration beyond GPT-2's (27-31, pack_arch; 0 for GPT-2)
  *   float params[n]; then the optimizer's state buffers in hpt_optim_state_buffers' order
  *   (m fp32, m codes, m scales, v fp32, v codes, v scales; empty ones take no bytes), whose
  *   sizes follow from the shape and fields 21-23 (hpt_optim_state_bytes)
@@ -54,6 +55,49 @@
 
 #define STATE_VERSION 3
 #define NFIELDS 32
+
+/* Fields 27-31: the configuration beyond GPT-2's six numbers (all 0 for GPT-2, as in files
+ * written before them): 27 arch | NKV << 8 | FF << 32; 28 tied | attn_bias << 1 | mlp_bias << 2
+ * | rope_orig_maxT << 8; 29 norm_eps | rope_theta << 32; 30 rope_factor | rope_low_freq << 32;
+ * 31 rope_high_freq | init_range << 32 (floats as their bits). */
+static int64_t two_floats(float lo, float hi) {
+    uint32_t a, b;
+    memcpy(&a, &lo, 4);
+    memcpy(&b, &hi, 4);
+    return (int64_t)((uint64_t)a | (uint64_t)b << 32);
+}
+static float float_at(int64_t v, int hi) {
+    uint32_t a = (uint32_t)((uint64_t)v >> (hi ? 32 : 0));
+    float x;
+    memcpy(&x, &a, 4);
+    return x;
+}
+static void pack_arch(const hpt_model_config *c, int64_t *f) {
+    if (c->arch == HPT_ARCH_GPT2) return;
+    f[27] = (int64_t)((uint64_t)c->arch | (uint64_t)c->NKV << 8 | (uint64_t)c->FF << 32);
+    f[28] = (int64_t)((uint64_t)c->tied | (uint64_t)c->attn_bias << 1 | (uint64_t)c->mlp_bias << 2 |
+                      (uint64_t)c->rope_orig_maxT << 8);
+    f[29] = two_floats(c->norm_eps, c->rope_theta);
+    f[30] = two_floats(c->rope_factor, c->rope_low_freq);
+    f[31] = two_floats(c->rope_high_freq, c->init_range);
+}
+static void unpack_arch(const int64_t *f, hpt_model_config *c) {
+    uint64_t a = (uint64_t)f[27], b = (uint64_t)f[28];
+    c->arch = (int)(a & 0xff);
+    if (c->arch == HPT_ARCH_GPT2) return;
+    c->NKV = (int)((a >> 8) & 0xffffff);
+    c->FF = (int)(a >> 32);
+    c->tied = (int)(b & 1);
+    c->attn_bias = (int)((b >> 1) & 1);
+    c->mlp_bias = (int)((b >> 2) & 1);
+    c->rope_orig_maxT = (int)(b >> 8);
+    c->norm_eps = float_at(f[29], 0);
+    c->rope_theta = float_at(f[29], 1);
+    c->rope_factor = float_at(f[30], 0);
+    c->rope_low_freq = float_at(f[30], 1);
+    c->rope_high_freq = float_at(f[31], 0);
+    c->init_range = float_at(f[31], 1);
+}
 static const char k_magic[8] = {'H', 'P', 'T', 'S', 'T', 'A', 'T', 'E'};
 static const char k_end[8] = {'H', 'P', 'T', 'E', 'N', 'D', 0, 0};
 
@@ -109,6 +153,7 @@ hpt_status hpt_state_save_sections(const char *path, const hpt_gpt2 *model, cons
                           ao->state_bits == 0 ? 32 : ao->state_bits, ao->state32_embeddings,
                           pos->accum > 1 ? pos->accum : 1, fbits(hpt_optim_get_prev_norm(opt)),
                           OPTIM_Q8_V_ROOT};
+    pack_arch(c, f);
     uint32_t ver[2] = {STATE_VERSION, NFIELDS};
     size_t nb = num_params * sizeof(float);
     const hpt_adamw_opts *oo = hpt_optim_get_opts(opt);
@@ -309,6 +354,7 @@ static hpt_status load_state(const char *path, hpt_mem *mem, const hpt_offload_o
     if (s == HPT_OK) {
         c = (hpt_model_config){.L = (int)f[0], .C = (int)f[1], .NH = (int)f[2], .V = (int)f[3],
                               .Vp = (int)f[4], .maxT = (int)f[5]};
+        unpack_arch(f, &c);
         s = hpt_gpt2_config_check(&c);
         if (s != HPT_OK) s = hpt_fail_ctx(s, "%s", path);
     }

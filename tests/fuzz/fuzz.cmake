@@ -9,7 +9,8 @@
 #    variants and tests are not built in such a tree (HPT_FUZZ clears HPT_VARIANTS). The
 #    library compiles there with the warning list but not as errors: clang warns about
 #    things gcc does not (the gcc builds hold the line).
-set(HPT_FUZZ_TARGETS state llmc refstate shard tokbin tokgpt2 trace)
+set(HPT_FUZZ_TARGETS state llmc refstate shard tokbin tokgpt2 trace safetensors hfconfig hfmodel tokjson
+    tiktoken)
 set(HPT_FUZZ_DIR ${CMAKE_SOURCE_DIR}/tests/fuzz)
 
 foreach(variant IN LISTS HPT_VARIANTS)

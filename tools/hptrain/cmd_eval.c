@@ -2,9 +2,9 @@
  * of token shards, read in order from the start of the data (shard 0, offset 0: the data
  * loader's walk, no wrapping), forward only.
  *
- * The model comes as `train` takes it (a checkpoint file, a --save directory's model.bin, any
- * other directory or path hpt_model_load_offload reads, or a SHAPE with random weights from
- * --seed) and with the same plan flags, parsed and checked by the same plan code (forward
+ * The model comes as `train` and `sample` take it (a checkpoint file, a Hugging Face directory
+ * with config.json, a --save directory's model.bin, through hpt_model_load_offload, or a SHAPE
+ * with random weights from --seed) and with the same plan flags, parsed and checked by the same plan code (forward
  * rules: hpt_plan_env.training = 0); the plan's budgets and disk directory are set on the
  * memory manager first, as the trainer does. The gradient buffer the model object makes is
  * released before the first forward, so no forward runs with gradients allocated. Loss =
@@ -30,8 +30,9 @@ static const char k_help[] =
     "gradients, no optimizer. The last line on standard output is\n"
     "  loss L perplexity P batches N tokens K\n"
     "\n"
-    "  --model PATH|DIR|SHAPE  checkpoint, a directory holding model.bin (a --save\n"
-    "                      directory), or a shape with random weights (--seed)\n"
+    "  --model PATH|DIR|SHAPE  checkpoint, a Hugging Face model directory (config.json and\n"
+    "                      safetensors), a directory holding model.bin (a --save directory),\n"
+    "                      or a shape with random weights (--seed)\n"
     "  --data GLOB         token shards\n"
     "  --batch B, --seq T  batch size and sequence length (T <= the model's maxT)\n"
     "  --batches N         batches to evaluate (default: every batch of one pass over the data;\n"
@@ -84,9 +85,14 @@ int cmd_eval(int argc, char **argv) {
 
     char path[4200];
     struct stat st;
-    if (stat(model_path, &st) == 0 && S_ISDIR(st.st_mode)) { /* a --save directory */
-        snprintf(path, sizeof path, "%s/model.bin", model_path);
-        if (stat(path, &st) == 0) model_path = path;
+    if (stat(model_path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        /* as sample: with config.json a Hugging Face directory (the loader reads it), else a
+         * --save directory's model.bin */
+        snprintf(path, sizeof path, "%s/config.json", model_path);
+        if (stat(path, &st) != 0) {
+            snprintf(path, sizeof path, "%s/model.bin", model_path);
+            model_path = path;
+        }
     }
     hpt_mem *mem = NULL;
     hpt_model *m = NULL;

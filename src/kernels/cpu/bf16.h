@@ -8,7 +8,7 @@
  *     itself stored in bf16 (comp) and added back before the next update: value = p + comp
  *     carries ~16 significant bits in 4 bytes, and updates far below p's ulp accumulate.
  * NaN and infinity pass through unchanged by either rounding. A block is widened and rounded
- * by the AVX-512 helpers where the CPU has them (simd.h: the same bits). */
+ * by the AVX-512 or AVX2 helpers where the CPU has them (simd.h: the same bits). */
 #ifndef HPT_BF16_H
 #define HPT_BF16_H
 
@@ -56,6 +56,10 @@ static inline float *param_block(const k_param *p, size_t lo, int len, float *sc
         k_bf16_load_avx512(scratch, p->bf16 + lo, p->comp ? p->comp + lo : NULL, len);
         return scratch;
     }
+    if (k_simd_avx2) {
+        k_bf16_load_avx2(scratch, p->bf16 + lo, p->comp ? p->comp + lo : NULL, len);
+        return scratch;
+    }
     for (int j = 0; j < len; j++)
         scratch[j] = bf16_widen(p->bf16[lo + (size_t)j]) +
                      (p->comp ? bf16_widen(p->comp[lo + (size_t)j]) : 0.0f);
@@ -68,6 +72,11 @@ static inline void param_commit(const k_param *p, size_t lo, int len, const floa
     if (k_simd_avx512) {
         k_bf16_store_avx512(p->bf16 + lo, p->comp ? p->comp + lo : NULL, buf, len, p->seed,
                             p->base + lo);
+        return;
+    }
+    if (k_simd_avx2) {
+        k_bf16_store_avx2(p->bf16 + lo, p->comp ? p->comp + lo : NULL, buf, len, p->seed,
+                          p->base + lo);
         return;
     }
     for (int j = 0; j < len; j++) {

@@ -9,9 +9,12 @@
  * In place: narrowing may write h over x's own bytes (h == (uint16_t *)x: value i's half goes
  * to bytes 2i, below its float at 4i, so every value is read before it is overwritten in
  * forward order); widening may write x over h's bytes (x == (float *)h: backward order).
- * The vector loads and stores have may-alias types, the scalar ends go through memcpy. */
+ * The vector loads and stores have may-alias types, the scalar ends go through memcpy. The bf16
+ * conversions run 16 at a time in AVX-512 where the CPU has it (simd.h: the same bits, the
+ * same in-place rules). */
 #include "kernels/kernels.h"
 #include "kernels/cpu/bf16.h"
+#include "kernels/cpu/simd.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -65,6 +68,7 @@ F16C_FN void k_f16_widen(float *x, const uint16_t *h, size_t n) {
 }
 
 int k_bf16_narrow(uint16_t *h, const float *x, size_t n) {
+    if (k_simd_avx512) return k_bf16_narrow_avx512(h, x, n);
     int over = 0;
     for (size_t i = 0; i < n; i++) {
         uint16_t r = bf16_rne(load_f(x, i));
@@ -75,6 +79,10 @@ int k_bf16_narrow(uint16_t *h, const float *x, size_t n) {
 }
 
 void k_bf16_widen(float *x, const uint16_t *h, size_t n) {
+    if (k_simd_avx512) {
+        k_bf16_widen_avx512(x, h, n);
+        return;
+    }
     for (size_t i = n; i > 0; i--) {
         uint16_t r;
         memcpy(&r, (const char *)h + (i - 1) * sizeof r, sizeof r);
@@ -84,6 +92,10 @@ void k_bf16_widen(float *x, const uint16_t *h, size_t n) {
 }
 
 void k_bf16_split(uint16_t *h, uint16_t *c, const float *x, size_t n) {
+    if (k_simd_avx512) {
+        k_bf16_split_avx512(h, c, x, n);
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
         h[i] = bf16_rne(x[i]);
         if (c) c[i] = bf16_rne(x[i] - bf16_widen(h[i]));

@@ -91,18 +91,34 @@ void k_crossentropy_backward(float *logits, const float *lse, const int32_t *tar
 }
 
 /* Deterministic reductions: a fixed number of static chunks, each summed in order, then the
- * chunk sums added in order, whatever the thread count. */
+ * chunk sums added in order, whatever the thread count. A thread sums SUM_LANES chunks side
+ * by side (element i of each in turn): each chunk's sum is still its own in-order sequence,
+ * bit for bit, but the adds of different chunks overlap instead of each waiting on the one
+ * before it (a lone in-order sum in double runs at the add's latency, not the memory's rate). */
 #define K_CHUNKS 64
+#define SUM_LANES 8
 
 double k_sumsq(const float *x, size_t n) {
     double part[K_CHUNKS];
     size_t chunk = (n + K_CHUNKS - 1) / K_CHUNKS;
 #pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
-    for (int c = 0; c < K_CHUNKS; c++) {
-        size_t lo = (size_t)c * chunk, hi = lo + chunk < n ? lo + chunk : n;
-        double s = 0.0;
-        for (size_t i = lo; i < hi; i++) s += (double)x[i] * (double)x[i];
-        part[c] = s;
+    for (int q = 0; q < K_CHUNKS / SUM_LANES; q++) {
+        const float *xs[SUM_LANES];
+        size_t len[SUM_LANES], common = chunk;
+        for (int k = 0; k < SUM_LANES; k++) {
+            size_t lo = (size_t)(q * SUM_LANES + k) * chunk;
+            lo = lo < n ? lo : n;
+            len[k] = n - lo < chunk ? n - lo : chunk;
+            xs[k] = x + lo;
+            common = len[k] < common ? len[k] : common;
+        }
+        double s[SUM_LANES] = {0};
+        for (size_t i = 0; i < common; i++)
+            for (int k = 0; k < SUM_LANES; k++) s[k] += (double)xs[k][i] * (double)xs[k][i];
+        for (int k = 0; k < SUM_LANES; k++) {
+            for (size_t i = common; i < len[k]; i++) s[k] += (double)xs[k][i] * (double)xs[k][i];
+            part[q * SUM_LANES + k] = s[k];
+        }
     }
     double s = 0.0;
     for (int c = 0; c < K_CHUNKS; c++) s += part[c];

@@ -1,8 +1,8 @@
 /* q8.h: the 8-bit dynamic-map codec shared by quant.c and optim.c (inline, no state).
  * Encoding is a branchless binary search over the 256 ascending code values (8 compares, no
  * data-dependent branches, so `omp simd` loops vectorise it with gathers), then the nearer of
- * the two neighbours. Blocks are decoded and encoded (through the table) by the AVX-512
- * helpers where the CPU has them (simd.h: the same bits). */
+ * the two neighbours. Blocks are decoded and encoded (through the table) by the AVX-512 or
+ * AVX2 helpers where the CPU has them (simd.h: the same bits). */
 #ifndef HPT_Q8_H
 #define HPT_Q8_H
 
@@ -34,6 +34,10 @@ static inline void q8_load_block(float *buf, const uint8_t *codes, float absmax,
         k_q8_load_avx512(buf, codes, absmax, len, map, pl);
         return;
     }
+    if (k_simd_avx2) {
+        k_q8_load_avx2(buf, codes, absmax, len, map);
+        return;
+    }
 #pragma omp simd
     for (int j = 0; j < len; j++) buf[j] = map[codes[j]] * absmax;
 }
@@ -58,6 +62,8 @@ static inline float q8_store_block(uint8_t *codes, const float *buf, int len, co
                                    const int32_t *lut) {
     if (lut && k_simd_avx512)
         return k_q8_store_avx512(codes, buf, len, map, lut, k_q8_thr_of(lut));
+    const uint32_t *thr = lut && k_simd_avx2 ? k_q8_thr_of(lut) : NULL;
+    if (thr) return k_q8_store_avx2(codes, buf, len, map, lut, thr);
     float mx = 0.0f;
 #pragma omp simd reduction(max : mx)
     for (int j = 0; j < len; j++) mx = fmaxf(mx, fabsf(buf[j]));

@@ -1,12 +1,12 @@
-/* simd.h: runtime dispatch of the optimizers' block helpers to AVX-512 (simd_avx512.c).
+/* simd.h: runtime dispatch of the optimizers' block helpers to AVX-512 (simd_avx512.c) or,
+ * on CPUs without it, AVX2 (simd_avx2.c).
  * The helpers are the four steps around an update's fp32 arithmetic: 8-bit state decoded and
- * encoded (q8.h), bf16 weights widened and rounded back (bf16.h). Their AVX-512 versions
- * compute the same bits as the portable ones (same IEEE operations in the same order, the
+ * encoded (q8.h), bf16 weights widened and rounded back (bf16.h). Their AVX-512 and AVX2
+ * versions compute the same bits as the portable ones (same IEEE operations in the same order, the
  * same table walk, the same random bits), so the choice changes speed only; tests/test_optim.c
- * compares both on every input class. The portable code runs on CPUs without AVX-512 (AVX2
- * machines: gcc vectorises it for the build's -march) and in the sanitizer build's checks.
- * The level is read from the CPU once (__builtin_cpu_supports), whatever the build's -march,
- * since the AVX-512 file is compiled with target attributes. */
+ * compares the three on every input class. The portable code runs on CPUs with neither.
+ * The level is read from the CPU once (__builtin_cpu_supports, in simd_avx512.c), whatever the
+ * build's -march, since both files are compiled with target attributes. */
 #ifndef HPT_SIMD_H
 #define HPT_SIMD_H
 
@@ -17,9 +17,12 @@
 extern int k_simd_avx512;
 /* 1 when, in addition, AVX-512 VBMI's byte shuffles decode 8-bit states (k_q8_planes). */
 extern int k_simd_vbmi;
-/* Test hook: -1 back to the CPU's answer, 0 the portable helpers, 1 AVX-512 (ignored and 0
- * returned when the CPU lacks it). Returns the level now in effect. Not thread-safe: call it
- * between kernels. */
+/* 1 when the AVX2 helpers run (where k_simd_avx512 is 0). */
+extern int k_simd_avx2;
+/* Test hook: -1 back to the CPU's choice; 0 the portable helpers; 1 AVX-512 (with VBMI where
+ * present); 2 AVX-512 without VBMI; 3 AVX2. Returns 1 when the path asked for runs (0 when
+ * the CPU lacks it: then the portable helpers run). Not thread-safe: call it between
+ * kernels. */
 int k_simd_force(int level);
 
 /* The step table of a map's lut (k_q8_lut): per bucket key (a float's top 16 bits) the code
@@ -57,5 +60,19 @@ void k_bf16_load_avx512(float *buf, const uint16_t *h, const uint16_t *c, int le
  * stochastically with bf16_noise(seed, index + j). */
 void k_bf16_store_avx512(uint16_t *h, uint16_t *c, const float *buf, int len, uint64_t seed,
                          uint64_t index);
+
+/* The AVX2 versions of the four helpers (same contracts). */
+void k_q8_load_avx2(float *buf, const uint8_t *codes, float absmax, int len, const float *map);
+float k_q8_store_avx2(uint8_t *codes, const float *buf, int len, const float *map,
+                      const int32_t *lut, const uint32_t *thr);
+void k_bf16_load_avx2(float *buf, const uint16_t *h, const uint16_t *c, int len);
+void k_bf16_store_avx2(uint16_t *h, uint16_t *c, const float *buf, int len, uint64_t seed,
+                       uint64_t index);
+
+/* half.c's whole-array conversions, with its in-place rules (widening may write x over h's
+ * bytes, narrowing h over x's): the same bits, 16 values at a time. */
+void k_bf16_widen_avx512(float *x, const uint16_t *h, size_t n);
+int k_bf16_narrow_avx512(uint16_t *h, const float *x, size_t n);
+void k_bf16_split_avx512(uint16_t *h, uint16_t *c, const float *x, size_t n);
 
 #endif

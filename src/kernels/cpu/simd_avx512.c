@@ -1,5 +1,5 @@
 /* simd_avx512.c: the optimizers' block helpers in AVX-512 (the dispatch and its contract:
- * simd.h). Each function is the portable helper of q8.h or bf16.h written 16 lanes at a time,
+ * simd.h; the CPU's level is read here, for both vector files). Each function is the portable helper of q8.h or bf16.h written 16 lanes at a time,
  * with the same operations in the same order, so the bits are the same:
  *  - decoding: map[code] by byte-plane shuffles (VBMI) or a gather, times absmax (one IEEE
  *    multiply);
@@ -24,22 +24,25 @@
 #define AVX512_FN __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
 #define VBMI_FN __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi")))
 
-int k_simd_avx512, k_simd_vbmi;
-static int g_cpu_avx512, g_cpu_vbmi;
+int k_simd_avx512, k_simd_vbmi, k_simd_avx2;
+static int g_cpu_avx512, g_cpu_vbmi, g_cpu_avx2;
 
 __attribute__((constructor)) static void simd_detect(void) {
     __builtin_cpu_init();
     g_cpu_avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                    __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
     g_cpu_vbmi = g_cpu_avx512 && __builtin_cpu_supports("avx512vbmi");
-    k_simd_avx512 = g_cpu_avx512;
-    k_simd_vbmi = g_cpu_vbmi;
+    g_cpu_avx2 = __builtin_cpu_supports("avx2");
+    k_simd_force(-1);
 }
 
 int k_simd_force(int level) {
-    k_simd_avx512 = level < 0 ? g_cpu_avx512 : level > 0 && g_cpu_avx512;
-    k_simd_vbmi = k_simd_avx512 && g_cpu_vbmi && level != 2; /* 2: AVX-512 without VBMI */
-    return k_simd_avx512;
+    int cpu = level < 0 || level == 1;
+    k_simd_avx512 = (cpu || level == 2) && g_cpu_avx512;
+    k_simd_vbmi = cpu && g_cpu_vbmi;
+    k_simd_avx2 = (cpu || level == 3) && g_cpu_avx2 && !k_simd_avx512;
+    if (level < 0) return 1;
+    return level == 0 ? 1 : level == 3 ? k_simd_avx2 : k_simd_avx512;
 }
 
 void k_q8_planes_of(k_q8_planes *pl, const float *map) {
@@ -65,8 +68,13 @@ VBMI_FN static void load_planes(float *buf, const uint8_t *codes, float absmax, 
     __m512i t[4][4]; /* plane k's entries 64q .. 64q + 63 */
     for (int k = 0; k < 4; k++)
         for (int q = 0; q < 4; q++) t[k][q] = _mm512_loadu_si512(pl->b[k] + 64 * q);
-    uint8_t perm[64];
-    for (int q = 0; q < 64; q++) perm[q] = (uint8_t)(16 * ((q % 16) / 4) + 4 * (q / 16) + q % 4);
+    /* perm[q] = 16 ((q mod 16) / 4) + 4 (q / 16) + q mod 4 */
+    static const uint8_t perm[64] = {
+        0, 1, 2, 3, 16, 17, 18, 19, 32, 33, 34, 35, 48, 49, 50, 51,
+        4, 5, 6, 7, 20, 21, 22, 23, 36, 37, 38, 39, 52, 53, 54, 55,
+        8, 9, 10, 11, 24, 25, 26, 27, 40, 41, 42, 43, 56, 57, 58, 59,
+        12, 13, 14, 15, 28, 29, 30, 31, 44, 45, 46, 47, 60, 61, 62, 63,
+    };
     const __m512i vperm = _mm512_loadu_si512(perm);
     const __m512 a = _mm512_set1_ps(absmax);
     for (int j = 0; j < len; j += 64) {
@@ -227,6 +235,53 @@ AVX512_FN void k_bf16_store_avx512(uint16_t *h, uint16_t *c, const float *buf, i
                                             noise8(vseed, _mm512_add_epi64(idx, eight)), 1);
             _mm256_mask_storeu_epi16(h + j, k, round_bits(_mm512_castps_si512(x), nz));
             idx = _mm512_add_epi64(idx, sixteen);
+        }
+    }
+}
+
+/* ---- whole arrays of bf16 (half.c's k_bf16_widen, k_bf16_narrow, k_bf16_split) ---- */
+
+/* The lanes [0, r) of a 16-lane step, r in 1..16. */
+static inline __mmask16 lanes(size_t r) {
+    return r >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << r) - 1u);
+}
+
+AVX512_FN void k_bf16_widen_avx512(float *x, const uint16_t *h, size_t n) {
+    /* from the end, each step's halves loaded before its floats are stored: with x over h's
+     * bytes, a step's stores (bytes 4a .. 4a + 64) lie above every half still unread (< 2a) */
+    for (size_t i = n; i > 0;) {
+        size_t r = i % 16 ? i % 16 : 16, a = i - r;
+        __mmask16 k = lanes(r);
+        __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, h + a));
+        _mm512_mask_storeu_ps(x + a, k, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+        i = a;
+    }
+}
+
+AVX512_FN int k_bf16_narrow_avx512(uint16_t *h, const float *x, size_t n) {
+    /* forward: with h over x's bytes, a step's halves (bytes 2a .. 2a + 32) lie below the
+     * floats not yet read (>= 4a + 64) */
+    const __m512i expo = _mm512_set1_epi32(0x7f80);
+    __mmask16 over = 0;
+    for (size_t a = 0; a < n; a += 16) {
+        __mmask16 k = lanes(n - a);
+        __m256i r = rne(_mm512_maskz_loadu_ps(k, x + a));
+        over |= _mm512_mask_cmpeq_epi32_mask(k, _mm512_and_si512(_mm512_cvtepu16_epi32(r), expo),
+                                             expo);
+        _mm256_mask_storeu_epi16(h + a, k, r);
+    }
+    return over != 0;
+}
+
+AVX512_FN void k_bf16_split_avx512(uint16_t *h, uint16_t *c, const float *x, size_t n) {
+    for (size_t a = 0; a < n; a += 16) {
+        __mmask16 k = lanes(n - a);
+        __m512 v = _mm512_maskz_loadu_ps(k, x + a);
+        __m256i hv = rne(v);
+        _mm256_mask_storeu_epi16(h + a, k, hv);
+        if (c) {
+            __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hv), 16));
+            _mm256_mask_storeu_epi16(c + a, k, rne(_mm512_sub_ps(v, back)));
         }
     }
 }

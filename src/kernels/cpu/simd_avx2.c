@@ -1,0 +1,154 @@
+/* simd_avx2.c: the optimizers' block helpers in AVX2, 8 lanes at a time, for CPUs without
+ * AVX-512 (the dispatch and its contract: simd.h). The same operations as the portable helpers
+ * of q8.h and bf16.h in the same order, so the same bits:
+ *  - decoding: map[code] by a gather, times absmax;
+ *  - encoding: the step table (simd.h) by one gather per 8 values; a block with a slow entry
+ *    (an infinity or NaN among its values) is encoded again by q8_encode_lut itself;
+ *  - bf16: widening by a shift, round-to-nearest-even and Kahan's residue by bf16.h's integer
+ *    additions, stochastic rounding's random bits by splitmix64's finaliser in 64-bit lanes
+ *    (AVX2 has no 64-bit multiply: three 32x32 products make its low 64 bits).
+ * AVX2 has no masked 8- or 16-bit stores: a tail of fewer than 8 values goes through a small
+ * stack buffer. Compiled with a target attribute; run only where k_simd_avx2 is set. */
+#include "kernels/cpu/bf16.h"
+#include "kernels/cpu/q8.h"
+#include "kernels/cpu/simd.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define AVX2_FN __attribute__((target("avx2")))
+
+AVX2_FN void k_q8_load_avx2(float *buf, const uint8_t *codes, float absmax, int len,
+                            const float *map) {
+    const __m256 a = _mm256_set1_ps(absmax);
+    int j = 0;
+    for (; j + 8 <= len; j += 8) {
+        __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(codes + j)));
+        _mm256_storeu_ps(buf + j, _mm256_mul_ps(_mm256_i32gather_ps(map, c, 4), a));
+    }
+    for (; j < len; j++) buf[j] = map[codes[j]] * absmax;
+}
+
+AVX2_FN float k_q8_store_avx2(uint8_t *codes, const float *buf, int len, const float *map,
+                              const int32_t *lut, const uint32_t *thr) {
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 mxv = _mm256_setzero_ps();
+    float tail[8] = {0};
+    int n8 = len / 8 * 8;
+    for (int j = 0; j < n8; j += 8) /* max(|x|, mx) keeps mx where |x| is NaN: fmaxf's rule */
+        mxv = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(buf + j), absmask), mxv);
+    float lanes[8];
+    _mm256_storeu_ps(lanes, mxv);
+    float mx = 0.0f;
+    for (int k = 0; k < 8; k++) mx = fmaxf(mx, lanes[k]); /* max is exact: order is free */
+    for (int j = n8; j < len; j++) mx = fmaxf(mx, fabsf(buf[j]));
+    float inv = mx > 0.0f ? 1.0f / mx : 0.0f;
+    const __m256 vinv = _mm256_set1_ps(inv);
+    const __m256i low16 = _mm256_set1_epi32(0xffff), slow = _mm256_set1_epi32(2);
+    __m256i any_slow = _mm256_setzero_si256();
+    for (int j = 0; j < len; j += 8) {
+        int r = len - j < 8 ? len - j : 8;
+        const float *src = buf + j;
+        if (r < 8) { /* zeros past the end: encoded, never stored */
+            memcpy(tail, src, (size_t)r * sizeof(float));
+            src = tail;
+        }
+        __m256 x = _mm256_mul_ps(_mm256_loadu_ps(src), vinv);
+        __m256i bits = _mm256_castps_si256(x);
+        __m256i e = _mm256_i32gather_epi32((const int *)thr, _mm256_srli_epi32(bits, 16), 4);
+        __m256i d = _mm256_srai_epi32(e, 24);
+        any_slow = _mm256_or_si256(any_slow, _mm256_cmpeq_epi32(d, slow));
+        __m256i c0 = _mm256_and_si256(e, _mm256_set1_epi32(0xff));
+        __m256i t = _mm256_and_si256(_mm256_srli_epi32(e, 8), low16);
+        /* low >= t, both below 2^16 (a signed compare is exact) */
+        __m256i below = _mm256_cmpgt_epi32(t, _mm256_and_si256(bits, low16));
+        __m256i code = _mm256_add_epi32(c0, _mm256_andnot_si256(below, d));
+        __m128i c16 = _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
+        uint8_t out[16];
+        _mm_storeu_si128((__m128i *)(void *)out, _mm_packus_epi16(c16, c16));
+        memcpy(codes + j, out, (size_t)r);
+    }
+    if (!_mm256_testz_si256(any_slow, any_slow))
+        for (int j = 0; j < len; j++) codes[j] = q8_encode_lut(buf[j] * inv, map, lut);
+    return mx;
+}
+
+AVX2_FN void k_bf16_load_avx2(float *buf, const uint16_t *h, const uint16_t *c, int len) {
+    int j = 0;
+    for (; j + 8 <= len; j += 8) {
+        __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(h + j)));
+        __m256 x = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)), r = _mm256_setzero_ps();
+        if (c) {
+            __m256i k = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(c + j)));
+            r = _mm256_castsi256_ps(_mm256_slli_epi32(k, 16));
+        }
+        _mm256_storeu_ps(buf + j, _mm256_add_ps(x, r)); /* + 0.0f kept: -0 becomes +0 */
+    }
+    for (; j < len; j++) buf[j] = bf16_widen(h[j]) + (c ? bf16_widen(c[j]) : 0.0f);
+}
+
+/* Bits b (8 lanes) plus add, shifted to bf16, or truncated where not finite; as 8 halves. */
+AVX2_FN static inline __m128i round_bits(__m256i b, __m256i add) {
+    const __m256i expo = _mm256_set1_epi32(0x7f800000);
+    __m256i special = _mm256_cmpeq_epi32(_mm256_and_si256(b, expo), expo);
+    __m256i r = _mm256_blendv_epi8(_mm256_add_epi32(b, add), b, special);
+    r = _mm256_srli_epi32(r, 16);
+    return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+}
+
+AVX2_FN static inline __m128i rne(__m256 x) {
+    __m256i b = _mm256_castps_si256(x);
+    __m256i odd = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+    return round_bits(b, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd));
+}
+
+/* The low 64 bits of a * b in each 64-bit lane. */
+AVX2_FN static inline __m256i mul64(__m256i a, __m256i b) {
+    __m256i cross = _mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(a, 32), b),
+                                     _mm256_mul_epu32(a, _mm256_srli_epi64(b, 32)));
+    return _mm256_add_epi64(_mm256_mul_epu32(a, b), _mm256_slli_epi64(cross, 32));
+}
+
+/* bf16_noise of 4 consecutive indices i (64-bit lanes), in the low dword of each lane. */
+AVX2_FN static inline __m256i noise4(__m256i seed, __m256i i) {
+    __m256i z = _mm256_add_epi64(seed, mul64(_mm256_set1_epi64x((long long)0x9e3779b97f4a7c15ull),
+                                             _mm256_add_epi64(i, _mm256_set1_epi64x(1))));
+    z = mul64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 30)),
+              _mm256_set1_epi64x((long long)0xbf58476d1ce4e5b9ull));
+    z = mul64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)),
+              _mm256_set1_epi64x((long long)0x94d049bb133111ebull));
+    return _mm256_srli_epi64(z, 48);
+}
+
+AVX2_FN void k_bf16_store_avx2(uint16_t *h, uint16_t *c, const float *buf, int len,
+                               uint64_t seed, uint64_t index) {
+    const __m256i vseed = _mm256_set1_epi64x((long long)seed);
+    const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    int j = 0;
+    for (; j + 8 <= len; j += 8) {
+        __m256 x = _mm256_loadu_ps(buf + j);
+        if (c) {
+            __m128i hv = rne(x);
+            __m256 back = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(hv), 16));
+            _mm_storeu_si128((__m128i *)(void *)(h + j), hv);
+            _mm_storeu_si128((__m128i *)(void *)(c + j), rne(_mm256_sub_ps(x, back)));
+        } else {
+            __m256i i0 = _mm256_add_epi64(_mm256_set1_epi64x((long long)(index + (uint64_t)j)),
+                                          _mm256_setr_epi64x(0, 1, 2, 3));
+            __m256i n0 = _mm256_permutevar8x32_epi32(noise4(vseed, i0), even);
+            __m256i n1 = _mm256_permutevar8x32_epi32(
+                noise4(vseed, _mm256_add_epi64(i0, _mm256_set1_epi64x(4))), even);
+            __m256i nz = _mm256_permute2x128_si256(n0, n1, 0x20); /* lanes 0..3, then 4..7 */
+            _mm_storeu_si128((__m128i *)(void *)(h + j), round_bits(_mm256_castps_si256(x), nz));
+        }
+    }
+    for (; j < len; j++) {
+        uint64_t i = index + (uint64_t)j;
+        if (c) {
+            h[j] = bf16_rne(buf[j]);
+            c[j] = bf16_rne(buf[j] - bf16_widen(h[j]));
+        } else {
+            h[j] = bf16_sr(buf[j], bf16_noise(seed, i));
+        }
+    }
+}

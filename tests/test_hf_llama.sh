@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# test_hf_llama.sh HPTRAIN: Hugging Face directories through `hptrain eval`: a llama directory
+# written by tests/hf_write.py (torch, from the safetensors specification) of the PyTorch model
+# of tests/make_ref_state_llama.py gives PyTorch's loss on the same tokens (odd GQA shape with
+# Llama 3 rope scaling and an untied head; a tied one with biases in bf16 shards), and a GPT-2
+# directory gives the llm.c file's loss. Exit 77 (ctest: skipped) without python3-torch, the
+# reference model, the eval command or the llama architecture.
+set -u
+bin=$1
+ref=$2
+py=/usr/bin/python3
+if ! "$py" -c "import torch" 2>/dev/null; then echo "python3-torch is not installed: skipped"; exit 77; fi
+if ! "$bin" eval --help >/dev/null 2>&1; then echo "no eval command: skipped"; exit 77; fi
+here=$(cd "$(dirname "$0")" && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0
+fail=0
+skipped=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+evloss() { "$bin" eval --quiet --model "$1" --data "$2" --batch "$3" --seq "$4" --batches 1 2>"$tmp/err" | awk '/^loss/ {print $2}'; }
+close() { "$py" -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(abs(a - b) > $3 * abs(b))" "$1" "$2"; }
+
+# GPT-2: the directory and the llm.c file, same loss to the bit
+"$py" "$here/hf_write.py" gpt2 "$ref/gpt2_tiny_model.bin" "$tmp/g" >/dev/null
+"$py" - "$tmp" <<'PY'
+import struct, sys, random
+random.seed(9)
+toks = [random.randrange(1000) for _ in range(2 * 16 + 1)]
+open(sys.argv[1] + '/g.bin', 'wb').write(struct.pack('<256i', *([20240520, 1, len(toks)] + [0] * 253)) + struct.pack('<%dH' % len(toks), *toks))
+PY
+a=$(evloss "$ref/gpt2_tiny_model.bin" "$tmp/g.bin" 2 16)
+b=$(evloss "$tmp/g" "$tmp/g.bin" 2 16)
+echo "gpt2: eval loss $a (llm.c file), $b (directory)"
+[ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "gpt2 eval: llm.c $a, directory $b ($(cat "$tmp/err"))"
+
+#        tag   shape                                                                       B T  options
+for cfg in "odd|llama:L=2,C=48,NH=6,NKV=3,FF=80,V=300,T=64,theta=10000,eps=1e-5,factor=8,low=1,high=4,orig=16|2|13|" \
+           "tied|llama:L=3,C=40,NH=4,NKV=2,FF=72,V=260,T=32,theta=500000,eps=1e-6,tied=1,attn_bias=1,mlp_bias=1|3|9|--rope-parameters --dtype bf16 --shard 20000"; do
+  IFS='|' read -r tag shape B T opts <<<"$cfg"
+  out=$("$py" "$here/hf_write.py" llama "$tmp/$tag" "$shape" "$B" "$T" 5 --stream $opts)
+  rc=$?
+  if [ $rc -eq 77 ]; then echo "$tag: no llama reference model: skipped"; skipped=1; continue; fi
+  want=$(echo "$out" | awk '/^pytorch loss/ {print $3}')
+  got=$(evloss "$tmp/$tag/hf" "$tmp/$tag/tokens.bin" "$B" "$T")
+  if [ -z "$got" ] && grep -q "no llama architecture" "$tmp/err"; then
+    echo "$tag: this build has no llama architecture: skipped"; skipped=1; continue
+  fi
+  echo "$tag: eval loss $got, PyTorch's $want"
+  [ -n "$got" ] && [ -n "$want" ] && close "$got" "$want" 1e-5 && ok ||
+    bad "$tag: eval loss '$got', PyTorch's '$want' ($(cat "$tmp/err"))"
+done
+# training from a llama directory: the same losses with disk homes; --save writes a directory with
+# the names, shapes and dtypes torch wrote; llm.c's format is refused with a clear line
+if [ -f "$tmp/odd/hf/config.json" ] && [ $skipped -eq 0 ]; then
+  "$py" - "$tmp" <<'PY'
+import struct, sys, random
+random.seed(5)
+toks = [random.randrange(300) for _ in range(2000)]
+open(sys.argv[1] + '/tr.bin', 'wb').write(struct.pack('<256i', *([20240520, 1, len(toks)] + [0] * 253)) + struct.pack('<%dH' % len(toks), *toks))
+PY
+  trn() { "$bin" train --model "$tmp/odd/hf" --data "$tmp/tr.bin" --batch 2 --seq 16 --steps 3 --quiet "$@" >/dev/null 2>"$tmp/err"; }
+  trn --log "$tmp/a.jsonl" --save "$tmp/s1" || bad "train: $(cat "$tmp/err")"
+  trn --log "$tmp/b.jsonl" --offload disk --offload-dir "$tmp" || bad "train disk: $(cat "$tmp/err")"
+  la=$(grep -o '"loss": *[0-9.e+-]*' "$tmp/a.jsonl"); lb=$(grep -o '"loss": *[0-9.e+-]*' "$tmp/b.jsonl")
+  [ -n "$la" ] && [ "$la" = "$lb" ] && ok || bad "losses differ: $la / $lb"
+  "$py" - "$here" "$tmp/odd/hf" "$tmp/s1" <<'PY' && ok || bad "saved directory's names differ"
+import sys
+sys.path.insert(0, sys.argv[1])
+import hf_write
+a, b = hf_write.load_dir(sys.argv[2]), hf_write.load_dir(sys.argv[3])
+assert set(a) == set(b), sorted(set(a) ^ set(b))
+for k in a:
+    assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape, k
+assert not all(bool((a[k] == b[k]).all()) for k in a)  # trained: the weights moved
+import json, os
+c = json.load(open(os.path.join(sys.argv[3], "config.json")))
+assert c["eos_token_id"] == [2, 3] and c["bos_token_id"] == 1, c  # the source's token ids
+assert c["num_key_value_heads"] == 3 and c["rope_scaling"]["rope_type"] == "llama3", c
+PY
+  "$bin" convert "$tmp/odd/hf" "$tmp/x.bin" 2>"$tmp/err"
+  [ $? -eq 1 ] && grep -q "GPT-2 only" "$tmp/err" && ok || bad "convert llama to llm.c: $(cat "$tmp/err")"
+fi
+echo "test_hf_llama: $pass passed, $fail failed"
+[ $fail -eq 0 ] || exit 1
+[ $skipped -eq 0 ] || exit 77
