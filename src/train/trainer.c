@@ -545,10 +545,11 @@ hpt_status hpt_trainer_save(hpt_trainer *tr) {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/state.bin", tr->o.save_dir);
     HPT_CHECK(hpt_state_save_sections(path, tr->model, tr->opt, &tr->o.adamw, &pos, sec, n));
-    /* llm.c's model.bin is GPT-2's; state.bin holds any architecture's weights */
-    if (hpt_model_get_config(tr->model)->arch != HPT_ARCH_GPT2) return HPT_OK;
-    snprintf(path, sizeof path, "%s/model.bin", tr->o.save_dir);
-    HPT_CHECK(hpt_model_save(tr->model, path));
+    /* llm.c's model.bin holds GPT-2 only; other architectures get the directory below */
+    if (hpt_model_get_config(tr->model)->arch == HPT_ARCH_GPT2) {
+        snprintf(path, sizeof path, "%s/model.bin", tr->o.save_dir);
+        HPT_CHECK(hpt_model_save(tr->model, path));
+    }
     sweep_stale_tmp(tr->o.save_dir);
     /* a run from a Hugging Face directory, or of an architecture llm.c's file does not hold,
      * saves one too (config.json + safetensors beside state.bin, which the directory's
