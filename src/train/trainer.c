@@ -546,16 +546,18 @@ hpt_status hpt_trainer_save(hpt_trainer *tr) {
     snprintf(path, sizeof path, "%s/state.bin", tr->o.save_dir);
     HPT_CHECK(hpt_state_save_sections(path, tr->model, tr->opt, &tr->o.adamw, &pos, sec, n));
     /* llm.c's model.bin is GPT-2's; state.bin holds any architecture's weights */
-    if (hpt_model_get_config(tr->model)->arch != HPT_ARCH_GPT2) return HPT_OK;
-    snprintf(path, sizeof path, "%s/model.bin", tr->o.save_dir);
-    HPT_CHECK(hpt_model_save(tr->model, path));
+    const int gpt2 = hpt_model_get_config(tr->model)->arch == HPT_ARCH_GPT2;
+    if (gpt2) {
+        snprintf(path, sizeof path, "%s/model.bin", tr->o.save_dir);
+        HPT_CHECK(hpt_model_save(tr->model, path));
+    }
     sweep_stale_tmp(tr->o.save_dir);
     /* a run from a Hugging Face directory, or of an architecture llm.c's file does not hold,
      * saves one too (config.json + safetensors beside state.bin, which the directory's
      * replacement keeps) */
     struct stat st;
     int from_dir = tr->o.model && stat(tr->o.model, &st) == 0 && S_ISDIR(st.st_mode);
-    if (from_dir || strcmp(hpt_model_arch(tr->model), "gpt2"))
+    if (from_dir || !gpt2)
         return hpt_model_save_hf_from(tr->model, tr->o.save_dir, HPT_DTYPE_F32, 0,
                                       from_dir ? tr->o.model : NULL);
     return HPT_OK;
