@@ -6,7 +6,9 @@
  * update op of the CPU backend x state width x weight width on N parameters of random
  * gradients, in ns per parameter, the bytes it must move per parameter (each array read once
  * and the written ones written once) and the share of the triad bandwidth that makes, at 1 and
- * at 2 threads (or the threads given). The fastest of R runs of each (the machine is shared).
+ * at 2 threads (or the threads given). The fastest of R runs of each (the machine is shared),
+ * and the CPU time per parameter of all threads together (the least of R): on a loaded
+ * machine the wall time includes waits for a core, the CPU time does not.
  * Usage: bench_update [--n MILLIONS] [--runs R] [--threads T1,T2,...] [--op NAME] [--bits B]
  * (--op, --bits: only the rows of that op or state width). */
 #include "hptrain.h"
@@ -18,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -77,9 +80,18 @@ typedef struct {
     float map_s[256], map_u[256];
 } arena;
 
-/* One op x state bits x weights; returns ns per parameter (the fastest run) and *bytes per parameter. */
+/* CPU seconds of the whole process (every thread), for the cost of a kernel apart from the
+ * time it waited for a core on a shared machine. */
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* One op x state bits x weights; returns ns per parameter (the fastest run), *bytes per
+ * parameter and *cpu_ns, the CPU time per parameter of the run with the least of it. */
 static double time_op(const hpt_backend *be, arena *A, const char *op, int bits, int w, int runs,
-                      double *bytes) {
+                      double *bytes, double *cpu_ns) {
     size_t n = A->n;
     hpt_be_param p = hpt_be_param_f32(A->p);
     double pb = 8.0; /* parameter bytes moved: fp32 read + write */
@@ -96,9 +108,9 @@ static double time_op(const hpt_backend *be, arena *A, const char *op, int bits,
     }
     int moments = !strcmp(op, "adamw") ? 2 : 1;
     *bytes = pb + 4.0 + moments * sb + (!strcmp(op, "adam-mini") ? 4.0 : 0.0) /* g read twice */;
-    double t[16];
+    double t[16], c[16];
     for (int r = 0; r < runs; r++) {
-        double t0 = hpt_now();
+        double t0 = hpt_now(), c0 = cpu_now();
         if (!strcmp(op, "adamw") && bits == 32 && w == W_F32)
             be->adamw(A->p, A->g, A->m, A->v, n, 1e-6f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, r + 1);
         else if (!strcmp(op, "adamw"))
@@ -111,7 +123,9 @@ static double time_op(const hpt_backend *be, arena *A, const char *op, int bits,
             be->adam_mini(p, A->g, m, A->vmini, n, 768, 1e-6f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f,
                           r + 1);
         t[r] = hpt_now() - t0;
+        c[r] = cpu_now() - c0;
     }
+    *cpu_ns = best(c, runs) / (double)n * 1e9;
     return best(t, runs) / (double)n * 1e9;
 }
 
@@ -161,17 +175,17 @@ int main(int argc, char **argv) {
         stream(n, runs, &cp, &tr, &rmw);
         printf("%d threads: memory bandwidth copy %.1f GB/s, triad %.1f GB/s, rmw %.1f GB/s\n\n",
                thr[ti], cp, tr, rmw);
-        printf("| op | state | weights | ns/param | bytes/param | GB/s | share of rmw |\n");
-        printf("| --- | --- | --- | ---: | ---: | ---: | ---: |\n");
+        printf("| op | state | weights | ns/param | cpu ns/param | bytes/param | GB/s | share of rmw |\n");
+        printf("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
         for (int o = 0; o < 4; o++)
             for (int bits = 32; bits >= 8; bits -= 24)
                 for (int w = W_F32; w <= W_KAHAN; w++) {
                     if (o && w != W_F32) continue; /* bf16 weights: AdamW (the engine's) */
                     if ((only_op && strcmp(only_op, ops[o])) || (only_bits && bits != only_bits))
                         continue;
-                    double bytes, ns = time_op(be, &A, ops[o], bits, w, runs, &bytes);
-                    printf("| %s | %d-bit | %s | %.2f | %.1f | %.1f | %.0f%% |\n", ops[o], bits,
-                           k_wname[w], ns, bytes, bytes / ns, 100.0 * bytes / ns / rmw);
+                    double bytes, cpu, ns = time_op(be, &A, ops[o], bits, w, runs, &bytes, &cpu);
+                    printf("| %s | %d-bit | %s | %.2f | %.2f | %.1f | %.1f | %.0f%% |\n", ops[o],
+                           bits, k_wname[w], ns, cpu, bytes, bytes / ns, 100.0 * bytes / ns / rmw);
                 }
         printf("\n");
     }

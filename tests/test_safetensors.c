@@ -218,6 +218,11 @@ static void corrupt(void) {
     refuse("[1,2]", 0, F, "'{'");
     refuse("{\"a\":", 0, F, "not valid JSON");
     refuse("{} x", 0, F, "after its JSON");
+    refuse("{\"a\x01\":1}", 0, F, "not UTF-8 JSON text (byte 3: 0x01)");
+    refuse("{\"\xc0\xaf\":1}", 0, F, "not UTF-8");          /* overlong '/' */
+    refuse("{\"\xed\xa0\x80\":1}", 0, F, "not UTF-8");      /* a surrogate */
+    refuse("{\"\xe2\x82\":1}", 0, F, "not UTF-8");          /* cut short */
+    refuse("{\"\xf4\x90\x80\x80\":1}", 0, F, "not UTF-8"); /* past U+10FFFF */
     refuse("{}\n", 0, F, "after its JSON");
     refuse("{\"__metadata__\":[1]}", 0, F, "__metadata__");
     refuse("{\"__metadata__\":{\"k\":1}}", 0, F, "'k'");
@@ -250,6 +255,13 @@ static void corrupt(void) {
            "tensor 'w' appears twice");
     refuse("{\"\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, F, "empty name");
     refuse("{}", 4, F, "no tensors");
+    /* valid UTF-8 names, tabs and newlines between tokens */
+    b = image("{\n\t\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\": {\"dtype\": \"F32\", \"shape\": [1], "
+              "\"data_offsets\": [0, 4]}}", 4, &len);
+    CHECK_OK(st_parse_buffer(b, len, "x.safetensors", &h));
+    CHECK(h.n == 1 && st_find(&h, "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80"));
+    st_header_free(&h);
+    free(b);
     /* a valid file with an I64 tensor: parsed, but reading it is unsupported */
     const char *i64 = "{\"ids\":{\"dtype\":\"I64\",\"shape\":[2],\"data_offsets\":[0,16]}}";
     b = image(i64, 16, &len);
@@ -299,6 +311,52 @@ static void corrupt(void) {
         CHECK_MSG(s != HPT_OK && strstr(hpt_last_error(), idx[i].needle), "%s: %s", idx[i].json,
                   hpt_last_error());
     }
+}
+
+/* Mutations of a valid file image (byte changes, insertions of JSON's punctuation, cuts): every
+ * result is a clean status, a refused header is left empty, and an accepted one tiles the data
+ * (the sanitizer build checks that no byte outside the buffer is read). */
+static void mutations(void) {
+    size_t len;
+    unsigned char *orig = t_read_file(path_in("rt_one/model.safetensors"), &len);
+    CHECK(orig && len > 64);
+    if (!orig) return;
+    unsigned char *b = malloc(len + 8);
+    hpt_rng r;
+    hpt_rng_seed(&r, 17);
+    static const char punct[] = "{}[]\",:0123456789-.e \\";
+    int accepted = 0, refused = 0, bad = 0;
+    for (int it = 0; it < 20000; it++) {
+        memcpy(b, orig, len);
+        size_t n = len;
+        int edits = 1 + (int)(hpt_rng_u32(&r) % 4);
+        for (int e = 0; e < edits; e++) {
+            size_t at = hpt_rng_u32(&r) % n;
+            switch (hpt_rng_u32(&r) % 4) {
+            case 0: b[at] = (unsigned char)hpt_rng_u32(&r); break;
+            case 1: b[at] = (unsigned char)punct[hpt_rng_u32(&r) % (sizeof punct - 1)]; break;
+            case 2: n = at + 1; break;                                   /* cut */
+            default: if (at < 8) b[at] ^= (unsigned char)(1u << (hpt_rng_u32(&r) % 8)); break;
+            }
+        }
+        st_header h;
+        hpt_status s = st_parse_buffer(b, n, "m.safetensors", &h);
+        if (s == HPT_OK) {
+            accepted++;
+            uint64_t sum = 0;
+            for (int i = 0; i < h.n; i++) sum += h.t[i].end - h.t[i].begin;
+            bad += sum != h.data_bytes || h.data_start + h.data_bytes != n;
+            st_header_free(&h);
+        } else {
+            refused++;
+            int b1 = !(s == HPT_ERR_FORMAT || s == HPT_ERR_OOM) || h.n || h.t ||
+                     strchr(hpt_last_error(), '\n') != NULL;
+            bad += b1;
+        }
+    }
+    CHECK_MSG(bad == 0 && refused > 10000, "%d accepted, %d refused, %d bad", accepted, refused, bad);
+    free(b);
+    free(orig);
 }
 
 /* ---- 4. config.json ---- */
@@ -355,6 +413,29 @@ static void configs(void) {
     CHECK(c.arch == HF_LLAMA && !strcmp(c.arch_name, "MistralForCausalLM") && c.NKV == 4 &&
           c.rope_theta == 1000.f && c.rope_factor == 8.f && c.rope_orig_maxT == 64 && !c.tied &&
           c.norm_eps == 1e-6f && c.n_eos == 0 && c.bos == -1);
+    /* mutations of a valid config.json: OK, or a one-line FORMAT / UNSUPPORTED */
+    {
+        size_t n0 = strlen(llama);
+        char *t = malloc(n0 + 1);
+        hpt_rng r;
+        hpt_rng_seed(&r, 23);
+        int bad = 0, ok = 0;
+        for (int it = 0; it < 20000; it++) {
+            memcpy(t, llama, n0 + 1);
+            size_t m = n0;
+            for (int e = 0; e < 3; e++) {
+                size_t at = hpt_rng_u32(&r) % m;
+                if (hpt_rng_u32(&r) % 8 == 0) m = at + 1;
+                else t[at] = "{}[]\",:0123456789-.eE \\\n\x01\xff"[hpt_rng_u32(&r) % 25];
+            }
+            hpt_status s = hf_config_parse(t, m, "config.json", &c);
+            ok += s == HPT_OK;
+            bad += s != HPT_OK && ((s != HPT_ERR_FORMAT && s != HPT_ERR_UNSUPPORTED) ||
+                                   strchr(hpt_last_error(), '\n'));
+        }
+        CHECK_MSG(bad == 0, "%d mutated configs ended badly (%d accepted)", bad, ok);
+        free(t);
+    }
     /* refusals name the key */
     static const struct { const char *json, *needle; } bad[] = {
         {"{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,\"intermediate_size\":9,"
@@ -622,6 +703,7 @@ int main(int argc, char **argv) {
                   "attn_bias=1,mlp_bias=1", "--rope-parameters --dtype bf16 --shard 20000", 3, 9);
     }
     round_trip();
+    mutations();
     corrupt();
     configs();
     model_dirs(mem);

@@ -99,3 +99,5 @@ foreach(variant IN LISTS HPT_VARIANTS)
   endif()
   set_tests_properties(test_cuda${v} PROPERTIES SKIP_RETURN_CODE 77)
 endforeach()
+# the CUDA backend's region allocator is host code: tested everywhere, GPU or not
+hpt_add_test(test_cuda_carve test_cuda_carve.c)

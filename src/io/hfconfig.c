@@ -9,6 +9,7 @@
  * error naming the key (a different head_dim, another rope_type, another activation); keys it
  * does not use are ignored, as Hugging Face's loaders ignore them. */
 #include "io/hf.h"
+#include "io/safetensors.h"
 
 #include "core/core.h"
 
@@ -29,13 +30,13 @@ static hpt_status get_int(const cJSON *o, const char *key, long def, long lo, lo
                           const char *what, int *out) {
     const cJSON *v = item(o, key);
     if (!v) {
-        if (def < lo) return hpt_fail(HPT_ERR_FORMAT, "%s: '%s' is missing", what, key);
+        if (def < lo) return st_fail(HPT_ERR_FORMAT, "%s: '%s' is missing", what, key);
         *out = (int)def;
         return HPT_OK;
     }
     if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo ||
         v->valuedouble > hi)
-        return hpt_fail(HPT_ERR_FORMAT, "%s: '%s' must be an integer in [%ld, %ld]", what, key,
+        return st_fail(HPT_ERR_FORMAT, "%s: '%s' must be an integer in [%ld, %ld]", what, key,
                         lo, hi);
     *out = (int)v->valuedouble;
     return HPT_OK;
@@ -46,7 +47,7 @@ static hpt_status get_float(const cJSON *o, const char *key, double def, const c
     const cJSON *v = item(o, key);
     if (!v) { *out = (float)def; return HPT_OK; }
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < 0)
-        return hpt_fail(HPT_ERR_FORMAT, "%s: '%s' must be a non-negative number", what, key);
+        return st_fail(HPT_ERR_FORMAT, "%s: '%s' must be a non-negative number", what, key);
     *out = (float)v->valuedouble;
     return HPT_OK;
 }
@@ -54,7 +55,7 @@ static hpt_status get_float(const cJSON *o, const char *key, double def, const c
 static hpt_status get_bool(const cJSON *o, const char *key, int def, const char *what, int *out) {
     const cJSON *v = item(o, key);
     if (!v) { *out = def; return HPT_OK; }
-    if (!cJSON_IsBool(v)) return hpt_fail(HPT_ERR_FORMAT, "%s: '%s' must be true or false", what, key);
+    if (!cJSON_IsBool(v)) return st_fail(HPT_ERR_FORMAT, "%s: '%s' must be true or false", what, key);
     *out = cJSON_IsTrue(v);
     return HPT_OK;
 }
@@ -67,7 +68,7 @@ static hpt_status parse_tokens(const cJSON *root, const char *what, hf_config *c
         for (const cJSON *x = e->child; x; x = x->next) {
             if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) || x->valuedouble < 0 ||
                 x->valuedouble > (1 << 30))
-                return hpt_fail(HPT_ERR_FORMAT, "%s: 'eos_token_id' entries must be token ids", what);
+                return st_fail(HPT_ERR_FORMAT, "%s: 'eos_token_id' entries must be token ids", what);
             if (c->n_eos < 8) c->eos[c->n_eos++] = (int)x->valuedouble;
         }
     } else if (e) {
@@ -95,18 +96,18 @@ static hpt_status parse_gpt2(const cJSON *r, const char *what, hf_config *c) {
     HPT_CHECK(get_float(r, "initializer_range", 0.02, what, &c->init_range));
     HPT_CHECK(get_bool(r, "tie_word_embeddings", 1, what, &c->tied));
     if (!c->tied)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "%s: tie_word_embeddings false: hptrain's GPT-2 has "
+        return st_fail(HPT_ERR_UNSUPPORTED, "%s: tie_word_embeddings false: hptrain's GPT-2 has "
                         "a tied head", what);
     const cJSON *act = item(r, "activation_function");
     if (act && (!cJSON_IsString(act) || (strcmp(act->valuestring, "gelu_new") &&
                                          strcmp(act->valuestring, "gelu_pytorch_tanh"))))
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "%s: activation_function '%s': hptrain's GPT-2 uses "
+        return st_fail(HPT_ERR_UNSUPPORTED, "%s: activation_function '%s': hptrain's GPT-2 uses "
                         "the tanh GELU (gelu_new)", what,
                         cJSON_IsString(act) ? act->valuestring : "?");
     c->NKV = c->NH;
     c->attn_bias = c->mlp_bias = 1;
     if (c->C % c->NH)
-        return hpt_fail(HPT_ERR_FORMAT, "%s: n_embd %d is not a multiple of n_head %d", what,
+        return st_fail(HPT_ERR_FORMAT, "%s: n_embd %d is not a multiple of n_head %d", what,
                         c->C, c->NH);
     return HPT_OK;
 }
@@ -118,14 +119,14 @@ static hpt_status parse_rope(const cJSON *r, const char *what, hf_config *c) {
     const char *key = "rope_parameters";
     if (!rs) { rs = item(r, "rope_scaling"); key = "rope_scaling"; }
     if (!rs) return HPT_OK;
-    if (!cJSON_IsObject(rs)) return hpt_fail(HPT_ERR_FORMAT, "%s: '%s' is not an object", what, key);
+    if (!cJSON_IsObject(rs)) return st_fail(HPT_ERR_FORMAT, "%s: '%s' is not an object", what, key);
     if (item(rs, "rope_theta")) HPT_CHECK(get_float(rs, "rope_theta", 0, what, &c->rope_theta));
     const cJSON *t = item(rs, "rope_type");
     if (!t) t = item(rs, "type");
     const char *type = cJSON_IsString(t) ? t->valuestring : "default";
     if (!strcmp(type, "default")) return HPT_OK;
     if (strcmp(type, "llama3"))
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "%s: %s.rope_type '%s': hptrain knows 'default' and "
+        return st_fail(HPT_ERR_UNSUPPORTED, "%s: %s.rope_type '%s': hptrain knows 'default' and "
                         "'llama3'", what, key, type);
     HPT_CHECK(get_float(rs, "factor", -1, what, &c->rope_factor));
     HPT_CHECK(get_float(rs, "low_freq_factor", 1, what, &c->rope_low_freq));
@@ -133,7 +134,7 @@ static hpt_status parse_rope(const cJSON *r, const char *what, hf_config *c) {
     HPT_CHECK(get_int(rs, "original_max_position_embeddings", 8192, 1, 1 << 24, what,
                       &c->rope_orig_maxT));
     if (!(c->rope_factor > 0) || !(c->rope_high_freq > c->rope_low_freq))
-        return hpt_fail(HPT_ERR_FORMAT, "%s: %s: llama3 needs factor > 0 and high_freq_factor > "
+        return st_fail(HPT_ERR_FORMAT, "%s: %s: llama3 needs factor > 0 and high_freq_factor > "
                         "low_freq_factor", what, key);
     return HPT_OK;
 }
@@ -155,20 +156,20 @@ static hpt_status parse_llama(const cJSON *r, const char *what, hf_config *c) {
     HPT_CHECK(get_bool(r, "mlp_bias", 0, what, &c->mlp_bias));
     HPT_CHECK(parse_rope(r, what, c));
     if (c->C % c->NH)
-        return hpt_fail(HPT_ERR_FORMAT, "%s: hidden_size %d is not a multiple of "
+        return st_fail(HPT_ERR_FORMAT, "%s: hidden_size %d is not a multiple of "
                         "num_attention_heads %d", what, c->C, c->NH);
     if (c->NH % c->NKV)
-        return hpt_fail(HPT_ERR_FORMAT, "%s: num_attention_heads %d is not a multiple of "
+        return st_fail(HPT_ERR_FORMAT, "%s: num_attention_heads %d is not a multiple of "
                         "num_key_value_heads %d", what, c->NH, c->NKV);
     int hd;
     HPT_CHECK(get_int(r, "head_dim", c->C / c->NH, 1, 1 << 20, what, &hd));
     if (hd != c->C / c->NH)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "%s: head_dim %d differs from hidden_size / "
+        return st_fail(HPT_ERR_UNSUPPORTED, "%s: head_dim %d differs from hidden_size / "
                         "num_attention_heads = %d: hptrain's llama needs them equal", what, hd,
                         c->C / c->NH);
     const cJSON *act = item(r, "hidden_act");
     if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu")))
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "%s: hidden_act '%s': hptrain's llama uses SiLU",
+        return st_fail(HPT_ERR_UNSUPPORTED, "%s: hidden_act '%s': hptrain's llama uses SiLU",
                         what, cJSON_IsString(act) ? act->valuestring : "?");
     return HPT_OK;
 }
@@ -178,7 +179,7 @@ hpt_status hf_config_parse(const char *text, size_t n, const char *what, hf_conf
     cJSON *root = cJSON_ParseWithLength(text, n);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        return hpt_fail(HPT_ERR_FORMAT, "%s: not a JSON object", what);
+        return st_fail(HPT_ERR_FORMAT, "%s: not a JSON object", what);
     }
     const cJSON *archs = item(root, "architectures"), *mt = item(root, "model_type");
     const char *a = cJSON_IsArray(archs) && cJSON_IsString(archs->child) ? archs->child->valuestring
@@ -194,7 +195,7 @@ hpt_status hf_config_parse(const char *text, size_t n, const char *what, hf_conf
                  a ? a : !strcmp(type, "llama") ? "LlamaForCausalLM" : "MistralForCausalLM");
         s = parse_llama(root, what, out);
     } else {
-        s = hpt_fail(HPT_ERR_UNSUPPORTED, "%s: architecture '%.40s': hptrain reads "
+        s = st_fail(HPT_ERR_UNSUPPORTED, "%s: architecture '%.40s': hptrain reads "
                      "GPT2LMHeadModel, LlamaForCausalLM and MistralForCausalLM", what,
                      a ? a : *type ? type : "(none given)");
     }
@@ -207,13 +208,13 @@ hpt_status hf_config_read(const char *dir, hf_config *out) {
     char p[4200];
     snprintf(p, sizeof p, "%s/config.json", dir);
     FILE *f = fopen(p, "rb");
-    if (!f) return hpt_fail(HPT_ERR_IO, "cannot open %s: %s", p, strerror(errno));
+    if (!f) return st_fail(HPT_ERR_IO, "cannot open %s: %s", p, strerror(errno));
     char *buf = malloc(1 << 20);
     size_t n = buf ? fread(buf, 1, 1 << 20, f) : 0;
     int big = buf && n == (1 << 20);
     fclose(f);
-    if (!buf) return hpt_fail(HPT_ERR_OOM, "no memory to read %s", p);
-    hpt_status s = big ? hpt_fail(HPT_ERR_FORMAT, "%s: larger than 1 MB", p)
+    if (!buf) return st_fail(HPT_ERR_OOM, "no memory to read %s", p);
+    hpt_status s = big ? st_fail(HPT_ERR_FORMAT, "%s: larger than 1 MB", p)
                        : hf_config_parse(buf, n, p, out);
     free(buf);
     return s;
@@ -280,21 +281,21 @@ hpt_status hf_config_write(const char *path, const hf_config *c, const char *dty
     cJSON_AddStringToObject(r, "torch_dtype", dtype);
     char *text = cJSON_Print(r);
     cJSON_Delete(r);
-    if (!text) return hpt_fail(HPT_ERR_OOM, "no memory to write %s", path);
+    if (!text) return st_fail(HPT_ERR_OOM, "no memory to write %s", path);
     FILE *f = fopen(path, "wb");
     hpt_status s = HPT_OK;
-    if (!f) s = hpt_fail(HPT_ERR_IO, "cannot create %s: %s", path, strerror(errno));
+    if (!f) s = st_fail(HPT_ERR_IO, "cannot create %s: %s", path, strerror(errno));
     if (f && (fputs(text, f) < 0 || fputc('\n', f) == EOF))
-        s = hpt_fail(HPT_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+        s = st_fail(HPT_ERR_IO, "cannot write %s: %s", path, strerror(errno));
     if (f && fclose(f) != 0 && s == HPT_OK)
-        s = hpt_fail(HPT_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+        s = st_fail(HPT_ERR_IO, "cannot write %s: %s", path, strerror(errno));
     cJSON_free(text);
     return s;
 }
 
 hpt_status hf_config_to_model(const hf_config *c, hpt_model_config *out) {
     if (c->arch == HF_GPT2 && (c->norm_eps < 0.99e-5f || c->norm_eps > 1.01e-5f))
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "%s: layer_norm_epsilon %g: hptrain's GPT-2 uses 1e-5",
+        return st_fail(HPT_ERR_UNSUPPORTED, "%s: layer_norm_epsilon %g: hptrain's GPT-2 uses 1e-5",
                         c->arch_name, (double)c->norm_eps);
     *out = (hpt_model_config){
         .arch = c->arch == HF_GPT2 ? HPT_ARCH_GPT2 : HPT_ARCH_LLAMA,

@@ -191,7 +191,7 @@ static hpt_status read_stream(void *ctx, float *dst, size_t n) {
     hf_reader *r = ctx;
     while (n) {
         if (r->k >= r->mp->tab.n)
-            return hpt_fail(HPT_ERR_INVALID, "checkpoint stream read past its end");
+            return st_fail(HPT_ERR_INVALID, "checkpoint stream read past its end");
         uint64_t S = slice_numel(r->mp, r->k), m = HPT_MIN((uint64_t)n, S - r->e);
         HPT_CHECK(fill_slice(r, dst, r->e, m));
         dst += m;
@@ -222,18 +222,18 @@ static hpt_status check_tied_head(const st_dir *d, const char *wte, const char *
     const st_tensor *h = st_dir_find(d, "lm_head.weight", &fh), *w = st_dir_find(d, wte, &fw);
     if (!h) return HPT_OK;
     if (h->ndim != w->ndim || h->numel != w->numel || h->shape[0] != w->shape[0])
-        return hpt_fail(HPT_ERR_SHAPE, "%s: tensor 'lm_head.weight': the head is tied "
+        return st_fail(HPT_ERR_SHAPE, "%s: tensor 'lm_head.weight': the head is tied "
                         "(tie_word_embeddings), but its shape differs from %s's", fh->path, wte);
     enum { N = 1 << 16 };
     float *a = malloc(2 * N * sizeof(float));
-    if (!a) return hpt_fail(HPT_ERR_OOM, "no memory to compare lm_head.weight");
+    if (!a) return st_fail(HPT_ERR_OOM, "no memory to compare lm_head.weight");
     hpt_status s = HPT_OK;
     for (uint64_t e = 0; e < h->numel && s == HPT_OK; e += N) {
         size_t n = (size_t)HPT_MIN((uint64_t)N, h->numel - e);
         s = st_read_f32(fh, h, e, n, a);
         if (s == HPT_OK) s = st_read_f32(fw, w, e, n, a + N);
         if (s == HPT_OK && memcmp(a, a + N, n * sizeof(float)))
-            s = hpt_fail(HPT_ERR_UNSUPPORTED, "%s: tensor 'lm_head.weight' differs from %s, but "
+            s = st_fail(HPT_ERR_UNSUPPORTED, "%s: tensor 'lm_head.weight' differs from %s, but "
                          "config.json says the head is tied", fh->path, wte);
     }
     free(a);
@@ -245,7 +245,7 @@ static hpt_status check_tied_head(const st_dir *d, const char *wte, const char *
  * *tmax: the largest transposed part (elements). */
 static hpt_status check_names(const hf_map *mp, const st_dir *d, const char *dir, size_t *tmax) {
     unsigned char *used = calloc((size_t)(d->n ? d->n : 1), 1);
-    if (!used) return hpt_fail(HPT_ERR_OOM, "no memory");
+    if (!used) return st_fail(HPT_ERR_OOM, "no memory");
     hpt_status s = HPT_OK;
     *tmax = 0;
     for (int k = 0; k < mp->tab.n && s == HPT_OK; k++)
@@ -253,14 +253,14 @@ static hpt_status check_names(const hf_map *mp, const st_dir *d, const char *dir
             hf_part p[K_MAX_PARTS];
             int np = slice_parts(mp, k, l, p);
             if (np == 0)
-                s = hpt_fail(HPT_ERR_UNSUPPORTED, "%s: the model's tensor '%s' has no name in %s",
+                s = st_fail(HPT_ERR_UNSUPPORTED, "%s: the model's tensor '%s' has no name in %s",
                              dir, mp->tab.t[k].name, mp->hc.arch_name);
             for (int i = 0; i < np && s == HPT_OK; i++) {
                 if (!p[i].name[0]) continue;
                 const st_file *f;
                 const st_tensor *t = st_dir_find(d, p[i].name, &f);
                 if (!t) {
-                    s = hpt_fail(HPT_ERR_FORMAT, "%s: tensor '%s' is missing (%s, config.json: "
+                    s = st_fail(HPT_ERR_FORMAT, "%s: tensor '%s' is missing (%s, config.json: "
                                  "L=%d C=%d)", dir, p[i].name, mp->hc.arch_name, mp->hc.L, mp->hc.C);
                     break;
                 }
@@ -271,13 +271,13 @@ static hpt_status check_names(const hf_map *mp, const st_dir *d, const char *dir
                 int ok = t->ndim == p[i].ndim && t->shape[0] == want[0] &&
                          (p[i].ndim == 1 || t->shape[1] == want[1]);
                 if (!ok)
-                    s = hpt_fail(HPT_ERR_SHAPE, "%s: tensor '%s': shape (%lld%s%lld), expected "
+                    s = st_fail(HPT_ERR_SHAPE, "%s: tensor '%s': shape (%lld%s%lld), expected "
                                  "(%lld%s%lld) from config.json", f->path, p[i].name,
                                  (long long)(t->ndim ? t->shape[0] : 0), t->ndim > 1 ? ", " : "",
                                  (long long)(t->ndim > 1 ? t->shape[1] : 0), (long long)want[0],
                                  p[i].ndim > 1 ? ", " : "", (long long)want[1]);
                 else if (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16)
-                    s = hpt_fail(HPT_ERR_UNSUPPORTED, "%s: tensor '%s': unsupported dtype %s "
+                    s = st_fail(HPT_ERR_UNSUPPORTED, "%s: tensor '%s': unsupported dtype %s "
                                  "(F32, BF16 and F16 are read)", f->path, p[i].name,
                                  st_dtype_name(t->dtype));
                 if (p[i].transpose) *tmax = HPT_MAX(*tmax, (size_t)p[i].numel);
@@ -288,7 +288,7 @@ static hpt_status check_names(const hf_map *mp, const st_dir *d, const char *dir
     for (int j = 0; j < d->n && s == HPT_OK; j++) {
         const char *nm = d->ent[j].t->name;
         if (used[j] || ignorable(nm) || (mp->hc.tied && !strcmp(nm, "lm_head.weight"))) continue;
-        s = hpt_fail(HPT_ERR_FORMAT, "%s: tensor '%s' is not a tensor of %s", d->files[d->ent[j].file].path,
+        s = st_fail(HPT_ERR_FORMAT, "%s: tensor '%s' is not a tensor of %s", d->files[d->ent[j].file].path,
                      nm, mp->hc.arch_name);
     }
     if (s == HPT_OK && mp->hc.tied) s = check_tied_head(d, wte, dir);
@@ -303,7 +303,7 @@ static hpt_status map_config(const hf_config *hc, const st_dir *d, hf_map *mp, h
     HPT_CHECK(hf_config_to_model(hc, g));
     model_describe(g, &mp->tab);
     if (mp->tab.n == 0)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "%s: this build has no %s architecture", hc->arch_name,
+        return st_fail(HPT_ERR_UNSUPPORTED, "%s: this build has no %s architecture", hc->arch_name,
                         hc->arch == HF_GPT2 ? "gpt2" : "llama");
     if (hc->arch == HF_GPT2 && d)
         snprintf(mp->prefix, sizeof mp->prefix, "%s",
@@ -339,7 +339,7 @@ hpt_status hpt_model_load_hf(hpt_mem *mem, const char *dir, const hpt_offload_op
     }
     if (s == HPT_OK) s = gpt2_absorb(m, EB_P, model_params(m), read_stream, &r);
     if (s == HPT_OK && r.k != mp.tab.n)
-        s = hpt_fail(HPT_ERR_INVALID, "%s: the model took fewer values than its table holds", dir);
+        s = st_fail(HPT_ERR_INVALID, "%s: the model took fewer values than its table holds", dir);
     for (int i = 0; i < 2; i++)
         if (r.tb[i]) hpt_mem_free(mem, HPT_TIER_HOST, HPT_CAT_IO, r.tb[i], tmax * sizeof(float));
     st_dir_close(&d);
@@ -366,7 +366,7 @@ hpt_status io_hf_stream(hpt_mem *mem, const char *dir, const hpt_gpt2_config *cf
     hpt_status s = map_config(&hc, &d, &mp, &g);
     if (s == HPT_OK && (g.L != cfg->L || g.C != cfg->C || g.V != cfg->V || g.Vp != cfg->Vp ||
                         g.NH != cfg->NH || g.maxT != cfg->maxT || g.arch != cfg->arch))
-        s = hpt_fail(HPT_ERR_SHAPE, "%s: config.json changed while loading", dir);
+        s = st_fail(HPT_ERR_SHAPE, "%s: config.json changed while loading", dir);
     if (s == HPT_OK) s = check_names(&mp, &d, dir, &tmax);
     hf_reader r = {.mp = &mp, .d = &d, .mem = mem, .tcap = tmax};
     float *stage = NULL;
@@ -408,7 +408,7 @@ typedef struct {
 static hpt_status emit_stream(void *ctx, const float *x, size_t n) {
     hf_saver *sv = ctx;
     while (n) {
-        if (sv->k >= sv->mp->tab.n) return hpt_fail(HPT_ERR_INVALID, "checkpoint stream too long");
+        if (sv->k >= sv->mp->tab.n) return st_fail(HPT_ERR_INVALID, "checkpoint stream too long");
         uint64_t S = slice_numel(sv->mp, sv->k), m = HPT_MIN((uint64_t)n, S - sv->e);
         hf_part p[K_MAX_PARTS];
         int np = slice_parts(sv->mp, sv->k, sv->l, p);
@@ -462,15 +462,15 @@ static int is_weight_file(const char *n) {
 /* Copies file a to b (a model directory's tokenizer files: small). */
 static hpt_status copy_file(const char *a, const char *b) {
     FILE *in = fopen(a, "rb"), *out = in ? fopen(b, "wb") : NULL;
-    hpt_status s = in && out ? HPT_OK : hpt_fail(HPT_ERR_IO, "cannot copy %s to %s: %s", a, b,
+    hpt_status s = in && out ? HPT_OK : st_fail(HPT_ERR_IO, "cannot copy %s to %s: %s", a, b,
                                                  strerror(errno));
     char buf[1 << 16];
     size_t n;
     while (s == HPT_OK && (n = fread(buf, 1, sizeof buf, in)) > 0)
-        if (fwrite(buf, 1, n, out) != n) s = hpt_fail(HPT_ERR_IO, "cannot write %s: %s", b, strerror(errno));
-    if (s == HPT_OK && in && ferror(in)) s = hpt_fail(HPT_ERR_IO, "cannot read %s", a);
+        if (fwrite(buf, 1, n, out) != n) s = st_fail(HPT_ERR_IO, "cannot write %s: %s", b, strerror(errno));
+    if (s == HPT_OK && in && ferror(in)) s = st_fail(HPT_ERR_IO, "cannot read %s", a);
     if (in) fclose(in);
-    if (out && fclose(out) != 0 && s == HPT_OK) s = hpt_fail(HPT_ERR_IO, "cannot write %s", b);
+    if (out && fclose(out) != 0 && s == HPT_OK) s = st_fail(HPT_ERR_IO, "cannot write %s", b);
     return s;
 }
 
@@ -491,11 +491,11 @@ static hpt_status keep_others(const char *dir, const char *tmp, int copy) {
         if (stat(b, &st) == 0) continue;
         if (stat(a, &st) != 0 || !S_ISREG(st.st_mode)) {
             if (copy) continue; /* another directory's subdirectories are not ours to take */
-            s = hpt_fail(HPT_ERR_IO, "%s: holds %s, not a file: hptrain replaces only model "
+            s = st_fail(HPT_ERR_IO, "%s: holds %s, not a file: hptrain replaces only model "
                          "directories of files", dir, e->d_name);
         } else if (copy ? copy_file(a, b) != HPT_OK : link(a, b) != 0) {
             s = copy ? HPT_ERR_IO
-                     : hpt_fail(HPT_ERR_IO, "cannot keep %s in the new %s: %s", a, dir, strerror(errno));
+                     : st_fail(HPT_ERR_IO, "cannot keep %s in the new %s: %s", a, dir, strerror(errno));
         }
     }
     closedir(dp);
@@ -520,13 +520,13 @@ static hpt_status write_dir(hpt_model *m, const char *tmp, const hf_map *mp, int
     char (*names)[112] = malloc((size_t)cap * sizeof *names);
     size_t tmax = 0;
     int n = 0;
-    hpt_status s = wt && names ? HPT_OK : hpt_fail(HPT_ERR_OOM, "no memory to plan %s", tmp);
+    hpt_status s = wt && names ? HPT_OK : st_fail(HPT_ERR_OOM, "no memory to plan %s", tmp);
     for (int k = 0; k < mp->tab.n && s == HPT_OK; k++)
         for (int l = 0; l < (is_stacked(mp, k) ? mp->tab.L : 1); l++) {
             hf_part q[K_MAX_PARTS];
             int np = slice_parts(mp, k, l, q);
             if (np == 0)
-                s = hpt_fail(HPT_ERR_UNSUPPORTED, "the model's tensor '%s' has no name in %s",
+                s = st_fail(HPT_ERR_UNSUPPORTED, "the model's tensor '%s' has no name in %s",
                              mp->tab.t[k].name, mp->hc.arch_name);
             for (int i = 0; i < np; i++) {
                 if (!q[i].name[0]) continue;
@@ -542,7 +542,7 @@ static hpt_status write_dir(hpt_model *m, const char *tmp, const hf_map *mp, int
     hf_saver sv = {.mp = mp};
     float *tb = NULL;
     if (s == HPT_OK && tmax && !(tb = malloc(2 * tmax * sizeof(float))))
-        s = hpt_fail(HPT_ERR_OOM, "no memory to transpose %zu floats", tmax);
+        s = st_fail(HPT_ERR_OOM, "no memory to transpose %zu floats", tmax);
     sv.tb[0] = tb;
     sv.tb[1] = tb ? tb + tmax : NULL;
     if (s == HPT_OK) s = st_writer_open(tmp, wt, n, shard_bytes, &sv.w);
@@ -562,7 +562,7 @@ hpt_status hpt_model_save_hf(const hpt_model *m, const char *dir, int dtype, uin
 hpt_status hpt_model_save_hf_from(const hpt_model *m, const char *dir, int dtype,
                                   uint64_t shard_bytes, const char *src) {
     if (dtype != HPT_DTYPE_F32 && dtype != HPT_DTYPE_BF16)
-        return hpt_fail(HPT_ERR_INVALID, "saving %s: dtype must be f32 or bf16", dir);
+        return st_fail(HPT_ERR_INVALID, "saving %s: dtype must be f32 or bf16", dir);
     hpt_model *mm = (hpt_model *)(uintptr_t)m; /* gpt2_emit gathers an offloaded model: no change */
     hf_map mp;
     memset(&mp, 0, sizeof mp);
@@ -586,20 +586,20 @@ hpt_status hpt_model_save_hf_from(const hpt_model *m, const char *dir, int dtype
     char target[4200];
     snprintf(target, sizeof target, "%.*s", (int)len, dir);
     remove_dir(tmp);
-    if (mkdir(tmp, 0755) != 0) return hpt_fail(HPT_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+    if (mkdir(tmp, 0755) != 0) return st_fail(HPT_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
     struct stat st;
     int exists = stat(target, &st) == 0;
     hpt_status s = exists && !S_ISDIR(st.st_mode)
-                   ? hpt_fail(HPT_ERR_IO, "%s exists and is not a directory", target) : HPT_OK;
+                   ? st_fail(HPT_ERR_IO, "%s exists and is not a directory", target) : HPT_OK;
     if (s == HPT_OK) s = write_dir(mm, tmp, &mp, dtype == HPT_DTYPE_BF16 ? ST_BF16 : ST_F32,
                                    shard_bytes ? shard_bytes : K_SHARD_DEFAULT);
     if (s == HPT_OK && exists) s = keep_others(target, tmp, 0);
     if (s == HPT_OK && src && io_is_dir(src)) s = keep_others(src, tmp, 1);
     if (s == HPT_OK) sync_dir(tmp);
     if (s == HPT_OK && exists && rename(target, old) != 0)
-        s = hpt_fail(HPT_ERR_IO, "cannot move %s aside: %s", target, strerror(errno));
+        s = st_fail(HPT_ERR_IO, "cannot move %s aside: %s", target, strerror(errno));
     if (s == HPT_OK && rename(tmp, target) != 0) {
-        s = hpt_fail(HPT_ERR_IO, "cannot rename %s to %s: %s", tmp, target, strerror(errno));
+        s = st_fail(HPT_ERR_IO, "cannot rename %s to %s: %s", tmp, target, strerror(errno));
         if (exists) (void)rename(old, target);
     }
     if (s != HPT_OK) { remove_dir(tmp); return s; }

@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,17 @@ const char *st_dtype_name(int dt) {
     return dt >= 0 && dt < ST_DTYPE_COUNT ? k_dtypes[dt].name : "?";
 }
 size_t st_dtype_size(int dt) { return dt >= 0 && dt < ST_DTYPE_COUNT ? k_dtypes[dt].size : 0; }
+
+hpt_status st_fail(hpt_status s, const char *fmt, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    for (char *p = buf; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+    return hpt_fail(s, "%s", buf);
+}
 
 /* ---- conversions ---- */
 
@@ -112,57 +124,57 @@ static int json_u53(const cJSON *v, uint64_t *out) {
 static hpt_status parse_tensor(const cJSON *e, const char *what, st_tensor *t) {
     const char *nm = e->string;
     if (!cJSON_IsObject(e))
-        return hpt_fail(HPT_ERR_FORMAT, "%s: tensor '%s': its entry is not an object", what, nm);
+        return st_fail(HPT_ERR_FORMAT, "%s: tensor '%s': its entry is not an object", what, nm);
     const cJSON *dt = NULL, *shape = NULL, *offs = NULL;
     for (const cJSON *k = e->child; k; k = k->next) {
         const cJSON **slot = !strcmp(k->string, "dtype") ? &dt
                            : !strcmp(k->string, "shape") ? &shape
                            : !strcmp(k->string, "data_offsets") ? &offs : NULL;
         if (!slot)
-            return hpt_fail(HPT_ERR_FORMAT, "%s: tensor '%s': unknown key '%s'", what, nm, k->string);
+            return st_fail(HPT_ERR_FORMAT, "%s: tensor '%s': unknown key '%s'", what, nm, k->string);
         if (*slot)
-            return hpt_fail(HPT_ERR_FORMAT, "%s: tensor '%s': key '%s' appears twice", what, nm,
+            return st_fail(HPT_ERR_FORMAT, "%s: tensor '%s': key '%s' appears twice", what, nm,
                             k->string);
         *slot = k;
     }
     if (!dt || !shape || !offs)
-        return hpt_fail(HPT_ERR_FORMAT, "%s: tensor '%s': missing %s", what, nm,
+        return st_fail(HPT_ERR_FORMAT, "%s: tensor '%s': missing %s", what, nm,
                         !dt ? "dtype" : !shape ? "shape" : "data_offsets");
     if (!cJSON_IsString(dt))
-        return hpt_fail(HPT_ERR_FORMAT, "%s: tensor '%s': dtype is not a string", what, nm);
+        return st_fail(HPT_ERR_FORMAT, "%s: tensor '%s': dtype is not a string", what, nm);
     t->dtype = -1;
     for (int i = 0; i < ST_DTYPE_COUNT; i++)
         if (!strcmp(dt->valuestring, k_dtypes[i].name)) t->dtype = i;
     if (t->dtype < 0)
-        return hpt_fail(HPT_ERR_FORMAT, "%s: tensor '%s': unknown dtype '%.32s'", what, nm,
+        return st_fail(HPT_ERR_FORMAT, "%s: tensor '%s': unknown dtype '%.32s'", what, nm,
                         dt->valuestring);
     if (!cJSON_IsArray(shape))
-        return hpt_fail(HPT_ERR_FORMAT, "%s: tensor '%s': shape is not an array", what, nm);
+        return st_fail(HPT_ERR_FORMAT, "%s: tensor '%s': shape is not an array", what, nm);
     t->ndim = 0;
     t->numel = 1;
     for (const cJSON *d = shape->child; d; d = d->next) {
         uint64_t v;
         if (t->ndim == ST_MAX_DIMS)
-            return hpt_fail(HPT_ERR_FORMAT, "%s: tensor '%s': more than %d dimensions", what, nm,
+            return st_fail(HPT_ERR_FORMAT, "%s: tensor '%s': more than %d dimensions", what, nm,
                             ST_MAX_DIMS);
         if (!json_u53(d, &v))
-            return hpt_fail(HPT_ERR_FORMAT, "%s: tensor '%s': shape entry %d is not a "
+            return st_fail(HPT_ERR_FORMAT, "%s: tensor '%s': shape entry %d is not a "
                             "non-negative integer", what, nm, t->ndim);
         if (v && t->numel > (1ull << 53) / v)
-            return hpt_fail(HPT_ERR_FORMAT, "%s: tensor '%s': shape too large", what, nm);
+            return st_fail(HPT_ERR_FORMAT, "%s: tensor '%s': shape too large", what, nm);
         t->numel *= v;
         t->shape[t->ndim++] = (int64_t)v;
     }
     if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 ||
         !json_u53(offs->child, &t->begin) || !json_u53(offs->child->next, &t->end))
-        return hpt_fail(HPT_ERR_FORMAT, "%s: tensor '%s': data_offsets is not [begin, end] "
+        return st_fail(HPT_ERR_FORMAT, "%s: tensor '%s': data_offsets is not [begin, end] "
                         "(non-negative integers)", what, nm);
     if (t->end < t->begin)
-        return hpt_fail(HPT_ERR_FORMAT, "%s: tensor '%s': data_offsets end %llu before begin %llu",
+        return st_fail(HPT_ERR_FORMAT, "%s: tensor '%s': data_offsets end %llu before begin %llu",
                         what, nm, (unsigned long long)t->end, (unsigned long long)t->begin);
     uint64_t want = t->numel * k_dtypes[t->dtype].size;
     if (t->end - t->begin != want)
-        return hpt_fail(HPT_ERR_FORMAT, "%s: tensor '%s': %llu bytes in data_offsets, but dtype %s "
+        return st_fail(HPT_ERR_FORMAT, "%s: tensor '%s': %llu bytes in data_offsets, but dtype %s "
                         "and shape (%llu elements) need %llu", what, nm,
                         (unsigned long long)(t->end - t->begin), k_dtypes[t->dtype].name,
                         (unsigned long long)t->numel, (unsigned long long)want);
@@ -171,10 +183,10 @@ static hpt_status parse_tensor(const cJSON *e, const char *what, st_tensor *t) {
 
 static hpt_status parse_metadata(const cJSON *e, const char *what) {
     if (!cJSON_IsObject(e))
-        return hpt_fail(HPT_ERR_FORMAT, "%s: __metadata__ is not an object", what);
+        return st_fail(HPT_ERR_FORMAT, "%s: __metadata__ is not an object", what);
     for (const cJSON *k = e->child; k; k = k->next)
         if (!cJSON_IsString(k))
-            return hpt_fail(HPT_ERR_FORMAT, "%s: __metadata__ entry '%s' is not a string", what,
+            return st_fail(HPT_ERR_FORMAT, "%s: __metadata__ entry '%s' is not a string", what,
                             k->string);
     return HPT_OK;
 }
@@ -183,12 +195,12 @@ static hpt_status parse_metadata(const cJSON *e, const char *what) {
 static hpt_status check_coverage(const st_header *h, const char *what) {
     if (h->n == 0) {
         if (h->data_bytes)
-            return hpt_fail(HPT_ERR_FORMAT, "%s: %llu data bytes but no tensors", what,
+            return st_fail(HPT_ERR_FORMAT, "%s: %llu data bytes but no tensors", what,
                             (unsigned long long)h->data_bytes);
         return HPT_OK;
     }
     const st_tensor **by = malloc((size_t)h->n * sizeof *by);
-    if (!by) return hpt_fail(HPT_ERR_OOM, "%s: no memory for %d tensors", what, h->n);
+    if (!by) return st_fail(HPT_ERR_OOM, "%s: no memory for %d tensors", what, h->n);
     for (int i = 0; i < h->n; i++) by[i] = &h->t[i];
     qsort(by, (size_t)h->n, sizeof *by, cmp_offset);
     hpt_status s = HPT_OK;
@@ -196,38 +208,68 @@ static hpt_status check_coverage(const st_header *h, const char *what) {
     for (int i = 0; i < h->n && s == HPT_OK; i++) {
         const st_tensor *t = by[i];
         if (t->end > h->data_bytes)
-            s = hpt_fail(HPT_ERR_FORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] outside the "
+            s = st_fail(HPT_ERR_FORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] outside the "
                          "%llu data bytes (truncated?)", what, t->name, (unsigned long long)t->begin,
                          (unsigned long long)t->end, (unsigned long long)h->data_bytes);
         else if (t->begin < at)
-            s = hpt_fail(HPT_ERR_FORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] overlap '%s'",
+            s = st_fail(HPT_ERR_FORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] overlap '%s'",
                          what, t->name, (unsigned long long)t->begin, (unsigned long long)t->end,
                          by[i - 1]->name);
         else if (t->begin > at)
-            s = hpt_fail(HPT_ERR_FORMAT, "%s: tensor '%s': hole of %llu bytes before it (data "
+            s = st_fail(HPT_ERR_FORMAT, "%s: tensor '%s': hole of %llu bytes before it (data "
                          "bytes [%llu, %llu) belong to no tensor)", what, t->name,
                          (unsigned long long)(t->begin - at), (unsigned long long)at,
                          (unsigned long long)t->begin);
         at = t->end;
     }
     if (s == HPT_OK && at != h->data_bytes)
-        s = hpt_fail(HPT_ERR_FORMAT, "%s: tensor '%s': the last tensor ends at %llu, but the data "
+        s = st_fail(HPT_ERR_FORMAT, "%s: tensor '%s': the last tensor ends at %llu, but the data "
                      "has %llu bytes (trailing bytes belong to no tensor)", what, by[h->n - 1]->name,
                      (unsigned long long)at, (unsigned long long)h->data_bytes);
     free(by);
     return s;
 }
 
+/* Offset of the first byte of p[0, n) that is not UTF-8 (overlong forms, surrogates and code
+ * points past U+10FFFF included) or is a control character JSON never holds raw (below 0x20
+ * other than tab, newline, carriage return); n if none. */
+static size_t bad_utf8(const unsigned char *p, size_t n) {
+    for (size_t i = 0; i < n;) {
+        unsigned c = p[i];
+        if (c < 0x80) {
+            if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') return i;
+            i++;
+            continue;
+        }
+        size_t k = c >= 0xc2 && c <= 0xdf ? 1 : c >= 0xe0 && c <= 0xef ? 2 : c >= 0xf0 && c <= 0xf4 ? 3 : 0;
+        if (k == 0 || n - i <= k) return i; /* not a lead byte, or cut by the end */
+        unsigned c1 = p[i + 1];
+        unsigned lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;
+        unsigned hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+        if (c1 < lo || c1 > hi) return i;
+        for (size_t j = 2; j <= k; j++)
+            if ((p[i + j] & 0xc0) != 0x80) return i;
+        i += k + 1;
+    }
+    return n;
+}
+
 hpt_status st_parse_json(const char *json, size_t n, uint64_t file_bytes, const char *what,
                          st_header *out) {
     memset(out, 0, sizeof *out);
     if (n < 2 || json[0] != '{')
-        return hpt_fail(HPT_ERR_FORMAT, "%s: the header does not begin with '{'", what);
+        return st_fail(HPT_ERR_FORMAT, "%s: the header does not begin with '{'", what);
+    if (file_bytes < 8 || n > file_bytes - 8)
+        return st_fail(HPT_ERR_FORMAT, "%s: header size %zu passes the end of the file", what, n);
+    size_t bad = bad_utf8((const unsigned char *)json, n);
+    if (bad != n)
+        return st_fail(HPT_ERR_FORMAT, "%s: the header is not UTF-8 JSON text (byte %zu: 0x%02x)",
+                        what, bad, (unsigned char)json[bad]);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(json, n, &end, 0);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        return hpt_fail(HPT_ERR_FORMAT, "%s: the header is not valid JSON (near byte %lld of %zu)",
+        return st_fail(HPT_ERR_FORMAT, "%s: the header is not valid JSON (near byte %lld of %zu)",
                         what, (long long)(cJSON_GetErrorPtr() && cJSON_GetErrorPtr() >= json &&
                                           cJSON_GetErrorPtr() <= json + n
                                           ? cJSON_GetErrorPtr() - json : -1), n);
@@ -235,7 +277,7 @@ hpt_status st_parse_json(const char *json, size_t n, uint64_t file_bytes, const 
     for (const char *p = end; p && p < json + n; p++)
         if (*p != ' ') {
             cJSON_Delete(root);
-            return hpt_fail(HPT_ERR_FORMAT, "%s: the header has bytes after its JSON object "
+            return st_fail(HPT_ERR_FORMAT, "%s: the header has bytes after its JSON object "
                             "(byte %lld: only spaces may pad it)", what, (long long)(p - json));
         }
     int count = 0;
@@ -243,19 +285,19 @@ hpt_status st_parse_json(const char *json, size_t n, uint64_t file_bytes, const 
     out->data_start = 8 + (uint64_t)n;
     out->data_bytes = file_bytes - out->data_start;
     out->t = calloc((size_t)(count ? count : 1), sizeof *out->t);
-    hpt_status s = out->t ? HPT_OK : hpt_fail(HPT_ERR_OOM, "%s: no memory for the header", what);
+    hpt_status s = out->t ? HPT_OK : st_fail(HPT_ERR_OOM, "%s: no memory for the header", what);
     int n_meta = 0;
     for (const cJSON *e = root->child; e && s == HPT_OK; e = e->next) {
         if (!strcmp(e->string, "__metadata__")) {
-            if (n_meta++) s = hpt_fail(HPT_ERR_FORMAT, "%s: __metadata__ appears twice", what);
+            if (n_meta++) s = st_fail(HPT_ERR_FORMAT, "%s: __metadata__ appears twice", what);
             else s = parse_metadata(e, what);
             continue;
         }
         size_t len = strlen(e->string);
-        if (len == 0) { s = hpt_fail(HPT_ERR_FORMAT, "%s: a tensor has an empty name", what); break; }
+        if (len == 0) { s = st_fail(HPT_ERR_FORMAT, "%s: a tensor has an empty name", what); break; }
         st_tensor *t = &out->t[out->n];
         t->name = malloc(len + 1);
-        if (!t->name) { s = hpt_fail(HPT_ERR_OOM, "%s: no memory for the header", what); break; }
+        if (!t->name) { s = st_fail(HPT_ERR_OOM, "%s: no memory for the header", what); break; }
         memcpy(t->name, e->string, len + 1);
         out->n++;
         s = parse_tensor(e, what, t);
@@ -265,7 +307,7 @@ hpt_status st_parse_json(const char *json, size_t n, uint64_t file_bytes, const 
         qsort(out->t, (size_t)out->n, sizeof *out->t, cmp_name);
         for (int i = 1; i < out->n && s == HPT_OK; i++)
             if (!strcmp(out->t[i - 1].name, out->t[i].name))
-                s = hpt_fail(HPT_ERR_FORMAT, "%s: tensor '%s' appears twice", what, out->t[i].name);
+                s = st_fail(HPT_ERR_FORMAT, "%s: tensor '%s' appears twice", what, out->t[i].name);
     }
     if (s == HPT_OK) s = check_coverage(out, what);
     if (s != HPT_OK) st_header_free(out);
@@ -278,10 +320,10 @@ static hpt_status check_size(const unsigned char b[8], uint64_t file_bytes, cons
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--) n = n << 8 | b[i];
     if (n < 2 || n > ST_MAX_HEADER_BYTES)
-        return hpt_fail(HPT_ERR_FORMAT, "%s: header size %llu is outside [2, %llu] (not a "
+        return st_fail(HPT_ERR_FORMAT, "%s: header size %llu is outside [2, %llu] (not a "
                         "safetensors file?)", what, (unsigned long long)n, ST_MAX_HEADER_BYTES);
     if (n > file_bytes - 8)
-        return hpt_fail(HPT_ERR_FORMAT, "%s: header size %llu passes the end of the file (%llu "
+        return st_fail(HPT_ERR_FORMAT, "%s: header size %llu passes the end of the file (%llu "
                         "bytes): truncated", what, (unsigned long long)n,
                         (unsigned long long)file_bytes);
     *n_out = n;
@@ -291,7 +333,7 @@ static hpt_status check_size(const unsigned char b[8], uint64_t file_bytes, cons
 hpt_status st_parse_buffer(const void *buf, size_t len, const char *what, st_header *out) {
     memset(out, 0, sizeof *out);
     if (len < 8)
-        return hpt_fail(HPT_ERR_FORMAT, "%s: %zu bytes, shorter than the 8-byte header size",
+        return st_fail(HPT_ERR_FORMAT, "%s: %zu bytes, shorter than the 8-byte header size",
                         what, len);
     uint64_t n = 0;
     HPT_CHECK(check_size(buf, len, what, &n));
@@ -307,9 +349,9 @@ static hpt_status pread_exact(int fd, void *dst, size_t bytes, uint64_t off, con
     while (bytes) {
         ssize_t got = pread(fd, p, bytes, (off_t)off);
         if (got < 0 && errno == EINTR) continue;
-        if (got < 0) return hpt_fail(HPT_ERR_IO, "cannot read %s: %s", path, strerror(errno));
+        if (got < 0) return st_fail(HPT_ERR_IO, "cannot read %s: %s", path, strerror(errno));
         if (got == 0)
-            return hpt_fail(HPT_ERR_FORMAT, "%s: tensor '%s': truncated (file shorter than its "
+            return st_fail(HPT_ERR_FORMAT, "%s: tensor '%s': truncated (file shorter than its "
                             "header says)", path, what);
         p += got;
         off += (uint64_t)got;
@@ -322,24 +364,24 @@ hpt_status st_open(const char *path, st_file *out) {
     memset(out, 0, sizeof *out);
     out->fd = -1;
     if (strlen(path) >= sizeof out->path)
-        return hpt_fail(HPT_ERR_INVALID, "path too long: %.200s...", path);
+        return st_fail(HPT_ERR_INVALID, "path too long: %.200s...", path);
     snprintf(out->path, sizeof out->path, "%s", path);
     int fd = open(path, O_RDONLY);
-    if (fd < 0) return hpt_fail(HPT_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    if (fd < 0) return st_fail(HPT_ERR_IO, "cannot open %s: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        return hpt_fail(HPT_ERR_IO, "%s is not a regular file", path);
+        return st_fail(HPT_ERR_IO, "%s is not a regular file", path);
     }
     uint64_t size = (uint64_t)st.st_size, n = 0;
     unsigned char b[8];
-    hpt_status s = size < 8 ? hpt_fail(HPT_ERR_FORMAT, "%s: %llu bytes, shorter than the 8-byte "
+    hpt_status s = size < 8 ? st_fail(HPT_ERR_FORMAT, "%s: %llu bytes, shorter than the 8-byte "
                                        "header size", path, (unsigned long long)size)
                             : pread_exact(fd, b, 8, 0, path, "(header size)");
     if (s == HPT_OK) s = check_size(b, size, path, &n);
     char *json = NULL;
     if (s == HPT_OK && !(json = malloc((size_t)n)))
-        s = hpt_fail(HPT_ERR_OOM, "%s: no memory for a %llu-byte header", path,
+        s = st_fail(HPT_ERR_OOM, "%s: no memory for a %llu-byte header", path,
                      (unsigned long long)n);
     if (s == HPT_OK) s = pread_exact(fd, json, (size_t)n, 8, path, "(header)");
     if (s == HPT_OK) s = st_parse_json(json, (size_t)n, size, path, &out->h);
@@ -358,10 +400,10 @@ void st_close(st_file *f) {
 
 hpt_status st_read_f32(const st_file *f, const st_tensor *t, uint64_t e0, size_t n, float *dst) {
     if (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "%s: tensor '%s': unsupported dtype %s (F32, BF16 "
+        return st_fail(HPT_ERR_UNSUPPORTED, "%s: tensor '%s': unsupported dtype %s (F32, BF16 "
                         "and F16 are read)", f->path, t->name, k_dtypes[t->dtype].name);
     if (e0 > t->numel || n > t->numel - e0)
-        return hpt_fail(HPT_ERR_INVALID, "%s: tensor '%s': elements [%llu, %llu) outside its %llu",
+        return st_fail(HPT_ERR_INVALID, "%s: tensor '%s': elements [%llu, %llu) outside its %llu",
                         f->path, t->name, (unsigned long long)e0,
                         (unsigned long long)(e0 + n), (unsigned long long)t->numel);
     size_t es = k_dtypes[t->dtype].size;
@@ -409,12 +451,12 @@ static int cmp_str(const void *a, const void *b) {
 static hpt_status index_files(const cJSON *map, const char *path, const char ***names, int *n) {
     int count = cJSON_GetArraySize(map), k = 0;
     const char **v = malloc((size_t)(count ? count : 1) * sizeof *v);
-    if (!v) return hpt_fail(HPT_ERR_OOM, "%s: no memory for the weight map", path);
+    if (!v) return st_fail(HPT_ERR_OOM, "%s: no memory for the weight map", path);
     for (const cJSON *e = map->child; e; e = e->next) {
         const char *f = cJSON_IsString(e) ? e->valuestring : NULL;
         if (!f || !*f || strchr(f, '/') || !strcmp(f, ".") || !strcmp(f, "..")) {
             free(v);
-            return hpt_fail(HPT_ERR_FORMAT, "%s: tensor '%s': weight_map entry is not a file name "
+            return st_fail(HPT_ERR_FORMAT, "%s: tensor '%s': weight_map entry is not a file name "
                             "in the directory", path, e->string);
         }
         v[k++] = f;
@@ -430,21 +472,21 @@ static hpt_status index_files(const cJSON *map, const char *path, const char ***
 
 static hpt_status read_small(const char *path, char **out, size_t *len) {
     FILE *f = fopen(path, "rb");
-    if (!f) return hpt_fail(HPT_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    if (!f) return st_fail(HPT_ERR_IO, "cannot open %s: %s", path, strerror(errno));
     size_t cap = 1 << 16, n = 0;
     char *b = malloc(cap);
-    hpt_status s = b ? HPT_OK : hpt_fail(HPT_ERR_OOM, "no memory to read %s", path);
+    hpt_status s = b ? HPT_OK : st_fail(HPT_ERR_OOM, "no memory to read %s", path);
     while (s == HPT_OK) {
         if (n == cap) {
             char *nb = cap >= (64u << 20) ? NULL : realloc(b, cap * 2);
-            if (!nb) { s = hpt_fail(HPT_ERR_FORMAT, "%s: larger than 64 MB", path); break; }
+            if (!nb) { s = st_fail(HPT_ERR_FORMAT, "%s: larger than 64 MB", path); break; }
             b = nb;
             cap *= 2;
         }
         size_t got = fread(b + n, 1, cap - n, f);
         n += got;
         if (got == 0) {
-            if (ferror(f)) s = hpt_fail(HPT_ERR_IO, "cannot read %s", path);
+            if (ferror(f)) s = st_fail(HPT_ERR_IO, "cannot read %s", path);
             break;
         }
     }
@@ -462,19 +504,19 @@ static hpt_status index_agrees(const st_dir *d, const cJSON *map, const char *pa
         mapped++;
         const st_file *f;
         if (!st_dir_find(d, e->string, &f))
-            return hpt_fail(HPT_ERR_FORMAT, "%s: tensor '%s': in the weight map, but not in %s",
+            return st_fail(HPT_ERR_FORMAT, "%s: tensor '%s': in the weight map, but not in %s",
                             path, e->string, e->valuestring);
         const char *base = strrchr(f->path, '/');
         if (strcmp(base ? base + 1 : f->path, e->valuestring))
-            return hpt_fail(HPT_ERR_FORMAT, "%s: tensor '%s': the weight map names %s, but it is "
+            return st_fail(HPT_ERR_FORMAT, "%s: tensor '%s': the weight map names %s, but it is "
                             "in %s", path, e->string, e->valuestring, f->path);
     }
     if (mapped > d->n)
-        return hpt_fail(HPT_ERR_FORMAT, "%s: the weight map names a tensor twice", path);
+        return st_fail(HPT_ERR_FORMAT, "%s: the weight map names a tensor twice", path);
     if (mapped != d->n)
         for (int i = 0; i < d->n; i++)
             if (!cJSON_GetObjectItemCaseSensitive(map, d->ent[i].t->name))
-                return hpt_fail(HPT_ERR_FORMAT, "%s: tensor '%s': not in the weight map of %s",
+                return st_fail(HPT_ERR_FORMAT, "%s: tensor '%s': not in the weight map of %s",
                                 d->files[d->ent[i].file].path, d->ent[i].t->name, path);
     return HPT_OK;
 }
@@ -482,26 +524,26 @@ static hpt_status index_agrees(const st_dir *d, const cJSON *map, const char *pa
 /* Opens the shard files and indexes all their tensors by name (duplicates across files refused). */
 static hpt_status dir_open_files(st_dir *d, const char *dir, const char **names, int n) {
     d->files = calloc((size_t)n, sizeof *d->files);
-    if (!d->files) return hpt_fail(HPT_ERR_OOM, "%s: no memory", dir);
+    if (!d->files) return st_fail(HPT_ERR_OOM, "%s: no memory", dir);
     for (int i = 0; i < n; i++) d->files[i].fd = -1;
     int total = 0;
     for (int i = 0; i < n; i++) {
         char p[4096];
         if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, names[i]) >= sizeof p)
-            return hpt_fail(HPT_ERR_INVALID, "path too long: %s/%s", dir, names[i]);
+            return st_fail(HPT_ERR_INVALID, "path too long: %s/%s", dir, names[i]);
         HPT_CHECK(st_open(p, &d->files[i]));
         d->n_files = i + 1;
         total += d->files[i].h.n;
     }
     d->ent = malloc((size_t)(total ? total : 1) * sizeof *d->ent);
-    if (!d->ent) return hpt_fail(HPT_ERR_OOM, "%s: no memory", dir);
+    if (!d->ent) return st_fail(HPT_ERR_OOM, "%s: no memory", dir);
     for (int i = 0; i < n; i++)
         for (int k = 0; k < d->files[i].h.n; k++)
             d->ent[d->n++] = (struct st_entry){&d->files[i].h.t[k], i};
     qsort(d->ent, (size_t)d->n, sizeof *d->ent, cmp_entry);
     for (int i = 1; i < d->n; i++)
         if (!strcmp(d->ent[i - 1].t->name, d->ent[i].t->name))
-            return hpt_fail(HPT_ERR_FORMAT, "%s: tensor '%s': in two files (%s and %s)", dir,
+            return st_fail(HPT_ERR_FORMAT, "%s: tensor '%s': in two files (%s and %s)", dir,
                             d->ent[i].t->name, d->files[d->ent[i - 1].file].path,
                             d->files[d->ent[i].file].path);
     return HPT_OK;
@@ -511,12 +553,12 @@ hpt_status st_dir_open(const char *dir, st_dir *out) {
     memset(out, 0, sizeof *out);
     char p[4096];
     if ((size_t)snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir) >= sizeof p)
-        return hpt_fail(HPT_ERR_INVALID, "path too long: %s", dir);
+        return st_fail(HPT_ERR_INVALID, "path too long: %s", dir);
     struct stat st;
     if (stat(p, &st) != 0) {
         snprintf(p, sizeof p, "%s/model.safetensors", dir);
         if (stat(p, &st) != 0)
-            return hpt_fail(HPT_ERR_IO, "%s: neither model.safetensors nor "
+            return st_fail(HPT_ERR_IO, "%s: neither model.safetensors nor "
                             "model.safetensors.index.json", dir);
         const char *one = "model.safetensors";
         hpt_status s = dir_open_files(out, dir, &one, 1);
@@ -532,15 +574,15 @@ hpt_status st_dir_open(const char *dir, st_dir *out) {
     const cJSON *meta = root ? cJSON_GetObjectItemCaseSensitive(root, "metadata") : NULL;
     hpt_status s = HPT_OK;
     if (!root || !cJSON_IsObject(root))
-        s = hpt_fail(HPT_ERR_FORMAT, "%s: not valid JSON", p);
+        s = st_fail(HPT_ERR_FORMAT, "%s: not valid JSON", p);
     else if (!cJSON_IsObject(map))
-        s = hpt_fail(HPT_ERR_FORMAT, "%s: no weight_map object", p);
+        s = st_fail(HPT_ERR_FORMAT, "%s: no weight_map object", p);
     else if (meta && !cJSON_IsObject(meta))
-        s = hpt_fail(HPT_ERR_FORMAT, "%s: metadata is not an object", p);
+        s = st_fail(HPT_ERR_FORMAT, "%s: metadata is not an object", p);
     const char **names = NULL;
     int n = 0;
     if (s == HPT_OK) s = index_files(map, p, &names, &n);
-    if (s == HPT_OK && n == 0) s = hpt_fail(HPT_ERR_FORMAT, "%s: the weight map is empty", p);
+    if (s == HPT_OK && n == 0) s = st_fail(HPT_ERR_FORMAT, "%s: the weight map is empty", p);
     if (s == HPT_OK) s = dir_open_files(out, dir, names, n);
     if (s == HPT_OK) s = index_agrees(out, map, p);
     free(names);

@@ -65,6 +65,10 @@ float st_bf16_to_f32(uint16_t b);
 float st_f16_to_f32(uint16_t h);
 uint16_t st_f32_to_bf16(float f);
 
+/* hpt_fail with a message kept on one line: control characters of names and keys read from a
+ * file (a JSON string may hold a newline) are shown as '?'. */
+hpt_status st_fail(hpt_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* ---- an open file: the header, and tensors read through pread windows ---- */
 typedef struct {
     int fd;

@@ -83,10 +83,10 @@ static hpt_status open_shard(st_writer *w, int s) {
     snprintf(p, sizeof p, "%s/%s", w->dir, name);
     size_t json = 0;
     char *text = shard_header(w, s, &json);
-    if (!text) return hpt_fail(HPT_ERR_OOM, "no memory for the header of %s", p);
+    if (!text) return st_fail(HPT_ERR_OOM, "no memory for the header of %s", p);
     uint64_t n = ((uint64_t)json + 8 + 7) / 8 * 8 - 8; /* data at a multiple of 8 */
     w->f = fopen(p, "wb");
-    if (!w->f) { free(text); return hpt_fail(HPT_ERR_IO, "cannot create %s: %s", p, strerror(errno)); }
+    if (!w->f) { free(text); return st_fail(HPT_ERR_IO, "cannot create %s: %s", p, strerror(errno)); }
     w->cur_shard = s;
     unsigned char b[8];
     for (int i = 0; i < 8; i++) b[i] = (unsigned char)(n >> (8 * i));
@@ -94,7 +94,7 @@ static hpt_status open_shard(st_writer *w, int s) {
     fwrite(text, 1, json, w->f);
     free(text);
     for (uint64_t i = (uint64_t)json; i < n; i++) fputc(' ', w->f);
-    if (ferror(w->f)) return hpt_fail(HPT_ERR_IO, "cannot write %s: %s", p, strerror(errno));
+    if (ferror(w->f)) return st_fail(HPT_ERR_IO, "cannot write %s: %s", p, strerror(errno));
     return HPT_OK;
 }
 
@@ -104,7 +104,7 @@ static hpt_status close_shard(st_writer *w) {
     if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0) err = errno;
     if (fclose(w->f) != 0 && !err) err = errno;
     w->f = NULL;
-    if (err) return hpt_fail(HPT_ERR_IO, "cannot write into %s: %s", w->dir, strerror(err));
+    if (err) return st_fail(HPT_ERR_IO, "cannot write into %s: %s", w->dir, strerror(err));
     return HPT_OK;
 }
 
@@ -112,7 +112,7 @@ hpt_status st_writer_open(const char *dir, const st_wtensor *t, int n, uint64_t 
                           st_writer **out) {
     *out = NULL;
     st_writer *w = calloc(1, sizeof *w);
-    if (!w) return hpt_fail(HPT_ERR_OOM, "no memory for a safetensors writer");
+    if (!w) return st_fail(HPT_ERR_OOM, "no memory for a safetensors writer");
     snprintf(w->dir, sizeof w->dir, "%s", dir);
     w->n = n;
     w->cur_shard = -1;
@@ -123,7 +123,7 @@ hpt_status st_writer_open(const char *dir, const st_wtensor *t, int n, uint64_t 
     w->buf = malloc(K_CONV_FLOATS * 4);
     if (!w->t || !w->bytes || !w->begin || !w->shard || !w->buf) {
         st_writer_abort(w);
-        return hpt_fail(HPT_ERR_OOM, "no memory for a safetensors writer");
+        return st_fail(HPT_ERR_OOM, "no memory for a safetensors writer");
     }
     uint64_t at = 0;
     int s = 0;
@@ -131,7 +131,7 @@ hpt_status st_writer_open(const char *dir, const st_wtensor *t, int n, uint64_t 
         w->t[i] = t[i];
         if ((t[i].dtype != ST_F32 && t[i].dtype != ST_BF16) || t[i].ndim > ST_MAX_DIMS) {
             st_writer_abort(w);
-            return hpt_fail(HPT_ERR_INVALID, "tensor '%s': only F32 and BF16 are written", t[i].name);
+            return st_fail(HPT_ERR_INVALID, "tensor '%s': only F32 and BF16 are written", t[i].name);
         }
         w->bytes[i] = numel_of(&t[i]) * st_dtype_size(t[i].dtype);
         if (at > 0 && at + w->bytes[i] > shard_bytes) { s++; at = 0; }
@@ -158,7 +158,7 @@ hpt_status st_writer_put(st_writer *w, const float *x, size_t n) {
     while (n) {
         HPT_CHECK(advance(w));
         if (w->cur == w->n)
-            return hpt_fail(HPT_ERR_INVALID, "%s: %zu values more than the tensors hold", w->dir, n);
+            return st_fail(HPT_ERR_INVALID, "%s: %zu values more than the tensors hold", w->dir, n);
         const st_wtensor *t = &w->t[w->cur];
         uint64_t room = numel_of(t) - w->cur_e;
         size_t k = (size_t)HPT_MIN((uint64_t)HPT_MIN(n, (size_t)K_CONV_FLOATS), room);
@@ -175,7 +175,7 @@ hpt_status st_writer_put(st_writer *w, const float *x, size_t n) {
             bytes = k * 2;
         }
         if (fwrite(w->buf, 1, bytes, w->f) != bytes)
-            return hpt_fail(HPT_ERR_IO, "cannot write into %s: %s", w->dir, strerror(errno));
+            return st_fail(HPT_ERR_IO, "cannot write into %s: %s", w->dir, strerror(errno));
         w->cur_e += k;
         x += k;
         n -= k;
@@ -187,7 +187,7 @@ static hpt_status write_index(const st_writer *w) {
     char p[4200], name[64];
     snprintf(p, sizeof p, "%s/model.safetensors.index.json", w->dir);
     FILE *f = fopen(p, "wb");
-    if (!f) return hpt_fail(HPT_ERR_IO, "cannot create %s: %s", p, strerror(errno));
+    if (!f) return st_fail(HPT_ERR_IO, "cannot create %s: %s", p, strerror(errno));
     uint64_t total = 0;
     for (int i = 0; i < w->n; i++) total += w->bytes[i];
     fprintf(f, "{\n  \"metadata\": {\"total_size\": %llu},\n  \"weight_map\": {",
@@ -202,14 +202,14 @@ static hpt_status write_index(const st_writer *w) {
     int err = 0;
     if (ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0) err = errno ? errno : EIO;
     if (fclose(f) != 0 && !err) err = errno;
-    if (err) return hpt_fail(HPT_ERR_IO, "cannot write %s: %s", p, strerror(err));
+    if (err) return st_fail(HPT_ERR_IO, "cannot write %s: %s", p, strerror(err));
     return HPT_OK;
 }
 
 hpt_status st_writer_close(st_writer *w) {
     hpt_status s = advance(w);
     if (s == HPT_OK && w->cur != w->n)
-        s = hpt_fail(HPT_ERR_INVALID, "%s: tensor '%s' got %llu of its values", w->dir,
+        s = st_fail(HPT_ERR_INVALID, "%s: tensor '%s' got %llu of its values", w->dir,
                      w->t[w->cur].name, (unsigned long long)w->cur_e);
     /* shards of zero-sized tensors only were never opened by a value: a header alone */
     while (s == HPT_OK && w->cur_shard < w->n_shards - 1) {

@@ -1,4 +1,4 @@
-/* arch.h: the architecture interface. An architecture (GPT-2 today: model/gpt2.c) is the maths
+/* arch.h: the architecture interface. An architecture (model/gpt2.c, model/llama.c) is the maths
  * of one model family and nothing else: it describes a configuration as a tensor table, names
  * the activations one block saves and their shapes, and computes the embedding, one block, the
  * final norm and the head, forward and backward, through a backend's ops. It knows nothing of

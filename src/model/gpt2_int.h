@@ -1,6 +1,7 @@
-/* gpt2_int.h: the GPT-2 object's layout, private to src/model/ (the modules above reach the
- * model through model/model.h and its tensor table). The model's files: gpt2.c (the maths, through
- * the arch interface, arch.h), runner.c (the layer loop), actplan.c (the activation arena),
+/* gpt2_int.h: the model object's layout (every architecture's; GPT-2's parameter and
+ * activation structs here, llama's in llama_int.h), private to src/model/ (the modules above
+ * reach the model through model/model.h and its tensor table). The model's files: gpt2.c and
+ * llama.c (the maths, through the arch interface, arch.h), runner.c (the layer loop), actplan.c (the activation arena),
  * actstore.c (offload and compression of saved fields), actopts.c (the activation options),
  * lifecycle.c (the object), embed.c (chunked and bf16 tied embeddings), config.c (shapes);
  * runner_int.h holds the runner's private state and functions. */

@@ -68,8 +68,13 @@ VBMI_FN static void load_planes(float *buf, const uint8_t *codes, float absmax, 
     __m512i t[4][4]; /* plane k's entries 64q .. 64q + 63 */
     for (int k = 0; k < 4; k++)
         for (int q = 0; q < 4; q++) t[k][q] = _mm512_loadu_si512(pl->b[k] + 64 * q);
-    uint8_t perm[64];
-    for (int q = 0; q < 64; q++) perm[q] = (uint8_t)(16 * ((q % 16) / 4) + 4 * (q / 16) + q % 4);
+    /* perm[q] = 16 ((q mod 16) / 4) + 4 (q / 16) + q mod 4 */
+    static const uint8_t perm[64] = {
+        0, 1, 2, 3, 16, 17, 18, 19, 32, 33, 34, 35, 48, 49, 50, 51,
+        4, 5, 6, 7, 20, 21, 22, 23, 36, 37, 38, 39, 52, 53, 54, 55,
+        8, 9, 10, 11, 24, 25, 26, 27, 40, 41, 42, 43, 56, 57, 58, 59,
+        12, 13, 14, 15, 28, 29, 30, 31, 44, 45, 46, 47, 60, 61, 62, 63,
+    };
     const __m512i vperm = _mm512_loadu_si512(perm);
     const __m512 a = _mm512_set1_ps(absmax);
     for (int j = 0; j < len; j += 64) {

@@ -20,6 +20,7 @@
  * Errors. Ops cannot fail (the table's contract): the first CUDA or cuBLAS error is kept and
  * hpt_cuda_status() returns it. */
 #include "kernels/cuda/cu_common.cuh"
+#include "kernels/cuda/carve.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -44,12 +45,10 @@ static void *g_ws;
 static char g_err[256];
 static int g_err_set;
 
-/* the device region and its free extents, sorted by offset */
+/* the device region and its allocator (carve.h) */
 static char *g_base;
-static size_t g_size, g_used;
-typedef struct { size_t off, len; } extent;
-static extent *g_free;
-static int g_nfree;
+static hpt_carve g_carve;
+static hpt_extent *g_free;
 
 void cu_note(cudaError_t e, const char *what) {
     if (e == cudaSuccess || g_err_set) return;
@@ -167,7 +166,7 @@ static hpt_status region_open_locked(size_t want) {
         want = fr > 2 * CU_MARGIN ? fr - CU_MARGIN : fr / 2;
     }
     want = want / CU_ALIGN * CU_ALIGN;
-    g_free = (extent *)malloc(CU_MAX_EXTENTS * sizeof(extent)); /* allocator metadata, host */
+    g_free = (hpt_extent *)malloc(CU_MAX_EXTENTS * sizeof(hpt_extent)); /* allocator metadata, host */
     if (!g_free) return hpt_fail(HPT_ERR_OOM, "the device allocator's extent list");
     cudaError_t e = cudaMalloc((void **)&g_base, want);
     if (e != cudaSuccess) {
@@ -178,18 +177,15 @@ static hpt_status region_open_locked(size_t want) {
         return hpt_fail(HPT_ERR_OOM, "the device region of %.1f MiB: %s", (double)want / 1048576.0,
                         cudaGetErrorString(e));
     }
-    g_size = want;
-    g_used = 0;
-    g_free[0] = extent{0, want};
-    g_nfree = 1;
+    hpt_carve_init(&g_carve, g_free, CU_MAX_EXTENTS, want);
     return HPT_OK;
 }
 
 extern "C" hpt_status hpt_cuda_reserve(size_t bytes) {
     if (!hpt_backend_cuda()) return HPT_ERR_UNSUPPORTED;
     pthread_mutex_lock(&g_lock);
-    hpt_status s = g_base && bytes && bytes != g_size
-                       ? hpt_fail(HPT_ERR_INVALID, "the device region is already %zu bytes", g_size)
+    hpt_status s = g_base && bytes && bytes != g_carve.size
+                       ? hpt_fail(HPT_ERR_INVALID, "the device region is already %zu bytes", g_carve.size)
                        : region_open_locked(bytes);
     pthread_mutex_unlock(&g_lock);
     return s;
@@ -197,55 +193,12 @@ extern "C" hpt_status hpt_cuda_reserve(size_t bytes) {
 
 extern "C" void hpt_cuda_region(size_t *region_bytes, size_t *used_bytes) {
     pthread_mutex_lock(&g_lock);
-    *region_bytes = g_size;
-    *used_bytes = g_used;
+    *region_bytes = g_base ? g_carve.size : 0;
+    *used_bytes = g_base ? g_carve.used : 0;
     pthread_mutex_unlock(&g_lock);
 }
 
 static size_t round_up(size_t x) { return (x + CU_ALIGN - 1) / CU_ALIGN * CU_ALIGN; }
-
-/* first fit: the lowest extent that holds len */
-static void *carve_locked(size_t len) {
-    for (int i = 0; i < g_nfree; i++) {
-        if (g_free[i].len < len) continue;
-        size_t off = g_free[i].off;
-        g_free[i].off += len;
-        g_free[i].len -= len;
-        if (!g_free[i].len) {
-            memmove(g_free + i, g_free + i + 1, (size_t)(g_nfree - i - 1) * sizeof(extent));
-            g_nfree--;
-        }
-        g_used += len;
-        return g_base + off;
-    }
-    return NULL;
-}
-
-static int give_back_locked(size_t off, size_t len) {
-    int i = 0;
-    while (i < g_nfree && g_free[i].off < off) i++;
-    int join_prev = i > 0 && g_free[i - 1].off + g_free[i - 1].len == off;
-    int join_next = i < g_nfree && off + len == g_free[i].off;
-    if ((i > 0 && g_free[i - 1].off + g_free[i - 1].len > off) || (i < g_nfree && off + len > g_free[i].off))
-        return 0; /* overlaps a free extent: a double free or a wrong size */
-    if (join_prev && join_next) {
-        g_free[i - 1].len += len + g_free[i].len;
-        memmove(g_free + i, g_free + i + 1, (size_t)(g_nfree - i - 1) * sizeof(extent));
-        g_nfree--;
-    } else if (join_prev) {
-        g_free[i - 1].len += len;
-    } else if (join_next) {
-        g_free[i].off = off;
-        g_free[i].len += len;
-    } else {
-        if (g_nfree == CU_MAX_EXTENTS) return 0;
-        memmove(g_free + i + 1, g_free + i, (size_t)(g_nfree - i) * sizeof(extent));
-        g_free[i] = extent{off, len};
-        g_nfree++;
-    }
-    g_used -= len;
-    return 1;
-}
 
 static hpt_status cu_alloc(hpt_mem *mem, hpt_tier tier, hpt_category cat, size_t bytes, void **out) {
     *out = NULL;
@@ -263,9 +216,13 @@ static hpt_status cu_alloc(hpt_mem *mem, hpt_tier tier, hpt_category cat, size_t
             hpt_mem_get_stats(mem, &st);
             s = region_open_locked(st.budget_bytes[HPT_TIER_DEVICE]);
         }
-        if (s == HPT_OK && !(p = carve_locked(round_up(bytes))))
-            s = hpt_fail(HPT_ERR_OOM, "device tier: %zu bytes do not fit the device region "
-                         "(%zu of %zu bytes carved, in %d free pieces)", bytes, g_used, g_size, g_nfree);
+        size_t off = 0;
+        if (s == HPT_OK) {
+            if (hpt_carve_take(&g_carve, round_up(bytes), &off)) p = g_base + off;
+            else s = hpt_fail(HPT_ERR_OOM, "device tier: %zu bytes do not fit the device region "
+                              "(%zu of %zu bytes carved, in %d free pieces)", bytes, g_carve.used,
+                              g_carve.size, g_carve.n);
+        }
         if (s == HPT_OK) cu_note(cudaMemsetAsync(p, 0, bytes, cu_stream), "zero-filling an allocation");
     } else {
         cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
@@ -292,7 +249,7 @@ static void cu_free(hpt_mem *mem, hpt_tier tier, hpt_category cat, void *p, size
     pthread_mutex_lock(&g_lock);
     if (tier == HPT_TIER_DEVICE) {
         char *c = (char *)p;
-        if (c < g_base || c >= g_base + g_size || !give_back_locked((size_t)(c - g_base), round_up(bytes)))
+        if (c < g_base || c >= g_base + g_carve.size || !hpt_carve_give(&g_carve, (size_t)(c - g_base), round_up(bytes)))
             cu_note(cudaErrorInvalidValue, "freeing device memory the allocator did not give");
     } else {
         cu_note(cudaFreeHost(p), "cudaFreeHost");
@@ -438,7 +395,8 @@ extern "C" void hpt_cuda_shutdown(void) {
         cudaDeviceSynchronize();
         if (g_base) cudaFree(g_base);
         free(g_free);
-        g_base = NULL, g_free = NULL, g_size = g_used = 0, g_nfree = 0;
+        g_base = NULL, g_free = NULL;
+        memset(&g_carve, 0, sizeof g_carve);
         cu_q8_release();
         cublasDestroy(cu_blas);
         cudaFree(g_ws);
