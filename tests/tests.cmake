@@ -101,3 +101,4 @@ foreach(variant IN LISTS HPT_VARIANTS)
 endforeach()
 # the CUDA backend's region allocator is host code: tested everywhere, GPU or not
 hpt_add_test(test_cuda_carve test_cuda_carve.c)
+hpt_add_test(test_plan_auto test_plan_auto.c)

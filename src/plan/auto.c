@@ -157,6 +157,19 @@ static hpt_status enumerate(const hpt_plan_opts *base, const hpt_calibration *c,
     return HPT_OK;
 }
 
+/* 1 when a kept plan differs from o only in K and P (the runners-up should show other
+ * choices; K and P rarely change the prediction) */
+static int near_duplicate(const hpt_auto_result *r, const hpt_plan_opts *o) {
+    hpt_plan_opts x = *o;
+    x.offload.max_active = 0, x.offload.prefetch = 0;
+    for (int i = 0; i < r->n; i++) {
+        hpt_plan_opts y = r->cand[i].o;
+        y.offload.max_active = 0, y.offload.prefetch = 0;
+        if (!memcmp(&x, &y, sizeof x)) return 1;
+    }
+    return 0;
+}
+
 static void check_fit(hpt_auto_cand *k) {
     k->fits = 1;
     for (int t = 0; t < HPT_TIER_COUNT; t++) {
@@ -193,8 +206,8 @@ hpt_status hpt_plan_auto(const hpt_plan_opts *base, const hpt_calibration *c,
         if (hpt_plan_cost(&k.o, c, &k.cost) != HPT_OK) continue;
         check_fit(&k);
         if (k.fits) {
-            out->cand[out->n++] = k;
             out->n_fit++;
+            if (out->n == 0 || !near_duplicate(out, &k.o)) out->cand[out->n++] = k;
         } else {
             if (out->n == 0 && out->n_nofit < 2) out->nofit[out->n_nofit++] = k;
             uint64_t sum = 0;

@@ -1,8 +1,8 @@
 /* calibrate.c: this machine's rates for the cost model (src/plan/cost.c), measured with the
  * backend's own ops, and their cache file (JSON, versioned).
  *
- * What is measured, each the best of a few repetitions (the machine may be shared: the best is
- * the rate the hardware gives when nothing else runs, the figure least moved by neighbours):
+ * What is measured, each the median of a few repetitions (on a shared machine the median is the
+ * rate a run gets under the load of the moment, which is what a prediction is compared with):
  * GEMM (matmul_forward and matmul_backward) at a step's shapes, 128 rows of width C against 4C
  * outputs for a few C; causal attention (flash and plain, forward and backward) at T = 128; a
  * read+write streaming pass (the backend's scale op over 256 MiB, past the caches); each optimizer's update in
@@ -135,17 +135,27 @@ static void fill(float *x, size_t n, float s) {
     for (size_t i = 0; i < n; i++) x[i] = s * (float)((i * 2654435761u) % 1000) / 1000.0f;
 }
 
-/* The best time of reps runs of what the macro body does (seconds). */
+/* The median time of reps (<= 15) runs of what the macro body does (seconds). */
 #define BEST_OF(reps, best, body)                                          \
     do {                                                                   \
-        best = 1e30;                                                       \
-        for (int r_ = 0; r_ < (reps); r_++) {                              \
+        double ts_[16];                                                    \
+        int n_ = (reps) < 16 ? (reps) : 16;                                \
+        for (int r_ = 0; r_ < n_; r_++) {                                  \
             double t0_ = hpt_now();                                        \
             body;                                                          \
-            double dt_ = hpt_now() - t0_;                                  \
-            if (dt_ < best) best = dt_;                                    \
+            ts_[r_] = hpt_now() - t0_;                                     \
         }                                                                  \
+        best = median(ts_, n_);                                            \
     } while (0)
+
+static double median(double *t, int n) {
+    for (int i = 1; i < n; i++) /* insertion sort: a handful of values */
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+            double x = t[j];
+            t[j] = t[j - 1], t[j - 1] = x;
+        }
+    return n ? t[n / 2] : 0;
+}
 
 static hpt_status measure_gemm(const hpt_backend *be, int reps, hpt_calibration *c) {
     const int64_t N = 128;

@@ -18,7 +18,8 @@
  *   engine       per block: its load (weights' width / the home tier's read bandwidth), its
  *                gradient write-back (exact mode), the fused update's worker work; the worker
  *                overlaps them with the block's compute when P >= 1 (one FIFO worker:
- *                the block takes max(compute, worker)), serially when P = 0; exact mode then
+ *                the block takes max(compute + worker's CPU work / threads, worker): the
+ *                worker's memcpy and updates share the cores), serially when P = 0; exact mode then
  *                streams the update over the blocks (double buffered from disk)
  *   act offload  host: copies out synchronous, copies back overlapped with the backward; disk:
  *                both synchronous
@@ -149,10 +150,15 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
         int K = of->max_active < L ? of->max_active : L, P = of->prefetch;
         double load = tier_s(c, of->params, blk * wb, 0);
         double cf = fwd_blocks / L, cb = (bwd_blocks + rec) / L;
+        /* The worker shares the CPU with the compute threads: its CPU-bound work (memcpy from
+         * and to host homes, in-memory updates: wcpu) takes 1/n of the compute's n threads while it
+         * runs, its disk waits take nothing; a block then costs max(compute + wcpu / n, worker). */
+        double n = c->threads > 0 ? c->threads : 1;
+        double lcpu = of->params == HPT_TIER_HOST ? load : 0;
         /* forward: L loads; backward: the blocks not still resident */
-        double f_work = P >= 1 ? L * maxd(cf, load) + load : L * (cf + load);
+        double f_work = P >= 1 ? L * maxd(cf + lcpu / n, load) + load : L * (cf + load);
         double reload = (double)(L - K) / L;
-        double wk = load * reload, ck = cb;
+        double wk = load * reload, ck = cb, wcpu = lcpu * reload;
         double st_in = 0, st_out = 0;
         if (of->fused) {
             if (of->optim == HPT_TIER_DISK) { /* the worker streams m, v; the compute thread updates */
@@ -160,14 +166,20 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
                       tier_s(c, of->params, blk * wb, 1);
                 ck += blk * ns;
                 st_in = blk * 8 * L, st_out = blk * (8 + wb) * L;
+            } else if (of->optim == HPT_TIER_DEVICE && of->params == HPT_TIER_DEVICE) {
+                ck += blk * ns; /* no homes: the compute thread updates in the backward */
             } else { /* the worker updates in place, then writes the weights home */
-                wk += blk * ns + tier_s(c, of->params, blk * wb, 1);
+                double wback = tier_s(c, of->params, blk * wb, 1);
+                wk += blk * ns + wback;
+                wcpu += blk * ns + (of->params == HPT_TIER_HOST ? wback : 0);
                 st_out = of->params != HPT_TIER_DEVICE ? blk * wb * L : 0;
             }
         } else {
-            wk += tier_s(c, of->grads, blk * gw, 1);
+            double gout = tier_s(c, of->grads, blk * gw, 1);
+            wk += gout;
+            wcpu += of->grads == HPT_TIER_HOST ? gout : 0;
         }
-        double b_work = P >= 1 ? L * maxd(ck, wk) : L * (ck + wk);
+        double b_work = P >= 1 ? L * maxd(ck + wcpu / n, wk) : L * (ck + wk);
         double upd = 0;
         if (!of->fused) { /* streamed after the backward, block by block */
             double io = 0;
