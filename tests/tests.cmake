@@ -102,3 +102,8 @@ endforeach()
 # the CUDA backend's region allocator is host code: tested everywhere, GPU or not
 hpt_add_test(test_cuda_carve test_cuda_carve.c)
 hpt_add_test(test_plan_auto test_plan_auto.c)
+# --plan auto end to end with a fake calibration (tests/test_plan_auto.sh)
+if(TARGET hptrain_cli)
+  add_test(NAME test_plan_auto_cli COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_plan_auto.sh $<TARGET_FILE:hptrain_cli>)
+  set_tests_properties(test_plan_auto_cli PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+endif()
