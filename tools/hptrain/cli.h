@@ -115,9 +115,9 @@ int cli_read_file(const char *path, char **data_out, size_t *len_out);
  * (B, and the plan: accum and every technique). 0, or the exit status after printing why. */
 int cli_auto_plan(const char *cmd, hpt_plan_opts *po, int64_t tokens_per_step, int allow_lossy,
                   int verbose, FILE *f);
-/* The doctor's proposal after a refused budget: the top 3 auto plans with predicted step times
- * (on stderr), from the cached calibration (or a hint to make one). */
-void cli_auto_advice(const char *cmd, const hpt_plan_opts *po);
+/* The doctor's proposal for a budget (a refused one, or profile's): the top 3 auto plans with
+ * predicted step times, on f, from the cached calibration (or a hint to make one). */
+void cli_auto_advice(const char *cmd, const hpt_plan_opts *po, FILE *f);
 
 /* The offload engine's flags, as `train` and `estimate` describe them. */
 #define CLI_HELP_OFFLOAD \

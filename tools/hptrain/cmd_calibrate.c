@@ -224,11 +224,11 @@ int cli_auto_plan(const char *cmd, hpt_plan_opts *po, int64_t tokens_per_step, i
     return 0;
 }
 
-void cli_auto_advice(const char *cmd, const hpt_plan_opts *po) {
+void cli_auto_advice(const char *cmd, const hpt_plan_opts *po, FILE *f) {
     hpt_calibration cal;
     char path[4096];
     if (hpt_calibration_load(hpt_calibration_path(path, sizeof path), &cal) != HPT_OK) {
-        fprintf(stderr, "hptrain: %s: run `hptrain calibrate` once, and --plan auto proposes whole "
+        fprintf(f, "hptrain: %s: run `hptrain calibrate` once, and --plan auto proposes whole "
                 "plans that fit with their predicted step times\n", cmd);
         return;
     }
@@ -243,16 +243,16 @@ void cli_auto_advice(const char *cmd, const hpt_plan_opts *po) {
         if (hpt_plan_auto(&base, &cal, &a, r) == HPT_OK) break;
     }
     if (r->n == 0) {
-        fprintf(stderr, "hptrain: %s: no whole plan fits these budgets (searched %d)\n", cmd, r->n_tried);
+        fprintf(f, "hptrain: %s: no whole plan fits these budgets (searched %d)\n", cmd, r->n_tried);
         free(r);
         return;
     }
-    fprintf(stderr, "hptrain: %s: whole plans that fit (predicted step time; --plan auto%s picks "
+    fprintf(f, "hptrain: %s: whole plans that fit (predicted step time; --plan auto%s picks "
             "the first):\n", cmd, a.allow_lossy ? " --allow lossy" : "");
     char fl[2300];
     for (int i = 0; i < r->n && i < 3; i++) {
         cand_flags(&r->cand[i].o, fl, sizeof fl, 0);
-        fprintf(stderr, "  %.3f s/step: %s\n", r->cand[i].cost.total_s, fl);
+        fprintf(f, "  %.3f s/step: %s\n", r->cand[i].cost.total_s, fl);
     }
     free(r);
 }

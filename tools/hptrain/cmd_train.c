@@ -308,7 +308,7 @@ int cmd_train(int argc, char **argv) {
         hpt_mem_get_stats(mem, &st);
         if (s == HPT_ERR_OOM && st.n_allocs > 0) memory_report(mem);
         int rc = cli_lib_error(s, "train");
-        if (s == HPT_ERR_OOM && st.n_allocs == 0 && have_shape) cli_auto_advice("train", &po);
+        if (s == HPT_ERR_OOM && st.n_allocs == 0 && have_shape) cli_auto_advice("train", &po, stderr);
         hpt_model_config shape;
         if (trace_path && o.model && hpt_model_config_parse(o.model, &shape) == HPT_OK) {
             tmeta.cfg = shape;
