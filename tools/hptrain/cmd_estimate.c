@@ -3,6 +3,7 @@
  * (src/plan/estimate.c). Nothing is allocated for the model and no data is read: a SHAPE is
  * parsed, a checkpoint's header is read for its shape. Text on stdout, or JSON with --json. */
 #include "cli.h"
+#include "plan/cost.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -86,7 +87,7 @@ static uint64_t tier_peak(const hpt_estimate *e, int t) {
 }
 
 static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t budget,
-                       const hpt_plan_fit *fit) {
+                       const hpt_plan_fit *fit, double pred) {
     const hpt_model_config *c = &po->cfg;
     printf("{\"version\":1,\"model\":{\"L\":%d,\"C\":%d,\"NH\":%d,\"V\":%d,\"Vp\":%d,\"maxT\":%d},",
            c->L, c->C, c->NH, c->V, c->Vp, c->maxT);
@@ -148,6 +149,7 @@ static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t 
             printf(",\"%s_budget_bytes\":%llu,\"%s_fits\":%s", hpt_tier_name((hpt_tier)t),
                    (unsigned long long)po->budget_bytes[t], hpt_tier_name((hpt_tier)t),
                    tier_peak(e, t) <= po->budget_bytes[t] ? "true" : "false");
+    if (pred >= 0) printf(",\"predicted_step_s\":%.6g", pred);
     printf("}\n");
 }
 
@@ -356,7 +358,22 @@ int cmd_estimate(int argc, char **argv) {
         s = hpt_plan_fit_budget(&po, budget, &fit);
         if (s != HPT_OK) return cli_lib_error(s, "estimate");
     }
-    if (json) print_json(&po, &e, budget, &fit);
-    else print_text(model, &po, &e, budget, &fit);
+    /* the cost model's step time, when this machine has a cached calibration (docs/planner.md) */
+    double pred = -1;
+    if (po.training) {
+        char cpath[4096];
+        hpt_calibration cal;
+        hpt_cost cost;
+        if (hpt_calibration_load(hpt_calibration_path(cpath, sizeof cpath), &cal) == HPT_OK &&
+            hpt_plan_cost(&po, &cal, &cost) == HPT_OK)
+            pred = cost.total_s;
+    }
+    if (json) {
+        print_json(&po, &e, budget, &fit, pred);
+    }
+    else {
+        print_text(model, &po, &e, budget, &fit);
+        if (pred >= 0) printf("  predicted step %.3f s (cost model, hptrain calibrate's rates)\n", pred);
+    }
     return 0;
 }
