@@ -59,11 +59,11 @@ configs=(
   "124m-8bit-fused|gpt2-124m|--state-bits 8 --fused-update"
   "350m-device|gpt2-350m|"
   "350m-host-fused|gpt2-350m|--offload host --fused-update"
-  "774m-host-fused|gpt2-774m|--offload host --fused-update"
+  "774m-disk-fused|gpt2-774m|--offload disk --fused-update --offload-dir $out/disk"
   "1558m-disk-fused|gpt2-1558m|--offload disk --fused-update --offload-dir $out/disk"
   "llama-small|llama:L=8,C=512,NH=8,NKV=2,FF=1536,V=32000,T=256|"
   "llama-small-host|llama:L=8,C=512,NH=8,NKV=2,FF=1536,V=32000,T=256|--offload host --fused-update"
-  "llama3.2-1b-host|llama3.2-1b|--offload host --fused-update"
+  "llama3.2-1b-disk|llama3.2-1b|--offload disk --fused-update --offload-dir $out/disk"
 )
 printf "%-20s %10s %10s %8s\n" config predicted measured ratio
 for c in "${configs[@]}"; do
