@@ -3,11 +3,11 @@
  *
  * What is measured, each the median of a few repetitions (on a shared machine the median is the
  * rate a run gets under the load of the moment, which is what a prediction is compared with):
- * GEMM (matmul_forward and matmul_backward) at a step's shapes, 128 and 32 rows of width C
- * against 4C outputs for a few C; causal attention (flash and plain, forward and backward) at
- * T = 128; a read+write streaming pass (the backend's scale op over 256 MiB, past the caches);
- * each optimizer's update in ns per parameter at 32 and 8 bits; memcpy host to host; the disk
- * with O_DIRECT (16 MiB transfers of a temporary file in the disk directory, removed after).
+ * GEMM (matmul_forward and matmul_backward) at a step's shapes, 128 rows of width C against 4C
+ * outputs for a few C; causal attention (flash and plain, forward and backward) at T = 128; a
+ * read+write streaming pass (the backend's scale op over 256 MiB, past the caches); each optimizer's update in
+ * ns per parameter at 32 and 8 bits; memcpy host to host; the disk with O_DIRECT (16 MiB
+ * transfers of a temporary file in the disk directory, removed after).
  *
  * Invariants: library code, nothing printed; buffers are freed on every path; the threads
  * used are the process's (hpt_get_threads), recorded in the file. */
@@ -51,8 +51,6 @@ hpt_status hpt_calibration_save(const char *path, const hpt_calibration *c) {
         cJSON_AddNumberToObject(e, "C", c->gemm_C[i]);
         cJSON_AddNumberToObject(e, "fwd_gflops", c->gemm_fwd_gflops[i]);
         cJSON_AddNumberToObject(e, "bwd_gflops", c->gemm_bwd_gflops[i]);
-        cJSON_AddNumberToObject(e, "fwd_gflops_32", c->gemm_fwd_gflops_32[i]);
-        cJSON_AddNumberToObject(e, "bwd_gflops_32", c->gemm_bwd_gflops_32[i]);
         cJSON_AddItemToArray(g, e);
     }
     cJSON_AddNumberToObject(j, "flash_fwd_gflops", c->attn_gflops[0][0]);
@@ -108,10 +106,6 @@ hpt_status hpt_calibration_load(const char *path, hpt_calibration *c) {
         ok = num(e, "C", &v) && (c->gemm_C[i] = (int)v) > 0 && num(e, "fwd_gflops", &c->gemm_fwd_gflops[i]) &&
              num(e, "bwd_gflops", &c->gemm_bwd_gflops[i]) && c->gemm_fwd_gflops[i] > 0 &&
              c->gemm_bwd_gflops[i] > 0;
-        if (ok) { /* optional: 32-row rates */
-            num(e, "fwd_gflops_32", &c->gemm_fwd_gflops_32[i]);
-            num(e, "bwd_gflops_32", &c->gemm_bwd_gflops_32[i]);
-        }
     }
     ok = ok && num(j, "flash_fwd_gflops", &c->attn_gflops[0][0]) &&
          num(j, "flash_bwd_gflops", &c->attn_gflops[0][1]) &&
@@ -164,9 +158,8 @@ static double median(double *t, int n) {
 }
 
 static hpt_status measure_gemm(const hpt_backend *be, int reps, hpt_calibration *c) {
-    for (int row = 0; row < 2; row++)
+    const int64_t N = 128;
     for (int i = 0; i < HPT_CAL_GEMM_SIZES; i++) {
-        const int64_t N = row ? 32 : 128;
         int64_t C = k_gemm_C[i], OC = 4 * C;
         float *inp = malloc((size_t)(N * C) * 4), *w = malloc((size_t)(OC * C) * 4);
         float *out = malloc((size_t)(N * OC) * 4), *dinp = malloc((size_t)(N * C) * 4);
@@ -180,10 +173,10 @@ static hpt_status measure_gemm(const hpt_backend *be, int reps, hpt_calibration 
         be->matmul_forward(out, inp, w, NULL, N, C, OC, 0); /* warm */
         BEST_OF(reps, t, be->matmul_forward(out, inp, w, NULL, N, C, OC, 0));
         c->gemm_C[i] = (int)C;
-        (row ? c->gemm_fwd_gflops_32 : c->gemm_fwd_gflops)[i] = f / t / 1e9;
+        c->gemm_fwd_gflops[i] = f / t / 1e9;
         be->matmul_backward(dinp, dw, NULL, out, inp, w, N, C, OC, 0);
         BEST_OF(reps, t, be->matmul_backward(dinp, dw, NULL, out, inp, w, N, C, OC, 0));
-        (row ? c->gemm_bwd_gflops_32 : c->gemm_bwd_gflops)[i] = 2.0 * f / t / 1e9;
+        c->gemm_bwd_gflops[i] = 2.0 * f / t / 1e9;
         free(inp), free(w), free(out), free(dinp), free(dw);
     }
     return HPT_OK;

@@ -7,7 +7,7 @@
  * per token), the activation bytes from the arena plan, the bytes the engine moves from the
  * block's size and the homes' widths.
  *
- *   forward      = accum * tokens * (gemm / R_gemm_fwd(C, rows) + attn / R_attn_fwd)
+ *   forward      = accum * tokens * (gemm / R_gemm_fwd(C) + attn / R_attn_fwd)
  *   backward     = accum * tokens * (2 gemm / R_gemm_bwd(C) + 2 attn / R_attn_bwd)
  *   recompute    full, every:N: one more forward of the blocks; selective: the layernorms and
  *                GELU (a memory pass) and with plain attention its forward; a head chunk or
@@ -93,14 +93,6 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
     out->attn_flops_fwd = attn * tok;
     out->gemm_fwd_gflops = gemm_rate(c->gemm_C, c->gemm_fwd_gflops, cfg->C);
     out->gemm_bwd_gflops = gemm_rate(c->gemm_C, c->gemm_bwd_gflops, cfg->C);
-    if (tok < 128 && c->gemm_fwd_gflops_32[0] > 0 && c->gemm_bwd_gflops_32[0] > 0) {
-        /* fewer rows than 128: between the 32- and 128-row rates, linear in log2(rows) */
-        double f = tok <= 32 ? 0 : log2(tok / 32.0) / 2.0;
-        double f32 = gemm_rate(c->gemm_C, c->gemm_fwd_gflops_32, cfg->C);
-        double b32 = gemm_rate(c->gemm_C, c->gemm_bwd_gflops_32, cfg->C);
-        out->gemm_fwd_gflops = f32 + f * (out->gemm_fwd_gflops - f32);
-        out->gemm_bwd_gflops = b32 + f * (out->gemm_bwd_gflops - b32);
-    }
     int ak = act->attention == HPT_ATTN_PLAIN ? 1 : 0;
     out->attn_fwd_gflops = c->attn_gflops[ak][0];
     out->attn_bwd_gflops = c->attn_gflops[ak][1];

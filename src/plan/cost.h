@@ -15,8 +15,6 @@ typedef struct {
     int gemm_C[HPT_CAL_GEMM_SIZES];      /* model widths measured: GEMM (rows, C) x (4C, C)^T */
     double gemm_fwd_gflops[HPT_CAL_GEMM_SIZES]; /* matmul_forward */
     double gemm_bwd_gflops[HPT_CAL_GEMM_SIZES]; /* matmul_backward (dinp and dw) */
-    double gemm_fwd_gflops_32[HPT_CAL_GEMM_SIZES]; /* the same at 32 rows (0: not measured, the */
-    double gemm_bwd_gflops_32[HPT_CAL_GEMM_SIZES]; /* 128-row rate is used) */
     double attn_gflops[2][2];            /* [flash, plain][forward, backward] causal attention */
     double mem_gbps;                     /* a read+write streaming pass (bytes read + written) */
     double optim_ns[HPT_OPTIM_COUNT][2]; /* ns per parameter of one update: [kind][32-bit, 8-bit] */
