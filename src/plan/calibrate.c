@@ -1,8 +1,11 @@
 /* calibrate.c: this machine's rates for the cost model (src/plan/cost.c), measured with the
  * backend's own ops, and their cache file (JSON, versioned).
  *
- * What is measured, each the median of a few repetitions (on a shared machine the median is the
- * rate a run gets under the load of the moment, which is what a prediction is compared with):
+ * What is measured, each the best of a few repetitions, each repetition at least 50-150 ms of
+ * repeated runs (a burst of a few milliseconds gets more than its share of a loaded machine's
+ * cores, a training step does not; the best is the rate of the machine's quiet moments, the
+ * least noisy figure on a shared machine: the same step was measured at 0.43 s and at 4.1 s
+ * minutes apart here; compare predictions with a run's fastest steps):
  * GEMM (matmul_forward and matmul_backward) at a step's shapes, 128 rows of width C against 4C
  * outputs for a few C; causal attention (flash and plain, forward and backward) at T = 128; a
  * read+write streaming pass (the backend's scale op over 256 MiB, past the caches); each optimizer's update in
@@ -136,10 +139,8 @@ static void fill(float *x, size_t n, float s) {
     for (size_t i = 0; i < n; i++) x[i] = s * (float)((i * 2654435761u) % 1000) / 1000.0f;
 }
 
-/* The median over reps (<= 15) repetitions of the time of one run of what the macro body does
- * (seconds). Each repetition runs the body again until g_min_s has passed and divides: a burst
- * of a few milliseconds gets more than its share of a loaded machine's cores, a training step
- * (seconds) gets its fair share, and the rates are for the latter. */
+/* The best over reps (<= 15) repetitions of the time of one run of what the macro body does
+ * (seconds). Each repetition runs the body again until g_min_s has passed and divides. */
 static double g_min_s = 0.1;
 #define BEST_OF(reps, best, body)                                          \
     do {                                                                   \
@@ -154,16 +155,13 @@ static double g_min_s = 0.1;
             } while ((dt_ = hpt_now() - t0_) < g_min_s);                   \
             ts_[r_] = dt_ / (double)k_;                                    \
         }                                                                  \
-        best = median(ts_, n_);                                            \
+        best = minimum(ts_, n_);                                            \
     } while (0)
 
-static double median(double *t, int n) {
-    for (int i = 1; i < n; i++) /* insertion sort: a handful of values */
-        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
-            double x = t[j];
-            t[j] = t[j - 1], t[j - 1] = x;
-        }
-    return n ? t[n / 2] : 0;
+static double minimum(const double *t, int n) {
+    double m = n ? t[0] : 0;
+    for (int i = 1; i < n; i++) m = t[i] < m ? t[i] : m;
+    return m;
 }
 
 static hpt_status measure_gemm(const hpt_backend *be, int reps, hpt_calibration *c) {
