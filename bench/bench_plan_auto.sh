@@ -91,7 +91,7 @@ if [ -z "${SKIP_GRID:-}" ]; then
   for g in "${grid[@]}"; do
     # shellcheck disable=SC2086
     read -r p m <<<"$(measure gpt2-124m $g)"
-    meas["$g"]=$m
+    meas["k${g}"]=$m
     printf "  %-45s predicted %8.3f measured %8.3f\n" "${g:-(defaults)}" "$p" "$m"
   done
   for budget in 700MB 1GB 1500MB 3GB; do
@@ -101,7 +101,7 @@ if [ -z "${SKIP_GRID:-}" ]; then
       fits=$("$bin" estimate --model gpt2-124m --batch 1 --seq "$T" $g --memory $budget --json |
         python3 -c "import json,sys; print(int(json.load(sys.stdin)['fits']))")
       [ "$fits" = 1 ] || continue
-      if python3 -c "import sys; sys.exit(0 if ${meas[$g]} < $bestm else 1)"; then best=$g; bestm=${meas[$g]}; fi
+      if python3 -c "import sys; sys.exit(0 if ${meas[k$g]} < $bestm else 1)"; then best=$g; bestm=${meas[k$g]}; fi
     done
     flags=$("$bin" estimate --model gpt2-124m --batch 1 --seq "$T" --plan auto --memory $budget --host-memory 8GB |
       sed -n 2p | sed -E 's/^ *--batch [0-9]+ --seq [0-9]+ ?//; s/ --memory [0-9]+//; s/ --host-memory [0-9]+//')

@@ -7,10 +7,10 @@
  * least noisy figure on a shared machine: the same step was measured at 0.43 s and at 4.1 s
  * minutes apart here; compare predictions with a run's fastest steps):
  * GEMM (matmul_forward and matmul_backward) at a step's shapes, 128 rows of width C against 4C
- * outputs for a few C; causal attention (flash and plain, forward and backward) at T = 128; a
+ * outputs for a few C, and a head's (C = 768 against 32768 outputs); causal attention (flash and plain, forward and backward) at T = 128; a
  * read+write streaming pass (the backend's scale op over 256 MiB, past the caches); each optimizer's update in
- * ns per parameter at 32 and 8 bits; memcpy host to host; the disk with O_DIRECT (16 MiB
- * transfers of a temporary file in the disk directory, removed after).
+ * ns per parameter at 32 and 8 bits; memcpy host to host; the disk with O_DIRECT (64 MiB
+ * transfers, a large block's, of a 256 MiB temporary file in the disk directory, removed after).
  *
  * Invariants: library code, nothing printed; one calibration at a time (the repetition time is
  * a file-level setting); buffers are freed on every path; the threads
@@ -57,6 +57,8 @@ hpt_status hpt_calibration_save(const char *path, const hpt_calibration *c) {
         cJSON_AddNumberToObject(e, "bwd_gflops", c->gemm_bwd_gflops[i]);
         cJSON_AddItemToArray(g, e);
     }
+    cJSON_AddNumberToObject(j, "head_fwd_gflops", c->head_gflops[0]);
+    cJSON_AddNumberToObject(j, "head_bwd_gflops", c->head_gflops[1]);
     cJSON_AddNumberToObject(j, "flash_fwd_gflops", c->attn_gflops[0][0]);
     cJSON_AddNumberToObject(j, "flash_bwd_gflops", c->attn_gflops[0][1]);
     cJSON_AddNumberToObject(j, "plain_fwd_gflops", c->attn_gflops[1][0]);
@@ -123,7 +125,9 @@ hpt_status hpt_calibration_load(const char *path, hpt_calibration *c) {
         const cJSON *w = cJSON_GetObjectItemCaseSensitive(o, k_optim_key[k]);
         ok = w && num(w, "32", &c->optim_ns[k][0]) && num(w, "8", &c->optim_ns[k][1]);
     }
-    if (ok) { /* the disk is optional */
+    if (ok) { /* the disk and the head's GEMM are optional */
+        num(j, "head_fwd_gflops", &c->head_gflops[0]);
+        num(j, "head_bwd_gflops", &c->head_gflops[1]);
         num(j, "disk_read_gbps", &c->disk_read_gbps);
         num(j, "disk_write_gbps", &c->disk_write_gbps);
     }
@@ -164,10 +168,13 @@ static double minimum(const double *t, int n) {
     return m;
 }
 
+/* The blocks' GEMMs: 128 rows of C against 4C outputs for each C; then (i == SIZES) the head's:
+ * 128 rows of C = 768 against 32768 outputs (a vocabulary's: far wider than a block's). */
 static hpt_status measure_gemm(const hpt_backend *be, int reps, hpt_calibration *c) {
     const int64_t N = 128;
-    for (int i = 0; i < HPT_CAL_GEMM_SIZES; i++) {
-        int64_t C = k_gemm_C[i], OC = 4 * C;
+    for (int i = 0; i <= HPT_CAL_GEMM_SIZES; i++) {
+        int head = i == HPT_CAL_GEMM_SIZES;
+        int64_t C = head ? 768 : k_gemm_C[i], OC = head ? 32768 : 4 * C;
         float *inp = malloc((size_t)(N * C) * 4), *w = malloc((size_t)(OC * C) * 4);
         float *out = malloc((size_t)(N * OC) * 4), *dinp = malloc((size_t)(N * C) * 4);
         float *dw = calloc((size_t)(OC * C), 4);
@@ -179,11 +186,13 @@ static hpt_status measure_gemm(const hpt_backend *be, int reps, hpt_calibration 
         double f = 2.0 * (double)(N * C * OC), t;
         be->matmul_forward(out, inp, w, NULL, N, C, OC, 0); /* warm */
         BEST_OF(reps, t, be->matmul_forward(out, inp, w, NULL, N, C, OC, 0));
-        c->gemm_C[i] = (int)C;
-        c->gemm_fwd_gflops[i] = f / t / 1e9;
+        double *fw = head ? &c->head_gflops[0] : &c->gemm_fwd_gflops[i];
+        double *bw = head ? &c->head_gflops[1] : &c->gemm_bwd_gflops[i];
+        if (!head) c->gemm_C[i] = (int)C;
+        *fw = f / t / 1e9;
         be->matmul_backward(dinp, dw, NULL, out, inp, w, N, C, OC, 0);
         BEST_OF(reps, t, be->matmul_backward(dinp, dw, NULL, out, inp, w, N, C, OC, 0));
-        c->gemm_bwd_gflops[i] = 2.0 * f / t / 1e9;
+        *bw = 2.0 * f / t / 1e9;
         free(inp), free(w), free(out), free(dinp), free(dw);
     }
     return HPT_OK;
@@ -274,7 +283,7 @@ done:
 
 /* O_DIRECT (the engine's disk path) where the file system takes it, else buffered with fsync. */
 static hpt_status measure_disk(const char *dir, int reps, hpt_calibration *c) {
-    const size_t chunk = (size_t)16 << 20, total = (size_t)64 << 20;
+    const size_t chunk = (size_t)64 << 20, total = (size_t)256 << 20; /* a block's size */
     char path[4096];
     snprintf(path, sizeof path, "%s/.hpt-calibrate-%d.tmp", dir, (int)getpid());
     int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0600);

@@ -7,8 +7,9 @@
  * per token), the activation bytes from the arena plan, the bytes the engine moves from the
  * block's size and the homes' widths.
  *
- *   forward      = accum * tokens * (gemm / R_gemm_fwd(C) + attn / R_attn_fwd)
- *   backward     = accum * tokens * (2 gemm / R_gemm_bwd(C) + 2 attn / R_attn_bwd)
+ *   forward      = accum * tokens * (blocks' gemm / R_gemm_fwd(C) + head gemm / R_head_fwd
+ *                  + attn / R_attn_fwd)
+ *   backward     the same, twice the FLOPs, at the backward rates
  *   recompute    full, every:N: one more forward of the blocks; selective: the layernorms and
  *                GELU (a memory pass) and with plain attention its forward; a head chunk or
  *                chunked embeddings: one more head GEMM
@@ -93,6 +94,9 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
     out->attn_flops_fwd = attn * tok;
     out->gemm_fwd_gflops = gemm_rate(c->gemm_C, c->gemm_fwd_gflops, cfg->C);
     out->gemm_bwd_gflops = gemm_rate(c->gemm_C, c->gemm_bwd_gflops, cfg->C);
+    out->head_fwd_gflops = c->head_gflops[0] > 0 ? c->head_gflops[0] : out->gemm_fwd_gflops;
+    out->head_bwd_gflops = c->head_gflops[1] > 0 ? c->head_gflops[1] : out->gemm_bwd_gflops;
+    double Hf = out->head_fwd_gflops * 1e9, Hb = out->head_bwd_gflops * 1e9;
     int ak = act->attention == HPT_ATTN_PLAIN ? 1 : 0;
     out->attn_fwd_gflops = c->attn_gflops[ak][0];
     out->attn_bwd_gflops = c->attn_gflops[ak][1];
@@ -102,8 +106,8 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
 
     /* compute, per micro-batch: the blocks and the rest (head, embeddings) apart, since the
      * engine overlaps transfers with the blocks' compute only */
-    double fwd_blocks = tok * (block_gemm / Rf + attn / Raf), fwd_rest = tok * head_gemm / Rf;
-    double bwd_blocks = tok * (2 * block_gemm / Rb + 2 * attn / Rab), bwd_rest = tok * 2 * head_gemm / Rb;
+    double fwd_blocks = tok * (block_gemm / Rf + attn / Raf), fwd_rest = tok * head_gemm / Hf;
+    double bwd_blocks = tok * (2 * block_gemm / Rb + 2 * attn / Rab), bwd_rest = tok * 2 * head_gemm / Hb;
     double rec = 0, rec_bytes = 0;
     if (act->recompute == HPT_RECOMPUTE_FULL || act->recompute == HPT_RECOMPUTE_EVERY)
         rec = fwd_blocks;
@@ -112,7 +116,7 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
         if (ak) rec = tok * attn / Raf;
     }
     double rec_rest = 0;
-    if (act->head_chunk > 0 || (engine && of->embeddings != HPT_EMB_FULL)) rec_rest = tok * head_gemm / Rf;
+    if (act->head_chunk > 0 || (engine && of->embeddings != HPT_EMB_FULL)) rec_rest = tok * head_gemm / Hf;
     /* pointwise: the activations a recompute-none arena holds, three times */
     double pw = (3.0 * (double)none_arena + rec_bytes) * m + 2.0 * np * 4.0;
     /* activation offload and compression */

@@ -15,11 +15,14 @@ typedef struct {
     int gemm_C[HPT_CAL_GEMM_SIZES];      /* model widths measured: GEMM (rows, C) x (4C, C)^T */
     double gemm_fwd_gflops[HPT_CAL_GEMM_SIZES]; /* matmul_forward */
     double gemm_bwd_gflops[HPT_CAL_GEMM_SIZES]; /* matmul_backward (dinp and dw) */
+    double head_gflops[2];               /* [forward, backward] a head-shaped GEMM: 128 rows of
+                                          * C = 768 against 32768 outputs (0: not measured, the
+                                          * 4C rate is used) */
     double attn_gflops[2][2];            /* [flash, plain][forward, backward] causal attention */
     double mem_gbps;                     /* a read+write streaming pass (bytes read + written) */
     double optim_ns[HPT_OPTIM_COUNT][2]; /* ns per parameter of one update: [kind][32-bit, 8-bit] */
     double host_copy_gbps;               /* memcpy, host to host */
-    double disk_read_gbps, disk_write_gbps; /* O_DIRECT, 16 MiB transfers; 0: not measured */
+    double disk_read_gbps, disk_write_gbps; /* O_DIRECT, 64 MiB transfers; 0: not measured */
 } hpt_calibration;
 
 /* The cache file: $HPT_CALIBRATION, else ~/.cache/hptrain/calibration.json. */
@@ -41,6 +44,7 @@ typedef struct {
     double block_gemm_flops_fwd;   /* of which the blocks' */
     double attn_flops_fwd;         /* causal attention, forward */
     double gemm_fwd_gflops, gemm_bwd_gflops, attn_fwd_gflops, attn_bwd_gflops; /* rates used */
+    double head_fwd_gflops, head_bwd_gflops;
     double pointwise_bytes;        /* memory-bound passes per step (activations, norms, widen) */
     double params, block_params;   /* parameters; in the offload engine's blocks */
     double optim_ns;               /* per parameter */

@@ -37,6 +37,8 @@ static void print_calibration(FILE *f, const hpt_calibration *c) {
     for (int i = 0; i < HPT_CAL_GEMM_SIZES; i++)
         fprintf(f, " C=%d fwd %.1f bwd %.1f%s", c->gemm_C[i], c->gemm_fwd_gflops[i],
                 c->gemm_bwd_gflops[i], i + 1 < HPT_CAL_GEMM_SIZES ? ";" : "\n");
+    fprintf(f, "  head GEMM GFLOP/s (128 rows, 768 -> 32768): fwd %.1f bwd %.1f\n", c->head_gflops[0],
+            c->head_gflops[1]);
     fprintf(f, "  attention GFLOP/s (T=128): flash fwd %.1f bwd %.1f; plain fwd %.1f bwd %.1f\n",
             c->attn_gflops[0][0], c->attn_gflops[0][1], c->attn_gflops[1][0], c->attn_gflops[1][1]);
     fprintf(f, "  memory pass %.2f GB/s (read+write); memcpy %.2f GB/s; disk read %.2f GB/s, "
@@ -151,10 +153,11 @@ static void print_peaks(FILE *f, const hpt_auto_cand *k) {
 
 static void print_inputs(FILE *f, const hpt_cost *c) {
     char x[32], y[32], z[32];
-    fprintf(f, "    inputs: %.0f tokens x accum %d; GEMM %.3g FLOP fwd (blocks %.3g) at %.1f/%.1f "
-            "GFLOP/s fwd/bwd; attention %.3g FLOP at %.1f/%.1f; pointwise %.3g B; %.4g params at "
-            "%.2f ns\n", c->tokens, c->accum, c->gemm_flops_fwd, c->block_gemm_flops_fwd,
-            c->gemm_fwd_gflops, c->gemm_bwd_gflops, c->attn_flops_fwd, c->attn_fwd_gflops,
+    fprintf(f, "    inputs: %.0f tokens x accum %d; GEMM %.3g FLOP fwd (blocks %.3g at %.1f/%.1f "
+            "GFLOP/s fwd/bwd, the head at %.1f/%.1f); attention %.3g FLOP at %.1f/%.1f; pointwise "
+            "%.3g B; %.4g params at %.2f ns\n", c->tokens, c->accum, c->gemm_flops_fwd,
+            c->block_gemm_flops_fwd, c->gemm_fwd_gflops, c->gemm_bwd_gflops, c->head_fwd_gflops,
+            c->head_bwd_gflops, c->attn_flops_fwd, c->attn_fwd_gflops,
             c->attn_bwd_gflops, c->pointwise_bytes, c->params, c->optim_ns);
     fmt_b(x, sizeof x, c->load_bytes), fmt_b(y, sizeof y, c->grad_out_bytes);
     fmt_b(z, sizeof z, c->state_in_bytes + c->state_out_bytes);
