@@ -94,17 +94,19 @@ if [ -z "${SKIP_GRID:-}" ]; then
     meas["k${g}"]=$m
     printf "  %-45s predicted %8.3f measured %8.3f\n" "${g:-(defaults)}" "$p" "$m"
   done
-  for budget in 700MB 1GB 1500MB 3GB; do
+  for budget in 800MB 1GB 1500MB 3GB; do
     best=""; bestm=1e30
     for g in "${grid[@]}"; do
       # shellcheck disable=SC2086
       fits=$("$bin" estimate --model gpt2-124m --batch 1 --seq "$T" $g --memory $budget --json |
         python3 -c "import json,sys; print(int(json.load(sys.stdin)['fits']))")
       [ "$fits" = 1 ] || continue
-      if python3 -c "import sys; sys.exit(0 if ${meas[k$g]} < $bestm else 1)"; then best=$g; bestm=${meas[k$g]}; fi
+      if python3 -c "import sys; sys.exit(0 if ${meas[k$g]} < $bestm else 1)"; then best=${g:-(defaults)}; bestm=${meas[k$g]}; fi
     done
-    flags=$("$bin" estimate --model gpt2-124m --batch 1 --seq "$T" --plan auto --memory $budget --host-memory 8GB |
-      sed -n 2p | sed -E 's/^ *--batch [0-9]+ --seq [0-9]+ ?//; s/ --memory [0-9]+//; s/ --host-memory [0-9]+//')
+    if ! "$bin" estimate --model gpt2-124m --batch 1 --seq "$T" --plan auto --memory $budget --host-memory 8GB >"$out/auto.txt" 2>&1; then
+      echo "budget $budget: --plan auto finds no plan that fits"; continue
+    fi
+    flags=$(sed -n 2p "$out/auto.txt" | sed -E 's/^ *--batch [0-9]+ --seq [0-9]+ ?//; s/(^| )--memory [0-9]+//; s/(^| )--host-memory [0-9]+//; s/^ *//')
     # shellcheck disable=SC2086
     read -r p m <<<"$(measure gpt2-124m $flags)"
     printf "budget %-7s auto: %-55s %8.3f s (predicted %.3f); grid's fastest: %-40s %8.3f s; auto/grid %.2f\n" \

@@ -49,6 +49,7 @@ hpt_status hpt_calibration_save(const char *path, const hpt_calibration *c) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddNumberToObject(j, "version", c->version);
     cJSON_AddNumberToObject(j, "threads", c->threads);
+    cJSON_AddNumberToObject(j, "cores", c->cores);
     cJSON *g = cJSON_AddArrayToObject(j, "gemm");
     for (int i = 0; i < HPT_CAL_GEMM_SIZES; i++) {
         cJSON *e = cJSON_CreateObject();
@@ -105,6 +106,7 @@ hpt_status hpt_calibration_load(const char *path, hpt_calibration *c) {
     int ok = num(j, "version", &v) && (int)v == HPT_CAL_VERSION;
     c->version = (int)v;
     if (ok && num(j, "threads", &v)) c->threads = (int)v;
+    if (ok && num(j, "cores", &v)) c->cores = (int)v;
     const cJSON *g = cJSON_GetObjectItemCaseSensitive(j, "gemm");
     ok = ok && cJSON_IsArray(g) && cJSON_GetArraySize(g) == HPT_CAL_GEMM_SIZES;
     for (int i = 0; ok && i < HPT_CAL_GEMM_SIZES; i++) {
@@ -322,6 +324,8 @@ hpt_status hpt_calibrate(const char *disk_dir, int quick, hpt_calibration *c) {
     memset(c, 0, sizeof *c);
     c->version = HPT_CAL_VERSION;
     c->threads = hpt_get_threads();
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    c->cores = cores > 0 ? (int)cores : 0;
     const hpt_backend *be = hpt_backend_cpu();
     int reps = quick ? 3 : 5;
     g_min_s = quick ? 0.05 : 0.15;

@@ -19,8 +19,9 @@
  *   engine       per block: its load (weights' width / the home tier's read bandwidth), its
  *                gradient write-back (exact mode), the fused update's worker work; the worker
  *                overlaps them with the block's compute when P >= 1 (one FIFO worker:
- *                the block takes max(compute + worker's CPU work / threads, worker): the
- *                worker's memcpy and updates share the cores), serially when P = 0; exact mode then
+ *                the block takes max(compute + worker's CPU work, worker) when the compute
+ *                threads take every core, max(compute, worker) with a spare core), serially when
+ *                P = 0; exact mode then
  *                streams the update over the blocks (double buffered from disk)
  *   act offload  host: copies out synchronous, copies back overlapped with the backward; disk:
  *                both synchronous
@@ -154,10 +155,14 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
         int K = of->max_active < L ? of->max_active : L, P = of->prefetch;
         double load = tier_s(c, of->params, blk * wb, 0);
         double cf = fwd_blocks / L, cb = (bwd_blocks + rec) / L;
-        /* The worker shares the CPU with the compute threads: its CPU-bound work (memcpy from
-         * and to host homes, in-memory updates: wcpu) takes 1/n of the compute's n threads while it
-         * runs, its disk waits take nothing; a block then costs max(compute + wcpu / n, worker). */
-        double n = c->threads > 0 ? c->threads : 1;
+        /* The worker shares the CPU with the compute threads: when they take every core, its
+         * CPU-bound work (memcpy from and to host homes, in-memory updates: wcpu) halves the
+         * speed of the compute thread on its core, and the statically scheduled team waits for
+         * that thread at each barrier: the compute loses all of wcpu (1 / n below, n = 1). With a
+         * spare core it loses nothing (n infinite). Disk waits take no CPU. A block then costs
+         * max(compute + wcpu / n, worker). */
+        int cores = c->cores > 0 ? c->cores : c->threads;
+        double n = c->threads >= cores ? 1 : 1e30;
         double lcpu = of->params == HPT_TIER_HOST ? load : 0;
         /* forward: L loads; backward: the blocks not still resident */
         double f_work = P >= 1 ? L * maxd(cf + lcpu / n, load) + load : L * (cf + load);

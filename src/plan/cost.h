@@ -12,6 +12,7 @@
 typedef struct {
     int version;                         /* HPT_CAL_VERSION */
     int threads;                         /* the thread count it was measured with */
+    int cores;                           /* online CPUs then (0: not known, taken as threads) */
     int gemm_C[HPT_CAL_GEMM_SIZES];      /* model widths measured: GEMM (rows, C) x (4C, C)^T */
     double gemm_fwd_gflops[HPT_CAL_GEMM_SIZES]; /* matmul_forward */
     double gemm_bwd_gflops[HPT_CAL_GEMM_SIZES]; /* matmul_backward (dinp and dw) */
