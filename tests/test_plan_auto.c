@@ -8,7 +8,6 @@
  * 8-bit state), the search picks it; the lossy choices appear only with allow_lossy; disk
  * homes only with allow_disk; the plan's printed flags, set one by one, give the plan back. */
 #include "core/core.h"
-#include "plan/cost.h"
 #include "testlib.h"
 
 #include <stdio.h>

@@ -14,7 +14,6 @@
  * Invariants: deterministic for a given calibration (ties keep the enumeration order: qsort is
  * given the index as the last key); nothing is allocated through hpt_mem. */
 #include "core/core.h"
-#include "plan/cost.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -17,7 +17,6 @@
  * used are the process's (hpt_get_threads), recorded in the file. */
 #include "core/core.h"
 #include "kernels/backend.h"
-#include "plan/cost.h"
 
 #include <cJSON.h>
 #include <errno.h>

@@ -31,7 +31,6 @@
 #include "core/choices.h"
 #include "core/core.h"
 #include "model/model.h"
-#include "plan/cost.h"
 
 #include <math.h>
 #include <string.h>

@@ -4,7 +4,6 @@
  * time, the runners-up and why each lost. Also the plans the doctor proposes when a budget is
  * refused (cli_auto_advice). docs/planner.md. */
 #include "cli.h"
-#include "plan/cost.h"
 
 #include <getopt.h>
 #include <stdio.h>

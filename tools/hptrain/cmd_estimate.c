@@ -3,7 +3,6 @@
  * (src/plan/estimate.c). Nothing is allocated for the model and no data is read: a SHAPE is
  * parsed, a checkpoint's header is read for its shape. Text on stdout, or JSON with --json. */
 #include "cli.h"
-#include "plan/cost.h"
 
 #include <getopt.h>
 #include <stdio.h>

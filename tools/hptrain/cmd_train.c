@@ -307,8 +307,16 @@ int cmd_train(int argc, char **argv) {
         hpt_mem_stats st;
         hpt_mem_get_stats(mem, &st);
         if (s == HPT_ERR_OOM && st.n_allocs > 0) memory_report(mem);
-        int rc = cli_lib_error(s, "train");
-        if (s == HPT_ERR_OOM && st.n_allocs == 0 && have_shape) cli_auto_advice("train", &po, stderr);
+        int rc;
+        if (s == HPT_ERR_OOM && st.n_allocs == 0 && have_shape) {
+            /* the whole plans that fit first: the error stays the last line */
+            char why[4096];
+            snprintf(why, sizeof why, "%s", hpt_last_error());
+            cli_auto_advice("train", &po, stderr);
+            rc = cli_error("train: %s", *why ? why : hpt_status_str(s));
+        } else {
+            rc = cli_lib_error(s, "train");
+        }
         hpt_model_config shape;
         if (trace_path && o.model && hpt_model_config_parse(o.model, &shape) == HPT_OK) {
             tmeta.cfg = shape;

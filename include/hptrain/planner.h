@@ -1,9 +1,11 @@
-/* cost.h: this machine's measured rates (the calibration) and a plan's predicted step time
- * from them (src/plan/cost.c), and the automatic plan search (src/plan/auto.c). docs/planner.md. */
-#ifndef HPT_PLAN_COST_H
-#define HPT_PLAN_COST_H
-
-#include "hptrain.h"
+/* hptrain/planner.h: this machine's measured rates (the calibration, src/plan/calibrate.c), a
+ * plan's predicted step time from them (src/plan/cost.c), and the automatic plan search
+ * (src/plan/auto.c). Part of hptrain.h. docs/planner.md. */
+#ifndef HPTRAIN_PLANNER_H
+#define HPTRAIN_PLANNER_H
+#ifndef HPTRAIN_H
+#error "include hptrain.h, which includes this part"
+#endif /* HPTRAIN_PLANNER_H */
 
 #define HPT_CAL_VERSION 1
 #define HPT_CAL_GEMM_SIZES 4
@@ -99,4 +101,4 @@ typedef struct {
 hpt_status hpt_plan_auto(const hpt_plan_opts *base, const hpt_calibration *c,
                          const hpt_auto_opts *a, hpt_auto_result *out);
 
-#endif
+#endif /* HPTRAIN_PLANNER_H */
