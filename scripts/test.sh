@@ -16,7 +16,7 @@ scripts/setup.sh build-test -DHPT_SANITIZE=ON
 # The fuzz targets under libFuzzer (clang; tests/fuzz/fuzz.cmake): each reader about 20 s from
 # its seeds. Skipped, with a note, where clang is missing.
 if command -v clang >/dev/null; then
-  cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DHPT_FUZZ=ON -DHPT_SANITIZE=OFF >/dev/null
+  cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DHPT_FUZZ=ON -DHPT_SANITIZE=OFF -DHPT_CUDA=OFF >/dev/null
   cmake --build build-fuzz -j"$(nproc)" 2>&1 | grep -E "error" || true
   (cd build-fuzz && ctest --output-on-failure --timeout 300)
 else

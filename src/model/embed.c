@@ -1,5 +1,15 @@
-/* embed.c: the tied embedding without a whole gradient (hpt_offload_opts.embeddings CHUNKED and
- * BF16; the fused update only).
+/* embed.c: the embedding and the head without a whole gradient (hpt_offload_opts.embeddings
+ * CHUNKED and BF16; the fused update only), for GPT-2's tied wte with wpe and for llama's wte
+ * with its head tied (wte) or untied (lm_head).
+ *
+ * Llama. The same technique over the head's weight H (wte tied, lm_head untied; emb_head): the
+ * head's chunks, H's gradient one chunk at a time and its update as it goes, below with H for
+ * wte. There is no position table (the encoder op gets zeros: v + 0 is v). BF16 keeps wte and
+ * an untied lm_head in emb_h (wte first) and the flat buffer then holds lnfw only. Untied, wte
+ * is not the head: at the backward's end, after lm_head's chunks, wte's chunks in order get the
+ * encoder's rows only (the rows of the tokens used, zero elsewhere), their own sum of squares
+ * (wte_sumsq; lm_head's is head_sumsq) and their update: the same update as the full gradient's,
+ * whose other rows are zero too.
  *
  * Storage. CHUNKED keeps wte (Vp, C) and wpe (maxT, C) fp32 in the model's flat buffer as FULL
  * does; BF16 keeps them in emb_h, bf16 ((Vp + maxT) * C values, wte first), with the blocks'
@@ -60,9 +70,55 @@ int gpt2_vocab_chunk(const hpt_model_config *c, const hpt_offload_opts *o) {
     return rows < c->Vp ? rows : c->Vp;
 }
 
-/* Floats of wte and wpe. */
-static size_t wte_n(const hpt_model_config *c) { return (size_t)c->Vp * (size_t)c->C; }
-static size_t wpe_n(const hpt_model_config *c) { return (size_t)c->maxT * (size_t)c->C; }
+/* The tensors the technique concerns in table t: ti[0..*nt) kept in bf16 with BF16 (GPT-2 wte,
+ * wpe; llama wte and an untied lm_head, in table order), *head the head's weight and *untied
+ * whether it is not wte. */
+static void emb_sets(const hpt_model_config *c, const hpt_tensor_table *t, int ti[2], int *nt,
+                     int *head, int *untied) {
+    ti[0] = 0; /* wte */
+    *nt = 1;
+    *head = 0;
+    *untied = 0;
+    if (c->arch == HPT_ARCH_GPT2) {
+        ti[(*nt)++] = 1; /* wpe */
+        return;
+    }
+    for (int i = 1; i < t->n; i++)
+        if (!strcmp(t->t[i].name, "lm_head")) {
+            ti[(*nt)++] = i;
+            *head = i;
+            *untied = 1;
+        }
+}
+
+/* Floats kept in bf16 (BF16) and floats without a whole gradient, of configuration c. */
+static void emb_floats(const hpt_model_config *c, size_t *stored, size_t *deferred) {
+    hpt_tensor_table t;
+    model_describe(c, &t);
+    int ti[2], nt, head, untied;
+    emb_sets(c, &t, ti, &nt, &head, &untied);
+    *stored = 0;
+    for (int k = 0; k < nt; k++) *stored += hpt_tensor_numel(&t.t[ti[k]]);
+    *deferred = hpt_tensor_numel(&t.t[head]) + (untied ? hpt_tensor_numel(&t.t[0]) : 0);
+}
+
+void emb_plan(hpt_gpt2 *m, int kind) {
+    m->emb = kind;
+    emb_sets(&m->cfg, &m->tab, m->emb_ti, &m->emb_nt, &m->emb_head, &m->emb_untied);
+    m->emb_at[0] = 0;
+    m->emb_at[1] = hpt_tensor_numel(&m->tab.t[m->emb_ti[0]]);
+}
+
+int emb_stored(const hpt_gpt2 *m, int i) {
+    if (m->emb != HPT_EMB_BF16) return 0;
+    for (int k = 0; k < m->emb_nt; k++)
+        if (m->emb_ti[k] == i) return 1;
+    return 0;
+}
+
+int emb_deferred(const hpt_gpt2 *m, int i) {
+    return m->emb != HPT_EMB_FULL && (i == m->emb_head || (m->emb_untied && i == 0));
+}
 
 void gpt2_nonblock_bytes(const hpt_model_config *c, const hpt_offload_opts *o, uint64_t *params,
                          uint64_t *grads) {
@@ -72,10 +128,21 @@ void gpt2_nonblock_bytes(const hpt_model_config *c, const hpt_offload_opts *o, u
     *params = nf * 4;
     *grads = nf * 4;
     if (e == HPT_EMB_FULL) return;
-    *grads = (wpe_n(c) + 2 * C) * 4 + vc * C * 4; /* wpe, lnf; one chunk of wte */
-    if (e == HPT_EMB_BF16) /* lnf fp32; wte, wpe bf16 (+ Kahan's compensation); the widened chunk */
-        *params = 2 * C * 4 + vc * C * 4 +
-                  (wte_n(c) + wpe_n(c)) * 2 * (o->weights == HPT_BW_BF16_KAHAN ? 2u : 1u);
+    size_t stored, deferred;
+    emb_floats(c, &stored, &deferred);
+    /* the rest fp32 (GPT-2 wpe, lnfw, lnfb; llama lnfw); one chunk of the head's gradient */
+    *grads = (nf - deferred) * 4 + vc * C * 4;
+    if (e == HPT_EMB_BF16) /* the rest fp32; the bf16 homes (+ Kahan's compensation); the
+                            * widened chunk */
+        *params = (nf - stored) * 4 + vc * C * 4 +
+                  (uint64_t)stored * 2 * (o->weights == HPT_BW_BF16_KAHAN ? 2u : 1u);
+}
+
+void emb_flat_floats(const hpt_gpt2 *m, size_t *n_flat, size_t *n_gflat) {
+    size_t stored, deferred;
+    emb_floats(&m->cfg, &stored, &deferred);
+    *n_gflat = m->emb != HPT_EMB_FULL ? *n_flat - deferred : *n_flat; /* no whole gradient */
+    if (m->emb == HPT_EMB_BF16) *n_flat -= stored;
 }
 
 hpt_status gpt2_vocab_chunk_check(const hpt_model_config *c, const hpt_offload_opts *o) {
@@ -87,15 +154,21 @@ hpt_status gpt2_vocab_chunk_check(const hpt_model_config *c, const hpt_offload_o
     return HPT_OK;
 }
 
+/* Values of emb_h (BF16). */
+static size_t emb_ne(const hpt_gpt2 *m) {
+    size_t ne = 0;
+    for (int k = 0; k < m->emb_nt; k++) ne += hpt_tensor_numel(&m->tab.t[m->emb_ti[k]]);
+    return ne;
+}
+
 hpt_status emb_create(hpt_gpt2 *m, const hpt_offload_opts *o) {
     const hpt_model_config *c = &m->cfg;
-    m->emb = o ? o->embeddings : HPT_EMB_FULL;
     m->Vc = gpt2_vocab_chunk(c, o);
     if (m->emb == HPT_EMB_FULL) return HPT_OK;
     HPT_CHECK(gpt2_vocab_chunk_check(c, o));
     size_t C = (size_t)c->C;
-    size_t ne = wte_n(c) + wpe_n(c), chunk = (size_t)m->Vc * C * sizeof(float);
-    hpt_mem_set_name(m->mem, "wte gradient chunk");
+    size_t ne = emb_ne(m), chunk = (size_t)m->Vc * C * sizeof(float);
+    hpt_mem_set_name(m->mem, m->emb_untied ? "lm_head/wte gradient chunk" : "wte gradient chunk");
     HPT_CHECK(m->be->alloc(m->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, chunk, (void **)&m->emb_grad));
     if (m->emb != HPT_EMB_BF16) return HPT_OK;
     hpt_mem_set_name(m->mem, "embeddings (bf16)");
@@ -113,7 +186,7 @@ hpt_status emb_create(hpt_gpt2 *m, const hpt_offload_opts *o) {
 
 void emb_free(hpt_gpt2 *m) {
     const hpt_model_config *c = &m->cfg;
-    size_t ne = wte_n(c) + wpe_n(c), chunk = (size_t)m->Vc * (size_t)c->C * sizeof(float);
+    size_t ne = emb_ne(m), chunk = (size_t)m->Vc * (size_t)c->C * sizeof(float);
     m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, m->emb_grad, chunk);
     m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, m->emb_h, ne * 2);
     m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, m->emb_c, ne * 2);
@@ -129,20 +202,25 @@ void gpt2_set_emb_update(hpt_gpt2 *m, gpt2_emb_update_fn fn, void *ctx) {
 
 void gpt2_emb_comp(hpt_gpt2 *m, uint16_t **comp, size_t *n) {
     *comp = m->emb_c;
-    *n = m->emb_c ? wte_n(&m->cfg) + wpe_n(&m->cfg) : 0;
+    *n = m->emb_c ? emb_ne(m) : 0;
 }
 
-/* Value offset of tensor i (0 wte, 1 wpe) in emb_h. */
-static size_t emb_off(const hpt_gpt2 *m, int i) { return i ? wte_n(&m->cfg) : 0; }
+/* Value offset of stored tensor i (a table index) in emb_h. */
+static size_t emb_off(const hpt_gpt2 *m, int i) {
+    return m->emb_nt > 1 && i == m->emb_ti[1] ? m->emb_at[1] : 0;
+}
 
 hpt_be_param gpt2_nonblock_param(hpt_gpt2 *m, int i) {
-    if (m->cfg.arch != HPT_ARCH_GPT2) return hpt_be_param_f32(m->tp[i]);
-    float *f[] = {m->p.wte, m->p.wpe, m->p.lnfw, m->p.lnfb};
-    int k = i < 2 ? i : i - 12;
-    if (m->emb != HPT_EMB_BF16 || i > 1) return hpt_be_param_f32(f[k]);
+    int gpt2 = m->cfg.arch == HPT_ARCH_GPT2;
+    if (!emb_stored(m, i)) {
+        if (!gpt2) return hpt_be_param_f32(m->tp[i]);
+        float *f[] = {m->p.wte, m->p.wpe, m->p.lnfw, m->p.lnfb};
+        return hpt_be_param_f32(f[i < 2 ? i : i - 12]);
+    }
     size_t o = emb_off(m, i);
     /* stochastic rounding's element index: after the blocks' (the engine's l * block floats) */
-    size_t base = (size_t)m->cfg.L * gpt2_block_floats(&m->cfg) + o;
+    size_t bf = gpt2 ? gpt2_block_floats(&m->cfg) : hpt_table_block_numel(&m->tab);
+    size_t base = (size_t)m->cfg.L * bf + o;
     return (hpt_be_param){NULL, m->emb_h + o, m->emb_c ? m->emb_c + o : NULL, 0, base};
 }
 
@@ -161,132 +239,163 @@ void emb_put(hpt_gpt2 *m, int i, size_t lo, const float *x, size_t n) {
     m->be->bf16_split_par(m->emb_h + emb_off(m, i) + lo, cp, x, n);
 }
 
-/* nv rows of wte from row v0 as fp32 (nv <= Vc): the weights themselves (CHUNKED) or widened
- * into emb_rows (BF16). */
-static const float *wte_rows(hpt_gpt2 *m, size_t v0, size_t nv) {
+/* The buffers this file uses, from the architecture's activation struct. */
+typedef struct {
+    float *encoded, *lnf, *logits, *lse, *losses, *dres, *dsmall;
+    float *zpos; /* llama: the encoder's zero position table (T, C); GPT-2 NULL */
+    const int32_t *inputs, *targets;
+} emb_acts;
+
+static emb_acts acts_of(const hpt_gpt2 *m) {
+    if (m->cfg.arch == HPT_ARCH_GPT2) {
+        const gpt2_acts *a = &m->a;
+        return (emb_acts){a->encoded, a->lnf, a->logits, a->lse, a->losses, a->dres, a->dsmall,
+                          NULL, a->inputs, a->targets};
+    }
+    const llama_acts *a = &m->al;
+    return (emb_acts){a->encoded, a->lnf, a->logits, a->lse, a->losses, a->dres, a->dsmall,
+                      a->zpos, a->inputs, a->targets};
+}
+
+/* nv rows of the head's weight H from row v0 as fp32 (nv <= Vc): the weights themselves
+ * (CHUNKED) or widened into emb_rows (BF16). */
+static const float *head_rows(hpt_gpt2 *m, size_t v0, size_t nv) {
     size_t C = (size_t)m->cfg.C;
-    if (m->emb != HPT_EMB_BF16) return m->p.wte + v0 * C;
-    emb_get(m, 0, v0 * C, m->emb_rows, nv * C);
+    if (m->emb != HPT_EMB_BF16) return gpt2_nonblock_param(m, m->emb_head).f32 + v0 * C;
+    emb_get(m, m->emb_head, v0 * C, m->emb_rows, nv * C);
     return m->emb_rows;
 }
 
 void emb_encoder_forward(hpt_gpt2 *m) {
-    gpt2_acts *a = &m->a;
+    emb_acts a = acts_of(m);
     const int B = m->B, T = m->T, C = m->cfg.C;
+    if (m->cfg.arch != HPT_ARCH_GPT2) {
+        /* encoded (B, T, C) = wte[inputs] + zeros (fp32 zeros are bf16 zeros too, twice the
+         * values needed) */
+        m->be->memset(a.zpos, 0, (size_t)T * (size_t)C * sizeof(float));
+        if (m->emb != HPT_EMB_BF16)
+            m->be->encoder_forward(a.encoded, a.inputs, m->tp[0], a.zpos, B, T, C);
+        else
+            m->be->encoder_forward_bf16(a.encoded, a.inputs, m->emb_h, (const uint16_t *)a.zpos,
+                                        B, T, C);
+        return;
+    }
     /* encoded (B, T, C) = wte[inputs] + wpe[t] (bf16: each row widened as it is gathered) */
     if (m->emb != HPT_EMB_BF16)
-        m->be->encoder_forward(a->encoded, a->inputs, m->p.wte, m->p.wpe, B, T, C);
+        m->be->encoder_forward(a.encoded, a.inputs, m->p.wte, m->p.wpe, B, T, C);
     else
-        m->be->encoder_forward_bf16(a->encoded, a->inputs, m->emb_h, m->emb_h + emb_off(m, 1), B,
+        m->be->encoder_forward_bf16(a.encoded, a.inputs, m->emb_h, m->emb_h + emb_off(m, 1), B,
                                     T, C);
 }
 
 /* The logits of rows [r0, r0 + n) for nv vocabulary rows W: (n, nv) into a->logits. */
-static void chunk_logits(hpt_gpt2 *m, const float *W, size_t r0, size_t n, size_t nv) {
+static void chunk_logits(hpt_gpt2 *m, const emb_acts *a, const float *W, size_t r0, size_t n,
+                         size_t nv) {
     size_t C = (size_t)m->cfg.C;
-    m->be->gemm('N', 'T', (int64_t)n, (int64_t)nv, (int64_t)C, 1.0f, m->a.lnf + r0 * C,
-                (int64_t)C, W, (int64_t)C, 0.0f, m->a.logits, (int64_t)nv);
+    m->be->gemm('N', 'T', (int64_t)n, (int64_t)nv, (int64_t)C, 1.0f, a->lnf + r0 * C,
+                (int64_t)C, W, (int64_t)C, 0.0f, a->logits, (int64_t)nv);
 }
 
 /* a->logits (n, nv) of rows [r0, r0 + n), vocabulary rows [v0, v0 + nv), become dlogits:
  * (softmax - onehot) * dloss from the saved lse. */
-static void chunk_dlogits(hpt_gpt2 *m, size_t r0, size_t n, size_t v0, size_t nv, float dloss) {
-    gpt2_acts *a = &m->a;
+static void chunk_dlogits(hpt_gpt2 *m, const emb_acts *a, size_t r0, size_t n, size_t v0,
+                          size_t nv, float dloss) {
     m->be->crossentropy_dlogits(a->logits, a->lse + r0, a->targets + r0, n, v0, nv, dloss);
 }
 
 void emb_head_forward(hpt_gpt2 *m, size_t rows) {
     const hpt_backend *be = m->be;
-    gpt2_acts *a = &m->a;
+    emb_acts a = acts_of(m);
     const hpt_model_config *c = &m->cfg;
     size_t BT = (size_t)m->B * m->T, C = (size_t)c->C, V = (size_t)c->V, Vc = (size_t)m->Vc;
     size_t Vp = (size_t)c->Vp;
     if (rows >= BT) { /* all logits kept, (BT, Vp): each chunk's columns placed, then the loss */
         for (size_t v0 = 0; v0 < V; v0 += Vc) {
             size_t nv = HPT_MIN(Vc, V - v0);
-            be->gemm('N', 'T', (int64_t)BT, (int64_t)nv, (int64_t)C, 1.0f, a->lnf, (int64_t)C,
-                     wte_rows(m, v0, nv), (int64_t)C, 0.0f, a->logits + v0, (int64_t)Vp);
+            be->gemm('N', 'T', (int64_t)BT, (int64_t)nv, (int64_t)C, 1.0f, a.lnf, (int64_t)C,
+                     head_rows(m, v0, nv), (int64_t)C, 0.0f, a.logits + v0, (int64_t)Vp);
         }
-        m->loss = be->crossentropy_forward(a->losses, a->lse, a->logits, a->targets, (int64_t)BT,
+        m->loss = be->crossentropy_forward(a.losses, a.lse, a.logits, a.targets, (int64_t)BT,
                                            c->V, c->Vp);
         return;
     }
     /* the running maximum of each row in losses, the running sum of exp(logit - max) in lse */
     for (size_t v0 = 0; v0 < V; v0 += Vc) {
         size_t nv = HPT_MIN(Vc, V - v0);
-        const float *W = wte_rows(m, v0, nv);
+        const float *W = head_rows(m, v0, nv);
         for (size_t r0 = 0; r0 < BT; r0 += rows) {
             size_t n = HPT_MIN(rows, BT - r0);
-            chunk_logits(m, W, r0, n, nv);
-            be->logsumexp_chunk(a->losses + r0, a->lse + r0, a->logits, n, nv, v0 == 0);
+            chunk_logits(m, &a, W, r0, n, nv);
+            be->logsumexp_chunk(a.losses + r0, a.lse + r0, a.logits, n, nv, v0 == 0);
         }
     }
-    /* lse_i = max_i + log(sum_i); loss_i = lse_i - lnf_i . wte[target_i] */
-    be->tied_loss(a->losses, a->lse, a->lnf, m->emb == HPT_EMB_BF16 ? NULL : m->p.wte, m->emb_h,
-                  a->targets, BT, C);
-    m->loss = be->loss_mean(a->losses, BT); /* in order, as crossentropy_forward sums */
+    /* lse_i = max_i + log(sum_i); loss_i = lse_i - lnf_i . H[target_i] */
+    int bf = m->emb == HPT_EMB_BF16;
+    be->tied_loss(a.losses, a.lse, a.lnf, bf ? NULL : gpt2_nonblock_param(m, m->emb_head).f32,
+                  bf ? m->emb_h + emb_off(m, m->emb_head) : NULL, a.targets, BT, C);
+    m->loss = be->loss_mean(a.losses, BT); /* in order, as crossentropy_forward sums */
 }
 
 void emb_head_backward(hpt_gpt2 *m, size_t rows) {
-    gpt2_acts *a = &m->a;
+    emb_acts a = acts_of(m);
     const hpt_model_config *c = &m->cfg;
     size_t BT = (size_t)m->B * m->T, C = (size_t)c->C, V = (size_t)c->V, Vc = (size_t)m->Vc;
     float dloss = 1.0f / (float)BT * m->loss_scale;
-    /* dlnf (BT, C) = sum over chunks of dlogits_v @ wte_v */
+    /* dlnf (BT, C) = sum over chunks of dlogits_v @ H_v */
     if (rows >= BT) { /* the forward's logits, kept: dlogits in place */
         size_t Vp = (size_t)c->Vp;
-        m->be->crossentropy_backward(a->logits, a->lse, a->targets, (int64_t)BT, c->V, c->Vp,
+        m->be->crossentropy_backward(a.logits, a.lse, a.targets, (int64_t)BT, c->V, c->Vp,
                                      dloss);
         for (size_t v0 = 0; v0 < V; v0 += Vc) {
             size_t nv = HPT_MIN(Vc, V - v0);
-            m->be->gemm('N', 'N', (int64_t)BT, (int64_t)C, (int64_t)nv, 1.0f, a->logits + v0,
-                        (int64_t)Vp, wte_rows(m, v0, nv), (int64_t)C, v0 ? 1.0f : 0.0f, a->dsmall,
-                        (int64_t)C);
+            m->be->gemm('N', 'N', (int64_t)BT, (int64_t)C, (int64_t)nv, 1.0f, a.logits + v0,
+                        (int64_t)Vp, head_rows(m, v0, nv), (int64_t)C, v0 ? 1.0f : 0.0f,
+                        a.dsmall, (int64_t)C);
         }
         return;
     }
     for (size_t v0 = 0; v0 < V; v0 += Vc) {
         size_t nv = HPT_MIN(Vc, V - v0);
-        const float *W = wte_rows(m, v0, nv);
+        const float *W = head_rows(m, v0, nv);
         for (size_t r0 = 0; r0 < BT; r0 += rows) {
             size_t n = HPT_MIN(rows, BT - r0);
-            chunk_logits(m, W, r0, n, nv);
-            chunk_dlogits(m, r0, n, v0, nv, dloss);
-            m->be->gemm('N', 'N', (int64_t)n, (int64_t)C, (int64_t)nv, 1.0f, a->logits,
-                        (int64_t)nv, W, (int64_t)C, v0 ? 1.0f : 0.0f, a->dsmall + r0 * C,
+            chunk_logits(m, &a, W, r0, n, nv);
+            chunk_dlogits(m, &a, r0, n, v0, nv, dloss);
+            m->be->gemm('N', 'N', (int64_t)n, (int64_t)C, (int64_t)nv, 1.0f, a.logits,
+                        (int64_t)nv, W, (int64_t)C, v0 ? 1.0f : 0.0f, a.dsmall + r0 * C,
                         (int64_t)C);
         }
     }
 }
 
-void emb_backward_end(hpt_gpt2 *m, size_t rows) {
+/* Tensor ti's gradient (the head's weight H, or an untied llama's wte), chunk by chunk in
+ * order, each chunk's sum of squares summed (returned) and its update run at once:
+ *   head: dH_v += dlogits_v^T @ lnf (the chunk's logits recomputed);
+ *   enc:  dwte_v += the encoder's rows dres[b, t] of the tokens in v (k_encoder_backward's
+ *         order). */
+static double chunk_pass(hpt_gpt2 *m, const emb_acts *a, size_t rows, int ti, int head, int enc) {
     const hpt_backend *be = m->be;
-    gpt2_acts *a = &m->a;
     const hpt_model_config *c = &m->cfg;
-    const int B = m->B, T = m->T;
-    size_t BT = (size_t)B * T, C = (size_t)c->C, V = (size_t)c->V, Vp = (size_t)c->Vp;
+    size_t BT = (size_t)m->B * m->T, C = (size_t)c->C, V = (size_t)c->V, Vp = (size_t)c->Vp;
     size_t Vc = (size_t)m->Vc;
     float dloss = 1.0f / (float)BT * m->loss_scale;
-    /* encoded = wte[inputs] + wpe[t]: dwpe[t] += sum over b of dres[b, t] (encoder_backward's
-     * order) */
-    be->encoder_backward_wpe(m->g.wpe, a->dres, BT, T, C);
     double sumsq = 0.0;
-    hpt_be_param wp = gpt2_nonblock_param(m, 0);
+    hpt_be_param wp = gpt2_nonblock_param(m, ti);
     for (size_t v0 = 0; v0 < Vp; v0 += Vc) {
-        size_t nv = HPT_MIN(Vc, Vp - v0), nh = v0 < V ? HPT_MIN(nv, V - v0) : 0;
+        size_t nv = HPT_MIN(Vc, Vp - v0), nh = head && v0 < V ? HPT_MIN(nv, V - v0) : 0;
         float *G = m->emb_grad; /* (nv, C) */
         be->memset(G, 0, nv * C * sizeof(float));
-        /* logits = lnf @ wte^T: dwte_v += dlogits_v^T @ lnf (recomputed) */
-        const float *W = nh ? wte_rows(m, v0, nh) : NULL;
+        /* logits = lnf @ H^T: dH_v += dlogits_v^T @ lnf (recomputed) */
+        const float *W = nh ? head_rows(m, v0, nh) : NULL;
         for (size_t r0 = 0; r0 < BT && nh; r0 += rows) {
             size_t n = HPT_MIN(rows, BT - r0);
-            chunk_logits(m, W, r0, n, nh);
-            chunk_dlogits(m, r0, n, v0, nh, dloss);
+            chunk_logits(m, a, W, r0, n, nh);
+            chunk_dlogits(m, a, r0, n, v0, nh, dloss);
             be->gemm('T', 'N', (int64_t)nh, (int64_t)C, (int64_t)n, 1.0f, a->logits, (int64_t)nh,
                      a->lnf + r0 * C, (int64_t)C, 1.0f, G, (int64_t)C);
         }
         /* the encoder's rows: dwte[inputs[b, t]] += dres[b, t] for the tokens in the chunk */
-        be->encoder_backward_rows(G, a->dres, a->inputs, BT, C, v0, nv);
+        if (enc) be->encoder_backward_rows(G, a->dres, a->inputs, BT, C, v0, nv);
         sumsq += be->sumsq(G, nv * C);
         if (m->emb_upd) {
             hpt_be_param kp = wp;
@@ -297,8 +406,23 @@ void emb_backward_end(hpt_gpt2 *m, size_t rows) {
                 if (kp.comp) kp.comp += off;
                 kp.base += off;
             }
-            m->emb_upd(m->emb_ctx, 0, off, kp, G, nv * C);
+            m->emb_upd(m->emb_ctx, ti, off, kp, G, nv * C);
         }
     }
-    m->wte_sumsq = sumsq;
+    return sumsq;
+}
+
+void emb_backward_end(hpt_gpt2 *m, size_t rows) {
+    emb_acts a = acts_of(m);
+    const hpt_model_config *c = &m->cfg;
+    /* GPT-2: encoded = wte[inputs] + wpe[t]: dwpe[t] += sum over b of dres[b, t]
+     * (encoder_backward's order) */
+    if (c->arch == HPT_ARCH_GPT2)
+        m->be->encoder_backward_wpe(m->g.wpe, a.dres, (size_t)m->B * m->T, m->T, (size_t)c->C);
+    if (!m->emb_untied) { /* the tied head: H = wte gets both */
+        m->wte_sumsq = chunk_pass(m, &a, rows, 0, 1, 1);
+        return;
+    }
+    m->head_sumsq = chunk_pass(m, &a, rows, m->emb_head, 1, 0);
+    m->wte_sumsq = chunk_pass(m, &a, rows, 0, 0, 1);
 }

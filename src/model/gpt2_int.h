@@ -116,7 +116,15 @@ struct hpt_model {
     /* the tied embedding (hpt_embeddings; src/model/embed.c): FULL without the engine */
     int emb;
     int Vc;               /* CHUNKED, BF16: rows of wte per chunk */
-    uint16_t *emb_h;      /* BF16: (Vp*C + maxT*C) bf16 wte then wpe, device params */
+    /* which tensors (table indices; emb_plan): emb_ti[0..emb_nt) are kept in emb_h with BF16
+     * (GPT-2 wte, wpe; llama wte and an untied lm_head) at value offsets emb_at[]; emb_head is
+     * the head's weight (wte when tied, else lm_head), whose gradient exists one chunk at a
+     * time, and so does wte's when the head is untied (emb_untied) */
+    int emb_nt, emb_ti[2], emb_head, emb_untied;
+    size_t emb_at[2];
+    double head_sumsq;    /* untied: the last backward's sum of squares of lm_head's gradient */
+    uint16_t *emb_h;      /* BF16: (Vp*C + maxT*C) bf16 wte then wpe, device params (llama:
+                           * wte, then lm_head when untied) */
     uint16_t *emb_c;      /* BF16 with Kahan: their compensation (same shape), device params */
     float *emb_rows;      /* BF16: (Vc, C) fp32 chunk of wte widened, device params */
     float *emb_grad;      /* CHUNKED, BF16: (Vc, C) fp32 one chunk of wte's gradient, device grads */
@@ -162,8 +170,17 @@ int gpt2_is_block_tensor(int i);
 /* ---- embed.c: chunked and bf16 tied embeddings (HPT_EMB_CHUNKED, HPT_EMB_BF16) ---- */
 /* Allocates what embeddings o->embeddings need beside params and grads (sets m->emb, m->Vc). */
 hpt_status emb_create(hpt_gpt2 *m, const hpt_offload_opts *o);
+/* Sets m->emb (kind) and the tensors it concerns (emb_ti, emb_at, emb_head, emb_untied) before
+ * the flat buffers are sized; emb_stored: tensor i lives in emb_h (BF16), not in params;
+ * emb_deferred: tensor i has no whole gradient (updated chunk by chunk). */
+void emb_plan(hpt_gpt2 *m, int kind);
+int emb_stored(const hpt_gpt2 *m, int i);
+int emb_deferred(const hpt_gpt2 *m, int i);
+/* The flat buffers' floats with the embeddings' kind: *n_flat in (every non-block tensor) and
+ * out (less those in emb_h), *n_gflat out (less those without a whole gradient). */
+void emb_flat_floats(const hpt_gpt2 *m, size_t *n_flat, size_t *n_gflat);
 void emb_free(hpt_gpt2 *m);
-/* BF16: n values of tensor i (0 wte, 1 wpe) from value lo, widened into x / rounded from x
+/* BF16: n values of tensor i (emb_stored) from value lo, widened into x / rounded from x
  * (to nearest; Kahan: the compensation gets the residue). */
 void emb_get(const hpt_gpt2 *m, int i, size_t lo, float *x, size_t n);
 void emb_put(hpt_gpt2 *m, int i, size_t lo, const float *x, size_t n);

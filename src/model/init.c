@@ -52,7 +52,7 @@ hpt_status hpt_model_init_random(hpt_gpt2 *m, uint64_t seed) {
         int block = t->t[i].layer == HPT_LAYER_STACKED;
         if (!m->blocks) {
             init_range(be, c, t, i, seed, m->params + hpt_table_offset(t, i), 0, numel);
-        } else if (m->emb == HPT_EMB_BF16 && i < 2) { /* through the chunk scratch, rounded */
+        } else if (emb_stored(m, i)) { /* through the chunk scratch, rounded */
             size_t piece = (size_t)m->Vc * (size_t)c->C;
             for (size_t lo = 0; lo < numel; lo += piece) {
                 size_t n = HPT_MIN(piece, numel - lo);

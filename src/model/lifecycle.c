@@ -5,8 +5,8 @@
  *
  * The model owns two flat buffers (parameters and gradients, device tier). Without a block
  * store they hold every tensor in checkpoint order (num_params floats); with one the blocks live
- * in the store and the flat buffers hold the non-block tensors only (wte, wpe, lnfw, lnfb;
- * fewer with chunked or bf16 embeddings: embed.c). The model reaches the store only through
+ * in the store and the flat buffers hold the non-block tensors only (GPT-2 wte, wpe, lnfw, lnfb;
+ * llama wte, lnfw, [lm_head]; fewer with chunked or bf16 embeddings: embed.c). The model reaches the store only through
  * its table; it owns it from gpt2_bind_blocks and frees it in hpt_model_free. Activations are the runner's (actplan.c),
  * allocated at the first forward and released by hpt_model_free_activations.
  * States: created -> (forward -> [backward]) * ; backward without a forward with targets is
@@ -30,14 +30,17 @@ static void point_nonblock(const hpt_model_config *cfg, float *base, gpt2_tensor
 
 /* Points an architecture with its own parameter struct (arch->point; llama): tensor i of the
  * table in base (every tensor in checkpoint order, or with a block store the non-block ones
- * back to back; NULL base: none) into tp, then the arch's struct out. */
-static void point_arch(hpt_gpt2 *m, float *base, float **tp, void *out) {
+ * back to back, less those the embeddings' kind keeps elsewhere: in emb_h, or without a whole
+ * gradient when grads; NULL base: none) into tp, then the arch's struct out. */
+static void point_arch(hpt_gpt2 *m, float *base, int grads, float **tp, void *out) {
     const hpt_tensor_table *t = &m->tab;
     size_t off = 0;
     for (int i = 0; i < t->n; i++) {
         int block = t->t[i].layer == HPT_LAYER_STACKED;
-        tp[i] = !base || (block && m->blocks_planned) ? NULL : base + off;
-        if (!block || !m->blocks_planned) off += hpt_tensor_numel(&t->t[i]);
+        int away = grads ? emb_deferred(m, i) : emb_stored(m, i);
+        int here = !(block && m->blocks_planned) && !away;
+        tp[i] = base && here ? base + off : NULL;
+        if (here) off += hpt_tensor_numel(&t->t[i]);
     }
     m->arch->point(&m->cfg, t, tp, m->consts, out);
 }
@@ -102,16 +105,12 @@ static hpt_status create(hpt_mem *mem, const hpt_model_config *cfg, const hpt_of
     m->num_params = hpt_model_config_num_params(cfg);
     int emb = stored ? o->embeddings : HPT_EMB_FULL;
     m->blocks_planned = stored;
-    if (m->arch->point && emb != HPT_EMB_FULL) {
-        hpt_model_free(m);
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "--embeddings %s is GPT-2's (a tied wte with wpe); "
-                        "%s models take --embeddings full", hpt_embeddings_name((hpt_embeddings)emb),
-                        full.arch == HPT_ARCH_LLAMA ? "llama" : "these");
-    }
-    size_t C = (size_t)cfg->C, wte = (size_t)cfg->Vp * C;
+    emb_plan(m, emb);
+    size_t C = (size_t)cfg->C;
     m->n_flat = stored ? gpt2_nonblock_floats(cfg) : m->num_params;
-    m->n_gflat = emb != HPT_EMB_FULL ? m->n_flat - wte : m->n_flat; /* no whole wte gradient */
-    if (emb == HPT_EMB_BF16) m->n_flat = 2 * C;                      /* lnfw, lnfb */
+    /* no whole gradient of the head's weight (and of an untied wte); bf16 embeddings: GPT-2's
+     * flat buffer holds lnfw, lnfb only, llama's lnfw */
+    emb_flat_floats(m, &m->n_flat, &m->n_gflat);
     hpt_mem_set_name(mem, "parameters");
     hpt_status s = m->be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, m->n_flat * sizeof(float),
                                 (void **)&m->params);
@@ -142,8 +141,8 @@ static hpt_status create(hpt_mem *mem, const hpt_model_config *cfg, const hpt_of
         point_nonblock(cfg, m->grads, &m->g);
     }
     if (m->arch->point) {
-        point_arch(m, m->params, m->tp, &m->lp);
-        point_arch(m, m->grads, m->tg, &m->lg);
+        point_arch(m, m->params, 0, m->tp, &m->lp);
+        point_arch(m, m->grads, 1, m->tg, &m->lg);
     } else if (!stored) {
         gpt2_point_tensors(cfg, m->params, &m->p);
         gpt2_point_tensors(cfg, m->grads, &m->g);
@@ -215,7 +214,7 @@ hpt_status gpt2_emit(hpt_gpt2 *m, int b, const float *flat, gpt2_emit_fn emit, v
     size_t piece = (size_t)m->Vc * (size_t)m->cfg.C;
     for (int i = 0; i < t->n; i++) {
         size_t numel = hpt_tensor_numel(&t->t[i]);
-        if (b == EB_P && m->emb == HPT_EMB_BF16 && i < 2) { /* widened through the chunk scratch */
+        if (b == EB_P && emb_stored(m, i)) { /* widened through the chunk scratch */
             for (size_t lo = 0; lo < numel; lo += piece) {
                 size_t n = HPT_MIN(piece, numel - lo);
                 emb_get(m, i, lo, m->emb_rows, n);
@@ -241,7 +240,7 @@ hpt_status gpt2_absorb(hpt_gpt2 *m, int b, float *flat, gpt2_read_fn read, void 
     size_t piece = (size_t)m->Vc * (size_t)m->cfg.C;
     for (int i = 0; i < t->n; i++) {
         size_t numel = hpt_tensor_numel(&t->t[i]);
-        if (b == EB_P && m->emb == HPT_EMB_BF16 && i < 2) { /* rounded through the chunk scratch */
+        if (b == EB_P && emb_stored(m, i)) { /* rounded through the chunk scratch */
             for (size_t lo = 0; lo < numel; lo += piece) {
                 size_t n = HPT_MIN(piece, numel - lo);
                 HPT_CHECK(read(ctx, m->emb_rows, n));
@@ -303,7 +302,7 @@ void hpt_model_release_grads(hpt_gpt2 *m) {
     m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, m->grads, m->n_gflat * sizeof(float));
     m->grads = NULL;
     memset(&m->g, 0, sizeof m->g);
-    if (m->arch->point) point_arch(m, NULL, m->tg, &m->lg);
+    if (m->arch->point) point_arch(m, NULL, 1, m->tg, &m->lg);
 }
 
 hpt_status hpt_model_acquire_grads(hpt_gpt2 *m) {
@@ -314,7 +313,7 @@ hpt_status hpt_model_acquire_grads(hpt_gpt2 *m) {
     hpt_mem_set_name(m->mem, "gradients");
     HPT_CHECK(m->be->alloc(m->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, m->num_params * sizeof(float),
                            (void **)&m->grads));
-    if (m->arch->point) point_arch(m, m->grads, m->tg, &m->lg);
+    if (m->arch->point) point_arch(m, m->grads, 1, m->tg, &m->lg);
     else gpt2_point_tensors(&m->cfg, m->grads, &m->g);
     return HPT_OK;
 }

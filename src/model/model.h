@@ -79,6 +79,11 @@ int model_embeddings(const hpt_gpt2 *m);
 /* CHUNKED, BF16: the last backward's sum of squares of the tied embedding's gradient, chunk by
  * chunk in order (its gradient is never whole). */
 double model_wte_sumsq(const hpt_gpt2 *m);
+/* CHUNKED, BF16: whether non-block tensor i has no whole gradient (the head's weight: GPT-2's
+ * and a tied llama's wte; an untied llama's lm_head and wte), and its sum of squares from the
+ * last backward. */
+int model_emb_deferred(const hpt_gpt2 *m, int i);
+double model_emb_sumsq(const hpt_gpt2 *m, int i);
 /* The optimizer's update of n values of non-block tensor i from its value off (embed.c's
  * deferred update of the tied embedding; off a multiple of HPT_Q8_BLOCK and of a row): p the
  * parameters there, g their gradients. Registered by hpt_optim_create (gpt2_set_emb_update;
@@ -86,7 +91,8 @@ double model_wte_sumsq(const hpt_gpt2 *m);
 typedef void (*gpt2_emb_update_fn)(void *ctx, int i, size_t off, hpt_be_param p, const float *g,
                                    size_t n);
 void gpt2_set_emb_update(hpt_gpt2 *m, gpt2_emb_update_fn fn, void *ctx);
-/* BF16 with Kahan: the compensation of wte, wpe ((Vp + maxT) * C bf16); NULL, 0 otherwise. */
+/* BF16 with Kahan: the compensation of the bf16 embeddings (GPT-2 wte, wpe: (Vp + maxT) * C
+ * bf16; llama wte, [lm_head]); NULL, 0 otherwise. */
 void gpt2_emb_comp(hpt_gpt2 *m, uint16_t **comp, size_t *n);
 
 /* ---- the trainer's hooks ---- */

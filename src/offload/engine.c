@@ -233,8 +233,10 @@ static void update_block(offload_engine *e, int l, int set, float *p, const floa
     for (int i = 0; i < e->ns; i++) {
         /* the worker's update: one thread while the compute thread computes, its team's cores
          * while it waits for a job (the update kernels give the same bits on any count) */
-        if (t_worker)
-            omp_set_num_threads(__atomic_load_n(&e->waiting, __ATOMIC_RELAXED) ? e->team : 1);
+        if (t_worker) {
+            int team = __atomic_load_n(&e->waiting, __ATOMIC_RELAXED);
+            omp_set_num_threads(team > 0 ? team : 1);
+        }
         size_t o = e->slice_off[i], h = (size_t)l * e->hstride + o;
         hpt_be_param kp = hpt_be_param_f32(p ? p + o : NULL);
         if (e->bf) /* base: the element's index among the blocks' weights (noise, not layout) */
@@ -412,7 +414,8 @@ static hpt_status wait_seq(offload_engine *e, uint64_t seq) {
     pthread_mutex_lock(&e->mu);
     if (e->done < seq) {
         double t0 = hpt_now();
-        __atomic_store_n(&e->waiting, 1, __ATOMIC_RELAXED); /* the worker may use our cores */
+        /* the worker may use our cores */
+        __atomic_store_n(&e->waiting, omp_get_max_threads(), __ATOMIC_RELAXED);
         while (e->done < seq) pthread_cond_wait(&e->cv_done, &e->mu);
         __atomic_store_n(&e->waiting, 0, __ATOMIC_RELAXED);
         e->st.wait_s += hpt_now() - t0;
@@ -784,7 +787,6 @@ hpt_status eng_create(hpt_mem *mem, int L, int n_slices, const size_t *slice_n,
         s = e->be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, (size_t)e->n_g * e->stride * sizeof(float),
                           (void **)&e->gslots);
     }
-    e->team = omp_get_max_threads();
     if (s == HPT_OK && !e->sync) {
         if (pthread_create(&e->th, NULL, worker, e) != 0)
             s = hpt_fail(HPT_ERR_OOM, "offload engine: cannot start its worker thread");

@@ -79,8 +79,8 @@ struct offload_engine {
     /* worker */
     pthread_t th;
     int th_on;
-    int team;                  /* threads of the compute thread's team (at eng_create) */
-    int waiting;               /* 1 while the compute thread is blocked on a job (atomic) */
+    int waiting;               /* while the compute thread is blocked on a job: its team's
+                                * thread count, else 0 (atomic; the worker's updates use it) */
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_done;
     job q[QCAP];

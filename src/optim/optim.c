@@ -405,15 +405,15 @@ static double grad_sumsq(const hpt_optim *op) {
     const hpt_tensor_table *t = op->tab;
     struct offload_engine *eng = model_engine(m);
     const float *grads = model_grads(m);
-    int chunked = model_embeddings(m) != HPT_EMB_FULL, blocks_done = 0;
+    int blocks_done = 0;
     double s = 0.0;
     for (int i = 0; i < t->n; i++) {
         const tensor_layout *tl = &op->lay.t[i];
         if (!tl->stacked) {
-            /* chunked embeddings: the tied embedding's sum of squares, chunk by chunk, from the
-             * backward (embed.c) */
-            s += t->t[i].tied && chunked ? model_wte_sumsq(m)
-                                         : op->be->sumsq(gpt2_nonblock_grad(m, i), tl->sn);
+            /* chunked embeddings: the head's (and an untied wte's) sum of squares, chunk by
+             * chunk, from the backward (embed.c) */
+            s += model_emb_deferred(m, i) ? model_emb_sumsq(m, i)
+                                          : op->be->sumsq(gpt2_nonblock_grad(m, i), tl->sn);
             continue;
         }
         if (blocks_done) continue; /* the blocks, at the first block tensor */
@@ -437,9 +437,8 @@ static double grad_sumsq(const hpt_optim *op) {
 /* The non-block tensors of an engine's model (wte's chunks already, with chunked embeddings). */
 static void update_nonblock(hpt_optim *op, float lr, float scale) {
     hpt_gpt2 *model = op->model;
-    int chunked = model_embeddings(model) != HPT_EMB_FULL;
     for (int i = 0; i < op->lay.n; i++) {
-        if (op->lay.t[i].stacked || (op->tab->t[i].tied && chunked)) continue;
+        if (op->lay.t[i].stacked || model_emb_deferred(model, i)) continue;
         hpt_be_param kp = gpt2_nonblock_param(model, i);
         kp.seed = sr_seed(op);
         update_slice(op, i, 0, kp, gpt2_nonblock_grad(model, i), lr, scale);

@@ -6,9 +6,9 @@
 #    -fsanitize=fuzzer-no-link,address,undefined, and each target a libFuzzer program; ctest
 #    runs each for HPT_FUZZ_SECONDS (20) from its seeds, new inputs kept under
 #    <build>/fuzz_corpus/<target>, crashes under <build>/fuzz_crash/. The library's usual
-#    variants and tests are not built in such a tree (HPT_FUZZ clears HPT_VARIANTS). The
-#    library compiles there with the warning list but not as errors: clang warns about
-#    things gcc does not (the gcc builds hold the line).
+#    variants and tests are not built in such a tree (HPT_FUZZ clears HPT_VARIANTS and skips
+#    tests/tests.cmake). The library compiles there with the warning list but not as errors:
+#    clang warns about things gcc does not (the gcc builds hold the line).
 set(HPT_FUZZ_TARGETS state llmc refstate shard tokbin tokgpt2 trace safetensors hfconfig hfmodel tokjson
     tiktoken)
 set(HPT_FUZZ_DIR ${CMAKE_SOURCE_DIR}/tests/fuzz)

@@ -137,13 +137,14 @@ void cli_auto_advice(const char *cmd, const hpt_plan_opts *po, FILE *f);
     "                       docs/optimizers.md)\n" \
     "  --vocab-chunk N      with --embeddings chunked or bf16: rows of wte per chunk (0: 2048;\n" \
     "                       a multiple of 256 / gcd(C, 256))\n" \
-    "  --embeddings E       full (default), chunked or bf16 (needs --fused-update): the tied\n" \
-    "                       embedding's head runs over the vocabulary in chunks and wte is\n" \
-    "                       updated chunk by chunk after the backward, so its gradient is one\n" \
-    "                       chunk, not (V, C) fp32 (one more head GEMM per step; with\n" \
-    "                       --head-chunk the logits are (rows, chunk)); bf16 also\n" \
-    "                       keeps wte and wpe in bf16 with --weights' rounding (bf16-sr or\n" \
-    "                       bf16-kahan); no full logits (docs/optimizers.md)\n" \
+    "  --embeddings E       full (default), chunked or bf16 (needs --fused-update): the head\n" \
+    "                       (wte; llama's lm_head when untied) runs over the vocabulary in\n" \
+    "                       chunks and is updated chunk by chunk after the backward (so is an\n" \
+    "                       untied wte), each gradient one chunk, not (V, C) fp32 (one more\n" \
+    "                       head GEMM per step; with --head-chunk the logits are (rows,\n" \
+    "                       chunk)); bf16 also keeps wte and wpe (llama: wte, lm_head) in bf16\n" \
+    "                       with --weights' rounding (bf16-sr or bf16-kahan); no full logits\n" \
+    "                       (docs/optimizers.md)\n" \
     "  --grad-home P        fp32 (default), bf16 or fp16: the blocks' gradients kept at their\n" \
     "                       home (--offload grads=T, needs --offload; not with --fused-update)\n" \
     "                       in 2 bytes: narrowed after each block's backward, widened for\n" \

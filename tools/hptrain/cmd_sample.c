@@ -23,7 +23,9 @@ static const char k_help[] =
     "                      from the file a few MiB at a time (~1 byte per parameter instead of\n"
     "                      4; logits within ~1% of fp32's) (default fp32)\n"
     "  --quiet             no memory and speed line on stderr\n"
-    "  --tokenizer PATH    GPT-2 encoder.json/vocab.bpe directory or llm.c tokenizer file\n"
+    "  --tokenizer PATH    GPT-2 encoder.json/vocab.bpe directory, llm.c tokenizer file, a\n"
+    "                      tokenizer.json or tokenizer.model (default: those of a --model\n"
+    "                      directory, else GPT-2's from node_modules)\n"
     "  --threads N         threads (default: all cores)\n";
 
 int cmd_sample(int argc, char **argv) {
@@ -61,9 +63,11 @@ int cmd_sample(int argc, char **argv) {
     if (optind < argc) return cli_usage_error("sample", "unexpected argument '%s'", argv[optind]);
     if (!model_path) return cli_usage_error("sample", "--model is required");
     if (threads) hpt_set_threads((int)threads);
-    char path[4096];
+    char path[4096], tok_own[4200];
     struct stat st;
+    const char *model_dir = NULL; /* a directory's own tokenizer when --tokenizer is not given */
     if (stat(model_path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        model_dir = model_path;
         snprintf(path, sizeof path, "%s/config.json", model_path);
         if (stat(path, &st) != 0) { /* a --save directory; with config.json: Hugging Face's */
             snprintf(path, sizeof path, "%s/model.bin", model_path);
@@ -81,6 +85,13 @@ int cmd_sample(int argc, char **argv) {
     if ((s = hpt_gpt2_read_config(model_path, &cfg_file)) != HPT_OK) {
         rc = cli_lib_error(s, "loading the model");
         goto out;
+    }
+    if (!tok_path && model_dir) {
+        static const char *const own[] = {"tokenizer.json", "tokenizer.model"};
+        for (size_t i = 0; i < 2 && !tok_path; i++) {
+            snprintf(tok_own, sizeof tok_own, "%s/%s", model_dir, own[i]);
+            if (stat(tok_own, &st) == 0 && S_ISREG(st.st_mode)) tok_path = tok_own;
+        }
     }
     if ((rc = cli_load_tokenizer(tok_path, prompt && *prompt, &tok)) != 0) goto out;
     const hpt_model_config *cfg = &cfg_file;

@@ -2,9 +2,10 @@
  * on CPUs without it, AVX2 (simd_avx2.c).
  * The helpers are the four steps around an update's fp32 arithmetic: 8-bit state decoded and
  * encoded (q8.h), bf16 weights widened and rounded back (bf16.h). Their AVX-512 and AVX2
- * versions compute the same bits as the portable ones (same IEEE operations in the same order, the
- * same table walk, the same random bits), so the choice changes speed only; tests/test_optim.c
- * compares the three on every input class. The portable code runs on CPUs with neither.
+ * versions compute the same bits as the portable ones (same IEEE operations in the same
+ * order, the same codes, the same random bits), so the choice changes speed only;
+ * tests/test_simd.c compares the three on every input class. The portable code runs on CPUs
+ * with neither.
  * The level is read from the CPU once (__builtin_cpu_supports, in simd_avx512.c), whatever the
  * build's -march, since both files are compiled with target attributes. */
 #ifndef HPT_SIMD_H

@@ -1,0 +1,235 @@
+/* test_embed_llama.c: chunked and bf16 embeddings on llama (src/model/embed.c), untied (wte and
+ * lm_head, both without a whole gradient) and tied (wte is the head), as test_embed.c tests
+ * GPT-2's: 20 fused steps on a small model (V 100, Vp 128: padding rows; chunks of 48 rows:
+ * 48 + 48 + 32, the last one partly padding) with clipping on.
+ *   (a) chunked (fp32 storage): the first step's loss equals the full head's within 1e-6
+ *       relative; the 20 steps' losses and the final weights equal the full embeddings' fused
+ *       run within test_embed.c's bounds (only the order of sums differs: dlnf over chunks, the
+ *       norm; with a row-chunked head the running log-sum-exp), for AdamW 32-bit and 8-bit and
+ *       Adam-mini 8-bit, and with a row-chunked head (7 rows, not dividing B*T);
+ *   (b) bf16 embeddings with bf16 block weights, stochastic rounding and Kahan, 8-bit AdamW:
+ *       the mean loss of the last 5 steps within 0.1% of the fp32 run's; the gathered wte (and
+ *       lm_head) are bf16 values;
+ *   (c) bf16-kahan with bf16 embeddings, saved at step 8 and resumed: the uninterrupted run's
+ *       weights, losses and state file, bit for bit, the file holding "emb_comp";
+ *   (d) every run's per-tier peak equals the estimator's; the gradient category's peak shrinks
+ *       by the head's gradient (untied: and wte's) less one chunk;
+ *   (e) a forward without targets is refused (the logits are never whole). */
+#include "testlib.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define UNTIED "llama:L=2,C=48,NH=6,NKV=2,FF=64,V=100,T=32"
+#define TIED "llama:L=2,C=48,NH=6,NKV=2,FF=64,V=100,T=32,tied=1"
+#define STEPS 20
+#define VCHUNK 48
+
+/* test_embed.c's bounds (chunked vs full: per step's loss, relative; all weights after 20
+ * steps, ||chunked - full|| / ||full||) */
+#define LOSS_REL_F32 1e-6
+#define PARAM_REL_F32 3e-5
+#define LOSS_REL_Q8 3e-5
+#define PARAM_REL_Q8 1e-3
+
+static char g_train[512];
+
+static hpt_train_opts opts(const char *shape) {
+    hpt_train_opts o = t_train_opts(shape, g_train, 2, 16, STEPS, 3);
+    o.grad_clip = 1.0f;
+    o.offload = hpt_offload_defaults();
+    o.offload.fused = 1;
+    o.offload.vocab_chunk = VCHUNK;
+    return o;
+}
+
+typedef struct {
+    float losses[STEPS];
+    float *params;
+    size_t n;
+    uint64_t grads_peak; /* device tier, gradients category */
+} run_out;
+
+static void run(const hpt_train_opts *o, run_out *r, const char *what) {
+    hpt_mem *mem;
+    CHECK_OK(hpt_mem_create(&mem));
+    hpt_model_config cfg;
+    CHECK_OK(hpt_model_config_parse(o->model, &cfg));
+    r->n = hpt_model_config_num_params(&cfg);
+    r->params = calloc(r->n, sizeof(float));
+    t_train_run(mem, o, 0, r->losses, NULL, r->params);
+    t_check_estimate(mem, o, what);
+    hpt_mem_stats st;
+    hpt_mem_get_stats(mem, &st);
+    r->grads_peak = st.peak_live_bytes[HPT_TIER_DEVICE][HPT_CAT_GRADS];
+    CHECK(t_device_live(mem) == 0);
+    hpt_mem_destroy(mem);
+}
+
+static double max_loss_rel(const run_out *a, const run_out *b) {
+    double w = 0.0;
+    for (int i = 0; i < STEPS; i++)
+        w = fmax(w, fabs((double)a->losses[i] - (double)b->losses[i]) / fabs((double)b->losses[i]));
+    return w;
+}
+
+/* (a), (d) */
+static void test_chunked(const char *shape, int untied) {
+    hpt_model_config cfg;
+    CHECK_OK(hpt_model_config_parse(shape, &cfg));
+    CHECK(cfg.tied == !untied && cfg.Vp == 128);
+    static const struct {
+        int optimizer, bits;
+        const char *what;
+    } c[] = {{HPT_OPTIM_ADAMW, 32, "AdamW 32-bit"}, {HPT_OPTIM_ADAMW, 8, "AdamW 8-bit"},
+             {HPT_OPTIM_ADAM_MINI, 8, "Adam-mini 8-bit"}};
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        hpt_train_opts o = opts(shape);
+        o.adamw = hpt_optim_defaults((hpt_optim_kind)c[i].optimizer);
+        o.adamw.lr = o.lr;
+        o.adamw.state_bits = c[i].bits;
+        run_out full, ch;
+        run(&o, &full, "llama, full embeddings");
+        o.offload.embeddings = HPT_EMB_CHUNKED;
+        run(&o, &ch, "llama, chunked embeddings");
+        double l0 = fabs((double)ch.losses[0] - (double)full.losses[0]) / (double)full.losses[0];
+        double lw = max_loss_rel(&ch, &full), pw = t_rel_err(ch.params, full.params, ch.n);
+        printf("%s %-16s chunked vs full: first loss rel %.2e, worst loss rel %.2e, weights rel "
+               "%.2e; gradient bytes %llu vs %llu\n", untied ? "untied" : "tied  ", c[i].what, l0,
+               lw, pw, (unsigned long long)ch.grads_peak, (unsigned long long)full.grads_peak);
+        CHECK_MSG(l0 <= 1e-6, "%s: chunked head's first loss off by %.2e", c[i].what, l0);
+        double lb = c[i].bits == 8 ? LOSS_REL_Q8 : LOSS_REL_F32;
+        double pb = c[i].bits == 8 ? PARAM_REL_Q8 : PARAM_REL_F32;
+        CHECK_MSG(lw <= lb, "%s: chunked losses off by %.2e", c[i].what, lw);
+        CHECK_MSG(pw <= pb, "%s: chunked weights off by %.2e", c[i].what, pw);
+        CHECK(ch.losses[STEPS - 1] < ch.losses[0]);
+        /* the head's (Vp, C) gradient, and untied wte's too, become one (VCHUNK, C) chunk */
+        uint64_t whole = (uint64_t)cfg.Vp * (uint64_t)cfg.C * 4 * (untied ? 2u : 1u);
+        uint64_t saved = whole - (uint64_t)VCHUNK * (uint64_t)cfg.C * 4;
+        CHECK_MSG(full.grads_peak - ch.grads_peak == saved, "%s: gradient bytes %llu vs %llu, "
+                  "expected %llu less", c[i].what, (unsigned long long)ch.grads_peak,
+                  (unsigned long long)full.grads_peak, (unsigned long long)saved);
+        if (i == 1) { /* with a row-chunked head too */
+            run_out rc;
+            o.act.head_chunk = 7;
+            run(&o, &rc, "llama, chunked embeddings, head chunk 7");
+            double rw = max_loss_rel(&rc, &full), rp = t_rel_err(rc.params, full.params, rc.n);
+            printf("%s %-16s chunked, head chunk 7 rows, vs full: worst loss rel %.2e, weights "
+                   "rel %.2e\n", untied ? "untied" : "tied  ", c[i].what, rw, rp);
+            CHECK_MSG(rw <= lb && rp <= pb, "head chunk 7: off by %.2e, %.2e", rw, rp);
+            free(rc.params);
+        }
+        free(full.params);
+        free(ch.params);
+    }
+}
+
+static float round_bf16(float x) {
+    uint32_t b;
+    memcpy(&b, &x, 4);
+    b = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&x, &b, 4);
+    return x;
+}
+
+static double tail_mean(const float *l) {
+    double s = 0.0;
+    for (int i = STEPS - 5; i < STEPS; i++) s += (double)l[i];
+    return s / 5.0;
+}
+
+static int all_bf16(const float *x, size_t n) {
+    int bf = 1;
+    for (size_t i = 0; i < n; i++) bf &= round_bf16(x[i]) == x[i];
+    return bf;
+}
+
+/* (b) */
+static void test_bf16(const char *shape, int untied) {
+    hpt_model_config cfg;
+    CHECK_OK(hpt_model_config_parse(shape, &cfg));
+    hpt_train_opts o = opts(shape);
+    o.adamw.state_bits = 8;
+    run_out f32;
+    run(&o, &f32, "llama, fp32 weights, full embeddings");
+    size_t ne = (size_t)cfg.Vp * (size_t)cfg.C; /* wte leads, lm_head ends the table */
+    int ws[] = {HPT_BW_BF16_SR, HPT_BW_BF16_KAHAN};
+    for (int k = 0; k < 2; k++) {
+        hpt_train_opts b = o;
+        b.offload.weights = ws[k];
+        b.offload.embeddings = HPT_EMB_BF16;
+        run_out r;
+        run(&b, &r, "llama, bf16 embeddings");
+        double rel = fabs(tail_mean(r.losses) - tail_mean(f32.losses)) / tail_mean(f32.losses);
+        printf("%s bf16 embeddings, %s, 8-bit AdamW: mean loss of the last 5 steps %.5f vs fp32 "
+               "%.5f (rel %.2e)\n", untied ? "untied" : "tied  ",
+               hpt_block_weights_name((hpt_block_weights)ws[k]), tail_mean(r.losses),
+               tail_mean(f32.losses), rel);
+        CHECK_MSG(rel <= 1e-3, "bf16 embeddings %d: %.2e from fp32's loss", ws[k], rel);
+        CHECK(r.losses[STEPS - 1] < r.losses[0]);
+        CHECK_MSG(all_bf16(r.params, ne), "bf16 embeddings %d: a wte value is not bf16", ws[k]);
+        if (untied)
+            CHECK_MSG(all_bf16(r.params + r.n - ne, ne), "bf16 embeddings %d: an lm_head value "
+                      "is not bf16", ws[k]);
+        free(r.params);
+    }
+    free(f32.params);
+}
+
+/* (c) */
+static void test_kahan_resume(const char *shape) {
+    hpt_model_config cfg;
+    CHECK_OK(hpt_model_config_parse(shape, &cfg));
+    hpt_train_opts o = opts(shape);
+    o.adamw.state_bits = 8;
+    o.offload.weights = HPT_BW_BF16_KAHAN;
+    o.offload.embeddings = HPT_EMB_BF16;
+    hpt_mem *mem;
+    CHECK_OK(hpt_mem_create(&mem));
+    unsigned char *fu;
+    size_t nu;
+    t_check_resume(mem, &o, 8, hpt_model_config_num_params(&cfg), "lemb",
+                   "llama bf16-kahan embeddings", &fu, &nu);
+    CHECK_MSG(fu && memmem(fu, nu, "emb_comp", 9) != NULL, "no emb_comp section in the state");
+    free(fu);
+    CHECK(t_device_live(mem) == 0);
+    hpt_mem_destroy(mem);
+}
+
+/* (e) */
+static void test_no_targets(const char *shape) {
+    hpt_mem *mem;
+    CHECK_OK(hpt_mem_create(&mem));
+    hpt_offload_opts f = hpt_offload_defaults();
+    f.fused = 1;
+    f.weights = HPT_BW_BF16_SR;
+    f.embeddings = HPT_EMB_BF16;
+    f.vocab_chunk = 16;
+    hpt_model *m = NULL;
+    CHECK_OK(hpt_model_create_offload(mem, shape, &f, &m));
+    CHECK_OK(hpt_model_init_random(m, 7));
+    int32_t x[8] = {1, 2, 3, 4, 5, 6, 7, 99}, y[8] = {2, 3, 4, 5, 6, 7, 8, 0};
+    float loss;
+    CHECK_STATUS(hpt_model_forward(m, x, NULL, 1, 8, &loss), HPT_ERR_UNSUPPORTED);
+    CHECK_OK(hpt_model_forward(m, x, y, 1, 8, &loss));
+    CHECK(loss > 0.0f && isfinite(loss));
+    hpt_model_free(m);
+    CHECK(t_device_live(mem) == 0);
+    hpt_mem_destroy(mem);
+}
+
+int main(void) {
+    hpt_set_threads(2);
+    t_make_shards(4242, 23, 5, 8, 6000, 0, g_train, NULL);
+    test_no_targets(UNTIED);
+    test_no_targets(TIED);
+    test_chunked(UNTIED, 1);
+    test_chunked(TIED, 0);
+    test_bf16(UNTIED, 1);
+    test_bf16(TIED, 0);
+    test_kahan_resume(UNTIED);
+    test_kahan_resume(TIED);
+    return t_done("test_embed_llama");
+}
