@@ -106,6 +106,7 @@ extern "C" {
 #include "hptrain/profile.h"
 #include "hptrain/schedule.h"
 #include "hptrain/plan.h"
+#include "hptrain/planner.h"
 #include "hptrain/train.h"
 
 #ifdef __cplusplus

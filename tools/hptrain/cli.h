@@ -6,6 +6,8 @@
 
 #include "hptrain.h"
 
+#include <stdio.h>
+
 int cmd_train(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
@@ -16,6 +18,7 @@ int cmd_estimate(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+int cmd_calibrate(int argc, char **argv);
 
 /* Prints "hptrain: error: <message>" on stderr and returns 1. */
 int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -88,6 +91,33 @@ int cli_read_file(const char *path, char **data_out, size_t *len_out);
     {"band", 1, 0, CLI_OPT_PLAN}, {"rollback-bound", 1, 0, CLI_OPT_PLAN}, \
     {"memory", 1, 0, CLI_OPT_PLAN}, {"host-memory", 1, 0, CLI_OPT_PLAN}, \
     {"disk-memory", 1, 0, CLI_OPT_PLAN}, {"offload-dir", 1, 0, CLI_OPT_PLAN}
+
+/* --plan auto and its companions (train and estimate; cmd_calibrate.c). */
+#define CLI_OPT_AUTO_PLAN 1001
+#define CLI_OPT_ALLOW 1002
+#define CLI_OPT_TOKENS 1003
+#define CLI_OPT_VERBOSE 1004
+#define CLI_AUTO_LONGOPTS \
+    {"plan", 1, 0, CLI_OPT_AUTO_PLAN}, {"allow", 1, 0, CLI_OPT_ALLOW}, \
+    {"tokens-per-step", 1, 0, CLI_OPT_TOKENS}, {"verbose", 0, 0, CLI_OPT_VERBOSE}
+#define CLI_HELP_AUTO \
+    "  --plan auto          choose the fastest plan that fits every tier's budget (--memory, and\n" \
+    "                       --host-memory, --disk-memory: default what is free), print it as\n" \
+    "                       flags with its predicted peaks, step time and the runners-up\n" \
+    "                       (docs/planner.md); the technique flags given are replaced\n" \
+    "  --allow lossy        let --plan auto choose 8-bit state, bf16 weights, compressed\n" \
+    "                       activations\n" \
+    "  --tokens-per-step N  --plan auto: tokens per optimizer step (B x accum x T; default\n" \
+    "                       from --batch and --accum)\n" \
+    "  --verbose            --plan auto: the calibration and the cost model's inputs\n"
+/* --plan auto: searches around po (its shape, T, optimizer, budgets, offload_dir; sequences per
+ * step from B x accum, or tokens_per_step / T), prints the choice on f, and writes it into po
+ * (B, and the plan: accum and every technique). 0, or the exit status after printing why. */
+int cli_auto_plan(const char *cmd, hpt_plan_opts *po, int64_t tokens_per_step, int allow_lossy,
+                  int verbose, FILE *f);
+/* The doctor's proposal for a budget (a refused one, or profile's): the top 3 auto plans with
+ * predicted step times, on f, from the cached calibration (or a hint to make one). */
+void cli_auto_advice(const char *cmd, const hpt_plan_opts *po, FILE *f);
 
 /* The offload engine's flags, as `train` and `estimate` describe them. */
 #define CLI_HELP_OFFLOAD \

@@ -34,6 +34,7 @@ static const char k_help[] =
     "  --disk-memory SIZE   disk-tier budget: says whether the disk tier's peak fits\n"
     "  --forward-only       forward passes only (evaluation): no optimizer state\n"
     CLI_HELP_OFFLOAD
+    CLI_HELP_AUTO
     "  --optimizer K        adamw (default), lion, adam-mini or sgd (docs/optimizers.md; Lion\n"
     "                       wants a 3-10x smaller --lr than AdamW, SGD a far larger one)\n"
     "  --state-bits N       optimizer state in 32 (default) or 8 bits (block-wise quantised)\n"
@@ -85,7 +86,7 @@ static uint64_t tier_peak(const hpt_estimate *e, int t) {
 }
 
 static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t budget,
-                       const hpt_plan_fit *fit) {
+                       const hpt_plan_fit *fit, double pred) {
     const hpt_model_config *c = &po->cfg;
     printf("{\"version\":1,\"model\":{\"L\":%d,\"C\":%d,\"NH\":%d,\"V\":%d,\"Vp\":%d,\"maxT\":%d},",
            c->L, c->C, c->NH, c->V, c->Vp, c->maxT);
@@ -147,6 +148,7 @@ static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t 
             printf(",\"%s_budget_bytes\":%llu,\"%s_fits\":%s", hpt_tier_name((hpt_tier)t),
                    (unsigned long long)po->budget_bytes[t], hpt_tier_name((hpt_tier)t),
                    tier_peak(e, t) <= po->budget_bytes[t] ? "true" : "false");
+    if (pred >= 0) printf(",\"predicted_step_s\":%.6g", pred);
     printf("}\n");
 }
 
@@ -262,11 +264,11 @@ static void print_text(const char *model, const hpt_plan_opts *po, const hpt_est
 
 int cmd_estimate(int argc, char **argv) {
     static const struct option longopts[] = {
-        CLI_TRAIN_LONGOPTS, {"json", 0, 0, 'J'}, {"forward-only", 0, 0, 'F'}, {0, 0, 0, 0}};
+        CLI_TRAIN_LONGOPTS, CLI_AUTO_LONGOPTS, {"json", 0, 0, 'J'}, {"forward-only", 0, 0, 'F'}, {0, 0, 0, 0}};
     const char *model = NULL, *resume = NULL;
     hpt_plan_opts po = hpt_plan_defaults();
-    int json = 0, opt_rc = 0, c;
-    long lv;
+    int json = 0, opt_rc = 0, c, auto_plan = 0, lossy = 0, verbose = 0;
+    long lv, tokens = 0;
     double dv;
     while ((c = cli_getopt("estimate", argc, argv, longopts, k_help, &opt_rc)) != -1) {
         if (c == CLI_OPT_EXIT) return opt_rc;
@@ -278,6 +280,16 @@ int cmd_estimate(int argc, char **argv) {
         case 't': r = cli_parse_long("estimate", "--seq", optarg, 1, 1 << 20, &lv); po.T = (int)lv; break;
         case 'r': resume = optarg; break;
         case 'J': json = 1; break;
+        case CLI_OPT_AUTO_PLAN:
+            if (strcmp(optarg, "auto")) return cli_usage_error("estimate", "--plan: only 'auto' (got '%s')", optarg);
+            auto_plan = 1;
+            break;
+        case CLI_OPT_ALLOW:
+            if (strcmp(optarg, "lossy")) return cli_usage_error("estimate", "--allow: only 'lossy' (got '%s')", optarg);
+            lossy = 1;
+            break;
+        case CLI_OPT_TOKENS: r = cli_parse_long("estimate", "--tokens-per-step", optarg, 1, 1L << 40, &tokens); break;
+        case CLI_OPT_VERBOSE: verbose = 1; break;
         case 'F': po.training = 0; break;
         /* every technique choice and the budgets: the plan, parsed as train parses it */
         case CLI_OPT_PLAN: r = cli_plan_flag("estimate", &po.plan, cli_optname(), optarg); break;
@@ -326,6 +338,15 @@ int cmd_estimate(int argc, char **argv) {
             return cli_error("estimate: cannot open %s: no such file", model);
     }
     if (s != HPT_OK) return cli_lib_error(s, "estimate");
+    if ((lossy || tokens) && !auto_plan)
+        return cli_usage_error("estimate", "--allow and --tokens-per-step are for --plan auto");
+    if (auto_plan) { /* the chosen plan replaces the techniques; its estimate follows */
+        if (!po.training) return cli_usage_error("estimate", "--plan auto plans training runs");
+        int rc = cli_auto_plan("estimate", &po, tokens, lossy, verbose, json ? stderr : stdout);
+        if (rc) return rc;
+        budget = po.budget_bytes[HPT_TIER_DEVICE];
+        if (!json) printf("\n");
+    }
     hpt_estimate e;
     s = hpt_plan_estimate(&po, &e);
     if (s != HPT_OK) return cli_lib_error(s, "estimate");
@@ -336,7 +357,22 @@ int cmd_estimate(int argc, char **argv) {
         s = hpt_plan_fit_budget(&po, budget, &fit);
         if (s != HPT_OK) return cli_lib_error(s, "estimate");
     }
-    if (json) print_json(&po, &e, budget, &fit);
-    else print_text(model, &po, &e, budget, &fit);
+    /* the cost model's step time, when this machine has a cached calibration (docs/planner.md) */
+    double pred = -1;
+    if (po.training) {
+        char cpath[4096];
+        hpt_calibration cal;
+        hpt_cost cost;
+        if (hpt_calibration_load(hpt_calibration_path(cpath, sizeof cpath), &cal) == HPT_OK &&
+            hpt_plan_cost(&po, &cal, &cost) == HPT_OK)
+            pred = cost.total_s;
+    }
+    if (json) {
+        print_json(&po, &e, budget, &fit, pred);
+    }
+    else {
+        print_text(model, &po, &e, budget, &fit);
+        if (pred >= 0) printf("  predicted step %.3f s (cost model, hptrain calibrate's rates)\n", pred);
+    }
     return 0;
 }

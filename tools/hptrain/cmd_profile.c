@@ -399,6 +399,9 @@ static void print_options(const hpt_trace *tr, const hpt_profile_summary *s, int
             if (!fit.max_B && !fit.max_T_B1) printf("; not even --batch 1 --seq 1 fits");
             printf(".\n");
         }
+        hpt_plan_opts ap = po; /* whole plans for the run's budgets, with predicted step times */
+        for (int t = 0; t < HPT_TIER_COUNT; t++) ap.budget_bytes[t] = m->budget_bytes[t];
+        cli_auto_advice("profile", &ap, stdout);
     }
     later_techniques(dominant, measured > 0 ? (double)s->peak_by_cat[dominant]
                                             : (double)now.bytes[HPT_TIER_DEVICE][dominant]);

@@ -67,6 +67,7 @@ static const char k_help[] =
     "  --act-compress K     none (default), int8 (per-row absmax scale) or bf16: saved\n"
     "                       activations stored compressed (lossy, docs/activations.md)\n"
     CLI_HELP_OFFLOAD
+    CLI_HELP_AUTO
     "  --optimizer K        adamw (default), lion, adam-mini or sgd (docs/optimizers.md; Lion\n"
     "                       wants a 3-10x smaller --lr than AdamW, SGD a far larger one)\n"
     "  --state-bits N       optimizer state in 32 (default) or 8 bits (block-wise quantised)\n"
@@ -215,11 +216,12 @@ static void warn_budgets(const hpt_plan *p) {
 int cmd_train(int argc, char **argv) {
     g_rss0 = hpt_rss_bytes();
     static const struct option longopts[] = {
-        CLI_TRAIN_LONGOPTS, {"trace", 1, 0, 'P'}, {0, 0, 0, 0}};
+        CLI_TRAIN_LONGOPTS, CLI_AUTO_LONGOPTS, {"trace", 1, 0, 'P'}, {0, 0, 0, 0}};
     hpt_train_opts o = hpt_train_defaults();
     const char *log_path = NULL, *trace_path = NULL;
     int quiet = 0, min_lr_set = 0;
-    long threads = 0, stop_at = 0;
+    long threads = 0, stop_at = 0, tokens = 0;
+    int auto_plan = 0, lossy = 0, verbose = 0;
     int opt_rc = 0;
     int c;
     long lv;
@@ -250,6 +252,16 @@ int cmd_train(int argc, char **argv) {
         case 'q': quiet = 1; break;
         case CLI_OPT_PLAN: r = cli_plan_flag("train", &o.plan, cli_optname(), optarg); break;
         case 'A': r = cli_parse_long("train", "--stop-at", optarg, 1, 1L << 40, &stop_at); break;
+        case CLI_OPT_AUTO_PLAN:
+            if (strcmp(optarg, "auto")) return cli_usage_error("train", "--plan: only 'auto' (got '%s')", optarg);
+            auto_plan = 1;
+            break;
+        case CLI_OPT_ALLOW:
+            if (strcmp(optarg, "lossy")) return cli_usage_error("train", "--allow: only 'lossy' (got '%s')", optarg);
+            lossy = 1;
+            break;
+        case CLI_OPT_TOKENS: r = cli_parse_long("train", "--tokens-per-step", optarg, 1, 1L << 40, &tokens); break;
+        case CLI_OPT_VERBOSE: verbose = 1; break;
         }
         if (r) return r;
     }
@@ -259,6 +271,21 @@ int cmd_train(int argc, char **argv) {
     if (!min_lr_set) o.min_lr = o.lr / 10.0f;
     if (threads) hpt_set_threads((int)threads);
 
+    if ((lossy || tokens) && !auto_plan)
+        return cli_usage_error("train", "--allow and --tokens-per-step are for --plan auto");
+    /* the estimator's view of the run: for --plan auto and for the doctor after a refusal */
+    hpt_plan_opts po = hpt_plan_defaults();
+    int have_shape = o.model && (hpt_model_config_parse(o.model, &po.cfg) == HPT_OK ||
+                                 hpt_gpt2_read_config(o.model, &po.cfg) == HPT_OK);
+    po.B = o.B, po.T = o.T, po.has_val = o.val != NULL, po.plan = o.plan;
+    if (auto_plan) {
+        if (o.resume) return cli_usage_error("train", "--plan auto does not resume (pass the plan's flags)");
+        if (!have_shape) return cli_error("train: --plan auto: cannot read the shape of %s", o.model);
+        int rc = cli_auto_plan("train", &po, tokens, lossy, verbose, stderr);
+        if (rc) return rc;
+        o.B = po.B;
+        o.plan = po.plan;
+    }
     hpt_plan_env env = {.training = 1, .has_val = o.val != NULL, .need_disk_dir = 1};
     int rc0 = cli_plan_check("train", &o.plan, &env);
     if (rc0) return rc0;
@@ -280,7 +307,16 @@ int cmd_train(int argc, char **argv) {
         hpt_mem_stats st;
         hpt_mem_get_stats(mem, &st);
         if (s == HPT_ERR_OOM && st.n_allocs > 0) memory_report(mem);
-        int rc = cli_lib_error(s, "train");
+        int rc;
+        if (s == HPT_ERR_OOM && st.n_allocs == 0 && have_shape) {
+            /* the whole plans that fit first: the error stays the last line */
+            char why[4096];
+            snprintf(why, sizeof why, "%s", hpt_last_error());
+            cli_auto_advice("train", &po, stderr);
+            rc = cli_error("train: %s", *why ? why : hpt_status_str(s));
+        } else {
+            rc = cli_lib_error(s, "train");
+        }
         hpt_model_config shape;
         if (trace_path && o.model && hpt_model_config_parse(o.model, &shape) == HPT_OK) {
             tmeta.cfg = shape;

@@ -184,6 +184,7 @@ static void usage(FILE *out) {
           "  tokenize  text files -> llm.c token shards (train/val split)\n"
           "  estimate  bytes by category and tier, and the peak, of a training configuration\n"
           "  profile   picture and memory-doctor summary of a training trace\n"
+          "  calibrate measure this machine's rates for --plan auto's cost model\n"
           "\n"
           "hptrain <command> --help describes a command. hptrain --version prints the version.\n",
           out);
@@ -194,7 +195,7 @@ int main(int argc, char **argv) {
         {"train", cmd_train},   {"sample", cmd_sample}, {"verify", cmd_verify},
         {"encode", cmd_encode}, {"decode", cmd_decode}, {"tokenize", cmd_tokenize},
         {"estimate", cmd_estimate}, {"profile", cmd_profile}, {"convert", cmd_convert},
-        {"eval", cmd_eval},
+        {"eval", cmd_eval}, {"calibrate", cmd_calibrate},
     };
     if (argc < 2) { usage(stderr); return 2; }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {

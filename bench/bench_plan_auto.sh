@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# bench_plan_auto.sh [HPTRAIN] [OUT_DIR]: the planner's cost model against measured step times,
+# and --plan auto's choice against the fastest plan of a small hand grid (docs/planner.md).
+#
+# 1. Calibrates (hptrain calibrate, disk in OUT_DIR) in the same run.
+# 2. For each configuration (shapes from gpt2-124m to gpt2-1558m and llama shapes; tiers
+#    device, host, disk; B=1), the predicted step time (estimate --json: predicted_step_s) and
+#    the measured one (train, STEPS steps, the fastest step after the first: the calibration
+#    takes each rate's best, the machine's quiet moments, and a shared machine's step time
+#    varies up to 10x with the neighbours' load; shapes up to gpt2-350m and llama: shapes run
+#    twice and the faster counts);
+#    prints a table with predicted / measured.
+# 3. For 4 device budgets of gpt2-124m, the plans of the hand grid that fit (estimate --memory),
+#    each measured once, and the plan --plan auto chooses (measured): auto's step time against
+#    the grid's fastest.
+# Environment: STEPS (default 4), T (default 64), CONFIGS (a regex over the config names; default
+# all), SKIP_GRID=1. The machine is shared: the load average is printed before and after.
+set -u
+bin=${1:-build/hptrain}
+out=${2:-$(mktemp -d)}
+mkdir -p "$out/disk"
+STEPS=${STEPS:-4}
+T=${T:-64}
+export HPT_CALIBRATION=$out/calibration.json
+python3 - "$out" <<'PY'
+import struct, sys, random
+random.seed(1)
+toks = [random.randrange(1000) for _ in range(40000)]
+h = [20240520, 1, len(toks)] + [0] * 253
+open(sys.argv[1] + '/train_000000.bin', 'wb').write(struct.pack('<256i', *h) + struct.pack('<%dH' % len(toks), *toks))
+PY
+echo "uptime before: $(uptime)"
+"$bin" calibrate --offload-dir "$out/disk" || exit 1
+
+# measure NAME MODEL FLAGS...: prints "predicted measured"
+measure() {
+  local model=$1; shift
+  local pred
+  pred=$("$bin" estimate --model "$model" --batch 1 --seq "$T" "$@" --json 2>/dev/null |
+    python3 -c "import json,sys; print(json.load(sys.stdin).get('predicted_step_s', 'nan'))")
+  rm -f "$out/log.jsonl"
+  "$bin" train --model "$model" --data "$out/train_*.bin" --batch 1 --seq "$T" --steps "$STEPS" \
+    --quiet --log "$out/log.jsonl" "$@" >/dev/null 2>"$out/train.err" || { echo "$pred nan"; return; }
+  local meas
+  meas=$(python3 - "$out/log.jsonl" <<'PY'
+import json, sys
+ms = [json.loads(l)['step_ms'] for l in open(sys.argv[1])]
+ms = ms[1:] if len(ms) > 1 else ms
+print(min(ms) / 1000.0)
+PY
+)
+  echo "$pred $meas"
+}
+
+configs=(
+  "124m-device|gpt2-124m|"
+  "124m-recompute|gpt2-124m|--recompute full"
+  "124m-actoff|gpt2-124m|--recompute selective --act-offload host"
+  "124m-host-fused|gpt2-124m|--offload host --fused-update"
+  "124m-host|gpt2-124m|--offload host"
+  "124m-disk-fused|gpt2-124m|--offload disk --fused-update --offload-dir $out/disk"
+  "124m-8bit-fused|gpt2-124m|--state-bits 8 --fused-update"
+  "350m-device|gpt2-350m|"
+  "350m-host-fused|gpt2-350m|--offload host --fused-update"
+  "774m-disk-fused|gpt2-774m|--offload disk --fused-update --offload-dir $out/disk"
+  "1558m-disk-fused|gpt2-1558m|--offload disk --fused-update --offload-dir $out/disk"
+  "llama-small|llama:L=8,C=512,NH=8,NKV=2,FF=1536,V=32000,T=256|"
+  "llama-small-host|llama:L=8,C=512,NH=8,NKV=2,FF=1536,V=32000,T=256|--offload host --fused-update"
+  "llama3.2-1b-disk|llama3.2-1b|--offload disk --fused-update --offload-dir $out/disk"
+)
+printf "%-20s %10s %10s %8s\n" config predicted measured ratio
+for c in "${configs[@]}"; do
+  IFS='|' read -r name model flags <<<"$c"
+  [[ -n "${CONFIGS:-}" && ! "$name" =~ ${CONFIGS} ]] && continue
+  # shellcheck disable=SC2086
+  read -r p m <<<"$(measure "$model" $flags)"
+  if [[ "$model" =~ ^gpt2-(124m|350m)$|^llama: ]]; then # the small ones again: the faster run counts
+    # shellcheck disable=SC2086
+    read -r p2 m2 <<<"$(measure "$model" $flags)"
+    m=$(python3 -c "print(min($m, $m2))")
+  fi
+  printf "%-20s %10.3f %10.3f %8.2f\n" "$name" "$p" "$m" "$(python3 -c "print($p/$m if $m==$m and $m>0 else float('nan'))")"
+done
+
+if [ -z "${SKIP_GRID:-}" ]; then
+  echo
+  echo "hand grid vs --plan auto, gpt2-124m B=1 T=$T (measured s/step)"
+  grid=("" "--recompute full" "--fused-update" "--recompute full --fused-update"
+        "--offload host --fused-update" "--offload host" "--recompute selective --act-offload host")
+  declare -A meas
+  for g in "${grid[@]}"; do
+    # shellcheck disable=SC2086
+    read -r p m <<<"$(measure gpt2-124m $g)"
+    meas["k${g}"]=$m
+    printf "  %-45s predicted %8.3f measured %8.3f\n" "${g:-(defaults)}" "$p" "$m"
+  done
+  for budget in 800MB 1GB 1500MB 3GB; do
+    best=""; bestm=1e30
+    for g in "${grid[@]}"; do
+      # shellcheck disable=SC2086
+      fits=$("$bin" estimate --model gpt2-124m --batch 1 --seq "$T" $g --memory $budget --json |
+        python3 -c "import json,sys; print(int(json.load(sys.stdin)['fits']))")
+      [ "$fits" = 1 ] || continue
+      if python3 -c "import sys; sys.exit(0 if ${meas[k$g]} < $bestm else 1)"; then best=${g:-(defaults)}; bestm=${meas[k$g]}; fi
+    done
+    if ! "$bin" estimate --model gpt2-124m --batch 1 --seq "$T" --plan auto --memory $budget --host-memory 8GB >"$out/auto.txt" 2>&1; then
+      echo "budget $budget: --plan auto finds no plan that fits"; continue
+    fi
+    flags=$(sed -n 2p "$out/auto.txt" | sed -E 's/^ *--batch [0-9]+ --seq [0-9]+ ?//; s/(^| )--memory [0-9]+//; s/(^| )--host-memory [0-9]+//; s/^ *//')
+    # shellcheck disable=SC2086
+    read -r p m <<<"$(measure gpt2-124m $flags)"
+    printf "budget %-7s auto: %-55s %8.3f s (predicted %.3f); grid's fastest: %-40s %8.3f s; auto/grid %.2f\n" \
+      "$budget" "${flags:-(defaults)}" "$m" "$p" "${best:-(none fits)}" "$bestm" \
+      "$(python3 -c "print($m/$bestm)")"
+  done
+fi
+echo "uptime after: $(uptime)"

@@ -1,0 +1,104 @@
+/* hptrain/planner.h: this machine's measured rates (the calibration, src/plan/calibrate.c), a
+ * plan's predicted step time from them (src/plan/cost.c), and the automatic plan search
+ * (src/plan/auto.c). Part of hptrain.h. docs/planner.md. */
+#ifndef HPTRAIN_PLANNER_H
+#define HPTRAIN_PLANNER_H
+#ifndef HPTRAIN_H
+#error "include hptrain.h, which includes this part"
+#endif /* HPTRAIN_PLANNER_H */
+
+#define HPT_CAL_VERSION 1
+#define HPT_CAL_GEMM_SIZES 4
+
+/* Rates measured by hpt_calibrate (or read from its cached file). Rates are per second. */
+typedef struct {
+    int version;                         /* HPT_CAL_VERSION */
+    int threads;                         /* the thread count it was measured with */
+    int cores;                           /* online CPUs then (0: not known, taken as threads) */
+    int gemm_C[HPT_CAL_GEMM_SIZES];      /* model widths measured: GEMM (rows, C) x (4C, C)^T */
+    double gemm_fwd_gflops[HPT_CAL_GEMM_SIZES]; /* matmul_forward */
+    double gemm_bwd_gflops[HPT_CAL_GEMM_SIZES]; /* matmul_backward (dinp and dw) */
+    double head_gflops[2];               /* [forward, backward] a head-shaped GEMM: 128 rows of
+                                          * C = 768 against 32768 outputs (0: not measured, the
+                                          * 4C rate is used) */
+    double attn_gflops[2][2];            /* [flash, plain][forward, backward] causal attention */
+    double mem_gbps;                     /* a read+write streaming pass (bytes read + written) */
+    double optim_ns[HPT_OPTIM_COUNT][2]; /* ns per parameter of one update: [kind][32-bit, 8-bit] */
+    double host_copy_gbps;               /* memcpy, host to host */
+    double disk_read_gbps, disk_write_gbps; /* O_DIRECT, 64 MiB transfers; 0: not measured */
+} hpt_calibration;
+
+/* The cache file: $HPT_CALIBRATION, else ~/.cache/hptrain/calibration.json. */
+const char *hpt_calibration_path(char *buf, size_t n);
+/* HPT_ERR_IO if absent or unreadable, HPT_ERR_FORMAT for a bad or other-version file. */
+hpt_status hpt_calibration_load(const char *path, hpt_calibration *c);
+/* Writes it (making the directory), JSON. */
+hpt_status hpt_calibration_save(const char *path, const hpt_calibration *c);
+/* Measures every rate with the backend's ops (quick: about seconds x quick-scaled work);
+ * disk_dir NULL: the disk is not measured (its rates stay 0). quick 1: fewer repetitions. */
+hpt_status hpt_calibrate(const char *disk_dir, int quick, hpt_calibration *c);
+
+/* A plan's predicted optimizer step, in seconds, by part, and the inputs it was computed from. */
+typedef struct {
+    /* inputs */
+    double tokens;                 /* per micro-batch: B*T */
+    int accum;
+    double gemm_flops_fwd;         /* per micro-batch: blocks and head GEMMs, forward */
+    double block_gemm_flops_fwd;   /* of which the blocks' */
+    double attn_flops_fwd;         /* causal attention, forward */
+    double gemm_fwd_gflops, gemm_bwd_gflops, attn_fwd_gflops, attn_bwd_gflops; /* rates used */
+    double head_fwd_gflops, head_bwd_gflops;
+    double pointwise_bytes;        /* memory-bound passes per step (activations, norms, widen) */
+    double params, block_params;   /* parameters; in the offload engine's blocks */
+    double optim_ns;               /* per parameter */
+    double load_bytes, grad_out_bytes, state_in_bytes, state_out_bytes; /* engine, per step */
+    double act_out_bytes;          /* activation offload, each way, per step */
+    /* the parts (seconds per optimizer step) */
+    double fwd_s, bwd_s, recompute_s, pointwise_s, optim_s;
+    double transfer_s;             /* all transfers' own time at their bandwidths */
+    double exposed_s;              /* the part of transfer_s that compute does not hide */
+    double total_s;
+} hpt_cost;
+
+/* Predicts o's training step on the machine c describes. HPT_ERR_INVALID when o needs a rate
+ * that c lacks (a disk home without disk rates). */
+hpt_status hpt_plan_cost(const hpt_plan_opts *o, const hpt_calibration *c, hpt_cost *out);
+/* The same with the arena figures given (the search computes each once per activation choice):
+ * none_arena the device arena of o's B, T with recompute none and o's attention, aoff
+ * hpt_gpt2_act_tier_bytes of o's activation choices. */
+hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, uint64_t none_arena,
+                              const uint64_t aoff[HPT_TIER_COUNT], hpt_cost *out);
+
+/* ---- the search (src/plan/auto.c) ---- */
+
+typedef struct {
+    int allow_lossy;          /* 8-bit state, bf16 weights, compressed activations */
+    int allow_disk;           /* disk homes and disk activation offload (an --offload-dir) */
+    int64_t sequences;        /* sequences per optimizer step (B*accum), fixed */
+} hpt_auto_opts;
+
+#define HPT_AUTO_KEEP 6
+typedef struct {
+    hpt_plan_opts o;          /* B, accum and the plan's choices */
+    hpt_estimate e;
+    hpt_cost cost;
+    int fits;                 /* every tier within its budget */
+    int bad_tier;             /* the first tier over its budget (when !fits) */
+    uint64_t over_bytes;      /* by how much */
+} hpt_auto_cand;
+
+typedef struct {
+    int n_tried, n_fit;
+    int n;                    /* cand[0] the chosen plan, then the fastest others that fit */
+    hpt_auto_cand cand[HPT_AUTO_KEEP];
+    int n_nofit;              /* faster plans that do not fit, fastest first */
+    hpt_auto_cand nofit[2];
+} hpt_auto_result;
+
+/* Searches the plan space around base (its model, T, budgets and offload_dir; its optimizer
+ * kind) for the fastest plan that the estimator says fits every tier's budget. HPT_ERR_OOM
+ * when none fits (out->nofit then holds the smallest). */
+hpt_status hpt_plan_auto(const hpt_plan_opts *base, const hpt_calibration *c,
+                         const hpt_auto_opts *a, hpt_auto_result *out);
+
+#endif /* HPTRAIN_PLANNER_H */

@@ -1,0 +1,337 @@
+/* calibrate.c: this machine's rates for the cost model (src/plan/cost.c), measured with the
+ * backend's own ops, and their cache file (JSON, versioned).
+ *
+ * What is measured, each the best of a few repetitions, each repetition at least 50-150 ms of
+ * repeated runs (a burst of a few milliseconds gets more than its share of a loaded machine's
+ * cores, a training step does not; the best is the rate of the machine's quiet moments, the
+ * least noisy figure on a shared machine: the same step was measured at 0.43 s and at 4.1 s
+ * minutes apart here; compare predictions with a run's fastest steps):
+ * GEMM (matmul_forward and matmul_backward) at a step's shapes, 128 rows of width C against 4C
+ * outputs for a few C, and a head's (C = 768 against 32768 outputs); causal attention (flash and plain, forward and backward) at T = 128; a
+ * read+write streaming pass (the backend's scale op over 256 MiB, past the caches); each optimizer's update in
+ * ns per parameter at 32 and 8 bits; memcpy host to host; the disk with O_DIRECT (64 MiB
+ * transfers, a large block's, of a 256 MiB temporary file in the disk directory, removed after).
+ *
+ * Invariants: library code, nothing printed; one calibration at a time (the repetition time is
+ * a file-level setting); buffers are freed on every path; the threads
+ * used are the process's (hpt_get_threads), recorded in the file. */
+#include "core/core.h"
+#include "kernels/backend.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const int k_gemm_C[HPT_CAL_GEMM_SIZES] = {256, 768, 1600, 2048};
+
+const char *hpt_calibration_path(char *buf, size_t n) {
+    const char *env = getenv("HPT_CALIBRATION");
+    if (env && *env) snprintf(buf, n, "%s", env);
+    else snprintf(buf, n, "%s/.cache/hptrain/calibration.json", getenv("HOME") ? getenv("HOME") : ".");
+    return buf;
+}
+
+/* ---- the file ------------------------------------------------------------------------------ */
+
+static const char *k_optim_key[HPT_OPTIM_COUNT] = {"adamw", "lion", "adam-mini", "sgd"};
+
+hpt_status hpt_calibration_save(const char *path, const hpt_calibration *c) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    for (char *s = dir + 1; *s; s++) /* mkdir -p of the directory */
+        if (*s == '/') { *s = 0; mkdir(dir, 0755); *s = '/'; }
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "version", c->version);
+    cJSON_AddNumberToObject(j, "threads", c->threads);
+    cJSON_AddNumberToObject(j, "cores", c->cores);
+    cJSON *g = cJSON_AddArrayToObject(j, "gemm");
+    for (int i = 0; i < HPT_CAL_GEMM_SIZES; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "C", c->gemm_C[i]);
+        cJSON_AddNumberToObject(e, "fwd_gflops", c->gemm_fwd_gflops[i]);
+        cJSON_AddNumberToObject(e, "bwd_gflops", c->gemm_bwd_gflops[i]);
+        cJSON_AddItemToArray(g, e);
+    }
+    cJSON_AddNumberToObject(j, "head_fwd_gflops", c->head_gflops[0]);
+    cJSON_AddNumberToObject(j, "head_bwd_gflops", c->head_gflops[1]);
+    cJSON_AddNumberToObject(j, "flash_fwd_gflops", c->attn_gflops[0][0]);
+    cJSON_AddNumberToObject(j, "flash_bwd_gflops", c->attn_gflops[0][1]);
+    cJSON_AddNumberToObject(j, "plain_fwd_gflops", c->attn_gflops[1][0]);
+    cJSON_AddNumberToObject(j, "plain_bwd_gflops", c->attn_gflops[1][1]);
+    cJSON_AddNumberToObject(j, "mem_gbps", c->mem_gbps);
+    cJSON *o = cJSON_AddObjectToObject(j, "optim_ns_per_param");
+    for (int k = 0; k < HPT_OPTIM_COUNT; k++) {
+        cJSON *w = cJSON_AddObjectToObject(o, k_optim_key[k]);
+        cJSON_AddNumberToObject(w, "32", c->optim_ns[k][0]);
+        cJSON_AddNumberToObject(w, "8", c->optim_ns[k][1]);
+    }
+    cJSON_AddNumberToObject(j, "host_copy_gbps", c->host_copy_gbps);
+    cJSON_AddNumberToObject(j, "disk_read_gbps", c->disk_read_gbps);
+    cJSON_AddNumberToObject(j, "disk_write_gbps", c->disk_write_gbps);
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    if (!text) return hpt_fail(HPT_ERR_OOM, "calibration: no memory for the JSON text");
+    FILE *f = fopen(path, "w");
+    int ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
+    if (f && fclose(f)) ok = 0;
+    free(text);
+    if (!ok) return hpt_fail(HPT_ERR_IO, "calibration: cannot write %s: %s", path, strerror(errno));
+    return HPT_OK;
+}
+
+static int num(const cJSON *j, const char *key, double *out) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!cJSON_IsNumber(x)) return 0;
+    *out = x->valuedouble;
+    return 1;
+}
+
+hpt_status hpt_calibration_load(const char *path, hpt_calibration *c) {
+    memset(c, 0, sizeof *c);
+    FILE *f = fopen(path, "rb");
+    if (!f) return hpt_fail(HPT_ERR_IO, "calibration: cannot open %s: %s", path, strerror(errno));
+    char buf[16384];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    cJSON *j = cJSON_Parse(buf);
+    if (!j) return hpt_fail(HPT_ERR_FORMAT, "calibration: %s is not JSON", path);
+    double v = 0;
+    int ok = num(j, "version", &v) && (int)v == HPT_CAL_VERSION;
+    c->version = (int)v;
+    if (ok && num(j, "threads", &v)) c->threads = (int)v;
+    if (ok && num(j, "cores", &v)) c->cores = (int)v;
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(j, "gemm");
+    ok = ok && cJSON_IsArray(g) && cJSON_GetArraySize(g) == HPT_CAL_GEMM_SIZES;
+    for (int i = 0; ok && i < HPT_CAL_GEMM_SIZES; i++) {
+        const cJSON *e = cJSON_GetArrayItem(g, i);
+        ok = num(e, "C", &v) && (c->gemm_C[i] = (int)v) > 0 && num(e, "fwd_gflops", &c->gemm_fwd_gflops[i]) &&
+             num(e, "bwd_gflops", &c->gemm_bwd_gflops[i]) && c->gemm_fwd_gflops[i] > 0 &&
+             c->gemm_bwd_gflops[i] > 0;
+    }
+    ok = ok && num(j, "flash_fwd_gflops", &c->attn_gflops[0][0]) &&
+         num(j, "flash_bwd_gflops", &c->attn_gflops[0][1]) &&
+         num(j, "plain_fwd_gflops", &c->attn_gflops[1][0]) &&
+         num(j, "plain_bwd_gflops", &c->attn_gflops[1][1]) && num(j, "mem_gbps", &c->mem_gbps) &&
+         num(j, "host_copy_gbps", &c->host_copy_gbps) && c->mem_gbps > 0 && c->host_copy_gbps > 0;
+    for (int a = 0; ok && a < 2; a++)
+        ok = c->attn_gflops[a][0] > 0 && c->attn_gflops[a][1] > 0;
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(j, "optim_ns_per_param");
+    for (int k = 0; ok && k < HPT_OPTIM_COUNT; k++) {
+        const cJSON *w = cJSON_GetObjectItemCaseSensitive(o, k_optim_key[k]);
+        ok = w && num(w, "32", &c->optim_ns[k][0]) && num(w, "8", &c->optim_ns[k][1]);
+    }
+    if (ok) { /* the disk and the head's GEMM are optional */
+        num(j, "head_fwd_gflops", &c->head_gflops[0]);
+        num(j, "head_bwd_gflops", &c->head_gflops[1]);
+        num(j, "disk_read_gbps", &c->disk_read_gbps);
+        num(j, "disk_write_gbps", &c->disk_write_gbps);
+    }
+    cJSON_Delete(j);
+    if (!ok) return hpt_fail(HPT_ERR_FORMAT, "calibration: %s is not a version-%d calibration "
+                             "(run hptrain calibrate)", path, HPT_CAL_VERSION);
+    return HPT_OK;
+}
+
+/* ---- the measurements ---------------------------------------------------------------------- */
+
+static void fill(float *x, size_t n, float s) {
+    for (size_t i = 0; i < n; i++) x[i] = s * (float)((i * 2654435761u) % 1000) / 1000.0f;
+}
+
+/* The best over reps (<= 15) repetitions of the time of one run of what the macro body does
+ * (seconds). Each repetition runs the body again until g_min_s has passed and divides. */
+static double g_min_s = 0.1;
+#define BEST_OF(reps, best, body)                                          \
+    do {                                                                   \
+        double ts_[16];                                                    \
+        int n_ = (reps) < 16 ? (reps) : 16;                                \
+        for (int r_ = 0; r_ < n_; r_++) {                                  \
+            double t0_ = hpt_now(), dt_;                                   \
+            long k_ = 0;                                                   \
+            do {                                                           \
+                body;                                                      \
+                k_++;                                                      \
+            } while ((dt_ = hpt_now() - t0_) < g_min_s);                   \
+            ts_[r_] = dt_ / (double)k_;                                    \
+        }                                                                  \
+        best = minimum(ts_, n_);                                            \
+    } while (0)
+
+static double minimum(const double *t, int n) {
+    double m = n ? t[0] : 0;
+    for (int i = 1; i < n; i++) m = t[i] < m ? t[i] : m;
+    return m;
+}
+
+/* The blocks' GEMMs: 128 rows of C against 4C outputs for each C; then (i == SIZES) the head's:
+ * 128 rows of C = 768 against 32768 outputs (a vocabulary's: far wider than a block's). */
+static hpt_status measure_gemm(const hpt_backend *be, int reps, hpt_calibration *c) {
+    const int64_t N = 128;
+    for (int i = 0; i <= HPT_CAL_GEMM_SIZES; i++) {
+        int head = i == HPT_CAL_GEMM_SIZES;
+        int64_t C = head ? 768 : k_gemm_C[i], OC = head ? 32768 : 4 * C;
+        float *inp = malloc((size_t)(N * C) * 4), *w = malloc((size_t)(OC * C) * 4);
+        float *out = malloc((size_t)(N * OC) * 4), *dinp = malloc((size_t)(N * C) * 4);
+        float *dw = calloc((size_t)(OC * C), 4);
+        if (!inp || !w || !out || !dinp || !dw) {
+            free(inp), free(w), free(out), free(dinp), free(dw);
+            return hpt_fail(HPT_ERR_OOM, "calibration: no memory for the GEMM");
+        }
+        fill(inp, (size_t)(N * C), 1), fill(w, (size_t)(OC * C), 0.01f), fill(out, (size_t)(N * OC), 0.1f);
+        double f = 2.0 * (double)(N * C * OC), t;
+        be->matmul_forward(out, inp, w, NULL, N, C, OC, 0); /* warm */
+        BEST_OF(reps, t, be->matmul_forward(out, inp, w, NULL, N, C, OC, 0));
+        double *fw = head ? &c->head_gflops[0] : &c->gemm_fwd_gflops[i];
+        double *bw = head ? &c->head_gflops[1] : &c->gemm_bwd_gflops[i];
+        if (!head) c->gemm_C[i] = (int)C;
+        *fw = f / t / 1e9;
+        be->matmul_backward(dinp, dw, NULL, out, inp, w, N, C, OC, 0);
+        BEST_OF(reps, t, be->matmul_backward(dinp, dw, NULL, out, inp, w, N, C, OC, 0));
+        *bw = 2.0 * f / t / 1e9;
+        free(inp), free(w), free(out), free(dinp), free(dw);
+    }
+    return HPT_OK;
+}
+
+/* Causal attention at B=1, T=128, C=768, NH=12, counted as the estimator counts it: 2 C (T+1)
+ * FLOPs per token forward, twice that backward. */
+static hpt_status measure_attention(const hpt_backend *be, int reps, hpt_calibration *c) {
+    const int B = 1, T = 128, C = 768, NH = 12;
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
+    size_t natt = (size_t)B * NH * T * T, nscr = natt + 4 * nqkv;
+    float *qkv = malloc(nqkv * 4), *out = malloc(nout * 4), *att = malloc(natt * 4);
+    float *lse = malloc((size_t)B * NH * T * 4), *dqkv = malloc(nqkv * 4);
+    float *scr = calloc(nscr, 4), *dout = malloc(nout * 4);
+    hpt_status s = HPT_OK;
+    if (!qkv || !out || !att || !lse || !dqkv || !scr || !dout) {
+        s = hpt_fail(HPT_ERR_OOM, "calibration: no memory for the attention");
+        goto done;
+    }
+    fill(qkv, nqkv, 1), fill(dout, nout, 0.1f);
+    double f = 2.0 * C * (T + 1.0) * B * T, t;
+    be->flash_attention_forward(out, lse, qkv, B, T, C, NH, NH);
+    BEST_OF(reps, t, be->flash_attention_forward(out, lse, qkv, B, T, C, NH, NH));
+    c->attn_gflops[0][0] = f / t / 1e9;
+    memset(dqkv, 0, nqkv * 4);
+    BEST_OF(reps, t, be->flash_attention_backward(dqkv, scr, dout, qkv, out, lse, B, T, C, NH, NH));
+    c->attn_gflops[0][1] = 2 * f / t / 1e9;
+    be->attention_forward(out, att, qkv, B, T, C, NH, NH);
+    BEST_OF(reps, t, be->attention_forward(out, att, qkv, B, T, C, NH, NH));
+    c->attn_gflops[1][0] = f / t / 1e9;
+    BEST_OF(reps, t, be->attention_backward(dqkv, scr, dout, qkv, att, B, T, C, NH, NH));
+    c->attn_gflops[1][1] = 2 * f / t / 1e9;
+done:
+    free(qkv), free(out), free(att), free(lse), free(dqkv), free(scr), free(dout);
+    return s;
+}
+
+static hpt_status measure_memory(const hpt_backend *be, int reps, hpt_calibration *c) {
+    const size_t n = (size_t)64 << 20; /* 256 MiB of floats: past any last-level cache */
+    float *a = malloc(n * 4), *b = malloc(n * 4);
+    if (!a || !b) {
+        free(a), free(b);
+        return hpt_fail(HPT_ERR_OOM, "calibration: no memory for the bandwidth");
+    }
+    memset(a, 0, n * 4), memset(b, 0, n * 4);
+    double t;
+    BEST_OF(reps, t, be->scale(a, n, 0.999f));
+    c->mem_gbps = 2.0 * (double)n * 4 / t / 1e9;
+    BEST_OF(reps, t, memcpy(b, a, n * 4));
+    c->host_copy_gbps = (double)n * 4 / t / 1e9;
+    free(a), free(b);
+    return HPT_OK;
+}
+
+static hpt_status measure_optim(const hpt_backend *be, int reps, hpt_calibration *c) {
+    const size_t n = (size_t)16 << 20; /* 256 MiB of fp32 state: past the caches, as a model's */
+    float *p = malloc(n * 4), *g = malloc(n * 4), *m = calloc(n, 4), *v = calloc(n, 4);
+    uint8_t *mc = calloc(n, 1), *vc = calloc(n, 1);
+    float *ma = calloc(n / 256 + 1, 4), *va = calloc(n / 256 + 1, 4), *mini = calloc(n / 256 + 1, 4);
+    static float smap[256], umap[256];
+    hpt_status s = HPT_OK;
+    if (!p || !g || !m || !v || !mc || !vc || !ma || !va || !mini) {
+        s = hpt_fail(HPT_ERR_OOM, "calibration: no memory for the optimizer");
+        goto done;
+    }
+    fill(p, n, 1), fill(g, n, 0.01f);
+    be->q8_map(smap, 1), be->q8_map(umap, 0);
+    hpt_be_param pp = hpt_be_param_f32(p);
+    hpt_be_state m32 = {m, NULL, NULL, NULL, NULL}, v32 = {v, NULL, NULL, NULL, NULL};
+    hpt_be_state m8 = {NULL, mc, ma, smap, be->q8_lut_of(1)}, v8 = {NULL, vc, va, umap, be->q8_lut_of(0)};
+    double t, per = 1e9 / (double)n;
+    for (int bits = 0; bits < 2; bits++) {
+        hpt_be_state M = bits ? m8 : m32, V = bits ? v8 : v32;
+        if (bits) BEST_OF(reps, t, be->adamw_q(pp, g, M, V, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 2));
+        else BEST_OF(reps, t, be->adamw(p, g, m, v, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 2));
+        c->optim_ns[HPT_OPTIM_ADAMW][bits] = t * per;
+        BEST_OF(reps, t, be->lion(pp, g, M, n, 1e-4f, 0.9f, 0.99f, 0.1f, 1));
+        c->optim_ns[HPT_OPTIM_LION][bits] = t * per;
+        BEST_OF(reps, t, be->sgd(pp, g, M, n, 1e-4f, 0.9f, 0, 1));
+        c->optim_ns[HPT_OPTIM_SGD][bits] = t * per;
+        BEST_OF(reps, t, be->adam_mini(pp, g, M, mini, n, 256, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 2));
+        c->optim_ns[HPT_OPTIM_ADAM_MINI][bits] = t * per;
+    }
+done:
+    free(p), free(g), free(m), free(v), free(mc), free(vc), free(ma), free(va), free(mini);
+    return s;
+}
+
+/* O_DIRECT (the engine's disk path) where the file system takes it, else buffered with fsync. */
+static hpt_status measure_disk(const char *dir, int reps, hpt_calibration *c) {
+    const size_t chunk = (size_t)64 << 20, total = (size_t)256 << 20; /* a block's size */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/.hpt-calibrate-%d.tmp", dir, (int)getpid());
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0600);
+    if (fd < 0) fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) return hpt_fail(HPT_ERR_IO, "calibration: cannot create %s: %s", path, strerror(errno));
+    void *buf = NULL;
+    if (posix_memalign(&buf, 4096, chunk)) {
+        close(fd), unlink(path);
+        return hpt_fail(HPT_ERR_OOM, "calibration: no memory for the disk buffer");
+    }
+    memset(buf, 1, chunk);
+    int bad = 0;
+    double t;
+    BEST_OF(reps, t, {
+        for (size_t off = 0; off < total && !bad; off += chunk)
+            bad |= pwrite(fd, buf, chunk, (off_t)off) != (ssize_t)chunk;
+        bad |= fsync(fd) != 0;
+    });
+    c->disk_write_gbps = (double)total / t / 1e9;
+    BEST_OF(reps, t, {
+        for (size_t off = 0; off < total && !bad; off += chunk)
+            bad |= pread(fd, buf, chunk, (off_t)off) != (ssize_t)chunk;
+    });
+    c->disk_read_gbps = (double)total / t / 1e9;
+    free(buf);
+    close(fd);
+    unlink(path);
+    if (bad) {
+        c->disk_read_gbps = c->disk_write_gbps = 0;
+        return hpt_fail(HPT_ERR_IO, "calibration: disk I/O on %s failed", path);
+    }
+    return HPT_OK;
+}
+
+hpt_status hpt_calibrate(const char *disk_dir, int quick, hpt_calibration *c) {
+    memset(c, 0, sizeof *c);
+    c->version = HPT_CAL_VERSION;
+    c->threads = hpt_get_threads();
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    c->cores = cores > 0 ? (int)cores : 0;
+    const hpt_backend *be = hpt_backend_cpu();
+    int reps = quick ? 3 : 5;
+    g_min_s = quick ? 0.05 : 0.15;
+    HPT_CHECK(measure_gemm(be, reps, c));
+    HPT_CHECK(measure_attention(be, reps, c));
+    HPT_CHECK(measure_memory(be, reps, c));
+    HPT_CHECK(measure_optim(be, reps, c));
+    if (disk_dir) HPT_CHECK(measure_disk(disk_dir, quick ? 2 : 3, c));
+    return HPT_OK;
+}

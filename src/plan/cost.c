@@ -1,0 +1,221 @@
+/* cost.c: a plan's predicted training step, in seconds, from this machine's measured rates
+ * (calibrate.c) and the plan's work and bytes. docs/planner.md derives each term.
+ *
+ * The work comes from the architecture and the estimator, never restated here: FLOPs per token
+ * from model_flops_per_token (GEMMs plus causal attention, linear in T: the attention part is
+ * the slope), the blocks' share of the GEMMs from the tensor table (2 FLOPs per block weight
+ * per token), the activation bytes from the arena plan, the bytes the engine moves from the
+ * block's size and the homes' widths.
+ *
+ *   forward      = accum * tokens * (blocks' gemm / R_gemm_fwd(C) + head gemm / R_head_fwd
+ *                  + attn / R_attn_fwd)
+ *   backward     the same, twice the FLOPs, at the backward rates
+ *   recompute    full, every:N: one more forward of the blocks; selective: the layernorms and
+ *                GELU (a memory pass) and with plain attention its forward; a head chunk or
+ *                chunked embeddings: one more head GEMM
+ *   pointwise    3 x the activations of a recompute-none arena (written forward, read and
+ *                written backward) + 2 passes over the gradients (zeroing, the norm) at R_mem
+ *   update       parameters x ns per parameter (optimizer, state width)
+ *   engine       per block: its load (weights' width / the home tier's read bandwidth), its
+ *                gradient write-back (exact mode), the fused update's worker work; the worker
+ *                overlaps them with the block's compute when P >= 1 (one FIFO worker:
+ *                the block takes max(compute + worker's CPU work, worker) when the compute
+ *                threads take every core, max(compute, worker) with a spare core), serially when
+ *                P = 0; exact mode then
+ *                streams the update over the blocks (double buffered from disk)
+ *   act offload  host: copies out synchronous, copies back overlapped with the backward; disk:
+ *                both synchronous
+ *
+ * Invariants: library code; nothing is allocated through hpt_mem; the result depends only on
+ * (o, c), so the search's choice is deterministic for a given calibration file. */
+#include "core/choices.h"
+#include "core/core.h"
+#include "model/model.h"
+
+#include <math.h>
+#include <string.h>
+
+/* A GEMM rate at model width C: linear in C between the measured widths, flat outside. */
+static double gemm_rate(const int *Cs, const double *r, int C) {
+    if (C <= Cs[0]) return r[0];
+    for (int i = 1; i < HPT_CAL_GEMM_SIZES; i++)
+        if (C <= Cs[i]) {
+            double f = (double)(C - Cs[i - 1]) / (double)(Cs[i] - Cs[i - 1]);
+            return r[i - 1] + f * (r[i] - r[i - 1]);
+        }
+    return r[HPT_CAL_GEMM_SIZES - 1];
+}
+
+/* Bandwidths (bytes/s) of reading from and writing to a home on tier t; the device's own
+ * memory costs nothing to reach (0 seconds). */
+static double tier_s(const hpt_calibration *c, hpt_tier t, double bytes, int write) {
+    if (bytes <= 0 || t == HPT_TIER_DEVICE) return 0;
+    if (t == HPT_TIER_HOST) return bytes / (c->host_copy_gbps * 1e9);
+    double g = write ? c->disk_write_gbps : c->disk_read_gbps;
+    return bytes / (g * 1e9);
+}
+
+static double maxd(double a, double b) { return a > b ? a : b; }
+
+hpt_status hpt_plan_cost(const hpt_plan_opts *o, const hpt_calibration *c, hpt_cost *out) {
+    uint64_t none[HPT_TIER_COUNT], mine[HPT_TIER_COUNT];
+    hpt_act_opts d = hpt_gpt2_act_defaults();
+    d.attention = o->act.attention;
+    HPT_CHECK(hpt_gpt2_act_tier_bytes(&o->cfg, o->B, o->T, &d, none));
+    HPT_CHECK(hpt_gpt2_act_tier_bytes(&o->cfg, o->B, o->T, &o->act, mine));
+    return hpt_plan_cost_acts(o, c, none[HPT_TIER_DEVICE], mine, out);
+}
+
+hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, uint64_t none_arena,
+                              const uint64_t aoff[HPT_TIER_COUNT], hpt_cost *out) {
+    memset(out, 0, sizeof *out);
+    const hpt_model_config *cfg = &o->cfg;
+    const hpt_act_opts *act = &o->act;
+    const hpt_offload_opts *of = &o->offload;
+    int engine = hpt_offload_active(of);
+    int disk_used = act->offload == HPT_OFFLOAD_DISK ||
+                    (engine && (of->params == HPT_TIER_DISK || of->grads == HPT_TIER_DISK ||
+                                of->optim == HPT_TIER_DISK));
+    if (disk_used && (c->disk_read_gbps <= 0 || c->disk_write_gbps <= 0))
+        return hpt_fail(HPT_ERR_INVALID, "the calibration has no disk rates (calibrate with "
+                        "--offload-dir DIR)");
+    int T = o->T, L = cfg->L, m = o->accum > 1 ? o->accum : 1;
+    double tok = (double)o->B * T;
+    /* the architecture's FLOPs: a + b (T + 1) per token; b (T + 1) is attention */
+    double f1 = model_flops_per_token(cfg, 1), f2 = model_flops_per_token(cfg, 2);
+    double b = f2 - f1, attn = b * (T + 1.0), gemm = model_flops_per_token(cfg, T) - attn;
+    hpt_tensor_table tab;
+    model_describe(cfg, &tab);
+    double blk = (double)hpt_table_block_numel(&tab);
+    double block_gemm = 2.0 * L * blk, head_gemm = maxd(0, gemm - block_gemm);
+    double np = (double)hpt_model_config_num_params(cfg);
+    out->tokens = tok, out->accum = m;
+    out->gemm_flops_fwd = gemm * tok, out->block_gemm_flops_fwd = block_gemm * tok;
+    out->attn_flops_fwd = attn * tok;
+    out->gemm_fwd_gflops = gemm_rate(c->gemm_C, c->gemm_fwd_gflops, cfg->C);
+    out->gemm_bwd_gflops = gemm_rate(c->gemm_C, c->gemm_bwd_gflops, cfg->C);
+    out->head_fwd_gflops = c->head_gflops[0] > 0 ? c->head_gflops[0] : out->gemm_fwd_gflops;
+    out->head_bwd_gflops = c->head_gflops[1] > 0 ? c->head_gflops[1] : out->gemm_bwd_gflops;
+    double Hf = out->head_fwd_gflops * 1e9, Hb = out->head_bwd_gflops * 1e9;
+    int ak = act->attention == HPT_ATTN_PLAIN ? 1 : 0;
+    out->attn_fwd_gflops = c->attn_gflops[ak][0];
+    out->attn_bwd_gflops = c->attn_gflops[ak][1];
+    double Rf = out->gemm_fwd_gflops * 1e9, Rb = out->gemm_bwd_gflops * 1e9;
+    double Raf = out->attn_fwd_gflops * 1e9, Rab = out->attn_bwd_gflops * 1e9;
+    double Rm = c->mem_gbps * 1e9;
+
+    /* compute, per micro-batch: the blocks and the rest (head, embeddings) apart, since the
+     * engine overlaps transfers with the blocks' compute only */
+    double fwd_blocks = tok * (block_gemm / Rf + attn / Raf), fwd_rest = tok * head_gemm / Hf;
+    double bwd_blocks = tok * (2 * block_gemm / Rb + 2 * attn / Rab), bwd_rest = tok * 2 * head_gemm / Hb;
+    double rec = 0, rec_bytes = 0;
+    if (act->recompute == HPT_RECOMPUTE_FULL || act->recompute == HPT_RECOMPUTE_EVERY)
+        rec = fwd_blocks;
+    else if (act->recompute == HPT_RECOMPUTE_SELECTIVE) {
+        rec_bytes = tok * L * 2.0 * (2.0 * cfg->C + (cfg->FF ? cfg->FF : 4.0 * cfg->C)) * 4.0;
+        if (ak) rec = tok * attn / Raf;
+    }
+    double rec_rest = 0;
+    if (act->head_chunk > 0 || (engine && of->embeddings != HPT_EMB_FULL)) rec_rest = tok * head_gemm / Hf;
+    /* pointwise: the activations a recompute-none arena holds, three times */
+    double pw = (3.0 * (double)none_arena + rec_bytes) * m + 2.0 * np * 4.0;
+    /* activation offload and compression */
+    double act_bytes = act->offload == HPT_OFFLOAD_HOST ? (double)aoff[HPT_TIER_HOST]
+                     : act->offload == HPT_OFFLOAD_DISK ? (double)aoff[HPT_TIER_DISK] : 0;
+    if (act->compress != HPT_COMPRESS_NONE) pw += 3.0 * (double)none_arena * m;
+    double act_out_s = 0, act_back_s = 0;
+    if (act->offload == HPT_OFFLOAD_HOST) {
+        act_out_s = act_bytes / (c->host_copy_gbps * 1e9);
+        act_back_s = act_out_s;
+    } else if (act->offload == HPT_OFFLOAD_DISK) {
+        act_out_s = act_bytes / (c->disk_write_gbps * 1e9) + act_bytes / (c->disk_read_gbps * 1e9);
+    }
+    out->act_out_bytes = act_bytes * m;
+    /* the update */
+    int kind = o->adamw.optimizer, bits8 = o->adamw.state_bits == 8;
+    double ns = c->optim_ns[kind][bits8] * 1e-9;
+    out->params = np;
+    out->optim_ns = ns * 1e9;
+    out->pointwise_bytes = pw;
+
+    double fwd = m * (fwd_blocks + fwd_rest), bwd = m * (bwd_blocks + bwd_rest);
+    double recs = m * (rec + rec_rest), pws = pw / Rm, opt = np * ns;
+    double total = fwd + bwd + recs + pws + opt + m * act_out_s;
+    double transfer = m * act_out_s;
+    /* the copies back of host-offloaded activations run beside the backward */
+    if (act_back_s > 0) {
+        transfer += m * act_back_s;
+        total += m * maxd(0, act_back_s - (bwd_blocks + bwd_rest));
+    }
+    if (engine) {
+        out->block_params = blk * L;
+        double wb = of->weights == HPT_BW_BF16_SR ? 2 : 4; /* Kahan: bf16 and its compensation */
+        double gw = of->grad_home == HPT_GH_FP32 ? 4 : 2;
+        int K = of->max_active < L ? of->max_active : L, P = of->prefetch;
+        double load = tier_s(c, of->params, blk * wb, 0);
+        double cf = fwd_blocks / L, cb = (bwd_blocks + rec) / L;
+        /* The worker shares the CPU with the compute threads: when they take every core, its
+         * CPU-bound work (memcpy from and to host homes, in-memory updates: wcpu) halves the
+         * speed of the compute thread on its core, and the statically scheduled team waits for
+         * that thread at each barrier: the compute loses all of wcpu (1 / n below, n = 1). With a
+         * spare core it loses nothing (n infinite). Disk waits take no CPU. A block then costs
+         * max(compute + wcpu / n, worker). */
+        int cores = c->cores > 0 ? c->cores : c->threads;
+        double n = c->threads >= cores ? 1 : 1e30;
+        double lcpu = of->params == HPT_TIER_HOST ? load : 0;
+        /* forward: L loads; backward: the blocks not still resident */
+        double f_work = P >= 1 ? L * maxd(cf + lcpu / n, load) + load : L * (cf + load);
+        double reload = (double)(L - K) / L;
+        double wk = load * reload, ck = cb, wcpu = lcpu * reload;
+        double st_in = 0, st_out = 0;
+        if (of->fused) {
+            if (of->optim == HPT_TIER_DISK) { /* the worker streams m, v; the compute thread updates */
+                wk += tier_s(c, HPT_TIER_DISK, blk * 8, 0) + tier_s(c, HPT_TIER_DISK, blk * 8, 1) +
+                      tier_s(c, of->params, blk * wb, 1);
+                ck += blk * ns;
+                st_in = blk * 8 * L, st_out = blk * (8 + wb) * L;
+            } else if (of->optim == HPT_TIER_DEVICE && of->params == HPT_TIER_DEVICE) {
+                ck += blk * ns; /* no homes: the compute thread updates in the backward */
+            } else { /* the worker updates in place, then writes the weights home */
+                double wback = tier_s(c, of->params, blk * wb, 1);
+                wk += blk * ns + wback;
+                wcpu += blk * ns + (of->params == HPT_TIER_HOST ? wback : 0);
+                st_out = of->params != HPT_TIER_DEVICE ? blk * wb * L : 0;
+            }
+        } else {
+            double gout = tier_s(c, of->grads, blk * gw, 1);
+            wk += gout;
+            wcpu += of->grads == HPT_TIER_HOST ? gout : 0;
+        }
+        double b_work = P >= 1 ? L * maxd(ck + wcpu / n, wk) : L * (ck + wk);
+        double upd = 0;
+        if (!of->fused) { /* streamed after the backward, block by block */
+            double io = 0;
+            if (of->params == HPT_TIER_DISK || of->grads == HPT_TIER_DISK || of->optim == HPT_TIER_DISK) {
+                int mv = hpt_optim_mv_homes(&o->adamw) && of->optim == HPT_TIER_DISK;
+                io = tier_s(c, of->params, blk * wb, 0) + tier_s(c, of->grads, blk * gw, 0) +
+                     (mv ? tier_s(c, HPT_TIER_DISK, blk * 8, 0) + tier_s(c, HPT_TIER_DISK, blk * 8, 1) : 0) +
+                     tier_s(c, of->params, blk * wb, 1);
+                st_in = blk * (wb + gw + (mv ? 8 : 0)) * L, st_out = blk * (wb + (mv ? 8 : 0)) * L;
+            }
+            upd = L * maxd(blk * ns, io) + io;
+        }
+        double rest_opt = (np - blk * L) * ns;
+        double eng_total = m * (f_work + b_work) + upd;
+        /* replace the blocks' compute and the update in total by the engine's schedule */
+        total = total - m * (fwd_blocks + bwd_blocks + rec) - opt + eng_total + rest_opt;
+        double moved = m * (L + L * reload) * load + (of->fused ? 0 : m * L * tier_s(c, of->grads, blk * gw, 1));
+        transfer += moved + (upd > L * blk * ns ? upd - L * blk * ns : 0);
+        out->load_bytes = m * (L + (L - K)) * blk * wb * (of->params != HPT_TIER_DEVICE);
+        out->grad_out_bytes = of->fused ? 0 : m * L * blk * gw * (of->grads != HPT_TIER_DEVICE);
+        out->state_in_bytes = st_in, out->state_out_bytes = st_out;
+    }
+    out->fwd_s = fwd, out->bwd_s = bwd, out->recompute_s = recs, out->pointwise_s = pws;
+    out->optim_s = opt;
+    out->transfer_s = transfer;
+    out->total_s = total;
+    out->exposed_s = maxd(0, total - (fwd + bwd + recs + pws + opt));
+    if (!isfinite(total) || total <= 0)
+        return hpt_fail(HPT_ERR_INVALID, "the calibration gives no finite step time");
+    return HPT_OK;
+}

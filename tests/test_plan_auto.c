@@ -1,0 +1,197 @@
+/* test_plan_auto.c: the calibration file, the cost model's arithmetic and the automatic plan
+ * search (src/plan/calibrate.c, cost.c, auto.c), deterministically: a fake calibration file
+ * gives the rates, so nothing is timed.
+ *
+ * What must hold: every plan the search keeps fits every tier by the exact estimator (checked
+ * again here); with rates chosen so one choice is faster by construction (the formula's inputs:
+ * attention FLOPs > 0 at a far higher rate for one kind; an update 1000 times cheaper with
+ * 8-bit state), the search picks it; the lossy choices appear only with allow_lossy; disk
+ * homes only with allow_disk; the plan's printed flags, set one by one, give the plan back. */
+#include "core/core.h"
+#include "testlib.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A calibration file with the given attention rates (flash, plain) and AdamW ns per param
+ * (32-bit, 8-bit); every other rate a round figure. */
+static void write_cal(const char *path, double flash, double plain, double ns32, double ns8) {
+    FILE *f = fopen(path, "w");
+    fprintf(f, "{\"version\":1,\"threads\":1,\"gemm\":["
+               "{\"C\":256,\"fwd_gflops\":10,\"bwd_gflops\":10},{\"C\":768,\"fwd_gflops\":10,\"bwd_gflops\":10},"
+               "{\"C\":1600,\"fwd_gflops\":10,\"bwd_gflops\":10},{\"C\":2048,\"fwd_gflops\":10,\"bwd_gflops\":10}],"
+               "\"flash_fwd_gflops\":%g,\"flash_bwd_gflops\":%g,\"plain_fwd_gflops\":%g,"
+               "\"plain_bwd_gflops\":%g,\"mem_gbps\":10,\"optim_ns_per_param\":{"
+               "\"adamw\":{\"32\":%g,\"8\":%g},\"lion\":{\"32\":1,\"8\":1},\"adam-mini\":{\"32\":1,\"8\":1},"
+               "\"sgd\":{\"32\":1,\"8\":1}},\"host_copy_gbps\":5,\"disk_read_gbps\":1,"
+               "\"disk_write_gbps\":1}\n", flash, flash, plain, plain, ns32, ns8);
+    fclose(f);
+}
+
+static hpt_plan_opts small_model(void) {
+    hpt_plan_opts o = hpt_plan_defaults();
+    hpt_model_config_parse("gpt2:L=4,C=64,NH=4,V=256,T=64", &o.cfg);
+    o.B = 2;
+    o.T = 64;
+    return o;
+}
+
+static int is_lossy(const hpt_plan_opts *o) {
+    return o->adamw.state_bits == 8 || o->offload.weights != HPT_BW_FP32 ||
+           o->act.compress != HPT_COMPRESS_NONE;
+}
+
+static int uses_disk(const hpt_plan_opts *o) {
+    int eng = hpt_offload_active(&o->offload);
+    return o->act.offload == HPT_OFFLOAD_DISK ||
+           (eng && (o->offload.params == HPT_TIER_DISK || o->offload.optim == HPT_TIER_DISK ||
+                    o->offload.grads == HPT_TIER_DISK));
+}
+
+/* Every kept plan: fits by a fresh estimate; the sequences per step are kept. */
+static void check_kept(const hpt_auto_result *r, const hpt_plan_opts *base, int64_t S) {
+    for (int i = 0; i < r->n; i++) {
+        const hpt_plan_opts *o = &r->cand[i].o;
+        hpt_estimate e;
+        CHECK_OK(hpt_plan_estimate(o, &e));
+        for (int t = 0; t < HPT_TIER_COUNT; t++)
+            CHECK(!base->budget_bytes[t] || e.peak_bytes[t] <= base->budget_bytes[t]);
+        CHECK((int64_t)o->B * (o->accum > 1 ? o->accum : 1) == S);
+        CHECK(o->T == base->T);
+        if (i) CHECK(r->cand[i].cost.total_s >= r->cand[i - 1].cost.total_s);
+    }
+    for (int i = 0; i < r->n_nofit; i++) CHECK(!r->nofit[i].fits);
+}
+
+/* Splits the printed flags and sets them one by one on a default plan. */
+static hpt_plan reparse(const char *flags) {
+    hpt_plan p = hpt_plan_default_choices();
+    char buf[2048];
+    snprintf(buf, sizeof buf, "%s", flags);
+    char *save = NULL, *tok = strtok_r(buf, " ", &save);
+    while (tok) {
+        CHECK(!strncmp(tok, "--", 2));
+        const char *name = tok + 2;
+        int takes = 0;
+        for (int i = 0;; i++) {
+            const char *n = hpt_plan_option_name(i, &takes);
+            if (!n) { CHECK_MSG(0, "unknown flag %s", tok); return p; }
+            if (!strcmp(n, name)) break;
+        }
+        char *val = takes ? strtok_r(NULL, " ", &save) : NULL;
+        CHECK_OK(hpt_plan_set(&p, name, val));
+        tok = strtok_r(NULL, " ", &save);
+    }
+    return p;
+}
+
+static void check_reproduces(const hpt_plan_opts *o) {
+    char flags[2048];
+    CHECK_OK(hpt_plan_print(&o->plan, flags, sizeof flags));
+    hpt_plan p = reparse(flags);
+    CHECK(!memcmp(&p.act, &o->act, sizeof p.act));
+    CHECK(!memcmp(&p.adamw, &o->adamw, sizeof p.adamw));
+    CHECK(!memcmp(&p.offload, &o->offload, sizeof p.offload));
+    CHECK(p.accum == (o->accum ? o->accum : 1) || (p.accum == 1 && o->accum == 0));
+    CHECK(!memcmp(p.budget_bytes, o->budget_bytes, sizeof p.budget_bytes));
+}
+
+int main(void) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/cal.json", t_tmpdir());
+    hpt_calibration cal;
+
+    /* the file: a round trip, and a wrong version refused */
+    write_cal(path, 1, 1000, 1, 1);
+    CHECK_OK(hpt_calibration_load(path, &cal));
+    CHECK(cal.attn_gflops[1][0] == 1000 && cal.attn_gflops[0][1] == 1 && cal.gemm_C[2] == 1600);
+    char path2[4096];
+    snprintf(path2, sizeof path2, "%s/sub/cal2.json", t_tmpdir());
+    CHECK_OK(hpt_calibration_save(path2, &cal));
+    hpt_calibration cal2;
+    CHECK_OK(hpt_calibration_load(path2, &cal2));
+    CHECK(!memcmp(&cal, &cal2, sizeof cal));
+    FILE *f = fopen(path2, "w");
+    fputs("{\"version\":99}", f);
+    fclose(f);
+    CHECK_STATUS(hpt_calibration_load(path2, &cal2), HPT_ERR_FORMAT);
+
+    /* the cost's arithmetic on its inputs: forward = tokens (gemm/Rf + attn/Raf) */
+    hpt_plan_opts base = small_model();
+    hpt_cost k;
+    CHECK_OK(hpt_plan_cost(&base, &cal, &k));
+    double want_fwd = k.gemm_flops_fwd / 10e9 + k.attn_flops_fwd / 1e9; /* flash at 1 GFLOP/s */
+    CHECK(k.fwd_s > 0.999 * want_fwd && k.fwd_s < 1.001 * want_fwd);
+    CHECK(k.attn_flops_fwd > 0 && k.gemm_flops_fwd > 0);
+    CHECK(k.optim_s > 0.999 * k.params * 1e-9 && k.optim_s < 1.001 * k.params * 1e-9);
+
+    /* unlimited budgets: plain attention at 1000 GFLOP/s against flash at 1 must win, with no
+     * recompute (which only adds work to every term it enters) */
+    hpt_auto_opts a = {.allow_lossy = 0, .allow_disk = 0, .sequences = 4};
+    hpt_auto_result *r = malloc(sizeof *r);
+    CHECK_OK(hpt_plan_auto(&base, &cal, &a, r));
+    CHECK(r->n >= 1 && r->n_fit >= 1);
+    CHECK(r->cand[0].o.act.attention == HPT_ATTN_PLAIN);
+    CHECK(r->cand[0].o.act.recompute == HPT_RECOMPUTE_NONE);
+    check_kept(r, &base, 4);
+    check_reproduces(&r->cand[0].o);
+    /* and the other way round */
+    write_cal(path, 1000, 1, 1, 1);
+    CHECK_OK(hpt_calibration_load(path, &cal));
+    CHECK_OK(hpt_plan_auto(&base, &cal, &a, r));
+    CHECK(r->cand[0].o.act.attention == HPT_ATTN_FLASH);
+    check_kept(r, &base, 4);
+
+    /* lossy gating: an 8-bit update 1000x cheaper wins only when allowed */
+    write_cal(path, 1000, 1000, 1000, 1);
+    CHECK_OK(hpt_calibration_load(path, &cal));
+    CHECK_OK(hpt_plan_auto(&base, &cal, &a, r));
+    for (int i = 0; i < r->n; i++) CHECK(!is_lossy(&r->cand[i].o));
+    for (int i = 0; i < r->n_nofit; i++) CHECK(!is_lossy(&r->nofit[i].o));
+    CHECK(r->cand[0].o.adamw.state_bits != 8);
+    a.allow_lossy = 1;
+    CHECK_OK(hpt_plan_auto(&base, &cal, &a, r));
+    CHECK(r->cand[0].o.adamw.state_bits == 8);
+    check_reproduces(&r->cand[0].o);
+    a.allow_lossy = 0;
+
+    /* a device budget the in-memory plans pass: the plan chosen fits by the estimator, keeps its
+     * state off the device, and no disk home without allow_disk */
+    write_cal(path, 10, 10, 1, 1);
+    CHECK_OK(hpt_calibration_load(path, &cal));
+    hpt_plan_opts host = base;
+    host.B = 1;
+    host.offload.params = host.offload.grads = host.offload.optim = HPT_TIER_HOST;
+    host.offload.fused = 1;
+    hpt_plan_opts dev = base;
+    dev.B = 1;
+    dev.act.recompute = HPT_RECOMPUTE_FULL;
+    dev.act.every = 1;
+    dev.offload.fused = 1;
+    hpt_estimate eh, ed;
+    CHECK_OK(hpt_plan_estimate(&host, &eh));
+    CHECK_OK(hpt_plan_estimate(&dev, &ed));
+    /* the smallest all-device plan's peak is above what the host plan needs */
+    CHECK(eh.peak_bytes[HPT_TIER_DEVICE] < ed.peak_bytes[HPT_TIER_DEVICE]);
+    base.budget_bytes[HPT_TIER_DEVICE] = eh.peak_bytes[HPT_TIER_DEVICE];
+    base.budget_bytes[HPT_TIER_HOST] = (uint64_t)1 << 34;
+    CHECK_OK(hpt_plan_auto(&base, &cal, &a, r));
+    check_kept(r, &base, 4);
+    CHECK(r->cand[0].o.offload.params != HPT_TIER_DEVICE || r->cand[0].o.offload.optim != HPT_TIER_DEVICE);
+    for (int i = 0; i < r->n; i++) CHECK(!uses_disk(&r->cand[i].o));
+    for (int i = 0; i < r->n_nofit; i++) /* a faster one that lost: over the device budget */
+        CHECK(r->nofit[i].bad_tier == HPT_TIER_DEVICE && r->nofit[i].cost.total_s <= r->cand[0].cost.total_s);
+    check_reproduces(&r->cand[0].o);
+    /* the host tier too small as well: only disk homes remain, and only with allow_disk */
+    base.budget_bytes[HPT_TIER_HOST] = 4096;
+    CHECK_STATUS(hpt_plan_auto(&base, &cal, &a, r), HPT_ERR_OOM);
+    a.allow_disk = 1;
+    base.offload_dir = t_tmpdir();
+    if (hpt_plan_auto(&base, &cal, &a, r) == HPT_OK) {
+        check_kept(r, &base, 4);
+        CHECK(uses_disk(&r->cand[0].o));
+    }
+    free(r);
+    return t_done("test_plan_auto");
+}

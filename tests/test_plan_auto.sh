@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# test_plan_auto.sh HPTRAIN: `--plan auto` end to end with a fake calibration file (nothing is
+# timed): the flags it prints reproduce its plan exactly (estimate's JSON of the printed flags
+# equals the auto run's; train runs the same plan, "hptrain: plan:" line and losses equal to a
+# run given the printed flags); --allow and --plan take only their words; the refusal of a budget
+# proposes whole plans.
+set -u
+bin=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+export HPT_CALIBRATION=$tmp/cal.json
+cat > "$HPT_CALIBRATION" <<'J'
+{"version":1,"threads":2,"gemm":[{"C":256,"fwd_gflops":20,"bwd_gflops":15},{"C":768,"fwd_gflops":40,"bwd_gflops":30},
+{"C":1600,"fwd_gflops":40,"bwd_gflops":35},{"C":2048,"fwd_gflops":30,"bwd_gflops":35}],
+"flash_fwd_gflops":3,"flash_bwd_gflops":4,"plain_fwd_gflops":20,"plain_bwd_gflops":5,"mem_gbps":15,
+"optim_ns_per_param":{"adamw":{"32":2,"8":5},"lion":{"32":1.5,"8":3},"adam-mini":{"32":5,"8":4},"sgd":{"32":2,"8":3}},
+"host_copy_gbps":4,"disk_read_gbps":1,"disk_write_gbps":1}
+J
+python3 - "$tmp" <<'PY'
+import struct, sys, random
+random.seed(3)
+toks = [random.randrange(64) for _ in range(4000)]
+h = [20240520, 1, len(toks)] + [0] * 253
+open(sys.argv[1] + '/train_000000.bin', 'wb').write(struct.pack('<256i', *h) + struct.pack('<%dH' % len(toks), *toks))
+PY
+shape="gpt2:L=4,C=64,NH=4,V=64,T=32"
+# a device budget between the smallest plan and the default one
+for mem in 3500KB 4500KB 64MB; do
+  "$bin" estimate --model "$shape" --batch 4 --seq 32 --plan auto --memory $mem --host-memory 1GB >"$tmp/a.txt" 2>"$tmp/a.err"
+  if [ $? -ne 0 ]; then bad "estimate --plan auto --memory $mem: $(cat "$tmp/a.err")"; continue; fi
+  flags=$(sed -n 2p "$tmp/a.txt" | sed 's/^ *//')
+  grep -q "predicted: .* s per step" "$tmp/a.txt" && ok || bad "no prediction: $(cat "$tmp/a.txt")"
+  # shellcheck disable=SC2086
+  "$bin" estimate --model "$shape" $flags --json >"$tmp/b.json" 2>/dev/null || bad "flags '$flags' refused"
+  "$bin" estimate --model "$shape" --batch 4 --seq 32 --plan auto --memory $mem --host-memory 1GB --json >"$tmp/c.json" 2>/dev/null
+  cmp -s "$tmp/b.json" "$tmp/c.json" && ok || bad "--memory $mem: the printed flags '$flags' give another estimate"
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d['peak_bytes_by_tier']['device'] <= d['budget_bytes'] else 1)" "$tmp/c.json" && ok || bad "chosen plan over the budget"
+done
+# train runs the plan it prints; a run given the printed flags is the same run
+"$bin" train --model "$shape" --data "$tmp/train_*.bin" --batch 4 --seq 32 --steps 3 --plan auto --memory 3500KB --host-memory 1GB --log "$tmp/l1.jsonl" >"$tmp/t1.out" 2>"$tmp/t1.err" || bad "train --plan auto: $(tail -3 "$tmp/t1.err")"
+flags=$(grep -A1 "^plan auto" "$tmp/t1.err" | sed -n 2p | sed 's/^ *//')
+planline=$(grep "^hptrain: plan:" "$tmp/t1.err" | sed 's/^hptrain: plan: //')
+rest=$(echo "$flags" | sed -E 's/^--batch [0-9]+ --seq [0-9]+ ?//')
+[ -n "$flags" ] && [ "$rest" = "$planline" ] && ok || bad "train's plan '$planline' is not the printed '$flags'"
+# shellcheck disable=SC2086
+"$bin" train --model "$shape" --data "$tmp/train_*.bin" $flags --steps 3 --log "$tmp/l2.jsonl" >/dev/null 2>"$tmp/t2.err" || bad "train with the printed flags: $(tail -2 "$tmp/t2.err")"
+l1=$(grep -o '"loss":[0-9.]*' "$tmp/l1.jsonl" | tr '\n' ' ')
+l2=$(grep -o '"loss":[0-9.]*' "$tmp/l2.jsonl" | tr '\n' ' ')
+[ -n "$l1" ] && [ "$l1" = "$l2" ] && ok || bad "losses differ: '$l1' vs '$l2'"
+# the words
+"$bin" estimate --model "$shape" --plan manual >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "--plan manual accepted"
+"$bin" estimate --model "$shape" --allow lossy >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "--allow without --plan auto accepted"
+"$bin" estimate --model "$shape" --plan auto --allow everything >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "--allow everything accepted"
+# --allow lossy may only add choices: its plan is predicted no slower
+"$bin" estimate --model "$shape" --batch 4 --seq 32 --plan auto --memory 3500KB --host-memory 1GB --allow lossy >"$tmp/d.txt" 2>&1 || bad "lossy: $(cat "$tmp/d.txt")"
+"$bin" estimate --model "$shape" --batch 4 --seq 32 --plan auto --memory 3500KB --host-memory 1GB >"$tmp/e.txt" 2>&1
+p1=$(grep -o "predicted: [0-9.]*" "$tmp/d.txt" | grep -o "[0-9.]*$"); p2=$(grep -o "predicted: [0-9.]*" "$tmp/e.txt" | grep -o "[0-9.]*$")
+python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= float(sys.argv[2]) else 1)" "${p1:-9}" "${p2:-0}" && ok || bad "lossy plan slower: $p1 vs $p2"
+# the doctor: a refused budget proposes whole plans with predicted times
+"$bin" train --model "$shape" --data "$tmp/train_*.bin" --batch 4 --seq 32 --steps 1 --memory 3500KB >/dev/null 2>"$tmp/f.err"
+grep -q "whole plans that fit" "$tmp/f.err" && grep -qE "[0-9.]+ s/step: --batch" "$tmp/f.err" && ok || bad "no whole plans proposed: $(cat "$tmp/f.err")"
+echo "test_plan_auto.sh: $pass passed, $fail failed"
+[ $fail -eq 0 ]

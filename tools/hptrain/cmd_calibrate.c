@@ -1,0 +1,260 @@
+/* cmd_calibrate.c: `hptrain calibrate` (this machine's rates for the cost model, cached in a
+ * JSON file) and `--plan auto` of `train` and `estimate`: the budgets' defaults, the search
+ * (src/plan/auto.c), and what it prints: the chosen plan as flags, its predicted peaks and step
+ * time, the runners-up and why each lost. Also the plans the doctor proposes when a budget is
+ * refused (cli_auto_advice). docs/planner.md. */
+#include "cli.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+
+static const char k_help[] =
+    "usage: hptrain calibrate [--offload-dir DIR] [--threads N] [--quick] [--out FILE]\n"
+    "\n"
+    "Measures this machine's rates for the planner's cost model (docs/planner.md): GEMM GFLOP/s\n"
+    "at a step's shapes, causal attention, a read+write memory pass, each optimizer's update in\n"
+    "ns per parameter (32- and 8-bit state), memcpy, and with --offload-dir the disk's O_DIRECT\n"
+    "read and write. Writes them to FILE (default $HPT_CALIBRATION, else\n"
+    "~/.cache/hptrain/calibration.json), which `--plan auto` reads. Takes seconds.\n"
+    "\n"
+    "  --offload-dir DIR  measure the disk tier there (a temporary file, removed after)\n"
+    "  --threads N        threads (default: all cores; record the count training uses)\n"
+    "  --quick            fewer repetitions\n"
+    "  --out FILE         where to write the rates\n";
+
+static void fmt_b(char *buf, size_t n, double b) {
+    if (b < 1024.0 * 1024) snprintf(buf, n, "%.1f KiB", b / 1024);
+    else if (b < 1024.0 * 1024 * 1024) snprintf(buf, n, "%.1f MiB", b / 1048576.0);
+    else snprintf(buf, n, "%.2f GiB", b / 1073741824.0);
+}
+
+static void print_calibration(FILE *f, const hpt_calibration *c) {
+    fprintf(f, "  threads %d\n  GEMM GFLOP/s (128 rows, C -> 4C):", c->threads);
+    for (int i = 0; i < HPT_CAL_GEMM_SIZES; i++)
+        fprintf(f, " C=%d fwd %.1f bwd %.1f%s", c->gemm_C[i], c->gemm_fwd_gflops[i],
+                c->gemm_bwd_gflops[i], i + 1 < HPT_CAL_GEMM_SIZES ? ";" : "\n");
+    fprintf(f, "  head GEMM GFLOP/s (128 rows, 768 -> 32768): fwd %.1f bwd %.1f\n", c->head_gflops[0],
+            c->head_gflops[1]);
+    fprintf(f, "  attention GFLOP/s (T=128): flash fwd %.1f bwd %.1f; plain fwd %.1f bwd %.1f\n",
+            c->attn_gflops[0][0], c->attn_gflops[0][1], c->attn_gflops[1][0], c->attn_gflops[1][1]);
+    fprintf(f, "  memory pass %.2f GB/s (read+write); memcpy %.2f GB/s; disk read %.2f GB/s, "
+            "write %.2f GB/s%s\n", c->mem_gbps, c->host_copy_gbps, c->disk_read_gbps,
+            c->disk_write_gbps, c->disk_read_gbps > 0 ? " (O_DIRECT)" : " (not measured)");
+    fprintf(f, "  update ns/param, 32-bit / 8-bit state:");
+    for (int k = 0; k < HPT_OPTIM_COUNT; k++)
+        fprintf(f, " %s %.2f / %.2f%s", hpt_optim_name((hpt_optim_kind)k), c->optim_ns[k][0],
+                c->optim_ns[k][1], k + 1 < HPT_OPTIM_COUNT ? ";" : "\n");
+}
+
+int cmd_calibrate(int argc, char **argv) {
+    static const struct option longopts[] = {
+        {"offload-dir", 1, 0, 'd'}, {"threads", 1, 0, 'j'}, {"quick", 0, 0, 'Q'},
+        {"out", 1, 0, 'o'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    const char *dir = NULL, *out = NULL;
+    int quick = 0, opt_rc = 0, c;
+    long threads = 0;
+    while ((c = cli_getopt("calibrate", argc, argv, longopts, k_help, &opt_rc)) != -1) {
+        if (c == CLI_OPT_EXIT) return opt_rc;
+        int r = 0;
+        switch (c) {
+        case 'd': dir = optarg; break;
+        case 'j': r = cli_parse_long("calibrate", "--threads", optarg, 1, 1024, &threads); break;
+        case 'Q': quick = 1; break;
+        case 'o': out = optarg; break;
+        }
+        if (r) return r;
+    }
+    if (optind < argc) return cli_usage_error("calibrate", "unexpected argument '%s'", argv[optind]);
+    if (threads) hpt_set_threads((int)threads);
+    char path[4096];
+    if (!out) out = hpt_calibration_path(path, sizeof path);
+    hpt_calibration cal;
+    double t0 = hpt_now();
+    hpt_status s = hpt_calibrate(dir, quick, &cal);
+    if (s != HPT_OK) return cli_lib_error(s, "calibrate");
+    s = hpt_calibration_save(out, &cal);
+    if (s != HPT_OK) return cli_lib_error(s, "calibrate");
+    printf("calibrate: measured in %.1f s, written to %s\n", hpt_now() - t0, out);
+    print_calibration(stdout, &cal);
+    return 0;
+}
+
+/* ---- --plan auto --------------------------------------------------------------------------- */
+
+static uint64_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
+static int cli_calibration(const char *cmd, const char *disk_dir, int verbose, hpt_calibration *cal) {
+    char path[4096];
+    hpt_calibration_path(path, sizeof path);
+    hpt_status s = hpt_calibration_load(path, cal);
+    if (s == HPT_OK && (!disk_dir || cal->disk_read_gbps > 0)) {
+        if (verbose) {
+            fprintf(stderr, "hptrain: %s: calibration from %s:\n", cmd, path);
+            print_calibration(stderr, cal);
+        }
+        return 0;
+    }
+    fprintf(stderr, "hptrain: %s: %s; running a quick calibration (hptrain calibrate) ...\n", cmd,
+            s == HPT_OK ? "the cached calibration has no disk rates" : "no calibration cached");
+    s = hpt_calibrate(disk_dir, 1, cal);
+    if (s != HPT_OK) return cli_lib_error(s, cmd);
+    if (hpt_calibration_save(path, cal) == HPT_OK)
+        fprintf(stderr, "hptrain: %s: calibration written to %s\n", cmd, path);
+    if (verbose) print_calibration(stderr, cal);
+    return 0;
+}
+
+static void cli_auto_budgets(hpt_plan *p, int verbose) {
+    uint64_t avail = mem_available();
+    char b[32];
+    if (!p->budget_bytes[HPT_TIER_DEVICE]) p->budget_bytes[HPT_TIER_DEVICE] = avail;
+    if (!p->budget_bytes[HPT_TIER_HOST]) /* the CPU's device tier is the same RAM */
+        p->budget_bytes[HPT_TIER_HOST] = avail > p->budget_bytes[HPT_TIER_DEVICE]
+                                             ? avail - p->budget_bytes[HPT_TIER_DEVICE] : 1;
+    struct statvfs sv;
+    if (!p->budget_bytes[HPT_TIER_DISK] && p->offload_dir && !statvfs(p->offload_dir, &sv))
+        p->budget_bytes[HPT_TIER_DISK] = (uint64_t)sv.f_bavail * sv.f_frsize;
+    if (verbose)
+        for (int t = 0; t < HPT_TIER_COUNT; t++) {
+            fmt_b(b, sizeof b, (double)p->budget_bytes[t]);
+            fprintf(stderr, "hptrain: budget %s %s\n", hpt_tier_name((hpt_tier)t), p->budget_bytes[t] ? b : "none");
+        }
+}
+
+/* "--batch B --seq T <plan flags>" of a candidate */
+static void cand_flags(const hpt_plan_opts *o, char *buf, size_t n, int budgets) {
+    hpt_plan p = o->plan;
+    if (!budgets) {
+        memset(p.budget_bytes, 0, sizeof p.budget_bytes);
+        p.offload_dir = NULL;
+    }
+    char pb[2048];
+    if (hpt_plan_print(&p, pb, sizeof pb) != HPT_OK) snprintf(pb, sizeof pb, "(too long)");
+    snprintf(buf, n, "--batch %d --seq %d%s%s", o->B, o->T, *pb ? " " : "", pb);
+}
+
+static void print_peaks(FILE *f, const hpt_auto_cand *k) {
+    char b[HPT_TIER_COUNT][32];
+    for (int t = 0; t < HPT_TIER_COUNT; t++) fmt_b(b[t], sizeof b[t], (double)k->e.peak_bytes[t]);
+    fprintf(f, "device %s, host %s, disk %s", b[0], b[1], b[2]);
+}
+
+static void print_inputs(FILE *f, const hpt_cost *c) {
+    char x[32], y[32], z[32];
+    fprintf(f, "    inputs: %.0f tokens x accum %d; GEMM %.3g FLOP fwd (blocks %.3g at %.1f/%.1f "
+            "GFLOP/s fwd/bwd, the head at %.1f/%.1f); attention %.3g FLOP at %.1f/%.1f; pointwise "
+            "%.3g B; %.4g params at %.2f ns\n", c->tokens, c->accum, c->gemm_flops_fwd,
+            c->block_gemm_flops_fwd, c->gemm_fwd_gflops, c->gemm_bwd_gflops, c->head_fwd_gflops,
+            c->head_bwd_gflops, c->attn_flops_fwd, c->attn_fwd_gflops,
+            c->attn_bwd_gflops, c->pointwise_bytes, c->params, c->optim_ns);
+    fmt_b(x, sizeof x, c->load_bytes), fmt_b(y, sizeof y, c->grad_out_bytes);
+    fmt_b(z, sizeof z, c->state_in_bytes + c->state_out_bytes);
+    fprintf(f, "    engine: loads %s, gradient write-backs %s, state streamed %s; activation "
+            "offload %.3g B each way\n", x, y, z, c->act_out_bytes);
+    fprintf(f, "    parts: forward %.3f s, backward %.3f s, recompute %.3f s, pointwise %.3f s, "
+            "update %.3f s, transfers %.3f s of which exposed %.3f s\n", c->fwd_s, c->bwd_s,
+            c->recompute_s, c->pointwise_s, c->optim_s, c->transfer_s, c->exposed_s);
+}
+
+int cli_auto_plan(const char *cmd, hpt_plan_opts *po, int64_t tokens_per_step, int allow_lossy,
+                  int verbose, FILE *f) {
+    int64_t S = (int64_t)po->B * (po->accum > 1 ? po->accum : 1);
+    if (tokens_per_step > 0) {
+        if (tokens_per_step % po->T)
+            return cli_usage_error(cmd, "--tokens-per-step %lld is not a multiple of --seq %d",
+                                   (long long)tokens_per_step, po->T);
+        S = tokens_per_step / po->T;
+    }
+    cli_auto_budgets(&po->plan, verbose);
+    hpt_calibration cal;
+    int rc = cli_calibration(cmd, po->offload_dir, verbose, &cal);
+    if (rc) return rc;
+    hpt_auto_opts a = {.allow_lossy = allow_lossy, .allow_disk = po->offload_dir != NULL, .sequences = S};
+    hpt_auto_result *r = malloc(sizeof *r);
+    if (!r) return cli_error("%s: out of memory", cmd);
+    hpt_status s = hpt_plan_auto(po, &cal, &a, r);
+    char fl[2300], why[96];
+    if (s != HPT_OK) {
+        if (r->n_nofit) {
+            cand_flags(&r->nofit[0].o, fl, sizeof fl, 0);
+            fmt_b(why, sizeof why, (double)r->nofit[0].over_bytes);
+            fprintf(stderr, "hptrain: %s: the smallest plan, %s, passes the %s budget by %s\n", cmd,
+                    fl, hpt_tier_name((hpt_tier)r->nofit[0].bad_tier), why);
+        }
+        free(r);
+        return cli_lib_error(s, cmd);
+    }
+    const hpt_auto_cand *best = &r->cand[0];
+    cand_flags(&best->o, fl, sizeof fl, 1);
+    fprintf(f, "plan auto: %d plans searched (%s, %s); the fastest that fits:\n  %s\n", r->n_tried,
+            allow_lossy ? "lossy choices allowed" : "exact choices only (--allow lossy adds 8-bit "
+            "state, bf16 weights, compressed activations)",
+            a.allow_disk ? "disk homes with --offload-dir" : "no disk tier (give --offload-dir)", fl);
+    fprintf(f, "  predicted: %.3f s per step (%.0f tokens/s); peak ", best->cost.total_s,
+            (double)best->e.tokens_per_step / best->cost.total_s);
+    print_peaks(f, best);
+    fprintf(f, "\n");
+    if (verbose) print_inputs(f, &best->cost);
+    if (r->n > 1 || r->n_nofit) fprintf(f, "  runners-up:\n");
+    for (int i = 1; i < r->n; i++) {
+        cand_flags(&r->cand[i].o, fl, sizeof fl, 0);
+        fprintf(f, "    %.3f s (slower by %.1f%%): %s\n", r->cand[i].cost.total_s,
+                100.0 * (r->cand[i].cost.total_s / best->cost.total_s - 1.0), fl);
+        if (verbose) print_inputs(f, &r->cand[i].cost);
+    }
+    for (int i = 0; i < r->n_nofit; i++) {
+        cand_flags(&r->nofit[i].o, fl, sizeof fl, 0);
+        fmt_b(why, sizeof why, (double)r->nofit[i].over_bytes);
+        fprintf(f, "    %.3f s but does not fit the %s tier by %s: %s\n", r->nofit[i].cost.total_s,
+                hpt_tier_name((hpt_tier)r->nofit[i].bad_tier), why, fl);
+    }
+    po->B = best->o.B;
+    po->plan = best->o.plan;
+    po->plan.given = 0;
+    free(r);
+    return 0;
+}
+
+void cli_auto_advice(const char *cmd, const hpt_plan_opts *po, FILE *f) {
+    hpt_calibration cal;
+    char path[4096];
+    if (hpt_calibration_load(hpt_calibration_path(path, sizeof path), &cal) != HPT_OK) {
+        fprintf(f, "hptrain: %s: run `hptrain calibrate` once, and --plan auto proposes whole "
+                "plans that fit with their predicted step times\n", cmd);
+        return;
+    }
+    hpt_auto_opts a = {.allow_lossy = 0, .allow_disk = po->offload_dir != NULL && cal.disk_read_gbps > 0,
+                       .sequences = (int64_t)po->B * (po->accum > 1 ? po->accum : 1)};
+    hpt_plan_opts base = *po;
+    if (!base.budget_bytes[HPT_TIER_HOST]) cli_auto_budgets(&base.plan, 0);
+    hpt_auto_result *r = malloc(sizeof *r);
+    if (!r) return;
+    for (int lossy = 0; lossy < 2; lossy++) {
+        a.allow_lossy = lossy;
+        if (hpt_plan_auto(&base, &cal, &a, r) == HPT_OK) break;
+    }
+    if (r->n == 0) {
+        fprintf(f, "hptrain: %s: no whole plan fits these budgets (searched %d)\n", cmd, r->n_tried);
+        free(r);
+        return;
+    }
+    fprintf(f, "hptrain: %s: whole plans that fit (predicted step time; --plan auto%s picks "
+            "the first):\n", cmd, a.allow_lossy ? " --allow lossy" : "");
+    char fl[2300];
+    for (int i = 0; i < r->n && i < 3; i++) {
+        cand_flags(&r->cand[i].o, fl, sizeof fl, 0);
+        fprintf(f, "  %.3f s/step: %s\n", r->cand[i].cost.total_s, fl);
+    }
+    free(r);
+}
