@@ -7,25 +7,14 @@
 #define HPT_Q8_H
 
 #include "kernels/kernels.h"
+#include "kernels/q8_codec.h"
 #include "kernels/cpu/simd.h"
 
 #include <math.h>
 #include <string.h>
 
 /* The code whose value is nearest x (x in units of the block's absmax). */
-static inline uint8_t q8_encode(float x, const float *map) {
-    int pos = 0; /* largest index with map[pos] <= x, or 0 */
-    pos += map[pos + 128] <= x ? 128 : 0;
-    pos += map[pos + 64] <= x ? 64 : 0;
-    pos += map[pos + 32] <= x ? 32 : 0;
-    pos += map[pos + 16] <= x ? 16 : 0;
-    pos += map[pos + 8] <= x ? 8 : 0;
-    pos += map[pos + 4] <= x ? 4 : 0;
-    pos += map[pos + 2] <= x ? 2 : 0;
-    pos += map[pos + 1] <= x ? 1 : 0;
-    int up = pos < 255 ? pos + 1 : 255;
-    return (uint8_t)(map[up] - x < x - map[pos] ? up : pos);
-}
+static inline uint8_t q8_encode(float x, const float *map) { return hpt_q8_encode(x, map); }
 
 /* buf (len) = the block's values; len <= 256; pl: map's byte planes (simd.h) or NULL. */
 static inline void q8_load_block(float *buf, const uint8_t *codes, float absmax, int len,
@@ -49,12 +38,7 @@ static inline void q8_load_block(float *buf, const uint8_t *codes, float absmax,
  * for every x but NaN (whose code is meaningless either way), 3.4x faster (int32 entries:
  * the loop vectorises with gathers). */
 static inline uint8_t q8_encode_lut(float x, const float *map, const int32_t *lut) {
-    uint32_t bits;
-    memcpy(&bits, &x, sizeof bits);
-    int pos = lut[bits >> 16];
-    pos += pos < 255 && map[pos + 1] <= x ? 1 : 0;
-    int up = pos < 255 ? pos + 1 : 255;
-    return (uint8_t)(map[up] - x < x - map[pos] ? up : pos);
+    return hpt_q8_encode_lut(x, map, lut);
 }
 
 /* Quantises buf (len) into codes, through lut when not NULL; returns the block's absmax. */

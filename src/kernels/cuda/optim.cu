@@ -12,30 +12,16 @@
  * CPU's only where the compilers' fp32 arithmetic does (nvcc builds this without FMA contraction,
  * as the CPU's ISO C build). */
 #include "kernels/cuda/cu_common.cuh"
+#include "kernels/q8_codec.h"
 
 #include <math.h>
 
 #define QB HPT_Q8_BLOCK
 
 /* ---- the codec (kernels/cpu/q8.h's rules) ---- */
-__device__ inline uint8_t q8_encode_dev(float x, const float *map) {
-    int pos = 0;
-    pos += map[pos + 128] <= x ? 128 : 0;
-    pos += map[pos + 64] <= x ? 64 : 0;
-    pos += map[pos + 32] <= x ? 32 : 0;
-    pos += map[pos + 16] <= x ? 16 : 0;
-    pos += map[pos + 8] <= x ? 8 : 0;
-    pos += map[pos + 4] <= x ? 4 : 0;
-    pos += map[pos + 2] <= x ? 2 : 0;
-    pos += map[pos + 1] <= x ? 1 : 0;
-    int up = pos < 255 ? pos + 1 : 255;
-    return (uint8_t)(map[up] - x < x - map[pos] ? up : pos);
-}
+__device__ inline uint8_t q8_encode_dev(float x, const float *map) { return hpt_q8_encode(x, map); }
 __device__ inline uint8_t q8_encode_lut_dev(float x, const float *map, const int32_t *lut) {
-    int pos = lut[__float_as_uint(x) >> 16];
-    pos += pos < 255 && map[pos + 1] <= x ? 1 : 0;
-    int up = pos < 255 ? pos + 1 : 255;
-    return (uint8_t)(map[up] - x < x - map[pos] ? up : pos);
+    return hpt_q8_encode_lut(x, map, lut);
 }
 
 /* One state of a block: element j of the block at lo (threads past len hold 0). */
