@@ -22,5 +22,9 @@ const char *fz_dir(void);
 /* A memory manager whose host and device budgets are bytes (a reader must refuse a header
  * that asks for more, not try). */
 hpt_mem *fz_mem(uint64_t bytes);
+/* A tokenizer file: data written as <private dir>/sub/name and loaded as a model directory's;
+ * a tokenizer that loads encodes a fixed text with and without its special tokens and the
+ * input's first bytes, and decodes what it made. Returns 0. */
+int fz_tokenizer_dir(const char *sub, const char *name, const uint8_t *data, size_t size);
 
 #endif

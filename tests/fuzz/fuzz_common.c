@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <errno.h>
+#include <sys/stat.h>
 
 static char g_dir[512];
 
@@ -45,4 +47,34 @@ hpt_mem *fz_mem(uint64_t bytes) {
     hpt_mem_set_budget(m, HPT_TIER_DEVICE, bytes);
     hpt_mem_set_budget(m, HPT_TIER_HOST, bytes);
     return m;
+}
+
+static void tok_encode(hpt_tokenizer *t, const char *text, size_t len, unsigned flags) {
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (hpt_tokenizer_encode_ex(t, text, len, flags, &ids, &n) == HPT_OK) {
+        for (size_t i = 0; i < n; i++) {
+            const char *b;
+            size_t k;
+            (void)hpt_tokenizer_decode(t, ids[i], &b, &k);
+        }
+    }
+    free(ids);
+}
+
+int fz_tokenizer_dir(const char *sub, const char *name, const uint8_t *data, size_t size) {
+    char dir[600], file[700];
+    snprintf(dir, sizeof dir, "%s/%s", fz_dir(), sub);
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) abort();
+    snprintf(file, sizeof file, "%s/%s", sub, name);
+    fz_file(file, data, size);
+    hpt_tokenizer *t = NULL;
+    if (hpt_tokenizer_load(dir, &t) != HPT_OK) return 0;
+    static const char k_text[] = "Hello world, it's 2024!\n\n  \tabc   def?! \xc3\xbc" "n\xc3\xaf"
+                                 "c\xc3\xb6" "d\xc3\xa9 \xf0\x9f\x99\x82 <|endoftext|> 'll 've\r\n";
+    tok_encode(t, k_text, sizeof k_text - 1, 0);
+    tok_encode(t, k_text, sizeof k_text - 1, HPT_TOK_SPECIAL);
+    tok_encode(t, (const char *)data, size < 300 ? size : 300, HPT_TOK_SPECIAL);
+    hpt_tokenizer_free(t);
+    return 0;
 }
