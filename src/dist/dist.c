@@ -4,8 +4,9 @@
  * (element by element, so equal inputs give equal bits whatever the transport or its timing);
  * the allgather then copies the owner's bits to every rank. This is how one process with
  * micro-batches summed apart (trainer.c, --zero) adds them, so N processes and that process
- * compute the same bits. The exchange goes in pieces of at most DIST_PIECE floats per rank
- * (the receive buffer: DIST_PIECE floats, host memory, the layer's only allocation). */
+ * compute the same bits. The exchange goes in rounds of at most DIST_PIECE/N floats from each
+ * rank (the receive buffer: DIST_PIECE floats, 16 MiB of host memory, the layer's only
+ * allocation, freed after each call). */
 #include "core/core.h"
 #include "core/crc32c.h"
 #include "dist/dist.h"
@@ -22,7 +23,8 @@ static struct {
     const dist_ops *ops;
     uint64_t sent;
     double timeout_s;
-} g_w = {0, 0, 1, 0, NULL, NULL, 0, 600.0};
+    size_t piece;  /* floats in the receive buffer (HPT_DIST_PIECE: tests make it small) */
+} g_w = {0, 0, 1, 0, NULL, NULL, 0, 600.0, DIST_PIECE};
 
 int hpt_dist_have_mpi(void) {
 #ifdef HPT_HAVE_MPI
@@ -36,6 +38,8 @@ hpt_status hpt_dist_init(void) {
     if (g_w.inited) return HPT_OK;
     const char *t = getenv("HPT_DIST_TIMEOUT_S");
     if (t && atof(t) > 0.0) g_w.timeout_s = atof(t);
+    const char *pc = getenv("HPT_DIST_PIECE");
+    if (pc && atol(pc) > 0) g_w.piece = (size_t)atol(pc);
 #ifdef HPT_HAVE_MPI
     if (dist_mpi_launched()) {
         HPT_CHECK(dist_mpi_init(&g_w.rank, &g_w.size, &g_w.ctx));
@@ -76,7 +80,8 @@ hpt_status dist_reduce_scatter_f32(float *buf, size_t n, const char *what) {
     if (N == 1) return HPT_OK;
     size_t lo[64], hi[64], plo[64], phi[64];
     if (N > 64) return hpt_fail(HPT_ERR_UNSUPPORTED, "%s: more than 64 processes", what);
-    size_t piece = DIST_PIECE / (size_t)N, biggest = 0;
+    size_t piece = g_w.piece / (size_t)N, biggest = 0;
+    if (!piece) piece = 1;
     for (int q = 0; q < N; q++) {
         dist_chunk(n, q, N, &lo[q], &hi[q]);
         if (hi[q] - lo[q] > biggest) biggest = hi[q] - lo[q];
@@ -98,6 +103,7 @@ hpt_status dist_reduce_scatter_f32(float *buf, size_t n, const char *what) {
             memcpy(acc, recv, m * sizeof(float));
             for (int q = 1; q < N; q++) {
                 const float *x = recv + (size_t)q * m;
+#pragma omp parallel for simd schedule(static) if (m >= 65536)
                 for (size_t i = 0; i < m; i++) acc[i] += x[i];
             }
         }
