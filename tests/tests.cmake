@@ -115,3 +115,10 @@ if(HPT_MPI AND TARGET hptrain_cli)
   set_tests_properties(test_zero PROPERTIES TIMEOUT 400 SKIP_RETURN_CODE 77
     ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
 endif()
+# Two hosts as network namespaces joined by a veth pair, Open MPI over TCP between them
+# (tests/test_netns.sh; needs root for `ip netns`: SKIP (77) where it is not permitted).
+if(HPT_MPI AND TARGET hptrain_cli)
+  add_test(NAME test_netns COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_netns.sh $<TARGET_FILE:hptrain_cli>)
+  set_tests_properties(test_netns PROPERTIES TIMEOUT 400 SKIP_RETURN_CODE 77
+    ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
+endif()
