@@ -76,6 +76,18 @@ print("np 2 x B 2 vs B 4 after 6 steps: weights differ by %.2e of the largest we
 sys.exit(0 if len(a) == len(b) and worst < 1e-4 else 1)
 PY
 
+# per-process memory: measured (rank 0's accounted device peak) = estimated, with and without
+# the apart sum's buffer (--accum 2 per process)
+"${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 2 --accum 2 --log "$tmp/mem.jsonl" 2>/dev/null || bad "np 2 accum 2"
+for a in 1 2; do
+    est=$("$bin" estimate --model "gpt2:L=2,C=64,NH=4,V=64,T=32" --seq 32 --batch 2 --accum $a --zero 0 --json |
+          python3 -c "import json,sys; print(json.load(sys.stdin)['peak_bytes'])")
+    log=$tmp/np2.jsonl; [ $a = 2 ] && log=$tmp/mem.jsonl
+    got=$(tail -1 "$log" | python3 -c "import json,sys; print(json.load(sys.stdin)['mem_peak_bytes'])")
+    echo "np 2, accum $a per process: device bytes per process measured $got, estimated $est"
+    [ "$est" = "$got" ] || bad "np 2 accum $a: measured $got bytes per process, estimated $est"
+done
+
 if [ -n "$asan" ] && [ -x "$asan" ]; then
     ASAN_OPTIONS=detect_leaks=0 "${mpi[@]}" -x ASAN_OPTIONS -np 2 "$asan" train "${args[@]}" --steps 6 --batch 2 --save "$tmp/np2asan" 2>"$tmp/asan.err" ||
         { bad "sanitizer build, mpirun -np 2"; tail -20 "$tmp/asan.err"; }

@@ -483,6 +483,12 @@ static int train_main(int argc, char **argv) {
         if (!isnan(last_val)) fprintf(stderr, " | val loss %.4f", (double)last_val);
         if (tok_steps) fprintf(stderr, " | %.0f tok/s", (double)o.accum * hpt_dist_size() * o.B * o.T * (double)tok_steps / (tok_time / 1e3));
         fputc('\n', stderr);
+        if (hpt_dist_size() > 1) /* the layer's own count: the gradients' sum, losses, flags */
+            fprintf(stderr, "data parallel: %d processes, --zero 0; sent per step by rank 0: %.2f "
+                    "MiB (%.3f x the parameters' fp32 bytes)\n", hpt_dist_size(),
+                    (double)hpt_dist_bytes_sent() / (double)(p.step - hpt_trainer_start_step(tr)) / 1048576.0,
+                    (double)hpt_dist_bytes_sent() / (double)(p.step - hpt_trainer_start_step(tr)) /
+                    (4.0 * (double)hpt_model_num_params(hpt_trainer_model(tr))));
         if (o.loss_scale.mode != HPT_LOSS_SCALE_OFF)
             fprintf(stderr, "loss scale: %s, %.0f at the end; %lld step%s skipped (gradient overflow)\n",
                     o.loss_scale.mode == HPT_LOSS_SCALE_DYNAMIC ? "dynamic" : "fixed",
