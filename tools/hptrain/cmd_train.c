@@ -225,7 +225,8 @@ int cmd_train(int argc, char **argv) {
     hpt_status s = hpt_dist_init();
     if (s != HPT_OK) return cli_lib_error(s, "train: starting MPI");
     int rc = train_main(argc, argv);
-    hpt_dist_finalize(rc != 0);
+    /* a stop by signal (130, 143) is every rank's, after the same step: no abort */
+    hpt_dist_finalize(rc != 0 && rc != 130 && rc != 143);
     return rc;
 }
 
