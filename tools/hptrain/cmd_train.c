@@ -16,6 +16,7 @@
 #define HPT_MIN_D(a, b) ((a) < (b) ? (a) : (b))
 
 static volatile sig_atomic_t g_stop;
+static int g_shared_fail; /* every rank knows the run failed (no MPI_Abort needed) */
 static uint64_t g_rss0; /* RSS when the command began, before hptrain allocated anything */
 static void on_signal(int sig) { g_stop = sig == SIGTERM ? 3 : 1; }
 
@@ -226,7 +227,7 @@ int cmd_train(int argc, char **argv) {
     if (s != HPT_OK) return cli_lib_error(s, "train: starting MPI");
     int rc = train_main(argc, argv);
     /* a stop by signal (130, 143) is every rank's, after the same step: no abort */
-    hpt_dist_finalize(rc != 0 && rc != 130 && rc != 143);
+    hpt_dist_finalize(rc != 0 && rc != 130 && rc != 143 && !g_shared_fail);
     return rc;
 }
 
@@ -323,6 +324,14 @@ static int train_main(int argc, char **argv) {
     tmeta.has_val = o.val != NULL;
     hpt_trainer *tr;
     s = hpt_trainer_create(mem, &o, &tr);
+    if (hpt_dist_size() > 1 && hpt_dist_any(s != HPT_OK)) { /* every rank gets here */
+        g_shared_fail = 1;
+        if (s == HPT_OK) {
+            hpt_trainer_free(tr);
+            hpt_mem_destroy(mem);
+            return cli_error("train: another process failed to start (its error is above)");
+        }
+    }
     if (s != HPT_OK) {
         /* the breakdown of what was allocated when the budget ran out (a refusal before any
          * allocation carries its own estimate-based breakdown in the error line) */
