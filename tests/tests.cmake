@@ -103,3 +103,23 @@ if(TARGET hptrain_cli)
   add_test(NAME test_plan_auto_cli COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_plan_auto.sh $<TARGET_FILE:hptrain_cli>)
   set_tests_properties(test_plan_auto_cli PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
 endif()
+# Data parallel over MPI (tests/test_zero.sh; docs/zero.md): the same bits as one process,
+# checkpoints across process counts, mismatched configurations, a killed and a hung rank. Plain
+# variant, plus one run of the sanitizer binary with LeakSanitizer off (Open MPI's allocations
+# live until exit). SKIP (77) where mpirun is missing; not registered in a build without MPI.
+if(HPT_MPI AND TARGET hptrain_cli)
+  set(_zero_asan "")
+  if(TARGET hptrain_cli_asan)
+    set(_zero_asan $<TARGET_FILE:hptrain_cli_asan>)
+  endif()
+  add_test(NAME test_zero COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_zero.sh $<TARGET_FILE:hptrain_cli> ${_zero_asan})
+  set_tests_properties(test_zero PROPERTIES TIMEOUT 400 SKIP_RETURN_CODE 77
+    ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
+endif()
+# Two hosts as network namespaces joined by a veth pair, Open MPI over TCP between them
+# (tests/test_netns.sh; needs root for `ip netns`: SKIP (77) where it is not permitted).
+if(HPT_MPI AND TARGET hptrain_cli)
+  add_test(NAME test_netns COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_netns.sh $<TARGET_FILE:hptrain_cli>)
+  set_tests_properties(test_netns PROPERTIES TIMEOUT 400 SKIP_RETURN_CODE 77
+    ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
+endif()
