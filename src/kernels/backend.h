@@ -310,5 +310,10 @@ struct hpt_backend {
 
 /* The CPU backend (kernels/cpu/backend.c): always present. */
 const hpt_backend *hpt_backend_cpu(void);
+/* The backend whose memory mem's device tier is (kernels/device.c): the CPU's unless
+ * hpt_device_bind bound mem to a GPU, which it did only after the CUDA backend started, so the
+ * answer is never NULL. Everything that allocates from mem (the model, the optimizer, the
+ * offload engine, the trainer) takes its backend here: one code path for every device. */
+const hpt_backend *hpt_backend_of(const hpt_mem *mem);
 
 #endif
