@@ -1,17 +1,13 @@
-/* transfer.cu: the CUDA backend's transfers (offload/transfer.h). Two streams of their own,
- * LOAD (host to device) and STORE (device to host), beside the compute stream cu_stream; copies
- * are cudaMemcpyAsync with cudaMemcpyDefault (unified addressing: the pointers say where they
- * live), asynchronous for the host tier's pinned memory; an hpt_xevent is a CUDA event without
- * timing. Nothing orders a copy but the caller's events (transfer.h's contract).
+/* transfer.cu: the CUDA backend's transfers (kernels/backend.h, "transfers"). Two streams of
+ * their own, LOAD (host to device) and STORE (device to host), beside the compute stream
+ * cu_stream; copies are cudaMemcpyAsync with cudaMemcpyDefault (unified addressing: the pointers
+ * say where they live), asynchronous for the host tier's pinned memory; an hpt_xevent is a CUDA
+ * event without timing. Nothing orders a copy but the caller's events (the table's contract).
  * The streams are made once, at the first hpt_transfer_cuda() (hpt_device_bind makes that
  * call), under a lock, and live as long as the process: hpt_cuda_shutdown leaves them, as it
- * does not reset the device (a few hundred bytes of the driver's). Errors: event_create returns them; the others are kept by
- * cu_note for hpt_cuda_status(). */
+ * does not reset the device (a few hundred bytes of the driver's). Errors: event_create returns
+ * them; the other calls keep the first in cu_note for hpt_cuda_status(). */
 #include "kernels/cuda/cu_common.cuh"
-
-extern "C" {
-#include "offload/transfer.h"
-}
 
 #include <pthread.h>
 #include <stdlib.h>

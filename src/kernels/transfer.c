@@ -1,10 +1,11 @@
-/* transfer.c: the CPU's transfers (offload/transfer.h) and the choice of a memory manager's.
+/* transfer.c: the CPU's transfers (kernels/backend.h, "transfers") and the choice of an
+ * hpt_mem's.
  * On the CPU the device tier and the host tier are both RAM: a copy is a memcpy that is done
  * when it returns, so every event is already complete and records and waits do nothing; one
  * static event stands for all of them (no allocation, nothing to free). */
 #include "core/core.h"
 #include "mem/mem.h"
-#include "offload/transfer.h"
+#include "kernels/backend.h"
 #ifdef HPT_HAVE_CUDA
 #include "kernels/cuda/cuda.h"
 #endif
