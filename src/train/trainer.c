@@ -395,9 +395,10 @@ static hpt_status setup(hpt_trainer *tr) {
             s = hpt_fail(HPT_ERR_SHAPE, "%s was trained with batch %d and sequence %d; resume "
                          "with the same (got %d and %d)", path, pos.B, pos.T, o->B, o->T);
         else if (pos.accum != (o->accum > 1 ? o->accum : 1) * dp_size())
-            s = hpt_fail(HPT_ERR_INVALID, "%s was trained with %d micro-batches per step "
-                         "(--accum times processes); resume with the same (got %d x %d)", path,
-                         pos.accum, o->accum > 1 ? o->accum : 1, dp_size());
+            s = hpt_fail(HPT_ERR_INVALID, "%s was trained with --accum %d on one process (its "
+                         "micro-batches per step: --accum times processes); resume with the same "
+                         "product (got --accum %d x %d processes)", path, pos.accum,
+                         o->accum > 1 ? o->accum : 1, dp_size());
         else if (pos.step > o->steps)
             s = hpt_fail(HPT_ERR_INVALID, "%s is at step %lld, beyond --steps %lld", path,
                          (long long)pos.step, (long long)o->steps);
