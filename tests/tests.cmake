@@ -41,7 +41,9 @@ set_tests_properties(test_verify_torch PROPERTIES SKIP_RETURN_CODE 77
 hpt_add_test(test_infer test_infer.c)
 hpt_add_test(test_loss_scale test_loss_scale.c)
 hpt_add_test(test_plan test_plan.c)
-hpt_add_test(test_embed test_embed.c)
+# GPT-2's embeddings, and llama's (untied and tied) from the same source
+hpt_add_test(test_embed test_embed.c ARGS gpt2)
+hpt_add_test_of(test_embed_llama test_embed ARGS llama)
 hpt_add_test(test_model_api test_model_api.c)
 hpt_add_test(test_backend test_backend.c)
 hpt_add_test(test_gemm test_gemm.c)
@@ -95,7 +97,6 @@ foreach(variant IN LISTS HPT_VARIANTS)
 endforeach()
 # the CUDA backend's region allocator is host code: tested everywhere, GPU or not
 hpt_add_test(test_cuda_carve test_cuda_carve.c)
-hpt_add_test(test_embed_llama test_embed_llama.c)
 hpt_add_test(test_plan_auto test_plan_auto.c)
 # --plan auto end to end with a fake calibration (tests/test_plan_auto.sh)
 if(TARGET hptrain_cli)

@@ -117,10 +117,17 @@ hpt_status hpt_plan_check(const hpt_plan *p, const hpt_plan_env *env);
 hpt_status hpt_plan_print(const hpt_plan *p, char *buf, size_t n);
 
 /* Whether the plan's device can run here: HPT_OK for the CPU; for CUDA (device 1 + N),
- * HPT_ERR_UNSUPPORTED with a one-line reason when the build has no CUDA backend, when there is no
- * GPU N, or (today) because the runner does not yet run on the CUDA backend, whose ops are checked
- * one by one against the CPU's (tests/test_backend.c, test_cuda; docs/cuda.md). */
+ * HPT_ERR_UNSUPPORTED with a one-line reason when the build has no CUDA backend or there is no
+ * GPU N (docs/cuda.md). */
 hpt_status hpt_device_ready(int device);
+/* Makes mem's device tier the memory of device (0: the CPU, nothing changes), before anything
+ * is allocated from mem: on a GPU, starts the CUDA backend and, when mem has a device budget,
+ * takes the GPU's measured fixed overhead (the CUDA context, cuBLAS's workspace, the backend's
+ * buffers: total less free memory once started) out of it and sizes the device region to what
+ * is left, so that the device tier plus the overhead stay within the budget, as on a card of
+ * that size. *overhead_bytes (may be NULL) gets the overhead (0 on the CPU). HPT_ERR_OOM when
+ * the budget is not above the overhead. */
+hpt_status hpt_device_bind(hpt_mem *mem, int device, uint64_t *overhead_bytes);
 
 /* ---- plan: the estimator ---------------------------------------------------------------- */
 

@@ -732,7 +732,7 @@ hpt_status eng_create(hpt_mem *mem, int L, int n_slices, const size_t *slice_n,
     offload_engine *e = calloc(1, sizeof *e);
     if (!e) return hpt_fail(HPT_ERR_OOM, "cannot allocate the offload engine");
     e->mem = mem;
-    e->be = hpt_backend_cpu();
+    e->be = hpt_backend_of(mem);
     e->o = *o;
     e->L = L;
     e->ns = n_slices;

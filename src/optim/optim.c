@@ -288,7 +288,7 @@ hpt_status hpt_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts 
     hpt_optim *op = calloc(1, sizeof *op);
     if (!op) return hpt_fail(HPT_ERR_OOM, "cannot allocate the optimizer object");
     op->mem = mem;
-    op->be = hpt_backend_cpu();
+    op->be = hpt_backend_of(mem);
     op->model = model;
     op->tab = model_table(model);
     op->o = *o;

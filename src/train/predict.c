@@ -48,7 +48,7 @@ hpt_status predictor_init(weight_predictor *pr, hpt_mem *mem, int kind, size_t n
                           uint64_t seed) {
     memset(pr, 0, sizeof *pr);
     pr->mem = mem;
-    pr->be = hpt_backend_cpu();
+    pr->be = hpt_backend_of(mem);
     pr->kind = kind;
     pr->n = n;
     pr->decay = decay;

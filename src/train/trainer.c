@@ -62,7 +62,7 @@
 struct hpt_trainer {
     hpt_train_opts o;
     hpt_mem *mem;
-    const hpt_backend *be;    /* device copies (the CPU's for now) */
+    const hpt_backend *be;    /* mem's device tier's (hpt_backend_of): device copies */
     hpt_gpt2 *model;
     hpt_optim *opt;
     hpt_dataloader *train, *val;
@@ -208,12 +208,11 @@ static hpt_status mkdir_p(const char *dir) {
  * live0: device bytes live before setup began. */
 static hpt_status check_budget(hpt_trainer *tr, hpt_model_config *cfg, const char *ckpt,
                                uint64_t live0) {
-    uint64_t budget = tr->o.plan.budget_bytes[HPT_TIER_DEVICE];
-    if (!budget) { /* a library caller may have set the budget on mem instead of in the plan */
-        hpt_mem_stats st;
-        hpt_mem_get_stats(tr->mem, &st);
-        budget = st.budget_bytes[HPT_TIER_DEVICE];
-    }
+    /* mem's budget: the plan's (set on mem by hpt_trainer_create), less a GPU's measured
+     * context overhead (hpt_device_bind), or one a library caller set on mem */
+    hpt_mem_stats st;
+    hpt_mem_get_stats(tr->mem, &st);
+    uint64_t budget = st.budget_bytes[HPT_TIER_DEVICE];
     if (!budget) return HPT_OK;
     if (ckpt) HPT_CHECK(hpt_gpt2_read_config(ckpt, cfg));
     hpt_plan_opts po = hpt_train_plan_opts(&tr->o, cfg);
@@ -396,12 +395,10 @@ static hpt_status setup(hpt_trainer *tr) {
             s = hpt_fail(HPT_ERR_SHAPE, "%s was trained with batch %d and sequence %d; resume "
                          "with the same (got %d and %d)", path, pos.B, pos.T, o->B, o->T);
         else if (pos.accum != (o->accum > 1 ? o->accum : 1) * dp_size())
-            s = dp_size() == 1
-                ? hpt_fail(HPT_ERR_INVALID, "%s was trained with --accum %d; resume with the "
-                           "same (got %d)", path, pos.accum, o->accum > 1 ? o->accum : 1)
-                : hpt_fail(HPT_ERR_INVALID, "%s was trained with %d micro-batches per step "
-                           "(--accum times processes); resume with the same (got %d x %d)", path,
-                           pos.accum, o->accum > 1 ? o->accum : 1, dp_size());
+            s = hpt_fail(HPT_ERR_INVALID, "%s was trained with --accum %d on one process (its "
+                         "micro-batches per step: --accum times processes); resume with the same "
+                         "product (got --accum %d x %d processes)", path, pos.accum,
+                         o->accum > 1 ? o->accum : 1, dp_size());
         else if (pos.step > o->steps)
             s = hpt_fail(HPT_ERR_INVALID, "%s is at step %lld, beyond --steps %lld", path,
                          (long long)pos.step, (long long)o->steps);
@@ -470,19 +467,34 @@ static hpt_status setup(hpt_trainer *tr) {
     return s;
 }
 
+/* What a run on a GPU cannot use yet: the parts whose host code still reads tensor memory
+ * itself or whose transfers are not through the backend (docs/cuda.md, "what is not done"). */
+static hpt_status gpu_unwired(const hpt_train_opts *o) {
+    const char *what = hpt_offload_active(&o->plan.offload) ? "the offload engine (--offload, "
+                       "--fused-update, --weights, --embeddings)"
+                       : o->plan.act.offload == HPT_OFFLOAD_DISK ? "activation offload to disk"
+                       : o->sched.kind == HPT_SCHEDULE_HYBRID ? "the hybrid schedule"
+                       : NULL;
+    if (!what) return HPT_OK;
+    return hpt_fail(HPT_ERR_UNSUPPORTED, "--device cuda: %s does not run on the GPU yet "
+                    "(docs/cuda.md)", what);
+}
+
 hpt_status hpt_trainer_create(hpt_mem *mem, const hpt_train_opts *opts, hpt_trainer **out) {
     *out = NULL;
+    if (opts->plan.device) HPT_CHECK(gpu_unwired(opts));
     hpt_trainer *tr = calloc(1, sizeof *tr);
     if (!tr) return hpt_fail(HPT_ERR_OOM, "cannot allocate the trainer");
     tr->o = *opts;
     tr->mem = mem;
-    tr->be = hpt_backend_cpu();
     hpt_mem_set_context(mem, 0, HPT_PHASE_SETUP, -1);
-    /* the plan's budgets and disk directory are the run's: set on mem before anything */
+    /* the plan's budgets and disk directory are the run's: set on mem before anything; then
+     * the device (a GPU takes its measured context overhead out of the device budget) */
     for (int t = 0; t < HPT_TIER_COUNT; t++)
         if (opts->plan.budget_bytes[t]) hpt_mem_set_budget(mem, (hpt_tier)t, opts->plan.budget_bytes[t]);
-    hpt_status s = HPT_OK;
-    if (opts->plan.offload_dir) s = hpt_mem_set_disk_dir(mem, opts->plan.offload_dir);
+    hpt_status s = hpt_device_bind(mem, opts->plan.device, NULL);
+    tr->be = hpt_backend_of(mem);
+    if (s == HPT_OK && opts->plan.offload_dir) s = hpt_mem_set_disk_dir(mem, opts->plan.offload_dir);
     if (s == HPT_OK) s = setup(tr);
     if (s != HPT_OK) {
         hpt_trainer_free(tr);
