@@ -123,3 +123,10 @@ if(HPT_MPI AND TARGET hptrain_cli)
   set_tests_properties(test_netns PROPERTIES TIMEOUT 400 SKIP_RETURN_CODE 77
     ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
 endif()
+# The main job's premise (tests/test_demo.sh): scripts/demo.sh's plain plan is refused and a
+# lossless --plan auto fits its budget (estimates with a fake calibration), and its tokenizer
+if(TARGET hptrain_cli)
+  add_test(NAME test_demo COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_demo.sh $<TARGET_FILE:hptrain_cli>
+           ${CMAKE_SOURCE_DIR})
+  set_tests_properties(test_demo PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+endif()

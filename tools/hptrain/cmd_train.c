@@ -136,6 +136,16 @@ static void memory_report(const hpt_mem *mem) {
         fmt_bytes(b, sizeof b, st.budget_bytes[HPT_TIER_DEVICE]);
         fprintf(stderr, "  of budget %s", b);
     }
+    /* the other tiers' high-water marks: what --offload and --act-offload moved off the device */
+    for (int t = HPT_TIER_DEVICE + 1; t < HPT_TIER_COUNT; t++) {
+        if (!st.peak_bytes[t]) continue;
+        fmt_bytes(b, sizeof b, st.peak_bytes[t]);
+        fprintf(stderr, "\n  %-10s %12s", t == HPT_TIER_HOST ? "host peak" : "disk peak", b);
+        if (st.budget_bytes[t]) {
+            fmt_bytes(b, sizeof b, st.budget_bytes[t]);
+            fprintf(stderr, "  of budget %s", b);
+        }
+    }
     uint64_t rss = hpt_rss_peak_bytes();
     fmt_bytes(b, sizeof b, rss);
     fprintf(stderr, "\n  process peak RSS %s (includes code, libraries and allocator overhead)\n", b);
