@@ -39,20 +39,16 @@
 #define FA_HC 64 /* head columns per transposed chunk and per accumulator */
 #define FA_RB 4  /* query rows whose scores are accumulated together */
 
-#define AI static inline __attribute__((always_inline))
-
 /* 16 floats as one value (GCC's vector extension): a zmm register with AVX-512, two ymm with
  * AVX2; the FA_HC-wide accumulators below are FA_HC / 16 of these, so they stay in registers
  * (an array accumulator went to the stack on every add). Each lane's operations are the
  * scalar loop's (a multiply, then an add), so both paths give the same bits. */
 typedef float v16 __attribute__((vector_size(64)));
 #define NV (FA_HC / 16)
-AI v16 vld(const float *p) {
-    v16 v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-AI void vst(float *p, v16 v) { memcpy(p, &v, sizeof v); }
+/* v = 16 floats at p, and back (unaligned; macros: a 64-byte vector passed by value would
+ * change the ABI where the compiler is not told of AVX-512) */
+#define VLD(v, p) memcpy(&(v), (p), sizeof(v16))
+#define VST(p, v) memcpy((p), &(v), sizeof(v16))
 
 /* dst (hc, FA_BC) = the columns [i0, i0 + hc) of nk rows at src (row stride W), transposed;
  * keys nk .. FA_BC - 1 are 0 (their scores are computed and never read). */
@@ -69,18 +65,18 @@ static void transpose_tile(float *dst, const float *src, int nk, int i0, int hc,
 static void scores_rb(float (*S)[FA_BC], const float *x, int64_t xs, const float *Kt, int hc) {
     v16 acc[FA_RB][FA_BC / 16];
     for (int r = 0; r < FA_RB; r++)
-        for (int u = 0; u < FA_BC / 16; u++) acc[r][u] = vld(&S[r][16 * u]);
+        for (int u = 0; u < FA_BC / 16; u++) VLD(acc[r][u], &S[r][16 * u]);
     for (int i = 0; i < hc; i++) {
         const float *k = Kt + i * FA_BC;
         v16 kv[FA_BC / 16];
-        for (int u = 0; u < FA_BC / 16; u++) kv[u] = vld(k + 16 * u);
+        for (int u = 0; u < FA_BC / 16; u++) VLD(kv[u], k + 16 * u);
         for (int r = 0; r < FA_RB; r++) {
             const float xi = x[r * xs + i];
             for (int u = 0; u < FA_BC / 16; u++) acc[r][u] += xi * kv[u];
         }
     }
     for (int r = 0; r < FA_RB; r++)
-        for (int u = 0; u < FA_BC / 16; u++) vst(&S[r][16 * u], acc[r][u]);
+        for (int u = 0; u < FA_BC / 16; u++) VST(&S[r][16 * u], acc[r][u]);
 }
 
 static void scores_1(float *S, const float *x, const float *Kt, int hc) {
@@ -105,12 +101,16 @@ static void scores(float (*S)[FA_BC], const float *x, int64_t xs, int nr, const 
 static void axpy_sum(float *y, const float *c, int cs, const float *x, int64_t xs, int n, int hc) {
     if (hc == FA_HC) {
         v16 acc[NV];
-        for (int u = 0; u < NV; u++) acc[u] = vld(y + 16 * u);
+        for (int u = 0; u < NV; u++) VLD(acc[u], y + 16 * u);
         for (int j = 0; j < n; j++) {
             const float cj = c[j * cs], *xj = x + j * xs;
-            for (int u = 0; u < NV; u++) acc[u] += cj * vld(xj + 16 * u);
+            for (int u = 0; u < NV; u++) {
+                v16 x16;
+                VLD(x16, xj + 16 * u);
+                acc[u] += cj * x16;
+            }
         }
-        for (int u = 0; u < NV; u++) vst(y + 16 * u, acc[u]);
+        for (int u = 0; u < NV; u++) VST(y + 16 * u, acc[u]);
         return;
     }
     float acc[FA_HC];
