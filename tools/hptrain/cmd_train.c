@@ -89,7 +89,15 @@ static const char k_help[] =
     "  --predictor K        hybrid: adam (AdamW's m/(sqrt(v)+eps) under the lr schedule; needs\n"
     "                       AdamW with 32-bit state) or linear (per-parameter linear fit of the\n"
     "                       recent weights; the optimizer state moves to the host while\n"
-    "                       predicting) (default adam)\n"
+    "                       predicting) (default adam), or jump (every FULL round keeps\n"
+    "                       --jump-snapshots K weights --jump-stride S steps apart, then one\n"
+    "                       predict step jumps along a per-weight --jump-fit linear, quadratic\n"
+    "                       or exp fit --jump-horizon H steps ahead, scaled by a line search\n"
+    "                       on --jump-search-batches held-out validation batches after the\n"
+    "                       evaluation's, confirmed on 2 more or rolled back; --jump-state\n"
+    "                       keep, reset or zero-m: the moments after it; jumping stops after\n"
+    "                       2 jumps in a row worth less than --jump-min-gain real steps;\n"
+    "                       defaults S 40, K 5, H 200, linear, 4, keep, 2; docs/predict.md)\n"
     "  --check-every K      hybrid: a forward on the first validation batch every K predict\n"
     "                       steps (needs --val); 0: none (default); a phase that runs its\n"
     "                       course is measured on its first CORRECT step either way\n"
@@ -448,6 +456,11 @@ static int train_main(int argc, char **argv) {
             if (o.sched.kind == HPT_SCHEDULE_HYBRID)
                 fprintf(log, ",\"confidence\":%.4f", (double)p.confidence);
             if (p.diverged) fprintf(log, ",\"diverged\":\"%s\"", p.diverged == 2 ? "rollback" : "early");
+            if (p.jumped)
+                fprintf(log, ",\"jump_scales\":[%.6g,%.6g,%.6g],\"jump_gain\":%.6g,"
+                        "\"jump_search_ms\":%.3f,\"jump_forwards\":%lld", p.jump_scales[0],
+                        p.jump_scales[1], p.jump_scales[2], p.jump_gain, p.jump_search_ms,
+                        (long long)p.jump_forwards);
             if (p.evaluated) fprintf(log, ",\"val_loss\":%.6f", (double)p.val_loss);
             if (o.loss_scale.mode != HPT_LOSS_SCALE_OFF)
                 fprintf(log, ",\"loss_scale\":%.0f,\"skipped\":%d", (double)p.loss_scale, p.skipped);
@@ -521,6 +534,9 @@ static int train_main(int argc, char **argv) {
                     (long long)phase_steps[HPT_PHASE_PREDICT], (long long)sc->n_predict_phases,
                     (long long)sc->n_early, (long long)sc->n_rollback,
                     (long long)phase_steps[HPT_PHASE_CORRECT]);
+            if (o.sched.predictor == HPT_PREDICTOR_JUMP)
+                fprintf(stderr, "jumps: %lld (%lld rolled back)%s\n", (long long)sc->n_predict_phases,
+                        (long long)sc->n_rollback, sc->stopped ? "; stopped: jumps no longer paid" : "");
         }
         if (o.save_dir) fprintf(stderr, "saved %s/state.bin and %s/model.bin\n", o.save_dir, o.save_dir);
         memory_report(mem);
