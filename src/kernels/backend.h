@@ -315,9 +315,6 @@ const hpt_backend *hpt_backend_cpu(void);
  * answer is never NULL. Everything that allocates from mem (the model, the optimizer, the
  * offload engine, the trainer) takes its backend here: one code path for every device. */
 const hpt_backend *hpt_backend_of(const hpt_mem *mem);
-/* GPU memory a device budget keeps back for kernels CUDA loads after hpt_device_bind measured
- * the context (lazy module loading): a guess, to be measured on a GPU (docs/cuda.md). */
-#define HPT_DEVICE_LAZY_RESERVE ((uint64_t)128 << 20)
 
 /* ---- transfers (kernels/transfer.c, kernels/cuda/transfer.cu) ----
  * Copies between the host tier and the device tier that run beside compute, and the events that
