@@ -126,8 +126,12 @@ hpt_status hpt_device_ready(int device);
  * buffers: total less free memory once started) out of it and sizes the device region to what
  * is left, so that the device tier plus the overhead stay within the budget, as on a card of
  * that size. *overhead_bytes (may be NULL) gets the overhead (0 on the CPU). HPT_ERR_OOM when
- * the budget is not above the overhead. */
+ * the budget is not above the overhead. The first binding in a process sizes the device region;
+ * a later one keeps it and caps its hpt_mem's device tier within it. */
 hpt_status hpt_device_bind(hpt_mem *mem, int device, uint64_t *overhead_bytes);
+/* GPU memory a device budget also keeps back, beside the measured overhead, for the kernels CUDA
+ * loads after the measure (lazy module loading): a guess, to be measured on a GPU (docs/cuda.md). */
+#define HPT_DEVICE_LAZY_RESERVE ((uint64_t)128 << 20)
 
 /* ---- plan: the estimator ---------------------------------------------------------------- */
 

@@ -8,9 +8,14 @@
  * loses the CUDA context and the libraries' fixed buffers before hptrain allocates anything, so
  * the overhead measured here (cudaMemGetInfo once the backend has started: total - free, which
  * also counts other processes on the GPU) comes out of B, and the device region (the carve) is
- * B less that overhead: the device tier's peak plus the overhead stay within B whatever the
- * larger GPU has free. Assumption (unverified: no GPU has run this): the context of the card the
- * budget stands for is about the size of this GPU's. */
+ * B less that overhead and a reserve for the kernels CUDA loads lazily after the measure (its
+ * default module loading: cuBLAS's and our kernels' code arrives at their first launch): the
+ * device tier's peak plus the overhead stay within B whatever the larger GPU has free.
+ * The first binding in a process sizes the device region; a later one (another hpt_mem) keeps
+ * it and caps its device tier within it.
+ * Assumptions (unverified: no GPU has run this): the context of the card the budget stands for
+ * is about the size of this GPU's; HPT_DEVICE_LAZY_RESERVE covers the lazily loaded kernels
+ * (tests/test_cuda_train.c checks cudaMemGetInfo against the budget after a run). */
 #include "core/core.h"
 #include "kernels/backend.h"
 #include "mem/mem.h"
@@ -52,17 +57,21 @@ hpt_status hpt_device_bind(hpt_mem *mem, int device, uint64_t *overhead_bytes) {
     hpt_mem_get_stats(mem, &st);
     uint64_t budget = st.budget_bytes[HPT_TIER_DEVICE];
     if (budget) {
-        if (budget <= over + ((uint64_t)1 << 20))
+        if (budget <= over + HPT_DEVICE_LAZY_RESERVE + ((uint64_t)1 << 20))
             return hpt_fail(HPT_ERR_OOM, "device budget %.1f MiB: the GPU's fixed overhead (CUDA "
                             "context and libraries, measured) is already %.1f MiB",
                             (double)budget / 1048576.0, (double)over / 1048576.0);
-        uint64_t tier = budget - over;
-        if (!region && tier > fr)
+        uint64_t tier = budget - over - HPT_DEVICE_LAZY_RESERVE;
+        if (region) { /* an earlier binding's region: the tier within it */
+            if (tier > region) tier = region;
+        } else if (tier > fr) {
             return hpt_fail(HPT_ERR_OOM, "device budget %.1f MiB: GPU %d has %.1f MiB free beside "
                             "the overhead of %.1f MiB", (double)budget / 1048576.0, device - 1,
                             (double)fr / 1048576.0, (double)over / 1048576.0);
+        } else {
+            HPT_CHECK(hpt_cuda_reserve((size_t)tier));
+        }
         hpt_mem_set_budget(mem, HPT_TIER_DEVICE, tier);
-        HPT_CHECK(hpt_cuda_reserve((size_t)tier));
     }
     mem_set_device(mem, device);
     return HPT_OK;

@@ -163,6 +163,8 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
         model_describe(c, &tab);
         /* eng_create, eng_attach_optim: one block is its tensors' slices */
         eng_bytes(&o->offload, c->L, hpt_table_block_numel(&tab), o->training, mv_homes, eb);
+        /* a GPU's fused update on CPU threads: one pinned block of gradients (engine_gpu.c) */
+        eng_gpu_bytes(&o->offload, o->device != 0, hpt_table_block_numel(&tab), o->training, eb);
         for (int t = 0; t < HPT_TIER_COUNT; t++)
             for (int k = 0; k < HPT_CAT_COUNT; k++) out->bytes[t][k] += eb[t][k];
     }
