@@ -26,8 +26,9 @@
  * more than the products). The products with P and dS (O += P V, dQ += dS K, dK += dS^T Q,
  * dV += P^T dO) keep each output row in a FA_HC-wide accumulator over its whole sum, in the
  * order the sum had before (keys ascending for a row of O or dQ, query rows ascending for a
- * row of dK or dV). The tiles live on the stack (about 96 KiB), so the kernels never
- * allocate. */
+ * row of dK or dV). Heads up to FA_HM wide have their tiles' rows copied compact first
+ * (qkv's rows are pages apart). The tiles live on the stack (80 KiB forward, 112 KiB
+ * backward), so the kernels never allocate; the OpenMP threads' stacks are megabytes. */
 #include "kernels/kernels.h"
 #include "kernels/cpu/vmath.h"
 
