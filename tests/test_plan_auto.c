@@ -18,6 +18,7 @@
 /* A calibration file: the block GEMMs at g64 GFLOP/s at 64 rows and g256 at 256 rows (every
  * width), the head's at h64 and h256, the given attention rates (flash, plain) and AdamW ns per
  * param (32-bit, 8-bit); every other rate a round figure. */
+static const char *g_cal_extra = ""; /* more JSON members, each with a leading comma */
 static void write_cal_rows(const char *path, double g64, double g256, double h64, double h256,
                            double flash, double plain, double ns32, double ns8) {
     FILE *f = fopen(path, "w");
@@ -33,7 +34,7 @@ static void write_cal_rows(const char *path, double g64, double g256, double h64
                "\"plain_bwd_gflops\":%g,\"mem_gbps\":10,\"optim_ns_per_param\":{"
                "\"adamw\":{\"32\":%g,\"8\":%g},\"lion\":{\"32\":1,\"8\":1},\"adam-mini\":{\"32\":1,\"8\":1},"
                "\"sgd\":{\"32\":1,\"8\":1}},\"host_copy_gbps\":5,\"disk_read_gbps\":1,"
-               "\"disk_write_gbps\":1}\n", flash, flash, plain, plain, ns32, ns8);
+               "\"disk_write_gbps\":1%s}\n", flash, flash, plain, plain, ns32, ns8, g_cal_extra);
     fclose(f);
 }
 
@@ -157,6 +158,30 @@ int main(void) {
                       k.attn_flops_fwd / 1e9;
         CHECK(head > 0 && k.fwd_s > 0.999 * want && k.fwd_s < 1.001 * want);
     }
+    /* the offload worker's update: at its one-thread rate, and the compute loses share_loss
+     * seconds per second of it. With fused updates on host homes every block's worker work
+     * includes blk x worker_ns; raising worker_ns by 2 ns with share_loss 2 (the compute side
+     * of each block's max, since the worker's own side holds the same work once) adds
+     * 2 x 2 ns x the blocks' parameters to the step */
+    hpt_plan_opts fh = base;
+    fh.offload.params = fh.offload.grads = fh.offload.optim = HPT_TIER_HOST;
+    fh.offload.fused = 1;
+    double tot[2];
+    for (int i = 0; i < 2; i++) {
+        char extra[512];
+        snprintf(extra, sizeof extra, ",\"share_loss\":2,\"worker_ns_per_param\":{\"adamw\":"
+                 "{\"32\":%d,\"8\":1},\"lion\":{\"32\":1,\"8\":1},\"adam-mini\":{\"32\":1,"
+                 "\"8\":1},\"sgd\":{\"32\":1,\"8\":1}}", i ? 3 : 1);
+        g_cal_extra = extra;
+        write_cal(path, 1, 1, 1, 1);
+        g_cal_extra = "";
+        CHECK_OK(hpt_calibration_load(path, &cal));
+        CHECK(cal.share_loss == 2 && cal.worker_ns[HPT_OPTIM_ADAMW][0] == (i ? 3 : 1));
+        CHECK_OK(hpt_plan_cost(&fh, &cal, &k));
+        tot[i] = k.total_s;
+    }
+    double want_d = 2 * 2e-9 * k.block_params;
+    CHECK(k.block_params > 0 && fabs((tot[1] - tot[0]) - want_d) < 1e-6 * want_d + 1e-12);
     write_cal(path, 1, 1000, 1, 1);
     CHECK_OK(hpt_calibration_load(path, &cal));
 
