@@ -23,9 +23,9 @@ static void write_cal_rows(const char *path, double g64, double g256, double h64
                            double flash, double plain, double ns32, double ns8) {
     FILE *f = fopen(path, "w");
     fprintf(f, "{\"version\":2,\"threads\":1,\"gemm\":[");
-    static const int Cs[4] = {256, 768, 1600, 2048};
+    static const int Cs[HPT_CAL_GEMM_SIZES] = {512, 768, 1024, 1280, 1600, 2048};
     for (int r = 0; r < 2; r++)
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < HPT_CAL_GEMM_SIZES; i++)
             fprintf(f, "%s{\"rows\":%d,\"C\":%d,\"fwd_gflops\":%g,\"bwd_gflops\":%g}", r + i ? "," : "",
                     r ? 256 : 64, Cs[i], r ? g256 : g64, r ? g256 : g64);
     fprintf(f, "],\"head\":[{\"rows\":64,\"fwd_gflops\":%g,\"bwd_gflops\":%g},"
@@ -119,7 +119,7 @@ int main(void) {
     /* the file: a round trip, and a wrong version refused */
     write_cal(path, 1, 1000, 1, 1);
     CHECK_OK(hpt_calibration_load(path, &cal));
-    CHECK(cal.attn_gflops[1][0] == 1000 && cal.attn_gflops[0][1] == 1 && cal.gemm_C[2] == 1600);
+    CHECK(cal.attn_gflops[1][0] == 1000 && cal.attn_gflops[0][1] == 1 && cal.gemm_C[4] == 1600);
     char path2[4096];
     snprintf(path2, sizeof path2, "%s/sub/cal2.json", t_tmpdir());
     CHECK_OK(hpt_calibration_save(path2, &cal));
