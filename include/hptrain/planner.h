@@ -8,7 +8,7 @@
 #endif /* HPTRAIN_PLANNER_H */
 
 #define HPT_CAL_VERSION 2
-#define HPT_CAL_GEMM_SIZES 4
+#define HPT_CAL_GEMM_SIZES 6
 #define HPT_CAL_GEMM_ROWS 2
 
 /* Rates measured by hpt_calibrate (or read from its cached file). Rates are per second. */

@@ -30,7 +30,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const int k_gemm_C[HPT_CAL_GEMM_SIZES] = {256, 768, 1600, 2048};
+static const int k_gemm_C[HPT_CAL_GEMM_SIZES] = {512, 768, 1024, 1280, 1600, 2048};
 
 const char *hpt_calibration_path(char *buf, size_t n) {
     const char *env = getenv("HPT_CALIBRATION");
