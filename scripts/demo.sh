@@ -15,10 +15,10 @@ hpt=build/hptrain
 out=out/demo
 tok=data/bpe2048
 data=data/mobydick-bpe2048
-model="gpt2:L=4,C=192,NH=6,V=2048,T=128"
+model="gpt2:L=4,C=192,NH=6,V=2048,T=512"
 budget=(--memory 40MiB --host-memory 64MiB)
-# what a person would write: 16 sequences of 128 tokens per step, fp32 AdamW, in the budget
-job=(--model "$model" --data "$data/train_*.bin" --val "$data/val_*.bin" --batch 16 --seq 128 "${budget[@]}")
+# what a person would write: 4 sequences of 512 tokens per step, fp32 AdamW, in the budget
+job=(--model "$model" --data "$data/train_*.bin" --val "$data/val_*.bin" --batch 4 --seq 512 "${budget[@]}")
 hyper=(--steps "$steps" --lr 3e-3 --warmup 20 --eval-every 50 --val-batches 10)
 
 if [ ! -f "$tok/vocab.bpe" ]; then node scripts/bpe_truncate.js "$tok" 1791; fi
@@ -81,7 +81,7 @@ for f in $flags; do
 done
 
 echo
-echo "3. Training $steps steps of 16 x 128 tokens with that plan (validation loss every 50 steps):"
+echo "3. Training $steps steps of 4 x 512 tokens with that plan (validation loss every 50 steps):"
 echo "   \$ hptrain train ${job[*]} ${hyper[*]} --plan auto ${lossy[*]}"
 "$hpt" train "${job[@]}" "${hyper[@]}" --plan auto "${lossy[@]}" --save "$out" --log "$out/log.jsonl" \
   2>&1 | tee "$out/train.log" | awk '
@@ -126,8 +126,8 @@ echo "6. What it learned: a sample and the validation perplexity:"
 echo "   \$ hptrain sample --model $out --tokenizer $tok --prompt 'Call me Ishmael.' --tokens 120"
 "$hpt" sample --model "$out" --tokenizer "$tok" --prompt "Call me Ishmael." --tokens 120 \
   --temperature 0.8 --top-k 40 --quiet | fold -s -w 92 | sed 's/^/   | /'
-echo "   \$ hptrain eval --model $out --data '$data/val_*.bin' --batch 16 --seq 128"
-"$hpt" eval --model "$out" --data "$data/val_*.bin" --batch 16 --seq 128 --quiet | tail -1 |
+echo "   \$ hptrain eval --model $out --data '$data/val_*.bin' --batch 4 --seq 512"
+"$hpt" eval --model "$out" --data "$data/val_*.bin" --batch 4 --seq 512 --quiet | tail -1 |
   awk '{ printf "   validation loss %.3f, perplexity %.1f over %d tokens (an untrained model: about 2048)\n", $2, $4, $8 }'
 echo
 echo "demo: $(($(date +%s) - t0)) s after the build; logs, trace and model in $out/"
