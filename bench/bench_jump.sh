@@ -9,6 +9,8 @@
 #   eval      seeds $SEEDS (default "2 3 4"): FULL-only and the chosen setting ($CHOSEN, a grid
 #             name, read from $OUT/chosen.txt when unset)
 #   states    seed 1: the chosen setting with --jump-state reset and zero-m
+#   evalall   seeds $SEEDS: every grid setting (the jumps only)
+#   fullonly  seeds $SEEDS: FULL-only alone (eval with SKIP_FULL=1 then runs the jumps only)
 #   baseline  seeds $SEEDS: the per-step adam predictor (the first attempt's chosen setting)
 # Env: BUILD (build), OUT (out/bench_jump), THREADS (1), DATA (data/mobydick), MODEL, B, T, LR.
 set -euo pipefail
@@ -69,11 +71,24 @@ eval|states)
     done
   else
     for s in $seeds; do
-      run "full_s$s" "$s" &
+      [ -n "${SKIP_FULL:-}" ] || run "full_s$s" "$s" &
       # shellcheck disable=SC2086
       run "jump_${chosen}_s$s" "$s" "${jump[@]}" ${grid[$chosen]} &
     done
   fi
+  wait
+  ;;
+evalall) # every grid setting on the evaluation seeds (docs/predict.md: the amendment)
+  for s in $seeds; do
+    for g in "${!grid[@]}"; do
+      # shellcheck disable=SC2086
+      run "jump_${g}_s$s" "$s" "${jump[@]}" ${grid[$g]} &
+    done
+  done
+  wait
+  ;;
+fullonly) # the evaluation seeds' FULL-only runs alone (they do not depend on the choice)
+  for s in $seeds; do run "full_s$s" "$s" & done
   wait
   ;;
 baseline)
@@ -83,5 +98,5 @@ baseline)
   done
   wait
   ;;
-*) echo "usage: $0 tune|eval|states|baseline [steps]" >&2; exit 2 ;;
+*) echo "usage: $0 tune|eval|evalall|states|fullonly|baseline [steps]" >&2; exit 2 ;;
 esac
