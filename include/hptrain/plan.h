@@ -77,6 +77,11 @@ hpt_status hpt_loss_scale_parse(const char *text, hpt_loss_scale_opts *o);
     const char *offload_dir;    /* the disk tier's directory (borrowed), or NULL */ \
     int device;                 /* where the run computes: 0 the CPU (default), 1 + N CUDA device
                                  * N (--device cpu | cuda | cuda:N; docs/cuda.md) */ \
+    int zero;                   /* data parallel (docs/zero.md): -1 (default) none chosen (many
+                                 * processes run 0); 0: replicated state, gradients summed over
+                                 * the processes in rank order, micro-batches summed apart (so
+                                 * one process with --accum N computes N processes' bits);
+                                 * 1-3: ZeRO's sharded stages (not built yet: refused) */ \
     uint64_t given;             /* bit i: option i (hpt_plan_option_name) was set by
                                  * hpt_plan_set; 0 in a plan made in code. Choices whose default
                                  * follows another (SGD's weight decay, the loss scale of fp16

@@ -34,7 +34,7 @@ enum {
     O_SCHEDULE, O_WARMUP_STEPS, O_FULL_STEPS, O_MAX_PREDICT, O_CONFIDENCE, O_CORRECT_STEPS,
     O_PREDICTOR, O_CHECK_EVERY, O_CHECK_WEIGHTS, O_BAND, O_ROLLBACK,
     O_MEMORY, O_HOST_MEMORY, O_DISK_MEMORY, O_OFFLOAD_DIR,
-    O_DEVICE,
+    O_DEVICE, O_ZERO,
     O_COUNT
 };
 
@@ -51,7 +51,7 @@ static const struct {
     {"max-predict-steps", 1}, {"confidence", 1}, {"correct-steps", 1}, {"predictor", 1},
     {"check-every", 1}, {"check-weights", 1}, {"band", 1}, {"rollback-bound", 1},
     {"memory", 1}, {"host-memory", 1}, {"disk-memory", 1}, {"offload-dir", 1},
-    {"device", 1},
+    {"device", 1}, {"zero", 1},
 };
 
 #define GIVEN(p, i) (((p)->given >> (i)) & 1u)
@@ -65,6 +65,7 @@ hpt_plan hpt_plan_default_choices(void) {
     p.loss_scale = hpt_loss_scale_defaults();
     p.sched = hpt_schedule_defaults();
     p.accum = 1;
+    p.zero = -1;
     return p;
 }
 
@@ -217,6 +218,7 @@ static hpt_status set_option(hpt_plan *p, int opt, const char *v) {
     case O_DISK_MEMORY: return named(opt, hpt_parse_size(v, &p->budget_bytes[HPT_TIER_DISK]));
     case O_OFFLOAD_DIR: p->offload_dir = v; return HPT_OK;
     case O_DEVICE: return parse_device(v, &p->device);
+    case O_ZERO: return set_int(opt, v, 0, 3, &p->zero);
     }
     return hpt_fail(HPT_ERR_INVALID, "unknown option %d", opt);
 }
@@ -289,6 +291,19 @@ hpt_status hpt_plan_check(const hpt_plan *p, const hpt_plan_env *env) {
         if (any_home_on(of, HPT_TIER_DISK))
             return hpt_fail(HPT_ERR_INVALID, "--offload to disk needs --offload-dir DIR");
     }
+    /* data parallel: the replicated stage only so far (docs/zero.md) */
+    if (p->zero < -1 || p->zero > 3) return hpt_fail(HPT_ERR_INVALID, "--zero %d: expected 0 to 3", p->zero);
+    if (p->zero > 0)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d (sharded %s) is not built yet: --zero 0 "
+                        "replicates the state on every process", p->zero,
+                        p->zero == 1 ? "optimizer state" : p->zero == 2 ? "optimizer state and "
+                        "gradients" : "optimizer state, gradients and parameters");
+    if (p->zero >= 0 && p->accum > 1 && hpt_offload_active(&p->offload))
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero with --accum sums the micro-batches' "
+                        "gradients apart in the flat gradient buffer: not with --offload yet");
+    if (p->zero >= 0 && p->sched.kind == HPT_SCHEDULE_HYBRID)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero does not combine with the hybrid schedule "
+                        "(its predict phases move the weights without gradients to reduce)");
     /* whether the device is here is hpt_device_ready's (estimates for a GPU run anywhere) */
     if (p->device < 0) return hpt_fail(HPT_ERR_INVALID, "--device: bad device %d", p->device);
     /* each family's own choices */
@@ -419,6 +434,7 @@ hpt_status hpt_plan_print(const hpt_plan *p, char *buf, size_t n) {
             emit(&o, k_budget_opt[t], "%llu", (unsigned long long)p->budget_bytes[t]);
     if (p->offload_dir) emit(&o, O_OFFLOAD_DIR, "%s", p->offload_dir);
     if (p->device) emit(&o, O_DEVICE, "cuda:%d", p->device - 1);
+    if (p->zero != d.zero) emit(&o, O_ZERO, "%d", p->zero);
     if (o.cut) return hpt_fail(HPT_ERR_INVALID, "the plan's flags need more than %zu bytes", n);
     return HPT_OK;
 }

@@ -6,8 +6,9 @@
  * cores, a training step does not; the best is the rate of the machine's quiet moments, the
  * least noisy figure on a shared machine: the same step was measured at 0.43 s and at 4.1 s
  * minutes apart here; compare predictions with a run's fastest steps):
- * GEMM (matmul_forward and matmul_backward) at a step's shapes, 128 rows of width C against 4C
- * outputs for a few C, and a head's (C = 768 against 32768 outputs); causal attention (flash and plain, forward and backward) at T = 128; a
+ * GEMM (matmul_forward and matmul_backward) at a step's shapes: a block's four GEMMs for a few
+ * widths C and a head's (C = 768 against 32768 outputs), each at 64 and 256 rows (B*T: the
+ * rate per FLOP depends on it); causal attention (flash and plain, forward and backward) at T = 128; a
  * read+write streaming pass (the backend's scale op over 256 MiB, past the caches); each optimizer's update in
  * ns per parameter at 32 and 8 bits; memcpy host to host; the disk with O_DIRECT (64 MiB
  * transfers, a large block's, of a 256 MiB temporary file in the disk directory, removed after).
@@ -50,15 +51,23 @@ hpt_status hpt_calibration_save(const char *path, const hpt_calibration *c) {
     cJSON_AddNumberToObject(j, "threads", c->threads);
     cJSON_AddNumberToObject(j, "cores", c->cores);
     cJSON *g = cJSON_AddArrayToObject(j, "gemm");
-    for (int i = 0; i < HPT_CAL_GEMM_SIZES; i++) {
+    for (int r = 0; r < HPT_CAL_GEMM_ROWS; r++)
+        for (int i = 0; i < HPT_CAL_GEMM_SIZES; i++) {
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "rows", c->gemm_rows[r]);
+            cJSON_AddNumberToObject(e, "C", c->gemm_C[i]);
+            cJSON_AddNumberToObject(e, "fwd_gflops", c->gemm_fwd_gflops[r][i]);
+            cJSON_AddNumberToObject(e, "bwd_gflops", c->gemm_bwd_gflops[r][i]);
+            cJSON_AddItemToArray(g, e);
+        }
+    cJSON *h = cJSON_AddArrayToObject(j, "head");
+    for (int r = 0; r < HPT_CAL_GEMM_ROWS; r++) {
         cJSON *e = cJSON_CreateObject();
-        cJSON_AddNumberToObject(e, "C", c->gemm_C[i]);
-        cJSON_AddNumberToObject(e, "fwd_gflops", c->gemm_fwd_gflops[i]);
-        cJSON_AddNumberToObject(e, "bwd_gflops", c->gemm_bwd_gflops[i]);
-        cJSON_AddItemToArray(g, e);
+        cJSON_AddNumberToObject(e, "rows", c->gemm_rows[r]);
+        cJSON_AddNumberToObject(e, "fwd_gflops", c->head_gflops[r][0]);
+        cJSON_AddNumberToObject(e, "bwd_gflops", c->head_gflops[r][1]);
+        cJSON_AddItemToArray(h, e);
     }
-    cJSON_AddNumberToObject(j, "head_fwd_gflops", c->head_gflops[0]);
-    cJSON_AddNumberToObject(j, "head_bwd_gflops", c->head_gflops[1]);
     cJSON_AddNumberToObject(j, "flash_fwd_gflops", c->attn_gflops[0][0]);
     cJSON_AddNumberToObject(j, "flash_bwd_gflops", c->attn_gflops[0][1]);
     cJSON_AddNumberToObject(j, "plain_fwd_gflops", c->attn_gflops[1][0]);
@@ -106,13 +115,32 @@ hpt_status hpt_calibration_load(const char *path, hpt_calibration *c) {
     c->version = (int)v;
     if (ok && num(j, "threads", &v)) c->threads = (int)v;
     if (ok && num(j, "cores", &v)) c->cores = (int)v;
+    /* the GEMMs: rows-major, [rows][C]; every rate > 0, the rows and widths ascending */
     const cJSON *g = cJSON_GetObjectItemCaseSensitive(j, "gemm");
-    ok = ok && cJSON_IsArray(g) && cJSON_GetArraySize(g) == HPT_CAL_GEMM_SIZES;
-    for (int i = 0; ok && i < HPT_CAL_GEMM_SIZES; i++) {
-        const cJSON *e = cJSON_GetArrayItem(g, i);
-        ok = num(e, "C", &v) && (c->gemm_C[i] = (int)v) > 0 && num(e, "fwd_gflops", &c->gemm_fwd_gflops[i]) &&
-             num(e, "bwd_gflops", &c->gemm_bwd_gflops[i]) && c->gemm_fwd_gflops[i] > 0 &&
-             c->gemm_bwd_gflops[i] > 0;
+    ok = ok && cJSON_IsArray(g) && cJSON_GetArraySize(g) == HPT_CAL_GEMM_ROWS * HPT_CAL_GEMM_SIZES;
+    for (int r = 0; ok && r < HPT_CAL_GEMM_ROWS; r++)
+        for (int i = 0; ok && i < HPT_CAL_GEMM_SIZES; i++) {
+            const cJSON *e = cJSON_GetArrayItem(g, r * HPT_CAL_GEMM_SIZES + i);
+            double rows = 0, C = 0;
+            ok = num(e, "rows", &rows) && num(e, "C", &C) && C > 0 && rows > 0 &&
+                 num(e, "fwd_gflops", &c->gemm_fwd_gflops[r][i]) &&
+                 num(e, "bwd_gflops", &c->gemm_bwd_gflops[r][i]) && c->gemm_fwd_gflops[r][i] > 0 &&
+                 c->gemm_bwd_gflops[r][i] > 0;
+            if (!ok) break;
+            if (r == 0) c->gemm_C[i] = (int)C;
+            if (i == 0) c->gemm_rows[r] = (int)rows;
+            ok = (int)C == c->gemm_C[i] && (int)rows == c->gemm_rows[r] &&
+                 (i == 0 || c->gemm_C[i] > c->gemm_C[i - 1]) &&
+                 (r == 0 || i || c->gemm_rows[r] > c->gemm_rows[r - 1]);
+        }
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(j, "head");
+    ok = ok && cJSON_IsArray(h) && cJSON_GetArraySize(h) == HPT_CAL_GEMM_ROWS;
+    for (int r = 0; ok && r < HPT_CAL_GEMM_ROWS; r++) {
+        const cJSON *e = cJSON_GetArrayItem(h, r);
+        double rows = 0;
+        ok = num(e, "rows", &rows) && (int)rows == c->gemm_rows[r] &&
+             num(e, "fwd_gflops", &c->head_gflops[r][0]) && num(e, "bwd_gflops", &c->head_gflops[r][1]) &&
+             c->head_gflops[r][0] > 0 && c->head_gflops[r][1] > 0;
     }
     ok = ok && num(j, "flash_fwd_gflops", &c->attn_gflops[0][0]) &&
          num(j, "flash_bwd_gflops", &c->attn_gflops[0][1]) &&
@@ -126,9 +154,7 @@ hpt_status hpt_calibration_load(const char *path, hpt_calibration *c) {
         const cJSON *w = cJSON_GetObjectItemCaseSensitive(o, k_optim_key[k]);
         ok = w && num(w, "32", &c->optim_ns[k][0]) && num(w, "8", &c->optim_ns[k][1]);
     }
-    if (ok) { /* the disk and the head's GEMM are optional */
-        num(j, "head_fwd_gflops", &c->head_gflops[0]);
-        num(j, "head_bwd_gflops", &c->head_gflops[1]);
+    if (ok) { /* the disk is optional */
         num(j, "disk_read_gbps", &c->disk_read_gbps);
         num(j, "disk_write_gbps", &c->disk_write_gbps);
     }
@@ -169,34 +195,57 @@ static double minimum(const double *t, int n) {
     return m;
 }
 
-/* The blocks' GEMMs: 128 rows of C against 4C outputs for each C; then (i == SIZES) the head's:
- * 128 rows of C = 768 against 32768 outputs (a vocabulary's: far wider than a block's). */
+/* A block's GEMMs at each row count and width: (rows, C) against C -> 3C (qkv), C -> C
+ * (projection), C -> 4C (MLP up) and (rows, 4C) against 4C -> C (MLP down), forward and backward
+ * apart; the rate is their FLOPs over their summed time (the shapes differ in efficiency: the
+ * 4C -> C forward runs slower per FLOP than the others here). Then the head's: C = 768 against
+ * 32768 outputs (a vocabulary's, far wider than a block's) at each row count. */
+static const int k_gemm_rows[HPT_CAL_GEMM_ROWS] = {64, 256};
+
 static hpt_status measure_gemm(const hpt_backend *be, int reps, hpt_calibration *c) {
-    const int64_t N = 128;
-    for (int i = 0; i <= HPT_CAL_GEMM_SIZES; i++) {
-        int head = i == HPT_CAL_GEMM_SIZES;
-        int64_t C = head ? 768 : k_gemm_C[i], OC = head ? 32768 : 4 * C;
-        float *inp = malloc((size_t)(N * C) * 4), *w = malloc((size_t)(OC * C) * 4);
-        float *out = malloc((size_t)(N * OC) * 4), *dinp = malloc((size_t)(N * C) * 4);
-        float *dw = calloc((size_t)(OC * C), 4);
-        if (!inp || !w || !out || !dinp || !dw) {
-            free(inp), free(w), free(out), free(dinp), free(dw);
-            return hpt_fail(HPT_ERR_OOM, "calibration: no memory for the GEMM");
-        }
-        fill(inp, (size_t)(N * C), 1), fill(w, (size_t)(OC * C), 0.01f), fill(out, (size_t)(N * OC), 0.1f);
-        double f = 2.0 * (double)(N * C * OC), t;
-        be->matmul_forward(out, inp, w, NULL, N, C, OC, 0); /* warm */
-        BEST_OF(reps, t, be->matmul_forward(out, inp, w, NULL, N, C, OC, 0));
-        double *fw = head ? &c->head_gflops[0] : &c->gemm_fwd_gflops[i];
-        double *bw = head ? &c->head_gflops[1] : &c->gemm_bwd_gflops[i];
-        if (!head) c->gemm_C[i] = (int)C;
-        *fw = f / t / 1e9;
-        be->matmul_backward(dinp, dw, NULL, out, inp, w, N, C, OC, 0);
-        BEST_OF(reps, t, be->matmul_backward(dinp, dw, NULL, out, inp, w, N, C, OC, 0));
-        *bw = 2.0 * f / t / 1e9;
-        free(inp), free(w), free(out), free(dinp), free(dw);
+    const int64_t NMAX = k_gemm_rows[HPT_CAL_GEMM_ROWS - 1], CMAX = k_gemm_C[HPT_CAL_GEMM_SIZES - 1];
+    const int64_t WMAX = 32768 * 768 > 4 * CMAX * CMAX ? 32768 * 768 : 4 * CMAX * CMAX;
+    const int64_t XMAX = NMAX * (32768 > 4 * CMAX ? 32768 : 4 * CMAX);
+    float *inp = malloc((size_t)XMAX * 4), *w = malloc((size_t)WMAX * 4);
+    float *out = malloc((size_t)XMAX * 4), *dinp = malloc((size_t)XMAX * 4);
+    float *dw = calloc((size_t)WMAX, 4);
+    hpt_status s = HPT_OK;
+    if (!inp || !w || !out || !dinp || !dw) {
+        s = hpt_fail(HPT_ERR_OOM, "calibration: no memory for the GEMM");
+        goto done;
     }
-    return HPT_OK;
+    fill(inp, (size_t)XMAX, 1), fill(w, (size_t)WMAX, 0.01f), fill(out, (size_t)XMAX, 0.1f);
+    for (int r = 0; r < HPT_CAL_GEMM_ROWS; r++) {
+        int64_t N = k_gemm_rows[r];
+        c->gemm_rows[r] = (int)N;
+        for (int i = 0; i <= HPT_CAL_GEMM_SIZES; i++) {
+            int head = i == HPT_CAL_GEMM_SIZES;
+            int64_t C = head ? 768 : k_gemm_C[i];
+            /* (in, out) widths of the shapes measured together */
+            int64_t sh[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};
+            if (head) sh[0][0] = C, sh[0][1] = 32768;
+            int ns = head ? 1 : 4;
+            double f = 0, tf, tb;
+            for (int k = 0; k < ns; k++) {
+                f += 2.0 * (double)(N * sh[k][0] * sh[k][1]);
+                be->matmul_forward(out, inp, w, NULL, N, sh[k][0], sh[k][1], 0); /* warm */
+            }
+            /* the shapes one after the other in each repetition, as a block runs them */
+            BEST_OF(reps, tf, for (int k = 0; k < ns; k++)
+                                  be->matmul_forward(out, inp, w, NULL, N, sh[k][0], sh[k][1], 0));
+            BEST_OF(reps, tb, for (int k = 0; k < ns; k++)
+                                  be->matmul_backward(dinp, dw, NULL, out, inp, w, N, sh[k][0], sh[k][1], 0));
+            if (head) {
+                c->head_gflops[r][0] = f / tf / 1e9, c->head_gflops[r][1] = 2.0 * f / tb / 1e9;
+            } else {
+                c->gemm_C[i] = (int)C;
+                c->gemm_fwd_gflops[r][i] = f / tf / 1e9, c->gemm_bwd_gflops[r][i] = 2.0 * f / tb / 1e9;
+            }
+        }
+    }
+done:
+    free(inp), free(w), free(out), free(dinp), free(dw);
+    return s;
 }
 
 /* Causal attention at B=1, T=128, C=768, NH=12, counted as the estimator counts it: 2 C (T+1)

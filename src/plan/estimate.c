@@ -164,6 +164,9 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
             for (int k = 0; k < HPT_CAT_COUNT; k++) out->bytes[t][k] += eb[t][k];
     }
     dev[HPT_CAT_PARAMS] += (uint64_t)model_consts_floats(c) * 4; /* the arch's constants */
+    /* --zero with accumulation sums the micro-batches' gradients apart (trainer.c): one more
+     * gradient-sized buffer, allocated at the first step */
+    if (o->training && o->zero >= 0 && o->accum > 1) dev[HPT_CAT_GRADS] += np * 4;
     uint64_t at[HPT_TIER_COUNT];
     int vc = hpt_offload_active(&o->offload) ? gpt2_vocab_chunk(c, &o->offload) : 0;
     HPT_CHECK(gpt2_act_tier_bytes_vc(c, o->B, o->T, &o->act, vc, at));

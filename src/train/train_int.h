@@ -93,4 +93,26 @@ void lossmodel_phase_error(lossmodel *lm, double excess);
 void lossmodel_begin_predict(lossmodel *lm);
 void lossmodel_predict_step(lossmodel *lm, double update_norm);
 
+
+/* ---- data parallel (dp.c; docs/zero.md) ---- */
+int dp_size(void);
+int dp_rank(void);
+/* 1: micro-batches' gradients are summed apart, in order (--zero given, or many processes). */
+int dp_apart(const hpt_train_opts *o);
+/* The processes' configurations agree (else every rank fails naming the difference). */
+hpt_status dp_agree(const hpt_train_opts *o);
+/* What many processes do not run with yet. */
+hpt_status dp_check(const hpt_train_opts *o);
+/* This rank's windows of a step: skip the ranks' before it, read K, skip the ranks' after. */
+void dp_skip_before(hpt_dataloader *d, int K);
+void dp_skip_after(hpt_dataloader *d, int K);
+/* dst (n) += src (n), element by element (the gradients' buffers; host memory today). */
+void dp_add(float *dst, const float *src, size_t n);
+/* grads (n floats) = the rank-order sum over the processes. */
+hpt_status dp_reduce_grads(float *grads, size_t n);
+/* global = the rank-order sum of every rank's local loss sum. */
+hpt_status dp_loss_sum(double local, double *global);
+/* Rank 0 saved with status s: every rank returns it. */
+hpt_status dp_saved(hpt_status s);
+
 #endif

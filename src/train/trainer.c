@@ -35,7 +35,13 @@
  * overflowed (fp16 homes at narrowing, non-finite values elsewhere); then the step is skipped
  * (scaler_skip: nothing changes but S and the counts) or the optimizer takes the gradients
  * times 1/(accum S) (exact: S is a power of two) and scaler_clean counts it. S, the clean-step
- * count and the skipped steps are the checkpoint's "loss_scale" section. */
+ * count and the skipped steps are the checkpoint's "loss_scale" section.
+ * Data parallel (dp.c, src/dist/; docs/zero.md): with --zero given or under mpirun, the
+ * micro-batches' gradients are summed apart (each into zeroed gradients, then added in order:
+ * sum_apart), and N processes sum theirs in rank order, so N processes with --accum K compute
+ * the bits of one process with --accum N*K when K = 1 (and of the same grouping otherwise);
+ * rank r reads windows r*K.. of the step's N*K. Rank 0 writes the checkpoints (every rank holds
+ * the same state); their accum is N*K, so they resume on any N with the same N*K. */
 #include "core/core.h"
 #include "kernels/backend.h"
 #include "testing.h"
@@ -73,6 +79,8 @@ struct hpt_trainer {
     float ls;                 /* S, a power of two in [1, 2^64] */
     int64_t ls_clean;         /* clean steps in a row since S last changed */
     int64_t ls_skipped;       /* steps skipped in the run (restored on resume) */
+    /* data parallel (dp.c): the micro-batches' gradient sum, kept apart (dp_apart, accum > 1) */
+    float *acc;               /* (num_params) device tier, grads; NULL until the first step */
     /* testing: hpt_trainer_inject_grad */
     int64_t fault_step;
     int fault_layer;
@@ -153,6 +161,8 @@ static void free_snapshot(hpt_trainer *tr) {
 void hpt_trainer_free(hpt_trainer *tr) {
     if (!tr) return;
     free_snapshot(tr);
+    if (tr->acc)
+        tr->be->free(tr->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, tr->acc, model_grads_floats(tr->model) * sizeof(float));
     predictor_free(&tr->pr);
     if (tr->check_x) {
         size_t bt = (size_t)tr->o.B * tr->o.T * sizeof(int32_t);
@@ -358,6 +368,9 @@ static hpt_status setup(hpt_trainer *tr) {
     hpt_mem_get_stats(tr->mem, &st0);
     uint64_t live0 = 0;
     for (int c = 0; c < HPT_CAT_COUNT; c++) live0 += st0.live_bytes[HPT_TIER_DEVICE][c];
+    /* many processes: the same configuration on each (first: a refusal is then every rank's) */
+    HPT_CHECK(dp_agree(o));
+    HPT_CHECK(dp_check(o));
     if (o->B < 1 || o->T < 1 || o->steps < 1)
         return hpt_fail(HPT_ERR_INVALID, "batch (%d), sequence (%d) and steps (%lld) must be >= 1",
                         o->B, o->T, (long long)o->steps);
@@ -381,9 +394,11 @@ static hpt_status setup(hpt_trainer *tr) {
         if (pos.B != o->B || pos.T != o->T)
             s = hpt_fail(HPT_ERR_SHAPE, "%s was trained with batch %d and sequence %d; resume "
                          "with the same (got %d and %d)", path, pos.B, pos.T, o->B, o->T);
-        else if (pos.accum != (o->accum > 1 ? o->accum : 1))
-            s = hpt_fail(HPT_ERR_INVALID, "%s was trained with --accum %d; resume with the "
-                         "same (got %d)", path, pos.accum, o->accum > 1 ? o->accum : 1);
+        else if (pos.accum != (o->accum > 1 ? o->accum : 1) * dp_size())
+            s = hpt_fail(HPT_ERR_INVALID, "%s was trained with --accum %d on one process (its "
+                         "micro-batches per step: --accum times processes); resume with the same "
+                         "product (got --accum %d x %d processes)", path, pos.accum,
+                         o->accum > 1 ? o->accum : 1, dp_size());
         else if (pos.step > o->steps)
             s = hpt_fail(HPT_ERR_INVALID, "%s is at step %lld, beyond --steps %lld", path,
                          (long long)pos.step, (long long)o->steps);
@@ -472,6 +487,8 @@ static hpt_status gpu_unwired(const hpt_train_opts *o) {
                        ? "this offload engine plan (on a GPU: --fused-update, grads on the device, "
                          "no disk, and --weights bf16-sr with params on the host or fp32 weights "
                          "on the device)"
+                       : dp_apart(o) ? "data parallel (--zero, mpirun: the gradients are summed "
+                                       "on the host)"
                        : o->plan.act.offload == HPT_OFFLOAD_DISK ? "activation offload to disk"
                        : o->sched.kind == HPT_SCHEDULE_HYBRID ? "the hybrid schedule"
                        : NULL;
@@ -549,10 +566,19 @@ static void sweep_stale_tmp(const char *dir) {
     if (d) closedir(d);
 }
 
+static hpt_status save_files(hpt_trainer *tr);
+
 hpt_status hpt_trainer_save(hpt_trainer *tr) {
     if (!tr->o.save_dir) return hpt_fail(HPT_ERR_INVALID, "no save directory given");
+    /* many processes: rank 0 writes (every rank holds the same state); accum is the global one */
+    if (dp_rank() != 0) return dp_saved(HPT_OK);
+    return dp_saved(save_files(tr));
+}
+
+static hpt_status save_files(hpt_trainer *tr) {
     hpt_train_pos pos = {.step = tr->step, .rng_state = tr->rng.s, .total_steps = tr->o.steps,
-                         .B = tr->o.B, .T = tr->o.T, .accum = tr->o.accum};
+                         .B = tr->o.B, .T = tr->o.T,
+                         .accum = (tr->o.accum > 1 ? tr->o.accum : 1) * dp_size()};
     hpt_dataloader_get_pos(tr->train, &pos.data_shard, &pos.data_offset);
     hpt_state_section sec[5];
     int n = 0;
@@ -702,6 +728,22 @@ static void scaler_clean(hpt_trainer *tr) {
     if (tr->ls < LS_GROW_MAX) tr->ls *= 2.0f;
 }
 
+/* Micro-batch k of K summed apart (--zero, many processes): its gradients were computed into
+ * zeroed buffers; acc = g_0, acc += g_k, and the last one's sum lands in the gradients: the
+ * order N processes add theirs in (dist.h), so one process with --accum N computes their bits. */
+static hpt_status sum_apart(hpt_trainer *tr, int k, int K) {
+    float *g = model_grads(tr->model);
+    size_t n = model_grads_floats(tr->model);
+    if (!tr->acc) {
+        hpt_mem_set_name(tr->mem, "gradient sum (micro-batches apart)");
+        HPT_CHECK(tr->be->alloc(tr->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, n * sizeof(float), (void **)&tr->acc));
+    }
+    if (k == 0) tr->be->copy(tr->acc, g, n * sizeof(float), HPT_COPY_D2D);
+    else if (k < K - 1) dp_add(tr->acc, g, n);
+    else dp_add(g, tr->acc, n);
+    return HPT_OK;
+}
+
 /* One ordinary step (WARMUP, FULL, CORRECT; every step of a full-only run). */
 static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
     const hpt_train_opts *o = &tr->o;
@@ -715,6 +757,7 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
     int measure = first_correct && tr->sch.clean && tr->snapshot;
     double pred = !hybrid || tr->lm.n < 1.0 ? (double)NAN : first_correct ? tr->lm.pred : lossmodel_next(&tr->lm);
     int K = o->accum > 1 ? o->accum : 1;
+    int apart = K > 1 && dp_apart(o), KN = K * dp_size();
     double loss_sum = 0.0;
     int fused = o->offload.fused;
     int scaling = o->loss_scale.mode != HPT_LOSS_SCALE_OFF;
@@ -723,9 +766,11 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
     model_set_loss_scale(tr->model, tr->ls);
     if (tr->fault_step == tr->step + 1) model_set_fault(tr->model, tr->fault_layer, tr->fault_value);
     hpt_model_zero_grad(tr->model);
+    dp_skip_before(tr->train, K); /* this rank's K windows of the step's K*N */
     for (int k = 0; k < K; k++) {
         const int32_t *x, *y;
         float loss;
+        if (apart && k > 0) hpt_model_zero_grad(tr->model);
         HPT_CHECK(hpt_dataloader_next(tr->train, &x, &y));
         HPT_CHECK(hpt_model_forward(tr->model, x, y, o->B, o->T, &loss));
         if (k == 0 && measure) { /* the prediction's error; past the bound, back to the start */
@@ -742,11 +787,15 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
                             "a lower --lr)", (double)loss, (long long)tr->step + 1);
         if (fused) HPT_CHECK(hpt_optim_fused_begin(tr->opt, p->lr, o->grad_clip));
         HPT_CHECK(hpt_model_backward(tr->model)); /* += into the gradients (fused: updates) */
+        if (apart) HPT_CHECK(sum_apart(tr, k, K));
         loss_sum += (double)loss;
     }
     model_set_fault(tr->model, -1, 0.0f);
-    /* K = 1: the loss is the micro-batch's, exactly (a float through a double and back). */
-    p->loss = (float)(loss_sum / K);
+    dp_skip_after(tr->train, K);
+    HPT_CHECK(dp_loss_sum(loss_sum, &loss_sum));
+    HPT_CHECK(dp_reduce_grads(model_grads(tr->model), model_grads_floats(tr->model)));
+    /* KN = 1: the loss is the micro-batch's, exactly (a float through a double and back). */
+    p->loss = (float)(loss_sum / KN);
     if (scaling) {
         int overflow;
         HPT_CHECK(gpt2_grads_overflow(tr->model, &overflow));
@@ -756,7 +805,7 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
         HPT_CHECK(hpt_optim_fused_end(tr->opt, &p->grad_norm));
     else /* 1/S: a power of two, so the product with 1/K and the clip factor loses nothing */
         HPT_CHECK(hpt_optim_step_scaled(tr->opt, p->lr, o->grad_clip,
-                                        1.0f / (float)K * (1.0f / tr->ls), &p->grad_norm));
+                                        1.0f / (float)KN * (1.0f / tr->ls), &p->grad_norm));
     if (scaling) scaler_clean(tr);
     if (hybrid) {
         p->pred_loss = (float)pred;
@@ -805,7 +854,7 @@ hpt_status hpt_trainer_step(hpt_trainer *tr, hpt_train_progress *p) {
     p->step = tr->step;
     p->total = o->steps;
     p->step_ms = dt * 1e3;
-    p->tokens_per_s = phase == HPT_PHASE_PREDICT ? 0.0 : (double)K * o->B * o->T / dt;
+    p->tokens_per_s = phase == HPT_PHASE_PREDICT ? 0.0 : (double)K * dp_size() * o->B * o->T / dt;
     int last = hpt_trainer_done(tr);
     if (tr->val && (last || (o->eval_every > 0 && tr->step % o->eval_every == 0))) {
         HPT_CHECK(hpt_trainer_eval(tr, &p->val_loss));

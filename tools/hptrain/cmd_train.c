@@ -102,6 +102,9 @@ static const char k_help[] =
     "                       start (default 0.2)\n"
     "  --seed S             initialisation seed (default 1337)\n"
     "  --threads N          threads (default: all cores)\n"
+    "  --zero 0             data parallel (mpirun -np N hptrain train ...): every process holds\n"
+    "                       the state, gradients summed in rank order; one process with --accum N\n"
+    "                       and --zero 0 computes the same bits (docs/zero.md; stages 1-3: not yet)\n"
     "  --quiet              no progress line\n";
 
 static void fmt_bytes(char *buf, size_t n, uint64_t b) {
@@ -213,7 +216,20 @@ static void warn_budgets(const hpt_plan *p) {
             host ? "--memory plus --host-memory" : "--memory", b1, b2, b3);
 }
 
+static int train_main(int argc, char **argv);
+
+/* Under mpirun each process is one rank of a data-parallel run (docs/zero.md): rank 0 prints
+ * the progress, the summary and the log; every rank prints its errors. A rank that fails alone
+ * aborts the job (hpt_dist_finalize), so no other waits for it. */
 int cmd_train(int argc, char **argv) {
+    hpt_status s = hpt_dist_init();
+    if (s != HPT_OK) return cli_lib_error(s, "train: starting MPI");
+    int rc = train_main(argc, argv);
+    hpt_dist_finalize(rc != 0);
+    return rc;
+}
+
+static int train_main(int argc, char **argv) {
     g_rss0 = hpt_rss_bytes();
     static const struct option longopts[] = {
         CLI_TRAIN_LONGOPTS, CLI_AUTO_LONGOPTS, {"trace", 1, 0, 'P'}, {0, 0, 0, 0}};
@@ -269,6 +285,11 @@ int cmd_train(int argc, char **argv) {
     if (!o.data) return cli_usage_error("train", "--data is required");
     if (!o.model && !o.resume) return cli_usage_error("train", "--model (or --resume) is required");
     if (!min_lr_set) o.min_lr = o.lr / 10.0f;
+    const int lead = hpt_dist_rank() == 0;
+    if (!lead) {
+        quiet = 1;
+        log_path = NULL;
+    }
     if (threads) hpt_set_threads((int)threads);
 
     if ((lossy || tokens) && !auto_plan)
@@ -396,6 +417,8 @@ int cmd_train(int argc, char **argv) {
         phase_steps[p.phase]++;
         if (p.evaluated) last_val = p.val_loss;
         if (stop_at && p.step >= stop_at && !hpt_trainer_done(tr)) g_stop = 2;
+        /* a signal seen by one process stops them all after the same step */
+        if (hpt_dist_size() > 1 && hpt_dist_any(g_stop) && !g_stop) g_stop = 3;
         if (log) {
             fprintf(log, "{\"step\":%lld,\"phase\":\"%s\"", (long long)p.step,
                     hpt_phase_name((hpt_phase)p.phase));
@@ -451,15 +474,21 @@ int cmd_train(int argc, char **argv) {
         if (g_stop == 3) rc = rc ? rc : 143;
     }
     if (log) fclose(log);
-    if (rc == 0 && !g_stop) {
+    if (rc == 0 && !g_stop && lead) {
         double total = hpt_now() - t_start;
         char tt[32];
         fmt_time(tt, sizeof tt, total);
         fprintf(stderr, "done: %lld steps in %s | final loss %.4f", (long long)(p.step - hpt_trainer_start_step(tr)),
                 tt, (double)p.loss);
         if (!isnan(last_val)) fprintf(stderr, " | val loss %.4f", (double)last_val);
-        if (tok_steps) fprintf(stderr, " | %.0f tok/s", (double)o.accum * o.B * o.T * (double)tok_steps / (tok_time / 1e3));
+        if (tok_steps) fprintf(stderr, " | %.0f tok/s", (double)o.accum * hpt_dist_size() * o.B * o.T * (double)tok_steps / (tok_time / 1e3));
         fputc('\n', stderr);
+        if (hpt_dist_size() > 1) /* the layer's own count: the gradients' sum, losses, flags */
+            fprintf(stderr, "data parallel: %d processes, --zero 0; sent per step by rank 0: %.2f "
+                    "MiB (%.3f x the parameters' fp32 bytes)\n", hpt_dist_size(),
+                    (double)hpt_dist_bytes_sent() / (double)(p.step - hpt_trainer_start_step(tr)) / 1048576.0,
+                    (double)hpt_dist_bytes_sent() / (double)(p.step - hpt_trainer_start_step(tr)) /
+                    (4.0 * (double)hpt_model_num_params(hpt_trainer_model(tr))));
         if (o.loss_scale.mode != HPT_LOSS_SCALE_OFF)
             fprintf(stderr, "loss scale: %s, %.0f at the end; %lld step%s skipped (gradient overflow)\n",
                     o.loss_scale.mode == HPT_LOSS_SCALE_DYNAMIC ? "dynamic" : "fixed",
