@@ -3,7 +3,8 @@
 #  1. the same bits: `mpirun -np 2 hptrain train --batch 2` writes the state.bin and model.bin of
 #     one process with `--batch 2 --accum 2 --zero 0`, byte for byte, with the same losses; so
 #     does -np 3 --batch 1 against --accum 3 (chunks of unequal length), also with the layer's
-#     exchange cut into many small rounds (HPT_DIST_PIECE); against one batch of 4 (no
+#     exchange cut into many small rounds (HPT_DIST_PIECE), and with 8-bit AdamW state and full
+#     recomputation; `mpirun -np 1` writes the bits of no mpirun; against one batch of 4 (no
 #     accumulation) the sums' order differs, so not bit for bit: the weights after 6 AdamW steps
 #     agree within 1e-4 of the largest weight (measured: 8e-6; AdamW's m/sqrt(v) turns a last-bit
 #     difference of a near-zero gradient into up to lr per step, so the bound is loose by nature).
@@ -59,6 +60,11 @@ same_run "$tmp/one3" "$tmp/np3" "np 3 vs accum 3"
 HPT_DIST_PIECE=999 "${mpi[@]}" -x HPT_DIST_PIECE -np 3 "$bin" train "${args[@]}" --steps 4 --batch 1 --save "$tmp/np3p" 2>/dev/null ||
     bad "mpirun -np 3, small rounds"
 same_run "$tmp/one3" "$tmp/np3p" "np 3 in rounds of 333 floats vs accum 3"
+# with 8-bit AdamW state and full recomputation (each rank's optimizer runs on the same sums)
+tech=(--state-bits 8 --recompute full)
+"$bin" train "${args[@]}" "${tech[@]}" --steps 4 --batch 2 --accum 2 --zero 0 --save "$tmp/one8" 2>/dev/null || bad "one process, 8-bit"
+"${mpi[@]}" -np 2 "$bin" train "${args[@]}" "${tech[@]}" --steps 4 --batch 2 --save "$tmp/np8" 2>/dev/null || bad "mpirun -np 2, 8-bit"
+same_run "$tmp/one8" "$tmp/np8" "np 2 vs accum 2 with --state-bits 8 --recompute full"
 # the difference to one process is the summation order, nothing else: 1 process, 1 rank
 "${mpi[@]}" -np 1 "$bin" train "${args[@]}" --steps 4 --batch 3 --save "$tmp/np1" 2>/dev/null || bad "mpirun -np 1"
 "$bin" train "${args[@]}" --steps 4 --batch 3 --save "$tmp/plain1" 2>/dev/null || bad "one process, batch 3"
@@ -91,7 +97,10 @@ done
 if [ -n "$asan" ] && [ -x "$asan" ]; then
     ASAN_OPTIONS=detect_leaks=0 "${mpi[@]}" -x ASAN_OPTIONS -np 2 "$asan" train "${args[@]}" --steps 6 --batch 2 --save "$tmp/np2asan" 2>"$tmp/asan.err" ||
         { bad "sanitizer build, mpirun -np 2"; tail -20 "$tmp/asan.err"; }
-    same_run "$tmp/one2" "$tmp/np2asan" "sanitizer build np 2 vs accum 2"
+    # its own reference: -O1 code rounds differently from the plain build's -O3 -march=native
+    ASAN_OPTIONS=detect_leaks=0 "$asan" train "${args[@]}" --steps 6 --batch 2 --accum 2 --zero 0 --save "$tmp/one2asan" 2>/dev/null ||
+        bad "sanitizer build, one process"
+    same_run "$tmp/one2asan" "$tmp/np2asan" "sanitizer build np 2 vs accum 2"
 fi
 
 # ---- 2. checkpoints: 2 -> 1 and 1 -> 2 ---------------------------------------------------
@@ -155,10 +164,11 @@ else
 fi
 
 rm -f "$tmp"/pid.[0-9]*
+# (stopped once training runs: MPI_Init itself has no deadline of ours)
 HPT_DIST_TIMEOUT_S=3 "${mpi[@]}" -x HPT_DIST_TIMEOUT_S -np 2 "$tmp/pid.sh" "${args[@]}" --steps 100000 --batch 2 \
-    >"$tmp/hang.out" 2>&1 &
+    --save "$tmp/hang" --save-every 2 >"$tmp/hang.out" 2>&1 &
 job=$!
-if wait_for "$tmp/pid.1" && sleep 2; then
+if wait_for "$tmp/hang/state.bin" && wait_for "$tmp/pid.1"; then
     kill -STOP "$(cat "$tmp/pid.1")"
     t0=$(date +%s)
     for _ in $(seq 600); do kill -0 $job 2>/dev/null || break; sleep 0.1; done

@@ -103,15 +103,6 @@ if(TARGET hptrain_cli)
   add_test(NAME test_plan_auto_cli COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_plan_auto.sh $<TARGET_FILE:hptrain_cli>)
   set_tests_properties(test_plan_auto_cli PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
 endif()
-# training through the runner on the GPU against the CPU (docs/cuda.md): skips without a GPU
-hpt_add_test(test_cuda_train test_cuda_train.c)
-foreach(variant IN LISTS HPT_VARIANTS)
-  set(v "${variant}")
-  if(v STREQUAL "plain")
-    set(v "")
-  endif()
-  set_tests_properties(test_cuda_train${v} PROPERTIES SKIP_RETURN_CODE 77)
-endforeach()
 # Data parallel over MPI (tests/test_zero.sh; docs/zero.md): the same bits as one process,
 # checkpoints across process counts, mismatched configurations, a killed and a hung rank. Plain
 # variant, plus one run of the sanitizer binary with LeakSanitizer off (Open MPI's allocations
@@ -132,3 +123,20 @@ if(HPT_MPI AND TARGET hptrain_cli)
   set_tests_properties(test_netns PROPERTIES TIMEOUT 400 SKIP_RETURN_CODE 77
     ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
 endif()
+# The main job's premise (tests/test_demo.sh): scripts/demo.sh's plain plan is refused and a
+# lossless --plan auto fits its budget (estimates with a fake calibration), and its tokenizer
+if(TARGET hptrain_cli)
+  add_test(NAME test_demo COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_demo.sh $<TARGET_FILE:hptrain_cli>
+           ${CMAKE_SOURCE_DIR})
+  set_tests_properties(test_demo PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+endif()
+hpt_add_test(test_jump test_jump.c)
+# training through the runner on the GPU against the CPU (docs/cuda.md): skips without a GPU
+hpt_add_test(test_cuda_train test_cuda_train.c)
+foreach(variant IN LISTS HPT_VARIANTS)
+  set(v "${variant}")
+  if(v STREQUAL "plain")
+    set(v "")
+  endif()
+  set_tests_properties(test_cuda_train${v} PROPERTIES SKIP_RETURN_CODE 77)
+endforeach()

@@ -27,6 +27,11 @@ typedef struct {
     double attn_gflops[2][2];            /* [flash, plain][forward, backward] causal attention */
     double mem_gbps;                     /* a read+write streaming pass (bytes read + written) */
     double optim_ns[HPT_OPTIM_COUNT][2]; /* ns per parameter of one update: [kind][32-bit, 8-bit] */
+    double worker_ns[HPT_OPTIM_COUNT][2]; /* the same at one thread: the offload engine's worker's
+                                           * update (0: not measured, optim_ns is used) */
+    double share_loss;                   /* compute seconds lost per second of one-thread work
+                                          * run beside a compute team that takes every core
+                                          * (0: not measured, 1 is used) */
     double host_copy_gbps;               /* memcpy, host to host */
     double disk_read_gbps, disk_write_gbps; /* O_DIRECT, 64 MiB transfers; 0: not measured */
 } hpt_calibration;

@@ -33,6 +33,8 @@ enum {
     O_ACCUM,
     O_SCHEDULE, O_WARMUP_STEPS, O_FULL_STEPS, O_MAX_PREDICT, O_CONFIDENCE, O_CORRECT_STEPS,
     O_PREDICTOR, O_CHECK_EVERY, O_CHECK_WEIGHTS, O_BAND, O_ROLLBACK,
+    O_JUMP_STRIDE, O_JUMP_SNAPSHOTS, O_JUMP_HORIZON, O_JUMP_FIT, O_JUMP_STATE, O_JUMP_SEARCH,
+    O_JUMP_MIN_GAIN,
     O_MEMORY, O_HOST_MEMORY, O_DISK_MEMORY, O_OFFLOAD_DIR,
     O_DEVICE, O_ZERO,
     O_COUNT
@@ -50,9 +52,14 @@ static const struct {
     {"accum", 1}, {"schedule", 1}, {"warmup-steps", 1}, {"full-steps", 1},
     {"max-predict-steps", 1}, {"confidence", 1}, {"correct-steps", 1}, {"predictor", 1},
     {"check-every", 1}, {"check-weights", 1}, {"band", 1}, {"rollback-bound", 1},
+    {"jump-stride", 1}, {"jump-snapshots", 1}, {"jump-horizon", 1}, {"jump-fit", 1},
+    {"jump-state", 1}, {"jump-search-batches", 1}, {"jump-min-gain", 1},
     {"memory", 1}, {"host-memory", 1}, {"disk-memory", 1}, {"offload-dir", 1},
     {"device", 1}, {"zero", 1},
 };
+
+static const char *const k_jump_fits[] = {"linear", "quadratic", "exp"};
+static const char *const k_jump_states[] = {"keep", "reset", "zero-m"};
 
 #define GIVEN(p, i) (((p)->given >> (i)) & 1u)
 
@@ -213,6 +220,19 @@ static hpt_status set_option(hpt_plan *p, int opt, const char *v) {
     }
     case O_BAND: return parse_float(opt, v, 1e-6, 1e6, &p->sched.band);
     case O_ROLLBACK: return parse_float(opt, v, 1e-6, 1e6, &p->sched.rollback);
+    case O_JUMP_STRIDE: return set_i64(opt, v, 1, 1L << 40, &p->sched.jump_stride);
+    case O_JUMP_SNAPSHOTS: return set_i64(opt, v, 2, 64, &p->sched.jump_snapshots);
+    case O_JUMP_HORIZON: return set_i64(opt, v, 1, 1L << 40, &p->sched.jump_horizon);
+    case O_JUMP_FIT:
+        for (int i = 0; i <= HPT_JUMP_FIT_EXP; i++)
+            if (!strcmp(v, k_jump_fits[i])) { p->sched.jump_fit = i; return HPT_OK; }
+        return hpt_fail(HPT_ERR_INVALID, "jump-fit: linear, quadratic or exp (got '%s')", v);
+    case O_JUMP_STATE:
+        for (int i = 0; i <= HPT_JUMP_STATE_ZERO_M; i++)
+            if (!strcmp(v, k_jump_states[i])) { p->sched.jump_state = i; return HPT_OK; }
+        return hpt_fail(HPT_ERR_INVALID, "jump-state: keep, reset or zero-m (got '%s')", v);
+    case O_JUMP_SEARCH: return set_int(opt, v, 1, 1 << 20, &p->sched.jump_search_batches);
+    case O_JUMP_MIN_GAIN: return parse_float(opt, v, 0, 1e12, &p->sched.jump_min_gain);
     case O_MEMORY: return named(opt, hpt_parse_size(v, &p->budget_bytes[HPT_TIER_DEVICE]));
     case O_HOST_MEMORY: return named(opt, hpt_parse_size(v, &p->budget_bytes[HPT_TIER_HOST]));
     case O_DISK_MEMORY: return named(opt, hpt_parse_size(v, &p->budget_bytes[HPT_TIER_DISK]));
@@ -427,6 +447,17 @@ hpt_status hpt_plan_print(const hpt_plan *p, char *buf, size_t n) {
         emit(&o, O_CHECK_WEIGHTS, "%s", hpt_weights_name((hpt_weights)s->check_weights));
     if (s->band != sd->band) emit(&o, O_BAND, "%.9g", (double)s->band);
     if (s->rollback != sd->rollback) emit(&o, O_ROLLBACK, "%.9g", (double)s->rollback);
+    if (s->jump_stride != sd->jump_stride) emit(&o, O_JUMP_STRIDE, "%lld", (long long)s->jump_stride);
+    if (s->jump_snapshots != sd->jump_snapshots)
+        emit(&o, O_JUMP_SNAPSHOTS, "%lld", (long long)s->jump_snapshots);
+    if (s->jump_horizon != sd->jump_horizon) emit(&o, O_JUMP_HORIZON, "%lld", (long long)s->jump_horizon);
+    if (s->jump_fit != sd->jump_fit && (unsigned)s->jump_fit <= HPT_JUMP_FIT_EXP)
+        emit(&o, O_JUMP_FIT, "%s", k_jump_fits[s->jump_fit]);
+    if (s->jump_state != sd->jump_state && (unsigned)s->jump_state <= HPT_JUMP_STATE_ZERO_M)
+        emit(&o, O_JUMP_STATE, "%s", k_jump_states[s->jump_state]);
+    if (s->jump_search_batches != sd->jump_search_batches)
+        emit(&o, O_JUMP_SEARCH, "%d", s->jump_search_batches);
+    if (s->jump_min_gain != sd->jump_min_gain) emit(&o, O_JUMP_MIN_GAIN, "%.9g", (double)s->jump_min_gain);
     /* budgets, in bytes */
     static const int k_budget_opt[HPT_TIER_COUNT] = {O_MEMORY, O_HOST_MEMORY, O_DISK_MEMORY};
     for (int t = 0; t < HPT_TIER_COUNT; t++)

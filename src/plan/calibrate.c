@@ -21,6 +21,8 @@
 
 #include <cJSON.h>
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,6 +81,13 @@ hpt_status hpt_calibration_save(const char *path, const hpt_calibration *c) {
         cJSON_AddNumberToObject(w, "32", c->optim_ns[k][0]);
         cJSON_AddNumberToObject(w, "8", c->optim_ns[k][1]);
     }
+    cJSON *wo = cJSON_AddObjectToObject(j, "worker_ns_per_param");
+    for (int k = 0; k < HPT_OPTIM_COUNT; k++) {
+        cJSON *w = cJSON_AddObjectToObject(wo, k_optim_key[k]);
+        cJSON_AddNumberToObject(w, "32", c->worker_ns[k][0]);
+        cJSON_AddNumberToObject(w, "8", c->worker_ns[k][1]);
+    }
+    cJSON_AddNumberToObject(j, "share_loss", c->share_loss);
     cJSON_AddNumberToObject(j, "host_copy_gbps", c->host_copy_gbps);
     cJSON_AddNumberToObject(j, "disk_read_gbps", c->disk_read_gbps);
     cJSON_AddNumberToObject(j, "disk_write_gbps", c->disk_write_gbps);
@@ -154,7 +163,13 @@ hpt_status hpt_calibration_load(const char *path, hpt_calibration *c) {
         const cJSON *w = cJSON_GetObjectItemCaseSensitive(o, k_optim_key[k]);
         ok = w && num(w, "32", &c->optim_ns[k][0]) && num(w, "8", &c->optim_ns[k][1]);
     }
-    if (ok) { /* the disk is optional */
+    if (ok) { /* the disk, the worker's rates and the sharing loss are optional */
+        const cJSON *wo = cJSON_GetObjectItemCaseSensitive(j, "worker_ns_per_param");
+        for (int k = 0; wo && k < HPT_OPTIM_COUNT; k++) {
+            const cJSON *w = cJSON_GetObjectItemCaseSensitive(wo, k_optim_key[k]);
+            if (w) num(w, "32", &c->worker_ns[k][0]), num(w, "8", &c->worker_ns[k][1]);
+        }
+        num(j, "share_loss", &c->share_loss);
         num(j, "disk_read_gbps", &c->disk_read_gbps);
         num(j, "disk_write_gbps", &c->disk_write_gbps);
     }
@@ -314,20 +329,104 @@ static hpt_status measure_optim(const hpt_backend *be, int reps, hpt_calibration
     hpt_be_state m32 = {m, NULL, NULL, NULL, NULL}, v32 = {v, NULL, NULL, NULL, NULL};
     hpt_be_state m8 = {NULL, mc, ma, smap, be->q8_lut_of(1)}, v8 = {NULL, vc, va, umap, be->q8_lut_of(0)};
     double t, per = 1e9 / (double)n;
-    for (int bits = 0; bits < 2; bits++) {
-        hpt_be_state M = bits ? m8 : m32, V = bits ? v8 : v32;
-        if (bits) BEST_OF(reps, t, be->adamw_q(pp, g, M, V, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 2));
-        else BEST_OF(reps, t, be->adamw(p, g, m, v, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 2));
-        c->optim_ns[HPT_OPTIM_ADAMW][bits] = t * per;
-        BEST_OF(reps, t, be->lion(pp, g, M, n, 1e-4f, 0.9f, 0.99f, 0.1f, 1));
-        c->optim_ns[HPT_OPTIM_LION][bits] = t * per;
-        BEST_OF(reps, t, be->sgd(pp, g, M, n, 1e-4f, 0.9f, 0, 1));
-        c->optim_ns[HPT_OPTIM_SGD][bits] = t * per;
-        BEST_OF(reps, t, be->adam_mini(pp, g, M, mini, n, 256, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 2));
-        c->optim_ns[HPT_OPTIM_ADAM_MINI][bits] = t * per;
+    int team = hpt_get_threads();
+    /* with the team, then at one thread (the engine's worker runs its update so) */
+    for (int one = 0; one < 2; one++) {
+        double(*ns)[2] = one ? c->worker_ns : c->optim_ns;
+        hpt_set_threads(one ? 1 : team);
+        for (int bits = 0; bits < 2; bits++) {
+            hpt_be_state M = bits ? m8 : m32, V = bits ? v8 : v32;
+            if (bits) BEST_OF(reps, t, be->adamw_q(pp, g, M, V, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 2));
+            else BEST_OF(reps, t, be->adamw(p, g, m, v, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 2));
+            ns[HPT_OPTIM_ADAMW][bits] = t * per;
+            BEST_OF(reps, t, be->lion(pp, g, M, n, 1e-4f, 0.9f, 0.99f, 0.1f, 1));
+            ns[HPT_OPTIM_LION][bits] = t * per;
+            BEST_OF(reps, t, be->sgd(pp, g, M, n, 1e-4f, 0.9f, 0, 1));
+            ns[HPT_OPTIM_SGD][bits] = t * per;
+            BEST_OF(reps, t, be->adam_mini(pp, g, M, mini, n, 256, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 2));
+            ns[HPT_OPTIM_ADAM_MINI][bits] = t * per;
+        }
     }
+    hpt_set_threads(team);
 done:
     free(p), free(g), free(m), free(v), free(mc), free(vc), free(ma), free(va), free(mini);
+    return s;
+}
+
+/* The sharing loss: a one-thread AdamW update (the engine's worker's kind of work) run in a
+ * thread beside the compute team's GEMMs (a block's, C = 768, 64 rows). The GEMMs' extra time
+ * over their time alone, divided by the worker's work done meanwhile (its updates counted at
+ * their one-thread time alone), is the compute's loss per second of the worker's work: about 0
+ * with a spare core; 1 or more when the team takes every core (a statically scheduled team
+ * runs at its slowest thread's speed, and waits spinning). Best of reps. */
+typedef struct {
+    const hpt_backend *be;
+    float *p, *g, *m, *v;
+    size_t n;
+    int stop;  /* set by the main thread */
+    long done; /* updates finished */
+} share_arg;
+
+static void *share_worker(void *a_) {
+    share_arg *a = a_;
+    hpt_set_threads(1);
+    while (!__atomic_load_n(&a->stop, __ATOMIC_ACQUIRE)) {
+        a->be->adamw(a->p, a->g, a->m, a->v, a->n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 2);
+        __atomic_add_fetch(&a->done, 1, __ATOMIC_RELEASE);
+    }
+    return NULL;
+}
+
+static hpt_status measure_sharing(const hpt_backend *be, int reps, hpt_calibration *c) {
+    const int64_t N = 64, C = 768, sh[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};
+    const size_t n = (size_t)4 << 20; /* 64 MiB of state: past the caches */
+    share_arg a = {be, malloc(n * 4), malloc(n * 4), calloc(n, 4), calloc(n, 4), n, 0, 0};
+    float *inp = malloc((size_t)(N * 4 * C) * 4), *w = malloc((size_t)(4 * C * C) * 4);
+    float *out = malloc((size_t)(N * 4 * C) * 4);
+    hpt_status s = HPT_OK;
+    if (!a.p || !a.g || !a.m || !a.v || !inp || !w || !out) {
+        s = hpt_fail(HPT_ERR_OOM, "calibration: no memory for the sharing loss");
+        goto done;
+    }
+    fill(a.p, n, 1), fill(a.g, n, 0.01f), fill(inp, (size_t)(N * 4 * C), 1), fill(w, (size_t)(4 * C * C), 0.01f);
+    double t_upd, best = 1e30;
+    int team = hpt_get_threads();
+    hpt_set_threads(1);
+    BEST_OF(reps, t_upd, be->adamw(a.p, a.g, a.m, a.v, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 2));
+    hpt_set_threads(team);
+    /* the GEMMs alone: enough repetitions for about 0.3 s */
+    double t0 = hpt_now(), t_alone;
+    int k = 0;
+    for (; hpt_now() - t0 < 0.1; k++)
+        for (int i = 0; i < 4; i++) be->matmul_forward(out, inp, w, NULL, N, sh[i][0], sh[i][1], 0);
+    int K = 3 * k > 1 ? 3 * k : 1;
+    BEST_OF(reps, t_alone, for (int r = 0; r < K; r++) for (int i = 0; i < 4; i++)
+                              be->matmul_forward(out, inp, w, NULL, N, sh[i][0], sh[i][1], 0));
+    for (int r = 0; r < reps && r < 5; r++) {
+        a.stop = 0, a.done = 0;
+        pthread_t th;
+        if (pthread_create(&th, NULL, share_worker, &a)) {
+            s = hpt_fail(HPT_ERR_IO, "calibration: cannot start a thread");
+            goto done;
+        }
+        while (!__atomic_load_n(&a.done, __ATOMIC_ACQUIRE)) sched_yield(); /* running */
+        long d0 = __atomic_load_n(&a.done, __ATOMIC_ACQUIRE);
+        t0 = hpt_now();
+        for (int q = 0; q < K; q++)
+            for (int i = 0; i < 4; i++) be->matmul_forward(out, inp, w, NULL, N, sh[i][0], sh[i][1], 0);
+        double t_with = hpt_now() - t0;
+        long d1 = __atomic_load_n(&a.done, __ATOMIC_ACQUIRE);
+        __atomic_store_n(&a.stop, 1, __ATOMIC_RELEASE);
+        pthread_join(th, NULL);
+        /* the worker's work meanwhile: whole updates counted, at least a part of one */
+        double work = (double)(d1 - d0) * t_upd;
+        if (work < 0.5 * t_upd) work = 0.5 * t_upd;
+        double loss = (t_with - t_alone) / work;
+        best = loss < best ? loss : best;
+    }
+    c->share_loss = best > 0 ? best : 0;
+done:
+    free(a.p), free(a.g), free(a.m), free(a.v), free(inp), free(w), free(out);
     return s;
 }
 
@@ -381,6 +480,7 @@ hpt_status hpt_calibrate(const char *disk_dir, int quick, hpt_calibration *c) {
     HPT_CHECK(measure_attention(be, reps, c));
     HPT_CHECK(measure_memory(be, reps, c));
     HPT_CHECK(measure_optim(be, reps, c));
+    HPT_CHECK(measure_sharing(be, reps, c));
     if (disk_dir) HPT_CHECK(measure_disk(disk_dir, quick ? 2 : 3, c));
     return HPT_OK;
 }

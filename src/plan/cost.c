@@ -185,14 +185,15 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
         int K = of->max_active < L ? of->max_active : L, P = of->prefetch;
         double load = tier_s(c, of->params, blk * wb, 0);
         double cf = fwd_blocks / L, cb = (bwd_blocks + rec) / L;
-        /* The worker shares the CPU with the compute threads: when they take every core, its
-         * CPU-bound work (memcpy from and to host homes, in-memory updates: wcpu) halves the
-         * speed of the compute thread on its core, and the statically scheduled team waits for
-         * that thread at each barrier: the compute loses all of wcpu (1 / n below, n = 1). With a
-         * spare core it loses nothing (n infinite). Disk waits take no CPU. A block then costs
-         * max(compute + wcpu / n, worker). */
+        /* The worker shares the CPU with the compute threads: its CPU-bound work (memcpy from
+         * and to host homes, in-memory updates at one thread: wcpu) costs the compute team
+         * share_loss seconds per second of it (calibrated: about 0 with a spare core; 1 or
+         * more when the team takes every core, since a statically scheduled team runs at its
+         * slowest thread's speed and waits spinning). Disk waits take no CPU. A block then
+         * costs max(compute + share_loss * wcpu, worker). */
         int cores = c->cores > 0 ? c->cores : c->threads;
-        double n = c->threads >= cores ? 1 : 1e30;
+        double n = c->share_loss > 0 ? 1.0 / c->share_loss : c->threads >= cores ? 1 : 1e30;
+        double wns = c->worker_ns[kind][bits8] > 0 ? c->worker_ns[kind][bits8] * 1e-9 : ns;
         double lcpu = of->params == HPT_TIER_HOST ? load : 0;
         /* forward: L loads; backward: the blocks not still resident */
         double f_work = P >= 1 ? L * maxd(cf + lcpu / n, load) + load : L * (cf + load);
@@ -209,8 +210,8 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
                 ck += blk * ns; /* no homes: the compute thread updates in the backward */
             } else { /* the worker updates in place, then writes the weights home */
                 double wback = tier_s(c, of->params, blk * wb, 1);
-                wk += blk * ns + wback;
-                wcpu += blk * ns + (of->params == HPT_TIER_HOST ? wback : 0);
+                wk += blk * wns + wback;
+                wcpu += blk * wns + (of->params == HPT_TIER_HOST ? wback : 0);
                 st_out = of->params != HPT_TIER_DEVICE ? blk * wb * L : 0;
             }
         } else {

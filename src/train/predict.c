@@ -155,6 +155,7 @@ hpt_status predictor_apply(weight_predictor *pr, hpt_gpt2 *model, const hpt_opti
                                  0.1f);
         break;
     }
+    case HPT_PREDICTOR_JUMP: /* src/train/jump.c: the trainer jumps, not per step */
     case HPT_PREDICTOR_COUNT:
         break;
     }

@@ -75,6 +75,7 @@ struct hpt_trainer {
     float *snapshot;          /* (num_params) host tier, params: weights at the phase's start */
     int32_t *check_x, *check_y; /* (B, T) each, host tier, io: the check batch; NULL: none */
     double check0, pred0;     /* the phase's first check loss and predicted loss at its start */
+    jump_state js;            /* the jump predictor's snapshots and held-out batches */
     /* loss scaling (o.loss_scale.mode not OFF) */
     float ls;                 /* S, a power of two in [1, 2^64] */
     int64_t ls_clean;         /* clean steps in a row since S last changed */
@@ -88,6 +89,7 @@ struct hpt_trainer {
 };
 
 #define HYBRID(tr) ((tr)->o.sched.kind == HPT_SCHEDULE_HYBRID)
+#define JUMP(tr) (HYBRID(tr) && (tr)->o.sched.predictor == HPT_PREDICTOR_JUMP)
 
 hpt_train_opts hpt_train_defaults(void) {
     hpt_train_opts o = {0};
@@ -163,6 +165,7 @@ void hpt_trainer_free(hpt_trainer *tr) {
     free_snapshot(tr);
     if (tr->acc)
         tr->be->free(tr->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, tr->acc, model_grads_floats(tr->model) * sizeof(float));
+    jump_free(&tr->js);
     predictor_free(&tr->pr);
     if (tr->check_x) {
         size_t bt = (size_t)tr->o.B * tr->o.T * sizeof(int32_t);
@@ -296,6 +299,100 @@ static hpt_status predict_memory(hpt_trainer *tr) {
     return HPT_OK;
 }
 
+/* ---- the jump predictor's sections: "jump" int64[JS_N] below, "jump_ring" the snapshot slots
+ * [first, first + count) taken so far in the FULL phase (one block) ---- */
+enum { JS_PREV_LOSS, JS_PREV_STEP, JS_N_POOR, JS_STOPPED, JS_FIRST, JS_COUNT, JS_N };
+
+/* The ring slots FULL has filled by now: [*first, *first + *count). */
+static void ring_filled(const hpt_trainer *tr, int64_t *first, int64_t *count) {
+    *first = -1;
+    *count = 0;
+    if (tr->sch.phase == HPT_PHASE_PREDICT) { /* the jump is next: every slot */
+        *first = 0;
+        *count = tr->js.K;
+        return;
+    }
+    if (tr->sch.phase != HPT_PHASE_FULL || tr->sch.stopped) return;
+    for (int64_t j = 1; j <= tr->sch.in_phase; j++) {
+        int64_t slot = jump_slot(&tr->o.sched, j);
+        if (slot < 0) continue;
+        if (*first < 0) *first = slot;
+        (*count)++;
+    }
+}
+
+static void pack_jump(const hpt_trainer *tr, int64_t f[JS_N]) {
+    f[JS_PREV_LOSS] = dbits(tr->js.prev_loss);
+    f[JS_PREV_STEP] = tr->js.prev_step;
+    f[JS_N_POOR] = tr->sch.n_poor;
+    f[JS_STOPPED] = tr->sch.stopped;
+    ring_filled(tr, &f[JS_FIRST], &f[JS_COUNT]);
+}
+
+static hpt_status restore_jump(hpt_trainer *tr, const hpt_state_section *sec, int n_sec,
+                               const char *path) {
+    const hpt_state_section *s = find_section(sec, n_sec, "jump");
+    if (!s || s->bytes != JS_N * sizeof(int64_t))
+        return hpt_fail(HPT_ERR_FORMAT, "%s: the jump predictor's section is missing or wrong", path);
+    int64_t f[JS_N];
+    memcpy(f, s->data, sizeof f);
+    tr->js.prev_loss = bitsd(f[JS_PREV_LOSS]);
+    tr->js.prev_step = f[JS_PREV_STEP];
+    tr->sch.n_poor = f[JS_N_POOR];
+    tr->sch.stopped = (int)f[JS_STOPPED];
+    int64_t first, count;
+    ring_filled(tr, &first, &count);
+    if (first != f[JS_FIRST] || count != f[JS_COUNT])
+        return hpt_fail(HPT_ERR_FORMAT, "%s: jump snapshots %lld+%lld, the schedule says %lld+%lld",
+                        path, (long long)f[JS_FIRST], (long long)f[JS_COUNT], (long long)first,
+                        (long long)count);
+    if (!count) return HPT_OK;
+    size_t bytes = (size_t)count * nparams(tr) * sizeof(float);
+    const hpt_state_section *r = find_section(sec, n_sec, "jump_ring");
+    if (!r || r->bytes != bytes)
+        return hpt_fail(HPT_ERR_FORMAT, "%s: jump snapshots missing or not %zu bytes", path, bytes);
+    tr->be->copy(tr->js.ring[first], r->data, bytes, HPT_COPY_H2H);
+    return HPT_OK;
+}
+
+/* The mean loss of nseq held-out sequences, one at a time (a B=1 arena, freed after). */
+static hpt_status seq_loss(void *ctx, const int32_t *x, const int32_t *y, int nseq, double *out) {
+    hpt_trainer *tr = ctx;
+    int T = tr->o.T;
+    double sum = 0.0;
+    hpt_status s = HPT_OK;
+    for (int b = 0; b < nseq && s == HPT_OK; b++) {
+        float loss;
+        s = hpt_model_forward(tr->model, x + (size_t)b * T, y + (size_t)b * T, 1, T, &loss);
+        sum += (double)loss;
+    }
+    hpt_model_free_activations(tr->model);
+    *out = sum / nseq;
+    return s;
+}
+
+/* The jump's held-out batches: the validation windows after the evaluation's (never trained
+ * on, never evaluated). */
+static hpt_status load_heldout(hpt_trainer *tr) {
+    const hpt_schedule_opts *so = &tr->o.sched;
+    int nb = jump_heldout_batches(so), nv = tr->o.val_batches > 0 ? tr->o.val_batches : 1;
+    if (!tr->val || hpt_dataloader_num_batches(tr->val) < (size_t)(nv + nb))
+        return hpt_fail(HPT_ERR_INVALID, "the jump predictor needs validation data (--val) of at "
+                        "least %d batches (evaluation %d + held-out %d); it has %zu", nv + nb, nv,
+                        nb, tr->val ? hpt_dataloader_num_batches(tr->val) : (size_t)0);
+    HPT_CHECK(jump_init(&tr->js, tr->mem, so, nparams(tr), tr->o.B, tr->o.T));
+    size_t bt = (size_t)tr->o.B * tr->o.T;
+    HPT_CHECK(hpt_dataloader_rewind(tr->val));
+    for (int b = 0; b < nv + nb; b++) {
+        const int32_t *x, *y;
+        HPT_CHECK(hpt_dataloader_next(tr->val, &x, &y));
+        if (b < nv) continue;
+        memcpy(tr->js.hx + (size_t)(b - nv) * bt, x, bt * sizeof(int32_t));
+        memcpy(tr->js.hy + (size_t)(b - nv) * bt, y, bt * sizeof(int32_t));
+    }
+    return hpt_dataloader_rewind(tr->val);
+}
+
 /* Restores the hybrid schedule's state from a checkpoint's sections (none: a fresh start). */
 static hpt_status restore_schedule(hpt_trainer *tr, const hpt_state_section *sec, int n_sec,
                                    const char *path) {
@@ -338,6 +435,7 @@ static hpt_status restore_schedule(hpt_trainer *tr, const hpt_state_section *sec
         else predictor_drop_s0(&tr->pr); /* a predict phase's velocities only */
         HPT_CHECK(load_array(tr, s1, HPT_TIER_DEVICE, HPT_CAT_OPTIM, "predictor sum a*w", &tr->pr.s1));
     }
+    if (tr->pr.kind == HPT_PREDICTOR_JUMP) HPT_CHECK(restore_jump(tr, sec, n_sec, path));
     const hpt_state_section *sn = find_section(sec, n_sec, "snapshot");
     if (sn) HPT_CHECK(load_array(tr, sn, HPT_TIER_HOST, HPT_CAT_PARAMS, "rollback snapshot", &tr->snapshot));
     if (c->phase == HPT_PHASE_PREDICT) HPT_CHECK(predict_memory(tr));
@@ -461,6 +559,7 @@ static hpt_status setup(hpt_trainer *tr) {
         lossmodel_init(&tr->lm);
         hpt_schedule_init(&tr->sch, &o->sched);
         if (s == HPT_OK && o->sched.check_every > 0) s = load_check_batch(tr);
+        if (s == HPT_OK && JUMP(tr)) s = load_heldout(tr);
         if (s == HPT_OK && o->resume) s = restore_schedule(tr, sec, n_sec, path);
     }
     hpt_state_sections_free(tr->mem, sec, n_sec);
@@ -527,6 +626,7 @@ int64_t hpt_trainer_start_step(const hpt_trainer *tr) { return tr->start_step; }
 const hpt_adamw_opts *hpt_trainer_optim_opts(const hpt_trainer *tr) { return hpt_optim_get_opts(tr->opt); }
 size_t hpt_trainer_train_tokens(const hpt_trainer *tr) { return hpt_dataloader_num_tokens(tr->train); }
 const hpt_schedule *hpt_trainer_schedule(const hpt_trainer *tr) { return &tr->sch; }
+hpt_optim *hpt_trainer_optim(hpt_trainer *tr) { return tr->opt; }
 
 hpt_status hpt_trainer_eval(hpt_trainer *tr, float *val_loss_out) {
     *val_loss_out = NAN;
@@ -580,9 +680,9 @@ static hpt_status save_files(hpt_trainer *tr) {
                          .B = tr->o.B, .T = tr->o.T,
                          .accum = (tr->o.accum > 1 ? tr->o.accum : 1) * dp_size()};
     hpt_dataloader_get_pos(tr->train, &pos.data_shard, &pos.data_offset);
-    hpt_state_section sec[5];
+    hpt_state_section sec[7];
     int n = 0;
-    int64_t f[HS_N], lsf[LSS_N];
+    int64_t f[HS_N], lsf[LSS_N], jf[JS_N];
     if (tr->o.loss_scale.mode != HPT_LOSS_SCALE_OFF) {
         lsf[LSS_SCALE] = dbits((double)tr->ls);
         lsf[LSS_CLEAN] = tr->ls_clean;
@@ -596,6 +696,13 @@ static hpt_status save_files(hpt_trainer *tr) {
         if (tr->pr.s0) sec[n++] = (hpt_state_section){.name = "pred_s0", .data = tr->pr.s0, .bytes = bytes};
         if (tr->pr.s1) sec[n++] = (hpt_state_section){.name = "pred_s1", .data = tr->pr.s1, .bytes = bytes};
         if (tr->snapshot) sec[n++] = (hpt_state_section){.name = "snapshot", .data = tr->snapshot, .bytes = bytes};
+        if (JUMP(tr)) {
+            pack_jump(tr, jf);
+            sec[n++] = (hpt_state_section){.name = "jump", .data = jf, .bytes = sizeof jf};
+            if (jf[JS_COUNT])
+                sec[n++] = (hpt_state_section){.name = "jump_ring", .data = tr->js.ring[jf[JS_FIRST]],
+                                               .bytes = (uint64_t)jf[JS_COUNT] * bytes};
+        }
     }
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/state.bin", tr->o.save_dir);
@@ -668,6 +775,31 @@ static hpt_status predict_step(hpt_trainer *tr, hpt_train_progress *p) {
     const hpt_schedule_opts *so = &tr->o.sched;
     int64_t k = tr->sch.in_phase;
     hpt_model_free_activations(tr->model); /* an evaluation's (hpt_trainer_eval called alone) */
+    if (JUMP(tr)) { /* the whole phase is one jump from the last snapshot (= the weights) */
+        jump_env env = {.params = model_params(tr->model), .opt = tr->opt, .ctx = tr,
+                        .loss = seq_loss};
+        const hpt_tensor_table *ts = model_table(tr->model); /* checkpoint order */
+        env.n_tensors = ts->n;
+        for (int i = 0; i < ts->n; i++) {
+            const hpt_tensor_desc *d = &ts->t[i];
+            env.off[i + 1] = env.off[i] + hpt_tensor_numel(d);
+            env.group[i] = !d->is_matrix ? JUMP_GROUP_VECTORS
+                           : d->layer == -1 ? JUMP_GROUP_EMBEDDINGS : JUMP_GROUP_MATRICES;
+        }
+        jump_result r;
+        HPT_CHECK(jump_run(&tr->js, so, &env, tr->step - tr->sch.n_predict_steps, &r));
+        p->jumped = 1;
+        p->checked = 1;
+        p->loss = (float)r.loss1;
+        p->pred_loss = (float)r.loss0;
+        p->diverged = r.rolled_back ? 2 : 0;
+        p->jump_scale = r.scale;
+        memcpy(p->jump_scales, r.scales, sizeof p->jump_scales);
+        p->jump_gain = r.gain;
+        p->jump_search_ms = r.search_ms;
+        p->jump_forwards = r.forwards;
+        return HPT_OK;
+    }
     if (k == 0) {
         size_t bytes = nparams(tr) * sizeof(float);
         if (!tr->snapshot) {
@@ -839,8 +971,12 @@ hpt_status hpt_trainer_step(hpt_trainer *tr, hpt_train_progress *p) {
     tr->step++;
     if (HYBRID(tr)) {
         p->confidence = (float)lossmodel_confidence(&tr->lm, (double)o->sched.band);
+        if (JUMP(tr) && phase == HPT_PHASE_FULL && !tr->sch.stopped) { /* FULL's snapshots */
+            int64_t slot = jump_slot(&o->sched, tr->sch.in_phase + 1);
+            if (slot >= 0) jump_snapshot(&tr->js, slot, model_params(tr->model));
+        }
         hpt_schedule_obs ob = {.confidence = p->confidence, .diverged = p->diverged,
-                               .steps_left = o->steps - tr->step};
+                               .steps_left = o->steps - tr->step, .jump_gain = p->jump_gain};
         hpt_schedule_advance(&tr->sch, &o->sched, &ob);
         if (phase == HPT_PHASE_PREDICT && p->diverged) free_snapshot(tr); /* no measure follows */
         /* a predict phase next: its memory is released now, by this step */

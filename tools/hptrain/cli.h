@@ -89,6 +89,10 @@ int cli_read_file(const char *path, char **data_out, size_t *len_out);
     {"correct-steps", 1, 0, CLI_OPT_PLAN}, {"predictor", 1, 0, CLI_OPT_PLAN}, \
     {"check-every", 1, 0, CLI_OPT_PLAN}, {"check-weights", 1, 0, CLI_OPT_PLAN}, \
     {"band", 1, 0, CLI_OPT_PLAN}, {"rollback-bound", 1, 0, CLI_OPT_PLAN}, \
+    {"jump-stride", 1, 0, CLI_OPT_PLAN}, {"jump-snapshots", 1, 0, CLI_OPT_PLAN}, \
+    {"jump-horizon", 1, 0, CLI_OPT_PLAN}, {"jump-fit", 1, 0, CLI_OPT_PLAN}, \
+    {"jump-state", 1, 0, CLI_OPT_PLAN}, {"jump-search-batches", 1, 0, CLI_OPT_PLAN}, \
+    {"jump-min-gain", 1, 0, CLI_OPT_PLAN}, \
     {"memory", 1, 0, CLI_OPT_PLAN}, {"host-memory", 1, 0, CLI_OPT_PLAN}, \
     {"disk-memory", 1, 0, CLI_OPT_PLAN}, {"offload-dir", 1, 0, CLI_OPT_PLAN}
 

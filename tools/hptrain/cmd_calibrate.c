@@ -52,6 +52,11 @@ static void print_calibration(FILE *f, const hpt_calibration *c) {
     for (int k = 0; k < HPT_OPTIM_COUNT; k++)
         fprintf(f, " %s %.2f / %.2f%s", hpt_optim_name((hpt_optim_kind)k), c->optim_ns[k][0],
                 c->optim_ns[k][1], k + 1 < HPT_OPTIM_COUNT ? ";" : "\n");
+    fprintf(f, "  at one thread (the offload worker's):");
+    for (int k = 0; k < HPT_OPTIM_COUNT; k++)
+        fprintf(f, " %s %.2f / %.2f%s", hpt_optim_name((hpt_optim_kind)k), c->worker_ns[k][0],
+                c->worker_ns[k][1], k + 1 < HPT_OPTIM_COUNT ? ";" : "\n");
+    fprintf(f, "  sharing loss %.2f compute s per s of one-thread work beside the team\n", c->share_loss);
 }
 
 int cmd_calibrate(int argc, char **argv) {

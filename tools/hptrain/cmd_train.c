@@ -16,6 +16,7 @@
 #define HPT_MIN_D(a, b) ((a) < (b) ? (a) : (b))
 
 static volatile sig_atomic_t g_stop;
+static int g_shared_fail; /* every rank knows the run failed (no MPI_Abort needed) */
 static uint64_t g_rss0; /* RSS when the command began, before hptrain allocated anything */
 static void on_signal(int sig) { g_stop = sig == SIGTERM ? 3 : 1; }
 
@@ -88,7 +89,15 @@ static const char k_help[] =
     "  --predictor K        hybrid: adam (AdamW's m/(sqrt(v)+eps) under the lr schedule; needs\n"
     "                       AdamW with 32-bit state) or linear (per-parameter linear fit of the\n"
     "                       recent weights; the optimizer state moves to the host while\n"
-    "                       predicting) (default adam)\n"
+    "                       predicting) (default adam), or jump (every FULL round keeps\n"
+    "                       --jump-snapshots K weights --jump-stride S steps apart, then one\n"
+    "                       predict step jumps along a per-weight --jump-fit linear, quadratic\n"
+    "                       or exp fit --jump-horizon H steps ahead, scaled by a line search\n"
+    "                       on --jump-search-batches held-out validation batches after the\n"
+    "                       evaluation's, confirmed on 2 more or rolled back; --jump-state\n"
+    "                       keep, reset or zero-m: the moments after it; jumping stops after\n"
+    "                       2 jumps in a row worth less than --jump-min-gain real steps;\n"
+    "                       defaults S 40, K 5, H 200, linear, 4, keep, 2; docs/predict.md)\n"
     "  --check-every K      hybrid: a forward on the first validation batch every K predict\n"
     "                       steps (needs --val); 0: none (default); a phase that runs its\n"
     "                       course is measured on its first CORRECT step either way\n"
@@ -134,6 +143,16 @@ static void memory_report(const hpt_mem *mem) {
     if (st.budget_bytes[HPT_TIER_DEVICE]) {
         fmt_bytes(b, sizeof b, st.budget_bytes[HPT_TIER_DEVICE]);
         fprintf(stderr, "  of budget %s", b);
+    }
+    /* the other tiers' high-water marks: what --offload and --act-offload moved off the device */
+    for (int t = HPT_TIER_DEVICE + 1; t < HPT_TIER_COUNT; t++) {
+        if (!st.peak_bytes[t]) continue;
+        fmt_bytes(b, sizeof b, st.peak_bytes[t]);
+        fprintf(stderr, "\n  %-10s %12s", t == HPT_TIER_HOST ? "host peak" : "disk peak", b);
+        if (st.budget_bytes[t]) {
+            fmt_bytes(b, sizeof b, st.budget_bytes[t]);
+            fprintf(stderr, "  of budget %s", b);
+        }
     }
     uint64_t rss = hpt_rss_peak_bytes();
     fmt_bytes(b, sizeof b, rss);
@@ -225,7 +244,8 @@ int cmd_train(int argc, char **argv) {
     hpt_status s = hpt_dist_init();
     if (s != HPT_OK) return cli_lib_error(s, "train: starting MPI");
     int rc = train_main(argc, argv);
-    hpt_dist_finalize(rc != 0);
+    /* a stop by signal (130, 143) is every rank's, after the same step: no abort */
+    hpt_dist_finalize(rc != 0 && rc != 130 && rc != 143 && !g_shared_fail);
     return rc;
 }
 
@@ -322,6 +342,14 @@ static int train_main(int argc, char **argv) {
     tmeta.has_val = o.val != NULL;
     hpt_trainer *tr;
     s = hpt_trainer_create(mem, &o, &tr);
+    if (hpt_dist_size() > 1 && hpt_dist_any(s != HPT_OK)) { /* every rank gets here */
+        g_shared_fail = 1;
+        if (s == HPT_OK) {
+            hpt_trainer_free(tr);
+            hpt_mem_destroy(mem);
+            return cli_error("train: another process failed to start (its error is above)");
+        }
+    }
     if (s != HPT_OK) {
         /* the breakdown of what was allocated when the budget ran out (a refusal before any
          * allocation carries its own estimate-based breakdown in the error line) */
@@ -428,6 +456,11 @@ static int train_main(int argc, char **argv) {
             if (o.sched.kind == HPT_SCHEDULE_HYBRID)
                 fprintf(log, ",\"confidence\":%.4f", (double)p.confidence);
             if (p.diverged) fprintf(log, ",\"diverged\":\"%s\"", p.diverged == 2 ? "rollback" : "early");
+            if (p.jumped)
+                fprintf(log, ",\"jump_scales\":[%.6g,%.6g,%.6g],\"jump_gain\":%.6g,"
+                        "\"jump_search_ms\":%.3f,\"jump_forwards\":%lld", p.jump_scales[0],
+                        p.jump_scales[1], p.jump_scales[2], p.jump_gain, p.jump_search_ms,
+                        (long long)p.jump_forwards);
             if (p.evaluated) fprintf(log, ",\"val_loss\":%.6f", (double)p.val_loss);
             if (o.loss_scale.mode != HPT_LOSS_SCALE_OFF)
                 fprintf(log, ",\"loss_scale\":%.0f,\"skipped\":%d", (double)p.loss_scale, p.skipped);
@@ -501,6 +534,9 @@ static int train_main(int argc, char **argv) {
                     (long long)phase_steps[HPT_PHASE_PREDICT], (long long)sc->n_predict_phases,
                     (long long)sc->n_early, (long long)sc->n_rollback,
                     (long long)phase_steps[HPT_PHASE_CORRECT]);
+            if (o.sched.predictor == HPT_PREDICTOR_JUMP)
+                fprintf(stderr, "jumps: %lld (%lld rolled back)%s\n", (long long)sc->n_predict_phases,
+                        (long long)sc->n_rollback, sc->stopped ? "; stopped: jumps no longer paid" : "");
         }
         if (o.save_dir) fprintf(stderr, "saved %s/state.bin and %s/model.bin\n", o.save_dir, o.save_dir);
         memory_report(mem);

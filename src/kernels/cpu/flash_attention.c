@@ -38,8 +38,7 @@
 #define FA_BC 64 /* keys per tile */
 #define FA_HC 64 /* head columns per transposed chunk and per accumulator */
 #define FA_RB 4  /* query rows whose scores are accumulated together */
-
-#define AI static inline __attribute__((always_inline))
+#define FA_HM 64 /* the widest head whose tiles are copied compact (stack: 4 tiles) */
 
 /* 16 floats as one value (GCC's vector extension): a zmm register with AVX-512, two ymm with
  * AVX2; the FA_HC-wide accumulators below are FA_HC / 16 of these, so they stay in registers
@@ -47,16 +46,14 @@
  * scalar loop's (a multiply, then an add), so both paths give the same bits. */
 typedef float v16 __attribute__((vector_size(64)));
 #define NV (FA_HC / 16)
-AI v16 vld(const float *p) {
-    v16 v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-AI void vst(float *p, v16 v) { memcpy(p, &v, sizeof v); }
+/* v = 16 floats at p, and back (unaligned; macros: a 64-byte vector passed by value would
+ * change the ABI where the compiler is not told of AVX-512) */
+#define VLD(v, p) memcpy(&(v), (p), sizeof(v16))
+#define VST(p, v) memcpy((p), &(v), sizeof(v16))
 
 /* dst (hc, FA_BC) = the columns [i0, i0 + hc) of nk rows at src (row stride W), transposed;
  * keys nk .. FA_BC - 1 are 0 (their scores are computed and never read). */
-static void transpose_tile(float *dst, const float *src, int nk, int i0, int hc, int W) {
+static void transpose_tile(float *dst, const float *src, int nk, int i0, int hc, int64_t W) {
     for (int i = 0; i < hc; i++) {
         float *d = dst + i * FA_BC;
         for (int j = 0; j < nk; j++) d[j] = src[(int64_t)j * W + i0 + i];
@@ -69,18 +66,18 @@ static void transpose_tile(float *dst, const float *src, int nk, int i0, int hc,
 static void scores_rb(float (*S)[FA_BC], const float *x, int64_t xs, const float *Kt, int hc) {
     v16 acc[FA_RB][FA_BC / 16];
     for (int r = 0; r < FA_RB; r++)
-        for (int u = 0; u < FA_BC / 16; u++) acc[r][u] = vld(&S[r][16 * u]);
+        for (int u = 0; u < FA_BC / 16; u++) VLD(acc[r][u], &S[r][16 * u]);
     for (int i = 0; i < hc; i++) {
         const float *k = Kt + i * FA_BC;
         v16 kv[FA_BC / 16];
-        for (int u = 0; u < FA_BC / 16; u++) kv[u] = vld(k + 16 * u);
+        for (int u = 0; u < FA_BC / 16; u++) VLD(kv[u], k + 16 * u);
         for (int r = 0; r < FA_RB; r++) {
             const float xi = x[r * xs + i];
             for (int u = 0; u < FA_BC / 16; u++) acc[r][u] += xi * kv[u];
         }
     }
     for (int r = 0; r < FA_RB; r++)
-        for (int u = 0; u < FA_BC / 16; u++) vst(&S[r][16 * u], acc[r][u]);
+        for (int u = 0; u < FA_BC / 16; u++) VST(&S[r][16 * u], acc[r][u]);
 }
 
 static void scores_1(float *S, const float *x, const float *Kt, int hc) {
@@ -105,12 +102,16 @@ static void scores(float (*S)[FA_BC], const float *x, int64_t xs, int nr, const 
 static void axpy_sum(float *y, const float *c, int cs, const float *x, int64_t xs, int n, int hc) {
     if (hc == FA_HC) {
         v16 acc[NV];
-        for (int u = 0; u < NV; u++) acc[u] = vld(y + 16 * u);
+        for (int u = 0; u < NV; u++) VLD(acc[u], y + 16 * u);
         for (int j = 0; j < n; j++) {
             const float cj = c[j * cs], *xj = x + j * xs;
-            for (int u = 0; u < NV; u++) acc[u] += cj * vld(xj + 16 * u);
+            for (int u = 0; u < NV; u++) {
+                v16 x16;
+                VLD(x16, xj + 16 * u);
+                acc[u] += cj * x16;
+            }
         }
-        for (int u = 0; u < NV; u++) vst(y + 16 * u, acc[u]);
+        for (int u = 0; u < NV; u++) VST(y + 16 * u, acc[u]);
         return;
     }
     float acc[FA_HC];
@@ -131,6 +132,21 @@ static void axpy_rows(float *y, const float *c, int cs, const float *x, int64_t 
     }
 }
 
+/* n rows of hs floats at src (row stride stride) as the products read them: copied into buf
+ * (rows hs apart) when a head fits FA_HM columns, so the tile's rows share a few pages instead
+ * of one page per row (qkv's rows are W floats apart: the TLB, not the arithmetic, bounded the
+ * loops); else src itself. *xs: the stride of what is returned. Copies change no value. */
+static const float *compact(float *buf, const float *src, int n, int64_t stride, int hs,
+                            int64_t *xs) {
+    if (hs > FA_HM) {
+        *xs = stride;
+        return src;
+    }
+    for (int r = 0; r < n; r++) memcpy(buf + (int64_t)r * hs, src + r * stride, (size_t)hs * sizeof(float));
+    *xs = hs;
+    return buf;
+}
+
 void k_flash_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C,
                                int NH, int NKV) {
     const int hs = C / NH;
@@ -148,6 +164,10 @@ void k_flash_attention_forward(float *out, float *lse, const float *qkv, int B, 
                 float m[FA_BR], l[FA_BR];    /* running max and sum of each row */
                 float S[FA_BR][FA_BC];       /* the tile's scores, then probabilities */
                 float Kt[FA_HC * FA_BC];     /* a key tile's chunk, transposed */
+                float Vc[FA_BC * FA_HM], Kc[FA_BC * FA_HM], Qc[FA_BR * FA_HM]; /* compact */
+                int64_t qs, ks, vs;
+                const float *qc = compact(Qc, qkv + ((int64_t)b * T + t0) * W + h * hs, t1 - t0,
+                                          W, hs, &qs);
                 for (int t = t0; t < t1; t++) {
                     float *o = out + ((int64_t)b * T + t) * C + h * hs; // (hs)
                     memset(o, 0, (size_t)hs * sizeof(float));
@@ -159,13 +179,14 @@ void k_flash_attention_forward(float *out, float *lse, const float *qkv, int B, 
                     const int ta = t0 < k0 ? k0 : t0; /* rows t < k0 see no key here */
                     const int nr = t1 - ta;
                     const float *kbase = qkv + ((int64_t)b * T + k0) * W + KO + kh;
-                    const float *qrow = qkv + ((int64_t)b * T + ta) * W + h * hs;
+                    const float *kt = compact(Kc, kbase, k1 - k0, W, hs, &ks);
                     memset(S, 0, (size_t)nr * sizeof S[0]);
                     for (int i0 = 0; i0 < hs; i0 += FA_HC) {
                         const int hc = hs - i0 < FA_HC ? hs - i0 : FA_HC;
-                        transpose_tile(Kt, kbase, k1 - k0, i0, hc, W);
-                        scores(S, qrow, W, nr, Kt, i0, hc);
+                        transpose_tile(Kt, kt, k1 - k0, i0, hc, ks);
+                        scores(S, qc + (ta - t0) * qs, qs, nr, Kt, i0, hc);
                     }
+                    const float *vt = compact(Vc, kbase + (VO - KO), k1 - k0, W, hs, &vs);
                     for (int t = ta; t < t1; t++) {
                         const int nk = (t + 1 < k1 ? t + 1 : k1) - k0; /* causal: keys <= t */
                         float *s = S[t - ta];
@@ -191,7 +212,7 @@ void k_flash_attention_forward(float *out, float *lse, const float *qkv, int B, 
                             for (int i = 0; i < hs; i++) o[i] *= corr;
                         }
                         /* o += sum_j p_j v_j, keys in order */
-                        axpy_rows(o, s, 1, kbase + (VO - KO), W, nk, hs);
+                        axpy_rows(o, s, 1, vt, vs, nk, hs);
                     }
                 }
                 for (int t = t0; t < t1; t++) {
@@ -237,25 +258,33 @@ void k_flash_attention_backward(float *dqkv, float *scratch, const float *dout, 
                 /* a tile's probabilities P and score gradients dS (the scores and dP first) */
                 float P[FA_BR][FA_BC], dS[FA_BR][FA_BC];
                 float Kt[FA_HC * FA_BC];
+                float Kc[FA_BC * FA_HM], Vc[FA_BC * FA_HM]; /* compact tiles */
+                float Qc[FA_BR * FA_HM], Dc[FA_BR * FA_HM];
                 for (int t0 = 0; t0 < T; t0 += FA_BR) {
                     const int t1 = t0 + FA_BR < T ? t0 + FA_BR : T;
+                    int64_t qs, ds_, ks, vs;
+                    const float *qt = compact(Qc, qkv + ((int64_t)b * T + t0) * W + h * hs,
+                                              t1 - t0, W, hs, &qs);
+                    const float *dt = compact(Dc, dout + ((int64_t)b * T + t0) * C + h * hs,
+                                              t1 - t0, C, hs, &ds_);
                     for (int k0 = 0; k0 < t1; k0 += FA_BC) {
                         const int k1 = k0 + FA_BC < t1 ? k0 + FA_BC : t1;
                         const int ta = t0 < k0 ? k0 : t0, nr = t1 - ta;
                         const float *kbase = qkv + ((int64_t)b * T + k0) * W + KO + kh;
                         const float *vbase = kbase + (VO - KO);
-                        const float *qrow = qkv + ((int64_t)b * T + ta) * W + h * hs;
-                        const float *drow = dout + ((int64_t)b * T + ta) * C + h * hs;
                         float *dkbase = dqkv + ((int64_t)b * T + k0) * W + KO + kh;
                         float *dvbase = dkbase + (VO - KO);
+                        const float *kt = compact(Kc, kbase, k1 - k0, W, hs, &ks);
+                        const float *vt = compact(Vc, vbase, k1 - k0, W, hs, &vs);
+                        const float *qa = qt + (ta - t0) * qs, *da = dt + (ta - t0) * ds_;
                         memset(P, 0, (size_t)nr * sizeof P[0]);
                         memset(dS, 0, (size_t)nr * sizeof dS[0]);
                         for (int i0 = 0; i0 < hs; i0 += FA_HC) {
                             const int hc = hs - i0 < FA_HC ? hs - i0 : FA_HC;
-                            transpose_tile(Kt, kbase, k1 - k0, i0, hc, W);
-                            scores(P, qrow, W, nr, Kt, i0, hc); /* q . k */
-                            transpose_tile(Kt, vbase, k1 - k0, i0, hc, W);
-                            scores(dS, drow, C, nr, Kt, i0, hc); /* dO . v */
+                            transpose_tile(Kt, kt, k1 - k0, i0, hc, ks);
+                            scores(P, qa, qs, nr, Kt, i0, hc); /* q . k */
+                            transpose_tile(Kt, vt, k1 - k0, i0, hc, vs);
+                            scores(dS, da, ds_, nr, Kt, i0, hc); /* dO . v */
                         }
                         /* P = exp(scale q.k - lse); dS = P (dP - D) scale; keys after t: 0 */
                         for (int t = ta; t < t1; t++) {
@@ -270,16 +299,17 @@ void k_flash_attention_backward(float *dqkv, float *scratch, const float *dout, 
                             for (int j = nk; j < FA_BC; j++) p[j] = ds[j] = 0.0f;
                             /* dq_t += sum_j dS_tj k_j, keys in order */
                             float *dq = dqkv + ((int64_t)b * T + t) * W + h * hs;
-                            axpy_rows(dq, ds, 1, kbase, W, nk, hs);
+                            axpy_rows(dq, ds, 1, kt, ks, nk, hs);
                         }
                         /* dk_j += sum_t dS_tj q_t, dv_j += sum_t P_tj dO_t, rows in order
                          * (rows t < j have P = dS = 0: the causal mask) */
                         for (int j = 0; j < k1 - k0; j++) {
                             const int r0 = k0 + j > ta ? k0 + j - ta : 0; /* first row t >= key */
-                            axpy_rows(dkbase + (int64_t)j * W, &dS[r0][j], FA_BC,
-                                      qrow + (int64_t)r0 * W, W, nr - r0, hs);
-                            axpy_rows(dvbase + (int64_t)j * W, &P[r0][j], FA_BC,
-                                      drow + (int64_t)r0 * C, C, nr - r0, hs);
+                            const int64_t rq = ta - t0 + r0; /* row r0's index in the q tile */
+                            axpy_rows(dkbase + (int64_t)j * W, &dS[r0][j], FA_BC, qt + rq * qs,
+                                      qs, nr - r0, hs);
+                            axpy_rows(dvbase + (int64_t)j * W, &P[r0][j], FA_BC, dt + rq * ds_,
+                                      ds_, nr - r0, hs);
                         }
                     }
                 }
