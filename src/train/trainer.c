@@ -586,6 +586,8 @@ static hpt_status gpu_unwired(const hpt_train_opts *o) {
                        ? "this offload engine plan (on a GPU: --fused-update, grads on the device, "
                          "no disk, and --weights bf16-sr with params on the host or fp32 weights "
                          "on the device)"
+                       : dp_apart(o) ? "data parallel (--zero, mpirun: the gradients are summed "
+                                       "on the host)"
                        : o->plan.act.offload == HPT_OFFLOAD_DISK ? "activation offload to disk"
                        : o->sched.kind == HPT_SCHEDULE_HYBRID ? "the hybrid schedule"
                        : NULL;
