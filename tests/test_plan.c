@@ -282,6 +282,10 @@ static const char *random_value(const char *name, char *buf, size_t n) {
     if (!strcmp(name, "schedule")) PICK("full", "hybrid");
     if (!strcmp(name, "predictor")) PICK("adam", "linear");
     if (!strcmp(name, "check-weights")) PICK("fp32", "int8");
+    if (!strcmp(name, "jump-fit")) PICK("linear", "quadratic", "exp");
+    if (!strcmp(name, "jump-state")) PICK("keep", "reset", "zero-m");
+    if (!strcmp(name, "jump-min-gain")) PICK("0", "2", "0.5", "12.25");
+    if (!strcmp(name, "jump-snapshots")) { snprintf(buf, n, "%u", 2 + rnd(63)); return buf; }
     if (!strcmp(name, "confidence")) PICK("0", "0.25", "0.7", "1");
     if (!strcmp(name, "band") || !strcmp(name, "rollback-bound")) PICK("0.01", "0.05", "0.2", "0.123456");
     if (!strcmp(name, "memory") || !strcmp(name, "host-memory") || !strcmp(name, "disk-memory"))
@@ -291,7 +295,9 @@ static const char *random_value(const char *name, char *buf, size_t n) {
     /* the rest are integers: accum, head-chunk, K, P, vocab chunk, schedule lengths */
     unsigned lo = !strcmp(name, "max-active-layers") || !strcmp(name, "accum") ||
                   !strcmp(name, "full-steps") || !strcmp(name, "max-predict-steps") ||
-                  !strcmp(name, "correct-steps") || !strcmp(name, "loss-scale-window");
+                  !strcmp(name, "correct-steps") || !strcmp(name, "loss-scale-window") ||
+                  !strcmp(name, "jump-stride") || !strcmp(name, "jump-horizon") ||
+                  !strcmp(name, "jump-search-batches");
     snprintf(buf, n, "%u", lo + rnd(!strcmp(name, "vocab-chunk") ? 4096 : 100));
     return buf;
 #undef PICK
