@@ -95,6 +95,10 @@ void lossmodel_predict_step(lossmodel *lm, double update_norm);
 
 /* ---- the jump predictor (src/train/jump.c) ---- */
 
+/* Steps in a round of FULL (schedule.c): full_steps, and for the jump predictor at least the
+ * snapshots' span, (K - 1) S + 1. */
+int64_t schedule_full_len(const hpt_schedule_opts *o);
+
 /* The K snapshots (host tier, params category) and the held-out batches of the line search
  * (search batches, then 2 that confirm; host tier, io; copied from the validation windows after
  * the evaluation's), and the last jump's verify loss and real step (its gain's rate). */
