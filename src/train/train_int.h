@@ -99,6 +99,10 @@ int dp_size(void);
 int dp_rank(void);
 /* 1: micro-batches' gradients are summed apart, in order (--zero given, or many processes). */
 int dp_apart(const hpt_train_opts *o);
+
+/* ---- gpu.c ---- */
+/* HPT_ERR_UNSUPPORTED, with the reason, for a plan a GPU run cannot use yet (docs/cuda.md). */
+hpt_status train_gpu_check(const hpt_train_opts *o);
 /* The processes' configurations agree (else every rank fails naming the difference). */
 hpt_status dp_agree(const hpt_train_opts *o);
 /* What many processes do not run with yet. */

@@ -304,39 +304,9 @@ static hpt_status setup(hpt_trainer *tr) {
     return s;
 }
 
-/* The offload engine's plans that run on a GPU: the fused update with the blocks' gradients in
- * device slots, no disk, fp32 gradients; bf16-sr weights on pinned host memory (the engine's
- * loads widen them into fp32 device slots, its updates round into them: kernels reading and
- * writing the pinned homes over PCIe) or fp32 weights on the device. Elsewhere the engine's
- * host code or its disk I/O would meet device memory (docs/cuda.md). */
-static int gpu_engine_ok(const hpt_offload_opts *o) {
-    if (!o->fused || o->grads != HPT_TIER_DEVICE || o->grad_home != HPT_GH_FP32 ||
-        o->optim == HPT_TIER_DISK || o->embeddings == HPT_EMB_CHUNKED)
-        return 0;
-    if (o->params == HPT_TIER_HOST) return o->weights == HPT_BW_BF16_SR;
-    return o->params == HPT_TIER_DEVICE && o->weights == HPT_BW_FP32;
-}
-
-/* What a run on a GPU cannot use yet: the parts whose host code still reads tensor memory
- * itself or whose transfers are not through the backend (docs/cuda.md, "what is not done"). */
-static hpt_status gpu_unwired(const hpt_train_opts *o) {
-    const char *what = hpt_offload_active(&o->plan.offload) && !gpu_engine_ok(&o->plan.offload)
-                       ? "this offload engine plan (on a GPU: --fused-update, grads on the device, "
-                         "no disk, and --weights bf16-sr with params on the host or fp32 weights "
-                         "on the device)"
-                       : dp_apart(o) ? "data parallel (--zero, mpirun: the gradients are summed "
-                                       "on the host)"
-                       : o->plan.act.offload == HPT_OFFLOAD_DISK ? "activation offload to disk"
-                       : o->sched.kind == HPT_SCHEDULE_HYBRID ? "the hybrid schedule"
-                       : NULL;
-    if (!what) return HPT_OK;
-    return hpt_fail(HPT_ERR_UNSUPPORTED, "--device cuda: %s does not run on the GPU yet "
-                    "(docs/cuda.md)", what);
-}
-
 hpt_status hpt_trainer_create(hpt_mem *mem, const hpt_train_opts *opts, hpt_trainer **out) {
     *out = NULL;
-    if (opts->plan.device) HPT_CHECK(gpu_unwired(opts));
+    if (opts->plan.device) HPT_CHECK(train_gpu_check(opts));
     hpt_trainer *tr = calloc(1, sizeof *tr);
     if (!tr) return hpt_fail(HPT_ERR_OOM, "cannot allocate the trainer");
     tr->o = *opts;
