@@ -108,6 +108,7 @@ extern "C" {
 #include "hptrain/plan.h"
 #include "hptrain/planner.h"
 #include "hptrain/train.h"
+#include "hptrain/dist.h"
 
 #ifdef __cplusplus
 }

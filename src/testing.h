@@ -38,6 +38,8 @@ void hpt_mem_disk_fail(hpt_mem *m, hpt_disk_fault kind, uint64_t nth);
  * to value right after that block's backward, before it goes to its home: an injected
  * overflow for the loss scaler (inf, or a value fp16 cannot hold). step 0: off. */
 void hpt_trainer_inject_grad(hpt_trainer *tr, int64_t step, int layer, float value);
+/* The trainer's optimizer (tests read its moments around a jump). */
+hpt_optim *hpt_trainer_optim(hpt_trainer *tr);
 
 /* The testing predictors of the hybrid schedule (hpt_predictor_kind values; checkpoints store
  * them, so the values never change). hpt_predictor_parse refuses their names;

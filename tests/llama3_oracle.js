@@ -34,7 +34,7 @@
 'use strict';
 const fs = require('fs');
 const path = require('path');
-const {makeMix, TRICKY, unicodeTexts} = require('./tokenizer_oracle.js');
+const {makeMix, TRICKY, unicodeTexts, writeFixture} = require('./tokenizer_oracle.js');
 
 const clean = s => s.replace(/\u0085/g, '\u2029').replace(/\ufeff/g, '\u200b');
 
@@ -135,26 +135,7 @@ function main() {
       if (!Number.isInteger(id) || id < 0 || id >= 128256) throw new Error(`llama3-tokenizer-js gave id ${id}`);
     return {...r, ids};
   });
-  const bufs = [Buffer.from('HPTLL3O1', 'latin1')];
-  const u32 = x => { const b = Buffer.alloc(4); b.writeUInt32LE(x); return b; };
-  let hash = 0x811c9dc5;
-  for (const byte of fs.readFileSync(__filename)) hash = Math.imul(hash ^ byte, 0x01000193) >>> 0;
-  const uni = Buffer.from(process.versions.unicode, 'utf8');
-  bufs.push(u32(hash), u32(uni.length), uni, u32(records.length));
-  for (const r of records) {
-    const name = Buffer.from(r.name, 'utf8'), text = Buffer.from(r.text, 'utf8');
-    const ids = Buffer.alloc(4 * r.ids.length);
-    r.ids.forEach((id, i) => ids.writeInt32LE(id, 4 * i));
-    bufs.push(u32(name.length), name, u32(r.flags), u32(text.length), text, u32(r.ids.length), ids);
-  }
-  fs.mkdirSync(args[0], {recursive: true});
-  const out = path.join(args[0], 'llama3_oracle.bin');
-  fs.writeFileSync(`${out}.tmp.${process.pid}`, Buffer.concat(bufs));
-  fs.renameSync(`${out}.tmp.${process.pid}`, out);
-  const textBytes = records.reduce((s, r) => s + Buffer.byteLength(r.text, 'utf8'), 0);
-  const nIds = records.reduce((s, r) => s + r.ids.length, 0);
-  process.stderr.write(`llama3_oracle: ${records.length} texts, ${textBytes} bytes, ${nIds} ids ` +
-                       `(Unicode ${process.versions.unicode}) -> ${out}\n`);
+  writeFixture(args[0], 'llama3_oracle.bin', 'HPTLL3O1', __filename, records, 'llama3_oracle');
 }
 
 main();

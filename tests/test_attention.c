@@ -331,6 +331,8 @@ int main(void) {
     check_kernel(3, 100, 48, 3, worst);
     check_kernel(1, 130, 128, 2, worst);
     check_kernel(2, 200, 64, 4, worst);
+    check_kernel(2, 100, 192, 2, worst); /* heads of 96: wider than the compact tiles, two chunks */
+    check_kernel(1, 70, 256, 2, worst);  /* heads of 128 */
     printf("  worst: out %.2e dq %.2e dk %.2e dv %.2e (bound %.0e)\n", worst[0], worst[1],
            worst[2], worst[3], BOUND);
     printf("grouped-query attention against double references:\n");

@@ -1,25 +1,28 @@
-/* test_embed.c: the tied embedding without a whole gradient (hpt_offload_opts.embeddings,
- * src/model/embed.c), 20 fused steps on a small model (V 100, Vp 128: padding rows; chunks of
- * 48 rows: 48 + 48 + 32, the last one partly padding) with clipping on.
+/* test_embed.c [gpt2|llama]: embeddings without a whole gradient (hpt_offload_opts.embeddings,
+ * src/model/embed.c), 20 fused steps on small models (V 100, Vp 128: padding rows; chunks of 48
+ * rows: 48 + 48 + 32, the last one partly padding) with clipping on. `gpt2`: GPT-2's tied
+ * embedding (wte is the head; wpe beside it). `llama` (ctest's test_embed_llama): llama untied
+ * (wte and lm_head, both without a whole gradient) and tied.
  *   (a) chunked (fp32 storage): the first step's loss (the same weights, the chunked head
  *       forward) equals the full head's within 1e-6 relative (measured: equal); the 20 steps'
  *       losses and the final weights equal the full embeddings' fused run within the bounds
- *       below, for AdamW 32-bit
- *       and 8-bit and Adam-mini 8-bit (the chunked update is the whole tensor's update; only the
- *       order of sums differs: dlnf over chunks, the norm; with a row-chunked head also the
- *       running log-sum-exp); with a row-chunked head (head chunk 7 rows, not dividing B*T:
- *       the (rows, chunk) logits path) likewise;
+ *       below, for AdamW 32-bit and 8-bit and Adam-mini 8-bit (the chunked update is the whole
+ *       tensor's update; only the order of sums differs: dlnf over chunks, the norm; with a
+ *       row-chunked head also the running log-sum-exp); with a row-chunked head (head chunk 7
+ *       rows, not dividing B*T: the (rows, chunk) logits path) likewise;
  *   (b) bf16 embeddings (with bf16 block weights), stochastic rounding and Kahan, 8-bit AdamW:
- *       the mean loss of the last 5 steps within 0.1% of the fp32 run's (measured: 1.5e-5 SR,
- *       2.8e-5 Kahan); the gathered wte and wpe
- *       are bf16 values;
+ *       the mean loss of the last 5 steps within 0.1% of the fp32 run's (measured on GPT-2:
+ *       1.5e-5 SR, 2.8e-5 Kahan); the gathered embeddings (GPT-2: wte and wpe; llama: wte, and
+ *       lm_head when untied) are bf16 values;
  *   (c) a bf16-kahan run with bf16 embeddings saved at step 8 and resumed ends with the
  *       uninterrupted run's weights, losses and state file, bit for bit; the file holds the
  *       section "emb_comp";
  *   (d) every run's per-tier peak equals the estimator's (test_estimate.c checks each category);
- *       the gradient category's peak shrinks by wte's gradient less one chunk;
- *   (e) refusals: without --fused-update, bf16 embeddings with fp32 block weights, a vocab chunk
- *       whose values are not a multiple of 256, a forward without targets. */
+ *       the gradient category's peak shrinks by the head's gradient (untied: and wte's) less
+ *       one chunk;
+ *   (e) refusals (GPT-2 run): without --fused-update, bf16 embeddings with fp32 block weights,
+ *       a vocab chunk whose values are not a multiple of 256; on every shape a forward without
+ *       targets (the logits are never whole). */
 #include "testlib.h"
 
 #include <math.h>
@@ -27,7 +30,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SHAPE "gpt2:L=3,C=48,NH=6,V=100,T=32"
+#define GPT2 "gpt2:L=3,C=48,NH=6,V=100,T=32"
+#define LLAMA_UNTIED "llama:L=2,C=48,NH=6,NKV=2,FF=64,V=100,T=32"
+#define LLAMA_TIED "llama:L=2,C=48,NH=6,NKV=2,FF=64,V=100,T=32,tied=1"
 #define STEPS 20
 #define VCHUNK 48
 
@@ -42,8 +47,8 @@
 
 static char g_train[512];
 
-static hpt_train_opts opts(void) {
-    hpt_train_opts o = t_train_opts(SHAPE, g_train, 2, 16, STEPS, 3);
+static hpt_train_opts opts(const char *shape) {
+    hpt_train_opts o = t_train_opts(shape, g_train, 2, 16, STEPS, 3);
     o.grad_clip = 1.0f;
     o.offload = hpt_offload_defaults();
     o.offload.fused = 1;
@@ -62,9 +67,9 @@ typedef struct {
 static void run(const hpt_train_opts *o, run_out *r, const char *what) {
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
-    hpt_gpt2_config cfg;
-    CHECK_OK(hpt_gpt2_config_parse(SHAPE, &cfg));
-    r->n = hpt_gpt2_num_params(&cfg);
+    hpt_model_config cfg;
+    CHECK_OK(hpt_model_config_parse(o->model, &cfg));
+    r->n = hpt_model_config_num_params(&cfg);
     r->params = calloc(r->n, sizeof(float));
     t_train_run(mem, o, 0, r->losses, NULL, r->params);
     t_check_estimate(mem, o, what);
@@ -82,17 +87,24 @@ static double max_loss_rel(const run_out *a, const run_out *b) {
     return w;
 }
 
+/* The model's name in the lines printed */
+static const char *label(const hpt_model_config *cfg) {
+    if (cfg->arch == HPT_ARCH_GPT2) return "gpt2";
+    return cfg->tied ? "llama tied" : "llama untied";
+}
+
 /* (a), (d) */
-static void test_chunked(void) {
-    hpt_gpt2_config cfg;
-    CHECK_OK(hpt_gpt2_config_parse(SHAPE, &cfg));
+static void test_chunked(const char *shape) {
+    hpt_model_config cfg;
+    CHECK_OK(hpt_model_config_parse(shape, &cfg));
+    CHECK(cfg.Vp == 128);
     static const struct {
         int optimizer, bits;
         const char *what;
     } c[] = {{HPT_OPTIM_ADAMW, 32, "AdamW 32-bit"}, {HPT_OPTIM_ADAMW, 8, "AdamW 8-bit"},
              {HPT_OPTIM_ADAM_MINI, 8, "Adam-mini 8-bit"}};
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
-        hpt_train_opts o = opts();
+        hpt_train_opts o = opts(shape);
         o.adamw = hpt_optim_defaults((hpt_optim_kind)c[i].optimizer);
         o.adamw.lr = o.lr;
         o.adamw.state_bits = c[i].bits;
@@ -102,15 +114,18 @@ static void test_chunked(void) {
         run(&o, &ch, "chunked embeddings");
         double l0 = fabs((double)ch.losses[0] - (double)full.losses[0]) / (double)full.losses[0];
         double lw = max_loss_rel(&ch, &full), pw = t_rel_err(ch.params, full.params, ch.n);
-        printf("%-16s chunked vs full: first loss rel %.2e, worst loss rel %.2e, weights rel %.2e; "
-               "gradient bytes %llu vs %llu\n", c[i].what, l0, lw, pw,
+        printf("%-12s %-16s chunked vs full: first loss rel %.2e, worst loss rel %.2e, weights "
+               "rel %.2e; gradient bytes %llu vs %llu\n", label(&cfg), c[i].what, l0, lw, pw,
                (unsigned long long)ch.grads_peak, (unsigned long long)full.grads_peak);
         CHECK_MSG(l0 <= 1e-6, "%s: chunked head's first loss off by %.2e", c[i].what, l0);
         double lb = c[i].bits == 8 ? LOSS_REL_Q8 : LOSS_REL_F32;
         double pb = c[i].bits == 8 ? PARAM_REL_Q8 : PARAM_REL_F32;
         CHECK_MSG(lw <= lb, "%s: chunked losses off by %.2e", c[i].what, lw);
         CHECK_MSG(pw <= pb, "%s: chunked weights off by %.2e", c[i].what, pw);
-        uint64_t saved = ((uint64_t)cfg.Vp - VCHUNK) * (uint64_t)cfg.C * 4;
+        CHECK(ch.losses[STEPS - 1] < ch.losses[0]);
+        /* the head's (Vp, C) gradient, and an untied wte's too, become one (VCHUNK, C) chunk */
+        uint64_t whole = (uint64_t)cfg.Vp * (uint64_t)cfg.C * 4 * (cfg.tied ? 1u : 2u);
+        uint64_t saved = whole - (uint64_t)VCHUNK * (uint64_t)cfg.C * 4;
         CHECK_MSG(full.grads_peak - ch.grads_peak == saved, "%s: gradient bytes %llu vs %llu, "
                   "expected %llu less", c[i].what, (unsigned long long)ch.grads_peak,
                   (unsigned long long)full.grads_peak, (unsigned long long)saved);
@@ -119,10 +134,9 @@ static void test_chunked(void) {
             o.act.head_chunk = 7;
             run(&o, &rc, "chunked embeddings, head chunk 7");
             double rw = max_loss_rel(&rc, &full), rp = t_rel_err(rc.params, full.params, rc.n);
-            printf("%-16s chunked, head chunk 7 rows, vs full: worst loss rel %.2e, weights rel "
-                   "%.2e\n", c[i].what, rw, rp);
-            CHECK_MSG(rw <= lb && rp <= pb, "head chunk 7: off by %.2e, "
-                      "%.2e", rw, rp);
+            printf("%-12s %-16s chunked, head chunk 7 rows, vs full: worst loss rel %.2e, "
+                   "weights rel %.2e\n", label(&cfg), c[i].what, rw, rp);
+            CHECK_MSG(rw <= lb && rp <= pb, "head chunk 7: off by %.2e, %.2e", rw, rp);
             free(rc.params);
         }
         free(full.params);
@@ -144,15 +158,23 @@ static double tail_mean(const float *l) {
     return s / 5.0;
 }
 
+static int all_bf16(const float *x, size_t n) {
+    int bf = 1;
+    for (size_t i = 0; i < n; i++) bf &= round_bf16(x[i]) == x[i];
+    return bf;
+}
+
 /* (b) */
-static void test_bf16(void) {
-    hpt_gpt2_config cfg;
-    CHECK_OK(hpt_gpt2_config_parse(SHAPE, &cfg));
-    hpt_train_opts o = opts();
+static void test_bf16(const char *shape) {
+    hpt_model_config cfg;
+    CHECK_OK(hpt_model_config_parse(shape, &cfg));
+    hpt_train_opts o = opts(shape);
     o.adamw.state_bits = 8;
     run_out f32;
     run(&o, &f32, "fp32 weights, full embeddings");
-    size_t ne = ((size_t)cfg.Vp + (size_t)cfg.maxT) * (size_t)cfg.C; /* wte, wpe lead */
+    /* the table leads with wte (GPT-2: wpe after it); an untied lm_head ends it */
+    size_t ne = ((size_t)cfg.Vp + (cfg.arch == HPT_ARCH_GPT2 ? (size_t)cfg.maxT : 0)) * (size_t)cfg.C;
+    size_t nh = cfg.tied ? 0 : (size_t)cfg.Vp * (size_t)cfg.C;
     int ws[] = {HPT_BW_BF16_SR, HPT_BW_BF16_KAHAN};
     for (int k = 0; k < 2; k++) {
         hpt_train_opts b = o;
@@ -161,25 +183,26 @@ static void test_bf16(void) {
         run_out r;
         run(&b, &r, "bf16 embeddings");
         double rel = fabs(tail_mean(r.losses) - tail_mean(f32.losses)) / tail_mean(f32.losses);
-        printf("bf16 embeddings, %s, 8-bit AdamW: mean loss of the last 5 steps %.5f vs fp32 "
-               "%.5f (rel %.2e; first %.4f)\n", hpt_block_weights_name((hpt_block_weights)ws[k]),
-               tail_mean(r.losses), tail_mean(f32.losses), rel, (double)r.losses[0]);
+        printf("%-12s bf16 embeddings, %s, 8-bit AdamW: mean loss of the last 5 steps %.5f vs "
+               "fp32 %.5f (rel %.2e; first %.4f)\n", label(&cfg),
+               hpt_block_weights_name((hpt_block_weights)ws[k]), tail_mean(r.losses),
+               tail_mean(f32.losses), rel, (double)r.losses[0]);
         CHECK_MSG(rel <= 1e-3, "bf16 embeddings %d: %.2e from fp32's loss", ws[k], rel);
         CHECK(r.losses[STEPS - 1] < r.losses[0]);
-        int bf = 1;
-        for (size_t i = 0; i < ne; i++) bf &= round_bf16(r.params[i]) == r.params[i];
-        CHECK_MSG(bf, "bf16 embeddings %d: a gathered wte or wpe value is not a bf16 value", ws[k]);
+        CHECK_MSG(all_bf16(r.params, ne), "bf16 embeddings %d: a gathered embedding value is not "
+                  "a bf16 value", ws[k]);
+        CHECK_MSG(all_bf16(r.params + r.n - nh, nh), "bf16 embeddings %d: an lm_head value is not "
+                  "a bf16 value", ws[k]);
         free(r.params);
     }
     free(f32.params);
 }
 
 /* (c) */
-static void test_kahan_resume(void) {
-    hpt_gpt2_config cfg;
-    CHECK_OK(hpt_gpt2_config_parse(SHAPE, &cfg));
-    size_t n = hpt_gpt2_num_params(&cfg);
-    hpt_train_opts o = opts();
+static void test_kahan_resume(const char *shape, const char *tag) {
+    hpt_model_config cfg;
+    CHECK_OK(hpt_model_config_parse(shape, &cfg));
+    hpt_train_opts o = opts(shape);
     o.adamw.state_bits = 8;
     o.offload.weights = HPT_BW_BF16_KAHAN;
     o.offload.embeddings = HPT_EMB_BF16;
@@ -187,14 +210,37 @@ static void test_kahan_resume(void) {
     CHECK_OK(hpt_mem_create(&mem));
     unsigned char *fu;
     size_t nu;
-    t_check_resume(mem, &o, 8, n, "emb", "bf16-kahan embeddings", &fu, &nu);
+    t_check_resume(mem, &o, 8, hpt_model_config_num_params(&cfg), tag, "bf16-kahan embeddings",
+                   &fu, &nu);
     CHECK_MSG(fu && memmem(fu, nu, "emb_comp", 9) != NULL, "no emb_comp section in the state");
     free(fu);
     CHECK(t_device_live(mem) == 0);
     hpt_mem_destroy(mem);
 }
 
-/* (e) */
+/* (e): the chunked head never makes whole logits, so a forward without targets is refused */
+static void test_no_targets(const char *shape) {
+    hpt_mem *mem;
+    CHECK_OK(hpt_mem_create(&mem));
+    hpt_offload_opts f = hpt_offload_defaults();
+    f.fused = 1;
+    f.weights = HPT_BW_BF16_SR;
+    f.embeddings = HPT_EMB_BF16;
+    f.vocab_chunk = 16;
+    hpt_model *m = NULL;
+    CHECK_OK(hpt_model_create_offload(mem, shape, &f, &m));
+    CHECK_OK(hpt_model_init_random(m, 7));
+    int32_t x[8] = {1, 2, 3, 4, 5, 6, 7, 99}, y[8] = {2, 3, 4, 5, 6, 7, 8, 0};
+    float loss;
+    CHECK_STATUS(hpt_model_forward(m, x, NULL, 1, 8, &loss), HPT_ERR_UNSUPPORTED);
+    CHECK_OK(hpt_model_forward(m, x, y, 1, 8, &loss));
+    CHECK(loss > 0.0f && isfinite(loss));
+    hpt_model_free(m);
+    CHECK(t_device_live(mem) == 0);
+    hpt_mem_destroy(mem);
+}
+
+/* (e): the options' and the model's refusals */
 static void test_refusals(void) {
     hpt_offload_opts f = hpt_offload_defaults();
     f.embeddings = HPT_EMB_CHUNKED;
@@ -212,7 +258,7 @@ static void test_refusals(void) {
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
     hpt_gpt2_config cfg;
-    CHECK_OK(hpt_gpt2_config_parse(SHAPE, &cfg));
+    CHECK_OK(hpt_gpt2_config_parse(GPT2, &cfg));
     hpt_gpt2 *m = NULL;
     f.vocab_chunk = 12; /* 12 * 48 = 576 values: not a multiple of 256 */
     CHECK_STATUS(hpt_gpt2_create_offload(mem, &cfg, &f, &m), HPT_ERR_INVALID);
@@ -224,25 +270,30 @@ static void test_refusals(void) {
     hpt_estimate est;
     CHECK_STATUS(hpt_plan_estimate(&po, &est), HPT_ERR_INVALID); /* the estimator refuses it too */
     CHECK(m == NULL && t_device_live(mem) == 0);
-    f.vocab_chunk = 16;
-    CHECK_OK(hpt_gpt2_create_offload(mem, &cfg, &f, &m));
-    CHECK_OK(hpt_gpt2_init_random(m, 7));
-    int32_t x[8] = {1, 2, 3, 4, 5, 6, 7, 99}, y[8] = {2, 3, 4, 5, 6, 7, 8, 0};
-    float loss;
-    CHECK_STATUS(hpt_gpt2_forward(m, x, NULL, 1, 8, &loss), HPT_ERR_UNSUPPORTED);
-    CHECK_OK(hpt_gpt2_forward(m, x, y, 1, 8, &loss));
-    CHECK(loss > 0.0f && isfinite(loss));
-    hpt_gpt2_free(m);
-    CHECK(t_device_live(mem) == 0);
     hpt_mem_destroy(mem);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    const char *family = argc > 1 ? argv[1] : "gpt2";
+    int llama = strcmp(family, "llama") == 0;
+    if (!llama && strcmp(family, "gpt2") != 0) {
+        fprintf(stderr, "usage: test_embed [gpt2|llama]\n");
+        return 2;
+    }
     hpt_set_threads(2);
     t_make_shards(4242, 23, 5, 8, 6000, 0, g_train, NULL);
-    test_refusals();
-    test_chunked();
-    test_bf16();
-    test_kahan_resume();
-    return t_done("test_embed");
+    if (!llama) {
+        test_refusals();
+        test_no_targets(GPT2);
+        test_chunked(GPT2);
+        test_bf16(GPT2);
+        test_kahan_resume(GPT2, "emb");
+        return t_done("test_embed gpt2");
+    }
+    const char *shapes[] = {LLAMA_UNTIED, LLAMA_TIED};
+    for (int i = 0; i < 2; i++) test_no_targets(shapes[i]);
+    for (int i = 0; i < 2; i++) test_chunked(shapes[i]);
+    for (int i = 0; i < 2; i++) test_bf16(shapes[i]);
+    for (int i = 0; i < 2; i++) test_kahan_resume(shapes[i], i ? "lembt" : "lemb");
+    return t_done("test_embed llama");
 }

@@ -246,7 +246,7 @@ static int plans_equal(const hpt_plan *a, const hpt_plan *b) {
     if (a->accum != b->accum) return 0;
     for (int k = 0; k < HPT_TIER_COUNT; k++)
         if (a->budget_bytes[k] != b->budget_bytes[k]) return 0;
-    if (a->device != b->device) return 0;
+    if (a->device != b->device || a->zero != b->zero) return 0;
     if (!a->offload_dir != !b->offload_dir) return 0;
     return !a->offload_dir || !strcmp(a->offload_dir, b->offload_dir);
 }
@@ -280,7 +280,7 @@ static const char *random_value(const char *name, char *buf, size_t n) {
     if (!strcmp(name, "loss-scale")) PICK("off", "dynamic", "1", "256", "65536", "1099511627776");
     if (!strcmp(name, "loss-scale-init")) PICK("1024", "65536", "2", "4294967296");
     if (!strcmp(name, "schedule")) PICK("full", "hybrid");
-    if (!strcmp(name, "predictor")) PICK("adam", "linear");
+    if (!strcmp(name, "predictor")) PICK("adam", "linear", "jump");
     if (!strcmp(name, "check-weights")) PICK("fp32", "int8");
     if (!strcmp(name, "confidence")) PICK("0", "0.25", "0.7", "1");
     if (!strcmp(name, "band") || !strcmp(name, "rollback-bound")) PICK("0.01", "0.05", "0.2", "0.123456");
@@ -288,10 +288,20 @@ static const char *random_value(const char *name, char *buf, size_t n) {
         PICK("512MB", "4GB", "1.5GiB", "123456");
     if (!strcmp(name, "offload-dir")) PICK("/tmp/x", "runs/offload");
     if (!strcmp(name, "device")) PICK("cpu", "cuda", "cuda:0", "cuda:3");
+    if (!strcmp(name, "zero")) PICK("0", "1", "2", "3");
+    if (!strcmp(name, "jump-fit")) PICK("linear", "quadratic", "exp");
+    if (!strcmp(name, "jump-state")) PICK("keep", "reset", "zero-m");
+    if (!strcmp(name, "jump-min-gain")) PICK("0", "2", "0.5", "1e-3");
+    if (!strcmp(name, "jump-snapshots")) { /* [2, 64] */
+        snprintf(buf, n, "%u", 2 + rnd(63));
+        return buf;
+    }
     /* the rest are integers: accum, head-chunk, K, P, vocab chunk, schedule lengths */
     unsigned lo = !strcmp(name, "max-active-layers") || !strcmp(name, "accum") ||
                   !strcmp(name, "full-steps") || !strcmp(name, "max-predict-steps") ||
-                  !strcmp(name, "correct-steps") || !strcmp(name, "loss-scale-window");
+                  !strcmp(name, "correct-steps") || !strcmp(name, "loss-scale-window") ||
+                  !strcmp(name, "jump-stride") || !strcmp(name, "jump-horizon") ||
+                  !strcmp(name, "jump-search-batches");
     snprintf(buf, n, "%u", lo + rnd(!strcmp(name, "vocab-chunk") ? 4096 : 100));
     return buf;
 #undef PICK

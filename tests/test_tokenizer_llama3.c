@@ -18,6 +18,7 @@
  * fails unless HPT_ALLOW_NO_NODE=1 (skips (b), (c)); without the npm packages likewise.
  */
 #include "testlib.h"
+#include "tok_oracle.h"
 
 #include <errno.h>
 #include <spawn.h>
@@ -29,14 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define TABLES_UNICODE "17.0" /* TOK_UNICODE_VERSION of src/io/tokenizer_int.h */
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static uint64_t g_rng = 0x2545f4914f6cdd1dull;
 static uint32_t rnd(void) {
@@ -70,27 +64,6 @@ static const char *json_path(void) {
     return access(p, R_OK) == 0 ? p : NULL;
 }
 
-/* encode (flags) then decode; 1 if the bytes come back and every id is in range */
-static int round_trip(hpt_tokenizer *t, const unsigned char *s, size_t n, unsigned flags) {
-    int32_t *ids;
-    size_t m;
-    if (hpt_tokenizer_encode_ex(t, (const char *)s, n, flags, &ids, &m) != HPT_OK) {
-        fprintf(stderr, "encode failed: %s\n", hpt_last_error());
-        return 0;
-    }
-    int ok = m <= n;
-    size_t pos = 0;
-    for (size_t i = 0; i < m && ok; i++) {
-        const char *b;
-        size_t len;
-        ok = hpt_tokenizer_decode(t, ids[i], &b, &len) == HPT_OK && pos + len <= n &&
-             memcmp(s + pos, b, len) == 0;
-        pos += len;
-    }
-    free(ids);
-    return ok && pos == n;
-}
-
 /* ids of text (flags), compared with want[0..n_want) */
 static int ids_are(hpt_tokenizer *t, const char *text, unsigned flags, const int32_t *want, size_t n_want) {
     int32_t *ids;
@@ -108,144 +81,25 @@ static int ids_are(hpt_tokenizer *t, const char *text, unsigned flags, const int
 
 /* ---- (b), (c) the oracle ------------------------------------------------------------------ */
 
-static uint32_t file_hash(const char *path) {
-    FILE *f = path ? fopen(path, "rb") : NULL;
-    if (!f) return 0;
-    uint32_t h = 0x811c9dc5u;
-    for (int c; (c = fgetc(f)) != EOF;) h = (h ^ (uint32_t)c) * 0x01000193u;
-    fclose(f);
-    return h;
-}
-
-static const char *find_fixture(int argc, char **argv) {
-    const char *dir = argc > 1 ? argv[1] : getenv("HPT_TOKENIZER_FIXTURES");
-    if (dir && !*dir) dir = NULL;
-    static char fix[1024], script[1024];
-    snprintf(fix, sizeof fix, "%s/llama3_oracle.bin", dir ? dir : t_tmpdir());
-    snprintf(script, sizeof script, "%s/../../tests/llama3_oracle.js", HPT_TEST_TOKENIZER_DIR);
-    if (access(script, R_OK) != 0) return NULL;
-    FILE *f = dir ? fopen(fix, "rb") : NULL;
-    if (f) {
-        unsigned char head[12];
-        uint32_t stamp = 0;
-        if (fread(head, 1, sizeof head, f) == sizeof head) memcpy(&stamp, head + 8, 4);
-        fclose(f);
-        if (stamp == file_hash(script)) return fix;
-    }
-    char a0[] = "node", a2[1024];
-    snprintf(a2, sizeof a2, "%s", dir ? dir : t_tmpdir());
-    char *args[] = {a0, script, a2, NULL};
-    pid_t pid;
-    int status = 0;
-    if (posix_spawnp(&pid, "node", NULL, NULL, args, environ) != 0) return NULL;
-    double t0 = now_s();
-    waitpid(pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return NULL;
-    printf("test_tokenizer_llama3: oracle made by node in %.1f s\n", now_s() - t0);
-    return access(fix, R_OK) == 0 ? fix : NULL;
-}
-
-static uint32_t rd32(const unsigned char **p, const unsigned char *end, int *ok) {
-    uint32_t v = 0;
-    if (end - *p < 4) { *ok = 0; return 0; }
-    memcpy(&v, *p, 4);
-    *p += 4;
-    return v;
-}
-
-/* Compares every record of the fixture (those flagged 4 only when llama31); returns the
- * number of texts compared. */
-static size_t compare_oracle(hpt_tokenizer *t, const char *what, const unsigned char *data, size_t size,
-                             int llama31) {
-    const unsigned char *p = data + 8, *end = data + size;
-    int ok = size >= 8 && memcmp(data, "HPTLL3O1", 8) == 0;
-    (void)rd32(&p, end, &ok);
-    uint32_t ulen = rd32(&p, end, &ok);
-    char unicode[32] = "";
-    if (ok && ulen < sizeof unicode && (size_t)(end - p) >= ulen) {
-        memcpy(unicode, p, ulen);
-        p += ulen;
-    } else {
-        ok = 0;
-    }
-    uint32_t n_rec = rd32(&p, end, &ok);
-    int same_unicode = strcmp(unicode, TABLES_UNICODE) == 0;
-    size_t n_ok = 0, n_bad = 0, n_skip = 0, n_undecodable = 0, bytes = 0, ids_total = 0;
-    size_t moby_bytes = 0, moby_ids = 0;
-    double secs = 0, moby_s = 0;
-    for (uint32_t r = 0; ok && r < n_rec; r++) {
-        uint32_t nlen = rd32(&p, end, &ok);
-        if (!ok || (size_t)(end - p) < nlen) { ok = 0; break; }
-        char name[64];
-        snprintf(name, sizeof name, "%.*s", (int)MIN(nlen, 63u), (const char *)p);
-        p += nlen;
-        uint32_t flags = rd32(&p, end, &ok), tlen = rd32(&p, end, &ok);
-        if (!ok || (size_t)(end - p) < tlen) { ok = 0; break; }
-        const unsigned char *text = p;
-        p += tlen;
-        uint32_t n_ids = rd32(&p, end, &ok);
-        if (!ok || (size_t)(end - p) / 4 < n_ids) { ok = 0; break; }
-        const unsigned char *want = p;
-        p += 4 * (size_t)n_ids;
-        if (((flags & 1) && !same_unicode) || ((flags & 4) && !llama31)) { n_skip++; continue; }
-        int32_t *ids;
-        size_t m;
-        double t0 = now_s();
-        hpt_status s = hpt_tokenizer_encode_ex(t, (const char *)text, tlen, flags & 2 ? HPT_TOK_SPECIAL : 0,
-                                               &ids, &m);
-        double dt = now_s() - t0;
-        secs += dt;
-        if (strncmp(name, "moby/", 5) == 0) { moby_bytes += tlen; moby_ids += n_ids; moby_s += dt; }
-        bytes += tlen;
-        ids_total += n_ids;
-        if (s != HPT_OK) { CHECK_OK(s); n_bad++; continue; }
-        size_t first = SIZE_MAX;
-        for (size_t i = 0; i < MIN(m, (size_t)n_ids); i++) {
-            int32_t w;
-            memcpy(&w, want + 4 * i, 4);
-            if (ids[i] != w) { first = i; break; }
-        }
-        if (first == SIZE_MAX && m != n_ids) first = MIN(m, (size_t)n_ids);
-        if (first != SIZE_MAX) {
-            if (++n_bad <= 10) {
-                fprintf(stderr, "test_tokenizer_llama3 (%s): %s: %zu ids, oracle %u; first difference "
-                        "at id %zu:\n  ours:  ", what, name, m, n_ids, first);
-                for (size_t i = first; i < MIN(m, first + 8); i++) fprintf(stderr, " %d", ids[i]);
-                fprintf(stderr, "\n  npm:   ");
-                for (size_t i = first; i < MIN((size_t)n_ids, first + 8); i++) {
-                    int32_t w;
-                    memcpy(&w, want + 4 * i, 4);
-                    fprintf(stderr, " %d", w);
-                }
-                fprintf(stderr, "\n");
-            }
-        } else {
-            n_ok++;
-        }
-        size_t pos = 0; /* and the ids decode to the text */
-        int same = 1;
-        for (size_t i = 0; i < m && same; i++) {
-            const char *b;
-            size_t l;
-            same = hpt_tokenizer_decode(t, ids[i], &b, &l) == HPT_OK && pos + l <= tlen &&
-                   memcmp(text + pos, b, l) == 0;
-            pos += l;
-        }
-        n_undecodable += !same || pos != tlen;
-        free(ids);
-    }
-    CHECK_MSG(ok && p == end, "the fixture is truncated or malformed");
-    CHECK_MSG(n_bad == 0, "%s: %zu of %u texts differ from llama3-tokenizer-js", what, n_bad, n_rec);
-    CHECK_MSG(n_undecodable == 0, "%s: %zu texts do not decode back", what, n_undecodable);
-    CHECK(n_ok > 250);
-    CHECK(bytes > 3000000 && moby_bytes > 1000000);
+/* Compares every record of the fixture (those flagged 4, Llama 3.1's specials, only when
+ * llama31) and prints what it found. */
+static void compare_oracle(hpt_tokenizer *t, const char *what, const unsigned char *data, size_t size,
+                           int llama31) {
+    char who[128];
+    snprintf(who, sizeof who, "test_tokenizer_llama3 (%s)", what);
+    tok_totals s;
+    tok_compare(t, data, size, "HPTLL3O1", llama31 ? 0 : 4, TABLES_UNICODE, who, &s);
+    CHECK_MSG(s.well_formed, "the fixture is truncated or malformed");
+    CHECK_MSG(s.bad == 0, "%s: %zu of %u texts differ from llama3-tokenizer-js", what, s.bad, s.n_rec);
+    CHECK_MSG(s.undecodable == 0, "%s: %zu texts do not decode back", what, s.undecodable);
+    CHECK(s.ok > 250);
+    CHECK(s.bytes > 3000000 && s.moby_bytes > 1000000);
     printf("test_tokenizer_llama3: %s: %zu texts (%zu bytes, %zu ids) equal llama3-tokenizer-js's "
            "ids; encode %.2f s in all, %.1f MB/s; Moby-Dick %zu bytes -> %zu ids in %.2f s",
-           what, n_ok, bytes, ids_total, secs, secs > 0 ? bytes / secs / 1e6 : 0.0, moby_bytes,
-           moby_ids, moby_s);
-    if (n_skip) printf(" (%zu skipped)", n_skip);
+           what, s.ok, s.bytes, s.ids, s.secs, s.secs > 0 ? s.bytes / s.secs / 1e6 : 0.0,
+           s.moby_bytes, s.moby_ids, s.moby_s);
+    if (s.skip) printf(" (%zu skipped)", s.skip);
     printf("\n");
-    return n_ok;
 }
 
 /* tiktoken's file from a loaded tokenizer's base vocabulary: "base64(bytes) id" per line */
@@ -273,15 +127,11 @@ static void write_tiktoken(hpt_tokenizer *t, int n_base, const char *path) {
 }
 
 static void test_oracle(hpt_tokenizer *t, int argc, char **argv) {
-    const char *fix = find_fixture(argc, argv);
+    static char script[1024];
+    snprintf(script, sizeof script, "%s/../../tests/llama3_oracle.js", HPT_TEST_TOKENIZER_DIR);
+    const char *fix = tok_fixture(argc, argv, "llama3_oracle.bin", script, "test_tokenizer_llama3");
     if (!fix) {
-        const char *allow = getenv("HPT_ALLOW_NO_NODE");
-        if (allow && !strcmp(allow, "1")) {
-            printf("test_tokenizer_llama3: SKIPPED the comparison with llama3-tokenizer-js\n");
-            return;
-        }
-        CHECK_MSG(0, "no oracle fixture (node or node_modules missing: npm install); "
-                  "HPT_ALLOW_NO_NODE=1 skips");
+        tok_no_fixture_allowed("test_tokenizer_llama3");
         return;
     }
     size_t size;
@@ -293,9 +143,9 @@ static void test_oracle(hpt_tokenizer *t, int argc, char **argv) {
     const char *model = path_in("tokenizer.model");
     write_tiktoken(t, 128000, model);
     hpt_tokenizer *tk = NULL;
-    double t0 = now_s();
+    double t0 = tok_now_s();
     CHECK_OK(hpt_tokenizer_load(model, &tk));
-    printf("test_tokenizer_llama3: tokenizer.model loaded in %.2f s\n", now_s() - t0);
+    printf("test_tokenizer_llama3: tokenizer.model loaded in %.2f s\n", tok_now_s() - t0);
     if (tk) {
         CHECK(hpt_tokenizer_vocab_size(tk) == 128256 && hpt_tokenizer_eot(tk) == 128001 &&
               hpt_tokenizer_bos(tk) == 128000);
@@ -508,9 +358,9 @@ int main(int argc, char **argv) {
         return t_done("test_tokenizer_llama3");
     }
     hpt_tokenizer *t = NULL;
-    double t0 = now_s();
+    double t0 = tok_now_s();
     CHECK_OK(hpt_tokenizer_load(jp, &t));
-    printf("test_tokenizer_llama3: loaded %s in %.2f s\n", jp, now_s() - t0);
+    printf("test_tokenizer_llama3: loaded %s in %.2f s\n", jp, tok_now_s() - t0);
     if (t) {
         CHECK(hpt_tokenizer_vocab_size(t) == 128256);
         CHECK(hpt_tokenizer_eot(t) == 128001 && hpt_tokenizer_bos(t) == 128000);
@@ -537,7 +387,7 @@ int main(int argc, char **argv) {
                     len += strlen(f);
                 }
             }
-            bad += !round_trip(t, buf, len, k % 3 == 0 ? HPT_TOK_SPECIAL : 0);
+            bad += !tok_round_trip(t, buf, len, k % 3 == 0 ? HPT_TOK_SPECIAL : 0);
         }
         CHECK_MSG(bad == 0, "%d of 3000 random strings do not round-trip", bad);
         test_oracle(t, argc, argv);

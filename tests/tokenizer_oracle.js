@@ -276,10 +276,16 @@ function main() {
   TRICKY.forEach((text, i) => add(`tricky/${i}`, 0, text, check(enc.encode(text))));
   unicodeTexts().forEach((text, i) => add(`unicode/${i}`, 1, text, encodeLong(text, i === 0)));
 
-  const bufs = [Buffer.from('HPTTOKO1', 'latin1')];
+  writeFixture(args[0], 'tokenizer_oracle.bin', 'HPTTOKO1', __filename, records, 'tokenizer_oracle');
+}
+
+// The fixture (the format above, under `magic`) written atomically to dir/name; `script` is the
+// file whose hash stamps it. llama3_oracle.js writes its fixture with it too.
+function writeFixture(dir, name, magic, script, records, label) {
+  const bufs = [Buffer.from(magic, 'latin1')];
   const u32 = x => { const b = Buffer.alloc(4); b.writeUInt32LE(x); return b; };
   let hash = 0x811c9dc5;
-  for (const byte of fs.readFileSync(__filename)) hash = Math.imul(hash ^ byte, 0x01000193) >>> 0;
+  for (const byte of fs.readFileSync(script)) hash = Math.imul(hash ^ byte, 0x01000193) >>> 0;
   const uni = Buffer.from(process.versions.unicode, 'utf8');
   bufs.push(u32(hash), u32(uni.length), uni, u32(records.length));
   for (const r of records) {
@@ -288,16 +294,17 @@ function main() {
     r.ids.forEach((id, i) => ids.writeInt32LE(id, 4 * i));
     bufs.push(u32(name.length), name, u32(r.flags), u32(text.length), text, u32(r.ids.length), ids);
   }
-  fs.mkdirSync(args[0], {recursive: true});
-  const out = path.join(args[0], 'tokenizer_oracle.bin');
+  fs.mkdirSync(dir, {recursive: true});
+  const out = path.join(dir, name);
   fs.writeFileSync(`${out}.tmp.${process.pid}`, Buffer.concat(bufs));
   fs.renameSync(`${out}.tmp.${process.pid}`, out);
   const textBytes = records.reduce((s, r) => s + Buffer.byteLength(r.text, 'utf8'), 0);
   const nIds = records.reduce((s, r) => s + r.ids.length, 0);
-  process.stderr.write(`tokenizer_oracle: ${records.length} texts, ${textBytes} bytes, ${nIds} ids ` +
+  process.stderr.write(`${label}: ${records.length} texts, ${textBytes} bytes, ${nIds} ids ` +
                        `(Unicode ${process.versions.unicode}) -> ${out}\n`);
 }
 
-/* tests/llama3_oracle.js makes its texts with the same generators */
-module.exports = {makeMix, TRICKY, unicodeTexts, mulberry32};
+/* tests/llama3_oracle.js makes its texts with the same generators, and its fixture with writeFixture */
+module.exports = {makeMix, TRICKY, unicodeTexts, mulberry32, writeFixture};
+
 if (require.main === module) main();

@@ -29,6 +29,9 @@ void hpt_dataloader_free(hpt_dataloader *d);
 hpt_status hpt_dataloader_next(hpt_dataloader *d, const int32_t **inputs,
                                const int32_t **targets);
 size_t hpt_dataloader_num_tokens(const hpt_dataloader *d);
+/* Passes over the next n windows without reading them: the position next would reach after n
+ * calls (each of N processes takes its own windows of a step's global batch: docs/zero.md). */
+void hpt_dataloader_skip(hpt_dataloader *d, int64_t n);
 /* Batches in one pass over the data from the start (each shard's windows before the walk wraps). */
 size_t hpt_dataloader_num_batches(const hpt_dataloader *d);
 /* Position for exact resume: (shard index, token offset within the shard). */

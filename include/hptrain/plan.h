@@ -77,6 +77,11 @@ hpt_status hpt_loss_scale_parse(const char *text, hpt_loss_scale_opts *o);
     const char *offload_dir;    /* the disk tier's directory (borrowed), or NULL */ \
     int device;                 /* where the run computes: 0 the CPU (default), 1 + N CUDA device
                                  * N (--device cpu | cuda | cuda:N; docs/cuda.md) */ \
+    int zero;                   /* data parallel (docs/zero.md): -1 (default) none chosen (many
+                                 * processes run 0); 0: replicated state, gradients summed over
+                                 * the processes in rank order, micro-batches summed apart (so
+                                 * one process with --accum N computes N processes' bits);
+                                 * 1-3: ZeRO's sharded stages (not built yet: refused) */ \
     uint64_t given;             /* bit i: option i (hpt_plan_option_name) was set by
                                  * hpt_plan_set; 0 in a plan made in code. Choices whose default
                                  * follows another (SGD's weight decay, the loss scale of fp16
@@ -112,10 +117,21 @@ hpt_status hpt_plan_check(const hpt_plan *p, const hpt_plan_env *env);
 hpt_status hpt_plan_print(const hpt_plan *p, char *buf, size_t n);
 
 /* Whether the plan's device can run here: HPT_OK for the CPU; for CUDA (device 1 + N),
- * HPT_ERR_UNSUPPORTED with a one-line reason when the build has no CUDA backend, when there is no
- * GPU N, or (today) because the runner does not yet run on the CUDA backend, whose ops are checked
- * one by one against the CPU's (tests/test_backend.c, test_cuda; docs/cuda.md). */
+ * HPT_ERR_UNSUPPORTED with a one-line reason when the build has no CUDA backend or there is no
+ * GPU N (docs/cuda.md). */
 hpt_status hpt_device_ready(int device);
+/* Makes mem's device tier the memory of device (0: the CPU, nothing changes), before anything
+ * is allocated from mem: on a GPU, starts the CUDA backend and, when mem has a device budget,
+ * takes the GPU's measured fixed overhead (the CUDA context, cuBLAS's workspace, the backend's
+ * buffers: total less free memory once started) out of it and sizes the device region to what
+ * is left, so that the device tier plus the overhead stay within the budget, as on a card of
+ * that size. *overhead_bytes (may be NULL) gets the overhead (0 on the CPU). HPT_ERR_OOM when
+ * the budget is not above the overhead. The first binding in a process sizes the device region;
+ * a later one keeps it and caps its hpt_mem's device tier within it. */
+hpt_status hpt_device_bind(hpt_mem *mem, int device, uint64_t *overhead_bytes);
+/* GPU memory a device budget also keeps back, beside the measured overhead, for the kernels CUDA
+ * loads after the measure (lazy module loading): a guess, to be measured on a GPU (docs/cuda.md). */
+#define HPT_DEVICE_LAZY_RESERVE ((uint64_t)128 << 20)
 
 /* ---- plan: the estimator ---------------------------------------------------------------- */
 

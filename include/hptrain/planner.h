@@ -7,23 +7,31 @@
 #error "include hptrain.h, which includes this part"
 #endif /* HPTRAIN_PLANNER_H */
 
-#define HPT_CAL_VERSION 1
-#define HPT_CAL_GEMM_SIZES 4
+#define HPT_CAL_VERSION 2
+#define HPT_CAL_GEMM_SIZES 6
+#define HPT_CAL_GEMM_ROWS 2
 
 /* Rates measured by hpt_calibrate (or read from its cached file). Rates are per second. */
 typedef struct {
     int version;                         /* HPT_CAL_VERSION */
     int threads;                         /* the thread count it was measured with */
     int cores;                           /* online CPUs then (0: not known, taken as threads) */
-    int gemm_C[HPT_CAL_GEMM_SIZES];      /* model widths measured: GEMM (rows, C) x (4C, C)^T */
-    double gemm_fwd_gflops[HPT_CAL_GEMM_SIZES]; /* matmul_forward */
-    double gemm_bwd_gflops[HPT_CAL_GEMM_SIZES]; /* matmul_backward (dinp and dw) */
-    double head_gflops[2];               /* [forward, backward] a head-shaped GEMM: 128 rows of
-                                          * C = 768 against 32768 outputs (0: not measured, the
-                                          * 4C rate is used) */
+    int gemm_C[HPT_CAL_GEMM_SIZES];      /* model widths measured */
+    int gemm_rows[HPT_CAL_GEMM_ROWS];    /* row counts (B*T) measured */
+    /* a block's GEMMs: (rows, C) against C -> 3C, C -> C, C -> 4C and (rows, 4C) against
+     * 4C -> C, their FLOPs over their summed time; [rows][C] */
+    double gemm_fwd_gflops[HPT_CAL_GEMM_ROWS][HPT_CAL_GEMM_SIZES]; /* matmul_forward */
+    double gemm_bwd_gflops[HPT_CAL_GEMM_ROWS][HPT_CAL_GEMM_SIZES]; /* matmul_backward */
+    double head_gflops[HPT_CAL_GEMM_ROWS][2]; /* [rows][forward, backward] a head-shaped GEMM:
+                                               * C = 768 against 32768 outputs */
     double attn_gflops[2][2];            /* [flash, plain][forward, backward] causal attention */
     double mem_gbps;                     /* a read+write streaming pass (bytes read + written) */
     double optim_ns[HPT_OPTIM_COUNT][2]; /* ns per parameter of one update: [kind][32-bit, 8-bit] */
+    double worker_ns[HPT_OPTIM_COUNT][2]; /* the same at one thread: the offload engine's worker's
+                                           * update (0: not measured, optim_ns is used) */
+    double share_loss;                   /* compute seconds lost per second of one-thread work
+                                          * run beside a compute team that takes every core
+                                          * (0: not measured, 1 is used) */
     double host_copy_gbps;               /* memcpy, host to host */
     double disk_read_gbps, disk_write_gbps; /* O_DIRECT, 64 MiB transfers; 0: not measured */
 } hpt_calibration;

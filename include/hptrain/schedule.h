@@ -28,11 +28,13 @@ typedef enum {
     HPT_PREDICTOR_ADAM = 0, /* the optimizer's own direction: AdamW fp32 m / (sqrt(v) + eps) */
     HPT_PREDICTOR_LINEAR,   /* per-parameter weighted linear fit of the recent weights */
     /* 2, 3: the testing predictors (zero, garbage), internal; checkpoints store the values */
-    HPT_PREDICTOR_COUNT = 4 /* bound on the values a plan or checkpoint may hold */
+    HPT_PREDICTOR_JUMP = 4, /* one jump far along the weights' trajectory fitted to K snapshots
+                             * (docs/predict.md, "Jumps"): a predict phase of one step */
+    HPT_PREDICTOR_COUNT = 5 /* bound on the values a plan or checkpoint may hold */
 } hpt_predictor_kind;
-/* "adam", "linear" (and the testing predictors' "zero", "garbage"); "?" out of range. */
+/* "adam", "linear", "jump" (and the testing predictors' "zero", "garbage"); "?" out of range. */
 const char *hpt_predictor_name(hpt_predictor_kind k);
-/* "adam" or "linear"; anything else is HPT_ERR_INVALID. */
+/* "adam", "linear" or "jump"; anything else is HPT_ERR_INVALID. */
 hpt_status hpt_predictor_parse(const char *name, hpt_predictor_kind *out);
 
 typedef struct {
@@ -52,7 +54,20 @@ typedef struct {
                                 * predict phase early; also the confidence's error scale */
     float rollback;            /* relative excess beyond which the weights roll back (>= band) */
     float fit_decay;           /* linear predictor: weight of a sample one step older (0, 1) */
+    /* the jump predictor: FULL keeps jump_snapshots weights, jump_stride steps apart, the last
+     * at the phase's end (full_steps >= (snapshots - 1) * stride + 1); a fit (hpt_jump_fit) of
+     * each weight's trajectory extrapolated jump_horizon steps ahead gives the direction; the
+     * scale along it is chosen by a line search on held-out batches (jump_search_batches
+     * batches of validation windows after the evaluation's, forward only), confirmed on 2 more
+     * (any rise there: rolled back); then jump_state (hpt_jump_state) applies to the moments;
+     * the controller stops jumping after 2 jumps in a row that gained less than jump_min_gain
+     * real steps' worth of loss. */
+    int64_t jump_stride, jump_snapshots, jump_horizon;
+    int jump_fit, jump_state, jump_search_batches;
+    float jump_min_gain;
 } hpt_schedule_opts;
+typedef enum { HPT_JUMP_FIT_LINEAR = 0, HPT_JUMP_FIT_QUADRATIC, HPT_JUMP_FIT_EXP } hpt_jump_fit;
+typedef enum { HPT_JUMP_STATE_KEEP = 0, HPT_JUMP_STATE_RESET, HPT_JUMP_STATE_ZERO_M } hpt_jump_state;
 /* Full-only; hybrid values: warmup 50, full 20, max predict 20, confidence 0.5, correct 2,
  * adam, no checks (fp32 when on), band 0.05, rollback 0.2, fit decay 0.9. */
 hpt_schedule_opts hpt_schedule_defaults(void);
@@ -67,6 +82,9 @@ typedef struct {
     float cap;                 /* horizon scale in (0, 1] */
     int clean;                 /* the last predict phase ran its horizon without divergence */
     int64_t n_predict_phases, n_predict_steps, n_early, n_rollback;
+    /* jump predictor: jumps whose gain was below the threshold, in a row; 1: no more jumps */
+    int64_t n_poor;
+    int stopped;
 } hpt_schedule;
 
 /* What a step observed, for the transition after it. */
@@ -75,6 +93,7 @@ typedef struct {
     int diverged;              /* PREDICT or a CORRECT phase's first step: 0 within the band,
                                 * 1 above it, 2 beyond the rollback bound (rolled back) */
     int64_t steps_left;        /* optimizer steps of the run after this one */
+    double jump_gain;          /* a jump: its gain in real steps' worth of loss (0 if rolled back) */
 } hpt_schedule_obs;
 void hpt_schedule_init(hpt_schedule *s, const hpt_schedule_opts *o);
 /* The transition after one step in phase s->phase (the diagram above). */

@@ -58,6 +58,12 @@ typedef struct {
     int skipped;           /* 1: a gradient overflowed, the update was skipped */
     int64_t skipped_total; /* steps skipped so far in the run (a resumed run counts from its
                             * first start: the count is in the checkpoint) */
+    int jumped;            /* the jump predictor jumped in this step (rolled back: diverged 2) */
+    double jump_scale;     /* its scale along the fitted direction (0: rolled back) */
+    double jump_scales[3]; /* per group: embeddings, the blocks' matrices, vectors */
+    double jump_gain;      /* its gain in real steps' worth of loss (1e30: no rate yet) */
+    double jump_search_ms; /* its fit and line search, of step_ms */
+    int64_t jump_forwards; /* sequences it forwarded */
 } hpt_train_progress;
 
 typedef struct hpt_trainer hpt_trainer;

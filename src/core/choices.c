@@ -331,7 +331,8 @@ hpt_status hpt_loss_scale_parse(const char *text, hpt_loss_scale_opts *o) {
 
 /* ---- the hybrid schedule (hpt_schedule_opts) ---------------------------------------------- */
 
-static const char *const k_pred_names[HPT_PREDICTOR_COUNT] = {"adam", "linear", "zero", "garbage"};
+static const char *const k_pred_names[HPT_PREDICTOR_COUNT] = {"adam", "linear", "zero", "garbage",
+                                                                "jump"};
 
 const char *hpt_predictor_name(hpt_predictor_kind k) {
     return (unsigned)k < HPT_PREDICTOR_COUNT ? k_pred_names[k] : "?";
@@ -340,12 +341,16 @@ const char *hpt_predictor_name(hpt_predictor_kind k) {
 /* The public parse knows the user's predictors only; the testing ones (src/testing.h) are
  * reachable from tests, never from a flag. */
 static hpt_status predictor_parse(const char *name, int n, hpt_predictor_kind *out) {
+    if (!strcmp(name, "jump")) { /* a user's, after the testing ones */
+        *out = HPT_PREDICTOR_JUMP;
+        return HPT_OK;
+    }
     for (int k = 0; k < n; k++)
         if (!strcmp(name, k_pred_names[k])) {
             *out = (hpt_predictor_kind)k;
             return HPT_OK;
         }
-    return hpt_fail(HPT_ERR_INVALID, "unknown predictor '%s' (adam or linear)", name);
+    return hpt_fail(HPT_ERR_INVALID, "unknown predictor '%s' (adam, linear or jump)", name);
 }
 
 hpt_status hpt_predictor_parse(const char *name, hpt_predictor_kind *out) {
@@ -376,7 +381,10 @@ hpt_schedule_opts hpt_schedule_defaults(void) {
     hpt_schedule_opts o = {.kind = HPT_SCHEDULE_FULL, .warmup_steps = 50, .full_steps = 20,
                            .max_predict_steps = 20, .confidence = 0.5f, .correct_steps = 2,
                            .predictor = HPT_PREDICTOR_ADAM, .check_every = 0, .band = 0.05f,
-                           .rollback = 0.2f, .fit_decay = 0.9f};
+                           .rollback = 0.2f, .fit_decay = 0.9f, .jump_stride = 40,
+                           .jump_snapshots = 5, .jump_horizon = 200,
+                           .jump_fit = HPT_JUMP_FIT_LINEAR, .jump_state = HPT_JUMP_STATE_KEEP,
+                           .jump_search_batches = 4, .jump_min_gain = 2.0f};
     return o;
 }
 
@@ -402,5 +410,20 @@ hpt_status hpt_schedule_check(const hpt_schedule_opts *o) {
         return hpt_fail(HPT_ERR_INVALID, "unknown predictor %d", o->predictor);
     if (o->check_weights != HPT_WEIGHTS_F32 && o->check_weights != HPT_WEIGHTS_Q8)
         return hpt_fail(HPT_ERR_INVALID, "unknown check weights %d (fp32 or int8)", o->check_weights);
+    if (o->predictor != HPT_PREDICTOR_JUMP) return HPT_OK;
+    if (o->jump_stride < 1 || o->jump_horizon < 1 || o->jump_search_batches < 1 ||
+        o->jump_snapshots < (o->jump_fit == HPT_JUMP_FIT_LINEAR ? 2 : 3) || o->jump_snapshots > 64)
+        return hpt_fail(HPT_ERR_INVALID, "jump: stride (%lld), horizon (%lld) and search batches (%d) "
+                        "must be >= 1, snapshots (%lld) from 2 (linear fit) or 3 (quadratic, exp) "
+                        "to 64", (long long)o->jump_stride, (long long)o->jump_horizon,
+                        o->jump_search_batches, (long long)o->jump_snapshots);
+    if (o->full_steps < (o->jump_snapshots - 1) * o->jump_stride + 1)
+        return hpt_fail(HPT_ERR_INVALID, "jump: full steps (%lld) must span the snapshots: >= "
+                        "(snapshots - 1) * stride + 1 = %lld", (long long)o->full_steps,
+                        (long long)((o->jump_snapshots - 1) * o->jump_stride + 1));
+    if ((unsigned)o->jump_fit > HPT_JUMP_FIT_EXP || (unsigned)o->jump_state > HPT_JUMP_STATE_ZERO_M ||
+        !(o->jump_min_gain >= 0.0f) || !isfinite(o->jump_min_gain))
+        return hpt_fail(HPT_ERR_INVALID, "jump: unknown fit %d or state %d, or min gain %g not >= 0",
+                        o->jump_fit, o->jump_state, (double)o->jump_min_gain);
     return HPT_OK;
 }

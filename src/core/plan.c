@@ -33,8 +33,10 @@ enum {
     O_ACCUM,
     O_SCHEDULE, O_WARMUP_STEPS, O_FULL_STEPS, O_MAX_PREDICT, O_CONFIDENCE, O_CORRECT_STEPS,
     O_PREDICTOR, O_CHECK_EVERY, O_CHECK_WEIGHTS, O_BAND, O_ROLLBACK,
+    O_JUMP_STRIDE, O_JUMP_SNAPSHOTS, O_JUMP_HORIZON, O_JUMP_FIT, O_JUMP_STATE, O_JUMP_SEARCH,
+    O_JUMP_MIN_GAIN,
     O_MEMORY, O_HOST_MEMORY, O_DISK_MEMORY, O_OFFLOAD_DIR,
-    O_DEVICE,
+    O_DEVICE, O_ZERO,
     O_COUNT
 };
 
@@ -50,9 +52,14 @@ static const struct {
     {"accum", 1}, {"schedule", 1}, {"warmup-steps", 1}, {"full-steps", 1},
     {"max-predict-steps", 1}, {"confidence", 1}, {"correct-steps", 1}, {"predictor", 1},
     {"check-every", 1}, {"check-weights", 1}, {"band", 1}, {"rollback-bound", 1},
+    {"jump-stride", 1}, {"jump-snapshots", 1}, {"jump-horizon", 1}, {"jump-fit", 1},
+    {"jump-state", 1}, {"jump-search-batches", 1}, {"jump-min-gain", 1},
     {"memory", 1}, {"host-memory", 1}, {"disk-memory", 1}, {"offload-dir", 1},
-    {"device", 1},
+    {"device", 1}, {"zero", 1},
 };
+
+static const char *const k_jump_fits[] = {"linear", "quadratic", "exp"};
+static const char *const k_jump_states[] = {"keep", "reset", "zero-m"};
 
 #define GIVEN(p, i) (((p)->given >> (i)) & 1u)
 
@@ -65,6 +72,7 @@ hpt_plan hpt_plan_default_choices(void) {
     p.loss_scale = hpt_loss_scale_defaults();
     p.sched = hpt_schedule_defaults();
     p.accum = 1;
+    p.zero = -1;
     return p;
 }
 
@@ -212,11 +220,25 @@ static hpt_status set_option(hpt_plan *p, int opt, const char *v) {
     }
     case O_BAND: return parse_float(opt, v, 1e-6, 1e6, &p->sched.band);
     case O_ROLLBACK: return parse_float(opt, v, 1e-6, 1e6, &p->sched.rollback);
+    case O_JUMP_STRIDE: return set_i64(opt, v, 1, 1L << 40, &p->sched.jump_stride);
+    case O_JUMP_SNAPSHOTS: return set_i64(opt, v, 2, 64, &p->sched.jump_snapshots);
+    case O_JUMP_HORIZON: return set_i64(opt, v, 1, 1L << 40, &p->sched.jump_horizon);
+    case O_JUMP_FIT:
+        for (int i = 0; i <= HPT_JUMP_FIT_EXP; i++)
+            if (!strcmp(v, k_jump_fits[i])) { p->sched.jump_fit = i; return HPT_OK; }
+        return hpt_fail(HPT_ERR_INVALID, "jump-fit: linear, quadratic or exp (got '%s')", v);
+    case O_JUMP_STATE:
+        for (int i = 0; i <= HPT_JUMP_STATE_ZERO_M; i++)
+            if (!strcmp(v, k_jump_states[i])) { p->sched.jump_state = i; return HPT_OK; }
+        return hpt_fail(HPT_ERR_INVALID, "jump-state: keep, reset or zero-m (got '%s')", v);
+    case O_JUMP_SEARCH: return set_int(opt, v, 1, 1 << 20, &p->sched.jump_search_batches);
+    case O_JUMP_MIN_GAIN: return parse_float(opt, v, 0, 1e12, &p->sched.jump_min_gain);
     case O_MEMORY: return named(opt, hpt_parse_size(v, &p->budget_bytes[HPT_TIER_DEVICE]));
     case O_HOST_MEMORY: return named(opt, hpt_parse_size(v, &p->budget_bytes[HPT_TIER_HOST]));
     case O_DISK_MEMORY: return named(opt, hpt_parse_size(v, &p->budget_bytes[HPT_TIER_DISK]));
     case O_OFFLOAD_DIR: p->offload_dir = v; return HPT_OK;
     case O_DEVICE: return parse_device(v, &p->device);
+    case O_ZERO: return set_int(opt, v, 0, 3, &p->zero);
     }
     return hpt_fail(HPT_ERR_INVALID, "unknown option %d", opt);
 }
@@ -289,6 +311,19 @@ hpt_status hpt_plan_check(const hpt_plan *p, const hpt_plan_env *env) {
         if (any_home_on(of, HPT_TIER_DISK))
             return hpt_fail(HPT_ERR_INVALID, "--offload to disk needs --offload-dir DIR");
     }
+    /* data parallel: the replicated stage only so far (docs/zero.md) */
+    if (p->zero < -1 || p->zero > 3) return hpt_fail(HPT_ERR_INVALID, "--zero %d: expected 0 to 3", p->zero);
+    if (p->zero > 0)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d (sharded %s) is not built yet: --zero 0 "
+                        "replicates the state on every process", p->zero,
+                        p->zero == 1 ? "optimizer state" : p->zero == 2 ? "optimizer state and "
+                        "gradients" : "optimizer state, gradients and parameters");
+    if (p->zero >= 0 && p->accum > 1 && hpt_offload_active(&p->offload))
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero with --accum sums the micro-batches' "
+                        "gradients apart in the flat gradient buffer: not with --offload yet");
+    if (p->zero >= 0 && p->sched.kind == HPT_SCHEDULE_HYBRID)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero does not combine with the hybrid schedule "
+                        "(its predict phases move the weights without gradients to reduce)");
     /* whether the device is here is hpt_device_ready's (estimates for a GPU run anywhere) */
     if (p->device < 0) return hpt_fail(HPT_ERR_INVALID, "--device: bad device %d", p->device);
     /* each family's own choices */
@@ -412,6 +447,17 @@ hpt_status hpt_plan_print(const hpt_plan *p, char *buf, size_t n) {
         emit(&o, O_CHECK_WEIGHTS, "%s", hpt_weights_name((hpt_weights)s->check_weights));
     if (s->band != sd->band) emit(&o, O_BAND, "%.9g", (double)s->band);
     if (s->rollback != sd->rollback) emit(&o, O_ROLLBACK, "%.9g", (double)s->rollback);
+    if (s->jump_stride != sd->jump_stride) emit(&o, O_JUMP_STRIDE, "%lld", (long long)s->jump_stride);
+    if (s->jump_snapshots != sd->jump_snapshots)
+        emit(&o, O_JUMP_SNAPSHOTS, "%lld", (long long)s->jump_snapshots);
+    if (s->jump_horizon != sd->jump_horizon) emit(&o, O_JUMP_HORIZON, "%lld", (long long)s->jump_horizon);
+    if (s->jump_fit != sd->jump_fit && (unsigned)s->jump_fit <= HPT_JUMP_FIT_EXP)
+        emit(&o, O_JUMP_FIT, "%s", k_jump_fits[s->jump_fit]);
+    if (s->jump_state != sd->jump_state && (unsigned)s->jump_state <= HPT_JUMP_STATE_ZERO_M)
+        emit(&o, O_JUMP_STATE, "%s", k_jump_states[s->jump_state]);
+    if (s->jump_search_batches != sd->jump_search_batches)
+        emit(&o, O_JUMP_SEARCH, "%d", s->jump_search_batches);
+    if (s->jump_min_gain != sd->jump_min_gain) emit(&o, O_JUMP_MIN_GAIN, "%.9g", (double)s->jump_min_gain);
     /* budgets, in bytes */
     static const int k_budget_opt[HPT_TIER_COUNT] = {O_MEMORY, O_HOST_MEMORY, O_DISK_MEMORY};
     for (int t = 0; t < HPT_TIER_COUNT; t++)
@@ -419,6 +465,7 @@ hpt_status hpt_plan_print(const hpt_plan *p, char *buf, size_t n) {
             emit(&o, k_budget_opt[t], "%llu", (unsigned long long)p->budget_bytes[t]);
     if (p->offload_dir) emit(&o, O_OFFLOAD_DIR, "%s", p->offload_dir);
     if (p->device) emit(&o, O_DEVICE, "cuda:%d", p->device - 1);
+    if (p->zero != d.zero) emit(&o, O_ZERO, "%d", p->zero);
     if (o.cut) return hpt_fail(HPT_ERR_INVALID, "the plan's flags need more than %zu bytes", n);
     return HPT_OK;
 }

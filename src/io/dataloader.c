@@ -136,6 +136,21 @@ hpt_status hpt_dataloader_set_pos(hpt_dataloader *d, int64_t shard, int64_t offs
     return HPT_OK;
 }
 
+/* The next window: in this shard, else in the next shard that holds one (wrapping). */
+static void advance(hpt_dataloader *d) {
+    size_t BT = (size_t)d->B * d->T, window = BT + 1;
+    d->offset += (int64_t)BT;
+    if ((uint64_t)d->offset + window > d->counts[d->shard]) {
+        d->offset = 0;
+        do d->shard = (d->shard + 1) % (int64_t)d->n_shards;
+        while (d->counts[d->shard] < window);
+    }
+}
+
+void hpt_dataloader_skip(hpt_dataloader *d, int64_t n) {
+    for (int64_t i = 0; i < n; i++) advance(d);
+}
+
 hpt_status hpt_dataloader_next(hpt_dataloader *d, const int32_t **inputs,
                                const int32_t **targets) {
     size_t BT = (size_t)d->B * d->T, window = BT + 1;
@@ -174,13 +189,7 @@ hpt_status hpt_dataloader_next(hpt_dataloader *d, const int32_t **inputs,
         d->inputs[0] = (int32_t)first;
         for (size_t i = 1; i < BT; i++) d->inputs[i] = (int32_t)rest[i - 1];
     }
-    /* advance: next window in this shard, else the next shard that holds one (wrapping) */
-    d->offset += (int64_t)BT;
-    if ((uint64_t)d->offset + window > d->counts[d->shard]) {
-        d->offset = 0;
-        do d->shard = (d->shard + 1) % (int64_t)d->n_shards;
-        while (d->counts[d->shard] < window);
-    }
+    advance(d);
     *inputs = d->inputs;
     *targets = d->targets;
     return HPT_OK;

@@ -5,6 +5,7 @@
  * the model's flat buffer, or streamed through gpt2_absorb / gpt2_emit with the offload engine. */
 #include "core/core.h"
 #include "io/io_int.h"
+#include "kernels/backend.h"
 #include "model/infer.h"
 #include "model/model.h"
 #include "offload/engine.h"
@@ -76,7 +77,7 @@ hpt_status hpt_gpt2_load_offload(hpt_mem *mem, const char *path, const hpt_offlo
     s = hpt_gpt2_create_offload(mem, &cfg, off, &m);
     if (s != HPT_OK) { fclose(f); return s; }
     float *params = model_params(m);
-    if (model_engine(m)) {
+    if (model_engine(m) || model_backend(m) != hpt_backend_cpu()) { /* a GPU's: staged */
         ckpt_reader r = {f, path, esz == 2};
         s = gpt2_absorb(m, EB_P, params, read_ckpt, &r);
     } else if (esz == 4) {

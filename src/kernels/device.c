@@ -1,10 +1,24 @@
-/* device.c: whether a plan's device can run here (hpt_device_ready, include/hptrain/plan.h).
- * The CPU always can. A CUDA device needs a build with the CUDA backend (HPT_HAVE_CUDA) and that
- * GPU; and even then the runner, the model's buffers and the trainer still compute on the CPU
- * backend (their tensors are host memory they touch directly), so a CUDA run is refused with
- * the reason rather than silently run on the CPU. The CUDA backend's ops themselves are built
- * and checked against the CPU's op by op (tests/test_backend.c, tests/test_cuda.c). */
+/* device.c: where a run computes. hpt_device_ready says whether a plan's device is here;
+ * hpt_device_bind makes an hpt_mem's device tier that device's memory; hpt_backend_of gives the
+ * backend of an hpt_mem's device tier, which everything allocating from it uses (the model, the
+ * optimizer, the offload engine, the trainer): one code path for the CPU and the GPU.
+ * The CPU always can run. A CUDA device needs a build with the CUDA backend (HPT_HAVE_CUDA) and
+ * that GPU.
+ * Budgets on a GPU (hpt_device_bind): a device budget B stands for a card of B bytes. Such a card
+ * loses the CUDA context and the libraries' fixed buffers before hptrain allocates anything, so
+ * the overhead measured here (cudaMemGetInfo once the backend has started: total - free, which
+ * also counts other processes on the GPU) comes out of B, and the device region (the carve) is
+ * B less that overhead and a reserve for the kernels CUDA loads lazily after the measure (its
+ * default module loading: cuBLAS's and our kernels' code arrives at their first launch): the
+ * device tier's peak plus the overhead stay within B whatever the larger GPU has free.
+ * The first binding in a process sizes the device region; a later one (another hpt_mem) keeps
+ * it and caps its device tier within it.
+ * Assumptions (unverified: no GPU has run this): the context of the card the budget stands for
+ * is about the size of this GPU's; HPT_DEVICE_LAZY_RESERVE covers the lazily loaded kernels
+ * (tests/test_cuda_train.c checks cudaMemGetInfo against the budget after a run). */
 #include "core/core.h"
+#include "kernels/backend.h"
+#include "mem/mem.h"
 #ifdef HPT_HAVE_CUDA
 #include "kernels/cuda/cuda.h"
 #endif
@@ -15,10 +29,66 @@ hpt_status hpt_device_ready(int device) {
 #ifdef HPT_HAVE_CUDA
     HPT_CHECK(hpt_cuda_select(device - 1));
     if (!hpt_backend_cuda()) return HPT_ERR_UNSUPPORTED; /* its reason is the last error */
-    return hpt_fail(HPT_ERR_UNSUPPORTED, "--device cuda:%d: the GPU is present, but training on "
-                    "the CUDA backend is not wired into the runner yet (docs/cuda.md)", device - 1);
+    return HPT_OK;
 #else
     return hpt_fail(HPT_ERR_UNSUPPORTED, "--device cuda: this build has no CUDA backend (build "
                     "where nvcc and the CUDA toolkit are installed: docs/cuda.md)");
 #endif
+}
+
+hpt_status hpt_device_bind(hpt_mem *mem, int device, uint64_t *overhead_bytes) {
+    if (overhead_bytes) *overhead_bytes = 0;
+    if (device == 0) {
+        mem_set_device(mem, 0);
+        return HPT_OK;
+    }
+    HPT_CHECK(hpt_device_ready(device));
+#ifdef HPT_HAVE_CUDA
+    /* the transfers' streams first (hpt_transfer_of never falls back to the CPU's memcpy), so
+     * that the overhead measured next is all of the fixed part */
+    if (!hpt_transfer_cuda()) return HPT_ERR_UNSUPPORTED; /* the reason is the last error */
+    size_t fr = 0, tot = 0;
+    HPT_CHECK(hpt_cuda_mem_info(&fr, &tot));
+    size_t region = 0, carved = 0; /* a region already open (an earlier binding) is not overhead */
+    hpt_cuda_region(&region, &carved);
+    uint64_t over = tot > fr + region ? (uint64_t)(tot - fr - region) : 0;
+    if (overhead_bytes) *overhead_bytes = over;
+    hpt_mem_stats st;
+    hpt_mem_get_stats(mem, &st);
+    uint64_t budget = st.budget_bytes[HPT_TIER_DEVICE];
+    if (budget) {
+        if (budget <= over + HPT_DEVICE_LAZY_RESERVE + ((uint64_t)1 << 20))
+            return hpt_fail(HPT_ERR_OOM, "device budget %.1f MiB: the GPU's fixed overhead (CUDA "
+                            "context and libraries, measured) is already %.1f MiB",
+                            (double)budget / 1048576.0, (double)over / 1048576.0);
+        uint64_t tier = budget - over - HPT_DEVICE_LAZY_RESERVE;
+        if (region) { /* an earlier binding's region: the tier within it */
+            if (tier > region) tier = region;
+        } else if (tier > fr) {
+            return hpt_fail(HPT_ERR_OOM, "device budget %.1f MiB: GPU %d has %.1f MiB free beside "
+                            "the overhead of %.1f MiB", (double)budget / 1048576.0, device - 1,
+                            (double)fr / 1048576.0, (double)over / 1048576.0);
+        } else {
+            HPT_CHECK(hpt_cuda_reserve((size_t)tier));
+        }
+        hpt_mem_set_budget(mem, HPT_TIER_DEVICE, tier);
+    }
+    mem_set_device(mem, device);
+    return HPT_OK;
+#else
+    (void)mem;
+    return HPT_ERR_UNSUPPORTED; /* hpt_device_ready said why */
+#endif
+}
+
+const hpt_backend *hpt_backend_of(const hpt_mem *mem) {
+#ifdef HPT_HAVE_CUDA
+    if (mem_device(mem) != 0) {
+        const hpt_backend *be = hpt_backend_cuda(); /* started by hpt_device_bind: not NULL */
+        if (be) return be;
+    }
+#else
+    (void)mem;
+#endif
+    return hpt_backend_cpu();
 }

@@ -182,6 +182,9 @@ void hpt_mem_set_budget(hpt_mem *m, hpt_tier tier, uint64_t bytes) {
     if ((unsigned)tier < HPT_TIER_COUNT) m->st.budget_bytes[tier] = bytes;
 }
 
+void mem_set_device(hpt_mem *m, int device) { m->device = device; }
+int mem_device(const hpt_mem *m) { return m ? m->device : 0; }
+
 void hpt_mem_fail_nth(hpt_mem *m, uint64_t n) { m->fail_countdown = n; }
 
 static hpt_status refuse(hpt_mem *m, hpt_tier tier, hpt_category cat, size_t bytes,

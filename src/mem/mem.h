@@ -17,4 +17,9 @@ hpt_status mem_disk_rw(hpt_mem *m, const hpt_disk_ref *ref, uint64_t offset, voi
 hpt_status mem_reserve(hpt_mem *m, hpt_tier tier, hpt_category cat, size_t bytes);
 void mem_unreserve(hpt_mem *m, hpt_tier tier, hpt_category cat, size_t bytes);
 
+/* Which device's memory the device tier is (0: the CPU's RAM, 1 + N: CUDA GPU N): set once by
+ * hpt_device_bind before anything is allocated; kernels/device.c chooses the backend by it. */
+void mem_set_device(hpt_mem *m, int device);
+int mem_device(const hpt_mem *m);
+
 #endif

@@ -17,6 +17,8 @@
 
 struct hpt_mem {
     hpt_mem_stats st;
+    int device;              /* whose memory the device tier is: 0 the CPU, 1 + N CUDA GPU N
+                              * (hpt_device_bind; kernels/device.c picks the backend by it) */
     uint64_t fail_countdown; /* 0: off; 1: the next allocation fails */
     /* event timeline */
     int recording;

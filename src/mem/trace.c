@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
@@ -106,8 +107,15 @@ hpt_status hpt_trace_write_json(const char *path, const hpt_trace_meta *m,
      * by line, so a long run's trace never has to be one parsed tree in memory. */
     fprintf(f, "{\"format\":\"hptrain-trace\",\"version\":%d,\"meta\":{", HPT_TRACE_VERSION);
     json_tiers(f, "budget_bytes", m->budget_bytes);
-    fprintf(f, ",\"model\":{\"L\":%d,\"C\":%d,\"NH\":%d,\"V\":%d,\"Vp\":%d,\"maxT\":%d}",
-            m->cfg.L, m->cfg.C, m->cfg.NH, m->cfg.V, m->cfg.Vp, m->cfg.maxT);
+    fprintf(f, ",\"model\":{\"arch\":%d,\"L\":%d,\"C\":%d,\"NH\":%d,\"NKV\":%d,\"FF\":%d,\"V\":%d,"
+            "\"Vp\":%d,\"maxT\":%d,\"tied\":%d,\"attn_bias\":%d,\"mlp_bias\":%d", m->cfg.arch, m->cfg.L,
+            m->cfg.C, m->cfg.NH, m->cfg.NKV, m->cfg.FF, m->cfg.V, m->cfg.Vp, m->cfg.maxT, m->cfg.tied,
+            m->cfg.attn_bias, m->cfg.mlp_bias);
+    fprintf(f, ",\"norm_eps\":%.9g,\"rope_theta\":%.9g,\"rope_factor\":%.9g,\"rope_low_freq\":%.9g,"
+            "\"rope_high_freq\":%.9g,\"rope_orig_maxT\":%d,\"init_range\":%.9g}",
+            (double)m->cfg.norm_eps, (double)m->cfg.rope_theta, (double)m->cfg.rope_factor,
+            (double)m->cfg.rope_low_freq, (double)m->cfg.rope_high_freq, m->cfg.rope_orig_maxT,
+            (double)m->cfg.init_range);
     fprintf(f, ",\"num_params\":%llu,\"B\":%d,\"T\":%d,\"has_val\":%d,\"threads\":%d,\"steps\":%lld,"
             "\"rss_baseline_bytes\":%llu,\"rss_peak_bytes\":%llu,",
             (unsigned long long)m->num_params, m->B, m->T, m->has_val, m->threads,
@@ -144,8 +152,16 @@ hpt_status hpt_trace_write_csv(const char *path, const hpt_trace_meta *m,
     for (int t = 0; t < HPT_TIER_COUNT; t++)
         fprintf(f, "# budget_bytes.%s=%llu\n", hpt_tier_name((hpt_tier)t),
                 (unsigned long long)m->budget_bytes[t]);
-    fprintf(f, "# model.L=%d\n# model.C=%d\n# model.NH=%d\n# model.V=%d\n# model.Vp=%d\n"
-            "# model.maxT=%d\n", m->cfg.L, m->cfg.C, m->cfg.NH, m->cfg.V, m->cfg.Vp, m->cfg.maxT);
+    fprintf(f, "# model.arch=%d\n# model.L=%d\n# model.C=%d\n# model.NH=%d\n# model.NKV=%d\n"
+            "# model.FF=%d\n# model.V=%d\n# model.Vp=%d\n# model.maxT=%d\n# model.tied=%d\n"
+            "# model.attn_bias=%d\n# model.mlp_bias=%d\n", m->cfg.arch, m->cfg.L, m->cfg.C,
+            m->cfg.NH, m->cfg.NKV, m->cfg.FF, m->cfg.V, m->cfg.Vp, m->cfg.maxT, m->cfg.tied,
+            m->cfg.attn_bias, m->cfg.mlp_bias);
+    fprintf(f, "# model.norm_eps=%.9g\n# model.rope_theta=%.9g\n# model.rope_factor=%.9g\n"
+            "# model.rope_low_freq=%.9g\n# model.rope_high_freq=%.9g\n# model.rope_orig_maxT=%d\n"
+            "# model.init_range=%.9g\n", (double)m->cfg.norm_eps, (double)m->cfg.rope_theta,
+            (double)m->cfg.rope_factor, (double)m->cfg.rope_low_freq, (double)m->cfg.rope_high_freq,
+            m->cfg.rope_orig_maxT, (double)m->cfg.init_range);
     fprintf(f, "# num_params=%llu\n# B=%d\n# T=%d\n# has_val=%d\n# threads=%d\n# steps=%lld\n"
             "# rss_baseline_bytes=%llu\n# rss_peak_bytes=%llu\n",
             (unsigned long long)m->num_params, m->B, m->T, m->has_val, m->threads,
@@ -334,6 +350,12 @@ static int j_int(const cJSON *o, const char *key, int *out) {
     *out = (int)v;
     return 0;
 }
+/* a finite number into *out; else *out stays (0: the meta's defaults) */
+static void j_float(const cJSON *o, const char *key, float *out) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (cJSON_IsNumber(it) && isfinite(it->valuedouble) && fabs(it->valuedouble) < 3e38)
+        *out = (float)it->valuedouble;
+}
 static int j_enum(const cJSON *o, const char *key, const char *(*name_of)(int), int count, int *out) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!cJSON_IsString(it)) return -1;
@@ -363,6 +385,21 @@ static hpt_status read_json_header(reader *r, const cJSON *root) {
     j_tiers(meta, "budget_bytes", m->budget_bytes);
     j_tiers(meta, "accounted_peak_bytes", m->accounted_peak_bytes);
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(meta, "model");
+    /* arch, NKV, FF, tied and the biases came with llama: a trace without them is GPT-2's
+     * (0: the model fills GPT-2's values) */
+    if (j_int(model, "arch", &m->cfg.arch)) m->cfg.arch = HPT_ARCH_GPT2;
+    if (j_int(model, "NKV", &m->cfg.NKV)) m->cfg.NKV = 0;
+    if (j_int(model, "FF", &m->cfg.FF)) m->cfg.FF = 0;
+    if (j_int(model, "tied", &m->cfg.tied)) m->cfg.tied = 0;
+    if (j_int(model, "attn_bias", &m->cfg.attn_bias)) m->cfg.attn_bias = 0;
+    if (j_int(model, "mlp_bias", &m->cfg.mlp_bias)) m->cfg.mlp_bias = 0;
+    if (j_int(model, "rope_orig_maxT", &m->cfg.rope_orig_maxT)) m->cfg.rope_orig_maxT = 0;
+    j_float(model, "norm_eps", &m->cfg.norm_eps);
+    j_float(model, "rope_theta", &m->cfg.rope_theta);
+    j_float(model, "rope_factor", &m->cfg.rope_factor);
+    j_float(model, "rope_low_freq", &m->cfg.rope_low_freq);
+    j_float(model, "rope_high_freq", &m->cfg.rope_high_freq);
+    j_float(model, "init_range", &m->cfg.init_range);
     if (j_int(model, "L", &m->cfg.L)) m->cfg.L = 0;
     if (j_int(model, "C", &m->cfg.C)) m->cfg.C = 0;
     if (j_int(model, "NH", &m->cfg.NH)) m->cfg.NH = 0;
@@ -559,8 +596,27 @@ static void csv_meta(hpt_trace_meta *m, const char *key, size_t klen, const char
         if (okU && klen == strlen(k1) && memcmp(key, k1, klen) == 0) m->budget_bytes[t] = u;
         if (okU && klen == strlen(k2) && memcmp(key, k2, klen) == 0) m->accounted_peak_bytes[t] = u;
     }
+    static const struct { const char *key; size_t off; } reals[] = {
+        {"model.norm_eps", offsetof(hpt_model_config, norm_eps)},
+        {"model.rope_theta", offsetof(hpt_model_config, rope_theta)},
+        {"model.rope_factor", offsetof(hpt_model_config, rope_factor)},
+        {"model.rope_low_freq", offsetof(hpt_model_config, rope_low_freq)},
+        {"model.rope_high_freq", offsetof(hpt_model_config, rope_high_freq)},
+        {"model.init_range", offsetof(hpt_model_config, init_range)}};
+    double d;
+    for (size_t k = 0; k < sizeof reals / sizeof reals[0]; k++)
+        if (klen == strlen(reals[k].key) && memcmp(key, reals[k].key, klen) == 0 &&
+            parse_f64(val, vlen, &d) == 0 && fabs(d) < 3e38)
+            *(float *)((char *)&m->cfg + reals[k].off) = (float)d;
     if (!okI) return;
-    if (KEY("model.L")) m->cfg.L = (int)i;
+    if (KEY("model.arch")) m->cfg.arch = (int)i;
+    else if (KEY("model.NKV")) m->cfg.NKV = (int)i;
+    else if (KEY("model.FF")) m->cfg.FF = (int)i;
+    else if (KEY("model.tied")) m->cfg.tied = (int)i;
+    else if (KEY("model.attn_bias")) m->cfg.attn_bias = (int)i;
+    else if (KEY("model.mlp_bias")) m->cfg.mlp_bias = (int)i;
+    else if (KEY("model.rope_orig_maxT")) m->cfg.rope_orig_maxT = (int)i;
+    else if (KEY("model.L")) m->cfg.L = (int)i;
     else if (KEY("model.C")) m->cfg.C = (int)i;
     else if (KEY("model.NH")) m->cfg.NH = (int)i;
     else if (KEY("model.V")) m->cfg.V = (int)i;

@@ -33,6 +33,7 @@ size_t model_params_floats(const hpt_gpt2 *m) { return m->n_flat; }
 float *model_grads(hpt_gpt2 *m) { return m->grads; }
 size_t model_grads_floats(const hpt_gpt2 *m) { return m->n_gflat; }
 struct offload_engine *model_engine(const hpt_gpt2 *m) { return m->eng; }
+const struct hpt_backend *model_backend(const hpt_gpt2 *m) { return m->be; }
 
 int model_embeddings(const hpt_gpt2 *m) { return m->emb; }
 double model_wte_sumsq(const hpt_gpt2 *m) { return m->wte_sumsq; }

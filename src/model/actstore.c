@@ -11,21 +11,59 @@
  * Invariant: the prefetch thread writes only buffers born at the current time point (no other
  * live buffer overlaps them) and reads only the host store, which nothing writes during
  * backward; it is joined before anything reads them and before the arena is freed or
- * replanned. Host copies cannot fail, so the thread has no status to return. */
+ * replanned. Host copies cannot fail, so the thread has no status to return.
+ * On a GPU (the model's hpt_mem bound to one: asynchronous transfers, kernels/backend.h), host
+ * offload without compression uses the transfer streams instead of the thread: actstore_put's
+ * copies start after the block's forward (an event on the compute stream) and the compute
+ * stream waits for them before anything later can reuse the forward buffers; the prefetch of
+ * block l - 1 starts after the compute issued so far (its destinations may be a dead buffer's
+ * memory an earlier kernel still reads) and overlaps block l's backward; actstore_wait makes the
+ * compute stream, not the host, wait for it. Compressed host offload writes the pinned host
+ * store from the compute stream's kernels (act_code_store/load), ordered by the stream. */
 #include "core/core.h"
 #include "model/gpt2_int.h"
+#include "kernels/backend.h"
 
 #include <pthread.h>
 #include <string.h>
 
 void actstore_release(hpt_gpt2 *m) {
     hpt_actstore *st = &m->run.st;
+    if (st->xf) { /* no copy may still read or write the host store */
+        st->xf->host_wait(st->ev_put);
+        st->xf->host_wait(st->ev_load);
+    }
     m->be->free(m->mem, HPT_TIER_HOST, HPT_CAT_ACTS, st->host_store, st->host_bytes);
     m->be->free(m->mem, HPT_TIER_HOST, HPT_CAT_ACTS, st->staging, st->staging_bytes);
     if (st->disk.fd >= 0) hpt_mem_disk_free(m->mem, HPT_CAT_ACTS, &st->disk);
     st->disk.fd = -1;
     st->host_store = st->staging = NULL;
     st->host_bytes = st->staging_bytes = st->disk_bytes = 0;
+    if (st->xf && st->xf->event_destroy) {
+        st->xf->event_destroy(st->ev_after);
+        st->xf->event_destroy(st->ev_put);
+        st->xf->event_destroy(st->ev_load);
+    }
+    st->xf = NULL;
+    st->ev_after = st->ev_put = st->ev_load = NULL;
+}
+
+/* A GPU's host offload without compression: the transfers and their three events. */
+static hpt_status xfer_open(hpt_gpt2 *m) {
+    hpt_actstore *st = &m->run.st;
+    const hpt_transfer *xf = hpt_transfer_of(m->mem);
+    if (!xf->async || m->act.compress != HPT_COMPRESS_NONE) return HPT_OK;
+    hpt_xevent *ev[3] = {NULL, NULL, NULL};
+    hpt_status s = HPT_OK;
+    for (int i = 0; i < 3 && s == HPT_OK; i++) s = xf->event_create(&ev[i]);
+    if (s != HPT_OK) { /* all three or none: st->xf set means every event exists */
+        for (int i = 0; i < 3; i++)
+            if (ev[i]) xf->event_destroy(ev[i]);
+        return s;
+    }
+    st->xf = xf;
+    st->ev_after = ev[0], st->ev_put = ev[1], st->ev_load = ev[2];
+    return HPT_OK;
 }
 
 /* Grown like the arena, kept while the plan fits. */
@@ -42,6 +80,7 @@ hpt_status actstore_reserve(hpt_gpt2 *m, size_t off_bytes, size_t max_store) {
         hpt_mem_set_name(m->mem, "offloaded activations");
         s = m->be->alloc(m->mem, HPT_TIER_HOST, HPT_CAT_ACTS, host_need, (void **)&st->host_store);
         if (s == HPT_OK) st->host_bytes = host_need;
+        if (s == HPT_OK) s = xfer_open(m);
     }
     if (s == HPT_OK && disk_need) {
         s = hpt_mem_disk_alloc(m->mem, HPT_CAT_ACTS, disk_need, &st->disk);
@@ -68,12 +107,20 @@ hpt_status actstore_put(hpt_gpt2 *m, int l) {
     const hpt_backend *be = m->be;
     hpt_actstore *st = &m->run.st;
     const hpt_act_code k = (hpt_act_code)m->act.compress;
+    const hpt_transfer *xf = st->xf;
+    if (xf) { /* the copies after the block's forward */
+        xf->record(st->ev_after, HPT_XS_COMPUTE);
+        xf->stream_wait(HPT_XS_STORE, st->ev_after);
+    }
     for (int i = 0; i < A->n_fields; i++) {
         size_t idx = (size_t)l * (size_t)A->n_fields + (size_t)i, sb = st->sbytes[idx], rows, w;
         if (!sb) continue;
         field_shape(m, i, &rows, &w);
         const float *src = *act_field(A, m->run.flayers, l, i);
-        if (m->act.offload == HPT_OFFLOAD_NONE) {
+        if (xf) {
+            xf->copy_async(st->host_store + st->soff[idx], src, sb, HPT_COPY_D2H, HPT_XS_STORE);
+            hpt_mem_transfer(m->mem, HPT_TIER_DEVICE, HPT_TIER_HOST, HPT_CAT_ACTS, sb);
+        } else if (m->act.offload == HPT_OFFLOAD_NONE) {
             be->act_code_store(k, st->astore[idx], src, rows, w);
         } else if (m->act.offload == HPT_OFFLOAD_HOST) {
             char *dst = st->host_store + st->soff[idx];
@@ -88,6 +135,10 @@ hpt_status actstore_put(hpt_gpt2 *m, int l) {
             HPT_CHECK(hpt_mem_disk_write(m->mem, &st->disk, st->soff[idx], src, sb,
                                          HPT_TIER_DEVICE, HPT_CAT_ACTS));
         }
+    }
+    if (xf) { /* later compute (which may reuse the forward buffers) after the copies */
+        xf->record(st->ev_put, HPT_XS_STORE);
+        xf->stream_wait(HPT_XS_COMPUTE, st->ev_put);
     }
     return HPT_OK;
 }
@@ -132,8 +183,29 @@ static void *prefetch_thread(void *arg) {
     return NULL;
 }
 
+/* A GPU's prefetch: block l's fields on the load stream after the compute issued so far. */
+static void fetch_async(hpt_gpt2 *m, int l) {
+    const hpt_arch *A = m->arch;
+    hpt_actstore *st = &m->run.st;
+    const hpt_transfer *xf = st->xf;
+    xf->record(st->ev_after, HPT_XS_COMPUTE);
+    xf->stream_wait(HPT_XS_LOAD, st->ev_after);
+    for (int i = 0; i < A->n_fields; i++) {
+        size_t idx = (size_t)l * (size_t)A->n_fields + (size_t)i, sb = st->sbytes[idx];
+        if (sb) xf->copy_async(*act_field(A, m->run.layers, l, i), st->host_store + st->soff[idx],
+                               sb, HPT_COPY_H2D, HPT_XS_LOAD);
+    }
+    xf->record(st->ev_load, HPT_XS_LOAD);
+}
+
 hpt_status actstore_prefetch(hpt_gpt2 *m, int l) {
     hpt_actstore *st = &m->run.st;
+    if (st->xf) {
+        st->pf_layer = l;
+        fetch_async(m, l);
+        st->pf_active = 1;
+        return HPT_OK;
+    }
     if (m->act.offload != HPT_OFFLOAD_HOST) return fetch_block(m, l, 0);
     st->pf_layer = l;
     if (pthread_create(&st->pf_thread, NULL, prefetch_thread, m) != 0)
@@ -145,7 +217,8 @@ hpt_status actstore_prefetch(hpt_gpt2 *m, int l) {
 void actstore_wait(hpt_gpt2 *m) {
     hpt_actstore *st = &m->run.st;
     if (!st->pf_active) return;
-    pthread_join(st->pf_thread, NULL);
+    if (st->xf) st->xf->stream_wait(HPT_XS_COMPUTE, st->ev_load); /* the compute waits, not us */
+    else pthread_join(st->pf_thread, NULL);
     st->pf_active = 0;
     for (int i = 0; i < m->arch->n_fields; i++) {
         size_t sb = st->sbytes[(size_t)st->pf_layer * (size_t)m->arch->n_fields + (size_t)i];

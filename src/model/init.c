@@ -46,7 +46,7 @@ static void init_range(const hpt_backend *be, const hpt_model_config *c, const h
 hpt_status hpt_model_init_random(hpt_gpt2 *m, uint64_t seed) {
     const hpt_model_config *c = &m->cfg;
     const hpt_tensor_table *t = &m->tab;
-    const hpt_backend *be = hpt_backend_cpu(); /* the model's tensors are the CPU's for now */
+    const hpt_backend *be = m->be;
     for (int i = 0; i < t->n; i++) {
         size_t numel = hpt_tensor_numel(&t->t[i]);
         int block = t->t[i].layer == HPT_LAYER_STACKED;

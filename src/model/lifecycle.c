@@ -66,7 +66,7 @@ static hpt_status consts_create(hpt_gpt2 *m) {
 
 /* The architecture, the backend and the block slices' layout in the flat buffers. */
 static void bind_arch(hpt_gpt2 *m) {
-    m->be = hpt_backend_cpu();
+    m->be = hpt_backend_of(m->mem);
     m->arch = hpt_arch_of(&m->cfg);
     int own = m->arch->point != NULL;
     m->ap = own ? (void *)&m->lp : (void *)&m->p;
@@ -207,10 +207,43 @@ size_t hpt_model_num_params(const hpt_gpt2 *m) { return m->num_params; }
 float *hpt_model_params(hpt_gpt2 *m) { return m->blocks ? NULL : m->params; }
 float *hpt_model_grads(hpt_gpt2 *m) { return m->blocks ? NULL : m->grads; }
 
+/* The streams' callbacks read and write host memory. The CPU's tensors are host memory and go
+ * to them in place; a GPU's go through a host bounce buffer a piece at a time (the same values
+ * in the same order, in more calls). */
+#define DEV_STAGE_FLOATS ((size_t)1 << 20)
+static hpt_status emit_dev(const hpt_gpt2 *m, const float *x, size_t n, gpt2_emit_fn emit,
+                           void *ctx) {
+    if (m->be == hpt_backend_cpu()) return emit(ctx, x, n);
+    float *buf = malloc(HPT_MIN(n, DEV_STAGE_FLOATS) * sizeof(float) + 1); /* freed here */
+    if (!buf) return hpt_fail(HPT_ERR_OOM, "a bounce buffer for the device's tensors");
+    hpt_status s = HPT_OK;
+    for (size_t o = 0; o < n && s == HPT_OK; o += DEV_STAGE_FLOATS) {
+        size_t k = HPT_MIN(DEV_STAGE_FLOATS, n - o);
+        m->be->copy(buf, x + o, k * sizeof(float), HPT_COPY_D2H);
+        s = emit(ctx, buf, k);
+    }
+    free(buf);
+    return s;
+}
+
+static hpt_status read_dev(const hpt_gpt2 *m, float *x, size_t n, gpt2_read_fn read, void *ctx) {
+    if (m->be == hpt_backend_cpu()) return read(ctx, x, n);
+    float *buf = malloc(HPT_MIN(n, DEV_STAGE_FLOATS) * sizeof(float) + 1);
+    if (!buf) return hpt_fail(HPT_ERR_OOM, "a bounce buffer for the device's tensors");
+    hpt_status s = HPT_OK;
+    for (size_t o = 0; o < n && s == HPT_OK; o += DEV_STAGE_FLOATS) {
+        size_t k = HPT_MIN(DEV_STAGE_FLOATS, n - o);
+        s = read(ctx, buf, k);
+        if (s == HPT_OK) m->be->copy(x + o, buf, k * sizeof(float), HPT_COPY_H2D);
+    }
+    free(buf);
+    return s;
+}
+
 hpt_status gpt2_emit(hpt_gpt2 *m, int b, const float *flat, gpt2_emit_fn emit, void *ctx) {
     const hpt_tensor_table *t = &m->tab;
     const hpt_block_store *bs = m->blocks;
-    if (!bs) return emit(ctx, flat, m->num_params);
+    if (!bs) return emit_dev(m, flat, m->num_params, emit, ctx);
     size_t piece = (size_t)m->Vc * (size_t)m->cfg.C;
     for (int i = 0; i < t->n; i++) {
         size_t numel = hpt_tensor_numel(&t->t[i]);
@@ -218,13 +251,14 @@ hpt_status gpt2_emit(hpt_gpt2 *m, int b, const float *flat, gpt2_emit_fn emit, v
             for (size_t lo = 0; lo < numel; lo += piece) {
                 size_t n = HPT_MIN(piece, numel - lo);
                 emb_get(m, i, lo, m->emb_rows, n);
-                HPT_CHECK(emit(ctx, m->emb_rows, n));
+                HPT_CHECK(emit_dev(m, m->emb_rows, n, emit, ctx));
             }
             continue;
         }
         if (t->t[i].layer != HPT_LAYER_STACKED) {
-            HPT_CHECK(emit(ctx, b == EB_P ? gpt2_nonblock_param(m, i).f32
-                                          : flat + gpt2_nonblock_offset(&m->cfg, i), numel));
+            HPT_CHECK(emit_dev(m, b == EB_P ? gpt2_nonblock_param(m, i).f32
+                                            : flat + gpt2_nonblock_offset(&m->cfg, i), numel,
+                               emit, ctx));
             continue;
         }
         for (int l = 0; l < m->cfg.L; l++)
@@ -236,21 +270,22 @@ hpt_status gpt2_emit(hpt_gpt2 *m, int b, const float *flat, gpt2_emit_fn emit, v
 hpt_status gpt2_absorb(hpt_gpt2 *m, int b, float *flat, gpt2_read_fn read, void *ctx) {
     const hpt_tensor_table *t = &m->tab;
     const hpt_block_store *bs = m->blocks;
-    if (!bs) return read(ctx, flat, m->num_params);
+    if (!bs) return read_dev(m, flat, m->num_params, read, ctx);
     size_t piece = (size_t)m->Vc * (size_t)m->cfg.C;
     for (int i = 0; i < t->n; i++) {
         size_t numel = hpt_tensor_numel(&t->t[i]);
         if (b == EB_P && emb_stored(m, i)) { /* rounded through the chunk scratch */
             for (size_t lo = 0; lo < numel; lo += piece) {
                 size_t n = HPT_MIN(piece, numel - lo);
-                HPT_CHECK(read(ctx, m->emb_rows, n));
+                HPT_CHECK(read_dev(m, m->emb_rows, n, read, ctx));
                 emb_put(m, i, lo, m->emb_rows, n);
             }
             continue;
         }
         if (t->t[i].layer != HPT_LAYER_STACKED) {
-            HPT_CHECK(read(ctx, b == EB_P ? gpt2_nonblock_param(m, i).f32
-                                          : flat + gpt2_nonblock_offset(&m->cfg, i), numel));
+            HPT_CHECK(read_dev(m, b == EB_P ? gpt2_nonblock_param(m, i).f32
+                                            : flat + gpt2_nonblock_offset(&m->cfg, i), numel,
+                               read, ctx));
             continue;
         }
         for (int l = 0; l < m->cfg.L; l++)
@@ -266,7 +301,7 @@ typedef struct {
 
 static hpt_status emit_copy(void *ctx, const float *x, size_t n) {
     emit_copy_ctx *c = ctx;
-    c->be->copy(c->dst, x, n * sizeof(float), HPT_COPY_D2H);
+    c->be->copy(c->dst, x, n * sizeof(float), HPT_COPY_H2H); /* gpt2_emit hands host memory */
     c->dst += n;
     return HPT_OK;
 }

@@ -47,6 +47,9 @@ const hpt_tensor_table *model_table(const hpt_gpt2 *m);
  * non-block tensors, fewer with bf16 embeddings: embed.c). */
 float *model_params(hpt_gpt2 *m);
 size_t model_params_floats(const hpt_gpt2 *m);
+/* The backend the model's tensors belong to (hpt_backend_of its hpt_mem): host code reads them
+ * through its copies (the checkpoint's staged I/O, train/state.c). */
+const struct hpt_backend *model_backend(const hpt_gpt2 *m);
 /* The flat gradient buffer (NULL while released: hpt_model_release_grads) and its floats. */
 float *model_grads(hpt_gpt2 *m);
 size_t model_grads_floats(const hpt_gpt2 *m);

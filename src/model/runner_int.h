@@ -36,6 +36,10 @@ typedef struct {
     pthread_t pf_thread;     /* the prefetch thread (host offload), joined by actstore_wait */
     int pf_active;           /* 1 while pf_thread runs */
     int pf_layer;            /* the block it brings back */
+    /* a GPU (host offload without compression): the copies on the transfer streams, ordered by
+     * events (kernels/backend.h, "transfers") instead of the thread; NULL xf on the CPU */
+    const struct hpt_transfer *xf;
+    struct hpt_xevent *ev_after, *ev_put, *ev_load;
 } hpt_actstore;
 
 /* The runner's activations: one arena planned for (aB, aT); replanned when the shape changes. */

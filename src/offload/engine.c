@@ -235,7 +235,7 @@ static void update_block(offload_engine *e, int l, int set, float *p, const floa
          * while it waits for a job (the update kernels give the same bits on any count) */
         if (t_worker) {
             int team = __atomic_load_n(&e->waiting, __ATOMIC_RELAXED);
-            omp_set_num_threads(team > 0 ? team : 1);
+            omp_set_num_threads(eng_gpu_team(e, team));
         }
         size_t o = e->slice_off[i], h = (size_t)l * e->hstride + o;
         hpt_be_param kp = hpt_be_param_f32(p ? p + o : NULL);
@@ -269,8 +269,8 @@ static hpt_status run_job(offload_engine *e, const job *j, double *io_s, double 
     case J_UPDATE: { /* m and v in memory: the update runs here, where they live */
         float *p = e->zc ? e->home[EB_P] + (size_t)j->l * e->stride : slot_ptr(e, j->slot);
         if (e->bfd) bstage_from_slot(e, 0, p);
-        update_block(e, j->l, 0, p, gslot_ptr(e, j->g), update_ptr(e, EB_M, j->l, 0),
-                     update_ptr(e, EB_V, j->l, 0));
+        update_block(e, j->l, 0, p, eng_gpu_grads(e, gslot_ptr(e, j->g)),
+                     update_ptr(e, EB_M, j->l, 0), update_ptr(e, EB_V, j->l, 0));
         double t1 = hpt_now();
         *upd_s += t1 - t0;
         if (!e->zc) HPT_CHECK(after_update(e, j->l, p, 0));
@@ -732,7 +732,7 @@ hpt_status eng_create(hpt_mem *mem, int L, int n_slices, const size_t *slice_n,
     offload_engine *e = calloc(1, sizeof *e);
     if (!e) return hpt_fail(HPT_ERR_OOM, "cannot allocate the offload engine");
     e->mem = mem;
-    e->be = hpt_backend_cpu();
+    e->be = hpt_backend_of(mem);
     e->o = *o;
     e->L = L;
     e->ns = n_slices;
@@ -818,6 +818,7 @@ hpt_status eng_attach_optim(offload_engine *e, eng_update_fn fn, void *ctx, int 
         s = e->be->alloc(e->mem, HPT_TIER_HOST, HPT_CAT_IO, e->stage_bytes, (void **)&e->stage);
         if (s != HPT_OK) e->stage_bytes = 0;
     }
+    if (s == HPT_OK) s = eng_gpu_attach(e);
     if (s != HPT_OK) {
         eng_detach_optim(e);
         return s;
@@ -843,6 +844,7 @@ void eng_detach_optim(offload_engine *e) {
     e->stage = NULL;
     e->stage_bytes = 0;
     memset(e->stage_ptr, 0, sizeof e->stage_ptr);
+    eng_gpu_detach(e);
     e->upd = NULL;
     e->upd_ctx = NULL;
 }

@@ -10,6 +10,19 @@
  * compensation). */
 #include "offload/engine_int.h"
 
+/* The worker's queue drained and, on a GPU, the kernels it issued finished: the host then reads
+ * and writes homes itself (the CPU's sync does nothing). */
+static hpt_status drain_sync(offload_engine *e) {
+    HPT_CHECK(eng_drain(e));
+    e->be->sync();
+    return HPT_OK;
+}
+
+/* Conversions between the bf16 homes and the host buffers below run on the CPU: both are host
+ * memory on a GPU too (hptrain refuses device-homed bf16 weights there), and on the CPU this is
+ * the engine's own backend. */
+#define HOST_BE hpt_backend_cpu()
+
 
 /* A buffer of stride floats free between steps, and its tier: staging (at least stride floats:
  * even two sets of a 16-bit G's share alone, 2 x hstride halves, hold them), a gradient slot,
@@ -49,7 +62,7 @@ static hpt_status bf_window(offload_engine *e, uint64_t o, uint64_t end, uint64_
 }
 
 hpt_status eng_emit_slice(offload_engine *e, int b, int l, int i, eng_emit_fn emit, void *ctx) {
-    HPT_CHECK(eng_drain(e));
+    HPT_CHECK(drain_sync(e));
     size_t n = e->slice_n[i], off = (size_t)l * e->stride + e->slice_off[i];
     if (b == EB_P && e->bf) { /* widened (the compensation goes separately: eng_comp) */
         uint64_t o = ((uint64_t)l * e->hstride + e->slice_off[i]) * sizeof(uint16_t);
@@ -65,7 +78,7 @@ hpt_status eng_emit_slice(offload_engine *e, int b, int l, int i, eng_emit_fn em
             size_t m = (size_t)(useful / sizeof(uint16_t));
             for (size_t k = 0; k < m; k += BF_CHUNK) {
                 size_t c = HPT_MIN(m - k, (size_t)BF_CHUNK);
-                e->be->bf16_widen(buf, h + k, c);
+                HOST_BE->bf16_widen(buf, h + k, c);
                 HPT_CHECK(emit(ctx, buf, c));
             }
             o += useful;
@@ -100,7 +113,7 @@ static void drop_slot(offload_engine *e, int l) {
 }
 
 hpt_status eng_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn read, void *ctx) {
-    HPT_CHECK(eng_drain(e));
+    HPT_CHECK(drain_sync(e));
     size_t n = e->slice_n[i], off = (size_t)l * e->stride + e->slice_off[i];
     if (b == EB_P) drop_slot(e, l);
     if (b == EB_P && e->bf) { /* rounded to nearest; Kahan: the residue is the compensation */
@@ -116,7 +129,7 @@ hpt_status eng_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn 
                 for (size_t k = 0; k < m; k += BF_CHUNK) {
                     size_t c = HPT_MIN(m - k, (size_t)BF_CHUNK);
                     HPT_CHECK(read(ctx, buf, c));
-                    e->be->bf16_split(w + k, NULL, buf, c);
+                    HOST_BE->bf16_split(w + k, NULL, buf, c);
                 }
                 HPT_CHECK(mem_disk_rw(e->mem, &e->disk[EB_P], a, e->bstage, (size_t)len, 1));
                 hpt_mem_transfer(e->mem, HPT_TIER_HOST, HPT_TIER_DISK, HPT_CAT_PARAMS, (size_t)len);
@@ -127,7 +140,7 @@ hpt_status eng_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn 
         for (size_t k = 0; k < n; k += BF_CHUNK) {
             size_t c = HPT_MIN(n - k, (size_t)BF_CHUNK);
             HPT_CHECK(read(ctx, buf, c));
-            e->be->bf16_split(e->wh + h + k, e->wc ? e->wc + h + k : NULL, buf, c);
+            HOST_BE->bf16_split(e->wh + h + k, e->wc ? e->wc + h + k : NULL, buf, c);
         }
         return HPT_OK;
     }
@@ -155,7 +168,7 @@ hpt_status eng_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn 
 hpt_status eng_comp(offload_engine *e, uint16_t **comp_out, size_t *n_out) {
     *comp_out = NULL;
     *n_out = 0;
-    HPT_CHECK(eng_drain(e));
+    HPT_CHECK(drain_sync(e));
     if (!e->wc) return HPT_OK;
     *comp_out = e->wc;
     *n_out = (size_t)e->L * e->hstride;
@@ -163,7 +176,7 @@ hpt_status eng_comp(offload_engine *e, uint16_t **comp_out, size_t *n_out) {
 }
 
 hpt_status eng_block_dest(offload_engine *e, int b, int l, float **dst, int *in_place) {
-    HPT_CHECK(eng_drain(e));
+    HPT_CHECK(drain_sync(e));
     *in_place = e->tier[b] != HPT_TIER_DISK && !(b == EB_P && e->bf);
     if (*in_place) {
         *dst = e->home[b] + (size_t)l * e->stride;

@@ -76,6 +76,8 @@ struct offload_engine {
     uint64_t *mv_seq;          /* (L) that read's job */
     eng_update_fn upd;
     void *upd_ctx;
+    float *ghost;              /* (bn) host tier, grads: on a GPU, a block's gradients for the
+                                * update on CPU threads (engine_gpu.c); NULL elsewhere */
     /* worker */
     pthread_t th;
     int th_on;
@@ -95,5 +97,13 @@ struct offload_engine {
 /* bfd: block l's bf16 weights between disk and staging block set (engine.c; the worker's
  * loads and write-backs, and eng_store_block). */
 hpt_status eng_bstage_io(offload_engine *e, int l, int set, int write_);
+
+/* ---- engine_gpu.c: on a GPU, the fused update of host-homed blocks on CPU threads ---- */
+hpt_status eng_gpu_attach(offload_engine *e); /* ghost, when this plan updates on the host */
+void eng_gpu_detach(offload_engine *e);
+/* The gradients the update reads: gslot itself, or (ghost) its copy on the host. */
+const float *eng_gpu_grads(offload_engine *e, const float *gslot);
+/* The worker's thread count for an update given the compute thread's team (0: computing). */
+int eng_gpu_team(const offload_engine *e, int team);
 
 #endif

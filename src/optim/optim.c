@@ -82,7 +82,9 @@ typedef struct {
 
 struct hpt_optim {
     hpt_mem *mem;
-    const hpt_backend *be; /* the update ops and device copies (the CPU's for now) */
+    const hpt_backend *be; /* the update ops and device copies (hpt_backend_of the mem) */
+    const hpt_backend *be_eng; /* the engine's callback's: the CPU's when the engine updates
+                                * host-homed blocks on CPU threads (a GPU), else be */
     hpt_gpt2 *model; /* borrowed */
     const hpt_tensor_table *tab; /* the model's (model_table) */
     hpt_adamw_opts o;
@@ -194,8 +196,8 @@ uint64_t hpt_optim_state_bytes(const hpt_model_config *cfg, const hpt_adamw_opts
 
 /* Slice s of tensor i's state for moment base (B_M or B_V) with map, from the slice's value
  * off (a multiple of HPT_Q8_BLOCK). */
-static hpt_be_state slice_state(const hpt_optim *op, int i, size_t s, size_t off, int base,
-                           const float *map) {
+static hpt_be_state slice_state(const hpt_optim *op, const hpt_backend *be, int i, size_t s,
+                                size_t off, int base, const float *map) {
     const tensor_layout *tl = &op->lay.t[i];
     hpt_be_state st = {0};
     if (!tl->q8) {
@@ -204,7 +206,7 @@ static hpt_be_state slice_state(const hpt_optim *op, int i, size_t s, size_t off
         st.codes = (uint8_t *)op->buf[base + 1] + tl->q_off + s * tl->sn + off;
         st.absmax = (float *)op->buf[base + 2] + tl->sc_off + s * tl->sc_per + off / HPT_Q8_BLOCK;
         st.map = map;
-        st.lut = op->be->q8_lut_of(map == op->map_signed); /* fast encoding of the same map */
+        st.lut = be->q8_lut_of(map == op->map_signed); /* fast encoding of the same map */
     }
     return st;
 }
@@ -213,31 +215,31 @@ static hpt_be_state slice_state(const hpt_optim *op, int i, size_t s, size_t off
  * there) from this file's state; scale multiplies each gradient (clipping, accumulation's
  * 1/K). off is a multiple of HPT_Q8_BLOCK and of Adam-mini's block, n of the latter (a whole
  * slice, or a chunk of wte: embed.c). */
-static void update_range(hpt_optim *op, int i, size_t s, size_t off, hpt_be_param kp, const float *g,
-                         size_t n, float lr, float scale) {
+static void update_range(hpt_optim *op, const hpt_backend *be, int i, size_t s, size_t off,
+                         hpt_be_param kp, const float *g, size_t n, float lr, float scale) {
     const hpt_adamw_opts *o = &op->o;
     const tensor_layout *tl = &op->lay.t[i];
     float *p = kp.f32;
     float wd = op->wd[i];
-    hpt_be_state m = slice_state(op, i, s, off, B_M, op->map_signed);
+    hpt_be_state m = slice_state(op, be, i, s, off, B_M, op->map_signed);
     switch ((hpt_optim_kind)o->optimizer) {
     case HPT_OPTIM_ADAMW:
         if (m.f32 && p) /* the reference path, unchanged */
-            op->be->adamw(p, g, m.f32, slice_state(op, i, s, off, B_V, NULL).f32, n, lr,
-                          o->beta1, o->beta2, o->eps, wd, scale, op->t);
+            be->adamw(p, g, m.f32, slice_state(op, be, i, s, off, B_V, NULL).f32, n, lr,
+                      o->beta1, o->beta2, o->eps, wd, scale, op->t);
         else
-            op->be->adamw_q(kp, g, m, slice_state(op, i, s, off, B_V, op->map_unsigned), n, lr,
-                            o->beta1, o->beta2, o->eps, wd, scale, op->t);
+            be->adamw_q(kp, g, m, slice_state(op, be, i, s, off, B_V, op->map_unsigned), n, lr,
+                        o->beta1, o->beta2, o->eps, wd, scale, op->t);
         break;
     case HPT_OPTIM_LION:
-        op->be->lion(kp, g, m, n, lr, o->beta1, o->beta2, wd, scale);
+        be->lion(kp, g, m, n, lr, o->beta1, o->beta2, wd, scale);
         break;
     case HPT_OPTIM_SGD:
-        op->be->sgd(kp, g, m, n, lr, o->beta1, wd, scale);
+        be->sgd(kp, g, m, n, lr, o->beta1, wd, scale);
         break;
     case HPT_OPTIM_ADAM_MINI:
-        op->be->adam_mini(kp, g, m, (float *)op->buf[B_V] + tl->v_off + (s * tl->sn + off) / tl->row,
-                          n, tl->row, lr, o->beta1, o->beta2, o->eps, wd, scale, op->t);
+        be->adam_mini(kp, g, m, (float *)op->buf[B_V] + tl->v_off + (s * tl->sn + off) / tl->row,
+                      n, tl->row, lr, o->beta1, o->beta2, o->eps, wd, scale, op->t);
         break;
     case HPT_OPTIM_COUNT:
         break;
@@ -245,9 +247,9 @@ static void update_range(hpt_optim *op, int i, size_t s, size_t off, hpt_be_para
 }
 
 /* The step of slice s of tensor i, whole. */
-static void update_slice(hpt_optim *op, int i, size_t s, hpt_be_param kp, const float *g, float lr,
-                         float scale) {
-    update_range(op, i, s, 0, kp, g, op->lay.t[i].sn, lr, scale);
+static void update_slice(hpt_optim *op, const hpt_backend *be, int i, size_t s, hpt_be_param kp,
+                         const float *g, float lr, float scale) {
+    update_range(op, be, i, s, 0, kp, g, op->lay.t[i].sn, lr, scale);
 }
 
 /* The seed of this step's stochastic rounding of bf16 weights. */
@@ -259,7 +261,7 @@ static void emb_update(void *ctx, int i, size_t off, hpt_be_param p, const float
     hpt_optim *op = ctx;
     if (!op->armed) return; /* a backward outside a step's begin and end: gradients only */
     p.seed = sr_seed(op);
-    update_range(op, i, 0, off, p, g, n, op->lr_now, op->scale_now);
+    update_range(op, op->be, i, 0, off, p, g, n, op->lr_now, op->scale_now);
 }
 
 /* The engine's update of slice `slice` of block l (the worker's thread or ours): AdamW fp32 on
@@ -271,14 +273,15 @@ static void eng_update(void *ctx, int l, int slice, hpt_be_param p, const float 
     const hpt_adamw_opts *o = &op->o;
     int i = op->slice_tensor[slice];
     p.seed = sr_seed(op); /* bf16 stochastic rounding: per step */
+    const hpt_backend *be = op->be_eng;
     if (op->eng_homes && p.f32)
-        op->be->adamw(p.f32, g, m, v, n, op->lr_now, o->beta1, o->beta2, o->eps, op->wd[i],
-                      op->scale_now, op->t);
+        be->adamw(p.f32, g, m, v, n, op->lr_now, o->beta1, o->beta2, o->eps, op->wd[i],
+                  op->scale_now, op->t);
     else if (op->eng_homes) /* bf16 weights */
-        op->be->adamw_q(p, g, (hpt_be_state){.f32 = m}, (hpt_be_state){.f32 = v}, n, op->lr_now,
-                        o->beta1, o->beta2, o->eps, op->wd[i], op->scale_now, op->t);
+        be->adamw_q(p, g, (hpt_be_state){.f32 = m}, (hpt_be_state){.f32 = v}, n, op->lr_now,
+                    o->beta1, o->beta2, o->eps, op->wd[i], op->scale_now, op->t);
     else
-        update_slice(op, i, (size_t)l, p, g, op->lr_now, op->scale_now);
+        update_slice(op, be, i, (size_t)l, p, g, op->lr_now, op->scale_now);
 }
 
 hpt_status hpt_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts *o,
@@ -288,7 +291,7 @@ hpt_status hpt_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts 
     hpt_optim *op = calloc(1, sizeof *op);
     if (!op) return hpt_fail(HPT_ERR_OOM, "cannot allocate the optimizer object");
     op->mem = mem;
-    op->be = hpt_backend_cpu();
+    op->be = hpt_backend_of(mem);
     op->model = model;
     op->tab = model_table(model);
     op->o = *o;
@@ -313,7 +316,9 @@ hpt_status hpt_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts 
         op->tier[i] = op->home = home;
         s = op->be->alloc(mem, home, HPT_CAT_OPTIM, op->lay.bytes[i], &op->buf[i]);
     }
+    op->be_eng = op->be;
     if (s == HPT_OK && eng) s = eng_attach_optim(eng, eng_update, op, op->eng_homes);
+    if (s == HPT_OK && eng_updates_on_host(eng)) op->be_eng = hpt_backend_cpu();
     if (s == HPT_OK && model_embeddings(model) != HPT_EMB_FULL)
         gpt2_set_emb_update(model, emb_update, op);
     if (s != HPT_OK) {
@@ -441,7 +446,7 @@ static void update_nonblock(hpt_optim *op, float lr, float scale) {
         if (op->lay.t[i].stacked || model_emb_deferred(model, i)) continue;
         hpt_be_param kp = gpt2_nonblock_param(model, i);
         kp.seed = sr_seed(op);
-        update_slice(op, i, 0, kp, gpt2_nonblock_grad(model, i), lr, scale);
+        update_slice(op, op->be, i, 0, kp, gpt2_nonblock_grad(model, i), lr, scale);
     }
 }
 
@@ -524,7 +529,7 @@ hpt_status hpt_optim_step_scaled(hpt_optim *op, float lr, float clip, float grad
         const tensor_layout *tl = &op->lay.t[i];
         for (size_t sl = 0; sl < tl->slices; sl++) {
             size_t off = tl->off + sl * tl->sn;
-            update_slice(op, i, sl, hpt_be_param_f32(params + off), grads + off, lr, scale);
+            update_slice(op, op->be, i, sl, hpt_be_param_f32(params + off), grads + off, lr, scale);
         }
     }
     return HPT_OK;

@@ -6,8 +6,9 @@
  * cores, a training step does not; the best is the rate of the machine's quiet moments, the
  * least noisy figure on a shared machine: the same step was measured at 0.43 s and at 4.1 s
  * minutes apart here; compare predictions with a run's fastest steps):
- * GEMM (matmul_forward and matmul_backward) at a step's shapes, 128 rows of width C against 4C
- * outputs for a few C, and a head's (C = 768 against 32768 outputs); causal attention (flash and plain, forward and backward) at T = 128; a
+ * GEMM (matmul_forward and matmul_backward) at a step's shapes: a block's four GEMMs for a few
+ * widths C and a head's (C = 768 against 32768 outputs), each at 64 and 256 rows (B*T: the
+ * rate per FLOP depends on it); causal attention (flash and plain, forward and backward) at T = 128; a
  * read+write streaming pass (the backend's scale op over 256 MiB, past the caches); each optimizer's update in
  * ns per parameter at 32 and 8 bits; memcpy host to host; the disk with O_DIRECT (64 MiB
  * transfers, a large block's, of a 256 MiB temporary file in the disk directory, removed after).
@@ -20,6 +21,8 @@
 
 #include <cJSON.h>
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +30,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const int k_gemm_C[HPT_CAL_GEMM_SIZES] = {256, 768, 1600, 2048};
+static const int k_gemm_C[HPT_CAL_GEMM_SIZES] = {512, 768, 1024, 1280, 1600, 2048};
 
 const char *hpt_calibration_path(char *buf, size_t n) {
     const char *env = getenv("HPT_CALIBRATION");
@@ -50,15 +53,23 @@ hpt_status hpt_calibration_save(const char *path, const hpt_calibration *c) {
     cJSON_AddNumberToObject(j, "threads", c->threads);
     cJSON_AddNumberToObject(j, "cores", c->cores);
     cJSON *g = cJSON_AddArrayToObject(j, "gemm");
-    for (int i = 0; i < HPT_CAL_GEMM_SIZES; i++) {
+    for (int r = 0; r < HPT_CAL_GEMM_ROWS; r++)
+        for (int i = 0; i < HPT_CAL_GEMM_SIZES; i++) {
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "rows", c->gemm_rows[r]);
+            cJSON_AddNumberToObject(e, "C", c->gemm_C[i]);
+            cJSON_AddNumberToObject(e, "fwd_gflops", c->gemm_fwd_gflops[r][i]);
+            cJSON_AddNumberToObject(e, "bwd_gflops", c->gemm_bwd_gflops[r][i]);
+            cJSON_AddItemToArray(g, e);
+        }
+    cJSON *h = cJSON_AddArrayToObject(j, "head");
+    for (int r = 0; r < HPT_CAL_GEMM_ROWS; r++) {
         cJSON *e = cJSON_CreateObject();
-        cJSON_AddNumberToObject(e, "C", c->gemm_C[i]);
-        cJSON_AddNumberToObject(e, "fwd_gflops", c->gemm_fwd_gflops[i]);
-        cJSON_AddNumberToObject(e, "bwd_gflops", c->gemm_bwd_gflops[i]);
-        cJSON_AddItemToArray(g, e);
+        cJSON_AddNumberToObject(e, "rows", c->gemm_rows[r]);
+        cJSON_AddNumberToObject(e, "fwd_gflops", c->head_gflops[r][0]);
+        cJSON_AddNumberToObject(e, "bwd_gflops", c->head_gflops[r][1]);
+        cJSON_AddItemToArray(h, e);
     }
-    cJSON_AddNumberToObject(j, "head_fwd_gflops", c->head_gflops[0]);
-    cJSON_AddNumberToObject(j, "head_bwd_gflops", c->head_gflops[1]);
     cJSON_AddNumberToObject(j, "flash_fwd_gflops", c->attn_gflops[0][0]);
     cJSON_AddNumberToObject(j, "flash_bwd_gflops", c->attn_gflops[0][1]);
     cJSON_AddNumberToObject(j, "plain_fwd_gflops", c->attn_gflops[1][0]);
@@ -70,6 +81,13 @@ hpt_status hpt_calibration_save(const char *path, const hpt_calibration *c) {
         cJSON_AddNumberToObject(w, "32", c->optim_ns[k][0]);
         cJSON_AddNumberToObject(w, "8", c->optim_ns[k][1]);
     }
+    cJSON *wo = cJSON_AddObjectToObject(j, "worker_ns_per_param");
+    for (int k = 0; k < HPT_OPTIM_COUNT; k++) {
+        cJSON *w = cJSON_AddObjectToObject(wo, k_optim_key[k]);
+        cJSON_AddNumberToObject(w, "32", c->worker_ns[k][0]);
+        cJSON_AddNumberToObject(w, "8", c->worker_ns[k][1]);
+    }
+    cJSON_AddNumberToObject(j, "share_loss", c->share_loss);
     cJSON_AddNumberToObject(j, "host_copy_gbps", c->host_copy_gbps);
     cJSON_AddNumberToObject(j, "disk_read_gbps", c->disk_read_gbps);
     cJSON_AddNumberToObject(j, "disk_write_gbps", c->disk_write_gbps);
@@ -106,13 +124,32 @@ hpt_status hpt_calibration_load(const char *path, hpt_calibration *c) {
     c->version = (int)v;
     if (ok && num(j, "threads", &v)) c->threads = (int)v;
     if (ok && num(j, "cores", &v)) c->cores = (int)v;
+    /* the GEMMs: rows-major, [rows][C]; every rate > 0, the rows and widths ascending */
     const cJSON *g = cJSON_GetObjectItemCaseSensitive(j, "gemm");
-    ok = ok && cJSON_IsArray(g) && cJSON_GetArraySize(g) == HPT_CAL_GEMM_SIZES;
-    for (int i = 0; ok && i < HPT_CAL_GEMM_SIZES; i++) {
-        const cJSON *e = cJSON_GetArrayItem(g, i);
-        ok = num(e, "C", &v) && (c->gemm_C[i] = (int)v) > 0 && num(e, "fwd_gflops", &c->gemm_fwd_gflops[i]) &&
-             num(e, "bwd_gflops", &c->gemm_bwd_gflops[i]) && c->gemm_fwd_gflops[i] > 0 &&
-             c->gemm_bwd_gflops[i] > 0;
+    ok = ok && cJSON_IsArray(g) && cJSON_GetArraySize(g) == HPT_CAL_GEMM_ROWS * HPT_CAL_GEMM_SIZES;
+    for (int r = 0; ok && r < HPT_CAL_GEMM_ROWS; r++)
+        for (int i = 0; ok && i < HPT_CAL_GEMM_SIZES; i++) {
+            const cJSON *e = cJSON_GetArrayItem(g, r * HPT_CAL_GEMM_SIZES + i);
+            double rows = 0, C = 0;
+            ok = num(e, "rows", &rows) && num(e, "C", &C) && C > 0 && rows > 0 &&
+                 num(e, "fwd_gflops", &c->gemm_fwd_gflops[r][i]) &&
+                 num(e, "bwd_gflops", &c->gemm_bwd_gflops[r][i]) && c->gemm_fwd_gflops[r][i] > 0 &&
+                 c->gemm_bwd_gflops[r][i] > 0;
+            if (!ok) break;
+            if (r == 0) c->gemm_C[i] = (int)C;
+            if (i == 0) c->gemm_rows[r] = (int)rows;
+            ok = (int)C == c->gemm_C[i] && (int)rows == c->gemm_rows[r] &&
+                 (i == 0 || c->gemm_C[i] > c->gemm_C[i - 1]) &&
+                 (r == 0 || i || c->gemm_rows[r] > c->gemm_rows[r - 1]);
+        }
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(j, "head");
+    ok = ok && cJSON_IsArray(h) && cJSON_GetArraySize(h) == HPT_CAL_GEMM_ROWS;
+    for (int r = 0; ok && r < HPT_CAL_GEMM_ROWS; r++) {
+        const cJSON *e = cJSON_GetArrayItem(h, r);
+        double rows = 0;
+        ok = num(e, "rows", &rows) && (int)rows == c->gemm_rows[r] &&
+             num(e, "fwd_gflops", &c->head_gflops[r][0]) && num(e, "bwd_gflops", &c->head_gflops[r][1]) &&
+             c->head_gflops[r][0] > 0 && c->head_gflops[r][1] > 0;
     }
     ok = ok && num(j, "flash_fwd_gflops", &c->attn_gflops[0][0]) &&
          num(j, "flash_bwd_gflops", &c->attn_gflops[0][1]) &&
@@ -126,9 +163,13 @@ hpt_status hpt_calibration_load(const char *path, hpt_calibration *c) {
         const cJSON *w = cJSON_GetObjectItemCaseSensitive(o, k_optim_key[k]);
         ok = w && num(w, "32", &c->optim_ns[k][0]) && num(w, "8", &c->optim_ns[k][1]);
     }
-    if (ok) { /* the disk and the head's GEMM are optional */
-        num(j, "head_fwd_gflops", &c->head_gflops[0]);
-        num(j, "head_bwd_gflops", &c->head_gflops[1]);
+    if (ok) { /* the disk, the worker's rates and the sharing loss are optional */
+        const cJSON *wo = cJSON_GetObjectItemCaseSensitive(j, "worker_ns_per_param");
+        for (int k = 0; wo && k < HPT_OPTIM_COUNT; k++) {
+            const cJSON *w = cJSON_GetObjectItemCaseSensitive(wo, k_optim_key[k]);
+            if (w) num(w, "32", &c->worker_ns[k][0]), num(w, "8", &c->worker_ns[k][1]);
+        }
+        num(j, "share_loss", &c->share_loss);
         num(j, "disk_read_gbps", &c->disk_read_gbps);
         num(j, "disk_write_gbps", &c->disk_write_gbps);
     }
@@ -169,34 +210,57 @@ static double minimum(const double *t, int n) {
     return m;
 }
 
-/* The blocks' GEMMs: 128 rows of C against 4C outputs for each C; then (i == SIZES) the head's:
- * 128 rows of C = 768 against 32768 outputs (a vocabulary's: far wider than a block's). */
+/* A block's GEMMs at each row count and width: (rows, C) against C -> 3C (qkv), C -> C
+ * (projection), C -> 4C (MLP up) and (rows, 4C) against 4C -> C (MLP down), forward and backward
+ * apart; the rate is their FLOPs over their summed time (the shapes differ in efficiency: the
+ * 4C -> C forward runs slower per FLOP than the others here). Then the head's: C = 768 against
+ * 32768 outputs (a vocabulary's, far wider than a block's) at each row count. */
+static const int k_gemm_rows[HPT_CAL_GEMM_ROWS] = {64, 256};
+
 static hpt_status measure_gemm(const hpt_backend *be, int reps, hpt_calibration *c) {
-    const int64_t N = 128;
-    for (int i = 0; i <= HPT_CAL_GEMM_SIZES; i++) {
-        int head = i == HPT_CAL_GEMM_SIZES;
-        int64_t C = head ? 768 : k_gemm_C[i], OC = head ? 32768 : 4 * C;
-        float *inp = malloc((size_t)(N * C) * 4), *w = malloc((size_t)(OC * C) * 4);
-        float *out = malloc((size_t)(N * OC) * 4), *dinp = malloc((size_t)(N * C) * 4);
-        float *dw = calloc((size_t)(OC * C), 4);
-        if (!inp || !w || !out || !dinp || !dw) {
-            free(inp), free(w), free(out), free(dinp), free(dw);
-            return hpt_fail(HPT_ERR_OOM, "calibration: no memory for the GEMM");
-        }
-        fill(inp, (size_t)(N * C), 1), fill(w, (size_t)(OC * C), 0.01f), fill(out, (size_t)(N * OC), 0.1f);
-        double f = 2.0 * (double)(N * C * OC), t;
-        be->matmul_forward(out, inp, w, NULL, N, C, OC, 0); /* warm */
-        BEST_OF(reps, t, be->matmul_forward(out, inp, w, NULL, N, C, OC, 0));
-        double *fw = head ? &c->head_gflops[0] : &c->gemm_fwd_gflops[i];
-        double *bw = head ? &c->head_gflops[1] : &c->gemm_bwd_gflops[i];
-        if (!head) c->gemm_C[i] = (int)C;
-        *fw = f / t / 1e9;
-        be->matmul_backward(dinp, dw, NULL, out, inp, w, N, C, OC, 0);
-        BEST_OF(reps, t, be->matmul_backward(dinp, dw, NULL, out, inp, w, N, C, OC, 0));
-        *bw = 2.0 * f / t / 1e9;
-        free(inp), free(w), free(out), free(dinp), free(dw);
+    const int64_t NMAX = k_gemm_rows[HPT_CAL_GEMM_ROWS - 1], CMAX = k_gemm_C[HPT_CAL_GEMM_SIZES - 1];
+    const int64_t WMAX = 32768 * 768 > 4 * CMAX * CMAX ? 32768 * 768 : 4 * CMAX * CMAX;
+    const int64_t XMAX = NMAX * (32768 > 4 * CMAX ? 32768 : 4 * CMAX);
+    float *inp = malloc((size_t)XMAX * 4), *w = malloc((size_t)WMAX * 4);
+    float *out = malloc((size_t)XMAX * 4), *dinp = malloc((size_t)XMAX * 4);
+    float *dw = calloc((size_t)WMAX, 4);
+    hpt_status s = HPT_OK;
+    if (!inp || !w || !out || !dinp || !dw) {
+        s = hpt_fail(HPT_ERR_OOM, "calibration: no memory for the GEMM");
+        goto done;
     }
-    return HPT_OK;
+    fill(inp, (size_t)XMAX, 1), fill(w, (size_t)WMAX, 0.01f), fill(out, (size_t)XMAX, 0.1f);
+    for (int r = 0; r < HPT_CAL_GEMM_ROWS; r++) {
+        int64_t N = k_gemm_rows[r];
+        c->gemm_rows[r] = (int)N;
+        for (int i = 0; i <= HPT_CAL_GEMM_SIZES; i++) {
+            int head = i == HPT_CAL_GEMM_SIZES;
+            int64_t C = head ? 768 : k_gemm_C[i];
+            /* (in, out) widths of the shapes measured together */
+            int64_t sh[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};
+            if (head) sh[0][0] = C, sh[0][1] = 32768;
+            int ns = head ? 1 : 4;
+            double f = 0, tf, tb;
+            for (int k = 0; k < ns; k++) {
+                f += 2.0 * (double)(N * sh[k][0] * sh[k][1]);
+                be->matmul_forward(out, inp, w, NULL, N, sh[k][0], sh[k][1], 0); /* warm */
+            }
+            /* the shapes one after the other in each repetition, as a block runs them */
+            BEST_OF(reps, tf, for (int k = 0; k < ns; k++)
+                                  be->matmul_forward(out, inp, w, NULL, N, sh[k][0], sh[k][1], 0));
+            BEST_OF(reps, tb, for (int k = 0; k < ns; k++)
+                                  be->matmul_backward(dinp, dw, NULL, out, inp, w, N, sh[k][0], sh[k][1], 0));
+            if (head) {
+                c->head_gflops[r][0] = f / tf / 1e9, c->head_gflops[r][1] = 2.0 * f / tb / 1e9;
+            } else {
+                c->gemm_C[i] = (int)C;
+                c->gemm_fwd_gflops[r][i] = f / tf / 1e9, c->gemm_bwd_gflops[r][i] = 2.0 * f / tb / 1e9;
+            }
+        }
+    }
+done:
+    free(inp), free(w), free(out), free(dinp), free(dw);
+    return s;
 }
 
 /* Causal attention at B=1, T=128, C=768, NH=12, counted as the estimator counts it: 2 C (T+1)
@@ -265,20 +329,104 @@ static hpt_status measure_optim(const hpt_backend *be, int reps, hpt_calibration
     hpt_be_state m32 = {m, NULL, NULL, NULL, NULL}, v32 = {v, NULL, NULL, NULL, NULL};
     hpt_be_state m8 = {NULL, mc, ma, smap, be->q8_lut_of(1)}, v8 = {NULL, vc, va, umap, be->q8_lut_of(0)};
     double t, per = 1e9 / (double)n;
-    for (int bits = 0; bits < 2; bits++) {
-        hpt_be_state M = bits ? m8 : m32, V = bits ? v8 : v32;
-        if (bits) BEST_OF(reps, t, be->adamw_q(pp, g, M, V, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 2));
-        else BEST_OF(reps, t, be->adamw(p, g, m, v, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 2));
-        c->optim_ns[HPT_OPTIM_ADAMW][bits] = t * per;
-        BEST_OF(reps, t, be->lion(pp, g, M, n, 1e-4f, 0.9f, 0.99f, 0.1f, 1));
-        c->optim_ns[HPT_OPTIM_LION][bits] = t * per;
-        BEST_OF(reps, t, be->sgd(pp, g, M, n, 1e-4f, 0.9f, 0, 1));
-        c->optim_ns[HPT_OPTIM_SGD][bits] = t * per;
-        BEST_OF(reps, t, be->adam_mini(pp, g, M, mini, n, 256, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 2));
-        c->optim_ns[HPT_OPTIM_ADAM_MINI][bits] = t * per;
+    int team = hpt_get_threads();
+    /* with the team, then at one thread (the engine's worker runs its update so) */
+    for (int one = 0; one < 2; one++) {
+        double(*ns)[2] = one ? c->worker_ns : c->optim_ns;
+        hpt_set_threads(one ? 1 : team);
+        for (int bits = 0; bits < 2; bits++) {
+            hpt_be_state M = bits ? m8 : m32, V = bits ? v8 : v32;
+            if (bits) BEST_OF(reps, t, be->adamw_q(pp, g, M, V, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 2));
+            else BEST_OF(reps, t, be->adamw(p, g, m, v, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 2));
+            ns[HPT_OPTIM_ADAMW][bits] = t * per;
+            BEST_OF(reps, t, be->lion(pp, g, M, n, 1e-4f, 0.9f, 0.99f, 0.1f, 1));
+            ns[HPT_OPTIM_LION][bits] = t * per;
+            BEST_OF(reps, t, be->sgd(pp, g, M, n, 1e-4f, 0.9f, 0, 1));
+            ns[HPT_OPTIM_SGD][bits] = t * per;
+            BEST_OF(reps, t, be->adam_mini(pp, g, M, mini, n, 256, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 2));
+            ns[HPT_OPTIM_ADAM_MINI][bits] = t * per;
+        }
     }
+    hpt_set_threads(team);
 done:
     free(p), free(g), free(m), free(v), free(mc), free(vc), free(ma), free(va), free(mini);
+    return s;
+}
+
+/* The sharing loss: a one-thread AdamW update (the engine's worker's kind of work) run in a
+ * thread beside the compute team's GEMMs (a block's, C = 768, 64 rows). The GEMMs' extra time
+ * over their time alone, divided by the worker's work done meanwhile (its updates counted at
+ * their one-thread time alone), is the compute's loss per second of the worker's work: about 0
+ * with a spare core; 1 or more when the team takes every core (a statically scheduled team
+ * runs at its slowest thread's speed, and waits spinning). Best of reps. */
+typedef struct {
+    const hpt_backend *be;
+    float *p, *g, *m, *v;
+    size_t n;
+    int stop;  /* set by the main thread */
+    long done; /* updates finished */
+} share_arg;
+
+static void *share_worker(void *a_) {
+    share_arg *a = a_;
+    hpt_set_threads(1);
+    while (!__atomic_load_n(&a->stop, __ATOMIC_ACQUIRE)) {
+        a->be->adamw(a->p, a->g, a->m, a->v, a->n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 2);
+        __atomic_add_fetch(&a->done, 1, __ATOMIC_RELEASE);
+    }
+    return NULL;
+}
+
+static hpt_status measure_sharing(const hpt_backend *be, int reps, hpt_calibration *c) {
+    const int64_t N = 64, C = 768, sh[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};
+    const size_t n = (size_t)4 << 20; /* 64 MiB of state: past the caches */
+    share_arg a = {be, malloc(n * 4), malloc(n * 4), calloc(n, 4), calloc(n, 4), n, 0, 0};
+    float *inp = malloc((size_t)(N * 4 * C) * 4), *w = malloc((size_t)(4 * C * C) * 4);
+    float *out = malloc((size_t)(N * 4 * C) * 4);
+    hpt_status s = HPT_OK;
+    if (!a.p || !a.g || !a.m || !a.v || !inp || !w || !out) {
+        s = hpt_fail(HPT_ERR_OOM, "calibration: no memory for the sharing loss");
+        goto done;
+    }
+    fill(a.p, n, 1), fill(a.g, n, 0.01f), fill(inp, (size_t)(N * 4 * C), 1), fill(w, (size_t)(4 * C * C), 0.01f);
+    double t_upd, best = 1e30;
+    int team = hpt_get_threads();
+    hpt_set_threads(1);
+    BEST_OF(reps, t_upd, be->adamw(a.p, a.g, a.m, a.v, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 2));
+    hpt_set_threads(team);
+    /* the GEMMs alone: enough repetitions for about 0.3 s */
+    double t0 = hpt_now(), t_alone;
+    int k = 0;
+    for (; hpt_now() - t0 < 0.1; k++)
+        for (int i = 0; i < 4; i++) be->matmul_forward(out, inp, w, NULL, N, sh[i][0], sh[i][1], 0);
+    int K = 3 * k > 1 ? 3 * k : 1;
+    BEST_OF(reps, t_alone, for (int r = 0; r < K; r++) for (int i = 0; i < 4; i++)
+                              be->matmul_forward(out, inp, w, NULL, N, sh[i][0], sh[i][1], 0));
+    for (int r = 0; r < reps && r < 5; r++) {
+        a.stop = 0, a.done = 0;
+        pthread_t th;
+        if (pthread_create(&th, NULL, share_worker, &a)) {
+            s = hpt_fail(HPT_ERR_IO, "calibration: cannot start a thread");
+            goto done;
+        }
+        while (!__atomic_load_n(&a.done, __ATOMIC_ACQUIRE)) sched_yield(); /* running */
+        long d0 = __atomic_load_n(&a.done, __ATOMIC_ACQUIRE);
+        t0 = hpt_now();
+        for (int q = 0; q < K; q++)
+            for (int i = 0; i < 4; i++) be->matmul_forward(out, inp, w, NULL, N, sh[i][0], sh[i][1], 0);
+        double t_with = hpt_now() - t0;
+        long d1 = __atomic_load_n(&a.done, __ATOMIC_ACQUIRE);
+        __atomic_store_n(&a.stop, 1, __ATOMIC_RELEASE);
+        pthread_join(th, NULL);
+        /* the worker's work meanwhile: whole updates counted, at least a part of one */
+        double work = (double)(d1 - d0) * t_upd;
+        if (work < 0.5 * t_upd) work = 0.5 * t_upd;
+        double loss = (t_with - t_alone) / work;
+        best = loss < best ? loss : best;
+    }
+    c->share_loss = best > 0 ? best : 0;
+done:
+    free(a.p), free(a.g), free(a.m), free(a.v), free(inp), free(w), free(out);
     return s;
 }
 
@@ -332,6 +480,7 @@ hpt_status hpt_calibrate(const char *disk_dir, int quick, hpt_calibration *c) {
     HPT_CHECK(measure_attention(be, reps, c));
     HPT_CHECK(measure_memory(be, reps, c));
     HPT_CHECK(measure_optim(be, reps, c));
+    HPT_CHECK(measure_sharing(be, reps, c));
     if (disk_dir) HPT_CHECK(measure_disk(disk_dir, quick ? 2 : 3, c));
     return HPT_OK;
 }

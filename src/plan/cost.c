@@ -36,7 +36,7 @@
 #include <string.h>
 
 /* A GEMM rate at model width C: linear in C between the measured widths, flat outside. */
-static double gemm_rate(const int *Cs, const double *r, int C) {
+static double gemm_rate_C(const int *Cs, const double *r, int C) {
     if (C <= Cs[0]) return r[0];
     for (int i = 1; i < HPT_CAL_GEMM_SIZES; i++)
         if (C <= Cs[i]) {
@@ -44,6 +44,35 @@ static double gemm_rate(const int *Cs, const double *r, int C) {
             return r[i - 1] + f * (r[i] - r[i - 1]);
         }
     return r[HPT_CAL_GEMM_SIZES - 1];
+}
+
+/* The weight of the row count measured at index i + 1 against i for `rows` rows: linear in
+ * log(rows) between the measured counts, flat outside; *i the lower index. */
+static double rows_weight(const hpt_calibration *c, double rows, int *i) {
+    *i = 0;
+    if (rows <= c->gemm_rows[0]) return 0;
+    for (int k = 1; k < HPT_CAL_GEMM_ROWS; k++)
+        if (rows <= c->gemm_rows[k]) {
+            *i = k - 1;
+            return log(rows / c->gemm_rows[k - 1]) / log((double)c->gemm_rows[k] / c->gemm_rows[k - 1]);
+        }
+    *i = HPT_CAL_GEMM_ROWS - 2;
+    return 1;
+}
+
+/* A block GEMM rate (GFLOP/s) at width C and `rows` rows; bwd 0 forward, 1 backward. */
+static double gemm_rate(const hpt_calibration *c, int bwd, int C, double rows) {
+    int i;
+    double f = rows_weight(c, rows, &i);
+    const double(*r)[HPT_CAL_GEMM_SIZES] = bwd ? c->gemm_bwd_gflops : c->gemm_fwd_gflops;
+    return (1 - f) * gemm_rate_C(c->gemm_C, r[i], C) + f * gemm_rate_C(c->gemm_C, r[i + 1], C);
+}
+
+/* The head GEMM rate at `rows` rows. */
+static double head_rate(const hpt_calibration *c, int bwd, double rows) {
+    int i;
+    double f = rows_weight(c, rows, &i);
+    return (1 - f) * c->head_gflops[i][bwd] + f * c->head_gflops[i + 1][bwd];
 }
 
 /* Bandwidths (bytes/s) of reading from and writing to a home on tier t; the device's own
@@ -92,10 +121,12 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
     out->tokens = tok, out->accum = m;
     out->gemm_flops_fwd = gemm * tok, out->block_gemm_flops_fwd = block_gemm * tok;
     out->attn_flops_fwd = attn * tok;
-    out->gemm_fwd_gflops = gemm_rate(c->gemm_C, c->gemm_fwd_gflops, cfg->C);
-    out->gemm_bwd_gflops = gemm_rate(c->gemm_C, c->gemm_bwd_gflops, cfg->C);
-    out->head_fwd_gflops = c->head_gflops[0] > 0 ? c->head_gflops[0] : out->gemm_fwd_gflops;
-    out->head_bwd_gflops = c->head_gflops[1] > 0 ? c->head_gflops[1] : out->gemm_bwd_gflops;
+    /* the GEMMs run over the micro-batch's B*T rows (the head over its chunk's rows) */
+    double hrows = act->head_chunk > 0 && act->head_chunk < tok ? act->head_chunk : tok;
+    out->gemm_fwd_gflops = gemm_rate(c, 0, cfg->C, tok);
+    out->gemm_bwd_gflops = gemm_rate(c, 1, cfg->C, tok);
+    out->head_fwd_gflops = head_rate(c, 0, hrows);
+    out->head_bwd_gflops = head_rate(c, 1, hrows);
     double Hf = out->head_fwd_gflops * 1e9, Hb = out->head_bwd_gflops * 1e9;
     int ak = act->attention == HPT_ATTN_PLAIN ? 1 : 0;
     out->attn_fwd_gflops = c->attn_gflops[ak][0];
@@ -154,14 +185,15 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
         int K = of->max_active < L ? of->max_active : L, P = of->prefetch;
         double load = tier_s(c, of->params, blk * wb, 0);
         double cf = fwd_blocks / L, cb = (bwd_blocks + rec) / L;
-        /* The worker shares the CPU with the compute threads: when they take every core, its
-         * CPU-bound work (memcpy from and to host homes, in-memory updates: wcpu) halves the
-         * speed of the compute thread on its core, and the statically scheduled team waits for
-         * that thread at each barrier: the compute loses all of wcpu (1 / n below, n = 1). With a
-         * spare core it loses nothing (n infinite). Disk waits take no CPU. A block then costs
-         * max(compute + wcpu / n, worker). */
+        /* The worker shares the CPU with the compute threads: its CPU-bound work (memcpy from
+         * and to host homes, in-memory updates at one thread: wcpu) costs the compute team
+         * share_loss seconds per second of it (calibrated: about 0 with a spare core; 1 or
+         * more when the team takes every core, since a statically scheduled team runs at its
+         * slowest thread's speed and waits spinning). Disk waits take no CPU. A block then
+         * costs max(compute + share_loss * wcpu, worker). */
         int cores = c->cores > 0 ? c->cores : c->threads;
-        double n = c->threads >= cores ? 1 : 1e30;
+        double n = c->share_loss > 0 ? 1.0 / c->share_loss : c->threads >= cores ? 1 : 1e30;
+        double wns = c->worker_ns[kind][bits8] > 0 ? c->worker_ns[kind][bits8] * 1e-9 : ns;
         double lcpu = of->params == HPT_TIER_HOST ? load : 0;
         /* forward: L loads; backward: the blocks not still resident */
         double f_work = P >= 1 ? L * maxd(cf + lcpu / n, load) + load : L * (cf + load);
@@ -178,8 +210,8 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
                 ck += blk * ns; /* no homes: the compute thread updates in the backward */
             } else { /* the worker updates in place, then writes the weights home */
                 double wback = tier_s(c, of->params, blk * wb, 1);
-                wk += blk * ns + wback;
-                wcpu += blk * ns + (of->params == HPT_TIER_HOST ? wback : 0);
+                wk += blk * wns + wback;
+                wcpu += blk * wns + (of->params == HPT_TIER_HOST ? wback : 0);
                 st_out = of->params != HPT_TIER_DEVICE ? blk * wb * L : 0;
             }
         } else {

@@ -84,7 +84,10 @@ static uint64_t loader_bytes(uint64_t BT) { return (BT + 1) * 2 + 2 * BT * 4; }
  * logits (hpt_infer_loss), all freed after each check. Called after out->bytes holds the full
  * phase's figures without the schedule. */
 static hpt_status hybrid_bytes(const hpt_plan_opts *o, hpt_estimate *out) {
-    int checks = o->sched.check_every > 0;
+    /* the jump predictor: forwards of one sequence on held-out batches (as fp32 checks), its
+     * snapshots (K weights, host) instead of the rollback snapshot, and its held-out batches */
+    int jump = o->sched.predictor == HPT_PREDICTOR_JUMP;
+    int checks = o->sched.check_every > 0 || jump;
     if ((unsigned)o->sched.predictor >= HPT_PREDICTOR_COUNT)
         return hpt_fail(HPT_ERR_INVALID, "unknown predictor %d", o->sched.predictor);
     if (checks && o->sched.check_weights != HPT_WEIGHTS_F32 && o->sched.check_weights != HPT_WEIGHTS_Q8)
@@ -93,11 +96,13 @@ static hpt_status hybrid_bytes(const hpt_plan_opts *o, hpt_estimate *out) {
     uint64_t np = hpt_model_config_num_params(&o->cfg), pb = np * 4;
     uint64_t (*b)[HPT_CAT_COUNT] = out->bytes, *pp = out->predict_peak_bytes;
     uint64_t optim = b[HPT_TIER_DEVICE][HPT_CAT_OPTIM];
-    uint64_t check_io = checks ? 2 * (uint64_t)o->B * (uint64_t)o->T * 4 : 0;
+    uint64_t check_io = o->sched.check_every > 0 ? 2 * (uint64_t)o->B * (uint64_t)o->T * 4 : 0;
+    if (jump) check_io += 2 * (uint64_t)(o->sched.jump_search_batches + 2) * (uint64_t)o->B * (uint64_t)o->T * 4;
+    uint64_t snap = jump ? (uint64_t)o->sched.jump_snapshots * pb : pb;
     int linear = o->sched.predictor == HPT_PREDICTOR_LINEAR, adam = o->sched.predictor == HPT_PREDICTOR_ADAM;
     pp[HPT_TIER_DEVICE] = pb + (uint64_t)model_consts_floats(&o->cfg) * 4 + b[HPT_TIER_DEVICE][HPT_CAT_IO] + (adam ? optim : 0) + (linear ? pb : 0);
-    pp[HPT_TIER_HOST] = pb + check_io + (adam ? 0 : optim);
-    if (checks && o->sched.check_weights == HPT_WEIGHTS_Q8) { /* the check's int8 engine */
+    pp[HPT_TIER_HOST] = snap + check_io + (adam ? 0 : optim);
+    if (checks && !jump && o->sched.check_weights == HPT_WEIGHTS_Q8) { /* the check's int8 engine */
         pp[HPT_TIER_DEVICE] += hpt_infer_bytes_for(&o->cfg, HPT_WEIGHTS_Q8, o->T) +
                                hpt_infer_loss_bytes_for(&o->cfg);
     } else if (checks) {
@@ -108,7 +113,7 @@ static hpt_status hybrid_bytes(const hpt_plan_opts *o, hpt_estimate *out) {
         pp[HPT_TIER_DISK] += at[HPT_TIER_DISK];
     }
     if (linear) b[HPT_TIER_DEVICE][HPT_CAT_OPTIM] += 2 * pb;
-    b[HPT_TIER_HOST][HPT_CAT_PARAMS] += pb;
+    b[HPT_TIER_HOST][HPT_CAT_PARAMS] += snap;
     b[HPT_TIER_HOST][HPT_CAT_IO] += check_io;
     return HPT_OK;
 }
@@ -158,10 +163,15 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
         model_describe(c, &tab);
         /* eng_create, eng_attach_optim: one block is its tensors' slices */
         eng_bytes(&o->offload, c->L, hpt_table_block_numel(&tab), o->training, mv_homes, eb);
+        /* a GPU's fused update on CPU threads: one pinned block of gradients (engine_gpu.c) */
+        eng_gpu_bytes(&o->offload, o->device != 0, hpt_table_block_numel(&tab), o->training, eb);
         for (int t = 0; t < HPT_TIER_COUNT; t++)
             for (int k = 0; k < HPT_CAT_COUNT; k++) out->bytes[t][k] += eb[t][k];
     }
     dev[HPT_CAT_PARAMS] += (uint64_t)model_consts_floats(c) * 4; /* the arch's constants */
+    /* --zero with accumulation sums the micro-batches' gradients apart (trainer.c): one more
+     * gradient-sized buffer, allocated at the first step */
+    if (o->training && o->zero >= 0 && o->accum > 1) dev[HPT_CAT_GRADS] += np * 4;
     uint64_t at[HPT_TIER_COUNT];
     int vc = hpt_offload_active(&o->offload) ? gpt2_vocab_chunk(c, &o->offload) : 0;
     HPT_CHECK(gpt2_act_tier_bytes_vc(c, o->B, o->T, &o->act, vc, at));

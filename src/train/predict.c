@@ -48,7 +48,7 @@ hpt_status predictor_init(weight_predictor *pr, hpt_mem *mem, int kind, size_t n
                           uint64_t seed) {
     memset(pr, 0, sizeof *pr);
     pr->mem = mem;
-    pr->be = hpt_backend_cpu();
+    pr->be = hpt_backend_of(mem);
     pr->kind = kind;
     pr->n = n;
     pr->decay = decay;
@@ -155,6 +155,7 @@ hpt_status predictor_apply(weight_predictor *pr, hpt_gpt2 *model, const hpt_opti
                                  0.1f);
         break;
     }
+    case HPT_PREDICTOR_JUMP: /* src/train/jump.c: the trainer jumps, not per step */
     case HPT_PREDICTOR_COUNT:
         break;
     }

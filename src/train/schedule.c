@@ -6,7 +6,8 @@
  * Invariants: phase is WARMUP, FULL, PREDICT or CORRECT (FULL forever in a full-only run);
  * a predict phase lasts 1 <= horizon <= max_predict_steps steps unless it ends early; it starts
  * only with at least horizon + correct_steps steps left, so a run never ends uncorrected;
- * 0 < cap <= 1. */
+ * 0 < cap <= 1. The jump predictor (docs/predict.md, "Jumps"): FULL -> PREDICT (one step, the
+ * jump) -> CORRECT -> FULL, until 2 jumps in a row gain less than jump_min_gain; then FULL. */
 #include "core/core.h"
 
 #include <math.h>
@@ -33,8 +34,21 @@ static void enter(hpt_schedule *s, int phase) {
     s->horizon = 0;
 }
 
-/* After a round of FULL or CORRECT: a predict phase if confident and it fits, else FULL. */
+/* After a round of FULL or CORRECT: a predict phase if confident and it fits, else FULL.
+ * The jump predictor: a jump (a predict phase of one step) after each round of FULL while the
+ * controller has not stopped, whatever the confidence; after CORRECT, FULL (the snapshots of
+ * the next jump). */
 static void decide(hpt_schedule *s, const hpt_schedule_opts *o, const hpt_schedule_obs *ob) {
+    if (o->predictor == HPT_PREDICTOR_JUMP) {
+        if (s->phase == HPT_PHASE_FULL && !s->stopped && ob->steps_left - o->correct_steps >= 1) {
+            enter(s, HPT_PHASE_PREDICT);
+            s->horizon = 1;
+            s->n_predict_phases++;
+            return;
+        }
+        enter(s, HPT_PHASE_FULL);
+        return;
+    }
     if (ob->confidence >= o->confidence) {
         int64_t h = hpt_schedule_horizon(o, ob->confidence, s->cap);
         int64_t room = ob->steps_left - o->correct_steps;
@@ -66,7 +80,13 @@ void hpt_schedule_advance(hpt_schedule *s, const hpt_schedule_opts *o, const hpt
         break;
     case HPT_PHASE_PREDICT:
         s->n_predict_steps++;
-        if (ob->diverged) {
+        if (o->predictor == HPT_PREDICTOR_JUMP) { /* one step; stop after 2 poor jumps in a row */
+            if (ob->diverged == 2) s->n_rollback++;
+            s->n_poor = ob->jump_gain < (double)o->jump_min_gain ? s->n_poor + 1 : 0;
+            if (s->n_poor >= 2) s->stopped = 1;
+            enter(s, HPT_PHASE_CORRECT);
+            s->clean = 0;
+        } else if (ob->diverged) {
             if (ob->diverged == 2) s->n_rollback++;
             else s->n_early++;
             shrink(s, o);

@@ -120,6 +120,52 @@ static hpt_status emit_atomic(void *ctx, const float *x, size_t n) {
     return io_atomic_write(ctx, x, n * sizeof(float));
 }
 
+/* Tensor memory of backend be to and from the file. The CPU's tensors are the host's: written,
+ * read and checksummed in place, as always. A GPU's go through a host bounce buffer, a piece
+ * at a time (device -> host -> file, file -> host -> device); the file's bytes are the same. */
+#define STAGE_BYTES ((size_t)4 << 20)
+static hpt_status tensor_write(io_atomic *w, const hpt_backend *be, const void *p, size_t bytes) {
+    if (be == hpt_backend_cpu()) return io_atomic_write(w, p, bytes);
+    char *buf = malloc(HPT_MIN(bytes, STAGE_BYTES) + 1); /* staging, freed here */
+    if (!buf) return hpt_fail(HPT_ERR_OOM, "the checkpoint's staging buffer");
+    hpt_status s = HPT_OK;
+    for (size_t o = 0; o < bytes && s == HPT_OK; o += STAGE_BYTES) {
+        size_t n = HPT_MIN(STAGE_BYTES, bytes - o);
+        be->copy(buf, (const char *)p + o, n, HPT_COPY_D2H);
+        s = io_atomic_write(w, buf, n);
+    }
+    free(buf);
+    return s;
+}
+
+static hpt_status tensor_read(FILE *fp, const hpt_backend *be, void *p, size_t bytes,
+                              const char *path, const char *what) {
+    if (be == hpt_backend_cpu()) return io_read_exact(fp, p, bytes, path, what);
+    char *buf = malloc(HPT_MIN(bytes, STAGE_BYTES) + 1);
+    if (!buf) return hpt_fail(HPT_ERR_OOM, "the checkpoint's staging buffer");
+    hpt_status s = HPT_OK;
+    for (size_t o = 0; o < bytes && s == HPT_OK; o += STAGE_BYTES) {
+        size_t n = HPT_MIN(STAGE_BYTES, bytes - o);
+        s = io_read_exact(fp, buf, n, path, what);
+        if (s == HPT_OK) be->copy((char *)p + o, buf, n, HPT_COPY_H2D);
+    }
+    free(buf);
+    return s;
+}
+
+static uint32_t tensor_crc(uint32_t crc, const hpt_backend *be, const void *p, size_t bytes) {
+    if (be == hpt_backend_cpu()) return io_crc32c(crc, p, bytes);
+    char *buf = malloc(HPT_MIN(bytes, STAGE_BYTES) + 1);
+    if (!buf) return ~crc; /* cannot check: a mismatch, reported as a corrupt file */
+    for (size_t o = 0; o < bytes; o += STAGE_BYTES) {
+        size_t n = HPT_MIN(STAGE_BYTES, bytes - o);
+        be->copy(buf, (const char *)p + o, n, HPT_COPY_D2H);
+        crc = io_crc32c(crc, buf, n);
+    }
+    free(buf);
+    return crc;
+}
+
 hpt_status hpt_state_save(const char *path, const hpt_gpt2 *model, const hpt_optim *opt,
                           const hpt_adamw_opts *ao, const hpt_train_pos *pos) {
     return hpt_state_save_sections(path, model, opt, ao, pos, NULL, 0);
@@ -172,13 +218,13 @@ hpt_status hpt_state_save_sections(const char *path, const hpt_gpt2 *model, cons
     if (model_engine(mm)) { /* offloaded: gathered in checkpoint order */
         if (s == HPT_OK) s = gpt2_emit(mm, EB_P, model_params(mm), emit_atomic, &w);
     } else if (s == HPT_OK) {
-        s = io_atomic_write(&w, model_params(mm), nb);
+        s = tensor_write(&w, model_backend(mm), model_params(mm), nb);
     }
     if (optim_eng_homes(opt)) { /* AdamW fp32's m, v from the engine's homes */
         for (int i = 0; i < 2 && s == HPT_OK; i++) s = optim_emit_moment(opt, i, emit_atomic, &w);
     } else {
         for (int i = 0; i < HPT_OPTIM_NUM_BUFS && s == HPT_OK; i++)
-            if (bufs[i].bytes) s = io_atomic_write(&w, bufs[i].data, bufs[i].bytes);
+            if (bufs[i].bytes) s = tensor_write(&w, model_backend(mm), bufs[i].data, bufs[i].bytes);
     }
     {
         uint32_t ns = (uint32_t)(n_sec + n_own);
@@ -403,14 +449,14 @@ static hpt_status load_state(const char *path, hpt_mem *mem, const hpt_offload_o
         rd.crc = io_crc32c(io_crc32c(io_crc32c(0, k_magic, 8), ver, sizeof ver), f, sizeof f);
         s = gpt2_absorb(m, EB_P, model_params(m), read_crc, &rd);
     } else if (s == HPT_OK) {
-        s = io_read_exact(fp, model_params(m), n * 4, path, "parameters");
+        s = tensor_read(fp, model_backend(m), model_params(m), n * 4, path, "parameters");
     }
     if (s == HPT_OK && optim_eng_homes(o)) {
         for (int i = 0; i < 2 && s == HPT_OK; i++) s = optim_absorb_moment(o, i, read_crc, &rd);
     } else {
         for (int i = 0; i < HPT_OPTIM_NUM_BUFS && s == HPT_OK; i++) {
             if (!bufs[i].bytes) continue;
-            s = io_read_exact(fp, bufs[i].data, bufs[i].bytes, path, bufs[i].name);
+            s = tensor_read(fp, model_backend(m), bufs[i].data, bufs[i].bytes, path, bufs[i].name);
             if (s == HPT_OK && model_engine(m))
                 rd.crc = io_crc32c(rd.crc, bufs[i].data, bufs[i].bytes);
         }
@@ -427,9 +473,9 @@ static hpt_status load_state(const char *path, hpt_mem *mem, const hpt_offload_o
             crc = io_crc32c(0, k_magic, 8);
             crc = io_crc32c(crc, ver, sizeof ver);
             crc = io_crc32c(crc, f, sizeof f);
-            crc = io_crc32c(crc, model_params(m), n * 4);
+            crc = tensor_crc(crc, model_backend(m), model_params(m), n * 4);
             for (int i = 0; i < HPT_OPTIM_NUM_BUFS; i++)
-                if (bufs[i].bytes) crc = io_crc32c(crc, bufs[i].data, bufs[i].bytes);
+                if (bufs[i].bytes) crc = tensor_crc(crc, model_backend(m), bufs[i].data, bufs[i].bytes);
         }
         if (ver[0] >= 3) {
             uint32_t ns = (uint32_t)n_sec;

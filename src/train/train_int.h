@@ -93,4 +93,92 @@ void lossmodel_phase_error(lossmodel *lm, double excess);
 void lossmodel_begin_predict(lossmodel *lm);
 void lossmodel_predict_step(lossmodel *lm, double update_norm);
 
+
+/* ---- data parallel (dp.c; docs/zero.md) ---- */
+int dp_size(void);
+int dp_rank(void);
+/* 1: micro-batches' gradients are summed apart, in order (--zero given, or many processes). */
+int dp_apart(const hpt_train_opts *o);
+/* The processes' configurations agree (else every rank fails naming the difference). */
+hpt_status dp_agree(const hpt_train_opts *o);
+/* What many processes do not run with yet. */
+hpt_status dp_check(const hpt_train_opts *o);
+/* This rank's windows of a step: skip the ranks' before it, read K, skip the ranks' after. */
+void dp_skip_before(hpt_dataloader *d, int K);
+void dp_skip_after(hpt_dataloader *d, int K);
+/* dst (n) += src (n), element by element (the gradients' buffers; host memory today). */
+void dp_add(float *dst, const float *src, size_t n);
+/* grads (n floats) = the rank-order sum over the processes. */
+hpt_status dp_reduce_grads(float *grads, size_t n);
+/* global = the rank-order sum of every rank's local loss sum. */
+hpt_status dp_loss_sum(double local, double *global);
+/* Rank 0 saved with status s: every rank returns it. */
+hpt_status dp_saved(hpt_status s);
+/* ---- the jump predictor (src/train/jump.c) ---- */
+
+/* The K snapshots (host tier, params category) and the held-out batches of the line search
+ * (search batches, then 2 that confirm; host tier, io; copied from the validation windows after
+ * the evaluation's), and the last jump's verify loss and real step (its gain's rate). */
+typedef struct {
+    hpt_mem *mem;                 /* borrowed */
+    size_t n;                     /* parameters */
+    int64_t K;
+    int B, T, n_search;
+    float *ring[64];              /* (n) each; ring[K-1] the latest; ring[0] the direction
+                                   * during a jump */
+    int32_t *hx, *hy;             /* (n_search + 2, B, T) each */
+    double prev_loss;             /* the verify loss after the last jump */
+    int64_t prev_step;            /* its real step; -1: no jump yet */
+    int64_t n_forwards;           /* sequences forwarded by the current jump */
+} jump_state;
+
+/* The jump's scale groups: the embeddings (wte, wpe), the blocks' matrices, and every vector
+ * (layer norms, biases). */
+enum { JUMP_GROUP_EMBEDDINGS, JUMP_GROUP_MATRICES, JUMP_GROUP_VECTORS, JUMP_GROUPS };
+
+/* What the jump needs from the trainer: the weights and their tensors' offsets and groups, the
+ * optimizer (its moments, for the state option), and the mean loss of nseq sequences of length
+ * T (forward only). */
+typedef struct {
+    float *params;
+    int n_tensors;
+    size_t off[33];               /* tensor t: params[off[t], off[t + 1]) */
+    int group[32];
+    hpt_optim *opt;
+    void *ctx;
+    hpt_status (*loss)(void *ctx, const int32_t *x, const int32_t *y, int nseq, double *out);
+} jump_env;
+
+typedef struct {
+    double scales[JUMP_GROUPS];   /* the chosen scales along the direction (0: rolled back) */
+    double scale;                 /* the matrices' */
+    double search_loss0, search_loss; /* the search batches' loss before, and at the scale */
+    double loss0, loss1;          /* the verify batches' loss before and after */
+    double gain;                  /* real steps' worth (0 rolled back, 1e30 no rate yet) */
+    int rolled_back;
+    int64_t forwards;             /* sequences forwarded */
+    double ms, search_ms;         /* the jump's time, and up to the confirmation */
+} jump_result;
+
+/* The extrapolation coefficients of a linear or quadratic least-squares fit through K points
+ * S steps apart, H steps past the last: the fit's value there is sum_i c[i] w_i (c: K). */
+hpt_status jump_coeffs(int fit, int64_t K, int64_t S, int64_t H, double *c);
+/* The jump's direction per weight (the fit's value H steps ahead minus ring[K-1]) into out
+ * (n), which may be ring[0]. */
+hpt_status jump_direction(int fit, int64_t K, int64_t S, int64_t H, float *const *ring, size_t n,
+                          float *out);
+hpt_status jump_init(jump_state *js, hpt_mem *mem, const hpt_schedule_opts *o, size_t n, int B,
+                     int T);
+void jump_free(jump_state *js);
+/* Held-out tokens (per array) and batches the jump reads. */
+size_t jump_heldout_tokens(const hpt_schedule_opts *o, int B, int T);
+int jump_heldout_batches(const hpt_schedule_opts *o);
+/* The ring slot of the weights after FULL step number done_in_full (1-based), or -1. */
+int64_t jump_slot(const hpt_schedule_opts *o, int64_t done_in_full);
+void jump_snapshot(jump_state *js, int64_t slot, const float *params);
+/* One jump from the weights in ring[K-1] (= env->params): fit, line search, confirmation or
+ * rollback, the state option. real_step: real steps so far (the gain's rate). */
+hpt_status jump_run(jump_state *js, const hpt_schedule_opts *o, const jump_env *env,
+                    int64_t real_step, jump_result *r);
+
 #endif

@@ -35,7 +35,13 @@
  * overflowed (fp16 homes at narrowing, non-finite values elsewhere); then the step is skipped
  * (scaler_skip: nothing changes but S and the counts) or the optimizer takes the gradients
  * times 1/(accum S) (exact: S is a power of two) and scaler_clean counts it. S, the clean-step
- * count and the skipped steps are the checkpoint's "loss_scale" section. */
+ * count and the skipped steps are the checkpoint's "loss_scale" section.
+ * Data parallel (dp.c, src/dist/; docs/zero.md): with --zero given or under mpirun, the
+ * micro-batches' gradients are summed apart (each into zeroed gradients, then added in order:
+ * sum_apart), and N processes sum theirs in rank order, so N processes with --accum K compute
+ * the bits of one process with --accum N*K when K = 1 (and of the same grouping otherwise);
+ * rank r reads windows r*K.. of the step's N*K. Rank 0 writes the checkpoints (every rank holds
+ * the same state); their accum is N*K, so they resume on any N with the same N*K. */
 #include "core/core.h"
 #include "kernels/backend.h"
 #include "testing.h"
@@ -56,7 +62,7 @@
 struct hpt_trainer {
     hpt_train_opts o;
     hpt_mem *mem;
-    const hpt_backend *be;    /* device copies (the CPU's for now) */
+    const hpt_backend *be;    /* mem's device tier's (hpt_backend_of): device copies */
     hpt_gpt2 *model;
     hpt_optim *opt;
     hpt_dataloader *train, *val;
@@ -69,10 +75,13 @@ struct hpt_trainer {
     float *snapshot;          /* (num_params) host tier, params: weights at the phase's start */
     int32_t *check_x, *check_y; /* (B, T) each, host tier, io: the check batch; NULL: none */
     double check0, pred0;     /* the phase's first check loss and predicted loss at its start */
+    jump_state js;            /* the jump predictor's snapshots and held-out batches */
     /* loss scaling (o.loss_scale.mode not OFF) */
     float ls;                 /* S, a power of two in [1, 2^64] */
     int64_t ls_clean;         /* clean steps in a row since S last changed */
     int64_t ls_skipped;       /* steps skipped in the run (restored on resume) */
+    /* data parallel (dp.c): the micro-batches' gradient sum, kept apart (dp_apart, accum > 1) */
+    float *acc;               /* (num_params) device tier, grads; NULL until the first step */
     /* testing: hpt_trainer_inject_grad */
     int64_t fault_step;
     int fault_layer;
@@ -80,6 +89,7 @@ struct hpt_trainer {
 };
 
 #define HYBRID(tr) ((tr)->o.sched.kind == HPT_SCHEDULE_HYBRID)
+#define JUMP(tr) (HYBRID(tr) && (tr)->o.sched.predictor == HPT_PREDICTOR_JUMP)
 
 hpt_train_opts hpt_train_defaults(void) {
     hpt_train_opts o = {0};
@@ -153,6 +163,9 @@ static void free_snapshot(hpt_trainer *tr) {
 void hpt_trainer_free(hpt_trainer *tr) {
     if (!tr) return;
     free_snapshot(tr);
+    if (tr->acc)
+        tr->be->free(tr->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, tr->acc, model_grads_floats(tr->model) * sizeof(float));
+    jump_free(&tr->js);
     predictor_free(&tr->pr);
     if (tr->check_x) {
         size_t bt = (size_t)tr->o.B * tr->o.T * sizeof(int32_t);
@@ -198,12 +211,11 @@ static hpt_status mkdir_p(const char *dir) {
  * live0: device bytes live before setup began. */
 static hpt_status check_budget(hpt_trainer *tr, hpt_model_config *cfg, const char *ckpt,
                                uint64_t live0) {
-    uint64_t budget = tr->o.plan.budget_bytes[HPT_TIER_DEVICE];
-    if (!budget) { /* a library caller may have set the budget on mem instead of in the plan */
-        hpt_mem_stats st;
-        hpt_mem_get_stats(tr->mem, &st);
-        budget = st.budget_bytes[HPT_TIER_DEVICE];
-    }
+    /* mem's budget: the plan's (set on mem by hpt_trainer_create), less a GPU's measured
+     * context overhead (hpt_device_bind), or one a library caller set on mem */
+    hpt_mem_stats st;
+    hpt_mem_get_stats(tr->mem, &st);
+    uint64_t budget = st.budget_bytes[HPT_TIER_DEVICE];
     if (!budget) return HPT_OK;
     if (ckpt) HPT_CHECK(hpt_gpt2_read_config(ckpt, cfg));
     hpt_plan_opts po = hpt_train_plan_opts(&tr->o, cfg);
@@ -287,6 +299,100 @@ static hpt_status predict_memory(hpt_trainer *tr) {
     return HPT_OK;
 }
 
+/* ---- the jump predictor's sections: "jump" int64[JS_N] below, "jump_ring" the snapshot slots
+ * [first, first + count) taken so far in the FULL phase (one block) ---- */
+enum { JS_PREV_LOSS, JS_PREV_STEP, JS_N_POOR, JS_STOPPED, JS_FIRST, JS_COUNT, JS_N };
+
+/* The ring slots FULL has filled by now: [*first, *first + *count). */
+static void ring_filled(const hpt_trainer *tr, int64_t *first, int64_t *count) {
+    *first = -1;
+    *count = 0;
+    if (tr->sch.phase == HPT_PHASE_PREDICT) { /* the jump is next: every slot */
+        *first = 0;
+        *count = tr->js.K;
+        return;
+    }
+    if (tr->sch.phase != HPT_PHASE_FULL || tr->sch.stopped) return;
+    for (int64_t j = 1; j <= tr->sch.in_phase; j++) {
+        int64_t slot = jump_slot(&tr->o.sched, j);
+        if (slot < 0) continue;
+        if (*first < 0) *first = slot;
+        (*count)++;
+    }
+}
+
+static void pack_jump(const hpt_trainer *tr, int64_t f[JS_N]) {
+    f[JS_PREV_LOSS] = dbits(tr->js.prev_loss);
+    f[JS_PREV_STEP] = tr->js.prev_step;
+    f[JS_N_POOR] = tr->sch.n_poor;
+    f[JS_STOPPED] = tr->sch.stopped;
+    ring_filled(tr, &f[JS_FIRST], &f[JS_COUNT]);
+}
+
+static hpt_status restore_jump(hpt_trainer *tr, const hpt_state_section *sec, int n_sec,
+                               const char *path) {
+    const hpt_state_section *s = find_section(sec, n_sec, "jump");
+    if (!s || s->bytes != JS_N * sizeof(int64_t))
+        return hpt_fail(HPT_ERR_FORMAT, "%s: the jump predictor's section is missing or wrong", path);
+    int64_t f[JS_N];
+    memcpy(f, s->data, sizeof f);
+    tr->js.prev_loss = bitsd(f[JS_PREV_LOSS]);
+    tr->js.prev_step = f[JS_PREV_STEP];
+    tr->sch.n_poor = f[JS_N_POOR];
+    tr->sch.stopped = (int)f[JS_STOPPED];
+    int64_t first, count;
+    ring_filled(tr, &first, &count);
+    if (first != f[JS_FIRST] || count != f[JS_COUNT])
+        return hpt_fail(HPT_ERR_FORMAT, "%s: jump snapshots %lld+%lld, the schedule says %lld+%lld",
+                        path, (long long)f[JS_FIRST], (long long)f[JS_COUNT], (long long)first,
+                        (long long)count);
+    if (!count) return HPT_OK;
+    size_t bytes = (size_t)count * nparams(tr) * sizeof(float);
+    const hpt_state_section *r = find_section(sec, n_sec, "jump_ring");
+    if (!r || r->bytes != bytes)
+        return hpt_fail(HPT_ERR_FORMAT, "%s: jump snapshots missing or not %zu bytes", path, bytes);
+    tr->be->copy(tr->js.ring[first], r->data, bytes, HPT_COPY_H2H);
+    return HPT_OK;
+}
+
+/* The mean loss of nseq held-out sequences, one at a time (a B=1 arena, freed after). */
+static hpt_status seq_loss(void *ctx, const int32_t *x, const int32_t *y, int nseq, double *out) {
+    hpt_trainer *tr = ctx;
+    int T = tr->o.T;
+    double sum = 0.0;
+    hpt_status s = HPT_OK;
+    for (int b = 0; b < nseq && s == HPT_OK; b++) {
+        float loss;
+        s = hpt_model_forward(tr->model, x + (size_t)b * T, y + (size_t)b * T, 1, T, &loss);
+        sum += (double)loss;
+    }
+    hpt_model_free_activations(tr->model);
+    *out = sum / nseq;
+    return s;
+}
+
+/* The jump's held-out batches: the validation windows after the evaluation's (never trained
+ * on, never evaluated). */
+static hpt_status load_heldout(hpt_trainer *tr) {
+    const hpt_schedule_opts *so = &tr->o.sched;
+    int nb = jump_heldout_batches(so), nv = tr->o.val_batches > 0 ? tr->o.val_batches : 1;
+    if (!tr->val || hpt_dataloader_num_batches(tr->val) < (size_t)(nv + nb))
+        return hpt_fail(HPT_ERR_INVALID, "the jump predictor needs validation data (--val) of at "
+                        "least %d batches (evaluation %d + held-out %d); it has %zu", nv + nb, nv,
+                        nb, tr->val ? hpt_dataloader_num_batches(tr->val) : (size_t)0);
+    HPT_CHECK(jump_init(&tr->js, tr->mem, so, nparams(tr), tr->o.B, tr->o.T));
+    size_t bt = (size_t)tr->o.B * tr->o.T;
+    HPT_CHECK(hpt_dataloader_rewind(tr->val));
+    for (int b = 0; b < nv + nb; b++) {
+        const int32_t *x, *y;
+        HPT_CHECK(hpt_dataloader_next(tr->val, &x, &y));
+        if (b < nv) continue;
+        memcpy(tr->js.hx + (size_t)(b - nv) * bt, x, bt * sizeof(int32_t));
+        memcpy(tr->js.hy + (size_t)(b - nv) * bt, y, bt * sizeof(int32_t));
+    }
+    return hpt_dataloader_rewind(tr->val);
+}
+
 /* Restores the hybrid schedule's state from a checkpoint's sections (none: a fresh start). */
 static hpt_status restore_schedule(hpt_trainer *tr, const hpt_state_section *sec, int n_sec,
                                    const char *path) {
@@ -329,6 +435,7 @@ static hpt_status restore_schedule(hpt_trainer *tr, const hpt_state_section *sec
         else predictor_drop_s0(&tr->pr); /* a predict phase's velocities only */
         HPT_CHECK(load_array(tr, s1, HPT_TIER_DEVICE, HPT_CAT_OPTIM, "predictor sum a*w", &tr->pr.s1));
     }
+    if (tr->pr.kind == HPT_PREDICTOR_JUMP) HPT_CHECK(restore_jump(tr, sec, n_sec, path));
     const hpt_state_section *sn = find_section(sec, n_sec, "snapshot");
     if (sn) HPT_CHECK(load_array(tr, sn, HPT_TIER_HOST, HPT_CAT_PARAMS, "rollback snapshot", &tr->snapshot));
     if (c->phase == HPT_PHASE_PREDICT) HPT_CHECK(predict_memory(tr));
@@ -359,6 +466,9 @@ static hpt_status setup(hpt_trainer *tr) {
     hpt_mem_get_stats(tr->mem, &st0);
     uint64_t live0 = 0;
     for (int c = 0; c < HPT_CAT_COUNT; c++) live0 += st0.live_bytes[HPT_TIER_DEVICE][c];
+    /* many processes: the same configuration on each (first: a refusal is then every rank's) */
+    HPT_CHECK(dp_agree(o));
+    HPT_CHECK(dp_check(o));
     if (o->B < 1 || o->T < 1 || o->steps < 1)
         return hpt_fail(HPT_ERR_INVALID, "batch (%d), sequence (%d) and steps (%lld) must be >= 1",
                         o->B, o->T, (long long)o->steps);
@@ -382,9 +492,11 @@ static hpt_status setup(hpt_trainer *tr) {
         if (pos.B != o->B || pos.T != o->T)
             s = hpt_fail(HPT_ERR_SHAPE, "%s was trained with batch %d and sequence %d; resume "
                          "with the same (got %d and %d)", path, pos.B, pos.T, o->B, o->T);
-        else if (pos.accum != (o->accum > 1 ? o->accum : 1))
-            s = hpt_fail(HPT_ERR_INVALID, "%s was trained with --accum %d; resume with the "
-                         "same (got %d)", path, pos.accum, o->accum > 1 ? o->accum : 1);
+        else if (pos.accum != (o->accum > 1 ? o->accum : 1) * dp_size())
+            s = hpt_fail(HPT_ERR_INVALID, "%s was trained with --accum %d on one process (its "
+                         "micro-batches per step: --accum times processes); resume with the same "
+                         "product (got --accum %d x %d processes)", path, pos.accum,
+                         o->accum > 1 ? o->accum : 1, dp_size());
         else if (pos.step > o->steps)
             s = hpt_fail(HPT_ERR_INVALID, "%s is at step %lld, beyond --steps %lld", path,
                          (long long)pos.step, (long long)o->steps);
@@ -447,25 +559,58 @@ static hpt_status setup(hpt_trainer *tr) {
         lossmodel_init(&tr->lm);
         hpt_schedule_init(&tr->sch, &o->sched);
         if (s == HPT_OK && o->sched.check_every > 0) s = load_check_batch(tr);
+        if (s == HPT_OK && JUMP(tr)) s = load_heldout(tr);
         if (s == HPT_OK && o->resume) s = restore_schedule(tr, sec, n_sec, path);
     }
     hpt_state_sections_free(tr->mem, sec, n_sec);
     return s;
 }
 
+/* The offload engine's plans that run on a GPU: the fused update with the blocks' gradients in
+ * device slots, no disk, fp32 gradients; bf16-sr weights on pinned host memory (the engine's
+ * loads widen them into fp32 device slots, its updates round into them: kernels reading and
+ * writing the pinned homes over PCIe) or fp32 weights on the device. Elsewhere the engine's
+ * host code or its disk I/O would meet device memory (docs/cuda.md). */
+static int gpu_engine_ok(const hpt_offload_opts *o) {
+    if (!o->fused || o->grads != HPT_TIER_DEVICE || o->grad_home != HPT_GH_FP32 ||
+        o->optim == HPT_TIER_DISK || o->embeddings == HPT_EMB_CHUNKED)
+        return 0;
+    if (o->params == HPT_TIER_HOST) return o->weights == HPT_BW_BF16_SR;
+    return o->params == HPT_TIER_DEVICE && o->weights == HPT_BW_FP32;
+}
+
+/* What a run on a GPU cannot use yet: the parts whose host code still reads tensor memory
+ * itself or whose transfers are not through the backend (docs/cuda.md, "what is not done"). */
+static hpt_status gpu_unwired(const hpt_train_opts *o) {
+    const char *what = hpt_offload_active(&o->plan.offload) && !gpu_engine_ok(&o->plan.offload)
+                       ? "this offload engine plan (on a GPU: --fused-update, grads on the device, "
+                         "no disk, and --weights bf16-sr with params on the host or fp32 weights "
+                         "on the device)"
+                       : dp_apart(o) ? "data parallel (--zero, mpirun: the gradients are summed "
+                                       "on the host)"
+                       : o->plan.act.offload == HPT_OFFLOAD_DISK ? "activation offload to disk"
+                       : o->sched.kind == HPT_SCHEDULE_HYBRID ? "the hybrid schedule"
+                       : NULL;
+    if (!what) return HPT_OK;
+    return hpt_fail(HPT_ERR_UNSUPPORTED, "--device cuda: %s does not run on the GPU yet "
+                    "(docs/cuda.md)", what);
+}
+
 hpt_status hpt_trainer_create(hpt_mem *mem, const hpt_train_opts *opts, hpt_trainer **out) {
     *out = NULL;
+    if (opts->plan.device) HPT_CHECK(gpu_unwired(opts));
     hpt_trainer *tr = calloc(1, sizeof *tr);
     if (!tr) return hpt_fail(HPT_ERR_OOM, "cannot allocate the trainer");
     tr->o = *opts;
     tr->mem = mem;
-    tr->be = hpt_backend_cpu();
     hpt_mem_set_context(mem, 0, HPT_PHASE_SETUP, -1);
-    /* the plan's budgets and disk directory are the run's: set on mem before anything */
+    /* the plan's budgets and disk directory are the run's: set on mem before anything; then
+     * the device (a GPU takes its measured context overhead out of the device budget) */
     for (int t = 0; t < HPT_TIER_COUNT; t++)
         if (opts->plan.budget_bytes[t]) hpt_mem_set_budget(mem, (hpt_tier)t, opts->plan.budget_bytes[t]);
-    hpt_status s = HPT_OK;
-    if (opts->plan.offload_dir) s = hpt_mem_set_disk_dir(mem, opts->plan.offload_dir);
+    hpt_status s = hpt_device_bind(mem, opts->plan.device, NULL);
+    tr->be = hpt_backend_of(mem);
+    if (s == HPT_OK && opts->plan.offload_dir) s = hpt_mem_set_disk_dir(mem, opts->plan.offload_dir);
     if (s == HPT_OK) s = setup(tr);
     if (s != HPT_OK) {
         hpt_trainer_free(tr);
@@ -481,6 +626,7 @@ int64_t hpt_trainer_start_step(const hpt_trainer *tr) { return tr->start_step; }
 const hpt_adamw_opts *hpt_trainer_optim_opts(const hpt_trainer *tr) { return hpt_optim_get_opts(tr->opt); }
 size_t hpt_trainer_train_tokens(const hpt_trainer *tr) { return hpt_dataloader_num_tokens(tr->train); }
 const hpt_schedule *hpt_trainer_schedule(const hpt_trainer *tr) { return &tr->sch; }
+hpt_optim *hpt_trainer_optim(hpt_trainer *tr) { return tr->opt; }
 
 hpt_status hpt_trainer_eval(hpt_trainer *tr, float *val_loss_out) {
     *val_loss_out = NAN;
@@ -520,14 +666,23 @@ static void sweep_stale_tmp(const char *dir) {
     if (d) closedir(d);
 }
 
+static hpt_status save_files(hpt_trainer *tr);
+
 hpt_status hpt_trainer_save(hpt_trainer *tr) {
     if (!tr->o.save_dir) return hpt_fail(HPT_ERR_INVALID, "no save directory given");
+    /* many processes: rank 0 writes (every rank holds the same state); accum is the global one */
+    if (dp_rank() != 0) return dp_saved(HPT_OK);
+    return dp_saved(save_files(tr));
+}
+
+static hpt_status save_files(hpt_trainer *tr) {
     hpt_train_pos pos = {.step = tr->step, .rng_state = tr->rng.s, .total_steps = tr->o.steps,
-                         .B = tr->o.B, .T = tr->o.T, .accum = tr->o.accum};
+                         .B = tr->o.B, .T = tr->o.T,
+                         .accum = (tr->o.accum > 1 ? tr->o.accum : 1) * dp_size()};
     hpt_dataloader_get_pos(tr->train, &pos.data_shard, &pos.data_offset);
-    hpt_state_section sec[5];
+    hpt_state_section sec[7];
     int n = 0;
-    int64_t f[HS_N], lsf[LSS_N];
+    int64_t f[HS_N], lsf[LSS_N], jf[JS_N];
     if (tr->o.loss_scale.mode != HPT_LOSS_SCALE_OFF) {
         lsf[LSS_SCALE] = dbits((double)tr->ls);
         lsf[LSS_CLEAN] = tr->ls_clean;
@@ -541,6 +696,13 @@ hpt_status hpt_trainer_save(hpt_trainer *tr) {
         if (tr->pr.s0) sec[n++] = (hpt_state_section){.name = "pred_s0", .data = tr->pr.s0, .bytes = bytes};
         if (tr->pr.s1) sec[n++] = (hpt_state_section){.name = "pred_s1", .data = tr->pr.s1, .bytes = bytes};
         if (tr->snapshot) sec[n++] = (hpt_state_section){.name = "snapshot", .data = tr->snapshot, .bytes = bytes};
+        if (JUMP(tr)) {
+            pack_jump(tr, jf);
+            sec[n++] = (hpt_state_section){.name = "jump", .data = jf, .bytes = sizeof jf};
+            if (jf[JS_COUNT])
+                sec[n++] = (hpt_state_section){.name = "jump_ring", .data = tr->js.ring[jf[JS_FIRST]],
+                                               .bytes = (uint64_t)jf[JS_COUNT] * bytes};
+        }
     }
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/state.bin", tr->o.save_dir);
@@ -613,6 +775,31 @@ static hpt_status predict_step(hpt_trainer *tr, hpt_train_progress *p) {
     const hpt_schedule_opts *so = &tr->o.sched;
     int64_t k = tr->sch.in_phase;
     hpt_model_free_activations(tr->model); /* an evaluation's (hpt_trainer_eval called alone) */
+    if (JUMP(tr)) { /* the whole phase is one jump from the last snapshot (= the weights) */
+        jump_env env = {.params = model_params(tr->model), .opt = tr->opt, .ctx = tr,
+                        .loss = seq_loss};
+        const hpt_tensor_table *ts = model_table(tr->model); /* checkpoint order */
+        env.n_tensors = ts->n;
+        for (int i = 0; i < ts->n; i++) {
+            const hpt_tensor_desc *d = &ts->t[i];
+            env.off[i + 1] = env.off[i] + hpt_tensor_numel(d);
+            env.group[i] = !d->is_matrix ? JUMP_GROUP_VECTORS
+                           : d->layer == -1 ? JUMP_GROUP_EMBEDDINGS : JUMP_GROUP_MATRICES;
+        }
+        jump_result r;
+        HPT_CHECK(jump_run(&tr->js, so, &env, tr->step - tr->sch.n_predict_steps, &r));
+        p->jumped = 1;
+        p->checked = 1;
+        p->loss = (float)r.loss1;
+        p->pred_loss = (float)r.loss0;
+        p->diverged = r.rolled_back ? 2 : 0;
+        p->jump_scale = r.scale;
+        memcpy(p->jump_scales, r.scales, sizeof p->jump_scales);
+        p->jump_gain = r.gain;
+        p->jump_search_ms = r.search_ms;
+        p->jump_forwards = r.forwards;
+        return HPT_OK;
+    }
     if (k == 0) {
         size_t bytes = nparams(tr) * sizeof(float);
         if (!tr->snapshot) {
@@ -673,6 +860,22 @@ static void scaler_clean(hpt_trainer *tr) {
     if (tr->ls < LS_GROW_MAX) tr->ls *= 2.0f;
 }
 
+/* Micro-batch k of K summed apart (--zero, many processes): its gradients were computed into
+ * zeroed buffers; acc = g_0, acc += g_k, and the last one's sum lands in the gradients: the
+ * order N processes add theirs in (dist.h), so one process with --accum N computes their bits. */
+static hpt_status sum_apart(hpt_trainer *tr, int k, int K) {
+    float *g = model_grads(tr->model);
+    size_t n = model_grads_floats(tr->model);
+    if (!tr->acc) {
+        hpt_mem_set_name(tr->mem, "gradient sum (micro-batches apart)");
+        HPT_CHECK(tr->be->alloc(tr->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, n * sizeof(float), (void **)&tr->acc));
+    }
+    if (k == 0) tr->be->copy(tr->acc, g, n * sizeof(float), HPT_COPY_D2D);
+    else if (k < K - 1) dp_add(tr->acc, g, n);
+    else dp_add(g, tr->acc, n);
+    return HPT_OK;
+}
+
 /* One ordinary step (WARMUP, FULL, CORRECT; every step of a full-only run). */
 static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
     const hpt_train_opts *o = &tr->o;
@@ -686,6 +889,7 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
     int measure = first_correct && tr->sch.clean && tr->snapshot;
     double pred = !hybrid || tr->lm.n < 1.0 ? (double)NAN : first_correct ? tr->lm.pred : lossmodel_next(&tr->lm);
     int K = o->accum > 1 ? o->accum : 1;
+    int apart = K > 1 && dp_apart(o), KN = K * dp_size();
     double loss_sum = 0.0;
     int fused = o->offload.fused;
     int scaling = o->loss_scale.mode != HPT_LOSS_SCALE_OFF;
@@ -694,9 +898,11 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
     model_set_loss_scale(tr->model, tr->ls);
     if (tr->fault_step == tr->step + 1) model_set_fault(tr->model, tr->fault_layer, tr->fault_value);
     hpt_model_zero_grad(tr->model);
+    dp_skip_before(tr->train, K); /* this rank's K windows of the step's K*N */
     for (int k = 0; k < K; k++) {
         const int32_t *x, *y;
         float loss;
+        if (apart && k > 0) hpt_model_zero_grad(tr->model);
         HPT_CHECK(hpt_dataloader_next(tr->train, &x, &y));
         HPT_CHECK(hpt_model_forward(tr->model, x, y, o->B, o->T, &loss));
         if (k == 0 && measure) { /* the prediction's error; past the bound, back to the start */
@@ -713,11 +919,15 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
                             "a lower --lr)", (double)loss, (long long)tr->step + 1);
         if (fused) HPT_CHECK(hpt_optim_fused_begin(tr->opt, p->lr, o->grad_clip));
         HPT_CHECK(hpt_model_backward(tr->model)); /* += into the gradients (fused: updates) */
+        if (apart) HPT_CHECK(sum_apart(tr, k, K));
         loss_sum += (double)loss;
     }
     model_set_fault(tr->model, -1, 0.0f);
-    /* K = 1: the loss is the micro-batch's, exactly (a float through a double and back). */
-    p->loss = (float)(loss_sum / K);
+    dp_skip_after(tr->train, K);
+    HPT_CHECK(dp_loss_sum(loss_sum, &loss_sum));
+    HPT_CHECK(dp_reduce_grads(model_grads(tr->model), model_grads_floats(tr->model)));
+    /* KN = 1: the loss is the micro-batch's, exactly (a float through a double and back). */
+    p->loss = (float)(loss_sum / KN);
     if (scaling) {
         int overflow;
         HPT_CHECK(gpt2_grads_overflow(tr->model, &overflow));
@@ -727,7 +937,7 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
         HPT_CHECK(hpt_optim_fused_end(tr->opt, &p->grad_norm));
     else /* 1/S: a power of two, so the product with 1/K and the clip factor loses nothing */
         HPT_CHECK(hpt_optim_step_scaled(tr->opt, p->lr, o->grad_clip,
-                                        1.0f / (float)K * (1.0f / tr->ls), &p->grad_norm));
+                                        1.0f / (float)KN * (1.0f / tr->ls), &p->grad_norm));
     if (scaling) scaler_clean(tr);
     if (hybrid) {
         p->pred_loss = (float)pred;
@@ -761,8 +971,12 @@ hpt_status hpt_trainer_step(hpt_trainer *tr, hpt_train_progress *p) {
     tr->step++;
     if (HYBRID(tr)) {
         p->confidence = (float)lossmodel_confidence(&tr->lm, (double)o->sched.band);
+        if (JUMP(tr) && phase == HPT_PHASE_FULL && !tr->sch.stopped) { /* FULL's snapshots */
+            int64_t slot = jump_slot(&o->sched, tr->sch.in_phase + 1);
+            if (slot >= 0) jump_snapshot(&tr->js, slot, model_params(tr->model));
+        }
         hpt_schedule_obs ob = {.confidence = p->confidence, .diverged = p->diverged,
-                               .steps_left = o->steps - tr->step};
+                               .steps_left = o->steps - tr->step, .jump_gain = p->jump_gain};
         hpt_schedule_advance(&tr->sch, &o->sched, &ob);
         if (phase == HPT_PHASE_PREDICT && p->diverged) free_snapshot(tr); /* no measure follows */
         /* a predict phase next: its memory is released now, by this step */
@@ -776,7 +990,7 @@ hpt_status hpt_trainer_step(hpt_trainer *tr, hpt_train_progress *p) {
     p->step = tr->step;
     p->total = o->steps;
     p->step_ms = dt * 1e3;
-    p->tokens_per_s = phase == HPT_PHASE_PREDICT ? 0.0 : (double)K * o->B * o->T / dt;
+    p->tokens_per_s = phase == HPT_PHASE_PREDICT ? 0.0 : (double)K * dp_size() * o->B * o->T / dt;
     int last = hpt_trainer_done(tr);
     if (tr->val && (last || (o->eval_every > 0 && tr->step % o->eval_every == 0))) {
         HPT_CHECK(hpt_trainer_eval(tr, &p->val_loss));

@@ -81,7 +81,7 @@ int cli_read_file(const char *path, char **data_out, size_t *len_out);
     {"fused-update", 0, 0, CLI_OPT_PLAN}, {"weights", 1, 0, CLI_OPT_PLAN}, \
     {"grad-home", 1, 0, CLI_OPT_PLAN}, {"embeddings", 1, 0, CLI_OPT_PLAN}, \
     {"vocab-chunk", 1, 0, CLI_OPT_PLAN}, {"loss-scale", 1, 0, CLI_OPT_PLAN}, \
-    {"device", 1, 0, CLI_OPT_PLAN}, \
+    {"device", 1, 0, CLI_OPT_PLAN}, {"zero", 1, 0, CLI_OPT_PLAN}, \
     {"loss-scale-init", 1, 0, CLI_OPT_PLAN}, {"loss-scale-window", 1, 0, CLI_OPT_PLAN}, \
     {"accum", 1, 0, CLI_OPT_PLAN}, {"schedule", 1, 0, CLI_OPT_PLAN}, \
     {"warmup-steps", 1, 0, CLI_OPT_PLAN}, {"full-steps", 1, 0, CLI_OPT_PLAN}, \
@@ -89,6 +89,10 @@ int cli_read_file(const char *path, char **data_out, size_t *len_out);
     {"correct-steps", 1, 0, CLI_OPT_PLAN}, {"predictor", 1, 0, CLI_OPT_PLAN}, \
     {"check-every", 1, 0, CLI_OPT_PLAN}, {"check-weights", 1, 0, CLI_OPT_PLAN}, \
     {"band", 1, 0, CLI_OPT_PLAN}, {"rollback-bound", 1, 0, CLI_OPT_PLAN}, \
+    {"jump-stride", 1, 0, CLI_OPT_PLAN}, {"jump-snapshots", 1, 0, CLI_OPT_PLAN}, \
+    {"jump-horizon", 1, 0, CLI_OPT_PLAN}, {"jump-fit", 1, 0, CLI_OPT_PLAN}, \
+    {"jump-state", 1, 0, CLI_OPT_PLAN}, {"jump-search-batches", 1, 0, CLI_OPT_PLAN}, \
+    {"jump-min-gain", 1, 0, CLI_OPT_PLAN}, \
     {"memory", 1, 0, CLI_OPT_PLAN}, {"host-memory", 1, 0, CLI_OPT_PLAN}, \
     {"disk-memory", 1, 0, CLI_OPT_PLAN}, {"offload-dir", 1, 0, CLI_OPT_PLAN}
 

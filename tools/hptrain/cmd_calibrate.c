@@ -32,12 +32,17 @@ static void fmt_b(char *buf, size_t n, double b) {
 }
 
 static void print_calibration(FILE *f, const hpt_calibration *c) {
-    fprintf(f, "  threads %d\n  GEMM GFLOP/s (128 rows, C -> 4C):", c->threads);
-    for (int i = 0; i < HPT_CAL_GEMM_SIZES; i++)
-        fprintf(f, " C=%d fwd %.1f bwd %.1f%s", c->gemm_C[i], c->gemm_fwd_gflops[i],
-                c->gemm_bwd_gflops[i], i + 1 < HPT_CAL_GEMM_SIZES ? ";" : "\n");
-    fprintf(f, "  head GEMM GFLOP/s (128 rows, 768 -> 32768): fwd %.1f bwd %.1f\n", c->head_gflops[0],
-            c->head_gflops[1]);
+    fprintf(f, "  threads %d\n", c->threads);
+    for (int r = 0; r < HPT_CAL_GEMM_ROWS; r++) {
+        fprintf(f, "  block GEMMs GFLOP/s (%d rows):", c->gemm_rows[r]);
+        for (int i = 0; i < HPT_CAL_GEMM_SIZES; i++)
+            fprintf(f, " C=%d fwd %.1f bwd %.1f%s", c->gemm_C[i], c->gemm_fwd_gflops[r][i],
+                    c->gemm_bwd_gflops[r][i], i + 1 < HPT_CAL_GEMM_SIZES ? ";" : "\n");
+    }
+    fprintf(f, "  head GEMM GFLOP/s (768 -> 32768):");
+    for (int r = 0; r < HPT_CAL_GEMM_ROWS; r++)
+        fprintf(f, " %d rows fwd %.1f bwd %.1f%s", c->gemm_rows[r], c->head_gflops[r][0],
+                c->head_gflops[r][1], r + 1 < HPT_CAL_GEMM_ROWS ? ";" : "\n");
     fprintf(f, "  attention GFLOP/s (T=128): flash fwd %.1f bwd %.1f; plain fwd %.1f bwd %.1f\n",
             c->attn_gflops[0][0], c->attn_gflops[0][1], c->attn_gflops[1][0], c->attn_gflops[1][1]);
     fprintf(f, "  memory pass %.2f GB/s (read+write); memcpy %.2f GB/s; disk read %.2f GB/s, "
@@ -47,6 +52,11 @@ static void print_calibration(FILE *f, const hpt_calibration *c) {
     for (int k = 0; k < HPT_OPTIM_COUNT; k++)
         fprintf(f, " %s %.2f / %.2f%s", hpt_optim_name((hpt_optim_kind)k), c->optim_ns[k][0],
                 c->optim_ns[k][1], k + 1 < HPT_OPTIM_COUNT ? ";" : "\n");
+    fprintf(f, "  at one thread (the offload worker's):");
+    for (int k = 0; k < HPT_OPTIM_COUNT; k++)
+        fprintf(f, " %s %.2f / %.2f%s", hpt_optim_name((hpt_optim_kind)k), c->worker_ns[k][0],
+                c->worker_ns[k][1], k + 1 < HPT_OPTIM_COUNT ? ";" : "\n");
+    fprintf(f, "  sharing loss %.2f compute s per s of one-thread work beside the team\n", c->share_loss);
 }
 
 int cmd_calibrate(int argc, char **argv) {

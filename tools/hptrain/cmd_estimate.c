@@ -164,7 +164,9 @@ static void print_text(const char *model, const hpt_plan_opts *po, const hpt_est
            model, c->arch == HPT_ARCH_LLAMA ? "llama" : "GPT-2", c->L, c->C, c->NH,
            c->NKV ? c->NKV : c->NH, c->V, c->Vp, c->maxT, po->B, po->T,
            po->training ? how : "forward only", po->has_val ? ", with a validation loader" : "");
-    printf("\n  %-10s %12s %12s %12s %18s\n", "category", "device", "host", "disk", "device bytes");
+    /* on a GPU the host tier is pinned memory (cudaHostAlloc), which the copies need */
+    printf("\n  %-10s %12s %12s %12s %18s\n", "category", "device",
+           po->plan.device ? "pinned host" : "host", "disk", "device bytes");
     for (int k = 0; k < HPT_CAT_COUNT; k++) {
         for (int t = 0; t < HPT_TIER_COUNT; t++) fmt_bytes(b[t], sizeof b[t], e->bytes[t][k]);
         printf("  %-10s %12s %12s %12s %18llu\n", hpt_category_name((hpt_category)k), b[0], b[1],
@@ -232,6 +234,10 @@ static void print_text(const char *model, const hpt_plan_opts *po, const hpt_est
     } else {
         printf("  budget     none given (--memory SIZE checks one)\n");
     }
+    if (budget && po->plan.device)
+        printf("  on the GPU the CUDA context's fixed overhead (measured when the run starts) and "
+               "%llu MiB\n  for kernels loaded later come out of the budget before the device "
+               "tier's share\n", (unsigned long long)(HPT_DEVICE_LAZY_RESERVE >> 20));
     for (int t = HPT_TIER_HOST; t < HPT_TIER_COUNT; t++) { /* --host-memory, --disk-memory */
         if (!po->budget_bytes[t]) continue;
         uint64_t peak = tier_peak(e, t);

@@ -33,7 +33,7 @@ static void fmt_bytes(char *buf, size_t n, double b) {
     else snprintf(buf, n, "%.0f B", b);
 }
 
-/* What each activation-arena buffer of the GPT-2 model holds, in words. */
+/* What each activation-arena buffer holds, in words. */
 static const struct { const char *name, *what; } k_buf_words[] = {
     {"inputs", "input token ids (B,T)"},
     {"targets", "target token ids (B,T)"},
@@ -452,9 +452,9 @@ int cmd_profile(int argc, char **argv) {
 
     printf("hptrain profile: %s\n", path);
     if (m->cfg.L)
-        printf("  GPT-2 L=%d C=%d NH=%d V=%d (%.2fM parameters), B=%d T=%d, %lld steps, %d threads\n",
-               m->cfg.L, m->cfg.C, m->cfg.NH, m->cfg.V, (double)m->num_params / 1e6, m->B, m->T,
-               (long long)m->steps, m->threads);
+        printf("  %s L=%d C=%d NH=%d V=%d (%.2fM parameters), B=%d T=%d, %lld steps, %d threads\n",
+               m->cfg.arch == HPT_ARCH_LLAMA ? "llama" : "GPT-2", m->cfg.L, m->cfg.C, m->cfg.NH,
+               m->cfg.V, (double)m->num_params / 1e6, m->B, m->T, (long long)m->steps, m->threads);
     printf("  %zu events over %.2f s:", tr->n_events, sum.duration_s);
     int porder[HPT_PHASE_COUNT], np = phase_order(tr, porder);
     for (int k = 0; k < np; k++)

@@ -16,6 +16,7 @@
 #define HPT_MIN_D(a, b) ((a) < (b) ? (a) : (b))
 
 static volatile sig_atomic_t g_stop;
+static int g_shared_fail; /* every rank knows the run failed (no MPI_Abort needed) */
 static uint64_t g_rss0; /* RSS when the command began, before hptrain allocated anything */
 static void on_signal(int sig) { g_stop = sig == SIGTERM ? 3 : 1; }
 
@@ -88,7 +89,15 @@ static const char k_help[] =
     "  --predictor K        hybrid: adam (AdamW's m/(sqrt(v)+eps) under the lr schedule; needs\n"
     "                       AdamW with 32-bit state) or linear (per-parameter linear fit of the\n"
     "                       recent weights; the optimizer state moves to the host while\n"
-    "                       predicting) (default adam)\n"
+    "                       predicting) (default adam), or jump (every FULL round keeps\n"
+    "                       --jump-snapshots K weights --jump-stride S steps apart, then one\n"
+    "                       predict step jumps along a per-weight --jump-fit linear, quadratic\n"
+    "                       or exp fit --jump-horizon H steps ahead, scaled by a line search\n"
+    "                       on --jump-search-batches held-out validation batches after the\n"
+    "                       evaluation's, confirmed on 2 more or rolled back; --jump-state\n"
+    "                       keep, reset or zero-m: the moments after it; jumping stops after\n"
+    "                       2 jumps in a row worth less than --jump-min-gain real steps;\n"
+    "                       defaults S 40, K 5, H 200, linear, 4, keep, 2; docs/predict.md)\n"
     "  --check-every K      hybrid: a forward on the first validation batch every K predict\n"
     "                       steps (needs --val); 0: none (default); a phase that runs its\n"
     "                       course is measured on its first CORRECT step either way\n"
@@ -102,6 +111,9 @@ static const char k_help[] =
     "                       start (default 0.2)\n"
     "  --seed S             initialisation seed (default 1337)\n"
     "  --threads N          threads (default: all cores)\n"
+    "  --zero 0             data parallel (mpirun -np N hptrain train ...): every process holds\n"
+    "                       the state, gradients summed in rank order; one process with --accum N\n"
+    "                       and --zero 0 computes the same bits (docs/zero.md; stages 1-3: not yet)\n"
     "  --quiet              no progress line\n";
 
 static void fmt_bytes(char *buf, size_t n, uint64_t b) {
@@ -223,7 +235,21 @@ static void warn_budgets(const hpt_plan *p) {
             host ? "--memory plus --host-memory" : "--memory", b1, b2, b3);
 }
 
+static int train_main(int argc, char **argv);
+
+/* Under mpirun each process is one rank of a data-parallel run (docs/zero.md): rank 0 prints
+ * the progress, the summary and the log; every rank prints its errors. A rank that fails alone
+ * aborts the job (hpt_dist_finalize), so no other waits for it. */
 int cmd_train(int argc, char **argv) {
+    hpt_status s = hpt_dist_init();
+    if (s != HPT_OK) return cli_lib_error(s, "train: starting MPI");
+    int rc = train_main(argc, argv);
+    /* a stop by signal (130, 143) is every rank's, after the same step: no abort */
+    hpt_dist_finalize(rc != 0 && rc != 130 && rc != 143 && !g_shared_fail);
+    return rc;
+}
+
+static int train_main(int argc, char **argv) {
     g_rss0 = hpt_rss_bytes();
     static const struct option longopts[] = {
         CLI_TRAIN_LONGOPTS, CLI_AUTO_LONGOPTS, {"trace", 1, 0, 'P'}, {0, 0, 0, 0}};
@@ -279,6 +305,11 @@ int cmd_train(int argc, char **argv) {
     if (!o.data) return cli_usage_error("train", "--data is required");
     if (!o.model && !o.resume) return cli_usage_error("train", "--model (or --resume) is required");
     if (!min_lr_set) o.min_lr = o.lr / 10.0f;
+    const int lead = hpt_dist_rank() == 0;
+    if (!lead) {
+        quiet = 1;
+        log_path = NULL;
+    }
     if (threads) hpt_set_threads((int)threads);
 
     if ((lossy || tokens) && !auto_plan)
@@ -311,6 +342,14 @@ int cmd_train(int argc, char **argv) {
     tmeta.has_val = o.val != NULL;
     hpt_trainer *tr;
     s = hpt_trainer_create(mem, &o, &tr);
+    if (hpt_dist_size() > 1 && hpt_dist_any(s != HPT_OK)) { /* every rank gets here */
+        g_shared_fail = 1;
+        if (s == HPT_OK) {
+            hpt_trainer_free(tr);
+            hpt_mem_destroy(mem);
+            return cli_error("train: another process failed to start (its error is above)");
+        }
+    }
     if (s != HPT_OK) {
         /* the breakdown of what was allocated when the budget ran out (a refusal before any
          * allocation carries its own estimate-based breakdown in the error line) */
@@ -406,6 +445,8 @@ int cmd_train(int argc, char **argv) {
         phase_steps[p.phase]++;
         if (p.evaluated) last_val = p.val_loss;
         if (stop_at && p.step >= stop_at && !hpt_trainer_done(tr)) g_stop = 2;
+        /* a signal seen by one process stops them all after the same step */
+        if (hpt_dist_size() > 1 && hpt_dist_any(g_stop) && !g_stop) g_stop = 3;
         if (log) {
             fprintf(log, "{\"step\":%lld,\"phase\":\"%s\"", (long long)p.step,
                     hpt_phase_name((hpt_phase)p.phase));
@@ -415,6 +456,11 @@ int cmd_train(int argc, char **argv) {
             if (o.sched.kind == HPT_SCHEDULE_HYBRID)
                 fprintf(log, ",\"confidence\":%.4f", (double)p.confidence);
             if (p.diverged) fprintf(log, ",\"diverged\":\"%s\"", p.diverged == 2 ? "rollback" : "early");
+            if (p.jumped)
+                fprintf(log, ",\"jump_scales\":[%.6g,%.6g,%.6g],\"jump_gain\":%.6g,"
+                        "\"jump_search_ms\":%.3f,\"jump_forwards\":%lld", p.jump_scales[0],
+                        p.jump_scales[1], p.jump_scales[2], p.jump_gain, p.jump_search_ms,
+                        (long long)p.jump_forwards);
             if (p.evaluated) fprintf(log, ",\"val_loss\":%.6f", (double)p.val_loss);
             if (o.loss_scale.mode != HPT_LOSS_SCALE_OFF)
                 fprintf(log, ",\"loss_scale\":%.0f,\"skipped\":%d", (double)p.loss_scale, p.skipped);
@@ -461,15 +507,21 @@ int cmd_train(int argc, char **argv) {
         if (g_stop == 3) rc = rc ? rc : 143;
     }
     if (log) fclose(log);
-    if (rc == 0 && !g_stop) {
+    if (rc == 0 && !g_stop && lead) {
         double total = hpt_now() - t_start;
         char tt[32];
         fmt_time(tt, sizeof tt, total);
         fprintf(stderr, "done: %lld steps in %s | final loss %.4f", (long long)(p.step - hpt_trainer_start_step(tr)),
                 tt, (double)p.loss);
         if (!isnan(last_val)) fprintf(stderr, " | val loss %.4f", (double)last_val);
-        if (tok_steps) fprintf(stderr, " | %.0f tok/s", (double)o.accum * o.B * o.T * (double)tok_steps / (tok_time / 1e3));
+        if (tok_steps) fprintf(stderr, " | %.0f tok/s", (double)o.accum * hpt_dist_size() * o.B * o.T * (double)tok_steps / (tok_time / 1e3));
         fputc('\n', stderr);
+        if (hpt_dist_size() > 1) /* the layer's own count: the gradients' sum, losses, flags */
+            fprintf(stderr, "data parallel: %d processes, --zero 0; sent per step by rank 0: %.2f "
+                    "MiB (%.3f x the parameters' fp32 bytes)\n", hpt_dist_size(),
+                    (double)hpt_dist_bytes_sent() / (double)(p.step - hpt_trainer_start_step(tr)) / 1048576.0,
+                    (double)hpt_dist_bytes_sent() / (double)(p.step - hpt_trainer_start_step(tr)) /
+                    (4.0 * (double)hpt_model_num_params(hpt_trainer_model(tr))));
         if (o.loss_scale.mode != HPT_LOSS_SCALE_OFF)
             fprintf(stderr, "loss scale: %s, %.0f at the end; %lld step%s skipped (gradient overflow)\n",
                     o.loss_scale.mode == HPT_LOSS_SCALE_DYNAMIC ? "dynamic" : "fixed",
@@ -482,6 +534,9 @@ int cmd_train(int argc, char **argv) {
                     (long long)phase_steps[HPT_PHASE_PREDICT], (long long)sc->n_predict_phases,
                     (long long)sc->n_early, (long long)sc->n_rollback,
                     (long long)phase_steps[HPT_PHASE_CORRECT]);
+            if (o.sched.predictor == HPT_PREDICTOR_JUMP)
+                fprintf(stderr, "jumps: %lld (%lld rolled back)%s\n", (long long)sc->n_predict_phases,
+                        (long long)sc->n_rollback, sc->stopped ? "; stopped: jumps no longer paid" : "");
         }
         if (o.save_dir) fprintf(stderr, "saved %s/state.bin and %s/model.bin\n", o.save_dir, o.save_dir);
         memory_report(mem);

@@ -219,5 +219,8 @@ void cu_init_normal(float *x, size_t lo, size_t hi, size_t total, float std, uin
 void cu_fill(float *x, size_t n, float value);
 /* the q8 tables' device copies (optim.cu), released by hpt_cuda_shutdown */
 void cu_q8_release(void);
+/* A map for an op: map itself when the device can read it, else (pageable host memory holding
+ * one of the two maps q8_map makes) that map's device copy (optim.cu). */
+const float *cu_dev_map(const float *map);
 
 #endif

@@ -43,6 +43,9 @@ void hpt_cuda_set_tf32(int on);
 void hpt_cuda_gemm_bf16(char transa, char transb, int64_t M, int64_t N, int64_t K, float alpha,
                         const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb,
                         float beta, float *C, int64_t ldc);
+/* The CUDA backend's transfers (kernels/backend.h: copies on a load and a store stream beside
+ * the compute stream, CUDA events), NULL when the backend cannot start. */
+const struct hpt_transfer *hpt_transfer_cuda(void);
 /* Releases the region, the streams and the libraries' handles (tests: the context's overhead
  * afterwards); the next hpt_backend_cuda() starts again. Nothing the backend gave may be live. */
 void hpt_cuda_shutdown(void);

@@ -15,8 +15,11 @@
 #include "kernels/q8_codec.h"
 
 #include <math.h>
+#include <string.h>
 
 #define QB HPT_Q8_BLOCK
+
+static hpt_be_state dev_state(hpt_be_state s); /* the state with a map the device reads */
 
 /* ---- the codec (kernels/cpu/q8.h's rules) ---- */
 __device__ inline uint8_t q8_encode_dev(float x, const float *map) { return hpt_q8_encode(x, map); }
@@ -126,6 +129,7 @@ void cu_adamw_q(hpt_be_param p, const float *g, hpt_be_state m, hpt_be_state v, 
                 int64_t t) {
     if (!n) return;
     cu_enter();
+    m = dev_state(m), v = dev_state(v);
     d_update<U_ADAMW><<<nblocks(n), QB, 0, cu_stream>>>(p, g, m, v, n,
                                                        bias_args(lr, beta1, beta2, eps, wd, grad_scale, t));
     CU_LAUNCHED("adamw");
@@ -144,6 +148,7 @@ void cu_lion(hpt_be_param p, const float *g, hpt_be_state m, size_t n, float lr,
     cu_enter();
     upd_args a = {};
     a.lr = lr, a.beta1 = beta1, a.beta2 = beta2, a.wd = wd, a.gs = grad_scale, a.decay = 1.0f - lr * wd;
+    m = dev_state(m);
     d_update<U_LION><<<nblocks(n), QB, 0, cu_stream>>>(p, g, m, m, n, a);
     CU_LAUNCHED("lion");
 }
@@ -154,6 +159,7 @@ void cu_sgd(hpt_be_param p, const float *g, hpt_be_state m, size_t n, float lr, 
     cu_enter();
     upd_args a = {};
     a.lr = lr, a.beta1 = momentum, a.wd = wd, a.gs = grad_scale;
+    m = dev_state(m);
     d_update<U_SGD><<<nblocks(n), QB, 0, cu_stream>>>(p, g, m, m, n, a);
     CU_LAUNCHED("sgd");
 }
@@ -181,6 +187,7 @@ void cu_adam_mini(hpt_be_param p, const float *g, hpt_be_state m, float *v, size
     CU_LAUNCHED("adam_mini v");
     upd_args a = bias_args(lr, beta1, beta2, eps, wd, grad_scale, t);
     a.vmini = v, a.block = block;
+    m = dev_state(m);
     d_update<U_MINI><<<nblocks(n), QB, 0, cu_stream>>>(p, g, m, m, n, a);
     CU_LAUNCHED("adam_mini");
 }
@@ -189,12 +196,22 @@ void cu_adam_mini(hpt_be_param p, const float *g, hpt_be_state m, float *v, size
 void cu_q8_map(float map[256], int is_signed) { k_q8_map(map, is_signed); } /* host data */
 
 static int32_t *g_lut_dev[2];
+/* The two maps (q8_map's host data) and their device copies, made with the tables at the
+ * backend's start: an op given a map in pageable host memory (the optimizer keeps its maps in
+ * its own object, as on the CPU) reads the device copy of the same values (cu_dev_map). */
+static float g_map_host[2][256];
+static float *g_map_dev[2];
 const int32_t *cu_q8_lut_of(int is_signed) {
     int k = is_signed ? 1 : 0;
-    if (!g_lut_dev[k]) { /* once per process, at the optimizer's setup: a fixed 256 KiB */
+    if (!g_lut_dev[k]) { /* once per process, at the backend's start: a fixed 257 KiB */
         cu_enter();
         int32_t *d = NULL;
-        cudaError_t e = cudaMalloc((void **)&d, HPT_Q8_LUT_SIZE * sizeof(int32_t));
+        float *dm = NULL;
+        k_q8_map(g_map_host[k], k);
+        cudaError_t e = cudaMalloc((void **)&dm, 256 * sizeof(float));
+        if (e == cudaSuccess) e = cudaMemcpy(dm, g_map_host[k], 256 * sizeof(float), cudaMemcpyHostToDevice);
+        if (e == cudaSuccess) g_map_dev[k] = dm;
+        if (e == cudaSuccess) e = cudaMalloc((void **)&d, HPT_Q8_LUT_SIZE * sizeof(int32_t));
         if (e == cudaSuccess)
             e = cudaMemcpy(d, k_q8_lut_of(is_signed), HPT_Q8_LUT_SIZE * sizeof(int32_t), cudaMemcpyHostToDevice);
         cu_note(e, "q8_lut_of");
@@ -206,8 +223,27 @@ const int32_t *cu_q8_lut_of(int is_signed) {
 void cu_q8_release(void) {
     for (int k = 0; k < 2; k++) {
         if (g_lut_dev[k]) cudaFree(g_lut_dev[k]);
+        if (g_map_dev[k]) cudaFree(g_map_dev[k]);
         g_lut_dev[k] = NULL;
+        g_map_dev[k] = NULL;
     }
+}
+
+const float *cu_dev_map(const float *map) {
+    if (!map) return map;
+    cudaPointerAttributes at;
+    memset(&at, 0, sizeof at);
+    if (cudaPointerGetAttributes(&at, map) != cudaSuccess) (void)cudaGetLastError();
+    else if (at.type != cudaMemoryTypeUnregistered) return map; /* device, managed or pinned */
+    for (int k = 0; k < 2; k++)
+        if (g_map_dev[k] && !memcmp(map, g_map_host[k], sizeof g_map_host[k])) return g_map_dev[k];
+    cu_note(cudaErrorInvalidValue, "an 8-bit state's map in pageable host memory that is not "
+            "hpt_backend.q8_map's");
+    return map;
+}
+static hpt_be_state dev_state(hpt_be_state s) {
+    if (!s.f32) s.map = cu_dev_map(s.map);
+    return s;
 }
 
 __global__ void d_q8_quantize(uint8_t *codes, float *absmax, const float *x, size_t n, const float *map) {
@@ -223,7 +259,7 @@ __global__ void d_q8_quantize(uint8_t *codes, float *absmax, const float *x, siz
 void cu_q8_quantize(uint8_t *codes, float *absmax, const float *x, size_t n, const float *map) {
     if (!n) return;
     cu_enter();
-    d_q8_quantize<<<nblocks(n), QB, 0, cu_stream>>>(codes, absmax, x, n, map);
+    d_q8_quantize<<<nblocks(n), QB, 0, cu_stream>>>(codes, absmax, x, n, cu_dev_map(map));
     CU_LAUNCHED("q8_quantize");
 }
 
@@ -233,6 +269,6 @@ __global__ void d_q8_dequantize(float *x, const uint8_t *codes, const float *abs
 void cu_q8_dequantize(float *x, const uint8_t *codes, const float *absmax, size_t n, const float *map) {
     if (!n) return;
     cu_enter();
-    d_q8_dequantize<<<cu_grid(n), CU_T, 0, cu_stream>>>(x, codes, absmax, n, map);
+    d_q8_dequantize<<<cu_grid(n), CU_T, 0, cu_stream>>>(x, codes, absmax, n, cu_dev_map(map));
     CU_LAUNCHED("q8_dequantize");
 }

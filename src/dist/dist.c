@@ -1,0 +1,211 @@
+/* dist.c: the process-wide world and the fixed-order collectives built on a transport's
+ * table (dist.h). Invariants: the float sum of a reduce-scatter is computed by the chunk's
+ * owner alone, in rank order, from rank 0's value: acc = x_0; acc += x_1; ...; acc += x_{N-1}
+ * (element by element, so equal inputs give equal bits whatever the transport or its timing);
+ * the allgather then copies the owner's bits to every rank. This is how one process with
+ * micro-batches summed apart (trainer.c, --zero) adds them, so N processes and that process
+ * compute the same bits. The exchange goes in rounds of at most DIST_PIECE/N floats from each
+ * rank (the receive buffer: DIST_PIECE floats, 16 MiB of host memory, the layer's only
+ * allocation, freed after each call). */
+#include "core/core.h"
+#include "core/crc32c.h"
+#include "dist/dist.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DIST_PIECE ((size_t)1 << 22) /* floats in the receive buffer: 16 MiB */
+
+static struct {
+    int inited, rank, size, shared_failure;
+    void *ctx;
+    const dist_ops *ops;
+    uint64_t sent;
+    double timeout_s;
+    size_t piece;  /* floats in the receive buffer (HPT_DIST_PIECE: tests make it small) */
+} g_w = {0, 0, 1, 0, NULL, NULL, 0, 600.0, DIST_PIECE};
+
+int hpt_dist_have_mpi(void) {
+#ifdef HPT_HAVE_MPI
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+hpt_status hpt_dist_init(void) {
+    if (g_w.inited) return HPT_OK;
+    const char *t = getenv("HPT_DIST_TIMEOUT_S");
+    if (t && atof(t) > 0.0) g_w.timeout_s = atof(t);
+    const char *pc = getenv("HPT_DIST_PIECE");
+    if (pc && atol(pc) > 0) g_w.piece = (size_t)atol(pc);
+#ifdef HPT_HAVE_MPI
+    if (dist_mpi_launched()) {
+        HPT_CHECK(dist_mpi_init(&g_w.rank, &g_w.size, &g_w.ctx));
+        g_w.ops = dist_mpi_ops();
+    }
+#endif
+    g_w.inited = 1;
+    return HPT_OK;
+}
+
+void hpt_dist_finalize(int failed) {
+    if (!g_w.inited) return;
+#ifdef HPT_HAVE_MPI
+    if (g_w.ops) dist_mpi_finalize(g_w.ctx, failed && !g_w.shared_failure);
+#else
+    (void)failed;
+#endif
+    g_w.inited = 0;
+    g_w.ops = NULL;
+    g_w.rank = 0;
+    g_w.size = 1;
+}
+
+int hpt_dist_rank(void) { return g_w.rank; }
+int hpt_dist_size(void) { return g_w.size; }
+uint64_t hpt_dist_bytes_sent(void) { return g_w.sent; }
+void dist_count_sent(uint64_t bytes) { g_w.sent += bytes; }
+double dist_timeout_s(void) { return g_w.timeout_s; }
+
+void dist_chunk(size_t n, int rank, int size, size_t *lo, size_t *hi) {
+    /* n * (rank + 1) stays in 64 bits for any buffer that fits in memory */
+    *lo = (size_t)((uint64_t)n * (uint64_t)rank / (uint64_t)size);
+    *hi = (size_t)((uint64_t)n * (uint64_t)(rank + 1) / (uint64_t)size);
+}
+
+hpt_status dist_reduce_scatter_f32(float *buf, size_t n, const char *what) {
+    int N = g_w.size, r = g_w.rank;
+    if (N == 1) return HPT_OK;
+    size_t lo[64], hi[64], plo[64], phi[64];
+    if (N > 64) return hpt_fail(HPT_ERR_UNSUPPORTED, "%s: more than 64 processes", what);
+    size_t piece = g_w.piece / (size_t)N, biggest = 0;
+    if (!piece) piece = 1;
+    for (int q = 0; q < N; q++) {
+        dist_chunk(n, q, N, &lo[q], &hi[q]);
+        if (hi[q] - lo[q] > biggest) biggest = hi[q] - lo[q];
+    }
+    float *recv = malloc((piece < biggest ? piece : biggest ? biggest : 1) * (size_t)N * sizeof(float));
+    if (!recv) return hpt_fail(HPT_ERR_OOM, "%s: the receive buffer", what);
+    hpt_status s = HPT_OK;
+    /* round j: every chunk's piece j (empty for a chunk already done) */
+    for (size_t off = 0; s == HPT_OK && off < biggest; off += piece) {
+        for (int q = 0; q < N; q++) {
+            size_t len = hi[q] - lo[q];
+            plo[q] = lo[q] + (off < len ? off : len);
+            phi[q] = lo[q] + (off + piece < len ? off + piece : len);
+        }
+        s = g_w.ops->alltoall_slices(g_w.ctx, buf, plo, phi, recv, what);
+        size_t m = phi[r] - plo[r];
+        float *acc = buf + plo[r]; /* (m) this rank's piece: x_0 + x_1 + ... in rank order */
+        if (s == HPT_OK && m) {
+            memcpy(acc, recv, m * sizeof(float));
+            for (int q = 1; q < N; q++) {
+                const float *x = recv + (size_t)q * m;
+#pragma omp parallel for simd schedule(static) if (m >= 65536)
+                for (size_t i = 0; i < m; i++) acc[i] += x[i];
+            }
+        }
+    }
+    free(recv);
+    return s;
+}
+
+hpt_status dist_allgather_f32(float *buf, size_t n, const char *what) {
+    int N = g_w.size;
+    if (N == 1) return HPT_OK;
+    size_t lo[64], hi[64];
+    if (N > 64) return hpt_fail(HPT_ERR_UNSUPPORTED, "%s: more than 64 processes", what);
+    for (int q = 0; q < N; q++) dist_chunk(n, q, N, &lo[q], &hi[q]);
+    return g_w.ops->allgather_slices(g_w.ctx, buf, lo, hi, what);
+}
+
+hpt_status dist_allreduce_f32(float *buf, size_t n, const char *what) {
+    HPT_CHECK(dist_reduce_scatter_f32(buf, n, what));
+    return dist_allgather_f32(buf, n, what);
+}
+
+hpt_status dist_allgather_f64(double v, double *out, const char *what) {
+    if (g_w.size == 1) {
+        out[0] = v;
+        return HPT_OK;
+    }
+    return g_w.ops->allgather_bytes(g_w.ctx, &v, sizeof v, out, what);
+}
+
+hpt_status dist_bcast(void *buf, size_t bytes, int root, const char *what) {
+    if (g_w.size == 1) return HPT_OK;
+    return g_w.ops->bcast(g_w.ctx, buf, bytes, root, what);
+}
+
+hpt_status dist_barrier(const char *what) {
+    if (g_w.size == 1) return HPT_OK;
+    return g_w.ops->barrier(g_w.ctx, what);
+}
+
+int hpt_dist_any(int flag) {
+    if (g_w.size == 1) return flag != 0;
+    double v = flag ? 1.0 : 0.0, all[64];
+    if (g_w.size > 64 || dist_allgather_f64(v, all, "the stop flag") != HPT_OK) return 1;
+    for (int q = 0; q < g_w.size; q++)
+        if (all[q] != 0.0) return 1;
+    return 0;
+}
+
+/* The first line of mine that differs from ref's, as "key: mine here, ref's on rank 0". */
+static void first_difference(const char *mine, const char *ref, char *out, size_t n) {
+    const char *a = mine, *b = ref;
+    while (*a || *b) {
+        size_t la = strcspn(a, "\n"), lb = strcspn(b, "\n");
+        if (la != lb || memcmp(a, b, la)) {
+            size_t ka = strcspn(a, "="), kb = strcspn(b, "=");
+            if (ka > la) ka = la;
+            if (kb > lb) kb = lb;
+            if (ka == kb && !memcmp(a, b, ka))
+                snprintf(out, n, "%.*s is %.*s on rank %d but %.*s on rank 0", (int)ka, a,
+                         (int)(la - ka - (ka < la)), a + ka + (ka < la), g_w.rank,
+                         (int)(lb - kb - (kb < lb)), b + kb + (kb < lb));
+            else
+                snprintf(out, n, "rank %d has '%.*s' where rank 0 has '%.*s'", g_w.rank, (int)la, a,
+                         (int)lb, b);
+            return;
+        }
+        a += la + (a[la] == '\n');
+        b += lb + (b[lb] == '\n');
+    }
+    snprintf(out, n, "rank %d's configuration differs from rank 0's", g_w.rank);
+}
+
+hpt_status dist_agree(const char *text) {
+    if (g_w.size == 1) return HPT_OK;
+    int N = g_w.size;
+    uint64_t mine = crc32c(0, text, strlen(text)) | (uint64_t)strlen(text) << 32;
+    uint64_t *all = calloc((size_t)N, sizeof *all);
+    char *lines = calloc((size_t)N, 256);
+    uint64_t len0 = strlen(text) + 1;
+    char *ref = NULL;
+    hpt_status s = all && lines ? HPT_OK : hpt_fail(HPT_ERR_OOM, "the configuration check");
+    if (s == HPT_OK) s = g_w.ops->allgather_bytes(g_w.ctx, &mine, sizeof mine, all, "the configuration check");
+    int same = 1;
+    for (int q = 1; s == HPT_OK && q < N; q++) same &= all[q] == all[0];
+    if (s == HPT_OK && !same) { /* rank 0's text to all; each names its first difference */
+        s = dist_bcast(&len0, sizeof len0, 0, "the configuration check");
+        if (s == HPT_OK && !(ref = calloc(len0, 1))) s = hpt_fail(HPT_ERR_OOM, "the configuration check");
+        if (s == HPT_OK && g_w.rank == 0) memcpy(ref, text, len0);
+        if (s == HPT_OK) s = dist_bcast(ref, len0, 0, "the configuration check");
+        char line[256] = "";
+        if (s == HPT_OK && all[g_w.rank] != all[0]) first_difference(text, ref, line, sizeof line);
+        if (s == HPT_OK) s = g_w.ops->allgather_bytes(g_w.ctx, line, sizeof line, lines, "the configuration check");
+        for (int q = 1; s == HPT_OK && q < N; q++)
+            if (lines[(size_t)q * 256]) {
+                g_w.shared_failure = 1;
+                s = hpt_fail(HPT_ERR_INVALID, "the processes were started with different "
+                             "configurations: %s", lines + (size_t)q * 256);
+            }
+    }
+    free(ref);
+    free(lines);
+    free(all);
+    return s;
+}

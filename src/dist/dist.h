@@ -1,0 +1,61 @@
+/* dist.h: the communication layer's interface to the trainer (not public; hptrain/dist.h is
+ * the command line's part). The collectives on float data sum in rank order 0, 1, ..., N-1,
+ * starting from rank 0's value (no 0 + x: that would turn -0 into +0), so their result is the
+ * same bits on every rank, independent of timing and of the transport's own reduction order.
+ * A process-wide world (MPI_COMM_WORLD, or one process); every call is collective: every rank
+ * makes the same calls in the same order with the same sizes.
+ *
+ * The transport is a table (dist_ops): MPI's today (src/dist/mpi.c); NCCL for device buffers
+ * can fill the same table, since nothing above it assumes host memory except the summation,
+ * which the table's reduce_scatter owns. */
+#ifndef HPT_DIST_H
+#define HPT_DIST_H
+
+#include "hptrain.h"
+
+typedef struct {
+    /* Each rank sends its slice [lo_q, hi_q) of buf to rank q and receives slice [lo_r, hi_r)
+     * of every rank's buf, into recv laid out as N consecutive slices of (hi_r - lo_r) floats
+     * (rank order). lo/hi: (N) each, the same on every rank. */
+    hpt_status (*alltoall_slices)(void *ctx, const float *buf, const size_t *lo,
+                                  const size_t *hi, float *recv, const char *what);
+    /* Every rank's slice [lo_q, hi_q) of buf from rank q, in place. */
+    hpt_status (*allgather_slices)(void *ctx, float *buf, const size_t *lo, const size_t *hi,
+                                   const char *what);
+    /* recv (N * bytes) = every rank's send (bytes) in rank order. */
+    hpt_status (*allgather_bytes)(void *ctx, const void *send, size_t bytes, void *recv,
+                                  const char *what);
+    hpt_status (*bcast)(void *ctx, void *buf, size_t bytes, int root, const char *what);
+    hpt_status (*barrier)(void *ctx, const char *what);
+} dist_ops;
+
+/* Rank r's chunk [*lo, *hi) of n values split over N ranks: r*n/N to (r+1)*n/N (sizes differ
+ * by at most one; the same on every rank). */
+void dist_chunk(size_t n, int rank, int size, size_t *lo, size_t *hi);
+/* buf (n floats) summed over the ranks in rank order; on return rank r's chunk (dist_chunk)
+ * of buf holds the sum (the rest of buf is unchanged). */
+hpt_status dist_reduce_scatter_f32(float *buf, size_t n, const char *what);
+/* Every rank's chunk of buf from its owner. */
+hpt_status dist_allgather_f32(float *buf, size_t n, const char *what);
+/* reduce_scatter then allgather: every rank's buf is the rank-order sum, the same bits. */
+hpt_status dist_allreduce_f32(float *buf, size_t n, const char *what);
+/* out (N) = every rank's value, in rank order. */
+hpt_status dist_allgather_f64(double v, double *out, const char *what);
+hpt_status dist_bcast(void *buf, size_t bytes, int root, const char *what);
+hpt_status dist_barrier(const char *what);
+/* Compares the ranks' configuration texts ("key=value" lines): HPT_OK when they are equal;
+ * else, on every rank, the same HPT_ERR_INVALID naming the first rank and line that differ
+ * from rank 0's (a failure every rank shares: hpt_dist_finalize need not abort). */
+hpt_status dist_agree(const char *text);
+
+/* The transports. */
+const dist_ops *dist_mpi_ops(void);
+hpt_status dist_mpi_init(int *rank, int *size, void **ctx);
+void dist_mpi_finalize(void *ctx, int abort_job);
+int dist_mpi_launched(void); /* the environment says mpirun started this process */
+
+/* The layer's own counters and timeout, for the transports. */
+void dist_count_sent(uint64_t bytes);
+double dist_timeout_s(void);
+
+#endif

@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# test_zero.sh HPTRAIN [HPTRAIN_ASAN]: data parallel over MPI (docs/zero.md), on one machine.
+#  1. the same bits: `mpirun -np 2 hptrain train --batch 2` writes the state.bin and model.bin of
+#     one process with `--batch 2 --accum 2 --zero 0`, byte for byte, with the same losses; so
+#     does -np 3 --batch 1 against --accum 3 (chunks of unequal length), also with the layer's
+#     exchange cut into many small rounds (HPT_DIST_PIECE), and with 8-bit AdamW state and full
+#     recomputation; `mpirun -np 1` writes the bits of no mpirun; against one batch of 4 (no
+#     accumulation) the sums' order differs, so not bit for bit: the weights after 6 AdamW steps
+#     agree within 1e-4 of the largest weight (measured: 8e-6; AdamW's m/sqrt(v) turns a last-bit
+#     difference of a near-zero gradient into up to lr per step, so the bound is loose by nature).
+#  2. checkpoints: a run of 2 processes stopped at step 3 resumes in 1 process (--accum 2), and
+#     a run of 1 process resumes in 2, both ending with the uninterrupted run's bits;
+#  3. bad input: processes started with different configurations refuse to start, naming the
+#     option and both values; a resume with another global batch is refused;
+#  4. faults: a rank killed (SIGKILL) mid-run makes mpirun end the others within 60 s with a
+#     non-zero status, and the last checkpoint loads and finishes in one process; a rank that
+#     hangs (SIGSTOP) makes the others fail with the layer's timeout error (HPT_DIST_TIMEOUT_S).
+# The sanitizer binary (when given) runs case 1 once, with LeakSanitizer off: Open MPI's own
+# allocations live until exit (its leaks are not ours).
+# Skips (exit 77 as SKIP) where mpirun is not installed.
+set -u
+bin=$1
+asan=${2:-}
+if ! command -v mpirun >/dev/null; then echo "SKIP: mpirun not found"; exit 77; fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_vader_single_copy_mechanism=none
+mpi=(mpirun --oversubscribe --bind-to none)
+fail=0
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+python3 - "$tmp" <<'PY'
+import random, struct, sys
+random.seed(5)
+pat = [random.randrange(64) for _ in range(37)]
+t = [pat[i % 37] if random.random() < 0.8 else random.randrange(64) for i in range(30000)]
+open(sys.argv[1] + "/train_000.bin", "wb").write(
+    struct.pack("<256i", *([20240520, 1, len(t)] + [0] * 253)) + struct.pack("<%dH" % len(t), *t))
+PY
+args=(--model "gpt2:L=2,C=64,NH=4,V=64,T=32" --data "$tmp/train_000.bin" --seq 32 --lr 3e-3
+      --warmup 2 --quiet)
+losses() { python3 -c "import json,sys; print(' '.join(repr(json.loads(l)['loss']) for l in open(sys.argv[1])))" "$1"; }
+same_run() { # same_run DIR_A DIR_B WHAT
+    cmp -s "$1/state.bin" "$2/state.bin" || bad "$3: state.bin differs"
+    cmp -s "$1/model.bin" "$2/model.bin" || bad "$3: model.bin differs"
+}
+
+# ---- 1. the same bits -------------------------------------------------------------------
+"$bin" train "${args[@]}" --steps 6 --batch 2 --accum 2 --zero 0 --save "$tmp/one2" --log "$tmp/one2.jsonl" 2>/dev/null || bad "one process, accum 2"
+"${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 6 --batch 2 --save "$tmp/np2" --log "$tmp/np2.jsonl" 2>"$tmp/np2.err" ||
+    { bad "mpirun -np 2"; cat "$tmp/np2.err"; }
+same_run "$tmp/one2" "$tmp/np2" "np 2 vs accum 2"
+[ "$(losses "$tmp/one2.jsonl")" = "$(losses "$tmp/np2.jsonl")" ] || bad "np 2: losses differ from accum 2's"
+[ "$(wc -l <"$tmp/np2.jsonl")" = 6 ] || bad "np 2: rank 0's log should have 6 steps"
+
+"$bin" train "${args[@]}" --steps 4 --batch 1 --accum 3 --zero 0 --save "$tmp/one3" 2>/dev/null || bad "one process, accum 3"
+"${mpi[@]}" -np 3 "$bin" train "${args[@]}" --steps 4 --batch 1 --save "$tmp/np3" 2>/dev/null || bad "mpirun -np 3"
+same_run "$tmp/one3" "$tmp/np3" "np 3 vs accum 3"
+HPT_DIST_PIECE=999 "${mpi[@]}" -x HPT_DIST_PIECE -np 3 "$bin" train "${args[@]}" --steps 4 --batch 1 --save "$tmp/np3p" 2>/dev/null ||
+    bad "mpirun -np 3, small rounds"
+same_run "$tmp/one3" "$tmp/np3p" "np 3 in rounds of 333 floats vs accum 3"
+# with 8-bit AdamW state and full recomputation (each rank's optimizer runs on the same sums)
+tech=(--state-bits 8 --recompute full)
+"$bin" train "${args[@]}" "${tech[@]}" --steps 4 --batch 2 --accum 2 --zero 0 --save "$tmp/one8" 2>/dev/null || bad "one process, 8-bit"
+"${mpi[@]}" -np 2 "$bin" train "${args[@]}" "${tech[@]}" --steps 4 --batch 2 --save "$tmp/np8" 2>/dev/null || bad "mpirun -np 2, 8-bit"
+same_run "$tmp/one8" "$tmp/np8" "np 2 vs accum 2 with --state-bits 8 --recompute full"
+# the difference to one process is the summation order, nothing else: 1 process, 1 rank
+"${mpi[@]}" -np 1 "$bin" train "${args[@]}" --steps 4 --batch 3 --save "$tmp/np1" 2>/dev/null || bad "mpirun -np 1"
+"$bin" train "${args[@]}" --steps 4 --batch 3 --save "$tmp/plain1" 2>/dev/null || bad "one process, batch 3"
+same_run "$tmp/plain1" "$tmp/np1" "np 1 vs no mpirun"
+
+"$bin" train "${args[@]}" --steps 6 --batch 4 --save "$tmp/b4" 2>/dev/null || bad "one process, batch 4"
+python3 - "$tmp/np2/model.bin" "$tmp/b4/model.bin" <<'PY' || bad "np 2 x batch 2 vs batch 4: weights beyond 1e-4"
+import struct, sys
+def floats(p):
+    b = open(p, "rb").read()[1024:]
+    return struct.unpack("<%df" % (len(b) // 4), b)
+a, b = floats(sys.argv[1]), floats(sys.argv[2])
+worst = max(abs(x - y) for x, y in zip(a, b)) / max(abs(y) for y in b)
+print("np 2 x B 2 vs B 4 after 6 steps: weights differ by %.2e of the largest weight" % worst)
+sys.exit(0 if len(a) == len(b) and worst < 1e-4 else 1)
+PY
+
+# per-process memory: measured (rank 0's accounted device peak) = estimated, with and without
+# the apart sum's buffer (--accum 2 per process)
+"${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 2 --accum 2 --log "$tmp/mem.jsonl" 2>/dev/null || bad "np 2 accum 2"
+for a in 1 2; do
+    est=$("$bin" estimate --model "gpt2:L=2,C=64,NH=4,V=64,T=32" --seq 32 --batch 2 --accum $a --zero 0 --json |
+          python3 -c "import json,sys; print(json.load(sys.stdin)['peak_bytes'])")
+    log=$tmp/np2.jsonl; [ $a = 2 ] && log=$tmp/mem.jsonl
+    got=$(tail -1 "$log" | python3 -c "import json,sys; print(json.load(sys.stdin)['mem_peak_bytes'])")
+    echo "np 2, accum $a per process: device bytes per process measured $got, estimated $est"
+    [ "$est" = "$got" ] || bad "np 2 accum $a: measured $got bytes per process, estimated $est"
+done
+
+if [ -n "$asan" ] && [ -x "$asan" ]; then
+    ASAN_OPTIONS=detect_leaks=0 "${mpi[@]}" -x ASAN_OPTIONS -np 2 "$asan" train "${args[@]}" --steps 6 --batch 2 --save "$tmp/np2asan" 2>"$tmp/asan.err" ||
+        { bad "sanitizer build, mpirun -np 2"; tail -20 "$tmp/asan.err"; }
+    # its own reference: -O1 code rounds differently from the plain build's -O3 -march=native
+    ASAN_OPTIONS=detect_leaks=0 "$asan" train "${args[@]}" --steps 6 --batch 2 --accum 2 --zero 0 --save "$tmp/one2asan" 2>/dev/null ||
+        bad "sanitizer build, one process"
+    same_run "$tmp/one2asan" "$tmp/np2asan" "sanitizer build np 2 vs accum 2"
+fi
+
+# ---- 2. checkpoints: 2 -> 1 and 1 -> 2 ---------------------------------------------------
+"${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 6 --batch 2 --save "$tmp/r21" --stop-at 3 2>/dev/null
+[ -f "$tmp/r21/state.bin" ] || bad "np 2 --stop-at 3 saved nothing"
+"$bin" train "${args[@]}" --steps 6 --batch 2 --accum 2 --zero 0 --resume "$tmp/r21" --save "$tmp/r21" 2>/dev/null ||
+    bad "resume of a 2-process checkpoint in 1 process"
+same_run "$tmp/one2" "$tmp/r21" "2 processes to step 3, then 1"
+"$bin" train "${args[@]}" --steps 6 --batch 2 --accum 2 --zero 0 --save "$tmp/r12" --stop-at 3 2>/dev/null
+"${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 6 --batch 2 --resume "$tmp/r12" --save "$tmp/r12" 2>/dev/null ||
+    bad "resume of a 1-process checkpoint in 2 processes"
+same_run "$tmp/one2" "$tmp/r12" "1 process to step 3, then 2"
+out=$("${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 6 --batch 2 --accum 2 --resume "$tmp/r12" 2>&1) &&
+    bad "a resume with another global batch (2 x 2 x 2) should be refused"
+grep -q "micro-batches per step" <<<"$out" || bad "global-batch refusal: $out"
+
+# ---- 3. different configurations ---------------------------------------------------------
+cat >"$tmp/differ.sh" <<EOF
+#!/bin/bash
+if [ "\$OMPI_COMM_WORLD_RANK" = 1 ]; then exec "$bin" train "\$@" --lr 2e-3; fi
+exec "$bin" train "\$@"
+EOF
+chmod +x "$tmp/differ.sh"
+t0=$(date +%s)
+out=$("${mpi[@]}" -np 2 "$tmp/differ.sh" "${args[@]}" --steps 3 --batch 2 2>&1) && bad "different --lr should be refused"
+grep -q -- "different configurations: --lr is 0.00200000009 on rank 1 but 0.00300000003 on rank 0" <<<"$out" ||
+    bad "the refusal should name --lr and both values: $out"
+[ $(($(date +%s) - t0)) -lt 60 ] || bad "the refusal took over 60 s"
+
+# ---- 4. faults ----------------------------------------------------------------------------
+cat >"$tmp/pid.sh" <<EOF
+#!/bin/bash
+echo \$\$ >"$tmp/pid.\$OMPI_COMM_WORLD_RANK"
+exec "$bin" train "\$@"
+EOF
+chmod +x "$tmp/pid.sh"
+# wait_for FILE: up to 60 s
+wait_for() { for _ in $(seq 600); do [ -s "$1" ] && return 0; sleep 0.1; done; return 1; }
+"${mpi[@]}" -np 2 "$tmp/pid.sh" "${args[@]}" --steps 100000 --batch 2 --save "$tmp/kill" --save-every 2 \
+    >"$tmp/kill.out" 2>&1 &
+job=$!
+if wait_for "$tmp/kill/state.bin" && wait_for "$tmp/pid.1"; then
+    kill -9 "$(cat "$tmp/pid.1")"
+    t0=$(date +%s)
+    for _ in $(seq 600); do kill -0 $job 2>/dev/null || break; sleep 0.1; done
+    if kill -0 $job 2>/dev/null; then
+        bad "the others still run 60 s after rank 1 was killed"
+        kill -9 $job
+    fi
+    wait $job && bad "mpirun should exit non-zero after a rank was killed"
+    echo "killed rank 1: the job ended in $(($(date +%s) - t0)) s: $(grep -m1 -i "signal 9\|killed" "$tmp/kill.out")"
+    grep -qi "signal 9\|killed" "$tmp/kill.out" || { bad "no message names the killed process"; cat "$tmp/kill.out"; }
+    "$bin" train --resume "$tmp/kill" --data "$tmp/train_000.bin" --steps 100000 --batch 2 --accum 2 --zero 0 \
+        --seq 32 --lr 3e-3 --warmup 2 --stop-at 1 --quiet 2>"$tmp/kill.err"
+    # --stop-at below the checkpoint's step: the checkpoint loaded (the stop comes after one more step)
+    [ -f "$tmp/kill/state.bin" ] && ! grep -qi "error\|cannot" "$tmp/kill.err" ||
+        { bad "the last checkpoint does not load after the kill"; cat "$tmp/kill.err"; }
+else
+    bad "the run to kill did not start"
+    kill -9 $job 2>/dev/null
+fi
+
+rm -f "$tmp"/pid.[0-9]*
+# (stopped once training runs: MPI_Init itself has no deadline of ours)
+HPT_DIST_TIMEOUT_S=3 "${mpi[@]}" -x HPT_DIST_TIMEOUT_S -np 2 "$tmp/pid.sh" "${args[@]}" --steps 100000 --batch 2 \
+    --save "$tmp/hang" --save-every 2 >"$tmp/hang.out" 2>&1 &
+job=$!
+if wait_for "$tmp/hang/state.bin" && wait_for "$tmp/pid.1"; then
+    kill -STOP "$(cat "$tmp/pid.1")"
+    t0=$(date +%s)
+    for _ in $(seq 600); do kill -0 $job 2>/dev/null || break; sleep 0.1; done
+    if kill -0 $job 2>/dev/null; then
+        bad "rank 0 still waits 60 s after rank 1 stopped"
+        kill -9 "$(cat "$tmp/pid.1")" $job 2>/dev/null
+    fi
+    wait $job && bad "mpirun should exit non-zero after a rank hung"
+    echo "stopped rank 1: the job ended in $(($(date +%s) - t0)) s"
+    grep -q "no answer from the other processes within 3 s" "$tmp/hang.out" ||
+        { bad "no timeout error"; cat "$tmp/hang.out"; }
+    kill -9 "$(cat "$tmp/pid.1")" 2>/dev/null
+else
+    bad "the run to stop did not start"
+    kill -9 $job 2>/dev/null
+fi
+
+[ $fail -eq 0 ] && echo "test_zero: all passed" || echo "test_zero: $fail failure(s)"
+[ $fail -eq 0 ]
