@@ -10,12 +10,38 @@ apart, and its time enters the wall-clock. Wall-clock two ways: measured (the su
 step_ms, over the FULL-only run's total; noisy on a shared machine) and from per-phase costs
 measured inside the hybrid run (real steps x its median FULL step + its jump steps' time, over
 the FULL-only run's steps x the same median)."""
+import json
 import os
 import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_predict import load, spread, write_svg  # noqa: E402
+from bench_predict import spread, write_svg  # noqa: E402
+
+
+def load(path):
+    """The log's complete records (a run still going may end in a partial line)."""
+    rows = []
+    with open(path) as f:
+        for line in f:
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                break
+    return rows
+
+
+def full_steps_to(fp, v):
+    """Steps (interpolated between evaluations) at which the FULL-only curve first reaches v."""
+    prev = None
+    for p in fp:
+        if p[2] <= v:
+            if prev is None or prev[2] == p[2]:
+                return float(p[1])
+            f = (prev[2] - v) / (prev[2] - p[2])
+            return prev[1] + f * (p[1] - prev[1])
+        prev = p
+    return None
 
 
 def points(rows):
@@ -63,6 +89,10 @@ def summary(out, name, seed):
          "med_full": med_full(hyb), "full_med_full": med_full(full),
          "scales": [j.get("jump_scales") for j in js], "gains": [j.get("jump_gain") for j in js],
          "pts": hp, "full_pts": fp}
+    # equivalence at the hybrid run's last evaluation: the FULL-only steps that reach its loss
+    eq = full_steps_to(fp, hp[-1][2])
+    d["last_real"], d["eq_full_steps"] = hp[-1][1], eq
+    d["gap_same_step"] = hp[-1][2] - next((q[2] for q in fp if q[1] >= hp[-1][1]), float("nan"))
     p = first_reach(hp, target)
     if p:
         d["steps_ratio"] = p[1] / n_full
@@ -81,11 +111,15 @@ def tune(out):
             rows.append((n, summary(out, n, 1)))
         except (OSError, IndexError, KeyError):
             continue
-    print("| setting (seed 1) | final val | vs FULL-only | real steps to FULL-only's final | jumps (taken) | scales of the taken jumps |")
-    print("| --- | ---: | ---: | ---: | ---: | --- |")
+    print("| setting (seed 1) | real steps run | val there | FULL-only's val at that step | FULL-only steps to the same val | final val (FULL-only's final) | real steps to FULL-only's final | jumps (taken) | jump ms mean / median FULL ms | gains (real steps) | scales (emb/mat/vec) of the taken jumps |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |")
     for n, d in rows:
-        print("| %s | %.4f | %+.4f | %s | %d (%d) | %s |" % (
-            n, d["final"], d["gap"], d.get("reach_real", "not reached"), d["jumps"], d["taken"],
+        print("| %s | %d | %.4f | %.4f | %s | %.4f (%.4f) | %s | %d (%d) | %.0f / %.0f | %s | %s |" % (
+            n, d["last_real"], d["final"], d["final"] - d["gap_same_step"],
+            "%.1f" % d["eq_full_steps"] if d["eq_full_steps"] is not None else "-",
+            d["final"], d["target"], d.get("reach_real", "not reached"), d["jumps"], d["taken"],
+            d["jump_ms_mean"], d["med_full"],
+            " ".join("%.3g" % g for g in d["gains"]) or "-",
             " ".join("/".join("%g" % x for x in s) for s in d["scales"] if s and any(s)) or "-"))
     reached = [(d["reach_real"], d["jumps"], n) for n, d in rows if "reach_real" in d]
     if reached:

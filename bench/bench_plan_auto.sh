@@ -76,7 +76,6 @@ configs=(
   "350m-device|gpt2-350m|"
   "350m-recompute|gpt2-350m|--recompute full"
   "350m-host-fused|gpt2-350m|--offload host --fused-update"
-  "350m-disk-8bit|gpt2-350m|--offload disk --fused-update --state-bits 8 --offload-dir $out/disk"
   "774m-disk-fused|gpt2-774m|--offload disk --fused-update --offload-dir $out/disk"
   "1558m-disk-fused|gpt2-1558m|--offload disk --fused-update --offload-dir $out/disk"
   "llama-small|llama:L=8,C=512,NH=8,NKV=2,FF=1536,V=32000,T=256|"

@@ -135,11 +135,18 @@ static void test_controller(void) {
     ob.steps_left = 3;
     hpt_schedule_advance(&s, &o, &ob);
     CHECK(s.phase == HPT_PHASE_PREDICT && s.horizon == 1);
-    /* refused: snapshots that FULL cannot span, a quadratic fit of 2 */
+    /* a FULL round spans the snapshots: 4 steps asked, (3 - 1) * 2 + 1 = 5 run */
+    hpt_schedule_opts shortf = o;
+    shortf.full_steps = 4;
+    hpt_schedule_init(&s, &shortf);
+    s.phase = HPT_PHASE_FULL;
+    ob.steps_left = 50;
+    for (int k = 0; k < 4; k++) hpt_schedule_advance(&s, &shortf, &ob);
+    CHECK(s.phase == HPT_PHASE_FULL && s.in_phase == 4);
+    hpt_schedule_advance(&s, &shortf, &ob);
+    CHECK(s.phase == HPT_PHASE_PREDICT);
+    /* refused: a quadratic fit of 2 snapshots */
     hpt_schedule_opts bad = o;
-    bad.full_steps = 4;
-    CHECK_STATUS(hpt_schedule_check(&bad), HPT_ERR_INVALID);
-    bad = o;
     bad.jump_snapshots = 2;
     bad.jump_fit = HPT_JUMP_FIT_QUADRATIC;
     CHECK_STATUS(hpt_schedule_check(&bad), HPT_ERR_INVALID);

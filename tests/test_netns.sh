@@ -23,17 +23,16 @@ cleanup() {
 }
 trap cleanup EXIT
 if ! ip netns add "$nsa" 2>/dev/null; then echo "SKIP: ip netns add is not permitted here"; exit 77; fi
-set -e
-ip netns add "$nsb"
-ip link add "$va" type veth peer name "$vb"
-ip link set "$va" netns "$nsa"
-ip link set "$vb" netns "$nsb"
-ip -n "$nsa" addr add "$ipa/24" dev "$va"
-ip -n "$nsb" addr add "$ipb/24" dev "$vb"
-for ns in "$nsa" "$nsb"; do ip -n "$ns" link set lo up; done
-ip -n "$nsa" link set "$va" up
-ip -n "$nsb" link set "$vb" up
-set +e
+must() { "$@" || { echo "FAIL: setting up the hosts: $* (status $?)"; exit 1; }; }
+must ip netns add "$nsb"
+must ip link add "$va" type veth peer name "$vb"
+must ip link set "$va" netns "$nsa"
+must ip link set "$vb" netns "$nsb"
+must ip -n "$nsa" addr add "$ipa/24" dev "$va"
+must ip -n "$nsb" addr add "$ipb/24" dev "$vb"
+for ns in "$nsa" "$nsb"; do must ip -n "$ns" link set lo up; done
+must ip -n "$nsa" link set "$va" up
+must ip -n "$nsb" link set "$vb" up
 cat >"$tmp/agent.sh" <<EOF
 #!/bin/bash
 # Open MPI's launch agent: "agent HOST COMMAND..." runs COMMAND on HOST (its namespace here)

@@ -282,6 +282,10 @@ static const char *random_value(const char *name, char *buf, size_t n) {
     if (!strcmp(name, "schedule")) PICK("full", "hybrid");
     if (!strcmp(name, "predictor")) PICK("adam", "linear", "jump");
     if (!strcmp(name, "check-weights")) PICK("fp32", "int8");
+    if (!strcmp(name, "jump-fit")) PICK("linear", "quadratic", "exp");
+    if (!strcmp(name, "jump-state")) PICK("keep", "reset", "zero-m");
+    if (!strcmp(name, "jump-min-gain")) PICK("0", "2", "0.5", "12.25");
+    if (!strcmp(name, "jump-snapshots")) { snprintf(buf, n, "%u", 2 + rnd(63)); return buf; }
     if (!strcmp(name, "confidence")) PICK("0", "0.25", "0.7", "1");
     if (!strcmp(name, "band") || !strcmp(name, "rollback-bound")) PICK("0.01", "0.05", "0.2", "0.123456");
     if (!strcmp(name, "memory") || !strcmp(name, "host-memory") || !strcmp(name, "disk-memory"))
@@ -289,13 +293,6 @@ static const char *random_value(const char *name, char *buf, size_t n) {
     if (!strcmp(name, "offload-dir")) PICK("/tmp/x", "runs/offload");
     if (!strcmp(name, "device")) PICK("cpu", "cuda", "cuda:0", "cuda:3");
     if (!strcmp(name, "zero")) PICK("0", "1", "2", "3");
-    if (!strcmp(name, "jump-fit")) PICK("linear", "quadratic", "exp");
-    if (!strcmp(name, "jump-state")) PICK("keep", "reset", "zero-m");
-    if (!strcmp(name, "jump-min-gain")) PICK("0", "2", "0.5", "1e-3");
-    if (!strcmp(name, "jump-snapshots")) { /* [2, 64] */
-        snprintf(buf, n, "%u", 2 + rnd(63));
-        return buf;
-    }
     /* the rest are integers: accum, head-chunk, K, P, vocab chunk, schedule lengths */
     unsigned lo = !strcmp(name, "max-active-layers") || !strcmp(name, "accum") ||
                   !strcmp(name, "full-steps") || !strcmp(name, "max-predict-steps") ||

@@ -54,8 +54,8 @@ typedef struct {
                                 * predict phase early; also the confidence's error scale */
     float rollback;            /* relative excess beyond which the weights roll back (>= band) */
     float fit_decay;           /* linear predictor: weight of a sample one step older (0, 1) */
-    /* the jump predictor: FULL keeps jump_snapshots weights, jump_stride steps apart, the last
-     * at the phase's end (full_steps >= (snapshots - 1) * stride + 1); a fit (hpt_jump_fit) of
+    /* the jump predictor: FULL (max(full_steps, (snapshots - 1) * stride + 1) steps) keeps
+     * jump_snapshots weights, jump_stride steps apart, the last at the phase's end; a fit (hpt_jump_fit) of
      * each weight's trajectory extrapolated jump_horizon steps ahead gives the direction; the
      * scale along it is chosen by a line search on held-out batches (jump_search_batches
      * batches of validation windows after the evaluation's, forward only), confirmed on 2 more

@@ -417,10 +417,6 @@ hpt_status hpt_schedule_check(const hpt_schedule_opts *o) {
                         "must be >= 1, snapshots (%lld) from 2 (linear fit) or 3 (quadratic, exp) "
                         "to 64", (long long)o->jump_stride, (long long)o->jump_horizon,
                         o->jump_search_batches, (long long)o->jump_snapshots);
-    if (o->full_steps < (o->jump_snapshots - 1) * o->jump_stride + 1)
-        return hpt_fail(HPT_ERR_INVALID, "jump: full steps (%lld) must span the snapshots: >= "
-                        "(snapshots - 1) * stride + 1 = %lld", (long long)o->full_steps,
-                        (long long)((o->jump_snapshots - 1) * o->jump_stride + 1));
     if ((unsigned)o->jump_fit > HPT_JUMP_FIT_EXP || (unsigned)o->jump_state > HPT_JUMP_STATE_ZERO_M ||
         !(o->jump_min_gain >= 0.0f) || !isfinite(o->jump_min_gain))
         return hpt_fail(HPT_ERR_INVALID, "jump: unknown fit %d or state %d, or min gain %g not >= 0",

@@ -10,7 +10,8 @@
  * widths C and a head's (C = 768 against 32768 outputs), each at 64 and 256 rows (B*T: the
  * rate per FLOP depends on it); causal attention (flash and plain, forward and backward) at T = 128; a
  * read+write streaming pass (the backend's scale op over 256 MiB, past the caches); each optimizer's update in
- * ns per parameter at 32 and 8 bits; memcpy host to host; the disk with O_DIRECT (64 MiB
+ * ns per parameter at 32 and 8 bits, with the team and at one thread (the offload worker's);
+ * the compute's loss per second of one-thread work run beside it (measure_sharing); memcpy host to host; the disk with O_DIRECT (64 MiB
  * transfers, a large block's, of a 256 MiB temporary file in the disk directory, removed after).
  *
  * Invariants: library code, nothing printed; one calibration at a time (the repetition time is

@@ -7,8 +7,9 @@
  * per token), the activation bytes from the arena plan, the bytes the engine moves from the
  * block's size and the homes' widths.
  *
- *   forward      = accum * tokens * (blocks' gemm / R_gemm_fwd(C) + head gemm / R_head_fwd
- *                  + attn / R_attn_fwd)
+ *   forward      = accum * tokens * (blocks' gemm / R_gemm_fwd(C, rows) + head gemm /
+ *                  R_head_fwd(rows) + attn / R_attn_fwd); rows = B*T, the rates measured at
+ *                  64 and 256 rows and interpolated in log(rows)
  *   backward     the same, twice the FLOPs, at the backward rates
  *   recompute    full, every:N: one more forward of the blocks; selective: the layernorms and
  *                GELU (a memory pass) and with plain attention its forward; a head chunk or
@@ -19,9 +20,9 @@
  *   engine       per block: its load (weights' width / the home tier's read bandwidth), its
  *                gradient write-back (exact mode), the fused update's worker work; the worker
  *                overlaps them with the block's compute when P >= 1 (one FIFO worker:
- *                the block takes max(compute + worker's CPU work, worker) when the compute
- *                threads take every core, max(compute, worker) with a spare core), serially when
- *                P = 0; exact mode then
+ *                the block takes max(compute + share_loss x worker's CPU work, worker), the
+ *                worker's updates at the one-thread rate; share_loss calibrated), serially
+ *                when P = 0; exact mode then
  *                streams the update over the blocks (double buffered from disk)
  *   act offload  host: copies out synchronous, copies back overlapped with the backward; disk:
  *                both synchronous

@@ -131,7 +131,7 @@ void jump_free(jump_state *js) {
 }
 
 int64_t jump_slot(const hpt_schedule_opts *o, int64_t done_in_full) {
-    int64_t back = o->full_steps - done_in_full; /* FULL steps after this one */
+    int64_t back = schedule_full_len(o) - done_in_full; /* FULL steps after this one */
     if (back < 0 || back % o->jump_stride || back / o->jump_stride >= o->jump_snapshots) return -1;
     return o->jump_snapshots - 1 - back / o->jump_stride;
 }

@@ -9,6 +9,7 @@
  * 0 < cap <= 1. The jump predictor (docs/predict.md, "Jumps"): FULL -> PREDICT (one step, the
  * jump) -> CORRECT -> FULL, until 2 jumps in a row gain less than jump_min_gain; then FULL. */
 #include "core/core.h"
+#include "train/train_int.h"
 
 #include <math.h>
 #include <string.h>
@@ -26,6 +27,12 @@ int64_t hpt_schedule_horizon(const hpt_schedule_opts *o, float confidence, float
     if (r > 1.0) r = 1.0;
     int64_t h = (int64_t)floor((double)o->max_predict_steps * (double)cap * r + 0.5);
     return h < 1 ? 1 : h > o->max_predict_steps ? o->max_predict_steps : h;
+}
+
+int64_t schedule_full_len(const hpt_schedule_opts *o) {
+    if (o->predictor != HPT_PREDICTOR_JUMP) return o->full_steps;
+    int64_t span = (o->jump_snapshots - 1) * o->jump_stride + 1;
+    return o->full_steps > span ? o->full_steps : span;
 }
 
 static void enter(hpt_schedule *s, int phase) {
@@ -76,7 +83,7 @@ void hpt_schedule_advance(hpt_schedule *s, const hpt_schedule_opts *o, const hpt
         if (s->in_phase >= o->warmup_steps) enter(s, HPT_PHASE_FULL);
         break;
     case HPT_PHASE_FULL:
-        if (s->in_phase >= o->full_steps) decide(s, o, ob);
+        if (s->in_phase >= schedule_full_len(o)) decide(s, o, ob);
         break;
     case HPT_PHASE_PREDICT:
         s->n_predict_steps++;

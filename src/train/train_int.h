@@ -116,6 +116,10 @@ hpt_status dp_loss_sum(double local, double *global);
 hpt_status dp_saved(hpt_status s);
 /* ---- the jump predictor (src/train/jump.c) ---- */
 
+/* Steps in a round of FULL (schedule.c): full_steps, and for the jump predictor at least the
+ * snapshots' span, (K - 1) S + 1. */
+int64_t schedule_full_len(const hpt_schedule_opts *o);
+
 /* The K snapshots (host tier, params category) and the held-out batches of the line search
  * (search batches, then 2 that confirm; host tier, io; copied from the validation windows after
  * the evaluation's), and the last jump's verify loss and real step (its gain's rate). */

@@ -48,6 +48,7 @@
 #include "model/model.h"
 #include "offload/engine.h"
 #include "train/train_int.h"
+#include "train/trainer_int.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -59,37 +60,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-struct hpt_trainer {
-    hpt_train_opts o;
-    hpt_mem *mem;
-    const hpt_backend *be;    /* mem's device tier's (hpt_backend_of): device copies */
-    hpt_gpt2 *model;
-    hpt_optim *opt;
-    hpt_dataloader *train, *val;
-    hpt_rng rng;
-    int64_t step, start_step;
-    /* the hybrid schedule (o.sched.kind HYBRID) */
-    hpt_schedule sch;
-    weight_predictor pr;
-    lossmodel lm;
-    float *snapshot;          /* (num_params) host tier, params: weights at the phase's start */
-    int32_t *check_x, *check_y; /* (B, T) each, host tier, io: the check batch; NULL: none */
-    double check0, pred0;     /* the phase's first check loss and predicted loss at its start */
-    jump_state js;            /* the jump predictor's snapshots and held-out batches */
-    /* loss scaling (o.loss_scale.mode not OFF) */
-    float ls;                 /* S, a power of two in [1, 2^64] */
-    int64_t ls_clean;         /* clean steps in a row since S last changed */
-    int64_t ls_skipped;       /* steps skipped in the run (restored on resume) */
-    /* data parallel (dp.c): the micro-batches' gradient sum, kept apart (dp_apart, accum > 1) */
-    float *acc;               /* (num_params) device tier, grads; NULL until the first step */
-    /* testing: hpt_trainer_inject_grad */
-    int64_t fault_step;
-    int fault_layer;
-    float fault_value;
-};
-
-#define HYBRID(tr) ((tr)->o.sched.kind == HPT_SCHEDULE_HYBRID)
-#define JUMP(tr) (HYBRID(tr) && (tr)->o.sched.predictor == HPT_PREDICTOR_JUMP)
 
 hpt_train_opts hpt_train_defaults(void) {
     hpt_train_opts o = {0};
@@ -122,9 +92,6 @@ void hpt_trainer_inject_grad(hpt_trainer *tr, int64_t step, int layer, float val
     tr->fault_value = value;
 }
 
-/* Doubles (and floats, widened exactly) in a section's int64 fields, bit for bit. */
-static int64_t dbits(double d) { int64_t b; memcpy(&b, &d, 8); return b; }
-static double bitsd(int64_t b) { double d; memcpy(&d, &b, 8); return d; }
 
 /* ---- the loss scaler's checkpoint section "loss_scale": int64[LSS_N] ---- */
 enum { LSS_SCALE, LSS_CLEAN, LSS_SKIPPED, LSS_N };
@@ -151,7 +118,6 @@ static hpt_status restore_scaler(hpt_trainer *tr, const hpt_state_section *sec, 
     return HPT_OK;
 }
 
-static size_t nparams(const hpt_trainer *tr) { return hpt_model_num_params(tr->model); }
 static const hpt_model_config *mcfg(const hpt_trainer *tr) { return hpt_gpt2_get_config(tr->model); }
 
 static void free_snapshot(hpt_trainer *tr) {
@@ -230,234 +196,6 @@ hpt_plan_opts hpt_train_plan_opts(const hpt_train_opts *o, const hpt_model_confi
     po.has_val = o->val != NULL;
     po.plan = o->plan;
     return po;
-}
-
-/* ---- the hybrid schedule's checkpoint sections ----
- * "schedule": int64[HS_N], below; "pred_s0", "pred_s1": the linear predictor's arrays when
- * allocated; "snapshot": the rollback weights while they live. Doubles and floats are stored
- * as their bits (no struct padding reaches the file, so equal states give equal files). */
-enum {
-    HS_PHASE, HS_IN_PHASE, HS_HORIZON, HS_CAP, HS_CLEAN, HS_N_PHASES, HS_N_PSTEPS, HS_N_EARLY,
-    HS_N_ROLLBACK, HS_PREDICTOR, HS_PW, HS_PA1, HS_PA2, HS_PSAMPLES, HS_PLR, HS_CHECK0, HS_PRED0,
-    HS_LM, /* the loss model's doubles follow */
-    HS_N = HS_LM + (int)(sizeof(lossmodel) / sizeof(double))
-};
-
-
-static void pack_schedule(const hpt_trainer *tr, int64_t f[HS_N]) {
-    memset(f, 0, HS_N * sizeof *f);
-    const hpt_schedule *s = &tr->sch;
-    f[HS_PHASE] = s->phase;
-    f[HS_IN_PHASE] = s->in_phase;
-    f[HS_HORIZON] = s->horizon;
-    f[HS_CAP] = dbits((double)s->cap);
-    f[HS_CLEAN] = s->clean;
-    f[HS_N_PHASES] = s->n_predict_phases;
-    f[HS_N_PSTEPS] = s->n_predict_steps;
-    f[HS_N_EARLY] = s->n_early;
-    f[HS_N_ROLLBACK] = s->n_rollback;
-    f[HS_PREDICTOR] = tr->pr.kind;
-    predictor_scalars ps;
-    predictor_get_scalars(&tr->pr, &ps);
-    f[HS_PW] = dbits(ps.W);
-    f[HS_PA1] = dbits(ps.A1);
-    f[HS_PA2] = dbits(ps.A2);
-    f[HS_PSAMPLES] = ps.n_samples;
-    f[HS_PLR] = dbits((double)ps.lr_fit);
-    f[HS_CHECK0] = dbits(tr->check0);
-    f[HS_PRED0] = dbits(tr->pred0);
-    memcpy(&f[HS_LM], &tr->lm, sizeof tr->lm);
-}
-
-static const hpt_state_section *find_section(const hpt_state_section *sec, int n, const char *name) {
-    for (int i = 0; i < n; i++)
-        if (!strcmp(sec[i].name, name)) return &sec[i];
-    return NULL;
-}
-
-/* Copies a per-parameter section into *dst, allocated on tier (device: the predictor's). */
-static hpt_status load_array(hpt_trainer *tr, const hpt_state_section *s, hpt_tier tier,
-                             hpt_category cat, const char *name, float **dst) {
-    size_t bytes = nparams(tr) * sizeof(float);
-    if (s->bytes != bytes)
-        return hpt_fail(HPT_ERR_FORMAT, "checkpoint section %s: %llu bytes, expected %zu", s->name,
-                        (unsigned long long)s->bytes, bytes);
-    if (!*dst) {
-        hpt_mem_set_name(tr->mem, name);
-        HPT_CHECK(tr->be->alloc(tr->mem, tier, cat, bytes, (void **)dst));
-    }
-    tr->be->copy(*dst, s->data, bytes, tier == HPT_TIER_DEVICE ? HPT_COPY_H2D : HPT_COPY_H2H);
-    return HPT_OK;
-}
-
-/* Memory as a predict phase holds it: no gradients, no arena, and the optimizer's state on
- * the host unless the predictor reads it. */
-static hpt_status predict_memory(hpt_trainer *tr) {
-    hpt_model_release_grads(tr->model);
-    hpt_model_free_activations(tr->model);
-    if (!predictor_reads_moments(tr->pr.kind)) HPT_CHECK(hpt_optim_set_tier(tr->opt, HPT_TIER_HOST));
-    return HPT_OK;
-}
-
-/* ---- the jump predictor's sections: "jump" int64[JS_N] below, "jump_ring" the snapshot slots
- * [first, first + count) taken so far in the FULL phase (one block) ---- */
-enum { JS_PREV_LOSS, JS_PREV_STEP, JS_N_POOR, JS_STOPPED, JS_FIRST, JS_COUNT, JS_N };
-
-/* The ring slots FULL has filled by now: [*first, *first + *count). */
-static void ring_filled(const hpt_trainer *tr, int64_t *first, int64_t *count) {
-    *first = -1;
-    *count = 0;
-    if (tr->sch.phase == HPT_PHASE_PREDICT) { /* the jump is next: every slot */
-        *first = 0;
-        *count = tr->js.K;
-        return;
-    }
-    if (tr->sch.phase != HPT_PHASE_FULL || tr->sch.stopped) return;
-    for (int64_t j = 1; j <= tr->sch.in_phase; j++) {
-        int64_t slot = jump_slot(&tr->o.sched, j);
-        if (slot < 0) continue;
-        if (*first < 0) *first = slot;
-        (*count)++;
-    }
-}
-
-static void pack_jump(const hpt_trainer *tr, int64_t f[JS_N]) {
-    f[JS_PREV_LOSS] = dbits(tr->js.prev_loss);
-    f[JS_PREV_STEP] = tr->js.prev_step;
-    f[JS_N_POOR] = tr->sch.n_poor;
-    f[JS_STOPPED] = tr->sch.stopped;
-    ring_filled(tr, &f[JS_FIRST], &f[JS_COUNT]);
-}
-
-static hpt_status restore_jump(hpt_trainer *tr, const hpt_state_section *sec, int n_sec,
-                               const char *path) {
-    const hpt_state_section *s = find_section(sec, n_sec, "jump");
-    if (!s || s->bytes != JS_N * sizeof(int64_t))
-        return hpt_fail(HPT_ERR_FORMAT, "%s: the jump predictor's section is missing or wrong", path);
-    int64_t f[JS_N];
-    memcpy(f, s->data, sizeof f);
-    tr->js.prev_loss = bitsd(f[JS_PREV_LOSS]);
-    tr->js.prev_step = f[JS_PREV_STEP];
-    tr->sch.n_poor = f[JS_N_POOR];
-    tr->sch.stopped = (int)f[JS_STOPPED];
-    int64_t first, count;
-    ring_filled(tr, &first, &count);
-    if (first != f[JS_FIRST] || count != f[JS_COUNT])
-        return hpt_fail(HPT_ERR_FORMAT, "%s: jump snapshots %lld+%lld, the schedule says %lld+%lld",
-                        path, (long long)f[JS_FIRST], (long long)f[JS_COUNT], (long long)first,
-                        (long long)count);
-    if (!count) return HPT_OK;
-    size_t bytes = (size_t)count * nparams(tr) * sizeof(float);
-    const hpt_state_section *r = find_section(sec, n_sec, "jump_ring");
-    if (!r || r->bytes != bytes)
-        return hpt_fail(HPT_ERR_FORMAT, "%s: jump snapshots missing or not %zu bytes", path, bytes);
-    tr->be->copy(tr->js.ring[first], r->data, bytes, HPT_COPY_H2H);
-    return HPT_OK;
-}
-
-/* The mean loss of nseq held-out sequences, one at a time (a B=1 arena, freed after). */
-static hpt_status seq_loss(void *ctx, const int32_t *x, const int32_t *y, int nseq, double *out) {
-    hpt_trainer *tr = ctx;
-    int T = tr->o.T;
-    double sum = 0.0;
-    hpt_status s = HPT_OK;
-    for (int b = 0; b < nseq && s == HPT_OK; b++) {
-        float loss;
-        s = hpt_model_forward(tr->model, x + (size_t)b * T, y + (size_t)b * T, 1, T, &loss);
-        sum += (double)loss;
-    }
-    hpt_model_free_activations(tr->model);
-    *out = sum / nseq;
-    return s;
-}
-
-/* The jump's held-out batches: the validation windows after the evaluation's (never trained
- * on, never evaluated). */
-static hpt_status load_heldout(hpt_trainer *tr) {
-    const hpt_schedule_opts *so = &tr->o.sched;
-    int nb = jump_heldout_batches(so), nv = tr->o.val_batches > 0 ? tr->o.val_batches : 1;
-    if (!tr->val || hpt_dataloader_num_batches(tr->val) < (size_t)(nv + nb))
-        return hpt_fail(HPT_ERR_INVALID, "the jump predictor needs validation data (--val) of at "
-                        "least %d batches (evaluation %d + held-out %d); it has %zu", nv + nb, nv,
-                        nb, tr->val ? hpt_dataloader_num_batches(tr->val) : (size_t)0);
-    HPT_CHECK(jump_init(&tr->js, tr->mem, so, nparams(tr), tr->o.B, tr->o.T));
-    size_t bt = (size_t)tr->o.B * tr->o.T;
-    HPT_CHECK(hpt_dataloader_rewind(tr->val));
-    for (int b = 0; b < nv + nb; b++) {
-        const int32_t *x, *y;
-        HPT_CHECK(hpt_dataloader_next(tr->val, &x, &y));
-        if (b < nv) continue;
-        memcpy(tr->js.hx + (size_t)(b - nv) * bt, x, bt * sizeof(int32_t));
-        memcpy(tr->js.hy + (size_t)(b - nv) * bt, y, bt * sizeof(int32_t));
-    }
-    return hpt_dataloader_rewind(tr->val);
-}
-
-/* Restores the hybrid schedule's state from a checkpoint's sections (none: a fresh start). */
-static hpt_status restore_schedule(hpt_trainer *tr, const hpt_state_section *sec, int n_sec,
-                                   const char *path) {
-    const hpt_state_section *s = find_section(sec, n_sec, "schedule");
-    if (!s) return HPT_OK;
-    if (s->bytes != HS_N * sizeof(int64_t))
-        return hpt_fail(HPT_ERR_FORMAT, "%s: schedule section of %llu bytes, expected %zu", path,
-                        (unsigned long long)s->bytes, HS_N * sizeof(int64_t));
-    int64_t f[HS_N];
-    memcpy(f, s->data, sizeof f);
-    if (f[HS_PREDICTOR] != tr->pr.kind)
-        return hpt_fail(HPT_ERR_INVALID, "%s was trained with --predictor %s; resume with the same "
-                        "(got %s)", path, hpt_predictor_name((hpt_predictor_kind)f[HS_PREDICTOR]),
-                        hpt_predictor_name((hpt_predictor_kind)tr->pr.kind));
-    if (f[HS_PHASE] != HPT_PHASE_WARMUP && f[HS_PHASE] != HPT_PHASE_FULL &&
-        f[HS_PHASE] != HPT_PHASE_PREDICT && f[HS_PHASE] != HPT_PHASE_CORRECT)
-        return hpt_fail(HPT_ERR_FORMAT, "%s: schedule phase %lld is not a training phase", path,
-                        (long long)f[HS_PHASE]);
-    hpt_schedule *c = &tr->sch;
-    c->phase = (int)f[HS_PHASE];
-    c->in_phase = f[HS_IN_PHASE];
-    c->horizon = f[HS_HORIZON];
-    c->cap = (float)bitsd(f[HS_CAP]);
-    c->clean = (int)f[HS_CLEAN];
-    c->n_predict_phases = f[HS_N_PHASES];
-    c->n_predict_steps = f[HS_N_PSTEPS];
-    c->n_early = f[HS_N_EARLY];
-    c->n_rollback = f[HS_N_ROLLBACK];
-    predictor_scalars ps = {.W = bitsd(f[HS_PW]), .A1 = bitsd(f[HS_PA1]), .A2 = bitsd(f[HS_PA2]),
-                            .n_samples = f[HS_PSAMPLES], .lr_fit = (float)bitsd(f[HS_PLR])};
-    predictor_set_scalars(&tr->pr, &ps);
-    tr->check0 = bitsd(f[HS_CHECK0]);
-    tr->pred0 = bitsd(f[HS_PRED0]);
-    memcpy(&tr->lm, &f[HS_LM], sizeof tr->lm);
-    if (tr->pr.kind == HPT_PREDICTOR_LINEAR) {
-        const hpt_state_section *s0 = find_section(sec, n_sec, "pred_s0");
-        const hpt_state_section *s1 = find_section(sec, n_sec, "pred_s1");
-        if (!s1) return hpt_fail(HPT_ERR_FORMAT, "%s: the linear predictor's sums are missing", path);
-        if (s0) HPT_CHECK(load_array(tr, s0, HPT_TIER_DEVICE, HPT_CAT_OPTIM, "predictor sum w", &tr->pr.s0));
-        else predictor_drop_s0(&tr->pr); /* a predict phase's velocities only */
-        HPT_CHECK(load_array(tr, s1, HPT_TIER_DEVICE, HPT_CAT_OPTIM, "predictor sum a*w", &tr->pr.s1));
-    }
-    if (tr->pr.kind == HPT_PREDICTOR_JUMP) HPT_CHECK(restore_jump(tr, sec, n_sec, path));
-    const hpt_state_section *sn = find_section(sec, n_sec, "snapshot");
-    if (sn) HPT_CHECK(load_array(tr, sn, HPT_TIER_HOST, HPT_CAT_PARAMS, "rollback snapshot", &tr->snapshot));
-    if (c->phase == HPT_PHASE_PREDICT) HPT_CHECK(predict_memory(tr));
-    return HPT_OK;
-}
-
-/* The check batch: the validation set's first window, copied (host tier). */
-static hpt_status load_check_batch(hpt_trainer *tr) {
-    if (!tr->val)
-        return hpt_fail(HPT_ERR_INVALID, "predict-phase checks (check every %lld) need validation "
-                        "data (--val)", (long long)tr->o.sched.check_every);
-    size_t bt = (size_t)tr->o.B * tr->o.T * sizeof(int32_t);
-    hpt_mem_set_name(tr->mem, "check batch inputs");
-    HPT_CHECK(hpt_mem_alloc(tr->mem, HPT_TIER_HOST, HPT_CAT_IO, bt, (void **)&tr->check_x));
-    hpt_mem_set_name(tr->mem, "check batch targets");
-    HPT_CHECK(hpt_mem_alloc(tr->mem, HPT_TIER_HOST, HPT_CAT_IO, bt, (void **)&tr->check_y));
-    const int32_t *x, *y;
-    HPT_CHECK(hpt_dataloader_rewind(tr->val));
-    HPT_CHECK(hpt_dataloader_next(tr->val, &x, &y));
-    memcpy(tr->check_x, x, bt);
-    memcpy(tr->check_y, y, bt);
-    return hpt_dataloader_rewind(tr->val);
 }
 
 static hpt_status setup(hpt_trainer *tr) {
@@ -558,9 +296,9 @@ static hpt_status setup(hpt_trainer *tr) {
                                (double)o->sched.fit_decay, o->seed);
         lossmodel_init(&tr->lm);
         hpt_schedule_init(&tr->sch, &o->sched);
-        if (s == HPT_OK && o->sched.check_every > 0) s = load_check_batch(tr);
-        if (s == HPT_OK && JUMP(tr)) s = load_heldout(tr);
-        if (s == HPT_OK && o->resume) s = restore_schedule(tr, sec, n_sec, path);
+        if (s == HPT_OK && o->sched.check_every > 0) s = trainer_load_check_batch(tr);
+        if (s == HPT_OK && JUMP(tr)) s = trainer_load_heldout(tr);
+        if (s == HPT_OK && o->resume) s = trainer_restore_schedule(tr, sec, n_sec, path);
     }
     hpt_state_sections_free(tr->mem, sec, n_sec);
     return s;
@@ -691,13 +429,13 @@ static hpt_status save_files(hpt_trainer *tr) {
     }
     if (HYBRID(tr)) {
         size_t bytes = nparams(tr) * sizeof(float);
-        pack_schedule(tr, f);
+        trainer_pack_schedule(tr, f);
         sec[n++] = (hpt_state_section){.name = "schedule", .data = f, .bytes = sizeof f};
         if (tr->pr.s0) sec[n++] = (hpt_state_section){.name = "pred_s0", .data = tr->pr.s0, .bytes = bytes};
         if (tr->pr.s1) sec[n++] = (hpt_state_section){.name = "pred_s1", .data = tr->pr.s1, .bytes = bytes};
         if (tr->snapshot) sec[n++] = (hpt_state_section){.name = "snapshot", .data = tr->snapshot, .bytes = bytes};
         if (JUMP(tr)) {
-            pack_jump(tr, jf);
+            trainer_pack_jump(tr, jf);
             sec[n++] = (hpt_state_section){.name = "jump", .data = jf, .bytes = sizeof jf};
             if (jf[JS_COUNT])
                 sec[n++] = (hpt_state_section){.name = "jump_ring", .data = tr->js.ring[jf[JS_FIRST]],
@@ -777,7 +515,7 @@ static hpt_status predict_step(hpt_trainer *tr, hpt_train_progress *p) {
     hpt_model_free_activations(tr->model); /* an evaluation's (hpt_trainer_eval called alone) */
     if (JUMP(tr)) { /* the whole phase is one jump from the last snapshot (= the weights) */
         jump_env env = {.params = model_params(tr->model), .opt = tr->opt, .ctx = tr,
-                        .loss = seq_loss};
+                        .loss = trainer_seq_loss};
         const hpt_tensor_table *ts = model_table(tr->model); /* checkpoint order */
         env.n_tensors = ts->n;
         for (int i = 0; i < ts->n; i++) {
@@ -982,7 +720,7 @@ hpt_status hpt_trainer_step(hpt_trainer *tr, hpt_train_progress *p) {
         /* a predict phase next: its memory is released now, by this step */
         if (phase != HPT_PHASE_PREDICT && tr->sch.phase == HPT_PHASE_PREDICT) {
             predictor_begin(&tr->pr); /* the fit's sums become velocities (s0 freed) */
-            HPT_CHECK(predict_memory(tr));
+            HPT_CHECK(trainer_predict_memory(tr));
         }
     }
     int K = o->accum > 1 ? o->accum : 1;

@@ -1,0 +1,82 @@
+/* trainer_int.h: the trainer's object, shared by its two files: trainer.c (the loop, setup,
+ * checkpoints) and trainer_hybrid.c (the hybrid schedule's checkpoint sections, its check and
+ * held-out batches, the memory of a predict phase). */
+#ifndef HPT_TRAINER_INT_H
+#define HPT_TRAINER_INT_H
+
+#include "core/core.h"
+#include "kernels/backend.h"
+#include "model/model.h"
+#include "train/train_int.h"
+
+#include <string.h>
+
+struct hpt_trainer {
+    hpt_train_opts o;
+    hpt_mem *mem;
+    const hpt_backend *be;    /* mem's device tier's (hpt_backend_of): device copies */
+    hpt_gpt2 *model;
+    hpt_optim *opt;
+    hpt_dataloader *train, *val;
+    hpt_rng rng;
+    int64_t step, start_step;
+    /* the hybrid schedule (o.sched.kind HYBRID) */
+    hpt_schedule sch;
+    weight_predictor pr;
+    lossmodel lm;
+    float *snapshot;          /* (num_params) host tier, params: weights at the phase's start */
+    int32_t *check_x, *check_y; /* (B, T) each, host tier, io: the check batch; NULL: none */
+    double check0, pred0;     /* the phase's first check loss and predicted loss at its start */
+    jump_state js;            /* the jump predictor's snapshots and held-out batches */
+    /* loss scaling (o.loss_scale.mode not OFF) */
+    float ls;                 /* S, a power of two in [1, 2^64] */
+    int64_t ls_clean;         /* clean steps in a row since S last changed */
+    int64_t ls_skipped;       /* steps skipped in the run (restored on resume) */
+    /* data parallel (dp.c): the micro-batches' gradient sum, kept apart (dp_apart, accum > 1) */
+    float *acc;               /* (num_params) device tier, grads; NULL until the first step */
+    /* testing: hpt_trainer_inject_grad */
+    int64_t fault_step;
+    int fault_layer;
+    float fault_value;
+};
+
+#define HYBRID(tr) ((tr)->o.sched.kind == HPT_SCHEDULE_HYBRID)
+#define JUMP(tr) (HYBRID(tr) && (tr)->o.sched.predictor == HPT_PREDICTOR_JUMP)
+
+/* Doubles (and floats, widened exactly) in a section's int64 fields, bit for bit. */
+static inline int64_t dbits(double d) { int64_t b; memcpy(&b, &d, 8); return b; }
+static inline double bitsd(int64_t b) { double d; memcpy(&d, &b, 8); return d; }
+static inline size_t nparams(const hpt_trainer *tr) { return hpt_model_num_params(tr->model); }
+
+/* ---- the hybrid schedule's checkpoint sections ----
+ * "schedule": int64[HS_N], below; "pred_s0", "pred_s1": the linear predictor's arrays when
+ * allocated; "snapshot": the rollback weights while they live. Doubles and floats are stored
+ * as their bits (no struct padding reaches the file, so equal states give equal files). */
+enum {
+    HS_PHASE, HS_IN_PHASE, HS_HORIZON, HS_CAP, HS_CLEAN, HS_N_PHASES, HS_N_PSTEPS, HS_N_EARLY,
+    HS_N_ROLLBACK, HS_PREDICTOR, HS_PW, HS_PA1, HS_PA2, HS_PSAMPLES, HS_PLR, HS_CHECK0, HS_PRED0,
+    HS_LM, /* the loss model's doubles follow */
+    HS_N = HS_LM + (int)(sizeof(lossmodel) / sizeof(double))
+};
+
+/* ---- the jump predictor's sections: "jump" int64[JS_N] below, "jump_ring" the snapshot slots
+ * [first, first + count) taken so far in the FULL phase (one block) ---- */
+enum { JS_PREV_LOSS, JS_PREV_STEP, JS_N_POOR, JS_STOPPED, JS_FIRST, JS_COUNT, JS_N };
+
+/* ---- trainer_hybrid.c ---- */
+void trainer_pack_schedule(const hpt_trainer *tr, int64_t f[HS_N]);
+void trainer_pack_jump(const hpt_trainer *tr, int64_t f[JS_N]);
+/* Restores the hybrid schedule's state from a checkpoint's sections (none: a fresh start). */
+hpt_status trainer_restore_schedule(hpt_trainer *tr, const hpt_state_section *sec, int n_sec,
+                                    const char *path);
+/* The check batch: the validation set's first window, copied (host tier). */
+hpt_status trainer_load_check_batch(hpt_trainer *tr);
+/* The jump's held-out batches: the validation windows after the evaluation's. */
+hpt_status trainer_load_heldout(hpt_trainer *tr);
+/* Memory as a predict phase holds it: no gradients, no arena, the optimizer's state on the
+ * host unless the predictor reads it. */
+hpt_status trainer_predict_memory(hpt_trainer *tr);
+/* The mean loss of nseq held-out sequences, one at a time (jump_env.loss; ctx: the trainer). */
+hpt_status trainer_seq_loss(void *ctx, const int32_t *x, const int32_t *y, int nseq, double *out);
+
+#endif
