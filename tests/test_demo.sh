@@ -23,6 +23,8 @@ cat > "$HPT_CALIBRATION" <<'J'
 "host_copy_gbps":4,"disk_read_gbps":1,"disk_write_gbps":1}
 J
 # the demo's own words: its model=, budget=(...) and batch/seq
+model=""
+budget=()
 eval "$(grep -E '^(model|budget)=' "$repo/scripts/demo.sh")"
 bs=$(grep -oE -- '--batch [0-9]+ --seq [0-9]+' "$repo/scripts/demo.sh" | head -1)
 [ -n "${model:-}" ] && [ ${#budget[@]} -gt 0 ] && [ -n "$bs" ] && ok || bad "no model, budget or batch in scripts/demo.sh"
