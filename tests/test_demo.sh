@@ -15,13 +15,7 @@ fail=0
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 export HPT_CALIBRATION=$tmp/cal.json
-cat > "$HPT_CALIBRATION" <<'J'
-{"version":1,"threads":2,"gemm":[{"C":256,"fwd_gflops":20,"bwd_gflops":15},{"C":768,"fwd_gflops":40,"bwd_gflops":30},
-{"C":1600,"fwd_gflops":40,"bwd_gflops":35},{"C":2048,"fwd_gflops":30,"bwd_gflops":35}],
-"flash_fwd_gflops":3,"flash_bwd_gflops":4,"plain_fwd_gflops":20,"plain_bwd_gflops":5,"mem_gbps":15,
-"optim_ns_per_param":{"adamw":{"32":2,"8":5},"lion":{"32":1.5,"8":3},"adam-mini":{"32":5,"8":4},"sgd":{"32":2,"8":3}},
-"host_copy_gbps":4,"disk_read_gbps":1,"disk_write_gbps":1}
-J
+cp "$(dirname "$0")/calibration_fake.json" "$HPT_CALIBRATION" # test_plan_auto.sh's made-up rates
 # the demo's own words: its model=, budget=(...) and batch/seq
 model=""
 budget=()
@@ -44,6 +38,7 @@ PY
 # shellcheck disable=SC2086
 "$bin" estimate --model "$model" $bs "${budget[@]}" --plan auto --json >"$tmp/auto.json" 2>"$tmp/auto.err" ||
   bad "no lossless plan fits: $(cat "$tmp/auto.err")"
+grep -q "calibration" "$tmp/auto.err" && bad "the fake calibration was not used: $(cat "$tmp/auto.err")" || ok
 python3 - "$tmp/auto.json" <<'PY' && ok || bad "the auto plan is over a budget or lossy"
 import json, sys
 d = json.load(open(sys.argv[1]))
