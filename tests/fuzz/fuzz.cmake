@@ -14,10 +14,7 @@ set(HPT_FUZZ_TARGETS state llmc refstate shard tokbin tokgpt2 trace safetensors 
 set(HPT_FUZZ_DIR ${CMAKE_SOURCE_DIR}/tests/fuzz)
 
 foreach(variant IN LISTS HPT_VARIANTS)
-  set(v "${variant}")
-  if(v STREQUAL "plain")
-    set(v "")
-  endif()
+  hpt_variant_suffix(${variant} v)
   foreach(t IN LISTS HPT_FUZZ_TARGETS)
     add_executable(fuzz_replay_${t}${v} ${HPT_FUZZ_DIR}/fuzz_${t}.c ${HPT_FUZZ_DIR}/fuzz_common.c
                    ${HPT_FUZZ_DIR}/replay.c)
