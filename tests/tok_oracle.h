@@ -110,6 +110,21 @@ static inline uint32_t tok_rd32(const unsigned char **p, const unsigned char *en
     return v;
 }
 
+/* 1 if ids[0..m) are valid ids whose bytes, in order, are exactly text[0..n) */
+static inline int tok_decodes_to(hpt_tokenizer *t, const int32_t *ids, size_t m,
+                                 const unsigned char *text, size_t n) {
+    size_t pos = 0;
+    for (size_t i = 0; i < m; i++) {
+        const char *b;
+        size_t l;
+        if (hpt_tokenizer_decode(t, ids[i], &b, &l) != HPT_OK || pos + l > n ||
+            memcmp(text + pos, b, l) != 0)
+            return 0;
+        pos += l;
+    }
+    return pos == n;
+}
+
 /* What a comparison found */
 typedef struct {
     char unicode[32]; /* node's Unicode version */
@@ -188,16 +203,7 @@ static inline void tok_compare(hpt_tokenizer *t, const unsigned char *data, size
         } else {
             s->ok++;
         }
-        size_t pos = 0; /* and the ids decode to the text */
-        int same = 1;
-        for (size_t i = 0; i < m && same; i++) {
-            const char *b;
-            size_t l;
-            same = hpt_tokenizer_decode(t, ids[i], &b, &l) == HPT_OK && pos + l <= tlen &&
-                   memcmp(text + pos, b, l) == 0;
-            pos += l;
-        }
-        s->undecodable += !same || pos != tlen;
+        s->undecodable += !tok_decodes_to(t, ids, m, text, tlen); /* and the ids give the text */
         free(ids);
     }
     s->well_formed = ok && p == end;
@@ -211,17 +217,9 @@ static inline int tok_round_trip(hpt_tokenizer *t, const unsigned char *s, size_
         fprintf(stderr, "encode failed: %s\n", hpt_last_error());
         return 0;
     }
-    int ok = m <= n;
-    size_t pos = 0;
-    for (size_t i = 0; i < m && ok; i++) {
-        const char *b;
-        size_t len;
-        ok = hpt_tokenizer_decode(t, ids[i], &b, &len) == HPT_OK && pos + len <= n &&
-             memcmp(s + pos, b, len) == 0;
-        pos += len;
-    }
+    int ok = m <= n && tok_decodes_to(t, ids, m, s, n);
     free(ids);
-    return ok && pos == n;
+    return ok;
 }
 
 #endif
