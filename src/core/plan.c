@@ -382,6 +382,23 @@ static void emit(out_buf *o, int opt, const char *fmt, ...) {
     }
 }
 
+/* bytes as hpt_parse_size reads them back exactly: the unit (TiB ... KiB, TB ... KB, or none)
+ * that divides them with the fewest digits */
+static void exact_size(uint64_t bytes, char *out, size_t n) {
+    static const struct { const char *unit; uint64_t size; } k[] = {
+        {"TiB", 1ull << 40}, {"TB", 1000000000000ull}, {"GiB", 1ull << 30}, {"GB", 1000000000ull},
+        {"MiB", 1ull << 20}, {"MB", 1000000ull}, {"KiB", 1ull << 10}, {"KB", 1000ull}};
+    int digits = snprintf(out, n, "%llu", (unsigned long long)bytes);
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        char q[24];
+        int d = snprintf(q, sizeof q, "%llu", (unsigned long long)(bytes / k[i].size));
+        if (bytes % k[i].size == 0 && d < digits) {
+            digits = d;
+            snprintf(out, n, "%s%s", q, k[i].unit);
+        }
+    }
+}
+
 hpt_status hpt_plan_print(const hpt_plan *p, char *buf, size_t n) {
     const hpt_plan d = hpt_plan_default_choices();
     out_buf o = {buf, n, 0, 0};
@@ -458,11 +475,14 @@ hpt_status hpt_plan_print(const hpt_plan *p, char *buf, size_t n) {
     if (s->jump_search_batches != sd->jump_search_batches)
         emit(&o, O_JUMP_SEARCH, "%d", s->jump_search_batches);
     if (s->jump_min_gain != sd->jump_min_gain) emit(&o, O_JUMP_MIN_GAIN, "%.9g", (double)s->jump_min_gain);
-    /* budgets, in bytes */
+    /* budgets, exactly: in the unit that divides them with the fewest digits (2GB, 40MiB) */
     static const int k_budget_opt[HPT_TIER_COUNT] = {O_MEMORY, O_HOST_MEMORY, O_DISK_MEMORY};
     for (int t = 0; t < HPT_TIER_COUNT; t++)
-        if (p->budget_bytes[t])
-            emit(&o, k_budget_opt[t], "%llu", (unsigned long long)p->budget_bytes[t]);
+        if (p->budget_bytes[t]) {
+            char size[32];
+            exact_size(p->budget_bytes[t], size, sizeof size);
+            emit(&o, k_budget_opt[t], "%s", size);
+        }
     if (p->offload_dir) emit(&o, O_OFFLOAD_DIR, "%s", p->offload_dir);
     if (p->device) emit(&o, O_DEVICE, "cuda:%d", p->device - 1);
     if (p->zero != d.zero) emit(&o, O_ZERO, "%d", p->zero);
