@@ -60,7 +60,7 @@ if grep -q "running a quick calibration" "$out/plan.log"; then
     "$(sed -n 's/.*calibration written to //p' "$out/plan.log"), reused from now on)"
 fi
 flags=$(grep -A1 "the fastest that fits:" "$out/plan.log" | tail -1 | sed 's/^ *//')
-echo "   flags:     $(echo "$flags" | sed 's/ --memory [0-9]*//; s/ --host-memory [0-9]*//')"
+echo "   flags:     $(echo "$flags" | sed 's/ --memory [0-9]*[A-Za-z]*//; s/ --host-memory [0-9]*[A-Za-z]*//')"
 grep -m1 "^  predicted:" "$out/plan.log" | sed 's/^  predicted: /   predicted: /'
 n=$(sed -n 's/^plan auto: \([0-9]*\) plans searched.*/\1/p' "$out/plan.log")
 if [ ${#lossy[@]} -eq 0 ]; then
