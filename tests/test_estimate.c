@@ -336,6 +336,22 @@ static void check_bf16_weights(void) {
     }
 }
 
+/* Two fused steps with an evaluation each, B=2 T=24, on the shared shards: the embeddings
+ * cases' run */
+static hpt_train_opts emb_run_opts(const char *model) {
+    hpt_train_opts o = hpt_train_defaults();
+    o.model = model;
+    o.data = g_train;
+    o.val = g_val;
+    o.eval_every = 1;
+    o.val_batches = 1;
+    o.B = 2;
+    o.T = 24;
+    o.steps = 2;
+    o.warmup = 1;
+    return o;
+}
+
 /* Chunked and bf16 embeddings (src/model/embed.c): every tier's bytes by category at its peak,
  * and its peak, equal the estimate (the bf16 homes of wte and wpe, Kahan's compensation, the
  * widened chunk, wte's gradient chunk, the arena's (rows, chunk) logits living to the encoder's
@@ -354,16 +370,7 @@ static void check_embeddings(void) {
              {HPT_EMB_BF16, HPT_BW_BF16_SR, HPT_OPTIM_ADAM_MINI, 8, 0, 16, HPT_TIER_DEVICE,
               "bf16-sr, Adam-mini 8-bit"}};
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
-        hpt_train_opts o = hpt_train_defaults();
-        o.model = "gpt2:L=3,C=48,NH=6,V=100,T=32";
-        o.data = g_train;
-        o.val = g_val;
-        o.eval_every = 1;
-        o.val_batches = 1;
-        o.B = 2;
-        o.T = 24;
-        o.steps = 2;
-        o.warmup = 1;
+        hpt_train_opts o = emb_run_opts("gpt2:L=3,C=48,NH=6,V=100,T=32");
         o.adamw = hpt_optim_defaults((hpt_optim_kind)c[i].optimizer);
         o.adamw.state_bits = c[i].bits;
         o.act.head_chunk = c[i].head_chunk;
@@ -385,16 +392,7 @@ static void check_embeddings(void) {
     for (size_t i = 0; i < 2 * (sizeof c / sizeof c[0] + 1); i++) {
         size_t k = i / 2;
         int bench = k == sizeof c / sizeof c[0];
-        hpt_train_opts o = hpt_train_defaults();
-        o.model = llamas[i % 2];
-        o.data = g_train;
-        o.val = g_val;
-        o.eval_every = 1;
-        o.val_batches = 1;
-        o.B = 2;
-        o.T = 24;
-        o.steps = 2;
-        o.warmup = 1;
+        hpt_train_opts o = emb_run_opts(llamas[i % 2]);
         o.offload = hpt_offload_defaults();
         o.offload.fused = 1;
         char what[96];
