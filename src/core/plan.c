@@ -311,13 +311,15 @@ hpt_status hpt_plan_check(const hpt_plan *p, const hpt_plan_env *env) {
         if (any_home_on(of, HPT_TIER_DISK))
             return hpt_fail(HPT_ERR_INVALID, "--offload to disk needs --offload-dir DIR");
     }
-    /* data parallel: the replicated stage only so far (docs/zero.md) */
+    /* data parallel: stages 0-2 (docs/zero.md) */
     if (p->zero < -1 || p->zero > 3) return hpt_fail(HPT_ERR_INVALID, "--zero %d: expected 0 to 3", p->zero);
-    if (p->zero > 0)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d (sharded %s) is not built yet: --zero 0 "
-                        "replicates the state on every process", p->zero,
-                        p->zero == 1 ? "optimizer state" : p->zero == 2 ? "optimizer state and "
-                        "gradients" : "optimizer state, gradients and parameters");
+    if (p->zero > 2)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d (sharded optimizer state, gradients and "
+                        "parameters) is not built yet: --zero 1 and 2 shard the optimizer state "
+                        "and the gradients", p->zero);
+    if (p->zero > 0 && (hpt_offload_active(&p->offload) || p->offload.fused))
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d shards the in-memory optimizer: not with "
+                        "--offload or --fused-update yet (--zero 0 runs with the engine)", p->zero);
     if (p->zero >= 0 && p->accum > 1 && hpt_offload_active(&p->offload))
         return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero with --accum sums the micro-batches' "
                         "gradients apart in the flat gradient buffer: not with --offload yet");

@@ -118,6 +118,27 @@ hpt_status dp_reduce_grads(float *grads, size_t n);
 hpt_status dp_loss_sum(double local, double *global);
 /* Rank 0 saved with status s: every rank returns it. */
 hpt_status dp_saved(hpt_status s);
+
+/* ZeRO's stages 1 and 2 (docs/zero.md): rank q owns the optimizer's units [ulo[q], uhi[q])
+ * (optim.h: optim_owner), the parameter values [plo[q], phi[q]); stage 0 when the run is not
+ * sharded (one process, or --zero 0 / none). */
+#define DP_MAX_PROCS 64
+typedef struct {
+    int stage, size, rank;          /* stage 1 or 2 only with size > 1; else 0 */
+    size_t ulo[DP_MAX_PROCS], uhi[DP_MAX_PROCS], plo[DP_MAX_PROCS], phi[DP_MAX_PROCS];
+} dp_shard;
+/* The run's sharding for the model's table (o->zero, the process count). */
+hpt_status dp_shard_init(const hpt_train_opts *o, hpt_gpt2 *model, dp_shard *z);
+/* The optimizer for z: the owned units' state only when sharded, with the norm's gather. */
+hpt_status dp_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts *ao,
+                           dp_shard *z, hpt_optim **out);
+void dp_optim_attach(hpt_optim *op, dp_shard *z);
+/* Stage 1, 2: grads' owned values = the rank-order sum (the others' stay); stage 0: all. */
+hpt_status dp_reduce_scatter(const dp_shard *z, float *grads, size_t n);
+/* Stage 1, 2: every rank's owned values of params from their owner (after the update). */
+hpt_status dp_gather_params(const dp_shard *z, float *params);
+/* Whether any process's owned summed gradients hold a non-finite value (loss scaling). */
+hpt_status dp_overflow(const dp_shard *z, const hpt_backend *be, const float *grads, int *overflow);
 /* ---- the jump predictor (src/train/jump.c) ---- */
 
 /* Steps in a round of FULL (schedule.c): full_steps, and for the jump predictor at least the

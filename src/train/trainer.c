@@ -130,7 +130,7 @@ void hpt_trainer_free(hpt_trainer *tr) {
     if (!tr) return;
     free_snapshot(tr);
     if (tr->acc)
-        tr->be->free(tr->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, tr->acc, model_grads_floats(tr->model) * sizeof(float));
+        tr->be->free(tr->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, tr->acc, tr->acc_n * sizeof(float));
     jump_free(&tr->js);
     predictor_free(&tr->pr);
     if (tr->check_x) {
@@ -245,6 +245,7 @@ static hpt_status setup(hpt_trainer *tr) {
             return s;
         }
         tr->o.adamw = ao; /* the checkpoint's optimizer and settings continue */
+        if (s == HPT_OK) s = dp_shard_init(o, tr->model, &tr->dp);
         hpt_model_config cfg = *hpt_gpt2_get_config(tr->model);
         s = check_budget(tr, &cfg, NULL, live0); /* the shape is known only now */
         if (s != HPT_OK) {
@@ -274,7 +275,8 @@ static hpt_status setup(hpt_trainer *tr) {
         } else {
             return hpt_model_config_parse(o->model, &cfg); /* its error names the shape problem */
         }
-        HPT_CHECK(hpt_optim_create(tr->mem, tr->model, &tr->o.adamw, &tr->opt));
+        HPT_CHECK(dp_shard_init(o, tr->model, &tr->dp));
+        HPT_CHECK(dp_optim_create(tr->mem, tr->model, &tr->o.adamw, &tr->dp, &tr->opt));
         HPT_CHECK(hpt_dataloader_open(tr->mem, o->data, o->B, o->T, mcfg(tr)->V, &tr->train));
     }
     if (model_engine(tr->model) && o->loss_scale.mode != HPT_LOSS_SCALE_OFF) /* fp32 homes too: */
@@ -574,9 +576,16 @@ static void scaler_clean(hpt_trainer *tr) {
 static hpt_status sum_apart(hpt_trainer *tr, int k, int K) {
     float *g = model_grads(tr->model);
     size_t n = model_grads_floats(tr->model);
+    if (tr->dp.stage == 2) { /* the owned values only, each micro-batch already summed over the
+                              * processes (the reduce-scatter after its backward) */
+        HPT_CHECK(dp_reduce_scatter(&tr->dp, g, n));
+        g += tr->dp.plo[tr->dp.rank];
+        n = tr->dp.phi[tr->dp.rank] - tr->dp.plo[tr->dp.rank];
+    }
     if (!tr->acc) {
         hpt_mem_set_name(tr->mem, "gradient sum (micro-batches apart)");
         HPT_CHECK(tr->be->alloc(tr->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, n * sizeof(float), (void **)&tr->acc));
+        tr->acc_n = n;
     }
     if (k == 0) tr->be->copy(tr->acc, g, n * sizeof(float), HPT_COPY_D2D);
     else if (k < K - 1) dp_add(tr->acc, g, n);
@@ -633,12 +642,16 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
     model_set_fault(tr->model, -1, 0.0f);
     dp_skip_after(tr->train, K);
     HPT_CHECK(dp_loss_sum(loss_sum, &loss_sum));
-    HPT_CHECK(dp_reduce_grads(model_grads(tr->model), model_grads_floats(tr->model)));
+    /* stage 0: every value summed on every rank; 1: the owned ones; 2 with accumulation: done
+     * per micro-batch (sum_apart) */
+    if (!(tr->dp.stage == 2 && apart))
+        HPT_CHECK(dp_reduce_scatter(&tr->dp, model_grads(tr->model), model_grads_floats(tr->model)));
     /* KN = 1: the loss is the micro-batch's, exactly (a float through a double and back). */
     p->loss = (float)(loss_sum / KN);
     if (scaling) {
         int overflow;
-        HPT_CHECK(gpt2_grads_overflow(tr->model, &overflow));
+        if (tr->dp.stage) HPT_CHECK(dp_overflow(&tr->dp, tr->be, model_grads(tr->model), &overflow));
+        else HPT_CHECK(gpt2_grads_overflow(tr->model, &overflow));
         if (overflow) return scaler_skip(tr, p);
     }
     if (fused)
@@ -646,6 +659,7 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
     else /* 1/S: a power of two, so the product with 1/K and the clip factor loses nothing */
         HPT_CHECK(hpt_optim_step_scaled(tr->opt, p->lr, o->grad_clip,
                                         1.0f / (float)KN * (1.0f / tr->ls), &p->grad_norm));
+    HPT_CHECK(dp_gather_params(&tr->dp, model_params(tr->model))); /* stages 1, 2: the owners' */
     if (scaling) scaler_clean(tr);
     if (hybrid) {
         p->pred_loss = (float)pred;
