@@ -198,6 +198,19 @@ hpt_plan_opts hpt_train_plan_opts(const hpt_train_opts *o, const hpt_model_confi
     return po;
 }
 
+/* 1 when dir's state.bin was written after its zero.manifest (a stage-0 save removes the
+ * manifest and a sharded one state.bin; both are left only by a crash between the two). */
+static int newer_state(const char *dir) {
+    char a[PATH_MAX], b[PATH_MAX];
+    struct stat sa, sb;
+    snprintf(a, sizeof a, "%s/state.bin", dir);
+    snprintf(b, sizeof b, "%s/zero.manifest", dir);
+    if (stat(a, &sa) != 0) return 0;
+    if (stat(b, &sb) != 0) return 1;
+    return sa.st_mtim.tv_sec > sb.st_mtim.tv_sec ||
+           (sa.st_mtim.tv_sec == sb.st_mtim.tv_sec && sa.st_mtim.tv_nsec > sb.st_mtim.tv_nsec);
+}
+
 static hpt_status setup(hpt_trainer *tr) {
     const hpt_train_opts *o = &tr->o;
     hpt_mem_stats st0;
@@ -224,8 +237,16 @@ static hpt_status setup(hpt_trainer *tr) {
         snprintf(path, sizeof path, "%s/state.bin", o->resume);
         hpt_adamw_opts ao;
         hpt_train_pos pos;
-        HPT_CHECK(hpt_state_load_offload_sections(path, tr->mem, &o->offload, &tr->model, &tr->opt,
-                                                  &ao, &pos, sec, &n_sec));
+        /* a sharded checkpoint (zero.c) when its manifest is newer than any state.bin */
+        int shards = zero_manifest_exists(o->resume) && !newer_state(o->resume);
+        if (shards) {
+            snprintf(path, sizeof path, "%s/zero.manifest", o->resume);
+            HPT_CHECK(zero_load(o->resume, o, tr->mem, &tr->dp, &tr->model, &tr->opt, &ao, &pos,
+                                sec, &n_sec));
+        } else {
+            HPT_CHECK(hpt_state_load_offload_sections(path, tr->mem, &o->offload, &tr->model,
+                                                      &tr->opt, &ao, &pos, sec, &n_sec));
+        }
         hpt_status s = HPT_OK;
         if (pos.B != o->B || pos.T != o->T)
             s = hpt_fail(HPT_ERR_SHAPE, "%s was trained with batch %d and sequence %d; resume "
@@ -245,7 +266,14 @@ static hpt_status setup(hpt_trainer *tr) {
             return s;
         }
         tr->o.adamw = ao; /* the checkpoint's optimizer and settings continue */
-        if (s == HPT_OK) s = dp_shard_init(o, tr->model, &tr->dp);
+        if (!shards) { /* state.bin: the whole state, cut to this rank's units at stages 1, 2 */
+            s = dp_shard_init(o, tr->model, &tr->dp);
+            if (s == HPT_OK) s = zero_reshard(tr->mem, tr->model, &tr->dp, &tr->opt);
+            if (s != HPT_OK) {
+                hpt_state_sections_free(tr->mem, sec, n_sec);
+                return s;
+            }
+        }
         hpt_model_config cfg = *hpt_gpt2_get_config(tr->model);
         s = check_budget(tr, &cfg, NULL, live0); /* the shape is known only now */
         if (s != HPT_OK) {
@@ -364,7 +392,8 @@ static void sweep_stale_tmp(const char *dir) {
     struct dirent *de;
     while (d && (de = readdir(d))) {
         const char *t = strstr(de->d_name, ".bin.tmp.");
-        if (!t || (strncmp(de->d_name, "state.bin", 9) && strncmp(de->d_name, "model.bin", 9)))
+        if (!t || (strncmp(de->d_name, "state.bin", 9) && strncmp(de->d_name, "model.bin", 9) &&
+                   strncmp(de->d_name, "zero-", 5)))
             continue;
         char *end;
         long pid = strtol(t + 9, &end, 10);
@@ -377,12 +406,29 @@ static void sweep_stale_tmp(const char *dir) {
 }
 
 static hpt_status save_files(hpt_trainer *tr);
+static hpt_status save_shards(hpt_trainer *tr);
 
 hpt_status hpt_trainer_save(hpt_trainer *tr) {
     if (!tr->o.save_dir) return hpt_fail(HPT_ERR_INVALID, "no save directory given");
+    /* stages 1, 2: every rank its shard, rank 0 the manifest and model.bin (zero.c) */
+    if (tr->dp.stage) return dp_saved(save_shards(tr));
     /* many processes: rank 0 writes (every rank holds the same state); accum is the global one */
     if (dp_rank() != 0) return dp_saved(HPT_OK);
     return dp_saved(save_files(tr));
+}
+
+static hpt_status save_model_files(hpt_trainer *tr);
+
+static hpt_status save_shards(hpt_trainer *tr) {
+    hpt_train_pos pos = {.step = tr->step, .rng_state = tr->rng.s, .total_steps = tr->o.steps,
+                         .B = tr->o.B, .T = tr->o.T,
+                         .accum = (tr->o.accum > 1 ? tr->o.accum : 1) * dp_size()};
+    hpt_dataloader_get_pos(tr->train, &pos.data_shard, &pos.data_offset);
+    int64_t lsf[LSS_N] = {dbits((double)tr->ls), tr->ls_clean, tr->ls_skipped};
+    hpt_status s = zero_save(&tr->dp, tr->o.save_dir, tr->model, tr->opt, &tr->o.adamw, &pos,
+                             tr->o.loss_scale.mode != HPT_LOSS_SCALE_OFF ? lsf : NULL);
+    if (s == HPT_OK && dp_rank() == 0) s = save_model_files(tr);
+    return s;
 }
 
 static hpt_status save_files(hpt_trainer *tr) {
@@ -417,6 +463,15 @@ static hpt_status save_files(hpt_trainer *tr) {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/state.bin", tr->o.save_dir);
     HPT_CHECK(hpt_state_save_sections(path, tr->model, tr->opt, &tr->o.adamw, &pos, sec, n));
+    /* a sharded checkpoint left in the directory is older now (zero.c) */
+    snprintf(path, sizeof path, "%s/zero.manifest", tr->o.save_dir);
+    unlink(path);
+    return save_model_files(tr);
+}
+
+/* model.bin (GPT-2) or the Hugging Face files beside the state. */
+static hpt_status save_model_files(hpt_trainer *tr) {
+    char path[PATH_MAX];
     /* llm.c's model.bin is GPT-2's; state.bin holds any architecture's weights */
     const int gpt2 = hpt_model_get_config(tr->model)->arch == HPT_ARCH_GPT2;
     if (gpt2) {
