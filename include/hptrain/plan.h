@@ -155,6 +155,9 @@ typedef struct {
     int has_val;         /* a validation loader is open (its data buffers count) */
     int no_data;         /* 1: no data loader at all (generation from a prompt); 0: the training
                           * data loader's buffers count, in forward-only runs too (evaluation) */
+    int procs, rank;     /* data parallel (docs/zero.md): the process count (0 is read as 1) and
+                          * which process's bytes (0 to procs - 1): with --zero 1 or 2 each holds
+                          * its run of the optimizer's units, so the figures differ by rank */
     /* every technique choice; also by the members' own names (o.act is o.plan.act). Read here:
      * act (the activation arena); adamw's optimizer, state_bits (32, or 0, or 8) and
      * state32_embeddings (training only); accum (tokens and FLOPs per step follow it, memory

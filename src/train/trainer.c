@@ -195,6 +195,8 @@ hpt_plan_opts hpt_train_plan_opts(const hpt_train_opts *o, const hpt_model_confi
     po.T = o->T;
     po.has_val = o->val != NULL;
     po.plan = o->plan;
+    po.procs = hpt_dist_size(); /* this process's bytes (ZeRO's runs differ by rank) */
+    po.rank = hpt_dist_rank();
     return po;
 }
 
