@@ -241,5 +241,13 @@ expect_error "bad device" "cpu, cuda or cuda:N" train --steps 1 --device gpu
 expect_error "device cuda" "cuda" train --steps 1 --device cuda
 if "$bin" estimate --model "$shape" --seq 16 --device cuda:1 >/dev/null; then ok; else bad "estimate --device cuda"; fi
 
+# --- a trace records the run's plan: profile estimates the run as it was (estimate = measured) ---
+train --steps 2 --recompute selective --state-bits 8 --memory 64MiB --trace "$tmp/trace.json" 2>/dev/null
+"$bin" profile "$tmp/trace.json" >"$tmp/prof" 2>&1
+if grep -q "the run's plan: --recompute selective --state-bits 8 --memory 64MiB" "$tmp/prof" &&
+   grep -qE "the estimator gives .* for this run as recorded \(measured .*, \+0\.00%\)" "$tmp/prof" &&
+   grep -q "it fits the --memory budget" "$tmp/prof" && ! grep -q "assume the default" "$tmp/prof"
+then ok; else bad "profile of a planned run: $(sed -n '/what would lower/,$p' "$tmp/prof" | head -5)"; fi
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
