@@ -492,6 +492,32 @@ hpt_status hpt_plan_print(const hpt_plan *p, char *buf, size_t n) {
     return HPT_OK;
 }
 
+/* The next space-separated word of *s, NUL-terminated in place; NULL at the end. */
+static char *next_word(char **s) {
+    char *w = *s + strspn(*s, " ");
+    if (!*w) return NULL;
+    char *e = w + strcspn(w, " ");
+    *s = *e ? e + 1 : e;
+    *e = '\0';
+    return w;
+}
+
+hpt_status hpt_plan_parse_flags(hpt_plan *p, char *flags) {
+    char empty[1] = "", *s = flags ? flags : empty, *word;
+    while ((word = next_word(&s))) {
+        if (strncmp(word, "--", 2) != 0)
+            return hpt_fail(HPT_ERR_INVALID, "'%.64s' in the plan's flags is not an option", word);
+        int opt = 0, takes = 0;
+        const char *name;
+        while ((name = hpt_plan_option_name(opt, &takes)) && strcmp(name, word + 2)) opt++;
+        if (!name) return hpt_fail(HPT_ERR_INVALID, "%.64s in the plan's flags is not an option", word);
+        char *v = takes ? next_word(&s) : NULL;
+        if (takes && !v) return hpt_fail(HPT_ERR_INVALID, "%s in the plan's flags has no value", word);
+        HPT_CHECK(hpt_plan_set(p, name, v));
+    }
+    return HPT_OK;
+}
+
 /* ---- budgets per tier --------------------------------------------------------------------- */
 
 hpt_status hpt_plan_check_tiers(const hpt_plan *p, const hpt_estimate *e) {

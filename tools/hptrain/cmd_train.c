@@ -349,6 +349,11 @@ static int train_main(int argc, char **argv) {
     tmeta.B = o.B;
     tmeta.T = o.T;
     tmeta.has_val = o.val != NULL;
+    hpt_plan traced = o.plan; /* the plan as run, for profile's estimates; the directory aside
+                               * (a path is no estimate's business, and may hold spaces) */
+    traced.offload_dir = NULL;
+    tmeta.has_plan = hpt_plan_print(&traced, tmeta.plan, sizeof tmeta.plan) == HPT_OK;
+    if (!tmeta.has_plan) tmeta.plan[0] = '\0';
     hpt_trainer *tr;
     s = hpt_trainer_create(mem, &o, &tr);
     if (hpt_dist_size() > 1 && hpt_dist_any(s != HPT_OK)) { /* every rank gets here */
