@@ -318,9 +318,13 @@ hpt_status hpt_plan_check(const hpt_plan *p, const hpt_plan_env *env) {
                         "replicates the state on every process", p->zero,
                         p->zero == 1 ? "optimizer state" : p->zero == 2 ? "optimizer state and "
                         "gradients" : "optimizer state, gradients and parameters");
-    if (p->zero >= 0 && p->accum > 1 && hpt_offload_active(&p->offload))
+    /* the engine's exact mode sums them apart in its fp32 gradient homes, through a slot
+     * (engine_dist.c; --fused-update with --accum is refused below) */
+    if (p->zero >= 0 && p->accum > 1 && hpt_offload_active(&p->offload) && !p->offload.fused &&
+        (p->offload.grad_home != HPT_GH_FP32 || p->offload.grads == HPT_TIER_DEVICE))
         return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero with --accum sums the micro-batches' "
-                        "gradients apart in the flat gradient buffer: not with --offload yet");
+                        "gradients apart: with --offload, in fp32 gradient homes off the device "
+                        "(--offload grads=host|disk, no --grad-home fp16|bf16)");
     if (p->zero >= 0 && p->sched.kind == HPT_SCHEDULE_HYBRID)
         return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero does not combine with the hybrid schedule "
                         "(its predict phases move the weights without gradients to reduce)");

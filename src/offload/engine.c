@@ -261,6 +261,7 @@ static hpt_status run_job(offload_engine *e, const job *j, double *io_s, double 
         HPT_CHECK(home_io(e, EB_P, j->l, slot_ptr(e, j->slot), 0));
         break;
     case J_WRITE_G:
+        if (j->set) HPT_CHECK(eng_grad_add_home(e, j->l, gslot_ptr(e, j->g))); /* apart sum */
         HPT_CHECK(grad_io(e, j->l, gslot_ptr(e, j->g), 1, ovf));
         break;
     case J_READ_G:
@@ -364,6 +365,7 @@ static void reap(offload_engine *e) {
             if (e->res[j->l] == RS_LOADING && e->slot_of[j->l] == j->slot) e->res[j->l] = RS_RESIDENT;
             break;
         case J_WRITE_G:
+            if (j->set) transfer(e, e->tier[EB_G], HPT_TIER_DEVICE, EB_G, home_bytes_moved(e, EB_G));
             transfer(e, HPT_TIER_DEVICE, e->tier[EB_G], EB_G, home_bytes_moved(e, EB_G));
             e->g_over |= j->ovf;
             break;
@@ -581,13 +583,16 @@ hpt_status eng_grads_done(offload_engine *e, int l) {
     HPT_CHECK(sticky(e));
     if (e->in_use != l)
         return hpt_fail(HPT_ERR_INVALID, "offload engine: block %d's gradients done while not held", l);
-    const float *g = e->n_g ? gslot_ptr(e, e->g_of[l]) : e->home[EB_G] + (size_t)l * e->stride;
-    double s = 0.0;
-    for (int i = 0; i < e->ns; i++) s += e->be->sumsq(g + e->slice_off[i], e->slice_n[i]);
+    float *g = e->n_g ? gslot_ptr(e, e->g_of[l]) : e->home[EB_G] + (size_t)l * e->stride;
+    if (e->dist) HPT_CHECK(eng_dist_grads(e, l, g)); /* the processes' sum, rank order */
+    double s = 0.0; /* add_home: the worker takes it of the sum (eng_grad_add_home) */
+    for (int i = 0; i < e->ns && !e->add_home; i++) s += e->be->sumsq(g + e->slice_off[i], e->slice_n[i]);
     e->sumsq[l] = s;
     if (e->check_grads && !e->gh) e->g_over |= e->be->nonfinite(g, e->bn); /* 16-bit: at narrowing */
     if (!e->o.fused) {
-        if (e->n_g) e->g_seq[e->g_of[l]] = push(e, (job){.kind = J_WRITE_G, .l = l, .g = e->g_of[l]});
+        if (e->n_g)
+            e->g_seq[e->g_of[l]] = push(e, (job){.kind = J_WRITE_G, .l = l, .g = e->g_of[l],
+                                                 .set = e->add_home});
         return HPT_OK;
     }
     if (!e->upd)

@@ -76,6 +76,17 @@ hpt_status eng_grads_overflow(offload_engine *e, int *overflow);
 /* on 1: eng_grads_done scans fp32 gradients for non-finite values (the loss scaler's check;
  * 16-bit homes are checked as they are narrowed, always). */
 void eng_check_grads(offload_engine *e, int on);
+/* Many processes (engine_dist.c; docs/zero_engine.md): on 1, eng_grads_done first sums the
+ * block's gradients over the processes in rank order (src/dist), so the norm, the overflow check
+ * and the (fused) update see the sum, the same bits on every rank. */
+void eng_set_dist(offload_engine *e, int on);
+/* Exact mode, micro-batches summed apart (--zero with --accum): on 1, each block's gradients
+ * handed over are added to what their home holds (home = slot + home: the in-memory apart sum's
+ * acc += g, bit for bit) instead of replacing it; the trainer turns it on for micro-batches
+ * 1..K-1. HPT_ERR_UNSUPPORTED where the engine cannot: the fused update, gradients straight
+ * into a device home (no slot), a 16-bit gradient home (it would round each partial sum). */
+hpt_status eng_set_add_home(offload_engine *e, int on);
+hpt_status eng_check_add_home(const hpt_offload_opts *o);
 /* Waits for every queued transfer and update; the engine's first error, if any (sticky). */
 hpt_status eng_drain(offload_engine *e);
 /* Exact mode: one streaming pass over all blocks after the backward, fn on each (disk homes

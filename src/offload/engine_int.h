@@ -66,6 +66,11 @@ struct offload_engine {
     int check_grads;           /* fp32 homes: scan each block's gradients for non-finite values */
     int g_over;                /* a block's gradients overflowed since eng_grads_overflow */
     int sync;                  /* 1: every home on the device: no worker, updates inline */
+    /* many processes (engine_dist.c) */
+    int dist;                  /* 1: a block's gradients are summed over the processes (rank
+                                * order, src/dist) at eng_grads_done, before the norm and update */
+    int add_home;              /* 1: exact mode, a later micro-batch summed apart: the write-back
+                                * adds the home's sum so far to the slot (J_WRITE_G's set = 1) */
     /* staging for disk homes (host, io): fused 1 set of M, V; exact 2 sets of P, G, M, V */
     float *stage;              /* 2 sets; a 16-bit G's share is hstride halves */
     size_t stage_bytes;
@@ -97,6 +102,13 @@ struct offload_engine {
 /* bfd: block l's bf16 weights between disk and staging block set (engine.c; the worker's
  * loads and write-backs, and eng_store_block). */
 hpt_status eng_bstage_io(offload_engine *e, int l, int set, int write_);
+
+/* ---- engine_dist.c: the engine under many processes ---- */
+/* Block l's gradients g (bn floats, a device slot or home) summed over the processes in rank
+ * order; every rank calls it for the same blocks in the same order (the backward's). */
+hpt_status eng_dist_grads(offload_engine *e, int l, float *g);
+/* The worker, J_WRITE_G with set 1: g (block l's fresh micro-batch) += the home's sum so far. */
+hpt_status eng_grad_add_home(offload_engine *e, int l, float *g);
 
 /* ---- engine_gpu.c: on a GPU, the fused update of host-homed blocks on CPU threads ---- */
 hpt_status eng_gpu_attach(offload_engine *e); /* ghost, when this plan updates on the host */

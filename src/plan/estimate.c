@@ -143,6 +143,7 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     dev[HPT_CAT_PARAMS] = np * 4;                     /* hpt_gpt2_create */
     dev[HPT_CAT_GRADS] = np * 4;                      /* hpt_gpt2_create, forward-only too */
     if (o->training) HPT_CHECK(optim_bytes(o, &dev[HPT_CAT_OPTIM])); /* hpt_optim_create */
+    uint64_t apart_bytes = np * 4; /* the flat gradients' size (trainer.c's sum apart) */
     if (hpt_offload_active(&o->offload)) {
         HPT_CHECK(hpt_offload_check(&o->offload));
         HPT_CHECK(gpt2_vocab_chunk_check(c, &o->offload));
@@ -153,6 +154,7 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
         uint64_t nf = gpt2_nonblock_floats(c), eb[HPT_TIER_COUNT][HPT_CAT_COUNT];
         /* hpt_gpt2_create_offload, with the embeddings' own buffers (src/model/embed.c) */
         gpt2_nonblock_bytes(c, &o->offload, &dev[HPT_CAT_PARAMS], &dev[HPT_CAT_GRADS]);
+        apart_bytes = dev[HPT_CAT_GRADS]; /* the flat gradients: the blocks' are the engine's */
         if (mv_homes) {
             dev[HPT_CAT_OPTIM] = o->training ? 2 * nf * 4 : 0; /* hpt_optim_create: m, v */
         } else if (o->offload.optim != HPT_TIER_DEVICE) {
@@ -171,7 +173,7 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     dev[HPT_CAT_PARAMS] += (uint64_t)model_consts_floats(c) * 4; /* the arch's constants */
     /* --zero with accumulation sums the micro-batches' gradients apart (trainer.c): one more
      * gradient-sized buffer, allocated at the first step */
-    if (o->training && o->zero >= 0 && o->accum > 1) dev[HPT_CAT_GRADS] += np * 4;
+    if (o->training && o->zero >= 0 && o->accum > 1) dev[HPT_CAT_GRADS] += apart_bytes;
     uint64_t at[HPT_TIER_COUNT];
     int vc = hpt_offload_active(&o->offload) ? gpt2_vocab_chunk(c, &o->offload) : 0;
     HPT_CHECK(gpt2_act_tier_bytes_vc(c, o->B, o->T, &o->act, vc, at));

@@ -38,9 +38,7 @@ hpt_status dp_check(const hpt_train_opts *o) {
     if (hpt_dist_size() == 1) return HPT_OK;
     if (o->zero > 0)
         return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d is not built yet (--zero 0 runs)", o->zero);
-    if (hpt_offload_active(&o->offload))
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "%d processes: the offload engine (--offload, "
-                        "--fused-update) does not run data parallel yet", hpt_dist_size());
+    if (hpt_offload_active(&o->offload)) HPT_CHECK(dp_engine_check(o)); /* dp_engine.c */
     if (o->sched.kind == HPT_SCHEDULE_HYBRID)
         return hpt_fail(HPT_ERR_UNSUPPORTED, "%d processes: the hybrid schedule does not run "
                         "data parallel", hpt_dist_size());

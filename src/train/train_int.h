@@ -118,6 +118,16 @@ hpt_status dp_reduce_grads(float *grads, size_t n);
 hpt_status dp_loss_sum(double local, double *global);
 /* Rank 0 saved with status s: every rank returns it. */
 hpt_status dp_saved(hpt_status s);
+/* ---- the offload engine under many processes (dp_engine.c; docs/zero_engine.md) ---- */
+struct offload_engine;
+/* What many processes with the engine do not run with (dp_check's part for --offload). */
+hpt_status dp_engine_check(const hpt_train_opts *o);
+/* After the model is made: its engine sums each block's gradients over the processes. */
+void dp_engine_setup(struct offload_engine *e);
+/* Before micro-batch k of K of a step summed apart: the engine's exact mode adds it to its
+ * homes' sum (k > 0) instead of replacing it; k = K after the last: back to replacing, and
+ * every block's sum handed over. */
+hpt_status dp_engine_micro(struct offload_engine *e, int k, int K);
 /* ---- the jump predictor (src/train/jump.c) ---- */
 
 /* Steps in a round of FULL (schedule.c): full_steps, and for the jump predictor at least the

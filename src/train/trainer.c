@@ -279,6 +279,7 @@ static hpt_status setup(hpt_trainer *tr) {
     }
     if (model_engine(tr->model) && o->loss_scale.mode != HPT_LOSS_SCALE_OFF) /* fp32 homes too: */
         eng_check_grads(model_engine(tr->model), 1); /* non-finite values skip a step */
+    dp_engine_setup(model_engine(tr->model)); /* many processes: blocks summed at grads_done */
     hpt_status s = hpt_model_set_act_opts(tr->model, &o->act); /* before the first forward */
     if (s == HPT_OK && o->T > mcfg(tr)->maxT)
         s = hpt_fail(HPT_ERR_SHAPE, "sequence length %d exceeds the model's maxT %d", o->T,
@@ -625,12 +626,15 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
         if (!isfinite(loss))
             return hpt_fail(HPT_ERR_INVALID, "the loss is %g at step %lld: training diverged (try "
                             "a lower --lr)", (double)loss, (long long)tr->step + 1);
-        if (fused) HPT_CHECK(hpt_optim_fused_begin(tr->opt, p->lr, o->grad_clip));
+        if (fused) /* N processes: their sum times 1/N, as the unfused step's 1/KN */
+            HPT_CHECK(hpt_optim_fused_begin_scaled(tr->opt, p->lr, o->grad_clip, 1.0f / (float)KN));
+        if (apart) HPT_CHECK(dp_engine_micro(model_engine(tr->model), k, K)); /* engine's homes */
         HPT_CHECK(hpt_model_backward(tr->model)); /* += into the gradients (fused: updates) */
         if (apart) HPT_CHECK(sum_apart(tr, k, K));
         loss_sum += (double)loss;
     }
     model_set_fault(tr->model, -1, 0.0f);
+    if (apart) HPT_CHECK(dp_engine_micro(model_engine(tr->model), K, K));
     dp_skip_after(tr->train, K);
     HPT_CHECK(dp_loss_sum(loss_sum, &loss_sum));
     HPT_CHECK(dp_reduce_grads(model_grads(tr->model), model_grads_floats(tr->model)));

@@ -467,9 +467,17 @@ static int train_main(int argc, char **argv) {
             fprintf(log, ",\"lr\":%.6g", (double)p.lr);
             if (!p.skipped) fprintf(log, ",\"grad_norm\":%.6g", (double)p.grad_norm);
             fprintf(log, ",\"tokens_per_s\":%.1f,\"step_ms\":%.3f,"
-                    "\"mem_peak_bytes\":%llu,\"rss_peak_bytes\":%llu}\n",
+                    "\"mem_peak_bytes\":%llu,\"rss_peak_bytes\":%llu",
                     p.tokens_per_s, p.step_ms,
                     (unsigned long long)p.mem_peak_bytes, (unsigned long long)p.rss_peak_bytes);
+            if (hpt_offload_active(&o.offload)) { /* the engine's homes: per tier, exactly */
+                hpt_mem_stats ms;
+                hpt_mem_get_stats(mem, &ms);
+                fprintf(log, ",\"host_peak_bytes\":%llu,\"disk_peak_bytes\":%llu",
+                        (unsigned long long)ms.peak_bytes[HPT_TIER_HOST],
+                        (unsigned long long)ms.peak_bytes[HPT_TIER_DISK]);
+            }
+            fprintf(log, "}\n");
         }
         double elapsed = hpt_now() - t_start;
         double eta = elapsed / (double)(p.step - hpt_trainer_start_step(tr)) * (double)(p.total - p.step);
