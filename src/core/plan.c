@@ -313,8 +313,18 @@ hpt_status hpt_plan_check(const hpt_plan *p, const hpt_plan_env *env) {
     }
     /* data parallel: the replicated stage only so far (docs/zero.md) */
     if (p->zero < -1 || p->zero > 3) return hpt_fail(HPT_ERR_INVALID, "--zero %d: expected 0 to 3", p->zero);
-    if (p->zero > 0)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d (sharded %s) is not built yet: --zero 0 "
+    if (p->zero == 3 && hpt_offload_active(&p->offload)) { /* in the engine's homes */
+        if (p->adamw.optimizer != HPT_OPTIM_ADAMW || p->adamw.state_bits == 8)
+            return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero 3 in the offload engine shards AdamW's "
+                            "32-bit m and v (not another optimizer or --state-bits 8 yet)");
+        if (p->offload.weights != HPT_BW_FP32 || p->offload.grad_home != HPT_GH_FP32)
+            return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero 3 shards fp32 homes (not --weights bf16-* "
+                            "or --grad-home fp16|bf16 yet)");
+        if (p->loss_scale.mode != HPT_LOSS_SCALE_OFF)
+            return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero 3 does not combine with --loss-scale yet");
+    } else if (p->zero > 0)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d (sharded %s) is not built yet (--zero 3 "
+                        "runs in the offload engine: --offload host|disk): --zero 0 "
                         "replicates the state on every process", p->zero,
                         p->zero == 1 ? "optimizer state" : p->zero == 2 ? "optimizer state and "
                         "gradients" : "optimizer state, gradients and parameters");

@@ -76,16 +76,24 @@ void dist_chunk(size_t n, int rank, int size, size_t *lo, size_t *hi) {
 }
 
 hpt_status dist_reduce_scatter_f32(float *buf, size_t n, const char *what) {
+    int N = g_w.size;
+    if (N == 1) return HPT_OK;
+    size_t lo[64], hi[64];
+    if (N > 64) return hpt_fail(HPT_ERR_UNSUPPORTED, "%s: more than 64 processes", what);
+    for (int q = 0; q < N; q++) dist_chunk(n, q, N, &lo[q], &hi[q]);
+    return dist_reduce_scatter_ranges_f32(buf, lo, hi, what);
+}
+
+hpt_status dist_reduce_scatter_ranges_f32(float *buf, const size_t *lo, const size_t *hi,
+                                          const char *what) {
     int N = g_w.size, r = g_w.rank;
     if (N == 1) return HPT_OK;
-    size_t lo[64], hi[64], plo[64], phi[64];
+    size_t plo[64], phi[64];
     if (N > 64) return hpt_fail(HPT_ERR_UNSUPPORTED, "%s: more than 64 processes", what);
     size_t piece = g_w.piece / (size_t)N, biggest = 0;
     if (!piece) piece = 1;
-    for (int q = 0; q < N; q++) {
-        dist_chunk(n, q, N, &lo[q], &hi[q]);
+    for (int q = 0; q < N; q++)
         if (hi[q] - lo[q] > biggest) biggest = hi[q] - lo[q];
-    }
     float *recv = malloc((piece < biggest ? piece : biggest ? biggest : 1) * (size_t)N * sizeof(float));
     if (!recv) return hpt_fail(HPT_ERR_OOM, "%s: the receive buffer", what);
     hpt_status s = HPT_OK;
@@ -119,6 +127,20 @@ hpt_status dist_allgather_f32(float *buf, size_t n, const char *what) {
     if (N > 64) return hpt_fail(HPT_ERR_UNSUPPORTED, "%s: more than 64 processes", what);
     for (int q = 0; q < N; q++) dist_chunk(n, q, N, &lo[q], &hi[q]);
     return g_w.ops->allgather_slices(g_w.ctx, buf, lo, hi, what);
+}
+
+hpt_status dist_allgather_ranges_f32(float *buf, const size_t *lo, const size_t *hi,
+                                     const char *what) {
+    if (g_w.size == 1) return HPT_OK;
+    return g_w.ops->allgather_slices(g_w.ctx, buf, lo, hi, what);
+}
+
+hpt_status dist_allgather_bytes(const void *send, size_t bytes, void *recv, const char *what) {
+    if (g_w.size == 1) {
+        memcpy(recv, send, bytes);
+        return HPT_OK;
+    }
+    return g_w.ops->allgather_bytes(g_w.ctx, send, bytes, recv, what);
 }
 
 hpt_status dist_allreduce_f32(float *buf, size_t n, const char *what) {

@@ -30,6 +30,19 @@ void eng_free(offload_engine *e);
  * mv_homes as eng_attach_optim's. */
 void eng_bytes(const hpt_offload_opts *o, int L, size_t block_floats, int training, int mv_homes,
                uint64_t out[HPT_TIER_COUNT][HPT_CAT_COUNT]);
+/* eng_bytes with home_floats floats between two blocks in an fp32 home (and its staging). */
+void eng_bytes_homes(const hpt_offload_opts *o, int L, size_t block_floats, size_t home_floats,
+                     int training, int mv_homes, uint64_t out[HPT_TIER_COUNT][HPT_CAT_COUNT]);
+/* ZeRO-3 (o->shards > 1; docs/zero_engine.md): one process's bytes, its homes holding its shard
+ * of each block of n_slices slices of slice_n[i] floats (the largest shard's, so every rank's
+ * figure is the same), plus its bounce buffer. */
+void eng_bytes_sharded(const hpt_offload_opts *o, int L, int n_slices, const size_t *slice_n,
+                       int training, int mv_homes, uint64_t out[HPT_TIER_COUNT][HPT_CAT_COUNT]);
+/* What ZeRO-3 in the engine does not run with (HPT_ERR_UNSUPPORTED, naming it). */
+hpt_status eng_check_sharded(const hpt_offload_opts *o);
+/* ZeRO-3, after the backward (collective): every block's sum of squares from the shards' chunk
+ * sums, the bits of one process's (eng_block_sumsq). Nothing without ZeRO-3. */
+hpt_status eng_z3_norm(offload_engine *e);
 /* HPT_ERR_UNSUPPORTED when an optimizer that keeps its own state (mv_homes 0) meets a disk
  * optimizer home (its state is not streamed; device and host are memory it updates in place). */
 hpt_status eng_check_optim(const hpt_offload_opts *o, int mv_homes);

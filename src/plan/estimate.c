@@ -164,7 +164,14 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
         hpt_tensor_table tab;
         model_describe(c, &tab);
         /* eng_create, eng_attach_optim: one block is its tensors' slices */
-        eng_bytes(&o->offload, c->L, hpt_table_block_numel(&tab), o->training, mv_homes, eb);
+        if (o->offload.shards > 1) { /* ZeRO-3: one process's shard of each block's homes */
+            size_t sn[ENG_MAX_SLICES];
+            for (int s = 0; s < tab.n_slices && s < ENG_MAX_SLICES; s++)
+                sn[s] = hpt_tensor_slice_numel(&tab.t[hpt_table_slice_tensor(&tab, s)], c->L);
+            eng_bytes_sharded(&o->offload, c->L, tab.n_slices, sn, o->training, mv_homes, eb);
+        } else {
+            eng_bytes(&o->offload, c->L, hpt_table_block_numel(&tab), o->training, mv_homes, eb);
+        }
         /* a GPU's fused update on CPU threads: one pinned block of gradients (engine_gpu.c) */
         eng_gpu_bytes(&o->offload, o->device != 0, hpt_table_block_numel(&tab), o->training, eb);
         for (int t = 0; t < HPT_TIER_COUNT; t++)

@@ -36,7 +36,7 @@ hpt_status dp_agree(const hpt_train_opts *o) {
 
 hpt_status dp_check(const hpt_train_opts *o) {
     if (hpt_dist_size() == 1) return HPT_OK;
-    if (o->zero > 0)
+    if (o->zero > 0 && !(o->zero == 3 && hpt_offload_active(&o->offload))) /* 3: dp_engine.c */
         return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d is not built yet (--zero 0 runs)", o->zero);
     if (hpt_offload_active(&o->offload)) HPT_CHECK(dp_engine_check(o)); /* dp_engine.c */
     if (o->sched.kind == HPT_SCHEDULE_HYBRID)

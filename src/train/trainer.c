@@ -207,6 +207,7 @@ static hpt_status setup(hpt_trainer *tr) {
     /* many processes: the same configuration on each (first: a refusal is then every rank's) */
     HPT_CHECK(dp_agree(o));
     HPT_CHECK(dp_check(o));
+    tr->o.offload.shards = dp_engine_shards(o); /* --zero 3 in the engine: 1/N of its homes */
     if (o->B < 1 || o->T < 1 || o->steps < 1)
         return hpt_fail(HPT_ERR_INVALID, "batch (%d), sequence (%d) and steps (%lld) must be >= 1",
                         o->B, o->T, (long long)o->steps);
@@ -380,7 +381,11 @@ static hpt_status save_files(hpt_trainer *tr);
 hpt_status hpt_trainer_save(hpt_trainer *tr) {
     if (!tr->o.save_dir) return hpt_fail(HPT_ERR_INVALID, "no save directory given");
     /* many processes: rank 0 writes (every rank holds the same state); accum is the global one */
-    if (dp_rank() != 0) return dp_saved(HPT_OK);
+    if (dp_rank() != 0) { /* ZeRO-3: the others serve the gathers (dp_engine.c) */
+        hpt_status s = tr->o.offload.shards > 1 ? dp_engine_save_follow(tr, save_files) : HPT_OK;
+        hpt_status c = dp_saved(HPT_OK);
+        return s != HPT_OK ? s : c;
+    }
     return dp_saved(save_files(tr));
 }
 
@@ -635,6 +640,7 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
     }
     model_set_fault(tr->model, -1, 0.0f);
     if (apart) HPT_CHECK(dp_engine_micro(model_engine(tr->model), K, K));
+    HPT_CHECK(dp_engine_after_backward(model_engine(tr->model))); /* ZeRO-3: the norm's parts */
     dp_skip_after(tr->train, K);
     HPT_CHECK(dp_loss_sum(loss_sum, &loss_sum));
     HPT_CHECK(dp_reduce_grads(model_grads(tr->model), model_grads_floats(tr->model)));

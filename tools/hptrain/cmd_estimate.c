@@ -268,9 +268,13 @@ static void print_text(const char *model, const hpt_plan_opts *po, const hpt_est
            (unsigned long long)e->tokens_per_step, x);
 }
 
+#define OPT_PROCS 1101 /* --procs N: the estimate of one of N processes (docs/zero_engine.md) */
+
 int cmd_estimate(int argc, char **argv) {
     static const struct option longopts[] = {
-        CLI_TRAIN_LONGOPTS, CLI_AUTO_LONGOPTS, {"json", 0, 0, 'J'}, {"forward-only", 0, 0, 'F'}, {0, 0, 0, 0}};
+        CLI_TRAIN_LONGOPTS, CLI_AUTO_LONGOPTS, {"json", 0, 0, 'J'}, {"forward-only", 0, 0, 'F'},
+        {"procs", 1, 0, OPT_PROCS}, {0, 0, 0, 0}};
+    long procs = 1;
     const char *model = NULL, *resume = NULL;
     hpt_plan_opts po = hpt_plan_defaults();
     int json = 0, opt_rc = 0, c, auto_plan = 0, lossy = 0, verbose = 0;
@@ -297,6 +301,7 @@ int cmd_estimate(int argc, char **argv) {
         case CLI_OPT_TOKENS: r = cli_parse_long("estimate", "--tokens-per-step", optarg, 1, 1L << 40, &tokens); break;
         case CLI_OPT_VERBOSE: verbose = 1; break;
         case 'F': po.training = 0; break;
+        case OPT_PROCS: r = cli_parse_long("estimate", "--procs", optarg, 1, 64, &procs); break;
         /* every technique choice and the budgets: the plan, parsed as train parses it */
         case CLI_OPT_PLAN: r = cli_plan_flag("estimate", &po.plan, cli_optname(), optarg); break;
         /* accepted for symmetry with train, checked as train checks them, no effect on memory */
@@ -317,6 +322,8 @@ int cmd_estimate(int argc, char **argv) {
     }
     if (optind < argc) return cli_usage_error("estimate", "unexpected argument '%s'", argv[optind]);
     if (!model && !resume) return cli_usage_error("estimate", "--model (or --resume) is required");
+    /* one process's share of N: with --zero 3 the engine's homes hold 1/N of each block */
+    if (procs > 1 && po.plan.zero == 3) po.plan.offload.shards = (int)procs;
     /* validation data and the disk directory are the run's business, not the estimate's */
     hpt_plan_env env = {.training = po.training, .has_val = -1, .need_disk_dir = 0};
     int rc0 = cli_plan_check("estimate", &po.plan, &env);
