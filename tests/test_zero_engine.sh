@@ -14,7 +14,13 @@
 #  3. 8-bit AdamW state and bf16-sr weights in the engine, the same bits as their twins;
 #  4. per-process memory: measured = estimated per tier (device, host, disk);
 #  5. refusals: --accum with many processes and the engine; a one-process apart sum where the
-#     engine has no gradient slot or a 16-bit gradient home.
+#     engine has no gradient slot or a 16-bit gradient home; --zero 3 without the engine or with
+#     8-bit state;
+#  6. stage 3 (--zero 3): each rank's homes hold its shard; np 2 (host, disk, recompute) and np 3
+#     (disk) write the bits of one process with --accum N --zero 0, fused too (as in 2); a
+#     checkpoint gathered at stage 3 resumes at stage 3 and in one process with the uninterrupted
+#     run's bits; memory per process measured = estimated (estimate --zero 3 --procs N), the disk
+#     homes about 1/N of stage 0's; the bytes sent per step are the volume the design implies.
 # Skips (exit 77 as SKIP) where mpirun is not installed or the build has no MPI.
 set -u
 bin=$1
@@ -130,6 +136,70 @@ PY
 check_mem "$tmp/np2d.jsonl" "np 2 --offload disk" --model "$shape" --seq 32 --batch 2 "${disk[@]}"
 check_mem "$tmp/one2h.jsonl" "one process --accum 2 --zero 0 --offload host" --model "$shape" --seq 32 --batch 2 --accum 2 --zero 0 "${host[@]}"
 
+# ---- 6. stage 3 (--zero 3): each rank's homes hold its shard of every block ---------------
+# four blocks, two slots: the backward reloads (and gathers again) two of them
+args4=(--model "gpt2:L=4,C=64,NH=4,V=64,T=32" --data "$tmp/train_000.bin" --seq 32 --lr 3e-3 --warmup 2 --quiet)
+one4() { local n=$1; shift; "$bin" train "${args4[@]}" "$@" --save "$tmp/$n" --log "$tmp/$n.jsonl" 2>"$tmp/$n.err" || { bad "$n"; tail -3 "$tmp/$n.err"; }; }
+np4() { local N=$1 n=$2; shift 2
+    "${mpi[@]}" -np "$N" "$bin" train "${args4[@]}" "$@" --save "$tmp/$n" --log "$tmp/$n.jsonl" 2>"$tmp/$n.err" ||
+        { bad "$n"; tail -3 "$tmp/$n.err"; }
+}
+one4 z1 --steps 4 --batch 2 --accum 2 --zero 0
+np4 2 z3h --steps 4 --batch 2 --zero 3 "${host[@]}"
+np4 2 z3d --steps 4 --batch 2 --zero 3 "${disk[@]}"
+np4 2 z3r --steps 4 --batch 2 --zero 3 "${host[@]}" --recompute full --max-active-layers 3 --prefetch 2
+same_run "$tmp/z1" "$tmp/z3h" "zero 3, np 2, host homes vs accum 2"
+same_run "$tmp/z1" "$tmp/z3d" "zero 3, np 2, disk homes vs accum 2"
+same_run "$tmp/z1" "$tmp/z3r" "zero 3, np 2, recompute, K 3 vs accum 2"
+[ "$(losses "$tmp/z1.jsonl")" = "$(losses "$tmp/z3d.jsonl")" ] || bad "zero 3 disk: losses differ from accum 2's"
+one4 z1n3 --steps 3 --batch 1 --accum 3 --zero 0
+np4 3 z3n3 --steps 3 --batch 1 --zero 3 "${disk[@]}"
+same_run "$tmp/z1n3" "$tmp/z3n3" "zero 3, np 3, disk homes vs accum 3"
+# fused: no clipping against one process; clipped (previous step's norm) against stage 0
+one4 z1c0 --steps 4 --batch 2 --accum 2 --zero 0 --grad-clip 0
+np4 2 z3fh --steps 4 --batch 2 --zero 3 --grad-clip 0 "${host[@]}" --fused-update
+np4 2 z3fd --steps 4 --batch 2 --zero 3 --grad-clip 0 "${disk[@]}" --fused-update
+same_but_norm "$tmp/z1c0" "$tmp/z3fh" "zero 3 fused host (no clipping) vs accum 2"
+same_but_norm "$tmp/z1c0" "$tmp/z3fd" "zero 3 fused disk (no clipping) vs accum 2"
+np4 2 z0fc --steps 4 --batch 2 "${host[@]}" --fused-update
+np4 2 z3fc --steps 4 --batch 2 --zero 3 "${disk[@]}" --fused-update
+same_run "$tmp/z0fc" "$tmp/z3fc" "fused, clipped: zero 3 (disk) vs zero 0 (host)"
+# checkpoints: the collective gather writes one process's files; they resume at stage 3 and in
+# one process
+np4 2 z3s2 --steps 2 --batch 2 --zero 3 "${disk[@]}"
+np4 2 z3res --steps 4 --batch 2 --zero 3 "${host[@]}" --resume "$tmp/z3s2"
+same_run "$tmp/z1" "$tmp/z3res" "zero 3 saved at step 2 (disk), resumed at zero 3 (host)"
+one4 z1res --steps 4 --batch 2 --accum 2 --zero 0 --resume "$tmp/z3s2"
+same_run "$tmp/z1" "$tmp/z1res" "zero 3 saved at step 2, resumed in one process"
+ls /tmp | grep -q "hpt-zero3-rank" && bad "zero 3: a rank's scratch checkpoint was left behind"
+# memory per process: measured = estimated per tier; the homes about 1/N of stage 0's
+np4 2 z0d --steps 2 --batch 2 "${disk[@]}"
+args=("${args4[@]}")
+check_mem "$tmp/z3d.jsonl" "zero 3 np 2 disk" --model "gpt2:L=4,C=64,NH=4,V=64,T=32" --seq 32 --batch 2 "${disk[@]}" --zero 3 --procs 2
+check_mem "$tmp/z3n3.jsonl" "zero 3 np 3 disk" --model "gpt2:L=4,C=64,NH=4,V=64,T=32" --seq 32 --batch 1 "${disk[@]}" --zero 3 --procs 3
+check_mem "$tmp/z3h.jsonl" "zero 3 np 2 host" --model "gpt2:L=4,C=64,NH=4,V=64,T=32" --seq 32 --batch 2 "${host[@]}" --zero 3 --procs 2
+python3 - "$tmp/z0d.jsonl" "$tmp/z3d.jsonl" "$tmp/z3n3.jsonl" <<'PY' || bad "zero 3: the disk homes are not about 1/N of stage 0's"
+import json, sys
+d = [json.loads(open(p).readlines()[-1])["disk_peak_bytes"] for p in sys.argv[1:]]
+print("disk homes per process: stage 0 %d, stage 3 np 2 %d (%.3f), np 3 %d (%.3f)" % (d[0], d[1], d[1] / d[0], d[2], d[2] / d[0]))
+# a shard rounds up to 4096 bytes and to a chunk start: 1/N plus a few percent on this small block
+sys.exit(0 if 0.5 <= d[1] / d[0] < 0.55 and 1 / 3 <= d[2] / d[0] < 0.37 else 1)
+PY
+# bytes sent per step by rank 0 (the layer's count, step 2 to 3: the last step's has the save's):
+# forward gathers of the 4 blocks, backward gathers of the 2 not left in the slots, reduce-scatter
+# of the 4 blocks' gradients, the non-block gradients' all-reduce, the norm's chunk sums
+python3 - "$tmp/z3d.jsonl" <<'PY' || bad "zero 3: bytes sent per step differ from the volume expected"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+got = rows[2]["dist_sent_bytes"] - rows[1]["dist_sent_bytes"]
+N, L, K, C, V, T = 2, 4, 2, 64, 128, 32  # V: padded vocabulary
+bn = 12 * C * C + 13 * C
+nb = V * C + T * C + 2 * C
+want = 4 * (N - 1) / N * ((3 * L - K) * bn + 2 * nb) + L * 12 * 64 * 8 * (N - 1)
+print("zero 3 np 2: sent %d bytes per step, expected %.0f (%.4f)" % (got, want, got / want))
+sys.exit(0 if abs(got / want - 1) < 0.01 else 1)
+PY
+
 # ---- 5. refusals ------------------------------------------------------------------------------
 out=$("${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 1 --accum 2 "${host[@]}" 2>&1) &&
     bad "np 2 --accum 2 with the engine should be refused"
@@ -139,6 +209,12 @@ out=$("$bin" train "${args[@]}" --steps 2 --batch 1 --accum 2 --zero 0 --offload
 echo "$out" | grep -q "grads=host|disk" || bad "apart sum, device gradients: the refusal should name the fix ($out)"
 out=$("$bin" train "${args[@]}" --steps 2 --batch 1 --accum 2 --zero 0 "${host[@]}" --grad-home bf16 2>&1) &&
     bad "an apart sum with a 16-bit gradient home should be refused"
+
+out=$("${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 1 --zero 3 2>&1) &&
+    bad "--zero 3 without the engine should be refused"
+echo "$out" | grep -q "offload" || bad "--zero 3 without the engine: the refusal should name --offload ($out)"
+out=$("${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 1 --zero 3 "${host[@]}" --state-bits 8 2>&1) &&
+    bad "--zero 3 with 8-bit state should be refused"
 
 [ $fail = 0 ] && echo "test_zero_engine: all passed"
 exit $((fail > 0))

@@ -113,7 +113,9 @@ static const char k_help[] =
     "  --threads N          threads (default: all cores)\n"
     "  --zero 0             data parallel (mpirun -np N hptrain train ...): every process holds\n"
     "                       the state, gradients summed in rank order; one process with --accum N\n"
-    "                       and --zero 0 computes the same bits (docs/zero.md; stages 1-3: not yet)\n"
+    "                       and --zero 0 computes the same bits (docs/zero.md); --zero 3 with\n"
+    "                       --offload: each process's homes hold 1/N of every block\n"
+    "                       (docs/zero_engine.md)\n"
     "  --quiet              no progress line\n";
 
 static void fmt_bytes(char *buf, size_t n, uint64_t b) {
@@ -477,6 +479,8 @@ static int train_main(int argc, char **argv) {
                         (unsigned long long)ms.peak_bytes[HPT_TIER_HOST],
                         (unsigned long long)ms.peak_bytes[HPT_TIER_DISK]);
             }
+            if (hpt_dist_size() > 1) /* the layer's count so far (checkpoints' gathers too) */
+                fprintf(log, ",\"dist_sent_bytes\":%llu", (unsigned long long)hpt_dist_bytes_sent());
             fprintf(log, "}\n");
         }
         double elapsed = hpt_now() - t_start;
@@ -525,8 +529,8 @@ static int train_main(int argc, char **argv) {
         if (tok_steps) fprintf(stderr, " | %.0f tok/s", (double)o.accum * hpt_dist_size() * o.B * o.T * (double)tok_steps / (tok_time / 1e3));
         fputc('\n', stderr);
         if (hpt_dist_size() > 1) /* the layer's own count: the gradients' sum, losses, flags */
-            fprintf(stderr, "data parallel: %d processes, --zero 0; sent per step by rank 0: %.2f "
-                    "MiB (%.3f x the parameters' fp32 bytes)\n", hpt_dist_size(),
+            fprintf(stderr, "data parallel: %d processes, --zero %d; sent per step by rank 0: %.2f "
+                    "MiB (%.3f x the parameters' fp32 bytes)\n", hpt_dist_size(), o.zero > 0 ? o.zero : 0,
                     (double)hpt_dist_bytes_sent() / (double)(p.step - hpt_trainer_start_step(tr)) / 1048576.0,
                     (double)hpt_dist_bytes_sent() / (double)(p.step - hpt_trainer_start_step(tr)) /
                     (4.0 * (double)hpt_model_num_params(hpt_trainer_model(tr))));
