@@ -33,6 +33,8 @@ static const char k_help[] =
     "  --host-memory SIZE   host-tier budget: says whether the host tier's peak fits\n"
     "  --disk-memory SIZE   disk-tier budget: says whether the disk tier's peak fits\n"
     "  --forward-only       forward passes only (evaluation): no optimizer state\n"
+    "  --procs N            one process's bytes of N (with --zero 3 and --offload: its homes\n"
+    "                       hold 1/N of each block; docs/zero_engine.md)\n"
     CLI_HELP_OFFLOAD
     CLI_HELP_AUTO
     "  --optimizer K        adamw (default), lion, adam-mini or sgd (docs/optimizers.md; Lion\n"
