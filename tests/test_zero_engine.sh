@@ -155,6 +155,9 @@ same_run "$tmp/z1" "$tmp/z3r" "zero 3, np 2, recompute, K 3 vs accum 2"
 one4 z1n3 --steps 3 --batch 1 --accum 3 --zero 0
 np4 3 z3n3 --steps 3 --batch 1 --zero 3 "${disk[@]}"
 same_run "$tmp/z1n3" "$tmp/z3n3" "zero 3, np 3, disk homes vs accum 3"
+HPT_DIST_PIECE=999 "${mpi[@]}" -x HPT_DIST_PIECE -np 3 "$bin" train "${args4[@]}" --steps 3 --batch 1 --zero 3 "${host[@]}" \
+    --save "$tmp/z3n3p" 2>"$tmp/z3n3p.err" || { bad "zero 3 np 3 small rounds"; tail -3 "$tmp/z3n3p.err"; }
+same_run "$tmp/z1n3" "$tmp/z3n3p" "zero 3, np 3, the reduce-scatter in rounds of 333 floats vs accum 3"
 # fused: no clipping against one process; clipped (previous step's norm) against stage 0
 one4 z1c0 --steps 4 --batch 2 --accum 2 --zero 0 --grad-clip 0
 np4 2 z3fh --steps 4 --batch 2 --zero 3 --grad-clip 0 "${host[@]}" --fused-update
