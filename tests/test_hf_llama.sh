@@ -12,13 +12,8 @@ py=/usr/bin/python3
 if ! "$py" -c "import torch" 2>/dev/null; then echo "python3-torch is not installed: skipped"; exit 77; fi
 if ! "$bin" eval --help >/dev/null 2>&1; then echo "no eval command: skipped"; exit 77; fi
 here=$(cd "$(dirname "$0")" && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
+. "$(dirname "$0")/lib.sh" # $tmp, ok, bad, expect_error, finish
 skipped=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 evloss() { "$bin" eval --quiet --model "$1" --data "$2" --batch "$3" --seq "$4" --batches 1 2>"$tmp/err" | awk '/^loss/ {print $2}'; }
 close() { "$py" -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(abs(a - b) > $3 * abs(b))" "$1" "$2"; }
 
@@ -82,6 +77,5 @@ PY
   "$bin" convert "$tmp/odd/hf" "$tmp/x.bin" 2>"$tmp/err"
   [ $? -eq 1 ] && grep -q "GPT-2 only" "$tmp/err" && ok || bad "convert llama to llm.c: $(cat "$tmp/err")"
 fi
-echo "test_hf_llama: $pass passed, $fail failed"
-[ $fail -eq 0 ] || exit 1
+finish test_hf_llama || exit 1
 [ $skipped -eq 0 ] || exit 77

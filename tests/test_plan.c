@@ -352,9 +352,27 @@ static void test_round_trip(void) {
             CHECK_OK(hpt_plan_set(&q, name, val));
         }
         CHECK_MSG(plans_equal(&p, &q), "plan %d: %s", iter, text);
+        hpt_plan r = P(); /* the library's reader agrees with the one above */
+        char words[4096];
+        snprintf(words, sizeof words, "%s", text);
+        CHECK_OK(hpt_plan_parse_flags(&r, words));
+        CHECK_MSG(plans_equal(&p, &r), "plan %d (hpt_plan_parse_flags): %s", iter, text);
         n_diff += !plans_equal(&p, &d);
     }
     CHECK(n_diff > 1900); /* the generator really makes plans other than the default */
+    /* what the reader refuses, naming the word */
+    static const char *const bad[] = {"--no-such-option", "recompute selective", "--recompute",
+                                      "--fused-update --accum", "--recompute sometimes"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        hpt_plan r = P();
+        char words[64];
+        snprintf(words, sizeof words, "%s", bad[i]);
+        CHECK_MSG(hpt_plan_parse_flags(&r, words) == HPT_ERR_INVALID, "%s", bad[i]);
+    }
+    hpt_plan r = P();
+    char blank[] = "  ";
+    CHECK_OK(hpt_plan_parse_flags(&r, blank));
+    CHECK(plans_equal(&r, &d));
 }
 
 /* ---- budgets per tier ---------------------------------------------------------------------- */

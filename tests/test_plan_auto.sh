@@ -6,12 +6,7 @@
 # proposes whole plans.
 set -u
 bin=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+. "$(dirname "$0")/lib.sh" # $tmp, ok, bad, expect_error, finish
 export HPT_CALIBRATION=$tmp/cal.json
 cp "$(dirname "$0")/calibration_fake.json" "$HPT_CALIBRATION" # made-up rates: nothing is timed
 python3 - "$tmp" <<'PY'
@@ -57,5 +52,4 @@ python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= float(sys.argv[2]) e
 # the doctor: a refused budget proposes whole plans with predicted times
 "$bin" train --model "$shape" --data "$tmp/train_*.bin" --batch 4 --seq 32 --steps 1 --memory 3500KB >/dev/null 2>"$tmp/f.err"
 grep -q "whole plans that fit" "$tmp/f.err" && grep -qE "[0-9.]+ s/step: --batch" "$tmp/f.err" && ok || bad "no whole plans proposed: $(cat "$tmp/f.err")"
-echo "test_plan_auto.sh: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish test_plan_auto.sh

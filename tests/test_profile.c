@@ -199,6 +199,8 @@ static void check_same_trace(const hpt_trace *tr, const hpt_trace_meta *m, const
               r->T == m->T && r->has_val == m->has_val && r->threads == m->threads &&
               r->steps == m->steps && r->rss_baseline_bytes == m->rss_baseline_bytes &&
               r->rss_peak_bytes == m->rss_peak_bytes, "%s: metadata differs", what);
+    CHECK_MSG(r->has_plan == m->has_plan && !strcmp(r->plan, m->plan), "%s: the plan differs: '%s'",
+              what, r->plan);
     /* the whole model configuration (every field 4 bytes: no padding; floats written with 9
      * significant digits read back to the same float) */
     CHECK_MSG(memcmp(&r->cfg, &m->cfg, sizeof r->cfg) == 0, "%s: the model configuration differs", what);
@@ -390,6 +392,14 @@ int main(void) {
         hpt_trace_meta lm = meta;
         CHECK_OK(hpt_model_config_parse("llama3.2-1b", &lm.cfg));
         lm.cfg.rope_theta = 123456.7f; /* not a round number */
+        /* and the run's plan, which profile's estimates start from */
+        hpt_plan lp = hpt_plan_default_choices();
+        CHECK_OK(hpt_plan_set(&lp, "recompute", "selective"));
+        CHECK_OK(hpt_plan_set(&lp, "state-bits", "8"));
+        CHECK_OK(hpt_plan_set(&lp, "memory", "40MiB"));
+        CHECK_OK(hpt_plan_print(&lp, lm.plan, sizeof lm.plan));
+        lm.has_plan = 1;
+        CHECK(meta.has_plan == 0 && strstr(lm.plan, "--state-bits 8"));
         char lj[600], lc[600];
         snprintf(lj, sizeof lj, "%s/llama.json", t_tmpdir());
         snprintf(lc, sizeof lc, "%s/llama.csv", t_tmpdir());
@@ -402,6 +412,15 @@ int main(void) {
         if (b) check_same_trace(b, &lm, ev, n, "llama csv", 0.0);
         CHECK(a && a->meta.cfg.arch == HPT_ARCH_LLAMA && a->meta.cfg.NKV == 8 && a->meta.cfg.FF == 8192 &&
               a->meta.cfg.rope_factor == 32.0f && a->meta.cfg.rope_theta == 123456.7f);
+        for (int k = 0; k < 2; k++) { /* the plan read back is the plan written */
+            const hpt_trace *x = k ? b : a;
+            hpt_plan rp = hpt_plan_default_choices();
+            char words[sizeof lm.plan];
+            snprintf(words, sizeof words, "%s", x ? x->meta.plan : "");
+            CHECK(x && hpt_plan_parse_flags(&rp, words) == HPT_OK &&
+                  rp.act.recompute == HPT_RECOMPUTE_SELECTIVE && rp.adamw.state_bits == 8 &&
+                  rp.budget_bytes[HPT_TIER_DEVICE] == 40ull << 20);
+        }
         hpt_trace_free(a);
         hpt_trace_free(b);
     }

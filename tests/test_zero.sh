@@ -10,9 +10,15 @@
 #     difference of a near-zero gradient into up to lr per step, so the bound is loose by nature).
 #  2. checkpoints: a run of 2 processes stopped at step 3 resumes in 1 process (--accum 2), and
 #     a run of 1 process resumes in 2, both ending with the uninterrupted run's bits;
-#  3. bad input: processes started with different configurations refuse to start, naming the
+#  3. ZeRO stages 1 and 2: N = 2, 3 processes at --zero 1|2 write one process's model.bin (--accum
+#     N --zero 0) and shards whose concatenation is that process's state.bin, with fp32 and 8-bit
+#     AdamW (with recomputation), Adam-mini and 8-bit Lion; sharded checkpoints re-cut 3 -> 1,
+#     1 -> 2 (stage 0 -> 2) and 2 -> 3 with the uninterrupted run's bits; a damaged shard is
+#     named; every rank's measured device bytes = the estimate for its rank; --zero 3 and
+#     --zero 1 with the offload engine are refused by name;
+#  4. bad input: processes started with different configurations refuse to start, naming the
 #     option and both values; a resume with another global batch is refused;
-#  4. faults: a rank killed (SIGKILL) mid-run makes mpirun end the others within 60 s with a
+#  5. faults: a rank killed (SIGKILL) mid-run makes mpirun end the others within 60 s with a
 #     non-zero status, and the last checkpoint loads and finishes in one process; a rank that
 #     hangs (SIGSTOP) makes the others fail with the layer's timeout error (HPT_DIST_TIMEOUT_S).
 # The sanitizer binary (when given) runs case 1 once, with LeakSanitizer off: Open MPI's own
@@ -117,7 +123,94 @@ out=$("${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 6 --batch 2 --accum 2 
     bad "a resume with another global batch (2 x 2 x 2) should be refused"
 grep -q "micro-batches per step" <<<"$out" || bad "global-batch refusal: $out"
 
-# ---- 3. different configurations ---------------------------------------------------------
+# ---- 3. ZeRO stages 1 and 2 (sharded optimizer state; stage 2 also the summed gradients) ----
+# shards_are DIR STATE WHAT: the shards' weights and state buffers, concatenated in rank order,
+# are STATE's (a stage-0 state.bin) byte for byte (each shard holds a contiguous run of units, so
+# concatenation is the whole layout), and the manifest's header fields are STATE's.
+shards_are() {
+    python3 - "$1" "$2" <<'PY' || bad "$3: the shards are not the one-process state"
+import struct, sys, os
+d, state = sys.argv[1], open(sys.argv[2], "rb").read()
+man = open(d + "/zero.manifest").read().split("\n")
+fields = [int(x) for x in next(l for l in man if l.startswith("fields")).split()[1:]]
+shards = [l.split() for l in man if l.startswith("shard ")]
+params, bufs = b"", [b""] * 6
+for sh in shards:
+    f = open(os.path.join(d, sh[2]), "rb").read()
+    assert f[:8] == b"HPTZERO1"
+    h = struct.unpack("<8q", f[8:72]); nb = struct.unpack("<6Q", f[72:120])
+    o = 120 + (h[5] - h[4]) * 4
+    params += f[120:o]
+    for i in range(6):
+        bufs[i] += f[o:o + nb[i]]; o += nb[i]
+body = params + b"".join(bufs)
+ok = list(struct.unpack("<32q", state[16:272])) == fields and state[272:272 + len(body)] == body
+print("%s: %d shards, %d bytes of weights and state: %s" % (sys.argv[2], len(shards), len(body), "same" if ok else "DIFFERENT"))
+sys.exit(0 if ok else 1)
+PY
+}
+# the same bits at N = 2 and 3, stages 1 and 2, fp32 and 8-bit AdamW with recomputation
+"${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 6 --batch 2 --zero 1 --save "$tmp/z1n2" --log "$tmp/z1n2.jsonl" 2>/dev/null || bad "np 2 --zero 1"
+cmp -s "$tmp/one2/model.bin" "$tmp/z1n2/model.bin" || bad "np 2 --zero 1: model.bin differs from accum 2's"
+[ "$(losses "$tmp/one2.jsonl")" = "$(losses "$tmp/z1n2.jsonl")" ] || bad "np 2 --zero 1: losses differ"
+shards_are "$tmp/z1n2" "$tmp/one2/state.bin" "np 2 --zero 1"
+[ -f "$tmp/z1n2/state.bin" ] && bad "np 2 --zero 1 wrote a state.bin beside its shards"
+"${mpi[@]}" -np 3 "$bin" train "${args[@]}" --steps 4 --batch 1 --zero 2 --save "$tmp/z2n3" 2>/dev/null || bad "np 3 --zero 2"
+cmp -s "$tmp/one3/model.bin" "$tmp/z2n3/model.bin" || bad "np 3 --zero 2: model.bin differs from accum 3's"
+shards_are "$tmp/z2n3" "$tmp/one3/state.bin" "np 3 --zero 2"
+"${mpi[@]}" -np 2 "$bin" train "${args[@]}" "${tech[@]}" --steps 4 --batch 2 --zero 2 --save "$tmp/z2n2q" 2>/dev/null || bad "np 2 --zero 2, 8-bit"
+cmp -s "$tmp/one8/model.bin" "$tmp/z2n2q/model.bin" || bad "np 2 --zero 2 8-bit: model.bin differs"
+shards_are "$tmp/z2n2q" "$tmp/one8/state.bin" "np 2 --zero 2 with --state-bits 8 --recompute full"
+"$bin" train "${args[@]}" "${tech[@]}" --steps 4 --batch 1 --accum 3 --zero 0 --save "$tmp/one8n3" 2>/dev/null || bad "one process, accum 3, 8-bit"
+"${mpi[@]}" -np 3 "$bin" train "${args[@]}" "${tech[@]}" --steps 4 --batch 1 --zero 1 --save "$tmp/z1n3q" 2>/dev/null || bad "np 3 --zero 1, 8-bit"
+shards_are "$tmp/z1n3q" "$tmp/one8n3/state.bin" "np 3 --zero 1 with --state-bits 8 --recompute full"
+for o in "--optimizer adam-mini" "--optimizer lion --state-bits 8"; do
+    "$bin" train "${args[@]}" $o --steps 3 --batch 1 --accum 3 --zero 0 --save "$tmp/oo" 2>/dev/null || bad "one process $o"
+    "${mpi[@]}" -np 3 "$bin" train "${args[@]}" $o --steps 3 --batch 1 --zero 2 --save "$tmp/zo" 2>/dev/null || bad "np 3 --zero 2 $o"
+    shards_are "$tmp/zo" "$tmp/oo/state.bin" "np 3 --zero 2 $o"
+    rm -rf "$tmp/oo" "$tmp/zo"
+done
+# checkpoints re-cut: 3 -> 1 (stage 2 -> 0), 1 -> 2 (stage 0 -> 2), 2 -> 3 (stage 1, against the
+# same run at stage 0)
+"${mpi[@]}" -np 3 "$bin" train "${args[@]}" --steps 4 --batch 1 --zero 2 --save "$tmp/q31" --stop-at 2 2>/dev/null
+[ -f "$tmp/q31/zero.manifest" ] || bad "np 3 --zero 2 --stop-at 2 wrote no manifest"
+mkdir -p "$tmp/q31b" && cp "$tmp/q31"/zero* "$tmp/q31b/" # (damaged below)
+"$bin" train "${args[@]}" --steps 4 --batch 1 --accum 3 --zero 0 --resume "$tmp/q31" --save "$tmp/q31" 2>/dev/null ||
+    bad "a 3-process sharded checkpoint resumed in 1 process"
+same_run "$tmp/one3" "$tmp/q31" "3 processes (--zero 2) to step 2, then 1"
+"$bin" train "${args[@]}" --steps 6 --batch 2 --accum 2 --zero 0 --save "$tmp/q12" --stop-at 3 2>/dev/null
+"${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 6 --batch 2 --zero 2 --resume "$tmp/q12" --save "$tmp/q12" 2>/dev/null ||
+    bad "a 1-process checkpoint resumed in 2 processes at --zero 2"
+cmp -s "$tmp/one2/model.bin" "$tmp/q12/model.bin" || bad "1 process to step 3, then 2 at --zero 2: model.bin differs"
+shards_are "$tmp/q12" "$tmp/one2/state.bin" "1 process to step 3, then 2 at --zero 2"
+for z in 0 1; do
+    "${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 6 --batch 1 --accum 3 --zero $z --save "$tmp/q23z$z" --stop-at 3 2>/dev/null
+    "${mpi[@]}" -np 3 "$bin" train "${args[@]}" --steps 6 --batch 1 --accum 2 --zero $z --resume "$tmp/q23z$z" --save "$tmp/q23z$z" 2>/dev/null ||
+        bad "a 2-process checkpoint (--zero $z) resumed in 3 processes"
+done
+cmp -s "$tmp/q23z0/model.bin" "$tmp/q23z1/model.bin" || bad "2 -> 3 processes: --zero 1's model.bin differs from --zero 0's"
+shards_are "$tmp/q23z1" "$tmp/q23z0/state.bin" "2 -> 3 processes at --zero 1"
+# a shard damaged: the resume names it
+[ -f "$tmp/q31/zero.manifest" ] && bad "a stage-0 save should remove the older manifest"
+printf 'x' | dd of="$tmp/q31b/zero-2-1of3.bin" bs=1 seek=200 conv=notrunc 2>/dev/null
+out=$("$bin" train "${args[@]}" --steps 4 --batch 1 --accum 3 --zero 0 --resume "$tmp/q31b" 2>&1) && bad "a damaged shard should be refused"
+grep -q "zero-2-1of3.bin: checksum mismatch" <<<"$out" || bad "damaged shard: $out"
+# per-process memory: every rank's accounted device peak = the estimate for that rank
+for z in 1 2; do for a in 1 2; do
+    "${mpi[@]}" -np 3 "$bin" train "${args[@]}" --steps 2 --batch 2 --accum $a --zero $z --log "$tmp/zm.%r.jsonl" 2>/dev/null || bad "np 3 --zero $z accum $a"
+    est=$("$bin" estimate --model "gpt2:L=2,C=64,NH=4,V=64,T=32" --seq 32 --batch 2 --accum $a --zero $z --procs 3 --json |
+          python3 -c "import json,sys; print(' '.join(map(str, json.load(sys.stdin)['per_process_peak_bytes'])))")
+    got=$(for r in 0 1 2; do tail -1 "$tmp/zm.$r.jsonl" | python3 -c "import json,sys; print(json.load(sys.stdin)['mem_peak_bytes'])"; done | xargs)
+    echo "np 3 --zero $z accum $a: device bytes per process measured $got, estimated $est"
+    [ "$est" = "$got" ] || bad "np 3 --zero $z accum $a: measured $got, estimated $est"
+done; done
+# refusals
+out=$("${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 2 --zero 3 2>&1) && bad "--zero 3 should be refused"
+grep -q -- "--zero 3 (sharded optimizer state, gradients and parameters) is not built yet" <<<"$out" || bad "--zero 3 refusal: $out"
+out=$("${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 2 --zero 1 --offload host 2>&1) && bad "--zero 1 --offload should be refused"
+grep -q -- "--zero 1 shards the in-memory optimizer: not with --offload" <<<"$out" || bad "--zero 1 --offload refusal: $out"
+
+# ---- 4. different configurations ---------------------------------------------------------
 cat >"$tmp/differ.sh" <<EOF
 #!/bin/bash
 if [ "\$OMPI_COMM_WORLD_RANK" = 1 ]; then exec "$bin" train "\$@" --lr 2e-3; fi
@@ -130,7 +223,7 @@ grep -q -- "different configurations: --lr is 0.00200000009 on rank 1 but 0.0030
     bad "the refusal should name --lr and both values: $out"
 [ $(($(date +%s) - t0)) -lt 60 ] || bad "the refusal took over 60 s"
 
-# ---- 4. faults ----------------------------------------------------------------------------
+# ---- 5. faults ----------------------------------------------------------------------------
 cat >"$tmp/pid.sh" <<EOF
 #!/bin/bash
 echo \$\$ >"$tmp/pid.\$OMPI_COMM_WORLD_RANK"

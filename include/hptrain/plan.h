@@ -115,6 +115,13 @@ hpt_status hpt_plan_check(const hpt_plan *p, const hpt_plan_env *env);
  * "--recompute selective --fused-update", "" for the default plan; hpt_plan_set of each gives
  * p back (given aside). HPT_ERR_INVALID if n is too small (buf then holds a cut text). */
 hpt_status hpt_plan_print(const hpt_plan *p, char *buf, size_t n);
+/* The other way: applies flags as hpt_plan_print writes them ("--recompute selective
+ * --fused-update"; words separated by spaces, each option --NAME followed by its value when it
+ * takes one) to p with hpt_plan_set, in order. flags is cut into words in place (a NUL after
+ * each): the plan borrows --offload-dir's value from it, so it must outlive p's use.
+ * HPT_ERR_INVALID naming the word that is not an option or the option without its value;
+ * hpt_plan_set's errors otherwise. */
+hpt_status hpt_plan_parse_flags(hpt_plan *p, char *flags);
 
 /* Whether the plan's device can run here: HPT_OK for the CPU; for CUDA (device 1 + N),
  * HPT_ERR_UNSUPPORTED with a one-line reason when the build has no CUDA backend or there is no
@@ -155,6 +162,9 @@ typedef struct {
     int has_val;         /* a validation loader is open (its data buffers count) */
     int no_data;         /* 1: no data loader at all (generation from a prompt); 0: the training
                           * data loader's buffers count, in forward-only runs too (evaluation) */
+    int procs, rank;     /* data parallel (docs/zero.md): the process count (0 is read as 1) and
+                          * which process's bytes (0 to procs - 1): with --zero 1 or 2 each holds
+                          * its run of the optimizer's units, so the figures differ by rank */
     /* every technique choice; also by the members' own names (o.act is o.plan.act). Read here:
      * act (the activation arena); adamw's optimizer, state_bits (32, or 0, or 8) and
      * state32_embeddings (training only); accum (tokens and FLOPs per step follow it, memory

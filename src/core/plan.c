@@ -311,7 +311,7 @@ hpt_status hpt_plan_check(const hpt_plan *p, const hpt_plan_env *env) {
         if (any_home_on(of, HPT_TIER_DISK))
             return hpt_fail(HPT_ERR_INVALID, "--offload to disk needs --offload-dir DIR");
     }
-    /* data parallel: the replicated stage only so far (docs/zero.md) */
+    /* data parallel: stages 0-2 (docs/zero.md) */
     if (p->zero < -1 || p->zero > 3) return hpt_fail(HPT_ERR_INVALID, "--zero %d: expected 0 to 3", p->zero);
     if (p->zero == 3 && hpt_offload_active(&p->offload)) { /* in the engine's homes */
         if (p->adamw.optimizer != HPT_OPTIM_ADAMW || p->adamw.state_bits == 8)
@@ -322,12 +322,15 @@ hpt_status hpt_plan_check(const hpt_plan *p, const hpt_plan_env *env) {
                             "or --grad-home fp16|bf16 yet)");
         if (p->loss_scale.mode != HPT_LOSS_SCALE_OFF)
             return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero 3 does not combine with --loss-scale yet");
-    } else if (p->zero > 0)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d (sharded %s) is not built yet (--zero 3 "
-                        "runs in the offload engine: --offload host|disk): --zero 0 "
-                        "replicates the state on every process", p->zero,
-                        p->zero == 1 ? "optimizer state" : p->zero == 2 ? "optimizer state and "
-                        "gradients" : "optimizer state, gradients and parameters");
+    } else if (p->zero > 2) {
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero 3 (sharded optimizer state, gradients and "
+                        "parameters) is not built yet in memory: it runs in the offload engine's "
+                        "homes (add --offload host|disk; docs/zero_engine.md); --zero 1 and 2 shard "
+                        "the in-memory optimizer state and the gradients");
+    }
+    if (p->zero > 0 && p->zero < 3 && (hpt_offload_active(&p->offload) || p->offload.fused))
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d shards the in-memory optimizer: not with "
+                        "--offload or --fused-update yet (--zero 0 and 3 run with the engine)", p->zero);
     /* the engine's exact mode sums them apart in its fp32 gradient homes, through a slot
      * (engine_dist.c; --fused-update with --accum is refused below) */
     if (p->zero >= 0 && p->accum > 1 && hpt_offload_active(&p->offload) && !p->offload.fused &&
@@ -501,6 +504,32 @@ hpt_status hpt_plan_print(const hpt_plan *p, char *buf, size_t n) {
     if (p->device) emit(&o, O_DEVICE, "cuda:%d", p->device - 1);
     if (p->zero != d.zero) emit(&o, O_ZERO, "%d", p->zero);
     if (o.cut) return hpt_fail(HPT_ERR_INVALID, "the plan's flags need more than %zu bytes", n);
+    return HPT_OK;
+}
+
+/* The next space-separated word of *s, NUL-terminated in place; NULL at the end. */
+static char *next_word(char **s) {
+    char *w = *s + strspn(*s, " ");
+    if (!*w) return NULL;
+    char *e = w + strcspn(w, " ");
+    *s = *e ? e + 1 : e;
+    *e = '\0';
+    return w;
+}
+
+hpt_status hpt_plan_parse_flags(hpt_plan *p, char *flags) {
+    char empty[1] = "", *s = flags ? flags : empty, *word;
+    while ((word = next_word(&s))) {
+        if (strncmp(word, "--", 2) != 0)
+            return hpt_fail(HPT_ERR_INVALID, "'%.64s' in the plan's flags is not an option", word);
+        int opt = 0, takes = 0;
+        const char *name;
+        while ((name = hpt_plan_option_name(opt, &takes)) && strcmp(name, word + 2)) opt++;
+        if (!name) return hpt_fail(HPT_ERR_INVALID, "%.64s in the plan's flags is not an option", word);
+        char *v = takes ? next_word(&s) : NULL;
+        if (takes && !v) return hpt_fail(HPT_ERR_INVALID, "%s in the plan's flags has no value", word);
+        HPT_CHECK(hpt_plan_set(p, name, v));
+    }
     return HPT_OK;
 }
 

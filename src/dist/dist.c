@@ -75,17 +75,8 @@ void dist_chunk(size_t n, int rank, int size, size_t *lo, size_t *hi) {
     *hi = (size_t)((uint64_t)n * (uint64_t)(rank + 1) / (uint64_t)size);
 }
 
-hpt_status dist_reduce_scatter_f32(float *buf, size_t n, const char *what) {
-    int N = g_w.size;
-    if (N == 1) return HPT_OK;
-    size_t lo[64], hi[64];
-    if (N > 64) return hpt_fail(HPT_ERR_UNSUPPORTED, "%s: more than 64 processes", what);
-    for (int q = 0; q < N; q++) dist_chunk(n, q, N, &lo[q], &hi[q]);
-    return dist_reduce_scatter_ranges_f32(buf, lo, hi, what);
-}
-
-hpt_status dist_reduce_scatter_ranges_f32(float *buf, const size_t *lo, const size_t *hi,
-                                          const char *what) {
+hpt_status dist_reduce_scatter_ranges(float *buf, const size_t *lo, const size_t *hi,
+                                      const char *what) {
     int N = g_w.size, r = g_w.rank;
     if (N == 1) return HPT_OK;
     size_t plo[64], phi[64];
@@ -120,22 +111,30 @@ hpt_status dist_reduce_scatter_ranges_f32(float *buf, const size_t *lo, const si
     return s;
 }
 
+hpt_status dist_allgather_ranges(float *buf, const size_t *lo, const size_t *hi, const char *what) {
+    if (g_w.size == 1) return HPT_OK;
+    return g_w.ops->allgather_slices(g_w.ctx, buf, lo, hi, what);
+}
+
+hpt_status dist_reduce_scatter_f32(float *buf, size_t n, const char *what) {
+    int N = g_w.size;
+    if (N == 1) return HPT_OK;
+    size_t lo[64], hi[64];
+    if (N > 64) return hpt_fail(HPT_ERR_UNSUPPORTED, "%s: more than 64 processes", what);
+    for (int q = 0; q < N; q++) dist_chunk(n, q, N, &lo[q], &hi[q]);
+    return dist_reduce_scatter_ranges(buf, lo, hi, what);
+}
+
 hpt_status dist_allgather_f32(float *buf, size_t n, const char *what) {
     int N = g_w.size;
     if (N == 1) return HPT_OK;
     size_t lo[64], hi[64];
     if (N > 64) return hpt_fail(HPT_ERR_UNSUPPORTED, "%s: more than 64 processes", what);
     for (int q = 0; q < N; q++) dist_chunk(n, q, N, &lo[q], &hi[q]);
-    return g_w.ops->allgather_slices(g_w.ctx, buf, lo, hi, what);
+    return dist_allgather_ranges(buf, lo, hi, what);
 }
 
-hpt_status dist_allgather_ranges_f32(float *buf, const size_t *lo, const size_t *hi,
-                                     const char *what) {
-    if (g_w.size == 1) return HPT_OK;
-    return g_w.ops->allgather_slices(g_w.ctx, buf, lo, hi, what);
-}
-
-hpt_status dist_allgather_bytes(const void *send, size_t bytes, void *recv, const char *what) {
+hpt_status dist_allgather_raw(const void *send, size_t bytes, void *recv, const char *what) {
     if (g_w.size == 1) {
         memcpy(recv, send, bytes);
         return HPT_OK;

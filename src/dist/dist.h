@@ -35,15 +35,13 @@ void dist_chunk(size_t n, int rank, int size, size_t *lo, size_t *hi);
 /* buf (n floats) summed over the ranks in rank order; on return rank r's chunk (dist_chunk)
  * of buf holds the sum (the rest of buf is unchanged). */
 hpt_status dist_reduce_scatter_f32(float *buf, size_t n, const char *what);
-/* The same with the chunks given: rank q owns [lo[q], hi[q]) (N each, the same on every rank;
- * ascending, disjoint); on return this rank's chunk holds the rank-order sum. */
-hpt_status dist_reduce_scatter_ranges_f32(float *buf, const size_t *lo, const size_t *hi,
-                                          const char *what);
-/* Every rank's chunk [lo[q], hi[q]) of buf from rank q, in place. */
-hpt_status dist_allgather_ranges_f32(float *buf, const size_t *lo, const size_t *hi,
-                                     const char *what);
-/* recv (N * bytes) = every rank's send (bytes), in rank order. */
-hpt_status dist_allgather_bytes(const void *send, size_t bytes, void *recv, const char *what);
+/* The same with chunks of the caller's: rank q's is [lo[q], hi[q]) (N each, the same on every
+ * rank, ascending, disjoint; empty ones allowed), e.g. ZeRO's runs of optimizer slices. */
+hpt_status dist_reduce_scatter_ranges(float *buf, const size_t *lo, const size_t *hi,
+                                      const char *what);
+hpt_status dist_allgather_ranges(float *buf, const size_t *lo, const size_t *hi, const char *what);
+/* recv (N * bytes) = every rank's send (bytes), in rank order (one process: a copy). */
+hpt_status dist_allgather_raw(const void *send, size_t bytes, void *recv, const char *what);
 /* Every rank's chunk of buf from its owner. */
 hpt_status dist_allgather_f32(float *buf, size_t n, const char *what);
 /* reduce_scatter then allgather: every rank's buf is the rank-order sum, the same bits. */

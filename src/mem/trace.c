@@ -122,6 +122,10 @@ hpt_status hpt_trace_write_json(const char *path, const hpt_trace_meta *m,
             (long long)m->steps, (unsigned long long)m->rss_baseline_bytes,
             (unsigned long long)m->rss_peak_bytes);
     json_tiers(f, "accounted_peak_bytes", m->accounted_peak_bytes);
+    if (m->has_plan) {
+        fputs(",\"plan\":", f);
+        json_str(f, m->plan);
+    }
     fprintf(f, "},\"n_events\":%zu,\"events\":[\n", n);
     for (size_t i = 0; i < n; i++) {
         const hpt_mem_event *e = &ev[i];
@@ -170,6 +174,11 @@ hpt_status hpt_trace_write_csv(const char *path, const hpt_trace_meta *m,
     for (int t = 0; t < HPT_TIER_COUNT; t++)
         fprintf(f, "# accounted_peak_bytes.%s=%llu\n", hpt_tier_name((hpt_tier)t),
                 (unsigned long long)m->accounted_peak_bytes[t]);
+    if (m->has_plan) { /* to the end of its line: flags hold no newline */
+        fputs("# plan=", f);
+        for (const char *c = m->plan; *c; c++) fputc(*c == '\n' || *c == '\r' ? ' ' : *c, f);
+        fputc('\n', f);
+    }
     fprintf(f, "# n_events=%zu\n%s\n", n, k_csv_header);
     for (size_t i = 0; i < n; i++) {
         const hpt_mem_event *e = &ev[i];
@@ -414,6 +423,14 @@ static hpt_status read_json_header(reader *r, const cJSON *root) {
     if (j_i64(meta, "steps", &m->steps)) m->steps = 0;
     if (j_u64(meta, "rss_baseline_bytes", &m->rss_baseline_bytes)) m->rss_baseline_bytes = 0;
     if (j_u64(meta, "rss_peak_bytes", &m->rss_peak_bytes)) m->rss_peak_bytes = 0;
+    const cJSON *plan = cJSON_GetObjectItemCaseSensitive(meta, "plan");
+    if (cJSON_IsString(plan)) {
+        if (strlen(plan->valuestring) >= sizeof m->plan)
+            return hpt_fail(HPT_ERR_FORMAT, "%s: the plan's flags are longer than %zu bytes", r->path,
+                            sizeof m->plan - 1);
+        snprintf(m->plan, sizeof m->plan, "%s", plan->valuestring);
+        m->has_plan = 1;
+    }
     return HPT_OK;
 }
 
@@ -589,6 +606,12 @@ static void csv_meta(hpt_trace_meta *m, const char *key, size_t klen, const char
     int64_t i = 0;
     int okU = parse_u64(val, vlen, &u) == 0, okI = parse_i64(val, vlen, &i) == 0;
 #define KEY(k) (klen == sizeof(k) - 1 && memcmp(key, k, klen) == 0)
+    if (KEY("plan")) { /* read_csv refused a longer one */
+        memcpy(m->plan, val, vlen);
+        m->plan[vlen] = '\0';
+        m->has_plan = 1;
+        return;
+    }
     for (int t = 0; t < HPT_TIER_COUNT; t++) {
         char k1[64], k2[64];
         snprintf(k1, sizeof k1, "budget_bytes.%s", hpt_tier_name((hpt_tier)t));
@@ -664,6 +687,11 @@ static hpt_status read_csv(reader *r, const char *buf, size_t len) {
                     break;
                 }
                 version_ok = 1;
+            }
+            if (klen == 4 && memcmp(a, "plan", 4) == 0 && (size_t)(b - eq - 1) >= sizeof m->plan) {
+                s = hpt_fail(HPT_ERR_FORMAT, "%s: line %zu: the plan's flags are longer than %zu bytes",
+                             r->path, line, sizeof m->plan - 1);
+                break;
             }
             csv_meta(m, a, klen, eq + 1, (size_t)(b - eq - 1));
             continue;

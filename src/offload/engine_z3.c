@@ -137,7 +137,7 @@ hpt_status eng_z3_slot_io(offload_engine *e, int b, int l, float *slot, int writ
 
 hpt_status eng_z3_gather(offload_engine *e, int l, float *slot) {
     if (e->zseq[l] == e->blk_seq[l]) return HPT_OK; /* gathered since its last load or update */
-    HPT_CHECK(dist_allgather_ranges_f32(slot, e->zlo_all, e->zhi_all, "a block's weights (ZeRO-3)"));
+    HPT_CHECK(dist_allgather_ranges(slot, e->zlo_all, e->zhi_all, "a block's weights (ZeRO-3)"));
     e->zseq[l] = e->blk_seq[l];
     return HPT_OK;
 }
@@ -150,7 +150,7 @@ static double chunk_sumsq(const float *x, size_t n) {
 }
 
 hpt_status eng_z3_reduce(offload_engine *e, int l, float *g) {
-    HPT_CHECK(dist_reduce_scatter_ranges_f32(g, e->zlo_all, e->zhi_all, "a block's gradients (ZeRO-3)"));
+    HPT_CHECK(dist_reduce_scatter_ranges(g, e->zlo_all, e->zhi_all, "a block's gradients (ZeRO-3)"));
     double *part = e->zpart + (size_t)l * (size_t)e->ns * SUMSQ_CHUNKS;
     for (int i = 0; i < e->ns; i++) {
         size_t n = e->slice_n[i], chunk = (n + SUMSQ_CHUNKS - 1) / SUMSQ_CHUNKS;
@@ -166,7 +166,7 @@ hpt_status eng_z3_reduce(offload_engine *e, int l, float *g) {
 hpt_status eng_z3_norm(offload_engine *e) {
     if (!e->z3) return HPT_OK;
     size_t per = (size_t)e->L * (size_t)e->ns * SUMSQ_CHUNKS;
-    HPT_CHECK(dist_allgather_bytes(e->zpart, per * sizeof(double), e->zrecv, "the norm's parts (ZeRO-3)"));
+    HPT_CHECK(dist_allgather_raw(e->zpart, per * sizeof(double), e->zrecv, "the norm's parts (ZeRO-3)"));
     int N = e->o.shards;
     for (int l = 0; l < e->L; l++) {
         double s = 0.0;
@@ -224,7 +224,7 @@ hpt_status eng_z3_emit_slice(offload_engine *e, int b, int l, int i, eng_emit_fn
         lo[q] = HPT_MIN(HPT_MAX(e->zlo_all[q], s0), s1) - s0;
         hi[q] = HPT_MIN(HPT_MAX(e->zhi_all[q], s0), s1) - s0;
     }
-    HPT_CHECK(dist_allgather_ranges_f32(scr + s0, lo, hi, "a checkpoint's slice (ZeRO-3)"));
+    HPT_CHECK(dist_allgather_ranges(scr + s0, lo, hi, "a checkpoint's slice (ZeRO-3)"));
     return emit(ctx, scr + s0, e->slice_n[i]);
 }
 

@@ -65,6 +65,9 @@ typedef struct {
     size_t off;      /* values into the model's checkpoint order (the flat buffers without the
                       * engine) */
     size_t slices;   /* L for a per-layer tensor, else 1 */
+    size_t unit;     /* the optimizer's unit (optim.h) of the tensor's slice 0 */
+    size_t s0, ns;   /* the slices this layout holds state for: [s0, s0 + ns) (all of them but
+                      * with ZeRO's sharding: optim_owner) */
     size_t sn;       /* values per slice */
     size_t sc_per;   /* 8-bit: scales per slice */
     size_t f32_off;  /* floats into the fp32 arrays (fp32 tensors) */
@@ -76,6 +79,7 @@ typedef struct {
 
 typedef struct {
     int n;           /* tensors (the table's) */
+    size_t u_lo, u_hi; /* the units held: [u_lo, u_hi) */
     tensor_layout t[HPT_TABLE_MAX];
     uint64_t bytes[HPT_OPTIM_NUM_BUFS];
 } layout;
@@ -101,6 +105,11 @@ struct hpt_optim {
     int armed;       /* 1 while a step's block updates may run */
     float prev_norm; /* fused: the previous step's gradient norm (0 before the first) */
     int eng_homes;   /* 1: the engine's homes hold the blocks' m and v (AdamW fp32) */
+    size_t n_units;  /* the table's units (optim.h) */
+    double *unit_sumsq; /* (n_units) the step's sums of squares per unit (held ones; the others
+                         * from gather) */
+    optim_gather_fn gather; /* ZeRO: fills the units this process does not hold */
+    void *gather_ctx;
     hpt_tier home;   /* where buf[] is made: the device, or the engine's optim home (host)
                       * without eng_homes */
     hpt_tier tier[HPT_OPTIM_NUM_BUFS]; /* where each buf[] lives: home, or HOST while moved by
@@ -134,8 +143,12 @@ static hpt_status check_opts(const hpt_adamw_opts *o) {
  * eng_homes: the engine holds the blocks' m and v (AdamW fp32), this layout only the non-block
  * tensors', at their offsets in the model's flat buffer. */
 static void plan_layout(const hpt_model_config *c, const hpt_tensor_table *t,
-                        const hpt_adamw_opts *o, int eng_homes, layout *L) {
+                        const hpt_adamw_opts *o, int eng_homes, size_t u_lo, size_t u_hi,
+                        layout *L) {
     memset(L, 0, sizeof *L);
+    L->u_lo = u_lo;
+    L->u_hi = u_hi;
+    size_t unit = 0;
     int bits = state_bits(o), k = o->optimizer;
     int first_block = t->n; /* the embeddings: the non-block tensors before the blocks */
     for (int i = t->n - 1; i >= 0; i--)
@@ -152,6 +165,15 @@ static void plan_layout(const hpt_model_config *c, const hpt_tensor_table *t,
         off += numel;
         tl->slices = tl->stacked ? (size_t)t->L : 1;
         tl->sn = hpt_tensor_slice_numel(d, t->L);
+        tl->unit = unit;
+        /* the held slices: the units [u_lo, u_hi) that are this tensor's */
+        size_t a = u_lo > unit ? u_lo - unit : 0, b = u_hi > unit ? u_hi - unit : 0;
+        if (a > tl->slices) a = tl->slices;
+        if (b > tl->slices) b = tl->slices;
+        tl->s0 = a;
+        tl->ns = b > a ? b - a : 0;
+        unit += tl->slices;
+        size_t held = tl->ns * tl->sn; /* values */
         if (eng_homes) {
             if (!tl->stacked) tl->f32_off = gpt2_nonblock_offset(c, i);
             continue;
@@ -161,15 +183,15 @@ static void plan_layout(const hpt_model_config *c, const hpt_tensor_table *t,
             tl->sc_per = (tl->sn + HPT_Q8_BLOCK - 1) / HPT_Q8_BLOCK;
             tl->q_off = n8;
             tl->sc_off = nsc;
-            n8 += numel;
-            nsc += tl->slices * tl->sc_per;
+            n8 += held;
+            nsc += tl->ns * tl->sc_per;
         } else {
             tl->f32_off = n32;
-            n32 += numel;
+            n32 += held;
         }
         tl->row = mini_row(d);
         tl->v_off = nv;
-        nv += numel / tl->row;
+        nv += held / tl->row;
     }
     if (eng_homes) n32 = gpt2_nonblock_floats(c);
     L->bytes[B_M] = n32 * 4;
@@ -189,7 +211,7 @@ uint64_t hpt_optim_state_bytes(const hpt_model_config *cfg, const hpt_adamw_opts
     hpt_tensor_table t;
     model_describe(cfg, &t);
     layout L;
-    plan_layout(cfg, &t, o, 0, &L);
+    plan_layout(cfg, &t, o, 0, 0, SIZE_MAX, &L);
     uint64_t s = 0;
     for (int i = 0; i < HPT_OPTIM_NUM_BUFS; i++) s += L.bytes[i];
     return s;
@@ -201,6 +223,7 @@ static hpt_be_state slice_state(const hpt_optim *op, const hpt_backend *be, int 
                                 size_t off, int base, const float *map) {
     const tensor_layout *tl = &op->lay.t[i];
     hpt_be_state st = {0};
+    s -= tl->s0; /* the held slices' position (all of them without sharding) */
     if (!tl->q8) {
         st.f32 = (float *)op->buf[base] + tl->f32_off + s * tl->sn + off;
     } else {
@@ -239,7 +262,7 @@ static void update_range(hpt_optim *op, const hpt_backend *be, int i, size_t s, 
         be->sgd(kp, g, m, n, lr, o->beta1, wd, scale);
         break;
     case HPT_OPTIM_ADAM_MINI:
-        be->adam_mini(kp, g, m, (float *)op->buf[B_V] + tl->v_off + (s * tl->sn + off) / tl->row,
+        be->adam_mini(kp, g, m, (float *)op->buf[B_V] + tl->v_off + ((s - tl->s0) * tl->sn + off) / tl->row,
                       n, tl->row, lr, o->beta1, o->beta2, o->eps, wd, scale, op->t);
         break;
     case HPT_OPTIM_COUNT:
@@ -287,6 +310,100 @@ static void eng_update(void *ctx, int l, int slice, hpt_be_param p, const float 
 
 hpt_status hpt_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts *o,
                             hpt_optim **out) {
+    return optim_create_units(mem, model, o, 0, SIZE_MAX, out);
+}
+
+size_t optim_units(const hpt_tensor_table *t) {
+    size_t n = 0;
+    for (int i = 0; i < t->n; i++) n += t->t[i].layer == HPT_LAYER_STACKED ? (size_t)t->L : 1;
+    return n;
+}
+
+/* Unit u's first value (checkpoint order) and length. */
+static void unit_span(const hpt_tensor_table *t, size_t u, size_t *off, size_t *len) {
+    size_t unit = 0, o = 0;
+    for (int i = 0; i < t->n; i++) {
+        const hpt_tensor_desc *d = &t->t[i];
+        size_t sl = d->layer == HPT_LAYER_STACKED ? (size_t)t->L : 1;
+        size_t sn = hpt_tensor_slice_numel(d, t->L);
+        if (u < unit + sl) {
+            *off = o + (u - unit) * sn;
+            *len = sn;
+            return;
+        }
+        unit += sl;
+        o += sl * sn;
+    }
+    *off = o;
+    *len = 0;
+}
+
+void optim_owner(const hpt_tensor_table *t, int rank, int size, size_t *u_lo, size_t *u_hi,
+                 size_t *p_lo, size_t *p_hi) {
+    size_t nu = optim_units(t), total, len;
+    unit_span(t, nu, &total, &len);
+    /* boundary k (k = 0..size): the unit boundary nearest to k/size of the values, never below
+     * boundary k-1 (so runs may be empty when one unit outweighs a share) */
+    size_t b[2] = {0, 0}, pb[2] = {0, 0};
+    for (int k = 1; k <= rank + 1; k++) {
+        size_t target = (size_t)((uint64_t)total * (uint64_t)k / (uint64_t)size);
+        size_t u = b[1], o = pb[1];
+        while (u < nu) {
+            size_t uo, ul;
+            unit_span(t, u, &uo, &ul);
+            /* step past unit u while its end is nearer the target than its start */
+            if (k == size || (uo < target && (uo + ul <= target || uo + ul - target < target - uo))) {
+                u++;
+                o = uo + ul;
+            } else {
+                break;
+            }
+        }
+        b[0] = b[1];
+        pb[0] = pb[1];
+        b[1] = u;
+        pb[1] = o;
+    }
+    *u_lo = b[0];
+    *u_hi = b[1];
+    *p_lo = pb[0];
+    *p_hi = pb[1];
+}
+
+void optim_units_bytes(const hpt_model_config *c, const hpt_adamw_opts *o, size_t u_lo,
+                       size_t u_hi, uint64_t bytes[HPT_OPTIM_NUM_BUFS]) {
+    hpt_tensor_table t;
+    model_describe(c, &t);
+    layout L;
+    plan_layout(c, &t, o, 0, u_lo, u_hi, &L);
+    memcpy(bytes, L.bytes, sizeof L.bytes);
+}
+
+void optim_unit_place(const hpt_model_config *c, const hpt_adamw_opts *o, size_t u_lo,
+                      size_t u_hi, size_t u, uint64_t off[HPT_OPTIM_NUM_BUFS],
+                      uint64_t len[HPT_OPTIM_NUM_BUFS]) {
+    /* the bytes of the units before u, and of those up to u + 1, in the layout [u_lo, u_hi) */
+    uint64_t a[HPT_OPTIM_NUM_BUFS], b[HPT_OPTIM_NUM_BUFS];
+    hpt_tensor_table t;
+    model_describe(c, &t);
+    layout L;
+    plan_layout(c, &t, o, 0, u_lo, u, &L);
+    memcpy(a, L.bytes, sizeof a);
+    plan_layout(c, &t, o, 0, u_lo, u + 1 < u_hi ? u + 1 : u_hi, &L);
+    memcpy(b, L.bytes, sizeof b);
+    for (int i = 0; i < HPT_OPTIM_NUM_BUFS; i++) {
+        off[i] = a[i];
+        len[i] = b[i] - a[i];
+    }
+}
+
+void optim_set_gather(hpt_optim *op, optim_gather_fn fn, void *ctx) {
+    op->gather = fn;
+    op->gather_ctx = ctx;
+}
+
+hpt_status optim_create_units(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts *o,
+                              size_t u_lo, size_t u_hi, hpt_optim **out) {
     *out = NULL;
     HPT_CHECK(check_opts(o));
     hpt_optim *op = calloc(1, sizeof *op);
@@ -299,7 +416,20 @@ hpt_status hpt_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts 
     op->n = hpt_model_num_params(model);
     struct offload_engine *eng = model_engine(model);
     op->eng_homes = eng && o->optimizer == HPT_OPTIM_ADAMW && state_bits(o) == 32;
-    plan_layout(hpt_gpt2_get_config(model), op->tab, o, op->eng_homes, &op->lay);
+    op->n_units = optim_units(op->tab);
+    if (u_hi > op->n_units) u_hi = op->n_units;
+    int sharded = u_lo > 0 || u_hi < op->n_units;
+    if (sharded && (eng || model_embeddings(model) != HPT_EMB_FULL)) {
+        free(op);
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "a sharded optimizer (ZeRO stage 1 or 2) runs without "
+                        "the offload engine and with full embeddings");
+    }
+    plan_layout(hpt_gpt2_get_config(model), op->tab, o, op->eng_homes, u_lo, u_hi, &op->lay);
+    op->unit_sumsq = calloc(op->n_units ? op->n_units : 1, sizeof(double));
+    if (!op->unit_sumsq) {
+        free(op);
+        return hpt_fail(HPT_ERR_OOM, "cannot allocate the optimizer object");
+    }
     for (int i = 0; i < op->tab->n; i++)
         op->wd[i] = o->decay_all || op->tab->t[i].is_matrix ? o->weight_decay : 0.0f;
     for (int s = 0; s < op->tab->n_slices; s++)
@@ -336,6 +466,7 @@ void hpt_optim_free(hpt_optim *op) {
     gpt2_set_emb_update(op->model, NULL, NULL);
     for (int i = 0; i < HPT_OPTIM_NUM_BUFS; i++)
         op->be->free(op->mem, op->tier[i], HPT_CAT_OPTIM, op->buf[i], op->lay.bytes[i]);
+    free(op->unit_sumsq);
     free(op);
 }
 
@@ -402,6 +533,45 @@ hpt_status optim_absorb_moment(hpt_optim *op, int which, gpt2_read_fn read, void
     if (!op->eng_homes)
         return hpt_fail(HPT_ERR_INVALID, "optim_absorb_moment: AdamW with 32-bit state only");
     return gpt2_absorb(op->model, which ? EB_V : EB_M, op->buf[which ? B_V : B_M], read, ctx);
+}
+
+/* Without the engine: each held unit's sum of squares (sumsq op over its values), the others'
+ * from the gather (ZeRO: their owners'), then added in the fixed order of the top of the file:
+ * the same terms in the same order as one process, so the same bits. */
+static hpt_status grad_sumsq_units(hpt_optim *op, double *out) {
+    hpt_gpt2 *m = op->model;
+    const hpt_tensor_table *t = op->tab;
+    const float *grads = model_grads(m);
+    double *u = op->unit_sumsq;
+    for (int i = 0; i < t->n; i++) {
+        const tensor_layout *tl = &op->lay.t[i];
+        for (size_t sl = tl->s0; sl < tl->s0 + tl->ns; sl++)
+            u[tl->unit + sl] = !tl->stacked && model_emb_deferred(m, i)
+                                   ? model_emb_sumsq(m, i)
+                                   : op->be->sumsq(tl->stacked ? grads + tl->off + sl * tl->sn
+                                                               : gpt2_nonblock_grad(m, i),
+                                                   tl->sn);
+    }
+    if (op->gather) HPT_CHECK(op->gather(op->gather_ctx, u, op->n_units));
+    int blocks_done = 0;
+    double s = 0.0;
+    for (int i = 0; i < t->n; i++) {
+        const tensor_layout *tl = &op->lay.t[i];
+        if (!tl->stacked) {
+            s += u[tl->unit];
+            continue;
+        }
+        if (blocks_done) continue; /* the blocks, at the first block tensor */
+        blocks_done = 1;
+        for (int l = 0; l < t->L; l++) {
+            double b = 0.0;
+            for (int k = 0; k < t->n_slices; k++)
+                b += u[op->lay.t[op->slice_tensor[k]].unit + (size_t)l];
+            s += b;
+        }
+    }
+    *out = s;
+    return HPT_OK;
 }
 
 /* The global sum of squares of the gradients, in the fixed order of the top of the file (the
@@ -513,7 +683,10 @@ hpt_status hpt_optim_step_scaled(hpt_optim *op, float lr, float clip, float grad
     if (!(grad_scale > 0.0f) || !isfinite(grad_scale))
         return hpt_fail(HPT_ERR_INVALID, "gradient scale %g must be positive and finite",
                         (double)grad_scale);
-    float norm = (float)sqrt(grad_sumsq(op)) * grad_scale;
+    double ss;
+    if (eng) ss = grad_sumsq(op);
+    else HPT_CHECK(grad_sumsq_units(op, &ss));
+    float norm = (float)sqrt(ss) * grad_scale;
     if (grad_norm_out) *grad_norm_out = norm;
     if (!isfinite(norm))
         return hpt_fail(HPT_ERR_INVALID, "gradient norm is not finite (%g); step skipped", (double)norm);
@@ -533,9 +706,9 @@ hpt_status hpt_optim_step_scaled(hpt_optim *op, float lr, float clip, float grad
         return HPT_OK;
     }
     op->t++;
-    for (int i = 0; i < op->lay.n; i++) {
+    for (int i = 0; i < op->lay.n; i++) { /* the held slices (ZeRO: this process's) */
         const tensor_layout *tl = &op->lay.t[i];
-        for (size_t sl = 0; sl < tl->slices; sl++) {
+        for (size_t sl = tl->s0; sl < tl->s0 + tl->ns; sl++) {
             size_t off = tl->off + sl * tl->sn;
             update_slice(op, op->be, i, sl, hpt_be_param_f32(params + off), grads + off, lr, scale);
         }

@@ -23,4 +23,35 @@ int optim_q8_per_slice(const hpt_model_config *cfg);
  * before the field, v itself on a map with a 0 code. */
 #define OPTIM_Q8_V_ROOT 1
 
+/* ---- ZeRO's sharding (docs/zero.md) ----
+ * The optimizer's units are the slices of the table's tensors in checkpoint order: tensor by
+ * tensor, a block tensor's L layers' slices in order, any other tensor one unit. A unit is where
+ * 8-bit blocks start and what one update call takes, so a run of whole units can be updated,
+ * normed and saved on its own. */
+size_t optim_units(const hpt_tensor_table *t);
+/* Rank r of N's contiguous run of units [*u_lo, *u_hi) and its values [*p_lo, *p_hi) in
+ * checkpoint order (the flat parameter buffer's order without the engine): boundary k is the
+ * unit boundary nearest k/N of the values, so runs hold ~1/N of the parameters when no unit
+ * outweighs a share (a run is empty when its neighbours' units take it all). The same on every
+ * rank; N = 1 owns everything. */
+void optim_owner(const hpt_tensor_table *t, int rank, int size, size_t *u_lo, size_t *u_hi,
+                 size_t *p_lo, size_t *p_hi);
+/* hpt_optim_create holding state for units [u_lo, u_hi) only (SIZE_MAX: to the last): its
+ * buffers hold those units' state in the whole layout's order (the units of one width packed);
+ * a step updates those units only. HPT_ERR_UNSUPPORTED for a proper part with the offload engine
+ * or chunked embeddings. */
+hpt_status optim_create_units(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts *o,
+                              size_t u_lo, size_t u_hi, hpt_optim **out);
+/* The state buffers' bytes for units [u_lo, u_hi), and where unit u's state lies in them
+ * (off, len per buffer; hpt_optim_state_buffers' order). */
+void optim_units_bytes(const hpt_model_config *c, const hpt_adamw_opts *o, size_t u_lo,
+                       size_t u_hi, uint64_t bytes[HPT_OPTIM_NUM_BUFS]);
+void optim_unit_place(const hpt_model_config *c, const hpt_adamw_opts *o, size_t u_lo,
+                      size_t u_hi, size_t u, uint64_t off[HPT_OPTIM_NUM_BUFS],
+                      uint64_t len[HPT_OPTIM_NUM_BUFS]);
+/* The global norm's sums of squares of the units this optimizer does not hold: fn fills them in
+ * unit_sumsq (n_units, the held ones already computed), the same on every process. */
+typedef hpt_status (*optim_gather_fn)(void *ctx, double *unit_sumsq, size_t n_units);
+void optim_set_gather(hpt_optim *op, optim_gather_fn fn, void *ctx);
+
 #endif

@@ -22,6 +22,7 @@
 #include "core/core.h"
 #include "model/model.h"
 #include "offload/engine.h"
+#include "optim/optim.h"
 
 #include <string.h>
 
@@ -43,23 +44,31 @@ hpt_plan_opts hpt_plan_defaults(void) {
  * the blocks: wte, wpe) stay fp32 with state32_embeddings. AdamW keeps m and v, Lion and SGD
  * m, Adam-mini m plus one fp32 v per block: per row of the tensor's last dimension (C values
  * for wte, wpe, qkvw, attprojw, fcw; 4C for fcprojw; a per-layer vector whole: C, qkvb 3C,
- * fcb 4C). HPT_ERR_INVALID for settings optim.c refuses. */
-static hpt_status optim_bytes(const hpt_plan_opts *o, uint64_t *out) {
+ * fcb 4C). ZeRO stages 1, 2 over N processes: the units (a tensor's slice) of the process's run
+ * only (optim_owner: the rule is optim.c's, the sizes restated here). HPT_ERR_INVALID for
+ * settings optim.c refuses. */
+static hpt_status optim_bytes(const hpt_plan_opts *o, size_t u_lo, size_t u_hi, uint64_t *out) {
     HPT_CHECK(hpt_optim_check(&o->adamw));
     int bits = o->adamw.state_bits == 0 ? 32 : o->adamw.state_bits;
     hpt_tensor_table t;
     model_describe(&o->cfg, &t);
     uint64_t per_moment = 0, mini_v = 0;
     int blocks = 0; /* a block tensor seen: the embeddings are behind */
+    size_t unit = 0;
     for (int i = 0; i < t.n; i++) {
         const hpt_tensor_desc *d = &t.t[i];
         int stacked = d->layer == HPT_LAYER_STACKED;
         blocks |= stacked;
-        uint64_t n = hpt_tensor_numel(d), slices = stacked ? (uint64_t)t.L : 1;
+        uint64_t n = hpt_tensor_numel(d), slices = stacked ? (uint64_t)t.L : 1, sn = n / slices;
+        /* the slices [a, b) of this tensor in the run [u_lo, u_hi) */
+        uint64_t a = u_lo > unit ? HPT_MIN(u_lo - unit, slices) : 0;
+        uint64_t b = u_hi > unit ? HPT_MIN(u_hi - unit, slices) : 0;
+        uint64_t held = b > a ? b - a : 0;
+        unit += slices;
         int q8 = bits == 8 && !(o->adamw.state32_embeddings && !blocks);
-        per_moment += q8 ? n + slices * ((n / slices + 255) / 256) * 4 : n * 4;
+        per_moment += held * (q8 ? sn + ((sn + 255) / 256) * 4 : sn * 4);
         uint64_t row = (uint64_t)d->shape[d->ndim - 1];
-        mini_v += n / row * 4;
+        mini_v += held * sn / row * 4;
     }
     switch ((hpt_optim_kind)o->adamw.optimizer) {
     case HPT_OPTIM_ADAMW: *out = 2 * per_moment; break;
@@ -142,7 +151,19 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     uint64_t *dev = out->bytes[HPT_TIER_DEVICE];
     dev[HPT_CAT_PARAMS] = np * 4;                     /* hpt_gpt2_create */
     dev[HPT_CAT_GRADS] = np * 4;                      /* hpt_gpt2_create, forward-only too */
-    if (o->training) HPT_CHECK(optim_bytes(o, &dev[HPT_CAT_OPTIM])); /* hpt_optim_create */
+    /* ZeRO (docs/zero.md): stages 1, 2 over procs processes hold the optimizer state of process
+     * rank's run of units; stage 2 with accumulation sums the micro-batches of its values only */
+    int procs = o->procs > 1 ? o->procs : 1, stage = procs > 1 && o->zero > 0 ? o->zero : 0;
+    if (procs > 64) return hpt_fail(HPT_ERR_INVALID, "%d processes: at most 64", procs);
+    if (o->rank < 0 || o->rank >= procs)
+        return hpt_fail(HPT_ERR_INVALID, "process %d of %d: expected 0 to %d", o->rank, procs, procs - 1);
+    size_t u_lo = 0, u_hi = SIZE_MAX, p_lo = 0, p_hi = np;
+    if (stage) {
+        hpt_tensor_table tab;
+        model_describe(c, &tab);
+        optim_owner(&tab, o->rank, procs, &u_lo, &u_hi, &p_lo, &p_hi);
+    }
+    if (o->training) HPT_CHECK(optim_bytes(o, u_lo, u_hi, &dev[HPT_CAT_OPTIM])); /* hpt_optim_create */
     uint64_t apart_bytes = np * 4; /* the flat gradients' size (trainer.c's sum apart) */
     if (hpt_offload_active(&o->offload)) {
         HPT_CHECK(hpt_offload_check(&o->offload));
@@ -164,11 +185,13 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
         hpt_tensor_table tab;
         model_describe(c, &tab);
         /* eng_create, eng_attach_optim: one block is its tensors' slices */
-        if (o->offload.shards > 1) { /* ZeRO-3: one process's shard of each block's homes */
+        if (o->zero == 3 && procs > 1) { /* ZeRO-3: one process's shard of each block's homes */
+            hpt_offload_opts so = o->offload;
             size_t sn[ENG_MAX_SLICES];
+            so.shards = procs;
             for (int s = 0; s < tab.n_slices && s < ENG_MAX_SLICES; s++)
                 sn[s] = hpt_tensor_slice_numel(&tab.t[hpt_table_slice_tensor(&tab, s)], c->L);
-            eng_bytes_sharded(&o->offload, c->L, tab.n_slices, sn, o->training, mv_homes, eb);
+            eng_bytes_sharded(&so, c->L, tab.n_slices, sn, o->training, mv_homes, eb);
         } else {
             eng_bytes(&o->offload, c->L, hpt_table_block_numel(&tab), o->training, mv_homes, eb);
         }
@@ -180,7 +203,8 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     dev[HPT_CAT_PARAMS] += (uint64_t)model_consts_floats(c) * 4; /* the arch's constants */
     /* --zero with accumulation sums the micro-batches' gradients apart (trainer.c): one more
      * gradient-sized buffer, allocated at the first step */
-    if (o->training && o->zero >= 0 && o->accum > 1) dev[HPT_CAT_GRADS] += apart_bytes;
+    if (o->training && (o->zero >= 0 || procs > 1) && o->accum > 1)
+        dev[HPT_CAT_GRADS] += stage == 2 ? (uint64_t)(p_hi - p_lo) * 4 : apart_bytes;
     uint64_t at[HPT_TIER_COUNT];
     int vc = hpt_offload_active(&o->offload) ? gpt2_vocab_chunk(c, &o->offload) : 0;
     HPT_CHECK(gpt2_act_tier_bytes_vc(c, o->B, o->T, &o->act, vc, at));

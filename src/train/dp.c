@@ -7,9 +7,13 @@
  * gradients, weights and optimizer state, bit for bit, after every step. */
 #include "core/core.h"
 #include "dist/dist.h"
+#include "kernels/backend.h"
+#include "model/model.h"
+#include "optim/optim.h"
 #include "train/train_int.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int dp_size(void) { return hpt_dist_size(); }
@@ -36,8 +40,13 @@ hpt_status dp_agree(const hpt_train_opts *o) {
 
 hpt_status dp_check(const hpt_train_opts *o) {
     if (hpt_dist_size() == 1) return HPT_OK;
-    if (o->zero > 0 && !(o->zero == 3 && hpt_offload_active(&o->offload))) /* 3: dp_engine.c */
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d is not built yet (--zero 0 runs)", o->zero);
+    if (hpt_dist_size() > DP_MAX_PROCS)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "%d processes: at most %d", hpt_dist_size(), DP_MAX_PROCS);
+    if (o->zero > 2 && !(o->zero == 3 && hpt_offload_active(&o->offload))) /* 3: dp_engine.c */
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d is not built yet (--zero 0, 1 and 2 run)", o->zero);
+    if (o->zero > 0 && o->plan.device)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d runs on the CPU only (its collectives "
+                        "sum host memory)", o->zero);
     if (hpt_offload_active(&o->offload)) HPT_CHECK(dp_engine_check(o)); /* dp_engine.c */
     if (o->sched.kind == HPT_SCHEDULE_HYBRID)
         return hpt_fail(HPT_ERR_UNSUPPORTED, "%d processes: the hybrid schedule does not run "
@@ -84,5 +93,62 @@ hpt_status dp_saved(hpt_status s) {
     if (c == HPT_OK) c = dist_bcast(why, sizeof why, 0, "the checkpoint's status");
     if (c != HPT_OK) return c;
     if (st != HPT_OK) return hpt_fail((hpt_status)st, "rank 0 could not save: %s", why);
+    return HPT_OK;
+}
+
+/* ---- ZeRO stages 1 and 2 ---- */
+
+hpt_status dp_shard_init(const hpt_train_opts *o, hpt_gpt2 *model, dp_shard *z) {
+    memset(z, 0, sizeof *z);
+    z->size = hpt_dist_size();
+    z->rank = hpt_dist_rank();
+    /* stage 3 is the offload engine's (its homes sharded: dp_engine.c); in memory it is 0 here */
+    z->stage = z->size > 1 && o->zero > 0 && o->zero < 3 ? o->zero : 0;
+    const hpt_tensor_table *t = model_table(model);
+    int n = z->stage ? z->size : 1;
+    if (n > DP_MAX_PROCS) return hpt_fail(HPT_ERR_UNSUPPORTED, "more than %d processes", DP_MAX_PROCS);
+    for (int q = 0; q < n; q++) optim_owner(t, q, n, &z->ulo[q], &z->uhi[q], &z->plo[q], &z->phi[q]);
+    if (!z->stage) z->rank = 0; /* the one run that owns everything */
+    return HPT_OK;
+}
+
+/* The norm's per-unit sums of squares of every owner (optim_gather_fn): each rank's array in
+ * rank order, rank q's units [ulo[q], uhi[q]) taken from it. */
+static hpt_status gather_sumsq(void *ctx, double *u, size_t n_units) {
+    const dp_shard *z = ctx;
+    double *all = malloc((size_t)z->size * n_units * sizeof(double)); /* a few KiB */
+    if (!all) return hpt_fail(HPT_ERR_OOM, "the gradient norm's exchange");
+    hpt_status s = dist_allgather_raw(u, n_units * sizeof(double), all, "the gradient norm");
+    for (int q = 0; s == HPT_OK && q < z->size; q++)
+        for (size_t k = z->ulo[q]; k < z->uhi[q]; k++) u[k] = all[(size_t)q * n_units + k];
+    free(all);
+    return s;
+}
+
+void dp_optim_attach(hpt_optim *op, dp_shard *z) {
+    if (z->stage) optim_set_gather(op, gather_sumsq, z);
+}
+
+hpt_status dp_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts *ao,
+                           dp_shard *z, hpt_optim **out) {
+    HPT_CHECK(optim_create_units(mem, model, ao, z->ulo[z->rank], z->stage ? z->uhi[z->rank] : SIZE_MAX, out));
+    dp_optim_attach(*out, z);
+    return HPT_OK;
+}
+
+hpt_status dp_reduce_scatter(const dp_shard *z, float *grads, size_t n) {
+    if (!z->stage) return dp_reduce_grads(grads, n);
+    return dist_reduce_scatter_ranges(grads, z->plo, z->phi, "the gradients' sum");
+}
+
+hpt_status dp_gather_params(const dp_shard *z, float *params) {
+    if (!z->stage) return HPT_OK;
+    return dist_allgather_ranges(params, z->plo, z->phi, "the updated weights");
+}
+
+hpt_status dp_overflow(const dp_shard *z, const hpt_backend *be, const float *grads, int *overflow) {
+    size_t lo = z->plo[z->rank], hi = z->phi[z->rank];
+    int mine = hi > lo && be->nonfinite(grads + lo, hi - lo);
+    *overflow = hpt_dist_any(mine);
     return HPT_OK;
 }

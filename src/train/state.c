@@ -49,12 +49,13 @@
 #include "model/model.h"
 #include "offload/engine.h"
 #include "optim/optim.h"
+#include "train/train_int.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #define STATE_VERSION 3
-#define NFIELDS 32
+#define NFIELDS STATE_NFIELDS
 
 /* Fields 27-31: the configuration beyond GPT-2's six numbers (all 0 for GPT-2, as in files
  * written before them): 27 arch | NKV << 8 | FF << 32; 28 tied | attn_bias << 1 | mlp_bias << 2
@@ -166,6 +167,58 @@ static uint32_t tensor_crc(uint32_t crc, const hpt_backend *be, const void *p, s
     return crc;
 }
 
+void state_pack_fields(const hpt_gpt2 *model, const hpt_optim *opt, const hpt_adamw_opts *ao,
+                       const hpt_train_pos *pos, int64_t f[STATE_NFIELDS]) {
+    const hpt_model_config *c = hpt_gpt2_get_config(model);
+    size_t num_params = hpt_model_num_params(model);
+    int64_t g[NFIELDS] = {c->L, c->C, c->NH, c->V, c->Vp, c->maxT,
+                          fbits(ao->lr), fbits(ao->beta1), fbits(ao->beta2), fbits(ao->eps),
+                          fbits(ao->weight_decay), ao->decay_all,
+                          pos->step, pos->data_shard, pos->data_offset, (int64_t)pos->rng_state,
+                          pos->total_steps, pos->B, pos->T,
+                          hpt_optim_get_t(opt), (int64_t)num_params, ao->optimizer,
+                          ao->state_bits == 0 ? 32 : ao->state_bits, ao->state32_embeddings,
+                          pos->accum > 1 ? pos->accum : 1, fbits(hpt_optim_get_prev_norm(opt)),
+                          OPTIM_Q8_V_ROOT};
+    pack_arch(c, g);
+    memcpy(f, g, sizeof g);
+}
+
+hpt_status state_unpack_fields(const int64_t f[STATE_NFIELDS], const char *path,
+                               hpt_model_config *c, hpt_adamw_opts *ao, hpt_train_pos *pos,
+                               int64_t *optim_t, float *prev_norm) {
+    *c = (hpt_model_config){.L = (int)f[0], .C = (int)f[1], .NH = (int)f[2], .V = (int)f[3],
+                            .Vp = (int)f[4], .maxT = (int)f[5]};
+    unpack_arch(f, c);
+    hpt_status s = hpt_gpt2_config_check(c);
+    if (s != HPT_OK) return hpt_fail_ctx(s, "%s", path);
+    *ao = (hpt_adamw_opts){.lr = bitsf(f[6]), .beta1 = bitsf(f[7]), .beta2 = bitsf(f[8]),
+                           .eps = bitsf(f[9]), .weight_decay = bitsf(f[10]),
+                           .decay_all = (int)f[11], .optimizer = (int)f[21],
+                           .state_bits = (int)f[22], .state32_embeddings = (int)f[23]};
+    if (hpt_optim_state_bytes(c, ao) == 0)
+        return hpt_fail(HPT_ERR_FORMAT, "%s: bad optimizer settings (optimizer %lld, %lld-bit "
+                        "state)", path, (long long)f[21], (long long)f[22]);
+    if (ao->optimizer == HPT_OPTIM_ADAMW && ao->state_bits == 8 && f[26] != OPTIM_Q8_V_ROOT)
+        return hpt_fail(HPT_ERR_FORMAT, "%s: its 8-bit AdamW second moment is not in this "
+                        "build's encoding", path);
+    if ((uint64_t)f[20] != hpt_model_config_num_params(c))
+        return hpt_fail(HPT_ERR_FORMAT, "%s: parameter count %lld does not match its shape", path,
+                        (long long)f[20]);
+    memset(pos, 0, sizeof *pos);
+    pos->step = f[12];
+    pos->data_shard = f[13];
+    pos->data_offset = f[14];
+    pos->rng_state = (uint64_t)f[15];
+    pos->total_steps = f[16];
+    pos->B = (int32_t)f[17];
+    pos->T = (int32_t)f[18];
+    pos->accum = f[24] > 1 ? (int32_t)f[24] : 1;
+    *optim_t = f[19];
+    *prev_norm = bitsf(f[25]);
+    return HPT_OK;
+}
+
 hpt_status hpt_state_save(const char *path, const hpt_gpt2 *model, const hpt_optim *opt,
                           const hpt_adamw_opts *ao, const hpt_train_pos *pos) {
     return hpt_state_save_sections(path, model, opt, ao, pos, NULL, 0);
@@ -188,18 +241,9 @@ hpt_status hpt_state_save_sections(const char *path, const hpt_gpt2 *model, cons
             !strcmp(sec[i].name, comp_names[0]) || !strcmp(sec[i].name, comp_names[1]))
             return hpt_fail(HPT_ERR_INVALID, "checkpoint section %d: a name of 1 to 15 characters, "
                             "not %s or %s (the state's own)", i, comp_names[0], comp_names[1]);
-    const hpt_model_config *c = hpt_gpt2_get_config(model);
     size_t num_params = hpt_model_num_params(model);
-    int64_t f[NFIELDS] = {c->L, c->C, c->NH, c->V, c->Vp, c->maxT,
-                          fbits(ao->lr), fbits(ao->beta1), fbits(ao->beta2), fbits(ao->eps),
-                          fbits(ao->weight_decay), ao->decay_all,
-                          pos->step, pos->data_shard, pos->data_offset, (int64_t)pos->rng_state,
-                          pos->total_steps, pos->B, pos->T,
-                          hpt_optim_get_t(opt), (int64_t)num_params, ao->optimizer,
-                          ao->state_bits == 0 ? 32 : ao->state_bits, ao->state32_embeddings,
-                          pos->accum > 1 ? pos->accum : 1, fbits(hpt_optim_get_prev_norm(opt)),
-                          OPTIM_Q8_V_ROOT};
-    pack_arch(c, f);
+    int64_t f[NFIELDS];
+    state_pack_fields(model, opt, ao, pos, f);
     uint32_t ver[2] = {STATE_VERSION, NFIELDS};
     size_t nb = num_params * sizeof(float);
     const hpt_adamw_opts *oo = hpt_optim_get_opts(opt);

@@ -135,6 +135,51 @@ void dp_engine_setup(struct offload_engine *e);
  * homes' sum (k > 0) instead of replacing it; k = K after the last: back to replacing, and
  * every block's sum handed over. */
 hpt_status dp_engine_micro(struct offload_engine *e, int k, int K);
+
+/* ---- state.c's header fields, for the sharded checkpoints (zero.c) ---- */
+#define STATE_NFIELDS 32
+void state_pack_fields(const hpt_gpt2 *model, const hpt_optim *opt, const hpt_adamw_opts *ao,
+                       const hpt_train_pos *pos, int64_t f[STATE_NFIELDS]);
+/* The fields' shape, optimizer settings and position (checked); path names the file in errors. */
+hpt_status state_unpack_fields(const int64_t f[STATE_NFIELDS], const char *path,
+                               hpt_model_config *c, hpt_adamw_opts *ao, hpt_train_pos *pos,
+                               int64_t *optim_t, float *prev_norm);
+
+/* ZeRO's stages 1 and 2 (docs/zero.md): rank q owns the optimizer's units [ulo[q], uhi[q])
+ * (optim.h: optim_owner), the parameter values [plo[q], phi[q]); stage 0 when the run is not
+ * sharded (one process, or --zero 0 / none). */
+#define DP_MAX_PROCS 64
+typedef struct {
+    int stage, size, rank;          /* stage 1 or 2 only with size > 1; else 0 */
+    size_t ulo[DP_MAX_PROCS], uhi[DP_MAX_PROCS], plo[DP_MAX_PROCS], phi[DP_MAX_PROCS];
+} dp_shard;
+/* The run's sharding for the model's table (o->zero, the process count). */
+hpt_status dp_shard_init(const hpt_train_opts *o, hpt_gpt2 *model, dp_shard *z);
+/* The optimizer for z: the owned units' state only when sharded, with the norm's gather. */
+hpt_status dp_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts *ao,
+                           dp_shard *z, hpt_optim **out);
+void dp_optim_attach(hpt_optim *op, dp_shard *z);
+/* Stage 1, 2: grads' owned values = the rank-order sum (the others' stay); stage 0: all. */
+hpt_status dp_reduce_scatter(const dp_shard *z, float *grads, size_t n);
+/* Stage 1, 2: every rank's owned values of params from their owner (after the update). */
+hpt_status dp_gather_params(const dp_shard *z, float *params);
+/* Whether any process's owned summed gradients hold a non-finite value (loss scaling). */
+hpt_status dp_overflow(const dp_shard *z, const hpt_backend *be, const float *grads, int *overflow);
+
+/* ---- zero.c: the sharded checkpoints (stages 1, 2) ---- */
+int zero_manifest_exists(const char *dir);
+/* Every rank writes DIR/zero-<step>-<rank>of<N>.bin, then rank 0 the manifest (and model.bin is
+ * the caller's); ls: the loss scaler's three fields or NULL. Every rank's shard status is every
+ * rank's; the manifest's is rank 0's (the caller shares it: dp_saved). */
+hpt_status zero_save(const dp_shard *z, const char *dir, hpt_gpt2 *model, const hpt_optim *opt,
+                     const hpt_adamw_opts *ao, const hpt_train_pos *pos, const int64_t *ls);
+/* A sharded checkpoint into this run's processes (re-cut: any M, any stage; z filled for the
+ * run); sec gets the loss scaler's "loss_scale" section when it was saved. */
+hpt_status zero_load(const char *dir, const hpt_train_opts *o, hpt_mem *mem, dp_shard *z,
+                     hpt_gpt2 **model_out, hpt_optim **opt_out, hpt_adamw_opts *ao_out,
+                     hpt_train_pos *pos_out, hpt_state_section *sec, int *n_sec);
+/* A whole optimizer (from state.bin) cut to z's run (stage 0: kept; the norm's gather set). */
+hpt_status zero_reshard(hpt_mem *mem, hpt_gpt2 *model, dp_shard *z, hpt_optim **opt);
 /* ---- the jump predictor (src/train/jump.c) ---- */
 
 /* Steps in a round of FULL (schedule.c): full_steps, and for the jump predictor at least the

@@ -130,7 +130,7 @@ void hpt_trainer_free(hpt_trainer *tr) {
     if (!tr) return;
     free_snapshot(tr);
     if (tr->acc)
-        tr->be->free(tr->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, tr->acc, model_grads_floats(tr->model) * sizeof(float));
+        tr->be->free(tr->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, tr->acc, tr->acc_n * sizeof(float));
     jump_free(&tr->js);
     predictor_free(&tr->pr);
     if (tr->check_x) {
@@ -195,7 +195,22 @@ hpt_plan_opts hpt_train_plan_opts(const hpt_train_opts *o, const hpt_model_confi
     po.T = o->T;
     po.has_val = o->val != NULL;
     po.plan = o->plan;
+    po.procs = hpt_dist_size(); /* this process's bytes (ZeRO's runs differ by rank) */
+    po.rank = hpt_dist_rank();
     return po;
+}
+
+/* 1 when dir's state.bin was written after its zero.manifest (a stage-0 save removes the
+ * manifest and a sharded one state.bin; both are left only by a crash between the two). */
+static int newer_state(const char *dir) {
+    char a[PATH_MAX], b[PATH_MAX];
+    struct stat sa, sb;
+    snprintf(a, sizeof a, "%s/state.bin", dir);
+    snprintf(b, sizeof b, "%s/zero.manifest", dir);
+    if (stat(a, &sa) != 0) return 0;
+    if (stat(b, &sb) != 0) return 1;
+    return sa.st_mtim.tv_sec > sb.st_mtim.tv_sec ||
+           (sa.st_mtim.tv_sec == sb.st_mtim.tv_sec && sa.st_mtim.tv_nsec > sb.st_mtim.tv_nsec);
 }
 
 static hpt_status setup(hpt_trainer *tr) {
@@ -225,8 +240,16 @@ static hpt_status setup(hpt_trainer *tr) {
         snprintf(path, sizeof path, "%s/state.bin", o->resume);
         hpt_adamw_opts ao;
         hpt_train_pos pos;
-        HPT_CHECK(hpt_state_load_offload_sections(path, tr->mem, &o->offload, &tr->model, &tr->opt,
-                                                  &ao, &pos, sec, &n_sec));
+        /* a sharded checkpoint (zero.c) when its manifest is newer than any state.bin */
+        int shards = zero_manifest_exists(o->resume) && !newer_state(o->resume);
+        if (shards) {
+            snprintf(path, sizeof path, "%s/zero.manifest", o->resume);
+            HPT_CHECK(zero_load(o->resume, o, tr->mem, &tr->dp, &tr->model, &tr->opt, &ao, &pos,
+                                sec, &n_sec));
+        } else {
+            HPT_CHECK(hpt_state_load_offload_sections(path, tr->mem, &o->offload, &tr->model,
+                                                      &tr->opt, &ao, &pos, sec, &n_sec));
+        }
         hpt_status s = HPT_OK;
         if (pos.B != o->B || pos.T != o->T)
             s = hpt_fail(HPT_ERR_SHAPE, "%s was trained with batch %d and sequence %d; resume "
@@ -246,6 +269,14 @@ static hpt_status setup(hpt_trainer *tr) {
             return s;
         }
         tr->o.adamw = ao; /* the checkpoint's optimizer and settings continue */
+        if (!shards) { /* state.bin: the whole state, cut to this rank's units at stages 1, 2 */
+            s = dp_shard_init(o, tr->model, &tr->dp);
+            if (s == HPT_OK) s = zero_reshard(tr->mem, tr->model, &tr->dp, &tr->opt);
+            if (s != HPT_OK) {
+                hpt_state_sections_free(tr->mem, sec, n_sec);
+                return s;
+            }
+        }
         hpt_model_config cfg = *hpt_gpt2_get_config(tr->model);
         s = check_budget(tr, &cfg, NULL, live0); /* the shape is known only now */
         if (s != HPT_OK) {
@@ -275,7 +306,8 @@ static hpt_status setup(hpt_trainer *tr) {
         } else {
             return hpt_model_config_parse(o->model, &cfg); /* its error names the shape problem */
         }
-        HPT_CHECK(hpt_optim_create(tr->mem, tr->model, &tr->o.adamw, &tr->opt));
+        HPT_CHECK(dp_shard_init(o, tr->model, &tr->dp));
+        HPT_CHECK(dp_optim_create(tr->mem, tr->model, &tr->o.adamw, &tr->dp, &tr->opt));
         HPT_CHECK(hpt_dataloader_open(tr->mem, o->data, o->B, o->T, mcfg(tr)->V, &tr->train));
     }
     if (model_engine(tr->model) && o->loss_scale.mode != HPT_LOSS_SCALE_OFF) /* fp32 homes too: */
@@ -364,7 +396,8 @@ static void sweep_stale_tmp(const char *dir) {
     struct dirent *de;
     while (d && (de = readdir(d))) {
         const char *t = strstr(de->d_name, ".bin.tmp.");
-        if (!t || (strncmp(de->d_name, "state.bin", 9) && strncmp(de->d_name, "model.bin", 9)))
+        if (!t || (strncmp(de->d_name, "state.bin", 9) && strncmp(de->d_name, "model.bin", 9) &&
+                   strncmp(de->d_name, "zero-", 5)))
             continue;
         char *end;
         long pid = strtol(t + 9, &end, 10);
@@ -377,9 +410,12 @@ static void sweep_stale_tmp(const char *dir) {
 }
 
 static hpt_status save_files(hpt_trainer *tr);
+static hpt_status save_shards(hpt_trainer *tr);
 
 hpt_status hpt_trainer_save(hpt_trainer *tr) {
     if (!tr->o.save_dir) return hpt_fail(HPT_ERR_INVALID, "no save directory given");
+    /* stages 1, 2: every rank its shard, rank 0 the manifest and model.bin (zero.c) */
+    if (tr->dp.stage) return dp_saved(save_shards(tr));
     /* many processes: rank 0 writes (every rank holds the same state); accum is the global one */
     if (dp_rank() != 0) { /* ZeRO-3: the others serve the gathers (dp_engine.c) */
         hpt_status s = tr->o.offload.shards > 1 ? dp_engine_save_follow(tr, save_files) : HPT_OK;
@@ -387,6 +423,20 @@ hpt_status hpt_trainer_save(hpt_trainer *tr) {
         return s != HPT_OK ? s : c;
     }
     return dp_saved(save_files(tr));
+}
+
+static hpt_status save_model_files(hpt_trainer *tr);
+
+static hpt_status save_shards(hpt_trainer *tr) {
+    hpt_train_pos pos = {.step = tr->step, .rng_state = tr->rng.s, .total_steps = tr->o.steps,
+                         .B = tr->o.B, .T = tr->o.T,
+                         .accum = (tr->o.accum > 1 ? tr->o.accum : 1) * dp_size()};
+    hpt_dataloader_get_pos(tr->train, &pos.data_shard, &pos.data_offset);
+    int64_t lsf[LSS_N] = {dbits((double)tr->ls), tr->ls_clean, tr->ls_skipped};
+    hpt_status s = zero_save(&tr->dp, tr->o.save_dir, tr->model, tr->opt, &tr->o.adamw, &pos,
+                             tr->o.loss_scale.mode != HPT_LOSS_SCALE_OFF ? lsf : NULL);
+    if (s == HPT_OK && dp_rank() == 0) s = save_model_files(tr);
+    return s;
 }
 
 static hpt_status save_files(hpt_trainer *tr) {
@@ -421,6 +471,15 @@ static hpt_status save_files(hpt_trainer *tr) {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/state.bin", tr->o.save_dir);
     HPT_CHECK(hpt_state_save_sections(path, tr->model, tr->opt, &tr->o.adamw, &pos, sec, n));
+    /* a sharded checkpoint left in the directory is older now (zero.c) */
+    snprintf(path, sizeof path, "%s/zero.manifest", tr->o.save_dir);
+    unlink(path);
+    return save_model_files(tr);
+}
+
+/* model.bin (GPT-2) or the Hugging Face files beside the state. */
+static hpt_status save_model_files(hpt_trainer *tr) {
+    char path[PATH_MAX];
     /* llm.c's model.bin is GPT-2's; state.bin holds any architecture's weights */
     const int gpt2 = hpt_model_get_config(tr->model)->arch == HPT_ARCH_GPT2;
     if (gpt2) {
@@ -580,9 +639,16 @@ static void scaler_clean(hpt_trainer *tr) {
 static hpt_status sum_apart(hpt_trainer *tr, int k, int K) {
     float *g = model_grads(tr->model);
     size_t n = model_grads_floats(tr->model);
+    if (tr->dp.stage == 2) { /* the owned values only, each micro-batch already summed over the
+                              * processes (the reduce-scatter after its backward) */
+        HPT_CHECK(dp_reduce_scatter(&tr->dp, g, n));
+        g += tr->dp.plo[tr->dp.rank];
+        n = tr->dp.phi[tr->dp.rank] - tr->dp.plo[tr->dp.rank];
+    }
     if (!tr->acc) {
         hpt_mem_set_name(tr->mem, "gradient sum (micro-batches apart)");
         HPT_CHECK(tr->be->alloc(tr->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, n * sizeof(float), (void **)&tr->acc));
+        tr->acc_n = n;
     }
     if (k == 0) tr->be->copy(tr->acc, g, n * sizeof(float), HPT_COPY_D2D);
     else if (k < K - 1) dp_add(tr->acc, g, n);
@@ -643,12 +709,16 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
     HPT_CHECK(dp_engine_after_backward(model_engine(tr->model))); /* ZeRO-3: the norm's parts */
     dp_skip_after(tr->train, K);
     HPT_CHECK(dp_loss_sum(loss_sum, &loss_sum));
-    HPT_CHECK(dp_reduce_grads(model_grads(tr->model), model_grads_floats(tr->model)));
+    /* stage 0: every value summed on every rank; 1: the owned ones; 2 with accumulation: done
+     * per micro-batch (sum_apart) */
+    if (!(tr->dp.stage == 2 && apart))
+        HPT_CHECK(dp_reduce_scatter(&tr->dp, model_grads(tr->model), model_grads_floats(tr->model)));
     /* KN = 1: the loss is the micro-batch's, exactly (a float through a double and back). */
     p->loss = (float)(loss_sum / KN);
     if (scaling) {
         int overflow;
-        HPT_CHECK(gpt2_grads_overflow(tr->model, &overflow));
+        if (tr->dp.stage) HPT_CHECK(dp_overflow(&tr->dp, tr->be, model_grads(tr->model), &overflow));
+        else HPT_CHECK(gpt2_grads_overflow(tr->model, &overflow));
         if (overflow) return scaler_skip(tr, p);
     }
     if (fused)
@@ -656,6 +726,7 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
     else /* 1/S: a power of two, so the product with 1/K and the clip factor loses nothing */
         HPT_CHECK(hpt_optim_step_scaled(tr->opt, p->lr, o->grad_clip,
                                         1.0f / (float)KN * (1.0f / tr->ls), &p->grad_norm));
+    HPT_CHECK(dp_gather_params(&tr->dp, model_params(tr->model))); /* stages 1, 2: the owners' */
     if (scaling) scaler_clean(tr);
     if (hybrid) {
         p->pred_loss = (float)pred;

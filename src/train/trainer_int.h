@@ -33,7 +33,10 @@ struct hpt_trainer {
     int64_t ls_clean;         /* clean steps in a row since S last changed */
     int64_t ls_skipped;       /* steps skipped in the run (restored on resume) */
     /* data parallel (dp.c): the micro-batches' gradient sum, kept apart (dp_apart, accum > 1) */
-    float *acc;               /* (num_params) device tier, grads; NULL until the first step */
+    float *acc;               /* (num_params; stage 2: the owned values) device tier, grads; NULL
+                               * until the first step */
+    size_t acc_n;             /* its floats */
+    dp_shard dp;              /* ZeRO's sharding (stage 0: one owner of everything) */
     /* testing: hpt_trainer_inject_grad */
     int64_t fault_step;
     int fault_layer;

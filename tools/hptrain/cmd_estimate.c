@@ -33,8 +33,6 @@ static const char k_help[] =
     "  --host-memory SIZE   host-tier budget: says whether the host tier's peak fits\n"
     "  --disk-memory SIZE   disk-tier budget: says whether the disk tier's peak fits\n"
     "  --forward-only       forward passes only (evaluation): no optimizer state\n"
-    "  --procs N            one process's bytes of N (with --zero 3 and --offload: its homes\n"
-    "                       hold 1/N of each block; docs/zero_engine.md)\n"
     CLI_HELP_OFFLOAD
     CLI_HELP_AUTO
     "  --optimizer K        adamw (default), lion, adam-mini or sgd (docs/optimizers.md; Lion\n"
@@ -51,6 +49,12 @@ static const char k_help[] =
     "  --check-every K      hybrid: predict-phase checks (their one-sequence arena) when K > 0\n"
     "  --check-weights W    hybrid: fp32 (default) or int8 checks (an int8 copy of the weights\n"
     "                       and its cache instead of the arena)\n"
+    "  --procs N            data parallel over N processes (docs/zero.md): with --zero 1 or 2\n"
+    "                       each process holds its run of the optimizer state; the figures\n"
+    "                       are one process's (--rank), every process's peak listed; with\n"
+    "                       --zero 3 and --offload its homes hold 1/N of each block\n"
+    "                       (docs/zero_engine.md)\n"
+    "  --rank R             which process's bytes (default 0)\n"
     "  --json               machine-readable output (docs/estimate.md lists the keys)\n";
 
 static void fmt_bytes(char *buf, size_t n, uint64_t b) {
@@ -88,7 +92,7 @@ static uint64_t tier_peak(const hpt_estimate *e, int t) {
 }
 
 static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t budget,
-                       const hpt_plan_fit *fit, double pred) {
+                       const hpt_plan_fit *fit, double pred, const uint64_t *per) {
     const hpt_model_config *c = &po->cfg;
     printf("{\"version\":1,\"model\":{\"L\":%d,\"C\":%d,\"NH\":%d,\"V\":%d,\"Vp\":%d,\"maxT\":%d},",
            c->L, c->C, c->NH, c->V, c->Vp, c->maxT);
@@ -151,7 +155,10 @@ static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t 
                    (unsigned long long)po->budget_bytes[t], hpt_tier_name((hpt_tier)t),
                    tier_peak(e, t) <= po->budget_bytes[t] ? "true" : "false");
     if (pred >= 0) printf(",\"predicted_step_s\":%.6g", pred);
-    printf("}\n");
+    int procs = po->procs > 1 ? po->procs : 1;
+    printf(",\"procs\":%d,\"rank\":%d,\"per_process_peak_bytes\":[", procs, po->rank);
+    for (int q = 0; q < procs; q++) printf("%s%llu", q ? "," : "", (unsigned long long)per[q]);
+    printf("]}\n");
 }
 
 static void print_text(const char *model, const hpt_plan_opts *po, const hpt_estimate *e,
@@ -270,13 +277,10 @@ static void print_text(const char *model, const hpt_plan_opts *po, const hpt_est
            (unsigned long long)e->tokens_per_step, x);
 }
 
-#define OPT_PROCS 1101 /* --procs N: the estimate of one of N processes (docs/zero_engine.md) */
-
 int cmd_estimate(int argc, char **argv) {
     static const struct option longopts[] = {
         CLI_TRAIN_LONGOPTS, CLI_AUTO_LONGOPTS, {"json", 0, 0, 'J'}, {"forward-only", 0, 0, 'F'},
-        {"procs", 1, 0, OPT_PROCS}, {0, 0, 0, 0}};
-    long procs = 1;
+        {"procs", 1, 0, 'P' + 2000}, {"rank", 1, 0, 'R' + 2000}, {0, 0, 0, 0}};
     const char *model = NULL, *resume = NULL;
     hpt_plan_opts po = hpt_plan_defaults();
     int json = 0, opt_rc = 0, c, auto_plan = 0, lossy = 0, verbose = 0;
@@ -292,6 +296,8 @@ int cmd_estimate(int argc, char **argv) {
         case 't': r = cli_parse_long("estimate", "--seq", optarg, 1, 1 << 20, &lv); po.T = (int)lv; break;
         case 'r': resume = optarg; break;
         case 'J': json = 1; break;
+        case 'P' + 2000: r = cli_parse_long("estimate", "--procs", optarg, 1, 64, &lv); po.procs = (int)lv; break;
+        case 'R' + 2000: r = cli_parse_long("estimate", "--rank", optarg, 0, 63, &lv); po.rank = (int)lv; break;
         case CLI_OPT_AUTO_PLAN:
             if (strcmp(optarg, "auto")) return cli_usage_error("estimate", "--plan: only 'auto' (got '%s')", optarg);
             auto_plan = 1;
@@ -303,7 +309,6 @@ int cmd_estimate(int argc, char **argv) {
         case CLI_OPT_TOKENS: r = cli_parse_long("estimate", "--tokens-per-step", optarg, 1, 1L << 40, &tokens); break;
         case CLI_OPT_VERBOSE: verbose = 1; break;
         case 'F': po.training = 0; break;
-        case OPT_PROCS: r = cli_parse_long("estimate", "--procs", optarg, 1, 64, &procs); break;
         /* every technique choice and the budgets: the plan, parsed as train parses it */
         case CLI_OPT_PLAN: r = cli_plan_flag("estimate", &po.plan, cli_optname(), optarg); break;
         /* accepted for symmetry with train, checked as train checks them, no effect on memory */
@@ -324,8 +329,6 @@ int cmd_estimate(int argc, char **argv) {
     }
     if (optind < argc) return cli_usage_error("estimate", "unexpected argument '%s'", argv[optind]);
     if (!model && !resume) return cli_usage_error("estimate", "--model (or --resume) is required");
-    /* one process's share of N: with --zero 3 the engine's homes hold 1/N of each block */
-    if (procs > 1 && po.plan.zero == 3) po.plan.offload.shards = (int)procs;
     /* validation data and the disk directory are the run's business, not the estimate's */
     hpt_plan_env env = {.training = po.training, .has_val = -1, .need_disk_dir = 0};
     int rc0 = cli_plan_check("estimate", &po.plan, &env);
@@ -382,12 +385,28 @@ int cmd_estimate(int argc, char **argv) {
             hpt_plan_cost(&po, &cal, &cost) == HPT_OK)
             pred = cost.total_s;
     }
+    /* every process's device peak (ZeRO's runs differ by rank) */
+    uint64_t per[64];
+    int procs = po.procs > 1 ? po.procs : 1;
+    for (int q = 0; q < procs; q++) {
+        hpt_plan_opts pq = po;
+        hpt_estimate eq;
+        pq.rank = q;
+        s = hpt_plan_estimate(&pq, &eq);
+        if (s != HPT_OK) return cli_lib_error(s, "estimate");
+        per[q] = eq.peak_bytes[HPT_TIER_DEVICE];
+    }
     if (json) {
-        print_json(&po, &e, budget, &fit, pred);
+        print_json(&po, &e, budget, &fit, pred, per);
     }
     else {
         print_text(model, &po, &e, budget, &fit);
         if (pred >= 0) printf("  predicted step %.3f s (cost model, hptrain calibrate's rates)\n", pred);
+    }
+    if (procs > 1 && !json) {
+        printf("  per process (%d processes, --zero %d; device peak):", procs, po.zero > 0 ? po.zero : 0);
+        for (int q = 0; q < procs; q++) printf(" %s%.1f MiB", q ? "| " : "", (double)per[q] / 1048576.0);
+        printf("\n");
     }
     return 0;
 }

@@ -111,7 +111,7 @@ static void later_techniques(int c, double bytes) {
 /* The memory techniques that exist, one at a time, on the recorded configuration: the
  * estimator's peak for each (the trace does not record the run's own technique flags, so the
  * base is the default configuration: flash attention, no recomputation, fp32 AdamW). */
-static void technique_what_ifs(const hpt_plan_opts *po, double est_now) {
+static void technique_what_ifs(const hpt_plan_opts *po, double est_now, int has_plan) {
     static const char *const flags[] = {
         "--state-bits 8 --state-32bit-embeddings", "--state-bits 8", "--recompute selective",
         "--recompute full", "--head-chunk 128", "--act-offload host",
@@ -152,8 +152,9 @@ static void technique_what_ifs(const hpt_plan_opts *po, double est_now) {
         }
         printf("\n");
     }
-    printf("  (technique figures assume the default configuration; the trace does not record the "
-           "run's own technique flags)\n");
+    if (!has_plan)
+        printf("  (technique figures assume the default configuration; this trace is older than "
+               "traces that record the run's own technique flags)\n");
 }
 
 typedef struct {
@@ -340,6 +341,15 @@ static void print_options(const hpt_trace *tr, const hpt_profile_summary *s, int
     po.T = m->T;
     po.training = 1;
     po.has_val = m->has_val;
+    if (m->has_plan) { /* the run's own techniques: the estimate is of the run as it was */
+        char words[sizeof m->plan];
+        snprintf(words, sizeof words, "%s", m->plan);
+        if (hpt_plan_parse_flags(&po.plan, words) != HPT_OK) {
+            printf("  (the trace's plan '%s' cannot be read: %s)\n", m->plan, hpt_last_error());
+            return;
+        }
+        printf("  the run's plan: %s\n", *m->plan ? m->plan : "the default (no technique flags)");
+    }
     hpt_estimate now;
     if (hpt_plan_estimate(&po, &now) != HPT_OK) {
         printf("  (the estimator refused this configuration: %s)\n", hpt_last_error());
@@ -380,7 +390,7 @@ static void print_options(const hpt_trace *tr, const hpt_profile_summary *s, int
         printf("  %-22s peak %s (-%s, %.1f%% lower; %d tokens per step instead of %d)\n", flag, b1,
                b2, 100.0 * (est_now - pk) / est_now, q.B * q.T, m->B * m->T);
     }
-    technique_what_ifs(&po, est_now);
+    technique_what_ifs(&po, est_now, m->has_plan);
     double fixed = (double)(now.bytes[HPT_TIER_DEVICE][HPT_CAT_PARAMS] + now.bytes[HPT_TIER_DEVICE][HPT_CAT_GRADS]);
     fmt_bytes(b1, sizeof b1, fixed);
     printf("  parameters and gradients (%s, %.0f%% of the peak) depend on neither --batch nor "

@@ -47,7 +47,8 @@ static const char k_help[] =
     "  --save-every N       also every N steps\n"
     "  --resume DIR         continue from DIR/state.bin (same --batch, --seq and --accum)\n"
     "  --stop-at N          stop after step N of the run and save (split a run across sessions)\n"
-    "  --log FILE.jsonl     one JSON object per step\n"
+    "  --log FILE.jsonl     one JSON object per step (under mpirun rank 0's; a FILE with %r:\n"
+    "                       every rank's, %r replaced by the rank)\n"
     "  --trace FILE         record every allocation, free and arena buffer; write the trace as\n"
     "                       JSON, or CSV when FILE ends in .csv (see hptrain profile)\n"
     "  --device cpu|cuda[:N] where to compute (default cpu; cuda: docs/cuda.md)\n"
@@ -308,9 +309,17 @@ static int train_main(int argc, char **argv) {
     if (!o.model && !o.resume) return cli_usage_error("train", "--model (or --resume) is required");
     if (!min_lr_set) o.min_lr = o.lr / 10.0f;
     const int lead = hpt_dist_rank() == 0;
+    /* a log path with %r: every rank writes its own, %r replaced by its rank */
+    char rank_log[4096];
+    const char *pr = log_path ? strstr(log_path, "%r") : NULL;
+    if (pr) {
+        snprintf(rank_log, sizeof rank_log, "%.*s%d%s", (int)(pr - log_path), log_path,
+                 hpt_dist_rank(), pr + 2);
+        log_path = rank_log;
+    }
     if (!lead) {
         quiet = 1;
-        log_path = NULL;
+        if (!pr) log_path = NULL;
     }
     if (threads) hpt_set_threads((int)threads);
 
@@ -342,6 +351,11 @@ static int train_main(int argc, char **argv) {
     tmeta.B = o.B;
     tmeta.T = o.T;
     tmeta.has_val = o.val != NULL;
+    hpt_plan traced = o.plan; /* the plan as run, for profile's estimates; the directory aside
+                               * (a path is no estimate's business, and may hold spaces) */
+    traced.offload_dir = NULL;
+    tmeta.has_plan = hpt_plan_print(&traced, tmeta.plan, sizeof tmeta.plan) == HPT_OK;
+    if (!tmeta.has_plan) tmeta.plan[0] = '\0';
     hpt_trainer *tr;
     s = hpt_trainer_create(mem, &o, &tr);
     if (hpt_dist_size() > 1 && hpt_dist_any(s != HPT_OK)) { /* every rank gets here */
@@ -468,6 +482,8 @@ static int train_main(int argc, char **argv) {
                 fprintf(log, ",\"loss_scale\":%.0f,\"skipped\":%d", (double)p.loss_scale, p.skipped);
             fprintf(log, ",\"lr\":%.6g", (double)p.lr);
             if (!p.skipped) fprintf(log, ",\"grad_norm\":%.6g", (double)p.grad_norm);
+            if (hpt_dist_size() > 1) /* the layer's count of this process, since the start */
+                fprintf(log, ",\"dist_sent_bytes\":%llu", (unsigned long long)hpt_dist_bytes_sent());
             fprintf(log, ",\"tokens_per_s\":%.1f,\"step_ms\":%.3f,"
                     "\"mem_peak_bytes\":%llu,\"rss_peak_bytes\":%llu",
                     p.tokens_per_s, p.step_ms,
@@ -513,7 +529,9 @@ static int train_main(int argc, char **argv) {
         if (o.save_dir) {
             s = hpt_trainer_save(tr);
             if (s != HPT_OK) rc = cli_lib_error(s, "saving");
-            else fprintf(stderr, "hptrain: saved %s/state.bin (resume with --resume %s)\n", o.save_dir, o.save_dir);
+            else if (lead)
+                fprintf(stderr, "hptrain: saved %s/%s (resume with --resume %s)\n", o.save_dir,
+                        o.zero > 0 && hpt_dist_size() > 1 ? "zero.manifest" : "state.bin", o.save_dir);
         }
         if (g_stop == 1) rc = rc ? rc : 130;
         if (g_stop == 3) rc = rc ? rc : 143;
@@ -550,7 +568,9 @@ static int train_main(int argc, char **argv) {
                 fprintf(stderr, "jumps: %lld (%lld rolled back)%s\n", (long long)sc->n_predict_phases,
                         (long long)sc->n_rollback, sc->stopped ? "; stopped: jumps no longer paid" : "");
         }
-        if (o.save_dir) fprintf(stderr, "saved %s/state.bin and %s/model.bin\n", o.save_dir, o.save_dir);
+        if (o.save_dir) fprintf(stderr, "saved %s/%s and %s/model.bin\n", o.save_dir,
+                                o.zero > 0 && hpt_dist_size() > 1 ? "zero.manifest and its shards" : "state.bin",
+                                o.save_dir);
         memory_report(mem);
         offload_report(hpt_trainer_model(tr), p.step - hpt_trainer_start_step(tr));
     }
