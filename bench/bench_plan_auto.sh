@@ -36,7 +36,7 @@ h = [20240520, 1, len(toks)] + [0] * 253
 open(sys.argv[1] + '/train_000000.bin', 'wb').write(struct.pack('<256i', *h) + struct.pack('<%dH' % len(toks), *toks))
 PY
 echo "uptime before: $(uptime)"
-"$bin" calibrate --offload-dir "$out/disk" 2>&1 | grep -E "disk|measured" || exit 1
+"$bin" calibrate ${CAL_FLAGS:-} --offload-dir "$out/disk" 2>&1 | grep -E "disk|measured" || exit 1
 
 # measure2 MODEL FLAGS...: measure twice, the faster run counts
 measure2() {
