@@ -25,6 +25,7 @@ declare -A grid=(
   [lin_s50_h200]="--full-steps 201 --jump-stride 50 --jump-snapshots 5 --jump-horizon 200 --jump-fit linear"
   [lin_s100_h400]="--full-steps 401 --jump-stride 100 --jump-snapshots 5 --jump-horizon 400 --jump-fit linear"
   [exp_s50_h200]="--full-steps 201 --jump-stride 50 --jump-snapshots 5 --jump-horizon 200 --jump-fit exp"
+  [lin_s50_h50]="--full-steps 201 --jump-stride 50 --jump-snapshots 5 --jump-horizon 50 --jump-fit linear"
 )
 jump=(--schedule hybrid --predictor jump --warmup-steps 200 --correct-steps 2
       --jump-search-batches 2 --jump-min-gain 2)
@@ -65,7 +66,12 @@ case "${1:-}" in
 run) run "$2" "$3" "$4" ;;
 queue)
   grep -v '^#' "$2" | xargs -P "${JOBS:-2}" -L 1 "$0" one ;;
-one) run "$2" "$3" "$4" ;; # a queue line
+one) # a queue line; "after PID": wait for that process (a queue restarted beside running runs)
+  if [ "$2" = after ]; then
+    while kill -0 "$3" 2>/dev/null; do sleep 10; done
+  else
+    run "$2" "$3" "$4"
+  fi ;;
 choose) # (under a lock) wait for the tuning runs, then apply the rule: bench_jump.py --tune
   [ -f "$out/chosen.txt" ] && exit 0
   for g in full "${!grid[@]}"; do
