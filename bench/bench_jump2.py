@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """bench_jump2.py: the report of bench/bench_jump2.sh (docs/predict.md, "Jumps at the issue's scale").
 
-  bench_jump2.py OUT QUIET CORPUS SEED...   per hybrid kind (jump_chosen, adam, linear) and
-                                            seed: steps and cost to reach full_s<seed>'s final
-                                            validation loss; curves_<CORPUS>.svg in OUT
+  bench_jump2.py [--jump NAME] OUT QUIET CORPUS SEED...
+      per hybrid kind (NAME, default jump_chosen; adam; linear) and seed: steps and cost to
+      reach full_s<seed>'s final validation loss; curves_<CORPUS>.svg in OUT
 
 OUT/CORPUS holds each run's log (NAME_sSEED.jsonl) and its process CPU time (NAME_sSEED.time:
 user, system, elapsed seconds). QUIET holds the runs that measured the per-phase costs quietly
@@ -85,6 +85,11 @@ def summary(d, kind, seed, c):
     s = {"seed": seed, "target": target, "final": hp[-1][2], "gap": hp[-1][2] - target,
          "n": hp[-1][1], "real": hp[-1][4], "pts": hp, "full_pts": fp,
          "done": hyb[-1]["step"] if hyb else 0}
+    # the gap at equal steps, averaged over the evaluations both runs made (the same windows)
+    fv = {p[1]: p[2] for p in fp}
+    g = [p[2] - fv[p[1]] for p in hp if p[1] in fv and p[1] > 400]
+    s["eq_gap"] = statistics.mean(g) if g else None
+    s["eq_gap_n"] = len(g)
     s["eq"] = full_steps_to([(p[0], p[1], p[2]) for p in fp], hp[-1][2])
     fc, hc = cpu(os.path.join(d, "full_s%s.time" % seed)), cpu(os.path.join(d, "%s_s%s.time" % (kind, seed)))
     if fc[0] and hc[0]:
@@ -118,12 +123,12 @@ def svg(path, corpus, allseries, xkey_title):
                "%s: validation loss vs cost" % corpus)
     o += panel(590, 40, 420, 340, allseries, 1, "steps (a jump run: real steps)", ylo, yhi,
                "%s: validation loss vs steps" % corpus)
-    legend = [("FULL-only", "#1f77b4")] + [(k, col) for k, col in KINDS]
+    legend = [("FULL-only", "#1f77b4")] + [(k, col) for k, col in KINDS if any(x["name"] == k for x in allseries)]
     for i, (name, col) in enumerate(legend):
         x = 70 + i * 170
         o.append('<line x1="%d" y1="440" x2="%d" y2="440" stroke="%s" stroke-width="2"/>' % (x, x + 28, col))
         o.append('<text x="%d" y="444" font-size="12">%s</text>' % (x + 33, name))
-    o.append('<text x="%d" y="444" font-size="12">seeds 2, 3, 4: solid, dashed, dotted</text>' % (70 + 4 * 170))
+    o.append('<text x="%d" y="444" font-size="12">seeds in the order given: solid, dashed, dotted</text>' % (70 + len(legend) * 170))
     o.append("</svg>")
     with open(path, "w") as f:
         f.write("\n".join(o) + "\n")
@@ -134,9 +139,13 @@ def fmt(v, f="%.3f"):
 
 
 def main():
-    if len(sys.argv) < 5:
+    args = sys.argv[1:]
+    if len(args) >= 2 and args[0] == "--jump":
+        KINDS[0] = (args[1], KINDS[0][1])
+        args = args[2:]
+    if len(args) < 4:
         sys.exit(__doc__)
-    out, qdir, corpus, seeds = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+    out, qdir, corpus, seeds = args[0], args[1], args[2], args[3:]
     c = quiet_costs(qdir)
     d = os.path.join(out, corpus)
     print("quiet costs (ms): FULL %.1f; jump: CORRECT %.1f, %.2f per forwarded sequence; adam: predict %.1f, CORRECT %.1f; linear: predict %.1f, CORRECT %.1f\n" % (
@@ -154,15 +163,16 @@ def main():
         if not ss:
             continue
         print("**%s, %s**\n" % (corpus, kind))
-        print("| seed | steps run (real) | FULL final val | final val | gap | FULL steps to that val | steps to FULL's final (real) | steps ratio | cost ratio to it (quiet per-phase) | measured step_ms ratio to it | whole-run CPU time ratio (s / s) | jumps or predicted steps (taken) |")
-        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+        print("| seed | steps run (real) | FULL final val | final val | gap | FULL steps to that val | steps to FULL's final (real) | steps ratio | cost ratio to it (quiet per-phase) | measured step_ms ratio to it | whole-run CPU time ratio (s / s) | jumps or predicted steps (taken) | mean gap at equal steps, evaluations after step 400 (n) |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
         for s in ss:
-            print("| %s | %d (%d) | %.4f | %.4f | %+.4f | %s | %s | %s | %s | %s | %s | %s |" % (
+            print("| %s | %d (%d) | %.4f | %.4f | %+.4f | %s | %s | %s | %s | %s | %s | %s | %s |" % (
                 s["seed"], s["n"], s["real"], s["target"], s["final"], s["gap"], fmt(s["eq"], "%.0f"),
                 "%d (%d)" % (s["reach"], s["reach_real"]) if "reach" in s else "not reached",
                 fmt(s.get("steps_ratio")), fmt(s.get("cost_ratio")), fmt(s.get("meas_ratio")),
                 "%.3f (%.0f / %.0f)" % (s["cpu_ratio"], s["cpu"][0], s["cpu"][1]) if "cpu_ratio" in s else "-",
-                "%d (%d)" % (s["npred"], s["taken"]) if "taken" in s else "%d" % s["npred"]))
+                "%d (%d)" % (s["npred"], s["taken"]) if "taken" in s else "%d" % s["npred"],
+                "%+.4f (%d)" % (s["eq_gap"], s["eq_gap_n"]) if s["eq_gap"] is not None else "-"))
         print()
         print("- reached FULL-only's final: %d of %d seeds" % (sum("steps_ratio" in s for s in ss), len(ss)))
         for k, label in (("steps_ratio", "steps ratio"), ("cost_ratio", "cost ratio (quiet per-phase)"),
