@@ -86,8 +86,13 @@ def summary(d, kind, seed, c):
          "n": hp[-1][1], "real": hp[-1][4], "pts": hp, "full_pts": fp,
          "done": hyb[-1]["step"] if hyb else 0}
     # the gap at equal steps, averaged over the evaluations both runs made (the same windows)
-    fv = {p[1]: p[2] for p in fp}
-    g = [p[2] - fv[p[1]] for p in hp if p[1] in fv and p[1] > 400]
+    # (FULL-only interpolated at the hybrid run's step count)
+    def at(x):
+        for a, b in zip(fp, fp[1:]):
+            if a[1] <= x <= b[1]:
+                return a[2] + (b[2] - a[2]) * (x - a[1]) / (b[1] - a[1])
+        return None
+    g = [p[2] - at(p[1]) for p in hp if p[1] > 400 and at(p[1]) is not None]
     s["eq_gap"] = statistics.mean(g) if g else None
     s["eq_gap_n"] = len(g)
     s["eq"] = full_steps_to([(p[0], p[1], p[2]) for p in fp], hp[-1][2])
