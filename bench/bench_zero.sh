@@ -1,17 +1,25 @@
 #!/usr/bin/env bash
-# bench_zero.sh [HPTRAIN]: data parallel over MPI (docs/zero.md). Run under the shared lock:
-#   flock /work/bench.lock bench/bench_zero.sh build/hptrain
-# 1. bytes sent per step per process, counted by the communication layer, against the ZeRO
-#    paper's volume for stage 0 (2 x the parameters in the dtype sent, fp32 here; a ring or
-#    reduce-scatter + all-gather sends 2 (N-1)/N of it), at N = 2 and 4;
-# 2. per-process memory (the accounted device peak, rank 0's; every rank holds the same) on
-#    gpt2-124m at N = 2 and 4 and gpt2-350m at N = 2, one step of B=1, T=64, against the
-#    estimator's figure for one process;
-# 3. throughput: 2 processes x 1 thread against 1 process x 2 threads with the same global
+# bench_zero.sh [HPTRAIN [SECTIONS]]: data parallel over MPI (docs/zero.md). Run under the shared
+# lock, a section or two at a time (each under ~5 minutes):
+#   flock /work/bench.lock bench/bench_zero.sh build/hptrain "bytes mem124"
+#   flock /work/bench.lock bench/bench_zero.sh build/hptrain mem350
+# SECTIONS (default all): bytes mem124 mem350 speed
+# bytes: bytes sent per step per process, counted by the communication layer (each rank's log,
+#    dist_sent_bytes, between steps 2 and 3), at stages 0, 1, 2 and N = 2, 4, against the ZeRO
+#    paper's volume (2 x the parameters in the dtype sent, fp32 here, for stages 0-2; a ring or
+#    reduce-scatter + all-gather sends 2 (N-1)/N of it per process on average);
+# mem124, mem350: per-process memory (each rank's accounted device peak and peak RSS, one step
+#    of B=1, T=64) at stages 0, 1, 2 (2 also with --accum 2, where its micro-batch sum is
+#    shard-sized) against the estimator's figure for that rank (--procs N --rank R), on
+#    gpt2-124m at N = 2 and 4 and gpt2-350m at N = 2 and 4 (4 x stage 0 of 350m, 4 x 5.7 GiB,
+#    does not fit beside the other work on this 23 GiB machine: left out);
+# speed: throughput: 2 processes x 1 thread against 1 process x 2 threads with the same global
 #    batch (--batch 4 each against --batch 4 --accum 2 --zero 0, its bit-identical twin, and
 #    --batch 8), side by side in one run.
 set -u
 bin=${1:-build/hptrain}
+sections=${2:-"bytes mem124 mem350 speed"}
+want() { [[ " $sections " == *" $1 "* ]]; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_WAIT_POLICY=PASSIVE
@@ -25,29 +33,64 @@ open(sys.argv[1] + "/train_000.bin", "wb").write(
     struct.pack("<256i", *([20240520, 1, len(t)] + [0] * 253)) + struct.pack("<%dH" % len(t), *t))
 PY
 data=$tmp/train_000.bin
-field() { tail -1 "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])"; }
 
-echo "== 1. bytes sent per step per process (stage 0, fp32 gradients)"
 small="gpt2:L=4,C=256,NH=4,V=50257,T=128"
-for n in 2 4; do
+if want bytes; then
+echo "== bytes sent per step per process (fp32; the layer's count between steps 2 and 3)"
+for n in 2 4; do for z in 0 1 2; do
+    rm -f "$tmp"/b.*.jsonl
     OMP_NUM_THREADS=1 "${mpi[@]}" -np $n "$bin" train --model "$small" --data "$data" --batch 1 --seq 64 \
-        --steps 3 --quiet 2>"$tmp/b$n.err" >/dev/null
-    line=$(grep "data parallel" "$tmp/b$n.err")
-    echo "N=$n: $line; the paper's 2 x params x 4 bytes x (N-1)/N = $(python3 -c "print('%.3f' % (2*($n-1)/$n))") x"
-done
+        --steps 3 --zero $z --quiet --log "$tmp/b.%r.jsonl" 2>"$tmp/b.err" >/dev/null || { echo "N=$n zero $z failed"; tail -3 "$tmp/b.err"; continue; }
+    np_=$("$bin" estimate --model "$small" --batch 1 --seq 64 --json | python3 -c "import json,sys; print(json.load(sys.stdin)['num_params'])")
+    python3 - "$tmp" $n $z $np_ <<'PY'
+import json, sys
+d, n, z, npar = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+per = []
+for r in range(n):
+    rows = [json.loads(l) for l in open("%s/b.%d.jsonl" % (d, r))]
+    per.append(rows[2]["dist_sent_bytes"] - rows[1]["dist_sent_bytes"])
+P = 4.0 * npar
+print("N=%d --zero %s: per process %s MiB (%s x params x 4 B); mean %.3f x; the paper's 2 (N-1)/N = %.3f x"
+      % (n, z, " ".join("%.2f" % (b / 2**20) for b in per), " ".join("%.3f" % (b / P) for b in per),
+         sum(per) / len(per) / P, 2 * (n - 1) / n))
+PY
+done; done
+fi
 
-echo "== 2. per-process memory, stage 0 (accounted device peak, rank 0; estimate of one process)"
-for spec in "gpt2-124m 2" "gpt2-124m 4" "gpt2-350m 2"; do
-    set -- $spec
-    OMP_NUM_THREADS=1 "${mpi[@]}" -np "$2" "$bin" train --model "$1" --data "$data" --batch 1 --seq 64 \
-        --steps 1 --quiet --log "$tmp/m.jsonl" 2>"$tmp/m.err" >/dev/null || { echo "$1 N=$2 failed"; tail -3 "$tmp/m.err"; continue; }
-    est=$("$bin" estimate --model "$1" --batch 1 --seq 64 --zero 0 --json | python3 -c "import json,sys; print(json.load(sys.stdin)['peak_bytes'])")
-    got=$(field "$tmp/m.jsonl" mem_peak_bytes)
-    rss=$(field "$tmp/m.jsonl" rss_peak_bytes)
-    echo "$1 N=$2: per process $(python3 -c "print('%.1f MiB' % ($got/2**20))") measured, $(python3 -c "print('%.1f MiB' % ($est/2**20))") estimated; peak RSS $(python3 -c "print('%.0f MiB' % ($rss/2**20))")"
-done
+mem_runs() { # mem_runs MODEL "N Z ACCUM" ...
+    local model=$1; shift
+    for spec in "$@"; do
+        set -- $spec
+        rm -f "$tmp"/m.*.jsonl
+        OMP_NUM_THREADS=1 "${mpi[@]}" -np "$1" "$bin" train --model "$model" --data "$data" --batch 1 --seq 64 \
+            --steps 1 --zero "$2" --accum "$3" --quiet --log "$tmp/m.%r.jsonl" 2>"$tmp/m.err" >/dev/null ||
+            { echo "$model N=$1 --zero $2 --accum $3 failed"; tail -3 "$tmp/m.err"; continue; }
+        est=$("$bin" estimate --model "$model" --batch 1 --seq 64 --zero "$2" --accum "$3" --procs "$1" --json |
+              python3 -c "import json,sys; print(' '.join(map(str, json.load(sys.stdin)['per_process_peak_bytes'])))")
+        python3 - "$tmp" "$1" "$model" "$2" "$3" $est <<'PY'
+import json, sys
+d, n, model, z, a = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+est = [int(x) for x in sys.argv[6:]]
+got = [json.loads(open("%s/m.%d.jsonl" % (d, r)).readlines()[-1]) for r in range(n)]
+mib = lambda b: "%.1f" % (b / 2**20)
+same = all(g["mem_peak_bytes"] == e for g, e in zip(got, est))
+print("%s N=%d --zero %s --accum %s: device MiB per process %s (estimated %s: %s); peak RSS MiB %s"
+      % (model, n, z, a, " ".join(mib(g["mem_peak_bytes"]) for g in got), " ".join(mib(e) for e in est),
+         "measured = estimated" if same else "DIFFERENT", " ".join("%.0f" % (g["rss_peak_bytes"] / 2**20) for g in got)))
+PY
+    done
+}
+if want mem124; then
+echo "== per-process memory, gpt2-124m (accounted device peak of every rank; estimate per rank)"
+mem_runs gpt2-124m "2 0 1" "2 1 1" "2 2 1" "2 1 2" "2 2 2" "4 0 1" "4 1 1" "4 2 1" "4 1 2" "4 2 2"
+fi
+if want mem350; then
+echo "== per-process memory, gpt2-350m (4 x stage 0 left out: 4 x 5.7 GiB does not fit here)"
+mem_runs gpt2-350m "2 0 1" "2 1 1" "2 2 2" "4 1 1" "4 2 1"
+fi
 
-echo "== 3. throughput, global batch 8 x 128 tokens, $small"
+want speed || exit 0
+echo "== throughput, global batch 8 x 128 tokens, $small"
 run() { # run NAME CMD...: tokens per second of the last 4 of 6 steps
     "$@" --model "$small" --data "$data" --seq 128 --steps 6 --warmup 1 --quiet --log "$tmp/t.jsonl" \
         2>/dev/null >/dev/null || { echo "failed: $*"; return; }

@@ -21,7 +21,8 @@
 #  5. faults: a rank killed (SIGKILL) mid-run makes mpirun end the others within 60 s with a
 #     non-zero status, and the last checkpoint loads and finishes in one process; a rank that
 #     hangs (SIGSTOP) makes the others fail with the layer's timeout error (HPT_DIST_TIMEOUT_S).
-# The sanitizer binary (when given) runs case 1 once, with LeakSanitizer off: Open MPI's own
+# The sanitizer binary (when given) runs case 1 once and a --zero 2 run saved and resumed in one
+# process, with LeakSanitizer off: Open MPI's own
 # allocations live until exit (its leaks are not ours).
 # Skips (exit 77 as SKIP) where mpirun is not installed.
 set -u
@@ -107,6 +108,12 @@ if [ -n "$asan" ] && [ -x "$asan" ]; then
     ASAN_OPTIONS=detect_leaks=0 "$asan" train "${args[@]}" --steps 6 --batch 2 --accum 2 --zero 0 --save "$tmp/one2asan" 2>/dev/null ||
         bad "sanitizer build, one process"
     same_run "$tmp/one2asan" "$tmp/np2asan" "sanitizer build np 2 vs accum 2"
+    # stage 2: the sharded step, its checkpoint and a re-cut into one process
+    ASAN_OPTIONS=detect_leaks=0 "${mpi[@]}" -x ASAN_OPTIONS -np 2 "$asan" train "${args[@]}" --steps 6 --batch 2 --zero 2 --save "$tmp/z2asan" --stop-at 3 2>"$tmp/asan.err" ||
+        { bad "sanitizer build, mpirun -np 2 --zero 2"; tail -20 "$tmp/asan.err"; }
+    ASAN_OPTIONS=detect_leaks=0 "$asan" train "${args[@]}" --steps 6 --batch 2 --accum 2 --zero 0 --resume "$tmp/z2asan" --save "$tmp/z2asan" 2>"$tmp/asan.err" ||
+        { bad "sanitizer build, a --zero 2 checkpoint resumed in one process"; tail -20 "$tmp/asan.err"; }
+    same_run "$tmp/one2asan" "$tmp/z2asan" "sanitizer build: np 2 --zero 2 to step 3, then 1 process"
 fi
 
 # ---- 2. checkpoints: 2 -> 1 and 1 -> 2 ---------------------------------------------------

@@ -520,7 +520,7 @@ int optim_q8_per_slice(const hpt_model_config *c) {
 
 static int full_fp32_adamw(const hpt_optim *op) {
     return op->o.optimizer == HPT_OPTIM_ADAMW && state_bits(&op->o) == 32 &&
-           !model_engine(op->model);
+           !model_engine(op->model) && op->lay.u_lo == 0 && op->lay.u_hi >= op->n_units;
 }
 
 hpt_status optim_emit_moment(const hpt_optim *op, int which, gpt2_emit_fn emit, void *ctx) {

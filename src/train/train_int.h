@@ -168,6 +168,8 @@ hpt_status dp_overflow(const dp_shard *z, const hpt_backend *be, const float *gr
 
 /* ---- zero.c: the sharded checkpoints (stages 1, 2) ---- */
 int zero_manifest_exists(const char *dir);
+/* A stage-0 save's: the manifest, then every shard (they are older than its state.bin). */
+void zero_remove(const char *dir);
 /* Every rank writes DIR/zero-<step>-<rank>of<N>.bin, then rank 0 the manifest (and model.bin is
  * the caller's); ls: the loss scaler's three fields or NULL. Every rank's shard status is every
  * rank's; the manifest's is rank 0's (the caller shares it: dp_saved). */

@@ -471,9 +471,7 @@ static hpt_status save_files(hpt_trainer *tr) {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/state.bin", tr->o.save_dir);
     HPT_CHECK(hpt_state_save_sections(path, tr->model, tr->opt, &tr->o.adamw, &pos, sec, n));
-    /* a sharded checkpoint left in the directory is older now (zero.c) */
-    snprintf(path, sizeof path, "%s/zero.manifest", tr->o.save_dir);
-    unlink(path);
+    zero_remove(tr->o.save_dir); /* a sharded checkpoint left in the directory is older now */
     return save_model_files(tr);
 }
 

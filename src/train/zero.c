@@ -111,6 +111,20 @@ static void remove_others(const char *dir, int64_t step, int procs) {
     unlink(p);
 }
 
+void zero_remove(const char *dir) {
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/zero.manifest", dir);
+    unlink(p); /* first: shards without a manifest are never read */
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        size_t ln = strlen(de->d_name);
+        if (strncmp(de->d_name, "zero-", 5) || ln < 9 || strcmp(de->d_name + ln - 4, ".bin")) continue;
+        if (snprintf(p, sizeof p, "%s/%s", dir, de->d_name) < (int)sizeof p) unlink(p);
+    }
+    if (d) closedir(d);
+}
+
 static hpt_status write_manifest(const char *dir, const dp_shard *z, const int64_t *f,
                                  uint32_t weights_crc, const int64_t *ls, const shard_rec *sh) {
     char path[PATH_MAX], line[512];

@@ -112,11 +112,12 @@ static const char k_help[] =
     "                       start (default 0.2)\n"
     "  --seed S             initialisation seed (default 1337)\n"
     "  --threads N          threads (default: all cores)\n"
-    "  --zero 0             data parallel (mpirun -np N hptrain train ...): every process holds\n"
-    "                       the state, gradients summed in rank order; one process with --accum N\n"
-    "                       and --zero 0 computes the same bits (docs/zero.md); --zero 3 with\n"
-    "                       --offload: each process's homes hold 1/N of every block\n"
-    "                       (docs/zero_engine.md)\n"
+    "  --zero 0|1|2|3       data parallel (mpirun -np N hptrain train ...): 0, every process holds\n"
+    "                       the state, gradients summed in rank order; 1, each process keeps the\n"
+    "                       optimizer state of its ~1/N of the parameters and updates them; 2,\n"
+    "                       also the summed gradients; one process with --accum N and --zero 0\n"
+    "                       computes the same bits (docs/zero.md); 3, with --offload: each\n"
+    "                       process's homes hold 1/N of every block (docs/zero_engine.md)\n"
     "  --quiet              no progress line\n";
 
 static void fmt_bytes(char *buf, size_t n, uint64_t b) {
