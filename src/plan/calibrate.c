@@ -12,7 +12,9 @@
  * read+write streaming pass (the backend's scale op over 256 MiB, past the caches); each optimizer's update in
  * ns per parameter at 32 and 8 bits, with the team and at one thread (the offload worker's);
  * the compute's loss per second of one-thread work run beside it (measure_sharing); memcpy host to host; the disk with O_DIRECT (64 MiB
- * transfers, a large block's, of a 256 MiB temporary file in the disk directory, removed after).
+ * transfers, a large block's, of a 256 MiB temporary file in the disk directory, removed after)
+ * in a thread beside the team's GEMMs, and the GEMMs' loss per second of its transfers
+ * (measure_disk).
  *
  * Invariants: library code, nothing printed; one calibration at a time (the repetition time is
  * a file-level setting); buffers are freed on every path; the threads
