@@ -460,7 +460,8 @@ done:
  * step. The GEMMs' time over their time alone, per second of the transfers, is the disk's
  * sharing loss: the worker wakes at every transfer (and checksums its pages), and each wake
  * takes a core from a statically scheduled team that then waits for its slowest thread;
- * measured 0.06 on this 2-core machine when quiet and far more under other sessions' load.
+ * 0.22-0.77 on this 2-core machine in 13 runs, all under other sessions' load (never measured
+ * on a quiet machine here).
  * Why many passes: this machine's virtual disk ran the same transfers at 0.9-2.8 GB/s read and
  * 2-6 GB/s write from one minute (and one process) to the next, in two states about 2x apart
  * (docs/planner.md, "The disk"); predictions are for a run's fastest steps. */

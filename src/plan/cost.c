@@ -203,8 +203,8 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
         double lcpu = of->params == HPT_TIER_HOST ? load : 0;
         /* The worker's disk transfers cost the compute beside them too: the worker wakes at
          * each (and checksums its pages), taking a core from the team for a moment; calibrated
-         * per second of transfer (disk_share_loss: small on a quiet machine, large under other
-         * processes' load, which a wake then waits behind). */
+         * per second of transfer (disk_share_loss: 0.22-0.77 measured here, under other
+         * sessions' load). */
         double dl = c->disk_share_loss, ldisk = of->params == HPT_TIER_DISK ? load : 0;
         /* forward: L loads; backward: the blocks not still resident */
         double f_work = P >= 1 ? L * maxd(cf + lcpu / n + dl * ldisk, load) + load : L * (cf + load);
