@@ -210,6 +210,34 @@ int main(void) {
         double want = L * load + L * wdisk;
         CHECK(blk > 0 && K >= 1 && fabs((tot[1] - tot[0]) - want) < 1e-6 * want + 1e-15);
     }
+    /* attention's rate at T: the T = 128 rates at and below 128, the T = 512 ones at and above
+     * 512, linear in log T between (256: halfway); without T = 512 rates, T = 128's everywhere */
+    g_cal_extra = ",\"attention_T512\":{\"flash_fwd_gflops\":5,\"flash_bwd_gflops\":7,"
+                  "\"plain_fwd_gflops\":9,\"plain_bwd_gflops\":11}";
+    write_cal(path, 1, 3, 1, 1); /* flash 1, plain 3 at T = 128 */
+    g_cal_extra = "";
+    CHECK_OK(hpt_calibration_load(path, &cal));
+    CHECK(cal.attn512_gflops[0][0] == 5 && cal.attn512_gflops[1][1] == 11);
+    const int Ts[4] = {64, 128, 256, 1024};
+    const double fl_f[4] = {1, 1, 3, 5}, fl_b[4] = {1, 1, 4, 7}, pl_f[4] = {3, 3, 6, 9};
+    for (int i = 0; i < 4; i++) {
+        hpt_plan_opts o = base;
+        o.T = o.cfg.maxT = Ts[i];
+        CHECK_OK(hpt_plan_cost(&o, &cal, &k));
+        CHECK(fabs(k.attn_fwd_gflops - fl_f[i]) < 1e-9 && fabs(k.attn_bwd_gflops - fl_b[i]) < 1e-9);
+        o.act.attention = HPT_ATTN_PLAIN;
+        CHECK_OK(hpt_plan_cost(&o, &cal, &k));
+        CHECK(fabs(k.attn_fwd_gflops - pl_f[i]) < 1e-9);
+    }
+    write_cal(path, 1, 3, 1, 1);
+    CHECK_OK(hpt_calibration_load(path, &cal));
+    CHECK(cal.attn512_gflops[0][0] == 0);
+    {
+        hpt_plan_opts o = base;
+        o.T = o.cfg.maxT = 1024;
+        CHECK_OK(hpt_plan_cost(&o, &cal, &k));
+        CHECK(k.attn_fwd_gflops == 1 && k.attn_bwd_gflops == 1);
+    }
     write_cal(path, 1, 1000, 1, 1);
     CHECK_OK(hpt_calibration_load(path, &cal));
 

@@ -24,7 +24,10 @@ typedef struct {
     double gemm_bwd_gflops[HPT_CAL_GEMM_ROWS][HPT_CAL_GEMM_SIZES]; /* matmul_backward */
     double head_gflops[HPT_CAL_GEMM_ROWS][2]; /* [rows][forward, backward] a head-shaped GEMM:
                                                * C = 768 against 32768 outputs */
-    double attn_gflops[2][2];            /* [flash, plain][forward, backward] causal attention */
+    double attn_gflops[2][2];            /* [flash, plain][forward, backward] causal attention
+                                          * at T = 128 */
+    double attn512_gflops[2][2];         /* the same at T = 512 (0: not measured: the T = 128
+                                          * rates serve every T) */
     double mem_gbps;                     /* a read+write streaming pass (bytes read + written) */
     double optim_ns[HPT_OPTIM_COUNT][2]; /* ns per parameter of one update: [kind][32-bit, 8-bit] */
     double worker_ns[HPT_OPTIM_COUNT][2]; /* the same at one thread: the offload engine's worker's

@@ -8,11 +8,14 @@
  * minutes apart here; compare predictions with a run's fastest steps):
  * GEMM (matmul_forward and matmul_backward) at a step's shapes: a block's four GEMMs for a few
  * widths C and a head's (C = 768 against 32768 outputs), each at 64 and 256 rows (B*T: the
- * rate per FLOP depends on it); causal attention (flash and plain, forward and backward) at T = 128; a
+ * rate per FLOP depends on it); causal attention (flash and plain, forward and backward) at T = 128
+ * and 512; a
  * read+write streaming pass (the backend's scale op over 256 MiB, past the caches); each optimizer's update in
  * ns per parameter at 32 and 8 bits, with the team and at one thread (the offload worker's);
  * the compute's loss per second of one-thread work run beside it (measure_sharing); memcpy host to host; the disk with O_DIRECT (64 MiB
- * transfers, a large block's, of a 256 MiB temporary file in the disk directory, removed after).
+ * transfers, a large block's, of a 256 MiB temporary file in the disk directory, removed after)
+ * in a thread beside the team's GEMMs, and the GEMMs' loss per second of its transfers
+ * (measure_disk).
  *
  * Invariants: library code, nothing printed; one calibration at a time (the repetition time is
  * a file-level setting); buffers are freed on every path; the threads
@@ -76,6 +79,13 @@ hpt_status hpt_calibration_save(const char *path, const hpt_calibration *c) {
     cJSON_AddNumberToObject(j, "flash_bwd_gflops", c->attn_gflops[0][1]);
     cJSON_AddNumberToObject(j, "plain_fwd_gflops", c->attn_gflops[1][0]);
     cJSON_AddNumberToObject(j, "plain_bwd_gflops", c->attn_gflops[1][1]);
+    if (c->attn512_gflops[0][0] > 0) {
+        cJSON *a = cJSON_AddObjectToObject(j, "attention_T512");
+        cJSON_AddNumberToObject(a, "flash_fwd_gflops", c->attn512_gflops[0][0]);
+        cJSON_AddNumberToObject(a, "flash_bwd_gflops", c->attn512_gflops[0][1]);
+        cJSON_AddNumberToObject(a, "plain_fwd_gflops", c->attn512_gflops[1][0]);
+        cJSON_AddNumberToObject(a, "plain_bwd_gflops", c->attn512_gflops[1][1]);
+    }
     cJSON_AddNumberToObject(j, "mem_gbps", c->mem_gbps);
     cJSON *o = cJSON_AddObjectToObject(j, "optim_ns_per_param");
     for (int k = 0; k < HPT_OPTIM_COUNT; k++) {
@@ -176,6 +186,12 @@ hpt_status hpt_calibration_load(const char *path, hpt_calibration *c) {
         num(j, "disk_read_gbps", &c->disk_read_gbps);
         num(j, "disk_write_gbps", &c->disk_write_gbps);
         num(j, "disk_share_loss", &c->disk_share_loss);
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "attention_T512");
+        double r[2][2] = {{0, 0}, {0, 0}};
+        if (a && num(a, "flash_fwd_gflops", &r[0][0]) && num(a, "flash_bwd_gflops", &r[0][1]) &&
+            num(a, "plain_fwd_gflops", &r[1][0]) && num(a, "plain_bwd_gflops", &r[1][1]) &&
+            r[0][0] > 0 && r[0][1] > 0 && r[1][0] > 0 && r[1][1] > 0)
+            memcpy(c->attn512_gflops, r, sizeof r);
     }
     cJSON_Delete(j);
     if (!ok) return hpt_fail(HPT_ERR_FORMAT, "calibration: %s is not a version-%d calibration "
@@ -269,8 +285,10 @@ done:
 
 /* Causal attention at B=1, T=128, C=768, NH=12, counted as the estimator counts it: 2 C (T+1)
  * FLOPs per token forward, twice that backward. */
-static hpt_status measure_attention(const hpt_backend *be, int reps, hpt_calibration *c) {
-    const int B = 1, T = 128, C = 768, NH = 12;
+/* Causal attention at B = 1, C = 768, NH = 12 and T (128 or 512: its rate per FLOP grows with
+ * T, the cost model interpolates in log T), into r[flash, plain][forward, backward]. */
+static hpt_status measure_attention(const hpt_backend *be, int reps, int T, double r[2][2]) {
+    const int B = 1, C = 768, NH = 12;
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
     size_t natt = (size_t)B * NH * T * T, nscr = natt + 4 * nqkv;
     float *qkv = malloc(nqkv * 4), *out = malloc(nout * 4), *att = malloc(natt * 4);
@@ -285,15 +303,15 @@ static hpt_status measure_attention(const hpt_backend *be, int reps, hpt_calibra
     double f = 2.0 * C * (T + 1.0) * B * T, t;
     be->flash_attention_forward(out, lse, qkv, B, T, C, NH, NH);
     BEST_OF(reps, t, be->flash_attention_forward(out, lse, qkv, B, T, C, NH, NH));
-    c->attn_gflops[0][0] = f / t / 1e9;
+    r[0][0] = f / t / 1e9;
     memset(dqkv, 0, nqkv * 4);
     BEST_OF(reps, t, be->flash_attention_backward(dqkv, scr, dout, qkv, out, lse, B, T, C, NH, NH));
-    c->attn_gflops[0][1] = 2 * f / t / 1e9;
+    r[0][1] = 2 * f / t / 1e9;
     be->attention_forward(out, att, qkv, B, T, C, NH, NH);
     BEST_OF(reps, t, be->attention_forward(out, att, qkv, B, T, C, NH, NH));
-    c->attn_gflops[1][0] = f / t / 1e9;
+    r[1][0] = f / t / 1e9;
     BEST_OF(reps, t, be->attention_backward(dqkv, scr, dout, qkv, att, B, T, C, NH, NH));
-    c->attn_gflops[1][1] = 2 * f / t / 1e9;
+    r[1][1] = 2 * f / t / 1e9;
 done:
     free(qkv), free(out), free(att), free(lse), free(dqkv), free(scr), free(dout);
     return s;
@@ -442,7 +460,8 @@ done:
  * step. The GEMMs' time over their time alone, per second of the transfers, is the disk's
  * sharing loss: the worker wakes at every transfer (and checksums its pages), and each wake
  * takes a core from a statically scheduled team that then waits for its slowest thread;
- * measured 0.06 on this 2-core machine when quiet and far more under other sessions' load.
+ * 0.22-0.77 on this 2-core machine in 13 runs, all under other sessions' load (never measured
+ * on a quiet machine here).
  * Why many passes: this machine's virtual disk ran the same transfers at 0.9-2.8 GB/s read and
  * 2-6 GB/s write from one minute (and one process) to the next, in two states about 2x apart
  * (docs/planner.md, "The disk"); predictions are for a run's fastest steps. */
@@ -548,7 +567,8 @@ hpt_status hpt_calibrate(const char *disk_dir, int quick, hpt_calibration *c) {
     int reps = quick ? 3 : 5;
     g_min_s = quick ? 0.05 : 0.15;
     HPT_CHECK(measure_gemm(be, reps, c));
-    HPT_CHECK(measure_attention(be, reps, c));
+    HPT_CHECK(measure_attention(be, reps, 128, c->attn_gflops));
+    HPT_CHECK(measure_attention(be, reps, 512, c->attn512_gflops));
     HPT_CHECK(measure_memory(be, reps, c));
     HPT_CHECK(measure_optim(be, reps, c));
     HPT_CHECK(measure_sharing(be, reps, c));

@@ -8,8 +8,9 @@
  * block's size and the homes' widths.
  *
  *   forward      = accum * tokens * (blocks' gemm / R_gemm_fwd(C, rows) + head gemm /
- *                  R_head_fwd(rows) + attn / R_attn_fwd); rows = B*T, the rates measured at
- *                  64 and 256 rows and interpolated in log(rows)
+ *                  R_head_fwd(rows) + attn / R_attn_fwd(T)); rows = B*T, the rates measured at
+ *                  64 and 256 rows and interpolated in log(rows); attention's at T = 128 and
+ *                  512, interpolated in log T
  *   backward     the same, twice the FLOPs, at the backward rates
  *   recompute    full, every:N: one more forward of the blocks; selective: the layernorms and
  *                GELU (a memory pass) and with plain attention its forward; a head chunk or
@@ -131,8 +132,11 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
     out->head_bwd_gflops = head_rate(c, 1, hrows);
     double Hf = out->head_fwd_gflops * 1e9, Hb = out->head_bwd_gflops * 1e9;
     int ak = act->attention == HPT_ATTN_PLAIN ? 1 : 0;
-    out->attn_fwd_gflops = c->attn_gflops[ak][0];
-    out->attn_bwd_gflops = c->attn_gflops[ak][1];
+    /* attention's rate at T: measured at 128 and 512, linear in log T between, flat outside */
+    double fa = 0;
+    if (c->attn512_gflops[ak][0] > 0 && T > 128) fa = T >= 512 ? 1 : log(T / 128.0) / log(4.0);
+    out->attn_fwd_gflops = (1 - fa) * c->attn_gflops[ak][0] + fa * c->attn512_gflops[ak][0];
+    out->attn_bwd_gflops = (1 - fa) * c->attn_gflops[ak][1] + fa * c->attn512_gflops[ak][1];
     double Rf = out->gemm_fwd_gflops * 1e9, Rb = out->gemm_bwd_gflops * 1e9;
     double Raf = out->attn_fwd_gflops * 1e9, Rab = out->attn_bwd_gflops * 1e9;
     double Rm = c->mem_gbps * 1e9;
@@ -199,8 +203,8 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
         double lcpu = of->params == HPT_TIER_HOST ? load : 0;
         /* The worker's disk transfers cost the compute beside them too: the worker wakes at
          * each (and checksums its pages), taking a core from the team for a moment; calibrated
-         * per second of transfer (disk_share_loss: small on a quiet machine, large under other
-         * processes' load, which a wake then waits behind). */
+         * per second of transfer (disk_share_loss: 0.22-0.77 measured here, under other
+         * sessions' load). */
         double dl = c->disk_share_loss, ldisk = of->params == HPT_TIER_DISK ? load : 0;
         /* forward: L loads; backward: the blocks not still resident */
         double f_work = P >= 1 ? L * maxd(cf + lcpu / n + dl * ldisk, load) + load : L * (cf + load);

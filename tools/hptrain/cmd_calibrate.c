@@ -45,6 +45,10 @@ static void print_calibration(FILE *f, const hpt_calibration *c) {
                 c->head_gflops[r][1], r + 1 < HPT_CAL_GEMM_ROWS ? ";" : "\n");
     fprintf(f, "  attention GFLOP/s (T=128): flash fwd %.1f bwd %.1f; plain fwd %.1f bwd %.1f\n",
             c->attn_gflops[0][0], c->attn_gflops[0][1], c->attn_gflops[1][0], c->attn_gflops[1][1]);
+    if (c->attn512_gflops[0][0] > 0)
+        fprintf(f, "  attention GFLOP/s (T=512): flash fwd %.1f bwd %.1f; plain fwd %.1f bwd %.1f\n",
+                c->attn512_gflops[0][0], c->attn512_gflops[0][1], c->attn512_gflops[1][0],
+                c->attn512_gflops[1][1]);
     fprintf(f, "  memory pass %.2f GB/s (read+write); memcpy %.2f GB/s; disk read %.2f GB/s, "
             "write %.2f GB/s%s\n", c->mem_gbps, c->host_copy_gbps, c->disk_read_gbps,
             c->disk_write_gbps, c->disk_read_gbps > 0 ? " (O_DIRECT)" : " (not measured)");

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# bench_plan_budgets.sh [HPTRAIN] [OUT_DIR]: the issue's benchmark (docs/planner.md): --plan auto
+# at device budgets against the plans a person would write, gpt2-1558m B=1 T=128 by default.
+# Calibrates in the same run (disk in OUT_DIR), then for each budget in BUDGETS (default
+# "2GB 4GB 8GB") the auto plan (estimate --plan auto; --host-memory HOST, default 10GB; --allow
+# lossy with LOSSY=1) and each plan of PLANS (a ;-separated list of flag sets, default none):
+# its predicted step (estimate --json) and the measured one (train, STEPS steps, default 3,
+# the fastest after the first), tokens/s from it. MODEL, T, STEPS, HOST, BUDGETS, PLANS, LOSSY.
+# Each run of gpt2-1558m takes 1-3 minutes and several GiB: run it alone, under the shared
+# benchmark lock, in pieces (one or two budgets each).
+set -u
+bin=${1:-build/hptrain}
+out=${2:-$(mktemp -d)}
+mkdir -p "$out/disk"
+MODEL=${MODEL:-gpt2-1558m}
+T=${T:-128}
+STEPS=${STEPS:-3}
+HOST=${HOST:-10GB}
+export HPT_CALIBRATION=$out/calibration.json
+python3 - "$out" <<'PY'
+import struct, sys, random
+random.seed(1)
+toks = [random.randrange(1000) for _ in range(40000)]
+h = [20240520, 1, len(toks)] + [0] * 253
+open(sys.argv[1] + '/train_000000.bin', 'wb').write(struct.pack('<256i', *h) + struct.pack('<%dH' % len(toks), *toks))
+PY
+echo "uptime before: $(uptime)"
+"$bin" calibrate --offload-dir "$out/disk" 2>&1 | grep -E "disk|measured" || exit 1
+lossy=()
+[ -n "${LOSSY:-}" ] && lossy=(--allow lossy)
+
+# run LABEL FLAGS...: prints the label, the flags, predicted and measured s, tokens/s
+run() {
+  local label=$1; shift
+  local pred meas
+  pred=$("$bin" estimate --model "$MODEL" --batch 1 --seq "$T" "$@" --json 2>/dev/null |
+    python3 -c "import json,sys; print(json.load(sys.stdin).get('predicted_step_s', 'nan'))")
+  rm -f "$out/log.jsonl"
+  if "$bin" train --model "$MODEL" --data "$out/train_*.bin" --batch 1 --seq "$T" --steps "$STEPS" \
+      --quiet --log "$out/log.jsonl" "$@" >/dev/null 2>"$out/train.err"; then
+    meas=$(python3 -c "
+import json
+ms = [json.loads(l)['step_ms'] for l in open('$out/log.jsonl')]
+print(min(ms[1:] if len(ms) > 1 else ms) / 1000.0)")
+  else
+    meas=nan; tail -2 "$out/train.err" >&2
+  fi
+  python3 -c "
+p, m = $pred, float('$meas')
+print('%-12s predicted %7.2f s measured %7.2f s ratio %5.2f  %5.1f tok/s  %s' % ('$label', p, m, p / m if m == m else float('nan'), $T / m if m == m else float('nan'), '''$*'''))"
+}
+
+for budget in ${BUDGETS:-2GB 4GB 8GB}; do
+  if ! "$bin" estimate --model "$MODEL" --batch 1 --seq "$T" --plan auto --memory "$budget" \
+      --host-memory "$HOST" --offload-dir "$out/disk" "${lossy[@]}" >"$out/auto.txt" 2>&1; then
+    echo "budget $budget: no plan fits"; continue
+  fi
+  flags=$(sed -n 2p "$out/auto.txt" | sed -E 's/^ *--batch [0-9]+ --seq [0-9]+ ?//; s/(^| )--(memory|host-memory|disk-memory) [^ ]+//g; s/(^| )--offload-dir [^ ]+//; s/^ *//')
+  # shellcheck disable=SC2086
+  run "auto $budget" $flags --offload-dir "$out/disk"
+done
+IFS=';' read -ra plans <<<"${PLANS:-}"
+for p in "${plans[@]}"; do
+  [ -n "$p" ] || continue
+  # shellcheck disable=SC2086
+  run "plan" $p --offload-dir "$out/disk"
+done
+echo "uptime after: $(uptime)"
