@@ -14,7 +14,8 @@
 #    each measured twice (the faster run counts), and the plan --plan auto chooses (measured): auto's step time against
 #    the grid's fastest.
 # Environment: STEPS (default 4), T (default 64), CONFIGS (a regex over the config names; default
-# all), SKIP_GRID=1. The machine is shared: the load average is printed before and after. Run it
+# all), SKIP_GRID=1, STRACE=1: the disk-homed runs under strace -T (pread64/pwrite64 only), and
+# the engine's own disk rates after the first step printed beside the calibration's. The machine is shared: the load average is printed before and after. Run it
 # as the machine's only benchmark, in pieces (CONFIGS) of a few minutes, each calibrating again;
 # on a machine with the kernel's autogroup scheduling (/proc/sys/kernel/sched_autogroup_enabled)
 # other sessions' processes share the cores whatever their nice, so on the shared development
@@ -35,7 +36,7 @@ h = [20240520, 1, len(toks)] + [0] * 253
 open(sys.argv[1] + '/train_000000.bin', 'wb').write(struct.pack('<256i', *h) + struct.pack('<%dH' % len(toks), *toks))
 PY
 echo "uptime before: $(uptime)"
-"$bin" calibrate --offload-dir "$out/disk" || exit 1
+"$bin" calibrate ${CAL_FLAGS:-} --offload-dir "$out/disk" 2>&1 | grep -E "disk|measured" || exit 1
 
 # measure2 MODEL FLAGS...: measure twice, the faster run counts
 measure2() {
@@ -52,7 +53,9 @@ measure() {
   pred=$("$bin" estimate --model "$model" --batch 1 --seq "$T" "$@" --json 2>/dev/null |
     python3 -c "import json,sys; print(json.load(sys.stdin).get('predicted_step_s', 'nan'))")
   rm -f "$out/log.jsonl"
-  "$bin" train --model "$model" --data "$out/train_*.bin" --batch 1 --seq "$T" --steps "$STEPS" \
+  local pre=()
+  [[ -n "${STRACE:-}" && " $* " == *" --offload-dir "* ]] && pre=(strace -f -T -tt -e trace=pread64,pwrite64 -o "$out/strace.txt")
+  "${pre[@]}" "$bin" train --model "$model" --data "$out/train_*.bin" --batch 1 --seq "$T" --steps "$STEPS" \
     --quiet --log "$out/log.jsonl" "$@" >/dev/null 2>"$out/train.err" || { echo "$pred nan"; return; }
   local meas
   meas=$(python3 - "$out/log.jsonl" <<'PY'
@@ -62,6 +65,7 @@ ms = ms[1:] if len(ms) > 1 else ms
 print(min(ms) / 1000.0)
 PY
 )
+  [ ${#pre[@]} -gt 0 ] && python3 "$(dirname "$0")/strace_disk.py" "$out/strace.txt" "$out/log.jsonl" >&2
   echo "$pred $meas"
 }
 
@@ -77,7 +81,12 @@ configs=(
   "350m-recompute|gpt2-350m|--recompute full"
   "350m-host-fused|gpt2-350m|--offload host --fused-update"
   "774m-disk-fused|gpt2-774m|--offload disk --fused-update --offload-dir $out/disk"
+  "774m-host-fused|gpt2-774m|--offload host --fused-update"
+  "774m-host-homes-optim-disk|gpt2-774m|--offload params=host,grads=host,optim=disk --fused-update --offload-dir $out/disk"
   "1558m-disk-fused|gpt2-1558m|--offload disk --fused-update --offload-dir $out/disk"
+  "1558m-host-homes-optim-disk|gpt2-1558m|--offload params=host,grads=host,optim=disk --fused-update --offload-dir $out/disk"
+  "1558m-disk-recompute|gpt2-1558m|--offload disk --recompute full --fused-update --offload-dir $out/disk"
+  "1558m-lossy-host|gpt2-1558m|--attention plain --state-bits 8 --offload params=host,grads=host,optim=host --fused-update --weights bf16-sr"
   "llama-small|llama:L=8,C=512,NH=8,NKV=2,FF=1536,V=32000,T=256|"
   "llama-small-host|llama:L=8,C=512,NH=8,NKV=2,FF=1536,V=32000,T=256|--offload host --fused-update"
   "llama-small-recompute|llama:L=8,C=512,NH=8,NKV=2,FF=1536,V=32000,T=256|--recompute full"

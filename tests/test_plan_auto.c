@@ -182,6 +182,34 @@ int main(void) {
     }
     double want_d = 2 * 2e-9 * k.block_params;
     CHECK(k.block_params > 0 && fabs((tot[1] - tot[0]) - want_d) < 1e-6 * want_d + 1e-12);
+    /* the disk's sharing loss: the compute loses disk_share_loss seconds per second of the
+     * worker's disk transfers beside it. Every home on disk, fused, the disk (1 GB/s, the
+     * file's) fast enough against this small model's compute (10 GFLOP/s) that the compute
+     * side of every block's max holds: raising the loss from 0 to 1 adds each forward
+     * load and each backward block's transfers (the reload of the blocks not resident, m and v
+     * read and written, the weights written) once per block */
+    hpt_plan_opts fd = base;
+    fd.offload.params = fd.offload.grads = fd.offload.optim = HPT_TIER_DISK;
+    fd.offload.fused = 1;
+    const double R = 1e9; /* bytes/s, read and write: write_cal's */
+    for (int i = 0; i < 2; i++) {
+        char extra[256];
+        snprintf(extra, sizeof extra, ",\"disk_share_loss\":%d", i);
+        g_cal_extra = extra;
+        write_cal(path, 1, 1, 1, 1);
+        g_cal_extra = "";
+        CHECK_OK(hpt_calibration_load(path, &cal));
+        CHECK(cal.disk_share_loss == i && cal.disk_read_gbps == 1 && cal.disk_write_gbps == 1);
+        CHECK_OK(hpt_plan_cost(&fd, &cal, &k));
+        tot[i] = k.total_s;
+    }
+    {
+        int L = fd.cfg.L, K = fd.offload.max_active < L ? fd.offload.max_active : L;
+        double blk = k.block_params / L, load = blk * 4 / R;
+        double wdisk = load * (L - K) / L + blk * 8 / R + blk * 8 / R + blk * 4 / R;
+        double want = L * load + L * wdisk;
+        CHECK(blk > 0 && K >= 1 && fabs((tot[1] - tot[0]) - want) < 1e-6 * want + 1e-15);
+    }
     write_cal(path, 1, 1000, 1, 1);
     CHECK_OK(hpt_calibration_load(path, &cal));
 

@@ -2,6 +2,8 @@
  * helpers' bits (each path the CPU has; an AVX-512 CPU runs all three).
  *  - the step tables: for every bucket of both maps, the entry's code equals q8_encode_lut's
  *    at both ends, around the step and at 24 random places of the bucket;
+ *  - the gather-free encoder (AVX-512 VBMI): q8_encode_lut's code around every threshold and
+ *    at random, its thresholds, its flag on blocks it cannot encode;
  *  - encoding and decoding whole blocks (with infinities, NaN, -0, subnormals, blocks of
  *    zeros, tails of 1..15 values): codes and absmax equal the portable path's;
  *  - every update kernel (AdamW 8-bit and fp32 state with fp32, bf16-sr and bf16-kahan
@@ -66,6 +68,62 @@ static void test_step_tables(void) {
         CHECK_MSG(differ == 0, "map %d: %ld codes differ from the walk's", sgn, differ);
         CHECK(fast == 65536 - 256); /* all but the infinity and NaN buckets */
     }
+}
+
+/* The gather-free encoder (q8enc.c, where the CPU has VBMI): for both maps, every float within
+ * 200 ulps of each code's threshold T[c] (read back from the encoder's table) and 4096 random
+ * floats of magnitude below 2 each get q8_encode_lut's code; each threshold is the code's
+ * first float; blocks with an infinity, a NaN or a value of 2 or more are flagged. */
+static void test_encoder(void) {
+    if (!k_simd_force(1) || !k_simd_vbmi) {
+        k_simd_force(-1);
+        printf("test_simd: no AVX-512 VBMI: the gather-free encoder is not checked\n");
+        return;
+    }
+    for (int sgn = 0; sgn < 2; sgn++) {
+        float map[256];
+        k_q8_map(map, sgn);
+        const int32_t *lut = k_q8_lut_of(sgn);
+        const k_q8_enc *e = k_q8_enc_of(lut);
+        CHECK_MSG(e != NULL, "map %d: no gather-free encoder", sgn);
+        if (!e) continue;
+        static float x[256];
+        uint8_t got[256];
+        long differ = 0, wrong_t = 0, flags = 0;
+        for (int c = 1; c < 256; c++) {
+            uint32_t tb = 0;
+            for (int k = 0; k < 4; k++) tb |= (uint32_t)e->tp[k][c - 1] << (8 * k);
+            float t = from_bits(tb);
+            wrong_t += q8_encode_lut(t, map, lut) < c || q8_encode_lut(nextafterf(t, -INFINITY), map, lut) >= c;
+            float v = t;
+            for (int i = 0; i < 100; i++) v = nextafterf(v, -INFINITY);
+            for (int b = 0; b < 2; b++) { /* two blocks of 200 around t, the second shorter */
+                int len = b ? 200 - 56 : 256;
+                for (int i = 0; i < len; i++, v = nextafterf(v, INFINITY)) x[i] = v;
+                flags += k_q8_encode_vbmi(got, x, 1.0f, len, e);
+                for (int i = 0; i < len; i++) differ += got[i] != q8_encode_lut(x[i], map, lut);
+            }
+        }
+        for (int it = 0; it < 16; it++) {
+            for (int i = 0; i < 256; i++) {
+                float v;
+                do v = from_bits(rnd32()); while (!(fabsf(v) < 2.0f));
+                x[i] = it % 2 ? v : ldexpf(frand(), -(int)(rnd32() % 30));
+            }
+            flags += k_q8_encode_vbmi(got, x, 1.0f, 256, e);
+            for (int i = 0; i < 256; i++) differ += got[i] != q8_encode_lut(x[i], map, lut);
+        }
+        static const uint32_t sp[] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0x40000000u, 0xc0000000u};
+        for (int k = 0; k < 5; k++) {
+            for (int i = 0; i < 256; i++) x[i] = frand();
+            x[rnd32() % 200] = from_bits(sp[k]);
+            flags += !k_q8_encode_vbmi(got, x, 1.0f, 200, e);
+        }
+        CHECK_MSG(differ == 0, "map %d: %ld codes differ from q8_encode_lut's", sgn, differ);
+        CHECK_MSG(wrong_t == 0, "map %d: %ld thresholds are not their code's first float", sgn, wrong_t);
+        CHECK_MSG(flags == 0, "map %d: %ld blocks flagged wrongly", sgn, flags);
+    }
+    k_simd_force(-1);
 }
 
 /* A block's worth of values of one kind (k: 0 normal, 1 with specials, 2 zeros, 3 tiny). */
@@ -223,6 +281,7 @@ static void test_arrays(void) {
 
 int main(void) {
     test_step_tables();
+    test_encoder();
     int avx512 = k_simd_force(1), avx2 = k_simd_force(3);
     k_simd_force(-1);
     if (avx512 || avx2) {

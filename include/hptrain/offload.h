@@ -98,6 +98,9 @@ typedef struct {
     int vocab_chunk;               /* CHUNKED, BF16: rows of wte per chunk (0: 2048), a
                                     * multiple of 256 / gcd(C, 256) so that 8-bit state blocks
                                     * never straddle two chunks */
+    int shards;                    /* ZeRO-3 (--zero 3 over N processes; docs/zero_engine.md):
+                                    * N > 1, each home holds this rank's 1/N of every block,
+                                    * gathered at acquisition; 0 or 1: whole blocks */
 } hpt_offload_opts;
 hpt_offload_opts hpt_offload_defaults(void);  /* all DEVICE, K 2, P 1, not fused */
 int hpt_offload_active(const hpt_offload_opts *o);

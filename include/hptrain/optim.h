@@ -73,6 +73,8 @@ hpt_status hpt_optim_step_scaled(hpt_optim *o, float lr, float clip, float grad_
  * backward updates each block as its gradients complete; end updates wte, wpe and the final
  * layernorm, waits for the blocks' updates and gives this step's gradient norm. */
 hpt_status hpt_optim_fused_begin(hpt_optim *o, float lr, float clip);
+/* The same, the gradients taken times grad_scale (their norm too: N processes' 1/N). */
+hpt_status hpt_optim_fused_begin_scaled(hpt_optim *o, float lr, float clip, float grad_scale);
 hpt_status hpt_optim_fused_end(hpt_optim *o, float *grad_norm_out);
 /* Moves the state buffers to tier (DEVICE or HOST; transfers in the timeline). While any is on
  * HOST a step is refused; the values are unchanged, so moving back continues bit for bit. */

@@ -33,7 +33,10 @@ typedef struct {
                                           * run beside a compute team that takes every core
                                           * (0: not measured, 1 is used) */
     double host_copy_gbps;               /* memcpy, host to host */
-    double disk_read_gbps, disk_write_gbps; /* O_DIRECT, 64 MiB transfers; 0: not measured */
+    double disk_read_gbps, disk_write_gbps; /* O_DIRECT, 64 MiB transfers beside the team's
+                                             * GEMMs; 0: not measured */
+    double disk_share_loss;              /* compute seconds lost per second of disk transfers
+                                          * run in a thread beside the team (0: not measured) */
 } hpt_calibration;
 
 /* The cache file: $HPT_CALIBRATION, else ~/.cache/hptrain/calibration.json. */

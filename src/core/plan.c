@@ -313,16 +313,31 @@ hpt_status hpt_plan_check(const hpt_plan *p, const hpt_plan_env *env) {
     }
     /* data parallel: stages 0-2 (docs/zero.md) */
     if (p->zero < -1 || p->zero > 3) return hpt_fail(HPT_ERR_INVALID, "--zero %d: expected 0 to 3", p->zero);
-    if (p->zero > 2)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d (sharded optimizer state, gradients and "
-                        "parameters) is not built yet: --zero 1 and 2 shard the optimizer state "
-                        "and the gradients", p->zero);
-    if (p->zero > 0 && (hpt_offload_active(&p->offload) || p->offload.fused))
+    if (p->zero == 3 && hpt_offload_active(&p->offload)) { /* in the engine's homes */
+        if (p->adamw.optimizer != HPT_OPTIM_ADAMW || p->adamw.state_bits == 8)
+            return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero 3 in the offload engine shards AdamW's "
+                            "32-bit m and v (not another optimizer or --state-bits 8 yet)");
+        if (p->offload.weights != HPT_BW_FP32 || p->offload.grad_home != HPT_GH_FP32)
+            return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero 3 shards fp32 homes (not --weights bf16-* "
+                            "or --grad-home fp16|bf16 yet)");
+        if (p->loss_scale.mode != HPT_LOSS_SCALE_OFF)
+            return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero 3 does not combine with --loss-scale yet");
+    } else if (p->zero > 2) {
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero 3 (sharded optimizer state, gradients and "
+                        "parameters) is not built yet in memory: it runs in the offload engine's "
+                        "homes (add --offload host|disk; docs/zero_engine.md); --zero 1 and 2 shard "
+                        "the in-memory optimizer state and the gradients");
+    }
+    if (p->zero > 0 && p->zero < 3 && (hpt_offload_active(&p->offload) || p->offload.fused))
         return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d shards the in-memory optimizer: not with "
-                        "--offload or --fused-update yet (--zero 0 runs with the engine)", p->zero);
-    if (p->zero >= 0 && p->accum > 1 && hpt_offload_active(&p->offload))
+                        "--offload or --fused-update yet (--zero 0 and 3 run with the engine)", p->zero);
+    /* the engine's exact mode sums them apart in its fp32 gradient homes, through a slot
+     * (engine_dist.c; --fused-update with --accum is refused below) */
+    if (p->zero >= 0 && p->accum > 1 && hpt_offload_active(&p->offload) && !p->offload.fused &&
+        (p->offload.grad_home != HPT_GH_FP32 || p->offload.grads == HPT_TIER_DEVICE))
         return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero with --accum sums the micro-batches' "
-                        "gradients apart in the flat gradient buffer: not with --offload yet");
+                        "gradients apart: with --offload, in fp32 gradient homes off the device "
+                        "(--offload grads=host|disk, no --grad-home fp16|bf16)");
     if (p->zero >= 0 && p->sched.kind == HPT_SCHEDULE_HYBRID)
         return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero does not combine with the hybrid schedule "
                         "(its predict phases move the weights without gradients to reduce)");

@@ -91,7 +91,7 @@ static size_t round_halves(size_t n) {
 
 /* The blocks' weights are used in place: fp32 on the device (bf16 ones are widened into slots). */
 static int zero_copy(const hpt_offload_opts *o) {
-    return o->params == HPT_TIER_DEVICE && o->weights == HPT_BW_FP32;
+    return o->params == HPT_TIER_DEVICE && o->weights == HPT_BW_FP32 && o->shards <= 1;
 }
 
 static int is_sync(const hpt_offload_opts *o) {
@@ -103,6 +103,7 @@ static int is_sync(const hpt_offload_opts *o) {
 }
 
 static int n_gslots(const hpt_offload_opts *o) {
+    if (o->shards > 1) return 2; /* ZeRO-3: each block's gradients are reduce-scattered from a slot */
     if (!o->fused && o->grads == HPT_TIER_DEVICE && o->grad_home == HPT_GH_FP32) return 0;
     return is_sync(o) ? 1 : 2;
 }
@@ -119,17 +120,25 @@ static uint64_t stage_set_bytes(const hpt_offload_opts *o, uint64_t sb, uint64_t
 
 void eng_bytes(const hpt_offload_opts *o, int L, size_t block_floats, int training, int mv_homes,
                uint64_t out[HPT_TIER_COUNT][HPT_CAT_COUNT]) {
+    eng_bytes_homes(o, L, block_floats, round_floats(block_floats), training, mv_homes, out);
+}
+
+/* home_floats: floats between two blocks in an fp32 home (and its staging): the block's stride,
+ * or with ZeRO-3 the shard's (engine_dist.c); the slots stay whole blocks. */
+void eng_bytes_homes(const hpt_offload_opts *o, int L, size_t block_floats, size_t home_floats,
+                     int training, int mv_homes, uint64_t out[HPT_TIER_COUNT][HPT_CAT_COUNT]) {
     memset(out, 0, sizeof(uint64_t) * HPT_TIER_COUNT * HPT_CAT_COUNT);
-    uint64_t sb = (uint64_t)round_floats(block_floats) * sizeof(float), home = (uint64_t)L * sb;
+    uint64_t slb = (uint64_t)round_floats(block_floats) * sizeof(float); /* a slot */
+    uint64_t sb = (uint64_t)home_floats * sizeof(float), home = (uint64_t)L * sb;
     uint64_t hsb = (uint64_t)round_halves(block_floats) * sizeof(uint16_t), hhome = (uint64_t)L * hsb;
     if (o->weights == HPT_BW_FP32) out[o->params][HPT_CAT_PARAMS] += home;
     else /* bf16 weights, and their bf16 compensation with Kahan */
         out[o->params][HPT_CAT_PARAMS] += hhome * (o->weights == HPT_BW_BF16_KAHAN ? 2u : 1u);
-    if (!zero_copy(o)) out[HPT_TIER_DEVICE][HPT_CAT_PARAMS] += (uint64_t)o->max_active * sb;
+    if (!zero_copy(o)) out[HPT_TIER_DEVICE][HPT_CAT_PARAMS] += (uint64_t)o->max_active * slb;
     if (o->weights != HPT_BW_FP32 && o->params == HPT_TIER_DISK) /* bstage, from eng_create */
         out[HPT_TIER_HOST][HPT_CAT_IO] += 2 * (uint64_t)round_halves(block_floats) * sizeof(uint16_t);
     if (!o->fused) out[o->grads][HPT_CAT_GRADS] += o->grad_home != HPT_GH_FP32 ? hhome : home;
-    out[HPT_TIER_DEVICE][HPT_CAT_GRADS] += (uint64_t)n_gslots(o) * sb;
+    out[HPT_TIER_DEVICE][HPT_CAT_GRADS] += (uint64_t)n_gslots(o) * slb;
     if (!training) return;
     if (mv_homes) out[o->optim][HPT_CAT_OPTIM] += 2 * home;
     out[HPT_TIER_HOST][HPT_CAT_IO] += 2 * stage_set_bytes(o, sb, hsb);
@@ -141,7 +150,7 @@ static size_t home_bytes_moved(const offload_engine *e, int b) {
     if (b == EB_G && e->gh)
         return (e->tier[b] == HPT_TIER_DISK ? e->hstride : e->bn) * sizeof(uint16_t);
     if (b == EB_P && e->bf) return (e->bfd ? e->hstride : e->bn) * sizeof(uint16_t);
-    return e->tier[b] == HPT_TIER_DISK ? e->stride * sizeof(float) : e->bn * sizeof(float);
+    return e->tier[b] == HPT_TIER_DISK ? e->hstr * sizeof(float) : e->hn * sizeof(float);
 }
 
 /* Copies block l of buffer b between its home and mem (disk: the aligned stride). */
@@ -158,13 +167,23 @@ static hpt_status home_io(offload_engine *e, int b, int l, float *mem, int write
         return HPT_OK;
     }
     if (e->tier[b] == HPT_TIER_DISK)
-        return mem_disk_rw(e->mem, &e->disk[b], (uint64_t)l * e->stride * sizeof(float), mem,
-                           e->stride * sizeof(float), write_);
-    float *h = e->home[b] + (size_t)l * e->stride;
+        return mem_disk_rw(e->mem, &e->disk[b], (uint64_t)l * e->hstr * sizeof(float), mem,
+                           e->hstr * sizeof(float), write_);
+    float *h = e->home[b] + (size_t)l * e->hstr;
     int host = e->tier[b] == HPT_TIER_HOST; /* mem is a device slot here (staging serves disk) */
-    if (write_) e->be->copy(h, mem, e->bn * sizeof(float), host ? HPT_COPY_D2H : HPT_COPY_D2D);
-    else e->be->copy(mem, h, e->bn * sizeof(float), host ? HPT_COPY_H2D : HPT_COPY_D2D);
+    if (write_) e->be->copy(h, mem, e->hn * sizeof(float), host ? HPT_COPY_D2H : HPT_COPY_D2D);
+    else e->be->copy(mem, h, e->hn * sizeof(float), host ? HPT_COPY_H2D : HPT_COPY_D2D);
     return HPT_OK;
+}
+
+hpt_status eng_home_io(offload_engine *e, int b, int l, float *mem, int write_) {
+    return home_io(e, b, l, mem, write_);
+}
+
+/* Block l of fp32 buffer b between its home and a slot (a whole block): home_io, or with
+ * ZeRO-3 the slot's range [zlo, zhi), through the bounce buffer for a disk home. */
+static hpt_status slot_io(offload_engine *e, int b, int l, float *slot, int write_) {
+    return e->z3 ? eng_z3_slot_io(e, b, l, slot, write_) : home_io(e, b, l, slot, write_);
 }
 
 /* bfd: block l's bf16 weights between disk and staging block set. */
@@ -187,7 +206,7 @@ static float *gslot_ptr(const offload_engine *e, int g) { return e->gslots + (si
 /* Block l's gradients between gradient slot g and their home: fp32 as home_io; a 16-bit home
  * narrowed into (*ovf: an overflow) or widened from, in place in the slot for a disk home. */
 static hpt_status grad_io(offload_engine *e, int l, float *g, int write_, int *ovf) {
-    if (!e->gh) return home_io(e, EB_G, l, g, write_);
+    if (!e->gh) return slot_io(e, EB_G, l, g, write_);
     int f16 = e->gh == HPT_GH_FP16, disk = e->tier[EB_G] == HPT_TIER_DISK;
     uint16_t *h = disk ? (uint16_t *)(void *)g : e->ghome + (size_t)l * e->hstride;
     uint64_t off = (uint64_t)l * e->hstride * sizeof(uint16_t);
@@ -207,7 +226,7 @@ static hpt_status grad_io(offload_engine *e, int l, float *g, int write_, int *o
  * by the optimizer) or is not fp32 (bf16 weights: update_block names their home). */
 static float *update_ptr(const offload_engine *e, int b, int l, int set) {
     if (!e->has[b] || (b == EB_P && e->bf)) return NULL;
-    return e->tier[b] == HPT_TIER_DISK ? e->stage_ptr[set][b] : e->home[b] + (size_t)l * e->stride;
+    return e->tier[b] == HPT_TIER_DISK ? e->stage_ptr[set][b] : e->home[b] + (size_t)l * e->hstr;
 }
 
 /* Block l's gradients as the update reads them (set: the staging set of this block): the fp32
@@ -231,24 +250,28 @@ static void update_block(offload_engine *e, int l, int set, float *p, const floa
                          float *v) {
     uint16_t *wh = e->bfd ? e->bstage + (size_t)set * e->hstride : e->wh + (size_t)l * e->hstride;
     for (int i = 0; i < e->ns; i++) {
+        /* this rank's part of the slice: all of it, or with ZeRO-3 its intersection with the
+         * shard [zlo, zhi) (p, g, m, v then point at the shard's first value) */
+        size_t a = HPT_MAX(e->slice_off[i], e->zlo), z = HPT_MIN(e->slice_off[i] + e->slice_n[i], e->zhi);
+        if (a >= z) continue;
         /* the worker's update: one thread while the compute thread computes, its team's cores
          * while it waits for a job (the update kernels give the same bits on any count) */
         if (t_worker) {
             int team = __atomic_load_n(&e->waiting, __ATOMIC_RELAXED);
             omp_set_num_threads(eng_gpu_team(e, team));
         }
-        size_t o = e->slice_off[i], h = (size_t)l * e->hstride + o;
+        size_t o = a - e->zlo, h = (size_t)l * e->hstride + o;
         hpt_be_param kp = hpt_be_param_f32(p ? p + o : NULL);
         if (e->bf) /* base: the element's index among the blocks' weights (noise, not layout) */
             kp = (hpt_be_param){NULL, wh + o, e->wc ? e->wc + h : NULL, 0, (size_t)l * e->bn + o};
-        e->upd(e->upd_ctx, l, i, kp, g + o, m ? m + o : NULL, v ? v + o : NULL, e->slice_n[i]);
+        e->upd(e->upd_ctx, l, i, kp, g + o, m ? m + o : NULL, v ? v + o : NULL, z - a);
     }
 }
 
 /* After block l's update: its slot's copy made current again (fp32: written to its home;
  * bf16: widened again from the home the update wrote; bfd: from staging set, written home). */
 static hpt_status after_update(offload_engine *e, int l, float *slot, int set) {
-    if (!e->bfd) return home_io(e, EB_P, l, slot, !e->bf);
+    if (!e->bfd) return e->bf ? home_io(e, EB_P, l, slot, 0) : slot_io(e, EB_P, l, slot, 1);
     HPT_CHECK(eng_bstage_io(e, l, set, 1));
     e->be->bf16_widen(slot, e->bstage + (size_t)set * e->hstride, e->bn);
     return HPT_OK;
@@ -258,9 +281,10 @@ static hpt_status run_job(offload_engine *e, const job *j, double *io_s, double 
     double t0 = hpt_now();
     switch (j->kind) {
     case J_LOAD:
-        HPT_CHECK(home_io(e, EB_P, j->l, slot_ptr(e, j->slot), 0));
+        HPT_CHECK(slot_io(e, EB_P, j->l, slot_ptr(e, j->slot), 0));
         break;
     case J_WRITE_G:
+        if (j->set) HPT_CHECK(eng_grad_add_home(e, j->l, gslot_ptr(e, j->g))); /* apart sum */
         HPT_CHECK(grad_io(e, j->l, gslot_ptr(e, j->g), 1, ovf));
         break;
     case J_READ_G:
@@ -269,7 +293,7 @@ static hpt_status run_job(offload_engine *e, const job *j, double *io_s, double 
     case J_UPDATE: { /* m and v in memory: the update runs here, where they live */
         float *p = e->zc ? e->home[EB_P] + (size_t)j->l * e->stride : slot_ptr(e, j->slot);
         if (e->bfd) bstage_from_slot(e, 0, p);
-        update_block(e, j->l, 0, p, eng_gpu_grads(e, gslot_ptr(e, j->g)),
+        update_block(e, j->l, 0, p + e->zlo, eng_gpu_grads(e, gslot_ptr(e, j->g)) + e->zlo,
                      update_ptr(e, EB_M, j->l, 0), update_ptr(e, EB_V, j->l, 0));
         double t1 = hpt_now();
         *upd_s += t1 - t0;
@@ -364,6 +388,7 @@ static void reap(offload_engine *e) {
             if (e->res[j->l] == RS_LOADING && e->slot_of[j->l] == j->slot) e->res[j->l] = RS_RESIDENT;
             break;
         case J_WRITE_G:
+            if (j->set) transfer(e, e->tier[EB_G], HPT_TIER_DEVICE, EB_G, home_bytes_moved(e, EB_G));
             transfer(e, HPT_TIER_DEVICE, e->tier[EB_G], EB_G, home_bytes_moved(e, EB_G));
             e->g_over |= j->ovf;
             break;
@@ -519,6 +544,7 @@ hpt_status eng_acquire(offload_engine *e, int l, float **p_out) {
     }
     HPT_CHECK(wait_seq(e, e->blk_seq[l]));
     int s = e->slot_of[l];
+    if (e->z3) HPT_CHECK(eng_z3_gather(e, l, slot_ptr(e, s))); /* every rank's shard */
     e->in_use = l;
     e->slot_tick[s] = ++e->tick;
     for (int k = 1; k <= e->o.prefetch; k++) {
@@ -581,13 +607,19 @@ hpt_status eng_grads_done(offload_engine *e, int l) {
     HPT_CHECK(sticky(e));
     if (e->in_use != l)
         return hpt_fail(HPT_ERR_INVALID, "offload engine: block %d's gradients done while not held", l);
-    const float *g = e->n_g ? gslot_ptr(e, e->g_of[l]) : e->home[EB_G] + (size_t)l * e->stride;
+    float *g = e->n_g ? gslot_ptr(e, e->g_of[l]) : e->home[EB_G] + (size_t)l * e->stride;
+    if (e->dist) HPT_CHECK(eng_dist_grads(e, l, g)); /* the processes' sum, rank order */
+    /* add_home: the worker takes it of the sum (eng_grad_add_home); ZeRO-3: of the shards, at
+     * the backward's end (eng_z3_norm) */
     double s = 0.0;
-    for (int i = 0; i < e->ns; i++) s += e->be->sumsq(g + e->slice_off[i], e->slice_n[i]);
+    for (int i = 0; i < e->ns && !e->add_home && !e->z3; i++)
+        s += e->be->sumsq(g + e->slice_off[i], e->slice_n[i]);
     e->sumsq[l] = s;
     if (e->check_grads && !e->gh) e->g_over |= e->be->nonfinite(g, e->bn); /* 16-bit: at narrowing */
     if (!e->o.fused) {
-        if (e->n_g) e->g_seq[e->g_of[l]] = push(e, (job){.kind = J_WRITE_G, .l = l, .g = e->g_of[l]});
+        if (e->n_g)
+            e->g_seq[e->g_of[l]] = push(e, (job){.kind = J_WRITE_G, .l = l, .g = e->g_of[l],
+                                                 .set = e->add_home});
         return HPT_OK;
     }
     if (!e->upd)
@@ -606,7 +638,7 @@ hpt_status eng_grads_done(offload_engine *e, int l) {
         int set = e->mv_set[l];
         if (e->bfd) bstage_from_slot(e, set, p); /* the set's last write-back ran (FIFO) */
         double t0 = hpt_now();
-        update_block(e, l, set, p, g, e->stage_ptr[set][EB_M], e->stage_ptr[set][EB_V]);
+        update_block(e, l, set, p + e->zlo, g + e->zlo, e->stage_ptr[set][EB_M], e->stage_ptr[set][EB_V]);
         e->st.compute_update_s += hpt_now() - t0;
         if (sl >= 0) e->res[l] = RS_DIRTY;
         e->blk_seq[l] = push(e, (job){.kind = J_WRITE_PMV, .l = l, .slot = sl, .set = set});
@@ -649,7 +681,7 @@ hpt_status eng_stream_update(offload_engine *e) {
 /* ---- setup --------------------------------------------------------------------------------- */
 
 static hpt_status alloc_home(offload_engine *e, int b) {
-    size_t bytes = (size_t)e->L * e->stride * sizeof(float);
+    size_t bytes = (size_t)e->L * e->hstr * sizeof(float);
     e->tier[b] = b == EB_P ? e->o.params : b == EB_G ? e->o.grads : e->o.optim;
     if (b == EB_P && e->bf && e->tier[b] == HPT_TIER_DISK) { /* bf16-sr (hpt_offload_check) */
         HPT_CHECK(hpt_mem_disk_alloc(e->mem, HPT_CAT_PARAMS,
@@ -681,7 +713,7 @@ static hpt_status alloc_home(offload_engine *e, int b) {
         }
     } else if (e->tier[b] == HPT_TIER_DISK) {
         HPT_CHECK(hpt_mem_disk_alloc(e->mem, k_cat[b], bytes, &e->disk[b]));
-        e->disk[b].unit_bytes = e->stride * sizeof(float);
+        e->disk[b].unit_bytes = e->hstr * sizeof(float);
     } else {
         hpt_mem_set_name(e->mem, k_home_name[b]);
         HPT_CHECK(e->be->alloc(e->mem, e->tier[b], k_cat[b], bytes, (void **)&e->home[b]));
@@ -716,7 +748,7 @@ static void free_home(offload_engine *e, int b) {
         e->ghome = NULL;
     } else {
         e->be->free(e->mem, e->tier[b], k_cat[b], e->home[b],
-                     (size_t)e->L * e->stride * sizeof(float));
+                     (size_t)e->L * e->hstr * sizeof(float));
     }
     e->home[b] = NULL;
     e->disk[b].fd = -1;
@@ -743,6 +775,8 @@ hpt_status eng_create(hpt_mem *mem, int L, int n_slices, const size_t *slice_n,
     }
     e->stride = round_floats(e->bn);
     e->hstride = round_halves(e->bn);
+    e->hn = e->zhi = e->bn; /* the homes hold whole blocks, unless sharded (eng_z3_setup) */
+    e->hstr = e->stride;
     e->bf = o->weights;
     e->gh = o->grad_home;
     e->zc = zero_copy(o);
@@ -774,8 +808,9 @@ hpt_status eng_create(hpt_mem *mem, int L, int n_slices, const size_t *slice_n,
     if (s == HPT_OK) {
         for (int l = 0; l < L; l++) e->slot_of[l] = -1;
         for (int k = 0; k < e->K; k++) e->slot_blk[k] = -1;
-        s = alloc_home(e, EB_P);
+        if (o->shards > 1) s = eng_z3_setup(e); /* this rank's shard, its home stride */
     }
+    if (s == HPT_OK) s = alloc_home(e, EB_P);
     if (s == HPT_OK && !o->fused) s = alloc_home(e, EB_G);
     if (s == HPT_OK && e->K) {
         hpt_mem_set_name(mem, "parameter slots");
@@ -810,7 +845,7 @@ hpt_status eng_attach_optim(offload_engine *e, eng_update_fn fn, void *ctx, int 
         s = alloc_home(e, EB_V);
     }
     int sets = 2;
-    size_t sb = e->stride * sizeof(float), hsb = e->hstride * sizeof(uint16_t);
+    size_t sb = e->hstr * sizeof(float), hsb = e->hstride * sizeof(uint16_t);
     size_t set_bytes = (size_t)stage_set_bytes(&e->o, sb, hsb);
     if (s == HPT_OK && set_bytes) {
         e->stage_bytes = (size_t)sets * set_bytes;
@@ -861,6 +896,7 @@ void eng_free(offload_engine *e) {
     eng_detach_optim(e);
     free_home(e, EB_P);
     free_home(e, EB_G);
+    eng_z3_free(e);
     e->be->free(e->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, e->slots, (size_t)e->K * e->stride * sizeof(float));
     e->be->free(e->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, e->gslots, (size_t)e->n_g * e->stride * sizeof(float));
     pthread_mutex_destroy(&e->mu);

@@ -30,6 +30,19 @@ void eng_free(offload_engine *e);
  * mv_homes as eng_attach_optim's. */
 void eng_bytes(const hpt_offload_opts *o, int L, size_t block_floats, int training, int mv_homes,
                uint64_t out[HPT_TIER_COUNT][HPT_CAT_COUNT]);
+/* eng_bytes with home_floats floats between two blocks in an fp32 home (and its staging). */
+void eng_bytes_homes(const hpt_offload_opts *o, int L, size_t block_floats, size_t home_floats,
+                     int training, int mv_homes, uint64_t out[HPT_TIER_COUNT][HPT_CAT_COUNT]);
+/* ZeRO-3 (o->shards > 1; docs/zero_engine.md): one process's bytes, its homes holding its shard
+ * of each block of n_slices slices of slice_n[i] floats (the largest shard's, so every rank's
+ * figure is the same), plus its bounce buffer. */
+void eng_bytes_sharded(const hpt_offload_opts *o, int L, int n_slices, const size_t *slice_n,
+                       int training, int mv_homes, uint64_t out[HPT_TIER_COUNT][HPT_CAT_COUNT]);
+/* What ZeRO-3 in the engine does not run with (HPT_ERR_UNSUPPORTED, naming it). */
+hpt_status eng_check_sharded(const hpt_offload_opts *o);
+/* ZeRO-3, after the backward (collective): every block's sum of squares from the shards' chunk
+ * sums, the bits of one process's (eng_block_sumsq). Nothing without ZeRO-3. */
+hpt_status eng_z3_norm(offload_engine *e);
 /* HPT_ERR_UNSUPPORTED when an optimizer that keeps its own state (mv_homes 0) meets a disk
  * optimizer home (its state is not streamed; device and host are memory it updates in place). */
 hpt_status eng_check_optim(const hpt_offload_opts *o, int mv_homes);
@@ -76,6 +89,17 @@ hpt_status eng_grads_overflow(offload_engine *e, int *overflow);
 /* on 1: eng_grads_done scans fp32 gradients for non-finite values (the loss scaler's check;
  * 16-bit homes are checked as they are narrowed, always). */
 void eng_check_grads(offload_engine *e, int on);
+/* Many processes (engine_dist.c; docs/zero_engine.md): on 1, eng_grads_done first sums the
+ * block's gradients over the processes in rank order (src/dist), so the norm, the overflow check
+ * and the (fused) update see the sum, the same bits on every rank. */
+void eng_set_dist(offload_engine *e, int on);
+/* Exact mode, micro-batches summed apart (--zero with --accum): on 1, each block's gradients
+ * handed over are added to what their home holds (home = slot + home: the in-memory apart sum's
+ * acc += g, bit for bit) instead of replacing it; the trainer turns it on for micro-batches
+ * 1..K-1. HPT_ERR_UNSUPPORTED where the engine cannot: the fused update, gradients straight
+ * into a device home (no slot), a 16-bit gradient home (it would round each partial sum). */
+hpt_status eng_set_add_home(offload_engine *e, int on);
+hpt_status eng_check_add_home(const hpt_offload_opts *o);
 /* Waits for every queued transfer and update; the engine's first error, if any (sticky). */
 hpt_status eng_drain(offload_engine *e);
 /* Exact mode: one streaming pass over all blocks after the backward, fn on each (disk homes

@@ -62,6 +62,7 @@ static hpt_status bf_window(offload_engine *e, uint64_t o, uint64_t end, uint64_
 }
 
 hpt_status eng_emit_slice(offload_engine *e, int b, int l, int i, eng_emit_fn emit, void *ctx) {
+    if (e->z3) return eng_z3_emit_slice(e, b, l, i, emit, ctx); /* sharded homes: gathered */
     HPT_CHECK(drain_sync(e));
     size_t n = e->slice_n[i], off = (size_t)l * e->stride + e->slice_off[i];
     if (b == EB_P && e->bf) { /* widened (the compensation goes separately: eng_comp) */
@@ -113,6 +114,7 @@ static void drop_slot(offload_engine *e, int l) {
 }
 
 hpt_status eng_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn read, void *ctx) {
+    if (e->z3) return eng_z3_absorb_slice(e, b, l, i, read, ctx); /* keeps this rank's range */
     HPT_CHECK(drain_sync(e));
     size_t n = e->slice_n[i], off = (size_t)l * e->stride + e->slice_off[i];
     if (b == EB_P) drop_slot(e, l);
@@ -176,6 +178,7 @@ hpt_status eng_comp(offload_engine *e, uint16_t **comp_out, size_t *n_out) {
 }
 
 hpt_status eng_block_dest(offload_engine *e, int b, int l, float **dst, int *in_place) {
+    if (e->z3) return eng_z3_block_dest(e, b, l, dst, in_place);
     HPT_CHECK(drain_sync(e));
     *in_place = e->tier[b] != HPT_TIER_DISK && !(b == EB_P && e->bf);
     if (*in_place) {
@@ -189,6 +192,7 @@ hpt_status eng_block_dest(offload_engine *e, int b, int l, float **dst, int *in_
 }
 
 hpt_status eng_store_block(offload_engine *e, int b, int l, const float *src) {
+    if (e->z3) return eng_z3_store_block(e, b, l, src);
     if (b == EB_P && e->bf) {
         drop_slot(e, l);
         size_t h = (size_t)l * e->hstride;

@@ -66,6 +66,20 @@ struct offload_engine {
     int check_grads;           /* fp32 homes: scan each block's gradients for non-finite values */
     int g_over;                /* a block's gradients overflowed since eng_grads_overflow */
     int sync;                  /* 1: every home on the device: no worker, updates inline */
+    /* many processes (engine_dist.c) */
+    int dist;                  /* 1: a block's gradients are summed over the processes (rank
+                                * order, src/dist) at eng_grads_done, before the norm and update */
+    int add_home;              /* 1: exact mode, a later micro-batch summed apart: the write-back
+                                * adds the home's sum so far to the slot (J_WRITE_G's set = 1) */
+    /* ZeRO-3 (o.shards > 1, engine_z3.c): each home holds this rank's shard of every block */
+    int z3;
+    size_t zlo, zhi;           /* this rank's shard [zlo, zhi) of a block's floats (0, bn else) */
+    size_t *zlo_all, *zhi_all; /* (N) every rank's, the same on every rank */
+    size_t hn, hstr;           /* floats of a block in an fp32 home, and between two blocks
+                                * there (bn and stride without ZeRO-3) */
+    float *bounce;             /* (hstr) host io: a disk home's shard to or from a slot's range */
+    uint64_t *zseq;            /* (L) blk_seq when the block's slot was last gathered */
+    double *zpart, *zrecv;     /* (L, ns, 64) the norm's chunk sums this rank owns; (N, ...) all */
     /* staging for disk homes (host, io): fused 1 set of M, V; exact 2 sets of P, G, M, V */
     float *stage;              /* 2 sets; a 16-bit G's share is hstride halves */
     size_t stage_bytes;
@@ -97,6 +111,34 @@ struct offload_engine {
 /* bfd: block l's bf16 weights between disk and staging block set (engine.c; the worker's
  * loads and write-backs, and eng_store_block). */
 hpt_status eng_bstage_io(offload_engine *e, int l, int set, int write_);
+
+/* ---- engine_dist.c: the engine under many processes ---- */
+/* Block l's gradients g (bn floats, a device slot or home) summed over the processes in rank
+ * order; every rank calls it for the same blocks in the same order (the backward's). */
+hpt_status eng_dist_grads(offload_engine *e, int l, float *g);
+/* The worker, J_WRITE_G with set 1: g (block l's fresh micro-batch) += the home's sum so far. */
+hpt_status eng_grad_add_home(offload_engine *e, int l, float *g);
+
+hpt_status eng_home_io(offload_engine *e, int b, int l, float *mem, int write_); /* engine.c */
+
+/* ---- engine_z3.c: ZeRO-3, the homes sharded over the processes ---- */
+/* This rank's shard (o.shards must be the number of processes), the home stride, the bounce
+ * buffer and the records; eng_z3_free releases them. */
+hpt_status eng_z3_setup(offload_engine *e);
+void eng_z3_free(offload_engine *e);
+/* Block l of fp32 buffer b between its home (this rank's shard) and slot's range [zlo, zhi). */
+hpt_status eng_z3_slot_io(offload_engine *e, int b, int l, float *slot, int write_);
+/* Block l's slot (loaded with this rank's shard) all-gathered from the others, unless it is
+ * since its last load or update. Collective: called in the same order on every rank. */
+hpt_status eng_z3_gather(offload_engine *e, int l, float *slot);
+/* Block l's gradients g (a whole slot) reduce-scattered onto the shards' owners, and this
+ * rank's chunk sums of squares (the norm's parts) taken of its shard. */
+hpt_status eng_z3_reduce(offload_engine *e, int l, float *g);
+/* Between steps, collective (every rank in the same order): engine_gather.c's entries. */
+hpt_status eng_z3_emit_slice(offload_engine *e, int b, int l, int i, eng_emit_fn emit, void *ctx);
+hpt_status eng_z3_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn read, void *ctx);
+hpt_status eng_z3_block_dest(offload_engine *e, int b, int l, float **dst, int *in_place);
+hpt_status eng_z3_store_block(offload_engine *e, int b, int l, const float *src);
 
 /* ---- engine_gpu.c: on a GPU, the fused update of host-homed blocks on CPU threads ---- */
 hpt_status eng_gpu_attach(offload_engine *e); /* ghost, when this plan updates on the host */

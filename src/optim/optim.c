@@ -105,6 +105,7 @@ struct hpt_optim {
     int slice_tensor[HPT_TABLE_MAX]; /* the table's tensor of block slice s */
     /* the engine's updates (read by its worker between a step's start and its end) */
     float lr_now, scale_now;
+    float gscale_now;  /* fused: the step's gradient scale (1/N over N processes) */
     int armed;       /* 1 while a step's block updates may run */
     float prev_norm; /* fused: the previous step's gradient norm (0 before the first) */
     int eng_homes;   /* 1: the engine's homes hold the blocks' m and v (AdamW fp32) */
@@ -625,13 +626,20 @@ static void update_nonblock(hpt_optim *op, float lr, float scale) {
 }
 
 hpt_status hpt_optim_fused_begin(hpt_optim *op, float lr, float clip) {
+    return hpt_optim_fused_begin_scaled(op, lr, clip, 1.0f);
+}
+
+/* grad_scale as hpt_optim_step_scaled's (N processes' 1/N: the sum of their gradients), folded
+ * into the clip factor; with 1 every product is exact (the unscaled bits). */
+hpt_status hpt_optim_fused_begin_scaled(hpt_optim *op, float lr, float clip, float grad_scale) {
     struct offload_engine *eng = model_engine(op->model);
     if (!eng || !eng_fused(eng))
         return hpt_fail(HPT_ERR_INVALID, "the fused update needs a model made with the fused "
                         "engine (hpt_offload_opts.fused, --fused-update)");
     op->t++;
     op->lr_now = lr;
-    op->scale_now = clip > 0.0f && op->prev_norm > clip ? clip / op->prev_norm : 1.0f;
+    op->scale_now = (clip > 0.0f && op->prev_norm > clip ? clip / op->prev_norm : 1.0f) * grad_scale;
+    op->gscale_now = grad_scale;
     op->armed = 1;
     return HPT_OK;
 }
@@ -642,7 +650,7 @@ hpt_status hpt_optim_fused_end(hpt_optim *op, float *grad_norm_out) {
      * touch, and the blocks' sums of squares were taken as their gradients completed), so this
      * thread works while the worker finishes the last blocks instead of waiting for them */
     update_nonblock(op, op->lr_now, op->scale_now);
-    float norm = (float)sqrt(grad_sumsq(op));
+    float norm = (float)sqrt(grad_sumsq(op)) * op->gscale_now;
     hpt_status s = eng_drain(model_engine(op->model)); /* every block's update done */
     op->armed = 0;
     HPT_CHECK(s);

@@ -18,6 +18,7 @@
  * a file-level setting); buffers are freed on every path; the threads
  * used are the process's (hpt_get_threads), recorded in the file. */
 #include "core/core.h"
+#include "core/crc32c.h"
 #include "kernels/backend.h"
 
 #include <cJSON.h>
@@ -92,6 +93,7 @@ hpt_status hpt_calibration_save(const char *path, const hpt_calibration *c) {
     cJSON_AddNumberToObject(j, "host_copy_gbps", c->host_copy_gbps);
     cJSON_AddNumberToObject(j, "disk_read_gbps", c->disk_read_gbps);
     cJSON_AddNumberToObject(j, "disk_write_gbps", c->disk_write_gbps);
+    cJSON_AddNumberToObject(j, "disk_share_loss", c->disk_share_loss);
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
     if (!text) return hpt_fail(HPT_ERR_OOM, "calibration: no memory for the JSON text");
@@ -173,6 +175,7 @@ hpt_status hpt_calibration_load(const char *path, hpt_calibration *c) {
         num(j, "share_loss", &c->share_loss);
         num(j, "disk_read_gbps", &c->disk_read_gbps);
         num(j, "disk_write_gbps", &c->disk_write_gbps);
+        num(j, "disk_share_loss", &c->disk_share_loss);
     }
     cJSON_Delete(j);
     if (!ok) return hpt_fail(HPT_ERR_FORMAT, "calibration: %s is not a version-%d calibration "
@@ -431,41 +434,108 @@ done:
     return s;
 }
 
-/* O_DIRECT (the engine's disk path) where the file system takes it, else buffered with fsync. */
-static hpt_status measure_disk(const char *dir, int reps, hpt_calibration *c) {
-    const size_t chunk = (size_t)64 << 20, total = (size_t)256 << 20; /* a block's size */
+/* The disk: O_DIRECT (where the file system takes it, else buffered with fsync) transfers of
+ * 64 MiB (a large block's) over a 256 MiB temporary file, written once before the timed passes
+ * (a read of never-written, fallocated space costs no disk: 26 GB/s here), then reps passes of
+ * a write (with its fsync) and a read, the best of each kept, all in a thread beside the
+ * compute team's block GEMMs (C = 768, 64 rows), as the engine's worker transfers beside the
+ * step. The GEMMs' time over their time alone, per second of the transfers, is the disk's
+ * sharing loss: the worker wakes at every transfer (and checksums its pages), and each wake
+ * takes a core from a statically scheduled team that then waits for its slowest thread;
+ * measured 0.06 on this 2-core machine when quiet and far more under other sessions' load.
+ * Why many passes: this machine's virtual disk ran the same transfers at 0.9-2.8 GB/s read and
+ * 2-6 GB/s write from one minute (and one process) to the next, in two states about 2x apart
+ * (docs/planner.md, "The disk"); predictions are for a run's fastest steps. */
+typedef struct {
+    int fd;
+    void *buf;
+    size_t chunk, total;
+    int reps, bad, stop; /* stop: set by the disk thread when it is done */
+    double write_s, read_s, busy_s;
+    uint32_t *crc;       /* a chunk's page checksums, as the engine's transfers keep them */
+} disk_arg;
+
+/* One transfer as the engine's worker makes it: the pages' checksums set before a write and
+ * computed after a read (src/mem/disk.c). */
+static int disk_xfer(disk_arg *a, size_t off, int write_) {
+    size_t pages = a->chunk / 4096;
+    if (write_) {
+        crc32c_pages(a->buf, pages, a->crc);
+        return pwrite(a->fd, a->buf, a->chunk, (off_t)off) != (ssize_t)a->chunk;
+    }
+    int bad = pread(a->fd, a->buf, a->chunk, (off_t)off) != (ssize_t)a->chunk;
+    crc32c_pages(a->buf, pages, a->crc);
+    return bad;
+}
+
+static void *disk_worker(void *a_) {
+    disk_arg *a = a_;
+    a->write_s = a->read_s = 1e30;
+    double t_start = hpt_now();
+    for (size_t off = 0; off < a->total && !a->bad; off += a->chunk) /* the space written once */
+        a->bad |= pwrite(a->fd, a->buf, a->chunk, (off_t)off) != (ssize_t)a->chunk;
+    for (int r = 0; r < a->reps && !a->bad; r++) {
+        double t0 = hpt_now();
+        for (size_t off = 0; off < a->total && !a->bad; off += a->chunk) a->bad |= disk_xfer(a, off, 1);
+        a->bad |= fsync(a->fd) != 0;
+        double t1 = hpt_now();
+        for (size_t off = 0; off < a->total && !a->bad; off += a->chunk) a->bad |= disk_xfer(a, off, 0);
+        double t2 = hpt_now();
+        a->write_s = t1 - t0 < a->write_s ? t1 - t0 : a->write_s;
+        a->read_s = t2 - t1 < a->read_s ? t2 - t1 : a->read_s;
+    }
+    a->busy_s = hpt_now() - t_start;
+    __atomic_store_n(&a->stop, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static hpt_status measure_disk(const hpt_backend *be, const char *dir, int reps, hpt_calibration *c) {
+    const int64_t N = 64, C = 768, sh[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};
+    disk_arg a = {-1, NULL, (size_t)64 << 20, (size_t)256 << 20, reps, 0, 0, 0, 0, 0, NULL};
     char path[4096];
     snprintf(path, sizeof path, "%s/.hpt-calibrate-%d.tmp", dir, (int)getpid());
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0600);
-    if (fd < 0) fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-    if (fd < 0) return hpt_fail(HPT_ERR_IO, "calibration: cannot create %s: %s", path, strerror(errno));
-    void *buf = NULL;
-    if (posix_memalign(&buf, 4096, chunk)) {
-        close(fd), unlink(path);
-        return hpt_fail(HPT_ERR_OOM, "calibration: no memory for the disk buffer");
+    a.fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0600);
+    if (a.fd < 0) a.fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (a.fd < 0) return hpt_fail(HPT_ERR_IO, "calibration: cannot create %s: %s", path, strerror(errno));
+    float *inp = malloc((size_t)(N * 4 * C) * 4), *w = malloc((size_t)(4 * C * C) * 4);
+    float *out = malloc((size_t)(N * 4 * C) * 4);
+    hpt_status s = HPT_OK;
+    a.crc = malloc(a.chunk / 4096 * sizeof *a.crc);
+    if (posix_memalign(&a.buf, 4096, a.chunk) || !inp || !w || !out || !a.crc) {
+        a.buf = NULL;
+        s = hpt_fail(HPT_ERR_OOM, "calibration: no memory for the disk buffer");
+        goto done;
     }
-    memset(buf, 1, chunk);
-    int bad = 0;
-    double t;
-    BEST_OF(reps, t, {
-        for (size_t off = 0; off < total && !bad; off += chunk)
-            bad |= pwrite(fd, buf, chunk, (off_t)off) != (ssize_t)chunk;
-        bad |= fsync(fd) != 0;
-    });
-    c->disk_write_gbps = (double)total / t / 1e9;
-    BEST_OF(reps, t, {
-        for (size_t off = 0; off < total && !bad; off += chunk)
-            bad |= pread(fd, buf, chunk, (off_t)off) != (ssize_t)chunk;
-    });
-    c->disk_read_gbps = (double)total / t / 1e9;
-    free(buf);
-    close(fd);
+    memset(a.buf, 1, a.chunk);
+    fill(inp, (size_t)(N * 4 * C), 1), fill(w, (size_t)(4 * C * C), 0.01f);
+    double t_alone; /* one set of the block's four GEMMs, alone */
+    BEST_OF(reps, t_alone, for (int i = 0; i < 4; i++)
+                               be->matmul_forward(out, inp, w, NULL, N, sh[i][0], sh[i][1], 0));
+    pthread_t th;
+    if (pthread_create(&th, NULL, disk_worker, &a)) {
+        s = hpt_fail(HPT_ERR_IO, "calibration: cannot start a thread");
+        goto done;
+    }
+    long sets = 0;
+    double t0 = hpt_now();
+    while (!__atomic_load_n(&a.stop, __ATOMIC_ACQUIRE)) {
+        for (int i = 0; i < 4; i++) be->matmul_forward(out, inp, w, NULL, N, sh[i][0], sh[i][1], 0);
+        sets++;
+    }
+    double t_with = hpt_now() - t0;
+    pthread_join(th, NULL);
+    if (a.bad) s = hpt_fail(HPT_ERR_IO, "calibration: disk I/O on %s failed", path);
+    else {
+        c->disk_write_gbps = (double)a.total / a.write_s / 1e9;
+        c->disk_read_gbps = (double)a.total / a.read_s / 1e9;
+        double lost = t_with - (double)sets * t_alone;
+        c->disk_share_loss = lost > 0 && a.busy_s > 0 ? lost / a.busy_s : 0;
+    }
+done:
+    free(a.buf), free(inp), free(w), free(out), free(a.crc);
+    close(a.fd);
     unlink(path);
-    if (bad) {
-        c->disk_read_gbps = c->disk_write_gbps = 0;
-        return hpt_fail(HPT_ERR_IO, "calibration: disk I/O on %s failed", path);
-    }
-    return HPT_OK;
+    return s;
 }
 
 hpt_status hpt_calibrate(const char *disk_dir, int quick, hpt_calibration *c) {
@@ -482,6 +552,6 @@ hpt_status hpt_calibrate(const char *disk_dir, int quick, hpt_calibration *c) {
     HPT_CHECK(measure_memory(be, reps, c));
     HPT_CHECK(measure_optim(be, reps, c));
     HPT_CHECK(measure_sharing(be, reps, c));
-    if (disk_dir) HPT_CHECK(measure_disk(disk_dir, quick ? 2 : 3, c));
+    if (disk_dir) HPT_CHECK(measure_disk(be, disk_dir, quick ? 4 : 8, c));
     return HPT_OK;
 }

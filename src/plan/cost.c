@@ -22,7 +22,8 @@
  *                overlaps them with the block's compute when P >= 1 (one FIFO worker:
  *                the block takes max(compute + share_loss x worker's CPU work, worker), the
  *                worker's updates at the one-thread rate; share_loss calibrated), serially
- *                when P = 0; exact mode then
+ *                when P = 0; the worker's disk transfers cost the compute beside them
+ *                disk_share_loss per second (calibrated); exact mode then
  *                streams the update over the blocks (double buffered from disk)
  *   act offload  host: copies out synchronous, copies back overlapped with the backward; disk:
  *                both synchronous
@@ -196,15 +197,22 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
         double n = c->share_loss > 0 ? 1.0 / c->share_loss : c->threads >= cores ? 1 : 1e30;
         double wns = c->worker_ns[kind][bits8] > 0 ? c->worker_ns[kind][bits8] * 1e-9 : ns;
         double lcpu = of->params == HPT_TIER_HOST ? load : 0;
+        /* The worker's disk transfers cost the compute beside them too: the worker wakes at
+         * each (and checksums its pages), taking a core from the team for a moment; calibrated
+         * per second of transfer (disk_share_loss: small on a quiet machine, large under other
+         * processes' load, which a wake then waits behind). */
+        double dl = c->disk_share_loss, ldisk = of->params == HPT_TIER_DISK ? load : 0;
         /* forward: L loads; backward: the blocks not still resident */
-        double f_work = P >= 1 ? L * maxd(cf + lcpu / n, load) + load : L * (cf + load);
+        double f_work = P >= 1 ? L * maxd(cf + lcpu / n + dl * ldisk, load) + load : L * (cf + load);
         double reload = (double)(L - K) / L;
-        double wk = load * reload, ck = cb, wcpu = lcpu * reload;
+        double wk = load * reload, ck = cb, wcpu = lcpu * reload, wdisk = ldisk * reload;
         double st_in = 0, st_out = 0;
         if (of->fused) {
             if (of->optim == HPT_TIER_DISK) { /* the worker streams m, v; the compute thread updates */
-                wk += tier_s(c, HPT_TIER_DISK, blk * 8, 0) + tier_s(c, HPT_TIER_DISK, blk * 8, 1) +
-                      tier_s(c, of->params, blk * wb, 1);
+                double mv = tier_s(c, HPT_TIER_DISK, blk * 8, 0) + tier_s(c, HPT_TIER_DISK, blk * 8, 1);
+                double pwb = tier_s(c, of->params, blk * wb, 1);
+                wk += mv + pwb;
+                wdisk += mv + (of->params == HPT_TIER_DISK ? pwb : 0);
                 ck += blk * ns;
                 st_in = blk * 8 * L, st_out = blk * (8 + wb) * L;
             } else if (of->optim == HPT_TIER_DEVICE && of->params == HPT_TIER_DEVICE) {
@@ -212,6 +220,7 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
             } else { /* the worker updates in place, then writes the weights home */
                 double wback = tier_s(c, of->params, blk * wb, 1);
                 wk += blk * wns + wback;
+                wdisk += of->params == HPT_TIER_DISK ? wback : 0;
                 wcpu += blk * wns + (of->params == HPT_TIER_HOST ? wback : 0);
                 st_out = of->params != HPT_TIER_DEVICE ? blk * wb * L : 0;
             }
@@ -219,8 +228,9 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
             double gout = tier_s(c, of->grads, blk * gw, 1);
             wk += gout;
             wcpu += of->grads == HPT_TIER_HOST ? gout : 0;
+            wdisk += of->grads == HPT_TIER_DISK ? gout : 0;
         }
-        double b_work = P >= 1 ? L * maxd(ck + wcpu / n, wk) : L * (ck + wk);
+        double b_work = P >= 1 ? L * maxd(ck + wcpu / n + dl * wdisk, wk) : L * (ck + wk);
         double upd = 0;
         if (!of->fused) { /* streamed after the backward, block by block */
             double io = 0;
@@ -231,7 +241,7 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
                      tier_s(c, of->params, blk * wb, 1);
                 st_in = blk * (wb + gw + (mv ? 8 : 0)) * L, st_out = blk * (wb + (mv ? 8 : 0)) * L;
             }
-            upd = L * maxd(blk * ns, io) + io;
+            upd = L * maxd(blk * ns + dl * io, io) + io;
         }
         double rest_opt = (np - blk * L) * ns;
         double eng_total = m * (f_work + b_work) + upd;

@@ -164,6 +164,7 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
         optim_owner(&tab, o->rank, procs, &u_lo, &u_hi, &p_lo, &p_hi);
     }
     if (o->training) HPT_CHECK(optim_bytes(o, u_lo, u_hi, &dev[HPT_CAT_OPTIM])); /* hpt_optim_create */
+    uint64_t apart_bytes = np * 4; /* the flat gradients' size (trainer.c's sum apart) */
     if (hpt_offload_active(&o->offload)) {
         HPT_CHECK(hpt_offload_check(&o->offload));
         HPT_CHECK(gpt2_vocab_chunk_check(c, &o->offload));
@@ -174,6 +175,7 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
         uint64_t nf = gpt2_nonblock_floats(c), eb[HPT_TIER_COUNT][HPT_CAT_COUNT];
         /* hpt_gpt2_create_offload, with the embeddings' own buffers (src/model/embed.c) */
         gpt2_nonblock_bytes(c, &o->offload, &dev[HPT_CAT_PARAMS], &dev[HPT_CAT_GRADS]);
+        apart_bytes = dev[HPT_CAT_GRADS]; /* the flat gradients: the blocks' are the engine's */
         if (mv_homes) {
             dev[HPT_CAT_OPTIM] = o->training ? 2 * nf * 4 : 0; /* hpt_optim_create: m, v */
         } else if (o->offload.optim != HPT_TIER_DEVICE) {
@@ -183,7 +185,16 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
         hpt_tensor_table tab;
         model_describe(c, &tab);
         /* eng_create, eng_attach_optim: one block is its tensors' slices */
-        eng_bytes(&o->offload, c->L, hpt_table_block_numel(&tab), o->training, mv_homes, eb);
+        if (o->zero == 3 && procs > 1) { /* ZeRO-3: one process's shard of each block's homes */
+            hpt_offload_opts so = o->offload;
+            size_t sn[ENG_MAX_SLICES];
+            so.shards = procs;
+            for (int s = 0; s < tab.n_slices && s < ENG_MAX_SLICES; s++)
+                sn[s] = hpt_tensor_slice_numel(&tab.t[hpt_table_slice_tensor(&tab, s)], c->L);
+            eng_bytes_sharded(&so, c->L, tab.n_slices, sn, o->training, mv_homes, eb);
+        } else {
+            eng_bytes(&o->offload, c->L, hpt_table_block_numel(&tab), o->training, mv_homes, eb);
+        }
         /* a GPU's fused update on CPU threads: one pinned block of gradients (engine_gpu.c) */
         eng_gpu_bytes(&o->offload, o->device != 0, hpt_table_block_numel(&tab), o->training, eb);
         for (int t = 0; t < HPT_TIER_COUNT; t++)
@@ -193,7 +204,7 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     /* --zero with accumulation sums the micro-batches' gradients apart (trainer.c): one more
      * gradient-sized buffer, allocated at the first step */
     if (o->training && (o->zero >= 0 || procs > 1) && o->accum > 1)
-        dev[HPT_CAT_GRADS] += (stage == 2 ? (uint64_t)(p_hi - p_lo) : np) * 4;
+        dev[HPT_CAT_GRADS] += stage == 2 ? (uint64_t)(p_hi - p_lo) * 4 : apart_bytes;
     uint64_t at[HPT_TIER_COUNT];
     int vc = hpt_offload_active(&o->offload) ? gpt2_vocab_chunk(c, &o->offload) : 0;
     HPT_CHECK(gpt2_act_tier_bytes_vc(c, o->B, o->T, &o->act, vc, at));

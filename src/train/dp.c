@@ -44,14 +44,12 @@ hpt_status dp_check(const hpt_train_opts *o) {
     if (hpt_dist_size() == 1) return HPT_OK;
     if (hpt_dist_size() > DP_MAX_PROCS)
         return hpt_fail(HPT_ERR_UNSUPPORTED, "%d processes: at most %d", hpt_dist_size(), DP_MAX_PROCS);
-    if (o->zero > 2)
+    if (o->zero > 2 && !(o->zero == 3 && hpt_offload_active(&o->offload))) /* 3: dp_engine.c */
         return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d is not built yet (--zero 0, 1 and 2 run)", o->zero);
     if (o->zero > 0 && o->plan.device)
         return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d runs on the CPU only (its collectives "
                         "sum host memory)", o->zero);
-    if (hpt_offload_active(&o->offload))
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "%d processes: the offload engine (--offload, "
-                        "--fused-update) does not run data parallel yet", hpt_dist_size());
+    if (hpt_offload_active(&o->offload)) HPT_CHECK(dp_engine_check(o)); /* dp_engine.c */
     if (o->sched.kind == HPT_SCHEDULE_HYBRID)
         return hpt_fail(HPT_ERR_UNSUPPORTED, "%d processes: the hybrid schedule does not run "
                         "data parallel", hpt_dist_size());
@@ -106,7 +104,8 @@ hpt_status dp_shard_init(const hpt_train_opts *o, hpt_gpt2 *model, dp_shard *z) 
     memset(z, 0, sizeof *z);
     z->size = hpt_dist_size();
     z->rank = hpt_dist_rank();
-    z->stage = z->size > 1 && o->zero > 0 ? o->zero : 0;
+    /* stage 3 is the offload engine's (its homes sharded: dp_engine.c); in memory it is 0 here */
+    z->stage = z->size > 1 && o->zero > 0 && o->zero < 3 ? o->zero : 0;
     const hpt_tensor_table *t = model_table(model);
     int n = z->stage ? z->size : 1;
     if (n > DP_MAX_PROCS) return hpt_fail(HPT_ERR_UNSUPPORTED, "more than %d processes", DP_MAX_PROCS);

@@ -118,6 +118,23 @@ hpt_status dp_reduce_grads(float *grads, size_t n);
 hpt_status dp_loss_sum(double local, double *global);
 /* Rank 0 saved with status s: every rank returns it. */
 hpt_status dp_saved(hpt_status s);
+/* ---- the offload engine under many processes (dp_engine.c; docs/zero_engine.md) ---- */
+struct offload_engine;
+/* What many processes with the engine do not run with (dp_check's part for --offload). */
+hpt_status dp_engine_check(const hpt_train_opts *o);
+/* The engine's shards: the number of processes with --zero 3 and the engine, else 0. */
+int dp_engine_shards(const hpt_train_opts *o);
+/* After a step's backward (collective): ZeRO-3's blocks' sums of squares (eng_z3_norm). */
+hpt_status dp_engine_after_backward(struct offload_engine *e);
+/* ZeRO-3, a rank other than 0: save (the gathers are collective) into a scratch directory,
+ * then remove it; rank 0 writes the checkpoint. */
+hpt_status dp_engine_save_follow(hpt_trainer *tr, hpt_status (*save)(hpt_trainer *));
+/* After the model is made: its engine sums each block's gradients over the processes. */
+void dp_engine_setup(struct offload_engine *e);
+/* Before micro-batch k of K of a step summed apart: the engine's exact mode adds it to its
+ * homes' sum (k > 0) instead of replacing it; k = K after the last: back to replacing, and
+ * every block's sum handed over. */
+hpt_status dp_engine_micro(struct offload_engine *e, int k, int K);
 
 /* ---- state.c's header fields, for the sharded checkpoints (zero.c) ---- */
 #define STATE_NFIELDS 32

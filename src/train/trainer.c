@@ -225,6 +225,7 @@ static hpt_status setup(hpt_trainer *tr) {
     /* many processes: the same configuration on each (first: a refusal is then every rank's) */
     HPT_CHECK(dp_agree(o));
     HPT_CHECK(dp_check(o));
+    tr->o.offload.shards = dp_engine_shards(o); /* --zero 3 in the engine: 1/N of its homes */
     if (o->B < 1 || o->T < 1 || o->steps < 1)
         return hpt_fail(HPT_ERR_INVALID, "batch (%d), sequence (%d) and steps (%lld) must be >= 1",
                         o->B, o->T, (long long)o->steps);
@@ -314,6 +315,7 @@ static hpt_status setup(hpt_trainer *tr) {
     }
     if (model_engine(tr->model) && o->loss_scale.mode != HPT_LOSS_SCALE_OFF) /* fp32 homes too: */
         eng_check_grads(model_engine(tr->model), 1); /* non-finite values skip a step */
+    dp_engine_setup(model_engine(tr->model)); /* many processes: blocks summed at grads_done */
     hpt_status s = hpt_model_set_act_opts(tr->model, &o->act); /* before the first forward */
     if (s == HPT_OK && o->T > mcfg(tr)->maxT)
         s = hpt_fail(HPT_ERR_SHAPE, "sequence length %d exceeds the model's maxT %d", o->T,
@@ -418,7 +420,11 @@ hpt_status hpt_trainer_save(hpt_trainer *tr) {
     /* stages 1, 2: every rank its shard, rank 0 the manifest and model.bin (zero.c) */
     if (tr->dp.stage) return dp_saved(save_shards(tr));
     /* many processes: rank 0 writes (every rank holds the same state); accum is the global one */
-    if (dp_rank() != 0) return dp_saved(HPT_OK);
+    if (dp_rank() != 0) { /* ZeRO-3: the others serve the gathers (dp_engine.c) */
+        hpt_status s = tr->o.offload.shards > 1 ? dp_engine_save_follow(tr, save_files) : HPT_OK;
+        hpt_status c = dp_saved(HPT_OK);
+        return s != HPT_OK ? s : c;
+    }
     return dp_saved(save_files(tr));
 }
 
@@ -692,12 +698,16 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
         if (!isfinite(loss))
             return hpt_fail(HPT_ERR_INVALID, "the loss is %g at step %lld: training diverged (try "
                             "a lower --lr)", (double)loss, (long long)tr->step + 1);
-        if (fused) HPT_CHECK(hpt_optim_fused_begin(tr->opt, p->lr, o->grad_clip));
+        if (fused) /* N processes: their sum times 1/N, as the unfused step's 1/KN */
+            HPT_CHECK(hpt_optim_fused_begin_scaled(tr->opt, p->lr, o->grad_clip, 1.0f / (float)KN));
+        if (apart) HPT_CHECK(dp_engine_micro(model_engine(tr->model), k, K)); /* engine's homes */
         HPT_CHECK(hpt_model_backward(tr->model)); /* += into the gradients (fused: updates) */
         if (apart) HPT_CHECK(sum_apart(tr, k, K));
         loss_sum += (double)loss;
     }
     model_set_fault(tr->model, -1, 0.0f);
+    if (apart) HPT_CHECK(dp_engine_micro(model_engine(tr->model), K, K));
+    HPT_CHECK(dp_engine_after_backward(model_engine(tr->model))); /* ZeRO-3: the norm's parts */
     dp_skip_after(tr->train, K);
     HPT_CHECK(dp_loss_sum(loss_sum, &loss_sum));
     /* stage 0: every value summed on every rank; 1: the owned ones; 2 with accumulation: done

@@ -57,6 +57,9 @@ static void print_calibration(FILE *f, const hpt_calibration *c) {
         fprintf(f, " %s %.2f / %.2f%s", hpt_optim_name((hpt_optim_kind)k), c->worker_ns[k][0],
                 c->worker_ns[k][1], k + 1 < HPT_OPTIM_COUNT ? ";" : "\n");
     fprintf(f, "  sharing loss %.2f compute s per s of one-thread work beside the team\n", c->share_loss);
+    if (c->disk_read_gbps > 0)
+        fprintf(f, "  disk sharing loss %.2f compute s per s of disk transfers beside the team\n",
+                c->disk_share_loss);
 }
 
 int cmd_calibrate(int argc, char **argv) {

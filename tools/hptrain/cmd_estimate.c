@@ -51,7 +51,9 @@ static const char k_help[] =
     "                       and its cache instead of the arena)\n"
     "  --procs N            data parallel over N processes (docs/zero.md): with --zero 1 or 2\n"
     "                       each process holds its run of the optimizer state; the figures\n"
-    "                       are one process's (--rank), every process's peak listed\n"
+    "                       are one process's (--rank), every process's peak listed; with\n"
+    "                       --zero 3 and --offload its homes hold 1/N of each block\n"
+    "                       (docs/zero_engine.md)\n"
     "  --rank R             which process's bytes (default 0)\n"
     "  --json               machine-readable output (docs/estimate.md lists the keys)\n";
 

@@ -112,11 +112,12 @@ static const char k_help[] =
     "                       start (default 0.2)\n"
     "  --seed S             initialisation seed (default 1337)\n"
     "  --threads N          threads (default: all cores)\n"
-    "  --zero 0|1|2         data parallel (mpirun -np N hptrain train ...): 0, every process holds\n"
+    "  --zero 0|1|2|3       data parallel (mpirun -np N hptrain train ...): 0, every process holds\n"
     "                       the state, gradients summed in rank order; 1, each process keeps the\n"
     "                       optimizer state of its ~1/N of the parameters and updates them; 2,\n"
     "                       also the summed gradients; one process with --accum N and --zero 0\n"
-    "                       computes the same bits (docs/zero.md; stage 3: not yet)\n"
+    "                       computes the same bits (docs/zero.md); 3, with --offload: each\n"
+    "                       process's homes hold 1/N of every block (docs/zero_engine.md)\n"
     "  --quiet              no progress line\n";
 
 static void fmt_bytes(char *buf, size_t n, uint64_t b) {
@@ -485,9 +486,19 @@ static int train_main(int argc, char **argv) {
             if (hpt_dist_size() > 1) /* the layer's count of this process, since the start */
                 fprintf(log, ",\"dist_sent_bytes\":%llu", (unsigned long long)hpt_dist_bytes_sent());
             fprintf(log, ",\"tokens_per_s\":%.1f,\"step_ms\":%.3f,"
-                    "\"mem_peak_bytes\":%llu,\"rss_peak_bytes\":%llu}\n",
+                    "\"mem_peak_bytes\":%llu,\"rss_peak_bytes\":%llu",
                     p.tokens_per_s, p.step_ms,
                     (unsigned long long)p.mem_peak_bytes, (unsigned long long)p.rss_peak_bytes);
+            if (hpt_offload_active(&o.offload)) { /* the engine's homes: per tier, exactly */
+                hpt_mem_stats ms;
+                hpt_mem_get_stats(mem, &ms);
+                fprintf(log, ",\"host_peak_bytes\":%llu,\"disk_peak_bytes\":%llu",
+                        (unsigned long long)ms.peak_bytes[HPT_TIER_HOST],
+                        (unsigned long long)ms.peak_bytes[HPT_TIER_DISK]);
+            }
+            if (hpt_dist_size() > 1) /* the layer's count so far (checkpoints' gathers too) */
+                fprintf(log, ",\"dist_sent_bytes\":%llu", (unsigned long long)hpt_dist_bytes_sent());
+            fprintf(log, "}\n");
         }
         double elapsed = hpt_now() - t_start;
         double eta = elapsed / (double)(p.step - hpt_trainer_start_step(tr)) * (double)(p.total - p.step);

@@ -45,7 +45,8 @@ static inline uint8_t q8_encode_lut(float x, const float *map, const int32_t *lu
 static inline float q8_store_block(uint8_t *codes, const float *buf, int len, const float *map,
                                    const int32_t *lut) {
     if (lut && k_simd_avx512)
-        return k_q8_store_avx512(codes, buf, len, map, lut, k_q8_thr_of(lut));
+        return k_q8_store_avx512(codes, buf, len, map, lut, k_q8_thr_of(lut),
+                                 k_simd_vbmi ? k_q8_enc_of(lut) : NULL);
     const uint32_t *thr = lut && k_simd_avx2 ? k_q8_thr_of(lut) : NULL;
     if (thr) return k_q8_store_avx2(codes, buf, len, map, lut, thr);
     float mx = 0.0f;

@@ -104,6 +104,8 @@ void k_q8_thr(uint32_t thr[K_Q8_LUT_SIZE], const float map[256], const int32_t *
  * buckets of |x| in [1e-7, 1], a few thousand entries, are the ones used). */
 static int32_t g_lut[2][K_Q8_LUT_SIZE];
 static uint32_t g_thr[2][K_Q8_LUT_SIZE];
+static k_q8_enc g_enc[2];
+static int g_enc_ok[2];
 static pthread_once_t g_lut_once = PTHREAD_ONCE_INIT;
 static void build_luts(void) {
     for (int sgn = 0; sgn < 2; sgn++) {
@@ -111,12 +113,20 @@ static void build_luts(void) {
         k_q8_map(map, sgn);
         (void)k_q8_lut(g_lut[sgn], map); /* exact (<= 1 code per bucket): tests/test_optim.c */
         k_q8_thr(g_thr[sgn], map, g_lut[sgn]);
+        g_enc_ok[sgn] = k_q8_enc_build(&g_enc[sgn], map, g_lut[sgn]);
     }
 }
 
 const uint32_t *k_q8_thr_of(const int32_t *lut) {
     pthread_once(&g_lut_once, build_luts);
     return lut == g_lut[0] ? g_thr[0] : lut == g_lut[1] ? g_thr[1] : NULL;
+}
+
+const k_q8_enc *k_q8_enc_of(const int32_t *lut) {
+    pthread_once(&g_lut_once, build_luts);
+    for (int sgn = 0; sgn < 2; sgn++)
+        if (lut == g_lut[sgn]) return g_enc_ok[sgn] ? &g_enc[sgn] : NULL;
+    return NULL;
 }
 
 const int32_t *k_q8_lut_of(int is_signed) {

@@ -25,6 +25,9 @@ extern int k_simd_avx2;
  * the CPU lacks it: then the portable helpers run). Not thread-safe: call it between
  * kernels. */
 int k_simd_force(int level);
+/* The level the process starts at: the CPU's, or HPT_SIMD's when that environment variable is
+ * set (portable, avx512, avx512-novbmi or avx2: the k_simd_force levels 0..3 by name), for
+ * comparing the paths' speed; the bits are the same on every path. */
 
 /* The step table of a map's lut (k_q8_lut): per bucket key (a float's top 16 bits) the code
  * q8_encode_lut gives for the float with bits key << 16 | low, as one entry: bits 0..7 the
@@ -47,14 +50,37 @@ typedef struct {
 } k_q8_planes;
 void k_q8_planes_of(k_q8_planes *pl, const float *map);
 
+/* The gather-free encoder's tables of a map (q8enc.c): the segments of evenly spaced codes
+ * (q: lower bound, the threshold of the first code; qn: the next segment's; a, b: the
+ * candidate floor(x * a + b); lo, hi: its clamp), seg: per sign and exponent below 128 the
+ * segment of the binade's lowest value, and T[c + 1] at byte c, T[c] the smallest float whose
+ * code is at least c (T[256] = +inf), as byte planes. */
+typedef struct {
+    float q[16], qn[16], a[16], b[16];
+    int32_t lo[16], hi[16];
+    uint8_t seg[2][128];
+    uint8_t tp[4][256];
+    int nseg;
+} k_q8_enc;
+/* Builds e for map and its lut; 0 when the map does not fit the scheme (more than 16 segments,
+ * an unreachable code): then the step table is used. */
+int k_q8_enc_build(k_q8_enc *e, const float map[256], const int32_t *lut);
+/* The tables of the lut that k_q8_lut_of returned, or NULL (built with it). */
+const k_q8_enc *k_q8_enc_of(const int32_t *lut);
+/* codes (len <= 256) = q8_encode_lut(buf[j] * inv) for every product of magnitude below 2;
+ * returns 1 when some product is not (2 or more, infinite or NaN: its codes are then
+ * meaningless and the caller walks the block). Needs AVX-512 VBMI (k_simd_vbmi). */
+int k_q8_encode_vbmi(uint8_t *codes, const float *buf, float inv, int len, const k_q8_enc *e);
+
 /* buf (len <= 256) = map[codes] * absmax (pl: map's planes, or NULL: a gather from map). */
 void k_q8_load_avx512(float *buf, const uint8_t *codes, float absmax, int len, const float *map,
                       const k_q8_planes *pl);
 /* codes (len) = the nearest code of buf / absmax through the map's table lut (q8_encode_lut's
- * codes; through thr, its step table, when not NULL); returns the block's absmax (max |buf|,
- * NaN ignored as fmaxf does). */
+ * codes; through enc, the gather-free encoder, when not NULL and the CPU has VBMI; else
+ * through thr, its step table, when not NULL); returns the block's absmax (max |buf|, NaN
+ * ignored as fmaxf does). */
 float k_q8_store_avx512(uint8_t *codes, const float *buf, int len, const float *map,
-                        const int32_t *lut, const uint32_t *thr);
+                        const int32_t *lut, const uint32_t *thr, const k_q8_enc *enc);
 /* buf (len) = widen(h) + (c ? widen(c) : 0.0f) (the + 0.0f kept: it turns -0 into +0). */
 void k_bf16_load_avx512(float *buf, const uint16_t *h, const uint16_t *c, int len);
 /* h (len) = buf rounded: with c, to nearest even and c the residue's rounding (Kahan); else

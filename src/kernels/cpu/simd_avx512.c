@@ -19,6 +19,7 @@
 
 #include <immintrin.h>
 
+#include <stdlib.h>
 #include <string.h>
 
 #define AVX512_FN __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
@@ -33,7 +34,12 @@ __attribute__((constructor)) static void simd_detect(void) {
                    __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
     g_cpu_vbmi = g_cpu_avx512 && __builtin_cpu_supports("avx512vbmi");
     g_cpu_avx2 = __builtin_cpu_supports("avx2");
-    k_simd_force(-1);
+    const char *env = getenv("HPT_SIMD");
+    static const char *const names[4] = {"portable", "avx512", "avx512-novbmi", "avx2"};
+    int level = -1;
+    for (int l = 0; env && l < 4; l++)
+        if (!strcmp(env, names[l])) level = l;
+    k_simd_force(level);
 }
 
 int k_simd_force(int level) {
@@ -131,7 +137,7 @@ AVX512_FN static inline __m512i walk16(__m512 x, const float *map, const int32_t
 }
 
 AVX512_FN float k_q8_store_avx512(uint8_t *codes, const float *buf, int len, const float *map,
-                                  const int32_t *lut, const uint32_t *thr) {
+                                  const int32_t *lut, const uint32_t *thr, const k_q8_enc *enc) {
     const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
     __m512 mxv = _mm512_setzero_ps();
     for (int j = 0; j < len; j += 16) {
@@ -142,7 +148,9 @@ AVX512_FN float k_q8_store_avx512(uint8_t *codes, const float *buf, int len, con
     float mx = _mm512_reduce_max_ps(mxv); /* exact: max does not round */
     float inv = mx > 0.0f ? 1.0f / mx : 0.0f;
     const __m512 vinv = _mm512_set1_ps(inv);
-    if (!thr) {
+    int by_enc = enc && k_simd_vbmi;
+    if (by_enc && !k_q8_encode_vbmi(codes, buf, inv, len, enc)) return mx;
+    if (!thr || by_enc) { /* by_enc: the block has a value that is not finite */
         for (int j = 0; j < len; j += 16) {
             __mmask16 k = tail_mask(len, j);
             __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, buf + j), vinv);

@@ -1,0 +1,66 @@
+/* engine_dist.c: the offload engine under many processes (docs/zero_engine.md). Stage 0: a
+ * block's gradients are summed over the processes at the engine's gradient-done point, on the
+ * compute thread, before their sum of squares, overflow check and (fused) update, with the
+ * communication layer's rank-order sum (src/dist: x_0 + x_1 + ... from rank 0's value, never
+ * MPI's own reduction), so every rank updates the same block with the same bits. Every rank's
+ * backward hands its blocks over in the same order (L-1 .. 0), so every rank makes the same
+ * collective calls in the same order; the worker thread never communicates.
+ * The one-process twin of N processes is --accum N --zero 0, whose micro-batches are summed
+ * apart: in exact mode the write-back of a later micro-batch's block adds the home's sum so far
+ * (home = g_k + acc, which is acc + g_k bit for bit: float addition is commutative), in the
+ * order the processes' sum takes; the worker then takes the block's sum of squares for the norm
+ * (the trainer drains the engine after the last micro-batch, before the optimizer reads it). */
+#include "offload/engine_int.h"
+#include "dist/dist.h"
+
+#include <string.h>
+
+void eng_set_dist(offload_engine *e, int on) { e->dist = on && hpt_dist_size() > 1; }
+
+hpt_status eng_check_add_home(const hpt_offload_opts *o) {
+    if (o->fused)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--fused-update updates each block as its gradients "
+                        "complete: it cannot sum micro-batches apart (--accum with --zero)");
+    if (o->grad_home != HPT_GH_FP32)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero with --accum sums the micro-batches apart in "
+                        "fp32: not with a 16-bit gradient home (--grad-home)");
+    if (o->grads == HPT_TIER_DEVICE) /* n_gslots: exact fp32 gradients on the device, no slot */
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero with --accum and the offload engine needs "
+                        "the gradients' home off the device (--offload grads=host|disk): on the "
+                        "device the backward writes straight into it, with no slot to sum apart");
+    return HPT_OK;
+}
+
+hpt_status eng_set_add_home(offload_engine *e, int on) {
+    if (on) {
+        HPT_CHECK(eng_check_add_home(&e->o));
+    }
+    e->add_home = on;
+    return HPT_OK;
+}
+
+hpt_status eng_dist_grads(offload_engine *e, int l, float *g) {
+    if (e->z3) return eng_z3_reduce(e, l, g); /* onto the shards' owners (engine_z3.c) */
+    return dist_allreduce_f32(g, e->bn, "a block's gradients' sum");
+}
+
+hpt_status eng_grad_add_home(offload_engine *e, int l, float *g) {
+    const float *h;
+    if (e->tier[EB_G] == HPT_TIER_DISK) {
+        /* exact mode's staging set 0: idle during the backward (the streaming update uses it) */
+        float *st = e->stage_ptr[0][EB_G];
+        if (!st) return hpt_fail(HPT_ERR_INVALID, "offload engine: no staging for the gradients");
+        HPT_CHECK(mem_disk_rw(e->mem, &e->disk[EB_G], (uint64_t)l * e->stride * sizeof(float), st,
+                              e->stride * sizeof(float), 0));
+        h = st;
+    } else {
+        h = e->home[EB_G] + (size_t)l * e->stride;
+    }
+    size_t n = e->bn;
+#pragma omp parallel for simd schedule(static) if (n >= 65536)
+    for (size_t i = 0; i < n; i++) g[i] += h[i];
+    double s = 0.0; /* the norm's partial sum, of the sum (read after eng_drain) */
+    for (int i = 0; i < e->ns; i++) s += e->be->sumsq(g + e->slice_off[i], e->slice_n[i]);
+    e->sumsq[l] = s;
+    return HPT_OK;
+}

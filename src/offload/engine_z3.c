@@ -1,0 +1,262 @@
+/* engine_z3.c: ZeRO-3 in the offload engine's homes (ZeRO-Infinity; docs/zero_engine.md). With
+ * o.shards = N processes, each rank's homes (host or disk) hold only its shard [zlo, zhi) of
+ * every block's weights, gradients (exact mode) and AdamW moments, packed at l * hstr floats
+ * (hstr: the largest shard rounded up to 4096 bytes, the same on every rank). The slots stay
+ * whole blocks: a load brings this rank's shard into its range of the slot (a disk home through
+ * the bounce buffer: direct I/O wants aligned memory), and the acquisition all-gathers the other
+ * ranks' ranges (eng_z3_gather); the gradient-done point reduce-scatters the block's gradients
+ * onto the owners (rank-order sums, src/dist), and each rank updates its shard, fused or in the
+ * streaming pass (engine.c's update_block walks [zlo, zhi)). After an update the slot's other
+ * ranges are stale, so the next acquisition gathers again (blk_seq moved past zseq).
+ *
+ * Invariants, for the bits of one process: the shard boundaries fall on the boundaries of the
+ * backend's sum-of-squares chunks (k_sumsq: 64 chunks of ceil(n/64) values per slice, each summed
+ * in order from 0 in double, then the chunk sums in order), so each chunk of the summed gradients
+ * lies whole on one rank, which sums it exactly as k_sumsq does (a float's square is exact in
+ * double, so with or without FMA); eng_z3_norm then gathers the chunk sums and adds them in
+ * k_sumsq's order, and the slices' sums in eng_grads_done's: the global norm's bits. AdamW's
+ * update is elementwise, so a slice updated in two ranges gives its whole-slice bits (other
+ * optimizers and widths, whose blocks start at slices, are refused: eng_check_sharded). Every
+ * collective is called on the compute thread, in the order the runner's calls make, which is the
+ * same on every rank; the worker never communicates.
+ * Between steps the gather and scatter of engine_gather.c are collective too: a checkpoint's
+ * slice is all-gathered into a parameter slot (every rank emits it, rank 0's writer keeps it),
+ * a slice read from a checkpoint (every rank reads the file) keeps this rank's range. */
+#include "offload/engine_int.h"
+#include "dist/dist.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define SUMSQ_CHUNKS 64 /* k_sumsq's K_CHUNKS (src/kernels/cpu/pointwise.c) */
+
+static size_t round4k(size_t n) { return (n * sizeof(float) + 4095) / 4096 * 4096 / sizeof(float); }
+
+/* The shard boundaries of a block of ns slices: rank q's [lo[q], hi[q]); each lo the first
+ * sum-of-squares chunk start at or after q * bn / N. Returns the largest shard. */
+static size_t shard_ranges(int ns, const size_t *slice_n, int N, size_t *lo, size_t *hi) {
+    size_t bn = 0;
+    for (int i = 0; i < ns; i++) bn += slice_n[i];
+    lo[0] = 0;
+    for (int q = 1; q < N; q++) {
+        uint64_t t = (uint64_t)bn * (uint64_t)q / (uint64_t)N;
+        size_t best = bn, off = 0;
+        for (int i = 0; i < ns && best == bn; i++) {
+            size_t n = slice_n[i], chunk = (n + SUMSQ_CHUNKS - 1) / SUMSQ_CHUNKS;
+            for (size_t c = 0; c * chunk < n; c++)
+                if (off + c * chunk >= t) {
+                    best = off + c * chunk;
+                    break;
+                }
+            off += n;
+        }
+        lo[q] = HPT_MAX(best, lo[q - 1]);
+    }
+    size_t big = 0;
+    for (int q = 0; q < N; q++) {
+        hi[q] = q + 1 < N ? lo[q + 1] : bn;
+        big = HPT_MAX(big, hi[q] - lo[q]);
+    }
+    return big;
+}
+
+static int needs_bounce(const hpt_offload_opts *o) {
+    return o->params == HPT_TIER_DISK || (!o->fused && o->grads == HPT_TIER_DISK) ||
+           o->optim == HPT_TIER_DISK;
+}
+
+hpt_status eng_check_sharded(const hpt_offload_opts *o) {
+    if (o->shards <= 1) return HPT_OK;
+    if (o->shards > 64) return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero 3: more than 64 processes");
+    if (o->weights != HPT_BW_FP32)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero 3 shards fp32 weights' homes (not --weights "
+                        "bf16-sr|bf16-kahan yet)");
+    if (o->grad_home != HPT_GH_FP32)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero 3 shards fp32 gradient homes (not --grad-home "
+                        "fp16|bf16 yet)");
+    return HPT_OK;
+}
+
+void eng_bytes_sharded(const hpt_offload_opts *o, int L, int n_slices, const size_t *slice_n,
+                       int training, int mv_homes, uint64_t out[HPT_TIER_COUNT][HPT_CAT_COUNT]) {
+    size_t lo[64], hi[64], bn = 0;
+    for (int i = 0; i < n_slices; i++) bn += slice_n[i];
+    int N = HPT_MIN(HPT_MAX(o->shards, 1), 64);
+    size_t hstr = round4k(shard_ranges(n_slices, slice_n, N, lo, hi));
+    eng_bytes_homes(o, L, bn, hstr, training, mv_homes, out);
+    if (needs_bounce(o)) out[HPT_TIER_HOST][HPT_CAT_IO] += (uint64_t)hstr * sizeof(float);
+}
+
+hpt_status eng_z3_setup(offload_engine *e) {
+    int N = e->o.shards, r = hpt_dist_rank();
+    HPT_CHECK(eng_check_sharded(&e->o));
+    if (N != hpt_dist_size())
+        return hpt_fail(HPT_ERR_INVALID, "offload engine: ZeRO-3 over %d shards in %d processes",
+                        N, hpt_dist_size());
+    e->z3 = 1;
+    e->zlo_all = malloc((size_t)N * sizeof *e->zlo_all);
+    e->zhi_all = malloc((size_t)N * sizeof *e->zhi_all);
+    e->zseq = calloc((size_t)e->L, sizeof *e->zseq);
+    size_t parts = (size_t)e->L * (size_t)e->ns * SUMSQ_CHUNKS;
+    e->zpart = calloc(parts, sizeof *e->zpart);
+    e->zrecv = calloc(parts * (size_t)N, sizeof *e->zrecv);
+    if (!e->zlo_all || !e->zhi_all || !e->zseq || !e->zpart || !e->zrecv)
+        return hpt_fail(HPT_ERR_OOM, "offload engine: ZeRO-3 records");
+    e->hstr = round4k(shard_ranges(e->ns, e->slice_n, N, e->zlo_all, e->zhi_all));
+    e->zlo = e->zlo_all[r];
+    e->zhi = e->zhi_all[r];
+    e->hn = e->zhi - e->zlo;
+    if (!needs_bounce(&e->o)) return HPT_OK;
+    hpt_mem_set_name(e->mem, "ZeRO-3 shard bounce");
+    return e->be->alloc(e->mem, HPT_TIER_HOST, HPT_CAT_IO, e->hstr * sizeof(float), (void **)&e->bounce);
+}
+
+void eng_z3_free(offload_engine *e) {
+    if (!e->z3) return;
+    e->be->free(e->mem, HPT_TIER_HOST, HPT_CAT_IO, e->bounce, e->hstr * sizeof(float));
+    e->bounce = NULL;
+    free(e->zlo_all);
+    free(e->zhi_all);
+    free(e->zseq);
+    free(e->zpart);
+    free(e->zrecv);
+    e->z3 = 0;
+}
+
+hpt_status eng_z3_slot_io(offload_engine *e, int b, int l, float *slot, int write_) {
+    float *r = slot + e->zlo;
+    if (e->tier[b] != HPT_TIER_DISK) return eng_home_io(e, b, l, r, write_);
+    if (write_) {
+        e->be->copy(e->bounce, r, e->hn * sizeof(float), HPT_COPY_D2H);
+        return eng_home_io(e, b, l, e->bounce, 1);
+    }
+    HPT_CHECK(eng_home_io(e, b, l, e->bounce, 0));
+    e->be->copy(r, e->bounce, e->hn * sizeof(float), HPT_COPY_H2D);
+    return HPT_OK;
+}
+
+hpt_status eng_z3_gather(offload_engine *e, int l, float *slot) {
+    if (e->zseq[l] == e->blk_seq[l]) return HPT_OK; /* gathered since its last load or update */
+    HPT_CHECK(dist_allgather_ranges(slot, e->zlo_all, e->zhi_all, "a block's weights (ZeRO-3)"));
+    e->zseq[l] = e->blk_seq[l];
+    return HPT_OK;
+}
+
+/* One k_sumsq chunk's sum: in order, from 0, in double (its lanes' arithmetic). */
+static double chunk_sumsq(const float *x, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * (double)x[i];
+    return s;
+}
+
+hpt_status eng_z3_reduce(offload_engine *e, int l, float *g) {
+    HPT_CHECK(dist_reduce_scatter_ranges(g, e->zlo_all, e->zhi_all, "a block's gradients (ZeRO-3)"));
+    double *part = e->zpart + (size_t)l * (size_t)e->ns * SUMSQ_CHUNKS;
+    for (int i = 0; i < e->ns; i++) {
+        size_t n = e->slice_n[i], chunk = (n + SUMSQ_CHUNKS - 1) / SUMSQ_CHUNKS;
+        for (size_t c = 0; c < SUMSQ_CHUNKS; c++) {
+            size_t a = HPT_MIN(c * chunk, n), len = HPT_MIN(chunk, n - a), u = e->slice_off[i] + a;
+            part[(size_t)i * SUMSQ_CHUNKS + c] =
+                len && u >= e->zlo && u < e->zhi ? chunk_sumsq(g + u, len) : 0.0;
+        }
+    }
+    return HPT_OK;
+}
+
+hpt_status eng_z3_norm(offload_engine *e) {
+    if (!e->z3) return HPT_OK;
+    size_t per = (size_t)e->L * (size_t)e->ns * SUMSQ_CHUNKS;
+    HPT_CHECK(dist_allgather_raw(e->zpart, per * sizeof(double), e->zrecv, "the norm's parts (ZeRO-3)"));
+    int N = e->o.shards;
+    for (int l = 0; l < e->L; l++) {
+        double s = 0.0;
+        for (int i = 0; i < e->ns; i++) {
+            size_t n = e->slice_n[i], chunk = (n + SUMSQ_CHUNKS - 1) / SUMSQ_CHUNKS;
+            double si = 0.0; /* k_sumsq's: its chunks' sums in order */
+            for (size_t c = 0; c < SUMSQ_CHUNKS; c++) {
+                size_t a = HPT_MIN(c * chunk, n), u = e->slice_off[i] + a;
+                int q = 0; /* the chunk's owner (an empty chunk's sum is 0 on every rank) */
+                while (q + 1 < N && u >= e->zhi_all[q]) q++;
+                si += e->zrecv[(size_t)q * per + ((size_t)l * e->ns + i) * SUMSQ_CHUNKS + c];
+            }
+            s += si; /* eng_grads_done's: the slices' sums in order */
+        }
+        e->sumsq[l] = s;
+    }
+    return HPT_OK;
+}
+
+/* ---- between steps: checkpoints' gather and scatter, initialisation --------------------- */
+
+/* A parameter slot as a whole-block scratch (its block dropped: reloaded when next acquired). */
+static float *z3_scratch(offload_engine *e) {
+    int b = e->slot_blk[0];
+    if (b >= 0) {
+        e->res[b] = RS_HOME;
+        e->slot_of[b] = -1;
+        e->slot_blk[0] = -1;
+    }
+    return e->slots;
+}
+
+/* This rank's shard of block l of buffer b into scr's range [zlo, zhi) (scr a whole block). */
+static hpt_status shard_in(offload_engine *e, int b, int l, float *scr) {
+    if (e->tier[b] == HPT_TIER_DISK)
+        hpt_mem_transfer(e->mem, HPT_TIER_DISK, HPT_TIER_HOST, k_cat[b], e->hstr * sizeof(float));
+    return eng_z3_slot_io(e, b, l, scr, 0);
+}
+
+static hpt_status shard_out(offload_engine *e, int b, int l, float *scr) {
+    if (e->tier[b] == HPT_TIER_DISK)
+        hpt_mem_transfer(e->mem, HPT_TIER_HOST, HPT_TIER_DISK, k_cat[b], e->hstr * sizeof(float));
+    return eng_z3_slot_io(e, b, l, scr, 1);
+}
+
+hpt_status eng_z3_emit_slice(offload_engine *e, int b, int l, int i, eng_emit_fn emit, void *ctx) {
+    HPT_CHECK(eng_drain(e));
+    if (!e->has[b]) return hpt_fail(HPT_ERR_INVALID, "offload engine: no home %d to gather", b);
+    float *scr = z3_scratch(e);
+    HPT_CHECK(shard_in(e, b, l, scr));
+    /* the slice's ranges on every rank, in the slice's coordinates */
+    size_t s0 = e->slice_off[i], s1 = s0 + e->slice_n[i], lo[64], hi[64];
+    int N = e->o.shards;
+    for (int q = 0; q < N; q++) {
+        lo[q] = HPT_MIN(HPT_MAX(e->zlo_all[q], s0), s1) - s0;
+        hi[q] = HPT_MIN(HPT_MAX(e->zhi_all[q], s0), s1) - s0;
+    }
+    HPT_CHECK(dist_allgather_ranges(scr + s0, lo, hi, "a checkpoint's slice (ZeRO-3)"));
+    return emit(ctx, scr + s0, e->slice_n[i]);
+}
+
+hpt_status eng_z3_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn read, void *ctx) {
+    HPT_CHECK(eng_drain(e));
+    if (!e->has[b]) return hpt_fail(HPT_ERR_INVALID, "offload engine: no home %d to fill", b);
+    float *scr = z3_scratch(e);
+    if (b == EB_P && e->slot_of[l] >= 0) { /* its slot's copy becomes stale */
+        e->slot_blk[e->slot_of[l]] = -1;
+        e->slot_of[l] = -1;
+        e->res[l] = RS_HOME;
+    }
+    HPT_CHECK(shard_in(e, b, l, scr)); /* the rest of this rank's shard stays */
+    size_t s0 = e->slice_off[i], n = e->slice_n[i];
+    HPT_CHECK(read(ctx, scr + s0, n)); /* every rank reads the whole slice; keeps its range */
+    return shard_out(e, b, l, scr);
+}
+
+hpt_status eng_z3_block_dest(offload_engine *e, int b, int l, float **dst, int *in_place) {
+    (void)b;
+    (void)l;
+    HPT_CHECK(eng_drain(e));
+    *in_place = 0;
+    *dst = z3_scratch(e);
+    return HPT_OK;
+}
+
+hpt_status eng_z3_store_block(offload_engine *e, int b, int l, const float *src) {
+    if (b == EB_P && e->slot_of[l] >= 0) {
+        e->slot_blk[e->slot_of[l]] = -1;
+        e->slot_of[l] = -1;
+        e->res[l] = RS_HOME;
+    }
+    return shard_out(e, b, l, (float *)(uintptr_t)src);
+}

@@ -1,0 +1,79 @@
+/* dp_engine.c: the trainer's side of the offload engine under many processes (docs/
+ * zero_engine.md). Stage 0: every process holds the whole model in the engine's homes; each
+ * block's gradients are summed over the processes at the engine's gradient-done point
+ * (engine_dist.c), wte's, wpe's and the final layernorm's after the backward (dp.c), so every
+ * rank takes the same (fused) update. The one-process twin of N processes with --accum 1 is
+ * --accum N --zero 0: its micro-batches are summed apart, in the engine's exact mode by the
+ * homes' write-back (dp_engine_micro). */
+#include "core/core.h"
+#include "dist/dist.h"
+#include "offload/engine.h"
+#include "train/train_int.h"
+#include "train/trainer_int.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+hpt_status dp_engine_check(const hpt_train_opts *o) {
+    int N = hpt_dist_size();
+    if (N == 1 || !hpt_offload_active(&o->offload)) return HPT_OK;
+    if (o->accum > 1)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "%d processes with the offload engine take one "
+                        "micro-batch each (--accum 1; one process with --accum N computes their "
+                        "bits): each block's gradients are summed over the processes as its "
+                        "backward ends", N);
+    return HPT_OK;
+}
+
+int dp_engine_shards(const hpt_train_opts *o) {
+    return o->zero == 3 && hpt_offload_active(&o->offload) && hpt_dist_size() > 1 ? hpt_dist_size() : 0;
+}
+
+hpt_status dp_engine_after_backward(struct offload_engine *e) { return e ? eng_z3_norm(e) : HPT_OK; }
+
+void dp_engine_setup(struct offload_engine *e) {
+    if (e) eng_set_dist(e, hpt_dist_size() > 1);
+}
+
+hpt_status dp_engine_micro(struct offload_engine *e, int k, int K) {
+    if (!e || eng_fused(e)) return HPT_OK;
+    if (k < K) return eng_set_add_home(e, k > 0);
+    HPT_CHECK(eng_set_add_home(e, 0));
+    return eng_drain(e); /* the worker's sums of squares of the last micro-batch's blocks */
+}
+
+/* Removes dir's files, then dir (a scratch checkpoint: no subdirectories). */
+static void remove_scratch(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *en;
+        char p[PATH_MAX + 256];
+        while ((en = readdir(d)))
+            if (strcmp(en->d_name, ".") && strcmp(en->d_name, "..")) {
+                snprintf(p, sizeof p, "%s/%s", dir, en->d_name);
+                unlink(p);
+            }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+hpt_status dp_engine_save_follow(hpt_trainer *tr, hpt_status (*save)(hpt_trainer *)) {
+    const char *base = getenv("TMPDIR");
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/hpt-zero3-rank%d-XXXXXX", base && *base ? base : "/tmp", hpt_dist_rank());
+    if (!mkdtemp(dir))
+        return hpt_fail(HPT_ERR_IO, "rank %d: cannot make a scratch directory in %s for the "
+                        "checkpoint's gathers: %s", hpt_dist_rank(), base ? base : "/tmp", strerror(errno));
+    const char *keep = tr->o.save_dir;
+    tr->o.save_dir = dir;
+    hpt_status s = save(tr);
+    tr->o.save_dir = keep;
+    remove_scratch(dir);
+    return s;
+}
