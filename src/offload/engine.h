@@ -89,10 +89,24 @@ hpt_status eng_grads_overflow(offload_engine *e, int *overflow);
 /* on 1: eng_grads_done scans fp32 gradients for non-finite values (the loss scaler's check;
  * 16-bit homes are checked as they are narrowed, always). */
 void eng_check_grads(offload_engine *e, int on);
-/* Many processes (engine_dist.c; docs/zero_engine.md): on 1, eng_grads_done first sums the
- * block's gradients over the processes in rank order (src/dist), so the norm, the overflow check
- * and the (fused) update see the sum, the same bits on every rank. */
-void eng_set_dist(offload_engine *e, int on);
+/* The collectives the engine calls with many processes, given by the layer above (the trainer
+ * fills them with src/dist's rank-order ones: the engine sits below the communication layer in
+ * the module order). Every one is collective and sums, where it sums, in rank order. */
+typedef struct {
+    /* buf's range [lo[q], hi[q]) of rank q (N each, ascending) = the sum over the ranks, on q */
+    hpt_status (*reduce_scatter)(float *buf, const size_t *lo, const size_t *hi, const char *what);
+    /* every rank's range of buf from its owner, in place */
+    hpt_status (*allgather)(float *buf, const size_t *lo, const size_t *hi, const char *what);
+    /* recv (N * bytes) = every rank's send, in rank order */
+    hpt_status (*allgather_raw)(const void *send, size_t bytes, void *recv, const char *what);
+    /* buf (n) = the sum over the ranks, on every rank */
+    hpt_status (*allreduce)(float *buf, size_t n, const char *what);
+} eng_comm;
+/* Many processes (engine_dist.c; docs/zero_engine.md): with c (kept by pointer), eng_grads_done
+ * first sums the block's gradients over the processes (ZeRO-3: reduce-scatters them), so the
+ * norm, the overflow check and the (fused) update see the sum, the same bits on every rank.
+ * NULL: one process. */
+void eng_set_comm(offload_engine *e, const eng_comm *c);
 /* Exact mode, micro-batches summed apart (--zero with --accum): on 1, each block's gradients
  * handed over are added to what their home holds (home = slot + home: the in-memory apart sum's
  * acc += g, bit for bit) instead of replacing it; the trainer turns it on for micro-batches

@@ -1,8 +1,8 @@
 /* engine_dist.c: the offload engine under many processes (docs/zero_engine.md). Stage 0: a
  * block's gradients are summed over the processes at the engine's gradient-done point, on the
  * compute thread, before their sum of squares, overflow check and (fused) update, with the
- * communication layer's rank-order sum (src/dist: x_0 + x_1 + ... from rank 0's value, never
- * MPI's own reduction), so every rank updates the same block with the same bits. Every rank's
+ * communication layer's rank-order sum (eng_comm, filled by the trainer with src/dist's: x_0 +
+ * x_1 + ... from rank 0's value, never MPI's own reduction), so every rank updates the same block with the same bits. Every rank's
  * backward hands its blocks over in the same order (L-1 .. 0), so every rank makes the same
  * collective calls in the same order; the worker thread never communicates.
  * The one-process twin of N processes is --accum N --zero 0, whose micro-batches are summed
@@ -11,11 +11,14 @@
  * order the processes' sum takes; the worker then takes the block's sum of squares for the norm
  * (the trainer drains the engine after the last micro-batch, before the optimizer reads it). */
 #include "offload/engine_int.h"
-#include "dist/dist.h"
 
 #include <string.h>
 
-void eng_set_dist(offload_engine *e, int on) { e->dist = on && hpt_dist_size() > 1; }
+void eng_set_comm(offload_engine *e, const eng_comm *c) {
+    e->comm = c;
+    e->dist = c != NULL && hpt_dist_size() > 1;
+}
+
 
 hpt_status eng_check_add_home(const hpt_offload_opts *o) {
     if (o->fused)
@@ -41,7 +44,7 @@ hpt_status eng_set_add_home(offload_engine *e, int on) {
 
 hpt_status eng_dist_grads(offload_engine *e, int l, float *g) {
     if (e->z3) return eng_z3_reduce(e, l, g); /* onto the shards' owners (engine_z3.c) */
-    return dist_allreduce_f32(g, e->bn, "a block's gradients' sum");
+    return e->comm->allreduce(g, e->bn, "a block's gradients' sum");
 }
 
 hpt_status eng_grad_add_home(offload_engine *e, int l, float *g) {

@@ -68,7 +68,8 @@ struct offload_engine {
     int sync;                  /* 1: every home on the device: no worker, updates inline */
     /* many processes (engine_dist.c) */
     int dist;                  /* 1: a block's gradients are summed over the processes (rank
-                                * order, src/dist) at eng_grads_done, before the norm and update */
+                                * order, comm) at eng_grads_done, before the norm and update */
+    const eng_comm *comm;      /* the collectives (eng_set_comm); NULL with one process */
     int add_home;              /* 1: exact mode, a later micro-batch summed apart: the write-back
                                 * adds the home's sum so far to the slot (J_WRITE_G's set = 1) */
     /* ZeRO-3 (o.shards > 1, engine_z3.c): each home holds this rank's shard of every block */

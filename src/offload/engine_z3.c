@@ -5,7 +5,7 @@
  * whole blocks: a load brings this rank's shard into its range of the slot (a disk home through
  * the bounce buffer: direct I/O wants aligned memory), and the acquisition all-gathers the other
  * ranks' ranges (eng_z3_gather); the gradient-done point reduce-scatters the block's gradients
- * onto the owners (rank-order sums, src/dist), and each rank updates its shard, fused or in the
+ * onto the owners (rank-order sums: the trainer's eng_comm, src/dist's), and each rank updates its shard, fused or in the
  * streaming pass (engine.c's update_block walks [zlo, zhi)). After an update the slot's other
  * ranges are stale, so the next acquisition gathers again (blk_seq moved past zseq).
  *
@@ -23,7 +23,6 @@
  * slice is all-gathered into a parameter slot (every rank emits it, rank 0's writer keeps it),
  * a slice read from a checkpoint (every rank reads the file) keeps this rank's range. */
 #include "offload/engine_int.h"
-#include "dist/dist.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -135,9 +134,17 @@ hpt_status eng_z3_slot_io(offload_engine *e, int b, int l, float *slot, int writ
     return HPT_OK;
 }
 
+/* The collectives the trainer gave (eng_set_comm): a sharded engine cannot run without. */
+static hpt_status need_comm(const offload_engine *e) {
+    if (e->comm) return HPT_OK;
+    return hpt_fail(HPT_ERR_INVALID, "offload engine: ZeRO-3 over %d processes without their "
+                    "collectives (eng_set_comm)", e->o.shards);
+}
+
 hpt_status eng_z3_gather(offload_engine *e, int l, float *slot) {
     if (e->zseq[l] == e->blk_seq[l]) return HPT_OK; /* gathered since its last load or update */
-    HPT_CHECK(dist_allgather_ranges(slot, e->zlo_all, e->zhi_all, "a block's weights (ZeRO-3)"));
+    HPT_CHECK(need_comm(e));
+    HPT_CHECK(e->comm->allgather(slot, e->zlo_all, e->zhi_all, "a block's weights (ZeRO-3)"));
     e->zseq[l] = e->blk_seq[l];
     return HPT_OK;
 }
@@ -150,7 +157,8 @@ static double chunk_sumsq(const float *x, size_t n) {
 }
 
 hpt_status eng_z3_reduce(offload_engine *e, int l, float *g) {
-    HPT_CHECK(dist_reduce_scatter_ranges(g, e->zlo_all, e->zhi_all, "a block's gradients (ZeRO-3)"));
+    HPT_CHECK(need_comm(e));
+    HPT_CHECK(e->comm->reduce_scatter(g, e->zlo_all, e->zhi_all, "a block's gradients (ZeRO-3)"));
     double *part = e->zpart + (size_t)l * (size_t)e->ns * SUMSQ_CHUNKS;
     for (int i = 0; i < e->ns; i++) {
         size_t n = e->slice_n[i], chunk = (n + SUMSQ_CHUNKS - 1) / SUMSQ_CHUNKS;
@@ -166,7 +174,8 @@ hpt_status eng_z3_reduce(offload_engine *e, int l, float *g) {
 hpt_status eng_z3_norm(offload_engine *e) {
     if (!e->z3) return HPT_OK;
     size_t per = (size_t)e->L * (size_t)e->ns * SUMSQ_CHUNKS;
-    HPT_CHECK(dist_allgather_raw(e->zpart, per * sizeof(double), e->zrecv, "the norm's parts (ZeRO-3)"));
+    HPT_CHECK(need_comm(e));
+    HPT_CHECK(e->comm->allgather_raw(e->zpart, per * sizeof(double), e->zrecv, "the norm's parts (ZeRO-3)"));
     int N = e->o.shards;
     for (int l = 0; l < e->L; l++) {
         double s = 0.0;
@@ -224,7 +233,8 @@ hpt_status eng_z3_emit_slice(offload_engine *e, int b, int l, int i, eng_emit_fn
         lo[q] = HPT_MIN(HPT_MAX(e->zlo_all[q], s0), s1) - s0;
         hi[q] = HPT_MIN(HPT_MAX(e->zhi_all[q], s0), s1) - s0;
     }
-    HPT_CHECK(dist_allgather_ranges(scr + s0, lo, hi, "a checkpoint's slice (ZeRO-3)"));
+    HPT_CHECK(need_comm(e));
+    HPT_CHECK(e->comm->allgather(scr + s0, lo, hi, "a checkpoint's slice (ZeRO-3)"));
     return emit(ctx, scr + s0, e->slice_n[i]);
 }
 

@@ -36,8 +36,12 @@ int dp_engine_shards(const hpt_train_opts *o) {
 
 hpt_status dp_engine_after_backward(struct offload_engine *e) { return e ? eng_z3_norm(e) : HPT_OK; }
 
+/* The engine's collectives: the communication layer's rank-order ones (dist.h). */
+static const eng_comm k_comm = {dist_reduce_scatter_ranges, dist_allgather_ranges,
+                                dist_allgather_raw, dist_allreduce_f32};
+
 void dp_engine_setup(struct offload_engine *e) {
-    if (e) eng_set_dist(e, hpt_dist_size() > 1);
+    if (e) eng_set_comm(e, hpt_dist_size() > 1 ? &k_comm : NULL);
 }
 
 hpt_status dp_engine_micro(struct offload_engine *e, int k, int K) {
