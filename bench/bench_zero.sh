@@ -13,8 +13,8 @@
 #    shard-sized) against the estimator's figure for that rank (--procs N --rank R), on
 #    gpt2-124m at N = 2 and 4 and gpt2-350m at N = 2 and 4 (4 x stage 0 of 350m, 4 x 5.7 GiB,
 #    does not fit beside the other work on this 23 GiB machine: left out);
-# speed: throughput: 2 processes x 1 thread against 1 process x 2 threads with the same global
-#    batch (--batch 4 each against --batch 4 --accum 2 --zero 0, its bit-identical twin, and
+# speed: throughput: 2 processes x 1 thread (stages 0 and 1) against 1 process x 2 threads with
+#    the same global batch (--batch 4 each against --batch 4 --accum 2 --zero 0, its bit-identical twin, and
 #    --batch 8), side by side in one run.
 set -u
 bin=${1:-build/hptrain}
@@ -103,6 +103,7 @@ PY
 for rep in 1 2; do
     echo "round $rep:"
     echo "  2 processes x 1 thread, --batch 4:            $(OMP_NUM_THREADS=1 run "${mpi[@]}" -np 2 "$bin" train --batch 4)"
+    echo "  2 processes x 1 thread, --batch 4 --zero 1:   $(OMP_NUM_THREADS=1 run "${mpi[@]}" -np 2 "$bin" train --batch 4 --zero 1)"
     echo "  1 process x 2 threads, --batch 4 --accum 2 --zero 0: $(OMP_NUM_THREADS=2 run "$bin" train --batch 4 --accum 2 --zero 0)"
     echo "  1 process x 2 threads, --batch 8:             $(OMP_NUM_THREADS=2 run "$bin" train --batch 8)"
 done

@@ -38,6 +38,10 @@
  * before the blocks (wte, wpe), then per block l the sum over its slices in order (each slice's
  * sumsq op), then the non-block tensors after them (lnfw, lnfb); the sumsq of a slice depends
  * only on its values and length, so every mode gets the same norm, bit for bit.
+ * ZeRO's stages 1 and 2 (optim_create_units; docs/zero.md): the state of a contiguous run of
+ * units (a unit is one slice) only, laid out as the whole state with the other units left out;
+ * a step updates the run's units, and the norm's per-unit sums of squares of the others come
+ * from their owners (the gather callback) before the same fixed-order sum.
  * Tensors are the table's: sizes from their descriptors, weight decay by is_matrix, the tied
  * embedding's update deferred to the model with chunked embeddings; nothing here names one
  * architecture's tensors.

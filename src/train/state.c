@@ -42,7 +42,9 @@
  * the bf16 values); a state without it loaded into bf16-kahan weights leaves the compensation
  * at the residue of rounding the saved weights to bf16 (zero when they are bf16 values).
  * bf16 embeddings with Kahan (hpt_offload_opts.embeddings, src/model/embed.c) add the section
- * "emb_comp" the same way: wte's then wpe's compensation, (Vp + maxT) * C bf16 values. */
+ * "emb_comp" the same way: wte's then wpe's compensation, (Vp + maxT) * C bf16 values.
+ * The header fields are also ZeRO's sharded checkpoints' (state_pack_fields, _unpack_fields:
+ * zero.c writes them into its manifest). */
 #include "core/core.h"
 #include "io/io.h"
 #include "kernels/backend.h"

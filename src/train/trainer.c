@@ -41,7 +41,10 @@
  * sum_apart), and N processes sum theirs in rank order, so N processes with --accum K compute
  * the bits of one process with --accum N*K when K = 1 (and of the same grouping otherwise);
  * rank r reads windows r*K.. of the step's N*K. Rank 0 writes the checkpoints (every rank holds
- * the same state); their accum is N*K, so they resume on any N with the same N*K. */
+ * the same state); their accum is N*K, so they resume on any N with the same N*K. ZeRO's stages
+ * 1 and 2 (tr->dp): the step reduce-scatters onto the owners' runs, the optimizer updates this
+ * rank's run and the weights are all-gathered; stage 2 with accumulation reduce-scatters each
+ * micro-batch and keeps a run-sized sum; checkpoints are shards and a manifest (zero.c). */
 #include "core/core.h"
 #include "kernels/backend.h"
 #include "testing.h"
