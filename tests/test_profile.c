@@ -201,6 +201,8 @@ static void check_same_trace(const hpt_trace *tr, const hpt_trace_meta *m, const
               r->rss_peak_bytes == m->rss_peak_bytes, "%s: metadata differs", what);
     CHECK_MSG(r->has_plan == m->has_plan && !strcmp(r->plan, m->plan), "%s: the plan differs: '%s'",
               what, r->plan);
+    CHECK_MSG(r->procs == m->procs && r->rank == m->rank, "%s: process %d of %d read back", what,
+              r->rank, r->procs);
     /* the whole model configuration (every field 4 bytes: no padding; floats written with 9
      * significant digits read back to the same float) */
     CHECK_MSG(memcmp(&r->cfg, &m->cfg, sizeof r->cfg) == 0, "%s: the model configuration differs", what);
@@ -399,6 +401,8 @@ int main(void) {
         CHECK_OK(hpt_plan_set(&lp, "memory", "40MiB"));
         CHECK_OK(hpt_plan_print(&lp, lm.plan, sizeof lm.plan));
         lm.has_plan = 1;
+        lm.procs = 3; /* and which process of how many */
+        lm.rank = 2;
         CHECK(meta.has_plan == 0 && strstr(lm.plan, "--state-bits 8"));
         char lj[600], lc[600];
         snprintf(lj, sizeof lj, "%s/llama.json", t_tmpdir());

@@ -14,7 +14,8 @@
 #     N --zero 0) and shards whose concatenation is that process's state.bin, with fp32 and 8-bit
 #     AdamW (with recomputation), Adam-mini and 8-bit Lion; sharded checkpoints re-cut 3 -> 1,
 #     1 -> 2 (stage 0 -> 2) and 2 -> 3 with the uninterrupted run's bits; a damaged shard is
-#     named; every rank's measured device bytes = the estimate for its rank; --zero 3 and
+#     named; every rank's measured device bytes = the estimate for its rank (also as profile
+#     reads each rank's --trace 'F.%r.json'); --zero 3 and
 #     --zero 1 with the offload engine are refused by name;
 #  4. bad input: processes started with different configurations refuse to start, naming the
 #     option and both values; a resume with another global batch is refused;
@@ -157,7 +158,14 @@ sys.exit(0 if ok else 1)
 PY
 }
 # the same bits at N = 2 and 3, stages 1 and 2, fp32 and 8-bit AdamW with recomputation
-"${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 6 --batch 2 --zero 1 --save "$tmp/z1n2" --log "$tmp/z1n2.jsonl" 2>/dev/null || bad "np 2 --zero 1"
+"${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 6 --batch 2 --zero 1 --save "$tmp/z1n2" --log "$tmp/z1n2.jsonl" \
+    --trace "$tmp/z1n2.%r.json" 2>/dev/null || bad "np 2 --zero 1"
+for r in 0 1; do # each rank's trace: profile estimates that process's own bytes, exactly
+    "$bin" profile "$tmp/z1n2.$r.json" >"$tmp/prof.$r" 2>&1
+    grep -q "process $r of 2" "$tmp/prof.$r" && grep -q "the run's plan: --zero 1" "$tmp/prof.$r" &&
+        grep -qE "for this run as recorded \(measured .*, \+0\.00%\)" "$tmp/prof.$r" ||
+        bad "profile of rank $r's --zero 1 trace: $(grep -A3 'what would lower' "$tmp/prof.$r")"
+done
 cmp -s "$tmp/one2/model.bin" "$tmp/z1n2/model.bin" || bad "np 2 --zero 1: model.bin differs from accum 2's"
 [ "$(losses "$tmp/one2.jsonl")" = "$(losses "$tmp/z1n2.jsonl")" ] || bad "np 2 --zero 1: losses differ"
 shards_are "$tmp/z1n2" "$tmp/one2/state.bin" "np 2 --zero 1"

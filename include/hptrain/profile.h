@@ -37,6 +37,8 @@ typedef struct {
     uint64_t rss_baseline_bytes;                  /* RSS before hptrain allocated anything */
     uint64_t rss_peak_bytes;                      /* the process's peak RSS at the end */
     uint64_t accounted_peak_bytes[HPT_TIER_COUNT]; /* hpt_mem_stats.peak_bytes at the end */
+    int procs, rank;                              /* data parallel: the process count (0 is
+                                                   * read as 1) and this trace's process */
     int has_plan;                                 /* plan below is the run's (0: a trace
                                                    * written before traces recorded it) */
     char plan[1024];                              /* the run's plan as flags (hpt_plan_print;

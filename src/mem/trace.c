@@ -122,6 +122,7 @@ hpt_status hpt_trace_write_json(const char *path, const hpt_trace_meta *m,
             (long long)m->steps, (unsigned long long)m->rss_baseline_bytes,
             (unsigned long long)m->rss_peak_bytes);
     json_tiers(f, "accounted_peak_bytes", m->accounted_peak_bytes);
+    fprintf(f, ",\"procs\":%d,\"rank\":%d", m->procs, m->rank);
     if (m->has_plan) {
         fputs(",\"plan\":", f);
         json_str(f, m->plan);
@@ -174,6 +175,7 @@ hpt_status hpt_trace_write_csv(const char *path, const hpt_trace_meta *m,
     for (int t = 0; t < HPT_TIER_COUNT; t++)
         fprintf(f, "# accounted_peak_bytes.%s=%llu\n", hpt_tier_name((hpt_tier)t),
                 (unsigned long long)m->accounted_peak_bytes[t]);
+    fprintf(f, "# procs=%d\n# rank=%d\n", m->procs, m->rank);
     if (m->has_plan) { /* to the end of its line: flags hold no newline */
         fputs("# plan=", f);
         for (const char *c = m->plan; *c; c++) fputc(*c == '\n' || *c == '\r' ? ' ' : *c, f);
@@ -423,6 +425,8 @@ static hpt_status read_json_header(reader *r, const cJSON *root) {
     if (j_i64(meta, "steps", &m->steps)) m->steps = 0;
     if (j_u64(meta, "rss_baseline_bytes", &m->rss_baseline_bytes)) m->rss_baseline_bytes = 0;
     if (j_u64(meta, "rss_peak_bytes", &m->rss_peak_bytes)) m->rss_peak_bytes = 0;
+    if (j_int(meta, "procs", &m->procs)) m->procs = 0;
+    if (j_int(meta, "rank", &m->rank)) m->rank = 0;
     const cJSON *plan = cJSON_GetObjectItemCaseSensitive(meta, "plan");
     if (cJSON_IsString(plan)) {
         if (strlen(plan->valuestring) >= sizeof m->plan)
@@ -650,6 +654,8 @@ static void csv_meta(hpt_trace_meta *m, const char *key, size_t klen, const char
     else if (KEY("T")) m->T = (int)i;
     else if (KEY("has_val")) m->has_val = (int)i;
     else if (KEY("threads")) m->threads = (int)i;
+    else if (KEY("procs")) m->procs = (int)i;
+    else if (KEY("rank")) m->rank = (int)i;
     else if (KEY("steps")) m->steps = i;
     else if (KEY("rss_baseline_bytes") && okU) m->rss_baseline_bytes = u;
     else if (KEY("rss_peak_bytes") && okU) m->rss_peak_bytes = u;

@@ -341,6 +341,8 @@ static void print_options(const hpt_trace *tr, const hpt_profile_summary *s, int
     po.T = m->T;
     po.training = 1;
     po.has_val = m->has_val;
+    po.procs = m->procs; /* with --zero 1 or 2 each process's bytes differ */
+    po.rank = m->rank;
     if (m->has_plan) { /* the run's own techniques: the estimate is of the run as it was */
         char words[sizeof m->plan];
         snprintf(words, sizeof words, "%s", m->plan);
@@ -349,6 +351,7 @@ static void print_options(const hpt_trace *tr, const hpt_profile_summary *s, int
             return;
         }
         printf("  the run's plan: %s\n", *m->plan ? m->plan : "the default (no technique flags)");
+        if (m->procs > 1) printf("  process %d of %d (the estimates are this process's)\n", m->rank, m->procs);
     }
     hpt_estimate now;
     if (hpt_plan_estimate(&po, &now) != HPT_OK) {

@@ -50,7 +50,8 @@ static const char k_help[] =
     "  --log FILE.jsonl     one JSON object per step (under mpirun rank 0's; a FILE with %r:\n"
     "                       every rank's, %r replaced by the rank)\n"
     "  --trace FILE         record every allocation, free and arena buffer; write the trace as\n"
-    "                       JSON, or CSV when FILE ends in .csv (see hptrain profile)\n"
+    "                       JSON, or CSV when FILE ends in .csv (see hptrain profile); under\n"
+    "                       mpirun rank 0's, or every rank's with %r in FILE, as for --log\n"
     "  --device cpu|cuda[:N] where to compute (default cpu; cuda: docs/cuda.md)\n"
     "  --memory SIZE        device memory budget, e.g. 512MB, 4GB, 1.5GiB (default: none)\n"
     "  --host-memory SIZE   host-tier budget (default: none)\n"
@@ -190,6 +191,15 @@ static void offload_report(const hpt_gpt2 *m, int64_t steps) {
                                                      (st.io_s + st.update_s)) : 100.0);
 }
 
+/* path with its first %r replaced by this process's rank, into buf; without %r, path on rank
+ * 0 and NULL on the others (one file, rank 0's). */
+static const char *per_rank_path(const char *path, char *buf, size_t n) {
+    const char *pr = path ? strstr(path, "%r") : NULL;
+    if (!pr) return hpt_dist_rank() == 0 ? path : NULL;
+    snprintf(buf, n, "%.*s%d%s", (int)(pr - path), path, hpt_dist_rank(), pr + 2);
+    return buf;
+}
+
 /* Writes the recorded timeline with the run's metadata (--trace); returns 0 or prints why not. */
 static int write_trace(const char *path, hpt_mem *mem, const hpt_trace_meta *known) {
     hpt_trace_meta m = *known;
@@ -200,6 +210,8 @@ static int write_trace(const char *path, hpt_mem *mem, const hpt_trace_meta *kno
         m.accounted_peak_bytes[t] = st.peak_bytes[t];
     }
     m.threads = hpt_get_threads();
+    m.procs = hpt_dist_size();
+    m.rank = hpt_dist_rank();
     m.rss_baseline_bytes = g_rss0;
     m.rss_peak_bytes = hpt_rss_peak_bytes();
     size_t n;
@@ -310,18 +322,12 @@ static int train_main(int argc, char **argv) {
     if (!o.model && !o.resume) return cli_usage_error("train", "--model (or --resume) is required");
     if (!min_lr_set) o.min_lr = o.lr / 10.0f;
     const int lead = hpt_dist_rank() == 0;
-    /* a log path with %r: every rank writes its own, %r replaced by its rank */
-    char rank_log[4096];
-    const char *pr = log_path ? strstr(log_path, "%r") : NULL;
-    if (pr) {
-        snprintf(rank_log, sizeof rank_log, "%.*s%d%s", (int)(pr - log_path), log_path,
-                 hpt_dist_rank(), pr + 2);
-        log_path = rank_log;
-    }
-    if (!lead) {
-        quiet = 1;
-        if (!pr) log_path = NULL;
-    }
+    /* a log or trace path with %r: every rank writes its own, %r replaced by its rank;
+     * without: rank 0's only */
+    char rank_log[4096], rank_trace[4096];
+    log_path = per_rank_path(log_path, rank_log, sizeof rank_log);
+    trace_path = per_rank_path(trace_path, rank_trace, sizeof rank_trace);
+    if (!lead) quiet = 1;
     if (threads) hpt_set_threads((int)threads);
 
     if ((lossy || tokens) && !auto_plan)
