@@ -7,8 +7,9 @@
 
 OUT/CORPUS holds each run's log (NAME_sSEED.jsonl) and its process CPU time (NAME_sSEED.time:
 user, system, elapsed seconds). QUIET holds the runs that measured the per-phase costs quietly
-(jump.jsonl, adam.jsonl, linear.jsonl): the median step_ms per phase, a jump's cost per
-forwarded sequence. Steps: for a jump run its real steps (the steps that back-propagate; a jump
+(fullq.jsonl: FULL-only; jump.jsonl: the jump schedule as the runs ran, its real steps
+computing AdamW's update norm; jumpfix.jsonl: after the fix; adam.jsonl, linear.jsonl): the
+median step_ms per phase, a jump's cost per forwarded sequence. Steps: for a jump run its real steps (the steps that back-propagate; a jump
 is counted apart and enters the cost), for the per-step predictors every step, a predicted one
 included (their real steps beside). Cost to a point: each logged step up to it at its quiet
 phase cost (a jump: its forwards at the quiet cost of one); measured: the sum of the logged
@@ -25,11 +26,11 @@ from bench_predict import panel, spread  # noqa: E402
 KINDS = [("jump_chosen", "#d62728"), ("adam", "#2ca02c"), ("linear", "#9467bd")]
 
 
-def quiet_costs(qdir):
+def quiet_costs(qdir, jumpfile):
     """Median step_ms per (kind, phase) from the quiet runs; 'fwd': ms per jump-forwarded sequence."""
     c = {}
-    for kind in ("jump", "adam", "linear"):
-        rows = load(os.path.join(qdir, kind + ".jsonl"))
+    for kind, f in (("jump", jumpfile), ("adam", "adam"), ("linear", "linear"), ("full", "fullq")):
+        rows = load(os.path.join(qdir, f + ".jsonl"))
         by = {}
         for r in rows[1:]:  # the first step allocates
             by.setdefault(r["phase"], []).append(r["step_ms"])
@@ -38,14 +39,15 @@ def quiet_costs(qdir):
         if kind == "jump":
             js = [r for r in rows if r["phase"] == "predict"]
             c["fwd"] = sum(r["step_ms"] for r in js) / sum(r["jump_forwards"] for r in js)
-    c[("full", "full")] = c[("jump", "full")]
     return c
 
 
 def step_cost(c, kind, r):
     k = "jump" if kind.startswith("jump") else kind
-    if kind == "full" or r["phase"] in ("warmup", "full"):
-        return c[("jump", "full")]
+    if kind == "full":
+        return c[("full", "full")]
+    if r["phase"] in ("warmup", "full"):
+        return c[(k, "full")]
     if k == "jump" and r["phase"] == "predict":
         return r["jump_forwards"] * c["fwd"]
     return c[(k, r["phase"])]
@@ -77,7 +79,7 @@ def cpu(path):
         return None, None
 
 
-def summary(d, kind, seed, c):
+def summary(d, kind, seed, c, cfix):
     full = load(os.path.join(d, "full_s%s.jsonl" % seed))
     hyb = load(os.path.join(d, "%s_s%s.jsonl" % (kind, seed)))
     fp, hp = points(full, "full", c), points(hyb, kind, c)
@@ -102,6 +104,9 @@ def summary(d, kind, seed, c):
         s["cpu"] = (hc[0], fc[0])
     js = [r for r in hyb if r["phase"] == "predict"]
     s["npred"] = len(js)
+    s["whole_cost"] = hp[-1][0] / fp[-1][0]  # the whole run at the quiet costs (as run)
+    if kind.startswith("jump"):
+        s["whole_cost_fix"] = points(hyb, kind, cfix)[-1][0] / points(full, "full", cfix)[-1][0]
     if kind.startswith("jump"):
         s["taken"] = sum(1 for r in js if any(r.get("jump_scales") or [0]))
         s["scales"] = [r.get("jump_scales") for r in js]
@@ -110,6 +115,9 @@ def summary(d, kind, seed, c):
         if p[2] <= target:
             s["steps_ratio"] = p[1] / n_full
             s["cost_ratio"] = p[0] / fp[-1][0]
+            if kind.startswith("jump"):
+                hf, ff = points(hyb, kind, cfix), points(full, "full", cfix)
+                s["cost_ratio_fix"] = hf[hp.index(p)][0] / ff[-1][0]
             s["meas_ratio"] = p[3] / fp[-1][3]
             s["reach"], s["reach_real"] = p[1], p[4]
             break
@@ -151,11 +159,12 @@ def main():
     if len(args) < 4:
         sys.exit(__doc__)
     out, qdir, corpus, seeds = args[0], args[1], args[2], args[3:]
-    c = quiet_costs(qdir)
+    c, cfix = quiet_costs(qdir, "jump"), quiet_costs(qdir, "jumpfix")
     d = os.path.join(out, corpus)
-    print("quiet costs (ms): FULL %.1f; jump: CORRECT %.1f, %.2f per forwarded sequence; adam: predict %.1f, CORRECT %.1f; linear: predict %.1f, CORRECT %.1f\n" % (
-        c[("jump", "full")], c[("jump", "correct")], c["fwd"], c[("adam", "predict")], c[("adam", "correct")],
-        c[("linear", "predict")], c[("linear", "correct")]))
+    print("quiet costs (ms): FULL-only %.1f; jump as run: FULL %.1f, CORRECT %.1f, %.2f per forwarded sequence; jump fixed: FULL %.1f, CORRECT %.1f, %.2f; adam: FULL %.1f, predict %.1f, CORRECT %.1f; linear: FULL %.1f, predict %.1f, CORRECT %.1f\n" % (
+        c[("full", "full")], c[("jump", "full")], c[("jump", "correct")], c["fwd"], cfix[("jump", "full")],
+        cfix[("jump", "correct")], cfix["fwd"], c[("adam", "full")], c[("adam", "predict")], c[("adam", "correct")],
+        c[("linear", "full")], c[("linear", "predict")], c[("linear", "correct")]))
     dashes = ["", "6,3", "2,3"]
     series, full_done = [], set()
     for kind, col in KINDS:
@@ -164,24 +173,28 @@ def main():
             if not (os.path.exists(os.path.join(d, "%s_s%s.jsonl" % (kind, seed))) and
                     os.path.exists(os.path.join(d, "full_s%s.jsonl" % seed))):
                 continue
-            ss.append(summary(d, kind, seed, c))
+            ss.append(summary(d, kind, seed, c, cfix))
         if not ss:
             continue
         print("**%s, %s**\n" % (corpus, kind))
-        print("| seed | steps run (real) | FULL final val | final val | gap | FULL steps to that val | steps to FULL's final (real) | steps ratio | cost ratio to it (quiet per-phase) | measured step_ms ratio to it | whole-run CPU time ratio (s / s) | jumps or predicted steps (taken) | mean gap at equal steps, evaluations after step 400 (n) |")
+        print("| seed | steps run (real) | FULL final val | final val | gap | FULL steps to that val | steps to FULL's final (real) | steps ratio | cost ratio to it (quiet per-phase; jump: as run / fixed) | measured step_ms ratio to it | whole-run CPU time ratio (s / s) | jumps or predicted steps (taken) | mean gap at equal steps, evaluations after step 400 (n) |")
         print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
         for s in ss:
             print("| %s | %d (%d) | %.4f | %.4f | %+.4f | %s | %s | %s | %s | %s | %s | %s | %s |" % (
                 s["seed"], s["n"], s["real"], s["target"], s["final"], s["gap"], fmt(s["eq"], "%.0f"),
                 "%d (%d)" % (s["reach"], s["reach_real"]) if "reach" in s else "not reached",
-                fmt(s.get("steps_ratio")), fmt(s.get("cost_ratio")), fmt(s.get("meas_ratio")),
+                fmt(s.get("steps_ratio")), fmt(s.get("cost_ratio")) + (" / " + fmt(s["cost_ratio_fix"]) if "cost_ratio_fix" in s else ""),
+                fmt(s.get("meas_ratio")),
                 "%.3f (%.0f / %.0f)" % (s["cpu_ratio"], s["cpu"][0], s["cpu"][1]) if "cpu_ratio" in s else "-",
                 "%d (%d)" % (s["npred"], s["taken"]) if "taken" in s else "%d" % s["npred"],
                 "%+.4f (%d)" % (s["eq_gap"], s["eq_gap_n"]) if s["eq_gap"] is not None else "-"))
         print()
         print("- reached FULL-only's final: %d of %d seeds" % (sum("steps_ratio" in s for s in ss), len(ss)))
-        for k, label in (("steps_ratio", "steps ratio"), ("cost_ratio", "cost ratio (quiet per-phase)"),
+        for k, label in (("steps_ratio", "steps ratio"), ("cost_ratio", "cost ratio (quiet per-phase, as run)"),
+                         ("cost_ratio_fix", "cost ratio (quiet per-phase, the jump's steps fixed)"),
                          ("meas_ratio", "measured step_ms ratio"), ("cpu_ratio", "whole-run CPU time ratio"),
+                         ("whole_cost", "whole-run cost ratio (quiet per-phase, as run)"),
+                         ("whole_cost_fix", "whole-run cost ratio (quiet per-phase, the jump's steps fixed)"),
                          ("gap", "final val minus FULL-only's")):
             print("- %s: %s" % (label, spread([s[k] for s in ss if k in s])))
         if kind.startswith("jump"):

@@ -292,6 +292,38 @@ static void test_resume(hpt_mem *mem) {
     hpt_mem_destroy(fresh);
 }
 
+/* (g) Before its first jump a jump run is FULL-only training, bit for bit: the snapshots and
+ * the loss model (fed lr x gradient norm in a jump run) touch no weight. */
+static void test_full_until_jump(hpt_mem *mem) {
+    hpt_train_opts o = jump_opts(40, 4), f = o;
+    f.sched.kind = HPT_SCHEDULE_FULL;
+    hpt_trainer *tj = NULL, *tf = NULL;
+    CHECK_OK(hpt_trainer_create(mem, &o, &tj));
+    CHECK_OK(hpt_trainer_create(mem, &f, &tf));
+    if (!tj || !tf) {
+        hpt_trainer_free(tj);
+        hpt_trainer_free(tf);
+        return;
+    }
+    /* warmup 5 + FULL 9 real steps, then the jump */
+    int same = 0, jumped = 0;
+    hpt_train_progress pj, pf;
+    for (int i = 0; i < 14; i++) {
+        CHECK_OK(hpt_trainer_step(tj, &pj));
+        CHECK_OK(hpt_trainer_step(tf, &pf));
+        jumped += pj.jumped;
+        same += pj.loss == pf.loss && pj.grad_norm == pf.grad_norm;
+    }
+    hpt_gpt2 *mj = hpt_trainer_model(tj), *mf = hpt_trainer_model(tf);
+    size_t n = hpt_gpt2_get_num_params(mj);
+    CHECK_MSG(same == 14 && jumped == 0, "before the jump: %d of 14 steps the same, %d jumps", same, jumped);
+    CHECK(!memcmp(hpt_gpt2_params(mj), hpt_gpt2_params(mf), n * sizeof(float)));
+    CHECK_OK(hpt_trainer_step(tj, &pj));
+    CHECK(pj.jumped); /* and the next step is the jump */
+    hpt_trainer_free(tj);
+    hpt_trainer_free(tf);
+}
+
 int main(void) {
     t_make_shards(4242, 17, 3, 7, 5000, 1200, g_train, g_val);
     test_fits();
@@ -303,6 +335,7 @@ int main(void) {
     test_taken(mem, HPT_JUMP_STATE_RESET);
     test_taken(mem, HPT_JUMP_STATE_ZERO_M);
     test_resume(mem);
+    test_full_until_jump(mem);
     hpt_mem_destroy(mem);
     return t_done("test_jump");
 }

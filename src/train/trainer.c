@@ -732,7 +732,11 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
     if (hybrid) {
         p->pred_loss = (float)pred;
         if (p->diverged == 2) tr->lm.pred = tr->pred0; /* the rolled-back weights' prediction */
-        double un = predictor_real_update_norm(tr->opt, nparams(tr), p->lr, p->grad_norm);
+        /* the loss model's step size: AdamW's exact update norm (a pass over m and v, half a
+         * step at 11M parameters) only where the confidence decides the phases; the jump's
+         * schedule ignores it, so lr x gradient norm (docs/predict.md) */
+        double un = JUMP(tr) ? (double)p->lr * (double)p->grad_norm
+                             : predictor_real_update_norm(tr->opt, nparams(tr), p->lr, p->grad_norm);
         lossmodel_observe(&tr->lm, (double)p->loss, (double)p->grad_norm, un, first_correct);
         HPT_CHECK(predictor_observe(&tr->pr, model_params(tr->model), p->lr));
         if (first_correct) free_snapshot(tr);
