@@ -7,7 +7,9 @@
 
 #include <getopt.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,9 +18,55 @@
 #define HPT_MIN_D(a, b) ((a) < (b) ? (a) : (b))
 
 static volatile sig_atomic_t g_stop;
+static atomic_int g_armed; /* the training loop runs: SIGINT/SIGTERM stop it (stop_signals) */
 static int g_shared_fail; /* every rank knows the run failed (no MPI_Abort needed) */
 static uint64_t g_rss0; /* RSS when the command began, before hptrain allocated anything */
-static void on_signal(int sig) { g_stop = sig == SIGTERM ? 3 : 1; }
+
+/* SIGINT and SIGTERM are never delivered to a computing thread: oneDNN's JIT GEMM kernels
+ * (Debian 12's libdnnl 2.7; fixed upstream in 3.11, oneDNN issue 4845) point rsp into the heap
+ * while they run, so a signal frame pushed there corrupts the heap (seen here: "corrupted size
+ * vs. prev_size" in about one SIGTERM in three at one thread). The signals are blocked in the
+ * main thread before any other thread exists (every later thread, OpenMP's and MPI's, inherits
+ * the mask), and this thread takes them with sigwait: before the loop is armed, the default
+ * action (the process ends, as before a run starts); then a stop after the current step. */
+static void *signal_thread(void *arg) {
+    sigset_t set = *(sigset_t *)arg;
+    free(arg);
+    for (;;) {
+        int sig;
+        if (sigwait(&set, &sig) != 0) continue;
+        if (!atomic_load(&g_armed)) {
+            sigset_t one;
+            sigemptyset(&one);
+            sigaddset(&one, sig);
+            signal(sig, SIG_DFL);
+            pthread_sigmask(SIG_UNBLOCK, &one, NULL);
+            raise(sig); /* ends the process */
+        }
+        g_stop = sig == SIGTERM ? 3 : 1;
+    }
+    return NULL;
+}
+
+/* Blocks SIGINT and SIGTERM in this thread and starts signal_thread; call before any thread. */
+static void stop_signals(void) {
+    sigset_t *set = malloc(sizeof *set);
+    if (!set) return;
+    sigemptyset(set);
+    sigaddset(set, SIGINT);
+    sigaddset(set, SIGTERM);
+    sigset_t old;
+    pthread_sigmask(SIG_BLOCK, set, &old);
+    pthread_t t;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &at, signal_thread, set) != 0) { /* signals as they were */
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        free(set);
+    }
+    pthread_attr_destroy(&at);
+}
 
 static const char k_help[] =
     "usage: hptrain train --model PATH|SHAPE --data GLOB [options]\n"
@@ -257,6 +305,7 @@ static int train_main(int argc, char **argv);
  * the progress, the summary and the log; every rank prints its errors. A rank that fails alone
  * aborts the job (hpt_dist_finalize), so no other waits for it. */
 int cmd_train(int argc, char **argv) {
+    stop_signals(); /* first: before MPI's and OpenMP's threads */
     hpt_status s = hpt_dist_init();
     if (s != HPT_OK) return cli_lib_error(s, "train: starting MPI");
     int rc = train_main(argc, argv);
@@ -448,8 +497,7 @@ static int train_main(int argc, char **argv) {
     if (hpt_trainer_start_step(tr))
         fprintf(stderr, "hptrain: resuming at step %lld of %lld\n",
                 (long long)hpt_trainer_start_step(tr), (long long)o.steps);
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
+    atomic_store(&g_armed, 1); /* SIGINT, SIGTERM: stop after the step (signal_thread) */
     int tty = isatty(2) && !quiet;
     int64_t every = o.steps / 20 > 0 ? o.steps / 20 : 1;
     double t_start = hpt_now(), tok_time = 0;
