@@ -94,8 +94,8 @@ static hpt_status run_training(hpt_mem *mem, const run_case *rc, measured *m) {
 static hpt_status run_forward(hpt_mem *mem, const run_case *rc, measured *m) {
     hpt_gpt2_config cfg;
     TRY(hpt_model_config_parse(rc->model, &cfg));
-    hpt_gpt2 *model;
-    TRY(hpt_gpt2_create(mem, &cfg, &model));
+    hpt_gpt2 *model; /* forward only, as eval makes it: no gradients */
+    TRY(hpt_model_create_forward(mem, rc->model, &model));
     hpt_gpt2_init_random(model, 7);
     hpt_dataloader *dl = NULL, *val = NULL;
     hpt_status s = HPT_OK;

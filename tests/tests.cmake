@@ -136,3 +136,4 @@ if(HPT_MPI AND TARGET hptrain_cli)
   set_tests_properties(test_zero_engine PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77
     ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
 endif()
+hpt_add_test(test_forward_only test_forward_only.c)

@@ -105,6 +105,14 @@ hpt_status hpt_model_create_config(hpt_mem *mem, const hpt_model_config *cfg, hp
 const hpt_model_config *hpt_model_get_config(const hpt_model *m);
 /* A model from a checkpoint (llm.c GPT-2, version 3 fp32 or 5 bf16). */
 hpt_status hpt_model_load(hpt_mem *mem, const char *path, hpt_model **out);
+/* Forward-only models: hpt_model_create and hpt_model_load without the gradient buffer (never
+ * allocated, so a forward-only run's peak holds parameters and activations only), as after
+ * hpt_model_release_grads: hpt_model_acquire_grads allocates it if a backward comes later.
+ * Separate calls rather than a flag on the create calls, so that every existing caller (and
+ * every training run) allocates its gradients at creation exactly as before. Models with the
+ * offload engine are made by hptrain/offload.h's calls and keep their gradients. */
+hpt_status hpt_model_create_forward(hpt_mem *mem, const char *shape, hpt_model **out);
+hpt_status hpt_model_load_forward(hpt_mem *mem, const char *path, hpt_model **out);
 /* Writes the checkpoint of the model's architecture (llm.c version 3 for GPT-2), atomically. */
 hpt_status hpt_model_save(const hpt_model *m, const char *path);
 void hpt_model_free(hpt_model *m);

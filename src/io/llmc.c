@@ -77,7 +77,8 @@ hpt_status hpt_gpt2_load_offload(hpt_mem *mem, const char *path, const hpt_offlo
     s = hpt_gpt2_create_offload(mem, &cfg, off, &m);
     if (s != HPT_OK) { fclose(f); return s; }
     float *params = model_params(m);
-    if (model_engine(m) || model_backend(m) != hpt_backend_cpu()) { /* a GPU's: staged */
+    /* a GPU's: staged; a forward-only model has no gradients to stage bf16 in: in place */
+    if (model_engine(m) || model_backend(m) != hpt_backend_cpu() || !model_grads(m)) {
         ckpt_reader r = {f, path, esz == 2};
         s = gpt2_absorb(m, EB_P, params, read_ckpt, &r);
     } else if (esz == 4) {

@@ -9,6 +9,10 @@
  * llama wte, lnfw, [lm_head]; fewer with chunked or bf16 embeddings: embed.c). The model reaches the store only through
  * its table; it owns it from gpt2_bind_blocks and frees it in hpt_model_free. Activations are the runner's (actplan.c),
  * allocated at the first forward and released by hpt_model_free_activations.
+ * A forward-only model (hpt_model_create_forward, hpt_model_load_forward) is created without its
+ * gradient buffer, as if hpt_model_release_grads had run at birth; hpt_model_acquire_grads gives
+ * it one later. The loaders reach create() through the offload layer and io (hpt_gpt2_load_offload
+ * -> hpt_gpt2_create), so the request travels as a per-thread flag set around that call only.
  * States: created -> (forward -> [backward]) * ; backward without a forward with targets is
  * refused with HPT_ERR_INVALID (runner.c). */
 #include "core/core.h"
@@ -80,6 +84,9 @@ static void bind_arch(hpt_gpt2 *m) {
     }
 }
 
+/* Set by the forward-only calls around their create or load (this thread, that call only). */
+static _Thread_local int create_without_grads;
+
 /* The model object and its flat buffers: every tensor (o NULL), or with o (the blocks in a
  * store, bound later) the non-block tensors and o->embeddings' buffers. */
 static hpt_status create(hpt_mem *mem, const hpt_model_config *cfg, const hpt_offload_opts *o,
@@ -114,7 +121,8 @@ static hpt_status create(hpt_mem *mem, const hpt_model_config *cfg, const hpt_of
     hpt_mem_set_name(mem, "parameters");
     hpt_status s = m->be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, m->n_flat * sizeof(float),
                                 (void **)&m->params);
-    if (s == HPT_OK) {
+    int grads = stored || !create_without_grads; /* the engine's models keep theirs */
+    if (s == HPT_OK && grads) {
         hpt_mem_set_name(mem, "gradients");
         s = m->be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, m->n_gflat * sizeof(float),
                          (void **)&m->grads);
@@ -153,6 +161,23 @@ static hpt_status create(hpt_mem *mem, const hpt_model_config *cfg, const hpt_of
 
 hpt_status hpt_model_create_config(hpt_mem *mem, const hpt_model_config *cfg, hpt_model **out) {
     return create(mem, cfg, NULL, out);
+}
+
+hpt_status hpt_model_create_forward(hpt_mem *mem, const char *shape, hpt_model **out) {
+    *out = NULL;
+    hpt_model_config cfg;
+    HPT_CHECK(hpt_model_config_parse(shape, &cfg));
+    create_without_grads = 1;
+    hpt_status s = create(mem, &cfg, NULL, out);
+    create_without_grads = 0;
+    return s;
+}
+
+hpt_status hpt_model_load_forward(hpt_mem *mem, const char *path, hpt_model **out) {
+    create_without_grads = 1;
+    hpt_status s = hpt_model_load(mem, path, out);
+    create_without_grads = 0;
+    return s;
 }
 
 hpt_status hpt_gpt2_create(hpt_mem *mem, const hpt_model_config *cfg, hpt_gpt2 **out) {

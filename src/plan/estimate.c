@@ -150,7 +150,8 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     uint64_t np = hpt_model_config_num_params(c), BT = (uint64_t)o->B * (uint64_t)o->T;
     uint64_t *dev = out->bytes[HPT_TIER_DEVICE];
     dev[HPT_CAT_PARAMS] = np * 4;                     /* hpt_gpt2_create */
-    dev[HPT_CAT_GRADS] = np * 4;                      /* hpt_gpt2_create, forward-only too */
+    /* hpt_gpt2_create; forward-only: hpt_model_load_forward, none (the engine's: below) */
+    dev[HPT_CAT_GRADS] = o->training ? np * 4 : 0;
     /* ZeRO (docs/zero.md): stages 1, 2 over procs processes hold the optimizer state of process
      * rank's run of units; stage 2 with accumulation sums the micro-batches of its values only */
     int procs = o->procs > 1 ? o->procs : 1, stage = procs > 1 && o->zero > 0 ? o->zero : 0;

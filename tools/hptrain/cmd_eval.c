@@ -6,8 +6,10 @@
  * with config.json, a --save directory's model.bin, through hpt_model_load_offload, or a SHAPE
  * with random weights from --seed) and with the same plan flags, parsed and checked by the same plan code (forward
  * rules: hpt_plan_env.training = 0); the plan's budgets and disk directory are set on the
- * memory manager first, as the trainer does. The gradient buffer the model object makes is
- * released before the first forward, so no forward runs with gradients allocated. Loss =
+ * memory manager first, as the trainer does. Without the offload engine the model is made
+ * forward-only (hpt_model_load_forward: no gradient buffer at any time, so the peak is
+ * parameters + activations, hpt_plan_estimate's forward-only figure); the engine's model
+ * releases its flat gradients before the first forward. Loss =
  * mean over batches of each batch's mean token loss (every batch has B*T tokens, so this is
  * the mean over tokens), summed in double; perplexity = exp(loss). Same model, data, plan and
  * thread count: the same bits. */
@@ -107,14 +109,19 @@ int cmd_eval(int argc, char **argv) {
     }
     hpt_mem_set_context(mem, 0, HPT_PHASE_SETUP, -1);
     int is_shape = stat(model_path, &st) != 0;
+    /* forward only: without the engine the model never holds gradients (hpt_model_*_forward);
+     * the engine's model keeps its flat ones until released below */
+    int eng = hpt_offload_active(&plan.offload);
     if (is_shape) {
-        s = hpt_model_create_offload(mem, model_path, &plan.offload, &m);
+        s = eng ? hpt_model_create_offload(mem, model_path, &plan.offload, &m)
+                : hpt_model_create_forward(mem, model_path, &m);
         if (s == HPT_OK) s = hpt_model_init_random(m, (uint64_t)seed);
     } else {
-        s = hpt_model_load_offload(mem, model_path, &plan.offload, &m);
+        s = eng ? hpt_model_load_offload(mem, model_path, &plan.offload, &m)
+                : hpt_model_load_forward(mem, model_path, &m);
     }
     if (s != HPT_OK) { rc = cli_lib_error(s, "loading the model"); goto out; }
-    hpt_model_release_grads(m); /* forward only */
+    hpt_model_release_grads(m); /* forward only (nothing without the engine) */
     const hpt_gpt2_config *cfg = hpt_gpt2_get_config(m);
     if (T > cfg->maxT) {
         rc = cli_error("--seq %ld exceeds the model's maxT %d", T, cfg->maxT);
@@ -156,9 +163,10 @@ int cmd_eval(int argc, char **argv) {
     if (!quiet) {
         hpt_mem_stats ms;
         hpt_mem_get_stats(mem, &ms);
-        fprintf(stderr, "eval: %.1f tokens/s, peak %.1f MiB accounted (device tier), RSS peak %.1f MiB\n",
-                (double)n_batches * (double)(B * T) / (secs > 0 ? secs : 1e-9),
-                (double)ms.peak_bytes[HPT_TIER_DEVICE] / 1048576.0, (double)hpt_rss_peak_bytes() / 1048576.0);
+        fprintf(stderr, "eval: %.1f tokens/s, peak %.1f MiB accounted (device tier, %llu bytes), "
+                "RSS peak %.1f MiB\n", (double)n_batches * (double)(B * T) / (secs > 0 ? secs : 1e-9),
+                (double)ms.peak_bytes[HPT_TIER_DEVICE] / 1048576.0,
+                (unsigned long long)ms.peak_bytes[HPT_TIER_DEVICE], (double)hpt_rss_peak_bytes() / 1048576.0);
     }
     printf("loss %.9g perplexity %.9g batches %ld tokens %ld\n", mean, exp(mean), n_batches, n_batches * B * T);
     if (fflush(stdout) != 0) rc = cli_error("cannot write the result");
