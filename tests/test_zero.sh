@@ -29,23 +29,9 @@
 set -u
 bin=$1
 asan=${2:-}
-if ! command -v mpirun >/dev/null; then echo "SKIP: mpirun not found"; exit 77; fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_vader_single_copy_mechanism=none
-mpi=(mpirun --oversubscribe --bind-to none)
-fail=0
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-python3 - "$tmp" <<'PY'
-import random, struct, sys
-random.seed(5)
-pat = [random.randrange(64) for _ in range(37)]
-t = [pat[i % 37] if random.random() < 0.8 else random.randrange(64) for i in range(30000)]
-open(sys.argv[1] + "/train_000.bin", "wb").write(
-    struct.pack("<256i", *([20240520, 1, len(t)] + [0] * 253)) + struct.pack("<%dH" % len(t), *t))
-PY
+. "$(dirname "$0")/lib.sh"     # $tmp, bad, fail
+. "$(dirname "$0")/mpi_lib.sh" # SKIP without mpirun; $mpi, mpi_shard
+mpi_shard "$tmp/train_000.bin"
 args=(--model "gpt2:L=2,C=64,NH=4,V=64,T=32" --data "$tmp/train_000.bin" --seq 32 --lr 3e-3
       --warmup 2 --quiet)
 losses() { python3 -c "import json,sys; print(' '.join(repr(json.loads(l)['loss']) for l in open(sys.argv[1])))" "$1"; }

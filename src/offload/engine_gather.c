@@ -34,16 +34,17 @@ static float *scratch(offload_engine *e, hpt_tier *tier) {
         return e->stage;
     }
     if (e->gslots) return e->gslots;
-    if (e->slots) {
-        int b = e->slot_blk[0];
-        if (b >= 0) {
-            e->res[b] = RS_HOME;
-            e->slot_of[b] = -1;
-            e->slot_blk[0] = -1;
-        }
-        return e->slots;
+    return e->slots ? eng_slot_scratch(e) : NULL;
+}
+
+float *eng_slot_scratch(offload_engine *e) {
+    int b = e->slot_blk[0];
+    if (b >= 0) {
+        e->res[b] = RS_HOME;
+        e->slot_of[b] = -1;
+        e->slot_blk[0] = -1;
     }
-    return NULL;
+    return e->slots;
 }
 
 #define BF_CHUNK 1024 /* floats widened or narrowed at once by gather and scatter */

@@ -140,6 +140,9 @@ hpt_status eng_z3_emit_slice(offload_engine *e, int b, int l, int i, eng_emit_fn
 hpt_status eng_z3_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn read, void *ctx);
 hpt_status eng_z3_block_dest(offload_engine *e, int b, int l, float **dst, int *in_place);
 hpt_status eng_z3_store_block(offload_engine *e, int b, int l, const float *src);
+/* Between steps: the first parameter slot as a whole-block scratch, its block dropped (reloaded
+ * when next acquired); engine_gather.c. */
+float *eng_slot_scratch(offload_engine *e);
 
 /* ---- engine_gpu.c: on a GPU, the fused update of host-homed blocks on CPU threads ---- */
 hpt_status eng_gpu_attach(offload_engine *e); /* ghost, when this plan updates on the host */

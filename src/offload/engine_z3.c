@@ -197,16 +197,6 @@ hpt_status eng_z3_norm(offload_engine *e) {
 
 /* ---- between steps: checkpoints' gather and scatter, initialisation --------------------- */
 
-/* A parameter slot as a whole-block scratch (its block dropped: reloaded when next acquired). */
-static float *z3_scratch(offload_engine *e) {
-    int b = e->slot_blk[0];
-    if (b >= 0) {
-        e->res[b] = RS_HOME;
-        e->slot_of[b] = -1;
-        e->slot_blk[0] = -1;
-    }
-    return e->slots;
-}
 
 /* This rank's shard of block l of buffer b into scr's range [zlo, zhi) (scr a whole block). */
 static hpt_status shard_in(offload_engine *e, int b, int l, float *scr) {
@@ -224,7 +214,7 @@ static hpt_status shard_out(offload_engine *e, int b, int l, float *scr) {
 hpt_status eng_z3_emit_slice(offload_engine *e, int b, int l, int i, eng_emit_fn emit, void *ctx) {
     HPT_CHECK(eng_drain(e));
     if (!e->has[b]) return hpt_fail(HPT_ERR_INVALID, "offload engine: no home %d to gather", b);
-    float *scr = z3_scratch(e);
+    float *scr = eng_slot_scratch(e);
     HPT_CHECK(shard_in(e, b, l, scr));
     /* the slice's ranges on every rank, in the slice's coordinates */
     size_t s0 = e->slice_off[i], s1 = s0 + e->slice_n[i], lo[64], hi[64];
@@ -241,7 +231,7 @@ hpt_status eng_z3_emit_slice(offload_engine *e, int b, int l, int i, eng_emit_fn
 hpt_status eng_z3_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn read, void *ctx) {
     HPT_CHECK(eng_drain(e));
     if (!e->has[b]) return hpt_fail(HPT_ERR_INVALID, "offload engine: no home %d to fill", b);
-    float *scr = z3_scratch(e);
+    float *scr = eng_slot_scratch(e);
     if (b == EB_P && e->slot_of[l] >= 0) { /* its slot's copy becomes stale */
         e->slot_blk[e->slot_of[l]] = -1;
         e->slot_of[l] = -1;
@@ -258,7 +248,7 @@ hpt_status eng_z3_block_dest(offload_engine *e, int b, int l, float **dst, int *
     (void)l;
     HPT_CHECK(eng_drain(e));
     *in_place = 0;
-    *dst = z3_scratch(e);
+    *dst = eng_slot_scratch(e);
     return HPT_OK;
 }
 
