@@ -101,6 +101,10 @@ typedef struct {
     int shards;                    /* ZeRO-3 (--zero 3 over N processes; docs/zero_engine.md):
                                     * N > 1, each home holds this rank's 1/N of every block,
                                     * gathered at acquisition; 0 or 1: whole blocks */
+    int zero;                      /* with shards > 1, the ZeRO stage: 3 (or 0) as above; 1, 2:
+                                    * the weights' homes whole on every rank (all-gathered after
+                                    * each owner's update), m and v sharded, and at 2 the
+                                    * gradients' homes (docs/zero_engine.md) */
 } hpt_offload_opts;
 hpt_offload_opts hpt_offload_defaults(void);  /* all DEVICE, K 2, P 1, not fused */
 int hpt_offload_active(const hpt_offload_opts *o);

@@ -313,24 +313,22 @@ hpt_status hpt_plan_check(const hpt_plan *p, const hpt_plan_env *env) {
     }
     /* data parallel: stages 0-2 (docs/zero.md) */
     if (p->zero < -1 || p->zero > 3) return hpt_fail(HPT_ERR_INVALID, "--zero %d: expected 0 to 3", p->zero);
-    if (p->zero == 3 && hpt_offload_active(&p->offload)) { /* in the engine's homes */
+    if (p->zero >= 1 && hpt_offload_active(&p->offload)) { /* in the engine's homes */
         if (p->adamw.optimizer != HPT_OPTIM_ADAMW || p->adamw.state_bits == 8)
-            return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero 3 in the offload engine shards AdamW's "
-                            "32-bit m and v (not another optimizer or --state-bits 8 yet)");
+            return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d in the offload engine shards AdamW's "
+                            "32-bit m and v (not another optimizer or --state-bits 8 yet)", p->zero);
         if (p->offload.weights != HPT_BW_FP32 || p->offload.grad_home != HPT_GH_FP32)
-            return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero 3 shards fp32 homes (not --weights bf16-* "
-                            "or --grad-home fp16|bf16 yet)");
+            return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d in the offload engine shards fp32 homes "
+                            "(not --weights bf16-* or --grad-home fp16|bf16 yet)", p->zero);
         if (p->loss_scale.mode != HPT_LOSS_SCALE_OFF)
-            return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero 3 does not combine with --loss-scale yet");
+            return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d in the offload engine does not combine "
+                            "with --loss-scale yet", p->zero);
     } else if (p->zero > 2) {
         return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero 3 (sharded optimizer state, gradients and "
                         "parameters) is not built yet in memory: it runs in the offload engine's "
                         "homes (add --offload host|disk; docs/zero_engine.md); --zero 1 and 2 shard "
                         "the in-memory optimizer state and the gradients");
     }
-    if (p->zero > 0 && p->zero < 3 && (hpt_offload_active(&p->offload) || p->offload.fused))
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d shards the in-memory optimizer: not with "
-                        "--offload or --fused-update yet (--zero 0 and 3 run with the engine)", p->zero);
     /* the engine's exact mode sums them apart in its fp32 gradient homes, through a slot
      * (engine_dist.c; --fused-update with --accum is refused below) */
     if (p->zero >= 0 && p->accum > 1 && hpt_offload_active(&p->offload) && !p->offload.fused &&

@@ -108,13 +108,13 @@ static int n_gslots(const hpt_offload_opts *o) {
     return is_sync(o) ? 1 : 2;
 }
 
-/* Bytes of one staging set: the disk-homed buffers among fused M, V; exact P, G, M, V (sb the
- * block stride in bytes; a 16-bit G takes hsb, its stride in halves). */
-static uint64_t stage_set_bytes(const hpt_offload_opts *o, uint64_t sb, uint64_t hsb) {
-    uint64_t n = (o->optim == HPT_TIER_DISK) * 2 * sb;
+/* Bytes of one staging set: the disk-homed buffers among fused M, V; exact P, G, M, V (sb[b]
+ * buffer b's home stride in bytes; a 16-bit G takes hsb, its stride in halves). */
+static uint64_t stage_set_bytes(const hpt_offload_opts *o, const uint64_t sb[EB_COUNT], uint64_t hsb) {
+    uint64_t n = (o->optim == HPT_TIER_DISK) * (sb[EB_M] + sb[EB_V]);
     if (!o->fused)
-        n += (o->params == HPT_TIER_DISK && o->weights == HPT_BW_FP32) * sb + /* bf16: bstage */
-             (o->grads == HPT_TIER_DISK) * (o->grad_home != HPT_GH_FP32 ? hsb : sb);
+        n += (o->params == HPT_TIER_DISK && o->weights == HPT_BW_FP32) * sb[EB_P] + /* bf16: bstage */
+             (o->grads == HPT_TIER_DISK) * (o->grad_home != HPT_GH_FP32 ? hsb : sb[EB_G]);
     return n;
 }
 
@@ -123,21 +123,25 @@ void eng_bytes(const hpt_offload_opts *o, int L, size_t block_floats, int traini
     eng_bytes_homes(o, L, block_floats, round_floats(block_floats), training, mv_homes, out);
 }
 
-/* home_floats: floats between two blocks in an fp32 home (and its staging): the block's stride,
- * or with ZeRO-3 the shard's (engine_dist.c); the slots stay whole blocks. */
+/* home_floats: floats between two blocks in a sharded fp32 home (and its staging): the block's
+ * stride, or with ZeRO the shard's (engine_z3.c: every home at stage 3, m and v at 1 and 2, the
+ * gradients' at 2); the slots and the other homes stay whole blocks. */
 void eng_bytes_homes(const hpt_offload_opts *o, int L, size_t block_floats, size_t home_floats,
                      int training, int mv_homes, uint64_t out[HPT_TIER_COUNT][HPT_CAT_COUNT]) {
     memset(out, 0, sizeof(uint64_t) * HPT_TIER_COUNT * HPT_CAT_COUNT);
     uint64_t slb = (uint64_t)round_floats(block_floats) * sizeof(float); /* a slot */
-    uint64_t sb = (uint64_t)home_floats * sizeof(float), home = (uint64_t)L * sb;
+    uint64_t sh = (uint64_t)home_floats * sizeof(float);
+    int z = eng_zstage(o);
+    uint64_t sb[EB_COUNT] = {z == 3 ? sh : slb, z >= 2 ? sh : slb, sh, sh};
+    uint64_t home = (uint64_t)L * sh;
     uint64_t hsb = (uint64_t)round_halves(block_floats) * sizeof(uint16_t), hhome = (uint64_t)L * hsb;
-    if (o->weights == HPT_BW_FP32) out[o->params][HPT_CAT_PARAMS] += home;
+    if (o->weights == HPT_BW_FP32) out[o->params][HPT_CAT_PARAMS] += (uint64_t)L * sb[EB_P];
     else /* bf16 weights, and their bf16 compensation with Kahan */
         out[o->params][HPT_CAT_PARAMS] += hhome * (o->weights == HPT_BW_BF16_KAHAN ? 2u : 1u);
     if (!zero_copy(o)) out[HPT_TIER_DEVICE][HPT_CAT_PARAMS] += (uint64_t)o->max_active * slb;
     if (o->weights != HPT_BW_FP32 && o->params == HPT_TIER_DISK) /* bstage, from eng_create */
         out[HPT_TIER_HOST][HPT_CAT_IO] += 2 * (uint64_t)round_halves(block_floats) * sizeof(uint16_t);
-    if (!o->fused) out[o->grads][HPT_CAT_GRADS] += o->grad_home != HPT_GH_FP32 ? hhome : home;
+    if (!o->fused) out[o->grads][HPT_CAT_GRADS] += o->grad_home != HPT_GH_FP32 ? hhome : (uint64_t)L * sb[EB_G];
     out[HPT_TIER_DEVICE][HPT_CAT_GRADS] += (uint64_t)n_gslots(o) * slb;
     if (!training) return;
     if (mv_homes) out[o->optim][HPT_CAT_OPTIM] += 2 * home;
@@ -150,7 +154,7 @@ static size_t home_bytes_moved(const offload_engine *e, int b) {
     if (b == EB_G && e->gh)
         return (e->tier[b] == HPT_TIER_DISK ? e->hstride : e->bn) * sizeof(uint16_t);
     if (b == EB_P && e->bf) return (e->bfd ? e->hstride : e->bn) * sizeof(uint16_t);
-    return e->tier[b] == HPT_TIER_DISK ? e->hstr * sizeof(float) : e->hn * sizeof(float);
+    return (e->tier[b] == HPT_TIER_DISK ? eng_hstr(e, b) : eng_hn(e, b)) * sizeof(float);
 }
 
 /* Copies block l of buffer b between its home and mem (disk: the aligned stride). */
@@ -167,12 +171,13 @@ static hpt_status home_io(offload_engine *e, int b, int l, float *mem, int write
         return HPT_OK;
     }
     if (e->tier[b] == HPT_TIER_DISK)
-        return mem_disk_rw(e->mem, &e->disk[b], (uint64_t)l * e->hstr * sizeof(float), mem,
-                           e->hstr * sizeof(float), write_);
-    float *h = e->home[b] + (size_t)l * e->hstr;
+        return mem_disk_rw(e->mem, &e->disk[b], (uint64_t)l * eng_hstr(e, b) * sizeof(float), mem,
+                           eng_hstr(e, b) * sizeof(float), write_);
+    float *h = e->home[b] + (size_t)l * eng_hstr(e, b);
+    size_t n = eng_hn(e, b) * sizeof(float);
     int host = e->tier[b] == HPT_TIER_HOST; /* mem is a device slot here (staging serves disk) */
-    if (write_) e->be->copy(h, mem, e->hn * sizeof(float), host ? HPT_COPY_D2H : HPT_COPY_D2D);
-    else e->be->copy(mem, h, e->hn * sizeof(float), host ? HPT_COPY_H2D : HPT_COPY_D2D);
+    if (write_) e->be->copy(h, mem, n, host ? HPT_COPY_D2H : HPT_COPY_D2D);
+    else e->be->copy(mem, h, n, host ? HPT_COPY_H2D : HPT_COPY_D2D);
     return HPT_OK;
 }
 
@@ -180,10 +185,10 @@ hpt_status eng_home_io(offload_engine *e, int b, int l, float *mem, int write_) 
     return home_io(e, b, l, mem, write_);
 }
 
-/* Block l of fp32 buffer b between its home and a slot (a whole block): home_io, or with
- * ZeRO-3 the slot's range [zlo, zhi), through the bounce buffer for a disk home. */
+/* Block l of fp32 buffer b between its home and a slot (a whole block): home_io, or with a
+ * sharded home the slot's range [zlo, zhi), through the bounce buffer for a disk home. */
 static hpt_status slot_io(offload_engine *e, int b, int l, float *slot, int write_) {
-    return e->z3 ? eng_z3_slot_io(e, b, l, slot, write_) : home_io(e, b, l, slot, write_);
+    return eng_shard_home(e, b) ? eng_z3_slot_io(e, b, l, slot, write_) : home_io(e, b, l, slot, write_);
 }
 
 /* bfd: block l's bf16 weights between disk and staging block set. */
@@ -223,10 +228,12 @@ static hpt_status grad_io(offload_engine *e, int l, float *g, int write_, int *o
 
 /* Where block l of buffer b is read and written during an update: its memory home, or the
  * staging set's buffer when it lives on disk; NULL when the buffer has no home (m and v kept
- * by the optimizer) or is not fp32 (bf16 weights: update_block names their home). */
+ * by the optimizer) or is not fp32 (bf16 weights: update_block names their home). With ZeRO it
+ * points at this rank's first value, zlo (a whole home's block + zlo). */
 static float *update_ptr(const offload_engine *e, int b, int l, int set) {
     if (!e->has[b] || (b == EB_P && e->bf)) return NULL;
-    return e->tier[b] == HPT_TIER_DISK ? e->stage_ptr[set][b] : e->home[b] + (size_t)l * e->hstr;
+    size_t o = eng_shard_home(e, b) ? 0 : e->zlo;
+    return (e->tier[b] == HPT_TIER_DISK ? e->stage_ptr[set][b] : e->home[b] + (size_t)l * eng_hstr(e, b)) + o;
 }
 
 /* Block l's gradients as the update reads them (set: the staging set of this block): the fp32
@@ -304,9 +311,10 @@ static hpt_status run_job(offload_engine *e, const job *j, double *io_s, double 
     case J_READ_MV:
         for (int b = EB_M; b <= EB_V; b++) HPT_CHECK(home_io(e, b, j->l, e->stage_ptr[j->set][b], 0));
         break;
-    case J_WRITE_PMV:
+    case J_WRITE_PMV: /* ZeRO 1, 2 with m and v in memory: the weights alone */
         if (j->slot >= 0) HPT_CHECK(after_update(e, j->l, slot_ptr(e, j->slot), j->set));
-        for (int b = EB_M; b <= EB_V; b++) HPT_CHECK(home_io(e, b, j->l, e->stage_ptr[j->set][b], 1));
+        for (int b = EB_M; b <= EB_V && e->tier[b] == HPT_TIER_DISK; b++)
+            HPT_CHECK(home_io(e, b, j->l, e->stage_ptr[j->set][b], 1));
         break;
     case J_READ:
         for (int b = 0; b < EB_COUNT; b++)
@@ -397,7 +405,7 @@ static void reap(offload_engine *e) {
             break;
         case J_UPDATE:
         case J_WRITE_PMV:
-            if (j->kind == J_WRITE_PMV)
+            if (j->kind == J_WRITE_PMV && e->tier[EB_M] == HPT_TIER_DISK)
                 for (int b = EB_M; b <= EB_V; b++)
                     transfer(e, HPT_TIER_HOST, HPT_TIER_DISK, b, home_bytes_moved(e, b));
             if (e->bfd) /* written from the staging block (filled from the slot) */
@@ -544,7 +552,7 @@ hpt_status eng_acquire(offload_engine *e, int l, float **p_out) {
     }
     HPT_CHECK(wait_seq(e, e->blk_seq[l]));
     int s = e->slot_of[l];
-    if (e->z3) HPT_CHECK(eng_z3_gather(e, l, slot_ptr(e, s))); /* every rank's shard */
+    if (e->zstage == 3) HPT_CHECK(eng_z3_gather(e, l, slot_ptr(e, s))); /* every rank's shard */
     e->in_use = l;
     e->slot_tick[s] = ++e->tick;
     for (int k = 1; k <= e->o.prefetch; k++) {
@@ -630,16 +638,19 @@ hpt_status eng_grads_done(offload_engine *e, int l) {
         return HPT_OK;
     }
     int sl = e->zc ? -1 : e->slot_of[l];
-    if (e->tier[EB_M] == HPT_TIER_DISK) {
+    if (e->tier[EB_M] == HPT_TIER_DISK || e->zstage == 1 || e->zstage == 2) {
         /* m and v on disk: the update runs here, between their read and the write-back of
-         * weights, m and v (the worker's I/O is the bottleneck, not this thread) */
-        HPT_CHECK(wait_seq(e, e->mv_seq[l]));
+         * weights, m and v (the worker's I/O is the bottleneck, not this thread); ZeRO 1, 2:
+         * here too, since the updated range is then all-gathered (the worker never
+         * communicates), m and v in memory or in staging */
+        int set = e->tier[EB_M] == HPT_TIER_DISK ? e->mv_set[l] : 0;
+        if (e->tier[EB_M] == HPT_TIER_DISK) HPT_CHECK(wait_seq(e, e->mv_seq[l]));
         float *p = sl >= 0 ? slot_ptr(e, sl) : e->home[EB_P] + (size_t)l * e->stride;
-        int set = e->mv_set[l];
         if (e->bfd) bstage_from_slot(e, set, p); /* the set's last write-back ran (FIFO) */
         double t0 = hpt_now();
-        update_block(e, l, set, p + e->zlo, g + e->zlo, e->stage_ptr[set][EB_M], e->stage_ptr[set][EB_V]);
+        update_block(e, l, set, p + e->zlo, g + e->zlo, update_ptr(e, EB_M, l, set), update_ptr(e, EB_V, l, set));
         e->st.compute_update_s += hpt_now() - t0;
+        if (e->zstage == 1 || e->zstage == 2) HPT_CHECK(eng_z12_gather(e, p)); /* every owner's range */
         if (sl >= 0) e->res[l] = RS_DIRTY;
         e->blk_seq[l] = push(e, (job){.kind = J_WRITE_PMV, .l = l, .slot = sl, .set = set});
         return HPT_OK;
@@ -660,9 +671,11 @@ hpt_status eng_stream_update(offload_engine *e) {
             e->slot_blk[s] = -1;
         }
     if (!e->stage && !e->bfd) { /* memory homes: in place */
-        for (int l = 0; l < e->L; l++)
+        for (int l = 0; l < e->L; l++) {
             update_block(e, l, 0, update_ptr(e, EB_P, l, 0), update_grads(e, l, 0),
                          update_ptr(e, EB_M, l, 0), update_ptr(e, EB_V, l, 0));
+            if (e->zstage == 1 || e->zstage == 2) HPT_CHECK(eng_z12_gather(e, update_ptr(e, EB_P, l, 0) - e->zlo));
+        }
         return HPT_OK;
     }
     e->read_seq[0] = push(e, (job){.kind = J_READ, .l = 0, .set = 0});
@@ -672,6 +685,7 @@ hpt_status eng_stream_update(offload_engine *e) {
         HPT_CHECK(wait_seq(e, e->read_seq[set]));
         update_block(e, l, set, update_ptr(e, EB_P, l, set), update_grads(e, l, set),
                      update_ptr(e, EB_M, l, set), update_ptr(e, EB_V, l, set));
+        if (e->zstage == 1 || e->zstage == 2) HPT_CHECK(eng_z12_gather(e, update_ptr(e, EB_P, l, set) - e->zlo));
         if (e->tier[EB_P] == HPT_TIER_DISK) e->res[l] = RS_WRITING_BACK;
         push(e, (job){.kind = J_WRITE, .l = l, .set = set});
     }
@@ -681,7 +695,7 @@ hpt_status eng_stream_update(offload_engine *e) {
 /* ---- setup --------------------------------------------------------------------------------- */
 
 static hpt_status alloc_home(offload_engine *e, int b) {
-    size_t bytes = (size_t)e->L * e->hstr * sizeof(float);
+    size_t bytes = (size_t)e->L * eng_hstr(e, b) * sizeof(float);
     e->tier[b] = b == EB_P ? e->o.params : b == EB_G ? e->o.grads : e->o.optim;
     if (b == EB_P && e->bf && e->tier[b] == HPT_TIER_DISK) { /* bf16-sr (hpt_offload_check) */
         HPT_CHECK(hpt_mem_disk_alloc(e->mem, HPT_CAT_PARAMS,
@@ -713,7 +727,7 @@ static hpt_status alloc_home(offload_engine *e, int b) {
         }
     } else if (e->tier[b] == HPT_TIER_DISK) {
         HPT_CHECK(hpt_mem_disk_alloc(e->mem, k_cat[b], bytes, &e->disk[b]));
-        e->disk[b].unit_bytes = e->hstr * sizeof(float);
+        e->disk[b].unit_bytes = eng_hstr(e, b) * sizeof(float);
     } else {
         hpt_mem_set_name(e->mem, k_home_name[b]);
         HPT_CHECK(e->be->alloc(e->mem, e->tier[b], k_cat[b], bytes, (void **)&e->home[b]));
@@ -748,7 +762,7 @@ static void free_home(offload_engine *e, int b) {
         e->ghome = NULL;
     } else {
         e->be->free(e->mem, e->tier[b], k_cat[b], e->home[b],
-                     (size_t)e->L * e->hstr * sizeof(float));
+                     (size_t)e->L * eng_hstr(e, b) * sizeof(float));
     }
     e->home[b] = NULL;
     e->disk[b].fd = -1;
@@ -845,7 +859,8 @@ hpt_status eng_attach_optim(offload_engine *e, eng_update_fn fn, void *ctx, int 
         s = alloc_home(e, EB_V);
     }
     int sets = 2;
-    size_t sb = e->hstr * sizeof(float), hsb = e->hstride * sizeof(uint16_t);
+    uint64_t sb[EB_COUNT], hsb = e->hstride * sizeof(uint16_t);
+    for (int b = 0; b < EB_COUNT; b++) sb[b] = eng_hstr(e, b) * sizeof(float);
     size_t set_bytes = (size_t)stage_set_bytes(&e->o, sb, hsb);
     if (s == HPT_OK && set_bytes) {
         e->stage_bytes = (size_t)sets * set_bytes;
@@ -863,7 +878,7 @@ hpt_status eng_attach_optim(offload_engine *e, eng_update_fn fn, void *ctx, int 
         for (int b = e->o.fused ? EB_M : EB_P; b < EB_COUNT; b++)
             if (e->tier[b] == HPT_TIER_DISK && !(b == EB_P && e->bf)) { /* bf16: bstage */
                 e->stage_ptr[set][b] = (float *)(void *)((char *)e->stage + off);
-                off += b == EB_G && e->gh ? hsb : sb;
+                off += b == EB_G && e->gh ? hsb : sb[b];
             }
     e->upd = fn;
     e->upd_ctx = ctx;

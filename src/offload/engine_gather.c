@@ -25,11 +25,11 @@ static hpt_status drain_sync(offload_engine *e) {
 
 
 /* A buffer of stride floats free between steps, and its tier: staging (at least stride floats:
- * even two sets of a 16-bit G's share alone, 2 x hstride halves, hold them), a gradient slot,
- * or a parameter slot (whose block is dropped). */
+ * even two sets of a 16-bit G's share alone, 2 x hstride halves, hold them; not always with
+ * ZeRO's shard-sized m and v), a gradient slot, or a parameter slot (whose block is dropped). */
 static float *scratch(offload_engine *e, hpt_tier *tier) {
     *tier = HPT_TIER_DEVICE;
-    if (e->stage) {
+    if (e->stage && e->stage_bytes >= e->stride * sizeof(float)) {
         *tier = HPT_TIER_HOST;
         return e->stage;
     }
@@ -63,7 +63,7 @@ static hpt_status bf_window(offload_engine *e, uint64_t o, uint64_t end, uint64_
 }
 
 hpt_status eng_emit_slice(offload_engine *e, int b, int l, int i, eng_emit_fn emit, void *ctx) {
-    if (e->z3) return eng_z3_emit_slice(e, b, l, i, emit, ctx); /* sharded homes: gathered */
+    if (eng_shard_home(e, b)) return eng_z3_emit_slice(e, b, l, i, emit, ctx); /* sharded homes: gathered */
     HPT_CHECK(drain_sync(e));
     size_t n = e->slice_n[i], off = (size_t)l * e->stride + e->slice_off[i];
     if (b == EB_P && e->bf) { /* widened (the compensation goes separately: eng_comp) */
@@ -115,7 +115,7 @@ static void drop_slot(offload_engine *e, int l) {
 }
 
 hpt_status eng_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn read, void *ctx) {
-    if (e->z3) return eng_z3_absorb_slice(e, b, l, i, read, ctx); /* keeps this rank's range */
+    if (eng_shard_home(e, b)) return eng_z3_absorb_slice(e, b, l, i, read, ctx); /* keeps this rank's range */
     HPT_CHECK(drain_sync(e));
     size_t n = e->slice_n[i], off = (size_t)l * e->stride + e->slice_off[i];
     if (b == EB_P) drop_slot(e, l);
@@ -179,7 +179,7 @@ hpt_status eng_comp(offload_engine *e, uint16_t **comp_out, size_t *n_out) {
 }
 
 hpt_status eng_block_dest(offload_engine *e, int b, int l, float **dst, int *in_place) {
-    if (e->z3) return eng_z3_block_dest(e, b, l, dst, in_place);
+    if (eng_shard_home(e, b)) return eng_z3_block_dest(e, b, l, dst, in_place);
     HPT_CHECK(drain_sync(e));
     *in_place = e->tier[b] != HPT_TIER_DISK && !(b == EB_P && e->bf);
     if (*in_place) {
@@ -193,7 +193,7 @@ hpt_status eng_block_dest(offload_engine *e, int b, int l, float **dst, int *in_
 }
 
 hpt_status eng_store_block(offload_engine *e, int b, int l, const float *src) {
-    if (e->z3) return eng_z3_store_block(e, b, l, src);
+    if (eng_shard_home(e, b)) return eng_z3_store_block(e, b, l, src);
     if (b == EB_P && e->bf) {
         drop_slot(e, l);
         size_t h = (size_t)l * e->hstride;
@@ -213,7 +213,9 @@ hpt_status eng_store_block(offload_engine *e, int b, int l, const float *src) {
     /* the buffer is the scratch (aligned, stride floats) */
     HPT_CHECK(mem_disk_rw(e->mem, &e->disk[b], (uint64_t)l * e->stride * sizeof(float),
                           (void *)(uintptr_t)src, e->stride * sizeof(float), 1));
-    hpt_mem_transfer(e->mem, e->stage ? HPT_TIER_HOST : HPT_TIER_DEVICE, HPT_TIER_DISK, k_cat[b],
+    hpt_tier st;
+    (void)scratch(e, &st); /* src's tier */
+    hpt_mem_transfer(e->mem, st, HPT_TIER_DISK, k_cat[b],
                      e->stride * sizeof(float));
     return HPT_OK;
 }

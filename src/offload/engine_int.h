@@ -72,8 +72,10 @@ struct offload_engine {
     const eng_comm *comm;      /* the collectives (eng_set_comm); NULL with one process */
     int add_home;              /* 1: exact mode, a later micro-batch summed apart: the write-back
                                 * adds the home's sum so far to the slot (J_WRITE_G's set = 1) */
-    /* ZeRO-3 (o.shards > 1, engine_z3.c): each home holds this rank's shard of every block */
-    int z3;
+    /* ZeRO (o.shards > 1, engine_z3.c): the homes hold this rank's shard of every block (stage
+     * 3), or all but the weights' (stage 2), or m's and v's (stage 1): eng_shard_home */
+    int z3;                    /* 1: sharded (any stage) */
+    int zstage;                /* 1, 2 or 3 (z3), else 0 */
     size_t zlo, zhi;           /* this rank's shard [zlo, zhi) of a block's floats (0, bn else) */
     size_t *zlo_all, *zhi_all; /* (N) every rank's, the same on every rank */
     size_t hn, hstr;           /* floats of a block in an fp32 home, and between two blocks
@@ -109,6 +111,20 @@ struct offload_engine {
     hpt_block_store store;     /* the engine as the model sees it (blocks_engine.c) */
 };
 
+/* The ZeRO stage of o: 1, 2, 3 with o->shards > 1 (o->zero 0 is 3), else 0. */
+static inline int eng_zstage(const hpt_offload_opts *o) {
+    return o->shards > 1 ? (o->zero >= 1 && o->zero <= 2 ? o->zero : 3) : 0;
+}
+/* Buffer b's home holds this rank's shard [zlo, zhi) of each block, hstr floats apart (stage 3:
+ * every home; stages 1, 2: m and v, and at 2 the gradients), else whole blocks, stride apart. */
+static inline int eng_shard_home(const offload_engine *e, int b) {
+    return e->zstage == 3 || (e->zstage && (b >= EB_M || (b == EB_G && e->zstage == 2)));
+}
+static inline size_t eng_hn(const offload_engine *e, int b) { return eng_shard_home(e, b) ? e->hn : e->bn; }
+static inline size_t eng_hstr(const offload_engine *e, int b) {
+    return eng_shard_home(e, b) ? e->hstr : e->stride;
+}
+
 /* bfd: block l's bf16 weights between disk and staging block set (engine.c; the worker's
  * loads and write-backs, and eng_store_block). */
 hpt_status eng_bstage_io(offload_engine *e, int l, int set, int write_);
@@ -132,6 +148,9 @@ hpt_status eng_z3_slot_io(offload_engine *e, int b, int l, float *slot, int writ
 /* Block l's slot (loaded with this rank's shard) all-gathered from the others, unless it is
  * since its last load or update. Collective: called in the same order on every rank. */
 hpt_status eng_z3_gather(offload_engine *e, int l, float *slot);
+/* Stages 1, 2: block blk's weights (a whole block, this rank's range just updated) all-gathered
+ * from the other owners, so every rank's home gets the whole new block. Collective. */
+hpt_status eng_z12_gather(offload_engine *e, float *blk);
 /* Block l's gradients g (a whole slot) reduce-scattered onto the shards' owners, and this
  * rank's chunk sums of squares (the norm's parts) taken of its shard. */
 hpt_status eng_z3_reduce(offload_engine *e, int l, float *g);

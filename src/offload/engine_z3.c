@@ -59,9 +59,12 @@ static size_t shard_ranges(int ns, const size_t *slice_n, int N, size_t *lo, siz
     return big;
 }
 
+/* A sharded disk home moves a shard between disk and a whole block's range (slots, and the
+ * checkpoints' scratch): through the bounce buffer. */
 static int needs_bounce(const hpt_offload_opts *o) {
-    return o->params == HPT_TIER_DISK || (!o->fused && o->grads == HPT_TIER_DISK) ||
-           o->optim == HPT_TIER_DISK;
+    int z = eng_zstage(o);
+    return (z == 3 && o->params == HPT_TIER_DISK) ||
+           (z >= 2 && !o->fused && o->grads == HPT_TIER_DISK) || o->optim == HPT_TIER_DISK;
 }
 
 hpt_status eng_check_sharded(const hpt_offload_opts *o) {
@@ -93,6 +96,7 @@ hpt_status eng_z3_setup(offload_engine *e) {
         return hpt_fail(HPT_ERR_INVALID, "offload engine: ZeRO-3 over %d shards in %d processes",
                         N, hpt_dist_size());
     e->z3 = 1;
+    e->zstage = eng_zstage(&e->o);
     e->zlo_all = malloc((size_t)N * sizeof *e->zlo_all);
     e->zhi_all = malloc((size_t)N * sizeof *e->zhi_all);
     e->zseq = calloc((size_t)e->L, sizeof *e->zseq);
@@ -119,7 +123,7 @@ void eng_z3_free(offload_engine *e) {
     free(e->zseq);
     free(e->zpart);
     free(e->zrecv);
-    e->z3 = 0;
+    e->z3 = e->zstage = 0;
 }
 
 hpt_status eng_z3_slot_io(offload_engine *e, int b, int l, float *slot, int write_) {
@@ -139,6 +143,11 @@ static hpt_status need_comm(const offload_engine *e) {
     if (e->comm) return HPT_OK;
     return hpt_fail(HPT_ERR_INVALID, "offload engine: ZeRO-3 over %d processes without their "
                     "collectives (eng_set_comm)", e->o.shards);
+}
+
+hpt_status eng_z12_gather(offload_engine *e, float *blk) {
+    HPT_CHECK(need_comm(e));
+    return e->comm->allgather(blk, e->zlo_all, e->zhi_all, "a block's updated weights (ZeRO-1/2)");
 }
 
 hpt_status eng_z3_gather(offload_engine *e, int l, float *slot) {

@@ -155,6 +155,7 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     /* ZeRO (docs/zero.md): stages 1, 2 over procs processes hold the optimizer state of process
      * rank's run of units; stage 2 with accumulation sums the micro-batches of its values only */
     int procs = o->procs > 1 ? o->procs : 1, stage = procs > 1 && o->zero > 0 ? o->zero : 0;
+    if (hpt_offload_active(&o->offload)) stage = 0; /* every stage in the engine's homes: below */
     if (procs > 64) return hpt_fail(HPT_ERR_INVALID, "%d processes: at most 64", procs);
     if (o->rank < 0 || o->rank >= procs)
         return hpt_fail(HPT_ERR_INVALID, "process %d of %d: expected 0 to %d", o->rank, procs, procs - 1);
@@ -186,10 +187,11 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
         hpt_tensor_table tab;
         model_describe(c, &tab);
         /* eng_create, eng_attach_optim: one block is its tensors' slices */
-        if (o->zero == 3 && procs > 1) { /* ZeRO-3: one process's shard of each block's homes */
+        if (o->zero >= 1 && procs > 1) { /* ZeRO: one process's shard of each block's homes */
             hpt_offload_opts so = o->offload;
             size_t sn[ENG_MAX_SLICES];
             so.shards = procs;
+            so.zero = o->zero;
             for (int s = 0; s < tab.n_slices && s < ENG_MAX_SLICES; s++)
                 sn[s] = hpt_tensor_slice_numel(&tab.t[hpt_table_slice_tensor(&tab, s)], c->L);
             eng_bytes_sharded(&so, c->L, tab.n_slices, sn, o->training, mv_homes, eb);

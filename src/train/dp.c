@@ -104,8 +104,8 @@ hpt_status dp_shard_init(const hpt_train_opts *o, hpt_gpt2 *model, dp_shard *z) 
     memset(z, 0, sizeof *z);
     z->size = hpt_dist_size();
     z->rank = hpt_dist_rank();
-    /* stage 3 is the offload engine's (its homes sharded: dp_engine.c); in memory it is 0 here */
-    z->stage = z->size > 1 && o->zero > 0 && o->zero < 3 ? o->zero : 0;
+    /* with the offload engine every stage is its homes' (dp_engine.c): in memory 0 here */
+    z->stage = z->size > 1 && o->zero > 0 && o->zero < 3 && !hpt_offload_active(&o->offload) ? o->zero : 0;
     const hpt_tensor_table *t = model_table(model);
     int n = z->stage ? z->size : 1;
     if (n > DP_MAX_PROCS) return hpt_fail(HPT_ERR_UNSUPPORTED, "more than %d processes", DP_MAX_PROCS);

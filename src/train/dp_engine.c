@@ -31,7 +31,7 @@ hpt_status dp_engine_check(const hpt_train_opts *o) {
 }
 
 int dp_engine_shards(const hpt_train_opts *o) {
-    return o->zero == 3 && hpt_offload_active(&o->offload) && hpt_dist_size() > 1 ? hpt_dist_size() : 0;
+    return o->zero >= 1 && hpt_offload_active(&o->offload) && hpt_dist_size() > 1 ? hpt_dist_size() : 0;
 }
 
 hpt_status dp_engine_after_backward(struct offload_engine *e) { return e ? eng_z3_norm(e) : HPT_OK; }

@@ -225,7 +225,8 @@ static hpt_status setup(hpt_trainer *tr) {
     /* many processes: the same configuration on each (first: a refusal is then every rank's) */
     HPT_CHECK(dp_agree(o));
     HPT_CHECK(dp_check(o));
-    tr->o.offload.shards = dp_engine_shards(o); /* --zero 3 in the engine: 1/N of its homes */
+    tr->o.offload.shards = dp_engine_shards(o); /* --zero 1-3 in the engine: 1/N of its homes */
+    tr->o.offload.zero = o->zero;
     if (o->B < 1 || o->T < 1 || o->steps < 1)
         return hpt_fail(HPT_ERR_INVALID, "batch (%d), sequence (%d) and steps (%lld) must be >= 1",
                         o->B, o->T, (long long)o->steps);
