@@ -16,6 +16,15 @@
 #  5. refusals: --accum with many processes and the engine; a one-process apart sum where the
 #     engine has no gradient slot or a 16-bit gradient home; --zero 3 without the engine or with
 #     8-bit state;
+#  7. stages 1 and 2 (--zero 1|2): np 2 (host, disk) and np 3 (disk; host with recompute) write
+#     the bits of one process with --accum N --zero 0, fused too (as in 2); a stage-2 checkpoint
+#     resumes at stage 1 and in one process; measured = estimated per tier; the disk homes are
+#     the mix of stage 0's and stage 3's their sharding implies; the bytes sent per step are the
+#     paper's 2 x (plus the norm's chunk sums);
+#  8. stage 3 with --weights bf16-sr (memory homes): np 2 (host), np 3 (gradients and moments on
+#     disk), fused, and a checkpoint resumed, all with one process's bits; measured = estimated;
+#     refusals name the combinations still refused (bf16-kahan, bf16 on disk, bf16 at stages 1
+#     and 2, 8-bit state, other optimizers);
 #  6. stage 3 (--zero 3): each rank's homes hold its shard; np 2 (host, disk, recompute) and np 3
 #     (disk) write the bits of one process with --accum N --zero 0, fused too (as in 2); a
 #     checkpoint gathered at stage 3 resumes at stage 3 and in one process with the uninterrupted
@@ -27,6 +36,9 @@ bin=$1
 . "$(dirname "$0")/lib.sh"     # $tmp, bad, fail
 . "$(dirname "$0")/mpi_lib.sh" # SKIP without mpirun; $mpi, mpi_shard
 mpi_shard "$tmp/train_000.bin"
+# the ranks' scratch checkpoints (stages 1-3) go here, not among other runs' in /tmp
+export TMPDIR="$tmp/scratch"
+mkdir -p "$TMPDIR"
 mkdir -p "$tmp/disk"
 shape="gpt2:L=2,C=64,NH=4,V=64,T=32"
 args=(--model "$shape" --data "$tmp/train_000.bin" --seq 32 --lr 3e-3 --warmup 2 --quiet)
@@ -160,7 +172,7 @@ np4 2 z3res --steps 4 --batch 2 --zero 3 "${host[@]}" --resume "$tmp/z3s2"
 same_run "$tmp/z1" "$tmp/z3res" "zero 3 saved at step 2 (disk), resumed at zero 3 (host)"
 one4 z1res --steps 4 --batch 2 --accum 2 --zero 0 --resume "$tmp/z3s2"
 same_run "$tmp/z1" "$tmp/z1res" "zero 3 saved at step 2, resumed in one process"
-ls /tmp | grep -q "hpt-zero3-rank" && bad "zero 3: a rank's scratch checkpoint was left behind"
+ls "$TMPDIR" | grep -q "hpt-zero3-rank" && bad "zero 3: a rank's scratch checkpoint was left behind"
 # memory per process: measured = estimated per tier; the homes about 1/N of stage 0's
 np4 2 z0d --steps 2 --batch 2 "${disk[@]}"
 args=("${args4[@]}")
@@ -189,6 +201,79 @@ print("zero 3 np 2: sent %d bytes per step, expected %.0f (%.4f)" % (got, want, 
 sys.exit(0 if abs(got / want - 1) < 0.01 else 1)
 PY
 
+# ---- 7. stages 1 and 2 (--zero 1|2): m and v sharded (and at 2 the gradients' homes), the weights
+# whole in every rank's homes, each owner's updated range all-gathered before the write-back ----
+for st in 1 2; do
+    np4 2 "z${st}h" --steps 4 --batch 2 --zero $st "${host[@]}"
+    np4 2 "z${st}d" --steps 4 --batch 2 --zero $st "${disk[@]}"
+    same_run "$tmp/z1" "$tmp/z${st}h" "zero $st, np 2, host homes vs accum 2"
+    same_run "$tmp/z1" "$tmp/z${st}d" "zero $st, np 2, disk homes vs accum 2"
+    np4 3 "z${st}n3" --steps 3 --batch 1 --zero $st "${disk[@]}"
+    same_run "$tmp/z1n3" "$tmp/z${st}n3" "zero $st, np 3, disk homes vs accum 3"
+    np4 2 "z${st}fh" --steps 4 --batch 2 --zero $st --grad-clip 0 "${host[@]}" --fused-update
+    np4 2 "z${st}fd" --steps 4 --batch 2 --zero $st --grad-clip 0 "${disk[@]}" --fused-update
+    same_but_norm "$tmp/z1c0" "$tmp/z${st}fh" "zero $st fused host (no clipping) vs accum 2"
+    same_but_norm "$tmp/z1c0" "$tmp/z${st}fd" "zero $st fused disk (no clipping) vs accum 2"
+    np4 2 "z${st}fc" --steps 4 --batch 2 --zero $st "${disk[@]}" --fused-update
+    same_run "$tmp/z0fc" "$tmp/z${st}fc" "fused, clipped: zero $st (disk) vs zero 0 (host)"
+done
+[ "$(losses "$tmp/z1.jsonl")" = "$(losses "$tmp/z2d.jsonl")" ] || bad "zero 2 disk: losses differ from accum 2's"
+np4 3 z2n3r --steps 3 --batch 1 --zero 2 "${host[@]}" --recompute full --max-active-layers 3 --prefetch 2
+same_run "$tmp/z1n3" "$tmp/z2n3r" "zero 2, np 3, host homes, recompute, K 3 vs accum 3"
+# a checkpoint saved at stage 2 resumes at stage 1 and in one process with the uninterrupted bits
+np4 2 z2s2 --steps 2 --batch 2 --zero 2 "${disk[@]}"
+np4 2 z1res2 --steps 4 --batch 2 --zero 1 "${host[@]}" --resume "$tmp/z2s2"
+same_run "$tmp/z1" "$tmp/z1res2" "zero 2 saved at step 2 (disk), resumed at zero 1 (host)"
+one4 z1res3 --steps 4 --batch 2 --accum 2 --zero 0 --resume "$tmp/z2s2"
+same_run "$tmp/z1" "$tmp/z1res3" "zero 2 saved at step 2, resumed in one process"
+ls "$TMPDIR" | grep -q "hpt-zero3-rank" && bad "zero 1, 2: a rank's scratch checkpoint was left behind"
+# memory per process: measured = estimated per tier; the homes: stage 1 keeps the weights and the
+# gradients whole and shards m and v (2 of 4 homes as stage 3's), stage 2 the weights whole
+check_mem "$tmp/z1d.jsonl" "zero 1 np 2 disk" --model "gpt2:L=4,C=64,NH=4,V=64,T=32" --seq 32 --batch 2 "${disk[@]}" --zero 1 --procs 2
+check_mem "$tmp/z2h.jsonl" "zero 2 np 2 host" --model "gpt2:L=4,C=64,NH=4,V=64,T=32" --seq 32 --batch 2 "${host[@]}" --zero 2 --procs 2
+check_mem "$tmp/z2n3.jsonl" "zero 2 np 3 disk" --model "gpt2:L=4,C=64,NH=4,V=64,T=32" --seq 32 --batch 1 "${disk[@]}" --zero 2 --procs 3
+check_mem "$tmp/z1fd.jsonl" "zero 1 np 2 disk fused" --model "gpt2:L=4,C=64,NH=4,V=64,T=32" --seq 32 --batch 2 "${disk[@]}" --zero 1 --procs 2 --fused-update
+python3 - "$tmp/z0d.jsonl" "$tmp/z3d.jsonl" "$tmp/z1d.jsonl" "$tmp/z2d.jsonl" <<'PY' || bad "zero 1, 2: the disk homes are not the mix of stage 0's and stage 3's"
+import json, sys
+z0, z3, z1, z2 = [json.loads(open(p).readlines()[-1])["disk_peak_bytes"] for p in sys.argv[1:]]
+print("disk homes per process, np 2: stage 0 %d, 1 %d (%.3f), 2 %d (%.3f), 3 %d (%.3f)" % (z0, z1, z1 / z0, z2, z2 / z0, z3, z3 / z0))
+# four homes of the same size each (weights, gradients, m, v): stage 1 has 2 whole and 2 sharded
+sys.exit(0 if 2 * z1 == z0 + z3 and 4 * z2 == z0 + 3 * z3 else 1)
+PY
+# bytes sent per step by rank 0 (step 2 to 3): the reduce-scatter of the 4 blocks' gradients and
+# the all-gather of their updated weights (the paper's 2 x), the non-block all-reduce, the norm's
+# chunk sums
+for st in 1 2; do
+python3 - "$tmp/z${st}d.jsonl" "$st" <<'PY' || bad "zero $st: bytes sent per step differ from the volume expected"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+got = rows[2]["dist_sent_bytes"] - rows[1]["dist_sent_bytes"]
+N, L, C, V, T = 2, 4, 64, 128, 32  # V: padded vocabulary
+bn = 12 * C * C + 13 * C
+nb = V * C + T * C + 2 * C
+want = 4 * 2 * (N - 1) / N * (L * bn + nb) + L * 12 * 64 * 8 * (N - 1)
+print("zero %s np 2: sent %d bytes per step, expected %.0f (%.4f)" % (sys.argv[2], got, want, got / want))
+sys.exit(0 if abs(got / want - 1) < 0.01 else 1)
+PY
+done
+
+# ---- 8. stage 3 with bf16-sr weights: each rank's bf16 home holds its shard; stochastic
+# rounding's noise by the one process's element index, so the one process's bits -------------
+one4 bf1 --steps 4 --batch 2 --accum 2 --zero 0 --weights bf16-sr "${host[@]}"
+np4 2 bf3h --steps 4 --batch 2 --zero 3 --weights bf16-sr "${host[@]}"
+same_run "$tmp/bf1" "$tmp/bf3h" "zero 3 bf16-sr, np 2, host homes vs accum 2"
+one4 bf1n3 --steps 3 --batch 1 --accum 3 --zero 0 --weights bf16-sr "${host[@]}"
+np4 3 bf3n3 --steps 3 --batch 1 --zero 3 --weights bf16-sr --offload params=host,grads=disk,optim=disk --offload-dir "$tmp/disk"
+same_run "$tmp/bf1n3" "$tmp/bf3n3" "zero 3 bf16-sr, np 3, gradients and moments on disk vs accum 3"
+one4 bf1c0 --steps 4 --batch 2 --accum 2 --zero 0 --weights bf16-sr --grad-clip 0 "${host[@]}"
+np4 2 bf3f --steps 4 --batch 2 --zero 3 --weights bf16-sr --grad-clip 0 "${host[@]}" --fused-update
+same_but_norm "$tmp/bf1c0" "$tmp/bf3f" "zero 3 bf16-sr fused host (no clipping) vs accum 2"
+np4 2 bf3s --steps 2 --batch 2 --zero 3 --weights bf16-sr "${host[@]}"
+np4 2 bf3r --steps 4 --batch 2 --zero 3 --weights bf16-sr "${host[@]}" --resume "$tmp/bf3s"
+same_run "$tmp/bf1" "$tmp/bf3r" "zero 3 bf16-sr saved at step 2, resumed at zero 3"
+check_mem "$tmp/bf3h.jsonl" "zero 3 bf16-sr np 2 host" --model "gpt2:L=4,C=64,NH=4,V=64,T=32" --seq 32 --batch 2 "${host[@]}" --weights bf16-sr --zero 3 --procs 2
+check_mem "$tmp/bf3n3.jsonl" "zero 3 bf16-sr np 3" --model "gpt2:L=4,C=64,NH=4,V=64,T=32" --seq 32 --batch 1 --offload params=host,grads=disk,optim=disk --offload-dir "$tmp/disk" --weights bf16-sr --zero 3 --procs 3
+
 # ---- 5. refusals ------------------------------------------------------------------------------
 out=$("${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 1 --accum 2 "${host[@]}" 2>&1) &&
     bad "np 2 --accum 2 with the engine should be refused"
@@ -204,6 +289,20 @@ out=$("${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 1 --zero 3 2
 echo "$out" | grep -q "offload" || bad "--zero 3 without the engine: the refusal should name --offload ($out)"
 out=$("${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 1 --zero 3 "${host[@]}" --state-bits 8 2>&1) &&
     bad "--zero 3 with 8-bit state should be refused"
+out=$("${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 1 --zero 2 "${host[@]}" --optimizer lion 2>&1) &&
+    bad "--zero 2 in the engine with Lion should be refused"
+echo "$out" | grep -q "zero 2 in the offload engine" || bad "--zero 2 --optimizer lion: the refusal should name the stage ($out)"
+
+refused() { # refused WHAT PATTERN ARGS...: N = 2 refuses ARGS, naming PATTERN
+    local what=$1 pat=$2; shift 2
+    out=$("${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 1 "$@" 2>&1) && bad "$what should be refused"
+    echo "$out" | grep -q -- "$pat" || bad "$what: the refusal should name $pat ($out)"
+}
+refused "--zero 3 --weights bf16-kahan" "bf16-kahan" --zero 3 "${host[@]}" --weights bf16-kahan
+refused "--zero 3 --weights bf16-sr on disk" "params=disk" --zero 3 "${disk[@]}" --weights bf16-sr
+refused "--zero 2 --weights bf16-sr" "zero 2 in the offload engine keeps fp32 weights" --zero 2 "${host[@]}" --weights bf16-sr
+refused "--zero 1 --state-bits 8" "zero 1 in the offload engine" --zero 1 "${host[@]}" --state-bits 8
+refused "--zero 3 --optimizer sgd" "zero 3 in the offload engine" --zero 3 "${host[@]}" --optimizer sgd
 
 [ $fail = 0 ] && echo "test_zero_engine: all passed"
 exit $((fail > 0))

@@ -317,9 +317,10 @@ hpt_status hpt_plan_check(const hpt_plan *p, const hpt_plan_env *env) {
         if (p->adamw.optimizer != HPT_OPTIM_ADAMW || p->adamw.state_bits == 8)
             return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d in the offload engine shards AdamW's "
                             "32-bit m and v (not another optimizer or --state-bits 8 yet)", p->zero);
-        if (p->offload.weights != HPT_BW_FP32 || p->offload.grad_home != HPT_GH_FP32)
-            return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d in the offload engine shards fp32 homes "
-                            "(not --weights bf16-* or --grad-home fp16|bf16 yet)", p->zero);
+        HPT_CHECK(hpt_zero_check_weights(p->zero, &p->offload));
+        if (p->offload.grad_home != HPT_GH_FP32)
+            return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d in the offload engine shards fp32 "
+                            "gradient homes (not --grad-home fp16|bf16 yet)", p->zero);
         if (p->loss_scale.mode != HPT_LOSS_SCALE_OFF)
             return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d in the offload engine does not combine "
                             "with --loss-scale yet", p->zero);

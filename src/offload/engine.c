@@ -137,7 +137,8 @@ void eng_bytes_homes(const hpt_offload_opts *o, int L, size_t block_floats, size
     uint64_t hsb = (uint64_t)round_halves(block_floats) * sizeof(uint16_t), hhome = (uint64_t)L * hsb;
     if (o->weights == HPT_BW_FP32) out[o->params][HPT_CAT_PARAMS] += (uint64_t)L * sb[EB_P];
     else /* bf16 weights, and their bf16 compensation with Kahan */
-        out[o->params][HPT_CAT_PARAMS] += hhome * (o->weights == HPT_BW_BF16_KAHAN ? 2u : 1u);
+        out[o->params][HPT_CAT_PARAMS] += (z == 3 ? (uint64_t)L * home_floats * sizeof(uint16_t) : hhome) *
+                                          (o->weights == HPT_BW_BF16_KAHAN ? 2u : 1u); /* ZeRO-3: hstride = hstr */
     if (!zero_copy(o)) out[HPT_TIER_DEVICE][HPT_CAT_PARAMS] += (uint64_t)o->max_active * slb;
     if (o->weights != HPT_BW_FP32 && o->params == HPT_TIER_DISK) /* bstage, from eng_create */
         out[HPT_TIER_HOST][HPT_CAT_IO] += 2 * (uint64_t)round_halves(block_floats) * sizeof(uint16_t);
@@ -153,7 +154,7 @@ void eng_bytes_homes(const hpt_offload_opts *o, int L, size_t block_floats, size
 static size_t home_bytes_moved(const offload_engine *e, int b) {
     if (b == EB_G && e->gh)
         return (e->tier[b] == HPT_TIER_DISK ? e->hstride : e->bn) * sizeof(uint16_t);
-    if (b == EB_P && e->bf) return (e->bfd ? e->hstride : e->bn) * sizeof(uint16_t);
+    if (b == EB_P && e->bf) return (e->bfd ? e->hstride : eng_hn(e, b)) * sizeof(uint16_t);
     return (e->tier[b] == HPT_TIER_DISK ? eng_hstr(e, b) : eng_hn(e, b)) * sizeof(float);
 }
 
@@ -161,7 +162,7 @@ static size_t home_bytes_moved(const offload_engine *e, int b) {
 static hpt_status home_io(offload_engine *e, int b, int l, float *mem, int write_) {
     if (b == EB_P && e->bf) { /* bf16 weights are only read (widened): updates write the home */
         if (!e->bfd) {
-            e->be->bf16_widen(mem, e->wh + (size_t)l * e->hstride, e->bn);
+            e->be->bf16_widen(mem, e->wh + (size_t)l * e->hstride, eng_hn(e, b)); /* ZeRO-3: a shard */
             return HPT_OK;
         }
         /* read into mem's start, widened in place */
@@ -269,8 +270,9 @@ static void update_block(offload_engine *e, int l, int set, float *p, const floa
         }
         size_t o = a - e->zlo, h = (size_t)l * e->hstride + o;
         hpt_be_param kp = hpt_be_param_f32(p ? p + o : NULL);
-        if (e->bf) /* base: the element's index among the blocks' weights (noise, not layout) */
-            kp = (hpt_be_param){NULL, wh + o, e->wc ? e->wc + h : NULL, 0, (size_t)l * e->bn + o};
+        if (e->bf) /* base: the element's index among the blocks' weights (noise, not layout:
+                    * with ZeRO-3 the one process's index, not the shard's) */
+            kp = (hpt_be_param){NULL, wh + o, e->wc ? e->wc + h : NULL, 0, (size_t)l * e->bn + a};
         e->upd(e->upd_ctx, l, i, kp, g + o, m ? m + o : NULL, v ? v + o : NULL, z - a);
     }
 }
@@ -278,7 +280,7 @@ static void update_block(offload_engine *e, int l, int set, float *p, const floa
 /* After block l's update: its slot's copy made current again (fp32: written to its home;
  * bf16: widened again from the home the update wrote; bfd: from staging set, written home). */
 static hpt_status after_update(offload_engine *e, int l, float *slot, int set) {
-    if (!e->bfd) return e->bf ? home_io(e, EB_P, l, slot, 0) : slot_io(e, EB_P, l, slot, 1);
+    if (!e->bfd) return slot_io(e, EB_P, l, slot, !e->bf); /* bf16: widened (ZeRO-3: its range) */
     HPT_CHECK(eng_bstage_io(e, l, set, 1));
     e->be->bf16_widen(slot, e->bstage + (size_t)set * e->hstride, e->bn);
     return HPT_OK;

@@ -22,6 +22,7 @@
  * Between steps the gather and scatter of engine_gather.c are collective too: a checkpoint's
  * slice is all-gathered into a parameter slot (every rank emits it, rank 0's writer keeps it),
  * a slice read from a checkpoint (every rank reads the file) keeps this rank's range. */
+#include "core/choices.h"
 #include "offload/engine_int.h"
 
 #include <stdlib.h>
@@ -69,13 +70,12 @@ static int needs_bounce(const hpt_offload_opts *o) {
 
 hpt_status eng_check_sharded(const hpt_offload_opts *o) {
     if (o->shards <= 1) return HPT_OK;
-    if (o->shards > 64) return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero 3: more than 64 processes");
-    if (o->weights != HPT_BW_FP32)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero 3 shards fp32 weights' homes (not --weights "
-                        "bf16-sr|bf16-kahan yet)");
+    int z = eng_zstage(o);
+    if (o->shards > 64) return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d: more than 64 processes", z);
+    HPT_CHECK(hpt_zero_check_weights(z, o));
     if (o->grad_home != HPT_GH_FP32)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero 3 shards fp32 gradient homes (not --grad-home "
-                        "fp16|bf16 yet)");
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d shards fp32 gradient homes (not --grad-home "
+                        "fp16|bf16 yet)", z);
     return HPT_OK;
 }
 
@@ -109,6 +109,7 @@ hpt_status eng_z3_setup(offload_engine *e) {
     e->zlo = e->zlo_all[r];
     e->zhi = e->zhi_all[r];
     e->hn = e->zhi - e->zlo;
+    if (e->bf) e->hstride = e->hstr; /* bf16-sr weights (in memory): a shard's halves */
     if (!needs_bounce(&e->o)) return HPT_OK;
     hpt_mem_set_name(e->mem, "ZeRO-3 shard bounce");
     return e->be->alloc(e->mem, HPT_TIER_HOST, HPT_CAT_IO, e->hstr * sizeof(float), (void **)&e->bounce);
@@ -215,6 +216,10 @@ static hpt_status shard_in(offload_engine *e, int b, int l, float *scr) {
 }
 
 static hpt_status shard_out(offload_engine *e, int b, int l, float *scr) {
+    if (b == EB_P && e->bf) { /* rounded to nearest, as a whole home's are (eng_store_block) */
+        e->be->bf16_split(e->wh + (size_t)l * e->hstride, NULL, scr + e->zlo, e->hn);
+        return HPT_OK;
+    }
     if (e->tier[b] == HPT_TIER_DISK)
         hpt_mem_transfer(e->mem, HPT_TIER_HOST, HPT_TIER_DISK, k_cat[b], e->hstr * sizeof(float));
     return eng_z3_slot_io(e, b, l, scr, 1);
