@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # bench_zero_engine.sh [HPTRAIN] [--big]: the offload engine under many processes (docs/zero_engine.md).
 #  (a) bytes sent per step per process (the communication layer's own count, between steps 2
-#      and 3) at stage 0 and stage 3 with --offload host, gpt2-124m, N = 2, B=1 T=64, against
-#      the ZeRO paper's volumes (stage 0: 2 x parameters, stage 3: 3 x parameters, in the
+#      and 3) at stages 0-3 (BENCH_STAGES, default "0 1 2 3") with --offload host, gpt2-124m,
+#      N = 2, B=1 T=64, against the ZeRO paper's volumes (stages 0-2: 2 x parameters, stage 3:
+#      3 x parameters, in the
 #      (N-1)/N form a ring or all-to-all moves, fp32) and against the design's own formula;
-#  (b) per-process memory per tier, stage 0 against stage 3, N = 2 and 4, gpt2-124m and
+#  (b) per-process memory per tier, stages 0, 1, 2, 3, N = 2 and 4, gpt2-124m and
 #      gpt2-350m, --offload host and disk (hptrain estimate --procs N; tests/test_zero_engine.sh
 #      checks measured = estimated per tier), and measured for the run of (a);
 #  (c) the largest GPT-2 that 4 processes train with stage 3 against stage 0 and one process,
@@ -33,25 +34,29 @@ PY
 parts=${BENCH_PARTS:-abc} # which of (a), (b), (c) to run
 if [[ $parts == *a* ]]; then
 echo "== (a) bytes sent per step per process, gpt2-124m, N = 2, B=1 T=64 =="
-for z in 0 3; do
+stages=${BENCH_STAGES:-0 1 2 3}
+for z in $stages; do
     /usr/bin/time -f "%e s, %M KiB peak RSS (rank 0's mpirun)" "${mpi[@]}" -np 2 "$bin" train --model gpt2-124m \
         --data "$tmp/train_000.bin" --batch 1 --seq 64 --steps 3 --offload host --zero $z --quiet \
         --log "$tmp/a$z.jsonl" 2>"$tmp/a$z.err" || { echo "stage $z failed"; tail -5 "$tmp/a$z.err"; }
     grep -E "done:|data parallel|offload:" "$tmp/a$z.err"
 done
-python3 - "$tmp/a0.jsonl" "$tmp/a3.jsonl" <<'PY'
+python3 - $stages <<PY
+
 import json, sys
 C, L, V, T, N, K = 768, 12, 50304, 1024, 2, 2
 bn = 12 * C * C + 13 * C             # a block's floats
 nb = V * C + T * C + 2 * C           # wte, wpe, the final layernorm
 P = L * bn + nb
-for z, p in zip((0, 3), sys.argv[1:]):
-    r = [json.loads(l) for l in open(p)]
+for z in map(int, sys.argv[1:]):
+    r = [json.loads(l) for l in open("$tmp/a%d.jsonl" % z)]
     got = r[2]["dist_sent_bytes"] - r[1]["dist_sent_bytes"]
-    paper = (2 if z == 0 else 3) * P * 4 * (N - 1) / N
-    own = 4 * (N - 1) / N * (2 * P if z == 0 else (3 * L - K) * bn + 2 * nb)
+    x = 2 if z < 3 else 3
+    paper = x * P * 4 * (N - 1) / N
+    norm = L * 12 * 64 * 8 * (N - 1) if z > 0 else 0  # the norm's chunk sums
+    own = 4 * (N - 1) / N * (2 * P if z < 3 else (3 * L - K) * bn + 2 * nb) + norm
     print("stage %d: %.1f MiB per step = %.3f x params x 4 B; the paper's %d x params x (N-1)/N: %.1f MiB (measured/paper %.3f); "
-          "the design's formula %.1f MiB (measured/formula %.4f)" % (z, got / 2**20, got / (4 * P), 2 if z == 0 else 3,
+          "the design's formula %.1f MiB (measured/formula %.4f)" % (z, got / 2**20, got / (4 * P), x,
           paper / 2**20, got / paper, own / 2**20, got / own))
     print("  per process measured: device %.1f MiB, host %.1f MiB, disk %.1f MiB" % (
         r[-1]["mem_peak_bytes"] / 2**20, r[-1]["host_peak_bytes"] / 2**20, r[-1]["disk_peak_bytes"] / 2**20))
@@ -68,7 +73,7 @@ est() { # MODEL OFFLOAD ZERO N -> device host disk (bytes)
     for off in host disk; do
         read -r d0 h0 k0 < <(est $m $off 0 1)
         for n in 2 4; do
-            for z in 0 3; do
+            for z in 0 1 2 3; do
                 read -r d h k < <(est $m $off $z $n)
                 [ "$off" = host ] && home=$h || home=$k
                 [ "$off" = host ] && base=$h0 || base=$k0

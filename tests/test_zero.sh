@@ -15,8 +15,8 @@
 #     AdamW (with recomputation), Adam-mini and 8-bit Lion; sharded checkpoints re-cut 3 -> 1,
 #     1 -> 2 (stage 0 -> 2) and 2 -> 3 with the uninterrupted run's bits; a damaged shard is
 #     named; every rank's measured device bytes = the estimate for its rank (also as profile
-#     reads each rank's --trace 'F.%r.json'); --zero 3 and
-#     --zero 1 with the offload engine are refused by name;
+#     reads each rank's --trace 'F.%r.json'); --zero 3 without the offload engine and
+#     --zero 1 with it and 8-bit state are refused by name;
 #  4. bad input: processes started with different configurations refuse to start, naming the
 #     option and both values; a resume with another global batch is refused;
 #  5. faults: a rank killed (SIGKILL) mid-run makes mpirun end the others within 60 s with a
@@ -208,8 +208,9 @@ done; done
 # refusals
 out=$("${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 2 --zero 3 2>&1) && bad "--zero 3 should be refused"
 grep -q -- "--zero 3 (sharded optimizer state, gradients and parameters) is not built yet" <<<"$out" || bad "--zero 3 refusal: $out"
-out=$("${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 2 --zero 1 --offload host 2>&1) && bad "--zero 1 --offload should be refused"
-grep -q -- "--zero 1 shards the in-memory optimizer: not with --offload" <<<"$out" || bad "--zero 1 --offload refusal: $out"
+# --zero 1 with the engine runs (docs/zero_engine.md, test_zero_engine.sh); not with 8-bit state
+out=$("${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 2 --zero 1 --offload host --state-bits 8 2>&1) && bad "--zero 1 --offload --state-bits 8 should be refused"
+grep -q -- "--zero 1 in the offload engine shards AdamW's 32-bit m and v" <<<"$out" || bad "--zero 1 --offload --state-bits 8 refusal: $out"
 
 # ---- 4. different configurations ---------------------------------------------------------
 cat >"$tmp/differ.sh" <<EOF
