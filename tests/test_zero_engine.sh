@@ -13,7 +13,10 @@
 #     no offload write the same state;
 #  3. 8-bit AdamW state and bf16-sr weights in the engine, the same bits as their twins;
 #  4. per-process memory: measured = estimated per tier (device, host, disk);
-#  5. refusals: --accum with many processes and the engine; a one-process apart sum where the
+#  9. --accum 2 per process with the engine: stage 0 (host, disk) writes the bits of the in-memory
+#     trainer's np 2 --accum 2, stages 1-3 (disk; np 3 host) the model.bin and losses of the
+#     in-memory --zero 2 --accum 2 (the same order of sums); measured = estimated;
+#  5. refusals: --accum with many processes and the engine's gradients on the device; a one-process apart sum where the
 #     engine has no gradient slot or a 16-bit gradient home; --zero 3 without the engine or with
 #     8-bit state;
 #  7. stages 1 and 2 (--zero 1|2): np 2 (host, disk) and np 3 (disk; host with recompute) write
@@ -274,10 +277,36 @@ same_run "$tmp/bf1" "$tmp/bf3r" "zero 3 bf16-sr saved at step 2, resumed at zero
 check_mem "$tmp/bf3h.jsonl" "zero 3 bf16-sr np 2 host" --model "gpt2:L=4,C=64,NH=4,V=64,T=32" --seq 32 --batch 2 "${host[@]}" --weights bf16-sr --zero 3 --procs 2
 check_mem "$tmp/bf3n3.jsonl" "zero 3 bf16-sr np 3" --model "gpt2:L=4,C=64,NH=4,V=64,T=32" --seq 32 --batch 1 --offload params=host,grads=disk,optim=disk --offload-dir "$tmp/disk" --weights bf16-sr --zero 3 --procs 3
 
+# ---- 9. --accum K per process with the engine: each process sums its micro-batches apart in its
+# homes. Stage 0 sums the processes' K-sums (rank order) at the last micro-batch: the grouping of
+# the in-memory trainer's N processes x --accum K (one process's --accum N*K adds sequentially:
+# not bit for bit, docs/zero.md). Stages 1-3 reduce-scatter each micro-batch and sum over k in
+# the shards, the non-block gradients all-reduced per micro-batch too: in-memory stage 2's order.
+np4 2 acc_m0 --steps 4 --batch 1 --accum 2
+np4 2 acc_e0h --steps 4 --batch 1 --accum 2 "${host[@]}"
+np4 2 acc_e0d --steps 4 --batch 1 --accum 2 "${disk[@]}"
+same_run "$tmp/acc_m0" "$tmp/acc_e0h" "np 2 --accum 2, engine (host) vs in memory"
+same_run "$tmp/acc_m0" "$tmp/acc_e0d" "np 2 --accum 2, engine (disk) vs in memory"
+np4 2 acc_m2 --steps 4 --batch 1 --accum 2 --zero 2
+for st in 1 2 3; do
+    np4 2 "acc_e${st}" --steps 4 --batch 1 --accum 2 --zero $st "${disk[@]}"
+    cmp -s "$tmp/acc_m2/model.bin" "$tmp/acc_e${st}/model.bin" || bad "np 2 --accum 2 --zero $st (disk): model.bin differs from in-memory --zero 2's"
+    [ "$(losses "$tmp/acc_m2.jsonl")" = "$(losses "$tmp/acc_e${st}.jsonl")" ] || bad "np 2 --accum 2 --zero $st: losses differ from in-memory --zero 2's"
+done
+np4 3 acc_m2n3 --steps 3 --batch 1 --accum 2 --zero 2
+np4 3 acc_e3n3 --steps 3 --batch 1 --accum 2 --zero 3 "${host[@]}"
+cmp -s "$tmp/acc_m2n3/model.bin" "$tmp/acc_e3n3/model.bin" || bad "np 3 --accum 2 --zero 3 (host): model.bin differs from in-memory --zero 2's"
+# the two orders differ in the last bits: the test tells them apart
+[ "$(losses "$tmp/acc_m0.jsonl")" = "$(losses "$tmp/acc_m2.jsonl")" ] && cmp -s "$tmp/acc_m0/model.bin" "$tmp/acc_m2/model.bin" &&
+    echo "note: stage 0's and stage 2's accumulation orders gave the same bits on this data"
+check_mem "$tmp/acc_e3.jsonl" "zero 3 np 2 --accum 2 disk" --model "gpt2:L=4,C=64,NH=4,V=64,T=32" --seq 32 --batch 1 --accum 2 "${disk[@]}" --zero 3 --procs 2
+check_mem "$tmp/acc_e0d.jsonl" "zero 0 np 2 --accum 2 disk" --model "gpt2:L=4,C=64,NH=4,V=64,T=32" --seq 32 --batch 1 --accum 2 "${disk[@]}" --zero 0 --procs 2
+
 # ---- 5. refusals ------------------------------------------------------------------------------
-out=$("${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 1 --accum 2 "${host[@]}" 2>&1) &&
-    bad "np 2 --accum 2 with the engine should be refused"
-echo "$out" | grep -q "one micro-batch each" || bad "np 2 --accum 2 --offload: the refusal should say why ($out)"
+# (--accum K per process runs with the gradients' home off the device: 9 below)
+out=$("${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 1 --accum 2 --offload params=host 2>&1) &&
+    bad "np 2 --accum 2 with the engine's gradients on the device should be refused"
+echo "$out" | grep -q "grads=host|disk" || bad "np 2 --accum 2 --offload params=host: the refusal should name the fix ($out)"
 out=$("$bin" train "${args[@]}" --steps 2 --batch 1 --accum 2 --zero 0 --offload params=host 2>&1) &&
     bad "an apart sum with the gradients' home on the device should be refused"
 echo "$out" | grep -q "grads=host|disk" || bad "apart sum, device gradients: the refusal should name the fix ($out)"

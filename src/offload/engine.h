@@ -114,6 +114,11 @@ void eng_set_comm(offload_engine *e, const eng_comm *c);
  * into a device home (no slot), a 16-bit gradient home (it would round each partial sum). */
 hpt_status eng_set_add_home(offload_engine *e, int on);
 hpt_status eng_check_add_home(const hpt_offload_opts *o);
+/* Micro-batch k of K about to run its backward (k = K: the step's backwards are done): the
+ * apart sum as eng_set_add_home(k > 0), and with many processes where each block's sum over the
+ * processes goes (engine_dist.c): stage 0 at the last micro-batch, of each process's sum of its
+ * K; stages 1-3 at every micro-batch, its reduce-scatter, then summed over k in the shards. */
+hpt_status eng_set_micro(offload_engine *e, int k, int K);
 /* Waits for every queued transfer and update; the engine's first error, if any (sticky). */
 hpt_status eng_drain(offload_engine *e);
 /* Exact mode: one streaming pass over all blocks after the backward, fn on each (disk homes

@@ -9,7 +9,11 @@
  * apart: in exact mode the write-back of a later micro-batch's block adds the home's sum so far
  * (home = g_k + acc, which is acc + g_k bit for bit: float addition is commutative), in the
  * order the processes' sum takes; the worker then takes the block's sum of squares for the norm
- * (the trainer drains the engine after the last micro-batch, before the optimizer reads it). */
+ * (the trainer drains the engine after the last micro-batch, before the optimizer reads it).
+ * N processes with --accum K each (eng_set_micro): each sums its K apart in its homes; stage 0
+ * sums the processes' K-sums at the last micro-batch (the home added on the compute thread
+ * first), the in-memory trainer's grouping; ZeRO 1-3 reduce-scatter every micro-batch and sum
+ * over k in this rank's range (the worker, with the norm's chunk sums): in-memory stage 2's. */
 #include "offload/engine_int.h"
 
 #include <string.h>
@@ -42,26 +46,44 @@ hpt_status eng_set_add_home(offload_engine *e, int on) {
     return HPT_OK;
 }
 
+hpt_status eng_set_micro(offload_engine *e, int k, int K) {
+    e->acc_pos = !e->dist || K <= 1 || k >= K ? 0 : k < K - 1 ? 1 : 2;
+    /* stage 0's last micro-batch adds the home here, before the processes' sum (eng_dist_grads),
+     * so its write-back replaces the home */
+    int here = e->acc_pos == 2 && !e->z3 && k > 0;
+    HPT_CHECK(eng_set_add_home(e, k > 0 && k < K && !here));
+    return here ? eng_drain(e) : HPT_OK; /* every earlier write-back in the home */
+}
+
 hpt_status eng_dist_grads(offload_engine *e, int l, float *g) {
     if (e->z3) return eng_z3_reduce(e, l, g); /* onto the shards' owners (engine_z3.c) */
+    if (e->acc_pos == 1) return HPT_OK; /* stage 0: this process's sum first (the homes) */
+    if (e->acc_pos == 2) HPT_CHECK(eng_grad_add_home(e, l, g)); /* K > 1: the last is k >= 1 */
     return e->comm->allreduce(g, e->bn, "a block's gradients' sum");
 }
 
 hpt_status eng_grad_add_home(offload_engine *e, int l, float *g) {
     const float *h;
+    size_t hs = eng_hstr(e, EB_G); /* a whole block's stride, or with ZeRO 2, 3 a shard's */
     if (e->tier[EB_G] == HPT_TIER_DISK) {
         /* exact mode's staging set 0: idle during the backward (the streaming update uses it) */
         float *st = e->stage_ptr[0][EB_G];
         if (!st) return hpt_fail(HPT_ERR_INVALID, "offload engine: no staging for the gradients");
-        HPT_CHECK(mem_disk_rw(e->mem, &e->disk[EB_G], (uint64_t)l * e->stride * sizeof(float), st,
-                              e->stride * sizeof(float), 0));
+        HPT_CHECK(mem_disk_rw(e->mem, &e->disk[EB_G], (uint64_t)l * hs * sizeof(float), st,
+                              hs * sizeof(float), 0));
         h = st;
     } else {
-        h = e->home[EB_G] + (size_t)l * e->stride;
+        h = e->home[EB_G] + (size_t)l * hs;
     }
-    size_t n = e->bn;
+    if (!eng_shard_home(e, EB_G)) h += e->zlo; /* a whole home: the range's place in it */
+    float *d = g + e->zlo; /* with ZeRO the reduce-scatter summed this rank's range only */
+    size_t n = e->zhi - e->zlo;
 #pragma omp parallel for simd schedule(static) if (n >= 65536)
-    for (size_t i = 0; i < n; i++) g[i] += h[i];
+    for (size_t i = 0; i < n; i++) d[i] += h[i];
+    if (e->z3) {
+        eng_z3_parts(e, l, g);
+        return HPT_OK;
+    }
     double s = 0.0; /* the norm's partial sum, of the sum (read after eng_drain) */
     for (int i = 0; i < e->ns; i++) s += e->be->sumsq(g + e->slice_off[i], e->slice_n[i]);
     e->sumsq[l] = s;

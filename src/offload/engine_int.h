@@ -72,6 +72,8 @@ struct offload_engine {
     const eng_comm *comm;      /* the collectives (eng_set_comm); NULL with one process */
     int add_home;              /* 1: exact mode, a later micro-batch summed apart: the write-back
                                 * adds the home's sum so far to the slot (J_WRITE_G's set = 1) */
+    int acc_pos;               /* many processes with --accum K > 1 (eng_set_micro): 1 a micro-
+                                * batch before the last, 2 the last; 0 otherwise */
     /* ZeRO (o.shards > 1, engine_z3.c): the homes hold this rank's shard of every block (stage
      * 3), or all but the weights' (stage 2), or m's and v's (stage 1): eng_shard_home */
     int z3;                    /* 1: sharded (any stage) */
@@ -133,7 +135,9 @@ hpt_status eng_bstage_io(offload_engine *e, int l, int set, int write_);
 /* Block l's gradients g (bn floats, a device slot or home) summed over the processes in rank
  * order; every rank calls it for the same blocks in the same order (the backward's). */
 hpt_status eng_dist_grads(offload_engine *e, int l, float *g);
-/* The worker, J_WRITE_G with set 1: g (block l's fresh micro-batch) += the home's sum so far. */
+/* The worker, J_WRITE_G with set 1: g (block l's fresh micro-batch) += the home's sum so far
+ * (with ZeRO, this rank's range [zlo, zhi) only, and its norm's chunk sums taken); with many
+ * processes at stage 0, the compute thread before the last micro-batch's sum. */
 hpt_status eng_grad_add_home(offload_engine *e, int l, float *g);
 
 hpt_status eng_home_io(offload_engine *e, int b, int l, float *mem, int write_); /* engine.c */
@@ -154,6 +158,8 @@ hpt_status eng_z12_gather(offload_engine *e, float *blk);
 /* Block l's gradients g (a whole slot) reduce-scattered onto the shards' owners, and this
  * rank's chunk sums of squares (the norm's parts) taken of its shard. */
 hpt_status eng_z3_reduce(offload_engine *e, int l, float *g);
+/* Block l's chunk sums of squares (the norm's parts) of this rank's range of g. */
+void eng_z3_parts(offload_engine *e, int l, const float *g);
 /* Between steps, collective (every rank in the same order): engine_gather.c's entries. */
 hpt_status eng_z3_emit_slice(offload_engine *e, int b, int l, int i, eng_emit_fn emit, void *ctx);
 hpt_status eng_z3_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn read, void *ctx);

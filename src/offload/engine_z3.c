@@ -1,4 +1,7 @@
-/* engine_z3.c: ZeRO-3 in the offload engine's homes (ZeRO-Infinity; docs/zero_engine.md). With
+/* engine_z3.c: ZeRO in the offload engine's homes (ZeRO-Infinity; docs/zero_engine.md). Stages 1
+ * and 2 use the same shards for fewer homes (eng_shard_home: m and v; at 2 the gradients' too):
+ * the weights' homes stay whole, and after each owner's update its range is all-gathered into
+ * the whole block before the write-back (eng_z12_gather), so no acquisition gathers. Stage 3: with
  * o.shards = N processes, each rank's homes (host or disk) hold only its shard [zlo, zhi) of
  * every block's weights, gradients (exact mode) and AdamW moments, packed at l * hstr floats
  * (hstr: the largest shard rounded up to 4096 bytes, the same on every rank). The slots stay
@@ -16,7 +19,9 @@
  * double, so with or without FMA); eng_z3_norm then gathers the chunk sums and adds them in
  * k_sumsq's order, and the slices' sums in eng_grads_done's: the global norm's bits. AdamW's
  * update is elementwise, so a slice updated in two ranges gives its whole-slice bits (other
- * optimizers and widths, whose blocks start at slices, are refused: eng_check_sharded). Every
+ * optimizers and widths, whose blocks start at slices, are refused: eng_check_sharded). bf16-sr
+ * weights (memory homes) keep the shard's halves; stochastic rounding takes the one process's
+ * element index (engine.c's update_block), so its noise is the one process's too. Every
  * collective is called on the compute thread, in the order the runner's calls make, which is the
  * same on every rank; the worker never communicates.
  * Between steps the gather and scatter of engine_gather.c are collective too: a checkpoint's
@@ -168,7 +173,12 @@ static double chunk_sumsq(const float *x, size_t n) {
 
 hpt_status eng_z3_reduce(offload_engine *e, int l, float *g) {
     HPT_CHECK(need_comm(e));
-    HPT_CHECK(e->comm->reduce_scatter(g, e->zlo_all, e->zhi_all, "a block's gradients (ZeRO-3)"));
+    HPT_CHECK(e->comm->reduce_scatter(g, e->zlo_all, e->zhi_all, "a block's gradients (ZeRO)"));
+    if (!e->add_home) eng_z3_parts(e, l, g); /* else the worker's, of the sum over k */
+    return HPT_OK;
+}
+
+void eng_z3_parts(offload_engine *e, int l, const float *g) {
     double *part = e->zpart + (size_t)l * (size_t)e->ns * SUMSQ_CHUNKS;
     for (int i = 0; i < e->ns; i++) {
         size_t n = e->slice_n[i], chunk = (n + SUMSQ_CHUNKS - 1) / SUMSQ_CHUNKS;
@@ -178,7 +188,6 @@ hpt_status eng_z3_reduce(offload_engine *e, int l, float *g) {
                 len && u >= e->zlo && u < e->zhi ? chunk_sumsq(g + u, len) : 0.0;
         }
     }
-    return HPT_OK;
 }
 
 hpt_status eng_z3_norm(offload_engine *e) {

@@ -4,7 +4,9 @@
  * (engine_dist.c), wte's, wpe's and the final layernorm's after the backward (dp.c), so every
  * rank takes the same (fused) update. The one-process twin of N processes with --accum 1 is
  * --accum N --zero 0: its micro-batches are summed apart, in the engine's exact mode by the
- * homes' write-back (dp_engine_micro). */
+ * homes' write-back (dp_engine_micro). --zero 1-3: the engine's homes sharded over the
+ * processes (dp_engine_shards; engine_z3.c). --accum K per process: eng_set_micro says where the
+ * processes' sum goes (engine_dist.c). */
 #include "core/core.h"
 #include "dist/dist.h"
 #include "offload/engine.h"
@@ -21,13 +23,16 @@
 
 hpt_status dp_engine_check(const hpt_train_opts *o) {
     int N = hpt_dist_size();
-    if (N == 1 || !hpt_offload_active(&o->offload)) return HPT_OK;
-    if (o->accum > 1)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "%d processes with the offload engine take one "
-                        "micro-batch each (--accum 1; one process with --accum N computes their "
-                        "bits): each block's gradients are summed over the processes as its "
-                        "backward ends", N);
+    if (N == 1 || !hpt_offload_active(&o->offload) || o->accum <= 1) return HPT_OK;
+    /* each process sums its micro-batches apart in the engine's homes (engine_dist.c) */
+    hpt_status s = eng_check_add_home(&o->offload);
+    if (s != HPT_OK)
+        return hpt_fail_ctx(s, "%d processes with --accum %d and the offload engine", N, o->accum);
     return HPT_OK;
+}
+
+int dp_engine_per_micro(const hpt_train_opts *o) {
+    return o->offload.shards > 1 && o->accum > 1;
 }
 
 int dp_engine_shards(const hpt_train_opts *o) {
@@ -46,8 +51,8 @@ void dp_engine_setup(struct offload_engine *e) {
 
 hpt_status dp_engine_micro(struct offload_engine *e, int k, int K) {
     if (!e || eng_fused(e)) return HPT_OK;
-    if (k < K) return eng_set_add_home(e, k > 0);
-    HPT_CHECK(eng_set_add_home(e, 0));
+    HPT_CHECK(eng_set_micro(e, k, K)); /* the apart sum, and where the processes' sum goes */
+    if (k < K) return HPT_OK;
     return eng_drain(e); /* the worker's sums of squares of the last micro-batch's blocks */
 }
 

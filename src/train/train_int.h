@@ -124,6 +124,9 @@ struct offload_engine;
 hpt_status dp_engine_check(const hpt_train_opts *o);
 /* The engine's shards: the number of processes with --zero 3 and the engine, else 0. */
 int dp_engine_shards(const hpt_train_opts *o);
+/* 1 when the engine's ZeRO stages sum each micro-batch over the processes at once (--accum > 1):
+ * the non-block gradients then too, as in-memory stage 2 does (trainer.c's sum_apart). */
+int dp_engine_per_micro(const hpt_train_opts *o);
 /* After a step's backward (collective): ZeRO-3's blocks' sums of squares (eng_z3_norm). */
 hpt_status dp_engine_after_backward(struct offload_engine *e);
 /* ZeRO-3, a rank other than 0: save (the gathers are collective) into a scratch directory,
