@@ -24,10 +24,10 @@
 #     resumes at stage 1 and in one process; measured = estimated per tier; the disk homes are
 #     the mix of stage 0's and stage 3's their sharding implies; the bytes sent per step are the
 #     paper's 2 x (plus the norm's chunk sums);
-#  8. stage 3 with --weights bf16-sr (memory homes): np 2 (host), np 3 (gradients and moments on
-#     disk), fused, and a checkpoint resumed, all with one process's bits; measured = estimated;
-#     refusals name the combinations still refused (bf16-kahan, bf16 on disk, bf16 at stages 1
-#     and 2, 8-bit state, other optimizers);
+#  8. --weights bf16-sr (memory homes): stage 3 np 2 (host), np 3 (gradients and moments on
+#     disk), fused, and a checkpoint resumed; stages 1, 2 np 2 (host), stage 2 np 3 (disk) and
+#     fused; all with one process's bits; measured = estimated; refusals name the combinations
+#     still refused (bf16-kahan, bf16 on disk, 8-bit state, other optimizers);
 #  6. stage 3 (--zero 3): each rank's homes hold its shard; np 2 (host, disk, recompute) and np 3
 #     (disk) write the bits of one process with --accum N --zero 0, fused too (as in 2); a
 #     checkpoint gathered at stage 3 resumes at stage 3 and in one process with the uninterrupted
@@ -274,6 +274,15 @@ same_but_norm "$tmp/bf1c0" "$tmp/bf3f" "zero 3 bf16-sr fused host (no clipping) 
 np4 2 bf3s --steps 2 --batch 2 --zero 3 --weights bf16-sr "${host[@]}"
 np4 2 bf3r --steps 4 --batch 2 --zero 3 --weights bf16-sr "${host[@]}" --resume "$tmp/bf3s"
 same_run "$tmp/bf1" "$tmp/bf3r" "zero 3 bf16-sr saved at step 2, resumed at zero 3"
+for st in 1 2; do # stages 1, 2: the bf16 home whole, each owner's range gathered widened
+    np4 2 "bf${st}h" --steps 4 --batch 2 --zero $st --weights bf16-sr "${host[@]}"
+    same_run "$tmp/bf1" "$tmp/bf${st}h" "zero $st bf16-sr, np 2, host homes vs accum 2"
+done
+np4 3 bf2n3 --steps 3 --batch 1 --zero 2 --weights bf16-sr --offload params=host,grads=disk,optim=disk --offload-dir "$tmp/disk"
+same_run "$tmp/bf1n3" "$tmp/bf2n3" "zero 2 bf16-sr, np 3, gradients and moments on disk vs accum 3"
+np4 2 bf2f --steps 4 --batch 2 --zero 2 --weights bf16-sr --grad-clip 0 "${host[@]}" --fused-update
+same_but_norm "$tmp/bf1c0" "$tmp/bf2f" "zero 2 bf16-sr fused host (no clipping) vs accum 2"
+check_mem "$tmp/bf2h.jsonl" "zero 2 bf16-sr np 2 host" --model "gpt2:L=4,C=64,NH=4,V=64,T=32" --seq 32 --batch 2 "${host[@]}" --weights bf16-sr --zero 2 --procs 2
 check_mem "$tmp/bf3h.jsonl" "zero 3 bf16-sr np 2 host" --model "gpt2:L=4,C=64,NH=4,V=64,T=32" --seq 32 --batch 2 "${host[@]}" --weights bf16-sr --zero 3 --procs 2
 check_mem "$tmp/bf3n3.jsonl" "zero 3 bf16-sr np 3" --model "gpt2:L=4,C=64,NH=4,V=64,T=32" --seq 32 --batch 1 --offload params=host,grads=disk,optim=disk --offload-dir "$tmp/disk" --weights bf16-sr --zero 3 --procs 3
 
@@ -328,8 +337,8 @@ refused() { # refused WHAT PATTERN ARGS...: N = 2 refuses ARGS, naming PATTERN
     echo "$out" | grep -q -- "$pat" || bad "$what: the refusal should name $pat ($out)"
 }
 refused "--zero 3 --weights bf16-kahan" "bf16-kahan" --zero 3 "${host[@]}" --weights bf16-kahan
+refused "--zero 2 --weights bf16-kahan" "zero 2 in the offload engine does not take" --zero 2 "${host[@]}" --weights bf16-kahan
 refused "--zero 3 --weights bf16-sr on disk" "params=disk" --zero 3 "${disk[@]}" --weights bf16-sr
-refused "--zero 2 --weights bf16-sr" "zero 2 in the offload engine keeps fp32 weights" --zero 2 "${host[@]}" --weights bf16-sr
 refused "--zero 1 --state-bits 8" "zero 1 in the offload engine" --zero 1 "${host[@]}" --state-bits 8
 refused "--zero 3 --optimizer sgd" "zero 3 in the offload engine" --zero 3 "${host[@]}" --optimizer sgd
 

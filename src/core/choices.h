@@ -23,7 +23,7 @@ int hpt_optim_mv_homes(const hpt_adamw_opts *o);
 hpt_status hpt_offload_check_optim(const hpt_offload_opts *o, int mv_homes);
 
 /* The blocks' weights' precision under ZeRO stage `stage` (1-3) in the offload engine's homes
- * (docs/zero_engine.md): fp32 at every stage, bf16-sr in memory at stage 3. HPT_ERR_UNSUPPORTED. */
+ * (docs/zero_engine.md): fp32, or bf16-sr in memory homes. HPT_ERR_UNSUPPORTED. */
 hpt_status hpt_zero_check_weights(int stage, const hpt_offload_opts *o);
 
 /* The hybrid schedule's predictor against the optimizer it reads: the adam predictor needs

@@ -268,11 +268,12 @@ static void update_block(offload_engine *e, int l, int set, float *p, const floa
             int team = __atomic_load_n(&e->waiting, __ATOMIC_RELAXED);
             omp_set_num_threads(eng_gpu_team(e, team));
         }
-        size_t o = a - e->zlo, h = (size_t)l * e->hstride + o;
+        size_t o = a - e->zlo, ow = eng_shard_home(e, EB_P) ? o : a; /* the bf16 home's place */
+        size_t h = (size_t)l * e->hstride + ow;
         hpt_be_param kp = hpt_be_param_f32(p ? p + o : NULL);
         if (e->bf) /* base: the element's index among the blocks' weights (noise, not layout:
                     * with ZeRO-3 the one process's index, not the shard's) */
-            kp = (hpt_be_param){NULL, wh + o, e->wc ? e->wc + h : NULL, 0, (size_t)l * e->bn + a};
+            kp = (hpt_be_param){NULL, wh + ow, e->wc ? e->wc + h : NULL, 0, (size_t)l * e->bn + a};
         e->upd(e->upd_ctx, l, i, kp, g + o, m ? m + o : NULL, v ? v + o : NULL, z - a);
     }
 }
@@ -652,7 +653,7 @@ hpt_status eng_grads_done(offload_engine *e, int l) {
         double t0 = hpt_now();
         update_block(e, l, set, p + e->zlo, g + e->zlo, update_ptr(e, EB_M, l, set), update_ptr(e, EB_V, l, set));
         e->st.compute_update_s += hpt_now() - t0;
-        if (e->zstage == 1 || e->zstage == 2) HPT_CHECK(eng_z12_gather(e, p)); /* every owner's range */
+        if (e->zstage == 1 || e->zstage == 2) HPT_CHECK(eng_z12_gather(e, l, p)); /* every owner's range */
         if (sl >= 0) e->res[l] = RS_DIRTY;
         e->blk_seq[l] = push(e, (job){.kind = J_WRITE_PMV, .l = l, .slot = sl, .set = set});
         return HPT_OK;
@@ -676,7 +677,8 @@ hpt_status eng_stream_update(offload_engine *e) {
         for (int l = 0; l < e->L; l++) {
             update_block(e, l, 0, update_ptr(e, EB_P, l, 0), update_grads(e, l, 0),
                          update_ptr(e, EB_M, l, 0), update_ptr(e, EB_V, l, 0));
-            if (e->zstage == 1 || e->zstage == 2) HPT_CHECK(eng_z12_gather(e, update_ptr(e, EB_P, l, 0) - e->zlo));
+            if (e->zstage == 1 || e->zstage == 2) /* bf16: through a free gradient slot */
+                HPT_CHECK(eng_z12_gather(e, l, e->bf ? gslot_ptr(e, 0) : update_ptr(e, EB_P, l, 0) - e->zlo));
         }
         return HPT_OK;
     }
@@ -687,7 +689,8 @@ hpt_status eng_stream_update(offload_engine *e) {
         HPT_CHECK(wait_seq(e, e->read_seq[set]));
         update_block(e, l, set, update_ptr(e, EB_P, l, set), update_grads(e, l, set),
                      update_ptr(e, EB_M, l, set), update_ptr(e, EB_V, l, set));
-        if (e->zstage == 1 || e->zstage == 2) HPT_CHECK(eng_z12_gather(e, update_ptr(e, EB_P, l, set) - e->zlo));
+        if (e->zstage == 1 || e->zstage == 2)
+            HPT_CHECK(eng_z12_gather(e, l, e->bf ? gslot_ptr(e, 0) : update_ptr(e, EB_P, l, set) - e->zlo));
         if (e->tier[EB_P] == HPT_TIER_DISK) e->res[l] = RS_WRITING_BACK;
         push(e, (job){.kind = J_WRITE, .l = l, .set = set});
     }

@@ -152,9 +152,11 @@ hpt_status eng_z3_slot_io(offload_engine *e, int b, int l, float *slot, int writ
 /* Block l's slot (loaded with this rank's shard) all-gathered from the others, unless it is
  * since its last load or update. Collective: called in the same order on every rank. */
 hpt_status eng_z3_gather(offload_engine *e, int l, float *slot);
-/* Stages 1, 2: block blk's weights (a whole block, this rank's range just updated) all-gathered
- * from the other owners, so every rank's home gets the whole new block. Collective. */
-hpt_status eng_z12_gather(offload_engine *e, float *blk);
+/* Stages 1, 2, after block l's update by the owners, so every rank's home gets the whole new
+ * block: fp32, blk (a whole block: slot, memory home or staging, this rank's range just updated)
+ * all-gathered in place; bf16-sr, blk a whole-block fp32 scratch: the bf16 home's block widened
+ * into it, all-gathered and rounded back (exact: each value a widened bf16). Collective. */
+hpt_status eng_z12_gather(offload_engine *e, int l, float *blk);
 /* Block l's gradients g (a whole slot) reduce-scattered onto the shards' owners, and this
  * rank's chunk sums of squares (the norm's parts) taken of its shard. */
 hpt_status eng_z3_reduce(offload_engine *e, int l, float *g);

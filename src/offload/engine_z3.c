@@ -114,7 +114,7 @@ hpt_status eng_z3_setup(offload_engine *e) {
     e->zlo = e->zlo_all[r];
     e->zhi = e->zhi_all[r];
     e->hn = e->zhi - e->zlo;
-    if (e->bf) e->hstride = e->hstr; /* bf16-sr weights (in memory): a shard's halves */
+    if (e->bf && e->zstage == 3) e->hstride = e->hstr; /* bf16-sr weights: a shard's halves */
     if (!needs_bounce(&e->o)) return HPT_OK;
     hpt_mem_set_name(e->mem, "ZeRO-3 shard bounce");
     return e->be->alloc(e->mem, HPT_TIER_HOST, HPT_CAT_IO, e->hstr * sizeof(float), (void **)&e->bounce);
@@ -151,9 +151,13 @@ static hpt_status need_comm(const offload_engine *e) {
                     "collectives (eng_set_comm)", e->o.shards);
 }
 
-hpt_status eng_z12_gather(offload_engine *e, float *blk) {
+hpt_status eng_z12_gather(offload_engine *e, int l, float *blk) {
     HPT_CHECK(need_comm(e));
-    return e->comm->allgather(blk, e->zlo_all, e->zhi_all, "a block's updated weights (ZeRO-1/2)");
+    uint16_t *wh = e->bf ? e->wh + (size_t)l * e->hstride : NULL; /* bf16-sr: memory homes */
+    if (wh) e->be->bf16_widen(blk, wh, e->bn);
+    HPT_CHECK(e->comm->allgather(blk, e->zlo_all, e->zhi_all, "a block's updated weights (ZeRO-1/2)"));
+    if (wh) e->be->bf16_split(wh, NULL, blk, e->bn);
+    return HPT_OK;
 }
 
 hpt_status eng_z3_gather(offload_engine *e, int l, float *slot) {
