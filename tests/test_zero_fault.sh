@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_zero_fault.sh HPTRAIN: faults and bad input at ZeRO stages 1, 2 and 3 (docs/zero.md,
+# test_zero_fault.sh HPTRAIN [HPTRAIN_ASAN]: faults and bad input at ZeRO stages 1, 2 and 3 (docs/zero.md,
 # "Faults and bad input"; stage 0's are in test_zero.sh). Two processes train with a checkpoint
 # every 2 steps, at --zero 1, --zero 2 (sharded checkpoints: zero.manifest and a shard per rank)
 # and --zero 3 --offload host (the engine's sharded homes; one process's checkpoint files):
@@ -15,9 +15,12 @@
 #  3. processes started with different configurations (one rank with another --zero, --state-bits,
 #     --optimizer, --fused-update) refuse to start at every stage, naming the option and both
 #     values (every rank fails with that message), within 30 s.
-# Skips (exit 77) where mpirun is not installed.
+# The sanitizer binary (when given) runs the stage-2 kill and its resumes (against its own
+# reference: -O1 code rounds differently), with LeakSanitizer off (Open MPI's allocations live
+# until exit). Skips (exit 77) where mpirun is not installed.
 set -u
 bin=$1
+asan=${2:-}
 . "$(dirname "$0")/lib.sh"      # $tmp, bad, fail
 . "$(dirname "$0")/mpi_lib.sh"  # SKIP without mpirun; $mpi, mpi_shard
 . "$(dirname "$0")/zero_lib.sh" # same_run, shards_are
@@ -28,7 +31,7 @@ long=(--steps 100000) # the cosine's length: the killed runs never reach it
 cat >"$tmp/pid.sh" <<EOF
 #!/bin/bash
 echo \$\$ >"$tmp/pid.\$OMPI_COMM_WORLD_RANK"
-exec "$bin" train "\$@"
+exec "\$HPT_BIN" train "\$@"
 EOF
 chmod +x "$tmp/pid.sh"
 wait_for() { for _ in $(seq 600); do [ -s "$1" ] && return 0; sleep 0.1; done; return 1; } # up to 60 s
@@ -40,7 +43,7 @@ fault() {
     local name=$1 sig=$2 file=$3; shift 3
     local d=$tmp/$name job t0 dt
     rm -f "$tmp"/pid.[0-9]*
-    HPT_DIST_TIMEOUT_S=3 "${mpi[@]}" -x HPT_DIST_TIMEOUT_S -np 2 "$tmp/pid.sh" "${base[@]}" "${long[@]}" "$@" \
+    HPT_BIN=$bin HPT_DIST_TIMEOUT_S=3 "${mpi[@]}" -x HPT_BIN -x HPT_DIST_TIMEOUT_S -np 2 "$tmp/pid.sh" "${base[@]}" "${long[@]}" "$@" \
         --save "$d" --save-every 2 >"$tmp/$name.out" 2>&1 &
     job=$!
     if ! wait_for "$d/$file" || ! wait_for "$tmp/pid.1"; then
@@ -68,7 +71,7 @@ resumes() {
     "$bin" train "${base[@]}" "${long[@]}" --accum 2 --zero 0 --resume "$d" --save "$d.one" --stop-at 1 \
         --log "$d.one.jsonl" 2>"$d.one.err" || { bad "$name: the last checkpoint does not load"; tail -3 "$d.one.err"; return; }
     s=$(step_of "$d.one.jsonl")
-    "$bin" train "${base[@]}" "${long[@]}" --accum 2 --zero 0 --save "$d.ref" --stop-at "$s" 2>/dev/null ||
+    "$bin" train "${base[@]}" "${long[@]}" --accum 2 --zero 0 --save "$d.ref" --stop-at "$s" 2>"$d.ref.err" ||
         bad "$name: the reference run"
     same_run "$d.ref" "$d.one" "$name: resumed in one process at step $((s - 1)) (one step on)"
     if [ $# -gt 0 ] && [ -f "$d/zero.manifest" ]; then
@@ -99,6 +102,19 @@ resumes kill3
 fault hang3 STOP state.bin --zero 3 --offload host
 grep -q "no answer from the other processes within 3 s" "$tmp/hang3.out" || { bad "hang3: no timeout error"; tail -5 "$tmp/hang3.out"; }
 resumes hang3
+
+if [ -n "$asan" ] && [ -x "$asan" ]; then # the sanitizer binary: a kill at stage 2 and its resumes
+    export ASAN_OPTIONS=detect_leaks=0
+    keep=$bin bin=$asan mpi0=("${mpi[@]}")
+    mpi+=(-x ASAN_OPTIONS)
+    fault akill2 9 zero.manifest --zero 2
+    grep -qi "signal 9\|killed" "$tmp/akill2.out" || { bad "akill2: no message names the killed process"; tail -5 "$tmp/akill2.out"; }
+    grep -q "ERROR: AddressSanitizer\|runtime error" "$tmp/akill2.out" && { bad "akill2: the sanitizer reports"; grep -A5 Sanitizer "$tmp/akill2.out"; }
+    resumes akill2 --zero 2
+    grep -q "ERROR: AddressSanitizer\|runtime error" "$tmp"/akill2.*.err && bad "akill2's resumes: the sanitizer reports"
+    bin=$keep mpi=("${mpi0[@]}")
+    unset ASAN_OPTIONS
+fi
 
 # ---- 3. different configurations, at every stage ------------------------------------------------
 cat >"$tmp/differ.sh" <<EOF
