@@ -6,7 +6,8 @@
 # (btl self,tcp and oob restricted to the pair's subnet: no shared memory, no loopback between
 # them). Checks: each rank sees its own host's address, and `hptrain train` on the two hosts
 # writes the bits of one process with --accum 2 --zero 0 at ZeRO stages 0, 1, 2 (the shards
-# put together) and 3 (--offload host). The namespaces, the pair and the
+# put together) and 3 (--offload host), each host's device bytes at stages 1-3 = the estimate for
+# its rank. The namespaces, the pair and the
 # agent are removed on exit. SKIP (77) where mpirun is missing or `ip netns` is not permitted
 # (no root, a container without CAP_NET_ADMIN).
 set -u
@@ -74,15 +75,26 @@ cmp -s "$tmp/one/model.bin" "$tmp/two/model.bin" || bad "two hosts: model.bin di
 # ZeRO over the two hosts: stages 1 and 2 (sharded optimizer state and gradients: the shards put
 # together are one process's state.bin) and 3 in the engine's host homes (one process's files)
 . "$(dirname "$0")/zero_lib.sh" # same_run, shards_are
+# each host's device bytes (its own log: --log 'F.%r.jsonl') = the estimate for its rank
+per_host() { # per_host NAME ZERO_ARGS...
+    local n=$1 est got; shift
+    est=$("$bin" estimate --model "gpt2:L=2,C=64,NH=4,V=64,T=32" --seq 32 --batch 2 "$@" --procs 2 --json |
+          python3 -c "import json,sys; print(' '.join(map(str, json.load(sys.stdin)['per_process_peak_bytes'])))")
+    got=$(for r in 0 1; do tail -1 "$tmp/$n.$r.jsonl" | python3 -c "import json,sys; print(json.load(sys.stdin)['mem_peak_bytes'])"; done | xargs)
+    echo "two hosts $*: device bytes per host measured $got, estimated $est"
+    [ "$est" = "$got" ] || bad "two hosts $*: measured $got, estimated $est"
+}
 for z in 1 2; do
-    timeout 300 "${mpi[@]}" "$bin" train "${args[@]}" --zero $z --save "$tmp/two$z" 2>"$tmp/two.err" ||
+    timeout 300 "${mpi[@]}" "$bin" train "${args[@]}" --zero $z --save "$tmp/two$z" --log "$tmp/two$z.%r.jsonl" 2>"$tmp/two.err" ||
         { bad "two hosts --zero $z: hptrain train failed"; tail -20 "$tmp/two.err"; }
     cmp -s "$tmp/one/model.bin" "$tmp/two$z/model.bin" || bad "two hosts --zero $z: model.bin differs from one process's"
     shards_are "$tmp/two$z" "$tmp/one/state.bin" "two hosts --zero $z"
+    per_host two$z --zero $z
 done
-timeout 300 "${mpi[@]}" "$bin" train "${args[@]}" --zero 3 --offload host --save "$tmp/two3" 2>"$tmp/two.err" ||
+timeout 300 "${mpi[@]}" "$bin" train "${args[@]}" --zero 3 --offload host --save "$tmp/two3" --log "$tmp/two3.%r.jsonl" 2>"$tmp/two.err" ||
     { bad "two hosts --zero 3 --offload host: hptrain train failed"; tail -20 "$tmp/two.err"; }
 same_run "$tmp/one" "$tmp/two3" "two hosts --zero 3 --offload host"
+per_host two3 --zero 3 --offload host
 [ $fail -eq 0 ] && echo "test_netns: all passed (2 hosts as network namespaces, TCP over a veth pair; ZeRO stages 0-3)" ||
     echo "test_netns: $fail failure(s)"
 [ $fail -eq 0 ]
