@@ -43,7 +43,10 @@ fault() {
     local name=$1 sig=$2 file=$3; shift 3
     local d=$tmp/$name job t0 dt
     rm -f "$tmp"/pid.[0-9]*
-    HPT_BIN=$bin HPT_DIST_TIMEOUT_S=3 "${mpi[@]}" -x HPT_BIN -x HPT_DIST_TIMEOUT_S -np 2 "$tmp/pid.sh" "${base[@]}" "${long[@]}" "$@" \
+    # TMPDIR: a stage-3 rank's scratch checkpoint directory (dp_engine.c) stays in $tmp when
+    # its rank is killed mid-save (other tests look for strays in /tmp)
+    mkdir -p "$tmp/scratch"
+    TMPDIR=$tmp/scratch HPT_BIN=$bin HPT_DIST_TIMEOUT_S=3 "${mpi[@]}" -x TMPDIR -x HPT_BIN -x HPT_DIST_TIMEOUT_S -np 2 "$tmp/pid.sh" "${base[@]}" "${long[@]}" "$@" \
         --save "$d" --save-every 2 >"$tmp/$name.out" 2>&1 &
     job=$!
     if ! wait_for "$d/$file" || ! wait_for "$tmp/pid.1"; then
@@ -99,6 +102,7 @@ resumes hang1
 fault kill3 9 state.bin --zero 3 --offload host
 grep -qi "signal 9\|killed" "$tmp/kill3.out" || { bad "kill3: no message names the killed process"; tail -5 "$tmp/kill3.out"; }
 resumes kill3
+echo "kill3: scratch directories left by the killed rank (a stage-3 save in flight): $(ls "$tmp/scratch" | wc -l)"
 fault hang3 STOP state.bin --zero 3 --offload host
 grep -q "no answer from the other processes within 3 s" "$tmp/hang3.out" || { bad "hang3: no timeout error"; tail -5 "$tmp/hang3.out"; }
 resumes hang3
