@@ -31,14 +31,11 @@ bin=$1
 asan=${2:-}
 . "$(dirname "$0")/lib.sh"     # $tmp, bad, fail
 . "$(dirname "$0")/mpi_lib.sh" # SKIP without mpirun; $mpi, mpi_shard
+. "$(dirname "$0")/zero_lib.sh" # same_run, shards_are
 mpi_shard "$tmp/train_000.bin"
 args=(--model "gpt2:L=2,C=64,NH=4,V=64,T=32" --data "$tmp/train_000.bin" --seq 32 --lr 3e-3
       --warmup 2 --quiet)
 losses() { python3 -c "import json,sys; print(' '.join(repr(json.loads(l)['loss']) for l in open(sys.argv[1])))" "$1"; }
-same_run() { # same_run DIR_A DIR_B WHAT
-    cmp -s "$1/state.bin" "$2/state.bin" || bad "$3: state.bin differs"
-    cmp -s "$1/model.bin" "$2/model.bin" || bad "$3: model.bin differs"
-}
 
 # ---- 1. the same bits -------------------------------------------------------------------
 "$bin" train "${args[@]}" --steps 6 --batch 2 --accum 2 --zero 0 --save "$tmp/one2" --log "$tmp/one2.jsonl" 2>/dev/null || bad "one process, accum 2"
@@ -118,31 +115,6 @@ out=$("${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 6 --batch 2 --accum 2 
 grep -q "micro-batches per step" <<<"$out" || bad "global-batch refusal: $out"
 
 # ---- 3. ZeRO stages 1 and 2 (sharded optimizer state; stage 2 also the summed gradients) ----
-# shards_are DIR STATE WHAT: the shards' weights and state buffers, concatenated in rank order,
-# are STATE's (a stage-0 state.bin) byte for byte (each shard holds a contiguous run of units, so
-# concatenation is the whole layout), and the manifest's header fields are STATE's.
-shards_are() {
-    python3 - "$1" "$2" <<'PY' || bad "$3: the shards are not the one-process state"
-import struct, sys, os
-d, state = sys.argv[1], open(sys.argv[2], "rb").read()
-man = open(d + "/zero.manifest").read().split("\n")
-fields = [int(x) for x in next(l for l in man if l.startswith("fields")).split()[1:]]
-shards = [l.split() for l in man if l.startswith("shard ")]
-params, bufs = b"", [b""] * 6
-for sh in shards:
-    f = open(os.path.join(d, sh[2]), "rb").read()
-    assert f[:8] == b"HPTZERO1"
-    h = struct.unpack("<8q", f[8:72]); nb = struct.unpack("<6Q", f[72:120])
-    o = 120 + (h[5] - h[4]) * 4
-    params += f[120:o]
-    for i in range(6):
-        bufs[i] += f[o:o + nb[i]]; o += nb[i]
-body = params + b"".join(bufs)
-ok = list(struct.unpack("<32q", state[16:272])) == fields and state[272:272 + len(body)] == body
-print("%s: %d shards, %d bytes of weights and state: %s" % (sys.argv[2], len(shards), len(body), "same" if ok else "DIFFERENT"))
-sys.exit(0 if ok else 1)
-PY
-}
 # the same bits at N = 2 and 3, stages 1 and 2, fp32 and 8-bit AdamW with recomputation
 "${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 6 --batch 2 --zero 1 --save "$tmp/z1n2" --log "$tmp/z1n2.jsonl" \
     --trace "$tmp/z1n2.%r.json" 2>/dev/null || bad "np 2 --zero 1"

@@ -174,27 +174,53 @@ int hpt_dist_any(int flag) {
     return 0;
 }
 
-/* The first line of mine that differs from ref's, as "key: mine here, ref's on rank 0". */
-static void first_difference(const char *mine, const char *ref, char *out, size_t n) {
-    const char *a = mine, *b = ref;
-    while (*a || *b) {
-        size_t la = strcspn(a, "\n"), lb = strcspn(b, "\n");
-        if (la != lb || memcmp(a, b, la)) {
-            size_t ka = strcspn(a, "="), kb = strcspn(b, "=");
-            if (ka > la) ka = la;
-            if (kb > lb) kb = lb;
-            if (ka == kb && !memcmp(a, b, ka))
-                snprintf(out, n, "%.*s is %.*s on rank %d but %.*s on rank 0", (int)ka, a,
-                         (int)(la - ka - (ka < la)), a + ka + (ka < la), g_w.rank,
-                         (int)(lb - kb - (kb < lb)), b + kb + (kb < lb));
-            else
-                snprintf(out, n, "rank %d has '%.*s' where rank 0 has '%.*s'", g_w.rank, (int)la, a,
-                         (int)lb, b);
-            return;
+/* Line k of text (the k-th "key=value" line) as key [*k0, *k1) and value [*v0, *v1); 0 past the end. */
+static int nth_line(const char *text, int k, const char **key, int *klen, const char **val, int *vlen) {
+    const char *a = text;
+    for (int i = 0; *a; i++) {
+        int la = (int)strcspn(a, "\n"), ka = (int)strcspn(a, "=");
+        if (ka > la) ka = la;
+        if (i == k) {
+            *key = a;
+            *klen = ka;
+            *val = a + ka + (ka < la);
+            *vlen = la - ka - (ka < la);
+            return 1;
         }
         a += la + (a[la] == '\n');
-        b += lb + (b[lb] == '\n');
     }
+    return 0;
+}
+
+/* The value of key in text (its first line with that key); 0 when none has it. */
+static int find_key(const char *text, const char *key, int klen, const char **val, int *vlen) {
+    const char *k;
+    int kl;
+    for (int i = 0; nth_line(text, i, &k, &kl, val, vlen); i++)
+        if (kl == klen && !memcmp(k, key, (size_t)klen)) return 1;
+    return 0;
+}
+
+/* The first key whose value differs between mine and ref (rank 0's), looked up by key so an
+ * option given on one rank only is named as such: "key is A on rank r but B on rank 0". */
+static void first_difference(const char *mine, const char *ref, char *out, size_t n) {
+    const char *k, *a, *b;
+    int kl, la, lb;
+    for (int i = 0; nth_line(mine, i, &k, &kl, &a, &la); i++) {
+        if (!find_key(ref, k, kl, &b, &lb)) {
+            snprintf(out, n, "%.*s is %.*s on rank %d but not given on rank 0", kl, k, la, a, g_w.rank);
+            return;
+        }
+        if (la != lb || memcmp(a, b, (size_t)la)) {
+            snprintf(out, n, "%.*s is %.*s on rank %d but %.*s on rank 0", kl, k, la, a, g_w.rank, lb, b);
+            return;
+        }
+    }
+    for (int i = 0; nth_line(ref, i, &k, &kl, &b, &lb); i++)
+        if (!find_key(mine, k, kl, &a, &la)) {
+            snprintf(out, n, "%.*s is not given on rank %d but %.*s on rank 0", kl, k, g_w.rank, lb, b);
+            return;
+        }
     snprintf(out, n, "rank %d's configuration differs from rank 0's", g_w.rank);
 }
 

@@ -22,21 +22,40 @@ int dp_size(void) { return hpt_dist_size(); }
 int dp_rank(void) { return hpt_dist_rank(); }
 int dp_apart(const hpt_train_opts *o) { return o->zero >= 0 || hpt_dist_size() > 1; }
 
+/* The plan's flags ("--zero 1 --state-bits 8 --fused-update") as one "--key=value" line each
+ * ("--key=given" for a flag without a value), so a difference names its option. */
+static void plan_lines(const char *flags, char *out, size_t n) {
+    size_t len = 0;
+    out[0] = '\0';
+    for (const char *a = strstr(flags, "--"); a && len < n;) {
+        const char *next = strstr(a + 2, " --"), *end = next ? next : a + strlen(a);
+        size_t kl = strcspn(a, " ");
+        if (a + kl > end) kl = (size_t)(end - a);
+        const char *v = a + kl + (a + kl < end);
+        int w = v < end ? snprintf(out + len, n - len, "%.*s=%.*s\n", (int)kl, a, (int)(end - v), v)
+                        : snprintf(out + len, n - len, "%.*s=given\n", (int)kl, a);
+        if (w < 0) break;
+        len += (size_t)w;
+        a = next ? next + 1 : NULL;
+    }
+}
+
 hpt_status dp_agree(const hpt_train_opts *o) {
     if (hpt_dist_size() == 1) return HPT_OK;
-    char flags[2048] = "", text[4096];
+    char flags[2048] = "", plan[3072], text[4096];
     hpt_plan_print(&o->plan, flags, sizeof flags); /* a cut text still compares */
+    plan_lines(flags, plan, sizeof plan);
     /* every choice that changes the bits or the run (the save directory aside: each host may
      * name its own) */
     snprintf(text, sizeof text,
              "--model=%s\n--data=%s\n--val=%s\n--resume=%s\n--batch=%d\n--seq=%d\n--steps=%lld\n"
              "--lr=%.9g\n--min-lr=%.9g\n--warmup=%lld\n--grad-clip=%.9g\n--eval-every=%lld\n"
-             "--val-batches=%d\n--save-every=%lld\n--seed=%llu\n--threads=%d\nplan=%s\n",
+             "--val-batches=%d\n--save-every=%lld\n--seed=%llu\n--threads=%d\n%s",
              o->model ? o->model : "", o->data ? o->data : "", o->val ? o->val : "",
              o->resume ? o->resume : "", o->B, o->T, (long long)o->steps, (double)o->lr,
              (double)o->min_lr, (long long)o->warmup, (double)o->grad_clip,
              (long long)o->eval_every, o->val_batches, (long long)o->save_every,
-             (unsigned long long)o->seed, hpt_get_threads(), flags);
+             (unsigned long long)o->seed, hpt_get_threads(), plan);
     return dist_agree(text);
 }
 
