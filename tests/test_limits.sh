@@ -37,11 +37,26 @@ PY
 shape="gpt2:L=2,C=64,NH=4,V=64,T=32"
 args=(--data "$tmp/train_000.bin" --batch 4 --seq 32 --lr 3e-3 --quiet)
 
+# A script's background job starts with SIGINT ignored (bash without job control), so an INT
+# sent before hptrain has blocked it (then sigwait takes it: cmd_train.c, stop_signals) is
+# dropped and the run never stops. Wait until SIGINT is in the process's blocked set.
+wait_blocked() {
+    local i
+    for i in $(seq 1 500); do
+        local m
+        m=$(sed -n 's/^SigBlk:[[:space:]]*//p' "/proc/$1/status" 2>/dev/null) || return 0
+        [ -z "$m" ] && return 0
+        (( (16#$m & 2) != 0 )) && return 0
+        sleep 0.01
+    done
+}
+
 # --- SIGTERM and SIGINT: save and exit like Ctrl-C ---
 for sig in TERM INT; do
     d=$tmp/sig$sig
     "$bin" train --model "$shape" "${args[@]}" --steps 100000 --save "$d" >/dev/null 2>"$tmp/err" &
     pid=$!
+    wait_blocked $pid
     sleep 1
     kill -$sig $pid
     wait $pid
@@ -74,6 +89,7 @@ for i in $(seq 1 12); do
     OMP_NUM_THREADS=1 "$bin" train --model "gpt2:L=2,C=64,NH=4,V=2048,T=32" "${args[@]}" --threads 1 \
         --steps 1000000 >/dev/null 2>"$tmp/err" &
     pid=$!
+    wait_blocked $pid
     sleep "0.$((RANDOM % 9 + 1))$((RANDOM % 10))"
     sig=$([ $((i % 3)) -eq 0 ] && echo INT || echo TERM)
     kill -$sig $pid
