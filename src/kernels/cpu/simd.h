@@ -103,6 +103,8 @@ void k_bf16_widen_avx512(float *x, const uint16_t *h, size_t n);
  * larger than the caches, whose write-allocate reads would be wasted (an offload engine's
  * block load). Fenced before it returns. */
 void k_bf16_widen_nt_avx512(float *x, const uint16_t *h, size_t n);
+/* p (bytes, a multiple of 64, p 64-byte aligned) = 0 with streaming stores, fenced. */
+void k_zero_nt_avx512(void *p, size_t bytes);
 int k_bf16_narrow_avx512(uint16_t *h, const float *x, size_t n);
 void k_bf16_split_avx512(uint16_t *h, uint16_t *c, const float *x, size_t n);
 

@@ -289,6 +289,11 @@ AVX512_FN void k_bf16_widen_nt_avx512(float *x, const uint16_t *h, size_t n) {
     _mm_sfence(); /* the streamed lines visible before any other thread reads them */
 }
 
+AVX512_FN void k_zero_nt_avx512(void *p, size_t bytes) {
+    for (size_t i = 0; i < bytes; i += 64) _mm512_stream_si512((__m512i *)(void *)((char *)p + i), _mm512_setzero_si512());
+    _mm_sfence();
+}
+
 AVX512_FN int k_bf16_narrow_avx512(uint16_t *h, const float *x, size_t n) {
     /* forward: with h over x's bytes, a step's halves (bytes 2a .. 2a + 32) lie below the
      * floats not yet read (>= 4a + 64) */
