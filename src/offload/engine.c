@@ -50,6 +50,9 @@
  *      |   read into staging -> update -> WRITING_BACK queued -> reap -> HOME)
  *      +--- reap <-- WRITING_BACK <-- eng_stream_update
  *
+ * On the CPU backend with no disk home the "worker" is no thread: its jobs run inline, on the
+ * compute thread and its team, as they are queued (inline_jobs: two cores gain nothing from a
+ * third busy thread), in the same FIFO order, with the same results.
  * Fused updates run where the state is: on the worker when m and v are in memory (ZeRO-Offload:
  * overlapping the backward of the blocks before; one thread while the compute thread computes,
  * the compute team's count while it is blocked in wait_seq, chosen slice by slice); when they
