@@ -105,14 +105,11 @@ static int is_sync(const hpt_offload_opts *o) {
            o->optim == HPT_TIER_DEVICE;
 }
 
-/* Whether the worker's jobs run inline, on the compute thread and its OpenMP team, as they are
- * queued, instead of on a thread of their own: on the CPU backend with no disk home, where
- * every job is CPU work (copies, bf16 widening, updates) that a worker could only run beside
- * the compute's team on the same cores. Measured on 2 cores (docs/benchmarks.md, "Fourth
- * pass"): a third busy thread there preempts one of the team's two, whose partner then sleeps
- * at the next barrier and lends its core to any other process. HPT_ENGINE_WORKER=thread or
- * =inline forces either (inline only on the CPU backend). The same jobs run in the same order
- * with the same kernels, whose bits do not depend on the thread count: the same results. */
+/* Whether the jobs run inline (push runs each on the compute thread and its team): on the CPU
+ * backend with no disk home every job is CPU work, and a third busy thread on the team's cores
+ * preempts one of its threads, whose partner sleeps at the next barrier and lends its core to
+ * other processes (docs/benchmarks.md, "Fourth pass"). HPT_ENGINE_WORKER=thread|inline forces
+ * either. The same jobs, order and kernels (bits independent of the thread count). */
 static int inline_jobs(const offload_engine *e) {
     if (strcmp(e->be->name, "cpu") != 0) return 0;
     const char *env = getenv("HPT_ENGINE_WORKER");
