@@ -50,6 +50,9 @@
  *      |   read into staging -> update -> WRITING_BACK queued -> reap -> HOME)
  *      +--- reap <-- WRITING_BACK <-- eng_stream_update
  *
+ * On the CPU backend with no disk home the "worker" is no thread: its jobs run inline, on the
+ * compute thread and its team, as they are queued (inline_jobs: two cores gain nothing from a
+ * third busy thread), in the same FIFO order, with the same results.
  * Fused updates run where the state is: on the worker when m and v are in memory (ZeRO-Offload:
  * overlapping the backward of the blocks before; one thread while the compute thread computes,
  * the compute team's count while it is blocked in wait_seq, chosen slice by slice); when they
@@ -100,6 +103,20 @@ static int is_sync(const hpt_offload_opts *o) {
         return o->params == HPT_TIER_DEVICE && o->optim == HPT_TIER_DEVICE;
     return o->grads == HPT_TIER_DEVICE && o->params == HPT_TIER_DEVICE &&
            o->optim == HPT_TIER_DEVICE;
+}
+
+/* Whether the jobs run inline (push runs each on the compute thread and its team): on the CPU
+ * backend with no disk home every job is CPU work, and a third busy thread on the team's cores
+ * preempts one of its threads, whose partner sleeps at the next barrier and lends its core to
+ * other processes (docs/benchmarks.md, "Fourth pass"). HPT_ENGINE_WORKER=thread|inline forces
+ * either. The same jobs, order and kernels (bits independent of the thread count). */
+static int inline_jobs(const offload_engine *e) {
+    if (strcmp(e->be->name, "cpu") != 0) return 0;
+    const char *env = getenv("HPT_ENGINE_WORKER");
+    if (env && !strcmp(env, "thread")) return 0;
+    if (env && !strcmp(env, "inline")) return 1;
+    return e->o.params != HPT_TIER_DISK && e->o.grads != HPT_TIER_DISK &&
+           e->o.optim != HPT_TIER_DISK && e->o.shards <= 1;
 }
 
 static int n_gslots(const hpt_offload_opts *o) {
@@ -161,8 +178,8 @@ static size_t home_bytes_moved(const offload_engine *e, int b) {
 /* Copies block l of buffer b between its home and mem (disk: the aligned stride). */
 static hpt_status home_io(offload_engine *e, int b, int l, float *mem, int write_) {
     if (b == EB_P && e->bf) { /* bf16 weights are only read (widened): updates write the home */
-        if (!e->bfd) {
-            e->be->bf16_widen(mem, e->wh + (size_t)l * e->hstride, eng_hn(e, b)); /* ZeRO-3: a shard */
+        if (!e->bfd) { /* over the calling thread's team; ZeRO-3: a shard */
+            e->be->bf16_widen_par(mem, e->wh + (size_t)l * e->hstride, eng_hn(e, b));
             return HPT_OK;
         }
         /* read into mem's start, widened in place */
@@ -301,13 +318,16 @@ static hpt_status run_job(offload_engine *e, const job *j, double *io_s, double 
         HPT_CHECK(grad_io(e, j->l, gslot_ptr(e, j->g), 0, ovf));
         break;
     case J_UPDATE: { /* m and v in memory: the update runs here, where they live */
-        float *p = e->zc ? e->home[EB_P] + (size_t)j->l * e->stride : slot_ptr(e, j->slot);
+        /* slot -1: bf16 weights whose slot was given up (eng_grads_done): only the home */
+        float *p = e->zc ? e->home[EB_P] + (size_t)j->l * e->stride
+                         : j->slot >= 0 ? slot_ptr(e, j->slot) : NULL;
         if (e->bfd) bstage_from_slot(e, 0, p);
-        update_block(e, j->l, 0, p + e->zlo, eng_gpu_grads(e, gslot_ptr(e, j->g)) + e->zlo,
-                     update_ptr(e, EB_M, j->l, 0), update_ptr(e, EB_V, j->l, 0));
+        update_block(e, j->l, 0, p ? p + e->zlo : NULL,
+                     eng_gpu_grads(e, gslot_ptr(e, j->g)) + e->zlo, update_ptr(e, EB_M, j->l, 0),
+                     update_ptr(e, EB_V, j->l, 0));
         double t1 = hpt_now();
         *upd_s += t1 - t0;
-        if (!e->zc) HPT_CHECK(after_update(e, j->l, p, 0));
+        if (p && !e->zc) HPT_CHECK(after_update(e, j->l, p, 0));
         *io_s += hpt_now() - t1;
         return HPT_OK;
     }
@@ -341,6 +361,31 @@ static hpt_status run_job(offload_engine *e, const job *j, double *io_s, double 
     return HPT_OK;
 }
 
+/* Runs the oldest queued job and records its outcome (mu not held): the worker's loop body,
+ * and the whole of push in inline mode. */
+static void run_next(offload_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    job *j = &e->q[e->done % QCAP];
+    int failed = e->err != HPT_OK;
+    pthread_mutex_unlock(&e->mu);
+    double io = 0.0, up = 0.0;
+    int ovf = 0;
+    hpt_status s = failed ? HPT_ERR_IO : run_job(e, j, &io, &up, &ovf);
+    pthread_mutex_lock(&e->mu);
+    j->ok = !failed && s == HPT_OK;
+    j->ovf = ovf;
+    if (!failed && s != HPT_OK) {
+        e->err = s;
+        snprintf(e->err_msg, sizeof e->err_msg, "%s", hpt_last_error());
+    }
+    e->st.io_s += io;
+    e->st.update_s += up;
+    if (e->inl) e->st.wait_s += io + up; /* the compute thread ran it: nothing hidden */
+    e->done++;
+    pthread_cond_broadcast(&e->cv_done);
+    pthread_mutex_unlock(&e->mu);
+}
+
 static void *worker(void *arg) {
     offload_engine *e = arg;
     t_worker = 1;
@@ -351,23 +396,9 @@ static void *worker(void *arg) {
             pthread_cond_wait(&e->cv_work, &e->mu);
             continue;
         }
-        job *j = &e->q[e->done % QCAP];
-        int failed = e->err != HPT_OK;
         pthread_mutex_unlock(&e->mu);
-        double io = 0.0, up = 0.0;
-        int ovf = 0;
-        hpt_status s = failed ? HPT_ERR_IO : run_job(e, j, &io, &up, &ovf);
+        run_next(e);
         pthread_mutex_lock(&e->mu);
-        j->ok = !failed && s == HPT_OK;
-        j->ovf = ovf;
-        if (!failed && s != HPT_OK) {
-            e->err = s;
-            snprintf(e->err_msg, sizeof e->err_msg, "%s", hpt_last_error());
-        }
-        e->st.io_s += io;
-        e->st.update_s += up;
-        e->done++;
-        pthread_cond_broadcast(&e->cv_done);
     }
     pthread_mutex_unlock(&e->mu);
     return NULL;
@@ -446,7 +477,7 @@ static hpt_status sticky(offload_engine *e) {
 
 /* Waits until job seq (0: none) is done; the engine's error if one happened. */
 static hpt_status wait_seq(offload_engine *e, uint64_t seq) {
-    if (!e->th_on) return HPT_OK;
+    if (!e->th_on && !e->inl) return HPT_OK; /* inline: every job is done, only reaped here */
     pthread_mutex_lock(&e->mu);
     if (e->done < seq) {
         double t0 = hpt_now();
@@ -469,6 +500,7 @@ static uint64_t push(offload_engine *e, job j) {
     uint64_t seq = ++e->head;
     pthread_cond_signal(&e->cv_work);
     pthread_mutex_unlock(&e->mu);
+    if (e->inl) run_next(e); /* at once, on this thread and its team */
     return seq;
 }
 
@@ -658,6 +690,17 @@ hpt_status eng_grads_done(offload_engine *e, int l) {
         e->blk_seq[l] = push(e, (job){.kind = J_WRITE_PMV, .l = l, .slot = sl, .set = set});
         return HPT_OK;
     }
+    if (sl >= 0 && e->bf && !e->bfd && e->dir < 0 && l >= e->K) {
+        /* bf16 weights in memory: the update writes their home; widening it again into the
+         * slot pays only for the blocks the next forward finds resident, the first K (the
+         * backward runs down to 0 and evicts least recently used), so the others' slots are
+         * given up now: their block is HOME, its next load queued after this update (FIFO).
+         * The compute thread is done with the slot (grads_done, then release). */
+        e->res[l] = RS_HOME;
+        e->slot_of[l] = -1;
+        e->slot_blk[sl] = -1;
+        sl = -1;
+    }
     if (sl >= 0) e->res[l] = RS_DIRTY;
     uint64_t seq = push(e, (job){.kind = J_UPDATE, .l = l, .slot = sl, .g = e->g_of[l]});
     e->blk_seq[l] = e->g_seq[e->g_of[l]] = seq;
@@ -841,7 +884,9 @@ hpt_status eng_create(hpt_mem *mem, int L, int n_slices, const size_t *slice_n,
         s = e->be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, (size_t)e->n_g * e->stride * sizeof(float),
                           (void **)&e->gslots);
     }
-    if (s == HPT_OK && !e->sync) {
+    if (s == HPT_OK && !e->sync && (e->inl = inline_jobs(e))) {
+        /* no thread: jobs run as they are queued */
+    } else if (s == HPT_OK && !e->sync) {
         if (pthread_create(&e->th, NULL, worker, e) != 0)
             s = hpt_fail(HPT_ERR_OOM, "offload engine: cannot start its worker thread");
         else

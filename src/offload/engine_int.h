@@ -100,6 +100,7 @@ struct offload_engine {
     /* worker */
     pthread_t th;
     int th_on;
+    int inl;                   /* no thread: push runs each job at once (inline_jobs) */
     int waiting;               /* while the compute thread is blocked on a job: its team's
                                 * thread count, else 0 (atomic; the worker's updates use it) */
     pthread_mutex_t mu;

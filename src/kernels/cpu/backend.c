@@ -7,13 +7,16 @@
 #include "kernels/cpu/embed_kernels.h"
 #include "kernels/cpu/infer_ops.h"
 #include "kernels/cpu/llama_ops.h"
+#include "kernels/cpu/simd.h"
 #include "kernels/kernels.h"
 
 #include <omp.h>
+#include <stdint.h>
 #include <string.h>
 
 #define K_PAR_BYTES ((size_t)4 << 20)
 #define K_PIECE ((size_t)1 << 20)
+#define K_STREAM_BYTES ((size_t)32 << 20)
 
 static hpt_status cpu_alloc(hpt_mem *mem, hpt_tier tier, hpt_category cat, size_t bytes,
                             void **out) {
@@ -43,11 +46,15 @@ static void cpu_memset(void *dst, int value, size_t bytes) {
         if (bytes) memset(dst, value, bytes);
         return;
     }
+    /* zeroing more than the L3 (an engine's gradient slot, a model's gradients) streams past
+     * the caches (AVX-512): 1558M's 123 MB slot 4.2 -> 2.3 ms on 2 threads; whole pieces only */
+    int nt = value == 0 && bytes >= K_STREAM_BYTES && k_simd_avx512 && (uintptr_t)dst % 64 == 0;
     size_t n = (bytes + K_PIECE - 1) / K_PIECE;
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
-        size_t o = i * K_PIECE;
-        memset((char *)dst + o, value, bytes - o < K_PIECE ? bytes - o : K_PIECE);
+        size_t o = i * K_PIECE, len = bytes - o < K_PIECE ? bytes - o : K_PIECE;
+        if (nt && len == K_PIECE) k_zero_nt_avx512((char *)dst + o, len);
+        else memset((char *)dst + o, value, len);
     }
 }
 

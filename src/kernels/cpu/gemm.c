@@ -1,6 +1,7 @@
-/* gemm.c: matrix products through oneDNN's sgemm, the GEMM library chosen by measurement
- * (docs/design.md): it dispatches to this CPU's widest vector units at run time with no
- * environment variable, and runs on the same OpenMP runtime as the other kernels.
+/* gemm.c: matrix products through oneDNN, the GEMM library chosen by measurement
+ * (docs/design.md): its sgemm, and its matmul primitive for the forward products (below); both
+ * dispatch to this CPU's widest vector units at run time with no environment variable, and
+ * run on the same OpenMP runtime as the other kernels.
  * Kernels cannot fail: should dnnl_sgemm refuse a call (it validates its arguments; the shapes
  * the library builds are valid), k_gemm computes the product with the plain reference loops
  * instead and counts the event (k_gemm_fallbacks), so the result is right and the slowdown
@@ -9,8 +10,118 @@
 #include "kernels/kernels.h"
 
 #include <dnnl.h>
+#include <omp.h>
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* ---- oneDNN's matmul primitive for the forward products ('N','T') -------------------------
+ * Chosen by measurement (bench/gemm_shapes.c, docs/benchmarks.md "Fourth pass"): on AVX-512
+ * its brgemm kernels beat dnnl_sgemm on the forward shapes (weights (out, in) used as W^T:
+ * up to 1.5x on fcproj, K = 4C), not on dX ('N','N') or dW ('T','N'), which stay with sgemm.
+ * Every 'N','T' product with alpha 1 and beta 0 or 1 goes through it, so all paths of a
+ * model (chunked head or not, recompute) share one implementation; HPT_GEMM=sgemm turns it
+ * off (any refusal falls back to sgemm too). Primitives are cached by shape, strides, beta and the thread count (the
+ * partition, hence the bits, may depend on it); the cache is a fixed table, its oldest entry
+ * replaced when full (re-creating a primitive gives the same one). */
+#define MM_CACHE 64
+typedef struct {
+    int64_t M, N, K, lda, ldb, ldc;
+    int beta1, threads;
+    dnnl_primitive_t p;
+    dnnl_memory_desc_t a, b, c;
+} mm_entry;
+static mm_entry g_mm[MM_CACHE];
+static int g_mm_n, g_mm_next;
+static pthread_mutex_t g_mm_mu = PTHREAD_MUTEX_INITIALIZER;
+static dnnl_engine_t g_eng;
+static dnnl_stream_t g_strm;                /* the stream of whichever thread holds g_exec_mu */
+static pthread_mutex_t g_exec_mu = PTHREAD_MUTEX_INITIALIZER;
+static int g_mm_on;
+static pthread_once_t g_mm_once = PTHREAD_ONCE_INIT;
+
+static void mm_init(void) {
+    const char *e = getenv("HPT_GEMM");
+    g_mm_on = !(e && !strcmp(e, "sgemm")) && dnnl_engine_create(&g_eng, dnnl_cpu, 0) == dnnl_success &&
+              dnnl_stream_create(&g_strm, g_eng, dnnl_stream_default_flags) == dnnl_success;
+}
+
+static int mm_enabled(void) {
+    pthread_once(&g_mm_once, mm_init);
+    return g_mm_on;
+}
+
+static dnnl_primitive_t mm_create(mm_entry *m) {
+    dnnl_dims_t ad = {m->M, m->K}, bd = {m->K, m->N}, cd = {m->M, m->N};
+    dnnl_dims_t as = {m->lda, 1}, bs = {1, m->ldb}, cs = {m->ldc, 1}; /* B stored (N, K): ^T */
+    if (dnnl_memory_desc_init_by_strides(&m->a, 2, ad, dnnl_f32, as) ||
+        dnnl_memory_desc_init_by_strides(&m->b, 2, bd, dnnl_f32, bs) ||
+        dnnl_memory_desc_init_by_strides(&m->c, 2, cd, dnnl_f32, cs))
+        return NULL;
+    dnnl_matmul_desc_t md;
+    if (dnnl_matmul_desc_init(&md, &m->a, &m->b, NULL, &m->c)) return NULL;
+    dnnl_primitive_attr_t attr = NULL;
+    if (dnnl_primitive_attr_create(&attr)) return NULL;
+    dnnl_post_ops_t po = NULL;
+    if (m->beta1 && (dnnl_post_ops_create(&po) || dnnl_post_ops_append_sum(po, 1.0f) ||
+                     dnnl_primitive_attr_set_post_ops(attr, po))) {
+        dnnl_post_ops_destroy(po);
+        dnnl_primitive_attr_destroy(attr);
+        return NULL;
+    }
+    dnnl_post_ops_destroy(po);
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_status_t st = dnnl_primitive_desc_create(&pd, &md, attr, g_eng, NULL);
+    dnnl_primitive_attr_destroy(attr);
+    if (st) return NULL;
+    dnnl_primitive_t p = NULL;
+    st = dnnl_primitive_create(&p, pd);
+    dnnl_primitive_desc_destroy(pd);
+    return st ? NULL : p;
+}
+
+/* C (M, N) = A (M, K) @ B^T (B stored (N, K)) [+ C]; dnnl_success or why not. */
+static dnnl_status_t mm_run(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                            const float *B, int64_t ldb, int beta1, float *C, int64_t ldc) {
+    int th = omp_get_max_threads();
+    pthread_mutex_lock(&g_mm_mu);
+    mm_entry *m = NULL;
+    for (int i = 0; i < g_mm_n && !m; i++)
+        if (g_mm[i].M == M && g_mm[i].N == N && g_mm[i].K == K && g_mm[i].lda == lda &&
+            g_mm[i].ldb == ldb && g_mm[i].ldc == ldc && g_mm[i].beta1 == beta1 && g_mm[i].threads == th)
+            m = &g_mm[i];
+    if (!m) {
+        int i = g_mm_n < MM_CACHE ? g_mm_n++ : g_mm_next++ % MM_CACHE;
+        m = &g_mm[i];
+        if (m->p) dnnl_primitive_destroy(m->p);
+        *m = (mm_entry){.M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc, .beta1 = beta1, .threads = th};
+        m->p = mm_create(m);
+    }
+    dnnl_primitive_t p = m->p;
+    dnnl_memory_desc_t ad = m->a, bd = m->b, cd = m->c;
+    pthread_mutex_unlock(&g_mm_mu);
+    if (!p) return dnnl_unimplemented;
+    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
+    dnnl_status_t st = dnnl_memory_create(&ma, &ad, g_eng, (void *)(uintptr_t)A);
+    if (!st) st = dnnl_memory_create(&mb, &bd, g_eng, (void *)(uintptr_t)B);
+    if (!st) st = dnnl_memory_create(&mc, &cd, g_eng, C);
+    /* a stream is one thread's: the shared one, or a call's own beside another thread's */
+    int own = pthread_mutex_trylock(&g_exec_mu) == 0;
+    dnnl_stream_t strm = g_strm;
+    if (!st && !own) st = dnnl_stream_create(&strm, g_eng, dnnl_stream_default_flags);
+    if (!st) {
+        dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+        st = dnnl_primitive_execute(p, strm, 3, args);
+        if (!st) st = dnnl_stream_wait(strm);
+    }
+    if (own) pthread_mutex_unlock(&g_exec_mu);
+    else if (strm != g_strm) dnnl_stream_destroy(strm);
+    dnnl_memory_destroy(ma);
+    dnnl_memory_destroy(mb);
+    dnnl_memory_destroy(mc);
+    return st;
+}
 
 static _Atomic uint64_t g_fallbacks; /* k_gemm calls served by k_gemm_ref */
 static _Atomic uint64_t g_fail_next; /* testing: calls still to see a failed status */
@@ -39,8 +150,13 @@ void k_gemm(char transa, char transb, int64_t M, int64_t N, int64_t K, float alp
     if (M == 0 || N == 0) return;
     dnnl_status_t st = dnnl_invalid_arguments;
     uint64_t f = atomic_load_explicit(&g_fail_next, memory_order_relaxed);
-    if (!f || !atomic_compare_exchange_strong(&g_fail_next, &f, f - 1))
-        st = dnnl_sgemm(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (!f || !atomic_compare_exchange_strong(&g_fail_next, &f, f - 1)) {
+        if (transa == 'N' && transb == 'T' && alpha == 1.0f && (beta == 0.0f || beta == 1.0f) &&
+            K > 0 && mm_enabled())
+            st = mm_run(M, N, K, A, lda, B, ldb, beta == 1.0f, C, ldc);
+        if (st != dnnl_success)
+            st = dnnl_sgemm(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    }
     if (st != dnnl_success) {
         atomic_fetch_add(&g_fallbacks, 1);
         k_gemm_ref(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);

@@ -99,6 +99,12 @@ void k_bf16_store_avx2(uint16_t *h, uint16_t *c, const float *buf, int len, uint
 /* half.c's whole-array conversions, with its in-place rules (widening may write x over h's
  * bytes, narrowing h over x's): the same bits, 16 values at a time. */
 void k_bf16_widen_avx512(float *x, const uint16_t *h, size_t n);
+/* The same widening for x apart from h, with streaming (non-temporal) stores: for arrays far
+ * larger than the caches, whose write-allocate reads would be wasted (an offload engine's
+ * block load). Fenced before it returns. */
+void k_bf16_widen_nt_avx512(float *x, const uint16_t *h, size_t n);
+/* p (bytes, a multiple of 64, p 64-byte aligned) = 0 with streaming stores, fenced. */
+void k_zero_nt_avx512(void *p, size_t bytes);
 int k_bf16_narrow_avx512(uint16_t *h, const float *x, size_t n);
 void k_bf16_split_avx512(uint16_t *h, uint16_t *c, const float *x, size_t n);
 

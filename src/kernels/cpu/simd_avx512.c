@@ -266,6 +266,34 @@ AVX512_FN void k_bf16_widen_avx512(float *x, const uint16_t *h, size_t n) {
     }
 }
 
+AVX512_FN void k_bf16_widen_nt_avx512(float *x, const uint16_t *h, size_t n) {
+    size_t a = 0;
+    /* up to x's first 64-byte boundary with plain stores, then whole lines streamed */
+    size_t head = (size_t)((64 - ((uintptr_t)x & 63)) & 63) / sizeof(float);
+    if (head > n) head = n;
+    if (head) {
+        __mmask16 k = lanes(head);
+        __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, h));
+        _mm512_mask_storeu_ps(x, k, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+        a = head;
+    }
+    for (; a + 16 <= n; a += 16) {
+        __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(h + a)));
+        _mm512_stream_ps(x + a, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+    }
+    if (a < n) {
+        __mmask16 k = lanes(n - a);
+        __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, h + a));
+        _mm512_mask_storeu_ps(x + a, k, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+    }
+    _mm_sfence(); /* the streamed lines visible before any other thread reads them */
+}
+
+AVX512_FN void k_zero_nt_avx512(void *p, size_t bytes) {
+    for (size_t i = 0; i < bytes; i += 64) _mm512_stream_si512((__m512i *)(void *)((char *)p + i), _mm512_setzero_si512());
+    _mm_sfence();
+}
+
 AVX512_FN int k_bf16_narrow_avx512(uint16_t *h, const float *x, size_t n) {
     /* forward: with h over x's bytes, a step's halves (bytes 2a .. 2a + 32) lie below the
      * floats not yet read (>= 4a + 64) */
