@@ -161,18 +161,18 @@ static hpt_status home_io(offload_engine *e, int b, int l, float *mem, int write
             return HPT_OK;
         }
         /* read into mem's start, widened in place */
-        HPT_CHECK(mem_disk_rw(e->mem, &e->disk[EB_P], (uint64_t)l * e->hstride * sizeof(uint16_t),
+        HPT_CHECK(eng_disk_rw(e, &e->disk[EB_P], (uint64_t)l * e->hstride * sizeof(uint16_t),
                               mem, e->hstride * sizeof(uint16_t), 0));
         e->be->bf16_widen(mem, (const uint16_t *)mem, e->bn);
         return HPT_OK;
     }
     if (e->tier[b] == HPT_TIER_DISK)
-        return mem_disk_rw(e->mem, &e->disk[b], (uint64_t)l * e->hstr * sizeof(float), mem,
+        return eng_disk_rw(e, &e->disk[b], (uint64_t)l * e->hstr * sizeof(float), mem,
                            e->hstr * sizeof(float), write_);
     float *h = e->home[b] + (size_t)l * e->hstr;
     int host = e->tier[b] == HPT_TIER_HOST; /* mem is a device slot here (staging serves disk) */
-    if (write_) e->be->copy(h, mem, e->hn * sizeof(float), host ? HPT_COPY_D2H : HPT_COPY_D2D);
-    else e->be->copy(mem, h, e->hn * sizeof(float), host ? HPT_COPY_H2D : HPT_COPY_D2D);
+    if (write_) eng_host_copy(e, h, mem, e->hn * sizeof(float), host ? HPT_COPY_D2H : HPT_COPY_D2D);
+    else eng_host_copy(e, mem, h, e->hn * sizeof(float), host ? HPT_COPY_H2D : HPT_COPY_D2D);
     return HPT_OK;
 }
 
@@ -188,7 +188,7 @@ static hpt_status slot_io(offload_engine *e, int b, int l, float *slot, int writ
 
 /* bfd: block l's bf16 weights between disk and staging block set. */
 hpt_status eng_bstage_io(offload_engine *e, int l, int set, int write_) {
-    return mem_disk_rw(e->mem, &e->disk[EB_P], (uint64_t)l * e->hstride * sizeof(uint16_t),
+    return eng_disk_rw(e, &e->disk[EB_P], (uint64_t)l * e->hstride * sizeof(uint16_t),
                        e->bstage + (size_t)set * e->hstride, e->hstride * sizeof(uint16_t), write_);
 }
 
@@ -213,9 +213,9 @@ static hpt_status grad_io(offload_engine *e, int l, float *g, int write_, int *o
     size_t len = e->hstride * sizeof(uint16_t);
     if (write_) {
         *ovf = f16 ? e->be->f16_narrow(h, g, e->bn) : e->be->bf16_narrow(h, g, e->bn);
-        return disk ? mem_disk_rw(e->mem, &e->disk[EB_G], off, h, len, 1) : HPT_OK;
+        return disk ? eng_disk_rw(e, &e->disk[EB_G], off, h, len, 1) : HPT_OK;
     }
-    if (disk) HPT_CHECK(mem_disk_rw(e->mem, &e->disk[EB_G], off, h, len, 0));
+    if (disk) HPT_CHECK(eng_disk_rw(e, &e->disk[EB_G], off, h, len, 0));
     if (f16) e->be->f16_widen(g, h, e->bn);
     else e->be->bf16_widen(g, h, e->bn);
     return HPT_OK;
@@ -315,7 +315,7 @@ static hpt_status run_job(offload_engine *e, const job *j, double *io_s, double 
                 HPT_CHECK(home_io(e, b, j->l, e->stage_ptr[j->set][b], 0));
         if (e->bfd) HPT_CHECK(eng_bstage_io(e, j->l, j->set, 0));
         if (e->gh && e->tier[EB_G] == HPT_TIER_DISK) /* the halves, widened by update_grads */
-            HPT_CHECK(mem_disk_rw(e->mem, &e->disk[EB_G],
+            HPT_CHECK(eng_disk_rw(e, &e->disk[EB_G],
                                   (uint64_t)j->l * e->hstride * sizeof(uint16_t),
                                   e->stage_ptr[j->set][EB_G], e->hstride * sizeof(uint16_t), 0));
         break;
@@ -438,12 +438,13 @@ static hpt_status wait_seq(offload_engine *e, uint64_t seq) {
     if (!e->th_on) return HPT_OK;
     pthread_mutex_lock(&e->mu);
     if (e->done < seq) {
-        double t0 = hpt_now();
+        double t0 = hpt_now(), d0 = eng_disk_busy_s(e);
         /* the worker may use our cores */
         __atomic_store_n(&e->waiting, omp_get_max_threads(), __ATOMIC_RELAXED);
         while (e->done < seq) pthread_cond_wait(&e->cv_done, &e->mu);
         __atomic_store_n(&e->waiting, 0, __ATOMIC_RELAXED);
         e->st.wait_s += hpt_now() - t0;
+        eng_io_waited(e, &e->q[(seq - 1) % QCAP], hpt_now() - t0, eng_disk_busy_s(e) - d0);
     }
     pthread_mutex_unlock(&e->mu);
     reap(e);
@@ -948,5 +949,6 @@ void eng_stats(const offload_engine *e, hpt_offload_stats *out) {
     offload_engine *m = (offload_engine *)(uintptr_t)e;
     pthread_mutex_lock(&m->mu);
     *out = e->st;
+    eng_io_stats(e, out);
     pthread_mutex_unlock(&m->mu);
 }

@@ -104,6 +104,13 @@ hpt_status hpt_calibration_save(const char *path, const hpt_calibration *c) {
     cJSON_AddNumberToObject(j, "disk_read_gbps", c->disk_read_gbps);
     cJSON_AddNumberToObject(j, "disk_write_gbps", c->disk_write_gbps);
     cJSON_AddNumberToObject(j, "disk_share_loss", c->disk_share_loss);
+    if (c->engine_disk_read_gbps > 0 && c->engine_disk_write_gbps > 0) {
+        cJSON *e = cJSON_AddObjectToObject(j, "engine_disk");
+        cJSON_AddNumberToObject(e, "read_gbps", c->engine_disk_read_gbps);
+        cJSON_AddNumberToObject(e, "write_gbps", c->engine_disk_write_gbps);
+        cJSON_AddNumberToObject(e, "loss", c->engine_disk_loss);
+        cJSON_AddStringToObject(e, "source", c->engine_source);
+    }
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
     if (!text) return hpt_fail(HPT_ERR_OOM, "calibration: no memory for the JSON text");
@@ -186,6 +193,16 @@ hpt_status hpt_calibration_load(const char *path, hpt_calibration *c) {
         num(j, "disk_read_gbps", &c->disk_read_gbps);
         num(j, "disk_write_gbps", &c->disk_write_gbps);
         num(j, "disk_share_loss", &c->disk_share_loss);
+        /* the engine's own disk rates, from a training run (optional; all or none) */
+        const cJSON *ed = cJSON_GetObjectItemCaseSensitive(j, "engine_disk");
+        const cJSON *src = cJSON_GetObjectItemCaseSensitive(ed, "source");
+        double er = 0, ew = 0, el = 0;
+        if (ed && num(ed, "read_gbps", &er) && num(ed, "write_gbps", &ew) && num(ed, "loss", &el) &&
+            er > 0 && ew > 0 && el >= 0) {
+            c->engine_disk_read_gbps = er, c->engine_disk_write_gbps = ew, c->engine_disk_loss = el;
+            snprintf(c->engine_source, sizeof c->engine_source, "%s",
+                     cJSON_IsString(src) ? src->valuestring : "");
+        }
         const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "attention_T512");
         double r[2][2] = {{0, 0}, {0, 0}};
         if (a && num(a, "flash_fwd_gflops", &r[0][0]) && num(a, "flash_bwd_gflops", &r[0][1]) &&
@@ -555,6 +572,35 @@ done:
     close(a.fd);
     unlink(path);
     return s;
+}
+
+hpt_status hpt_calibration_take_engine(hpt_calibration *c, const hpt_plan_opts *o,
+                                       const hpt_offload_stats *st, int64_t steps, double step_s,
+                                       const char *source) {
+    if (steps < 1 || st->disk_read_s <= 0 || st->disk_write_s <= 0 || !st->disk_read_bytes ||
+        !st->disk_write_bytes)
+        return hpt_fail(HPT_ERR_INVALID, "calibration: the run read or wrote nothing through the "
+                        "engine's disk homes after its first step");
+    hpt_calibration e = *c;
+    e.engine_disk_read_gbps = (double)st->disk_read_bytes / st->disk_read_s / 1e9;
+    e.engine_disk_write_gbps = (double)st->disk_write_bytes / st->disk_write_s / 1e9;
+    e.engine_disk_loss = 0;
+    /* The loss: the compute thread's time when not waiting, per step, against its own work
+     * alone (the cost model at c's compute rates), per second of disk transfers that ran
+     * beside it (the counters). A run whose disk ran beside the compute too little to say
+     * keeps the calibrated loss. */
+    hpt_cost k;
+    HPT_CHECK(hpt_plan_cost(o, &e, &k));
+    double busy = step_s - st->wait_s / (double)steps, beside = st->disk_beside_s / (double)steps;
+    double loss = c->disk_share_loss;
+    if (beside > 0.05 * step_s) {
+        loss = (busy - k.compute_s) / beside;
+        loss = loss < 0 ? 0 : loss > 4 ? 4 : loss; /* bounds: the model's own compute error */
+    }
+    e.engine_disk_loss = loss;
+    snprintf(e.engine_source, sizeof e.engine_source, "%s", source ? source : "");
+    *c = e;
+    return HPT_OK;
 }
 
 hpt_status hpt_calibrate(const char *disk_dir, int quick, hpt_calibration *c) {

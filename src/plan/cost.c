@@ -78,12 +78,20 @@ static double head_rate(const hpt_calibration *c, int bwd, double rows) {
     return (1 - f) * c->head_gflops[i][bwd] + f * c->head_gflops[i + 1][bwd];
 }
 
-/* Bandwidths (bytes/s) of reading from and writing to a home on tier t; the device's own
- * memory costs nothing to reach (0 seconds). */
+/* 1 when c holds the engine's own disk rates (a training run's counters). */
+static int engine_rates(const hpt_calibration *c) {
+    return c->engine_disk_read_gbps > 0 && c->engine_disk_write_gbps > 0;
+}
+
+/* Seconds of moving bytes to or from a home on tier t; the device's own memory costs nothing
+ * to reach (0 seconds). The disk at the engine's own rates when c has them: the engine's
+ * transfers ran about twice as fast as calibrate's here (docs/planner.md). */
 static double tier_s(const hpt_calibration *c, hpt_tier t, double bytes, int write) {
     if (bytes <= 0 || t == HPT_TIER_DEVICE) return 0;
     if (t == HPT_TIER_HOST) return bytes / (c->host_copy_gbps * 1e9);
-    double g = write ? c->disk_write_gbps : c->disk_read_gbps;
+    int e = engine_rates(c);
+    double g = write ? (e ? c->engine_disk_write_gbps : c->disk_write_gbps)
+                     : (e ? c->engine_disk_read_gbps : c->disk_read_gbps);
     return bytes / (g * 1e9);
 }
 
@@ -205,7 +213,12 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
          * each (and checksums its pages), taking a core from the team for a moment; calibrated
          * per second of transfer (disk_share_loss: 0.22-0.77 measured here, under other
          * sessions' load). */
-        double dl = c->disk_share_loss, ldisk = of->params == HPT_TIER_DISK ? load : 0;
+        double dl = engine_rates(c) ? c->engine_disk_loss : c->disk_share_loss;
+        double ldisk = of->params == HPT_TIER_DISK ? load : 0;
+        out->disk_from_engine = engine_rates(c);
+        out->disk_read_gbps = engine_rates(c) ? c->engine_disk_read_gbps : c->disk_read_gbps;
+        out->disk_write_gbps = engine_rates(c) ? c->engine_disk_write_gbps : c->disk_write_gbps;
+        out->disk_loss = dl;
         /* forward: L loads; backward: the blocks not still resident */
         double f_work = P >= 1 ? L * maxd(cf + lcpu / n + dl * ldisk, load) + load : L * (cf + load);
         double reload = (double)(L - K) / L;
@@ -235,7 +248,7 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
             wdisk += of->grads == HPT_TIER_DISK ? gout : 0;
         }
         double b_work = P >= 1 ? L * maxd(ck + wcpu / n + dl * wdisk, wk) : L * (ck + wk);
-        double upd = 0;
+        double upd = 0, upd_own = 0, upd_disk = 0;
         if (!of->fused) { /* streamed after the backward, block by block */
             double io = 0;
             if (of->params == HPT_TIER_DISK || of->grads == HPT_TIER_DISK || of->optim == HPT_TIER_DISK) {
@@ -246,11 +259,18 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
                 st_in = blk * (wb + gw + (mv ? 8 : 0)) * L, st_out = blk * (wb + (mv ? 8 : 0)) * L;
             }
             upd = L * maxd(blk * ns + dl * io, io) + io;
+            upd_own = L * blk * ns, upd_disk = L * io;
         }
         double rest_opt = (np - blk * L) * ns;
         double eng_total = m * (f_work + b_work) + upd;
         /* replace the blocks' compute and the update in total by the engine's schedule */
-        total = total - m * (fwd_blocks + bwd_blocks + rec) - opt + eng_total + rest_opt;
+        double outside = total - m * (fwd_blocks + bwd_blocks + rec) - opt + rest_opt;
+        total = outside + eng_total;
+        /* the compute thread's own work (what it does when it is not waiting), without the
+         * loss beside the disk worker: the base against which a run's counters measure it */
+        out->compute_s = outside + upd_own +
+                         m * L * (P >= 1 ? cf + lcpu / n + ck + wcpu / n : cf + ck);
+        out->disk_beside_s = (P >= 1 ? m * L * (ldisk + wdisk) : 0) + upd_disk;
         double moved = m * (L + L * reload) * load + (of->fused ? 0 : m * L * tier_s(c, of->grads, blk * gw, 1));
         transfer += moved + (upd > L * blk * ns ? upd - L * blk * ns : 0);
         out->load_bytes = m * (L + (L - K)) * blk * wb * (of->params != HPT_TIER_DEVICE);
@@ -261,6 +281,7 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
     out->optim_s = opt;
     out->transfer_s = transfer;
     out->total_s = total;
+    if (!engine) out->compute_s = total; /* everything on the compute thread */
     out->exposed_s = maxd(0, total - (fwd + bwd + recs + pws + opt));
     if (!isfinite(total) || total <= 0)
         return hpt_fail(HPT_ERR_INVALID, "the calibration gives no finite step time");
