@@ -210,6 +210,66 @@ int main(void) {
         double want = L * load + L * wdisk;
         CHECK(blk > 0 && K >= 1 && fabs((tot[1] - tot[0]) - want) < 1e-6 * want + 1e-15);
     }
+    /* the engine's own disk rates (a training run's): when the file has them they replace
+     * calibrate's for the engine's homes, exactly: the cost equals that of a file whose
+     * standalone rates and loss are the engine's figures */
+    {
+        hpt_cost ke, ks;
+        g_cal_extra = ",\"disk_share_loss\":0.5,\"engine_disk\":{\"read_gbps\":2,\"write_gbps\":4,"
+                      "\"loss\":0.25,\"source\":\"a run\"}";
+        write_cal(path, 1, 1, 1, 1);
+        CHECK_OK(hpt_calibration_load(path, &cal));
+        CHECK(cal.engine_disk_read_gbps == 2 && cal.engine_disk_write_gbps == 4 &&
+              cal.engine_disk_loss == 0.25 && !strcmp(cal.engine_source, "a run"));
+        CHECK_OK(hpt_plan_cost(&fd, &cal, &ke));
+        CHECK(ke.disk_from_engine == 1 && ke.disk_read_gbps == 2 && ke.disk_write_gbps == 4 &&
+              ke.disk_loss == 0.25);
+        /* saved and loaded again: the same figures */
+        CHECK_OK(hpt_calibration_save(path2, &cal));
+        hpt_calibration c2;
+        CHECK_OK(hpt_calibration_load(path2, &c2));
+        CHECK(c2.engine_disk_read_gbps == 2 && c2.engine_disk_loss == 0.25 &&
+              !strcmp(c2.engine_source, "a run"));
+        /* the same rates as calibrate's own (a file with no engine entry) */
+        g_cal_extra = ",\"disk_share_loss\":0.25";
+        write_cal(path, 1, 1, 1, 1);
+        g_cal_extra = "";
+        CHECK_OK(hpt_calibration_load(path, &c2));
+        c2.disk_read_gbps = 2, c2.disk_write_gbps = 4;
+        CHECK_OK(hpt_plan_cost(&fd, &c2, &ks));
+        CHECK(ks.disk_from_engine == 0 && fabs(ks.total_s - ke.total_s) < 1e-9 * ks.total_s);
+        /* and not the standalone ones: at 1 GB/s (and a loss of 1: the loop above) it costs more */
+        CHECK(k.total_s > ke.total_s);
+        /* a run's counters into the file: the rates are bytes over seconds; the loss is what
+         * the compute took, when not waiting, beyond its own work (the cost model's compute_s,
+         * which the disk rates do not enter), per second of disk transfer beside it */
+        hpt_offload_stats st;
+        memset(&st, 0, sizeof st);
+        const int64_t steps = 3;
+        st.disk_read_bytes = 3000000000ull, st.disk_read_s = 1.5;  /* 2 GB/s */
+        st.disk_write_bytes = 2000000000ull, st.disk_write_s = 0.5; /* 4 GB/s */
+        double wait = 0.1, beside = 0.4, lambda = 0.7;              /* per step */
+        st.wait_s = wait * steps, st.disk_beside_s = beside * steps;
+        double step_s = ke.compute_s + wait + lambda * beside;
+        hpt_calibration c3 = c2;
+        CHECK(c3.engine_disk_read_gbps == 0);
+        CHECK_OK(hpt_calibration_take_engine(&c3, &fd, &st, steps, step_s, "test run"));
+        CHECK(fabs(c3.engine_disk_read_gbps - 2) < 1e-12 && fabs(c3.engine_disk_write_gbps - 4) < 1e-12);
+        CHECK(fabs(c3.engine_disk_loss - lambda) < 1e-9 && !strcmp(c3.engine_source, "test run"));
+        CHECK(c3.disk_read_gbps == 2); /* calibrate's own are kept beside them */
+        /* a compute faster than its own work alone: no negative loss */
+        c3 = c2;
+        CHECK_OK(hpt_calibration_take_engine(&c3, &fd, &st, steps, ke.compute_s * 0.5, "fast"));
+        CHECK(c3.engine_disk_loss == 0);
+        /* disk beside the compute under 5% of the step: too little to say, the calibrated loss */
+        st.disk_beside_s = 0.01 * step_s * steps;
+        c3 = c2;
+        CHECK_OK(hpt_calibration_take_engine(&c3, &fd, &st, steps, step_s, "little"));
+        CHECK(c3.engine_disk_loss == c2.disk_share_loss);
+        /* a run that moved nothing through the disk is refused */
+        memset(&st, 0, sizeof st);
+        CHECK_STATUS(hpt_calibration_take_engine(&c3, &fd, &st, steps, step_s, "none"), HPT_ERR_INVALID);
+    }
     /* attention's rate at T: the T = 128 rates at and below 128, the T = 512 ones at and above
      * 512, linear in log T between (256: halfway); without T = 512 rates, T = 128's everywhere */
     g_cal_extra = ",\"attention_T512\":{\"flash_fwd_gflops\":5,\"flash_bwd_gflops\":7,"

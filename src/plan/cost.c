@@ -215,10 +215,12 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
          * sessions' load). */
         double dl = engine_rates(c) ? c->engine_disk_loss : c->disk_share_loss;
         double ldisk = of->params == HPT_TIER_DISK ? load : 0;
-        out->disk_from_engine = engine_rates(c);
-        out->disk_read_gbps = engine_rates(c) ? c->engine_disk_read_gbps : c->disk_read_gbps;
-        out->disk_write_gbps = engine_rates(c) ? c->engine_disk_write_gbps : c->disk_write_gbps;
-        out->disk_loss = dl;
+        if (disk_used) { /* which disk rates this plan was costed at */
+            out->disk_from_engine = engine_rates(c);
+            out->disk_read_gbps = engine_rates(c) ? c->engine_disk_read_gbps : c->disk_read_gbps;
+            out->disk_write_gbps = engine_rates(c) ? c->engine_disk_write_gbps : c->disk_write_gbps;
+            out->disk_loss = dl;
+        }
         /* forward: L loads; backward: the blocks not still resident */
         double f_work = P >= 1 ? L * maxd(cf + lcpu / n + dl * ldisk, load) + load : L * (cf + load);
         double reload = (double)(L - K) / L;
