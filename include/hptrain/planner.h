@@ -56,10 +56,10 @@ hpt_status hpt_calibration_load(const char *path, hpt_calibration *c);
 /* Writes it (making the directory), JSON. */
 hpt_status hpt_calibration_save(const char *path, const hpt_calibration *c);
 /* Takes the engine's rates from a training run into c: st the engine's counters over `steps`
- * steps (those after the first), step_s the mean step time of those steps, o the run's plan
- * (the compute's own time alone comes from the cost model at c's compute rates; what the
- * compute took beyond it, per second of disk transfer beside it, is the loss); source names
- * the run. HPT_ERR_INVALID when the run moved nothing through the disk. */
+ * steps, step_s the mean step time of those steps, o the run's plan (the compute's own time
+ * alone comes from the cost model at c's compute rates; what the compute took beyond it when
+ * not waiting, per second of the disk transfers the model puts beside it, is the loss);
+ * source names the run. HPT_ERR_INVALID when the run moved nothing through the disk. */
 hpt_status hpt_calibration_take_engine(hpt_calibration *c, const hpt_plan_opts *o,
                                        const hpt_offload_stats *st, int64_t steps, double step_s,
                                        const char *source);

@@ -585,20 +585,36 @@ hpt_status hpt_calibration_take_engine(hpt_calibration *c, const hpt_plan_opts *
     e.engine_disk_read_gbps = (double)st->disk_read_bytes / st->disk_read_s / 1e9;
     e.engine_disk_write_gbps = (double)st->disk_write_bytes / st->disk_write_s / 1e9;
     e.engine_disk_loss = 0;
-    /* The loss: the compute thread's time when not waiting, per step, against its own work
-     * alone (the cost model at c's compute rates), per second of disk transfers that ran
-     * beside it (the counters). A run whose disk ran beside the compute too little to say
-     * keeps the calibrated loss. */
+    /* The loss: the one figure the counters do not give directly. The compute thread, when
+     * not waiting, took busy = step - waits; its own work alone is the cost model's compute_s
+     * (the calibrated compute rates); the counters' loss, (busy - compute_s) per second of
+     * disk transfer that ran beside it, is printed with the source. But the cost model's
+     * block term is max(compute + loss x transfers, transfers): it does not add the waits of
+     * the blocks whose transfer outlasted their compute to the slowed compute of the others,
+     * so that figure does not reproduce the run. The loss kept is the one with which the cost
+     * model reproduces the run's step (the model's step rises with the loss: bisection on
+     * [0, 4]); the run's shape class is then predicted from the engine's rates and it. */
     hpt_cost k;
     HPT_CHECK(hpt_plan_cost(o, &e, &k));
     double busy = step_s - st->wait_s / (double)steps, beside = st->disk_beside_s / (double)steps;
+    double counted = beside > 0 ? (busy - k.compute_s) / beside : 0;
     double loss = c->disk_share_loss;
     if (beside > 0.05 * step_s) {
-        loss = (busy - k.compute_s) / beside;
-        loss = loss < 0 ? 0 : loss > 4 ? 4 : loss; /* bounds: the model's own compute error */
+        double lo = 0, hi = 4;
+        e.engine_disk_loss = hi;
+        HPT_CHECK(hpt_plan_cost(o, &e, &k));
+        if (k.total_s <= step_s) lo = hi;
+        for (int it = 0; it < 50 && hi - lo > 1e-6; it++) {
+            e.engine_disk_loss = 0.5 * (lo + hi);
+            HPT_CHECK(hpt_plan_cost(o, &e, &k));
+            if (k.total_s < step_s) lo = e.engine_disk_loss;
+            else hi = e.engine_disk_loss;
+        }
+        loss = lo;
     }
     e.engine_disk_loss = loss;
-    snprintf(e.engine_source, sizeof e.engine_source, "%s", source ? source : "");
+    snprintf(e.engine_source, sizeof e.engine_source, "%s (the counters' loss %.2f)",
+             source ? source : "", counted);
     *c = e;
     return HPT_OK;
 }

@@ -304,8 +304,8 @@ int cli_record_rates(const hpt_plan_opts *po, const hpt_offload_stats *st, int64
     memset(p.budget_bytes, 0, sizeof p.budget_bytes);
     p.offload_dir = NULL;
     if (hpt_plan_print(&p, pb, sizeof pb) != HPT_OK) snprintf(pb, sizeof pb, "(too long)");
-    int w = snprintf(src, sizeof src, "train L=%d C=%d B=%d T=%d, %lld steps after the first: ",
-                     po->cfg.L, po->cfg.C, po->B, po->T, (long long)steps);
+    int w = snprintf(src, sizeof src, "train L=%d C=%d B=%d T=%d, the fastest step after the "
+                     "first (%.3f s): ", po->cfg.L, po->cfg.C, po->B, po->T, step_s);
     if (w > 0 && (size_t)w < sizeof src) /* the plan's flags, cut at the field's end */
     {
         size_t room = sizeof src - (size_t)w - 1, len = strlen(pb);
