@@ -5,7 +5,9 @@
 # "2GB 4GB 8GB") the auto plan (estimate --plan auto; --host-memory HOST, default 10GB; --allow
 # lossy with LOSSY=1) and each plan of PLANS (a ;-separated list of flag sets, default none):
 # its predicted step (estimate --json) and the measured one (train, STEPS steps, default 3,
-# the fastest after the first), tokens/s from it. MODEL, T, STEPS, HOST, BUDGETS, PLANS, LOSSY.
+# the fastest after the first), tokens/s from it. MODEL, T, STEPS, HOST, BUDGETS, PLANS, LOSSY,
+# RECORD (train --record-rates with those flags first), REUSE=1 (OUT_DIR's calibration and
+# recorded rates from an earlier part: no calibration, no record run).
 # Each run of gpt2-1558m takes 1-3 minutes and several GiB: run it alone, under the shared
 # benchmark lock, in pieces (one or two budgets each).
 set -u
@@ -25,8 +27,13 @@ h = [20240520, 1, len(toks)] + [0] * 253
 open(sys.argv[1] + '/train_000000.bin', 'wb').write(struct.pack('<256i', *h) + struct.pack('<%dH' % len(toks), *toks))
 PY
 echo "uptime before: $(uptime)"
+if [ -n "${REUSE:-}" ] && [ -f "$out/calibration_standalone.json" ]; then
+  # REUSE=1: OUT_DIR's calibration (and recorded engine rates) from an earlier part
+  echo "reusing $HPT_CALIBRATION"; RECORD=
+else
 "$bin" calibrate ${CAL_FLAGS:-} --offload-dir "$out/disk" 2>&1 | grep -E "disk|measured" || exit 1
 cp "$HPT_CALIBRATION" "$out/calibration_standalone.json"
+fi
 # RECORD="FLAGS": one training run of MODEL with those disk homes first (train --record-rates),
 # whose engine rates the predictions then use (bench_plan_auto.sh's RECORD)
 if [ -n "${RECORD:-}" ]; then
