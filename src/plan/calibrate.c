@@ -104,12 +104,17 @@ hpt_status hpt_calibration_save(const char *path, const hpt_calibration *c) {
     cJSON_AddNumberToObject(j, "disk_read_gbps", c->disk_read_gbps);
     cJSON_AddNumberToObject(j, "disk_write_gbps", c->disk_write_gbps);
     cJSON_AddNumberToObject(j, "disk_share_loss", c->disk_share_loss);
-    if (c->engine_disk_read_gbps > 0 && c->engine_disk_write_gbps > 0) {
-        cJSON *e = cJSON_AddObjectToObject(j, "engine_disk");
-        cJSON_AddNumberToObject(e, "read_gbps", c->engine_disk_read_gbps);
-        cJSON_AddNumberToObject(e, "write_gbps", c->engine_disk_write_gbps);
-        cJSON_AddNumberToObject(e, "loss", c->engine_disk_loss);
-        cJSON_AddStringToObject(e, "source", c->engine_source);
+    cJSON *ea = NULL; /* the engine's own rates, one object per layout recorded */
+    for (int k = 0; k < HPT_CAL_LAYOUTS; k++) {
+        if (!(c->engine_disk_read_gbps[k] > 0 && c->engine_disk_write_gbps[k] > 0)) continue;
+        if (!ea) ea = cJSON_AddArrayToObject(j, "engine_disk");
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddItemToArray(ea, e);
+        cJSON_AddNumberToObject(e, "homes", k);
+        cJSON_AddNumberToObject(e, "read_gbps", c->engine_disk_read_gbps[k]);
+        cJSON_AddNumberToObject(e, "write_gbps", c->engine_disk_write_gbps[k]);
+        cJSON_AddNumberToObject(e, "loss", c->engine_disk_loss[k]);
+        cJSON_AddStringToObject(e, "source", c->engine_source[k]);
     }
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
@@ -193,14 +198,22 @@ hpt_status hpt_calibration_load(const char *path, hpt_calibration *c) {
         num(j, "disk_read_gbps", &c->disk_read_gbps);
         num(j, "disk_write_gbps", &c->disk_write_gbps);
         num(j, "disk_share_loss", &c->disk_share_loss);
-        /* the engine's own disk rates, from a training run (optional; all or none) */
-        const cJSON *ed = cJSON_GetObjectItemCaseSensitive(j, "engine_disk");
-        const cJSON *src = cJSON_GetObjectItemCaseSensitive(ed, "source");
-        double er = 0, ew = 0, el = 0;
-        if (ed && num(ed, "read_gbps", &er) && num(ed, "write_gbps", &ew) && num(ed, "loss", &el) &&
-            er > 0 && ew > 0 && el >= 0) {
-            c->engine_disk_read_gbps = er, c->engine_disk_write_gbps = ew, c->engine_disk_loss = el;
-            snprintf(c->engine_source, sizeof c->engine_source, "%s",
+        /* the engine's own disk rates from training runs, per layout (optional; an entry
+         * with any figure missing or out of range is skipped) */
+        const cJSON *ea = cJSON_GetObjectItemCaseSensitive(j, "engine_disk");
+        int ne = cJSON_IsArray(ea) ? cJSON_GetArraySize(ea) : 0;
+        for (int i = 0; i < ne; i++) {
+            const cJSON *ed = cJSON_GetArrayItem(ea, i);
+            const cJSON *src = cJSON_GetObjectItemCaseSensitive(ed, "source");
+            double hk = -1, er = 0, ew = 0, el = 0;
+            if (!(num(ed, "homes", &hk) && hk >= 1 && hk < HPT_CAL_LAYOUTS && hk == (int)hk &&
+                  num(ed, "read_gbps", &er) && num(ed, "write_gbps", &ew) && num(ed, "loss", &el) &&
+                  er > 0 && ew > 0 && el >= 0))
+                continue;
+            int k = (int)hk;
+            c->engine_disk_read_gbps[k] = er, c->engine_disk_write_gbps[k] = ew;
+            c->engine_disk_loss[k] = el;
+            snprintf(c->engine_source[k], sizeof c->engine_source[k], "%s",
                      cJSON_IsString(src) ? src->valuestring : "");
         }
         const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "attention_T512");
@@ -581,10 +594,12 @@ hpt_status hpt_calibration_take_engine(hpt_calibration *c, const hpt_plan_opts *
         !st->disk_write_bytes)
         return hpt_fail(HPT_ERR_INVALID, "calibration: the run read or wrote nothing through the "
                         "engine's disk homes after its first step");
+    int dk = hpt_plan_disk_homes(o);
+    if (!dk) return hpt_fail(HPT_ERR_INVALID, "calibration: the run's plan has no disk homes");
     hpt_calibration e = *c;
-    e.engine_disk_read_gbps = (double)st->disk_read_bytes / st->disk_read_s / 1e9;
-    e.engine_disk_write_gbps = (double)st->disk_write_bytes / st->disk_write_s / 1e9;
-    e.engine_disk_loss = 0;
+    e.engine_disk_read_gbps[dk] = (double)st->disk_read_bytes / st->disk_read_s / 1e9;
+    e.engine_disk_write_gbps[dk] = (double)st->disk_write_bytes / st->disk_write_s / 1e9;
+    e.engine_disk_loss[dk] = 0;
     /* The loss: the one figure the counters do not give directly. The compute thread, when
      * not waiting, took busy = step - waits; its own work alone is the cost model's compute_s
      * (the calibrated compute rates); the counters' loss, (busy - compute_s) per second of
@@ -601,19 +616,19 @@ hpt_status hpt_calibration_take_engine(hpt_calibration *c, const hpt_plan_opts *
     double loss = c->disk_share_loss;
     if (beside > 0.05 * step_s) {
         double lo = 0, hi = 4;
-        e.engine_disk_loss = hi;
+        e.engine_disk_loss[dk] = hi;
         HPT_CHECK(hpt_plan_cost(o, &e, &k));
         if (k.total_s <= step_s) lo = hi;
         for (int it = 0; it < 50 && hi - lo > 1e-6; it++) {
-            e.engine_disk_loss = 0.5 * (lo + hi);
+            e.engine_disk_loss[dk] = 0.5 * (lo + hi);
             HPT_CHECK(hpt_plan_cost(o, &e, &k));
-            if (k.total_s < step_s) lo = e.engine_disk_loss;
-            else hi = e.engine_disk_loss;
+            if (k.total_s < step_s) lo = e.engine_disk_loss[dk];
+            else hi = e.engine_disk_loss[dk];
         }
         loss = lo;
     }
-    e.engine_disk_loss = loss;
-    snprintf(e.engine_source, sizeof e.engine_source, "%s (the counters' loss %.2f)",
+    e.engine_disk_loss[dk] = loss;
+    snprintf(e.engine_source[dk], sizeof e.engine_source[dk], "%s (the counters' loss %.2f)",
              source ? source : "", counted);
     *c = e;
     return HPT_OK;

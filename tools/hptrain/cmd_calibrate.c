@@ -64,10 +64,12 @@ static void print_calibration(FILE *f, const hpt_calibration *c) {
     if (c->disk_read_gbps > 0)
         fprintf(f, "  disk sharing loss %.2f compute s per s of disk transfers beside the team\n",
                 c->disk_share_loss);
-    if (c->engine_disk_read_gbps > 0)
-        fprintf(f, "  the engine's own disk: read %.2f GB/s, write %.2f GB/s, loss %.2f compute s per "
-                "s beside the compute (from: %s)\n", c->engine_disk_read_gbps,
-                c->engine_disk_write_gbps, c->engine_disk_loss, c->engine_source);
+    for (int k = 1; k < HPT_CAL_LAYOUTS; k++)
+        if (c->engine_disk_read_gbps[k] > 0)
+            fprintf(f, "  the engine's own disk, %s%s%son disk: read %.2f GB/s, write %.2f GB/s, loss "
+                    "%.2f compute s per s beside the compute (from: %s)\n", k & 1 ? "params " : "",
+                    k & 2 ? "grads " : "", k & 4 ? "optim " : "", c->engine_disk_read_gbps[k],
+                    c->engine_disk_write_gbps[k], c->engine_disk_loss[k], c->engine_source[k]);
 }
 
 int cmd_calibrate(int argc, char **argv) {
@@ -237,7 +239,7 @@ int cli_auto_plan(const char *cmd, hpt_plan_opts *po, int64_t tokens_per_step, i
                 best->cost.disk_from_engine ? "the engine's own rates" : "calibrate's rates",
                 best->cost.disk_read_gbps, best->cost.disk_write_gbps, best->cost.disk_loss,
                 best->cost.disk_from_engine ? " (from: " : "",
-                best->cost.disk_from_engine ? cal.engine_source : "",
+                best->cost.disk_from_engine ? cal.engine_source[best->cost.disk_from_engine - 1] : "",
                 best->cost.disk_from_engine ? ")" : "");
     if (verbose) print_inputs(f, &best->cost);
     if (r->n > 1 || r->n_nofit) fprintf(f, "  runners-up:\n");
@@ -313,11 +315,12 @@ int cli_record_rates(const hpt_plan_opts *po, const hpt_offload_stats *st, int64
         src[sizeof src - 1] = 0;
     }
     s = hpt_calibration_take_engine(&cal, po, st, steps, step_s, src);
+    int dk = hpt_plan_disk_homes(po);
     if (s == HPT_OK) s = hpt_calibration_save(path, &cal);
     if (s != HPT_OK) return cli_lib_error(s, "train: --record-rates");
-    fprintf(f, "engine rates recorded in %s: disk read %.2f GB/s, write %.2f GB/s, loss %.2f "
+    fprintf(f, "engine rates recorded in %s (homes on disk: %d): disk read %.2f GB/s, write %.2f GB/s, loss %.2f "
             "compute s per s of disk transfers beside the compute (calibrate's own: %.2f, %.2f, "
-            "%.2f)\n", path, cal.engine_disk_read_gbps, cal.engine_disk_write_gbps,
-            cal.engine_disk_loss, cal.disk_read_gbps, cal.disk_write_gbps, cal.disk_share_loss);
+            "%.2f)\n", path, dk, cal.engine_disk_read_gbps[dk], cal.engine_disk_write_gbps[dk],
+            cal.engine_disk_loss[dk], cal.disk_read_gbps, cal.disk_write_gbps, cal.disk_share_loss);
     return 0;
 }
