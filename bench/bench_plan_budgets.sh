@@ -34,18 +34,21 @@ else
 "$bin" calibrate ${CAL_FLAGS:-} --offload-dir "$out/disk" 2>&1 | grep -E "disk|measured" || exit 1
 cp "$HPT_CALIBRATION" "$out/calibration_standalone.json"
 fi
-# RECORD="FLAGS": one training run of MODEL with those disk homes first (train --record-rates),
-# whose engine rates the predictions then use (bench_plan_auto.sh's RECORD)
-if [ -n "${RECORD:-}" ]; then
+# RECORD="FLAGS[;FLAGS...]": a training run of MODEL with each first (train --record-rates),
+# whose engine rates (per layout of the disk homes) the predictions then use
+IFS=';' read -ra records <<<"${RECORD:-}"
+for r in "${records[@]}"; do # one run per layout of the disk homes (;-separated flag sets)
+  [ -n "$r" ] || continue
+  echo "record run: $r"
   # shellcheck disable=SC2086
   "$bin" train --model "$MODEL" --data "$out/train_*.bin" --batch 1 --seq "$T" --steps "$STEPS" \
-    --quiet $RECORD --offload-dir "$out/disk" --record-rates --log "$out/record.jsonl" 2>&1 |
+    --quiet $r --offload-dir "$out/disk" --record-rates --log "$out/record.jsonl" 2>&1 |
     grep -E "^offload: per step: disk read|engine rates recorded" || exit 1
   python3 -c "
 import json
 ms = [json.loads(l)['step_ms'] for l in open('$out/record.jsonl')]
 print('record run: step ms', ' '.join('%.0f' % m for m in ms), '| load', open('/proc/loadavg').read().split()[0])"
-fi
+done
 lossy=()
 [ -n "${LOSSY:-}" ] && lossy=(--allow lossy)
 
