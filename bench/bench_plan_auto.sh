@@ -14,7 +14,7 @@
 #    each measured twice (the faster run counts), and the plan --plan auto chooses (measured): auto's step time against
 #    the grid's fastest.
 # Environment: STEPS (default 4), T (default 64), CONFIGS (a regex over the config names; default
-# all), RECORD="MODEL|FLAGS" (a training run with disk homes first, train --record-rates: the
+# all), RECORD="MODEL|FLAGS[;...]" (training runs with disk homes first, train --record-rates: the
 # predictions then use the engine's own disk rates; each row also shows the ratio with
 # calibrate's standalone rates), RECORD_T, SKIP_GRID=1, STRACE=1: the disk-homed runs under strace -T (pread64/pwrite64 only), and
 # the engine's own disk rates after the first step printed beside the calibration's. The machine is shared: the load average is printed before and after. Run it
@@ -40,11 +40,15 @@ PY
 echo "uptime before: $(uptime)"
 "$bin" calibrate ${CAL_FLAGS:-} --offload-dir "$out/disk" 2>&1 | grep -E "disk|measured" || exit 1
 cp "$HPT_CALIBRATION" "$out/calibration_standalone.json"
-# RECORD="MODEL|FLAGS" (RECORD_T, default T): one training run with disk homes whose engine
+# RECORD="MODEL|FLAGS[;MODEL|FLAGS...]" (RECORD_T, default T): a training run with disk homes
+# (one per layout of the homes on disk) whose engine
 # counters go into the calibration (train --record-rates): the engine's own disk rates and the
 # compute's loss beside them, which the predictions below then use ("standalone": calibrate's)
-if [ -n "${RECORD:-}" ]; then
-  IFS='|' read -r rmodel rflags <<<"$RECORD"
+IFS=';' read -ra records <<<"${RECORD:-}"
+for r in "${records[@]}"; do # one run per layout of the disk homes (;-separated)
+  [ -n "$r" ] || continue
+  IFS='|' read -r rmodel rflags <<<"$r"
+  echo "record run: $rmodel $rflags"
   # shellcheck disable=SC2086
   "$bin" train --model "$rmodel" --data "$out/train_*.bin" --batch 1 --seq "${RECORD_T:-$T}" --steps "$STEPS" \
     --quiet $rflags --offload-dir "$out/disk" --record-rates --log "$out/record.jsonl" 2>&1 |
@@ -53,7 +57,7 @@ if [ -n "${RECORD:-}" ]; then
 import json
 ms = [json.loads(l)['step_ms'] for l in open('$out/record.jsonl')]
 print('record run: step ms', ' '.join('%.0f' % m for m in ms), '| load', open('/proc/loadavg').read().split()[0])"
-fi
+done
 
 # measure2 MODEL FLAGS...: measure twice, the faster run counts
 measure2() {
