@@ -45,8 +45,8 @@ typedef struct {
      * from a training run's counters (hpt_calibration_take_engine; 0: none, the standalone
      * rates above serve), one set per layout of the homes on disk (the index: bit 0 the
      * weights, bit 1 the gradients, bit 2 the optimizer state; hpt_plan_disk_homes): the
-     * engine's rate depends on it here (all homes on disk: reads 1.2-1.5 GB/s; the state
-     * alone: 1.8-3.0). The cost model takes a plan's layout's set when there is one. */
+     * engine's rate depends on it here (all homes on disk: reads 1.0-1.75 GB/s; the state
+     * alone: 1.5-3.1). The cost model takes a plan's layout's set when there is one. */
     double engine_disk_read_gbps[HPT_CAL_LAYOUTS], engine_disk_write_gbps[HPT_CAL_LAYOUTS];
     double engine_disk_loss[HPT_CAL_LAYOUTS]; /* compute seconds lost per second of the
                                                * worker's disk transfers beside the compute */
