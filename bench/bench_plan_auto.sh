@@ -14,7 +14,9 @@
 #    each measured twice (the faster run counts), and the plan --plan auto chooses (measured): auto's step time against
 #    the grid's fastest.
 # Environment: STEPS (default 4), T (default 64), CONFIGS (a regex over the config names; default
-# all), SKIP_GRID=1, STRACE=1: the disk-homed runs under strace -T (pread64/pwrite64 only), and
+# all), RECORD="MODEL|FLAGS[;...]" (training runs with disk homes first, train --record-rates: the
+# predictions then use the engine's own disk rates; each row also shows the ratio with
+# calibrate's standalone rates), RECORD_T, SKIP_GRID=1, STRACE=1: the disk-homed runs under strace -T (pread64/pwrite64 only), and
 # the engine's own disk rates after the first step printed beside the calibration's. The machine is shared: the load average is printed before and after. Run it
 # as the machine's only benchmark, in pieces (CONFIGS) of a few minutes, each calibrating again;
 # on a machine with the kernel's autogroup scheduling (/proc/sys/kernel/sched_autogroup_enabled)
@@ -37,20 +39,41 @@ open(sys.argv[1] + '/train_000000.bin', 'wb').write(struct.pack('<256i', *h) + s
 PY
 echo "uptime before: $(uptime)"
 "$bin" calibrate ${CAL_FLAGS:-} --offload-dir "$out/disk" 2>&1 | grep -E "disk|measured" || exit 1
+cp "$HPT_CALIBRATION" "$out/calibration_standalone.json"
+# RECORD="MODEL|FLAGS[;MODEL|FLAGS...]" (RECORD_T, default T): a training run with disk homes
+# (one per layout of the homes on disk) whose engine
+# counters go into the calibration (train --record-rates): the engine's own disk rates and the
+# compute's loss beside them, which the predictions below then use ("standalone": calibrate's)
+IFS=';' read -ra records <<<"${RECORD:-}"
+for r in "${records[@]}"; do # one run per layout of the disk homes (;-separated)
+  [ -n "$r" ] || continue
+  IFS='|' read -r rmodel rflags <<<"$r"
+  echo "record run: $rmodel $rflags"
+  # shellcheck disable=SC2086
+  "$bin" train --model "$rmodel" --data "$out/train_*.bin" --batch 1 --seq "${RECORD_T:-$T}" --steps "$STEPS" \
+    --quiet $rflags --offload-dir "$out/disk" --record-rates --log "$out/record.jsonl" 2>&1 |
+    grep -E "^offload: per step: disk read|engine rates recorded" || exit 1
+  python3 -c "
+import json
+ms = [json.loads(l)['step_ms'] for l in open('$out/record.jsonl')]
+print('record run: step ms', ' '.join('%.0f' % m for m in ms), '| load', open('/proc/loadavg').read().split()[0])"
+done
 
 # measure2 MODEL FLAGS...: measure twice, the faster run counts
 measure2() {
   local p1 m1 p2 m2
-  read -r p1 m1 <<<"$(measure "$@")"
-  read -r p2 m2 <<<"$(measure "$@")"
-  echo "$p1 $(python3 -c "print(min($m1, $m2))")"
+  read -r p1 m1 q1 <<<"$(measure "$@")"
+  read -r p2 m2 q2 <<<"$(measure "$@")"
+  echo "$p1 $(python3 -c "print(min($m1, $m2))") $q1"
 }
 
-# measure NAME MODEL FLAGS...: prints "predicted measured"
+# measure NAME MODEL FLAGS...: prints "predicted measured predicted-standalone"
 measure() {
   local model=$1; shift
-  local pred
+  local pred pred0
   pred=$("$bin" estimate --model "$model" --batch 1 --seq "$T" "$@" --json 2>/dev/null |
+    python3 -c "import json,sys; print(json.load(sys.stdin).get('predicted_step_s', 'nan'))")
+  pred0=$(HPT_CALIBRATION=$out/calibration_standalone.json "$bin" estimate --model "$model" --batch 1 --seq "$T" "$@" --json 2>/dev/null |
     python3 -c "import json,sys; print(json.load(sys.stdin).get('predicted_step_s', 'nan'))")
   rm -f "$out/log.jsonl"
   local pre=()
@@ -66,7 +89,8 @@ print(min(ms) / 1000.0)
 PY
 )
   [ ${#pre[@]} -gt 0 ] && python3 "$(dirname "$0")/strace_disk.py" "$out/strace.txt" "$out/log.jsonl" >&2
-  echo "$pred $meas"
+  grep -E "^offload: per step: disk read" "$out/train.err" | sed 's/^/    /' >&2
+  echo "$pred $meas $pred0"
 }
 
 configs=(
@@ -76,10 +100,14 @@ configs=(
   "124m-host-fused|gpt2-124m|--offload host --fused-update"
   "124m-host|gpt2-124m|--offload host"
   "124m-disk-fused|gpt2-124m|--offload disk --fused-update --offload-dir $out/disk"
+  "124m-disk-exact|gpt2-124m|--offload disk --offload-dir $out/disk"
+  "124m-disk-fused-recompute|gpt2-124m|--offload disk --fused-update --recompute full --offload-dir $out/disk"
+  "124m-host-homes-optim-disk|gpt2-124m|--offload params=host,grads=host,optim=disk --fused-update --offload-dir $out/disk"
   "124m-8bit-fused|gpt2-124m|--state-bits 8 --fused-update"
   "350m-device|gpt2-350m|"
   "350m-recompute|gpt2-350m|--recompute full"
   "350m-host-fused|gpt2-350m|--offload host --fused-update"
+  "350m-disk-fused|gpt2-350m|--offload disk --fused-update --offload-dir $out/disk"
   "774m-disk-fused|gpt2-774m|--offload disk --fused-update --offload-dir $out/disk"
   "774m-host-fused|gpt2-774m|--offload host --fused-update"
   "774m-host-homes-optim-disk|gpt2-774m|--offload params=host,grads=host,optim=disk --fused-update --offload-dir $out/disk"
@@ -92,18 +120,20 @@ configs=(
   "llama-small-recompute|llama:L=8,C=512,NH=8,NKV=2,FF=1536,V=32000,T=256|--recompute full"
   "llama3.2-1b-disk|llama3.2-1b|--offload disk --fused-update --offload-dir $out/disk"
 )
-printf "%-22s %10s %10s %8s\n" config predicted measured ratio
+printf "%-26s %10s %10s %8s %12s %6s\n" config predicted measured ratio standalone load
 for c in "${configs[@]}"; do
   IFS='|' read -r name model flags <<<"$c"
   [[ -n "${CONFIGS:-}" && ! "$name" =~ ${CONFIGS} ]] && continue
   # shellcheck disable=SC2086
-  read -r p m <<<"$(measure "$model" $flags)"
+  read -r p m q <<<"$(measure "$model" $flags)"
   if [[ "$model" =~ ^gpt2-(124m|350m)$|^llama: ]]; then # the small ones again: the faster run counts
     # shellcheck disable=SC2086
-    read -r p2 m2 <<<"$(measure "$model" $flags)"
+    read -r p2 m2 q2 <<<"$(measure "$model" $flags)"
     m=$(python3 -c "print(min($m, $m2))")
   fi
-  printf "%-22s %10.3f %10.3f %8.2f\n" "$name" "$p" "$m" "$(python3 -c "print($p/$m if $m==$m and $m>0 else float('nan'))")"
+  # ratio: predicted / measured; standalone: the same with calibrate's disk rates only
+  printf "%-26s %10.3f %10.3f %8.2f %12.2f %6s\n" "$name" "$p" "$m" "$(python3 -c "print($p/$m if $m==$m and $m>0 else float('nan'))")" \
+    "$(python3 -c "print($q/$m if $m==$m and $m>0 else float('nan'))")" "$(cut -d' ' -f1 /proc/loadavg)"
 done
 
 if [ -z "${SKIP_GRID:-}" ]; then

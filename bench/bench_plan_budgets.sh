@@ -5,7 +5,9 @@
 # "2GB 4GB 8GB") the auto plan (estimate --plan auto; --host-memory HOST, default 10GB; --allow
 # lossy with LOSSY=1) and each plan of PLANS (a ;-separated list of flag sets, default none):
 # its predicted step (estimate --json) and the measured one (train, STEPS steps, default 3,
-# the fastest after the first), tokens/s from it. MODEL, T, STEPS, HOST, BUDGETS, PLANS, LOSSY.
+# the fastest after the first), tokens/s from it. MODEL, T, STEPS, HOST, BUDGETS, PLANS, LOSSY,
+# RECORD (train --record-rates with those flags first), REUSE=1 (OUT_DIR's calibration and
+# recorded rates from an earlier part: no calibration, no record run).
 # Each run of gpt2-1558m takes 1-3 minutes and several GiB: run it alone, under the shared
 # benchmark lock, in pieces (one or two budgets each).
 set -u
@@ -25,15 +27,38 @@ h = [20240520, 1, len(toks)] + [0] * 253
 open(sys.argv[1] + '/train_000000.bin', 'wb').write(struct.pack('<256i', *h) + struct.pack('<%dH' % len(toks), *toks))
 PY
 echo "uptime before: $(uptime)"
-"$bin" calibrate --offload-dir "$out/disk" 2>&1 | grep -E "disk|measured" || exit 1
+if [ -n "${REUSE:-}" ] && [ -f "$out/calibration_standalone.json" ]; then
+  # REUSE=1: OUT_DIR's calibration (and recorded engine rates) from an earlier part
+  echo "reusing $HPT_CALIBRATION"; RECORD=
+else
+"$bin" calibrate ${CAL_FLAGS:-} --offload-dir "$out/disk" 2>&1 | grep -E "disk|measured" || exit 1
+cp "$HPT_CALIBRATION" "$out/calibration_standalone.json"
+fi
+# RECORD="FLAGS[;FLAGS...]": a training run of MODEL with each first (train --record-rates),
+# whose engine rates (per layout of the disk homes) the predictions then use
+IFS=';' read -ra records <<<"${RECORD:-}"
+for r in "${records[@]}"; do # one run per layout of the disk homes (;-separated flag sets)
+  [ -n "$r" ] || continue
+  echo "record run: $r"
+  # shellcheck disable=SC2086
+  "$bin" train --model "$MODEL" --data "$out/train_*.bin" --batch 1 --seq "$T" --steps "$STEPS" \
+    --quiet $r --offload-dir "$out/disk" --record-rates --log "$out/record.jsonl" 2>&1 |
+    grep -E "^offload: per step: disk read|engine rates recorded" || exit 1
+  python3 -c "
+import json
+ms = [json.loads(l)['step_ms'] for l in open('$out/record.jsonl')]
+print('record run: step ms', ' '.join('%.0f' % m for m in ms), '| load', open('/proc/loadavg').read().split()[0])"
+done
 lossy=()
 [ -n "${LOSSY:-}" ] && lossy=(--allow lossy)
 
 # run LABEL FLAGS...: prints the label, the flags, predicted and measured s, tokens/s
 run() {
   local label=$1; shift
-  local pred meas
+  local pred meas pred0
   pred=$("$bin" estimate --model "$MODEL" --batch 1 --seq "$T" "$@" --json 2>/dev/null |
+    python3 -c "import json,sys; print(json.load(sys.stdin).get('predicted_step_s', 'nan'))")
+  pred0=$(HPT_CALIBRATION=$out/calibration_standalone.json "$bin" estimate --model "$MODEL" --batch 1 --seq "$T" "$@" --json 2>/dev/null |
     python3 -c "import json,sys; print(json.load(sys.stdin).get('predicted_step_s', 'nan'))")
   rm -f "$out/log.jsonl"
   if "$bin" train --model "$MODEL" --data "$out/train_*.bin" --batch 1 --seq "$T" --steps "$STEPS" \
@@ -45,9 +70,10 @@ print(min(ms[1:] if len(ms) > 1 else ms) / 1000.0)")
   else
     meas=nan; tail -2 "$out/train.err" >&2
   fi
+  grep -E "^offload: per step: disk read" "$out/train.err" | sed 's/^/    /'
   python3 -c "
-p, m = $pred, float('$meas')
-print('%-12s predicted %7.2f s measured %7.2f s ratio %5.2f  %5.1f tok/s  %s' % ('$label', p, m, p / m if m == m else float('nan'), $T / m if m == m else float('nan'), '''$*'''))"
+p, m, q = $pred, float('$meas'), $pred0
+print('%-12s predicted %7.2f s measured %7.2f s ratio %5.2f (standalone %7.2f s, %5.2f)  %5.1f tok/s  load %s  %s' % ('$label', p, m, p / m if m == m else float('nan'), q, q / m if m == m else float('nan'), $T / m if m == m else float('nan'), open('/proc/loadavg').read().split()[0], '''$*'''))"
 }
 
 for budget in ${BUDGETS:-2GB 4GB 8GB}; do

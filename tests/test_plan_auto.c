@@ -210,6 +210,90 @@ int main(void) {
         double want = L * load + L * wdisk;
         CHECK(blk > 0 && K >= 1 && fabs((tot[1] - tot[0]) - want) < 1e-6 * want + 1e-15);
     }
+    /* the engine's own disk rates (a training run's): when the file has them they replace
+     * calibrate's for the engine's homes, exactly: the cost equals that of a file whose
+     * standalone rates and loss are the engine's figures */
+    {
+        hpt_cost ke, ks;
+        /* every home on disk: layout 7; layout 4 (the state alone) at other rates, unused here */
+        g_cal_extra = ",\"disk_share_loss\":0.5,\"engine_disk\":[{\"homes\":7,\"read_gbps\":2,"
+                      "\"write_gbps\":4,\"loss\":0.25,\"source\":\"a run\"},{\"homes\":4,"
+                      "\"read_gbps\":8,\"write_gbps\":8,\"loss\":3,\"source\":\"another\"}]";
+        write_cal(path, 1, 1, 1, 1);
+        CHECK_OK(hpt_calibration_load(path, &cal));
+        CHECK(hpt_plan_disk_homes(&fd) == 7);
+        CHECK(cal.engine_disk_read_gbps[7] == 2 && cal.engine_disk_write_gbps[7] == 4 &&
+              cal.engine_disk_loss[7] == 0.25 && !strcmp(cal.engine_source[7], "a run"));
+        CHECK(cal.engine_disk_read_gbps[4] == 8 && cal.engine_disk_read_gbps[1] == 0);
+        CHECK_OK(hpt_plan_cost(&fd, &cal, &ke));
+        CHECK(ke.disk_from_engine == 1 + 7 && ke.disk_read_gbps == 2 && ke.disk_write_gbps == 4 &&
+              ke.disk_loss == 0.25);
+        /* a plan with the state alone on disk takes layout 4's set; one with the weights
+         * alone (no set recorded) calibrate's */
+        {
+            hpt_plan_opts f4 = fd;
+            f4.offload.params = f4.offload.grads = HPT_TIER_HOST;
+            hpt_cost k4;
+            CHECK_OK(hpt_plan_cost(&f4, &cal, &k4));
+            CHECK(k4.disk_from_engine == 1 + 4 && k4.disk_read_gbps == 8 && k4.disk_loss == 3);
+            f4.offload.params = HPT_TIER_DISK;
+            f4.offload.optim = HPT_TIER_HOST;
+            CHECK(hpt_plan_disk_homes(&f4) == 1);
+            CHECK_OK(hpt_plan_cost(&f4, &cal, &k4));
+            CHECK(k4.disk_from_engine == 0 && k4.disk_read_gbps == 1 && k4.disk_loss == 0.5);
+        }
+        /* saved and loaded again: the same figures */
+        CHECK_OK(hpt_calibration_save(path2, &cal));
+        hpt_calibration c2;
+        CHECK_OK(hpt_calibration_load(path2, &c2));
+        CHECK(c2.engine_disk_read_gbps[7] == 2 && c2.engine_disk_loss[7] == 0.25 &&
+              !strcmp(c2.engine_source[7], "a run") && c2.engine_disk_loss[4] == 3);
+        /* the same rates as calibrate's own (a file with no engine entry) */
+        g_cal_extra = ",\"disk_share_loss\":0.25";
+        write_cal(path, 1, 1, 1, 1);
+        g_cal_extra = "";
+        CHECK_OK(hpt_calibration_load(path, &c2));
+        c2.disk_read_gbps = 2, c2.disk_write_gbps = 4;
+        CHECK_OK(hpt_plan_cost(&fd, &c2, &ks));
+        CHECK(ks.disk_from_engine == 0 && fabs(ks.total_s - ke.total_s) < 1e-9 * ks.total_s);
+        /* and not the standalone ones: at 1 GB/s (and a loss of 1: the loop above) it costs more */
+        CHECK(k.total_s > ke.total_s);
+        /* a run's counters into the file: the rates are bytes over seconds; the loss is the
+         * one with which the cost model at those rates gives the run's step: a step made by
+         * the model itself at a loss of 0.7 gives 0.7 back */
+        hpt_offload_stats st;
+        memset(&st, 0, sizeof st);
+        const int64_t steps = 3;
+        st.disk_read_bytes = 3000000000ull, st.disk_read_s = 1.5;  /* 2 GB/s */
+        st.disk_write_bytes = 2000000000ull, st.disk_write_s = 0.5; /* 4 GB/s */
+        double wait = 0.1, beside = 0.4, lambda = 0.7;              /* per step */
+        st.wait_s = wait * steps, st.disk_beside_s = beside * steps;
+        hpt_calibration c1 = cal; /* the rates 2 and 4 GB/s, the loss 0.25 */
+        c1.engine_disk_loss[7] = lambda;
+        hpt_cost kl;
+        CHECK_OK(hpt_plan_cost(&fd, &c1, &kl));
+        double step_s = kl.total_s;
+        CHECK(step_s > ke.total_s); /* the loss enters this plan's step */
+        hpt_calibration c3 = c2;
+        CHECK(c3.engine_disk_read_gbps[7] == 0);
+        CHECK_OK(hpt_calibration_take_engine(&c3, &fd, &st, steps, step_s, "test run"));
+        CHECK(fabs(c3.engine_disk_read_gbps[7] - 2) < 1e-12 && fabs(c3.engine_disk_write_gbps[7] - 4) < 1e-12);
+        CHECK(fabs(c3.engine_disk_loss[7] - lambda) < 1e-5 && !strncmp(c3.engine_source[7], "test run", 8));
+        CHECK(c3.engine_disk_read_gbps[4] == 0); /* another layout's set untouched */
+        CHECK(c3.disk_read_gbps == 2); /* calibrate's own are kept beside them */
+        /* a compute faster than its own work alone: no negative loss */
+        c3 = c2;
+        CHECK_OK(hpt_calibration_take_engine(&c3, &fd, &st, steps, ke.compute_s * 0.5, "fast"));
+        CHECK(c3.engine_disk_loss[7] == 0);
+        /* disk beside the compute under 5% of the step: too little to say, the calibrated loss */
+        st.disk_beside_s = 0.01 * step_s * steps;
+        c3 = c2;
+        CHECK_OK(hpt_calibration_take_engine(&c3, &fd, &st, steps, step_s, "little"));
+        CHECK(c3.engine_disk_loss[7] == c2.disk_share_loss);
+        /* a run that moved nothing through the disk is refused */
+        memset(&st, 0, sizeof st);
+        CHECK_STATUS(hpt_calibration_take_engine(&c3, &fd, &st, steps, step_s, "none"), HPT_ERR_INVALID);
+    }
     /* attention's rate at T: the T = 128 rates at and below 128, the T = 512 ones at and above
      * 512, linear in log T between (256: halfway); without T = 512 rates, T = 128's everywhere */
     g_cal_extra = ",\"attention_T512\":{\"flash_fwd_gflops\":5,\"flash_bwd_gflops\":7,"

@@ -52,4 +52,18 @@ python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= float(sys.argv[2]) e
 # the doctor: a refused budget proposes whole plans with predicted times
 "$bin" train --model "$shape" --data "$tmp/train_*.bin" --batch 4 --seq 32 --steps 1 --memory 3500KB >/dev/null 2>"$tmp/f.err"
 grep -q "whole plans that fit" "$tmp/f.err" && grep -qE "[0-9.]+ s/step: --batch" "$tmp/f.err" && ok || bad "no whole plans proposed: $(cat "$tmp/f.err")"
+# the engine's counters by direction: the bytes its I/O path timed equal the bytes its queue
+# recorded (two separate counts: "disk in/out" and "disk read/write" of the offload report);
+# --record-rates puts the engine's rates in the calibration, and --plan auto says it uses them
+mkdir -p "$tmp/disk"
+"$bin" train --model "$shape" --data "$tmp/train_*.bin" --batch 4 --seq 32 --steps 3 --offload disk \
+  --fused-update --offload-dir "$tmp/disk" --record-rates --log "$tmp/l3.jsonl" >/dev/null 2>"$tmp/g.err" || bad "train --record-rates: $(tail -2 "$tmp/g.err")"
+q=$(grep -o "disk in [0-9.]* MiB out [0-9.]* MiB" "$tmp/g.err" | grep -o "[0-9.]*" | tr '\n' ' ')
+d=$(grep -o "disk read [0-9.]* MiB.*disk write [0-9.]* MiB" "$tmp/g.err" | grep -oE "(read|write) [0-9.]*" | grep -o "[0-9.]*" | tr '\n' ' ')
+[ -n "$q" ] && [ "$q" = "$d" ] && ok || bad "engine counters: queue '$q' vs I/O path '$d'"
+grep -q '"eng_disk_read_bytes":[1-9]' "$tmp/l3.jsonl" && ok || bad "no engine counters in the log"
+python3 -c "import json,sys; e=json.load(open(sys.argv[1]))['engine_disk'][0]; sys.exit(0 if e['homes'] == 7 and e['read_gbps'] > 0 and e['write_gbps'] > 0 and e['loss'] >= 0 and 'B=4 T=32' in e['source'] else 1)" "$HPT_CALIBRATION" && ok || bad "no engine rates recorded: $(cat "$HPT_CALIBRATION")"
+"$bin" estimate --model "$shape" --batch 4 --seq 32 --offload disk --fused-update --offload-dir "$tmp/disk" --plan auto --memory 3500KB --host-memory 2MB --verbose >"$tmp/h.txt" 2>&1
+# (the choice's layout may be another than the recorded run's: then calibrate's rates)
+grep -qE "disk costed at (the engine's own|calibrate's) rates" "$tmp/h.txt" && grep -q "the engine's own disk, params grads optim on disk" "$tmp/h.txt" && ok || bad "--plan auto does not say which disk rates: $(cat "$tmp/h.txt")"
 finish test_plan_auto.sh

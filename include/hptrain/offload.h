@@ -138,6 +138,15 @@ typedef struct {
     double update_s;                    /* worker time in optimizer updates */
     double compute_update_s;            /* compute-thread time in updates (fused, state on disk) */
     double wait_s;                      /* compute-thread time blocked on the worker */
+    /* the worker's transfers by direction, each timed where it runs (docs/planner.md: the
+     * planner takes the engine's own disk rates from these): bytes and seconds */
+    uint64_t disk_read_bytes, disk_write_bytes, host_copy_bytes;
+    double disk_read_s, disk_write_s, host_copy_s;
+    double disk_beside_s;               /* disk seconds while the compute thread was not waiting
+                                         * (computing beside the transfers) */
+    /* wait_s by what the job waited on was doing: a disk read, a disk write, a host copy, an
+     * update (a job of several: its disk write, else its read, else its copy) */
+    double wait_disk_read_s, wait_disk_write_s, wait_host_s, wait_update_s;
 } hpt_offload_stats;
 void hpt_model_offload_stats(const hpt_model *m, hpt_offload_stats *out);
 void hpt_gpt2_offload_stats(const hpt_gpt2 *m, hpt_offload_stats *out); /* wrapper */

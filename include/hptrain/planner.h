@@ -10,6 +10,7 @@
 #define HPT_CAL_VERSION 2
 #define HPT_CAL_GEMM_SIZES 6
 #define HPT_CAL_GEMM_ROWS 2
+#define HPT_CAL_LAYOUTS 8
 
 /* Rates measured by hpt_calibrate (or read from its cached file). Rates are per second. */
 typedef struct {
@@ -40,6 +41,16 @@ typedef struct {
                                              * GEMMs; 0: not measured */
     double disk_share_loss;              /* compute seconds lost per second of disk transfers
                                           * run in a thread beside the team (0: not measured) */
+    /* The offload engine's own disk rates and the compute's loss beside its transfers, taken
+     * from a training run's counters (hpt_calibration_take_engine; 0: none, the standalone
+     * rates above serve), one set per layout of the homes on disk (the index: bit 0 the
+     * weights, bit 1 the gradients, bit 2 the optimizer state; hpt_plan_disk_homes): the
+     * engine's rate depends on it here (all homes on disk: reads 1.0-1.75 GB/s; the state
+     * alone: 1.5-3.1). The cost model takes a plan's layout's set when there is one. */
+    double engine_disk_read_gbps[HPT_CAL_LAYOUTS], engine_disk_write_gbps[HPT_CAL_LAYOUTS];
+    double engine_disk_loss[HPT_CAL_LAYOUTS]; /* compute seconds lost per second of the
+                                               * worker's disk transfers beside the compute */
+    char engine_source[HPT_CAL_LAYOUTS][256]; /* the run: model, B, T, plan, its step */
 } hpt_calibration;
 
 /* The cache file: $HPT_CALIBRATION, else ~/.cache/hptrain/calibration.json. */
@@ -48,6 +59,17 @@ const char *hpt_calibration_path(char *buf, size_t n);
 hpt_status hpt_calibration_load(const char *path, hpt_calibration *c);
 /* Writes it (making the directory), JSON. */
 hpt_status hpt_calibration_save(const char *path, const hpt_calibration *c);
+/* Which of o's engine homes are on disk: bit 0 the weights, 1 the gradients, 2 the optimizer
+ * state (0: none, or no engine). */
+int hpt_plan_disk_homes(const hpt_plan_opts *o);
+/* Takes the engine's rates from a training run into c (the set of o's layout): st the engine's counters over `steps`
+ * steps, step_s the mean step time of those steps, o the run's plan (the compute's own time
+ * alone comes from the cost model at c's compute rates; what the compute took beyond it when
+ * not waiting, per second of the disk transfers the model puts beside it, is the loss);
+ * source names the run. HPT_ERR_INVALID when the run moved nothing through the disk. */
+hpt_status hpt_calibration_take_engine(hpt_calibration *c, const hpt_plan_opts *o,
+                                       const hpt_offload_stats *st, int64_t steps, double step_s,
+                                       const char *source);
 /* Measures every rate with the backend's ops (quick: about seconds x quick-scaled work);
  * disk_dir NULL: the disk is not measured (its rates stay 0). quick 1: fewer repetitions. */
 hpt_status hpt_calibrate(const char *disk_dir, int quick, hpt_calibration *c);
@@ -67,6 +89,12 @@ typedef struct {
     double optim_ns;               /* per parameter */
     double load_bytes, grad_out_bytes, state_in_bytes, state_out_bytes; /* engine, per step */
     double act_out_bytes;          /* activation offload, each way, per step */
+    double disk_read_gbps, disk_write_gbps, disk_loss; /* the engine's disk rates used */
+    int disk_from_engine;          /* 1 + the layout whose engine_* set was used (a training
+                                    * run's); 0: calibrate's own */
+    double compute_s;              /* the compute thread's own work, without waits or the loss
+                                    * beside the disk worker */
+    double disk_beside_s;          /* the worker's disk seconds beside the compute (P >= 1) */
     /* the parts (seconds per optimizer step) */
     double fwd_s, bwd_s, recompute_s, pointwise_s, optim_s;
     double transfer_s;             /* all transfers' own time at their bandwidths */

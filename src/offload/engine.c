@@ -83,28 +83,6 @@
 static const char *const k_home_name[EB_COUNT] = {"block parameters (home)", "block gradients (home)",
                                                   "block m (home)", "block v (home)"};
 
-static size_t round_floats(size_t n) {
-    size_t b = (n * sizeof(float) + ALIGN_BYTES - 1) / ALIGN_BYTES * ALIGN_BYTES;
-    return b / sizeof(float);
-}
-
-static size_t round_halves(size_t n) {
-    return (n * sizeof(uint16_t) + ALIGN_BYTES - 1) / ALIGN_BYTES * ALIGN_BYTES / sizeof(uint16_t);
-}
-
-/* The blocks' weights are used in place: fp32 on the device (bf16 ones are widened into slots). */
-static int zero_copy(const hpt_offload_opts *o) {
-    return o->params == HPT_TIER_DEVICE && o->weights == HPT_BW_FP32 && o->shards <= 1;
-}
-
-static int is_sync(const hpt_offload_opts *o) {
-    if (!zero_copy(o) || o->grad_home != HPT_GH_FP32) return 0; /* 16-bit G: the worker narrows */
-    if (o->fused)
-        return o->params == HPT_TIER_DEVICE && o->optim == HPT_TIER_DEVICE;
-    return o->grads == HPT_TIER_DEVICE && o->params == HPT_TIER_DEVICE &&
-           o->optim == HPT_TIER_DEVICE;
-}
-
 /* Whether the jobs run inline (push runs each on the compute thread and its team): on the CPU
  * backend with no disk home every job is CPU work, and a third busy thread on the team's cores
  * preempts one of its threads, whose partner sleeps at the next barrier and lends its core to
@@ -117,53 +95,6 @@ static int inline_jobs(const offload_engine *e) {
     if (env && !strcmp(env, "inline")) return 1;
     return e->o.params != HPT_TIER_DISK && e->o.grads != HPT_TIER_DISK &&
            e->o.optim != HPT_TIER_DISK && e->o.shards <= 1;
-}
-
-static int n_gslots(const hpt_offload_opts *o) {
-    if (o->shards > 1) return 2; /* ZeRO-3: each block's gradients are reduce-scattered from a slot */
-    if (!o->fused && o->grads == HPT_TIER_DEVICE && o->grad_home == HPT_GH_FP32) return 0;
-    return is_sync(o) ? 1 : 2;
-}
-
-/* Bytes of one staging set: the disk-homed buffers among fused M, V; exact P, G, M, V (sb[b]
- * buffer b's home stride in bytes; a 16-bit G takes hsb, its stride in halves). */
-static uint64_t stage_set_bytes(const hpt_offload_opts *o, const uint64_t sb[EB_COUNT], uint64_t hsb) {
-    uint64_t n = (o->optim == HPT_TIER_DISK) * (sb[EB_M] + sb[EB_V]);
-    if (!o->fused)
-        n += (o->params == HPT_TIER_DISK && o->weights == HPT_BW_FP32) * sb[EB_P] + /* bf16: bstage */
-             (o->grads == HPT_TIER_DISK) * (o->grad_home != HPT_GH_FP32 ? hsb : sb[EB_G]);
-    return n;
-}
-
-void eng_bytes(const hpt_offload_opts *o, int L, size_t block_floats, int training, int mv_homes,
-               uint64_t out[HPT_TIER_COUNT][HPT_CAT_COUNT]) {
-    eng_bytes_homes(o, L, block_floats, round_floats(block_floats), training, mv_homes, out);
-}
-
-/* home_floats: floats between two blocks in a sharded fp32 home (and its staging): the block's
- * stride, or with ZeRO the shard's (engine_z3.c: every home at stage 3, m and v at 1 and 2, the
- * gradients' at 2); the slots and the other homes stay whole blocks. */
-void eng_bytes_homes(const hpt_offload_opts *o, int L, size_t block_floats, size_t home_floats,
-                     int training, int mv_homes, uint64_t out[HPT_TIER_COUNT][HPT_CAT_COUNT]) {
-    memset(out, 0, sizeof(uint64_t) * HPT_TIER_COUNT * HPT_CAT_COUNT);
-    uint64_t slb = (uint64_t)round_floats(block_floats) * sizeof(float); /* a slot */
-    uint64_t sh = (uint64_t)home_floats * sizeof(float);
-    int z = eng_zstage(o);
-    uint64_t sb[EB_COUNT] = {z == 3 ? sh : slb, z >= 2 ? sh : slb, sh, sh};
-    uint64_t home = (uint64_t)L * sh;
-    uint64_t hsb = (uint64_t)round_halves(block_floats) * sizeof(uint16_t), hhome = (uint64_t)L * hsb;
-    if (o->weights == HPT_BW_FP32) out[o->params][HPT_CAT_PARAMS] += (uint64_t)L * sb[EB_P];
-    else /* bf16 weights, and their bf16 compensation with Kahan */
-        out[o->params][HPT_CAT_PARAMS] += (z == 3 ? (uint64_t)L * home_floats * sizeof(uint16_t) : hhome) *
-                                          (o->weights == HPT_BW_BF16_KAHAN ? 2u : 1u); /* ZeRO-3: hstride = hstr */
-    if (!zero_copy(o)) out[HPT_TIER_DEVICE][HPT_CAT_PARAMS] += (uint64_t)o->max_active * slb;
-    if (o->weights != HPT_BW_FP32 && o->params == HPT_TIER_DISK) /* bstage, from eng_create */
-        out[HPT_TIER_HOST][HPT_CAT_IO] += 2 * (uint64_t)round_halves(block_floats) * sizeof(uint16_t);
-    if (!o->fused) out[o->grads][HPT_CAT_GRADS] += o->grad_home != HPT_GH_FP32 ? hhome : (uint64_t)L * sb[EB_G];
-    out[HPT_TIER_DEVICE][HPT_CAT_GRADS] += (uint64_t)n_gslots(o) * slb;
-    if (!training) return;
-    if (mv_homes) out[o->optim][HPT_CAT_OPTIM] += 2 * home;
-    out[HPT_TIER_HOST][HPT_CAT_IO] += 2 * stage_set_bytes(o, sb, hsb);
 }
 
 /* ---- worker ---------------------------------------------------------------------------- */
@@ -183,19 +114,19 @@ static hpt_status home_io(offload_engine *e, int b, int l, float *mem, int write
             return HPT_OK;
         }
         /* read into mem's start, widened in place */
-        HPT_CHECK(mem_disk_rw(e->mem, &e->disk[EB_P], (uint64_t)l * e->hstride * sizeof(uint16_t),
+        HPT_CHECK(eng_disk_rw(e, &e->disk[EB_P], (uint64_t)l * e->hstride * sizeof(uint16_t),
                               mem, e->hstride * sizeof(uint16_t), 0));
         e->be->bf16_widen(mem, (const uint16_t *)mem, e->bn);
         return HPT_OK;
     }
     if (e->tier[b] == HPT_TIER_DISK)
-        return mem_disk_rw(e->mem, &e->disk[b], (uint64_t)l * eng_hstr(e, b) * sizeof(float), mem,
+        return eng_disk_rw(e, &e->disk[b], (uint64_t)l * eng_hstr(e, b) * sizeof(float), mem,
                            eng_hstr(e, b) * sizeof(float), write_);
     float *h = e->home[b] + (size_t)l * eng_hstr(e, b);
     size_t n = eng_hn(e, b) * sizeof(float);
     int host = e->tier[b] == HPT_TIER_HOST; /* mem is a device slot here (staging serves disk) */
-    if (write_) e->be->copy(h, mem, n, host ? HPT_COPY_D2H : HPT_COPY_D2D);
-    else e->be->copy(mem, h, n, host ? HPT_COPY_H2D : HPT_COPY_D2D);
+    if (write_) eng_host_copy(e, h, mem, n, host ? HPT_COPY_D2H : HPT_COPY_D2D);
+    else eng_host_copy(e, mem, h, n, host ? HPT_COPY_H2D : HPT_COPY_D2D);
     return HPT_OK;
 }
 
@@ -211,7 +142,7 @@ static hpt_status slot_io(offload_engine *e, int b, int l, float *slot, int writ
 
 /* bfd: block l's bf16 weights between disk and staging block set. */
 hpt_status eng_bstage_io(offload_engine *e, int l, int set, int write_) {
-    return mem_disk_rw(e->mem, &e->disk[EB_P], (uint64_t)l * e->hstride * sizeof(uint16_t),
+    return eng_disk_rw(e, &e->disk[EB_P], (uint64_t)l * e->hstride * sizeof(uint16_t),
                        e->bstage + (size_t)set * e->hstride, e->hstride * sizeof(uint16_t), write_);
 }
 
@@ -236,9 +167,9 @@ static hpt_status grad_io(offload_engine *e, int l, float *g, int write_, int *o
     size_t len = e->hstride * sizeof(uint16_t);
     if (write_) {
         *ovf = f16 ? e->be->f16_narrow(h, g, e->bn) : e->be->bf16_narrow(h, g, e->bn);
-        return disk ? mem_disk_rw(e->mem, &e->disk[EB_G], off, h, len, 1) : HPT_OK;
+        return disk ? eng_disk_rw(e, &e->disk[EB_G], off, h, len, 1) : HPT_OK;
     }
-    if (disk) HPT_CHECK(mem_disk_rw(e->mem, &e->disk[EB_G], off, h, len, 0));
+    if (disk) HPT_CHECK(eng_disk_rw(e, &e->disk[EB_G], off, h, len, 0));
     if (f16) e->be->f16_widen(g, h, e->bn);
     else e->be->bf16_widen(g, h, e->bn);
     return HPT_OK;
@@ -346,7 +277,7 @@ static hpt_status run_job(offload_engine *e, const job *j, double *io_s, double 
                 HPT_CHECK(home_io(e, b, j->l, e->stage_ptr[j->set][b], 0));
         if (e->bfd) HPT_CHECK(eng_bstage_io(e, j->l, j->set, 0));
         if (e->gh && e->tier[EB_G] == HPT_TIER_DISK) /* the halves, widened by update_grads */
-            HPT_CHECK(mem_disk_rw(e->mem, &e->disk[EB_G],
+            HPT_CHECK(eng_disk_rw(e, &e->disk[EB_G],
                                   (uint64_t)j->l * e->hstride * sizeof(uint16_t),
                                   e->stage_ptr[j->set][EB_G], e->hstride * sizeof(uint16_t), 0));
         break;
@@ -480,12 +411,13 @@ static hpt_status wait_seq(offload_engine *e, uint64_t seq) {
     if (!e->th_on && !e->inl) return HPT_OK; /* inline: every job is done, only reaped here */
     pthread_mutex_lock(&e->mu);
     if (e->done < seq) {
-        double t0 = hpt_now();
+        double t0 = hpt_now(), d0 = eng_disk_busy_s(e);
         /* the worker may use our cores */
         __atomic_store_n(&e->waiting, omp_get_max_threads(), __ATOMIC_RELAXED);
         while (e->done < seq) pthread_cond_wait(&e->cv_done, &e->mu);
         __atomic_store_n(&e->waiting, 0, __ATOMIC_RELAXED);
         e->st.wait_s += hpt_now() - t0;
+        eng_io_waited(e, &e->q[(seq - 1) % QCAP], hpt_now() - t0, eng_disk_busy_s(e) - d0);
     }
     pthread_mutex_unlock(&e->mu);
     reap(e);
@@ -835,22 +767,22 @@ hpt_status eng_create(hpt_mem *mem, int L, int n_slices, const size_t *slice_n,
         e->slice_n[i] = slice_n[i];
         e->bn += slice_n[i];
     }
-    e->stride = round_floats(e->bn);
-    e->hstride = round_halves(e->bn);
+    e->stride = eng_round_floats(e->bn);
+    e->hstride = eng_round_halves(e->bn);
     e->hn = e->zhi = e->bn; /* the homes hold whole blocks, unless sharded (eng_z3_setup) */
     e->hstr = e->stride;
     e->bf = o->weights;
     e->gh = o->grad_home;
-    e->zc = zero_copy(o);
+    e->zc = eng_zero_copy(o);
     e->in_use = e->cur = -1;
     e->dir = 1;
-    e->sync = is_sync(o);
+    e->sync = eng_is_sync(o);
     for (int b = 0; b < EB_COUNT; b++) e->disk[b].fd = -1;
     e->tier[EB_P] = o->params;
     e->tier[EB_G] = o->grads;
     e->tier[EB_M] = e->tier[EB_V] = o->optim;
     e->K = e->zc ? 0 : o->max_active;
-    e->n_g = n_gslots(o);
+    e->n_g = eng_n_gslots(o);
     e->res = calloc((size_t)L, sizeof *e->res);
     e->slot_of = malloc((size_t)L * sizeof *e->slot_of);
     e->blk_seq = calloc((size_t)L, sizeof *e->blk_seq);
@@ -911,7 +843,7 @@ hpt_status eng_attach_optim(offload_engine *e, eng_update_fn fn, void *ctx, int 
     int sets = 2;
     uint64_t sb[EB_COUNT], hsb = e->hstride * sizeof(uint16_t);
     for (int b = 0; b < EB_COUNT; b++) sb[b] = eng_hstr(e, b) * sizeof(float);
-    size_t set_bytes = (size_t)stage_set_bytes(&e->o, sb, hsb);
+    size_t set_bytes = (size_t)eng_stage_set_bytes(&e->o, sb, hsb);
     if (s == HPT_OK && set_bytes) {
         e->stage_bytes = (size_t)sets * set_bytes;
         hpt_mem_set_name(e->mem, "offload staging");
@@ -1013,5 +945,6 @@ void eng_stats(const offload_engine *e, hpt_offload_stats *out) {
     offload_engine *m = (offload_engine *)(uintptr_t)e;
     pthread_mutex_lock(&m->mu);
     *out = e->st;
+    eng_io_stats(e, out);
     pthread_mutex_unlock(&m->mu);
 }

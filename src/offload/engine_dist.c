@@ -31,7 +31,7 @@ hpt_status eng_check_add_home(const hpt_offload_opts *o) {
     if (o->grad_home != HPT_GH_FP32)
         return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero with --accum sums the micro-batches apart in "
                         "fp32: not with a 16-bit gradient home (--grad-home)");
-    if (o->grads == HPT_TIER_DEVICE) /* n_gslots: exact fp32 gradients on the device, no slot */
+    if (o->grads == HPT_TIER_DEVICE) /* eng_n_gslots: exact fp32 gradients on the device, no slot */
         return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero with --accum and the offload engine needs "
                         "the gradients' home off the device (--offload grads=host|disk): on the "
                         "device the backward writes straight into it, with no slot to sum apart");
@@ -69,7 +69,7 @@ hpt_status eng_grad_add_home(offload_engine *e, int l, float *g) {
         /* exact mode's staging set 0: idle during the backward (the streaming update uses it) */
         float *st = e->stage_ptr[0][EB_G];
         if (!st) return hpt_fail(HPT_ERR_INVALID, "offload engine: no staging for the gradients");
-        HPT_CHECK(mem_disk_rw(e->mem, &e->disk[EB_G], (uint64_t)l * hs * sizeof(float), st,
+        HPT_CHECK(eng_disk_rw(e, &e->disk[EB_G], (uint64_t)l * hs * sizeof(float), st,
                               hs * sizeof(float), 0));
         h = st;
     } else {

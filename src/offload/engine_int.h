@@ -26,6 +26,16 @@ typedef struct {
 static const hpt_category k_cat[EB_COUNT] = {HPT_CAT_PARAMS, HPT_CAT_GRADS, HPT_CAT_OPTIM,
                                              HPT_CAT_OPTIM};
 
+/* The worker's transfers by direction (engine_io.c): nanoseconds and bytes, added atomically
+ * by the thread doing the transfer; busy_t0 the start of the disk transfer in flight (0: none). */
+typedef struct {
+    uint64_t ns[3], bytes[3];  /* ECTR_DISK_READ, ECTR_DISK_WRITE, ECTR_HOST_COPY */
+    uint64_t busy_t0;
+    double disk_in_wait_s;     /* disk seconds while the compute thread waited */
+    double wait_s[4];          /* compute waits by the waited job's class (ECTR_*, ECTR_UPDATE) */
+} eng_io_ctr;
+enum { ECTR_DISK_READ = 0, ECTR_DISK_WRITE, ECTR_HOST_COPY, ECTR_UPDATE };
+
 struct offload_engine {
     hpt_mem *mem;              /* borrowed */
     const hpt_backend *be;     /* every op and device copy (the CPU's for now) */
@@ -111,8 +121,18 @@ struct offload_engine {
     hpt_status err;
     char err_msg[600];
     hpt_offload_stats st;
+    eng_io_ctr io;             /* the worker's transfers by direction (engine_io.c) */
     hpt_block_store store;     /* the engine as the model sees it (blocks_engine.c) */
 };
+
+/* engine_bytes.c: layout rules from the options alone (shared by eng_create and eng_bytes). */
+size_t eng_round_floats(size_t n);   /* n floats rounded up to ALIGN_BYTES, in floats */
+size_t eng_round_halves(size_t n);   /* n halves rounded up to ALIGN_BYTES, in halves */
+int eng_zero_copy(const hpt_offload_opts *o); /* fp32 weights on the device, used in place */
+int eng_is_sync(const hpt_offload_opts *o);   /* no worker jobs at all */
+int eng_n_gslots(const hpt_offload_opts *o);  /* device gradient slots */
+/* Bytes of one staging set (sb[b]: buffer b's home stride in bytes; hsb a 16-bit G's). */
+uint64_t eng_stage_set_bytes(const hpt_offload_opts *o, const uint64_t sb[EB_COUNT], uint64_t hsb);
 
 /* The ZeRO stage of o: 1, 2, 3 with o->shards > 1 (o->zero 0 is 3), else 0. */
 static inline int eng_zstage(const hpt_offload_opts *o) {
@@ -142,6 +162,20 @@ hpt_status eng_dist_grads(offload_engine *e, int l, float *g);
 hpt_status eng_grad_add_home(offload_engine *e, int l, float *g);
 
 hpt_status eng_home_io(offload_engine *e, int b, int l, float *mem, int write_); /* engine.c */
+
+/* ---- engine_io.c: the transfers, timed and counted by direction ---- */
+/* mem_disk_rw, its bytes and seconds counted as a disk read or write of e's. */
+hpt_status eng_disk_rw(offload_engine *e, const hpt_disk_ref *ref, uint64_t off, void *buf,
+                       size_t len, int write_);
+/* e->be->copy between a host home and device memory, counted as a host copy. */
+void eng_host_copy(offload_engine *e, void *dst, const void *src, size_t bytes, hpt_copy_kind k);
+/* The disk seconds so far, the transfer in flight included (for the waits' share). */
+double eng_disk_busy_s(offload_engine *e);
+/* Called by wait_seq (under e->mu) after waiting w seconds on job j, while the disk was busy
+ * for d of them: the waits' classes and the disk seconds beside waits. */
+void eng_io_waited(offload_engine *e, const job *j, double w, double d);
+/* The counters into st (under e->mu). */
+void eng_io_stats(const offload_engine *e, hpt_offload_stats *st);
 
 /* ---- engine_z3.c: ZeRO-3, the homes sharded over the processes ---- */
 /* This rank's shard (o.shards must be the number of processes), the home stride, the bounce

@@ -104,6 +104,18 @@ hpt_status hpt_calibration_save(const char *path, const hpt_calibration *c) {
     cJSON_AddNumberToObject(j, "disk_read_gbps", c->disk_read_gbps);
     cJSON_AddNumberToObject(j, "disk_write_gbps", c->disk_write_gbps);
     cJSON_AddNumberToObject(j, "disk_share_loss", c->disk_share_loss);
+    cJSON *ea = NULL; /* the engine's own rates, one object per layout recorded */
+    for (int k = 0; k < HPT_CAL_LAYOUTS; k++) {
+        if (!(c->engine_disk_read_gbps[k] > 0 && c->engine_disk_write_gbps[k] > 0)) continue;
+        if (!ea) ea = cJSON_AddArrayToObject(j, "engine_disk");
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddItemToArray(ea, e);
+        cJSON_AddNumberToObject(e, "homes", k);
+        cJSON_AddNumberToObject(e, "read_gbps", c->engine_disk_read_gbps[k]);
+        cJSON_AddNumberToObject(e, "write_gbps", c->engine_disk_write_gbps[k]);
+        cJSON_AddNumberToObject(e, "loss", c->engine_disk_loss[k]);
+        cJSON_AddStringToObject(e, "source", c->engine_source[k]);
+    }
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
     if (!text) return hpt_fail(HPT_ERR_OOM, "calibration: no memory for the JSON text");
@@ -186,6 +198,24 @@ hpt_status hpt_calibration_load(const char *path, hpt_calibration *c) {
         num(j, "disk_read_gbps", &c->disk_read_gbps);
         num(j, "disk_write_gbps", &c->disk_write_gbps);
         num(j, "disk_share_loss", &c->disk_share_loss);
+        /* the engine's own disk rates from training runs, per layout (optional; an entry
+         * with any figure missing or out of range is skipped) */
+        const cJSON *ea = cJSON_GetObjectItemCaseSensitive(j, "engine_disk");
+        int ne = cJSON_IsArray(ea) ? cJSON_GetArraySize(ea) : 0;
+        for (int i = 0; i < ne; i++) {
+            const cJSON *ed = cJSON_GetArrayItem(ea, i);
+            const cJSON *src = cJSON_GetObjectItemCaseSensitive(ed, "source");
+            double hk = -1, er = 0, ew = 0, el = 0;
+            if (!(num(ed, "homes", &hk) && hk >= 1 && hk < HPT_CAL_LAYOUTS && hk == (int)hk &&
+                  num(ed, "read_gbps", &er) && num(ed, "write_gbps", &ew) && num(ed, "loss", &el) &&
+                  er > 0 && ew > 0 && el >= 0))
+                continue;
+            int k = (int)hk;
+            c->engine_disk_read_gbps[k] = er, c->engine_disk_write_gbps[k] = ew;
+            c->engine_disk_loss[k] = el;
+            snprintf(c->engine_source[k], sizeof c->engine_source[k], "%s",
+                     cJSON_IsString(src) ? src->valuestring : "");
+        }
         const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "attention_T512");
         double r[2][2] = {{0, 0}, {0, 0}};
         if (a && num(a, "flash_fwd_gflops", &r[0][0]) && num(a, "flash_bwd_gflops", &r[0][1]) &&
@@ -555,6 +585,53 @@ done:
     close(a.fd);
     unlink(path);
     return s;
+}
+
+hpt_status hpt_calibration_take_engine(hpt_calibration *c, const hpt_plan_opts *o,
+                                       const hpt_offload_stats *st, int64_t steps, double step_s,
+                                       const char *source) {
+    if (steps < 1 || st->disk_read_s <= 0 || st->disk_write_s <= 0 || !st->disk_read_bytes ||
+        !st->disk_write_bytes)
+        return hpt_fail(HPT_ERR_INVALID, "calibration: the run read or wrote nothing through the "
+                        "engine's disk homes after its first step");
+    int dk = hpt_plan_disk_homes(o);
+    if (!dk) return hpt_fail(HPT_ERR_INVALID, "calibration: the run's plan has no disk homes");
+    hpt_calibration e = *c;
+    e.engine_disk_read_gbps[dk] = (double)st->disk_read_bytes / st->disk_read_s / 1e9;
+    e.engine_disk_write_gbps[dk] = (double)st->disk_write_bytes / st->disk_write_s / 1e9;
+    e.engine_disk_loss[dk] = 0;
+    /* The loss: the one figure the counters do not give directly. The compute thread, when
+     * not waiting, took busy = step - waits; its own work alone is the cost model's compute_s
+     * (the calibrated compute rates); the counters' loss, (busy - compute_s) per second of
+     * disk transfer that ran beside it, is printed with the source. But the cost model's
+     * block term is max(compute + loss x transfers, transfers): it does not add the waits of
+     * the blocks whose transfer outlasted their compute to the slowed compute of the others,
+     * so that figure does not reproduce the run. The loss kept is the one with which the cost
+     * model reproduces the run's step (the model's step rises with the loss: bisection on
+     * [0, 4]); the run's shape class is then predicted from the engine's rates and it. */
+    hpt_cost k;
+    HPT_CHECK(hpt_plan_cost(o, &e, &k));
+    double busy = step_s - st->wait_s / (double)steps, beside = st->disk_beside_s / (double)steps;
+    double counted = beside > 0 ? (busy - k.compute_s) / beside : 0;
+    double loss = c->disk_share_loss;
+    if (beside > 0.05 * step_s) {
+        double lo = 0, hi = 4;
+        e.engine_disk_loss[dk] = hi;
+        HPT_CHECK(hpt_plan_cost(o, &e, &k));
+        if (k.total_s <= step_s) lo = hi;
+        for (int it = 0; it < 50 && hi - lo > 1e-6; it++) {
+            e.engine_disk_loss[dk] = 0.5 * (lo + hi);
+            HPT_CHECK(hpt_plan_cost(o, &e, &k));
+            if (k.total_s < step_s) lo = e.engine_disk_loss[dk];
+            else hi = e.engine_disk_loss[dk];
+        }
+        loss = lo;
+    }
+    e.engine_disk_loss[dk] = loss;
+    snprintf(e.engine_source[dk], sizeof e.engine_source[dk], "%s (the counters' loss %.2f)",
+             source ? source : "", counted);
+    *c = e;
+    return HPT_OK;
 }
 
 hpt_status hpt_calibrate(const char *disk_dir, int quick, hpt_calibration *c) {

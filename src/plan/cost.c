@@ -78,12 +78,28 @@ static double head_rate(const hpt_calibration *c, int bwd, double rows) {
     return (1 - f) * c->head_gflops[i][bwd] + f * c->head_gflops[i + 1][bwd];
 }
 
-/* Bandwidths (bytes/s) of reading from and writing to a home on tier t; the device's own
- * memory costs nothing to reach (0 seconds). */
-static double tier_s(const hpt_calibration *c, hpt_tier t, double bytes, int write) {
+int hpt_plan_disk_homes(const hpt_plan_opts *o) {
+    const hpt_offload_opts *of = &o->offload;
+    if (!hpt_offload_active(of)) return 0;
+    return (of->params == HPT_TIER_DISK) | (of->grads == HPT_TIER_DISK) << 1 |
+           (of->optim == HPT_TIER_DISK) << 2;
+}
+
+/* 1 + the layout when c holds the engine's own disk rates for layout k (a training run's
+ * counters); else 0. */
+static int engine_rates(const hpt_calibration *c, int k) {
+    return c->engine_disk_read_gbps[k] > 0 && c->engine_disk_write_gbps[k] > 0 ? 1 + k : 0;
+}
+
+/* Seconds of moving bytes to or from a home on tier t; the device's own memory costs nothing
+ * to reach (0 seconds). The disk at the engine's own rates when c has them: the engine's
+ * transfers ran about twice as fast as calibrate's here (docs/planner.md). */
+static double tier_s(const hpt_calibration *c, int k, hpt_tier t, double bytes, int write) {
     if (bytes <= 0 || t == HPT_TIER_DEVICE) return 0;
     if (t == HPT_TIER_HOST) return bytes / (c->host_copy_gbps * 1e9);
-    double g = write ? c->disk_write_gbps : c->disk_read_gbps;
+    int e = engine_rates(c, k);
+    double g = write ? (e ? c->engine_disk_write_gbps[k] : c->disk_write_gbps)
+                     : (e ? c->engine_disk_read_gbps[k] : c->disk_read_gbps);
     return bytes / (g * 1e9);
 }
 
@@ -112,6 +128,7 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
         return hpt_fail(HPT_ERR_INVALID, "the calibration has no disk rates (calibrate with "
                         "--offload-dir DIR)");
     int T = o->T, L = cfg->L, m = o->accum > 1 ? o->accum : 1;
+    int dk = hpt_plan_disk_homes(o); /* the layout whose engine rates apply */
     double tok = (double)o->B * T;
     /* the architecture's FLOPs: a + b (T + 1) per token; b (T + 1) is attention */
     double f1 = model_flops_per_token(cfg, 1), f2 = model_flops_per_token(cfg, 2);
@@ -189,7 +206,7 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
         double wb = of->weights == HPT_BW_BF16_SR ? 2 : 4; /* Kahan: bf16 and its compensation */
         double gw = of->grad_home == HPT_GH_FP32 ? 4 : 2;
         int K = of->max_active < L ? of->max_active : L, P = of->prefetch;
-        double load = tier_s(c, of->params, blk * wb, 0);
+        double load = tier_s(c, dk, of->params, blk * wb, 0);
         double cf = fwd_blocks / L, cb = (bwd_blocks + rec) / L;
         /* The worker shares the CPU with the compute threads: its CPU-bound work (memcpy from
          * and to host homes, in-memory updates at one thread: wcpu) costs the compute team
@@ -205,7 +222,14 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
          * each (and checksums its pages), taking a core from the team for a moment; calibrated
          * per second of transfer (disk_share_loss: 0.22-0.77 measured here, under other
          * sessions' load). */
-        double dl = c->disk_share_loss, ldisk = of->params == HPT_TIER_DISK ? load : 0;
+        double dl = engine_rates(c, dk) ? c->engine_disk_loss[dk] : c->disk_share_loss;
+        double ldisk = of->params == HPT_TIER_DISK ? load : 0;
+        if (disk_used) { /* which disk rates this plan was costed at */
+            out->disk_from_engine = engine_rates(c, dk);
+            out->disk_read_gbps = engine_rates(c, dk) ? c->engine_disk_read_gbps[dk] : c->disk_read_gbps;
+            out->disk_write_gbps = engine_rates(c, dk) ? c->engine_disk_write_gbps[dk] : c->disk_write_gbps;
+            out->disk_loss = dl;
+        }
         /* forward: L loads; backward: the blocks not still resident */
         double f_work = P >= 1 ? L * maxd(cf + lcpu / n + dl * ldisk, load) + load : L * (cf + load);
         double reload = (double)(L - K) / L;
@@ -213,8 +237,8 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
         double st_in = 0, st_out = 0;
         if (of->fused) {
             if (of->optim == HPT_TIER_DISK) { /* the worker streams m, v; the compute thread updates */
-                double mv = tier_s(c, HPT_TIER_DISK, blk * 8, 0) + tier_s(c, HPT_TIER_DISK, blk * 8, 1);
-                double pwb = tier_s(c, of->params, blk * wb, 1);
+                double mv = tier_s(c, dk, HPT_TIER_DISK, blk * 8, 0) + tier_s(c, dk, HPT_TIER_DISK, blk * 8, 1);
+                double pwb = tier_s(c, dk, of->params, blk * wb, 1);
                 wk += mv + pwb;
                 wdisk += mv + (of->params == HPT_TIER_DISK ? pwb : 0);
                 ck += blk * ns;
@@ -222,36 +246,43 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
             } else if (of->optim == HPT_TIER_DEVICE && of->params == HPT_TIER_DEVICE) {
                 ck += blk * ns; /* no homes: the compute thread updates in the backward */
             } else { /* the worker updates in place, then writes the weights home */
-                double wback = tier_s(c, of->params, blk * wb, 1);
+                double wback = tier_s(c, dk, of->params, blk * wb, 1);
                 wk += blk * wns + wback;
                 wdisk += of->params == HPT_TIER_DISK ? wback : 0;
                 wcpu += blk * wns + (of->params == HPT_TIER_HOST ? wback : 0);
                 st_out = of->params != HPT_TIER_DEVICE ? blk * wb * L : 0;
             }
         } else {
-            double gout = tier_s(c, of->grads, blk * gw, 1);
+            double gout = tier_s(c, dk, of->grads, blk * gw, 1);
             wk += gout;
             wcpu += of->grads == HPT_TIER_HOST ? gout : 0;
             wdisk += of->grads == HPT_TIER_DISK ? gout : 0;
         }
         double b_work = P >= 1 ? L * maxd(ck + wcpu / n + dl * wdisk, wk) : L * (ck + wk);
-        double upd = 0;
+        double upd = 0, upd_own = 0, upd_disk = 0;
         if (!of->fused) { /* streamed after the backward, block by block */
             double io = 0;
             if (of->params == HPT_TIER_DISK || of->grads == HPT_TIER_DISK || of->optim == HPT_TIER_DISK) {
                 int mv = hpt_optim_mv_homes(&o->adamw) && of->optim == HPT_TIER_DISK;
-                io = tier_s(c, of->params, blk * wb, 0) + tier_s(c, of->grads, blk * gw, 0) +
-                     (mv ? tier_s(c, HPT_TIER_DISK, blk * 8, 0) + tier_s(c, HPT_TIER_DISK, blk * 8, 1) : 0) +
-                     tier_s(c, of->params, blk * wb, 1);
+                io = tier_s(c, dk, of->params, blk * wb, 0) + tier_s(c, dk, of->grads, blk * gw, 0) +
+                     (mv ? tier_s(c, dk, HPT_TIER_DISK, blk * 8, 0) + tier_s(c, dk, HPT_TIER_DISK, blk * 8, 1) : 0) +
+                     tier_s(c, dk, of->params, blk * wb, 1);
                 st_in = blk * (wb + gw + (mv ? 8 : 0)) * L, st_out = blk * (wb + (mv ? 8 : 0)) * L;
             }
             upd = L * maxd(blk * ns + dl * io, io) + io;
+            upd_own = L * blk * ns, upd_disk = L * io;
         }
         double rest_opt = (np - blk * L) * ns;
         double eng_total = m * (f_work + b_work) + upd;
         /* replace the blocks' compute and the update in total by the engine's schedule */
-        total = total - m * (fwd_blocks + bwd_blocks + rec) - opt + eng_total + rest_opt;
-        double moved = m * (L + L * reload) * load + (of->fused ? 0 : m * L * tier_s(c, of->grads, blk * gw, 1));
+        double outside = total - m * (fwd_blocks + bwd_blocks + rec) - opt + rest_opt;
+        total = outside + eng_total;
+        /* the compute thread's own work (what it does when it is not waiting), without the
+         * loss beside the disk worker: the base against which a run's counters measure it */
+        out->compute_s = outside + upd_own +
+                         m * L * (P >= 1 ? cf + lcpu / n + ck + wcpu / n : cf + ck);
+        out->disk_beside_s = (P >= 1 ? m * L * (ldisk + wdisk) : 0) + upd_disk;
+        double moved = m * (L + L * reload) * load + (of->fused ? 0 : m * L * tier_s(c, dk, of->grads, blk * gw, 1));
         transfer += moved + (upd > L * blk * ns ? upd - L * blk * ns : 0);
         out->load_bytes = m * (L + (L - K)) * blk * wb * (of->params != HPT_TIER_DEVICE);
         out->grad_out_bytes = of->fused ? 0 : m * L * blk * gw * (of->grads != HPT_TIER_DEVICE);
@@ -261,6 +292,7 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
     out->optim_s = opt;
     out->transfer_s = transfer;
     out->total_s = total;
+    if (!engine) out->compute_s = total; /* everything on the compute thread */
     out->exposed_s = maxd(0, total - (fwd + bwd + recs + pws + opt));
     if (!isfinite(total) || total <= 0)
         return hpt_fail(HPT_ERR_INVALID, "the calibration gives no finite step time");

@@ -122,6 +122,12 @@ int cli_auto_plan(const char *cmd, hpt_plan_opts *po, int64_t tokens_per_step, i
 /* The doctor's proposal for a budget (a refused one, or profile's): the top 3 auto plans with
  * predicted step times, on f, from the cached calibration (or a hint to make one). */
 void cli_auto_advice(const char *cmd, const hpt_plan_opts *po, FILE *f);
+/* train --record-rates: the engine's disk rates and the compute's loss beside them, from the
+ * run's counters st over `steps` steps after the first (mean step_s), into the cached
+ * calibration (cmd_calibrate.c). */
+#define CLI_OPT_RECORD_RATES 1005
+int cli_record_rates(const hpt_plan_opts *po, const hpt_offload_stats *st, int64_t steps,
+                     double step_s, FILE *f);
 
 /* The offload engine's flags, as `train` and `estimate` describe them. */
 #define CLI_HELP_OFFLOAD \

@@ -64,6 +64,12 @@ static void print_calibration(FILE *f, const hpt_calibration *c) {
     if (c->disk_read_gbps > 0)
         fprintf(f, "  disk sharing loss %.2f compute s per s of disk transfers beside the team\n",
                 c->disk_share_loss);
+    for (int k = 1; k < HPT_CAL_LAYOUTS; k++)
+        if (c->engine_disk_read_gbps[k] > 0)
+            fprintf(f, "  the engine's own disk, %s%s%son disk: read %.2f GB/s, write %.2f GB/s, loss "
+                    "%.2f compute s per s beside the compute (from: %s)\n", k & 1 ? "params " : "",
+                    k & 2 ? "grads " : "", k & 4 ? "optim " : "", c->engine_disk_read_gbps[k],
+                    c->engine_disk_write_gbps[k], c->engine_disk_loss[k], c->engine_source[k]);
 }
 
 int cmd_calibrate(int argc, char **argv) {
@@ -179,6 +185,12 @@ static void print_inputs(FILE *f, const hpt_cost *c) {
     fmt_b(z, sizeof z, c->state_in_bytes + c->state_out_bytes);
     fprintf(f, "    engine: loads %s, gradient write-backs %s, state streamed %s; activation "
             "offload %.3g B each way\n", x, y, z, c->act_out_bytes);
+    if (c->disk_read_gbps > 0)
+        fprintf(f, "    disk: read %.2f GB/s, write %.2f GB/s, %.2f compute s lost per s of the "
+                "worker's disk transfers beside it (%.3f s of them): %s\n", c->disk_read_gbps,
+                c->disk_write_gbps, c->disk_loss, c->disk_beside_s, c->disk_from_engine
+                ? "the engine's own rates, from a training run (train --record-rates)"
+                : "calibrate's standalone O_DIRECT rates");
     fprintf(f, "    parts: forward %.3f s, backward %.3f s, recompute %.3f s, pointwise %.3f s, "
             "update %.3f s, transfers %.3f s of which exposed %.3f s\n", c->fwd_s, c->bwd_s,
             c->recompute_s, c->pointwise_s, c->optim_s, c->transfer_s, c->exposed_s);
@@ -222,6 +234,13 @@ int cli_auto_plan(const char *cmd, hpt_plan_opts *po, int64_t tokens_per_step, i
             (double)best->e.tokens_per_step / best->cost.total_s);
     print_peaks(f, best);
     fprintf(f, "\n");
+    if (best->cost.disk_read_gbps > 0)
+        fprintf(f, "  disk costed at %s: read %.2f GB/s, write %.2f GB/s, loss %.2f%s%s%s\n",
+                best->cost.disk_from_engine ? "the engine's own rates" : "calibrate's rates",
+                best->cost.disk_read_gbps, best->cost.disk_write_gbps, best->cost.disk_loss,
+                best->cost.disk_from_engine ? " (from: " : "",
+                best->cost.disk_from_engine ? cal.engine_source[best->cost.disk_from_engine - 1] : "",
+                best->cost.disk_from_engine ? ")" : "");
     if (verbose) print_inputs(f, &best->cost);
     if (r->n > 1 || r->n_nofit) fprintf(f, "  runners-up:\n");
     for (int i = 1; i < r->n; i++) {
@@ -274,4 +293,34 @@ void cli_auto_advice(const char *cmd, const hpt_plan_opts *po, FILE *f) {
         fprintf(f, "  %.3f s/step: %s\n", r->cand[i].cost.total_s, fl);
     }
     free(r);
+}
+
+int cli_record_rates(const hpt_plan_opts *po, const hpt_offload_stats *st, int64_t steps,
+                     double step_s, FILE *f) {
+    char path[4096], src[256], pb[2048];
+    hpt_calibration_path(path, sizeof path);
+    hpt_calibration cal;
+    hpt_status s = hpt_calibration_load(path, &cal);
+    if (s != HPT_OK) return cli_lib_error(s, "train: --record-rates (run hptrain calibrate first)");
+    hpt_plan p = po->plan;
+    memset(p.budget_bytes, 0, sizeof p.budget_bytes);
+    p.offload_dir = NULL;
+    if (hpt_plan_print(&p, pb, sizeof pb) != HPT_OK) snprintf(pb, sizeof pb, "(too long)");
+    int w = snprintf(src, sizeof src, "train L=%d C=%d B=%d T=%d, the fastest step after the "
+                     "first (%.3f s): ", po->cfg.L, po->cfg.C, po->B, po->T, step_s);
+    if (w > 0 && (size_t)w < sizeof src) /* the plan's flags, cut at the field's end */
+    {
+        size_t room = sizeof src - (size_t)w - 1, len = strlen(pb);
+        memcpy(src + w, pb, len < room ? len + 1 : room);
+        src[sizeof src - 1] = 0;
+    }
+    s = hpt_calibration_take_engine(&cal, po, st, steps, step_s, src);
+    int dk = hpt_plan_disk_homes(po);
+    if (s == HPT_OK) s = hpt_calibration_save(path, &cal);
+    if (s != HPT_OK) return cli_lib_error(s, "train: --record-rates");
+    fprintf(f, "engine rates recorded in %s (homes on disk: %d): disk read %.2f GB/s, write %.2f GB/s, loss %.2f "
+            "compute s per s of disk transfers beside the compute (calibrate's own: %.2f, %.2f, "
+            "%.2f)\n", path, dk, cal.engine_disk_read_gbps[dk], cal.engine_disk_write_gbps[dk],
+            cal.engine_disk_loss[dk], cal.disk_read_gbps, cal.disk_write_gbps, cal.disk_share_loss);
+    return 0;
 }

@@ -167,7 +167,10 @@ static const char k_help[] =
     "                       also the summed gradients; one process with --accum N and --zero 0\n"
     "                       computes the same bits (docs/zero.md); 3, with --offload: each\n"
     "                       process's homes hold 1/N of every block (docs/zero_engine.md)\n"
-    "  --quiet              no progress line\n";
+    "  --quiet              no progress line\n"
+    "  --record-rates       with disk homes: the engine's own disk rates and the compute's loss\n"
+    "                       beside its transfers (the fastest step after the first) into the calibration\n"
+    "                       file, which the planner's cost model then uses (docs/planner.md)\n";
 
 static void fmt_bytes(char *buf, size_t n, uint64_t b) {
     if (b >= (1ull << 30)) snprintf(buf, n, "%.2f GiB", (double)b / 1073741824.0);
@@ -237,6 +240,19 @@ static void offload_report(const hpt_gpt2 *m, int64_t steps) {
             st.update_s / (double)steps, st.compute_update_s / (double)steps, st.wait_s / (double)steps,
             st.io_s + st.update_s > 0 ? 100.0 * (1.0 - HPT_MIN_D(st.wait_s, st.io_s + st.update_s) /
                                                      (st.io_s + st.update_s)) : 100.0);
+    /* by direction, each transfer timed where it ran (the first step included) */
+    double ds = (double)steps;
+    if (st.disk_read_s > 0 || st.disk_write_s > 0 || st.host_copy_s > 0)
+        fprintf(stderr, "offload: per step: disk read %.1f MiB in %.3f s (%.2f GB/s), disk write %.1f "
+                "MiB in %.3f s (%.2f GB/s), host copies %.1f MiB in %.3f s; %.3f s of disk transfers "
+                "beside the compute; compute waited on disk reads %.3f s, disk writes %.3f s, host "
+                "copies %.3f s, updates %.3f s\n", (double)st.disk_read_bytes / 1048576.0 / ds,
+                st.disk_read_s / ds, st.disk_read_s > 0 ? (double)st.disk_read_bytes / st.disk_read_s / 1e9 : 0,
+                (double)st.disk_write_bytes / 1048576.0 / ds, st.disk_write_s / ds,
+                st.disk_write_s > 0 ? (double)st.disk_write_bytes / st.disk_write_s / 1e9 : 0,
+                (double)st.host_copy_bytes / 1048576.0 / ds, st.host_copy_s / ds, st.disk_beside_s / ds,
+                st.wait_disk_read_s / ds, st.wait_disk_write_s / ds, st.wait_host_s / ds,
+                st.wait_update_s / ds);
 }
 
 /* path with its first %r replaced by this process's rank, into buf; without %r, path on rank
@@ -317,12 +333,13 @@ int cmd_train(int argc, char **argv) {
 static int train_main(int argc, char **argv) {
     g_rss0 = hpt_rss_bytes();
     static const struct option longopts[] = {
-        CLI_TRAIN_LONGOPTS, CLI_AUTO_LONGOPTS, {"trace", 1, 0, 'P'}, {0, 0, 0, 0}};
+        CLI_TRAIN_LONGOPTS, CLI_AUTO_LONGOPTS, {"trace", 1, 0, 'P'},
+        {"record-rates", 0, 0, CLI_OPT_RECORD_RATES}, {0, 0, 0, 0}};
     hpt_train_opts o = hpt_train_defaults();
     const char *log_path = NULL, *trace_path = NULL;
     int quiet = 0, min_lr_set = 0;
     long threads = 0, stop_at = 0, tokens = 0;
-    int auto_plan = 0, lossy = 0, verbose = 0;
+    int auto_plan = 0, lossy = 0, verbose = 0, record_rates = 0;
     int opt_rc = 0;
     int c;
     long lv;
@@ -363,6 +380,7 @@ static int train_main(int argc, char **argv) {
             break;
         case CLI_OPT_TOKENS: r = cli_parse_long("train", "--tokens-per-step", optarg, 1, 1L << 40, &tokens); break;
         case CLI_OPT_VERBOSE: verbose = 1; break;
+        case CLI_OPT_RECORD_RATES: record_rates = 1; break;
         }
         if (r) return r;
     }
@@ -505,6 +523,10 @@ static int train_main(int argc, char **argv) {
     float last_val = NAN;
     int64_t phase_steps[HPT_PHASE_COUNT] = {0};
     hpt_train_progress p = {0};
+    hpt_offload_stats eng0, eng_best; /* the engine's counters after the last step; the fastest step's */
+    memset(&eng0, 0, sizeof eng0);
+    memset(&eng_best, 0, sizeof eng_best);
+    double best_ms = 1e300;
     int rc = 0;
     while (!hpt_trainer_done(tr) && !g_stop) {
         s = hpt_trainer_step(tr, &p);
@@ -514,6 +536,20 @@ static int train_main(int argc, char **argv) {
             tok_steps++;
         }
         phase_steps[p.phase]++;
+        if (record_rates && p.step > hpt_trainer_start_step(tr) && p.phase != HPT_PHASE_PREDICT) {
+            /* the engine's counters of the fastest step after the first (predictions are for
+             * a run's fastest steps: docs/planner.md) */
+            hpt_offload_stats cur;
+            hpt_model_offload_stats(hpt_trainer_model(tr), &cur);
+            if (p.step > hpt_trainer_start_step(tr) + 1 && p.step_ms < best_ms) {
+                best_ms = p.step_ms;
+                eng_best = cur;
+                eng_best.disk_read_bytes -= eng0.disk_read_bytes, eng_best.disk_write_bytes -= eng0.disk_write_bytes;
+                eng_best.disk_read_s -= eng0.disk_read_s, eng_best.disk_write_s -= eng0.disk_write_s;
+                eng_best.disk_beside_s -= eng0.disk_beside_s, eng_best.wait_s -= eng0.wait_s;
+            }
+            eng0 = cur;
+        }
         if (p.evaluated) last_val = p.val_loss;
         if (stop_at && p.step >= stop_at && !hpt_trainer_done(tr)) g_stop = 2;
         /* a signal seen by one process stops them all after the same step */
@@ -549,6 +585,15 @@ static int train_main(int argc, char **argv) {
                 fprintf(log, ",\"host_peak_bytes\":%llu,\"disk_peak_bytes\":%llu",
                         (unsigned long long)ms.peak_bytes[HPT_TIER_HOST],
                         (unsigned long long)ms.peak_bytes[HPT_TIER_DISK]);
+                hpt_offload_stats es; /* the engine's transfers since the start, by direction */
+                hpt_model_offload_stats(hpt_trainer_model(tr), &es);
+                fprintf(log, ",\"eng_disk_read_bytes\":%llu,\"eng_disk_read_s\":%.4f,"
+                        "\"eng_disk_write_bytes\":%llu,\"eng_disk_write_s\":%.4f,"
+                        "\"eng_host_copy_bytes\":%llu,\"eng_host_copy_s\":%.4f,\"eng_wait_s\":%.4f,"
+                        "\"eng_disk_beside_s\":%.4f", (unsigned long long)es.disk_read_bytes,
+                        es.disk_read_s, (unsigned long long)es.disk_write_bytes, es.disk_write_s,
+                        (unsigned long long)es.host_copy_bytes, es.host_copy_s, es.wait_s,
+                        es.disk_beside_s);
             }
             if (hpt_dist_size() > 1) /* the layer's count so far (checkpoints' gathers too) */
                 fprintf(log, ",\"dist_sent_bytes\":%llu", (unsigned long long)hpt_dist_bytes_sent());
@@ -628,6 +673,11 @@ static int train_main(int argc, char **argv) {
                                 o.save_dir);
         memory_report(mem);
         offload_report(hpt_trainer_model(tr), p.step - hpt_trainer_start_step(tr));
+        if (record_rates) { /* the fastest step after the first */
+            po.B = o.B, po.plan = o.plan;
+            if (best_ms > 1e299) fprintf(stderr, "hptrain: --record-rates needs 2 steps or more\n");
+            else if (cli_record_rates(&po, &eng_best, 1, best_ms / 1e3, stderr)) rc = 1;
+        }
     }
     tmeta.steps = p.step; /* the trace ends with the run, before the teardown's frees */
     if (trace_path && write_trace(trace_path, mem, &tmeta) && rc == 0) rc = 1;
