@@ -57,7 +57,7 @@ static hpt_status bf_window(offload_engine *e, uint64_t o, uint64_t end, uint64_
     *len = (end + ALIGN_BYTES - 1) / ALIGN_BYTES * ALIGN_BYTES - *a;
     if (*len > (uint64_t)e->hstride * sizeof(uint16_t)) *len = (uint64_t)e->hstride * sizeof(uint16_t);
     *useful = HPT_MIN(end, *a + *len) - o;
-    HPT_CHECK(eng_disk_rw(e, &e->disk[EB_P], *a, e->bstage, (size_t)*len, 0));
+    HPT_CHECK(mem_disk_rw(e->mem, &e->disk[EB_P], *a, e->bstage, (size_t)*len, 0));
     hpt_mem_transfer(e->mem, HPT_TIER_DISK, HPT_TIER_HOST, HPT_CAT_PARAMS, (size_t)*len);
     return HPT_OK;
 }
@@ -97,7 +97,7 @@ hpt_status eng_emit_slice(offload_engine *e, int b, int l, int i, eng_emit_fn em
         uint64_t a = o / ALIGN_BYTES * ALIGN_BYTES;
         uint64_t len = (end + ALIGN_BYTES - 1) / ALIGN_BYTES * ALIGN_BYTES - a;
         if (len > cap) len = cap;
-        HPT_CHECK(eng_disk_rw(e, &e->disk[b], a, buf, (size_t)len, 0));
+        HPT_CHECK(mem_disk_rw(e->mem, &e->disk[b], a, buf, (size_t)len, 0));
         hpt_mem_transfer(e->mem, HPT_TIER_DISK, st, k_cat[b], (size_t)len);
         uint64_t useful = HPT_MIN(end, a + len) - o;
         HPT_CHECK(emit(ctx, buf + (o - a) / sizeof(float), (size_t)(useful / sizeof(float))));
@@ -134,7 +134,7 @@ hpt_status eng_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn 
                     HPT_CHECK(read(ctx, buf, c));
                     HOST_BE->bf16_split(w + k, NULL, buf, c);
                 }
-                HPT_CHECK(eng_disk_rw(e, &e->disk[EB_P], a, e->bstage, (size_t)len, 1));
+                HPT_CHECK(mem_disk_rw(e->mem, &e->disk[EB_P], a, e->bstage, (size_t)len, 1));
                 hpt_mem_transfer(e->mem, HPT_TIER_HOST, HPT_TIER_DISK, HPT_CAT_PARAMS, (size_t)len);
                 o += useful;
             }
@@ -158,9 +158,9 @@ hpt_status eng_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn 
         uint64_t len = (end + ALIGN_BYTES - 1) / ALIGN_BYTES * ALIGN_BYTES - a;
         if (len > cap) len = cap;
         uint64_t useful = HPT_MIN(end, a + len) - o;
-        HPT_CHECK(eng_disk_rw(e, &e->disk[b], a, buf, (size_t)len, 0));
+        HPT_CHECK(mem_disk_rw(e->mem, &e->disk[b], a, buf, (size_t)len, 0));
         HPT_CHECK(read(ctx, buf + (o - a) / sizeof(float), (size_t)(useful / sizeof(float))));
-        HPT_CHECK(eng_disk_rw(e, &e->disk[b], a, buf, (size_t)len, 1));
+        HPT_CHECK(mem_disk_rw(e->mem, &e->disk[b], a, buf, (size_t)len, 1));
         hpt_mem_transfer(e->mem, HPT_TIER_DISK, st, k_cat[b], (size_t)len);
         hpt_mem_transfer(e->mem, st, HPT_TIER_DISK, k_cat[b], (size_t)len);
         o += useful;
@@ -211,7 +211,7 @@ hpt_status eng_store_block(offload_engine *e, int b, int l, const float *src) {
     if (e->tier[b] != HPT_TIER_DISK) return HPT_OK;
     if (b == EB_P) drop_slot(e, l);
     /* the buffer is the scratch (aligned, stride floats) */
-    HPT_CHECK(eng_disk_rw(e, &e->disk[b], (uint64_t)l * e->stride * sizeof(float),
+    HPT_CHECK(mem_disk_rw(e->mem, &e->disk[b], (uint64_t)l * e->stride * sizeof(float),
                           (void *)(uintptr_t)src, e->stride * sizeof(float), 1));
     hpt_tier st;
     (void)scratch(e, &st); /* src's tier */
