@@ -23,6 +23,8 @@
 
 #include <oneapi/dnnl/dnnl.h>
 
+#include "bench_util.h"
+
 typedef struct {
     const char *name;  /* what the GEMM is in a GPT-2 step */
     char ta, tb;       /* dnnl_sgemm's transa, transb ('N' or 'T') */
@@ -47,27 +49,6 @@ static const shape SHAPES[] = {
 };
 #define N_SHAPES (sizeof(SHAPES) / sizeof(SHAPES[0]))
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* 64-byte aligned, filled with small pseudo-random values in [-1, 1) (xorshift). */
-static float *alloc_fill(size_t n, uint64_t *rng) {
-    size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
-    float *p = aligned_alloc(64, bytes);
-    if (!p) return NULL;
-    for (size_t i = 0; i < n; i++) {
-        uint64_t x = *rng;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        *rng = x;
-        p[i] = (float)((double)(x >> 40) / (double)(1ull << 23)) - 1.0f;
-    }
-    return p;
-}
 
 /* hptrain's forward products ('N','T', beta 0) run through oneDNN's matmul primitive
  * (src/kernels/cpu/gemm.c), so those shapes are timed through it as well and the peak is the

@@ -27,6 +27,8 @@
 
 #include <oneapi/dnnl/dnnl.h>
 
+#include "bench_util.h"
+
 typedef struct {
     char name[32];
     char ta, tb;     /* 'N' or 'T', as dnnl_sgemm */
@@ -34,26 +36,6 @@ typedef struct {
     float beta;
 } shape;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static float *alloc_fill(size_t n, uint64_t *rng) {
-    size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
-    float *p = aligned_alloc(64, bytes);
-    if (!p) return NULL;
-    for (size_t i = 0; i < n; i++) {
-        uint64_t x = *rng;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        *rng = x;
-        p[i] = (float)((double)(x >> 40) / (double)(1ull << 23)) - 1.0f;
-    }
-    return p;
-}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
