@@ -38,6 +38,7 @@ h = [20240520, 1, len(toks)] + [0] * 253
 open(sys.argv[1] + '/train_000000.bin', 'wb').write(struct.pack('<256i', *h) + struct.pack('<%dH' % len(toks), *toks))
 PY
 echo "uptime before: $(uptime)"
+rm -f "$HPT_CALIBRATION" # a standalone calibration: no rates recorded by earlier runs (calibrate keeps them)
 "$bin" calibrate ${CAL_FLAGS:-} --offload-dir "$out/disk" 2>&1 | grep -E "disk|measured" || exit 1
 cp "$HPT_CALIBRATION" "$out/calibration_standalone.json"
 # RECORD="MODEL|FLAGS[;MODEL|FLAGS...]" (RECORD_T, default T): a training run with disk homes

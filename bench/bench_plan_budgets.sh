@@ -31,6 +31,7 @@ if [ -n "${REUSE:-}" ] && [ -f "$out/calibration_standalone.json" ]; then
   # REUSE=1: OUT_DIR's calibration (and recorded engine rates) from an earlier part
   echo "reusing $HPT_CALIBRATION"; RECORD=
 else
+rm -f "$HPT_CALIBRATION" # a standalone calibration: no rates recorded by earlier runs (calibrate keeps them)
 "$bin" calibrate ${CAL_FLAGS:-} --offload-dir "$out/disk" 2>&1 | grep -E "disk|measured" || exit 1
 cp "$HPT_CALIBRATION" "$out/calibration_standalone.json"
 fi

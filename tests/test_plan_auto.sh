@@ -66,4 +66,12 @@ python3 -c "import json,sys; e=json.load(open(sys.argv[1]))['engine_disk'][0]; s
 "$bin" estimate --model "$shape" --batch 4 --seq 32 --offload disk --fused-update --offload-dir "$tmp/disk" --plan auto --memory 3500KB --host-memory 2MB --verbose >"$tmp/h.txt" 2>&1
 # (the choice's layout may be another than the recorded run's: then calibrate's rates)
 grep -qE "disk costed at (the engine's own|calibrate's) rates" "$tmp/h.txt" && grep -q "the engine's own disk, params grads optim on disk" "$tmp/h.txt" && ok || bad "--plan auto does not say which disk rates: $(cat "$tmp/h.txt")"
+# a new calibration keeps the rates recorded by training runs (same thread count): the standalone
+# test cannot measure them (docs/planner.md)
+before=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['engine_disk'])" "$HPT_CALIBRATION")
+thr=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['threads'])" "$HPT_CALIBRATION")
+"$bin" calibrate --quick --threads "$thr" --offload-dir "$tmp/disk" >"$tmp/k.txt" 2>&1 || bad "calibrate: $(tail -2 "$tmp/k.txt")"
+after=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get('engine_disk'))" "$HPT_CALIBRATION")
+[ "$before" = "$after" ] && grep -q "kept the engine's rates recorded by 1 training run" "$tmp/k.txt" && ok ||
+  bad "calibrate dropped the recorded rates: '$before' -> '$after' ($(tail -2 "$tmp/k.txt"))"
 finish test_plan_auto.sh

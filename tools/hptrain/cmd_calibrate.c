@@ -72,6 +72,25 @@ static void print_calibration(FILE *f, const hpt_calibration *c) {
                     c->engine_disk_write_gbps[k], c->engine_disk_loss[k], c->engine_source[k]);
 }
 
+/* The engine's disk rates recorded by training runs (train --record-rates) are not what a
+ * standalone calibration measures (docs/planner.md): a new calibration keeps those of the file
+ * it replaces when it was measured with the same thread count. Returns how many it kept. */
+static int keep_recorded(const char *path, hpt_calibration *cal) {
+    hpt_calibration old;
+    if (hpt_calibration_load(path, &old) != HPT_OK || old.threads != cal->threads) return 0;
+    int n = 0;
+    for (int k = 0; k < HPT_CAL_LAYOUTS; k++) {
+        if (!(old.engine_disk_read_gbps[k] > 0 && old.engine_disk_write_gbps[k] > 0)) continue;
+        cal->engine_disk_read_gbps[k] = old.engine_disk_read_gbps[k];
+        cal->engine_disk_write_gbps[k] = old.engine_disk_write_gbps[k];
+        cal->engine_disk_loss[k] = old.engine_disk_loss[k];
+        memcpy(cal->engine_source[k], old.engine_source[k], sizeof cal->engine_source[k]);
+        n++;
+    }
+    return n;
+}
+
+
 int cmd_calibrate(int argc, char **argv) {
     static const struct option longopts[] = {
         {"offload-dir", 1, 0, 'd'}, {"threads", 1, 0, 'j'}, {"quick", 0, 0, 'Q'},
@@ -98,9 +117,13 @@ int cmd_calibrate(int argc, char **argv) {
     double t0 = hpt_now();
     hpt_status s = hpt_calibrate(dir, quick, &cal);
     if (s != HPT_OK) return cli_lib_error(s, "calibrate");
+    int kept = keep_recorded(out, &cal);
     s = hpt_calibration_save(out, &cal);
     if (s != HPT_OK) return cli_lib_error(s, "calibrate");
     printf("calibrate: measured in %.1f s, written to %s\n", hpt_now() - t0, out);
+    if (kept)
+        printf("calibrate: kept the engine's rates recorded by %d training run(s) (train "
+               "--record-rates) from the previous file at the same thread count\n", kept);
     print_calibration(stdout, &cal);
     return 0;
 }
@@ -132,6 +155,7 @@ static int cli_calibration(const char *cmd, const char *disk_dir, int verbose, h
             s == HPT_OK ? "the cached calibration has no disk rates" : "no calibration cached");
     s = hpt_calibrate(disk_dir, 1, cal);
     if (s != HPT_OK) return cli_lib_error(s, cmd);
+    keep_recorded(path, cal);
     if (hpt_calibration_save(path, cal) == HPT_OK)
         fprintf(stderr, "hptrain: %s: calibration written to %s\n", cmd, path);
     if (verbose) print_calibration(stderr, cal);
