@@ -30,17 +30,10 @@ mkdir -p "$out/disk"
 STEPS=${STEPS:-4}
 T=${T:-64}
 export HPT_CALIBRATION=$out/calibration.json
-python3 - "$out" <<'PY'
-import struct, sys, random
-random.seed(1)
-toks = [random.randrange(1000) for _ in range(40000)]
-h = [20240520, 1, len(toks)] + [0] * 253
-open(sys.argv[1] + '/train_000000.bin', 'wb').write(struct.pack('<256i', *h) + struct.pack('<%dH' % len(toks), *toks))
-PY
+. "$(dirname "$0")/plan_lib.sh" # plan_data, plan_calibrate, plan_record
+plan_data
 echo "uptime before: $(uptime)"
-rm -f "$HPT_CALIBRATION" # a standalone calibration: no rates recorded by earlier runs (calibrate keeps them)
-"$bin" calibrate ${CAL_FLAGS:-} --offload-dir "$out/disk" 2>&1 | grep -E "disk|measured" || exit 1
-cp "$HPT_CALIBRATION" "$out/calibration_standalone.json"
+plan_calibrate || exit 1
 # RECORD="MODEL|FLAGS[;MODEL|FLAGS...]" (RECORD_T, default T): a training run with disk homes
 # (one per layout of the homes on disk) whose engine
 # counters go into the calibration (train --record-rates): the engine's own disk rates and the
@@ -49,15 +42,7 @@ IFS=';' read -ra records <<<"${RECORD:-}"
 for r in "${records[@]}"; do # one run per layout of the disk homes (;-separated)
   [ -n "$r" ] || continue
   IFS='|' read -r rmodel rflags <<<"$r"
-  echo "record run: $rmodel $rflags"
-  # shellcheck disable=SC2086
-  "$bin" train --model "$rmodel" --data "$out/train_*.bin" --batch 1 --seq "${RECORD_T:-$T}" --steps "$STEPS" \
-    --quiet $rflags --offload-dir "$out/disk" --record-rates --log "$out/record.jsonl" 2>&1 |
-    grep -E "^offload: per step: disk read|engine rates recorded" || exit 1
-  python3 -c "
-import json
-ms = [json.loads(l)['step_ms'] for l in open('$out/record.jsonl')]
-print('record run: step ms', ' '.join('%.0f' % m for m in ms), '| load', open('/proc/loadavg').read().split()[0])"
+  plan_record "$rmodel" "${RECORD_T:-$T}" "$rflags" || exit 1
 done
 
 # measure2 MODEL FLAGS...: measure twice, the faster run counts

@@ -19,36 +19,21 @@ T=${T:-128}
 STEPS=${STEPS:-3}
 HOST=${HOST:-10GB}
 export HPT_CALIBRATION=$out/calibration.json
-python3 - "$out" <<'PY'
-import struct, sys, random
-random.seed(1)
-toks = [random.randrange(1000) for _ in range(40000)]
-h = [20240520, 1, len(toks)] + [0] * 253
-open(sys.argv[1] + '/train_000000.bin', 'wb').write(struct.pack('<256i', *h) + struct.pack('<%dH' % len(toks), *toks))
-PY
+. "$(dirname "$0")/plan_lib.sh" # plan_data, plan_calibrate, plan_record
+plan_data
 echo "uptime before: $(uptime)"
 if [ -n "${REUSE:-}" ] && [ -f "$out/calibration_standalone.json" ]; then
   # REUSE=1: OUT_DIR's calibration (and recorded engine rates) from an earlier part
   echo "reusing $HPT_CALIBRATION"; RECORD=
 else
-rm -f "$HPT_CALIBRATION" # a standalone calibration: no rates recorded by earlier runs (calibrate keeps them)
-"$bin" calibrate ${CAL_FLAGS:-} --offload-dir "$out/disk" 2>&1 | grep -E "disk|measured" || exit 1
-cp "$HPT_CALIBRATION" "$out/calibration_standalone.json"
+plan_calibrate || exit 1
 fi
 # RECORD="FLAGS[;FLAGS...]": a training run of MODEL with each first (train --record-rates),
 # whose engine rates (per layout of the disk homes) the predictions then use
 IFS=';' read -ra records <<<"${RECORD:-}"
 for r in "${records[@]}"; do # one run per layout of the disk homes (;-separated flag sets)
   [ -n "$r" ] || continue
-  echo "record run: $r"
-  # shellcheck disable=SC2086
-  "$bin" train --model "$MODEL" --data "$out/train_*.bin" --batch 1 --seq "$T" --steps "$STEPS" \
-    --quiet $r --offload-dir "$out/disk" --record-rates --log "$out/record.jsonl" 2>&1 |
-    grep -E "^offload: per step: disk read|engine rates recorded" || exit 1
-  python3 -c "
-import json
-ms = [json.loads(l)['step_ms'] for l in open('$out/record.jsonl')]
-print('record run: step ms', ' '.join('%.0f' % m for m in ms), '| load', open('/proc/loadavg').read().split()[0])"
+  plan_record "$MODEL" "$T" "$r" || exit 1
 done
 lossy=()
 [ -n "${LOSSY:-}" ] && lossy=(--allow lossy)
