@@ -168,14 +168,21 @@ same_but_norm "$tmp/z1c0" "$tmp/z3fd" "zero 3 fused disk (no clipping) vs accum 
 np4 2 z0fc --steps 4 --batch 2 "${host[@]}" --fused-update
 np4 2 z3fc --steps 4 --batch 2 --zero 3 "${disk[@]}" --fused-update
 same_run "$tmp/z0fc" "$tmp/z3fc" "fused, clipped: zero 3 (disk) vs zero 0 (host)"
+# save_resume SAVE_STAGE RESUME_STAGE: 2 processes save at step 2 at SAVE_STAGE (disk homes);
+# resumed at RESUME_STAGE (host homes) and in one process, both end with z1's bits (4 steps
+# uninterrupted), and no rank's scratch checkpoint is left behind
+save_resume() {
+    local d=zs$1 r=zr$1$2
+    np4 2 "$d" --steps 2 --batch 2 --zero "$1" "${disk[@]}"
+    np4 2 "$r" --steps 4 --batch 2 --zero "$2" "${host[@]}" --resume "$tmp/$d"
+    same_run "$tmp/z1" "$tmp/$r" "zero $1 saved at step 2 (disk), resumed at zero $2 (host)"
+    one4 "${r}one" --steps 4 --batch 2 --accum 2 --zero 0 --resume "$tmp/$d"
+    same_run "$tmp/z1" "$tmp/${r}one" "zero $1 saved at step 2, resumed in one process"
+    ls "$TMPDIR" | grep -q "hpt-zero3-rank" && bad "zero $1: a rank's scratch checkpoint was left behind"
+}
 # checkpoints: the collective gather writes one process's files; they resume at stage 3 and in
 # one process
-np4 2 z3s2 --steps 2 --batch 2 --zero 3 "${disk[@]}"
-np4 2 z3res --steps 4 --batch 2 --zero 3 "${host[@]}" --resume "$tmp/z3s2"
-same_run "$tmp/z1" "$tmp/z3res" "zero 3 saved at step 2 (disk), resumed at zero 3 (host)"
-one4 z1res --steps 4 --batch 2 --accum 2 --zero 0 --resume "$tmp/z3s2"
-same_run "$tmp/z1" "$tmp/z1res" "zero 3 saved at step 2, resumed in one process"
-ls "$TMPDIR" | grep -q "hpt-zero3-rank" && bad "zero 3: a rank's scratch checkpoint was left behind"
+save_resume 3 3
 # memory per process: measured = estimated per tier; the homes about 1/N of stage 0's
 np4 2 z0d --steps 2 --batch 2 "${disk[@]}"
 args=("${args4[@]}")
@@ -224,12 +231,7 @@ done
 np4 3 z2n3r --steps 3 --batch 1 --zero 2 "${host[@]}" --recompute full --max-active-layers 3 --prefetch 2
 same_run "$tmp/z1n3" "$tmp/z2n3r" "zero 2, np 3, host homes, recompute, K 3 vs accum 3"
 # a checkpoint saved at stage 2 resumes at stage 1 and in one process with the uninterrupted bits
-np4 2 z2s2 --steps 2 --batch 2 --zero 2 "${disk[@]}"
-np4 2 z1res2 --steps 4 --batch 2 --zero 1 "${host[@]}" --resume "$tmp/z2s2"
-same_run "$tmp/z1" "$tmp/z1res2" "zero 2 saved at step 2 (disk), resumed at zero 1 (host)"
-one4 z1res3 --steps 4 --batch 2 --accum 2 --zero 0 --resume "$tmp/z2s2"
-same_run "$tmp/z1" "$tmp/z1res3" "zero 2 saved at step 2, resumed in one process"
-ls "$TMPDIR" | grep -q "hpt-zero3-rank" && bad "zero 1, 2: a rank's scratch checkpoint was left behind"
+save_resume 2 1
 # memory per process: measured = estimated per tier; the homes: stage 1 keeps the weights and the
 # gradients whole and shards m and v (2 of 4 homes as stage 3's), stage 2 the weights whole
 check_mem "$tmp/z1d.jsonl" "zero 1 np 2 disk" --model "gpt2:L=4,C=64,NH=4,V=64,T=32" --seq 32 --batch 2 "${disk[@]}" --zero 1 --procs 2
