@@ -114,6 +114,9 @@ struct hpt_optim {
                          * from gather) */
     optim_gather_fn gather; /* ZeRO: fills the units this process does not hold */
     void *gather_ctx;
+    const float *run_grads; /* ZeRO-2 (optim_set_run_grads): the held units' gradients, values
+                             * [run_lo, ...) of checkpoint order; NULL: the model's flat ones */
+    size_t run_lo;
     hpt_tier home;   /* where buf[] is made: the device, or the engine's optim home (host)
                       * without eng_homes */
     hpt_tier tier[HPT_OPTIM_NUM_BUFS]; /* where each buf[] lives: home, or HOST while moved by
@@ -401,6 +404,11 @@ void optim_unit_place(const hpt_model_config *c, const hpt_adamw_opts *o, size_t
     }
 }
 
+void optim_set_run_grads(hpt_optim *op, const float *g, size_t lo) {
+    op->run_grads = g;
+    op->run_lo = lo;
+}
+
 void optim_set_gather(hpt_optim *op, optim_gather_fn fn, void *ctx) {
     op->gather = fn;
     op->gather_ctx = ctx;
@@ -552,8 +560,9 @@ static hpt_status grad_sumsq_units(hpt_optim *op, double *out) {
         for (size_t sl = tl->s0; sl < tl->s0 + tl->ns; sl++)
             u[tl->unit + sl] = !tl->stacked && model_emb_deferred(m, i)
                                    ? model_emb_sumsq(m, i)
-                                   : op->be->sumsq(tl->stacked ? grads + tl->off + sl * tl->sn
-                                                               : gpt2_nonblock_grad(m, i),
+                                   : op->be->sumsq(op->run_grads ? op->run_grads + (tl->off + sl * tl->sn - op->run_lo)
+                                                   : tl->stacked ? grads + tl->off + sl * tl->sn
+                                                                 : gpt2_nonblock_grad(m, i),
                                                    tl->sn);
     }
     if (op->gather) HPT_CHECK(op->gather(op->gather_ctx, u, op->n_units));
@@ -714,7 +723,8 @@ hpt_status hpt_optim_step_scaled(hpt_optim *op, float lr, float clip, float grad
         const tensor_layout *tl = &op->lay.t[i];
         for (size_t sl = tl->s0; sl < tl->s0 + tl->ns; sl++) {
             size_t off = tl->off + sl * tl->sn;
-            update_slice(op, op->be, i, sl, hpt_be_param_f32(params + off), grads + off, lr, scale);
+            const float *g = op->run_grads ? op->run_grads + (off - op->run_lo) : grads + off;
+            update_slice(op, op->be, i, sl, hpt_be_param_f32(params + off), g, lr, scale);
         }
     }
     return HPT_OK;

@@ -153,7 +153,7 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     /* hpt_gpt2_create; forward-only: hpt_model_load_forward, none (the engine's: below) */
     dev[HPT_CAT_GRADS] = o->training ? np * 4 : 0;
     /* ZeRO (docs/zero.md): stages 1, 2 over procs processes hold the optimizer state of process
-     * rank's run of units; stage 2 with accumulation sums the micro-batches of its values only */
+     * rank's run of units; stage 2 also only its run's summed gradients (below) */
     int procs = o->procs > 1 ? o->procs : 1, stage = procs > 1 && o->zero > 0 ? o->zero : 0;
     if (hpt_offload_active(&o->offload)) stage = 0; /* every stage in the engine's homes: below */
     if (procs > 64) return hpt_fail(HPT_ERR_INVALID, "%d processes: at most 64", procs);
@@ -166,6 +166,14 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
         optim_owner(&tab, o->rank, procs, &u_lo, &u_hi, &p_lo, &p_hi);
     }
     if (o->training) HPT_CHECK(optim_bytes(o, u_lo, u_hi, &dev[HPT_CAT_OPTIM])); /* hpt_optim_create */
+    /* stage 2: the flat gradients hold the non-block tensors only; the blocks' pass layer by
+     * layer through one block's slot onto the owners (dp.c's sink), whose run holds the sums */
+    if (stage == 2 && o->training) {
+        hpt_tensor_table tab;
+        model_describe(c, &tab);
+        dev[HPT_CAT_GRADS] = ((uint64_t)gpt2_nonblock_floats(c) + hpt_table_block_numel(&tab) +
+                              (p_hi - p_lo)) * 4;
+    }
     uint64_t apart_bytes = np * 4; /* the flat gradients' size (trainer.c's sum apart) */
     if (hpt_offload_active(&o->offload)) {
         HPT_CHECK(hpt_offload_check(&o->offload));
@@ -207,7 +215,7 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     /* --zero with accumulation sums the micro-batches' gradients apart (trainer.c): one more
      * gradient-sized buffer, allocated at the first step */
     if (o->training && (o->zero >= 0 || procs > 1) && o->accum > 1)
-        dev[HPT_CAT_GRADS] += stage == 2 ? (uint64_t)(p_hi - p_lo) * 4 : apart_bytes;
+        dev[HPT_CAT_GRADS] += stage == 2 ? 0 : apart_bytes; /* stage 2: the run is the sum */
     uint64_t at[HPT_TIER_COUNT];
     int vc = hpt_offload_active(&o->offload) ? gpt2_vocab_chunk(c, &o->offload) : 0;
     HPT_CHECK(gpt2_act_tier_bytes_vc(c, o->B, o->T, &o->act, vc, at));

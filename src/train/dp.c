@@ -169,7 +169,127 @@ hpt_status dp_gather_params(const dp_shard *z, float *params) {
 
 hpt_status dp_overflow(const dp_shard *z, const hpt_backend *be, const float *grads, int *overflow) {
     size_t lo = z->plo[z->rank], hi = z->phi[z->rank];
-    int mine = hi > lo && be->nonfinite(grads + lo, hi - lo);
+    const float *own = z->run ? z->run : grads + lo; /* stage 2's sink: its run */
+    int mine = hi > lo && be->nonfinite(own, hi - lo);
     *overflow = hpt_dist_any(mine);
+    return HPT_OK;
+}
+
+/* ---- stage 2's gradient sink (docs/zero.md): the blocks' gradients reduce-scattered layer by
+ * layer at the runner's done point, so no process holds the whole gradient of the blocks ---- */
+
+int dp_sink_wanted(const hpt_train_opts *o) {
+    return hpt_dist_size() > 1 && o->zero == 2 && !hpt_offload_active(&o->offload);
+}
+
+/* Folds n summed values at src into the run at flat value a (owned): micro-batch 0 copies,
+ * the next ones add in order (acc = g_0; acc += g_1; ...: the bits of trainer.c's sum apart). */
+static void fold(dp_shard *z, size_t a, const float *src, size_t n) {
+    float *dst = z->run + (a - z->plo[z->rank]);
+    if (z->micro == 0) z->be->copy(dst, src, n * sizeof(float), HPT_COPY_D2D);
+    else dp_add(dst, src, n);
+}
+
+static hpt_status sink_slot(void *ctx, int l, float **g) {
+    dp_shard *z = ctx;
+    (void)l;
+    z->be->memset(z->slot, 0, z->slot_n * sizeof(float));
+    *g = z->slot;
+    return HPT_OK;
+}
+
+/* Block l's packed slot (slice s of the table's block slices back to back) is complete: each
+ * slice is one optimizer unit, so each lies in one owner's run, and the owners ascend with s:
+ * the slot cut at the owners' slices is the reduce-scatter's ranges. The owner folds its
+ * slices' sums into the run. */
+static hpt_status sink_done(void *ctx, int l) {
+    dp_shard *z = ctx;
+    const hpt_tensor_table *t = model_table(z->model);
+    size_t po[HPT_TABLE_MAX + 1], fo[HPT_TABLE_MAX], lo[DP_MAX_PROCS], hi[DP_MAX_PROCS];
+    po[0] = 0;
+    for (int s = 0; s < t->n_slices; s++) {
+        int ti = hpt_table_slice_tensor(t, s);
+        size_t sn = hpt_tensor_slice_numel(&t->t[ti], t->L);
+        fo[s] = hpt_table_offset(t, ti) + (size_t)l * sn; /* its place in checkpoint order */
+        po[s + 1] = po[s] + sn;
+    }
+    for (int q = 0; q < z->size; q++) { /* the slices whose values lie in q's run */
+        int a = 0, b;
+        while (a < t->n_slices && fo[a] < z->plo[q]) a++;
+        for (b = a; b < t->n_slices && fo[b] < z->phi[q];) b++;
+        lo[q] = po[a];
+        hi[q] = po[b];
+    }
+    HPT_CHECK(dist_reduce_scatter_ranges(z->slot, lo, hi, "the gradients' sum"));
+    for (int s = 0; s < t->n_slices; s++)
+        if (fo[s] >= z->plo[z->rank] && fo[s] < z->phi[z->rank])
+            fold(z, fo[s], z->slot + po[s], po[s + 1] - po[s]);
+    return HPT_OK;
+}
+
+hpt_status dp_sink_attach(dp_shard *z, hpt_mem *mem, hpt_gpt2 *model, hpt_optim *op) {
+    if (z->stage != 2) return HPT_OK;
+    const hpt_tensor_table *t = model_table(model);
+    if (model_grads_floats(model) != gpt2_nonblock_floats(hpt_gpt2_get_config(model)))
+        return hpt_fail(HPT_ERR_INVALID, "ZeRO-2: the model was made with its blocks' gradients");
+    z->mem = mem;
+    z->be = hpt_backend_of(mem);
+    z->model = model;
+    z->slot_n = hpt_table_block_numel(t);
+    z->run_n = z->phi[z->rank] - z->plo[z->rank];
+    hpt_mem_set_name(mem, "gradient slot (ZeRO-2, one block)");
+    HPT_CHECK(z->be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, z->slot_n * sizeof(float), (void **)&z->slot));
+    if (z->run_n) {
+        hpt_mem_set_name(mem, "gradients of the owned run (ZeRO-2)");
+        hpt_status s = z->be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, z->run_n * sizeof(float),
+                                    (void **)&z->run);
+        if (s != HPT_OK) {
+            dp_sink_free(z);
+            return s;
+        }
+    }
+    model_set_grad_sink(model, &(model_grad_sink){.ctx = z, .slot = sink_slot, .done = sink_done});
+    optim_set_run_grads(op, z->run, z->plo[z->rank]);
+    return HPT_OK;
+}
+
+void dp_sink_free(dp_shard *z) {
+    if (!z->mem) return;
+    z->be->free(z->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, z->slot, z->slot_n * sizeof(float));
+    z->be->free(z->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, z->run, z->run_n * sizeof(float));
+    z->slot = z->run = NULL;
+    z->mem = NULL;
+}
+
+void dp_sink_begin(dp_shard *z, int k) { z->micro = k; }
+
+/* Non-block values before flat value x (the model's flat gradients hold them back to back in
+ * checkpoint order): monotone, so the runs map onto ascending ranges of that buffer. */
+static size_t nonblock_before(const hpt_tensor_table *t, size_t x) {
+    size_t c = 0;
+    for (int i = 0; i < t->n; i++) {
+        if (t->t[i].layer == HPT_LAYER_STACKED) continue;
+        size_t off = hpt_table_offset(t, i), n = hpt_tensor_numel(&t->t[i]);
+        c += x <= off ? 0 : x - off < n ? x - off : n;
+    }
+    return c;
+}
+
+hpt_status dp_sink_end(dp_shard *z) {
+    const hpt_tensor_table *t = model_table(z->model);
+    float *g = model_grads(z->model); /* the non-block tensors, back to back */
+    size_t lo[DP_MAX_PROCS], hi[DP_MAX_PROCS];
+    for (int q = 0; q < z->size; q++) {
+        lo[q] = nonblock_before(t, z->plo[q]);
+        hi[q] = nonblock_before(t, z->phi[q]);
+    }
+    HPT_CHECK(dist_reduce_scatter_ranges(g, lo, hi, "the gradients' sum"));
+    size_t plo = z->plo[z->rank], phi = z->phi[z->rank];
+    for (int i = 0; i < t->n; i++) {
+        if (t->t[i].layer == HPT_LAYER_STACKED) continue;
+        size_t off = hpt_table_offset(t, i), n = hpt_tensor_numel(&t->t[i]);
+        size_t a = HPT_MAX(off, plo), b = HPT_MIN(off + n, phi);
+        if (a < b) fold(z, a, g + nonblock_before(t, a), b - a);
+    }
     return HPT_OK;
 }
