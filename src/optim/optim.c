@@ -114,8 +114,8 @@ struct hpt_optim {
                          * from gather) */
     optim_gather_fn gather; /* ZeRO: fills the units this process does not hold */
     void *gather_ctx;
-    const float *run_grads; /* ZeRO-2 (optim_set_run_grads): the held units' gradients, values
-                             * [run_lo, ...) of checkpoint order; NULL: the model's flat ones */
+    const float *run_grads; /* ZeRO-2 (optim_set_run_grads): the held block slices' gradients,
+                             * values [run_lo, ...) of checkpoint order; NULL: the flat buffer */
     size_t run_lo;
     hpt_tier home;   /* where buf[] is made: the device, or the engine's optim home (host)
                       * without eng_homes */
@@ -547,6 +547,13 @@ hpt_status optim_absorb_moment(hpt_optim *op, int which, gpt2_read_fn read, void
     return gpt2_absorb(op->model, which ? EB_V : EB_M, op->buf[which ? B_V : B_M], read, ctx);
 }
 
+/* Without the engine: the gradients of tensor i's values from off (checkpoint order): the flat
+ * buffer's, or with ZeRO-2's run (optim_set_run_grads) a block tensor's there. */
+static const float *unit_grad(hpt_optim *op, const float *grads, int i, size_t off) {
+    if (!op->lay.t[i].stacked) return gpt2_nonblock_grad(op->model, i);
+    return op->run_grads ? op->run_grads + (off - op->run_lo) : grads + off;
+}
+
 /* Without the engine: each held unit's sum of squares (sumsq op over its values), the others'
  * from the gather (ZeRO: their owners'), then added in the fixed order of the top of the file:
  * the same terms in the same order as one process, so the same bits. */
@@ -560,9 +567,7 @@ static hpt_status grad_sumsq_units(hpt_optim *op, double *out) {
         for (size_t sl = tl->s0; sl < tl->s0 + tl->ns; sl++)
             u[tl->unit + sl] = !tl->stacked && model_emb_deferred(m, i)
                                    ? model_emb_sumsq(m, i)
-                                   : op->be->sumsq(op->run_grads ? op->run_grads + (tl->off + sl * tl->sn - op->run_lo)
-                                                   : tl->stacked ? grads + tl->off + sl * tl->sn
-                                                                 : gpt2_nonblock_grad(m, i),
+                                   : op->be->sumsq(unit_grad(op, grads, i, tl->off + sl * tl->sn),
                                                    tl->sn);
     }
     if (op->gather) HPT_CHECK(op->gather(op->gather_ctx, u, op->n_units));
@@ -723,8 +728,8 @@ hpt_status hpt_optim_step_scaled(hpt_optim *op, float lr, float clip, float grad
         const tensor_layout *tl = &op->lay.t[i];
         for (size_t sl = tl->s0; sl < tl->s0 + tl->ns; sl++) {
             size_t off = tl->off + sl * tl->sn;
-            const float *g = op->run_grads ? op->run_grads + (off - op->run_lo) : grads + off;
-            update_slice(op, op->be, i, sl, hpt_be_param_f32(params + off), g, lr, scale);
+            update_slice(op, op->be, i, sl, hpt_be_param_f32(params + off),
+                         unit_grad(op, grads, i, off), lr, scale);
         }
     }
     return HPT_OK;

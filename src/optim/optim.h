@@ -53,8 +53,9 @@ void optim_unit_place(const hpt_model_config *c, const hpt_adamw_opts *o, size_t
  * unit_sumsq (n_units, the held ones already computed), the same on every process. */
 typedef hpt_status (*optim_gather_fn)(void *ctx, double *unit_sumsq, size_t n_units);
 void optim_set_gather(hpt_optim *op, optim_gather_fn fn, void *ctx);
-/* ZeRO-2 in memory: the held units' gradients are g (values [lo, lo + held) of checkpoint
- * order), not the model's flat buffer (which then holds the non-block tensors only). */
+/* ZeRO-2 in memory: the held block slices' gradients are at g (value lo of checkpoint order at
+ * g[0]), not in the model's flat buffer, which holds the non-block tensors only (read through
+ * gpt2_nonblock_grad). */
 void optim_set_run_grads(hpt_optim *op, const float *g, size_t lo);
 
 #endif

@@ -171,8 +171,17 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     if (stage == 2 && o->training) {
         hpt_tensor_table tab;
         model_describe(c, &tab);
+        size_t nb_lo = 0, nb_hi = 0; /* the run's non-block values (before p_lo, before p_hi) */
+        for (int i = 0; i < tab.n; i++) {
+            if (tab.t[i].layer == HPT_LAYER_STACKED) continue;
+            size_t off = hpt_table_offset(&tab, i), n = hpt_tensor_numel(&tab.t[i]);
+            nb_lo += p_lo <= off ? 0 : HPT_MIN(p_lo - off, n);
+            nb_hi += p_hi <= off ? 0 : HPT_MIN(p_hi - off, n);
+        }
+        /* + the run's block values; with accumulation its non-block ones' sum */
         dev[HPT_CAT_GRADS] = ((uint64_t)gpt2_nonblock_floats(c) + hpt_table_block_numel(&tab) +
-                              (p_hi - p_lo)) * 4;
+                              ((p_hi - nb_hi) - (p_lo - nb_lo)) +
+                              (o->accum > 1 ? nb_hi - nb_lo : 0)) * 4;
     }
     uint64_t apart_bytes = np * 4; /* the flat gradients' size (trainer.c's sum apart) */
     if (hpt_offload_active(&o->offload)) {

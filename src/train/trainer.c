@@ -318,7 +318,8 @@ static hpt_status setup(hpt_trainer *tr) {
     if (model_engine(tr->model) && o->loss_scale.mode != HPT_LOSS_SCALE_OFF) /* fp32 homes too: */
         eng_check_grads(model_engine(tr->model), 1); /* non-finite values skip a step */
     dp_engine_setup(model_engine(tr->model)); /* many processes: blocks summed at grads_done */
-    HPT_CHECK(dp_sink_attach(&tr->dp, tr->mem, tr->model, tr->opt)); /* stage 2: layer by layer */
+    HPT_CHECK(dp_sink_attach(&tr->dp, tr->mem, tr->model, tr->opt, /* stage 2: by layer */
+                             o->accum > 1 ? o->accum : 1));
     hpt_status s = hpt_model_set_act_opts(tr->model, &o->act); /* before the first forward */
     if (s == HPT_OK && o->T > mcfg(tr)->maxT)
         s = hpt_fail(HPT_ERR_SHAPE, "sequence length %d exceeds the model's maxT %d", o->T,
