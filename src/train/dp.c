@@ -2,7 +2,9 @@
  * on before they start, how a step's global batch is divided, how gradients and losses are
  * combined, and ZeRO's sharding (stages 1, 2: each rank owns a run of the optimizer's units,
  * optim_owner; the gradients are reduce-scattered onto the runs, the norm's terms gathered, the
- * updated weights all-gathered from their owners). Invariants: rank r of N with accum K takes windows r*K .. r*K+K-1 of the step's
+ * updated weights all-gathered from their owners; at stage 2 layer by layer, through a
+ * gradient sink at the runner's done point, so no process holds the blocks' whole gradients).
+ * Invariants: rank r of N with accum K takes windows r*K .. r*K+K-1 of the step's
  * N*K windows (the windows one process with --accum N*K reads, in that order), and every rank's
  * loader passes over all N*K, so every rank's data position after a step is that one process's;
  * gradients and losses are summed in rank order (dist.h), so every rank holds the same

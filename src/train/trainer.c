@@ -43,8 +43,10 @@
  * rank r reads windows r*K.. of the step's N*K. Rank 0 writes the checkpoints (every rank holds
  * the same state); their accum is N*K, so they resume on any N with the same N*K. ZeRO's stages
  * 1 and 2 (tr->dp): the step reduce-scatters onto the owners' runs, the optimizer updates this
- * rank's run and the weights are all-gathered; stage 2 with accumulation reduce-scatters each
- * micro-batch and keeps a run-sized sum; checkpoints are shards and a manifest (zero.c). */
+ * rank's run and the weights are all-gathered; stage 2 reduce-scatters each block's gradients
+ * as the backward completes them (dp.c's sink; the model is made with its blocks' gradients
+ * away) and the non-block ones after it, each micro-batch at once, into run-sized sums;
+ * checkpoints are shards and a manifest (zero.c). */
 #include "core/core.h"
 #include "kernels/backend.h"
 #include "testing.h"
