@@ -17,7 +17,7 @@
 #     trainer's np 2 --accum 2, stages 1-3 (disk; np 3 host) the model.bin and losses of the
 #     in-memory --zero 2 --accum 2 (the same order of sums); measured = estimated;
 #  5. refusals: --accum with many processes and the engine's gradients on the device; a one-process apart sum where the
-#     engine has no gradient slot or a 16-bit gradient home; --zero 3 without the engine or with
+#     engine has no gradient slot or a 16-bit gradient home; --zero 3 with --offload none or with
 #     8-bit state;
 #  7. stages 1 and 2 (--zero 1|2): np 2 (host, disk) and np 3 (disk; host with recompute) write
 #     the bits of one process with --accum N --zero 0, fused too (as in 2); a stage-2 checkpoint
@@ -324,8 +324,8 @@ echo "$out" | grep -q "grads=host|disk" || bad "apart sum, device gradients: the
 out=$("$bin" train "${args[@]}" --steps 2 --batch 1 --accum 2 --zero 0 "${host[@]}" --grad-home bf16 2>&1) &&
     bad "an apart sum with a 16-bit gradient home should be refused"
 
-out=$("${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 1 --zero 3 2>&1) &&
-    bad "--zero 3 without the engine should be refused"
+out=$("${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 1 --zero 3 --offload none 2>&1) &&
+    bad "--zero 3 without the engine should be refused" # (--zero 3 alone: host homes, test_zero.sh)
 echo "$out" | grep -q "offload" || bad "--zero 3 without the engine: the refusal should name --offload ($out)"
 out=$("${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 1 --zero 3 "${host[@]}" --state-bits 8 2>&1) &&
     bad "--zero 3 with 8-bit state should be refused"
