@@ -222,7 +222,8 @@ static void update_block(offload_engine *e, int l, int set, float *p, const floa
         if (e->bf) /* base: the element's index among the blocks' weights (noise, not layout:
                     * with ZeRO-3 the one process's index, not the shard's) */
             kp = (hpt_be_param){NULL, wh + ow, e->wc ? e->wc + h : NULL, 0, (size_t)l * e->bn + a};
-        e->upd(e->upd_ctx, l, i, kp, g + o, m ? m + o : NULL, v ? v + o : NULL, z - a);
+        e->upd(e->upd_ctx, l, i, a - e->slice_off[i], kp, g + o, m ? m + o : NULL,
+               v ? v + o : NULL, z - a);
     }
 }
 
@@ -751,6 +752,11 @@ static void free_home(offload_engine *e, int b) {
 
 hpt_status eng_create(hpt_mem *mem, int L, int n_slices, const size_t *slice_n,
                       const hpt_offload_opts *o, offload_engine **out) {
+    return eng_create_rows(mem, L, n_slices, slice_n, NULL, o, out);
+}
+
+hpt_status eng_create_rows(hpt_mem *mem, int L, int n_slices, const size_t *slice_n,
+                           const size_t *slice_row, const hpt_offload_opts *o, offload_engine **out) {
     *out = NULL;
     HPT_CHECK(hpt_offload_check(o));
     if (L < 1 || n_slices < 1 || n_slices > ENG_MAX_SLICES)
@@ -765,8 +771,10 @@ hpt_status eng_create(hpt_mem *mem, int L, int n_slices, const size_t *slice_n,
     for (int i = 0; i < n_slices; i++) {
         e->slice_off[i] = e->bn;
         e->slice_n[i] = slice_n[i];
+        e->slice_row[i] = slice_row ? slice_row[i] : 0;
         e->bn += slice_n[i];
     }
+    e->has_rows = slice_row != NULL;
     e->stride = eng_round_floats(e->bn);
     e->hstride = eng_round_halves(e->bn);
     e->hn = e->zhi = e->bn; /* the homes hold whole blocks, unless sharded (eng_z3_setup) */

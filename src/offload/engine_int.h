@@ -42,6 +42,8 @@ struct offload_engine {
     hpt_offload_opts o;
     int L, ns;
     size_t slice_n[ENG_MAX_SLICES], slice_off[ENG_MAX_SLICES];
+    size_t slice_row[ENG_MAX_SLICES]; /* each slice's optimizer row (eng_create_rows) */
+    int has_rows;              /* slice_row given: shard boundaries also on blocks and rows */
     size_t bn;                 /* floats per block */
     size_t stride;             /* floats between blocks: bn rounded up to 4096 bytes */
     hpt_tier tier[EB_COUNT];

@@ -122,6 +122,7 @@ static float bitsf(int64_t b) { uint32_t u = (uint32_t)b; float f; memcpy(&f, &u
 static hpt_status emit_atomic(void *ctx, const float *x, size_t n) {
     return io_atomic_write(ctx, x, n * sizeof(float));
 }
+static hpt_status write_atomic(void *ctx, void *p, size_t bytes) { return io_atomic_write(ctx, p, bytes); }
 
 /* Tensor memory of backend be to and from the file. The CPU's tensors are the host's: written,
  * read and checksummed in place, as always. A GPU's go through a host bounce buffer, a piece
@@ -268,6 +269,9 @@ hpt_status hpt_state_save_sections(const char *path, const hpt_gpt2 *model, cons
     }
     if (optim_eng_homes(opt)) { /* AdamW fp32's m, v from the engine's homes */
         for (int i = 0; i < 2 && s == HPT_OK; i++) s = optim_emit_moment(opt, i, emit_atomic, &w);
+    } else if (optim_cut(opt)) { /* ZeRO in the engine: the blocks' state gathered (collective) */
+        for (int i = 0; i < HPT_OPTIM_NUM_BUFS && s == HPT_OK; i++)
+            s = optim_emit_cut(opt, i, write_atomic, &w);
     } else {
         for (int i = 0; i < HPT_OPTIM_NUM_BUFS && s == HPT_OK; i++)
             if (bufs[i].bytes) s = tensor_write(&w, model_backend(mm), bufs[i].data, bufs[i].bytes);
@@ -306,6 +310,12 @@ static hpt_status read_crc(void *ctx, float *dst, size_t n) {
     crc_reader *r = ctx;
     HPT_CHECK(io_read_exact(r->fp, dst, n * sizeof(float), r->path, "state"));
     r->crc = io_crc32c(r->crc, dst, n * sizeof(float));
+    return HPT_OK;
+}
+static hpt_status read_crc_bytes(void *ctx, void *dst, size_t bytes) {
+    crc_reader *r = ctx;
+    HPT_CHECK(io_read_exact(r->fp, dst, bytes, r->path, "state"));
+    r->crc = io_crc32c(r->crc, dst, bytes);
     return HPT_OK;
 }
 
@@ -499,6 +509,9 @@ static hpt_status load_state(const char *path, hpt_mem *mem, const hpt_offload_o
     }
     if (s == HPT_OK && optim_eng_homes(o)) {
         for (int i = 0; i < 2 && s == HPT_OK; i++) s = optim_absorb_moment(o, i, read_crc, &rd);
+    } else if (s == HPT_OK && optim_cut(o)) { /* ZeRO in the engine: this rank's cuts kept */
+        for (int i = 0; i < HPT_OPTIM_NUM_BUFS && s == HPT_OK; i++)
+            s = optim_absorb_cut(o, i, read_crc_bytes, &rd);
     } else {
         for (int i = 0; i < HPT_OPTIM_NUM_BUFS && s == HPT_OK; i++) {
             if (!bufs[i].bytes) continue;
