@@ -156,6 +156,10 @@ hpt_status eng_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn 
  * (4096 bytes), the rounding zero; *n_out = L * S. NULL and 0 for other weights. The training
  * state saves and restores it (src/io/state.c); writing it between steps is safe. */
 hpt_status eng_comp(offload_engine *e, uint16_t **comp_out, size_t *n_out);
+/* With ZeRO (each rank's compensation its range) eng_comp is collective and lends a whole copy:
+ * after writing it, or after filling it (filled 1: its ranges go back into this rank's), give
+ * it back. Nothing without ZeRO. */
+void eng_comp_done(offload_engine *e, int filled);
 /* A device scratch of one block (for filling a block before eng_store_block), or the block's
  * home when that is memory (then fill it in place and skip the store). */
 hpt_status eng_block_dest(offload_engine *e, int b, int l, float **dst, int *in_place);

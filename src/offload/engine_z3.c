@@ -180,7 +180,8 @@ hpt_status eng_z3_setup(offload_engine *e) {
     e->zlo = e->zlo_all[r];
     e->zhi = e->zhi_all[r];
     e->hn = e->zhi - e->zlo;
-    if (e->bf && e->zstage == 3) e->hstride = e->hstr; /* bf16-sr weights: a shard's halves */
+    if (e->bf && e->zstage == 3) e->hstride = e->hstr; /* bf16 weights: a shard's halves */
+    if (e->bf == HPT_BW_BF16_KAHAN) e->cstride = e->hstr; /* the compensation: the owner's range */
     if (!needs_bounce(&e->o)) return HPT_OK;
     hpt_mem_set_name(e->mem, "ZeRO-3 shard bounce");
     return e->be->alloc(e->mem, HPT_TIER_HOST, HPT_CAT_IO, e->hstr * sizeof(float), (void **)&e->bounce);
@@ -301,8 +302,10 @@ static hpt_status shard_in(offload_engine *e, int b, int l, float *scr) {
 }
 
 static hpt_status shard_out(offload_engine *e, int b, int l, float *scr) {
-    if (b == EB_P && e->bf) { /* rounded to nearest, as a whole home's are (eng_store_block) */
-        e->be->bf16_split(e->wh + (size_t)l * e->hstride, NULL, scr + e->zlo, e->hn);
+    if (b == EB_P && e->bf) { /* rounded to nearest, as a whole home's are (eng_store_block);
+                               * Kahan: the residue is the compensation */
+        e->be->bf16_split(e->wh + (size_t)l * e->hstride, e->wc ? e->wc + eng_comp_at(e, l, e->zlo) : NULL,
+                          scr + e->zlo, e->hn);
         return HPT_OK;
     }
     if (e->tier[b] == HPT_TIER_DISK)
@@ -358,4 +361,30 @@ hpt_status eng_z3_store_block(offload_engine *e, int b, int l, const float *src)
         e->res[l] = RS_HOME;
     }
     return shard_out(e, b, l, (float *)(uintptr_t)src);
+}
+
+/* ---- bf16-kahan weights: the compensation of this rank's range, whole for a checkpoint ----- */
+
+hpt_status eng_z3_comp_gather(offload_engine *e, uint16_t *whole) {
+    size_t S = eng_round_halves(e->bn), piece = e->cstride * sizeof(uint16_t);
+    int N = e->o.shards;
+    char *recv = malloc((size_t)N * piece);
+    if (!recv) return hpt_fail(HPT_ERR_OOM, "offload engine: the compensation's gather buffer");
+    hpt_status s = need_comm(e);
+    for (int l = 0; l < e->L && s == HPT_OK; l++) { /* each rank's range of block l, rank order */
+        s = e->comm->allgather_raw(e->wc + (size_t)l * e->cstride, piece, recv,
+                                   "a checkpoint's Kahan compensation (ZeRO)");
+        for (int q = 0; q < N && s == HPT_OK; q++)
+            memcpy(whole + (size_t)l * S + e->zlo_all[q], recv + (size_t)q * piece,
+                   (e->zhi_all[q] - e->zlo_all[q]) * sizeof(uint16_t));
+        if (s == HPT_OK) memset(whole + (size_t)l * S + e->bn, 0, (S - e->bn) * sizeof(uint16_t));
+    }
+    free(recv);
+    return s;
+}
+
+void eng_z3_comp_scatter(offload_engine *e, const uint16_t *whole) {
+    size_t S = eng_round_halves(e->bn);
+    for (int l = 0; l < e->L; l++)
+        memcpy(e->wc + (size_t)l * e->cstride, whole + (size_t)l * S + e->zlo, e->hn * sizeof(uint16_t));
 }

@@ -292,6 +292,7 @@ hpt_status hpt_state_save_sections(const char *path, const hpt_gpt2 *model, cons
             if (s == HPT_OK && sb) s = io_atomic_write(&w, data, (size_t)sb);
         }
     }
+    eng_comp_done(model_engine(mm), 0); /* ZeRO: the gathered compensation given back */
     uint32_t crc = w.crc;
     if (s == HPT_OK) s = io_atomic_write(&w, &crc, 4);
     if (s == HPT_OK) s = io_atomic_write(&w, k_end, 8);
@@ -421,6 +422,7 @@ static hpt_status absorb_comp(hpt_gpt2 *m, hpt_mem *mem, const char *path, hpt_s
         if (s == HPT_OK && comp[c]) /* the model's (device, or an engine's host home) from the
                                      * section's (host) */
             hpt_backend_cpu()->copy(comp[c], sec[k].data, n[c] * sizeof(uint16_t), HPT_COPY_H2D);
+        if (c == 0) eng_comp_done(model_engine(m), s == HPT_OK && comp[c] != NULL); /* ZeRO: kept ranges */
         hpt_state_sections_free(mem, &sec[k], 1);
         for (int i = k + 1; i < *n_sec; i++) sec[i - 1] = sec[i];
         (*n_sec)--;
