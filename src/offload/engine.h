@@ -156,7 +156,8 @@ hpt_status eng_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn 
  * (4096 bytes), the rounding zero; *n_out = L * S. NULL and 0 for other weights. The training
  * state saves and restores it (src/io/state.c); writing it between steps is safe. */
 hpt_status eng_comp(offload_engine *e, uint16_t **comp_out, size_t *n_out);
-/* With ZeRO (each rank's compensation its range) eng_comp is collective and lends a whole copy:
+/* With ZeRO (each rank's compensation its range) eng_comp is collective once the collectives
+ * are given (eng_set_comm; before, a load: zeroed) and lends a whole copy:
  * after writing it, or after filling it (filled 1: its ranges go back into this rank's), give
  * it back. Nothing without ZeRO. */
 void eng_comp_done(offload_engine *e, int filled);

@@ -196,10 +196,12 @@ hpt_status eng_comp(offload_engine *e, uint16_t **comp_out, size_t *n_out) {
         return HPT_OK;
     }
     /* ZeRO: each rank keeps its range; a checkpoint's is whole (collective), lent until
-     * eng_comp_done (a host scratch outside the accounted tiers, like the engine's records) */
-    if (!e->wcw) e->wcw = malloc(*n_out * sizeof(uint16_t));
+     * eng_comp_done (a host scratch outside the accounted tiers, like the engine's records).
+     * Before the trainer gives the collectives (a checkpoint being loaded, which fills it) it
+     * is lent zeroed. */
+    if (!e->wcw) e->wcw = calloc(*n_out, sizeof(uint16_t));
     if (!e->wcw) return hpt_fail(HPT_ERR_OOM, "offload engine: a checkpoint's compensation");
-    HPT_CHECK(eng_z3_comp_gather(e, e->wcw));
+    if (e->comm) HPT_CHECK(eng_z3_comp_gather(e, e->wcw));
     *comp_out = e->wcw;
     return HPT_OK;
 }
