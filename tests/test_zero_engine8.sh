@@ -9,9 +9,13 @@
 #     stage 3 (no clipping: the twin's bits up to the header's previous-step norm); a stage-3
 #     checkpoint (the cut state gathered into one process's file) resumes at stage 3 and in one
 #     process with the uninterrupted run's bits;
-#  2. Lion 8-bit (N = 3, stage 2), SGD 32-bit (stage 1), Adam-mini 8-bit (stage 3) and 32-bit
-#     (N = 3, stage 3, weights and gradients on disk: its rows never cross an owner);
-#  3. every rank's bytes per tier (device, host, disk) = `hptrain estimate --procs N --rank r`.
+#  2. Lion 8-bit with bf16-kahan weights (N = 3, stage 2), SGD 32-bit (stage 1), Adam-mini 8-bit
+#     (stage 3) and 32-bit (N = 3, stage 3, weights and gradients on disk: its rows never cross
+#     an owner);
+#  3. bf16-kahan weights (the compensation of each rank's range) at stage 1 and at stage 3 saved
+#     and resumed (the compensation gathered whole into the checkpoint, kept by range on load),
+#     at stage 3 and in one process;
+#  4. every rank's bytes per tier (device, host, disk) = `hptrain estimate --procs N --rank r`.
 # Skips (exit 77 as SKIP) where mpirun is not installed or the build has no MPI.
 set -u
 bin=$1
@@ -80,9 +84,9 @@ same_but_norm "$tmp/o8c0" "$tmp/z3q8f" "zero 3 8-bit fused np 2 (no clipping) vs
 ls "$TMPDIR" | grep -q "hpt-zero3-rank" && bad "a rank's scratch checkpoint was left behind"
 
 # ---- 2. Lion, SGD, Adam-mini --------------------------------------------------------------------
-one lion8 --steps 3 --batch 1 --accum 3 --zero 0 --optimizer lion --state-bits 8 "${host[@]}"
-np 3 z2lion8 --steps 3 --batch 1 --zero 2 --optimizer lion --state-bits 8 "${host[@]}"
-same_run "$tmp/lion8" "$tmp/z2lion8" "zero 2 Lion 8-bit np 3 vs accum 3"
+one lion8 --steps 3 --batch 1 --accum 3 --zero 0 --optimizer lion --state-bits 8 --weights bf16-kahan "${host[@]}"
+np 3 z2lion8 --steps 3 --batch 1 --zero 2 --optimizer lion --state-bits 8 --weights bf16-kahan "${host[@]}"
+same_run "$tmp/lion8" "$tmp/z2lion8" "zero 2 Lion 8-bit bf16-kahan np 3 vs accum 3"
 one sgd --steps 4 --batch 2 --accum 2 --zero 0 --optimizer sgd "${host[@]}"
 np 2 z1sgd --steps 4 --batch 2 --zero 1 --optimizer sgd "${host[@]}"
 same_run "$tmp/sgd" "$tmp/z1sgd" "zero 1 SGD np 2 vs accum 2"
@@ -93,11 +97,23 @@ one mini --steps 3 --batch 1 --accum 3 --zero 0 --optimizer adam-mini "${host[@]
 np 3 z3mini --steps 3 --batch 1 --zero 3 --optimizer adam-mini "${dpg[@]}"
 same_run "$tmp/mini" "$tmp/z3mini" "zero 3 Adam-mini np 3 (weights, gradients on disk) vs accum 3"
 
-# ---- 3. bytes per tier per rank: measured = estimated -----------------------------------------
+# ---- 3. bf16-kahan weights: the compensation of each rank's range (stage 3 with the weights'
+# shard, stages 1-2 with the owner's state), gathered whole into a checkpoint ------------------
+one kh --steps 4 --batch 2 --accum 2 --zero 0 --weights bf16-kahan "${host[@]}"
+np 2 z1kh --steps 4 --batch 2 --zero 1 --weights bf16-kahan "${host[@]}"
+same_run "$tmp/kh" "$tmp/z1kh" "zero 1 bf16-kahan np 2 vs accum 2"
+np 2 z3khs --steps 2 --batch 2 --zero 3 --weights bf16-kahan "${host[@]}"
+np 2 z3khr --steps 4 --batch 2 --zero 3 --weights bf16-kahan "${host[@]}" --resume "$tmp/z3khs"
+same_run "$tmp/kh" "$tmp/z3khr" "zero 3 bf16-kahan np 2 saved at step 2, resumed at zero 3 vs accum 2"
+one z3khone --steps 4 --batch 2 --accum 2 --zero 0 --weights bf16-kahan "${host[@]}" --resume "$tmp/z3khs"
+same_run "$tmp/kh" "$tmp/z3khone" "zero 3 bf16-kahan saved at step 2, resumed in one process vs accum 2"
+
+# ---- 4. bytes per tier per rank: measured = estimated -----------------------------------------
 check_mem z2q8 2 "zero 2 8-bit np 2" --model "$shape" --seq 32 --batch 2 --zero 2 --state-bits 8 "${dpg[@]}"
 check_mem z3mini8 2 "zero 3 Adam-mini 8-bit np 2" --model "$shape" --seq 32 --batch 2 --zero 3 --optimizer adam-mini --state-bits 8 "${host[@]}"
 check_mem z3mini 3 "zero 3 Adam-mini np 3" --model "$shape" --seq 32 --batch 1 --zero 3 --optimizer adam-mini "${dpg[@]}"
-check_mem z2lion8 3 "zero 2 Lion 8-bit np 3" --model "$shape" --seq 32 --batch 1 --zero 2 --optimizer lion --state-bits 8 "${host[@]}"
+check_mem z2lion8 3 "zero 2 Lion 8-bit bf16-kahan np 3" --model "$shape" --seq 32 --batch 1 --zero 2 --optimizer lion --state-bits 8 --weights bf16-kahan "${host[@]}"
+check_mem z1kh 2 "zero 1 bf16-kahan np 2" --model "$shape" --seq 32 --batch 2 --zero 1 --weights bf16-kahan "${host[@]}"
 # the cut state: each rank holds less of it than one process (the blocks' part divided)
 python3 - "$tmp/o8.jsonl" "$tmp/z3q8r.0.jsonl" <<'PY' || bad "zero 3 8-bit: the state is not cut"
 import json, sys

@@ -18,9 +18,11 @@
  * lies whole on one rank, which sums it exactly as k_sumsq does (a float's square is exact in
  * double, so with or without FMA); eng_z3_norm then gathers the chunk sums and adds them in
  * k_sumsq's order, and the slices' sums in eng_grads_done's: the global norm's bits. AdamW's
- * update is elementwise, so a slice updated in two ranges gives its whole-slice bits (other
- * optimizers and widths, whose blocks start at slices, are refused: eng_check_sharded). bf16-sr
- * weights (memory homes) keep the shard's halves; stochastic rounding takes the one process's
+ * update is elementwise, so a slice updated in two ranges gives its whole-slice bits; given the
+ * slices' optimizer rows (eng_create_rows) the boundaries also fall on 8-bit blocks and Adam-mini
+ * rows (cut_step), so every other optimizer's state (optim.c's, cut at the shards) is elementwise
+ * within what one rank owns too. bf16 weights (memory homes) keep the shard's halves, Kahan's
+ * compensation this rank's range at every stage; stochastic rounding takes the one process's
  * element index (engine.c's update_block), so its noise is the one process's too. Every
  * collective is called on the compute thread, in the order the runner's calls make, which is the
  * same on every rank; the worker never communicates.

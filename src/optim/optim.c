@@ -42,6 +42,11 @@
  * units (a unit is one slice) only, laid out as the whole state with the other units left out;
  * a step updates the run's units, and the norm's per-unit sums of squares of the others come
  * from their owners (the gather callback) before the same fixed-order sum.
+ * ZeRO's stages 1-3 in the offload engine (op->cut; docs/zero_engine.md): the state of the block
+ * tensors this file keeps (not AdamW fp32's, which is the engine's) holds of every layer's slice
+ * only this rank's part [ca, ca + cn) (eng_cuts: on 8-bit blocks and Adam-mini rows), packed as
+ * the whole layout; the engine's callback names the part's offset; checkpoints gather and keep
+ * the parts (optim_emit_cut, optim_absorb_cut).
  * Tensors are the table's: sizes from their descriptors, weight decay by is_matrix, the tied
  * embedding's update deferred to the model with chunked embeddings; nothing here names one
  * architecture's tensors.
