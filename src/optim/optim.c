@@ -808,6 +808,13 @@ static size_t buf_at(const hpt_optim *op, int b, int i, size_t s) {
     return (tl->f32_off + s * per) * es;
 }
 
+/* The engine's shards (1 without ZeRO). */
+static int n_shards(const hpt_optim *op) {
+    size_t a[ENG_MAX_SLICES], z[ENG_MAX_SLICES];
+    struct offload_engine *eng = model_engine(op->model);
+    return eng ? eng_cuts(eng, 0, a, z) : 1;
+}
+
 /* Every rank's cut of tensor i (its block slice's), the whole slice's pieces of buffer b in rank
  * order: pieces[q] = [e0, e1); checks they tile the whole slice. */
 static hpt_status cut_pieces(const hpt_optim *op, int b, int i, int N, size_t *e0, size_t *e1,
@@ -840,7 +847,7 @@ static hpt_status cut_pieces(const hpt_optim *op, int b, int i, int N, size_t *e
 
 hpt_status optim_emit_cut(const hpt_optim *op, int b, optim_bytes_fn write, void *ctx) {
     struct offload_engine *eng = model_engine(op->model);
-    int N = eng ? eng_cuts(eng, 0, (size_t[ENG_MAX_SLICES]){0}, (size_t[ENG_MAX_SLICES]){0}) : 1;
+    int N = n_shards(op);
     if (!op->cut || N > 64) return hpt_fail(HPT_ERR_INVALID, "optim_emit_cut: no cut state");
     hpt_status s = HPT_OK;
     for (int i = 0; i < op->lay.n && s == HPT_OK; i++) {
@@ -872,8 +879,7 @@ hpt_status optim_emit_cut(const hpt_optim *op, int b, optim_bytes_fn write, void
 }
 
 hpt_status optim_absorb_cut(hpt_optim *op, int b, optim_bytes_fn read, void *ctx) {
-    struct offload_engine *eng = model_engine(op->model);
-    int N = eng ? eng_cuts(eng, 0, (size_t[ENG_MAX_SLICES]){0}, (size_t[ENG_MAX_SLICES]){0}) : 1;
+    int N = n_shards(op);
     if (!op->cut || N > 64) return hpt_fail(HPT_ERR_INVALID, "optim_absorb_cut: no cut state");
     hpt_status s = HPT_OK;
     int r = hpt_dist_rank();
