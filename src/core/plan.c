@@ -320,9 +320,6 @@ hpt_status hpt_plan_check(const hpt_plan *p, const hpt_plan_env *env) {
     /* data parallel: stages 0-2 (docs/zero.md) */
     if (p->zero < -1 || p->zero > 3) return hpt_fail(HPT_ERR_INVALID, "--zero %d: expected 0 to 3", p->zero);
     if (p->zero >= 1 && hpt_offload_active(&p->offload)) { /* in the engine's homes */
-        if (p->adamw.optimizer != HPT_OPTIM_ADAMW || p->adamw.state_bits == 8)
-            return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d in the offload engine shards AdamW's "
-                            "32-bit m and v (not another optimizer or --state-bits 8 yet)", p->zero);
         HPT_CHECK(hpt_zero_check_weights(p->zero, &p->offload));
         if (p->offload.grad_home != HPT_GH_FP32)
             return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d in the offload engine shards fp32 "

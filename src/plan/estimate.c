@@ -195,23 +195,32 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
         /* hpt_gpt2_create_offload, with the embeddings' own buffers (src/model/embed.c) */
         gpt2_nonblock_bytes(c, &o->offload, &dev[HPT_CAT_PARAMS], &dev[HPT_CAT_GRADS]);
         apart_bytes = dev[HPT_CAT_GRADS]; /* the flat gradients: the blocks' are the engine's */
+        hpt_tensor_table tab;
+        model_describe(c, &tab);
+        size_t sn[ENG_MAX_SLICES], rows[ENG_MAX_SLICES];
+        for (int s = 0; s < tab.n_slices && s < ENG_MAX_SLICES; s++)
+            sn[s] = hpt_tensor_slice_numel(&tab.t[hpt_table_slice_tensor(&tab, s)], c->L);
+        eng_slice_rows(&tab, rows); /* bind.c's: the shards also on 8-bit blocks and rows */
+        hpt_offload_opts so = o->offload;
+        so.shards = o->zero >= 1 && procs > 1 ? procs : 0;
+        so.zero = o->zero;
         if (mv_homes) {
             dev[HPT_CAT_OPTIM] = o->training ? 2 * nf * 4 : 0; /* hpt_optim_create: m, v */
-        } else if (o->offload.optim != HPT_TIER_DEVICE) {
+        } else if (o->training && so.shards > 1) { /* ZeRO: the blocks' state of this rank's cut */
+            size_t ca[ENG_MAX_SLICES], cz[ENG_MAX_SLICES];
+            uint64_t ob[HPT_OPTIM_NUM_BUFS];
+            eng_cut_of(&so, tab.n_slices, sn, rows, o->rank, ca, cz);
+            optim_cut_bytes(c, &o->adamw, ca, cz, ob);
+            dev[HPT_CAT_OPTIM] = 0;
+            for (int b = 0; b < HPT_OPTIM_NUM_BUFS; b++) dev[HPT_CAT_OPTIM] += ob[b];
+        }
+        if (!mv_homes && o->offload.optim != HPT_TIER_DEVICE) {
             out->bytes[o->offload.optim][HPT_CAT_OPTIM] = dev[HPT_CAT_OPTIM];
             dev[HPT_CAT_OPTIM] = 0;
         }
-        hpt_tensor_table tab;
-        model_describe(c, &tab);
         /* eng_create, eng_attach_optim: one block is its tensors' slices */
-        if (o->zero >= 1 && procs > 1) { /* ZeRO: one process's shard of each block's homes */
-            hpt_offload_opts so = o->offload;
-            size_t sn[ENG_MAX_SLICES];
-            so.shards = procs;
-            so.zero = o->zero;
-            for (int s = 0; s < tab.n_slices && s < ENG_MAX_SLICES; s++)
-                sn[s] = hpt_tensor_slice_numel(&tab.t[hpt_table_slice_tensor(&tab, s)], c->L);
-            eng_bytes_sharded(&so, c->L, tab.n_slices, sn, o->training, mv_homes, eb);
+        if (so.shards > 1) { /* ZeRO: one process's shard of each block's homes */
+            eng_bytes_sharded(&so, c->L, tab.n_slices, sn, rows, o->training, mv_homes, eb);
         } else {
             eng_bytes(&o->offload, c->L, hpt_table_block_numel(&tab), o->training, mv_homes, eb);
         }
