@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 static const char *const k_phase_names[HPT_PHASE_COUNT] = {"full", "warmup", "predict",
                                                            "correct", "eval", "setup"};
@@ -241,14 +242,21 @@ hpt_status hpt_mem_alloc(hpt_mem *m, hpt_tier tier, hpt_category cat, size_t byt
         return HPT_OK;
     }
     HPT_CHECK(mem_reserve(m, tier, cat, bytes));
-    /* page alignment for blocks of a page or more: the disk tier's direct I/O needs it */
+    /* page alignment for blocks of a page or more: the disk tier's direct I/O needs it; blocks
+     * of 4 MiB or more on 2 MiB pages where the kernel gives them (madvise before the first
+     * touch): the GEMMs' and the optimizer's streams over weights, gradients and moments
+     * otherwise miss the TLB every 4 KiB (docs/benchmarks.md, "Fifth pass") */
+    int huge = bytes >= ((size_t)4 << 20);
     size_t align = bytes >= 4096 ? 4096 : 64;
-    size_t rounded = (bytes + align - 1) & ~(align - 1);
+    size_t rounded = (bytes + align - 1) & ~(align - 1); /* the bytes touched: no more with huge */
     void *p = NULL;
-    if (posix_memalign(&p, align, rounded) != 0 || !p) {
+    if (posix_memalign(&p, huge ? (size_t)2 << 20 : align, rounded) != 0 || !p) {
         mem_unreserve(m, tier, cat, bytes); /* the timeline sees an alloc undone by a free */
         return refuse(m, tier, cat, bytes, "operating system refused");
     }
+#ifdef MADV_HUGEPAGE
+    if (huge) (void)madvise(p, rounded, MADV_HUGEPAGE); /* advice: refused or not, the same */
+#endif
     memset(p, 0, rounded);
 #if HPT_MEM_CHECK
     block_add(m, p, bytes);
