@@ -16,7 +16,9 @@
 # Environment: STEPS (default 4), T (default 64), CONFIGS (a regex over the config names; default
 # all), RECORD="MODEL|FLAGS[;...]" (training runs with disk homes first, train --record-rates: the
 # predictions then use the engine's own disk rates; each row also shows the ratio with
-# calibrate's standalone rates), RECORD_T, SKIP_GRID=1, STRACE=1: the disk-homed runs under strace -T (pread64/pwrite64 only), and
+# calibrate's standalone rates), RECORD_T, REUSE=1 (OUT_DIR's calibration and recorded rates
+# from an earlier part: no calibration, no record run; bench_plan_bar.sh runs a whole series
+# so), SKIP_GRID=1, STRACE=1: the disk-homed runs under strace -T (pread64/pwrite64 only), and
 # the engine's own disk rates after the first step printed beside the calibration's. The machine is shared: the load average is printed before and after. Run it
 # as the machine's only benchmark, in pieces (CONFIGS) of a few minutes, each calibrating again;
 # on a machine with the kernel's autogroup scheduling (/proc/sys/kernel/sched_autogroup_enabled)
@@ -86,6 +88,8 @@ PY
   echo "$pred $meas $pred0"
 }
 
+# NAME|MODEL|FLAGS[|ENV=VALUE]: the environment reaches the prediction and the run (e.g.
+# HPT_ENGINE_WORKER=thread: the engine's worker thread where it would run its jobs inline)
 configs=(
   "124m-device|gpt2-124m|"
   "124m-recompute|gpt2-124m|--recompute full"
