@@ -8,7 +8,8 @@
 #           gpt2-1558m T=128 with weights and gradients on the host, the state on disk (layout 4)
 #   A1..F   bench_plan_auto.sh rows: predicted against measured (B=1; T=64, 128 for the 1558m
 #           and llama3.2-1b rows), gpt2-124m to gpt2-1558m and Llama shapes, every tier
-#   G, H    bench_plan_budgets.sh: gpt2-1558m's lossy plans at 2, 4 and 8 GB; llama3.2-1b at 2 and
+#   G, H    bench_plan_budgets.sh: gpt2-1558m at 2, 4 and 8 GB, lossless (with the person's plan,
+#           --offload disk --fused-update) and lossy; llama3.2-1b at 2 and
 #           4 GB (lossy: no lossless plan fits) and 8 GB (lossless and lossy), the person's plan
 #           (docs/offload.md: --offload disk --fused-update) and the slowest plan of the search
 #           that fits 8 GB (--offload disk --recompute full, 2 steps)
@@ -51,6 +52,8 @@ bud() { # NAME MODEL BUDGETS LOSSY PLANS [STEPS]
     LOSSY="$4" PLANS="$5" bash "$here/bench_plan_budgets.sh" "$bin" "$out" >"$out/$1.txt" 2>&1
   grep -v "^    offload" "$out/$1.txt"
 }
+bud G0a gpt2-1558m "2GB 4GB" "" ""
+bud G0b gpt2-1558m "8GB" "" "--offload disk --fused-update"
 bud G1 gpt2-1558m "2GB 4GB" 1 ""
 bud G2 gpt2-1558m "8GB" 1 ""
 bud H1 llama3.2-1b "2GB 4GB" 1 ""
