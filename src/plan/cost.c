@@ -25,7 +25,11 @@
  *                worker's updates at the one-thread rate; share_loss calibrated), serially
  *                when P = 0; the worker's disk transfers cost the compute beside them
  *                disk_share_loss per second (calibrated); exact mode then
- *                streams the update over the blocks (double buffered from disk)
+ *                streams the update over the blocks (double buffered from disk). With no
+ *                disk home the engine has no worker thread (engine.c's inline_jobs): every
+ *                job runs on the compute thread and its team, serially with the compute
+ *   llama        a Llama block at its own calibrated rates when the file has them: its GEMMs'
+ *                shapes, GQA attention, RMSNorm, SwiGLU and RoPE in ns per element
  *   act offload  host: copies out synchronous, copies back overlapped with the backward; disk:
  *                both synchronous
  *
