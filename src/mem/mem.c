@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 static const char *const k_phase_names[HPT_PHASE_COUNT] = {"full", "warmup", "predict",
                                                            "correct", "eval", "setup"};
@@ -249,6 +250,13 @@ hpt_status hpt_mem_alloc(hpt_mem *m, hpt_tier tier, hpt_category cat, size_t byt
         mem_unreserve(m, tier, cat, bytes); /* the timeline sees an alloc undone by a free */
         return refuse(m, tier, cat, bytes, "operating system refused");
     }
+#ifdef MADV_HUGEPAGE
+    /* A block of 2 MiB or more in transparent huge pages where the kernel offers them (a hint;
+     * no error if not): glibc returns such a block to the kernel at its free, so one freed and
+     * allocated again (the hybrid schedule's gradients, snapshot and optimizer state around each
+     * predict phase) is faulted in anew, 2 MiB at a time instead of 4 KiB (docs/predict.md). */
+    if (rounded >= (2u << 20)) (void)madvise(p, rounded, MADV_HUGEPAGE);
+#endif
     memset(p, 0, rounded);
 #if HPT_MEM_CHECK
     block_add(m, p, bytes);
