@@ -252,7 +252,7 @@ hpt_status hpt_mem_alloc(hpt_mem *m, hpt_tier tier, hpt_category cat, size_t byt
     }
 #ifdef MADV_HUGEPAGE
     /* A block of 2 MiB or more in transparent huge pages where the kernel offers them (a hint;
-     * no error if not): glibc returns such a block to the kernel at its free, so one freed and
+     * no error if not): glibc usually maps such a block alone and unmaps it at its free, so one freed and
      * allocated again (the hybrid schedule's gradients, snapshot and optimizer state around each
      * predict phase) is faulted in anew, 2 MiB at a time instead of 4 KiB (docs/predict.md). */
     if (rounded >= (2u << 20)) (void)madvise(p, rounded, MADV_HUGEPAGE);
