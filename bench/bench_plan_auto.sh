@@ -16,7 +16,9 @@
 # Environment: STEPS (default 4), T (default 64), CONFIGS (a regex over the config names; default
 # all), RECORD="MODEL|FLAGS[;...]" (training runs with disk homes first, train --record-rates: the
 # predictions then use the engine's own disk rates; each row also shows the ratio with
-# calibrate's standalone rates), RECORD_T, SKIP_GRID=1, STRACE=1: the disk-homed runs under strace -T (pread64/pwrite64 only), and
+# calibrate's standalone rates), RECORD_T, REUSE=1 (OUT_DIR's calibration and recorded rates
+# from an earlier part: no calibration, no record run; bench_plan_bar.sh runs a whole series
+# so), SKIP_GRID=1, STRACE=1: the disk-homed runs under strace -T (pread64/pwrite64 only), and
 # the engine's own disk rates after the first step printed beside the calibration's. The machine is shared: the load average is printed before and after. Run it
 # as the machine's only benchmark, in pieces (CONFIGS) of a few minutes, each calibrating again;
 # on a machine with the kernel's autogroup scheduling (/proc/sys/kernel/sched_autogroup_enabled)
@@ -33,7 +35,13 @@ export HPT_CALIBRATION=$out/calibration.json
 . "$(dirname "$0")/plan_lib.sh" # plan_data, plan_calibrate, plan_record
 plan_data
 echo "uptime before: $(uptime)"
-plan_calibrate || exit 1
+if [ -n "${REUSE:-}" ] && [ -f "$out/calibration_standalone.json" ]; then
+  # REUSE=1: OUT_DIR's calibration and recorded engine rates from an earlier part (one
+  # calibration for a whole series of parts)
+  echo "reusing $HPT_CALIBRATION"; RECORD=
+else
+  plan_calibrate || exit 1
+fi
 # RECORD="MODEL|FLAGS[;MODEL|FLAGS...]" (RECORD_T, default T): a training run with disk homes
 # (one per layout of the homes on disk) whose engine
 # counters go into the calibration (train --record-rates): the engine's own disk rates and the
@@ -53,7 +61,8 @@ measure2() {
   echo "$p1 $(python3 -c "print(min($m1, $m2))") $q1"
 }
 
-# measure NAME MODEL FLAGS...: prints "predicted measured predicted-standalone"
+# measure MODEL FLAGS...: prints "predicted measured predicted-standalone" (the environment's
+# HPT_ENGINE_WORKER, when set, reaches both the prediction and the run)
 measure() {
   local model=$1; shift
   local pred pred0
@@ -79,6 +88,8 @@ PY
   echo "$pred $meas $pred0"
 }
 
+# NAME|MODEL|FLAGS[|ENV=VALUE]: the environment reaches the prediction and the run (e.g.
+# HPT_ENGINE_WORKER=thread: the engine's worker thread where it would run its jobs inline)
 configs=(
   "124m-device|gpt2-124m|"
   "124m-recompute|gpt2-124m|--recompute full"
@@ -90,10 +101,13 @@ configs=(
   "124m-disk-fused-recompute|gpt2-124m|--offload disk --fused-update --recompute full --offload-dir $out/disk"
   "124m-host-homes-optim-disk|gpt2-124m|--offload params=host,grads=host,optim=disk --fused-update --offload-dir $out/disk"
   "124m-8bit-fused|gpt2-124m|--state-bits 8 --fused-update"
+  "124m-host-fused-thread|gpt2-124m|--offload host --fused-update|HPT_ENGINE_WORKER=thread"
+  "124m-bf16-host-fused|gpt2-124m|--offload host --fused-update --weights bf16-sr --state-bits 8"
   "350m-device|gpt2-350m|"
   "350m-recompute|gpt2-350m|--recompute full"
   "350m-host-fused|gpt2-350m|--offload host --fused-update"
   "350m-disk-fused|gpt2-350m|--offload disk --fused-update --offload-dir $out/disk"
+  "350m-host|gpt2-350m|--offload host"
   "774m-disk-fused|gpt2-774m|--offload disk --fused-update --offload-dir $out/disk"
   "774m-host-fused|gpt2-774m|--offload host --fused-update"
   "774m-host-homes-optim-disk|gpt2-774m|--offload params=host,grads=host,optim=disk --fused-update --offload-dir $out/disk"
@@ -101,24 +115,29 @@ configs=(
   "1558m-host-homes-optim-disk|gpt2-1558m|--offload params=host,grads=host,optim=disk --fused-update --offload-dir $out/disk"
   "1558m-disk-recompute|gpt2-1558m|--offload disk --recompute full --fused-update --offload-dir $out/disk"
   "1558m-lossy-host|gpt2-1558m|--attention plain --state-bits 8 --offload params=host,grads=host,optim=host --fused-update --weights bf16-sr"
+  "1558m-host-plan|gpt2-1558m|--offload host --fused-update --weights bf16-sr --state-bits 8 --embeddings bf16"
   "llama-small|llama:L=8,C=512,NH=8,NKV=2,FF=1536,V=32000,T=256|"
   "llama-small-host|llama:L=8,C=512,NH=8,NKV=2,FF=1536,V=32000,T=256|--offload host --fused-update"
   "llama-small-recompute|llama:L=8,C=512,NH=8,NKV=2,FF=1536,V=32000,T=256|--recompute full"
+  "llama-small-actoff|llama:L=8,C=512,NH=8,NKV=2,FF=1536,V=32000,T=256|--recompute selective --act-offload host"
+  "llama-mid|llama:L=4,C=2048,NH=32,NKV=8,FF=8192,V=32000,T=256|"
+  "llama-mid-host-fused|llama:L=4,C=2048,NH=32,NKV=8,FF=8192,V=32000,T=256|--offload host --fused-update"
   "llama3.2-1b-disk|llama3.2-1b|--offload disk --fused-update --offload-dir $out/disk"
+  "llama3.2-1b-host-lossy|llama3.2-1b|--offload host --fused-update --weights bf16-sr --state-bits 8 --embeddings bf16"
 )
 printf "%-26s %10s %10s %8s %12s %6s\n" config predicted measured ratio standalone load
 for c in "${configs[@]}"; do
-  IFS='|' read -r name model flags <<<"$c"
+  IFS='|' read -r name model flags envs <<<"$c"
   [[ -n "${CONFIGS:-}" && ! "$name" =~ ${CONFIGS} ]] && continue
   # shellcheck disable=SC2086
-  read -r p m q <<<"$(measure "$model" $flags)"
-  if [[ "$model" =~ ^gpt2-(124m|350m)$|^llama: ]]; then # the small ones again: the faster run counts
+  read -r p m q <<<"$([ -n "$envs" ] && export $envs; measure "$model" $flags)"
+  if [[ "$model" =~ ^gpt2-(124m|350m)$|^llama:L=8,C=512 ]]; then # the small ones again: the faster run counts
     # shellcheck disable=SC2086
-    read -r p2 m2 q2 <<<"$(measure "$model" $flags)"
+    read -r p2 m2 q2 <<<"$([ -n "$envs" ] && export $envs; measure "$model" $flags)"
     m=$(python3 -c "print(min($m, $m2))")
   fi
   # ratio: predicted / measured; standalone: the same with calibrate's disk rates only
-  printf "%-26s %10.3f %10.3f %8.2f %12.2f %6s\n" "$name" "$p" "$m" "$(python3 -c "print($p/$m if $m==$m and $m>0 else float('nan'))")" \
+  printf "%-26s %10.3f %10.3f %8.2f %12.2f %6s\n" "$name${envs:+ ($envs)}" "$p" "$m" "$(python3 -c "print($p/$m if $m==$m and $m>0 else float('nan'))")" \
     "$(python3 -c "print($q/$m if $m==$m and $m>0 else float('nan'))")" "$(cut -d' ' -f1 /proc/loadavg)"
 done
 

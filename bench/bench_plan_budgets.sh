@@ -8,8 +8,10 @@
 # the fastest after the first), tokens/s from it. MODEL, T, STEPS, HOST, BUDGETS, PLANS, LOSSY,
 # RECORD (train --record-rates with those flags first), REUSE=1 (OUT_DIR's calibration and
 # recorded rates from an earlier part: no calibration, no record run).
-# Each run of gpt2-1558m takes 1-3 minutes and several GiB: run it alone, under the shared
-# benchmark lock, in pieces (one or two budgets each).
+# MODEL=llama3.2-1b: at 2 and 4 GB only lossy plans fit (LOSSY=1; its tied embedding); the
+# person's plan and the slowest plan that fits go in PLANS (bench_plan_bar.sh, parts H).
+# Each run of gpt2-1558m or llama3.2-1b takes 1-3 minutes and several GiB: run it alone, under
+# the shared benchmark lock, in pieces (one or two budgets each).
 set -u
 bin=${1:-build/hptrain}
 out=${2:-$(mktemp -d)}
@@ -59,7 +61,7 @@ print(min(ms[1:] if len(ms) > 1 else ms) / 1000.0)")
   grep -E "^offload: per step: disk read" "$out/train.err" | sed 's/^/    /'
   python3 -c "
 p, m, q = $pred, float('$meas'), $pred0
-print('%-12s predicted %7.2f s measured %7.2f s ratio %5.2f (standalone %7.2f s, %5.2f)  %5.1f tok/s  load %s  %s' % ('$label', p, m, p / m if m == m else float('nan'), q, q / m if m == m else float('nan'), $T / m if m == m else float('nan'), open('/proc/loadavg').read().split()[0], '''$*'''))"
+print('%-16s predicted %7.2f s measured %7.2f s ratio %5.2f (standalone %7.2f s, %5.2f)  %5.1f tok/s  load %s  %s' % ('$label', p, m, p / m if m == m else float('nan'), q, q / m if m == m else float('nan'), $T / m if m == m else float('nan'), open('/proc/loadavg').read().split()[0], '''$*'''))"
 }
 
 for budget in ${BUDGETS:-2GB 4GB 8GB}; do
@@ -69,7 +71,7 @@ for budget in ${BUDGETS:-2GB 4GB 8GB}; do
   fi
   flags=$(sed -n 2p "$out/auto.txt" | sed -E 's/^ *--batch [0-9]+ --seq [0-9]+ ?//; s/(^| )--(memory|host-memory|disk-memory) [^ ]+//g; s/(^| )--offload-dir [^ ]+//; s/^ *//')
   # shellcheck disable=SC2086
-  run "auto $budget" $flags --offload-dir "$out/disk"
+  run "auto $budget${LOSSY:+ lossy}" $flags --offload-dir "$out/disk"
 done
 IFS=';' read -ra plans <<<"${PLANS:-}"
 for p in "${plans[@]}"; do

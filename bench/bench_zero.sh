@@ -3,7 +3,8 @@
 # lock, a section or two at a time (each under ~5 minutes):
 #   flock /work/bench.lock bench/bench_zero.sh build/hptrain "bytes mem124"
 #   flock /work/bench.lock bench/bench_zero.sh build/hptrain mem350
-# SECTIONS (default all): bytes mem124 mem350 speed
+#   flock /work/bench.lock bench/bench_zero.sh build/hptrain mem2_124   (and mem2_350)
+# SECTIONS (default all): bytes mem124 mem350 speed; mem2_124 and mem2_350 (not in the default)
 # bytes: bytes sent per step per process, counted by the communication layer (each rank's log,
 #    dist_sent_bytes, between steps 2 and 3), at stages 0, 1, 2 and N = 2, 4, against the ZeRO
 #    paper's volume (2 x the parameters in the dtype sent, fp32 here, for stages 0-2; a ring or
@@ -13,6 +14,8 @@
 #    shard-sized) against the estimator's figure for that rank (--procs N --rank R), on
 #    gpt2-124m at N = 2 and 4 and gpt2-350m at N = 2 and 4 (4 x stage 0 of 350m, 4 x 5.7 GiB,
 #    does not fit beside the other work on this 23 GiB machine: left out);
+# mem2_124, mem2_350: stage 2's rows alone (the blocks' gradients freed layer by layer since
+#    zmem4; stages 0 and 1 are unchanged), gpt2-124m N = 2, 4 and gpt2-350m N = 2, 4;
 # speed: throughput: 2 processes x 1 thread (stages 0 and 1) against 1 process x 2 threads with
 #    the same global batch (--batch 4 each against --batch 4 --accum 2 --zero 0, its bit-identical twin, and
 #    --batch 8), side by side in one run.
@@ -87,6 +90,14 @@ fi
 if want mem350; then
 echo "== per-process memory, gpt2-350m (4 x stage 0 left out: 4 x 5.7 GiB does not fit here)"
 mem_runs gpt2-350m "2 0 1" "2 1 1" "2 2 2" "4 1 1" "4 2 1"
+fi
+if want mem2_124; then
+echo "== stage 2 per-process memory, gpt2-124m"
+mem_runs gpt2-124m "2 2 1" "2 2 2" "4 2 1" "4 2 2"
+fi
+if want mem2_350; then
+echo "== stage 2 per-process memory, gpt2-350m"
+mem_runs gpt2-350m "2 2 1" "2 2 2" "4 2 1"
 fi
 
 want speed || exit 0

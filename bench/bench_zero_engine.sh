@@ -8,6 +8,8 @@
 #  (b) per-process memory per tier, stages 0, 1, 2, 3, N = 2 and 4, gpt2-124m and
 #      gpt2-350m, --offload host and disk (hptrain estimate --procs N; tests/test_zero_engine.sh
 #      checks measured = estimated per tier), and measured for the run of (a);
+#  (d) (BENCH_PARTS=d) per-process bytes with 8-bit AdamW, Adam-mini and Lion at stages 0-3,
+#      their state cut at the shards (estimates; the tests check measured = estimated);
 #  (c) the largest GPT-2 that 4 processes train with stage 3 against stage 0 and one process,
 #      from the estimates, RAM = device + host tiers summed over the processes; with --big, 4
 #      processes train gpt2-1558m with stage 3 and disk homes for 2 steps (about 9 GiB of RAM
@@ -99,6 +101,24 @@ echo "== (c) the largest GPT-2 that fits, RAM (device + host tiers, summed over 
         done
     done
 done
+
+# (d) the optimizer states optim.c keeps (8-bit, Lion, Adam-mini), cut at the shards: per-process
+# bytes (rank 0) at stages 0-3, host homes (BENCH_PARTS=d: estimates only, no lock needed)
+if [[ $parts == *d* ]]; then
+echo "== (d) per-process bytes with the cut optimizer state, B=1 T=64, --offload host, rank 0 (MiB) =="
+for m in gpt2-124m gpt2-350m; do
+    for opt in "--state-bits 8" "--optimizer adam-mini --state-bits 8" "--optimizer lion --state-bits 8"; do
+        row="$m $opt:"
+        for cfg in "0 1" "1 2" "2 2" "3 2" "3 4"; do
+            set -- $cfg
+            # shellcheck disable=SC2086 # $opt is several options
+            row+=$("$bin" estimate --json --model $m --batch 1 --seq 64 --offload host $opt --zero $1 --procs $2 |
+                python3 -c "import json,sys; t=json.load(sys.stdin)['peak_bytes_by_tier']; print(' stage $1 N=$2 device %.1f host %.1f;' % (t['device'] / 2**20, t['host'] / 2**20), end='')")
+        done
+        echo "$row"
+    done
+done
+fi
 
 if [ $big = 1 ]; then
     echo "== (c') 4 processes train gpt2-1558m, stage 3, disk homes, --fused-update, B=1 T=64, 2 steps =="

@@ -2,7 +2,9 @@
  * (k_gemm) for every transpose pair, odd shapes, leading dimensions wider than the rows, alpha
  * and beta (beta 0 overwrites NaN); (b) when dnnl_sgemm's status is a failure (forced by the
  * test hook: no valid call can make it fail), k_gemm still computes the product, bit-identical
- * to k_gemm_ref, and the fallback counter says so. */
+ * to k_gemm_ref, and the fallback counter says so; (c) the matmul primitive's paths (alpha 1:
+ * 'N','T' with beta 0 and 1, the 'N','N' class it takes, and k_matmul_forward with its bias
+ * inside the product, overwriting and accumulating) agree with a double-precision product. */
 #include "testlib.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/kernels.h"
@@ -79,5 +81,50 @@ int main(void) {
     CHECK(k_gemm_fallbacks() == before + 1);
     printf("forced dnnl_sgemm failure: fallbacks %llu -> %llu, product equal to the reference\n",
            (unsigned long long)before, (unsigned long long)k_gemm_fallbacks());
+
+    /* (c) the matmul primitive's paths against sums in double */
+    {
+        const int64_t Mc = 64, Kc = 96, Nc = 512; /* 'N','N': Mc <= 256, Nc >= 4K, Kc <= 1024 */
+        const int64_t ld = Nc + 5;
+        float *Am = malloc((size_t)(Mc * Kc) * 4), *Bt = malloc((size_t)(Nc * Kc) * 4),
+              *Bn = malloc((size_t)(Kc * Nc) * 4), *bias = malloc((size_t)Nc * 4),
+              *C = malloc((size_t)(Mc * ld) * 4), *R = malloc((size_t)(Mc * ld) * 4);
+        fill(Am, (size_t)(Mc * Kc), 21u);
+        fill(Bt, (size_t)(Nc * Kc), 22u);
+        fill(bias, (size_t)Nc, 23u);
+        for (int64_t k = 0; k < Kc; k++) /* the same matrix stored (Kc, Nc) */
+            for (int64_t j = 0; j < Nc; j++) Bn[k * Nc + j] = Bt[j * Kc + k];
+        fill(R, (size_t)(Mc * ld), 24u);
+        /* 0: 'N','T' beta 0; 1: 'N','T' beta 1; 2: 'N','N' beta 0; 3: forward + bias;
+         * 4: forward + bias accumulating; ld = Nc + 5 for the gemms, Nc for the forwards */
+        for (int c = 0; c < 5; c++) {
+            int64_t ldc = c >= 3 ? Nc : ld;
+            memcpy(C, R, (size_t)(Mc * ld) * 4);
+            if (c == 0 || c == 1)
+                k_gemm('N', 'T', Mc, Nc, Kc, 1.0f, Am, Kc, Bt, Kc, (float)c, C, ldc);
+            else if (c == 2)
+                k_gemm('N', 'N', Mc, Nc, Kc, 1.0f, Am, Kc, Bn, Nc, 0.0f, C, ldc);
+            else
+                k_matmul_forward(C, Am, Bt, bias, Mc, Kc, Nc, c == 4);
+            double num = 0.0, den = 0.0;
+            int pad_ok = 1;
+            for (int64_t i = 0; i < Mc; i++) {
+                for (int64_t j = 0; j < Nc; j++) {
+                    double want = (c == 1 || c == 4) ? (double)R[i * ldc + j] : 0.0;
+                    if (c >= 3) want += (double)bias[j];
+                    for (int64_t k = 0; k < Kc; k++) want += (double)Am[i * Kc + k] * (double)Bt[j * Kc + k];
+                    double d = (double)C[i * ldc + j] - want;
+                    num += d * d;
+                    den += want * want;
+                }
+                for (int64_t j = Nc; j < ldc; j++) pad_ok &= C[i * ldc + j] == R[i * ldc + j];
+            }
+            double rel = sqrt(num / (den > 0 ? den : 1.0));
+            CHECK_MSG(rel < 1e-6 && pad_ok, "matmul path %d: relative error %.3g (padding kept: %d)", c,
+                      rel, pad_ok);
+            printf("matmul path %d: relative error %.3g against double sums\n", c, rel);
+        }
+        free(Am); free(Bt); free(Bn); free(bias); free(C); free(R);
+    }
     return t_done("test_gemm");
 }

@@ -16,9 +16,10 @@
 #include <string.h>
 
 /* updates: p += g (g is 1 everywhere), m += 1, v += 2 */
-static void upd(void *ctx, int l, int slice, k_param kp, const float *g, float *m, float *v,
-                size_t n) {
+static void upd(void *ctx, int l, int slice, size_t off, k_param kp, const float *g, float *m,
+                float *v, size_t n) {
     float *p = kp.f32;
+    (void)off;
     (void)l;
     (void)ctx;
     (void)slice;

@@ -111,6 +111,110 @@ static void check_reproduces(const hpt_plan_opts *o) {
     CHECK(!memcmp(p.budget_bytes, o->budget_bytes, sizeof p.budget_bytes));
 }
 
+/* Inline jobs (no disk home: engine.c runs them on the compute thread, serially): the
+ * worker's one-thread rate and the sharing loss no longer enter (the file's worker_ns and
+ * share_loss changed: the same step); the fused update runs at the team's rate, serially, so
+ * raising the team's AdamW ns per parameter by 1 adds 1 ns x every parameter (the blocks' in
+ * the engine and the rest), exactly; and the host copies are serial: the step equals the same
+ * plan's compute (every home on the device, not fused) plus, per block, the load forward, the
+ * reload of the blocks not resident and the weights' write-back (each blk x 4 bytes at the
+ * host copy rate, write_cal's 5 GB/s). */
+static void check_inline(const char *path, const hpt_plan_opts *fh) {
+    hpt_calibration cal;
+    hpt_cost k;
+    double t[3];
+    for (int i = 0; i < 3; i++) {
+        char extra[512];
+        snprintf(extra, sizeof extra, ",\"share_loss\":%d,\"worker_ns_per_param\":{\"adamw\":"
+                 "{\"32\":%d,\"8\":1},\"lion\":{\"32\":1,\"8\":1},\"adam-mini\":{\"32\":1,"
+                 "\"8\":1},\"sgd\":{\"32\":1,\"8\":1}}", i ? 2 : 1, i ? 7 : 1);
+        g_cal_extra = extra;
+        write_cal(path, 1, 1, i == 2 ? 2 : 1, 1); /* the team's AdamW: 1 ns, then 2 */
+        g_cal_extra = "";
+        CHECK_OK(hpt_calibration_load(path, &cal));
+        CHECK_OK(hpt_plan_cost(fh, &cal, &k));
+        CHECK(k.engine_inline);
+        CHECK(fabs(k.compute_s - k.total_s) < 1e-12 && k.disk_beside_s == 0);
+        t[i] = k.total_s;
+    }
+    CHECK(fabs(t[1] - t[0]) < 1e-12 * t[0]);
+    double want = 1e-9 * k.params;
+    CHECK(fabs((t[2] - t[1]) - want) < 1e-6 * want);
+    /* serial against the plan without the engine (the same compute and update, every home on
+     * the device) plus the copies */
+    hpt_plan_opts dev = *fh;
+    dev.offload = hpt_offload_defaults();
+    hpt_cost kd;
+    CHECK_OK(hpt_plan_cost(&dev, &cal, &kd));
+    int L = fh->cfg.L, K = fh->offload.max_active < L ? fh->offload.max_active : L;
+    double blk = k.block_params / L, cp = blk * 4 / 5e9;
+    double copies = L * cp + (L - K) * cp + L * cp;
+    CHECK(blk > 0 && fabs(k.total_s - (kd.total_s + copies)) < 1e-9 * k.total_s);
+    /* a disk home: the worker thread, not inline */
+    hpt_plan_opts fd = *fh;
+    fd.offload.optim = HPT_TIER_DISK;
+    CHECK(!hpt_plan_engine_inline(&fd));
+}
+
+/* A Llama block at its own rates: the file's "llama" object (round trip), its GEMM rate
+ * interpolated linearly in C between its two widths (flat outside), its attention at the GQA
+ * rate, and each pointwise kernel's ns per element entering the forward exactly (1 ns more per
+ * element of RMSNorm's forward adds tokens x L x 2C ns: two norms per block); a file without
+ * the object costs a Llama block at the GPT-2 block's rates. */
+static void check_llama(const char *path) {
+    g_cal_extra = ",\"llama\":{\"gemm\":[{\"rows\":64,\"C\":512,\"FF\":1536,\"fwd_gflops\":2,"
+                  "\"bwd_gflops\":4},{\"rows\":64,\"C\":2048,\"FF\":8192,\"fwd_gflops\":8,"
+                  "\"bwd_gflops\":16},{\"rows\":256,\"C\":512,\"FF\":1536,\"fwd_gflops\":2,"
+                  "\"bwd_gflops\":4},{\"rows\":256,\"C\":2048,\"FF\":8192,\"fwd_gflops\":8,"
+                  "\"bwd_gflops\":16}],\"gqa_flash_fwd_gflops\":3,\"gqa_flash_bwd_gflops\":3,"
+                  "\"gqa_plain_fwd_gflops\":5,\"gqa_plain_bwd_gflops\":5,\"rmsnorm_fwd_ns\":1,"
+                  "\"rmsnorm_bwd_ns\":1,\"swiglu_fwd_ns\":1,\"swiglu_bwd_ns\":1,\"rope_fwd_ns\":1,"
+                  "\"rope_bwd_ns\":1}";
+    write_cal(path, 1, 1, 1, 1);
+    g_cal_extra = "";
+    hpt_calibration cal, cal2;
+    CHECK_OK(hpt_calibration_load(path, &cal));
+    CHECK(cal.llama_C[0] == 512 && cal.llama_C[1] == 2048 && cal.llama_FF[1] == 8192 &&
+          cal.llama_gemm_gflops[1][1][1] == 16 && cal.llama_attn_gflops[1][0] == 5 &&
+          cal.llama_pw_ns[5] == 1);
+    char p2[4200];
+    snprintf(p2, sizeof p2, "%s.2", path);
+    CHECK_OK(hpt_calibration_save(p2, &cal));
+    CHECK_OK(hpt_calibration_load(p2, &cal2));
+    CHECK(!memcmp(&cal, &cal2, sizeof cal));
+    const int Cs[3] = {256, 1280, 4096};
+    const double want_f[3] = {2, 5, 8};
+    hpt_cost k;
+    for (int i = 0; i < 3; i++) {
+        hpt_plan_opts o = hpt_plan_defaults();
+        char shape[128];
+        snprintf(shape, sizeof shape, "llama:L=2,C=%d,NH=%d,NKV=%d,FF=%d,V=256,T=64", Cs[i],
+                 Cs[i] / 64, Cs[i] / 256, 3 * Cs[i]);
+        CHECK_OK(hpt_model_config_parse(shape, &o.cfg));
+        o.B = 1, o.T = 64;
+        CHECK_OK(hpt_plan_cost(&o, &cal, &k));
+        CHECK(k.llama_rates && fabs(k.gemm_fwd_gflops - want_f[i]) < 1e-9 &&
+              fabs(k.gemm_bwd_gflops - 2 * want_f[i]) < 1e-9);
+        CHECK(fabs(k.attn_fwd_gflops - 3) < 1e-9); /* flash: the GQA rate (GPT-2's is 1) */
+    }
+    /* RMSNorm's forward 1 -> 2 ns per element */
+    hpt_plan_opts o = hpt_plan_defaults();
+    CHECK_OK(hpt_model_config_parse("llama:L=2,C=256,NH=4,NKV=2,FF=768,V=256,T=64", &o.cfg));
+    o.B = 1, o.T = 64;
+    CHECK_OK(hpt_plan_cost(&o, &cal, &k));
+    double f0 = k.fwd_s;
+    cal.llama_pw_ns[0] = 2;
+    CHECK_OK(hpt_plan_cost(&o, &cal, &k));
+    double want = 64.0 * 2 * 2 * 256 * 1e-9;
+    CHECK(fabs((k.fwd_s - f0) - want) < 1e-6 * want);
+    /* without the object: the GPT-2 block's rate (write_cal's 10 GFLOP/s) */
+    write_cal(path, 1, 1, 1, 1);
+    CHECK_OK(hpt_calibration_load(path, &cal));
+    CHECK(cal.llama_C[0] == 0);
+    CHECK_OK(hpt_plan_cost(&o, &cal, &k));
+    CHECK(!k.llama_rates && k.gemm_fwd_gflops == 10);
+}
+
 int main(void) {
     char path[4096];
     snprintf(path, sizeof path, "%s/cal.json", t_tmpdir());
@@ -167,6 +271,9 @@ int main(void) {
     fh.offload.params = fh.offload.grads = fh.offload.optim = HPT_TIER_HOST;
     fh.offload.fused = 1;
     double tot[2];
+    CHECK(hpt_plan_engine_inline(&fh)); /* no disk home: inline by default, as the engine */
+    setenv("HPT_ENGINE_WORKER", "thread", 1); /* the worker thread's formula, forced */
+    CHECK(!hpt_plan_engine_inline(&fh));
     for (int i = 0; i < 2; i++) {
         char extra[512];
         snprintf(extra, sizeof extra, ",\"share_loss\":2,\"worker_ns_per_param\":{\"adamw\":"
@@ -182,6 +289,9 @@ int main(void) {
     }
     double want_d = 2 * 2e-9 * k.block_params;
     CHECK(k.block_params > 0 && fabs((tot[1] - tot[0]) - want_d) < 1e-6 * want_d + 1e-12);
+    CHECK(!k.engine_inline);
+    unsetenv("HPT_ENGINE_WORKER");
+    check_inline(path, &fh);
     /* the disk's sharing loss: the compute loses disk_share_loss seconds per second of the
      * worker's disk transfers beside it. Every home on disk, fused, the disk (1 GB/s, the
      * file's) fast enough against this small model's compute (10 GFLOP/s) that the compute
@@ -322,6 +432,7 @@ int main(void) {
         CHECK_OK(hpt_plan_cost(&o, &cal, &k));
         CHECK(k.attn_fwd_gflops == 1 && k.attn_bwd_gflops == 1);
     }
+    check_llama(path);
     write_cal(path, 1, 1000, 1, 1);
     CHECK_OK(hpt_calibration_load(path, &cal));
 

@@ -3,7 +3,7 @@
 # timed): the flags it prints reproduce its plan exactly (estimate's JSON of the printed flags
 # equals the auto run's; train runs the same plan, "hptrain: plan:" line and losses equal to a
 # run given the printed flags); --allow and --plan take only their words; the refusal of a budget
-# proposes whole plans.
+# proposes whole plans; a large vocabulary's budget gets chunked embeddings.
 set -u
 bin=$1
 . "$(dirname "$0")/lib.sh" # $tmp, ok, bad, expect_error, finish
@@ -40,6 +40,17 @@ rest=$(echo "$flags" | sed -E 's/^--batch [0-9]+ --seq [0-9]+ ?//')
 l1=$(grep -o '"loss":[0-9.]*' "$tmp/l1.jsonl" | tr '\n' ' ')
 l2=$(grep -o '"loss":[0-9.]*' "$tmp/l2.jsonl" | tr '\n' ' ')
 [ -n "$l1" ] && [ "$l1" = "$l2" ] && ok || bad "losses differ: '$l1' vs '$l2'"
+# a large vocabulary (a Llama shape): under a budget that only chunked embeddings meet (the
+# plain plans' and the engine's full-embedding plans' device peaks are 17.7-19.3 MB, chunked
+# 14.9-15.1 MB), the search chooses --embeddings chunked, and its printed flags give its estimate
+lshape="llama:L=2,C=64,NH=4,NKV=2,FF=128,V=8192,T=32"
+"$bin" estimate --model "$lshape" --batch 1 --seq 32 --plan auto --memory 17MB --host-memory 1GB >"$tmp/la.txt" 2>&1 || bad "llama --plan auto: $(cat "$tmp/la.txt")"
+lflags=$(sed -n 2p "$tmp/la.txt" | sed 's/^ *//')
+[[ " $lflags " == *" --embeddings chunked "* ]] && ok || bad "no chunked embeddings chosen: $lflags"
+# shellcheck disable=SC2086
+"$bin" estimate --model "$lshape" $lflags --json >"$tmp/lb.json" 2>/dev/null || bad "flags '$lflags' refused"
+"$bin" estimate --model "$lshape" --batch 1 --seq 32 --plan auto --memory 17MB --host-memory 1GB --json >"$tmp/lc.json" 2>/dev/null
+cmp -s "$tmp/lb.json" "$tmp/lc.json" && ok || bad "llama: the printed flags '$lflags' give another estimate"
 # the words
 "$bin" estimate --model "$shape" --plan manual >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "--plan manual accepted"
 "$bin" estimate --model "$shape" --allow lossy >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "--allow without --plan auto accepted"

@@ -15,8 +15,9 @@
 #     AdamW (with recomputation), Adam-mini and 8-bit Lion; sharded checkpoints re-cut 3 -> 1,
 #     1 -> 2 (stage 0 -> 2) and 2 -> 3 with the uninterrupted run's bits; a damaged shard is
 #     named; every rank's measured device bytes = the estimate for its rank (also as profile
-#     reads each rank's --trace 'F.%r.json'); --zero 3 without the offload engine and
-#     --zero 1 with it and 8-bit state are refused by name;
+#     reads each rank's --trace 'F.%r.json'); --zero 3 without --offload runs in the engine's
+#     host homes (the bits of --zero 3 --offload host); --zero 3 with --offload none and --zero 1
+#     with the engine and 8-bit state are refused by name;
 #  4. bad input: processes started with different configurations refuse to start, naming the
 #     option and both values; a resume with another global batch is refused;
 #  5. faults: a rank killed (SIGKILL) mid-run makes mpirun end the others within 60 s with a
@@ -178,11 +179,18 @@ for z in 1 2; do for a in 1 2; do
     [ "$est" = "$got" ] || bad "np 3 --zero $z accum $a: measured $got, estimated $est"
 done; done
 # refusals
-out=$("${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 2 --zero 3 2>&1) && bad "--zero 3 should be refused"
-grep -q -- "--zero 3 (sharded optimizer state, gradients and parameters) is not built yet" <<<"$out" || bad "--zero 3 refusal: $out"
-# --zero 1 with the engine runs (docs/zero_engine.md, test_zero_engine.sh); not with 8-bit state
-out=$("${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 2 --zero 1 --offload host --state-bits 8 2>&1) && bad "--zero 1 --offload --state-bits 8 should be refused"
-grep -q -- "--zero 1 in the offload engine shards AdamW's 32-bit m and v" <<<"$out" || bad "--zero 1 --offload --state-bits 8 refusal: $out"
+# --zero 3 without --offload runs in the engine's host homes: --zero 3 --offload host's bits;
+# with --offload none it is refused
+"${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 2 --zero 3 --save "$tmp/z3a" 2>/dev/null || bad "np 2 --zero 3 alone"
+"${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 2 --zero 3 --offload host --save "$tmp/z3h" 2>/dev/null || bad "np 2 --zero 3 --offload host"
+same_run "$tmp/z3h" "$tmp/z3a" "np 2: --zero 3 alone vs --zero 3 --offload host"
+out=$("${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 2 --offload none --zero 3 2>&1) && bad "--offload none --zero 3 should be refused"
+grep -q -- "--zero 3 (sharded optimizer state, gradients and parameters) runs in the offload engine's homes, not with --offload none" <<<"$out" ||
+    bad "--offload none --zero 3 refusal: $out"
+# --zero 1 with the engine runs (docs/zero_engine.md, test_zero_engine*.sh, 8-bit state too);
+# not with a 16-bit gradient home
+out=$("${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 2 --zero 1 --offload host --grad-home bf16 2>&1) && bad "--zero 1 --offload --grad-home bf16 should be refused"
+grep -q -- "--zero 1 in the offload engine shards fp32 gradient homes" <<<"$out" || bad "--zero 1 --offload --grad-home bf16 refusal: $out"
 
 # ---- 4. different configurations ---------------------------------------------------------
 cat >"$tmp/differ.sh" <<EOF

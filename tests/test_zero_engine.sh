@@ -17,8 +17,9 @@
 #     trainer's np 2 --accum 2, stages 1-3 (disk; np 3 host) the model.bin and losses of the
 #     in-memory --zero 2 --accum 2 (the same order of sums); measured = estimated;
 #  5. refusals: --accum with many processes and the engine's gradients on the device; a one-process apart sum where the
-#     engine has no gradient slot or a 16-bit gradient home; --zero 3 without the engine or with
-#     8-bit state;
+#     engine has no gradient slot or a 16-bit gradient home; --zero 3 with --offload none; what
+#     stages 1-3 in the engine still refuse (bf16 weights on disk, 16-bit gradient homes, 8-bit
+#     state on disk: the engine's own rule);
 #  7. stages 1 and 2 (--zero 1|2): np 2 (host, disk) and np 3 (disk; host with recompute) write
 #     the bits of one process with --accum N --zero 0, fused too (as in 2); a stage-2 checkpoint
 #     resumes at stage 1 and in one process; measured = estimated per tier; the disk homes are
@@ -26,8 +27,8 @@
 #     paper's 2 x (plus the norm's chunk sums);
 #  8. --weights bf16-sr (memory homes): stage 3 np 2 (host), np 3 (gradients and moments on
 #     disk), fused, and a checkpoint resumed; stages 1, 2 np 2 (host), stage 2 np 3 (disk) and
-#     fused; all with one process's bits; measured = estimated; refusals name the combinations
-#     still refused (bf16-kahan, bf16 on disk, 8-bit state, other optimizers);
+#     fused; all with one process's bits; measured = estimated (bf16-kahan, 8-bit state and the
+#     other optimizers: test_zero_engine8.sh);
 #  6. stage 3 (--zero 3): each rank's homes hold its shard; np 2 (host, disk, recompute) and np 3
 #     (disk) write the bits of one process with --accum N --zero 0, fused too (as in 2); a
 #     checkpoint gathered at stage 3 resumes at stage 3 and in one process with the uninterrupted
@@ -324,25 +325,20 @@ echo "$out" | grep -q "grads=host|disk" || bad "apart sum, device gradients: the
 out=$("$bin" train "${args[@]}" --steps 2 --batch 1 --accum 2 --zero 0 "${host[@]}" --grad-home bf16 2>&1) &&
     bad "an apart sum with a 16-bit gradient home should be refused"
 
-out=$("${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 1 --zero 3 2>&1) &&
-    bad "--zero 3 without the engine should be refused"
+out=$("${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 1 --zero 3 --offload none 2>&1) &&
+    bad "--zero 3 without the engine should be refused" # (--zero 3 alone: host homes, test_zero.sh)
 echo "$out" | grep -q "offload" || bad "--zero 3 without the engine: the refusal should name --offload ($out)"
-out=$("${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 1 --zero 3 "${host[@]}" --state-bits 8 2>&1) &&
-    bad "--zero 3 with 8-bit state should be refused"
-out=$("${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 1 --zero 2 "${host[@]}" --optimizer lion 2>&1) &&
-    bad "--zero 2 in the engine with Lion should be refused"
-echo "$out" | grep -q "zero 2 in the offload engine" || bad "--zero 2 --optimizer lion: the refusal should name the stage ($out)"
+# (8-bit state, Lion, SGD, Adam-mini and bf16-kahan weights run at stages 1-3: test_zero_engine8.sh)
 
 refused() { # refused WHAT PATTERN ARGS...: N = 2 refuses ARGS, naming PATTERN
     local what=$1 pat=$2; shift 2
     out=$("${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 1 "$@" 2>&1) && bad "$what should be refused"
     echo "$out" | grep -q -- "$pat" || bad "$what: the refusal should name $pat ($out)"
 }
-refused "--zero 3 --weights bf16-kahan" "bf16-kahan" --zero 3 "${host[@]}" --weights bf16-kahan
-refused "--zero 2 --weights bf16-kahan" "zero 2 in the offload engine does not take" --zero 2 "${host[@]}" --weights bf16-kahan
 refused "--zero 3 --weights bf16-sr on disk" "params=disk" --zero 3 "${disk[@]}" --weights bf16-sr
-refused "--zero 1 --state-bits 8" "zero 1 in the offload engine" --zero 1 "${host[@]}" --state-bits 8
-refused "--zero 3 --optimizer sgd" "zero 3 in the offload engine" --zero 3 "${host[@]}" --optimizer sgd
+refused "--zero 2 --weights bf16-kahan on disk" "zero 2 in the offload engine keeps bf16 weights" --zero 2 "${disk[@]}" --weights bf16-kahan
+refused "--zero 3 --grad-home bf16" "zero 3 in the offload engine shards fp32" --zero 3 "${host[@]}" --grad-home bf16
+refused "--zero 1 --state-bits 8 with the state on disk" "optim=device or optim=host" --zero 1 "${disk[@]}" --state-bits 8
 
 [ $fail = 0 ] && echo "test_zero_engine: all passed"
 exit $((fail > 0))

@@ -150,3 +150,22 @@ if(HPT_MPI AND TARGET hptrain_cli)
   set_tests_properties(test_zero_fault PROPERTIES TIMEOUT 400 SKIP_RETURN_CODE 77
     ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
 endif()
+# ZeRO stage 2 in memory with the blocks' gradients freed layer by layer (tests/test_zero2_mem.sh;
+# docs/zero.md): one process's bits, measured = estimated per rank, and stage 2's saving against
+# stage 1 derived from the shape and each rank's run. SKIP (77) where mpirun is missing.
+if(HPT_MPI AND TARGET hptrain_cli)
+  set(_zero2_asan "")
+  if(TARGET hptrain_cli_asan)
+    set(_zero2_asan $<TARGET_FILE:hptrain_cli_asan>)
+  endif()
+  add_test(NAME test_zero2_mem COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_zero2_mem.sh $<TARGET_FILE:hptrain_cli> ${_zero2_asan})
+  set_tests_properties(test_zero2_mem PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77
+    ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
+endif()
+# ZeRO 1-3 in the offload engine with 8-bit state, Lion, SGD and Adam-mini (tests/test_zero_engine8.sh;
+# docs/zero_engine.md): the state cut at the shards, one process's bits; about 20 runs of 2-3 processes.
+if(HPT_MPI AND TARGET hptrain_cli)
+  add_test(NAME test_zero_engine8 COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_zero_engine8.sh $<TARGET_FILE:hptrain_cli>)
+  set_tests_properties(test_zero_engine8 PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77
+    ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
+endif()

@@ -51,6 +51,19 @@ typedef struct {
     double engine_disk_loss[HPT_CAL_LAYOUTS]; /* compute seconds lost per second of the
                                                * worker's disk transfers beside the compute */
     char engine_source[HPT_CAL_LAYOUTS][256]; /* the run: model, B, T, plan, its step */
+    /* A Llama block's own rates (calibrate_llama.c; llama_C[0] = 0: not measured, a Llama
+     * block is costed at the GPT-2 block's rates): its four GEMMs ((rows, C) against C -> QKV,
+     * C -> C, C -> 2FF (gate and up), (rows, FF) against FF -> C) at two widths, NH = C/64,
+     * NKV = NH/4, QKV = C + 2 NKV 64, FF 3C at the first and 4C at the second; [rows][width]
+     * [forward, backward] GFLOP/s */
+    int llama_C[2], llama_FF[2];
+    double llama_gemm_gflops[HPT_CAL_GEMM_ROWS][2][2];
+    double llama_attn_gflops[2][2];      /* [flash, plain][forward, backward] grouped-query
+                                          * attention at T = 128, C = 2048, NH 32, NKV 8 */
+    /* ns per element: RMSNorm forward and backward (per element of C), SwiGLU forward and
+     * backward (per element of FF), RoPE forward and backward (per rotated element of the q
+     * and k heads), each over a micro-batch of 512 rows (past the caches, as a step's) */
+    double llama_pw_ns[6];
 } hpt_calibration;
 
 /* The cache file: $HPT_CALIBRATION, else ~/.cache/hptrain/calibration.json. */
@@ -62,6 +75,10 @@ hpt_status hpt_calibration_save(const char *path, const hpt_calibration *c);
 /* Which of o's engine homes are on disk: bit 0 the weights, 1 the gradients, 2 the optimizer
  * state (0: none, or no engine). */
 int hpt_plan_disk_homes(const hpt_plan_opts *o);
+/* Whether the offload engine runs o's jobs inline on the compute thread (the CPU backend with
+ * no disk home and one shard; HPT_ENGINE_WORKER=thread|inline forces either), as engine.c's
+ * choice: the cost model then costs them serially with the compute. */
+int hpt_plan_engine_inline(const hpt_plan_opts *o);
 /* Takes the engine's rates from a training run into c (the set of o's layout): st the engine's counters over `steps`
  * steps, step_s the mean step time of those steps, o the run's plan (the compute's own time
  * alone comes from the cost model at c's compute rates; what the compute took beyond it when
@@ -95,6 +112,9 @@ typedef struct {
     double compute_s;              /* the compute thread's own work, without waits or the loss
                                     * beside the disk worker */
     double disk_beside_s;          /* the worker's disk seconds beside the compute (P >= 1) */
+    int engine_inline;             /* 1: the engine's jobs costed inline on the compute thread
+                                    * (no disk home on the CPU backend: no worker thread) */
+    int llama_rates;               /* 1: a Llama block costed at its own measured rates */
     /* the parts (seconds per optimizer step) */
     double fwd_s, bwd_s, recompute_s, pointwise_s, optim_s;
     double transfer_s;             /* all transfers' own time at their bandwidths */

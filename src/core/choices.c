@@ -254,12 +254,8 @@ hpt_status hpt_offload_check_optim(const hpt_offload_opts *o, int mv_homes) {
 
 hpt_status hpt_zero_check_weights(int stage, const hpt_offload_opts *o) {
     if (o->weights == HPT_BW_FP32) return HPT_OK;
-    if (o->weights == HPT_BW_BF16_KAHAN) /* each rank updates its range's compensation only */
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d in the offload engine does not take "
-                        "--weights bf16-kahan yet (its compensation is saved as one section of "
-                        "the whole homes, which only the owners keep current; bf16-sr runs)", stage);
     if (o->params == HPT_TIER_DISK)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d in the offload engine keeps bf16-sr weights "
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d in the offload engine keeps bf16 weights "
                         "in memory homes only (not --offload params=disk: a range's direct I/O "
                         "would need a bf16 bounce buffer; keep params=host)", stage);
     return HPT_OK;

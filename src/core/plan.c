@@ -10,7 +10,8 @@
  *
  * Invariants: hpt_plan_set changes only what its option names (plus the choices whose default
  * follows it: --optimizer resets the optimizer's settings to its kind's, keeping the state width
- * and a given weight decay; --grad-home sets the loss scale's mode unless --loss-scale was given)
+ * and a given weight decay; --grad-home sets the loss scale's mode unless --loss-scale was given;
+ * --zero 3 puts the offload engine's homes on the host unless --offload was given)
  * and records the option in p->given; for every plan p whose choices the options can express,
  * setting each option hpt_plan_print writes, from hpt_plan_default_choices, gives p back. */
 #include "core/choices.h"
@@ -238,7 +239,12 @@ static hpt_status set_option(hpt_plan *p, int opt, const char *v) {
     case O_DISK_MEMORY: return named(opt, hpt_parse_size(v, &p->budget_bytes[HPT_TIER_DISK]));
     case O_OFFLOAD_DIR: p->offload_dir = v; return HPT_OK;
     case O_DEVICE: return parse_device(v, &p->device);
-    case O_ZERO: return set_int(opt, v, 0, 3, &p->zero);
+    case O_ZERO:
+        HPT_CHECK(set_int(opt, v, 0, 3, &p->zero));
+        /* stage 3 shards the parameters in the offload engine's homes: without --offload they
+         * are the host's (on the CPU the same memory as the device's; docs/zero.md) */
+        if (p->zero == 3 && !GIVEN(p, O_OFFLOAD)) HPT_CHECK(hpt_offload_parse("host", &p->offload));
+        return HPT_OK;
     }
     return hpt_fail(HPT_ERR_INVALID, "unknown option %d", opt);
 }
@@ -314,9 +320,6 @@ hpt_status hpt_plan_check(const hpt_plan *p, const hpt_plan_env *env) {
     /* data parallel: stages 0-2 (docs/zero.md) */
     if (p->zero < -1 || p->zero > 3) return hpt_fail(HPT_ERR_INVALID, "--zero %d: expected 0 to 3", p->zero);
     if (p->zero >= 1 && hpt_offload_active(&p->offload)) { /* in the engine's homes */
-        if (p->adamw.optimizer != HPT_OPTIM_ADAMW || p->adamw.state_bits == 8)
-            return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d in the offload engine shards AdamW's "
-                            "32-bit m and v (not another optimizer or --state-bits 8 yet)", p->zero);
         HPT_CHECK(hpt_zero_check_weights(p->zero, &p->offload));
         if (p->offload.grad_home != HPT_GH_FP32)
             return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d in the offload engine shards fp32 "
@@ -326,9 +329,10 @@ hpt_status hpt_plan_check(const hpt_plan *p, const hpt_plan_env *env) {
                             "with --loss-scale yet", p->zero);
     } else if (p->zero > 2) {
         return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero 3 (sharded optimizer state, gradients and "
-                        "parameters) is not built yet in memory: it runs in the offload engine's "
-                        "homes (add --offload host|disk; docs/zero_engine.md); --zero 1 and 2 shard "
-                        "the in-memory optimizer state and the gradients");
+                        "parameters) runs in the offload engine's homes, not with --offload none "
+                        "(leave --offload out for host homes, or give host|disk; "
+                        "docs/zero_engine.md); --zero 1 and 2 shard the in-memory optimizer "
+                        "state and the gradients");
     }
     /* the engine's exact mode sums them apart in its fp32 gradient homes, through a slot
      * (engine_dist.c; --fused-update with --accum is refused below) */
@@ -441,7 +445,7 @@ hpt_status hpt_plan_print(const hpt_plan *p, char *buf, size_t n) {
         of->optim != HPT_TIER_DEVICE)
         emit(&o, O_OFFLOAD, "params=%s,grads=%s,optim=%s", hpt_tier_name(of->params),
              hpt_tier_name(of->grads), hpt_tier_name(of->optim));
-    else if (of->grad_home != HPT_GH_FP32)
+    else if (of->grad_home != HPT_GH_FP32 || p->zero == 3) /* --zero 3 alone: host homes */
         emit(&o, O_OFFLOAD, "none");
     if (of->max_active != d.offload.max_active) emit(&o, O_MAX_ACTIVE, "%d", of->max_active);
     if (of->prefetch != d.offload.prefetch) emit(&o, O_PREFETCH, "%d", of->prefetch);

@@ -78,7 +78,8 @@ hpt_status hpt_gpt2_load_offload(hpt_mem *mem, const char *path, const hpt_offlo
     if (s != HPT_OK) { fclose(f); return s; }
     float *params = model_params(m);
     /* a GPU's: staged; a forward-only model has no gradients to stage bf16 in: in place */
-    if (model_engine(m) || model_backend(m) != hpt_backend_cpu() || !model_grads(m)) {
+    if (model_engine(m) || model_backend(m) != hpt_backend_cpu() || !model_grads(m) ||
+        model_grads_floats(m) < model_params_floats(m)) { /* ZeRO-2's: the blocks' away */
         ckpt_reader r = {f, path, esz == 2};
         s = gpt2_absorb(m, EB_P, params, read_ckpt, &r);
     } else if (esz == 4) {

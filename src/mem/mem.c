@@ -242,20 +242,20 @@ hpt_status hpt_mem_alloc(hpt_mem *m, hpt_tier tier, hpt_category cat, size_t byt
         return HPT_OK;
     }
     HPT_CHECK(mem_reserve(m, tier, cat, bytes));
-    /* page alignment for blocks of a page or more: the disk tier's direct I/O needs it */
+    /* page alignment for blocks of a page or more: the disk tier's direct I/O needs it; blocks
+     * of 4 MiB or more on 2 MiB pages where the kernel gives them (madvise before the first
+     * touch): the GEMMs' and the optimizer's streams over weights, gradients and moments
+     * otherwise miss the TLB every 4 KiB (docs/benchmarks.md, "Fifth pass") */
+    int huge = bytes >= ((size_t)4 << 20);
     size_t align = bytes >= 4096 ? 4096 : 64;
-    size_t rounded = (bytes + align - 1) & ~(align - 1);
+    size_t rounded = (bytes + align - 1) & ~(align - 1); /* the bytes touched: no more with huge */
     void *p = NULL;
-    if (posix_memalign(&p, align, rounded) != 0 || !p) {
+    if (posix_memalign(&p, huge ? (size_t)2 << 20 : align, rounded) != 0 || !p) {
         mem_unreserve(m, tier, cat, bytes); /* the timeline sees an alloc undone by a free */
         return refuse(m, tier, cat, bytes, "operating system refused");
     }
 #ifdef MADV_HUGEPAGE
-    /* A block of 2 MiB or more in transparent huge pages where the kernel offers them (a hint;
-     * no error if not): glibc usually maps such a block alone and unmaps it at its free, so one freed and
-     * allocated again (the hybrid schedule's gradients, snapshot and optimizer state around each
-     * predict phase) is faulted in anew, 2 MiB at a time instead of 4 KiB (docs/predict.md). */
-    if (rounded >= (2u << 20)) (void)madvise(p, rounded, MADV_HUGEPAGE);
+    if (huge) (void)madvise(p, rounded, MADV_HUGEPAGE); /* advice: refused or not, the same */
 #endif
     memset(p, 0, rounded);
 #if HPT_MEM_CHECK

@@ -145,6 +145,9 @@ struct hpt_model {
     struct hpt_block_store *blocks; /* where the blocks live (model/blocks.h), owned; NULL:
                                      * the flat buffers. Set with eng (gpt2_bind_blocks) */
     int grads_live;       /* a backward has added gradients since the last zero_grad */
+    int grads_away;       /* the flat gradients hold the non-block tensors only (as with a
+                           * store): the blocks' go to gsink (ZeRO-2, model_grads_away) */
+    model_grad_sink gsink; /* without a store: block l's gradient slot and done point */
     float loss_scale;     /* S: backward computes S times the loss's gradients (1: none; a
                            * power of two set by the trainer's loss scaler) */
     int fault_layer;      /* testing: the next backward sets element 0 of this block's

@@ -42,7 +42,7 @@ static void point_arch(hpt_gpt2 *m, float *base, int grads, float **tp, void *ou
     for (int i = 0; i < t->n; i++) {
         int block = t->t[i].layer == HPT_LAYER_STACKED;
         int away = grads ? emb_deferred(m, i) : emb_stored(m, i);
-        int here = !(block && m->blocks_planned) && !away;
+        int here = !(block && (m->blocks_planned || (grads && m->grads_away))) && !away;
         tp[i] = base && here ? base + off : NULL;
         if (here) off += hpt_tensor_numel(&t->t[i]);
     }
@@ -86,6 +86,12 @@ static void bind_arch(hpt_gpt2 *m) {
 
 /* Set by the forward-only calls around their create or load (this thread, that call only). */
 static _Thread_local int create_without_grads;
+/* Set by model_grads_away (ZeRO-2's trainer, around its model's creation or load). */
+static _Thread_local int create_grads_away;
+
+void model_grads_away(int on) { create_grads_away = on; }
+
+void model_set_grad_sink(hpt_gpt2 *m, const model_grad_sink *sink) { m->gsink = *sink; }
 
 /* The model object and its flat buffers: every tensor (o NULL), or with o (the blocks in a
  * store, bound later) the non-block tensors and o->embeddings' buffers. */
@@ -118,6 +124,9 @@ static hpt_status create(hpt_mem *mem, const hpt_model_config *cfg, const hpt_of
     /* no whole gradient of the head's weight (and of an untied wte); bf16 embeddings: GPT-2's
      * flat buffer holds lnfw, lnfb only, llama's lnfw */
     emb_flat_floats(m, &m->n_flat, &m->n_gflat);
+    /* ZeRO-2 in memory: the blocks' gradients live in a sink's slot, layer by layer */
+    m->grads_away = !stored && create_grads_away;
+    if (m->grads_away) m->n_gflat = gpt2_nonblock_floats(cfg);
     hpt_mem_set_name(mem, "parameters");
     hpt_status s = m->be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, m->n_flat * sizeof(float),
                                 (void **)&m->params);
@@ -145,7 +154,7 @@ static hpt_status create(hpt_mem *mem, const hpt_model_config *cfg, const hpt_of
         m->g.wpe = m->grads;
         m->g.lnfw = m->grads + (size_t)cfg->maxT * C;
         m->g.lnfb = m->g.lnfw + C;
-    } else if (stored) {
+    } else if (stored || m->grads_away) {
         point_nonblock(cfg, m->grads, &m->g);
     }
     if (m->arch->point) {
@@ -153,7 +162,7 @@ static hpt_status create(hpt_mem *mem, const hpt_model_config *cfg, const hpt_of
         point_arch(m, m->grads, 1, m->tg, &m->lg);
     } else if (!stored) {
         gpt2_point_tensors(cfg, m->params, &m->p);
-        gpt2_point_tensors(cfg, m->grads, &m->g);
+        if (!m->grads_away) gpt2_point_tensors(cfg, m->grads, &m->g);
     }
     *out = m;
     return HPT_OK;

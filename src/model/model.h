@@ -55,6 +55,19 @@ float *model_grads(hpt_gpt2 *m);
 size_t model_grads_floats(const hpt_gpt2 *m);
 /* The offload engine (src/offload/engine.h), or NULL. */
 struct offload_engine *model_engine(const hpt_gpt2 *m);
+/* A gradient sink (ZeRO-2 in memory, src/train/dp.c): without a block store, block l's
+ * backward writes into the packed slot slot() hands out (the block store's layout, zeroed by
+ * the sink), and done() takes it when complete (the runner's grads_done point). */
+typedef struct {
+    void *ctx;
+    hpt_status (*slot)(void *ctx, int l, float **g);
+    hpt_status (*done)(void *ctx, int l);
+} model_grad_sink;
+/* on 1: models created by this thread from now on (without the engine) hold the non-block
+ * tensors' gradients only in their flat gradient buffer (the blocks' go to a sink,
+ * model_set_grad_sink, which must be set before a backward); 0: whole again. */
+void model_grads_away(int on);
+void model_set_grad_sink(hpt_gpt2 *m, const model_grad_sink *sink);
 
 /* Offset (floats) of non-block tensor i (a table index) in the engine's flat buffers: the
  * non-block tensors back to back in checkpoint order; and their floats. */

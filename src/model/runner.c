@@ -8,7 +8,9 @@
  * buffers without a block store (zero copy), or the store's device buffer with one (model/
  * blocks.h; the offload engine's): each block is acquired for its forward, its recomputation
  * and its backward, whose gradients go to the store's gradient slot and are handed to it
- * (grads_done) when complete, in the call order blocks.h states.
+ * (grads_done) when complete, in the call order blocks.h states. Without a store, a model
+ * whose flat gradients hold no blocks (ZeRO-2, model_grads_away) takes the same two points
+ * from its gradient sink (model.h) instead.
  * Recomputation (act.recompute): selective rebuilds the arch's HPT_FIELD_RECOMPUTE fields at
  * the start of a block's backward (block_recompute); every:N and full rerun a segment's forward
  * from its kept input at the backward of its last block. Either way the forward's kernels run
@@ -77,11 +79,17 @@ static void block_release(hpt_gpt2 *m, int l) {
  * slices of the flat gradients. */
 static hpt_status block_grads(hpt_gpt2 *m, int l, float *dw[HPT_TABLE_MAX]) {
     const hpt_block_store *bs = m->blocks;
+    float *gbase;
+    if (!bs && m->grads_away) { /* a sink's packed slot (ZeRO-2: model.h) */
+        if (!m->gsink.slot) return hpt_fail(HPT_ERR_INVALID, "no gradient sink for the blocks");
+        HPT_CHECK(m->gsink.slot(m->gsink.ctx, l, &gbase));
+        block_packed(m, gbase, dw);
+        return HPT_OK;
+    }
     if (!bs) {
         block_flat(m, m->grads, l, dw);
         return HPT_OK;
     }
-    float *gbase;
     HPT_CHECK(bs->grad_slot(bs->ctx, l, m->grads_live, &gbase));
     block_packed(m, gbase, dw);
     return HPT_OK;
@@ -94,8 +102,8 @@ static hpt_status grads_done(hpt_gpt2 *m, int l, float *const *dw) {
         m->be->copy(dw[0], &m->fault_value, sizeof(float), HPT_COPY_H2D);
         m->fault_layer = -1;
     }
-    if (!m->blocks) return HPT_OK;
-    hpt_status s = m->blocks->grads_done(m->blocks->ctx, l);
+    hpt_status s = m->blocks ? m->blocks->grads_done(m->blocks->ctx, l)
+                   : m->grads_away ? m->gsink.done(m->gsink.ctx, l) : HPT_OK;
     return s == HPT_OK ? s : hpt_fail_ctx(s, "handing over block %d's gradients", l);
 }
 

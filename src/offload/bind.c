@@ -6,6 +6,7 @@
  * buffers, then the engine's. Without an active offload this is hpt_gpt2_create. */
 #include "core/core.h"
 #include "model/blocks.h"
+#include "model/model.h"
 #include "offload/engine.h"
 
 hpt_status hpt_gpt2_create_offload(hpt_mem *mem, const hpt_model_config *cfg,
@@ -20,7 +21,9 @@ hpt_status hpt_gpt2_create_offload(hpt_mem *mem, const hpt_model_config *cfg,
     const size_t *slice_n;
     gpt2_block_layout(m, &L, &n_slices, &slice_n);
     offload_engine *e;
-    hpt_status s = eng_create(mem, L, n_slices, slice_n, o, &e);
+    size_t rows[ENG_MAX_SLICES];
+    eng_slice_rows(model_table(m), rows); /* ZeRO: every optimizer's state cut at the shards */
+    hpt_status s = eng_create_rows(mem, L, n_slices, slice_n, rows, o, &e);
     if (s != HPT_OK) {
         hpt_model_free(m);
         return hpt_fail_ctx(s, "allocating %zu parameters", hpt_model_config_num_params(cfg));

@@ -217,12 +217,13 @@ static void update_block(offload_engine *e, int l, int set, float *p, const floa
             omp_set_num_threads(eng_gpu_team(e, team));
         }
         size_t o = a - e->zlo, ow = eng_shard_home(e, EB_P) ? o : a; /* the bf16 home's place */
-        size_t h = (size_t)l * e->hstride + ow;
         hpt_be_param kp = hpt_be_param_f32(p ? p + o : NULL);
         if (e->bf) /* base: the element's index among the blocks' weights (noise, not layout:
                     * with ZeRO-3 the one process's index, not the shard's) */
-            kp = (hpt_be_param){NULL, wh + ow, e->wc ? e->wc + h : NULL, 0, (size_t)l * e->bn + a};
-        e->upd(e->upd_ctx, l, i, kp, g + o, m ? m + o : NULL, v ? v + o : NULL, z - a);
+            kp = (hpt_be_param){NULL, wh + ow, e->wc ? e->wc + eng_comp_at(e, l, a) : NULL, 0,
+                                (size_t)l * e->bn + a};
+        e->upd(e->upd_ctx, l, i, a - e->slice_off[i], kp, g + o, m ? m + o : NULL,
+               v ? v + o : NULL, z - a);
     }
 }
 
@@ -693,7 +694,8 @@ static hpt_status alloc_home(offload_engine *e, int b) {
         e->has[b] = 1;
         if (e->bf != HPT_BW_BF16_KAHAN) return HPT_OK;
         hpt_mem_set_name(e->mem, "block bf16 compensation (home)");
-        return e->be->alloc(e->mem, e->tier[b], HPT_CAT_PARAMS, hb, (void **)&e->wc);
+        return e->be->alloc(e->mem, e->tier[b], HPT_CAT_PARAMS,
+                            (size_t)e->L * e->cstride * sizeof(uint16_t), (void **)&e->wc);
     }
     if (b == EB_G && e->gh) { /* 16-bit gradients */
         size_t hb = (size_t)e->L * e->hstride * sizeof(uint16_t);
@@ -729,8 +731,11 @@ static void free_home(offload_engine *e, int b) {
     if (b == EB_P && e->bf) {
         size_t hb = (size_t)e->L * e->hstride * sizeof(uint16_t);
         e->be->free(e->mem, e->tier[b], HPT_CAT_PARAMS, e->wh, hb);
-        e->be->free(e->mem, e->tier[b], HPT_CAT_PARAMS, e->wc, hb);
+        e->be->free(e->mem, e->tier[b], HPT_CAT_PARAMS, e->wc,
+                     (size_t)e->L * e->cstride * sizeof(uint16_t));
         e->wh = e->wc = NULL;
+        free(e->wcw);
+        e->wcw = NULL;
         e->has[b] = 0;
         return;
     }
@@ -751,6 +756,11 @@ static void free_home(offload_engine *e, int b) {
 
 hpt_status eng_create(hpt_mem *mem, int L, int n_slices, const size_t *slice_n,
                       const hpt_offload_opts *o, offload_engine **out) {
+    return eng_create_rows(mem, L, n_slices, slice_n, NULL, o, out);
+}
+
+hpt_status eng_create_rows(hpt_mem *mem, int L, int n_slices, const size_t *slice_n,
+                           const size_t *slice_row, const hpt_offload_opts *o, offload_engine **out) {
     *out = NULL;
     HPT_CHECK(hpt_offload_check(o));
     if (L < 1 || n_slices < 1 || n_slices > ENG_MAX_SLICES)
@@ -765,10 +775,12 @@ hpt_status eng_create(hpt_mem *mem, int L, int n_slices, const size_t *slice_n,
     for (int i = 0; i < n_slices; i++) {
         e->slice_off[i] = e->bn;
         e->slice_n[i] = slice_n[i];
+        e->slice_row[i] = slice_row ? slice_row[i] : 0;
         e->bn += slice_n[i];
     }
+    e->has_rows = slice_row != NULL;
     e->stride = eng_round_floats(e->bn);
-    e->hstride = eng_round_halves(e->bn);
+    e->hstride = e->cstride = eng_round_halves(e->bn);
     e->hn = e->zhi = e->bn; /* the homes hold whole blocks, unless sharded (eng_z3_setup) */
     e->hstr = e->stride;
     e->bf = o->weights;

@@ -5,6 +5,7 @@
 #define HPT_OFFLOAD_ENGINE_H
 
 #include "hptrain.h"
+#include "core/tensor.h"
 #include "kernels/backend.h"
 #include "model/blocks.h" /* EB_P..EB_V: the per-block buffers, each in its home tier */
 
@@ -12,11 +13,13 @@
 
 typedef struct offload_engine offload_engine;
 
-/* The optimizer's update of one slice of block l: slice i (0..n_slices-1) of n floats; p the
- * weights (fp32, or bf16 weights' home with seed 0 for the optimizer to set); m and v are the
- * engine's homes' (or staging's) slice, NULL when the optimizer keeps its own state. */
-typedef void (*eng_update_fn)(void *ctx, int l, int slice, hpt_be_param p, const float *g, float *m,
-                              float *v, size_t n);
+/* The optimizer's update of one slice of block l: values [off, off + n) of slice i
+ * (0..n_slices-1; off 0 and n the slice's size but with ZeRO, where it is this rank's part of the
+ * slice: off then a multiple of the 8-bit block and of the Adam-mini row, eng_create_rows); p
+ * the weights (fp32, or bf16 weights' home with seed 0 for the optimizer to set); m and v are
+ * the engine's homes' (or staging's) values, NULL when the optimizer keeps its own state. */
+typedef void (*eng_update_fn)(void *ctx, int l, int slice, size_t off, hpt_be_param p,
+                              const float *g, float *m, float *v, size_t n);
 /* Receives n floats of a slice being gathered (eng_emit_slice). */
 typedef hpt_block_emit_fn eng_emit_fn; /* (model/blocks.h) */
 
@@ -24,6 +27,23 @@ typedef hpt_block_emit_fn eng_emit_fn; /* (model/blocks.h) */
  * parameters' home, the device slots and the gradient slots. */
 hpt_status eng_create(hpt_mem *mem, int L, int n_slices, const size_t *slice_n,
                       const hpt_offload_opts *o, offload_engine **out);
+/* eng_create with each slice's optimizer row (slice_row[i]: its tensor's last dimension,
+ * eng_slice_rows): with ZeRO (o->shards > 1) a shard boundary inside a slice then falls on a
+ * multiple of the 8-bit state's block and of the row as well as on a sum-of-squares chunk start,
+ * so every optimizer's state cuts at the shards (docs/zero_engine.md). NULL: chunk starts only. */
+hpt_status eng_create_rows(hpt_mem *mem, int L, int n_slices, const size_t *slice_n,
+                           const size_t *slice_row, const hpt_offload_opts *o, offload_engine **out);
+/* Each block slice's optimizer row from the table (its tensor's last dimension). */
+void eng_slice_rows(const hpt_tensor_table *t, size_t rows[ENG_MAX_SLICES]);
+/* ZeRO: rank q's part of each block slice [a[i], z[i]) in the slice's coordinates (a == z:
+ * none); returns the number of shards (1 unsharded: every slice whole). eng_cut_of: the same
+ * from the options (the estimator; rank of o->shards). */
+int eng_cuts(const offload_engine *e, int q, size_t *a, size_t *z);
+int eng_cut_of(const hpt_offload_opts *o, int n_slices, const size_t *slice_n,
+               const size_t *slice_row, int rank, size_t *a, size_t *z);
+/* ZeRO, collective: recv (N * bytes) = every rank's send in rank order (the trainer's comm). */
+hpt_status eng_allgather_bytes(offload_engine *e, const void *send, size_t bytes, void *recv,
+                               const char *what);
 void eng_free(offload_engine *e);
 /* Bytes eng_create and eng_attach_optim allocate, per tier and category, for L blocks of
  * block_floats floats (the estimator's restatement lives here, next to the allocations);
@@ -37,7 +57,7 @@ void eng_bytes_homes(const hpt_offload_opts *o, int L, size_t block_floats, size
  * of each block of n_slices slices of slice_n[i] floats (the largest shard's, so every rank's
  * figure is the same), plus its bounce buffer. */
 void eng_bytes_sharded(const hpt_offload_opts *o, int L, int n_slices, const size_t *slice_n,
-                       int training, int mv_homes, uint64_t out[HPT_TIER_COUNT][HPT_CAT_COUNT]);
+                       const size_t *slice_row, int training, int mv_homes, uint64_t out[HPT_TIER_COUNT][HPT_CAT_COUNT]);
 /* What ZeRO-3 in the engine does not run with (HPT_ERR_UNSUPPORTED, naming it). */
 hpt_status eng_check_sharded(const hpt_offload_opts *o);
 /* ZeRO-3, after the backward (collective): every block's sum of squares from the shards' chunk
@@ -136,6 +156,11 @@ hpt_status eng_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn 
  * (4096 bytes), the rounding zero; *n_out = L * S. NULL and 0 for other weights. The training
  * state saves and restores it (src/io/state.c); writing it between steps is safe. */
 hpt_status eng_comp(offload_engine *e, uint16_t **comp_out, size_t *n_out);
+/* With ZeRO (each rank's compensation its range) eng_comp is collective once the collectives
+ * are given (eng_set_comm; before, a load: zeroed) and lends a whole copy:
+ * after writing it, or after filling it (filled 1: its ranges go back into this rank's), give
+ * it back. Nothing without ZeRO. */
+void eng_comp_done(offload_engine *e, int filled);
 /* A device scratch of one block (for filling a block before eng_store_block), or the block's
  * home when that is memory (then fill it in place and skip the store). */
 hpt_status eng_block_dest(offload_engine *e, int b, int l, float **dst, int *in_place);

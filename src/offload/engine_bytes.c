@@ -65,9 +65,11 @@ void eng_bytes_homes(const hpt_offload_opts *o, int L, size_t block_floats, size
     uint64_t home = (uint64_t)L * sh;
     uint64_t hsb = (uint64_t)eng_round_halves(block_floats) * sizeof(uint16_t), hhome = (uint64_t)L * hsb;
     if (o->weights == HPT_BW_FP32) out[o->params][HPT_CAT_PARAMS] += (uint64_t)L * sb[EB_P];
-    else /* bf16 weights, and their bf16 compensation with Kahan */
-        out[o->params][HPT_CAT_PARAMS] += (z == 3 ? (uint64_t)L * home_floats * sizeof(uint16_t) : hhome) *
-                                          (o->weights == HPT_BW_BF16_KAHAN ? 2u : 1u); /* ZeRO-3: hstride = hstr */
+    else /* bf16 weights (ZeRO-3: hstride = hstr), and their bf16 compensation with Kahan (ZeRO:
+          * this rank's range, cstride = hstr) */
+        out[o->params][HPT_CAT_PARAMS] +=
+            (z == 3 ? (uint64_t)L * home_floats * sizeof(uint16_t) : hhome) +
+            (o->weights != HPT_BW_BF16_KAHAN ? 0 : z ? (uint64_t)L * home_floats * sizeof(uint16_t) : hhome);
     if (!eng_zero_copy(o)) out[HPT_TIER_DEVICE][HPT_CAT_PARAMS] += (uint64_t)o->max_active * slb;
     if (o->weights != HPT_BW_FP32 && o->params == HPT_TIER_DISK) /* bstage, from eng_create */
         out[HPT_TIER_HOST][HPT_CAT_IO] += 2 * (uint64_t)eng_round_halves(block_floats) * sizeof(uint16_t);

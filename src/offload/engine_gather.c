@@ -10,6 +10,8 @@
  * compensation). */
 #include "offload/engine_int.h"
 
+#include <stdlib.h>
+
 /* The worker's queue drained and, on a GPU, the kernels it issued finished: the host then reads
  * and writes homes itself (the CPU's sync does nothing). */
 static hpt_status drain_sync(offload_engine *e) {
@@ -22,6 +24,21 @@ static hpt_status drain_sync(offload_engine *e) {
  * memory on a GPU too (hptrain refuses device-homed bf16 weights there), and on the CPU this is
  * the engine's own backend. */
 #define HOST_BE hpt_backend_cpu()
+
+/* c values of block l from its value pos rounded into the whole bf16 home (be's bf16_split);
+ * Kahan: their residue into the compensation, all of it, or with ZeRO (stages 1, 2: the weights'
+ * home whole, the compensation this rank's range) the part in [zlo, zhi). */
+static void bf_split(offload_engine *e, const hpt_backend *be, int l, size_t pos, const float *src,
+                     size_t c) {
+    uint16_t *w = e->wh + (size_t)l * e->hstride + pos;
+    if (!e->wc || !e->z3) {
+        be->bf16_split(w, e->wc ? e->wc + eng_comp_at(e, l, pos) : NULL, src, c);
+        return;
+    }
+    be->bf16_split(w, NULL, src, c);
+    size_t a = HPT_MAX(pos, e->zlo), z = HPT_MIN(pos + c, e->zhi);
+    if (a < z) be->bf16_split(w + (a - pos), e->wc + eng_comp_at(e, l, a), src + (a - pos), z - a);
+}
 
 
 /* A buffer of stride floats free between steps, and its tier: staging (at least stride floats:
@@ -143,7 +160,7 @@ hpt_status eng_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn 
         for (size_t k = 0; k < n; k += BF_CHUNK) {
             size_t c = HPT_MIN(n - k, (size_t)BF_CHUNK);
             HPT_CHECK(read(ctx, buf, c));
-            HOST_BE->bf16_split(e->wh + h + k, e->wc ? e->wc + h + k : NULL, buf, c);
+            bf_split(e, HOST_BE, l, e->slice_off[i] + k, buf, c);
         }
         return HPT_OK;
     }
@@ -173,9 +190,27 @@ hpt_status eng_comp(offload_engine *e, uint16_t **comp_out, size_t *n_out) {
     *n_out = 0;
     HPT_CHECK(drain_sync(e));
     if (!e->wc) return HPT_OK;
-    *comp_out = e->wc;
-    *n_out = (size_t)e->L * e->hstride;
+    *n_out = (size_t)e->L * eng_round_halves(e->bn);
+    if (!e->z3) {
+        *comp_out = e->wc;
+        return HPT_OK;
+    }
+    /* ZeRO: each rank keeps its range; a checkpoint's is whole (collective), lent until
+     * eng_comp_done (a host scratch outside the accounted tiers, like the engine's records).
+     * Before the trainer gives the collectives (a checkpoint being loaded, which fills it) it
+     * is lent zeroed. */
+    if (!e->wcw) e->wcw = calloc(*n_out, sizeof(uint16_t));
+    if (!e->wcw) return hpt_fail(HPT_ERR_OOM, "offload engine: a checkpoint's compensation");
+    if (e->comm) HPT_CHECK(eng_z3_comp_gather(e, e->wcw));
+    *comp_out = e->wcw;
     return HPT_OK;
+}
+
+void eng_comp_done(offload_engine *e, int filled) {
+    if (!e || !e->wcw) return;
+    if (filled) eng_z3_comp_scatter(e, e->wcw);
+    free(e->wcw);
+    e->wcw = NULL;
 }
 
 hpt_status eng_block_dest(offload_engine *e, int b, int l, float **dst, int *in_place) {
@@ -196,9 +231,8 @@ hpt_status eng_store_block(offload_engine *e, int b, int l, const float *src) {
     if (eng_shard_home(e, b)) return eng_z3_store_block(e, b, l, src);
     if (b == EB_P && e->bf) {
         drop_slot(e, l);
-        size_t h = (size_t)l * e->hstride;
         if (!e->bfd) {
-            e->be->bf16_split(e->wh + h, e->wc ? e->wc + h : NULL, src, e->bn);
+            bf_split(e, e->be, l, 0, src, e->bn);
             return HPT_OK;
         }
         e->be->bf16_split(e->bstage, NULL, src, e->bn);

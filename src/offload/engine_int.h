@@ -42,6 +42,8 @@ struct offload_engine {
     hpt_offload_opts o;
     int L, ns;
     size_t slice_n[ENG_MAX_SLICES], slice_off[ENG_MAX_SLICES];
+    size_t slice_row[ENG_MAX_SLICES]; /* each slice's optimizer row (eng_create_rows) */
+    int has_rows;              /* slice_row given: shard boundaries also on blocks and rows */
     size_t bn;                 /* floats per block */
     size_t stride;             /* floats between blocks: bn rounded up to 4096 bytes */
     hpt_tier tier[EB_COUNT];
@@ -49,7 +51,11 @@ struct offload_engine {
     float *home[EB_COUNT];     /* (L, stride) memory homes (P: NULL with bf16 weights) */
     int bf;                    /* HPT_BW_*: bf16 weights keep P in wh (and wc, Kahan) */
     size_t hstride;            /* bf16 values between blocks: bn rounded up to 4096 bytes */
-    uint16_t *wh, *wc;         /* (L, hstride) bf16 weights; their compensation (Kahan) */
+    uint16_t *wh, *wc;         /* (L, hstride) bf16 weights; (L, cstride) their compensation
+                                * (Kahan; with ZeRO this rank's range [zlo, zhi) of each block) */
+    size_t cstride;            /* compensation values between blocks: hstride, with ZeRO hstr */
+    uint16_t *wcw;             /* ZeRO: the whole compensation gathered for a checkpoint
+                                * (eng_comp, until eng_comp_done), or NULL */
     int bfd;                   /* bf16 weights on disk (disk[EB_P] holds them, wh is NULL) */
     uint16_t *bstage;          /* (2, hstride) host io: bfd's staging blocks */
     int zc;                    /* P's home is the fp32 device slot itself (zero copy) */
@@ -148,6 +154,12 @@ static inline size_t eng_hstr(const offload_engine *e, int b) {
     return eng_shard_home(e, b) ? e->hstr : e->stride;
 }
 
+/* Where block l's value a (the block's coordinates, in this rank's range with ZeRO) has its
+ * Kahan compensation in wc: whole blocks, or with ZeRO this rank's range of each. */
+static inline size_t eng_comp_at(const offload_engine *e, int l, size_t a) {
+    return (size_t)l * e->cstride + (e->z3 ? a - e->zlo : a);
+}
+
 /* bfd: block l's bf16 weights between disk and staging block set (engine.c; the worker's
  * loads and write-backs, and eng_store_block). */
 hpt_status eng_bstage_io(offload_engine *e, int l, int set, int write_);
@@ -202,6 +214,10 @@ hpt_status eng_z3_emit_slice(offload_engine *e, int b, int l, int i, eng_emit_fn
 hpt_status eng_z3_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn read, void *ctx);
 hpt_status eng_z3_block_dest(offload_engine *e, int b, int l, float **dst, int *in_place);
 hpt_status eng_z3_store_block(offload_engine *e, int b, int l, const float *src);
+/* bf16-kahan: this rank's compensation ranges all-gathered into whole (L, eng_round_halves(bn))
+ * (collective), and whole's ranges back into this rank's (engine_gather.c's eng_comp). */
+hpt_status eng_z3_comp_gather(offload_engine *e, uint16_t *whole);
+void eng_z3_comp_scatter(offload_engine *e, const uint16_t *whole);
 /* Between steps: the first parameter slot as a whole-block scratch, its block dropped (reloaded
  * when next acquired); engine_gather.c. */
 float *eng_slot_scratch(offload_engine *e);

@@ -18,9 +18,11 @@
  * lies whole on one rank, which sums it exactly as k_sumsq does (a float's square is exact in
  * double, so with or without FMA); eng_z3_norm then gathers the chunk sums and adds them in
  * k_sumsq's order, and the slices' sums in eng_grads_done's: the global norm's bits. AdamW's
- * update is elementwise, so a slice updated in two ranges gives its whole-slice bits (other
- * optimizers and widths, whose blocks start at slices, are refused: eng_check_sharded). bf16-sr
- * weights (memory homes) keep the shard's halves; stochastic rounding takes the one process's
+ * update is elementwise, so a slice updated in two ranges gives its whole-slice bits; given the
+ * slices' optimizer rows (eng_create_rows) the boundaries also fall on 8-bit blocks and Adam-mini
+ * rows (cut_step), so every other optimizer's state (optim.c's, cut at the shards) is elementwise
+ * within what one rank owns too. bf16 weights (memory homes) keep the shard's halves, Kahan's
+ * compensation this rank's range at every stage; stochastic rounding takes the one process's
  * element index (engine.c's update_block), so its noise is the one process's too. Every
  * collective is called on the compute thread, in the order the runner's calls make, which is the
  * same on every rank; the worker never communicates.
@@ -37,9 +39,33 @@
 
 static size_t round4k(size_t n) { return (n * sizeof(float) + 4095) / 4096 * 4096 / sizeof(float); }
 
+static size_t gcd_z(size_t a, size_t b) {
+    while (b) {
+        size_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+static size_t lcm_z(size_t a, size_t b) { return a / gcd_z(a, b) * b; }
+
+/* Where a shard boundary may fall inside slice i of n values (row: its optimizer row, 0 when
+ * not known): on a multiple of this step from the slice's start. Always on a sum-of-squares
+ * chunk start (the norm's bits); with rows known also on a multiple of the 8-bit state's
+ * 256-value block and of the Adam-mini row (a vector slice is one row: never cut inside), so an
+ * owner's range of any optimizer's state starts on a whole block and a whole row
+ * (docs/zero_engine.md). The slice's start always qualifies. */
+static size_t cut_step(size_t n, size_t row) {
+    size_t chunk = (n + SUMSQ_CHUNKS - 1) / SUMSQ_CHUNKS;
+    if (!chunk) return 1;
+    if (!row) return chunk;
+    return lcm_z(lcm_z(chunk, HPT_Q8_BLOCK), row);
+}
+
 /* The shard boundaries of a block of ns slices: rank q's [lo[q], hi[q]); each lo the first
- * sum-of-squares chunk start at or after q * bn / N. Returns the largest shard. */
-static size_t shard_ranges(int ns, const size_t *slice_n, int N, size_t *lo, size_t *hi) {
+ * allowed boundary (cut_step) at or after q * bn / N. Returns the largest shard. */
+static size_t shard_ranges(int ns, const size_t *slice_n, const size_t *slice_row, int N,
+                           size_t *lo, size_t *hi) {
     size_t bn = 0;
     for (int i = 0; i < ns; i++) bn += slice_n[i];
     lo[0] = 0;
@@ -47,10 +73,10 @@ static size_t shard_ranges(int ns, const size_t *slice_n, int N, size_t *lo, siz
         uint64_t t = (uint64_t)bn * (uint64_t)q / (uint64_t)N;
         size_t best = bn, off = 0;
         for (int i = 0; i < ns && best == bn; i++) {
-            size_t n = slice_n[i], chunk = (n + SUMSQ_CHUNKS - 1) / SUMSQ_CHUNKS;
-            for (size_t c = 0; c * chunk < n; c++)
-                if (off + c * chunk >= t) {
-                    best = off + c * chunk;
+            size_t n = slice_n[i], step = cut_step(n, slice_row ? slice_row[i] : 0);
+            for (size_t c = 0; c * step < n; c++)
+                if (off + c * step >= t) {
+                    best = off + c * step;
                     break;
                 }
             off += n;
@@ -63,6 +89,47 @@ static size_t shard_ranges(int ns, const size_t *slice_n, int N, size_t *lo, siz
         big = HPT_MAX(big, hi[q] - lo[q]);
     }
     return big;
+}
+
+void eng_slice_rows(const hpt_tensor_table *t, size_t rows[ENG_MAX_SLICES]) {
+    for (int s = 0; s < t->n_slices && s < ENG_MAX_SLICES; s++) {
+        const hpt_tensor_desc *d = &t->t[hpt_table_slice_tensor(t, s)];
+        rows[s] = (size_t)d->shape[d->ndim - 1];
+    }
+}
+
+/* Rank q's part of each slice, in the slice's coordinates: a[i], z[i] (a == z: none). */
+static void slice_cuts(int ns, const size_t *slice_n, const size_t *lo, const size_t *hi, int q,
+                       size_t *a, size_t *z) {
+    size_t off = 0;
+    for (int i = 0; i < ns; i++) {
+        size_t n = slice_n[i];
+        a[i] = HPT_MIN(HPT_MAX(lo[q], off), off + n) - off;
+        z[i] = HPT_MIN(HPT_MAX(hi[q], off), off + n) - off;
+        if (z[i] < a[i]) z[i] = a[i];
+        off += n;
+    }
+}
+
+int eng_cut_of(const hpt_offload_opts *o, int ns, const size_t *slice_n, const size_t *slice_row,
+               int rank, size_t *a, size_t *z) {
+    size_t lo[64], hi[64];
+    int N = HPT_MIN(HPT_MAX(o->shards, 1), 64);
+    shard_ranges(ns, slice_n, slice_row, N, lo, hi);
+    slice_cuts(ns, slice_n, lo, hi, HPT_MIN(HPT_MAX(rank, 0), N - 1), a, z);
+    return N;
+}
+
+int eng_cuts(const offload_engine *e, int q, size_t *a, size_t *z) {
+    if (!e->z3) {
+        for (int i = 0; i < e->ns; i++) {
+            a[i] = 0;
+            z[i] = e->slice_n[i];
+        }
+        return 1;
+    }
+    slice_cuts(e->ns, e->slice_n, e->zlo_all, e->zhi_all, q, a, z);
+    return e->o.shards;
 }
 
 /* A sharded disk home moves a shard between disk and a whole block's range (slots, and the
@@ -85,11 +152,11 @@ hpt_status eng_check_sharded(const hpt_offload_opts *o) {
 }
 
 void eng_bytes_sharded(const hpt_offload_opts *o, int L, int n_slices, const size_t *slice_n,
-                       int training, int mv_homes, uint64_t out[HPT_TIER_COUNT][HPT_CAT_COUNT]) {
+                       const size_t *slice_row, int training, int mv_homes, uint64_t out[HPT_TIER_COUNT][HPT_CAT_COUNT]) {
     size_t lo[64], hi[64], bn = 0;
     for (int i = 0; i < n_slices; i++) bn += slice_n[i];
     int N = HPT_MIN(HPT_MAX(o->shards, 1), 64);
-    size_t hstr = round4k(shard_ranges(n_slices, slice_n, N, lo, hi));
+    size_t hstr = round4k(shard_ranges(n_slices, slice_n, slice_row, N, lo, hi));
     eng_bytes_homes(o, L, bn, hstr, training, mv_homes, out);
     if (needs_bounce(o)) out[HPT_TIER_HOST][HPT_CAT_IO] += (uint64_t)hstr * sizeof(float);
 }
@@ -110,11 +177,13 @@ hpt_status eng_z3_setup(offload_engine *e) {
     e->zrecv = calloc(parts * (size_t)N, sizeof *e->zrecv);
     if (!e->zlo_all || !e->zhi_all || !e->zseq || !e->zpart || !e->zrecv)
         return hpt_fail(HPT_ERR_OOM, "offload engine: ZeRO-3 records");
-    e->hstr = round4k(shard_ranges(e->ns, e->slice_n, N, e->zlo_all, e->zhi_all));
+    e->hstr = round4k(shard_ranges(e->ns, e->slice_n, e->has_rows ? e->slice_row : NULL, N,
+                                   e->zlo_all, e->zhi_all));
     e->zlo = e->zlo_all[r];
     e->zhi = e->zhi_all[r];
     e->hn = e->zhi - e->zlo;
-    if (e->bf && e->zstage == 3) e->hstride = e->hstr; /* bf16-sr weights: a shard's halves */
+    if (e->bf && e->zstage == 3) e->hstride = e->hstr; /* bf16 weights: a shard's halves */
+    if (e->bf == HPT_BW_BF16_KAHAN) e->cstride = e->hstr; /* the compensation: the owner's range */
     if (!needs_bounce(&e->o)) return HPT_OK;
     hpt_mem_set_name(e->mem, "ZeRO-3 shard bounce");
     return e->be->alloc(e->mem, HPT_TIER_HOST, HPT_CAT_IO, e->hstr * sizeof(float), (void **)&e->bounce);
@@ -166,6 +235,12 @@ hpt_status eng_z3_gather(offload_engine *e, int l, float *slot) {
     HPT_CHECK(e->comm->allgather(slot, e->zlo_all, e->zhi_all, "a block's weights (ZeRO-3)"));
     e->zseq[l] = e->blk_seq[l];
     return HPT_OK;
+}
+
+hpt_status eng_allgather_bytes(offload_engine *e, const void *send, size_t bytes, void *recv,
+                               const char *what) {
+    HPT_CHECK(need_comm(e));
+    return e->comm->allgather_raw(send, bytes, recv, what);
 }
 
 /* One k_sumsq chunk's sum: in order, from 0, in double (its lanes' arithmetic). */
@@ -229,8 +304,10 @@ static hpt_status shard_in(offload_engine *e, int b, int l, float *scr) {
 }
 
 static hpt_status shard_out(offload_engine *e, int b, int l, float *scr) {
-    if (b == EB_P && e->bf) { /* rounded to nearest, as a whole home's are (eng_store_block) */
-        e->be->bf16_split(e->wh + (size_t)l * e->hstride, NULL, scr + e->zlo, e->hn);
+    if (b == EB_P && e->bf) { /* rounded to nearest, as a whole home's are (eng_store_block);
+                               * Kahan: the residue is the compensation */
+        e->be->bf16_split(e->wh + (size_t)l * e->hstride, e->wc ? e->wc + eng_comp_at(e, l, e->zlo) : NULL,
+                          scr + e->zlo, e->hn);
         return HPT_OK;
     }
     if (e->tier[b] == HPT_TIER_DISK)
@@ -286,4 +363,30 @@ hpt_status eng_z3_store_block(offload_engine *e, int b, int l, const float *src)
         e->res[l] = RS_HOME;
     }
     return shard_out(e, b, l, (float *)(uintptr_t)src);
+}
+
+/* ---- bf16-kahan weights: the compensation of this rank's range, whole for a checkpoint ----- */
+
+hpt_status eng_z3_comp_gather(offload_engine *e, uint16_t *whole) {
+    size_t S = eng_round_halves(e->bn), piece = e->cstride * sizeof(uint16_t);
+    int N = e->o.shards;
+    char *recv = malloc((size_t)N * piece);
+    if (!recv) return hpt_fail(HPT_ERR_OOM, "offload engine: the compensation's gather buffer");
+    hpt_status s = need_comm(e);
+    for (int l = 0; l < e->L && s == HPT_OK; l++) { /* each rank's range of block l, rank order */
+        s = e->comm->allgather_raw(e->wc + (size_t)l * e->cstride, piece, recv,
+                                   "a checkpoint's Kahan compensation (ZeRO)");
+        for (int q = 0; q < N && s == HPT_OK; q++)
+            memcpy(whole + (size_t)l * S + e->zlo_all[q], recv + (size_t)q * piece,
+                   (e->zhi_all[q] - e->zlo_all[q]) * sizeof(uint16_t));
+        if (s == HPT_OK) memset(whole + (size_t)l * S + e->bn, 0, (S - e->bn) * sizeof(uint16_t));
+    }
+    free(recv);
+    return s;
+}
+
+void eng_z3_comp_scatter(offload_engine *e, const uint16_t *whole) {
+    size_t S = eng_round_halves(e->bn);
+    for (int l = 0; l < e->L; l++)
+        memcpy(e->wc + (size_t)l * e->cstride, whole + (size_t)l * S + e->zlo, e->hn * sizeof(uint16_t));
 }

@@ -42,6 +42,11 @@
  * units (a unit is one slice) only, laid out as the whole state with the other units left out;
  * a step updates the run's units, and the norm's per-unit sums of squares of the others come
  * from their owners (the gather callback) before the same fixed-order sum.
+ * ZeRO's stages 1-3 in the offload engine (op->cut; docs/zero_engine.md): the state of the block
+ * tensors this file keeps (not AdamW fp32's, which is the engine's) holds of every layer's slice
+ * only this rank's part [ca, ca + cn) (eng_cuts: on 8-bit blocks and Adam-mini rows), packed as
+ * the whole layout; the engine's callback names the part's offset; checkpoints gather and keep
+ * the parts (optim_emit_cut, optim_absorb_cut).
  * Tensors are the table's: sizes from their descriptors, weight decay by is_matrix, the tied
  * embedding's update deferred to the model with chunked embeddings; nothing here names one
  * architecture's tensors.
@@ -73,6 +78,8 @@ typedef struct {
     size_t s0, ns;   /* the slices this layout holds state for: [s0, s0 + ns) (all of them but
                       * with ZeRO's sharding: optim_owner) */
     size_t sn;       /* values per slice */
+    size_t ca, cn;   /* the part of each slice this layout holds: values [ca, ca + cn) (0, sn but
+                      * with ZeRO in the engine: this rank's cut, eng_cuts) */
     size_t sc_per;   /* 8-bit: scales per slice */
     size_t f32_off;  /* floats into the fp32 arrays (fp32 tensors) */
     size_t q_off;    /* codes into the code arrays (8-bit tensors) */
@@ -109,11 +116,15 @@ struct hpt_optim {
     int armed;       /* 1 while a step's block updates may run */
     float prev_norm; /* fused: the previous step's gradient norm (0 before the first) */
     int eng_homes;   /* 1: the engine's homes hold the blocks' m and v (AdamW fp32) */
+    int cut;         /* 1: ZeRO in the engine, this file's state of the blocks' cuts (eng_cuts) */
     size_t n_units;  /* the table's units (optim.h) */
     double *unit_sumsq; /* (n_units) the step's sums of squares per unit (held ones; the others
                          * from gather) */
     optim_gather_fn gather; /* ZeRO: fills the units this process does not hold */
     void *gather_ctx;
+    const float *run_grads; /* ZeRO-2 (optim_set_run_grads): the held block slices' gradients,
+                             * values [run_lo, ...) of checkpoint order; NULL: the flat buffer */
+    size_t run_lo;
     hpt_tier home;   /* where buf[] is made: the device, or the engine's optim home (host)
                       * without eng_homes */
     hpt_tier tier[HPT_OPTIM_NUM_BUFS]; /* where each buf[] lives: home, or HOST while moved by
@@ -148,7 +159,7 @@ static hpt_status check_opts(const hpt_adamw_opts *o) {
  * tensors', at their offsets in the model's flat buffer. */
 static void plan_layout(const hpt_model_config *c, const hpt_tensor_table *t,
                         const hpt_adamw_opts *o, int eng_homes, size_t u_lo, size_t u_hi,
-                        layout *L) {
+                        const size_t *cut_a, const size_t *cut_z, layout *L) {
     memset(L, 0, sizeof *L);
     L->u_lo = u_lo;
     L->u_hi = u_hi;
@@ -169,6 +180,12 @@ static void plan_layout(const hpt_model_config *c, const hpt_tensor_table *t,
         off += numel;
         tl->slices = tl->stacked ? (size_t)t->L : 1;
         tl->sn = hpt_tensor_slice_numel(d, t->L);
+        tl->ca = 0;
+        tl->cn = tl->sn;
+        if (cut_a && tl->stacked) { /* ZeRO in the engine: this rank's part of every layer's slice */
+            tl->ca = cut_a[i];
+            tl->cn = cut_z[i] - cut_a[i];
+        }
         tl->unit = unit;
         /* the held slices: the units [u_lo, u_hi) that are this tensor's */
         size_t a = u_lo > unit ? u_lo - unit : 0, b = u_hi > unit ? u_hi - unit : 0;
@@ -177,14 +194,14 @@ static void plan_layout(const hpt_model_config *c, const hpt_tensor_table *t,
         tl->s0 = a;
         tl->ns = b > a ? b - a : 0;
         unit += tl->slices;
-        size_t held = tl->ns * tl->sn; /* values */
+        size_t held = tl->ns * tl->cn; /* values */
         if (eng_homes) {
             if (!tl->stacked) tl->f32_off = gpt2_nonblock_offset(c, i);
             continue;
         }
         tl->q8 = bits == 8 && !(o->state32_embeddings && i < first_block);
         if (tl->q8) {
-            tl->sc_per = (tl->sn + HPT_Q8_BLOCK - 1) / HPT_Q8_BLOCK;
+            tl->sc_per = (tl->cn + HPT_Q8_BLOCK - 1) / HPT_Q8_BLOCK;
             tl->q_off = n8;
             tl->sc_off = nsc;
             n8 += held;
@@ -215,23 +232,24 @@ uint64_t hpt_optim_state_bytes(const hpt_model_config *cfg, const hpt_adamw_opts
     hpt_tensor_table t;
     model_describe(cfg, &t);
     layout L;
-    plan_layout(cfg, &t, o, 0, 0, SIZE_MAX, &L);
+    plan_layout(cfg, &t, o, 0, 0, SIZE_MAX, NULL, NULL, &L);
     uint64_t s = 0;
     for (int i = 0; i < HPT_OPTIM_NUM_BUFS; i++) s += L.bytes[i];
     return s;
 }
 
 /* Slice s of tensor i's state for moment base (B_M or B_V) with map, from the slice's value
- * off (a multiple of HPT_Q8_BLOCK). */
+ * off (a multiple of HPT_Q8_BLOCK, in the held part [ca, ca + cn)). */
 static hpt_be_state slice_state(const hpt_optim *op, const hpt_backend *be, int i, size_t s,
                                 size_t off, int base, const float *map) {
     const tensor_layout *tl = &op->lay.t[i];
     hpt_be_state st = {0};
     s -= tl->s0; /* the held slices' position (all of them without sharding) */
+    off -= tl->ca; /* the held part's position (the whole slice but with ZeRO in the engine) */
     if (!tl->q8) {
-        st.f32 = (float *)op->buf[base] + tl->f32_off + s * tl->sn + off;
+        st.f32 = (float *)op->buf[base] + tl->f32_off + s * tl->cn + off;
     } else {
-        st.codes = (uint8_t *)op->buf[base + 1] + tl->q_off + s * tl->sn + off;
+        st.codes = (uint8_t *)op->buf[base + 1] + tl->q_off + s * tl->cn + off;
         st.absmax = (float *)op->buf[base + 2] + tl->sc_off + s * tl->sc_per + off / HPT_Q8_BLOCK;
         st.map = map;
         st.lut = be->q8_lut_of(map == op->map_signed); /* fast encoding of the same map */
@@ -266,7 +284,8 @@ static void update_range(hpt_optim *op, const hpt_backend *be, int i, size_t s, 
         be->sgd(kp, g, m, n, lr, o->beta1, wd, scale);
         break;
     case HPT_OPTIM_ADAM_MINI:
-        be->adam_mini(kp, g, m, (float *)op->buf[B_V] + tl->v_off + ((s - tl->s0) * tl->sn + off) / tl->row,
+        be->adam_mini(kp, g, m,
+                      (float *)op->buf[B_V] + tl->v_off + ((s - tl->s0) * tl->cn + off - tl->ca) / tl->row,
                       n, tl->row, lr, o->beta1, o->beta2, o->eps, wd, scale, op->t);
         break;
     case HPT_OPTIM_COUNT:
@@ -294,8 +313,8 @@ static void emb_update(void *ctx, int i, size_t off, hpt_be_param p, const float
 
 /* The engine's update of slice `slice` of block l (the worker's thread or ours): AdamW fp32 on
  * the engine's m and v, or any optimizer on this file's state (m, v NULL). */
-static void eng_update(void *ctx, int l, int slice, hpt_be_param p, const float *g, float *m,
-                       float *v, size_t n) {
+static void eng_update(void *ctx, int l, int slice, size_t off, hpt_be_param p, const float *g,
+                       float *m, float *v, size_t n) {
     hpt_optim *op = ctx;
     if (!op->armed) return; /* a backward outside a step's begin and end: gradients only */
     const hpt_adamw_opts *o = &op->o;
@@ -308,8 +327,21 @@ static void eng_update(void *ctx, int l, int slice, hpt_be_param p, const float 
     else if (op->eng_homes) /* bf16 weights */
         be->adamw_q(p, g, (hpt_be_state){.f32 = m}, (hpt_be_state){.f32 = v}, n, op->lr_now,
                     o->beta1, o->beta2, o->eps, op->wd[i], op->scale_now, op->t);
-    else
-        update_slice(op, be, i, (size_t)l, p, g, op->lr_now, op->scale_now);
+    else /* values [off, off + n) of the slice: all of it, or this rank's cut (ZeRO) */
+        update_range(op, be, i, (size_t)l, off, p, g, n, op->lr_now, op->scale_now);
+}
+
+/* Rank q's cut of every block tensor's slices (by the table's tensor index) from the engine's
+ * shards; returns the number of shards. */
+static int cut_of(const hpt_optim *op, struct offload_engine *eng, int q, size_t *ca, size_t *cz) {
+    size_t a[ENG_MAX_SLICES], z[ENG_MAX_SLICES];
+    int N = eng_cuts(eng, q, a, z);
+    for (int k = 0; k < op->tab->n_slices && k < ENG_MAX_SLICES; k++) {
+        int i = op->slice_tensor[k];
+        ca[i] = a[k];
+        cz[i] = z[k];
+    }
+    return N;
 }
 
 hpt_status hpt_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts *o,
@@ -379,7 +411,7 @@ void optim_units_bytes(const hpt_model_config *c, const hpt_adamw_opts *o, size_
     hpt_tensor_table t;
     model_describe(c, &t);
     layout L;
-    plan_layout(c, &t, o, 0, u_lo, u_hi, &L);
+    plan_layout(c, &t, o, 0, u_lo, u_hi, NULL, NULL, &L);
     memcpy(bytes, L.bytes, sizeof L.bytes);
 }
 
@@ -391,14 +423,19 @@ void optim_unit_place(const hpt_model_config *c, const hpt_adamw_opts *o, size_t
     hpt_tensor_table t;
     model_describe(c, &t);
     layout L;
-    plan_layout(c, &t, o, 0, u_lo, u, &L);
+    plan_layout(c, &t, o, 0, u_lo, u, NULL, NULL, &L);
     memcpy(a, L.bytes, sizeof a);
-    plan_layout(c, &t, o, 0, u_lo, u + 1 < u_hi ? u + 1 : u_hi, &L);
+    plan_layout(c, &t, o, 0, u_lo, u + 1 < u_hi ? u + 1 : u_hi, NULL, NULL, &L);
     memcpy(b, L.bytes, sizeof b);
     for (int i = 0; i < HPT_OPTIM_NUM_BUFS; i++) {
         off[i] = a[i];
         len[i] = b[i] - a[i];
     }
+}
+
+void optim_set_run_grads(hpt_optim *op, const float *g, size_t lo) {
+    op->run_grads = g;
+    op->run_lo = lo;
 }
 
 void optim_set_gather(hpt_optim *op, optim_gather_fn fn, void *ctx) {
@@ -428,7 +465,13 @@ hpt_status optim_create_units(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opt
         return hpt_fail(HPT_ERR_UNSUPPORTED, "a sharded optimizer (ZeRO stage 1 or 2) runs without "
                         "the offload engine and with full embeddings");
     }
-    plan_layout(hpt_gpt2_get_config(model), op->tab, o, op->eng_homes, u_lo, u_hi, &op->lay);
+    for (int s = 0; s < op->tab->n_slices; s++)
+        op->slice_tensor[s] = hpt_table_slice_tensor(op->tab, s);
+    /* ZeRO in the engine (stages 1-3): the blocks' state of this rank's cut of every slice */
+    size_t ca[HPT_TABLE_MAX], cz[HPT_TABLE_MAX];
+    op->cut = eng && !op->eng_homes && cut_of(op, eng, hpt_dist_rank(), ca, cz) > 1;
+    plan_layout(hpt_gpt2_get_config(model), op->tab, o, op->eng_homes, u_lo, u_hi,
+                op->cut ? ca : NULL, op->cut ? cz : NULL, &op->lay);
     op->unit_sumsq = calloc(op->n_units ? op->n_units : 1, sizeof(double));
     if (!op->unit_sumsq) {
         free(op);
@@ -436,8 +479,6 @@ hpt_status optim_create_units(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opt
     }
     for (int i = 0; i < op->tab->n; i++)
         op->wd[i] = o->decay_all || op->tab->t[i].is_matrix ? o->weight_decay : 0.0f;
-    for (int s = 0; s < op->tab->n_slices; s++)
-        op->slice_tensor[s] = hpt_table_slice_tensor(op->tab, s);
     op->be->q8_map(op->map_signed, 1);
     op->be->q8_map(op->map_unsigned, 0);
     hpt_status s = HPT_OK;
@@ -539,6 +580,13 @@ hpt_status optim_absorb_moment(hpt_optim *op, int which, gpt2_read_fn read, void
     return gpt2_absorb(op->model, which ? EB_V : EB_M, op->buf[which ? B_V : B_M], read, ctx);
 }
 
+/* Without the engine: the gradients of tensor i's values from off (checkpoint order): the flat
+ * buffer's, or with ZeRO-2's run (optim_set_run_grads) a block tensor's there. */
+static const float *unit_grad(hpt_optim *op, const float *grads, int i, size_t off) {
+    if (!op->lay.t[i].stacked) return gpt2_nonblock_grad(op->model, i);
+    return op->run_grads ? op->run_grads + (off - op->run_lo) : grads + off;
+}
+
 /* Without the engine: each held unit's sum of squares (sumsq op over its values), the others'
  * from the gather (ZeRO: their owners'), then added in the fixed order of the top of the file:
  * the same terms in the same order as one process, so the same bits. */
@@ -552,8 +600,7 @@ static hpt_status grad_sumsq_units(hpt_optim *op, double *out) {
         for (size_t sl = tl->s0; sl < tl->s0 + tl->ns; sl++)
             u[tl->unit + sl] = !tl->stacked && model_emb_deferred(m, i)
                                    ? model_emb_sumsq(m, i)
-                                   : op->be->sumsq(tl->stacked ? grads + tl->off + sl * tl->sn
-                                                               : gpt2_nonblock_grad(m, i),
+                                   : op->be->sumsq(unit_grad(op, grads, i, tl->off + sl * tl->sn),
                                                    tl->sn);
     }
     if (op->gather) HPT_CHECK(op->gather(op->gather_ctx, u, op->n_units));
@@ -714,10 +761,164 @@ hpt_status hpt_optim_step_scaled(hpt_optim *op, float lr, float clip, float grad
         const tensor_layout *tl = &op->lay.t[i];
         for (size_t sl = tl->s0; sl < tl->s0 + tl->ns; sl++) {
             size_t off = tl->off + sl * tl->sn;
-            update_slice(op, op->be, i, sl, hpt_be_param_f32(params + off), grads + off, lr, scale);
+            update_slice(op, op->be, i, sl, hpt_be_param_f32(params + off),
+                         unit_grad(op, grads, i, off), lr, scale);
         }
     }
     return HPT_OK;
+}
+
+/* ---- ZeRO in the engine: the blocks' state cut at the shards (op->cut) ------------------- */
+
+void optim_cut_bytes(const hpt_model_config *c, const hpt_adamw_opts *o, const size_t *slice_a,
+                     const size_t *slice_z, uint64_t bytes[HPT_OPTIM_NUM_BUFS]) {
+    hpt_tensor_table t;
+    model_describe(c, &t);
+    size_t ca[HPT_TABLE_MAX], cz[HPT_TABLE_MAX];
+    for (int k = 0; k < t.n_slices; k++) {
+        int i = hpt_table_slice_tensor(&t, k);
+        ca[i] = slice_a[k];
+        cz[i] = slice_z[k];
+    }
+    layout L;
+    plan_layout(c, &t, o, 0, 0, SIZE_MAX, ca, cz, &L);
+    memcpy(bytes, L.bytes, sizeof L.bytes);
+}
+
+int optim_cut(const hpt_optim *op) { return op->cut; }
+
+/* Buffer b's elements of tensor i's slice [ca, ca + cn) in layout tl (fp32 values, codes,
+ * scales or Adam-mini rows), as [*e0, *e1) in the whole slice's elements, and the element's
+ * bytes; 0 when the buffer holds nothing of the tensor. */
+static size_t buf_piece(const hpt_optim *op, int b, const tensor_layout *tl, size_t ca, size_t cn,
+                        size_t *e0, size_t *e1) {
+    int mini = op->o.optimizer == HPT_OPTIM_ADAM_MINI;
+    *e0 = *e1 = 0;
+    if (b >= B_V && op->o.optimizer != HPT_OPTIM_ADAMW && !(b == B_V && mini))
+        return 0; /* no second moment, or Adam-mini's fp32 rows only */
+    if (b == B_V && mini) {
+        *e0 = ca / tl->row;
+        *e1 = (ca + cn) / tl->row;
+        return 4;
+    }
+    int codes = b == B_M_CODES || b == B_V_CODES, scales = b == B_M_SCALES || b == B_V_SCALES;
+    if ((codes || scales) != tl->q8) return 0;
+    if (scales) {
+        *e0 = ca / HPT_Q8_BLOCK;
+        *e1 = *e0 + (cn + HPT_Q8_BLOCK - 1) / HPT_Q8_BLOCK;
+        return 4;
+    }
+    *e0 = ca;
+    *e1 = ca + cn;
+    return codes ? 1 : 4;
+}
+
+/* Where buffer b's part of tensor i's held slice s starts in this layout (bytes). */
+static size_t buf_at(const hpt_optim *op, int b, int i, size_t s) {
+    const tensor_layout *tl = &op->lay.t[i];
+    size_t e0, e1, es = buf_piece(op, b, tl, tl->ca, tl->cn, &e0, &e1), per = e1 - e0;
+    if (b == B_V && op->o.optimizer == HPT_OPTIM_ADAM_MINI) return (tl->v_off + s * per) * es;
+    if (b == B_M_CODES || b == B_V_CODES) return tl->q_off + s * per;
+    if (b == B_M_SCALES || b == B_V_SCALES) return (tl->sc_off + s * per) * es;
+    return (tl->f32_off + s * per) * es;
+}
+
+/* The engine's shards (1 without ZeRO). */
+static int n_shards(const hpt_optim *op) {
+    size_t a[ENG_MAX_SLICES], z[ENG_MAX_SLICES];
+    struct offload_engine *eng = model_engine(op->model);
+    return eng ? eng_cuts(eng, 0, a, z) : 1;
+}
+
+/* Every rank's cut of tensor i (its block slice's), the whole slice's pieces of buffer b in rank
+ * order: pieces[q] = [e0, e1); checks they tile the whole slice. */
+static hpt_status cut_pieces(const hpt_optim *op, int b, int i, int N, size_t *e0, size_t *e1,
+                             size_t *es, size_t *whole) {
+    struct offload_engine *eng = model_engine(op->model);
+    const tensor_layout *tl = &op->lay.t[i];
+    size_t ca[HPT_TABLE_MAX], cz[HPT_TABLE_MAX];
+    *es = 0;
+    for (int q = 0; q < N; q++) {
+        cut_of(op, eng, q, ca, cz);
+        size_t e = buf_piece(op, b, tl, ca[i], cz[i] - ca[i], &e0[q], &e1[q]);
+        if (e) *es = e;
+    }
+    size_t w0, w1;
+    buf_piece(op, b, tl, 0, tl->sn, &w0, &w1);
+    *whole = w1;
+    size_t at = 0; /* the non-empty pieces, in rank order, end to end from 0 to the whole */
+    for (int q = 0; q < N && *es; q++) {
+        if (e1[q] == e0[q]) continue;
+        if (e0[q] != at)
+            return hpt_fail(HPT_ERR_INVALID, "optimizer: the shards' cut of %s does not tile its "
+                            "slice (rank %d: %zu..%zu)", k_buf_names[b], q, e0[q], e1[q]);
+        at = e1[q];
+    }
+    if (*es && at != w1)
+        return hpt_fail(HPT_ERR_INVALID, "optimizer: the shards' cut of %s ends at %zu of %zu",
+                        k_buf_names[b], at, w1);
+    return HPT_OK;
+}
+
+hpt_status optim_emit_cut(const hpt_optim *op, int b, optim_bytes_fn write, void *ctx) {
+    struct offload_engine *eng = model_engine(op->model);
+    int N = n_shards(op);
+    if (!op->cut || N > 64) return hpt_fail(HPT_ERR_INVALID, "optim_emit_cut: no cut state");
+    hpt_status s = HPT_OK;
+    for (int i = 0; i < op->lay.n && s == HPT_OK; i++) {
+        const tensor_layout *tl = &op->lay.t[i];
+        size_t e0[64], e1[64], es, whole;
+        if (!tl->stacked) { /* replicated: this rank's is the whole */
+            size_t a, z, e = buf_piece(op, b, tl, 0, tl->sn, &a, &z);
+            if (e && z > a)
+                s = write(ctx, (char *)op->buf[b] + buf_at(op, b, i, 0), tl->slices * (z - a) * e);
+            continue;
+        }
+        s = cut_pieces(op, b, i, N, e0, e1, &es, &whole);
+        if (s != HPT_OK || !es) continue;
+        size_t big = 0;
+        for (int q = 0; q < N; q++) big = HPT_MAX(big, (e1[q] - e0[q]) * es);
+        char *send = calloc(big ? big : 1, 1), *recv = malloc((size_t)N * (big ? big : 1));
+        if (!send || !recv) s = hpt_fail(HPT_ERR_OOM, "optimizer: a checkpoint's gather buffers");
+        int r = hpt_dist_rank();
+        for (size_t l = 0; l < tl->slices && s == HPT_OK; l++) { /* every layer's slice */
+            memcpy(send, (char *)op->buf[b] + buf_at(op, b, i, l), (e1[r] - e0[r]) * es);
+            s = eng_allgather_bytes(eng, send, big, recv, "a checkpoint's optimizer state (ZeRO)");
+            for (int q = 0; q < N && s == HPT_OK; q++)
+                if (e1[q] > e0[q]) s = write(ctx, recv + (size_t)q * big, (e1[q] - e0[q]) * es);
+        }
+        free(send);
+        free(recv);
+    }
+    return s;
+}
+
+hpt_status optim_absorb_cut(hpt_optim *op, int b, optim_bytes_fn read, void *ctx) {
+    int N = n_shards(op);
+    if (!op->cut || N > 64) return hpt_fail(HPT_ERR_INVALID, "optim_absorb_cut: no cut state");
+    hpt_status s = HPT_OK;
+    int r = hpt_dist_rank();
+    for (int i = 0; i < op->lay.n && s == HPT_OK; i++) {
+        const tensor_layout *tl = &op->lay.t[i];
+        size_t e0[64], e1[64], es, whole;
+        if (!tl->stacked) {
+            size_t a, z, e = buf_piece(op, b, tl, 0, tl->sn, &a, &z);
+            if (e && z > a)
+                s = read(ctx, (char *)op->buf[b] + buf_at(op, b, i, 0), tl->slices * (z - a) * e);
+            continue;
+        }
+        s = cut_pieces(op, b, i, N, e0, e1, &es, &whole);
+        if (s != HPT_OK || !es) continue;
+        char *tmp = malloc(whole * es + 1);
+        if (!tmp) s = hpt_fail(HPT_ERR_OOM, "optimizer: a checkpoint's slice buffer");
+        for (size_t l = 0; l < tl->slices && s == HPT_OK; l++) { /* the whole slice; keeps its cut */
+            s = read(ctx, tmp, whole * es);
+            if (s == HPT_OK)
+                memcpy((char *)op->buf[b] + buf_at(op, b, i, l), tmp + e0[r] * es, (e1[r] - e0[r]) * es);
+        }
+        free(tmp);
+    }
+    return s;
 }
 
 float hpt_lr_cosine(int64_t step, int64_t total, int64_t warmup, float max_lr, float min_lr) {

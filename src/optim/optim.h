@@ -53,5 +53,27 @@ void optim_unit_place(const hpt_model_config *c, const hpt_adamw_opts *o, size_t
  * unit_sumsq (n_units, the held ones already computed), the same on every process. */
 typedef hpt_status (*optim_gather_fn)(void *ctx, double *unit_sumsq, size_t n_units);
 void optim_set_gather(hpt_optim *op, optim_gather_fn fn, void *ctx);
+/* ZeRO-2 in memory: the held block slices' gradients are at g (value lo of checkpoint order at
+ * g[0]), not in the model's flat buffer, which holds the non-block tensors only (read through
+ * gpt2_nonblock_grad). */
+void optim_set_run_grads(hpt_optim *op, const float *g, size_t lo);
+
+/* ---- ZeRO in the offload engine (stages 1-3; docs/zero_engine.md) ----
+ * The blocks' state of optimizers the engine's homes do not hold (8-bit, Lion, SGD, Adam-mini)
+ * is this file's, cut at the engine's shards: each rank holds, of every layer's slice of a
+ * block tensor, its part [a, z) (eng_cuts, on 8-bit blocks and Adam-mini rows), packed in the
+ * whole layout's order; wte, wpe and the final layernorm whole on every rank. */
+/* The state buffers' bytes with the blocks' slices cut to [slice_a[k], slice_z[k]) (by block
+ * slice k): the estimator's. */
+void optim_cut_bytes(const hpt_model_config *c, const hpt_adamw_opts *o, const size_t *slice_a,
+                     const size_t *slice_z, uint64_t bytes[HPT_OPTIM_NUM_BUFS]);
+/* 1 when this optimizer's state is cut at the engine's shards. */
+int optim_cut(const hpt_optim *op);
+/* A checkpoint's bytes of state buffer b in the whole layout's order: emit (collective: every
+ * rank, the same order; each layer's slice all-gathered from the owners) writes them, absorb
+ * reads them all and keeps this rank's cuts. */
+typedef hpt_status (*optim_bytes_fn)(void *ctx, void *p, size_t bytes);
+hpt_status optim_emit_cut(const hpt_optim *op, int b, optim_bytes_fn write, void *ctx);
+hpt_status optim_absorb_cut(hpt_optim *op, int b, optim_bytes_fn read, void *ctx);
 
 #endif

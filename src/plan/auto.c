@@ -4,8 +4,9 @@
  * attention flash or plain, recompute none, selective, every:N (N about sqrt L) or full,
  * activation offload none, host or disk (with recompute none or selective), a head chunk, the
  * offload engine's homes (none; fused on the device; host; disk; weights and gradients on the
- * host with the optimizer state on disk), K and P, the fused update (accum 1 only); with
- * allow_lossy also 8-bit optimizer state, bf16 weights (with the engine) and compressed
+ * host with the optimizer state on disk), K and P, the fused update (accum 1 only), the
+ * embeddings chunked (with the fused update on engine homes); with allow_lossy also 8-bit
+ * optimizer state, bf16 weights (with the engine; then bf16 embeddings too) and compressed
  * activations (bf16, int8). Each candidate passes hpt_plan_check, is costed (cost.c), and the
  * candidates are then taken fastest first and checked with the exact estimator against each
  * tier's budget until HPT_AUTO_KEEP fit. So the chosen plan is the fastest predicted one among
@@ -122,7 +123,13 @@ static hpt_status enumerate(const hpt_plan_opts *base, const hpt_calibration *c,
     for (int kp = 0; kp < 3; kp++)
     for (int fused = 0; fused < 2; fused++)
     for (int s8 = 0; s8 < 2; s8++)
-    for (int bw = 0; bw < 2; bw++) {
+    for (int bw = 0; bw < 2; bw++)
+    for (int emb = 0; emb < HPT_EMB_COUNT; emb++) {
+        /* the embeddings chunked (fused only) or bf16 (lossy: with bf16 weights): wte's
+         * gradient one chunk, its state (and with bf16 its weights) smaller on the device:
+         * a large vocabulary's (llama3.2-1b: 263M of 1.24B parameters) */
+        if (emb && !(fused && (h == H_HOST || h == H_DISK || h == H_MIXED))) continue;
+        if (emb == HPT_EMB_BF16 && !bw) continue;
         if ((ao == 2 || h == H_DISK || h == H_MIXED) && !a->allow_disk) continue;
         if ((comp || s8 || bw) && !a->allow_lossy) continue;
         int engine_homes = h == H_HOST || h == H_DISK || h == H_MIXED;
@@ -150,6 +157,7 @@ static hpt_status enumerate(const hpt_plan_opts *base, const hpt_calibration *c,
         o.adamw.state_bits = s8 ? 8 : base->adamw.state_bits;
         o.adamw.state32_embeddings = 0;
         o.offload.weights = bw ? HPT_BW_BF16_SR : HPT_BW_FP32;
+        o.offload.embeddings = emb;
         o.plan.given = 0;
         if (add(cs, ms, &o, c)) return hpt_fail(HPT_ERR_OOM, "plan search: no memory");
     }

@@ -23,6 +23,7 @@
 #include "core/core.h"
 #include "core/crc32c.h"
 #include "kernels/backend.h"
+#include "plan/calibrate_int.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -116,6 +117,7 @@ hpt_status hpt_calibration_save(const char *path, const hpt_calibration *c) {
         cJSON_AddNumberToObject(e, "loss", c->engine_disk_loss[k]);
         cJSON_AddStringToObject(e, "source", c->engine_source[k]);
     }
+    hpt_cal_llama_save(j, c);
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
     if (!text) return hpt_fail(HPT_ERR_OOM, "calibration: no memory for the JSON text");
@@ -138,11 +140,17 @@ hpt_status hpt_calibration_load(const char *path, hpt_calibration *c) {
     memset(c, 0, sizeof *c);
     FILE *f = fopen(path, "rb");
     if (!f) return hpt_fail(HPT_ERR_IO, "calibration: cannot open %s: %s", path, strerror(errno));
-    char buf[16384];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    enum { CAP = 1 << 17 }; /* the file is a few KiB; 8 recorded layouts add 2 more */
+    char *buf = malloc(CAP);
+    if (!buf) {
+        fclose(f);
+        return hpt_fail(HPT_ERR_OOM, "calibration: no memory to read %s", path);
+    }
+    size_t n = fread(buf, 1, CAP - 1, f);
     fclose(f);
     buf[n] = 0;
     cJSON *j = cJSON_Parse(buf);
+    free(buf);
     if (!j) return hpt_fail(HPT_ERR_FORMAT, "calibration: %s is not JSON", path);
     double v = 0;
     int ok = num(j, "version", &v) && (int)v == HPT_CAL_VERSION;
@@ -222,6 +230,7 @@ hpt_status hpt_calibration_load(const char *path, hpt_calibration *c) {
             num(a, "plain_fwd_gflops", &r[1][0]) && num(a, "plain_bwd_gflops", &r[1][1]) &&
             r[0][0] > 0 && r[0][1] > 0 && r[1][0] > 0 && r[1][1] > 0)
             memcpy(c->attn512_gflops, r, sizeof r);
+        hpt_cal_llama_load(j, c);
     }
     cJSON_Delete(j);
     if (!ok) return hpt_fail(HPT_ERR_FORMAT, "calibration: %s is not a version-%d calibration "
@@ -649,6 +658,7 @@ hpt_status hpt_calibrate(const char *disk_dir, int quick, hpt_calibration *c) {
     HPT_CHECK(measure_memory(be, reps, c));
     HPT_CHECK(measure_optim(be, reps, c));
     HPT_CHECK(measure_sharing(be, reps, c));
+    HPT_CHECK(hpt_cal_measure_llama(be, reps, g_min_s, c));
     if (disk_dir) HPT_CHECK(measure_disk(be, disk_dir, quick ? 4 : 8, c));
     return HPT_OK;
 }

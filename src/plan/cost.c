@@ -25,7 +25,11 @@
  *                worker's updates at the one-thread rate; share_loss calibrated), serially
  *                when P = 0; the worker's disk transfers cost the compute beside them
  *                disk_share_loss per second (calibrated); exact mode then
- *                streams the update over the blocks (double buffered from disk)
+ *                streams the update over the blocks (double buffered from disk). With no
+ *                disk home the engine has no worker thread (engine.c's inline_jobs): every
+ *                job runs on the compute thread and its team, serially with the compute
+ *   llama        a Llama block at its own calibrated rates when the file has them: its GEMMs'
+ *                shapes, GQA attention, RMSNorm, SwiGLU and RoPE in ns per element
  *   act offload  host: copies out synchronous, copies back overlapped with the backward; disk:
  *                both synchronous
  *
@@ -36,6 +40,7 @@
 #include "model/model.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* A GEMM rate at model width C: linear in C between the measured widths, flat outside. */
@@ -76,6 +81,34 @@ static double head_rate(const hpt_calibration *c, int bwd, double rows) {
     int i;
     double f = rows_weight(c, rows, &i);
     return (1 - f) * c->head_gflops[i][bwd] + f * c->head_gflops[i + 1][bwd];
+}
+
+/* A Llama block's GEMM rate (GFLOP/s) at width C and `rows` rows from its own measured
+ * shapes (calibrate_llama.c): linear in C between its two widths, flat outside; 0 when the
+ * calibration has none. */
+static double llama_gemm_rate(const hpt_calibration *c, int bwd, int C, double rows) {
+    if (c->llama_C[0] <= 0) return 0;
+    int i;
+    double f = rows_weight(c, rows, &i), r[2];
+    for (int k = 0; k < 2; k++) {
+        const double a = c->llama_gemm_gflops[i + k][0][bwd], b = c->llama_gemm_gflops[i + k][1][bwd];
+        double u = (double)(C - c->llama_C[0]) / (double)(c->llama_C[1] - c->llama_C[0]);
+        u = u < 0 ? 0 : u > 1 ? 1 : u;
+        r[k] = a + u * (b - a);
+    }
+    return (1 - f) * r[0] + f * r[1];
+}
+
+/* Whether the engine runs its jobs inline, on the compute thread and its team, serially with
+ * the compute (src/offload/engine.c, inline_jobs): on the CPU backend with no home on disk and
+ * one shard; HPT_ENGINE_WORKER=thread|inline forces either, as it does the engine's. */
+int hpt_plan_engine_inline(const hpt_plan_opts *o) {
+    const hpt_offload_opts *of = &o->offload;
+    const char *env = getenv("HPT_ENGINE_WORKER");
+    if (env && !strcmp(env, "thread")) return 0;
+    if (env && !strcmp(env, "inline")) return 1;
+    return of->params != HPT_TIER_DISK && of->grads != HPT_TIER_DISK && of->optim != HPT_TIER_DISK &&
+           of->shards <= 1;
 }
 
 int hpt_plan_disk_homes(const hpt_plan_opts *o) {
@@ -154,6 +187,16 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
     if (c->attn512_gflops[ak][0] > 0 && T > 128) fa = T >= 512 ? 1 : log(T / 128.0) / log(4.0);
     out->attn_fwd_gflops = (1 - fa) * c->attn_gflops[ak][0] + fa * c->attn512_gflops[ak][0];
     out->attn_bwd_gflops = (1 - fa) * c->attn_gflops[ak][1] + fa * c->attn512_gflops[ak][1];
+    /* a Llama block at its own measured rates (calibrate_llama.c): its GEMMs' shapes, and
+     * grouped-query attention at T = 128 scaled in T as the GPT-2 attention's rate scales */
+    int llama = cfg->arch == HPT_ARCH_LLAMA && c->llama_C[0] > 0;
+    out->llama_rates = llama;
+    if (llama) {
+        out->gemm_fwd_gflops = llama_gemm_rate(c, 0, cfg->C, tok);
+        out->gemm_bwd_gflops = llama_gemm_rate(c, 1, cfg->C, tok);
+        out->attn_fwd_gflops *= c->llama_attn_gflops[ak][0] / c->attn_gflops[ak][0];
+        out->attn_bwd_gflops *= c->llama_attn_gflops[ak][1] / c->attn_gflops[ak][1];
+    }
     double Rf = out->gemm_fwd_gflops * 1e9, Rb = out->gemm_bwd_gflops * 1e9;
     double Raf = out->attn_fwd_gflops * 1e9, Rab = out->attn_bwd_gflops * 1e9;
     double Rm = c->mem_gbps * 1e9;
@@ -162,17 +205,40 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
      * engine overlaps transfers with the blocks' compute only */
     double fwd_blocks = tok * (block_gemm / Rf + attn / Raf), fwd_rest = tok * head_gemm / Hf;
     double bwd_blocks = tok * (2 * block_gemm / Rb + 2 * attn / Rab), bwd_rest = tok * 2 * head_gemm / Hb;
+    /* a Llama block's pointwise kernels at their measured ns per element (per token):
+     * forward two RMSNorms, RoPE on q and k, SwiGLU and two residual copies (read + write);
+     * backward the same kernels' backward. They replace the block's share of the arena's
+     * memory passes below. */
+    double ll_fwd = 0, ll_bwd = 0, ll_sel = 0, layer_bytes = 0;
+    if (llama) {
+        const double *n = c->llama_pw_ns;
+        double C = cfg->C, FF = cfg->FF, Q = (double)(cfg->NH + cfg->NKV) * (cfg->C / cfg->NH);
+        ll_fwd = (2 * C * n[0] + Q * n[4] + FF * n[2]) * 1e-9 + 16.0 * C / (c->mem_gbps * 1e9);
+        ll_bwd = (2 * C * n[1] + Q * n[5] + FF * n[3]) * 1e-9;
+        ll_sel = (2 * C * n[0] + FF * n[2]) * 1e-9; /* selective: the norms, SwiGLU again */
+        /* the block's share of the arena: one layer's activations (the arena at L - 1) */
+        hpt_model_config c1 = *cfg;
+        c1.L = L - 1;
+        uint64_t a1[HPT_TIER_COUNT];
+        hpt_act_opts d = hpt_gpt2_act_defaults();
+        d.attention = act->attention;
+        if (L > 1 && hpt_gpt2_act_tier_bytes(&c1, o->B, T, &d, a1) == HPT_OK && none_arena > a1[HPT_TIER_DEVICE])
+            layer_bytes = (double)(none_arena - a1[HPT_TIER_DEVICE]);
+        fwd_blocks += tok * L * ll_fwd;
+        bwd_blocks += tok * L * ll_bwd;
+    }
     double rec = 0, rec_bytes = 0;
     if (act->recompute == HPT_RECOMPUTE_FULL || act->recompute == HPT_RECOMPUTE_EVERY)
         rec = fwd_blocks;
     else if (act->recompute == HPT_RECOMPUTE_SELECTIVE) {
-        rec_bytes = tok * L * 2.0 * (2.0 * cfg->C + (cfg->FF ? cfg->FF : 4.0 * cfg->C)) * 4.0;
-        if (ak) rec = tok * attn / Raf;
+        if (llama) rec = tok * L * ll_sel;
+        else rec_bytes = tok * L * 2.0 * (2.0 * cfg->C + (cfg->FF ? cfg->FF : 4.0 * cfg->C)) * 4.0;
+        if (ak) rec += tok * attn / Raf;
     }
     double rec_rest = 0;
     if (act->head_chunk > 0 || (engine && of->embeddings != HPT_EMB_FULL)) rec_rest = tok * head_gemm / Hf;
     /* pointwise: the activations a recompute-none arena holds, three times */
-    double pw = (3.0 * (double)none_arena + rec_bytes) * m + 2.0 * np * 4.0;
+    double pw = (3.0 * ((double)none_arena - L * layer_bytes) + rec_bytes) * m + 2.0 * np * 4.0;
     /* activation offload and compression */
     double act_bytes = act->offload == HPT_OFFLOAD_HOST ? (double)aoff[HPT_TIER_HOST]
                      : act->offload == HPT_OFFLOAD_DISK ? (double)aoff[HPT_TIER_DISK] : 0;
@@ -259,6 +325,25 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
             wdisk += of->grads == HPT_TIER_DISK ? gout : 0;
         }
         double b_work = P >= 1 ? L * maxd(ck + wcpu / n + dl * wdisk, wk) : L * (ck + wk);
+        /* Inline (no disk home, the CPU backend: engine.c's inline_jobs): no worker thread; each
+         * job runs on the compute thread and its team when queued, serially with the compute:
+         * loads and write-backs as the team's copies (bf16 weights: a widening pass, 2 bytes
+         * read and 4 written per weight), the fused update at the team's rate. Nothing
+         * overlaps and nothing is lost beside a worker. */
+        int inl = hpt_plan_engine_inline(o);
+        out->engine_inline = inl;
+        if (inl) {
+            int bf = of->weights != HPT_BW_FP32;
+            double hp = of->params == HPT_TIER_HOST
+                            ? (bf ? blk * (wb + 4) / Rm : tier_s(c, dk, HPT_TIER_HOST, blk * 4, 0)) : 0;
+            double bk = ck + hp * reload; /* ck has the update when every home is the device's */
+            if (of->fused && !(of->optim == HPT_TIER_DEVICE && of->params == HPT_TIER_DEVICE))
+                bk += blk * ns + hp; /* the update, then the weights home (bf16: widened again) */
+            else if (!of->fused && of->grads == HPT_TIER_HOST)
+                bk += gw == 4 ? tier_s(c, dk, HPT_TIER_HOST, blk * 4, 1) : blk * (4 + gw) / Rm;
+            f_work = L * (cf + hp);
+            b_work = L * bk;
+        }
         double upd = 0, upd_own = 0, upd_disk = 0;
         if (!of->fused) { /* streamed after the backward, block by block */
             double io = 0;
@@ -282,6 +367,7 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
         out->compute_s = outside + upd_own +
                          m * L * (P >= 1 ? cf + lcpu / n + ck + wcpu / n : cf + ck);
         out->disk_beside_s = (P >= 1 ? m * L * (ldisk + wdisk) : 0) + upd_disk;
+        if (inl) out->compute_s = outside + eng_total, out->disk_beside_s = 0;
         double moved = m * (L + L * reload) * load + (of->fused ? 0 : m * L * tier_s(c, dk, of->grads, blk * gw, 1));
         transfer += moved + (upd > L * blk * ns ? upd - L * blk * ns : 0);
         out->load_bytes = m * (L + (L - K)) * blk * wb * (of->params != HPT_TIER_DEVICE);

@@ -153,7 +153,7 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     /* hpt_gpt2_create; forward-only: hpt_model_load_forward, none (the engine's: below) */
     dev[HPT_CAT_GRADS] = o->training ? np * 4 : 0;
     /* ZeRO (docs/zero.md): stages 1, 2 over procs processes hold the optimizer state of process
-     * rank's run of units; stage 2 with accumulation sums the micro-batches of its values only */
+     * rank's run of units; stage 2 also only its run's summed gradients (below) */
     int procs = o->procs > 1 ? o->procs : 1, stage = procs > 1 && o->zero > 0 ? o->zero : 0;
     if (hpt_offload_active(&o->offload)) stage = 0; /* every stage in the engine's homes: below */
     if (procs > 64) return hpt_fail(HPT_ERR_INVALID, "%d processes: at most 64", procs);
@@ -166,6 +166,23 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
         optim_owner(&tab, o->rank, procs, &u_lo, &u_hi, &p_lo, &p_hi);
     }
     if (o->training) HPT_CHECK(optim_bytes(o, u_lo, u_hi, &dev[HPT_CAT_OPTIM])); /* hpt_optim_create */
+    /* stage 2: the flat gradients hold the non-block tensors only; the blocks' pass layer by
+     * layer through one block's slot onto the owners (dp.c's sink), whose run holds the sums */
+    if (stage == 2 && o->training) {
+        hpt_tensor_table tab;
+        model_describe(c, &tab);
+        size_t nb_lo = 0, nb_hi = 0; /* the run's non-block values (before p_lo, before p_hi) */
+        for (int i = 0; i < tab.n; i++) {
+            if (tab.t[i].layer == HPT_LAYER_STACKED) continue;
+            size_t off = hpt_table_offset(&tab, i), n = hpt_tensor_numel(&tab.t[i]);
+            nb_lo += p_lo <= off ? 0 : HPT_MIN(p_lo - off, n);
+            nb_hi += p_hi <= off ? 0 : HPT_MIN(p_hi - off, n);
+        }
+        /* + the run's block values; with accumulation its non-block ones' sum */
+        dev[HPT_CAT_GRADS] = ((uint64_t)gpt2_nonblock_floats(c) + hpt_table_block_numel(&tab) +
+                              ((p_hi - nb_hi) - (p_lo - nb_lo)) +
+                              (o->accum > 1 ? nb_hi - nb_lo : 0)) * 4;
+    }
     uint64_t apart_bytes = np * 4; /* the flat gradients' size (trainer.c's sum apart) */
     if (hpt_offload_active(&o->offload)) {
         HPT_CHECK(hpt_offload_check(&o->offload));
@@ -178,23 +195,32 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
         /* hpt_gpt2_create_offload, with the embeddings' own buffers (src/model/embed.c) */
         gpt2_nonblock_bytes(c, &o->offload, &dev[HPT_CAT_PARAMS], &dev[HPT_CAT_GRADS]);
         apart_bytes = dev[HPT_CAT_GRADS]; /* the flat gradients: the blocks' are the engine's */
+        hpt_tensor_table tab;
+        model_describe(c, &tab);
+        size_t sn[ENG_MAX_SLICES], rows[ENG_MAX_SLICES];
+        for (int s = 0; s < tab.n_slices && s < ENG_MAX_SLICES; s++)
+            sn[s] = hpt_tensor_slice_numel(&tab.t[hpt_table_slice_tensor(&tab, s)], c->L);
+        eng_slice_rows(&tab, rows); /* bind.c's: the shards also on 8-bit blocks and rows */
+        hpt_offload_opts so = o->offload;
+        so.shards = o->zero >= 1 && procs > 1 ? procs : 0;
+        so.zero = o->zero;
         if (mv_homes) {
             dev[HPT_CAT_OPTIM] = o->training ? 2 * nf * 4 : 0; /* hpt_optim_create: m, v */
-        } else if (o->offload.optim != HPT_TIER_DEVICE) {
+        } else if (o->training && so.shards > 1) { /* ZeRO: the blocks' state of this rank's cut */
+            size_t ca[ENG_MAX_SLICES], cz[ENG_MAX_SLICES];
+            uint64_t ob[HPT_OPTIM_NUM_BUFS];
+            eng_cut_of(&so, tab.n_slices, sn, rows, o->rank, ca, cz);
+            optim_cut_bytes(c, &o->adamw, ca, cz, ob);
+            dev[HPT_CAT_OPTIM] = 0;
+            for (int b = 0; b < HPT_OPTIM_NUM_BUFS; b++) dev[HPT_CAT_OPTIM] += ob[b];
+        }
+        if (!mv_homes && o->offload.optim != HPT_TIER_DEVICE) {
             out->bytes[o->offload.optim][HPT_CAT_OPTIM] = dev[HPT_CAT_OPTIM];
             dev[HPT_CAT_OPTIM] = 0;
         }
-        hpt_tensor_table tab;
-        model_describe(c, &tab);
         /* eng_create, eng_attach_optim: one block is its tensors' slices */
-        if (o->zero >= 1 && procs > 1) { /* ZeRO: one process's shard of each block's homes */
-            hpt_offload_opts so = o->offload;
-            size_t sn[ENG_MAX_SLICES];
-            so.shards = procs;
-            so.zero = o->zero;
-            for (int s = 0; s < tab.n_slices && s < ENG_MAX_SLICES; s++)
-                sn[s] = hpt_tensor_slice_numel(&tab.t[hpt_table_slice_tensor(&tab, s)], c->L);
-            eng_bytes_sharded(&so, c->L, tab.n_slices, sn, o->training, mv_homes, eb);
+        if (so.shards > 1) { /* ZeRO: one process's shard of each block's homes */
+            eng_bytes_sharded(&so, c->L, tab.n_slices, sn, rows, o->training, mv_homes, eb);
         } else {
             eng_bytes(&o->offload, c->L, hpt_table_block_numel(&tab), o->training, mv_homes, eb);
         }
@@ -207,7 +233,7 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     /* --zero with accumulation sums the micro-batches' gradients apart (trainer.c): one more
      * gradient-sized buffer, allocated at the first step */
     if (o->training && (o->zero >= 0 || procs > 1) && o->accum > 1)
-        dev[HPT_CAT_GRADS] += stage == 2 ? (uint64_t)(p_hi - p_lo) * 4 : apart_bytes;
+        dev[HPT_CAT_GRADS] += stage == 2 ? 0 : apart_bytes; /* stage 2: the run is the sum */
     uint64_t at[HPT_TIER_COUNT];
     int vc = hpt_offload_active(&o->offload) ? gpt2_vocab_chunk(c, &o->offload) : 0;
     HPT_CHECK(gpt2_act_tier_bytes_vc(c, o->B, o->T, &o->act, vc, at));

@@ -2,7 +2,9 @@
  * on before they start, how a step's global batch is divided, how gradients and losses are
  * combined, and ZeRO's sharding (stages 1, 2: each rank owns a run of the optimizer's units,
  * optim_owner; the gradients are reduce-scattered onto the runs, the norm's terms gathered, the
- * updated weights all-gathered from their owners). Invariants: rank r of N with accum K takes windows r*K .. r*K+K-1 of the step's
+ * updated weights all-gathered from their owners; at stage 2 layer by layer, through a
+ * gradient sink at the runner's done point, so no process holds the blocks' whole gradients).
+ * Invariants: rank r of N with accum K takes windows r*K .. r*K+K-1 of the step's
  * N*K windows (the windows one process with --accum N*K reads, in that order), and every rank's
  * loader passes over all N*K, so every rank's data position after a step is that one process's;
  * gradients and losses are summed in rank order (dist.h), so every rank holds the same
@@ -169,7 +171,144 @@ hpt_status dp_gather_params(const dp_shard *z, float *params) {
 
 hpt_status dp_overflow(const dp_shard *z, const hpt_backend *be, const float *grads, int *overflow) {
     size_t lo = z->plo[z->rank], hi = z->phi[z->rank];
-    int mine = hi > lo && be->nonfinite(grads + lo, hi - lo);
+    int mine = hi > lo && (z->slot ? (z->run_n && be->nonfinite(z->run, z->run_n)) ||
+                                         (z->nb_n && be->nonfinite(grads + z->nb_lo, z->nb_n))
+                                   : be->nonfinite(grads + lo, hi - lo)); /* stage 2: sink's */
     *overflow = hpt_dist_any(mine);
+    return HPT_OK;
+}
+
+/* ---- stage 2's gradient sink (docs/zero.md): the blocks' gradients reduce-scattered layer by
+ * layer at the runner's done point, so no process holds the whole gradient of the blocks. The
+ * model's flat gradients hold the non-block tensors (the head and the encoder write wte's at
+ * the two ends of the backward): reduce-scattered after the backward, the owner reads its part
+ * there (the run holds the owned block values only). ---- */
+
+int dp_sink_wanted(const hpt_train_opts *o) {
+    return hpt_dist_size() > 1 && o->zero == 2 && !hpt_offload_active(&o->offload);
+}
+
+/* Non-block values before flat value x (the model's flat gradients hold them back to back in
+ * checkpoint order): monotone, so the runs map onto ascending ranges of that buffer; x minus it
+ * is the block values before x. */
+static size_t nonblock_before(const hpt_tensor_table *t, size_t x) {
+    size_t c = 0;
+    for (int i = 0; i < t->n; i++) {
+        if (t->t[i].layer == HPT_LAYER_STACKED) continue;
+        size_t off = hpt_table_offset(t, i), n = hpt_tensor_numel(&t->t[i]);
+        c += x <= off ? 0 : x - off < n ? x - off : n;
+    }
+    return c;
+}
+
+/* Micro-batch k's n summed values at src folded into dst: k = 0 copies, the next ones add in
+ * order (acc = g_0; acc += g_1; ...: the bits of trainer.c's sum apart). */
+static void fold(const dp_shard *z, float *dst, const float *src, size_t n) {
+    if (z->micro == 0) z->be->copy(dst, src, n * sizeof(float), HPT_COPY_D2D);
+    else dp_add(dst, src, n);
+}
+
+static hpt_status sink_slot(void *ctx, int l, float **g) {
+    dp_shard *z = ctx;
+    (void)l;
+    z->be->memset(z->slot, 0, z->slot_n * sizeof(float));
+    *g = z->slot;
+    return HPT_OK;
+}
+
+/* Block l's packed slot (slice s of the table's block slices back to back) is complete: each
+ * slice is one optimizer unit, so it lies in one owner's run, and the owners ascend with s:
+ * the slot cut at the owners' slices gives the reduce-scatter's ranges (every value still
+ * x_0 + x_1 + ... in rank order). The owner folds its slices' sums into the run. */
+static hpt_status sink_done(void *ctx, int l) {
+    dp_shard *z = ctx;
+    const hpt_tensor_table *t = model_table(z->model);
+    size_t po[HPT_TABLE_MAX + 1], fo[HPT_TABLE_MAX], lo[DP_MAX_PROCS], hi[DP_MAX_PROCS];
+    po[0] = 0;
+    for (int s = 0; s < t->n_slices; s++) {
+        int ti = hpt_table_slice_tensor(t, s);
+        size_t sn = hpt_tensor_slice_numel(&t->t[ti], t->L);
+        fo[s] = hpt_table_offset(t, ti) + (size_t)l * sn; /* its place in checkpoint order */
+        po[s + 1] = po[s] + sn;
+    }
+    for (int q = 0; q < z->size; q++) { /* the slices whose values lie in q's run */
+        int a = 0, b;
+        while (a < t->n_slices && fo[a] < z->plo[q]) a++;
+        for (b = a; b < t->n_slices && fo[b] < z->phi[q];) b++;
+        lo[q] = po[a];
+        hi[q] = po[b];
+    }
+    HPT_CHECK(dist_reduce_scatter_ranges(z->slot, lo, hi, "the gradients' sum"));
+    for (int s = 0; s < t->n_slices; s++)
+        if (fo[s] >= z->plo[z->rank] && fo[s] < z->phi[z->rank])
+            fold(z, z->run + (fo[s] - z->run_lo), z->slot + po[s], po[s + 1] - po[s]);
+    return HPT_OK;
+}
+
+hpt_status dp_sink_attach(dp_shard *z, hpt_mem *mem, hpt_gpt2 *model, hpt_optim *op, int K) {
+    if (z->stage != 2) return HPT_OK;
+    const hpt_tensor_table *t = model_table(model);
+    size_t blo = SIZE_MAX, bhi = 0, bn = 0, lo = z->plo[z->rank], hi = z->phi[z->rank];
+    for (int i = 0; i < t->n; i++)
+        if (t->t[i].layer == HPT_LAYER_STACKED) {
+            blo = HPT_MIN(blo, hpt_table_offset(t, i));
+            bhi = HPT_MAX(bhi, hpt_table_offset(t, i) + hpt_tensor_numel(&t->t[i]));
+            bn += hpt_tensor_numel(&t->t[i]);
+        }
+    if (model_grads_floats(model) != gpt2_nonblock_floats(hpt_gpt2_get_config(model)) || bhi - blo != bn)
+        return hpt_fail(HPT_ERR_INVALID, "ZeRO-2: the model's block tensors are not one run of "
+                        "checkpoint order, or it was made with its blocks' gradients");
+    z->mem = mem;
+    z->be = hpt_backend_of(mem);
+    z->model = model;
+    z->accum = K;
+    z->slot_n = hpt_table_block_numel(t);
+    /* the owned values: block ones in the run, non-block ones in the flat buffer (one range) */
+    z->run_lo = HPT_MAX(lo, blo);
+    z->run_n = (hi - nonblock_before(t, hi)) - (lo - nonblock_before(t, lo));
+    z->nb_lo = nonblock_before(t, lo);
+    z->nb_n = nonblock_before(t, hi) - z->nb_lo;
+    hpt_status s;
+    hpt_mem_set_name(mem, "gradient slot (ZeRO-2, one block)");
+    s = z->be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, z->slot_n * sizeof(float), (void **)&z->slot);
+    hpt_mem_set_name(mem, "gradients of the owned blocks (ZeRO-2)");
+    if (s == HPT_OK && z->run_n)
+        s = z->be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, z->run_n * sizeof(float), (void **)&z->run);
+    hpt_mem_set_name(mem, "gradient sum (micro-batches apart)");
+    if (s == HPT_OK && z->nb_n && K > 1) /* the flat buffer is zeroed between micro-batches */
+        s = z->be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, z->nb_n * sizeof(float), (void **)&z->nb_acc);
+    if (s != HPT_OK) {
+        dp_sink_free(z);
+        return s;
+    }
+    model_set_grad_sink(model, &(model_grad_sink){.ctx = z, .slot = sink_slot, .done = sink_done});
+    optim_set_run_grads(op, z->run, z->run_lo);
+    return HPT_OK;
+}
+
+void dp_sink_free(dp_shard *z) {
+    if (!z->mem) return;
+    z->be->free(z->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, z->slot, z->slot_n * sizeof(float));
+    z->be->free(z->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, z->run, z->run_n * sizeof(float));
+    z->be->free(z->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, z->nb_acc, z->nb_n * sizeof(float));
+    z->slot = z->run = z->nb_acc = NULL;
+    z->mem = NULL;
+}
+
+void dp_sink_begin(dp_shard *z, int k) { z->micro = k; }
+
+hpt_status dp_sink_end(dp_shard *z) {
+    const hpt_tensor_table *t = model_table(z->model);
+    float *g = model_grads(z->model); /* the non-block tensors, back to back */
+    size_t lo[DP_MAX_PROCS], hi[DP_MAX_PROCS];
+    for (int q = 0; q < z->size; q++) {
+        lo[q] = nonblock_before(t, z->plo[q]);
+        hi[q] = nonblock_before(t, z->phi[q]);
+    }
+    HPT_CHECK(dist_reduce_scatter_ranges(g, lo, hi, "the gradients' sum"));
+    if (z->accum < 2 || !z->nb_n) return HPT_OK; /* the owner's sums are in place */
+    /* micro-batches apart: the sum so far kept, and the last one's added to it in place */
+    if (z->micro < z->accum - 1) fold(z, z->nb_acc, g + z->nb_lo, z->nb_n);
+    else dp_add(g + z->nb_lo, z->nb_acc, z->nb_n);
     return HPT_OK;
 }

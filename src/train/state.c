@@ -122,6 +122,7 @@ static float bitsf(int64_t b) { uint32_t u = (uint32_t)b; float f; memcpy(&f, &u
 static hpt_status emit_atomic(void *ctx, const float *x, size_t n) {
     return io_atomic_write(ctx, x, n * sizeof(float));
 }
+static hpt_status write_atomic(void *ctx, void *p, size_t bytes) { return io_atomic_write(ctx, p, bytes); }
 
 /* Tensor memory of backend be to and from the file. The CPU's tensors are the host's: written,
  * read and checksummed in place, as always. A GPU's go through a host bounce buffer, a piece
@@ -268,6 +269,9 @@ hpt_status hpt_state_save_sections(const char *path, const hpt_gpt2 *model, cons
     }
     if (optim_eng_homes(opt)) { /* AdamW fp32's m, v from the engine's homes */
         for (int i = 0; i < 2 && s == HPT_OK; i++) s = optim_emit_moment(opt, i, emit_atomic, &w);
+    } else if (optim_cut(opt)) { /* ZeRO in the engine: the blocks' state gathered (collective) */
+        for (int i = 0; i < HPT_OPTIM_NUM_BUFS && s == HPT_OK; i++)
+            s = optim_emit_cut(opt, i, write_atomic, &w);
     } else {
         for (int i = 0; i < HPT_OPTIM_NUM_BUFS && s == HPT_OK; i++)
             if (bufs[i].bytes) s = tensor_write(&w, model_backend(mm), bufs[i].data, bufs[i].bytes);
@@ -288,6 +292,7 @@ hpt_status hpt_state_save_sections(const char *path, const hpt_gpt2 *model, cons
             if (s == HPT_OK && sb) s = io_atomic_write(&w, data, (size_t)sb);
         }
     }
+    eng_comp_done(model_engine(mm), 0); /* ZeRO: the gathered compensation given back */
     uint32_t crc = w.crc;
     if (s == HPT_OK) s = io_atomic_write(&w, &crc, 4);
     if (s == HPT_OK) s = io_atomic_write(&w, k_end, 8);
@@ -306,6 +311,12 @@ static hpt_status read_crc(void *ctx, float *dst, size_t n) {
     crc_reader *r = ctx;
     HPT_CHECK(io_read_exact(r->fp, dst, n * sizeof(float), r->path, "state"));
     r->crc = io_crc32c(r->crc, dst, n * sizeof(float));
+    return HPT_OK;
+}
+static hpt_status read_crc_bytes(void *ctx, void *dst, size_t bytes) {
+    crc_reader *r = ctx;
+    HPT_CHECK(io_read_exact(r->fp, dst, bytes, r->path, "state"));
+    r->crc = io_crc32c(r->crc, dst, bytes);
     return HPT_OK;
 }
 
@@ -411,6 +422,7 @@ static hpt_status absorb_comp(hpt_gpt2 *m, hpt_mem *mem, const char *path, hpt_s
         if (s == HPT_OK && comp[c]) /* the model's (device, or an engine's host home) from the
                                      * section's (host) */
             hpt_backend_cpu()->copy(comp[c], sec[k].data, n[c] * sizeof(uint16_t), HPT_COPY_H2D);
+        if (c == 0) eng_comp_done(model_engine(m), s == HPT_OK && comp[c] != NULL); /* ZeRO: kept ranges */
         hpt_state_sections_free(mem, &sec[k], 1);
         for (int i = k + 1; i < *n_sec; i++) sec[i - 1] = sec[i];
         (*n_sec)--;
@@ -499,6 +511,9 @@ static hpt_status load_state(const char *path, hpt_mem *mem, const hpt_offload_o
     }
     if (s == HPT_OK && optim_eng_homes(o)) {
         for (int i = 0; i < 2 && s == HPT_OK; i++) s = optim_absorb_moment(o, i, read_crc, &rd);
+    } else if (s == HPT_OK && optim_cut(o)) { /* ZeRO in the engine: this rank's cuts kept */
+        for (int i = 0; i < HPT_OPTIM_NUM_BUFS && s == HPT_OK; i++)
+            s = optim_absorb_cut(o, i, read_crc_bytes, &rd);
     } else {
         for (int i = 0; i < HPT_OPTIM_NUM_BUFS && s == HPT_OK; i++) {
             if (!bufs[i].bytes) continue;

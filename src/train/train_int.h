@@ -155,6 +155,17 @@ hpt_status state_unpack_fields(const int64_t f[STATE_NFIELDS], const char *path,
 typedef struct {
     int stage, size, rank;          /* stage 1 or 2 only with size > 1; else 0 */
     size_t ulo[DP_MAX_PROCS], uhi[DP_MAX_PROCS], plo[DP_MAX_PROCS], phi[DP_MAX_PROCS];
+    /* stage 2's gradient sink (dp_sink_attach): the blocks' gradients go layer by layer
+     * through one packed slot (slot_n floats) onto the owners; run (run_n) holds this rank's
+     * summed block values from value run_lo (checkpoint order), its non-block ones lie at
+     * [nb_lo, nb_lo + nb_n) of the model's flat gradients (nb_acc: their sum over micro-batches
+     * with accum > 1); micro: the micro-batch (0: copy, > 0: add) */
+    hpt_mem *mem;
+    const hpt_backend *be;
+    hpt_gpt2 *model;
+    float *slot, *run, *nb_acc;
+    size_t slot_n, run_n, run_lo, nb_lo, nb_n;
+    int micro, accum;
 } dp_shard;
 /* The run's sharding for the model's table (o->zero, the process count). */
 hpt_status dp_shard_init(const hpt_train_opts *o, hpt_gpt2 *model, dp_shard *z);
@@ -166,6 +177,19 @@ void dp_optim_attach(hpt_optim *op, dp_shard *z);
 hpt_status dp_reduce_scatter(const dp_shard *z, float *grads, size_t n);
 /* Stage 1, 2: every rank's owned values of params from their owner (after the update). */
 hpt_status dp_gather_params(const dp_shard *z, float *params);
+/* Stage 2 in memory: 1 when a model for o is to be made with its blocks' gradients away
+ * (model_grads_away; before the model is made). */
+int dp_sink_wanted(const hpt_train_opts *o);
+/* Stage 2 (K micro-batches per step): the slot and the run's gradients allocated, the sink set
+ * on the model (made with its gradients away), the optimizer reading the run's gradients. */
+hpt_status dp_sink_attach(dp_shard *z, hpt_mem *mem, hpt_gpt2 *model, hpt_optim *op, int K);
+void dp_sink_free(dp_shard *z);
+/* Stage 2, micro-batch k: before its backward (dp_sink_begin: its blocks' sums are copied
+ * (k = 0) or added to the run); after it (dp_sink_end), the non-block tensors' gradients (the
+ * model's flat buffer) reduce-scattered, the owned ones summed over the micro-batches the same
+ * way (in place after the last). */
+void dp_sink_begin(dp_shard *z, int k);
+hpt_status dp_sink_end(dp_shard *z);
 /* Whether any process's owned summed gradients hold a non-finite value (loss scaling). */
 hpt_status dp_overflow(const dp_shard *z, const hpt_backend *be, const float *grads, int *overflow);
 

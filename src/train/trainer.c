@@ -43,8 +43,10 @@
  * rank r reads windows r*K.. of the step's N*K. Rank 0 writes the checkpoints (every rank holds
  * the same state); their accum is N*K, so they resume on any N with the same N*K. ZeRO's stages
  * 1 and 2 (tr->dp): the step reduce-scatters onto the owners' runs, the optimizer updates this
- * rank's run and the weights are all-gathered; stage 2 with accumulation reduce-scatters each
- * micro-batch and keeps a run-sized sum; checkpoints are shards and a manifest (zero.c). */
+ * rank's run and the weights are all-gathered; stage 2 reduce-scatters each block's gradients
+ * as the backward completes them (dp.c's sink; the model is made with its blocks' gradients
+ * away) and the non-block ones after it, each micro-batch at once, into run-sized sums;
+ * checkpoints are shards and a manifest (zero.c). */
 #include "core/core.h"
 #include "kernels/backend.h"
 #include "testing.h"
@@ -132,6 +134,7 @@ static void free_snapshot(hpt_trainer *tr) {
 void hpt_trainer_free(hpt_trainer *tr) {
     if (!tr) return;
     free_snapshot(tr);
+    dp_sink_free(&tr->dp);
     if (tr->acc)
         tr->be->free(tr->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, tr->acc, tr->acc_n * sizeof(float));
     jump_free(&tr->js);
@@ -317,6 +320,8 @@ static hpt_status setup(hpt_trainer *tr) {
     if (model_engine(tr->model) && o->loss_scale.mode != HPT_LOSS_SCALE_OFF) /* fp32 homes too: */
         eng_check_grads(model_engine(tr->model), 1); /* non-finite values skip a step */
     dp_engine_setup(model_engine(tr->model)); /* many processes: blocks summed at grads_done */
+    HPT_CHECK(dp_sink_attach(&tr->dp, tr->mem, tr->model, tr->opt, /* stage 2: by layer */
+                             o->accum > 1 ? o->accum : 1));
     hpt_status s = hpt_model_set_act_opts(tr->model, &o->act); /* before the first forward */
     if (s == HPT_OK && o->T > mcfg(tr)->maxT)
         s = hpt_fail(HPT_ERR_SHAPE, "sequence length %d exceeds the model's maxT %d", o->T,
@@ -357,7 +362,9 @@ hpt_status hpt_trainer_create(hpt_mem *mem, const hpt_train_opts *opts, hpt_trai
     hpt_status s = hpt_device_bind(mem, opts->plan.device, NULL);
     tr->be = hpt_backend_of(mem);
     if (s == HPT_OK && opts->plan.offload_dir) s = hpt_mem_set_disk_dir(mem, opts->plan.offload_dir);
+    model_grads_away(dp_sink_wanted(opts)); /* stage 2: the model's blocks' gradients away */
     if (s == HPT_OK) s = setup(tr);
+    model_grads_away(0);
     if (s != HPT_OK) {
         hpt_trainer_free(tr);
         return s;
@@ -674,6 +681,7 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
     double pred = !hybrid || tr->lm.n < 1.0 ? (double)NAN : first_correct ? tr->lm.pred : lossmodel_next(&tr->lm);
     int K = o->accum > 1 ? o->accum : 1;
     int apart = K > 1 && dp_apart(o), KN = K * dp_size();
+    int sink = tr->dp.slot != NULL; /* stage 2: each layer's gradients onto the owners at once */
     double loss_sum = 0.0;
     int fused = o->offload.fused;
     int scaling = o->loss_scale.mode != HPT_LOSS_SCALE_OFF;
@@ -704,8 +712,10 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
         if (fused) /* N processes: their sum times 1/N, as the unfused step's 1/KN */
             HPT_CHECK(hpt_optim_fused_begin_scaled(tr->opt, p->lr, o->grad_clip, 1.0f / (float)KN));
         if (apart) HPT_CHECK(dp_engine_micro(model_engine(tr->model), k, K)); /* engine's homes */
+        if (sink) dp_sink_begin(&tr->dp, k);
         HPT_CHECK(hpt_model_backward(tr->model)); /* += into the gradients (fused: updates) */
-        if (apart) HPT_CHECK(sum_apart(tr, k, K));
+        if (sink) HPT_CHECK(dp_sink_end(&tr->dp)); /* and the non-block tensors' */
+        else if (apart) HPT_CHECK(sum_apart(tr, k, K));
         loss_sum += (double)loss;
     }
     model_set_fault(tr->model, -1, 0.0f);
@@ -715,7 +725,7 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
     HPT_CHECK(dp_loss_sum(loss_sum, &loss_sum));
     /* stage 0: every value summed on every rank; 1: the owned ones; 2 with accumulation: done
      * per micro-batch (sum_apart) */
-    if (!((tr->dp.stage == 2 || dp_engine_per_micro(&tr->o)) && apart))
+    if (!sink && !((tr->dp.stage == 2 || dp_engine_per_micro(&tr->o)) && apart))
         HPT_CHECK(dp_reduce_scatter(&tr->dp, model_grads(tr->model), model_grads_floats(tr->model)));
     /* KN = 1: the loss is the micro-batch's, exactly (a float through a double and back). */
     p->loss = (float)(loss_sum / KN);

@@ -49,6 +49,19 @@ static void print_calibration(FILE *f, const hpt_calibration *c) {
         fprintf(f, "  attention GFLOP/s (T=512): flash fwd %.1f bwd %.1f; plain fwd %.1f bwd %.1f\n",
                 c->attn512_gflops[0][0], c->attn512_gflops[0][1], c->attn512_gflops[1][0],
                 c->attn512_gflops[1][1]);
+    if (c->llama_C[0] > 0) {
+        fprintf(f, "  Llama block GEMMs GFLOP/s:");
+        for (int r = 0; r < HPT_CAL_GEMM_ROWS; r++)
+            for (int i = 0; i < 2; i++)
+                fprintf(f, " %d rows C=%d FF=%d fwd %.1f bwd %.1f%s", c->gemm_rows[r], c->llama_C[i],
+                        c->llama_FF[i], c->llama_gemm_gflops[r][i][0], c->llama_gemm_gflops[r][i][1],
+                        r + 1 < HPT_CAL_GEMM_ROWS || i < 1 ? ";" : "\n");
+        fprintf(f, "  grouped-query attention GFLOP/s (T=128, NH 32, NKV 8): flash fwd %.1f bwd %.1f; "
+                "plain fwd %.1f bwd %.1f; ns/element: RMSNorm %.2f / %.2f, SwiGLU %.2f / %.2f, "
+                "RoPE %.2f / %.2f (fwd / bwd)\n", c->llama_attn_gflops[0][0], c->llama_attn_gflops[0][1],
+                c->llama_attn_gflops[1][0], c->llama_attn_gflops[1][1], c->llama_pw_ns[0],
+                c->llama_pw_ns[1], c->llama_pw_ns[2], c->llama_pw_ns[3], c->llama_pw_ns[4], c->llama_pw_ns[5]);
+    }
     fprintf(f, "  memory pass %.2f GB/s (read+write); memcpy %.2f GB/s; disk read %.2f GB/s, "
             "write %.2f GB/s%s\n", c->mem_gbps, c->host_copy_gbps, c->disk_read_gbps,
             c->disk_write_gbps, c->disk_read_gbps > 0 ? " (O_DIRECT)" : " (not measured)");
@@ -215,6 +228,10 @@ static void print_inputs(FILE *f, const hpt_cost *c) {
                 c->disk_write_gbps, c->disk_loss, c->disk_beside_s, c->disk_from_engine
                 ? "the engine's own rates, from a training run (train --record-rates)"
                 : "calibrate's standalone O_DIRECT rates");
+    if (c->engine_inline || c->llama_rates)
+        fprintf(f, "    %s%s%s\n", c->engine_inline ? "engine: jobs inline on the compute thread (no disk "
+                "home: no worker), serial with the compute" : "", c->engine_inline && c->llama_rates ? "; " : "",
+                c->llama_rates ? "Llama block at its own measured rates" : "");
     fprintf(f, "    parts: forward %.3f s, backward %.3f s, recompute %.3f s, pointwise %.3f s, "
             "update %.3f s, transfers %.3f s of which exposed %.3f s\n", c->fwd_s, c->bwd_s,
             c->recompute_s, c->pointwise_s, c->optim_s, c->transfer_s, c->exposed_s);

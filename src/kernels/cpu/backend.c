@@ -7,6 +7,7 @@
 #include "kernels/cpu/embed_kernels.h"
 #include "kernels/cpu/infer_ops.h"
 #include "kernels/cpu/llama_ops.h"
+#include "kernels/cpu/optime.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/kernels.h"
 
@@ -135,4 +136,5 @@ static const hpt_backend k_cpu = {
     .fill = k_fill,
 };
 
-const hpt_backend *hpt_backend_cpu(void) { return &k_cpu; }
+/* the op timer's copy when a benchmark turned it on (optime.h), else the table */
+const hpt_backend *hpt_backend_cpu(void) { return k_optime_enabled() ? k_optime_table(&k_cpu) : &k_cpu; }

@@ -15,5 +15,9 @@ uint64_t k_gemm_fallbacks(void);
 /* Testing: the next n k_gemm calls see dnnl_sgemm's status as a failure (invalid arguments)
  * without calling it; the API gives no way to make a valid call fail otherwise. */
 void k_gemm_fail_next(uint64_t n);
+/* k_matmul_forward's and k_matmul_backward's bias parts (the op timer calls them apart):
+ * out (N,OC) = or += bias row by row; dbias (OC) += column sums of dout (N,OC). */
+void k_matmul_bias_init(float *out, const float *bias, int64_t N, int64_t OC, int accumulate);
+void k_matmul_bias_grad(float *dbias, const float *dout, int64_t N, int64_t OC);
 
 #endif

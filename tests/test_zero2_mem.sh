@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# test_zero2_mem.sh HPTRAIN [HPTRAIN_ASAN]: ZeRO stage 2 in memory frees the blocks' gradients
+# layer by layer (docs/zero.md, "Stage 2's gradients"): each block's gradients go through one
+# block-sized slot and are reduce-scattered onto their owners at the block's done point.
+#  1. the same bits: 3 processes at --zero 2 write one process's model.bin (--accum 3 --zero 0)
+#     and shards that are its state.bin, with loss scaling (the overflow check reads the owners'
+#     sums); 2 processes with 8-bit Adam-mini state likewise;
+#  2. memory (3 processes, --accum 1 and 2): every rank's measured device peak = `hptrain estimate --procs N --rank r`; and the
+#     bytes stage 2 saves against stage 1 on each rank are derived here from the shape and the
+#     rank's run as its shard's header records it (stage 1: the whole flat gradients, 4P bytes,
+#     plus with --accum 2 a whole sum; stage 2: the non-block tensors' gradients, one block's
+#     slot, the run's block values, plus with --accum 2 the run's non-block values), and that
+#     difference is the measured peaks' difference, to the byte.
+# The sanitizer binary (when given) runs a --zero 2 --accum 2 run of 3 processes (LeakSanitizer
+# off: Open MPI's allocations live until exit). Skips (77) where mpirun is not installed.
+set -u
+bin=$1
+asan=${2:-}
+. "$(dirname "$0")/lib.sh"      # $tmp, bad, fail
+. "$(dirname "$0")/mpi_lib.sh"  # SKIP without mpirun; $mpi, mpi_shard
+. "$(dirname "$0")/zero_lib.sh" # same_run, shards_are
+mpi_shard "$tmp/train_000.bin"
+L=3 C=64
+shape="gpt2:L=$L,C=$C,NH=4,V=64,T=32"
+args=(--model "$shape" --data "$tmp/train_000.bin" --seq 32 --lr 3e-3 --warmup 2 --quiet)
+peak() { tail -1 "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)['mem_peak_bytes'])"; }
+
+# ---- 1. the same bits, 2. memory --------------------------------------------------------------
+ls=(--loss-scale dynamic)
+"$bin" train "${args[@]}" "${ls[@]}" --steps 2 --batch 1 --accum 3 --zero 0 --save "$tmp/one3" 2>/dev/null || bad "one process, accum 3"
+# stage 1 and stage 2 side by side, per rank: measured = estimated, and their difference derived
+for a in 1 2; do
+    for z in 1 2; do
+        d="$tmp/m$a$z"
+        "${mpi[@]}" -np 3 "$bin" train "${args[@]}" "${ls[@]}" --steps 2 --batch 1 --accum $a --zero $z --save "$d" \
+            --log "$d.%r.jsonl" 2>"$d.err" || { bad "np 3 accum $a --zero $z"; tail -5 "$d.err"; }
+        got=$(for r in 0 1 2; do peak "$d.$r.jsonl"; done | xargs)
+        est=$("$bin" estimate --model "$shape" --seq 32 --batch 1 --accum $a --zero $z --procs 3 --json |
+              python3 -c "import json,sys; print(' '.join(str(x) for x in json.load(sys.stdin)['per_process_peak_bytes']))")
+        echo "np 3 accum $a --zero $z: device bytes per process measured $got, estimated $est"
+        [ "$got" = "$est" ] || bad "np 3 accum $a --zero $z: measured $got, estimated $est"
+    done
+    python3 - "$tmp/m${a}1" "$tmp/m${a}2" 3 $a $L $C <<'PY' || bad "np 3 accum $a: stage 2's saving is not the derived one"
+import glob, json, struct, sys
+d1, d2, n, a, L, C = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:])
+Vp, maxT = 128, 32   # V=64 padded to a multiple of 128; T=32
+pre = Vp * C + maxT * C                   # wte, wpe: before the blocks
+blk = 12 * C * C + 13 * C                 # one block's values (GPT-2)
+P = pre + L * blk + 2 * C                 # + lnfw, lnfb after the blocks
+NB = P - L * blk
+def peak(d, r): return json.loads(open("%s.%d.jsonl" % (d, r)).read().splitlines()[-1])["mem_peak_bytes"]
+ok = True
+for r in range(n):
+    sh = glob.glob("%s/zero-*-%dof%d.bin" % (d2, r, n))[0]
+    h = struct.unpack("<8q", open(sh, "rb").read()[8:72])
+    lo, hi = h[4], h[5]                   # the rank's run of values (checkpoint order)
+    clamp = lambda x: min(max(x, pre), pre + L * blk)
+    own_blk = clamp(hi) - clamp(lo)       # its block values
+    own_nb = (hi - lo) - own_blk          # its non-block ones
+    g1 = 4 * P * (2 if a > 1 else 1)      # stage 1: flat gradients (+ the apart sum)
+    g2 = 4 * (NB + blk + own_blk + (own_nb if a > 1 else 0))
+    m1, m2 = peak(d1, r), peak(d2, r)
+    print("rank %d of %d, accum %d: run [%d, %d) of %d: device peak stage 1 %d, stage 2 %d; gradients %d -> %d (derived), measured difference %d"
+          % (r, n, a, lo, hi, P, m1, m2, g1, g2, m1 - m2))
+    ok &= hi <= P and m1 - m2 == g1 - g2 and g2 < g1
+sys.exit(0 if ok else 1)
+PY
+done
+cmp -s "$tmp/one3/model.bin" "$tmp/m12/model.bin" || bad "np 3 --zero 2: model.bin differs from accum 3's"
+shards_are "$tmp/m12" "$tmp/one3/state.bin" "np 3 --zero 2 (loss scaling)"
+q8=(--optimizer adam-mini --state-bits 8)
+"$bin" train "${args[@]}" "${q8[@]}" --steps 2 --batch 1 --accum 2 --zero 0 --save "$tmp/oneq" 2>/dev/null || bad "one process, adam-mini 8-bit"
+"${mpi[@]}" -np 2 "$bin" train "${args[@]}" "${q8[@]}" --steps 2 --batch 1 --zero 2 --save "$tmp/zq" 2>/dev/null || bad "np 2 --zero 2 adam-mini 8-bit"
+cmp -s "$tmp/oneq/model.bin" "$tmp/zq/model.bin" || bad "np 2 --zero 2 adam-mini 8-bit: model.bin differs"
+shards_are "$tmp/zq" "$tmp/oneq/state.bin" "np 2 --zero 2 adam-mini 8-bit"
+
+if [ -n "$asan" ]; then # the sanitizer binary's run of the stage-2 accum-2 case above
+    ASAN_OPTIONS=detect_leaks=0 "${mpi[@]}" -x ASAN_OPTIONS -np 3 "$asan" train "${args[@]}" "${ls[@]}" --steps 2 --batch 1 \
+        --accum 2 --zero 2 --save "$tmp/za" 2>"$tmp/asan.err" || { bad "sanitizer build, np 3 --zero 2 --accum 2"; tail -20 "$tmp/asan.err"; }
+    cmp -s "$tmp/za/model.bin" "$tmp/m22/model.bin" || bad "sanitizer build, np 3 --zero 2 --accum 2: model.bin differs from the plain build's"
+fi
+finish test_zero2_mem
