@@ -6,7 +6,8 @@
 # Long: runs under nice -n 19, JOBS (2) at a time; each run's process CPU time is recorded by
 # /usr/bin/time next to its log (the cost measure: wall-clock is noisy under shared load).
 # Usage: bench/bench_jump2.sh run CORPUS NAME SEED   one run: NAME is full, adam, linear,
-#                                                    jump_<grid setting> or jump_chosen
+#                                                    jump_<grid setting>, jump_chosen or
+#                                                    jump_x_<exploratory setting>
 #        bench/bench_jump2.sh queue FILE             lines "CORPUS NAME SEED"; jump_chosen
 #                                                    waits for the tuning runs and the rule
 # Env: BUILD (build), OUT (out/bench_jump2), STEPS (3000), JOBS (2).
@@ -27,6 +28,14 @@ mkdir -p "$out"
 declare -A grid=(
   [lin_s50_h200]="--full-steps 201 --jump-stride 50 --jump-snapshots 5 --jump-horizon 200 --jump-fit linear"
 )
+# the dropped settings, as they were registered: an exploratory, post-hoc check on the tuning
+# seed after the registered result (fourth session; they cannot change it, and the rule does
+# not see them: `choose` reads grid only). Run as jump_x_<name>, e.g. "mobydick jump_x_lin_s50_h50 1"
+declare -A explore=(
+  [lin_s100_h400]="--full-steps 401 --jump-stride 100 --jump-snapshots 5 --jump-horizon 400 --jump-fit linear"
+  [exp_s50_h200]="--full-steps 201 --jump-stride 50 --jump-snapshots 5 --jump-horizon 200 --jump-fit exp"
+  [lin_s50_h50]="--full-steps 201 --jump-stride 50 --jump-snapshots 5 --jump-horizon 50 --jump-fit linear"
+)
 jump=(--schedule hybrid --predictor jump --warmup-steps 200 --correct-steps 2
       --jump-search-batches 2 --jump-min-gain 2)
 # the first attempt's per-step setting (docs/predict.md), with adam or linear
@@ -39,6 +48,11 @@ run() { # CORPUS NAME SEED
   case "$name" in
     full) ;;
     adam|linear) flags=("${perstep[@]}" --predictor "$name") ;;
+    jump_x_*)
+      g=${name#jump_x_}
+      [ -n "${explore[$g]:-}" ] || { echo "unknown exploratory setting '$g'" >&2; return 1; }
+      # shellcheck disable=SC2206
+      flags=("${jump[@]}" ${explore[$g]}) ;;
     jump_*)
       g=${name#jump_}
       if [ "$g" = chosen ]; then
