@@ -149,7 +149,7 @@ if [ -z "${SKIP_GRID:-}" ]; then
   declare -A meas
   for g in "${grid[@]}"; do
     # shellcheck disable=SC2086
-    read -r p m <<<"$(measure2 gpt2-124m $g)"
+    read -r p m _ <<<"$(measure2 gpt2-124m $g)"
     meas["k${g}"]=$m
     printf "  %-45s predicted %8.3f measured %8.3f\n" "${g:-(defaults)}" "$p" "$m"
   done
@@ -165,9 +165,9 @@ if [ -z "${SKIP_GRID:-}" ]; then
     if ! "$bin" estimate --model gpt2-124m --batch 1 --seq "$T" --plan auto --memory $budget --host-memory 8GB >"$out/auto.txt" 2>&1; then
       echo "budget $budget: --plan auto finds no plan that fits"; continue
     fi
-    flags=$(sed -n 2p "$out/auto.txt" | sed -E 's/^ *--batch [0-9]+ --seq [0-9]+ ?//; s/(^| )--memory [0-9]+//; s/(^| )--host-memory [0-9]+//; s/^ *//')
+    flags=$(sed -n 2p "$out/auto.txt" | sed -E 's/^ *--batch [0-9]+ --seq [0-9]+ ?//; s/(^| )--memory [0-9.]+[A-Za-z]*//; s/(^| )--host-memory [0-9.]+[A-Za-z]*//; s/^ *//')
     # shellcheck disable=SC2086
-    read -r p m <<<"$(measure2 gpt2-124m $flags)"
+    read -r p m _ <<<"$(measure2 gpt2-124m $flags)"
     printf "budget %-7s auto: %-55s %8.3f s (predicted %.3f); grid's fastest: %-40s %8.3f s; auto/grid %.2f\n" \
       "$budget" "${flags:-(defaults)}" "$m" "$p" "${best:-(none fits)}" "$bestm" \
       "$(python3 -c "print($m/$bestm)")"

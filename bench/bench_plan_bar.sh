@@ -13,6 +13,8 @@
 #           4 GB (lossy: no lossless plan fits) and 8 GB (lossless and lossy), the person's plan
 #           (docs/offload.md: --offload disk --fused-update) and the slowest plan of the search
 #           that fits 8 GB (--offload disk --recompute full, 2 steps)
+#   GRID    bench_plan_auto.sh's hand grid (the second bar): gpt2-124m B=1 T=64, --plan auto's
+#           plan at 4 device budgets against the fastest fitting plan of the grid
 # PARTS (a regex over the part names, default all) runs some of them; each part's output goes to
 # OUT_DIR/NAME.txt and is printed.
 set -u
@@ -61,3 +63,8 @@ bud H2 llama3.2-1b "8GB" "" ""
 bud H2L llama3.2-1b "8GB" 1 ""
 bud H3 llama3.2-1b " " "" "--offload disk --fused-update"
 bud H4 llama3.2-1b " " "" "--offload disk --recompute full" 2
+if want GRID; then
+  flock "$lock" timeout 330 env REUSE=1 STEPS=3 T=64 CONFIGS='^$' \
+    bash "$here/bench_plan_auto.sh" "$bin" "$out" >"$out/GRID.txt" 2>&1
+  cat "$out/GRID.txt"
+fi
