@@ -2,7 +2,9 @@
 # without mpirun; Open MPI's settings for root, more ranks than cores and shared memory without
 # the single-copy mechanism (absent in containers); one thread per process; $mpi, the launcher;
 # mpi_shard FILE writes the token shard the tests train on (V=64: a 37-token pattern, 20% noise,
-# 30,000 tokens).
+# 30,000 tokens). same_but_norm DIR_A DIR_B WHAT: the two runs' model.bin equal and their state.bin
+# equal up to the header's previous-step norm (bytes 216..219) and the checksum over it (4 bytes
+# after the tensors); calls the caller's bad().
 if ! command -v mpirun >/dev/null; then echo "SKIP: mpirun not found"; exit 77; fi
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -18,4 +20,13 @@ t = [pat[i % 37] if random.random() < 0.8 else random.randrange(64) for i in ran
 open(sys.argv[1], "wb").write(
     struct.pack("<256i", *([20240520, 1, len(t)] + [0] * 253)) + struct.pack("<%dH" % len(t), *t))
 PY
+}
+same_but_norm() { # DIR_A DIR_B WHAT
+    python3 - "$1/state.bin" "$2/state.bin" <<'PY' || bad "$3: state.bin differs beyond the previous-step norm"
+import sys
+a, b = (open(p, "rb").read() for p in sys.argv[1:3])
+d = [i for i in range(len(a)) if a[i] != b[i] and not 216 <= i < 220] if len(a) == len(b) else [0, 9]
+sys.exit(0 if not d or d[-1] - d[0] < 4 else 1)
+PY
+    cmp -s "$1/model.bin" "$2/model.bin" || bad "$3: model.bin differs"
 }

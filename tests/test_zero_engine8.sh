@@ -43,16 +43,6 @@ np() { local N=$1 n=$2; shift 2
     "${mpi[@]}" -np "$N" "$bin" train "${args[@]}" "$@" --save "$tmp/$n" --log "$tmp/$n.%r.jsonl" 2>"$tmp/$n.err" ||
         { bad "$n"; tail -3 "$tmp/$n.err"; }
 }
-# state.bin up to its header's previous-step norm (bytes 216..219) and the checksum over it
-same_but_norm() { # DIR_A DIR_B WHAT
-    python3 - "$1/state.bin" "$2/state.bin" <<'PY' || bad "$3: state.bin differs beyond the previous-step norm"
-import sys
-a, b = (open(p, "rb").read() for p in sys.argv[1:3])
-d = [i for i in range(len(a)) if a[i] != b[i] and not 216 <= i < 220] if len(a) == len(b) else [0, 9]
-sys.exit(0 if not d or d[-1] - d[0] < 4 else 1)
-PY
-    cmp -s "$1/model.bin" "$2/model.bin" || bad "$3: model.bin differs"
-}
 # every rank's accounted peak per tier = the estimate for that rank
 check_mem() { # RUN N WHAT ESTIMATE-ARGS...
     local run=$1 N=$2 what=$3; shift 3
