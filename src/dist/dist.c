@@ -273,33 +273,28 @@ hpt_status dist_test(dist_req *rq, int *done) {
     *done = 1;
     if (!rq) return HPT_OK;
     lock();
-    hpt_status s = rq->err != HPT_OK ? rq->err : req_advance(rq);
+    hpt_status s = rq->err != HPT_OK ? hpt_fail(rq->err, "%s", rq->msg) : req_advance(rq);
     *done = rq->done;
     unlock();
-    if (s != HPT_OK && rq->err != HPT_OK) return hpt_fail(rq->err, "%s", rq->msg);
     return s;
 }
 
 hpt_status dist_wait(dist_req *rq) {
     if (!rq) return HPT_OK;
     hpt_status s = HPT_OK;
-    if (!rq->done) {
-        lock();
-        /* the rounds left: each waited for (with the timeout), summed, the next one posted */
-        while (s == HPT_OK && !rq->done && rq->err == HPT_OK) {
-            s = g_w.ops->chan_wait(g_w.ctx, rq->chan, rq->what);
-            if (s == HPT_OK) s = req_advance(rq);
-        }
-        unlock();
-        if (rq->err != HPT_OK) s = hpt_fail(rq->err, "%s", rq->msg);
+    lock(); /* rq's fields are the progress thread's too */
+    /* the rounds left: each waited for (with the timeout), summed, the next one posted */
+    while (s == HPT_OK && !rq->done && rq->err == HPT_OK) {
+        s = g_w.ops->chan_wait(g_w.ctx, rq->chan, rq->what);
+        if (s == HPT_OK) s = req_advance(rq);
     }
+    if (s == HPT_OK && rq->err != HPT_OK) s = hpt_fail(rq->err, "%s", rq->msg);
+    if (s == HPT_OK) g_w.inflight[rq->chan] = NULL;
+    unlock();
     if (s != HPT_OK) { /* the transport may still write it: left as it is */
         dist_abandon(rq);
         return s;
     }
-    lock();
-    g_w.inflight[rq->chan] = NULL;
-    unlock();
     free(rq->recv);
     free(rq);
     return HPT_OK;
