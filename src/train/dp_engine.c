@@ -5,7 +5,8 @@
  * rank takes the same (fused) update. The one-process twin of N processes with --accum 1 is
  * --accum N --zero 0: its micro-batches are summed apart, in the engine's exact mode by the
  * homes' write-back (dp_engine_micro). --zero 1-3: the engine's homes sharded over the
- * processes (dp_engine_shards; engine_z3.c). --accum K per process: eng_set_micro says where the
+ * processes (dp_engine_shards; engine_z3.c), and wte's, wpe's and lnf's optimizer state with them
+ * (dp_engine_zemb: their gradients reduce-scattered onto the owners; engine_zemb.c). --accum K per process: eng_set_micro says where the
  * processes' sum goes (engine_dist.c). */
 #include "core/core.h"
 #include "dist/dist.h"
@@ -40,6 +41,16 @@ int dp_engine_shards(const hpt_train_opts *o) {
 }
 
 hpt_status dp_engine_after_backward(struct offload_engine *e) { return e ? eng_z3_norm(e) : HPT_OK; }
+
+int dp_engine_zemb(hpt_trainer *tr) { return eng_zemb_on(model_engine(tr->model)); }
+
+hpt_status dp_engine_zemb_reduce(hpt_trainer *tr) {
+    return eng_zemb_reduce(model_engine(tr->model), model_table(tr->model), model_grads(tr->model));
+}
+
+hpt_status dp_engine_zemb_norm(hpt_trainer *tr) {
+    return eng_zemb_norm(model_engine(tr->model), model_table(tr->model), model_grads(tr->model));
+}
 
 /* The engine's collectives: the communication layer's rank-order ones (dist.h). */
 static const eng_comm k_comm = {dist_reduce_scatter_ranges, dist_allgather_ranges,
