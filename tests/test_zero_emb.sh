@@ -13,6 +13,8 @@
 #     fused stage 0 writes (N = 2);
 #  3. a stage-2 checkpoint (the non-block moments gathered from their owners into one process's
 #     file) resumes in one process (--accum 2 --zero 0) with the uninterrupted run's bits;
+#  5. --embeddings chunked or bf16 with 2 processes is refused by name (wte's chunks are updated
+#     in the backward from one process's gradient: their sum over the processes is not built);
 #  4. every rank's device bytes = `hptrain estimate --procs N --rank r`, and the non-block m and
 #     v left out on each rank sum to what is derived from the shape: stage 0's device bytes minus
 #     stage 2's, summed over the N ranks, = 2 moments x 4 bytes x (N - 1) x (Vp C + T C + 2 C).
@@ -90,6 +92,12 @@ left = sum(dev("z0", r) - dev("z2", r) for r in range(N))
 print("stage 0 - stage 2 device bytes summed over %d ranks: %d; 2 x 4 x (N-1) x %d non-block floats = %d" % (N, left, nf, 8 * (N - 1) * nf))
 sys.exit(0 if left == 8 * (N - 1) * nf and all(dev("z2", r) < dev("z0", r) for r in range(N)) else 1)
 PY
+# ---- 5. chunked and bf16 embeddings update wte in the backward from one rank's chunk: refused --
+for e in chunked bf16; do
+    "${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 1 --batch 2 --zero 2 "${host[@]}" --fused-update \
+        --embeddings $e 2>"$tmp/emb_$e.err" && bad "--embeddings $e with 2 processes ran"
+    grep -q "embeddings $e with 2 processes" "$tmp/emb_$e.err" || bad "--embeddings $e: no message naming it"
+done
 ls "$TMPDIR" | grep -q "hpt-zero3-rank" && bad "a rank's scratch checkpoint was left behind"
 
 [ $fail = 0 ] && echo "test_zero_emb: all passed"

@@ -24,6 +24,12 @@
 
 hpt_status dp_engine_check(const hpt_train_opts *o) {
     int N = hpt_dist_size();
+    if (N > 1 && o->offload.embeddings != HPT_EMB_FULL) /* embed.c: wte's chunks updated in the
+                                                         * backward, from this rank's gradient */
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--embeddings %s with %d processes: wte is updated "
+                        "chunk by chunk in the backward from one process's gradient (the chunks' "
+                        "sum over the processes is not built); use --embeddings full",
+                        hpt_embeddings_name((hpt_embeddings)o->offload.embeddings), N);
     if (N == 1 || !hpt_offload_active(&o->offload) || o->accum <= 1) return HPT_OK;
     /* each process sums its micro-batches apart in the engine's homes (engine_dist.c) */
     hpt_status s = eng_check_add_home(&o->offload);
