@@ -24,12 +24,6 @@
 
 hpt_status dp_engine_check(const hpt_train_opts *o) {
     int N = hpt_dist_size();
-    if (N > 1 && o->offload.embeddings != HPT_EMB_FULL) /* embed.c: wte's chunks updated in the
-                                                         * backward, from this rank's gradient */
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "--embeddings %s with %d processes: wte is updated "
-                        "chunk by chunk in the backward from one process's gradient (the chunks' "
-                        "sum over the processes is not built); use --embeddings full",
-                        hpt_embeddings_name((hpt_embeddings)o->offload.embeddings), N);
     if (N == 1 || !hpt_offload_active(&o->offload) || o->accum <= 1) return HPT_OK;
     /* each process sums its micro-batches apart in the engine's homes (engine_dist.c) */
     hpt_status s = eng_check_add_home(&o->offload);
@@ -64,6 +58,18 @@ static const eng_comm k_comm = {dist_reduce_scatter_ranges, dist_allgather_range
 
 void dp_engine_setup(struct offload_engine *e) {
     if (e) eng_set_comm(e, hpt_dist_size() > 1 ? &k_comm : NULL);
+}
+
+/* Chunked and bf16 embeddings update wte (and an untied head) chunk by chunk in the backward
+ * (embed.c): each chunk's gradient summed over the processes first, in rank order. */
+static hpt_status emb_chunk_sum(void *ctx, float *g, size_t n) {
+    (void)ctx;
+    return dist_allreduce_f32(g, n, "a chunk of wte's gradient");
+}
+
+void dp_engine_emb(hpt_trainer *tr) {
+    if (hpt_dist_size() > 1 && model_embeddings(tr->model) != HPT_EMB_FULL)
+        gpt2_set_emb_sum(tr->model, emb_chunk_sum, NULL);
 }
 
 hpt_status dp_engine_micro(struct offload_engine *e, int k, int K) {

@@ -134,6 +134,9 @@ hpt_status dp_engine_after_backward(struct offload_engine *e);
  * (dp_engine_zemb_reduce, instead of the all-reduce) and the norm's parts gathered
  * (dp_engine_zemb_norm, after the last micro-batch's sum). Collective. */
 int dp_engine_zemb(hpt_trainer *tr);
+/* After the model is made: with many processes, chunked or bf16 embeddings' chunks of wte's
+ * gradient are summed over them in the backward, before their norm and update (embed.c). */
+void dp_engine_emb(hpt_trainer *tr);
 hpt_status dp_engine_zemb_reduce(hpt_trainer *tr);
 hpt_status dp_engine_zemb_norm(hpt_trainer *tr);
 /* ZeRO-3, a rank other than 0: save (the gathers are collective) into a scratch directory,

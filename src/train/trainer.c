@@ -320,6 +320,7 @@ static hpt_status setup(hpt_trainer *tr) {
     if (model_engine(tr->model) && o->loss_scale.mode != HPT_LOSS_SCALE_OFF) /* fp32 homes too: */
         eng_check_grads(model_engine(tr->model), 1); /* non-finite values skip a step */
     dp_engine_setup(model_engine(tr->model)); /* many processes: blocks summed at grads_done */
+    dp_engine_emb(tr); /* and wte's chunks in the backward (chunked, bf16 embeddings) */
     HPT_CHECK(dp_sink_attach(&tr->dp, tr->mem, tr->model, tr->opt, /* stage 2: by layer */
                              o->accum > 1 ? o->accum : 1));
     hpt_status s = hpt_model_set_act_opts(tr->model, &o->act); /* before the first forward */
