@@ -14,7 +14,8 @@
 #  3. a stage-2 checkpoint (the non-block moments gathered from their owners into one process's
 #     file) resumes in one process (--accum 2 --zero 0) with the uninterrupted run's bits;
 #  5. --embeddings chunked with 2 processes (wte's chunks summed over them in the backward before
-#     their norm and update): stage 3 writes stage 0's bits, and both stay within 1e-4 of one
+#     their norm and update, each owner updating its part of a chunk): stage 3 writes stage 0's
+#     bits, its bytes per rank are the estimate's, and both stay within 1e-4 of one
 #     process with the whole batch (the order of the sums differs; without the chunks' sum the
 #     weights were 3.5e-3 apart);
 #  4. every rank's device bytes = `hptrain estimate --procs N --rank r`, and the non-block m and
@@ -100,6 +101,7 @@ one c1 "${ch[@]}" --batch 4
 np 2 c0 "${ch[@]}" --batch 2 --zero 0
 np 2 c3 "${ch[@]}" --batch 2 --zero 3
 same_run "$tmp/c0" "$tmp/c3" "chunked embeddings fused np 2: zero 3 vs zero 0"
+check_mem c3 2 "chunked zero 3 np 2" --model "$shape" --seq 32 --batch 2 --zero 3 "${ch[@]}"
 python3 - "$tmp/c1/model.bin" "$tmp/c0/model.bin" <<'PY' || bad "chunked np 2 is not one process's batch 4 up to the sums' order"
 import struct, sys
 a, b = (open(p, "rb").read()[1024:] for p in sys.argv[1:3])

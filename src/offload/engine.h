@@ -42,7 +42,9 @@ int eng_cuts(const offload_engine *e, int q, size_t *a, size_t *z);
 int eng_cut_of(const hpt_offload_opts *o, int n_slices, const size_t *slice_n,
                const size_t *slice_row, int rank, size_t *a, size_t *z);
 /* ZeRO over the non-block tensors (wte, wpe, the final layernorm: engine_zemb.c, its layout in
- * the header comment there). eng_zemb_on: 1 when they are cut (stages 1-3, full embeddings).
+ * the header comment there). eng_zemb_on: 1 when they are cut (stages 1-3, full or chunked
+ * embeddings). skip: bit i set when tensor i's gradient is not in the flat gradients g (chunked
+ * embeddings' wte: summed chunk by chunk in the backward, its norm the model's).
  * eng_zemb_cut_of / eng_zemb_cuts: rank q's part [a[i], z[i]) of each non-block tensor i of t
  * (table indices; block tensors untouched), from the options or the engine; returns the
  * shards (1: whole). The rest is collective: eng_zemb_reduce reduce-scatters the flat non-block
@@ -55,8 +57,8 @@ int eng_zemb_on(const offload_engine *e);
 int eng_zemb_cut_of(const hpt_offload_opts *o, const hpt_tensor_table *t, int q, size_t *a,
                     size_t *z);
 int eng_zemb_cuts(const offload_engine *e, const hpt_tensor_table *t, int q, size_t *a, size_t *z);
-hpt_status eng_zemb_reduce(offload_engine *e, const hpt_tensor_table *t, float *g);
-hpt_status eng_zemb_norm(offload_engine *e, const hpt_tensor_table *t, const float *g);
+hpt_status eng_zemb_reduce(offload_engine *e, const hpt_tensor_table *t, float *g, uint32_t skip);
+hpt_status eng_zemb_norm(offload_engine *e, const hpt_tensor_table *t, const float *g, uint32_t skip);
 int eng_zemb_sumsq(const offload_engine *e, int i, double *s);
 void eng_zemb_norm_used(offload_engine *e);
 hpt_status eng_zemb_gather(offload_engine *e, const hpt_tensor_table *t, float *flat);

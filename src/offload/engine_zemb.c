@@ -23,12 +23,17 @@
  * lies on one owner, which sums it as k_sumsq does; eng_zemb_norm gathers the chunk sums (N x
  * tensors x 64 doubles) and adds them in k_sumsq's order on every rank (eng_zemb_sumsq).
  *
+ * Chunked embeddings (fp32 weights in the flat buffer as full ones, no whole wte gradient: the
+ * flat gradients leave wte out, the skip mask of eng_zemb_reduce and eng_zemb_norm): wte's
+ * chunks are summed over the processes in the backward (the trainer's gpt2_set_emb_sum, an
+ * all-reduce, so every rank takes a chunk's sum of squares itself), each owner updates its part
+ * of each chunk (optim.c's emb_update), and the all-gather after the step covers wte too. bf16
+ * embeddings (weights in bf16 outside the flat buffer) keep their state whole (eng_zemb_on 0).
  * Stage 3 keeps the non-block weights whole on every rank (replicated, as at stages 1-2): with
  * full embeddings the head reads every row of wte at the forward's end and the backward's start
  * and the encoder wte's and wpe's rows at the forward's start, and the whole gradient is written
  * at both ends of the backward, so the peak holds whole wte weights and gradients on every rank
- * whether or not they are gathered in between. Chunked or bf16 embeddings keep everything
- * replicated (not cut: eng_zemb_on is 0).
+ * whether or not they are gathered in between (chunked: the weights, not the gradient).
  * Every call here is collective (every rank, the same order); the worker never calls it. */
 #include "offload/engine_int.h"
 
@@ -37,8 +42,11 @@
 
 #define ZEMB_CHUNKS 64 /* k_sumsq's K_CHUNKS (src/kernels/cpu/pointwise.c) */
 
+/* Full or chunked embeddings keep wte, wpe, lnf fp32 in the flat weights (bf16 ones do not). */
+static int cut_kind(int emb) { return emb == HPT_EMB_FULL || emb == HPT_EMB_CHUNKED; }
+
 int eng_zemb_on(const offload_engine *e) {
-    return e && e->z3 && e->o.shards > 1 && e->o.embeddings == HPT_EMB_FULL;
+    return e && e->z3 && e->o.shards > 1 && cut_kind(e->o.embeddings);
 }
 
 /* The non-block tensors of t (table indices, in order), their sizes and rows; returns how many. */
@@ -65,7 +73,7 @@ static void ranges(const hpt_tensor_table *t, int N, size_t *lo, size_t *hi) {
 
 int eng_zemb_cut_of(const hpt_offload_opts *o, const hpt_tensor_table *t, int q, size_t *a,
                     size_t *z) {
-    int N = o->shards > 1 && o->embeddings == HPT_EMB_FULL ? HPT_MIN(o->shards, 64) : 1;
+    int N = o->shards > 1 && cut_kind(o->embeddings) ? HPT_MIN(o->shards, 64) : 1;
     size_t lo[64] = {0}, hi[64];
     int idx[HPT_TABLE_MAX];
     size_t n[HPT_TABLE_MAX], row[HPT_TABLE_MAX], off = 0;
@@ -102,10 +110,27 @@ static hpt_status comm_of(const offload_engine *e) {
                     "without their collectives (eng_set_comm)", e->o.shards);
 }
 
-hpt_status eng_zemb_reduce(offload_engine *e, const hpt_tensor_table *t, float *g) {
+/* Values of the skipped tensors (bit i of skip: table index i) before x of the concatenation:
+ * x minus it is x's place in the flat gradients, which leave those tensors out. */
+static size_t skipped_before(const hpt_tensor_table *t, uint32_t skip, size_t x) {
+    size_t off = 0, c = 0;
+    for (int i = 0; i < t->n; i++) {
+        if (t->t[i].layer == HPT_LAYER_STACKED) continue;
+        size_t n = hpt_tensor_numel(&t->t[i]);
+        if (skip >> i & 1u) c += x <= off ? 0 : HPT_MIN(x - off, n);
+        off += n;
+    }
+    return c;
+}
+
+hpt_status eng_zemb_reduce(offload_engine *e, const hpt_tensor_table *t, float *g, uint32_t skip) {
     size_t lo[64], hi[64];
     HPT_CHECK(comm_of(e));
     ranges(t, e->o.shards, lo, hi);
+    for (int q = 0; q < e->o.shards; q++) { /* the flat gradients' coordinates */
+        lo[q] -= skipped_before(t, skip, lo[q]);
+        hi[q] -= skipped_before(t, skip, hi[q]);
+    }
     return e->comm->reduce_scatter(g, lo, hi, "wte's, wpe's and lnf's gradients (ZeRO)");
 }
 
@@ -116,7 +141,7 @@ static double chunk_sumsq(const float *x, size_t n) {
     return s;
 }
 
-hpt_status eng_zemb_norm(offload_engine *e, const hpt_tensor_table *t, const float *g) {
+hpt_status eng_zemb_norm(offload_engine *e, const hpt_tensor_table *t, const float *g, uint32_t skip) {
     int idx[HPT_TABLE_MAX];
     size_t n[HPT_TABLE_MAX], row[HPT_TABLE_MAX], lo[64], hi[64];
     int k = nonblock(t, idx, n, row), N = e->o.shards;
@@ -127,14 +152,15 @@ hpt_status eng_zemb_norm(offload_engine *e, const hpt_tensor_table *t, const flo
     double *part = calloc(per * (size_t)(N + 1), sizeof(double)); /* a few KiB */
     if (!part) return hpt_fail(HPT_ERR_OOM, "the non-block gradients' norm (ZeRO)");
     double *all = part + per;
-    size_t off = 0;
+    size_t off = 0, goff = 0; /* the concatenation's and the flat gradients' */
     for (int j = 0; j < k; j++) { /* this rank's chunks: those starting in its range */
         size_t chunk = (n[j] + ZEMB_CHUNKS - 1) / ZEMB_CHUNKS;
-        for (size_t c = 0; c < ZEMB_CHUNKS; c++) {
+        for (size_t c = 0; c < ZEMB_CHUNKS && !(skip >> idx[j] & 1u); c++) {
             size_t a = HPT_MIN(c * chunk, n[j]), len = HPT_MIN(chunk, n[j] - a), u = off + a;
-            part[(size_t)j * ZEMB_CHUNKS + c] = len && u >= lo[r] && u < hi[r] ? chunk_sumsq(g + u, len) : 0.0;
+            part[(size_t)j * ZEMB_CHUNKS + c] = len && u >= lo[r] && u < hi[r] ? chunk_sumsq(g + goff + a, len) : 0.0;
         }
         off += n[j];
+        goff += skip >> idx[j] & 1u ? 0 : n[j];
     }
     hpt_status s = e->comm->allgather_raw(part, per * sizeof(double), all, "the non-block norm's parts (ZeRO)");
     off = 0;

@@ -314,6 +314,15 @@ static void emb_update(void *ctx, int i, size_t off, hpt_be_param p, const float
     hpt_optim *op = ctx;
     if (!op->armed) return; /* a backward outside a step's begin and end: gradients only */
     p.seed = sr_seed(op);
+    if (op->nbcut) { /* ZeRO: this rank's part of the chunk (every rank holds the chunk's sum) */
+        const tensor_layout *tl = &op->lay.t[i];
+        size_t a = HPT_MAX(off, tl->ca), z = HPT_MIN(off + n, tl->ca + tl->cn);
+        if (z <= a) return;
+        p.f32 += a - off; /* chunked embeddings: fp32 weights */
+        g += a - off;
+        off = a;
+        n = z - a;
+    }
     update_range(op, op->be, i, 0, off, p, g, n, op->lr_now, op->scale_now);
 }
 
@@ -665,7 +674,7 @@ static double grad_sumsq(const hpt_optim *op) {
             /* chunked embeddings: the head's (and an untied wte's) sum of squares, chunk by
              * chunk, from the backward (embed.c) */
             double cs; /* ZeRO: the owners' chunk sums (engine_zemb.c) */
-            if (op->nbcut) s += eng_zemb_sumsq(eng, i, &cs) ? cs : (double)NAN;
+            if (op->nbcut && !model_emb_deferred(m, i)) s += eng_zemb_sumsq(eng, i, &cs) ? cs : (double)NAN;
             else s += model_emb_deferred(m, i) ? model_emb_sumsq(m, i)
                                                : op->be->sumsq(gpt2_nonblock_grad(m, i), tl->sn);
             continue;

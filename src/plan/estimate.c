@@ -211,7 +211,8 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
         for (int i = 0; i < tab.n; i++)
             if (tab.t[i].layer != HPT_LAYER_STACKED) nheld += nz[i] - na[i];
         if (mv_homes) { /* hpt_optim_create: m, v (the non-block tensors') */
-            dev[HPT_CAT_OPTIM] = o->training ? 2 * (so.shards > 1 && o->offload.embeddings == HPT_EMB_FULL ? nheld : nf) * 4 : 0;
+            dev[HPT_CAT_OPTIM] = o->training ? 2 * (so.shards > 1 && (o->offload.embeddings == HPT_EMB_FULL ||
+                                                o->offload.embeddings == HPT_EMB_CHUNKED) ? nheld : nf) * 4 : 0;
         } else if (o->training && so.shards > 1) { /* ZeRO: the blocks' state of this rank's cut */
             size_t ca[ENG_MAX_SLICES], cz[ENG_MAX_SLICES];
             uint64_t ob[HPT_OPTIM_NUM_BUFS];

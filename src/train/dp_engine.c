@@ -44,12 +44,23 @@ hpt_status dp_engine_after_backward(struct offload_engine *e) { return e ? eng_z
 
 int dp_engine_zemb(hpt_trainer *tr) { return eng_zemb_on(model_engine(tr->model)); }
 
+/* The non-block tensors whose gradient is not in the flat buffer (chunked embeddings' wte). */
+static uint32_t deferred(hpt_trainer *tr) {
+    const hpt_tensor_table *t = model_table(tr->model);
+    uint32_t skip = 0;
+    for (int i = 0; i < t->n && i < 32; i++)
+        if (t->t[i].layer != HPT_LAYER_STACKED && model_emb_deferred(tr->model, i)) skip |= 1u << i;
+    return skip;
+}
+
 hpt_status dp_engine_zemb_reduce(hpt_trainer *tr) {
-    return eng_zemb_reduce(model_engine(tr->model), model_table(tr->model), model_grads(tr->model));
+    return eng_zemb_reduce(model_engine(tr->model), model_table(tr->model), model_grads(tr->model),
+                           deferred(tr));
 }
 
 hpt_status dp_engine_zemb_norm(hpt_trainer *tr) {
-    return eng_zemb_norm(model_engine(tr->model), model_table(tr->model), model_grads(tr->model));
+    return eng_zemb_norm(model_engine(tr->model), model_table(tr->model), model_grads(tr->model),
+                         deferred(tr));
 }
 
 /* The engine's collectives: the communication layer's rank-order ones (dist.h). */
