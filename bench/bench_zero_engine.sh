@@ -129,7 +129,7 @@ fi
 if [[ $parts == *e* ]]; then
 echo "== (e) model state per process (params + grads + optim, all tiers), B=1 T=64, --offload host =="
 for m in gpt2-124m gpt2-350m; do
-    for opt in "" "--state-bits 8"; do
+    for opt in "" "--state-bits 8" "--fused-update --embeddings chunked"; do
         for n in 2 4; do
             # shellcheck disable=SC2086 # $opt is several options
             python3 - "$bin" "$m" "$n" $opt <<'PY'
@@ -140,7 +140,7 @@ def state(z, r):
         "--offload", "host", "--zero", str(z), "--procs", str(n), "--rank", str(r)] + opt))["bytes"]
     return sum(e[t][c] for t in e for c in ("params", "grads", "optim"))
 s0 = state(0, 0)
-row = "%-9s %-16s N=%d: stage 0 %7.1f MiB" % (m, " ".join(opt) or "AdamW fp32", n, s0 / 2**20)
+row = "%-9s %-36s N=%d: stage 0 %7.1f MiB" % (m, " ".join(opt) or "AdamW fp32", n, s0 / 2**20)
 for z in (1, 2, 3):
     big = max(state(z, r) for r in range(n))
     row += "; stage %d %7.1f MiB (%.3f x, 1/N = %.3f)" % (z, big / 2**20, big / s0, 1 / n)
