@@ -46,7 +46,10 @@
  * tensors this file keeps (not AdamW fp32's, which is the engine's) holds of every layer's slice
  * only this rank's part [ca, ca + cn) (eng_cuts: on 8-bit blocks and Adam-mini rows), packed as
  * the whole layout; the engine's callback names the part's offset; checkpoints gather and keep
- * the parts (optim_emit_cut, optim_absorb_cut).
+ * the parts (optim_emit_cut, optim_absorb_cut). The non-block tensors' state (op->nbcut: full or
+ * chunked embeddings) is this rank's range of their concatenation (eng_zemb_cuts, engine_zemb.c):
+ * each owner updates its range (a chunk's part with chunked embeddings), the engine all-gathers
+ * the updated weights, and the norm takes their sums of squares from the owners' chunk sums.
  * Tensors are the table's: sizes from their descriptors, weight decay by is_matrix, the tied
  * embedding's update deferred to the model with chunked embeddings; nothing here names one
  * architecture's tensors.
