@@ -205,13 +205,20 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
         hpt_offload_opts so = o->offload;
         so.shards = o->zero >= 1 && procs > 1 ? procs : 0;
         so.zero = o->zero;
-        if (mv_homes) {
-            dev[HPT_CAT_OPTIM] = o->training ? 2 * nf * 4 : 0; /* hpt_optim_create: m, v */
+        /* ZeRO: the non-block tensors' state of this rank's part (engine_zemb.c) */
+        size_t na[HPT_TABLE_MAX], nz[HPT_TABLE_MAX];
+        eng_zemb_cut_of(&so, &tab, o->rank, na, nz);
+        uint64_t nheld = 0;
+        for (int i = 0; i < tab.n; i++)
+            if (tab.t[i].layer != HPT_LAYER_STACKED) nheld += nz[i] - na[i];
+        if (mv_homes) { /* hpt_optim_create: m, v (the non-block tensors') */
+            dev[HPT_CAT_OPTIM] = o->training ? 2 * (so.shards > 1 && (o->offload.embeddings == HPT_EMB_FULL ||
+                                                o->offload.embeddings == HPT_EMB_CHUNKED) ? nheld : nf) * 4 : 0;
         } else if (o->training && so.shards > 1) { /* ZeRO: the blocks' state of this rank's cut */
             size_t ca[ENG_MAX_SLICES], cz[ENG_MAX_SLICES];
             uint64_t ob[HPT_OPTIM_NUM_BUFS];
             eng_cut_of(&so, tab.n_slices, sn, rows, o->rank, ca, cz);
-            optim_cut_bytes(c, &o->adamw, ca, cz, ob);
+            optim_cut_bytes(c, &o->adamw, ca, cz, na, nz, ob);
             dev[HPT_CAT_OPTIM] = 0;
             for (int b = 0; b < HPT_OPTIM_NUM_BUFS; b++) dev[HPT_CAT_OPTIM] += ob[b];
         }

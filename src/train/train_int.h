@@ -129,6 +129,16 @@ int dp_engine_shards(const hpt_train_opts *o);
 int dp_engine_per_micro(const hpt_train_opts *o);
 /* After a step's backward (collective): ZeRO-3's blocks' sums of squares (eng_z3_norm). */
 hpt_status dp_engine_after_backward(struct offload_engine *e);
+/* ZeRO with the engine and full embeddings (engine_zemb.c): 1 when wte's, wpe's and lnf's state
+ * is cut among the owners; then their flat gradients are reduce-scattered onto the owners
+ * (dp_engine_zemb_reduce, instead of the all-reduce) and the norm's parts gathered
+ * (dp_engine_zemb_norm, after the last micro-batch's sum). Collective. */
+int dp_engine_zemb(hpt_trainer *tr);
+/* After the model is made: with many processes, chunked or bf16 embeddings' chunks of wte's
+ * gradient are summed over them in the backward, before their norm and update (embed.c). */
+void dp_engine_emb(hpt_trainer *tr);
+hpt_status dp_engine_zemb_reduce(hpt_trainer *tr);
+hpt_status dp_engine_zemb_norm(hpt_trainer *tr);
 /* ZeRO-3, a rank other than 0: save (the gathers are collective) into a scratch directory,
  * then remove it; rank 0 writes the checkpoint. */
 hpt_status dp_engine_save_follow(hpt_trainer *tr, hpt_status (*save)(hpt_trainer *));
