@@ -69,6 +69,14 @@ typedef float v16 __attribute__((vector_size(64)));
  * change the ABI where the compiler is not told of AVX-512) */
 #define VLD(v, p) memcpy(&(v), (p), sizeof(v16))
 #define VST(p, v) memcpy((p), &(v), sizeof(v16))
+/* REG(v): v is kept in a register from here on (an empty asm the compiler cannot see into):
+ * GCC otherwise folds the load into each multiply that reads v, and a register block of R
+ * rows then loads each vector R times (the loads, not the arithmetic, bounded the loops) */
+#ifdef __AVX512F__
+#define REG(v) __asm__("" : "+v"(v))
+#else
+#define REG(v) (void)0
+#endif
 
 /* dst (hc, FA_BC) = the columns [i0, i0 + hc) of nk rows at src (row stride W), transposed;
  * keys nk .. FA_BC - 1 are 0 (their scores are computed and never read). With AVX-512, in
@@ -129,7 +137,10 @@ static inline __attribute__((always_inline)) void scores_rb(float (*S)[FA_BC], c
     for (int i = 0; i < hc; i++) {
         const float *k = Kt + i * FA_BC;
         v16 kv[FA_BC / 16];
-        for (int u = 0; u < NU; u++) VLD(kv[u], k + 16 * u);
+        for (int u = 0; u < NU; u++) {
+            VLD(kv[u], k + 16 * u);
+            REG(kv[u]);
+        }
         for (int r = 0; r < FA_RB; r++) {
             const float xi = x[r * xs + i];
             for (int u = 0; u < NU; u++) acc[r][u] += xi * kv[u];
@@ -216,7 +227,10 @@ static void axpy_block(float *y, int64_t ys, const float *c, int crs, int cjs, c
     for (int j = 0; j < n; j++) {
         const float *xj = x + j * xs;
         v16 xv[NV];
-        for (int u = 0; u < NV; u++) VLD(xv[u], xj + 16 * u);
+        for (int u = 0; u < NV; u++) {
+            VLD(xv[u], xj + 16 * u);
+            REG(xv[u]);
+        }
         for (int r = 0; r < FA_AB; r++) {
             const float cj = c[r * crs + j * cjs];
             for (int u = 0; u < NV; u++) acc[r][u] += cj * xv[u];
@@ -242,6 +256,7 @@ static void axpy_rows_n(float *y, int64_t ys, int ny, const float *c, int crs, i
  * (rows hs apart) when a head fits FA_HM columns, so the tile's rows share a few pages instead
  * of one page per row (qkv's rows are W floats apart: the TLB, not the arithmetic, bounded the
  * loops); else src itself. *xs: the stride of what is returned. Copies change no value. */
+__attribute__((optimize("no-tree-loop-distribute-patterns"))) /* GCC made the copy a call */
 static const float *compact(float *buf, const float *src, int n, int64_t stride, int hs,
                             int64_t *xs) {
     if (hs > FA_HM) {
