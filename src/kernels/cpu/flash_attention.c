@@ -29,11 +29,14 @@
  * row of dK or dV). Heads up to FA_HM wide have their tiles' rows copied compact first
  * (qkv's rows are pages apart). The tiles live on the stack (80 KiB forward, 112 KiB
  * backward), so the kernels never allocate; the OpenMP threads' stacks are megabytes.
- * The four P/dS products run FA_AB output rows at a time (FA_AB x FA_HC/16 accumulators in
+ * The four P/dS products run FA_AB output rows at a time (FA_AB x 4 vector accumulators in
  * registers, each x row loaded once for the block instead of once per output row); a block's
  * rows whose sums are shorter (the causal diagonal) get zero coefficients for the rest, and
  * acc + 0 * x = acc, so each row's sum and bits are the single row's. On a diagonal tile the
- * scores of a row block stop at the 16-key chunk holding its last row's key. */
+ * scores of a row block stop at the VW-key chunk holding its last row's key. The vectors are
+ * the ISA's width (VW floats: 16 with AVX-512, 8 with AVX2, 4 below), so the same code keeps
+ * its accumulators in registers on each (a 64-byte vector on AVX2 went through the stack:
+ * 15x slower). */
 #include "kernels/kernels.h"
 #include "kernels/cpu/vmath.h"
 
@@ -43,11 +46,22 @@
 #include <immintrin.h>
 #endif
 
+/* VB: the bytes of the widest vector register the build may use */
+#if defined(__AVX512F__)
+#define VB 64
+#elif defined(__AVX__)
+#define VB 32
+#else
+#define VB 16
+#endif
+#define VW (VB / 4) /* floats per vector */
+
 #define FA_BR 64 /* query rows per tile */
 #define FA_BC 64 /* keys per tile */
-#define FA_HC 64 /* head columns per transposed chunk and per accumulator */
-/* rows whose scores (FA_RB) or P/dS products (FA_AB) are accumulated together: their
- * accumulators fill AVX-512's 32 registers, or AVX2's 16 (blocking changes no sum's order) */
+#define FA_HC (4 * VW) /* head columns per transposed chunk and per accumulator row */
+/* rows whose scores (FA_RB) or P/dS products (FA_AB) are accumulated together, 4 vectors a
+ * row: their accumulators fill AVX-512's 32 registers, or 16 (blocking changes no sum's
+ * order) */
 #ifdef __AVX512F__
 #define FA_RB 4
 #define FA_AB 4
@@ -57,23 +71,25 @@
 #endif
 #define FA_HM 64 /* the widest head whose tiles are copied compact (stack: 4 tiles) */
 
-/* 16 floats as one value (GCC's vector extension): a zmm register with AVX-512, two ymm with
- * AVX2; the FA_HC-wide accumulators below are FA_HC / 16 of these, so they stay in registers
- * (an array accumulator went to the stack on every add). Each lane's operations are the
- * scalar loop's (a multiply, then an add), so both paths give the same bits. */
-typedef float v16 __attribute__((vector_size(64)));
-#define NV (FA_HC / 16)
-/* v = 16 floats at p, and back (unaligned; macros: a 64-byte vector passed by value would
- * change the ABI where the compiler is not told of AVX-512) */
-#define VLD(v, p) memcpy(&(v), (p), sizeof(v16))
-#define VST(p, v) memcpy((p), &(v), sizeof(v16))
+/* VW floats as one value (GCC's vector extension): one register; the FA_HC-wide accumulators
+ * below are NV of these, so they stay in registers (an array accumulator went to the stack on
+ * every add). Each lane's operations are the scalar loop's (a multiply, then an add), so
+ * every width gives the same bits. */
+typedef float vf __attribute__((vector_size(VB)));
+#define NV (FA_HC / VW)
+/* v = VW floats at p, and back: unaligned loads and stores through a type that may alias
+ * floats (macros: a vector passed by value would change the ABI where the compiler is not
+ * told of the ISA; a memcpy became two 16-byte moves and a stalled reload with AVX2) */
+typedef float vfu __attribute__((vector_size(VB), aligned(4), may_alias));
+#define VLD(v, p) ((v) = *(const vfu *)(const void *)(p))
+#define VST(p, v) (*(vfu *)(void *)(p) = (v))
 /* REG(v): v is kept in a register from here on (an empty asm the compiler cannot see into):
  * GCC otherwise folds the load into each multiply that reads v, so a register block of R
  * rows loads each vector R times (the backward 2% faster at T=256 without those loads) */
-#ifdef __AVX512F__
+#if defined(__AVX512F__)
 #define REG(v) __asm__("" : "+v"(v))
 #else
-#define REG(v) (void)0
+#define REG(v) __asm__("" : "+x"(v))
 #endif
 
 /* dst (hc, FA_BC) = the columns [i0, i0 + hc) of nk rows at src (row stride W), transposed;
@@ -121,22 +137,24 @@ static void transpose_tile(float *dst, const float *src, int nk, int i0, int hc,
 }
 
 /* S[r][j] (+)= sum_{i < hc} x_r[i] * Kt[i][j] for FA_RB rows x_r = x + r * xs and the keys
- * j < 16 * NU, each sum in order of i (NU a constant: the accumulators stay in registers);
- * z: the sums start from 0 (the first chunk of columns; S is not read: no memset first). */
-static inline __attribute__((always_inline)) void scores_rb(float (*S)[FA_BC], const float *x,
-                                                            int64_t xs, const float *Kt, int hc,
+ * c0 <= j < c0 + VW * NU, each sum in order of i (NU <= 4 a constant: the accumulators stay
+ * in registers); z: the sums start from 0 (the first chunk of columns; S is not read: no
+ * memset first). */
+static inline __attribute__((always_inline)) void scores_rb(float (*S)[FA_BC], int c0,
+                                                            const float *x, int64_t xs,
+                                                            const float *Kt, int hc,
                                                             const int NU, int z) {
-    v16 acc[FA_RB][FA_BC / 16];
+    vf acc[FA_RB][4];
     for (int r = 0; r < FA_RB; r++)
         for (int u = 0; u < NU; u++) {
-            if (z) acc[r][u] = (v16){0};
-            else VLD(acc[r][u], &S[r][16 * u]);
+            if (z) acc[r][u] = (vf){0};
+            else VLD(acc[r][u], &S[r][c0 + VW * u]);
         }
     for (int i = 0; i < hc; i++) {
-        const float *k = Kt + i * FA_BC;
-        v16 kv[FA_BC / 16];
+        const float *k = Kt + i * FA_BC + c0;
+        vf kv[4];
         for (int u = 0; u < NU; u++) {
-            VLD(kv[u], k + 16 * u);
+            VLD(kv[u], k + VW * u);
             REG(kv[u]);
         }
         for (int r = 0; r < FA_RB; r++) {
@@ -145,7 +163,7 @@ static inline __attribute__((always_inline)) void scores_rb(float (*S)[FA_BC], c
         }
     }
     for (int r = 0; r < FA_RB; r++)
-        for (int u = 0; u < NU; u++) VST(&S[r][16 * u], acc[r][u]);
+        for (int u = 0; u < NU; u++) VST(&S[r][c0 + VW * u], acc[r][u]);
 }
 
 static void scores_1(float *S, const float *x, const float *Kt, int hc, int z) {
@@ -160,22 +178,23 @@ static void scores_1(float *S, const float *x, const float *Kt, int hc, int z) {
 
 /* S (nr, FA_BC) += rows x (nr rows of stride xs, columns [i0, i0+hc)) @ Kt (hc, FA_BC), or =
  * where i0 = 0; row r needs keys j <= r + dk only (dk: the first row's last key; >= FA_BC - 1:
- * every key): a block stops at the 16-key chunk of its last row's key (the rest of its row
+ * every key): a block stops at the VW-key chunk of its last row's key (the rest of its row
  * holds whatever it held: the callers read keys j <= r + dk only). */
 static void scores(float (*S)[FA_BC], const float *x, int64_t xs, int nr, const float *Kt,
                    int i0, int hc, int dk) {
     int r = 0;
     for (; r + FA_RB <= nr; r += FA_RB) {
-        const int last = r + FA_RB - 1 + dk, nu = last >= FA_BC - 1 ? FA_BC / 16 : last / 16 + 1;
+        const int last = r + FA_RB - 1 + dk, nu = last >= FA_BC - 1 ? FA_BC / VW : last / VW + 1;
         float (*Sr)[FA_BC] = S + r;
         const float *xr = x + r * xs + i0;
         const int z = i0 == 0;
-        switch (nu) {
-        case 1: scores_rb(Sr, xr, xs, Kt, hc, 1, z); break;
-        case 2: scores_rb(Sr, xr, xs, Kt, hc, 2, z); break;
-        case 3: scores_rb(Sr, xr, xs, Kt, hc, 3, z); break;
-        default: scores_rb(Sr, xr, xs, Kt, hc, FA_BC / 16, z); break;
-        }
+        for (int g = 0; g < nu; g += 4) /* 4 vectors of keys at a time */
+            switch (nu - g) {
+            case 1: scores_rb(Sr, VW * g, xr, xs, Kt, hc, 1, z); break;
+            case 2: scores_rb(Sr, VW * g, xr, xs, Kt, hc, 2, z); break;
+            case 3: scores_rb(Sr, VW * g, xr, xs, Kt, hc, 3, z); break;
+            default: scores_rb(Sr, VW * g, xr, xs, Kt, hc, 4, z); break;
+            }
     }
     for (; r < nr; r++) scores_1(S[r], x + r * xs + i0, Kt, hc, i0 == 0);
 }
@@ -184,17 +203,17 @@ static void scores(float (*S)[FA_BC], const float *x, int64_t xs, int nr, const 
  * over the whole sum (in registers for a whole chunk of FA_HC). */
 static void axpy_sum(float *y, const float *c, int cs, const float *x, int64_t xs, int n, int hc) {
     if (hc == FA_HC) {
-        v16 acc[NV];
-        for (int u = 0; u < NV; u++) VLD(acc[u], y + 16 * u);
+        vf acc[NV];
+        for (int u = 0; u < NV; u++) VLD(acc[u], y + VW * u);
         for (int j = 0; j < n; j++) {
             const float cj = c[j * cs], *xj = x + j * xs;
             for (int u = 0; u < NV; u++) {
-                v16 x16;
-                VLD(x16, xj + 16 * u);
-                acc[u] += cj * x16;
+                vf xv;
+                VLD(xv, xj + VW * u);
+                acc[u] += cj * xv;
             }
         }
-        for (int u = 0; u < NV; u++) VST(y + 16 * u, acc[u]);
+        for (int u = 0; u < NV; u++) VST(y + VW * u, acc[u]);
         return;
     }
     float acc[FA_HC];
@@ -216,17 +235,17 @@ static void axpy_rows(float *y, const float *c, int cs, const float *x, int64_t 
 }
 
 /* FA_AB rows y_r = y + r * ys: y_r[0..FA_HC) += sum_{j < n} c[r * crs + j * cjs] * x_j,
- * x_j = x + j * xs, j ascending; one register accumulator per row and 16 columns. */
+ * x_j = x + j * xs, j ascending; one register accumulator per row and VW columns. */
 static void axpy_block(float *y, int64_t ys, const float *c, int crs, int cjs, const float *x,
                        int64_t xs, int n) {
-    v16 acc[FA_AB][NV];
+    vf acc[FA_AB][NV];
     for (int r = 0; r < FA_AB; r++)
-        for (int u = 0; u < NV; u++) VLD(acc[r][u], y + r * ys + 16 * u);
+        for (int u = 0; u < NV; u++) VLD(acc[r][u], y + r * ys + VW * u);
     for (int j = 0; j < n; j++) {
         const float *xj = x + j * xs;
-        v16 xv[NV];
+        vf xv[NV];
         for (int u = 0; u < NV; u++) {
-            VLD(xv[u], xj + 16 * u);
+            VLD(xv[u], xj + VW * u);
             REG(xv[u]);
         }
         for (int r = 0; r < FA_AB; r++) {
@@ -235,7 +254,7 @@ static void axpy_block(float *y, int64_t ys, const float *c, int crs, int cjs, c
         }
     }
     for (int r = 0; r < FA_AB; r++)
-        for (int u = 0; u < NV; u++) VST(y + r * ys + 16 * u, acc[r][u]);
+        for (int u = 0; u < NV; u++) VST(y + r * ys + VW * u, acc[r][u]);
 }
 
 /* ny rows y_r = y + r * ys (hs columns): y_r += sum_{j < n} c[r * crs + j * cjs] * x_j, j
@@ -261,10 +280,10 @@ static const float *compact(float *buf, const float *src, int n, int64_t stride,
         *xs = stride;
         return src;
     }
-    if (hs % 16 == 0) /* 16 floats at a time, inline (a memcpy call per row cost more) */
+    if (hs % VW == 0) /* VW floats at a time, inline (a memcpy call per row cost more) */
         for (int r = 0; r < n; r++)
-            for (int i = 0; i < hs; i += 16) {
-                v16 v;
+            for (int i = 0; i < hs; i += VW) {
+                vf v;
                 VLD(v, src + r * stride + i);
                 VST(buf + (int64_t)r * hs + i, v);
             }
