@@ -7,8 +7,10 @@
  * had to keep every bit:
  *
  *   git show REV:src/kernels/cpu/flash_attention.c > /tmp/fa_old.c
- *   F="-O3 -march=native -fno-math-errno -fno-trapping-math -std=c11 -D_GNU_SOURCE -fopenmp -Iinclude -Isrc"
- *   cc $F -c /tmp/fa_old.c -o /tmp/fa_old.o && cc $F -c src/kernels/cpu/flash_attention.c -o /tmp/fa_new.o
+ *   F="-O3 -march=native -fno-math-errno -fno-trapping-math -std=c11 -D_GNU_SOURCE -fopenmp"
+ *   F="$F -Iinclude -Isrc"
+ *   cc $F -c /tmp/fa_old.c -o /tmp/fa_old.o
+ *   cc $F -c src/kernels/cpu/flash_attention.c -o /tmp/fa_new.o
  *   objcopy --redefine-sym k_flash_attention_forward=old_fwd \
  *           --redefine-sym k_flash_attention_backward=old_bwd /tmp/fa_old.o /tmp/fa_old_r.o
  *   cc -O2 -fopenmp bench/fa_bits.c /tmp/fa_old_r.o /tmp/fa_new.o -lmvec -lm -o /tmp/fa_bits
