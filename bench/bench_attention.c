@@ -68,6 +68,11 @@ int main(int argc, char **argv) {
         double fl[2] = {pairs * 2.0 * 2.0 * hs, pairs * 4.0 * 2.0 * hs};
         for (int pass = 0; pass < 2; pass++) {
             double best = 1e30, bestc = 1e30;
+            /* a fresh process's first calls ran on one core for tens of ms (the new OpenMP
+             * thread not yet on the other core: wall = CPU time, 5-9x the later calls'), so
+             * 0.2 s of untimed calls first */
+            for (double w0 = hpt_now(); ti == 0 && pass == 0 && hpt_now() - w0 < 0.2;)
+                be->flash_attention_forward(out, lse, qkv, B, T, C, NH, NH);
             for (int r = 0; r < runs; r++) {
                 double t0 = hpt_now(), c0 = cpu_now();
                 if (pass == 0) be->flash_attention_forward(out, lse, qkv, B, T, C, NH, NH);
