@@ -28,33 +28,107 @@
  * order the sum had before (keys ascending for a row of O or dQ, query rows ascending for a
  * row of dK or dV). Heads up to FA_HM wide have their tiles' rows copied compact first
  * (qkv's rows are pages apart). The tiles live on the stack (80 KiB forward, 112 KiB
- * backward), so the kernels never allocate; the OpenMP threads' stacks are megabytes. */
+ * backward), so the kernels never allocate; the OpenMP threads' stacks are megabytes.
+ * The four P/dS products run FA_AB output rows at a time (FA_AB x 4 vector accumulators in
+ * registers, each x row loaded once for the block instead of once per output row); a block's
+ * rows whose sums are shorter (the causal diagonal) get zero coefficients for the rest, and
+ * acc + 0 * x = acc, so each row's sum and bits are the single row's. On a diagonal tile the
+ * scores of a row block stop at the VW-key chunk holding its last row's key. The vectors are
+ * the ISA's width (VW floats: 16 with AVX-512, 8 with AVX2, 4 below), so the same code keeps
+ * its accumulators in registers on each (a 64-byte vector on AVX2 went through the stack:
+ * 15x slower). */
 #include "kernels/kernels.h"
 #include "kernels/cpu/vmath.h"
 
 #include <math.h>
 #include <string.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
+
+/* VB: the bytes of the widest vector register the build may use */
+#if defined(__AVX512F__)
+#define VB 64
+#elif defined(__AVX__)
+#define VB 32
+#else
+#define VB 16
+#endif
+#define VW (VB / 4) /* floats per vector */
 
 #define FA_BR 64 /* query rows per tile */
 #define FA_BC 64 /* keys per tile */
-#define FA_HC 64 /* head columns per transposed chunk and per accumulator */
-#define FA_RB 4  /* query rows whose scores are accumulated together */
+#define FA_HC (4 * VW) /* head columns per transposed chunk and per accumulator row */
+/* rows whose scores (FA_RB) or P/dS products (FA_AB) are accumulated together, 4 vectors a
+ * row: their accumulators fill AVX-512's 32 registers, or 16 (blocking changes no sum's
+ * order) */
+#ifdef __AVX512F__
+#define FA_RB 4
+#define FA_AB 4
+#else
+#define FA_RB 2
+#define FA_AB 2
+#endif
 #define FA_HM 64 /* the widest head whose tiles are copied compact (stack: 4 tiles) */
 
-/* 16 floats as one value (GCC's vector extension): a zmm register with AVX-512, two ymm with
- * AVX2; the FA_HC-wide accumulators below are FA_HC / 16 of these, so they stay in registers
- * (an array accumulator went to the stack on every add). Each lane's operations are the
- * scalar loop's (a multiply, then an add), so both paths give the same bits. */
-typedef float v16 __attribute__((vector_size(64)));
-#define NV (FA_HC / 16)
-/* v = 16 floats at p, and back (unaligned; macros: a 64-byte vector passed by value would
- * change the ABI where the compiler is not told of AVX-512) */
-#define VLD(v, p) memcpy(&(v), (p), sizeof(v16))
-#define VST(p, v) memcpy((p), &(v), sizeof(v16))
+/* VW floats as one value (GCC's vector extension): one register; the FA_HC-wide accumulators
+ * below are NV of these, so they stay in registers (an array accumulator went to the stack on
+ * every add). Each lane's operations are the scalar loop's (a multiply, then an add), so
+ * every width gives the same bits. */
+typedef float vf __attribute__((vector_size(VB)));
+#define NV (FA_HC / VW)
+/* v = VW floats at p, and back: unaligned loads and stores through a type that may alias
+ * floats (macros: a vector passed by value would change the ABI where the compiler is not
+ * told of the ISA; a memcpy became two 16-byte moves and a stalled reload with AVX2) */
+typedef float vfu __attribute__((vector_size(VB), aligned(4), may_alias));
+#define VLD(v, p) ((v) = *(const vfu *)(const void *)(p))
+#define VST(p, v) (*(vfu *)(void *)(p) = (v))
+/* REG(v): v is kept in a register from here on (an empty asm the compiler cannot see into):
+ * GCC otherwise folds the load into each multiply that reads v, so a register block of R
+ * rows loads each vector R times (the backward 2% faster at T=256 without those loads) */
+#if defined(__AVX512F__)
+#define REG(v) __asm__("" : "+v"(v))
+#else
+#define REG(v) __asm__("" : "+x"(v))
+#endif
 
 /* dst (hc, FA_BC) = the columns [i0, i0 + hc) of nk rows at src (row stride W), transposed;
- * keys nk .. FA_BC - 1 are 0 (their scores are computed and never read). */
+ * keys nk .. FA_BC - 1 are 0 (their scores are computed and never read). With AVX-512, in
+ * 16 x 16 blocks through registers (a copy: the same values). */
 static void transpose_tile(float *dst, const float *src, int nk, int i0, int hc, int64_t W) {
+#ifdef __AVX512F__
+    if (hc % 16 == 0) {
+        for (int jb = 0; jb < FA_BC; jb += 16)
+            for (int ib = 0; ib < hc; ib += 16) {
+                __m512 r[16], a[16], b[16];
+                for (int k = 0; k < 16; k++)
+                    r[k] = jb + k < nk ? _mm512_loadu_ps(src + (int64_t)(jb + k) * W + i0 + ib)
+                                       : _mm512_setzero_ps();
+                for (int k = 0; k < 8; k++) { /* pairs of rows interleaved per 128-bit lane */
+                    a[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
+                    a[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+                }
+                for (int k = 0; k < 4; k++) { /* b[4k + m], lane L: column 4L + m, rows 4k.. */
+                    b[4 * k] = _mm512_shuffle_ps(a[4 * k], a[4 * k + 2], 0x44);
+                    b[4 * k + 1] = _mm512_shuffle_ps(a[4 * k], a[4 * k + 2], 0xEE);
+                    b[4 * k + 2] = _mm512_shuffle_ps(a[4 * k + 1], a[4 * k + 3], 0x44);
+                    b[4 * k + 3] = _mm512_shuffle_ps(a[4 * k + 1], a[4 * k + 3], 0xEE);
+                }
+                for (int m = 0; m < 4; m++) { /* lanes gathered: column 4L + m, rows 0..15 */
+                    const __m512 c1 = _mm512_shuffle_f32x4(b[m], b[4 + m], 0x88);
+                    const __m512 c2 = _mm512_shuffle_f32x4(b[8 + m], b[12 + m], 0x88);
+                    const __m512 d1 = _mm512_shuffle_f32x4(b[m], b[4 + m], 0xDD);
+                    const __m512 d2 = _mm512_shuffle_f32x4(b[8 + m], b[12 + m], 0xDD);
+                    float *d = dst + (int64_t)(ib + m) * FA_BC + jb;
+                    _mm512_storeu_ps(d, _mm512_shuffle_f32x4(c1, c2, 0x88));
+                    _mm512_storeu_ps(d + 4 * FA_BC, _mm512_shuffle_f32x4(d1, d2, 0x88));
+                    _mm512_storeu_ps(d + 8 * FA_BC, _mm512_shuffle_f32x4(c1, c2, 0xDD));
+                    _mm512_storeu_ps(d + 12 * FA_BC, _mm512_shuffle_f32x4(d1, d2, 0xDD));
+                }
+            }
+        return;
+    }
+#endif
     for (int i = 0; i < hc; i++) {
         float *d = dst + i * FA_BC;
         for (int j = 0; j < nk; j++) d[j] = src[(int64_t)j * W + i0 + i];
@@ -62,26 +136,38 @@ static void transpose_tile(float *dst, const float *src, int nk, int i0, int hc,
     }
 }
 
-/* S[r][j] += sum_{i < hc} x_r[i] * Kt[i][j] for FA_RB rows x_r = x + r * xs, each sum in
- * order of i. */
-static void scores_rb(float (*S)[FA_BC], const float *x, int64_t xs, const float *Kt, int hc) {
-    v16 acc[FA_RB][FA_BC / 16];
+/* S[r][j] (+)= sum_{i < hc} x_r[i] * Kt[i][j] for FA_RB rows x_r = x + r * xs and the keys
+ * c0 <= j < c0 + VW * NU, each sum in order of i (NU <= 4 a constant: the accumulators stay
+ * in registers); z: the sums start from 0 (the first chunk of columns; S is not read: no
+ * memset first). */
+static inline __attribute__((always_inline)) void scores_rb(float (*S)[FA_BC], int c0,
+                                                            const float *x, int64_t xs,
+                                                            const float *Kt, int hc,
+                                                            const int NU, int z) {
+    vf acc[FA_RB][4];
     for (int r = 0; r < FA_RB; r++)
-        for (int u = 0; u < FA_BC / 16; u++) VLD(acc[r][u], &S[r][16 * u]);
+        for (int u = 0; u < NU; u++) {
+            if (z) acc[r][u] = (vf){0};
+            else VLD(acc[r][u], &S[r][c0 + VW * u]);
+        }
     for (int i = 0; i < hc; i++) {
-        const float *k = Kt + i * FA_BC;
-        v16 kv[FA_BC / 16];
-        for (int u = 0; u < FA_BC / 16; u++) VLD(kv[u], k + 16 * u);
+        const float *k = Kt + i * FA_BC + c0;
+        vf kv[4];
+        for (int u = 0; u < NU; u++) {
+            VLD(kv[u], k + VW * u);
+            REG(kv[u]);
+        }
         for (int r = 0; r < FA_RB; r++) {
             const float xi = x[r * xs + i];
-            for (int u = 0; u < FA_BC / 16; u++) acc[r][u] += xi * kv[u];
+            for (int u = 0; u < NU; u++) acc[r][u] += xi * kv[u];
         }
     }
     for (int r = 0; r < FA_RB; r++)
-        for (int u = 0; u < FA_BC / 16; u++) VST(&S[r][16 * u], acc[r][u]);
+        for (int u = 0; u < NU; u++) VST(&S[r][c0 + VW * u], acc[r][u]);
 }
 
-static void scores_1(float *S, const float *x, const float *Kt, int hc) {
+static void scores_1(float *S, const float *x, const float *Kt, int hc, int z) {
+    if (z) memset(S, 0, FA_BC * sizeof(float));
     for (int i = 0; i < hc; i++) {
         const float *k = Kt + i * FA_BC;
         const float xi = x[i];
@@ -90,29 +176,44 @@ static void scores_1(float *S, const float *x, const float *Kt, int hc) {
     }
 }
 
-/* S (nr, FA_BC) += rows x (nr rows of stride xs, columns [i0, i0+hc)) @ Kt (hc, FA_BC). */
+/* S (nr, FA_BC) += rows x (nr rows of stride xs, columns [i0, i0+hc)) @ Kt (hc, FA_BC), or =
+ * where i0 = 0; row r needs keys j <= r + dk only (dk: the first row's last key; >= FA_BC - 1:
+ * every key): a block stops at the VW-key chunk of its last row's key (the rest of its row
+ * holds whatever it held: the callers read keys j <= r + dk only). */
 static void scores(float (*S)[FA_BC], const float *x, int64_t xs, int nr, const float *Kt,
-                   int i0, int hc) {
+                   int i0, int hc, int dk) {
     int r = 0;
-    for (; r + FA_RB <= nr; r += FA_RB) scores_rb(S + r, x + r * xs + i0, xs, Kt, hc);
-    for (; r < nr; r++) scores_1(S[r], x + r * xs + i0, Kt, hc);
+    for (; r + FA_RB <= nr; r += FA_RB) {
+        const int last = r + FA_RB - 1 + dk, nu = last >= FA_BC - 1 ? FA_BC / VW : last / VW + 1;
+        float (*Sr)[FA_BC] = S + r;
+        const float *xr = x + r * xs + i0;
+        const int z = i0 == 0;
+        for (int g = 0; g < nu; g += 4) /* 4 vectors of keys at a time */
+            switch (nu - g) {
+            case 1: scores_rb(Sr, VW * g, xr, xs, Kt, hc, 1, z); break;
+            case 2: scores_rb(Sr, VW * g, xr, xs, Kt, hc, 2, z); break;
+            case 3: scores_rb(Sr, VW * g, xr, xs, Kt, hc, 3, z); break;
+            default: scores_rb(Sr, VW * g, xr, xs, Kt, hc, 4, z); break;
+            }
+    }
+    for (; r < nr; r++) scores_1(S[r], x + r * xs + i0, Kt, hc, i0 == 0);
 }
 
 /* y[0..hc) += sum_j c[j] * x_j[0..hc) for j < n in order, x_j = x + j * xs: one accumulator
  * over the whole sum (in registers for a whole chunk of FA_HC). */
 static void axpy_sum(float *y, const float *c, int cs, const float *x, int64_t xs, int n, int hc) {
     if (hc == FA_HC) {
-        v16 acc[NV];
-        for (int u = 0; u < NV; u++) VLD(acc[u], y + 16 * u);
+        vf acc[NV];
+        for (int u = 0; u < NV; u++) VLD(acc[u], y + VW * u);
         for (int j = 0; j < n; j++) {
             const float cj = c[j * cs], *xj = x + j * xs;
             for (int u = 0; u < NV; u++) {
-                v16 x16;
-                VLD(x16, xj + 16 * u);
-                acc[u] += cj * x16;
+                vf xv;
+                VLD(xv, xj + VW * u);
+                acc[u] += cj * xv;
             }
         }
-        for (int u = 0; u < NV; u++) VST(y + 16 * u, acc[u]);
+        for (int u = 0; u < NV; u++) VST(y + VW * u, acc[u]);
         return;
     }
     float acc[FA_HC];
@@ -133,17 +234,62 @@ static void axpy_rows(float *y, const float *c, int cs, const float *x, int64_t 
     }
 }
 
+/* FA_AB rows y_r = y + r * ys: y_r[0..FA_HC) += sum_{j < n} c[r * crs + j * cjs] * x_j,
+ * x_j = x + j * xs, j ascending; one register accumulator per row and VW columns. */
+static void axpy_block(float *y, int64_t ys, const float *c, int crs, int cjs, const float *x,
+                       int64_t xs, int n) {
+    vf acc[FA_AB][NV];
+    for (int r = 0; r < FA_AB; r++)
+        for (int u = 0; u < NV; u++) VLD(acc[r][u], y + r * ys + VW * u);
+    for (int j = 0; j < n; j++) {
+        const float *xj = x + j * xs;
+        vf xv[NV];
+        for (int u = 0; u < NV; u++) {
+            VLD(xv[u], xj + VW * u);
+            REG(xv[u]);
+        }
+        for (int r = 0; r < FA_AB; r++) {
+            const float cj = c[r * crs + j * cjs];
+            for (int u = 0; u < NV; u++) acc[r][u] += cj * xv[u];
+        }
+    }
+    for (int r = 0; r < FA_AB; r++)
+        for (int u = 0; u < NV; u++) VST(y + r * ys + VW * u, acc[r][u]);
+}
+
+/* ny rows y_r = y + r * ys (hs columns): y_r += sum_{j < n} c[r * crs + j * cjs] * x_j, j
+ * ascending; FA_AB rows at a time where a chunk is FA_HC wide, else row by row. */
+static void axpy_rows_n(float *y, int64_t ys, int ny, const float *c, int crs, int cjs,
+                        const float *x, int64_t xs, int n, int hs) {
+    int r = 0;
+    if (hs % FA_HC == 0)
+        for (; r + FA_AB <= ny; r += FA_AB)
+            for (int i0 = 0; i0 < hs; i0 += FA_HC)
+                axpy_block(y + r * ys + i0, ys, c + r * crs, crs, cjs, x + i0, xs, n);
+    for (; r < ny; r++) axpy_rows(y + r * ys, c + r * crs, cjs, x, xs, n, hs);
+}
+
 /* n rows of hs floats at src (row stride stride) as the products read them: copied into buf
  * (rows hs apart) when a head fits FA_HM columns, so the tile's rows share a few pages instead
  * of one page per row (qkv's rows are W floats apart: the TLB, not the arithmetic, bounded the
  * loops); else src itself. *xs: the stride of what is returned. Copies change no value. */
+__attribute__((optimize("no-tree-loop-distribute-patterns"))) /* GCC made the copy a call */
 static const float *compact(float *buf, const float *src, int n, int64_t stride, int hs,
                             int64_t *xs) {
     if (hs > FA_HM) {
         *xs = stride;
         return src;
     }
-    for (int r = 0; r < n; r++) memcpy(buf + (int64_t)r * hs, src + r * stride, (size_t)hs * sizeof(float));
+    if (hs % VW == 0) /* VW floats at a time, inline (a memcpy call per row cost more) */
+        for (int r = 0; r < n; r++)
+            for (int i = 0; i < hs; i += VW) {
+                vf v;
+                VLD(v, src + r * stride + i);
+                VST(buf + (int64_t)r * hs + i, v);
+            }
+    else
+        for (int r = 0; r < n; r++)
+            memcpy(buf + (int64_t)r * hs, src + r * stride, (size_t)hs * sizeof(float));
     *xs = hs;
     return buf;
 }
@@ -181,17 +327,17 @@ void k_flash_attention_forward(float *out, float *lse, const float *qkv, int B, 
                     const int nr = t1 - ta;
                     const float *kbase = qkv + ((int64_t)b * T + k0) * W + KO + kh;
                     const float *kt = compact(Kc, kbase, k1 - k0, W, hs, &ks);
-                    memset(S, 0, (size_t)nr * sizeof S[0]);
                     for (int i0 = 0; i0 < hs; i0 += FA_HC) {
                         const int hc = hs - i0 < FA_HC ? hs - i0 : FA_HC;
                         transpose_tile(Kt, kt, k1 - k0, i0, hc, ks);
-                        scores(S, qc + (ta - t0) * qs, qs, nr, Kt, i0, hc);
+                        scores(S, qc + (ta - t0) * qs, qs, nr, Kt, i0, hc, ta - k0);
                     }
                     const float *vt = compact(Vc, kbase + (VO - KO), k1 - k0, W, hs, &vs);
                     for (int t = ta; t < t1; t++) {
                         const int nk = (t + 1 < k1 ? t + 1 : k1) - k0; /* causal: keys <= t */
                         float *s = S[t - ta];
                         float mt = -INFINITY;
+#pragma omp simd reduction(max : mt)
                         for (int j = 0; j < nk; j++) {
                             s[j] *= scale;
                             mt = s[j] > mt ? s[j] : mt;
@@ -207,13 +353,20 @@ void k_flash_attention_forward(float *out, float *lse, const float *qkv, int B, 
                         }
                         l[r] = l[r] * corr + sum;
                         m[r] = mnew;
+                        for (int j = nk; j < FA_BC; j++) s[j] = 0.0f; /* keys after t */
                         float *o = out + ((int64_t)b * T + t) * C + h * hs;
                         if (corr != 1.0f) {
 #pragma omp simd
                             for (int i = 0; i < hs; i++) o[i] *= corr;
                         }
-                        /* o += sum_j p_j v_j, keys in order */
-                        axpy_rows(o, s, 1, vt, vs, nk, hs);
+                    }
+                    /* o_t += sum_j p_tj v_j, keys in order, FA_AB rows at a time (a block's
+                     * sums run to its last row's key) */
+                    for (int t = ta; t < t1; t += FA_AB) {
+                        const int te = t + FA_AB < t1 ? t + FA_AB : t1;
+                        const int nk = (te < k1 ? te : k1) - k0;
+                        axpy_rows_n(out + ((int64_t)b * T + t) * C + h * hs, C, te - t, S[t - ta],
+                                    FA_BC, 1, vt, vs, nk, hs);
                     }
                 }
                 for (int t = t0; t < t1; t++) {
@@ -278,14 +431,12 @@ void k_flash_attention_backward(float *dqkv, float *scratch, const float *dout, 
                         const float *kt = compact(Kc, kbase, k1 - k0, W, hs, &ks);
                         const float *vt = compact(Vc, vbase, k1 - k0, W, hs, &vs);
                         const float *qa = qt + (ta - t0) * qs, *da = dt + (ta - t0) * ds_;
-                        memset(P, 0, (size_t)nr * sizeof P[0]);
-                        memset(dS, 0, (size_t)nr * sizeof dS[0]);
                         for (int i0 = 0; i0 < hs; i0 += FA_HC) {
                             const int hc = hs - i0 < FA_HC ? hs - i0 : FA_HC;
                             transpose_tile(Kt, kt, k1 - k0, i0, hc, ks);
-                            scores(P, qa, qs, nr, Kt, i0, hc); /* q . k */
+                            scores(P, qa, qs, nr, Kt, i0, hc, ta - k0); /* q . k */
                             transpose_tile(Kt, vt, k1 - k0, i0, hc, vs);
-                            scores(dS, da, ds_, nr, Kt, i0, hc); /* dO . v */
+                            scores(dS, da, ds_, nr, Kt, i0, hc, ta - k0); /* dO . v */
                         }
                         /* P = exp(scale q.k - lse); dS = P (dP - D) scale; keys after t: 0 */
                         for (int t = ta; t < t1; t++) {
@@ -298,19 +449,26 @@ void k_flash_attention_backward(float *dqkv, float *scratch, const float *dout, 
                                 ds[j] = p[j] * (ds[j] - Dt) * scale; /* through s = scale q.k */
                             }
                             for (int j = nk; j < FA_BC; j++) p[j] = ds[j] = 0.0f;
-                            /* dq_t += sum_j dS_tj k_j, keys in order */
-                            float *dq = dqkv + ((int64_t)b * T + t) * W + h * hs;
-                            axpy_rows(dq, ds, 1, kt, ks, nk, hs);
                         }
-                        /* dk_j += sum_t dS_tj q_t, dv_j += sum_t P_tj dO_t, rows in order
-                         * (rows t < j have P = dS = 0: the causal mask) */
-                        for (int j = 0; j < k1 - k0; j++) {
+                        /* dq_t += sum_j dS_tj k_j, keys in order, FA_AB rows at a time (a
+                         * block's sums run to its last row's key: the rest have dS = 0) */
+                        for (int t = ta; t < t1; t += FA_AB) {
+                            const int te = t + FA_AB < t1 ? t + FA_AB : t1;
+                            const int nk = (te < k1 ? te : k1) - k0;
+                            axpy_rows_n(dqkv + ((int64_t)b * T + t) * W + h * hs, W, te - t,
+                                        dS[t - ta], FA_BC, 1, kt, ks, nk, hs);
+                        }
+                        /* dk_j += sum_t dS_tj q_t, dv_j += sum_t P_tj dO_t, rows in order,
+                         * FA_AB keys at a time from the block's first key's first row (rows
+                         * t < j have P = dS = 0: the causal mask) */
+                        for (int j = 0; j < k1 - k0; j += FA_AB) {
+                            const int nj = k1 - k0 - j < FA_AB ? k1 - k0 - j : FA_AB;
                             const int r0 = k0 + j > ta ? k0 + j - ta : 0; /* first row t >= key */
                             const int64_t rq = ta - t0 + r0; /* row r0's index in the q tile */
-                            axpy_rows(dkbase + (int64_t)j * W, &dS[r0][j], FA_BC, qt + rq * qs,
-                                      qs, nr - r0, hs);
-                            axpy_rows(dvbase + (int64_t)j * W, &P[r0][j], FA_BC, dt + rq * ds_,
-                                      ds_, nr - r0, hs);
+                            axpy_rows_n(dkbase + (int64_t)j * W, W, nj, &dS[r0][j], 1, FA_BC,
+                                        qt + rq * qs, qs, nr - r0, hs);
+                            axpy_rows_n(dvbase + (int64_t)j * W, W, nj, &P[r0][j], 1, FA_BC,
+                                        dt + rq * ds_, ds_, nr - r0, hs);
                         }
                     }
                 }
