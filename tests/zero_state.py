@@ -9,7 +9,8 @@ cover every byte of the weights, of each state buffer and of the compensation ex
 checks each shard's CRC-32C against its own and the manifest's. The state.bin written is version 3
 (state.c): the manifest's header fields, the weights, the six buffers, the sections (the loss
 scaler's, then "bf16_comp"), its CRC-32C and end marker; so a sharded run and its one-process
-twin compare byte for byte. Exits 1 with a message on any inconsistency."""
+twin compare byte for byte. With --body: only the header fields, the weights and the six buffers
+(what tests/zero_lib.sh's shards_are compares). Exits 1 with a message on any inconsistency."""
 import os
 import struct
 import sys
@@ -118,13 +119,16 @@ def main():
     for b in range(6):
         tiled(cb[b], totals[b], "state buffer %d" % b)
     if comp_s:  # each block's values; the padding to comp_s halves stays 0, as eng_comp's
-        bn = sum(b - a for a, b in cc) // L
-        tiled(cc + [(l * comp_s * 2 + bn * 2, (l + 1) * comp_s * 2) for l in range(L)], len(comp), "compensation")
+        bnb = sum(b - a for a, b in cc) // L  # bytes of a block's values
+        tiled(cc + [(l * comp_s * 2 + bnb, (l + 1) * comp_s * 2) for l in range(L)], len(comp), "compensation")
     secs = []
     if ls is not None:
         secs.append((b"loss_scale", struct.pack("<3q", *ls)))
     if comp_s:
         secs.append((b"bf16_comp", bytes(comp)))
+    if len(sys.argv) > 3 and sys.argv[3] == "--body":
+        open(out, "wb").write(struct.pack("<32q", *fields) + bytes(params) + b"".join(bytes(x) for x in bufs))
+        return
     body = b"HPTSTATE" + struct.pack("<II", 3, 32) + struct.pack("<32q", *fields) + bytes(params)
     body += b"".join(bytes(x) for x in bufs) + struct.pack("<I", len(secs))
     for n, data in secs:
