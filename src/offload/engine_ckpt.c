@@ -4,8 +4,9 @@
  * rank's shard [zlo, zhi) when the home is sharded (eng_shard_home), anywhere in the block
  * otherwise. Invariants: the worker's queue is drained first (no job touches a home while a
  * range moves); fp32 memory homes are read and written in place; a disk home, or bf16 weights
- * widened, go through the first parameter slot (its block dropped: the next acquisition loads
- * again), which is accounted with the slots, so no buffer is allocated here; bf16 weights are
+ * widened, go through a block's buffer free between steps (the host staging, a gradient slot or
+ * the first parameter slot, its block dropped: engine_gather.c's choice), accounted with the
+ * engine's, so no buffer is allocated here; bf16 weights are
  * rounded to nearest coming in, the residue into this rank's Kahan compensation where the
  * value is in its range (as eng_absorb_slice does); a weights' range written drops its block's
  * slot copy, so the next acquisition loads (and at stage 3 gathers) the new values. */
@@ -31,6 +32,14 @@ static hpt_status check_range(offload_engine *e, int b, size_t at, size_t n) {
     return HPT_OK;
 }
 
+/* A whole block's buffer free between steps (engine_gather.c's choice): the host staging when it
+ * holds a block, a gradient slot, or the first parameter slot (its block dropped). */
+static float *scratch(offload_engine *e) {
+    if (e->stage && e->stage_bytes >= e->stride * sizeof(float)) return e->stage;
+    if (e->gslots) return e->gslots;
+    return e->slots ? eng_slot_scratch(e) : NULL;
+}
+
 /* Where block l's value at is in buffer b's memory home (fp32). */
 static float *home_at(offload_engine *e, int b, int l, size_t at) {
     return e->home[b] + (size_t)l * eng_hstr(e, b) + (eng_shard_home(e, b) ? at - e->zlo : at);
@@ -48,8 +57,12 @@ static hpt_status disk_block(offload_engine *e, int b, int l, float *scr, int wr
 hpt_status eng_range_get(offload_engine *e, int b, int l, size_t at, size_t n, const float **p) {
     *p = NULL;
     HPT_CHECK(check_range(e, b, at, n));
-    if (b == EB_P && e->bf) { /* widened into the slot */
-        float *scr = eng_slot_scratch(e);
+    float *scr = NULL;
+    if ((b == EB_P && e->bf) || e->tier[b] == HPT_TIER_DISK) {
+        scr = scratch(e);
+        if (!scr) return hpt_fail(HPT_ERR_INVALID, "offload engine: no buffer for a checkpoint's range");
+    }
+    if (b == EB_P && e->bf) { /* widened into the scratch */
         const uint16_t *h = e->wh + (size_t)l * e->hstride + (eng_shard_home(e, b) ? at - e->zlo : at);
         HOST_BE->bf16_widen(scr, h, n);
         *p = scr;
@@ -59,7 +72,6 @@ hpt_status eng_range_get(offload_engine *e, int b, int l, size_t at, size_t n, c
         *p = home_at(e, b, l, at);
         return HPT_OK;
     }
-    float *scr = eng_slot_scratch(e);
     HPT_CHECK(disk_block(e, b, l, scr, 0));
     *p = scr + at;
     return HPT_OK;
@@ -93,7 +105,8 @@ hpt_status eng_range_put(offload_engine *e, int b, int l, size_t at, size_t n, c
         memcpy(home_at(e, b, l, at), src, n * sizeof(float));
         return HPT_OK;
     }
-    float *scr = eng_slot_scratch(e); /* read, fill, write back */
+    float *scr = scratch(e); /* read, fill, write back */
+    if (!scr) return hpt_fail(HPT_ERR_INVALID, "offload engine: no buffer for a checkpoint's range");
     HPT_CHECK(disk_block(e, b, l, scr, 0));
     memcpy(scr + at, src, n * sizeof(float));
     return disk_block(e, b, l, scr, 1);

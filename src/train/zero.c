@@ -566,6 +566,13 @@ hpt_status zero_load(const char *dir, const hpt_train_opts *o, hpt_mem *mem, dp_
         char fp[PATH_MAX];
         snprintf(fp, sizeof fp, "%s/%s", dir, m->sh[k].file);
         s = read_head(fp, &sd, m, k, &recs[k], &nw[k], &nc[k], nb[k]);
+        if (s == HPT_ERR_FORMAT) { /* a damaged header: say so when the checksum does */
+            char why[512];
+            snprintf(why, sizeof why, "%s", hpt_last_error());
+            hpt_status c2 = stream_file(&sd, fp, &m->sh[k], NULL, 0);
+            if (c2 == HPT_OK) s = hpt_fail(HPT_ERR_FORMAT, "%s", why);
+            else s = c2;
+        }
     }
     if (s == HPT_OK) s = check_tiling(&sd, recs, m, path);
     for (int k = 0; s == HPT_OK && k < m->procs; k++) {
