@@ -46,7 +46,8 @@
  * rank's run and the weights are all-gathered; stage 2 reduce-scatters each block's gradients
  * as the backward completes them (dp.c's sink; the model is made with its blocks' gradients
  * away) and the non-block ones after it, each micro-batch at once, into run-sized sums;
- * checkpoints are shards and a manifest (zero.c). */
+ * checkpoints are shards and a manifest (zero.c), as with the offload engine's stages 1-3 (each
+ * rank its cut of every block; at stage 3 the other ranks follow rank 0's model.bin gathers). */
 #include "core/core.h"
 #include "kernels/backend.h"
 #include "testing.h"

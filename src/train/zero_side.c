@@ -13,6 +13,7 @@
  * allocates beyond the piece list (engine ranges go through its accounted slot: engine_ckpt.c). */
 #include "train/zero_int.h"
 #include "dist/dist.h"
+#include "kernels/backend.h"
 #include "offload/engine.h"
 
 #include <stdlib.h>
@@ -27,6 +28,9 @@ hpt_status zs_init(zside *s, hpt_gpt2 *model, hpt_optim *opt, const dp_shard *z)
     s->c = *hpt_gpt2_get_config(model);
     s->ao = *hpt_optim_get_opts(opt);
     s->nu = optim_units(s->t);
+    if (model_backend(model) != hpt_backend_cpu()) /* the pieces are copied with the CPU */
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "a sharded checkpoint (ZeRO) on a GPU (not built: "
+                        "resume it on the CPU, then save a state.bin)");
     if (model_embeddings(model) != HPT_EMB_FULL)
         return hpt_fail(HPT_ERR_UNSUPPORTED, "a sharded checkpoint with chunked or bf16 embeddings "
                         "(not built)");
