@@ -16,7 +16,12 @@
 #     end with the bits of the in-memory trainer's own 2 -> 3 resume (in-memory stage 2, 3
 #     processes; its re-cut is checked against uninterrupted runs by test_zero.sh). No
 #     uninterrupted run has these bits: 3 x 2 micro-batches are summed in another order than 2 x 3;
-#  4. memory: every rank's accounted peak per tier (its checkpoint saves included: one at every
+#  4. the other optimizers and widths, each against its uninterrupted one-process twin: Adam-mini
+#     8-bit (stage 3, 2 processes -> one process in memory), Lion 8-bit with bf16-kahan weights
+#     (stage 2, 3 processes -> stage 3, the compensation carried by the pieces), SGD (stage 1 ->
+#     stage 3 with weights and gradients on disk), AdamW fp32 with bf16-kahan (its m and v from
+#     the engine's homes; stage 3 -> one process in the engine);
+#  5. memory: every rank's accounted peak per tier (its checkpoint saves included: one at every
 #     step) = `hptrain estimate --procs N --rank r`.
 # Skips (exit 77 as SKIP) where mpirun is not installed or the build has no MPI.
 set -u
@@ -29,7 +34,8 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
 mpi+=(-x ASAN_OPTIONS)
 mkdir -p "$tmp/disk"
 shape="gpt2:L=4,C=64,NH=4,V=64,T=32"
-args=(--model "$shape" --data "$tmp/train_000.bin" --seq 32 --lr 3e-3 --warmup 2 --quiet --steps 4 --state-bits 8)
+base=(--model "$shape" --data "$tmp/train_000.bin" --seq 32 --lr 3e-3 --warmup 2 --quiet --steps 4)
+args=("${base[@]}" --state-bits 8)
 host=(--offload host)
 dpg=(--offload params=disk,grads=disk,optim=host --offload-dir "$tmp/disk")
 one() { local n=$1; shift
@@ -92,7 +98,27 @@ same_run "$tmp/m3" "$tmp/z21" "engine stage-3 shards (np 2) resumed at engine st
 np 3 m23 --batch 1 --accum 2 --zero 3 "${dpg[@]}" --resume "$tmp/m2"
 same_run "$tmp/m3" "$tmp/m23" "in-memory stage-2 shards (np 2) resumed at engine stage 3 (np 3, disk)"
 
-# ---- 4. memory, the saves included -------------------------------------------------------------
+# ---- 4. the other optimizers and widths (their own state cut at the shards; bf16-kahan's
+# compensation carried with the pieces), each resumed against its uninterrupted twin ------------
+args=("${base[@]}") # (the flags below say the width)
+one mo --batch 2 --accum 2 --zero 0 --optimizer adam-mini --state-bits 8
+np 2 ms --batch 2 --zero 3 --optimizer adam-mini --state-bits 8 "${host[@]}" --stop-at 2
+one mr --batch 2 --accum 2 --zero 0 --resume "$tmp/ms"
+same_run "$tmp/mo" "$tmp/mr" "Adam-mini 8-bit: stage 3 np 2 -> one process in memory"
+one lo --batch 1 --accum 3 --zero 0 --optimizer lion --state-bits 8 --weights bf16-kahan "${host[@]}"
+np 3 ls --batch 1 --zero 2 --optimizer lion --state-bits 8 --weights bf16-kahan "${host[@]}" --stop-at 2
+np 3 lr --batch 1 --zero 3 --weights bf16-kahan "${host[@]}" --resume "$tmp/ls"
+same_run "$tmp/lo" "$tmp/lr" "Lion 8-bit, bf16-kahan: stage 2 np 3 -> stage 3 np 3"
+one so --batch 2 --accum 2 --zero 0 --optimizer sgd "${host[@]}"
+np 2 ss --batch 2 --zero 1 --optimizer sgd "${host[@]}" --stop-at 2
+np 2 sr --batch 2 --zero 3 "${dpg[@]}" --resume "$tmp/ss"
+same_run "$tmp/so" "$tmp/sr" "SGD: stage 1 np 2 -> stage 3 np 2 (disk)"
+one fo --batch 2 --accum 2 --zero 0 --weights bf16-kahan "${host[@]}"
+np 2 fs --batch 2 --zero 3 --weights bf16-kahan --offload params=host,grads=disk,optim=host --offload-dir "$tmp/disk" --stop-at 2
+one fr --batch 2 --accum 2 --zero 0 --weights bf16-kahan "${host[@]}" --resume "$tmp/fs"
+same_run "$tmp/fo" "$tmp/fr" "AdamW fp32, bf16-kahan: stage 3 np 2 (gradients on disk) -> one process in the engine"
+
+# ---- 5. memory, the saves included -------------------------------------------------------------
 check_mem e 2 "stage 3 np 2, saving every step" --model "$shape" --seq 32 --batch 2 --zero 3 --state-bits 8 "${host[@]}"
 check_mem m23 3 "stage 3 np 3 (disk), resumed and saved" --model "$shape" --seq 32 --batch 1 --accum 2 --zero 3 --state-bits 8 "${dpg[@]}"
 
