@@ -167,7 +167,8 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     }
     if (o->training) HPT_CHECK(optim_bytes(o, u_lo, u_hi, &dev[HPT_CAT_OPTIM])); /* hpt_optim_create */
     /* stage 2: the flat gradients hold the non-block tensors only; the blocks' pass layer by
-     * layer through one block's slot onto the owners (dp.c's sink), whose run holds the sums */
+     * layer through two blocks' slots onto the owners (dp.c's sink: one block's exchange in
+     * flight while the next one's backward writes the other), whose run holds the sums */
     if (stage == 2 && o->training) {
         hpt_tensor_table tab;
         model_describe(c, &tab);
@@ -179,7 +180,7 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
             nb_hi += p_hi <= off ? 0 : HPT_MIN(p_hi - off, n);
         }
         /* + the run's block values; with accumulation its non-block ones' sum */
-        dev[HPT_CAT_GRADS] = ((uint64_t)gpt2_nonblock_floats(c) + hpt_table_block_numel(&tab) +
+        dev[HPT_CAT_GRADS] = ((uint64_t)gpt2_nonblock_floats(c) + 2 * (uint64_t)hpt_table_block_numel(&tab) +
                               ((p_hi - nb_hi) - (p_lo - nb_lo)) +
                               (o->accum > 1 ? nb_hi - nb_lo : 0)) * 4;
     }

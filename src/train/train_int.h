@@ -156,7 +156,9 @@ typedef struct {
     int stage, size, rank;          /* stage 1 or 2 only with size > 1; else 0 */
     size_t ulo[DP_MAX_PROCS], uhi[DP_MAX_PROCS], plo[DP_MAX_PROCS], phi[DP_MAX_PROCS];
     /* stage 2's gradient sink (dp_sink_attach): the blocks' gradients go layer by layer
-     * through one packed slot (slot_n floats) onto the owners; run (run_n) holds this rank's
+     * through two packed slots (slot: 2 x slot_n floats; block l in slot l % 2, its exchange
+     * rq[l % 2] in flight until block l - 2 takes the slot, slot_l[i]: the block it holds, or
+     * -1) onto the owners; run (run_n) holds this rank's
      * summed block values from value run_lo (checkpoint order), its non-block ones lie at
      * [nb_lo, nb_lo + nb_n) of the model's flat gradients (nb_acc: their sum over micro-batches
      * with accum > 1); micro: the micro-batch (0: copy, > 0: add) */
@@ -166,6 +168,8 @@ typedef struct {
     float *slot, *run, *nb_acc;
     size_t slot_n, run_n, run_lo, nb_lo, nb_n;
     int micro, accum;
+    struct dist_req *rq[2];
+    int slot_l[2];
 } dp_shard;
 /* The run's sharding for the model's table (o->zero, the process count). */
 hpt_status dp_shard_init(const hpt_train_opts *o, hpt_gpt2 *model, dp_shard *z);
