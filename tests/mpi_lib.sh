@@ -4,7 +4,10 @@
 # mpi_shard FILE writes the token shard the tests train on (V=64: a 37-token pattern, 20% noise,
 # 30,000 tokens). same_but_norm DIR_A DIR_B WHAT: the two runs' model.bin equal and their state.bin
 # equal up to the header's previous-step norm (bytes 216..219) and the checksum over it (4 bytes
-# after the tensors); calls the caller's bad().
+# after the tensors); calls the caller's bad(). state_of DIR: DIR's state.bin, or for a sharded
+# checkpoint (zero.manifest: ZeRO's stages 1-2 in memory, 1-3 in the offload engine) one
+# process's state.bin put together from its shards (tests/zero_state.py, which checks that they
+# hold every byte once), as DIR.state.bin; same_but_norm compares through it.
 if ! command -v mpirun >/dev/null; then echo "SKIP: mpirun not found"; exit 77; fi
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -21,8 +24,9 @@ open(sys.argv[1], "wb").write(
     struct.pack("<256i", *([20240520, 1, len(t)] + [0] * 253)) + struct.pack("<%dH" % len(t), *t))
 PY
 }
+. "$(dirname "${BASH_SOURCE[0]}")/zero_state.sh" # state_of
 same_but_norm() { # DIR_A DIR_B WHAT
-    python3 - "$1/state.bin" "$2/state.bin" <<'PY' || bad "$3: state.bin differs beyond the previous-step norm"
+    python3 - "$(state_of "$1")" "$(state_of "$2")" <<'PY' || bad "$3: state.bin differs beyond the previous-step norm"
 import sys
 a, b = (open(p, "rb").read() for p in sys.argv[1:3])
 d = [i for i in range(len(a)) if a[i] != b[i] and not 216 <= i < 220] if len(a) == len(b) else [0, 9]

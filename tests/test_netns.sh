@@ -73,7 +73,7 @@ timeout 300 "${mpi[@]}" "$bin" train "${args[@]}" --save "$tmp/two" 2>"$tmp/two.
 cmp -s "$tmp/one/state.bin" "$tmp/two/state.bin" || bad "two hosts: state.bin differs from one process's"
 cmp -s "$tmp/one/model.bin" "$tmp/two/model.bin" || bad "two hosts: model.bin differs from one process's"
 # ZeRO over the two hosts: stages 1 and 2 (sharded optimizer state and gradients: the shards put
-# together are one process's state.bin) and 3 in the engine's host homes (one process's files)
+# together are one process's state.bin) and 3 in the engine's host homes (its shards too)
 . "$(dirname "$0")/zero_lib.sh" # same_run, shards_are
 # each host's device bytes (its own log: --log 'F.%r.jsonl') = the estimate for its rank
 per_host() { # per_host NAME ZERO_ARGS...

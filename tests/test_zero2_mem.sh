@@ -11,7 +11,7 @@
 #     one process's; accum 2: the default run's);
 #  2. memory (3 processes, --accum 1 and 2): every rank's measured device peak = `hptrain estimate --procs N --rank r`; and the
 #     bytes stage 2 saves against stage 1 on each rank are derived here from the shape and the
-#     rank's run as its shard's header records it (stage 1: the whole flat gradients, 4P bytes,
+#     rank's run as its shard's piece records give it (stage 1: the whole flat gradients, 4P bytes,
 #     plus with --accum 2 a whole sum; stage 2: the non-block tensors' gradients, two blocks'
 #     slots, the run's block values, plus with --accum 2 the run's non-block values), and that
 #     difference is the measured peaks' difference, to the byte.
@@ -56,8 +56,11 @@ def peak(d, r): return json.loads(open("%s.%d.jsonl" % (d, r)).read().splitlines
 ok = True
 for r in range(n):
     sh = glob.glob("%s/zero-*-%dof%d.bin" % (d2, r, n))[0]
-    h = struct.unpack("<8q", open(sh, "rb").read()[8:72])
-    lo, hi = h[4], h[5]                   # the rank's run of values (checkpoint order)
+    f = open(sh, "rb").read()             # src/train/zero.c's format: header, piece records
+    h = struct.unpack("<8q", f[8:72])
+    recs = [struct.unpack("<17Q", f[120 + 136 * k:256 + 136 * k]) for k in range(h[2])]
+    lo, hi = recs[0][3], recs[-1][3] + recs[-1][2] - recs[-1][1]  # the rank's run of values
+    assert sum(x[2] - x[1] for x in recs) == hi - lo  # (checkpoint order: one run, whole units)
     clamp = lambda x: min(max(x, pre), pre + L * blk)
     own_blk = clamp(hi) - clamp(lo)       # its block values
     own_nb = (hi - lo) - own_blk          # its non-block ones

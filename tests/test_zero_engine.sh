@@ -50,7 +50,7 @@ host=(--offload host)
 disk=(--offload disk --offload-dir "$tmp/disk")
 losses() { python3 -c "import json,sys; print(' '.join(repr(json.loads(l)['loss']) for l in open(sys.argv[1])))" "$1"; }
 same_run() { # same_run DIR_A DIR_B WHAT
-    cmp -s "$1/state.bin" "$2/state.bin" || bad "$3: state.bin differs"
+    cmp -s "$(state_of "$1")" "$(state_of "$2")" || bad "$3: state.bin differs"
     cmp -s "$1/model.bin" "$2/model.bin" || bad "$3: model.bin differs"
 }
 one() { # one NAME ARGS...: one process

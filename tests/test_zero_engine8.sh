@@ -33,7 +33,7 @@ args=(--model "$shape" --data "$tmp/train_000.bin" --seq 32 --lr 3e-3 --warmup 2
 host=(--offload host)
 dpg=(--offload params=disk,grads=disk,optim=host --offload-dir "$tmp/disk") # 8-bit etc.: optim in memory
 same_run() { # DIR_A DIR_B WHAT
-    cmp -s "$1/state.bin" "$2/state.bin" || bad "$3: state.bin differs"
+    cmp -s "$(state_of "$1")" "$(state_of "$2")" || bad "$3: state.bin differs"
     cmp -s "$1/model.bin" "$2/model.bin" || bad "$3: model.bin differs"
 }
 one() { local n=$1; shift

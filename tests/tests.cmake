@@ -176,3 +176,11 @@ if(HPT_MPI AND TARGET hptrain_cli)
   set_tests_properties(test_zero_emb PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77
     ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
 endif()
+# The offload engine's ZeRO checkpoints as per-rank shards with one manifest (tests/test_zero_ckpt_engine.sh;
+# docs/zero.md "Checkpoints"): stage 3 -> one process in memory, 2 -> 3 processes engine and in
+# memory both ways, a damaged shard, a crash before the manifest, measured = estimated with saves.
+if(HPT_MPI AND TARGET hptrain_cli)
+  add_test(NAME test_zero_ckpt_engine COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_zero_ckpt_engine.sh $<TARGET_FILE:hptrain_cli>)
+  set_tests_properties(test_zero_ckpt_engine PROPERTIES TIMEOUT 400 SKIP_RETURN_CODE 77
+    ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
+endif()

@@ -186,6 +186,17 @@ hpt_status eng_comp(offload_engine *e, uint16_t **comp_out, size_t *n_out);
  * after writing it, or after filling it (filled 1: its ranges go back into this rank's), give
  * it back. Nothing without ZeRO. */
 void eng_comp_done(offload_engine *e, int filled);
+/* ZeRO's sharded checkpoints (engine_ckpt.c; not collective, between steps): values [at, at + n)
+ * of block l of buffer b (EB_P, EB_M, EB_V; block coordinates), inside this rank's shard where
+ * b's home is sharded (eng_home_shard). get: *p at them (the memory home, or the first parameter
+ * slot holding them: bf16 widened, disk read), valid until the next call into the engine; put:
+ * stored from src (bf16 rounded to nearest, Kahan's residue into this rank's compensation). */
+int eng_home_shard(const offload_engine *e, int b);
+hpt_status eng_range_get(offload_engine *e, int b, int l, size_t at, size_t n, const float **p);
+hpt_status eng_range_put(offload_engine *e, int b, int l, size_t at, size_t n, const float *src);
+/* bf16-kahan: the compensation of block l's value at (in this rank's range with ZeRO), NULL
+ * where this rank keeps none. */
+uint16_t *eng_comp_range(offload_engine *e, int l, size_t at);
 /* A device scratch of one block (for filling a block before eng_store_block), or the block's
  * home when that is memory (then fill it in place and skip the store). */
 hpt_status eng_block_dest(offload_engine *e, int b, int l, float **dst, int *in_place);

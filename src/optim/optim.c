@@ -841,11 +841,11 @@ int optim_cut(const hpt_optim *op) { return op->cut; }
 /* Buffer b's elements of tensor i's slice [ca, ca + cn) in layout tl (fp32 values, codes,
  * scales or Adam-mini rows), as [*e0, *e1) in the whole slice's elements, and the element's
  * bytes; 0 when the buffer holds nothing of the tensor. */
-static size_t buf_piece(const hpt_optim *op, int b, const tensor_layout *tl, size_t ca, size_t cn,
-                        size_t *e0, size_t *e1) {
-    int mini = op->o.optimizer == HPT_OPTIM_ADAM_MINI;
+static size_t buf_piece_k(int kind, int b, const tensor_layout *tl, size_t ca, size_t cn,
+                          size_t *e0, size_t *e1) {
+    int mini = kind == HPT_OPTIM_ADAM_MINI;
     *e0 = *e1 = 0;
-    if (b >= B_V && op->o.optimizer != HPT_OPTIM_ADAMW && !(b == B_V && mini))
+    if (b >= B_V && kind != HPT_OPTIM_ADAMW && !(b == B_V && mini))
         return 0; /* no second moment, or Adam-mini's fp32 rows only */
     if (b == B_V && mini) {
         *e0 = ca / tl->row;
@@ -864,6 +864,11 @@ static size_t buf_piece(const hpt_optim *op, int b, const tensor_layout *tl, siz
     return codes ? 1 : 4;
 }
 
+static size_t buf_piece(const hpt_optim *op, int b, const tensor_layout *tl, size_t ca, size_t cn,
+                        size_t *e0, size_t *e1) {
+    return buf_piece_k(op->o.optimizer, b, tl, ca, cn, e0, e1);
+}
+
 /* Where buffer b's part of tensor i's held slice s starts in this layout (bytes). */
 static size_t buf_at(const hpt_optim *op, int b, int i, size_t s) {
     const tensor_layout *tl = &op->lay.t[i];
@@ -872,6 +877,50 @@ static size_t buf_at(const hpt_optim *op, int b, int i, size_t s) {
     if (b == B_M_CODES || b == B_V_CODES) return tl->q_off + s * per;
     if (b == B_M_SCALES || b == B_V_SCALES) return (tl->sc_off + s * per) * es;
     return (tl->f32_off + s * per) * es;
+}
+
+/* Where values [a, z) of unit u lie in layout L's buffers (bytes; len 0 where a buffer holds
+ * none of them); 0 when L does not hold them all (another run's unit, outside the slice's cut,
+ * or a block unit of AdamW fp32 with the engine's homes, which hold its m and v). */
+static int layout_place(const layout *L, int eng_homes, int kind, size_t u, size_t a, size_t z,
+                        uint64_t off[HPT_OPTIM_NUM_BUFS], uint64_t len[HPT_OPTIM_NUM_BUFS]) {
+    memset(off, 0, HPT_OPTIM_NUM_BUFS * sizeof *off);
+    memset(len, 0, HPT_OPTIM_NUM_BUFS * sizeof *len);
+    for (int i = 0; i < L->n; i++) {
+        const tensor_layout *tl = &L->t[i];
+        if (u < tl->unit || u >= tl->unit + tl->slices) continue;
+        size_t s = u - tl->unit;
+        if (s < tl->s0 || s >= tl->s0 + tl->ns || a > z || a < tl->ca || z > tl->ca + tl->cn ||
+            (eng_homes && tl->stacked))
+            return 0;
+        s -= tl->s0;
+        for (int b = 0; b < HPT_OPTIM_NUM_BUFS; b++) {
+            size_t h0, h1, p0, p1, es = buf_piece_k(kind, b, tl, tl->ca, tl->cn, &h0, &h1), per = h1 - h0;
+            if (!es || a == z) continue;
+            buf_piece_k(kind, b, tl, a, z - a, &p0, &p1);
+            size_t at = b == B_V && kind == HPT_OPTIM_ADAM_MINI ? tl->v_off
+                        : b == B_M_CODES || b == B_V_CODES      ? tl->q_off
+                        : b == B_M_SCALES || b == B_V_SCALES    ? tl->sc_off : tl->f32_off;
+            off[b] = (uint64_t)(at + s * per + (p0 - h0)) * es;
+            len[b] = (uint64_t)(p1 - p0) * es;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+int optim_place(const hpt_optim *op, size_t u, size_t a, size_t z, uint64_t off[HPT_OPTIM_NUM_BUFS],
+                uint64_t len[HPT_OPTIM_NUM_BUFS]) {
+    return layout_place(&op->lay, op->eng_homes, op->o.optimizer, u, a, z, off, len);
+}
+
+void optim_place_whole(const hpt_model_config *c, const hpt_adamw_opts *o, size_t u, size_t a,
+                       size_t z, uint64_t off[HPT_OPTIM_NUM_BUFS], uint64_t len[HPT_OPTIM_NUM_BUFS]) {
+    hpt_tensor_table t;
+    model_describe(c, &t);
+    layout L;
+    plan_layout(c, &t, o, 0, 0, SIZE_MAX, NULL, NULL, &L);
+    layout_place(&L, 0, o->optimizer, u, a, z, off, len);
 }
 
 /* The engine's shards (1 without ZeRO). */

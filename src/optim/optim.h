@@ -79,4 +79,14 @@ typedef hpt_status (*optim_bytes_fn)(void *ctx, void *p, size_t bytes);
 hpt_status optim_emit_cut(const hpt_optim *op, int b, optim_bytes_fn write, void *ctx);
 hpt_status optim_absorb_cut(hpt_optim *op, int b, optim_bytes_fn read, void *ctx);
 
+/* ZeRO's sharded checkpoints (src/train/zero.c): where the state of values [a, z) of unit u
+ * lies, per state buffer (bytes: off, len; len 0 where a buffer holds none of it), in the whole
+ * layout (a state.bin's; a shard's pieces are cut from it) or in op's buffers (0 when op does not
+ * hold all of them: another rank's unit or cut; with the engine's homes AdamW fp32's block units,
+ * whose m and v are the engine's). a and z are 0, a slice's end or cut boundaries (eng_cuts). */
+void optim_place_whole(const hpt_model_config *c, const hpt_adamw_opts *o, size_t u, size_t a,
+                       size_t z, uint64_t off[HPT_OPTIM_NUM_BUFS], uint64_t len[HPT_OPTIM_NUM_BUFS]);
+int optim_place(const hpt_optim *op, size_t u, size_t a, size_t z, uint64_t off[HPT_OPTIM_NUM_BUFS],
+                uint64_t len[HPT_OPTIM_NUM_BUFS]);
+
 #endif

@@ -14,13 +14,6 @@
 #include "train/train_int.h"
 #include "train/trainer_int.h"
 
-#include <dirent.h>
-#include <errno.h>
-#include <limits.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
 hpt_status dp_engine_check(const hpt_train_opts *o) {
     int N = hpt_dist_size();
@@ -90,33 +83,16 @@ hpt_status dp_engine_micro(struct offload_engine *e, int k, int K) {
     return eng_drain(e); /* the worker's sums of squares of the last micro-batch's blocks */
 }
 
-/* Removes dir's files, then dir (a scratch checkpoint: no subdirectories). */
-static void remove_scratch(const char *dir) {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *en;
-        char p[PATH_MAX + 256];
-        while ((en = readdir(d)))
-            if (strcmp(en->d_name, ".") && strcmp(en->d_name, "..")) {
-                snprintf(p, sizeof p, "%s/%s", dir, en->d_name);
-                unlink(p);
-            }
-        closedir(d);
-    }
-    rmdir(dir);
+static hpt_status discard(void *ctx, const float *x, size_t n) {
+    (void)ctx;
+    (void)x;
+    (void)n;
+    return HPT_OK;
 }
 
-hpt_status dp_engine_save_follow(hpt_trainer *tr, hpt_status (*save)(hpt_trainer *)) {
-    const char *base = getenv("TMPDIR");
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s/hpt-zero3-rank%d-XXXXXX", base && *base ? base : "/tmp", hpt_dist_rank());
-    if (!mkdtemp(dir))
-        return hpt_fail(HPT_ERR_IO, "rank %d: cannot make a scratch directory in %s for the "
-                        "checkpoint's gathers: %s", hpt_dist_rank(), base ? base : "/tmp", strerror(errno));
-    const char *keep = tr->o.save_dir;
-    tr->o.save_dir = dir;
-    hpt_status s = save(tr);
-    tr->o.save_dir = keep;
-    remove_scratch(dir);
-    return s;
+hpt_status dp_engine_follow(hpt_gpt2 *model, int n) {
+    struct offload_engine *e = model_engine(model);
+    if (!e || !eng_home_shard(e, EB_P)) return HPT_OK; /* stages 1-2: rank 0 reads its own */
+    for (int k = 0; k < n; k++) HPT_CHECK(gpt2_emit(model, EB_P, model_params(model), discard, NULL));
+    return HPT_OK;
 }

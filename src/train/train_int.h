@@ -139,9 +139,9 @@ int dp_engine_zemb(hpt_trainer *tr);
 void dp_engine_emb(hpt_trainer *tr);
 hpt_status dp_engine_zemb_reduce(hpt_trainer *tr);
 hpt_status dp_engine_zemb_norm(hpt_trainer *tr);
-/* ZeRO-3, a rank other than 0: save (the gathers are collective) into a scratch directory,
- * then remove it; rank 0 writes the checkpoint. */
-hpt_status dp_engine_save_follow(hpt_trainer *tr, hpt_status (*save)(hpt_trainer *));
+/* ZeRO-3 in the engine, a rank other than 0 while rank 0 writes the model's files (n streams of
+ * the weights, each gathered block by block: collective): the same gathers, discarded. */
+hpt_status dp_engine_follow(hpt_gpt2 *model, int n);
 /* After the model is made: its engine sums each block's gradients over the processes. */
 void dp_engine_setup(struct offload_engine *e);
 /* Before micro-batch k of K of a step summed apart: the engine's exact mode adds it to its
@@ -207,15 +207,17 @@ hpt_status dp_sink_end(dp_shard *z);
 /* Whether any process's owned summed gradients hold a non-finite value (loss scaling). */
 hpt_status dp_overflow(const dp_shard *z, const hpt_backend *be, const float *grads, int *overflow);
 
-/* ---- zero.c: the sharded checkpoints (stages 1, 2) ---- */
+/* ---- zero.c: the sharded checkpoints (in memory stages 1, 2; the engine's 1-3) ---- */
 int zero_manifest_exists(const char *dir);
 /* A stage-0 save's: the manifest, then every shard (they are older than its state.bin). */
 void zero_remove(const char *dir);
-/* Every rank writes DIR/zero-<step>-<rank>of<N>.bin, then rank 0 the manifest (and model.bin is
- * the caller's); ls: the loss scaler's three fields or NULL. Every rank's shard status is every
- * rank's; the manifest's is rank 0's (the caller shares it: dp_saved). */
-hpt_status zero_save(const dp_shard *z, const char *dir, hpt_gpt2 *model, const hpt_optim *opt,
-                     const hpt_adamw_opts *ao, const hpt_train_pos *pos, const int64_t *ls);
+/* Every rank writes DIR/zero-<step>-<rank>of<N>.bin (what it owns: z's run in memory, its cut of
+ * every block with the engine), then rank 0 the manifest (and model.bin is the caller's); stage
+ * the run's (recorded); ls: the loss scaler's three fields or NULL. Every rank's shard status is
+ * every rank's; the manifest's is rank 0's (the caller shares it: dp_saved). */
+hpt_status zero_save(const dp_shard *z, int stage, const char *dir, hpt_gpt2 *model,
+                     const hpt_optim *opt, const hpt_adamw_opts *ao, const hpt_train_pos *pos,
+                     const int64_t *ls);
 /* A sharded checkpoint into this run's processes (re-cut: any M, any stage; z filled for the
  * run); sec gets the loss scaler's "loss_scale" section when it was saved. */
 hpt_status zero_load(const char *dir, const hpt_train_opts *o, hpt_mem *mem, dp_shard *z,

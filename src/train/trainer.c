@@ -46,7 +46,8 @@
  * rank's run and the weights are all-gathered; stage 2 reduce-scatters each block's gradients
  * as the backward completes them (dp.c's sink; the model is made with its blocks' gradients
  * away) and the non-block ones after it, each micro-batch at once, into run-sized sums;
- * checkpoints are shards and a manifest (zero.c). */
+ * checkpoints are shards and a manifest (zero.c), as with the offload engine's stages 1-3 (each
+ * rank its cut of every block; at stage 3 the other ranks follow rank 0's model.bin gathers). */
 #include "core/core.h"
 #include "kernels/backend.h"
 #include "testing.h"
@@ -426,18 +427,16 @@ static hpt_status save_shards(hpt_trainer *tr);
 
 hpt_status hpt_trainer_save(hpt_trainer *tr) {
     if (!tr->o.save_dir) return hpt_fail(HPT_ERR_INVALID, "no save directory given");
-    /* stages 1, 2: every rank its shard, rank 0 the manifest and model.bin (zero.c) */
-    if (tr->dp.stage) return dp_saved(save_shards(tr));
+    /* stages 1, 2 in memory, 1-3 in the engine: every rank its shard, rank 0 the manifest and
+     * model.bin (zero.c) */
+    if (tr->dp.stage || tr->o.offload.shards > 1) return dp_saved(save_shards(tr));
     /* many processes: rank 0 writes (every rank holds the same state); accum is the global one */
-    if (dp_rank() != 0) { /* ZeRO-3: the others serve the gathers (dp_engine.c) */
-        hpt_status s = tr->o.offload.shards > 1 ? dp_engine_save_follow(tr, save_files) : HPT_OK;
-        hpt_status c = dp_saved(HPT_OK);
-        return s != HPT_OK ? s : c;
-    }
+    if (dp_rank() != 0) return dp_saved(HPT_OK);
     return dp_saved(save_files(tr));
 }
 
 static hpt_status save_model_files(hpt_trainer *tr);
+static int model_file_streams(const hpt_trainer *tr);
 
 static hpt_status save_shards(hpt_trainer *tr) {
     hpt_train_pos pos = {.step = tr->step, .rng_state = tr->rng.s, .total_steps = tr->o.steps,
@@ -445,9 +444,10 @@ static hpt_status save_shards(hpt_trainer *tr) {
                          .accum = (tr->o.accum > 1 ? tr->o.accum : 1) * dp_size()};
     hpt_dataloader_get_pos(tr->train, &pos.data_shard, &pos.data_offset);
     int64_t lsf[LSS_N] = {dbits((double)tr->ls), tr->ls_clean, tr->ls_skipped};
-    hpt_status s = zero_save(&tr->dp, tr->o.save_dir, tr->model, tr->opt, &tr->o.adamw, &pos,
-                             tr->o.loss_scale.mode != HPT_LOSS_SCALE_OFF ? lsf : NULL);
+    hpt_status s = zero_save(&tr->dp, tr->o.zero, tr->o.save_dir, tr->model, tr->opt, &tr->o.adamw,
+                             &pos, tr->o.loss_scale.mode != HPT_LOSS_SCALE_OFF ? lsf : NULL);
     if (s == HPT_OK && dp_rank() == 0) s = save_model_files(tr);
+    else if (s == HPT_OK) s = dp_engine_follow(tr->model, model_file_streams(tr)); /* ZeRO-3's gathers */
     return s;
 }
 
@@ -487,6 +487,18 @@ static hpt_status save_files(hpt_trainer *tr) {
     return save_model_files(tr);
 }
 
+/* 1 when the run's weights go into a Hugging Face directory too (save_model_files). */
+static int saves_hf(const hpt_trainer *tr) {
+    struct stat st;
+    int from_dir = tr->o.model && stat(tr->o.model, &st) == 0 && S_ISDIR(st.st_mode);
+    return from_dir || hpt_model_get_config(tr->model)->arch != HPT_ARCH_GPT2;
+}
+
+/* The streams of the weights save_model_files writes (model.bin, the Hugging Face files). */
+static int model_file_streams(const hpt_trainer *tr) {
+    return (hpt_model_get_config(tr->model)->arch == HPT_ARCH_GPT2) + saves_hf(tr);
+}
+
 /* model.bin (GPT-2) or the Hugging Face files beside the state. */
 static hpt_status save_model_files(hpt_trainer *tr) {
     char path[PATH_MAX];
@@ -502,7 +514,7 @@ static hpt_status save_model_files(hpt_trainer *tr) {
      * replacement keeps) */
     struct stat st;
     int from_dir = tr->o.model && stat(tr->o.model, &st) == 0 && S_ISDIR(st.st_mode);
-    if (from_dir || !gpt2)
+    if (saves_hf(tr))
         return hpt_model_save_hf_from(tr->model, tr->o.save_dir, HPT_DTYPE_F32, 0,
                                       from_dir ? tr->o.model : NULL);
     return HPT_OK;

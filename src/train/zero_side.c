@@ -1,0 +1,238 @@
+/* zero_side.c: one process's holdings for ZeRO's sharded checkpoints (zero.c; docs/zero.md).
+ * In memory (stages 1-2 of the in-memory trainer, or one process at stage 0): every unit's
+ * weights whole in the model's flat buffer, the state of the run [ulo, uhi) in the optimizer's
+ * buffers; a rank writes its run's units whole. With the offload engine (stages 1-3): each block
+ * slice's cut for this rank (eng_cuts) is its weights at stage 3 (whole at 1-2, where the
+ * weights' home is whole) and its state at every stage, in the engine's homes (AdamW fp32's m
+ * and v) or in the optimizer's cut buffers; a rank writes its cut of every block slice. wte, wpe
+ * and the final layernorm (the non-block tensors) are replicated with the engine: each is
+ * written by the rank whose in-memory run holds it (optim_owner, as the in-memory trainer's
+ * shards hold them) and kept whole on load; nonblock_write and nonblock_keep are the two places
+ * that say so, per tensor. Invariants: the pieces a rank writes are in unit order, and the
+ * writers' pieces tile every unit exactly once (zero.c checks it on load); nothing here
+ * allocates beyond the piece list (engine ranges go through its accounted slot: engine_ckpt.c). */
+#include "train/zero_int.h"
+#include "dist/dist.h"
+#include "kernels/backend.h"
+#include "offload/engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+hpt_status zs_init(zside *s, hpt_gpt2 *model, hpt_optim *opt, const dp_shard *z) {
+    memset(s, 0, sizeof *s);
+    s->model = model;
+    s->opt = opt;
+    s->eng = model_engine(model);
+    s->t = model_table(model);
+    s->c = *hpt_gpt2_get_config(model);
+    s->ao = *hpt_optim_get_opts(opt);
+    s->nu = optim_units(s->t);
+    if (model_backend(model) != hpt_backend_cpu()) /* the pieces are copied with the CPU */
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "a sharded checkpoint (ZeRO) on a GPU (not built: "
+                        "resume it on the CPU, then save a state.bin)");
+    if (model_embeddings(model) != HPT_EMB_FULL)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "a sharded checkpoint with chunked or bf16 embeddings "
+                        "(not built)");
+    if (s->eng) {
+        size_t a[ENG_MAX_SLICES], zz[ENG_MAX_SLICES];
+        s->size = eng_cuts(s->eng, 0, a, zz);
+        s->rank = s->size > 1 ? hpt_dist_rank() : 0;
+        s->ulo = 0;
+        s->uhi = s->nu;
+        if (eng_opts(s->eng)->weights == HPT_BW_BF16_KAHAN) {
+            size_t bn = 0;
+            for (int i = 0; i < s->t->n; i++)
+                if (s->t->t[i].layer == HPT_LAYER_STACKED) bn += hpt_tensor_slice_numel(&s->t->t[i], s->t->L);
+            s->comp_S = (bn * sizeof(uint16_t) + 4095) / 4096 * 4096 / sizeof(uint16_t); /* eng_comp's */
+        }
+        return HPT_OK;
+    }
+    s->rank = z->stage ? z->rank : 0;
+    s->size = z->stage ? z->size : 1;
+    s->ulo = z->ulo[z->rank];
+    s->uhi = z->stage ? z->uhi[z->rank] : s->nu;
+    return HPT_OK;
+}
+
+void zs_unit(const zside *s, size_t u, int *ti, size_t *sl, size_t *sn, size_t *off) {
+    size_t unit = 0, o = 0;
+    for (int i = 0; i < s->t->n; i++) {
+        const hpt_tensor_desc *d = &s->t->t[i];
+        size_t ns = d->layer == HPT_LAYER_STACKED ? (size_t)s->t->L : 1;
+        size_t n = hpt_tensor_slice_numel(d, s->t->L);
+        if (u < unit + ns) {
+            *ti = i;
+            *sl = u - unit;
+            *sn = n;
+            *off = o + (u - unit) * n;
+            return;
+        }
+        unit += ns;
+        o += ns * n;
+    }
+    *ti = -1;
+    *sl = *sn = 0;
+    *off = o;
+}
+
+static int stacked(const zside *s, int i) { return s->t->t[i].layer == HPT_LAYER_STACKED; }
+
+/* This rank's cut of block slice k (the table's tensor i's). */
+static void cut(const zside *s, int i, size_t *a, size_t *z) {
+    size_t ca[ENG_MAX_SLICES], cz[ENG_MAX_SLICES];
+    eng_cuts(s->eng, s->rank, ca, cz);
+    int k = s->t->t[i].slice;
+    *a = ca[k];
+    *z = cz[k];
+}
+
+/* The values of non-block tensor i (unit u, sn values) this rank writes: all of them when its
+ * in-memory run holds the unit (optim_owner for the writers), else none. */
+static void nonblock_write(const zside *s, int i, size_t u, size_t sn, size_t *a, size_t *z) {
+    size_t ulo, uhi, plo, phi;
+    (void)i;
+    optim_owner(s->t, s->rank, s->size, &ulo, &uhi, &plo, &phi);
+    *a = 0;
+    *z = u >= ulo && u < uhi ? sn : 0;
+}
+
+/* ... and what it keeps on load: the whole tensor (replicated with the engine). */
+static void nonblock_keep(const zside *s, int i, size_t sn, size_t *a, size_t *z) {
+    (void)s;
+    (void)i;
+    *a = 0;
+    *z = sn;
+}
+
+hpt_status zs_pieces(const zside *s, zpiece **out, size_t *n) {
+    *n = 0;
+    *out = malloc((s->nu ? s->nu : 1) * sizeof **out);
+    if (!*out) return hpt_fail(HPT_ERR_OOM, "the checkpoint's pieces");
+    for (size_t u = 0; u < s->nu; u++) {
+        int i;
+        size_t sl, sn, off, a = 0, z = 0;
+        zs_unit(s, u, &i, &sl, &sn, &off);
+        if (!s->eng) {
+            if (u >= s->ulo && u < s->uhi) z = sn;
+        } else if (stacked(s, i)) {
+            cut(s, i, &a, &z);
+        } else {
+            nonblock_write(s, i, u, sn, &a, &z);
+        }
+        if (z > a) (*out)[(*n)++] = (zpiece){u, a, z};
+    }
+    return HPT_OK;
+}
+
+void zs_held(const zside *s, size_t u, size_t *wa, size_t *wz, size_t *sa, size_t *sz) {
+    int i;
+    size_t sl, sn, off;
+    zs_unit(s, u, &i, &sl, &sn, &off);
+    *wa = *sa = 0;
+    *wz = *sz = sn;
+    if (!s->eng) {
+        if (u < s->ulo || u >= s->uhi) *sz = 0;
+    } else if (stacked(s, i)) {
+        cut(s, i, sa, sz);
+        if (eng_home_shard(s->eng, EB_P)) {
+            *wa = *sa;
+            *wz = *sz;
+        }
+    } else {
+        nonblock_keep(s, i, sn, wa, wz);
+        *sa = *wa;
+        *sz = *wz;
+    }
+}
+
+/* Block slice of unit u (engine): its layer and its first value in the block. */
+static void block_at(const zside *s, size_t u, int *l, size_t *at, int *i) {
+    size_t sl, sn, off;
+    zs_unit(s, u, i, &sl, &sn, &off);
+    *l = (int)sl;
+    *at = eng_slice_offset(s->eng, s->t->t[*i].slice);
+}
+
+hpt_status zs_weights_get(zside *s, size_t u, size_t a, size_t n, const float **p) {
+    int i, l;
+    size_t sl, sn, off, at;
+    zs_unit(s, u, &i, &sl, &sn, &off);
+    if (!s->eng) {
+        *p = model_params(s->model) + off + a;
+        return HPT_OK;
+    }
+    if (!stacked(s, i)) {
+        *p = gpt2_nonblock_param(s->model, i).f32 + a;
+        return HPT_OK;
+    }
+    block_at(s, u, &l, &at, &i);
+    return eng_range_get(s->eng, EB_P, l, at + a, n, p);
+}
+
+hpt_status zs_weights_put(zside *s, size_t u, size_t a, size_t n, const float *src) {
+    int i, l;
+    size_t sl, sn, off, at;
+    zs_unit(s, u, &i, &sl, &sn, &off);
+    if (!s->eng || !stacked(s, i)) {
+        float *p = !s->eng ? model_params(s->model) + off : gpt2_nonblock_param(s->model, i).f32;
+        memcpy(p + a, src, n * sizeof(float));
+        return HPT_OK;
+    }
+    block_at(s, u, &l, &at, &i);
+    return eng_range_put(s->eng, EB_P, l, at + a, n, src);
+}
+
+hpt_status zs_state_at(zside *s, int b, size_t u, size_t a, size_t z, char **p, uint64_t *len, int *eb) {
+    int i;
+    size_t sl, sn, off;
+    zs_unit(s, u, &i, &sl, &sn, &off);
+    *p = NULL;
+    *len = 0;
+    *eb = -1;
+    if (s->eng && optim_eng_homes(s->opt) && stacked(s, i)) { /* AdamW fp32: m and v homes */
+        if (b == 0 || b == 3) {
+            *eb = b == 0 ? EB_M : EB_V;
+            *len = (uint64_t)(z - a) * sizeof(float);
+        }
+        return HPT_OK;
+    }
+    uint64_t po[HPT_OPTIM_NUM_BUFS], pl[HPT_OPTIM_NUM_BUFS];
+    if (!optim_place(s->opt, u, a, z, po, pl))
+        return hpt_fail(HPT_ERR_INVALID, "a checkpoint's piece: unit %zu values %zu..%zu are not "
+                        "this rank's state", u, a, z);
+    hpt_optim_buf bufs[HPT_OPTIM_NUM_BUFS];
+    hpt_optim_state_buffers(s->opt, bufs);
+    *len = pl[b];
+    if (pl[b]) *p = (char *)bufs[b].data + po[b];
+    return HPT_OK;
+}
+
+hpt_status zs_state_get(zside *s, int eb, size_t u, size_t a, size_t n, const float **p) {
+    int i, l;
+    size_t at;
+    block_at(s, u, &l, &at, &i);
+    return eng_range_get(s->eng, eb, l, at + a, n, p);
+}
+
+hpt_status zs_state_put(zside *s, int eb, size_t u, size_t a, size_t n, const float *src) {
+    int i, l;
+    size_t at;
+    block_at(s, u, &l, &at, &i);
+    return eng_range_put(s->eng, eb, l, at + a, n, src);
+}
+
+uint16_t *zs_comp(zside *s, size_t u, size_t a) {
+    int i, l;
+    size_t at;
+    if (!s->comp_S) return NULL;
+    block_at(s, u, &l, &at, &i);
+    return stacked(s, i) ? eng_comp_range(s->eng, l, at + a) : NULL;
+}
+
+uint64_t zs_comp_whole(const zside *s, size_t u, size_t a) {
+    int i;
+    size_t sl, sn, off;
+    zs_unit(s, u, &i, &sl, &sn, &off);
+    return (uint64_t)sl * s->comp_S + eng_slice_offset(s->eng, s->t->t[i].slice) + a;
+}
