@@ -1,16 +1,18 @@
-/* zero_side.c: one process's holdings for ZeRO's sharded checkpoints (zero.c; docs/zero.md).
- * In memory (stages 1-2 of the in-memory trainer, or one process at stage 0): every unit's
- * weights whole in the model's flat buffer, the state of the run [ulo, uhi) in the optimizer's
- * buffers; a rank writes its run's units whole. With the offload engine (stages 1-3): each block
- * slice's cut for this rank (eng_cuts) is its weights at stage 3 (whole at 1-2, where the
- * weights' home is whole) and its state at every stage, in the engine's homes (AdamW fp32's m
- * and v) or in the optimizer's cut buffers; a rank writes its cut of every block slice. wte, wpe
- * and the final layernorm (the non-block tensors) are replicated with the engine: each is
- * written by the rank whose in-memory run holds it (optim_owner, as the in-memory trainer's
- * shards hold them) and kept whole on load; nonblock_write and nonblock_keep are the two places
- * that say so, per tensor. Invariants: the pieces a rank writes are in unit order, and the
- * writers' pieces tile every unit exactly once (zero.c checks it on load); nothing here
- * allocates beyond the piece list (engine ranges go through its accounted slot: engine_ckpt.c). */
+/* zero_side.c: one process's holdings for ZeRO's sharded checkpoints (zero.c; docs/zero.md). In
+ * memory (stages 1-2 of the in-memory trainer, or one process at stage 0): every unit's weights
+ * whole in the model's flat buffer, the state of the run [ulo, uhi) in the optimizer's buffers; a
+ * rank writes its run's units whole. With the offload engine (stages 1-3): each block slice's cut
+ * for this rank (eng_cuts) is its weights at stage 3 (whole at 1-2, where the weights' home is
+ * whole) and its state at every stage, in the engine's homes (AdamW fp32's m and v) or in the
+ * optimizer's cut buffers; a rank writes its cut of every block slice. wte, wpe and the final
+ * layernorm (the non-block tensors): their weights are whole on every rank with the engine; their
+ * state is cut among the ranks with full embeddings (engine_zemb.c: each rank writes and keeps
+ * its part), else replicated: each is then written by the rank whose in-memory run holds it
+ * (optim_owner, as the in-memory trainer's shards hold them) and kept whole on load;
+ * nonblock_write and nonblock_keep are the two places that say so, per tensor. Invariants: the
+ * pieces a rank writes are in unit order, and the writers' pieces tile every unit exactly once
+ * (zero.c checks it on load); nothing here allocates beyond the piece list (engine ranges go
+ * through its accounted slot: engine_ckpt.c). */
 #include "train/zero_int.h"
 #include "dist/dist.h"
 #include "kernels/backend.h"
@@ -87,22 +89,38 @@ static void cut(const zside *s, int i, size_t *a, size_t *z) {
     *z = cz[k];
 }
 
-/* The values of non-block tensor i (unit u, sn values) this rank writes: all of them when its
- * in-memory run holds the unit (optim_owner for the writers), else none. */
+/* This rank's part of non-block tensor i when the engine cuts their state (engine_zemb.c);
+ * 0 when they are replicated. */
+static int nonblock_cut(const zside *s, int i, size_t *a, size_t *z) {
+    if (!eng_zemb_on(s->eng)) return 0;
+    size_t ca[HPT_TABLE_MAX], cz[HPT_TABLE_MAX];
+    eng_zemb_cuts(s->eng, s->t, s->rank, ca, cz);
+    *a = ca[i];
+    *z = cz[i];
+    return 1;
+}
+
+/* The values of non-block tensor i (unit u, sn values) this rank writes: its part when the
+ * engine cuts their state (the parts tile the tensor), else all of them when its in-memory run
+ * holds the unit (optim_owner for the writers), else none. */
 static void nonblock_write(const zside *s, int i, size_t u, size_t sn, size_t *a, size_t *z) {
     size_t ulo, uhi, plo, phi;
-    (void)i;
+    if (nonblock_cut(s, i, a, z)) return;
     optim_owner(s->t, s->rank, s->size, &ulo, &uhi, &plo, &phi);
     *a = 0;
     *z = u >= ulo && u < uhi ? sn : 0;
 }
 
-/* ... and what it keeps on load: the whole tensor (replicated with the engine). */
-static void nonblock_keep(const zside *s, int i, size_t sn, size_t *a, size_t *z) {
-    (void)s;
-    (void)i;
-    *a = 0;
-    *z = sn;
+/* ... and what it keeps on load: the whole tensor's weights (every rank's, with the engine), the
+ * state of its part when cut, else the whole tensor's. */
+static void nonblock_keep(const zside *s, int i, size_t sn, size_t *wa, size_t *wz, size_t *sa,
+                          size_t *sz) {
+    *wa = 0;
+    *wz = sn;
+    if (!nonblock_cut(s, i, sa, sz)) {
+        *sa = 0;
+        *sz = sn;
+    }
 }
 
 hpt_status zs_pieces(const zside *s, zpiece **out, size_t *n) {
@@ -140,9 +158,7 @@ void zs_held(const zside *s, size_t u, size_t *wa, size_t *wz, size_t *sa, size_
             *wz = *sz;
         }
     } else {
-        nonblock_keep(s, i, sn, wa, wz);
-        *sa = *wa;
-        *sz = *wz;
+        nonblock_keep(s, i, sn, wa, wz, sa, sz);
     }
 }
 
