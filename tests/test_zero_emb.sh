@@ -26,6 +26,7 @@ set -u
 bin=$1
 . "$(dirname "$0")/lib.sh"     # $tmp, bad, fail
 . "$(dirname "$0")/mpi_lib.sh" # SKIP without mpirun; $mpi, mpi_shard, same_but_norm
+. "$(dirname "$0")/zero_lib.sh" # same_run: state.bin (one process's, or put together from the shards) and model.bin
 mpi_shard "$tmp/train_000.bin"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0} # Open MPI's allocations outlive MPI_Finalize
 mpi+=(-x ASAN_OPTIONS)
@@ -34,10 +35,6 @@ mkdir -p "$TMPDIR"
 shape="gpt2:L=2,C=64,NH=4,V=64,T=32"
 args=(--model "$shape" --data "$tmp/train_000.bin" --seq 32 --lr 3e-3 --warmup 2 --grad-clip 0.5 --quiet)
 host=(--offload host)
-same_run() { # DIR_A DIR_B WHAT
-    cmp -s "$1/state.bin" "$2/state.bin" || bad "$3: state.bin differs"
-    cmp -s "$1/model.bin" "$2/model.bin" || bad "$3: model.bin differs"
-}
 one() { local n=$1; shift
     "$bin" train "${args[@]}" "$@" --save "$tmp/$n" --log "$tmp/$n.jsonl" 2>"$tmp/$n.err" || { bad "$n"; tail -3 "$tmp/$n.err"; }
 }

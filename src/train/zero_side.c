@@ -33,9 +33,9 @@ hpt_status zs_init(zside *s, hpt_gpt2 *model, hpt_optim *opt, const dp_shard *z)
     if (model_backend(model) != hpt_backend_cpu()) /* the pieces are copied with the CPU */
         return hpt_fail(HPT_ERR_UNSUPPORTED, "a sharded checkpoint (ZeRO) on a GPU (not built: "
                         "resume it on the CPU, then save a state.bin)");
-    if (model_embeddings(model) != HPT_EMB_FULL)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "a sharded checkpoint with chunked or bf16 embeddings "
-                        "(not built)");
+    if (model_embeddings(model) == HPT_EMB_BF16) /* chunked ones: fp32 in the flat buffer */
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "a sharded checkpoint with bf16 embeddings (not "
+                        "built: their weights live in bf16 homes)");
     if (s->eng) {
         size_t a[ENG_MAX_SLICES], zz[ENG_MAX_SLICES];
         s->size = eng_cuts(s->eng, 0, a, zz);
