@@ -21,8 +21,12 @@
  * update is elementwise, so a slice updated in two ranges gives its whole-slice bits; given the
  * slices' optimizer rows (eng_create_rows) the boundaries also fall on 8-bit blocks and Adam-mini
  * rows (cut_step), so every other optimizer's state (optim.c's, cut at the shards) is elementwise
- * within what one rank owns too. bf16 weights (memory homes) keep the shard's halves, Kahan's
- * compensation this rank's range at every stage; stochastic rounding takes the one process's
+ * within what one rank owns too. bf16 weights keep the shard's halves at stage 3 (on disk:
+ * hstride = eng_zhalves(hstr), read through the bounce buffer and widened there, updated in a
+ * staging block), Kahan's compensation this rank's range at every stage; a 16-bit gradient home
+ * takes only the owner's range of the fp32 reduce-scatter, narrowed once (the shard's halves
+ * at stages 2-3, its place in the whole home at 1), so its bits are stage 0's with N processes
+ * (docs/zero_engine.md); stochastic rounding takes the one process's
  * element index (engine.c's update_block), so its noise is the one process's too. Every
  * collective is called on the compute thread, in the order the runner's calls make, which is the
  * same on every rank; the worker never communicates.
