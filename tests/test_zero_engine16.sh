@@ -4,13 +4,14 @@
 #  1. bf16-sr weights with their home on disk: each shard's (stage 3) or the whole block's bf16
 #     values (stages 1, 2) read and written through a bf16 staging block; N processes write the
 #     state.bin and model.bin of one process with --accum N --zero 0 and the same flags, byte for
-#     byte (stages 1-3, exact and fused, a stage-3 checkpoint resumed at stages 3 and 2);
+#     byte (stages 1-3 exact, 1 and 3 fused, a stage-3 checkpoint resumed at stage 3);
 #     bf16-kahan on disk stays refused in any number of processes (its compensation);
 #  2. 16-bit gradient homes (--grad-home bf16|fp16): the reduce-scatter sums each range in fp32 in
 #     rank order and its owner narrows it once into its home; stages 1-3 write the bits of stage 0
 #     with N processes (the all-reduce's fp32 sum of the same micro-batches, narrowed once), host
-#     and disk homes; one process's --accum N rounds its home at every micro-batch instead, and
-#     the first step's gradient norm stays within that rounding's bound;
+#     and disk homes, N = 2 and 3 (with bf16-sr weights on disk too); one process's --accum N
+#     rounds its home at every micro-batch instead, and the first step's gradient norm stays
+#     within that rounding's bound;
 #  3. loss scaling: fp32 homes, dynamic and fixed, against one process's --accum N --zero 0;
 #     fp16 homes with a scale that overflows on some steps and not others (on some ranks' ranges
 #     only: the flags are all-reduced) against stage 0, every rank's scaler the same, a stage-3
