@@ -4,18 +4,26 @@
 #   flock /work/bench.lock bench/bench_zero.sh build/hptrain "bytes mem124"
 #   flock /work/bench.lock bench/bench_zero.sh build/hptrain mem350
 #   flock /work/bench.lock bench/bench_zero.sh build/hptrain mem2_124   (and mem2_350)
-# SECTIONS (default all): bytes mem124 mem350 speed; mem2_124 and mem2_350 (not in the default)
+# SECTIONS (default all): bytes mem124 mem350 speed; mem2_124, mem2_350, mem3, overlap (not in the
+#    default)
 # bytes: bytes sent per step per process, counted by the communication layer (each rank's log,
-#    dist_sent_bytes, between steps 2 and 3), at stages 0, 1, 2 and N = 2, 4, against the ZeRO
-#    paper's volume (2 x the parameters in the dtype sent, fp32 here, for stages 0-2; a ring or
+#    dist_sent_bytes, between steps 2 and 3), at stages 0-3 and N = 2, 4, against the ZeRO
+#    paper's volume (2 x the parameters in the dtype sent, fp32 here, for stages 0-2, 3 x at 3; a ring or
 #    reduce-scatter + all-gather sends 2 (N-1)/N of it per process on average);
 # mem124, mem350: per-process memory (each rank's accounted device peak and peak RSS, one step
 #    of B=1, T=64) at stages 0, 1, 2 (2 also with --accum 2, where its micro-batch sum is
 #    shard-sized) against the estimator's figure for that rank (--procs N --rank R), on
 #    gpt2-124m at N = 2 and 4 and gpt2-350m at N = 2 and 4 (4 x stage 0 of 350m, 4 x 5.7 GiB,
 #    does not fit beside the other work on this 23 GiB machine: left out);
+# mem3: stage 3 (--zero 3 alone: the engine's homes on the host) on both models at N = 2 and 4,
+#    each rank's device and host peaks against its estimate;
 # mem2_124, mem2_350: stage 2's rows alone (the blocks' gradients freed layer by layer since
 #    zmem4; stages 0 and 1 are unchanged), gpt2-124m N = 2, 4 and gpt2-350m N = 2, 4;
+# overlap: stage 2's per-block exchange overlapped with the next block's backward (two slots,
+#    since zov5) against the blocking one-slot exchange before it (BENCH_BEFORE=path of a binary
+#    built before), and with the progress thread (HPT_DIST_PROGRESS=thread): mean step time of
+#    steps 2-3 at N = 2, B=1 T=128, gpt2-124m and gpt2-350m (OVERLAP_MODELS), side by side in
+#    rounds (each rank's step_ms; rank 0's shown);
 # speed: throughput: 2 processes x 1 thread (stages 0 and 1) against 1 process x 2 threads with
 #    the same global batch (--batch 4 each against --batch 4 --accum 2 --zero 0, its bit-identical twin, and
 #    --batch 8), side by side in one run.
@@ -40,7 +48,7 @@ data=$tmp/train_000.bin
 small="gpt2:L=4,C=256,NH=4,V=50257,T=128"
 if want bytes; then
 echo "== bytes sent per step per process (fp32; the layer's count between steps 2 and 3)"
-for n in 2 4; do for z in 0 1 2; do
+for n in 2 4; do for z in 0 1 2 3; do
     rm -f "$tmp"/b.*.jsonl
     OMP_NUM_THREADS=1 "${mpi[@]}" -np $n "$bin" train --model "$small" --data "$data" --batch 1 --seq 64 \
         --steps 3 --zero $z --quiet --log "$tmp/b.%r.jsonl" 2>"$tmp/b.err" >/dev/null || { echo "N=$n zero $z failed"; tail -3 "$tmp/b.err"; continue; }
@@ -53,15 +61,17 @@ for r in range(n):
     rows = [json.loads(l) for l in open("%s/b.%d.jsonl" % (d, r))]
     per.append(rows[2]["dist_sent_bytes"] - rows[1]["dist_sent_bytes"])
 P = 4.0 * npar
-print("N=%d --zero %s: per process %s MiB (%s x params x 4 B); mean %.3f x; the paper's 2 (N-1)/N = %.3f x"
+k = 3 if z == "3" else 2   # stage 3: a gather in the forward and the backward, a reduce-scatter
+print("N=%d --zero %s: per process %s MiB (%s x params x 4 B); mean %.3f x; the paper's %d (N-1)/N = %.3f x"
       % (n, z, " ".join("%.2f" % (b / 2**20) for b in per), " ".join("%.3f" % (b / P) for b in per),
-         sum(per) / len(per) / P, 2 * (n - 1) / n))
+         sum(per) / len(per) / P, k, k * (n - 1) / n))
 PY
 done; done
 fi
 
-mem_runs() { # mem_runs MODEL "N Z ACCUM" ...
+mem_runs() { # mem_runs MODEL "N Z ACCUM" ... (MEM_SPECS="N Z A,N Z A": those instead)
     local model=$1; shift
+    [ -n "${MEM_SPECS:-}" ] && IFS=, read -ra specs <<< "$MEM_SPECS" && set -- "${specs[@]}"
     for spec in "$@"; do
         set -- $spec
         rm -f "$tmp"/m.*.jsonl
@@ -83,6 +93,35 @@ print("%s N=%d --zero %s --accum %s: device MiB per process %s (estimated %s: %s
 PY
     done
 }
+mem3_runs() { # mem3_runs MODEL N...: --zero 3 (the engine's homes on the host), device and host
+    local model=$1; shift
+    for n in "$@"; do
+        rm -f "$tmp"/m.*.jsonl
+        OMP_NUM_THREADS=1 "${mpi[@]}" -np "$n" "$bin" train --model "$model" --data "$data" --batch 1 --seq 64 \
+            --steps 1 --zero 3 --quiet --log "$tmp/m.%r.jsonl" 2>"$tmp/m.err" >/dev/null ||
+            { echo "$model N=$n --zero 3 failed"; tail -3 "$tmp/m.err"; continue; }
+        est=$(for ((r = 0; r < n; r++)); do "$bin" estimate --model "$model" --batch 1 --seq 64 --zero 3 --procs "$n" --rank $r --json |
+              python3 -c "import json,sys; t=json.load(sys.stdin)['peak_bytes_by_tier']; print('%d:%d' % (t['device'], t['host']))"; done | xargs)
+        python3 - "$tmp" "$n" "$model" $est <<'PY'
+import json, sys
+d, n, model = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+est = [tuple(map(int, x.split(":"))) for x in sys.argv[4:]]
+got = [json.loads(open("%s/m.%d.jsonl" % (d, r)).readlines()[-1]) for r in range(n)]
+got = [(g["mem_peak_bytes"], g["host_peak_bytes"], g["rss_peak_bytes"]) for g in got]
+mib = lambda b: "%.1f" % (b / 2**20)
+same = all(g[:2] == e for g, e in zip(got, est))
+print("%s N=%d --zero 3: device + host MiB per process %s (estimated %s: %s); peak RSS MiB %s"
+      % (model, n, " ".join("%s+%s" % (mib(g[0]), mib(g[1])) for g in got),
+         " ".join("%s+%s" % (mib(e[0]), mib(e[1])) for e in est),
+         "measured = estimated" if same else "DIFFERENT", " ".join("%.0f" % (g[2] / 2**20) for g in got)))
+PY
+    done
+}
+if want mem3; then
+echo "== stage 3 per-process memory (the engine's homes on the host: --zero 3 alone)"
+mem3_runs gpt2-124m 2 4
+mem3_runs gpt2-350m 2 4
+fi
 if want mem124; then
 echo "== per-process memory, gpt2-124m (accounted device peak of every rank; estimate per rank)"
 mem_runs gpt2-124m "2 0 1" "2 1 1" "2 2 1" "2 1 2" "2 2 2" "4 0 1" "4 1 1" "4 2 1" "4 1 2" "4 2 2"
@@ -98,6 +137,29 @@ fi
 if want mem2_350; then
 echo "== stage 2 per-process memory, gpt2-350m"
 mem_runs gpt2-350m "2 2 1" "2 2 2" "4 2 1"
+fi
+
+if want overlap; then
+echo "== stage 2 step time, N = 2, B=1 T=128 (ms, mean of steps 2-3, rank 0 / rank 1)"
+step_ms() { # step_ms BIN MODEL [ENV...]
+    local b=$1 model=$2; shift 2
+    rm -f "$tmp"/o.*.jsonl
+    OMP_NUM_THREADS=1 "${mpi[@]}" "$@" -np 2 "$b" train --model "$model" --data "$data" --batch 1 --seq 128 \
+        --steps 3 --zero 2 --quiet --log "$tmp/o.%r.jsonl" 2>"$tmp/o.err" >/dev/null || { echo "failed"; tail -2 "$tmp/o.err"; return; }
+    python3 - "$tmp" <<'PY'
+import json, sys
+ms = []
+for r in range(2):
+    rows = [json.loads(l) for l in open("%s/o.%d.jsonl" % (sys.argv[1], r))][1:]
+    ms.append(sum(x["step_ms"] for x in rows) / len(rows))
+print(" / ".join("%.0f" % m for m in ms))
+PY
+}
+for model in ${OVERLAP_MODELS:-gpt2-124m gpt2-350m}; do for rep in 1 2; do
+    [ -n "${BENCH_BEFORE:-}" ] && echo "$model round $rep: before (one slot, blocking):  $(step_ms "$BENCH_BEFORE" $model)"
+    echo "$model round $rep: overlapped, no thread:       $(step_ms "$bin" $model)"
+    echo "$model round $rep: overlapped, progress thread: $(step_ms "$bin" $model -x HPT_DIST_PROGRESS=thread)"
+done; done
 fi
 
 want speed || exit 0

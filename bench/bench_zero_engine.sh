@@ -10,6 +10,9 @@
 #      checks measured = estimated per tier), and measured for the run of (a);
 #  (d) (BENCH_PARTS=d) per-process bytes with 8-bit AdamW, Adam-mini and Lion at stages 0-3,
 #      their state cut at the shards (estimates; the tests check measured = estimated);
+#  (e) (BENCH_PARTS=e) the model state per process (weights, gradients, optimizer state, every
+#      tier) at stages 0-3, N = 2 and 4, gpt2-124m and gpt2-350m, the largest rank's, against
+#      stage 0 (estimates; tests/test_zero_emb.sh checks measured = estimated per rank);
 #  (c) the largest GPT-2 that 4 processes train with stage 3 against stage 0 and one process,
 #      from the estimates, RAM = device + host tiers summed over the processes; with --big, 4
 #      processes train gpt2-1558m with stage 3 and disk homes for 2 steps (about 9 GiB of RAM
@@ -116,6 +119,34 @@ for m in gpt2-124m gpt2-350m; do
                 python3 -c "import json,sys; t=json.load(sys.stdin)['peak_bytes_by_tier']; print(' stage $1 N=$2 device %.1f host %.1f;' % (t['device'] / 2**20, t['host'] / 2**20), end='')")
         done
         echo "$row"
+    done
+done
+fi
+
+# (e) the model state per process (weights, gradients and optimizer state, every tier: hptrain
+# estimate's params + grads + optim), stages 0-3 against stage 0, N = 2 and 4 (BENCH_PARTS=e:
+# estimates, no lock needed; measured = estimated per tier and rank: tests/test_zero_emb.sh)
+if [[ $parts == *e* ]]; then
+echo "== (e) model state per process (params + grads + optim, all tiers), B=1 T=64, --offload host =="
+for m in gpt2-124m gpt2-350m; do
+    for opt in "" "--state-bits 8" "--fused-update --embeddings chunked"; do
+        for n in 2 4; do
+            # shellcheck disable=SC2086 # $opt is several options
+            python3 - "$bin" "$m" "$n" $opt <<'PY'
+import json, subprocess, sys
+b, m, n, opt = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
+def state(z, r):
+    e = json.loads(subprocess.check_output([b, "estimate", "--json", "--model", m, "--batch", "1", "--seq", "64",
+        "--offload", "host", "--zero", str(z), "--procs", str(n), "--rank", str(r)] + opt))["bytes"]
+    return sum(e[t][c] for t in e for c in ("params", "grads", "optim"))
+s0 = state(0, 0)
+row = "%-9s %-36s N=%d: stage 0 %7.1f MiB" % (m, " ".join(opt) or "AdamW fp32", n, s0 / 2**20)
+for z in (1, 2, 3):
+    big = max(state(z, r) for r in range(n))
+    row += "; stage %d %7.1f MiB (%.3f x, 1/N = %.3f)" % (z, big / 2**20, big / s0, 1 / n)
+print(row)
+PY
+        done
     done
 done
 fi

@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # test_zero2_mem.sh HPTRAIN [HPTRAIN_ASAN]: ZeRO stage 2 in memory frees the blocks' gradients
-# layer by layer (docs/zero.md, "Stage 2's gradients"): each block's gradients go through one
-# block-sized slot and are reduce-scattered onto their owners at the block's done point.
+# layer by layer (docs/zero.md, "Stage 2's gradients"): each block's gradients go through one of
+# two block-sized slots and are reduce-scattered onto their owners from the block's done point,
+# the exchange running while the next block's backward writes the other slot.
 #  1. the same bits: 3 processes at --zero 2 write one process's model.bin (--accum 3 --zero 0)
 #     and shards that are its state.bin, with loss scaling (the overflow check reads the owners'
-#     sums); 2 processes with 8-bit Adam-mini state likewise;
+#     sums); 2 processes with 8-bit Adam-mini state likewise; the exchanges cut into rounds of
+#     333 floats (HPT_DIST_PIECE: many rounds in flight on both slots' channels at once), with
+#     and without the progress thread (HPT_DIST_PROGRESS=thread), give the same bits (accum 1:
+#     one process's; accum 2: the default run's);
 #  2. memory (3 processes, --accum 1 and 2): every rank's measured device peak = `hptrain estimate --procs N --rank r`; and the
 #     bytes stage 2 saves against stage 1 on each rank are derived here from the shape and the
 #     rank's run as its shard's header records it (stage 1: the whole flat gradients, 4P bytes,
-#     plus with --accum 2 a whole sum; stage 2: the non-block tensors' gradients, one block's
-#     slot, the run's block values, plus with --accum 2 the run's non-block values), and that
+#     plus with --accum 2 a whole sum; stage 2: the non-block tensors' gradients, two blocks'
+#     slots, the run's block values, plus with --accum 2 the run's non-block values), and that
 #     difference is the measured peaks' difference, to the byte.
 # The sanitizer binary (when given) runs a --zero 2 --accum 2 run of 3 processes (LeakSanitizer
 # off: Open MPI's allocations live until exit). Skips (77) where mpirun is not installed.
@@ -20,7 +24,7 @@ asan=${2:-}
 . "$(dirname "$0")/mpi_lib.sh"  # SKIP without mpirun; $mpi, mpi_shard
 . "$(dirname "$0")/zero_lib.sh" # same_run, shards_are
 mpi_shard "$tmp/train_000.bin"
-L=3 C=64
+L=6 C=64 # 6 blocks: stage 2 holds two blocks' slots beside its run, less than stage 1 still
 shape="gpt2:L=$L,C=$C,NH=4,V=64,T=32"
 args=(--model "$shape" --data "$tmp/train_000.bin" --seq 32 --lr 3e-3 --warmup 2 --quiet)
 peak() { tail -1 "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)['mem_peak_bytes'])"; }
@@ -58,7 +62,7 @@ for r in range(n):
     own_blk = clamp(hi) - clamp(lo)       # its block values
     own_nb = (hi - lo) - own_blk          # its non-block ones
     g1 = 4 * P * (2 if a > 1 else 1)      # stage 1: flat gradients (+ the apart sum)
-    g2 = 4 * (NB + blk + own_blk + (own_nb if a > 1 else 0))
+    g2 = 4 * (NB + 2 * blk + own_blk + (own_nb if a > 1 else 0))
     m1, m2 = peak(d1, r), peak(d2, r)
     print("rank %d of %d, accum %d: run [%d, %d) of %d: device peak stage 1 %d, stage 2 %d; gradients %d -> %d (derived), measured difference %d"
           % (r, n, a, lo, hi, P, m1, m2, g1, g2, m1 - m2))
@@ -68,6 +72,18 @@ PY
 done
 cmp -s "$tmp/one3/model.bin" "$tmp/m12/model.bin" || bad "np 3 --zero 2: model.bin differs from accum 3's"
 shards_are "$tmp/m12" "$tmp/one3/state.bin" "np 3 --zero 2 (loss scaling)"
+# the exchanges in many small rounds, both slots in flight at once; with the progress thread too
+for pr in none thread; do
+    for a in 1 2; do
+        d="$tmp/p$pr$a"
+        "${mpi[@]}" -x HPT_DIST_PIECE=333 -x HPT_DIST_PROGRESS=$pr -np 3 "$bin" train "${args[@]}" "${ls[@]}" \
+            --steps 2 --batch 1 --accum $a --zero 2 --save "$d" 2>"$d.err" ||
+            { bad "np 3 --zero 2 --accum $a, rounds of 333 floats, progress $pr"; tail -5 "$d.err"; }
+        cmp -s "$tmp/m${a}2/model.bin" "$d/model.bin" ||
+            bad "np 3 --zero 2 --accum $a, rounds of 333 floats, progress $pr: model.bin differs"
+    done
+    shards_are "$tmp/p${pr}1" "$tmp/one3/state.bin" "np 3 --zero 2, rounds of 333 floats, progress $pr"
+done
 q8=(--optimizer adam-mini --state-bits 8)
 "$bin" train "${args[@]}" "${q8[@]}" --steps 2 --batch 1 --accum 2 --zero 0 --save "$tmp/oneq" 2>/dev/null || bad "one process, adam-mini 8-bit"
 "${mpi[@]}" -np 2 "$bin" train "${args[@]}" "${q8[@]}" --steps 2 --batch 1 --zero 2 --save "$tmp/zq" 2>/dev/null || bad "np 2 --zero 2 adam-mini 8-bit"
@@ -87,7 +103,8 @@ if [ -n "$asan" ]; then
         # shellcheck disable=SC2086
         set -- $run
         n=$1; shift
-        "${mpi[@]}" -x ASAN_OPTIONS -np 3 "$asan" train "${args[@]}" --steps 2 --batch 1 --zero 2 "$@" \
+        pr=none; [ "$n" = za1 ] && pr=thread # the progress thread under the sanitizer too
+        "${mpi[@]}" -x ASAN_OPTIONS -x HPT_DIST_PIECE=333 -x HPT_DIST_PROGRESS=$pr -np 3 "$asan" train "${args[@]}" --steps 2 --batch 1 --zero 2 "$@" \
             --save "$tmp/$n" 2>"$tmp/asan.err" || { bad "sanitizer build, np 3 --zero 2 $*"; tail -20 "$tmp/asan.err"; }
     done
     cmp -s "$tmp/za0/model.bin" "$tmp/za1/model.bin" ||

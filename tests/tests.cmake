@@ -169,6 +169,13 @@ if(HPT_MPI AND TARGET hptrain_cli)
   set_tests_properties(test_zero_engine8 PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77
     ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
 endif()
+# ZeRO 1-3 in the offload engine with wte's, wpe's and lnf's optimizer state cut among the owners
+# (tests/test_zero_emb.sh; docs/zero_engine.md): one process's bits, bytes per rank; 9 runs.
+if(HPT_MPI AND TARGET hptrain_cli)
+  add_test(NAME test_zero_emb COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_zero_emb.sh $<TARGET_FILE:hptrain_cli>)
+  set_tests_properties(test_zero_emb PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77
+    ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
+endif()
 # ZeRO 1-3 in the offload engine with bf16 weights on disk, 16-bit gradient homes and loss scaling
 # (tests/test_zero_engine16.sh; docs/zero_engine.md): one process's (or stage 0's) bits; 25 runs.
 if(HPT_MPI AND TARGET hptrain_cli)

@@ -6,14 +6,22 @@
  * micro-batches summed apart (trainer.c, --zero) adds them, so N processes and that process
  * compute the same bits. The exchange goes in rounds of at most DIST_PIECE/N floats from each
  * rank (the receive buffer: DIST_PIECE floats, 16 MiB of host memory, the layer's only
- * allocation, freed after each call). */
+ * allocation, freed after each call; a started one, dist_reduce_scatter_start, holds its own
+ * until dist_wait).
+ * Started exchanges: one per channel at a time, each a state machine of the same rounds, the
+ * next round posted when the last one's sums are done (so a channel's rounds follow each other
+ * in the same order on every rank); with HPT_DIST_PROGRESS=thread a progress thread tests them
+ * every ~100 us, and every transport call is then made under the layer's lock (MPI
+ * THREAD_SERIALIZED). */
 #include "core/core.h"
 #include "core/crc32c.h"
 #include "dist/dist.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define DIST_PIECE ((size_t)1 << 22) /* floats in the receive buffer: 16 MiB */
 
@@ -24,7 +32,25 @@ static struct {
     uint64_t sent;
     double timeout_s;
     size_t piece;  /* floats in the receive buffer (HPT_DIST_PIECE: tests make it small) */
-} g_w = {0, 0, 1, 0, NULL, NULL, 0, 600.0, DIST_PIECE};
+    int progress;  /* HPT_DIST_PROGRESS=thread: the progress thread runs */
+    pthread_t thread;
+    int thread_on, thread_stop;
+    dist_req *inflight[DIST_CHANNELS];
+} g_w = {0, 0, 1, 0, NULL, NULL, 0, 600.0, DIST_PIECE, 0, 0, 0, 0, {NULL}};
+/* Held around every transport call while the progress thread runs. */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
+
+struct dist_req {
+    float *buf, *recv;
+    size_t lo[64], hi[64], plo[64], phi[64], piece, biggest, off;
+    int chan, done;
+    hpt_status err;      /* a failure in the progress thread, told by dist_wait */
+    char what[96], msg[512];
+};
+
+static void lock(void) { if (g_w.progress) pthread_mutex_lock(&g_lock); }
+static void unlock(void) { if (g_w.progress) pthread_mutex_unlock(&g_lock); }
 
 int hpt_dist_have_mpi(void) {
 #ifdef HPT_HAVE_MPI
@@ -40,9 +66,11 @@ hpt_status hpt_dist_init(void) {
     if (t && atof(t) > 0.0) g_w.timeout_s = atof(t);
     const char *pc = getenv("HPT_DIST_PIECE");
     if (pc && atol(pc) > 0) g_w.piece = (size_t)atol(pc);
+    const char *pr = getenv("HPT_DIST_PROGRESS");
+    g_w.progress = pr && !strcmp(pr, "thread");
 #ifdef HPT_HAVE_MPI
     if (dist_mpi_launched()) {
-        HPT_CHECK(dist_mpi_init(&g_w.rank, &g_w.size, &g_w.ctx));
+        HPT_CHECK(dist_mpi_init(&g_w.rank, &g_w.size, &g_w.ctx, g_w.progress));
         g_w.ops = dist_mpi_ops();
     }
 #endif
@@ -52,6 +80,14 @@ hpt_status hpt_dist_init(void) {
 
 void hpt_dist_finalize(int failed) {
     if (!g_w.inited) return;
+    if (g_w.thread_on) {
+        pthread_mutex_lock(&g_lock);
+        g_w.thread_stop = 1;
+        pthread_cond_broadcast(&g_cv);
+        pthread_mutex_unlock(&g_lock);
+        pthread_join(g_w.thread, NULL);
+        g_w.thread_on = g_w.thread_stop = 0;
+    }
 #ifdef HPT_HAVE_MPI
     if (g_w.ops) dist_mpi_finalize(g_w.ctx, failed && !g_w.shared_failure);
 #else
@@ -95,7 +131,9 @@ hpt_status dist_reduce_scatter_ranges(float *buf, const size_t *lo, const size_t
             plo[q] = lo[q] + (off < len ? off : len);
             phi[q] = lo[q] + (off + piece < len ? off + piece : len);
         }
+        lock();
         s = g_w.ops->alltoall_slices(g_w.ctx, buf, plo, phi, recv, what);
+        unlock();
         size_t m = phi[r] - plo[r];
         float *acc = buf + plo[r]; /* (m) this rank's piece: x_0 + x_1 + ... in rank order */
         if (s == HPT_OK && m) {
@@ -111,9 +149,171 @@ hpt_status dist_reduce_scatter_ranges(float *buf, const size_t *lo, const size_t
     return s;
 }
 
+/* ---- started reduce-scatters ---- */
+
+/* Round rq->off's slices posted on rq's channel (the lock held when the thread runs). */
+static hpt_status req_post(dist_req *rq) {
+    int N = g_w.size;
+    for (int q = 0; q < N; q++) {
+        size_t len = rq->hi[q] - rq->lo[q];
+        rq->plo[q] = rq->lo[q] + (rq->off < len ? rq->off : len);
+        rq->phi[q] = rq->lo[q] + (rq->off + rq->piece < len ? rq->off + rq->piece : len);
+    }
+    return g_w.ops->alltoall_start(g_w.ctx, rq->chan, rq->buf, rq->plo, rq->phi, rq->recv, rq->what);
+}
+
+/* Advances rq: when its round is in, the owner's sums in rank order (as the blocking call's),
+ * then the next round posted; rq->done after the last. */
+static hpt_status req_advance(dist_req *rq) {
+    while (!rq->done) {
+        int in = 0;
+        HPT_CHECK(g_w.ops->chan_test(g_w.ctx, rq->chan, &in, rq->what));
+        if (!in) return HPT_OK;
+        int r = g_w.rank;
+        size_t m = rq->phi[r] - rq->plo[r];
+        float *acc = rq->buf + rq->plo[r]; /* (m) x_0 + x_1 + ... in rank order */
+        if (m) {
+            memcpy(acc, rq->recv, m * sizeof(float));
+            for (int q = 1; q < g_w.size; q++) {
+                const float *x = rq->recv + (size_t)q * m;
+#pragma omp parallel for simd schedule(static) if (m >= 65536 && !g_w.progress)
+                for (size_t i = 0; i < m; i++) acc[i] += x[i];
+            }
+        }
+        rq->off += rq->piece;
+        if (rq->off >= rq->biggest) rq->done = 1;
+        else HPT_CHECK(req_post(rq));
+    }
+    return HPT_OK;
+}
+
+/* The progress thread: every exchange in flight advanced every ~100 us; asleep when none is. */
+static void *progress_main(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&g_lock);
+    while (!g_w.thread_stop) {
+        int any = 0;
+        for (int k = 0; k < DIST_CHANNELS; k++) {
+            dist_req *rq = g_w.inflight[k];
+            if (!rq || rq->done || rq->err != HPT_OK) continue;
+            any = 1;
+            hpt_status s = req_advance(rq);
+            if (s != HPT_OK) {
+                rq->err = s;
+                snprintf(rq->msg, sizeof rq->msg, "%s", hpt_last_error());
+            }
+        }
+        if (!any) {
+            pthread_cond_wait(&g_cv, &g_lock);
+            continue;
+        }
+        pthread_mutex_unlock(&g_lock);
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&g_lock);
+    }
+    pthread_mutex_unlock(&g_lock);
+    return NULL;
+}
+
+hpt_status dist_reduce_scatter_start(float *buf, const size_t *lo, const size_t *hi, int chan,
+                                     const char *what, dist_req **out) {
+    int N = g_w.size;
+    *out = NULL;
+    if (N == 1) return HPT_OK;
+    if (N > 64) return hpt_fail(HPT_ERR_UNSUPPORTED, "%s: more than 64 processes", what);
+    if (chan < 0 || chan >= DIST_CHANNELS || g_w.inflight[chan])
+        return hpt_fail(HPT_ERR_INVALID, "%s: channel %d is busy or not one", what, chan);
+    dist_req *rq = calloc(1, sizeof *rq);
+    if (!rq) return hpt_fail(HPT_ERR_OOM, "%s: the exchange", what);
+    rq->buf = buf;
+    rq->chan = chan;
+    snprintf(rq->what, sizeof rq->what, "%s", what);
+    rq->piece = g_w.piece / (size_t)N ? g_w.piece / (size_t)N : 1;
+    for (int q = 0; q < N; q++) {
+        rq->lo[q] = lo[q];
+        rq->hi[q] = hi[q];
+        if (hi[q] - lo[q] > rq->biggest) rq->biggest = hi[q] - lo[q];
+    }
+    if (!rq->biggest) { /* nothing to send: done (every rank sees the same sizes) */
+        rq->done = 1;
+        *out = rq;
+        return HPT_OK;
+    }
+    size_t rn = (rq->piece < rq->biggest ? rq->piece : rq->biggest) * (size_t)N;
+    if (!(rq->recv = malloc(rn * sizeof(float)))) {
+        free(rq);
+        return hpt_fail(HPT_ERR_OOM, "%s: the receive buffer", what);
+    }
+    if (g_w.progress && !g_w.thread_on) {
+        if (pthread_create(&g_w.thread, NULL, progress_main, NULL)) {
+            free(rq->recv);
+            free(rq);
+            return hpt_fail(HPT_ERR_IO, "%s: cannot start the progress thread", what);
+        }
+        g_w.thread_on = 1;
+    }
+    lock();
+    hpt_status s = req_post(rq);
+    if (s == HPT_OK) {
+        g_w.inflight[chan] = rq;
+        if (g_w.progress) pthread_cond_broadcast(&g_cv);
+    }
+    unlock();
+    if (s != HPT_OK) {
+        free(rq->recv);
+        free(rq);
+        return s;
+    }
+    *out = rq;
+    return HPT_OK;
+}
+
+hpt_status dist_test(dist_req *rq, int *done) {
+    *done = 1;
+    if (!rq) return HPT_OK;
+    lock();
+    hpt_status s = rq->err != HPT_OK ? hpt_fail(rq->err, "%s", rq->msg) : req_advance(rq);
+    *done = rq->done;
+    unlock();
+    return s;
+}
+
+hpt_status dist_wait(dist_req *rq) {
+    if (!rq) return HPT_OK;
+    hpt_status s = HPT_OK;
+    lock(); /* rq's fields are the progress thread's too */
+    /* the rounds left: each waited for (with the timeout), summed, the next one posted */
+    while (s == HPT_OK && !rq->done && rq->err == HPT_OK) {
+        s = g_w.ops->chan_wait(g_w.ctx, rq->chan, rq->what);
+        if (s == HPT_OK) s = req_advance(rq);
+    }
+    if (s == HPT_OK && rq->err != HPT_OK) s = hpt_fail(rq->err, "%s", rq->msg);
+    if (s == HPT_OK) g_w.inflight[rq->chan] = NULL;
+    unlock();
+    if (s != HPT_OK) { /* the transport may still write it: left as it is */
+        dist_abandon(rq);
+        return s;
+    }
+    free(rq->recv);
+    free(rq);
+    return HPT_OK;
+}
+
+void dist_abandon(dist_req *rq) {
+    if (!rq) return;
+    lock();
+    if (g_w.inflight[rq->chan] == rq) g_w.inflight[rq->chan] = NULL;
+    unlock();
+    /* rq and its receive buffer stay allocated: the job is ending */
+}
+
 hpt_status dist_allgather_ranges(float *buf, const size_t *lo, const size_t *hi, const char *what) {
     if (g_w.size == 1) return HPT_OK;
-    return g_w.ops->allgather_slices(g_w.ctx, buf, lo, hi, what);
+    lock();
+    hpt_status s = g_w.ops->allgather_slices(g_w.ctx, buf, lo, hi, what);
+    unlock();
+    return s;
 }
 
 hpt_status dist_reduce_scatter_f32(float *buf, size_t n, const char *what) {
@@ -139,7 +339,10 @@ hpt_status dist_allgather_raw(const void *send, size_t bytes, void *recv, const 
         memcpy(recv, send, bytes);
         return HPT_OK;
     }
-    return g_w.ops->allgather_bytes(g_w.ctx, send, bytes, recv, what);
+    lock();
+    hpt_status s = g_w.ops->allgather_bytes(g_w.ctx, send, bytes, recv, what);
+    unlock();
+    return s;
 }
 
 hpt_status dist_allreduce_f32(float *buf, size_t n, const char *what) {
@@ -152,17 +355,23 @@ hpt_status dist_allgather_f64(double v, double *out, const char *what) {
         out[0] = v;
         return HPT_OK;
     }
-    return g_w.ops->allgather_bytes(g_w.ctx, &v, sizeof v, out, what);
+    return dist_allgather_raw(&v, sizeof v, out, what);
 }
 
 hpt_status dist_bcast(void *buf, size_t bytes, int root, const char *what) {
     if (g_w.size == 1) return HPT_OK;
-    return g_w.ops->bcast(g_w.ctx, buf, bytes, root, what);
+    lock();
+    hpt_status s = g_w.ops->bcast(g_w.ctx, buf, bytes, root, what);
+    unlock();
+    return s;
 }
 
 hpt_status dist_barrier(const char *what) {
     if (g_w.size == 1) return HPT_OK;
-    return g_w.ops->barrier(g_w.ctx, what);
+    lock();
+    hpt_status s = g_w.ops->barrier(g_w.ctx, what);
+    unlock();
+    return s;
 }
 
 int hpt_dist_any(int flag) {
@@ -233,7 +442,7 @@ hpt_status dist_agree(const char *text) {
     uint64_t len0 = strlen(text) + 1;
     char *ref = NULL;
     hpt_status s = all && lines ? HPT_OK : hpt_fail(HPT_ERR_OOM, "the configuration check");
-    if (s == HPT_OK) s = g_w.ops->allgather_bytes(g_w.ctx, &mine, sizeof mine, all, "the configuration check");
+    if (s == HPT_OK) s = dist_allgather_raw(&mine, sizeof mine, all, "the configuration check");
     int same = 1;
     for (int q = 1; s == HPT_OK && q < N; q++) same &= all[q] == all[0];
     if (s == HPT_OK && !same) { /* rank 0's text to all; each names its first difference */
@@ -243,7 +452,7 @@ hpt_status dist_agree(const char *text) {
         if (s == HPT_OK) s = dist_bcast(ref, len0, 0, "the configuration check");
         char line[256] = "";
         if (s == HPT_OK && all[g_w.rank] != all[0]) first_difference(text, ref, line, sizeof line);
-        if (s == HPT_OK) s = g_w.ops->allgather_bytes(g_w.ctx, line, sizeof line, lines, "the configuration check");
+        if (s == HPT_OK) s = dist_allgather_raw(line, sizeof line, lines, "the configuration check");
         for (int q = 1; s == HPT_OK && q < N; q++)
             if (lines[(size_t)q * 256]) {
                 g_w.shared_failure = 1;

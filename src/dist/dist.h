@@ -27,7 +27,19 @@ typedef struct {
                                   const char *what);
     hpt_status (*bcast)(void *ctx, void *buf, size_t bytes, int root, const char *what);
     hpt_status (*barrier)(void *ctx, const char *what);
+    /* alltoall_slices without waiting, on channel chan (0 .. DIST_CHANNELS-1: a communicator
+     * of its own, so an exchange in flight on one never meets another's in the transport's
+     * order); buf and recv stay untouched by the caller until chan_test says done. */
+    hpt_status (*alltoall_start)(void *ctx, int chan, const float *buf, const size_t *lo,
+                                 const size_t *hi, float *recv, const char *what);
+    /* *done = 1 when chan's exchange has completed (it advances the transport: Open MPI moves a
+     * non-blocking collective's bytes only inside its calls); wait: until then, or the timeout. */
+    hpt_status (*chan_test)(void *ctx, int chan, int *done, const char *what);
+    hpt_status (*chan_wait)(void *ctx, int chan, const char *what);
 } dist_ops;
+
+/* Channels for exchanges in flight at once (dist_reduce_scatter_start). */
+#define DIST_CHANNELS 2
 
 /* Rank r's chunk [*lo, *hi) of n values split over N ranks: r*n/N to (r+1)*n/N (sizes differ
  * by at most one; the same on every rank). */
@@ -40,6 +52,23 @@ hpt_status dist_reduce_scatter_f32(float *buf, size_t n, const char *what);
 hpt_status dist_reduce_scatter_ranges(float *buf, const size_t *lo, const size_t *hi,
                                       const char *what);
 hpt_status dist_allgather_ranges(float *buf, const size_t *lo, const size_t *hi, const char *what);
+/* dist_reduce_scatter_ranges without waiting: started on channel chan (one exchange in flight
+ * per channel; every rank starts the same ones on the same channels in the same order), it
+ * advances in dist_test and dist_progress, and is complete (buf's owned values summed in rank
+ * order, the same bits as the blocking call) when dist_wait returns. buf stays the caller's to
+ * neither read nor write until then. *rq is NULL with one process (nothing to wait for).
+ * With HPT_DIST_PROGRESS=thread a thread of the layer's advances the exchanges in flight
+ * (Open MPI moves their bytes only inside its calls); else they advance at the caller's
+ * dist_test / dist_progress / dist_wait calls. */
+typedef struct dist_req dist_req;
+hpt_status dist_reduce_scatter_start(float *buf, const size_t *lo, const size_t *hi, int chan,
+                                     const char *what, dist_req **rq);
+hpt_status dist_test(dist_req *rq, int *done);
+/* Waits for rq and frees it (NULL: nothing). */
+hpt_status dist_wait(dist_req *rq);
+/* rq given up after a failure (the job is ending): not waited for; its memory stays allocated,
+ * since the transport may still write it. */
+void dist_abandon(dist_req *rq);
 /* recv (N * bytes) = every rank's send (bytes), in rank order (one process: a copy). */
 hpt_status dist_allgather_raw(const void *send, size_t bytes, void *recv, const char *what);
 /* Every rank's chunk of buf from its owner. */
@@ -57,7 +86,8 @@ hpt_status dist_agree(const char *text);
 
 /* The transports. */
 const dist_ops *dist_mpi_ops(void);
-hpt_status dist_mpi_init(int *rank, int *size, void **ctx);
+/* thread_serialized: MPI calls from the layer's progress thread as well (under its lock) */
+hpt_status dist_mpi_init(int *rank, int *size, void **ctx, int thread_serialized);
 void dist_mpi_finalize(void *ctx, int abort_job);
 int dist_mpi_launched(void); /* the environment says mpirun started this process */
 

@@ -4,7 +4,9 @@
  * Every operation is non-blocking and then polled (MPI_Test, sleeping between polls so a
  * waiting rank leaves its core to the others) up to the layer's timeout: a peer that hangs
  * ends the wait with an error naming the operation; a peer that dies is Open MPI's to report
- * (mpirun ends the job). Errors come back as status codes (MPI_ERRORS_RETURN), not aborts. */
+ * (mpirun ends the job). Errors come back as status codes (MPI_ERRORS_RETURN), not aborts.
+ * The started exchanges (alltoall_start) run on channels, each a duplicate of the world
+ * communicator, so one in flight per channel never meets another collective in MPI's order. */
 #include "core/core.h"
 #include "dist/dist.h"
 
@@ -27,6 +29,7 @@ static hpt_status mpi_fail(int rc, const char *what) {
 
 /* Polls rq until it completes or the timeout passes. */
 static hpt_status wait_req(MPI_Request *rq, const char *what) {
+    if (*rq == MPI_REQUEST_NULL) return HPT_OK;
     double t0 = hpt_now(), limit = dist_timeout_s();
     for (long polls = 0;; polls++) {
         int done = 0;
@@ -47,18 +50,31 @@ static hpt_status wait_req(MPI_Request *rq, const char *what) {
     }
 }
 
+/* One channel (dist.h): a duplicate of the world, its exchange in flight and the counts it
+ * reads until it completes (MPI's non-blocking calls keep pointers to them). */
+typedef struct {
+    MPI_Comm comm;
+    MPI_Request rq;
+    int *cnt_s, *dsp_s, *cnt_r, *dsp_r; /* (size) each */
+    uint64_t sent;                      /* counted when it completes */
+} mpi_chan;
+
 typedef struct {
     int rank, size;
     int *cnt_s, *dsp_s, *cnt_r, *dsp_r; /* (size) each: MPI's counts and displacements */
+    mpi_chan ch[DIST_CHANNELS];
 } mpi_ctx;
 
-hpt_status dist_mpi_init(int *rank, int *size, void **ctx) {
+hpt_status dist_mpi_init(int *rank, int *size, void **ctx, int thread_serialized) {
     int inited = 0;
     MPI_Initialized(&inited);
     if (!inited) {
-        int provided;
-        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        int provided, want = thread_serialized ? MPI_THREAD_SERIALIZED : MPI_THREAD_FUNNELED;
+        if (MPI_Init_thread(NULL, NULL, want, &provided) != MPI_SUCCESS)
             return hpt_fail(HPT_ERR_IO, "MPI_Init failed");
+        if (provided < want)
+            return hpt_fail(HPT_ERR_UNSUPPORTED, "HPT_DIST_PROGRESS=thread: this MPI gives no "
+                            "MPI_THREAD_SERIALIZED");
     }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     mpi_ctx *c = calloc(1, sizeof *c);
@@ -66,11 +82,20 @@ hpt_status dist_mpi_init(int *rank, int *size, void **ctx) {
     MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &c->size);
     size_t n = (size_t)c->size;
-    c->cnt_s = calloc(n, sizeof(int));
-    c->dsp_s = calloc(n, sizeof(int));
-    c->cnt_r = calloc(n, sizeof(int));
-    c->dsp_r = calloc(n, sizeof(int));
-    if (!c->cnt_s || !c->dsp_s || !c->cnt_r || !c->dsp_r) {
+    int ok = 1;
+    for (int k = 0; k <= DIST_CHANNELS; k++) {
+        int **a[4] = {&c->cnt_s, &c->dsp_s, &c->cnt_r, &c->dsp_r};
+        if (k < DIST_CHANNELS) {
+            mpi_chan *h = &c->ch[k];
+            h->comm = MPI_COMM_NULL;
+            h->rq = MPI_REQUEST_NULL;
+            a[0] = &h->cnt_s, a[1] = &h->dsp_s, a[2] = &h->cnt_r, a[3] = &h->dsp_r;
+        }
+        for (int i = 0; i < 4; i++) ok &= (*a[i] = calloc(n, sizeof(int))) != NULL;
+    }
+    for (int k = 0; ok && k < DIST_CHANNELS; k++) /* collective: every rank, in this order */
+        ok = MPI_Comm_dup(MPI_COMM_WORLD, &c->ch[k].comm) == MPI_SUCCESS;
+    if (!ok) {
         dist_mpi_finalize(c, 0);
         return hpt_fail(HPT_ERR_OOM, "the MPI context");
     }
@@ -83,6 +108,16 @@ hpt_status dist_mpi_init(int *rank, int *size, void **ctx) {
 void dist_mpi_finalize(void *ctx, int abort_job) {
     mpi_ctx *c = ctx;
     if (c) {
+        for (int k = 0; k < DIST_CHANNELS; k++) {
+            mpi_chan *h = &c->ch[k];
+            /* an exchange still in flight after a failure keeps its communicator */
+            if (!abort_job && h->comm != MPI_COMM_NULL && h->rq == MPI_REQUEST_NULL)
+                MPI_Comm_free(&h->comm);
+            free(h->cnt_s);
+            free(h->dsp_s);
+            free(h->cnt_r);
+            free(h->dsp_r);
+        }
         free(c->cnt_s);
         free(c->dsp_s);
         free(c->cnt_r);
@@ -113,6 +148,50 @@ static hpt_status mpi_alltoall_slices(void *ctx, const float *buf, const size_t 
     if (rc != MPI_SUCCESS) return mpi_fail(rc, what);
     HPT_CHECK(wait_req(&rq, what));
     dist_count_sent(sent);
+    return HPT_OK;
+}
+
+static hpt_status mpi_alltoall_start(void *ctx, int chan, const float *buf, const size_t *lo,
+                                     const size_t *hi, float *recv, const char *what) {
+    mpi_ctx *c = ctx;
+    mpi_chan *h = &c->ch[chan];
+    if (h->rq != MPI_REQUEST_NULL)
+        return hpt_fail(HPT_ERR_INVALID, "%s: channel %d has an exchange in flight", what, chan);
+    size_t mine = hi[c->rank] - lo[c->rank];
+    h->sent = 0;
+    for (int q = 0; q < c->size; q++) {
+        h->cnt_s[q] = (int)(hi[q] - lo[q]);
+        h->dsp_s[q] = (int)(lo[q] - lo[0]);
+        h->cnt_r[q] = (int)mine;
+        h->dsp_r[q] = (int)(mine * (size_t)q);
+        if (q != c->rank) h->sent += (hi[q] - lo[q]) * sizeof(float);
+    }
+    int rc = MPI_Ialltoallv(buf + lo[0], h->cnt_s, h->dsp_s, MPI_FLOAT, recv, h->cnt_r, h->dsp_r,
+                            MPI_FLOAT, h->comm, &h->rq);
+    if (rc != MPI_SUCCESS) {
+        h->rq = MPI_REQUEST_NULL;
+        return mpi_fail(rc, what);
+    }
+    return HPT_OK;
+}
+
+static hpt_status mpi_chan_test(void *ctx, int chan, int *done, const char *what) {
+    mpi_ctx *c = ctx;
+    mpi_chan *h = &c->ch[chan];
+    *done = 1;
+    if (h->rq == MPI_REQUEST_NULL) return HPT_OK;
+    int rc = MPI_Test(&h->rq, done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return mpi_fail(rc, what);
+    if (*done) dist_count_sent(h->sent); /* MPI set rq to MPI_REQUEST_NULL */
+    return HPT_OK;
+}
+
+static hpt_status mpi_chan_wait(void *ctx, int chan, const char *what) {
+    mpi_ctx *c = ctx;
+    mpi_chan *h = &c->ch[chan];
+    if (h->rq == MPI_REQUEST_NULL) return HPT_OK;
+    HPT_CHECK(wait_req(&h->rq, what));
+    dist_count_sent(h->sent);
     return HPT_OK;
 }
 
@@ -172,7 +251,8 @@ static hpt_status mpi_barrier(void *ctx, const char *what) {
 }
 
 static const dist_ops k_mpi = {mpi_alltoall_slices, mpi_allgather_slices, mpi_allgather_bytes,
-                               mpi_bcast, mpi_barrier};
+                               mpi_bcast, mpi_barrier, mpi_alltoall_start, mpi_chan_test,
+                               mpi_chan_wait};
 const dist_ops *dist_mpi_ops(void) { return &k_mpi; }
 
 #else

@@ -200,6 +200,11 @@ void gpt2_set_emb_update(hpt_gpt2 *m, gpt2_emb_update_fn fn, void *ctx) {
     m->emb_ctx = ctx;
 }
 
+void gpt2_set_emb_sum(hpt_gpt2 *m, gpt2_emb_sum_fn fn, void *ctx) {
+    m->emb_sum = fn;
+    m->emb_sum_ctx = ctx;
+}
+
 void gpt2_emb_comp(hpt_gpt2 *m, uint16_t **comp, size_t *n) {
     *comp = m->emb_c;
     *n = m->emb_c ? emb_ne(m) : 0;
@@ -396,6 +401,8 @@ static double chunk_pass(hpt_gpt2 *m, const emb_acts *a, size_t rows, int ti, in
         }
         /* the encoder's rows: dwte[inputs[b, t]] += dres[b, t] for the tokens in the chunk */
         if (enc) be->encoder_backward_rows(G, a->dres, a->inputs, BT, C, v0, nv);
+        /* many processes: the chunk's sum over them before its norm and update (gpt2_set_emb_sum) */
+        if (m->emb_sum && m->emb_sum(m->emb_sum_ctx, G, nv * C) != HPT_OK) return (double)NAN;
         sumsq += be->sumsq(G, nv * C);
         if (m->emb_upd) {
             hpt_be_param kp = wp;

@@ -132,6 +132,8 @@ struct hpt_model {
                            * chunk by chunk in order */
     gpt2_emb_update_fn emb_upd; /* the optimizer's update of a chunk, or NULL */
     void *emb_ctx;
+    gpt2_emb_sum_fn emb_sum;    /* many processes: a chunk's gradient summed over them, or NULL */
+    void *emb_sum_ctx;
     gpt2_tensors p, g;    /* GPT-2's; with the engine, the block tensors' pointers are NULL */
     llama_tensors lp, lg; /* llama's (the same rules) */
     float *tp[HPT_TABLE_MAX], *tg[HPT_TABLE_MAX]; /* table tensor i in params, grads (NULL:

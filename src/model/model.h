@@ -107,6 +107,12 @@ double model_emb_sumsq(const hpt_gpt2 *m, int i);
 typedef void (*gpt2_emb_update_fn)(void *ctx, int i, size_t off, hpt_be_param p, const float *g,
                                    size_t n);
 void gpt2_set_emb_update(hpt_gpt2 *m, gpt2_emb_update_fn fn, void *ctx);
+/* Many processes (the trainer's dp_engine.c): each chunk's gradient g (n floats, the model's
+ * writable chunk buffer) is handed to fn before its sum of squares and its update, which sums it
+ * over the processes in place (collective: every rank's backward hands the same chunks in the
+ * same order); a failure makes the step's norm NaN. NULL: one process. */
+typedef hpt_status (*gpt2_emb_sum_fn)(void *ctx, float *g, size_t n);
+void gpt2_set_emb_sum(hpt_gpt2 *m, gpt2_emb_sum_fn fn, void *ctx);
 /* BF16 with Kahan: the compensation of the bf16 embeddings (GPT-2 wte, wpe: (Vp + maxT) * C
  * bf16; llama wte, [lm_head]); NULL, 0 otherwise. */
 void gpt2_emb_comp(hpt_gpt2 *m, uint16_t **comp, size_t *n);

@@ -41,6 +41,31 @@ void eng_slice_rows(const hpt_tensor_table *t, size_t rows[ENG_MAX_SLICES]);
 int eng_cuts(const offload_engine *e, int q, size_t *a, size_t *z);
 int eng_cut_of(const hpt_offload_opts *o, int n_slices, const size_t *slice_n,
                const size_t *slice_row, int rank, size_t *a, size_t *z);
+/* ZeRO over the non-block tensors (wte, wpe, the final layernorm: engine_zemb.c, its layout in
+ * the header comment there). eng_zemb_on: 1 when they are cut (stages 1-3, full or chunked
+ * embeddings). skip: bit i set when tensor i's gradient is not in the flat gradients g (chunked
+ * embeddings' wte: summed chunk by chunk in the backward, its norm the model's).
+ * eng_zemb_cut_of / eng_zemb_cuts: rank q's part [a[i], z[i]) of each non-block tensor i of t
+ * (table indices; block tensors untouched), from the options or the engine; returns the
+ * shards (1: whole). The rest is collective: eng_zemb_reduce reduce-scatters the flat non-block
+ * gradients g onto the owners; eng_zemb_norm takes each tensor's sum of squares from the
+ * owners' chunk sums (eng_zemb_sumsq: 1 and *s when taken since eng_zemb_norm_used);
+ * eng_zemb_gather all-gathers the owners' ranges of the flat weights; eng_zemb_whole gathers
+ * every rank's packed part (mine: this rank's range, hi - lo floats) into whole (the flat
+ * floats), eng_zemb_keep copies this rank's range back out of whole. */
+int eng_zemb_on(const offload_engine *e);
+int eng_zemb_cut_of(const hpt_offload_opts *o, const hpt_tensor_table *t, int q, size_t *a,
+                    size_t *z);
+int eng_zemb_cuts(const offload_engine *e, const hpt_tensor_table *t, int q, size_t *a, size_t *z);
+hpt_status eng_zemb_reduce(offload_engine *e, const hpt_tensor_table *t, float *g, uint32_t skip);
+hpt_status eng_zemb_norm(offload_engine *e, const hpt_tensor_table *t, const float *g, uint32_t skip);
+int eng_zemb_sumsq(const offload_engine *e, int i, double *s);
+void eng_zemb_norm_used(offload_engine *e);
+hpt_status eng_zemb_gather(offload_engine *e, const hpt_tensor_table *t, float *flat);
+hpt_status eng_zemb_whole(offload_engine *e, const hpt_tensor_table *t, const float *mine,
+                          float *whole);
+void eng_zemb_keep(const offload_engine *e, const hpt_tensor_table *t, const float *whole,
+                   float *mine);
 /* ZeRO, collective: recv (N * bytes) = every rank's send in rank order (the trainer's comm). */
 hpt_status eng_allgather_bytes(offload_engine *e, const void *send, size_t bytes, void *recv,
                                const char *what);

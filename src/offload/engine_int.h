@@ -103,6 +103,10 @@ struct offload_engine {
     float *bounce;             /* (hstr) host io: a disk home's shard to or from a slot's range */
     uint64_t *zseq;            /* (L) blk_seq when the block's slot was last gathered */
     double *zpart, *zrecv;     /* (L, ns, 64) the norm's chunk sums this rank owns; (N, ...) all */
+    /* ZeRO, the non-block tensors (engine_zemb.c): each one's sum of squares of the summed
+     * gradients (by table index), from the owners' chunk sums; valid while zemb_norm */
+    double zemb_sumsq[HPT_TABLE_MAX];
+    int zemb_norm;
     /* staging for disk homes (host, io): fused 1 set of M, V; exact 2 sets of P, G, M, V */
     float *stage;              /* 2 sets; a 16-bit G's share is hstride halves */
     size_t stage_bytes;
@@ -216,6 +220,11 @@ hpt_status eng_z12_gather(offload_engine *e, int l, float *blk, int set);
 /* Block l's gradients g (a whole slot) reduce-scattered onto the shards' owners, and this
  * rank's chunk sums of squares (the norm's parts) taken of its shard. */
 hpt_status eng_z3_reduce(offload_engine *e, int l, float *g);
+/* The shard boundaries of ns slices of slice_n[i] floats (rows slice_row, or NULL) over N
+ * ranks: rank q's [lo[q], hi[q]); returns the largest (engine_zemb.c cuts the non-block
+ * tensors with the same rule). */
+size_t eng_shard_ranges(int ns, const size_t *slice_n, const size_t *slice_row, int N, size_t *lo,
+                        size_t *hi);
 /* Block l's chunk sums of squares (the norm's parts) of this rank's range of g. */
 void eng_z3_parts(offload_engine *e, int l, const float *g);
 /* Between steps, collective (every rank in the same order): engine_gather.c's entries. */

@@ -68,7 +68,7 @@ static size_t cut_step(size_t n, size_t row) {
 
 /* The shard boundaries of a block of ns slices: rank q's [lo[q], hi[q]); each lo the first
  * allowed boundary (cut_step) at or after q * bn / N. Returns the largest shard. */
-static size_t shard_ranges(int ns, const size_t *slice_n, const size_t *slice_row, int N,
+size_t eng_shard_ranges(int ns, const size_t *slice_n, const size_t *slice_row, int N,
                            size_t *lo, size_t *hi) {
     size_t bn = 0;
     for (int i = 0; i < ns; i++) bn += slice_n[i];
@@ -119,7 +119,7 @@ int eng_cut_of(const hpt_offload_opts *o, int ns, const size_t *slice_n, const s
                int rank, size_t *a, size_t *z) {
     size_t lo[64], hi[64];
     int N = HPT_MIN(HPT_MAX(o->shards, 1), 64);
-    shard_ranges(ns, slice_n, slice_row, N, lo, hi);
+    eng_shard_ranges(ns, slice_n, slice_row, N, lo, hi);
     slice_cuts(ns, slice_n, lo, hi, HPT_MIN(HPT_MAX(rank, 0), N - 1), a, z);
     return N;
 }
@@ -156,7 +156,7 @@ void eng_bytes_sharded(const hpt_offload_opts *o, int L, int n_slices, const siz
     size_t lo[64], hi[64], bn = 0;
     for (int i = 0; i < n_slices; i++) bn += slice_n[i];
     int N = HPT_MIN(HPT_MAX(o->shards, 1), 64);
-    size_t hstr = round4k(shard_ranges(n_slices, slice_n, slice_row, N, lo, hi));
+    size_t hstr = round4k(eng_shard_ranges(n_slices, slice_n, slice_row, N, lo, hi));
     eng_bytes_homes(o, L, bn, hstr, training, mv_homes, out);
     if (needs_bounce(o)) out[HPT_TIER_HOST][HPT_CAT_IO] += (uint64_t)hstr * sizeof(float);
 }
@@ -177,7 +177,7 @@ hpt_status eng_z3_setup(offload_engine *e) {
     e->zrecv = calloc(parts * (size_t)N, sizeof *e->zrecv);
     if (!e->zlo_all || !e->zhi_all || !e->zseq || !e->zpart || !e->zrecv)
         return hpt_fail(HPT_ERR_OOM, "offload engine: ZeRO-3 records");
-    e->hstr = round4k(shard_ranges(e->ns, e->slice_n, e->has_rows ? e->slice_row : NULL, N,
+    e->hstr = round4k(eng_shard_ranges(e->ns, e->slice_n, e->has_rows ? e->slice_row : NULL, N,
                                    e->zlo_all, e->zhi_all));
     e->zlo = e->zlo_all[r];
     e->zhi = e->zhi_all[r];

@@ -46,7 +46,10 @@
  * tensors this file keeps (not AdamW fp32's, which is the engine's) holds of every layer's slice
  * only this rank's part [ca, ca + cn) (eng_cuts: on 8-bit blocks and Adam-mini rows), packed as
  * the whole layout; the engine's callback names the part's offset; checkpoints gather and keep
- * the parts (optim_emit_cut, optim_absorb_cut).
+ * the parts (optim_emit_cut, optim_absorb_cut). The non-block tensors' state (op->nbcut: full or
+ * chunked embeddings) is this rank's range of their concatenation (eng_zemb_cuts, engine_zemb.c):
+ * each owner updates its range (a chunk's part with chunked embeddings), the engine all-gathers
+ * the updated weights, and the norm takes their sums of squares from the owners' chunk sums.
  * Tensors are the table's: sizes from their descriptors, weight decay by is_matrix, the tied
  * embedding's update deferred to the model with chunked embeddings; nothing here names one
  * architecture's tensors.
@@ -117,6 +120,9 @@ struct hpt_optim {
     float prev_norm; /* fused: the previous step's gradient norm (0 before the first) */
     int eng_homes;   /* 1: the engine's homes hold the blocks' m and v (AdamW fp32) */
     int cut;         /* 1: ZeRO in the engine, this file's state of the blocks' cuts (eng_cuts) */
+    int nbcut;       /* 1: ZeRO in the engine, the non-block tensors' state of this rank's part
+                      * only (eng_zemb_cuts; engine_zemb.c), their weights all-gathered after
+                      * the owners' update */
     size_t n_units;  /* the table's units (optim.h) */
     double *unit_sumsq; /* (n_units) the step's sums of squares per unit (held ones; the others
                          * from gather) */
@@ -182,7 +188,8 @@ static void plan_layout(const hpt_model_config *c, const hpt_tensor_table *t,
         tl->sn = hpt_tensor_slice_numel(d, t->L);
         tl->ca = 0;
         tl->cn = tl->sn;
-        if (cut_a && tl->stacked) { /* ZeRO in the engine: this rank's part of every layer's slice */
+        if (cut_a) { /* ZeRO in the engine: this rank's part of every layer's slice (and of every
+                      * non-block tensor: engine_zemb.c) */
             tl->ca = cut_a[i];
             tl->cn = cut_z[i] - cut_a[i];
         }
@@ -195,8 +202,10 @@ static void plan_layout(const hpt_model_config *c, const hpt_tensor_table *t,
         tl->ns = b > a ? b - a : 0;
         unit += tl->slices;
         size_t held = tl->ns * tl->cn; /* values */
-        if (eng_homes) {
-            if (!tl->stacked) tl->f32_off = gpt2_nonblock_offset(c, i);
+        if (eng_homes) { /* the non-block tensors' m, v: as the flat buffer, or (cut) the
+                          * parts packed in order, which is this rank's range of it */
+            if (!tl->stacked) tl->f32_off = cut_a ? n32 : gpt2_nonblock_offset(c, i);
+            if (!tl->stacked && cut_a) n32 += held;
             continue;
         }
         tl->q8 = bits == 8 && !(o->state32_embeddings && i < first_block);
@@ -214,7 +223,7 @@ static void plan_layout(const hpt_model_config *c, const hpt_tensor_table *t,
         tl->v_off = nv;
         nv += held / tl->row;
     }
-    if (eng_homes) n32 = gpt2_nonblock_floats(c);
+    if (eng_homes && !cut_a) n32 = gpt2_nonblock_floats(c);
     L->bytes[B_M] = n32 * 4;
     L->bytes[B_M_CODES] = n8;
     L->bytes[B_M_SCALES] = nsc * 4;
@@ -308,6 +317,15 @@ static void emb_update(void *ctx, int i, size_t off, hpt_be_param p, const float
     hpt_optim *op = ctx;
     if (!op->armed) return; /* a backward outside a step's begin and end: gradients only */
     p.seed = sr_seed(op);
+    if (op->nbcut) { /* ZeRO: this rank's part of the chunk (every rank holds the chunk's sum) */
+        const tensor_layout *tl = &op->lay.t[i];
+        size_t a = HPT_MAX(off, tl->ca), z = HPT_MIN(off + n, tl->ca + tl->cn);
+        if (z <= a) return;
+        p.f32 += a - off; /* chunked embeddings: fp32 weights */
+        g += a - off;
+        off = a;
+        n = z - a;
+    }
     update_range(op, op->be, i, 0, off, p, g, n, op->lr_now, op->scale_now);
 }
 
@@ -341,6 +359,7 @@ static int cut_of(const hpt_optim *op, struct offload_engine *eng, int q, size_t
         ca[i] = a[k];
         cz[i] = z[k];
     }
+    eng_zemb_cuts(eng, op->tab, q, ca, cz); /* the non-block tensors' (whole when not cut) */
     return N;
 }
 
@@ -470,8 +489,11 @@ hpt_status optim_create_units(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opt
     /* ZeRO in the engine (stages 1-3): the blocks' state of this rank's cut of every slice */
     size_t ca[HPT_TABLE_MAX], cz[HPT_TABLE_MAX];
     op->cut = eng && !op->eng_homes && cut_of(op, eng, hpt_dist_rank(), ca, cz) > 1;
+    op->nbcut = eng_zemb_on(eng);
+    if (op->nbcut && op->eng_homes) cut_of(op, eng, hpt_dist_rank(), ca, cz);
+    int cuts = op->cut || op->nbcut;
     plan_layout(hpt_gpt2_get_config(model), op->tab, o, op->eng_homes, u_lo, u_hi,
-                op->cut ? ca : NULL, op->cut ? cz : NULL, &op->lay);
+                cuts ? ca : NULL, cuts ? cz : NULL, &op->lay);
     op->unit_sumsq = calloc(op->n_units ? op->n_units : 1, sizeof(double));
     if (!op->unit_sumsq) {
         free(op);
@@ -571,13 +593,28 @@ static int full_fp32_adamw(const hpt_optim *op) {
 hpt_status optim_emit_moment(const hpt_optim *op, int which, gpt2_emit_fn emit, void *ctx) {
     if (!op->eng_homes)
         return hpt_fail(HPT_ERR_INVALID, "optim_emit_moment: AdamW with 32-bit state only");
-    return gpt2_emit(op->model, which ? EB_V : EB_M, op->buf[which ? B_V : B_M], emit, ctx);
+    if (!op->nbcut) return gpt2_emit(op->model, which ? EB_V : EB_M, op->buf[which ? B_V : B_M], emit, ctx);
+    /* the non-block parts gathered from their owners into a whole flat copy (collective) */
+    struct offload_engine *eng = model_engine(op->model);
+    float *whole = malloc(gpt2_nonblock_floats(hpt_gpt2_get_config(op->model)) * sizeof(float) + 4);
+    if (!whole) return hpt_fail(HPT_ERR_OOM, "a checkpoint's non-block optimizer state (ZeRO)");
+    hpt_status s = eng_zemb_whole(eng, op->tab, op->buf[which ? B_V : B_M], whole);
+    if (s == HPT_OK) s = gpt2_emit(op->model, which ? EB_V : EB_M, whole, emit, ctx);
+    free(whole);
+    return s;
 }
 
 hpt_status optim_absorb_moment(hpt_optim *op, int which, gpt2_read_fn read, void *ctx) {
     if (!op->eng_homes)
         return hpt_fail(HPT_ERR_INVALID, "optim_absorb_moment: AdamW with 32-bit state only");
-    return gpt2_absorb(op->model, which ? EB_V : EB_M, op->buf[which ? B_V : B_M], read, ctx);
+    if (!op->nbcut) return gpt2_absorb(op->model, which ? EB_V : EB_M, op->buf[which ? B_V : B_M], read, ctx);
+    /* the file's whole non-block values read, this rank's part kept */
+    float *whole = malloc(gpt2_nonblock_floats(hpt_gpt2_get_config(op->model)) * sizeof(float) + 4);
+    if (!whole) return hpt_fail(HPT_ERR_OOM, "a checkpoint's non-block optimizer state (ZeRO)");
+    hpt_status s = gpt2_absorb(op->model, which ? EB_V : EB_M, whole, read, ctx);
+    if (s == HPT_OK) eng_zemb_keep(model_engine(op->model), op->tab, whole, op->buf[which ? B_V : B_M]);
+    free(whole);
+    return s;
 }
 
 /* Without the engine: the gradients of tensor i's values from off (checkpoint order): the flat
@@ -639,8 +676,10 @@ static double grad_sumsq(const hpt_optim *op) {
         if (!tl->stacked) {
             /* chunked embeddings: the head's (and an untied wte's) sum of squares, chunk by
              * chunk, from the backward (embed.c) */
-            s += model_emb_deferred(m, i) ? model_emb_sumsq(m, i)
-                                          : op->be->sumsq(gpt2_nonblock_grad(m, i), tl->sn);
+            double cs; /* ZeRO: the owners' chunk sums (engine_zemb.c) */
+            if (op->nbcut && !model_emb_deferred(m, i)) s += eng_zemb_sumsq(eng, i, &cs) ? cs : (double)NAN;
+            else s += model_emb_deferred(m, i) ? model_emb_sumsq(m, i)
+                                               : op->be->sumsq(gpt2_nonblock_grad(m, i), tl->sn);
             continue;
         }
         if (blocks_done) continue; /* the blocks, at the first block tensor */
@@ -658,18 +697,25 @@ static double grad_sumsq(const hpt_optim *op) {
             s += b;
         }
     }
+    if (op->nbcut) eng_zemb_norm_used(eng); /* taken: the next step gathers its own */
     return s;
 }
 
-/* The non-block tensors of an engine's model (wte's chunks already, with chunked embeddings). */
-static void update_nonblock(hpt_optim *op, float lr, float scale) {
+/* The non-block tensors of an engine's model (wte's chunks already, with chunked embeddings):
+ * each whole, or with ZeRO (nbcut) this rank's part [ca, ca + cn) only (its summed gradients
+ * are there: engine_zemb.c), then every owner's part all-gathered into every rank's weights. */
+static hpt_status update_nonblock(hpt_optim *op, float lr, float scale) {
     hpt_gpt2 *model = op->model;
     for (int i = 0; i < op->lay.n; i++) {
-        if (op->lay.t[i].stacked || model_emb_deferred(model, i)) continue;
+        const tensor_layout *tl = &op->lay.t[i];
+        if (tl->stacked || model_emb_deferred(model, i) || !tl->cn) continue;
         hpt_be_param kp = gpt2_nonblock_param(model, i);
         kp.seed = sr_seed(op);
-        update_slice(op, op->be, i, 0, kp, gpt2_nonblock_grad(model, i), lr, scale);
+        if (tl->ca) kp.f32 += tl->ca; /* nbcut: full embeddings, fp32 weights */
+        update_range(op, op->be, i, 0, tl->ca, kp, gpt2_nonblock_grad(model, i) + tl->ca, tl->cn, lr, scale);
     }
+    if (!op->nbcut) return HPT_OK;
+    return eng_zemb_gather(model_engine(model), op->tab, model_params(model));
 }
 
 hpt_status hpt_optim_fused_begin(hpt_optim *op, float lr, float clip) {
@@ -696,9 +742,10 @@ hpt_status hpt_optim_fused_end(hpt_optim *op, float *grad_norm_out) {
     /* the non-block tensors and the norm first (they touch nothing the worker's block updates
      * touch, and the blocks' sums of squares were taken as their gradients completed), so this
      * thread works while the worker finishes the last blocks instead of waiting for them */
-    update_nonblock(op, op->lr_now, op->scale_now);
+    hpt_status s = update_nonblock(op, op->lr_now, op->scale_now);
     float norm = (float)sqrt(grad_sumsq(op)) * op->gscale_now;
-    hpt_status s = eng_drain(model_engine(op->model)); /* every block's update done */
+    if (s == HPT_OK) s = eng_drain(model_engine(op->model)); /* every block's update done */
+    else eng_drain(model_engine(op->model));
     op->armed = 0;
     HPT_CHECK(s);
     if (grad_norm_out) *grad_norm_out = norm;
@@ -753,8 +800,7 @@ hpt_status hpt_optim_step_scaled(hpt_optim *op, float lr, float clip, float grad
         hpt_status s = eng_stream_update(eng); /* the blocks, where their state lives */
         op->armed = 0;
         HPT_CHECK(s);
-        update_nonblock(op, lr, scale);
-        return HPT_OK;
+        return update_nonblock(op, lr, scale);
     }
     op->t++;
     for (int i = 0; i < op->lay.n; i++) { /* the held slices (ZeRO: this process's) */
@@ -771,10 +817,15 @@ hpt_status hpt_optim_step_scaled(hpt_optim *op, float lr, float clip, float grad
 /* ---- ZeRO in the engine: the blocks' state cut at the shards (op->cut) ------------------- */
 
 void optim_cut_bytes(const hpt_model_config *c, const hpt_adamw_opts *o, const size_t *slice_a,
-                     const size_t *slice_z, uint64_t bytes[HPT_OPTIM_NUM_BUFS]) {
+                     const size_t *slice_z, const size_t *nb_a, const size_t *nb_z,
+                     uint64_t bytes[HPT_OPTIM_NUM_BUFS]) {
     hpt_tensor_table t;
     model_describe(c, &t);
     size_t ca[HPT_TABLE_MAX], cz[HPT_TABLE_MAX];
+    for (int i = 0; i < t.n; i++) { /* the non-block tensors: whole, or their given parts */
+        ca[i] = nb_a ? nb_a[i] : 0;
+        cz[i] = nb_z ? nb_z[i] : hpt_tensor_numel(&t.t[i]);
+    }
     for (int k = 0; k < t.n_slices; k++) {
         int i = hpt_table_slice_tensor(&t, k);
         ca[i] = slice_a[k];
@@ -868,7 +919,7 @@ hpt_status optim_emit_cut(const hpt_optim *op, int b, optim_bytes_fn write, void
     for (int i = 0; i < op->lay.n && s == HPT_OK; i++) {
         const tensor_layout *tl = &op->lay.t[i];
         size_t e0[64], e1[64], es, whole;
-        if (!tl->stacked) { /* replicated: this rank's is the whole */
+        if (!tl->stacked && !op->nbcut) { /* replicated: this rank's is the whole */
             size_t a, z, e = buf_piece(op, b, tl, 0, tl->sn, &a, &z);
             if (e && z > a)
                 s = write(ctx, (char *)op->buf[b] + buf_at(op, b, i, 0), tl->slices * (z - a) * e);
@@ -901,7 +952,7 @@ hpt_status optim_absorb_cut(hpt_optim *op, int b, optim_bytes_fn read, void *ctx
     for (int i = 0; i < op->lay.n && s == HPT_OK; i++) {
         const tensor_layout *tl = &op->lay.t[i];
         size_t e0[64], e1[64], es, whole;
-        if (!tl->stacked) {
+        if (!tl->stacked && !op->nbcut) {
             size_t a, z, e = buf_piece(op, b, tl, 0, tl->sn, &a, &z);
             if (e && z > a)
                 s = read(ctx, (char *)op->buf[b] + buf_at(op, b, i, 0), tl->slices * (z - a) * e);

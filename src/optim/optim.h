@@ -62,11 +62,14 @@ void optim_set_run_grads(hpt_optim *op, const float *g, size_t lo);
  * The blocks' state of optimizers the engine's homes do not hold (8-bit, Lion, SGD, Adam-mini)
  * is this file's, cut at the engine's shards: each rank holds, of every layer's slice of a
  * block tensor, its part [a, z) (eng_cuts, on 8-bit blocks and Adam-mini rows), packed in the
- * whole layout's order; wte, wpe and the final layernorm whole on every rank. */
+ * whole layout's order; wte, wpe and the final layernorm: with full embeddings this rank's part
+ * of each (eng_zemb_cuts, engine_zemb.c), else whole on every rank. */
 /* The state buffers' bytes with the blocks' slices cut to [slice_a[k], slice_z[k]) (by block
- * slice k): the estimator's. */
+ * slice k) and the non-block tensors to [nb_a[i], nb_z[i]) (by table index; NULL: whole): the
+ * estimator's. */
 void optim_cut_bytes(const hpt_model_config *c, const hpt_adamw_opts *o, const size_t *slice_a,
-                     const size_t *slice_z, uint64_t bytes[HPT_OPTIM_NUM_BUFS]);
+                     const size_t *slice_z, const size_t *nb_a, const size_t *nb_z,
+                     uint64_t bytes[HPT_OPTIM_NUM_BUFS]);
 /* 1 when this optimizer's state is cut at the engine's shards. */
 int optim_cut(const hpt_optim *op);
 /* A checkpoint's bytes of state buffer b in the whole layout's order: emit (collective: every

@@ -167,7 +167,8 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     }
     if (o->training) HPT_CHECK(optim_bytes(o, u_lo, u_hi, &dev[HPT_CAT_OPTIM])); /* hpt_optim_create */
     /* stage 2: the flat gradients hold the non-block tensors only; the blocks' pass layer by
-     * layer through one block's slot onto the owners (dp.c's sink), whose run holds the sums */
+     * layer through two blocks' slots onto the owners (dp.c's sink: one block's exchange in
+     * flight while the next one's backward writes the other), whose run holds the sums */
     if (stage == 2 && o->training) {
         hpt_tensor_table tab;
         model_describe(c, &tab);
@@ -179,7 +180,7 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
             nb_hi += p_hi <= off ? 0 : HPT_MIN(p_hi - off, n);
         }
         /* + the run's block values; with accumulation its non-block ones' sum */
-        dev[HPT_CAT_GRADS] = ((uint64_t)gpt2_nonblock_floats(c) + hpt_table_block_numel(&tab) +
+        dev[HPT_CAT_GRADS] = ((uint64_t)gpt2_nonblock_floats(c) + 2 * (uint64_t)hpt_table_block_numel(&tab) +
                               ((p_hi - nb_hi) - (p_lo - nb_lo)) +
                               (o->accum > 1 ? nb_hi - nb_lo : 0)) * 4;
     }
@@ -204,13 +205,20 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
         hpt_offload_opts so = o->offload;
         so.shards = o->zero >= 1 && procs > 1 ? procs : 0;
         so.zero = o->zero;
-        if (mv_homes) {
-            dev[HPT_CAT_OPTIM] = o->training ? 2 * nf * 4 : 0; /* hpt_optim_create: m, v */
+        /* ZeRO: the non-block tensors' state of this rank's part (engine_zemb.c) */
+        size_t na[HPT_TABLE_MAX], nz[HPT_TABLE_MAX];
+        eng_zemb_cut_of(&so, &tab, o->rank, na, nz);
+        uint64_t nheld = 0;
+        for (int i = 0; i < tab.n; i++)
+            if (tab.t[i].layer != HPT_LAYER_STACKED) nheld += nz[i] - na[i];
+        if (mv_homes) { /* hpt_optim_create: m, v (the non-block tensors') */
+            dev[HPT_CAT_OPTIM] = o->training ? 2 * (so.shards > 1 && (o->offload.embeddings == HPT_EMB_FULL ||
+                                                o->offload.embeddings == HPT_EMB_CHUNKED) ? nheld : nf) * 4 : 0;
         } else if (o->training && so.shards > 1) { /* ZeRO: the blocks' state of this rank's cut */
             size_t ca[ENG_MAX_SLICES], cz[ENG_MAX_SLICES];
             uint64_t ob[HPT_OPTIM_NUM_BUFS];
             eng_cut_of(&so, tab.n_slices, sn, rows, o->rank, ca, cz);
-            optim_cut_bytes(c, &o->adamw, ca, cz, ob);
+            optim_cut_bytes(c, &o->adamw, ca, cz, na, nz, ob);
             dev[HPT_CAT_OPTIM] = 0;
             for (int b = 0; b < HPT_OPTIM_NUM_BUFS; b++) dev[HPT_CAT_OPTIM] += ob[b];
         }

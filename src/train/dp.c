@@ -3,7 +3,8 @@
  * combined, and ZeRO's sharding (stages 1, 2: each rank owns a run of the optimizer's units,
  * optim_owner; the gradients are reduce-scattered onto the runs, the norm's terms gathered, the
  * updated weights all-gathered from their owners; at stage 2 layer by layer, through a
- * gradient sink at the runner's done point, so no process holds the blocks' whole gradients).
+ * gradient sink at the runner's done point, so no process holds the blocks' whole gradients;
+ * each block's exchange runs while the next block's backward writes the other of two slots).
  * Invariants: rank r of N with accum K takes windows r*K .. r*K+K-1 of the step's
  * N*K windows (the windows one process with --accum N*K reads, in that order), and every rank's
  * loader passes over all N*K, so every rank's data position after a step is that one process's;
@@ -179,7 +180,9 @@ hpt_status dp_overflow(const dp_shard *z, const hpt_backend *be, const float *gr
 }
 
 /* ---- stage 2's gradient sink (docs/zero.md): the blocks' gradients reduce-scattered layer by
- * layer at the runner's done point, so no process holds the whole gradient of the blocks. The
+ * layer from the runner's done point, so no process holds the whole gradient of the blocks:
+ * block l's in slot l % 2, its exchange started at its done point and waited for when block
+ * l - 2 needs the slot (or at the backward's end), so it overlaps block l - 1's backward. The
  * model's flat gradients hold the non-block tensors (the head and the encoder write wte's at
  * the two ends of the backward): reduce-scattered after the backward, the owner reads its part
  * there (the run holds the owned block values only). ---- */
@@ -208,22 +211,10 @@ static void fold(const dp_shard *z, float *dst, const float *src, size_t n) {
     else dp_add(dst, src, n);
 }
 
-static hpt_status sink_slot(void *ctx, int l, float **g) {
-    dp_shard *z = ctx;
-    (void)l;
-    z->be->memset(z->slot, 0, z->slot_n * sizeof(float));
-    *g = z->slot;
-    return HPT_OK;
-}
-
-/* Block l's packed slot (slice s of the table's block slices back to back) is complete: each
- * slice is one optimizer unit, so it lies in one owner's run, and the owners ascend with s:
- * the slot cut at the owners' slices gives the reduce-scatter's ranges (every value still
- * x_0 + x_1 + ... in rank order). The owner folds its slices' sums into the run. */
-static hpt_status sink_done(void *ctx, int l) {
-    dp_shard *z = ctx;
+/* Block l's placement: slice s's values in checkpoint order from fo[s], in the packed slot
+ * from po[s] (po[n_slices]: the block's size). */
+static void block_place(const dp_shard *z, int l, size_t po[HPT_TABLE_MAX + 1], size_t fo[HPT_TABLE_MAX]) {
     const hpt_tensor_table *t = model_table(z->model);
-    size_t po[HPT_TABLE_MAX + 1], fo[HPT_TABLE_MAX], lo[DP_MAX_PROCS], hi[DP_MAX_PROCS];
     po[0] = 0;
     for (int s = 0; s < t->n_slices; s++) {
         int ti = hpt_table_slice_tensor(t, s);
@@ -231,6 +222,49 @@ static hpt_status sink_done(void *ctx, int l) {
         fo[s] = hpt_table_offset(t, ti) + (size_t)l * sn; /* its place in checkpoint order */
         po[s + 1] = po[s] + sn;
     }
+}
+
+/* Slot i's exchange waited for, and the owner's summed slices of its block folded into the
+ * run. */
+static hpt_status slot_finish(dp_shard *z, int i) {
+    if (z->slot_l[i] < 0) return HPT_OK;
+    const hpt_tensor_table *t = model_table(z->model);
+    size_t po[HPT_TABLE_MAX + 1], fo[HPT_TABLE_MAX];
+    float *slot = z->slot + (size_t)i * z->slot_n;
+    hpt_status s = dist_wait(z->rq[i]);
+    z->rq[i] = NULL;
+    if (s != HPT_OK) return s;
+    block_place(z, z->slot_l[i], po, fo);
+    for (int k = 0; k < t->n_slices; k++)
+        if (fo[k] >= z->plo[z->rank] && fo[k] < z->phi[z->rank])
+            fold(z, z->run + (fo[k] - z->run_lo), slot + po[k], po[k + 1] - po[k]);
+    z->slot_l[i] = -1;
+    return HPT_OK;
+}
+
+/* Block l writes slot l % 2, once block l + 2's exchange from it is in (the other slot's, block
+ * l + 1's, runs on meanwhile). */
+static hpt_status sink_slot(void *ctx, int l, float **g) {
+    dp_shard *z = ctx;
+    int i = l & 1;
+    HPT_CHECK(slot_finish(z, i));
+    float *slot = z->slot + (size_t)i * z->slot_n;
+    z->be->memset(slot, 0, z->slot_n * sizeof(float));
+    *g = slot;
+    return HPT_OK;
+}
+
+/* Block l's packed slot (slice s of the table's block slices back to back) is complete: each
+ * slice is one optimizer unit, so it lies in one owner's run, and the owners ascend with s:
+ * the slot cut at the owners' slices gives the reduce-scatter's ranges (every value still
+ * x_0 + x_1 + ... in rank order). Started on the slot's channel, not waited for: the next
+ * block's backward runs while it moves (slot_finish folds the owner's sums into the run). */
+static hpt_status sink_done(void *ctx, int l) {
+    dp_shard *z = ctx;
+    const hpt_tensor_table *t = model_table(z->model);
+    size_t po[HPT_TABLE_MAX + 1], fo[HPT_TABLE_MAX], lo[DP_MAX_PROCS], hi[DP_MAX_PROCS];
+    int i = l & 1, done;
+    block_place(z, l, po, fo);
     for (int q = 0; q < z->size; q++) { /* the slices whose values lie in q's run */
         int a = 0, b;
         while (a < t->n_slices && fo[a] < z->plo[q]) a++;
@@ -238,11 +272,10 @@ static hpt_status sink_done(void *ctx, int l) {
         lo[q] = po[a];
         hi[q] = po[b];
     }
-    HPT_CHECK(dist_reduce_scatter_ranges(z->slot, lo, hi, "the gradients' sum"));
-    for (int s = 0; s < t->n_slices; s++)
-        if (fo[s] >= z->plo[z->rank] && fo[s] < z->phi[z->rank])
-            fold(z, z->run + (fo[s] - z->run_lo), z->slot + po[s], po[s + 1] - po[s]);
-    return HPT_OK;
+    HPT_CHECK(dist_reduce_scatter_start(z->slot + (size_t)i * z->slot_n, lo, hi, i,
+                                        "the gradients' sum", &z->rq[i]));
+    z->slot_l[i] = l;
+    return dist_test(z->rq[i ^ 1], &done); /* the other slot's exchange moved on */
 }
 
 hpt_status dp_sink_attach(dp_shard *z, hpt_mem *mem, hpt_gpt2 *model, hpt_optim *op, int K) {
@@ -263,14 +296,15 @@ hpt_status dp_sink_attach(dp_shard *z, hpt_mem *mem, hpt_gpt2 *model, hpt_optim 
     z->model = model;
     z->accum = K;
     z->slot_n = hpt_table_block_numel(t);
+    z->slot_l[0] = z->slot_l[1] = -1;
     /* the owned values: block ones in the run, non-block ones in the flat buffer (one range) */
     z->run_lo = HPT_MAX(lo, blo);
     z->run_n = (hi - nonblock_before(t, hi)) - (lo - nonblock_before(t, lo));
     z->nb_lo = nonblock_before(t, lo);
     z->nb_n = nonblock_before(t, hi) - z->nb_lo;
     hpt_status s;
-    hpt_mem_set_name(mem, "gradient slot (ZeRO-2, one block)");
-    s = z->be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, z->slot_n * sizeof(float), (void **)&z->slot);
+    hpt_mem_set_name(mem, "gradient slots (ZeRO-2, two blocks)");
+    s = z->be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, 2 * z->slot_n * sizeof(float), (void **)&z->slot);
     hpt_mem_set_name(mem, "gradients of the owned blocks (ZeRO-2)");
     if (s == HPT_OK && z->run_n)
         s = z->be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, z->run_n * sizeof(float), (void **)&z->run);
@@ -288,7 +322,14 @@ hpt_status dp_sink_attach(dp_shard *z, hpt_mem *mem, hpt_gpt2 *model, hpt_optim 
 
 void dp_sink_free(dp_shard *z) {
     if (!z->mem) return;
-    z->be->free(z->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, z->slot, z->slot_n * sizeof(float));
+    for (int i = 0; i < 2; i++) { /* after a failure: the transport may still read the slot */
+        if (z->rq[i]) {
+            dist_abandon(z->rq[i]);
+            z->slot = NULL; /* left allocated, uncounted from here on */
+        }
+        z->rq[i] = NULL;
+    }
+    if (z->slot) z->be->free(z->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, z->slot, 2 * z->slot_n * sizeof(float));
     z->be->free(z->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, z->run, z->run_n * sizeof(float));
     z->be->free(z->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, z->nb_acc, z->nb_n * sizeof(float));
     z->slot = z->run = z->nb_acc = NULL;
@@ -298,6 +339,10 @@ void dp_sink_free(dp_shard *z) {
 void dp_sink_begin(dp_shard *z, int k) { z->micro = k; }
 
 hpt_status dp_sink_end(dp_shard *z) {
+    /* the last two blocks' exchanges (they ran beside the encoder's backward), older first */
+    int first = z->slot_l[0] > z->slot_l[1] ? 0 : 1;
+    HPT_CHECK(slot_finish(z, first));
+    HPT_CHECK(slot_finish(z, first ^ 1));
     const hpt_tensor_table *t = model_table(z->model);
     float *g = model_grads(z->model); /* the non-block tensors, back to back */
     size_t lo[DP_MAX_PROCS], hi[DP_MAX_PROCS];

@@ -129,6 +129,16 @@ int dp_engine_shards(const hpt_train_opts *o);
 int dp_engine_per_micro(const hpt_train_opts *o);
 /* After a step's backward (collective): ZeRO-3's blocks' sums of squares (eng_z3_norm). */
 hpt_status dp_engine_after_backward(struct offload_engine *e);
+/* ZeRO with the engine and full embeddings (engine_zemb.c): 1 when wte's, wpe's and lnf's state
+ * is cut among the owners; then their flat gradients are reduce-scattered onto the owners
+ * (dp_engine_zemb_reduce, instead of the all-reduce) and the norm's parts gathered
+ * (dp_engine_zemb_norm, after the last micro-batch's sum). Collective. */
+int dp_engine_zemb(hpt_trainer *tr);
+/* After the model is made: with many processes, chunked or bf16 embeddings' chunks of wte's
+ * gradient are summed over them in the backward, before their norm and update (embed.c). */
+void dp_engine_emb(hpt_trainer *tr);
+hpt_status dp_engine_zemb_reduce(hpt_trainer *tr);
+hpt_status dp_engine_zemb_norm(hpt_trainer *tr);
 /* ZeRO-3, a rank other than 0: save (the gathers are collective) into a scratch directory,
  * then remove it; rank 0 writes the checkpoint. */
 hpt_status dp_engine_save_follow(hpt_trainer *tr, hpt_status (*save)(hpt_trainer *));
@@ -156,7 +166,9 @@ typedef struct {
     int stage, size, rank;          /* stage 1 or 2 only with size > 1; else 0 */
     size_t ulo[DP_MAX_PROCS], uhi[DP_MAX_PROCS], plo[DP_MAX_PROCS], phi[DP_MAX_PROCS];
     /* stage 2's gradient sink (dp_sink_attach): the blocks' gradients go layer by layer
-     * through one packed slot (slot_n floats) onto the owners; run (run_n) holds this rank's
+     * through two packed slots (slot: 2 x slot_n floats; block l in slot l % 2, its exchange
+     * rq[l % 2] in flight until block l - 2 takes the slot, slot_l[i]: the block it holds, or
+     * -1) onto the owners; run (run_n) holds this rank's
      * summed block values from value run_lo (checkpoint order), its non-block ones lie at
      * [nb_lo, nb_lo + nb_n) of the model's flat gradients (nb_acc: their sum over micro-batches
      * with accum > 1); micro: the micro-batch (0: copy, > 0: add) */
@@ -166,6 +178,8 @@ typedef struct {
     float *slot, *run, *nb_acc;
     size_t slot_n, run_n, run_lo, nb_lo, nb_n;
     int micro, accum;
+    struct dist_req *rq[2];
+    int slot_l[2];
 } dp_shard;
 /* The run's sharding for the model's table (o->zero, the process count). */
 hpt_status dp_shard_init(const hpt_train_opts *o, hpt_gpt2 *model, dp_shard *z);

@@ -320,6 +320,7 @@ static hpt_status setup(hpt_trainer *tr) {
     if (model_engine(tr->model) && o->loss_scale.mode != HPT_LOSS_SCALE_OFF) /* fp32 homes too: */
         eng_check_grads(model_engine(tr->model), 1); /* non-finite values skip a step */
     dp_engine_setup(model_engine(tr->model)); /* many processes: blocks summed at grads_done */
+    dp_engine_emb(tr); /* and wte's chunks in the backward (chunked, bf16 embeddings) */
     HPT_CHECK(dp_sink_attach(&tr->dp, tr->mem, tr->model, tr->opt, /* stage 2: by layer */
                              o->accum > 1 ? o->accum : 1));
     hpt_status s = hpt_model_set_act_opts(tr->model, &o->act); /* before the first forward */
@@ -654,7 +655,7 @@ static hpt_status sum_apart(hpt_trainer *tr, int k, int K) {
         g += tr->dp.plo[tr->dp.rank];
         n = tr->dp.phi[tr->dp.rank] - tr->dp.plo[tr->dp.rank];
     } else if (dp_engine_per_micro(&tr->o)) { /* the engine's stages 1-3: as its blocks' */
-        HPT_CHECK(dp_reduce_grads(g, n));
+        HPT_CHECK(dp_engine_zemb(tr) ? dp_engine_zemb_reduce(tr) : dp_reduce_grads(g, n));
     }
     if (!tr->acc) {
         hpt_mem_set_name(tr->mem, "gradient sum (micro-batches apart)");
@@ -725,8 +726,13 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
     HPT_CHECK(dp_loss_sum(loss_sum, &loss_sum));
     /* stage 0: every value summed on every rank; 1: the owned ones; 2 with accumulation: done
      * per micro-batch (sum_apart) */
-    if (!sink && !((tr->dp.stage == 2 || dp_engine_per_micro(&tr->o)) && apart))
+    int reduce = !sink && !((tr->dp.stage == 2 || dp_engine_per_micro(&tr->o)) && apart);
+    if (dp_engine_zemb(tr)) { /* the engine's ZeRO: wte, wpe, lnf onto their owners too */
+        if (reduce) HPT_CHECK(dp_engine_zemb_reduce(tr));
+        HPT_CHECK(dp_engine_zemb_norm(tr));
+    } else if (reduce) {
         HPT_CHECK(dp_reduce_scatter(&tr->dp, model_grads(tr->model), model_grads_floats(tr->model)));
+    }
     /* KN = 1: the loss is the micro-batch's, exactly (a float through a double and back). */
     p->loss = (float)(loss_sum / KN);
     if (scaling) {
