@@ -581,9 +581,10 @@ double eng_block_sumsq(const offload_engine *e, int l) { return e->sumsq[l]; }
 void eng_check_grads(offload_engine *e, int on) { e->check_grads = on; }
 
 hpt_status eng_grads_overflow(offload_engine *e, int *overflow) {
+    int caller = *overflow; /* the flat gradients' own check */
     *overflow = 0;
     HPT_CHECK(eng_drain(e)); /* every queued narrowing reaped */
-    *overflow = e->g_over;
+    *overflow = e->g_over || caller;
     e->g_over = 0;
     return eng_dist_overflow(e, overflow); /* ZeRO: the ranks' flags agreed */
 }

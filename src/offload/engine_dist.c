@@ -94,9 +94,10 @@ hpt_status eng_grad_add_home(offload_engine *e, int l, float *g) {
 
 hpt_status eng_dist_overflow(offload_engine *e, int *overflow) {
     /* ZeRO: each rank saw its own part (fp32 homes: its micro-batch; 16-bit: the range it
-     * narrowed); one all-reduce of the flags makes the union every rank's, so all skip or
-     * apply the step together and their scalers stay equal. Stage 0's flags already agree
-     * (every rank checks the same sums). */
+     * narrowed; the flat non-block gradients, the caller's: summed in its range only since
+     * engine_zemb.c reduce-scatters them); one all-reduce of the flags makes the union every
+     * rank's, so all skip or apply the step together and their scalers stay equal. Stage 0's
+     * flags already agree (every rank checks the same sums). */
     if (!e->z3 || !e->dist) return HPT_OK;
     float f = *overflow ? 1.0f : 0.0f;
     HPT_CHECK(e->comm->allreduce(&f, 1, "the gradients' overflow flag (ZeRO)"));
