@@ -187,10 +187,10 @@ same_run "$tmp/z3h" "$tmp/z3a" "np 2: --zero 3 alone vs --zero 3 --offload host"
 out=$("${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 2 --offload none --zero 3 2>&1) && bad "--offload none --zero 3 should be refused"
 grep -q -- "--zero 3 (sharded optimizer state, gradients and parameters) runs in the offload engine's homes, not with --offload none" <<<"$out" ||
     bad "--offload none --zero 3 refusal: $out"
-# --zero 1 with the engine runs (docs/zero_engine.md, test_zero_engine*.sh, 8-bit state too);
-# not with a 16-bit gradient home
-out=$("${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 2 --zero 1 --offload host --grad-home bf16 2>&1) && bad "--zero 1 --offload --grad-home bf16 should be refused"
-grep -q -- "--zero 1 in the offload engine shards fp32 gradient homes" <<<"$out" || bad "--zero 1 --offload --grad-home bf16 refusal: $out"
+# --zero 1 with the engine runs (docs/zero_engine.md, test_zero_engine*.sh, 8-bit state too),
+# with a 16-bit gradient home too (its bits: test_zero_engine16.sh)
+"${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 2 --zero 1 --offload host --grad-home bf16 >/dev/null 2>&1 ||
+    bad "--zero 1 --offload --grad-home bf16 should run"
 
 # ---- 4. different configurations ---------------------------------------------------------
 cat >"$tmp/differ.sh" <<EOF

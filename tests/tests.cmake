@@ -184,3 +184,10 @@ if(HPT_MPI AND TARGET hptrain_cli)
   set_tests_properties(test_zero_ckpt_engine PROPERTIES TIMEOUT 400 SKIP_RETURN_CODE 77
     ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
 endif()
+# ZeRO 1-3 in the offload engine with bf16 weights on disk, 16-bit gradient homes and loss scaling
+# (tests/test_zero_engine16.sh; docs/zero_engine.md): one process's (or stage 0's) bits; 25 runs.
+if(HPT_MPI AND TARGET hptrain_cli)
+  add_test(NAME test_zero_engine16 COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_zero_engine16.sh $<TARGET_FILE:hptrain_cli>)
+  set_tests_properties(test_zero_engine16 PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77
+    ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
+endif()

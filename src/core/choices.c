@@ -252,15 +252,6 @@ hpt_status hpt_offload_check_optim(const hpt_offload_opts *o, int mv_homes) {
     return HPT_OK;
 }
 
-hpt_status hpt_zero_check_weights(int stage, const hpt_offload_opts *o) {
-    if (o->weights == HPT_BW_FP32) return HPT_OK;
-    if (o->params == HPT_TIER_DISK)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d in the offload engine keeps bf16 weights "
-                        "in memory homes only (not --offload params=disk: a range's direct I/O "
-                        "would need a bf16 bounce buffer; keep params=host)", stage);
-    return HPT_OK;
-}
-
 static const char *const k_weights_name[HPT_BW_COUNT] = {"fp32", "bf16-sr", "bf16-kahan"};
 
 hpt_status hpt_block_weights_parse(const char *text, hpt_block_weights *out) {

@@ -22,10 +22,6 @@ int hpt_optim_mv_homes(const hpt_adamw_opts *o);
  * with the engine active. HPT_ERR_UNSUPPORTED. */
 hpt_status hpt_offload_check_optim(const hpt_offload_opts *o, int mv_homes);
 
-/* The blocks' weights' precision under ZeRO stage `stage` (1-3) in the offload engine's homes
- * (docs/zero_engine.md): fp32, or bf16-sr in memory homes. HPT_ERR_UNSUPPORTED. */
-hpt_status hpt_zero_check_weights(int stage, const hpt_offload_opts *o);
-
 /* The hybrid schedule's predictor against the optimizer it reads: the adam predictor needs
  * AdamW's 32-bit moments. HPT_ERR_UNSUPPORTED. */
 hpt_status hpt_predictor_check_optim(int predictor, const hpt_adamw_opts *o);

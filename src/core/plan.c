@@ -319,15 +319,9 @@ hpt_status hpt_plan_check(const hpt_plan *p, const hpt_plan_env *env) {
     }
     /* data parallel: stages 0-2 (docs/zero.md) */
     if (p->zero < -1 || p->zero > 3) return hpt_fail(HPT_ERR_INVALID, "--zero %d: expected 0 to 3", p->zero);
-    if (p->zero >= 1 && hpt_offload_active(&p->offload)) { /* in the engine's homes */
-        HPT_CHECK(hpt_zero_check_weights(p->zero, &p->offload));
-        if (p->offload.grad_home != HPT_GH_FP32)
-            return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d in the offload engine shards fp32 "
-                            "gradient homes (not --grad-home fp16|bf16 yet)", p->zero);
-        if (p->loss_scale.mode != HPT_LOSS_SCALE_OFF)
-            return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d in the offload engine does not combine "
-                            "with --loss-scale yet", p->zero);
-    } else if (p->zero > 2) {
+    /* in the engine's homes every stage takes bf16 weights (on disk too), 16-bit gradient homes
+     * and loss scaling (docs/zero_engine.md); stage 3 only there */
+    if (p->zero > 2 && !hpt_offload_active(&p->offload)) {
         return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero 3 (sharded optimizer state, gradients and "
                         "parameters) runs in the offload engine's homes, not with --offload none "
                         "(leave --offload out for host homes, or give host|disk; "

@@ -55,7 +55,8 @@ typedef struct hpt_block_store {
     hpt_status (*grad_slot)(void *ctx, int l, int accumulate, float **g);
     /* Block l's gradients in its slot are complete (l still held). */
     hpt_status (*grads_done)(void *ctx, int l);
-    /* *overflow 1 when a block's gradients overflowed since the last call; clears the record. */
+    /* *overflow 1 when a block's gradients overflowed since the last call, or it was 1 on entry
+     * (the caller's flat gradients; under ZeRO agreed over the processes); clears the record. */
     hpt_status (*grads_overflow)(void *ctx, int *overflow);
     /* Gathers slice i of block l of buffer b (EB_P, EB_M, EB_V) into emit, in pieces. */
     hpt_status (*gather)(void *ctx, int b, int l, int i, hpt_block_emit_fn emit, void *ectx);

@@ -361,9 +361,10 @@ void hpt_model_zero_grad(hpt_gpt2 *m) {
 }
 
 hpt_status gpt2_grads_overflow(hpt_gpt2 *m, int *overflow) {
-    *overflow = 0;
+    /* the flat gradients first: the engine adds its blocks' finding and, under ZeRO (each rank's
+     * flat gradients summed only in its range), makes the union the same on every rank */
+    *overflow = m->grads && m->be->nonfinite(m->grads, m->n_gflat);
     if (m->blocks) HPT_CHECK(m->blocks->grads_overflow(m->blocks->ctx, overflow));
-    if (m->grads && m->be->nonfinite(m->grads, m->n_gflat)) *overflow = 1;
     return HPT_OK;
 }
 

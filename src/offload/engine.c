@@ -101,7 +101,7 @@ static int inline_jobs(const offload_engine *e) {
 
 static size_t home_bytes_moved(const offload_engine *e, int b) {
     if (b == EB_G && e->gh)
-        return (e->tier[b] == HPT_TIER_DISK ? e->hstride : e->bn) * sizeof(uint16_t);
+        return (e->tier[b] == HPT_TIER_DISK ? e->ghs : e->zhi - e->zlo) * sizeof(uint16_t);
     if (b == EB_P && e->bf) return (e->bfd ? e->hstride : eng_hn(e, b)) * sizeof(uint16_t);
     return (e->tier[b] == HPT_TIER_DISK ? eng_hstr(e, b) : eng_hn(e, b)) * sizeof(float);
 }
@@ -113,10 +113,10 @@ static hpt_status home_io(offload_engine *e, int b, int l, float *mem, int write
             e->be->bf16_widen_par(mem, e->wh + (size_t)l * e->hstride, eng_hn(e, b));
             return HPT_OK;
         }
-        /* read into mem's start, widened in place */
+        /* read into mem's start, widened in place (ZeRO-3: a shard, into the bounce buffer) */
         HPT_CHECK(eng_disk_rw(e, &e->disk[EB_P], (uint64_t)l * e->hstride * sizeof(uint16_t),
                               mem, e->hstride * sizeof(uint16_t), 0));
-        e->be->bf16_widen(mem, (const uint16_t *)mem, e->bn);
+        e->be->bf16_widen(mem, (const uint16_t *)mem, eng_hn(e, b));
         return HPT_OK;
     }
     if (e->tier[b] == HPT_TIER_DISK)
@@ -147,31 +147,37 @@ hpt_status eng_bstage_io(offload_engine *e, int l, int set, int write_) {
 }
 
 /* bfd, fused: block l's bf16 weights into staging set from its slot, which holds them widened
- * (exactly: rounding a widened bf16 value gives it back), so the update needs no disk read. */
+ * (exactly: rounding a widened bf16 value gives it back), so the update needs no disk read.
+ * ZeRO-3: the shard, from the slot's range [zlo, zhi). */
 static void bstage_from_slot(offload_engine *e, int set, const float *slot) {
     uint16_t *h = e->bstage + (size_t)set * e->hstride;
-    e->be->bf16_split(h, NULL, slot, e->bn);
-    e->be->memset(h + e->bn, 0, (e->hstride - e->bn) * sizeof(uint16_t));
+    size_t n = eng_hn(e, EB_P);
+    e->be->bf16_split(h, NULL, slot + (eng_shard_home(e, EB_P) ? e->zlo : 0), n);
+    e->be->memset(h + n, 0, (e->hstride - n) * sizeof(uint16_t));
 }
 
 static float *slot_ptr(const offload_engine *e, int s) { return e->slots + (size_t)s * e->stride; }
 static float *gslot_ptr(const offload_engine *e, int g) { return e->gslots + (size_t)g * e->stride; }
 
 /* Block l's gradients between gradient slot g and their home: fp32 as home_io; a 16-bit home
- * narrowed into (*ovf: an overflow) or widened from, in place in the slot for a disk home. */
+ * narrowed into (*ovf: an overflow) or widened from, in place in the slot for a disk home. With
+ * ZeRO only this rank's range [zlo, zhi) (the owner's sums): into a sharded home's block (stages
+ * 2, 3) or at its place in a whole one (stage 1), so only summed values are narrowed and
+ * checked for overflow. */
 static hpt_status grad_io(offload_engine *e, int l, float *g, int write_, int *ovf) {
     if (!e->gh) return slot_io(e, EB_G, l, g, write_);
     int f16 = e->gh == HPT_GH_FP16, disk = e->tier[EB_G] == HPT_TIER_DISK;
-    uint16_t *h = disk ? (uint16_t *)(void *)g : e->ghome + (size_t)l * e->hstride;
-    uint64_t off = (uint64_t)l * e->hstride * sizeof(uint16_t);
-    size_t len = e->hstride * sizeof(uint16_t);
-    if (write_) {
-        *ovf = f16 ? e->be->f16_narrow(h, g, e->bn) : e->be->bf16_narrow(h, g, e->bn);
-        return disk ? eng_disk_rw(e, &e->disk[EB_G], off, h, len, 1) : HPT_OK;
+    size_t a = e->zlo, n = e->zhi - e->zlo, at = eng_shard_home(e, EB_G) ? 0 : a;
+    uint16_t *h0 = disk ? (uint16_t *)(void *)g : e->ghome + (size_t)l * e->ghs, *h = h0 + at;
+    uint64_t off = (uint64_t)l * e->ghs * sizeof(uint16_t);
+    size_t len = e->ghs * sizeof(uint16_t);
+    if (write_) { /* in place: each half lands at or before the float it comes from */
+        *ovf = f16 ? e->be->f16_narrow(h, g + a, n) : e->be->bf16_narrow(h, g + a, n);
+        return disk ? eng_disk_rw(e, &e->disk[EB_G], off, h0, len, 1) : HPT_OK;
     }
-    if (disk) HPT_CHECK(eng_disk_rw(e, &e->disk[EB_G], off, h, len, 0));
-    if (f16) e->be->f16_widen(g, h, e->bn);
-    else e->be->bf16_widen(g, h, e->bn);
+    if (disk) HPT_CHECK(eng_disk_rw(e, &e->disk[EB_G], off, h0, len, 0));
+    if (f16) e->be->f16_widen(g + a, h, n);
+    else e->be->bf16_widen(g + a, h, n);
     return HPT_OK;
 }
 
@@ -190,10 +196,12 @@ static float *update_ptr(const offload_engine *e, int b, int l, int set) {
 static const float *update_grads(offload_engine *e, int l, int set) {
     if (!e->gh) return update_ptr(e, EB_G, l, set);
     const uint16_t *h = e->tier[EB_G] == HPT_TIER_DISK ? (const uint16_t *)(void *)e->stage_ptr[set][EB_G]
-                                                       : e->ghome + (size_t)l * e->hstride;
-    float *g = gslot_ptr(e, set);
-    if (e->gh == HPT_GH_FP16) e->be->f16_widen(g, h, e->bn);
-    else e->be->bf16_widen(g, h, e->bn);
+                                                       : e->ghome + (size_t)l * e->ghs;
+    float *g = gslot_ptr(e, set); /* ZeRO: this rank's range, from its first value */
+    size_t n = e->zhi - e->zlo;
+    if (!eng_shard_home(e, EB_G)) h += e->zlo;
+    if (e->gh == HPT_GH_FP16) e->be->f16_widen(g, h, n);
+    else e->be->bf16_widen(g, h, n);
     return g;
 }
 
@@ -232,7 +240,8 @@ static void update_block(offload_engine *e, int l, int set, float *p, const floa
 static hpt_status after_update(offload_engine *e, int l, float *slot, int set) {
     if (!e->bfd) return slot_io(e, EB_P, l, slot, !e->bf); /* bf16: widened (ZeRO-3: its range) */
     HPT_CHECK(eng_bstage_io(e, l, set, 1));
-    e->be->bf16_widen(slot, e->bstage + (size_t)set * e->hstride, e->bn);
+    e->be->bf16_widen(slot + (eng_shard_home(e, EB_P) ? e->zlo : 0), e->bstage + (size_t)set * e->hstride,
+                      eng_hn(e, EB_P));
     return HPT_OK;
 }
 
@@ -279,8 +288,8 @@ static hpt_status run_job(offload_engine *e, const job *j, double *io_s, double 
         if (e->bfd) HPT_CHECK(eng_bstage_io(e, j->l, j->set, 0));
         if (e->gh && e->tier[EB_G] == HPT_TIER_DISK) /* the halves, widened by update_grads */
             HPT_CHECK(eng_disk_rw(e, &e->disk[EB_G],
-                                  (uint64_t)j->l * e->hstride * sizeof(uint16_t),
-                                  e->stage_ptr[j->set][EB_G], e->hstride * sizeof(uint16_t), 0));
+                                  (uint64_t)j->l * e->ghs * sizeof(uint16_t),
+                                  e->stage_ptr[j->set][EB_G], e->ghs * sizeof(uint16_t), 0));
         break;
     case J_WRITE:
         for (int b = 0; b < EB_COUNT; b++)
@@ -572,11 +581,12 @@ double eng_block_sumsq(const offload_engine *e, int l) { return e->sumsq[l]; }
 void eng_check_grads(offload_engine *e, int on) { e->check_grads = on; }
 
 hpt_status eng_grads_overflow(offload_engine *e, int *overflow) {
+    int caller = *overflow; /* the flat gradients' own check */
     *overflow = 0;
     HPT_CHECK(eng_drain(e)); /* every queued narrowing reaped */
-    *overflow = e->g_over;
+    *overflow = e->g_over || caller;
     e->g_over = 0;
-    return HPT_OK;
+    return eng_dist_overflow(e, overflow); /* ZeRO: the ranks' flags agreed */
 }
 
 hpt_status eng_grads_done(offload_engine *e, int l) {
@@ -584,6 +594,9 @@ hpt_status eng_grads_done(offload_engine *e, int l) {
     if (e->in_use != l)
         return hpt_fail(HPT_ERR_INVALID, "offload engine: block %d's gradients done while not held", l);
     float *g = e->n_g ? gslot_ptr(e, e->g_of[l]) : e->home[EB_G] + (size_t)l * e->stride;
+    /* fp32 homes, loss scaling: ZeRO checks this rank's micro-batch (whole) before the reduce-
+     * scatter leaves only its range summed; the ranks agree at eng_grads_overflow */
+    if (e->check_grads && !e->gh && e->z3) e->g_over |= e->be->nonfinite(g, e->bn);
     if (e->dist) HPT_CHECK(eng_dist_grads(e, l, g)); /* the processes' sum, rank order */
     /* add_home: the worker takes it of the sum (eng_grad_add_home); ZeRO-3: of the shards, at
      * the backward's end (eng_z3_norm) */
@@ -591,7 +604,7 @@ hpt_status eng_grads_done(offload_engine *e, int l) {
     for (int i = 0; i < e->ns && !e->add_home && !e->z3; i++)
         s += e->be->sumsq(g + e->slice_off[i], e->slice_n[i]);
     e->sumsq[l] = s;
-    if (e->check_grads && !e->gh) e->g_over |= e->be->nonfinite(g, e->bn); /* 16-bit: at narrowing */
+    if (e->check_grads && !e->gh && !e->z3) e->g_over |= e->be->nonfinite(g, e->bn); /* 16-bit: at narrowing */
     if (!e->o.fused) {
         if (e->n_g)
             e->g_seq[e->g_of[l]] = push(e, (job){.kind = J_WRITE_G, .l = l, .g = e->g_of[l],
@@ -614,11 +627,14 @@ hpt_status eng_grads_done(offload_engine *e, int l) {
         int set = e->tier[EB_M] == HPT_TIER_DISK ? e->mv_set[l] : 0;
         if (e->tier[EB_M] == HPT_TIER_DISK) HPT_CHECK(wait_seq(e, e->mv_seq[l]));
         float *p = sl >= 0 ? slot_ptr(e, sl) : e->home[EB_P] + (size_t)l * e->stride;
-        if (e->bfd) bstage_from_slot(e, set, p); /* the set's last write-back ran (FIFO) */
+        /* bfd: the set's last write-back ran (FIFO after its m, v read; m, v in memory: wait
+         * for the block before's, the last to use set 0) */
+        if (e->bfd && set == 0 && l + 1 < e->L) HPT_CHECK(wait_seq(e, e->blk_seq[l + 1]));
+        if (e->bfd) bstage_from_slot(e, set, p);
         double t0 = hpt_now();
         update_block(e, l, set, p + e->zlo, g + e->zlo, update_ptr(e, EB_M, l, set), update_ptr(e, EB_V, l, set));
         e->st.compute_update_s += hpt_now() - t0;
-        if (e->zstage == 1 || e->zstage == 2) HPT_CHECK(eng_z12_gather(e, l, p)); /* every owner's range */
+        if (e->zstage == 1 || e->zstage == 2) HPT_CHECK(eng_z12_gather(e, l, p, set)); /* every owner's range */
         if (sl >= 0) e->res[l] = RS_DIRTY;
         e->blk_seq[l] = push(e, (job){.kind = J_WRITE_PMV, .l = l, .slot = sl, .set = set});
         return HPT_OK;
@@ -654,7 +670,7 @@ hpt_status eng_stream_update(offload_engine *e) {
             update_block(e, l, 0, update_ptr(e, EB_P, l, 0), update_grads(e, l, 0),
                          update_ptr(e, EB_M, l, 0), update_ptr(e, EB_V, l, 0));
             if (e->zstage == 1 || e->zstage == 2) /* bf16: through a free gradient slot */
-                HPT_CHECK(eng_z12_gather(e, l, e->bf ? gslot_ptr(e, 0) : update_ptr(e, EB_P, l, 0) - e->zlo));
+                HPT_CHECK(eng_z12_gather(e, l, e->bf ? gslot_ptr(e, 0) : update_ptr(e, EB_P, l, 0) - e->zlo, 0));
         }
         return HPT_OK;
     }
@@ -666,7 +682,7 @@ hpt_status eng_stream_update(offload_engine *e) {
         update_block(e, l, set, update_ptr(e, EB_P, l, set), update_grads(e, l, set),
                      update_ptr(e, EB_M, l, set), update_ptr(e, EB_V, l, set));
         if (e->zstage == 1 || e->zstage == 2)
-            HPT_CHECK(eng_z12_gather(e, l, e->bf ? gslot_ptr(e, 0) : update_ptr(e, EB_P, l, set) - e->zlo));
+            HPT_CHECK(eng_z12_gather(e, l, e->bf ? gslot_ptr(e, 0) : update_ptr(e, EB_P, l, set) - e->zlo, set));
         if (e->tier[EB_P] == HPT_TIER_DISK) e->res[l] = RS_WRITING_BACK;
         push(e, (job){.kind = J_WRITE, .l = l, .set = set});
     }
@@ -698,10 +714,10 @@ static hpt_status alloc_home(offload_engine *e, int b) {
                             (size_t)e->L * e->cstride * sizeof(uint16_t), (void **)&e->wc);
     }
     if (b == EB_G && e->gh) { /* 16-bit gradients */
-        size_t hb = (size_t)e->L * e->hstride * sizeof(uint16_t);
+        size_t hb = (size_t)e->L * e->ghs * sizeof(uint16_t);
         if (e->tier[b] == HPT_TIER_DISK) {
             HPT_CHECK(hpt_mem_disk_alloc(e->mem, k_cat[b], hb, &e->disk[b]));
-            e->disk[b].unit_bytes = e->hstride * sizeof(uint16_t);
+            e->disk[b].unit_bytes = e->ghs * sizeof(uint16_t);
         } else {
             hpt_mem_set_name(e->mem, e->gh == HPT_GH_FP16 ? "block fp16 gradients (home)"
                                                           : "block bf16 gradients (home)");
@@ -743,7 +759,7 @@ static void free_home(offload_engine *e, int b) {
         hpt_mem_disk_free(e->mem, k_cat[b], &e->disk[b]);
     } else if (b == EB_G && e->gh) {
         e->be->free(e->mem, e->tier[b], k_cat[b], e->ghome,
-                     (size_t)e->L * e->hstride * sizeof(uint16_t));
+                     (size_t)e->L * e->ghs * sizeof(uint16_t));
         e->ghome = NULL;
     } else {
         e->be->free(e->mem, e->tier[b], k_cat[b], e->home[b],
@@ -780,7 +796,7 @@ hpt_status eng_create_rows(hpt_mem *mem, int L, int n_slices, const size_t *slic
     }
     e->has_rows = slice_row != NULL;
     e->stride = eng_round_floats(e->bn);
-    e->hstride = e->cstride = eng_round_halves(e->bn);
+    e->hstride = e->cstride = e->ghs = eng_round_halves(e->bn);
     e->hn = e->zhi = e->bn; /* the homes hold whole blocks, unless sharded (eng_z3_setup) */
     e->hstr = e->stride;
     e->bf = o->weights;
@@ -853,7 +869,7 @@ hpt_status eng_attach_optim(offload_engine *e, eng_update_fn fn, void *ctx, int 
         s = alloc_home(e, EB_V);
     }
     int sets = 2;
-    uint64_t sb[EB_COUNT], hsb = e->hstride * sizeof(uint16_t);
+    uint64_t sb[EB_COUNT], hsb = e->ghs * sizeof(uint16_t);
     for (int b = 0; b < EB_COUNT; b++) sb[b] = eng_hstr(e, b) * sizeof(float);
     size_t set_bytes = (size_t)eng_stage_set_bytes(&e->o, sb, hsb);
     if (s == HPT_OK && set_bytes) {

@@ -129,7 +129,9 @@ double eng_block_sumsq(const offload_engine *e, int l);
 /* Exact mode: *overflow 1 when a block's gradients overflowed since the last call, after every
  * queued write-back: a 16-bit home's narrowing met a value fp16 cannot hold (|x| > 65504, or
  * not finite) or bf16 rounded to a non-finite one; with eng_check_grads on, an fp32 home's block
- * held a non-finite value. Clears the record. */
+ * held a non-finite value; or *overflow was 1 on entry (the caller's own finding: the flat
+ * gradients'). With ZeRO (stages 1-3, where each rank checked its part) the result is the union
+ * over the ranks, the same on every rank (collective). Clears the record. */
 hpt_status eng_grads_overflow(offload_engine *e, int *overflow);
 /* on 1: eng_grads_done scans fp32 gradients for non-finite values (the loss scaler's check;
  * 16-bit homes are checked as they are narrowed, always). */

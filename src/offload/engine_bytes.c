@@ -18,6 +18,8 @@ size_t eng_round_halves(size_t n) {
     return (n * sizeof(uint16_t) + ALIGN_BYTES - 1) / ALIGN_BYTES * ALIGN_BYTES / sizeof(uint16_t);
 }
 
+size_t eng_zhalves(size_t hstr, hpt_tier t) { return t == HPT_TIER_DISK ? eng_round_halves(hstr) : hstr; }
+
 /* The blocks' weights are used in place: fp32 on the device (bf16 ones are widened into slots). */
 int eng_zero_copy(const hpt_offload_opts *o) {
     return o->params == HPT_TIER_DEVICE && o->weights == HPT_BW_FP32 && o->shards <= 1;
@@ -63,17 +65,21 @@ void eng_bytes_homes(const hpt_offload_opts *o, int L, size_t block_floats, size
     int z = eng_zstage(o);
     uint64_t sb[EB_COUNT] = {z == 3 ? sh : slb, z >= 2 ? sh : slb, sh, sh};
     uint64_t home = (uint64_t)L * sh;
-    uint64_t hsb = (uint64_t)eng_round_halves(block_floats) * sizeof(uint16_t), hhome = (uint64_t)L * hsb;
+    uint64_t hhome = (uint64_t)L * eng_round_halves(block_floats) * sizeof(uint16_t);
+    /* a 16-bit G: a whole block's halves, or at ZeRO 2, 3 a shard's (eng_zhalves) */
+    uint64_t hsb = (uint64_t)(z >= 2 ? eng_zhalves(home_floats, o->grads) : eng_round_halves(block_floats)) *
+                   sizeof(uint16_t);
     if (o->weights == HPT_BW_FP32) out[o->params][HPT_CAT_PARAMS] += (uint64_t)L * sb[EB_P];
-    else /* bf16 weights (ZeRO-3: hstride = hstr), and their bf16 compensation with Kahan (ZeRO:
-          * this rank's range, cstride = hstr) */
+    else /* bf16 weights (ZeRO-3: hstride = eng_zhalves(hstr)), and their bf16 compensation with
+          * Kahan (ZeRO: this rank's range, cstride = hstr) */
         out[o->params][HPT_CAT_PARAMS] +=
-            (z == 3 ? (uint64_t)L * home_floats * sizeof(uint16_t) : hhome) +
+            (z == 3 ? (uint64_t)L * eng_zhalves(home_floats, o->params) * sizeof(uint16_t) : hhome) +
             (o->weights != HPT_BW_BF16_KAHAN ? 0 : z ? (uint64_t)L * home_floats * sizeof(uint16_t) : hhome);
     if (!eng_zero_copy(o)) out[HPT_TIER_DEVICE][HPT_CAT_PARAMS] += (uint64_t)o->max_active * slb;
     if (o->weights != HPT_BW_FP32 && o->params == HPT_TIER_DISK) /* bstage, from eng_create */
-        out[HPT_TIER_HOST][HPT_CAT_IO] += 2 * (uint64_t)eng_round_halves(block_floats) * sizeof(uint16_t);
-    if (!o->fused) out[o->grads][HPT_CAT_GRADS] += o->grad_home != HPT_GH_FP32 ? hhome : (uint64_t)L * sb[EB_G];
+        out[HPT_TIER_HOST][HPT_CAT_IO] += 2 * (uint64_t)(z == 3 ? eng_zhalves(home_floats, o->params)
+                                                                : eng_round_halves(block_floats)) * sizeof(uint16_t);
+    if (!o->fused) out[o->grads][HPT_CAT_GRADS] += o->grad_home != HPT_GH_FP32 ? (uint64_t)L * hsb : (uint64_t)L * sb[EB_G];
     out[HPT_TIER_DEVICE][HPT_CAT_GRADS] += (uint64_t)eng_n_gslots(o) * slb;
     if (!training) return;
     if (mv_homes) out[o->optim][HPT_CAT_OPTIM] += 2 * home;

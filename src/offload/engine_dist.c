@@ -13,7 +13,9 @@
  * N processes with --accum K each (eng_set_micro): each sums its K apart in its homes; stage 0
  * sums the processes' K-sums at the last micro-batch (the home added on the compute thread
  * first), the in-memory trainer's grouping; ZeRO 1-3 reduce-scatter every micro-batch and sum
- * over k in this rank's range (the worker, with the norm's chunk sums): in-memory stage 2's. */
+ * over k in this rank's range (the worker, with the norm's chunk sums): in-memory stage 2's.
+ * Loss scaling at ZeRO 1-3: each rank sees overflow only in its part, so the flags are
+ * all-reduced (eng_dist_overflow) before the trainer skips or applies the step. */
 #include "offload/engine_int.h"
 
 #include <string.h>
@@ -87,5 +89,18 @@ hpt_status eng_grad_add_home(offload_engine *e, int l, float *g) {
     double s = 0.0; /* the norm's partial sum, of the sum (read after eng_drain) */
     for (int i = 0; i < e->ns; i++) s += e->be->sumsq(g + e->slice_off[i], e->slice_n[i]);
     e->sumsq[l] = s;
+    return HPT_OK;
+}
+
+hpt_status eng_dist_overflow(offload_engine *e, int *overflow) {
+    /* ZeRO: each rank saw its own part (fp32 homes: its micro-batch; 16-bit: the range it
+     * narrowed; the flat non-block gradients, the caller's: summed in its range only since
+     * engine_zemb.c reduce-scatters them); one all-reduce of the flags makes the union every
+     * rank's, so all skip or apply the step together and their scalers stay equal. Stage 0's
+     * flags already agree (every rank checks the same sums). */
+    if (!e->z3 || !e->dist) return HPT_OK;
+    float f = *overflow ? 1.0f : 0.0f;
+    HPT_CHECK(e->comm->allreduce(&f, 1, "the gradients' overflow flag (ZeRO)"));
+    *overflow = f > 0.0f;
     return HPT_OK;
 }

@@ -78,7 +78,9 @@ struct offload_engine {
     int *g_of;                 /* (L) the gradient slot block l uses this backward */
     double *sumsq;             /* (L) */
     int gh;                    /* HPT_GH_*: G's home precision (FP32: in home[EB_G]) */
-    uint16_t *ghome;           /* (L, hstride) fp16 or bf16 gradients: G's memory home */
+    uint16_t *ghome;           /* (L, ghs) fp16 or bf16 gradients: G's memory home */
+    size_t ghs;                /* halves between two blocks of a 16-bit G home: hstride, or
+                                * with ZeRO 2, 3 a shard's (eng_zhalves) */
     int check_grads;           /* fp32 homes: scan each block's gradients for non-finite values */
     int g_over;                /* a block's gradients overflowed since eng_grads_overflow */
     int sync;                  /* 1: every home on the device: no worker, updates inline */
@@ -141,6 +143,10 @@ size_t eng_round_halves(size_t n);   /* n halves rounded up to ALIGN_BYTES, in h
 int eng_zero_copy(const hpt_offload_opts *o); /* fp32 weights on the device, used in place */
 int eng_is_sync(const hpt_offload_opts *o);   /* no worker jobs at all */
 int eng_n_gslots(const hpt_offload_opts *o);  /* device gradient slots */
+/* Halves between two blocks of a sharded 16-bit home (bf16 weights at stage 3, a 16-bit G at
+ * 2 and 3) of shard stride hstr floats: hstr in memory, rounded up to ALIGN_BYTES on disk
+ * (direct I/O; hstr halves are only 2048-byte multiples). */
+size_t eng_zhalves(size_t hstr, hpt_tier t);
 /* Bytes of one staging set (sb[b]: buffer b's home stride in bytes; hsb a 16-bit G's). */
 uint64_t eng_stage_set_bytes(const hpt_offload_opts *o, const uint64_t sb[EB_COUNT], uint64_t hsb);
 
@@ -176,6 +182,8 @@ hpt_status eng_dist_grads(offload_engine *e, int l, float *g);
  * (with ZeRO, this rank's range [zlo, zhi) only, and its norm's chunk sums taken); with many
  * processes at stage 0, the compute thread before the last micro-batch's sum. */
 hpt_status eng_grad_add_home(offload_engine *e, int l, float *g);
+/* eng_grads_overflow's flag made the same on every rank with ZeRO (its union; collective). */
+hpt_status eng_dist_overflow(offload_engine *e, int *overflow);
 
 hpt_status eng_home_io(offload_engine *e, int b, int l, float *mem, int write_); /* engine.c */
 
@@ -205,9 +213,10 @@ hpt_status eng_z3_slot_io(offload_engine *e, int b, int l, float *slot, int writ
 hpt_status eng_z3_gather(offload_engine *e, int l, float *slot);
 /* Stages 1, 2, after block l's update by the owners, so every rank's home gets the whole new
  * block: fp32, blk (a whole block: slot, memory home or staging, this rank's range just updated)
- * all-gathered in place; bf16-sr, blk a whole-block fp32 scratch: the bf16 home's block widened
- * into it, all-gathered and rounded back (exact: each value a widened bf16). Collective. */
-hpt_status eng_z12_gather(offload_engine *e, int l, float *blk);
+ * all-gathered in place; bf16-sr, blk a whole-block fp32 scratch: the bf16 home's block (on
+ * disk: staging block set) widened into it, all-gathered and rounded back (exact: each value a
+ * widened bf16). Collective. */
+hpt_status eng_z12_gather(offload_engine *e, int l, float *blk, int set);
 /* Block l's gradients g (a whole slot) reduce-scattered onto the shards' owners, and this
  * rank's chunk sums of squares (the norm's parts) taken of its shard. */
 hpt_status eng_z3_reduce(offload_engine *e, int l, float *g);

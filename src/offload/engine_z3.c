@@ -21,8 +21,12 @@
  * update is elementwise, so a slice updated in two ranges gives its whole-slice bits; given the
  * slices' optimizer rows (eng_create_rows) the boundaries also fall on 8-bit blocks and Adam-mini
  * rows (cut_step), so every other optimizer's state (optim.c's, cut at the shards) is elementwise
- * within what one rank owns too. bf16 weights (memory homes) keep the shard's halves, Kahan's
- * compensation this rank's range at every stage; stochastic rounding takes the one process's
+ * within what one rank owns too. bf16 weights keep the shard's halves at stage 3 (on disk:
+ * hstride = eng_zhalves(hstr), read through the bounce buffer and widened there, updated in a
+ * staging block), Kahan's compensation this rank's range at every stage; a 16-bit gradient home
+ * takes only the owner's range of the fp32 reduce-scatter, narrowed once (the shard's halves
+ * at stages 2-3, its place in the whole home at 1), so its bits are stage 0's with N processes
+ * (docs/zero_engine.md); stochastic rounding takes the one process's
  * element index (engine.c's update_block), so its noise is the one process's too. Every
  * collective is called on the compute thread, in the order the runner's calls make, which is the
  * same on every rank; the worker never communicates.
@@ -144,10 +148,6 @@ hpt_status eng_check_sharded(const hpt_offload_opts *o) {
     if (o->shards <= 1) return HPT_OK;
     int z = eng_zstage(o);
     if (o->shards > 64) return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d: more than 64 processes", z);
-    HPT_CHECK(hpt_zero_check_weights(z, o));
-    if (o->grad_home != HPT_GH_FP32)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d shards fp32 gradient homes (not --grad-home "
-                        "fp16|bf16 yet)", z);
     return HPT_OK;
 }
 
@@ -182,7 +182,8 @@ hpt_status eng_z3_setup(offload_engine *e) {
     e->zlo = e->zlo_all[r];
     e->zhi = e->zhi_all[r];
     e->hn = e->zhi - e->zlo;
-    if (e->bf && e->zstage == 3) e->hstride = e->hstr; /* bf16 weights: a shard's halves */
+    if (e->bf && e->zstage == 3) e->hstride = eng_zhalves(e->hstr, e->o.params); /* a shard's halves */
+    if (e->zstage >= 2) e->ghs = eng_zhalves(e->hstr, e->o.grads); /* a 16-bit G: a shard's */
     if (e->bf == HPT_BW_BF16_KAHAN) e->cstride = e->hstr; /* the compensation: the owner's range */
     if (!needs_bounce(&e->o)) return HPT_OK;
     hpt_mem_set_name(e->mem, "ZeRO-3 shard bounce");
@@ -220,9 +221,11 @@ static hpt_status need_comm(const offload_engine *e) {
                     "collectives (eng_set_comm)", e->o.shards);
 }
 
-hpt_status eng_z12_gather(offload_engine *e, int l, float *blk) {
+hpt_status eng_z12_gather(offload_engine *e, int l, float *blk, int set) {
     HPT_CHECK(need_comm(e));
-    uint16_t *wh = e->bf ? e->wh + (size_t)l * e->hstride : NULL; /* bf16-sr: memory homes */
+    /* bf16 weights: their memory home's block, or on disk the staging block of set (the update
+     * rounded into it; the write-back takes it to disk after this) */
+    uint16_t *wh = !e->bf ? NULL : e->bfd ? e->bstage + (size_t)set * e->hstride : e->wh + (size_t)l * e->hstride;
     if (wh) e->be->bf16_widen(blk, wh, e->bn);
     HPT_CHECK(e->comm->allgather(blk, e->zlo_all, e->zhi_all, "a block's updated weights (ZeRO-1/2)"));
     if (wh) e->be->bf16_split(wh, NULL, blk, e->bn);
@@ -299,11 +302,18 @@ hpt_status eng_z3_norm(offload_engine *e) {
 /* This rank's shard of block l of buffer b into scr's range [zlo, zhi) (scr a whole block). */
 static hpt_status shard_in(offload_engine *e, int b, int l, float *scr) {
     if (e->tier[b] == HPT_TIER_DISK)
-        hpt_mem_transfer(e->mem, HPT_TIER_DISK, HPT_TIER_HOST, k_cat[b], e->hstr * sizeof(float));
+        hpt_mem_transfer(e->mem, HPT_TIER_DISK, HPT_TIER_HOST, k_cat[b],
+                         b == EB_P && e->bfd ? e->hstride * sizeof(uint16_t) : e->hstr * sizeof(float));
     return eng_z3_slot_io(e, b, l, scr, 0);
 }
 
 static hpt_status shard_out(offload_engine *e, int b, int l, float *scr) {
+    if (b == EB_P && e->bfd) { /* rounded to nearest into staging set 0, written (no Kahan) */
+        e->be->bf16_split(e->bstage, NULL, scr + e->zlo, e->hn);
+        e->be->memset(e->bstage + e->hn, 0, (e->hstride - e->hn) * sizeof(uint16_t));
+        hpt_mem_transfer(e->mem, HPT_TIER_HOST, HPT_TIER_DISK, HPT_CAT_PARAMS, e->hstride * sizeof(uint16_t));
+        return eng_bstage_io(e, l, 0, 1);
+    }
     if (b == EB_P && e->bf) { /* rounded to nearest, as a whole home's are (eng_store_block);
                                * Kahan: the residue is the compensation */
         e->be->bf16_split(e->wh + (size_t)l * e->hstride, e->wc ? e->wc + eng_comp_at(e, l, e->zlo) : NULL,
