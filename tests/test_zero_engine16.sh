@@ -22,6 +22,7 @@ set -u
 bin=$1
 . "$(dirname "$0")/lib.sh"     # $tmp, bad, fail
 . "$(dirname "$0")/mpi_lib.sh" # SKIP without mpirun; $mpi, mpi_shard, same_but_norm
+. "$(dirname "$0")/zero_lib.sh" # same_run: state.bin (one process's, or put together from the shards) and model.bin
 mpi_shard "$tmp/train_000.bin"
 # a sanitizer build given as HPTRAIN: Open MPI's own allocations outlive MPI_Finalize (not leaks
 # of ours), as in test_zero.sh
@@ -34,10 +35,6 @@ args=(--model "$shape" --data "$tmp/train_000.bin" --seq 32 --lr 3e-3 --warmup 2
 host=(--offload host)
 disk=(--offload disk --offload-dir "$tmp/disk")
 pd=(--offload params=disk,grads=host,optim=host --offload-dir "$tmp/disk")
-same_run() { # DIR_A DIR_B WHAT
-    cmp -s "$1/state.bin" "$2/state.bin" || bad "$3: state.bin differs"
-    cmp -s "$1/model.bin" "$2/model.bin" || bad "$3: model.bin differs"
-}
 one() { local n=$1; shift
     "$bin" train "${args[@]}" "$@" --save "$tmp/$n" --log "$tmp/$n.jsonl" 2>"$tmp/$n.err" || { bad "$n"; tail -3 "$tmp/$n.err"; }
 }
@@ -84,6 +81,11 @@ same_but_norm "$tmp/bd" "$tmp/bdf3" "zero 3 bf16-sr on disk fused np 2 vs accum 
 np 2 bd3s --steps 2 --batch 2 --zero 3 --weights bf16-sr --grad-clip 0 "${pd[@]}"
 np 2 bd3r --steps 4 --batch 2 --zero 3 --weights bf16-sr --grad-clip 0 "${pd[@]}" --resume "$tmp/bd3s"
 same_run "$tmp/bd" "$tmp/bd3r" "zero 3 bf16-sr on disk np 2 saved at step 2, resumed vs accum 2"
+# the shards' bf16 values read from disk and written back range by range (engine_ckpt.c): a stage-3
+# checkpoint resumed at stage 1, whose whole disk home each rank fills from every shard
+np 2 bd3s1 --steps 2 --batch 2 --zero 3 --weights bf16-sr --grad-clip 0 "${disk[@]}"
+np 2 bd1r --steps 4 --batch 2 --zero 1 --weights bf16-sr --grad-clip 0 "${disk[@]}" --resume "$tmp/bd3s1"
+same_run "$tmp/bd" "$tmp/bd1r" "zero 3 bf16-sr on disk np 2 saved at step 2, resumed at stage 1 vs accum 2"
 out=$("${mpi[@]}" -np 2 "$bin" train "${args[@]}" --steps 2 --batch 1 --zero 2 --weights bf16-kahan "${disk[@]}" 2>&1) &&
     bad "bf16-kahan weights on disk should be refused"
 echo "$out" | grep -q "bf16-kahan weights keep their home" || bad "bf16-kahan on disk: the refusal should say why ($out)"

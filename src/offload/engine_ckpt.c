@@ -3,8 +3,9 @@
  * what it owns and reads what it will own, so nothing is gathered. A range lies inside this
  * rank's shard [zlo, zhi) when the home is sharded (eng_shard_home), anywhere in the block
  * otherwise. Invariants: the worker's queue is drained first (no job touches a home while a
- * range moves); fp32 memory homes are read and written in place; a disk home, or bf16 weights
- * widened, go through a block's buffer free between steps (the host staging, a gradient slot or
+ * range moves); fp32 memory homes are read and written in place; bf16 weights on disk (bfd)
+ * are read (and written back) through the staging block set 0, which no job uses between steps;
+ * a disk home, or bf16 weights widened, go through a block's buffer free between steps (the host staging, a gradient slot or
  * the first parameter slot, its block dropped: engine_gather.c's choice), accounted with the
  * engine's, so no buffer is allocated here; bf16 weights are
  * rounded to nearest coming in, the residue into this rank's Kahan compensation where the
@@ -26,10 +27,17 @@ static hpt_status check_range(offload_engine *e, int b, size_t at, size_t n) {
     if (at + n > e->bn || (eng_shard_home(e, b) && (at < e->zlo || at + n > e->zhi)))
         return hpt_fail(HPT_ERR_INVALID, "offload engine: range %zu..%zu of a block is not this "
                         "rank's (%zu..%zu)", at, at + n, e->zlo, e->zhi);
-    if (b == EB_P && e->bfd)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "offload engine: a sharded checkpoint of bf16 weights "
-                        "on disk (not built)");
     return HPT_OK;
+}
+
+/* bfd: block l's bf16 weights (its shard at stage 3, else the whole block's halves) between the
+ * disk and staging set 0, which no job uses between steps; h: where value at lies there. */
+static hpt_status bfd_block(offload_engine *e, int l, size_t at, int write_, uint16_t **h) {
+    size_t bytes = e->hstride * sizeof(uint16_t);
+    if (write_) hpt_mem_transfer(e->mem, HPT_TIER_HOST, HPT_TIER_DISK, HPT_CAT_PARAMS, bytes);
+    else hpt_mem_transfer(e->mem, HPT_TIER_DISK, HPT_TIER_HOST, HPT_CAT_PARAMS, bytes);
+    *h = e->bstage + (eng_shard_home(e, EB_P) ? at - e->zlo : at);
+    return eng_bstage_io(e, l, 0, write_);
 }
 
 /* A whole block's buffer free between steps (engine_gather.c's choice): the host staging when it
@@ -62,6 +70,13 @@ hpt_status eng_range_get(offload_engine *e, int b, int l, size_t at, size_t n, c
         scr = scratch(e);
         if (!scr) return hpt_fail(HPT_ERR_INVALID, "offload engine: no buffer for a checkpoint's range");
     }
+    if (b == EB_P && e->bfd) { /* read from disk, widened into the scratch */
+        uint16_t *h;
+        HPT_CHECK(bfd_block(e, l, at, 0, &h));
+        HOST_BE->bf16_widen(scr, h, n);
+        *p = scr;
+        return HPT_OK;
+    }
     if (b == EB_P && e->bf) { /* widened into the scratch */
         const uint16_t *h = e->wh + (size_t)l * e->hstride + (eng_shard_home(e, b) ? at - e->zlo : at);
         HOST_BE->bf16_widen(scr, h, n);
@@ -88,6 +103,13 @@ static void drop_slot(offload_engine *e, int l) {
 hpt_status eng_range_put(offload_engine *e, int b, int l, size_t at, size_t n, const float *src) {
     HPT_CHECK(check_range(e, b, at, n));
     if (b == EB_P) drop_slot(e, l);
+    if (b == EB_P && e->bfd) { /* read, rounded to nearest into the range, written back (bf16-sr:
+                                * no compensation on disk) */
+        uint16_t *h;
+        HPT_CHECK(bfd_block(e, l, at, 0, &h));
+        HOST_BE->bf16_split(h, NULL, src, n);
+        return bfd_block(e, l, at, 1, &h);
+    }
     if (b == EB_P && e->bf) { /* rounded to nearest; Kahan: this rank's residues */
         uint16_t *w = e->wh + (size_t)l * e->hstride + (eng_shard_home(e, b) ? at - e->zlo : at);
         size_t a = at, z = at + n;
