@@ -90,7 +90,7 @@ est() { # MODEL OFFLOAD ZERO N -> device host disk (bytes)
     done
 done
 
-echo "== (c) the largest GPT-2 that fits, RAM (device + host tiers, summed over the processes) <= 20 GiB, disk <= 60 GiB (this machine: 23 GiB of RAM, 61 GiB of disk free) =="
+[[ $parts == *c* ]] && echo "== (c) the largest GPT-2 that fits, RAM (device + host tiers, summed over the processes) <= 20 GiB, disk <= 60 GiB (this machine: 23 GiB of RAM, 61 GiB of disk free) =="
 [[ $parts == *c* ]] && for m in gpt2-124m gpt2-350m gpt2-774m gpt2-1558m; do
     for off in host disk; do
         for cfg in "0 1" "0 4" "3 4"; do
@@ -128,7 +128,7 @@ fi
 # estimates, no lock needed; measured = estimated per tier and rank: tests/test_zero_emb.sh)
 if [[ $parts == *e* ]]; then
 echo "== (e) model state per process (params + grads + optim, all tiers), B=1 T=64, --offload host =="
-for m in gpt2-124m gpt2-350m; do
+for m in ${BENCH_MODELS:-gpt2-124m gpt2-350m}; do # e.g. BENCH_MODELS="gpt2-774m gpt2-1558m"
     for opt in "" "--state-bits 8" "--fused-update --embeddings chunked"; do
         for n in 2 4; do
             # shellcheck disable=SC2086 # $opt is several options
