@@ -29,6 +29,7 @@ bin=$1
 . "$(dirname "$0")/lib.sh"      # $tmp, bad, fail
 . "$(dirname "$0")/mpi_lib.sh"  # SKIP without mpirun; $mpi, mpi_shard, state_of
 . "$(dirname "$0")/zero_lib.sh" # same_run
+. "$(dirname "$0")/zero_engine_lib.sh" # one, np, check_mem
 mpi_shard "$tmp/train_000.bin"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
 mpi+=(-x ASAN_OPTIONS)
@@ -38,29 +39,6 @@ base=(--model "$shape" --data "$tmp/train_000.bin" --seq 32 --lr 3e-3 --warmup 2
 args=("${base[@]}" --state-bits 8)
 host=(--offload host)
 dpg=(--offload params=disk,grads=disk,optim=host --offload-dir "$tmp/disk")
-one() { local n=$1; shift
-    "$bin" train "${args[@]}" "$@" --save "$tmp/$n" --log "$tmp/$n.jsonl" 2>"$tmp/$n.err" || { bad "$n"; tail -3 "$tmp/$n.err"; }
-}
-np() { local N=$1 n=$2; shift 2
-    "${mpi[@]}" -np "$N" "$bin" train "${args[@]}" "$@" --save "$tmp/$n" --log "$tmp/$n.%r.jsonl" 2>"$tmp/$n.err" ||
-        { bad "$n"; tail -3 "$tmp/$n.err"; }
-}
-check_mem() { # RUN N WHAT ESTIMATE-ARGS...
-    local run=$1 N=$2 what=$3; shift 3
-    python3 - "$tmp/$run" "$N" "$what" "$bin" "$@" <<'PY' || bad "$what: measured != estimated"
-import json, subprocess, sys
-run, N, what, b = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-ok = True
-for r in range(N):
-    e = json.loads(subprocess.check_output([b, "estimate", "--json", "--procs", str(N), "--rank", str(r)] + sys.argv[5:]))
-    got = json.loads(open("%s.%d.jsonl" % (run, r)).readlines()[-1])
-    est = e["peak_bytes_by_tier"]
-    m = {"device": got["mem_peak_bytes"], "host": got["host_peak_bytes"], "disk": got["disk_peak_bytes"]}
-    print("%s, rank %d: measured %s, estimated %s" % (what, r, m, est))
-    ok = ok and all(m[t] == est[t] for t in m)
-sys.exit(0 if ok else 1)
-PY
-}
 
 # ---- 1. stage 3, 2 processes -> one process in memory ---------------------------------------
 one o --batch 2 --accum 2 --zero 0

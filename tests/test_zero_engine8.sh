@@ -21,6 +21,8 @@ set -u
 bin=$1
 . "$(dirname "$0")/lib.sh"     # $tmp, bad, fail
 . "$(dirname "$0")/mpi_lib.sh" # SKIP without mpirun; $mpi, mpi_shard
+. "$(dirname "$0")/zero_lib.sh" # same_run: state.bin (one process's, or put together from the shards) and model.bin
+. "$(dirname "$0")/zero_engine_lib.sh" # one, np, check_mem
 mpi_shard "$tmp/train_000.bin"
 # a sanitizer build given as HPTRAIN: Open MPI's own allocations outlive MPI_Finalize (not leaks
 # of ours), as in test_zero.sh
@@ -32,34 +34,6 @@ shape="gpt2:L=4,C=64,NH=4,V=64,T=32"
 args=(--model "$shape" --data "$tmp/train_000.bin" --seq 32 --lr 3e-3 --warmup 2 --quiet)
 host=(--offload host)
 dpg=(--offload params=disk,grads=disk,optim=host --offload-dir "$tmp/disk") # 8-bit etc.: optim in memory
-same_run() { # DIR_A DIR_B WHAT
-    cmp -s "$(state_of "$1")" "$(state_of "$2")" || bad "$3: state.bin differs"
-    cmp -s "$1/model.bin" "$2/model.bin" || bad "$3: model.bin differs"
-}
-one() { local n=$1; shift
-    "$bin" train "${args[@]}" "$@" --save "$tmp/$n" --log "$tmp/$n.jsonl" 2>"$tmp/$n.err" || { bad "$n"; tail -3 "$tmp/$n.err"; }
-}
-np() { local N=$1 n=$2; shift 2
-    "${mpi[@]}" -np "$N" "$bin" train "${args[@]}" "$@" --save "$tmp/$n" --log "$tmp/$n.%r.jsonl" 2>"$tmp/$n.err" ||
-        { bad "$n"; tail -3 "$tmp/$n.err"; }
-}
-# every rank's accounted peak per tier = the estimate for that rank
-check_mem() { # RUN N WHAT ESTIMATE-ARGS...
-    local run=$1 N=$2 what=$3; shift 3
-    python3 - "$tmp/$run" "$N" "$what" "$bin" "$@" <<'PY' || bad "$what: measured != estimated"
-import json, subprocess, sys
-run, N, what, b = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-ok = True
-for r in range(N):
-    e = json.loads(subprocess.check_output([b, "estimate", "--json", "--procs", str(N), "--rank", str(r)] + sys.argv[5:]))
-    got = json.loads(open("%s.%d.jsonl" % (run, r)).readlines()[-1])
-    est = e["peak_bytes_by_tier"]
-    m = {"device": got["mem_peak_bytes"], "host": got["host_peak_bytes"], "disk": got["disk_peak_bytes"]}
-    print("%s, rank %d: measured %s, estimated %s" % (what, r, m, est))
-    ok = ok and all(m[t] == est[t] for t in m)
-sys.exit(0 if ok else 1)
-PY
-}
 
 # ---- 1. 8-bit AdamW ---------------------------------------------------------------------------
 one o8 --steps 4 --batch 2 --accum 2 --zero 0 --state-bits 8 "${host[@]}"
