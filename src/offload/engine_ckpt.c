@@ -92,17 +92,9 @@ hpt_status eng_range_get(offload_engine *e, int b, int l, size_t at, size_t n, c
     return HPT_OK;
 }
 
-/* Drops the slot copy of block l's weights (its home is about to change). */
-static void drop_slot(offload_engine *e, int l) {
-    if (e->slot_of[l] < 0) return;
-    e->slot_blk[e->slot_of[l]] = -1;
-    e->slot_of[l] = -1;
-    e->res[l] = RS_HOME;
-}
-
 hpt_status eng_range_put(offload_engine *e, int b, int l, size_t at, size_t n, const float *src) {
     HPT_CHECK(check_range(e, b, at, n));
-    if (b == EB_P) drop_slot(e, l);
+    if (b == EB_P) eng_drop_slot(e, l);
     if (b == EB_P && e->bfd) { /* read, rounded to nearest into the range, written back (bf16-sr:
                                 * no compensation on disk) */
         uint16_t *h;

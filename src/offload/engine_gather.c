@@ -124,7 +124,7 @@ hpt_status eng_emit_slice(offload_engine *e, int b, int l, int i, eng_emit_fn em
 }
 
 /* Drops the slot copy of block l's weights (its home is about to change). */
-static void drop_slot(offload_engine *e, int l) {
+void eng_drop_slot(offload_engine *e, int l) {
     if (e->slot_of[l] < 0) return;
     e->slot_blk[e->slot_of[l]] = -1;
     e->slot_of[l] = -1;
@@ -135,7 +135,7 @@ hpt_status eng_absorb_slice(offload_engine *e, int b, int l, int i, eng_read_fn 
     if (eng_shard_home(e, b)) return eng_z3_absorb_slice(e, b, l, i, read, ctx); /* keeps this rank's range */
     HPT_CHECK(drain_sync(e));
     size_t n = e->slice_n[i], off = (size_t)l * e->stride + e->slice_off[i];
-    if (b == EB_P) drop_slot(e, l);
+    if (b == EB_P) eng_drop_slot(e, l);
     if (b == EB_P && e->bf) { /* rounded to nearest; Kahan: the residue is the compensation */
         size_t h = (size_t)l * e->hstride + e->slice_off[i];
         float buf[BF_CHUNK];
@@ -219,7 +219,7 @@ hpt_status eng_block_dest(offload_engine *e, int b, int l, float **dst, int *in_
     *in_place = e->tier[b] != HPT_TIER_DISK && !(b == EB_P && e->bf);
     if (*in_place) {
         *dst = e->home[b] + (size_t)l * e->stride;
-        if (b == EB_P) drop_slot(e, l); /* its slot's copy becomes stale */
+        if (b == EB_P) eng_drop_slot(e, l); /* its slot's copy becomes stale */
         return HPT_OK;
     }
     hpt_tier st;
@@ -230,7 +230,7 @@ hpt_status eng_block_dest(offload_engine *e, int b, int l, float **dst, int *in_
 hpt_status eng_store_block(offload_engine *e, int b, int l, const float *src) {
     if (eng_shard_home(e, b)) return eng_z3_store_block(e, b, l, src);
     if (b == EB_P && e->bf) {
-        drop_slot(e, l);
+        eng_drop_slot(e, l);
         if (!e->bfd) {
             bf_split(e, e->be, l, 0, src, e->bn);
             return HPT_OK;
@@ -243,7 +243,7 @@ hpt_status eng_store_block(offload_engine *e, int b, int l, const float *src) {
         return HPT_OK;
     }
     if (e->tier[b] != HPT_TIER_DISK) return HPT_OK;
-    if (b == EB_P) drop_slot(e, l);
+    if (b == EB_P) eng_drop_slot(e, l);
     /* the buffer is the scratch (aligned, stride floats) */
     HPT_CHECK(mem_disk_rw(e->mem, &e->disk[b], (uint64_t)l * e->stride * sizeof(float),
                           (void *)(uintptr_t)src, e->stride * sizeof(float), 1));

@@ -173,6 +173,9 @@ static inline size_t eng_comp_at(const offload_engine *e, int l, size_t a) {
 /* bfd: block l's bf16 weights between disk and staging block set (engine.c; the worker's
  * loads and write-backs, and eng_store_block). */
 hpt_status eng_bstage_io(offload_engine *e, int l, int set, int write_);
+/* Drops the slot copy of block l's weights, its home about to change between steps
+ * (engine_gather.c; the checkpoints' range writes, engine_ckpt.c). */
+void eng_drop_slot(offload_engine *e, int l);
 
 /* ---- engine_dist.c: the engine under many processes ---- */
 /* Block l's gradients g (bn floats, a device slot or home) summed over the processes in rank
