@@ -67,75 +67,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { B_M = 0, B_M_CODES, B_M_SCALES, B_V, B_V_CODES, B_V_SCALES };
-static const char *const k_buf_names[HPT_OPTIM_NUM_BUFS] = {"m", "m_codes", "m_scales",
-                                                            "v", "v_codes", "v_scales"};
-
-typedef struct {
-    int q8;          /* 1: 8-bit state */
-    int stacked;     /* a block tensor (layer HPT_LAYER_STACKED) */
-    size_t off;      /* values into the model's checkpoint order (the flat buffers without the
-                      * engine) */
-    size_t slices;   /* L for a per-layer tensor, else 1 */
-    size_t unit;     /* the optimizer's unit (optim.h) of the tensor's slice 0 */
-    size_t s0, ns;   /* the slices this layout holds state for: [s0, s0 + ns) (all of them but
-                      * with ZeRO's sharding: optim_owner) */
-    size_t sn;       /* values per slice */
-    size_t ca, cn;   /* the part of each slice this layout holds: values [ca, ca + cn) (0, sn but
-                      * with ZeRO in the engine: this rank's cut, eng_cuts) */
-    size_t sc_per;   /* 8-bit: scales per slice */
-    size_t f32_off;  /* floats into the fp32 arrays (fp32 tensors) */
-    size_t q_off;    /* codes into the code arrays (8-bit tensors) */
-    size_t sc_off;   /* scales into the scale arrays (8-bit tensors) */
-    size_t row;      /* Adam-mini: values per second-moment block */
-    size_t v_off;    /* Adam-mini: blocks into the v array */
-} tensor_layout;
-
-typedef struct {
-    int n;           /* tensors (the table's) */
-    size_t u_lo, u_hi; /* the units held: [u_lo, u_hi) */
-    tensor_layout t[HPT_TABLE_MAX];
-    uint64_t bytes[HPT_OPTIM_NUM_BUFS];
-} layout;
-
-struct hpt_optim {
-    hpt_mem *mem;
-    const hpt_backend *be; /* the update ops and device copies (hpt_backend_of the mem) */
-    const hpt_backend *be_eng; /* the engine's callback's: the CPU's when the engine updates
-                                * host-homed blocks on CPU threads (a GPU), else be */
-    hpt_gpt2 *model; /* borrowed */
-    const hpt_tensor_table *tab; /* the model's (model_table) */
-    hpt_adamw_opts o;
-    size_t n;
-    layout lay;
-    void *buf[HPT_OPTIM_NUM_BUFS]; /* (lay.bytes[i]) each, NULL when empty */
-    float map_signed[256], map_unsigned[256];
-    int64_t t;       /* steps taken */
-    float wd[HPT_TABLE_MAX]; /* weight decay of each tensor */
-    int slice_tensor[HPT_TABLE_MAX]; /* the table's tensor of block slice s */
-    /* the engine's updates (read by its worker between a step's start and its end) */
-    float lr_now, scale_now;
-    float gscale_now;  /* fused: the step's gradient scale (1/N over N processes) */
-    int armed;       /* 1 while a step's block updates may run */
-    float prev_norm; /* fused: the previous step's gradient norm (0 before the first) */
-    int eng_homes;   /* 1: the engine's homes hold the blocks' m and v (AdamW fp32) */
-    int cut;         /* 1: ZeRO in the engine, this file's state of the blocks' cuts (eng_cuts) */
-    int nbcut;       /* 1: ZeRO in the engine, the non-block tensors' state of this rank's part
-                      * only (eng_zemb_cuts; engine_zemb.c), their weights all-gathered after
-                      * the owners' update */
-    size_t n_units;  /* the table's units (optim.h) */
-    double *unit_sumsq; /* (n_units) the step's sums of squares per unit (held ones; the others
-                         * from gather) */
-    optim_gather_fn gather; /* ZeRO: fills the units this process does not hold */
-    void *gather_ctx;
-    const float *run_grads; /* ZeRO-2 (optim_set_run_grads): the held block slices' gradients,
-                             * values [run_lo, ...) of checkpoint order; NULL: the flat buffer */
-    size_t run_lo;
-    hpt_tier home;   /* where buf[] is made: the device, or the engine's optim home (host)
-                      * without eng_homes */
-    hpt_tier tier[HPT_OPTIM_NUM_BUFS]; /* where each buf[] lives: home, or HOST while moved by
-                                        * hpt_optim_set_tier */
-};
+#include "optim/optim_int.h"
 
 static const char *const k_names[HPT_OPTIM_COUNT] = {"adamw", "lion", "adam-mini", "sgd"};
 
@@ -163,7 +95,7 @@ static hpt_status check_opts(const hpt_adamw_opts *o) {
 /* The state's layout (top of the file) for the tensors of table t (configuration c's).
  * eng_homes: the engine holds the blocks' m and v (AdamW fp32), this layout only the non-block
  * tensors', at their offsets in the model's flat buffer. */
-static void plan_layout(const hpt_model_config *c, const hpt_tensor_table *t,
+void optim_plan_layout(const hpt_model_config *c, const hpt_tensor_table *t,
                         const hpt_adamw_opts *o, int eng_homes, size_t u_lo, size_t u_hi,
                         const size_t *cut_a, const size_t *cut_z, layout *L) {
     memset(L, 0, sizeof *L);
@@ -241,7 +173,7 @@ uint64_t hpt_optim_state_bytes(const hpt_model_config *cfg, const hpt_adamw_opts
     hpt_tensor_table t;
     model_describe(cfg, &t);
     layout L;
-    plan_layout(cfg, &t, o, 0, 0, SIZE_MAX, NULL, NULL, &L);
+    optim_plan_layout(cfg, &t, o, 0, 0, SIZE_MAX, NULL, NULL, &L);
     uint64_t s = 0;
     for (int i = 0; i < HPT_OPTIM_NUM_BUFS; i++) s += L.bytes[i];
     return s;
@@ -351,7 +283,7 @@ static void eng_update(void *ctx, int l, int slice, size_t off, hpt_be_param p, 
 
 /* Rank q's cut of every block tensor's slices (by the table's tensor index) from the engine's
  * shards; returns the number of shards. */
-static int cut_of(const hpt_optim *op, struct offload_engine *eng, int q, size_t *ca, size_t *cz) {
+int optim_cut_of(const hpt_optim *op, struct offload_engine *eng, int q, size_t *ca, size_t *cz) {
     size_t a[ENG_MAX_SLICES], z[ENG_MAX_SLICES];
     int N = eng_cuts(eng, q, a, z);
     for (int k = 0; k < op->tab->n_slices && k < ENG_MAX_SLICES; k++) {
@@ -430,7 +362,7 @@ void optim_units_bytes(const hpt_model_config *c, const hpt_adamw_opts *o, size_
     hpt_tensor_table t;
     model_describe(c, &t);
     layout L;
-    plan_layout(c, &t, o, 0, u_lo, u_hi, NULL, NULL, &L);
+    optim_plan_layout(c, &t, o, 0, u_lo, u_hi, NULL, NULL, &L);
     memcpy(bytes, L.bytes, sizeof L.bytes);
 }
 
@@ -442,9 +374,9 @@ void optim_unit_place(const hpt_model_config *c, const hpt_adamw_opts *o, size_t
     hpt_tensor_table t;
     model_describe(c, &t);
     layout L;
-    plan_layout(c, &t, o, 0, u_lo, u, NULL, NULL, &L);
+    optim_plan_layout(c, &t, o, 0, u_lo, u, NULL, NULL, &L);
     memcpy(a, L.bytes, sizeof a);
-    plan_layout(c, &t, o, 0, u_lo, u + 1 < u_hi ? u + 1 : u_hi, NULL, NULL, &L);
+    optim_plan_layout(c, &t, o, 0, u_lo, u + 1 < u_hi ? u + 1 : u_hi, NULL, NULL, &L);
     memcpy(b, L.bytes, sizeof b);
     for (int i = 0; i < HPT_OPTIM_NUM_BUFS; i++) {
         off[i] = a[i];
@@ -488,11 +420,11 @@ hpt_status optim_create_units(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opt
         op->slice_tensor[s] = hpt_table_slice_tensor(op->tab, s);
     /* ZeRO in the engine (stages 1-3): the blocks' state of this rank's cut of every slice */
     size_t ca[HPT_TABLE_MAX], cz[HPT_TABLE_MAX];
-    op->cut = eng && !op->eng_homes && cut_of(op, eng, hpt_dist_rank(), ca, cz) > 1;
+    op->cut = eng && !op->eng_homes && optim_cut_of(op, eng, hpt_dist_rank(), ca, cz) > 1;
     op->nbcut = eng_zemb_on(eng);
-    if (op->nbcut && op->eng_homes) cut_of(op, eng, hpt_dist_rank(), ca, cz);
+    if (op->nbcut && op->eng_homes) optim_cut_of(op, eng, hpt_dist_rank(), ca, cz);
     int cuts = op->cut || op->nbcut;
-    plan_layout(hpt_gpt2_get_config(model), op->tab, o, op->eng_homes, u_lo, u_hi,
+    optim_plan_layout(hpt_gpt2_get_config(model), op->tab, o, op->eng_homes, u_lo, u_hi,
                 cuts ? ca : NULL, cuts ? cz : NULL, &op->lay);
     op->unit_sumsq = calloc(op->n_units ? op->n_units : 1, sizeof(double));
     if (!op->unit_sumsq) {
@@ -812,213 +744,6 @@ hpt_status hpt_optim_step_scaled(hpt_optim *op, float lr, float clip, float grad
         }
     }
     return HPT_OK;
-}
-
-/* ---- ZeRO in the engine: the blocks' state cut at the shards (op->cut) ------------------- */
-
-void optim_cut_bytes(const hpt_model_config *c, const hpt_adamw_opts *o, const size_t *slice_a,
-                     const size_t *slice_z, const size_t *nb_a, const size_t *nb_z,
-                     uint64_t bytes[HPT_OPTIM_NUM_BUFS]) {
-    hpt_tensor_table t;
-    model_describe(c, &t);
-    size_t ca[HPT_TABLE_MAX], cz[HPT_TABLE_MAX];
-    for (int i = 0; i < t.n; i++) { /* the non-block tensors: whole, or their given parts */
-        ca[i] = nb_a ? nb_a[i] : 0;
-        cz[i] = nb_z ? nb_z[i] : hpt_tensor_numel(&t.t[i]);
-    }
-    for (int k = 0; k < t.n_slices; k++) {
-        int i = hpt_table_slice_tensor(&t, k);
-        ca[i] = slice_a[k];
-        cz[i] = slice_z[k];
-    }
-    layout L;
-    plan_layout(c, &t, o, 0, 0, SIZE_MAX, ca, cz, &L);
-    memcpy(bytes, L.bytes, sizeof L.bytes);
-}
-
-int optim_cut(const hpt_optim *op) { return op->cut; }
-
-/* Buffer b's elements of tensor i's slice [ca, ca + cn) in layout tl (fp32 values, codes,
- * scales or Adam-mini rows), as [*e0, *e1) in the whole slice's elements, and the element's
- * bytes; 0 when the buffer holds nothing of the tensor. */
-static size_t buf_piece_k(int kind, int b, const tensor_layout *tl, size_t ca, size_t cn,
-                          size_t *e0, size_t *e1) {
-    int mini = kind == HPT_OPTIM_ADAM_MINI;
-    *e0 = *e1 = 0;
-    if (b >= B_V && kind != HPT_OPTIM_ADAMW && !(b == B_V && mini))
-        return 0; /* no second moment, or Adam-mini's fp32 rows only */
-    if (b == B_V && mini) {
-        *e0 = ca / tl->row;
-        *e1 = (ca + cn) / tl->row;
-        return 4;
-    }
-    int codes = b == B_M_CODES || b == B_V_CODES, scales = b == B_M_SCALES || b == B_V_SCALES;
-    if ((codes || scales) != tl->q8) return 0;
-    if (scales) {
-        *e0 = ca / HPT_Q8_BLOCK;
-        *e1 = *e0 + (cn + HPT_Q8_BLOCK - 1) / HPT_Q8_BLOCK;
-        return 4;
-    }
-    *e0 = ca;
-    *e1 = ca + cn;
-    return codes ? 1 : 4;
-}
-
-static size_t buf_piece(const hpt_optim *op, int b, const tensor_layout *tl, size_t ca, size_t cn,
-                        size_t *e0, size_t *e1) {
-    return buf_piece_k(op->o.optimizer, b, tl, ca, cn, e0, e1);
-}
-
-/* Where buffer b's part of tensor i's held slice s starts in this layout (bytes). */
-static size_t buf_at(const hpt_optim *op, int b, int i, size_t s) {
-    const tensor_layout *tl = &op->lay.t[i];
-    size_t e0, e1, es = buf_piece(op, b, tl, tl->ca, tl->cn, &e0, &e1), per = e1 - e0;
-    if (b == B_V && op->o.optimizer == HPT_OPTIM_ADAM_MINI) return (tl->v_off + s * per) * es;
-    if (b == B_M_CODES || b == B_V_CODES) return tl->q_off + s * per;
-    if (b == B_M_SCALES || b == B_V_SCALES) return (tl->sc_off + s * per) * es;
-    return (tl->f32_off + s * per) * es;
-}
-
-/* Where values [a, z) of unit u lie in layout L's buffers (bytes; len 0 where a buffer holds
- * none of them); 0 when L does not hold them all (another run's unit, outside the slice's cut,
- * or a block unit of AdamW fp32 with the engine's homes, which hold its m and v). */
-static int layout_place(const layout *L, int eng_homes, int kind, size_t u, size_t a, size_t z,
-                        uint64_t off[HPT_OPTIM_NUM_BUFS], uint64_t len[HPT_OPTIM_NUM_BUFS]) {
-    memset(off, 0, HPT_OPTIM_NUM_BUFS * sizeof *off);
-    memset(len, 0, HPT_OPTIM_NUM_BUFS * sizeof *len);
-    for (int i = 0; i < L->n; i++) {
-        const tensor_layout *tl = &L->t[i];
-        if (u < tl->unit || u >= tl->unit + tl->slices) continue;
-        size_t s = u - tl->unit;
-        if (s < tl->s0 || s >= tl->s0 + tl->ns || a > z || a < tl->ca || z > tl->ca + tl->cn ||
-            (eng_homes && tl->stacked))
-            return 0;
-        s -= tl->s0;
-        for (int b = 0; b < HPT_OPTIM_NUM_BUFS; b++) {
-            size_t h0, h1, p0, p1, es = buf_piece_k(kind, b, tl, tl->ca, tl->cn, &h0, &h1), per = h1 - h0;
-            if (!es || a == z) continue;
-            buf_piece_k(kind, b, tl, a, z - a, &p0, &p1);
-            size_t at = b == B_V && kind == HPT_OPTIM_ADAM_MINI ? tl->v_off
-                        : b == B_M_CODES || b == B_V_CODES      ? tl->q_off
-                        : b == B_M_SCALES || b == B_V_SCALES    ? tl->sc_off : tl->f32_off;
-            off[b] = (uint64_t)(at + s * per + (p0 - h0)) * es;
-            len[b] = (uint64_t)(p1 - p0) * es;
-        }
-        return 1;
-    }
-    return 0;
-}
-
-int optim_place(const hpt_optim *op, size_t u, size_t a, size_t z, uint64_t off[HPT_OPTIM_NUM_BUFS],
-                uint64_t len[HPT_OPTIM_NUM_BUFS]) {
-    return layout_place(&op->lay, op->eng_homes, op->o.optimizer, u, a, z, off, len);
-}
-
-void optim_place_whole(const hpt_model_config *c, const hpt_adamw_opts *o, size_t u, size_t a,
-                       size_t z, uint64_t off[HPT_OPTIM_NUM_BUFS], uint64_t len[HPT_OPTIM_NUM_BUFS]) {
-    hpt_tensor_table t;
-    model_describe(c, &t);
-    layout L;
-    plan_layout(c, &t, o, 0, 0, SIZE_MAX, NULL, NULL, &L);
-    layout_place(&L, 0, o->optimizer, u, a, z, off, len);
-}
-
-/* The engine's shards (1 without ZeRO). */
-static int n_shards(const hpt_optim *op) {
-    size_t a[ENG_MAX_SLICES], z[ENG_MAX_SLICES];
-    struct offload_engine *eng = model_engine(op->model);
-    return eng ? eng_cuts(eng, 0, a, z) : 1;
-}
-
-/* Every rank's cut of tensor i (its block slice's), the whole slice's pieces of buffer b in rank
- * order: pieces[q] = [e0, e1); checks they tile the whole slice. */
-static hpt_status cut_pieces(const hpt_optim *op, int b, int i, int N, size_t *e0, size_t *e1,
-                             size_t *es, size_t *whole) {
-    struct offload_engine *eng = model_engine(op->model);
-    const tensor_layout *tl = &op->lay.t[i];
-    size_t ca[HPT_TABLE_MAX], cz[HPT_TABLE_MAX];
-    *es = 0;
-    for (int q = 0; q < N; q++) {
-        cut_of(op, eng, q, ca, cz);
-        size_t e = buf_piece(op, b, tl, ca[i], cz[i] - ca[i], &e0[q], &e1[q]);
-        if (e) *es = e;
-    }
-    size_t w0, w1;
-    buf_piece(op, b, tl, 0, tl->sn, &w0, &w1);
-    *whole = w1;
-    size_t at = 0; /* the non-empty pieces, in rank order, end to end from 0 to the whole */
-    for (int q = 0; q < N && *es; q++) {
-        if (e1[q] == e0[q]) continue;
-        if (e0[q] != at)
-            return hpt_fail(HPT_ERR_INVALID, "optimizer: the shards' cut of %s does not tile its "
-                            "slice (rank %d: %zu..%zu)", k_buf_names[b], q, e0[q], e1[q]);
-        at = e1[q];
-    }
-    if (*es && at != w1)
-        return hpt_fail(HPT_ERR_INVALID, "optimizer: the shards' cut of %s ends at %zu of %zu",
-                        k_buf_names[b], at, w1);
-    return HPT_OK;
-}
-
-hpt_status optim_emit_cut(const hpt_optim *op, int b, optim_bytes_fn write, void *ctx) {
-    struct offload_engine *eng = model_engine(op->model);
-    int N = n_shards(op);
-    if (!op->cut || N > 64) return hpt_fail(HPT_ERR_INVALID, "optim_emit_cut: no cut state");
-    hpt_status s = HPT_OK;
-    for (int i = 0; i < op->lay.n && s == HPT_OK; i++) {
-        const tensor_layout *tl = &op->lay.t[i];
-        size_t e0[64], e1[64], es, whole;
-        if (!tl->stacked && !op->nbcut) { /* replicated: this rank's is the whole */
-            size_t a, z, e = buf_piece(op, b, tl, 0, tl->sn, &a, &z);
-            if (e && z > a)
-                s = write(ctx, (char *)op->buf[b] + buf_at(op, b, i, 0), tl->slices * (z - a) * e);
-            continue;
-        }
-        s = cut_pieces(op, b, i, N, e0, e1, &es, &whole);
-        if (s != HPT_OK || !es) continue;
-        size_t big = 0;
-        for (int q = 0; q < N; q++) big = HPT_MAX(big, (e1[q] - e0[q]) * es);
-        char *send = calloc(big ? big : 1, 1), *recv = malloc((size_t)N * (big ? big : 1));
-        if (!send || !recv) s = hpt_fail(HPT_ERR_OOM, "optimizer: a checkpoint's gather buffers");
-        int r = hpt_dist_rank();
-        for (size_t l = 0; l < tl->slices && s == HPT_OK; l++) { /* every layer's slice */
-            memcpy(send, (char *)op->buf[b] + buf_at(op, b, i, l), (e1[r] - e0[r]) * es);
-            s = eng_allgather_bytes(eng, send, big, recv, "a checkpoint's optimizer state (ZeRO)");
-            for (int q = 0; q < N && s == HPT_OK; q++)
-                if (e1[q] > e0[q]) s = write(ctx, recv + (size_t)q * big, (e1[q] - e0[q]) * es);
-        }
-        free(send);
-        free(recv);
-    }
-    return s;
-}
-
-hpt_status optim_absorb_cut(hpt_optim *op, int b, optim_bytes_fn read, void *ctx) {
-    int N = n_shards(op);
-    if (!op->cut || N > 64) return hpt_fail(HPT_ERR_INVALID, "optim_absorb_cut: no cut state");
-    hpt_status s = HPT_OK;
-    int r = hpt_dist_rank();
-    for (int i = 0; i < op->lay.n && s == HPT_OK; i++) {
-        const tensor_layout *tl = &op->lay.t[i];
-        size_t e0[64], e1[64], es, whole;
-        if (!tl->stacked && !op->nbcut) {
-            size_t a, z, e = buf_piece(op, b, tl, 0, tl->sn, &a, &z);
-            if (e && z > a)
-                s = read(ctx, (char *)op->buf[b] + buf_at(op, b, i, 0), tl->slices * (z - a) * e);
-            continue;
-        }
-        s = cut_pieces(op, b, i, N, e0, e1, &es, &whole);
-        if (s != HPT_OK || !es) continue;
-        char *tmp = malloc(whole * es + 1);
-        if (!tmp) s = hpt_fail(HPT_ERR_OOM, "optimizer: a checkpoint's slice buffer");
-        for (size_t l = 0; l < tl->slices && s == HPT_OK; l++) { /* the whole slice; keeps its cut */
-            s = read(ctx, tmp, whole * es);
-            if (s == HPT_OK)
-                memcpy((char *)op->buf[b] + buf_at(op, b, i, l), tmp + e0[r] * es, (e1[r] - e0[r]) * es);
-        }
-        free(tmp);
-    }
-    return s;
 }
 
 float hpt_lr_cosine(int64_t step, int64_t total, int64_t warmup, float max_lr, float min_lr) {
