@@ -27,12 +27,7 @@ bin=$1
 . "$(dirname "$0")/lib.sh"     # $tmp, bad, fail
 . "$(dirname "$0")/mpi_lib.sh" # SKIP without mpirun; $mpi, mpi_shard, same_but_norm
 . "$(dirname "$0")/zero_lib.sh" # same_run: state.bin (one process's, or put together from the shards) and model.bin
-. "$(dirname "$0")/zero_engine_lib.sh" # one, np, check_mem
-mpi_shard "$tmp/train_000.bin"
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0} # Open MPI's allocations outlive MPI_Finalize
-mpi+=(-x ASAN_OPTIONS)
-export TMPDIR="$tmp/scratch" # the ranks' scratch checkpoints
-mkdir -p "$TMPDIR"
+. "$(dirname "$0")/zero_engine_lib.sh" # one, np, check_mem; the tokens, $tmp/disk, $TMPDIR
 shape="gpt2:L=2,C=64,NH=4,V=64,T=32"
 args=(--model "$shape" --data "$tmp/train_000.bin" --seq 32 --lr 3e-3 --warmup 2 --grad-clip 0.5 --quiet)
 host=(--offload host)

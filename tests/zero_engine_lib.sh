@@ -5,6 +5,14 @@
 # ARGS...: N processes, each rank logging $tmp/NAME.<rank>.jsonl; check_mem RUN N WHAT
 # ESTIMATE-ARGS...: every rank's accounted peak per tier (its log's last line) equals
 # `hptrain estimate --procs N --rank r ESTIMATE-ARGS...`. A failed run or check calls bad().
+# Sourcing it also writes the token file $tmp/train_000.bin (mpi_shard), makes $tmp/disk and the
+# ranks' $TMPDIR ($tmp/scratch), and passes ASAN_OPTIONS to the ranks: a sanitizer build given as
+# the binary sees Open MPI's own allocations outlive MPI_Finalize (not leaks of ours).
+mpi_shard "$tmp/train_000.bin"
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
+mpi+=(-x ASAN_OPTIONS)
+export TMPDIR="$tmp/scratch"
+mkdir -p "$TMPDIR" "$tmp/disk"
 one() { local n=$1; shift
     "$bin" train "${args[@]}" "$@" --save "$tmp/$n" --log "$tmp/$n.jsonl" 2>"$tmp/$n.err" || { bad "$n"; tail -3 "$tmp/$n.err"; }
 }
