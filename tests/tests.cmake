@@ -94,27 +94,29 @@ if(TARGET hptrain_cli)
   add_test(NAME test_plan_auto_cli COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_plan_auto.sh $<TARGET_FILE:hptrain_cli>)
   set_tests_properties(test_plan_auto_cli PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
 endif()
+# An MPI test script tests/NAME.sh run on the CLI binary (and, with ASAN, the sanitizer CLI as
+# its second argument where that is built): skipped (77) without mpirun, one OpenMP thread per rank.
+function(hpt_add_mpi_test name timeout)
+  if(NOT (HPT_MPI AND TARGET hptrain_cli))
+    return()
+  endif()
+  set(asan "")
+  if("ASAN" IN_LIST ARGN AND TARGET hptrain_cli_asan)
+    set(asan $<TARGET_FILE:hptrain_cli_asan>)
+  endif()
+  add_test(NAME ${name} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/${name}.sh $<TARGET_FILE:hptrain_cli> ${asan})
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${timeout} SKIP_RETURN_CODE 77
+    ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
+endfunction()
 # Data parallel over MPI (tests/test_zero.sh; docs/zero.md): the same bits as one process,
 # checkpoints across process counts, ZeRO stages 1 and 2 (sharded checkpoints re-cut), mismatched
 # configurations, a killed and a hung rank. Plain
 # variant, plus one run of the sanitizer binary with LeakSanitizer off (Open MPI's allocations
 # live until exit). SKIP (77) where mpirun is missing; not registered in a build without MPI.
-if(HPT_MPI AND TARGET hptrain_cli)
-  set(_zero_asan "")
-  if(TARGET hptrain_cli_asan)
-    set(_zero_asan $<TARGET_FILE:hptrain_cli_asan>)
-  endif()
-  add_test(NAME test_zero COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_zero.sh $<TARGET_FILE:hptrain_cli> ${_zero_asan})
-  set_tests_properties(test_zero PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77
-    ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
-endif()
+hpt_add_mpi_test(test_zero 900 ASAN)
 # Two hosts as network namespaces joined by a veth pair, Open MPI over TCP between them
 # (tests/test_netns.sh; needs root for `ip netns`: SKIP (77) where it is not permitted).
-if(HPT_MPI AND TARGET hptrain_cli)
-  add_test(NAME test_netns COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_netns.sh $<TARGET_FILE:hptrain_cli>)
-  set_tests_properties(test_netns PROPERTIES TIMEOUT 400 SKIP_RETURN_CODE 77
-    ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
-endif()
+hpt_add_mpi_test(test_netns 400)
 # The main job's premise (tests/test_demo.sh): scripts/demo.sh's plain plan is refused and a
 # lossless --plan auto fits its budget (estimates with a fake calibration), and its tokenizer
 if(TARGET hptrain_cli)
@@ -132,62 +134,26 @@ endforeach()
 # The offload engine under many processes (tests/test_zero_engine.sh; docs/zero_engine.md):
 # stages 0-3 with host and disk homes, fused and exact, the same bits as one process (about 100
 # runs of 2-3 processes: 460 s at load 10 on 2 cores, hence the timeout).
-if(HPT_MPI AND TARGET hptrain_cli)
-  add_test(NAME test_zero_engine COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_zero_engine.sh $<TARGET_FILE:hptrain_cli>)
-  set_tests_properties(test_zero_engine PROPERTIES TIMEOUT 1800 SKIP_RETURN_CODE 77
-    ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
-endif()
+hpt_add_mpi_test(test_zero_engine 1800)
 hpt_add_test(test_forward_only test_forward_only.c)
 # Faults and bad input at ZeRO stages 1, 2 and 3 (tests/test_zero_fault.sh; docs/zero.md): a
 # rank killed or hung mid-run ends the job within a bound, the last checkpoint resumes with the
 # uninterrupted run's bits; different configurations are refused by name. About 50 s.
-if(HPT_MPI AND TARGET hptrain_cli)
-  set(_zero_fault_asan "")
-  if(TARGET hptrain_cli_asan)
-    set(_zero_fault_asan $<TARGET_FILE:hptrain_cli_asan>)
-  endif()
-  add_test(NAME test_zero_fault COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_zero_fault.sh $<TARGET_FILE:hptrain_cli> ${_zero_fault_asan})
-  set_tests_properties(test_zero_fault PROPERTIES TIMEOUT 400 SKIP_RETURN_CODE 77
-    ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
-endif()
+hpt_add_mpi_test(test_zero_fault 400 ASAN)
 # ZeRO stage 2 in memory with the blocks' gradients freed layer by layer (tests/test_zero2_mem.sh;
 # docs/zero.md): one process's bits, measured = estimated per rank, and stage 2's saving against
 # stage 1 derived from the shape and each rank's run. SKIP (77) where mpirun is missing.
-if(HPT_MPI AND TARGET hptrain_cli)
-  set(_zero2_asan "")
-  if(TARGET hptrain_cli_asan)
-    set(_zero2_asan $<TARGET_FILE:hptrain_cli_asan>)
-  endif()
-  add_test(NAME test_zero2_mem COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_zero2_mem.sh $<TARGET_FILE:hptrain_cli> ${_zero2_asan})
-  set_tests_properties(test_zero2_mem PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77
-    ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
-endif()
+hpt_add_mpi_test(test_zero2_mem 300 ASAN)
 # ZeRO 1-3 in the offload engine with 8-bit state, Lion, SGD and Adam-mini (tests/test_zero_engine8.sh;
 # docs/zero_engine.md): the state cut at the shards, one process's bits; about 20 runs of 2-3 processes.
-if(HPT_MPI AND TARGET hptrain_cli)
-  add_test(NAME test_zero_engine8 COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_zero_engine8.sh $<TARGET_FILE:hptrain_cli>)
-  set_tests_properties(test_zero_engine8 PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77
-    ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
-endif()
+hpt_add_mpi_test(test_zero_engine8 600)
 # ZeRO 1-3 in the offload engine with wte's, wpe's and lnf's optimizer state cut among the owners
 # (tests/test_zero_emb.sh; docs/zero_engine.md): one process's bits, bytes per rank; 9 runs.
-if(HPT_MPI AND TARGET hptrain_cli)
-  add_test(NAME test_zero_emb COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_zero_emb.sh $<TARGET_FILE:hptrain_cli>)
-  set_tests_properties(test_zero_emb PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77
-    ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
-endif()
+hpt_add_mpi_test(test_zero_emb 300)
 # The offload engine's ZeRO checkpoints as per-rank shards with one manifest (tests/test_zero_ckpt_engine.sh;
 # docs/zero.md "Checkpoints"): stage 3 -> one process in memory, 2 -> 3 processes engine and in
 # memory both ways, a damaged shard, a crash before the manifest, measured = estimated with saves.
-if(HPT_MPI AND TARGET hptrain_cli)
-  add_test(NAME test_zero_ckpt_engine COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_zero_ckpt_engine.sh $<TARGET_FILE:hptrain_cli>)
-  set_tests_properties(test_zero_ckpt_engine PROPERTIES TIMEOUT 400 SKIP_RETURN_CODE 77
-    ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
-endif()
+hpt_add_mpi_test(test_zero_ckpt_engine 400)
 # ZeRO 1-3 in the offload engine with bf16 weights on disk, 16-bit gradient homes and loss scaling
 # (tests/test_zero_engine16.sh; docs/zero_engine.md): one process's (or stage 0's) bits; 25 runs.
-if(HPT_MPI AND TARGET hptrain_cli)
-  add_test(NAME test_zero_engine16 COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_zero_engine16.sh $<TARGET_FILE:hptrain_cli>)
-  set_tests_properties(test_zero_engine16 PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77
-    ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
-endif()
+hpt_add_mpi_test(test_zero_engine16 600)
