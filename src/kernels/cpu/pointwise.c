@@ -1,5 +1,6 @@
 /* pointwise.c: embeddings, GELU, softmax cross-entropy, and the optimizer's element loops. */
 #include "kernels/kernels.h"
+#include "kernels/cpu/simd.h"
 #include "kernels/cpu/vmath.h"
 
 #include <math.h>
@@ -94,7 +95,10 @@ void k_crossentropy_backward(float *logits, const float *lse, const int32_t *tar
  * chunk sums added in order, whatever the thread count. A thread sums SUM_LANES chunks side
  * by side (element i of each in turn): each chunk's sum is still its own in-order sequence,
  * bit for bit, but the adds of different chunks overlap instead of each waiting on the one
- * before it (a lone in-order sum in double runs at the add's latency, not the memory's rate). */
+ * before it (a lone in-order sum in double runs at the add's latency, not the memory's rate).
+ * With AVX-512 or AVX2 the SUM_LANES chunks are a vector's lanes (simd.h): the same sums, so
+ * the same bits on every ISA (tests/test_backend.c). More chunks side by side (more chains)
+ * were slower: 32 streams a thread defeat the prefetchers (docs/benchmarks.md). */
 #define K_CHUNKS 64
 #define SUM_LANES 8
 
@@ -112,13 +116,19 @@ double k_sumsq(const float *x, size_t n) {
             xs[k] = x + lo;
             common = len[k] < common ? len[k] : common;
         }
-        double s[SUM_LANES] = {0};
-        for (size_t i = 0; i < common; i++)
-            for (int k = 0; k < SUM_LANES; k++) s[k] += (double)xs[k][i] * (double)xs[k][i];
-        for (int k = 0; k < SUM_LANES; k++) {
-            for (size_t i = common; i < len[k]; i++) s[k] += (double)xs[k][i] * (double)xs[k][i];
-            part[q * SUM_LANES + k] = s[k];
+        double *s = part + q * SUM_LANES;
+        size_t i0 = 0;
+        if (k_simd_avx512 || k_simd_avx2) {
+            i0 = common & ~(size_t)7;
+            if (k_simd_avx512) k_sumsq8_avx512(s, xs, i0);
+            else k_sumsq8_avx2(s, xs, i0);
+        } else {
+            for (int k = 0; k < SUM_LANES; k++) s[k] = 0.0;
         }
+        for (size_t i = i0; i < common; i++)
+            for (int k = 0; k < SUM_LANES; k++) s[k] += (double)xs[k][i] * (double)xs[k][i];
+        for (int k = 0; k < SUM_LANES; k++)
+            for (size_t i = common; i < len[k]; i++) s[k] += (double)xs[k][i] * (double)xs[k][i];
     }
     double s = 0.0;
     for (int c = 0; c < K_CHUNKS; c++) s += part[c];

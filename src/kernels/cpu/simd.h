@@ -108,4 +108,12 @@ void k_zero_nt_avx512(void *p, size_t bytes);
 int k_bf16_narrow_avx512(uint16_t *h, const float *x, size_t n);
 void k_bf16_split_avx512(uint16_t *h, uint16_t *c, const float *x, size_t n);
 
+/* The gradient norm's sums of squares (k_sumsq, pointwise.c), 8 chunks in a vector's lanes:
+ * out[k] = the in-order sum from 0.0 of (double)x * (double)x over xs[k][0 .. len), len a
+ * multiple of 8. Eight values of each stream are loaded and transposed, so a lane adds its own
+ * stream's values one after another, as the scalar loop does; x * x is exact in double, so the
+ * fused multiply-add rounds once where the scalar product and sum round once: the same bits. */
+void k_sumsq8_avx512(double out[8], const float *const xs[8], size_t len);
+void k_sumsq8_avx2(double out[8], const float *const xs[8], size_t len);
+
 #endif
