@@ -155,21 +155,8 @@ AVX2_FN void k_bf16_store_avx2(uint16_t *h, uint16_t *c, const float *buf, int l
 
 #define AVX2FMA_FN __attribute__((target("avx2,fma")))
 
-/* simd_avx512.c's tr8x8 (AVX has every shuffle it uses) */
-AVX2FMA_FN static inline void tr8x8_2(__m256 r[8]) {
-    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20), r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
-    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20), r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
-    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31), r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
-    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31), r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
-}
+#define TR8_FN AVX2FMA_FN
+#include "kernels/cpu/simd_tr8.h"
 
 /* 8 lanes as two vectors of 4 doubles (streams 0-3 and 4-7) */
 AVX2FMA_FN void k_sumsq8_avx2(double out[8], const float *const xs[8], size_t len) {
@@ -177,7 +164,7 @@ AVX2FMA_FN void k_sumsq8_avx2(double out[8], const float *const xs[8], size_t le
     for (size_t i = 0; i < len; i += 8) {
         __m256 r[8];
         for (int k = 0; k < 8; k++) r[k] = _mm256_loadu_ps(xs[k] + i);
-        tr8x8_2(r);
+        tr8x8(r);
         for (int k = 0; k < 8; k++) {
             __m256d a = _mm256_cvtps_pd(_mm256_castps256_ps128(r[k]));
             __m256d b = _mm256_cvtps_pd(_mm256_extractf128_ps(r[k], 1));
