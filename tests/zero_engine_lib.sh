@@ -1,6 +1,8 @@
 # tests/zero_engine_lib.sh: the runs the ZeRO engine tests share (test_zero_engine8.sh,
-# test_zero_engine16.sh, test_zero_ckpt_engine.sh, test_zero_emb.sh); source it after lib.sh,
-# mpi_lib.sh and zero_lib.sh. They read the caller's $bin, $tmp, ${args[@]} and ${mpi[@]} when
+# test_zero_engine16.sh, test_zero_ckpt_engine.sh, test_zero_emb.sh); sourcing it sources
+# lib.sh ($tmp, bad, fail), mpi_lib.sh (SKIP without mpirun; $mpi, mpi_shard, same_but_norm,
+# state_of) and zero_lib.sh (same_run) first. Its functions read the caller's $bin, $tmp,
+# ${args[@]} and ${mpi[@]} when
 # called. one NAME ARGS...: one process, saved in $tmp/NAME, logged in $tmp/NAME.jsonl; np N NAME
 # ARGS...: N processes, each rank logging $tmp/NAME.<rank>.jsonl; check_mem RUN N WHAT
 # ESTIMATE-ARGS...: every rank's accounted peak per tier (its log's last line) equals
@@ -8,6 +10,9 @@
 # Sourcing it also writes the token file $tmp/train_000.bin (mpi_shard), makes $tmp/disk and the
 # ranks' $TMPDIR ($tmp/scratch), and passes ASAN_OPTIONS to the ranks: a sanitizer build given as
 # the binary sees Open MPI's own allocations outlive MPI_Finalize (not leaks of ours).
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/mpi_lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/zero_lib.sh"
 mpi_shard "$tmp/train_000.bin"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
 mpi+=(-x ASAN_OPTIONS)

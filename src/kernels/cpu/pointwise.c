@@ -97,7 +97,7 @@ void k_crossentropy_backward(float *logits, const float *lse, const int32_t *tar
  * bit for bit, but the adds of different chunks overlap instead of each waiting on the one
  * before it (a lone in-order sum in double runs at the add's latency, not the memory's rate).
  * With AVX-512 or AVX2 the SUM_LANES chunks are a vector's lanes (simd.h): the same sums, so
- * the same bits on every ISA (tests/test_backend.c). More chunks side by side (more chains)
+ * the same bits on every ISA (tests/test_simd.c). More chunks side by side (more chains)
  * were slower: 32 streams a thread defeat the prefetchers (docs/benchmarks.md). */
 #define K_CHUNKS 64
 #define SUM_LANES 8
