@@ -1,6 +1,6 @@
 /* test_cuda_gpt2.c: a GPT-2 training step made of the backend table's ops alone, against
- * PyTorch's reference state (../shared/reference/gpt2_tiny_*: L=2 C=64 NH=4 V=1000 Vp=1024,
- * B=2 T=16), on the CPU backend and, when a GPU is present, on the CUDA backend.
+ * PyTorch's reference state (gpt2_tiny_*, made by tests/make_reference.sh: L=2 C=64 NH=4
+ * V=1000 Vp=1024, B=2 T=16), on the CPU backend and, when a GPU is present, on the CUDA backend.
  * The step is written here from the ops (encoder, layernorm, matmul, flash attention, GELU,
  * cross-entropy, their backwards, AdamW), with every buffer from the backend's device tier and
  * only copies crossing to the host, so the same code runs unchanged on any backend. The CPU run

