@@ -404,8 +404,12 @@ void k_flash_attention_backward(float *dqkv, float *scratch, const float *dout, 
                 for (int t = 0; t < T; t++) {
                     const float *d = dout + ((int64_t)b * T + t) * C + h * hs;
                     const float *o = out + ((int64_t)b * T + t) * C + h * hs;
+                    /* in order of i, as each dP = dO . v is summed (scores_rb, scores_1): a
+                     * row with one key (t = 0: P = 1, O = v) then has dP - D = 0 and dS = 0
+                     * exactly, like the plain kernel's D = sum_j P dP. A vector reduction's
+                     * partial sums left ~1 ulp of dP there, so dq and dk of T = 1 (zero) were
+                     * rounding noise; this loop is O(T hs) of the backward's O(T^2 hs). */
                     float dd = 0.0f;
-#pragma omp simd reduction(+ : dd)
                     for (int i = 0; i < hs; i++) dd += d[i] * o[i];
                     D[t] = dd;
                 }
