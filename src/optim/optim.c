@@ -44,7 +44,7 @@ static hpt_status check_opts(const hpt_adamw_opts *o) {
     return HPT_OK;
 }
 
-/* The state's layout (top of the file) for the tensors of table t (configuration c's).
+/* The state's layout (docs/optimizers.md) for the tensors of table t (configuration c's).
  * eng_homes: the engine holds the blocks' m and v (AdamW fp32), this layout only the non-block
  * tensors', at their offsets in the model's flat buffer. */
 void optim_plan_layout(const hpt_model_config *c, const hpt_tensor_table *t,
