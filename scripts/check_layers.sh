@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# check_layers.sh: holds the module order of docs/design.md ("The module order").
+# check_layers.sh: holds the module order of docs/design.md ("The module order"), read from its
+# picture by scripts/design_modules.sh (which fails if the picture and src/'s modules differ):
 #
-#   tools -> train -> (plan, optim, io) -> offload -> model -> kernels -> (mem, dist) -> core
+#   tools -> train -> plan -> (optim, io) -> offload -> model -> kernels -> (mem, dist) -> core
 #
 # Reads every `#include "..."` in src/, tools/ and include/ and reports, as violations:
 #   up        an include of a module above the includer's (a back-edge in the order);
+#   side      an include of another module on the includer's row (testing.h excepted);
 #   kernels   kernels/kernels.h or kernels/cpu/* included outside src/kernels/ (the backend
 #             table, kernels/backend.h, is the only way in);
 #   private   a module's private header (<module>/*_int.h) included from another module;
@@ -25,6 +27,7 @@ root=${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 cd "$root"
 allow=scripts/layers.allow
 max_lines=1000
+ranks=$(bash scripts/design_modules.sh "$root")   # "module:rank ..." from the picture
 
 # "file include" pairs
 pairs=$(grep -rHo '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[^"]*"' src tools include 2>/dev/null |
@@ -33,7 +36,7 @@ pairs=$(grep -rHo '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[^"]*"' src too
 long=$(find src tools include tests bench -name '*.[ch]' -type f 2>/dev/null | sort |
        while read -r f; do n=$(wc -l <"$f"); [ "$n" -gt "$max_lines" ] && echo "$f $n"; done || true)
 
-awk -v allowfile="$allow" -v longlist="$long" '
+awk -v allowfile="$allow" -v longlist="$long" -v ranks="$ranks" '
 function modof(path,   a, n) {          # the module of a file under src/ or tools/
     n = split(path, a, "/")
     if (a[1] == "tools") return "tools"
@@ -41,8 +44,8 @@ function modof(path,   a, n) {          # the module of a file under src/ or too
     return a[2]
 }
 BEGIN {
-    split("core:0 testing:0 mem:1 dist:1 kernels:2 model:3 offload:4 plan:5 optim:5 io:5 train:6 tools:7", r, " ")
-    for (i in r) { split(r[i], kv, ":"); rank[kv[1]] = kv[2] }
+    nm = split(ranks, r, " ")                          # the picture, top row first
+    for (i = 1; i <= nm; i++) { split(r[i], kv, ":"); rank[kv[1]] = kv[2]; order[i] = kv[1] }
     while ((getline line < allowfile) > 0) {
         sub(/#.*/, "", line); gsub(/^[ \t]+|[ \t]+$/, "", line)
         if (line == "") continue
@@ -88,6 +91,8 @@ function report(file, inc, kind, why,   key) {
     if (!(tgt in rank) || !(src in rank)) { report(file, inc, "unknown", "module not in the order"); next }
     if (rank[tgt] > rank[src])
         report(file, inc, "up", src " (" rank[src] ") reaches up to " tgt " (" rank[tgt] ")")
+    if (tgt != src && tgt != "testing" && rank[tgt] == rank[src])
+        report(file, inc, "side", src " and " tgt " share a row (" rank[src] ")")
     if (tgt == "kernels" && src != "kernels" && inc != "kernels/backend.h")
         report(file, inc, "kernels", "kernel internals outside src/kernels/: use kernels/backend.h")
     if (inc ~ /_int\.h$/ && tgt != src)
@@ -96,7 +101,7 @@ function report(file, inc, kind, why,   key) {
 END {
     # reachability (transitive closure; a dozen modules): a module that reaches itself is on a
     # cycle; its floor, and that of every module that reaches a cycle, is "cycle"
-    n = split("tools train plan dist optim io offload model kernels mem testing core", order, " ")
+    n = nm
     for (e in edge) reach[e] = 1
     for (k = 1; k <= n; k++) for (i = 1; i <= n; i++) for (j = 1; j <= n; j++)
         if ((order[i] " " order[k]) in reach && (order[k] " " order[j]) in reach) reach[order[i] " " order[j]] = 1

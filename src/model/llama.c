@@ -7,14 +7,9 @@
  *              x = h + down_proj(silu(gate_proj(n)) * up_proj(n)), n = rmsnorm(h) * ln2w
  *   logits = rmsnorm(x) * lnfw @ head^T, head = wte (tied) or lm_head
  *
- * Grouped-query attention: qkv (B,T,QKV) holds NH query heads, then NKV key and NKV value
- * heads (hd = C/NH each); query head h reads key/value head h / (NH/NKV). The attention ops
- * take NKV and never repeat the shared heads. Rotary embeddings rotate q and k in place after
- * the qkv projection (rotate_half pairs i and i + hd/2), so the saved qkv is the attention's
- * input; the backward rotates dq, dk back before the projection's backward. The cos/sin tables
- * (maxT, hd/2) are this file's constants (consts_fill: rope_theta with Llama 3's frequency
- * scaling), made on the host in double once and kept on the device by the model.
- * Gradients accumulate (+=). Every op goes through the backend x->be on the runner's buffers. */
+ * Grouped-query attention, rotary embeddings in place after the qkv projection, the cos/sin
+ * tables (consts_fill): docs/llama.md, "The maths". Invariants: gradients accumulate (+=); the
+ * shared kv heads are never repeated; every op goes through x->be on the runner's buffers. */
 #include "core/core.h"
 #include "model/arch.h"
 #include "model/gpt2_int.h"

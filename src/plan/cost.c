@@ -1,40 +1,12 @@
 /* cost.c: a plan's predicted training step, in seconds, from this machine's measured rates
- * (calibrate.c) and the plan's work and bytes. docs/planner.md derives each term.
- *
- * The work comes from the architecture and the estimator, never restated here: FLOPs per token
- * from model_flops_per_token (GEMMs plus causal attention, linear in T: the attention part is
- * the slope), the blocks' share of the GEMMs from the tensor table (2 FLOPs per block weight
- * per token), the activation bytes from the arena plan, the bytes the engine moves from the
- * block's size and the homes' widths.
- *
- *   forward      = accum * tokens * (blocks' gemm / R_gemm_fwd(C, rows) + head gemm /
- *                  R_head_fwd(rows) + attn / R_attn_fwd(T)); rows = B*T, the rates measured at
- *                  64 and 256 rows and interpolated in log(rows); attention's at T = 128 and
- *                  512, interpolated in log T
- *   backward     the same, twice the FLOPs, at the backward rates
- *   recompute    full, every:N: one more forward of the blocks; selective: the layernorms and
- *                GELU (a memory pass) and with plain attention its forward; a head chunk or
- *                chunked embeddings: one more head GEMM
- *   pointwise    3 x the activations of a recompute-none arena (written forward, read and
- *                written backward) + 2 passes over the gradients (zeroing, the norm) at R_mem
- *   update       parameters x ns per parameter (optimizer, state width)
- *   engine       per block: its load (weights' width / the home tier's read bandwidth), its
- *                gradient write-back (exact mode), the fused update's worker work; the worker
- *                overlaps them with the block's compute when P >= 1 (one FIFO worker:
- *                the block takes max(compute + share_loss x worker's CPU work, worker), the
- *                worker's updates at the one-thread rate; share_loss calibrated), serially
- *                when P = 0; the worker's disk transfers cost the compute beside them
- *                disk_share_loss per second (calibrated); exact mode then
- *                streams the update over the blocks (double buffered from disk). With no
- *                disk home the engine has no worker thread (engine.c's inline_jobs): every
- *                job runs on the compute thread and its team, serially with the compute
- *   llama        a Llama block at its own calibrated rates when the file has them: its GEMMs'
- *                shapes, GQA attention, RMSNorm, SwiGLU and RoPE in ns per element
- *   act offload  host: copies out synchronous, copies back overlapped with the backward; disk:
- *                both synchronous
- *
- * Invariants: library code; nothing is allocated through hpt_mem; the result depends only on
- * (o, c), so the search's choice is deterministic for a given calibration file. */
+ * (calibrate.c) and the plan's work and bytes: forward, backward, recompute, pointwise passes,
+ * the update, activation offload and the offload engine's loads, write-backs and updates
+ * (overlapped by a worker thread, or inline as engine.c runs them), Llama blocks at their own
+ * rates when calibrated. docs/planner.md, "The cost model", gives each term's formula.
+ * Invariants: the work comes from the architecture and the estimator (model_flops_per_token,
+ * the tensor table, the arena plan), never restated here; library code, nothing allocated
+ * through hpt_mem; the result depends only on (o, c), so the search's choice is deterministic
+ * for a given calibration file. */
 #include "core/choices.h"
 #include "core/core.h"
 #include "model/model.h"

@@ -1,17 +1,12 @@
 /* optim.c: the element loops of AdamW (8-bit capable), Lion, SGD with momentum and Adam-mini.
- *
  * Each kernel walks its tensor in blocks of K_Q8_BLOCK values, one OpenMP static partition of
- * blocks: a block's states are made fp32 (in place for fp32 state, dequantised into a stack
- * buffer for 8-bit state), updated in fp32, used for the parameter update, and requantised with
- * the block's new absmax (bitsandbytes' order: the parameter sees the unquantised new state).
- * Blocks are independent, so the result does not depend on the thread count. k_adamw
- * (pointwise.c) stays the fp32 AdamW path that the PyTorch reference checks.
- * AdamW's 8-bit second moment is stored as its root r = sqrt(v) on the unsigned map, whose
- * smallest code is positive (quant.c): the codes span 10^-7 .. 1 of the block's largest root,
- * i.e. 10^-14 .. 1 of its largest v, and no v of a block with a nonzero absmax dequantises to
- * 0. Stored as v on a map with a 0 code (bitsandbytes'), a v more than ~10^6.8 below its
- * block's largest became 0 while its m did not, and the update m / (sqrt(v) + eps) exploded
- * (docs/optimizers.md, "the zero-point problem"). The fp32 path is unchanged. */
+ * blocks: a block's states are made fp32 (in place, or dequantised into a stack buffer),
+ * updated in fp32, used for the parameter update, and requantised with the block's new absmax
+ * (bitsandbytes' order). AdamW's 8-bit second moment is stored as sqrt(v) on the unsigned map,
+ * whose smallest code is positive (quant.c; docs/optimizers.md, "the zero-point problem").
+ * Invariants: blocks are independent, so the result does not depend on the thread count; no v
+ * of a block with a nonzero absmax dequantises to 0; k_adamw (pointwise.c) stays the fp32 AdamW
+ * path that the PyTorch reference checks. */
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/q8.h"
 

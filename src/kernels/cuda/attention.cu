@@ -1,20 +1,12 @@
-/* attention.cu: causal attention on the GPU, grouped-query aware (NKV key/value heads; query head
- * h reads kv head h / (NH / NKV); GPT-2 is NKV = NH), with the CPU's saved-state contract:
- *   plain: out (B,T,NH*hs) and the probabilities att (B,NH,T,T) (upper triangle zero);
- *   flash: out and each row's log-sum-exp lse (B,NH,T), nothing else: no (T,T) buffer exists.
- * qkv rows are (NH + 2 NKV) * hs wide: [q (NH heads) | k (NKV) | v (NKV)].
- *
- * Forward: one block per (query row, head) walks the keys in tiles of AT_TILE with an online
- * softmax (running max and sum, the partial output rescaled when the max grows: FlashAttention's
- * recurrence), the query and the output accumulator in shared memory; the plain version then
- * writes its row of probabilities as exp(s - lse). Inference (the key/value cache) is the same
- * kernel over the cache's rows.
- * Backward (both versions): D_t = sum_j P_tj dP_tj (= dO_t . O_t), then dq by query row and
- * dk, dv by key row (summing over the query heads of its group and the later query rows in a
- * fixed order), each output element written by one thread: deterministic, no atomics, dqkv
- * overwritten. P comes from att (plain) or exp(scale q.k - lse) (flash). Correctness first: the
- * tiles are not staged through shared memory for reuse across rows, nor on tensor cores (a
- * faster kernel is future work, docs/cuda.md). */
+/* attention.cu: causal attention on the GPU, grouped-query aware (query head h reads kv head
+ * h / (NH / NKV)), with the CPU's saved-state contract: plain saves out and the probabilities
+ * (B,NH,T,T); flash saves out and each row's lse (B,NH,T), no (T,T) buffer. Forward: one block
+ * per (query row, head) over key tiles of AT_TILE with the online softmax (inference: the same
+ * kernel over the cache's rows); backward: D = dO . O, then dq by query row and dk, dv by key
+ * row. Correctness first: no shared-memory reuse across rows, no tensor cores (docs/cuda.md).
+ * Invariants: each output element is written by one thread, its sums in a fixed order (over
+ * the group's query heads and the later query rows): deterministic, no atomics; dqkv is
+ * overwritten. */
 #include "kernels/cuda/cu_common.cuh"
 
 #include <math.h>

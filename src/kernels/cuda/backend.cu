@@ -1,24 +1,13 @@
-/* backend.cu: the CUDA backend's table (kernels/backend.h), its device, streams and memory.
- *
- * Memory. The device tier is one region of GPU memory, taken with a single cudaMalloc at the
- * first device allocation: the hpt_mem's device budget, or (budget unlimited) what the GPU has
- * free less CU_MARGIN. The region is carved by a first-fit allocator over a sorted list of free
- * extents (256-byte aligned, neighbours coalesced on free); the memory manager accounts every
- * allocation first (mem_reserve: the budget, the categories, the timeline), exactly as on the
- * CPU, so the accounted bytes are the carved bytes rounded down to each request. No cudaMalloc
- * or cudaFree runs after setup. The host tier is pinned (cudaHostAlloc), accounted the same way.
- * The library's own fixed overhead (cuBLAS workspace, the reduction scratch, the staging
- * buffer, the q8 tables) is allocated at initialisation and is part of what test_cuda measures
- * as the context's overhead, beside the CUDA context itself.
- *
- * Streams. Ops run on cu_stream in issue order. A copy that touches the host runs on its own
- * stream (one per direction): it waits, by an event, for the compute work issued before it, and
- * the compute work issued after it waits, by another event, for the copy; it returns when its
- * bytes have arrived, as the CPU's memcpy does. Device-to-device copies and memsets are stream
- * ops. sync() waits for all three streams.
- *
- * Errors. Ops cannot fail (the table's contract): the first CUDA or cuBLAS error is kept and
- * hpt_cuda_status() returns it. */
+/* backend.cu: the CUDA backend's table (kernels/backend.h), its device, streams and memory. The
+ * device tier is one region taken with a single cudaMalloc at the first device allocation and
+ * carved first-fit (256-byte pieces, neighbours coalesced); the host tier is pinned. Ops run on
+ * cu_stream in issue order; host copies run on a stream per direction, ordered against the
+ * compute by events. docs/cuda.md, "What is implemented".
+ * Invariants: the memory manager accounts every piece first (mem_reserve), as on the CPU; no
+ * cudaMalloc or cudaFree after setup; the library's fixed buffers are allocated at
+ * initialisation (the context's overhead test_cuda measures); a host copy returns when its bytes
+ * have arrived, as memcpy does; sync() waits for all three streams; ops cannot fail: the first
+ * CUDA or cuBLAS error is kept and hpt_cuda_status() returns it. */
 #include "kernels/cuda/cu_common.cuh"
 #include "kernels/cuda/carve.h"
 
