@@ -152,12 +152,13 @@ int cli_record_rates(const hpt_plan_opts *po, const hpt_offload_stats *st, int64
     "  --vocab-chunk N      with --embeddings chunked or bf16: rows of wte per chunk (0: 2048;\n" \
     "                       a multiple of 256 / gcd(C, 256))\n" \
     "  --embeddings E       full (default), chunked or bf16 (needs --fused-update): the head\n" \
-    "                       (wte; llama's lm_head when untied) runs over the vocabulary in\n" \
+    "                       (wte; lm_head when untied) runs over the vocabulary in\n" \
     "                       chunks and is updated chunk by chunk after the backward (so is an\n" \
     "                       untied wte), each gradient one chunk, not (V, C) fp32 (one more\n" \
     "                       head GEMM per step; with --head-chunk the logits are (rows,\n" \
-    "                       chunk)); bf16 also keeps wte and wpe (llama: wte, lm_head) in bf16\n" \
-    "                       with --weights' rounding (bf16-sr or bf16-kahan); no full logits\n" \
+    "                       chunk)); bf16 also keeps wte and wpe or an untied lm_head (where the\n" \
+    "                       model has them) in bf16 with --weights' rounding (bf16-sr or\n" \
+    "                       bf16-kahan); no full logits\n" \
     "                       (docs/optimizers.md)\n" \
     "  --grad-home P        fp32 (default), bf16 or fp16: the blocks' gradients kept at their\n" \
     "                       home (--offload grads=T, needs --offload; not with --fused-update)\n" \

@@ -71,10 +71,8 @@ static void stop_signals(void) {
 static const char k_help[] =
     "usage: hptrain train --model PATH|SHAPE --data GLOB [options]\n"
     "\n"
-    "Trains GPT-2 or a Llama-family model on llm.c token shards, from a checkpoint or from a\n"
-    "shape with random initialisation (SHAPE: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m,\n"
-    "gpt2:L=12,C=768,NH=12[,V=50257][,T=1024]; llama3.2-1b, llama3.2-3b, llama3.1-8b,\n"
-    "llama2-7b, mistral-7b, llama:L=..,C=..,NH=..,NKV=..,FF=..[,V=..][,T=..][,theta=..]).\n"
+    "Trains a model of any registered architecture on llm.c token shards, from a checkpoint or\n"
+    "from a shape with random initialisation (SHAPE: @SHAPES@).\n"
     "\n"
     "  --model PATH|SHAPE   llm.c checkpoint or shape (not needed with --resume)\n"
     "  --data GLOB          training shards (quote the glob)\n"

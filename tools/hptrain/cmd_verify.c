@@ -9,8 +9,8 @@ static const char k_help[] =
     "\n"
     "Checks hptrain against a PyTorch reference state: logits, loss and every gradient of\n"
     "one batch, and with --steps the loss before each AdamW step. --model PATH: an llm.c\n"
-    "GPT-2 checkpoint with llm.c's state (version 2); --model SHAPE (e.g. llama:L=2,...): the\n"
-    "parameters come from the state (version 3, tests/make_ref_state_llama.py).\n"
+    "checkpoint with llm.c's state (version 2); --model SHAPE: the parameters come from the\n"
+    "state (version 3, as the tests' reference scripts write it). SHAPE: @SHAPES@.\n"
     "Exit status 0 when every figure is within --tol (relative, norm-wise; default 1e-4).\n";
 
 int cmd_verify(int argc, char **argv) {
