@@ -108,6 +108,10 @@ typedef struct {
     /* runs it once (bwd 0: forward, 1: backward) over rows rows of c on scratch (floats(c,
      * rows) floats, filled by the caller), through be */
     void (*run)(const hpt_backend *be, const hpt_model_config *c, int rows, int bwd, float *scratch);
+    /* NULL, or sets what the op needs after the caller's fill (host memory): values that
+     * repeated runs keep in range (a rotation's true cos and sin: arbitrary ones would shrink
+     * the rotated values into denormals, and time those) */
+    void (*fill)(const hpt_model_config *c, int rows, float *scratch);
 } hpt_arch_op;
 
 typedef struct {

@@ -443,6 +443,11 @@ static void rope_run(const hpt_backend *be, const hpt_model_config *c, int rows,
     if (bwd) be->rope_backward(qkv, cs, sn, 1, rows, c->NH, c->NKV, hd, 0);
     else be->rope_forward(qkv, cs, sn, 1, rows, c->NH, c->NKV, hd, 0);
 }
+static void rope_fill(const hpt_model_config *c, int rows, float *s) {
+    const size_t half = (size_t)rows * (size_t)(hd_of(c) / 2);
+    float *cs = s + (size_t)rows * qkv_of(c), *sn = cs + half;
+    for (size_t i = 0; i < half; i++) cs[i] = cosf(0.01f * (float)i), sn[i] = sinf(0.01f * (float)i);
+}
 
 /* silu(gate) * up: h (rows, 2FF) [gate | up], out (rows, FF), dh (rows, 2FF) */
 static double swi_per_token(const hpt_model_config *c) { return c->FF; }
@@ -453,6 +458,9 @@ static void swi_run(const hpt_backend *be, const hpt_model_config *c, int rows, 
     if (bwd) be->swiglu_backward(dh, sw, h, rows, c->FF);
     else be->swiglu_forward(sw, h, rows, c->FF);
 }
+static void swi_fill(const hpt_model_config *c, int rows, float *s) { /* h in [-1, 1) */
+    for (size_t i = 0; i < 2 * (size_t)rows * c->FF; i++) s[i] *= 2.0f;
+}
 
 /* the forward's two residual copies (C floats read and written each) */
 static double plan_fwd_bytes(const hpt_model_config *c) { return 16.0 * c->C; }
@@ -460,9 +468,9 @@ static double plan_fwd_bytes(const hpt_model_config *c) { return 16.0 * c->C; }
 /* per block: two norms, rope on q and k, SwiGLU; a selective recomputation reruns the norms
  * and SwiGLU (costed in this order) */
 static const hpt_arch_op k_plan_ops[] = {
-    {"rmsnorm", 2, 2, 2, rms_per_token, rms_floats, rms_run},
-    {"rope", 1, 1, 0, rope_per_token, rope_floats, rope_run},
-    {"swiglu", 1, 1, 1, swi_per_token, swi_floats, swi_run},
+    {"rmsnorm", 2, 2, 2, rms_per_token, rms_floats, rms_run, NULL},
+    {"rope", 1, 1, 0, rope_per_token, rope_floats, rope_run, rope_fill},
+    {"swiglu", 1, 1, 1, swi_per_token, swi_floats, swi_run, swi_fill},
 };
 
 static const hpt_arch_plan k_plan = {

@@ -135,6 +135,7 @@ static hpt_status arch_ops(const hpt_backend *be, const hpt_arch_plan *p, int re
         float *x = malloc(n * 4);
         if (!x) return hpt_fail(HPT_ERR_OOM, "calibration: no memory for the %s kernels", op->key);
         cal_fill(x, n, 1);
+        if (op->fill) op->fill(m, N, x);
         double t, per = 1e9 / ((double)N * op->per_token(m));
         ARCH_BEST(reps, min_s, t, op->run(be, m, N, 0, x));
         a->op_ns[k][0] = t * per;
