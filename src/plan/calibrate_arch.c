@@ -1,19 +1,14 @@
 /* calibrate_arch.c: each architecture's own block rates for the cost model (cost.c), measured
- * from its op table (model/arch.h's hpt_arch_plan: its GEMM shapes, its attention heads and
- * its pointwise ops, all run through the backend), and their part of the calibration file:
- * one object per architecture, named after it. An architecture without a table (the
- * reference block's shapes) has none. What is measured, at the table's shapes:
- *   - the block's GEMMs one after the other, as the block runs them, at each calibration
- *     width and the reference's row counts: their FLOPs over their summed time, forward and
- *     backward (the cost model interpolates in C and log(rows));
- *   - its attention (flash and plain, forward and backward) at B 1, T 128 and the last
- *     width's heads, counted as the estimator counts attention (2 C (T+1) FLOPs per token);
- *   - each pointwise op in ns per element of its per_token width over 512 rows of the last
- *     width (past the caches, as a step's activations are).
- * Each the best of reps repetitions of at least min_s seconds (calibrate.c's convention).
- * Invariants: library code, nothing printed; buffers freed on every path; a file without an
- * architecture's object, or with a partial one, loads with its C[0] = 0 (the cost model then
- * uses the reference block's rates and says so: hpt_cost.arch_rates). */
+ * from its op table (model/arch.h's hpt_arch_plan), and their part of the calibration file: one
+ * object per architecture, named after it (none for one without a table: the reference block).
+ * At the table's shapes: the block's GEMMs one after the other at each calibration width and
+ * the reference's row counts (FLOPs over summed time, forward and backward); its attention,
+ * flash and plain, at B 1, T 128 and the last width's heads (2 C (T+1) FLOPs per token); each
+ * pointwise op, run by the architecture through the backend, in ns per element of its
+ * per_token width over 512 rows of the last width. Each the best of reps repetitions of at
+ * least min_s seconds (calibrate.c's convention). docs/planner.md.
+ * Invariants: library code, nothing printed; buffers freed on every path; an absent or partial
+ * object loads as C[0] = 0: the block is then costed at the reference rates (hpt_cost.arch_rates). */
 #include "core/core.h"
 #include "kernels/backend.h"
 #include "model/arch.h"
