@@ -120,7 +120,7 @@ static hpt_status enumerate(const hpt_plan_opts *base, const hpt_calibration *c,
     for (int emb = 0; emb < HPT_EMB_COUNT; emb++) {
         /* the embeddings chunked (fused only) or bf16 (lossy: with bf16 weights): wte's
          * gradient one chunk, its state (and with bf16 its weights) smaller on the device:
-         * a large vocabulary's (llama3.2-1b: 263M of 1.24B parameters) */
+         * a large vocabulary's (128256 x 2048: 263M of a 1.24B-parameter model) */
         if (emb && !(fused && (h == H_HOST || h == H_DISK || h == H_MIXED))) continue;
         if (emb == HPT_EMB_BF16 && !bw) continue;
         if ((ao == 2 || h == H_DISK || h == H_MIXED) && !a->allow_disk) continue;

@@ -104,7 +104,7 @@ hpt_status hpt_calibration_save(const char *path, const hpt_calibration *c) {
         cJSON_AddNumberToObject(e, "loss", c->engine_disk_loss[k]);
         cJSON_AddStringToObject(e, "source", c->engine_source[k]);
     }
-    hpt_cal_llama_save(j, c);
+    hpt_cal_arch_save(j, c);
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
     if (!text) return hpt_fail(HPT_ERR_OOM, "calibration: no memory for the JSON text");
@@ -217,7 +217,7 @@ hpt_status hpt_calibration_load(const char *path, hpt_calibration *c) {
             num(a, "plain_fwd_gflops", &r[1][0]) && num(a, "plain_bwd_gflops", &r[1][1]) &&
             r[0][0] > 0 && r[0][1] > 0 && r[1][0] > 0 && r[1][1] > 0)
             memcpy(c->attn512_gflops, r, sizeof r);
-        hpt_cal_llama_load(j, c);
+        hpt_cal_arch_load(j, c);
     }
     cJSON_Delete(j);
     if (!ok) return hpt_fail(HPT_ERR_FORMAT, "calibration: %s is not a version-%d calibration "
@@ -645,7 +645,7 @@ hpt_status hpt_calibrate(const char *disk_dir, int quick, hpt_calibration *c) {
     HPT_CHECK(measure_memory(be, reps, c));
     HPT_CHECK(measure_optim(be, reps, c));
     HPT_CHECK(measure_sharing(be, reps, c));
-    HPT_CHECK(hpt_cal_measure_llama(be, reps, g_min_s, c));
+    HPT_CHECK(hpt_cal_measure_arch(be, reps, g_min_s, c));
     if (disk_dir) HPT_CHECK(measure_disk(be, disk_dir, quick ? 4 : 8, c));
     return HPT_OK;
 }

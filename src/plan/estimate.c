@@ -19,7 +19,7 @@
 hpt_plan_opts hpt_plan_defaults(void) {
     hpt_plan_opts o;
     memset(&o, 0, sizeof o);
-    hpt_gpt2_config_parse("gpt2-124m", &o.cfg);
+    hpt_model_config_parse("gpt2-124m", &o.cfg); /* the default model: a named SHAPE */
     o.B = 4;
     o.T = 64;
     o.training = 1;
@@ -256,8 +256,8 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     out->tokens_per_step = BT * (uint64_t)(o->accum > 1 ? o->accum : 1);
 
     /* FLOPs per token, matrix multiplies and attention (elementwise work is left out): the
-     * architecture's count (for GPT-2, model/gpt2.c: GEMMs over the blocks' weights and the tied
-     * head at 2 FLOPs per multiply-add, causal attention 2*C*(T+1) per token and layer). Backward
+     * architecture's count (its flops_per_token, model/arch.h: GEMMs over the blocks' weights and
+     * the head at 2 FLOPs per multiply-add, causal attention 2*C*(T+1) per token and layer). Backward
      * does twice the forward's work in both (two GEMMs per forward GEMM; four dot products per
      * (query, key) pair). */
     out->flops_per_token_fwd = model_flops_per_token(c, o->T);
