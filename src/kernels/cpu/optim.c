@@ -101,14 +101,15 @@ void k_sgd(k_param p, const float *g, k_state m, size_t n, float lr, float momen
 
 void k_adam_mini(k_param p, const float *g, k_state m, float *v, size_t n, size_t block, float lr,
                  float beta1, float beta2, float eps, float wd, float grad_scale, int64_t t) {
-    size_t nv = n / block, ng = (nv + MINI_ROWS - 1) / MINI_ROWS;
-    /* pass 1: each block's mean of g^2, summed in order in double; MINI_ROWS blocks side by
-     * side (independent sums, so the adds overlap instead of waiting on each other) */
+    /* v (ceil(n / block)): a last partial block of n % block values is a block of its own */
+    size_t nv = (n + block - 1) / block, ng = (nv + MINI_ROWS - 1) / MINI_ROWS;
+    /* pass 1: each block's mean of g^2, summed in order in double; MINI_ROWS whole blocks side
+     * by side (independent sums, so the adds overlap instead of waiting on each other) */
 #pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
     for (size_t q = 0; q < ng; q++) {
         size_t r0 = q * MINI_ROWS, nr = nv - r0 < MINI_ROWS ? nv - r0 : MINI_ROWS;
         double s[MINI_ROWS] = {0};
-        if (nr == MINI_ROWS) {
+        if (nr == MINI_ROWS && (r0 + MINI_ROWS) * block <= n) {
             for (size_t j = 0; j < block; j++)
                 for (int k = 0; k < MINI_ROWS; k++) {
                     double gi = (double)(g[(r0 + (size_t)k) * block + j] * grad_scale);
@@ -116,13 +117,15 @@ void k_adam_mini(k_param p, const float *g, k_state m, float *v, size_t n, size_
                 }
         } else {
             for (size_t k = 0; k < nr; k++)
-                for (size_t j = 0; j < block; j++) {
+                for (size_t j = 0; j < block && (r0 + k) * block + j < n; j++) {
                     double gi = (double)(g[(r0 + k) * block + j] * grad_scale);
                     s[k] += gi * gi;
                 }
         }
-        for (size_t k = 0; k < nr; k++)
-            v[r0 + k] = beta2 * v[r0 + k] + (1.0f - beta2) * (float)(s[k] / (double)block);
+        for (size_t k = 0; k < nr; k++) {
+            size_t len = n - (r0 + k) * block < block ? n - (r0 + k) * block : block;
+            v[r0 + k] = beta2 * v[r0 + k] + (1.0f - beta2) * (float)(s[k] / (double)len);
+        }
     }
     float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
     float step = lr / bc1, rbc2 = 1.0f / sqrtf(bc2), decay = 1.0f - lr * wd;
