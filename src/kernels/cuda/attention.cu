@@ -6,7 +6,7 @@
  * row. Correctness first: no shared-memory reuse across rows, no tensor cores (docs/cuda.md).
  * Invariants: each output element is written by one thread, its sums in a fixed order (over
  * the group's query heads and the later query rows): deterministic, no atomics; dqkv is
- * overwritten. */
+ * overwritten; D is summed in the order of each dP (T = 1: dq = dk = 0 exactly). */
 #include "kernels/cuda/cu_common.cuh"
 
 #include <math.h>
@@ -172,24 +172,36 @@ __device__ inline float at_prob(const at_bwd &a, int b, int h, int t, int j, con
     return expf(d * a.scale - a.lse[row]);
 }
 
-/* grid (T * NH, B): D_t = dO_t . O_t (flash), sum_j P_tj (dO_t . v_j) (plain) */
+/* grid (T * NH, B): D_t = dO_t . O_t (flash), sum_j P_tj (dO_t . v_j) (plain). Each sum runs in
+ * order, as each dP = dO_t . v_j is summed in d_attn_dq / d_attn_dkv (i = 0 .. hs-1; j = 0 .. t):
+ * a row with one key (t = 0: P = 1, O = v_0) then gets dP - D = 0 and dS = 0 exactly, so T = 1's
+ * dq and dk are exactly 0 as on the CPU (kernels/cpu/flash_attention.c) instead of the rounding
+ * noise a reduction tree's partial sums leave. The dP of a tile are made in parallel; the O(T hs)
+ * in-order sums are small beside the backward's O(T^2 hs). */
 __global__ void d_attn_D(at_bwd a) {
-    __shared__ float red[32];
+    __shared__ float pd[AT_TILE];
     const int b = blockIdx.y, t = blockIdx.x / a.NH, h = blockIdx.x % a.NH, kh = h / a.group;
     const float *d = a.dout + ((size_t)b * a.T + t) * a.NH * a.hs + (size_t)h * a.hs;
     float acc = 0.0f;
     if (a.out) {
         const float *o = a.out + ((size_t)b * a.T + t) * a.NH * a.hs + (size_t)h * a.hs;
-        for (int i = threadIdx.x; i < a.hs; i += blockDim.x) acc += d[i] * o[i];
+        if (threadIdx.x == 0)
+            for (int i = 0; i < a.hs; i++) acc += d[i] * o[i];
     } else {
-        for (int j = threadIdx.x; j <= t; j += blockDim.x) {
-            const float *vr = a.qkv + ((size_t)b * a.T + j) * a.W + (size_t)(a.NH + a.NKV + kh) * a.hs;
-            float dp = 0.0f;
-            for (int i = 0; i < a.hs; i++) dp += d[i] * vr[i];
-            acc += a.att[(((size_t)b * a.NH + h) * a.T + t) * a.T + j] * dp;
+        for (int k0 = 0; k0 <= t; k0 += AT_TILE) {
+            const int n = t + 1 - k0 < AT_TILE ? t + 1 - k0 : AT_TILE;
+            __syncthreads(); /* the previous tile's pd[] is summed */
+            for (int j = threadIdx.x; j < n; j += blockDim.x) {
+                const float *vr = a.qkv + ((size_t)b * a.T + k0 + j) * a.W + (size_t)(a.NH + a.NKV + kh) * a.hs;
+                float dp = 0.0f;
+                for (int i = 0; i < a.hs; i++) dp += d[i] * vr[i];
+                pd[j] = a.att[(((size_t)b * a.NH + h) * a.T + t) * a.T + k0 + j] * dp;
+            }
+            __syncthreads();
+            if (threadIdx.x == 0)
+                for (int j = 0; j < n; j++) acc += pd[j];
         }
     }
-    acc = cu_block_sum(acc, red);
     if (threadIdx.x == 0) a.D[((size_t)b * a.NH + h) * a.T + t] = acc;
 }
 
