@@ -16,7 +16,8 @@
  *   - the bf16 GEMM (bf16 inputs, fp32 accumulation) against the CPU's fp32 GEMM of the same
  *     bf16 values, within 2K 2^-23 sum|a b| per element (two fp32 summations, each add rounding
  *     by at most an ulp); TF32 when asked, within (2^-10 + 2K 2^-23) sum|a b|.
- * Without a GPU (or without a CUDA build) it prints "SKIP: no GPU" and exits 77 (ctest's skip). */
+ * Without a GPU (or without a CUDA build) it prints "SKIP: no GPU" and exits 77 (ctest's skip);
+ * with a GPU present (t_gpu_present) and the backend not started it fails. */
 #include "testlib.h"
 
 #include "core/core.h"
@@ -433,10 +434,8 @@ int main(void) {
 #ifdef HPT_HAVE_CUDA
     cpu = hpt_backend_cpu();
     size_t f0 = 0, tot = 0;
-    if (hpt_cuda_device_count() == 0 || hpt_cuda_mem_info(&f0, &tot) != HPT_OK || !(cu = hpt_backend_cuda())) {
-        printf("SKIP: no GPU: %s\n", hpt_cuda_device_count() ? hpt_last_error() : "no CUDA device (or no driver)");
-        return 77;
-    }
+    if (hpt_cuda_device_count() == 0 || hpt_cuda_mem_info(&f0, &tot) != HPT_OK || !(cu = hpt_backend_cuda()))
+        return t_gpu_skip("test_cuda", hpt_cuda_device_count() ? hpt_last_error() : "no CUDA device (or no driver)");
     CHECK_OK(hpt_mem_create(&g_mem));
     t_memory(f0);
     t_copies();
@@ -451,7 +450,6 @@ int main(void) {
     hpt_cuda_shutdown();
     return t_done("test_cuda");
 #else
-    printf("SKIP: no GPU: this build has no CUDA backend\n");
-    return 77;
+    return t_gpu_skip("test_cuda", "this build has no CUDA backend");
 #endif
 }

@@ -27,7 +27,8 @@
  *       memory, and with fp32 weights on the device, 8-bit state on the host, each against the
  *       same plan on the CPU: losses within 1e-3 relative over 10 steps; estimate == accounted
  *       on every tier of the GPU run.
- * Without a GPU (or without a CUDA build) (g) and (h) run, then "SKIP: no GPU", exit 77. */
+ * Without a GPU (or without a CUDA build) (g) and (h) run, then "SKIP: no GPU", exit 77; with a
+ * GPU present and the backend not started it fails (t_gpu_skip). */
 #include "testlib.h"
 #include "kernels/backend.h"
 #ifdef HPT_HAVE_CUDA
@@ -302,10 +303,9 @@ int main(void) {
     t_transfer_cpu();
     t_refusals();
 #ifdef HPT_HAVE_CUDA
-    if (hpt_cuda_device_count() == 0 || hpt_device_ready(1) != HPT_OK) {
-        printf("SKIP: no GPU: %s\n", hpt_cuda_device_count() ? hpt_last_error() : "no CUDA device (or no driver)");
-        return t_failures ? t_done("test_cuda_train") : 77;
-    }
+    if (hpt_cuda_device_count() == 0 || hpt_device_ready(1) != HPT_OK)
+        return t_gpu_skip("test_cuda_train", hpt_cuda_device_count() ? hpt_last_error()
+                                                                     : "no CUDA device (or no driver)");
     t_budget();
     t_transfer_gpu();
     for (int i = 0; i < 2; i++) t_shape(k_shapes[i]);
@@ -314,7 +314,6 @@ int main(void) {
     hpt_cuda_shutdown();
     return t_done("test_cuda_train");
 #else
-    printf("SKIP: no GPU: this build has no CUDA backend\n");
-    return t_failures ? t_done("test_cuda_train") : 77;
+    return t_gpu_skip("test_cuda_train", "this build has no CUDA backend");
 #endif
 }

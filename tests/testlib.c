@@ -3,15 +3,40 @@
 
 #include "core/core.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int t_checks, t_failures;
 
 int t_done(const char *name) {
     printf("%s: %d checks, %d failed\n", name, t_checks, t_failures);
     return t_failures ? 1 : 0;
+}
+
+int t_gpu_present(void) {
+    const char *e = getenv("HPT_REQUIRE_GPU");
+    if (e && *e) return strcmp(e, "0") != 0;
+    if (access("/dev/nvidia0", F_OK) == 0) return 1;
+    DIR *d = opendir("/proc/driver/nvidia/gpus"); /* one entry per GPU the driver sees */
+    int n = 0;
+    if (d) {
+        for (struct dirent *de; (de = readdir(d));) n += de->d_name[0] != '.';
+        closedir(d);
+    }
+    return n > 0;
+}
+
+int t_gpu_skip(const char *name, const char *why) {
+    if (t_gpu_present()) {
+        printf("FAIL: a GPU is present but the CUDA backend did not run: %s\n", why);
+        t_failures++;
+        return t_done(name);
+    }
+    printf("SKIP: no GPU: %s\n", why);
+    return t_failures ? t_done(name) : 77;
 }
 
 const char *t_ref_dir(void) {
