@@ -158,6 +158,16 @@ foreach(variant IN LISTS HPT_VARIANTS)
   hpt_variant_suffix(${variant} v)
   set_tests_properties(test_cuda_train${v} PROPERTIES SKIP_RETURN_CODE 77)
 endforeach()
+# The tests that use the GPU one at a time under ctest -j: each opens a device region of what the
+# GPU has free (less 512 MiB; backend.cu), so side by side they would starve each other.
+foreach(t test_backend test_cuda test_cuda_gpt2 test_cuda_train)
+  foreach(variant IN LISTS HPT_VARIANTS)
+    hpt_variant_suffix(${variant} v)
+    if(TEST ${t}${v})
+      set_tests_properties(${t}${v} PROPERTIES RESOURCE_LOCK gpu)
+    endif()
+  endforeach()
+endforeach()
 # The offload engine under many processes (tests/test_zero_engine.sh; docs/zero_engine.md):
 # stages 0-3 with host and disk homes, fused and exact, the same bits as one process (about 100
 # runs of 2-3 processes: 460 s at load 10 on 2 cores, hence the timeout).
