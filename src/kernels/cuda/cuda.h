@@ -31,6 +31,9 @@ hpt_status hpt_cuda_reserve(size_t bytes);
 void hpt_cuda_region(size_t *region_bytes, size_t *used_bytes);
 /* cudaMemGetInfo of the current device: an independent reading of the GPU's memory. */
 hpt_status hpt_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
+/* The compute stream the ops run on (a cudaStream_t; benchmarks record their timing events on
+ * it, as events on the legacy stream do not order against a non-blocking stream). */
+void *hpt_cuda_compute_stream(void);
 /* TF32 tensor-core math for the fp32 GEMMs (off by default: fp32 GEMMs are exact fp32). */
 void hpt_cuda_set_tf32(int on);
 /* C (M,N) = alpha * op(A) op(B) + beta * C, row-major as the table's gemm, with A and B bf16
