@@ -158,6 +158,16 @@ foreach(variant IN LISTS HPT_VARIANTS)
   hpt_variant_suffix(${variant} v)
   set_tests_properties(test_cuda_train${v} PROPERTIES SKIP_RETURN_CODE 77)
 endforeach()
+# scripts/gpu_check.sh --dry-run (docs/cuda.md): every step of the GPU check that needs no GPU (the
+# deps archive made once per build tree and unpacked, the size of what a device call sends, a
+# configure against the archive, the reference, the CPU training run and the estimates parsed,
+# the report with the GPU stages marked skipped) on this build tree's executables
+if(TARGET hptrain_cli)
+  add_test(NAME test_gpu_check_dry COMMAND bash ${CMAKE_SOURCE_DIR}/scripts/gpu_check.sh --dry-run
+           --build ${CMAKE_BINARY_DIR})
+  set_tests_properties(test_gpu_check_dry PROPERTIES TIMEOUT 300 ENVIRONMENT
+    "OUT=${CMAKE_BINARY_DIR}/gpu_check_dry;GPU_DEPS_DIR=${CMAKE_BINARY_DIR}/gpu_deps;OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+endif()
 # The tests that use the GPU one at a time under ctest -j: each opens a device region of what the
 # GPU has free (less 512 MiB; backend.cu), so side by side they would starve each other.
 foreach(t test_backend test_cuda test_cuda_gpt2 test_cuda_train)
