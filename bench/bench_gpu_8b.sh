@@ -68,10 +68,16 @@ if [ $EST_ONLY = 0 ]; then
     [ -d "$BUILD/CMakeFiles/hptrain_cuda.dir" ] ||
         { echo "bench_gpu_8b: $BUILD has no CUDA backend (nvcc not found at configure time)" >&2; exit 1; }
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-    # 1. the bf16 GEMM peak (bench_cuda.c: the CMake target bench_cuda of a CUDA build)
-    cmake --build "$BUILD" --target bench_cuda >/dev/null || exit 1
-    "$BUILD/bench_cuda" peak | tee "$OUT/peak.json"
-    PEAK=$($PY -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["bf16_peak_tflops"])' "$OUT/peak.json")
+    # 1. the bf16 GEMM peak (bench_cuda.c: the CMake target bench_cuda of a CUDA build), or
+    # PEAK_JSON's: bench_cuda peak's line measured earlier on this GPU
+    if [ -s "${PEAK_JSON:-}" ]; then
+        cp "$PEAK_JSON" "$OUT/peak.json"
+    else
+        cmake --build "$BUILD" --target bench_cuda >/dev/null || exit 1
+        "$BUILD/bench_cuda" peak | tee "$OUT/peak.json"
+    fi
+    PEAK=$($PY -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["bf16_peak_tflops"])' "$OUT/peak.json" ||
+           echo 0)
 fi
 
 # The plan: blocks' bf16 weights with fp32 masters and 8-bit AdamW state on pinned host memory,

@@ -138,7 +138,7 @@ stage() {
     [ "$limit" -gt $left ] && limit=$left
     rm -f "$WORK/note" "$WORK/status"
     t=$(date +%s)
-    STAGE=$name timeout -k 10 "$limit" bash -c "$fn" > "$WORK/logs/$name.log" 2>&1
+    STAGE=$name timeout -k 10 "$limit" bash -c "set -o pipefail; $fn" > "$WORK/logs/$name.log" 2>&1
     rc=$?
     t=$(($(date +%s) - t))
     note=$(cat "$WORK/note" 2>/dev/null || true)
@@ -295,7 +295,7 @@ CONFIGURE_ARGS() { # the device's configure, against the deps archive
         -DHPT_CUDA_ARCHS=90 -DDNNL_LIB="$DEPLIB/libdnnl.so" -DCJSON_LIB="$DEPLIB/libcjson.so" \
         -DPCRE2_LIB="$DEPLIB/libpcre2-8.so" -DCJSON_INC="$DEPS/usr/include/cjson" \
         "-DCMAKE_C_FLAGS=-I$DEPS/usr/include" \
-        "-DCMAKE_EXE_LINKER_FLAGS=-Wl,-rpath-link,$DEPLIB -Wl,-rpath,$DEPLIB"
+        "-DCMAKE_EXE_LINKER_FLAGS=-Wl,-rpath-link,$DEPLIB -Wl,-rpath,$DEPLIB -Wl,--disable-new-dtags"
 }
 export -f CONFIGURE_ARGS
 TARGETS="hptrain_cli test_cuda test_backend test_cuda_train test_cuda_gpt2 bench_cuda"
@@ -401,6 +401,7 @@ st_sanitizer() {
     export LD_LIBRARY_PATH="$DEPLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     local cs
     cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    [ -x "$cs" ] || { note "compute-sanitizer not found"; exit 1; }
     cd "$BUILD" || exit 1
     HPT_REQUIRE_GPU=1 OMP_NUM_THREADS=8 "$cs" --tool memcheck --error-exitcode 9 --print-limit 20 ./test_backend
     local rc=$?
@@ -514,7 +515,7 @@ st_llama8b() {
         bash "$ROOT/bench/bench_gpu_8b.sh" --quick --no-torch --out "$o" --offload-dir "$WORK/offload8b"
     local rc=$?
     { echo '```'; cat "$o/hptrain.json" 2>/dev/null; echo '```'; } | detail
-    note "$(head -n 1 "$o/hptrain.json" 2>/dev/null | cut -c1-300)"
+    note "$(grep -h '"system"' "$o/hptrain.json" 2>/dev/null | cut -c1-400)"
     return $rc
 }
 
