@@ -5,6 +5,10 @@ add_compile_definitions(HPT_TEST_REF_DIR="${HPT_REF_DIR}"
 # that read it (their FIXTURES_REQUIRED at the end of this file).
 add_test(NAME make_reference COMMAND bash ${CMAKE_SOURCE_DIR}/tests/make_reference.sh ${HPT_REF_DIR})
 set_tests_properties(make_reference PROPERTIES FIXTURES_SETUP gpt2_ref TIMEOUT 600)
+# The architectures the technique tests run over (hpt_add_test's ARCHS: test_x_<arch> each):
+# tests/arch_cases.h's cases, in the model registry's order (test_arch_cases checks all three).
+set(HPT_TEST_ARCHS gpt2 llama)
+hpt_add_test(test_arch_cases test_arch_cases.c ARGS ${HPT_TEST_ARCHS})
 hpt_add_test(test_mem test_mem.c)
 hpt_add_test(test_reference test_reference.c)
 hpt_add_test(test_init test_init.c)
@@ -14,7 +18,7 @@ hpt_add_test(test_profile test_profile.c)
 hpt_add_test(test_estimate test_estimate.c)
 hpt_add_test(test_optim test_optim.c)
 hpt_add_test(test_attention test_attention.c)
-hpt_add_test(test_recompute test_recompute.c)
+hpt_add_test(test_recompute test_recompute.c ARCHS)
 hpt_add_test(test_head test_head.c)
 hpt_add_test(test_accum test_accum.c)
 hpt_add_test(test_offload test_offload.c)
