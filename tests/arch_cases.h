@@ -48,7 +48,7 @@ int t_arch_first(const t_arch *a);
  * then a->variants[variant] (0 <= variant < a->n_variants) */
 const char *t_arch_shape(const t_arch *a, char buf[T_SHAPE_MAX], int L, int C, int NH, int V,
                          int T, int variant);
-/* "test (name)" in a static buffer: the name t_done prints */
+/* "test name" in a static buffer: the name t_done prints */
 const char *t_arch_label(const t_arch *a, const char *test);
 
 #endif
