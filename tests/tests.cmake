@@ -22,7 +22,7 @@ hpt_add_test(test_recompute test_recompute.c ARCHS)
 hpt_add_test(test_head test_head.c)
 hpt_add_test(test_accum test_accum.c ARCHS)
 hpt_add_test(test_offload test_offload.c ARCHS)
-hpt_add_test(test_offload_engine test_offload_engine.c)
+hpt_add_test(test_offload_engine test_offload_engine.c ARCHS)
 hpt_add_test(test_offload_engine_stress test_offload_engine_stress.c)
 hpt_add_test(test_schedule test_schedule.c)
 # node's ids for the oracle texts are made once per build tree and reused (test_tokenizer.c)
@@ -44,7 +44,7 @@ add_test(NAME test_verify_torch COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_veri
 set_tests_properties(test_verify_torch PROPERTIES SKIP_RETURN_CODE 77
   ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
 hpt_add_test(test_infer test_infer.c)
-hpt_add_test(test_loss_scale test_loss_scale.c)
+hpt_add_test(test_loss_scale test_loss_scale.c ARCHS)
 hpt_add_test(test_plan test_plan.c)
 # GPT-2's embeddings, and llama's (untied and tied) from the same source
 hpt_add_test(test_embed test_embed.c ARGS gpt2)
