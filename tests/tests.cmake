@@ -43,7 +43,7 @@ add_test(NAME test_verify_torch COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_veri
          $<TARGET_FILE:hptrain_cli>)
 set_tests_properties(test_verify_torch PROPERTIES SKIP_RETURN_CODE 77
   ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
-hpt_add_test(test_infer test_infer.c)
+hpt_add_test(test_infer test_infer.c ARCHS)
 hpt_add_test(test_loss_scale test_loss_scale.c ARCHS)
 hpt_add_test(test_plan test_plan.c)
 hpt_add_test(test_embed test_embed.c ARCHS)
