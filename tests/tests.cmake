@@ -155,10 +155,12 @@ if(TARGET hptrain_cli)
 endif()
 hpt_add_test(test_jump test_jump.c)
 # training through the runner on the GPU against the CPU (docs/cuda.md): skips without a GPU
-hpt_add_test(test_cuda_train test_cuda_train.c)
+hpt_add_test(test_cuda_train test_cuda_train.c ARCHS)
 foreach(variant IN LISTS HPT_VARIANTS)
   hpt_variant_suffix(${variant} v)
-  set_tests_properties(test_cuda_train${v} PROPERTIES SKIP_RETURN_CODE 77)
+  foreach(arch IN LISTS HPT_TEST_ARCHS)
+    set_tests_properties(test_cuda_train_${arch}${v} PROPERTIES SKIP_RETURN_CODE 77)
+  endforeach()
 endforeach()
 # The offload engine under many processes (tests/test_zero_engine.sh; docs/zero_engine.md):
 # stages 0-3 with host and disk homes, fused and exact, the same bits as one process (about 100
