@@ -166,7 +166,7 @@ endforeach()
 # stages 0-3 with host and disk homes, fused and exact, the same bits as one process (about 100
 # runs of 2-3 processes: 460 s at load 10 on 2 cores, hence the timeout).
 hpt_add_mpi_test(test_zero_engine 1800)
-hpt_add_test(test_forward_only test_forward_only.c)
+hpt_add_test(test_forward_only test_forward_only.c ARCHS)
 # Faults and bad input at ZeRO stages 1, 2 and 3 (tests/test_zero_fault.sh; docs/zero.md): a
 # rank killed or hung mid-run ends the job within a bound, the last checkpoint resumes with the
 # uninterrupted run's bits; different configurations are refused by name. About 50 s.
