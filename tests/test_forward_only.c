@@ -1,9 +1,9 @@
-/* test_forward_only.c: forward-only models (hpt_model_create_forward, hpt_model_load_forward)
- * allocate no gradients: the device tier's peak after creation or a load is the parameters'
- * bytes alone (and the architecture's constants), and a backward is refused; hpt_model_acquire_grads then gives them gradients,
- * and their forward and backward give the same bits as a model made with gradients from the
- * same seed (or the same checkpoint: llm.c's, where the case has that format). test_forward_only
- * ARCH: on the architecture's case (arch_cases.h). */
+/* test_forward_only.c ARCH: forward-only models (hpt_model_create_forward,
+ * hpt_model_load_forward) of the architecture's case (arch_cases.h) allocate no gradients: the
+ * device tier's peak after creation or a load is the parameters' bytes alone (and the
+ * architecture's constants), and a backward is refused; hpt_model_acquire_grads then gives them
+ * gradients, and their forward and backward give the same bits as a model made with gradients
+ * from the same seed (or the same checkpoint: llm.c's, where the case has that format). */
 #include "testlib.h"
 
 #include "model/arch.h"
