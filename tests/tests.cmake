@@ -153,7 +153,7 @@ if(TARGET hptrain_cli)
            ${CMAKE_SOURCE_DIR})
   set_tests_properties(test_demo PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
 endif()
-hpt_add_test(test_jump test_jump.c)
+hpt_add_test(test_jump test_jump.c ARCHS)
 # training through the runner on the GPU against the CPU (docs/cuda.md): skips without a GPU
 hpt_add_test(test_cuda_train test_cuda_train.c ARCHS)
 foreach(variant IN LISTS HPT_VARIANTS)
