@@ -39,7 +39,9 @@ int t_arch_count(void);
 const t_arch *t_arch_at(int i);
 /* The case named name, or NULL */
 const t_arch *t_arch_named(const char *name);
-/* argv[1]'s case; NULL after printing a usage line naming test and the cases */
+/* argv[1]'s case, the first case without one (tests.cmake's vector-path runs: the checks that
+ * run once, and the first case's); NULL after printing a usage line naming test and the cases
+ * when argv[1] names none */
 const t_arch *t_arch_arg(int argc, char **argv, const char *test);
 /* The table's first case: the one whose run also makes the checks that no architecture changes
  * (flag parsing, kernels, refusals), so they run once */

@@ -278,7 +278,7 @@ const t_arch *t_arch_named(const char *name) {
 }
 
 const t_arch *t_arch_arg(int argc, char **argv, const char *test) {
-    const t_arch *a = argc > 1 ? t_arch_named(argv[1]) : NULL;
+    const t_arch *a = argc > 1 ? t_arch_named(argv[1]) : &k_arch_cases[0];
     if (!a) {
         fprintf(stderr, "usage: %s ARCH (", test);
         for (int i = 0; i < t_arch_count(); i++)

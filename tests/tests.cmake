@@ -191,7 +191,7 @@ hpt_add_mpi_test(test_zero_engine16 600)
 # The tests that read the generated reference (make_reference above).
 foreach(variant IN LISTS HPT_VARIANTS)
   hpt_variant_suffix(${variant} v)
-  foreach(t test_reference test_estimate test_cli test_cuda_gpt2)
+  foreach(t test_reference test_estimate_gpt2 test_cli test_cuda_gpt2)
     set_tests_properties(${t}${v} PROPERTIES FIXTURES_REQUIRED gpt2_ref)
   endforeach()
 endforeach()
