@@ -35,8 +35,9 @@ int main(int argc, char **argv) {
         const t_arch *a = t_arch_at(i);
         CHECK_MSG(a && !strcmp(a->name, reg[i]->name), "registry's architecture %d is %s, its "
                   "test case %s", i, reg[i]->name, a ? a->name : "(none)");
-        CHECK_MSG(i + 1 < argc && !strcmp(argv[i + 1], reg[i]->name), "registry's architecture %d "
-                  "is %s, HPT_TEST_ARCHS's %s", i, reg[i]->name, i + 1 < argc ? argv[i + 1] : "(none)");
+        const char *listed = i + 1 < argc ? argv[i + 1] : "(none)";
+        CHECK_MSG(!strcmp(listed, reg[i]->name), "registry's architecture %d is %s, "
+                  "HPT_TEST_ARCHS's %s", i, reg[i]->name, listed);
         if (!a) continue;
         CHECK(t_arch_named(a->name) == a && t_arch_first(a) == (i == 0));
         CHECK(a->n_variants >= 1 && a->n_variants <= T_ARCH_MAX_VARIANTS && !a->variants[0][0]);
@@ -47,7 +48,8 @@ int main(int argc, char **argv) {
             t_arch_shape(a, shape, 2, 32, 4, 64, 16, v);
             hpt_model_config c;
             CHECK_OK(hpt_model_config_parse(shape, &c));
-            CHECK_MSG((int)c.arch == (int)a->id, "%s: arch %d, expected %d", shape, (int)c.arch, (int)a->id);
+            CHECK_MSG((int)c.arch == (int)a->id, "%s: arch %d, expected %d", shape, (int)c.arch,
+                      (int)a->id);
             hpt_model *m = NULL;
             CHECK_OK(hpt_model_create(mem, shape, &m));
             CHECK(m && !strcmp(hpt_model_arch(m), a->name));

@@ -1,6 +1,6 @@
 /* test_estimate.c ARCH: the estimator against real runs, on the architecture's case's shapes
- * (arch_cases.h; what names no architecture once, in the first case's run). For each configuration (shapes, batches,
- * sequence lengths, with and without validation, training and forward-only, a shape and a
+ * (arch_cases.h; what names no architecture once, in the first case's run). For each
+ * configuration (shapes, batches, sequence lengths, with and without validation, training and forward-only, a shape and a
  * checkpoint, each optimizer and state width) the real thing runs under a recording hpt_mem
  * and the estimate must match the measured device peak within 2% (DESIGN.md's invariant) and, today, byte for byte in every
  * category. Also: the peak is the sum of what is live at the end (nothing is freed early); the

@@ -1,5 +1,6 @@
 /* test_optim.c ARCH: the optimizers and their 8-bit states; what involves a model runs on the
- * architecture's case (arch_cases.h), the rest (maps, kernels, files) once, in the first case's run.
+ * architecture's case (arch_cases.h), the rest (maps, kernels, files) once, in the first case's
+ * run.
  *  - the dynamic maps: 256 strictly ascending values with 0 (signed) or 1e-7 (unsigned) and
  *    1; quantisation picks the nearest code (checked against a linear search) and round-trips
  *    within half the largest gap of the map times the block's absmax;

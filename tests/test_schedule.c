@@ -559,7 +559,8 @@ static int k_nonzero(const float *x, size_t n) {
 static void test_formulas(hpt_mem *mem) {
     hpt_model_config cfg;
     char shape[T_SHAPE_MAX];
-    CHECK_OK(hpt_model_config_parse(t_arch_shape(g_arch, shape, 2, 32, 4, 256, 16, 0), &cfg)); /* t_sgd_steps' tokens */
+    /* V 256: t_sgd_steps' tokens */
+    CHECK_OK(hpt_model_config_parse(t_arch_shape(g_arch, shape, 2, 32, 4, 256, 16, 0), &cfg));
     hpt_gpt2 *a = NULL, *b = NULL;
     hpt_optim *oa = NULL, *ob = NULL;
     hpt_adamw_opts ao = hpt_adamw_defaults();
