@@ -10,18 +10,10 @@
 
 #include <string.h>
 
-/* The registry's architectures in order: the hpt_arch_id values hpt_arch_of knows, from 0 up
- * (the one place that enumerates it). */
+/* The registry's architectures in order (model/registry.c) */
 static int registry(const hpt_arch *out[8]) {
     int n = 0;
-    for (int id = 0; n < 8; id++) {
-        hpt_model_config c;
-        memset(&c, 0, sizeof c);
-        c.arch = (hpt_arch_id)id;
-        const hpt_arch *A = hpt_arch_of(&c);
-        if (!A) break;
-        out[n++] = A;
-    }
+    for (int id = 0; id < hpt_arch_count() && n < 8; id++) out[n++] = hpt_arch_at(id);
     return n;
 }
 
