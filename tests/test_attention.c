@@ -22,9 +22,10 @@
  * against those central differences on sampled elements (1e-4); flash against plain (BOUND
  * norm-wise); both kernels' bits the same with 1 and 2 threads.
  *
- * Model: a small GPT-2 trained for a few SGD steps with flash and with plain attention from
- * the same initialisation and batches: each step's loss and the gradients of the last step
- * agree within BOUND. */
+ * Model (test_attention ARCH: the architecture's case, arch_cases.h; the kernels above run in
+ * the first case's run): a small model trained for a few SGD steps with flash and with plain
+ * attention from the same initialisation and batches: each step's loss and the gradients of
+ * the last step agree within BOUND. */
 #include "testlib.h"
 
 #include "core/core.h"
@@ -342,7 +343,7 @@ static void train(const char *shape, hpt_attention kind, int n, float *losses, f
     hpt_mem_destroy(mem);
 }
 
-int main(void) {
+static void check_kernels(void) {
     hpt_rng_seed(&rng, 1234);
     double worst[4] = {0};
     printf("flash vs plain attention, norm-wise relative errors:\n");
@@ -373,18 +374,21 @@ int main(void) {
     check_gqa(1, 130, 4, 2, 16); /* two tiles and a bit */
     check_gqa(2, 67, 6, 2, 20);
     check_gqa(1, 65, 3, 3, 16);
+}
 
+int main(int argc, char **argv) {
+    const t_arch *a = t_arch_arg(argc, argv, "test_attention");
+    if (!a) return 2;
+    if (t_arch_first(a)) check_kernels();
     enum { STEPS = 4 };
-    /* GPT-2, and llama with grouped-query attention (NH/NKV = 3) and rotary embeddings */
-    static const char *const shapes[] = {"gpt2:L=2,C=64,NH=4,V=256,T=96",
-                                         "llama:L=2,C=96,NH=6,NKV=2,FF=128,V=256,T=96,factor=8,orig=32"};
-    for (int k = 0; k < 2; k++) {
+    char shape[T_SHAPE_MAX];
+    t_arch_shape(a, shape, 2, 64, 4, 256, 96, 0);
     float lf[STEPS], lp[STEPS];
     float *gf, *gp;
     size_t np;
-    printf("  %s\n", shapes[k]);
-    train(shapes[k], HPT_ATTN_FLASH, STEPS, lf, &gf, &np);
-    train(shapes[k], HPT_ATTN_PLAIN, STEPS, lp, &gp, &np);
+    printf("  %s\n", shape);
+    train(shape, HPT_ATTN_FLASH, STEPS, lf, &gf, &np);
+    train(shape, HPT_ATTN_PLAIN, STEPS, lp, &gp, &np);
     double lmax = 0;
     for (int s = 0; s < STEPS; s++) {
         double e = fabs((double)lf[s] - (double)lp[s]) / fabs((double)lp[s]);
@@ -397,6 +401,5 @@ int main(void) {
     CHECK_MSG(ge <= BOUND, "gradient rel err %.3g", ge);
     free(gf);
     free(gp);
-    }
-    return t_done("test_attention");
+    return t_done(t_arch_label(a, "test_attention"));
 }

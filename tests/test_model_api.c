@@ -1,17 +1,18 @@
-/* test_model_api.c: the architecture-independent model API (hpt_model_*). A shape picks its
- * architecture; the tensor table it exposes agrees with GPT-2's checkpoint layout as
- * hpt_gpt2_tensors lists it (config.c, written separately from the arch's describe); the
- * offload variant computes the same losses and gradients' effect as the plain model; an unknown
- * shape is refused. The registry (model/registry.c): every architecture at its id, its named
- * SHAPEs parsing to it, verify's names covering its tables, its planner table consistent with
- * its tensor table. */
+/* test_model_api.c ARCH: the architecture-independent model API (hpt_model_*) on the
+ * architecture's case (arch_cases.h). A shape picks its architecture; the tensor table it
+ * exposes agrees with GPT-2's checkpoint layout as hpt_gpt2_tensors lists it (config.c, written
+ * separately from the arch's describe; the case with llm.c's format); the offload variant
+ * initialises the same weights and computes the same loss as the plain model (every variant);
+ * an unknown shape is refused. The registry (model/registry.c; once, in the first case's run):
+ * every architecture at its id, its named SHAPEs parsing to it, verify's names covering its
+ * tables, its planner table consistent with its tensor table. */
 #include "model/arch.h"
 #include "testlib.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#define SHAPE "gpt2:L=2,C=64,NH=4,V=1000,T=32"
+static char SHAPE[T_SHAPE_MAX];
 
 static void check_table(void) {
     hpt_mem *mem;
@@ -58,8 +59,8 @@ static void check_table(void) {
     hpt_mem_destroy(mem);
 }
 
-/* The offload variant: with blocks homed on the host, the same loss and
- * the same gathered weights as the plain model after the same initialisation. */
+/* The offload variant: with blocks homed on the host, the same loss and the same gathered
+ * weights as the plain model after the same initialisation (every variant of the case). */
 static void check_offload(void) {
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
@@ -153,9 +154,16 @@ static void check_registry(void) {
     }
 }
 
-int main(void) {
-    check_registry();
-    check_table();
-    check_offload();
-    return t_done("test_model_api");
+int main(int argc, char **argv) {
+    const t_arch *a = t_arch_arg(argc, argv, "test_model_api");
+    if (!a) return 2;
+    if (t_arch_first(a)) check_registry();
+    t_arch_shape(a, SHAPE, 2, 64, 4, 1000, 32, 0);
+    if (a->llmc) check_table(); /* llm.c's layout: GPT-2's */
+    for (int v = 0; v < a->n_variants; v++) {
+        t_arch_shape(a, SHAPE, 2, 64, 4, 1000, 32, v);
+        printf("%s\n", SHAPE);
+        check_offload();
+    }
+    return t_done(t_arch_label(a, "test_model_api"));
 }

@@ -4,6 +4,7 @@
 #define HPT_TESTLIB_H
 
 #include "hptrain.h"
+#include "arch_cases.h"
 
 #include <stdio.h>
 
