@@ -39,12 +39,6 @@ AVX2_FN static inline __m256i lanes8(int r) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(r), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-/* The 8 codes of a vector, in 8 bytes (each already in 0..255). */
-AVX2_FN static inline __m128i pack8(__m256i code) {
-    __m128i c16 = _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
-    return _mm_packus_epi16(c16, c16);
-}
-
 AVX2_FN void k_q8_load_avx2(float *buf, const uint8_t *codes, float absmax, int len,
                             const float *map) {
     const __m256 a = _mm256_set1_ps(absmax);
@@ -62,19 +56,33 @@ AVX2_FN void k_q8_load_avx2(float *buf, const uint8_t *codes, float absmax, int 
     }
 }
 
-/* The codes of x (8 lanes, already divided by the block's absmax) by the step table; lanes
- * whose entry is slow are or-ed into *slow. */
-AVX2_FN static inline __m256i step8(__m256 x, const uint32_t *thr, __m256i *slow) {
-    const __m256i low16 = _mm256_set1_epi32(0xffff);
+/* The codes of x (8 lanes, already divided by the block's absmax) by the step table, each in
+ * its lane's low byte (the bytes above are not cleared: c0 + d is the low byte of the entry
+ * plus d, c0 being at least 1 where d is -1 and at most 254 where d is 1); each lane's d
+ * (-1, 0, 1, or 2 for a slow entry) is maxed into *dmax. */
+AVX2_FN static inline __m256i step8(__m256 x, const uint32_t *thr, __m256i *dmax) {
     __m256i bits = _mm256_castps_si256(x);
     __m256i e = gather_fresh((const int *)thr, _mm256_srli_epi32(bits, 16));
     __m256i d = _mm256_srai_epi32(e, 24);
-    *slow = _mm256_or_si256(*slow, _mm256_cmpeq_epi32(d, _mm256_set1_epi32(2)));
-    __m256i c0 = _mm256_and_si256(e, _mm256_set1_epi32(0xff));
-    __m256i t = _mm256_and_si256(_mm256_srli_epi32(e, 8), low16);
+    *dmax = _mm256_max_epi32(*dmax, d);
+    __m256i t = _mm256_srli_epi32(_mm256_slli_epi32(e, 8), 16);
     /* low >= t, both below 2^16 (a signed compare is exact) */
-    __m256i below = _mm256_cmpgt_epi32(t, _mm256_and_si256(bits, low16));
-    return _mm256_add_epi32(c0, _mm256_andnot_si256(below, d));
+    __m256i below = _mm256_cmpgt_epi32(t, _mm256_and_si256(bits, _mm256_set1_epi32(0xffff)));
+    return _mm256_add_epi32(e, _mm256_andnot_si256(below, d));
+}
+
+/* The low bytes of two vectors' lanes as 16 bytes: a's 8, then b's. */
+AVX2_FN static inline __m128i low_bytes16(__m256i a, __m256i b) {
+    const __m256i to0 = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                         -1, 0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                         -1, -1);
+    const __m256i to1 = _mm256_setr_epi8(-1, -1, -1, -1, 0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1,
+                                         -1, -1, -1, -1, -1, 0, 4, 8, 12, -1, -1, -1, -1, -1, -1,
+                                         -1, -1);
+    /* dwords: a0-3, b0-3, -, - | a4-7, b4-7, -, - */
+    __m256i ab = _mm256_or_si256(_mm256_shuffle_epi8(a, to0), _mm256_shuffle_epi8(b, to1));
+    return _mm256_castsi256_si128(
+        _mm256_permutevar8x32_epi32(ab, _mm256_setr_epi32(0, 4, 1, 5, 2, 2, 2, 2)));
 }
 
 AVX2_FN float k_q8_store_avx2(uint8_t *codes, const float *buf, int len, const float *map,
@@ -99,18 +107,23 @@ AVX2_FN float k_q8_store_avx2(uint8_t *codes, const float *buf, int len, const f
     float mx = _mm_cvtss_f32(m4);
     float inv = mx > 0.0f ? 1.0f / mx : 0.0f;
     const __m256 vinv = _mm256_set1_ps(inv);
-    __m256i any_slow = _mm256_setzero_si256();
-    for (j = 0; j < n8; j += 8) {
-        __m256i code = step8(_mm256_mul_ps(_mm256_loadu_ps(buf + j), vinv), thr, &any_slow);
-        _mm_storel_epi64((__m128i *)(void *)(codes + j), pack8(code));
+    __m256i dmax = _mm256_setzero_si256();
+    for (j = 0; j + 16 <= n8; j += 16) {
+        __m256i c0 = step8(_mm256_mul_ps(_mm256_loadu_ps(buf + j), vinv), thr, &dmax);
+        __m256i c1 = step8(_mm256_mul_ps(_mm256_loadu_ps(buf + j + 8), vinv), thr, &dmax);
+        _mm_storeu_si128((__m128i *)(void *)(codes + j), low_bytes16(c0, c1));
     }
-    if (r) { /* zeros past the end: encoded, never stored */
-        __m256 x = _mm256_mul_ps(_mm256_maskload_ps(buf + n8, tmask), vinv);
+    if (j < n8 || r) { /* 1 to 15 values: zeros past the end encoded, never stored */
+        __m256 x0 = j < n8 ? _mm256_loadu_ps(buf + j) : _mm256_maskload_ps(buf + j, tmask);
+        __m256 x1 = j < n8 ? _mm256_maskload_ps(buf + j + 8, tmask) : _mm256_setzero_ps();
+        __m256i c0 = step8(_mm256_mul_ps(x0, vinv), thr, &dmax);
+        __m256i c1 = step8(_mm256_mul_ps(x1, vinv), thr, &dmax);
         uint8_t out[16];
-        _mm_storeu_si128((__m128i *)(void *)out, pack8(step8(x, thr, &any_slow)));
-        memcpy(codes + n8, out, (size_t)r);
+        _mm_storeu_si128((__m128i *)(void *)out, low_bytes16(c0, c1));
+        memcpy(codes + j, out, (size_t)(len - j));
     }
-    if (!_mm256_testz_si256(any_slow, any_slow))
+    if (!_mm256_testz_si256(_mm256_cmpeq_epi32(dmax, _mm256_set1_epi32(2)),
+                            _mm256_set1_epi32(-1)))
         for (j = 0; j < len; j++) codes[j] = q8_encode_lut(buf[j] * inv, map, lut);
     return mx;
 }
