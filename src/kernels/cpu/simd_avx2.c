@@ -2,13 +2,16 @@
  * AVX-512 (the dispatch and its contract: simd.h). The same operations as the portable helpers
  * of q8.h and bf16.h in the same order, so the same bits:
  *  - decoding: map[code] by a gather, times absmax;
- *  - encoding: the step table (simd.h) by one gather per 8 values; a block with a slow entry
- *    (an infinity or NaN among its values) is encoded again by q8_encode_lut itself;
+ *  - encoding: the block's absmax in vector lanes, then the step table (simd.h) by one gather
+ *    per 8 values, each code its lane's low byte; a block with a slow entry (an infinity or
+ *    NaN among its values) is encoded again by q8_encode_lut itself. AVX2 has no byte shuffle
+ *    over 256 entries, so both lookups stay gathers (docs/benchmarks.md, eighth pass), each
+ *    into a freshly zeroed register (gather_fresh);
  *  - bf16: widening by a shift, round-to-nearest-even and Kahan's residue by bf16.h's integer
  *    additions, stochastic rounding's random bits by splitmix64's finaliser in 64-bit lanes
  *    (AVX2 has no 64-bit multiply: three 32x32 products make its low 64 bits).
- * AVX2 has no masked 8- or 16-bit stores: a tail of fewer than 8 values goes through a small
- * stack buffer. Compiled with a target attribute; run only where k_simd_avx2 is set. */
+ * AVX2 has no masked 8- or 16-bit stores: the codes of a tail (fewer than 16 values) go
+ * through a small stack buffer, its floats through 32-bit masked loads and stores. Compiled with a target attribute; run only where k_simd_avx2 is set. */
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/q8.h"
 #include "kernels/cpu/simd.h"
@@ -20,9 +23,9 @@
 
 /* base[idx] (8 lanes) into a freshly zeroed register. The gather merges into its destination,
  * and gcc, seeing all lanes enabled, reuses a register that holds the previous iteration's
- * result: each gather then waits for the one before (about 0.8 against 0.45 ns per value in
- * the encoder). The zeroing is hidden from the compiler, so it stays (vpxor breaks the
- * dependency). */
+ * result: each gather then waits for the one before (the encoder in cache: 0.80 against 0.54
+ * ns per value). The zeroing is hidden from the compiler, so it stays (a zeroing vpxor
+ * breaks the dependency; "x": xmm0-15, which VEX encodes). */
 AVX2_FN static inline __m256i gather_fresh(const int *base, __m256i idx) {
     __m256i z;
     __asm__ volatile("vpxor %x0, %x0, %x0" : "=x"(z));
