@@ -1,17 +1,15 @@
 /* simd_avx2.c: the optimizers' block helpers in AVX2, 8 lanes at a time, for CPUs without
- * AVX-512 (the dispatch and its contract: simd.h). The same operations as the portable helpers
- * of q8.h and bf16.h in the same order, so the same bits:
+ * AVX-512 (the dispatch and its contract: simd.h). The portable helpers' operations in the
+ * same order (q8.h, bf16.h), so the same bits:
  *  - decoding: map[code] by a gather, times absmax;
- *  - encoding: the block's absmax in vector lanes, then the step table (simd.h) by one gather
- *    per 8 values, each code its lane's low byte; a block with a slow entry (an infinity or
- *    NaN among its values) is encoded again by q8_encode_lut itself. AVX2 has no byte shuffle
- *    over 256 entries, so both lookups stay gathers (docs/benchmarks.md, eighth pass), each
- *    into a freshly zeroed register (gather_fresh);
- *  - bf16: widening by a shift, round-to-nearest-even and Kahan's residue by bf16.h's integer
- *    additions, stochastic rounding's random bits by splitmix64's finaliser in 64-bit lanes
- *    (AVX2 has no 64-bit multiply: three 32x32 products make its low 64 bits).
- * AVX2 has no masked 8- or 16-bit stores: the codes of a tail (fewer than 16 values) go
- * through a small stack buffer, its floats through 32-bit masked loads and stores. Compiled with a target attribute; run only where k_simd_avx2 is set. */
+ *  - encoding: the absmax in vector lanes, then one gather from the step table (simd.h) per
+ *    code, taken from its lane's low byte; a block with a slow entry (an infinity or NaN) is
+ *    encoded again by q8_encode_lut. Gathers, since AVX2 shuffles only 16 bytes at a time
+ *    (docs/benchmarks.md, eighth pass), each into a freshly zeroed register (gather_fresh);
+ *  - bf16: bf16.h's integer roundings; splitmix64 in 64-bit lanes from three 32x32 products.
+ * No masked 8- or 16-bit stores in AVX2: a tail's codes (under 16) go through a stack buffer,
+ * its floats through 32-bit masked loads and stores. Compiled with a target attribute; run
+ * only where k_simd_avx2 is set. */
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/q8.h"
 #include "kernels/cpu/simd.h"
