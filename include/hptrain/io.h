@@ -18,6 +18,17 @@ hpt_status hpt_shard_write(const char *path, const uint16_t *tokens, size_t n);
 /* The same for vocabularies above 65,536 tokens: magic 20240801, version 7, uint32 tokens. */
 hpt_status hpt_shard_write_u32(const char *path, const uint32_t *tokens, size_t n);
 
+/* A masked shard (chat data; docs/formats.md): tokens (n), target (n: 1 where the token is a
+ * target of the loss, 0 where it is context only) and the examples' first tokens starts
+ * (n_examples, 0 first, increasing). width 2: magic 20240520 version 2 (tokens below 65,536);
+ * 4: magic 20240801 version 8. Atomic; HPT_ERR_INVALID for inconsistent arguments. */
+hpt_status hpt_shard_write_masked(const char *path, const uint32_t *tokens, const uint8_t *target,
+                                  size_t n, const uint32_t *starts, size_t n_examples, int width);
+/* Reads any shard whole, checked: tokens (n), target flags (n; an unmasked shard's all 1) and
+ * starts (n_examples; 0 of them for an unmasked shard), each malloc'd (the caller frees). */
+hpt_status hpt_shard_read(const char *path, uint32_t **tokens, uint8_t **target, size_t *n,
+                          uint32_t **starts, size_t *n_examples);
+
 typedef struct hpt_dataloader hpt_dataloader;
 /* Opens the shards matching a glob pattern (sorted by name), uint16 or uint32 ones (both may
  * mix); each token must be below vocab. Batches are consecutive
@@ -25,7 +36,9 @@ typedef struct hpt_dataloader hpt_dataloader;
 hpt_status hpt_dataloader_open(hpt_mem *mem, const char *pattern, int B, int T, int vocab,
                                hpt_dataloader **out);
 void hpt_dataloader_free(hpt_dataloader *d);
-/* inputs, targets: (B, T) int32, owned by the loader until the next call. */
+/* inputs, targets: (B, T) int32, owned by the loader until the next call. A masked shard's
+ * target that is not a target of the loss reads -1 (the model's loss ignores any target < 0,
+ * as PyTorch's cross_entropy(ignore_index=)); an unmasked shard's are all tokens. */
 hpt_status hpt_dataloader_next(hpt_dataloader *d, const int32_t **inputs,
                                const int32_t **targets);
 size_t hpt_dataloader_num_tokens(const hpt_dataloader *d);

@@ -1,9 +1,12 @@
 /* dataloader.c: batches from llm.c token shards.
  * Shards matching a glob are sorted by name and validated at open (magic, version, size):
  * uint16 shards (magic 20240520, version 1) and uint32 ones (20240801, version 7, for
- * vocabularies above 65,536), which may mix. A uint32 window is read straight into the
- * targets buffer (its tokens 1..B*T) and the inputs are those shifted by one, so the loader's
- * buffers are the same bytes for either width (the estimator's loader_bytes).
+ * vocabularies above 65,536), which may mix, and their masked versions 2 and 8 (a target flag
+ * per token and the examples' starts, checked at open; docs/formats.md). A uint32 window is
+ * read straight into the targets buffer (its tokens 1..B*T) and the inputs are those shifted by
+ * one; a window's target flags go to the buffer the width leaves free (uint16: inputs, uint32:
+ * raw), so the loader's buffers are the same bytes for every version (the estimator's
+ * loader_bytes). A target whose flag is 0 is -1 (ignored by the loss, docs/targets.md).
  * A batch is the window of B*T+1 tokens at (shard, offset): inputs are its first B*T tokens,
  * targets the same shifted by one. The offset then advances by B*T; a shard whose rest is
  * shorter than a window is left for the next one, and after the last shard the walk wraps to
@@ -25,6 +28,7 @@ struct hpt_dataloader {
     char **paths;
     uint64_t *counts;   /* tokens in each shard */
     unsigned char *width; /* bytes per token of each shard: 2 or 4 */
+    unsigned char *masked; /* 1: the shard carries target flags (versions 2 and 8) */
     size_t total;
     int64_t shard, offset;
     uint16_t *raw;      /* (B*T+1) */
@@ -42,29 +46,116 @@ void hpt_dataloader_free(hpt_dataloader *d) {
     free(d->paths);
     free(d->counts);
     free(d->width);
+    free(d->masked);
     free(d);
 }
 
-static hpt_status check_shard(const char *path, uint64_t *count, unsigned char *width) {
-    FILE *f;
-    uint64_t size;
-    HPT_CHECK(io_open_read(path, &f, &size));
+/* The examples' starts (n_ex uint32 at the file's position): 0 first, increasing, below n. */
+static hpt_status check_starts(FILE *f, const char *path, uint64_t n, uint64_t n_ex,
+                               uint32_t *all) {
+    uint32_t buf[1024], prev = 0;
+    for (uint64_t e0 = 0; e0 < n_ex; e0 += 1024) {
+        size_t k = (size_t)(n_ex - e0 < 1024 ? n_ex - e0 : 1024);
+        uint32_t *p = all ? all + e0 : buf;
+        HPT_CHECK(io_read_exact(f, p, k * 4, path, "example starts"));
+        for (size_t i = 0; i < k; i++) {
+            uint64_t e = e0 + i;
+            if ((e == 0 && p[i] != 0) || (e > 0 && p[i] <= prev) || p[i] >= n)
+                return hpt_fail(HPT_ERR_FORMAT, "%s: example %llu starts at token %u (starts begin "
+                                "at 0, increase and lie below the %llu tokens): corrupt", path,
+                                (unsigned long long)e, p[i], (unsigned long long)n);
+            prev = p[i];
+        }
+    }
+    return HPT_OK;
+}
+
+/* Magic, version, size; a masked shard's example starts. f is left after the header. */
+static hpt_status check_header(FILE *f, uint64_t size, const char *path, uint64_t *count,
+                               unsigned char *width, unsigned char *masked, uint64_t *n_ex) {
     int32_t h[256];
-    hpt_status s = io_read_header(f, h, path);
-    fclose(f);
-    if (s != HPT_OK) return s;
+    HPT_CHECK(io_read_header(f, h, path));
     if (h[0] != SHARD_MAGIC && h[0] != SHARD_MAGIC_U32)
         return hpt_fail(HPT_ERR_FORMAT, "%s is not a token shard (magic %d, expected %d or %d)", path,
                         h[0], SHARD_MAGIC, SHARD_MAGIC_U32);
-    int want = h[0] == SHARD_MAGIC ? 1 : 7;
-    if (h[1] != want)
+    int plain = h[0] == SHARD_MAGIC ? 1 : 7, mask = h[0] == SHARD_MAGIC ? 2 : 8;
+    if (h[1] != plain && h[1] != mask)
         return hpt_fail(HPT_ERR_FORMAT, "%s: token shard version %d is not supported with magic %d "
-                        "(%d)", path, h[1], h[0], want);
+                        "(%d, or %d with target masks)", path, h[1], h[0], plain, mask);
     *width = h[0] == SHARD_MAGIC ? 2 : 4;
-    if (h[2] < 0 || size != 1024 + *width * (uint64_t)(uint32_t)h[2])
-        return hpt_fail(HPT_ERR_FORMAT, "%s: header says %d tokens of %d bytes but the file has %llu "
-                        "bytes (truncated or corrupt)", path, h[2], *width, (unsigned long long)size);
-    *count = (uint64_t)(uint32_t)h[2];
+    *masked = h[1] == mask;
+    if (h[2] < 0 || (*masked && (h[3] < 0 || (h[2] > 0) != (h[3] > 0) || h[3] > h[2])))
+        return hpt_fail(HPT_ERR_FORMAT, "%s: header says %d tokens and %d examples (corrupt)", path,
+                        h[2], *masked ? h[3] : 0);
+    uint64_t n = (uint64_t)(uint32_t)h[2], e = *masked ? (uint64_t)(uint32_t)h[3] : 0;
+    uint64_t want = 1024 + *width * n + (*masked ? n + 4 * e : 0);
+    if (size != want)
+        return hpt_fail(HPT_ERR_FORMAT, "%s: header says %llu tokens of %d bytes%s but the file has "
+                        "%llu bytes, not %llu (truncated or corrupt)", path, (unsigned long long)n,
+                        *width, *masked ? " with target flags and example starts" : "",
+                        (unsigned long long)size, (unsigned long long)want);
+    *count = n;
+    *n_ex = e;
+    return HPT_OK;
+}
+
+static hpt_status check_shard(const char *path, uint64_t *count, unsigned char *width,
+                              unsigned char *masked) {
+    FILE *f;
+    uint64_t size, n_ex;
+    HPT_CHECK(io_open_read(path, &f, &size));
+    hpt_status s = check_header(f, size, path, count, width, masked, &n_ex);
+    if (s == HPT_OK && *masked && fseek(f, (long)(1024 + (*width + 1) * *count), SEEK_SET) != 0)
+        s = hpt_fail(HPT_ERR_IO, "cannot seek in %s", path);
+    if (s == HPT_OK && *masked) s = check_starts(f, path, *count, n_ex, NULL);
+    fclose(f);
+    return s;
+}
+
+hpt_status hpt_shard_read(const char *path, uint32_t **tokens_out, uint8_t **target_out,
+                          size_t *n_out, uint32_t **starts_out, size_t *n_examples_out) {
+    *tokens_out = NULL;
+    *target_out = NULL;
+    *starts_out = NULL;
+    *n_out = *n_examples_out = 0;
+    FILE *f;
+    uint64_t size, n, n_ex;
+    unsigned char width, masked;
+    HPT_CHECK(io_open_read(path, &f, &size));
+    hpt_status s = check_header(f, size, path, &n, &width, &masked, &n_ex);
+    uint32_t *tok = NULL, *starts = NULL;
+    uint8_t *tgt = NULL;
+    if (s == HPT_OK) {
+        tok = malloc(n ? n * 4 : 1);
+        tgt = malloc(n ? n : 1);
+        starts = malloc(n_ex ? n_ex * 4 : 1);
+        if (!tok || !tgt || !starts) s = hpt_fail(HPT_ERR_OOM, "%s: %llu tokens", path, (unsigned long long)n);
+    }
+    if (s == HPT_OK && width == 4) s = io_read_exact(f, tok, n * 4, path, "tokens");
+    if (s == HPT_OK && width == 2) { /* widened in place from the back */
+        s = io_read_exact(f, tok, n * 2, path, "tokens");
+        const uint16_t *narrow = (const uint16_t *)(void *)tok;
+        for (uint64_t i = n; s == HPT_OK && i-- > 0;) tok[i] = narrow[i];
+    }
+    if (s == HPT_OK && masked) s = io_read_exact(f, tgt, n, path, "target flags");
+    for (uint64_t i = 0; s == HPT_OK && masked && i < n; i++)
+        if (tgt[i] > 1)
+            s = hpt_fail(HPT_ERR_FORMAT, "%s: target flag %u at token %llu (0 or 1): corrupt", path,
+                         tgt[i], (unsigned long long)i);
+    if (s == HPT_OK && !masked) memset(tgt, 1, n);
+    if (s == HPT_OK && masked) s = check_starts(f, path, n, n_ex, starts);
+    fclose(f);
+    if (s != HPT_OK) {
+        free(tok);
+        free(tgt);
+        free(starts);
+        return s;
+    }
+    *tokens_out = tok;
+    *target_out = tgt;
+    *starts_out = starts;
+    *n_out = (size_t)n;
+    *n_examples_out = (size_t)n_ex;
     return HPT_OK;
 }
 
@@ -86,14 +177,15 @@ hpt_status hpt_dataloader_open(hpt_mem *mem, const char *pattern, int B, int T, 
         d->paths = calloc(g.gl_pathc, sizeof *d->paths);
         d->counts = calloc(g.gl_pathc, sizeof *d->counts);
         d->width = calloc(g.gl_pathc, 1);
-        if (!d->paths || !d->counts || !d->width) s = hpt_fail(HPT_ERR_OOM, "data loader");
+        d->masked = calloc(g.gl_pathc, 1);
+        if (!d->paths || !d->counts || !d->width || !d->masked) s = hpt_fail(HPT_ERR_OOM, "data loader");
     }
     size_t window = (size_t)B * T + 1;
     for (size_t i = 0; s == HPT_OK && i < g.gl_pathc; i++) { /* glob sorts by name */
         d->paths[i] = strdup(g.gl_pathv[i]);
         d->n_shards = i + 1;
         if (!d->paths[i]) s = hpt_fail(HPT_ERR_OOM, "data loader");
-        if (s == HPT_OK) s = check_shard(g.gl_pathv[i], &d->counts[i], &d->width[i]);
+        if (s == HPT_OK) s = check_shard(g.gl_pathv[i], &d->counts[i], &d->width[i], &d->masked[i]);
         if (s == HPT_OK && d->counts[i] >= window) d->total += d->counts[i];
     }
     globfree(&g);
@@ -151,6 +243,19 @@ void hpt_dataloader_skip(hpt_dataloader *d, int64_t n) {
     for (int64_t i = 0; i < n; i++) advance(d);
 }
 
+/* A masked shard's target flags of the window (window bytes at the flags' offset) into flags. */
+static hpt_status read_flags(hpt_dataloader *d, FILE *f, const char *path, uint8_t *flags,
+                             size_t window) {
+    uint64_t at = 1024 + d->width[d->shard] * d->counts[d->shard] + (uint64_t)d->offset;
+    if (fseek(f, (long)at, SEEK_SET) != 0) return hpt_fail(HPT_ERR_IO, "cannot seek in %s", path);
+    HPT_CHECK(io_read_exact(f, flags, window, path, "target flags"));
+    for (size_t i = 0; i < window; i++)
+        if (flags[i] > 1)
+            return hpt_fail(HPT_ERR_FORMAT, "%s: target flag %u at token %lld (0 or 1): corrupt",
+                            path, flags[i], (long long)d->offset + (long long)i);
+    return HPT_OK;
+}
+
 hpt_status hpt_dataloader_next(hpt_dataloader *d, const int32_t **inputs,
                                const int32_t **targets) {
     size_t BT = (size_t)d->B * d->T, window = BT + 1;
@@ -161,23 +266,27 @@ hpt_status hpt_dataloader_next(hpt_dataloader *d, const int32_t **inputs,
     int width = d->width[d->shard];
     if (fseek(f, 1024 + width * (long)d->offset, SEEK_SET) != 0)
         s = hpt_fail(HPT_ERR_IO, "cannot seek in %s", path);
+    int masked = d->masked[d->shard];
     if (width == 2) {
+        uint8_t *flags = (uint8_t *)(void *)d->inputs; /* (window) bytes; BT*4 >= BT+1 */
         if (s == HPT_OK) s = io_read_exact(f, d->raw, window * 2, path, "tokens");
+        if (s == HPT_OK && masked) s = read_flags(d, f, path, flags, window);
         fclose(f);
         if (s != HPT_OK) return s;
         for (size_t i = 0; i < window; i++)
             if (d->raw[i] >= d->V)
                 return hpt_fail(HPT_ERR_FORMAT, "%s: token id %u at %lld is not below the model's "
                                 "vocabulary size %d", path, d->raw[i], (long long)d->offset + (long long)i, d->V);
-        for (size_t i = 0; i < BT; i++) {
-            d->inputs[i] = d->raw[i];
-            d->targets[i] = d->raw[i + 1];
-        }
+        for (size_t i = 0; i < BT; i++) /* targets first: the flags live in inputs */
+            d->targets[i] = !masked || flags[i + 1] ? d->raw[i + 1] : -1;
+        for (size_t i = 0; i < BT; i++) d->inputs[i] = d->raw[i];
     } else { /* uint32: token 0, then tokens 1..BT into targets */
         uint32_t first = 0;
         uint32_t *rest = (uint32_t *)(void *)d->targets;
+        uint8_t *flags = (uint8_t *)(void *)d->raw; /* (window) bytes, unused by uint32 */
         if (s == HPT_OK) s = io_read_exact(f, &first, 4, path, "tokens");
         if (s == HPT_OK) s = io_read_exact(f, rest, BT * 4, path, "tokens");
+        if (s == HPT_OK && masked) s = read_flags(d, f, path, flags, window);
         fclose(f);
         if (s != HPT_OK) return s;
         for (size_t i = 0; i < window; i++) {
@@ -188,6 +297,8 @@ hpt_status hpt_dataloader_next(hpt_dataloader *d, const int32_t **inputs,
         }
         d->inputs[0] = (int32_t)first;
         for (size_t i = 1; i < BT; i++) d->inputs[i] = (int32_t)rest[i - 1];
+        for (size_t i = 0; masked && i < BT; i++)
+            if (!flags[i + 1]) d->targets[i] = -1;
     }
     advance(d);
     *inputs = d->inputs;
