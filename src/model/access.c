@@ -38,6 +38,7 @@ double model_emb_sumsq(const hpt_gpt2 *m, int i) {
 }
 
 void model_set_loss_scale(hpt_gpt2 *m, float s) { m->loss_scale = s; }
+void model_set_loss_norm(hpt_gpt2 *m, double n) { m->loss_norm = n; }
 
 void model_set_fault(hpt_gpt2 *m, int layer, float value) {
     m->fault_layer = layer;

@@ -61,6 +61,8 @@ typedef struct {
     const hpt_attn_ops *attn; /* the kernels of `attention` (hpt_attn_ops_of) */
     const void *params;      /* the arch's parameter struct (non-block tensors, constants) as
                               * the embedding and head ops get it; NULL when only planning */
+    float loss_norm;         /* N: the loss whose gradient the backward computes is the sum of
+                              * the target tokens' losses over N (docs/targets.md); 0: B*T */
 } hpt_arch_ctx;
 
 /* A saved field of one block. */

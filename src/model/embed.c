@@ -309,7 +309,7 @@ void emb_head_backward(hpt_gpt2 *m, size_t rows) {
     emb_acts a = acts_of(m);
     const hpt_model_config *c = &m->cfg;
     size_t BT = (size_t)m->B * m->T, C = (size_t)c->C, V = (size_t)c->V, Vc = (size_t)m->Vc;
-    float dloss = 1.0f / (float)BT * m->loss_scale;
+    float dloss = 1.0f / gpt2_loss_norm(m) * m->loss_scale;
     /* dlnf (BT, C) = sum over chunks of dlogits_v @ H_v */
     if (rows >= BT) { /* the forward's logits, kept: dlogits in place */
         size_t Vp = (size_t)c->Vp;
@@ -347,7 +347,7 @@ static double chunk_pass(hpt_gpt2 *m, const emb_acts *a, size_t rows, int ti, in
     const hpt_model_config *c = &m->cfg;
     size_t BT = (size_t)m->B * m->T, C = (size_t)c->C, V = (size_t)c->V, Vp = (size_t)c->Vp;
     size_t Vc = (size_t)m->Vc;
-    float dloss = 1.0f / (float)BT * m->loss_scale;
+    float dloss = 1.0f / gpt2_loss_norm(m) * m->loss_scale;
     double sumsq = 0.0;
     hpt_be_param wp = gpt2_nonblock_param(m, ti);
     for (size_t v0 = 0; v0 < Vp; v0 += Vc) {

@@ -152,6 +152,8 @@ struct hpt_model {
     model_grad_sink gsink; /* without a store: block l's gradient slot and done point */
     float loss_scale;     /* S: backward computes S times the loss's gradients (1: none; a
                            * power of two set by the trainer's loss scaler) */
+    double loss_norm;     /* N of the backward's sum of target losses / N (model_set_loss_norm;
+                           * 0: the forward's n_targets) */
     int fault_layer;      /* testing: the next backward sets element 0 of this block's
                            * gradients to fault_value (-1: none; hpt_trainer_inject_grad) */
     float fault_value;
@@ -163,8 +165,16 @@ struct hpt_model {
     /* the last forward */
     int B, T;
     int has_targets;
-    float loss;
+    int64_t n_targets;       /* targets >= 0 of the last forward (the others are ignored) */
+    float loss;              /* the mean over those n_targets (0 when there are none) */
 };
+
+/* The backward's normaliser N (the loss's gradient is that of sum over targets / N): the
+ * trainer's (a step's), else the last forward's target count; as a float, B*T gives the bits of
+ * the 1.0f / (float)BT the backward used before targets could be ignored. */
+static inline float gpt2_loss_norm(const hpt_gpt2 *m) {
+    return m->loss_norm > 0 ? (float)m->loss_norm : m->n_targets > 0 ? (float)m->n_targets : 1.0f;
+}
 
 void gpt2_point_tensors(const hpt_model_config *cfg, float *base, gpt2_tensors *t);
 /* Floats of each block slice (GPT2_BLOCK_SLICES) and of one block. */

@@ -381,7 +381,7 @@ static void head_backward(const hpt_arch_ctx *x, const void *pv, void *gv, void 
             be->matmul_forward(a->logits, a->lnf + r0 * C, W, NULL, (int64_t)n, (int64_t)C,
                                c->Vp, 0);
         be->crossentropy_backward(a->logits, a->lse + r0, a->targets + r0, (int64_t)n, c->V,
-                                  c->Vp, 1.0f / (float)BT * x->loss_scale);
+                                  c->Vp, 1.0f / (x->loss_norm > 0 ? x->loss_norm : (float)BT) * x->loss_scale);
         be->matmul_backward(a->dsmall + r0 * C, dW, NULL, a->logits, a->lnf + r0 * C, W,
                             (int64_t)n, (int64_t)C, c->Vp, 0);
     }

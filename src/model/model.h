@@ -120,6 +120,10 @@ void gpt2_emb_comp(hpt_gpt2 *m, uint16_t **comp, size_t *n);
 /* ---- the trainer's hooks ---- */
 /* S: the next backwards compute S times the loss's gradients (1: none; a power of two). */
 void model_set_loss_scale(hpt_gpt2 *m, float s);
+/* The backward's gradient becomes that of (sum of the target tokens' losses) / n, n > 0: the
+ * trainer's count of a whole step's targets (or B*T: the per-window scale it corrects
+ * afterwards); 0: each forward's own target count (the default). */
+void model_set_loss_norm(hpt_gpt2 *m, double n);
 /* Testing: the next backward sets element 0 of block layer's gradients to value (layer -1:
  * none; hpt_trainer_inject_grad). */
 void model_set_fault(hpt_gpt2 *m, int layer, float value);

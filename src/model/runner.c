@@ -134,10 +134,12 @@ hpt_status hpt_model_forward(hpt_gpt2 *m, const int32_t *inputs, const int32_t *
         if (inputs[i] < 0 || inputs[i] >= c->V)
             return hpt_fail(HPT_ERR_INVALID, "input token %d at position %zu is outside [0, %d)",
                             inputs[i], i, c->V);
-        if (targets && (targets[i] < 0 || targets[i] >= c->V))
-            return hpt_fail(HPT_ERR_INVALID, "target token %d at position %zu is outside [0, %d)",
-                            targets[i], i, c->V);
+        if (targets && targets[i] >= c->V) /* < 0: ignored (PyTorch's ignore_index) */
+            return hpt_fail(HPT_ERR_INVALID, "target token %d at position %zu is not below the "
+                            "vocabulary size %d", targets[i], i, c->V);
     }
+    int64_t n_targets = 0;
+    for (size_t i = 0; targets && i < BT; i++) n_targets += targets[i] >= 0;
     actstore_wait(m);
     HPT_CHECK(act_ensure(m, B, T));
     m->B = B;
@@ -149,6 +151,7 @@ hpt_status hpt_model_forward(hpt_gpt2 *m, const int32_t *inputs, const int32_t *
     act_enter(m, 0);
     m->be->copy(acts_ptr(m, A->off_inputs), inputs, BT * sizeof(int32_t), HPT_COPY_H2D);
     m->has_targets = targets != NULL;
+    m->n_targets = n_targets;
     if (targets) m->be->copy(acts_ptr(m, A->off_targets), targets, BT * sizeof(int32_t), HPT_COPY_H2D);
     if (m->emb != HPT_EMB_FULL) emb_encoder_forward(m);
     else A->embed_forward(&x, m->ap, m->acts);
@@ -189,6 +192,9 @@ hpt_status hpt_model_forward(hpt_gpt2 *m, const int32_t *inputs, const int32_t *
                             "logits: a forward without targets needs head_chunk 0", m->act.head_chunk);
         m->loss = A->head_forward(&x, m->ap, m->acts, targets != NULL);
     }
+    /* the kernels' mean is over all B*T rows, an ignored one's loss 0: over the targets */
+    if (targets && (size_t)n_targets < BT)
+        m->loss = n_targets ? (float)((double)m->loss * (double)BT / (double)n_targets) : 0.0f;
     if (loss_out) *loss_out = m->loss;
     return HPT_OK;
 }

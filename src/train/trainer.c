@@ -345,21 +345,35 @@ size_t hpt_trainer_train_tokens(const hpt_trainer *tr) { return hpt_dataloader_n
 const hpt_schedule *hpt_trainer_schedule(const hpt_trainer *tr) { return &tr->sch; }
 hpt_optim *hpt_trainer_optim(hpt_trainer *tr) { return tr->opt; }
 
+/* Targets of a batch y (n) that the loss counts: those >= 0 (masked shards' -1 are not). */
+static int64_t count_targets(const int32_t *y, size_t n) {
+    int64_t k = 0;
+    for (size_t i = 0; i < n; i++) k += y[i] >= 0;
+    return k;
+}
+
 hpt_status hpt_trainer_eval(hpt_trainer *tr, float *val_loss_out) {
     *val_loss_out = NAN;
     if (!tr->val) return HPT_OK;
     HPT_CHECK(hpt_dataloader_rewind(tr->val));
     hpt_mem_set_context(tr->mem, tr->step, HPT_PHASE_EVAL, -1);
-    double sum = 0.0;
+    double sum = 0.0, wsum = 0.0;
+    int64_t targets = 0;
     int n = tr->o.val_batches > 0 ? tr->o.val_batches : 1;
     for (int i = 0; i < n; i++) {
         const int32_t *x, *y;
         float loss;
         HPT_CHECK(hpt_dataloader_next(tr->val, &x, &y));
         HPT_CHECK(hpt_model_forward(tr->model, x, y, tr->o.B, tr->o.T, &loss));
+        int64_t k = count_targets(y, (size_t)tr->o.B * tr->o.T);
         sum += (double)loss;
+        wsum += (double)loss * (double)k;
+        targets += k;
     }
-    *val_loss_out = (float)(sum / n);
+    /* every token a target: the mean of the batches' losses, as before masks; else the mean
+     * over all the batches' targets */
+    *val_loss_out = targets == (int64_t)n * tr->o.B * tr->o.T ? (float)(sum / n)
+                    : targets ? (float)(wsum / (double)targets) : 0.0f;
     return HPT_OK;
 }
 
@@ -642,6 +656,15 @@ static hpt_status sum_apart(hpt_trainer *tr, int k, int K) {
     return HPT_OK;
 }
 
+/* The factor that turns the K*N micro-batches' summed gradients, each of its targets' loss sum
+ * over B*T, into the gradient of the step's loss: the sum over all n_step targets of the step
+ * (every micro-batch, every process) over n_step. Every token a target: 1/KN, the bits of the
+ * step before masks; no target at all: the gradients are 0 and so is the loss. */
+static float target_scale(double n_step, double BT, int KN) {
+    if (n_step == BT * KN || n_step <= 0) return 1.0f / (float)KN;
+    return (float)(BT / n_step);
+}
+
 /* One ordinary step (WARMUP, FULL, CORRECT; every step of a full-only run). */
 static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
     const hpt_train_opts *o = &tr->o;
@@ -657,7 +680,8 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
     int K = o->accum > 1 ? o->accum : 1;
     int apart = K > 1 && dp_apart(o), KN = K * dp_size();
     int sink = tr->dp.slot != NULL; /* stage 2: each layer's gradients onto the owners at once */
-    double loss_sum = 0.0;
+    double loss_sum = 0.0, wloss_sum = 0.0, n_step = 0.0; /* n_step: targets (all ranks) */
+    const double BT = (double)o->B * o->T;
     int fused = o->offload.fused;
     int scaling = o->loss_scale.mode != HPT_LOSS_SCALE_OFF;
     p->lr = hpt_lr_cosine(tr->step, o->steps, o->warmup, o->lr, o->min_lr);
@@ -665,6 +689,9 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
     model_set_loss_scale(tr->model, tr->ls);
     if (tr->fault_step == tr->step + 1) model_set_fault(tr->model, tr->fault_layer, tr->fault_value);
     hpt_model_zero_grad(tr->model);
+    /* each micro-batch's gradient is that of its targets' loss sum / B*T; the step's count of
+     * targets corrects the scale below (docs/targets.md) */
+    model_set_loss_norm(tr->model, BT);
     dp_skip_before(tr->train, K); /* this rank's K windows of the step's K*N */
     for (int k = 0; k < K; k++) {
         const int32_t *x, *y;
@@ -684,8 +711,14 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
         if (!isfinite(loss))
             return hpt_fail(HPT_ERR_INVALID, "the loss is %g at step %lld: training diverged (try "
                             "a lower --lr)", (double)loss, (long long)tr->step + 1);
-        if (fused) /* N processes: their sum times 1/N, as the unfused step's 1/KN */
-            HPT_CHECK(hpt_optim_fused_begin_scaled(tr->opt, p->lr, o->grad_clip, 1.0f / (float)KN));
+        double nk = (double)count_targets(y, (size_t)BT);
+        wloss_sum += (double)loss * nk;
+        n_step += nk;
+        if (fused) { /* K = 1. N processes: their sum times 1/N, as the unfused step's 1/KN */
+            HPT_CHECK(dp_loss_sum(n_step, &n_step)); /* the step's targets, before the update */
+            HPT_CHECK(hpt_optim_fused_begin_scaled(tr->opt, p->lr, o->grad_clip,
+                                                   target_scale(n_step, BT, KN)));
+        }
         if (apart) HPT_CHECK(dp_engine_micro(model_engine(tr->model), k, K)); /* engine's homes */
         if (sink) dp_sink_begin(&tr->dp, k);
         HPT_CHECK(hpt_model_backward(tr->model)); /* += into the gradients (fused: updates) */
@@ -698,6 +731,8 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
     HPT_CHECK(dp_engine_after_backward(model_engine(tr->model))); /* ZeRO-3: the norm's parts */
     dp_skip_after(tr->train, K);
     HPT_CHECK(dp_loss_sum(loss_sum, &loss_sum));
+    HPT_CHECK(dp_loss_sum(wloss_sum, &wloss_sum));
+    if (!fused) HPT_CHECK(dp_loss_sum(n_step, &n_step));
     /* stage 0: every value summed on every rank; 1: the owned ones; 2 with accumulation: done
      * per micro-batch (sum_apart) */
     int reduce = !sink && !((tr->dp.stage == 2 || dp_engine_per_micro(&tr->o)) && apart);
@@ -707,8 +742,10 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
     } else if (reduce) {
         HPT_CHECK(dp_reduce_scatter(&tr->dp, model_grads(tr->model), model_grads_floats(tr->model)));
     }
-    /* KN = 1: the loss is the micro-batch's, exactly (a float through a double and back). */
-    p->loss = (float)(loss_sum / KN);
+    /* KN = 1: the loss is the micro-batch's, exactly (a float through a double and back).
+     * Masked data: the mean over the step's targets (0 without any). */
+    p->loss = n_step == BT * KN ? (float)(loss_sum / KN)
+              : n_step > 0 ? (float)(wloss_sum / n_step) : 0.0f;
     if (scaling) {
         int overflow;
         if (tr->dp.stage) HPT_CHECK(dp_overflow(&tr->dp, tr->be, model_grads(tr->model), &overflow));
@@ -719,7 +756,8 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
         HPT_CHECK(hpt_optim_fused_end(tr->opt, &p->grad_norm));
     else /* 1/S: a power of two, so the product with 1/K and the clip factor loses nothing */
         HPT_CHECK(hpt_optim_step_scaled(tr->opt, p->lr, o->grad_clip,
-                                        1.0f / (float)KN * (1.0f / tr->ls), &p->grad_norm));
+                                        target_scale(n_step, BT, KN) * (1.0f / tr->ls),
+                                        &p->grad_norm));
     HPT_CHECK(dp_gather_params(&tr->dp, model_params(tr->model))); /* stages 1, 2: the owners' */
     if (scaling) scaler_clean(tr);
     if (hybrid) {

@@ -104,10 +104,14 @@ void k_tied_loss(float *losses, float *lse, const float *lnf, const float *wte,
 #pragma omp parallel for schedule(static) if ((int64_t)(n * C) >= K_PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         const float *x = lnf + i * C;
+        lse[i] = losses[i] + logf(lse[i]);
+        if (targets[i] < 0) { /* ignored */
+            losses[i] = 0.0f;
+            continue;
+        }
         size_t t = (size_t)targets[i] * C;
         float dot = 0.0f;
         for (size_t k = 0; k < C; k++) dot += x[k] * (bf ? bf16_widen(wte_h[t + k]) : wte[t + k]);
-        lse[i] = losses[i] + logf(lse[i]);
         losses[i] = lse[i] - dot;
     }
 }
@@ -118,6 +122,10 @@ void k_crossentropy_dlogits(float *logits, const float *lse, const int32_t *targ
     for (size_t i = 0; i < n; i++) {
         float *l = logits + i * nv, m = lse[i];
         const int n_v = (int)nv;
+        if (targets[i] < 0) { /* ignored: no gradient */
+            for (int v = 0; v < n_v; v++) l[v] = 0.0f;
+            continue;
+        }
 #pragma omp simd
         for (int v = 0; v < n_v; v++) l[v] = expf(l[v] - m) * dloss;
         size_t t = (size_t)targets[i];

@@ -71,7 +71,7 @@ float k_crossentropy_forward(float *losses, float *lse, const float *logits,
 #pragma omp simd reduction(+ : sum)
         for (int v = 0; v < V; v++) sum += expf(l[v] - maxv);
         lse[i] = maxv + logf(sum);
-        losses[i] = lse[i] - l[targets[i]];
+        losses[i] = targets[i] < 0 ? 0.0f : lse[i] - l[targets[i]]; /* < 0: ignored */
     }
     double total = 0.0;
     for (int64_t i = 0; i < N; i++) total += (double)losses[i];
@@ -84,6 +84,10 @@ void k_crossentropy_backward(float *logits, const float *lse, const int32_t *tar
     for (int64_t i = 0; i < N; i++) {
         float *l = logits + i * Vp;
         float m = lse[i];
+        if (targets[i] < 0) { /* ignored: no gradient */
+            for (int v = 0; v < Vp; v++) l[v] = 0.0f;
+            continue;
+        }
 #pragma omp simd
         for (int v = 0; v < V; v++) l[v] = expf(l[v] - m) * dloss;
         l[targets[i]] -= dloss;

@@ -282,7 +282,8 @@ __global__ void d_crossentropy_forward(float *losses, float *lse, const float *l
     if (threadIdx.x == 0) {
         float m = mx + logf(s);
         lse[blockIdx.x] = m;
-        losses[blockIdx.x] = m - l[targets[blockIdx.x]];
+        int t = targets[blockIdx.x];
+        losses[blockIdx.x] = t < 0 ? 0.0f : m - l[t]; /* < 0: ignored */
     }
 }
 /* the mean of n values summed in order in double (the CPU's sum) */
@@ -313,7 +314,7 @@ __global__ void d_crossentropy_backward(float *logits, const float *lse, const i
         size_t r = i / (size_t)Vp;
         int v = (int)(i % (size_t)Vp);
         float g = 0.0f;
-        if (v < V) {
+        if (v < V && targets[r] >= 0) { /* an ignored row: no gradient */
             g = expf(logits[i] - lse[r]) * dloss;
             if (v == targets[r]) g -= dloss;
         }
@@ -357,16 +358,17 @@ void cu_logsumexp_chunk(float *mx, float *sum, const float *logits, size_t n, si
 __global__ void d_tied_loss(float *losses, float *lse, const float *lnf, const float *wte,
                             const uint16_t *wte_h, const int32_t *targets, size_t C) {
     __shared__ float sh[32];
-    const size_t r = blockIdx.x, t = (size_t)targets[r] * C;
+    const size_t r = blockIdx.x, t = targets[r] < 0 ? 0 : (size_t)targets[r] * C;
     const float *x = lnf + r * C;
     float dot = 0.0f;
-    for (size_t k = threadIdx.x; k < C; k += blockDim.x)
-        dot += x[k] * (wte ? wte[t + k] : cu_bf16_widen(wte_h[t + k]));
+    if (targets[r] >= 0) /* an ignored row's loss is 0 (below) */
+        for (size_t k = threadIdx.x; k < C; k += blockDim.x)
+            dot += x[k] * (wte ? wte[t + k] : cu_bf16_widen(wte_h[t + k]));
     dot = cu_block_sum(dot, sh);
     if (threadIdx.x == 0) {
         float m = losses[r] + logf(lse[r]);
         lse[r] = m;
-        losses[r] = m - dot;
+        losses[r] = targets[r] < 0 ? 0.0f : m - dot;
     }
 }
 void cu_tied_loss(float *losses, float *lse, const float *lnf, const float *wte,
@@ -381,8 +383,8 @@ __global__ void d_crossentropy_dlogits(float *logits, const float *lse, const in
                                        size_t v0, size_t nv, float dloss, size_t n) {
     CU_FOR(i, n) {
         size_t r = i / nv, v = i % nv;
-        float g = expf(logits[i] - lse[r]) * dloss;
-        if ((size_t)targets[r] == v0 + v) g -= dloss;
+        float g = targets[r] < 0 ? 0.0f : expf(logits[i] - lse[r]) * dloss; /* < 0: ignored */
+        if (targets[r] >= 0 && (size_t)targets[r] == v0 + v) g -= dloss;
         logits[i] = g;
     }
 }
