@@ -30,6 +30,11 @@ hpt_add_test(test_tokenizer test_tokenizer.c ARGS ${CMAKE_BINARY_DIR}/tokenizer_
 # the Llama 3 tokenizer against llama3-tokenizer-js (fixture made by node once per build tree)
 hpt_add_test(test_tokenizer_llama3 test_tokenizer_llama3.c ARGS ${CMAKE_BINARY_DIR}/tokenizer_oracle)
 hpt_add_test(test_tokenizer_shards test_tokenizer_shards.c)
+# masked shards and the loss on targets only against PyTorch's ignore_index (docs/targets.md);
+# the reference (tests/make_ref_mask.py) made once per build tree by the fixture make_ref_mask
+hpt_add_test(test_loss_mask test_loss_mask.c)
+add_test(NAME make_ref_mask COMMAND sh -c "[ -s ${HPT_REF_DIR}/mask_state.bin ] || /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/make_ref_mask.py ${HPT_REF_DIR}")
+set_tests_properties(make_ref_mask PROPERTIES FIXTURES_SETUP mask_ref TIMEOUT 600)
 # Command-line behaviour (bad input, round trips, resume) through the real binary, both variants.
 foreach(variant IN LISTS HPT_VARIANTS)
   hpt_variant_suffix(${variant} v)
@@ -231,3 +236,7 @@ foreach(variant IN LISTS HPT_VARIANTS)
   endforeach()
 endforeach()
 set_tests_properties(test_hf_gpt2 test_hf_llama test_eval PROPERTIES FIXTURES_REQUIRED gpt2_ref)
+foreach(variant IN LISTS HPT_VARIANTS)
+  hpt_variant_suffix(${variant} v)
+  set_tests_properties(test_loss_mask${v} PROPERTIES FIXTURES_REQUIRED mask_ref)
+endforeach()
