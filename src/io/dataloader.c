@@ -84,9 +84,13 @@ static hpt_status check_header(FILE *f, uint64_t size, const char *path, uint64_
                         "(%d, or %d with target masks)", path, h[1], h[0], plain, mask);
     *width = h[0] == SHARD_MAGIC ? 2 : 4;
     *masked = h[1] == mask;
-    if (h[2] < 0 || (*masked && (h[3] < 0 || (h[2] > 0) != (h[3] > 0) || h[3] > h[2])))
-        return hpt_fail(HPT_ERR_FORMAT, "%s: header says %d tokens and %d examples (corrupt)", path,
-                        h[2], *masked ? h[3] : 0);
+    if (h[2] < 0)
+        return hpt_fail(HPT_ERR_FORMAT, "%s: header says %d tokens of %d bytes but the file has "
+                        "%llu bytes (truncated or corrupt)", path, h[2], *width,
+                        (unsigned long long)size);
+    if (*masked && (h[3] < 0 || (h[2] > 0) != (h[3] > 0) || h[3] > h[2]))
+        return hpt_fail(HPT_ERR_FORMAT, "%s: header says %d tokens and %d examples (truncated or "
+                        "corrupt)", path, h[2], h[3]);
     uint64_t n = (uint64_t)(uint32_t)h[2], e = *masked ? (uint64_t)(uint32_t)h[3] : 0;
     uint64_t want = 1024 + *width * n + (*masked ? n + 4 * e : 0);
     if (size != want)

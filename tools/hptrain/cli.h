@@ -66,6 +66,20 @@ int cli_plan_check(const char *cmd, const hpt_plan *p, const hpt_plan_env *env);
 /* Reads a whole file (or stdin for "-") into a malloc'd buffer. */
 int cli_read_file(const char *path, char **data_out, size_t *len_out);
 
+/* `tokenize`'s examples (tokenize_jsonl.c): tokens (n) with a target flag each, and where each
+ * example starts (n_ex token indices, increasing). */
+typedef struct {
+    uint32_t *tok;
+    uint8_t *target;
+    size_t n, cap;
+    size_t *starts;
+    size_t n_ex, cap_ex;
+} tok_examples;
+/* Appends the examples of a JSONL text (name: for errors); 0, or an error's exit status (1). */
+int tokenize_jsonl(hpt_tokenizer *tok, const char *name, const char *text, size_t len,
+                   int train_all, tok_examples *e);
+void tok_examples_free(tok_examples *e);
+
 /* The long options `train` and `estimate` share (estimate takes train's flags); each command
  * appends its own and the terminator. */
 #define CLI_TRAIN_LONGOPTS \
