@@ -7,7 +7,9 @@
  *       loss and every gradient within 1e-5 (norm-wise relative), with the head whole and in
  *       row chunks; a batch with no target gives loss 0 and zero gradients;
  *   (c) accumulation: 2 micro-batches of one row with 4 and 11 targets through the trainer
- *       (SGD, one step) give the batch of two rows' weights and loss within fp32 rounding. */
+ *       (SGD, one step) give the batch of two rows' weights and loss within fp32 rounding, and
+ *       so do the fused update and the chunked embeddings' head; the trainer's gradient is
+ *       PyTorch's. */
 #include "testlib.h"
 
 #include <math.h>
@@ -281,6 +283,28 @@ static void test_accum(hpt_mem *mem) {
     CHECK_MSG(wrel < 1e-5, "the accumulated update differs: rel %.3e", wrel);
     CHECK_MSG(lrel < 1e-6, "the accumulated loss differs: rel %.3e", lrel);
     CHECK(fabs((double)l1[0] - (double)r.loss) / (double)r.loss < 1e-5);
+    /* the fused update (the step's target count known before the backward), with the whole
+     * embeddings and with chunked ones (embed.c's vocabulary-chunked head and its loss) */
+    for (int emb = 0; emb < 2; emb++) {
+        hpt_train_opts f = o;
+        f.B = 2;
+        f.accum = 1;
+        f.offload = hpt_offload_defaults();
+        f.offload.fused = 1;
+        if (emb) {
+            f.offload.embeddings = HPT_EMB_CHUNKED;
+            f.offload.vocab_chunk = 256;
+        }
+        float lf[2];
+        t_train_run(mem, &f, 0, lf, NULL, p2);
+        for (size_t i = 0; w0 && i < n; i++) d2[i] = p2[i] - w0[i];
+        double frel = w0 ? t_rel_err(d2, d1, n) : 1.0;
+        double flrel = fabs((double)lf[0] - (double)l1[0]) / fabs((double)l1[0]);
+        printf("fused update%s vs unfused: update rel %.2e, loss rel %.2e\n",
+               emb ? ", chunked embeddings" : "", frel, flrel);
+        CHECK_MSG(frel < 1e-5 && flrel < 1e-6, "fused%s: update rel %.3e, loss rel %.3e",
+                  emb ? " chunked" : "", frel, flrel);
+    }
     /* the SGD update is -lr x the gradient: PyTorch's gradient too */
     for (size_t i = 0; i < n; i++) d1[i] = -d1[i] / 0.5f;
     double grel = t_rel_err(d1, r.grads, n);
