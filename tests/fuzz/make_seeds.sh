@@ -36,6 +36,10 @@ open(f"{S}/refstate/b1t4.bin", "wb").write(ref)
 toks = [random.randrange(16) for _ in range(40)]
 open(f"{S}/shard/v1.bin", "wb").write(hdr(20240520, 1, len(toks)) + struct.pack(f"<{len(toks)}H", *toks))
 open(f"{S}/shard/v7.bin", "wb").write(hdr(20240801, 7, len(toks)) + struct.pack(f"<{len(toks)}I", *toks))
+flags = bytes(1 if i % 10 >= 6 else 0 for i in range(len(toks)))  # masked: flags, then starts
+starts = struct.pack("<3I", 0, 10, 25)
+open(f"{S}/shard/v2.bin", "wb").write(hdr(20240520, 2, len(toks), 3) + struct.pack(f"<{len(toks)}H", *toks) + flags + starts)
+open(f"{S}/shard/v8.bin", "wb").write(hdr(20240801, 8, len(toks), 3) + struct.pack(f"<{len(toks)}I", *toks) + flags + starts)
 open(f"{TMP}/train_000000.bin", "wb").write(hdr(20240520, 1, 4000) + struct.pack("<4000H", *[random.randrange(16) for _ in range(4000)]))
 words = [bytes([b]) for b in range(8)] + [b"he", b"llo", b" world", b"<|endoftext|>"]
 open(f"{S}/tokbin/v2.bin", "wb").write(hdr(20240328, 2, len(words), len(words) - 1) + b"".join(bytes([len(t)]) + t for t in words))
