@@ -142,7 +142,8 @@ int cmd_eval(int argc, char **argv) {
                 T, data, *pb ? pb : "(defaults)");
     }
     hpt_mem_set_context(mem, 0, HPT_PHASE_EVAL, -1);
-    double sum = 0.0, t0 = hpt_now();
+    double sum = 0.0, wsum = 0.0, t0 = hpt_now(); /* wsum: over targets (masked shards) */
+    int64_t n_targets = 0;
     for (long i = 0; i < n_batches; i++) {
         const int32_t *x, *y;
         float loss;
@@ -151,9 +152,17 @@ int cmd_eval(int argc, char **argv) {
             rc = cli_lib_error(s, "eval");
             goto out;
         }
+        int64_t k = 0;
+        for (long j = 0; j < B * T; j++) k += y[j] >= 0;
         sum += (double)loss;
+        wsum += (double)loss * (double)k;
+        n_targets += k;
     }
-    double secs = hpt_now() - t0, mean = sum / (double)n_batches;
+    /* every token a target: the mean of the batches' losses; else the mean over the targets
+     * (docs/targets.md) */
+    double secs = hpt_now() - t0, mean = n_targets == (int64_t)n_batches * B * T
+                                             ? sum / (double)n_batches
+                                             : n_targets ? wsum / (double)n_targets : 0.0;
     if (!quiet) {
         hpt_mem_stats ms;
         hpt_mem_get_stats(mem, &ms);
