@@ -3,7 +3,8 @@
 # (docs/targets.md): `tokenize` of JSONL ({"prompt","completion"} and {"segments"}) writes
 # masked shards whose target flags are the completions, their end-of-text and the target
 # segments (every token with --train-on all), split by example; `train` on them lowers the loss
-# on the targets; bad lines, mixed inputs and damaged shards end in one clear error line.
+# on the targets, and 2 processes compute one process's --accum 2 bits (with mpirun); bad lines,
+# mixed inputs and damaged shards end in one clear error line.
 . "$(dirname "$0")/lib.sh"
 hpt=$1
 py=python3
@@ -70,6 +71,23 @@ print(f"masked training: loss {first:.3f} -> {last:.3f}, val {val:.3f}")
 assert len(L) == 40 and last < first - 3 and math.isfinite(val) and val < first - 3
 PY
 then ok; else bad "train on masked shards: $(tail -3 "$tmp/err")"; fi
+# data parallel: 2 processes (--zero 0) on masked shards compute one process's --accum 2 bits
+# (the step's target count summed over the processes; docs/targets.md)
+if command -v mpirun >/dev/null; then
+  a=(--model gpt2:L=2,C=64,NH=4,T=64 --data "$tmp/d/train_*.bin" --batch 2 --seq 64 --steps 4
+     --lr 3e-3 --zero 0)
+  if OMP_NUM_THREADS=1 "$hpt" train "${a[@]}" --accum 2 --save "$tmp/one" >"$tmp/out" 2>&1 &&
+     OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+       OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_vader_single_copy_mechanism=none \
+       mpirun --oversubscribe --bind-to none -np 2 "$hpt" train "${a[@]}" --save "$tmp/two" \
+       >"$tmp/out" 2>&1 && cmp -s "$tmp/one/model.bin" "$tmp/two/model.bin"; then
+    ok
+  else
+    bad "2 processes on masked shards differ from one with --accum 2: $(tail -3 "$tmp/out")"
+  fi
+else
+  echo "test_tokenize_jsonl: no mpirun: the data-parallel check is skipped"
+fi
 # bad input: a line that is no example, one that is no JSON, mixed inputs, a bad --train-on
 printf '{"prompt": "a", "completion": "b"}\n{"prompt": 3}\n' >"$tmp/bad.jsonl"
 expect_error "bad example" "bad.jsonl, line 2: an example is" "$hpt" tokenize --output "$tmp/x" "$tmp/bad.jsonl"
