@@ -319,15 +319,15 @@ static double t_tied_loss(void) {
             for (size_t i = 0; i < n; i++) {
                 mx[i] = 4.0f * frand();
                 sum[i] = 1.0f + 18.0f * (frand() + 1.0f); /* 1 .. 37: a sum of exp(l - max) */
-                tg[i] = (int32_t)(i * 7 % MV);
+                tg[i] = i % 5 == 2 ? -1 : (int32_t)(i * 7 % MV); /* -1: ignored, loss 0 */
             }
             for (size_t i = 0; i < n; i++) {
                 double dot = 0.0;
-                for (int c = 0; c < MC_; c++)
+                for (int c = 0; c < MC_ && tg[i] >= 0; c++)
                     dot += (double)lnf[i * MC_ + c] *
                            (bf ? ref_bf16_value(wh[tg[i] * MC_ + c]) : (double)wte[tg[i] * MC_ + c]);
                 rs[i] = (double)mx[i] + log(sum[i]);
-                rl[i] = rs[i] - dot;
+                rl[i] = tg[i] < 0 ? 0.0 : rs[i] - dot;
             }
             float *dl = dput(mx, n * sizeof(float)), *ds = dput(sum, n * sizeof(float));
             g_be->tied_loss(dl, ds, dput(lnf, n * MC_ * sizeof(float)),
@@ -354,6 +354,7 @@ static double dl_loss(const double *lg, const void *vctx) {
     const dl_ctx *c = vctx;
     double L = 0.0;
     for (size_t i = 0; i < c->n; i++) {
+        if (c->tg[i] < 0) continue; /* ignored: no loss */
         double m = -INFINITY, s = 0.0;
         for (int v = 0; v < HV; v++) m = fmax(m, lg[i * HV + v]);
         for (int v = 0; v < HV; v++) s += exp(lg[i * HV + v] - m);
@@ -374,7 +375,8 @@ static double t_crossentropy_dlogits(void) {
         double *r = malloc(n * HV * sizeof(double));
         int32_t *tg = malloc(n * sizeof(int32_t));
         head_logits(lg, n);
-        for (size_t i = 0; i < n; i++) tg[i] = (int32_t)(i * 11 % HV); /* in each of the chunks */
+        for (size_t i = 0; i < n; i++) /* in each of the chunks; every 4th ignored (-1) */
+            tg[i] = i % 4 == 1 ? -1 : (int32_t)(i * 11 % HV);
         ref_lse_rows(rm, rs, lg, n);
         for (size_t i = 0; i < n; i++) lse[i] = (float)(rm[i] + log(rs[i])); /* the saved lse, fp32 */
         float *dlse = dput(lse, n * sizeof(float));
@@ -384,7 +386,8 @@ static double t_crossentropy_dlogits(void) {
             chunk_of(ch, lg, n, v0, v0 + nv);
             for (size_t i = 0; i < n; i++)
                 for (size_t v = 0; v < nv; v++)
-                    r[i * nv + v] = (exp((double)ch[i * nv + v] - lse[i]) - (v0 + v == (size_t)tg[i])) * dloss;
+                    r[i * nv + v] = tg[i] < 0 ? 0.0 : (exp((double)ch[i * nv + v] - lse[i]) -
+                                                       (v0 + v == (size_t)tg[i])) * dloss;
             float *dch = dput(ch, n * nv * sizeof(float));
             g_be->crossentropy_dlogits(dch, dlse, dtg, n, v0, nv, (float)dloss);
             dget(ch, dch, n * nv * sizeof(float));

@@ -546,13 +546,14 @@ static void ref_ce(double *losses, double *lse, const double *lg, const int32_t 
         for (int v = 0; v < XV; v++) z += exp(lg[i * XVP + v] - mx);
         double l = mx + log(z);
         if (lse) lse[i] = l;
-        losses[i] = l - lg[i * XVP + tg[i]];
+        losses[i] = tg[i] < 0 ? 0.0 : l - lg[i * XVP + tg[i]]; /* < 0: ignored */
     }
 }
 
 static void ce_inputs(float *lg, int32_t *tg) {
     fill_rand(lg, XN * XVP, 4.0f);
     for (int i = 0; i < XN; i++) tg[i] = (int32_t)(i * 5 % XV);
+    tg[3] = -1; /* an ignored target (docs/targets.md): loss 0, no gradient */
 }
 
 static double t_crossentropy_forward(void) {
@@ -596,7 +597,7 @@ static double t_crossentropy_backward(void) {
     ref_ce(rl, rs, lgd, tg);
     for (int i = 0; i < XN; i++)
         for (int v = 0; v < XVP; v++)
-            r[i * XVP + v] = v < XV ? (exp(lgd[i * XVP + v] - rs[i]) - (v == tg[i])) * dloss : 0.0;
+            r[i * XVP + v] = v < XV && tg[i] >= 0 ? (exp(lgd[i * XVP + v] - rs[i]) - (v == tg[i])) * dloss : 0.0;
     float *dlg = dput(lg, sizeof lg), *ds = dput(NULL, sizeof lse);
     int32_t *dt = dput(tg, sizeof tg);
     (void)g_be->crossentropy_forward(dput(NULL, sizeof lse), ds, dlg, dt, XN, XV, XVP);
