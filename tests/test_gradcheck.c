@@ -662,7 +662,9 @@ static double model_loss(hpt_gpt2 *m, const int32_t *inp, const int32_t *tgt, in
     return (double)loss;
 }
 
-static void check_model(const hpt_gpt2_config *cfgp, const char *label) {
+/* masked: half the targets are -1, ignored by the loss (docs/targets.md): the gradients are
+ * those of the mean over the other five */
+static void check_model(const hpt_gpt2_config *cfgp, const char *label, int masked) {
     const hpt_gpt2_config cfg = *cfgp;
     const int B = 2, T = 5;
     hpt_mem *mem;
@@ -680,13 +682,17 @@ static void check_model(const hpt_gpt2_config *cfgp, const char *label) {
         tgt[i] = (int32_t)(hpt_rng_u32(&rng) % (uint32_t)cfg.V);
     }
     inp[7] = inp[1]; /* a repeated token */
+    if (masked)
+        for (int i = 0; i < B * T; i++)
+            if (i == 0 || i == 2 || i == 3 || i == 7 || i == 8) tgt[i] = -1;
 
     float loss;
     CHECK_OK(hpt_gpt2_forward(model, inp, tgt, B, T, &loss));
     hpt_gpt2_zero_grad(model);
     CHECK_OK(hpt_gpt2_backward(model));
     float *grads = copy_f(hpt_gpt2_grads(model), np);
-    printf("  model %s B=2 T=5: loss %.6f\n", label, (double)loss);
+    printf("  model %s B=2 T=5%s: loss %.6f\n", label, masked ? ", 5 of 10 targets ignored" : "",
+           (double)loss);
 
     /* the loss is deterministic: the same forward twice gives the same bits */
     double l1 = model_loss(model, inp, tgt, B, T), l2 = model_loss(model, inp, tgt, B, T);
@@ -776,7 +782,15 @@ int main(int argc, char **argv) {
         strcat(shape, ",Vp=16");
         hpt_model_config cfg;
         CHECK_OK(hpt_model_config_parse(shape, &cfg));
-        check_model(&cfg, shape);
+        check_model(&cfg, shape, 0);
+    }
+    { /* the loss on targets only, the case's first variant (after the others: their draws stay) */
+        char shape[T_SHAPE_MAX + 8];
+        t_arch_shape(a, shape, 2, 8, 2, 11, 8, 0);
+        strcat(shape, ",Vp=16");
+        hpt_model_config cfg;
+        CHECK_OK(hpt_model_config_parse(shape, &cfg));
+        check_model(&cfg, shape, 1);
     }
     return t_done(t_arch_label(a, "test_gradcheck"));
 }
