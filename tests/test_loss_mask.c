@@ -5,7 +5,8 @@
  *       corrupt files (size, flags, starts, header) fail with one clear HPT_ERR_FORMAT line;
  *   (b) PyTorch's cross_entropy(ignore_index) on a masked batch (tests/make_ref_mask.py): the
  *       loss and every gradient within 1e-5 (norm-wise relative), with the head whole and in
- *       row chunks; a batch with no target gives loss 0 and zero gradients;
+ *       row chunks, and the inference path's loss; a batch with no target gives loss 0 and
+ *       zero gradients;
  *   (c) accumulation: 2 micro-batches of one row with 4 and 11 targets through the trainer
  *       (SGD, one step) give the batch of two rows' weights and loss within fp32 rounding, and
  *       so do the fused update and the chunked embeddings' head; the trainer's gradient is
@@ -209,6 +210,16 @@ static void test_reference(hpt_mem *mem, int head_chunk) {
     }
     printf("head chunk %d: gradients' worst norm-wise relative error %.2e over %d tensors\n",
            head_chunk, worst, nt);
+    if (!head_chunk) { /* the inference path's loss (hpt_infer_loss) over the same targets */
+        hpt_infer *inf = NULL;
+        float il = -1.0f;
+        CHECK_OK(hpt_infer_create(mem, m, HPT_WEIGHTS_F32, 0, &inf));
+        if (inf) CHECK_OK(hpt_infer_loss(inf, r.x, r.y, r.B, r.T, &il));
+        double irel = fabs((double)il - (double)r.loss) / fabs((double)r.loss);
+        printf("hpt_infer_loss %.7f: rel %.2e\n", (double)il, irel);
+        CHECK_MSG(irel < 1e-5, "hpt_infer_loss rel %.3e", irel);
+        hpt_infer_free(inf);
+    }
     /* no target at all: loss 0, gradients 0 */
     size_t BT = (size_t)r.B * r.T;
     int32_t *none = malloc(BT * 4);

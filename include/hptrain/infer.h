@@ -55,7 +55,8 @@ void hpt_infer_reset(hpt_infer *inf);        /* empties the cache */
 hpt_status hpt_infer_feed(hpt_infer *inf, const int32_t *tokens, int n);
 /* (Vp) the logits after the last fed token. */
 const float *hpt_infer_logits(const hpt_infer *inf);
-/* Mean cross-entropy of B sequences (inputs, targets (B, T), T <= ctx), each from an empty
+/* Mean cross-entropy over the targets (a target < 0 is ignored) of B sequences (inputs,
+ * targets (B, T), T <= ctx), each from an empty
  * cache: the training forward's loss within fp32 rounding (F32), or on int8 weights (Q8).
  * Allocates (64, Vp) logits for the call; leaves the cache empty. */
 hpt_status hpt_infer_loss(hpt_infer *inf, const int32_t *inputs, const int32_t *targets, int B,

@@ -431,10 +431,13 @@ hpt_status hpt_infer_loss(hpt_infer *inf, const int32_t *inputs, const int32_t *
     if (B < 1 || T < 1) return hpt_fail(HPT_ERR_INVALID, "batch %d and sequence %d must be >= 1", B, T);
     if (T > inf->ctx)
         return hpt_fail(HPT_ERR_SHAPE, "sequence %d is longer than the context %d", T, inf->ctx);
-    for (size_t i = 0; i < (size_t)B * (size_t)T; i++)
-        if (inputs[i] < 0 || inputs[i] >= c->V || targets[i] < 0 || targets[i] >= c->V)
+    double n_targets = 0.0; /* a target < 0 is ignored (docs/targets.md) */
+    for (size_t i = 0; i < (size_t)B * (size_t)T; i++) {
+        if (inputs[i] < 0 || inputs[i] >= c->V || targets[i] >= c->V)
             return hpt_fail(HPT_ERR_INVALID, "token %d -> %d at position %zu is outside [0, %d)",
                             inputs[i], targets[i], i, c->V);
+        n_targets += targets[i] >= 0;
+    }
     size_t bytes = loss_bytes(c); /* for this call only */
     float *lg;
     hpt_mem_set_name(inf->mem, "loss logits");
@@ -454,7 +457,8 @@ hpt_status hpt_infer_loss(hpt_infer *inf, const int32_t *inputs, const int32_t *
     }
     hpt_infer_reset(inf);
     be->free(inf->mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, lg, bytes);
-    *loss_out = (float)(total / ((double)B * (double)T));
+    /* every token a target: n_targets is B*T exactly */
+    *loss_out = n_targets > 0 ? (float)(total / n_targets) : 0.0f;
     return HPT_OK;
 }
 
