@@ -597,7 +597,8 @@ static double t_crossentropy_backward(void) {
     ref_ce(rl, rs, lgd, tg);
     for (int i = 0; i < XN; i++)
         for (int v = 0; v < XVP; v++)
-            r[i * XVP + v] = v < XV && tg[i] >= 0 ? (exp(lgd[i * XVP + v] - rs[i]) - (v == tg[i])) * dloss : 0.0;
+            r[i * XVP + v] = v < XV && tg[i] >= 0
+                                 ? (exp(lgd[i * XVP + v] - rs[i]) - (v == tg[i])) * dloss : 0.0;
     float *dlg = dput(lg, sizeof lg), *ds = dput(NULL, sizeof lse);
     int32_t *dt = dput(tg, sizeof tg);
     (void)g_be->crossentropy_forward(dput(NULL, sizeof lse), ds, dlg, dt, XN, XV, XVP);

@@ -94,9 +94,10 @@ static hpt_status check_header(FILE *f, uint64_t size, const char *path, uint64_
     uint64_t n = (uint64_t)(uint32_t)h[2], e = *masked ? (uint64_t)(uint32_t)h[3] : 0;
     uint64_t want = 1024 + *width * n + (*masked ? n + 4 * e : 0);
     if (size != want)
-        return hpt_fail(HPT_ERR_FORMAT, "%s: header says %llu tokens of %d bytes%s but the file has "
-                        "%llu bytes, not %llu (truncated or corrupt)", path, (unsigned long long)n,
-                        *width, *masked ? " with target flags and example starts" : "",
+        return hpt_fail(HPT_ERR_FORMAT, "%s: header says %llu tokens of %d bytes%s but the file "
+                        "has %llu bytes, not %llu (truncated or corrupt)", path,
+                        (unsigned long long)n, *width,
+                        *masked ? " with target flags and example starts" : "",
                         (unsigned long long)size, (unsigned long long)want);
     *count = n;
     *n_ex = e;
@@ -133,7 +134,8 @@ hpt_status hpt_shard_read(const char *path, uint32_t **tokens_out, uint8_t **tar
         tok = malloc(n ? n * 4 : 1);
         tgt = malloc(n ? n : 1);
         starts = malloc(n_ex ? n_ex * 4 : 1);
-        if (!tok || !tgt || !starts) s = hpt_fail(HPT_ERR_OOM, "%s: %llu tokens", path, (unsigned long long)n);
+        if (!tok || !tgt || !starts)
+            s = hpt_fail(HPT_ERR_OOM, "%s: %llu tokens", path, (unsigned long long)n);
     }
     if (s == HPT_OK && width == 4) s = io_read_exact(f, tok, n * 4, path, "tokens");
     if (s == HPT_OK && width == 2) { /* widened in place from the back */
@@ -182,7 +184,8 @@ hpt_status hpt_dataloader_open(hpt_mem *mem, const char *pattern, int B, int T, 
         d->counts = calloc(g.gl_pathc, sizeof *d->counts);
         d->width = calloc(g.gl_pathc, 1);
         d->masked = calloc(g.gl_pathc, 1);
-        if (!d->paths || !d->counts || !d->width || !d->masked) s = hpt_fail(HPT_ERR_OOM, "data loader");
+        if (!d->paths || !d->counts || !d->width || !d->masked)
+            s = hpt_fail(HPT_ERR_OOM, "data loader");
     }
     size_t window = (size_t)B * T + 1;
     for (size_t i = 0; s == HPT_OK && i < g.gl_pathc; i++) { /* glob sorts by name */

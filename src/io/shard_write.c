@@ -47,7 +47,8 @@ hpt_status hpt_shard_write_masked(const char *path, const uint32_t *tokens, cons
                                   size_t n, const uint32_t *starts, size_t n_examples, int width) {
     if (width != 2 && width != 4)
         return hpt_fail(HPT_ERR_INVALID, "%s: token width %d (2 or 4 bytes)", path, width);
-    if (n && (!target || !tokens)) return hpt_fail(HPT_ERR_INVALID, "%s: NULL tokens or targets", path);
+    if (n && (!target || !tokens))
+        return hpt_fail(HPT_ERR_INVALID, "%s: NULL tokens or targets", path);
     if (n_examples && !starts) return hpt_fail(HPT_ERR_INVALID, "%s: NULL example starts", path);
     if (n && (n_examples == 0 || starts[0] != 0))
         return hpt_fail(HPT_ERR_INVALID, "%s: the first example must start at token 0", path);
@@ -64,8 +65,8 @@ hpt_status hpt_shard_write_masked(const char *path, const uint32_t *tokens, cons
             return hpt_fail(HPT_ERR_INVALID, "%s: example %zu starts at %u: starts must increase "
                             "and lie below the token count %zu", path, e, starts[e], n);
     if (width == 4)
-        return write_shard(path, SHARD_MAGIC_U32, 8, tokens, n, 4, target ? target : (const uint8_t *)"",
-                           starts, n_examples);
+        return write_shard(path, SHARD_MAGIC_U32, 8, tokens, n, 4,
+                           target ? target : (const uint8_t *)"", starts, n_examples);
     uint16_t *narrow = n ? malloc(n * sizeof *narrow) : NULL;
     if (n && !narrow) return hpt_fail(HPT_ERR_OOM, "%s: %zu tokens", path, n);
     for (size_t i = 0; i < n; i++) narrow[i] = (uint16_t)tokens[i];

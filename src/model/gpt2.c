@@ -268,7 +268,10 @@ static void head_backward(const hpt_arch_ctx *x, const void *pv, void *gv, void 
     gpt2_acts *a = av;
     const hpt_model_config *c = x->cfg;
     const size_t BT = (size_t)x->B * x->T, C = (size_t)c->C, rows = x->head_rows;
-    /* loss = mean_i (lse_i - logits[i, y_i]); logits = lnf @ wte^T:
+    /* loss = sum over targets i (y_i >= 0) of (lse_i - logits[i, y_i]) / N (docs/targets.md),
+     * times the loss scale S (a power of two: every gradient below is exactly S times) */
+    const float dloss = 1.0f / (x->loss_norm > 0 ? x->loss_norm : (float)BT) * x->loss_scale;
+    /* logits = lnf @ wte^T:
      * dlnf = dlogits @ wte, dwte += dlogits^T @ lnf; chunk by chunk, a chunk's logits
      * recomputed first when the forward kept only the last one */
     for (size_t r0 = 0; r0 < BT; r0 += rows) {
@@ -276,9 +279,8 @@ static void head_backward(const hpt_arch_ctx *x, const void *pv, void *gv, void 
         if (n < BT)
             be->matmul_forward(a->logits, a->lnf + r0 * C, p->wte, NULL, (int64_t)n, (int64_t)C,
                                c->Vp, 0);
-        /* times the loss scale (a power of two: every gradient below is exactly S times) */
         be->crossentropy_backward(a->logits, a->lse + r0, a->targets + r0, (int64_t)n, c->V,
-                                  c->Vp, 1.0f / (x->loss_norm > 0 ? x->loss_norm : (float)BT) * x->loss_scale);
+                                  c->Vp, dloss);
         be->matmul_backward(a->dsmall + r0 * C, g->wte, NULL, a->logits, a->lnf + r0 * C, p->wte,
                             (int64_t)n, (int64_t)C, c->Vp, 0);
     }

@@ -373,6 +373,8 @@ static void head_backward(const hpt_arch_ctx *x, const void *pv, void *gv, void 
     const float *W = head_w(c, pv);
     float *dW = head_w(c, gv);
     const size_t BT = (size_t)x->B * x->T, C = (size_t)c->C, rows = x->head_rows;
+    /* the gradient of the targets' loss sum / N (docs/targets.md), times the loss scale */
+    const float dloss = 1.0f / (x->loss_norm > 0 ? x->loss_norm : (float)BT) * x->loss_scale;
     /* logits = lnf @ W^T: dlnf = dlogits @ W, dW += dlogits^T @ lnf; a chunk's logits
      * recomputed first when the forward kept only the last one */
     for (size_t r0 = 0; r0 < BT; r0 += rows) {
@@ -381,7 +383,7 @@ static void head_backward(const hpt_arch_ctx *x, const void *pv, void *gv, void 
             be->matmul_forward(a->logits, a->lnf + r0 * C, W, NULL, (int64_t)n, (int64_t)C,
                                c->Vp, 0);
         be->crossentropy_backward(a->logits, a->lse + r0, a->targets + r0, (int64_t)n, c->V,
-                                  c->Vp, 1.0f / (x->loss_norm > 0 ? x->loss_norm : (float)BT) * x->loss_scale);
+                                  c->Vp, dloss);
         be->matmul_backward(a->dsmall + r0 * C, dW, NULL, a->logits, a->lnf + r0 * C, W,
                             (int64_t)n, (int64_t)C, c->Vp, 0);
     }

@@ -235,8 +235,10 @@ static int tokenize_examples(hpt_tokenizer *tok, const char *out_dir, char **fil
         rc = cli_error("no examples left for training (%zu in all)%s", ex.n_ex,
                        ex.n_ex ? "; lower --val-fraction" : "");
     if (rc == 0 && ex.n > 0x7fffffff)
-        rc = cli_error("%zu tokens: masked shards index examples in 32 bits; split the input", ex.n);
-    if (rc == 0 && make_dirs(out_dir) != 0) rc = cli_error("cannot create %s: %s", out_dir, strerror(errno));
+        rc = cli_error("%zu tokens: masked shards index examples in 32 bits; split the input",
+                       ex.n);
+    if (rc == 0 && make_dirs(out_dir) != 0)
+        rc = cli_error("cannot create %s: %s", out_dir, strerror(errno));
     int removed = 0;
     long val_shards = rc ? -1 : write_masked(out_dir, "val", &ex, 0, n_val, per, wide, &removed);
     long train_shards = val_shards < 0 ? -1 : write_masked(out_dir, "train", &ex, n_val, ex.n_ex,
@@ -257,7 +259,8 @@ static int tokenize_examples(hpt_tokenizer *tok, const char *out_dir, char **fil
                 "examples (%zu tokens) in %ld shard%s (masked, %s), tokenizer.bin%s\n", out_dir,
                 n_val, val_tok, val_shards, val_shards == 1 ? "" : "s", ex.n_ex - n_val,
                 ex.n - val_tok, train_shards, train_shards == 1 ? "" : "s",
-                wide ? "uint32" : "uint16", removed ? " (removed stale shards of an earlier run)" : "");
+                wide ? "uint32" : "uint16",
+                removed ? " (removed stale shards of an earlier run)" : "");
         if (val_fraction > 0 && n_val == 0)
             fprintf(stderr, "tokenize: warning: too few examples for a validation split\n");
     }
@@ -312,7 +315,9 @@ int cmd_tokenize(int argc, char **argv) {
         case 't':
             if (!strcmp(optarg, "all")) train_all = 1;
             else if (!strcmp(optarg, "targets")) train_all = 0;
-            else return cli_usage_error("tokenize", "--train-on is targets or all, got '%s'", optarg);
+            else
+                return cli_usage_error("tokenize", "--train-on is targets or all, got '%s'",
+                                       optarg);
             break;
         }
         if (r) return r;
@@ -324,7 +329,8 @@ int cmd_tokenize(int argc, char **argv) {
     int n_jsonl = 0;
     for (int i = optind; i < argc; i++) n_jsonl += is_jsonl(argv[i]);
     if (n_jsonl && n_jsonl < argc - optind)
-        return cli_usage_error("tokenize", "give JSONL examples (*.jsonl) or text documents, not both");
+        return cli_usage_error("tokenize", "give JSONL examples (*.jsonl) or text documents, "
+                               "not both");
     hpt_tokenizer *tok = NULL;
     int rc = cli_pick_tokenizer("tokenize", tok_path, model_dir, 1, &tok);
     if (rc) return rc;

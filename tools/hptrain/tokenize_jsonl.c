@@ -92,7 +92,8 @@ static int add_example(hpt_tokenizer *tok, const cJSON *j, int train_all, tok_ex
         }
     } else if (cJSON_IsString(prompt) && cJSON_IsString(completion)) {
         if ((rc = add_id(e, hpt_tokenizer_bos(tok), (uint8_t)train_all)) != 0) return rc;
-        if ((rc = add_text(tok, e, prompt->valuestring, 0, (uint8_t)train_all, where)) != 0) return rc;
+        rc = add_text(tok, e, prompt->valuestring, 0, (uint8_t)train_all, where);
+        if (rc) return rc;
         if ((rc = add_text(tok, e, completion->valuestring, 0, 1, where)) != 0) return rc;
         if ((rc = add_id(e, hpt_tokenizer_eot(tok), 1)) != 0) return rc;
     } else {
