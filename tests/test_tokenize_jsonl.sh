@@ -60,6 +60,17 @@ then ok; else bad "masked shards' flags and starts"; fi
 # --train-on all: every token a target
 "$hpt" tokenize --output "$tmp/all" --train-on all "$tmp/chat.jsonl" 2>"$tmp/err" &&
   grep -q "100.0%)" "$tmp/err" && ok || bad "--train-on all: $(cat "$tmp/err")"
+# --max-tokens: the segments examples (7 context tokens, then targets) cut to 9 tokens keep 2
+# targets; the prompt/completion ones (10+ context tokens) are left without one and dropped;
+# with --long drop every example over 9 tokens is dropped (none left: an error)
+if "$hpt" tokenize --output "$tmp/m9" --max-tokens 9 "$tmp/chat.jsonl" 2>"$tmp/err" &&
+   grep -q "150 examples truncated to 9 tokens, 150 dropped" "$tmp/err" &&
+   grep -q -- "-> 150 examples, 1350 tokens (300 targets" "$tmp/err"; then
+  ok
+else
+  bad "--max-tokens 9: $(cat "$tmp/err")"
+fi
+expect_error "--long drop" "no examples left" "$hpt" tokenize --output "$tmp/x" --max-tokens 9 --long drop "$tmp/chat.jsonl"
 # training on the masked shards: the loss on the targets falls
 if "$hpt" train --model gpt2:L=2,C=64,NH=4,T=64 --data "$tmp/d/train_*.bin" --val "$tmp/d/val_*.bin" \
      --batch 2 --seq 64 --steps 40 --lr 3e-3 --log "$tmp/log.jsonl" >"$tmp/out" 2>"$tmp/err" &&

@@ -74,10 +74,17 @@ typedef struct {
     size_t n, cap;
     size_t *starts;
     size_t n_ex, cap_ex;
+    size_t n_truncated, n_dropped; /* examples cut to max_tokens and kept; dropped (over
+                                    * max_tokens with --long drop, or without a target) */
 } tok_examples;
+typedef struct {
+    int train_all;      /* --train-on all */
+    size_t max_tokens;  /* --max-tokens (0: no limit) */
+    int drop_long;      /* --long drop: an example over max_tokens is dropped, else truncated */
+} tok_jsonl_opts;
 /* Appends the examples of a JSONL text (name: for errors); 0, or an error's exit status (1). */
 int tokenize_jsonl(hpt_tokenizer *tok, const char *name, const char *text, size_t len,
-                   int train_all, tok_examples *e);
+                   const tok_jsonl_opts *o, tok_examples *e);
 void tok_examples_free(tok_examples *e);
 
 /* The long options `train` and `estimate` share (estimate takes train's flags); each command

