@@ -91,6 +91,8 @@ static ct_val *call(ct_ctx *c, const ct_node *e) {
         if (e->nargs == 1) b = args[0]->i;
         else if (e->nargs >= 2) { a = args[0]->i; b = args[1]->i; if (e->nargs > 2) st = args[2]->i; }
         if (st == 0 || e->nargs == 0 || e->nargs > 3) return ct_err(c, HPT_ERR_INVALID, "bad range()");
+        if ((b - a) / st > CT_MAX_RANGE)
+            return ct_err(c, HPT_ERR_INVALID, "range() of more than %d items (Jinja's sandbox limit)", CT_MAX_RANGE);
         ct_val *l = ct_list(c, 0);
         for (int64_t i = a; l && (st > 0 ? i < b : i > b); i += st) {
             if (++c->steps > CT_MAX_STEPS) return ct_err(c, HPT_ERR_INVALID, "range() too long");
@@ -240,6 +242,8 @@ static int exec_for(ct_ctx *c, const ct_node *n) {
                                        "length", "previtem", "nextitem"};
     ct_val *kv[9];
     for (int k = 0; k < 9; k++) if (!(kv[k] = ct_cstr(c, keys[k]))) return -1;
+    ct_val *loop = ct_dict(c, V_DICT); /* one object, updated each iteration (as Jinja's) */
+    if (!loop) return -1;
     for (size_t i = 0; i < len; i++) {
         if (++c->steps > CT_MAX_STEPS) { ct_err(c, HPT_ERR_INVALID, "the template runs too long"); return -1; }
         ct_val *x = items->items[i];
@@ -249,12 +253,10 @@ static int exec_for(ct_ctx *c, const ct_node *n) {
         } else if (assign(c, n->name, x) != 0) {
             return -1;
         }
-        ct_val *loop = ct_dict(c, V_DICT);
         ct_val *vals[9] = {ct_int(c, (int64_t)i + 1), ct_int(c, (int64_t)i), ct_int(c, (int64_t)(len - i)),
                            ct_int(c, (int64_t)(len - i - 1)), ct_bool(i == 0), ct_bool(i + 1 == len),
                            ct_int(c, (int64_t)len), i > 0 ? items->items[i - 1] : &ct_undef,
                            i + 1 < len ? items->items[i + 1] : &ct_undef};
-        if (!loop) return -1;
         for (int k = 0; k < 9; k++)
             if (!vals[k] || ct_dict_set(c, loop, kv[k], vals[k]) != 0) return -1;
         if (assign(c, "loop", loop) != 0) return -1;

@@ -11,10 +11,12 @@
 
 /* Limits on untrusted input: each is an error (HPT_ERR_INVALID), never a crash. */
 #define CT_MAX_SOURCE_BYTES (4u << 20)   /* a template */
-#define CT_MAX_ARENA_BYTES (1ull << 30)  /* all values of one render */
+#define CT_MAX_ARENA_BYTES (256ull << 20) /* all values of one render */
 #define CT_MAX_OUTPUT_BYTES (256u << 20) /* one rendered text */
 #define CT_MAX_DEPTH 200                 /* nesting of expressions and statements */
-#define CT_MAX_STEPS 50000000ull         /* statements and loop iterations of one render */
+#define CT_MAX_STEPS 1000000ull          /* statements and loop iterations of one render */
+#define CT_MAX_RANGE 100000              /* range()'s items (Jinja's sandbox: MAX_RANGE) */
+#define CT_SMALL_INTS 1024               /* ints 0..1023 made once per render */
 
 /* ---- arena: blocks of at least 64 KiB, freed together ---------------------------------- */
 typedef struct ct_block ct_block;
@@ -109,6 +111,7 @@ typedef struct {
     int depth;
     int loopctl;        /* 1: break pending, 2: continue pending */
     uint64_t steps;
+    ct_val *small_ints; /* (CT_SMALL_INTS), made on first use */
 } ct_ctx;
 
 /* Records the first error (with the template's line) and returns NULL, for `return ct_err(...)`. */

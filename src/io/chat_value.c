@@ -60,6 +60,13 @@ ct_val *ct_str(ct_ctx *c, const char *s, size_t n, const uint8_t *m) {
 ct_val *ct_cstr(ct_ctx *c, const char *s) { return ct_str(c, s, strlen(s), NULL); }
 
 ct_val *ct_int(ct_ctx *c, int64_t i) {
+    if (i >= 0 && i < CT_SMALL_INTS) { /* loops make these by the million: once per render */
+        if (!c->small_ints) {
+            if (!(c->small_ints = alloc(c, CT_SMALL_INTS * sizeof *c->small_ints))) return NULL;
+            for (int k = 0; k < CT_SMALL_INTS; k++) { c->small_ints[k].t = V_INT; c->small_ints[k].i = k; }
+        }
+        return &c->small_ints[i];
+    }
     ct_val *v = alloc(c, sizeof *v);
     if (v) { v->t = V_INT; v->i = i; }
     return v;
