@@ -123,6 +123,7 @@ static void test_bad(void) {
     expect_fail("{% macro f() %}x{% endmacro %}", HPT_ERR_UNSUPPORTED, "macro");
     expect_fail("{{ n|wordwrap }}", HPT_ERR_UNSUPPORTED, "wordwrap");
     expect_fail("{{ n is prime }}", HPT_ERR_UNSUPPORTED, "prime");
+    expect_fail("{% if false %}{{ n|wordwrap }}{% endif %}", HPT_ERR_UNSUPPORTED, "line 1: a filter beyond");
     expect_fail("{{ 'a' + 1 }}", HPT_ERR_INVALID, "'str' and 'int'");
     expect_fail("\n{{ raise_exception('no system role') }}", HPT_ERR_INVALID, "line 2: the template refuses this conversation: no system role");
     expect_fail("{{ x.y }}", HPT_ERR_INVALID, "undefined");

@@ -136,6 +136,8 @@ ct_val *ct_to_str(ct_ctx *c, ct_val *v);
 ct_val *ct_concat(ct_ctx *c, const ct_val *a, const ct_val *b);
 ct_val *ct_from_json(ct_ctx *c, const void *cjson, int depth); /* a cJSON*; strings are data */
 ct_val *ct_filter(ct_ctx *c, const char *name, ct_val *v, ct_val **args, const char **kw, int n);
+/* 1 if name is a filter (test: a test) of the subset: the parser refuses others at load */
+int ct_known(const char *name, int test);
 ct_val *ct_test(ct_ctx *c, const char *name, ct_val *v, ct_val **args, int n);
 ct_val *ct_method(ct_ctx *c, ct_val *self, const char *name, ct_val **args, const char **kw, int n);
 ct_val *ct_getitem(ct_ctx *c, ct_val *obj, ct_val *key);

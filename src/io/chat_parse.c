@@ -554,6 +554,8 @@ static ct_node *parse_filter_expr(parser *p, ct_node *n) {
             if (!f) return NULL;
             f->name = cur(p)->s;
             f->a = n;
+            if (!ct_known(f->name, 0))
+                return perr(p, HPT_ERR_UNSUPPORTED, f->line, "a filter beyond hptrain's Jinja subset (docs/chat.md): ", f->name);
             adv(p);
             if (is_op(p, "(")) { adv(p); if (parse_args(p, f) != 0) return NULL; }
             n = f;
@@ -565,6 +567,8 @@ static ct_node *parse_filter_expr(parser *p, ct_node *n) {
             if (is_kw(p, "not")) { t->negate = 1; adv(p); }
             if (cur(p)->t != TK_NAME) return perr(p, HPT_ERR_FORMAT, cur(p)->line, "expected a test's name", NULL);
             t->name = cur(p)->s;
+            if (!ct_known(t->name, 1))
+                return perr(p, HPT_ERR_UNSUPPORTED, t->line, "a test beyond hptrain's Jinja subset (docs/chat.md): ", t->name);
             adv(p);
             tok *c = cur(p);
             if (is_op(p, "(")) {

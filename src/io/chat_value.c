@@ -804,6 +804,20 @@ ct_val *ct_method(ct_ctx *c, ct_val *self, const char *name, ct_val **args, cons
 
 /* ---- filters and tests ---------------------------------------------------------------------------- */
 
+static const char *const k_filters[] = {"trim", "length", "count", "tojson", "string", "safe", "lower",
+    "upper", "capitalize", "title", "replace", "first", "last", "join", "default", "d", "reverse", "list",
+    "items", "int", "abs", "map", NULL};
+static const char *const k_tests[] = {"defined", "undefined", "none", "boolean", "false", "true", "string",
+    "number", "integer", "float", "mapping", "iterable", "sequence", "callable", "odd", "even",
+    "divisibleby", "eq", "equalto", "==", "ne", "!=", "lt", "<", "le", "<=", "gt", ">", "ge", ">=", "in",
+    "sameas", NULL};
+
+int ct_known(const char *name, int test) {
+    for (const char *const *k = test ? k_tests : k_filters; *k; k++)
+        if (strcmp(*k, name) == 0) return 1;
+    return 0;
+}
+
 ct_val *ct_filter(ct_ctx *c, const char *name, ct_val *v, ct_val **args, const char **kw, int n) {
     if (!strcmp(name, "trim")) {
         ct_val *chars = arg(args, kw, n, 0, "chars");
