@@ -16,7 +16,7 @@
 #define CT_MAX_DEPTH 200                 /* nesting of expressions and statements */
 #define CT_MAX_STEPS 1000000ull          /* statements and loop iterations of one render */
 #define CT_MAX_RANGE 100000              /* range()'s items (Jinja's sandbox: MAX_RANGE) */
-#define CT_SMALL_INTS 1024               /* ints 0..1023 made once per render */
+#define CT_SMALL_INTS 256                /* ints 0..255 made once per render */
 
 /* ---- arena: blocks of at least 64 KiB, freed together ---------------------------------- */
 typedef struct ct_block ct_block;
