@@ -16,7 +16,8 @@
  * loop controls): docs/chat.md lists what is supported. Templates and conversations are
  * untrusted: any error (syntax, a type error, raise_exception, a size or step limit) is a status
  * with the line of the template in the last-error text, never a crash. A template object is
- * read-only after loading: renders on several threads may share it. */
+ * read-only after loading (cJSON keeps its last parse error in a global, so concurrent renders
+ * are not claimed free of races). */
 #ifndef HPTRAIN_CHAT_H
 #define HPTRAIN_CHAT_H
 #ifndef HPTRAIN_H

@@ -133,8 +133,9 @@ static size_t put_utf8(char *o, uint32_t cp) {
 /* A string literal at src[*pos] (the quote), Python's escapes; an unknown escape stays as it is. */
 static int lex_string(parser *p, const char *src, size_t len, size_t *pos, int *line) {
     char q = src[*pos];
-    size_t i = *pos + 1, start_line = (size_t)*line;
-    char *o = ct_alloc(p->ar, len - *pos + 1); /* the decoded text is never longer */
+    size_t i = *pos + 1, start_line = (size_t)*line, end = i;
+    while (end < len && src[end] != q) end += src[end] == '\\' ? 2 : 1;
+    char *o = ct_alloc(p->ar, (end < len ? end : len) - *pos + 1); /* decoded is never longer */
     if (!o) return perr(p, HPT_ERR_OOM, *line, "out of memory", NULL), -1;
     size_t n = 0;
     for (;;) {
