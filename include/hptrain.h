@@ -79,6 +79,7 @@
  *     hptrain/infer.h     generation with a key/value cache, fp32 or int8 weights
  *     hptrain/optim.h     optimizers, 8-bit states, clipping, the learning-rate schedule
  *     hptrain/io.h        shards, data loader, tokenizer, training state, reference state
+ *     hptrain/chat.h      chat templates (Jinja) rendered over conversations, and their ids
  *     hptrain/profile.h   traces, summaries, the memory picture
  *     hptrain/schedule.h  the hybrid predict schedule
  *     hptrain/plan.h      the plan (every technique choice, the budgets) and the estimator
@@ -106,6 +107,7 @@ extern "C" {
 #include "hptrain/infer.h"
 #include "hptrain/optim.h"
 #include "hptrain/io.h"
+#include "hptrain/chat.h"
 #include "hptrain/profile.h"
 #include "hptrain/schedule.h"
 #include "hptrain/plan.h"

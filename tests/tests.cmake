@@ -231,3 +231,9 @@ foreach(variant IN LISTS HPT_VARIANTS)
   endforeach()
 endforeach()
 set_tests_properties(test_hf_gpt2 test_hf_llama test_eval PROPERTIES FIXTURES_REQUIRED gpt2_ref)
+# Chat templates (src/io/chat_*.c) against @huggingface/jinja and llama3-tokenizer-js
+# (tests/chat_oracle.js makes the fixture once per build tree); hptrain render's command line
+hpt_add_test(test_chat_template test_chat_template.c ARGS ${CMAKE_BINARY_DIR}/tokenizer_oracle)
+add_test(NAME test_render COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_render.sh $<TARGET_FILE:hptrain_cli>
+         ${CMAKE_SOURCE_DIR})
+set_tests_properties(test_render PROPERTIES SKIP_RETURN_CODE 77)
