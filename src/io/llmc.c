@@ -41,6 +41,23 @@ hpt_status hpt_gpt2_load(hpt_mem *mem, const char *path, hpt_gpt2 **out) {
     return hpt_gpt2_load_offload(mem, path, NULL, out);
 }
 
+/* The model's loaders are io's, so that the model and the engine call nothing above them. */
+hpt_status hpt_model_load(hpt_mem *mem, const char *path, hpt_model **out) {
+    return hpt_gpt2_load_offload(mem, path, NULL, out);
+}
+
+hpt_status hpt_model_load_offload(hpt_mem *mem, const char *path, const hpt_offload_opts *o,
+                                  hpt_model **out) {
+    return hpt_gpt2_load_offload(mem, path, o, out);
+}
+
+hpt_status hpt_model_load_forward(hpt_mem *mem, const char *path, hpt_model **out) {
+    model_create_forward_only(1);
+    hpt_status s = hpt_gpt2_load_offload(mem, path, NULL, out);
+    model_create_forward_only(0);
+    return s;
+}
+
 hpt_status hpt_gpt2_load_offload(hpt_mem *mem, const char *path, const hpt_offload_opts *off,
                                  hpt_gpt2 **out) {
     *out = NULL;
@@ -103,6 +120,8 @@ hpt_status hpt_gpt2_load_offload(hpt_mem *mem, const char *path, const hpt_offlo
 static hpt_status emit_atomic(void *ctx, const float *x, size_t n) {
     return io_atomic_write(ctx, x, n * sizeof(float));
 }
+
+hpt_status hpt_gpt2_save(const hpt_gpt2 *m, const char *path) { return hpt_model_save(m, path); }
 
 hpt_status hpt_model_save(const hpt_gpt2 *m, const char *path) {
     const hpt_model_config *c = hpt_gpt2_get_config(m);

@@ -3,7 +3,6 @@
  * them build unchanged. Nothing here may do more than forward its call. */
 #include "hptrain.h"
 
-hpt_status hpt_gpt2_save(const hpt_gpt2 *m, const char *path) { return hpt_model_save(m, path); }
 void hpt_gpt2_free(hpt_gpt2 *m) { hpt_model_free(m); }
 hpt_status hpt_gpt2_init_random(hpt_gpt2 *m, uint64_t seed) { return hpt_model_init_random(m, seed); }
 size_t hpt_gpt2_get_num_params(const hpt_gpt2 *m) { return hpt_model_num_params(m); }

@@ -11,8 +11,9 @@
  * allocated at the first forward and released by hpt_model_free_activations.
  * A forward-only model (hpt_model_create_forward, hpt_model_load_forward) is created without its
  * gradient buffer, as if hpt_model_release_grads had run at birth; hpt_model_acquire_grads gives
- * it one later. The loaders reach create() through the offload layer and io (hpt_gpt2_load_offload
- * -> hpt_gpt2_create), so the request travels as a per-thread flag set around that call only.
+ * it one later. The loaders reach create() through io and the offload layer (io's
+ * hpt_model_load_forward -> hpt_gpt2_create_offload -> create), so the request travels as a
+ * per-thread flag that io sets around that call only (model_create_forward_only).
  * States: created -> (forward -> [backward]) * ; backward without a forward with targets is
  * refused with HPT_ERR_INVALID (runner.c). */
 #include "core/core.h"
@@ -182,12 +183,7 @@ hpt_status hpt_model_create_forward(hpt_mem *mem, const char *shape, hpt_model *
     return s;
 }
 
-hpt_status hpt_model_load_forward(hpt_mem *mem, const char *path, hpt_model **out) {
-    create_without_grads = 1;
-    hpt_status s = hpt_model_load(mem, path, out);
-    create_without_grads = 0;
-    return s;
-}
+void model_create_forward_only(int on) { create_without_grads = on; }
 
 hpt_status hpt_gpt2_create(hpt_mem *mem, const hpt_model_config *cfg, hpt_gpt2 **out) {
     return create(mem, cfg, NULL, out);

@@ -30,6 +30,9 @@ struct offload_engine;
 /* Fills the fields a GPT-2 configuration written with only L, C, NH, V, Vp, maxT leaves 0
  * (NKV = NH, FF = 4C, norm_eps 1e-5, tied, init_range 0.02); other architectures: nothing. */
 void model_config_fill(hpt_model_config *c);
+/* While on (this thread), models are created without their gradient buffer (not those with
+ * the offload engine): io's hpt_model_load_forward sets it around a load. */
+void model_create_forward_only(int on);
 
 /* ---- the tensor table ---- */
 /* The parameters of a configuration in checkpoint order (the architecture's describe). */

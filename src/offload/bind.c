@@ -3,7 +3,8 @@
  * layout, and the engine is bound to the model as its block store (model/blocks.h); the model
  * then owns the engine (hpt_model_free frees it) and keeps it as m->eng for the modules above.
  * Allocation order (the profiler's events): the model's parameters, gradients and embedding
- * buffers, then the engine's. Without an active offload this is hpt_gpt2_create. */
+ * buffers, then the engine's. Without an active offload this is hpt_gpt2_create. Loading into
+ * such a model is io's (hpt_model_load_offload): the engine calls nothing above it. */
 #include "core/core.h"
 #include "model/blocks.h"
 #include "model/model.h"
@@ -40,9 +41,4 @@ hpt_status hpt_model_create_offload(hpt_mem *mem, const char *shape, const hpt_o
     hpt_model_config cfg;
     HPT_CHECK(hpt_model_config_parse(shape, &cfg));
     return hpt_gpt2_create_offload(mem, &cfg, o, out);
-}
-
-hpt_status hpt_model_load_offload(hpt_mem *mem, const char *path, const hpt_offload_opts *o,
-                                  hpt_model **out) {
-    return hpt_gpt2_load_offload(mem, path, o, out);
 }
