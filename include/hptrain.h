@@ -109,6 +109,7 @@ extern "C" {
 #include "hptrain/planner.h"
 #include "hptrain/train.h"
 #include "hptrain/dist.h"
+#include "hptrain/gpt2.h"
 
 #ifdef __cplusplus
 }

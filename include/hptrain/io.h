@@ -158,7 +158,7 @@ void hpt_ref_state_free(hpt_mem *mem, const hpt_model_config *cfg, hpt_ref_state
 
 /* The shape in an llm.c GPT-2 checkpoint's header, checked as hpt_gpt2_load checks it (magic,
  * version, shape, file size); the payload is not read (src/io/llmc.c). */
-hpt_status hpt_gpt2_read_config(const char *path, hpt_model_config *out);
+hpt_status hpt_model_read_config(const char *path, hpt_model_config *out);
 
 /* ---- io: Hugging Face model directories (docs/formats.md) ------------------------------- */
 

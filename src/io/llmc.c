@@ -37,29 +37,20 @@ static hpt_status read_ckpt(void *ctx, float *dst, size_t n) {
     return HPT_OK;
 }
 
-hpt_status hpt_gpt2_load(hpt_mem *mem, const char *path, hpt_gpt2 **out) {
-    return hpt_gpt2_load_offload(mem, path, NULL, out);
-}
-
 /* The model's loaders are io's, so that the model and the engine call nothing above them. */
 hpt_status hpt_model_load(hpt_mem *mem, const char *path, hpt_model **out) {
-    return hpt_gpt2_load_offload(mem, path, NULL, out);
-}
-
-hpt_status hpt_model_load_offload(hpt_mem *mem, const char *path, const hpt_offload_opts *o,
-                                  hpt_model **out) {
-    return hpt_gpt2_load_offload(mem, path, o, out);
+    return hpt_model_load_offload(mem, path, NULL, out);
 }
 
 hpt_status hpt_model_load_forward(hpt_mem *mem, const char *path, hpt_model **out) {
     model_create_forward_only(1);
-    hpt_status s = hpt_gpt2_load_offload(mem, path, NULL, out);
+    hpt_status s = hpt_model_load_offload(mem, path, NULL, out);
     model_create_forward_only(0);
     return s;
 }
 
-hpt_status hpt_gpt2_load_offload(hpt_mem *mem, const char *path, const hpt_offload_opts *off,
-                                 hpt_gpt2 **out) {
+hpt_status hpt_model_load_offload(hpt_mem *mem, const char *path, const hpt_offload_opts *off,
+                                  hpt_model **out) {
     *out = NULL;
     if (io_is_dir(path)) return hpt_model_load_hf(mem, path, off, out); /* Hugging Face */
     FILE *f;
@@ -120,8 +111,6 @@ hpt_status hpt_gpt2_load_offload(hpt_mem *mem, const char *path, const hpt_offlo
 static hpt_status emit_atomic(void *ctx, const float *x, size_t n) {
     return io_atomic_write(ctx, x, n * sizeof(float));
 }
-
-hpt_status hpt_gpt2_save(const hpt_gpt2 *m, const char *path) { return hpt_model_save(m, path); }
 
 hpt_status hpt_model_save(const hpt_gpt2 *m, const char *path) {
     const hpt_model_config *c = hpt_gpt2_get_config(m);
@@ -202,7 +191,7 @@ hpt_status hpt_ref_state_load(const char *path, hpt_mem *mem, const hpt_model_co
 
 /* The header checks of hpt_gpt2_load without the payload: the estimator and the trainer's
  * budget check learn a checkpoint's shape before anything is allocated for it. */
-hpt_status hpt_gpt2_read_config(const char *path, hpt_model_config *out) {
+hpt_status hpt_model_read_config(const char *path, hpt_model_config *out) {
     if (io_is_dir(path)) return io_hf_read_config(path, out); /* Hugging Face */
     FILE *f;
     uint64_t size;
@@ -283,7 +272,7 @@ hpt_status hpt_infer_load(hpt_mem *mem, const char *path, hpt_weights kind, int 
                           hpt_infer **out) {
     *out = NULL;
     hpt_model_config cfg;
-    HPT_CHECK(hpt_gpt2_read_config(path, &cfg)); /* checks magic, version and size */
+    HPT_CHECK(hpt_model_read_config(path, &cfg)); /* checks magic, version and size */
     hpt_infer *inf;
     HPT_CHECK(infer_new(mem, &cfg, kind, ctx, &inf));
     hpt_tensor_table t;

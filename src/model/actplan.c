@@ -212,9 +212,9 @@ static hpt_status plan_tiers(const hpt_model_config *cfg, int B, int T, const hp
     return s == HPT_OK ? s : hpt_fail(s, "no memory to plan the activations");
 }
 
-hpt_status hpt_gpt2_act_tier_bytes(const hpt_model_config *cfg, int B, int T,
-                                   const hpt_act_opts *o, uint64_t out[HPT_TIER_COUNT]) {
-    hpt_act_opts d = hpt_gpt2_act_defaults();
+hpt_status hpt_model_act_tier_bytes(const hpt_model_config *cfg, int B, int T,
+                                    const hpt_act_opts *o, uint64_t out[HPT_TIER_COUNT]) {
+    hpt_act_opts d = hpt_act_defaults();
     return plan_tiers(cfg, B, T, o ? o : &d, 0, out);
 }
 
@@ -223,10 +223,10 @@ hpt_status gpt2_act_tier_bytes_vc(const hpt_model_config *cfg, int B, int T,
     return plan_tiers(cfg, B, T, o, vc, out);
 }
 
-size_t hpt_gpt2_activation_bytes(const hpt_model_config *cfg, int B, int T,
-                                 const hpt_act_opts *o) {
+size_t hpt_model_activation_bytes(const hpt_model_config *cfg, int B, int T,
+                                  const hpt_act_opts *o) {
     uint64_t t[HPT_TIER_COUNT];
-    if (hpt_gpt2_act_tier_bytes(cfg, B, T, o, t) != HPT_OK) return 0;
+    if (hpt_model_act_tier_bytes(cfg, B, T, o, t) != HPT_OK) return 0;
     return (size_t)t[HPT_TIER_DEVICE];
 }
 

@@ -64,7 +64,6 @@ hpt_status hpt_model_config_check(const hpt_model_config *c) {
     }
 }
 
-hpt_status hpt_gpt2_config_check(const hpt_gpt2_config *c) { return hpt_model_config_check(c); }
 
 static int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
@@ -130,13 +129,6 @@ static hpt_status parse_gpt2(const char *shape, hpt_model_config *out) {
     HPT_CHECK(hpt_model_config_check(&c));
     *out = c;
     return HPT_OK;
-}
-
-hpt_status hpt_gpt2_config_parse(const char *shape, hpt_gpt2_config *out) {
-    if (strncmp(shape, "gpt2", 4) != 0)
-        return hpt_fail(HPT_ERR_INVALID, "'%s' is not a GPT-2 shape (gpt2-124m, gpt2-350m, "
-                        "gpt2-774m, gpt2-1558m or gpt2:L=..,C=..,NH=..[,V=..][,T=..])", shape);
-    return parse_gpt2(shape, out);
 }
 
 static hpt_status llama_key(hpt_model_config *c, const char *key, double v, const char *shape) {
@@ -256,7 +248,6 @@ void hpt_gpt2_tensors(const hpt_model_config *cfg, hpt_gpt2_tensor out[HPT_GPT2_
     }
 }
 
-size_t hpt_gpt2_num_params(const hpt_model_config *cfg) { return hpt_model_config_num_params(cfg); }
 
 void gpt2_point_tensors(const hpt_model_config *cfg, float *base, gpt2_tensors *p) {
     hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];

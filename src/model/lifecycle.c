@@ -113,7 +113,7 @@ static hpt_status create(hpt_mem *mem, const hpt_model_config *cfg, const hpt_of
     bind_arch(m);
     m->run.t_now = -1;
     m->run.st.disk.fd = -1;
-    m->act = hpt_gpt2_act_defaults();
+    m->act = hpt_act_defaults();
     m->loss_scale = 1.0f;
     m->fault_layer = -1;
     m->num_params = hpt_model_config_num_params(cfg);
@@ -185,10 +185,6 @@ hpt_status hpt_model_create_forward(hpt_mem *mem, const char *shape, hpt_model *
 
 void model_create_forward_only(int on) { create_without_grads = on; }
 
-hpt_status hpt_gpt2_create(hpt_mem *mem, const hpt_model_config *cfg, hpt_gpt2 **out) {
-    return create(mem, cfg, NULL, out);
-}
-
 hpt_status gpt2_create_unbound(hpt_mem *mem, const hpt_model_config *cfg,
                                const hpt_offload_opts *o, hpt_gpt2 **out) {
     return create(mem, cfg, o, out);
@@ -231,7 +227,6 @@ void hpt_model_free(hpt_gpt2 *m) {
     free(m);
 }
 
-const hpt_model_config *hpt_gpt2_get_config(const hpt_gpt2 *m) { return &m->cfg; }
 const hpt_model_config *hpt_model_get_config(const hpt_model *m) { return &m->cfg; }
 size_t hpt_model_num_params(const hpt_gpt2 *m) { return m->num_params; }
 float *hpt_model_params(hpt_gpt2 *m) { return m->blocks ? NULL : m->params; }

@@ -10,11 +10,11 @@
 #include "model/model.h"
 #include "offload/engine.h"
 
-hpt_status hpt_gpt2_create_offload(hpt_mem *mem, const hpt_model_config *cfg,
-                                   const hpt_offload_opts *o, hpt_gpt2 **out) {
+hpt_status hpt_model_create_config_offload(hpt_mem *mem, const hpt_model_config *cfg,
+                                           const hpt_offload_opts *o, hpt_gpt2 **out) {
     *out = NULL;
-    if (!hpt_offload_active(o)) return hpt_gpt2_create(mem, cfg, out);
-    HPT_CHECK(hpt_gpt2_config_check(cfg));
+    if (!hpt_offload_active(o)) return hpt_model_create_config(mem, cfg, out);
+    HPT_CHECK(hpt_model_config_check(cfg));
     HPT_CHECK(hpt_offload_check(o));
     hpt_gpt2 *m;
     HPT_CHECK(gpt2_create_unbound(mem, cfg, o, &m));
@@ -40,5 +40,5 @@ hpt_status hpt_model_create_offload(hpt_mem *mem, const char *shape, const hpt_o
     if (!hpt_offload_active(o)) return hpt_model_create(mem, shape, out);
     hpt_model_config cfg;
     HPT_CHECK(hpt_model_config_parse(shape, &cfg));
-    return hpt_gpt2_create_offload(mem, &cfg, o, out);
+    return hpt_model_create_config_offload(mem, &cfg, o, out);
 }
