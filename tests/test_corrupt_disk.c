@@ -168,9 +168,9 @@ static void test_engine(int fused) {
     o.offload.max_active = 2;
     o.offload.prefetch = 1;
     o.offload.fused = fused;
-    hpt_gpt2_config cfg;
-    CHECK_OK(hpt_gpt2_config_parse(o.model, &cfg));
-    size_t np = hpt_gpt2_num_params(&cfg);
+    hpt_model_config cfg;
+    CHECK_OK(hpt_model_config_parse(o.model, &cfg));
+    size_t np = hpt_model_config_num_params(&cfg);
     float *clean = calloc(np, 4), *got = calloc(np, 4);
     float losses[8];
     hpt_mem *mem;
@@ -206,7 +206,7 @@ static void test_engine(int fused) {
             detected++;
             printf("fused=%d, file %d of %d: %s\n", fused, which, nf, e);
         } else {
-            CHECK_OK(hpt_gpt2_copy_params(hpt_trainer_model(tr), got));
+            CHECK_OK(hpt_model_copy_params(hpt_trainer_model(tr), got));
             int same = memcmp(got, clean, np * 4) == 0;
             CHECK_MSG(same, "fused=%d file %d: corruption undetected and the weights differ",
                       fused, which);

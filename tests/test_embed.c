@@ -257,11 +257,11 @@ static void test_refusals(void) {
     CHECK(e == HPT_EMB_BF16);
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
-    hpt_gpt2_config cfg;
-    CHECK_OK(hpt_gpt2_config_parse(GPT2, &cfg));
+    hpt_model_config cfg;
+    CHECK_OK(hpt_model_config_parse(GPT2, &cfg));
     hpt_gpt2 *m = NULL;
     f.vocab_chunk = 12; /* 12 * 48 = 576 values: not a multiple of 256 */
-    CHECK_STATUS(hpt_gpt2_create_offload(mem, &cfg, &f, &m), HPT_ERR_INVALID);
+    CHECK_STATUS(hpt_model_create_config_offload(mem, &cfg, &f, &m), HPT_ERR_INVALID);
     hpt_plan_opts po = hpt_plan_defaults();
     po.cfg = cfg;
     po.B = 2;

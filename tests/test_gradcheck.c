@@ -620,7 +620,7 @@ static void check_adamw(size_t n, int steps, float lr, float wd, float grad_scal
 
 /* ---- the whole model ---------------------------------------------------------------- */
 
-/* Finite differences of the fp32 loss through hpt_gpt2_forward, against hpt_gpt2_backward,
+/* Finite differences of the fp32 loss through hpt_model_forward, against hpt_model_backward,
  * for a few parameters of every tensor (every layer of the stacked ones). The loss is fp32:
  * its rounding noise delta is a few ulp of ~2.6 (~1e-6 at most), which a step h turns into
  * ~1.5 delta / h of gradient error, so h must be large: h = 1e-2 gives ~1e-4 at worst.
@@ -658,20 +658,20 @@ static double lagrange_deriv0(const double *d, const double *f, int n) {
 
 static double model_loss(hpt_gpt2 *m, const int32_t *inp, const int32_t *tgt, int B, int T) {
     float loss = 0.0f;
-    CHECK_OK(hpt_gpt2_forward(m, inp, tgt, B, T, &loss));
+    CHECK_OK(hpt_model_forward(m, inp, tgt, B, T, &loss));
     return (double)loss;
 }
 
-static void check_model(const hpt_gpt2_config *cfgp, const char *label) {
-    const hpt_gpt2_config cfg = *cfgp;
+static void check_model(const hpt_model_config *cfgp, const char *label) {
+    const hpt_model_config cfg = *cfgp;
     const int B = 2, T = 5;
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
     hpt_gpt2 *model;
-    CHECK_OK(hpt_gpt2_create(mem, &cfg, &model));
-    hpt_gpt2_init_random(model, 7);
-    size_t np = hpt_gpt2_get_num_params(model);
-    float *params = hpt_gpt2_params(model);
+    CHECK_OK(hpt_model_create_config(mem, &cfg, &model));
+    hpt_model_init_random(model, 7);
+    size_t np = hpt_model_num_params(model);
+    float *params = hpt_model_params(model);
     /* larger weights than GPT-2's init, so the gradients of every tensor are far from 0 */
     for (size_t i = 0; i < np; i++) params[i] += 0.3f * hpt_rng_normal(&rng);
     int32_t inp[10], tgt[10];
@@ -682,10 +682,10 @@ static void check_model(const hpt_gpt2_config *cfgp, const char *label) {
     inp[7] = inp[1]; /* a repeated token */
 
     float loss;
-    CHECK_OK(hpt_gpt2_forward(model, inp, tgt, B, T, &loss));
-    hpt_gpt2_zero_grad(model);
-    CHECK_OK(hpt_gpt2_backward(model));
-    float *grads = copy_f(hpt_gpt2_grads(model), np);
+    CHECK_OK(hpt_model_forward(model, inp, tgt, B, T, &loss));
+    hpt_model_zero_grad(model);
+    CHECK_OK(hpt_model_backward(model));
+    float *grads = copy_f(hpt_model_grads(model), np);
     printf("  model %s B=2 T=5: loss %.6f\n", label, (double)loss);
 
     /* the loss is deterministic: the same forward twice gives the same bits */
@@ -750,7 +750,7 @@ static void check_model(const hpt_gpt2_config *cfgp, const char *label) {
     CHECK_MSG(unseen_zero, "padding rows of wte / lm_head or wpe rows >= T have nonzero gradients");
 
     free(grads);
-    hpt_gpt2_free(model);
+    hpt_model_free(model);
     hpt_mem_stats st;
     hpt_mem_get_stats(mem, &st);
     for (int c = 0; c < HPT_CAT_COUNT; c++) CHECK(st.live_bytes[HPT_TIER_DEVICE][c] == 0);
@@ -804,7 +804,7 @@ int main(void) {
 
     printf("whole model: four-point differences of the fp32 loss (h=%.0e), "
            "|d| <= %.0e max(|a|,|n|) + %.0e\n", (double)MODEL_H, MODEL_RTOL, MODEL_ATOL);
-    const hpt_gpt2_config gpt2 = {.L = 2, .C = 8, .NH = 2, .V = 11, .Vp = 16, .maxT = 8};
+    const hpt_model_config gpt2 = {.L = 2, .C = 8, .NH = 2, .V = 11, .Vp = 16, .maxT = 8};
     check_model(&gpt2, "L=2 C=8 NH=2 V=11 Vp=16");
     /* llama: grouped-query attention, rotary embeddings with Llama 3 scaling (the two
      * frequencies in the blended and the scaled bands), SwiGLU, biases, untied head */

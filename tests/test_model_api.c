@@ -16,8 +16,8 @@ static void check_table(void) {
     hpt_model *m;
     CHECK_OK(hpt_model_create(mem, SHAPE, &m));
     CHECK(!strcmp(hpt_model_arch(m), "gpt2"));
-    hpt_gpt2_config cfg;
-    CHECK_OK(hpt_gpt2_config_parse(SHAPE, &cfg));
+    hpt_model_config cfg;
+    CHECK_OK(hpt_model_config_parse(SHAPE, &cfg));
     hpt_gpt2_tensor ref[HPT_GPT2_NUM_TENSORS];
     hpt_gpt2_tensors(&cfg, ref);
     CHECK(hpt_model_num_tensors(m) == HPT_GPT2_NUM_TENSORS);
@@ -39,7 +39,7 @@ static void check_table(void) {
         total += t.numel;
     }
     CHECK(total == hpt_model_num_params(m));
-    CHECK(total == hpt_gpt2_num_params(&cfg));
+    CHECK(total == hpt_model_config_num_params(&cfg));
     hpt_tensor_info t;
     CHECK_STATUS(hpt_model_tensor(m, hpt_model_num_tensors(m), &t), HPT_ERR_INVALID);
     CHECK_STATUS(hpt_model_tensor(m, -1, &t), HPT_ERR_INVALID);

@@ -7,7 +7,7 @@
  * initialisation and batches as with no recomputation; every step's loss, the final gradients
  * and the final parameters must be the same bits (memcmp): a recomputation runs the same
  * kernels on the same inputs. The activation arena the model allocates must equal
- * hpt_gpt2_activation_bytes (the estimator's figure) for the policy, and be smaller than
+ * hpt_model_activation_bytes (the estimator's figure) for the policy, and be smaller than
  * without recomputation. A forward-only use (no backward) and a shape change (replanning)
  * run under each policy too. Parsing of the flags' texts is checked at the end. */
 #include "testlib.h"
@@ -32,29 +32,29 @@ static const char *const k_shapes[] = {
     "llama:L=5,C=64,NH=4,NKV=2,FF=96,V=256,T=64,factor=8,orig=16"};
 static const char *k_shape;
 
-static void run(const hpt_gpt2_act_opts *ao, run_out *out) {
+static void run(const hpt_act_opts *ao, run_out *out) {
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
     hpt_model_config cfg;
     CHECK_OK(hpt_model_config_parse(k_shape, &cfg));
     hpt_gpt2 *m;
-    CHECK_OK(hpt_gpt2_create(mem, &cfg, &m));
-    hpt_gpt2_init_random(m, 11);
-    CHECK_OK(hpt_gpt2_set_act_opts(m, ao));
+    CHECK_OK(hpt_model_create_config(mem, &cfg, &m));
+    hpt_model_init_random(m, 11);
+    CHECK_OK(hpt_model_set_act_opts(m, ao));
     t_sgd_steps(m, B, T, STEPS, out->losses);
     hpt_mem_stats st;
     hpt_mem_get_stats(mem, &st);
     out->arena_bytes = st.live_bytes[HPT_TIER_DEVICE][HPT_CAT_ACTS];
-    size_t want = hpt_gpt2_activation_bytes(&cfg, B, T, ao);
+    size_t want = hpt_model_activation_bytes(&cfg, B, T, ao);
     CHECK_MSG(out->arena_bytes == want, "arena %llu, estimated %zu",
               (unsigned long long)out->arena_bytes, want);
-    out->np = hpt_gpt2_get_num_params(m);
+    out->np = hpt_model_num_params(m);
     out->grads = malloc(out->np * sizeof(float));
     out->params = malloc(out->np * sizeof(float));
-    memcpy(out->grads, hpt_gpt2_grads(m), out->np * sizeof(float));
-    memcpy(out->params, hpt_gpt2_params(m), out->np * sizeof(float));
+    memcpy(out->grads, hpt_model_grads(m), out->np * sizeof(float));
+    memcpy(out->params, hpt_model_params(m), out->np * sizeof(float));
     t_replan(m, B, T);
-    hpt_gpt2_free(m);
+    hpt_model_free(m);
     hpt_mem_destroy(mem);
 }
 
@@ -64,7 +64,7 @@ int main(void) {
     for (int sh = 0; sh < 2; sh++)
     for (int k = 0; k < 2; k++) {
         k_shape = k_shapes[sh];
-        hpt_gpt2_act_opts base = hpt_gpt2_act_defaults();
+        hpt_act_opts base = hpt_act_defaults();
         base.attention = k == 0 ? HPT_ATTN_FLASH : HPT_ATTN_PLAIN;
         run_out ref;
         run(&base, &ref);
@@ -72,7 +72,7 @@ int main(void) {
                hpt_attention_name(base.attention), k_shape, B, T, "none",
                (unsigned long long)ref.arena_bytes);
         for (int i = 0; i < n_pol; i++) {
-            hpt_gpt2_act_opts ao = base;
+            hpt_act_opts ao = base;
             CHECK_OK(hpt_recompute_parse(policies[i], &ao));
             run_out o;
             run(&ao, &o);
@@ -96,7 +96,7 @@ int main(void) {
         free(ref.params);
     }
     /* the flags' texts */
-    hpt_gpt2_act_opts o = hpt_gpt2_act_defaults();
+    hpt_act_opts o = hpt_act_defaults();
     char buf[32];
     CHECK(o.attention == HPT_ATTN_FLASH && o.recompute == HPT_RECOMPUTE_NONE);
     CHECK_OK(hpt_recompute_parse("every:4", &o));
@@ -109,10 +109,10 @@ int main(void) {
     CHECK_OK(hpt_attention_parse("plain", &o));
     CHECK(o.attention == HPT_ATTN_PLAIN);
     CHECK_STATUS(hpt_attention_parse("fast", &o), HPT_ERR_INVALID);
-    hpt_gpt2_config cfg;
-    CHECK_OK(hpt_gpt2_config_parse(k_shapes[0], &cfg));
+    hpt_model_config cfg;
+    CHECK_OK(hpt_model_config_parse(k_shapes[0], &cfg));
     o.recompute = HPT_RECOMPUTE_EVERY;
     o.every = 0;
-    CHECK(hpt_gpt2_activation_bytes(&cfg, B, T, &o) == 0);
+    CHECK(hpt_model_activation_bytes(&cfg, B, T, &o) == 0);
     return t_done("test_recompute");
 }

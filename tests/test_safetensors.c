@@ -373,7 +373,7 @@ static void configs(void) {
     CHECK(c.arch == HPT_ARCH_GPT2 && c.m.C == 768 && c.m.L == 12 && c.m.NH == 12 && c.m.NKV == 12 &&
           c.m.FF == 3072 && c.m.maxT == 1024 && c.m.V == 50257 && c.m.tied && c.n_eos == 1 &&
           c.eos[0] == 50256 && c.bos == 50256);
-    hpt_gpt2_config g;
+    hpt_model_config g;
     CHECK_OK(hf_config_to_model(&c, &g));
     CHECK(g.Vp == 50304 && g.V == 50257 && g.L == 12);
     /* Llama 3.2 1B's keys */

@@ -32,9 +32,9 @@ static void test_resume_exact(hpt_mem *mem) {
     char dir_a[512], dir_b[512];
     snprintf(dir_a, sizeof dir_a, "%s/run_a", t_tmpdir());
     snprintf(dir_b, sizeof dir_b, "%s/run_b", t_tmpdir());
-    hpt_gpt2_config cfg;
-    CHECK_OK(hpt_gpt2_config_parse("gpt2:L=2,C=32,NH=4,V=64,T=16", &cfg));
-    size_t n = hpt_gpt2_num_params(&cfg);
+    hpt_model_config cfg;
+    CHECK_OK(hpt_model_config_parse("gpt2:L=2,C=32,NH=4,V=64,T=16", &cfg));
+    size_t n = hpt_model_config_num_params(&cfg);
     float la[12] = {0}, va[12] = {0}, lb[12] = {0}, vb[12] = {0};
     float *pa = calloc(n, sizeof(float)), *pb = calloc(n, sizeof(float));
     hpt_train_opts oa = opts(dir_a, NULL), ob = opts(dir_b, NULL);
@@ -91,19 +91,19 @@ static void test_state_errors(hpt_mem *mem) {
     hpt_adamw_opts ao2;
     hpt_train_pos pos2;
     CHECK_OK(hpt_state_load(again, mem, &m2, &o2, &ao2, &pos2));
-    size_t n = hpt_gpt2_get_num_params(m);
-    CHECK(memcmp(hpt_gpt2_params(m), hpt_gpt2_params(m2), n * 4) == 0);
+    size_t n = hpt_model_num_params(m);
+    CHECK(memcmp(hpt_model_params(m), hpt_model_params(m2), n * 4) == 0);
     CHECK(memcmp(hpt_optim_m(o), hpt_optim_m(o2), n * 4) == 0);
     CHECK(memcmp(hpt_optim_v(o), hpt_optim_v(o2), n * 4) == 0);
     CHECK(memcmp(&pos, &pos2, sizeof pos) == 0 && memcmp(&ao, &ao2, sizeof ao) == 0);
     hpt_optim_free(o2);
-    hpt_gpt2_free(m2);
+    hpt_model_free(m2);
     /* a failed save (directory missing) reports an I/O error and leaves nothing behind */
     char nodir[512];
     snprintf(nodir, sizeof nodir, "%s/no/such/dir/state.bin", t_tmpdir());
     CHECK_STATUS(hpt_state_save(nodir, m, o, &ao, &pos), HPT_ERR_IO);
     hpt_optim_free(o);
-    hpt_gpt2_free(m);
+    hpt_model_free(m);
 
     struct stat st;
     stat(good, &st);
@@ -127,7 +127,7 @@ static void test_state_errors(hpt_mem *mem) {
     /* the good file is untouched by all of this */
     CHECK_OK(hpt_state_load(good, mem, &m, &o, &ao, &pos));
     hpt_optim_free(o);
-    hpt_gpt2_free(m);
+    hpt_model_free(m);
 }
 
 static void test_checkpoint(hpt_mem *mem) {
@@ -135,14 +135,14 @@ static void test_checkpoint(hpt_mem *mem) {
     snprintf(path, sizeof path, "%s/run_a/model.bin", t_tmpdir());
     snprintf(bad, sizeof bad, "%s/bad_model.bin", t_tmpdir());
     hpt_gpt2 *m, *m2 = NULL;
-    CHECK_OK(hpt_gpt2_load(mem, path, &m));
-    size_t n = hpt_gpt2_get_num_params(m);
+    CHECK_OK(hpt_model_load(mem, path, &m));
+    size_t n = hpt_model_num_params(m);
     /* version 5 (bf16): the same weights rounded toward zero to bf16 */
     FILE *f = fopen(bad, "wb");
-    const hpt_gpt2_config *c = hpt_gpt2_get_config(m);
+    const hpt_model_config *c = hpt_model_get_config(m);
     int32_t h[256] = {20240326, 5, c->maxT, c->V, c->L, c->NH, c->C, c->Vp};
     fwrite(h, 4, 256, f);
-    const float *p = hpt_gpt2_params(m);
+    const float *p = hpt_model_params(m);
     for (size_t i = 0; i < n; i++) {
         uint32_t u;
         memcpy(&u, &p[i], 4);
@@ -150,33 +150,33 @@ static void test_checkpoint(hpt_mem *mem) {
         fwrite(&b, 2, 1, f);
     }
     fclose(f);
-    CHECK_OK(hpt_gpt2_load(mem, bad, &m2));
+    CHECK_OK(hpt_model_load(mem, bad, &m2));
     if (m2) {
         double worst = 0;
         for (size_t i = 0; i < n; i++) {
-            double d = fabs((double)hpt_gpt2_params(m2)[i] - (double)p[i]);
+            double d = fabs((double)hpt_model_params(m2)[i] - (double)p[i]);
             double r = d / (fabs((double)p[i]) + 1e-30);
             if (p[i] != 0.0f && r > worst) worst = r;
         }
         CHECK_MSG(worst < 1.0 / 128, "bf16 load error %g", worst); /* 8 significant bits */
-        hpt_gpt2_free(m2);
+        hpt_model_free(m2);
     }
     /* the llm.c file round trip is exact */
     char again[512];
     snprintf(again, sizeof again, "%s/again_model.bin", t_tmpdir());
-    CHECK_OK(hpt_gpt2_save(m, again));
-    CHECK_OK(hpt_gpt2_load(mem, again, &m2));
+    CHECK_OK(hpt_model_save(m, again));
+    CHECK_OK(hpt_model_load(mem, again, &m2));
     if (m2) {
-        CHECK(memcmp(hpt_gpt2_params(m), hpt_gpt2_params(m2), n * 4) == 0);
-        hpt_gpt2_free(m2);
+        CHECK(memcmp(hpt_model_params(m), hpt_model_params(m2), n * 4) == 0);
+        hpt_model_free(m2);
     }
-    hpt_gpt2_free(m);
+    hpt_model_free(m);
     struct stat st;
     stat(path, &st);
     corrupt_copy(path, bad, -1, (long)st.st_size - 4, 0);
-    CHECK_STATUS(hpt_gpt2_load(mem, bad, &m2), HPT_ERR_FORMAT);
+    CHECK_STATUS(hpt_model_load(mem, bad, &m2), HPT_ERR_FORMAT);
     corrupt_copy(path, bad, 0, -1, 0);
-    CHECK_STATUS(hpt_gpt2_load(mem, bad, &m2), HPT_ERR_FORMAT);
+    CHECK_STATUS(hpt_model_load(mem, bad, &m2), HPT_ERR_FORMAT);
     CHECK(strstr(hpt_last_error(), "magic") != NULL);
     int32_t seven = 7;
     corrupt_copy(path, bad, -1, -1, 0);
@@ -184,9 +184,9 @@ static void test_checkpoint(hpt_mem *mem) {
     fseek(f, 4, SEEK_SET);
     fwrite(&seven, 4, 1, f);
     fclose(f);
-    CHECK_STATUS(hpt_gpt2_load(mem, bad, &m2), HPT_ERR_FORMAT);
+    CHECK_STATUS(hpt_model_load(mem, bad, &m2), HPT_ERR_FORMAT);
     CHECK(strstr(hpt_last_error(), "version 7") != NULL);
-    CHECK_STATUS(hpt_gpt2_load(mem, "/nonexistent/model.bin", &m2), HPT_ERR_IO);
+    CHECK_STATUS(hpt_model_load(mem, "/nonexistent/model.bin", &m2), HPT_ERR_IO);
 }
 
 static void test_shards(hpt_mem *mem) {

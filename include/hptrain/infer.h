@@ -60,7 +60,7 @@ const float *hpt_infer_logits(const hpt_infer *inf);
  * Allocates (64, Vp) logits for the call; leaves the cache empty. */
 hpt_status hpt_infer_loss(hpt_infer *inf, const int32_t *inputs, const int32_t *targets, int B,
                           int T, float *loss_out);
-/* As hpt_gpt2_generate; when the cache is full it restarts from the last ctx/2 tokens. */
+/* As hpt_model_generate; when the cache is full it restarts from the last ctx/2 tokens. */
 hpt_status hpt_infer_generate(hpt_infer *inf, int32_t *tokens, int n_prompt, int n_new,
                               float temperature, int top_k, uint64_t seed);
 

@@ -156,7 +156,7 @@ void hpt_ref_state_free(hpt_mem *mem, const hpt_model_config *cfg, hpt_ref_state
 
 /* ---- io: a GPT-2 checkpoint's shape --------------------------------------------------- */
 
-/* The shape in an llm.c GPT-2 checkpoint's header, checked as hpt_gpt2_load checks it (magic,
+/* The shape in an llm.c GPT-2 checkpoint's header, checked as hpt_model_load checks it (magic,
  * version, shape, file size); the payload is not read (src/io/llmc.c). */
 hpt_status hpt_model_read_config(const char *path, hpt_model_config *out);
 
@@ -168,7 +168,7 @@ hpt_status hpt_model_read_config(const char *path, hpt_model_config *out);
  * off active, straight into the engine's host or disk homes, slice by slice): no copy of the
  * checkpoint is ever whole in memory. Names, shapes and dtypes are checked before anything is
  * read; errors name the file and the tensor. The llm.c loaders (hpt_model_load,
- * hpt_gpt2_load_offload, hpt_gpt2_read_config, hpt_infer_load) take a directory too. */
+ * hpt_model_load_offload, hpt_model_read_config, hpt_infer_load) take a directory too. */
 hpt_status hpt_model_load_hf(hpt_mem *mem, const char *dir, const hpt_offload_opts *off,
                              hpt_model **out);
 /* Writes config.json and safetensors (dtype HPT_DTYPE_F32 or HPT_DTYPE_BF16, rounded to nearest

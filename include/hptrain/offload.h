@@ -32,8 +32,8 @@
  *                  it; clipping then uses the previous step's global norm (none at the first
  *                  step). With clipping off, the same bits as the unfused update, for every
  *                  optimizer and state width.
- * An active engine (any home not DEVICE, or fused) changes what hpt_gpt2_params() and
- * hpt_gpt2_grads() return: NULL (the blocks are not in one buffer); hpt_gpt2_copy_params()
+ * An active engine (any home not DEVICE, or fused) changes what hpt_model_params() and
+ * hpt_model_grads() return: NULL (the blocks are not in one buffer); hpt_model_copy_params()
  * gathers the weights in checkpoint order, and checkpoints are saved and loaded (the
  * *_load_offload calls) in the same formats as without the engine. Gradient accumulation works in exact mode (a later
  * micro-batch's backward adds to the block's gradients brought back from their home), not
@@ -80,7 +80,7 @@ const char *hpt_grad_home_name(hpt_grad_home g);
  * bf16 with the blocks' rounding (hpt_offload_opts.weights: bf16-sr or bf16-kahan, whose
  * compensation the training state saves as the section "emb_comp"). lnfw, lnfb stay fp32. A
  * forward without targets (the full logits) is refused; sampling and checks copy the weights
- * out (hpt_gpt2_copy_params). Clipping is the fused update's (the previous step's norm); wte's
+ * out (hpt_model_copy_params). Clipping is the fused update's (the previous step's norm); wte's
  * chunks are part of this step's norm. Results equal FULL's up to the reduction order of the
  * chunked sums (docs/optimizers.md). */
 typedef enum { HPT_EMB_FULL = 0, HPT_EMB_CHUNKED, HPT_EMB_BF16, HPT_EMB_COUNT } hpt_embeddings;

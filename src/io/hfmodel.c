@@ -284,7 +284,7 @@ hpt_status hpt_model_load_hf(hpt_mem *mem, const char *dir, const hpt_offload_op
     hpt_status s = map_config(&hc, &d, &mp, &g);
     if (s == HPT_OK) s = check_names(&mp, &d, dir, &tmax);
     hpt_model *m = NULL;
-    if (s == HPT_OK) s = hpt_gpt2_create_offload(mem, &g, off, &m);
+    if (s == HPT_OK) s = hpt_model_create_config_offload(mem, &g, off, &m);
     hf_reader r = {.mp = &mp, .d = &d, .mem = mem, .tcap = tmax};
     for (int i = 0; i < 2 && s == HPT_OK && tmax; i++) {
         hpt_mem_set_name(mem, "hf transpose staging");
@@ -306,7 +306,7 @@ hpt_status hpt_model_load_hf(hpt_mem *mem, const char *dir, const hpt_offload_op
 }
 
 /* io_llmc_stream's contract over a model directory (the inference engine's loader). */
-hpt_status io_hf_stream(hpt_mem *mem, const char *dir, const hpt_gpt2_config *cfg,
+hpt_status io_hf_stream(hpt_mem *mem, const char *dir, const hpt_model_config *cfg,
                         const size_t *row_width, size_t stage_bytes, io_llmc_rows_fn fn,
                         void *ctx) {
     hf_config hc;

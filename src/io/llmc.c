@@ -72,9 +72,9 @@ hpt_status hpt_model_load_offload(hpt_mem *mem, const char *path, const hpt_offl
     hpt_model_config cfg = {.maxT = h[2], .V = h[3], .L = h[4], .NH = h[5], .C = h[6], .Vp = h[7]};
     if (cfg.Vp == 0) cfg.Vp = cfg.V; /* version-1 era files carry no padded size */
     model_config_fill(&cfg);
-    s = hpt_gpt2_config_check(&cfg);
+    s = hpt_model_config_check(&cfg);
     if (s != HPT_OK) { fclose(f); return hpt_fail_ctx(s, "%s", path); }
-    size_t n = hpt_gpt2_num_params(&cfg), esz = h[1] == 3 ? 4 : 2;
+    size_t n = hpt_model_config_num_params(&cfg), esz = h[1] == 3 ? 4 : 2;
     if (size != 1024 + (uint64_t)n * esz) {
         fclose(f);
         return hpt_fail(HPT_ERR_FORMAT, "%s: %llu bytes, but its header (L=%d C=%d V=%d Vp=%d maxT=%d) "
@@ -82,7 +82,7 @@ hpt_status hpt_model_load_offload(hpt_mem *mem, const char *path, const hpt_offl
                         cfg.maxT, (unsigned long long)(1024 + (uint64_t)n * esz));
     }
     hpt_gpt2 *m;
-    s = hpt_gpt2_create_offload(mem, &cfg, off, &m);
+    s = hpt_model_create_config_offload(mem, &cfg, off, &m);
     if (s != HPT_OK) { fclose(f); return s; }
     float *params = model_params(m);
     /* a GPU's: staged; a forward-only model has no gradients to stage bf16 in: in place */
@@ -113,7 +113,7 @@ static hpt_status emit_atomic(void *ctx, const float *x, size_t n) {
 }
 
 hpt_status hpt_model_save(const hpt_gpt2 *m, const char *path) {
-    const hpt_model_config *c = hpt_gpt2_get_config(m);
+    const hpt_model_config *c = hpt_model_get_config(m);
     if (c->arch != HPT_ARCH_GPT2)
         return hpt_fail(HPT_ERR_UNSUPPORTED, "%s: llm.c's checkpoint format holds GPT-2 only; a "
                         "%s model is saved as a Hugging Face directory", path, hpt_model_arch(m));
@@ -132,7 +132,7 @@ hpt_status hpt_model_save(const hpt_gpt2 *m, const char *path) {
 
 static size_t ref_sizes(const hpt_model_config *cfg, int B, int T, size_t *n_logits) {
     *n_logits = (size_t)B * T * cfg->V;
-    return hpt_gpt2_num_params(cfg);
+    return hpt_model_config_num_params(cfg);
 }
 
 void hpt_ref_state_free(hpt_mem *mem, const hpt_model_config *cfg, hpt_ref_state *s) {
@@ -189,7 +189,7 @@ hpt_status hpt_ref_state_load(const char *path, hpt_mem *mem, const hpt_model_co
     return s;
 }
 
-/* The header checks of hpt_gpt2_load without the payload: the estimator and the trainer's
+/* The header checks of hpt_model_load without the payload: the estimator and the trainer's
  * budget check learn a checkpoint's shape before anything is allocated for it. */
 hpt_status hpt_model_read_config(const char *path, hpt_model_config *out) {
     if (io_is_dir(path)) return io_hf_read_config(path, out); /* Hugging Face */
@@ -209,9 +209,9 @@ hpt_status hpt_model_read_config(const char *path, hpt_model_config *out) {
     hpt_model_config cfg = {.maxT = h[2], .V = h[3], .L = h[4], .NH = h[5], .C = h[6], .Vp = h[7]};
     if (cfg.Vp == 0) cfg.Vp = cfg.V;
     model_config_fill(&cfg);
-    s = hpt_gpt2_config_check(&cfg);
+    s = hpt_model_config_check(&cfg);
     if (s != HPT_OK) return hpt_fail_ctx(s, "%s", path);
-    size_t n = hpt_gpt2_num_params(&cfg), esz = h[1] == 3 ? 4 : 2;
+    size_t n = hpt_model_config_num_params(&cfg), esz = h[1] == 3 ? 4 : 2;
     if (size != 1024 + (uint64_t)n * esz)
         return hpt_fail(HPT_ERR_FORMAT, "%s: %llu bytes, but its header (L=%d C=%d V=%d Vp=%d maxT=%d) "
                         "needs %llu (truncated or corrupt)", path, (unsigned long long)size, cfg.L,

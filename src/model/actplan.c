@@ -12,7 +12,7 @@
  *             buffer the backward reads, born the time point before its backward (the prefetch).
  * hpt_arena_plan assigns offsets; the arena is one device allocation, grown when a plan needs
  * more and kept otherwise. Invariant: the plan's bytes per tier are what the run allocates
- * (hpt_gpt2_act_tier_bytes, which the estimator reports, plans with this same function). The
+ * (hpt_model_act_tier_bytes, which the estimator reports, plans with this same function). The
  * profiler sees each buffer's birth and death as arena events (act_enter). */
 #include "core/core.h"
 #include "mem/arena.h"
@@ -176,7 +176,7 @@ static size_t plan_acts(const hpt_arch *A, const hpt_arch_ctx *x, const hpt_act_
     return size;
 }
 
-/* The plan's bytes per tier (see hpt_gpt2_act_tier_bytes); HPT_ERR_OOM when it cannot plan. */
+/* The plan's bytes per tier (see hpt_model_act_tier_bytes); HPT_ERR_OOM when it cannot plan. */
 static hpt_status plan_tiers(const hpt_model_config *cfg, int B, int T, const hpt_act_opts *o,
                              int vc, uint64_t out[HPT_TIER_COUNT]) {
     const hpt_arch *A = hpt_arch_of(cfg);

@@ -74,7 +74,7 @@ typedef struct hpt_block_store {
 /* ---- binding a store to a model (its owner, src/offload/bind.c, calls these) ---- */
 /* A model whose blocks live in a store: its flat buffers hold the non-block tensors only (and
  * o->embeddings' buffers, model/embed.c). Unusable until gpt2_bind_blocks (or hpt_model_free).
- * cfg and o are checked by the caller. Failures are wrapped as hpt_gpt2_create's. */
+ * cfg and o are checked by the caller. Failures are wrapped as hpt_model_create_config's. */
 hpt_status gpt2_create_unbound(hpt_mem *mem, const hpt_model_config *cfg,
                                const hpt_offload_opts *o, hpt_gpt2 **out);
 /* The packed layout a store keeps: L blocks of *n_slices slices of slice_n[i] floats (borrowed

@@ -12,7 +12,7 @@
  * A forward-only model (hpt_model_create_forward, hpt_model_load_forward) is created without its
  * gradient buffer, as if hpt_model_release_grads had run at birth; hpt_model_acquire_grads gives
  * it one later. The loaders reach create() through io and the offload layer (io's
- * hpt_model_load_forward -> hpt_gpt2_create_offload -> create), so the request travels as a
+ * hpt_model_load_forward -> hpt_model_create_config_offload -> create), so the request travels as a
  * per-thread flag that io sets around that call only (model_create_forward_only).
  * States: created -> (forward -> [backward]) * ; backward without a forward with targets is
  * refused with HPT_ERR_INVALID (runner.c). */

@@ -141,7 +141,7 @@ void gpt2_nonblock_bytes(const hpt_model_config *c, const hpt_offload_opts *o, u
 int gpt2_vocab_chunk(const hpt_model_config *c, const hpt_offload_opts *o);
 /* HPT_ERR_INVALID when a chunk's values (rows * C) are not a multiple of HPT_Q8_BLOCK. */
 hpt_status gpt2_vocab_chunk_check(const hpt_model_config *c, const hpt_offload_opts *o);
-/* hpt_gpt2_act_tier_bytes with a head of vc vocabulary rows at a time (0: all). */
+/* hpt_model_act_tier_bytes with a head of vc vocabulary rows at a time (0: all). */
 hpt_status gpt2_act_tier_bytes_vc(const hpt_model_config *cfg, int B, int T,
                                   const hpt_act_opts *o, int vc, uint64_t out[HPT_TIER_COUNT]);
 

@@ -3,7 +3,7 @@
  * layout, and the engine is bound to the model as its block store (model/blocks.h); the model
  * then owns the engine (hpt_model_free frees it) and keeps it as m->eng for the modules above.
  * Allocation order (the profiler's events): the model's parameters, gradients and embedding
- * buffers, then the engine's. Without an active offload this is hpt_gpt2_create. Loading into
+ * buffers, then the engine's. Without an active offload this is hpt_model_create_config. Loading into
  * such a model is io's (hpt_model_load_offload): the engine calls nothing above it. */
 #include "core/core.h"
 #include "model/blocks.h"

@@ -169,7 +169,7 @@ void optim_plan_layout(const hpt_model_config *c, const hpt_tensor_table *t,
 }
 
 uint64_t hpt_optim_state_bytes(const hpt_model_config *cfg, const hpt_adamw_opts *o) {
-    if (check_opts(o) != HPT_OK || hpt_gpt2_config_check(cfg) != HPT_OK) return 0;
+    if (check_opts(o) != HPT_OK || hpt_model_config_check(cfg) != HPT_OK) return 0;
     hpt_tensor_table t;
     model_describe(cfg, &t);
     layout L;
@@ -424,7 +424,7 @@ hpt_status optim_create_units(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opt
     op->nbcut = eng_zemb_on(eng);
     if (op->nbcut && op->eng_homes) optim_cut_of(op, eng, hpt_dist_rank(), ca, cz);
     int cuts = op->cut || op->nbcut;
-    optim_plan_layout(hpt_gpt2_get_config(model), op->tab, o, op->eng_homes, u_lo, u_hi,
+    optim_plan_layout(hpt_model_get_config(model), op->tab, o, op->eng_homes, u_lo, u_hi,
                 cuts ? ca : NULL, cuts ? cz : NULL, &op->lay);
     op->unit_sumsq = calloc(op->n_units ? op->n_units : 1, sizeof(double));
     if (!op->unit_sumsq) {
@@ -528,7 +528,7 @@ hpt_status optim_emit_moment(const hpt_optim *op, int which, gpt2_emit_fn emit, 
     if (!op->nbcut) return gpt2_emit(op->model, which ? EB_V : EB_M, op->buf[which ? B_V : B_M], emit, ctx);
     /* the non-block parts gathered from their owners into a whole flat copy (collective) */
     struct offload_engine *eng = model_engine(op->model);
-    float *whole = malloc(gpt2_nonblock_floats(hpt_gpt2_get_config(op->model)) * sizeof(float) + 4);
+    float *whole = malloc(gpt2_nonblock_floats(hpt_model_get_config(op->model)) * sizeof(float) + 4);
     if (!whole) return hpt_fail(HPT_ERR_OOM, "a checkpoint's non-block optimizer state (ZeRO)");
     hpt_status s = eng_zemb_whole(eng, op->tab, op->buf[which ? B_V : B_M], whole);
     if (s == HPT_OK) s = gpt2_emit(op->model, which ? EB_V : EB_M, whole, emit, ctx);
@@ -541,7 +541,7 @@ hpt_status optim_absorb_moment(hpt_optim *op, int which, gpt2_read_fn read, void
         return hpt_fail(HPT_ERR_INVALID, "optim_absorb_moment: AdamW with 32-bit state only");
     if (!op->nbcut) return gpt2_absorb(op->model, which ? EB_V : EB_M, op->buf[which ? B_V : B_M], read, ctx);
     /* the file's whole non-block values read, this rank's part kept */
-    float *whole = malloc(gpt2_nonblock_floats(hpt_gpt2_get_config(op->model)) * sizeof(float) + 4);
+    float *whole = malloc(gpt2_nonblock_floats(hpt_model_get_config(op->model)) * sizeof(float) + 4);
     if (!whole) return hpt_fail(HPT_ERR_OOM, "a checkpoint's non-block optimizer state (ZeRO)");
     hpt_status s = gpt2_absorb(op->model, which ? EB_V : EB_M, whole, read, ctx);
     if (s == HPT_OK) eng_zemb_keep(model_engine(op->model), op->tab, whole, op->buf[which ? B_V : B_M]);

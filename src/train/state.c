@@ -172,7 +172,7 @@ static uint32_t tensor_crc(uint32_t crc, const hpt_backend *be, const void *p, s
 
 void state_pack_fields(const hpt_gpt2 *model, const hpt_optim *opt, const hpt_adamw_opts *ao,
                        const hpt_train_pos *pos, int64_t f[STATE_NFIELDS]) {
-    const hpt_model_config *c = hpt_gpt2_get_config(model);
+    const hpt_model_config *c = hpt_model_get_config(model);
     size_t num_params = hpt_model_num_params(model);
     int64_t g[NFIELDS] = {c->L, c->C, c->NH, c->V, c->Vp, c->maxT,
                           fbits(ao->lr), fbits(ao->beta1), fbits(ao->beta2), fbits(ao->eps),
@@ -193,7 +193,7 @@ hpt_status state_unpack_fields(const int64_t f[STATE_NFIELDS], const char *path,
     *c = (hpt_model_config){.L = (int)f[0], .C = (int)f[1], .NH = (int)f[2], .V = (int)f[3],
                             .Vp = (int)f[4], .maxT = (int)f[5]};
     unpack_arch(f, c);
-    hpt_status s = hpt_gpt2_config_check(c);
+    hpt_status s = hpt_model_config_check(c);
     if (s != HPT_OK) return hpt_fail_ctx(s, "%s", path);
     *ao = (hpt_adamw_opts){.lr = bitsf(f[6]), .beta1 = bitsf(f[7]), .beta2 = bitsf(f[8]),
                            .eps = bitsf(f[9]), .weight_decay = bitsf(f[10]),
@@ -459,7 +459,7 @@ static hpt_status load_state(const char *path, hpt_mem *mem, const hpt_offload_o
         c = (hpt_model_config){.L = (int)f[0], .C = (int)f[1], .NH = (int)f[2], .V = (int)f[3],
                               .Vp = (int)f[4], .maxT = (int)f[5]};
         unpack_arch(f, &c);
-        s = hpt_gpt2_config_check(&c);
+        s = hpt_model_config_check(&c);
         if (s != HPT_OK) s = hpt_fail_ctx(s, "%s", path);
     }
     size_t n = 0;
@@ -500,7 +500,7 @@ static hpt_status load_state(const char *path, hpt_mem *mem, const hpt_offload_o
     hpt_optim *o = NULL;
     hpt_optim_buf bufs[HPT_OPTIM_NUM_BUFS];
     crc_reader rd = {fp, path, 0};
-    if (s == HPT_OK) s = hpt_gpt2_create_offload(mem, &c, off, &m);
+    if (s == HPT_OK) s = hpt_model_create_config_offload(mem, &c, off, &m);
     if (s == HPT_OK) s = hpt_optim_create(mem, m, &ao, &o);
     if (s == HPT_OK) hpt_optim_state_buffers(o, bufs);
     if (s == HPT_OK && model_engine(m)) { /* scattered into the engine's homes as it is read */

@@ -556,7 +556,7 @@ hpt_status zero_load(const char *dir, const hpt_train_opts *o, hpt_mem *mem, dp_
     hpt_gpt2 *model = NULL;
     hpt_optim *op = NULL;
     const hpt_offload_opts *off = hpt_offload_active(&o->offload) ? &o->offload : NULL;
-    if (s == HPT_OK) s = hpt_gpt2_create_offload(mem, &c, off, &model);
+    if (s == HPT_OK) s = hpt_model_create_config_offload(mem, &c, off, &model);
     if (s == HPT_OK) s = dp_shard_init(o, model, z);
     if (s == HPT_OK) s = dp_optim_create(mem, model, &ao, z, &op);
     zside sd;
@@ -617,7 +617,7 @@ hpt_status zero_reshard(hpt_mem *mem, hpt_gpt2 *model, dp_shard *z, hpt_optim **
         return HPT_OK;
     }
     const hpt_adamw_opts *ao = hpt_optim_get_opts(*opt);
-    const hpt_model_config *c = hpt_gpt2_get_config(model);
+    const hpt_model_config *c = hpt_model_get_config(model);
     size_t nu = optim_units(model_table(model)), lo = z->ulo[z->rank], hi = z->uhi[z->rank];
     hpt_optim *op;
     HPT_CHECK(dp_optim_create(mem, model, ao, z, &op));

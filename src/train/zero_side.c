@@ -27,7 +27,7 @@ hpt_status zs_init(zside *s, hpt_gpt2 *model, hpt_optim *opt, const dp_shard *z)
     s->opt = opt;
     s->eng = model_engine(model);
     s->t = model_table(model);
-    s->c = *hpt_gpt2_get_config(model);
+    s->c = *hpt_model_get_config(model);
     s->ao = *hpt_optim_get_opts(opt);
     s->nu = optim_units(s->t);
     if (model_backend(model) != hpt_backend_cpu()) /* the pieces are copied with the CPU */
