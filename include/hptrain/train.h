@@ -91,14 +91,15 @@ const hpt_schedule *hpt_trainer_schedule(const hpt_trainer *tr);
 /* ---- train: verification against a PyTorch reference state -------------------------- */
 
 #define HPT_VERIFY_MAX_STEPS 64
+#define HPT_VERIFY_MAX_TENSORS 16 /* the first tensors of the table compared (GPT-2: all) */
 typedef struct {
     hpt_model_config cfg;
     int B, T;
     double logits_rel_err;                       /* ||ours - ref|| / ||ref|| over (B,T,V) */
     double loss_rel_err;
     float loss, ref_loss;
-    double grad_rel_err[HPT_GPT2_NUM_TENSORS];   /* norm-wise, per tensor */
-    const char *grad_name[HPT_GPT2_NUM_TENSORS];
+    double grad_rel_err[HPT_VERIFY_MAX_TENSORS]; /* norm-wise, per tensor */
+    const char *grad_name[HPT_VERIFY_MAX_TENSORS];
     int n_grads;                                 /* entries of grad_name, grad_rel_err */
     int n_steps;                                 /* AdamW steps compared (0: no steps file) */
     float step_loss[HPT_VERIFY_MAX_STEPS], ref_step_loss[HPT_VERIFY_MAX_STEPS];
