@@ -29,7 +29,7 @@
 hpt_plan_opts hpt_plan_defaults(void) {
     hpt_plan_opts o;
     memset(&o, 0, sizeof o);
-    hpt_gpt2_config_parse("gpt2-124m", &o.cfg);
+    hpt_model_config_parse("gpt2-124m", &o.cfg);
     o.B = 4;
     o.T = 64;
     o.training = 1;
@@ -116,7 +116,7 @@ static hpt_status hybrid_bytes(const hpt_plan_opts *o, hpt_estimate *out) {
                                hpt_infer_loss_bytes_for(&o->cfg);
     } else if (checks) {
         uint64_t at[HPT_TIER_COUNT];
-        HPT_CHECK(hpt_gpt2_act_tier_bytes(&o->cfg, 1, o->T, &o->act, at));
+        HPT_CHECK(hpt_model_act_tier_bytes(&o->cfg, 1, o->T, &o->act, at));
         pp[HPT_TIER_DEVICE] += at[HPT_TIER_DEVICE];
         pp[HPT_TIER_HOST] += at[HPT_TIER_HOST];
         pp[HPT_TIER_DISK] += at[HPT_TIER_DISK];
@@ -130,7 +130,7 @@ static hpt_status hybrid_bytes(const hpt_plan_opts *o, hpt_estimate *out) {
 hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     memset(out, 0, sizeof *out);
     const hpt_model_config *c = &o->cfg;
-    HPT_CHECK(hpt_gpt2_config_check(c));
+    HPT_CHECK(hpt_model_config_check(c));
     if (o->B < 1 || o->T < 1)
         return hpt_fail(HPT_ERR_INVALID, "batch %d and sequence %d must be >= 1", o->B, o->T);
     if (o->T > c->maxT)
@@ -149,8 +149,8 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
 
     uint64_t np = hpt_model_config_num_params(c), BT = (uint64_t)o->B * (uint64_t)o->T;
     uint64_t *dev = out->bytes[HPT_TIER_DEVICE];
-    dev[HPT_CAT_PARAMS] = np * 4;                     /* hpt_gpt2_create */
-    /* hpt_gpt2_create; forward-only: hpt_model_load_forward, none (the engine's: below) */
+    dev[HPT_CAT_PARAMS] = np * 4;                     /* hpt_model_create_config */
+    /* hpt_model_create_config; forward-only: hpt_model_load_forward, none (the engine's: below) */
     dev[HPT_CAT_GRADS] = o->training ? np * 4 : 0;
     /* ZeRO (docs/zero.md): stages 1, 2 over procs processes hold the optimizer state of process
      * rank's run of units; stage 2 also only its run's summed gradients (below) */
@@ -193,7 +193,7 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
         int mv_homes = hpt_optim_mv_homes(&o->adamw);
         if (o->training) HPT_CHECK(eng_check_optim(&o->offload, mv_homes));
         uint64_t nf = gpt2_nonblock_floats(c), eb[HPT_TIER_COUNT][HPT_CAT_COUNT];
-        /* hpt_gpt2_create_offload, with the embeddings' own buffers (src/model/embed.c) */
+        /* hpt_model_create_config_offload, with the embeddings' own buffers (src/model/embed.c) */
         gpt2_nonblock_bytes(c, &o->offload, &dev[HPT_CAT_PARAMS], &dev[HPT_CAT_GRADS]);
         apart_bytes = dev[HPT_CAT_GRADS]; /* the flat gradients: the blocks' are the engine's */
         hpt_tensor_table tab;
