@@ -692,7 +692,7 @@ static void check_model(const hpt_model_config *cfgp, const char *label) {
     double l1 = model_loss(model, inp, tgt, B, T), l2 = model_loss(model, inp, tgt, B, T);
     CHECK_MSG(l1 == l2 && l1 == (double)loss, "forward is not deterministic");
 
-    hpt_gpt2_tensor tens[T_MAX_TENSORS];
+    t_tensor tens[T_MAX_TENSORS];
     const int nt = t_tensors_of(&cfg, tens, NULL);
     int checked = 0, meaningful = 0;
     double worst = 0.0;

@@ -34,11 +34,12 @@ int main(void) {
     hpt_model_init_random(b, 43);
     CHECK(memcmp(hpt_model_params(a), hpt_model_params(b), n * 4) != 0);
 
-    hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
-    hpt_gpt2_tensors(&cfg, t);
+    t_tensor t[T_MAX_TENSORS];
+    int nt = t_tensors_of(&cfg, t, NULL);
+    CHECK(nt == 16);
     const float *p = hpt_model_params(a);
     double resid = 0.02 / sqrt(2.0 * cfg.L);
-    for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) {
+    for (int i = 0; i < nt; i++) {
         const float *x = p + t[i].offset;
         size_t m = t[i].numel;
         if (!strcmp(t[i].name, "wte")) {

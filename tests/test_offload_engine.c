@@ -552,7 +552,7 @@ static int is_block_tensor(const char *name) {
 static void test_bf16_weights(void) {
     hpt_model_config cfg;
     CHECK_OK(hpt_model_config_parse(SHAPE, &cfg));
-    hpt_gpt2_tensor t[T_MAX_TENSORS];
+    t_tensor t[T_MAX_TENSORS];
     const int nt = t_tensors_of(&cfg, t, NULL);
     hpt_train_opts o = opts(0.0f);
     run_out ref;
@@ -767,7 +767,7 @@ static size_t count_nonzero(const uint16_t *c, size_t n) {
 static void test_kahan_resume(void) {
     hpt_model_config cfg;
     CHECK_OK(hpt_model_config_parse(SHAPE, &cfg));
-    hpt_gpt2_tensor t[T_MAX_TENSORS];
+    t_tensor t[T_MAX_TENSORS];
     const int nt = t_tensors_of(&cfg, t, NULL);
     size_t n = hpt_model_config_num_params(&cfg);
     struct {

@@ -288,11 +288,10 @@ static void ref_steps(const hpt_adamw_opts *o, int steps, const float *p0, doubl
     hpt_model_config cfg;
     hpt_model_config_parse(SHAPE, &cfg);
     size_t n = hpt_model_config_num_params(&cfg);
-    hpt_gpt2_tensor t[T_MAX_TENSORS];
+    t_tensor t[T_MAX_TENSORS];
     size_t last[T_MAX_TENSORS] = {0};
-    int nt = HPT_GPT2_NUM_TENSORS, gpt2 = cfg.arch == HPT_ARCH_GPT2;
-    if (gpt2) hpt_gpt2_tensors(&cfg, t);
-    else nt = t_tensors_of(&cfg, t, last);
+    int gpt2 = cfg.arch == HPT_ARCH_GPT2;
+    int nt = t_tensors_of(&cfg, t, gpt2 ? NULL : last);
     double *m = calloc(n, 8), *v = calloc(n, 8);
     float *g = malloc(n * 4);
     for (size_t i = 0; i < n; i++) p[i] = p0[i];

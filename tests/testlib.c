@@ -222,7 +222,7 @@ void t_make_shards(uint32_t seed, int mod, int period, int stride, size_t n_trai
     free(toks);
 }
 
-int t_tensors_of(const hpt_model_config *cfg, hpt_gpt2_tensor t[T_MAX_TENSORS], size_t *last) {
+int t_tensors_of(const hpt_model_config *cfg, t_tensor t[T_MAX_TENSORS], size_t *last) {
     static const char *const names[] = {"wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb",
                                         "attprojw", "attprojb", "ln2w", "ln2b", "fcw", "fcb",
                                         "fcprojw", "fcprojb", "lnfw", "lnfb", "lm_head"};

@@ -66,10 +66,15 @@ void t_check_resume(hpt_mem *mem, const hpt_train_opts *o, int64_t stop, size_t 
  * peak measured on mem; what names the run in a failure. */
 void t_check_estimate(const hpt_mem *mem, const hpt_train_opts *o, const char *what);
 /* The tensors of cfg's table (any architecture) in checkpoint order, from a model's
- * hpt_tensor_info, as GPT-2's legacy descriptor (name a static string; offset, numel,
+ * hpt_tensor_info, with their offsets in the flat buffer (name a static string; offset, numel,
  * is_matrix), and each one's last dimension into last (may be NULL); returns their count. */
 #define T_MAX_TENSORS 32
-int t_tensors_of(const hpt_model_config *cfg, hpt_gpt2_tensor t[T_MAX_TENSORS], size_t *last);
+typedef struct {
+    const char *name;
+    size_t offset, numel; /* floats */
+    int is_matrix;
+} t_tensor;
+int t_tensors_of(const hpt_model_config *cfg, t_tensor t[T_MAX_TENSORS], size_t *last);
 /* Bytes live on the device tier, all categories. */
 uint64_t t_device_live(const hpt_mem *mem);
 

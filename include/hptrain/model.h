@@ -8,9 +8,9 @@
  *   for (int i = 0; i < hpt_model_num_tensors(m); i++) { hpt_tensor_info t;
  *       hpt_model_tensor(m, i, &t); }                               // name, dtype, shape, layer
  *
- * One object type serves every architecture (src/model/arch.h: GPT-2 today); hpt_gpt2 is the
- * same type, and the hpt_gpt2_* calls on a model object are thin wrappers of the hpt_model_*
- * ones, kept for one release. A model's weights, gradients and activations come from the
+ * One object type serves every architecture (src/model/arch.h: GPT-2 and the llama family);
+ * hpt_gpt2 is the same type. The hpt_gpt2_* names of these calls are in the deprecated
+ * include/hptrain_gpt2.h, which nothing in hptrain includes. A model's weights, gradients and activations come from the
  * hpt_mem it was made with. What the activation arena keeps (recomputation, flash attention,
  * offload and compression of saved activations, a chunked head) is an hpt_act_opts, a
  * choice of the plan (hptrain/plan.h): every choice computes the same thing, bit for bit where
@@ -58,15 +58,6 @@ hpt_status hpt_model_config_parse(const char *shape, hpt_model_config *out);
 hpt_status hpt_model_config_check(const hpt_model_config *cfg);
 /* Number of parameters of the configuration (wte's and lm_head's padding rows included). */
 size_t hpt_model_config_num_params(const hpt_model_config *cfg);
-
-#define HPT_GPT2_NUM_TENSORS 16
-typedef struct {
-    const char *name; /* "wte", "wpe", "ln1w", ..., "lnfb" (llm.c's checkpoint order) */
-    size_t offset;    /* floats from the start of the parameter buffer */
-    size_t numel;     /* whole tensor, stacked over L for per-layer tensors */
-    int is_matrix;    /* 2-D weights (embeddings and linear weights): decayed by default */
-} hpt_gpt2_tensor;
-void hpt_gpt2_tensors(const hpt_model_config *cfg, hpt_gpt2_tensor out[HPT_GPT2_NUM_TENSORS]);
 
 typedef struct hpt_model hpt_model;
 typedef struct hpt_model hpt_gpt2; /* the same object: GPT-2 is one architecture */

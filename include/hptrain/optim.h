@@ -43,7 +43,7 @@ typedef struct {
     float beta1, beta2; /* SGD: beta1 is the momentum, beta2 unused */
     float eps;          /* AdamW, Adam-mini */
     float weight_decay; /* decoupled (AdamW, Lion, Adam-mini); coupled L2 for SGD, as PyTorch */
-    int decay_all;      /* 1: decay every tensor; 0: only matrices (hpt_gpt2_tensor.is_matrix) */
+    int decay_all;      /* 1: decay every tensor; 0: only matrices (hpt_tensor_info.is_matrix) */
     int optimizer;      /* hpt_optim_kind; 0 = AdamW */
     int state_bits;     /* 32 (or 0, read as 32) or 8 */
     int state32_embeddings; /* with 8-bit states: wte and wpe keep 32-bit state */

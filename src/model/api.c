@@ -2,7 +2,7 @@
  * SHAPE (hpt_model_config_parse: GPT-2's and llama's shapes), its
  * architecture's name, and its tensor table as public descriptors (hpt_tensor_info, borrowed
  * from the table the model keeps). The forward, backward and lifecycle calls live with the
- * runner (runner.c, lifecycle.c); the hpt_gpt2_* names are wrappers (compat.c). Loading and
+ * runner (runner.c, lifecycle.c). Loading and
  * saving are io's (io/llmc.c, io/hfmodel.c): the model calls nothing above it. */
 #include "core/core.h"
 #include "model/gpt2_int.h"

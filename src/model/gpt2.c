@@ -20,21 +20,21 @@
 
 static void describe(const hpt_model_config *cfg, hpt_tensor_table *out) {
     const int64_t L = cfg->L, C = cfg->C;
-    static const char *const names[HPT_GPT2_NUM_TENSORS] = {
+    static const char *const names[GPT2_NUM_TENSORS] = {
         "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
         "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
     /* shapes as llm.c's: the per-layer tensors stacked over L, linear weights (out, in) */
-    const int64_t shape[HPT_GPT2_NUM_TENSORS][3] = {
+    const int64_t shape[GPT2_NUM_TENSORS][3] = {
         {cfg->Vp, C}, {cfg->maxT, C}, {L, C},         {L, C},         {L, 3 * C, C},
         {L, 3 * C},   {L, C, C},      {L, C},         {L, C},         {L, C},
         {L, 4 * C, C}, {L, 4 * C},    {L, C, 4 * C},  {L, C},         {C},   {C}};
-    static const int ndim[HPT_GPT2_NUM_TENSORS] = {2, 2, 2, 2, 3, 2, 3, 2, 2, 2, 3, 2, 3, 2, 1, 1};
-    static const int matrix[HPT_GPT2_NUM_TENSORS] = {1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
+    static const int ndim[GPT2_NUM_TENSORS] = {2, 2, 2, 2, 3, 2, 3, 2, 2, 2, 3, 2, 3, 2, 1, 1};
+    static const int matrix[GPT2_NUM_TENSORS] = {1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
     memset(out, 0, sizeof *out);
-    out->n = HPT_GPT2_NUM_TENSORS;
+    out->n = GPT2_NUM_TENSORS;
     out->L = cfg->L;
     out->n_slices = GPT2_BLOCK_SLICES;
-    for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) {
+    for (int i = 0; i < GPT2_NUM_TENSORS; i++) {
         hpt_tensor_desc *d = &out->t[i];
         snprintf(d->name, sizeof d->name, "%s", names[i]);
         d->dtype = HPT_DT_F32;

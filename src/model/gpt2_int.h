@@ -55,7 +55,16 @@ typedef struct {
     float *fcprojb;  // (C)
 } gpt2_block;
 #define GPT2_BLOCK_SLICES 12
-#define GPT2_FIRST_BLOCK_TENSOR 2 /* tensor index (hpt_gpt2_tensors) of a block's slice 0 */
+#define GPT2_NUM_TENSORS 16
+#define GPT2_FIRST_BLOCK_TENSOR 2 /* tensor index (gpt2_spans) of a block's slice 0 */
+/* Where each of GPT-2's tensors lies in the flat buffer (llm.c's checkpoint order). */
+typedef struct {
+    const char *name; /* "wte", "wpe", "ln1w", ..., "lnfb" */
+    size_t offset;    /* floats from the start of the parameter buffer */
+    size_t numel;     /* whole tensor, stacked over L for per-layer tensors */
+    int is_matrix;    /* 2-D weights (embeddings and linear weights): decayed by default */
+} gpt2_span;
+void gpt2_spans(const hpt_model_config *cfg, gpt2_span out[GPT2_NUM_TENSORS]);
 
 /* Activations one block saves for its backward; all fp32 (model/gpt2.c's fields). */
 typedef struct {
