@@ -37,7 +37,6 @@ const struct hpt_backend *model_backend(const hpt_gpt2 *m) { return m->be; }
 
 int model_embeddings(const hpt_gpt2 *m) { return m->emb; }
 double model_wte_sumsq(const hpt_gpt2 *m) { return m->wte_sumsq; }
-int model_emb_deferred(const hpt_gpt2 *m, int i) { return emb_deferred(m, i); }
 double model_emb_sumsq(const hpt_gpt2 *m, int i) {
     return m->emb_untied && i == m->emb_head ? m->head_sumsq : m->wte_sumsq;
 }

@@ -273,10 +273,6 @@ size_t gpt2_block_floats(const hpt_model_config *cfg) {
     return s;
 }
 
-int gpt2_is_block_tensor(int i) {
-    return i >= GPT2_FIRST_BLOCK_TENSOR && i < GPT2_FIRST_BLOCK_TENSOR + GPT2_BLOCK_SLICES;
-}
-
 /* The non-block tensors back to back in checkpoint order (GPT-2: wte, wpe, lnfw, lnfb). */
 size_t gpt2_nonblock_offset(const hpt_model_config *cfg, int i) {
     hpt_tensor_table t;

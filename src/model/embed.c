@@ -433,3 +433,5 @@ void emb_backward_end(hpt_gpt2 *m, size_t rows) {
     m->head_sumsq = chunk_pass(m, &a, rows, m->emb_head, 1, 0);
     m->wte_sumsq = chunk_pass(m, &a, rows, 0, 0, 1);
 }
+
+int model_emb_deferred(const hpt_gpt2 *m, int i) { return emb_deferred(m, i); }

@@ -179,7 +179,9 @@ void gpt2_point_tensors(const hpt_model_config *cfg, float *base, gpt2_tensors *
 /* Floats of each block slice (GPT2_BLOCK_SLICES) and of one block. */
 void gpt2_block_slices(const hpt_model_config *cfg, size_t n[GPT2_BLOCK_SLICES]);
 size_t gpt2_block_floats(const hpt_model_config *cfg);
-int gpt2_is_block_tensor(int i);
+static inline int gpt2_is_block_tensor(int i) {
+    return i >= GPT2_FIRST_BLOCK_TENSOR && i < GPT2_FIRST_BLOCK_TENSOR + GPT2_BLOCK_SLICES;
+}
 
 /* ---- embed.c: chunked and bf16 tied embeddings (HPT_EMB_CHUNKED, HPT_EMB_BF16) ---- */
 /* Allocates what embeddings o->embeddings need beside params and grads (sets m->emb, m->Vc). */

@@ -201,20 +201,6 @@ void gpt2_bind_blocks(hpt_gpt2 *m, hpt_block_store *store, struct offload_engine
     m->eng = eng;
 }
 
-void hpt_model_free_activations(hpt_gpt2 *m) {
-    if (!m) return;
-    hpt_run *r = &m->run;
-    actstore_wait(m);
-    if (r->act_mem) act_enter(m, -1);
-    m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, r->act_mem, r->act_bytes);
-    r->act_mem = NULL;
-    r->act_bytes = 0;
-    actstore_release(m);
-    r->aB = r->aT = 0;
-    m->B = m->T = 0;
-    m->has_targets = 0;
-}
-
 void hpt_model_free(hpt_gpt2 *m) {
     if (!m) return;
     hpt_model_free_activations(m);
