@@ -4,7 +4,7 @@
  * same configuration without a store (flat buffers) is the reference. Checked:
  *   - initialisation through block_dest / store_block gives the flat model's parameters
  *     (gathered through the store by hpt_model_copy_params), bit for bit;
- *   - parameters scattered into the store (gpt2_absorb) are those the store then holds;
+ *   - parameters scattered into the store (model_absorb) are those the store then holds;
  *   - two forward/backward passes (the second accumulating: grad_slot's accumulate) under
  *     every:2 recomputation give the flat model's losses and gradients, bit for bit;
  *   - the runner calls the store in the order blocks.h states (begin_pass, acquire/release
@@ -169,11 +169,11 @@ int main(void) {
     CHECK_OK(hpt_model_create_config(mem, &cfg, &flat));
     hpt_offload_opts o;
     memset(&o, 0, sizeof o); /* embeddings FULL: the store holds the blocks only */
-    CHECK_OK(gpt2_create_unbound(mem, &cfg, &o, &m));
+    CHECK_OK(model_create_unbound(mem, &cfg, &o, &m));
     plain_store st = {.held = -1, .order_ok = 1};
     int freed = 0;
     st.freed = &freed;
-    gpt2_block_layout(m, &st.L, &st.ns, &st.slice_n);
+    model_block_layout(m, &st.L, &st.ns, &st.slice_n);
     CHECK(st.L == L && st.ns == GPT2_BLOCK_SLICES);
     for (int i = 0; i < st.ns; i++) st.bn += st.slice_n[i];
     st.p = malloc((size_t)L * st.bn * sizeof(float));
@@ -182,7 +182,7 @@ int main(void) {
     hpt_block_store bs = {&st,       ps_begin,   ps_acquire,    ps_release,     ps_grad_slot,
                           ps_grads_done, ps_overflow, ps_gather, ps_scatter, ps_block_dest,
                           ps_store_block, ps_stats,  ps_free};
-    gpt2_bind_blocks(m, &bs, NULL);
+    model_bind_blocks(m, &bs, NULL);
     CHECK(hpt_model_params(m) == NULL && hpt_model_grads(m) == NULL);
 
     /* initialisation through the store: the flat model's values */
@@ -203,7 +203,7 @@ int main(void) {
     for (size_t i = 0; i < np; i += 7) perturbed[i] *= 1.5f;
     memcpy(hpt_model_params(flat), perturbed, np * sizeof(float));
     read_ctx rc = {perturbed};
-    CHECK_OK(gpt2_absorb(m, EB_P, m->params, read_from, &rc));
+    CHECK_OK(model_absorb(m, EB_P, m->params, read_from, &rc));
     CHECK(rc.src == perturbed + np);
     CHECK_OK(hpt_model_copy_params(m, got));
     CHECK(!memcmp(got, perturbed, np * sizeof(float)));
@@ -244,7 +244,7 @@ int main(void) {
     static const int nonblock[] = {0, 1, 14, 15};
     for (int k = 0; k < 4; k++) {
         int i = nonblock[k];
-        CHECK_MSG(!memcmp(m->grads + gpt2_nonblock_offset(&cfg, i),
+        CHECK_MSG(!memcmp(m->grads + model_nonblock_offset(&cfg, i),
                           gf + hpt_table_offset(&m->tab, i),
                           hpt_tensor_numel(&m->tab.t[i]) * sizeof(float)),
                   "non-block tensor %d's gradient differs", i);
@@ -253,7 +253,7 @@ int main(void) {
     /* the rest of the table */
     int ovf = 1;
     st.log_n = 0;
-    CHECK_OK(gpt2_grads_overflow(m, &ovf));
+    CHECK_OK(model_grads_overflow(m, &ovf));
     CHECK(ovf == 0 && st.log_n == 2 && !strncmp(st.log, "o ", 2));
     hpt_offload_stats os;
     hpt_model_offload_stats(m, &os);

@@ -6,10 +6,10 @@
  * Face tensor covering a range of the slice's elements (rows concatenated, as llama's q|k|v),
  * or zero padding (wte's rows >= V): the architecture names them (hf_parts). A part stored
  * transposed (GPT-2's Conv1D) goes through two host buffers of its size.
- * Loading is a read stream in checkpoint order handed to gpt2_absorb, which fills the flat
+ * Loading is a read stream in checkpoint order handed to model_absorb, which fills the flat
  * buffer or, with the offload engine, each block slice in its home: values go from the file
  * (pread windows, converted from F32, BF16 or F16) to their place, and a checkpoint is never
- * whole in memory. Saving is the reverse stream (gpt2_emit) into the safetensors writer, into a
+ * whole in memory. Saving is the reverse stream (model_emit) into the safetensors writer, into a
  * temporary directory renamed over the target when complete. Before a load every name, shape
  * and dtype is checked, and every tensor of the files must be one the architecture uses (or a
  * known non-parameter buffer), so nothing is half-loaded because of a bad name. */
@@ -129,7 +129,7 @@ static hpt_status fill_slice(hf_reader *r, float *dst, uint64_t e, uint64_t m) {
     return HPT_OK;
 }
 
-/* gpt2_read_fn: the next n floats in checkpoint order. */
+/* model_read_fn: the next n floats in checkpoint order. */
 static hpt_status read_stream(void *ctx, float *dst, size_t n) {
     hf_reader *r = ctx;
     while (n) {
@@ -290,7 +290,7 @@ hpt_status hpt_model_load_hf(hpt_mem *mem, const char *dir, const hpt_offload_op
         hpt_mem_set_name(mem, "hf transpose staging");
         s = hpt_mem_alloc(mem, HPT_TIER_HOST, HPT_CAT_IO, tmax * sizeof(float), (void **)&r.tb[i]);
     }
-    if (s == HPT_OK) s = gpt2_absorb(m, EB_P, model_params(m), read_stream, &r);
+    if (s == HPT_OK) s = model_absorb(m, EB_P, model_params(m), read_stream, &r);
     if (s == HPT_OK && r.k != mp.tab.n)
         s = st_fail(HPT_ERR_INVALID, "%s: the model took fewer values than its table holds", dir);
     for (int i = 0; i < 2; i++)
@@ -357,7 +357,7 @@ typedef struct {
     float *tb[2];          /* a transposed part in hptrain's layout, then as stored */
 } hf_saver;
 
-/* gpt2_emit_fn: the next n floats in checkpoint order, written as the files' tensors. */
+/* model_emit_fn: the next n floats in checkpoint order, written as the files' tensors. */
 static hpt_status emit_stream(void *ctx, const float *x, size_t n) {
     hf_saver *sv = ctx;
     while (n) {
@@ -499,7 +499,7 @@ static hpt_status write_dir(hpt_model *m, const char *tmp, const hf_map *mp, int
     sv.tb[0] = tb;
     sv.tb[1] = tb ? tb + tmax : NULL;
     if (s == HPT_OK) s = st_writer_open(tmp, wt, n, shard_bytes, &sv.w);
-    if (s == HPT_OK) s = gpt2_emit(m, EB_P, model_params(m), emit_stream, &sv);
+    if (s == HPT_OK) s = model_emit(m, EB_P, model_params(m), emit_stream, &sv);
     if (s == HPT_OK) s = st_writer_close(sv.w);
     else if (sv.w) st_writer_abort(sv.w);
     free(tb);
@@ -516,7 +516,7 @@ hpt_status hpt_model_save_hf_from(const hpt_model *m, const char *dir, int dtype
                                   uint64_t shard_bytes, const char *src) {
     if (dtype != HPT_DTYPE_F32 && dtype != HPT_DTYPE_BF16)
         return st_fail(HPT_ERR_INVALID, "saving %s: dtype must be f32 or bf16", dir);
-    hpt_model *mm = (hpt_model *)(uintptr_t)m; /* gpt2_emit gathers an offloaded model: no change */
+    hpt_model *mm = (hpt_model *)(uintptr_t)m; /* model_emit gathers an offloaded model: no change */
     hf_map mp;
     memset(&mp, 0, sizeof mp);
     hf_config_from_model(hpt_model_get_config(m), &mp.hc);

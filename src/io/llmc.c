@@ -2,7 +2,7 @@
  * Readers check magic, version, shape and the exact file size before reading a payload, so
  * a wrong or truncated file fails with a one-line reason and nothing half-loaded. The payload
  * is the model's tensor table in checkpoint order (model/model.h): read into and written from
- * the model's flat buffer, or streamed through gpt2_absorb / gpt2_emit with the offload engine. */
+ * the model's flat buffer, or streamed through model_absorb / model_emit with the offload engine. */
 #include "core/core.h"
 #include "io/io_int.h"
 #include "kernels/backend.h"
@@ -89,7 +89,7 @@ hpt_status hpt_model_load_offload(hpt_mem *mem, const char *path, const hpt_offl
     if (model_engine(m) || model_backend(m) != hpt_backend_cpu() || !model_grads(m) ||
         model_grads_floats(m) < model_params_floats(m)) { /* ZeRO-2's: the blocks' away */
         ckpt_reader r = {f, path, esz == 2};
-        s = gpt2_absorb(m, EB_P, params, read_ckpt, &r);
+        s = model_absorb(m, EB_P, params, read_ckpt, &r);
     } else if (esz == 4) {
         s = io_read_exact(f, params, n * 4, path, "parameters");
     } else {
@@ -117,15 +117,15 @@ hpt_status hpt_model_save(const hpt_gpt2 *m, const char *path) {
     if (c->arch != HPT_ARCH_GPT2)
         return hpt_fail(HPT_ERR_UNSUPPORTED, "%s: llm.c's checkpoint format holds GPT-2 only; a "
                         "%s model is saved as a Hugging Face directory", path, hpt_model_arch(m));
-    hpt_gpt2 *mm = (hpt_gpt2 *)(uintptr_t)m; /* gpt2_emit's engine gathers: no change */
+    hpt_gpt2 *mm = (hpt_gpt2 *)(uintptr_t)m; /* model_emit's engine gathers: no change */
     int32_t h[256] = {0};
     h[0] = CKPT_MAGIC; h[1] = 3; h[2] = c->maxT; h[3] = c->V; h[4] = c->L;
     h[5] = c->NH; h[6] = c->C; h[7] = c->Vp;
     io_atomic w;
     HPT_CHECK(io_atomic_begin(&w, path));
     hpt_status s = io_atomic_write(&w, h, sizeof h);
-    if (s == HPT_OK) /* gpt2_emit gathers an offloaded model's blocks in checkpoint order */
-        s = gpt2_emit(mm, EB_P, model_params(mm), emit_atomic, &w);
+    if (s == HPT_OK) /* model_emit gathers an offloaded model's blocks in checkpoint order */
+        s = model_emit(mm, EB_P, model_params(mm), emit_atomic, &w);
     if (s != HPT_OK) { io_atomic_abort(&w); return s; }
     return io_atomic_commit(&w);
 }

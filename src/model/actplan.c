@@ -191,7 +191,7 @@ hpt_status hpt_model_act_tier_bytes(const hpt_model_config *cfg, int B, int T,
     return plan_tiers(cfg, B, T, o ? o : &d, 0, out);
 }
 
-hpt_status gpt2_act_tier_bytes_vc(const hpt_model_config *cfg, int B, int T,
+hpt_status model_act_tier_bytes_vc(const hpt_model_config *cfg, int B, int T,
                                   const hpt_act_opts *o, int vc, uint64_t out[HPT_TIER_COUNT]) {
     return plan_tiers(cfg, B, T, o, vc, out);
 }

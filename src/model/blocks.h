@@ -6,7 +6,7 @@
  *
  * A block is n_slices slices (block l's slice of each per-layer tensor, the arch's table
  * order), packed back to back: slice i starts slice_n[0] + ... + slice_n[i-1] floats into the
- * block (gpt2_block_layout). Every float * a store hands out is device memory of that layout.
+ * block (model_block_layout). Every float * a store hands out is device memory of that layout.
  *
  * The call order within a training step (runner.c; the engine's residency and prefetching
  * depend on it, so it is part of the contract):
@@ -23,7 +23,7 @@
  * their home), after which the slot is the store's again. A failed call leaves the store in a
  * state where free is safe; the runner stops the pass and reports the status.
  *
- * Ownership: the table and ctx belong to the store. A model bound to a store (gpt2_bind_blocks)
+ * Ownership: the table and ctx belong to the store. A model bound to a store (model_bind_blocks)
  * calls free(ctx) once, from hpt_model_free; nothing else frees it. Pointers a store hands out
  * are borrowed and valid until the matching release / the next grad_slot / store_block. */
 #ifndef HPT_MODEL_BLOCKS_H
@@ -73,15 +73,15 @@ typedef struct hpt_block_store {
 
 /* ---- binding a store to a model (its owner, src/offload/bind.c, calls these) ---- */
 /* A model whose blocks live in a store: its flat buffers hold the non-block tensors only (and
- * o->embeddings' buffers, model/embed.c). Unusable until gpt2_bind_blocks (or hpt_model_free).
+ * o->embeddings' buffers, model/embed.c). Unusable until model_bind_blocks (or hpt_model_free).
  * cfg and o are checked by the caller. Failures are wrapped as hpt_model_create_config's. */
-hpt_status gpt2_create_unbound(hpt_mem *mem, const hpt_model_config *cfg,
+hpt_status model_create_unbound(hpt_mem *mem, const hpt_model_config *cfg,
                                const hpt_offload_opts *o, hpt_gpt2 **out);
 /* The packed layout a store keeps: L blocks of *n_slices slices of slice_n[i] floats (borrowed
  * from the model). */
-void gpt2_block_layout(const hpt_gpt2 *m, int *L, int *n_slices, const size_t **slice_n);
+void model_block_layout(const hpt_gpt2 *m, int *L, int *n_slices, const size_t **slice_n);
 /* Binds store (ownership passes to the model: hpt_model_free frees it) and eng, the engine
  * behind it, which the model keeps as m->eng for the modules above it and never calls. */
-void gpt2_bind_blocks(hpt_gpt2 *m, hpt_block_store *store, struct offload_engine *eng);
+void model_bind_blocks(hpt_gpt2 *m, hpt_block_store *store, struct offload_engine *eng);
 
 #endif

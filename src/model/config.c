@@ -274,7 +274,7 @@ size_t gpt2_block_floats(const hpt_model_config *cfg) {
 }
 
 /* The non-block tensors back to back in checkpoint order (GPT-2: wte, wpe, lnfw, lnfb). */
-size_t gpt2_nonblock_offset(const hpt_model_config *cfg, int i) {
+size_t model_nonblock_offset(const hpt_model_config *cfg, int i) {
     hpt_tensor_table t;
     model_describe(cfg, &t);
     size_t off = 0;
@@ -283,8 +283,8 @@ size_t gpt2_nonblock_offset(const hpt_model_config *cfg, int i) {
     return off;
 }
 
-size_t gpt2_nonblock_floats(const hpt_model_config *cfg) {
+size_t model_nonblock_floats(const hpt_model_config *cfg) {
     hpt_tensor_table t;
     model_describe(cfg, &t);
-    return gpt2_nonblock_offset(cfg, t.n);
+    return model_nonblock_offset(cfg, t.n);
 }

@@ -39,7 +39,7 @@
  * those Vc * C values runs at once (emb_upd: the step's learning rate and the clip factor of the
  * previous step's norm, as every fused update). A chunk's logits depend only on its own rows of
  * wte, which are updated after their last use, so updating as we go is exact.
- * Chunks start at multiples of Vc * C values, a multiple of HPT_Q8_BLOCK (gpt2_vocab_chunk) and of
+ * Chunks start at multiples of Vc * C values, a multiple of HPT_Q8_BLOCK (model_vocab_chunk) and of
  * a row, so an 8-bit state's blocks and Adam-mini's per-row blocks never straddle two chunks,
  * and stochastic rounding's noise is keyed by the element's index: the update of a chunk is the
  * update of those values inside the whole tensor, bit for bit. What differs from FULL is only
@@ -64,7 +64,7 @@ static size_t gcd_size(size_t a, size_t b) {
     return a;
 }
 
-int gpt2_vocab_chunk(const hpt_model_config *c, const hpt_offload_opts *o) {
+int model_vocab_chunk(const hpt_model_config *c, const hpt_offload_opts *o) {
     if (!o || o->embeddings == HPT_EMB_FULL) return 0;
     int rows = o->vocab_chunk > 0 ? o->vocab_chunk : EMB_DEFAULT_ROWS;
     return rows < c->Vp ? rows : c->Vp;
@@ -120,11 +120,11 @@ int emb_deferred(const hpt_gpt2 *m, int i) {
     return m->emb != HPT_EMB_FULL && (i == m->emb_head || (m->emb_untied && i == 0));
 }
 
-void gpt2_nonblock_bytes(const hpt_model_config *c, const hpt_offload_opts *o, uint64_t *params,
+void model_nonblock_bytes(const hpt_model_config *c, const hpt_offload_opts *o, uint64_t *params,
                          uint64_t *grads) {
-    uint64_t nf = gpt2_nonblock_floats(c), C = (uint64_t)c->C;
+    uint64_t nf = model_nonblock_floats(c), C = (uint64_t)c->C;
     int e = o ? o->embeddings : HPT_EMB_FULL;
-    uint64_t vc = (uint64_t)gpt2_vocab_chunk(c, o);
+    uint64_t vc = (uint64_t)model_vocab_chunk(c, o);
     *params = nf * 4;
     *grads = nf * 4;
     if (e == HPT_EMB_FULL) return;
@@ -145,8 +145,8 @@ void emb_flat_floats(const hpt_gpt2 *m, size_t *n_flat, size_t *n_gflat) {
     if (m->emb == HPT_EMB_BF16) *n_flat -= stored;
 }
 
-hpt_status gpt2_vocab_chunk_check(const hpt_model_config *c, const hpt_offload_opts *o) {
-    size_t vc = (size_t)gpt2_vocab_chunk(c, o), C = (size_t)c->C;
+hpt_status model_vocab_chunk_check(const hpt_model_config *c, const hpt_offload_opts *o) {
+    size_t vc = (size_t)model_vocab_chunk(c, o), C = (size_t)c->C;
     if ((vc * C) % HPT_Q8_BLOCK)
         return hpt_fail(HPT_ERR_INVALID, "vocab chunk %zu rows of C=%d: rows * C must be a "
                         "multiple of %d (use a multiple of %zu rows)", vc, c->C, HPT_Q8_BLOCK,
@@ -163,9 +163,9 @@ static size_t emb_ne(const hpt_gpt2 *m) {
 
 hpt_status emb_create(hpt_gpt2 *m, const hpt_offload_opts *o) {
     const hpt_model_config *c = &m->cfg;
-    m->Vc = gpt2_vocab_chunk(c, o);
+    m->Vc = model_vocab_chunk(c, o);
     if (m->emb == HPT_EMB_FULL) return HPT_OK;
-    HPT_CHECK(gpt2_vocab_chunk_check(c, o));
+    HPT_CHECK(model_vocab_chunk_check(c, o));
     size_t C = (size_t)c->C;
     size_t ne = emb_ne(m), chunk = (size_t)m->Vc * C * sizeof(float);
     hpt_mem_set_name(m->mem, m->emb_untied ? "lm_head/wte gradient chunk" : "wte gradient chunk");
@@ -195,17 +195,17 @@ void emb_free(hpt_gpt2 *m) {
     m->emb_h = m->emb_c = NULL;
 }
 
-void gpt2_set_emb_update(hpt_gpt2 *m, gpt2_emb_update_fn fn, void *ctx) {
+void model_set_emb_update(hpt_gpt2 *m, model_emb_update_fn fn, void *ctx) {
     m->emb_upd = fn;
     m->emb_ctx = ctx;
 }
 
-void gpt2_set_emb_sum(hpt_gpt2 *m, gpt2_emb_sum_fn fn, void *ctx) {
+void model_set_emb_sum(hpt_gpt2 *m, model_emb_sum_fn fn, void *ctx) {
     m->emb_sum = fn;
     m->emb_sum_ctx = ctx;
 }
 
-void gpt2_emb_comp(hpt_gpt2 *m, uint16_t **comp, size_t *n) {
+void model_emb_comp(hpt_gpt2 *m, uint16_t **comp, size_t *n) {
     *comp = m->emb_c;
     *n = m->emb_c ? emb_ne(m) : 0;
 }
@@ -215,7 +215,7 @@ static size_t emb_off(const hpt_gpt2 *m, int i) {
     return m->emb_nt > 1 && i == m->emb_ti[1] ? m->emb_at[1] : 0;
 }
 
-hpt_be_param gpt2_nonblock_param(hpt_gpt2 *m, int i) {
+hpt_be_param model_nonblock_param(hpt_gpt2 *m, int i) {
     int gpt2 = m->cfg.arch == HPT_ARCH_GPT2;
     if (!emb_stored(m, i)) {
         if (!gpt2) return hpt_be_param_f32(m->tp[i]);
@@ -229,7 +229,7 @@ hpt_be_param gpt2_nonblock_param(hpt_gpt2 *m, int i) {
     return (hpt_be_param){NULL, m->emb_h + o, m->emb_c ? m->emb_c + o : NULL, 0, base};
 }
 
-float *gpt2_nonblock_grad(hpt_gpt2 *m, int i) {
+float *model_nonblock_grad(hpt_gpt2 *m, int i) {
     if (m->cfg.arch != HPT_ARCH_GPT2) return m->tg[i];
     float *g[] = {m->g.wte, m->g.wpe, m->g.lnfw, m->g.lnfb};
     return g[i < 2 ? i : i - 12];
@@ -266,7 +266,7 @@ static emb_acts acts_of(const hpt_gpt2 *m) {
  * (CHUNKED) or widened into emb_rows (BF16). */
 static const float *head_rows(hpt_gpt2 *m, size_t v0, size_t nv) {
     size_t C = (size_t)m->cfg.C;
-    if (m->emb != HPT_EMB_BF16) return gpt2_nonblock_param(m, m->emb_head).f32 + v0 * C;
+    if (m->emb != HPT_EMB_BF16) return model_nonblock_param(m, m->emb_head).f32 + v0 * C;
     emb_get(m, m->emb_head, v0 * C, m->emb_rows, nv * C);
     return m->emb_rows;
 }
@@ -336,7 +336,7 @@ void emb_head_forward(hpt_gpt2 *m, size_t rows) {
     }
     /* lse_i = max_i + log(sum_i); loss_i = lse_i - lnf_i . H[target_i] */
     int bf = m->emb == HPT_EMB_BF16;
-    be->tied_loss(a.losses, a.lse, a.lnf, bf ? NULL : gpt2_nonblock_param(m, m->emb_head).f32,
+    be->tied_loss(a.losses, a.lse, a.lnf, bf ? NULL : model_nonblock_param(m, m->emb_head).f32,
                   bf ? m->emb_h + emb_off(m, m->emb_head) : NULL, a.targets, BT, C);
     m->loss = be->loss_mean(a.losses, BT); /* in order, as crossentropy_forward sums */
 }
@@ -385,7 +385,7 @@ static double chunk_pass(hpt_gpt2 *m, const emb_acts *a, size_t rows, int ti, in
     size_t Vc = (size_t)m->Vc;
     float dloss = 1.0f / (float)BT * m->loss_scale;
     double sumsq = 0.0;
-    hpt_be_param wp = gpt2_nonblock_param(m, ti);
+    hpt_be_param wp = model_nonblock_param(m, ti);
     for (size_t v0 = 0; v0 < Vp; v0 += Vc) {
         size_t nv = HPT_MIN(Vc, Vp - v0), nh = head && v0 < V ? HPT_MIN(nv, V - v0) : 0;
         float *G = m->emb_grad; /* (nv, C) */
@@ -401,7 +401,7 @@ static double chunk_pass(hpt_gpt2 *m, const emb_acts *a, size_t rows, int ti, in
         }
         /* the encoder's rows: dwte[inputs[b, t]] += dres[b, t] for the tokens in the chunk */
         if (enc) be->encoder_backward_rows(G, a->dres, a->inputs, BT, C, v0, nv);
-        /* many processes: the chunk's sum over them before its norm and update (gpt2_set_emb_sum) */
+        /* many processes: the chunk's sum over them before its norm and update (model_set_emb_sum) */
         if (m->emb_sum && m->emb_sum(m->emb_sum_ctx, G, nv * C) != HPT_OK) return (double)NAN;
         sumsq += be->sumsq(G, nv * C);
         if (m->emb_upd) {

@@ -119,7 +119,7 @@ struct hpt_model {
     float *grads;         /* (n_flat) device tier, grads category */
     size_t n_flat;        /* floats of params: num_params; with the engine, the non-block
                            * tensors only: wte, wpe, lnfw, lnfb back to back
-                           * (gpt2_nonblock_offset); with bf16 embeddings lnfw, lnfb only */
+                           * (model_nonblock_offset); with bf16 embeddings lnfw, lnfb only */
     size_t n_gflat;       /* floats of grads: n_flat; with chunked or bf16 embeddings wpe,
                            * lnfw, lnfb only (wte's gradient is one chunk, emb_grad) */
     /* the tied embedding (hpt_embeddings; src/model/embed.c): FULL without the engine */
@@ -139,9 +139,9 @@ struct hpt_model {
     float *emb_grad;      /* CHUNKED, BF16: (Vc, C) fp32 one chunk of wte's gradient, device grads */
     double wte_sumsq;     /* CHUNKED, BF16: the last backward's sum of squares of wte's gradient,
                            * chunk by chunk in order */
-    gpt2_emb_update_fn emb_upd; /* the optimizer's update of a chunk, or NULL */
+    model_emb_update_fn emb_upd; /* the optimizer's update of a chunk, or NULL */
     void *emb_ctx;
-    gpt2_emb_sum_fn emb_sum;    /* many processes: a chunk's gradient summed over them, or NULL */
+    model_emb_sum_fn emb_sum;    /* many processes: a chunk's gradient summed over them, or NULL */
     void *emb_sum_ctx;
     gpt2_tensors p, g;    /* GPT-2's; with the engine, the block tensors' pointers are NULL */
     llama_tensors lp, lg; /* llama's (the same rules) */
@@ -154,7 +154,7 @@ struct hpt_model {
     struct offload_engine *eng; /* the offload engine, or NULL (src/offload/engine.c); the
                                  * model itself never calls it: see blocks */
     struct hpt_block_store *blocks; /* where the blocks live (model/blocks.h), owned; NULL:
-                                     * the flat buffers. Set with eng (gpt2_bind_blocks) */
+                                     * the flat buffers. Set with eng (model_bind_blocks) */
     int grads_live;       /* a backward has added gradients since the last zero_grad */
     int grads_away;       /* the flat gradients hold the non-block tensors only (as with a
                            * store): the blocks' go to gsink (ZeRO-2, model_grads_away) */

@@ -60,7 +60,7 @@ hpt_status hpt_model_init_random(hpt_gpt2 *m, uint64_t seed) {
                 emb_put(m, i, lo, m->emb_rows, n);
             }
         } else if (!block) {
-            init_range(be, c, t, i, seed, gpt2_nonblock_param(m, i).f32, 0, numel);
+            init_range(be, c, t, i, seed, model_nonblock_param(m, i).f32, 0, numel);
         }
     }
     const hpt_block_store *bs = m->blocks;

@@ -1,13 +1,13 @@
 /* lifecycle.c: the model object: creation with its blocks in the flat buffers or in a block
  * store (model/blocks.h; the offload engine binds one: src/offload/bind.c), its parameter and
- * gradient buffers, freeing, the accessors, and the checkpoint-order streams (gpt2_emit,
- * gpt2_absorb) that hide where the blocks live.
+ * gradient buffers, freeing, the accessors, and the checkpoint-order streams (model_emit,
+ * model_absorb) that hide where the blocks live.
  *
  * The model owns two flat buffers (parameters and gradients, device tier). Without a block
  * store they hold every tensor in checkpoint order (num_params floats); with one the blocks live
  * in the store and the flat buffers hold the non-block tensors only (GPT-2 wte, wpe, lnfw, lnfb;
  * llama wte, lnfw, [lm_head]; fewer with chunked or bf16 embeddings: embed.c). The model reaches the store only through
- * its table; it owns it from gpt2_bind_blocks and frees it in hpt_model_free. Activations are the runner's (actplan.c),
+ * its table; it owns it from model_bind_blocks and frees it in hpt_model_free. Activations are the runner's (actplan.c),
  * allocated at the first forward and released by hpt_model_free_activations.
  * A forward-only model (hpt_model_create_forward, hpt_model_load_forward) is created without its
  * gradient buffer, as if hpt_model_release_grads had run at birth; hpt_model_acquire_grads gives
@@ -27,10 +27,10 @@
  * lnfw, lnfb). */
 static void point_nonblock(const hpt_model_config *cfg, float *base, gpt2_tensors *t) {
     memset(t, 0, sizeof *t);
-    t->wte = base + gpt2_nonblock_offset(cfg, 0);
-    t->wpe = base + gpt2_nonblock_offset(cfg, 1);
-    t->lnfw = base + gpt2_nonblock_offset(cfg, 14);
-    t->lnfb = base + gpt2_nonblock_offset(cfg, 15);
+    t->wte = base + model_nonblock_offset(cfg, 0);
+    t->wpe = base + model_nonblock_offset(cfg, 1);
+    t->lnfw = base + model_nonblock_offset(cfg, 14);
+    t->lnfb = base + model_nonblock_offset(cfg, 15);
 }
 
 /* Points an architecture with its own parameter struct (arch->point; llama): tensor i of the
@@ -121,13 +121,13 @@ static hpt_status create(hpt_mem *mem, const hpt_model_config *cfg, const hpt_of
     m->blocks_planned = stored;
     emb_plan(m, emb);
     size_t C = (size_t)cfg->C;
-    m->n_flat = stored ? gpt2_nonblock_floats(cfg) : m->num_params;
+    m->n_flat = stored ? model_nonblock_floats(cfg) : m->num_params;
     /* no whole gradient of the head's weight (and of an untied wte); bf16 embeddings: GPT-2's
      * flat buffer holds lnfw, lnfb only, llama's lnfw */
     emb_flat_floats(m, &m->n_flat, &m->n_gflat);
     /* ZeRO-2 in memory: the blocks' gradients live in a sink's slot, layer by layer */
     m->grads_away = !stored && create_grads_away;
-    if (m->grads_away) m->n_gflat = gpt2_nonblock_floats(cfg);
+    if (m->grads_away) m->n_gflat = model_nonblock_floats(cfg);
     hpt_mem_set_name(mem, "parameters");
     hpt_status s = m->be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, m->n_flat * sizeof(float),
                                 (void **)&m->params);
@@ -185,18 +185,18 @@ hpt_status hpt_model_create_forward(hpt_mem *mem, const char *shape, hpt_model *
 
 void model_create_forward_only(int on) { create_without_grads = on; }
 
-hpt_status gpt2_create_unbound(hpt_mem *mem, const hpt_model_config *cfg,
+hpt_status model_create_unbound(hpt_mem *mem, const hpt_model_config *cfg,
                                const hpt_offload_opts *o, hpt_gpt2 **out) {
     return create(mem, cfg, o, out);
 }
 
-void gpt2_block_layout(const hpt_gpt2 *m, int *L, int *n_slices, const size_t **slice_n) {
+void model_block_layout(const hpt_gpt2 *m, int *L, int *n_slices, const size_t **slice_n) {
     *L = m->cfg.L;
     *n_slices = m->tab.n_slices;
     *slice_n = m->slice_n;
 }
 
-void gpt2_bind_blocks(hpt_gpt2 *m, hpt_block_store *store, struct offload_engine *eng) {
+void model_bind_blocks(hpt_gpt2 *m, hpt_block_store *store, struct offload_engine *eng) {
     m->blocks = store;
     m->eng = eng;
 }
@@ -222,7 +222,7 @@ float *hpt_model_grads(hpt_gpt2 *m) { return m->blocks ? NULL : m->grads; }
  * to them in place; a GPU's go through a host bounce buffer a piece at a time (the same values
  * in the same order, in more calls). */
 #define DEV_STAGE_FLOATS ((size_t)1 << 20)
-static hpt_status emit_dev(const hpt_gpt2 *m, const float *x, size_t n, gpt2_emit_fn emit,
+static hpt_status emit_dev(const hpt_gpt2 *m, const float *x, size_t n, model_emit_fn emit,
                            void *ctx) {
     if (m->be == hpt_backend_cpu()) return emit(ctx, x, n);
     float *buf = malloc(HPT_MIN(n, DEV_STAGE_FLOATS) * sizeof(float) + 1); /* freed here */
@@ -237,7 +237,7 @@ static hpt_status emit_dev(const hpt_gpt2 *m, const float *x, size_t n, gpt2_emi
     return s;
 }
 
-static hpt_status read_dev(const hpt_gpt2 *m, float *x, size_t n, gpt2_read_fn read, void *ctx) {
+static hpt_status read_dev(const hpt_gpt2 *m, float *x, size_t n, model_read_fn read, void *ctx) {
     if (m->be == hpt_backend_cpu()) return read(ctx, x, n);
     float *buf = malloc(HPT_MIN(n, DEV_STAGE_FLOATS) * sizeof(float) + 1);
     if (!buf) return hpt_fail(HPT_ERR_OOM, "a bounce buffer for the device's tensors");
@@ -251,7 +251,7 @@ static hpt_status read_dev(const hpt_gpt2 *m, float *x, size_t n, gpt2_read_fn r
     return s;
 }
 
-hpt_status gpt2_emit(hpt_gpt2 *m, int b, const float *flat, gpt2_emit_fn emit, void *ctx) {
+hpt_status model_emit(hpt_gpt2 *m, int b, const float *flat, model_emit_fn emit, void *ctx) {
     const hpt_tensor_table *t = &m->tab;
     const hpt_block_store *bs = m->blocks;
     if (!bs) return emit_dev(m, flat, m->num_params, emit, ctx);
@@ -267,8 +267,8 @@ hpt_status gpt2_emit(hpt_gpt2 *m, int b, const float *flat, gpt2_emit_fn emit, v
             continue;
         }
         if (t->t[i].layer != HPT_LAYER_STACKED) {
-            HPT_CHECK(emit_dev(m, b == EB_P ? gpt2_nonblock_param(m, i).f32
-                                            : flat + gpt2_nonblock_offset(&m->cfg, i), numel,
+            HPT_CHECK(emit_dev(m, b == EB_P ? model_nonblock_param(m, i).f32
+                                            : flat + model_nonblock_offset(&m->cfg, i), numel,
                                emit, ctx));
             continue;
         }
@@ -278,7 +278,7 @@ hpt_status gpt2_emit(hpt_gpt2 *m, int b, const float *flat, gpt2_emit_fn emit, v
     return HPT_OK;
 }
 
-hpt_status gpt2_absorb(hpt_gpt2 *m, int b, float *flat, gpt2_read_fn read, void *ctx) {
+hpt_status model_absorb(hpt_gpt2 *m, int b, float *flat, model_read_fn read, void *ctx) {
     const hpt_tensor_table *t = &m->tab;
     const hpt_block_store *bs = m->blocks;
     if (!bs) return read_dev(m, flat, m->num_params, read, ctx);
@@ -294,8 +294,8 @@ hpt_status gpt2_absorb(hpt_gpt2 *m, int b, float *flat, gpt2_read_fn read, void 
             continue;
         }
         if (t->t[i].layer != HPT_LAYER_STACKED) {
-            HPT_CHECK(read_dev(m, b == EB_P ? gpt2_nonblock_param(m, i).f32
-                                            : flat + gpt2_nonblock_offset(&m->cfg, i), numel,
+            HPT_CHECK(read_dev(m, b == EB_P ? model_nonblock_param(m, i).f32
+                                            : flat + model_nonblock_offset(&m->cfg, i), numel,
                                read, ctx));
             continue;
         }
@@ -312,14 +312,14 @@ typedef struct {
 
 static hpt_status emit_copy(void *ctx, const float *x, size_t n) {
     emit_copy_ctx *c = ctx;
-    c->be->copy(c->dst, x, n * sizeof(float), HPT_COPY_H2H); /* gpt2_emit hands host memory */
+    c->be->copy(c->dst, x, n * sizeof(float), HPT_COPY_H2H); /* model_emit hands host memory */
     c->dst += n;
     return HPT_OK;
 }
 
 hpt_status hpt_model_copy_params(hpt_gpt2 *m, float *dst) {
     emit_copy_ctx c = {m->be, dst};
-    return gpt2_emit(m, EB_P, m->params, emit_copy, &c);
+    return model_emit(m, EB_P, m->params, emit_copy, &c);
 }
 
 void hpt_model_offload_stats(const hpt_gpt2 *m, hpt_offload_stats *out) {
@@ -337,7 +337,7 @@ void hpt_model_zero_grad(hpt_gpt2 *m) {
     m->grads_live = 0;
 }
 
-hpt_status gpt2_grads_overflow(hpt_gpt2 *m, int *overflow) {
+hpt_status model_grads_overflow(hpt_gpt2 *m, int *overflow) {
     /* the flat gradients first: the engine adds its blocks' finding and, under ZeRO (each rank's
      * flat gradients summed only in its range), makes the union the same on every rank */
     *overflow = m->grads && m->be->nonfinite(m->grads, m->n_gflat);

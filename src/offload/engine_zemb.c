@@ -4,7 +4,7 @@
  *
  * Layout (the one description; checkpoint code and the estimator take the cut from here). The
  * non-block tensors, in table order, are back to back in the model's flat buffers (weights and
- * gradients: gpt2_nonblock_offset). Their concatenation of nf floats is cut into N ranges with
+ * gradients: model_nonblock_offset). Their concatenation of nf floats is cut into N ranges with
  * the blocks' rule (engine_z3.c's eng_shard_ranges: each boundary the first allowed one at or
  * after q * nf / N, allowed = a multiple of lcm(the tensor's sum-of-squares chunk, 256, its row)
  * from the tensor's start; a vector is one row and never cut). Rank q owns [lo_q, hi_q) of the
@@ -25,7 +25,7 @@
  *
  * Chunked embeddings (fp32 weights in the flat buffer as full ones, no whole wte gradient: the
  * flat gradients leave wte out, the skip mask of eng_zemb_reduce and eng_zemb_norm): wte's
- * chunks are summed over the processes in the backward (the trainer's gpt2_set_emb_sum, an
+ * chunks are summed over the processes in the backward (the trainer's model_set_emb_sum, an
  * all-reduce, so every rank takes a chunk's sum of squares itself), each owner updates its part
  * of each chunk (optim.c's emb_update), and the all-gather after the step covers wte too. bf16
  * embeddings (weights in bf16 outside the flat buffer) keep their state whole (eng_zemb_on 0).

@@ -288,7 +288,7 @@ hpt_status dp_sink_attach(dp_shard *z, hpt_mem *mem, hpt_gpt2 *model, hpt_optim 
             bhi = HPT_MAX(bhi, hpt_table_offset(t, i) + hpt_tensor_numel(&t->t[i]));
             bn += hpt_tensor_numel(&t->t[i]);
         }
-    if (model_grads_floats(model) != gpt2_nonblock_floats(hpt_model_get_config(model)) || bhi - blo != bn)
+    if (model_grads_floats(model) != model_nonblock_floats(hpt_model_get_config(model)) || bhi - blo != bn)
         return hpt_fail(HPT_ERR_INVALID, "ZeRO-2: the model's block tensors are not one run of "
                         "checkpoint order, or it was made with its blocks' gradients");
     z->mem = mem;

@@ -31,7 +31,7 @@
  * checkpoint under the same name survives any crash. Load checks the size first, then the
  * checksum over everything, before handing out a model.
  * An offloaded model (the offload engine) is written and read in the same format: its blocks
- * gathered in checkpoint order (gpt2_emit) and scattered back (gpt2_absorb), the checksum
+ * gathered in checkpoint order (model_emit) and scattered back (model_absorb), the checksum
  * taken as the stream goes by; AdamW fp32's m and v likewise (the engine's homes), any other
  * optimizer's buffers as they are (optim.c keeps them whole, as without the engine).
  * bf16-kahan weights (hpt_offload_opts.weights): the weights saved are the bf16 values widened,
@@ -112,7 +112,7 @@ static hpt_status model_comps(hpt_gpt2 *m, uint16_t *comp[N_COMP], size_t n[N_CO
     comp[0] = comp[1] = NULL;
     n[0] = n[1] = 0;
     if (model_engine(m)) HPT_CHECK(eng_comp(model_engine(m), &comp[0], &n[0]));
-    gpt2_emb_comp(m, &comp[1], &n[1]);
+    model_emb_comp(m, &comp[1], &n[1]);
     return HPT_OK;
 }
 
@@ -263,7 +263,7 @@ hpt_status hpt_state_save_sections(const char *path, const hpt_gpt2 *model, cons
     if (s == HPT_OK) s = io_atomic_write(&w, f, sizeof f);
     hpt_gpt2 *mm = (hpt_gpt2 *)(uintptr_t)model;
     if (model_engine(mm)) { /* offloaded: gathered in checkpoint order */
-        if (s == HPT_OK) s = gpt2_emit(mm, EB_P, model_params(mm), emit_atomic, &w);
+        if (s == HPT_OK) s = model_emit(mm, EB_P, model_params(mm), emit_atomic, &w);
     } else if (s == HPT_OK) {
         s = tensor_write(&w, model_backend(mm), model_params(mm), nb);
     }
@@ -505,7 +505,7 @@ static hpt_status load_state(const char *path, hpt_mem *mem, const hpt_offload_o
     if (s == HPT_OK) hpt_optim_state_buffers(o, bufs);
     if (s == HPT_OK && model_engine(m)) { /* scattered into the engine's homes as it is read */
         rd.crc = io_crc32c(io_crc32c(io_crc32c(0, k_magic, 8), ver, sizeof ver), f, sizeof f);
-        s = gpt2_absorb(m, EB_P, model_params(m), read_crc, &rd);
+        s = model_absorb(m, EB_P, model_params(m), read_crc, &rd);
     } else if (s == HPT_OK) {
         s = tensor_read(fp, model_backend(m), model_params(m), n * 4, path, "parameters");
     }

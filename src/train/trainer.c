@@ -31,7 +31,7 @@
  * predictor's and loss model's state and the snapshot are checkpoint sections, so a run
  * resumed mid-phase computes the same bits.
  * Loss scaling (o.loss_scale; hptrain.h's hpt_loss_scale_opts, docs/offload.md): the backward
- * computes S times the gradients (model_set_loss_scale), gpt2_grads_overflow reports whether one
+ * computes S times the gradients (model_set_loss_scale), model_grads_overflow reports whether one
  * overflowed (fp16 homes at narrowing, non-finite values elsewhere); then the step is skipped
  * (scaler_skip: nothing changes but S and the counts) or the optimizer takes the gradients
  * times 1/(accum S) (exact: S is a power of two) and scaler_clean counts it. S, the clean-step
@@ -750,7 +750,7 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
     if (scaling) {
         int overflow;
         if (tr->dp.stage) HPT_CHECK(dp_overflow(&tr->dp, tr->be, model_grads(tr->model), &overflow));
-        else HPT_CHECK(gpt2_grads_overflow(tr->model, &overflow));
+        else HPT_CHECK(model_grads_overflow(tr->model, &overflow));
         if (overflow) return scaler_skip(tr, p);
     }
     if (fused)

@@ -179,7 +179,7 @@ hpt_status zs_weights_get(zside *s, size_t u, size_t a, size_t n, const float **
         return HPT_OK;
     }
     if (!stacked(s, i)) {
-        *p = gpt2_nonblock_param(s->model, i).f32 + a;
+        *p = model_nonblock_param(s->model, i).f32 + a;
         return HPT_OK;
     }
     block_at(s, u, &l, &at, &i);
@@ -191,7 +191,7 @@ hpt_status zs_weights_put(zside *s, size_t u, size_t a, size_t n, const float *s
     size_t sl, sn, off, at;
     zs_unit(s, u, &i, &sl, &sn, &off);
     if (!s->eng || !stacked(s, i)) {
-        float *p = !s->eng ? model_params(s->model) + off : gpt2_nonblock_param(s->model, i).f32;
+        float *p = !s->eng ? model_params(s->model) + off : model_nonblock_param(s->model, i).f32;
         memcpy(p + a, src, n * sizeof(float));
         return HPT_OK;
     }
