@@ -35,7 +35,7 @@ static uint64_t device_peak(hpt_mem *mem) {
 
 /* One check on weights w: its loss into *loss, the int8 engine's making (quantisation) in
  * *quant_ms; HPT_OK or the failure. */
-static hpt_status check(hpt_mem *mem, hpt_gpt2 *m, hpt_weights w, const int32_t *x,
+static hpt_status check(hpt_mem *mem, hpt_model *m, hpt_weights w, const int32_t *x,
                         const int32_t *y, int B, int T, double *loss, double *quant_ms) {
     *quant_ms = 0.0;
     if (w == HPT_WEIGHTS_Q8) {
@@ -70,7 +70,7 @@ int main(int argc, char **argv) {
     const char *model = argv[1], *val = argv[2];
     int B = atoi(argv[3]), T = atoi(argv[4]), R = argc > 5 ? atoi(argv[5]) : 5;
     hpt_mem *mem;
-    hpt_gpt2 *m = NULL;
+    hpt_model *m = NULL;
     hpt_model_config cfg;
     hpt_dataloader *dl = NULL;
     const int32_t *x, *y;

@@ -14,7 +14,7 @@ int main(int argc, char **argv) {
     int n_prompt = argc > 2 ? atoi(argv[2]) : 64, n_new = argc > 3 ? atoi(argv[3]) : 64;
     hpt_model_config cfg;
     hpt_mem *mem;
-    hpt_gpt2 *m;
+    hpt_model *m;
     if (hpt_model_config_parse(shape, &cfg) || hpt_mem_create(&mem) || hpt_model_create_config(mem, &cfg, &m)) {
         fprintf(stderr, "bench_infer: %s\n", hpt_last_error());
         return 1;

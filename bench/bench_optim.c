@@ -29,7 +29,7 @@ static int cmp_double(const void *a, const void *b) {
 static int row(const hpt_model_config *cfg, const hpt_offload_opts *f, int k, int bits, int emb,
                int steps) {
     hpt_mem *mem;
-    hpt_gpt2 *m;
+    hpt_model *m;
     hpt_optim *o;
     if (hpt_mem_create(&mem) != HPT_OK || hpt_model_create_config_offload(mem, cfg, f, &m) != HPT_OK) {
         fprintf(stderr, "bench_optim: %s\n", hpt_last_error());

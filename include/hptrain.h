@@ -7,7 +7,7 @@
  *     hpt_mem *mem;            hpt_mem_create(&mem);
  *     hpt_mem_set_budget(mem, HPT_TIER_DEVICE, 4ull << 30);        // 4 GiB
  *     hpt_model_config cfg;    hpt_model_config_parse("gpt2:L=4,C=128,NH=4", &cfg);
- *     hpt_gpt2 *model;         hpt_model_create_config(mem, &cfg, &model);
+ *     hpt_model *model;         hpt_model_create_config(mem, &cfg, &model);
  *     hpt_model_init_random(model, 1337);
  *     hpt_adamw_opts ao = hpt_adamw_defaults();
  *     hpt_optim *opt;          hpt_optim_create(mem, model, &ao, &opt);

@@ -36,7 +36,7 @@ static void test_equivalence(hpt_mem *mem, int K, int B, float clip) {
     const int T = 16;
     hpt_model_config cfg;
     CHECK_OK(hpt_model_config_parse(SHAPE, &cfg));
-    hpt_gpt2 *big = NULL, *acc = NULL;
+    hpt_model *big = NULL, *acc = NULL;
     CHECK_OK(hpt_model_create_config(mem, &cfg, &big));
     CHECK_OK(hpt_model_create_config(mem, &cfg, &acc));
     if (!big || !acc) return;

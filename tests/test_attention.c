@@ -288,7 +288,7 @@ static void train(const char *shape, hpt_attention kind, int n, float *losses, f
     CHECK_OK(hpt_mem_create(&mem));
     hpt_model_config cfg;
     CHECK_OK(hpt_model_config_parse(shape, &cfg));
-    hpt_gpt2 *m;
+    hpt_model *m;
     CHECK_OK(hpt_model_create_config(mem, &cfg, &m));
     hpt_model_init_random(m, 7);
     hpt_act_opts ao = hpt_act_defaults();

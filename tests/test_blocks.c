@@ -165,7 +165,7 @@ int main(void) {
     ao.recompute = HPT_RECOMPUTE_EVERY;
     ao.every = N;
 
-    hpt_gpt2 *flat, *m;
+    hpt_model *flat, *m;
     CHECK_OK(hpt_model_create_config(mem, &cfg, &flat));
     hpt_offload_opts o;
     memset(&o, 0, sizeof o); /* embeddings FULL: the store holds the blocks only */

@@ -259,7 +259,7 @@ static void test_refusals(void) {
     CHECK_OK(hpt_mem_create(&mem));
     hpt_model_config cfg;
     CHECK_OK(hpt_model_config_parse(GPT2, &cfg));
-    hpt_gpt2 *m = NULL;
+    hpt_model *m = NULL;
     f.vocab_chunk = 12; /* 12 * 48 = 576 values: not a multiple of 256 */
     CHECK_STATUS(hpt_model_create_config_offload(mem, &cfg, &f, &m), HPT_ERR_INVALID);
     hpt_plan_opts po = hpt_plan_defaults();

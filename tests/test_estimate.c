@@ -94,7 +94,7 @@ static hpt_status run_training(hpt_mem *mem, const run_case *rc, measured *m) {
 static hpt_status run_forward(hpt_mem *mem, const run_case *rc, measured *m) {
     hpt_model_config cfg;
     TRY(hpt_model_config_parse(rc->model, &cfg));
-    hpt_gpt2 *model; /* forward only, as eval makes it: no gradients */
+    hpt_model *model; /* forward only, as eval makes it: no gradients */
     TRY(hpt_model_create_forward(mem, rc->model, &model));
     hpt_model_init_random(model, 7);
     hpt_dataloader *dl = NULL, *val = NULL;

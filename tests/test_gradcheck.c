@@ -656,7 +656,7 @@ static double lagrange_deriv0(const double *d, const double *f, int n) {
     return s;
 }
 
-static double model_loss(hpt_gpt2 *m, const int32_t *inp, const int32_t *tgt, int B, int T) {
+static double model_loss(hpt_model *m, const int32_t *inp, const int32_t *tgt, int B, int T) {
     float loss = 0.0f;
     CHECK_OK(hpt_model_forward(m, inp, tgt, B, T, &loss));
     return (double)loss;
@@ -667,7 +667,7 @@ static void check_model(const hpt_model_config *cfgp, const char *label) {
     const int B = 2, T = 5;
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
-    hpt_gpt2 *model;
+    hpt_model *model;
     CHECK_OK(hpt_model_create_config(mem, &cfg, &model));
     hpt_model_init_random(model, 7);
     size_t np = hpt_model_num_params(model);

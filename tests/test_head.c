@@ -17,7 +17,7 @@ int main(void) {
         x[i] = (i * 37 + 11) % cfg.V;
         y[i] = (i * 53 + 7) % cfg.V;
     }
-    hpt_gpt2 *ref, *m;
+    hpt_model *ref, *m;
     CHECK_OK(hpt_model_create_config(mem, &cfg, &ref));
     CHECK_OK(hpt_model_create_config(mem, &cfg, &m));
     hpt_model_init_random(ref, 5);

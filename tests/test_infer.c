@@ -71,9 +71,9 @@ static const char *const k_shapes[] = {
     "llama:L=2,C=48,NH=6,NKV=2,FF=72,V=200,T=40,factor=8,orig=16,attn_bias=1"};
 static const char *g_shape = "gpt2:L=2,C=48,NH=4,V=200,T=40";
 
-static hpt_gpt2 *tiny_model(hpt_mem *mem, hpt_model_config *cfg) {
+static hpt_model *tiny_model(hpt_mem *mem, hpt_model_config *cfg) {
     CHECK_OK(hpt_model_config_parse(g_shape, cfg));
-    hpt_gpt2 *m = NULL;
+    hpt_model *m = NULL;
     CHECK_OK(hpt_model_create_config(mem, cfg, &m));
     if (m) hpt_model_init_random(m, 11);
     return m;
@@ -85,7 +85,7 @@ static void test_logits(void) {
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
     hpt_model_config cfg;
-    hpt_gpt2 *m = tiny_model(mem, &cfg);
+    hpt_model *m = tiny_model(mem, &cfg);
     if (!m) return;
     const int T = 37, Vp = cfg.Vp, V = cfg.V;
     int32_t tok[37];
@@ -163,7 +163,7 @@ static void test_load(void) {
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
     hpt_model_config cfg;
-    hpt_gpt2 *m = tiny_model(mem, &cfg);
+    hpt_model *m = tiny_model(mem, &cfg);
     if (!m) return;
     char path[512], bad[512];
     snprintf(path, sizeof path, "%s/infer_model.bin", t_tmpdir());
@@ -241,7 +241,7 @@ static void test_generate(void) {
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
     hpt_model_config cfg;
-    hpt_gpt2 *m = tiny_model(mem, &cfg);
+    hpt_model *m = tiny_model(mem, &cfg);
     if (!m) return;
     int32_t a[100] = {7, 8}, b[100] = {7, 8}, c[100] = {7, 8};
     CHECK_OK(hpt_model_generate(m, a, 2, 98, 1.0f, 20, 99)); /* 100 tokens > maxT 40 */

@@ -21,7 +21,7 @@ int main(void) {
     CHECK_OK(hpt_mem_create(&mem));
     hpt_model_config cfg;
     CHECK_OK(hpt_model_config_parse("gpt2:L=4,C=128,NH=4,V=1000,T=64", &cfg));
-    hpt_gpt2 *a, *b;
+    hpt_model *a, *b;
     CHECK_OK(hpt_model_create_config(mem, &cfg, &a));
     CHECK_OK(hpt_model_create_config(mem, &cfg, &b));
     hpt_set_threads(1);

@@ -182,7 +182,7 @@ static void test_rollback(hpt_mem *mem) {
     hpt_trainer *tr = NULL;
     CHECK_OK(hpt_trainer_create(mem, &o, &tr));
     if (!tr) return;
-    hpt_gpt2 *m = hpt_trainer_model(tr);
+    hpt_model *m = hpt_trainer_model(tr);
     size_t n = hpt_model_num_params(m);
     float *w = malloc(n * sizeof(float)), *mm = malloc(n * sizeof(float));
     int jumps = 0, same = 0;
@@ -314,7 +314,7 @@ static void test_full_until_jump(hpt_mem *mem) {
         jumped += pj.jumped;
         same += pj.loss == pf.loss && pj.grad_norm == pf.grad_norm;
     }
-    hpt_gpt2 *mj = hpt_trainer_model(tj), *mf = hpt_trainer_model(tf);
+    hpt_model *mj = hpt_trainer_model(tj), *mf = hpt_trainer_model(tf);
     size_t n = hpt_model_num_params(mj);
     CHECK_MSG(same == 14 && jumped == 0, "before the jump: %d of 14 steps the same, %d jumps", same, jumped);
     CHECK(!memcmp(hpt_model_params(mj), hpt_model_params(mf), n * sizeof(float)));

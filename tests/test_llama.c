@@ -66,7 +66,7 @@ static void test_gpt2_fill(void) {
     hpt_mem *mem = NULL;
     CHECK_OK(hpt_mem_create(&mem));
     hpt_model_config h = {.L = 1, .C = 32, .NH = 2, .V = 50, .Vp = 64, .maxT = 16};
-    hpt_gpt2 *m = NULL;
+    hpt_model *m = NULL;
     CHECK_OK(hpt_model_create_config(mem, &h, &m));
     if (m) {
         const hpt_model_config *mc = hpt_model_get_config(m);

@@ -41,12 +41,12 @@ typedef struct {
     uint64_t n_transfers;
 } run_out;
 
-static hpt_gpt2 *make(hpt_mem **mem, const hpt_act_opts *ao) {
+static hpt_model *make(hpt_mem **mem, const hpt_act_opts *ao) {
     CHECK_OK(hpt_mem_create(mem));
     CHECK_OK(hpt_mem_set_disk_dir(*mem, g_dir));
     hpt_model_config cfg;
     CHECK_OK(hpt_model_config_parse(k_shape, &cfg));
-    hpt_gpt2 *m;
+    hpt_model *m;
     CHECK_OK(hpt_model_create_config(*mem, &cfg, &m));
     hpt_model_init_random(m, 11);
     CHECK_OK(hpt_model_set_act_opts(m, ao));
@@ -55,7 +55,7 @@ static hpt_gpt2 *make(hpt_mem **mem, const hpt_act_opts *ao) {
 
 static void run(const hpt_act_opts *ao, int steps, run_out *out) {
     hpt_mem *mem;
-    hpt_gpt2 *m = make(&mem, ao);
+    hpt_model *m = make(&mem, ao);
     hpt_mem_record(mem, 1);
     t_sgd_steps(m, B, T, steps, out->losses);
     size_t n_ev;
@@ -87,7 +87,7 @@ static void run(const hpt_act_opts *ao, int steps, run_out *out) {
  * 64, from a random start per row); first and last losses. */
 static void train(const hpt_act_opts *ao, float *first, float *last) {
     hpt_mem *mem;
-    hpt_gpt2 *m = make(&mem, ao);
+    hpt_model *m = make(&mem, ao);
     hpt_adamw_opts oo = hpt_adamw_defaults();
     hpt_optim *opt;
     CHECK_OK(hpt_optim_create(mem, m, &oo, &opt));
@@ -209,7 +209,7 @@ int main(void) {
     CHECK_OK(hpt_mem_create(&mem));
     hpt_model_config cfg;
     CHECK_OK(hpt_model_config_parse(k_shape, &cfg));
-    hpt_gpt2 *m;
+    hpt_model *m;
     CHECK_OK(hpt_model_create_config(mem, &cfg, &m));
     CHECK_STATUS(hpt_model_set_act_opts(m, &o), HPT_ERR_UNSUPPORTED);
     /* disk offload without a directory: a clear error at the first forward */

@@ -334,7 +334,7 @@ static void test_faults(void) {
     hpt_mem_destroy(mem);
     char path[700];
     snprintf(path, sizeof path, "%s/state.bin", dref);
-    hpt_gpt2 *m_ref = NULL;
+    hpt_model *m_ref = NULL;
     hpt_optim *o_ref = NULL;
     hpt_adamw_opts ao;
     hpt_train_pos pos;
@@ -388,7 +388,7 @@ static void test_faults(void) {
         hpt_mem_destroy(fm);
         /* the last good checkpoint loads, and is the in-memory run's step 2 (exact mode) */
         snprintf(path, sizeof path, "%s/state.bin", dir);
-        hpt_gpt2 *m2 = NULL;
+        hpt_model *m2 = NULL;
         hpt_optim *o2 = NULL;
         hpt_adamw_opts ao2;
         hpt_train_pos pos2;
@@ -464,7 +464,7 @@ static void test_checkpoints(void) {
          * format: a llama run writes state.bin only) */
         char path[700];
         snprintf(path, sizeof path, "%s/model.bin", dir);
-        hpt_gpt2 *m1 = NULL, *m2 = NULL;
+        hpt_model *m1 = NULL, *m2 = NULL;
         int llmc = !strncmp(SHAPE, "gpt2", 4);
         if (llmc) CHECK_OK(hpt_model_load(mem, path, &m1));
         if (llmc) CHECK_OK(hpt_model_load_offload(mem, path, &cases[i].second, &m2));
@@ -508,7 +508,7 @@ static void test_forward_estimate(void) {
         hpt_mem *mem;
         CHECK_OK(hpt_mem_create(&mem));
         CHECK_OK(hpt_mem_set_disk_dir(mem, g_disk));
-        hpt_gpt2 *m = NULL;
+        hpt_model *m = NULL;
         CHECK_OK(hpt_model_create_config_offload(mem, &cfg, &cases[i], &m));
         int32_t x[2 * 16];
         for (int k = 0; k < 32; k++) x[k] = (k * 7) % 64;
@@ -613,7 +613,7 @@ static void test_bf16_weights(void) {
         CHECK_OK(hpt_mem_create(&mem));
         hpt_offload_opts f = off(HPT_TIER_HOST, HPT_TIER_DEVICE, HPT_TIER_DEVICE, 2, 1, 1);
         f.weights = w;
-        hpt_gpt2 *a = NULL, *p = NULL;
+        hpt_model *a = NULL, *p = NULL;
         CHECK_OK(hpt_model_create_config_offload(mem, &cfg, &f, &a));
         CHECK_OK(hpt_model_create_config(mem, &cfg, &p));
         CHECK_OK(hpt_model_init_random(a, 3));
@@ -739,7 +739,7 @@ static void write_all(const char *path, const void *b, size_t n) {
 
 static hpt_status load_comp(hpt_mem *mem, const char *path, const hpt_offload_opts *f,
                             uint16_t **comp_out, size_t *n_out) {
-    hpt_gpt2 *m = NULL;
+    hpt_model *m = NULL;
     hpt_optim *op = NULL;
     hpt_adamw_opts ao;
     hpt_train_pos pos;
@@ -820,7 +820,7 @@ static void test_kahan_resume(void) {
         free(p);
     }
     {
-        hpt_gpt2 *m = NULL;
+        hpt_model *m = NULL;
         hpt_optim *op = NULL;
         hpt_adamw_opts ao;
         hpt_train_pos pos;

@@ -266,7 +266,7 @@ static void fill_grads(float *g, size_t n, int step) {
 static void run_steps(hpt_mem *mem, const hpt_adamw_opts *o, int steps, float *out, float *p0) {
     hpt_model_config cfg;
     hpt_model_config_parse(SHAPE, &cfg);
-    hpt_gpt2 *m;
+    hpt_model *m;
     hpt_optim *op;
     CHECK_OK(hpt_model_create_config(mem, &cfg, &m));
     hpt_model_init_random(m, 5);
@@ -455,7 +455,7 @@ static void train(const hpt_train_opts *o, int stop, hpt_mem_stats *st) {
     hpt_mem_destroy(mem);
 }
 
-static void load_state(const char *dir, hpt_mem *mem, hpt_gpt2 **m, hpt_optim **o) {
+static void load_state(const char *dir, hpt_mem *mem, hpt_model **m, hpt_optim **o) {
     char path[600];
     snprintf(path, sizeof path, "%s/state.bin", dir);
     hpt_adamw_opts ao;
@@ -502,7 +502,7 @@ static void test_bytes_and_resume(hpt_mem *mem) {
                       (unsigned long long)e.peak_bytes[HPT_TIER_DEVICE],
                       (unsigned long long)st.peak_bytes[HPT_TIER_DEVICE]);
             /* resume: weights and every state buffer identical */
-            hpt_gpt2 *ma = NULL, *mb = NULL;
+            hpt_model *ma = NULL, *mb = NULL;
             hpt_optim *xa = NULL, *xb = NULL;
             load_state(da, mem, &ma, &xa);
             load_state(db, mem, &mb, &xb);
@@ -566,7 +566,7 @@ static void test_files(hpt_mem *mem) {
     snprintf(bad, sizeof bad, "%s/bad.bin", t_tmpdir());
     long n;
     unsigned char *b = slurp(good, &n);
-    hpt_gpt2 *m = NULL;
+    hpt_model *m = NULL;
     hpt_optim *o = NULL;
     hpt_adamw_opts ao;
     hpt_train_pos pos;
@@ -615,7 +615,7 @@ static void test_files(hpt_mem *mem) {
     memset(b + 16 + 21 * 8, 0, 3 * 8);
     fix_crc(b, n);
     spit(bad, b, n);
-    hpt_gpt2 *m2 = NULL;
+    hpt_model *m2 = NULL;
     hpt_optim *o2 = NULL;
     CHECK_OK(hpt_state_load(bad, mem, &m, &o, &ao, &pos));
     CHECK_OK(hpt_state_load(good, mem, &m2, &o2, &ao, &pos));

@@ -37,7 +37,7 @@ static void run(const hpt_act_opts *ao, run_out *out) {
     CHECK_OK(hpt_mem_create(&mem));
     hpt_model_config cfg;
     CHECK_OK(hpt_model_config_parse(k_shape, &cfg));
-    hpt_gpt2 *m;
+    hpt_model *m;
     CHECK_OK(hpt_model_create_config(mem, &cfg, &m));
     hpt_model_init_random(m, 11);
     CHECK_OK(hpt_model_set_act_opts(m, ao));

@@ -186,7 +186,7 @@ static void test_zero(hpt_mem *mem) {
     hpt_trainer *tr = NULL;
     CHECK_OK(hpt_trainer_create(mem, &o, &tr));
     if (!tr) return;
-    hpt_gpt2 *m = hpt_trainer_model(tr);
+    hpt_model *m = hpt_trainer_model(tr);
     size_t n = hpt_model_num_params(m);
     float *start = malloc(n * sizeof(float));
     int64_t predict_steps = 0, same = 0;
@@ -220,7 +220,7 @@ static float run_val(hpt_mem *mem, const hpt_train_opts *o, int64_t *rollbacks, 
     hpt_trainer *tr = NULL;
     CHECK_OK(hpt_trainer_create(mem, o, &tr));
     if (!tr) return NAN;
-    hpt_gpt2 *m = hpt_trainer_model(tr);
+    hpt_model *m = hpt_trainer_model(tr);
     size_t n = hpt_model_num_params(m);
     float *start = malloc(n * sizeof(float));
     float val = NAN;
@@ -407,7 +407,7 @@ static void test_resume(hpt_mem *mem, int predictor) {
     snprintf(path, sizeof path, "%s/state.bin", dir_b);
     CHECK_MSG(file_version(path) == 3, "a hybrid state is version 3 (got %u)", file_version(path));
     { /* it loads without the trainer too (sections dropped) */
-        hpt_gpt2 *m = NULL;
+        hpt_model *m = NULL;
         hpt_optim *op = NULL;
         hpt_adamw_opts ao;
         hpt_train_pos pos;
@@ -426,7 +426,7 @@ static void test_resume(hpt_mem *mem, int predictor) {
         unsigned char *b = malloc((size_t)size);
         CHECK(fread(b, 1, (size_t)size, f) == (size_t)size);
         fclose(f);
-        hpt_gpt2 *m = NULL;
+        hpt_model *m = NULL;
         hpt_optim *op = NULL;
         hpt_adamw_opts ao;
         hpt_train_pos pos;
@@ -513,7 +513,7 @@ static void test_memory(hpt_mem *mem, int predictor) {
             CHECK(st.live_bytes[HPT_TIER_DEVICE][HPT_CAT_GRADS] == 0);
         }
     }
-    hpt_gpt2 *m = hpt_trainer_model(tr);
+    hpt_model *m = hpt_trainer_model(tr);
     const hpt_model_config *cfg = hpt_model_get_config(m);
     uint64_t grads = hpt_model_num_params(m) * sizeof(float);
     uint64_t optim = hpt_optim_state_bytes(cfg, hpt_trainer_optim_opts(tr));
@@ -557,7 +557,7 @@ static int k_nonzero(const float *x, size_t n) {
 static void test_formulas(hpt_mem *mem) {
     hpt_model_config cfg;
     CHECK_OK(hpt_model_config_parse("gpt2:L=2,C=32,NH=4,V=256,T=16", &cfg)); /* t_sgd_steps' tokens */
-    hpt_gpt2 *a = NULL, *b = NULL;
+    hpt_model *a = NULL, *b = NULL;
     hpt_optim *oa = NULL, *ob = NULL;
     hpt_adamw_opts ao = hpt_adamw_defaults();
     CHECK_OK(hpt_model_create_config(mem, &cfg, &a));

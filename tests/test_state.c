@@ -76,7 +76,7 @@ static void test_state_errors(hpt_mem *mem) {
     char good[512], bad[512];
     snprintf(good, sizeof good, "%s/run_a/state.bin", t_tmpdir());
     snprintf(bad, sizeof bad, "%s/bad_state.bin", t_tmpdir());
-    hpt_gpt2 *m;
+    hpt_model *m;
     hpt_optim *o;
     hpt_adamw_opts ao;
     hpt_train_pos pos;
@@ -86,7 +86,7 @@ static void test_state_errors(hpt_mem *mem) {
     char again[512];
     snprintf(again, sizeof again, "%s/again.bin", t_tmpdir());
     CHECK_OK(hpt_state_save(again, m, o, &ao, &pos));
-    hpt_gpt2 *m2;
+    hpt_model *m2;
     hpt_optim *o2;
     hpt_adamw_opts ao2;
     hpt_train_pos pos2;
@@ -134,7 +134,7 @@ static void test_checkpoint(hpt_mem *mem) {
     char path[512], bad[512];
     snprintf(path, sizeof path, "%s/run_a/model.bin", t_tmpdir());
     snprintf(bad, sizeof bad, "%s/bad_model.bin", t_tmpdir());
-    hpt_gpt2 *m, *m2 = NULL;
+    hpt_model *m, *m2 = NULL;
     CHECK_OK(hpt_model_load(mem, path, &m));
     size_t n = hpt_model_num_params(m);
     /* version 5 (bf16): the same weights rounded toward zero to bf16 */

@@ -61,7 +61,7 @@ void t_train_run(hpt_mem *mem, const hpt_train_opts *o, int64_t stop, float *los
         }
     }
     if (params_out) {
-        hpt_gpt2 *m = hpt_trainer_model(tr);
+        hpt_model *m = hpt_trainer_model(tr);
         CHECK_OK(hpt_model_copy_params(m, params_out)); /* also an offloaded model's */
     }
     hpt_trainer_free(tr);
@@ -153,7 +153,7 @@ void t_check_estimate(const hpt_mem *mem, const hpt_train_opts *o, const char *w
                   (unsigned long long)st.peak_bytes[t]);
 }
 
-void t_sgd_steps(hpt_gpt2 *m, int B, int T, int steps, float *losses) {
+void t_sgd_steps(hpt_model *m, int B, int T, int steps, float *losses) {
     size_t n = (size_t)B * (size_t)T;
     int32_t *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
     hpt_rng r;
@@ -175,7 +175,7 @@ void t_sgd_steps(hpt_gpt2 *m, int B, int T, int steps, float *losses) {
     free(y);
 }
 
-void t_replan(hpt_gpt2 *m, int B, int T) {
+void t_replan(hpt_model *m, int B, int T) {
     size_t n = (size_t)B * (size_t)T;
     int32_t *x = malloc((n > 17 ? n : 17) * sizeof *x), *y = malloc(17 * sizeof *y);
     float loss;

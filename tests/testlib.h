@@ -39,10 +39,10 @@ void t_train_run(hpt_mem *mem, const hpt_train_opts *o, int64_t stop, float *los
                  float *params_out);
 /* `steps` forward/backward passes on random tokens below 256 (seed 5), with plain SGD (lr 0.05)
  * between them: the gradients of the last pass are left in place. losses[s] records each. */
-void t_sgd_steps(hpt_gpt2 *m, int B, int T, int steps, float *losses);
+void t_sgd_steps(hpt_model *m, int B, int T, int steps, float *losses);
 /* After a training pass at (B, T): a forward without targets at (B, T), then a forward and
  * backward at (1, 17), which replans the arena (T of the model >= 17). */
-void t_replan(hpt_gpt2 *m, int B, int T);
+void t_replan(hpt_model *m, int B, int T);
 /* Synthetic token shards with learnable structure: token i = (x_i >> 16) % mod + (i % period)
  * * stride, x the LCG x = x * 1103515245 + 12345 from seed. The first n_train tokens go to
  * <tmp>/train_000000.bin (its path into train), the next n_val (if any) to

@@ -9,7 +9,7 @@
  *       hpt_model_tensor(m, i, &t); }                               // name, dtype, shape, layer
  *
  * One object type serves every architecture (src/model/arch.h: GPT-2 and the llama family);
- * hpt_gpt2 is the same type. The hpt_gpt2_* names of these calls are in the deprecated
+ * hpt_model is the same type. The hpt_gpt2_* names of these calls are in the deprecated
  * include/hptrain_gpt2.h, which nothing in hptrain includes. A model's weights, gradients and activations come from the
  * hpt_mem it was made with. What the activation arena keeps (recomputation, flash attention,
  * offload and compression of saved activations, a chunked head) is an hpt_act_opts, a

@@ -56,7 +56,7 @@ hpt_adamw_opts hpt_optim_defaults(hpt_optim_kind k);
 typedef struct hpt_optim hpt_optim;
 /* Allocates the optimizer's state (optimizer category, device tier) for the model's
  * parameters: hpt_optim_state_bytes() bytes, zero. */
-hpt_status hpt_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts *o,
+hpt_status hpt_optim_create(hpt_mem *mem, hpt_model *model, const hpt_adamw_opts *o,
                             hpt_optim **out);
 void hpt_optim_free(hpt_optim *o);
 /* One optimizer step with learning rate lr. If clip > 0 the gradients are scaled so their

@@ -80,7 +80,7 @@ int hpt_trainer_done(const hpt_trainer *tr);
 hpt_status hpt_trainer_eval(hpt_trainer *tr, float *val_loss_out);
 /* Writes save_dir/state.bin and save_dir/model.bin now (needs save_dir). */
 hpt_status hpt_trainer_save(hpt_trainer *tr);
-hpt_gpt2 *hpt_trainer_model(hpt_trainer *tr);
+hpt_model *hpt_trainer_model(hpt_trainer *tr);
 int64_t hpt_trainer_start_step(const hpt_trainer *tr);       /* > 0 after a resume */
 /* The optimizer settings in use (a resumed run's come from its checkpoint). */
 const hpt_adamw_opts *hpt_trainer_optim_opts(const hpt_trainer *tr);

@@ -81,7 +81,7 @@ hpt_status hpt_model_load_offload(hpt_mem *mem, const char *path, const hpt_offl
                         "needs %llu (truncated or corrupt)", path, (unsigned long long)size, cfg.L, cfg.C, cfg.V, cfg.Vp,
                         cfg.maxT, (unsigned long long)(1024 + (uint64_t)n * esz));
     }
-    hpt_gpt2 *m;
+    hpt_model *m;
     s = hpt_model_create_config_offload(mem, &cfg, off, &m);
     if (s != HPT_OK) { fclose(f); return s; }
     float *params = model_params(m);
@@ -112,12 +112,12 @@ static hpt_status emit_atomic(void *ctx, const float *x, size_t n) {
     return io_atomic_write(ctx, x, n * sizeof(float));
 }
 
-hpt_status hpt_model_save(const hpt_gpt2 *m, const char *path) {
+hpt_status hpt_model_save(const hpt_model *m, const char *path) {
     const hpt_model_config *c = hpt_model_get_config(m);
     if (c->arch != HPT_ARCH_GPT2)
         return hpt_fail(HPT_ERR_UNSUPPORTED, "%s: llm.c's checkpoint format holds GPT-2 only; a "
                         "%s model is saved as a Hugging Face directory", path, hpt_model_arch(m));
-    hpt_gpt2 *mm = (hpt_gpt2 *)(uintptr_t)m; /* model_emit's engine gathers: no change */
+    hpt_model *mm = (hpt_model *)(uintptr_t)m; /* model_emit's engine gathers: no change */
     int32_t h[256] = {0};
     h[0] = CKPT_MAGIC; h[1] = 3; h[2] = c->maxT; h[3] = c->V; h[4] = c->L;
     h[5] = c->NH; h[6] = c->C; h[7] = c->Vp;

@@ -35,7 +35,7 @@ hpt_arch_ctx act_ctx_for(const hpt_model_config *c, const hpt_act_opts *o, int v
     return x;
 }
 
-hpt_arch_ctx act_ctx(const hpt_gpt2 *m) {
+hpt_arch_ctx act_ctx(const hpt_model *m) {
     hpt_arch_ctx x = act_ctx_for(&m->cfg, &m->act, m->emb != HPT_EMB_FULL ? m->Vc : 0, m->B, m->T);
     x.be = m->be;
     x.loss_scale = m->loss_scale;

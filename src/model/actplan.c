@@ -203,7 +203,7 @@ size_t hpt_model_activation_bytes(const hpt_model_config *cfg, int B, int T,
     return (size_t)t[HPT_TIER_DEVICE];
 }
 
-void hpt_model_free_activations(hpt_gpt2 *m) {
+void hpt_model_free_activations(hpt_model *m) {
     if (!m) return;
     hpt_run *r = &m->run;
     actstore_wait(m);
@@ -217,16 +217,16 @@ void hpt_model_free_activations(hpt_gpt2 *m) {
     m->has_targets = 0;
 }
 
-hpt_status hpt_model_set_act_opts(hpt_gpt2 *m, const hpt_act_opts *o) {
+hpt_status hpt_model_set_act_opts(hpt_model *m, const hpt_act_opts *o) {
     HPT_CHECK(act_opts_check(o));
     hpt_model_free_activations(m);
     m->act = *o;
     return HPT_OK;
 }
 
-hpt_act_opts hpt_model_get_act_opts(const hpt_gpt2 *m) { return m->act; }
+hpt_act_opts hpt_model_get_act_opts(const hpt_model *m) { return m->act; }
 
-void act_enter(hpt_gpt2 *m, int t) {
+void act_enter(hpt_model *m, int t) {
     hpt_run *r = &m->run;
     /* deaths first, then births: the profiler's live bytes never count two buffers that share
      * bytes */
@@ -241,7 +241,7 @@ void act_enter(hpt_gpt2 *m, int t) {
     r->t_now = t;
 }
 
-void act_plan_free(hpt_gpt2 *m) {
+void act_plan_free(hpt_model *m) {
     hpt_run *r = &m->run;
     free(r->layers);
     free(r->flayers);
@@ -255,7 +255,7 @@ void act_plan_free(hpt_gpt2 *m) {
     r->st.soff = r->st.sbytes = NULL;
 }
 
-hpt_status act_ensure(hpt_gpt2 *m, int B, int T) {
+hpt_status act_ensure(hpt_model *m, int B, int T) {
     const hpt_arch *A = m->arch;
     hpt_run *r = &m->run;
     hpt_actstore *st = &r->st;

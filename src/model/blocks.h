@@ -76,12 +76,12 @@ typedef struct hpt_block_store {
  * o->embeddings' buffers, model/embed.c). Unusable until model_bind_blocks (or hpt_model_free).
  * cfg and o are checked by the caller. Failures are wrapped as hpt_model_create_config's. */
 hpt_status model_create_unbound(hpt_mem *mem, const hpt_model_config *cfg,
-                               const hpt_offload_opts *o, hpt_gpt2 **out);
+                               const hpt_offload_opts *o, hpt_model **out);
 /* The packed layout a store keeps: L blocks of *n_slices slices of slice_n[i] floats (borrowed
  * from the model). */
-void model_block_layout(const hpt_gpt2 *m, int *L, int *n_slices, const size_t **slice_n);
+void model_block_layout(const hpt_model *m, int *L, int *n_slices, const size_t **slice_n);
 /* Binds store (ownership passes to the model: hpt_model_free frees it) and eng, the engine
  * behind it, which the model keeps as m->eng for the modules above it and never calls. */
-void model_bind_blocks(hpt_gpt2 *m, hpt_block_store *store, struct offload_engine *eng);
+void model_bind_blocks(hpt_model *m, hpt_block_store *store, struct offload_engine *eng);
 
 #endif

@@ -185,27 +185,27 @@ static inline int gpt2_is_block_tensor(int i) {
 
 /* ---- embed.c: chunked and bf16 tied embeddings (HPT_EMB_CHUNKED, HPT_EMB_BF16) ---- */
 /* Allocates what embeddings o->embeddings need beside params and grads (sets m->emb, m->Vc). */
-hpt_status emb_create(hpt_gpt2 *m, const hpt_offload_opts *o);
+hpt_status emb_create(hpt_model *m, const hpt_offload_opts *o);
 /* Sets m->emb (kind) and the tensors it concerns (emb_ti, emb_at, emb_head, emb_untied) before
  * the flat buffers are sized; emb_stored: tensor i lives in emb_h (BF16), not in params;
  * emb_deferred: tensor i has no whole gradient (updated chunk by chunk). */
-void emb_plan(hpt_gpt2 *m, int kind);
-int emb_stored(const hpt_gpt2 *m, int i);
-int emb_deferred(const hpt_gpt2 *m, int i);
+void emb_plan(hpt_model *m, int kind);
+int emb_stored(const hpt_model *m, int i);
+int emb_deferred(const hpt_model *m, int i);
 /* The flat buffers' floats with the embeddings' kind: *n_flat in (every non-block tensor) and
  * out (less those in emb_h), *n_gflat out (less those without a whole gradient). */
-void emb_flat_floats(const hpt_gpt2 *m, size_t *n_flat, size_t *n_gflat);
-void emb_free(hpt_gpt2 *m);
+void emb_flat_floats(const hpt_model *m, size_t *n_flat, size_t *n_gflat);
+void emb_free(hpt_model *m);
 /* BF16: n values of tensor i (emb_stored) from value lo, widened into x / rounded from x
  * (to nearest; Kahan: the compensation gets the residue). */
-void emb_get(const hpt_gpt2 *m, int i, size_t lo, float *x, size_t n);
-void emb_put(hpt_gpt2 *m, int i, size_t lo, const float *x, size_t n);
+void emb_get(const hpt_model *m, int i, size_t lo, float *x, size_t n);
+void emb_put(hpt_model *m, int i, size_t lo, const float *x, size_t n);
 /* The forward's encoder (a->encoded) and head (lse, losses, m->loss; needs targets), the
  * backward's head (dlnf into a->dsmall), and the backward's end: wpe's gradient and wte's
  * deferred update, chunk by chunk (see embed.c). */
-void emb_encoder_forward(hpt_gpt2 *m);
-void emb_head_forward(hpt_gpt2 *m, size_t rows);
-void emb_head_backward(hpt_gpt2 *m, size_t rows);
-void emb_backward_end(hpt_gpt2 *m, size_t rows);
+void emb_encoder_forward(hpt_model *m);
+void emb_head_forward(hpt_model *m, size_t rows);
+void emb_head_backward(hpt_model *m, size_t rows);
+void emb_backward_end(hpt_model *m, size_t rows);
 
 #endif

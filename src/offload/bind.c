@@ -11,12 +11,12 @@
 #include "offload/engine.h"
 
 hpt_status hpt_model_create_config_offload(hpt_mem *mem, const hpt_model_config *cfg,
-                                           const hpt_offload_opts *o, hpt_gpt2 **out) {
+                                           const hpt_offload_opts *o, hpt_model **out) {
     *out = NULL;
     if (!hpt_offload_active(o)) return hpt_model_create_config(mem, cfg, out);
     HPT_CHECK(hpt_model_config_check(cfg));
     HPT_CHECK(hpt_offload_check(o));
-    hpt_gpt2 *m;
+    hpt_model *m;
     HPT_CHECK(model_create_unbound(mem, cfg, o, &m));
     int L, n_slices;
     const size_t *slice_n;

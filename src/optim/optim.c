@@ -295,7 +295,7 @@ int optim_cut_of(const hpt_optim *op, struct offload_engine *eng, int q, size_t 
     return N;
 }
 
-hpt_status hpt_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts *o,
+hpt_status hpt_optim_create(hpt_mem *mem, hpt_model *model, const hpt_adamw_opts *o,
                             hpt_optim **out) {
     return optim_create_units(mem, model, o, 0, SIZE_MAX, out);
 }
@@ -394,7 +394,7 @@ void optim_set_gather(hpt_optim *op, optim_gather_fn fn, void *ctx) {
     op->gather_ctx = ctx;
 }
 
-hpt_status optim_create_units(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts *o,
+hpt_status optim_create_units(hpt_mem *mem, hpt_model *model, const hpt_adamw_opts *o,
                               size_t u_lo, size_t u_hi, hpt_optim **out) {
     *out = NULL;
     HPT_CHECK(check_opts(o));
@@ -560,7 +560,7 @@ static const float *unit_grad(hpt_optim *op, const float *grads, int i, size_t o
  * from the gather (ZeRO: their owners'), then added in the fixed order of the top of the file:
  * the same terms in the same order as one process, so the same bits. */
 static hpt_status grad_sumsq_units(hpt_optim *op, double *out) {
-    hpt_gpt2 *m = op->model;
+    hpt_model *m = op->model;
     const hpt_tensor_table *t = op->tab;
     const float *grads = model_grads(m);
     double *u = op->unit_sumsq;
@@ -597,7 +597,7 @@ static hpt_status grad_sumsq_units(hpt_optim *op, double *out) {
 /* The global sum of squares of the gradients, in the fixed order of the top of the file (the
  * first term is added to 0.0, which changes no bits: a sum of squares is never -0). */
 static double grad_sumsq(const hpt_optim *op) {
-    hpt_gpt2 *m = op->model;
+    hpt_model *m = op->model;
     const hpt_tensor_table *t = op->tab;
     struct offload_engine *eng = model_engine(m);
     const float *grads = model_grads(m);
@@ -637,7 +637,7 @@ static double grad_sumsq(const hpt_optim *op) {
  * each whole, or with ZeRO (nbcut) this rank's part [ca, ca + cn) only (its summed gradients
  * are there: engine_zemb.c), then every owner's part all-gathered into every rank's weights. */
 static hpt_status update_nonblock(hpt_optim *op, float lr, float scale) {
-    hpt_gpt2 *model = op->model;
+    hpt_model *model = op->model;
     for (int i = 0; i < op->lay.n; i++) {
         const tensor_layout *tl = &op->lay.t[i];
         if (tl->stacked || model_emb_deferred(model, i) || !tl->cn) continue;
@@ -704,7 +704,7 @@ hpt_status hpt_optim_step(hpt_optim *op, float lr, float clip, float *grad_norm_
  * every product below is exact, so hpt_optim_step computes the same bits as before. */
 hpt_status hpt_optim_step_scaled(hpt_optim *op, float lr, float clip, float grad_scale,
                                  float *grad_norm_out) {
-    hpt_gpt2 *model = op->model;
+    hpt_model *model = op->model;
     struct offload_engine *eng = model_engine(model);
     float *params = model_params(model), *grads = model_grads(model);
     if (!grads || !at_home(op))

@@ -40,7 +40,7 @@ void optim_owner(const hpt_tensor_table *t, int rank, int size, size_t *u_lo, si
  * buffers hold those units' state in the whole layout's order (the units of one width packed);
  * a step updates those units only. HPT_ERR_UNSUPPORTED for a proper part with the offload engine
  * or chunked embeddings. */
-hpt_status optim_create_units(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts *o,
+hpt_status optim_create_units(hpt_mem *mem, hpt_model *model, const hpt_adamw_opts *o,
                               size_t u_lo, size_t u_hi, hpt_optim **out);
 /* The state buffers' bytes for units [u_lo, u_hi), and where unit u's state lies in them
  * (off, len per buffer; hpt_optim_state_buffers' order). */

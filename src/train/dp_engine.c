@@ -90,7 +90,7 @@ static hpt_status discard(void *ctx, const float *x, size_t n) {
     return HPT_OK;
 }
 
-hpt_status dp_engine_follow(hpt_gpt2 *model, int n) {
+hpt_status dp_engine_follow(hpt_model *model, int n) {
     struct offload_engine *e = model_engine(model);
     if (!e || !eng_home_shard(e, EB_P)) return HPT_OK; /* stages 1-2: rank 0 reads its own */
     for (int k = 0; k < n; k++) HPT_CHECK(model_emit(model, EB_P, model_params(model), discard, NULL));

@@ -108,7 +108,7 @@ static const char k_end[8] = {'H', 'P', 'T', 'E', 'N', 'D', 0, 0};
 static const char *const comp_names[N_COMP] = {"bf16_comp", "emb_comp"};
 
 /* The model's Kahan compensations, one per name of comp_names (NULL, 0: none). */
-static hpt_status model_comps(hpt_gpt2 *m, uint16_t *comp[N_COMP], size_t n[N_COMP]) {
+static hpt_status model_comps(hpt_model *m, uint16_t *comp[N_COMP], size_t n[N_COMP]) {
     comp[0] = comp[1] = NULL;
     n[0] = n[1] = 0;
     if (model_engine(m)) HPT_CHECK(eng_comp(model_engine(m), &comp[0], &n[0]));
@@ -170,7 +170,7 @@ static uint32_t tensor_crc(uint32_t crc, const hpt_backend *be, const void *p, s
     return crc;
 }
 
-void state_pack_fields(const hpt_gpt2 *model, const hpt_optim *opt, const hpt_adamw_opts *ao,
+void state_pack_fields(const hpt_model *model, const hpt_optim *opt, const hpt_adamw_opts *ao,
                        const hpt_train_pos *pos, int64_t f[STATE_NFIELDS]) {
     const hpt_model_config *c = hpt_model_get_config(model);
     size_t num_params = hpt_model_num_params(model);
@@ -222,18 +222,18 @@ hpt_status state_unpack_fields(const int64_t f[STATE_NFIELDS], const char *path,
     return HPT_OK;
 }
 
-hpt_status hpt_state_save(const char *path, const hpt_gpt2 *model, const hpt_optim *opt,
+hpt_status hpt_state_save(const char *path, const hpt_model *model, const hpt_optim *opt,
                           const hpt_adamw_opts *ao, const hpt_train_pos *pos) {
     return hpt_state_save_sections(path, model, opt, ao, pos, NULL, 0);
 }
 
-hpt_status hpt_state_save_sections(const char *path, const hpt_gpt2 *model, const hpt_optim *opt,
+hpt_status hpt_state_save_sections(const char *path, const hpt_model *model, const hpt_optim *opt,
                                    const hpt_adamw_opts *ao, const hpt_train_pos *pos,
                                    const hpt_state_section *sec, int n_sec) {
     /* bf16-kahan weights' (and embeddings') compensation: one more section each */
     uint16_t *comp[N_COMP];
     size_t n_comp[N_COMP];
-    HPT_CHECK(model_comps((hpt_gpt2 *)(uintptr_t)model, comp, n_comp));
+    HPT_CHECK(model_comps((hpt_model *)(uintptr_t)model, comp, n_comp));
     int n_own = (comp[0] != NULL) + (comp[1] != NULL);
     if (n_sec < 0 || n_sec + n_own > HPT_STATE_MAX_SECTIONS)
         return hpt_fail(HPT_ERR_INVALID, "%d checkpoint sections (at most %d%s)", n_sec,
@@ -261,7 +261,7 @@ hpt_status hpt_state_save_sections(const char *path, const hpt_gpt2 *model, cons
     hpt_status s = io_atomic_write(&w, k_magic, 8);
     if (s == HPT_OK) s = io_atomic_write(&w, ver, sizeof ver);
     if (s == HPT_OK) s = io_atomic_write(&w, f, sizeof f);
-    hpt_gpt2 *mm = (hpt_gpt2 *)(uintptr_t)model;
+    hpt_model *mm = (hpt_model *)(uintptr_t)model;
     if (model_engine(mm)) { /* offloaded: gathered in checkpoint order */
         if (s == HPT_OK) s = model_emit(mm, EB_P, model_params(mm), emit_atomic, &w);
     } else if (s == HPT_OK) {
@@ -328,11 +328,11 @@ void hpt_state_sections_free(hpt_mem *mem, hpt_state_section *sec, int n_sec) {
 }
 
 static hpt_status load_state(const char *path, hpt_mem *mem, const hpt_offload_opts *off,
-                             hpt_gpt2 **model_out, hpt_optim **opt_out, hpt_adamw_opts *ao_out,
+                             hpt_model **model_out, hpt_optim **opt_out, hpt_adamw_opts *ao_out,
                              hpt_train_pos *pos_out, hpt_state_section sec[HPT_STATE_MAX_SECTIONS],
                              int *n_sec_out);
 
-hpt_status hpt_state_load(const char *path, hpt_mem *mem, hpt_gpt2 **model_out,
+hpt_status hpt_state_load(const char *path, hpt_mem *mem, hpt_model **model_out,
                           hpt_optim **opt_out, hpt_adamw_opts *ao_out, hpt_train_pos *pos_out) {
     hpt_state_section sec[HPT_STATE_MAX_SECTIONS];
     int n_sec;
@@ -342,7 +342,7 @@ hpt_status hpt_state_load(const char *path, hpt_mem *mem, hpt_gpt2 **model_out,
 }
 
 hpt_status hpt_state_load_offload(const char *path, hpt_mem *mem, const hpt_offload_opts *off,
-                                  hpt_gpt2 **model_out, hpt_optim **opt_out,
+                                  hpt_model **model_out, hpt_optim **opt_out,
                                   hpt_adamw_opts *ao_out, hpt_train_pos *pos_out) {
     hpt_state_section sec[HPT_STATE_MAX_SECTIONS];
     int n_sec;
@@ -351,7 +351,7 @@ hpt_status hpt_state_load_offload(const char *path, hpt_mem *mem, const hpt_offl
     return HPT_OK;
 }
 
-hpt_status hpt_state_load_sections(const char *path, hpt_mem *mem, hpt_gpt2 **model_out,
+hpt_status hpt_state_load_sections(const char *path, hpt_mem *mem, hpt_model **model_out,
                                    hpt_optim **opt_out, hpt_adamw_opts *ao_out,
                                    hpt_train_pos *pos_out,
                                    hpt_state_section sec[HPT_STATE_MAX_SECTIONS],
@@ -360,7 +360,7 @@ hpt_status hpt_state_load_sections(const char *path, hpt_mem *mem, hpt_gpt2 **mo
 }
 
 hpt_status hpt_state_load_offload_sections(const char *path, hpt_mem *mem,
-                                           const hpt_offload_opts *off, hpt_gpt2 **model_out,
+                                           const hpt_offload_opts *off, hpt_model **model_out,
                                            hpt_optim **opt_out, hpt_adamw_opts *ao_out,
                                            hpt_train_pos *pos_out,
                                            hpt_state_section sec[HPT_STATE_MAX_SECTIONS],
@@ -404,7 +404,7 @@ static hpt_status read_sections(FILE *fp, const char *path, hpt_mem *mem, uint64
 
 /* Takes the bf16 compensations' sections out of sec (freed, the others moved up): into the
  * model's bf16-kahan weights (embeddings), or dropped for other weights. */
-static hpt_status absorb_comp(hpt_gpt2 *m, hpt_mem *mem, const char *path, hpt_state_section *sec,
+static hpt_status absorb_comp(hpt_model *m, hpt_mem *mem, const char *path, hpt_state_section *sec,
                               int *n_sec) {
     uint16_t *comp[N_COMP];
     size_t n[N_COMP];
@@ -432,7 +432,7 @@ static hpt_status absorb_comp(hpt_gpt2 *m, hpt_mem *mem, const char *path, hpt_s
 
 /* Loads a state into a model made with off (NULL: no engine), with version 3's sections. */
 static hpt_status load_state(const char *path, hpt_mem *mem, const hpt_offload_opts *off,
-                             hpt_gpt2 **model_out, hpt_optim **opt_out, hpt_adamw_opts *ao_out,
+                             hpt_model **model_out, hpt_optim **opt_out, hpt_adamw_opts *ao_out,
                              hpt_train_pos *pos_out, hpt_state_section sec[HPT_STATE_MAX_SECTIONS],
                              int *n_sec_out) {
     *model_out = NULL;
@@ -496,7 +496,7 @@ static hpt_status load_state(const char *path, hpt_mem *mem, const hpt_offload_o
                          path, (unsigned long long)size, (unsigned long long)want);
         base = want;
     }
-    hpt_gpt2 *m = NULL;
+    hpt_model *m = NULL;
     hpt_optim *o = NULL;
     hpt_optim_buf bufs[HPT_OPTIM_NUM_BUFS];
     crc_reader rd = {fp, path, 0};

@@ -376,7 +376,7 @@ hpt_status hpt_trainer_create(hpt_mem *mem, const hpt_train_opts *opts, hpt_trai
 }
 
 int hpt_trainer_done(const hpt_trainer *tr) { return tr->step >= tr->o.steps; }
-hpt_gpt2 *hpt_trainer_model(hpt_trainer *tr) { return tr->model; }
+hpt_model *hpt_trainer_model(hpt_trainer *tr) { return tr->model; }
 int64_t hpt_trainer_start_step(const hpt_trainer *tr) { return tr->start_step; }
 const hpt_adamw_opts *hpt_trainer_optim_opts(const hpt_trainer *tr) { return hpt_optim_get_opts(tr->opt); }
 size_t hpt_trainer_train_tokens(const hpt_trainer *tr) { return hpt_dataloader_num_tokens(tr->train); }

@@ -155,7 +155,7 @@ hpt_status hpt_verify(hpt_mem *mem, const char *model_path, const char *state_pa
     r->tol = tol;
     steps_file sf = {0};
     if (steps_json) HPT_CHECK(read_steps(steps_json, &sf));
-    hpt_gpt2 *m = NULL;
+    hpt_model *m = NULL;
     hpt_model_config shape;
     /* a SHAPE (no file of that name): the parameters come from a version-3 state */
     FILE *probe = fopen(model_path, "rb");

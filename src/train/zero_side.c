@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-hpt_status zs_init(zside *s, hpt_gpt2 *model, hpt_optim *opt, const dp_shard *z) {
+hpt_status zs_init(zside *s, hpt_model *model, hpt_optim *opt, const dp_shard *z) {
     memset(s, 0, sizeof *s);
     s->model = model;
     s->opt = opt;

@@ -11,7 +11,7 @@
 
 static void load(const char *path, const hpt_offload_opts *off) {
     hpt_mem *mem = fz_mem(64u << 20);
-    hpt_gpt2 *m = NULL;
+    hpt_model *m = NULL;
     hpt_optim *o = NULL;
     hpt_adamw_opts ao;
     hpt_train_pos pos;

@@ -225,7 +225,7 @@ static void memory_report(const hpt_mem *mem) {
 }
 
 /* What the offload engine moved per step and how much of its time the compute thread waited. */
-static void offload_report(const hpt_gpt2 *m, int64_t steps) {
+static void offload_report(const hpt_model *m, int64_t steps) {
     hpt_offload_stats st;
     hpt_model_offload_stats(m, &st);
     if (steps < 1 || (st.io_s == 0.0 && st.update_s == 0.0 && st.loads == 0)) return;
