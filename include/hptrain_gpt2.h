@@ -1,5 +1,6 @@
 /* hptrain_gpt2.h: DEPRECATED. The hpt_gpt2_* names the model calls had before one object type
- * served every architecture, each the same as its hpt_model_* (or hpt_act_*) call, for programs
+ * served every architecture (and that type's, hpt_gpt2, now hpt_model), each the same as its
+ * hpt_model_* (or hpt_act_*) call, for programs
  * written against them; nothing in hptrain includes this header, and it goes in a later release.
  * hpt_gpt2_config_parse (GPT-2 shapes only) and hpt_gpt2_tensors are gone: hpt_model_config_parse
  * takes every architecture's shapes, hpt_model_tensor describes any model's tensors. */
@@ -7,6 +8,7 @@
 #define HPTRAIN_GPT2_COMPAT_H
 #include <hptrain.h>
 
+typedef struct hpt_model hpt_gpt2;
 typedef hpt_model_config hpt_gpt2_config;
 typedef hpt_act_opts hpt_gpt2_act_opts;
 

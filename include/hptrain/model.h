@@ -8,13 +8,13 @@
  *   for (int i = 0; i < hpt_model_num_tensors(m); i++) { hpt_tensor_info t;
  *       hpt_model_tensor(m, i, &t); }                               // name, dtype, shape, layer
  *
- * One object type serves every architecture (src/model/arch.h: GPT-2 and the llama family);
- * hpt_model is the same type. The hpt_gpt2_* names of these calls are in the deprecated
- * include/hptrain_gpt2.h, which nothing in hptrain includes. A model's weights, gradients and activations come from the
- * hpt_mem it was made with. What the activation arena keeps (recomputation, flash attention,
- * offload and compression of saved activations, a chunked head) is an hpt_act_opts, a
- * choice of the plan (hptrain/plan.h): every choice computes the same thing, bit for bit where
- * it is exact. */
+ * One object type serves every architecture (src/model/arch.h: GPT-2 and the llama family).
+ * The old names (the type hpt_gpt2, the hpt_gpt2_* calls) are in the deprecated
+ * include/hptrain_gpt2.h, which nothing in hptrain includes. A model's weights, gradients and
+ * activations come from the hpt_mem it was made with. What the activation arena keeps
+ * (recomputation, flash attention, offload and compression of saved activations, a chunked
+ * head) is an hpt_act_opts, a choice of the plan (hptrain/plan.h): every choice computes the
+ * same thing, bit for bit where it is exact. */
 #ifndef HPTRAIN_MODEL_H
 #define HPTRAIN_MODEL_H
 #ifndef HPTRAIN_H
@@ -60,7 +60,6 @@ hpt_status hpt_model_config_check(const hpt_model_config *cfg);
 size_t hpt_model_config_num_params(const hpt_model_config *cfg);
 
 typedef struct hpt_model hpt_model;
-typedef struct hpt_model hpt_gpt2; /* the same object: GPT-2 is one architecture */
 
 /* A tensor of a model's table (checkpoint order): what it is, apart from its storage. */
 typedef enum {
