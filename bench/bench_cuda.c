@@ -7,8 +7,9 @@
  *                                          (tests/gpt2_ops.h: fp32, flash attention, AdamW), random
  *                                          initialisation and tokens, V = 50257 (Vp 50304)
  * Each prints one JSON line. GEMMs: each shape runs once untimed, then REPS times between CUDA
- * events; the best repetition counts (2 M N K / seconds). The step: 2 untimed steps, then STEPS
- * timed ones (the mean), tokens/s, the FLOPs per token of docs/estimate.md, the accounted device
+ * events recorded on the backend's compute stream (hpt_cuda_compute_stream: the work runs there,
+ * and the legacy stream does not order against it); the best repetition counts (2 M N K /
+ * seconds). The step: 2 untimed steps, then STEPS timed ones (the mean), tokens/s, the FLOPs per token of docs/estimate.md, the accounted device
  * peak, and cudaMemGetInfo's bytes in use (the context, the backend's fixed overhead and the
  * device region, which is the budget given by --memory or, unlimited, most of the GPU). */
 #include "kernels/backend.h"
@@ -39,18 +40,32 @@ static double gemm_tflops(int kind, int64_t n) {
     size_t in = kind == 0 ? 2 : 4;
     void *a = dalloc((size_t)(n * n) * in), *b = dalloc((size_t)(n * n) * in);
     float *c = dalloc((size_t)(n * n) * 4);
+    cudaStream_t cs = (cudaStream_t)hpt_cuda_compute_stream();
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
     hpt_cuda_set_tf32(kind == 1);
+    /* random operands, N(0, 1) (zeros run faster than real data), made by the backend's own
+     * initialisation; bf16 ones narrowed from fp32 */
+    if (kind == 0) {
+        float *t = dalloc((size_t)(n * n) * 4);
+        cu->init_normal(t, 0, (size_t)(n * n), (size_t)(n * n), 1.0f, 11);
+        (void)cu->bf16_narrow(a, t, (size_t)(n * n));
+        cu->init_normal(t, 0, (size_t)(n * n), (size_t)(n * n), 1.0f, 12);
+        (void)cu->bf16_narrow(b, t, (size_t)(n * n));
+        cu->sync();
+        cu->free(g_mem, HPT_TIER_DEVICE, HPT_CAT_WORKSPACE, t, (size_t)(n * n) * 4);
+    } else {
+        cu->init_normal(a, 0, (size_t)(n * n), (size_t)(n * n), 1.0f, 11);
+        cu->init_normal(b, 0, (size_t)(n * n), (size_t)(n * n), 1.0f, 12);
+    }
     double best = 0.0;
     for (int r = 0; r <= REPS; r++) {
         cu->sync();
-        cudaEventRecord(e0, 0);
+        cudaEventRecord(e0, cs);
         if (kind == 0) hpt_cuda_gemm_bf16('N', 'T', n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
         else cu->gemm('N', 'T', n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        cu->sync();
-        cudaEventRecord(e1, 0);
+        cudaEventRecord(e1, cs);
         cudaEventSynchronize(e1);
         float ms = 0.0f;
         cudaEventElapsedTime(&ms, e0, e1);
@@ -101,17 +116,17 @@ static int step(int argc, char **argv) {
     }
     cu->copy(m.x, tok, n * 4, HPT_COPY_H2D);
     cu->copy(m.y, tok + n, n * 4, HPT_COPY_H2D);
+    cudaStream_t cs = (cudaStream_t)hpt_cuda_compute_stream();
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
     float loss = 0.0f, total_ms = 0.0f;
     for (int i = 0; i < steps + 2; i++) {
         cu->sync();
-        cudaEventRecord(e0, 0);
+        cudaEventRecord(e0, cs);
         loss = g2_step(&m);
         cu->adamw(m.params, m.grads, m.m, m.v, m.off[G2_NT], 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, i + 1);
-        cu->sync();
-        cudaEventRecord(e1, 0);
+        cudaEventRecord(e1, cs);
         cudaEventSynchronize(e1);
         float ms = 0.0f;
         cudaEventElapsedTime(&ms, e0, e1);

@@ -31,15 +31,11 @@ while [ $# -gt 0 ]; do
     esac
 done
 out=${OUT:-$build/bench_cuda.jsonl}
-cuda=${CUDA_HOME:-/usr/local/cuda}
 
 [ -f "$build/CMakeCache.txt" ] || cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DHPT_SANITIZE=OFF >/dev/null
-cmake --build "$build" --target hptrain -j >/dev/null
 [ -d "$build/CMakeFiles/hptrain_cuda.dir" ] ||
     { echo "bench_cuda: $build has no CUDA backend (nvcc not found at configure time)" >&2; exit 1; }
-cc -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Iinclude -Isrc -Itests -I"$cuda/include" bench/bench_cuda.c \
-   "$build/libhptrain.a" -L"$cuda/lib64" -lcudart -lcublas -lcublasLt -lstdc++ -fopenmp -ldnnl -lpcre2-8 \
-   -lcjson -lmvec -lm -o "$build/bench_cuda"
+cmake --build "$build" --target bench_cuda -j >/dev/null   # the CMake target (CMakeLists.txt)
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 $py -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name(0))'
 

@@ -143,7 +143,8 @@ def timed(fn):
 
 
 def check_reference(ref_dir):
-    """Loads ../shared/reference/gpt2_tiny_* (llm.c formats), runs the 10 AdamW steps of
+    """Loads ref_dir/gpt2_tiny_* (llm.c formats; tests/make_reference.sh writes them into a build
+    tree's reference/), runs the 10 AdamW steps of
     gpt2_tiny_steps.json with this file's model, and compares the losses. Proves that the
     benchmarked model is the GPT-2 that hptrain computes. Returns the worst relative error."""
     import struct

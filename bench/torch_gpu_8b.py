@@ -110,8 +110,13 @@ def main():
     out = {"system": "pytorch", "torch": torch.__version__, "mode": a.mode, "model": a.model,
            "T": a.T, "cap_gb": a.cap_gb, "gpu": torch.cuda.get_device_name(dev)}
     try:
+        base = Llama(L, C, NH, NKV, FF, V, a.T, ckpt=True)
+        # weight decay on the 2-D weights, named before any wrapping: FSDP flattens parameters
+        # into 1-D FlatParameters (all of them would look like biases), so it keeps the
+        # original parameters (use_orig_params) and the groups go by name
+        decay_names = {n for n, p in base.named_parameters() if p.dim() >= 2}
         if a.mode == "plain":
-            model = Llama(L, C, NH, NKV, FF, V, a.T, ckpt=True).to(dev)
+            model = base.to(dev)
         else:
             import torch.distributed as dist
             from torch.distributed.fsdp import CPUOffload, FullyShardedDataParallel as FSDP
@@ -119,11 +124,12 @@ def main():
             os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
             os.environ.setdefault("MASTER_PORT", "29517")
             dist.init_process_group("nccl", rank=0, world_size=1)
-            model = FSDP(Llama(L, C, NH, NKV, FF, V, a.T, ckpt=True),
-                         auto_wrap_policy=ModuleWrapPolicy({Block}),
+            model = FSDP(base, auto_wrap_policy=ModuleWrapPolicy({Block}), use_orig_params=True,
                          cpu_offload=CPUOffload(offload_params=True), device_id=dev)
-        decay = [p for p in model.parameters() if p.dim() >= 2]
-        rest = [p for p in model.parameters() if p.dim() < 2]
+        named = [(n.replace("_fsdp_wrapped_module.", ""), p) for n, p in model.named_parameters()]
+        decay = [p for n, p in named if n in decay_names]
+        rest = [p for n, p in named if n not in decay_names]
+        out.update(decay_tensors=len(decay), no_decay_tensors=len(rest))
         opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                                  {"params": rest, "weight_decay": 0.0}], lr=3e-4,
                                 betas=(0.9, 0.95), eps=1e-8, fused=a.mode == "plain")

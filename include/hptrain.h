@@ -73,7 +73,8 @@
  *   This header includes its parts in the order of use, each opening with its own manual:
  *     hptrain/core.h      status codes, last error, threads, clocks, sizes
  *     hptrain/mem.h       tiers, categories, budgets, accounting (hpt_mem)
- *     hptrain/model.h     GPT-2: shape, forward, backward, the activation arena's choices
+ *     hptrain/model.h     the model over any architecture (GPT-2, llama): shape, forward,
+ *                         backward, the activation arena's choices
  *     hptrain/offload.h   the offload engine's choices; the model made with it
  *     hptrain/infer.h     generation with a key/value cache, fp32 or int8 weights
  *     hptrain/optim.h     optimizers, 8-bit states, clipping, the learning-rate schedule
@@ -81,7 +82,9 @@
  *     hptrain/profile.h   traces, summaries, the memory picture
  *     hptrain/schedule.h  the hybrid predict schedule
  *     hptrain/plan.h      the plan (every technique choice, the budgets) and the estimator
+ *     hptrain/planner.h   calibration, the cost model, the search for a plan (--plan auto)
  *     hptrain/train.h     the trainer; verification against PyTorch
+ *     hptrain/dist.h      many processes: data parallel over MPI, ZeRO
  *   Include hptrain.h only; the parts are not headers of their own.
  */
 #ifndef HPTRAIN_H

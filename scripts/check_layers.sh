@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# check_layers.sh: holds the module order of docs/design.md ("The module order").
+# check_layers.sh: holds the module order of docs/design.md ("The module order"), read from its
+# picture by scripts/design_modules.sh (which fails if the picture and src/'s modules differ):
 #
-#   tools -> train -> (plan, optim, io) -> offload -> model -> kernels -> (mem, dist) -> core
+#   tools -> train -> plan -> (optim, io) -> offload -> model -> kernels -> (mem, dist) -> core
 #
 # Reads every `#include "..."` in src/, tools/ and include/ and reports, as violations:
 #   up        an include of a module above the includer's (a back-edge in the order);
+#   side      an include of another module on the includer's row (testing.h excepted);
 #   kernels   kernels/kernels.h or kernels/cpu/* included outside src/kernels/ (the backend
 #             table, kernels/backend.h, is the only way in);
 #   private   a module's private header (<module>/*_int.h) included from another module;
@@ -25,7 +27,8 @@
 # header): `nm` over the library's objects (BUILD/CMakeFiles/hptrain.dir/src/<module>/...o),
 # each undefined symbol mapped to the object that defines it, the objects to modules by their
 # source path. It prints the module graph at link level and its cycles, reports as violations
-#   link      a call (or a data reference) from a module to one above it in the order;
+#   link      a call (or a data reference) from a module to one above it in the order, or
+#             to another on its row;
 # (allowlist: "src/caller.c -> src/callee.c  # why"), and prints, for the review in
 # docs/design.md ("The module order"), the groups of files inside a module that call one
 # another both ways (not a failure: a module is one unit).
@@ -38,6 +41,7 @@ build=${2:-}
 cd "$root"; root=$(pwd)
 allow=scripts/layers.allow
 max_lines=1000
+ranks=$(bash scripts/design_modules.sh "$root")   # "module:rank ..." from the picture
 
 # "file include" pairs
 pairs=$(grep -rHo '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[^"]*"' src tools include 2>/dev/null |
@@ -47,7 +51,7 @@ long=$(find src tools include tests bench -name '*.[ch]' -type f 2>/dev/null | s
        while read -r f; do n=$(wc -l <"$f"); [ "$n" -gt "$max_lines" ] && echo "$f $n"; done || true)
 
 status=0
-awk -v allowfile="$allow" -v longlist="$long" '
+awk -v allowfile="$allow" -v longlist="$long" -v ranks="$ranks" '
 function modof(path,   a, n) {          # the module of a file under src/ or tools/
     n = split(path, a, "/")
     if (a[1] == "tools") return "tools"
@@ -55,8 +59,8 @@ function modof(path,   a, n) {          # the module of a file under src/ or too
     return a[2]
 }
 BEGIN {
-    split("core:0 testing:0 mem:1 dist:1 kernels:2 model:3 offload:4 plan:5 optim:5 io:5 train:6 tools:7", r, " ")
-    for (i in r) { split(r[i], kv, ":"); rank[kv[1]] = kv[2] }
+    nm = split(ranks, r, " ")                          # the picture, top row first
+    for (i = 1; i <= nm; i++) { split(r[i], kv, ":"); rank[kv[1]] = kv[2]; order[i] = kv[1] }
     while ((getline line < allowfile) > 0) {
         sub(/#.*/, "", line); gsub(/^[ \t]+|[ \t]+$/, "", line)
         if (line == "") continue
@@ -103,6 +107,8 @@ function report(file, inc, kind, why,   key) {
     if (!(tgt in rank) || !(src in rank)) { report(file, inc, "unknown", "module not in the order"); next }
     if (rank[tgt] > rank[src])
         report(file, inc, "up", src " (" rank[src] ") reaches up to " tgt " (" rank[tgt] ")")
+    if (tgt != src && tgt != "testing" && rank[tgt] == rank[src])
+        report(file, inc, "side", src " and " tgt " share a row (" rank[src] ")")
     if (tgt == "kernels" && src != "kernels" && inc != "kernels/backend.h")
         report(file, inc, "kernels", "kernel internals outside src/kernels/: use kernels/backend.h")
     if (inc ~ /_int\.h$/ && tgt != src)
@@ -111,7 +117,7 @@ function report(file, inc, kind, why,   key) {
 END {
     # reachability (transitive closure; a dozen modules): a module that reaches itself is on a
     # cycle; its floor, and that of every module that reaches a cycle, is "cycle"
-    n = split("tools train plan dist optim io offload model kernels mem testing core", order, " ")
+    n = nm
     for (e in edge) reach[e] = 1
     for (k = 1; k <= n; k++) for (i = 1; i <= n; i++) for (j = 1; j <= n; j++)
         if ((order[i] " " order[k]) in reach && (order[k] " " order[j]) in reach) reach[order[i] " " order[j]] = 1
@@ -159,11 +165,11 @@ syms=$(cd "$objdir" && nm -A -P --extern-only $objs |
        awk '{ f = $1; sub(/\.o:$/, "", f); t = $3
               if (t == "U" || t == "w") print f, $2, "U"; else if (t ~ /^[A-Z]$/) print f, $2, "D" }')
 
-awk -v allowfile="$allow" -v objdir="$objdir" '
+awk -v allowfile="$allow" -v objdir="$objdir" -v ranks="$ranks" '
 function modof(path,   a) { split(path, a, "/"); return a[2] }
 BEGIN {
-    split("core:0 testing:0 mem:1 dist:1 kernels:2 model:3 offload:4 plan:5 optim:5 io:5 train:6 tools:7", r, " ")
-    for (i in r) { split(r[i], kv, ":"); rank[kv[1]] = kv[2] }
+    n = split(ranks, r, " ")                           # the picture, top row first
+    for (i = 1; i <= n; i++) { split(r[i], kv, ":"); rank[kv[1]] = kv[2]; order[i] = kv[1] }
     while ((getline line < allowfile) > 0) {
         sub(/#.*/, "", line); gsub(/^[ \t]+|[ \t]+$/, "", line)
         if (line == "") continue
@@ -184,7 +190,6 @@ END {
         if (!(key in why)) { why[key] = sym; nk++; keys[nk] = key; ka[nk] = a; kb[nk] = b }
         else if (length(why[key]) < 60) why[key] = why[key] ", " sym
     }
-    n = split("tools train plan dist optim io offload model kernels mem testing core", order, " ")
     for (e in edge) reach[e] = 1
     for (k = 1; k <= n; k++) for (i = 1; i <= n; i++) for (j = 1; j <= n; j++)
         if ((order[i] " " order[k]) in reach && (order[k] " " order[j]) in reach) reach[order[i] " " order[j]] = 1
@@ -206,10 +211,11 @@ END {
     nv = 0; nnew = 0; nallowed = 0
     for (k = 1; k <= nk; k++) {
         a = ka[k]; b = kb[k]
-        if (rank[b] <= rank[a]) continue
+        if (rank[b] < rank[a]) continue                # down the order: fine
         if (keys[k] in allowed) { used[keys[k]] = 1; nallowed++; tag = "allowed" } else { nnew++; tag = "VIOLATION" }
-        lines[++nv] = sprintf("  %-9s link    %s  (%s (%d) reaches up to %s (%d): %s)", tag, keys[k],
-                              a, rank[a], b, rank[b], why[keys[k]])
+        lines[++nv] = sprintf("  %-9s link    %s  (%s (%d) reaches %s %s (%d): %s)", tag, keys[k],
+                              a, rank[a], rank[b] > rank[a] ? "up to" : "beside it to", b, rank[b],
+                              why[keys[k]])
     }
     # groups of files inside one module that reach one another (the review in docs/design.md)
     nf = 0

@@ -1,9 +1,10 @@
 #!/usr/bin/python3
-"""make_ref_state.py OUTDIR L C NH V Vp maxT B T SEED: writes a PyTorch reference in llm.c's
-formats: OUTDIR/model.bin (checkpoint v3, wte padded to Vp rows), OUTDIR/state.bin (reference
-state v2: x, y, logits, loss, gradients in checkpoint order with padding) and OUTDIR/steps.json
-(the loss before each of 10 AdamW steps, weight decay on every tensor). The model is
-bench/torch_gpt2.py's GPT2. Run with Debian's /usr/bin/python3 (python3-torch)."""
+"""make_ref_state.py OUTDIR L C NH V Vp maxT B T SEED [PREFIX]: writes a PyTorch reference in
+llm.c's formats: OUTDIR/PREFIXmodel.bin (checkpoint v3, wte padded to Vp rows),
+OUTDIR/PREFIXstate.bin (reference state v2: x, y, logits, loss, gradients in checkpoint order with
+padding) and OUTDIR/PREFIXsteps.json (the loss before each of 10 AdamW steps, weight decay on every
+tensor). The model is bench/torch_gpt2.py's GPT2. Run with Debian's /usr/bin/python3
+(python3-torch). tests/make_reference.sh calls it for the tests' gpt2_tiny_* files."""
 import json
 import os
 import struct
@@ -32,6 +33,7 @@ def flat(model, L, C, V, Vp, maxT, grads):
 
 def main():
     out, L, C, NH, V, Vp, maxT, B, T, seed = sys.argv[1], *map(int, sys.argv[2:11])
+    pre = sys.argv[11] if len(sys.argv) > 11 else ""
     torch.manual_seed(seed)
     torch.set_num_threads(1)
     model = GPT2(L, C, NH, V, maxT)
@@ -39,7 +41,7 @@ def main():
     y = torch.randint(0, V, (B, T))
     os.makedirs(out, exist_ok=True)
     hdr = [20240326, 3, maxT, V, L, NH, C, Vp] + [0] * 248
-    with open(os.path.join(out, "model.bin"), "wb") as f:
+    with open(os.path.join(out, pre + "model.bin"), "wb") as f:
         f.write(struct.pack("<256i", *hdr))
         f.write(flat(model, L, C, V, Vp, maxT, False).numpy().tobytes())
     # forward with logits kept
@@ -50,7 +52,7 @@ def main():
     logits = torch.nn.functional.linear(model.lnf(h), model.wte.weight)
     loss = torch.nn.functional.cross_entropy(logits.view(-1, V), y.view(-1))
     loss.backward()
-    with open(os.path.join(out, "state.bin"), "wb") as f:
+    with open(os.path.join(out, pre + "state.bin"), "wb") as f:
         f.write(struct.pack("<256i", *([20240327, 2, B, T] + [0] * 252)))
         f.write(x.to(torch.int32).numpy().tobytes())
         f.write(y.to(torch.int32).numpy().tobytes())
@@ -68,7 +70,7 @@ def main():
         opt.zero_grad(set_to_none=True)
         l.backward()
         opt.step()
-    with open(os.path.join(out, "steps.json"), "w") as f:
+    with open(os.path.join(out, pre + "steps.json"), "w") as f:
         json.dump({"adamw": cfg, "losses": losses}, f)
 
 

@@ -1,4 +1,5 @@
-/* test_accum.c: gradient accumulation (--accum K) against the large batch it stands for.
+/* test_accum.c ARCH: gradient accumulation (--accum K) against the large batch it stands for,
+ * on the architecture's case (arch_cases.h).
  *   (a) K micro-batches of B, gradients summed and scaled by 1/K inside the optimizer, equal
  *       one batch of K*B in fp32: gradients norm-wise (bound 1e-6), the reported (clipped)
  *       norm, and the weights after one AdamW step; scale 1 is hpt_optim_step bit for bit;
@@ -13,10 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* GPT-2, and llama with grouped-query attention and an untied head */
-static const char *const k_shapes[] = {"gpt2:L=2,C=32,NH=4,V=64,T=16",
-                                       "llama:L=2,C=32,NH=4,NKV=2,FF=48,V=64,T=16"};
-static const char *SHAPE = "gpt2:L=2,C=32,NH=4,V=64,T=16";
+static char SHAPE[T_SHAPE_MAX];
 #define VOCAB 64
 
 static char g_train[512];
@@ -221,21 +219,21 @@ static void test_memory(void) {
     CHECK_STATUS(hpt_plan_estimate(&po, &e4), HPT_ERR_INVALID);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    const t_arch *a = t_arch_arg(argc, argv, "test_accum");
+    if (!a) return 2;
+    t_arch_shape(a, SHAPE, 2, 32, 4, VOCAB, 16, 0);
     hpt_set_threads(2);
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
     make_shard();
-    for (int k = 0; k < 2; k++) {
-        SHAPE = k_shapes[k];
-        printf("%s\n", SHAPE);
-        test_equivalence(mem, 4, 2, 0.0f);
-        test_equivalence(mem, 2, 3, 0.05f);
-        test_resume(mem);
-        test_memory();
-    }
+    printf("%s\n", SHAPE);
+    test_equivalence(mem, 4, 2, 0.0f);
+    test_equivalence(mem, 2, 3, 0.05f);
+    test_resume(mem);
+    test_memory();
     uint64_t live = t_device_live(mem);
     CHECK_MSG(live == 0, "%llu bytes still live", (unsigned long long)live);
     hpt_mem_destroy(mem);
-    return t_done("test_accum");
+    return t_done(t_arch_label(a, "test_accum"));
 }

@@ -1,26 +1,31 @@
 /* test_attention.c: flash attention (kernels/cpu/flash_attention.c) against the plain
  * reference kernel (attention.c), and the whole model with each.
  *
- * Kernel: on shapes that cross the 64-row/64-key tiles (T = 1, 63, 64, 65 = tile + 1, 100,
- * 130, 200), with B > 1 and NH > 1, the same qkv and dout go to both kernels; out, and dq, dk,
- * dv separately, must agree within BOUND = 1e-5 norm-wise relative (both are fp32 with sums
- * of at most T products; the online softmax rescales partial sums, so equality is to rounding,
- * ~1e-7, not bitwise). The output is pre-filled with NaN (every element must be written), and
- * the flash lse is checked against log(sum(exp(s))) in double. Flash is also run twice with 1
- * and 2 threads: the bits must not change (each output element has one writer).
+ * Kernel: on short sequences (T = 1, 2, 3: fewer rows and keys than a vector or a register
+ * block) and shapes that cross the 64-row/64-key tiles (T = 63, 64, 65 = tile + 1, 100, 130,
+ * 200), with B > 1 and NH > 1, the same qkv and dout go to both kernels; out, and dq, dk, dv
+ * separately, must agree within BOUND = 1e-5 norm-wise relative (both are fp32 with sums of
+ * at most T products; the online softmax rescales partial sums, so equality is to rounding,
+ * ~1e-7, not bitwise). A sequence's first row sees one key (P = 1, O = v, so dS = 0): its dq
+ * is exactly 0 in both kernels, and with T = 1 every dq and dk is (checked as such: a
+ * norm-wise error against plain's exact 0 divides rounding by 1e-30). The output is
+ * pre-filled with NaN (every element must be written), and the flash lse is checked against
+ * log(sum(exp(s))) in double. Flash is also run twice with 1 and 2 threads: the bits must not
+ * change (each output element has one writer).
  *
  * Grouped-query attention (NH query heads over NKV key/value heads, GQA): on T not a multiple
- * of the tile (5 .. 130), hd = 16 and 20 (no multiple of 16 words), NH/NKV = 1, 2, 3, both
- * kernels against an independent double-precision reference (forward, lse, and the analytic
- * backward with dk, dv summed over each group's query heads) within 1e-5 relative to
- * max(1, |ref|) per element; the reference's backward against central differences of its
- * forward (1e-6: both double); the kernels' dqkv against those central differences on sampled
- * elements (1e-4); flash against plain (BOUND norm-wise); both kernels' bits the same with 1 and
- * 2 threads.
+ * of the tile (1, 2, 3, 5 .. 130), hd = 16 and 20 (no multiple of 16 words), NH/NKV = 1, 2,
+ * 3, both kernels against an independent double-precision reference (forward, lse, and the
+ * analytic backward with dk, dv summed over each group's query heads) within 1e-5 relative to
+ * max(1, |ref|) per element; one-key rows' gradients exactly 0, as above; the reference's
+ * backward against central differences of its forward (1e-6: both double); the kernels' dqkv
+ * against those central differences on sampled elements (1e-4); flash against plain (BOUND
+ * norm-wise); both kernels' bits the same with 1 and 2 threads.
  *
- * Model: a small GPT-2 trained for a few SGD steps with flash and with plain attention from
- * the same initialisation and batches: each step's loss and the gradients of the last step
- * agree within BOUND. */
+ * Model (test_attention ARCH: the architecture's case, arch_cases.h; the kernels above run in
+ * the first case's run): a small model trained for a few SGD steps with flash and with plain
+ * attention from the same initialisation and batches: each step's loss and the gradients of
+ * the last step agree within BOUND. */
 #include "testlib.h"
 
 #include "core/core.h"
@@ -85,6 +90,15 @@ static void check_kernel(int B, int T, int C, int NH, double *worst) {
     CHECK_MSG(lerr <= BOUND, "B=%d T=%d: lse err %.3g", B, T, lerr);
     k_attention_backward(d1, scr, dout, qkv, att, B, T, C, NH, NH);
     k_flash_attention_backward(d2, scr, dout, qkv, o2, lse, B, T, C, NH, NH);
+    /* one key: dS = P (dP - D) = 0 exactly (softmax's Jacobian has zero row sums), so row 0's
+     * dq, and with T = 1 dk too, are 0 in both kernels */
+    int nz = 0;
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < (T == 1 ? 2 * C : C); i++) {
+            const size_t k = (size_t)b * T * 3 * C + i;
+            nz += d1[k] != 0.0f || d2[k] != 0.0f;
+        }
+    CHECK_MSG(nz == 0, "B=%d T=%d C=%d NH=%d: %d gradients of one-key rows not 0", B, T, C, NH, nz);
     static const char *nm[3] = {"dq", "dk", "dv"};
     for (int w = 0; w < 3; w++) {
         part(p1, d1, BT, C, w);
@@ -245,6 +259,16 @@ static void check_gqa(int B, int T, int NH, int NKV, int hd) {
     static const char *nm[6] = {"plain out", "plain att", "plain dqkv", "flash out", "flash lse", "flash dqkv"};
     for (int k = 0; k < 6; k++)
         CHECK_MSG(e[k] <= 1e-5, "GQA B=%d T=%d NH=%d NKV=%d hd=%d: %s err %.3g", B, T, NH, NKV, hd, nm[k], e[k]);
+    /* one key (each sequence's row 0): its query heads' dq is exactly 0 in both kernels; with
+     * T = 1 the kv heads' dk too */
+    int nz = 0;
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < (T == 1 ? C + NKV * hd : C); i++) {
+            const size_t k = (size_t)b * T * W + i;
+            nz += d1[k] != 0.0f || d2[k] != 0.0f;
+        }
+    CHECK_MSG(nz == 0, "GQA B=%d T=%d NH=%d NKV=%d: %d gradients of one-key rows not 0", B, T, NH,
+              NKV, nz);
     /* flash against plain, norm-wise */
     double fo = t_rel_err(o2, o1, no), fg = t_rel_err(d2, d1, nq);
     CHECK_MSG(fo <= BOUND && fg <= BOUND, "GQA flash vs plain: out %.3g dqkv %.3g", fo, fg);
@@ -319,12 +343,16 @@ static void train(const char *shape, hpt_attention kind, int n, float *losses, f
     hpt_mem_destroy(mem);
 }
 
-int main(void) {
+static void check_kernels(void) {
     hpt_rng_seed(&rng, 1234);
     double worst[4] = {0};
     printf("flash vs plain attention, norm-wise relative errors:\n");
     check_kernel(1, 1, 16, 1, worst);
-    check_kernel(2, 1, 32, 2, worst);
+    check_kernel(2, 1, 32, 2, worst);   /* heads of 16: one AVX-512 vector, two AVX2 ones */
+    check_kernel(2, 1, 64, 2, worst);   /* 32 */
+    check_kernel(3, 2, 48, 3, worst);
+    check_kernel(2, 3, 128, 4, worst);
+    check_kernel(2, 3, 192, 2, worst);  /* 96: chunks of the head on every ISA */
     check_kernel(1, 63, 32, 2, worst);
     check_kernel(2, 64, 64, 4, worst);
     check_kernel(2, 65, 64, 4, worst);
@@ -336,6 +364,9 @@ int main(void) {
     printf("  worst: out %.2e dq %.2e dk %.2e dv %.2e (bound %.0e)\n", worst[0], worst[1],
            worst[2], worst[3], BOUND);
     printf("grouped-query attention against double references:\n");
+    check_gqa(2, 1, 4, 2, 16);   /* one key */
+    check_gqa(3, 2, 6, 3, 20);
+    check_gqa(2, 3, 6, 2, 16);
     check_gqa(2, 5, 2, 2, 20);   /* NH/NKV = 1 */
     check_gqa(2, 9, 6, 3, 20);   /* 2 */
     check_gqa(2, 7, 3, 1, 16);   /* 3, one kv head */
@@ -343,18 +374,21 @@ int main(void) {
     check_gqa(1, 130, 4, 2, 16); /* two tiles and a bit */
     check_gqa(2, 67, 6, 2, 20);
     check_gqa(1, 65, 3, 3, 16);
+}
 
+int main(int argc, char **argv) {
+    const t_arch *a = t_arch_arg(argc, argv, "test_attention");
+    if (!a) return 2;
+    if (t_arch_first(a)) check_kernels();
     enum { STEPS = 4 };
-    /* GPT-2, and llama with grouped-query attention (NH/NKV = 3) and rotary embeddings */
-    static const char *const shapes[] = {"gpt2:L=2,C=64,NH=4,V=256,T=96",
-                                         "llama:L=2,C=96,NH=6,NKV=2,FF=128,V=256,T=96,factor=8,orig=32"};
-    for (int k = 0; k < 2; k++) {
+    char shape[T_SHAPE_MAX];
+    t_arch_shape(a, shape, 2, 64, 4, 256, 96, 0);
     float lf[STEPS], lp[STEPS];
     float *gf, *gp;
     size_t np;
-    printf("  %s\n", shapes[k]);
-    train(shapes[k], HPT_ATTN_FLASH, STEPS, lf, &gf, &np);
-    train(shapes[k], HPT_ATTN_PLAIN, STEPS, lp, &gp, &np);
+    printf("  %s\n", shape);
+    train(shape, HPT_ATTN_FLASH, STEPS, lf, &gf, &np);
+    train(shape, HPT_ATTN_PLAIN, STEPS, lp, &gp, &np);
     double lmax = 0;
     for (int s = 0; s < STEPS; s++) {
         double e = fabs((double)lf[s] - (double)lp[s]) / fabs((double)lp[s]);
@@ -367,6 +401,5 @@ int main(void) {
     CHECK_MSG(ge <= BOUND, "gradient rel err %.3g", ge);
     free(gf);
     free(gp);
-    }
-    return t_done("test_attention");
+    return t_done(t_arch_label(a, "test_attention"));
 }

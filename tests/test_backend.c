@@ -219,15 +219,27 @@ _Static_assert(sizeof(hpt_backend) ==
                    offsetof(hpt_backend, alloc) + N_TESTS * sizeof(void (*)(void)),
                "hpt_backend has an op tests/test_backend.c does not cover: add its test");
 
+/* Why the CUDA backend did not start (hpt_backend_cuda's error), for main's last line. */
+static char g_cuda_why[256] = "this build has no CUDA backend";
+
+/* The first CUDA error an op met (ops cannot fail: hpt_cuda_status keeps it); HPT_OK elsewhere. */
+static hpt_status be_status(const hpt_backend *be) {
+#ifdef HPT_HAVE_CUDA
+    if (be != hpt_backend_cpu()) return hpt_cuda_status();
+#endif
+    (void)be;
+    return HPT_OK;
+}
+
 /* The backends present. */
 static const hpt_backend *backends(int i) {
     switch (i) {
     case 0: return hpt_backend_cpu();
 #ifdef HPT_HAVE_CUDA
-    case 1: { /* the CUDA backend, when built and a GPU is present (else a visible SKIP line) */
+    case 1: { /* the CUDA backend, when built and a GPU is present (else main says why) */
         static int said;
         const hpt_backend *be = hpt_backend_cuda();
-        if (!be && !said++) printf("SKIP: no GPU: the cuda backend is built but not run (%s)\n", hpt_last_error());
+        if (!be && !said++) snprintf(g_cuda_why, sizeof g_cuda_why, "%s", hpt_last_error());
         return be;
     }
 #endif
@@ -276,6 +288,7 @@ int main(void) {
             g_be = be;
             g_side = be == cpu ? -1 : 1;
             double e = t->fn();
+            CHECK_MSG(be_status(be) == HPT_OK, "%s on %s: %s", t->op, be->name, hpt_last_error());
             if (be == cpu) {
                 printf("  %-26s max error %.3g\n", t->op, e);
                 continue;
@@ -290,7 +303,14 @@ int main(void) {
             rec_clear();
         }
     }
-    if (n_be == 1) printf("only the cpu backend is present: the comparison of backends is skipped\n");
     hpt_mem_destroy(g_mem);
+    /* The CPU half is this test's own and passed or failed above: without a GPU it ends there
+     * (exit 0, the SKIP line says the CUDA half did not run); with one present, a CUDA backend
+     * that did not start is a failure, not a skip (t_gpu_skip). */
+    if (n_be == 1) {
+        printf("only the cpu backend is present: the comparison of backends is skipped\n");
+        if (t_gpu_present()) return t_gpu_skip("test_backend", g_cuda_why);
+        printf("SKIP: no GPU: the cuda backend did not run (%s)\n", g_cuda_why);
+    }
     return t_done("test_backend");
 }

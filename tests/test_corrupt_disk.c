@@ -14,7 +14,9 @@
  *       disk files in turn (found through /proc/self/fd, as the files have no name) ends either
  *       in HPT_ERR_CHECKSUM naming "block 2" within the next steps, or, where the step rewrites
  *       the page before reading it (gradients), in the clean run's bits: never in other bits.
- *       Every file that the engine reads before writing (weights, m, v) is detected. */
+ *       Every file that the engine reads before writing (weights, m, v) is detected.
+ * test_corrupt_disk ARCH: (c) on the architecture's case (arch_cases.h), (a) and (b) once, in
+ * the first case's run. */
 #include "testlib.h"
 #include "core/crc32c.h"
 
@@ -157,11 +159,12 @@ static int disk_fds(const char *dir, int *fds, off_t *sizes, int cap) {
 }
 
 #define L_ 4
+static char SHAPE[T_SHAPE_MAX]; /* L_ layers */
 static void test_engine(int fused) {
     char train[512], dir[600];
     t_make_shards(77, 23, 5, 8, 4000, 0, train, NULL);
     snprintf(dir, sizeof dir, "%s/eng%d", t_tmpdir(), fused);
-    hpt_train_opts o = t_train_opts("gpt2:L=4,C=32,NH=4,V=64,T=16", train, 2, 16, 5, 2);
+    hpt_train_opts o = t_train_opts(SHAPE, train, 2, 16, 5, 2);
     o.grad_clip = fused ? 0.0f : 1.0f;
     o.offload = hpt_offload_defaults();
     o.offload.params = o.offload.grads = o.offload.optim = HPT_TIER_DISK;
@@ -224,10 +227,15 @@ static void test_engine(int fused) {
     free(got);
 }
 
-int main(void) {
-    test_crc();
-    test_mem_pages();
+int main(int argc, char **argv) {
+    const t_arch *a = t_arch_arg(argc, argv, "test_corrupt_disk");
+    if (!a) return 2;
+    t_arch_shape(a, SHAPE, L_, 32, 4, 64, 16, 0);
+    if (t_arch_first(a)) {
+        test_crc();
+        test_mem_pages();
+    }
     test_engine(0);
     test_engine(1);
-    return t_done("test_corrupt_disk");
+    return t_done(t_arch_label(a, "test_corrupt_disk"));
 }

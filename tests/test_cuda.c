@@ -8,6 +8,7 @@
  *     pinned, zero-filled, accounted;
  *   - copies on their own streams ordered by events: a D2H right after an op sees the op's result,
  *     an op right after an H2D sees the copied bytes (64 MiB, so the copy takes a while);
+ *   - attention at T = 1, 2, 3 (at T = 1 dq and dk exactly 0, dv = dO: D summed as each dP is);
  *   - larger shapes than test_backend's: attention with T = 300 (three key tiles; NKV = NH and
  *     grouped-query), the Llama ops (RMSNorm, SwiGLU, RoPE) at a 1B model's widths, layernorm,
  *     the embedding backward and in-place 16-bit conversions of 100003 values (several ranges),
@@ -15,7 +16,8 @@
  *   - the bf16 GEMM (bf16 inputs, fp32 accumulation) against the CPU's fp32 GEMM of the same
  *     bf16 values, within 2K 2^-23 sum|a b| per element (two fp32 summations, each add rounding
  *     by at most an ulp); TF32 when asked, within (2^-10 + 2K 2^-23) sum|a b|.
- * Without a GPU (or without a CUDA build) it prints "SKIP: no GPU" and exits 77 (ctest's skip). */
+ * Without a GPU (or without a CUDA build) it prints "SKIP: no GPU" and exits 77 (ctest's skip);
+ * with a GPU present (t_gpu_present) and the backend not started it fails. */
 #include "testlib.h"
 
 #include "core/core.h"
@@ -187,6 +189,60 @@ static void t_attention(void) {
         }
         free(qkv), free(dout), free(o_c), free(l_c), free(dq_c), free(att_c), free(o_g), free(l_g), free(dq_g), free(dq_g2), free(scr);
     }
+}
+
+/* attention at T = 1, 2, 3, both versions, NKV = NH and grouped-query, against the CPU within
+ * 1e-4; at T = 1 (one key: P = 1, O = v) dq and dk are exactly 0 and dv is dO, bit for bit: the
+ * backward's D sums in the order of each dP (attention.cu), so dP - D is exactly 0 there */
+static void t_attention_short(void) {
+    enum { SB = 2, SC = 64, SNH = 4 };
+    const int hs = SC / SNH;
+    for (int T = 1; T <= 3; T++)
+        for (int nkv = SNH; nkv >= SNH / 2; nkv /= 2)
+            for (int flash = 0; flash < 2; flash++) {
+                const int W = (SNH + 2 * nkv) * hs;
+                size_t nq = (size_t)SB * T * W, no = (size_t)SB * T * SC, na = (size_t)SB * SNH * T * T;
+                size_t nl = (size_t)SB * SNH * T;
+                float *qkv = rnd(nq, 1.0f), *dout = rnd(no, 1.0f);
+                float *o_c = malloc(no * 4), *l_c = malloc(nl * 4), *dq_c = malloc(nq * 4), *att_c = malloc(na * 4);
+                float *dq_g = malloc(nq * 4), *scr = malloc(nl * 4);
+                float *dqkv = dput(qkv, nq * 4), *ddout = dput(dout, no * 4), *dO = dput(NULL, no * 4);
+                float *dl = dput(NULL, nl * 4), *datt = dput(NULL, na * 4), *ddq = dput(NULL, nq * 4);
+                float *dscr = dput(NULL, nl * 4);
+                if (flash) {
+                    cpu->flash_attention_forward(o_c, l_c, qkv, SB, T, SC, SNH, nkv);
+                    cpu->flash_attention_backward(dq_c, scr, dout, qkv, o_c, l_c, SB, T, SC, SNH, nkv);
+                    cu->flash_attention_forward(dO, dl, dqkv, SB, T, SC, SNH, nkv);
+                    cu->flash_attention_backward(ddq, dscr, ddout, dqkv, dO, dl, SB, T, SC, SNH, nkv);
+                } else {
+                    cpu->attention_forward(o_c, att_c, qkv, SB, T, SC, SNH, nkv);
+                    cpu->attention_backward(dq_c, scr, dout, qkv, att_c, SB, T, SC, SNH, nkv);
+                    cu->attention_forward(dO, datt, dqkv, SB, T, SC, SNH, nkv);
+                    cu->attention_backward(ddq, dscr, ddout, dqkv, datt, SB, T, SC, SNH, nkv);
+                }
+                dget(dq_g, ddq, nq * 4);
+                double ed = maxrel(dq_g, dq_c, nq);
+                printf("%s attention T=%d NKV=%d: dqkv %.2e against the cpu\n", flash ? "flash" : "plain", T, nkv, ed);
+                CHECK_MSG(ed <= 1e-4, "%s attention T=%d NKV=%d: dqkv %.3g beyond 1e-4", flash ? "flash" : "plain", T, nkv, ed);
+                if (T == 1) { /* dq, dk exactly 0; dv = dO of the group's heads, summed in order */
+                    int zero = 1, dv_ok = 1;
+                    for (int b = 0; b < SB; b++) {
+                        const float *r = dq_g + (size_t)b * W, *d = dout + (size_t)b * SC;
+                        for (int i = 0; i < (SNH + nkv) * hs; i++) zero &= r[i] == 0.0f;
+                        for (int kh = 0; kh < nkv; kh++)
+                            for (int i = 0; i < hs; i++) {
+                                float s = 0.0f;
+                                for (int g = 0; g < SNH / nkv; g++) s += d[(kh * (SNH / nkv) + g) * hs + i];
+                                dv_ok &= r[(SNH + nkv + kh) * hs + i] == s;
+                            }
+                    }
+                    CHECK_MSG(zero, "%s attention T=1 NKV=%d: dq or dk not exactly 0", flash ? "flash" : "plain", nkv);
+                    CHECK_MSG(dv_ok, "%s attention T=1 NKV=%d: dv is not the sum of dO", flash ? "flash" : "plain", nkv);
+                }
+                dfree(dqkv, nq * 4), dfree(ddout, no * 4), dfree(dO, no * 4), dfree(dl, nl * 4);
+                dfree(datt, na * 4), dfree(ddq, nq * 4), dfree(dscr, nl * 4);
+                free(qkv), free(dout), free(o_c), free(l_c), free(dq_c), free(att_c), free(dq_g), free(scr);
+            }
 }
 
 /* the Llama ops at a 1B model's width (C 2048, FF 8192, hd 64, NH 32, NKV 8), twice */
@@ -378,14 +434,13 @@ int main(void) {
 #ifdef HPT_HAVE_CUDA
     cpu = hpt_backend_cpu();
     size_t f0 = 0, tot = 0;
-    if (hpt_cuda_device_count() == 0 || hpt_cuda_mem_info(&f0, &tot) != HPT_OK || !(cu = hpt_backend_cuda())) {
-        printf("SKIP: no GPU: %s\n", hpt_cuda_device_count() ? hpt_last_error() : "no CUDA device (or no driver)");
-        return 77;
-    }
+    if (hpt_cuda_device_count() == 0 || hpt_cuda_mem_info(&f0, &tot) != HPT_OK || !(cu = hpt_backend_cuda()))
+        return t_gpu_skip("test_cuda", hpt_cuda_device_count() ? hpt_last_error() : "no CUDA device (or no driver)");
     CHECK_OK(hpt_mem_create(&g_mem));
     t_memory(f0);
     t_copies();
     t_attention();
+    t_attention_short();
     t_llama();
     t_rows();
     t_inplace();
@@ -395,7 +450,6 @@ int main(void) {
     hpt_cuda_shutdown();
     return t_done("test_cuda");
 #else
-    printf("SKIP: no GPU: this build has no CUDA backend\n");
-    return 77;
+    return t_gpu_skip("test_cuda", "this build has no CUDA backend");
 #endif
 }

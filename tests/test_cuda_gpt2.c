@@ -1,6 +1,6 @@
 /* test_cuda_gpt2.c: a GPT-2 training step made of the backend table's ops alone, against
- * PyTorch's reference state (../shared/reference/gpt2_tiny_*: L=2 C=64 NH=4 V=1000 Vp=1024,
- * B=2 T=16), on the CPU backend and, when a GPU is present, on the CUDA backend.
+ * PyTorch's reference state (gpt2_tiny_*, made by tests/make_reference.sh: L=2 C=64 NH=4
+ * V=1000 Vp=1024, B=2 T=16), on the CPU backend and, when a GPU is present, on the CUDA backend.
  * The step is written here from the ops (encoder, layernorm, matmul, flash attention, GELU,
  * cross-entropy, their backwards, AdamW), with every buffer from the backend's device tier and
  * only copies crossing to the host, so the same code runs unchanged on any backend. The CPU run
@@ -9,7 +9,8 @@
  * 1e-4 relative (the norm of the difference over the reference's norm, as hpt_verify), the
  * losses before each of 10 AdamW steps within 1e-4 relative, and the whole step's outputs the
  * same bits when it runs twice. Without a GPU (or a CUDA build) the GPU half prints
- * "SKIP: no GPU" and the test exits 77 (ctest's skip) after the CPU half passed. */
+ * "SKIP: no GPU" and the test exits 77 (ctest's skip) after the CPU half passed; with a GPU
+ * present and the backend not started it fails (t_gpu_skip). */
 #include "testlib.h"
 
 #include "core/core.h"
@@ -171,14 +172,12 @@ int main(void) {
         free(pa), free(pb);
         g2_close(&a), g2_close(&b);
         CHECK_OK(hpt_cuda_status());
-    } else {
-        printf("SKIP: no GPU: the GPT-2 step on the cuda backend did not run (%s)\n", hpt_last_error());
     }
+    const char *why = cuda ? "" : hpt_last_error();
 #else
-    printf("SKIP: no GPU: this build has no CUDA backend\n");
+    const char *why = "this build has no CUDA backend";
 #endif
     hpt_mem_destroy(g_mem);
     free(ref.params), free(ref.grads), free(ref.logits);
-    int rc = t_done("test_cuda_gpt2");
-    return rc == 0 && skipped ? 77 : rc;
+    return skipped ? t_gpu_skip("test_cuda_gpt2", why) : t_done("test_cuda_gpt2");
 }

@@ -1,6 +1,7 @@
-/* test_cuda_train.c: training through the runner on the GPU (--device cuda: the plan's device
- * 1, hpt_device_bind, hpt_backend_of) against the same runs on the CPU.
- *   (a) GPT-2 and Llama (grouped-query, untied head) tiny shapes, 10 AdamW steps with fp32
+/* test_cuda_train.c ARCH: training through the runner on the GPU (--device cuda: the plan's
+ * device 1, hpt_device_bind, hpt_backend_of) against the same runs on the CPU, on the
+ * architecture's case (arch_cases.h; the transfers, (g), once, in the first case's run).
+ *   (a) the case's tiny shape, 10 AdamW steps with fp32
  *       state: every step's loss on the GPU within 1e-4 of the CPU's (relative), the final
  *       weights within 1e-3 norm-wise. The bounds: the GPU sums in other orders (cuBLAS, block
  *       reductions), about 1e-7 relative per op, and ten updates of lr 3e-3 grow it; the loss is
@@ -27,7 +28,8 @@
  *       memory, and with fp32 weights on the device, 8-bit state on the host, each against the
  *       same plan on the CPU: losses within 1e-3 relative over 10 steps; estimate == accounted
  *       on every tier of the GPU run.
- * Without a GPU (or without a CUDA build) (g) and (h) run, then "SKIP: no GPU", exit 77. */
+ * Without a GPU (or without a CUDA build) (g) and (h) run, then "SKIP: no GPU", exit 77; with a
+ * GPU present and the backend not started it fails (t_gpu_skip). */
 #include "testlib.h"
 #include "kernels/backend.h"
 #ifdef HPT_HAVE_CUDA
@@ -40,8 +42,7 @@
 #include <string.h>
 
 #define STEPS 10
-static const char *const k_shapes[] = {"gpt2:L=2,C=32,NH=4,V=64,T=16",
-                                       "llama:L=2,C=32,NH=4,NKV=2,FF=48,V=64,T=16"};
+static char g_shape[T_SHAPE_MAX];
 static char g_train[512];
 
 static hpt_train_opts opts(const char *shape, int device) {
@@ -82,7 +83,7 @@ static void t_refusals(void) {
     hpt_mem *mem = NULL;
     CHECK_OK(hpt_mem_create(&mem));
     if (!mem) return;
-    hpt_train_opts o = opts(k_shapes[0], 1);
+    hpt_train_opts o = opts(g_shape, 1);
     CHECK_OK(hpt_offload_parse("host", &o.plan.offload));
     hpt_trainer *tr = NULL;
     CHECK_STATUS(hpt_trainer_create(mem, &o, &tr), HPT_ERR_UNSUPPORTED);
@@ -91,7 +92,7 @@ static void t_refusals(void) {
     hpt_mem_get_stats(mem, &st);
     CHECK(st.n_allocs == 0);
 #ifndef HPT_HAVE_CUDA
-    o = opts(k_shapes[0], 1);
+    o = opts(g_shape, 1);
     CHECK_STATUS(hpt_trainer_create(mem, &o, &tr), HPT_ERR_UNSUPPORTED);
     CHECK(strstr(hpt_last_error(), "no CUDA backend") != NULL);
 #endif
@@ -208,9 +209,9 @@ static void t_resume(void) {
     hpt_mem *mem = NULL;
     CHECK_OK(hpt_mem_create(&mem));
     if (!mem) return;
-    hpt_train_opts o = opts(k_shapes[0], 1);
+    hpt_train_opts o = opts(g_shape, 1);
     hpt_model_config cfg;
-    CHECK_OK(hpt_model_config_parse(k_shapes[0], &cfg));
+    CHECK_OK(hpt_model_config_parse(g_shape, &cfg));
     t_check_resume(mem, &o, 4, hpt_model_config_num_params(&cfg), "gpu", "GPU resume", NULL, NULL);
     hpt_mem_destroy(mem);
 }
@@ -236,7 +237,7 @@ static void t_budget(void) {
     CHECK(region == (size_t)(st.budget_bytes[HPT_TIER_DEVICE] / 256 * 256));
     hpt_mem_destroy(mem);
     /* a run under it: the GPU's used memory stays within the budget */
-    hpt_train_opts o = opts(k_shapes[0], 1);
+    hpt_train_opts o = opts(g_shape, 1);
     o.plan.budget_bytes[HPT_TIER_DEVICE] = budget;
     float l[STEPS];
     run(&o, l, NULL, NULL);
@@ -297,24 +298,26 @@ static void t_transfer_gpu(void) {
 }
 #endif
 
-int main(void) {
+int main(int argc, char **argv) {
+    const t_arch *a = t_arch_arg(argc, argv, "test_cuda_train");
+    if (!a) return 2;
+    const char *name = t_arch_label(a, "test_cuda_train");
+    t_arch_shape(a, g_shape, 2, 32, 4, 64, 16, 0);
     t_make_shards(4242, 23, 5, 9, 8000, 0, g_train, NULL);
-    t_transfer_cpu();
+    if (t_arch_first(a)) t_transfer_cpu();
     t_refusals();
 #ifdef HPT_HAVE_CUDA
-    if (hpt_cuda_device_count() == 0 || hpt_device_ready(1) != HPT_OK) {
-        printf("SKIP: no GPU: %s\n", hpt_cuda_device_count() ? hpt_last_error() : "no CUDA device (or no driver)");
-        return t_failures ? t_done("test_cuda_train") : 77;
-    }
+    if (hpt_cuda_device_count() == 0 || hpt_device_ready(1) != HPT_OK)
+        return t_gpu_skip(name, hpt_cuda_device_count() ? hpt_last_error()
+                                                                     : "no CUDA device (or no driver)");
     t_budget();
-    t_transfer_gpu();
-    for (int i = 0; i < 2; i++) t_shape(k_shapes[i]);
-    for (int i = 0; i < 2; i++) t_engine(k_shapes[i]);
+    if (t_arch_first(a)) t_transfer_gpu();
+    t_shape(g_shape);
+    t_engine(g_shape);
     t_resume();
     hpt_cuda_shutdown();
-    return t_done("test_cuda_train");
+    return t_done(name);
 #else
-    printf("SKIP: no GPU: this build has no CUDA backend\n");
-    return t_failures ? t_done("test_cuda_train") : 77;
+    return t_gpu_skip(name, "this build has no CUDA backend");
 #endif
 }

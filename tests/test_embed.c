@@ -1,8 +1,8 @@
-/* test_embed.c [gpt2|llama]: embeddings without a whole gradient (hpt_offload_opts.embeddings,
+/* test_embed.c ARCH: embeddings without a whole gradient (hpt_offload_opts.embeddings,
  * src/model/embed.c), 20 fused steps on small models (V 100, Vp 128: padding rows; chunks of 48
- * rows: 48 + 48 + 32, the last one partly padding) with clipping on. `gpt2`: GPT-2's tied
- * embedding (wte is the head; wpe beside it). `llama` (ctest's test_embed_llama): llama untied
- * (wte and lm_head, both without a whole gradient) and tied.
+ * rows: 48 + 48 + 32, the last one partly padding) with clipping on, for every variant of the
+ * architecture's case (arch_cases.h): GPT-2's tied embedding (wte is the head; wpe beside it);
+ * llama untied (wte and lm_head, both without a whole gradient) and tied (with biases).
  *   (a) chunked (fp32 storage): the first step's loss (the same weights, the chunked head
  *       forward) equals the full head's within 1e-6 relative (measured: equal); the 20 steps'
  *       losses and the final weights equal the full embeddings' fused run within the bounds
@@ -20,9 +20,9 @@
  *   (d) every run's per-tier peak equals the estimator's (test_estimate.c checks each category);
  *       the gradient category's peak shrinks by the head's gradient (untied: and wte's) less
  *       one chunk;
- *   (e) refusals (GPT-2 run): without --fused-update, bf16 embeddings with fp32 block weights,
- *       a vocab chunk whose values are not a multiple of 256; on every shape a forward without
- *       targets (the logits are never whole). */
+ *   (e) refusals (the first case's run): without --fused-update, bf16 embeddings with fp32
+ *       block weights, a vocab chunk whose values are not a multiple of 256; on every shape a
+ *       forward without targets (the logits are never whole). */
 #include "testlib.h"
 
 #include <math.h>
@@ -30,9 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define GPT2 "gpt2:L=3,C=48,NH=6,V=100,T=32"
-#define LLAMA_UNTIED "llama:L=2,C=48,NH=6,NKV=2,FF=64,V=100,T=32"
-#define LLAMA_TIED "llama:L=2,C=48,NH=6,NKV=2,FF=64,V=100,T=32,tied=1"
 #define STEPS 20
 #define VCHUNK 48
 
@@ -88,9 +85,21 @@ static double max_loss_rel(const run_out *a, const run_out *b) {
 }
 
 /* The model's name in the lines printed */
+static const t_arch *g_arch;
 static const char *label(const hpt_model_config *cfg) {
-    if (cfg->arch == HPT_ARCH_GPT2) return "gpt2";
-    return cfg->tied ? "llama tied" : "llama untied";
+    static char b[64];
+    snprintf(b, sizeof b, "%s %s", g_arch->name, cfg->tied ? "tied" : "untied");
+    return b;
+}
+
+/* Values of the embeddings that lead the tensor table (wte, and wpe where the model has it) */
+static size_t lead_embed_numel(const hpt_model_config *cfg) {
+    t_tensor t[T_MAX_TENSORS];
+    int n = t_tensors_of(cfg, t, NULL);
+    size_t ne = 0;
+    for (int i = 0; i < n && (!strcmp(t[i].name, "wte") || !strcmp(t[i].name, "wpe")); i++)
+        ne += t[i].numel;
+    return ne;
 }
 
 /* (a), (d) */
@@ -172,8 +181,8 @@ static void test_bf16(const char *shape) {
     o.adamw.state_bits = 8;
     run_out f32;
     run(&o, &f32, "fp32 weights, full embeddings");
-    /* the table leads with wte (GPT-2: wpe after it); an untied lm_head ends it */
-    size_t ne = ((size_t)cfg.Vp + (cfg.arch == HPT_ARCH_GPT2 ? (size_t)cfg.maxT : 0)) * (size_t)cfg.C;
+    /* the table leads with wte (and wpe, where the model has one); an untied lm_head ends it */
+    size_t ne = lead_embed_numel(&cfg);
     size_t nh = cfg.tied ? 0 : (size_t)cfg.Vp * (size_t)cfg.C;
     int ws[] = {HPT_BW_BF16_SR, HPT_BW_BF16_KAHAN};
     for (int k = 0; k < 2; k++) {
@@ -241,7 +250,7 @@ static void test_no_targets(const char *shape) {
 }
 
 /* (e): the options' and the model's refusals */
-static void test_refusals(void) {
+static void test_refusals(const char *shape) {
     hpt_offload_opts f = hpt_offload_defaults();
     f.embeddings = HPT_EMB_CHUNKED;
     CHECK_STATUS(hpt_offload_check(&f), HPT_ERR_UNSUPPORTED); /* not fused */
@@ -258,7 +267,7 @@ static void test_refusals(void) {
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
     hpt_model_config cfg;
-    CHECK_OK(hpt_model_config_parse(GPT2, &cfg));
+    CHECK_OK(hpt_model_config_parse(shape, &cfg));
     hpt_model *m = NULL;
     f.vocab_chunk = 12; /* 12 * 48 = 576 values: not a multiple of 256 */
     CHECK_STATUS(hpt_model_create_config_offload(mem, &cfg, &f, &m), HPT_ERR_INVALID);
@@ -274,26 +283,20 @@ static void test_refusals(void) {
 }
 
 int main(int argc, char **argv) {
-    const char *family = argc > 1 ? argv[1] : "gpt2";
-    int llama = strcmp(family, "llama") == 0;
-    if (!llama && strcmp(family, "gpt2") != 0) {
-        fprintf(stderr, "usage: test_embed [gpt2|llama]\n");
-        return 2;
-    }
+    g_arch = t_arch_arg(argc, argv, "test_embed");
+    if (!g_arch) return 2;
     hpt_set_threads(2);
     t_make_shards(4242, 23, 5, 8, 6000, 0, g_train, NULL);
-    if (!llama) {
-        test_refusals();
-        test_no_targets(GPT2);
-        test_chunked(GPT2);
-        test_bf16(GPT2);
-        test_kahan_resume(GPT2, "emb");
-        return t_done("test_embed gpt2");
+    for (int v = 0; v < g_arch->n_variants; v++) {
+        char shape[T_SHAPE_MAX], tag[16];
+        t_arch_shape(g_arch, shape, 3, 48, 6, 100, 32, v);
+        printf("%s\n", shape);
+        if (v == 0 && t_arch_first(g_arch)) test_refusals(shape);
+        test_no_targets(shape);
+        test_chunked(shape);
+        test_bf16(shape);
+        snprintf(tag, sizeof tag, "emb%d", v);
+        test_kahan_resume(shape, tag);
     }
-    const char *shapes[] = {LLAMA_UNTIED, LLAMA_TIED};
-    for (int i = 0; i < 2; i++) test_no_targets(shapes[i]);
-    for (int i = 0; i < 2; i++) test_chunked(shapes[i]);
-    for (int i = 0; i < 2; i++) test_bf16(shapes[i]);
-    for (int i = 0; i < 2; i++) test_kahan_resume(shapes[i], i ? "lembt" : "lemb");
-    return t_done("test_embed llama");
+    return t_done(t_arch_label(g_arch, "test_embed"));
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_eval.sh HPTRAIN SRCDIR: `hptrain eval` and the tokenizer commands end to end.
+# test_eval.sh HPTRAIN SRCDIR REFDIR: `hptrain eval` and the tokenizer commands end to end.
 #   - eval's loss equals PyTorch's (tests/eval_torch_ref.py, Debian's python3-torch) on a GPT-2
 #     with V = 70001 (uint32 shard written by Python from the format) within 1e-5 relative, with
 #     the default plan and with exact techniques (recompute, head chunks, host offload), which
@@ -13,6 +13,7 @@
 set -u
 bin=$1
 src=$2
+refdir=$3
 py=/usr/bin/python3
 . "$(dirname "$0")/lib.sh" # $tmp, ok, bad, expect_error, finish
 # loss field of eval's last stdout line
@@ -65,9 +66,8 @@ n = 3 * 4 * 24 + 1
 t = [random.randrange(1000) for _ in range(n)]
 open(sys.argv[1] + "/g_000000.bin", "wb").write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)) + struct.pack("<%dH" % n, *t))
 PY
-refm=$src/../shared/reference/gpt2_tiny_model.bin
-[ -f "$refm" ] || refm=$(ls /work/shared/reference/gpt2_tiny_model.bin 2>/dev/null)
-if [ -n "$refm" ] && [ -f "$refm" ]; then
+refm=$refdir/gpt2_tiny_model.bin
+if [ -f "$refm" ]; then
   "$bin" train --model "$refm" --data "$tmp/g_*.bin" --batch 3 --seq 24 --steps 1 --log "$tmp/t.jsonl" --quiet >/dev/null 2>&1
   tl=$(sed -n 's/.*"loss":\([0-9.e+-]*\).*/\1/p' "$tmp/t.jsonl")
   "$bin" eval --model "$refm" --data "$tmp/g_*.bin" --batch 3 --seq 24 --batches 1 --quiet >"$tmp/ev" 2>&1

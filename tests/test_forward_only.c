@@ -1,16 +1,19 @@
-/* test_forward_only.c: forward-only models (hpt_model_create_forward, hpt_model_load_forward)
- * allocate no gradients: the device tier's peak after creation or a load is the parameters'
- * bytes alone, and a backward is refused; hpt_model_acquire_grads then gives them gradients,
- * and their forward and backward give the same bits as a model made with gradients from the
- * same seed (or the same checkpoint). */
+/* test_forward_only.c ARCH: forward-only models (hpt_model_create_forward,
+ * hpt_model_load_forward) of the architecture's case (arch_cases.h) allocate no gradients: the
+ * device tier's peak after creation or a load is the parameters' bytes alone (and the
+ * architecture's constants), and a backward is refused; hpt_model_acquire_grads then gives them
+ * gradients, and their forward and backward give the same bits as a model made with gradients
+ * from the same seed (or the same checkpoint: llm.c's, where the case has that format). */
 #include "testlib.h"
+
+#include "model/arch.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#define SHAPE "gpt2:L=2,C=64,NH=4,V=1000,T=32"
+static char SHAPE[T_SHAPE_MAX];
 #define B 2
 #define T 16
 
@@ -30,9 +33,13 @@ static void check_against(hpt_mem *mem, hpt_model *m, hpt_model *ref, const char
     CHECK_MSG(hpt_model_grads(m) == NULL, "%s: a gradient buffer", what);
     CHECK_MSG(st.live_bytes[HPT_TIER_DEVICE][HPT_CAT_GRADS] == 0, "%s: %llu bytes of grads live",
               what, (unsigned long long)st.live_bytes[HPT_TIER_DEVICE][HPT_CAT_GRADS]);
-    CHECK_MSG(st.peak_bytes[HPT_TIER_DEVICE] == np * sizeof(float), "%s: device peak %llu, "
-              "parameters %zu", what, (unsigned long long)st.peak_bytes[HPT_TIER_DEVICE],
-              np * sizeof(float));
+    /* the parameters, and the architecture's constants (llama's rotary tables) beside them */
+    const hpt_model_config *cfg = hpt_model_get_config(m);
+    const hpt_arch *A = hpt_arch_of(cfg);
+    size_t consts = A && A->consts_floats ? A->consts_floats(cfg) * sizeof(float) : 0;
+    CHECK_MSG(st.peak_bytes[HPT_TIER_DEVICE] == np * sizeof(float) + consts, "%s: device peak "
+              "%llu, parameters %zu and constants %zu", what,
+              (unsigned long long)st.peak_bytes[HPT_TIER_DEVICE], np * sizeof(float), consts);
     int32_t x[B * T], y[B * T];
     batch(x, y);
     float l0, l1;
@@ -52,7 +59,11 @@ static void check_against(hpt_mem *mem, hpt_model *m, hpt_model *ref, const char
               "%s: gradients after acquire differ", what);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    const t_arch *a = t_arch_arg(argc, argv, "test_forward_only");
+    if (!a) return 2;
+    t_arch_shape(a, SHAPE, 2, 64, 4, 1000, 32, 0);
+    printf("%s\n", SHAPE);
     hpt_mem *mem_ref, *mem;
     CHECK_OK(hpt_mem_create(&mem_ref));
     CHECK_OK(hpt_mem_create(&mem));
@@ -65,6 +76,11 @@ int main(void) {
     check_against(mem, m, ref, "create_forward");
     hpt_model_free(m);
     hpt_mem_destroy(mem);
+    if (!a->llmc) { /* hpt_model_load_forward reads llm.c's checkpoints: GPT-2's */
+        hpt_model_free(ref);
+        hpt_mem_destroy(mem_ref);
+        return t_done(t_arch_label(a, "test_forward_only"));
+    }
 
     char path[64];
     snprintf(path, sizeof path, "/tmp/hpt_fwd_only_%d.bin", (int)getpid());
@@ -79,5 +95,5 @@ int main(void) {
     remove(path);
     hpt_model_free(ref);
     hpt_mem_destroy(mem_ref);
-    return t_done("test_forward_only");
+    return t_done(t_arch_label(a, "test_forward_only"));
 }

@@ -757,10 +757,32 @@ static void check_model(const hpt_model_config *cfgp, const char *label) {
     hpt_mem_destroy(mem);
 }
 
-int main(void) {
+static void check_kernels(void);
+
+int main(int argc, char **argv) {
+    const t_arch *a = t_arch_arg(argc, argv, "test_gradcheck");
+    if (!a) return 2;
     hpt_set_threads(2);
     hpt_rng_seed(&rng, 20240607);
+    if (t_arch_first(a)) check_kernels();
+    printf("whole model: four-point differences of the fp32 loss (h=%.0e), "
+           "|d| <= %.0e max(|a|,|n|) + %.0e\n", (double)MODEL_H, MODEL_RTOL, MODEL_ATOL);
+    /* every variant of the case, at C = 8, NH = 2, V = 11 (Vp 16): llama's grouped-query
+     * attention (NKV 1), rotary embeddings with Llama 3 scaling (the two frequencies in the
+     * blended and the scaled bands), SwiGLU; untied, and tied with biases */
+    for (int v = 0; v < a->n_variants; v++) {
+        char shape[T_SHAPE_MAX + 8];
+        t_arch_shape(a, shape, 2, 8, 2, 11, 8, v);
+        strcat(shape, ",Vp=16");
+        hpt_model_config cfg;
+        CHECK_OK(hpt_model_config_parse(shape, &cfg));
+        check_model(&cfg, shape);
+    }
+    return t_done(t_arch_label(a, "test_gradcheck"));
+}
 
+/* the kernels, AdamW, and the kernels' threaded paths (they name no architecture) */
+static void check_kernels(void) {
     printf("kernels: fp32 backward vs double central differences (h=%.0e), "
            "bounds fwd %.0e grad %.0e\n", FD_H, FWD_BOUND, GRAD_BOUND);
     check_matmul(5, 7, 6, 1, 0);
@@ -802,15 +824,4 @@ int main(void) {
     check_encoder(4, 64, 128, 6, 70);
     check_crossentropy(64, 600, 640);
 
-    printf("whole model: four-point differences of the fp32 loss (h=%.0e), "
-           "|d| <= %.0e max(|a|,|n|) + %.0e\n", (double)MODEL_H, MODEL_RTOL, MODEL_ATOL);
-    const hpt_model_config gpt2 = {.L = 2, .C = 8, .NH = 2, .V = 11, .Vp = 16, .maxT = 8};
-    check_model(&gpt2, "L=2 C=8 NH=2 V=11 Vp=16");
-    /* llama: grouped-query attention, rotary embeddings with Llama 3 scaling (the two
-     * frequencies in the blended and the scaled bands), SwiGLU, biases, untied head */
-    hpt_model_config llama;
-    CHECK_OK(hpt_model_config_parse("llama:L=2,C=8,NH=2,NKV=1,FF=12,V=11,Vp=16,T=8,factor=4,"
-                                    "orig=16,attn_bias=1,mlp_bias=1,eps=1e-5", &llama));
-    check_model(&llama, "llama L=2 C=8 NH=2 NKV=1 FF=12 V=11 Vp=16 untied, biases");
-    return t_done("test_gradcheck");
 }

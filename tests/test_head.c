@@ -1,16 +1,18 @@
-/* test_head.c: the chunked LM head (head_chunk > 0) computes the same loss and gradients as
- * the head that keeps all logits, with a smaller arena, and says so when asked for logits. */
+/* test_head.c ARCH: the chunked LM head (head_chunk > 0) computes the same loss and gradients
+ * as the head that keeps all logits, with a smaller arena, and says so when asked for logits;
+ * on every variant of the architecture's case (arch_cases.h: GPT-2's tied head, llama's untied
+ * and tied). */
 #include "testlib.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-int main(void) {
-    hpt_set_threads(2);
+static void check_head(const char *shape) {
+    printf("%s\n", shape);
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
     hpt_model_config cfg;
-    CHECK_OK(hpt_model_config_parse("gpt2:L=2,C=32,NH=4,V=300,T=32", &cfg));
+    CHECK_OK(hpt_model_config_parse(shape, &cfg));
     enum { B = 3, T = 23 }; /* 69 rows: not a multiple of the chunks below */
     int32_t x[B * T], y[B * T];
     for (int i = 0; i < B * T; i++) {
@@ -62,5 +64,15 @@ int main(void) {
     hpt_model_free(m);
     hpt_model_free(ref);
     hpt_mem_destroy(mem);
-    return t_done("test_head");
+}
+
+int main(int argc, char **argv) {
+    const t_arch *a = t_arch_arg(argc, argv, "test_head");
+    if (!a) return 2;
+    hpt_set_threads(2);
+    for (int v = 0; v < a->n_variants; v++) {
+        char shape[T_SHAPE_MAX];
+        check_head(t_arch_shape(a, shape, 2, 32, 4, 300, 32, v));
+    }
+    return t_done(t_arch_label(a, "test_head"));
 }

@@ -1,8 +1,10 @@
-/* test_infer.c: the key/value-cache inference engine against the training forward, and its
+/* test_infer.c ARCH: the key/value-cache inference engine against the training forward, and its
  * int8 weights against fp32: the int8 kernels' round-trip and product error, the engine's
  * logits at every position (GPT-2, and llama's cache of NKV heads with rotated keys), the
  * streamed int8 loader against quantising a loaded model, the
- * weights' bytes, generation's determinism and its context window. */
+ * weights' bytes, generation's determinism and its context window; the logits and generation on
+ * every variant of the architecture's case (arch_cases.h), the kernels and llm.c's loader in
+ * the first case's run. */
 #include "testlib.h"
 
 #include "../src/kernels/kernels.h"
@@ -65,11 +67,7 @@ static void test_kernels(void) {
     free(w); free(wd); free(sc); free(bias); free(q); free(tile);
 }
 
-/* GPT-2, and llama with a cache of NKV = NH/3 heads, rope scaling, an untied head and biases */
-static const char *const k_shapes[] = {
-    "gpt2:L=2,C=48,NH=4,V=200,T=40",
-    "llama:L=2,C=48,NH=6,NKV=2,FF=72,V=200,T=40,factor=8,orig=16,attn_bias=1"};
-static const char *g_shape = "gpt2:L=2,C=48,NH=4,V=200,T=40";
+static char g_shape[T_SHAPE_MAX];
 
 static hpt_model *tiny_model(hpt_mem *mem, hpt_model_config *cfg) {
     CHECK_OK(hpt_model_config_parse(g_shape, cfg));
@@ -264,16 +262,18 @@ static void test_generate(void) {
     hpt_mem_destroy(mem);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    const t_arch *a = t_arch_arg(argc, argv, "test_infer");
+    if (!a) return 2;
     hpt_set_threads(2);
-    test_kernels();
-    for (int k = 0; k < 2; k++) {
-        g_shape = k_shapes[k];
+    if (t_arch_first(a)) test_kernels();
+    for (int v = 0; v < a->n_variants; v++) {
+        t_arch_shape(a, g_shape, 2, 48, 4, 200, 40, v);
         printf("%s\n", g_shape);
         test_logits();
         test_generate();
     }
-    g_shape = k_shapes[0];
-    test_load(); /* llm.c checkpoints are GPT-2's */
-    return t_done("test_infer");
+    t_arch_shape(a, g_shape, 2, 48, 4, 200, 40, 0);
+    if (a->llmc) test_load(); /* llm.c checkpoints are GPT-2's */
+    return t_done(t_arch_label(a, "test_infer"));
 }

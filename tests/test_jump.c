@@ -1,4 +1,6 @@
-/* test_jump.c: the hybrid schedule's jump predictor (docs/predict.md, "Jumps").
+/* test_jump.c ARCH: the hybrid schedule's jump predictor (docs/predict.md, "Jumps"), on the
+ * architecture's case (arch_cases.h; the fits and the controller, (a) and (b), once, in the
+ * first case's run).
  *   (a) the fits: on exactly linear, quadratic and geometric trajectories sampled at K
  *       snapshots S steps apart, the linear, quadratic and exp fits land H steps ahead where
  *       the trajectory is (relative 1e-5), and the linear fit of a curved one does not;
@@ -25,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SHAPE "gpt2:L=2,C=32,NH=4,V=64,T=16"
+static char SHAPE[T_SHAPE_MAX];
 
 static char g_train[512], g_val[512];
 
@@ -324,10 +326,15 @@ static void test_full_until_jump(hpt_mem *mem) {
     hpt_trainer_free(tf);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    const t_arch *a = t_arch_arg(argc, argv, "test_jump");
+    if (!a) return 2;
+    t_arch_shape(a, SHAPE, 2, 32, 4, 64, 16, 0);
     t_make_shards(4242, 17, 3, 7, 5000, 1200, g_train, g_val);
-    test_fits();
-    test_controller();
+    if (t_arch_first(a)) {
+        test_fits();
+        test_controller();
+    }
     hpt_mem *mem;
     if (hpt_mem_create(&mem) != HPT_OK) return 1;
     test_rollback(mem);
@@ -337,5 +344,5 @@ int main(void) {
     test_resume(mem);
     test_full_until_jump(mem);
     hpt_mem_destroy(mem);
-    return t_done("test_jump");
+    return t_done(t_arch_label(a, "test_jump"));
 }

@@ -1,9 +1,9 @@
 /* test_llama.c: the llama architecture's configuration and model: named shapes against their
  * published config.json dimensions and parameter counts, custom shapes with Hugging Face
  * LlamaConfig's defaults, bad shapes; GPT-2's shapes fill the wide configuration's GPT-2
- * values; the tensor table, Hugging Face's initialisation (with and without the offload
- * engine), the FLOPs count, refusals. (Correctness against PyTorch: test_verify_torch; every
- * technique on llama: the techniques' own tests.) */
+ * values; the tensor table, Hugging Face's initialisation, the FLOPs count, refusals.
+ * (Correctness against PyTorch: test_verify_torch; every technique on llama: the techniques'
+ * own tests, run for each architecture of tests/arch_cases.h.) */
 #include "testlib.h"
 
 #include <math.h>
@@ -149,20 +149,10 @@ static void test_table_and_init(void) {
         off += n;
     }
     CHECK(off == hpt_model_num_params(m));
-    /* the same values with the offload engine (blocks on the host) */
+    /* (the same values with the offload engine: test_model_api, on every architecture) */
+    /* chunked embeddings without the fused update: refused (they update as they go) */
     hpt_offload_opts o = hpt_offload_defaults();
     o.params = o.grads = o.optim = HPT_TIER_HOST;
-    hpt_model *e = NULL;
-    CHECK_OK(hpt_model_create_offload(mem, "llama:L=3,C=96,NH=6,NKV=2,FF=160,V=500,T=32,"
-                                      "range=0.05,attn_bias=1,mlp_bias=1", &o, &e));
-    if (e) {
-        CHECK_OK(hpt_model_init_random(e, 5));
-        float *q = malloc(hpt_model_num_params(m) * sizeof(float));
-        CHECK_OK(hpt_model_copy_params(e, q));
-        CHECK(memcmp(q, p, hpt_model_num_params(m) * sizeof(float)) == 0);
-        free(q);
-    }
-    /* chunked embeddings without the fused update: refused (they update as they go) */
     hpt_model *r = NULL;
     o.embeddings = HPT_EMB_CHUNKED;
     CHECK_STATUS(hpt_model_create_offload(mem, "llama:L=1,C=32,NH=2,FF=40,V=64", &o, &r),
@@ -171,7 +161,6 @@ static void test_table_and_init(void) {
     char path[512];
     snprintf(path, sizeof path, "%s/llama.bin", t_tmpdir());
     CHECK_STATUS(hpt_model_save(m, path), HPT_ERR_UNSUPPORTED);
-    hpt_model_free(e);
     hpt_model_free(m);
     CHECK(t_device_live(mem) == 0);
     hpt_mem_destroy(mem);

@@ -1,4 +1,6 @@
-/* test_loss_scale.c: 16-bit gradient homes (--grad-home bf16|fp16) and the loss scaler.
+/* test_loss_scale.c ARCH: 16-bit gradient homes (--grad-home bf16|fp16) and the loss scaler, on
+ * the architecture's case (arch_cases.h); the kernels, (d) and the refusals once, in the first
+ * case's run.
  *   (k) the conversion kernels: fp16 narrowing reports |x| > 65504 and non-finite values, not
  *       65504 itself; in place equals out of place; widening is exact;
  *   (a) a power-of-two loss scale with fp32 gradients (engine homes on the host and on disk,
@@ -26,10 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* GPT-2, and llama with grouped-query attention and an untied head */
-static const char *const k_shapes[] = {"gpt2:L=4,C=32,NH=4,V=64,T=16",
-                                       "llama:L=4,C=32,NH=4,NKV=2,FF=48,V=64,T=16"};
-static const char *SHAPE = "gpt2:L=4,C=32,NH=4,V=64,T=16";
+static const t_arch *g_arch;
+static char SHAPE[T_SHAPE_MAX];
 #define STEPS 20
 #define MAX_STEPS 48 /* the natural overflow's run */
 #define HDR (16 + 32 * 8) /* a training state's magic, version and header fields */
@@ -293,8 +293,9 @@ static void test_homes_and_recovery(void) {
         free(r.params);
     }
     /* (b) a natural overflow: 2^40 is far too large for fp16; it halves until the gradients fit
-     * (GPT-2's run: the skip count and the loss's drop are that model's on these data) */
-    if (strncmp(SHAPE, "gpt2", 4) != 0) {
+     * (the first case's run, GPT-2's: the skip count and the loss's drop are that model's on
+     * these data) */
+    if (!t_arch_first(g_arch)) {
         free(ref.params);
         return;
     }
@@ -374,22 +375,22 @@ static void test_refusals(void) {
     hpt_mem_destroy(mem);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    g_arch = t_arch_arg(argc, argv, "test_loss_scale");
+    if (!g_arch) return 2;
+    t_arch_shape(g_arch, SHAPE, 4, 32, 4, 64, 16, 0);
     hpt_set_threads(2);
     t_make_shards(4242, 23, 5, 8, 6000, 0, g_train, NULL);
     snprintf(g_disk, sizeof g_disk, "%s/offload", t_tmpdir());
     snprintf(g_save, sizeof g_save, "%s/ckpt", t_tmpdir());
-    test_kernels();
-    for (int k = 0; k < 2; k++) {
-        SHAPE = k_shapes[k];
-        printf("%s\n", SHAPE);
-        test_bit_identity();
-        test_homes_and_recovery();
+    printf("%s\n", SHAPE);
+    test_bit_identity();
+    test_homes_and_recovery();
+    if (t_arch_first(g_arch)) {
+        test_kernels();
+        /* (d) on the first case's run (GPT-2's), whose only skipped step is the injected one */
+        test_resume();
+        test_refusals();
     }
-    SHAPE = k_shapes[0];
-    /* (d) on GPT-2's run, whose only skipped step is the injected one (llama's resume: test_accum,
-     * test_llama) */
-    test_resume();
-    test_refusals();
-    return t_done("test_loss_scale");
+    return t_done(t_arch_label(g_arch, "test_loss_scale"));
 }

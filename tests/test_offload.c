@@ -1,8 +1,9 @@
 /* test_offload.c: saved-activation offload is exact, shrinks the device arena, and is
  * estimated byte for byte; int8 compression stays within a stated error.
  *
- * Exact part: for each attention kind (flash, plain), recompute policy (none, selective) and
- * offload tier (host, disk), a small GPT-2 (L = 4) takes a few plain-SGD steps from the same
+ * test_offload ARCH, on the architecture's case (arch_cases.h). Exact part: for each attention
+ * kind (flash, plain), recompute policy (none, selective) and offload tier (host, disk), a
+ * small model (L = 4) takes a few plain-SGD steps from the same
  * initialisation and batches as without offload: every loss, the final gradients and the final
  * parameters must be the same bits (memcmp). The device arena must be smaller than without
  * offload, and the live activation bytes on each tier (device arena, host buffer, disk block)
@@ -26,11 +27,7 @@ enum { STEPS = 3, B = 2, T = 40 };
 #define GRAD_TOL_BF16 0.01
 #define LOSS_TOL 0.05
 
-/* GPT-2, and llama with grouped-query attention, rope scaling and an untied head */
-static const char *const k_shapes[] = {
-    "gpt2:L=4,C=64,NH=4,V=256,T=64",
-    "llama:L=4,C=64,NH=4,NKV=2,FF=96,V=256,T=64,factor=8,orig=16"};
-static const char *k_shape = "gpt2:L=4,C=64,NH=4,V=256,T=64";
+static char k_shape[T_SHAPE_MAX];
 static char g_dir[64];
 
 typedef struct {
@@ -116,14 +113,15 @@ static void train(const hpt_act_opts *ao, float *first, float *last) {
     hpt_mem_destroy(mem);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    const t_arch *a = t_arch_arg(argc, argv, "test_offload");
+    if (!a) return 2;
+    t_arch_shape(a, k_shape, 4, 64, 4, 256, 64, 0);
     snprintf(g_dir, sizeof g_dir, "/tmp/hpt_offload_%d", (int)getpid());
     static const char *policies[] = {"none", "selective"};
     static const char *tiers[] = {"host", "disk"};
-    for (int sh = 0; sh < 2; sh++)
     for (int k = 0; k < 2; k++)
         for (int pi = 0; pi < 2; pi++) {
-            k_shape = k_shapes[sh];
             hpt_act_opts base = hpt_act_defaults();
             base.attention = k == 0 ? HPT_ATTN_FLASH : HPT_ATTN_PLAIN;
             CHECK_OK(hpt_recompute_parse(policies[pi], &base));
@@ -180,7 +178,6 @@ int main(void) {
             free(ref.grads);
             free(ref.params);
         }
-    k_shape = k_shapes[0];
     /* int8 training against exact training */
     hpt_act_opts ex = hpt_act_defaults(), q = ex;
     q.compress = HPT_COMPRESS_INT8;
@@ -193,7 +190,11 @@ int main(void) {
     CHECK(l0 < 0.5f * f0 && l1 < 0.5f * f1);
     CHECK_MSG(fabs((double)l1 - (double)l0) <= LOSS_TOL * (double)l0 + 0.02,
               "final losses %.4f vs %.4f", (double)l1, (double)l0);
-    /* flags and refusals */
+    if (!t_arch_first(a)) {
+        rmdir(g_dir);
+        return t_done(t_arch_label(a, "test_offload"));
+    }
+    /* flags and refusals (once: they name no architecture) */
     hpt_act_opts o = hpt_act_defaults();
     CHECK(o.offload == HPT_OFFLOAD_NONE && o.compress == HPT_COMPRESS_NONE);
     CHECK_OK(hpt_act_offload_parse("disk", &o));
@@ -222,5 +223,5 @@ int main(void) {
     hpt_model_free(m);
     hpt_mem_destroy(mem);
     rmdir(g_dir);
-    return t_done("test_offload");
+    return t_done(t_arch_label(a, "test_offload"));
 }

@@ -1,4 +1,5 @@
-/* test_offload_engine.c: the offload engine (src/offload/engine.c) against training without it.
+/* test_offload_engine.c ARCH: the offload engine (src/offload/engine.c) against training without
+ * it, on the architecture's case (arch_cases.h; the refusals once, in the first case's run).
  *   (a) exact mode: 20 fp32 AdamW steps with clipping, blocks' weights, gradients and state on
  *       the host, on disk and mixed, several K and P, with recomputation, with activation
  *       offload, and 8 steps of 2 accumulated micro-batches: the weights are the in-memory
@@ -62,10 +63,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* GPT-2, and llama with grouped-query attention and an untied head */
-static const char *const k_shapes[] = {"gpt2:L=4,C=32,NH=4,V=64,T=16",
-                                       "llama:L=4,C=32,NH=4,NKV=2,FF=48,V=64,T=16"};
-static const char *SHAPE = "gpt2:L=4,C=32,NH=4,V=64,T=16";
+static const t_arch *g_arch;
+static char SHAPE[T_SHAPE_MAX];
 #define STEPS 20
 
 static char g_train[512];
@@ -465,7 +464,7 @@ static void test_checkpoints(void) {
         char path[700];
         snprintf(path, sizeof path, "%s/model.bin", dir);
         hpt_model *m1 = NULL, *m2 = NULL;
-        int llmc = !strncmp(SHAPE, "gpt2", 4);
+        int llmc = g_arch->llmc;
         if (llmc) CHECK_OK(hpt_model_load(mem, path, &m1));
         if (llmc) CHECK_OK(hpt_model_load_offload(mem, path, &cases[i].second, &m2));
         if (m1 && m2) {
@@ -960,22 +959,21 @@ static void test_refusals(void) {
     CHECK(oks > 0 && oks < 24); /* some sites failed, the later ones were past setup */
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    g_arch = t_arch_arg(argc, argv, "test_offload_engine");
+    if (!g_arch) return 2;
+    t_arch_shape(g_arch, SHAPE, 4, 32, 4, 64, 16, 0);
     hpt_set_threads(2);
     make_shard();
-    for (int k = 0; k < 2; k++) {
-        SHAPE = k_shapes[k];
-        printf("%s\n", SHAPE);
-        test_exact();
-        test_fused();
-        test_optimizers();
-        test_faults();
-        test_checkpoints();
-        test_forward_estimate();
-        test_bf16_weights();
-        test_kahan_resume();
-    }
-    SHAPE = k_shapes[0];
-    test_refusals();
-    return t_done("test_offload_engine");
+    printf("%s\n", SHAPE);
+    test_exact();
+    test_fused();
+    test_optimizers();
+    test_faults();
+    test_checkpoints();
+    test_forward_estimate();
+    test_bf16_weights();
+    test_kahan_resume();
+    if (t_arch_first(g_arch)) test_refusals();
+    return t_done(t_arch_label(g_arch, "test_offload_engine"));
 }

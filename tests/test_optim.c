@@ -1,4 +1,6 @@
-/* test_optim.c: the optimizers and their 8-bit states.
+/* test_optim.c ARCH: the optimizers and their 8-bit states; what involves a model runs on the
+ * architecture's case (arch_cases.h), the rest (maps, kernels, files) once, in the first case's
+ * run.
  *  - the dynamic maps: 256 strictly ascending values with 0 (signed) or 1e-7 (unsigned) and
  *    1; quantisation picks the nearest code (checked against a linear search) and round-trips
  *    within half the largest gap of the map times the block's absmax;
@@ -244,10 +246,7 @@ static void test_zero_point(void) {
 
 /* ---- optimizers against double-precision references ---- */
 
-/* GPT-2, and llama with grouped-query attention and an untied head */
-static const char *const k_shapes[] = {"gpt2:L=2,C=32,NH=4,V=64,T=16",
-                                       "llama:L=2,C=32,NH=4,NKV=2,FF=48,V=64,T=16"};
-static const char *SHAPE = "gpt2:L=2,C=32,NH=4,V=64,T=16";
+static char SHAPE[T_SHAPE_MAX];
 
 /* Values per Adam-mini block of tensor i (restated from optim.c's description). */
 static size_t mini_row(const char *name, size_t C) {
@@ -687,26 +686,27 @@ static void test_files(hpt_mem *mem) {
     hpt_model_free(m);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    const t_arch *a = t_arch_arg(argc, argv, "test_optim");
+    if (!a) return 2;
+    t_arch_shape(a, SHAPE, 2, 32, 4, 64, 16, 0);
     hpt_set_threads(2);
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
     make_shards();
-    test_maps();
-    test_lut();
-    test_bf16_params();
-    test_zero_point();
-    for (int k = 0; k < 2; k++) {
-        SHAPE = k_shapes[k];
-        printf("%s\n", SHAPE);
-        test_reference_formulas(mem);
-        test_8bit_vs_32bit(mem);
-        test_bytes_and_resume(mem);
+    if (t_arch_first(a)) {
+        test_maps();
+        test_lut();
+        test_bf16_params();
+        test_zero_point();
     }
-    SHAPE = k_shapes[0];
-    test_files(mem);
+    printf("%s\n", SHAPE);
+    test_reference_formulas(mem);
+    test_8bit_vs_32bit(mem);
+    test_bytes_and_resume(mem);
+    if (t_arch_first(a)) test_files(mem);
     uint64_t live = t_device_live(mem);
     CHECK_MSG(live == 0, "%llu bytes still live", (unsigned long long)live);
     hpt_mem_destroy(mem);
-    return t_done("test_optim");
+    return t_done(t_arch_label(a, "test_optim"));
 }

@@ -174,9 +174,10 @@ static void check_llama(const char *path) {
     g_cal_extra = "";
     hpt_calibration cal, cal2;
     CHECK_OK(hpt_calibration_load(path, &cal));
-    CHECK(cal.llama_C[0] == 512 && cal.llama_C[1] == 2048 && cal.llama_FF[1] == 8192 &&
-          cal.llama_gemm_gflops[1][1][1] == 16 && cal.llama_attn_gflops[1][0] == 5 &&
-          cal.llama_pw_ns[5] == 1);
+    const hpt_cal_arch *la = &cal.arch[HPT_ARCH_LLAMA];
+    CHECK(la->C[0] == 512 && la->C[1] == 2048 && la->FF[1] == 8192 &&
+          la->gemm_gflops[1][1][1] == 16 && la->attn_gflops[1][0] == 5 &&
+          la->op_ns[1][1] == 1); /* RoPE's backward (the ops: RMSNorm, RoPE, SwiGLU) */
     char p2[4200];
     snprintf(p2, sizeof p2, "%s.2", path);
     CHECK_OK(hpt_calibration_save(p2, &cal));
@@ -193,7 +194,7 @@ static void check_llama(const char *path) {
         CHECK_OK(hpt_model_config_parse(shape, &o.cfg));
         o.B = 1, o.T = 64;
         CHECK_OK(hpt_plan_cost(&o, &cal, &k));
-        CHECK(k.llama_rates && fabs(k.gemm_fwd_gflops - want_f[i]) < 1e-9 &&
+        CHECK(k.arch_rates && fabs(k.gemm_fwd_gflops - want_f[i]) < 1e-9 &&
               fabs(k.gemm_bwd_gflops - 2 * want_f[i]) < 1e-9);
         CHECK(fabs(k.attn_fwd_gflops - 3) < 1e-9); /* flash: the GQA rate (GPT-2's is 1) */
     }
@@ -203,16 +204,16 @@ static void check_llama(const char *path) {
     o.B = 1, o.T = 64;
     CHECK_OK(hpt_plan_cost(&o, &cal, &k));
     double f0 = k.fwd_s;
-    cal.llama_pw_ns[0] = 2;
+    cal.arch[HPT_ARCH_LLAMA].op_ns[0][0] = 2;
     CHECK_OK(hpt_plan_cost(&o, &cal, &k));
     double want = 64.0 * 2 * 2 * 256 * 1e-9;
     CHECK(fabs((k.fwd_s - f0) - want) < 1e-6 * want);
     /* without the object: the GPT-2 block's rate (write_cal's 10 GFLOP/s) */
     write_cal(path, 1, 1, 1, 1);
     CHECK_OK(hpt_calibration_load(path, &cal));
-    CHECK(cal.llama_C[0] == 0);
+    CHECK(cal.arch[HPT_ARCH_LLAMA].C[0] == 0);
     CHECK_OK(hpt_plan_cost(&o, &cal, &k));
-    CHECK(!k.llama_rates && k.gemm_fwd_gflops == 10);
+    CHECK(!k.arch_rates && k.gemm_fwd_gflops == 10);
 }
 
 int main(void) {

@@ -334,7 +334,7 @@ static void check_late_recording(void) {
                                          st.peak_live_bytes[HPT_TIER_DEVICE][HPT_CAT_GRADS] +
                                          st.peak_live_bytes[HPT_TIER_DEVICE][HPT_CAT_OPTIM] +
                                          st.peak_live_bytes[HPT_TIER_DEVICE][HPT_CAT_IO]);
-    hpt_trace t = {hpt_trace_meta_defaults(), ev, n, NULL};
+    hpt_trace t = {hpt_trace_meta_defaults(), ev, n, NULL, NULL};
     char path[600];
     snprintf(path, sizeof path, "%s/late.svg", t_tmpdir());
     CHECK_OK(hpt_profile_render_svg(&t, &s, path));

@@ -1,8 +1,8 @@
 /* test_recompute.c: activation recomputation is exact and shrinks the arena.
  *
- * For GPT-2 and llama (grouped-query attention, rotary tables, SwiGLU, untied head), each
- * attention kind (flash, plain) and each policy (selective, every:2, every:3, full,
- * every:N with N > L), a small GPT-2 (L = 5, so segments of 2 and 3 leave a short last one) is
+ * test_recompute ARCH: for the architecture's case (arch_cases.h), each attention kind (flash,
+ * plain) and each policy (selective, every:2, every:3, full, every:N with N > L), a small
+ * model (L = 5, so segments of 2 and 3 leave a short last one) is
  * trained for a few steps (plain SGD: updates, not a particular optimizer) from the same
  * initialisation and batches as with no recomputation; every step's loss, the final gradients
  * and the final parameters must be the same bits (memcmp): a recomputation runs the same
@@ -26,11 +26,7 @@ typedef struct {
     uint64_t arena_bytes;
 } run_out;
 
-/* GPT-2, and llama with grouped-query attention (NH/NKV = 2), rope scaling and an untied head */
-static const char *const k_shapes[] = {
-    "gpt2:L=5,C=64,NH=4,V=256,T=64",
-    "llama:L=5,C=64,NH=4,NKV=2,FF=96,V=256,T=64,factor=8,orig=16"};
-static const char *k_shape;
+static char k_shape[T_SHAPE_MAX];
 
 static void run(const hpt_act_opts *ao, run_out *out) {
     hpt_mem *mem;
@@ -58,12 +54,13 @@ static void run(const hpt_act_opts *ao, run_out *out) {
     hpt_mem_destroy(mem);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    const t_arch *a = t_arch_arg(argc, argv, "test_recompute");
+    if (!a) return 2;
+    t_arch_shape(a, k_shape, 5, 64, 4, 256, 64, 0);
     static const char *policies[] = {"selective", "every:2", "every:3", "full", "every:9"};
     const int n_pol = (int)(sizeof policies / sizeof policies[0]);
-    for (int sh = 0; sh < 2; sh++)
     for (int k = 0; k < 2; k++) {
-        k_shape = k_shapes[sh];
         hpt_act_opts base = hpt_act_defaults();
         base.attention = k == 0 ? HPT_ATTN_FLASH : HPT_ATTN_PLAIN;
         run_out ref;
@@ -95,8 +92,15 @@ int main(void) {
         free(ref.grads);
         free(ref.params);
     }
-    /* the flags' texts */
     hpt_act_opts o = hpt_act_defaults();
+    hpt_model_config cfg;
+    CHECK_OK(hpt_model_config_parse(k_shape, &cfg));
+    o.recompute = HPT_RECOMPUTE_EVERY;
+    o.every = 0;
+    CHECK(hpt_model_activation_bytes(&cfg, B, T, &o) == 0);
+    if (!t_arch_first(a)) return t_done(t_arch_label(a, "test_recompute"));
+    /* the flags' texts (once: they name no architecture) */
+    o = hpt_act_defaults();
     char buf[32];
     CHECK(o.attention == HPT_ATTN_FLASH && o.recompute == HPT_RECOMPUTE_NONE);
     CHECK_OK(hpt_recompute_parse("every:4", &o));
@@ -109,10 +113,5 @@ int main(void) {
     CHECK_OK(hpt_attention_parse("plain", &o));
     CHECK(o.attention == HPT_ATTN_PLAIN);
     CHECK_STATUS(hpt_attention_parse("fast", &o), HPT_ERR_INVALID);
-    hpt_model_config cfg;
-    CHECK_OK(hpt_model_config_parse(k_shapes[0], &cfg));
-    o.recompute = HPT_RECOMPUTE_EVERY;
-    o.every = 0;
-    CHECK(hpt_model_activation_bytes(&cfg, B, T, &o) == 0);
-    return t_done("test_recompute");
+    return t_done(t_arch_label(a, "test_recompute"));
 }

@@ -1,5 +1,6 @@
 /* test_reference.c: forward, backward and 10 AdamW steps against PyTorch's reference state
- * in ../shared/reference (gpt2_tiny: L=2 C=64 NH=4 V=1000 Vp=1024, B=2 T=16). */
+ * made by tests/make_reference.sh in the build tree (gpt2_tiny: L=2 C=64 NH=4 V=1000 Vp=1024,
+ * B=2 T=16). */
 #include "testlib.h"
 
 #include <math.h>

@@ -1,4 +1,5 @@
-/* test_schedule.c: the hybrid predict schedule (docs/predict.md).
+/* test_schedule.c ARCH: the hybrid predict schedule (docs/predict.md), on the architecture's
+ * case (arch_cases.h; the controller's tables, (a), once, in the first case's run).
  *   (a) the controller's transitions follow the configuration exactly (tables of observations
  *       and the phase, step in phase and horizon expected after each), and bad settings are
  *       refused;
@@ -33,7 +34,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define SHAPE "gpt2:L=2,C=32,NH=4,V=64,T=16"
+static char SHAPE[T_SHAPE_MAX];
+static const t_arch *g_arch;
 #define HPT_MAX3(a, b, c) ((a) > (b) ? ((a) > (c) ? (a) : (c)) : ((b) > (c) ? (b) : (c)))
 
 static char g_train[512], g_val[512];
@@ -556,7 +558,9 @@ static int k_nonzero(const float *x, size_t n) {
 
 static void test_formulas(hpt_mem *mem) {
     hpt_model_config cfg;
-    CHECK_OK(hpt_model_config_parse("gpt2:L=2,C=32,NH=4,V=256,T=16", &cfg)); /* t_sgd_steps' tokens */
+    char shape[T_SHAPE_MAX];
+    /* V 256: t_sgd_steps' tokens */
+    CHECK_OK(hpt_model_config_parse(t_arch_shape(g_arch, shape, 2, 32, 4, 256, 16, 0), &cfg));
     hpt_model *a = NULL, *b = NULL;
     hpt_optim *oa = NULL, *ob = NULL;
     hpt_adamw_opts ao = hpt_adamw_defaults();
@@ -639,10 +643,13 @@ static void test_formulas(hpt_mem *mem) {
     hpt_model_free(b);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    g_arch = t_arch_arg(argc, argv, "test_schedule");
+    if (!g_arch) return 2;
+    t_arch_shape(g_arch, SHAPE, 2, 32, 4, 64, 16, 0);
     hpt_set_threads(2);
     make_shards();
-    test_transitions();
+    if (t_arch_first(g_arch)) test_transitions();
     hpt_mem *mem;
     if (hpt_mem_create(&mem) != HPT_OK) return 1;
     test_formulas(mem);
@@ -658,5 +665,5 @@ int main(void) {
     for (int t = 0; t < HPT_TIER_COUNT; t++)
         for (int c = 0; c < HPT_CAT_COUNT; c++) CHECK(st.live_bytes[t][c] == 0);
     hpt_mem_destroy(mem);
-    return t_done("test_schedule");
+    return t_done(t_arch_label(g_arch, "test_schedule"));
 }

@@ -5,12 +5,13 @@
  *  - the gather-free encoder (AVX-512 VBMI): q8_encode_lut's code around every threshold and
  *    at random, its thresholds, its flag on blocks it cannot encode;
  *  - encoding and decoding whole blocks (with infinities, NaN, -0, subnormals, blocks of
- *    zeros, tails of 1..15 values): codes and absmax equal the portable path's;
+ *    zeros, every length 1..18 and those around the last vectors of a block): codes, absmax
+ *    and decoded values equal the portable path's, nothing written past the block;
  *  - every update kernel (AdamW 8-bit and fp32 state with fp32, bf16-sr and bf16-kahan
  *    weights, Lion, SGD, Adam-mini, fp32 and 8-bit), several steps on gradients with specials:
  *    every output buffer equal byte for byte to the portable path's, for AVX-512, AVX-512
  *    decoding by gathers instead of VBMI byte shuffles on one thread (the split across threads
- *    changes no bits), and AVX2;
+ *    changes no bits), and AVX2 on 1, 2 and 3 threads, with the last block 13, 7 and 1 long;
  *  - whole-array bf16 widening, narrowing (and its overflow flag) and splitting, in place and
  *    not, on random bit patterns: equal to the portable loops';
  *  - the gradient norm's sums of squares (k_sumsq, 8 chunks in a vector's lanes) on lengths
@@ -152,18 +153,28 @@ static void test_blocks(void) {
         k_q8_planes pl;
         k_q8_planes_of(&pl, map);
         int bad = 0;
-        for (int it = 0; it < 400; it++) {
-            int len = it % 5 == 0 ? 1 + (int)(rnd32() % 255) : 256, kind = it % 4;
+        /* random lengths, then every tail of the 8- and 16-lane loops: 1..33, and around
+         * the last vectors of a block */
+        static const int lens[] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10,  11,  12,  13,  14,
+                                   15, 16, 17, 18, 23, 24, 25, 31, 32, 33, 239, 240, 241, 247,
+                                   248, 249, 254, 255};
+        const int nlens = (int)(sizeof lens / sizeof *lens);
+        for (int it = 0; it < 400 + 4 * nlens; it++) {
+            int len = it >= 400 ? lens[(it - 400) / 4]
+                      : it % 5 == 0 ? 1 + (int)(rnd32() % 255) : 256;
+            int kind = it % 4;
             fill(x, len, kind);
             float amax[4];
             for (int lv = 0; lv < 4; lv++) { /* portable, AVX-512, its gathers, AVX2 */
                 if (!k_simd_force(lv)) continue;
                 memset(codes[lv], 0xa5, sizeof codes[lv]);
+                memset(back[lv], 0xa5, sizeof back[lv]);
                 amax[lv] = q8_store_block(codes[lv], x, len, map, lut);
                 q8_load_block(back[lv], codes[lv], amax[lv], len, map, &pl);
+                /* whole buffers: nothing written past len either */
                 bad += memcmp(&amax[0], &amax[lv], sizeof amax[0]) != 0 ||
                        memcmp(codes[0], codes[lv], sizeof codes[0]) != 0 ||
-                       memcmp(back[0], back[lv], (size_t)len * sizeof(float)) != 0;
+                       memcmp(back[0], back[lv], sizeof back[0]) != 0;
             }
         }
         CHECK_MSG(bad == 0, "map %d: %d blocks differ between the paths", sgn, bad);
@@ -181,7 +192,7 @@ typedef struct {
 } run_state;
 
 /* op: 0 AdamW, 1 Lion, 2 SGD, 3 Adam-mini; bits 32 or 8; w 0 fp32, 1 bf16-sr, 2 bf16-kahan. */
-static void run(run_state *s, const float *g0, int op, int bits, int w) {
+static void run(run_state *s, const float *g0, int op, int bits, int w, int n) {
     float ms[256], mu[256];
     k_q8_map(ms, 1);
     k_q8_map(mu, 0);
@@ -196,8 +207,8 @@ static void run(run_state *s, const float *g0, int op, int bits, int w) {
         s->h[i] = (uint16_t)(rnd32() >> 16 & 0x3fffu);
         s->c[i] = (uint16_t)(rnd32() >> 16 & 0x1fffu);
     }
-    k_q8_quantize(s->mc, s->ms, s->m, N, ms);
-    k_q8_quantize(s->vc, s->vs, s->v, N, mu);
+    k_q8_quantize(s->mc, s->ms, s->m, (size_t)n, ms);
+    k_q8_quantize(s->vc, s->vs, s->v, (size_t)n, mu);
     k_param p = w == 0 ? k_param_f32(s->p) : (k_param){NULL, s->h, w == 2 ? s->c : NULL, 99, 12345};
     k_state m = {.f32 = s->m}, v = {.f32 = s->v};
     if (bits == 8) {
@@ -208,10 +219,11 @@ static void run(run_state *s, const float *g0, int op, int bits, int w) {
     for (int t = 1; t <= 3; t++) {
         for (int i = 0; i < N; i++) g[i] = g0[i] * (float)t;
         p.seed = 99u + (uint64_t)t;
-        if (op == 0) k_adamw_q(p, g, m, v, N, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
-        else if (op == 1) k_lion(p, g, m, N, 1e-3f, 0.9f, 0.99f, 0.1f, 0.5f);
-        else if (op == 2) k_sgd(p, g, m, N, 1e-2f, 0.9f, 0.01f, 0.5f);
-        else k_adam_mini(p, g, m, s->vmini, N - N % 13, 13, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
+        size_t nn = (size_t)n;
+        if (op == 0) k_adamw_q(p, g, m, v, nn, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
+        else if (op == 1) k_lion(p, g, m, nn, 1e-3f, 0.9f, 0.99f, 0.1f, 0.5f);
+        else if (op == 2) k_sgd(p, g, m, nn, 1e-2f, 0.9f, 0.01f, 0.5f);
+        else k_adam_mini(p, g, m, s->vmini, nn - nn % 13, 13, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
     }
 }
 
@@ -227,24 +239,36 @@ static void test_kernels(void) {
     static run_state r[2];
     const int nthreads = omp_get_max_threads();
     static const char *const path[4] = {"", "AVX-512", "AVX-512 (gathers, one thread)", "AVX2"};
+    /* lengths: the last block 13 long (8 + 5: a whole vector and a masked one), 7 long (a
+     * masked vector only) and 1 long */
+    static const int ns[] = {N, N - 6, N - 12};
     for (int op = 0; op < 4; op++)
         for (int bits = 32; bits >= 8; bits -= 24)
-            for (int w = 0; w < 3; w++) {
-                if (op != 0 && w != 0) continue;
-                if (op == 0 && bits == 32 && w == 0) continue; /* k_adamw's path: no helpers */
-                k_simd_force(0);
-                run(&r[0], g, op, bits, w);
-                for (int lv = 1; lv < 4; lv++) {
-                    if (!k_simd_force(lv)) continue;
-                    if (lv == 2) omp_set_num_threads(1); /* the split changes no bits */
-                    run(&r[1], g, op, bits, w);
-                    omp_set_num_threads(nthreads);
-                    CHECK_MSG(!memcmp(&r[0], &r[1], sizeof r[0]),
-                              "op %d, %d-bit, weights %d: the %s path's bits differ", op, bits,
-                              w, path[lv]);
+            for (int w = 0; w < 3; w++)
+                for (int in = 0; in < 3; in++) {
+                    if (op != 0 && w != 0) continue;
+                    if (op == 0 && bits == 32 && w == 0) continue; /* k_adamw: no helpers */
+                    int n = ns[in];
+                    k_simd_force(0);
+                    run(&r[0], g, op, bits, w, n);
+                    for (int lv = 1; lv < 4; lv++) {
+                        if (!k_simd_force(lv)) continue;
+                        /* AVX2 on 1, 2 and 3 threads; AVX-512's gathers on one (the split
+                         * changes no bits) */
+                        for (int th = 1; th <= 3; th++) {
+                            if (lv == 1 && th > 1) break;
+                            if (lv == 2 && th > 1) break;
+                            omp_set_num_threads(lv == 1 ? nthreads : th);
+                            run(&r[1], g, op, bits, w, n);
+                            omp_set_num_threads(nthreads);
+                            CHECK_MSG(!memcmp(&r[0], &r[1], sizeof r[0]),
+                                      "op %d, %d-bit, weights %d, n %d: the %s path's bits "
+                                      "differ (%d threads)", op, bits, w, n, path[lv],
+                                      lv == 1 ? nthreads : th);
+                        }
+                    }
+                    k_simd_force(-1);
                 }
-                k_simd_force(-1);
-            }
 }
 
 /* Whole-array widening, narrowing (with its overflow flag) and splitting, out of place and in

@@ -1,5 +1,7 @@
-/* test_state.c: training-state and llm.c checkpoint round trips, exact resume, and clear
- * errors for corrupt, truncated, wrong-version and missing files; data-shard errors. */
+/* test_state.c ARCH: training-state and llm.c checkpoint round trips, exact resume, and clear
+ * errors for corrupt, truncated, wrong-version and missing files; data-shard errors. The
+ * training state on the architecture's case (arch_cases.h), llm.c's checkpoints where the case
+ * has that format, the shards once, in the first case's run. */
 #include "testlib.h"
 
 #include <math.h>
@@ -12,13 +14,14 @@
 #define VOCAB 64
 
 static char g_train[512], g_val[512];
+static char SHAPE[T_SHAPE_MAX];
 
 static void make_shards(void) {
     t_make_shards(12345, 17, 3, 7, 2500, 500, g_train, g_val);
 }
 
 static hpt_train_opts opts(const char *save, const char *resume) {
-    hpt_train_opts o = t_train_opts("gpt2:L=2,C=32,NH=4,V=64,T=16", g_train, 2, 16, 12, 3);
+    hpt_train_opts o = t_train_opts(SHAPE, g_train, 2, 16, 12, 3);
     o.val = g_val;
     o.eval_every = 4;
     o.val_batches = 2;
@@ -33,7 +36,7 @@ static void test_resume_exact(hpt_mem *mem) {
     snprintf(dir_a, sizeof dir_a, "%s/run_a", t_tmpdir());
     snprintf(dir_b, sizeof dir_b, "%s/run_b", t_tmpdir());
     hpt_model_config cfg;
-    CHECK_OK(hpt_model_config_parse("gpt2:L=2,C=32,NH=4,V=64,T=16", &cfg));
+    CHECK_OK(hpt_model_config_parse(SHAPE, &cfg));
     size_t n = hpt_model_config_num_params(&cfg);
     float la[12] = {0}, va[12] = {0}, lb[12] = {0}, vb[12] = {0};
     float *pa = calloc(n, sizeof(float)), *pb = calloc(n, sizeof(float));
@@ -220,17 +223,21 @@ static void test_shards(hpt_mem *mem) {
     hpt_dataloader_free(d);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    const t_arch *a = t_arch_arg(argc, argv, "test_state");
+    if (!a) return 2;
+    t_arch_shape(a, SHAPE, 2, 32, 4, VOCAB, 16, 0);
+    printf("%s\n", SHAPE);
     hpt_set_threads(2);
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
     make_shards();
     test_resume_exact(mem);
     test_state_errors(mem);
-    test_checkpoint(mem);
-    test_shards(mem);
+    if (a->llmc) test_checkpoint(mem);
+    if (t_arch_first(a)) test_shards(mem);
     uint64_t live = t_device_live(mem);
     CHECK_MSG(live == 0, "%llu bytes still live", (unsigned long long)live);
     hpt_mem_destroy(mem);
-    return t_done("test_state");
+    return t_done(t_arch_label(a, "test_state"));
 }

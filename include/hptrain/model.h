@@ -59,6 +59,23 @@ hpt_status hpt_model_config_check(const hpt_model_config *cfg);
 /* Number of parameters of the configuration (wte's and lm_head's padding rows included). */
 size_t hpt_model_config_num_params(const hpt_model_config *cfg);
 
+/* The architectures this build registers (src/model/registry.c), by id (hpt_model_config.arch):
+ * what reports, help texts and the calibration say of each, so that no caller names a family.
+ *   for (int i = 0; i < hpt_arch_count(); i++) puts(hpt_arch_desc_of(i)->label); */
+#define HPT_ARCH_MAX_OPS 4
+typedef struct {
+    const char *name;      /* "gpt2", "llama": hpt_model_arch's, the calibration file's key */
+    const char *label;     /* reports, traces and pictures: "GPT-2", "llama" */
+    const char *shapes;    /* the SHAPEs hpt_model_config_parse takes for it (help texts) */
+    /* the calibration report of its block's own rates (block NULL: none, the reference
+     * block's rates serve): the block's title, the attention's with the heads measured, and
+     * each pointwise op's, in the order of hpt_cal_arch.op_ns */
+    const char *block, *attention;
+    const char *op[HPT_ARCH_MAX_OPS];
+} hpt_arch_desc;
+int hpt_arch_count(void);
+const hpt_arch_desc *hpt_arch_desc_of(int id); /* NULL: no architecture has that id */
+
 typedef struct hpt_model hpt_model;
 
 /* A tensor of a model's table (checkpoint order): what it is, apart from its storage. */

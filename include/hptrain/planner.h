@@ -12,6 +12,23 @@
 #define HPT_CAL_GEMM_ROWS 2
 #define HPT_CAL_LAYOUTS 8
 
+#define HPT_CAL_ARCHS 4
+#define HPT_CAL_ARCH_WIDTHS 2
+
+/* An architecture's own block rates (C[0] = 0: not measured; its block is then costed at the
+ * reference block's rates): its block's GEMMs, one after the other as the block runs them, at
+ * its calibration widths (C, FF) and the reference's row counts, [rows][width][forward,
+ * backward] GFLOP/s; its attention at T = 128 and its calibration heads, [flash, plain]
+ * [forward, backward]; its pointwise ops in ns per element (the architecture's order,
+ * hpt_arch_desc.op), [op][forward, backward], over a micro-batch of 512 rows (past the caches,
+ * as a step's). */
+typedef struct {
+    int C[HPT_CAL_ARCH_WIDTHS], FF[HPT_CAL_ARCH_WIDTHS];
+    double gemm_gflops[HPT_CAL_GEMM_ROWS][HPT_CAL_ARCH_WIDTHS][2];
+    double attn_gflops[2][2];
+    double op_ns[HPT_ARCH_MAX_OPS][2];
+} hpt_cal_arch;
+
 /* Rates measured by hpt_calibrate (or read from its cached file). Rates are per second. */
 typedef struct {
     int version;                         /* HPT_CAL_VERSION */
@@ -51,19 +68,10 @@ typedef struct {
     double engine_disk_loss[HPT_CAL_LAYOUTS]; /* compute seconds lost per second of the
                                                * worker's disk transfers beside the compute */
     char engine_source[HPT_CAL_LAYOUTS][256]; /* the run: model, B, T, plan, its step */
-    /* A Llama block's own rates (calibrate_llama.c; llama_C[0] = 0: not measured, a Llama
-     * block is costed at the GPT-2 block's rates): its four GEMMs ((rows, C) against C -> QKV,
-     * C -> C, C -> 2FF (gate and up), (rows, FF) against FF -> C) at two widths, NH = C/64,
-     * NKV = NH/4, QKV = C + 2 NKV 64, FF 3C at the first and 4C at the second; [rows][width]
-     * [forward, backward] GFLOP/s */
-    int llama_C[2], llama_FF[2];
-    double llama_gemm_gflops[HPT_CAL_GEMM_ROWS][2][2];
-    double llama_attn_gflops[2][2];      /* [flash, plain][forward, backward] grouped-query
-                                          * attention at T = 128, C = 2048, NH 32, NKV 8 */
-    /* ns per element: RMSNorm forward and backward (per element of C), SwiGLU forward and
-     * backward (per element of FF), RoPE forward and backward (per rotated element of the q
-     * and k heads), each over a micro-batch of 512 rows (past the caches, as a step's) */
-    double llama_pw_ns[6];
+    /* Each architecture's own block rates, by id (hpt_model_config.arch), for those whose
+     * block differs from the reference one measured above (src/plan/calibrate_arch.c, from
+     * the architecture's op table; the file's object named after it) */
+    hpt_cal_arch arch[HPT_CAL_ARCHS];
 } hpt_calibration;
 
 /* The cache file: $HPT_CALIBRATION, else ~/.cache/hptrain/calibration.json. */
@@ -114,7 +122,8 @@ typedef struct {
     double disk_beside_s;          /* the worker's disk seconds beside the compute (P >= 1) */
     int engine_inline;             /* 1: the engine's jobs costed inline on the compute thread
                                     * (no disk home on the CPU backend: no worker thread) */
-    int llama_rates;               /* 1: a Llama block costed at its own measured rates */
+    int arch_rates;                /* 1: the architecture's block costed at its own measured
+                                    * rates (hpt_calibration.arch) */
     /* the parts (seconds per optimizer step) */
     double fwd_s, bwd_s, recompute_s, pointwise_s, optim_s;
     double transfer_s;             /* all transfers' own time at their bandwidths */

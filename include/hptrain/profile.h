@@ -53,6 +53,10 @@ typedef struct {
     hpt_mem_event *events;                        /* (n_events) */
     size_t n_events;
     char *names;                                  /* owned: the distinct names, NUL-separated */
+    const char *arch_label;                       /* borrowed: the picture's name for the model's
+                                                   * architecture (the caller's, from
+                                                   * hpt_arch_desc_of(meta.cfg.arch): the
+                                                   * profiler knows no family); NULL: none */
 } hpt_trace;
 
 /* Writes meta and events as one JSON object {"format": "hptrain-trace", "version",

@@ -1,19 +1,14 @@
 /* plan.c: the plan (hpt_plan, include/hptrain/plan.h): every technique choice of a run and its
- * budgets, parsed by name, checked, printed.
- *
- * One parser (hpt_plan_set) serves `hptrain train` and `hptrain estimate`: each takes the option's
- * name (the flag without its dashes) and its text. One check (hpt_plan_check) holds every rule on
- * how the choices combine; it is built from the per-part checks of choices.c (activations,
- * optimizer, offload engine, schedule), which the model, the offload engine and the estimator
- * call for their own part, so each rule is written once and reads the same from every caller.
- * One printer (hpt_plan_print) writes the flags that reproduce a plan.
- *
- * Invariants: hpt_plan_set changes only what its option names (plus the choices whose default
- * follows it: --optimizer resets the optimizer's settings to its kind's, keeping the state width
- * and a given weight decay; --grad-home sets the loss scale's mode unless --loss-scale was given;
- * --zero 3 puts the offload engine's homes on the host unless --offload was given)
- * and records the option in p->given; for every plan p whose choices the options can express,
- * setting each option hpt_plan_print writes, from hpt_plan_default_choices, gives p back. */
+ * budgets. One parser (hpt_plan_set: the flag's name without dashes, and its text) serves
+ * `train` and `estimate`; one check (hpt_plan_check) holds every rule on how the choices
+ * combine, built from choices.c's per-part checks, which the model, the engine and the
+ * estimator call for their own part, so each rule is written once; one printer (hpt_plan_print)
+ * writes the flags that reproduce a plan.
+ * Invariants: hpt_plan_set changes only what its option names, plus the choices whose default
+ * follows it (--optimizer resets its kind's settings, keeping the state width and a given weight
+ * decay; --grad-home sets the loss scale's mode unless --loss-scale was given; --zero 3 homes the
+ * engine on the host unless --offload was given), and records the option in p->given; setting
+ * each option hpt_plan_print writes, from hpt_plan_default_choices, gives the plan back. */
 #include "core/choices.h"
 #include "core/core.h"
 

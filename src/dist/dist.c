@@ -1,18 +1,14 @@
-/* dist.c: the process-wide world and the fixed-order collectives built on a transport's
- * table (dist.h). Invariants: the float sum of a reduce-scatter is computed by the chunk's
- * owner alone, in rank order, from rank 0's value: acc = x_0; acc += x_1; ...; acc += x_{N-1}
- * (element by element, so equal inputs give equal bits whatever the transport or its timing);
- * the allgather then copies the owner's bits to every rank. This is how one process with
- * micro-batches summed apart (trainer.c, --zero) adds them, so N processes and that process
- * compute the same bits. The exchange goes in rounds of at most DIST_PIECE/N floats from each
- * rank (the receive buffer: DIST_PIECE floats, 16 MiB of host memory, the layer's only
- * allocation, freed after each call; a started one, dist_reduce_scatter_start, holds its own
- * until dist_wait).
- * Started exchanges: one per channel at a time, each a state machine of the same rounds, the
- * next round posted when the last one's sums are done (so a channel's rounds follow each other
- * in the same order on every rank); with HPT_DIST_PROGRESS=thread a progress thread tests them
- * every ~100 us, and every transport call is then made under the layer's lock (MPI
- * THREAD_SERIALIZED). */
+/* dist.c: the process-wide world and the fixed-order collectives built on a transport's table
+ * (dist.h), in rounds of at most DIST_PIECE/N floats per rank; started exchanges
+ * (dist_reduce_scatter_start .. dist_wait), one per channel, advanced round by round, with
+ * HPT_DIST_PROGRESS=thread by a progress thread. docs/zero.md, "The communication layer".
+ * Invariants: a reduce-scatter's float sum is computed by the chunk's owner alone, in rank order
+ * from rank 0's value (acc = x_0; acc += x_1; ...), element by element, so N processes give the
+ * bits of one process summing its micro-batches apart, whatever the transport or timing; the
+ * allgather copies the owner's bits; a channel's rounds follow each other in the same order on
+ * every rank; the receive buffer (16 MiB, host) is the layer's only allocation, freed after
+ * each call (a started exchange holds its own until dist_wait); with the progress thread every
+ * transport call is made under the layer's lock. */
 #include "core/core.h"
 #include "core/crc32c.h"
 #include "dist/dist.h"

@@ -134,18 +134,10 @@ static const hpt_hf_json_ops k_json = {
     .fail = st_fail,
 };
 
-/* The architectures of this build, by id (hpt_arch_of; ids are small and dense). TODO: the
- * model's registry (hpt_arch_at) when it lands. */
-#define K_ARCH_IDS 64
-static const hpt_arch *arch_at(int id) {
-    hpt_model_config c = {.arch = id};
-    return hpt_arch_of(&c);
-}
-
 /* The architecture reading class cls (or, cls NULL, model_type type), and the class's index. */
 static const hpt_arch *arch_of_class(const char *cls, const char *type, int *index) {
-    for (int id = 0; id < K_ARCH_IDS; id++) {
-        const hpt_arch *A = arch_at(id);
+    for (int id = 0; id < hpt_arch_count(); id++) {
+        const hpt_arch *A = hpt_arch_at(id);
         if (!A || !A->hf_classes) continue;
         for (int i = 0; A->hf_classes[i]; i++)
             if (cls ? !strcmp(cls, A->hf_classes[i]) : !strcmp(type, A->hf_model_types[i])) {
@@ -160,8 +152,8 @@ static const hpt_arch *arch_of_class(const char *cls, const char *type, int *ind
 static void known_classes(char *buf, size_t n) {
     const char *names[32];
     int k = 0;
-    for (int id = 0; id < K_ARCH_IDS; id++) {
-        const hpt_arch *A = arch_at(id);
+    for (int id = 0; id < hpt_arch_count(); id++) {
+        const hpt_arch *A = hpt_arch_at(id);
         for (int i = 0; A && A->hf_classes && A->hf_classes[i] && k < 32; i++)
             names[k++] = A->hf_classes[i];
     }

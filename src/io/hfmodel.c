@@ -1,18 +1,13 @@
 /* hfmodel.c: Hugging Face model directories (config.json + safetensors) loaded into a model and
- * saved from one, for every architecture with a Hugging Face block (model/arch.h; docs/formats.md).
- *
- * The model's tensor table (checkpoint order) is the pivot: each table tensor's slice (a
- * stacked tensor's one layer, or a whole non-block tensor) is a list of parts, each a Hugging
- * Face tensor covering a range of the slice's elements (rows concatenated, as llama's q|k|v),
- * or zero padding (wte's rows >= V): the architecture names them (hf_parts). A part stored
- * transposed (GPT-2's Conv1D) goes through two host buffers of its size.
- * Loading is a read stream in checkpoint order handed to model_absorb, which fills the flat
- * buffer or, with the offload engine, each block slice in its home: values go from the file
- * (pread windows, converted from F32, BF16 or F16) to their place, and a checkpoint is never
- * whole in memory. Saving is the reverse stream (model_emit) into the safetensors writer, into a
- * temporary directory renamed over the target when complete. Before a load every name, shape
- * and dtype is checked, and every tensor of the files must be one the architecture uses (or a
- * known non-parameter buffer), so nothing is half-loaded because of a bad name. */
+ * saved from one, for every architecture with a Hugging Face block (model/arch.h; formats.md). The
+ * model's tensor table is the pivot: each table slice is a list of parts (Hugging Face tensors
+ * covering ranges of it, llama's q|k|v and gate|up concatenated, or wte's zero padding; GPT-2's
+ * Conv1D weights transposed through two host buffers). Loading streams in checkpoint order into
+ * model_absorb (the flat buffer or the engine's homes); saving streams model_emit into the
+ * safetensors writer, in a temporary directory renamed over the target when complete.
+ * Invariants: a checkpoint is never whole in memory; before a load every name, shape and dtype
+ * is checked and every tensor of the files must be one the architecture uses (or a known
+ * non-parameter buffer), so nothing is half-loaded because of a bad name. */
 #include "core/core.h"
 #include "io/hf.h"
 #include "io/io_int.h"

@@ -1,20 +1,12 @@
 /* safetensors.c: Hugging Face's safetensors files, read strictly from the format's
- * specification and written (docs/formats.md).
- *
- * Reading: the 8-byte little-endian header size N must be at most ST_MAX_HEADER_BYTES and
- * leave 8 + N within the file; the N bytes are JSON beginning with '{', followed only by
- * spaces; the object's members are "__metadata__" (an object of strings) and tensors, each
- * exactly {"dtype": known name, "shape": [non-negative integers], "data_offsets": [begin,
- * end]}; names are unique; end - begin is the shape's elements times the dtype's size; the
- * tensors sorted by (begin, end) cover [0, data_bytes) with no overlap and no hole. A header
- * that passes gives every tensor's bytes inside the file, so reads never go past its end unless
- * the file changes under the reader (then: "truncated"). Values are read with pread into the
- * caller's buffer, one window per call: a tensor, or a row range of it, never the whole file.
- *
- * Writing: the header's JSON is padded with spaces so the data starts at a multiple of 8;
- * tensors are laid out back to back in the order given, and values arrive in that order
- * (st_writer_put), converted to each tensor's dtype on the way. Files above a size are split
- * into shards named as Hugging Face names them, with model.safetensors.index.json. */
+ * specification and written; docs/formats.md has every rule a file must pass, with its error.
+ * Reading parses the header once, then reads with pread into the caller's buffer, one window per
+ * call (a tensor or a row range of it), never the whole file. Writing pads the header's JSON
+ * with spaces so the data starts at a multiple of 8, lays tensors out back to back in the order
+ * given, converts values as they arrive (st_writer_put), and splits large models into shards
+ * with model.safetensors.index.json, named as Hugging Face names them.
+ * Invariants: a header that passes gives every tensor's bytes inside the file, tiling the data
+ * exactly, so reads never pass its end unless the file changes underneath ("truncated"). */
 #include "io/safetensors.h"
 
 #include "core/core.h"

@@ -1,34 +1,14 @@
-/* tokenizer.c: GPT-2's byte-level BPE tokenizer: encode text to token ids, decode ids to bytes.
- *
- * Encoding follows OpenAI's encoder.py as the npm package gpt-3-encoder implements it (the
- * oracle of tests/test_tokenizer.c; docs/tokenizer.md lists where the two differ):
- *   1. Pre-tokenisation cuts the text into pieces with GPT-2's pattern (PCRE2, JIT)
- *        's|'t|'re|'ve|'m|'ll|'d| ?L+| ?N+| ?[^SLN]+|S+(?!\S)|S+
- *      where L, N and S are JavaScript's \p{L}, \p{N} and \s, spelled out as code point
- *      tables generated from node (below), so pieces do not depend on the Unicode version of
- *      the system's PCRE2. Bytes that are not valid UTF-8 are never matched
- *      (PCRE2_MATCH_INVALID_UTF); each run of them is a piece of its own, so every byte string
- *      encodes, and decode(encode(x)) == x.
- *   2. A piece's bytes start as single-byte tokens. Repeatedly the adjacent pair with the
- *      lowest merge rank (its line in vocab.bpe) is merged, every occurrence left to right,
- *      until no adjacent pair has a rank. A binary heap of (rank, position) gives exactly that
- *      order in O(n log n): merging a pair of rank r only makes pairs of rank > r, because
- *      every token a merge uses was made by earlier merges only (checked when vocab.bpe
- *      loads).
- *   3. A bounded cache maps short pieces to their ids (most pieces of real text repeat).
- * "<|endoftext|>" in the text is ordinary text, as in gpt-3-encoder: only the caller inserts
- * the end-of-text id (or hpt_tokenizer_encode_ex with HPT_TOK_SPECIAL, which recognises the
- * special tokens in the text). Decoding is a table lookup.
- * The same object and encoder serve Hugging Face's tokenizer.json and tiktoken's files
- * (Llama 3, loaded by tokenizer_hf.c): their pattern, their merge ranks (the heap needs no
- * order among them: it always pops the lowest live pair), and tiktoken's rule that a piece
- * which is a whole token is that token (ignore_merges); tokenizer_int.h has the struct.
- *
- * Invariants: token i is tok_bytes[tok_off[i] .. tok_off[i+1]); tok_off has V+1 ascending
- * entries. When can_encode: byte_id[b] is the token of the single byte b, every merge's parts
- * and result are tokens, and the cache holds only what the merge loop computes for its key.
- * An encoding tokenizer is not thread-safe (cache, scratch, match data); decoding is.
- */
+/* tokenizer.c: GPT-2's byte-level BPE tokenizer: encode text to token ids, decode ids to bytes,
+ * as the npm package gpt-3-encoder does (the oracle of tests/test_tokenizer.c): the pattern cuts
+ * pieces (PCRE2, with code point tables from tokenizer_unicode.c; invalid UTF-8 runs are pieces
+ * of their own), each piece merged by rank with a heap of (rank, position), short pieces
+ * cached. The same encoder serves Hugging Face's and tiktoken's files (tokenizer_hf.c). How and
+ * why, and where gpt-3-encoder differs from encoder.py: docs/tokenizer.md.
+ * Invariants: token i is tok_bytes[tok_off[i] .. tok_off[i+1]), tok_off V+1 ascending entries;
+ * when can_encode, byte_id[b] is the token of byte b, every merge's parts and result are
+ * tokens, and the cache holds only what the merge loop computes for its key; every byte string
+ * encodes and decode(encode(x)) == x; "<|endoftext|>" in text is text unless HPT_TOK_SPECIAL.
+ * An encoding tokenizer is not thread-safe (cache, scratch, match data); decoding is. */
 #include "io/tokenizer_int.h"
 
 #include <cjson/cJSON.h>

@@ -1,29 +1,13 @@
 /* tokenizer_hf.c: loads the byte-level BPE tokenizers of the Llama family into the encoder of
- * tokenizer.c: Hugging Face's tokenizer.json and tiktoken's tokenizer.model (Meta's Llama 3).
- *
- * tokenizer.json (the model directory's file; the Llama 3 one is the reference):
- *   model.type "BPE" (anything else is refused), model.vocab {token: id} in GPT-2's byte
- *   alphabet (Hugging Face's ByteLevel), model.merges ["a b", ...] or [["a", "b"], ...] whose
- *   index is the merge's rank, model.ignore_merges (a piece that is a whole token is that
- *   token: tiktoken's rule, which Llama 3 sets), added_tokens [{id, content}] (their content is
- *   raw text; all of them are what HPT_TOK_SPECIAL recognises), and the pre_tokenizer: a Split
- *   with a Regex pattern (behaviour Isolated), or ByteLevel with use_regex (GPT-2's pattern).
- *   A normalizer, byte fallback, subword prefixes or suffixes, or a prefix space are refused:
- *   they would change the ids and hptrain does not implement them.
- * tokenizer.model (tiktoken): one "base64-bytes rank" per line, rank = id. There are no merges:
- *   tiktoken merges, leftmost first, the adjacent pair whose concatenation has the lowest rank;
- *   that is the heap encoder with every split (a, b) of a token into two tokens given the
- *   token's rank. The pattern is Llama 3's (below) and the 256 special tokens Llama 3.1's, from
- *   id = the number of lines.
- * The pattern is read from the file and rewritten for PCRE2: \p{L}, \p{N} become the code
- * point tables of tokenizer_unicode.c (node's Unicode, the oracle's), \s and \S Unicode's
- * White_Space (what \s means to Hugging Face's Oniguruma and to tiktoken's regex); everything
- * else, (?i:...) included, is PCRE2's own (with UTF, so (?i) folds as Unicode does).
- *
- * Invariants (on success): ids 0..V-1 each have bytes (added tokens: their content); the
- * base vocabulary's bytes are distinct and indexed in t->ix; every merge's parts and result are
- * base tokens; each special's id is in [0, V).
- */
+ * tokenizer.c: Hugging Face's tokenizer.json (model.type BPE, vocab, merges, ignore_merges,
+ * added tokens, a Split or ByteLevel pre-tokenizer) and tiktoken's tokenizer.model (Meta's
+ * Llama 3: ranks, no merges: every split of a token into two tokens is given its rank). The
+ * file's pattern is rewritten for PCRE2 (\p{L}, \p{N} from tokenizer_unicode.c, \s as Unicode's
+ * White_Space). What is read and refused, and why: docs/tokenizer.md, "Llama 3".
+ * Invariants (on success): ids 0..V-1 each have bytes (added tokens: their content); the base
+ * vocabulary's bytes are distinct and indexed in t->ix; every merge's parts and result are base
+ * tokens; each special's id is in [0, V); a normalizer, byte fallback, subword affixes or a
+ * prefix space are refused, never ignored (they would change the ids). */
 #include "io/tokenizer_int.h"
 
 #include <cjson/cJSON.h>

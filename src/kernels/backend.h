@@ -230,6 +230,8 @@ struct hpt_backend {
                  float beta1, float beta2, float wd, float grad_scale);
     void (*sgd)(hpt_be_param p, const float *g, hpt_be_state m, size_t n, float lr,
                 float momentum, float wd, float grad_scale);
+    /* Adam-mini: v (ceil(n / block)) one second moment per block of `block` values; when n is
+     * not a multiple of block, the last n % block values are a block of their own */
     void (*adam_mini)(hpt_be_param p, const float *g, hpt_be_state m, float *v, size_t n,
                       size_t block, float lr, float beta1, float beta2, float eps, float wd,
                       float grad_scale, int64_t t);

@@ -1,21 +1,12 @@
 /* device.c: where a run computes. hpt_device_ready says whether a plan's device is here;
  * hpt_device_bind makes an hpt_mem's device tier that device's memory; hpt_backend_of gives the
- * backend of an hpt_mem's device tier, which everything allocating from it uses (the model, the
- * optimizer, the offload engine, the trainer): one code path for the CPU and the GPU.
- * The CPU always can run. A CUDA device needs a build with the CUDA backend (HPT_HAVE_CUDA) and
- * that GPU.
- * Budgets on a GPU (hpt_device_bind): a device budget B stands for a card of B bytes. Such a card
- * loses the CUDA context and the libraries' fixed buffers before hptrain allocates anything, so
- * the overhead measured here (cudaMemGetInfo once the backend has started: total - free, which
- * also counts other processes on the GPU) comes out of B, and the device region (the carve) is
- * B less that overhead and a reserve for the kernels CUDA loads lazily after the measure (its
- * default module loading: cuBLAS's and our kernels' code arrives at their first launch): the
- * device tier's peak plus the overhead stay within B whatever the larger GPU has free.
- * The first binding in a process sizes the device region; a later one (another hpt_mem) keeps
- * it and caps its device tier within it.
- * Assumptions (unverified: no GPU has run this): the context of the card the budget stands for
- * is about the size of this GPU's; HPT_DEVICE_LAZY_RESERVE covers the lazily loaded kernels
- * (tests/test_cuda_train.c checks cudaMemGetInfo against the budget after a run). */
+ * backend of an hpt_mem's device tier, which everything allocating from it uses: one code path
+ * for the CPU and the GPU. A CUDA device needs a build with HPT_HAVE_CUDA and that GPU. On a GPU
+ * a device budget B stands for a card of B bytes: the measured overhead (context, libraries) and
+ * HPT_DEVICE_LAZY_RESERVE come out of B (docs/cuda.md, "Training on the GPU"; unverified on a GPU).
+ * Invariants: the device tier's peak plus the overhead stay within B whatever the larger GPU has
+ * free; the first binding in a process sizes the device region, a later one keeps it and caps
+ * its device tier within it. */
 #include "core/core.h"
 #include "kernels/backend.h"
 #include "mem/mem.h"

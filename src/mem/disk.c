@@ -1,26 +1,14 @@
-/* disk.c: the disk tier of the memory manager.
- * One file per block in the chosen directory, created with O_TMPFILE where the file system
- * supports it (else created and unlinked at once), so no file outlives the process. Space is
- * reserved with posix_fallocate at allocation: ENOSPC becomes HPT_ERR_OOM there, never a short
- * write later. I/O is O_DIRECT when the file system allows it: aligned requests go straight
- * between memory and disk; unaligned ones go through one 4 MiB bounce buffer (host tier, io
- * category) in read-modify-write blocks. Accounting: the disk tier's live bytes are the
- * requested sizes, under the disk budget like every tier.
- * Failures: every read and write checks the full count; an error, a write that stops making
- * progress (short write) or a read that meets the end of the file (a block truncated or taken
- * away underneath, found by the file's size before each transfer) is HPT_ERR_IO naming the directory, the offset and the cause, and
- * ENOSPC says the disk is full. hpt_mem_disk_fail injects each of these at the n-th transfer
- * (tests; short write and disk full count writes only). mem_disk_rw is the thread-safe path of the offload engine's worker: aligned
- * requests only, no bounce buffer, no timeline event (the caller records the transfer).
- * Checksums: each 4096-byte page of a block has a CRC-32C in memory (ref->crc; a page never
- * written holds the zeros fallocate gave it, and its CRC starts as that of a zero page). Every
- * transfer reaches the file in whole pages (full_io's invariant: unaligned requests go through
- * the bounce buffer, direct I/O or not), so a write sets its pages' CRCs from the bytes it
- * wrote and a read checks every page it read before handing the bytes out: a page changed on
- * disk (a flipped bit, another process, a stale file) is HPT_ERR_CHECKSUM naming the block,
- * never training on wrong values. Concurrent transfers touch disjoint pages (the engine's
- * blocks), so their CRC entries never race. Building with -DHPT_DISK_NO_VERIFY drops the
- * checksums (bench/bench_disk_crc.sh measures their cost that way); never for training. */
+/* disk.c: the disk tier of the memory manager: one unnamed file per block (O_TMPFILE, or
+ * created and unlinked at once), space reserved with posix_fallocate at allocation (ENOSPC is
+ * HPT_ERR_OOM there), O_DIRECT where allowed, unaligned requests through one 4 MiB bounce buffer
+ * (host, io) in read-modify-write pages; mem_disk_rw is the offload worker's thread-safe path
+ * (aligned only, no bounce buffer, no timeline event). docs/memory.md, "The disk tier", and
+ * docs/hardening.md (checksums; -DHPT_DISK_NO_VERIFY only to measure their cost).
+ * Invariants: no file outlives the process; every transfer reaches the file in whole 4096-byte
+ * pages, each with a CRC-32C in memory set by each write and checked by each read before the
+ * bytes are handed out (a mismatch is HPT_ERR_CHECKSUM, never wrong values); every transfer
+ * checks the full count and the file's size (HPT_ERR_IO naming directory, offset and cause);
+ * concurrent transfers touch disjoint pages, so their CRC entries never race. */
 #include "core/core.h"
 #include "testing.h"
 #include "mem/mem_int.h"

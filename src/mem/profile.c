@@ -1,19 +1,12 @@
 /* profile.c: the summary of a trace's events: per-tier peaks and what was live at the device
  * peak (by category, and the arena buffers with their layers), per-phase mean / max / min of the
- * accounted and in-use bytes, and spikes above their phase's mean. Also the replay that both the
- * summary and the picture (profile_svg.c) step through the events with.
- *
- * Everything here is a replay of the recorded events, never a sample, so:
- *   - the summary's per-tier peak is the maximum of the events' tier_live_bytes, which is
- *     hpt_mem_stats.peak_bytes when recording began with the hpt_mem (the allocator updates
- *     both on the same allocation);
- *   - the breakdown by category at any event is the running sum of the allocations minus the
- *     frees before it; bytes live before recording began are reported apart ("unrecorded");
- *   - arena buffers are matched birth to death by name and size, last born first: a GPT-2
- *     step frees per-layer buffers in the reverse order of the forward that made them, so the
- *     layer a live buffer belongs to is the layer context of its birth.
- * A summary borrows the names of the events it was computed from. Nothing here prints: the
- * command line does (cmd_profile.c). */
+ * accounted and in-use bytes, and spikes above their phase's mean; and the replay that both the
+ * summary and the picture (profile_svg.c) step through the events with. docs/memory.md,
+ * "Summaries".
+ * Invariants: everything is a replay of the recorded events, never a sample, so the per-tier
+ * peak is hpt_mem_stats.peak_bytes when recording began with the hpt_mem; bytes live before
+ * recording are reported apart ("unrecorded"); arena buffers are matched birth to death by name
+ * and size, last born first; a summary borrows its events' names; nothing here prints. */
 #include "mem/profile_int.h"
 
 #include <math.h>

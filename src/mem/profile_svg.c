@@ -139,8 +139,8 @@ hpt_status hpt_profile_render_svg(const hpt_trace *tr, const hpt_profile_summary
     fprintf(f, "<text x=\"%d\" y=\"24\" font-size=\"16\" font-weight=\"bold\">hptrain: device memory over time",
             X0);
     if (m->cfg.L)
-        fprintf(f, " (%s L=%d C=%d NH=%d, B=%d T=%d)", m->cfg.arch == HPT_ARCH_LLAMA ? "llama" : "GPT-2",
-                m->cfg.L, m->cfg.C, m->cfg.NH, m->B, m->T);
+        fprintf(f, " (%s%sL=%d C=%d NH=%d, B=%d T=%d)", tr->arch_label ? tr->arch_label : "",
+                tr->arch_label ? " " : "", m->cfg.L, m->cfg.C, m->cfg.NH, m->B, m->T);
     fputs("</text>\n", f);
     fprintf(f, "<text x=\"%d\" y=\"44\" fill=\"#444\">accounted peak %s; %zu events over %.2f s, %lld steps",
             X0, b1, n, n ? ev[n - 1].t : 0.0, (long long)s->max_step);

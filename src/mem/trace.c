@@ -396,9 +396,9 @@ static hpt_status read_json_header(reader *r, const cJSON *root) {
     j_tiers(meta, "budget_bytes", m->budget_bytes);
     j_tiers(meta, "accounted_peak_bytes", m->accounted_peak_bytes);
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(meta, "model");
-    /* arch, NKV, FF, tied and the biases came with llama: a trace without them is GPT-2's
-     * (0: the model fills GPT-2's values) */
-    if (j_int(model, "arch", &m->cfg.arch)) m->cfg.arch = HPT_ARCH_GPT2;
+    /* arch, NKV, FF, tied and the biases came with the second architecture: a trace without
+     * them is the first's, id 0 (0: the model fills that architecture's values) */
+    if (j_int(model, "arch", &m->cfg.arch)) m->cfg.arch = 0;
     if (j_int(model, "NKV", &m->cfg.NKV)) m->cfg.NKV = 0;
     if (j_int(model, "FF", &m->cfg.FF)) m->cfg.FF = 0;
     if (j_int(model, "tied", &m->cfg.tied)) m->cfg.tied = 0;

@@ -5,11 +5,6 @@
 
 #include <string.h>
 
-const hpt_arch *hpt_arch_of(const hpt_model_config *cfg) {
-    return cfg->arch == HPT_ARCH_GPT2 ? &hpt_arch_gpt2
-         : cfg->arch == HPT_ARCH_LLAMA ? &hpt_arch_llama : NULL;
-}
-
 void model_describe(const hpt_model_config *cfg, hpt_tensor_table *out) {
     const hpt_arch *a = hpt_arch_of(cfg);
     if (a) a->describe(cfg, out);

@@ -1,19 +1,13 @@
 /* actplan.c: the activation arena, planned from the architecture's fields (ggml-alloc's habit).
- *
- * A step's buffers are the arch's non-block buffers (hpt_arch.globals, with symbolic lifetimes)
- * and, per block, its saved fields (hpt_arch.fields); the recompute policy and the store decide
- * how many buffers a field is and when each lives:
- *   kept:     one buffer, from the block's forward to its backward (the block's output on to
- *             the next block's backward, which reads it as its input);
- *   dropped:  (recomputation) a transient buffer the forward writes (flayers) and the rebuilt
- *             one the backward reads (layers), born when the recomputation runs;
- *   stored:   (offload, compression) the forward's transient buffer, a stored copy (in the
- *             arena for compression alone, else on the host or disk: actstore.c), and the
- *             buffer the backward reads, born the time point before its backward (the prefetch).
- * hpt_arena_plan assigns offsets; the arena is one device allocation, grown when a plan needs
- * more and kept otherwise. Invariant: the plan's bytes per tier are what the run allocates
- * (hpt_model_act_tier_bytes, which the estimator reports, plans with this same function). The
- * profiler sees each buffer's birth and death as arena events (act_enter). */
+ * A step's buffers are the arch's non-block buffers (hpt_arch.globals, symbolic lifetimes) and,
+ * per block, its saved fields (hpt_arch.fields); the recompute policy and the store decide how
+ * many buffers a field is and when each lives (kept: forward to backward; dropped: a transient
+ * forward buffer and a rebuilt one; stored: a transient, a stored copy and a buffer born before
+ * the backward). hpt_arena_plan assigns offsets; the arena is one device allocation, grown when
+ * a plan needs more and kept otherwise. docs/activations.md has the lifetimes table.
+ * Invariants: the plan's bytes per tier are what the run allocates (hpt_model_act_tier_bytes,
+ * which the estimator reports, plans with this same function); the profiler sees each buffer's
+ * birth and death as arena events (act_enter). */
 #include "core/core.h"
 #include "mem/arena.h"
 #include "model/gpt2_int.h"

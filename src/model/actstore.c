@@ -1,25 +1,13 @@
 /* actstore.c: the activation store: saved fields offloaded to the host or to disk and/or
- * compressed (int8 with one scale per row, or bf16; docs/activations.md), with the backend's
- * act_code ops.
- *
- * A stored field has a forward buffer (its block's forward writes it), a stored copy (the
- * compressed copy in the arena, a slice of the host buffer, or of the disk block; placed by
- * actplan.c) and a backward buffer (born the time point before its block's backward).
- * actstore_put fills the copy at the end of the block's forward; actstore_prefetch brings it
- * back one block ahead of the backward, on a thread for host offload, and actstore_wait joins
- * that thread and records its transfers.
- * Invariant: the prefetch thread writes only buffers born at the current time point (no other
- * live buffer overlaps them) and reads only the host store, which nothing writes during
- * backward; it is joined before anything reads them and before the arena is freed or
- * replanned. Host copies cannot fail, so the thread has no status to return.
- * On a GPU (the model's hpt_mem bound to one: asynchronous transfers, kernels/backend.h), host
- * offload without compression uses the transfer streams instead of the thread: actstore_put's
- * copies start after the block's forward (an event on the compute stream) and the compute
- * stream waits for them before anything later can reuse the forward buffers; the prefetch of
- * block l - 1 starts after the compute issued so far (its destinations may be a dead buffer's
- * memory an earlier kernel still reads) and overlaps block l's backward; actstore_wait makes the
- * compute stream, not the host, wait for it. Compressed host offload writes the pinned host
- * store from the compute stream's kernels (act_code_store/load), ordered by the stream. */
+ * compressed (int8 with one scale per row, or bf16), with the backend's act_code ops.
+ * actstore_put fills a field's stored copy at the end of its block's forward; actstore_prefetch
+ * brings it back one block ahead of the backward (on a thread for host offload, on the transfer
+ * streams on a GPU); actstore_wait joins it and records its transfers. The buffers and the GPU's
+ * ordering: docs/activations.md, "Saved-activation offload and compression".
+ * Invariants: the prefetch thread writes only buffers born at the current time point (no other
+ * live buffer overlaps them) and reads only the host store, which nothing writes during the
+ * backward; it is joined before anything reads them and before the arena is freed or replanned;
+ * host copies cannot fail, so it has no status to return. */
 #include "core/core.h"
 #include "model/gpt2_int.h"
 #include "kernels/backend.h"

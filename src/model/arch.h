@@ -97,6 +97,42 @@ typedef struct {
 struct hpt_hf_json;
 struct hpt_hf_json_ops;
 struct hpt_hf_part;
+/* ---- the planner's view of a block (plan/calibrate_arch.c measures it, plan/cost.c costs
+ * a step with it) ---- */
+#define HPT_ARCH_MAX_GEMMS 8
+
+/* A pointwise op of one block: measured in ns per element over rows rows of the calibration's
+ * last shape, costed per token as times x per_token(cfg) x ns in each pass that runs it. */
+typedef struct {
+    const char *key;       /* the calibration file's keys: <key>_fwd_ns, <key>_bwd_ns */
+    int fwd, bwd, sel;     /* times per block: forward, backward, selective recomputation */
+    double (*per_token)(const hpt_model_config *c);      /* elements per token it is costed by */
+    size_t (*floats)(const hpt_model_config *c, int rows); /* scratch floats run needs */
+    /* runs it once (bwd 0: forward, 1: backward) over rows rows of c on scratch (floats(c,
+     * rows) floats, filled by the caller), through be */
+    void (*run)(const hpt_backend *be, const hpt_model_config *c, int rows, int bwd, float *scratch);
+    /* NULL, or sets what the op needs after the caller's fill (host memory): values that
+     * repeated runs keep in range (a rotation's true cos and sin: arbitrary ones would shrink
+     * the rotated values into denormals, and time those) */
+    void (*fill)(const hpt_model_config *c, int rows, float *scratch);
+} hpt_arch_op;
+
+typedef struct {
+    /* one block's linear layers at c as (in, out) widths, in the order the block runs them;
+     * returns their count (<= HPT_ARCH_MAX_GEMMS) */
+    int (*gemms)(const hpt_model_config *c, int64_t in_out[][2]);
+    /* the shapes the calibration measures, C ascending: the GEMMs at each; attention (B 1,
+     * T 128) and the ops (512 rows) at the last */
+    int n_cal;                                 /* <= HPT_CAL_ARCH_WIDTHS */
+    hpt_model_config cal[HPT_CAL_ARCH_WIDTHS];
+    const char *attn_key;  /* the file's attention keys: <attn_key>_flash_fwd_gflops, ... */
+    int n_ops;             /* <= HPT_ARCH_MAX_OPS; costed in this order */
+    const hpt_arch_op *ops;
+    /* the forward's other memory traffic per token and block (bytes read + written; e.g. the
+     * residual copies), which the ops' rates replace the arena's passes with */
+    double (*fwd_bytes)(const hpt_model_config *c);
+} hpt_arch_plan;
+
 typedef struct hpt_arch {
     const char *name;
     /* The parameters in checkpoint order (the per-layer tensors stacked over L). */
@@ -151,6 +187,14 @@ typedef struct hpt_arch {
     void (*final_backward)(const hpt_arch_ctx *x, const void *p, void *g, void *a,
                            const float *out);
 
+    /* ---- what the modules above ask of an architecture, through the registry (registry.c):
+     * the planner's calibration and cost (plan/), the profiler's labels, verify's names and
+     * the command line's reports. They name no family; a new one fills these. ---- */
+    hpt_arch_desc desc;              /* name, label, SHAPEs, the calibration report's titles */
+    const hpt_arch_plan *plan;       /* its block for the planner; NULL: costed at the
+                                      * reference block's rates (plan/calibrate.c) */
+    const char *const *param_names;  /* every name describe() may give, NULL-terminated:
+                                      * static strings that outlive a model (verify's report) */
     /* ---- Hugging Face: what io's loader and writer (io/hfconfig.c, io/hfmodel.c) ask an
      * architecture; all NULL: it has no Hugging Face form. The architecture sees no JSON and no
      * file: config.json's keys come and go through io's hpt_hf_json calls. ---- */
@@ -218,6 +262,12 @@ typedef struct hpt_hf_json_ops {
 /* GPT-2 (model/gpt2.c); the Llama family (model/llama.c). */
 extern const hpt_arch hpt_arch_gpt2;
 extern const hpt_arch hpt_arch_llama;
+
+/* ---- the registry (model/registry.c): one line per architecture, index = its id ---- */
+/* The architectures this build has (hpt_arch_count, public) and the one at id i (NULL past
+ * the last); the one named name ("gpt2", "llama"; NULL: none). */
+const hpt_arch *hpt_arch_at(int i);
+const hpt_arch *hpt_arch_by_name(const char *name);
 /* The architecture of a configuration (cfg->arch), or NULL when this build has none. */
 const hpt_arch *hpt_arch_of(const hpt_model_config *cfg);
 

@@ -1,31 +1,17 @@
-/* blocks.h: the block store, the runner's view of where a block's parameters and gradients
- * live when they are not in the model's flat buffers. The model (runner.c, lifecycle.c,
- * init.c) calls only through this table; the offload engine implements it
- * (src/offload/blocks_engine.c) and binds it to a model (src/offload/bind.c), so the model
- * never includes the engine, which sits above it in the module order (docs/design.md).
- *
- * A block is n_slices slices (block l's slice of each per-layer tensor, the arch's table
- * order), packed back to back: slice i starts slice_n[0] + ... + slice_n[i-1] floats into the
- * block (model_block_layout). Every float * a store hands out is device memory of that layout.
- *
- * The call order within a training step (runner.c; the engine's residency and prefetching
- * depend on it, so it is part of the contract):
- *
+/* blocks.h: the block store, the runner's view of where a block's parameters and gradients live
+ * outside the model's flat buffers. The model calls only through this table; the offload engine
+ * implements it (offload/blocks_engine.c, bound by offload/bind.c), so the model never includes
+ * the engine above it. A block is its n_slices slices (the arch's table order) packed back to
+ * back (model_block_layout); every float * handed out is device memory of that layout.
+ * The call order in a step is part of the contract (the engine's residency and prefetch rely on it):
  *   forward:   begin_pass(+1); for l = 0 .. L-1: acquire(l) ... release(l)
- *   backward:  begin_pass(-1); for l = L-1 .. 0:
- *                  [acquire(j) ... release(j) for each block j the recomputation reruns]
- *                  acquire(l); grad_slot(l, live); ... grads_done(l); release(l)
- *   between steps: grads_overflow (the loss scaler), gather / scatter (checkpoints,
- *                  hpt_model_copy_params), block_dest / store_block (initialisation), stats.
- *
- * At most one block is held (acquire .. release) at a time. grad_slot and grads_done are called
- * while their block is held; grads_done hands the complete gradients over (to the optimizer or
- * their home), after which the slot is the store's again. A failed call leaves the store in a
- * state where free is safe; the runner stops the pass and reports the status.
- *
- * Ownership: the table and ctx belong to the store. A model bound to a store (model_bind_blocks)
- * calls free(ctx) once, from hpt_model_free; nothing else frees it. Pointers a store hands out
- * are borrowed and valid until the matching release / the next grad_slot / store_block. */
+ *   backward:  begin_pass(-1); for l = L-1 .. 0: [acquire(j) ... release(j) per block j the
+ *              recomputation reruns]; acquire(l); grad_slot(l, live); ... grads_done(l); release(l)
+ *   between steps: grads_overflow, gather / scatter, block_dest / store_block, stats.
+ * Invariants: at most one block is held at a time; grad_slot and grads_done only while it is held
+ * (grads_done hands the complete gradients over); a failed call leaves the store safe to free.
+ * The table and ctx are the store's, freed once from hpt_model_free; pointers handed out are
+ * borrowed until the matching release / next grad_slot / store_block. */
 #ifndef HPT_MODEL_BLOCKS_H
 #define HPT_MODEL_BLOCKS_H
 

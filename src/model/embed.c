@@ -1,51 +1,15 @@
 /* embed.c: the embedding and the head without a whole gradient (hpt_offload_opts.embeddings
  * CHUNKED and BF16; the fused update only), for GPT-2's tied wte with wpe and for llama's wte
- * with its head tied (wte) or untied (lm_head).
- *
- * Llama. The same technique over the head's weight H (wte tied, lm_head untied; emb_head): the
- * head's chunks, H's gradient one chunk at a time and its update as it goes, below with H for
- * wte. There is no position table (the encoder op gets zeros: v + 0 is v). BF16 keeps wte and
- * an untied lm_head in emb_h (wte first) and the flat buffer then holds lnfw only. Untied, wte
- * is not the head: at the backward's end, after lm_head's chunks, wte's chunks in order get the
- * encoder's rows only (the rows of the tokens used, zero elsewhere), their own sum of squares
- * (wte_sumsq; lm_head's is head_sumsq) and their update: the same update as the full gradient's,
- * whose other rows are zero too.
- *
- * Storage. CHUNKED keeps wte (Vp, C) and wpe (maxT, C) fp32 in the model's flat buffer as FULL
- * does; BF16 keeps them in emb_h, bf16 ((Vp + maxT) * C values, wte first), with the blocks'
- * rounding (o.weights: stochastic, or Kahan with emb_c, the compensation), and no fp32 copy;
- * the flat buffer then holds lnfw, lnfb only (2C floats, fp32). Compute is fp32: rows are
- * widened as they are used (the encoder's gathered rows, Vc rows of wte at a time for the head).
- * The gradient buffer holds wpe, lnfw, lnfb; wte's gradient exists one chunk at a time
- * (emb_grad, (Vc, C)).
- *
- * The head, logits = lnf @ wte^T, runs over the vocabulary in chunks of Vc rows of wte (each
- * widened once per pass). Without a row-chunked head (act.head_chunk 0) the logits are kept
- * whole, (B*T, Vp), as the full head keeps them: the forward places each chunk's columns and
- * takes the loss as the full head does (the same bits), and the backward's start turns them
- * into dlogits in place. With a row-chunked head the logits scratch is (rows, Vc) (vocabulary
- * chunks outer, row chunks inner): the forward keeps a running maximum (in losses) and a running
- * sum of exponentials (in lse) per row, then lse = max + log(sum) and loss = lse -
- * logit[target] (the target's logit as one dot product), and the backward's start recomputes
- * each chunk's logits and dlogits = (softmax - onehot) / BT times the loss scale from lse.
- * Either way the backward's start forms only dlnf = dlogits @ wte, summed over the chunks; wte's
- * gradient is not formed there. At its end, after the blocks (and so after every use of dres),
- * each chunk v of Vc rows in order:
- *   dwte_v = dlogits_v^T @ lnf  (the chunk's logits recomputed: one head GEMM more per step
- *                                than the full head with the same head chunk)
- *          + the encoder's rows dres[b, t] of the tokens in v (in (b, t) order, as
- *            k_encoder_backward adds them),
- * its sum of squares added to wte_sumsq (chunk order: fixed), and the optimizer's update of
- * those Vc * C values runs at once (emb_upd: the step's learning rate and the clip factor of the
- * previous step's norm, as every fused update). A chunk's logits depend only on its own rows of
- * wte, which are updated after their last use, so updating as we go is exact.
- * Chunks start at multiples of Vc * C values, a multiple of HPT_Q8_BLOCK (model_vocab_chunk) and of
- * a row, so an 8-bit state's blocks and Adam-mini's per-row blocks never straddle two chunks,
- * and stochastic rounding's noise is keyed by the element's index: the update of a chunk is the
- * update of those values inside the whole tensor, bit for bit. What differs from FULL is only
- * the order of sums: dlnf's over chunks, the running log-sum-exp, the norm's.
- * Every op goes through the model's backend (m->be): its model-side helpers hold this file's
- * loops (kernels/cpu/embed_kernels.c). */
+ * with its head H tied (wte) or untied (lm_head). The head runs over the vocabulary in chunks of
+ * Vc rows of H; the backward's start forms only dlnf; at its end each chunk in order gets its
+ * gradient (the chunk's logits recomputed, plus the encoder's rows of its tokens), its sum of
+ * squares and its update at once, so H's gradient exists one (Vc, C) chunk at a time (emb_grad).
+ * BF16 keeps wte, wpe (or lm_head) in bf16 in emb_h with the blocks' rounding; compute is fp32.
+ * Storage, the row-chunked head's running log-sum-exp, llama's untied case: docs/optimizers.md.
+ * Invariants: a chunk starts at a multiple of HPT_Q8_BLOCK and of a row (model_vocab_chunk), and
+ * its rows are updated after their last use, so a chunk's update is that of its values inside
+ * the whole tensor, bit for bit; only the order of sums differs from FULL (dlnf's, the norm's,
+ * the running log-sum-exp). Every op goes through m->be (kernels/cpu/embed_kernels.c). */
 #include "core/core.h"
 #include "kernels/backend.h"
 #include "model/gpt2_int.h"

@@ -18,11 +18,13 @@
 
 /* ---- the parameters ---- */
 
+/* checkpoint order; NULL-terminated (hpt_arch.param_names) */
+static const char *const names[GPT2_NUM_TENSORS + 1] = {
+    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb", NULL};
+
 static void describe(const hpt_model_config *cfg, hpt_tensor_table *out) {
     const int64_t L = cfg->L, C = cfg->C;
-    static const char *const names[GPT2_NUM_TENSORS] = {
-        "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
-        "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
     /* shapes as llm.c's: the per-layer tensors stacked over L, linear weights (out, in) */
     const int64_t shape[GPT2_NUM_TENSORS][3] = {
         {cfg->Vp, C}, {cfg->maxT, C}, {L, C},         {L, C},         {L, 3 * C, C},
@@ -425,4 +427,11 @@ const hpt_arch hpt_arch_gpt2 = {
     .hf_head_name = "lm_head.weight",
     .hf_ignore = k_hf_ignore,
     .hf_eot = 50256,
+    /* the registry's block: costed at the reference block's rates (its shapes are the
+     * reference block's: plan/calibrate.c) */
+    .desc = {.name = "gpt2", .label = "GPT-2",
+             .shapes = "gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, "
+                       "gpt2:L=..,C=..,NH=..[,V=50257][,T=1024]"},
+    .plan = NULL,
+    .param_names = names,
 };

@@ -1,19 +1,13 @@
 /* infer.c: inference with a key/value cache (hpt_infer), GPT-2 and llama: the logits of the
  * next token after each fed token, and sampling. Weights are fp32 (borrowed from a model) or
- * int8 with one fp32 scale per output channel (the backend's q8w ops) for the weight matrices
- * (wte, qkvw, attprojw, fcw, fcprojw and llama's lm_head: 99% of the parameters); the vectors
- * and wpe stay fp32. llama's cache holds its NKV key/value heads (L, ctx, NKV*hd), its keys
- * rotated at their positions (the engine's own copy of the arch's rotary tables). An engine
- * loaded from a checkpoint owns its weights and is read a few MiB at a time (io/llmc.c): no
- * model, no gradient buffer, and for int8 no full fp32 copy: ~1 byte per parameter, not 4.
- * The cache holds keys and values of positions [0, pos) for every block, (L, ctx, KV) each; a
- * feed of n tokens runs the blocks on those n rows only (at most K_ROWS at once), attending
- * to the cache. Invariants: pos <= ctx; cache rows [0, pos) are those of tokens fed since the
- * last reset, in order. Every buffer goes through hpt_mem (device tier: weights as params,
- * cache and row buffers as acts, the int8 GEMM's dequantisation tile as workspace; host tier:
- * the loader's staging as io). Every op and device copy goes through the backend table.
- * The checkpoint reader lives in io (io/llmc.c: hpt_infer_load), above the model: it hands
- * this engine each tensor's rows in checkpoint order (model/infer.h). */
+ * int8 with one fp32 scale per output channel for the weight matrices (the backend's q8w ops);
+ * an engine loaded from a checkpoint owns its weights, read a few MiB at a time by io/llmc.c
+ * (hpt_infer_load, above the model, hands it each tensor's rows: model/infer.h). A feed of n
+ * tokens runs the blocks on those n rows only (at most K_ROWS at once), attending to the cache
+ * (llama's: NKV heads, keys rotated at their positions). docs/inference.md.
+ * Invariants: pos <= ctx; cache rows [0, pos) are those of the tokens fed since the last reset,
+ * in order; every buffer goes through hpt_mem (weights params, cache and rows acts, the int8
+ * GEMM's tile workspace, the loader's staging host io) and every op through the backend. */
 #include "core/core.h"
 #include "kernels/backend.h"
 #include "model/gpt2_int.h"

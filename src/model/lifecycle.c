@@ -1,21 +1,14 @@
 /* lifecycle.c: the model object: creation with its blocks in the flat buffers or in a block
  * store (model/blocks.h; the offload engine binds one: src/offload/bind.c), its parameter and
- * gradient buffers, freeing, the accessors, and the checkpoint-order streams (model_emit,
- * model_absorb) that hide where the blocks live.
- *
- * The model owns two flat buffers (parameters and gradients, device tier). Without a block
- * store they hold every tensor in checkpoint order (num_params floats); with one the blocks live
- * in the store and the flat buffers hold the non-block tensors only (GPT-2 wte, wpe, lnfw, lnfb;
- * llama wte, lnfw, [lm_head]; fewer with chunked or bf16 embeddings: embed.c). The model reaches the store only through
- * its table; it owns it from model_bind_blocks and frees it in hpt_model_free. Activations are the runner's (actplan.c),
- * allocated at the first forward and released by hpt_model_free_activations.
- * A forward-only model (hpt_model_create_forward, hpt_model_load_forward) is created without its
- * gradient buffer, as if hpt_model_release_grads had run at birth; hpt_model_acquire_grads gives
- * it one later. The loaders reach create() through io and the offload layer (io's
- * hpt_model_load_forward -> hpt_model_create_config_offload -> create), so the request travels as a
- * per-thread flag that io sets around that call only (model_create_forward_only).
- * States: created -> (forward -> [backward]) * ; backward without a forward with targets is
- * refused with HPT_ERR_INVALID (runner.c). */
+ * gradient buffers (device tier: every tensor in checkpoint order, or with a store the
+ * non-block tensors only), freeing, the accessors, and the checkpoint-order streams
+ * (model_emit, model_absorb) that hide where the blocks live. A forward-only model is born
+ * without its gradient buffer (hpt_model_acquire_grads gives it one); the loaders' request
+ * travels to create() as a per-thread flag set around that call only.
+ * States: created -> (forward -> [backward]) *; a backward without a forward with targets is
+ * refused with HPT_ERR_INVALID (runner.c). Invariants: the model reaches a store only through
+ * its table, owns it from model_bind_blocks and frees it in hpt_model_free; activations are the
+ * runner's (actplan.c), from the first forward to hpt_model_free_activations. */
 #include "core/core.h"
 #include "model/blocks.h"
 #include "model/gpt2_int.h"

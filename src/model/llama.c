@@ -7,14 +7,9 @@
  *              x = h + down_proj(silu(gate_proj(n)) * up_proj(n)), n = rmsnorm(h) * ln2w
  *   logits = rmsnorm(x) * lnfw @ head^T, head = wte (tied) or lm_head
  *
- * Grouped-query attention: qkv (B,T,QKV) holds NH query heads, then NKV key and NKV value
- * heads (hd = C/NH each); query head h reads key/value head h / (NH/NKV). The attention ops
- * take NKV and never repeat the shared heads. Rotary embeddings rotate q and k in place after
- * the qkv projection (rotate_half pairs i and i + hd/2), so the saved qkv is the attention's
- * input; the backward rotates dq, dk back before the projection's backward. The cos/sin tables
- * (maxT, hd/2) are this file's constants (consts_fill: rope_theta with Llama 3's frequency
- * scaling), made on the host in double once and kept on the device by the model.
- * Gradients accumulate (+=). Every op goes through the backend x->be on the runner's buffers. */
+ * Grouped-query attention, rotary embeddings in place after the qkv projection, the cos/sin
+ * tables (consts_fill): docs/llama.md, "The maths". Invariants: gradients accumulate (+=); the
+ * shared kv heads are never repeated; every op goes through x->be on the runner's buffers. */
 #include "core/core.h"
 #include "model/arch.h"
 #include "model/gpt2_int.h"
@@ -557,6 +552,90 @@ static int hf_parts(const hpt_model_config *c, const hpt_tensor_desc *d, int l, 
     }
     return n;
 }
+/* ---- the planner's view of the block (model/arch.h's hpt_arch_plan) ----
+ * Every op but the GEMMs differs from the reference block's, and the GEMMs' shapes too
+ * (grouped-query qkv, SwiGLU's gate and up as one (C, 2FF)), so the calibration measures them
+ * at two widths (C 512 with FF 3C, a small Llama's; C 2048 with FF 4C, llama3.2-1b's; NH =
+ * C/64, NKV = NH/4), the grouped-query attention and the pointwise ops at the second. */
+
+static int plan_gemms(const hpt_model_config *c, int64_t io[][2]) {
+    const int64_t C = c->C, FF = c->FF;
+    const int64_t sh[4][2] = {{C, qkv_of(c)}, {C, C}, {C, 2 * FF}, {FF, C}};
+    memcpy(io, sh, sizeof sh);
+    return 4;
+}
+
+/* rmsnorm_forward (B, T, C) -> (B, T, C): x, y, dx (rows, C), w, dw (C), rstd (rows) */
+static double rms_per_token(const hpt_model_config *c) { return c->C; }
+static size_t rms_floats(const hpt_model_config *c, int rows) {
+    return 3 * (size_t)rows * c->C + 2 * (size_t)c->C + (size_t)rows;
+}
+static void rms_run(const hpt_backend *be, const hpt_model_config *c, int rows, int bwd, float *s) {
+    const size_t nc = (size_t)rows * c->C;
+    float *x = s, *y = x + nc, *dx = y + nc, *w = dx + nc, *dw = w + c->C, *rstd = dw + c->C;
+    if (bwd) be->rmsnorm_backward(dx, dw, y, x, w, rstd, rows, c->C);
+    else be->rmsnorm_forward(y, rstd, x, w, rows, c->C, 1e-5f);
+}
+
+/* rope on q and k in place: qkv (rows, QKV), cos and sin (rows, hd/2); costed per rotated
+ * element ((NH + NKV) hd per token) */
+static double rope_per_token(const hpt_model_config *c) {
+    return (double)(c->NH + c->NKV) * (c->C / c->NH);
+}
+static size_t rope_floats(const hpt_model_config *c, int rows) {
+    return (size_t)rows * (size_t)(qkv_of(c) + hd_of(c));
+}
+static void rope_run(const hpt_backend *be, const hpt_model_config *c, int rows, int bwd, float *s) {
+    const int hd = (int)hd_of(c);
+    float *qkv = s, *cs = qkv + (size_t)rows * qkv_of(c), *sn = cs + (size_t)rows * hd / 2;
+    if (bwd) be->rope_backward(qkv, cs, sn, 1, rows, c->NH, c->NKV, hd, 0);
+    else be->rope_forward(qkv, cs, sn, 1, rows, c->NH, c->NKV, hd, 0);
+}
+static void rope_fill(const hpt_model_config *c, int rows, float *s) {
+    const size_t half = (size_t)rows * (size_t)(hd_of(c) / 2);
+    float *cs = s + (size_t)rows * qkv_of(c), *sn = cs + half;
+    for (size_t i = 0; i < half; i++) cs[i] = cosf(0.01f * (float)i), sn[i] = sinf(0.01f * (float)i);
+}
+
+/* silu(gate) * up: h (rows, 2FF) [gate | up], out (rows, FF), dh (rows, 2FF) */
+static double swi_per_token(const hpt_model_config *c) { return c->FF; }
+static size_t swi_floats(const hpt_model_config *c, int rows) { return 5 * (size_t)rows * c->FF; }
+static void swi_run(const hpt_backend *be, const hpt_model_config *c, int rows, int bwd, float *s) {
+    const size_t nf = (size_t)rows * c->FF;
+    float *h = s, *sw = h + 2 * nf, *dh = sw + nf;
+    if (bwd) be->swiglu_backward(dh, sw, h, rows, c->FF);
+    else be->swiglu_forward(sw, h, rows, c->FF);
+}
+static void swi_fill(const hpt_model_config *c, int rows, float *s) { /* h in [-1, 1) */
+    for (size_t i = 0; i < 2 * (size_t)rows * c->FF; i++) s[i] *= 2.0f;
+}
+
+/* the forward's two residual copies (C floats read and written each) */
+static double plan_fwd_bytes(const hpt_model_config *c) { return 16.0 * c->C; }
+
+/* per block: two norms, rope on q and k, SwiGLU; a selective recomputation reruns the norms
+ * and SwiGLU (costed in this order) */
+static const hpt_arch_op k_plan_ops[] = {
+    {"rmsnorm", 2, 2, 2, rms_per_token, rms_floats, rms_run, NULL},
+    {"rope", 1, 1, 0, rope_per_token, rope_floats, rope_run, rope_fill},
+    {"swiglu", 1, 1, 1, swi_per_token, swi_floats, swi_run, swi_fill},
+};
+
+static const hpt_arch_plan k_plan = {
+    .gemms = plan_gemms,
+    .n_cal = 2,
+    .cal = {{.arch = HPT_ARCH_LLAMA, .L = 1, .C = 512, .NH = 8, .NKV = 2, .FF = 1536},
+            {.arch = HPT_ARCH_LLAMA, .L = 1, .C = 2048, .NH = 32, .NKV = 8, .FF = 8192}},
+    .attn_key = "gqa",
+    .n_ops = 3,
+    .ops = k_plan_ops,
+    .fwd_bytes = plan_fwd_bytes,
+};
+
+/* every name llama_descs may give (verify's report outlives the model) */
+static const char *const k_param_names[] = {
+    "wte", "ln1w", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "fcw", "fcb", "fcprojw",
+    "fcprojb", "lnfw", "lm_head", NULL};
 
 const hpt_arch hpt_arch_llama = {
     .name = "llama",
@@ -596,4 +675,13 @@ const hpt_arch hpt_arch_llama = {
     .hf_head_name = "lm_head.weight",
     .hf_ignore = k_hf_ignore,
     .hf_eot = -1,
+    /* the registry's block */
+    .desc = {.name = "llama", .label = "llama",
+             .shapes = "llama3.2-1b, llama3.2-3b, llama3.1-8b, llama2-7b, mistral-7b, "
+                       "llama:L=..,C=..,NH=..,NKV=..,FF=..[,V=..][,T=..][,theta=..]",
+             .block = "Llama",
+             .attention = "grouped-query attention GFLOP/s (T=128, NH 32, NKV 8)",
+             .op = {"RMSNorm", "RoPE", "SwiGLU"}},
+    .plan = &k_plan,
+    .param_names = k_param_names,
 };

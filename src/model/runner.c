@@ -1,23 +1,14 @@
 /* runner.c: the training step of a model made of L identical blocks, generic over hpt_arch
- * (model/arch.h): the layer loop, where each block's parameters come from, what is recomputed,
- * and the hooks around a block's gradients. The maths is the architecture's; the buffers are
- * the arena's (actplan.c); saved fields that are offloaded or compressed go through the
- * activation store (actstore.c).
- *
- * Blocks' parameters are reached per block (block_acquire / block_release): slices of the flat
- * buffers without a block store (zero copy), or the store's device buffer with one (model/
- * blocks.h; the offload engine's): each block is acquired for its forward, its recomputation
- * and its backward, whose gradients go to the store's gradient slot and are handed to it
- * (grads_done) when complete, in the call order blocks.h states. Without a store, a model
- * whose flat gradients hold no blocks (ZeRO-2, model_grads_away) takes the same two points
- * from its gradient sink (model.h) instead.
- * Recomputation (act.recompute): selective rebuilds the arch's HPT_FIELD_RECOMPUTE fields at
- * the start of a block's backward (block_recompute); every:N and full rerun a segment's forward
- * from its kept input at the backward of its last block. Either way the forward's kernels run
- * on the forward's inputs, so the bits are those of a run without recomputation.
- * With chunked or bf16 embeddings (hpt_offload_opts.embeddings) the encoder, the head and wte's
- * gradient go through model/embed.c instead of the arch's embedding and head.
- * Forward records its inputs and targets; backward differentiates that forward, once. */
+ * (model/arch.h): the layer loop, where each block's parameters come from (the flat buffers,
+ * zero copy, or a block store, in blocks.h's call order), what is recomputed (selective: the
+ * arch's HPT_FIELD_RECOMPUTE fields; every:N and full: a segment's forward from its kept input),
+ * and the hooks around a block's gradients (a store's grads_done, or a gradient sink when the
+ * flat gradients hold no blocks: ZeRO-2). The maths is the arch's, the buffers the arena's
+ * (actplan.c), stored fields the activation store's (actstore.c), chunked or bf16 embeddings
+ * embed.c's. docs/activations.md.
+ * Invariants: recomputation runs the forward's kernels on the forward's inputs, so its bits are
+ * those of a run without it; the forward records its inputs and targets, and the backward
+ * differentiates that forward, once. */
 #include "core/core.h"
 #include "model/blocks.h"
 #include "model/gpt2_int.h"

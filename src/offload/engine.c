@@ -1,37 +1,9 @@
-/* engine.c: the offload engine. Each transformer block's parameters (P), gradients (G, exact
- * mode), and AdamW moments (M, V) live in a home tier (device, host or disk), block by block:
- * block l's slices packed at l * stride floats, stride = the block rounded up to 4096 bytes, so a
- * block is one aligned transfer (direct I/O on disk). Blocks come to the device only while
- * needed: K device slots hold block parameters, the block computing and up to P blocks ahead of
- * it (forward order in forward, reverse in backward), loaded by one worker thread that runs a
- * FIFO queue of jobs (loads, gradient write-backs, optimizer updates, streaming reads and
- * writes). Because the queue is FIFO, a job queued after another that writes a buffer sees that
- * write: an evicted block whose update is still queued is reloaded only after it is written
- * back. The compute thread waits for a job only where it needs that job's result.
- * The M, V homes exist for AdamW with 32-bit state; any other optimizer or state width keeps
- * its whole state itself, in the optim home's tier, device or host (eng_attach_optim's
- * mv_homes 0, src/optim/optim.c), and its update callback gets the block's index and NULL m,
- * v; with state on the host the updates run on the worker like those of host-homed m, v.
- *
- * bf16 weights (o.weights, HPT_BW_*): P's home is bf16 (wh; Kahan's compensation in wc); a load
- * widens it into the block's fp32 slot (device homes have slots too: no zero copy), the update
- * callback gets the home itself as an hpt_be_param and rounds into it, and the slot is widened again
- * from it where fp32 weights would be written back. bf16-sr weights may live on disk (bfd): a
- * block is hstride bf16 values (4096-byte multiples, so direct I/O needs no bounce buffer); a
- * load reads it into the slot and widens it in place, from the end; an update rounds into one
- * of two host bf16 staging blocks (bstage, set as the fp32 staging's: the worker's updates use
- * set 0, the streaming and the compute thread's updates the set of their m, v), filled from the
- * slot (fused: it holds the block widened, which narrows back exactly) or read from disk (the
- * streaming update), writes it back and widens the slot from it. Kahan's weights stay in memory
- * (hpt_offload_check): the training state saves their compensation as one borrowed section.
- *
- * 16-bit gradient homes (o.grad_home, HPT_GH_*; exact mode only): G's home holds fp16 or bf16
- * values (gh; (L, hstride), in memory or on disk). The worker narrows a block's gradient slot
- * into it (J_WRITE_G; on disk the slot is narrowed in place and its first hstride halves
- * written) and widens it back for accumulation (J_READ_G); the streaming update widens each
- * block's home (or its half-size staging) into a gradient slot. Narrowing reports overflow
- * (g_over, taken by eng_grads_overflow): the trainer's loss scaler skips the step on it. A
- * 16-bit home always has two gradient slots and a worker (no zero copy, no synchronous mode).
+/* engine.c: the offload engine. Each block's parameters, gradients and AdamW moments live in a
+ * home tier (device, host or disk), block-major, a block one aligned transfer; K device slots
+ * hold the block computing and up to P ahead, loaded by one worker running a FIFO queue of jobs
+ * (loads, write-backs, updates, streaming reads and writes), so a job sees every write queued
+ * before it. bf16 weight homes, 16-bit gradient homes, the fused and the streaming update, the
+ * inline worker of the CPU backend: docs/offload.md, which also has this diagram.
  *
  * Residency of a block's parameters (res[l]); every transition is made by the compute thread,
  * in the function named:
@@ -50,30 +22,11 @@
  *      |   read into staging -> update -> WRITING_BACK queued -> reap -> HOME)
  *      +--- reap <-- WRITING_BACK <-- eng_stream_update
  *
- * On the CPU backend with no disk home the "worker" is no thread: its jobs run inline, on the
- * compute thread and its team, as they are queued (inline_jobs: two cores gain nothing from a
- * third busy thread), in the same FIFO order, with the same results.
- * Fused updates run where the state is: on the worker when m and v are in memory (ZeRO-Offload:
- * overlapping the backward of the blocks before; one thread while the compute thread computes,
- * the compute team's count while it is blocked in wait_seq, chosen slice by slice); when they
- * are on disk, the worker reads block l's m and v into one of two staging sets while block l's
- * backward computes, the compute thread updates it as soon as its gradients are complete, and
- * the worker writes weights, m and v back while the next block's backward computes
- * (ZeRO-Infinity: one streaming pass, double buffered; the worker's disk traffic, not the
- * update, is the bottleneck there).
- * Device-homed parameters never move: their "slot" is the home (zero copy), only the waits
- * for queued updates apply. Gradient slots (device) alternate between two blocks so that block
- * l-1's backward writes one while the worker consumes block l's from the other.
- *
  * Invariants: at most one block is held by the compute thread (in_use), and its slot is never
  * chosen for eviction; at most K blocks have a slot; slot_of and slot_blk are inverse; the
- * worker never allocates, never records timeline events (the compute thread records each job's
- * transfers when it reaps it, in queue order) and touches only slots, gradient slots, staging
- * and homes named by its job; the first worker error is sticky: every later call returns it
- * with its text, so a failed step stops cleanly and nothing is written over a good checkpoint.
- *
- * Its other files: engine_int.h (the engine's record, its jobs, the residency states),
- * engine_gather.c (gather and scatter between steps), engine_opts.c (the options). */
+ * worker never allocates, never records timeline events and touches only what its job names;
+ * the first worker error is sticky (every later call returns it), so nothing is written over a
+ * good checkpoint. engine_int.h: the record, jobs, states; engine_gather.c, engine_opts.c. */
 #include "offload/engine_int.h"
 
 #include <omp.h>

@@ -42,7 +42,7 @@ int eng_cuts(const offload_engine *e, int q, size_t *a, size_t *z);
 int eng_cut_of(const hpt_offload_opts *o, int n_slices, const size_t *slice_n,
                const size_t *slice_row, int rank, size_t *a, size_t *z);
 /* ZeRO over the non-block tensors (wte, wpe, the final layernorm: engine_zemb.c, its layout in
- * the header comment there). eng_zemb_on: 1 when they are cut (stages 1-3, full or chunked
+ * docs/zero_engine.md). eng_zemb_on: 1 when they are cut (stages 1-3, full or chunked
  * embeddings). skip: bit i set when tensor i's gradient is not in the flat gradients g (chunked
  * embeddings' wte: summed chunk by chunk in the backward, its norm the model's).
  * eng_zemb_cut_of / eng_zemb_cuts: rank q's part [a[i], z[i]) of each non-block tensor i of t

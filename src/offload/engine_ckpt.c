@@ -1,16 +1,14 @@
 /* engine_ckpt.c: a range of one block's home read or written by this process alone, between
  * steps: ZeRO's sharded checkpoints (src/train/zero.c; docs/zero.md), where each rank writes
  * what it owns and reads what it will own, so nothing is gathered. A range lies inside this
- * rank's shard [zlo, zhi) when the home is sharded (eng_shard_home), anywhere in the block
- * otherwise. Invariants: the worker's queue is drained first (no job touches a home while a
- * range moves); fp32 memory homes are read and written in place; bf16 weights on disk (bfd)
- * are read (and written back) through the staging block set 0, which no job uses between steps;
- * a disk home, or bf16 weights widened, go through a block's buffer free between steps (the host staging, a gradient slot or
- * the first parameter slot, its block dropped: engine_gather.c's choice), accounted with the
- * engine's, so no buffer is allocated here; bf16 weights are
- * rounded to nearest coming in, the residue into this rank's Kahan compensation where the
- * value is in its range (as eng_absorb_slice does); a weights' range written drops its block's
- * slot copy, so the next acquisition loads (and at stage 3 gathers) the new values. */
+ * rank's shard [zlo, zhi) when the home is sharded (eng_shard_home), anywhere otherwise.
+ * Invariants: the worker's queue is drained first; fp32 memory homes move in place; a disk
+ * home or bf16 weights go through a buffer free between steps (bf16 on disk: staging set 0;
+ * else the host staging, a gradient slot or the first parameter slot, engine_gather.c's
+ * choice), accounted with the engine's, so nothing is allocated here; bf16 weights are rounded
+ * to nearest coming in, the residue into this rank's Kahan compensation (as eng_absorb_slice);
+ * a weights' range written drops its block's slot copy, so the next acquisition loads (and at
+ * stage 3 gathers) the new values. */
 #include "offload/engine_int.h"
 
 #include <string.h>

@@ -1,21 +1,12 @@
-/* engine_dist.c: the offload engine under many processes (docs/zero_engine.md). Stage 0: a
- * block's gradients are summed over the processes at the engine's gradient-done point, on the
- * compute thread, before their sum of squares, overflow check and (fused) update, with the
- * communication layer's rank-order sum (eng_comm, filled by the trainer with src/dist's: x_0 +
- * x_1 + ... from rank 0's value, never MPI's own reduction), so every rank updates the same block with the same bits. Every rank's
- * backward hands its blocks over in the same order (L-1 .. 0), so every rank makes the same
- * collective calls in the same order; the worker thread never communicates.
- * The one-process twin of N processes is --accum N --zero 0, whose micro-batches are summed
- * apart: in exact mode the write-back of a later micro-batch's block adds the home's sum so far
- * (home = g_k + acc, which is acc + g_k bit for bit: float addition is commutative), in the
- * order the processes' sum takes; the worker then takes the block's sum of squares for the norm
- * (the trainer drains the engine after the last micro-batch, before the optimizer reads it).
- * N processes with --accum K each (eng_set_micro): each sums its K apart in its homes; stage 0
- * sums the processes' K-sums at the last micro-batch (the home added on the compute thread
- * first), the in-memory trainer's grouping; ZeRO 1-3 reduce-scatter every micro-batch and sum
- * over k in this rank's range (the worker, with the norm's chunk sums): in-memory stage 2's.
- * Loss scaling at ZeRO 1-3: each rank sees overflow only in its part, so the flags are
- * all-reduced (eng_dist_overflow) before the trainer skips or applies the step. */
+/* engine_dist.c: the offload engine under many processes. Stage 0: a block's gradients are
+ * summed over the processes at the gradient-done point, on the compute thread, before their
+ * sum of squares, overflow check and (fused) update, with the communication layer's rank-order
+ * sum (eng_comm); with --accum K each process sums its K apart in its homes (eng_set_micro).
+ * ZeRO 1-3 reduce-scatter every micro-batch; at 1-3 the overflow flags are all-reduced
+ * (eng_dist_overflow). docs/zero_engine.md, "Stage 0 with the engine".
+ * Invariants: N processes give the bits of one process with --accum N --zero 0 (home = g_k + acc
+ * is acc + g_k bit for bit); every rank hands its blocks over in the same order (L-1 .. 0), so
+ * every rank makes the same collective calls in the same order; the worker never communicates. */
 #include "offload/engine_int.h"
 
 #include <string.h>

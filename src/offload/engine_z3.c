@@ -1,38 +1,15 @@
-/* engine_z3.c: ZeRO in the offload engine's homes (ZeRO-Infinity; docs/zero_engine.md). Stages 1
- * and 2 use the same shards for fewer homes (eng_shard_home: m and v; at 2 the gradients' too):
- * the weights' homes stay whole, and after each owner's update its range is all-gathered into
- * the whole block before the write-back (eng_z12_gather), so no acquisition gathers. Stage 3: with
- * o.shards = N processes, each rank's homes (host or disk) hold only its shard [zlo, zhi) of
- * every block's weights, gradients (exact mode) and AdamW moments, packed at l * hstr floats
- * (hstr: the largest shard rounded up to 4096 bytes, the same on every rank). The slots stay
- * whole blocks: a load brings this rank's shard into its range of the slot (a disk home through
- * the bounce buffer: direct I/O wants aligned memory), and the acquisition all-gathers the other
- * ranks' ranges (eng_z3_gather); the gradient-done point reduce-scatters the block's gradients
- * onto the owners (rank-order sums: the trainer's eng_comm, src/dist's), and each rank updates its shard, fused or in the
- * streaming pass (engine.c's update_block walks [zlo, zhi)). After an update the slot's other
- * ranges are stale, so the next acquisition gathers again (blk_seq moved past zseq).
- *
- * Invariants, for the bits of one process: the shard boundaries fall on the boundaries of the
- * backend's sum-of-squares chunks (k_sumsq: 64 chunks of ceil(n/64) values per slice, each summed
- * in order from 0 in double, then the chunk sums in order), so each chunk of the summed gradients
- * lies whole on one rank, which sums it exactly as k_sumsq does (a float's square is exact in
- * double, so with or without FMA); eng_z3_norm then gathers the chunk sums and adds them in
- * k_sumsq's order, and the slices' sums in eng_grads_done's: the global norm's bits. AdamW's
- * update is elementwise, so a slice updated in two ranges gives its whole-slice bits; given the
- * slices' optimizer rows (eng_create_rows) the boundaries also fall on 8-bit blocks and Adam-mini
- * rows (cut_step), so every other optimizer's state (optim.c's, cut at the shards) is elementwise
- * within what one rank owns too. bf16 weights keep the shard's halves at stage 3 (on disk:
- * hstride = eng_zhalves(hstr), read through the bounce buffer and widened there, updated in a
- * staging block), Kahan's compensation this rank's range at every stage; a 16-bit gradient home
- * takes only the owner's range of the fp32 reduce-scatter, narrowed once (the shard's halves
- * at stages 2-3, its place in the whole home at 1), so its bits are stage 0's with N processes
- * (docs/zero_engine.md); stochastic rounding takes the one process's
- * element index (engine.c's update_block), so its noise is the one process's too. Every
- * collective is called on the compute thread, in the order the runner's calls make, which is the
- * same on every rank; the worker never communicates.
- * Between steps the gather and scatter of engine_gather.c are collective too: a checkpoint's
- * slice is all-gathered into a parameter slot (every rank emits it, rank 0's writer keeps it),
- * a slice read from a checkpoint (every rank reads the file) keeps this rank's range. */
+/* engine_z3.c: ZeRO in the offload engine's homes (ZeRO-Infinity). Stages 1 and 2 shard the
+ * homes of m and v (at 2 the gradients' too) and all-gather each owner's updated range into the
+ * block before its write-back (eng_z12_gather). Stage 3 (o.shards = N): each rank's homes hold
+ * only its shard [zlo, zhi) of every block, packed at l * hstr floats; slots stay whole blocks,
+ * the acquisition all-gathers the other ranks' ranges (eng_z3_gather, again after an update:
+ * blk_seq past zseq), the gradient-done point reduce-scatters onto the owners, each rank updates
+ * its shard. bf16 and 16-bit homes, checkpoints: docs/zero_engine.md.
+ * Invariants (one process's bits): shard boundaries fall on k_sumsq's chunks, 8-bit blocks and
+ * Adam-mini rows (cut_step), so every sum and update is one process's (eng_z3_norm adds the
+ * gathered chunk sums in k_sumsq's order; stochastic rounding keys on the one process's index);
+ * every collective runs on the compute thread in the runner's order, the same on every rank;
+ * the worker never communicates. */
 #include "core/choices.h"
 #include "offload/engine_int.h"
 

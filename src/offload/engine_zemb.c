@@ -1,40 +1,14 @@
 /* engine_zemb.c: ZeRO in the offload engine for the tensors outside the blocks (GPT-2's wte, wpe
- * and final layernorm; any table's non-stacked tensors), at stages 1, 2 and 3 with full
- * embeddings (docs/zero_engine.md, "wte, wpe and the final layernorm").
- *
- * Layout (the one description; checkpoint code and the estimator take the cut from here). The
- * non-block tensors, in table order, are back to back in the model's flat buffers (weights and
- * gradients: model_nonblock_offset). Their concatenation of nf floats is cut into N ranges with
- * the blocks' rule (engine_z3.c's eng_shard_ranges: each boundary the first allowed one at or
- * after q * nf / N, allowed = a multiple of lcm(the tensor's sum-of-squares chunk, 256, its row)
- * from the tensor's start; a vector is one row and never cut). Rank q owns [lo_q, hi_q) of the
- * concatenation: the optimizer (optim.c) keeps the state of that range only, tensor by tensor in
- * table order (so the packed state is the flat range itself: tensor i's part [a_i, z_i) at the
- * running sum of the earlier parts), and updates only it. Weights stay whole on every rank: after
- * the owners' update the ranges are all-gathered into every rank's flat weights
- * (eng_zemb_gather). Gradients: the backward writes the whole flat gradients on every rank (the
- * tied head writes wte's at the backward's start, the encoder at its end), then they are
- * reduce-scattered onto the owners (eng_zemb_reduce; rank-order sums, one process's bits), so
- * after the backward only the owner's range holds the summed values.
- *
- * The norm, bit for bit: the optimizer takes a non-block tensor's sum of squares as k_sumsq of
- * its whole gradient (64 chunks of ceil(n/64) values, each summed in order from 0 in double, the
- * chunk sums added in order). The cut falls on chunk starts, so each chunk of the summed values
- * lies on one owner, which sums it as k_sumsq does; eng_zemb_norm gathers the chunk sums (N x
- * tensors x 64 doubles) and adds them in k_sumsq's order on every rank (eng_zemb_sumsq).
- *
- * Chunked embeddings (fp32 weights in the flat buffer as full ones, no whole wte gradient: the
- * flat gradients leave wte out, the skip mask of eng_zemb_reduce and eng_zemb_norm): wte's
- * chunks are summed over the processes in the backward (the trainer's model_set_emb_sum, an
- * all-reduce, so every rank takes a chunk's sum of squares itself), each owner updates its part
- * of each chunk (optim.c's emb_update), and the all-gather after the step covers wte too. bf16
- * embeddings (weights in bf16 outside the flat buffer) keep their state whole (eng_zemb_on 0).
- * Stage 3 keeps the non-block weights whole on every rank (replicated, as at stages 1-2): with
- * full embeddings the head reads every row of wte at the forward's end and the backward's start
- * and the encoder wte's and wpe's rows at the forward's start, and the whole gradient is written
- * at both ends of the backward, so the peak holds whole wte weights and gradients on every rank
- * whether or not they are gathered in between (chunked: the weights, not the gradient).
- * Every call here is collective (every rank, the same order); the worker never calls it. */
+ * and final layernorm; any table's non-stacked tensors), at stages 1, 2 and 3 with full or
+ * chunked embeddings. Their concatenation is cut into N ranges with the blocks' rule
+ * (eng_shard_ranges); rank q's optimizer state and update cover its range only; the gradients
+ * are reduce-scattered onto the owners (eng_zemb_reduce) and the updated weights all-gathered
+ * into every rank's whole flat buffer (eng_zemb_gather). The layout, why stage 3 keeps these
+ * weights whole, chunked and bf16 embeddings: docs/zero_engine.md, "wte, wpe and the final
+ * layernorm".
+ * Invariants: the cut falls on k_sumsq's chunk starts, so eng_zemb_norm's gathered chunk sums,
+ * added in k_sumsq's order, give one process's norm bit for bit; every call is collective
+ * (every rank, the same order, on the compute thread); the worker never calls one. */
 #include "offload/engine_int.h"
 
 #include <stdlib.h>

@@ -1,62 +1,14 @@
 /* optim.c: the optimizers behind hpt_optim (AdamW, Lion, Adam-mini, SGD with momentum), their
  * states in 32 or 8 bits, global-norm gradient clipping, and the warmup + cosine schedule.
- *
- * State layout. Every state lives in the device tier's optimizer category, in at most six
- * buffers (hpt_optim_state_buffers, the checkpoint's order): per moment an fp32 array, an
- * 8-bit code array and its fp32 block scales. Each tensor of the model's table (model/model.h,
- * checkpoint order) keeps its state either in fp32 or in 8 bits; the tensors of one width are
- * packed in checkpoint order. A tensor is cut into slices: a block tensor (stacked over the
- * layers: layer HPT_LAYER_STACKED) into its L layers' shares, any other tensor is one slice;
- * an 8-bit slice's quantisation blocks (256 values) start at the slice's first value, so no
- * block straddles two slices, and one layer's slice of every tensor can be updated on its own
- * (the fused update). With 32-bit state every
- * tensor is fp32 and the fp32 arrays line up with the parameters (AdamW's m and v as before).
- *   AdamW      m, v per parameter (8-bit: m signed map, sqrt(v) unsigned map: see
- *              kernels/cpu/optim.c)
- *   Lion, SGD  m per parameter (signed map)
- *   Adam-mini  m per parameter; v per block (always fp32: a handful of floats per row)
- * Adam-mini's blocks (our reading of the paper's partition): one per row of the tensor's last
- * dimension, that is one per output row of every linear weight (qkv, attention projection,
- * fc, fc projection: rows of C or 4C inputs), one per row of wte and wpe (one token, one position), and one per vector of each layer (each
- * layernorm weight or bias, each bias: C, 3C or 4C values). The paper further splits Q and K
- * by head; we keep rows, which is finer (and never straddles two layers).
- * hpt_optim_state_bytes() and src/plan/estimate.c compute the same sizes.
- * Every step runs the kernels slice by slice (update_slice), with or without the engine, so
- * a slice's update does not depend on the order in which slices are updated.
- * With the offload engine (src/offload/engine.c) there are two arrangements:
- *  - AdamW with 32-bit state: this file keeps m and v of the non-block tensors (wte, wpe,
- *    lnfw, lnfb, packed as the model's flat buffer) and the blocks' m and v live in the
- *    engine's homes (device, host or disk), handed to eng_update with the block's slices;
- *  - any other optimizer or state width: this file keeps the whole state, laid out as without
- *    the engine (so the same checkpoint), in the engine's optim tier (device or host; disk is
- *    refused), and eng_update updates block l's slices from it (on the engine's worker when
- *    the state is on the host); the engine keeps no m, v homes.
- * A step streams over the blocks after the backward (exact mode), or each block is updated as
- * its gradients complete (fused: hpt_optim_fused_begin / _end, clipping by the previous
- * step's norm).
- * The global gradient norm is one sum in a fixed order in every mode: the non-block tensors
- * before the blocks (wte, wpe), then per block l the sum over its slices in order (each slice's
- * sumsq op), then the non-block tensors after them (lnfw, lnfb); the sumsq of a slice depends
- * only on its values and length, so every mode gets the same norm, bit for bit.
- * ZeRO's stages 1 and 2 (optim_create_units; docs/zero.md): the state of a contiguous run of
- * units (a unit is one slice) only, laid out as the whole state with the other units left out;
- * a step updates the run's units, and the norm's per-unit sums of squares of the others come
- * from their owners (the gather callback) before the same fixed-order sum.
- * ZeRO's stages 1-3 in the offload engine (op->cut; docs/zero_engine.md): the state of the block
- * tensors this file keeps (not AdamW fp32's, which is the engine's) holds of every layer's slice
- * only this rank's part [ca, ca + cn) (eng_cuts: on 8-bit blocks and Adam-mini rows), packed as
- * the whole layout; the engine's callback names the part's offset; checkpoints gather and keep
- * the parts (optim_emit_cut, optim_absorb_cut). The non-block tensors' state (op->nbcut: full or
- * chunked embeddings) is this rank's range of their concatenation (eng_zemb_cuts, engine_zemb.c):
- * each owner updates its range (a chunk's part with chunked embeddings), the engine all-gathers
- * the updated weights, and the norm takes their sums of squares from the owners' chunk sums.
- * Tensors are the table's: sizes from their descriptors, weight decay by is_matrix, the tied
- * embedding's update deferred to the model with chunked embeddings; nothing here names one
- * architecture's tensors.
- * Invariants: AdamW with 32-bit state runs the adamw op (elementwise: a slice gets the bits it gets
- * inside its whole tensor) as before this file knew other optimizers (tests/test_reference.c,
- * hptrain verify); each step is deterministic for a fixed thread count (the kernels partition
- * blocks statically). */
+ * The state is at most six buffers (fp32, 8-bit codes, block scales per moment) over the
+ * model's tensor table, each tensor cut into slices (one per layer of a stacked tensor); the
+ * kernels run slice by slice, so one layer can be updated on its own (fused, offloaded, ZeRO
+ * parts) with the bits of the whole step. Layout, the engine's and ZeRO's arrangements:
+ * docs/optimizers.md, "The state's layout".
+ * Invariants: the global norm is one sum in a fixed order in every mode; AdamW with 32-bit
+ * state is elementwise (the reference's bits); hpt_optim_state_bytes() and plan/estimate.c
+ * give the same sizes; nothing here names one architecture's tensors; each step is
+ * deterministic for a fixed thread count. */
 #include "core/core.h"
 #include "kernels/backend.h"
 #include "model/model.h"
@@ -92,7 +44,7 @@ static hpt_status check_opts(const hpt_adamw_opts *o) {
     return HPT_OK;
 }
 
-/* The state's layout (top of the file) for the tensors of table t (configuration c's).
+/* The state's layout (docs/optimizers.md) for the tensors of table t (configuration c's).
  * eng_homes: the engine holds the blocks' m and v (AdamW fp32), this layout only the non-block
  * tensors', at their offsets in the model's flat buffer. */
 void optim_plan_layout(const hpt_model_config *c, const hpt_tensor_table *t,

@@ -1,6 +1,6 @@
 /* optim_int.h: optim.c's state layout and object, shared with optim_cut.c (ZeRO's cut state
  * and its checkpoint pieces); not part of the optimizer's interface (optim.h). The layout's
- * description is optim.c's header comment. */
+ * description: docs/optimizers.md, "The state's layout". */
 #ifndef HPT_OPTIM_INT_H
 #define HPT_OPTIM_INT_H
 #include "core/core.h"

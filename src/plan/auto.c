@@ -1,19 +1,12 @@
-/* auto.c: `--plan auto`: the fastest plan that fits every tier's budget.
- *
- * The space: the micro-batch B over the divisors of the sequences per step (accum = S / B),
- * attention flash or plain, recompute none, selective, every:N (N about sqrt L) or full,
- * activation offload none, host or disk (with recompute none or selective), a head chunk, the
- * offload engine's homes (none; fused on the device; host; disk; weights and gradients on the
- * host with the optimizer state on disk), K and P, the fused update (accum 1 only), the
- * embeddings chunked (with the fused update on engine homes); with allow_lossy also 8-bit
- * optimizer state, bf16 weights (with the engine; then bf16 embeddings too) and compressed
- * activations (bf16, int8). Each candidate passes hpt_plan_check, is costed (cost.c), and the
- * candidates are then taken fastest first and checked with the exact estimator against each
- * tier's budget until HPT_AUTO_KEEP fit. So the chosen plan is the fastest predicted one among
- * those the estimator says fit, and only the estimator decides what fits.
- *
- * Invariants: deterministic for a given calibration (ties keep the enumeration order: qsort is
- * given the index as the last key); nothing is allocated through hpt_mem. */
+/* auto.c: `--plan auto`: the fastest plan that fits every tier's budget. It enumerates the
+ * space (micro-batch, attention, recompute, activation offload, a head chunk, the engine's homes
+ * with K, P and the fused update, embeddings; with allow_lossy 8-bit state, bf16 weights and
+ * compressed activations), keeps what passes hpt_plan_check, costs each (cost.c), and takes
+ * them fastest first through the exact estimator until HPT_AUTO_KEEP fit. docs/planner.md,
+ * "The search".
+ * Invariants: only the estimator decides what fits, so the chosen plan is the fastest predicted
+ * one the estimator says fits; deterministic for a given calibration (ties keep the enumeration
+ * order: qsort is given the index as the last key); nothing is allocated through hpt_mem. */
 #include "core/core.h"
 
 #include <stdlib.h>
@@ -127,7 +120,7 @@ static hpt_status enumerate(const hpt_plan_opts *base, const hpt_calibration *c,
     for (int emb = 0; emb < HPT_EMB_COUNT; emb++) {
         /* the embeddings chunked (fused only) or bf16 (lossy: with bf16 weights): wte's
          * gradient one chunk, its state (and with bf16 its weights) smaller on the device:
-         * a large vocabulary's (llama3.2-1b: 263M of 1.24B parameters) */
+         * a large vocabulary's (128256 x 2048: 263M of a 1.24B-parameter model) */
         if (emb && !(fused && (h == H_HOST || h == H_DISK || h == H_MIXED))) continue;
         if (emb == HPT_EMB_BF16 && !bw) continue;
         if ((ao == 2 || h == H_DISK || h == H_MIXED) && !a->allow_disk) continue;

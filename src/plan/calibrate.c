@@ -1,25 +1,12 @@
 /* calibrate.c: this machine's rates for the cost model (src/plan/cost.c), measured with the
- * backend's own ops, and their cache file (JSON, versioned).
- *
- * What is measured, each the best of a few repetitions, each repetition at least 50-150 ms of
- * repeated runs (a burst of a few milliseconds gets more than its share of a loaded machine's
- * cores, a training step does not; the best is the rate of the machine's quiet moments, the
- * least noisy figure on a shared machine: the same step was measured at 0.43 s and at 4.1 s
- * minutes apart here; compare predictions with a run's fastest steps):
- * GEMM (matmul_forward and matmul_backward) at a step's shapes: a block's four GEMMs for a few
- * widths C and a head's (C = 768 against 32768 outputs), each at 64 and 256 rows (B*T: the
- * rate per FLOP depends on it); causal attention (flash and plain, forward and backward) at T = 128
- * and 512; a
- * read+write streaming pass (the backend's scale op over 256 MiB, past the caches); each optimizer's update in
- * ns per parameter at 32 and 8 bits, with the team and at one thread (the offload worker's);
- * the compute's loss per second of one-thread work run beside it (measure_sharing); memcpy host to host; the disk with O_DIRECT (64 MiB
- * transfers, a large block's, of a 256 MiB temporary file in the disk directory, removed after)
- * in a thread beside the team's GEMMs, and the GEMMs' loss per second of its transfers
- * (measure_disk).
- *
+ * backend's own ops, and their cache file (JSON, versioned): block and head GEMMs at a step's
+ * shapes, attention, a memory pass, each optimizer's update (team and one thread), the sharing
+ * losses, host copies and the disk with O_DIRECT. Each is the best of a few repetitions of at
+ * least 50-150 ms: the rate of the machine's quiet moments. What, at which shapes, and why:
+ * docs/planner.md, "Calibration".
  * Invariants: library code, nothing printed; one calibration at a time (the repetition time is
- * a file-level setting); buffers are freed on every path; the threads
- * used are the process's (hpt_get_threads), recorded in the file. */
+ * a file-level setting); buffers are freed on every path; the threads used are the process's
+ * (hpt_get_threads), recorded in the file; the disk's temporary file is removed after. */
 #include "core/core.h"
 #include "core/crc32c.h"
 #include "kernels/backend.h"
@@ -117,7 +104,7 @@ hpt_status hpt_calibration_save(const char *path, const hpt_calibration *c) {
         cJSON_AddNumberToObject(e, "loss", c->engine_disk_loss[k]);
         cJSON_AddStringToObject(e, "source", c->engine_source[k]);
     }
-    hpt_cal_llama_save(j, c);
+    hpt_cal_arch_save(j, c);
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
     if (!text) return hpt_fail(HPT_ERR_OOM, "calibration: no memory for the JSON text");
@@ -230,7 +217,7 @@ hpt_status hpt_calibration_load(const char *path, hpt_calibration *c) {
             num(a, "plain_fwd_gflops", &r[1][0]) && num(a, "plain_bwd_gflops", &r[1][1]) &&
             r[0][0] > 0 && r[0][1] > 0 && r[1][0] > 0 && r[1][1] > 0)
             memcpy(c->attn512_gflops, r, sizeof r);
-        hpt_cal_llama_load(j, c);
+        hpt_cal_arch_load(j, c);
     }
     cJSON_Delete(j);
     if (!ok) return hpt_fail(HPT_ERR_FORMAT, "calibration: %s is not a version-%d calibration "
@@ -658,7 +645,7 @@ hpt_status hpt_calibrate(const char *disk_dir, int quick, hpt_calibration *c) {
     HPT_CHECK(measure_memory(be, reps, c));
     HPT_CHECK(measure_optim(be, reps, c));
     HPT_CHECK(measure_sharing(be, reps, c));
-    HPT_CHECK(hpt_cal_measure_llama(be, reps, g_min_s, c));
+    HPT_CHECK(hpt_cal_measure_arch(be, reps, g_min_s, c));
     if (disk_dir) HPT_CHECK(measure_disk(be, disk_dir, quick ? 4 : 8, c));
     return HPT_OK;
 }

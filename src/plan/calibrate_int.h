@@ -1,5 +1,6 @@
-/* calibrate_int.h: the planner's calibration parts shared between calibrate.c (the file and
- * the GPT-2 and machine rates) and calibrate_llama.c (a Llama block's own rates). */
+/* calibrate_int.h: the planner's calibration parts shared between calibrate.c (the file, the
+ * reference block's and the machine's rates) and calibrate_arch.c (each architecture's own
+ * block rates, from its op table). */
 #ifndef HPT_PLAN_CALIBRATE_INT_H
 #define HPT_PLAN_CALIBRATE_INT_H
 #include "core/core.h"
@@ -7,12 +8,13 @@
 
 #include <cJSON.h>
 
-/* Measures the Llama block's GEMMs, grouped-query attention and pointwise kernels into c (its
- * gemm_rows set first). reps repetitions of at least min_s seconds each, the best kept. */
-hpt_status hpt_cal_measure_llama(const hpt_backend *be, int reps, double min_s, hpt_calibration *c);
-/* The "llama" object of the file: written when measured; read all or nothing (absent or
- * partial: llama_C[0] stays 0). */
-void hpt_cal_llama_save(cJSON *j, const hpt_calibration *c);
-void hpt_cal_llama_load(const cJSON *j, hpt_calibration *c);
+/* Measures the own block rates of every registered architecture that has an op table
+ * (hpt_arch.plan) into c->arch[id] (c->gemm_rows set first). reps repetitions of at least
+ * min_s seconds each, the best kept. */
+hpt_status hpt_cal_measure_arch(const hpt_backend *be, int reps, double min_s, hpt_calibration *c);
+/* Each architecture's object of the file, named after it: written when measured; read all or
+ * nothing (absent or partial: its C[0] stays 0). */
+void hpt_cal_arch_save(cJSON *j, const hpt_calibration *c);
+void hpt_cal_arch_load(const cJSON *j, hpt_calibration *c);
 
 #endif

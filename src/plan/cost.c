@@ -1,42 +1,16 @@
 /* cost.c: a plan's predicted training step, in seconds, from this machine's measured rates
- * (calibrate.c) and the plan's work and bytes. docs/planner.md derives each term.
- *
- * The work comes from the architecture and the estimator, never restated here: FLOPs per token
- * from model_flops_per_token (GEMMs plus causal attention, linear in T: the attention part is
- * the slope), the blocks' share of the GEMMs from the tensor table (2 FLOPs per block weight
- * per token), the activation bytes from the arena plan, the bytes the engine moves from the
- * block's size and the homes' widths.
- *
- *   forward      = accum * tokens * (blocks' gemm / R_gemm_fwd(C, rows) + head gemm /
- *                  R_head_fwd(rows) + attn / R_attn_fwd(T)); rows = B*T, the rates measured at
- *                  64 and 256 rows and interpolated in log(rows); attention's at T = 128 and
- *                  512, interpolated in log T
- *   backward     the same, twice the FLOPs, at the backward rates
- *   recompute    full, every:N: one more forward of the blocks; selective: the layernorms and
- *                GELU (a memory pass) and with plain attention its forward; a head chunk or
- *                chunked embeddings: one more head GEMM
- *   pointwise    3 x the activations of a recompute-none arena (written forward, read and
- *                written backward) + 2 passes over the gradients (zeroing, the norm) at R_mem
- *   update       parameters x ns per parameter (optimizer, state width)
- *   engine       per block: its load (weights' width / the home tier's read bandwidth), its
- *                gradient write-back (exact mode), the fused update's worker work; the worker
- *                overlaps them with the block's compute when P >= 1 (one FIFO worker:
- *                the block takes max(compute + share_loss x worker's CPU work, worker), the
- *                worker's updates at the one-thread rate; share_loss calibrated), serially
- *                when P = 0; the worker's disk transfers cost the compute beside them
- *                disk_share_loss per second (calibrated); exact mode then
- *                streams the update over the blocks (double buffered from disk). With no
- *                disk home the engine has no worker thread (engine.c's inline_jobs): every
- *                job runs on the compute thread and its team, serially with the compute
- *   llama        a Llama block at its own calibrated rates when the file has them: its GEMMs'
- *                shapes, GQA attention, RMSNorm, SwiGLU and RoPE in ns per element
- *   act offload  host: copies out synchronous, copies back overlapped with the backward; disk:
- *                both synchronous
- *
- * Invariants: library code; nothing is allocated through hpt_mem; the result depends only on
- * (o, c), so the search's choice is deterministic for a given calibration file. */
+ * (calibrate.c) and the plan's work and bytes: forward, backward, recompute, pointwise passes,
+ * the update, activation offload and the offload engine's loads, write-backs and updates
+ * (overlapped by a worker thread, or inline as engine.c runs them), an architecture with an op
+ * table (hpt_arch.plan) at its own rates when calibrated. docs/planner.md, "The cost model",
+ * gives each term's formula.
+ * Invariants: the work comes from the architecture and the estimator (model_flops_per_token,
+ * the tensor table, the arena plan), never restated here; library code, nothing allocated
+ * through hpt_mem; the result depends only on (o, c), so the search's choice is deterministic
+ * for a given calibration file. */
 #include "core/choices.h"
 #include "core/core.h"
+#include "model/arch.h"
 #include "model/model.h"
 
 #include <math.h>
@@ -83,18 +57,22 @@ static double head_rate(const hpt_calibration *c, int bwd, double rows) {
     return (1 - f) * c->head_gflops[i][bwd] + f * c->head_gflops[i + 1][bwd];
 }
 
-/* A Llama block's GEMM rate (GFLOP/s) at width C and `rows` rows from its own measured
- * shapes (calibrate_llama.c): linear in C between its two widths, flat outside; 0 when the
- * calibration has none. */
-static double llama_gemm_rate(const hpt_calibration *c, int bwd, int C, double rows) {
-    if (c->llama_C[0] <= 0) return 0;
-    int i;
+/* An architecture's own block GEMM rate (GFLOP/s) at width C and `rows` rows from its n
+ * measured widths (calibrate_arch.c): linear in C between neighbouring widths, flat outside. */
+static double arch_gemm_rate(const hpt_calibration *c, const hpt_cal_arch *a, int n, int bwd, int C,
+                             double rows) {
+    int i, j = 1;
     double f = rows_weight(c, rows, &i), r[2];
+    while (j < n - 1 && C > a->C[j]) j++;
     for (int k = 0; k < 2; k++) {
-        const double a = c->llama_gemm_gflops[i + k][0][bwd], b = c->llama_gemm_gflops[i + k][1][bwd];
-        double u = (double)(C - c->llama_C[0]) / (double)(c->llama_C[1] - c->llama_C[0]);
+        if (n < 2) {
+            r[k] = a->gemm_gflops[i + k][0][bwd];
+            continue;
+        }
+        const double lo = a->gemm_gflops[i + k][j - 1][bwd], hi = a->gemm_gflops[i + k][j][bwd];
+        double u = (double)(C - a->C[j - 1]) / (double)(a->C[j] - a->C[j - 1]);
         u = u < 0 ? 0 : u > 1 ? 1 : u;
-        r[k] = a + u * (b - a);
+        r[k] = lo + u * (hi - lo);
     }
     return (1 - f) * r[0] + f * r[1];
 }
@@ -187,15 +165,19 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
     if (c->attn512_gflops[ak][0] > 0 && T > 128) fa = T >= 512 ? 1 : log(T / 128.0) / log(4.0);
     out->attn_fwd_gflops = (1 - fa) * c->attn_gflops[ak][0] + fa * c->attn512_gflops[ak][0];
     out->attn_bwd_gflops = (1 - fa) * c->attn_gflops[ak][1] + fa * c->attn512_gflops[ak][1];
-    /* a Llama block at its own measured rates (calibrate_llama.c): its GEMMs' shapes, and
-     * grouped-query attention at T = 128 scaled in T as the GPT-2 attention's rate scales */
-    int llama = cfg->arch == HPT_ARCH_LLAMA && c->llama_C[0] > 0;
-    out->llama_rates = llama;
-    if (llama) {
-        out->gemm_fwd_gflops = llama_gemm_rate(c, 0, cfg->C, tok);
-        out->gemm_bwd_gflops = llama_gemm_rate(c, 1, cfg->C, tok);
-        out->attn_fwd_gflops *= c->llama_attn_gflops[ak][0] / c->attn_gflops[ak][0];
-        out->attn_bwd_gflops *= c->llama_attn_gflops[ak][1] / c->attn_gflops[ak][1];
+    /* an architecture with an op table at its own measured rates (calibrate_arch.c): its
+     * GEMMs' shapes, and its attention at T = 128 scaled in T as the reference attention's
+     * rate scales */
+    const hpt_arch *A = hpt_arch_of(cfg);
+    const hpt_arch_plan *ap = A ? A->plan : NULL;
+    const hpt_cal_arch *own = ap && ap->n_cal >= 1 && cfg->arch >= 0 && cfg->arch < HPT_CAL_ARCHS &&
+                              c->arch[cfg->arch].C[0] > 0 ? &c->arch[cfg->arch] : NULL;
+    out->arch_rates = own != NULL;
+    if (own) {
+        out->gemm_fwd_gflops = arch_gemm_rate(c, own, ap->n_cal, 0, cfg->C, tok);
+        out->gemm_bwd_gflops = arch_gemm_rate(c, own, ap->n_cal, 1, cfg->C, tok);
+        out->attn_fwd_gflops *= own->attn_gflops[ak][0] / c->attn_gflops[ak][0];
+        out->attn_bwd_gflops *= own->attn_gflops[ak][1] / c->attn_gflops[ak][1];
     }
     double Rf = out->gemm_fwd_gflops * 1e9, Rb = out->gemm_bwd_gflops * 1e9;
     double Raf = out->attn_fwd_gflops * 1e9, Rab = out->attn_bwd_gflops * 1e9;
@@ -205,17 +187,23 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
      * engine overlaps transfers with the blocks' compute only */
     double fwd_blocks = tok * (block_gemm / Rf + attn / Raf), fwd_rest = tok * head_gemm / Hf;
     double bwd_blocks = tok * (2 * block_gemm / Rb + 2 * attn / Rab), bwd_rest = tok * 2 * head_gemm / Hb;
-    /* a Llama block's pointwise kernels at their measured ns per element (per token):
-     * forward two RMSNorms, RoPE on q and k, SwiGLU and two residual copies (read + write);
-     * backward the same kernels' backward. They replace the block's share of the arena's
-     * memory passes below. */
-    double ll_fwd = 0, ll_bwd = 0, ll_sel = 0, layer_bytes = 0;
-    if (llama) {
-        const double *n = c->llama_pw_ns;
-        double C = cfg->C, FF = cfg->FF, Q = (double)(cfg->NH + cfg->NKV) * (cfg->C / cfg->NH);
-        ll_fwd = (2 * C * n[0] + Q * n[4] + FF * n[2]) * 1e-9 + 16.0 * C / (c->mem_gbps * 1e9);
-        ll_bwd = (2 * C * n[1] + Q * n[5] + FF * n[3]) * 1e-9;
-        ll_sel = (2 * C * n[0] + FF * n[2]) * 1e-9; /* selective: the norms, SwiGLU again */
+    /* the architecture's pointwise ops at their measured ns per element (per token), each
+     * as often as a block runs it in the forward, the backward and a selective recomputation,
+     * in its table's order, and the forward's other memory traffic (fwd_bytes). They replace
+     * the block's share of the arena's memory passes below. */
+    double op_fwd = 0, op_bwd = 0, op_sel = 0, layer_bytes = 0;
+    if (own) {
+        double fw = 0, bw = 0, sl = 0;
+        for (int k = 0; k < ap->n_ops; k++) {
+            const hpt_arch_op *op = &ap->ops[k];
+            double w = op->per_token(cfg);
+            if (op->fwd) fw += op->fwd * w * own->op_ns[k][0];
+            if (op->bwd) bw += op->bwd * w * own->op_ns[k][1];
+            if (op->sel) sl += op->sel * w * own->op_ns[k][0];
+        }
+        op_fwd = fw * 1e-9 + (ap->fwd_bytes ? ap->fwd_bytes(cfg) : 0.0) / (c->mem_gbps * 1e9);
+        op_bwd = bw * 1e-9;
+        op_sel = sl * 1e-9;
         /* the block's share of the arena: one layer's activations (the arena at L - 1) */
         hpt_model_config c1 = *cfg;
         c1.L = L - 1;
@@ -224,14 +212,14 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
         d.attention = act->attention;
         if (L > 1 && hpt_model_act_tier_bytes(&c1, o->B, T, &d, a1) == HPT_OK && none_arena > a1[HPT_TIER_DEVICE])
             layer_bytes = (double)(none_arena - a1[HPT_TIER_DEVICE]);
-        fwd_blocks += tok * L * ll_fwd;
-        bwd_blocks += tok * L * ll_bwd;
+        fwd_blocks += tok * L * op_fwd;
+        bwd_blocks += tok * L * op_bwd;
     }
     double rec = 0, rec_bytes = 0;
     if (act->recompute == HPT_RECOMPUTE_FULL || act->recompute == HPT_RECOMPUTE_EVERY)
         rec = fwd_blocks;
     else if (act->recompute == HPT_RECOMPUTE_SELECTIVE) {
-        if (llama) rec = tok * L * ll_sel;
+        if (own) rec = tok * L * op_sel;
         else rec_bytes = tok * L * 2.0 * (2.0 * cfg->C + (cfg->FF ? cfg->FF : 4.0 * cfg->C)) * 4.0;
         if (ak) rec += tok * attn / Raf;
     }

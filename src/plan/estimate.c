@@ -1,23 +1,13 @@
-/* estimate.c: the bytes and FLOPs of a run, from its configuration alone.
- *
- * The estimate restates, category by category, what the code allocates through hpt_mem (every
- * hpt_mem_alloc call site of the library: gpt2.c's parameters, gradients and activation arena,
- * optim.c's state buffers, dataloader.c's buffers; llmc.c's reference state belongs to verify, not to
- * training), with the same sizes, so it equals the measured peak byte for byte. When one of
- * those sites changes, this file changes with it; tests/test_estimate.c compares both on
- * several configurations.
- *
- * When the peak occurs: nothing the trainer allocates is freed before the run ends (the
- * arena is kept while B*T does not grow, and evaluation uses the training B and T), so the
- * peak is the sum of everything, reached when the first forward allocates the arena.
- *
- * The offload engine (o->offload active) keeps only wte, wpe and the final layernorm (and their
- * gradients and moments) in the flat device buffers; eng_bytes, next to the engine's own
- * allocations, gives its homes, slots and staging by tier and category.
- *
- * Invariants: nothing is allocated through hpt_mem and no file is read; sizes are uint64_t and
- * a run whose bytes cannot be counted in 64 bits is refused; the fit search only calls
- * hpt_plan_estimate, so any figure it reports is one the estimator gives. */
+/* estimate.c: the bytes and FLOPs of a run, from its configuration alone. It restates, category
+ * by category, every hpt_mem_alloc call site a run goes through (the model's parameters,
+ * gradients and arena, the optimizer's state, the data loader's buffers; the offload engine's
+ * by eng_bytes, next to its own allocations), with the same sizes; the peak is the sum of
+ * everything, reached when the first forward allocates the arena. docs/estimate.md.
+ * Invariants: the estimate equals the measured peak byte for byte (tests/test_estimate.c): when a
+ * call site changes, this file changes with it; nothing is allocated through hpt_mem and no
+ * file is read; sizes are uint64_t and a run whose bytes cannot be counted in 64 bits is
+ * refused; the fit search only calls hpt_plan_estimate, so any figure it reports is one the
+ * estimator gives. */
 #include "core/choices.h"
 #include "core/core.h"
 #include "model/model.h"
@@ -29,7 +19,7 @@
 hpt_plan_opts hpt_plan_defaults(void) {
     hpt_plan_opts o;
     memset(&o, 0, sizeof o);
-    hpt_model_config_parse("gpt2-124m", &o.cfg);
+    hpt_model_config_parse("gpt2-124m", &o.cfg); /* the default model: a named SHAPE */
     o.B = 4;
     o.T = 64;
     o.training = 1;
@@ -266,8 +256,8 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     out->tokens_per_step = BT * (uint64_t)(o->accum > 1 ? o->accum : 1);
 
     /* FLOPs per token, matrix multiplies and attention (elementwise work is left out): the
-     * architecture's count (for GPT-2, model/gpt2.c: GEMMs over the blocks' weights and the tied
-     * head at 2 FLOPs per multiply-add, causal attention 2*C*(T+1) per token and layer). Backward
+     * architecture's count (its flops_per_token, model/arch.h: GEMMs over the blocks' weights and
+     * the head at 2 FLOPs per multiply-add, causal attention 2*C*(T+1) per token and layer). Backward
      * does twice the forward's work in both (two GEMMs per forward GEMM; four dot products per
      * (query, key) pair). */
     out->flops_per_token_fwd = model_flops_per_token(c, o->T);

@@ -1,18 +1,12 @@
 /* jump.c: the jump predictor of the hybrid schedule (docs/predict.md, "Jumps"). FULL keeps K
- * snapshots of the weights, S steps apart, the last one at the phase's end (host tier, params
- * category, through hpt_mem: the estimator and the profiler see them). A jump fits each
- * weight's trajectory through its K snapshots (times 0, S, .., (K-1) S) and extrapolates it H
- * steps past the last: linear and quadratic fits are least-squares polynomials, so the
- * extrapolated weight is a fixed combination sum_i c_i w_i of the snapshots with c from the
- * times alone; the exponential fit takes each weight's successive differences d_j as a
- * geometric series (ratio r in [0, 0.999], the least-squares ratio of d_{j+1} to d_j) and sums
- * its next H/S terms. The direction is the extrapolation minus the last snapshot; its scale a
- * is chosen by a line search on held-out batches (the loss at a = 1, then doubling while it
- * falls, up to 8, or halving down to 1/8 until it beats a = 0), and confirmed on 2 other
- * held-out batches: any rise there (or no scale that helps) restores the last snapshot bit for
- * bit. Invariants: ring[K-1] holds the weights the jump starts from until the jump ends; the
- * direction overwrites ring[0] (its weights are no longer needed); every loop is sequential
- * and in a fixed order, so a jump gives the same bits after a resume. */
+ * snapshots of the weights, S steps apart (host tier, params category: the estimator and the
+ * profiler see them); a jump extrapolates each weight's trajectory H steps past the last
+ * (linear or quadratic least squares: a fixed combination of the snapshots; exponential: a
+ * geometric series of the differences), scales the direction by a line search on held-out
+ * batches and confirms it on 2 others, or restores the last snapshot bit for bit.
+ * Invariants: ring[K-1] holds the weights the jump starts from until the jump ends; the
+ * direction overwrites ring[0] (no longer needed); every loop is sequential and in a fixed
+ * order, so a jump gives the same bits after a resume. */
 #include "core/core.h"
 #include "kernels/backend.h"
 #include "model/model.h"

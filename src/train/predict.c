@@ -1,21 +1,11 @@
-/* predict.c: the hybrid schedule's per-parameter predictors and its loss-dynamics model
- * (docs/predict.md).
- *   adam     AdamW's own update with the gradient assumed unchanged at its running estimate m:
- *            predicted update k of a phase starting after t real steps uses
- *              m_k = m                                   (beta1 m + (1-beta1) m = m)
- *              v_k = beta2^(k+1) v + (1 - beta2^(k+1)) m^2  (v decayed toward m^2)
- *              p  -= lr_k * (m_k / (1-beta1^(t+k+1)) / (sqrt(v_k / (1-beta2^(t+k+1))) + eps)
- *                            + wd * p)
- *            with lr_k the schedule's learning rate and wd the optimizer's per tensor. It reads
- *            m and v and changes neither (the optimizer continues from its real state).
- *   linear   p += velocity * lr_k / lr_fit: the weighted least-squares slope of each weight's
- *            trajectory over the real steps since the last predict phase (running sums, see
- *            train_int.h), scaled by the learning-rate schedule.
- *   zero     nothing (the weights stay bit-identical).
- *   garbage  p += 0.1 * N(0, 1), a fresh draw per parameter and step (tests).
- * The per-parameter loops are the backend's ops (fit_observe, predict_adam, ...): each
- * partitions statically and sums every norm in fixed chunks, so a phase gives the same bits
- * for a given thread count, and after a resume. */
+/* predict.c: the hybrid schedule's per-parameter predictors and its loss-dynamics model: adam
+ * (AdamW's own update with the gradient held at its running estimate m; reads m and v, changes
+ * neither), linear (each weight's weighted least-squares slope over the real steps since the
+ * last predict phase, scaled by the schedule's learning rate), and for tests zero (nothing) and
+ * garbage (fresh noise). The formulas: docs/predict.md, "Predictors".
+ * Invariants: the per-parameter loops are the backend's ops (fit_observe, predict_adam, ...),
+ * each partitioned statically with every norm summed in fixed chunks, so a phase gives the same
+ * bits for a given thread count, and after a resume. */
 #include "core/core.h"
 #include "kernels/backend.h"
 #include "testing.h"

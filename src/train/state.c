@@ -1,50 +1,13 @@
 /* state.c: hptrain's training-state checkpoint (weights, optimizer settings and state,
- * position, config). It builds the model and the optimizer it resumes, so it lives in train
- * (the module above both), on io's file helpers (io/io.h).
- *
- * Layout (little-endian), version 3:
- *   "HPTSTATE" (8 bytes), uint32 version, uint32 header fields count (32)
- *   int64 fields[32]: L C NH V Vp maxT | lr beta1 beta2 eps wd (float bits) decay_all |
- *                     step shard offset rng total_steps B T | optim_t | num_params |
- *                     optimizer state_bits state32_embeddings | accum (0 in files written
- *                     before accumulation: read as 1) | the fused update's previous gradient
- *                     norm (float bits; 0: none) | the encoding of AdamW's 8-bit second
- *                     moment (OPTIM_Q8_V_ROOT; 0 in files written before it) | the
- *                     configuration beyond GPT-2's (27-31, pack_arch; 0 for GPT-2)
- *   float params[n]; then the optimizer's state buffers in hpt_optim_state_buffers' order
- *   (m fp32, m codes, m scales, v fp32, v codes, v scales; empty ones take no bytes), whose
- *   sizes follow from the shape and fields 21-23 (hpt_optim_state_bytes)
- *   uint32 CRC-32C of every byte before it, then "HPTEND\0\0"
- * Version 1 (AdamW only: params, m, v, fields 21-23 zero) is exactly version 2 with AdamW and
- * 32-bit state, and loads as that.
- * Version 3 is version 2 plus named sections after the optimizer's state (the hybrid
- * schedule's controller, predictor and rollback snapshot): uint32 count (0: none), then per
- * section char name[16] (NUL-padded), uint64 bytes, the bytes; and an 8-bit state's
- * quantisation blocks start at each layer's slice of a per-layer tensor (version 2: at each
- * tensor's first value). Versions 1 and 2 load with no sections; a version-2 file with 8-bit
- * state loads where both block layouts are the same (optim_q8_per_slice: L = 1, or every slice
- * a multiple of 256 values, as in the GPT-2 sizes) and is refused otherwise. Version 3 is
- * always written. A file whose AdamW state is 8-bit loads only with field 26 =
- * OPTIM_Q8_V_ROOT: older ones hold v, not sqrt(v), on the previous unsigned map (with a 0
- * code), and are refused by name (converting them would not resume exactly).
- * Written through io_atomic (temporary file, fsync, rename, directory fsync): the previous
- * checkpoint under the same name survives any crash. Load checks the size first, then the
- * checksum over everything, before handing out a model.
- * An offloaded model (the offload engine) is written and read in the same format: its blocks
- * gathered in checkpoint order (model_emit) and scattered back (model_absorb), the checksum
- * taken as the stream goes by; AdamW fp32's m and v likewise (the engine's homes), any other
- * optimizer's buffers as they are (optim.c keeps them whole, as without the engine).
- * bf16-kahan weights (hpt_offload_opts.weights): the weights saved are the bf16 values widened,
- * exactly; their Kahan compensation is the section "bf16_comp" (eng_comp's layout: L blocks of
- * S bf16 values, S the block's floats rounded up to 2048), added after the caller's sections and
- * taken out of the list a load hands back. A load into bf16-kahan weights restores it (a size
- * other than the shape's is HPT_ERR_FORMAT); with other weights it is dropped (the weights are
- * the bf16 values); a state without it loaded into bf16-kahan weights leaves the compensation
- * at the residue of rounding the saved weights to bf16 (zero when they are bf16 values).
- * bf16 embeddings with Kahan (hpt_offload_opts.embeddings, src/model/embed.c) add the section
- * "emb_comp" the same way: wte's then wpe's compensation, (Vp + maxT) * C bf16 values.
- * The header fields are also ZeRO's sharded checkpoints' (state_pack_fields, _unpack_fields:
- * zero.c writes them into its manifest). */
+ * position, config, named sections). It builds the model and the optimizer it resumes, so it
+ * lives in train (the module above both), on io's file helpers (io/io.h). The layout (version
+ * 3; versions 1 and 2 still load), its sections (bf16_comp, emb_comp added here) and what loads
+ * where: docs/formats.md, "The training state". The header fields are also ZeRO's manifest's
+ * (state_pack_fields, state_unpack_fields; zero.c).
+ * Invariants: written through io_atomic (temporary file, fsync, rename, directory fsync), so
+ * the previous checkpoint under the same name survives any crash; a load checks the size, then
+ * the CRC-32C over everything, before handing out a model; an offloaded model's file is the
+ * same bytes as an in-memory one's (blocks gathered and scattered as the stream goes by). */
 #include "core/core.h"
 #include "io/io.h"
 #include "kernels/backend.h"

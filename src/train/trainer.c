@@ -1,53 +1,15 @@
 /* trainer.c: the training loop, one step per call: accum x (batch -> forward -> backward,
- * gradients summed) -> clip -> the optimizer (AdamW, Lion, Adam-mini or SGD; 32- or 8-bit state) with the warmup+cosine
- * learning rate -> (evaluation, checkpoint when due).
- * Everything a step depends on (weights, moments, optimizer step count, data position, RNG)
- * is in the training-state checkpoint, so a resumed run computes the same bits as an
- * uninterrupted one with the same thread count.
- * Gradient accumulation: one optimizer step runs accum micro-batches of B sequences (the
- * loader's next accum windows, the tokens one batch of accum*B would read), backward adds
- * each one's gradients of its mean loss, and the optimizer takes them times 1/accum
- * (hpt_optim_step_scaled: folded into the clip factor, no extra pass), so the update is that
- * of one batch of accum*B up to float rounding. The checkpoint records accum; a resume with
- * another is refused (the data position would still be right, but the run would no longer
- * be the one that was started).
- * Offload (o.offload, src/offload/engine.c): the model is made with the engine; a fused-update
- * engine's step is forward -> hpt_optim_fused_begin -> backward (each block updated as its
- * gradients complete) -> hpt_optim_fused_end; it takes one micro-batch per step. Checkpoints
- * load into an offloaded model and resume it (the same files as without offload). The
- * hybrid schedule below does not combine with the engine (refused at setup).
- * The hybrid schedule (docs/predict.md; the controller is src/train/schedule.c, the predictors
- * src/train/predict.c): each step runs the phase the controller names. WARMUP, FULL and
- * CORRECT are the step above, plus the predictor's and the loss model's observations. A
- * PREDICT step reads no data: the predictor moves the weights, and every check_every steps a
- * forward on the check batch (the first validation window, one sequence at a time, so only a
- * B=1 arena lives) compares the real loss with the predicted one; above the band the phase ends,
- * beyond the rollback bound the weights are restored from the phase's start (a host-tier
- * snapshot). Memory by phase: the step before a predict phase ends by releasing the gradients
- * and the activation arena, and (for predictors that do not read them) moving the optimizer's
- * state to the host tier; the first CORRECT step brings everything back before its forward. The
- * snapshot lives from the phase's start to the end of the first CORRECT step, whose loss
- * measures the prediction (and rolls back past the bound). The controller's state, the
- * predictor's and loss model's state and the snapshot are checkpoint sections, so a run
- * resumed mid-phase computes the same bits.
- * Loss scaling (o.loss_scale; hptrain.h's hpt_loss_scale_opts, docs/offload.md): the backward
- * computes S times the gradients (model_set_loss_scale), model_grads_overflow reports whether one
- * overflowed (fp16 homes at narrowing, non-finite values elsewhere); then the step is skipped
- * (scaler_skip: nothing changes but S and the counts) or the optimizer takes the gradients
- * times 1/(accum S) (exact: S is a power of two) and scaler_clean counts it. S, the clean-step
- * count and the skipped steps are the checkpoint's "loss_scale" section.
- * Data parallel (dp.c, src/dist/; docs/zero.md): with --zero given or under mpirun, the
- * micro-batches' gradients are summed apart (each into zeroed gradients, then added in order:
- * sum_apart), and N processes sum theirs in rank order, so N processes with --accum K compute
- * the bits of one process with --accum N*K when K = 1 (and of the same grouping otherwise);
- * rank r reads windows r*K.. of the step's N*K. Rank 0 writes the checkpoints (every rank holds
- * the same state); their accum is N*K, so they resume on any N with the same N*K. ZeRO's stages
- * 1 and 2 (tr->dp): the step reduce-scatters onto the owners' runs, the optimizer updates this
- * rank's run and the weights are all-gathered; stage 2 reduce-scatters each block's gradients
- * as the backward completes them (dp.c's sink; the model is made with its blocks' gradients
- * away) and the non-block ones after it, each micro-batch at once, into run-sized sums;
- * checkpoints are shards and a manifest (zero.c), as with the offload engine's stages 1-3 (each
- * rank its cut of every block; at stage 3 the other ranks follow rank 0's model.bin gathers). */
+ * gradients summed) -> clip -> the optimizer with the warmup+cosine learning rate ->
+ * (evaluation, checkpoint when due). Each step runs the phase the hybrid schedule's controller
+ * names (schedule.c, predict.c; docs/predict.md), with the offload engine's fused update
+ * (docs/offload.md), loss scaling (skip or unscale, docs/offload.md) and data parallel or ZeRO
+ * (dp.c, zero.c; docs/zero.md) where the options ask for them.
+ * Invariants: everything a step depends on (weights, moments, step count, data position, RNG,
+ * the controller's, predictor's and scaler's state) is in the training-state checkpoint, so a
+ * resumed run computes the uninterrupted run's bits with the same thread count; a resume with
+ * another global accum (N*K) is refused; accumulation's 1/accum and the loss scale's 1/S fold
+ * into the clip factor (exact: S is a power of two); N processes sum their micro-batches apart
+ * and in rank order, so --accum K over N ranks gives one process's --accum N*K bits (K = 1). */
 #include "core/core.h"
 #include "kernels/backend.h"
 #include "testing.h"

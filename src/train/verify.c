@@ -8,6 +8,7 @@
  * Any shape works, including real vocabularies with their padding. */
 #include "core/core.h"
 #include "kernels/backend.h"
+#include "model/arch.h"
 #include "model/model.h"
 
 #include <cJSON.h>
@@ -18,13 +19,11 @@
 
 #define STATE_MAGIC 20240327
 
-/* The report's tensor names: static strings that outlive the model. */
-static const char *static_name(const char *name) {
-    static const char *const k[] = {"wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw",
-                                    "attprojb", "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb",
-                                    "lnfw", "lnfb", "lm_head"};
-    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
-        if (!strcmp(k[i], name)) return k[i];
+/* The report's tensor names: the architecture's static strings, which outlive the model. */
+static const char *static_name(const hpt_model_config *c, const char *name) {
+    const hpt_arch *a = hpt_arch_of(c);
+    for (const char *const *k = a ? a->param_names : NULL; k && *k; k++)
+        if (!strcmp(*k, name)) return *k;
     return "?";
 }
 
@@ -190,7 +189,7 @@ hpt_status hpt_verify(hpt_mem *mem, const char *model_path, const char *state_pa
     size_t off = 0;
     for (int i = 0; i < t->n && i < HPT_VERIFY_MAX_TENSORS; i++) {
         size_t numel = hpt_tensor_numel(&t->t[i]);
-        r->grad_name[i] = static_name(t->t[i].name);
+        r->grad_name[i] = static_name(c, t->t[i].name);
         r->n_grads = i + 1;
         r->grad_rel_err[i] = norm_rel_err(grads + off, ref.grads + off, 1, 0, numel, 0);
         off += numel;

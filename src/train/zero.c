@@ -1,32 +1,14 @@
-/* zero.c: ZeRO's sharded checkpoints (docs/zero.md), written by the in-memory trainer's stages 1-2
- * and the offload engine's stages 1-3 alike. Each rank writes what it owns (zero_side.c says
- * which values: a run of whole units in memory, its cut of every block slice with the engine)
- * as pieces, values [a, z) of unit u, into DIR/zero-<step>-<rank>of<N>.bin, atomically
- * (io_atomic):
- *   "HPTZERO2", int64 h[8]: rank N pieces step values halves 0 0, uint64 bytes[6] (the six state
- *   buffers' bytes in this file), per piece uint64[17]: u a z, its first value in checkpoint
- *   order, its first half in a state.bin's "bf16_comp" section (~0: none), its bytes' offset in
- *   the whole layout of each state buffer (optim_place_whole), their lengths; then the pieces'
- *   weights (fp32), each state buffer's pieces (hpt_optim_state_buffers' order), the pieces'
- *   Kahan compensation (bf16-kahan weights with the engine), each of these four sections padded
- *   to 8 bytes; uint32 CRC-32C of every byte before it, "HPTEND\0\0".
- * So a shard says where every byte of it lies in one process's state.bin (tests/zero_state.py
- * puts a state.bin together from them). Once every rank's shard is on disk (their statuses and
- * records all-gathered), rank 0 writes DIR/zero.manifest atomically (text): the state's 32 header
- * fields (state.c's: shape, optimizer settings, step, data position, RNG, optimizer step, one
- * process's), N and the stage, the compensation's halves per block when there is one, the loss
- * scaler's state when scaling, one line per shard (file, pieces, values, bytes, CRC). The
- * manifest names the shards of its own save, so a crash before it is renamed leaves the
- * previous manifest and the previous shards (other names) loadable; after it, rank 0 removes the
- * shards it does not name and a stage-0 state.bin (a stage-0 save removes the manifest: trainer.c).
- * Loading re-cuts for any M and any stage, in memory or in the engine: the pieces of all shards
- * must tile every unit exactly once (checked first, from the shards' tables, each checked
- * against the geometry); then each shard is streamed once, its CRC checked against the file's
- * and the manifest's, and of each piece the part this process keeps (zs_held) goes where it
- * lives (a pointer, or the engine's range put). Nothing whole is gathered on either side: the
- * buffers are a 4 MiB read buffer and the piece records (malloc'd, stated in docs/zero.md). A
- * state.bin resumed at stage 1 or 2 in memory (zero_reshard) is loaded whole, then the rank
- * keeps its units' state (the whole state lives during the load). */
+/* zero.c: ZeRO's sharded checkpoints, written by the in-memory trainer's stages 1-2 and the
+ * offload engine's stages 1-3 alike: each rank writes what it owns (zero_side.c says which
+ * values) as pieces, values [a, z) of a unit, into its shard, then rank 0 the manifest; a load
+ * re-cuts for any M and any stage, in memory or in the engine. The bytes: docs/formats.md,
+ * "ZeRO's sharded checkpoints"; what is written and kept where: docs/zero.md, "Checkpoints".
+ * Invariants: a shard says where each of its bytes lies in one process's state.bin; the
+ * manifest names the shards of its own save and is renamed last, so a crash leaves the previous
+ * manifest and shards loadable (after it rank 0 removes the shards it does not name and any
+ * state.bin); a load checks that the pieces tile every unit exactly once and each shard's CRC
+ * before keeping anything; nothing whole is gathered on either side (a 4 MiB read buffer and
+ * the piece records), except a state.bin resumed at stage 1 or 2 in memory (zero_reshard). */
 #include "core/core.h"
 #include "io/io.h"
 #include "model/model.h"

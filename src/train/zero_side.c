@@ -1,18 +1,12 @@
-/* zero_side.c: one process's holdings for ZeRO's sharded checkpoints (zero.c; docs/zero.md). In
- * memory (stages 1-2 of the in-memory trainer, or one process at stage 0): every unit's weights
- * whole in the model's flat buffer, the state of the run [ulo, uhi) in the optimizer's buffers; a
- * rank writes its run's units whole. With the offload engine (stages 1-3): each block slice's cut
- * for this rank (eng_cuts) is its weights at stage 3 (whole at 1-2, where the weights' home is
- * whole) and its state at every stage, in the engine's homes (AdamW fp32's m and v) or in the
- * optimizer's cut buffers; a rank writes its cut of every block slice. wte, wpe and the final
- * layernorm (the non-block tensors): their weights are whole on every rank with the engine; their
- * state is cut among the ranks with full embeddings (engine_zemb.c: each rank writes and keeps
- * its part), else replicated: each is then written by the rank whose in-memory run holds it
- * (optim_owner, as the in-memory trainer's shards hold them) and kept whole on load;
- * nonblock_write and nonblock_keep are the two places that say so, per tensor. Invariants: the
- * pieces a rank writes are in unit order, and the writers' pieces tile every unit exactly once
- * (zero.c checks it on load); nothing here allocates beyond the piece list (engine ranges go
- * through its accounted slot: engine_ckpt.c). */
+/* zero_side.c: one process's holdings for ZeRO's sharded checkpoints (zero.c; docs/zero.md,
+ * "Checkpoints"): in memory, the run [ulo, uhi) of whole units; with the offload engine, its cut
+ * of every block slice (eng_cuts: weights at stage 3, state at every stage, in the engine's homes
+ * or the optimizer's cut buffers). The non-block tensors' state is cut among the ranks with full
+ * embeddings in the engine (engine_zemb.c), else replicated and written by the rank whose
+ * in-memory run holds it; nonblock_write and nonblock_keep are the two places that say so.
+ * Invariants: the pieces a rank writes are in unit order, and the writers' pieces tile every
+ * unit exactly once (zero.c checks it on load); nothing here allocates beyond the piece list
+ * (engine ranges go through its accounted slot: engine_ckpt.c). */
 #include "train/zero_int.h"
 #include "dist/dist.h"
 #include "kernels/backend.h"

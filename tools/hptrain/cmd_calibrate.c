@@ -49,18 +49,23 @@ static void print_calibration(FILE *f, const hpt_calibration *c) {
         fprintf(f, "  attention GFLOP/s (T=512): flash fwd %.1f bwd %.1f; plain fwd %.1f bwd %.1f\n",
                 c->attn512_gflops[0][0], c->attn512_gflops[0][1], c->attn512_gflops[1][0],
                 c->attn512_gflops[1][1]);
-    if (c->llama_C[0] > 0) {
-        fprintf(f, "  Llama block GEMMs GFLOP/s:");
+    for (int id = 0; id < hpt_arch_count() && id < HPT_CAL_ARCHS; id++) { /* own block rates */
+        const hpt_arch_desc *d = hpt_arch_desc_of(id);
+        const hpt_cal_arch *a = &c->arch[id];
+        if (!d->block || a->C[0] <= 0) continue;
+        int nw = 1;
+        while (nw < HPT_CAL_ARCH_WIDTHS && a->C[nw] > 0) nw++;
+        fprintf(f, "  %s block GEMMs GFLOP/s:", d->block);
         for (int r = 0; r < HPT_CAL_GEMM_ROWS; r++)
-            for (int i = 0; i < 2; i++)
-                fprintf(f, " %d rows C=%d FF=%d fwd %.1f bwd %.1f%s", c->gemm_rows[r], c->llama_C[i],
-                        c->llama_FF[i], c->llama_gemm_gflops[r][i][0], c->llama_gemm_gflops[r][i][1],
-                        r + 1 < HPT_CAL_GEMM_ROWS || i < 1 ? ";" : "\n");
-        fprintf(f, "  grouped-query attention GFLOP/s (T=128, NH 32, NKV 8): flash fwd %.1f bwd %.1f; "
-                "plain fwd %.1f bwd %.1f; ns/element: RMSNorm %.2f / %.2f, SwiGLU %.2f / %.2f, "
-                "RoPE %.2f / %.2f (fwd / bwd)\n", c->llama_attn_gflops[0][0], c->llama_attn_gflops[0][1],
-                c->llama_attn_gflops[1][0], c->llama_attn_gflops[1][1], c->llama_pw_ns[0],
-                c->llama_pw_ns[1], c->llama_pw_ns[2], c->llama_pw_ns[3], c->llama_pw_ns[4], c->llama_pw_ns[5]);
+            for (int i = 0; i < nw; i++)
+                fprintf(f, " %d rows C=%d FF=%d fwd %.1f bwd %.1f%s", c->gemm_rows[r], a->C[i],
+                        a->FF[i], a->gemm_gflops[r][i][0], a->gemm_gflops[r][i][1],
+                        r + 1 < HPT_CAL_GEMM_ROWS || i + 1 < nw ? ";" : "\n");
+        fprintf(f, "  %s: flash fwd %.1f bwd %.1f; plain fwd %.1f bwd %.1f; ns/element:", d->attention,
+                a->attn_gflops[0][0], a->attn_gflops[0][1], a->attn_gflops[1][0], a->attn_gflops[1][1]);
+        for (int k = 0; k < HPT_ARCH_MAX_OPS && d->op[k]; k++)
+            fprintf(f, "%s %s %.2f / %.2f", k ? "," : "", d->op[k], a->op_ns[k][0], a->op_ns[k][1]);
+        fprintf(f, " (fwd / bwd)\n");
     }
     fprintf(f, "  memory pass %.2f GB/s (read+write); memcpy %.2f GB/s; disk read %.2f GB/s, "
             "write %.2f GB/s%s\n", c->mem_gbps, c->host_copy_gbps, c->disk_read_gbps,
@@ -210,7 +215,7 @@ static void print_peaks(FILE *f, const hpt_auto_cand *k) {
     fprintf(f, "device %s, host %s, disk %s", b[0], b[1], b[2]);
 }
 
-static void print_inputs(FILE *f, const hpt_cost *c) {
+static void print_inputs(FILE *f, const hpt_cost *c, int arch) {
     char x[32], y[32], z[32];
     fprintf(f, "    inputs: %.0f tokens x accum %d; GEMM %.3g FLOP fwd (blocks %.3g at %.1f/%.1f "
             "GFLOP/s fwd/bwd, the head at %.1f/%.1f); attention %.3g FLOP at %.1f/%.1f; pointwise "
@@ -228,10 +233,12 @@ static void print_inputs(FILE *f, const hpt_cost *c) {
                 c->disk_write_gbps, c->disk_loss, c->disk_beside_s, c->disk_from_engine
                 ? "the engine's own rates, from a training run (train --record-rates)"
                 : "calibrate's standalone O_DIRECT rates");
-    if (c->engine_inline || c->llama_rates)
-        fprintf(f, "    %s%s%s\n", c->engine_inline ? "engine: jobs inline on the compute thread (no disk "
-                "home: no worker), serial with the compute" : "", c->engine_inline && c->llama_rates ? "; " : "",
-                c->llama_rates ? "Llama block at its own measured rates" : "");
+    const hpt_arch_desc *d = hpt_arch_desc_of(arch);
+    int own = c->arch_rates && d && d->block;
+    if (c->engine_inline || own)
+        fprintf(f, "    %s%s%s%s\n", c->engine_inline ? "engine: jobs inline on the compute thread (no disk "
+                "home: no worker), serial with the compute" : "", c->engine_inline && own ? "; " : "",
+                own ? d->block : "", own ? " block at its own measured rates" : "");
     fprintf(f, "    parts: forward %.3f s, backward %.3f s, recompute %.3f s, pointwise %.3f s, "
             "update %.3f s, transfers %.3f s of which exposed %.3f s\n", c->fwd_s, c->bwd_s,
             c->recompute_s, c->pointwise_s, c->optim_s, c->transfer_s, c->exposed_s);
@@ -282,13 +289,13 @@ int cli_auto_plan(const char *cmd, hpt_plan_opts *po, int64_t tokens_per_step, i
                 best->cost.disk_from_engine ? " (from: " : "",
                 best->cost.disk_from_engine ? cal.engine_source[best->cost.disk_from_engine - 1] : "",
                 best->cost.disk_from_engine ? ")" : "");
-    if (verbose) print_inputs(f, &best->cost);
+    if (verbose) print_inputs(f, &best->cost, po->cfg.arch);
     if (r->n > 1 || r->n_nofit) fprintf(f, "  runners-up:\n");
     for (int i = 1; i < r->n; i++) {
         cand_flags(&r->cand[i].o, fl, sizeof fl, 0);
         fprintf(f, "    %.3f s (slower by %.1f%%): %s\n", r->cand[i].cost.total_s,
                 100.0 * (r->cand[i].cost.total_s / best->cost.total_s - 1.0), fl);
-        if (verbose) print_inputs(f, &r->cand[i].cost);
+        if (verbose) print_inputs(f, &r->cand[i].cost, po->cfg.arch);
     }
     for (int i = 0; i < r->n_nofit; i++) {
         cand_flags(&r->nofit[i].o, fl, sizeof fl, 0);

@@ -19,10 +19,7 @@ static const char k_help[] =
     "checkpoint's header is read for its shape. It takes every option of `hptrain train`;\n"
     "those that do not change memory (--data, --steps, --lr, --log, ...) are accepted and ignored.\n"
     "\n"
-    "  --model PATH|SHAPE   llm.c checkpoint or shape: gpt2-124m, gpt2-350m, gpt2-774m,\n"
-    "                       gpt2-1558m or gpt2:L=..,C=..,NH=..[,V=50257][,T=1024];\n"
-    "                       llama3.2-1b, llama3.2-3b, llama3.1-8b, llama2-7b, mistral-7b or\n"
-    "                       llama:L=..,C=..,NH=..,NKV=..,FF=..[,V=..][,T=..][,theta=..]\n"
+    "  --model PATH|SHAPE   llm.c checkpoint or shape: @SHAPES@\n"
     "  --resume DIR         the shape of DIR/model.bin (written next to DIR/state.bin)\n"
     "  --batch B            sequences per micro-batch (default 4)\n"
     "  --accum K            micro-batches per optimizer step (default 1): gradients summed and\n"
@@ -170,7 +167,7 @@ static void print_text(const char *model, const hpt_plan_opts *po, const hpt_est
              hpt_optim_name((hpt_optim_kind)po->adamw.optimizer), po->adamw.state_bits ? po->adamw.state_bits : 32,
              po->adamw.state32_embeddings ? ", wte and wpe 32-bit" : "");
     printf("estimate: %s: %s L=%d C=%d NH=%d NKV=%d V=%d (Vp %d) maxT=%d; B=%d T=%d; %s%s\n",
-           model, c->arch == HPT_ARCH_LLAMA ? "llama" : "GPT-2", c->L, c->C, c->NH,
+           model, cli_arch_label(c->arch), c->L, c->C, c->NH,
            c->NKV ? c->NKV : c->NH, c->V, c->Vp, c->maxT, po->B, po->T,
            po->training ? how : "forward only", po->has_val ? ", with a validation loader" : "");
     /* on a GPU the host tier is pinned memory (cudaHostAlloc), which the copies need */

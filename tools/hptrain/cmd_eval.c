@@ -1,18 +1,12 @@
 /* cmd_eval.c: `hptrain eval`: the mean loss and perplexity of a model over the first N batches
- * of token shards, read in order from the start of the data (shard 0, offset 0: the data
- * loader's walk, no wrapping), forward only.
- *
- * The model comes as `train` and `sample` take it (a checkpoint file, a Hugging Face directory
- * with config.json, a --save directory's model.bin, through hpt_model_load_offload, or a SHAPE
- * with random weights from --seed) and with the same plan flags, parsed and checked by the same plan code (forward
- * rules: hpt_plan_env.training = 0); the plan's budgets and disk directory are set on the
- * memory manager first, as the trainer does. Without the offload engine the model is made
- * forward-only (hpt_model_load_forward: no gradient buffer at any time, so the peak is
- * parameters + activations, hpt_plan_estimate's forward-only figure); the engine's model
- * releases its flat gradients before the first forward. Loss =
- * mean over batches of each batch's mean token loss (every batch has B*T tokens, so this is
- * the mean over tokens), summed in double; perplexity = exp(loss). Same model, data, plan and
- * thread count: the same bits. */
+ * of token shards, read in order from the start (shard 0, offset 0, no wrapping), forward only.
+ * The model comes as `train` and `sample` take it (a checkpoint, a Hugging Face directory, a
+ * --save directory, or a SHAPE with random weights), with the same plan flags and checks
+ * (forward rules) and the plan's budgets set first; without the engine it is made forward-only
+ * (no gradient buffer: the peak is hpt_plan_estimate's forward-only figure). docs/eval.md.
+ * Invariants: loss = mean over batches of each batch's mean token loss (every batch has B*T
+ * tokens), summed in double; perplexity = exp(loss); same model, data, plan and thread count:
+ * the same bits. */
 #include "cli.h"
 
 #include <getopt.h>

@@ -457,6 +457,7 @@ int cmd_profile(int argc, char **argv) {
     }
     int rc = 0;
     if (out) {
+        tr->arch_label = cli_arch_label(tr->meta.cfg.arch);
         s = hpt_profile_render_svg(tr, &sum, out);
         if (s != HPT_OK) rc = cli_lib_error(s, "drawing the picture");
     }
@@ -466,7 +467,7 @@ int cmd_profile(int argc, char **argv) {
     printf("hptrain profile: %s\n", path);
     if (m->cfg.L)
         printf("  %s L=%d C=%d NH=%d V=%d (%.2fM parameters), B=%d T=%d, %lld steps, %d threads\n",
-               m->cfg.arch == HPT_ARCH_LLAMA ? "llama" : "GPT-2", m->cfg.L, m->cfg.C, m->cfg.NH,
+               cli_arch_label(m->cfg.arch), m->cfg.L, m->cfg.C, m->cfg.NH,
                m->cfg.V, (double)m->num_params / 1e6, m->B, m->T, (long long)m->steps, m->threads);
     printf("  %zu events over %.2f s:", tr->n_events, sum.duration_s);
     int porder[HPT_PHASE_COUNT], np = phase_order(tr, porder);

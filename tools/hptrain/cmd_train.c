@@ -71,10 +71,8 @@ static void stop_signals(void) {
 static const char k_help[] =
     "usage: hptrain train --model PATH|SHAPE --data GLOB [options]\n"
     "\n"
-    "Trains GPT-2 or a Llama-family model on llm.c token shards, from a checkpoint or from a\n"
-    "shape with random initialisation (SHAPE: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m,\n"
-    "gpt2:L=12,C=768,NH=12[,V=50257][,T=1024]; llama3.2-1b, llama3.2-3b, llama3.1-8b,\n"
-    "llama2-7b, mistral-7b, llama:L=..,C=..,NH=..,NKV=..,FF=..[,V=..][,T=..][,theta=..]).\n"
+    "Trains a model of any registered architecture on llm.c token shards, from a checkpoint or\n"
+    "from a shape with random initialisation (SHAPE: @SHAPES@).\n"
     "\n"
     "  --model PATH|SHAPE   llm.c checkpoint or shape (not needed with --resume)\n"
     "  --data GLOB          training shards (quote the glob)\n"
@@ -476,7 +474,7 @@ static int train_main(int argc, char **argv) {
     tmeta.num_params = hpt_model_num_params(hpt_trainer_model(tr));
     fprintf(stderr, "hptrain: %s L=%d C=%d NH=%d V=%d maxT=%d, %.2fM parameters; %zu training "
             "tokens; B=%d T=%d accum=%d, %d threads%s\n",
-            cfg->arch == HPT_ARCH_LLAMA ? "llama" : "GPT-2", cfg->L, cfg->C, cfg->NH, cfg->V, cfg->maxT,
+            cli_arch_label(cfg->arch), cfg->L, cfg->C, cfg->NH, cfg->V, cfg->maxT,
             (double)hpt_model_num_params(hpt_trainer_model(tr)) / 1e6,
             hpt_trainer_train_tokens(tr), o.B, o.T, o.accum, hpt_get_threads(),
             hpt_trainer_start_step(tr) ? " (resumed)" : "");

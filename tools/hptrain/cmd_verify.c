@@ -9,8 +9,8 @@ static const char k_help[] =
     "\n"
     "Checks hptrain against a PyTorch reference state: logits, loss and every gradient of\n"
     "one batch, and with --steps the loss before each AdamW step. --model PATH: an llm.c\n"
-    "GPT-2 checkpoint with llm.c's state (version 2); --model SHAPE (e.g. llama:L=2,...): the\n"
-    "parameters come from the state (version 3, tests/make_ref_state_llama.py).\n"
+    "checkpoint with llm.c's state (version 2); --model SHAPE: the parameters come from the\n"
+    "state (version 3, as the tests' reference scripts write it). SHAPE: @SHAPES@.\n"
     "Exit status 0 when every figure is within --tol (relative, norm-wise; default 1e-4).\n";
 
 int cmd_verify(int argc, char **argv) {
@@ -45,7 +45,7 @@ int cmd_verify(int argc, char **argv) {
     hpt_mem_destroy(mem);
     if (s != HPT_OK) return cli_lib_error(s, "verify");
     printf("model %s L=%d C=%d NH=%d NKV=%d V=%d Vp=%d maxT=%d, batch B=%d T=%d, tolerance %.1e\n",
-           r.cfg.arch == HPT_ARCH_LLAMA ? "llama" : "gpt2", r.cfg.L, r.cfg.C, r.cfg.NH, r.cfg.NKV,
+           cli_arch_name(r.cfg.arch), r.cfg.L, r.cfg.C, r.cfg.NH, r.cfg.NKV,
            r.cfg.V, r.cfg.Vp, r.cfg.maxT, r.B, r.T, r.tol);
     printf("%-10s %-12s %s\n", "check", "rel. error", "");
     printf("%-10s %-12.3e %s\n", "logits", r.logits_rel_err, r.logits_rel_err <= tol ? "ok" : "FAIL");

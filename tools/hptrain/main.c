@@ -64,6 +64,41 @@ static const char *g_optname; /* the long name of the option cli_getopt returned
 
 const char *cli_optname(void) { return g_optname ? g_optname : ""; }
 
+/* Prints a command's help; each "@SHAPES@" in it becomes the registered architectures' SHAPEs
+ * (hpt_arch_desc_of(i)->shapes; ", " between them, "; " between architectures), wrapped at 94
+ * columns, continued at the line's text column (after its last run of two or more spaces
+ * before the mark: an option's description), so that no help text names a family. */
+static void print_help(const char *help) {
+    static const char mark[] = "@SHAPES@";
+    const char *m;
+    while ((m = strstr(help, mark))) {
+        const char *ls = m;
+        while (ls > help && ls[-1] != '\n') ls--;
+        int indent = 0, col = (int)(m - ls), n = hpt_arch_count();
+        for (const char *q = ls; q + 1 < m; q++)
+            if (q[0] == ' ' && q[1] == ' ') {
+                while (q < m && *q == ' ') q++;
+                indent = (int)(q - ls);
+            }
+        fwrite(help, 1, (size_t)(m - help), stdout);
+        for (int i = 0; i < n; i++) {
+            const char *s = hpt_arch_desc_of(i)->shapes;
+            while (*s) {
+                const char *e = strstr(s, ", ");
+                int len = e ? (int)(e - s) : (int)strlen(s), last = !e && i + 1 == n;
+                int first = i == 0 && s == hpt_arch_desc_of(0)->shapes;
+                if (!first && col + 1 + len + !last > 94) printf("\n%*s", indent, ""), col = indent;
+                else if (!first) putchar(' '), col++;
+                printf("%.*s%s", len, s, last ? "" : e ? "," : ";");
+                col += len + !last;
+                s = e ? e + 2 : s + len;
+            }
+        }
+        help = m + sizeof mark - 1;
+    }
+    fputs(help, stdout);
+}
+
 int cli_getopt(const char *cmd, int argc, char **argv, const struct option *longopts,
                const char *help, int *rc) {
     opterr = 0;
@@ -71,7 +106,7 @@ int cli_getopt(const char *cmd, int argc, char **argv, const struct option *long
     int c = getopt_long(argc, argv, ":", longopts, &li);
     g_optname = li >= 0 ? longopts[li].name : NULL;
     if (c == 'h') {
-        fputs(help, stdout);
+        print_help(help);
         *rc = 0;
         return CLI_OPT_EXIT;
     }
@@ -121,6 +156,16 @@ static int is_dir_with_bpe(const char *dir) {
     struct stat st;
     snprintf(p, sizeof p, "%s/encoder.json", dir);
     return stat(p, &st) == 0;
+}
+
+const char *cli_arch_label(int id) {
+    const hpt_arch_desc *d = hpt_arch_desc_of(id);
+    return d ? d->label : "?";
+}
+
+const char *cli_arch_name(int id) {
+    const hpt_arch_desc *d = hpt_arch_desc_of(id);
+    return d ? d->name : "?";
 }
 
 const char *cli_default_tokenizer(void) {

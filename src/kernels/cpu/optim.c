@@ -1,17 +1,12 @@
 /* optim.c: the element loops of AdamW (8-bit capable), Lion, SGD with momentum and Adam-mini.
- *
  * Each kernel walks its tensor in blocks of K_Q8_BLOCK values, one OpenMP static partition of
- * blocks: a block's states are made fp32 (in place for fp32 state, dequantised into a stack
- * buffer for 8-bit state), updated in fp32, used for the parameter update, and requantised with
- * the block's new absmax (bitsandbytes' order: the parameter sees the unquantised new state).
- * Blocks are independent, so the result does not depend on the thread count. k_adamw
- * (pointwise.c) stays the fp32 AdamW path that the PyTorch reference checks.
- * AdamW's 8-bit second moment is stored as its root r = sqrt(v) on the unsigned map, whose
- * smallest code is positive (quant.c): the codes span 10^-7 .. 1 of the block's largest root,
- * i.e. 10^-14 .. 1 of its largest v, and no v of a block with a nonzero absmax dequantises to
- * 0. Stored as v on a map with a 0 code (bitsandbytes'), a v more than ~10^6.8 below its
- * block's largest became 0 while its m did not, and the update m / (sqrt(v) + eps) exploded
- * (docs/optimizers.md, "the zero-point problem"). The fp32 path is unchanged. */
+ * blocks: a block's states are made fp32 (in place, or dequantised into a stack buffer),
+ * updated in fp32, used for the parameter update, and requantised with the block's new absmax
+ * (bitsandbytes' order). AdamW's 8-bit second moment is stored as sqrt(v) on the unsigned map,
+ * whose smallest code is positive (quant.c; docs/optimizers.md, "the zero-point problem").
+ * Invariants: blocks are independent, so the result does not depend on the thread count; no v
+ * of a block with a nonzero absmax dequantises to 0; k_adamw (pointwise.c) stays the fp32 AdamW
+ * path that the PyTorch reference checks. */
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/q8.h"
 
@@ -106,14 +101,15 @@ void k_sgd(k_param p, const float *g, k_state m, size_t n, float lr, float momen
 
 void k_adam_mini(k_param p, const float *g, k_state m, float *v, size_t n, size_t block, float lr,
                  float beta1, float beta2, float eps, float wd, float grad_scale, int64_t t) {
-    size_t nv = n / block, ng = (nv + MINI_ROWS - 1) / MINI_ROWS;
-    /* pass 1: each block's mean of g^2, summed in order in double; MINI_ROWS blocks side by
-     * side (independent sums, so the adds overlap instead of waiting on each other) */
+    /* v (ceil(n / block)): a last partial block of n % block values is a block of its own */
+    size_t nv = (n + block - 1) / block, ng = (nv + MINI_ROWS - 1) / MINI_ROWS;
+    /* pass 1: each block's mean of g^2, summed in order in double; MINI_ROWS whole blocks side
+     * by side (independent sums, so the adds overlap instead of waiting on each other) */
 #pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
     for (size_t q = 0; q < ng; q++) {
         size_t r0 = q * MINI_ROWS, nr = nv - r0 < MINI_ROWS ? nv - r0 : MINI_ROWS;
         double s[MINI_ROWS] = {0};
-        if (nr == MINI_ROWS) {
+        if (nr == MINI_ROWS && (r0 + MINI_ROWS) * block <= n) {
             for (size_t j = 0; j < block; j++)
                 for (int k = 0; k < MINI_ROWS; k++) {
                     double gi = (double)(g[(r0 + (size_t)k) * block + j] * grad_scale);
@@ -121,13 +117,15 @@ void k_adam_mini(k_param p, const float *g, k_state m, float *v, size_t n, size_
                 }
         } else {
             for (size_t k = 0; k < nr; k++)
-                for (size_t j = 0; j < block; j++) {
+                for (size_t j = 0; j < block && (r0 + k) * block + j < n; j++) {
                     double gi = (double)(g[(r0 + k) * block + j] * grad_scale);
                     s[k] += gi * gi;
                 }
         }
-        for (size_t k = 0; k < nr; k++)
-            v[r0 + k] = beta2 * v[r0 + k] + (1.0f - beta2) * (float)(s[k] / (double)block);
+        for (size_t k = 0; k < nr; k++) {
+            size_t len = n - (r0 + k) * block < block ? n - (r0 + k) * block : block;
+            v[r0 + k] = beta2 * v[r0 + k] + (1.0f - beta2) * (float)(s[k] / (double)len);
+        }
     }
     float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
     float step = lr / bc1, rbc2 = 1.0f / sqrtf(bc2), decay = 1.0f - lr * wd;

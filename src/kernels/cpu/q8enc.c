@@ -1,27 +1,12 @@
-/* q8enc.c: 8-bit encoding without gathers (AVX-512 VBMI), the same codes as q8_encode_lut.
- *
- * The step table (simd.h) costs one gather per value, and a gather on this machine's cores
- * costs about one cycle per element whatever its width: two thirds of an 8-bit AdamW update.
- * This encoder reads no table per element. It rests on two facts about the nearest-code rule:
- *  - it is monotone in x (map ascending, the nearer of the two neighbours), so for each code c
- *    there is a threshold T[c], the smallest float whose code is at least c, and
- *    code(x) = c' + (x >= T[c' + 1]) whenever c' is code(x) or code(x) - 1;
- *  - the map is piecewise uniform (a decade's codes are evenly spaced): within a segment of
- *    evenly spaced codes first..last, floor(x * A + B) with A = 1 / spacing and B placing the
- *    codes at half-integers, lowered by a margin (K_ENC_MARGIN of a spacing, far above the
- *    rounding of the map's values and of the multiply-add), is code(x) or code(x) - 1;
- *    clamped to [first - 1, last], it stays so at the segment's ends, where the gap to the
- *    next segment differs from the spacing.
- * So per 16 values: the segment from the sign and exponent (a 128-byte table per sign, by
- * byte shuffles: the segment of the binade's lowest value; no binade of |x| < 2 meets more
- * than two segments, checked when the tables are built), one step up where x is not below
- * the next segment's lower bound (T of its first code: exact, so a value's segment holds its
- * code), the candidate by one multiply-add, and T[c' + 1] by byte-plane shuffles of a
- * 256-entry table (the decoder's scheme, simd_avx512.c). A map that does not fit (more than
- * 16 segments, a binade over three), or a block with a value not finite or |x| >= 2 (never,
- * after the division by the block's absmax, but for NaN), keeps the walk. Exactness is checked
- * for all 2^32 bit patterns by bench/check_q8_tables.c and sampled around every threshold by
- * tests/test_simd.c. */
+/* q8enc.c: 8-bit encoding without gathers (AVX-512 VBMI), the same codes as q8_encode_lut. The
+ * nearest-code rule is monotone (code c has a threshold T[c], its smallest float) and the map
+ * is piecewise uniform, so per 16 values: the segment from sign and exponent by byte shuffles, a
+ * candidate c' by one multiply-add, and code = c' + (x >= T[c' + 1]) by byte-plane lookups.
+ * How and why (a gather costs a cycle per element here): docs/optimizers.md, "8-bit states".
+ * Invariants: the candidate is code(x) or code(x) - 1 (margin K_ENC_MARGIN, clamped at each
+ * segment's ends); a map that does not fit (over 16 segments, a binade over three) or a block
+ * with a value not finite or |x| >= 2 keeps the walk; exactness is checked for all 2^32 bit
+ * patterns by bench/check_q8_tables.c and around every threshold by tests/test_simd.c. */
 #include "kernels/cpu/q8.h"
 #include "kernels/cpu/simd.h"
 

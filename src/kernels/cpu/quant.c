@@ -1,17 +1,9 @@
 /* quant.c: 8-bit block-wise quantisation with Dettmers et al.'s dynamic map ("8-bit Optimizers
- * via Block-wise Quantization", 2021; bitsandbytes' create_dynamic_map(signed, 7, 8)).
- *
- * The dynamic map spends bits on an exponent (a run of leading zero bits, here 10^-6 .. 10^0)
- * and a linear fraction whose length grows with the exponent: for exponent i (0..6) it holds
- * the midpoints of linspace(0.1, 1, k+1) times 10^(i-6), k = 2^i fractions (signed: each with
- * both signs) or 2^(i+1) (unsigned: the sign bit becomes a fraction bit); plus 0 (unsigned:
- * 1e-7, below) and 1. That makes 2*127 + 2 = 256 values (signed, range [-0.993, 1]) and
- * 254 + 2 (unsigned, [1e-7, 1]).
- * The unsigned map holds AdamW's second moment (as sqrt(v), kernels/cpu/optim.c), where a
- * small value read back as 0 under a nonzero first moment blows up the update (Li, Chen, Zhu
- * 2023, "Memory Efficient Optimizers with 4-bit States": the zero-point problem); so its
- * smallest code is 10^-7 instead of bitsandbytes' 0 (the lower end of the smallest exponent's
- * interval: every value below 2.125e-7 of the block's absmax, 0 included, reads back as 1e-7).
+ * via Block-wise Quantization", 2021; bitsandbytes' create_dynamic_map(signed, 7, 8)): an
+ * exponent 10^-6 .. 10^0 and a linear fraction growing with it; signed [-0.993, 1], unsigned
+ * [1e-7, 1]. The unsigned map holds AdamW's sqrt(v), and its smallest code is 1e-7 instead of
+ * 0 against the zero-point problem. The construction and why: docs/optimizers.md, "8-bit
+ * states".
  * Invariant: map[] is strictly ascending, so nearest-code search is a binary search. */
 #include "kernels/cpu/q8.h"
 #include "kernels/cpu/simd.h"

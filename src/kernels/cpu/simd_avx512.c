@@ -1,20 +1,13 @@
 /* simd_avx512.c: the optimizers' block helpers in AVX-512 (the dispatch and its contract:
- * simd.h; the CPU's level is read here, for both vector files). Each function is the portable helper of q8.h or bf16.h written 16 lanes at a time,
- * with the same operations in the same order, so the bits are the same:
- *  - decoding: map[code] by byte-plane shuffles (VBMI) or a gather, times absmax (one IEEE
- *    multiply);
- *  - encoding: one gather from the map's step table (simd.h), which holds q8_encode_lut's
- *    code for every finite float; 16 values with an infinity or NaN among them take
- *    q8_encode_lut's walk (the table's code, one step up where the next code value is not
- *    above x, then the nearer neighbour by the same two float differences and the same strict
- *    comparison: ties to the lower code; comparisons ordered, as C's are, so a NaN takes the
- *    scalar code's path);
- *  - bf16: widening is a shift; rounding to nearest even and stochastic rounding are the
- *    integer additions of bf16.h, with infinities and NaN truncated; the random bits are
- *    splitmix64's finaliser of (seed, index) in 64-bit lanes (AVX-512DQ's multiply).
- * Tails (len not a multiple of 16) use masked loads and stores, never touching memory past
- * len. Compiled with target attributes, so the build's -march does not matter; run only
- * where k_simd_avx512 says the CPU has F, BW, DQ and VL. */
+ * simd.h; the CPU's level is read here, for both vector files): 8-bit decoding by byte-plane
+ * shuffles (VBMI) or a gather, encoding through the step table (simd.h), bf16 widening and
+ * rounding (nearest even, stochastic: splitmix64 of (seed, index)). docs/optimizers.md, "8-bit
+ * states".
+ * Invariants: each function is the portable helper of q8.h or bf16.h 16 lanes at a time, with
+ * the same operations in the same order, so the same bits (16 values with an infinity or NaN
+ * take q8_encode_lut's walk, ties to the lower code, comparisons ordered as C's); tails use
+ * masked loads and stores, never touching memory past len; compiled with target attributes and
+ * run only where k_simd_avx512 says the CPU has F, BW, DQ and VL. */
 #include "kernels/cpu/simd.h"
 
 #include <immintrin.h>

@@ -1,20 +1,12 @@
-/* attention.cu: causal attention on the GPU, grouped-query aware (NKV key/value heads; query head
- * h reads kv head h / (NH / NKV); GPT-2 is NKV = NH), with the CPU's saved-state contract:
- *   plain: out (B,T,NH*hs) and the probabilities att (B,NH,T,T) (upper triangle zero);
- *   flash: out and each row's log-sum-exp lse (B,NH,T), nothing else: no (T,T) buffer exists.
- * qkv rows are (NH + 2 NKV) * hs wide: [q (NH heads) | k (NKV) | v (NKV)].
- *
- * Forward: one block per (query row, head) walks the keys in tiles of AT_TILE with an online
- * softmax (running max and sum, the partial output rescaled when the max grows: FlashAttention's
- * recurrence), the query and the output accumulator in shared memory; the plain version then
- * writes its row of probabilities as exp(s - lse). Inference (the key/value cache) is the same
- * kernel over the cache's rows.
- * Backward (both versions): D_t = sum_j P_tj dP_tj (= dO_t . O_t), then dq by query row and
- * dk, dv by key row (summing over the query heads of its group and the later query rows in a
- * fixed order), each output element written by one thread: deterministic, no atomics, dqkv
- * overwritten. P comes from att (plain) or exp(scale q.k - lse) (flash). Correctness first: the
- * tiles are not staged through shared memory for reuse across rows, nor on tensor cores (a
- * faster kernel is future work, docs/cuda.md). */
+/* attention.cu: causal attention on the GPU, grouped-query aware (query head h reads kv head
+ * h / (NH / NKV)), with the CPU's saved-state contract: plain saves out and the probabilities
+ * (B,NH,T,T); flash saves out and each row's lse (B,NH,T), no (T,T) buffer. Forward: one block
+ * per (query row, head) over key tiles of AT_TILE with the online softmax (inference: the same
+ * kernel over the cache's rows); backward: D = dO . O, then dq by query row and dk, dv by key
+ * row. Correctness first: no shared-memory reuse across rows, no tensor cores (docs/cuda.md).
+ * Invariants: each output element is written by one thread, its sums in a fixed order (over
+ * the group's query heads and the later query rows): deterministic, no atomics; dqkv is
+ * overwritten; D is summed in the order of each dP (T = 1: dq = dk = 0 exactly). */
 #include "kernels/cuda/cu_common.cuh"
 
 #include <math.h>
@@ -180,24 +172,36 @@ __device__ inline float at_prob(const at_bwd &a, int b, int h, int t, int j, con
     return expf(d * a.scale - a.lse[row]);
 }
 
-/* grid (T * NH, B): D_t = dO_t . O_t (flash), sum_j P_tj (dO_t . v_j) (plain) */
+/* grid (T * NH, B): D_t = dO_t . O_t (flash), sum_j P_tj (dO_t . v_j) (plain). Each sum runs in
+ * order, as each dP = dO_t . v_j is summed in d_attn_dq / d_attn_dkv (i = 0 .. hs-1; j = 0 .. t):
+ * a row with one key (t = 0: P = 1, O = v_0) then gets dP - D = 0 and dS = 0 exactly, so T = 1's
+ * dq and dk are exactly 0 as on the CPU (kernels/cpu/flash_attention.c) instead of the rounding
+ * noise a reduction tree's partial sums leave. The dP of a tile are made in parallel; the O(T hs)
+ * in-order sums are small beside the backward's O(T^2 hs). */
 __global__ void d_attn_D(at_bwd a) {
-    __shared__ float red[32];
+    __shared__ float pd[AT_TILE];
     const int b = blockIdx.y, t = blockIdx.x / a.NH, h = blockIdx.x % a.NH, kh = h / a.group;
     const float *d = a.dout + ((size_t)b * a.T + t) * a.NH * a.hs + (size_t)h * a.hs;
     float acc = 0.0f;
     if (a.out) {
         const float *o = a.out + ((size_t)b * a.T + t) * a.NH * a.hs + (size_t)h * a.hs;
-        for (int i = threadIdx.x; i < a.hs; i += blockDim.x) acc += d[i] * o[i];
+        if (threadIdx.x == 0)
+            for (int i = 0; i < a.hs; i++) acc += d[i] * o[i];
     } else {
-        for (int j = threadIdx.x; j <= t; j += blockDim.x) {
-            const float *vr = a.qkv + ((size_t)b * a.T + j) * a.W + (size_t)(a.NH + a.NKV + kh) * a.hs;
-            float dp = 0.0f;
-            for (int i = 0; i < a.hs; i++) dp += d[i] * vr[i];
-            acc += a.att[(((size_t)b * a.NH + h) * a.T + t) * a.T + j] * dp;
+        for (int k0 = 0; k0 <= t; k0 += AT_TILE) {
+            const int n = t + 1 - k0 < AT_TILE ? t + 1 - k0 : AT_TILE;
+            __syncthreads(); /* the previous tile's pd[] is summed */
+            for (int j = threadIdx.x; j < n; j += blockDim.x) {
+                const float *vr = a.qkv + ((size_t)b * a.T + k0 + j) * a.W + (size_t)(a.NH + a.NKV + kh) * a.hs;
+                float dp = 0.0f;
+                for (int i = 0; i < a.hs; i++) dp += d[i] * vr[i];
+                pd[j] = a.att[(((size_t)b * a.NH + h) * a.T + t) * a.T + k0 + j] * dp;
+            }
+            __syncthreads();
+            if (threadIdx.x == 0)
+                for (int j = 0; j < n; j++) acc += pd[j];
         }
     }
-    acc = cu_block_sum(acc, red);
     if (threadIdx.x == 0) a.D[((size_t)b * a.NH + h) * a.T + t] = acc;
 }
 

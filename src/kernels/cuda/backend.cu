@@ -1,29 +1,20 @@
-/* backend.cu: the CUDA backend's table (kernels/backend.h), its device, streams and memory.
- *
- * Memory. The device tier is one region of GPU memory, taken with a single cudaMalloc at the
- * first device allocation: the hpt_mem's device budget, or (budget unlimited) what the GPU has
- * free less CU_MARGIN. The region is carved by a first-fit allocator over a sorted list of free
- * extents (256-byte aligned, neighbours coalesced on free); the memory manager accounts every
- * allocation first (mem_reserve: the budget, the categories, the timeline), exactly as on the
- * CPU, so the accounted bytes are the carved bytes rounded down to each request. No cudaMalloc
- * or cudaFree runs after setup. The host tier is pinned (cudaHostAlloc), accounted the same way.
- * The library's own fixed overhead (cuBLAS workspace, the reduction scratch, the staging
- * buffer, the q8 tables) is allocated at initialisation and is part of what test_cuda measures
- * as the context's overhead, beside the CUDA context itself.
- *
- * Streams. Ops run on cu_stream in issue order. A copy that touches the host runs on its own
- * stream (one per direction): it waits, by an event, for the compute work issued before it, and
- * the compute work issued after it waits, by another event, for the copy; it returns when its
- * bytes have arrived, as the CPU's memcpy does. Device-to-device copies and memsets are stream
- * ops. sync() waits for all three streams.
- *
- * Errors. Ops cannot fail (the table's contract): the first CUDA or cuBLAS error is kept and
+/* backend.cu: the CUDA backend's table (kernels/backend.h), its device, streams and memory. The
+ * device tier is one region taken with a single cudaMalloc at the first device allocation (the
+ * budget; unlimited: free memory less 512 MiB, at most HPT_CUDA_REGION) and carved first-fit
+ * (256-byte pieces, neighbours coalesced); the host tier is pinned. Ops run on cu_stream in
+ * issue order; host copies run on a stream per direction, ordered against the compute by events.
+ * docs/cuda.md, "What is implemented".
+ * Invariants: the memory manager accounts every piece first (mem_reserve), as on the CPU; no
+ * cudaMalloc or cudaFree after setup; a host copy returns when its bytes have arrived, as memcpy
+ * does (host to host after the compute issued before it); sync() waits for every op and copy
+ * (the transfers' streams too); ops cannot fail: the first CUDA or cuBLAS error is kept and
  * hpt_cuda_status() returns it. */
 #include "kernels/cuda/cu_common.cuh"
 #include "kernels/cuda/carve.h"
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define CU_ALIGN 256
@@ -143,6 +134,8 @@ static hpt_status init_locked(void) {
     return HPT_OK;
 }
 
+extern "C" void *hpt_cuda_compute_stream(void) { return (void *)cu_stream; }
+
 extern "C" void hpt_cuda_set_tf32(int on) {
     if (g_ready)
         cu_note_blas(cublasSetMathMode(cu_blas, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH),
@@ -164,6 +157,13 @@ static hpt_status region_open_locked(size_t want) {
         cudaError_t e = cudaMemGetInfo(&fr, &tot);
         if (e != cudaSuccess) return hpt_fail(HPT_ERR_OOM, "cudaMemGetInfo: %s", cudaGetErrorString(e));
         want = fr > 2 * CU_MARGIN ? fr - CU_MARGIN : fr / 2;
+        const char *cap = getenv("HPT_CUDA_REGION");
+        uint64_t cb = 0;
+        if (cap && *cap) {
+            if (hpt_parse_size(cap, &cb) != HPT_OK || !cb)
+                return hpt_fail(HPT_ERR_INVALID, "HPT_CUDA_REGION=%s: not a size (\"2GiB\")", cap);
+            if (cb < want) want = (size_t)cb;
+        }
     }
     want = want / CU_ALIGN * CU_ALIGN;
     g_free = (hpt_extent *)malloc(CU_MAX_EXTENTS * sizeof(hpt_extent)); /* allocator metadata, host */
@@ -275,7 +275,10 @@ static void cu_copy(void *dst, const void *src, size_t bytes, hpt_copy_kind kind
     case HPT_COPY_D2D:
         cu_note(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cu_stream), "D2D copy");
         break;
-    case HPT_COPY_H2H: memcpy(dst, src, bytes); break;
+    case HPT_COPY_H2H: /* after the compute issued so far, which may write a pinned buffer */
+        cu_note(cudaStreamSynchronize(cu_stream), "H2H copy");
+        memcpy(dst, src, bytes);
+        break;
     case HPT_COPY_H2D:
     case HPT_COPY_D2H:
         pthread_mutex_lock(&g_lock);
@@ -298,6 +301,7 @@ static void cu_sync(void) {
     cu_note(cudaStreamSynchronize(cu_stream), "sync");
     cu_note(cudaStreamSynchronize(g_h2d), "sync");
     cu_note(cudaStreamSynchronize(g_d2h), "sync");
+    cu_transfer_sync();
 }
 
 static hpt_backend g_table;

@@ -33,6 +33,8 @@ void cu_note_blas(cublasStatus_t s, const char *what);
 void cu_enter(void);
 /* The host reads n doubles of cu_red after the stream's work: the reductions' results. */
 void cu_read_red(int n);
+/* Waits for the transfers' LOAD and STORE streams (transfer.cu), where they exist: sync()'s part. */
+void cu_transfer_sync(void);
 
 #define CU_LAUNCHED(what) cu_note(cudaGetLastError(), what)
 

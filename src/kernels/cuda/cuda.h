@@ -4,13 +4,8 @@
  *   hpt_cuda_select(0);                          // before the first use: which GPU
  *   const hpt_backend *be = hpt_backend_cuda();  // NULL, with hpt_last_error(), without a GPU
  *
- * The device tier is one region of GPU memory taken once (the hpt_mem's device budget, or
- * what the GPU has free less a margin when the budget is unlimited) and carved by the backend's
- * own allocator: no cudaMalloc or cudaFree happens after it. The host tier is pinned memory
- * (cudaHostAlloc). Both are accounted by the memory manager exactly as the CPU's tiers. Ops run
- * in order on one compute stream; copies run on their own streams, ordered against the compute
- * stream by events, and return when their bytes have arrived. Ops cannot fail: a CUDA error is
- * kept (the first one) and reported by hpt_cuda_status(). */
+ * Memory (one carved device region, pinned host), streams and errors: backend.cu. Ops cannot
+ * fail: the first CUDA error is kept and reported by hpt_cuda_status(). */
 #ifndef HPT_KERNELS_CUDA_H
 #define HPT_KERNELS_CUDA_H
 
@@ -36,6 +31,9 @@ hpt_status hpt_cuda_reserve(size_t bytes);
 void hpt_cuda_region(size_t *region_bytes, size_t *used_bytes);
 /* cudaMemGetInfo of the current device: an independent reading of the GPU's memory. */
 hpt_status hpt_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
+/* The compute stream the ops run on (a cudaStream_t; benchmarks record their timing events on
+ * it, as events on the legacy stream do not order against a non-blocking stream). */
+void *hpt_cuda_compute_stream(void);
 /* TF32 tensor-core math for the fp32 GEMMs (off by default: fp32 GEMMs are exact fp32). */
 void hpt_cuda_set_tf32(int on);
 /* C (M,N) = alpha * op(A) op(B) + beta * C, row-major as the table's gemm, with A and B bf16

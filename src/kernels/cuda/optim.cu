@@ -164,17 +164,20 @@ void cu_sgd(hpt_be_param p, const float *g, hpt_be_state m, size_t n, float lr, 
     CU_LAUNCHED("sgd");
 }
 
-/* Adam-mini's pass 1: one thread per row of `block` values, its mean of g^2 in double in order */
-__global__ void d_mini_v(float *v, const float *g, size_t nv, size_t block, float beta2, float gs) {
-    size_t r = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    if (r >= nv) return;
-    const float *gr = g + r * block;
-    double s = 0.0;
-    for (size_t j = 0; j < block; j++) {
-        double gi = (double)(gr[j] * gs);
-        s += gi * gi;
+/* Adam-mini's pass 1: one thread per row of `block` values (the last row n % block values when
+ * that is not 0), its mean of g^2 in double in order; grid-stride, as cu_grid caps the grid */
+__global__ void d_mini_v(float *v, const float *g, size_t n, size_t nv, size_t block, float beta2,
+                         float gs) {
+    CU_FOR(r, nv) {
+        const float *gr = g + r * block;
+        const size_t len = n - r * block < block ? n - r * block : block;
+        double s = 0.0;
+        for (size_t j = 0; j < len; j++) {
+            double gi = (double)(gr[j] * gs);
+            s += gi * gi;
+        }
+        v[r] = beta2 * v[r] + (1.0f - beta2) * (float)(s / (double)len);
     }
-    v[r] = beta2 * v[r] + (1.0f - beta2) * (float)(s / (double)block);
 }
 
 void cu_adam_mini(hpt_be_param p, const float *g, hpt_be_state m, float *v, size_t n,
@@ -182,8 +185,8 @@ void cu_adam_mini(hpt_be_param p, const float *g, hpt_be_state m, float *v, size
                   float grad_scale, int64_t t) {
     if (!n || !block) return;
     cu_enter();
-    size_t nv = n / block;
-    d_mini_v<<<cu_grid(nv), CU_T, 0, cu_stream>>>(v, g, nv, block, beta2, grad_scale);
+    size_t nv = (n + block - 1) / block; /* v's entries: a partial last block is one */
+    d_mini_v<<<cu_grid(nv), CU_T, 0, cu_stream>>>(v, g, n, nv, block, beta2, grad_scale);
     CU_LAUNCHED("adam_mini v");
     upd_args a = bias_args(lr, beta1, beta2, eps, wd, grad_scale, t);
     a.vmini = v, a.block = block;

@@ -5,7 +5,8 @@
  * event without timing. Nothing orders a copy but the caller's events (the table's contract).
  * The streams are made once, at the first hpt_transfer_cuda() (hpt_device_bind makes that
  * call), under a lock, and live as long as the process: hpt_cuda_shutdown leaves them, as it
- * does not reset the device (a few hundred bytes of the driver's). Errors: event_create returns
+ * does not reset the device (a few hundred bytes of the driver's); the backend's sync() waits for
+ * them too (cu_transfer_sync), as backend.h promises for every copy. Errors: event_create returns
  * them; the other calls keep the first in cu_note for hpt_cuda_status(). */
 #include "kernels/cuda/cu_common.cuh"
 
@@ -63,6 +64,15 @@ static void x_stream_wait(hpt_xstream s, hpt_xevent *e) {
 static void x_host_wait(hpt_xevent *e) {
     cu_enter();
     cu_note(cudaEventSynchronize(e->ev), "transfer host wait");
+}
+
+void cu_transfer_sync(void) {
+    pthread_mutex_lock(&g_xlock);
+    const int ready = g_xready;
+    pthread_mutex_unlock(&g_xlock);
+    if (!ready) return;
+    cu_note(cudaStreamSynchronize(g_xs[HPT_XS_LOAD]), "sync (transfer LOAD stream)");
+    cu_note(cudaStreamSynchronize(g_xs[HPT_XS_STORE]), "sync (transfer STORE stream)");
 }
 
 static hpt_transfer g_x = {"cuda", 1, x_event_create, x_event_destroy, x_copy_async,

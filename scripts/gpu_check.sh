@@ -1,0 +1,545 @@
+#!/usr/bin/env bash
+# scripts/gpu_check.sh: the GPU check in one command (issue 32; docs/cuda.md, "Checking it on a
+# GPU"). On a bare device machine (CUDA, PyTorch; no oneDNN, cJSON, PCRE2 or Open MPI, no package
+# registry) it builds hptrain's GPU targets against the libraries in .gpu_deps/ (Debian's
+# packages, unpacked from one archive that this script prepares here with --prepare), then runs,
+# each stage under a timeout and all within the budget (GPU_CHECK_BUDGET, 470 s), most important
+# first so that a timeout keeps what came before:
+#   env        the GPU, driver, nvcc, PyTorch (nvidia-smi, nvcc --version)
+#   build      cmake (sm_90 only, no MPI, no sanitizer variant), the GPU tests, hptrain, bench_cuda
+#   reference  PyTorch's tiny GPT-2 reference state for test_cuda_gpt2 (tests/make_ref_state.py)
+#   test_cuda, test_backend, test_cuda_train, test_cuda_gpt2
+#              one at a time, HPT_REQUIRE_GPU=1: a CUDA backend that does not start fails
+#   train      hptrain train on a tiny GPT-2 for 20 steps, --device cpu and --device cuda:
+#              the losses side by side
+#   sanitizer  test_backend under compute-sanitizer --tool memcheck
+#   gemm       cuBLAS's fp32, TF32 and bf16 GEMM peaks (bench_cuda peak)
+#   gpt2       gpt2-124m (B 8, T 1024): hptrain --device cuda, PyTorch eager and torch.compile
+#              (bf16 autocast): tokens/s and MFU against the bf16 peak
+#   llama8b    llama3.1-8b at --memory 24GB, 3 steps (bench/bench_gpu_8b.sh --quick): tokens/s,
+#              the GPU's used memory (nvidia-smi) against the estimate, PCIe bytes against the minimum
+#   llama1b    the llama3.2-1b shape (B 2, T 1024): hptrain, PyTorch eager and torch.compile
+# It writes report.md, results.jsonl and logs.tar.gz (every stage's log) under $OUT (out/gpu_check
+# when OUT is unset), rewritten after each stage; at most 8 files come back from a device call.
+#
+# usage: scripts/gpu_check.sh [--dry-run] [--prepare] [--only S1,S2] [--from STAGE] [--budget SECONDS]
+#                             [--build DIR]
+#   --dry-run  on a machine without a GPU: every step that needs none (the deps folder made and
+#              unpacked, the size of what travels, a configure against the deps, the reference,
+#              the CPU training run and the estimates, parsed; the report), the GPU stages marked
+#              skipped; reuses the build tree DIR (default build) instead of building; exits 0
+#              unless a non-GPU step failed
+#   --prepare  only make .gpu_deps/deps.tar.xz (from the Debian packages) and exit
+#   --only, --from  run these stages / this stage and the ones after it, beside the setup stages
+#              (env, deps, build, reference: a second call on the same warm machine finds the
+#              build tree build-gpu there and builds only what changed)
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+DRY=0
+PREPARE=0
+ONLY=""
+FROM=""
+BUDGET=${GPU_CHECK_BUDGET:-470}
+BUILD=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --dry-run) DRY=1; shift ;;
+    --prepare) PREPARE=1; shift ;;
+    --only) ONLY=",$2,"; shift 2 ;;
+    --from) FROM=$2; shift 2 ;;
+    --budget) BUDGET=$2; shift 2 ;;
+    --build) BUILD=$2; shift 2 ;;
+    *) echo "usage: $0 [--dry-run] [--prepare] [--only S1,S2] [--from STAGE] [--budget S] [--build DIR]" >&2
+       exit 2 ;;
+    esac
+done
+[ -n "$BUILD" ] || { [ $DRY = 1 ] && BUILD=build || BUILD=build-gpu; }
+case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+DEPS_DIR=${GPU_DEPS_DIR:-$ROOT/.gpu_deps} # where --prepare writes the archive (the ctest: its build tree)
+DEPS_TAR="$DEPS_DIR/deps.tar.xz"
+# Debian's runtime and development packages of what the device machine lacks; libdnnl needs
+# libOpenCL.so.1 (ocl-icd) to load
+DEPS_PKGS="libdnnl2 libdnnl-dev libcjson1 libcjson-dev libpcre2-8-0 libpcre2-dev ocl-icd-libopencl1"
+TRAVEL_LIMIT=$((64 * 1024 * 1024))
+# a python3 with PyTorch: the device's python3 (PyTorch's own), Debian's /usr/bin/python3 here
+PY=${PYTHON:-}
+if [ -z "$PY" ]; then
+    for p in python3 /usr/bin/python3; do
+        "$p" -c 'import torch' 2>/dev/null && { PY=$p; break; }
+    done
+    PY=${PY:-python3}
+fi
+
+# ---- the deps archive (here, where apt works) ----
+prepare_deps() {
+    local tmp debs p f
+    tmp=$(mktemp -d /tmp/gpu_deps.XXXXXX)
+    debs="$tmp/debs"
+    mkdir -p "$debs" "$tmp/root"
+    for p in $DEPS_PKGS; do
+        # the local apt cache first, else apt-get download (the registry's ordinary client)
+        f=$(ls /var/cache/apt/archives/"${p}"_*_amd64.deb 2>/dev/null | sort -V | tail -n 1)
+        if [ -n "$f" ]; then cp "$f" "$debs/"
+        else (cd "$debs" && apt-get download "$p") || { echo "gpu_check: cannot get $p here" >&2; rm -rf "$tmp"; return 3; }
+        fi
+    done
+    for f in "$debs"/*.deb; do dpkg -x "$f" "$tmp/root" || { rm -rf "$tmp"; return 1; }; done
+    rm -rf "$tmp/root/usr/share" "$tmp/root/etc"
+    find "$tmp/root" -name '*.a' -delete # shared libraries only
+    mkdir -p "$DEPS_DIR"
+    (cd "$debs" && ls -1 *.deb) > "$tmp/root/MANIFEST"
+    # xz -1: a tenth of -6's time on two busy cores, 8 MB instead of 7
+    XZ_OPT="-1 -T2" tar -C "$tmp/root" -cJf "$DEPS_TAR.part" . && mv "$DEPS_TAR.part" "$DEPS_TAR" || { rm -rf "$tmp"; return 1; }
+    cp "$tmp/root/MANIFEST" "$DEPS_DIR/MANIFEST"
+    rm -rf "$tmp"
+    echo "gpu_check: $DEPS_TAR: $(du -h "$DEPS_TAR" | cut -f1) from $(tr '\n' ' ' < "$DEPS_DIR/MANIFEST")"
+}
+if [ $PREPARE = 1 ]; then prepare_deps; exit $?; fi
+
+OUT=${OUT:-$ROOT/out/gpu_check}
+mkdir -p "$OUT"
+WORK=$(mktemp -d /tmp/gpu_check.XXXXXX)
+mkdir -p "$WORK/logs" "$WORK/detail" "$WORK/data"
+RESULTS="$WORK/results.jsonl"
+: > "$RESULTS"
+T0=$(date +%s)
+export OMP_WAIT_POLICY=PASSIVE PYTHONUNBUFFERED=1
+if [ $DRY = 1 ]; then DEPS="$WORK/deps"; else DEPS=/tmp/hpt_deps; fi
+DEPLIB="$DEPS/usr/lib/x86_64-linux-gnu"
+HPT="$BUILD/hptrain"
+
+# ---- the stage runner ----
+# stage NAME LIMIT KIND FN: FN (a function of this file) runs under `timeout` for LIMIT seconds or
+# what is left of the budget, its output in logs/NAME.log; KIND gpu: skipped in a dry run. FN may
+# write a one-line note to $WORK/note, a status (skipped, fail) to $WORK/status, and markdown to
+# $WORK/detail/NAME.md. After each stage the report and the logs are rewritten under $OUT.
+started=0
+wanted() {
+    # the setup stages always run (on a warm machine: the archive unpacked again, an incremental
+    # build, the reference kept), so that a second call builds what was fixed between the calls
+    case "$1" in env|deps|size|build|reference) return 0 ;; esac
+    if [ -n "$ONLY" ]; then case "$ONLY" in *",$1,"*) return 0 ;; *) return 1 ;; esac; fi
+    if [ -n "$FROM" ] && [ $started = 0 ]; then [ "$1" = "$FROM" ] && started=1 || return 1; fi
+    return 0
+}
+record() { # name status seconds note
+    "$PY" -c 'import json,sys; print(json.dumps({"stage":sys.argv[1],"status":sys.argv[2],"secs":int(sys.argv[3]),"note":sys.argv[4]}))' \
+        "$1" "$2" "$3" "$4" >> "$RESULTS"
+    printf '%-16s %-8s %4ss  %s\n' "$1" "$2" "$3" "$4"
+    write_report
+}
+stage() {
+    local name=$1 limit=$2 kind=$3 fn=$4 left t rc st note
+    wanted "$name" || return 0
+    if [ $DRY = 1 ] && [ "$kind" = gpu ]; then record "$name" skipped 0 "dry run: needs a GPU"; return 0; fi
+    left=$((BUDGET - ($(date +%s) - T0) - 5))
+    if [ $left -lt 15 ]; then record "$name" skipped 0 "out of time (budget ${BUDGET} s): run it with --from $name"; return 0; fi
+    [ "$limit" -gt $left ] && limit=$left
+    rm -f "$WORK/note" "$WORK/status"
+    t=$(date +%s)
+    STAGE=$name timeout -k 10 "$limit" bash -c "set -o pipefail; $fn" > "$WORK/logs/$name.log" 2>&1
+    rc=$?
+    t=$(($(date +%s) - t))
+    note=$(cat "$WORK/note" 2>/dev/null || true)
+    if [ $rc = 124 ] || [ $rc = 137 ]; then st=timeout; note="timed out after ${limit} s; ${note:-$(tail -n 1 "$WORK/logs/$name.log")}"
+    elif [ -s "$WORK/status" ]; then st=$(cat "$WORK/status")
+    elif [ $rc = 0 ]; then st=pass
+    elif [ $rc = 77 ]; then st=skipped
+    else st=fail; [ -n "$note" ] || note="exit $rc: $(tail -n 1 "$WORK/logs/$name.log")"
+    fi
+    record "$name" "$st" "$t" "$note"
+}
+
+write_report() {
+    tar -C "$WORK" -czf "$OUT/logs.tar.gz.part" logs detail results.jsonl 2>/dev/null && mv "$OUT/logs.tar.gz.part" "$OUT/logs.tar.gz"
+    cp "$RESULTS" "$OUT/results.jsonl"
+    "$PY" - "$WORK" "$OUT/report.md" "$DRY" "$BUDGET" "$(($(date +%s) - T0))" <<'EOF'
+import json, os, sys
+work, path, dry, budget, elapsed = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4], sys.argv[5]
+rows = [json.loads(l) for l in open(os.path.join(work, "results.jsonl")) if l.strip()]
+env = open(os.path.join(work, "env.txt")).read().strip() if os.path.exists(os.path.join(work, "env.txt")) else ""
+out = ["# hptrain GPU check" + (" (dry run: no GPU stage ran)" if dry else ""), ""]
+if env:
+    out += ["```", env, "```", ""]
+out += [f"elapsed {elapsed} s of a {budget} s budget", "",
+        "| stage | status | s | result |", "| --- | --- | --- | --- |"]
+for r in rows:
+    out.append(f"| {r['stage']} | {r['status']} | {r['secs']} | {r['note'].replace('|', '/')} |")
+out.append("")
+for r in rows:
+    d = os.path.join(work, "detail", r["stage"] + ".md")
+    if os.path.exists(d):
+        out += [f"## {r['stage']}", "", open(d).read().rstrip(), ""]
+open(path, "w").write("\n".join(out) + "\n")
+EOF
+}
+
+# ---- helpers the stages share (exported: the stages run in bash -c) ----
+note() { echo "$*" > "$WORK/note"; }
+status() { echo "$1" > "$WORK/status"; }
+detail() { cat >> "$WORK/detail/$STAGE.md"; }
+# shard FILE N V: an llm.c token shard of N random tokens below V (uint16, or uint32 version 7
+# when V > 65535), seed 1; the same tokens on every machine
+shard() {
+    "$PY" - "$1" "$2" "$3" <<'EOF'
+import random, struct, sys
+path, n, V = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rnd = random.Random(1)
+big = V > 65535
+# a learnable stream: a random walk over a table of 4096 random tokens, so the loss falls
+table = [rnd.randrange(V) for _ in range(4096)]
+toks, j = [], 0
+for i in range(n):
+    j = (j + 1 + (rnd.randrange(8) == 0) * rnd.randrange(4096)) % 4096
+    toks.append(table[j])
+hdr = [20240801, 7, n] if big else [20240520, 1, n]
+with open(path, "wb") as f:
+    f.write(struct.pack("<256i", *(hdr + [0] * 253)))
+    f.write(struct.pack("<%d%s" % (n, "I" if big else "H"), *toks))
+EOF
+}
+# bf16_peak: the bf16 GEMM peak (TFLOP/s) of this call's gemm stage or an earlier call's; 0: none
+bf16_peak() {
+    local f
+    for f in "$WORK/peak.json" "$BUILD/peak.json"; do
+        [ -s "$f" ] && { "$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["bf16_peak_tflops"])' "$f"; return; }
+    done
+    echo 0
+}
+# flops_per_token ESTIMATE_OUTPUT: "FLOPs/token 798.09 MFLOP" in FLOPs
+flops_per_token() {
+    "$PY" -c '
+import re, sys
+m = re.search(r"FLOPs/token ([0-9.]+) ([KMGT]?)FLOP", open(sys.argv[1]).read())
+print(float(m.group(1)) * {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}[m.group(2)] if m else 0)' "$1"
+}
+# mean_tps LOG: the mean tokens_per_s of steps 2.. of a --log file (the first warms up)
+mean_tps() {
+    "$PY" -c '
+import json, sys
+s = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+t = [x["tokens_per_s"] for x in s[1:]] or [x["tokens_per_s"] for x in s]
+print("%.1f" % (sum(t) / len(t)) if t else 0)' "$1"
+}
+export -f note status detail shard bf16_peak flops_per_token mean_tps
+export WORK DRY ROOT BUILD HPT DEPS DEPLIB DEPS_TAR PY TRAVEL_LIMIT DEPS_DIR
+
+# ---- the stages ----
+st_env() {
+    {
+        echo "commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') on $(uname -n), $(nproc) cores, $(date -u +%FT%TZ)"
+        nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "nvidia-smi: none"
+        (command -v nvcc >/dev/null && nvcc --version || /usr/local/cuda/bin/nvcc --version) 2>/dev/null | tail -n 1
+        "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())' 2>&1 | tail -n 1
+        command -v compute-sanitizer >/dev/null && echo "compute-sanitizer: $(command -v compute-sanitizer)" ||
+            { [ -x /usr/local/cuda/bin/compute-sanitizer ] && echo "compute-sanitizer: /usr/local/cuda/bin" || echo "compute-sanitizer: none"; }
+    } | tee "$WORK/env.txt"
+    note "$(sed -n 2p "$WORK/env.txt")"
+}
+
+st_deps() {
+    if [ $DRY = 1 ] && [ ! -s "$DEPS_TAR" ]; then
+        bash "$ROOT/scripts/gpu_check.sh" --prepare
+        case $? in
+        0) ;;
+        3) note "the Debian packages cannot be got on this machine (no apt cache, no registry)"; status skipped; exit 0 ;;
+        *) note "--prepare failed"; exit 1 ;;
+        esac
+    fi
+    if [ $DRY = 0 ] && [ ! -s "$DEPS_TAR" ]; then
+        # no archive carried: the machine must have the libraries itself
+        ldconfig -p | grep -q libdnnl || { note "no .gpu_deps/deps.tar.xz (carry .gpu_deps) and no libdnnl here"; exit 1; }
+        note "no archive: the system's libraries"; exit 0
+    fi
+    mkdir -p "$DEPS"
+    tar -C "$DEPS" -xJf "$DEPS_TAR" ||
+        "$PY" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$DEPS_TAR" "$DEPS" || exit 1
+    for l in libdnnl.so libcjson.so libpcre2-8.so libOpenCL.so.1; do
+        [ -e "$DEPLIB/$l" ] || { note "$l missing from the archive"; exit 1; }
+    done
+    # a program against the archive's headers and libraries alone: they load and answer
+    cat > "$WORK/deps_probe.c" <<'EOF'
+#include <cjson/cJSON.h>
+#include <dnnl.h>
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <stdio.h>
+int main(void) {
+    const dnnl_version_t *v = dnnl_version();
+    char p[64];
+    pcre2_config(PCRE2_CONFIG_VERSION, p);
+    printf("oneDNN %d.%d.%d, cJSON %s, PCRE2 %s\n", v->major, v->minor, v->patch, cJSON_Version(), p);
+    return 0;
+}
+EOF
+    "$(command -v cc || echo gcc)" -I"$DEPS/usr/include" "$WORK/deps_probe.c" -L"$DEPLIB" -Wl,-rpath-link,"$DEPLIB" \
+        -ldnnl -lcjson -lpcre2-8 -o "$WORK/deps_probe" || { note "the probe does not build against the archive"; exit 1; }
+    LD_LIBRARY_PATH="$DEPLIB" "$WORK/deps_probe" > "$WORK/probe.txt" || { note "the probe does not run"; exit 1; }
+    note "$(du -h "$DEPS_TAR" | cut -f1) archive: $(cat "$WORK/probe.txt")"
+}
+
+st_size() {
+    # what a device call sends: tracked and untracked-not-ignored files, plus the carried .gpu_deps
+    local tree deps total
+    tree=$(git -C "$ROOT" ls-files -co --exclude-standard -z | (cd "$ROOT" && xargs -0 -r stat -L -c %s 2>/dev/null) |
+           awk '{s += $1} END {print s + 0}')
+    deps=$(du -sb "$DEPS_DIR" 2>/dev/null | cut -f1)
+    total=$((tree + ${deps:-0}))
+    note "$((total / 1048576)) MiB travel (tree $((tree / 1048576)) MiB + $(basename "$DEPS_DIR") $((${deps:-0} / 1048576)) MiB) of 64 MiB"
+    [ $total -le $TRAVEL_LIMIT ]
+}
+
+CONFIGURE_ARGS() { # the device's configure, against the deps archive
+    echo -DCMAKE_BUILD_TYPE=Release -DHPT_SANITIZE=OFF -DHPT_MPI=OFF -DHPT_GENERIC_V3=OFF \
+        -DHPT_CUDA_ARCHS=90 -DDNNL_LIB="$DEPLIB/libdnnl.so" -DCJSON_LIB="$DEPLIB/libcjson.so" \
+        -DPCRE2_LIB="$DEPLIB/libpcre2-8.so" -DCJSON_INC="$DEPS/usr/include/cjson" \
+        "-DCMAKE_C_FLAGS=-I$DEPS/usr/include" \
+        "-DCMAKE_EXE_LINKER_FLAGS=-Wl,-rpath-link,$DEPLIB -Wl,-rpath,$DEPLIB -Wl,--disable-new-dtags"
+}
+export -f CONFIGURE_ARGS
+TARGETS="hptrain_cli test_cuda test_backend test_cuda_train test_cuda_gpt2 bench_cuda"
+export TARGETS
+
+st_build() {
+    if [ $DRY = 1 ] && [ ! -e "$DEPLIB/libdnnl.so" ]; then
+        status skipped; note "no deps archive here: the configure against it is not checked"; exit 0
+    fi
+    if [ $DRY = 1 ]; then
+        # the device's configure, against the archive, in a scratch tree (no build: this machine's
+        # build tree is reused), then the reused tree's executables
+        # shellcheck disable=SC2046
+        cmake -S "$ROOT" -B "$WORK/cfg" $(CONFIGURE_ARGS) > "$WORK/cfg.log" 2>&1 || { cat "$WORK/cfg.log"; note "configure against the deps failed"; exit 1; }
+        cat "$WORK/cfg.log"
+        grep -q "^DNNL_LIB:FILEPATH=$DEPLIB" "$WORK/cfg/CMakeCache.txt" || { note "configure did not take the archive's oneDNN"; exit 1; }
+        local cuda_on
+        cuda_on=$(grep -c "CUDA backend ON" "$WORK/cfg.log")
+        rm -rf "$WORK/cfg"
+        for t in hptrain test_cuda test_backend test_cuda_train test_cuda_gpt2; do
+            [ -x "$BUILD/$t" ] || { note "$BUILD/$t missing: build the tree first"; exit 1; }
+        done
+        note "configure against the deps: ok (CUDA backend $([ "$cuda_on" -gt 0 ] && echo ON || echo OFF)); reusing $BUILD"
+        exit 0
+    fi
+    export LD_LIBRARY_PATH="$DEPLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export PATH="$PATH:/usr/local/cuda/bin"
+    # shellcheck disable=SC2046
+    cmake -S "$ROOT" -B "$BUILD" $(CONFIGURE_ARGS) 2>&1 | tee "$WORK/cfg.log" || { note "configure failed"; exit 1; }
+    grep -q "CUDA backend ON" "$WORK/cfg.log" || { note "the CUDA backend is OFF: nvcc or the toolkit not found"; exit 1; }
+    # shellcheck disable=SC2086
+    cmake --build "$BUILD" -j "$(nproc)" --target $TARGETS || { note "build failed"; exit 1; }
+    note "built: $TARGETS"
+}
+
+st_reference() {
+    local d="$BUILD/reference" tmp
+    mkdir -p "$d"
+    if [ -x "$ROOT/tests/make_reference.sh" ] || [ -f "$ROOT/tests/make_reference.sh" ]; then
+        bash "$ROOT/tests/make_reference.sh" "$d" || exit 1
+    elif [ ! -s "$d/gpt2_tiny_steps.json" ]; then
+        tmp=$(mktemp -d)
+        "$PY" "$ROOT/tests/make_ref_state.py" "$tmp" 2 64 4 1000 1024 64 2 16 1337 || exit 1
+        mv "$tmp/model.bin" "$d/gpt2_tiny_model.bin" && mv "$tmp/state.bin" "$d/gpt2_tiny_state.bin" &&
+            mv "$tmp/steps.json" "$d/gpt2_tiny_steps.json" || exit 1
+        rm -rf "$tmp"
+    fi
+    note "gpt2_tiny_* in $d"
+}
+
+# gpu_test NAME: one GPU test; HPT_REQUIRE_GPU=1, so a backend that does not start fails
+gpu_test() {
+    export LD_LIBRARY_PATH="$DEPLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    cd "$BUILD" || exit 1
+    HPT_REQUIRE_GPU=1 HPT_REF_DIR="$BUILD/reference" OMP_NUM_THREADS=8 "./$1"
+    local rc=$?
+    { echo '```'; grep -E "GPU memory|overhead|device region|attention T=|SKIP|FAIL|CHECK failed|checks," "$WORK/logs/$1.log" | head -n 40; echo '```'; } | detail
+    note "$(grep -E "checks, [0-9]+ failed" "$WORK/logs/$1.log" | tail -n 1)"
+    return $rc
+}
+export -f gpu_test
+
+st_train() {
+    export LD_LIBRARY_PATH="$DEPLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    local d="$WORK/data/tiny" args
+    mkdir -p "$d"
+    shard "$d/train_000.bin" 200000 512 || exit 1
+    args=(--model "gpt2:L=2,C=128,NH=4,V=512,T=128" --data "$d/train_*.bin" --batch 4 --seq 128 --steps 20
+          --lr 1e-3 --seed 7 --threads 2)
+    "$HPT" train "${args[@]}" --device cpu --log "$WORK/logs/train_cpu.jsonl" || { note "the CPU run failed"; exit 1; }
+    if [ $DRY = 0 ]; then
+        "$HPT" train "${args[@]}" --device cuda --log "$WORK/logs/train_cuda.jsonl" || { note "the --device cuda run failed"; exit 1; }
+    fi
+    "$PY" - "$WORK/logs/train_cpu.jsonl" "$WORK/logs/train_cuda.jsonl" "$WORK" <<'EOF'
+import json, os, sys
+def load(p):
+    return [json.loads(l) for l in open(p) if l.strip()] if os.path.exists(p) else []
+cpu, gpu = load(sys.argv[1]), load(sys.argv[2])
+work = sys.argv[3]
+rows = ["| step | cpu loss | cuda loss | relative difference |", "| --- | --- | --- | --- |"]
+worst = 0.0
+for i, c in enumerate(cpu):
+    g = gpu[i]["loss"] if i < len(gpu) else None
+    d = abs(g - c["loss"]) / abs(c["loss"]) if g is not None else None
+    if d is not None: worst = max(worst, d)
+    rows.append(f"| {c['step']} | {c['loss']:.6f} | {'' if g is None else f'{g:.6f}'} | {'' if d is None else f'{d:.2e}'} |")
+open(os.path.join(work, "detail", "train.md"), "w").write("\n".join(rows) + "\n")
+ok = len(cpu) == 20 and cpu[-1]["loss"] < cpu[0]["loss"]
+if not gpu:
+    note = f"cpu: 20 steps, loss {cpu[0]['loss']:.4f} -> {cpu[-1]['loss']:.4f}; cuda: not run (dry run)" if ok else "the CPU log is short or its loss did not fall"
+    open(os.path.join(work, "note"), "w").write(note + "\n")
+    if not gpu and ok: open(os.path.join(work, "status"), "w").write("partial\n")
+    sys.exit(0 if ok else 1)
+ok = ok and len(gpu) == len(cpu) and worst <= 1e-3
+open(os.path.join(work, "note"), "w").write(
+    f"losses cpu {cpu[0]['loss']:.4f} -> {cpu[-1]['loss']:.4f}, cuda {gpu[0]['loss']:.4f} -> {gpu[-1]['loss']:.4f}; "
+    f"largest relative difference {worst:.2e} (bound 1e-3)\n")
+sys.exit(0 if ok else 1)
+EOF
+}
+
+st_sanitizer() {
+    export LD_LIBRARY_PATH="$DEPLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    local cs
+    cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    [ -x "$cs" ] || { note "compute-sanitizer not found"; exit 1; }
+    cd "$BUILD" || exit 1
+    HPT_REQUIRE_GPU=1 OMP_NUM_THREADS=8 "$cs" --tool memcheck --error-exitcode 9 --print-limit 20 ./test_backend
+    local rc=$?
+    { echo '```'; grep -E "ERROR SUMMARY|Invalid|out of bounds|========= +at|checks," "$WORK/logs/sanitizer.log" | head -n 40; echo '```'; } | detail
+    note "$(grep -E "ERROR SUMMARY" "$WORK/logs/sanitizer.log" | tail -n 1 | sed 's/=* *//'); $(grep -E "checks, [0-9]+ failed" "$WORK/logs/sanitizer.log" | tail -n 1)"
+    return $rc
+}
+
+st_gemm() {
+    export LD_LIBRARY_PATH="$DEPLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    "$BUILD/bench_cuda" peak | tee "$WORK/peak.json" || exit 1
+    cp "$WORK/peak.json" "$BUILD/peak.json" # for a second call on the same machine
+    note "$(cat "$WORK/peak.json")"
+}
+
+# hpt_bench TAG MODEL V B T STEPS [flags]: hptrain train --device cuda on random tokens; prints
+# a JSON line (tokens/s, MFU against the measured bf16 peak, the estimate's device peak, the
+# log's accounted peak); in a dry run the estimate alone
+hpt_bench() {
+    local tag=$1 model=$2 V=$3 B=$4 T=$5 steps=$6
+    shift 6
+    export LD_LIBRARY_PATH="$DEPLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    local d="$WORK/data/$tag" args fpt peak tps
+    mkdir -p "$d"
+    args=(--model "$model" --batch "$B" --seq "$T" --device cuda "$@")
+    "$HPT" estimate "${args[@]}" > "$WORK/logs/${tag}_estimate.txt" 2>&1 || { echo "estimate of $tag failed"; return 1; }
+    fpt=$(flops_per_token "$WORK/logs/${tag}_estimate.txt")
+    [ $DRY = 1 ] && { echo "{\"impl\":\"hptrain-estimate\",\"tag\":\"$tag\",\"flops_per_token\":$fpt}"; return 0; }
+    shard "$d/train_000.bin" $((B * T * (steps + 2) + 1)) "$V" || return 1
+    "$HPT" train "${args[@]}" --data "$d/train_*.bin" --steps "$steps" --log "$WORK/logs/${tag}_steps.jsonl" \
+        > "$WORK/logs/${tag}_train.out" 2> "$WORK/logs/${tag}_train.err" || { tail -n 3 "$WORK/logs/${tag}_train.err"; return 1; }
+    tps=$(mean_tps "$WORK/logs/${tag}_steps.jsonl")
+    peak=$(bf16_peak)
+    "$PY" - "$tag" "$tps" "$fpt" "$peak" "$WORK/logs/${tag}_estimate.txt" "$WORK/logs/${tag}_steps.jsonl" <<'EOF'
+import json, re, sys
+tag, tps, fpt, peak = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+m = re.search(r"^\s*peak\s.*?(\d+)\s*$", open(sys.argv[5]).read(), re.M)
+steps = [json.loads(l) for l in open(sys.argv[6]) if l.strip()]
+print(json.dumps({"impl": "hptrain-cuda-fp32", "tag": tag, "tokens_per_s": tps, "flops_per_token": fpt,
+                  "mfu": tps * fpt / (peak * 1e12) if peak else None,
+                  "estimate_device_bytes": int(m.group(1)) if m else None,
+                  "accounted_peak_bytes": max(s.get("mem_peak_bytes", 0) for s in steps),
+                  "loss": steps[-1]["loss"]}))
+EOF
+}
+# torch_bench ARGS...: bench/torch_cuda.py eager and torch.compile against the measured peak
+torch_bench() {
+    local peak c
+    peak=$(bf16_peak)
+    for c in "" "--compile"; do
+        # shellcheck disable=SC2086
+        "$PY" "$ROOT/bench/torch_cuda.py" "$@" --warmup 2 --steps 5 --peak-tflops "$peak" $c ||
+            echo "{\"impl\":\"torch${c:+-compile}\",\"error\":\"failed\"}"
+    done
+}
+# bench_table JSONL: the detail table of a benchmark stage, and its note
+bench_table() {
+    "$PY" - "$1" "$WORK" <<'EOF'
+import json, os, sys
+rows = []
+for l in open(sys.argv[1]):
+    try: rows.append(json.loads(l))
+    except ValueError: pass
+work = os.environ.get("STAGE", "bench")
+t = ["| impl | tokens/s | GFLOP/token | MFU (bf16 peak) | device bytes | loss |", "| --- | --- | --- | --- | --- | --- |"]
+notes = []
+for r in rows:
+    mem = r.get("accounted_peak_bytes", r.get("max_memory_allocated"))
+    mfu = r.get("mfu")
+    fpt = r.get("flops_per_token")
+    t.append(f"| {r.get('impl')} | {r.get('tokens_per_s', '')} | {'' if not fpt else f'{fpt / 1e9:.3f}'} | "
+             f"{'' if mfu is None else f'{mfu:.1%}'} | {mem or ''} | {r.get('loss', r.get('error', ''))} |")
+    if "tokens_per_s" in r:
+        notes.append(f"{r['impl']} {float(r['tokens_per_s']):.0f} tok/s" + ("" if mfu is None else f" {mfu:.1%}"))
+    elif r.get("flops_per_token"):
+        notes.append(f"estimate {r['flops_per_token'] / 1e9:.3f} GFLOP/token")
+open(os.path.join(sys.argv[2], "detail", os.environ["STAGE"] + ".md"), "w").write("\n".join(t) + "\n")
+open(os.path.join(sys.argv[2], "note"), "w").write("; ".join(notes) + "\n")
+EOF
+}
+export -f hpt_bench torch_bench bench_table
+
+st_gpt2() {
+    local j="$WORK/logs/gpt2.jsonl"
+    hpt_bench gpt2 gpt2-124m 50257 8 1024 6 | tee -a "$j"
+    [ $DRY = 1 ] || torch_bench --arch gpt2 --L 12 --C 768 --NH 12 --B 8 --T 1024 | tee -a "$j"
+    bench_table "$j"
+    [ $DRY = 1 ] && status partial
+    grep -q tokens_per_s "$j" || [ $DRY = 1 ]
+}
+
+st_llama1b() {
+    local j="$WORK/logs/llama1b.jsonl"
+    hpt_bench llama1b llama3.2-1b 128256 2 1024 5 | tee -a "$j"
+    [ $DRY = 1 ] || torch_bench --arch llama --L 16 --C 2048 --NH 32 --NKV 8 --FF 8192 --V 128256 --B 2 --T 1024 | tee -a "$j"
+    bench_table "$j"
+    [ $DRY = 1 ] && status partial
+    grep -q tokens_per_s "$j" || [ $DRY = 1 ]
+}
+
+st_llama8b() {
+    export LD_LIBRARY_PATH="$DEPLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    local o="$WORK/logs/llama8b"
+    if [ $DRY = 1 ]; then
+        BUILD="$BUILD" PYTHON="$PY" bash "$ROOT/bench/bench_gpu_8b.sh" --quick --no-torch --estimate-only --out "$o" || exit 1
+        note "estimate only (dry run): $(grep -E "^ *peak" "$o/estimate.txt" | head -n 1 | awk '{print "device " $2 " " $3 ", pinned host " $4 " " $5}'); $(cat "$o/hptrain.json")"
+        status partial
+        exit 0
+    fi
+    BUILD="$BUILD" PEAK_JSON="$BUILD/peak.json" PYTHON="$PY" \
+        bash "$ROOT/bench/bench_gpu_8b.sh" --quick --no-torch --out "$o" --offload-dir "$WORK/offload8b"
+    local rc=$?
+    { echo '```'; cat "$o/hptrain.json" 2>/dev/null; echo '```'; } | detail
+    note "$(grep -h '"system"' "$o/hptrain.json" 2>/dev/null | cut -c1-400)"
+    return $rc
+}
+
+export -f st_env st_deps st_size st_build st_reference st_train st_sanitizer st_gemm st_gpt2 st_llama1b st_llama8b
+
+# ---- the run ----
+echo "gpu_check: $([ $DRY = 1 ] && echo "dry run, " )budget ${BUDGET} s, build tree $BUILD, output $OUT"
+stage env 30 any st_env
+stage deps 150 any st_deps
+[ $DRY = 1 ] && stage size 60 any st_size
+stage build "${GPU_CHECK_BUILD_LIMIT:-240}" any st_build
+stage reference 60 any st_reference
+for t in test_cuda test_backend test_cuda_train test_cuda_gpt2; do
+    stage "$t" 120 gpu "gpu_test $t"
+done
+stage train 60 any st_train
+stage sanitizer 150 gpu st_sanitizer
+stage gemm 60 gpu st_gemm
+stage gpt2 180 any st_gpt2
+stage llama8b 240 any st_llama8b
+stage llama1b 240 any st_llama1b
+write_report
+echo
+cat "$OUT/report.md"
+rm -rf "$WORK"
+# exit 1 where a stage failed or timed out (in a dry run only the steps that need no GPU run)
+! grep -q '"status": "\(fail\|timeout\)"' "$OUT/results.jsonl"
