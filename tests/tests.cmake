@@ -51,7 +51,9 @@ hpt_add_test(test_model_api test_model_api.c ARCHS)
 hpt_add_test(test_backend test_backend.c)
 hpt_add_test(test_gemm test_gemm.c)
 hpt_add_test(test_memcheck test_memcheck.c)
-add_test(NAME test_layers COMMAND bash ${CMAKE_SOURCE_DIR}/scripts/check_layers.sh)
+# the include order, and with the build tree the same order at link level (nm over the objects)
+add_test(NAME test_layers COMMAND bash ${CMAKE_SOURCE_DIR}/scripts/check_layers.sh
+         ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR})
 hpt_add_test(test_blocks test_blocks.c)
 hpt_add_test(test_safetensors test_safetensors.c ARGS ${CMAKE_SOURCE_DIR}/tests/hf_write.py)
 # Hugging Face GPT-2 directories through the command line (skipped without torch).

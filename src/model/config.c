@@ -64,7 +64,6 @@ hpt_status hpt_model_config_check(const hpt_model_config *c) {
     }
 }
 
-hpt_status hpt_gpt2_config_check(const hpt_gpt2_config *c) { return hpt_model_config_check(c); }
 
 static int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
@@ -130,13 +129,6 @@ static hpt_status parse_gpt2(const char *shape, hpt_model_config *out) {
     HPT_CHECK(hpt_model_config_check(&c));
     *out = c;
     return HPT_OK;
-}
-
-hpt_status hpt_gpt2_config_parse(const char *shape, hpt_gpt2_config *out) {
-    if (strncmp(shape, "gpt2", 4) != 0)
-        return hpt_fail(HPT_ERR_INVALID, "'%s' is not a GPT-2 shape (gpt2-124m, gpt2-350m, "
-                        "gpt2-774m, gpt2-1558m or gpt2:L=..,C=..,NH=..[,V=..][,T=..])", shape);
-    return parse_gpt2(shape, out);
 }
 
 static hpt_status llama_key(hpt_model_config *c, const char *key, double v, const char *shape) {
@@ -237,17 +229,17 @@ size_t hpt_model_config_num_params(const hpt_model_config *cfg) {
     return hpt_table_numel(&t);
 }
 
-void hpt_gpt2_tensors(const hpt_model_config *cfg, hpt_gpt2_tensor out[HPT_GPT2_NUM_TENSORS]) {
+void gpt2_spans(const hpt_model_config *cfg, gpt2_span out[GPT2_NUM_TENSORS]) {
     size_t L = (size_t)cfg->L, C = (size_t)cfg->C;
-    static const char *const names[HPT_GPT2_NUM_TENSORS] = {
+    static const char *const names[GPT2_NUM_TENSORS] = {
         "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
         "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
-    const size_t numel[HPT_GPT2_NUM_TENSORS] = {
+    const size_t numel[GPT2_NUM_TENSORS] = {
         (size_t)cfg->Vp * C, (size_t)cfg->maxT * C, L * C, L * C, L * 3 * C * C, L * 3 * C,
         L * C * C, L * C, L * C, L * C, L * 4 * C * C, L * 4 * C, L * C * 4 * C, L * C, C, C};
-    static const int matrix[HPT_GPT2_NUM_TENSORS] = {1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
+    static const int matrix[GPT2_NUM_TENSORS] = {1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
     size_t off = 0;
-    for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) {
+    for (int i = 0; i < GPT2_NUM_TENSORS; i++) {
         out[i].name = names[i];
         out[i].offset = off;
         out[i].numel = numel[i];
@@ -256,21 +248,20 @@ void hpt_gpt2_tensors(const hpt_model_config *cfg, hpt_gpt2_tensor out[HPT_GPT2_
     }
 }
 
-size_t hpt_gpt2_num_params(const hpt_model_config *cfg) { return hpt_model_config_num_params(cfg); }
 
 void gpt2_point_tensors(const hpt_model_config *cfg, float *base, gpt2_tensors *p) {
-    hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
-    hpt_gpt2_tensors(cfg, t);
-    float **dst[HPT_GPT2_NUM_TENSORS] = {&p->wte, &p->wpe, &p->ln1w, &p->ln1b, &p->qkvw,
+    gpt2_span t[GPT2_NUM_TENSORS];
+    gpt2_spans(cfg, t);
+    float **dst[GPT2_NUM_TENSORS] = {&p->wte, &p->wpe, &p->ln1w, &p->ln1b, &p->qkvw,
                                          &p->qkvb, &p->attprojw, &p->attprojb, &p->ln2w,
                                          &p->ln2b, &p->fcw, &p->fcb, &p->fcprojw, &p->fcprojb,
                                          &p->lnfw, &p->lnfb};
-    for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) *dst[i] = base + t[i].offset;
+    for (int i = 0; i < GPT2_NUM_TENSORS; i++) *dst[i] = base + t[i].offset;
 }
 
 void gpt2_block_slices(const hpt_model_config *cfg, size_t n[GPT2_BLOCK_SLICES]) {
-    hpt_gpt2_tensor t[HPT_GPT2_NUM_TENSORS];
-    hpt_gpt2_tensors(cfg, t);
+    gpt2_span t[GPT2_NUM_TENSORS];
+    gpt2_spans(cfg, t);
     for (int i = 0; i < GPT2_BLOCK_SLICES; i++)
         n[i] = t[GPT2_FIRST_BLOCK_TENSOR + i].numel / (size_t)cfg->L;
 }
@@ -282,12 +273,8 @@ size_t gpt2_block_floats(const hpt_model_config *cfg) {
     return s;
 }
 
-int gpt2_is_block_tensor(int i) {
-    return i >= GPT2_FIRST_BLOCK_TENSOR && i < GPT2_FIRST_BLOCK_TENSOR + GPT2_BLOCK_SLICES;
-}
-
 /* The non-block tensors back to back in checkpoint order (GPT-2: wte, wpe, lnfw, lnfb). */
-size_t gpt2_nonblock_offset(const hpt_model_config *cfg, int i) {
+size_t model_nonblock_offset(const hpt_model_config *cfg, int i) {
     hpt_tensor_table t;
     model_describe(cfg, &t);
     size_t off = 0;
@@ -296,8 +283,8 @@ size_t gpt2_nonblock_offset(const hpt_model_config *cfg, int i) {
     return off;
 }
 
-size_t gpt2_nonblock_floats(const hpt_model_config *cfg) {
+size_t model_nonblock_floats(const hpt_model_config *cfg) {
     hpt_tensor_table t;
     model_describe(cfg, &t);
-    return gpt2_nonblock_offset(cfg, t.n);
+    return model_nonblock_offset(cfg, t.n);
 }
