@@ -187,6 +187,19 @@ typedef struct hpt_arch {
     void (*final_backward)(const hpt_arch_ctx *x, const void *p, void *g, void *a,
                            const float *out);
 
+    /* ---- its shapes (model/config.c routes a SHAPE by these and checks every configuration
+     * through them): a new family's named shapes and KEY=VALUE keys live in its own file. ---- */
+    const char *const *shape_prefixes; /* a SHAPE starting with one of these is this family's
+                                        * (NULL-terminated) */
+    /* SHAPE -> configuration: named or "family:KEY=VALUE,..." (config.c's model_shape_kv);
+     * Vp may be left 0 (config.c rounds V up to 128); config.c fills and checks it after */
+    hpt_status (*shape_parse)(const char *shape, hpt_model_config *out);
+    /* the family's own rules, after config.c's common ones (model_config_check_common) */
+    hpt_status (*config_check)(const hpt_model_config *c);
+    /* the fields a family implies (GPT-2: NKV = NH, FF = 4C, ...), for a configuration read from
+     * a file or written by hand; NULL: none */
+    void (*config_fill)(hpt_model_config *c);
+
     /* ---- what the modules above ask of an architecture, through the registry (registry.c):
      * the planner's calibration and cost (plan/), the profiler's labels, verify's names and
      * the command line's reports. They name no family; a new one fills these. ---- */
@@ -258,6 +271,15 @@ typedef struct hpt_hf_json_ops {
     /* the error text, with a file's control characters made harmless (one line) */
     hpt_status (*fail)(hpt_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 } hpt_hf_json_ops;
+
+/* config.c's helpers for the families' shape hooks. check_common: L, C, NH, V, Vp, maxT in
+ * range and C a multiple of NH (errors name `family`). shape_kv: the KEY=VALUE,... list s of
+ * `shape`, each pair given to set (which fails on an unknown key). shape_int: an integer
+ * key's value, a whole number >= lo. */
+hpt_status model_config_check_common(const hpt_model_config *c, const char *family);
+typedef hpt_status (*model_kv_fn)(hpt_model_config *c, const char *key, double v, const char *shape);
+hpt_status model_shape_kv(const char *shape, const char *s, hpt_model_config *c, model_kv_fn set);
+hpt_status model_shape_int(double v, int lo, const char *key, const char *shape, int *out);
 
 /* GPT-2 (model/gpt2.c); the Llama family (model/llama.c). */
 extern const hpt_arch hpt_arch_gpt2;

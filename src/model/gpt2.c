@@ -12,6 +12,7 @@
 #include "model/arch.h"
 #include "model/gpt2_int.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -391,6 +392,54 @@ static int hf_parts(const hpt_model_config *c, const hpt_tensor_desc *d, int l, 
     return n;
 }
 
+/* ---- shapes (model/config.c routes "gpt2..." here, then fills and checks) ---- */
+/* GPT-2's implied fields: NKV = NH, FF = 4C, norm_eps 1e-5, init_range 0.02, tied head. */
+static void config_fill(hpt_model_config *c) {
+    if (!c->NKV) c->NKV = c->NH;
+    /* C past the common check's bound (a header read from a file, not yet checked) is left for
+     * the check to refuse: 4 C would overflow */
+    if (!c->FF && c->C > 0 && c->C <= 65536) c->FF = 4 * c->C;
+    if (c->norm_eps == 0.0f) c->norm_eps = 1e-5f;
+    if (c->init_range == 0.0f) c->init_range = 0.02f;
+    c->tied = 1;
+}
+
+static hpt_status config_check(const hpt_model_config *c) { return model_config_check_common(c, "GPT-2"); }
+
+static hpt_status gpt2_key(hpt_model_config *c, const char *key, double v, const char *shape) {
+    int *dst = !strcmp(key, "L") ? &c->L : !strcmp(key, "C") ? &c->C : !strcmp(key, "NH") ? &c->NH
+             : !strcmp(key, "V") ? &c->V : !strcmp(key, "Vp") ? &c->Vp
+             : !strcmp(key, "T") || !strcmp(key, "maxT") ? &c->maxT : NULL;
+    if (!dst) return hpt_fail(HPT_ERR_INVALID, "bad shape '%s': unknown key %s (L, C, NH, V, Vp, T)", shape, key);
+    return model_shape_int(v, 1, key, shape, dst);
+}
+
+static hpt_status shape_parse(const char *shape, hpt_model_config *out) {
+    static const struct { const char *name; int L, C, NH; } named[] = {
+        {"gpt2-124m", 12, 768, 12}, {"gpt2-350m", 24, 1024, 16},
+        {"gpt2-774m", 36, 1280, 20}, {"gpt2-1558m", 48, 1600, 25},
+    };
+    hpt_model_config c = {.arch = HPT_ARCH_GPT2, .V = 50257, .maxT = 1024, .Vp = 0};
+    int found = 0;
+    for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
+        if (!strcmp(shape, named[i].name)) {
+            c.L = named[i].L; c.C = named[i].C; c.NH = named[i].NH;
+            found = 1;
+        }
+    if (!found) {
+        if (strncmp(shape, "gpt2:", 5) != 0)
+            return hpt_fail(HPT_ERR_INVALID, "unknown model shape '%s' (use gpt2-124m, gpt2-350m, "
+                            "gpt2-774m, gpt2-1558m or gpt2:L=..,C=..,NH=..[,V=..][,T=..])", shape);
+        HPT_CHECK(model_shape_kv(shape, shape + 5, &c, gpt2_key));
+        if (!c.L || !c.C || !c.NH)
+            return hpt_fail(HPT_ERR_INVALID, "bad shape '%s': L, C and NH are required", shape);
+    }
+    *out = c;
+    return HPT_OK;
+}
+
+static const char *const k_shape_prefixes[] = {"gpt2", NULL};
+
 const hpt_arch hpt_arch_gpt2 = {
     .name = "gpt2",
     .describe = describe,
@@ -416,6 +465,11 @@ const hpt_arch hpt_arch_gpt2 = {
     .head_forward = head_forward,
     .head_backward = head_backward,
     .final_backward = final_backward,
+    /* shapes */
+    .shape_prefixes = k_shape_prefixes,
+    .shape_parse = shape_parse,
+    .config_check = config_check,
+    .config_fill = config_fill,
     /* Hugging Face */
     .hf_classes = k_hf_classes,
     .hf_model_types = k_hf_types,

@@ -637,6 +637,114 @@ static const char *const k_param_names[] = {
     "wte", "ln1w", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "fcw", "fcb", "fcprojw",
     "fcprojb", "lnfw", "lm_head", NULL};
 
+/* ---- shapes (model/config.c routes "llama..." and "mistral..." here, then checks) ---- */
+static hpt_status config_check(const hpt_model_config *c) {
+    HPT_CHECK(model_config_check_common(c, "llama"));
+    int hd = c->C / c->NH;
+    if (c->NKV < 1 || c->NH % c->NKV != 0)
+        return hpt_fail(HPT_ERR_SHAPE, "query heads NH=%d are not a multiple of key/value heads "
+                        "NKV=%d", c->NH, c->NKV);
+    if (hd % 2 != 0)
+        return hpt_fail(HPT_ERR_SHAPE, "head size C/NH=%d is odd: rotary embeddings rotate pairs", hd);
+    if (c->FF < 1 || c->FF > 1048576)
+        return hpt_fail(HPT_ERR_SHAPE, "bad MLP width FF=%d", c->FF);
+    if (!(c->norm_eps > 0.0f) || !(c->rope_theta > 1.0f) || !(c->init_range >= 0.0f) ||
+        !isfinite(c->rope_theta) || !(c->rope_factor >= 0.0f))
+        return hpt_fail(HPT_ERR_SHAPE, "bad llama constants eps=%g theta=%g range=%g factor=%g",
+                        (double)c->norm_eps, (double)c->rope_theta, (double)c->init_range,
+                        (double)c->rope_factor);
+    if (c->rope_factor > 0.0f &&
+        (c->rope_orig_maxT < 1 || !(c->rope_low_freq > 0.0f) || !(c->rope_high_freq > c->rope_low_freq)))
+        return hpt_fail(HPT_ERR_SHAPE, "rope scaling factor %g needs orig > 0 and high > low > 0 "
+                        "(orig=%d low=%g high=%g)", (double)c->rope_factor, c->rope_orig_maxT,
+                        (double)c->rope_low_freq, (double)c->rope_high_freq);
+    return HPT_OK;
+}
+
+static hpt_status llama_key(hpt_model_config *c, const char *key, double v, const char *shape) {
+    static const struct { const char *key; size_t off; int lo; } ints[] = {
+        {"L", offsetof(hpt_model_config, L), 1},       {"C", offsetof(hpt_model_config, C), 1},
+        {"NH", offsetof(hpt_model_config, NH), 1},     {"NKV", offsetof(hpt_model_config, NKV), 1},
+        {"FF", offsetof(hpt_model_config, FF), 1},     {"V", offsetof(hpt_model_config, V), 1},
+        {"Vp", offsetof(hpt_model_config, Vp), 1},     {"T", offsetof(hpt_model_config, maxT), 1},
+        {"maxT", offsetof(hpt_model_config, maxT), 1}, {"orig", offsetof(hpt_model_config, rope_orig_maxT), 1},
+        {"tied", offsetof(hpt_model_config, tied), 0}, {"attn_bias", offsetof(hpt_model_config, attn_bias), 0},
+        {"mlp_bias", offsetof(hpt_model_config, mlp_bias), 0}};
+    static const struct { const char *key; size_t off; } floats[] = {
+        {"theta", offsetof(hpt_model_config, rope_theta)}, {"eps", offsetof(hpt_model_config, norm_eps)},
+        {"factor", offsetof(hpt_model_config, rope_factor)}, {"low", offsetof(hpt_model_config, rope_low_freq)},
+        {"high", offsetof(hpt_model_config, rope_high_freq)}, {"range", offsetof(hpt_model_config, init_range)}};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        if (!strcmp(key, ints[i].key)) {
+            int *dst = (int *)((char *)c + ints[i].off);
+            HPT_CHECK(model_shape_int(v, ints[i].lo, key, shape, dst));
+            if ((dst == &c->tied || dst == &c->attn_bias || dst == &c->mlp_bias) && *dst > 1)
+                return hpt_fail(HPT_ERR_INVALID, "bad shape '%s': %s is 0 or 1", shape, key);
+            return HPT_OK;
+        }
+    for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++)
+        if (!strcmp(key, floats[i].key)) {
+            *(float *)((char *)c + floats[i].off) = (float)v;
+            return HPT_OK;
+        }
+    return hpt_fail(HPT_ERR_INVALID, "bad shape '%s': unknown key %s (L, C, NH, NKV, FF, V, Vp, T, "
+                    "theta, eps, factor, low, high, orig, tied, attn_bias, mlp_bias, range)", shape, key);
+}
+
+/* The named llama shapes, from their published config.json files (Hugging Face hub):
+ * meta-llama/Llama-3.2-1B, Llama-3.2-3B, Llama-3.1-8B, Llama-2-7b-hf, and
+ * mistralai/Mistral-7B-v0.1 (whose sliding window of 4096 positions is not modelled: full
+ * causal attention, the same below T = 4096). All: rms_norm_eps 1e-5, initializer_range 0.02,
+ * no biases. Llama 3.x: rope_theta 500000, rope_type llama3 with low_freq_factor 1,
+ * high_freq_factor 4, original_max_position_embeddings 8192. */
+static const struct {
+    const char *name;
+    int L, C, NH, NKV, FF, V, maxT, tied;
+    float theta, factor;
+} k_llama[] = {
+    {"llama3.2-1b", 16, 2048, 32, 8, 8192, 128256, 131072, 1, 500000.0f, 32.0f},
+    {"llama3.2-3b", 28, 3072, 24, 8, 8192, 128256, 131072, 1, 500000.0f, 32.0f},
+    {"llama3.1-8b", 32, 4096, 32, 8, 14336, 128256, 131072, 0, 500000.0f, 8.0f},
+    {"llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096, 0, 10000.0f, 0.0f},
+    {"mistral-7b", 32, 4096, 32, 8, 14336, 32000, 32768, 0, 10000.0f, 0.0f},
+};
+
+static hpt_status shape_parse(const char *shape, hpt_model_config *out) {
+    hpt_model_config c = {.arch = HPT_ARCH_LLAMA, .V = 32000, .maxT = 2048, .norm_eps = 1e-6f,
+                          .rope_theta = 10000.0f, .init_range = 0.02f};
+    int found = 0;
+    for (size_t i = 0; i < sizeof k_llama / sizeof k_llama[0]; i++)
+        if (!strcmp(shape, k_llama[i].name)) {
+            c.L = k_llama[i].L; c.C = k_llama[i].C; c.NH = k_llama[i].NH;
+            c.NKV = k_llama[i].NKV; c.FF = k_llama[i].FF; c.V = k_llama[i].V;
+            c.maxT = k_llama[i].maxT; c.tied = k_llama[i].tied;
+            c.rope_theta = k_llama[i].theta; c.norm_eps = 1e-5f;
+            if (k_llama[i].factor > 0.0f) {
+                c.rope_factor = k_llama[i].factor;
+                c.rope_low_freq = 1.0f; c.rope_high_freq = 4.0f; c.rope_orig_maxT = 8192;
+            }
+            found = 1;
+        }
+    if (!found) {
+        if (strncmp(shape, "llama:", 6) != 0)
+            return hpt_fail(HPT_ERR_INVALID, "unknown model shape '%s' (use llama3.2-1b, "
+                            "llama3.2-3b, llama3.1-8b, llama2-7b, mistral-7b or "
+                            "llama:L=..,C=..,NH=..,NKV=..,FF=..[,V=..][,T=..][,theta=..])", shape);
+        HPT_CHECK(model_shape_kv(shape, shape + 6, &c, llama_key));
+        if (!c.L || !c.C || !c.NH || !c.FF)
+            return hpt_fail(HPT_ERR_INVALID, "bad shape '%s': L, C, NH and FF are required", shape);
+        if (!c.NKV) c.NKV = c.NH;
+        if (c.rope_factor > 0.0f) {
+            if (c.rope_low_freq == 0.0f) c.rope_low_freq = 1.0f;
+            if (c.rope_high_freq == 0.0f) c.rope_high_freq = 4.0f;
+        }
+    }
+    *out = c;
+    return HPT_OK;
+}
+
+static const char *const k_shape_prefixes[] = {"llama", "mistral", NULL};
+
 const hpt_arch hpt_arch_llama = {
     .name = "llama",
     .describe = describe,
@@ -665,6 +773,10 @@ const hpt_arch hpt_arch_llama = {
     .head_forward = head_forward,
     .head_backward = head_backward,
     .final_backward = final_backward,
+    /* shapes */
+    .shape_prefixes = k_shape_prefixes,
+    .shape_parse = shape_parse,
+    .config_check = config_check,
     /* Hugging Face */
     .hf_classes = k_hf_classes,
     .hf_model_types = k_hf_types,
