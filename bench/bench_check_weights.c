@@ -35,7 +35,7 @@ static uint64_t device_peak(hpt_mem *mem) {
 
 /* One check on weights w: its loss into *loss, the int8 engine's making (quantisation) in
  * *quant_ms; HPT_OK or the failure. */
-static hpt_status check(hpt_mem *mem, hpt_gpt2 *m, hpt_weights w, const int32_t *x,
+static hpt_status check(hpt_mem *mem, hpt_model *m, hpt_weights w, const int32_t *x,
                         const int32_t *y, int B, int T, double *loss, double *quant_ms) {
     *quant_ms = 0.0;
     if (w == HPT_WEIGHTS_Q8) {
@@ -53,11 +53,11 @@ static hpt_status check(hpt_mem *mem, hpt_gpt2 *m, hpt_weights w, const int32_t 
     double sum = 0.0;
     for (int b = 0; b < B; b++) {
         float l;
-        hpt_status s = hpt_gpt2_forward(m, x + (size_t)b * T, y + (size_t)b * T, 1, T, &l);
+        hpt_status s = hpt_model_forward(m, x + (size_t)b * T, y + (size_t)b * T, 1, T, &l);
         if (s != HPT_OK) return s;
         sum += (double)l;
     }
-    hpt_gpt2_free_activations(m);
+    hpt_model_free_activations(m);
     *loss = sum / B;
     return HPT_OK;
 }
@@ -70,20 +70,20 @@ int main(int argc, char **argv) {
     const char *model = argv[1], *val = argv[2];
     int B = atoi(argv[3]), T = atoi(argv[4]), R = argc > 5 ? atoi(argv[5]) : 5;
     hpt_mem *mem;
-    hpt_gpt2 *m = NULL;
-    hpt_gpt2_config cfg;
+    hpt_model *m = NULL;
+    hpt_model_config cfg;
     hpt_dataloader *dl = NULL;
     const int32_t *x, *y;
-    int random = hpt_gpt2_config_parse(model, &cfg) == HPT_OK;
+    int random = hpt_model_config_parse(model, &cfg) == HPT_OK;
     if (hpt_mem_create(&mem) ||
-        (random ? hpt_gpt2_create(mem, &cfg, &m) || hpt_gpt2_init_random(m, 1)
-                : hpt_gpt2_load(mem, model, &m)) ||
-        hpt_dataloader_open(mem, val, B, T, hpt_gpt2_get_config(m)->V, &dl) ||
+        (random ? hpt_model_create_config(mem, &cfg, &m) || hpt_model_init_random(m, 1)
+                : hpt_model_load(mem, model, &m)) ||
+        hpt_dataloader_open(mem, val, B, T, hpt_model_get_config(m)->V, &dl) ||
         hpt_dataloader_next(dl, &x, &y)) {
         fprintf(stderr, "bench_check_weights: %s\n", hpt_last_error());
         return 1;
     }
-    cfg = *hpt_gpt2_get_config(m);
+    cfg = *hpt_model_get_config(m);
     double ms[2] = {0.0, 0.0}, loss[2] = {0.0, 0.0}, qms[2] = {0.0, 0.0};
     uint64_t extra[2];
     if (R < 1) R = 1;
@@ -124,7 +124,7 @@ int main(int argc, char **argv) {
         pp[w] = e.predict_peak_bytes[HPT_TIER_DEVICE];
     }
     printf("%s (%s, %.2fM parameters), check batch B=%d T=%d, %d threads, median of %d checks\n",
-           model, random ? "random weights" : "checkpoint", (double)hpt_gpt2_num_params(&cfg) / 1e6,
+           model, random ? "random weights" : "checkpoint", (double)hpt_model_config_num_params(&cfg) / 1e6,
            B, T, hpt_get_threads(), R);
     printf("| check weights | check ms | of which quantising | device bytes added by a check | "
            "check loss | predict-phase device peak (estimate, adam) |\n"
@@ -138,7 +138,7 @@ int main(int argc, char **argv) {
     free(t);
     free(tq);
     hpt_dataloader_free(dl);
-    hpt_gpt2_free(m);
+    hpt_model_free(m);
     hpt_mem_destroy(mem);
     return 0;
 }

@@ -12,24 +12,24 @@
 int main(int argc, char **argv) {
     const char *shape = argc > 1 ? argv[1] : "gpt2-124m";
     int n_prompt = argc > 2 ? atoi(argv[2]) : 64, n_new = argc > 3 ? atoi(argv[3]) : 64;
-    hpt_gpt2_config cfg;
+    hpt_model_config cfg;
     hpt_mem *mem;
-    hpt_gpt2 *m;
-    if (hpt_gpt2_config_parse(shape, &cfg) || hpt_mem_create(&mem) || hpt_gpt2_create(mem, &cfg, &m)) {
+    hpt_model *m;
+    if (hpt_model_config_parse(shape, &cfg) || hpt_mem_create(&mem) || hpt_model_create_config(mem, &cfg, &m)) {
         fprintf(stderr, "bench_infer: %s\n", hpt_last_error());
         return 1;
     }
-    hpt_gpt2_init_random(m, 1);
+    hpt_model_init_random(m, 1);
     int n = n_prompt + n_new;
     int32_t *tok = malloc((size_t)n * sizeof *tok);
     for (int i = 0; i < n; i++) tok[i] = (i * 7919) % cfg.V;
     /* 1: the whole window through the training forward, per token (greedy: the argmax) */
     double t0 = hpt_now();
     for (int k = n_prompt; k < n; k++) {
-        if (hpt_gpt2_forward(m, tok, NULL, 1, k, NULL)) { fprintf(stderr, "%s\n", hpt_last_error()); return 1; }
+        if (hpt_model_forward(m, tok, NULL, 1, k, NULL)) { fprintf(stderr, "%s\n", hpt_last_error()); return 1; }
     }
     double full = (double)n_new / (hpt_now() - t0);
-    hpt_gpt2_free_activations(m);
+    hpt_model_free_activations(m);
     double rate[2];
     uint64_t bytes[2];
     for (int w = 0; w < 2; w++) {
@@ -54,7 +54,7 @@ int main(int argc, char **argv) {
     printf("| kv cache, int8 weights | %.1f | %.2f | %.1f MiB |\n", rate[1], rate[1] / full,
            (double)bytes[1] / 1048576.0);
     free(tok);
-    hpt_gpt2_free(m);
+    hpt_model_free(m);
     hpt_mem_destroy(mem);
     return 0;
 }

@@ -26,12 +26,12 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 /* One table row: a model (with the engine when f) and its optimizer in a fresh hpt_mem. */
-static int row(const hpt_gpt2_config *cfg, const hpt_offload_opts *f, int k, int bits, int emb,
+static int row(const hpt_model_config *cfg, const hpt_offload_opts *f, int k, int bits, int emb,
                int steps) {
     hpt_mem *mem;
-    hpt_gpt2 *m;
+    hpt_model *m;
     hpt_optim *o;
-    if (hpt_mem_create(&mem) != HPT_OK || hpt_gpt2_create_offload(mem, cfg, f, &m) != HPT_OK) {
+    if (hpt_mem_create(&mem) != HPT_OK || hpt_model_create_config_offload(mem, cfg, f, &m) != HPT_OK) {
         fprintf(stderr, "bench_optim: %s\n", hpt_last_error());
         return 1;
     }
@@ -44,13 +44,13 @@ static int row(const hpt_gpt2_config *cfg, const hpt_offload_opts *f, int k, int
     }
     hpt_mem_stats st;
     hpt_mem_get_stats(mem, &st);
-    double n = (double)hpt_gpt2_get_num_params(m);
+    double n = (double)hpt_model_num_params(m);
     const uint64_t *live = st.live_bytes[HPT_TIER_DEVICE];
     double p = (double)live[HPT_CAT_PARAMS] / n, g = (double)live[HPT_CAT_GRADS] / n,
            s = (double)live[HPT_CAT_OPTIM] / n;
     char tm[32] = "-";
     if (!f) { /* time: random gradients, the step at a tiny lr */
-        float *gr = hpt_gpt2_grads(m);
+        float *gr = hpt_model_grads(m);
         uint32_t x = 1u;
         for (size_t i = 0; i < (size_t)n; i++) {
             x = x * 1664525u + 1013904223u;
@@ -76,7 +76,7 @@ static int row(const hpt_gpt2_config *cfg, const hpt_offload_opts *f, int k, int
            hpt_optim_name((hpt_optim_kind)k), bits, emb ? " (wte, wpe 32-bit)" : "",
            f ? ", fused" : "", wb, p, g, s, p + g + s, tm);
     hpt_optim_free(o);
-    hpt_gpt2_free(m);
+    hpt_model_free(m);
     hpt_mem_destroy(mem);
     return 0;
 }
@@ -103,13 +103,13 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (steps < 1 || steps > 64) steps = 5;
-    hpt_gpt2_config cfg;
-    if (hpt_gpt2_config_parse(shape, &cfg) != HPT_OK) {
+    hpt_model_config cfg;
+    if (hpt_model_config_parse(shape, &cfg) != HPT_OK) {
         fprintf(stderr, "bench_optim: %s\n", hpt_last_error());
         return 1;
     }
     printf("training-state bytes per parameter, measured from hpt_mem (%s, %.2fM parameters, "
-           "%d threads)\n\n", shape, (double)hpt_gpt2_num_params(&cfg) / 1e6, hpt_get_threads());
+           "%d threads)\n\n", shape, (double)hpt_model_config_num_params(&cfg) / 1e6, hpt_get_threads());
     printf("| optimizer | state | params | grads | optim | total bytes/param | step ns/param |\n");
     printf("| --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
     const int bits[3] = {32, 8, 8}, emb[3] = {0, 0, 1};

@@ -98,7 +98,7 @@ static int child(const char *data, int B, int T, int pairs, int threads) {
     hpt_mem_stats st;
     hpt_mem_get_stats(mem, &st);
     uint64_t rss_peak = hpt_rss_peak_bytes();
-    const hpt_gpt2_config *cfg = hpt_gpt2_get_config(hpt_trainer_model(tr));
+    const hpt_model_config *cfg = hpt_model_get_config(hpt_trainer_model(tr));
     hpt_plan_opts po = hpt_plan_defaults();
     po.cfg = *cfg;
     po.B = B;

@@ -6,19 +6,19 @@
  *
  *     hpt_mem *mem;            hpt_mem_create(&mem);
  *     hpt_mem_set_budget(mem, HPT_TIER_DEVICE, 4ull << 30);        // 4 GiB
- *     hpt_gpt2_config cfg;     hpt_gpt2_config_parse("gpt2:L=4,C=128,NH=4", &cfg);
- *     hpt_gpt2 *model;         hpt_gpt2_create(mem, &cfg, &model);
- *     hpt_gpt2_init_random(model, 1337);
+ *     hpt_model_config cfg;    hpt_model_config_parse("gpt2:L=4,C=128,NH=4", &cfg);
+ *     hpt_model *model;         hpt_model_create_config(mem, &cfg, &model);
+ *     hpt_model_init_random(model, 1337);
  *     hpt_adamw_opts ao = hpt_adamw_defaults();
  *     hpt_optim *opt;          hpt_optim_create(mem, model, &ao, &opt);
  *     for (step ...) {
  *         float loss;
- *         hpt_gpt2_forward(model, inputs, targets, B, T, &loss);   // (B,T) int32 each
- *         hpt_gpt2_zero_grad(model);
- *         hpt_gpt2_backward(model);
+ *         hpt_model_forward(model, inputs, targets, B, T, &loss);   // (B,T) int32 each
+ *         hpt_model_zero_grad(model);
+ *         hpt_model_backward(model);
  *         hpt_optim_step(opt, lr, grad_clip, &gnorm);
  *     }
- *     hpt_optim_free(opt); hpt_gpt2_free(model); hpt_mem_destroy(mem);
+ *     hpt_optim_free(opt); hpt_model_free(model); hpt_mem_destroy(mem);
  *
  *   Or let the trainer run the loop (data, schedule, evaluation, checkpoints, resume):
  *
@@ -79,6 +79,7 @@
  *     hptrain/infer.h     generation with a key/value cache, fp32 or int8 weights
  *     hptrain/optim.h     optimizers, 8-bit states, clipping, the learning-rate schedule
  *     hptrain/io.h        shards, data loader, tokenizer, training state, reference state
+ *     hptrain/chat.h      chat templates (Jinja) rendered over conversations, and their ids
  *     hptrain/profile.h   traces, summaries, the memory picture
  *     hptrain/schedule.h  the hybrid predict schedule
  *     hptrain/plan.h      the plan (every technique choice, the budgets) and the estimator
@@ -106,6 +107,7 @@ extern "C" {
 #include "hptrain/infer.h"
 #include "hptrain/optim.h"
 #include "hptrain/io.h"
+#include "hptrain/chat.h"
 #include "hptrain/profile.h"
 #include "hptrain/schedule.h"
 #include "hptrain/plan.h"

@@ -21,10 +21,24 @@
 # one), the cycles (each group of modules that reach one another), every violation, and fails on any violation not in the allowlist
 # (scripts/layers.allow: "file -> include  # why", "file -> LINES  # why"). Allowlist entries
 # that no longer match are stale and fail the check too, so the list only shrinks honestly.
-# Usage: scripts/check_layers.sh [repository root]   (default: this script's parent)
+#
+# Given a build directory, a second pass holds the same order at link level, which includes
+# cannot show (a module may declare another's function itself, or call through the public
+# header): `nm` over the library's objects (BUILD/CMakeFiles/hptrain.dir/src/<module>/...o),
+# each undefined symbol mapped to the object that defines it, the objects to modules by their
+# source path. It prints the module graph at link level and its cycles, reports as violations
+#   link      a call (or a data reference) from a module to one above it in the order, or
+#             to another on its row;
+# (allowlist: "src/caller.c -> src/callee.c  # why"), and prints, for the review in
+# docs/design.md ("The module order"), the groups of files inside a module that call one
+# another both ways (not a failure: a module is one unit).
+# Usage: scripts/check_layers.sh [repository root [build directory]]
+#        (default root: this script's parent; without a build directory, no link pass)
 set -euo pipefail
 root=${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
-cd "$root"
+build=${2:-}
+[ -n "$build" ] && build=$(cd "$build" && pwd)      # before the cd: relative to the caller
+cd "$root"; root=$(pwd)
 allow=scripts/layers.allow
 max_lines=1000
 ranks=$(bash scripts/design_modules.sh "$root")   # "module:rank ..." from the picture
@@ -36,6 +50,7 @@ pairs=$(grep -rHo '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[^"]*"' src too
 long=$(find src tools include tests bench -name '*.[ch]' -type f 2>/dev/null | sort |
        while read -r f; do n=$(wc -l <"$f"); [ "$n" -gt "$max_lines" ] && echo "$f $n"; done || true)
 
+status=0
 awk -v allowfile="$allow" -v longlist="$long" -v ranks="$ranks" '
 function modof(path,   a, n) {          # the module of a file under src/ or tools/
     n = split(path, a, "/")
@@ -50,6 +65,7 @@ BEGIN {
         sub(/#.*/, "", line); gsub(/^[ \t]+|[ \t]+$/, "", line)
         if (line == "") continue
         split(line, kv, /[ \t]*->[ \t]*/)
+        if (kv[2] ~ /^src\//) continue              # a link entry: the second pass
         allowed[kv[1] " -> " kv[2]] = 1
     }
     nl = split(longlist, ll, "\n")
@@ -131,5 +147,97 @@ END {
     for (k in allowed) if (!(k in used)) { printf "  stale allowlist entry (no longer needed): %s\n", k; nstale++ }
     if (nnew) { printf "check_layers: %d violation(s) not in %s\n", nnew, allowfile; exit 1 }
     if (nstale) { printf "check_layers: %d stale entr(ies) in %s: remove them\n", nstale, allowfile; exit 1 }
-    print "check_layers: ok"
-}' <<<"$pairs"
+    print "check_layers: includes ok"
+}' <<<"$pairs" || status=1
+
+# ---- link level: "file sym D|U" for every external symbol of the library's objects ----
+if [ -z "$build" ]; then
+    echo "check_layers: no build directory given: link level not checked"
+    exit "$status"
+fi
+objdir="$build/CMakeFiles/hptrain.dir"
+objs=$(cd "$objdir" 2>/dev/null && find src -name '*.c.o' | sort |
+       while read -r o; do [ -f "$root/${o%.o}" ] && echo "$o"; done || true)  # stale objects: skipped
+if [ -z "$objs" ]; then
+    echo "check_layers: no objects under $objdir (build the library first)"; exit 1
+fi
+syms=$(cd "$objdir" && nm -A -P --extern-only $objs |
+       awk '{ f = $1; sub(/\.o:$/, "", f); t = $3
+              if (t == "U" || t == "w") print f, $2, "U"; else if (t ~ /^[A-Z]$/) print f, $2, "D" }')
+
+awk -v allowfile="$allow" -v objdir="$objdir" -v ranks="$ranks" '
+function modof(path,   a) { split(path, a, "/"); return a[2] }
+BEGIN {
+    n = split(ranks, r, " ")                           # the picture, top row first
+    for (i = 1; i <= n; i++) { split(r[i], kv, ":"); rank[kv[1]] = kv[2]; order[i] = kv[1] }
+    while ((getline line < allowfile) > 0) {
+        sub(/#.*/, "", line); gsub(/^[ \t]+|[ \t]+$/, "", line)
+        if (line == "") continue
+        split(line, kv, /[ \t]*->[ \t]*/)
+        if (kv[2] ~ /^src\//) allowed[kv[1] " -> " kv[2]] = 1
+    }
+}
+$3 == "D" { def[$2] = $1; next }
+{ und[++nu] = $1 " " $2 }
+END {
+    for (i = 1; i <= nu; i++) {
+        split(und[i], fs, " "); f = fs[1]; sym = fs[2]
+        if (!(sym in def)) continue                  # the C library, OpenMP, oneDNN, MPI
+        g = def[sym]; a = modof(f); b = modof(g)
+        if (a == b) { if (f != g) fedge[f " " g] = 1; continue }
+        edge[a " " b] = 1
+        key = f " -> " g
+        if (!(key in why)) { why[key] = sym; nk++; keys[nk] = key; ka[nk] = a; kb[nk] = b }
+        else if (length(why[key]) < 60) why[key] = why[key] ", " sym
+    }
+    for (e in edge) reach[e] = 1
+    for (k = 1; k <= n; k++) for (i = 1; i <= n; i++) for (j = 1; j <= n; j++)
+        if ((order[i] " " order[k]) in reach && (order[k] " " order[j]) in reach) reach[order[i] " " order[j]] = 1
+    print "link level: the modules each calls (nm over " objdir "):"
+    for (i = 1; i <= n; i++) {
+        m = order[i]; deps = ""
+        for (j = 1; j <= n; j++) if ((m " " order[j]) in edge) deps = deps " " order[j]
+        if (m != "testing" && m != "tools") printf "  %-8s rank %d ->%s\n", m, rank[m], deps == "" ? " (nothing)" : deps
+    }
+    nc = 0
+    for (i = 1; i <= n; i++) {
+        m = order[i]
+        if (!((m " " m) in reach) || (m in done)) continue
+        cyc = m; done[m] = 1
+        for (j = 1; j <= n; j++) if (order[j] != m && (m " " order[j]) in reach && (order[j] " " m) in reach) { cyc = cyc " <-> " order[j]; done[order[j]] = 1 }
+        print "  cycle: " cyc; nc++
+    }
+    if (nc == 0) print "  cycles between modules: none"
+    nv = 0; nnew = 0; nallowed = 0
+    for (k = 1; k <= nk; k++) {
+        a = ka[k]; b = kb[k]
+        if (rank[b] < rank[a]) continue                # down the order: fine
+        if (keys[k] in allowed) { used[keys[k]] = 1; nallowed++; tag = "allowed" } else { nnew++; tag = "VIOLATION" }
+        lines[++nv] = sprintf("  %-9s link    %s  (%s (%d) reaches %s %s (%d): %s)", tag, keys[k],
+                              a, rank[a], rank[b] > rank[a] ? "up to" : "beside it to", b, rank[b],
+                              why[keys[k]])
+    }
+    # groups of files inside one module that reach one another (the review in docs/design.md)
+    nf = 0
+    for (e in fedge) { split(e, ab, " "); for (x = 1; x <= 2; x++) if (!(ab[x] in fid)) { fid[ab[x]] = ++nf; fname[nf] = ab[x] } }
+    for (e in fedge) { split(e, ab, " "); fr[fid[ab[1]] " " fid[ab[2]]] = 1 }
+    for (k = 1; k <= nf; k++) for (i = 1; i <= nf; i++) if ((i " " k) in fr)
+        for (j = 1; j <= nf; j++) if ((k " " j) in fr) fr[i " " j] = 1
+    print "link level: files inside a module that reach one another (reviewed in docs/design.md):"
+    ng = 0
+    for (i = 1; i <= nf; i++) {
+        if (!((i " " i) in fr) || (i in fdone)) continue
+        grp = fname[i]; fdone[i] = 1
+        for (j = 1; j <= nf; j++) if (j != i && (i " " j) in fr && (j " " i) in fr) { grp = grp " " fname[j]; fdone[j] = 1 }
+        print "  " grp; ng++
+    }
+    if (ng == 0) print "  none"
+    print "link violations (" nv "; " nallowed " in " allowfile "):"
+    for (i = 1; i <= nv; i++) print lines[i]
+    nstale = 0
+    for (k in allowed) if (!(k in used)) { printf "  stale allowlist entry (no longer needed): %s\n", k; nstale++ }
+    if (nnew) { printf "check_layers: %d link violation(s) not in %s\n", nnew, allowfile; exit 1 }
+    if (nstale) { printf "check_layers: %d stale link entr(ies) in %s: remove them\n", nstale, allowfile; exit 1 }
+    print "check_layers: links ok"
+}' <<<"$syms" || status=1
+exit "$status"

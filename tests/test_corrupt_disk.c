@@ -209,7 +209,7 @@ static void test_engine(int fused) {
             detected++;
             printf("fused=%d, file %d of %d: %s\n", fused, which, nf, e);
         } else {
-            CHECK_OK(hpt_gpt2_copy_params(hpt_trainer_model(tr), got));
+            CHECK_OK(hpt_model_copy_params(hpt_trainer_model(tr), got));
             int same = memcmp(got, clean, np * 4) == 0;
             CHECK_MSG(same, "fused=%d file %d: corruption undetected and the weights differ",
                       fused, which);

@@ -94,7 +94,7 @@ static const char *label(const hpt_model_config *cfg) {
 
 /* Values of the embeddings that lead the tensor table (wte, and wpe where the model has it) */
 static size_t lead_embed_numel(const hpt_model_config *cfg) {
-    hpt_gpt2_tensor t[T_MAX_TENSORS];
+    t_tensor t[T_MAX_TENSORS];
     int n = t_tensors_of(cfg, t, NULL);
     size_t ne = 0;
     for (int i = 0; i < n && (!strcmp(t[i].name, "wte") || !strcmp(t[i].name, "wpe")); i++)
@@ -266,11 +266,11 @@ static void test_refusals(const char *shape) {
     CHECK(e == HPT_EMB_BF16);
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
-    hpt_gpt2_config cfg;
+    hpt_model_config cfg;
     CHECK_OK(hpt_model_config_parse(shape, &cfg));
-    hpt_gpt2 *m = NULL;
+    hpt_model *m = NULL;
     f.vocab_chunk = 12; /* 12 * 48 = 576 values: not a multiple of 256 */
-    CHECK_STATUS(hpt_gpt2_create_offload(mem, &cfg, &f, &m), HPT_ERR_INVALID);
+    CHECK_STATUS(hpt_model_create_config_offload(mem, &cfg, &f, &m), HPT_ERR_INVALID);
     hpt_plan_opts po = hpt_plan_defaults();
     po.cfg = cfg;
     po.B = 2;

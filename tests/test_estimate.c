@@ -58,7 +58,7 @@ typedef struct {
     hpt_mem_stats st;
     uint64_t live_at_end;  /* device bytes live before teardown */
     uint64_t arena_lb;     /* the arena's lower bound */
-    hpt_gpt2_config cfg;
+    hpt_model_config cfg;
 } measured;
 
 static hpt_status run_training(hpt_mem *mem, const run_case *rc, measured *m) {
@@ -82,7 +82,7 @@ static hpt_status run_training(hpt_mem *mem, const run_case *rc, measured *m) {
     hpt_status s = HPT_OK;
     while (s == HPT_OK && !hpt_trainer_done(tr)) s = hpt_trainer_step(tr, &p);
     if (m) {
-        m->cfg = *hpt_gpt2_get_config(hpt_trainer_model(tr));
+        m->cfg = *hpt_model_get_config(hpt_trainer_model(tr));
         m->live_at_end = device_live(mem);
     }
     hpt_trainer_free(tr);
@@ -91,11 +91,11 @@ static hpt_status run_training(hpt_mem *mem, const run_case *rc, measured *m) {
 
 /* Forward passes only: the model (from a shape), optionally a data loader, two forwards. */
 static hpt_status run_forward(hpt_mem *mem, const run_case *rc, measured *m) {
-    hpt_gpt2_config cfg;
+    hpt_model_config cfg;
     TRY(hpt_model_config_parse(rc->model, &cfg));
-    hpt_gpt2 *model; /* forward only, as eval makes it: no gradients */
+    hpt_model *model; /* forward only, as eval makes it: no gradients */
     TRY(hpt_model_create_forward(mem, rc->model, &model));
-    hpt_gpt2_init_random(model, 7);
+    hpt_model_init_random(model, 7);
     hpt_dataloader *dl = NULL, *val = NULL;
     hpt_status s = HPT_OK;
     size_t BT = (size_t)rc->B * rc->T;
@@ -109,9 +109,9 @@ static hpt_status run_forward(hpt_mem *mem, const run_case *rc, measured *m) {
         if (dl) { /* two training-data batches, then one validation batch */
             const int32_t *x, *y;
             s = hpt_dataloader_next(k == 2 && val ? val : dl, &x, &y);
-            if (s == HPT_OK) s = hpt_gpt2_forward(model, x, y, rc->B, rc->T, &loss);
+            if (s == HPT_OK) s = hpt_model_forward(model, x, y, rc->B, rc->T, &loss);
         } else {
-            s = hpt_gpt2_forward(model, toks, NULL, rc->B, rc->T, &loss);
+            s = hpt_model_forward(model, toks, NULL, rc->B, rc->T, &loss);
         }
     }
     m->cfg = cfg;
@@ -119,7 +119,7 @@ static hpt_status run_forward(hpt_mem *mem, const run_case *rc, measured *m) {
     free(toks);
     hpt_dataloader_free(dl);
     hpt_dataloader_free(val);
-    hpt_gpt2_free(model);
+    hpt_model_free(model);
     return s;
 }
 
@@ -175,7 +175,7 @@ static void check_case(const run_case *rc) {
     CHECK_MSG((double)e.activation_bytes <= 1.10 * (double)m.arena_lb, "%s: arena %llu, lower "
               "bound %llu", rc->name, (unsigned long long)e.activation_bytes,
               (unsigned long long)m.arena_lb);
-    CHECK(e.num_params == hpt_gpt2_num_params(&m.cfg));
+    CHECK(e.num_params == hpt_model_config_num_params(&m.cfg));
     CHECK(e.tokens_per_step == (uint64_t)rc->B * (uint64_t)rc->T);
 }
 
@@ -279,7 +279,7 @@ static void check_trained(const hpt_train_opts *o, const char *dir, const char *
     hpt_mem_stats st;
     hpt_mem_get_stats(mem, &st);
     hpt_mem_destroy(mem);
-    hpt_gpt2_config cfg;
+    hpt_model_config cfg;
     CHECK_OK(hpt_model_config_parse(o->model, &cfg));
     hpt_plan_opts po = hpt_train_plan_opts(o, &cfg);
     hpt_estimate e;
@@ -415,7 +415,7 @@ static int flag_value(const char *text, const char *flag) {
 static void check_refusal(void) {
     const char *shape = "gpt2:L=2,C=32,NH=4,V=64,T=32";
     hpt_plan_opts po = hpt_plan_defaults();
-    CHECK_OK(hpt_gpt2_config_parse(shape, &po.cfg));
+    CHECK_OK(hpt_model_config_parse(shape, &po.cfg));
     po.B = 8;
     po.T = 32;
     po.has_val = 1;
@@ -531,7 +531,7 @@ static void check_large_and_bad(void) {
     CHECK(e.num_params == 124475904ull);
     CHECK(e.bytes[HPT_TIER_DEVICE][HPT_CAT_OPTIM] == 8ull * 124475904ull);
     /* 70B-like: params ~ 12 L C^2 + Vp C, FLOPs ~ 6 N per token (+ attention) */
-    CHECK_OK(hpt_gpt2_config_parse("gpt2:L=80,C=8192,NH=64", &po.cfg));
+    CHECK_OK(hpt_model_config_parse("gpt2:L=80,C=8192,NH=64", &po.cfg));
     po.B = 1;
     po.T = 1024;
     double t0 = hpt_now();
@@ -549,7 +549,7 @@ static void check_large_and_bad(void) {
     CHECK(e.flops_per_token > six_n * 0.95 && e.flops_per_token < six_n * 1.2);
     CHECK(e.flops_per_token == 3.0 * e.flops_per_token_fwd);
     /* the formula, exactly, on a small shape */
-    CHECK_OK(hpt_gpt2_config_parse("gpt2:L=2,C=32,NH=4,V=64,T=32", &po.cfg));
+    CHECK_OK(hpt_model_config_parse("gpt2:L=2,C=32,NH=4,V=64,T=32", &po.cfg));
     po.T = 16;
     CHECK_OK(hpt_plan_estimate(&po, &e));
     CHECK(e.flops_per_token_fwd == 2.0 * (12.0 * 2 * 32 * 32 + 128.0 * 32) + 2.0 * 2 * 32 * 17);
@@ -566,17 +566,17 @@ static void check_large_and_bad(void) {
     po.B = 1;
     po.cfg.NH = 5;
     CHECK_STATUS(hpt_plan_estimate(&po, &e), HPT_ERR_SHAPE);
-    CHECK_OK(hpt_gpt2_config_parse("gpt2:L=4096,C=65536,NH=64,T=1048576", &po.cfg));
+    CHECK_OK(hpt_model_config_parse("gpt2:L=4096,C=65536,NH=64,T=1048576", &po.cfg));
     po.B = 1 << 20;
     po.T = 1 << 20;
     CHECK_STATUS(hpt_plan_estimate(&po, &e), HPT_ERR_INVALID);
-    /* a checkpoint's header: the same shape hpt_gpt2_load gives; bad files fail cleanly */
+    /* a checkpoint's header: the same shape hpt_model_load gives; bad files fail cleanly */
     char ckpt[600];
     snprintf(ckpt, sizeof ckpt, "%s/gpt2_tiny_model.bin", t_ref_dir());
-    hpt_gpt2_config cfg;
-    CHECK_OK(hpt_gpt2_read_config(ckpt, &cfg));
+    hpt_model_config cfg;
+    CHECK_OK(hpt_model_read_config(ckpt, &cfg));
     CHECK(cfg.L == 2 && cfg.C == 64 && cfg.NH == 4 && cfg.V == 1000 && cfg.Vp == 1024 && cfg.maxT == 64);
-    CHECK_STATUS(hpt_gpt2_read_config(g_train, &cfg), HPT_ERR_FORMAT);
+    CHECK_STATUS(hpt_model_read_config(g_train, &cfg), HPT_ERR_FORMAT);
     char trunc[600];
     snprintf(trunc, sizeof trunc, "%s/trunc.bin", t_tmpdir());
     FILE *in = fopen(ckpt, "rb"), *out = fopen(trunc, "wb");
@@ -588,11 +588,11 @@ static void check_large_and_bad(void) {
     }
     if (in) fclose(in);
     if (out) fclose(out);
-    CHECK_STATUS(hpt_gpt2_read_config(trunc, &cfg), HPT_ERR_FORMAT);
+    CHECK_STATUS(hpt_model_read_config(trunc, &cfg), HPT_ERR_FORMAT);
     CHECK(strstr(hpt_last_error(), "truncated") != NULL);
     char missing[600];
     snprintf(missing, sizeof missing, "%s/none.bin", t_tmpdir());
-    CHECK_STATUS(hpt_gpt2_read_config(missing, &cfg), HPT_ERR_IO);
+    CHECK_STATUS(hpt_model_read_config(missing, &cfg), HPT_ERR_IO);
 }
 
 /* 16-bit gradient homes (--grad-home bf16|fp16, docs/offload.md): every tier's bytes by category

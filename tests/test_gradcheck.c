@@ -620,7 +620,7 @@ static void check_adamw(size_t n, int steps, float lr, float wd, float grad_scal
 
 /* ---- the whole model ---------------------------------------------------------------- */
 
-/* Finite differences of the fp32 loss through hpt_gpt2_forward, against hpt_gpt2_backward,
+/* Finite differences of the fp32 loss through hpt_model_forward, against hpt_model_backward,
  * for a few parameters of every tensor (every layer of the stacked ones). The loss is fp32:
  * its rounding noise delta is a few ulp of ~2.6 (~1e-6 at most), which a step h turns into
  * ~1.5 delta / h of gradient error, so h must be large: h = 1e-2 gives ~1e-4 at worst.
@@ -656,24 +656,24 @@ static double lagrange_deriv0(const double *d, const double *f, int n) {
     return s;
 }
 
-static double model_loss(hpt_gpt2 *m, const int32_t *inp, const int32_t *tgt, int B, int T) {
+static double model_loss(hpt_model *m, const int32_t *inp, const int32_t *tgt, int B, int T) {
     float loss = 0.0f;
-    CHECK_OK(hpt_gpt2_forward(m, inp, tgt, B, T, &loss));
+    CHECK_OK(hpt_model_forward(m, inp, tgt, B, T, &loss));
     return (double)loss;
 }
 
 /* masked: half the targets are -1, ignored by the loss (docs/targets.md): the gradients are
  * those of the mean over the other five */
-static void check_model(const hpt_gpt2_config *cfgp, const char *label, int masked) {
-    const hpt_gpt2_config cfg = *cfgp;
+static void check_model(const hpt_model_config *cfgp, const char *label, int masked) {
+    const hpt_model_config cfg = *cfgp;
     const int B = 2, T = 5;
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
-    hpt_gpt2 *model;
-    CHECK_OK(hpt_gpt2_create(mem, &cfg, &model));
-    hpt_gpt2_init_random(model, 7);
-    size_t np = hpt_gpt2_get_num_params(model);
-    float *params = hpt_gpt2_params(model);
+    hpt_model *model;
+    CHECK_OK(hpt_model_create_config(mem, &cfg, &model));
+    hpt_model_init_random(model, 7);
+    size_t np = hpt_model_num_params(model);
+    float *params = hpt_model_params(model);
     /* larger weights than GPT-2's init, so the gradients of every tensor are far from 0 */
     for (size_t i = 0; i < np; i++) params[i] += 0.3f * hpt_rng_normal(&rng);
     int32_t inp[10], tgt[10];
@@ -687,10 +687,10 @@ static void check_model(const hpt_gpt2_config *cfgp, const char *label, int mask
             if (i == 0 || i == 2 || i == 3 || i == 7 || i == 8) tgt[i] = -1;
 
     float loss;
-    CHECK_OK(hpt_gpt2_forward(model, inp, tgt, B, T, &loss));
-    hpt_gpt2_zero_grad(model);
-    CHECK_OK(hpt_gpt2_backward(model));
-    float *grads = copy_f(hpt_gpt2_grads(model), np);
+    CHECK_OK(hpt_model_forward(model, inp, tgt, B, T, &loss));
+    hpt_model_zero_grad(model);
+    CHECK_OK(hpt_model_backward(model));
+    float *grads = copy_f(hpt_model_grads(model), np);
     printf("  model %s B=2 T=5%s: loss %.6f\n", label, masked ? ", 5 of 10 targets ignored" : "",
            (double)loss);
 
@@ -698,7 +698,7 @@ static void check_model(const hpt_gpt2_config *cfgp, const char *label, int mask
     double l1 = model_loss(model, inp, tgt, B, T), l2 = model_loss(model, inp, tgt, B, T);
     CHECK_MSG(l1 == l2 && l1 == (double)loss, "forward is not deterministic");
 
-    hpt_gpt2_tensor tens[T_MAX_TENSORS];
+    t_tensor tens[T_MAX_TENSORS];
     const int nt = t_tensors_of(&cfg, tens, NULL);
     int checked = 0, meaningful = 0;
     double worst = 0.0;
@@ -756,7 +756,7 @@ static void check_model(const hpt_gpt2_config *cfgp, const char *label, int mask
     CHECK_MSG(unseen_zero, "padding rows of wte / lm_head or wpe rows >= T have nonzero gradients");
 
     free(grads);
-    hpt_gpt2_free(model);
+    hpt_model_free(model);
     hpt_mem_stats st;
     hpt_mem_get_stats(mem, &st);
     for (int c = 0; c < HPT_CAT_COUNT; c++) CHECK(st.live_bytes[HPT_TIER_DEVICE][c] == 0);

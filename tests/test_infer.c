@@ -69,11 +69,11 @@ static void test_kernels(void) {
 
 static char g_shape[T_SHAPE_MAX];
 
-static hpt_gpt2 *tiny_model(hpt_mem *mem, hpt_gpt2_config *cfg) {
+static hpt_model *tiny_model(hpt_mem *mem, hpt_model_config *cfg) {
     CHECK_OK(hpt_model_config_parse(g_shape, cfg));
-    hpt_gpt2 *m = NULL;
-    CHECK_OK(hpt_gpt2_create(mem, cfg, &m));
-    if (m) hpt_gpt2_init_random(m, 11);
+    hpt_model *m = NULL;
+    CHECK_OK(hpt_model_create_config(mem, cfg, &m));
+    if (m) hpt_model_init_random(m, 11);
     return m;
 }
 
@@ -82,15 +82,15 @@ static hpt_gpt2 *tiny_model(hpt_mem *mem, hpt_gpt2_config *cfg) {
 static void test_logits(void) {
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
-    hpt_gpt2_config cfg;
-    hpt_gpt2 *m = tiny_model(mem, &cfg);
+    hpt_model_config cfg;
+    hpt_model *m = tiny_model(mem, &cfg);
     if (!m) return;
     const int T = 37, Vp = cfg.Vp, V = cfg.V;
     int32_t tok[37];
     for (int i = 0; i < T; i++) tok[i] = (i * 37 + 5) % V;
-    CHECK_OK(hpt_gpt2_forward(m, tok, NULL, 1, T, NULL));
+    CHECK_OK(hpt_model_forward(m, tok, NULL, 1, T, NULL));
     float *ref = malloc((size_t)T * Vp * sizeof *ref);
-    memcpy(ref, hpt_gpt2_logits(m), (size_t)T * Vp * sizeof *ref);
+    memcpy(ref, hpt_model_logits(m), (size_t)T * Vp * sizeof *ref);
     hpt_infer *f32 = NULL, *q8 = NULL;
     CHECK_OK(hpt_infer_create(mem, m, HPT_WEIGHTS_F32, 0, &f32));
     CHECK_OK(hpt_infer_create(mem, m, HPT_WEIGHTS_Q8, 0, &q8));
@@ -132,7 +132,7 @@ static void test_logits(void) {
         tg2[i] = (i * 29 + 3) % V;
     }
     float lref, l32, l8;
-    CHECK_OK(hpt_gpt2_forward(m, in2, tg2, 2, T, &lref));
+    CHECK_OK(hpt_model_forward(m, in2, tg2, 2, T, &lref));
     CHECK_OK(hpt_infer_loss(f32, in2, tg2, 2, T, &l32));
     CHECK_OK(hpt_infer_loss(q8, in2, tg2, 2, T, &l8));
     CHECK_MSG(fabsf(l32 - lref) <= 1e-5f * lref, "loss %.7f vs training forward %.7f", (double)l32, (double)lref);
@@ -151,7 +151,7 @@ static void test_logits(void) {
     hpt_infer_free(f32);
     hpt_infer_free(q8);
     free(ref);
-    hpt_gpt2_free(m);
+    hpt_model_free(m);
     hpt_mem_destroy(mem);
 }
 
@@ -160,13 +160,13 @@ static void test_logits(void) {
 static void test_load(void) {
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
-    hpt_gpt2_config cfg;
-    hpt_gpt2 *m = tiny_model(mem, &cfg);
+    hpt_model_config cfg;
+    hpt_model *m = tiny_model(mem, &cfg);
     if (!m) return;
     char path[512], bad[512];
     snprintf(path, sizeof path, "%s/infer_model.bin", t_tmpdir());
     snprintf(bad, sizeof bad, "%s/infer_truncated.bin", t_tmpdir());
-    CHECK_OK(hpt_gpt2_save(m, path));
+    CHECK_OK(hpt_model_save(m, path));
     hpt_infer *a = NULL, *af = NULL;
     CHECK_OK(hpt_infer_create(mem, m, HPT_WEIGHTS_Q8, 16, &a));
     CHECK_OK(hpt_infer_create(mem, m, HPT_WEIGHTS_F32, 16, &af));
@@ -177,7 +177,7 @@ static void test_load(void) {
         memcpy(f32_logits, hpt_infer_logits(af), (size_t)cfg.Vp * sizeof(float));
     }
     hpt_infer_free(af);
-    hpt_gpt2_free(m);
+    hpt_model_free(m);
     hpt_mem *mem2;
     CHECK_OK(hpt_mem_create(&mem2));
     hpt_infer *b = NULL;
@@ -223,8 +223,8 @@ static void test_load(void) {
     hpt_mem_destroy(mem2);
     hpt_mem_destroy(mem);
     /* gpt2-124m's shape: int8 weights are 25.8% of fp32's bytes */
-    hpt_gpt2_config big;
-    CHECK_OK(hpt_gpt2_config_parse("gpt2-124m", &big));
+    hpt_model_config big;
+    CHECK_OK(hpt_model_config_parse("gpt2-124m", &big));
     double r = (double)hpt_infer_weight_bytes_for(&big, HPT_WEIGHTS_Q8) /
                (double)hpt_infer_weight_bytes_for(&big, HPT_WEIGHTS_F32);
     CHECK_MSG(r > 0.25 && r < 0.27, "int8/fp32 weight bytes %.4f", r);
@@ -238,12 +238,12 @@ static void test_load(void) {
 static void test_generate(void) {
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
-    hpt_gpt2_config cfg;
-    hpt_gpt2 *m = tiny_model(mem, &cfg);
+    hpt_model_config cfg;
+    hpt_model *m = tiny_model(mem, &cfg);
     if (!m) return;
     int32_t a[100] = {7, 8}, b[100] = {7, 8}, c[100] = {7, 8};
-    CHECK_OK(hpt_gpt2_generate(m, a, 2, 98, 1.0f, 20, 99)); /* 100 tokens > maxT 40 */
-    CHECK_OK(hpt_gpt2_generate(m, b, 2, 98, 1.0f, 20, 99));
+    CHECK_OK(hpt_model_generate(m, a, 2, 98, 1.0f, 20, 99)); /* 100 tokens > maxT 40 */
+    CHECK_OK(hpt_model_generate(m, b, 2, 98, 1.0f, 20, 99));
     CHECK(memcmp(a, b, sizeof a) == 0);
     int in_vocab = 1;
     for (int i = 0; i < 100; i++) in_vocab &= a[i] >= 0 && a[i] < cfg.V;
@@ -255,10 +255,10 @@ static void test_generate(void) {
                                          hpt_infer_weight_bytes_for(&cfg, HPT_WEIGHTS_F32));
     if (inf) CHECK_OK(hpt_infer_generate(inf, c, 2, 98, 1.0f, 20, 99));
     CHECK(memcmp(a, c, sizeof a) == 0); /* the same context (maxT), the same tokens */
-    CHECK_STATUS(hpt_gpt2_generate(m, a, 0, 5, 1.0f, 20, 1), HPT_ERR_INVALID);
-    CHECK_STATUS(hpt_gpt2_generate(m, a, 2, 5, 0.0f, 20, 1), HPT_ERR_INVALID);
+    CHECK_STATUS(hpt_model_generate(m, a, 0, 5, 1.0f, 20, 1), HPT_ERR_INVALID);
+    CHECK_STATUS(hpt_model_generate(m, a, 2, 5, 0.0f, 20, 1), HPT_ERR_INVALID);
     hpt_infer_free(inf);
-    hpt_gpt2_free(m);
+    hpt_model_free(m);
     hpt_mem_destroy(mem);
 }
 

@@ -184,20 +184,20 @@ static void test_rollback(hpt_mem *mem) {
     hpt_trainer *tr = NULL;
     CHECK_OK(hpt_trainer_create(mem, &o, &tr));
     if (!tr) return;
-    hpt_gpt2 *m = hpt_trainer_model(tr);
-    size_t n = hpt_gpt2_get_num_params(m);
+    hpt_model *m = hpt_trainer_model(tr);
+    size_t n = hpt_model_num_params(m);
     float *w = malloc(n * sizeof(float)), *mm = malloc(n * sizeof(float));
     int jumps = 0, same = 0;
     while (!hpt_trainer_done(tr)) {
         const hpt_optim *opt = hpt_trainer_optim(tr);
-        memcpy(w, hpt_gpt2_params(m), n * sizeof(float));
+        memcpy(w, hpt_model_params(m), n * sizeof(float));
         memcpy(mm, hpt_optim_m(opt), n * sizeof(float));
         hpt_train_progress p;
         CHECK_OK(hpt_trainer_step(tr, &p));
         if (!p.jumped) continue;
         jumps++;
         CHECK(p.diverged == 2 && p.jump_scale == 0.0 && p.jump_gain == 0.0);
-        same += !memcmp(w, hpt_gpt2_params(m), n * sizeof(float)) &&
+        same += !memcmp(w, hpt_model_params(m), n * sizeof(float)) &&
                 !memcmp(mm, hpt_optim_m(opt), n * sizeof(float));
     }
     const hpt_schedule *s = hpt_trainer_schedule(tr);
@@ -215,7 +215,7 @@ static void test_taken(hpt_mem *mem, int state) {
     hpt_trainer *tr = NULL;
     CHECK_OK(hpt_trainer_create(mem, &o, &tr));
     if (!tr) return;
-    size_t n = hpt_gpt2_get_num_params(hpt_trainer_model(tr));
+    size_t n = hpt_model_num_params(hpt_trainer_model(tr));
     int jumps = 0, taken = 0, state_ok = 0;
     while (!hpt_trainer_done(tr)) {
         hpt_train_progress p;
@@ -249,7 +249,7 @@ static void test_resume(hpt_mem *mem) {
         hpt_trainer *tr = NULL;
         CHECK_OK(hpt_trainer_create(mem, &o, &tr));
         if (!tr) return;
-        n = hpt_gpt2_get_num_params(hpt_trainer_model(tr));
+        n = hpt_model_num_params(hpt_trainer_model(tr));
         hpt_trainer_free(tr);
     }
     /* warmup 1-5, FULL 6-14 (snapshots after 6, 8, .., 14), the jump 15, CORRECT 16-17 */
@@ -265,7 +265,7 @@ static void test_resume(hpt_mem *mem) {
     float *losses = calloc(40, sizeof(float));
     t_train_run(fresh, &o, 0, losses, NULL, NULL);
     free(losses);
-    hpt_gpt2_config cfg;
+    hpt_model_config cfg;
     CHECK_OK(hpt_model_config_parse(o.model, &cfg));
     hpt_plan_opts po = hpt_train_plan_opts(&o, &cfg);
     hpt_estimate e;
@@ -316,10 +316,10 @@ static void test_full_until_jump(hpt_mem *mem) {
         jumped += pj.jumped;
         same += pj.loss == pf.loss && pj.grad_norm == pf.grad_norm;
     }
-    hpt_gpt2 *mj = hpt_trainer_model(tj), *mf = hpt_trainer_model(tf);
-    size_t n = hpt_gpt2_get_num_params(mj);
+    hpt_model *mj = hpt_trainer_model(tj), *mf = hpt_trainer_model(tf);
+    size_t n = hpt_model_num_params(mj);
     CHECK_MSG(same == 14 && jumped == 0, "before the jump: %d of 14 steps the same, %d jumps", same, jumped);
-    CHECK(!memcmp(hpt_gpt2_params(mj), hpt_gpt2_params(mf), n * sizeof(float)));
+    CHECK(!memcmp(hpt_model_params(mj), hpt_model_params(mf), n * sizeof(float)));
     CHECK_OK(hpt_trainer_step(tj, &pj));
     CHECK(pj.jumped); /* and the next step is the jump */
     hpt_trainer_free(tj);

@@ -52,7 +52,6 @@ static void test_custom(void) {
     CHECK_STATUS(hpt_model_config_parse("llama:L=1.5,C=64,NH=4,FF=128", &c), HPT_ERR_INVALID);
     CHECK_STATUS(hpt_model_config_parse("llama:L=1,C=64,NH=4,FF=128,factor=8", &c), HPT_ERR_SHAPE);
     CHECK_STATUS(hpt_model_config_parse("llama7", &c), HPT_ERR_INVALID);
-    CHECK_STATUS(hpt_gpt2_config_parse("llama3.2-1b", &c), HPT_ERR_INVALID);
 }
 
 static void test_gpt2_fill(void) {
@@ -60,15 +59,15 @@ static void test_gpt2_fill(void) {
     CHECK_OK(hpt_model_config_parse("gpt2:L=2,C=64,NH=4,V=100", &c));
     CHECK(c.arch == HPT_ARCH_GPT2 && c.NKV == 4 && c.FF == 256 && c.tied == 1);
     CHECK(c.norm_eps == 1e-5f && c.init_range == 0.02f && c.rope_theta == 0.0f && c.Vp == 128);
-    hpt_gpt2_config g;
-    CHECK_OK(hpt_gpt2_config_parse("gpt2-124m", &g));
+    hpt_model_config g;
+    CHECK_OK(hpt_model_config_parse("gpt2-124m", &g));
     CHECK(g.L == 12 && g.C == 768 && g.NKV == 12 && g.FF == 3072 && g.V == 50257 && g.Vp == 50304);
     /* a hand-written GPT-2 configuration (only the six legacy fields) is filled on create */
     hpt_mem *mem = NULL;
     CHECK_OK(hpt_mem_create(&mem));
-    hpt_gpt2_config h = {.L = 1, .C = 32, .NH = 2, .V = 50, .Vp = 64, .maxT = 16};
-    hpt_gpt2 *m = NULL;
-    CHECK_OK(hpt_gpt2_create(mem, &h, &m));
+    hpt_model_config h = {.L = 1, .C = 32, .NH = 2, .V = 50, .Vp = 64, .maxT = 16};
+    hpt_model *m = NULL;
+    CHECK_OK(hpt_model_create_config(mem, &h, &m));
     if (m) {
         const hpt_model_config *mc = hpt_model_get_config(m);
         CHECK(mc->NKV == 2 && mc->FF == 128 && mc->tied == 1 && mc->norm_eps == 1e-5f);

@@ -176,32 +176,32 @@ static int load_ref(mask_ref *r, size_t n_params) {
 static void test_reference(hpt_mem *mem, int head_chunk) {
     char path[600];
     snprintf(path, sizeof path, "%s/mask_model.bin", t_ref_dir());
-    hpt_gpt2 *m = NULL;
-    CHECK_OK(hpt_gpt2_load(mem, path, &m));
+    hpt_model *m = NULL;
+    CHECK_OK(hpt_model_load(mem, path, &m));
     if (!m) return;
-    const hpt_model_config *cfg = hpt_gpt2_get_config(m);
-    size_t n = hpt_gpt2_get_num_params(m);
+    const hpt_model_config *cfg = hpt_model_get_config(m);
+    size_t n = hpt_model_num_params(m);
     mask_ref r;
     if (!load_ref(&r, n)) {
-        hpt_gpt2_free(m);
+        hpt_model_free(m);
         return;
     }
     if (head_chunk) {
-        hpt_act_opts ao = hpt_gpt2_act_defaults();
+        hpt_act_opts ao = hpt_act_defaults();
         ao.head_chunk = head_chunk;
-        CHECK_OK(hpt_gpt2_set_act_opts(m, &ao));
+        CHECK_OK(hpt_model_set_act_opts(m, &ao));
     }
     float loss;
-    CHECK_OK(hpt_gpt2_forward(m, r.x, r.y, r.B, r.T, &loss));
-    hpt_gpt2_zero_grad(m);
-    CHECK_OK(hpt_gpt2_backward(m));
+    CHECK_OK(hpt_model_forward(m, r.x, r.y, r.B, r.T, &loss));
+    hpt_model_zero_grad(m);
+    CHECK_OK(hpt_model_backward(m));
     double lrel = fabs((double)loss - (double)r.loss) / fabs((double)r.loss);
     printf("head chunk %d: loss %.7f (PyTorch %.7f) rel %.2e\n", head_chunk, (double)loss,
            (double)r.loss, lrel);
     CHECK_MSG(lrel < 1e-5, "loss rel %.3e", lrel);
-    hpt_gpt2_tensor t[T_MAX_TENSORS];
+    t_tensor t[T_MAX_TENSORS];
     int nt = t_tensors_of(cfg, t, NULL);
-    const float *g = hpt_gpt2_grads(m);
+    const float *g = hpt_model_grads(m);
     double worst = 0.0;
     for (int i = 0; i < nt; i++) {
         double e = t_rel_err(g + t[i].offset, r.grads + t[i].offset, t[i].numel);
@@ -224,9 +224,9 @@ static void test_reference(hpt_mem *mem, int head_chunk) {
     size_t BT = (size_t)r.B * r.T;
     int32_t *none = malloc(BT * 4);
     for (size_t i = 0; i < BT; i++) none[i] = -1;
-    CHECK_OK(hpt_gpt2_forward(m, r.x, none, r.B, r.T, &loss));
-    hpt_gpt2_zero_grad(m);
-    CHECK_OK(hpt_gpt2_backward(m));
+    CHECK_OK(hpt_model_forward(m, r.x, none, r.B, r.T, &loss));
+    hpt_model_zero_grad(m);
+    CHECK_OK(hpt_model_backward(m));
     size_t nonzero = 0;
     for (size_t i = 0; i < n; i++) nonzero += g[i] != 0.0f;
     CHECK_MSG(loss == 0.0f && nonzero == 0, "no targets: loss %g, %zu gradients not 0",
@@ -235,7 +235,7 @@ static void test_reference(hpt_mem *mem, int head_chunk) {
     free(r.x);
     free(r.y);
     free(r.grads);
-    hpt_gpt2_free(m);
+    hpt_model_free(m);
 }
 
 /* (c): a masked shard whose first window's two rows are the reference batch's rows; one SGD
@@ -243,11 +243,11 @@ static void test_reference(hpt_mem *mem, int head_chunk) {
 static void test_accum(hpt_mem *mem) {
     char model[600], data[600];
     snprintf(model, sizeof model, "%s/mask_model.bin", t_ref_dir());
-    hpt_gpt2 *m0 = NULL;
-    CHECK_OK(hpt_gpt2_load(mem, model, &m0));
+    hpt_model *m0 = NULL;
+    CHECK_OK(hpt_model_load(mem, model, &m0));
     if (!m0) return;
-    size_t n = hpt_gpt2_get_num_params(m0);
-    hpt_gpt2_free(m0);
+    size_t n = hpt_model_num_params(m0);
+    hpt_model_free(m0);
     mask_ref r;
     if (!load_ref(&r, n)) return;
     /* the shard: x's tokens (the last target is not one: the token after x is any), four
@@ -275,9 +275,9 @@ static void test_accum(hpt_mem *mem) {
     o.accum = 2;
     t_train_run(mem, &o, 0, l2, NULL, p2);
     double wrel = 0.0, moved = 0.0;
-    hpt_gpt2 *m = NULL;
-    CHECK_OK(hpt_gpt2_load(mem, model, &m));
-    const float *w0 = m ? hpt_gpt2_params(m) : NULL;
+    hpt_model *m = NULL;
+    CHECK_OK(hpt_model_load(mem, model, &m));
+    const float *w0 = m ? hpt_model_params(m) : NULL;
     float *d1 = malloc(n * 4), *d2 = malloc(n * 4);
     for (size_t i = 0; w0 && i < n; i++) {
         d1[i] = p1[i] - w0[i];
@@ -321,7 +321,7 @@ static void test_accum(hpt_mem *mem) {
     double grel = t_rel_err(d1, r.grads, n);
     printf("trainer's gradient (from the SGD step) vs PyTorch: rel %.2e\n", grel);
     CHECK_MSG(grel < 1e-5, "trainer's gradient rel %.3e", grel);
-    hpt_gpt2_free(m);
+    hpt_model_free(m);
     free(d1);
     free(d2);
     free(p1);

@@ -85,10 +85,10 @@ static void run(const hpt_train_opts *o0, const run_ctl *c, run_out *r, const ch
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
     CHECK_OK(hpt_mem_set_disk_dir(mem, g_disk));
-    hpt_gpt2_config cfg;
+    hpt_model_config cfg;
     CHECK_OK(hpt_model_config_parse(SHAPE, &cfg));
     memset(r, 0, sizeof *r);
-    r->n = hpt_gpt2_num_params(&cfg);
+    r->n = hpt_model_config_num_params(&cfg);
     r->params = calloc(r->n, sizeof(float));
     hpt_trainer *tr = NULL;
     CHECK_OK(hpt_trainer_create(mem, &o, &tr));
@@ -134,7 +134,7 @@ static void run(const hpt_train_opts *o0, const run_ctl *c, run_out *r, const ch
             break;
         }
     }
-    CHECK_OK(hpt_gpt2_copy_params(hpt_trainer_model(tr), r->params));
+    CHECK_OK(hpt_model_copy_params(hpt_trainer_model(tr), r->params));
     hpt_trainer_free(tr);
     hpt_mem_stats st;
     hpt_mem_get_stats(mem, &st);

@@ -47,14 +47,14 @@ static uint64_t block_floats(int64_t B, int64_t T, int64_t C, int64_t NH, int fl
 static uint64_t planned_device_bytes(int L, int C, int NH, int B, int T, int flash, int full) {
     char shape[128];
     snprintf(shape, sizeof shape, "gpt2:L=%d,C=%d,NH=%d,V=250,T=%d", L, C, NH, T);
-    hpt_gpt2_config cfg;
-    CHECK_OK(hpt_gpt2_config_parse(shape, &cfg));
-    hpt_gpt2_act_opts o = hpt_gpt2_act_defaults();
+    hpt_model_config cfg;
+    CHECK_OK(hpt_model_config_parse(shape, &cfg));
+    hpt_act_opts o = hpt_act_defaults();
     o.attention = flash ? HPT_ATTN_FLASH : HPT_ATTN_PLAIN;
     o.recompute = full ? HPT_RECOMPUTE_FULL : HPT_RECOMPUTE_NONE;
     o.every = 1;
     uint64_t by_tier[HPT_TIER_COUNT] = {0};
-    CHECK_OK(hpt_gpt2_act_tier_bytes(&cfg, B, T, &o, by_tier));
+    CHECK_OK(hpt_model_act_tier_bytes(&cfg, B, T, &o, by_tier));
     return by_tier[HPT_TIER_DEVICE];
 }
 

@@ -7,7 +7,7 @@
  * initialisation and batches as without offload: every loss, the final gradients and the final
  * parameters must be the same bits (memcmp). The device arena must be smaller than without
  * offload, and the live activation bytes on each tier (device arena, host buffer, disk block)
- * must equal hpt_gpt2_act_tier_bytes (the estimator's figures); transfers must be recorded.
+ * must equal hpt_model_act_tier_bytes (the estimator's figures); transfers must be recorded.
  * Lossy part (--act-compress int8, per-row absmax, and bf16): against the exact gradients of
  * one forward+backward, the relative norm error ||g8 - g|| / ||g|| must be below GRAD_TOL
  * (int8) or GRAD_TOL_BF16 for each storage (device arena, host, disk); and 100 AdamW steps on a learnable synthetic sequence
@@ -38,21 +38,21 @@ typedef struct {
     uint64_t n_transfers;
 } run_out;
 
-static hpt_gpt2 *make(hpt_mem **mem, const hpt_gpt2_act_opts *ao) {
+static hpt_model *make(hpt_mem **mem, const hpt_act_opts *ao) {
     CHECK_OK(hpt_mem_create(mem));
     CHECK_OK(hpt_mem_set_disk_dir(*mem, g_dir));
-    hpt_gpt2_config cfg;
+    hpt_model_config cfg;
     CHECK_OK(hpt_model_config_parse(k_shape, &cfg));
-    hpt_gpt2 *m;
-    CHECK_OK(hpt_gpt2_create(*mem, &cfg, &m));
-    hpt_gpt2_init_random(m, 11);
-    CHECK_OK(hpt_gpt2_set_act_opts(m, ao));
+    hpt_model *m;
+    CHECK_OK(hpt_model_create_config(*mem, &cfg, &m));
+    hpt_model_init_random(m, 11);
+    CHECK_OK(hpt_model_set_act_opts(m, ao));
     return m;
 }
 
-static void run(const hpt_gpt2_act_opts *ao, int steps, run_out *out) {
+static void run(const hpt_act_opts *ao, int steps, run_out *out) {
     hpt_mem *mem;
-    hpt_gpt2 *m = make(&mem, ao);
+    hpt_model *m = make(&mem, ao);
     hpt_mem_record(mem, 1);
     t_sgd_steps(m, B, T, steps, out->losses);
     size_t n_ev;
@@ -63,28 +63,28 @@ static void run(const hpt_gpt2_act_opts *ao, int steps, run_out *out) {
     hpt_mem_stats st;
     hpt_mem_get_stats(mem, &st);
     uint64_t want[HPT_TIER_COUNT];
-    CHECK_OK(hpt_gpt2_act_tier_bytes(hpt_gpt2_get_config(m), B, T, ao, want));
+    CHECK_OK(hpt_model_act_tier_bytes(hpt_model_get_config(m), B, T, ao, want));
     for (int t = 0; t < HPT_TIER_COUNT; t++) {
         out->tier_bytes[t] = st.live_bytes[t][HPT_CAT_ACTS];
         CHECK_MSG(out->tier_bytes[t] == want[t], "%s: acts %llu, estimated %llu",
                   hpt_tier_name((hpt_tier)t), (unsigned long long)out->tier_bytes[t],
                   (unsigned long long)want[t]);
     }
-    out->np = hpt_gpt2_get_num_params(m);
+    out->np = hpt_model_num_params(m);
     out->grads = malloc(out->np * sizeof(float));
     out->params = malloc(out->np * sizeof(float));
-    memcpy(out->grads, hpt_gpt2_grads(m), out->np * sizeof(float));
-    memcpy(out->params, hpt_gpt2_params(m), out->np * sizeof(float));
+    memcpy(out->grads, hpt_model_grads(m), out->np * sizeof(float));
+    memcpy(out->params, hpt_model_params(m), out->np * sizeof(float));
     t_replan(m, B, T);
-    hpt_gpt2_free(m);
+    hpt_model_free(m);
     hpt_mem_destroy(mem);
 }
 
 /* 100 AdamW steps on a learnable sequence (each token determines the next: t -> (5t + 3) mod
  * 64, from a random start per row); first and last losses. */
-static void train(const hpt_gpt2_act_opts *ao, float *first, float *last) {
+static void train(const hpt_act_opts *ao, float *first, float *last) {
     hpt_mem *mem;
-    hpt_gpt2 *m = make(&mem, ao);
+    hpt_model *m = make(&mem, ao);
     hpt_adamw_opts oo = hpt_adamw_defaults();
     hpt_optim *opt;
     CHECK_OK(hpt_optim_create(mem, m, &oo, &opt));
@@ -101,15 +101,15 @@ static void train(const hpt_gpt2_act_opts *ao, float *first, float *last) {
             }
         }
         float loss, gn;
-        CHECK_OK(hpt_gpt2_forward(m, x, y, B, T, &loss));
-        hpt_gpt2_zero_grad(m);
-        CHECK_OK(hpt_gpt2_backward(m));
+        CHECK_OK(hpt_model_forward(m, x, y, B, T, &loss));
+        hpt_model_zero_grad(m);
+        CHECK_OK(hpt_model_backward(m));
         CHECK_OK(hpt_optim_step(opt, 1e-3f, 1.0f, &gn));
         if (s == 0) *first = loss;
         *last = loss;
     }
     hpt_optim_free(opt);
-    hpt_gpt2_free(m);
+    hpt_model_free(m);
     hpt_mem_destroy(mem);
 }
 
@@ -122,7 +122,7 @@ int main(int argc, char **argv) {
     static const char *tiers[] = {"host", "disk"};
     for (int k = 0; k < 2; k++)
         for (int pi = 0; pi < 2; pi++) {
-            hpt_gpt2_act_opts base = hpt_gpt2_act_defaults();
+            hpt_act_opts base = hpt_act_defaults();
             base.attention = k == 0 ? HPT_ATTN_FLASH : HPT_ATTN_PLAIN;
             CHECK_OK(hpt_recompute_parse(policies[pi], &base));
             run_out ref;
@@ -131,7 +131,7 @@ int main(int argc, char **argv) {
                    hpt_attention_name(base.attention), policies[pi], k_shape, B, T,
                    (unsigned long long)ref.tier_bytes[HPT_TIER_DEVICE]);
             for (int ti = 0; ti < 2; ti++) {
-                hpt_gpt2_act_opts ao = base;
+                hpt_act_opts ao = base;
                 CHECK_OK(hpt_act_offload_parse(tiers[ti], &ao));
                 run_out o;
                 run(&ao, STEPS, &o);
@@ -155,7 +155,7 @@ int main(int argc, char **argv) {
             run_out one;
             run(&base, 1, &one);
             for (int ci = 0; ci < 6; ci++) {
-                hpt_gpt2_act_opts ao = base;
+                hpt_act_opts ao = base;
                 ao.compress = ci < 3 ? HPT_COMPRESS_INT8 : HPT_COMPRESS_BF16;
                 ao.offload = (hpt_act_offload)(ci % 3);
                 run_out o;
@@ -179,7 +179,7 @@ int main(int argc, char **argv) {
             free(ref.params);
         }
     /* int8 training against exact training */
-    hpt_gpt2_act_opts ex = hpt_gpt2_act_defaults(), q = ex;
+    hpt_act_opts ex = hpt_act_defaults(), q = ex;
     q.compress = HPT_COMPRESS_INT8;
     q.offload = HPT_OFFLOAD_HOST;
     float f0, l0, f1, l1;
@@ -195,7 +195,7 @@ int main(int argc, char **argv) {
         return t_done(t_arch_label(a, "test_offload"));
     }
     /* flags and refusals (once: they name no architecture) */
-    hpt_gpt2_act_opts o = hpt_gpt2_act_defaults();
+    hpt_act_opts o = hpt_act_defaults();
     CHECK(o.offload == HPT_OFFLOAD_NONE && o.compress == HPT_COMPRESS_NONE);
     CHECK_OK(hpt_act_offload_parse("disk", &o));
     CHECK(o.offload == HPT_OFFLOAD_DISK && !strcmp(hpt_act_offload_name(o.offload), "disk"));
@@ -208,19 +208,19 @@ int main(int argc, char **argv) {
     CHECK_OK(hpt_recompute_parse("every:2", &o));
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
-    hpt_gpt2_config cfg;
+    hpt_model_config cfg;
     CHECK_OK(hpt_model_config_parse(k_shape, &cfg));
-    hpt_gpt2 *m;
-    CHECK_OK(hpt_gpt2_create(mem, &cfg, &m));
-    CHECK_STATUS(hpt_gpt2_set_act_opts(m, &o), HPT_ERR_UNSUPPORTED);
+    hpt_model *m;
+    CHECK_OK(hpt_model_create_config(mem, &cfg, &m));
+    CHECK_STATUS(hpt_model_set_act_opts(m, &o), HPT_ERR_UNSUPPORTED);
     /* disk offload without a directory: a clear error at the first forward */
-    hpt_gpt2_act_opts d = hpt_gpt2_act_defaults();
+    hpt_act_opts d = hpt_act_defaults();
     d.offload = HPT_OFFLOAD_DISK;
-    CHECK_OK(hpt_gpt2_set_act_opts(m, &d));
+    CHECK_OK(hpt_model_set_act_opts(m, &d));
     int32_t x[4] = {1, 2, 3, 4};
     float loss;
-    CHECK(hpt_gpt2_forward(m, x, x, 1, 4, &loss) != HPT_OK);
-    hpt_gpt2_free(m);
+    CHECK(hpt_model_forward(m, x, x, 1, 4, &loss) != HPT_OK);
+    hpt_model_free(m);
     hpt_mem_destroy(mem);
     rmdir(g_dir);
     return t_done(t_arch_label(a, "test_offload"));

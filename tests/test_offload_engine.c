@@ -24,7 +24,7 @@
  *   (f) checkpoints: a run saved at step 8 with one placement (disk, host, in memory) and
  *       resumed with another ends with the uninterrupted in-memory run's weights and losses,
  *       bit for bit; llm.c checkpoints (fp32 and bf16) load into offloaded models with the
- *       weights hpt_gpt2_load gives;
+ *       weights hpt_model_load gives;
  *   (h) bf16 weights (stochastic rounding, Kahan; fused and exact; device and host homes):
  *       20 steps train, the loss falls (by > 0.1) and ends within 0.005 of the fp32 run's,
  *       the per-tier peaks equal the estimator's; the gathered weights of the blocks are bf16
@@ -103,9 +103,9 @@ static void run(const hpt_train_opts *o, run_out *r, const char *what) {
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
     CHECK_OK(hpt_mem_set_disk_dir(mem, g_disk));
-    hpt_gpt2_config cfg;
+    hpt_model_config cfg;
     CHECK_OK(hpt_model_config_parse(SHAPE, &cfg));
-    r->n = hpt_gpt2_num_params(&cfg);
+    r->n = hpt_model_config_num_params(&cfg);
     r->params = calloc(r->n, sizeof(float));
     t_train_run(mem, o, 0, r->losses, NULL, r->params);
     t_check_estimate(mem, o, what); /* (c) */
@@ -333,7 +333,7 @@ static void test_faults(void) {
     hpt_mem_destroy(mem);
     char path[700];
     snprintf(path, sizeof path, "%s/state.bin", dref);
-    hpt_gpt2 *m_ref = NULL;
+    hpt_model *m_ref = NULL;
     hpt_optim *o_ref = NULL;
     hpt_adamw_opts ao;
     hpt_train_pos pos;
@@ -387,7 +387,7 @@ static void test_faults(void) {
         hpt_mem_destroy(fm);
         /* the last good checkpoint loads, and is the in-memory run's step 2 (exact mode) */
         snprintf(path, sizeof path, "%s/state.bin", dir);
-        hpt_gpt2 *m2 = NULL;
+        hpt_model *m2 = NULL;
         hpt_optim *o2 = NULL;
         hpt_adamw_opts ao2;
         hpt_train_pos pos2;
@@ -395,22 +395,22 @@ static void test_faults(void) {
         if (m2) {
             CHECK(pos2.step == 2);
             if (!cases[i].fused && cases[i].weights == HPT_BW_FP32) {
-                size_t n = hpt_gpt2_get_num_params(m2);
-                CHECK(memcmp(hpt_gpt2_params(m2), hpt_gpt2_params(m_ref), n * 4) == 0);
+                size_t n = hpt_model_num_params(m2);
+                CHECK(memcmp(hpt_model_params(m2), hpt_model_params(m_ref), n * 4) == 0);
                 CHECK(memcmp(hpt_optim_m(o2), hpt_optim_m(o_ref), n * 4) == 0);
                 CHECK(memcmp(hpt_optim_v(o2), hpt_optim_v(o_ref), n * 4) == 0);
             }
         }
         hpt_optim_free(o2);
-        hpt_gpt2_free(m2);
+        hpt_model_free(m2);
     }
     hpt_optim_free(o_ref);
-    hpt_gpt2_free(m_ref);
+    hpt_model_free(m_ref);
     hpt_mem_destroy(mem);
 }
 
 /* (f) */
-static hpt_status write_bf16(const char *path, const float *p, const hpt_gpt2_config *c, size_t n) {
+static hpt_status write_bf16(const char *path, const float *p, const hpt_model_config *c, size_t n) {
     FILE *f = fopen(path, "wb");
     if (!f) return HPT_ERR_IO;
     int32_t h[256] = {0};
@@ -463,29 +463,29 @@ static void test_checkpoints(void) {
          * format: a llama run writes state.bin only) */
         char path[700];
         snprintf(path, sizeof path, "%s/model.bin", dir);
-        hpt_gpt2 *m1 = NULL, *m2 = NULL;
+        hpt_model *m1 = NULL, *m2 = NULL;
         int llmc = g_arch->llmc;
-        if (llmc) CHECK_OK(hpt_gpt2_load(mem, path, &m1));
-        if (llmc) CHECK_OK(hpt_gpt2_load_offload(mem, path, &cases[i].second, &m2));
+        if (llmc) CHECK_OK(hpt_model_load(mem, path, &m1));
+        if (llmc) CHECK_OK(hpt_model_load_offload(mem, path, &cases[i].second, &m2));
         if (m1 && m2) {
-            CHECK_OK(hpt_gpt2_copy_params(m2, p));
-            CHECK(memcmp(p, hpt_gpt2_params(m1), ref.n * sizeof(float)) == 0);
+            CHECK_OK(hpt_model_copy_params(m2, p));
+            CHECK(memcmp(p, hpt_model_params(m1), ref.n * sizeof(float)) == 0);
             /* and a bf16 one, widened the same way */
             snprintf(path, sizeof path, "%s/model_bf16.bin", dir);
-            CHECK_OK(write_bf16(path, hpt_gpt2_params(m1), hpt_gpt2_get_config(m1), ref.n));
-            hpt_gpt2_free(m2);
+            CHECK_OK(write_bf16(path, hpt_model_params(m1), hpt_model_get_config(m1), ref.n));
+            hpt_model_free(m2);
             m2 = NULL;
-            hpt_gpt2_free(m1);
+            hpt_model_free(m1);
             m1 = NULL;
-            CHECK_OK(hpt_gpt2_load(mem, path, &m1));
-            CHECK_OK(hpt_gpt2_load_offload(mem, path, &cases[i].first, &m2));
+            CHECK_OK(hpt_model_load(mem, path, &m1));
+            CHECK_OK(hpt_model_load_offload(mem, path, &cases[i].first, &m2));
             if (m1 && m2) {
-                CHECK_OK(hpt_gpt2_copy_params(m2, p));
-                CHECK(memcmp(p, hpt_gpt2_params(m1), ref.n * sizeof(float)) == 0);
+                CHECK_OK(hpt_model_copy_params(m2, p));
+                CHECK(memcmp(p, hpt_model_params(m1), ref.n * sizeof(float)) == 0);
             }
         }
-        hpt_gpt2_free(m1);
-        hpt_gpt2_free(m2);
+        hpt_model_free(m1);
+        hpt_model_free(m2);
         free(p);
         CHECK(t_device_live(mem) == 0);
         hpt_mem_destroy(mem);
@@ -495,7 +495,7 @@ static void test_checkpoints(void) {
 
 /* (c) forward only (sampling, evaluation): no optimizer state, no staging */
 static void test_forward_estimate(void) {
-    hpt_gpt2_config cfg;
+    hpt_model_config cfg;
     CHECK_OK(hpt_model_config_parse(SHAPE, &cfg));
     hpt_offload_opts cases[] = {off(HPT_TIER_DISK, HPT_TIER_HOST, HPT_TIER_DISK, 2, 1, 0),
                                 off(HPT_TIER_HOST, HPT_TIER_DEVICE, HPT_TIER_HOST, 3, 0, 1),
@@ -507,13 +507,13 @@ static void test_forward_estimate(void) {
         hpt_mem *mem;
         CHECK_OK(hpt_mem_create(&mem));
         CHECK_OK(hpt_mem_set_disk_dir(mem, g_disk));
-        hpt_gpt2 *m = NULL;
-        CHECK_OK(hpt_gpt2_create_offload(mem, &cfg, &cases[i], &m));
+        hpt_model *m = NULL;
+        CHECK_OK(hpt_model_create_config_offload(mem, &cfg, &cases[i], &m));
         int32_t x[2 * 16];
         for (int k = 0; k < 32; k++) x[k] = (k * 7) % 64;
         float loss;
-        if (m) CHECK_OK(hpt_gpt2_init_random(m, 3));
-        if (m) CHECK_OK(hpt_gpt2_forward(m, x, NULL, 2, 16, &loss));
+        if (m) CHECK_OK(hpt_model_init_random(m, 3));
+        if (m) CHECK_OK(hpt_model_forward(m, x, NULL, 2, 16, &loss));
         hpt_plan_opts po = hpt_plan_defaults();
         po.cfg = cfg;
         po.B = 2;
@@ -529,7 +529,7 @@ static void test_forward_estimate(void) {
             CHECK_MSG(e.peak_bytes[t] == st.peak_bytes[t], "forward %zu: %s tier estimated %llu, "
                       "measured %llu", i, hpt_tier_name((hpt_tier)t),
                       (unsigned long long)e.peak_bytes[t], (unsigned long long)st.peak_bytes[t]);
-        hpt_gpt2_free(m);
+        hpt_model_free(m);
         hpt_mem_destroy(mem);
     }
 }
@@ -549,9 +549,9 @@ static int is_block_tensor(const char *name) {
 
 /* (h) */
 static void test_bf16_weights(void) {
-    hpt_gpt2_config cfg;
+    hpt_model_config cfg;
     CHECK_OK(hpt_model_config_parse(SHAPE, &cfg));
-    hpt_gpt2_tensor t[T_MAX_TENSORS];
+    t_tensor t[T_MAX_TENSORS];
     const int nt = t_tensors_of(&cfg, t, NULL);
     hpt_train_opts o = opts(0.0f);
     run_out ref;
@@ -612,14 +612,14 @@ static void test_bf16_weights(void) {
         CHECK_OK(hpt_mem_create(&mem));
         hpt_offload_opts f = off(HPT_TIER_HOST, HPT_TIER_DEVICE, HPT_TIER_DEVICE, 2, 1, 1);
         f.weights = w;
-        hpt_gpt2 *a = NULL, *p = NULL;
-        CHECK_OK(hpt_gpt2_create_offload(mem, &cfg, &f, &a));
-        CHECK_OK(hpt_gpt2_create(mem, &cfg, &p));
-        CHECK_OK(hpt_gpt2_init_random(a, 3));
-        CHECK_OK(hpt_gpt2_init_random(p, 3));
-        size_t n = hpt_gpt2_num_params(&cfg);
-        float *g = calloc(n, sizeof(float)), *pp = hpt_gpt2_params(p);
-        CHECK_OK(hpt_gpt2_copy_params(a, g));
+        hpt_model *a = NULL, *p = NULL;
+        CHECK_OK(hpt_model_create_config_offload(mem, &cfg, &f, &a));
+        CHECK_OK(hpt_model_create_config(mem, &cfg, &p));
+        CHECK_OK(hpt_model_init_random(a, 3));
+        CHECK_OK(hpt_model_init_random(p, 3));
+        size_t n = hpt_model_config_num_params(&cfg);
+        float *g = calloc(n, sizeof(float)), *pp = hpt_model_params(p);
+        CHECK_OK(hpt_model_copy_params(a, g));
         int exact = 1;
         for (int i = 0; i < nt; i++)
             for (size_t k = t[i].offset; k < t[i].offset + t[i].numel; k++) {
@@ -634,13 +634,13 @@ static void test_bf16_weights(void) {
             y[k] = (k * 5 + 1) % 64;
         }
         float la, lp;
-        CHECK_OK(hpt_gpt2_forward(a, x, y, 2, 16, &la));
-        CHECK_OK(hpt_gpt2_forward(p, x, y, 2, 16, &lp));
+        CHECK_OK(hpt_model_forward(a, x, y, 2, 16, &la));
+        CHECK_OK(hpt_model_forward(p, x, y, 2, 16, &lp));
         CHECK_MSG(la == lp, "bf16 weights %d: forward loss %.9g, the same weights in fp32 %.9g", w,
                   (double)la, (double)lp);
         free(g);
-        hpt_gpt2_free(a);
-        hpt_gpt2_free(p);
+        hpt_model_free(a);
+        hpt_model_free(p);
         hpt_mem_destroy(mem);
     }
     /* resume: exact with stochastic rounding (the home round-trips through fp32) */
@@ -738,7 +738,7 @@ static void write_all(const char *path, const void *b, size_t n) {
 
 static hpt_status load_comp(hpt_mem *mem, const char *path, const hpt_offload_opts *f,
                             uint16_t **comp_out, size_t *n_out) {
-    hpt_gpt2 *m = NULL;
+    hpt_model *m = NULL;
     hpt_optim *op = NULL;
     hpt_adamw_opts ao;
     hpt_train_pos pos;
@@ -752,7 +752,7 @@ static hpt_status load_comp(hpt_mem *mem, const char *path, const hpt_offload_op
         memcpy(*comp_out, c, *n_out * sizeof(uint16_t));
     }
     hpt_optim_free(op);
-    hpt_gpt2_free(m);
+    hpt_model_free(m);
     return s;
 }
 
@@ -764,11 +764,11 @@ static size_t count_nonzero(const uint16_t *c, size_t n) {
 
 /* (i) */
 static void test_kahan_resume(void) {
-    hpt_gpt2_config cfg;
+    hpt_model_config cfg;
     CHECK_OK(hpt_model_config_parse(SHAPE, &cfg));
-    hpt_gpt2_tensor t[T_MAX_TENSORS];
+    t_tensor t[T_MAX_TENSORS];
     const int nt = t_tensors_of(&cfg, t, NULL);
-    size_t n = hpt_gpt2_num_params(&cfg);
+    size_t n = hpt_model_config_num_params(&cfg);
     struct {
         hpt_offload_opts f;
         const char *what;
@@ -819,7 +819,7 @@ static void test_kahan_resume(void) {
         free(p);
     }
     {
-        hpt_gpt2 *m = NULL;
+        hpt_model *m = NULL;
         hpt_optim *op = NULL;
         hpt_adamw_opts ao;
         hpt_train_pos pos;
@@ -830,14 +830,14 @@ static void test_kahan_resume(void) {
         int bf16 = m != NULL;
         for (int i = 0; m && i < nt; i++)
             for (size_t k = 0; is_block_tensor(t[i].name) && k < t[i].numel; k++) {
-                float x = hpt_gpt2_params(m)[t[i].offset + k];
+                float x = hpt_model_params(m)[t[i].offset + k];
                 bf16 &= round_bf16(x) == x;
             }
         CHECK_MSG(bf16, "a Kahan state loaded without the engine: a block weight is not bf16");
         hpt_state_section own = {.name = "bf16_comp", .data = &ao, .bytes = 4};
         CHECK_STATUS(hpt_state_save_sections(path2, m, op, &ao, &pos, &own, 1), HPT_ERR_INVALID);
         hpt_optim_free(op);
-        hpt_gpt2_free(m);
+        hpt_model_free(m);
     }
     /* other states into Kahan weights: bf16-sr's (bf16 values) -> zero; fp32's -> the residue */
     for (int w = HPT_BW_FP32; w <= HPT_BW_BF16_SR; w++) {

@@ -263,35 +263,34 @@ static void fill_grads(float *g, size_t n, int step) {
 /* Runs `steps` steps of optimizer o on a fresh model (same init and gradients each time);
  * the params after them into out (n). Clipping at 0.5 (the gradients' norm is larger). */
 static void run_steps(hpt_mem *mem, const hpt_adamw_opts *o, int steps, float *out, float *p0) {
-    hpt_gpt2_config cfg;
+    hpt_model_config cfg;
     hpt_model_config_parse(SHAPE, &cfg);
-    hpt_gpt2 *m;
+    hpt_model *m;
     hpt_optim *op;
-    CHECK_OK(hpt_gpt2_create(mem, &cfg, &m));
-    hpt_gpt2_init_random(m, 5);
-    size_t n = hpt_gpt2_get_num_params(m);
-    if (p0) memcpy(p0, hpt_gpt2_params(m), n * 4);
+    CHECK_OK(hpt_model_create_config(mem, &cfg, &m));
+    hpt_model_init_random(m, 5);
+    size_t n = hpt_model_num_params(m);
+    if (p0) memcpy(p0, hpt_model_params(m), n * 4);
     CHECK_OK(hpt_optim_create(mem, m, o, &op));
     g_rng = 12345;
     for (int s = 0; s < steps; s++) {
-        fill_grads(hpt_gpt2_grads(m), n, s);
+        fill_grads(hpt_model_grads(m), n, s);
         CHECK_OK(hpt_optim_step(op, o->lr, 0.5f, NULL));
     }
-    memcpy(out, hpt_gpt2_params(m), n * 4);
+    memcpy(out, hpt_model_params(m), n * 4);
     hpt_optim_free(op);
-    hpt_gpt2_free(m);
+    hpt_model_free(m);
 }
 
 /* The reference: the same steps in double. */
 static void ref_steps(const hpt_adamw_opts *o, int steps, const float *p0, double *p) {
-    hpt_gpt2_config cfg;
+    hpt_model_config cfg;
     hpt_model_config_parse(SHAPE, &cfg);
-    size_t n = hpt_gpt2_num_params(&cfg);
-    hpt_gpt2_tensor t[T_MAX_TENSORS];
+    size_t n = hpt_model_config_num_params(&cfg);
+    t_tensor t[T_MAX_TENSORS];
     size_t last[T_MAX_TENSORS] = {0};
-    int nt = HPT_GPT2_NUM_TENSORS, gpt2 = cfg.arch == HPT_ARCH_GPT2;
-    if (gpt2) hpt_gpt2_tensors(&cfg, t);
-    else nt = t_tensors_of(&cfg, t, last);
+    int gpt2 = cfg.arch == HPT_ARCH_GPT2;
+    int nt = t_tensors_of(&cfg, t, gpt2 ? NULL : last);
     double *m = calloc(n, 8), *v = calloc(n, 8);
     float *g = malloc(n * 4);
     for (size_t i = 0; i < n; i++) p[i] = p0[i];
@@ -354,9 +353,9 @@ static hpt_adamw_opts opts_for(int kind, int bits, int emb32) {
 }
 
 static void test_reference_formulas(hpt_mem *mem) {
-    hpt_gpt2_config cfg;
+    hpt_model_config cfg;
     hpt_model_config_parse(SHAPE, &cfg);
-    size_t n = hpt_gpt2_num_params(&cfg);
+    size_t n = hpt_model_config_num_params(&cfg);
     float *p = malloc(n * 4), *p0 = malloc(n * 4);
     double *r = malloc(n * 8);
     const int steps = 6;
@@ -381,9 +380,9 @@ static void test_reference_formulas(hpt_mem *mem) {
 
 /* 8-bit vs 32-bit state on the same gradients: ||dp8 - dp32|| / ||dp32||, dp the total update. */
 static void test_8bit_vs_32bit(hpt_mem *mem) {
-    hpt_gpt2_config cfg;
+    hpt_model_config cfg;
     hpt_model_config_parse(SHAPE, &cfg);
-    size_t n = hpt_gpt2_num_params(&cfg);
+    size_t n = hpt_model_config_num_params(&cfg);
     float *a = malloc(n * 4), *b = malloc(n * 4), *p0 = malloc(n * 4);
     const int steps = 20;
     /* bounds: about twice what this configuration measures (printed; AdamW 0.016, Lion 0.057,
@@ -455,7 +454,7 @@ static void train(const hpt_train_opts *o, int stop, hpt_mem_stats *st) {
     hpt_mem_destroy(mem);
 }
 
-static void load_state(const char *dir, hpt_mem *mem, hpt_gpt2 **m, hpt_optim **o) {
+static void load_state(const char *dir, hpt_mem *mem, hpt_model **m, hpt_optim **o) {
     char path[600];
     snprintf(path, sizeof path, "%s/state.bin", dir);
     hpt_adamw_opts ao;
@@ -480,7 +479,7 @@ static void test_bytes_and_resume(hpt_mem *mem) {
             train(&ob, 3, NULL); /* stops after step 3 */
             train(&oc, 8, NULL); /* resumes there */
             /* bytes: accounted == hpt_optim_state_bytes == the estimator's, and the whole peak */
-            hpt_gpt2_config cfg;
+            hpt_model_config cfg;
             hpt_model_config_parse(SHAPE, &cfg);
             hpt_plan_opts po = hpt_plan_defaults();
             po.cfg = cfg;
@@ -502,13 +501,13 @@ static void test_bytes_and_resume(hpt_mem *mem) {
                       (unsigned long long)e.peak_bytes[HPT_TIER_DEVICE],
                       (unsigned long long)st.peak_bytes[HPT_TIER_DEVICE]);
             /* resume: weights and every state buffer identical */
-            hpt_gpt2 *ma = NULL, *mb = NULL;
+            hpt_model *ma = NULL, *mb = NULL;
             hpt_optim *xa = NULL, *xb = NULL;
             load_state(da, mem, &ma, &xa);
             load_state(db, mem, &mb, &xb);
-            if (!ma || !mb) { hpt_optim_free(xa); hpt_gpt2_free(ma); hpt_optim_free(xb); hpt_gpt2_free(mb); continue; }
-            size_t n = hpt_gpt2_get_num_params(ma);
-            int same = memcmp(hpt_gpt2_params(ma), hpt_gpt2_params(mb), n * 4) == 0;
+            if (!ma || !mb) { hpt_optim_free(xa); hpt_model_free(ma); hpt_optim_free(xb); hpt_model_free(mb); continue; }
+            size_t n = hpt_model_num_params(ma);
+            int same = memcmp(hpt_model_params(ma), hpt_model_params(mb), n * 4) == 0;
             hpt_optim_buf ba[HPT_OPTIM_NUM_BUFS], bb[HPT_OPTIM_NUM_BUFS];
             hpt_optim_state_buffers(xa, ba);
             hpt_optim_state_buffers(xb, bb);
@@ -523,7 +522,7 @@ static void test_bytes_and_resume(hpt_mem *mem) {
                    "(accounted = estimated)\n", label, nbuf, same ? "bit-identical" : "DIFFER",
                    (unsigned long long)acc);
             CHECK_MSG(same, "%s: resumed run differs", label);
-            hpt_optim_free(xa); hpt_gpt2_free(ma); hpt_optim_free(xb); hpt_gpt2_free(mb);
+            hpt_optim_free(xa); hpt_model_free(ma); hpt_optim_free(xb); hpt_model_free(mb);
         }
 }
 
@@ -566,7 +565,7 @@ static void test_files(hpt_mem *mem) {
     snprintf(bad, sizeof bad, "%s/bad.bin", t_tmpdir());
     long n;
     unsigned char *b = slurp(good, &n);
-    hpt_gpt2 *m = NULL;
+    hpt_model *m = NULL;
     hpt_optim *o = NULL;
     hpt_adamw_opts ao;
     hpt_train_pos pos;
@@ -615,18 +614,18 @@ static void test_files(hpt_mem *mem) {
     memset(b + 16 + 21 * 8, 0, 3 * 8);
     fix_crc(b, n);
     spit(bad, b, n);
-    hpt_gpt2 *m2 = NULL;
+    hpt_model *m2 = NULL;
     hpt_optim *o2 = NULL;
     CHECK_OK(hpt_state_load(bad, mem, &m, &o, &ao, &pos));
     CHECK_OK(hpt_state_load(good, mem, &m2, &o2, &ao, &pos));
     if (m && m2) {
-        size_t np = hpt_gpt2_get_num_params(m);
+        size_t np = hpt_model_num_params(m);
         CHECK(hpt_optim_get_opts(o)->optimizer == HPT_OPTIM_ADAMW && hpt_optim_get_opts(o)->state_bits == 32);
-        CHECK(memcmp(hpt_gpt2_params(m), hpt_gpt2_params(m2), np * 4) == 0);
+        CHECK(memcmp(hpt_model_params(m), hpt_model_params(m2), np * 4) == 0);
         CHECK(memcmp(hpt_optim_m(o), hpt_optim_m(o2), np * 4) == 0);
         CHECK(memcmp(hpt_optim_v(o), hpt_optim_v(o2), np * 4) == 0);
     }
-    hpt_optim_free(o); hpt_gpt2_free(m); hpt_optim_free(o2); hpt_gpt2_free(m2);
+    hpt_optim_free(o); hpt_model_free(m); hpt_optim_free(o2); hpt_model_free(m2);
     /* version 4 is refused by name (3 adds sections: docs/predict.md) */
     uint32_t four = 4;
     memcpy(b + 8, &four, 4);
@@ -668,12 +667,12 @@ static void test_files(hpt_mem *mem) {
     fix_crc(b, n);
     spit(bad, b, n);
     CHECK_OK(hpt_state_load(bad, mem, &m, &o, &ao, &pos));
-    hpt_optim_free(o); hpt_gpt2_free(m);
+    hpt_optim_free(o); hpt_model_free(m);
     free(b);
     /* bad settings are refused at creation */
-    hpt_gpt2_config cfg;
+    hpt_model_config cfg;
     hpt_model_config_parse(SHAPE, &cfg);
-    CHECK_OK(hpt_gpt2_create(mem, &cfg, &m));
+    CHECK_OK(hpt_model_create_config(mem, &cfg, &m));
     hpt_adamw_opts bo = hpt_adamw_defaults();
     bo.state_bits = 4;
     CHECK_STATUS(hpt_optim_create(mem, m, &bo, &o), HPT_ERR_INVALID);
@@ -684,7 +683,7 @@ static void test_files(hpt_mem *mem) {
     CHECK_STATUS(hpt_optim_parse("adam", &kk), HPT_ERR_INVALID);
     CHECK_OK(hpt_optim_parse("adam-mini", &kk));
     CHECK(kk == HPT_OPTIM_ADAM_MINI);
-    hpt_gpt2_free(m);
+    hpt_model_free(m);
 }
 
 int main(int argc, char **argv) {

@@ -216,7 +216,7 @@ static void test_parse_errors(void) {
 /* ---- round trip -------------------------------------------------------------------------- */
 
 static int plans_equal(const hpt_plan *a, const hpt_plan *b) {
-    const hpt_gpt2_act_opts *x = &a->act, *y = &b->act;
+    const hpt_act_opts *x = &a->act, *y = &b->act;
     if (x->attention != y->attention || x->recompute != y->recompute || x->every != y->every ||
         x->offload != y->offload || x->compress != y->compress || x->head_chunk != y->head_chunk)
         return 0;
@@ -380,7 +380,7 @@ static void test_round_trip(void) {
 static void test_budgets(void) {
     const char *shape = "gpt2:L=2,C=32,NH=4,V=64,T=32";
     hpt_plan_opts po = hpt_plan_defaults();
-    CHECK_OK(hpt_gpt2_config_parse(shape, &po.cfg));
+    CHECK_OK(hpt_model_config_parse(shape, &po.cfg));
     po.B = 2;
     po.T = 16;
     set(&po.plan, "offload", "params=host,grads=disk,optim=host");
@@ -412,8 +412,8 @@ static void test_budgets(void) {
     t_make_shards(3, 32, 8, 4, 4000, 0, train, NULL); /* tokens < 60 < V */
     hpt_train_opts o = hpt_train_defaults();
     o.model = shape; o.data = train; o.B = 2; o.T = 16; o.steps = 1;
-    hpt_gpt2_config cfg;
-    CHECK_OK(hpt_gpt2_config_parse(shape, &cfg));
+    hpt_model_config cfg;
+    CHECK_OK(hpt_model_config_parse(shape, &cfg));
     hpt_plan_opts to = hpt_train_plan_opts(&o, &cfg);
     CHECK_OK(hpt_plan_estimate(&to, &e));
     uint64_t peak = e.peak_bytes[HPT_TIER_DEVICE];

@@ -361,8 +361,8 @@ int main(void) {
     CHECK_OK(hpt_trainer_create(mem, &o, &tr));
     if (!tr) return t_done("test_profile");
     hpt_trace_meta meta = hpt_trace_meta_defaults();
-    meta.cfg = *hpt_gpt2_get_config(hpt_trainer_model(tr));
-    meta.num_params = hpt_gpt2_get_num_params(hpt_trainer_model(tr));
+    meta.cfg = *hpt_model_get_config(hpt_trainer_model(tr));
+    meta.num_params = hpt_model_num_params(hpt_trainer_model(tr));
     int evaluated = 0;
     while (!hpt_trainer_done(tr)) {
         hpt_train_progress p;

@@ -7,7 +7,7 @@
  * initialisation and batches as with no recomputation; every step's loss, the final gradients
  * and the final parameters must be the same bits (memcmp): a recomputation runs the same
  * kernels on the same inputs. The activation arena the model allocates must equal
- * hpt_gpt2_activation_bytes (the estimator's figure) for the policy, and be smaller than
+ * hpt_model_activation_bytes (the estimator's figure) for the policy, and be smaller than
  * without recomputation. A forward-only use (no backward) and a shape change (replanning)
  * run under each policy too. Parsing of the flags' texts is checked at the end. */
 #include "testlib.h"
@@ -28,29 +28,29 @@ typedef struct {
 
 static char k_shape[T_SHAPE_MAX];
 
-static void run(const hpt_gpt2_act_opts *ao, run_out *out) {
+static void run(const hpt_act_opts *ao, run_out *out) {
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
     hpt_model_config cfg;
     CHECK_OK(hpt_model_config_parse(k_shape, &cfg));
-    hpt_gpt2 *m;
-    CHECK_OK(hpt_gpt2_create(mem, &cfg, &m));
-    hpt_gpt2_init_random(m, 11);
-    CHECK_OK(hpt_gpt2_set_act_opts(m, ao));
+    hpt_model *m;
+    CHECK_OK(hpt_model_create_config(mem, &cfg, &m));
+    hpt_model_init_random(m, 11);
+    CHECK_OK(hpt_model_set_act_opts(m, ao));
     t_sgd_steps(m, B, T, STEPS, out->losses);
     hpt_mem_stats st;
     hpt_mem_get_stats(mem, &st);
     out->arena_bytes = st.live_bytes[HPT_TIER_DEVICE][HPT_CAT_ACTS];
-    size_t want = hpt_gpt2_activation_bytes(&cfg, B, T, ao);
+    size_t want = hpt_model_activation_bytes(&cfg, B, T, ao);
     CHECK_MSG(out->arena_bytes == want, "arena %llu, estimated %zu",
               (unsigned long long)out->arena_bytes, want);
-    out->np = hpt_gpt2_get_num_params(m);
+    out->np = hpt_model_num_params(m);
     out->grads = malloc(out->np * sizeof(float));
     out->params = malloc(out->np * sizeof(float));
-    memcpy(out->grads, hpt_gpt2_grads(m), out->np * sizeof(float));
-    memcpy(out->params, hpt_gpt2_params(m), out->np * sizeof(float));
+    memcpy(out->grads, hpt_model_grads(m), out->np * sizeof(float));
+    memcpy(out->params, hpt_model_params(m), out->np * sizeof(float));
     t_replan(m, B, T);
-    hpt_gpt2_free(m);
+    hpt_model_free(m);
     hpt_mem_destroy(mem);
 }
 
@@ -61,7 +61,7 @@ int main(int argc, char **argv) {
     static const char *policies[] = {"selective", "every:2", "every:3", "full", "every:9"};
     const int n_pol = (int)(sizeof policies / sizeof policies[0]);
     for (int k = 0; k < 2; k++) {
-        hpt_gpt2_act_opts base = hpt_gpt2_act_defaults();
+        hpt_act_opts base = hpt_act_defaults();
         base.attention = k == 0 ? HPT_ATTN_FLASH : HPT_ATTN_PLAIN;
         run_out ref;
         run(&base, &ref);
@@ -69,7 +69,7 @@ int main(int argc, char **argv) {
                hpt_attention_name(base.attention), k_shape, B, T, "none",
                (unsigned long long)ref.arena_bytes);
         for (int i = 0; i < n_pol; i++) {
-            hpt_gpt2_act_opts ao = base;
+            hpt_act_opts ao = base;
             CHECK_OK(hpt_recompute_parse(policies[i], &ao));
             run_out o;
             run(&ao, &o);
@@ -92,15 +92,15 @@ int main(int argc, char **argv) {
         free(ref.grads);
         free(ref.params);
     }
-    hpt_gpt2_act_opts o = hpt_gpt2_act_defaults();
+    hpt_act_opts o = hpt_act_defaults();
     hpt_model_config cfg;
     CHECK_OK(hpt_model_config_parse(k_shape, &cfg));
     o.recompute = HPT_RECOMPUTE_EVERY;
     o.every = 0;
-    CHECK(hpt_gpt2_activation_bytes(&cfg, B, T, &o) == 0);
+    CHECK(hpt_model_activation_bytes(&cfg, B, T, &o) == 0);
     if (!t_arch_first(a)) return t_done(t_arch_label(a, "test_recompute"));
     /* the flags' texts (once: they name no architecture) */
-    o = hpt_gpt2_act_defaults();
+    o = hpt_act_defaults();
     char buf[32];
     CHECK(o.attention == HPT_ATTN_FLASH && o.recompute == HPT_RECOMPUTE_NONE);
     CHECK_OK(hpt_recompute_parse("every:4", &o));

@@ -21,7 +21,7 @@ int main(void) {
     CHECK(r.cfg.L == 2 && r.cfg.C == 64 && r.cfg.V == 1000 && r.cfg.Vp == 1024);
     CHECK(r.loss_rel_err < 1e-4);
     CHECK(r.logits_rel_err < 1e-4);
-    for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) {
+    for (int i = 0; i < HPT_VERIFY_MAX_TENSORS; i++) {
         printf("  grad %-9s rel %.2e\n", r.grad_name[i], r.grad_rel_err[i]);
         CHECK_MSG(r.grad_rel_err[i] < 1e-4, "%s %.3e", r.grad_name[i], r.grad_rel_err[i]);
     }

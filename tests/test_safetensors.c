@@ -370,10 +370,10 @@ static void configs(void) {
     CHECK_OK(cfg("{\"architectures\":[\"GPT2LMHeadModel\"],\"n_embd\":768,\"n_layer\":12,"
                  "\"n_head\":12,\"n_positions\":1024,\"vocab_size\":50257,"
                  "\"layer_norm_epsilon\":1e-05,\"eos_token_id\":50256,\"bos_token_id\":50256}", &c));
-    CHECK(c.arch == HF_GPT2 && c.C == 768 && c.L == 12 && c.NH == 12 && c.NKV == 12 &&
-          c.FF == 3072 && c.maxT == 1024 && c.V == 50257 && c.tied && c.n_eos == 1 &&
+    CHECK(c.arch == HPT_ARCH_GPT2 && c.m.C == 768 && c.m.L == 12 && c.m.NH == 12 && c.m.NKV == 12 &&
+          c.m.FF == 3072 && c.m.maxT == 1024 && c.m.V == 50257 && c.m.tied && c.n_eos == 1 &&
           c.eos[0] == 50256 && c.bos == 50256);
-    hpt_gpt2_config g;
+    hpt_model_config g;
     CHECK_OK(hf_config_to_model(&c, &g));
     CHECK(g.Vp == 50304 && g.V == 50257 && g.L == 12);
     /* Llama 3.2 1B's keys */
@@ -386,10 +386,10 @@ static void configs(void) {
         "\"eos_token_id\":[128001,128008,128009],\"bos_token_id\":128000,\"torch_dtype\":\"bfloat16\","
         "\"hidden_act\":\"silu\",\"attention_bias\":false,\"mlp_bias\":false}";
     CHECK_OK(cfg(llama, &c));
-    CHECK(c.arch == HF_LLAMA && c.C == 2048 && c.FF == 8192 && c.NH == 32 && c.NKV == 8 &&
-          c.L == 16 && c.V == 128256 && c.maxT == 131072 && c.norm_eps == 1e-5f &&
-          c.rope_theta == 500000.f && c.rope_factor == 32.f && c.rope_low_freq == 1.f &&
-          c.rope_high_freq == 4.f && c.rope_orig_maxT == 8192 && c.tied && !c.attn_bias &&
+    CHECK(c.arch == HPT_ARCH_LLAMA && c.m.C == 2048 && c.m.FF == 8192 && c.m.NH == 32 && c.m.NKV == 8 &&
+          c.m.L == 16 && c.m.V == 128256 && c.m.maxT == 131072 && c.m.norm_eps == 1e-5f &&
+          c.m.rope_theta == 500000.f && c.m.rope_factor == 32.f && c.m.rope_low_freq == 1.f &&
+          c.m.rope_high_freq == 4.f && c.m.rope_orig_maxT == 8192 && c.m.tied && !c.m.attn_bias &&
           c.n_eos == 3 && c.eos[2] == 128009 && c.bos == 128000 && !strcmp(c.torch_dtype, "bfloat16"));
     CHECK_OK(hf_config_to_model(&c, &g));
     CHECK(g.arch == HPT_ARCH_LLAMA && g.NKV == 8 && g.FF == 8192 && g.Vp == 128256 && g.tied &&
@@ -401,18 +401,18 @@ static void configs(void) {
     hf_config c2;
     CHECK_OK(hf_config_parse((const char *)text, n, "cfg.json", &c2));
     free(text);
-    CHECK(c2.C == c.C && c2.NKV == c.NKV && c2.rope_factor == c.rope_factor &&
-          c2.rope_orig_maxT == 8192 && c2.n_eos == 3 && c2.eos[1] == 128008 && c2.tied &&
-          c2.norm_eps == c.norm_eps && c2.rope_theta == c.rope_theta && c2.maxT == c.maxT);
+    CHECK(c2.m.C == c.m.C && c2.m.NKV == c.m.NKV && c2.m.rope_factor == c.m.rope_factor &&
+          c2.m.rope_orig_maxT == 8192 && c2.n_eos == 3 && c2.eos[1] == 128008 && c2.m.tied &&
+          c2.m.norm_eps == c.m.norm_eps && c2.m.rope_theta == c.m.rope_theta && c2.m.maxT == c.m.maxT);
     /* rope_parameters (newer transformers), theta inside; Mistral; defaults */
     CHECK_OK(cfg("{\"model_type\":\"mistral\",\"hidden_size\":64,\"intermediate_size\":96,"
                  "\"num_attention_heads\":4,\"num_hidden_layers\":2,\"vocab_size\":300,"
                  "\"rope_parameters\":{\"rope_type\":\"llama3\",\"rope_theta\":1000.0,"
                  "\"factor\":8.0,\"low_freq_factor\":1.0,\"high_freq_factor\":4.0,"
                  "\"original_max_position_embeddings\":64}}", &c));
-    CHECK(c.arch == HF_LLAMA && !strcmp(c.arch_name, "MistralForCausalLM") && c.NKV == 4 &&
-          c.rope_theta == 1000.f && c.rope_factor == 8.f && c.rope_orig_maxT == 64 && !c.tied &&
-          c.norm_eps == 1e-6f && c.n_eos == 0 && c.bos == -1);
+    CHECK(c.arch == HPT_ARCH_LLAMA && !strcmp(c.arch_name, "MistralForCausalLM") && c.m.NKV == 4 &&
+          c.m.rope_theta == 1000.f && c.m.rope_factor == 8.f && c.m.rope_orig_maxT == 64 && !c.m.tied &&
+          c.m.norm_eps == 1e-6f && c.n_eos == 0 && c.bos == -1);
     /* mutations of a valid config.json: OK, or a one-line FORMAT / UNSUPPORTED */
     {
         size_t n0 = strlen(llama);
@@ -522,17 +522,17 @@ static void model_dirs(hpt_mem *mem) {
     /* config.json that disagrees with the files: one line naming the tensor */
     hf_config hc;
     CHECK_OK(hf_config_read(path_in("m16"), &hc));
-    hc.L = 4;
+    hc.m.L = 4;
     CHECK_OK(hf_config_write(path_in("m16/config.json"), &hc, "bfloat16"));
     CHECK_STATUS(hpt_model_load_hf(mem, path_in("m16"), NULL, &m2), HPT_ERR_FORMAT);
     CHECK(strstr(hpt_last_error(), "tensor 'transformer.h.3.ln_1.weight' is missing"));
-    hc.L = 2;
+    hc.m.L = 2;
     CHECK_OK(hf_config_write(path_in("m16/config.json"), &hc, "bfloat16"));
     CHECK_STATUS(hpt_model_load_hf(mem, path_in("m16"), NULL, &m2), HPT_ERR_FORMAT);
     CHECK(strstr(hpt_last_error(), "tensor 'transformer.h.2.") &&
           strstr(hpt_last_error(), "is not a tensor of GPT2LMHeadModel"));
-    hc.L = 3;
-    hc.maxT = 17;
+    hc.m.L = 3;
+    hc.m.maxT = 17;
     CHECK_OK(hf_config_write(path_in("m16/config.json"), &hc, "bfloat16"));
     CHECK_STATUS(hpt_model_load_hf(mem, path_in("m16"), NULL, &m2), HPT_ERR_SHAPE);
     CHECK(strstr(hpt_last_error(), "tensor 'transformer.wpe.weight': shape (16, 32), expected (17, 32)"));

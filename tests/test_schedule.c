@@ -188,19 +188,19 @@ static void test_zero(hpt_mem *mem) {
     hpt_trainer *tr = NULL;
     CHECK_OK(hpt_trainer_create(mem, &o, &tr));
     if (!tr) return;
-    hpt_gpt2 *m = hpt_trainer_model(tr);
-    size_t n = hpt_gpt2_get_num_params(m);
+    hpt_model *m = hpt_trainer_model(tr);
+    size_t n = hpt_model_num_params(m);
     float *start = malloc(n * sizeof(float));
     int64_t predict_steps = 0, same = 0;
     while (!hpt_trainer_done(tr)) {
         const hpt_schedule *s = hpt_trainer_schedule(tr);
         if (s->phase == HPT_PHASE_PREDICT && s->in_phase == 0)
-            memcpy(start, hpt_gpt2_params(m), n * sizeof(float));
+            memcpy(start, hpt_model_params(m), n * sizeof(float));
         hpt_train_progress p;
         CHECK_OK(hpt_trainer_step(tr, &p));
         if (p.phase == HPT_PHASE_PREDICT) {
             predict_steps++;
-            same += memcmp(start, hpt_gpt2_params(m), n * sizeof(float)) == 0;
+            same += memcmp(start, hpt_model_params(m), n * sizeof(float)) == 0;
             CHECK(p.diverged == 0);
             CHECK(isnan(p.loss) || p.checked);
         }
@@ -222,8 +222,8 @@ static float run_val(hpt_mem *mem, const hpt_train_opts *o, int64_t *rollbacks, 
     hpt_trainer *tr = NULL;
     CHECK_OK(hpt_trainer_create(mem, o, &tr));
     if (!tr) return NAN;
-    hpt_gpt2 *m = hpt_trainer_model(tr);
-    size_t n = hpt_gpt2_get_num_params(m);
+    hpt_model *m = hpt_trainer_model(tr);
+    size_t n = hpt_model_num_params(m);
     float *start = malloc(n * sizeof(float));
     float val = NAN;
     if (rollbacks) *rollbacks = *in_predict = *bitexact = 0;
@@ -231,7 +231,7 @@ static float run_val(hpt_mem *mem, const hpt_train_opts *o, int64_t *rollbacks, 
     while (!hpt_trainer_done(tr)) {
         const hpt_schedule *s = hpt_trainer_schedule(tr);
         if (o->sched.kind == HPT_SCHEDULE_HYBRID && s->phase == HPT_PHASE_PREDICT && s->in_phase == 0)
-            memcpy(start, hpt_gpt2_params(m), n * sizeof(float));
+            memcpy(start, hpt_model_params(m), n * sizeof(float));
         hpt_train_progress p;
         CHECK_OK(hpt_trainer_step(tr, &p));
         if (p.evaluated) val = p.val_loss;
@@ -241,7 +241,7 @@ static float run_val(hpt_mem *mem, const hpt_train_opts *o, int64_t *rollbacks, 
             /* in PREDICT the restore is the step's last act; in CORRECT a real update follows */
             if (p.phase == HPT_PHASE_PREDICT) {
                 (*in_predict)++;
-                *bitexact += memcmp(start, hpt_gpt2_params(m), n * sizeof(float)) == 0;
+                *bitexact += memcmp(start, hpt_model_params(m), n * sizeof(float)) == 0;
             }
         }
     }
@@ -409,14 +409,14 @@ static void test_resume(hpt_mem *mem, int predictor) {
     snprintf(path, sizeof path, "%s/state.bin", dir_b);
     CHECK_MSG(file_version(path) == 3, "a hybrid state is version 3 (got %u)", file_version(path));
     { /* it loads without the trainer too (sections dropped) */
-        hpt_gpt2 *m = NULL;
+        hpt_model *m = NULL;
         hpt_optim *op = NULL;
         hpt_adamw_opts ao;
         hpt_train_pos pos;
         CHECK_OK(hpt_state_load(path, mem, &m, &op, &ao, &pos));
         CHECK(pos.step == stop);
         hpt_optim_free(op);
-        hpt_gpt2_free(m);
+        hpt_model_free(m);
     }
     if (predictor == HPT_PREDICTOR_ADAM) { /* bad sections: corrupt, truncated, other predictor */
         char bad[600];
@@ -428,7 +428,7 @@ static void test_resume(hpt_mem *mem, int predictor) {
         unsigned char *b = malloc((size_t)size);
         CHECK(fread(b, 1, (size_t)size, f) == (size_t)size);
         fclose(f);
-        hpt_gpt2 *m = NULL;
+        hpt_model *m = NULL;
         hpt_optim *op = NULL;
         hpt_adamw_opts ao;
         hpt_train_pos pos;
@@ -515,11 +515,11 @@ static void test_memory(hpt_mem *mem, int predictor) {
             CHECK(st.live_bytes[HPT_TIER_DEVICE][HPT_CAT_GRADS] == 0);
         }
     }
-    hpt_gpt2 *m = hpt_trainer_model(tr);
-    const hpt_gpt2_config *cfg = hpt_gpt2_get_config(m);
-    uint64_t grads = hpt_gpt2_get_num_params(m) * sizeof(float);
+    hpt_model *m = hpt_trainer_model(tr);
+    const hpt_model_config *cfg = hpt_model_get_config(m);
+    uint64_t grads = hpt_model_num_params(m) * sizeof(float);
     uint64_t optim = hpt_optim_state_bytes(cfg, hpt_trainer_optim_opts(tr));
-    uint64_t arena = hpt_gpt2_activation_bytes(cfg, o.B, o.T, &o.act);
+    uint64_t arena = hpt_model_activation_bytes(cfg, o.B, o.T, &o.act);
     size_t n;
     const hpt_mem_event *ev = hpt_mem_events(mem, &n);
     /* ordinary steps allocate in WARMUP (the first forward) and CORRECT (back from PREDICT) */
@@ -527,7 +527,7 @@ static void test_memory(hpt_mem *mem, int predictor) {
                              phase_peak(ev, n, HPT_PHASE_CORRECT));
     uint64_t pred = phase_peak(ev, n, HPT_PHASE_PREDICT);
     /* the predict phase's arena: one sequence for the checks */
-    uint64_t check_arena = hpt_gpt2_activation_bytes(cfg, 1, o.T, &o.act);
+    uint64_t check_arena = hpt_model_activation_bytes(cfg, 1, o.T, &o.act);
     uint64_t saved = grads + arena - check_arena + (predictor == HPT_PREDICTOR_LINEAR ? optim : 0);
     if (predictor == HPT_PREDICTOR_LINEAR) saved += grads; /* s0 of the fit is freed too */
     CHECK_MSG(pred > 0 && pred + saved <= full, "%s: predict peak %llu, full peak %llu, expected at "
@@ -561,41 +561,41 @@ static void test_formulas(hpt_mem *mem) {
     char shape[T_SHAPE_MAX];
     /* V 256: t_sgd_steps' tokens */
     CHECK_OK(hpt_model_config_parse(t_arch_shape(g_arch, shape, 2, 32, 4, 256, 16, 0), &cfg));
-    hpt_gpt2 *a = NULL, *b = NULL;
+    hpt_model *a = NULL, *b = NULL;
     hpt_optim *oa = NULL, *ob = NULL;
     hpt_adamw_opts ao = hpt_adamw_defaults();
-    CHECK_OK(hpt_gpt2_create(mem, &cfg, &a));
-    CHECK_OK(hpt_gpt2_create(mem, &cfg, &b));
+    CHECK_OK(hpt_model_create_config(mem, &cfg, &a));
+    CHECK_OK(hpt_model_create_config(mem, &cfg, &b));
     if (!a || !b) return;
     CHECK_OK(hpt_optim_create(mem, a, &ao, &oa));
     CHECK_OK(hpt_optim_create(mem, b, &ao, &ob));
     if (!oa || !ob) return;
-    hpt_gpt2_init_random(a, 3);
-    size_t n = hpt_gpt2_get_num_params(a);
+    hpt_model_init_random(a, 3);
+    size_t n = hpt_model_num_params(a);
     float loss[3];
     for (int i = 0; i < 3; i++) { /* real moments: three AdamW steps on random tokens */
         t_sgd_steps(a, 2, 16, 1, loss);
         CHECK_OK(hpt_optim_step(oa, 1e-3f, 0.0f, NULL));
     }
-    memcpy(hpt_gpt2_params(b), hpt_gpt2_params(a), n * sizeof(float));
+    memcpy(hpt_model_params(b), hpt_model_params(a), n * sizeof(float));
     memcpy(hpt_optim_m(ob), hpt_optim_m(oa), n * sizeof(float));
     memcpy(hpt_optim_v(ob), hpt_optim_v(oa), n * sizeof(float));
     hpt_optim_set_t(ob, hpt_optim_get_t(oa));
     float *p0 = malloc(n * sizeof(float)), *ua = malloc(n * sizeof(float)), *ub = malloc(n * sizeof(float));
-    memcpy(p0, hpt_gpt2_params(a), n * sizeof(float));
+    memcpy(p0, hpt_model_params(a), n * sizeof(float));
     weight_predictor pr;
     CHECK_OK(predictor_init(&pr, mem, HPT_PREDICTOR_ADAM, n, 0.9, 1));
     const float lrs[3] = {1e-3f, 8e-4f, 6e-4f};
     for (int k = 0; k < 3; k++) {
         double un;
         CHECK_OK(predictor_apply(&pr, a, oa, k, 10 + k, lrs[k], &un));
-        memcpy(hpt_gpt2_grads(b), hpt_optim_m(ob), n * sizeof(float)); /* g = m */
+        memcpy(hpt_model_grads(b), hpt_optim_m(ob), n * sizeof(float)); /* g = m */
         CHECK_OK(hpt_optim_step(ob, lrs[k], 0.0f, NULL));
         CHECK(un > 0.0);
     }
     for (size_t i = 0; i < n; i++) { /* the updates, in double: the weights' own size hides them */
-        ua[i] = (float)((double)hpt_gpt2_params(a)[i] - (double)p0[i]);
-        ub[i] = (float)((double)hpt_gpt2_params(b)[i] - (double)p0[i]);
+        ua[i] = (float)((double)hpt_model_params(a)[i] - (double)p0[i]);
+        ub[i] = (float)((double)hpt_model_params(b)[i] - (double)p0[i]);
     }
     double err = t_rel_err(ua, ub, n);
     CHECK_MSG(err < 1e-5, "adam predictor vs AdamW with g = m: %g", err);
@@ -609,9 +609,9 @@ static void test_formulas(hpt_mem *mem) {
     predictor_free(&pr);
     /* linear: w_t = w0 + t * slope, observed 8 times */
     CHECK_OK(predictor_init(&pr, mem, HPT_PREDICTOR_LINEAR, n, 0.9, 1));
-    float *w = hpt_gpt2_params(b), *w0 = malloc(n * sizeof(float)), *slope = malloc(n * sizeof(float));
+    float *w = hpt_model_params(b), *w0 = malloc(n * sizeof(float)), *slope = malloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) {
-        w0[i] = hpt_gpt2_params(a)[i];
+        w0[i] = hpt_model_params(a)[i];
         slope[i] = 1e-3f * (float)((int)(i % 7) - 3);
     }
     for (int t = 0; t < 8; t++) {
@@ -639,8 +639,8 @@ static void test_formulas(hpt_mem *mem) {
     free(slope);
     hpt_optim_free(oa);
     hpt_optim_free(ob);
-    hpt_gpt2_free(a);
-    hpt_gpt2_free(b);
+    hpt_model_free(a);
+    hpt_model_free(b);
 }
 
 int main(int argc, char **argv) {

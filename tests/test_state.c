@@ -79,7 +79,7 @@ static void test_state_errors(hpt_mem *mem) {
     char good[512], bad[512];
     snprintf(good, sizeof good, "%s/run_a/state.bin", t_tmpdir());
     snprintf(bad, sizeof bad, "%s/bad_state.bin", t_tmpdir());
-    hpt_gpt2 *m;
+    hpt_model *m;
     hpt_optim *o;
     hpt_adamw_opts ao;
     hpt_train_pos pos;
@@ -89,24 +89,24 @@ static void test_state_errors(hpt_mem *mem) {
     char again[512];
     snprintf(again, sizeof again, "%s/again.bin", t_tmpdir());
     CHECK_OK(hpt_state_save(again, m, o, &ao, &pos));
-    hpt_gpt2 *m2;
+    hpt_model *m2;
     hpt_optim *o2;
     hpt_adamw_opts ao2;
     hpt_train_pos pos2;
     CHECK_OK(hpt_state_load(again, mem, &m2, &o2, &ao2, &pos2));
-    size_t n = hpt_gpt2_get_num_params(m);
-    CHECK(memcmp(hpt_gpt2_params(m), hpt_gpt2_params(m2), n * 4) == 0);
+    size_t n = hpt_model_num_params(m);
+    CHECK(memcmp(hpt_model_params(m), hpt_model_params(m2), n * 4) == 0);
     CHECK(memcmp(hpt_optim_m(o), hpt_optim_m(o2), n * 4) == 0);
     CHECK(memcmp(hpt_optim_v(o), hpt_optim_v(o2), n * 4) == 0);
     CHECK(memcmp(&pos, &pos2, sizeof pos) == 0 && memcmp(&ao, &ao2, sizeof ao) == 0);
     hpt_optim_free(o2);
-    hpt_gpt2_free(m2);
+    hpt_model_free(m2);
     /* a failed save (directory missing) reports an I/O error and leaves nothing behind */
     char nodir[512];
     snprintf(nodir, sizeof nodir, "%s/no/such/dir/state.bin", t_tmpdir());
     CHECK_STATUS(hpt_state_save(nodir, m, o, &ao, &pos), HPT_ERR_IO);
     hpt_optim_free(o);
-    hpt_gpt2_free(m);
+    hpt_model_free(m);
 
     struct stat st;
     stat(good, &st);
@@ -130,22 +130,22 @@ static void test_state_errors(hpt_mem *mem) {
     /* the good file is untouched by all of this */
     CHECK_OK(hpt_state_load(good, mem, &m, &o, &ao, &pos));
     hpt_optim_free(o);
-    hpt_gpt2_free(m);
+    hpt_model_free(m);
 }
 
 static void test_checkpoint(hpt_mem *mem) {
     char path[512], bad[512];
     snprintf(path, sizeof path, "%s/run_a/model.bin", t_tmpdir());
     snprintf(bad, sizeof bad, "%s/bad_model.bin", t_tmpdir());
-    hpt_gpt2 *m, *m2 = NULL;
-    CHECK_OK(hpt_gpt2_load(mem, path, &m));
-    size_t n = hpt_gpt2_get_num_params(m);
+    hpt_model *m, *m2 = NULL;
+    CHECK_OK(hpt_model_load(mem, path, &m));
+    size_t n = hpt_model_num_params(m);
     /* version 5 (bf16): the same weights rounded toward zero to bf16 */
     FILE *f = fopen(bad, "wb");
-    const hpt_gpt2_config *c = hpt_gpt2_get_config(m);
+    const hpt_model_config *c = hpt_model_get_config(m);
     int32_t h[256] = {20240326, 5, c->maxT, c->V, c->L, c->NH, c->C, c->Vp};
     fwrite(h, 4, 256, f);
-    const float *p = hpt_gpt2_params(m);
+    const float *p = hpt_model_params(m);
     for (size_t i = 0; i < n; i++) {
         uint32_t u;
         memcpy(&u, &p[i], 4);
@@ -153,33 +153,33 @@ static void test_checkpoint(hpt_mem *mem) {
         fwrite(&b, 2, 1, f);
     }
     fclose(f);
-    CHECK_OK(hpt_gpt2_load(mem, bad, &m2));
+    CHECK_OK(hpt_model_load(mem, bad, &m2));
     if (m2) {
         double worst = 0;
         for (size_t i = 0; i < n; i++) {
-            double d = fabs((double)hpt_gpt2_params(m2)[i] - (double)p[i]);
+            double d = fabs((double)hpt_model_params(m2)[i] - (double)p[i]);
             double r = d / (fabs((double)p[i]) + 1e-30);
             if (p[i] != 0.0f && r > worst) worst = r;
         }
         CHECK_MSG(worst < 1.0 / 128, "bf16 load error %g", worst); /* 8 significant bits */
-        hpt_gpt2_free(m2);
+        hpt_model_free(m2);
     }
     /* the llm.c file round trip is exact */
     char again[512];
     snprintf(again, sizeof again, "%s/again_model.bin", t_tmpdir());
-    CHECK_OK(hpt_gpt2_save(m, again));
-    CHECK_OK(hpt_gpt2_load(mem, again, &m2));
+    CHECK_OK(hpt_model_save(m, again));
+    CHECK_OK(hpt_model_load(mem, again, &m2));
     if (m2) {
-        CHECK(memcmp(hpt_gpt2_params(m), hpt_gpt2_params(m2), n * 4) == 0);
-        hpt_gpt2_free(m2);
+        CHECK(memcmp(hpt_model_params(m), hpt_model_params(m2), n * 4) == 0);
+        hpt_model_free(m2);
     }
-    hpt_gpt2_free(m);
+    hpt_model_free(m);
     struct stat st;
     stat(path, &st);
     corrupt_copy(path, bad, -1, (long)st.st_size - 4, 0);
-    CHECK_STATUS(hpt_gpt2_load(mem, bad, &m2), HPT_ERR_FORMAT);
+    CHECK_STATUS(hpt_model_load(mem, bad, &m2), HPT_ERR_FORMAT);
     corrupt_copy(path, bad, 0, -1, 0);
-    CHECK_STATUS(hpt_gpt2_load(mem, bad, &m2), HPT_ERR_FORMAT);
+    CHECK_STATUS(hpt_model_load(mem, bad, &m2), HPT_ERR_FORMAT);
     CHECK(strstr(hpt_last_error(), "magic") != NULL);
     int32_t seven = 7;
     corrupt_copy(path, bad, -1, -1, 0);
@@ -187,9 +187,9 @@ static void test_checkpoint(hpt_mem *mem) {
     fseek(f, 4, SEEK_SET);
     fwrite(&seven, 4, 1, f);
     fclose(f);
-    CHECK_STATUS(hpt_gpt2_load(mem, bad, &m2), HPT_ERR_FORMAT);
+    CHECK_STATUS(hpt_model_load(mem, bad, &m2), HPT_ERR_FORMAT);
     CHECK(strstr(hpt_last_error(), "version 7") != NULL);
-    CHECK_STATUS(hpt_gpt2_load(mem, "/nonexistent/model.bin", &m2), HPT_ERR_IO);
+    CHECK_STATUS(hpt_model_load(mem, "/nonexistent/model.bin", &m2), HPT_ERR_IO);
 }
 
 static void test_shards(hpt_mem *mem) {

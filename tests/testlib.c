@@ -86,8 +86,8 @@ void t_train_run(hpt_mem *mem, const hpt_train_opts *o, int64_t stop, float *los
         }
     }
     if (params_out) {
-        hpt_gpt2 *m = hpt_trainer_model(tr);
-        CHECK_OK(hpt_gpt2_copy_params(m, params_out)); /* also an offloaded model's */
+        hpt_model *m = hpt_trainer_model(tr);
+        CHECK_OK(hpt_model_copy_params(m, params_out)); /* also an offloaded model's */
     }
     hpt_trainer_free(tr);
 }
@@ -165,7 +165,7 @@ void t_check_resume(hpt_mem *mem, const hpt_train_opts *o, int64_t stop, size_t 
 }
 
 void t_check_estimate(const hpt_mem *mem, const hpt_train_opts *o, const char *what) {
-    hpt_gpt2_config cfg;
+    hpt_model_config cfg;
     CHECK_OK(hpt_model_config_parse(o->model, &cfg));
     hpt_plan_opts po = hpt_train_plan_opts(o, &cfg);
     hpt_estimate e;
@@ -178,7 +178,7 @@ void t_check_estimate(const hpt_mem *mem, const hpt_train_opts *o, const char *w
                   (unsigned long long)st.peak_bytes[t]);
 }
 
-void t_sgd_steps(hpt_gpt2 *m, int B, int T, int steps, float *losses) {
+void t_sgd_steps(hpt_model *m, int B, int T, int steps, float *losses) {
     size_t n = (size_t)B * (size_t)T;
     int32_t *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
     hpt_rng r;
@@ -188,19 +188,19 @@ void t_sgd_steps(hpt_gpt2 *m, int B, int T, int steps, float *losses) {
             x[i] = (int32_t)(hpt_rng_uniform(&r) * 256) % 256;
             y[i] = (int32_t)(hpt_rng_uniform(&r) * 256) % 256;
         }
-        CHECK_OK(hpt_gpt2_forward(m, x, y, B, T, &losses[k]));
-        hpt_gpt2_zero_grad(m);
-        CHECK_OK(hpt_gpt2_backward(m));
-        float *p = hpt_gpt2_params(m), *g = hpt_gpt2_grads(m);
+        CHECK_OK(hpt_model_forward(m, x, y, B, T, &losses[k]));
+        hpt_model_zero_grad(m);
+        CHECK_OK(hpt_model_backward(m));
+        float *p = hpt_model_params(m), *g = hpt_model_grads(m);
         if (k + 1 < steps)
-            for (size_t i = 0; i < hpt_gpt2_get_num_params(m); i++) p[i] -= 0.05f * g[i];
+            for (size_t i = 0; i < hpt_model_num_params(m); i++) p[i] -= 0.05f * g[i];
     }
     CHECK(x && y);
     free(x);
     free(y);
 }
 
-void t_replan(hpt_gpt2 *m, int B, int T) {
+void t_replan(hpt_model *m, int B, int T) {
     size_t n = (size_t)B * (size_t)T;
     int32_t *x = malloc((n > 17 ? n : 17) * sizeof *x), *y = malloc(17 * sizeof *y);
     float loss;
@@ -210,9 +210,9 @@ void t_replan(hpt_gpt2 *m, int B, int T) {
     }
     CHECK(x && y);
     if (x && y) {
-        CHECK_OK(hpt_gpt2_forward(m, x, NULL, B, T, &loss));
-        CHECK_OK(hpt_gpt2_forward(m, x, y, 1, 17, &loss));
-        CHECK_OK(hpt_gpt2_backward(m));
+        CHECK_OK(hpt_model_forward(m, x, NULL, B, T, &loss));
+        CHECK_OK(hpt_model_forward(m, x, y, 1, 17, &loss));
+        CHECK_OK(hpt_model_backward(m));
     }
     free(x);
     free(y);
@@ -247,7 +247,7 @@ void t_make_shards(uint32_t seed, int mod, int period, int stride, size_t n_trai
     free(toks);
 }
 
-int t_tensors_of(const hpt_model_config *cfg, hpt_gpt2_tensor t[T_MAX_TENSORS], size_t *last) {
+int t_tensors_of(const hpt_model_config *cfg, t_tensor t[T_MAX_TENSORS], size_t *last) {
     static const char *const names[] = {"wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb",
                                         "attprojw", "attprojb", "ln2w", "ln2b", "fcw", "fcb",
                                         "fcprojw", "fcprojb", "lnfw", "lnfb", "lm_head"};

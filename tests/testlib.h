@@ -49,10 +49,10 @@ void t_train_run(hpt_mem *mem, const hpt_train_opts *o, int64_t stop, float *los
                  float *params_out);
 /* `steps` forward/backward passes on random tokens below 256 (seed 5), with plain SGD (lr 0.05)
  * between them: the gradients of the last pass are left in place. losses[s] records each. */
-void t_sgd_steps(hpt_gpt2 *m, int B, int T, int steps, float *losses);
+void t_sgd_steps(hpt_model *m, int B, int T, int steps, float *losses);
 /* After a training pass at (B, T): a forward without targets at (B, T), then a forward and
  * backward at (1, 17), which replans the arena (T of the model >= 17). */
-void t_replan(hpt_gpt2 *m, int B, int T);
+void t_replan(hpt_model *m, int B, int T);
 /* Synthetic token shards with learnable structure: token i = (x_i >> 16) % mod + (i % period)
  * * stride, x the LCG x = x * 1103515245 + 12345 from seed. The first n_train tokens go to
  * <tmp>/train_000000.bin (its path into train), the next n_val (if any) to
@@ -76,10 +76,15 @@ void t_check_resume(hpt_mem *mem, const hpt_train_opts *o, int64_t stop, size_t 
  * peak measured on mem; what names the run in a failure. */
 void t_check_estimate(const hpt_mem *mem, const hpt_train_opts *o, const char *what);
 /* The tensors of cfg's table (any architecture) in checkpoint order, from a model's
- * hpt_tensor_info, as GPT-2's legacy descriptor (name a static string; offset, numel,
+ * hpt_tensor_info, with their offsets in the flat buffer (name a static string; offset, numel,
  * is_matrix), and each one's last dimension into last (may be NULL); returns their count. */
 #define T_MAX_TENSORS 32
-int t_tensors_of(const hpt_model_config *cfg, hpt_gpt2_tensor t[T_MAX_TENSORS], size_t *last);
+typedef struct {
+    const char *name;
+    size_t offset, numel; /* floats */
+    int is_matrix;
+} t_tensor;
+int t_tensors_of(const hpt_model_config *cfg, t_tensor t[T_MAX_TENSORS], size_t *last);
 /* Bytes live on the device tier, all categories. */
 uint64_t t_device_live(const hpt_mem *mem);
 

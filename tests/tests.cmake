@@ -64,7 +64,9 @@ hpt_add_test(test_model_api test_model_api.c ARCHS)
 hpt_add_test(test_backend test_backend.c)
 hpt_add_test(test_gemm test_gemm.c)
 hpt_add_test(test_memcheck test_memcheck.c)
-add_test(NAME test_layers COMMAND bash ${CMAKE_SOURCE_DIR}/scripts/check_layers.sh)
+# the include order, and with the build tree the same order at link level (nm over the objects)
+add_test(NAME test_layers COMMAND bash ${CMAKE_SOURCE_DIR}/scripts/check_layers.sh
+         ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR})
 hpt_add_test(test_blocks test_blocks.c)
 hpt_add_test(test_safetensors test_safetensors.c ARGS ${CMAKE_SOURCE_DIR}/tests/hf_write.py)
 # Hugging Face GPT-2 directories through the command line (skipped without torch).
@@ -244,6 +246,12 @@ foreach(variant IN LISTS HPT_VARIANTS)
   endforeach()
 endforeach()
 set_tests_properties(test_hf_gpt2 test_hf_llama test_eval PROPERTIES FIXTURES_REQUIRED gpt2_ref)
+# Chat templates (src/io/chat_*.c) against @huggingface/jinja and llama3-tokenizer-js
+# (tests/chat_oracle.js makes the fixture once per build tree); hptrain render's command line
+hpt_add_test(test_chat_template test_chat_template.c ARGS ${CMAKE_BINARY_DIR}/tokenizer_oracle)
+add_test(NAME test_render COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_render.sh $<TARGET_FILE:hptrain_cli>
+         ${CMAKE_SOURCE_DIR})
+set_tests_properties(test_render PROPERTIES SKIP_RETURN_CODE 77)
 foreach(variant IN LISTS HPT_VARIANTS)
   hpt_variant_suffix(${variant} v)
   set_tests_properties(test_loss_mask${v} PROPERTIES FIXTURES_REQUIRED mask_ref)

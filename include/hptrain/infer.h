@@ -40,7 +40,7 @@ uint64_t hpt_infer_loss_bytes_for(const hpt_model_config *cfg);
 typedef struct hpt_infer hpt_infer;
 /* An engine on model's weights (F32: borrowed; Q8: quantised copies, model may then be freed);
  * ctx cache positions, 0 or > maxT: maxT. */
-hpt_status hpt_infer_create(hpt_mem *mem, hpt_gpt2 *model, hpt_weights w, int ctx,
+hpt_status hpt_infer_create(hpt_mem *mem, hpt_model *model, hpt_weights w, int ctx,
                             hpt_infer **out);
 /* An engine from an llm.c checkpoint (version 3 or 5) that owns its weights (fp32 or int8),
  * read a few MiB at a time: no model and no gradient buffer is made. */
@@ -61,7 +61,7 @@ const float *hpt_infer_logits(const hpt_infer *inf);
  * Allocates (64, Vp) logits for the call; leaves the cache empty. */
 hpt_status hpt_infer_loss(hpt_infer *inf, const int32_t *inputs, const int32_t *targets, int B,
                           int T, float *loss_out);
-/* As hpt_gpt2_generate; when the cache is full it restarts from the last ctx/2 tokens. */
+/* As hpt_model_generate; when the cache is full it restarts from the last ctx/2 tokens. */
 hpt_status hpt_infer_generate(hpt_infer *inf, int32_t *tokens, int n_prompt, int n_new,
                               float temperature, int top_k, uint64_t seed);
 

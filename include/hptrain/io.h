@@ -108,17 +108,17 @@ typedef struct {
  * scales) and position to path (a file), atomically: a temporary file in the same directory,
  * fsync, rename, fsync of the directory. A CRC-32C checksum over the whole payload is
  * verified on load. Version 2; version-1 files (AdamW, fp32 moments) load as AdamW fp32. */
-hpt_status hpt_state_save(const char *path, const hpt_gpt2 *model, const hpt_optim *opt,
+hpt_status hpt_state_save(const char *path, const hpt_model *model, const hpt_optim *opt,
                           const hpt_adamw_opts *ao, const hpt_train_pos *pos);
 /* Creates model and optimizer from a state file (both owned by the caller); *ao_out gets the
  * optimizer settings saved with it. */
-hpt_status hpt_state_load(const char *path, hpt_mem *mem, hpt_gpt2 **model_out,
+hpt_status hpt_state_load(const char *path, hpt_mem *mem, hpt_model **model_out,
                           hpt_optim **opt_out, hpt_adamw_opts *ao_out,
                           hpt_train_pos *pos_out);
 /* hpt_state_load into a model made with the offload engine (off NULL or inactive: none); the
  * same files either way. */
 hpt_status hpt_state_load_offload(const char *path, hpt_mem *mem, const hpt_offload_opts *off,
-                                  hpt_gpt2 **model_out, hpt_optim **opt_out,
+                                  hpt_model **model_out, hpt_optim **opt_out,
                                   hpt_adamw_opts *ao_out, hpt_train_pos *pos_out);
 /* Named extra sections of a training state (version 3): the hybrid schedule's controller,
  * predictor and rollback snapshot. Saving borrows data; loading allocates each section's data
@@ -133,10 +133,10 @@ typedef struct {
     void *data;
     uint64_t bytes;
 } hpt_state_section;
-hpt_status hpt_state_save_sections(const char *path, const hpt_gpt2 *model, const hpt_optim *opt,
+hpt_status hpt_state_save_sections(const char *path, const hpt_model *model, const hpt_optim *opt,
                                    const hpt_adamw_opts *ao, const hpt_train_pos *pos,
                                    const hpt_state_section *sec, int n_sec);
-hpt_status hpt_state_load_sections(const char *path, hpt_mem *mem, hpt_gpt2 **model_out,
+hpt_status hpt_state_load_sections(const char *path, hpt_mem *mem, hpt_model **model_out,
                                    hpt_optim **opt_out, hpt_adamw_opts *ao_out,
                                    hpt_train_pos *pos_out,
                                    hpt_state_section sec_out[HPT_STATE_MAX_SECTIONS],
@@ -144,7 +144,7 @@ hpt_status hpt_state_load_sections(const char *path, hpt_mem *mem, hpt_gpt2 **mo
 /* hpt_state_load_sections into a model made with the offload engine (off NULL or inactive:
  * none). */
 hpt_status hpt_state_load_offload_sections(const char *path, hpt_mem *mem,
-                                           const hpt_offload_opts *off, hpt_gpt2 **model_out,
+                                           const hpt_offload_opts *off, hpt_model **model_out,
                                            hpt_optim **opt_out, hpt_adamw_opts *ao_out,
                                            hpt_train_pos *pos_out,
                                            hpt_state_section sec_out[HPT_STATE_MAX_SECTIONS],
@@ -169,9 +169,9 @@ void hpt_ref_state_free(hpt_mem *mem, const hpt_model_config *cfg, hpt_ref_state
 
 /* ---- io: a GPT-2 checkpoint's shape --------------------------------------------------- */
 
-/* The shape in an llm.c GPT-2 checkpoint's header, checked as hpt_gpt2_load checks it (magic,
+/* The shape in an llm.c GPT-2 checkpoint's header, checked as hpt_model_load checks it (magic,
  * version, shape, file size); the payload is not read (src/io/llmc.c). */
-hpt_status hpt_gpt2_read_config(const char *path, hpt_model_config *out);
+hpt_status hpt_model_read_config(const char *path, hpt_model_config *out);
 
 /* ---- io: Hugging Face model directories (docs/formats.md) ------------------------------- */
 
@@ -181,7 +181,7 @@ hpt_status hpt_gpt2_read_config(const char *path, hpt_model_config *out);
  * off active, straight into the engine's host or disk homes, slice by slice): no copy of the
  * checkpoint is ever whole in memory. Names, shapes and dtypes are checked before anything is
  * read; errors name the file and the tensor. The llm.c loaders (hpt_model_load,
- * hpt_gpt2_load_offload, hpt_gpt2_read_config, hpt_infer_load) take a directory too. */
+ * hpt_model_load_offload, hpt_model_read_config, hpt_infer_load) take a directory too. */
 hpt_status hpt_model_load_hf(hpt_mem *mem, const char *dir, const hpt_offload_opts *off,
                              hpt_model **out);
 /* Writes config.json and safetensors (dtype HPT_DTYPE_F32 or HPT_DTYPE_BF16, rounded to nearest

@@ -8,13 +8,13 @@
  *   for (int i = 0; i < hpt_model_num_tensors(m); i++) { hpt_tensor_info t;
  *       hpt_model_tensor(m, i, &t); }                               // name, dtype, shape, layer
  *
- * One object type serves every architecture (src/model/arch.h: GPT-2 today); hpt_gpt2 is the
- * same type, and the hpt_gpt2_* calls on a model object are thin wrappers of the hpt_model_*
- * ones, kept for one release. A model's weights, gradients and activations come from the
- * hpt_mem it was made with. What the activation arena keeps (recomputation, flash attention,
- * offload and compression of saved activations, a chunked head) is an hpt_act_opts, a
- * choice of the plan (hptrain/plan.h): every choice computes the same thing, bit for bit where
- * it is exact. */
+ * One object type serves every architecture (src/model/arch.h: GPT-2 and the llama family).
+ * The old names (the type hpt_gpt2, the hpt_gpt2_* calls) are in the deprecated
+ * include/hptrain_gpt2.h, which nothing in hptrain includes. A model's weights, gradients and
+ * activations come from the hpt_mem it was made with. What the activation arena keeps
+ * (recomputation, flash attention, offload and compression of saved activations, a chunked
+ * head) is an hpt_act_opts, a choice of the plan (hptrain/plan.h): every choice computes the
+ * same thing, bit for bit where it is exact. */
 #ifndef HPTRAIN_MODEL_H
 #define HPTRAIN_MODEL_H
 #ifndef HPTRAIN_H
@@ -41,9 +41,6 @@ typedef struct {
     int attn_bias, mlp_bias; /* llama: biases on q/k/v/o, on gate/up/down */
     float init_range;    /* initializer_range: N(0, init_range) init (GPT-2 0.02) */
 } hpt_model_config;
-/* GPT-2's configuration is the model configuration (arch HPT_ARCH_GPT2), kept under its old
- * name for the hpt_gpt2_* calls. */
-typedef hpt_model_config hpt_gpt2_config;
 
 /* SHAPE of any architecture:
  *   "gpt2-124m" | "gpt2-350m" | "gpt2-774m" | "gpt2-1558m" |
@@ -79,23 +76,7 @@ typedef struct {
 int hpt_arch_count(void);
 const hpt_arch_desc *hpt_arch_desc_of(int id); /* NULL: no architecture has that id */
 
-/* GPT-2 shapes only (HPT_ERR_INVALID for another architecture's); see hpt_model_config_parse. */
-hpt_status hpt_gpt2_config_parse(const char *shape, hpt_gpt2_config *out);
-hpt_status hpt_gpt2_config_check(const hpt_gpt2_config *cfg);
-/* Number of parameters including wte's padding rows. */
-size_t hpt_gpt2_num_params(const hpt_gpt2_config *cfg);
-
-#define HPT_GPT2_NUM_TENSORS 16
-typedef struct {
-    const char *name; /* "wte", "wpe", "ln1w", ..., "lnfb" (llm.c's checkpoint order) */
-    size_t offset;    /* floats from the start of the parameter buffer */
-    size_t numel;     /* whole tensor, stacked over L for per-layer tensors */
-    int is_matrix;    /* 2-D weights (embeddings and linear weights): decayed by default */
-} hpt_gpt2_tensor;
-void hpt_gpt2_tensors(const hpt_gpt2_config *cfg, hpt_gpt2_tensor out[HPT_GPT2_NUM_TENSORS]);
-
 typedef struct hpt_model hpt_model;
-typedef struct hpt_model hpt_gpt2; /* the same object: GPT-2 is one architecture */
 
 /* A tensor of a model's table (checkpoint order): what it is, apart from its storage. */
 typedef enum {
@@ -163,28 +144,6 @@ void hpt_model_free_activations(hpt_model *m);
 void hpt_model_release_grads(hpt_model *m);
 hpt_status hpt_model_acquire_grads(hpt_model *m);
 
-/* GPT-2 by its configuration: allocates zeroed parameters and gradients (device tier). */
-hpt_status hpt_gpt2_create(hpt_mem *mem, const hpt_gpt2_config *cfg, hpt_gpt2 **out);
-/* Reads an llm.c GPT-2 checkpoint (version 3 fp32 or 5 bf16). */
-hpt_status hpt_gpt2_load(hpt_mem *mem, const char *path, hpt_gpt2 **out);
-const hpt_gpt2_config *hpt_gpt2_get_config(const hpt_gpt2 *m);
-
-/* Thin wrappers of the hpt_model_* calls above, kept for one release (src/model/compat.c). */
-hpt_status hpt_gpt2_save(const hpt_gpt2 *m, const char *path);
-void hpt_gpt2_free(hpt_gpt2 *m);
-hpt_status hpt_gpt2_init_random(hpt_gpt2 *m, uint64_t seed);
-size_t hpt_gpt2_get_num_params(const hpt_gpt2 *m);
-float *hpt_gpt2_params(hpt_gpt2 *m);
-float *hpt_gpt2_grads(hpt_gpt2 *m);
-const float *hpt_gpt2_logits(const hpt_gpt2 *m);
-hpt_status hpt_gpt2_forward(hpt_gpt2 *m, const int32_t *inputs, const int32_t *targets,
-                            int B, int T, float *loss_out);
-void hpt_gpt2_zero_grad(hpt_gpt2 *m);
-hpt_status hpt_gpt2_backward(hpt_gpt2 *m);
-void hpt_gpt2_free_activations(hpt_gpt2 *m);
-void hpt_gpt2_release_grads(hpt_gpt2 *m);
-hpt_status hpt_gpt2_acquire_grads(hpt_gpt2 *m);
-
 /* -- model: what the activation arena keeps (docs/activations.md) --
  * attention: FLASH (the default) saves each block's attention output and the log-sum-exp of
  *   each row, (B,NH,T), and recomputes the probabilities in backward, memory linear in T;
@@ -237,20 +196,19 @@ typedef struct {
                                * each chunk's logits in backward (one more head GEMM). A forward
                                * without targets then fails: sampling and verify need all logits. */
 } hpt_act_opts;
-typedef hpt_act_opts hpt_gpt2_act_opts; /* its name before the seams, kept for one release */
 /* Parses "none" | "host" | "disk" into o->offload; "none" | "int8" | "bf16" into o->compress. */
 hpt_status hpt_act_offload_parse(const char *text, hpt_act_opts *o);
 hpt_status hpt_act_compress_parse(const char *text, hpt_act_opts *o);
 const char *hpt_act_offload_name(hpt_act_offload x);
 const char *hpt_act_compress_name(hpt_act_compress x);
 /* Activation bytes per tier that a forward+backward at (B, T) allocates with o (category
- * acts): [DEVICE] the arena (= hpt_gpt2_activation_bytes), [HOST] the offload buffer (host
+ * acts): [DEVICE] the arena (= hpt_model_activation_bytes), [HOST] the offload buffer (host
  * offload) or the int8 staging buffer (disk offload with int8), [DISK] the offload file.
  * HPT_ERR_INVALID / HPT_ERR_UNSUPPORTED for a bad choice, HPT_ERR_OOM if it cannot plan. */
-hpt_status hpt_gpt2_act_tier_bytes(const hpt_gpt2_config *cfg, int B, int T,
-                                   const hpt_act_opts *o, uint64_t out[HPT_TIER_COUNT]);
+hpt_status hpt_model_act_tier_bytes(const hpt_model_config *cfg, int B, int T,
+                                    const hpt_act_opts *o, uint64_t out[HPT_TIER_COUNT]);
 /* FLASH, NONE, every 1, no offload, no compression. */
-hpt_act_opts hpt_gpt2_act_defaults(void);
+hpt_act_opts hpt_act_defaults(void);
 /* Parses "flash" | "plain" into o->attention. */
 hpt_status hpt_attention_parse(const char *text, hpt_act_opts *o);
 /* Parses "none" | "selective" | "every:N" (N >= 1) | "full" into o->recompute and o->every. */
@@ -262,19 +220,15 @@ const char *hpt_recompute_name(const hpt_act_opts *o, char *buf, size_t n);
  * allocated are released, so the next forward plans and allocates the arena for the choice. */
 hpt_status hpt_model_set_act_opts(hpt_model *m, const hpt_act_opts *o);
 hpt_act_opts hpt_model_get_act_opts(const hpt_model *m);
-hpt_status hpt_gpt2_set_act_opts(hpt_gpt2 *m, const hpt_act_opts *o); /* wrappers */
-hpt_act_opts hpt_gpt2_get_act_opts(const hpt_gpt2 *m);
 /* Bytes of activations (and backward scratch) that a forward+backward at (B, T) allocates
- * with the choice o (NULL: hpt_gpt2_act_defaults()); 0 if the plan cannot be made. */
-size_t hpt_gpt2_activation_bytes(const hpt_gpt2_config *cfg, int B, int T,
-                                 const hpt_act_opts *o);
+ * with the choice o (NULL: hpt_act_defaults()); 0 if the plan cannot be made. */
+size_t hpt_model_activation_bytes(const hpt_model_config *cfg, int B, int T,
+                                  const hpt_act_opts *o);
 
 /* Samples n_new tokens after the n_prompt tokens in tokens[] (capacity n_prompt + n_new),
  * with temperature (> 0) and top_k (0: all): hpt_infer_generate on the model's fp32 weights
  * with a cache of min(n_prompt + n_new, maxT) positions. */
 hpt_status hpt_model_generate(hpt_model *m, int32_t *tokens, int n_prompt, int n_new,
                               float temperature, int top_k, uint64_t seed);
-hpt_status hpt_gpt2_generate(hpt_gpt2 *m, int32_t *tokens, int n_prompt, int n_new,
-                             float temperature, int top_k, uint64_t seed); /* wrapper */
 
 #endif /* HPTRAIN_MODEL_H */

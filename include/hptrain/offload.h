@@ -32,8 +32,8 @@
  *                  it; clipping then uses the previous step's global norm (none at the first
  *                  step). With clipping off, the same bits as the unfused update, for every
  *                  optimizer and state width.
- * An active engine (any home not DEVICE, or fused) changes what hpt_gpt2_params() and
- * hpt_gpt2_grads() return: NULL (the blocks are not in one buffer); hpt_gpt2_copy_params()
+ * An active engine (any home not DEVICE, or fused) changes what hpt_model_params() and
+ * hpt_model_grads() return: NULL (the blocks are not in one buffer); hpt_model_copy_params()
  * gathers the weights in checkpoint order, and checkpoints are saved and loaded (the
  * *_load_offload calls) in the same formats as without the engine. Gradient accumulation works in exact mode (a later
  * micro-batch's backward adds to the block's gradients brought back from their home), not
@@ -80,7 +80,7 @@ const char *hpt_grad_home_name(hpt_grad_home g);
  * bf16 with the blocks' rounding (hpt_offload_opts.weights: bf16-sr or bf16-kahan, whose
  * compensation the training state saves as the section "emb_comp"). lnfw, lnfb stay fp32. A
  * forward without targets (the full logits) is refused; sampling and checks copy the weights
- * out (hpt_gpt2_copy_params). Clipping is the fused update's (the previous step's norm); wte's
+ * out (hpt_model_copy_params). Clipping is the fused update's (the previous step's norm); wte's
  * chunks are part of this step's norm. Results equal FULL's up to the reduction order of the
  * chunked sums (docs/optimizers.md). */
 typedef enum { HPT_EMB_FULL = 0, HPT_EMB_CHUNKED, HPT_EMB_BF16, HPT_EMB_COUNT } hpt_embeddings;
@@ -113,13 +113,10 @@ int hpt_offload_active(const hpt_offload_opts *o);
 hpt_status hpt_offload_parse(const char *text, hpt_offload_opts *o);
 /* HPT_ERR_INVALID / HPT_ERR_UNSUPPORTED with the reason for a choice the engine refuses. */
 hpt_status hpt_offload_check(const hpt_offload_opts *o);
-/* hpt_gpt2_create with the engine (o NULL or inactive: hpt_gpt2_create); DISK homes need
- * hpt_mem_set_disk_dir first. */
-hpt_status hpt_gpt2_create_offload(hpt_mem *mem, const hpt_model_config *cfg,
-                                   const hpt_offload_opts *o, hpt_gpt2 **out);
-/* hpt_gpt2_load into a model made with the offload engine (off NULL or inactive: none). */
-hpt_status hpt_gpt2_load_offload(hpt_mem *mem, const char *path, const hpt_offload_opts *off,
-                                 hpt_gpt2 **out);
+/* hpt_model_create_config with the engine (o NULL or inactive: hpt_model_create_config); DISK
+ * homes need hpt_mem_set_disk_dir first. */
+hpt_status hpt_model_create_config_offload(hpt_mem *mem, const hpt_model_config *cfg,
+                                           const hpt_offload_opts *o, hpt_model **out);
 /* hpt_model_create and hpt_model_load with the engine (o NULL or inactive: none). */
 hpt_status hpt_model_create_offload(hpt_mem *mem, const char *shape, const hpt_offload_opts *o,
                                     hpt_model **out);
@@ -127,7 +124,6 @@ hpt_status hpt_model_load_offload(hpt_mem *mem, const char *path, const hpt_offl
                                   hpt_model **out);
 /* The weights in checkpoint order into dst (num_params floats), with or without the engine. */
 hpt_status hpt_model_copy_params(hpt_model *m, float *dst);
-hpt_status hpt_gpt2_copy_params(hpt_gpt2 *m, float *dst); /* wrapper */
 /* What the engine moved and how long it waited (all zero without one). */
 typedef struct {
     uint64_t bytes_in[HPT_TIER_COUNT];  /* bytes read from each home tier (loads, state reads) */
@@ -149,6 +145,5 @@ typedef struct {
     double wait_disk_read_s, wait_disk_write_s, wait_host_s, wait_update_s;
 } hpt_offload_stats;
 void hpt_model_offload_stats(const hpt_model *m, hpt_offload_stats *out);
-void hpt_gpt2_offload_stats(const hpt_gpt2 *m, hpt_offload_stats *out); /* wrapper */
 
 #endif /* HPTRAIN_OFFLOAD_H */

@@ -43,7 +43,7 @@ typedef struct {
     float beta1, beta2; /* SGD: beta1 is the momentum, beta2 unused */
     float eps;          /* AdamW, Adam-mini */
     float weight_decay; /* decoupled (AdamW, Lion, Adam-mini); coupled L2 for SGD, as PyTorch */
-    int decay_all;      /* 1: decay every tensor; 0: only matrices (hpt_gpt2_tensor.is_matrix) */
+    int decay_all;      /* 1: decay every tensor; 0: only matrices (hpt_tensor_info.is_matrix) */
     int optimizer;      /* hpt_optim_kind; 0 = AdamW */
     int state_bits;     /* 32 (or 0, read as 32) or 8 */
     int state32_embeddings; /* with 8-bit states: wte and wpe keep 32-bit state */
@@ -56,7 +56,7 @@ hpt_adamw_opts hpt_optim_defaults(hpt_optim_kind k);
 typedef struct hpt_optim hpt_optim;
 /* Allocates the optimizer's state (optimizer category, device tier) for the model's
  * parameters: hpt_optim_state_bytes() bytes, zero. */
-hpt_status hpt_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts *o,
+hpt_status hpt_optim_create(hpt_mem *mem, hpt_model *model, const hpt_adamw_opts *o,
                             hpt_optim **out);
 void hpt_optim_free(hpt_optim *o);
 /* One optimizer step with learning rate lr. If clip > 0 the gradients are scaled so their

@@ -147,7 +147,7 @@ hpt_status hpt_device_bind(hpt_mem *mem, int device, uint64_t *overhead_bytes);
  * device tier: parameters and gradients (4 bytes each, wte's padding rows included; the model
  * allocates gradients also for forward-only use), the optimizer's state (training only:
  * hpt_optim_state_bytes restated per optimizer and state width, docs/optimizers.md; AdamW fp32
- * 8 bytes per parameter), the activation arena (hpt_gpt2_activation_bytes: planned for forward and
+ * 8 bytes per parameter), the activation arena (hpt_model_activation_bytes: planned for forward and
  * backward, so a forward-only run allocates the same), and each data loader's buffers
  * ((B*T+1)*2 + 2*B*T*4 bytes). All of them are allocated at setup or at the first forward and
  * live until the run ends, so the peak is their sum, reached at the first forward.

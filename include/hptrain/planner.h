@@ -136,7 +136,7 @@ typedef struct {
 hpt_status hpt_plan_cost(const hpt_plan_opts *o, const hpt_calibration *c, hpt_cost *out);
 /* The same with the arena figures given (the search computes each once per activation choice):
  * none_arena the device arena of o's B, T with recompute none and o's attention, aoff
- * hpt_gpt2_act_tier_bytes of o's activation choices. */
+ * hpt_model_act_tier_bytes of o's activation choices. */
 hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, uint64_t none_arena,
                               const uint64_t aoff[HPT_TIER_COUNT], hpt_cost *out);
 

@@ -80,7 +80,7 @@ int hpt_trainer_done(const hpt_trainer *tr);
 hpt_status hpt_trainer_eval(hpt_trainer *tr, float *val_loss_out);
 /* Writes save_dir/state.bin and save_dir/model.bin now (needs save_dir). */
 hpt_status hpt_trainer_save(hpt_trainer *tr);
-hpt_gpt2 *hpt_trainer_model(hpt_trainer *tr);
+hpt_model *hpt_trainer_model(hpt_trainer *tr);
 int64_t hpt_trainer_start_step(const hpt_trainer *tr);       /* > 0 after a resume */
 /* The optimizer settings in use (a resumed run's come from its checkpoint). */
 const hpt_adamw_opts *hpt_trainer_optim_opts(const hpt_trainer *tr);
@@ -91,14 +91,15 @@ const hpt_schedule *hpt_trainer_schedule(const hpt_trainer *tr);
 /* ---- train: verification against a PyTorch reference state -------------------------- */
 
 #define HPT_VERIFY_MAX_STEPS 64
+#define HPT_VERIFY_MAX_TENSORS 16 /* the first tensors of the table compared (GPT-2: all) */
 typedef struct {
     hpt_model_config cfg;
     int B, T;
     double logits_rel_err;                       /* ||ours - ref|| / ||ref|| over (B,T,V) */
     double loss_rel_err;
     float loss, ref_loss;
-    double grad_rel_err[HPT_GPT2_NUM_TENSORS];   /* norm-wise, per tensor */
-    const char *grad_name[HPT_GPT2_NUM_TENSORS];
+    double grad_rel_err[HPT_VERIFY_MAX_TENSORS]; /* norm-wise, per tensor */
+    const char *grad_name[HPT_VERIFY_MAX_TENSORS];
     int n_grads;                                 /* entries of grad_name, grad_rel_err */
     int n_steps;                                 /* AdamW steps compared (0: no steps file) */
     float step_loss[HPT_VERIFY_MAX_STEPS], ref_step_loss[HPT_VERIFY_MAX_STEPS];

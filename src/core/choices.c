@@ -33,7 +33,7 @@ static int parse_tier(const char *t, size_t n, hpt_tier *out) {
 
 /* ---- activations (hpt_act_opts) ------------------------------------------------------ */
 
-hpt_act_opts hpt_gpt2_act_defaults(void) {
+hpt_act_opts hpt_act_defaults(void) {
     hpt_act_opts o = {HPT_ATTN_FLASH, HPT_RECOMPUTE_NONE, 1, HPT_OFFLOAD_NONE,
                            HPT_COMPRESS_NONE, 0};
     return o;

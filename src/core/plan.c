@@ -62,7 +62,7 @@ static const char *const k_jump_states[] = {"keep", "reset", "zero-m"};
 hpt_plan hpt_plan_default_choices(void) {
     hpt_plan p;
     memset(&p, 0, sizeof p);
-    p.act = hpt_gpt2_act_defaults();
+    p.act = hpt_act_defaults();
     p.adamw = hpt_adamw_defaults();
     p.offload = hpt_offload_defaults();
     p.loss_scale = hpt_loss_scale_defaults();

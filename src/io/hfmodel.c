@@ -1,9 +1,9 @@
 /* hfmodel.c: Hugging Face model directories (config.json + safetensors) loaded into a model and
- * saved from one, for GPT-2 (GPT2LMHeadModel) and the llama family (docs/formats.md). The
+ * saved from one, for every architecture with a Hugging Face block (model/arch.h; formats.md). The
  * model's tensor table is the pivot: each table slice is a list of parts (Hugging Face tensors
  * covering ranges of it, llama's q|k|v and gate|up concatenated, or wte's zero padding; GPT-2's
  * Conv1D weights transposed through two host buffers). Loading streams in checkpoint order into
- * gpt2_absorb (the flat buffer or the engine's homes); saving streams gpt2_emit into the
+ * model_absorb (the flat buffer or the engine's homes); saving streams model_emit into the
  * safetensors writer, in a temporary directory renamed over the target when complete.
  * Invariants: a checkpoint is never whole in memory; before a load every name, shape and dtype
  * is checked and every tensor of the files must be one the architecture uses (or a known
@@ -12,6 +12,7 @@
 #include "io/hf.h"
 #include "io/io_int.h"
 #include "io/safetensors.h"
+#include "model/arch.h"
 #include "model/blocks.h"
 #include "model/model.h"
 
@@ -24,7 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define K_MAX_PARTS 4
+#define K_MAX_PARTS HPT_HF_MAX_PARTS
 #define K_SHARD_DEFAULT HPT_HF_SHARD_DEFAULT /* Hugging Face's "5GB" */
 
 typedef struct {
@@ -37,8 +38,9 @@ typedef struct {
 
 typedef struct {
     hf_config hc;
+    const hpt_arch *A;    /* hc's architecture: its Hugging Face block names the tensors */
     hpt_tensor_table tab;
-    char prefix[16];      /* GPT-2: "transformer." or "" (the hub's own files have none) */
+    char prefix[16];      /* one of A->hf_prefixes (GPT-2: "transformer." or ""), or "" */
 } hf_map;
 
 static uint64_t slice_numel(const hf_map *mp, int k) {
@@ -47,81 +49,22 @@ static uint64_t slice_numel(const hf_map *mp, int k) {
 
 static int is_stacked(const hf_map *mp, int k) { return mp->tab.t[k].layer == HPT_LAYER_STACKED; }
 
-/* Adds a part of R rows of width W named fmt (with layer l). */
-static void part(hf_part *p, int *n, uint64_t *off, const char *name, int64_t R, int64_t W,
-                 int ndim, int transpose) {
-    hf_part *q = &p[(*n)++];
-    snprintf(q->name, sizeof q->name, "%s", name);
-    q->off = *off;
-    q->R = R;
-    q->W = W;
-    q->numel = (uint64_t)(R * W);
-    q->ndim = ndim;
-    q->transpose = transpose;
-    *off += q->numel;
-}
-
-/* GPT-2: table name -> Hugging Face suffix, transposed (Conv1D) or not. */
-static const struct { const char *t, *hf; int tr; } k_gpt2[] = {
-    {"ln1w", "ln_1.weight", 0}, {"ln1b", "ln_1.bias", 0}, {"qkvw", "attn.c_attn.weight", 1},
-    {"qkvb", "attn.c_attn.bias", 0}, {"attprojw", "attn.c_proj.weight", 1},
-    {"attprojb", "attn.c_proj.bias", 0}, {"ln2w", "ln_2.weight", 0}, {"ln2b", "ln_2.bias", 0},
-    {"fcw", "mlp.c_fc.weight", 1}, {"fcb", "mlp.c_fc.bias", 0},
-    {"fcprojw", "mlp.c_proj.weight", 1}, {"fcprojb", "mlp.c_proj.bias", 0},
-    {"lnfw", "ln_f.weight", 0}, {"lnfb", "ln_f.bias", 0}, {"wpe", "wpe.weight", 0},
-};
-/* llama: table name -> the Hugging Face tensors its rows concatenate (under model.layers.{l}.). */
-static const struct { const char *t, *hf[3]; } k_llama[] = {
-    {"ln1w", {"input_layernorm.weight"}}, {"ln2w", {"post_attention_layernorm.weight"}},
-    {"qkvw", {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"}},
-    {"qkvb", {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"}},
-    {"attprojw", {"self_attn.o_proj.weight"}}, {"attprojb", {"self_attn.o_proj.bias"}},
-    {"fcw", {"mlp.gate_proj.weight", "mlp.up_proj.weight"}},
-    {"fcb", {"mlp.gate_proj.bias", "mlp.up_proj.bias"}},
-    {"fcprojw", {"mlp.down_proj.weight"}}, {"fcprojb", {"mlp.down_proj.bias"}},
-};
-
-/* The parts of slice (k, l); 0 when the table's tensor has no Hugging Face counterpart. */
+/* The parts of slice (k, l), as the architecture names them; 0 when the table's tensor has no
+ * Hugging Face counterpart. */
 static int slice_parts(const hf_map *mp, int k, int l, hf_part *p) {
-    const hpt_tensor_desc *d = &mp->tab.t[k];
-    const int stacked = is_stacked(mp, k), nd = d->ndim - stacked;
-    const int64_t R = nd == 2 ? d->shape[stacked] : 1, W = d->shape[d->ndim - 1];
-    const hf_config *c = &mp->hc;
-    int n = 0;
+    hpt_hf_part h[K_MAX_PARTS];
+    int n = mp->A->hf_parts(&mp->hc.m, &mp->tab.t[k], l, mp->prefix, h);
     uint64_t off = 0;
-    char name[112];
-    if (!strcmp(d->name, "wte") || !strcmp(d->name, "lm_head")) { /* (Vp, C): V rows, padding */
-        if (c->arch == HF_GPT2) snprintf(name, sizeof name, "%swte.weight", mp->prefix);
-        else if (!strcmp(d->name, "wte")) snprintf(name, sizeof name, "model.embed_tokens.weight");
-        else snprintf(name, sizeof name, "lm_head.weight");
-        part(p, &n, &off, name, c->V, W, 2, 0);
-        if (R > c->V) part(p, &n, &off, "", R - c->V, W, 2, 0);
-        return n;
-    }
-    if (c->arch == HF_GPT2) {
-        for (size_t i = 0; i < sizeof k_gpt2 / sizeof *k_gpt2; i++) {
-            if (strcmp(d->name, k_gpt2[i].t)) continue;
-            if (stacked) snprintf(name, sizeof name, "%sh.%d.%s", mp->prefix, l, k_gpt2[i].hf);
-            else snprintf(name, sizeof name, "%s%s", mp->prefix, k_gpt2[i].hf);
-            part(p, &n, &off, name, R, W, nd, k_gpt2[i].tr);
-        }
-        return n;
-    }
-    if (!strcmp(d->name, "lnfw")) {
-        part(p, &n, &off, "model.norm.weight", 1, W, 1, 0);
-        return n;
-    }
-    const int64_t hd = c->C / c->NH;
-    for (size_t i = 0; i < sizeof k_llama / sizeof *k_llama; i++) {
-        if (strcmp(d->name, k_llama[i].t)) continue;
-        int np = k_llama[i].hf[2] ? 3 : k_llama[i].hf[1] ? 2 : 1;
-        for (int j = 0; j < np; j++) {
-            /* rows of each part: q NH*hd, k and v NKV*hd; gate, up FF; a lone part all */
-            int64_t rows = np == 3 ? (j == 0 ? c->NH : c->NKV) * hd : np == 2 ? c->FF : R;
-            snprintf(name, sizeof name, "model.layers.%d.%s", l, k_llama[i].hf[j]);
-            if (nd == 2) part(p, &n, &off, name, rows, W, 2, 0);
-            else part(p, &n, &off, name, 1, np == 1 ? W : rows, 1, 0);
-        }
+    for (int i = 0; i < n; i++) {
+        hf_part *q = &p[i];
+        memcpy(q->name, h[i].name, sizeof q->name); /* both 112, NUL-ended */
+        q->off = off;
+        q->R = h[i].R;
+        q->W = h[i].W;
+        q->numel = (uint64_t)(h[i].R * h[i].W);
+        q->ndim = h[i].ndim;
+        q->transpose = h[i].transpose;
+        off += q->numel;
     }
     return n;
 }
@@ -181,7 +124,7 @@ static hpt_status fill_slice(hf_reader *r, float *dst, uint64_t e, uint64_t m) {
     return HPT_OK;
 }
 
-/* gpt2_read_fn: the next n floats in checkpoint order. */
+/* model_read_fn: the next n floats in checkpoint order. */
 static hpt_status read_stream(void *ctx, float *dst, size_t n) {
     hf_reader *r = ctx;
     while (n) {
@@ -200,36 +143,35 @@ static hpt_status read_stream(void *ctx, float *dst, size_t n) {
     return HPT_OK;
 }
 
-/* Names Hugging Face files hold that are buffers, not parameters: skipped. */
-static int ignorable(const char *name) {
-    static const char *const ends[] = {".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq"};
+/* Names Hugging Face files hold that are buffers, not parameters (the architecture's): skipped. */
+static int ignorable(const hpt_arch *A, const char *name) {
     size_t n = strlen(name);
-    for (size_t i = 0; i < sizeof ends / sizeof *ends; i++) {
-        size_t k = strlen(ends[i]);
-        if (n > k && !strcmp(name + n - k, ends[i])) return 1;
+    for (int i = 0; A->hf_ignore && A->hf_ignore[i]; i++) {
+        size_t k = strlen(A->hf_ignore[i]);
+        if (n > k && !strcmp(name + n - k, A->hf_ignore[i])) return 1;
     }
     return 0;
 }
 
 /* Is a tied model's lm_head.weight (when a file has one) the embedding, value for value? */
-static hpt_status check_tied_head(const st_dir *d, const char *wte, const char *dir) {
+static hpt_status check_tied_head(const st_dir *d, const char *head, const char *wte, const char *dir) {
     const st_file *fh, *fw;
-    const st_tensor *h = st_dir_find(d, "lm_head.weight", &fh), *w = st_dir_find(d, wte, &fw);
+    const st_tensor *h = st_dir_find(d, head, &fh), *w = st_dir_find(d, wte, &fw);
     if (!h) return HPT_OK;
     if (h->ndim != w->ndim || h->numel != w->numel || h->shape[0] != w->shape[0])
-        return st_fail(HPT_ERR_SHAPE, "%s: tensor 'lm_head.weight': the head is tied "
-                        "(tie_word_embeddings), but its shape differs from %s's", fh->path, wte);
+        return st_fail(HPT_ERR_SHAPE, "%s: tensor '%s': the head is tied "
+                        "(tie_word_embeddings), but its shape differs from %s's", fh->path, head, wte);
     enum { N = 1 << 16 };
     float *a = malloc(2 * N * sizeof(float));
-    if (!a) return st_fail(HPT_ERR_OOM, "no memory to compare lm_head.weight");
+    if (!a) return st_fail(HPT_ERR_OOM, "no memory to compare %s", head);
     hpt_status s = HPT_OK;
     for (uint64_t e = 0; e < h->numel && s == HPT_OK; e += N) {
         size_t n = (size_t)HPT_MIN((uint64_t)N, h->numel - e);
         s = st_read_f32(fh, h, e, n, a);
         if (s == HPT_OK) s = st_read_f32(fw, w, e, n, a + N);
         if (s == HPT_OK && memcmp(a, a + N, n * sizeof(float)))
-            s = st_fail(HPT_ERR_UNSUPPORTED, "%s: tensor 'lm_head.weight' differs from %s, but "
-                         "config.json says the head is tied", fh->path, wte);
+            s = st_fail(HPT_ERR_UNSUPPORTED, "%s: tensor '%s' differs from %s, but "
+                         "config.json says the head is tied", fh->path, head, wte);
     }
     free(a);
     (void)dir;
@@ -256,7 +198,7 @@ static hpt_status check_names(const hf_map *mp, const st_dir *d, const char *dir
                 const st_tensor *t = st_dir_find(d, p[i].name, &f);
                 if (!t) {
                     s = st_fail(HPT_ERR_FORMAT, "%s: tensor '%s' is missing (%s, config.json: "
-                                 "L=%d C=%d)", dir, p[i].name, mp->hc.arch_name, mp->hc.L, mp->hc.C);
+                                 "L=%d C=%d)", dir, p[i].name, mp->hc.arch_name, mp->hc.m.L, mp->hc.m.C);
                     break;
                 }
                 for (int j = 0; j < d->n; j++)
@@ -278,32 +220,43 @@ static hpt_status check_names(const hf_map *mp, const st_dir *d, const char *dir
                 if (p[i].transpose) *tmax = HPT_MAX(*tmax, (size_t)p[i].numel);
             }
         }
-    const char *wte = mp->hc.arch == HF_GPT2 ? (mp->prefix[0] ? "transformer.wte.weight" : "wte.weight")
-                                             : "model.embed_tokens.weight";
+    const hpt_arch *A = mp->A;
+    char wte[128];
+    snprintf(wte, sizeof wte, "%s%s", mp->prefix, A->hf_embed_name);
     for (int j = 0; j < d->n && s == HPT_OK; j++) {
         const char *nm = d->ent[j].t->name;
-        if (used[j] || ignorable(nm) || (mp->hc.tied && !strcmp(nm, "lm_head.weight"))) continue;
+        if (used[j] || ignorable(A, nm) || (mp->hc.m.tied && !strcmp(nm, A->hf_head_name))) continue;
         s = st_fail(HPT_ERR_FORMAT, "%s: tensor '%s' is not a tensor of %s", d->files[d->ent[j].file].path,
                      nm, mp->hc.arch_name);
     }
-    if (s == HPT_OK && mp->hc.tied) s = check_tied_head(d, wte, dir);
+    if (s == HPT_OK && mp->hc.m.tied) s = check_tied_head(d, A->hf_head_name, wte, dir);
     free(used);
     return s;
 }
 
-/* The map of a directory's config (GPT-2's prefix chosen by what the files hold). */
+/* The first of A's prefixes under which the files hold its embedding, else its first. */
+static void pick_prefix(const hpt_arch *A, const st_dir *d, char *prefix, size_t n) {
+    prefix[0] = 0;
+    if (!A->hf_prefixes || !A->hf_prefixes[0]) return;
+    snprintf(prefix, n, "%s", A->hf_prefixes[0]);
+    for (int i = 0; A->hf_prefixes[i]; i++) {
+        char nm[128];
+        snprintf(nm, sizeof nm, "%s%s", A->hf_prefixes[i], A->hf_embed_name);
+        if (st_dir_find(d, nm, NULL)) { snprintf(prefix, n, "%s", A->hf_prefixes[i]); return; }
+    }
+}
+
+/* The map of a directory's config (the names' prefix chosen by what the files hold). */
 static hpt_status map_config(const hf_config *hc, const st_dir *d, hf_map *mp, hpt_model_config *g) {
     memset(mp, 0, sizeof *mp);
     mp->hc = *hc;
     HPT_CHECK(hf_config_to_model(hc, g));
+    mp->A = hpt_arch_of(g);
     model_describe(g, &mp->tab);
-    if (mp->tab.n == 0)
-        return st_fail(HPT_ERR_UNSUPPORTED, "%s: this build has no %s architecture", hc->arch_name,
-                        hc->arch == HF_GPT2 ? "gpt2" : "llama");
-    if (hc->arch == HF_GPT2 && d)
-        snprintf(mp->prefix, sizeof mp->prefix, "%s",
-                 st_dir_find(d, "wte.weight", NULL) && !st_dir_find(d, "transformer.wte.weight", NULL)
-                 ? "" : "transformer.");
+    if (!mp->A || !mp->A->hf_parts || mp->tab.n == 0)
+        return st_fail(HPT_ERR_UNSUPPORTED, "%s: this build has no architecture that reads it",
+                       hc->arch_name);
+    if (d) pick_prefix(mp->A, d, mp->prefix, sizeof mp->prefix);
     return HPT_OK;
 }
 
@@ -326,13 +279,13 @@ hpt_status hpt_model_load_hf(hpt_mem *mem, const char *dir, const hpt_offload_op
     hpt_status s = map_config(&hc, &d, &mp, &g);
     if (s == HPT_OK) s = check_names(&mp, &d, dir, &tmax);
     hpt_model *m = NULL;
-    if (s == HPT_OK) s = hpt_gpt2_create_offload(mem, &g, off, &m);
+    if (s == HPT_OK) s = hpt_model_create_config_offload(mem, &g, off, &m);
     hf_reader r = {.mp = &mp, .d = &d, .mem = mem, .tcap = tmax};
     for (int i = 0; i < 2 && s == HPT_OK && tmax; i++) {
         hpt_mem_set_name(mem, "hf transpose staging");
         s = hpt_mem_alloc(mem, HPT_TIER_HOST, HPT_CAT_IO, tmax * sizeof(float), (void **)&r.tb[i]);
     }
-    if (s == HPT_OK) s = gpt2_absorb(m, EB_P, model_params(m), read_stream, &r);
+    if (s == HPT_OK) s = model_absorb(m, EB_P, model_params(m), read_stream, &r);
     if (s == HPT_OK && r.k != mp.tab.n)
         s = st_fail(HPT_ERR_INVALID, "%s: the model took fewer values than its table holds", dir);
     for (int i = 0; i < 2; i++)
@@ -348,7 +301,7 @@ hpt_status hpt_model_load_hf(hpt_mem *mem, const char *dir, const hpt_offload_op
 }
 
 /* io_llmc_stream's contract over a model directory (the inference engine's loader). */
-hpt_status io_hf_stream(hpt_mem *mem, const char *dir, const hpt_gpt2_config *cfg,
+hpt_status io_hf_stream(hpt_mem *mem, const char *dir, const hpt_model_config *cfg,
                         const size_t *row_width, size_t stage_bytes, io_llmc_rows_fn fn,
                         void *ctx) {
     hf_config hc;
@@ -399,7 +352,7 @@ typedef struct {
     float *tb[2];          /* a transposed part in hptrain's layout, then as stored */
 } hf_saver;
 
-/* gpt2_emit_fn: the next n floats in checkpoint order, written as the files' tensors. */
+/* model_emit_fn: the next n floats in checkpoint order, written as the files' tensors. */
 static hpt_status emit_stream(void *ctx, const float *x, size_t n) {
     hf_saver *sv = ctx;
     while (n) {
@@ -541,7 +494,7 @@ static hpt_status write_dir(hpt_model *m, const char *tmp, const hf_map *mp, int
     sv.tb[0] = tb;
     sv.tb[1] = tb ? tb + tmax : NULL;
     if (s == HPT_OK) s = st_writer_open(tmp, wt, n, shard_bytes, &sv.w);
-    if (s == HPT_OK) s = gpt2_emit(m, EB_P, model_params(m), emit_stream, &sv);
+    if (s == HPT_OK) s = model_emit(m, EB_P, model_params(m), emit_stream, &sv);
     if (s == HPT_OK) s = st_writer_close(sv.w);
     else if (sv.w) st_writer_abort(sv.w);
     free(tb);
@@ -558,7 +511,7 @@ hpt_status hpt_model_save_hf_from(const hpt_model *m, const char *dir, int dtype
                                   uint64_t shard_bytes, const char *src) {
     if (dtype != HPT_DTYPE_F32 && dtype != HPT_DTYPE_BF16)
         return st_fail(HPT_ERR_INVALID, "saving %s: dtype must be f32 or bf16", dir);
-    hpt_model *mm = (hpt_model *)(uintptr_t)m; /* gpt2_emit gathers an offloaded model: no change */
+    hpt_model *mm = (hpt_model *)(uintptr_t)m; /* model_emit gathers an offloaded model: no change */
     hf_map mp;
     memset(&mp, 0, sizeof mp);
     hf_config_from_model(hpt_model_get_config(m), &mp.hc);
@@ -571,7 +524,12 @@ hpt_status hpt_model_save_hf_from(const hpt_model *m, const char *dir, int dtype
         memcpy(mp.hc.arch_name, sc.arch_name, sizeof sc.arch_name);
     }
     hpt_clear_error();
-    snprintf(mp.prefix, sizeof mp.prefix, "transformer.");
+    mp.A = hpt_arch_of(hpt_model_get_config(m));
+    if (!mp.A || !mp.A->hf_parts)
+        return st_fail(HPT_ERR_UNSUPPORTED, "saving %s: a %s model has no Hugging Face form", dir,
+                       hpt_model_arch(m));
+    if (mp.A->hf_prefixes && mp.A->hf_prefixes[0])
+        snprintf(mp.prefix, sizeof mp.prefix, "%s", mp.A->hf_prefixes[0]);
     mp.tab = *model_table(m);
     char tmp[4200], old[4200];
     size_t len = strlen(dir);

@@ -24,7 +24,7 @@ hpt_status io_llmc_stream(hpt_mem *mem, const char *path, const hpt_model_config
 /* Hugging Face model directories (src/io/hfmodel.c): the model configuration of dir/config.json, and
  * io_llmc_stream's contract over a directory's safetensors. */
 hpt_status io_hf_read_config(const char *dir, hpt_model_config *out);
-hpt_status io_hf_stream(hpt_mem *mem, const char *dir, const hpt_gpt2_config *cfg,
+hpt_status io_hf_stream(hpt_mem *mem, const char *dir, const hpt_model_config *cfg,
                         const size_t *row_width, size_t stage_bytes, io_llmc_rows_fn fn,
                         void *ctx);
 /* 1 if path names a directory. */

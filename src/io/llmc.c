@@ -2,7 +2,7 @@
  * Readers check magic, version, shape and the exact file size before reading a payload, so
  * a wrong or truncated file fails with a one-line reason and nothing half-loaded. The payload
  * is the model's tensor table in checkpoint order (model/model.h): read into and written from
- * the model's flat buffer, or streamed through gpt2_absorb / gpt2_emit with the offload engine. */
+ * the model's flat buffer, or streamed through model_absorb / model_emit with the offload engine. */
 #include "core/core.h"
 #include "io/io_int.h"
 #include "kernels/backend.h"
@@ -37,12 +37,20 @@ static hpt_status read_ckpt(void *ctx, float *dst, size_t n) {
     return HPT_OK;
 }
 
-hpt_status hpt_gpt2_load(hpt_mem *mem, const char *path, hpt_gpt2 **out) {
-    return hpt_gpt2_load_offload(mem, path, NULL, out);
+/* The model's loaders are io's, so that the model and the engine call nothing above them. */
+hpt_status hpt_model_load(hpt_mem *mem, const char *path, hpt_model **out) {
+    return hpt_model_load_offload(mem, path, NULL, out);
 }
 
-hpt_status hpt_gpt2_load_offload(hpt_mem *mem, const char *path, const hpt_offload_opts *off,
-                                 hpt_gpt2 **out) {
+hpt_status hpt_model_load_forward(hpt_mem *mem, const char *path, hpt_model **out) {
+    model_create_forward_only(1);
+    hpt_status s = hpt_model_load_offload(mem, path, NULL, out);
+    model_create_forward_only(0);
+    return s;
+}
+
+hpt_status hpt_model_load_offload(hpt_mem *mem, const char *path, const hpt_offload_opts *off,
+                                  hpt_model **out) {
     *out = NULL;
     if (io_is_dir(path)) return hpt_model_load_hf(mem, path, off, out); /* Hugging Face */
     FILE *f;
@@ -64,24 +72,24 @@ hpt_status hpt_gpt2_load_offload(hpt_mem *mem, const char *path, const hpt_offlo
     hpt_model_config cfg = {.maxT = h[2], .V = h[3], .L = h[4], .NH = h[5], .C = h[6], .Vp = h[7]};
     if (cfg.Vp == 0) cfg.Vp = cfg.V; /* version-1 era files carry no padded size */
     model_config_fill(&cfg);
-    s = hpt_gpt2_config_check(&cfg);
+    s = hpt_model_config_check(&cfg);
     if (s != HPT_OK) { fclose(f); return hpt_fail_ctx(s, "%s", path); }
-    size_t n = hpt_gpt2_num_params(&cfg), esz = h[1] == 3 ? 4 : 2;
+    size_t n = hpt_model_config_num_params(&cfg), esz = h[1] == 3 ? 4 : 2;
     if (size != 1024 + (uint64_t)n * esz) {
         fclose(f);
         return hpt_fail(HPT_ERR_FORMAT, "%s: %llu bytes, but its header (L=%d C=%d V=%d Vp=%d maxT=%d) "
                         "needs %llu (truncated or corrupt)", path, (unsigned long long)size, cfg.L, cfg.C, cfg.V, cfg.Vp,
                         cfg.maxT, (unsigned long long)(1024 + (uint64_t)n * esz));
     }
-    hpt_gpt2 *m;
-    s = hpt_gpt2_create_offload(mem, &cfg, off, &m);
+    hpt_model *m;
+    s = hpt_model_create_config_offload(mem, &cfg, off, &m);
     if (s != HPT_OK) { fclose(f); return s; }
     float *params = model_params(m);
     /* a GPU's: staged; a forward-only model has no gradients to stage bf16 in: in place */
     if (model_engine(m) || model_backend(m) != hpt_backend_cpu() || !model_grads(m) ||
         model_grads_floats(m) < model_params_floats(m)) { /* ZeRO-2's: the blocks' away */
         ckpt_reader r = {f, path, esz == 2};
-        s = gpt2_absorb(m, EB_P, params, read_ckpt, &r);
+        s = model_absorb(m, EB_P, params, read_ckpt, &r);
     } else if (esz == 4) {
         s = io_read_exact(f, params, n * 4, path, "parameters");
     } else {
@@ -104,27 +112,27 @@ static hpt_status emit_atomic(void *ctx, const float *x, size_t n) {
     return io_atomic_write(ctx, x, n * sizeof(float));
 }
 
-hpt_status hpt_model_save(const hpt_gpt2 *m, const char *path) {
-    const hpt_model_config *c = hpt_gpt2_get_config(m);
+hpt_status hpt_model_save(const hpt_model *m, const char *path) {
+    const hpt_model_config *c = hpt_model_get_config(m);
     if (c->arch != HPT_ARCH_GPT2)
         return hpt_fail(HPT_ERR_UNSUPPORTED, "%s: llm.c's checkpoint format holds GPT-2 only; a "
                         "%s model is saved as a Hugging Face directory", path, hpt_model_arch(m));
-    hpt_gpt2 *mm = (hpt_gpt2 *)(uintptr_t)m; /* gpt2_emit's engine gathers: no change */
+    hpt_model *mm = (hpt_model *)(uintptr_t)m; /* model_emit's engine gathers: no change */
     int32_t h[256] = {0};
     h[0] = CKPT_MAGIC; h[1] = 3; h[2] = c->maxT; h[3] = c->V; h[4] = c->L;
     h[5] = c->NH; h[6] = c->C; h[7] = c->Vp;
     io_atomic w;
     HPT_CHECK(io_atomic_begin(&w, path));
     hpt_status s = io_atomic_write(&w, h, sizeof h);
-    if (s == HPT_OK) /* gpt2_emit gathers an offloaded model's blocks in checkpoint order */
-        s = gpt2_emit(mm, EB_P, model_params(mm), emit_atomic, &w);
+    if (s == HPT_OK) /* model_emit gathers an offloaded model's blocks in checkpoint order */
+        s = model_emit(mm, EB_P, model_params(mm), emit_atomic, &w);
     if (s != HPT_OK) { io_atomic_abort(&w); return s; }
     return io_atomic_commit(&w);
 }
 
 static size_t ref_sizes(const hpt_model_config *cfg, int B, int T, size_t *n_logits) {
     *n_logits = (size_t)B * T * cfg->V;
-    return hpt_gpt2_num_params(cfg);
+    return hpt_model_config_num_params(cfg);
 }
 
 void hpt_ref_state_free(hpt_mem *mem, const hpt_model_config *cfg, hpt_ref_state *s) {
@@ -181,9 +189,9 @@ hpt_status hpt_ref_state_load(const char *path, hpt_mem *mem, const hpt_model_co
     return s;
 }
 
-/* The header checks of hpt_gpt2_load without the payload: the estimator and the trainer's
+/* The header checks of hpt_model_load without the payload: the estimator and the trainer's
  * budget check learn a checkpoint's shape before anything is allocated for it. */
-hpt_status hpt_gpt2_read_config(const char *path, hpt_model_config *out) {
+hpt_status hpt_model_read_config(const char *path, hpt_model_config *out) {
     if (io_is_dir(path)) return io_hf_read_config(path, out); /* Hugging Face */
     FILE *f;
     uint64_t size;
@@ -201,9 +209,9 @@ hpt_status hpt_gpt2_read_config(const char *path, hpt_model_config *out) {
     hpt_model_config cfg = {.maxT = h[2], .V = h[3], .L = h[4], .NH = h[5], .C = h[6], .Vp = h[7]};
     if (cfg.Vp == 0) cfg.Vp = cfg.V;
     model_config_fill(&cfg);
-    s = hpt_gpt2_config_check(&cfg);
+    s = hpt_model_config_check(&cfg);
     if (s != HPT_OK) return hpt_fail_ctx(s, "%s", path);
-    size_t n = hpt_gpt2_num_params(&cfg), esz = h[1] == 3 ? 4 : 2;
+    size_t n = hpt_model_config_num_params(&cfg), esz = h[1] == 3 ? 4 : 2;
     if (size != 1024 + (uint64_t)n * esz)
         return hpt_fail(HPT_ERR_FORMAT, "%s: %llu bytes, but its header (L=%d C=%d V=%d Vp=%d maxT=%d) "
                         "needs %llu (truncated or corrupt)", path, (unsigned long long)size, cfg.L,
@@ -264,7 +272,7 @@ hpt_status hpt_infer_load(hpt_mem *mem, const char *path, hpt_weights kind, int 
                           hpt_infer **out) {
     *out = NULL;
     hpt_model_config cfg;
-    HPT_CHECK(hpt_gpt2_read_config(path, &cfg)); /* checks magic, version and size */
+    HPT_CHECK(hpt_model_read_config(path, &cfg)); /* checks magic, version and size */
     hpt_infer *inf;
     HPT_CHECK(infer_new(mem, &cfg, kind, ctx, &inf));
     hpt_tensor_table t;

@@ -133,7 +133,7 @@ void hpt_tokenizer_free(hpt_tokenizer *t) {
 
 /* llm.c's tokenizer file: 256 int32 header (magic, version, V, eot), then per token a uint8
  * length and its bytes. Version 1 has no eot field; it is GPT-2's 50256. */
-static hpt_status load_llmc(const char *path, hpt_tokenizer **out) {
+hpt_status tok_load_llmc(const char *path, hpt_tokenizer **out) {
     char *buf;
     size_t size;
     HPT_CHECK(tok_read_all(path, &buf, &size));
@@ -480,7 +480,8 @@ hpt_status tok_finish_encoder(hpt_tokenizer *t) {
     return HPT_OK;
 }
 
-static hpt_status load_dir(const char *dir, hpt_tokenizer **out) {
+/* GPT-2's encoder.json and vocab.bpe in dir. */
+hpt_status tok_load_gpt2_dir(const char *dir, hpt_tokenizer **out) {
     char path[4096];
     char *json = NULL, *bpe = NULL;
     size_t json_len, bpe_len;
@@ -521,50 +522,6 @@ done:
     if (s != HPT_OK) { hpt_tokenizer_free(t); return s; }
     *out = t;
     return HPT_OK;
-}
-
-/* Which loader a file's first bytes ask for: '{' Hugging Face's tokenizer.json; a line
- * "BASE64 RANK" tiktoken's tokenizer.model; anything else llm.c's tokenizer.bin (whose loader
- * names what is wrong with it). */
-static hpt_status load_file(const char *path, hpt_tokenizer **out) {
-    unsigned char head[64];
-    size_t n = 0;
-    FILE *f = fopen(path, "rb");
-    if (f) {
-        n = fread(head, 1, sizeof head, f);
-        fclose(f);
-    }
-    size_t i = 0;
-    while (i < n && (head[i] == ' ' || head[i] == '\n' || head[i] == '\r' || head[i] == '\t')) i++;
-    if (i < n && head[i] == '{') return tok_load_hf_json(path, out);
-    size_t b64 = 0;
-    while (b64 < n && (isalnum(head[b64]) || head[b64] == '+' || head[b64] == '/' || head[b64] == '='))
-        b64++;
-    if (b64 > 0 && b64 + 1 < n && head[b64] == ' ' && head[b64 + 1] >= '0' && head[b64 + 1] <= '9')
-        return tok_load_tiktoken(path, out);
-    return load_llmc(path, out);
-}
-
-static int file_in(const char *dir, const char *name, char *buf, size_t cap) {
-    struct stat st;
-    snprintf(buf, cap, "%s/%s", dir, name);
-    return stat(buf, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-hpt_status hpt_tokenizer_load(const char *path, hpt_tokenizer **out) {
-    *out = NULL;
-    struct stat st;
-    if (!path || !*path) return hpt_fail(HPT_ERR_INVALID, "no tokenizer path given");
-    if (stat(path, &st) != 0)
-        return hpt_fail(HPT_ERR_IO, "cannot open tokenizer %s: %s", path, strerror(errno));
-    if (!S_ISDIR(st.st_mode)) return load_file(path, out);
-    /* a directory: GPT-2's two files, else a model directory's tokenizer.json or .model */
-    char p[4096];
-    if (!file_in(path, "encoder.json", p, sizeof p)) {
-        if (file_in(path, "tokenizer.json", p, sizeof p)) return tok_load_hf_json(p, out);
-        if (file_in(path, "tokenizer.model", p, sizeof p)) return tok_load_tiktoken(p, out);
-    }
-    return load_dir(path, out);
 }
 
 int hpt_tokenizer_vocab_size(const hpt_tokenizer *t) { return t->V; }

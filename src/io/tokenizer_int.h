@@ -101,6 +101,9 @@ hpt_status tok_compile_gpt2(hpt_tokenizer *t);
 /* byte_id from t->ix, the cache: the last steps of every encoding tokenizer's load. */
 hpt_status tok_finish_encoder(hpt_tokenizer *t);
 int tok_vec_reserve(idvec *v, size_t extra);
+/* llm.c's tokenizer.bin (decode only); GPT-2's encoder.json and vocab.bpe in dir. */
+hpt_status tok_load_llmc(const char *path, hpt_tokenizer **out);
+hpt_status tok_load_gpt2_dir(const char *dir, hpt_tokenizer **out);
 
 /* ---- tokenizer_hf.c ---- */
 /* path: a Hugging Face tokenizer.json, or tiktoken's tokenizer.model (Meta's Llama 3 file). */

@@ -21,26 +21,25 @@ double model_flops_per_token(const hpt_model_config *cfg, int T) {
     return a ? a->flops_per_token(cfg, T) : 0.0;
 }
 
-const hpt_tensor_table *model_table(const hpt_gpt2 *m) { return &m->tab; }
+const hpt_tensor_table *model_table(const hpt_model *m) { return &m->tab; }
 
-float *model_params(hpt_gpt2 *m) { return m->params; }
-size_t model_params_floats(const hpt_gpt2 *m) { return m->n_flat; }
-float *model_grads(hpt_gpt2 *m) { return m->grads; }
-size_t model_grads_floats(const hpt_gpt2 *m) { return m->n_gflat; }
-struct offload_engine *model_engine(const hpt_gpt2 *m) { return m->eng; }
-const struct hpt_backend *model_backend(const hpt_gpt2 *m) { return m->be; }
+float *model_params(hpt_model *m) { return m->params; }
+size_t model_params_floats(const hpt_model *m) { return m->n_flat; }
+float *model_grads(hpt_model *m) { return m->grads; }
+size_t model_grads_floats(const hpt_model *m) { return m->n_gflat; }
+struct offload_engine *model_engine(const hpt_model *m) { return m->eng; }
+const struct hpt_backend *model_backend(const hpt_model *m) { return m->be; }
 
-int model_embeddings(const hpt_gpt2 *m) { return m->emb; }
-double model_wte_sumsq(const hpt_gpt2 *m) { return m->wte_sumsq; }
-int model_emb_deferred(const hpt_gpt2 *m, int i) { return emb_deferred(m, i); }
-double model_emb_sumsq(const hpt_gpt2 *m, int i) {
+int model_embeddings(const hpt_model *m) { return m->emb; }
+double model_wte_sumsq(const hpt_model *m) { return m->wte_sumsq; }
+double model_emb_sumsq(const hpt_model *m, int i) {
     return m->emb_untied && i == m->emb_head ? m->head_sumsq : m->wte_sumsq;
 }
 
-void model_set_loss_scale(hpt_gpt2 *m, float s) { m->loss_scale = s; }
-void model_set_loss_norm(hpt_gpt2 *m, double n) { m->loss_norm = n; }
+void model_set_loss_scale(hpt_model *m, float s) { m->loss_scale = s; }
+void model_set_loss_norm(hpt_model *m, double n) { m->loss_norm = n; }
 
-void model_set_fault(hpt_gpt2 *m, int layer, float value) {
+void model_set_fault(hpt_model *m, int layer, float value) {
     m->fault_layer = layer;
     if (layer >= 0) m->fault_value = value;
 }

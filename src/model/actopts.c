@@ -1,7 +1,8 @@
 /* actopts.c: the runner's reading of the activation options (hpt_act_opts): the recompute
- * segments every:N and full cut the blocks into, and the options' check, which is the plan's
+ * segments every:N and full cut the blocks into, the ops' context the options make (read by
+ * the arena plan, the store and the runner alike), and the options' check, which is the plan's
  * (core/choices.c, hpt_act_check: the defaults, parsers and names live there too). Pure
- * functions of the options. */
+ * functions of the options and the model's state. */
 #include "core/choices.h"
 #include "core/core.h"
 #include "model/gpt2_int.h"
@@ -18,3 +19,27 @@ int act_segment_end(int l, int N, int L) {
 }
 
 hpt_status act_opts_check(const hpt_act_opts *o) { return hpt_act_check(o); }
+
+size_t act_head_rows(const hpt_act_opts *o, int B, int T) {
+    size_t BT = (size_t)B * T;
+    return o->head_chunk > 0 && (size_t)o->head_chunk < BT ? (size_t)o->head_chunk : BT;
+}
+
+/* The ops' context at (B, T): vc > 0 (chunked embeddings, embed.c) makes a row-chunked head's
+ * logits (rows, vc). */
+hpt_arch_ctx act_ctx_for(const hpt_model_config *c, const hpt_act_opts *o, int vc, int B,
+                         int T) {
+    hpt_arch_ctx x = {hpt_backend_cpu(), c, B, T, o->attention, act_head_rows(o, B, T), 0, 1.0f,
+                     hpt_attn_ops_of(o->attention), NULL, 0.0f};
+    x.logit_cols = vc && x.head_rows < (size_t)B * T ? (size_t)vc : (size_t)c->Vp;
+    return x;
+}
+
+hpt_arch_ctx act_ctx(const hpt_model *m) {
+    hpt_arch_ctx x = act_ctx_for(&m->cfg, &m->act, m->emb != HPT_EMB_FULL ? m->Vc : 0, m->B, m->T);
+    x.be = m->be;
+    x.loss_scale = m->loss_scale;
+    x.loss_norm = gpt2_loss_norm(m);
+    x.params = m->ap;
+    return x;
+}

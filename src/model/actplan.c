@@ -5,7 +5,7 @@
  * forward buffer and a rebuilt one; stored: a transient, a stored copy and a buffer born before
  * the backward). hpt_arena_plan assigns offsets; the arena is one device allocation, grown when
  * a plan needs more and kept otherwise. docs/activations.md has the lifetimes table.
- * Invariants: the plan's bytes per tier are what the run allocates (hpt_gpt2_act_tier_bytes,
+ * Invariants: the plan's bytes per tier are what the run allocates (hpt_model_act_tier_bytes,
  * which the estimator reports, plans with this same function); the profiler sees each buffer's
  * birth and death as arena events (act_enter). */
 #include "core/core.h"
@@ -14,34 +14,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-
-float **act_field(const hpt_arch *A, char *base, int l, int i) {
-    return (float **)(base + (size_t)l * A->block_acts_size + A->fields[i].off);
-}
-
-size_t act_head_rows(const hpt_act_opts *o, int B, int T) {
-    size_t BT = (size_t)B * T;
-    return o->head_chunk > 0 && (size_t)o->head_chunk < BT ? (size_t)o->head_chunk : BT;
-}
-
-/* The ops' context at (B, T): vc > 0 (chunked embeddings, embed.c) makes a row-chunked head's
- * logits (rows, vc). */
-static hpt_arch_ctx ctx_for(const hpt_model_config *c, const hpt_act_opts *o, int vc, int B,
-                            int T) {
-    hpt_arch_ctx x = {hpt_backend_cpu(), c, B, T, o->attention, act_head_rows(o, B, T), 0, 1.0f,
-                     hpt_attn_ops_of(o->attention), NULL, 0.0f};
-    x.logit_cols = vc && x.head_rows < (size_t)B * T ? (size_t)vc : (size_t)c->Vp;
-    return x;
-}
-
-hpt_arch_ctx act_ctx(const hpt_gpt2 *m) {
-    hpt_arch_ctx x = ctx_for(&m->cfg, &m->act, m->emb != HPT_EMB_FULL ? m->Vc : 0, m->B, m->T);
-    x.be = m->be;
-    x.loss_scale = m->loss_scale;
-    x.loss_norm = gpt2_loss_norm(m);
-    x.params = m->ap;
-    return x;
-}
 
 /* Whether a stored (offloaded or compressed) field: the large ones a block's backward reads. */
 static int stored(const hpt_act_opts *o, const hpt_arch_field *f) {
@@ -171,14 +143,14 @@ static size_t plan_acts(const hpt_arch *A, const hpt_arch_ctx *x, const hpt_act_
     return size;
 }
 
-/* The plan's bytes per tier (see hpt_gpt2_act_tier_bytes); HPT_ERR_OOM when it cannot plan. */
+/* The plan's bytes per tier (see hpt_model_act_tier_bytes); HPT_ERR_OOM when it cannot plan. */
 static hpt_status plan_tiers(const hpt_model_config *cfg, int B, int T, const hpt_act_opts *o,
                              int vc, uint64_t out[HPT_TIER_COUNT]) {
     const hpt_arch *A = hpt_arch_of(cfg);
     for (int t = 0; t < HPT_TIER_COUNT; t++) out[t] = 0;
     if (!A) return hpt_fail(HPT_ERR_INVALID, "unknown architecture id %d", cfg->arch);
     HPT_CHECK(act_opts_check(o));
-    hpt_arch_ctx x = ctx_for(cfg, o, vc, B, T);
+    hpt_arch_ctx x = act_ctx_for(cfg, o, vc, B, T);
     size_t nf = (size_t)cfg->L * (size_t)A->n_fields;
     void *acts = calloc(1, A->acts_size);
     char *layers = calloc((size_t)cfg->L, A->block_acts_size);
@@ -207,34 +179,48 @@ static hpt_status plan_tiers(const hpt_model_config *cfg, int B, int T, const hp
     return s == HPT_OK ? s : hpt_fail(s, "no memory to plan the activations");
 }
 
-hpt_status hpt_gpt2_act_tier_bytes(const hpt_model_config *cfg, int B, int T,
-                                   const hpt_act_opts *o, uint64_t out[HPT_TIER_COUNT]) {
-    hpt_act_opts d = hpt_gpt2_act_defaults();
+hpt_status hpt_model_act_tier_bytes(const hpt_model_config *cfg, int B, int T,
+                                    const hpt_act_opts *o, uint64_t out[HPT_TIER_COUNT]) {
+    hpt_act_opts d = hpt_act_defaults();
     return plan_tiers(cfg, B, T, o ? o : &d, 0, out);
 }
 
-hpt_status gpt2_act_tier_bytes_vc(const hpt_model_config *cfg, int B, int T,
+hpt_status model_act_tier_bytes_vc(const hpt_model_config *cfg, int B, int T,
                                   const hpt_act_opts *o, int vc, uint64_t out[HPT_TIER_COUNT]) {
     return plan_tiers(cfg, B, T, o, vc, out);
 }
 
-size_t hpt_gpt2_activation_bytes(const hpt_model_config *cfg, int B, int T,
-                                 const hpt_act_opts *o) {
+size_t hpt_model_activation_bytes(const hpt_model_config *cfg, int B, int T,
+                                  const hpt_act_opts *o) {
     uint64_t t[HPT_TIER_COUNT];
-    if (hpt_gpt2_act_tier_bytes(cfg, B, T, o, t) != HPT_OK) return 0;
+    if (hpt_model_act_tier_bytes(cfg, B, T, o, t) != HPT_OK) return 0;
     return (size_t)t[HPT_TIER_DEVICE];
 }
 
-hpt_status hpt_model_set_act_opts(hpt_gpt2 *m, const hpt_act_opts *o) {
+void hpt_model_free_activations(hpt_model *m) {
+    if (!m) return;
+    hpt_run *r = &m->run;
+    actstore_wait(m);
+    if (r->act_mem) act_enter(m, -1);
+    m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, r->act_mem, r->act_bytes);
+    r->act_mem = NULL;
+    r->act_bytes = 0;
+    actstore_release(m);
+    r->aB = r->aT = 0;
+    m->B = m->T = 0;
+    m->has_targets = 0;
+}
+
+hpt_status hpt_model_set_act_opts(hpt_model *m, const hpt_act_opts *o) {
     HPT_CHECK(act_opts_check(o));
     hpt_model_free_activations(m);
     m->act = *o;
     return HPT_OK;
 }
 
-hpt_act_opts hpt_model_get_act_opts(const hpt_gpt2 *m) { return m->act; }
+hpt_act_opts hpt_model_get_act_opts(const hpt_model *m) { return m->act; }
 
-void act_enter(hpt_gpt2 *m, int t) {
+void act_enter(hpt_model *m, int t) {
     hpt_run *r = &m->run;
     /* deaths first, then births: the profiler's live bytes never count two buffers that share
      * bytes */
@@ -249,7 +235,7 @@ void act_enter(hpt_gpt2 *m, int t) {
     r->t_now = t;
 }
 
-void act_plan_free(hpt_gpt2 *m) {
+void act_plan_free(hpt_model *m) {
     hpt_run *r = &m->run;
     free(r->layers);
     free(r->flayers);
@@ -263,7 +249,7 @@ void act_plan_free(hpt_gpt2 *m) {
     r->st.soff = r->st.sbytes = NULL;
 }
 
-hpt_status act_ensure(hpt_gpt2 *m, int B, int T) {
+hpt_status act_ensure(hpt_model *m, int B, int T) {
     const hpt_arch *A = m->arch;
     hpt_run *r = &m->run;
     hpt_actstore *st = &r->st;
@@ -286,7 +272,7 @@ hpt_status act_ensure(hpt_gpt2 *m, int B, int T) {
     store_plan sp = {st->astore, st->soff, st->sbytes, 0, 0};
     memset(r->layers, 0, L * A->block_acts_size);
     memset(r->flayers, 0, L * A->block_acts_size);
-    hpt_arch_ctx x = ctx_for(&m->cfg, &m->act, m->emb != HPT_EMB_FULL ? m->Vc : 0, B, T);
+    hpt_arch_ctx x = act_ctx_for(&m->cfg, &m->act, m->emb != HPT_EMB_FULL ? m->Vc : 0, B, T);
     x.be = m->be;
     size_t need = plan_acts(A, &x, &m->act, m->emb != HPT_EMB_FULL ? m->Vc : 0, m->acts, r->layers,
                             r->flayers, r->bufs, &r->n_bufs, &sp);

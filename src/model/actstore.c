@@ -15,7 +15,7 @@
 #include <pthread.h>
 #include <string.h>
 
-void actstore_release(hpt_gpt2 *m) {
+void actstore_release(hpt_model *m) {
     hpt_actstore *st = &m->run.st;
     if (st->xf) { /* no copy may still read or write the host store */
         st->xf->host_wait(st->ev_put);
@@ -37,7 +37,7 @@ void actstore_release(hpt_gpt2 *m) {
 }
 
 /* A GPU's host offload without compression: the transfers and their three events. */
-static hpt_status xfer_open(hpt_gpt2 *m) {
+static hpt_status xfer_open(hpt_model *m) {
     hpt_actstore *st = &m->run.st;
     const hpt_transfer *xf = hpt_transfer_of(m->mem);
     if (!xf->async || m->act.compress != HPT_COMPRESS_NONE) return HPT_OK;
@@ -55,7 +55,7 @@ static hpt_status xfer_open(hpt_gpt2 *m) {
 }
 
 /* Grown like the arena, kept while the plan fits. */
-hpt_status actstore_reserve(hpt_gpt2 *m, size_t off_bytes, size_t max_store) {
+hpt_status actstore_reserve(hpt_model *m, size_t off_bytes, size_t max_store) {
     hpt_actstore *st = &m->run.st;
     size_t host_need = m->act.offload == HPT_OFFLOAD_HOST ? off_bytes : 0;
     size_t disk_need = m->act.offload == HPT_OFFLOAD_DISK ? off_bytes : 0;
@@ -85,12 +85,12 @@ hpt_status actstore_reserve(hpt_gpt2 *m, size_t off_bytes, size_t max_store) {
 }
 
 /* Rows and row width of field i at the current (B, T). */
-static void field_shape(const hpt_gpt2 *m, int i, size_t *rows, size_t *w) {
+static void field_shape(const hpt_model *m, int i, size_t *rows, size_t *w) {
     hpt_arch_ctx x = act_ctx(m);
     m->arch->field_shape(&x, i, rows, w);
 }
 
-hpt_status actstore_put(hpt_gpt2 *m, int l) {
+hpt_status actstore_put(hpt_model *m, int l) {
     const hpt_arch *A = m->arch;
     const hpt_backend *be = m->be;
     hpt_actstore *st = &m->run.st;
@@ -134,7 +134,7 @@ hpt_status actstore_put(hpt_gpt2 *m, int l) {
 /* Brings block l's stored fields back into the buffers its backward reads. serial 1: on the
  * prefetch thread (host offload only: no OpenMP, no event recording, which the main thread
  * does at actstore_wait). */
-static hpt_status fetch_block(hpt_gpt2 *m, int l, int serial) {
+static hpt_status fetch_block(hpt_model *m, int l, int serial) {
     const hpt_arch *A = m->arch;
     const hpt_backend *be = m->be;
     hpt_actstore *st = &m->run.st;
@@ -166,13 +166,13 @@ static hpt_status fetch_block(hpt_gpt2 *m, int l, int serial) {
 /* The asynchronous prefetch (host offload): copies block l's fields back while the main
  * thread runs the backward of block l + 1 (or the head); see the invariant above. */
 static void *prefetch_thread(void *arg) {
-    hpt_gpt2 *m = arg;
+    hpt_model *m = arg;
     fetch_block(m, m->run.st.pf_layer, 1); /* host copies cannot fail */
     return NULL;
 }
 
 /* A GPU's prefetch: block l's fields on the load stream after the compute issued so far. */
-static void fetch_async(hpt_gpt2 *m, int l) {
+static void fetch_async(hpt_model *m, int l) {
     const hpt_arch *A = m->arch;
     hpt_actstore *st = &m->run.st;
     const hpt_transfer *xf = st->xf;
@@ -186,7 +186,7 @@ static void fetch_async(hpt_gpt2 *m, int l) {
     xf->record(st->ev_load, HPT_XS_LOAD);
 }
 
-hpt_status actstore_prefetch(hpt_gpt2 *m, int l) {
+hpt_status actstore_prefetch(hpt_model *m, int l) {
     hpt_actstore *st = &m->run.st;
     if (st->xf) {
         st->pf_layer = l;
@@ -202,7 +202,7 @@ hpt_status actstore_prefetch(hpt_gpt2 *m, int l) {
     return HPT_OK;
 }
 
-void actstore_wait(hpt_gpt2 *m) {
+void actstore_wait(hpt_model *m) {
     hpt_actstore *st = &m->run.st;
     if (!st->pf_active) return;
     if (st->xf) st->xf->stream_wait(HPT_XS_COMPUTE, st->ev_load); /* the compute waits, not us */

@@ -2,7 +2,8 @@
  * SHAPE (hpt_model_config_parse: GPT-2's and llama's shapes), its
  * architecture's name, and its tensor table as public descriptors (hpt_tensor_info, borrowed
  * from the table the model keeps). The forward, backward and lifecycle calls live with the
- * runner (runner.c, lifecycle.c); the hpt_gpt2_* names are wrappers (compat.c). */
+ * runner (runner.c, lifecycle.c). Loading and
+ * saving are io's (io/llmc.c, io/hfmodel.c): the model calls nothing above it. */
 #include "core/core.h"
 #include "model/gpt2_int.h"
 
@@ -13,10 +14,6 @@ hpt_status hpt_model_create(hpt_mem *mem, const char *shape, hpt_model **out) {
     hpt_model_config cfg; /* its error names the shapes each architecture knows */
     HPT_CHECK(hpt_model_config_parse(shape, &cfg));
     return hpt_model_create_config(mem, &cfg, out);
-}
-
-hpt_status hpt_model_load(hpt_mem *mem, const char *path, hpt_model **out) {
-    return hpt_gpt2_load(mem, path, out);
 }
 
 const char *hpt_model_arch(const hpt_model *m) { return m->arch->name; }

@@ -96,6 +96,9 @@ typedef struct {
     int after_blocks;    /* 0: planned before the blocks' fields, 1: after them */
 } hpt_arch_global;
 
+struct hpt_hf_json;
+struct hpt_hf_json_ops;
+struct hpt_hf_part;
 /* ---- the planner's view of a block (plan/calibrate_arch.c measures it, plan/cost.c costs
  * a step with it) ---- */
 #define HPT_ARCH_MAX_GEMMS 8
@@ -186,6 +189,19 @@ typedef struct hpt_arch {
     void (*final_backward)(const hpt_arch_ctx *x, const void *p, void *g, void *a,
                            const float *out);
 
+    /* ---- its shapes (model/config.c routes a SHAPE by these and checks every configuration
+     * through them): a new family's named shapes and KEY=VALUE keys live in its own file. ---- */
+    const char *const *shape_prefixes; /* a SHAPE starting with one of these is this family's
+                                        * (NULL-terminated) */
+    /* SHAPE -> configuration: named or "family:KEY=VALUE,..." (config.c's model_shape_kv);
+     * Vp may be left 0 (config.c rounds V up to 128); config.c fills and checks it after */
+    hpt_status (*shape_parse)(const char *shape, hpt_model_config *out);
+    /* the family's own rules, after config.c's common ones (model_config_check_common) */
+    hpt_status (*config_check)(const hpt_model_config *c);
+    /* the fields a family implies (GPT-2: NKV = NH, FF = 4C, ...), for a configuration read from
+     * a file or written by hand; NULL: none */
+    void (*config_fill)(hpt_model_config *c);
+
     /* ---- what the modules above ask of an architecture, through the registry (registry.c):
      * the planner's calibration and cost (plan/), the profiler's labels, verify's names and
      * the command line's reports. They name no family; a new one fills these. ---- */
@@ -194,7 +210,78 @@ typedef struct hpt_arch {
                                       * reference block's rates (plan/calibrate.c) */
     const char *const *param_names;  /* every name describe() may give, NULL-terminated:
                                       * static strings that outlive a model (verify's report) */
+    /* ---- Hugging Face: what io's loader and writer (io/hfconfig.c, io/hfmodel.c) ask an
+     * architecture; all NULL: it has no Hugging Face form. The architecture sees no JSON and no
+     * file: config.json's keys come and go through io's hpt_hf_json calls. ---- */
+    /* config.json's architectures[] names this one reads, NULL-terminated (the first is the one
+     * written), and the model_type of each (same index) for a config.json without them */
+    const char *const *hf_classes;
+    const char *const *hf_model_types;
+    /* config.json -> configuration (arch set, Vp left to the loader): its own keys, strict where
+     * the maths cannot follow (errors name `what` and the key: HPT_ERR_FORMAT, _UNSUPPORTED) */
+    hpt_status (*hf_config_read)(const struct hpt_hf_json_ops *J, const struct hpt_hf_json *j,
+                                 const char *what, hpt_model_config *out);
+    /* configuration -> config.json: model_type and its own keys (cls: the class written) */
+    void (*hf_config_write)(const struct hpt_hf_json_ops *J, struct hpt_hf_json *j,
+                            const hpt_model_config *c, const char *cls);
+    /* The Hugging Face tensors whose values make table tensor d's slice l (a stacked tensor's
+     * layer; 0 for one not stacked), in the slice's element order: up to HPT_HF_MAX_PARTS
+     * parts; a part named "" is zero padding. prefix: the one the loader chose (hf_prefixes).
+     * Returns the number of parts; 0: the tensor has no Hugging Face counterpart. */
+    int (*hf_parts)(const hpt_model_config *c, const hpt_tensor_desc *d, int l,
+                    const char *prefix, struct hpt_hf_part *out);
+    /* prefixes a hub's files may put before every name, preferred first (NULL: none); the
+     * loader takes the first under which the files hold hf_embed_name; a new file gets [0] */
+    const char *const *hf_prefixes;
+    const char *hf_embed_name; /* the embedding (after the prefix): the tied head's twin */
+    const char *hf_head_name;  /* a tied head's own tensor, when a file keeps one */
+    const char *const *hf_ignore; /* name endings that are buffers, not parameters (NULL-ended) */
+    int hf_eot; /* token id written as bos and eos for a model not read from a directory, when
+                 * the vocabulary holds it (GPT-2's <|endoftext|> 50256); -1: none */
 } hpt_arch;
+
+/* The Hugging Face side's data (the block above). */
+#define HPT_HF_MAX_PARTS 4
+typedef struct hpt_hf_part {
+    char name[112];  /* Hugging Face name; "" for zero padding */
+    int64_t R, W;    /* its rows and width in hptrain's layout (1-D: R = 1) */
+    int ndim;        /* 1 or 2 in the file */
+    int transpose;   /* stored (W, R): GPT-2's Conv1D */
+} hpt_hf_part;
+/* config.json's object as io holds it, and io's calls on it (io/hfconfig.c fills the table, so
+ * the model calls nothing of io's). Reading: a key absent takes def (required: def < lo);
+ * present, it must be in range, else HPT_ERR_FORMAT naming `what` and the key; obj: a
+ * sub-object (*out NULL when absent). Writing keeps the order of the calls. */
+typedef struct hpt_hf_json hpt_hf_json;
+typedef struct hpt_hf_json_ops {
+    int (*has)(const hpt_hf_json *j, const char *key);
+    hpt_status (*get_int)(const hpt_hf_json *j, const char *key, long def, long lo, long hi,
+                          const char *what, int *out);
+    hpt_status (*get_float)(const hpt_hf_json *j, const char *key, double def, const char *what,
+                            float *out);
+    hpt_status (*get_bool)(const hpt_hf_json *j, const char *key, int def, const char *what,
+                           int *out);
+    const char *(*get_str)(const hpt_hf_json *j, const char *key); /* NULL: absent or not one */
+    hpt_status (*obj)(const hpt_hf_json *j, const char *key, const char *what,
+                      const hpt_hf_json **out);
+    void (*put_int)(hpt_hf_json *j, const char *key, double v);
+    void (*put_float)(hpt_hf_json *j, const char *key, float v); /* shortest round trip */
+    void (*put_bool)(hpt_hf_json *j, const char *key, int v);
+    void (*put_str)(hpt_hf_json *j, const char *key, const char *v);
+    void (*put_null)(hpt_hf_json *j, const char *key);
+    hpt_hf_json *(*put_obj)(hpt_hf_json *j, const char *key);
+    /* the error text, with a file's control characters made harmless (one line) */
+    hpt_status (*fail)(hpt_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+} hpt_hf_json_ops;
+
+/* config.c's helpers for the families' shape hooks. check_common: L, C, NH, V, Vp, maxT in
+ * range and C a multiple of NH (errors name `family`). shape_kv: the KEY=VALUE,... list s of
+ * `shape`, each pair given to set (which fails on an unknown key). shape_int: an integer
+ * key's value, a whole number >= lo. */
+hpt_status model_config_check_common(const hpt_model_config *c, const char *family);
+typedef hpt_status (*model_kv_fn)(hpt_model_config *c, const char *key, double v, const char *shape);
+hpt_status model_shape_kv(const char *shape, const char *s, hpt_model_config *c, model_kv_fn set);
+hpt_status model_shape_int(double v, int lo, const char *key, const char *shape, int *out);
 
 /* GPT-2 (model/gpt2.c); the Llama family (model/llama.c). */
 extern const hpt_arch hpt_arch_gpt2;

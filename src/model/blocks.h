@@ -2,7 +2,7 @@
  * outside the model's flat buffers. The model calls only through this table; the offload engine
  * implements it (offload/blocks_engine.c, bound by offload/bind.c), so the model never includes
  * the engine above it. A block is its n_slices slices (the arch's table order) packed back to
- * back (gpt2_block_layout); every float * handed out is device memory of that layout.
+ * back (model_block_layout); every float * handed out is device memory of that layout.
  * The call order in a step is part of the contract (the engine's residency and prefetch rely on it):
  *   forward:   begin_pass(+1); for l = 0 .. L-1: acquire(l) ... release(l)
  *   backward:  begin_pass(-1); for l = L-1 .. 0: [acquire(j) ... release(j) per block j the
@@ -59,15 +59,15 @@ typedef struct hpt_block_store {
 
 /* ---- binding a store to a model (its owner, src/offload/bind.c, calls these) ---- */
 /* A model whose blocks live in a store: its flat buffers hold the non-block tensors only (and
- * o->embeddings' buffers, model/embed.c). Unusable until gpt2_bind_blocks (or hpt_model_free).
- * cfg and o are checked by the caller. Failures are wrapped as hpt_gpt2_create's. */
-hpt_status gpt2_create_unbound(hpt_mem *mem, const hpt_model_config *cfg,
-                               const hpt_offload_opts *o, hpt_gpt2 **out);
+ * o->embeddings' buffers, model/embed.c). Unusable until model_bind_blocks (or hpt_model_free).
+ * cfg and o are checked by the caller. Failures are wrapped as hpt_model_create_config's. */
+hpt_status model_create_unbound(hpt_mem *mem, const hpt_model_config *cfg,
+                               const hpt_offload_opts *o, hpt_model **out);
 /* The packed layout a store keeps: L blocks of *n_slices slices of slice_n[i] floats (borrowed
  * from the model). */
-void gpt2_block_layout(const hpt_gpt2 *m, int *L, int *n_slices, const size_t **slice_n);
+void model_block_layout(const hpt_model *m, int *L, int *n_slices, const size_t **slice_n);
 /* Binds store (ownership passes to the model: hpt_model_free frees it) and eng, the engine
  * behind it, which the model keeps as m->eng for the modules above it and never calls. */
-void gpt2_bind_blocks(hpt_gpt2 *m, hpt_block_store *store, struct offload_engine *eng);
+void model_bind_blocks(hpt_model *m, hpt_block_store *store, struct offload_engine *eng);
 
 #endif

@@ -6,7 +6,7 @@
  * squares and its update at once, so H's gradient exists one (Vc, C) chunk at a time (emb_grad).
  * BF16 keeps wte, wpe (or lm_head) in bf16 in emb_h with the blocks' rounding; compute is fp32.
  * Storage, the row-chunked head's running log-sum-exp, llama's untied case: docs/optimizers.md.
- * Invariants: a chunk starts at a multiple of HPT_Q8_BLOCK and of a row (gpt2_vocab_chunk), and
+ * Invariants: a chunk starts at a multiple of HPT_Q8_BLOCK and of a row (model_vocab_chunk), and
  * its rows are updated after their last use, so a chunk's update is that of its values inside
  * the whole tensor, bit for bit; only the order of sums differs from FULL (dlnf's, the norm's,
  * the running log-sum-exp). Every op goes through m->be (kernels/cpu/embed_kernels.c). */
@@ -28,7 +28,7 @@ static size_t gcd_size(size_t a, size_t b) {
     return a;
 }
 
-int gpt2_vocab_chunk(const hpt_model_config *c, const hpt_offload_opts *o) {
+int model_vocab_chunk(const hpt_model_config *c, const hpt_offload_opts *o) {
     if (!o || o->embeddings == HPT_EMB_FULL) return 0;
     int rows = o->vocab_chunk > 0 ? o->vocab_chunk : EMB_DEFAULT_ROWS;
     return rows < c->Vp ? rows : c->Vp;
@@ -66,29 +66,29 @@ static void emb_floats(const hpt_model_config *c, size_t *stored, size_t *deferr
     *deferred = hpt_tensor_numel(&t.t[head]) + (untied ? hpt_tensor_numel(&t.t[0]) : 0);
 }
 
-void emb_plan(hpt_gpt2 *m, int kind) {
+void emb_plan(hpt_model *m, int kind) {
     m->emb = kind;
     emb_sets(&m->cfg, &m->tab, m->emb_ti, &m->emb_nt, &m->emb_head, &m->emb_untied);
     m->emb_at[0] = 0;
     m->emb_at[1] = hpt_tensor_numel(&m->tab.t[m->emb_ti[0]]);
 }
 
-int emb_stored(const hpt_gpt2 *m, int i) {
+int emb_stored(const hpt_model *m, int i) {
     if (m->emb != HPT_EMB_BF16) return 0;
     for (int k = 0; k < m->emb_nt; k++)
         if (m->emb_ti[k] == i) return 1;
     return 0;
 }
 
-int emb_deferred(const hpt_gpt2 *m, int i) {
+int emb_deferred(const hpt_model *m, int i) {
     return m->emb != HPT_EMB_FULL && (i == m->emb_head || (m->emb_untied && i == 0));
 }
 
-void gpt2_nonblock_bytes(const hpt_model_config *c, const hpt_offload_opts *o, uint64_t *params,
+void model_nonblock_bytes(const hpt_model_config *c, const hpt_offload_opts *o, uint64_t *params,
                          uint64_t *grads) {
-    uint64_t nf = gpt2_nonblock_floats(c), C = (uint64_t)c->C;
+    uint64_t nf = model_nonblock_floats(c), C = (uint64_t)c->C;
     int e = o ? o->embeddings : HPT_EMB_FULL;
-    uint64_t vc = (uint64_t)gpt2_vocab_chunk(c, o);
+    uint64_t vc = (uint64_t)model_vocab_chunk(c, o);
     *params = nf * 4;
     *grads = nf * 4;
     if (e == HPT_EMB_FULL) return;
@@ -102,15 +102,15 @@ void gpt2_nonblock_bytes(const hpt_model_config *c, const hpt_offload_opts *o, u
                   (uint64_t)stored * 2 * (o->weights == HPT_BW_BF16_KAHAN ? 2u : 1u);
 }
 
-void emb_flat_floats(const hpt_gpt2 *m, size_t *n_flat, size_t *n_gflat) {
+void emb_flat_floats(const hpt_model *m, size_t *n_flat, size_t *n_gflat) {
     size_t stored, deferred;
     emb_floats(&m->cfg, &stored, &deferred);
     *n_gflat = m->emb != HPT_EMB_FULL ? *n_flat - deferred : *n_flat; /* no whole gradient */
     if (m->emb == HPT_EMB_BF16) *n_flat -= stored;
 }
 
-hpt_status gpt2_vocab_chunk_check(const hpt_model_config *c, const hpt_offload_opts *o) {
-    size_t vc = (size_t)gpt2_vocab_chunk(c, o), C = (size_t)c->C;
+hpt_status model_vocab_chunk_check(const hpt_model_config *c, const hpt_offload_opts *o) {
+    size_t vc = (size_t)model_vocab_chunk(c, o), C = (size_t)c->C;
     if ((vc * C) % HPT_Q8_BLOCK)
         return hpt_fail(HPT_ERR_INVALID, "vocab chunk %zu rows of C=%d: rows * C must be a "
                         "multiple of %d (use a multiple of %zu rows)", vc, c->C, HPT_Q8_BLOCK,
@@ -119,17 +119,17 @@ hpt_status gpt2_vocab_chunk_check(const hpt_model_config *c, const hpt_offload_o
 }
 
 /* Values of emb_h (BF16). */
-static size_t emb_ne(const hpt_gpt2 *m) {
+static size_t emb_ne(const hpt_model *m) {
     size_t ne = 0;
     for (int k = 0; k < m->emb_nt; k++) ne += hpt_tensor_numel(&m->tab.t[m->emb_ti[k]]);
     return ne;
 }
 
-hpt_status emb_create(hpt_gpt2 *m, const hpt_offload_opts *o) {
+hpt_status emb_create(hpt_model *m, const hpt_offload_opts *o) {
     const hpt_model_config *c = &m->cfg;
-    m->Vc = gpt2_vocab_chunk(c, o);
+    m->Vc = model_vocab_chunk(c, o);
     if (m->emb == HPT_EMB_FULL) return HPT_OK;
-    HPT_CHECK(gpt2_vocab_chunk_check(c, o));
+    HPT_CHECK(model_vocab_chunk_check(c, o));
     size_t C = (size_t)c->C;
     size_t ne = emb_ne(m), chunk = (size_t)m->Vc * C * sizeof(float);
     hpt_mem_set_name(m->mem, m->emb_untied ? "lm_head/wte gradient chunk" : "wte gradient chunk");
@@ -148,7 +148,7 @@ hpt_status emb_create(hpt_gpt2 *m, const hpt_offload_opts *o) {
     return m->be->alloc(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, chunk, (void **)&m->emb_rows);
 }
 
-void emb_free(hpt_gpt2 *m) {
+void emb_free(hpt_model *m) {
     const hpt_model_config *c = &m->cfg;
     size_t ne = emb_ne(m), chunk = (size_t)m->Vc * (size_t)c->C * sizeof(float);
     m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, m->emb_grad, chunk);
@@ -159,27 +159,27 @@ void emb_free(hpt_gpt2 *m) {
     m->emb_h = m->emb_c = NULL;
 }
 
-void gpt2_set_emb_update(hpt_gpt2 *m, gpt2_emb_update_fn fn, void *ctx) {
+void model_set_emb_update(hpt_model *m, model_emb_update_fn fn, void *ctx) {
     m->emb_upd = fn;
     m->emb_ctx = ctx;
 }
 
-void gpt2_set_emb_sum(hpt_gpt2 *m, gpt2_emb_sum_fn fn, void *ctx) {
+void model_set_emb_sum(hpt_model *m, model_emb_sum_fn fn, void *ctx) {
     m->emb_sum = fn;
     m->emb_sum_ctx = ctx;
 }
 
-void gpt2_emb_comp(hpt_gpt2 *m, uint16_t **comp, size_t *n) {
+void model_emb_comp(hpt_model *m, uint16_t **comp, size_t *n) {
     *comp = m->emb_c;
     *n = m->emb_c ? emb_ne(m) : 0;
 }
 
 /* Value offset of stored tensor i (a table index) in emb_h. */
-static size_t emb_off(const hpt_gpt2 *m, int i) {
+static size_t emb_off(const hpt_model *m, int i) {
     return m->emb_nt > 1 && i == m->emb_ti[1] ? m->emb_at[1] : 0;
 }
 
-hpt_be_param gpt2_nonblock_param(hpt_gpt2 *m, int i) {
+hpt_be_param model_nonblock_param(hpt_model *m, int i) {
     int gpt2 = m->cfg.arch == HPT_ARCH_GPT2;
     if (!emb_stored(m, i)) {
         if (!gpt2) return hpt_be_param_f32(m->tp[i]);
@@ -193,17 +193,17 @@ hpt_be_param gpt2_nonblock_param(hpt_gpt2 *m, int i) {
     return (hpt_be_param){NULL, m->emb_h + o, m->emb_c ? m->emb_c + o : NULL, 0, base};
 }
 
-float *gpt2_nonblock_grad(hpt_gpt2 *m, int i) {
+float *model_nonblock_grad(hpt_model *m, int i) {
     if (m->cfg.arch != HPT_ARCH_GPT2) return m->tg[i];
     float *g[] = {m->g.wte, m->g.wpe, m->g.lnfw, m->g.lnfb};
     return g[i < 2 ? i : i - 12];
 }
 
-void emb_get(const hpt_gpt2 *m, int i, size_t lo, float *x, size_t n) {
+void emb_get(const hpt_model *m, int i, size_t lo, float *x, size_t n) {
     m->be->bf16_widen_par(x, m->emb_h + emb_off(m, i) + lo, n);
 }
 
-void emb_put(hpt_gpt2 *m, int i, size_t lo, const float *x, size_t n) {
+void emb_put(hpt_model *m, int i, size_t lo, const float *x, size_t n) {
     uint16_t *cp = m->emb_c ? m->emb_c + emb_off(m, i) + lo : NULL;
     m->be->bf16_split_par(m->emb_h + emb_off(m, i) + lo, cp, x, n);
 }
@@ -215,7 +215,7 @@ typedef struct {
     const int32_t *inputs, *targets;
 } emb_acts;
 
-static emb_acts acts_of(const hpt_gpt2 *m) {
+static emb_acts acts_of(const hpt_model *m) {
     if (m->cfg.arch == HPT_ARCH_GPT2) {
         const gpt2_acts *a = &m->a;
         return (emb_acts){a->encoded, a->lnf, a->logits, a->lse, a->losses, a->dres, a->dsmall,
@@ -228,14 +228,14 @@ static emb_acts acts_of(const hpt_gpt2 *m) {
 
 /* nv rows of the head's weight H from row v0 as fp32 (nv <= Vc): the weights themselves
  * (CHUNKED) or widened into emb_rows (BF16). */
-static const float *head_rows(hpt_gpt2 *m, size_t v0, size_t nv) {
+static const float *head_rows(hpt_model *m, size_t v0, size_t nv) {
     size_t C = (size_t)m->cfg.C;
-    if (m->emb != HPT_EMB_BF16) return gpt2_nonblock_param(m, m->emb_head).f32 + v0 * C;
+    if (m->emb != HPT_EMB_BF16) return model_nonblock_param(m, m->emb_head).f32 + v0 * C;
     emb_get(m, m->emb_head, v0 * C, m->emb_rows, nv * C);
     return m->emb_rows;
 }
 
-void emb_encoder_forward(hpt_gpt2 *m) {
+void emb_encoder_forward(hpt_model *m) {
     emb_acts a = acts_of(m);
     const int B = m->B, T = m->T, C = m->cfg.C;
     if (m->cfg.arch != HPT_ARCH_GPT2) {
@@ -258,7 +258,7 @@ void emb_encoder_forward(hpt_gpt2 *m) {
 }
 
 /* The logits of rows [r0, r0 + n) for nv vocabulary rows W: (n, nv) into a->logits. */
-static void chunk_logits(hpt_gpt2 *m, const emb_acts *a, const float *W, size_t r0, size_t n,
+static void chunk_logits(hpt_model *m, const emb_acts *a, const float *W, size_t r0, size_t n,
                          size_t nv) {
     size_t C = (size_t)m->cfg.C;
     m->be->gemm('N', 'T', (int64_t)n, (int64_t)nv, (int64_t)C, 1.0f, a->lnf + r0 * C,
@@ -267,12 +267,12 @@ static void chunk_logits(hpt_gpt2 *m, const emb_acts *a, const float *W, size_t 
 
 /* a->logits (n, nv) of rows [r0, r0 + n), vocabulary rows [v0, v0 + nv), become dlogits:
  * (softmax - onehot) * dloss from the saved lse. */
-static void chunk_dlogits(hpt_gpt2 *m, const emb_acts *a, size_t r0, size_t n, size_t v0,
+static void chunk_dlogits(hpt_model *m, const emb_acts *a, size_t r0, size_t n, size_t v0,
                           size_t nv, float dloss) {
     m->be->crossentropy_dlogits(a->logits, a->lse + r0, a->targets + r0, n, v0, nv, dloss);
 }
 
-void emb_head_forward(hpt_gpt2 *m, size_t rows) {
+void emb_head_forward(hpt_model *m, size_t rows) {
     const hpt_backend *be = m->be;
     emb_acts a = acts_of(m);
     const hpt_model_config *c = &m->cfg;
@@ -300,12 +300,12 @@ void emb_head_forward(hpt_gpt2 *m, size_t rows) {
     }
     /* lse_i = max_i + log(sum_i); loss_i = lse_i - lnf_i . H[target_i] */
     int bf = m->emb == HPT_EMB_BF16;
-    be->tied_loss(a.losses, a.lse, a.lnf, bf ? NULL : gpt2_nonblock_param(m, m->emb_head).f32,
+    be->tied_loss(a.losses, a.lse, a.lnf, bf ? NULL : model_nonblock_param(m, m->emb_head).f32,
                   bf ? m->emb_h + emb_off(m, m->emb_head) : NULL, a.targets, BT, C);
     m->loss = be->loss_mean(a.losses, BT); /* in order, as crossentropy_forward sums */
 }
 
-void emb_head_backward(hpt_gpt2 *m, size_t rows) {
+void emb_head_backward(hpt_model *m, size_t rows) {
     emb_acts a = acts_of(m);
     const hpt_model_config *c = &m->cfg;
     size_t BT = (size_t)m->B * m->T, C = (size_t)c->C, V = (size_t)c->V, Vc = (size_t)m->Vc;
@@ -342,14 +342,14 @@ void emb_head_backward(hpt_gpt2 *m, size_t rows) {
  *   head: dH_v += dlogits_v^T @ lnf (the chunk's logits recomputed);
  *   enc:  dwte_v += the encoder's rows dres[b, t] of the tokens in v (k_encoder_backward's
  *         order). */
-static double chunk_pass(hpt_gpt2 *m, const emb_acts *a, size_t rows, int ti, int head, int enc) {
+static double chunk_pass(hpt_model *m, const emb_acts *a, size_t rows, int ti, int head, int enc) {
     const hpt_backend *be = m->be;
     const hpt_model_config *c = &m->cfg;
     size_t BT = (size_t)m->B * m->T, C = (size_t)c->C, V = (size_t)c->V, Vp = (size_t)c->Vp;
     size_t Vc = (size_t)m->Vc;
     float dloss = 1.0f / gpt2_loss_norm(m) * m->loss_scale;
     double sumsq = 0.0;
-    hpt_be_param wp = gpt2_nonblock_param(m, ti);
+    hpt_be_param wp = model_nonblock_param(m, ti);
     for (size_t v0 = 0; v0 < Vp; v0 += Vc) {
         size_t nv = HPT_MIN(Vc, Vp - v0), nh = head && v0 < V ? HPT_MIN(nv, V - v0) : 0;
         float *G = m->emb_grad; /* (nv, C) */
@@ -365,7 +365,7 @@ static double chunk_pass(hpt_gpt2 *m, const emb_acts *a, size_t rows, int ti, in
         }
         /* the encoder's rows: dwte[inputs[b, t]] += dres[b, t] for the tokens in the chunk */
         if (enc) be->encoder_backward_rows(G, a->dres, a->inputs, BT, C, v0, nv);
-        /* many processes: the chunk's sum over them before its norm and update (gpt2_set_emb_sum) */
+        /* many processes: the chunk's sum over them before its norm and update (model_set_emb_sum) */
         if (m->emb_sum && m->emb_sum(m->emb_sum_ctx, G, nv * C) != HPT_OK) return (double)NAN;
         sumsq += be->sumsq(G, nv * C);
         if (m->emb_upd) {
@@ -383,7 +383,7 @@ static double chunk_pass(hpt_gpt2 *m, const emb_acts *a, size_t rows, int ti, in
     return sumsq;
 }
 
-void emb_backward_end(hpt_gpt2 *m, size_t rows) {
+void emb_backward_end(hpt_model *m, size_t rows) {
     emb_acts a = acts_of(m);
     const hpt_model_config *c = &m->cfg;
     /* GPT-2: encoded = wte[inputs] + wpe[t]: dwpe[t] += sum over b of dres[b, t]
@@ -397,3 +397,5 @@ void emb_backward_end(hpt_gpt2 *m, size_t rows) {
     m->head_sumsq = chunk_pass(m, &a, rows, m->emb_head, 1, 0);
     m->wte_sumsq = chunk_pass(m, &a, rows, 0, 0, 1);
 }
+
+int model_emb_deferred(const hpt_model *m, int i) { return emb_deferred(m, i); }

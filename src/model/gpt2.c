@@ -12,6 +12,7 @@
 #include "model/arch.h"
 #include "model/gpt2_int.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -19,24 +20,24 @@
 /* ---- the parameters ---- */
 
 /* checkpoint order; NULL-terminated (hpt_arch.param_names) */
-static const char *const names[HPT_GPT2_NUM_TENSORS + 1] = {
+static const char *const names[GPT2_NUM_TENSORS + 1] = {
     "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
     "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb", NULL};
 
 static void describe(const hpt_model_config *cfg, hpt_tensor_table *out) {
     const int64_t L = cfg->L, C = cfg->C;
     /* shapes as llm.c's: the per-layer tensors stacked over L, linear weights (out, in) */
-    const int64_t shape[HPT_GPT2_NUM_TENSORS][3] = {
+    const int64_t shape[GPT2_NUM_TENSORS][3] = {
         {cfg->Vp, C}, {cfg->maxT, C}, {L, C},         {L, C},         {L, 3 * C, C},
         {L, 3 * C},   {L, C, C},      {L, C},         {L, C},         {L, C},
         {L, 4 * C, C}, {L, 4 * C},    {L, C, 4 * C},  {L, C},         {C},   {C}};
-    static const int ndim[HPT_GPT2_NUM_TENSORS] = {2, 2, 2, 2, 3, 2, 3, 2, 2, 2, 3, 2, 3, 2, 1, 1};
-    static const int matrix[HPT_GPT2_NUM_TENSORS] = {1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
+    static const int ndim[GPT2_NUM_TENSORS] = {2, 2, 2, 2, 3, 2, 3, 2, 2, 2, 3, 2, 3, 2, 1, 1};
+    static const int matrix[GPT2_NUM_TENSORS] = {1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
     memset(out, 0, sizeof *out);
-    out->n = HPT_GPT2_NUM_TENSORS;
+    out->n = GPT2_NUM_TENSORS;
     out->L = cfg->L;
     out->n_slices = GPT2_BLOCK_SLICES;
-    for (int i = 0; i < HPT_GPT2_NUM_TENSORS; i++) {
+    for (int i = 0; i < GPT2_NUM_TENSORS; i++) {
         hpt_tensor_desc *d = &out->t[i];
         snprintf(d->name, sizeof d->name, "%s", names[i]);
         d->dtype = HPT_DT_F32;
@@ -299,6 +300,148 @@ static void final_backward(const hpt_arch_ctx *x, const void *pv, void *gv, void
                               a->lnf_rstd, BT, C);
 }
 
+/* ---- Hugging Face: GPT2LMHeadModel (asked by io/hfconfig.c and io/hfmodel.c) ---- */
+
+static const char *const k_hf_classes[] = {"GPT2LMHeadModel", NULL};
+static const char *const k_hf_types[] = {"gpt2", NULL};
+static const char *const k_hf_prefixes[] = {"transformer.", "", NULL};
+static const char *const k_hf_ignore[] = {".attn.bias", ".attn.masked_bias", NULL};
+
+/* n_embd, n_layer, n_head, n_positions (n_ctx), vocab_size, layer_norm_epsilon; tanh GELU; a
+ * tied head; n_inner only 4C */
+static hpt_status hf_config_read(const hpt_hf_json_ops *J, const hpt_hf_json *r, const char *what,
+                                 hpt_model_config *c) {
+    memset(c, 0, sizeof *c);
+    c->arch = HPT_ARCH_GPT2;
+    HPT_CHECK(J->get_int(r, "n_embd", -1, 1, 1 << 20, what, &c->C));
+    HPT_CHECK(J->get_int(r, "n_layer", -1, 1, 1 << 16, what, &c->L));
+    HPT_CHECK(J->get_int(r, "n_head", -1, 1, 1 << 16, what, &c->NH));
+    HPT_CHECK(J->get_int(r, "vocab_size", -1, 1, 1 << 28, what, &c->V));
+    int nctx;
+    HPT_CHECK(J->get_int(r, "n_ctx", 1024, 1, 1 << 24, what, &nctx));
+    HPT_CHECK(J->get_int(r, "n_positions", nctx, 1, 1 << 24, what, &c->maxT));
+    HPT_CHECK(J->get_int(r, "n_inner", 4L * c->C, 4L * c->C, 4L * c->C, what, &c->FF));
+    HPT_CHECK(J->get_float(r, "layer_norm_epsilon", 1e-5, what, &c->norm_eps));
+    HPT_CHECK(J->get_float(r, "initializer_range", 0.02, what, &c->init_range));
+    HPT_CHECK(J->get_bool(r, "tie_word_embeddings", 1, what, &c->tied));
+    if (!c->tied)
+        return J->fail(HPT_ERR_UNSUPPORTED, "%s: tie_word_embeddings false: hptrain's GPT-2 has "
+                       "a tied head", what);
+    const char *act = J->get_str(r, "activation_function");
+    if (J->has(r, "activation_function") &&
+        (!act || (strcmp(act, "gelu_new") && strcmp(act, "gelu_pytorch_tanh"))))
+        return J->fail(HPT_ERR_UNSUPPORTED, "%s: activation_function '%s': hptrain's GPT-2 uses "
+                       "the tanh GELU (gelu_new)", what, act ? act : "?");
+    c->NKV = c->NH;
+    if (c->C % c->NH)
+        return J->fail(HPT_ERR_FORMAT, "%s: n_embd %d is not a multiple of n_head %d", what,
+                       c->C, c->NH);
+    if (c->norm_eps < 0.99e-5f || c->norm_eps > 1.01e-5f)
+        return J->fail(HPT_ERR_UNSUPPORTED, "%s: layer_norm_epsilon %g: hptrain's GPT-2 uses "
+                       "1e-5", what, (double)c->norm_eps);
+    return HPT_OK; /* biases: GPT-2's own (attn_bias, mlp_bias are llama's switches) */
+}
+
+static void hf_config_write(const hpt_hf_json_ops *J, hpt_hf_json *r, const hpt_model_config *c,
+                            const char *cls) {
+    (void)cls;
+    J->put_str(r, "model_type", "gpt2");
+    J->put_str(r, "activation_function", "gelu_new");
+    J->put_int(r, "n_embd", c->C);
+    J->put_int(r, "n_layer", c->L);
+    J->put_int(r, "n_head", c->NH);
+    J->put_int(r, "n_positions", c->maxT);
+    J->put_int(r, "n_ctx", c->maxT);
+    J->put_null(r, "n_inner");
+    J->put_float(r, "layer_norm_epsilon", c->norm_eps);
+}
+
+static void hf_part(hpt_hf_part *p, int *n, const char *prefix, const char *name, int l,
+                    int64_t rows, int64_t W, int ndim, int transpose) {
+    hpt_hf_part *q = &p[(*n)++];
+    if (!name) q->name[0] = 0;
+    else if (l < 0) snprintf(q->name, sizeof q->name, "%s%s", prefix, name);
+    else snprintf(q->name, sizeof q->name, "%sh.%d.%s", prefix, l, name);
+    q->R = rows;
+    q->W = W;
+    q->ndim = ndim;
+    q->transpose = transpose;
+}
+
+/* table name -> Hugging Face suffix; the Conv1D weights are stored (in, out): transposed */
+static const struct { const char *t, *hf; int tr; } k_hf_names[] = {
+    {"ln1w", "ln_1.weight", 0}, {"ln1b", "ln_1.bias", 0}, {"qkvw", "attn.c_attn.weight", 1},
+    {"qkvb", "attn.c_attn.bias", 0}, {"attprojw", "attn.c_proj.weight", 1},
+    {"attprojb", "attn.c_proj.bias", 0}, {"ln2w", "ln_2.weight", 0}, {"ln2b", "ln_2.bias", 0},
+    {"fcw", "mlp.c_fc.weight", 1}, {"fcb", "mlp.c_fc.bias", 0},
+    {"fcprojw", "mlp.c_proj.weight", 1}, {"fcprojb", "mlp.c_proj.bias", 0},
+    {"lnfw", "ln_f.weight", 0}, {"lnfb", "ln_f.bias", 0}, {"wpe", "wpe.weight", 0},
+};
+
+static int hf_parts(const hpt_model_config *c, const hpt_tensor_desc *d, int l, const char *prefix,
+                    hpt_hf_part *p) {
+    const int stacked = d->layer == HPT_LAYER_STACKED, nd = d->ndim - stacked;
+    const int64_t rows = nd == 2 ? d->shape[stacked] : 1, W = d->shape[d->ndim - 1];
+    int n = 0;
+    if (!strcmp(d->name, "wte")) { /* (Vp, C): V rows, then the padding */
+        hf_part(p, &n, prefix, "wte.weight", -1, c->V, W, 2, 0);
+        if (rows > c->V) hf_part(p, &n, prefix, NULL, -1, rows - c->V, W, 2, 0);
+        return n;
+    }
+    for (size_t i = 0; i < sizeof k_hf_names / sizeof *k_hf_names; i++)
+        if (!strcmp(d->name, k_hf_names[i].t))
+            hf_part(p, &n, prefix, k_hf_names[i].hf, stacked ? l : -1, rows, W, nd, k_hf_names[i].tr);
+    return n;
+}
+
+/* ---- shapes (model/config.c routes "gpt2..." here, then fills and checks) ---- */
+/* GPT-2's implied fields: NKV = NH, FF = 4C, norm_eps 1e-5, init_range 0.02, tied head. */
+static void config_fill(hpt_model_config *c) {
+    if (!c->NKV) c->NKV = c->NH;
+    /* C past the common check's bound (a header read from a file, not yet checked) is left for
+     * the check to refuse: 4 C would overflow */
+    if (!c->FF && c->C > 0 && c->C <= 65536) c->FF = 4 * c->C;
+    if (c->norm_eps == 0.0f) c->norm_eps = 1e-5f;
+    if (c->init_range == 0.0f) c->init_range = 0.02f;
+    c->tied = 1;
+}
+
+static hpt_status config_check(const hpt_model_config *c) { return model_config_check_common(c, "GPT-2"); }
+
+static hpt_status gpt2_key(hpt_model_config *c, const char *key, double v, const char *shape) {
+    int *dst = !strcmp(key, "L") ? &c->L : !strcmp(key, "C") ? &c->C : !strcmp(key, "NH") ? &c->NH
+             : !strcmp(key, "V") ? &c->V : !strcmp(key, "Vp") ? &c->Vp
+             : !strcmp(key, "T") || !strcmp(key, "maxT") ? &c->maxT : NULL;
+    if (!dst) return hpt_fail(HPT_ERR_INVALID, "bad shape '%s': unknown key %s (L, C, NH, V, Vp, T)", shape, key);
+    return model_shape_int(v, 1, key, shape, dst);
+}
+
+static hpt_status shape_parse(const char *shape, hpt_model_config *out) {
+    static const struct { const char *name; int L, C, NH; } named[] = {
+        {"gpt2-124m", 12, 768, 12}, {"gpt2-350m", 24, 1024, 16},
+        {"gpt2-774m", 36, 1280, 20}, {"gpt2-1558m", 48, 1600, 25},
+    };
+    hpt_model_config c = {.arch = HPT_ARCH_GPT2, .V = 50257, .maxT = 1024, .Vp = 0};
+    int found = 0;
+    for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
+        if (!strcmp(shape, named[i].name)) {
+            c.L = named[i].L; c.C = named[i].C; c.NH = named[i].NH;
+            found = 1;
+        }
+    if (!found) {
+        if (strncmp(shape, "gpt2:", 5) != 0)
+            return hpt_fail(HPT_ERR_INVALID, "unknown model shape '%s' (use gpt2-124m, gpt2-350m, "
+                            "gpt2-774m, gpt2-1558m or gpt2:L=..,C=..,NH=..[,V=..][,T=..])", shape);
+        HPT_CHECK(model_shape_kv(shape, shape + 5, &c, gpt2_key));
+        if (!c.L || !c.C || !c.NH)
+            return hpt_fail(HPT_ERR_INVALID, "bad shape '%s': L, C and NH are required", shape);
+    }
+    *out = c;
+    return HPT_OK;
+}
+
+static const char *const k_shape_prefixes[] = {"gpt2", NULL};
+
 const hpt_arch hpt_arch_gpt2 = {
     .name = "gpt2",
     .describe = describe,
@@ -324,6 +467,22 @@ const hpt_arch hpt_arch_gpt2 = {
     .head_forward = head_forward,
     .head_backward = head_backward,
     .final_backward = final_backward,
+    /* shapes */
+    .shape_prefixes = k_shape_prefixes,
+    .shape_parse = shape_parse,
+    .config_check = config_check,
+    .config_fill = config_fill,
+    /* Hugging Face */
+    .hf_classes = k_hf_classes,
+    .hf_model_types = k_hf_types,
+    .hf_config_read = hf_config_read,
+    .hf_config_write = hf_config_write,
+    .hf_parts = hf_parts,
+    .hf_prefixes = k_hf_prefixes,
+    .hf_embed_name = "wte.weight",
+    .hf_head_name = "lm_head.weight",
+    .hf_ignore = k_hf_ignore,
+    .hf_eot = 50256,
     /* the registry's block: costed at the reference block's rates (its shapes are the
      * reference block's: plan/calibrate.c) */
     .desc = {.name = "gpt2", .label = "GPT-2",

@@ -55,7 +55,16 @@ typedef struct {
     float *fcprojb;  // (C)
 } gpt2_block;
 #define GPT2_BLOCK_SLICES 12
-#define GPT2_FIRST_BLOCK_TENSOR 2 /* tensor index (hpt_gpt2_tensors) of a block's slice 0 */
+#define GPT2_NUM_TENSORS 16
+#define GPT2_FIRST_BLOCK_TENSOR 2 /* tensor index (gpt2_spans) of a block's slice 0 */
+/* Where each of GPT-2's tensors lies in the flat buffer (llm.c's checkpoint order). */
+typedef struct {
+    const char *name; /* "wte", "wpe", "ln1w", ..., "lnfb" */
+    size_t offset;    /* floats from the start of the parameter buffer */
+    size_t numel;     /* whole tensor, stacked over L for per-layer tensors */
+    int is_matrix;    /* 2-D weights (embeddings and linear weights): decayed by default */
+} gpt2_span;
+void gpt2_spans(const hpt_model_config *cfg, gpt2_span out[GPT2_NUM_TENSORS]);
 
 /* Activations one block saves for its backward; all fp32 (model/gpt2.c's fields). */
 typedef struct {
@@ -110,7 +119,7 @@ struct hpt_model {
     float *grads;         /* (n_flat) device tier, grads category */
     size_t n_flat;        /* floats of params: num_params; with the engine, the non-block
                            * tensors only: wte, wpe, lnfw, lnfb back to back
-                           * (gpt2_nonblock_offset); with bf16 embeddings lnfw, lnfb only */
+                           * (model_nonblock_offset); with bf16 embeddings lnfw, lnfb only */
     size_t n_gflat;       /* floats of grads: n_flat; with chunked or bf16 embeddings wpe,
                            * lnfw, lnfb only (wte's gradient is one chunk, emb_grad) */
     /* the tied embedding (hpt_embeddings; src/model/embed.c): FULL without the engine */
@@ -130,9 +139,9 @@ struct hpt_model {
     float *emb_grad;      /* CHUNKED, BF16: (Vc, C) fp32 one chunk of wte's gradient, device grads */
     double wte_sumsq;     /* CHUNKED, BF16: the last backward's sum of squares of wte's gradient,
                            * chunk by chunk in order */
-    gpt2_emb_update_fn emb_upd; /* the optimizer's update of a chunk, or NULL */
+    model_emb_update_fn emb_upd; /* the optimizer's update of a chunk, or NULL */
     void *emb_ctx;
-    gpt2_emb_sum_fn emb_sum;    /* many processes: a chunk's gradient summed over them, or NULL */
+    model_emb_sum_fn emb_sum;    /* many processes: a chunk's gradient summed over them, or NULL */
     void *emb_sum_ctx;
     gpt2_tensors p, g;    /* GPT-2's; with the engine, the block tensors' pointers are NULL */
     llama_tensors lp, lg; /* llama's (the same rules) */
@@ -145,7 +154,7 @@ struct hpt_model {
     struct offload_engine *eng; /* the offload engine, or NULL (src/offload/engine.c); the
                                  * model itself never calls it: see blocks */
     struct hpt_block_store *blocks; /* where the blocks live (model/blocks.h), owned; NULL:
-                                     * the flat buffers. Set with eng (gpt2_bind_blocks) */
+                                     * the flat buffers. Set with eng (model_bind_blocks) */
     int grads_live;       /* a backward has added gradients since the last zero_grad */
     int grads_away;       /* the flat gradients hold the non-block tensors only (as with a
                            * store): the blocks' go to gsink (ZeRO-2, model_grads_away) */
@@ -172,7 +181,7 @@ struct hpt_model {
 /* The backward's normaliser N (the loss's gradient is that of sum over targets / N): the
  * trainer's (a step's), else the last forward's target count; as a float, B*T gives the bits of
  * the 1.0f / (float)BT the backward used before targets could be ignored. */
-static inline float gpt2_loss_norm(const hpt_gpt2 *m) {
+static inline float gpt2_loss_norm(const hpt_model *m) {
     return m->loss_norm > 0 ? (float)m->loss_norm : m->n_targets > 0 ? (float)m->n_targets : 1.0f;
 }
 
@@ -180,31 +189,33 @@ void gpt2_point_tensors(const hpt_model_config *cfg, float *base, gpt2_tensors *
 /* Floats of each block slice (GPT2_BLOCK_SLICES) and of one block. */
 void gpt2_block_slices(const hpt_model_config *cfg, size_t n[GPT2_BLOCK_SLICES]);
 size_t gpt2_block_floats(const hpt_model_config *cfg);
-int gpt2_is_block_tensor(int i);
+static inline int gpt2_is_block_tensor(int i) {
+    return i >= GPT2_FIRST_BLOCK_TENSOR && i < GPT2_FIRST_BLOCK_TENSOR + GPT2_BLOCK_SLICES;
+}
 
 /* ---- embed.c: chunked and bf16 tied embeddings (HPT_EMB_CHUNKED, HPT_EMB_BF16) ---- */
 /* Allocates what embeddings o->embeddings need beside params and grads (sets m->emb, m->Vc). */
-hpt_status emb_create(hpt_gpt2 *m, const hpt_offload_opts *o);
+hpt_status emb_create(hpt_model *m, const hpt_offload_opts *o);
 /* Sets m->emb (kind) and the tensors it concerns (emb_ti, emb_at, emb_head, emb_untied) before
  * the flat buffers are sized; emb_stored: tensor i lives in emb_h (BF16), not in params;
  * emb_deferred: tensor i has no whole gradient (updated chunk by chunk). */
-void emb_plan(hpt_gpt2 *m, int kind);
-int emb_stored(const hpt_gpt2 *m, int i);
-int emb_deferred(const hpt_gpt2 *m, int i);
+void emb_plan(hpt_model *m, int kind);
+int emb_stored(const hpt_model *m, int i);
+int emb_deferred(const hpt_model *m, int i);
 /* The flat buffers' floats with the embeddings' kind: *n_flat in (every non-block tensor) and
  * out (less those in emb_h), *n_gflat out (less those without a whole gradient). */
-void emb_flat_floats(const hpt_gpt2 *m, size_t *n_flat, size_t *n_gflat);
-void emb_free(hpt_gpt2 *m);
+void emb_flat_floats(const hpt_model *m, size_t *n_flat, size_t *n_gflat);
+void emb_free(hpt_model *m);
 /* BF16: n values of tensor i (emb_stored) from value lo, widened into x / rounded from x
  * (to nearest; Kahan: the compensation gets the residue). */
-void emb_get(const hpt_gpt2 *m, int i, size_t lo, float *x, size_t n);
-void emb_put(hpt_gpt2 *m, int i, size_t lo, const float *x, size_t n);
+void emb_get(const hpt_model *m, int i, size_t lo, float *x, size_t n);
+void emb_put(hpt_model *m, int i, size_t lo, const float *x, size_t n);
 /* The forward's encoder (a->encoded) and head (lse, losses, m->loss; needs targets), the
  * backward's head (dlnf into a->dsmall), and the backward's end: wpe's gradient and wte's
  * deferred update, chunk by chunk (see embed.c). */
-void emb_encoder_forward(hpt_gpt2 *m);
-void emb_head_forward(hpt_gpt2 *m, size_t rows);
-void emb_head_backward(hpt_gpt2 *m, size_t rows);
-void emb_backward_end(hpt_gpt2 *m, size_t rows);
+void emb_encoder_forward(hpt_model *m);
+void emb_head_forward(hpt_model *m, size_t rows);
+void emb_head_backward(hpt_model *m, size_t rows);
+void emb_backward_end(hpt_model *m, size_t rows);
 
 #endif

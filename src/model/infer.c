@@ -288,7 +288,7 @@ void infer_ingest(hpt_infer *inf, int i, size_t row0, const float *rows, size_t 
     if (k >= 0) ingest(inf, k, row0, rows, n, HPT_COPY_H2D);
 }
 
-hpt_status hpt_infer_create(hpt_mem *mem, hpt_gpt2 *model, hpt_weights kind, int ctx,
+hpt_status hpt_infer_create(hpt_mem *mem, hpt_model *model, hpt_weights kind, int ctx,
                             hpt_infer **out) {
     *out = NULL;
     if (model->eng)
@@ -531,7 +531,7 @@ hpt_status hpt_infer_generate(hpt_infer *inf, int32_t *tokens, int n_prompt, int
     return s;
 }
 
-hpt_status hpt_model_generate(hpt_gpt2 *m, int32_t *tokens, int n_prompt, int n_new,
+hpt_status hpt_model_generate(hpt_model *m, int32_t *tokens, int n_prompt, int n_new,
                              float temperature, int top_k, uint64_t seed) {
     if (n_prompt < 1) return hpt_fail(HPT_ERR_INVALID, "generation needs at least one prompt token");
     if (n_new < 0) return hpt_fail(HPT_ERR_INVALID, "tokens to generate must be >= 0");

@@ -43,7 +43,7 @@ static void init_range(const hpt_backend *be, const hpt_model_config *c, const h
     be->init_normal(x, lo, gen_hi, n_init, std, seed * 0x9E3779B97F4A7C15ull ^ ((uint64_t)i << 48));
 }
 
-hpt_status hpt_model_init_random(hpt_gpt2 *m, uint64_t seed) {
+hpt_status hpt_model_init_random(hpt_model *m, uint64_t seed) {
     const hpt_model_config *c = &m->cfg;
     const hpt_tensor_table *t = &m->tab;
     const hpt_backend *be = m->be;
@@ -60,7 +60,7 @@ hpt_status hpt_model_init_random(hpt_gpt2 *m, uint64_t seed) {
                 emb_put(m, i, lo, m->emb_rows, n);
             }
         } else if (!block) {
-            init_range(be, c, t, i, seed, gpt2_nonblock_param(m, i).f32, 0, numel);
+            init_range(be, c, t, i, seed, model_nonblock_param(m, i).f32, 0, numel);
         }
     }
     const hpt_block_store *bs = m->blocks;

@@ -2,12 +2,12 @@
  * store (model/blocks.h; the offload engine binds one: src/offload/bind.c), its parameter and
  * gradient buffers (device tier: every tensor in checkpoint order, or with a store the
  * non-block tensors only), freeing, the accessors, and the checkpoint-order streams
- * (gpt2_emit, gpt2_absorb) that hide where the blocks live. A forward-only model is born
+ * (model_emit, model_absorb) that hide where the blocks live. A forward-only model is born
  * without its gradient buffer (hpt_model_acquire_grads gives it one); the loaders' request
  * travels to create() as a per-thread flag set around that call only.
  * States: created -> (forward -> [backward]) *; a backward without a forward with targets is
  * refused with HPT_ERR_INVALID (runner.c). Invariants: the model reaches a store only through
- * its table, owns it from gpt2_bind_blocks and frees it in hpt_model_free; activations are the
+ * its table, owns it from model_bind_blocks and frees it in hpt_model_free; activations are the
  * runner's (actplan.c), from the first forward to hpt_model_free_activations. */
 #include "core/core.h"
 #include "model/blocks.h"
@@ -20,17 +20,17 @@
  * lnfw, lnfb). */
 static void point_nonblock(const hpt_model_config *cfg, float *base, gpt2_tensors *t) {
     memset(t, 0, sizeof *t);
-    t->wte = base + gpt2_nonblock_offset(cfg, 0);
-    t->wpe = base + gpt2_nonblock_offset(cfg, 1);
-    t->lnfw = base + gpt2_nonblock_offset(cfg, 14);
-    t->lnfb = base + gpt2_nonblock_offset(cfg, 15);
+    t->wte = base + model_nonblock_offset(cfg, 0);
+    t->wpe = base + model_nonblock_offset(cfg, 1);
+    t->lnfw = base + model_nonblock_offset(cfg, 14);
+    t->lnfb = base + model_nonblock_offset(cfg, 15);
 }
 
 /* Points an architecture with its own parameter struct (arch->point; llama): tensor i of the
  * table in base (every tensor in checkpoint order, or with a block store the non-block ones
  * back to back, less those the embeddings' kind keeps elsewhere: in emb_h, or without a whole
  * gradient when grads; NULL base: none) into tp, then the arch's struct out. */
-static void point_arch(hpt_gpt2 *m, float *base, int grads, float **tp, void *out) {
+static void point_arch(hpt_model *m, float *base, int grads, float **tp, void *out) {
     const hpt_tensor_table *t = &m->tab;
     size_t off = 0;
     for (int i = 0; i < t->n; i++) {
@@ -44,7 +44,7 @@ static void point_arch(hpt_gpt2 *m, float *base, int grads, float **tp, void *ou
 }
 
 /* The arch's constants (rotary tables): computed on the host, kept on the device. */
-static hpt_status consts_create(hpt_gpt2 *m) {
+static hpt_status consts_create(hpt_model *m) {
     m->n_consts = m->arch->consts_floats ? m->arch->consts_floats(&m->cfg) : 0;
     if (!m->n_consts) return HPT_OK;
     float *host = malloc(m->n_consts * sizeof(float));
@@ -63,7 +63,7 @@ static hpt_status consts_create(hpt_gpt2 *m) {
 }
 
 /* The architecture, the backend and the block slices' layout in the flat buffers. */
-static void bind_arch(hpt_gpt2 *m) {
+static void bind_arch(hpt_model *m) {
     m->be = hpt_backend_of(m->mem);
     m->arch = hpt_arch_of(&m->cfg);
     int own = m->arch->point != NULL;
@@ -85,12 +85,12 @@ static _Thread_local int create_grads_away;
 
 void model_grads_away(int on) { create_grads_away = on; }
 
-void model_set_grad_sink(hpt_gpt2 *m, const model_grad_sink *sink) { m->gsink = *sink; }
+void model_set_grad_sink(hpt_model *m, const model_grad_sink *sink) { m->gsink = *sink; }
 
 /* The model object and its flat buffers: every tensor (o NULL), or with o (the blocks in a
  * store, bound later) the non-block tensors and o->embeddings' buffers. */
 static hpt_status create(hpt_mem *mem, const hpt_model_config *cfg, const hpt_offload_opts *o,
-                         hpt_gpt2 **out) {
+                         hpt_model **out) {
     *out = NULL;
     int stored = o != NULL;
     hpt_model_config full = *cfg;
@@ -99,14 +99,14 @@ static hpt_status create(hpt_mem *mem, const hpt_model_config *cfg, const hpt_of
     if (!hpt_arch_of(&full))
         return hpt_fail(HPT_ERR_UNSUPPORTED, "architecture %d is not built in this version", full.arch);
     cfg = &full;
-    hpt_gpt2 *m = calloc(1, sizeof *m);
+    hpt_model *m = calloc(1, sizeof *m);
     if (!m) return hpt_fail(HPT_ERR_OOM, "cannot allocate the model object");
     m->cfg = full;
     m->mem = mem;
     bind_arch(m);
     m->run.t_now = -1;
     m->run.st.disk.fd = -1;
-    m->act = hpt_gpt2_act_defaults();
+    m->act = hpt_act_defaults();
     m->loss_scale = 1.0f;
     m->fault_layer = -1;
     m->num_params = hpt_model_config_num_params(cfg);
@@ -114,13 +114,13 @@ static hpt_status create(hpt_mem *mem, const hpt_model_config *cfg, const hpt_of
     m->blocks_planned = stored;
     emb_plan(m, emb);
     size_t C = (size_t)cfg->C;
-    m->n_flat = stored ? gpt2_nonblock_floats(cfg) : m->num_params;
+    m->n_flat = stored ? model_nonblock_floats(cfg) : m->num_params;
     /* no whole gradient of the head's weight (and of an untied wte); bf16 embeddings: GPT-2's
      * flat buffer holds lnfw, lnfb only, llama's lnfw */
     emb_flat_floats(m, &m->n_flat, &m->n_gflat);
     /* ZeRO-2 in memory: the blocks' gradients live in a sink's slot, layer by layer */
     m->grads_away = !stored && create_grads_away;
-    if (m->grads_away) m->n_gflat = gpt2_nonblock_floats(cfg);
+    if (m->grads_away) m->n_gflat = model_nonblock_floats(cfg);
     hpt_mem_set_name(mem, "parameters");
     hpt_status s = m->be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, m->n_flat * sizeof(float),
                                 (void **)&m->params);
@@ -176,48 +176,25 @@ hpt_status hpt_model_create_forward(hpt_mem *mem, const char *shape, hpt_model *
     return s;
 }
 
-hpt_status hpt_model_load_forward(hpt_mem *mem, const char *path, hpt_model **out) {
-    create_without_grads = 1;
-    hpt_status s = hpt_model_load(mem, path, out);
-    create_without_grads = 0;
-    return s;
-}
+void model_create_forward_only(int on) { create_without_grads = on; }
 
-hpt_status hpt_gpt2_create(hpt_mem *mem, const hpt_model_config *cfg, hpt_gpt2 **out) {
-    return create(mem, cfg, NULL, out);
-}
-
-hpt_status gpt2_create_unbound(hpt_mem *mem, const hpt_model_config *cfg,
-                               const hpt_offload_opts *o, hpt_gpt2 **out) {
+hpt_status model_create_unbound(hpt_mem *mem, const hpt_model_config *cfg,
+                               const hpt_offload_opts *o, hpt_model **out) {
     return create(mem, cfg, o, out);
 }
 
-void gpt2_block_layout(const hpt_gpt2 *m, int *L, int *n_slices, const size_t **slice_n) {
+void model_block_layout(const hpt_model *m, int *L, int *n_slices, const size_t **slice_n) {
     *L = m->cfg.L;
     *n_slices = m->tab.n_slices;
     *slice_n = m->slice_n;
 }
 
-void gpt2_bind_blocks(hpt_gpt2 *m, hpt_block_store *store, struct offload_engine *eng) {
+void model_bind_blocks(hpt_model *m, hpt_block_store *store, struct offload_engine *eng) {
     m->blocks = store;
     m->eng = eng;
 }
 
-void hpt_model_free_activations(hpt_gpt2 *m) {
-    if (!m) return;
-    hpt_run *r = &m->run;
-    actstore_wait(m);
-    if (r->act_mem) act_enter(m, -1);
-    m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, r->act_mem, r->act_bytes);
-    r->act_mem = NULL;
-    r->act_bytes = 0;
-    actstore_release(m);
-    r->aB = r->aT = 0;
-    m->B = m->T = 0;
-    m->has_targets = 0;
-}
-
-void hpt_model_free(hpt_gpt2 *m) {
+void hpt_model_free(hpt_model *m) {
     if (!m) return;
     hpt_model_free_activations(m);
     act_plan_free(m);
@@ -229,17 +206,16 @@ void hpt_model_free(hpt_gpt2 *m) {
     free(m);
 }
 
-const hpt_model_config *hpt_gpt2_get_config(const hpt_gpt2 *m) { return &m->cfg; }
 const hpt_model_config *hpt_model_get_config(const hpt_model *m) { return &m->cfg; }
-size_t hpt_model_num_params(const hpt_gpt2 *m) { return m->num_params; }
-float *hpt_model_params(hpt_gpt2 *m) { return m->blocks ? NULL : m->params; }
-float *hpt_model_grads(hpt_gpt2 *m) { return m->blocks ? NULL : m->grads; }
+size_t hpt_model_num_params(const hpt_model *m) { return m->num_params; }
+float *hpt_model_params(hpt_model *m) { return m->blocks ? NULL : m->params; }
+float *hpt_model_grads(hpt_model *m) { return m->blocks ? NULL : m->grads; }
 
 /* The streams' callbacks read and write host memory. The CPU's tensors are host memory and go
  * to them in place; a GPU's go through a host bounce buffer a piece at a time (the same values
  * in the same order, in more calls). */
 #define DEV_STAGE_FLOATS ((size_t)1 << 20)
-static hpt_status emit_dev(const hpt_gpt2 *m, const float *x, size_t n, gpt2_emit_fn emit,
+static hpt_status emit_dev(const hpt_model *m, const float *x, size_t n, model_emit_fn emit,
                            void *ctx) {
     if (m->be == hpt_backend_cpu()) return emit(ctx, x, n);
     float *buf = malloc(HPT_MIN(n, DEV_STAGE_FLOATS) * sizeof(float) + 1); /* freed here */
@@ -254,7 +230,7 @@ static hpt_status emit_dev(const hpt_gpt2 *m, const float *x, size_t n, gpt2_emi
     return s;
 }
 
-static hpt_status read_dev(const hpt_gpt2 *m, float *x, size_t n, gpt2_read_fn read, void *ctx) {
+static hpt_status read_dev(const hpt_model *m, float *x, size_t n, model_read_fn read, void *ctx) {
     if (m->be == hpt_backend_cpu()) return read(ctx, x, n);
     float *buf = malloc(HPT_MIN(n, DEV_STAGE_FLOATS) * sizeof(float) + 1);
     if (!buf) return hpt_fail(HPT_ERR_OOM, "a bounce buffer for the device's tensors");
@@ -268,7 +244,7 @@ static hpt_status read_dev(const hpt_gpt2 *m, float *x, size_t n, gpt2_read_fn r
     return s;
 }
 
-hpt_status gpt2_emit(hpt_gpt2 *m, int b, const float *flat, gpt2_emit_fn emit, void *ctx) {
+hpt_status model_emit(hpt_model *m, int b, const float *flat, model_emit_fn emit, void *ctx) {
     const hpt_tensor_table *t = &m->tab;
     const hpt_block_store *bs = m->blocks;
     if (!bs) return emit_dev(m, flat, m->num_params, emit, ctx);
@@ -284,8 +260,8 @@ hpt_status gpt2_emit(hpt_gpt2 *m, int b, const float *flat, gpt2_emit_fn emit, v
             continue;
         }
         if (t->t[i].layer != HPT_LAYER_STACKED) {
-            HPT_CHECK(emit_dev(m, b == EB_P ? gpt2_nonblock_param(m, i).f32
-                                            : flat + gpt2_nonblock_offset(&m->cfg, i), numel,
+            HPT_CHECK(emit_dev(m, b == EB_P ? model_nonblock_param(m, i).f32
+                                            : flat + model_nonblock_offset(&m->cfg, i), numel,
                                emit, ctx));
             continue;
         }
@@ -295,7 +271,7 @@ hpt_status gpt2_emit(hpt_gpt2 *m, int b, const float *flat, gpt2_emit_fn emit, v
     return HPT_OK;
 }
 
-hpt_status gpt2_absorb(hpt_gpt2 *m, int b, float *flat, gpt2_read_fn read, void *ctx) {
+hpt_status model_absorb(hpt_model *m, int b, float *flat, model_read_fn read, void *ctx) {
     const hpt_tensor_table *t = &m->tab;
     const hpt_block_store *bs = m->blocks;
     if (!bs) return read_dev(m, flat, m->num_params, read, ctx);
@@ -311,8 +287,8 @@ hpt_status gpt2_absorb(hpt_gpt2 *m, int b, float *flat, gpt2_read_fn read, void 
             continue;
         }
         if (t->t[i].layer != HPT_LAYER_STACKED) {
-            HPT_CHECK(read_dev(m, b == EB_P ? gpt2_nonblock_param(m, i).f32
-                                            : flat + gpt2_nonblock_offset(&m->cfg, i), numel,
+            HPT_CHECK(read_dev(m, b == EB_P ? model_nonblock_param(m, i).f32
+                                            : flat + model_nonblock_offset(&m->cfg, i), numel,
                                read, ctx));
             continue;
         }
@@ -329,32 +305,32 @@ typedef struct {
 
 static hpt_status emit_copy(void *ctx, const float *x, size_t n) {
     emit_copy_ctx *c = ctx;
-    c->be->copy(c->dst, x, n * sizeof(float), HPT_COPY_H2H); /* gpt2_emit hands host memory */
+    c->be->copy(c->dst, x, n * sizeof(float), HPT_COPY_H2H); /* model_emit hands host memory */
     c->dst += n;
     return HPT_OK;
 }
 
-hpt_status hpt_model_copy_params(hpt_gpt2 *m, float *dst) {
+hpt_status hpt_model_copy_params(hpt_model *m, float *dst) {
     emit_copy_ctx c = {m->be, dst};
-    return gpt2_emit(m, EB_P, m->params, emit_copy, &c);
+    return model_emit(m, EB_P, m->params, emit_copy, &c);
 }
 
-void hpt_model_offload_stats(const hpt_gpt2 *m, hpt_offload_stats *out) {
+void hpt_model_offload_stats(const hpt_model *m, hpt_offload_stats *out) {
     memset(out, 0, sizeof *out);
     if (m->blocks) m->blocks->stats(m->blocks->ctx, out);
 }
 
-const float *hpt_model_logits(const hpt_gpt2 *m) {
+const float *hpt_model_logits(const hpt_model *m) {
     return *(float *const *)((const char *)m->acts + m->arch->off_logits);
 }
 
-void hpt_model_zero_grad(hpt_gpt2 *m) {
+void hpt_model_zero_grad(hpt_model *m) {
     /* a block store zeroes a block's at its backward (grad_slot) */
     if (m->grads) m->be->memset(m->grads, 0, m->n_gflat * sizeof(float));
     m->grads_live = 0;
 }
 
-hpt_status gpt2_grads_overflow(hpt_gpt2 *m, int *overflow) {
+hpt_status model_grads_overflow(hpt_model *m, int *overflow) {
     /* the flat gradients first: the engine adds its blocks' finding and, under ZeRO (each rank's
      * flat gradients summed only in its range), makes the union the same on every rank */
     *overflow = m->grads && m->be->nonfinite(m->grads, m->n_gflat);
@@ -362,14 +338,14 @@ hpt_status gpt2_grads_overflow(hpt_gpt2 *m, int *overflow) {
     return HPT_OK;
 }
 
-void hpt_model_release_grads(hpt_gpt2 *m) {
+void hpt_model_release_grads(hpt_model *m) {
     m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, m->grads, m->n_gflat * sizeof(float));
     m->grads = NULL;
     memset(&m->g, 0, sizeof m->g);
     if (m->arch->point) point_arch(m, NULL, 1, m->tg, &m->lg);
 }
 
-hpt_status hpt_model_acquire_grads(hpt_gpt2 *m) {
+hpt_status hpt_model_acquire_grads(hpt_model *m) {
     if (m->grads) return HPT_OK;
     if (m->blocks)
         return hpt_fail(HPT_ERR_UNSUPPORTED, "releasing and reacquiring gradients is for models "

@@ -401,6 +401,159 @@ static void final_backward(const hpt_arch_ctx *x, const void *pv, void *gv, void
     x->be->rmsnorm_backward(a->dres, g->lnfw, a->dsmall, res3, p->lnfw, a->lnf_rstd, BT, C);
 }
 
+/* ---- Hugging Face: LlamaForCausalLM, MistralForCausalLM (asked by io/hfconfig.c and
+ * io/hfmodel.c) ---- */
+
+static const char *const k_hf_classes[] = {"LlamaForCausalLM", "MistralForCausalLM", NULL};
+static const char *const k_hf_types[] = {"llama", "mistral", NULL};
+static const char *const k_hf_ignore[] = {".rotary_emb.inv_freq", NULL};
+
+/* Llama 3's frequency scaling, under rope_scaling or rope_parameters (which may also hold
+ * rope_theta). */
+static hpt_status hf_rope(const hpt_hf_json_ops *J, const hpt_hf_json *r, const char *what,
+                          hpt_model_config *c) {
+    const hpt_hf_json *rs;
+    const char *key = "rope_parameters";
+    HPT_CHECK(J->obj(r, key, what, &rs));
+    if (!rs) { key = "rope_scaling"; HPT_CHECK(J->obj(r, key, what, &rs)); }
+    if (!rs) return HPT_OK;
+    if (J->has(rs, "rope_theta")) HPT_CHECK(J->get_float(rs, "rope_theta", 0, what, &c->rope_theta));
+    const char *type = J->has(rs, "rope_type") ? J->get_str(rs, "rope_type") : J->get_str(rs, "type");
+    if (!type) type = "default";
+    if (!strcmp(type, "default")) return HPT_OK;
+    if (strcmp(type, "llama3"))
+        return J->fail(HPT_ERR_UNSUPPORTED, "%s: %s.rope_type '%s': hptrain knows 'default' and "
+                       "'llama3'", what, key, type);
+    HPT_CHECK(J->get_float(rs, "factor", -1, what, &c->rope_factor));
+    HPT_CHECK(J->get_float(rs, "low_freq_factor", 1, what, &c->rope_low_freq));
+    HPT_CHECK(J->get_float(rs, "high_freq_factor", 4, what, &c->rope_high_freq));
+    HPT_CHECK(J->get_int(rs, "original_max_position_embeddings", 8192, 1, 1 << 24, what,
+                         &c->rope_orig_maxT));
+    if (!(c->rope_factor > 0) || !(c->rope_high_freq > c->rope_low_freq))
+        return J->fail(HPT_ERR_FORMAT, "%s: %s: llama3 needs factor > 0 and high_freq_factor > "
+                       "low_freq_factor", what, key);
+    return HPT_OK;
+}
+
+/* hidden_size, intermediate_size, num_attention_heads, num_key_value_heads (default: the
+ * heads), num_hidden_layers, vocab_size, max_position_embeddings, rms_norm_eps, rope_theta and
+ * Llama 3's scaling, tie_word_embeddings, attention_bias, mlp_bias, initializer_range; head_dim
+ * only C/NH, hidden_act only SiLU */
+static hpt_status hf_config_read(const hpt_hf_json_ops *J, const hpt_hf_json *r, const char *what,
+                                 hpt_model_config *c) {
+    memset(c, 0, sizeof *c);
+    c->arch = HPT_ARCH_LLAMA;
+    HPT_CHECK(J->get_int(r, "hidden_size", -1, 1, 1 << 20, what, &c->C));
+    HPT_CHECK(J->get_int(r, "intermediate_size", -1, 1, 1 << 22, what, &c->FF));
+    HPT_CHECK(J->get_int(r, "num_hidden_layers", -1, 1, 1 << 16, what, &c->L));
+    HPT_CHECK(J->get_int(r, "num_attention_heads", -1, 1, 1 << 16, what, &c->NH));
+    HPT_CHECK(J->get_int(r, "num_key_value_heads", c->NH, 1, 1 << 16, what, &c->NKV));
+    HPT_CHECK(J->get_int(r, "vocab_size", -1, 1, 1 << 28, what, &c->V));
+    HPT_CHECK(J->get_int(r, "max_position_embeddings", 2048, 1, 1 << 24, what, &c->maxT));
+    HPT_CHECK(J->get_float(r, "rms_norm_eps", 1e-6, what, &c->norm_eps));
+    HPT_CHECK(J->get_float(r, "rope_theta", 10000, what, &c->rope_theta));
+    HPT_CHECK(J->get_float(r, "initializer_range", 0.02, what, &c->init_range));
+    HPT_CHECK(J->get_bool(r, "tie_word_embeddings", 0, what, &c->tied));
+    HPT_CHECK(J->get_bool(r, "attention_bias", 0, what, &c->attn_bias));
+    HPT_CHECK(J->get_bool(r, "mlp_bias", 0, what, &c->mlp_bias));
+    HPT_CHECK(hf_rope(J, r, what, c));
+    if (c->C % c->NH)
+        return J->fail(HPT_ERR_FORMAT, "%s: hidden_size %d is not a multiple of "
+                       "num_attention_heads %d", what, c->C, c->NH);
+    if (c->NH % c->NKV)
+        return J->fail(HPT_ERR_FORMAT, "%s: num_attention_heads %d is not a multiple of "
+                       "num_key_value_heads %d", what, c->NH, c->NKV);
+    int hd;
+    HPT_CHECK(J->get_int(r, "head_dim", c->C / c->NH, 1, 1 << 20, what, &hd));
+    if (hd != c->C / c->NH)
+        return J->fail(HPT_ERR_UNSUPPORTED, "%s: head_dim %d differs from hidden_size / "
+                       "num_attention_heads = %d: hptrain's llama needs them equal", what, hd,
+                       c->C / c->NH);
+    const char *act = J->get_str(r, "hidden_act");
+    if (J->has(r, "hidden_act") && (!act || strcmp(act, "silu")))
+        return J->fail(HPT_ERR_UNSUPPORTED, "%s: hidden_act '%s': hptrain's llama uses SiLU",
+                       what, act ? act : "?");
+    return HPT_OK;
+}
+
+static void hf_config_write(const hpt_hf_json_ops *J, hpt_hf_json *r, const hpt_model_config *c,
+                            const char *cls) {
+    J->put_str(r, "model_type", !strcmp(cls, "MistralForCausalLM") ? "mistral" : "llama");
+    J->put_str(r, "hidden_act", "silu");
+    J->put_int(r, "hidden_size", c->C);
+    J->put_int(r, "intermediate_size", c->FF);
+    J->put_int(r, "num_hidden_layers", c->L);
+    J->put_int(r, "num_attention_heads", c->NH);
+    J->put_int(r, "num_key_value_heads", c->NKV);
+    J->put_int(r, "head_dim", c->C / c->NH);
+    J->put_int(r, "max_position_embeddings", c->maxT);
+    J->put_float(r, "rms_norm_eps", c->norm_eps);
+    J->put_float(r, "rope_theta", c->rope_theta);
+    if (c->rope_factor > 0) {
+        hpt_hf_json *rs = J->put_obj(r, "rope_scaling");
+        J->put_str(rs, "rope_type", "llama3");
+        J->put_float(rs, "factor", c->rope_factor);
+        J->put_float(rs, "low_freq_factor", c->rope_low_freq);
+        J->put_float(rs, "high_freq_factor", c->rope_high_freq);
+        J->put_int(rs, "original_max_position_embeddings", c->rope_orig_maxT);
+    } else {
+        J->put_null(r, "rope_scaling");
+    }
+    J->put_bool(r, "attention_bias", c->attn_bias);
+    J->put_bool(r, "mlp_bias", c->mlp_bias);
+}
+
+static void hf_part(hpt_hf_part *p, int *n, const char *name, int64_t rows, int64_t W, int ndim) {
+    hpt_hf_part *q = &p[(*n)++];
+    snprintf(q->name, sizeof q->name, "%s", name ? name : "");
+    q->R = rows;
+    q->W = W;
+    q->ndim = ndim;
+    q->transpose = 0;
+}
+
+/* table name -> the Hugging Face tensors its rows concatenate (under model.layers.{l}.) */
+static const struct { const char *t, *hf[3]; } k_hf_names[] = {
+    {"ln1w", {"input_layernorm.weight"}}, {"ln2w", {"post_attention_layernorm.weight"}},
+    {"qkvw", {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"}},
+    {"qkvb", {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"}},
+    {"attprojw", {"self_attn.o_proj.weight"}}, {"attprojb", {"self_attn.o_proj.bias"}},
+    {"fcw", {"mlp.gate_proj.weight", "mlp.up_proj.weight"}},
+    {"fcb", {"mlp.gate_proj.bias", "mlp.up_proj.bias"}},
+    {"fcprojw", {"mlp.down_proj.weight"}}, {"fcprojb", {"mlp.down_proj.bias"}},
+};
+
+static int hf_parts(const hpt_model_config *c, const hpt_tensor_desc *d, int l, const char *prefix,
+                    hpt_hf_part *p) {
+    const int stacked = d->layer == HPT_LAYER_STACKED, nd = d->ndim - stacked;
+    const int64_t Rs = nd == 2 ? d->shape[stacked] : 1, W = d->shape[d->ndim - 1];
+    int n = 0;
+    char name[112];
+    (void)prefix; /* the hub's llama files name everything in full */
+    if (!strcmp(d->name, "wte") || !strcmp(d->name, "lm_head")) { /* (Vp, C): V rows, padding */
+        hf_part(p, &n, !strcmp(d->name, "wte") ? "model.embed_tokens.weight" : "lm_head.weight",
+                c->V, W, 2);
+        if (Rs > c->V) hf_part(p, &n, NULL, Rs - c->V, W, 2);
+        return n;
+    }
+    if (!strcmp(d->name, "lnfw")) {
+        hf_part(p, &n, "model.norm.weight", 1, W, 1);
+        return n;
+    }
+    const int64_t hd = c->C / c->NH;
+    for (size_t i = 0; i < sizeof k_hf_names / sizeof *k_hf_names; i++) {
+        if (strcmp(d->name, k_hf_names[i].t)) continue;
+        int np = k_hf_names[i].hf[2] ? 3 : k_hf_names[i].hf[1] ? 2 : 1;
+        for (int j = 0; j < np; j++) {
+            /* rows of each part: q NH*hd, k and v NKV*hd; gate, up FF; a lone part all */
+            int64_t rows = np == 3 ? (j == 0 ? c->NH : c->NKV) * hd : np == 2 ? c->FF : Rs;
+            snprintf(name, sizeof name, "model.layers.%d.%s", l, k_hf_names[i].hf[j]);
+            if (nd == 2) hf_part(p, &n, name, rows, W, 2);
+            else hf_part(p, &n, name, 1, np == 1 ? W : rows, 1);
+        }
+    }
+    return n;
+}
 /* ---- the planner's view of the block (model/arch.h's hpt_arch_plan) ----
  * Every op but the GEMMs differs from the reference block's, and the GEMMs' shapes too
  * (grouped-query qkv, SwiGLU's gate and up as one (C, 2FF)), so the calibration measures them
@@ -486,6 +639,114 @@ static const char *const k_param_names[] = {
     "wte", "ln1w", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "fcw", "fcb", "fcprojw",
     "fcprojb", "lnfw", "lm_head", NULL};
 
+/* ---- shapes (model/config.c routes "llama..." and "mistral..." here, then checks) ---- */
+static hpt_status config_check(const hpt_model_config *c) {
+    HPT_CHECK(model_config_check_common(c, "llama"));
+    int hd = c->C / c->NH;
+    if (c->NKV < 1 || c->NH % c->NKV != 0)
+        return hpt_fail(HPT_ERR_SHAPE, "query heads NH=%d are not a multiple of key/value heads "
+                        "NKV=%d", c->NH, c->NKV);
+    if (hd % 2 != 0)
+        return hpt_fail(HPT_ERR_SHAPE, "head size C/NH=%d is odd: rotary embeddings rotate pairs", hd);
+    if (c->FF < 1 || c->FF > 1048576)
+        return hpt_fail(HPT_ERR_SHAPE, "bad MLP width FF=%d", c->FF);
+    if (!(c->norm_eps > 0.0f) || !(c->rope_theta > 1.0f) || !(c->init_range >= 0.0f) ||
+        !isfinite(c->rope_theta) || !(c->rope_factor >= 0.0f))
+        return hpt_fail(HPT_ERR_SHAPE, "bad llama constants eps=%g theta=%g range=%g factor=%g",
+                        (double)c->norm_eps, (double)c->rope_theta, (double)c->init_range,
+                        (double)c->rope_factor);
+    if (c->rope_factor > 0.0f &&
+        (c->rope_orig_maxT < 1 || !(c->rope_low_freq > 0.0f) || !(c->rope_high_freq > c->rope_low_freq)))
+        return hpt_fail(HPT_ERR_SHAPE, "rope scaling factor %g needs orig > 0 and high > low > 0 "
+                        "(orig=%d low=%g high=%g)", (double)c->rope_factor, c->rope_orig_maxT,
+                        (double)c->rope_low_freq, (double)c->rope_high_freq);
+    return HPT_OK;
+}
+
+static hpt_status llama_key(hpt_model_config *c, const char *key, double v, const char *shape) {
+    static const struct { const char *key; size_t off; int lo; } ints[] = {
+        {"L", offsetof(hpt_model_config, L), 1},       {"C", offsetof(hpt_model_config, C), 1},
+        {"NH", offsetof(hpt_model_config, NH), 1},     {"NKV", offsetof(hpt_model_config, NKV), 1},
+        {"FF", offsetof(hpt_model_config, FF), 1},     {"V", offsetof(hpt_model_config, V), 1},
+        {"Vp", offsetof(hpt_model_config, Vp), 1},     {"T", offsetof(hpt_model_config, maxT), 1},
+        {"maxT", offsetof(hpt_model_config, maxT), 1}, {"orig", offsetof(hpt_model_config, rope_orig_maxT), 1},
+        {"tied", offsetof(hpt_model_config, tied), 0}, {"attn_bias", offsetof(hpt_model_config, attn_bias), 0},
+        {"mlp_bias", offsetof(hpt_model_config, mlp_bias), 0}};
+    static const struct { const char *key; size_t off; } floats[] = {
+        {"theta", offsetof(hpt_model_config, rope_theta)}, {"eps", offsetof(hpt_model_config, norm_eps)},
+        {"factor", offsetof(hpt_model_config, rope_factor)}, {"low", offsetof(hpt_model_config, rope_low_freq)},
+        {"high", offsetof(hpt_model_config, rope_high_freq)}, {"range", offsetof(hpt_model_config, init_range)}};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        if (!strcmp(key, ints[i].key)) {
+            int *dst = (int *)((char *)c + ints[i].off);
+            HPT_CHECK(model_shape_int(v, ints[i].lo, key, shape, dst));
+            if ((dst == &c->tied || dst == &c->attn_bias || dst == &c->mlp_bias) && *dst > 1)
+                return hpt_fail(HPT_ERR_INVALID, "bad shape '%s': %s is 0 or 1", shape, key);
+            return HPT_OK;
+        }
+    for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++)
+        if (!strcmp(key, floats[i].key)) {
+            *(float *)((char *)c + floats[i].off) = (float)v;
+            return HPT_OK;
+        }
+    return hpt_fail(HPT_ERR_INVALID, "bad shape '%s': unknown key %s (L, C, NH, NKV, FF, V, Vp, T, "
+                    "theta, eps, factor, low, high, orig, tied, attn_bias, mlp_bias, range)", shape, key);
+}
+
+/* The named llama shapes, from their published config.json files (Hugging Face hub):
+ * meta-llama/Llama-3.2-1B, Llama-3.2-3B, Llama-3.1-8B, Llama-2-7b-hf, and
+ * mistralai/Mistral-7B-v0.1 (whose sliding window of 4096 positions is not modelled: full
+ * causal attention, the same below T = 4096). All: rms_norm_eps 1e-5, initializer_range 0.02,
+ * no biases. Llama 3.x: rope_theta 500000, rope_type llama3 with low_freq_factor 1,
+ * high_freq_factor 4, original_max_position_embeddings 8192. */
+static const struct {
+    const char *name;
+    int L, C, NH, NKV, FF, V, maxT, tied;
+    float theta, factor;
+} k_llama[] = {
+    {"llama3.2-1b", 16, 2048, 32, 8, 8192, 128256, 131072, 1, 500000.0f, 32.0f},
+    {"llama3.2-3b", 28, 3072, 24, 8, 8192, 128256, 131072, 1, 500000.0f, 32.0f},
+    {"llama3.1-8b", 32, 4096, 32, 8, 14336, 128256, 131072, 0, 500000.0f, 8.0f},
+    {"llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096, 0, 10000.0f, 0.0f},
+    {"mistral-7b", 32, 4096, 32, 8, 14336, 32000, 32768, 0, 10000.0f, 0.0f},
+};
+
+static hpt_status shape_parse(const char *shape, hpt_model_config *out) {
+    hpt_model_config c = {.arch = HPT_ARCH_LLAMA, .V = 32000, .maxT = 2048, .norm_eps = 1e-6f,
+                          .rope_theta = 10000.0f, .init_range = 0.02f};
+    int found = 0;
+    for (size_t i = 0; i < sizeof k_llama / sizeof k_llama[0]; i++)
+        if (!strcmp(shape, k_llama[i].name)) {
+            c.L = k_llama[i].L; c.C = k_llama[i].C; c.NH = k_llama[i].NH;
+            c.NKV = k_llama[i].NKV; c.FF = k_llama[i].FF; c.V = k_llama[i].V;
+            c.maxT = k_llama[i].maxT; c.tied = k_llama[i].tied;
+            c.rope_theta = k_llama[i].theta; c.norm_eps = 1e-5f;
+            if (k_llama[i].factor > 0.0f) {
+                c.rope_factor = k_llama[i].factor;
+                c.rope_low_freq = 1.0f; c.rope_high_freq = 4.0f; c.rope_orig_maxT = 8192;
+            }
+            found = 1;
+        }
+    if (!found) {
+        if (strncmp(shape, "llama:", 6) != 0)
+            return hpt_fail(HPT_ERR_INVALID, "unknown model shape '%s' (use llama3.2-1b, "
+                            "llama3.2-3b, llama3.1-8b, llama2-7b, mistral-7b or "
+                            "llama:L=..,C=..,NH=..,NKV=..,FF=..[,V=..][,T=..][,theta=..])", shape);
+        HPT_CHECK(model_shape_kv(shape, shape + 6, &c, llama_key));
+        if (!c.L || !c.C || !c.NH || !c.FF)
+            return hpt_fail(HPT_ERR_INVALID, "bad shape '%s': L, C, NH and FF are required", shape);
+        if (!c.NKV) c.NKV = c.NH;
+        if (c.rope_factor > 0.0f) {
+            if (c.rope_low_freq == 0.0f) c.rope_low_freq = 1.0f;
+            if (c.rope_high_freq == 0.0f) c.rope_high_freq = 4.0f;
+        }
+    }
+    *out = c;
+    return HPT_OK;
+}
+
+static const char *const k_shape_prefixes[] = {"llama", "mistral", NULL};
+
 const hpt_arch hpt_arch_llama = {
     .name = "llama",
     .describe = describe,
@@ -514,6 +775,20 @@ const hpt_arch hpt_arch_llama = {
     .head_forward = head_forward,
     .head_backward = head_backward,
     .final_backward = final_backward,
+    /* shapes */
+    .shape_prefixes = k_shape_prefixes,
+    .shape_parse = shape_parse,
+    .config_check = config_check,
+    /* Hugging Face */
+    .hf_classes = k_hf_classes,
+    .hf_model_types = k_hf_types,
+    .hf_config_read = hf_config_read,
+    .hf_config_write = hf_config_write,
+    .hf_parts = hf_parts,
+    .hf_embed_name = "model.embed_tokens.weight",
+    .hf_head_name = "lm_head.weight",
+    .hf_ignore = k_hf_ignore,
+    .hf_eot = -1,
     /* the registry's block */
     .desc = {.name = "llama", .label = "llama",
              .shapes = "llama3.2-1b, llama3.2-3b, llama3.1-8b, llama2-7b, mistral-7b, "

@@ -7,12 +7,12 @@
  *   const hpt_tensor_table *t = model_table(m);
  *   for (int i = 0; i < t->n; i++)
  *       if (t->t[i].layer != HPT_LAYER_STACKED)
- *           use(gpt2_nonblock_param(m, i), gpt2_nonblock_grad(m, i));
+ *           use(model_nonblock_param(m, i), model_nonblock_grad(m, i));
  *
  * Storage: without the offload engine the flat buffers (model_params, model_grads) hold every
  * tensor in checkpoint order (hpt_table_offset); with it they hold the non-block tensors only,
- * back to back (gpt2_nonblock_offset), and the blocks live in the engine's homes (model_engine;
- * the checkpoint-order streams gpt2_emit and gpt2_absorb hide where). Every pointer handed out
+ * back to back (model_nonblock_offset), and the blocks live in the engine's homes (model_engine;
+ * the checkpoint-order streams model_emit and model_absorb hide where). Every pointer handed out
  * is the model's (device tier), valid until the model is freed (gradients: until released). */
 #ifndef HPT_MODEL_H
 #define HPT_MODEL_H
@@ -30,6 +30,9 @@ struct offload_engine;
 /* Fills the fields a GPT-2 configuration written with only L, C, NH, V, Vp, maxT leaves 0
  * (NKV = NH, FF = 4C, norm_eps 1e-5, tied, init_range 0.02); other architectures: nothing. */
 void model_config_fill(hpt_model_config *c);
+/* While on (this thread), models are created without their gradient buffer (not those with
+ * the offload engine): io's hpt_model_load_forward sets it around a load. */
+void model_create_forward_only(int on);
 
 /* ---- the tensor table ---- */
 /* The parameters of a configuration in checkpoint order (the architecture's describe). */
@@ -40,21 +43,21 @@ size_t model_consts_floats(const hpt_model_config *cfg);
 /* Forward FLOPs per token at sequence length T (the architecture's count, docs/estimate.md). */
 double model_flops_per_token(const hpt_model_config *cfg, int T);
 /* The model's table (model_describe of its configuration). */
-const hpt_tensor_table *model_table(const hpt_gpt2 *m);
+const hpt_tensor_table *model_table(const hpt_model *m);
 
 /* ---- storage ---- */
 /* The flat parameter buffer and its floats (num_params without the engine; with it the
  * non-block tensors, fewer with bf16 embeddings: embed.c). */
-float *model_params(hpt_gpt2 *m);
-size_t model_params_floats(const hpt_gpt2 *m);
+float *model_params(hpt_model *m);
+size_t model_params_floats(const hpt_model *m);
 /* The backend the model's tensors belong to (hpt_backend_of its hpt_mem): host code reads them
  * through its copies (the checkpoint's staged I/O, train/state.c). */
-const struct hpt_backend *model_backend(const hpt_gpt2 *m);
+const struct hpt_backend *model_backend(const hpt_model *m);
 /* The flat gradient buffer (NULL while released: hpt_model_release_grads) and its floats. */
-float *model_grads(hpt_gpt2 *m);
-size_t model_grads_floats(const hpt_gpt2 *m);
+float *model_grads(hpt_model *m);
+size_t model_grads_floats(const hpt_model *m);
 /* The offload engine (src/offload/engine.h), or NULL. */
-struct offload_engine *model_engine(const hpt_gpt2 *m);
+struct offload_engine *model_engine(const hpt_model *m);
 /* A gradient sink (ZeRO-2 in memory, src/train/dp.c): without a block store, block l's
  * backward writes into the packed slot slot() hands out (the block store's layout, zeroed by
  * the sink), and done() takes it when complete (the runner's grads_done point). */
@@ -67,83 +70,83 @@ typedef struct {
  * tensors' gradients only in their flat gradient buffer (the blocks' go to a sink,
  * model_set_grad_sink, which must be set before a backward); 0: whole again. */
 void model_grads_away(int on);
-void model_set_grad_sink(hpt_gpt2 *m, const model_grad_sink *sink);
+void model_set_grad_sink(hpt_model *m, const model_grad_sink *sink);
 
 /* Offset (floats) of non-block tensor i (a table index) in the engine's flat buffers: the
  * non-block tensors back to back in checkpoint order; and their floats. */
-size_t gpt2_nonblock_offset(const hpt_model_config *cfg, int i);
-size_t gpt2_nonblock_floats(const hpt_model_config *cfg);
+size_t model_nonblock_offset(const hpt_model_config *cfg, int i);
+size_t model_nonblock_floats(const hpt_model_config *cfg);
 /* Parameters of non-block tensor i as the optimizer's kernels take them, and their gradients
  * (NULL: the tied embedding with CHUNKED or BF16 embeddings, updated chunk by chunk). */
-hpt_be_param gpt2_nonblock_param(hpt_gpt2 *m, int i);
-float *gpt2_nonblock_grad(hpt_gpt2 *m, int i);
+hpt_be_param model_nonblock_param(hpt_model *m, int i);
+float *model_nonblock_grad(hpt_model *m, int i);
 
 /* ---- checkpoint order ---- */
 /* Emits buffer b (EB_P, EB_M or EB_V of the engine, offload/engine.h) in checkpoint order:
  * non-block tensors from flat (model_params_floats floats, the model's or the optimizer's),
  * block slices from the engine; without the engine flat is the whole buffer. */
-typedef hpt_status (*gpt2_emit_fn)(void *ctx, const float *x, size_t n);
-hpt_status gpt2_emit(hpt_gpt2 *m, int b, const float *flat, gpt2_emit_fn emit, void *ctx);
-/* The reverse of gpt2_emit: fills buffer b from a stream in checkpoint order (read fills n
+typedef hpt_status (*model_emit_fn)(void *ctx, const float *x, size_t n);
+hpt_status model_emit(hpt_model *m, int b, const float *flat, model_emit_fn emit, void *ctx);
+/* The reverse of model_emit: fills buffer b from a stream in checkpoint order (read fills n
  * floats at dst each call). */
-typedef hpt_status (*gpt2_read_fn)(void *ctx, float *dst, size_t n);
-hpt_status gpt2_absorb(hpt_gpt2 *m, int b, float *flat, gpt2_read_fn read, void *ctx);
+typedef hpt_status (*model_read_fn)(void *ctx, float *dst, size_t n);
+hpt_status model_absorb(hpt_model *m, int b, float *flat, model_read_fn read, void *ctx);
 
 /* ---- the tied embedding (hpt_embeddings; src/model/embed.c) ---- */
 /* The embeddings kind (hpt_embeddings): FULL without the engine. */
-int model_embeddings(const hpt_gpt2 *m);
+int model_embeddings(const hpt_model *m);
 /* CHUNKED, BF16: the last backward's sum of squares of the tied embedding's gradient, chunk by
  * chunk in order (its gradient is never whole). */
-double model_wte_sumsq(const hpt_gpt2 *m);
+double model_wte_sumsq(const hpt_model *m);
 /* CHUNKED, BF16: whether non-block tensor i has no whole gradient (the head's weight: GPT-2's
  * and a tied llama's wte; an untied llama's lm_head and wte), and its sum of squares from the
  * last backward. */
-int model_emb_deferred(const hpt_gpt2 *m, int i);
-double model_emb_sumsq(const hpt_gpt2 *m, int i);
+int model_emb_deferred(const hpt_model *m, int i);
+double model_emb_sumsq(const hpt_model *m, int i);
 /* The optimizer's update of n values of non-block tensor i from its value off (embed.c's
  * deferred update of the tied embedding; off a multiple of HPT_Q8_BLOCK and of a row): p the
- * parameters there, g their gradients. Registered by hpt_optim_create (gpt2_set_emb_update;
+ * parameters there, g their gradients. Registered by hpt_optim_create (model_set_emb_update;
  * NULL unregisters). */
-typedef void (*gpt2_emb_update_fn)(void *ctx, int i, size_t off, hpt_be_param p, const float *g,
+typedef void (*model_emb_update_fn)(void *ctx, int i, size_t off, hpt_be_param p, const float *g,
                                    size_t n);
-void gpt2_set_emb_update(hpt_gpt2 *m, gpt2_emb_update_fn fn, void *ctx);
+void model_set_emb_update(hpt_model *m, model_emb_update_fn fn, void *ctx);
 /* Many processes (the trainer's dp_engine.c): each chunk's gradient g (n floats, the model's
  * writable chunk buffer) is handed to fn before its sum of squares and its update, which sums it
  * over the processes in place (collective: every rank's backward hands the same chunks in the
  * same order); a failure makes the step's norm NaN. NULL: one process. */
-typedef hpt_status (*gpt2_emb_sum_fn)(void *ctx, float *g, size_t n);
-void gpt2_set_emb_sum(hpt_gpt2 *m, gpt2_emb_sum_fn fn, void *ctx);
+typedef hpt_status (*model_emb_sum_fn)(void *ctx, float *g, size_t n);
+void model_set_emb_sum(hpt_model *m, model_emb_sum_fn fn, void *ctx);
 /* BF16 with Kahan: the compensation of the bf16 embeddings (GPT-2 wte, wpe: (Vp + maxT) * C
  * bf16; llama wte, [lm_head]); NULL, 0 otherwise. */
-void gpt2_emb_comp(hpt_gpt2 *m, uint16_t **comp, size_t *n);
+void model_emb_comp(hpt_model *m, uint16_t **comp, size_t *n);
 
 /* ---- the trainer's hooks ---- */
 /* S: the next backwards compute S times the loss's gradients (1: none; a power of two). */
-void model_set_loss_scale(hpt_gpt2 *m, float s);
+void model_set_loss_scale(hpt_model *m, float s);
 /* The backward's gradient becomes that of (sum of the target tokens' losses) / n, n > 0: the
  * trainer's count of a whole step's targets (or B*T: the per-window scale it corrects
  * afterwards); 0: each forward's own target count (the default). */
-void model_set_loss_norm(hpt_gpt2 *m, double n);
+void model_set_loss_norm(hpt_model *m, double n);
 /* Testing: the next backward sets element 0 of block layer's gradients to value (layer -1:
  * none; hpt_trainer_inject_grad). */
-void model_set_fault(hpt_gpt2 *m, int layer, float value);
+void model_set_fault(hpt_model *m, int layer, float value);
 /* *overflow 1 when this step's gradients overflowed so far: an engine's block (its 16-bit home's
  * narrowing, or a non-finite fp32 one with eng_check_grads), or a non-finite value in the flat
  * gradients (all of them without the engine; the non-block ones with it). Waits for the
  * engine's queued write-backs and clears its record. */
-hpt_status gpt2_grads_overflow(hpt_gpt2 *m, int *overflow);
+hpt_status model_grads_overflow(hpt_model *m, int *overflow);
 
 /* ---- sizes from a configuration (the estimator's) ---- */
 /* Device bytes of the model's non-block parameters and gradients with the engine (params and
  * grads flat buffers, embed.c's bf16 homes and chunk buffers). */
-void gpt2_nonblock_bytes(const hpt_model_config *c, const hpt_offload_opts *o, uint64_t *params,
+void model_nonblock_bytes(const hpt_model_config *c, const hpt_offload_opts *o, uint64_t *params,
                          uint64_t *grads);
 /* Rows of wte the head computes at once; 0 for FULL (the arena plan's logits width). */
-int gpt2_vocab_chunk(const hpt_model_config *c, const hpt_offload_opts *o);
+int model_vocab_chunk(const hpt_model_config *c, const hpt_offload_opts *o);
 /* HPT_ERR_INVALID when a chunk's values (rows * C) are not a multiple of HPT_Q8_BLOCK. */
-hpt_status gpt2_vocab_chunk_check(const hpt_model_config *c, const hpt_offload_opts *o);
-/* hpt_gpt2_act_tier_bytes with a head of vc vocabulary rows at a time (0: all). */
-hpt_status gpt2_act_tier_bytes_vc(const hpt_model_config *cfg, int B, int T,
+hpt_status model_vocab_chunk_check(const hpt_model_config *c, const hpt_offload_opts *o);
+/* hpt_model_act_tier_bytes with a head of vc vocabulary rows at a time (0: all). */
+hpt_status model_act_tier_bytes_vc(const hpt_model_config *cfg, int B, int T,
                                   const hpt_act_opts *o, int vc, uint64_t out[HPT_TIER_COUNT]);
 
 #endif

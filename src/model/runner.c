@@ -16,13 +16,13 @@
 #include <stddef.h>
 
 /* The arch's activation struct's pointer at offset off (arch.h's off_*). */
-static void *acts_ptr(const hpt_gpt2 *m, size_t off) {
+static void *acts_ptr(const hpt_model *m, size_t off) {
     return *(void *const *)((const char *)m->acts + off);
 }
 
 /* The block's input in a block activation array: the embedding's output for block 0, else the
  * previous block's output field. */
-static const float *block_input(const hpt_gpt2 *m, char *base, int l) {
+static const float *block_input(const hpt_model *m, char *base, int l) {
     const hpt_arch *A = m->arch;
     if (l == 0) return acts_ptr(m, A->off_encoded);
     for (int i = 0; i < A->n_fields; i++)
@@ -30,12 +30,12 @@ static const float *block_input(const hpt_gpt2 *m, char *base, int l) {
     return NULL;
 }
 
-static const float *block_output(const hpt_gpt2 *m, char *base, int l) {
+static const float *block_output(const hpt_model *m, char *base, int l) {
     return block_input(m, base, l + 1);
 }
 
 /* The slices of a packed block at base (the block store's layout: slices back to back). */
-static void block_packed(const hpt_gpt2 *m, float *base, float *w[HPT_TABLE_MAX]) {
+static void block_packed(const hpt_model *m, float *base, float *w[HPT_TABLE_MAX]) {
     size_t o = 0;
     for (int s = 0; s < m->tab.n_slices; s++) {
         w[s] = base + o;
@@ -44,13 +44,13 @@ static void block_packed(const hpt_gpt2 *m, float *base, float *w[HPT_TABLE_MAX]
 }
 
 /* Block l's slices of the flat buffer base (checkpoint order). */
-static void block_flat(const hpt_gpt2 *m, float *base, int l, float *w[HPT_TABLE_MAX]) {
+static void block_flat(const hpt_model *m, float *base, int l, float *w[HPT_TABLE_MAX]) {
     for (int s = 0; s < m->tab.n_slices; s++)
         w[s] = base + m->slice_off[s] + (size_t)l * m->slice_n[s];
 }
 
 /* Block l's parameters, held until block_release (the store loads them when offloaded). */
-static hpt_status block_acquire(hpt_gpt2 *m, int l, float *w[HPT_TABLE_MAX]) {
+static hpt_status block_acquire(hpt_model *m, int l, float *w[HPT_TABLE_MAX]) {
     const hpt_block_store *bs = m->blocks;
     if (!bs) {
         block_flat(m, m->params, l, w);
@@ -62,13 +62,13 @@ static hpt_status block_acquire(hpt_gpt2 *m, int l, float *w[HPT_TABLE_MAX]) {
     return HPT_OK;
 }
 
-static void block_release(hpt_gpt2 *m, int l) {
+static void block_release(hpt_model *m, int l) {
     if (m->blocks) m->blocks->release(m->blocks->ctx, l);
 }
 
 /* Block l's gradients: the store's gradient slot (zeroed unless gradients are live), or
  * slices of the flat gradients. */
-static hpt_status block_grads(hpt_gpt2 *m, int l, float *dw[HPT_TABLE_MAX]) {
+static hpt_status block_grads(hpt_model *m, int l, float *dw[HPT_TABLE_MAX]) {
     const hpt_block_store *bs = m->blocks;
     float *gbase;
     if (!bs && m->grads_away) { /* a sink's packed slot (ZeRO-2: model.h) */
@@ -88,7 +88,7 @@ static hpt_status block_grads(hpt_gpt2 *m, int l, float *dw[HPT_TABLE_MAX]) {
 
 /* A block's gradients are complete: the test fault hook (hpt_trainer_inject_grad sets element
  * 0 of the chosen block's gradients), then the store takes them. */
-static hpt_status grads_done(hpt_gpt2 *m, int l, float *const *dw) {
+static hpt_status grads_done(hpt_model *m, int l, float *const *dw) {
     if (m->fault_layer == l) {
         m->be->copy(dw[0], &m->fault_value, sizeof(float), HPT_COPY_H2D);
         m->fault_layer = -1;
@@ -100,7 +100,7 @@ static hpt_status grads_done(hpt_gpt2 *m, int l, float *const *dw) {
 
 /* At the start of block l's backward: rebuilds what the policy dropped, acquiring (and
  * releasing) each block whose forward it reruns. */
-static hpt_status recompute(hpt_gpt2 *m, const hpt_arch_ctx *x, int l) {
+static hpt_status recompute(hpt_model *m, const hpt_arch_ctx *x, int l) {
     const hpt_arch *A = m->arch;
     const int L = m->cfg.L, N = act_segment_len(&m->act);
     char *layers = m->run.layers;
@@ -122,7 +122,7 @@ static hpt_status recompute(hpt_gpt2 *m, const hpt_arch_ctx *x, int l) {
     return HPT_OK;
 }
 
-hpt_status hpt_model_forward(hpt_gpt2 *m, const int32_t *inputs, const int32_t *targets,
+hpt_status hpt_model_forward(hpt_model *m, const int32_t *inputs, const int32_t *targets,
                             int B, int T, float *loss_out) {
     const hpt_model_config *c = &m->cfg;
     const hpt_arch *A = m->arch;
@@ -199,7 +199,7 @@ hpt_status hpt_model_forward(hpt_gpt2 *m, const int32_t *inputs, const int32_t *
     return HPT_OK;
 }
 
-hpt_status hpt_model_backward(hpt_gpt2 *m) {
+hpt_status hpt_model_backward(hpt_model *m) {
     if (!m->has_targets)
         return hpt_fail(HPT_ERR_INVALID, "backward needs a forward with targets first");
     if (!m->grads)

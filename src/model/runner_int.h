@@ -73,31 +73,36 @@ hpt_status act_opts_check(const hpt_act_opts *o);
 int act_segment_len(const hpt_act_opts *o);
 /* The last block of block l's segment (every:N): segments are [kN, kN + N - 1]. */
 int act_segment_end(int l, int N, int L);
+/* The ops' context for the model's current (B, T) and choices. */
+hpt_arch_ctx act_ctx(const hpt_model *m);
+/* The ops' context at (B, T): vc > 0 (chunked embeddings, embed.c) makes a row-chunked head's
+ * logits (rows, vc). */
+hpt_arch_ctx act_ctx_for(const hpt_model_config *c, const hpt_act_opts *o, int vc, int B, int T);
+/* Rows of logits the head computes at once for (B, T) and head_chunk. */
+size_t act_head_rows(const hpt_act_opts *o, int B, int T);
 
 /* ---- actplan.c ---- */
 /* Field i's pointer in block l's activation struct of the array base (layers or flayers). */
-float **act_field(const hpt_arch *A, char *base, int l, int i);
-/* The ops' context for the model's current (B, T) and choices. */
-hpt_arch_ctx act_ctx(const hpt_gpt2 *m);
-/* Rows of logits the head computes at once for (B, T) and head_chunk. */
-size_t act_head_rows(const hpt_act_opts *o, int B, int T);
+static inline float **act_field(const hpt_arch *A, char *base, int l, int i) {
+    return (float **)(base + (size_t)l * A->block_acts_size + A->fields[i].off);
+}
 /* Plans (and allocates, when it grew) the arena and the store for (B, T); points the buffers. */
-hpt_status act_ensure(hpt_gpt2 *m, int B, int T);
+hpt_status act_ensure(hpt_model *m, int B, int T);
 /* Moves the step to time point t (-1: outside a step), recording the arena's events. */
-void act_enter(hpt_gpt2 *m, int t);
+void act_enter(hpt_model *m, int t);
 /* Releases the plan's arrays (hpt_model_free). */
-void act_plan_free(hpt_gpt2 *m);
+void act_plan_free(hpt_model *m);
 
 /* ---- actstore.c ---- */
 /* The offload tier's buffers for a plan: off_bytes of stored copies, max_store the largest. */
-hpt_status actstore_reserve(hpt_gpt2 *m, size_t off_bytes, size_t max_store);
-void actstore_release(hpt_gpt2 *m);
+hpt_status actstore_reserve(hpt_model *m, size_t off_bytes, size_t max_store);
+void actstore_release(hpt_model *m);
 /* End of block l's forward: copies (or compresses) its stored fields out of the transient
  * buffers its forward wrote. */
-hpt_status actstore_put(hpt_gpt2 *m, int l);
+hpt_status actstore_put(hpt_model *m, int l);
 /* Before block l's backward: brings its stored fields back (asynchronously for host
  * offload); actstore_wait joins that. */
-hpt_status actstore_prefetch(hpt_gpt2 *m, int l);
-void actstore_wait(hpt_gpt2 *m);
+hpt_status actstore_prefetch(hpt_model *m, int l);
+void actstore_wait(hpt_model *m);
 
 #endif

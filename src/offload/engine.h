@@ -1,6 +1,6 @@
 /* engine.h: the offload engine's interface to the optimizer, the trainer and checkpoints
  * (engine.c, engine_gather.c); the model reaches it only as a block store (model/blocks.h,
- * eng_block_store: blocks_engine.c), bound by hpt_gpt2_create_offload (bind.c). */
+ * eng_block_store: blocks_engine.c), bound by hpt_model_create_config_offload (bind.c). */
 #ifndef HPT_OFFLOAD_ENGINE_H
 #define HPT_OFFLOAD_ENGINE_H
 

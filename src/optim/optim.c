@@ -88,7 +88,7 @@ void optim_plan_layout(const hpt_model_config *c, const hpt_tensor_table *t,
         size_t held = tl->ns * tl->cn; /* values */
         if (eng_homes) { /* the non-block tensors' m, v: as the flat buffer, or (cut) the
                           * parts packed in order, which is this rank's range of it */
-            if (!tl->stacked) tl->f32_off = cut_a ? n32 : gpt2_nonblock_offset(c, i);
+            if (!tl->stacked) tl->f32_off = cut_a ? n32 : model_nonblock_offset(c, i);
             if (!tl->stacked && cut_a) n32 += held;
             continue;
         }
@@ -107,7 +107,7 @@ void optim_plan_layout(const hpt_model_config *c, const hpt_tensor_table *t,
         tl->v_off = nv;
         nv += held / tl->row;
     }
-    if (eng_homes && !cut_a) n32 = gpt2_nonblock_floats(c);
+    if (eng_homes && !cut_a) n32 = model_nonblock_floats(c);
     L->bytes[B_M] = n32 * 4;
     L->bytes[B_M_CODES] = n8;
     L->bytes[B_M_SCALES] = nsc * 4;
@@ -121,7 +121,7 @@ void optim_plan_layout(const hpt_model_config *c, const hpt_tensor_table *t,
 }
 
 uint64_t hpt_optim_state_bytes(const hpt_model_config *cfg, const hpt_adamw_opts *o) {
-    if (check_opts(o) != HPT_OK || hpt_gpt2_config_check(cfg) != HPT_OK) return 0;
+    if (check_opts(o) != HPT_OK || hpt_model_config_check(cfg) != HPT_OK) return 0;
     hpt_tensor_table t;
     model_describe(cfg, &t);
     layout L;
@@ -247,7 +247,7 @@ int optim_cut_of(const hpt_optim *op, struct offload_engine *eng, int q, size_t 
     return N;
 }
 
-hpt_status hpt_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts *o,
+hpt_status hpt_optim_create(hpt_mem *mem, hpt_model *model, const hpt_adamw_opts *o,
                             hpt_optim **out) {
     return optim_create_units(mem, model, o, 0, SIZE_MAX, out);
 }
@@ -346,7 +346,7 @@ void optim_set_gather(hpt_optim *op, optim_gather_fn fn, void *ctx) {
     op->gather_ctx = ctx;
 }
 
-hpt_status optim_create_units(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts *o,
+hpt_status optim_create_units(hpt_mem *mem, hpt_model *model, const hpt_adamw_opts *o,
                               size_t u_lo, size_t u_hi, hpt_optim **out) {
     *out = NULL;
     HPT_CHECK(check_opts(o));
@@ -376,7 +376,7 @@ hpt_status optim_create_units(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opt
     op->nbcut = eng_zemb_on(eng);
     if (op->nbcut && op->eng_homes) optim_cut_of(op, eng, hpt_dist_rank(), ca, cz);
     int cuts = op->cut || op->nbcut;
-    optim_plan_layout(hpt_gpt2_get_config(model), op->tab, o, op->eng_homes, u_lo, u_hi,
+    optim_plan_layout(hpt_model_get_config(model), op->tab, o, op->eng_homes, u_lo, u_hi,
                 cuts ? ca : NULL, cuts ? cz : NULL, &op->lay);
     op->unit_sumsq = calloc(op->n_units ? op->n_units : 1, sizeof(double));
     if (!op->unit_sumsq) {
@@ -402,7 +402,7 @@ hpt_status optim_create_units(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opt
     if (s == HPT_OK && eng) s = eng_attach_optim(eng, eng_update, op, op->eng_homes);
     if (s == HPT_OK && eng_updates_on_host(eng)) op->be_eng = hpt_backend_cpu();
     if (s == HPT_OK && model_embeddings(model) != HPT_EMB_FULL)
-        gpt2_set_emb_update(model, emb_update, op);
+        model_set_emb_update(model, emb_update, op);
     if (s != HPT_OK) {
         hpt_optim_free(op);
         return hpt_fail_ctx(s, "allocating %s state", k_names[o->optimizer]);
@@ -414,7 +414,7 @@ hpt_status optim_create_units(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opt
 void hpt_optim_free(hpt_optim *op) {
     if (!op) return;
     if (model_engine(op->model)) eng_detach_optim(model_engine(op->model));
-    gpt2_set_emb_update(op->model, NULL, NULL);
+    model_set_emb_update(op->model, NULL, NULL);
     for (int i = 0; i < HPT_OPTIM_NUM_BUFS; i++)
         op->be->free(op->mem, op->tier[i], HPT_CAT_OPTIM, op->buf[i], op->lay.bytes[i]);
     free(op->unit_sumsq);
@@ -474,28 +474,28 @@ static int full_fp32_adamw(const hpt_optim *op) {
            !model_engine(op->model) && op->lay.u_lo == 0 && op->lay.u_hi >= op->n_units;
 }
 
-hpt_status optim_emit_moment(const hpt_optim *op, int which, gpt2_emit_fn emit, void *ctx) {
+hpt_status optim_emit_moment(const hpt_optim *op, int which, model_emit_fn emit, void *ctx) {
     if (!op->eng_homes)
         return hpt_fail(HPT_ERR_INVALID, "optim_emit_moment: AdamW with 32-bit state only");
-    if (!op->nbcut) return gpt2_emit(op->model, which ? EB_V : EB_M, op->buf[which ? B_V : B_M], emit, ctx);
+    if (!op->nbcut) return model_emit(op->model, which ? EB_V : EB_M, op->buf[which ? B_V : B_M], emit, ctx);
     /* the non-block parts gathered from their owners into a whole flat copy (collective) */
     struct offload_engine *eng = model_engine(op->model);
-    float *whole = malloc(gpt2_nonblock_floats(hpt_gpt2_get_config(op->model)) * sizeof(float) + 4);
+    float *whole = malloc(model_nonblock_floats(hpt_model_get_config(op->model)) * sizeof(float) + 4);
     if (!whole) return hpt_fail(HPT_ERR_OOM, "a checkpoint's non-block optimizer state (ZeRO)");
     hpt_status s = eng_zemb_whole(eng, op->tab, op->buf[which ? B_V : B_M], whole);
-    if (s == HPT_OK) s = gpt2_emit(op->model, which ? EB_V : EB_M, whole, emit, ctx);
+    if (s == HPT_OK) s = model_emit(op->model, which ? EB_V : EB_M, whole, emit, ctx);
     free(whole);
     return s;
 }
 
-hpt_status optim_absorb_moment(hpt_optim *op, int which, gpt2_read_fn read, void *ctx) {
+hpt_status optim_absorb_moment(hpt_optim *op, int which, model_read_fn read, void *ctx) {
     if (!op->eng_homes)
         return hpt_fail(HPT_ERR_INVALID, "optim_absorb_moment: AdamW with 32-bit state only");
-    if (!op->nbcut) return gpt2_absorb(op->model, which ? EB_V : EB_M, op->buf[which ? B_V : B_M], read, ctx);
+    if (!op->nbcut) return model_absorb(op->model, which ? EB_V : EB_M, op->buf[which ? B_V : B_M], read, ctx);
     /* the file's whole non-block values read, this rank's part kept */
-    float *whole = malloc(gpt2_nonblock_floats(hpt_gpt2_get_config(op->model)) * sizeof(float) + 4);
+    float *whole = malloc(model_nonblock_floats(hpt_model_get_config(op->model)) * sizeof(float) + 4);
     if (!whole) return hpt_fail(HPT_ERR_OOM, "a checkpoint's non-block optimizer state (ZeRO)");
-    hpt_status s = gpt2_absorb(op->model, which ? EB_V : EB_M, whole, read, ctx);
+    hpt_status s = model_absorb(op->model, which ? EB_V : EB_M, whole, read, ctx);
     if (s == HPT_OK) eng_zemb_keep(model_engine(op->model), op->tab, whole, op->buf[which ? B_V : B_M]);
     free(whole);
     return s;
@@ -504,7 +504,7 @@ hpt_status optim_absorb_moment(hpt_optim *op, int which, gpt2_read_fn read, void
 /* Without the engine: the gradients of tensor i's values from off (checkpoint order): the flat
  * buffer's, or with ZeRO-2's run (optim_set_run_grads) a block tensor's there. */
 static const float *unit_grad(hpt_optim *op, const float *grads, int i, size_t off) {
-    if (!op->lay.t[i].stacked) return gpt2_nonblock_grad(op->model, i);
+    if (!op->lay.t[i].stacked) return model_nonblock_grad(op->model, i);
     return op->run_grads ? op->run_grads + (off - op->run_lo) : grads + off;
 }
 
@@ -512,7 +512,7 @@ static const float *unit_grad(hpt_optim *op, const float *grads, int i, size_t o
  * from the gather (ZeRO: their owners'), then added in the fixed order of the top of the file:
  * the same terms in the same order as one process, so the same bits. */
 static hpt_status grad_sumsq_units(hpt_optim *op, double *out) {
-    hpt_gpt2 *m = op->model;
+    hpt_model *m = op->model;
     const hpt_tensor_table *t = op->tab;
     const float *grads = model_grads(m);
     double *u = op->unit_sumsq;
@@ -549,7 +549,7 @@ static hpt_status grad_sumsq_units(hpt_optim *op, double *out) {
 /* The global sum of squares of the gradients, in the fixed order of the top of the file (the
  * first term is added to 0.0, which changes no bits: a sum of squares is never -0). */
 static double grad_sumsq(const hpt_optim *op) {
-    hpt_gpt2 *m = op->model;
+    hpt_model *m = op->model;
     const hpt_tensor_table *t = op->tab;
     struct offload_engine *eng = model_engine(m);
     const float *grads = model_grads(m);
@@ -563,7 +563,7 @@ static double grad_sumsq(const hpt_optim *op) {
             double cs; /* ZeRO: the owners' chunk sums (engine_zemb.c) */
             if (op->nbcut && !model_emb_deferred(m, i)) s += eng_zemb_sumsq(eng, i, &cs) ? cs : (double)NAN;
             else s += model_emb_deferred(m, i) ? model_emb_sumsq(m, i)
-                                               : op->be->sumsq(gpt2_nonblock_grad(m, i), tl->sn);
+                                               : op->be->sumsq(model_nonblock_grad(m, i), tl->sn);
             continue;
         }
         if (blocks_done) continue; /* the blocks, at the first block tensor */
@@ -589,14 +589,14 @@ static double grad_sumsq(const hpt_optim *op) {
  * each whole, or with ZeRO (nbcut) this rank's part [ca, ca + cn) only (its summed gradients
  * are there: engine_zemb.c), then every owner's part all-gathered into every rank's weights. */
 static hpt_status update_nonblock(hpt_optim *op, float lr, float scale) {
-    hpt_gpt2 *model = op->model;
+    hpt_model *model = op->model;
     for (int i = 0; i < op->lay.n; i++) {
         const tensor_layout *tl = &op->lay.t[i];
         if (tl->stacked || model_emb_deferred(model, i) || !tl->cn) continue;
-        hpt_be_param kp = gpt2_nonblock_param(model, i);
+        hpt_be_param kp = model_nonblock_param(model, i);
         kp.seed = sr_seed(op);
         if (tl->ca) kp.f32 += tl->ca; /* nbcut: full embeddings, fp32 weights */
-        update_range(op, op->be, i, 0, tl->ca, kp, gpt2_nonblock_grad(model, i) + tl->ca, tl->cn, lr, scale);
+        update_range(op, op->be, i, 0, tl->ca, kp, model_nonblock_grad(model, i) + tl->ca, tl->cn, lr, scale);
     }
     if (!op->nbcut) return HPT_OK;
     return eng_zemb_gather(model_engine(model), op->tab, model_params(model));
@@ -656,7 +656,7 @@ hpt_status hpt_optim_step(hpt_optim *op, float lr, float clip, float *grad_norm_
  * every product below is exact, so hpt_optim_step computes the same bits as before. */
 hpt_status hpt_optim_step_scaled(hpt_optim *op, float lr, float clip, float grad_scale,
                                  float *grad_norm_out) {
-    hpt_gpt2 *model = op->model;
+    hpt_model *model = op->model;
     struct offload_engine *eng = model_engine(model);
     float *params = model_params(model), *grads = model_grads(model);
     if (!grads || !at_home(op))

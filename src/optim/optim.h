@@ -13,8 +13,8 @@
 int optim_eng_homes(const hpt_optim *op);
 /* The optimizer's fp32 moment (0: m, 1: v) in checkpoint order through emit (AdamW fp32 with
  * the engine's homes), and the reverse: filled from a stream in checkpoint order. */
-hpt_status optim_emit_moment(const hpt_optim *op, int which, gpt2_emit_fn emit, void *ctx);
-hpt_status optim_absorb_moment(hpt_optim *op, int which, gpt2_read_fn read, void *ctx);
+hpt_status optim_emit_moment(const hpt_optim *op, int which, model_emit_fn emit, void *ctx);
+hpt_status optim_absorb_moment(hpt_optim *op, int which, model_read_fn read, void *ctx);
 /* 1 when an 8-bit state's blocks, which start at each layer's slice of a per-layer tensor,
  * differ from blocks starting at each tensor's first value (checkpoints before version 3). */
 int optim_q8_per_slice(const hpt_model_config *cfg);
@@ -40,7 +40,7 @@ void optim_owner(const hpt_tensor_table *t, int rank, int size, size_t *u_lo, si
  * buffers hold those units' state in the whole layout's order (the units of one width packed);
  * a step updates those units only. HPT_ERR_UNSUPPORTED for a proper part with the offload engine
  * or chunked embeddings. */
-hpt_status optim_create_units(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts *o,
+hpt_status optim_create_units(hpt_mem *mem, hpt_model *model, const hpt_adamw_opts *o,
                               size_t u_lo, size_t u_hi, hpt_optim **out);
 /* The state buffers' bytes for units [u_lo, u_hi), and where unit u's state lies in them
  * (off, len per buffer; hpt_optim_state_buffers' order). */
@@ -55,7 +55,7 @@ typedef hpt_status (*optim_gather_fn)(void *ctx, double *unit_sumsq, size_t n_un
 void optim_set_gather(hpt_optim *op, optim_gather_fn fn, void *ctx);
 /* ZeRO-2 in memory: the held block slices' gradients are at g (value lo of checkpoint order at
  * g[0]), not in the model's flat buffer, which holds the non-block tensors only (read through
- * gpt2_nonblock_grad). */
+ * model_nonblock_grad). */
 void optim_set_run_grads(hpt_optim *op, const float *g, size_t lo);
 
 /* ---- ZeRO in the offload engine (stages 1-3; docs/zero_engine.md) ----

@@ -45,7 +45,7 @@ struct hpt_optim {
     const hpt_backend *be; /* the update ops and device copies (hpt_backend_of the mem) */
     const hpt_backend *be_eng; /* the engine's callback's: the CPU's when the engine updates
                                 * host-homed blocks on CPU threads (a GPU), else be */
-    hpt_gpt2 *model; /* borrowed */
+    hpt_model *model; /* borrowed */
     const hpt_tensor_table *tab; /* the model's (model_table) */
     hpt_adamw_opts o;
     size_t n;

@@ -48,11 +48,11 @@ static const act_memo *memo_get(memos *ms, const hpt_plan_opts *o) {
     act_memo *m = &ms->v[ms->n++];
     memset(m, 0, sizeof *m);
     m->B = o->B, m->act = o->act;
-    hpt_act_opts d = hpt_gpt2_act_defaults();
+    hpt_act_opts d = hpt_act_defaults();
     d.attention = o->act.attention;
     uint64_t none[HPT_TIER_COUNT];
-    m->ok = hpt_gpt2_act_tier_bytes(&o->cfg, o->B, o->T, &d, none) == HPT_OK &&
-            hpt_gpt2_act_tier_bytes(&o->cfg, o->B, o->T, &o->act, m->at) == HPT_OK;
+    m->ok = hpt_model_act_tier_bytes(&o->cfg, o->B, o->T, &d, none) == HPT_OK &&
+            hpt_model_act_tier_bytes(&o->cfg, o->B, o->T, &o->act, m->at) == HPT_OK;
     m->none_arena = none[HPT_TIER_DEVICE];
     return m;
 }
@@ -132,7 +132,7 @@ static hpt_status enumerate(const hpt_plan_opts *base, const hpt_calibration *c,
         o.B = Bs[bi];
         o.accum = (int)(S / Bs[bi]);
         if (hc && (int64_t)o.B * o.T <= 128) continue;
-        o.act = hpt_gpt2_act_defaults();
+        o.act = hpt_act_defaults();
         o.act.attention = attn ? HPT_ATTN_PLAIN : HPT_ATTN_FLASH;
         o.act.recompute = rec == 0 ? HPT_RECOMPUTE_NONE : rec == 1 ? HPT_RECOMPUTE_SELECTIVE
                         : rec == 2 ? HPT_RECOMPUTE_FULL : HPT_RECOMPUTE_EVERY;

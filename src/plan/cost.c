@@ -118,10 +118,10 @@ static double maxd(double a, double b) { return a > b ? a : b; }
 
 hpt_status hpt_plan_cost(const hpt_plan_opts *o, const hpt_calibration *c, hpt_cost *out) {
     uint64_t none[HPT_TIER_COUNT], mine[HPT_TIER_COUNT];
-    hpt_act_opts d = hpt_gpt2_act_defaults();
+    hpt_act_opts d = hpt_act_defaults();
     d.attention = o->act.attention;
-    HPT_CHECK(hpt_gpt2_act_tier_bytes(&o->cfg, o->B, o->T, &d, none));
-    HPT_CHECK(hpt_gpt2_act_tier_bytes(&o->cfg, o->B, o->T, &o->act, mine));
+    HPT_CHECK(hpt_model_act_tier_bytes(&o->cfg, o->B, o->T, &d, none));
+    HPT_CHECK(hpt_model_act_tier_bytes(&o->cfg, o->B, o->T, &o->act, mine));
     return hpt_plan_cost_acts(o, c, none[HPT_TIER_DEVICE], mine, out);
 }
 
@@ -208,9 +208,9 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
         hpt_model_config c1 = *cfg;
         c1.L = L - 1;
         uint64_t a1[HPT_TIER_COUNT];
-        hpt_act_opts d = hpt_gpt2_act_defaults();
+        hpt_act_opts d = hpt_act_defaults();
         d.attention = act->attention;
-        if (L > 1 && hpt_gpt2_act_tier_bytes(&c1, o->B, T, &d, a1) == HPT_OK && none_arena > a1[HPT_TIER_DEVICE])
+        if (L > 1 && hpt_model_act_tier_bytes(&c1, o->B, T, &d, a1) == HPT_OK && none_arena > a1[HPT_TIER_DEVICE])
             layer_bytes = (double)(none_arena - a1[HPT_TIER_DEVICE]);
         fwd_blocks += tok * L * op_fwd;
         bwd_blocks += tok * L * op_bwd;

@@ -106,7 +106,7 @@ static hpt_status hybrid_bytes(const hpt_plan_opts *o, hpt_estimate *out) {
                                hpt_infer_loss_bytes_for(&o->cfg);
     } else if (checks) {
         uint64_t at[HPT_TIER_COUNT];
-        HPT_CHECK(hpt_gpt2_act_tier_bytes(&o->cfg, 1, o->T, &o->act, at));
+        HPT_CHECK(hpt_model_act_tier_bytes(&o->cfg, 1, o->T, &o->act, at));
         pp[HPT_TIER_DEVICE] += at[HPT_TIER_DEVICE];
         pp[HPT_TIER_HOST] += at[HPT_TIER_HOST];
         pp[HPT_TIER_DISK] += at[HPT_TIER_DISK];
@@ -120,7 +120,7 @@ static hpt_status hybrid_bytes(const hpt_plan_opts *o, hpt_estimate *out) {
 hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     memset(out, 0, sizeof *out);
     const hpt_model_config *c = &o->cfg;
-    HPT_CHECK(hpt_gpt2_config_check(c));
+    HPT_CHECK(hpt_model_config_check(c));
     if (o->B < 1 || o->T < 1)
         return hpt_fail(HPT_ERR_INVALID, "batch %d and sequence %d must be >= 1", o->B, o->T);
     if (o->T > c->maxT)
@@ -139,8 +139,8 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
 
     uint64_t np = hpt_model_config_num_params(c), BT = (uint64_t)o->B * (uint64_t)o->T;
     uint64_t *dev = out->bytes[HPT_TIER_DEVICE];
-    dev[HPT_CAT_PARAMS] = np * 4;                     /* hpt_gpt2_create */
-    /* hpt_gpt2_create; forward-only: hpt_model_load_forward, none (the engine's: below) */
+    dev[HPT_CAT_PARAMS] = np * 4;                     /* hpt_model_create_config */
+    /* hpt_model_create_config; forward-only: hpt_model_load_forward, none (the engine's: below) */
     dev[HPT_CAT_GRADS] = o->training ? np * 4 : 0;
     /* ZeRO (docs/zero.md): stages 1, 2 over procs processes hold the optimizer state of process
      * rank's run of units; stage 2 also only its run's summed gradients (below) */
@@ -170,21 +170,21 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
             nb_hi += p_hi <= off ? 0 : HPT_MIN(p_hi - off, n);
         }
         /* + the run's block values; with accumulation its non-block ones' sum */
-        dev[HPT_CAT_GRADS] = ((uint64_t)gpt2_nonblock_floats(c) + 2 * (uint64_t)hpt_table_block_numel(&tab) +
+        dev[HPT_CAT_GRADS] = ((uint64_t)model_nonblock_floats(c) + 2 * (uint64_t)hpt_table_block_numel(&tab) +
                               ((p_hi - nb_hi) - (p_lo - nb_lo)) +
                               (o->accum > 1 ? nb_hi - nb_lo : 0)) * 4;
     }
     uint64_t apart_bytes = np * 4; /* the flat gradients' size (trainer.c's sum apart) */
     if (hpt_offload_active(&o->offload)) {
         HPT_CHECK(hpt_offload_check(&o->offload));
-        HPT_CHECK(gpt2_vocab_chunk_check(c, &o->offload));
+        HPT_CHECK(model_vocab_chunk_check(c, &o->offload));
         /* AdamW fp32: the blocks' m and v in the engine's homes; else the whole state in
          * optim.c's buffers (above), in the optim home's tier (device or host) */
         int mv_homes = hpt_optim_mv_homes(&o->adamw);
         if (o->training) HPT_CHECK(eng_check_optim(&o->offload, mv_homes));
-        uint64_t nf = gpt2_nonblock_floats(c), eb[HPT_TIER_COUNT][HPT_CAT_COUNT];
-        /* hpt_gpt2_create_offload, with the embeddings' own buffers (src/model/embed.c) */
-        gpt2_nonblock_bytes(c, &o->offload, &dev[HPT_CAT_PARAMS], &dev[HPT_CAT_GRADS]);
+        uint64_t nf = model_nonblock_floats(c), eb[HPT_TIER_COUNT][HPT_CAT_COUNT];
+        /* hpt_model_create_config_offload, with the embeddings' own buffers (src/model/embed.c) */
+        model_nonblock_bytes(c, &o->offload, &dev[HPT_CAT_PARAMS], &dev[HPT_CAT_GRADS]);
         apart_bytes = dev[HPT_CAT_GRADS]; /* the flat gradients: the blocks' are the engine's */
         hpt_tensor_table tab;
         model_describe(c, &tab);
@@ -233,8 +233,8 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     if (o->training && (o->zero >= 0 || procs > 1) && o->accum > 1)
         dev[HPT_CAT_GRADS] += stage == 2 ? 0 : apart_bytes; /* stage 2: the run is the sum */
     uint64_t at[HPT_TIER_COUNT];
-    int vc = hpt_offload_active(&o->offload) ? gpt2_vocab_chunk(c, &o->offload) : 0;
-    HPT_CHECK(gpt2_act_tier_bytes_vc(c, o->B, o->T, &o->act, vc, at));
+    int vc = hpt_offload_active(&o->offload) ? model_vocab_chunk(c, &o->offload) : 0;
+    HPT_CHECK(model_act_tier_bytes_vc(c, o->B, o->T, &o->act, vc, at));
     size_t acts = (size_t)at[HPT_TIER_DEVICE];
     if (acts == 0) return hpt_fail(HPT_ERR_OOM, "no memory to plan the activation arena");
     dev[HPT_CAT_ACTS] = acts;                         /* ensure_acts, at the first forward */

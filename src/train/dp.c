@@ -122,7 +122,7 @@ hpt_status dp_saved(hpt_status s) {
 
 /* ---- ZeRO stages 1 and 2 ---- */
 
-hpt_status dp_shard_init(const hpt_train_opts *o, hpt_gpt2 *model, dp_shard *z) {
+hpt_status dp_shard_init(const hpt_train_opts *o, hpt_model *model, dp_shard *z) {
     memset(z, 0, sizeof *z);
     z->size = hpt_dist_size();
     z->rank = hpt_dist_rank();
@@ -153,7 +153,7 @@ void dp_optim_attach(hpt_optim *op, dp_shard *z) {
     if (z->stage) optim_set_gather(op, gather_sumsq, z);
 }
 
-hpt_status dp_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts *ao,
+hpt_status dp_optim_create(hpt_mem *mem, hpt_model *model, const hpt_adamw_opts *ao,
                            dp_shard *z, hpt_optim **out) {
     HPT_CHECK(optim_create_units(mem, model, ao, z->ulo[z->rank], z->stage ? z->uhi[z->rank] : SIZE_MAX, out));
     dp_optim_attach(*out, z);
@@ -278,7 +278,7 @@ static hpt_status sink_done(void *ctx, int l) {
     return dist_test(z->rq[i ^ 1], &done); /* the other slot's exchange moved on */
 }
 
-hpt_status dp_sink_attach(dp_shard *z, hpt_mem *mem, hpt_gpt2 *model, hpt_optim *op, int K) {
+hpt_status dp_sink_attach(dp_shard *z, hpt_mem *mem, hpt_model *model, hpt_optim *op, int K) {
     if (z->stage != 2) return HPT_OK;
     const hpt_tensor_table *t = model_table(model);
     size_t blo = SIZE_MAX, bhi = 0, bn = 0, lo = z->plo[z->rank], hi = z->phi[z->rank];
@@ -288,7 +288,7 @@ hpt_status dp_sink_attach(dp_shard *z, hpt_mem *mem, hpt_gpt2 *model, hpt_optim 
             bhi = HPT_MAX(bhi, hpt_table_offset(t, i) + hpt_tensor_numel(&t->t[i]));
             bn += hpt_tensor_numel(&t->t[i]);
         }
-    if (model_grads_floats(model) != gpt2_nonblock_floats(hpt_gpt2_get_config(model)) || bhi - blo != bn)
+    if (model_grads_floats(model) != model_nonblock_floats(hpt_model_get_config(model)) || bhi - blo != bn)
         return hpt_fail(HPT_ERR_INVALID, "ZeRO-2: the model's block tensors are not one run of "
                         "checkpoint order, or it was made with its blocks' gradients");
     z->mem = mem;

@@ -73,7 +73,7 @@ static hpt_status emb_chunk_sum(void *ctx, float *g, size_t n) {
 
 void dp_engine_emb(hpt_trainer *tr) {
     if (hpt_dist_size() > 1 && model_embeddings(tr->model) != HPT_EMB_FULL)
-        gpt2_set_emb_sum(tr->model, emb_chunk_sum, NULL);
+        model_set_emb_sum(tr->model, emb_chunk_sum, NULL);
 }
 
 hpt_status dp_engine_micro(struct offload_engine *e, int k, int K) {
@@ -90,9 +90,9 @@ static hpt_status discard(void *ctx, const float *x, size_t n) {
     return HPT_OK;
 }
 
-hpt_status dp_engine_follow(hpt_gpt2 *model, int n) {
+hpt_status dp_engine_follow(hpt_model *model, int n) {
     struct offload_engine *e = model_engine(model);
     if (!e || !eng_home_shard(e, EB_P)) return HPT_OK; /* stages 1-2: rank 0 reads its own */
-    for (int k = 0; k < n; k++) HPT_CHECK(gpt2_emit(model, EB_P, model_params(model), discard, NULL));
+    for (int k = 0; k < n; k++) HPT_CHECK(model_emit(model, EB_P, model_params(model), discard, NULL));
     return HPT_OK;
 }

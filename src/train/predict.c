@@ -103,7 +103,7 @@ hpt_status predictor_end(weight_predictor *pr) {
     return HPT_OK;
 }
 
-hpt_status predictor_apply(weight_predictor *pr, hpt_gpt2 *model, const hpt_optim *opt, int64_t k,
+hpt_status predictor_apply(weight_predictor *pr, hpt_model *model, const hpt_optim *opt, int64_t k,
                            int64_t step, float lr, double *update_norm_out) {
     *update_norm_out = 0.0;
     float *p = hpt_model_params(model);

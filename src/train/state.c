@@ -71,11 +71,11 @@ static const char k_end[8] = {'H', 'P', 'T', 'E', 'N', 'D', 0, 0};
 static const char *const comp_names[N_COMP] = {"bf16_comp", "emb_comp"};
 
 /* The model's Kahan compensations, one per name of comp_names (NULL, 0: none). */
-static hpt_status model_comps(hpt_gpt2 *m, uint16_t *comp[N_COMP], size_t n[N_COMP]) {
+static hpt_status model_comps(hpt_model *m, uint16_t *comp[N_COMP], size_t n[N_COMP]) {
     comp[0] = comp[1] = NULL;
     n[0] = n[1] = 0;
     if (model_engine(m)) HPT_CHECK(eng_comp(model_engine(m), &comp[0], &n[0]));
-    gpt2_emb_comp(m, &comp[1], &n[1]);
+    model_emb_comp(m, &comp[1], &n[1]);
     return HPT_OK;
 }
 
@@ -133,9 +133,9 @@ static uint32_t tensor_crc(uint32_t crc, const hpt_backend *be, const void *p, s
     return crc;
 }
 
-void state_pack_fields(const hpt_gpt2 *model, const hpt_optim *opt, const hpt_adamw_opts *ao,
+void state_pack_fields(const hpt_model *model, const hpt_optim *opt, const hpt_adamw_opts *ao,
                        const hpt_train_pos *pos, int64_t f[STATE_NFIELDS]) {
-    const hpt_model_config *c = hpt_gpt2_get_config(model);
+    const hpt_model_config *c = hpt_model_get_config(model);
     size_t num_params = hpt_model_num_params(model);
     int64_t g[NFIELDS] = {c->L, c->C, c->NH, c->V, c->Vp, c->maxT,
                           fbits(ao->lr), fbits(ao->beta1), fbits(ao->beta2), fbits(ao->eps),
@@ -156,7 +156,7 @@ hpt_status state_unpack_fields(const int64_t f[STATE_NFIELDS], const char *path,
     *c = (hpt_model_config){.L = (int)f[0], .C = (int)f[1], .NH = (int)f[2], .V = (int)f[3],
                             .Vp = (int)f[4], .maxT = (int)f[5]};
     unpack_arch(f, c);
-    hpt_status s = hpt_gpt2_config_check(c);
+    hpt_status s = hpt_model_config_check(c);
     if (s != HPT_OK) return hpt_fail_ctx(s, "%s", path);
     *ao = (hpt_adamw_opts){.lr = bitsf(f[6]), .beta1 = bitsf(f[7]), .beta2 = bitsf(f[8]),
                            .eps = bitsf(f[9]), .weight_decay = bitsf(f[10]),
@@ -185,18 +185,18 @@ hpt_status state_unpack_fields(const int64_t f[STATE_NFIELDS], const char *path,
     return HPT_OK;
 }
 
-hpt_status hpt_state_save(const char *path, const hpt_gpt2 *model, const hpt_optim *opt,
+hpt_status hpt_state_save(const char *path, const hpt_model *model, const hpt_optim *opt,
                           const hpt_adamw_opts *ao, const hpt_train_pos *pos) {
     return hpt_state_save_sections(path, model, opt, ao, pos, NULL, 0);
 }
 
-hpt_status hpt_state_save_sections(const char *path, const hpt_gpt2 *model, const hpt_optim *opt,
+hpt_status hpt_state_save_sections(const char *path, const hpt_model *model, const hpt_optim *opt,
                                    const hpt_adamw_opts *ao, const hpt_train_pos *pos,
                                    const hpt_state_section *sec, int n_sec) {
     /* bf16-kahan weights' (and embeddings') compensation: one more section each */
     uint16_t *comp[N_COMP];
     size_t n_comp[N_COMP];
-    HPT_CHECK(model_comps((hpt_gpt2 *)(uintptr_t)model, comp, n_comp));
+    HPT_CHECK(model_comps((hpt_model *)(uintptr_t)model, comp, n_comp));
     int n_own = (comp[0] != NULL) + (comp[1] != NULL);
     if (n_sec < 0 || n_sec + n_own > HPT_STATE_MAX_SECTIONS)
         return hpt_fail(HPT_ERR_INVALID, "%d checkpoint sections (at most %d%s)", n_sec,
@@ -224,9 +224,9 @@ hpt_status hpt_state_save_sections(const char *path, const hpt_gpt2 *model, cons
     hpt_status s = io_atomic_write(&w, k_magic, 8);
     if (s == HPT_OK) s = io_atomic_write(&w, ver, sizeof ver);
     if (s == HPT_OK) s = io_atomic_write(&w, f, sizeof f);
-    hpt_gpt2 *mm = (hpt_gpt2 *)(uintptr_t)model;
+    hpt_model *mm = (hpt_model *)(uintptr_t)model;
     if (model_engine(mm)) { /* offloaded: gathered in checkpoint order */
-        if (s == HPT_OK) s = gpt2_emit(mm, EB_P, model_params(mm), emit_atomic, &w);
+        if (s == HPT_OK) s = model_emit(mm, EB_P, model_params(mm), emit_atomic, &w);
     } else if (s == HPT_OK) {
         s = tensor_write(&w, model_backend(mm), model_params(mm), nb);
     }
@@ -291,11 +291,11 @@ void hpt_state_sections_free(hpt_mem *mem, hpt_state_section *sec, int n_sec) {
 }
 
 static hpt_status load_state(const char *path, hpt_mem *mem, const hpt_offload_opts *off,
-                             hpt_gpt2 **model_out, hpt_optim **opt_out, hpt_adamw_opts *ao_out,
+                             hpt_model **model_out, hpt_optim **opt_out, hpt_adamw_opts *ao_out,
                              hpt_train_pos *pos_out, hpt_state_section sec[HPT_STATE_MAX_SECTIONS],
                              int *n_sec_out);
 
-hpt_status hpt_state_load(const char *path, hpt_mem *mem, hpt_gpt2 **model_out,
+hpt_status hpt_state_load(const char *path, hpt_mem *mem, hpt_model **model_out,
                           hpt_optim **opt_out, hpt_adamw_opts *ao_out, hpt_train_pos *pos_out) {
     hpt_state_section sec[HPT_STATE_MAX_SECTIONS];
     int n_sec;
@@ -305,7 +305,7 @@ hpt_status hpt_state_load(const char *path, hpt_mem *mem, hpt_gpt2 **model_out,
 }
 
 hpt_status hpt_state_load_offload(const char *path, hpt_mem *mem, const hpt_offload_opts *off,
-                                  hpt_gpt2 **model_out, hpt_optim **opt_out,
+                                  hpt_model **model_out, hpt_optim **opt_out,
                                   hpt_adamw_opts *ao_out, hpt_train_pos *pos_out) {
     hpt_state_section sec[HPT_STATE_MAX_SECTIONS];
     int n_sec;
@@ -314,7 +314,7 @@ hpt_status hpt_state_load_offload(const char *path, hpt_mem *mem, const hpt_offl
     return HPT_OK;
 }
 
-hpt_status hpt_state_load_sections(const char *path, hpt_mem *mem, hpt_gpt2 **model_out,
+hpt_status hpt_state_load_sections(const char *path, hpt_mem *mem, hpt_model **model_out,
                                    hpt_optim **opt_out, hpt_adamw_opts *ao_out,
                                    hpt_train_pos *pos_out,
                                    hpt_state_section sec[HPT_STATE_MAX_SECTIONS],
@@ -323,7 +323,7 @@ hpt_status hpt_state_load_sections(const char *path, hpt_mem *mem, hpt_gpt2 **mo
 }
 
 hpt_status hpt_state_load_offload_sections(const char *path, hpt_mem *mem,
-                                           const hpt_offload_opts *off, hpt_gpt2 **model_out,
+                                           const hpt_offload_opts *off, hpt_model **model_out,
                                            hpt_optim **opt_out, hpt_adamw_opts *ao_out,
                                            hpt_train_pos *pos_out,
                                            hpt_state_section sec[HPT_STATE_MAX_SECTIONS],
@@ -367,7 +367,7 @@ static hpt_status read_sections(FILE *fp, const char *path, hpt_mem *mem, uint64
 
 /* Takes the bf16 compensations' sections out of sec (freed, the others moved up): into the
  * model's bf16-kahan weights (embeddings), or dropped for other weights. */
-static hpt_status absorb_comp(hpt_gpt2 *m, hpt_mem *mem, const char *path, hpt_state_section *sec,
+static hpt_status absorb_comp(hpt_model *m, hpt_mem *mem, const char *path, hpt_state_section *sec,
                               int *n_sec) {
     uint16_t *comp[N_COMP];
     size_t n[N_COMP];
@@ -395,7 +395,7 @@ static hpt_status absorb_comp(hpt_gpt2 *m, hpt_mem *mem, const char *path, hpt_s
 
 /* Loads a state into a model made with off (NULL: no engine), with version 3's sections. */
 static hpt_status load_state(const char *path, hpt_mem *mem, const hpt_offload_opts *off,
-                             hpt_gpt2 **model_out, hpt_optim **opt_out, hpt_adamw_opts *ao_out,
+                             hpt_model **model_out, hpt_optim **opt_out, hpt_adamw_opts *ao_out,
                              hpt_train_pos *pos_out, hpt_state_section sec[HPT_STATE_MAX_SECTIONS],
                              int *n_sec_out) {
     *model_out = NULL;
@@ -422,7 +422,7 @@ static hpt_status load_state(const char *path, hpt_mem *mem, const hpt_offload_o
         c = (hpt_model_config){.L = (int)f[0], .C = (int)f[1], .NH = (int)f[2], .V = (int)f[3],
                               .Vp = (int)f[4], .maxT = (int)f[5]};
         unpack_arch(f, &c);
-        s = hpt_gpt2_config_check(&c);
+        s = hpt_model_config_check(&c);
         if (s != HPT_OK) s = hpt_fail_ctx(s, "%s", path);
     }
     size_t n = 0;
@@ -459,16 +459,16 @@ static hpt_status load_state(const char *path, hpt_mem *mem, const hpt_offload_o
                          path, (unsigned long long)size, (unsigned long long)want);
         base = want;
     }
-    hpt_gpt2 *m = NULL;
+    hpt_model *m = NULL;
     hpt_optim *o = NULL;
     hpt_optim_buf bufs[HPT_OPTIM_NUM_BUFS];
     crc_reader rd = {fp, path, 0};
-    if (s == HPT_OK) s = hpt_gpt2_create_offload(mem, &c, off, &m);
+    if (s == HPT_OK) s = hpt_model_create_config_offload(mem, &c, off, &m);
     if (s == HPT_OK) s = hpt_optim_create(mem, m, &ao, &o);
     if (s == HPT_OK) hpt_optim_state_buffers(o, bufs);
     if (s == HPT_OK && model_engine(m)) { /* scattered into the engine's homes as it is read */
         rd.crc = io_crc32c(io_crc32c(io_crc32c(0, k_magic, 8), ver, sizeof ver), f, sizeof f);
-        s = gpt2_absorb(m, EB_P, model_params(m), read_crc, &rd);
+        s = model_absorb(m, EB_P, model_params(m), read_crc, &rd);
     } else if (s == HPT_OK) {
         s = tensor_read(fp, model_backend(m), model_params(m), n * 4, path, "parameters");
     }

@@ -51,7 +51,7 @@ void predictor_begin(weight_predictor *pr);
 hpt_status predictor_end(weight_predictor *pr);
 /* Predicted update number k (0-based) of the phase at optimizer step `step` with learning
  * rate lr, applied to the model's weights; *update_norm_out gets its L2 norm. */
-hpt_status predictor_apply(weight_predictor *pr, hpt_gpt2 *model, const hpt_optim *opt, int64_t k,
+hpt_status predictor_apply(weight_predictor *pr, hpt_model *model, const hpt_optim *opt, int64_t k,
                            int64_t step, float lr, double *update_norm_out);
 /* The norm of the update the last real AdamW (fp32) step made, from its moments:
  * lr * ||m_hat / (sqrt(v_hat) + eps)|| (decay excluded); lr * grad_norm for other optimizers. */
@@ -141,7 +141,7 @@ hpt_status dp_engine_zemb_reduce(hpt_trainer *tr);
 hpt_status dp_engine_zemb_norm(hpt_trainer *tr);
 /* ZeRO-3 in the engine, a rank other than 0 while rank 0 writes the model's files (n streams of
  * the weights, each gathered block by block: collective): the same gathers, discarded. */
-hpt_status dp_engine_follow(hpt_gpt2 *model, int n);
+hpt_status dp_engine_follow(hpt_model *model, int n);
 /* After the model is made: its engine sums each block's gradients over the processes. */
 void dp_engine_setup(struct offload_engine *e);
 /* Before micro-batch k of K of a step summed apart: the engine's exact mode adds it to its
@@ -151,7 +151,7 @@ hpt_status dp_engine_micro(struct offload_engine *e, int k, int K);
 
 /* ---- state.c's header fields, for the sharded checkpoints (zero.c) ---- */
 #define STATE_NFIELDS 32
-void state_pack_fields(const hpt_gpt2 *model, const hpt_optim *opt, const hpt_adamw_opts *ao,
+void state_pack_fields(const hpt_model *model, const hpt_optim *opt, const hpt_adamw_opts *ao,
                        const hpt_train_pos *pos, int64_t f[STATE_NFIELDS]);
 /* The fields' shape, optimizer settings and position (checked); path names the file in errors. */
 hpt_status state_unpack_fields(const int64_t f[STATE_NFIELDS], const char *path,
@@ -174,7 +174,7 @@ typedef struct {
      * with accum > 1); micro: the micro-batch (0: copy, > 0: add) */
     hpt_mem *mem;
     const hpt_backend *be;
-    hpt_gpt2 *model;
+    hpt_model *model;
     float *slot, *run, *nb_acc;
     size_t slot_n, run_n, run_lo, nb_lo, nb_n;
     int micro, accum;
@@ -182,9 +182,9 @@ typedef struct {
     int slot_l[2];
 } dp_shard;
 /* The run's sharding for the model's table (o->zero, the process count). */
-hpt_status dp_shard_init(const hpt_train_opts *o, hpt_gpt2 *model, dp_shard *z);
+hpt_status dp_shard_init(const hpt_train_opts *o, hpt_model *model, dp_shard *z);
 /* The optimizer for z: the owned units' state only when sharded, with the norm's gather. */
-hpt_status dp_optim_create(hpt_mem *mem, hpt_gpt2 *model, const hpt_adamw_opts *ao,
+hpt_status dp_optim_create(hpt_mem *mem, hpt_model *model, const hpt_adamw_opts *ao,
                            dp_shard *z, hpt_optim **out);
 void dp_optim_attach(hpt_optim *op, dp_shard *z);
 /* Stage 1, 2: grads' owned values = the rank-order sum (the others' stay); stage 0: all. */
@@ -196,7 +196,7 @@ hpt_status dp_gather_params(const dp_shard *z, float *params);
 int dp_sink_wanted(const hpt_train_opts *o);
 /* Stage 2 (K micro-batches per step): the slot and the run's gradients allocated, the sink set
  * on the model (made with its gradients away), the optimizer reading the run's gradients. */
-hpt_status dp_sink_attach(dp_shard *z, hpt_mem *mem, hpt_gpt2 *model, hpt_optim *op, int K);
+hpt_status dp_sink_attach(dp_shard *z, hpt_mem *mem, hpt_model *model, hpt_optim *op, int K);
 void dp_sink_free(dp_shard *z);
 /* Stage 2, micro-batch k: before its backward (dp_sink_begin: its blocks' sums are copied
  * (k = 0) or added to the run); after it (dp_sink_end), the non-block tensors' gradients (the
@@ -215,16 +215,16 @@ void zero_remove(const char *dir);
  * every block with the engine), then rank 0 the manifest (and model.bin is the caller's); stage
  * the run's (recorded); ls: the loss scaler's three fields or NULL. Every rank's shard status is
  * every rank's; the manifest's is rank 0's (the caller shares it: dp_saved). */
-hpt_status zero_save(const dp_shard *z, int stage, const char *dir, hpt_gpt2 *model,
+hpt_status zero_save(const dp_shard *z, int stage, const char *dir, hpt_model *model,
                      const hpt_optim *opt, const hpt_adamw_opts *ao, const hpt_train_pos *pos,
                      const int64_t *ls);
 /* A sharded checkpoint into this run's processes (re-cut: any M, any stage; z filled for the
  * run); sec gets the loss scaler's "loss_scale" section when it was saved. */
 hpt_status zero_load(const char *dir, const hpt_train_opts *o, hpt_mem *mem, dp_shard *z,
-                     hpt_gpt2 **model_out, hpt_optim **opt_out, hpt_adamw_opts *ao_out,
+                     hpt_model **model_out, hpt_optim **opt_out, hpt_adamw_opts *ao_out,
                      hpt_train_pos *pos_out, hpt_state_section *sec, int *n_sec);
 /* A whole optimizer (from state.bin) cut to z's run (stage 0: kept; the norm's gather set). */
-hpt_status zero_reshard(hpt_mem *mem, hpt_gpt2 *model, dp_shard *z, hpt_optim **opt);
+hpt_status zero_reshard(hpt_mem *mem, hpt_model *model, dp_shard *z, hpt_optim **opt);
 /* ---- the jump predictor (src/train/jump.c) ---- */
 
 /* Steps in a round of FULL (schedule.c): full_steps, and for the jump predictor at least the

@@ -86,7 +86,7 @@ static hpt_status restore_scaler(hpt_trainer *tr, const hpt_state_section *sec, 
     return HPT_OK;
 }
 
-static const hpt_model_config *mcfg(const hpt_trainer *tr) { return hpt_gpt2_get_config(tr->model); }
+static const hpt_model_config *mcfg(const hpt_trainer *tr) { return hpt_model_get_config(tr->model); }
 
 static void free_snapshot(hpt_trainer *tr) {
     if (tr->snapshot)
@@ -152,7 +152,7 @@ static hpt_status check_budget(hpt_trainer *tr, hpt_model_config *cfg, const cha
     hpt_mem_get_stats(tr->mem, &st);
     uint64_t budget = st.budget_bytes[HPT_TIER_DEVICE];
     if (!budget) return HPT_OK;
-    if (ckpt) HPT_CHECK(hpt_gpt2_read_config(ckpt, cfg));
+    if (ckpt) HPT_CHECK(hpt_model_read_config(ckpt, cfg));
     hpt_plan_opts po = hpt_train_plan_opts(&tr->o, cfg);
     return hpt_plan_check_budget(&po, budget, live0);
 }
@@ -247,7 +247,7 @@ static hpt_status setup(hpt_trainer *tr) {
                 return s;
             }
         }
-        hpt_model_config cfg = *hpt_gpt2_get_config(tr->model);
+        hpt_model_config cfg = *hpt_model_get_config(tr->model);
         s = check_budget(tr, &cfg, NULL, live0); /* the shape is known only now */
         if (s != HPT_OK) {
             hpt_state_sections_free(tr->mem, sec, n_sec);
@@ -266,10 +266,10 @@ static hpt_status setup(hpt_trainer *tr) {
         hpt_model_config cfg;
         if (file_exists(o->model)) {
             HPT_CHECK(check_budget(tr, &cfg, o->model, live0));
-            HPT_CHECK(hpt_gpt2_load_offload(tr->mem, o->model, &o->offload, &tr->model));
+            HPT_CHECK(hpt_model_load_offload(tr->mem, o->model, &o->offload, &tr->model));
         } else if (hpt_model_config_parse(o->model, &cfg) == HPT_OK) {
             HPT_CHECK(check_budget(tr, &cfg, NULL, live0));
-            HPT_CHECK(hpt_gpt2_create_offload(tr->mem, &cfg, &o->offload, &tr->model));
+            HPT_CHECK(hpt_model_create_config_offload(tr->mem, &cfg, &o->offload, &tr->model));
             HPT_CHECK(hpt_model_init_random(tr->model, o->seed));
         } else if (strchr(o->model, '/') || strstr(o->model, ".bin")) {
             return hpt_fail(HPT_ERR_IO, "cannot open %s: %s", o->model, strerror(ENOENT));
@@ -338,7 +338,7 @@ hpt_status hpt_trainer_create(hpt_mem *mem, const hpt_train_opts *opts, hpt_trai
 }
 
 int hpt_trainer_done(const hpt_trainer *tr) { return tr->step >= tr->o.steps; }
-hpt_gpt2 *hpt_trainer_model(hpt_trainer *tr) { return tr->model; }
+hpt_model *hpt_trainer_model(hpt_trainer *tr) { return tr->model; }
 int64_t hpt_trainer_start_step(const hpt_trainer *tr) { return tr->start_step; }
 const hpt_adamw_opts *hpt_trainer_optim_opts(const hpt_trainer *tr) { return hpt_optim_get_opts(tr->opt); }
 size_t hpt_trainer_train_tokens(const hpt_trainer *tr) { return hpt_dataloader_num_tokens(tr->train); }
@@ -749,7 +749,7 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
     if (scaling) {
         int overflow;
         if (tr->dp.stage) HPT_CHECK(dp_overflow(&tr->dp, tr->be, model_grads(tr->model), &overflow));
-        else HPT_CHECK(gpt2_grads_overflow(tr->model, &overflow));
+        else HPT_CHECK(model_grads_overflow(tr->model, &overflow));
         if (overflow) return scaler_skip(tr, p);
     }
     if (fused)

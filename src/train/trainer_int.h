@@ -15,7 +15,7 @@ struct hpt_trainer {
     hpt_train_opts o;
     hpt_mem *mem;
     const hpt_backend *be;    /* mem's device tier's (hpt_backend_of): device copies */
-    hpt_gpt2 *model;
+    hpt_model *model;
     hpt_optim *opt;
     hpt_dataloader *train, *val;
     hpt_rng rng;

@@ -154,14 +154,14 @@ hpt_status hpt_verify(hpt_mem *mem, const char *model_path, const char *state_pa
     r->tol = tol;
     steps_file sf = {0};
     if (steps_json) HPT_CHECK(read_steps(steps_json, &sf));
-    hpt_gpt2 *m = NULL;
+    hpt_model *m = NULL;
     hpt_model_config shape;
     /* a SHAPE (no file of that name): the parameters come from a version-3 state */
     FILE *probe = fopen(model_path, "rb");
     int from_shape = !probe && hpt_model_config_parse(model_path, &shape) == HPT_OK;
     if (probe) fclose(probe);
     if (from_shape) HPT_CHECK(hpt_model_create_config(mem, &shape, &m));
-    else HPT_CHECK(hpt_gpt2_load(mem, model_path, &m));
+    else HPT_CHECK(hpt_model_load(mem, model_path, &m));
     const hpt_model_config *c = hpt_model_get_config(m);
     r->cfg = *c;
     hpt_ref_state ref;
@@ -187,7 +187,7 @@ hpt_status hpt_verify(hpt_mem *mem, const char *model_path, const char *state_pa
     const float *grads = hpt_model_grads(m);
     int ok = r->loss_rel_err <= tol && r->logits_rel_err <= tol;
     size_t off = 0;
-    for (int i = 0; i < t->n && i < HPT_GPT2_NUM_TENSORS; i++) {
+    for (int i = 0; i < t->n && i < HPT_VERIFY_MAX_TENSORS; i++) {
         size_t numel = hpt_tensor_numel(&t->t[i]);
         r->grad_name[i] = static_name(c, t->t[i].name);
         r->n_grads = i + 1;

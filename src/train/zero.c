@@ -225,7 +225,7 @@ static hpt_status write_manifest(const char *dir, int stage, int procs, uint64_t
     return io_atomic_commit(&w);
 }
 
-hpt_status zero_save(const dp_shard *z, int stage, const char *dir, hpt_gpt2 *model,
+hpt_status zero_save(const dp_shard *z, int stage, const char *dir, hpt_model *model,
                      const hpt_optim *opt, const hpt_adamw_opts *ao, const hpt_train_pos *pos,
                      const int64_t *ls) {
     char path[PATH_MAX];
@@ -520,7 +520,7 @@ static hpt_status shard_regions(zside *sd, const manifest *m, const uint64_t *re
 }
 
 hpt_status zero_load(const char *dir, const hpt_train_opts *o, hpt_mem *mem, dp_shard *z,
-                     hpt_gpt2 **model_out, hpt_optim **opt_out, hpt_adamw_opts *ao_out,
+                     hpt_model **model_out, hpt_optim **opt_out, hpt_adamw_opts *ao_out,
                      hpt_train_pos *pos_out, hpt_state_section *sec, int *n_sec) {
     *model_out = NULL;
     *opt_out = NULL;
@@ -535,10 +535,10 @@ hpt_status zero_load(const char *dir, const hpt_train_opts *o, hpt_mem *mem, dp_
     float prev = 0.0f;
     snprintf(path, sizeof path, "%s/zero.manifest", dir);
     if (s == HPT_OK) s = state_unpack_fields(m->f, path, &c, &ao, pos_out, &t, &prev);
-    hpt_gpt2 *model = NULL;
+    hpt_model *model = NULL;
     hpt_optim *op = NULL;
     const hpt_offload_opts *off = hpt_offload_active(&o->offload) ? &o->offload : NULL;
-    if (s == HPT_OK) s = hpt_gpt2_create_offload(mem, &c, off, &model);
+    if (s == HPT_OK) s = hpt_model_create_config_offload(mem, &c, off, &model);
     if (s == HPT_OK) s = dp_shard_init(o, model, z);
     if (s == HPT_OK) s = dp_optim_create(mem, model, &ao, z, &op);
     zside sd;
@@ -593,13 +593,13 @@ hpt_status zero_load(const char *dir, const hpt_train_opts *o, hpt_mem *mem, dp_
     return HPT_OK;
 }
 
-hpt_status zero_reshard(hpt_mem *mem, hpt_gpt2 *model, dp_shard *z, hpt_optim **opt) {
+hpt_status zero_reshard(hpt_mem *mem, hpt_model *model, dp_shard *z, hpt_optim **opt) {
     if (!z->stage) {
         dp_optim_attach(*opt, z);
         return HPT_OK;
     }
     const hpt_adamw_opts *ao = hpt_optim_get_opts(*opt);
-    const hpt_model_config *c = hpt_gpt2_get_config(model);
+    const hpt_model_config *c = hpt_model_get_config(model);
     size_t nu = optim_units(model_table(model)), lo = z->ulo[z->rank], hi = z->uhi[z->rank];
     hpt_optim *op;
     HPT_CHECK(dp_optim_create(mem, model, ao, z, &op));

@@ -16,7 +16,7 @@ typedef struct {
 } zpiece;
 
 typedef struct {
-    hpt_gpt2 *model;
+    hpt_model *model;
     hpt_optim *opt;
     struct offload_engine *eng; /* NULL: in memory */
     const hpt_tensor_table *t;
@@ -30,7 +30,7 @@ typedef struct {
 } zside;
 
 /* The side of a run: its model, optimizer, rank; z (in memory) its run of units. */
-hpt_status zs_init(zside *s, hpt_gpt2 *model, hpt_optim *opt, const dp_shard *z);
+hpt_status zs_init(zside *s, hpt_model *model, hpt_optim *opt, const dp_shard *z);
 /* Unit u: its tensor, slice (layer), values, and first value in checkpoint order. */
 void zs_unit(const zside *s, size_t u, int *i, size_t *sl, size_t *sn, size_t *off);
 /* The pieces this rank writes, in unit order (*n of them; malloc'd, the caller frees). */

@@ -15,13 +15,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-hpt_status zs_init(zside *s, hpt_gpt2 *model, hpt_optim *opt, const dp_shard *z) {
+hpt_status zs_init(zside *s, hpt_model *model, hpt_optim *opt, const dp_shard *z) {
     memset(s, 0, sizeof *s);
     s->model = model;
     s->opt = opt;
     s->eng = model_engine(model);
     s->t = model_table(model);
-    s->c = *hpt_gpt2_get_config(model);
+    s->c = *hpt_model_get_config(model);
     s->ao = *hpt_optim_get_opts(opt);
     s->nu = optim_units(s->t);
     if (model_backend(model) != hpt_backend_cpu()) /* the pieces are copied with the CPU */
@@ -173,7 +173,7 @@ hpt_status zs_weights_get(zside *s, size_t u, size_t a, size_t n, const float **
         return HPT_OK;
     }
     if (!stacked(s, i)) {
-        *p = gpt2_nonblock_param(s->model, i).f32 + a;
+        *p = model_nonblock_param(s->model, i).f32 + a;
         return HPT_OK;
     }
     block_at(s, u, &l, &at, &i);
@@ -185,7 +185,7 @@ hpt_status zs_weights_put(zside *s, size_t u, size_t a, size_t n, const float *s
     size_t sl, sn, off, at;
     zs_unit(s, u, &i, &sl, &sn, &off);
     if (!s->eng || !stacked(s, i)) {
-        float *p = !s->eng ? model_params(s->model) + off : gpt2_nonblock_param(s->model, i).f32;
+        float *p = !s->eng ? model_params(s->model) + off : model_nonblock_param(s->model, i).f32;
         memcpy(p + a, src, n * sizeof(float));
         return HPT_OK;
     }

@@ -10,7 +10,7 @@
 #    tests/tests.cmake). The library compiles there with the warning list but not as errors:
 #    clang warns about things gcc does not (the gcc builds hold the line).
 set(HPT_FUZZ_TARGETS state llmc refstate shard tokbin tokgpt2 trace safetensors hfconfig hfmodel tokjson
-    tiktoken)
+    tiktoken chat)
 set(HPT_FUZZ_DIR ${CMAKE_SOURCE_DIR}/tests/fuzz)
 
 foreach(variant IN LISTS HPT_VARIANTS)

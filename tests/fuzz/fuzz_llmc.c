@@ -5,11 +5,11 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *path = fz_file("model.bin", data, size);
-    hpt_gpt2_config cfg;
-    (void)hpt_gpt2_read_config(path, &cfg);
+    hpt_model_config cfg;
+    (void)hpt_model_read_config(path, &cfg);
     hpt_mem *mem = fz_mem(64u << 20);
-    hpt_gpt2 *m = NULL;
-    if (hpt_gpt2_load(mem, path, &m) == HPT_OK) hpt_gpt2_free(m);
+    hpt_model *m = NULL;
+    if (hpt_model_load(mem, path, &m) == HPT_OK) hpt_model_free(m);
     /* one of the two weight kinds per input (the engine's setup costs ~35 ms a load): both
      * read the file through the same stream, the kind changes what is kept */
     hpt_infer *inf = NULL;

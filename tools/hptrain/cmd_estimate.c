@@ -345,7 +345,7 @@ int cmd_estimate(int argc, char **argv) {
     }
     hpt_status s;
     if (ckpt) {
-        s = hpt_gpt2_read_config(ckpt, &po.cfg);
+        s = hpt_model_read_config(ckpt, &po.cfg);
         model = ckpt;
     } else {
         s = hpt_model_config_parse(model, &po.cfg);

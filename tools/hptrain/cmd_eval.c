@@ -116,7 +116,7 @@ int cmd_eval(int argc, char **argv) {
     }
     if (s != HPT_OK) { rc = cli_lib_error(s, "loading the model"); goto out; }
     hpt_model_release_grads(m); /* forward only (nothing without the engine) */
-    const hpt_gpt2_config *cfg = hpt_gpt2_get_config(m);
+    const hpt_model_config *cfg = hpt_model_get_config(m);
     if (T > cfg->maxT) {
         rc = cli_error("--seq %ld exceeds the model's maxT %d", T, cfg->maxT);
         goto out;

@@ -82,7 +82,7 @@ int cmd_sample(int argc, char **argv) {
     int rc = 0;
     hpt_status s;
     hpt_model_config cfg_file;
-    if ((s = hpt_gpt2_read_config(model_path, &cfg_file)) != HPT_OK) {
+    if ((s = hpt_model_read_config(model_path, &cfg_file)) != HPT_OK) {
         rc = cli_lib_error(s, "loading the model");
         goto out;
     }

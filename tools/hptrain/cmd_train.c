@@ -223,7 +223,7 @@ static void memory_report(const hpt_mem *mem) {
 }
 
 /* What the offload engine moved per step and how much of its time the compute thread waited. */
-static void offload_report(const hpt_gpt2 *m, int64_t steps) {
+static void offload_report(const hpt_model *m, int64_t steps) {
     hpt_offload_stats st;
     hpt_model_offload_stats(m, &st);
     if (steps < 1 || (st.io_s == 0.0 && st.update_s == 0.0 && st.loads == 0)) return;
@@ -400,7 +400,7 @@ static int train_main(int argc, char **argv) {
     /* the estimator's view of the run: for --plan auto and for the doctor after a refusal */
     hpt_plan_opts po = hpt_plan_defaults();
     int have_shape = o.model && (hpt_model_config_parse(o.model, &po.cfg) == HPT_OK ||
-                                 hpt_gpt2_read_config(o.model, &po.cfg) == HPT_OK);
+                                 hpt_model_read_config(o.model, &po.cfg) == HPT_OK);
     po.B = o.B, po.T = o.T, po.has_val = o.val != NULL, po.plan = o.plan;
     if (auto_plan) {
         if (o.resume) return cli_usage_error("train", "--plan auto does not resume (pass the plan's flags)");
@@ -469,7 +469,7 @@ static int train_main(int argc, char **argv) {
         hpt_mem_destroy(mem);
         return cli_error("cannot write the log %s", log_path);
     }
-    const hpt_model_config *cfg = hpt_gpt2_get_config(hpt_trainer_model(tr));
+    const hpt_model_config *cfg = hpt_model_get_config(hpt_trainer_model(tr));
     tmeta.cfg = *cfg;
     tmeta.num_params = hpt_model_num_params(hpt_trainer_model(tr));
     fprintf(stderr, "hptrain: %s L=%d C=%d NH=%d V=%d maxT=%d, %.2fM parameters; %zu training "
@@ -480,7 +480,7 @@ static int train_main(int argc, char **argv) {
             hpt_trainer_start_step(tr) ? " (resumed)" : "");
     {
         char rb[32], ab[32];
-        fmt_bytes(ab, sizeof ab, hpt_gpt2_activation_bytes(cfg, o.B, o.T, &o.act));
+        fmt_bytes(ab, sizeof ab, hpt_model_activation_bytes(cfg, o.B, o.T, &o.act));
         fprintf(stderr, "hptrain: attention %s, recompute %s, act-offload %s, act-compress %s: "
                 "activation arena %s\n", hpt_attention_name(o.act.attention),
                 hpt_recompute_name(&o.act, rb, sizeof rb), hpt_act_offload_name(o.act.offload),

@@ -227,6 +227,7 @@ static void usage(FILE *out) {
           "  encode    text on stdin -> token ids on stdout (GPT-2, Llama 3 / Hugging Face)\n"
           "  decode    token ids on stdin -> text on stdout\n"
           "  tokenize  text files -> llm.c token shards (train/val split)\n"
+          "  render    chat conversations (JSONL) -> the text of the model's chat template\n"
           "  estimate  bytes by category and tier, and the peak, of a training configuration\n"
           "  profile   picture and memory-doctor summary of a training trace\n"
           "  calibrate measure this machine's rates for --plan auto's cost model\n"
@@ -241,6 +242,7 @@ int main(int argc, char **argv) {
         {"encode", cmd_encode}, {"decode", cmd_decode}, {"tokenize", cmd_tokenize},
         {"estimate", cmd_estimate}, {"profile", cmd_profile}, {"convert", cmd_convert},
         {"eval", cmd_eval}, {"calibrate", cmd_calibrate},
+        {"render", cmd_render},
     };
     if (argc < 2) { usage(stderr); return 2; }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
