@@ -43,3 +43,25 @@ void model_set_fault(hpt_model *m, int layer, float value) {
     m->fault_layer = layer;
     if (layer >= 0) m->fault_value = value;
 }
+
+size_t hpt_model_config_num_params(const hpt_model_config *cfg) {
+    hpt_tensor_table t;
+    model_describe(cfg, &t);
+    return hpt_table_numel(&t);
+}
+
+/* The non-block tensors back to back in checkpoint order (GPT-2: wte, wpe, lnfw, lnfb). */
+size_t model_nonblock_offset(const hpt_model_config *cfg, int i) {
+    hpt_tensor_table t;
+    model_describe(cfg, &t);
+    size_t off = 0;
+    for (int k = 0; k < i && k < t.n; k++)
+        if (t.t[k].layer != HPT_LAYER_STACKED) off += hpt_tensor_numel(&t.t[k]);
+    return off;
+}
+
+size_t model_nonblock_floats(const hpt_model_config *cfg) {
+    hpt_tensor_table t;
+    model_describe(cfg, &t);
+    return model_nonblock_offset(cfg, t.n);
+}

@@ -1,8 +1,7 @@
-/* config.c: a SHAPE routed to its architecture (hpt_arch.shape_prefixes, shape_parse: each
- * family's named shapes and keys live in its own file), every configuration filled and checked
- * through its architecture (config_fill, config_check, after the common rules here), the
- * KEY=VALUE parser the families share, and GPT-2's legacy parameter layout. A configuration
- * that leaves here is whole: every field its architecture reads is set. */
+/* config.c: what the architectures' shape hooks share (model/arch.h: the common check, the
+ * KEY=VALUE parser, an integer key's value) and GPT-2's legacy parameter layout. Routing a
+ * SHAPE to its family and checking a configuration through it are the registry's
+ * (registry.c). Calls nothing above core, so an architecture's file may use it. */
 #include "core/core.h"
 #include "model/arch.h"
 #include "model/gpt2_int.h"
@@ -12,11 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-void model_config_fill(hpt_model_config *c) {
-    const hpt_arch *a = hpt_arch_of(c);
-    if (a && a->config_fill) a->config_fill(c);
-}
 
 hpt_status model_config_check_common(const hpt_model_config *c, const char *arch) {
     if (c->L < 1 || c->C < 1 || c->NH < 1 || c->V < 1 || c->maxT < 1 || c->Vp < c->V)
@@ -30,13 +24,6 @@ hpt_status model_config_check_common(const hpt_model_config *c, const char *arch
     return HPT_OK;
 }
 
-hpt_status hpt_model_config_check(const hpt_model_config *c) {
-    const hpt_arch *a = hpt_arch_of(c);
-    if (!a || !a->config_check) return hpt_fail(HPT_ERR_SHAPE, "unknown architecture id %d", c->arch);
-    return a->config_check(c);
-}
-
-static int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
 /* KEY=VALUE[,KEY=VALUE...] after a shape's "arch:" prefix; set(key, value) takes each pair. */
 hpt_status model_shape_kv(const char *shape, const char *s, hpt_model_config *c, model_kv_fn set) {
@@ -64,36 +51,6 @@ hpt_status model_shape_int(double v, int lo, const char *key, const char *shape,
         return hpt_fail(HPT_ERR_INVALID, "bad shape '%s': bad value for %s", shape, key);
     *out = (int)v;
     return HPT_OK;
-}
-
-hpt_status hpt_model_config_parse(const char *shape, hpt_model_config *out) {
-    for (int i = 0; i < hpt_arch_count(); i++) {
-        const hpt_arch *a = hpt_arch_at(i);
-        for (const char *const *p = a->shape_prefixes; p && *p; p++) {
-            if (strncmp(shape, *p, strlen(*p)) != 0) continue;
-            hpt_model_config c;
-            memset(&c, 0, sizeof c);
-            HPT_CHECK(a->shape_parse(shape, &c));
-            c.arch = i;
-            if (!c.Vp) c.Vp = c.V % 128 ? round_up(c.V, 128) : c.V;
-            model_config_fill(&c);
-            HPT_CHECK(hpt_model_config_check(&c));
-            *out = c;
-            return HPT_OK;
-        }
-    }
-    char list[1024];
-    size_t n = 0;
-    list[0] = 0;
-    for (int i = 0; i < hpt_arch_count() && n < sizeof list; i++)
-        n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? "; " : "", hpt_arch_at(i)->desc.shapes);
-    return hpt_fail(HPT_ERR_INVALID, "unknown model shape '%s' (%s)", shape, list);
-}
-
-size_t hpt_model_config_num_params(const hpt_model_config *cfg) {
-    hpt_tensor_table t;
-    model_describe(cfg, &t);
-    return hpt_table_numel(&t);
 }
 
 void gpt2_spans(const hpt_model_config *cfg, gpt2_span out[GPT2_NUM_TENSORS]) {
@@ -138,20 +95,4 @@ size_t gpt2_block_floats(const hpt_model_config *cfg) {
     gpt2_block_slices(cfg, n);
     for (int i = 0; i < GPT2_BLOCK_SLICES; i++) s += n[i];
     return s;
-}
-
-/* The non-block tensors back to back in checkpoint order (GPT-2: wte, wpe, lnfw, lnfb). */
-size_t model_nonblock_offset(const hpt_model_config *cfg, int i) {
-    hpt_tensor_table t;
-    model_describe(cfg, &t);
-    size_t off = 0;
-    for (int k = 0; k < i && k < t.n; k++)
-        if (t.t[k].layer != HPT_LAYER_STACKED) off += hpt_tensor_numel(&t.t[k]);
-    return off;
-}
-
-size_t model_nonblock_floats(const hpt_model_config *cfg) {
-    hpt_tensor_table t;
-    model_describe(cfg, &t);
-    return model_nonblock_offset(cfg, t.n);
 }
