@@ -1,18 +1,10 @@
 /* tokenize_jsonl.c: `hptrain tokenize`'s examples: JSONL lines -> tokens with a target flag
- * each and the examples' starts, for masked shards (docs/formats.md, docs/targets.md).
- *
- * A line is one example, in one of two shapes (blank lines are skipped):
- *   {"segments": [{"text": "...", "target": false}, {"text": "...", "target": true,
- *                  "special": true}, ...]}  the text as given, already rendered (a chat
- *        template's output: item 2 of issue 36 plugs in here); each segment's tokens are
- *        targets where "target" is true; "special": true encodes special tokens spelled in
- *        that segment's text ("<|eot_id|>") as their ids, else they are ordinary text;
- *   {"prompt": "...", "completion": "..."}  <|begin_of_text|> (where the tokenizer has one),
- *        the prompt (context), the completion and the end-of-text token (targets).
- * --train-on all makes every token a target. Segments are encoded apart, so a target span's
- * tokens never merge with their context's. An example over --max-tokens is truncated (or with
- * --long drop dropped), one without any target dropped, each counted. A bad line is an error
- * naming file and line. */
+ * each and the examples' starts, for masked shards. A line is one example: {"segments": [...]}
+ * (text already rendered, each segment a target or not, "special" segments encoding special
+ * tokens as their ids) or {"prompt", "completion"} (the completion and end-of-text the
+ * targets); the shapes and flags are in docs/targets.md. Segments are encoded apart, so a target
+ * span's tokens never merge with their context's; long examples are truncated or dropped and
+ * counted; a bad line is an error naming file and line. */
 #include "cli.h"
 
 #include <cJSON.h>
