@@ -37,6 +37,12 @@ train() { "$bin" train --model "$shape" --data "$tmp/train_*.bin" --batch 4 --se
 
 # --- bad input: each a one-line error ---
 expect_error "unknown flag" "unknown option" train --steps 2 --bogus
+# whole option names only (getopt_long would take --step as --steps), with a suggestion
+expect_error "prefix of an option" "unknown option '--step' .did you mean --steps" train --step 2
+expect_error "misspelt option" "did you mean --memory" train --steps 2 --memroy 4GB
+expect_error "misspelt option=value" "did you mean --batch" train --steps 2 --bach=2
+# an unquoted glob the shell expanded: the second file is left over
+expect_error "expanded glob" "quote it" "$bin" train --model "$shape" --data "$tmp/train_000000.bin" "$tmp/val_000000.bin" --batch 4 --seq 16 --steps 1
 expect_error "missing value" "needs a value" train --steps
 expect_error "batch 0" "batch" train --steps 2 --batch 0
 expect_error "steps 0" "steps" train --steps 0

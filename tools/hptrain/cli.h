@@ -43,6 +43,10 @@ const char *cli_arch_name(int id);
  * CLI_OPT_EXIT when the command should return *rc now (--help printed: 0; an unknown option or a
  * missing value: a usage error, 2). Options need a long form; --help must map to 'h'. */
 #define CLI_OPT_EXIT (-2)
+/* A usage error (2) for an argument left over after the options; when it names an existing file
+ * the message says to quote a glob (the shell expanded --data dir/train_*.bin into several
+ * files). */
+int cli_unexpected_argument(const char *cmd, const char *arg);
 struct option;
 int cli_getopt(const char *cmd, int argc, char **argv, const struct option *longopts,
                const char *help, int *rc);

@@ -127,7 +127,7 @@ int cmd_calibrate(int argc, char **argv) {
         }
         if (r) return r;
     }
-    if (optind < argc) return cli_usage_error("calibrate", "unexpected argument '%s'", argv[optind]);
+    if (optind < argc) return cli_unexpected_argument("calibrate", argv[optind]);
     if (threads) hpt_set_threads((int)threads);
     char path[4096];
     if (!out) out = hpt_calibration_path(path, sizeof path);

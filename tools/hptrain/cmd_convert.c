@@ -55,7 +55,7 @@ int cmd_convert(int argc, char **argv) {
     }
     if (!in && optind < argc) in = argv[optind++];
     if (!out && optind < argc) out = argv[optind++];
-    if (optind < argc) return cli_usage_error("convert", "unexpected argument '%s'", argv[optind]);
+    if (optind < argc) return cli_unexpected_argument("convert", argv[optind]);
     if (!in || !out) return cli_usage_error("convert", "an input and an output are required");
     int to_hf = format ? !strcmp(format, "hf") : !is_dir(in);
     hpt_mem *mem;

@@ -40,7 +40,7 @@ int cmd_decode(int argc, char **argv) {
         case 'm': model_dir = optarg; break;
         }
     }
-    if (optind < argc) return cli_usage_error("decode", "unexpected argument '%s'", argv[optind]);
+    if (optind < argc) return cli_unexpected_argument("decode", argv[optind]);
     hpt_tokenizer *tok = NULL;
     int prc = cli_pick_tokenizer("decode", tok_path, model_dir, 0, &tok);
     if (prc) return prc;

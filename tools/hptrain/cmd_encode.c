@@ -40,7 +40,7 @@ int cmd_encode(int argc, char **argv) {
         case 's': flags |= HPT_TOK_SPECIAL; break;
         }
     }
-    if (optind < argc) return cli_usage_error("encode", "unexpected argument '%s'", argv[optind]);
+    if (optind < argc) return cli_unexpected_argument("encode", argv[optind]);
     hpt_tokenizer *tok = NULL;
     int prc = cli_pick_tokenizer("encode", tok_path, model_dir, 1, &tok);
     if (prc) return prc;

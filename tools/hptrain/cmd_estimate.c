@@ -324,7 +324,7 @@ int cmd_estimate(int argc, char **argv) {
         }
         if (r) return r;
     }
-    if (optind < argc) return cli_usage_error("estimate", "unexpected argument '%s'", argv[optind]);
+    if (optind < argc) return cli_unexpected_argument("estimate", argv[optind]);
     if (!model && !resume) return cli_usage_error("estimate", "--model (or --resume) is required");
     /* validation data and the disk directory are the run's business, not the estimate's */
     hpt_plan_env env = {.training = po.training, .has_val = -1, .need_disk_dir = 0};

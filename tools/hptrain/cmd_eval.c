@@ -70,7 +70,7 @@ int cmd_eval(int argc, char **argv) {
         }
         if (r) return r;
     }
-    if (optind < argc) return cli_usage_error("eval", "unexpected argument '%s'", argv[optind]);
+    if (optind < argc) return cli_unexpected_argument("eval", argv[optind]);
     if (!model_path) return cli_usage_error("eval", "--model is required");
     if (!data) return cli_usage_error("eval", "--data is required");
     if (!B || !T) return cli_usage_error("eval", "--batch and --seq are required");

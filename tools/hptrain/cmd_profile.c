@@ -438,7 +438,7 @@ int cmd_profile(int argc, char **argv) {
         if (r) return r;
     }
     if (optind >= argc) return cli_usage_error("profile", "a trace file is required");
-    if (optind + 1 < argc) return cli_usage_error("profile", "unexpected argument '%s'", argv[optind + 1]);
+    if (optind + 1 < argc) return cli_unexpected_argument("profile", argv[optind + 1]);
     const char *path = argv[optind];
     hpt_trace *tr;
     hpt_status s = hpt_trace_load(path, &tr);

@@ -60,7 +60,7 @@ int cmd_sample(int argc, char **argv) {
         }
         if (r) return r;
     }
-    if (optind < argc) return cli_usage_error("sample", "unexpected argument '%s'", argv[optind]);
+    if (optind < argc) return cli_unexpected_argument("sample", argv[optind]);
     if (!model_path) return cli_usage_error("sample", "--model is required");
     if (threads) hpt_set_threads((int)threads);
     char path[4096], tok_own[4200];

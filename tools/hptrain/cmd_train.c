@@ -382,7 +382,7 @@ static int train_main(int argc, char **argv) {
         }
         if (r) return r;
     }
-    if (optind < argc) return cli_usage_error("train", "unexpected argument '%s'", argv[optind]);
+    if (optind < argc) return cli_unexpected_argument("train", argv[optind]);
     if (!o.data) return cli_usage_error("train", "--data is required");
     if (!o.model && !o.resume) return cli_usage_error("train", "--model (or --resume) is required");
     if (!min_lr_set) o.min_lr = o.lr / 10.0f;

@@ -34,7 +34,7 @@ int cmd_verify(int argc, char **argv) {
         }
         if (r) return r;
     }
-    if (optind < argc) return cli_usage_error("verify", "unexpected argument '%s'", argv[optind]);
+    if (optind < argc) return cli_unexpected_argument("verify", argv[optind]);
     if (!model || !state) return cli_usage_error("verify", "--model and --state are required");
     if (threads) hpt_set_threads((int)threads);
     hpt_mem *mem;

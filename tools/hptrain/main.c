@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <unistd.h>
 
 int cli_error(const char *fmt, ...) {
     va_list ap;
@@ -99,8 +100,79 @@ static void print_help(const char *help) {
     fputs(help, stdout);
 }
 
+/* Edit distance of a and b (short option names), capped at 9. */
+static int edit_distance(const char *a, const char *b) {
+    size_t n = strlen(a), m = strlen(b);
+    if (n > 40 || m > 40) return 9;
+    int d[41][41];
+    for (size_t i = 0; i <= n; i++) d[i][0] = (int)i;
+    for (size_t j = 0; j <= m; j++) d[0][j] = (int)j;
+    for (size_t i = 1; i <= n; i++)
+        for (size_t j = 1; j <= m; j++) {
+            int v = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < v) v = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < v) v = d[i][j - 1] + 1;
+            d[i][j] = v;
+        }
+    return d[n][m] > 9 ? 9 : d[n][m];
+}
+
+/* The option a user most likely meant by name (len bytes): one starting with it, or the
+ * nearest within two edits; NULL when none is close. */
+static const char *nearest_option(const struct option *longopts, const char *name, size_t len) {
+    char given[48];
+    if (len >= sizeof given) return NULL;
+    memcpy(given, name, len);
+    given[len] = 0;
+    const char *best = NULL;
+    int best_d = 3;
+    for (const struct option *o = longopts; o->name; o++) {
+        int d = strncmp(o->name, given, len) == 0 ? 1 : edit_distance(given, o->name);
+        if (d < best_d) best_d = d, best = o->name;
+    }
+    return best;
+}
+
+/* getopt_long takes any unambiguous prefix of a long option (--step for --steps); hptrain
+ * takes only whole names, so a typo is never read as another option. Checked once per
+ * command line, before getopt_long parses it: every "--name" or "--name=value" that is not
+ * the value of the option before it must name an option exactly. */
+static int check_long_names(const char *cmd, int argc, char **argv, const struct option *longopts) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--")) break;
+        if (strncmp(a, "--", 2) != 0) continue;
+        const char *name = a + 2, *eq = strchr(name, '=');
+        size_t len = eq ? (size_t)(eq - name) : strlen(name);
+        const struct option *hit = NULL;
+        for (const struct option *o = longopts; o->name; o++)
+            if (strlen(o->name) == len && !strncmp(o->name, name, len)) hit = o;
+        if (!hit) {
+            const char *near = nearest_option(longopts, name, len);
+            if (near) return cli_usage_error(cmd, "unknown option '%.*s' (did you mean --%s?)",
+                                             (int)(len + 2), a, near);
+            return cli_usage_error(cmd, "unknown option '%.*s'", (int)(len + 2), a);
+        }
+        if (hit->has_arg == required_argument && !eq) i++; /* its value, whatever it looks like */
+    }
+    return 0;
+}
+
+int cli_unexpected_argument(const char *cmd, const char *arg) {
+    if (access(arg, F_OK) == 0)
+        return cli_usage_error(cmd, "unexpected argument '%s': if the shell expanded a glob such as "
+                               "--data dir/train_*.bin into several files, quote it "
+                               "(--data 'dir/train_*.bin')", arg);
+    return cli_usage_error(cmd, "unexpected argument '%s'", arg);
+}
+
 int cli_getopt(const char *cmd, int argc, char **argv, const struct option *longopts,
                const char *help, int *rc) {
+    static char **checked;
+    if (checked != argv) {
+        checked = argv;
+        if ((*rc = check_long_names(cmd, argc, argv, longopts)) != 0) return CLI_OPT_EXIT;
+    }
     opterr = 0;
     int li = -1;
     int c = getopt_long(argc, argv, ":", longopts, &li);
