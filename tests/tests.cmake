@@ -173,6 +173,16 @@ endfunction()
 # variant, plus one run of the sanitizer binary with LeakSanitizer off (Open MPI's allocations
 # live until exit). SKIP (77) where mpirun is missing; not registered in a build without MPI.
 hpt_add_mpi_test(test_zero 900 ASAN)
+# ZeRO's exactness for every registered architecture (tests/test_zero_arch.sh ARCH): stages 0-3
+# and 8-bit state against one process, measured = estimated per rank; about 15 s each.
+if(HPT_MPI AND TARGET hptrain_cli)
+  foreach(arch IN LISTS HPT_TEST_ARCHS)
+    add_test(NAME test_zero_arch_${arch} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_zero_arch.sh
+             $<TARGET_FILE:hptrain_cli> ${arch})
+    set_tests_properties(test_zero_arch_${arch} PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77
+      ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
+  endforeach()
+endif()
 # Two hosts as network namespaces joined by a veth pair, Open MPI over TCP between them
 # (tests/test_netns.sh; needs root for `ip netns`: SKIP (77) where it is not permitted).
 hpt_add_mpi_test(test_netns 400)

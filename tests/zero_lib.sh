@@ -1,12 +1,18 @@
-# tests/zero_lib.sh: what the ZeRO tests share (test_zero.sh, test_zero_fault.sh); source it
-# after lib.sh. same_run DIR_A DIR_B WHAT: state.bin and model.bin byte for byte. shards_are DIR
-# STATE WHAT: DIR's shards (its zero.manifest's), their weights and state buffers put where
+# tests/zero_lib.sh: what the ZeRO tests share (test_zero.sh, test_zero_fault.sh,
+# test_zero_arch.sh); source it after lib.sh. same_run DIR_A DIR_B WHAT: state.bin and the saved
+# model byte for byte. shards_are DIR STATE WHAT: DIR's shards (its zero.manifest's), their weights and state buffers put where
 # their pieces say (tests/zero_state.py: every byte held once, the CRCs checked),
 # are STATE's (a stage-0 state.bin) byte for byte, and the manifest's header fields are STATE's.
 . "$(dirname "${BASH_SOURCE[0]}")/zero_state.sh" # state_of
-same_run() {
+same_run() { # the saved model too: model.bin (llm.c's, GPT-2) or model.safetensors (the others)
     cmp -s "$(state_of "$1")" "$(state_of "$2")" || bad "$3: state.bin differs"
-    cmp -s "$1/model.bin" "$2/model.bin" || bad "$3: model.bin differs"
+    local f n=0
+    for f in model.bin model.safetensors; do
+        [ -e "$1/$f" ] || [ -e "$2/$f" ] || continue
+        n=$((n + 1))
+        cmp -s "$1/$f" "$2/$f" || bad "$3: $f differs"
+    done
+    [ $n -gt 0 ] || bad "$3: no saved model"
 }
 shards_are() {
     rm -f "$1.body"
