@@ -15,7 +15,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
-from make_ref_state import flat  # noqa: E402
+from make_ref_state import flat, logits_of, write_checkpoint  # noqa: E402
 from torch_gpt2 import GPT2  # noqa: E402
 
 
@@ -35,15 +35,8 @@ def main():
     mask[1, 3:14] = True
     y = torch.where(mask, y, torch.full_like(y, -1))
     os.makedirs(out, exist_ok=True)
-    hdr = [20240326, 3, maxT, V, L, NH, C, Vp] + [0] * 248
-    with open(os.path.join(out, "mask_model.bin"), "wb") as f:
-        f.write(struct.pack("<256i", *hdr))
-        f.write(flat(model, L, C, V, Vp, maxT, False).numpy().tobytes())
-    pos = torch.arange(T)
-    h = model.wte(x) + model.wpe(pos)
-    for blk in model.blocks:
-        h = blk(h)
-    logits = torch.nn.functional.linear(model.lnf(h), model.wte.weight)
+    write_checkpoint(os.path.join(out, "mask_model.bin"), model, L, C, NH, V, Vp, maxT)
+    logits = logits_of(model, x, T)
     yt = torch.where(y < 0, torch.full_like(y, -100), y)
     loss = torch.nn.functional.cross_entropy(logits.view(-1, V), yt.view(-1), ignore_index=-100)
     loss.backward()

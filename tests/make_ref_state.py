@@ -31,6 +31,22 @@ def flat(model, L, C, V, Vp, maxT, grads):
     return torch.cat(parts)
 
 
+def write_checkpoint(path, model, L, C, NH, V, Vp, maxT):
+    """The model as an llm.c checkpoint (version 3, fp32, wte padded to Vp rows)."""
+    hdr = [20240326, 3, maxT, V, L, NH, C, Vp] + [0] * 248
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *hdr))
+        f.write(flat(model, L, C, V, Vp, maxT, False).numpy().tobytes())
+
+
+def logits_of(model, x, T):
+    """The forward with its logits kept (B, T, V): the embedding, the blocks, the tied head."""
+    h = model.wte(x) + model.wpe(torch.arange(T))
+    for blk in model.blocks:
+        h = blk(h)
+    return torch.nn.functional.linear(model.lnf(h), model.wte.weight)
+
+
 def main():
     out, L, C, NH, V, Vp, maxT, B, T, seed = sys.argv[1], *map(int, sys.argv[2:11])
     pre = sys.argv[11] if len(sys.argv) > 11 else ""
@@ -40,16 +56,8 @@ def main():
     x = torch.randint(0, V, (B, T))
     y = torch.randint(0, V, (B, T))
     os.makedirs(out, exist_ok=True)
-    hdr = [20240326, 3, maxT, V, L, NH, C, Vp] + [0] * 248
-    with open(os.path.join(out, pre + "model.bin"), "wb") as f:
-        f.write(struct.pack("<256i", *hdr))
-        f.write(flat(model, L, C, V, Vp, maxT, False).numpy().tobytes())
-    # forward with logits kept
-    pos = torch.arange(T)
-    h = model.wte(x) + model.wpe(pos)
-    for blk in model.blocks:
-        h = blk(h)
-    logits = torch.nn.functional.linear(model.lnf(h), model.wte.weight)
+    write_checkpoint(os.path.join(out, pre + "model.bin"), model, L, C, NH, V, Vp, maxT)
+    logits = logits_of(model, x, T)
     loss = torch.nn.functional.cross_entropy(logits.view(-1, V), y.view(-1))
     loss.backward()
     with open(os.path.join(out, pre + "state.bin"), "wb") as f:
