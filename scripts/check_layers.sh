@@ -51,7 +51,21 @@ long=$(find src tools include tests bench -name '*.[ch]' -type f 2>/dev/null | s
        while read -r f; do n=$(wc -l <"$f"); [ "$n" -gt "$max_lines" ] && echo "$f $n"; done || true)
 
 status=0
-awk -v allowfile="$allow" -v longlist="$long" -v ranks="$ranks" '
+# print_cycles(NONE): the awk function both passes use: each group of modules that reach one
+# another (reach[a " " b], the transitive closure over order[1..n]) printed once, or NONE.
+cycles_awk='
+function print_cycles(none,    i, j, m, cyc, nc, done) {
+    for (i = 1; i <= n; i++) {
+        m = order[i]
+        if (!((m " " m) in reach) || (m in done)) continue
+        cyc = m; done[m] = 1
+        for (j = 1; j <= n; j++) if (order[j] != m && (m " " order[j]) in reach && (order[j] " " m) in reach) { cyc = cyc " <-> " order[j]; done[order[j]] = 1 }
+        print "  cycle: " cyc; nc++
+    }
+    if (nc == 0) print none
+}
+'
+awk -v allowfile="$allow" -v longlist="$long" -v ranks="$ranks" "$cycles_awk"'
 function modof(path,   a, n) {          # the module of a file under src/ or tools/
     n = split(path, a, "/")
     if (a[1] == "tools") return "tools"
@@ -132,15 +146,7 @@ END {
         for (j = 1; j <= n; j++) if ((m " " order[j]) in edge) deps = deps " " order[j]
         printf "  %-8s rank %d  floor %-5s ->%s\n", m, rank[m], (m in above) ? "cycle" : floor[m], deps == "" ? " (nothing)" : deps
     }
-    nc = 0
-    for (i = 1; i <= n; i++) {
-        m = order[i]
-        if (!((m " " m) in reach) || (m in done)) continue
-        cyc = m; done[m] = 1
-        for (j = 1; j <= n; j++) if (order[j] != m && (m " " order[j]) in reach && (order[j] " " m) in reach) { cyc = cyc " <-> " order[j]; done[order[j]] = 1 }
-        print "  cycle: " cyc; nc++
-    }
-    if (nc == 0) print "  cycles: none"
+    print_cycles("  cycles: none")
     print "violations (" nv + 0 "; " nallowed + 0 " in " allowfile "):"
     for (i = 1; i <= nv; i++) print lines[i]
     nstale = 0
@@ -165,7 +171,7 @@ syms=$(cd "$objdir" && nm -A -P --extern-only $objs |
        awk '{ f = $1; sub(/\.o:$/, "", f); t = $3
               if (t == "U" || t == "w") print f, $2, "U"; else if (t ~ /^[A-Z]$/) print f, $2, "D" }')
 
-awk -v allowfile="$allow" -v objdir="$objdir" -v ranks="$ranks" '
+awk -v allowfile="$allow" -v objdir="$objdir" -v ranks="$ranks" "$cycles_awk"'
 function modof(path,   a) { split(path, a, "/"); return a[2] }
 BEGIN {
     n = split(ranks, r, " ")                           # the picture, top row first
@@ -199,15 +205,7 @@ END {
         for (j = 1; j <= n; j++) if ((m " " order[j]) in edge) deps = deps " " order[j]
         if (m != "testing" && m != "tools") printf "  %-8s rank %d ->%s\n", m, rank[m], deps == "" ? " (nothing)" : deps
     }
-    nc = 0
-    for (i = 1; i <= n; i++) {
-        m = order[i]
-        if (!((m " " m) in reach) || (m in done)) continue
-        cyc = m; done[m] = 1
-        for (j = 1; j <= n; j++) if (order[j] != m && (m " " order[j]) in reach && (order[j] " " m) in reach) { cyc = cyc " <-> " order[j]; done[order[j]] = 1 }
-        print "  cycle: " cyc; nc++
-    }
-    if (nc == 0) print "  cycles between modules: none"
+    print_cycles("  cycles between modules: none")
     nv = 0; nnew = 0; nallowed = 0
     for (k = 1; k <= nk; k++) {
         a = ka[k]; b = kb[k]
