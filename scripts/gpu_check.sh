@@ -290,8 +290,8 @@ st_size() {
     [ $total -le $TRAVEL_LIMIT ]
 }
 
-CONFIGURE_ARGS() { # the device's configure, against the deps archive
-    echo -DCMAKE_BUILD_TYPE=Release -DHPT_SANITIZE=OFF -DHPT_MPI=OFF -DHPT_GENERIC_V3=OFF \
+CONFIGURE_ARGS() { # the device's configure, against the deps archive: one argument per line
+    printf '%s\n' -DCMAKE_BUILD_TYPE=Release -DHPT_SANITIZE=OFF -DHPT_MPI=OFF -DHPT_GENERIC_V3=OFF \
         -DHPT_CUDA_ARCHS=90 -DDNNL_LIB="$DEPLIB/libdnnl.so" -DCJSON_LIB="$DEPLIB/libcjson.so" \
         -DPCRE2_LIB="$DEPLIB/libpcre2-8.so" -DCJSON_INC="$DEPS/usr/include/cjson" \
         "-DCMAKE_C_FLAGS=-I$DEPS/usr/include" \
@@ -308,8 +308,9 @@ st_build() {
     if [ $DRY = 1 ]; then
         # the device's configure, against the archive, in a scratch tree (no build: this machine's
         # build tree is reused), then the reused tree's executables
-        # shellcheck disable=SC2046
-        cmake -S "$ROOT" -B "$WORK/cfg" $(CONFIGURE_ARGS) > "$WORK/cfg.log" 2>&1 || { cat "$WORK/cfg.log"; note "configure against the deps failed"; exit 1; }
+        local args
+        mapfile -t args < <(CONFIGURE_ARGS)
+        cmake -S "$ROOT" -B "$WORK/cfg" "${args[@]}" > "$WORK/cfg.log" 2>&1 || { cat "$WORK/cfg.log"; note "configure against the deps failed"; exit 1; }
         cat "$WORK/cfg.log"
         grep -q "^DNNL_LIB:FILEPATH=$DEPLIB" "$WORK/cfg/CMakeCache.txt" || { note "configure did not take the archive's oneDNN"; exit 1; }
         local cuda_on
@@ -323,8 +324,9 @@ st_build() {
     fi
     export LD_LIBRARY_PATH="$DEPLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export PATH="$PATH:/usr/local/cuda/bin"
-    # shellcheck disable=SC2046
-    cmake -S "$ROOT" -B "$BUILD" $(CONFIGURE_ARGS) 2>&1 | tee "$WORK/cfg.log" || { note "configure failed"; exit 1; }
+    local args
+    mapfile -t args < <(CONFIGURE_ARGS)
+    cmake -S "$ROOT" -B "$BUILD" "${args[@]}" 2>&1 | tee "$WORK/cfg.log" || { note "configure failed"; exit 1; }
     grep -q "CUDA backend ON" "$WORK/cfg.log" || { note "the CUDA backend is OFF: nvcc or the toolkit not found"; exit 1; }
     # shellcheck disable=SC2086
     cmake --build "$BUILD" -j "$(nproc)" --target $TARGETS || { note "build failed"; exit 1; }
@@ -519,7 +521,62 @@ st_llama8b() {
     return $rc
 }
 
-export -f st_env st_deps st_size st_build st_reference st_train st_sanitizer st_gemm st_gpt2 st_llama1b st_llama8b
+# st_profile: where a step's GPU time goes (issue 39), by kernel: ncu's gpu__time_duration of every
+# launch in 2 steps of gpt2-124m (B 8, T 1024) and 1 of the llama3.2-1b shape (B 2, T 1024), summed
+# per kernel name, against the step's wall time measured without ncu (the gpt2 and llama1b stages)
+profile_model() { # tag model V B T steps
+    local tag=$1 model=$2 V=$3 B=$4 T=$5 steps=$6 d="$WORK/data/prof_$1" ncu csv
+    ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+    [ -n "$ncu" ] || { echo "ncu not found"; return 1; }
+    mkdir -p "$d"
+    shard "$d/train_000.bin" $((B * T * (steps + 2) + 1)) "$V" || return 1
+    csv="$WORK/logs/profile_$tag.csv"
+    "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv --page raw --launch-count 4000 \
+        --log-file "$csv" "$HPT" train --model "$model" --batch "$B" --seq "$T" --device cuda \
+        --data "$d/train_*.bin" --steps "$steps" > "$WORK/logs/profile_$tag.out" 2>&1 || { tail -n 5 "$WORK/logs/profile_$tag.out"; return 1; }
+    "$PY" - "$csv" "$tag" "$steps" <<'PYEOF'
+import csv, sys
+path, tag, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+rows = [r for r in csv.reader(open(path, errors="replace"))]
+h = next(i for i, r in enumerate(rows) if "Kernel Name" in r and "gpu__time_duration.sum" in r)
+head = rows[h]
+kn, tc = head.index("Kernel Name"), head.index("gpu__time_duration.sum")
+unit = rows[h + 1][tc] if len(rows) > h + 1 else ""
+scale = {"nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1.0}.get(unit.strip(), None)
+data = rows[h + 2:] if scale is not None else rows[h + 1:]
+scale = scale or 1e-9
+tot, cnt = {}, {}
+for r in data:
+    if len(r) <= max(kn, tc):
+        continue
+    try:
+        t = float(r[tc].replace(",", "")) * scale
+    except ValueError:
+        continue
+    name = r[kn].split("(")[0].strip()[:70]
+    tot[name] = tot.get(name, 0.0) + t
+    cnt[name] = cnt.get(name, 0) + 1
+all_t = sum(tot.values())
+print(f"## {tag}: {sum(cnt.values())} launches in {steps} step(s), GPU time {all_t * 1e3:.1f} ms "
+      f"({all_t * 1e3 / steps:.1f} ms a step)\n")
+print("| kernel | launches | ms a step | share |\n| --- | --- | --- | --- |")
+for name, t in sorted(tot.items(), key=lambda kv: -kv[1])[:30]:
+    print(f"| {name.replace('|', '/')} | {cnt[name]} | {t * 1e3 / steps:.2f} | {100 * t / all_t:.1f}% |")
+PYEOF
+}
+st_profile() {
+    export LD_LIBRARY_PATH="$DEPLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export PATH="$PATH:/usr/local/cuda/bin"
+    local rc=0
+    profile_model gpt2 gpt2-124m 50257 8 1024 2 | tee "$WORK/logs/profile.md" || rc=1
+    profile_model llama1b llama3.2-1b 128256 2 1024 1 | tee -a "$WORK/logs/profile.md" || rc=1
+    detail < "$WORK/logs/profile.md"
+    note "$(grep -h '^## ' "$WORK/logs/profile.md" | sed 's/^## //' | tr '\n' ';')"
+    return $rc
+}
+
+export -f st_env st_deps st_size st_build st_reference st_train st_sanitizer st_gemm st_gpt2 st_llama1b st_llama8b \
+    profile_model st_profile
 
 # ---- the run ----
 echo "gpu_check: $([ $DRY = 1 ] && echo "dry run, " )budget ${BUDGET} s, build tree $BUILD, output $OUT"
@@ -537,6 +594,8 @@ stage gemm 60 gpu st_gemm
 stage gpt2 180 any st_gpt2
 stage llama8b 240 any st_llama8b
 stage llama1b 240 any st_llama1b
+# only when asked for (--only profile): ncu replays every launch, minutes of device time
+case "$ONLY" in *",profile,"*) stage profile 300 gpu st_profile ;; esac
 write_report
 echo
 cat "$OUT/report.md"

@@ -10,9 +10,11 @@ names=(gpt2_tiny_model.bin gpt2_tiny_state.bin gpt2_tiny_steps.json)
 have=1
 for n in "${names[@]}"; do [ -s "$dir/$n" ] || have=0; done
 if [ $have = 1 ]; then echo "make_reference: $dir has the reference"; exit 0; fi
-py=/usr/bin/python3
-[ -x "$py" ] || py=python3
-if ! "$py" -c 'import torch' 2>/dev/null; then
+py=""
+for p in /usr/bin/python3 python3; do # Debian's, else the PATH's (a GPU machine's PyTorch)
+  if "$p" -c 'import torch' 2>/dev/null; then py=$p; break; fi
+done
+if [ -z "$py" ]; then
   echo "make_reference: PyTorch is missing (apt-get install python3-torch; scripts/test.sh does)" >&2
   exit 1
 fi
