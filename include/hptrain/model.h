@@ -276,6 +276,11 @@ hpt_status hpt_model_lora_tensor(const hpt_model *m, int i, hpt_tensor_info *out
 size_t hpt_model_lora_num_params(const hpt_model *m);
 float *hpt_model_lora_params(hpt_model *m);
 float *hpt_model_lora_grads(hpt_model *m);
+/* Merges the adapters into the base, W += s * B @ A on each chosen layer, and frees them (the
+ * model is then a plain one: `eval --adapter`, `sample --adapter`). */
+hpt_status hpt_model_lora_merge(hpt_model *m);
+/* Frees the adapters (nothing without them): the model is its base again. */
+void hpt_model_lora_detach(hpt_model *m);
 /* Dropout on (1, the default after attach) or off (evaluation). */
 void hpt_model_lora_set_training(hpt_model *m, int on);
 /* What adapters o on a model of cfg allocate, by category (HPT_CAT_*): params (A and B), grads

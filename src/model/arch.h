@@ -102,6 +102,10 @@ typedef struct {
     const char *weight; /* the table's tensor holding it: "qkvw" */
     int64_t row0, out, in;
 } hpt_arch_linear;
+/* The layers a model's adapters are on (model/lora.c; 0 without adapters) and the
+ * architecture's Hugging Face block prefix (hpt_arch.hf_block): io's PEFT files. */
+int model_lora_layers(const hpt_model *m, hpt_arch_linear out[HPT_ARCH_MAX_LINEARS],
+                      const char **hf_block);
 
 /* A saved field of one block. */
 #define HPT_FIELD_RECOMPUTE 1 /* selective recomputation drops it; block_recompute rebuilds it */

@@ -198,8 +198,13 @@ static void lora_free(hpt_model *m, struct model_lora *z) {
 }
 
 void model_lora_free(hpt_model *m) {
+    if (!m->lora) return;
     lora_free(m, m->lora);
     m->lora = NULL;
+    /* the gradient struct as creation pointed it: at the flat gradients, or nowhere */
+    if (m->arch->point) m->arch->point(&m->cfg, &m->tab, m->tg, m->consts, m->ag);
+    else if (m->grads && !m->grads_away) gpt2_point_tensors(&m->cfg, m->grads, &m->g);
+    else memset(&m->g, 0, sizeof m->g);
 }
 
 /* A (r, in) per block: PEFT's kaiming_uniform_(a=sqrt(5)), U(-1/sqrt(in), 1/sqrt(in)), from one
@@ -265,6 +270,8 @@ hpt_status hpt_model_lora_attach(hpt_model *m, const hpt_lora_opts *o, uint64_t 
     point_sink(m);
     return HPT_OK;
 }
+
+void hpt_model_lora_detach(hpt_model *m) { model_lora_free(m); }
 
 hpt_status model_lora_ensure(hpt_model *m, int B, int T) {
     struct model_lora *z = m->lora;
@@ -402,4 +409,34 @@ void model_lora_backward(const hpt_arch_ctx *x, float *dinp, const float *dout, 
             be->dropout_backward(dinp, xd, (size_t)(N * li->in), z->o.dropout, drop_seed(z, l, i));
         }
     }
+}
+
+/* ---- what io's PEFT files need (io/peft.c) ---- */
+
+int model_lora_layers(const hpt_model *m, hpt_arch_linear out[HPT_ARCH_MAX_LINEARS],
+                      const char **hf_block) {
+    if (!m->lora) return 0;
+    memcpy(out, m->lora->lin, (size_t)m->lora->n_lin * sizeof out[0]);
+    *hf_block = m->arch->hf_block;
+    return m->lora->n_lin;
+}
+
+hpt_status hpt_model_lora_merge(hpt_model *m) {
+    struct model_lora *z = m->lora;
+    if (!z) return hpt_fail(HPT_ERR_INVALID, "LoRA merge: the model has no adapters");
+    const int64_t r = z->o.r;
+    for (int i = 0; i < z->n_lin; i++) {
+        const hpt_arch_linear *li = &z->lin[i];
+        const int s = z->lin_slice[i];
+        for (int l = 0; l < m->cfg.L; l++) {
+            const float *A = z->params + z->off[2 * i] + (size_t)l * (size_t)(r * li->in);
+            const float *Bm = z->params + z->off[2 * i + 1] + (size_t)l * (size_t)(li->out * r);
+            float *W = m->params + m->slice_off[s] + (size_t)l * m->slice_n[s] +
+                       (size_t)li->row0 * (size_t)li->in;
+            /* W[row0:row0+out, :] (out, in) += s * B (out, r) @ A (r, in) */
+            m->be->gemm('N', 'N', li->out, li->in, r, z->s, Bm, r, A, li->in, 1.0f, W, li->in);
+        }
+    }
+    model_lora_free(m);
+    return HPT_OK;
 }
