@@ -281,3 +281,7 @@ foreach(variant IN LISTS HPT_VARIANTS)
   set_tests_properties(test_lora${v} PROPERTIES DISABLED TRUE) # the two below run it
   set_tests_properties(test_lora_llama${v} test_lora_gpt2${v} PROPERTIES FIXTURES_REQUIRED lora_ref)
 endforeach()
+# LoRA through the command line: PEFT's files read back by PyTorch, eval --adapter, refusals
+add_test(NAME test_lora_cli COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_lora_cli.sh $<TARGET_FILE:hptrain_cli>)
+set_tests_properties(test_lora_cli PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300
+  ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
