@@ -7,6 +7,7 @@
  * PEFT's (A within 1/sqrt(in), B zero); the base's bits are those of a model without
  * adapters when B is zero; bad targets and settings are refused. */
 #include "testlib.h"
+#include "testing.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -33,6 +34,70 @@ static void *read_all(const char *path, size_t *n) {
     fclose(f);
     *n = (size_t)len;
     return p;
+}
+
+/* Dropout (the adapters' input): the gradients against central differences through a held
+ * mask (hpt_model_lora_hold_masks), and the same bits with full recomputation, whose
+ * backward regenerates the masks instead of keeping them. */
+static void check_dropout(const char *shape, const float *base, size_t np, const float *lora0,
+                          size_t nl, const int32_t *x, const int32_t *y, int B, int T,
+                          hpt_lora_opts lo) {
+    lo.dropout = 0.25f;
+    hpt_mem *mem;
+    CHECK_OK(hpt_mem_create(&mem));
+    hpt_model *m[2] = {NULL, NULL};
+    float loss[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        CHECK_OK(hpt_model_create_forward(mem, shape, &m[k]));
+        if (!m[k]) break;
+        memcpy(hpt_model_params(m[k]), base, np * sizeof(float));
+        CHECK_OK(hpt_model_lora_attach(m[k], &lo, 99));
+        memcpy(hpt_model_lora_params(m[k]), lora0, nl * sizeof(float));
+        hpt_act_opts a = hpt_act_defaults();
+        if (k) CHECK_OK(hpt_recompute_parse("full", &a));
+        CHECK_OK(hpt_model_set_act_opts(m[k], &a));
+        hpt_model_zero_grad(m[k]);
+        CHECK_OK(hpt_model_forward(m[k], x, y, B, T, &loss[k]));
+        CHECK_OK(hpt_model_backward(m[k]));
+    }
+    if (!m[0] || !m[1]) return;
+    const float *g = hpt_model_lora_grads(m[0]);
+    CHECK_MSG(memcmp(&loss[0], &loss[1], sizeof loss[0]) == 0, "dropout: loss %.9g, with full "
+              "recomputation %.9g", (double)loss[0], (double)loss[1]);
+    CHECK_MSG(memcmp(g, hpt_model_lora_grads(m[1]), nl * sizeof(float)) == 0,
+              "dropout: gradients differ with full recomputation");
+    /* the 8 largest gradients against (L(p + h) - L(p - h)) / 2h under the same masks */
+    hpt_model_lora_hold_masks(m[0], 1);
+    float *P = hpt_model_lora_params(m[0]);
+    size_t idx[8];
+    for (int k = 0; k < 8; k++) {
+        size_t best = (size_t)-1;
+        for (size_t i = 0; i < nl; i++) {
+            int taken = 0;
+            for (int q = 0; q < k; q++) taken |= idx[q] == i;
+            if (!taken && (best == (size_t)-1 || fabsf(g[i]) > fabsf(g[best]))) best = i;
+        }
+        idx[k] = best;
+    }
+    double worst = 0;
+    for (int k = 0; k < 8; k++) {
+        const float h = 1e-2f, p0 = P[idx[k]];
+        float lp, lm;
+        P[idx[k]] = p0 + h;
+        CHECK_OK(hpt_model_forward(m[0], x, y, B, T, &lp));
+        P[idx[k]] = p0 - h;
+        CHECK_OK(hpt_model_forward(m[0], x, y, B, T, &lm));
+        P[idx[k]] = p0;
+        double fd = ((double)lp - (double)lm) / (2.0 * (double)h), e = fabs(fd - (double)g[idx[k]]);
+        worst = fmax(worst, e / fabs((double)g[idx[k]]));
+        CHECK_MSG(e <= 2e-3 + 0.05 * fabs((double)g[idx[k]]), "dropout: gradient %zu is %g, "
+                  "central difference %g", idx[k], (double)g[idx[k]], fd);
+    }
+    printf("%s: dropout 0.25: full recomputation the same bits; 8 largest gradients within %.2g "
+           "(relative) of central differences\n", shape, worst);
+    hpt_model_free(m[0]);
+    hpt_model_free(m[1]);
+    hpt_mem_destroy(mem);
 }
 
 int main(int argc, char **argv) {
@@ -181,6 +246,7 @@ int main(int argc, char **argv) {
     CHECK(q.r == 16 && q.alpha == 32.0f && q.dropout == 0.05f && q.rslora == 1);
     CHECK(fabsf(hpt_lora_scale(&q) - 8.0f) < 1e-6f);
 
+    check_dropout(argv[2], base, np, lora0, nl, x, y, B, T, lo);
     hpt_optim_free(opt);
     hpt_model_free(m);
     hpt_mem_get_stats(mem, &st);

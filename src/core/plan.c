@@ -242,8 +242,11 @@ static hpt_status set_option(hpt_plan *p, int opt, const char *v) {
          * are the host's (on the CPU the same memory as the device's; docs/zero.md) */
         if (p->zero == 3 && !GIVEN(p, O_OFFLOAD)) HPT_CHECK(hpt_offload_parse("host", &p->offload));
         return HPT_OK;
-    case O_LORA: return hpt_lora_parse(v, &p->lora);
+    case O_LORA:
+        if (!*v) return hpt_fail(HPT_ERR_INVALID, "lora: expected r=N,alpha=X,dropout=P[,rslora]");
+        return hpt_lora_parse(v, &p->lora);
     case O_LORA_TARGETS:
+        if (!*v) return hpt_fail(HPT_ERR_INVALID, "lora-targets: expected a list of layers (q,v)");
         if (strlen(v) >= sizeof p->lora.targets)
             return hpt_fail(HPT_ERR_INVALID, "lora-targets: at most %zu characters",
                             sizeof p->lora.targets - 1);

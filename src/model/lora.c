@@ -16,6 +16,7 @@
 #include "core/core.h"
 #include "model/gpt2_int.h"
 #include "model/model.h"
+#include "testing.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -39,6 +40,7 @@ struct model_lora {
     size_t scratch_floats;
     int64_t in_max;             /* the widest chosen input */
     int training;               /* dropout on */
+    int hold;                   /* testing: the masks stay those of the current pass */
     uint64_t seed, pass;        /* dropout's stream: the seed, the forward passes so far */
 };
 
@@ -286,7 +288,11 @@ hpt_status model_lora_ensure(hpt_model *m, int B, int T) {
 }
 
 void model_lora_begin_forward(hpt_model *m) {
-    if (m->lora) m->lora->pass++;
+    if (m->lora && !m->lora->hold) m->lora->pass++;
+}
+
+void hpt_model_lora_hold_masks(hpt_model *m, int hold) {
+    if (m->lora) m->lora->hold = hold;
 }
 
 void model_lora_block_grads(hpt_model *m, float *dw[HPT_TABLE_MAX]) {
