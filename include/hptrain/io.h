@@ -198,6 +198,10 @@ hpt_status hpt_model_save_hf(const hpt_model *m, const char *dir, int dtype, uin
  * HPT_ERR_SHAPE naming a missing or misshapen tensor, HPT_ERR_INVALID an unknown target. */
 hpt_status hpt_lora_save(hpt_model *m, const char *dir, const char *base_model);
 hpt_status hpt_lora_load(hpt_model *m, const char *dir);
+/* Its two halves: the options of dir's adapter_config.json, and the values of
+ * adapter_model.safetensors into the adapters already attached to m (the same layers and r). */
+hpt_status hpt_lora_read_config(const char *dir, hpt_lora_opts *o);
+hpt_status hpt_lora_read_values(hpt_model *m, const char *dir);
 /* hpt_model_save_hf of a model that came from the Hugging Face directory src (NULL: none):
  * src's config.json gives what the model does not carry (bos/eos token ids, the architecture's
  * name), and its other files (tokenizer.json, generation_config.json, ...) are copied. */

@@ -291,6 +291,11 @@ void model_lora_begin_forward(hpt_model *m) {
     if (m->lora && !m->lora->hold) m->lora->pass++;
 }
 
+uint64_t model_lora_pass(const hpt_model *m) { return m->lora ? m->lora->pass : 0; }
+void model_lora_set_pass(hpt_model *m, uint64_t pass) {
+    if (m->lora) m->lora->pass = pass;
+}
+
 void hpt_model_lora_hold_masks(hpt_model *m, int hold) {
     if (m->lora) m->lora->hold = hold;
 }

@@ -154,6 +154,9 @@ hpt_status model_act_tier_bytes_vc(const hpt_model_config *cfg, int B, int T,
  * of hpt_model_lora_params and _grads) and options; NULL without adapters. */
 const hpt_tensor_table *model_lora_table(const hpt_model *m);
 const hpt_lora_opts *model_lora_opts(const hpt_model *m);
+/* The forward passes so far (dropout's masks follow it): a resumed run's training state. */
+uint64_t model_lora_pass(const hpt_model *m);
+void model_lora_set_pass(hpt_model *m, uint64_t pass);
 /* The table adapters o would have on a model of cfg (the estimator's, without a model). */
 hpt_status model_lora_describe(const hpt_model_config *cfg, const hpt_lora_opts *o,
                                hpt_tensor_table *out);
