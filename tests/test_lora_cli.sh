@@ -99,6 +99,13 @@ cfg = json.load(open(sys.argv[1] + "/adapter_config.json"))
 assert cfg["fan_in_fan_out"] is True and cfg["r"] == 2 and cfg["lora_alpha"] == 8, cfg
 PY
 
+# train --adapter starts from saved adapters (their settings): at lr 0 they come back unchanged
+"$bin" train --model "$tmp/m/hf" --data "$tmp/tr.bin" --batch 2 --seq 16 --steps 1 --lr 0 --min-lr 0 \
+  --adapter "$tmp/ad" --save "$tmp/ad2" --quiet >/dev/null 2>"$tmp/err" || bad "train --adapter: $(cat "$tmp/err")"
+cmp -s "$tmp/ad/adapter_model.safetensors" "$tmp/ad2/adapter_model.safetensors" && ok ||
+  bad "train --adapter at lr 0 changed the adapters"
+cmp -s "$tmp/ad/adapter_config.json" "$tmp/ad2/adapter_config.json" && ok || bad "train --adapter changed the settings"
+
 # exact resume: 8 steps with dropout, or 4, --save, and 4 more with --resume: the same losses
 # and the same adapters, bit for bit (the base comes from --model again)
 run() { "$bin" train --model "$tmp/m/hf" --data "$tmp/tr.bin" --batch 2 --seq 16 --steps 8 --lr 1e-2 \

@@ -221,7 +221,17 @@ static hpt_status setup(hpt_trainer *tr) {
     hpt_state_section sec[HPT_STATE_MAX_SECTIONS];
     int n_sec = 0;
     char path[PATH_MAX];
+    if (o->adapter) { /* the saved adapters' settings are the run's; the plan's rules again */
+        if (o->resume)
+            return hpt_fail(HPT_ERR_INVALID, "--adapter starts a run from adapters; --resume "
+                            "continues one (give one of them)");
+        HPT_CHECK(hpt_lora_read_config(o->adapter, &tr->o.lora));
+        HPT_CHECK(hpt_plan_check(&o->plan, &env));
+    }
     const int lora = o->lora.r > 0;
+    if (lora && dp_size() > 1) /* the processes' sums are over the model's gradients */
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--lora runs in one process in this version "
+                        "(docs/lora.md)");
     if (lora && o->resume && !o->model)
         return hpt_fail(HPT_ERR_INVALID, "--resume of a --lora run takes the frozen base from "
                         "--model again (its checkpoint holds the adapters only)");
@@ -303,6 +313,7 @@ static hpt_status setup(hpt_trainer *tr) {
         HPT_CHECK(ms);
         /* the adapters over the loaded or initialised base (A from the run's seed) */
         if (lora) HPT_CHECK(hpt_model_lora_attach(tr->model, &o->lora, o->seed ^ 0x4C6F5241ull));
+        if (o->adapter) HPT_CHECK(hpt_lora_read_values(tr->model, o->adapter));
         HPT_CHECK(dp_shard_init(o, tr->model, &tr->dp));
         HPT_CHECK(dp_optim_create(tr->mem, tr->model, &tr->o.adamw, &tr->dp, &tr->opt));
         HPT_CHECK(hpt_dataloader_open(tr->mem, o->data, o->B, o->T, mcfg(tr)->V, &tr->train));
