@@ -99,6 +99,11 @@ cfg = json.load(open(sys.argv[1] + "/adapter_config.json"))
 assert cfg["fan_in_fan_out"] is True and cfg["r"] == 2 and cfg["lora_alpha"] == 8, cfg
 PY
 
+# merge: the adapters written into the base's weights, the same loss as eval --adapter's
+"$bin" merge --model "$tmp/m/hf" --adapter "$tmp/ad" --save "$tmp/merged" 2>"$tmp/err" >/dev/null || bad "merge: $(cat "$tmp/err")"
+mg=$("$bin" eval --quiet --model "$tmp/merged" --data "$tmp/m/tokens.bin" --batch 2 --seq 16 --batches 1 2>"$tmp/err" | awk '/^loss/ {print $2}')
+[ -n "$mg" ] && [ "$mg" = "$got" ] && ok || bad "merged directory's loss '$mg', eval --adapter's '$got'"
+
 # train --adapter starts from saved adapters (their settings): at lr 0 they come back unchanged
 "$bin" train --model "$tmp/m/hf" --data "$tmp/tr.bin" --batch 2 --seq 16 --steps 1 --lr 0 --min-lr 0 \
   --adapter "$tmp/ad" --save "$tmp/ad2" --quiet >/dev/null 2>"$tmp/err" || bad "train --adapter: $(cat "$tmp/err")"

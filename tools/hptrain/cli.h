@@ -17,6 +17,7 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_estimate(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
+int cmd_merge(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
 int cmd_render(int argc, char **argv);
