@@ -9,8 +9,8 @@
  *   - copies on their own streams ordered by events: a D2H right after an op sees the op's result,
  *     an op right after an H2D sees the copied bytes (64 MiB, so the copy takes a while);
  *   - attention at T = 1, 2, 3 (at T = 1 dq and dk exactly 0, dv = dO: D summed as each dP is);
- *   - larger shapes than test_backend's: attention with T = 300 (three key tiles; NKV = NH and
- *     grouped-query), the Llama ops (RMSNorm, SwiGLU, RoPE) at a 1B model's widths, layernorm,
+ *   - larger shapes than test_backend's: attention with T = 300 (several key tiles; NKV = NH and
+ *     grouped-query; head sizes 32, 64, 128 and 80), the Llama ops (RMSNorm, SwiGLU, RoPE) at a 1B model's widths, layernorm,
  *     the embedding backward and in-place 16-bit conversions of 100003 values (several ranges),
  *     against the CPU within 1e-4 relative to max(1, |cpu|) and the same bits on a second run;
  *   - the bf16 GEMM (bf16 inputs, fp32 accumulation) against the CPU's fp32 GEMM of the same
@@ -140,10 +140,11 @@ static void t_copies(void) {
     dfree(d, n * 4);
 }
 
-/* attention at T = 300 (three key tiles), both versions, forward and backward, twice; multi-head
- * (NKV = NH) and grouped-query (NKV = NH / 2) */
-static void t_attention(void) {
-    enum { AB = 2, AT = 300, AC = 256, ANH = 4 };
+/* attention at T = 300 (five tiles of 64 rows, ten of 32), both versions, forward and backward,
+ * twice; multi-head (NKV = NH) and grouped-query (NKV = NH / 2); head sizes 64 and 128 (the tiled
+ * flash kernels' 64- and 32-row tiles), 32, and 80 (no tiled kernel: the per-row ones) */
+static void t_attention_hs(int AC) {
+    enum { AB = 2, AT = 300, ANH = 4 };
     for (int nkv = ANH; nkv >= ANH / 2; nkv /= 2) {
         const int hs = AC / ANH;
         size_t nq = (size_t)AB * AT * (ANH + 2 * nkv) * hs, no = (size_t)AB * AT * AC, na = (size_t)AB * ANH * AT * AT;
@@ -179,8 +180,8 @@ static void t_attention(void) {
                 dget(l_g, dl, nl * 4);
                 el = maxrel(l_g, l_c, nl);
             }
-            printf("%s attention T=%d NH=%d NKV=%d: out %.2e, lse %.2e, dqkv %.2e against the cpu\n",
-                   flash ? "flash" : "plain", AT, ANH, nkv, eo, el, ed);
+            printf("%s attention T=%d NH=%d NKV=%d hs=%d: out %.2e, lse %.2e, dqkv %.2e against the cpu\n",
+                   flash ? "flash" : "plain", AT, ANH, nkv, hs, eo, el, ed);
             CHECK_MSG(eo <= 1e-4 && el <= 1e-4 && ed <= 1e-4, "%s attention NKV=%d beyond 1e-4", flash ? "flash" : "plain", nkv);
             CHECK_MSG(!memcmp(dq_g, dq_g2, nq * 4), "attention backward: two runs differ");
             dfree(dqkv, nq * 4), dfree(ddout, no * 4), dfree(dO, no * 4), dfree(dl, nl * 4);
@@ -189,6 +190,11 @@ static void t_attention(void) {
         }
         free(qkv), free(dout), free(o_c), free(l_c), free(dq_c), free(att_c), free(o_g), free(l_g), free(dq_g), free(dq_g2), free(scr);
     }
+}
+
+static void t_attention(void) {
+    const int widths[] = {256, 512, 128, 320};
+    for (int i = 0; i < 4; i++) t_attention_hs(widths[i]);
 }
 
 /* attention at T = 1, 2, 3, both versions, NKV = NH and grouped-query, against the CPU within

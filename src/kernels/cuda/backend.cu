@@ -125,8 +125,12 @@ static hpt_status init_locked(void) {
     cublasStatus_t b = cublasCreate(&cu_blas);
     if (b == CUBLAS_STATUS_SUCCESS) b = cublasSetStream(cu_blas, cu_stream);
     if (b == CUBLAS_STATUS_SUCCESS) b = cublasSetWorkspace(cu_blas, g_ws, CU_BLAS_WS);
-    /* fp32 GEMMs in fp32 (no TF32) unless hpt_cuda_set_tf32 asks */
-    if (b == CUBLAS_STATUS_SUCCESS) b = cublasSetMathMode(cu_blas, CUBLAS_PEDANTIC_MATH);
+    /* fp32 GEMMs in fp32 (no TF32) unless hpt_cuda_set_tf32 asks, or HPT_CUDA_TF32=1 (a
+     * measuring knob until the mixed-precision mode: docs/cuda.md) */
+    const char *tf = getenv("HPT_CUDA_TF32");
+    const int tf32 = tf && !strcmp(tf, "1");
+    if (b == CUBLAS_STATUS_SUCCESS)
+        b = cublasSetMathMode(cu_blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH);
     if (b != CUBLAS_STATUS_SUCCESS)
         return hpt_fail(HPT_ERR_UNSUPPORTED, "cuBLAS on CUDA device %d: status %d", g_device, (int)b);
     g_ready = 1;

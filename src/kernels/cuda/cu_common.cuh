@@ -176,6 +176,13 @@ void cu_flash_attention_forward(float *out, float *lse, const float *qkv, int B,
 void cu_flash_attention_backward(float *dqkv, float *scratch, const float *dout,
                                  const float *qkv, const float *out, const float *lse, int B,
                                  int T, int C, int NH, int NKV);
+/* attention_tiled.cu: the flash kernels over tiles, for the head sizes C / NH it is built for
+ * (16, 32, 64, 128); cu_flash_attention_forward / _backward take them there */
+bool cu_tiled_attention_supported(int C, int NH);
+void cu_tiled_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH,
+                            int NKV);
+void cu_tiled_flash_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                             const float *out, const float *lse, int B, int T, int C, int NH, int NKV);
 void cu_infer_attend(float *atty, const float *qkv, const float *K, const float *V, int pos0,
                      size_t n, int C, int NH, int NKV);
 
