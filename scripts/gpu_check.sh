@@ -231,7 +231,10 @@ export WORK DRY ROOT BUILD HPT DEPS DEPLIB DEPS_TAR PY TRAVEL_LIMIT DEPS_DIR
 # ---- the stages ----
 st_env() {
     {
-        echo "commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') on $(uname -n), $(nproc) cores, $(date -u +%FT%TZ)"
+        # the device's copy of .git can be older than the working tree that travelled: the
+        # changed files' count says so (a device call sends the tree, not the commits)
+        echo "commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(n=$(git -C "$ROOT" status --porcelain -uno 2>/dev/null | wc -l); [ "$n" -gt 0 ] && echo " + $n changed files")" \
+            "on $(uname -n), $(nproc) cores, $(date -u +%FT%TZ)"
         nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "nvidia-smi: none"
         (command -v nvcc >/dev/null && nvcc --version || /usr/local/cuda/bin/nvcc --version) 2>/dev/null | tail -n 1
         "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())' 2>&1 | tail -n 1
