@@ -25,6 +25,7 @@
 cudaStream_t cu_stream;
 cublasHandle_t cu_blas;
 double *cu_red;
+float *cu_colred;
 double *cu_red_host;
 float *cu_stage;
 
@@ -119,6 +120,7 @@ static hpt_status init_locked(void) {
         (e = cudaEventCreateWithFlags(&g_ev_b, cudaEventDisableTiming)) != cudaSuccess ||
         (e = cudaMalloc(&g_ws, CU_BLAS_WS)) != cudaSuccess ||
         (e = cudaMalloc((void **)&cu_red, CU_RED_SLOTS * sizeof(double))) != cudaSuccess ||
+        (e = cudaMalloc((void **)&cu_colred, CU_COLRED_FLOATS * sizeof(float))) != cudaSuccess ||
         (e = cudaHostAlloc((void **)&cu_red_host, CU_RED_SLOTS * sizeof(double), cudaHostAllocDefault)) != cudaSuccess ||
         (e = cudaHostAlloc((void **)&cu_stage, CU_STAGE_FLOATS * sizeof(float), cudaHostAllocDefault)) != cudaSuccess)
         return hpt_fail(HPT_ERR_UNSUPPORTED, "CUDA device %d: %s", g_device, cudaGetErrorString(e));
@@ -409,6 +411,7 @@ extern "C" void hpt_cuda_shutdown(void) {
         cublasDestroy(cu_blas);
         cudaFree(g_ws);
         cudaFree(cu_red);
+        cudaFree(cu_colred);
         cudaFreeHost(cu_red_host);
         cudaFreeHost(cu_stage);
         cudaEventDestroy(g_ev_a);

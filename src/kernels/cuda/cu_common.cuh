@@ -24,7 +24,9 @@ extern cublasHandle_t cu_blas;   /* bound to cu_stream, its workspace fixed at i
 extern double *cu_red;           /* (CU_RED_SLOTS) device scratch for reductions */
 extern double *cu_red_host;      /* (CU_RED_SLOTS) pinned: what the host reads back */
 extern float *cu_stage;          /* (CU_STAGE_FLOATS) pinned: host-side work (RNG) */
+extern float *cu_colred;         /* (CU_COLRED_FLOATS) device scratch: colsum.cu's partials */
 #define CU_RED_SLOTS 1024
+#define CU_COLRED_FLOATS (1u << 21)
 #define CU_STAGE_FLOATS (1u << 20)
 /* Keeps the first error (ops cannot fail: hpt_cuda_status reports it). */
 void cu_note(cudaError_t e, const char *what);
@@ -176,6 +178,12 @@ void cu_flash_attention_forward(float *out, float *lse, const float *qkv, int B,
 void cu_flash_attention_backward(float *dqkv, float *scratch, const float *dout,
                                  const float *qkv, const float *out, const float *lse, int B,
                                  int T, int C, int NH, int NKV);
+/* colsum.cu: out0 (C) += the sums over N rows of a per-element term of dout (N,C), deterministic
+ * and across the GPU: BIAS dout; LAYERNORM dout (inp - mean) rstd into out0 and dout into out1;
+ * RMSNORM dout inp rstd. false (nothing done) when C is beyond the scratch: the caller's kernel. */
+enum { CU_COLSUM_BIAS = 0, CU_COLSUM_LAYERNORM = 1, CU_COLSUM_RMSNORM = 2 };
+bool cu_colsum(int kind, float *out0, float *out1, const float *dout, const float *inp,
+               const float *mean, const float *rstd, int64_t N, int64_t C);
 /* attention_tiled.cu: the flash kernels over tiles, for the head sizes C / NH it is built for
  * (16, 32, 64, 128); cu_flash_attention_forward / _backward take them there */
 bool cu_tiled_attention_supported(int C, int NH);
