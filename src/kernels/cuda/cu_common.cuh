@@ -178,6 +178,13 @@ void cu_flash_attention_forward(float *out, float *lse, const float *qkv, int B,
 void cu_flash_attention_backward(float *dqkv, float *scratch, const float *dout,
                                  const float *qkv, const float *out, const float *lse, int B,
                                  int T, int C, int NH, int NKV);
+/* vmm.cu: the device region as reserved addresses with memory mapped up to what the allocator
+ * has reached (false: no virtual memory management here, or HPT_CUDA_VMM=0: cudaMalloc it) */
+bool cu_vmm_open(int device, size_t size, char **base);
+hpt_status cu_vmm_ensure(size_t end);
+size_t cu_vmm_mapped(void);
+int cu_vmm_active(void);
+void cu_vmm_close(void);
 /* colsum.cu: out0 (C) += the sums over N rows of a per-element term of dout (N,C), deterministic
  * and across the GPU: BIAS dout; LAYERNORM dout (inp - mean) rstd into out0 and dout into out1;
  * RMSNORM dout inp rstd. false (nothing done) when C is beyond the scratch: the caller's kernel. */
