@@ -401,6 +401,8 @@ static void fill_table(hpt_backend *t) {
     t->adam_step_sumsq = cu_adam_step_sumsq;
     t->init_normal = cu_init_normal;
     t->fill = cu_fill;
+    t->dropout_forward = cu_dropout_forward;
+    t->dropout_backward = cu_dropout_backward;
 }
 
 extern "C" const hpt_backend *hpt_backend_cuda(void) {

@@ -241,6 +241,8 @@ double cu_adam_step_sumsq(const float *m, const float *v, size_t n, float bc1, f
                           float eps);
 void cu_init_normal(float *x, size_t lo, size_t hi, size_t total, float std, uint64_t key);
 void cu_fill(float *x, size_t n, float value);
+void cu_dropout_forward(float *y, const float *x, size_t n, float p, uint64_t seed);
+void cu_dropout_backward(float *dx, const float *dy, size_t n, float p, uint64_t seed);
 /* the q8 tables' device copies (optim.cu), released by hpt_cuda_shutdown */
 void cu_q8_release(void);
 /* A map for an op: map itself when the device can read it, else (pageable host memory holding
