@@ -47,4 +47,65 @@ run --steps 3 --quiet >"$tmp/o" 2>"$tmp/e" || bad "quiet run: $(cat "$tmp/e")"
 [ "$(wc -l <"$tmp/e")" -eq 2 ] && grep -q "^done: 3 steps" "$tmp/e" && grep -q "^memory: device peak" "$tmp/e" &&
   [ ! -s "$tmp/o" ] && ok || bad "--quiet printed more than the summary: $(cat "$tmp/e")"
 
+# --- item 1: a refusal names the budget that binds, where each budget came from, what fits ---
+big="gpt2:L=4,C=64,NH=4,V=64,T=32"
+est() { "$bin" estimate --model "$big" --batch 4 --seq 32 "$@"; }
+# a plain estimate over --memory: status 1, the report, --plan auto as what fits, the budget named
+# by the flag given (never a byte count)
+est --memory 3500KB >"$tmp/o" 2>"$tmp/e"; rc=$?
+[ $rc -eq 1 ] && grep -q "budget     device 3.3 MiB (given: --memory 3500KB): does NOT fit" "$tmp/o" &&
+  grep -q "what fits: --plan auto finds a plan that fits: --batch" "$tmp/o" &&
+  [ "$(grep -c error "$tmp/e")" -eq 1 ] &&
+  tail -1 "$tmp/e" | grep -q "does not fit the device budget, 3.3 MiB (given: --memory 3500KB): the peak" && ok ||
+  bad "estimate over --memory: status $rc: $(grep -E 'budget|what fits' "$tmp/o") $(cat "$tmp/e")"
+# with --json: status 1 as well, the JSON printed all the same
+est --memory 3500KB --json >"$tmp/o" 2>"$tmp/e"; rc=$?
+[ $rc -eq 1 ] && grep -q '"fits":false' "$tmp/o" && ok || bad "estimate --json over --memory: status $rc"
+# a plan that fits: status 0
+est --memory 64MB >/dev/null 2>"$tmp/e" && ok || bad "estimate within --memory: $(cat "$tmp/e")"
+# only a disk tier makes it fit: --offload-dir is what fits
+est --memory 2MB --host-memory 2MB >"$tmp/o" 2>"$tmp/e"
+grep -q "what fits: --plan auto --offload-dir DIR finds a plan that fits: .*--offload params=disk" "$tmp/o" && ok ||
+  bad "no --offload-dir hint: $(grep 'what fits' "$tmp/o")"
+# nothing fits at all: it says so
+est --memory 1MB --host-memory 1MB >"$tmp/o" 2>"$tmp/e"
+grep -q "what fits: no plan fits even with --plan auto --offload-dir DIR --allow lossy" "$tmp/o" && ok ||
+  bad "nothing fits: $(grep 'what fits' "$tmp/o")"
+# --plan auto refused: every budget with its source and flag, the smallest plan's excess, what
+# would fit, the binding budget in the error line
+expect_error "plan auto refused" "no plan of the [0-9]+ searched fits the budgets: the device budget binds \(given\)" \
+  est --plan auto --memory 2MB --host-memory 2MB
+grep -q "^  device 1.9 MiB (given: --memory 2MB)" "$tmp/err" && grep -q "^  host 1.9 MiB (given: --host-memory 2MB)" "$tmp/err" &&
+  grep -q "^  disk none (no --offload-dir DIR: no disk homes)" "$tmp/err" &&
+  grep -q "the smallest plan searched, --batch .* over the device budget (given) by" "$tmp/err" &&
+  grep -q "^  --plan auto --offload-dir DIR finds a plan that fits" "$tmp/err" && ok ||
+  bad "plan auto refusal: $(cat "$tmp/err")"
+# the defaults are this machine's, say so, and stay out of the printed flags (the disk's free
+# space, the free RAM: no --disk-memory or --host-memory of a byte count)
+mkdir -p "$tmp/disk"
+est --plan auto --memory 2MB --offload-dir "$tmp/disk" >"$tmp/o" 2>"$tmp/e" || bad "plan auto with a disk: $(cat "$tmp/e")"
+flags=$(sed -n 2p "$tmp/o")
+[[ "$flags" == *"--memory 2MB"* && "$flags" == *"--offload-dir $tmp/disk"* && "$flags" != *"--host-memory"* &&
+   "$flags" != *"--disk-memory"* ]] && ok || bad "printed flags carry a default budget: $flags"
+grep -q "host .* (this machine's default: its free RAM, which on the CPU the device and host tiers share" "$tmp/o" &&
+  grep -q "disk .* (this machine's default: the free space of $tmp/disk; --disk-memory SIZE sets it)" "$tmp/o" && ok ||
+  bad "the defaults are not named: $(grep budgets "$tmp/o")"
+# on a GPU the device budget is the user's to give; the host default is this machine's RAM
+expect_error "plan auto cuda without --memory" "needs --memory SIZE" est --plan auto --device cuda
+est --plan auto --device cuda --memory 64MB >"$tmp/o" 2>"$tmp/e" || bad "plan auto cuda: $(cat "$tmp/e")"
+grep -q "host .* (this machine's default: the free RAM of the machine running hptrain, for the GPU's pinned host memory" "$tmp/o" && ok ||
+  bad "cuda host default: $(grep budgets "$tmp/o")"
+
+# --- item 2: step times only from a calibration of the device; a GPU gets a labelled floor ---
+est >"$tmp/o" 2>&1
+grep -q "predicted step .* s (cost model, this CPU's calibration" "$tmp/o" && ok || bad "no CPU prediction: $(tail -2 "$tmp/o")"
+est --device cuda >"$tmp/o" 2>&1
+! grep -q "predicted step" "$tmp/o" && grep -q "step time  not predicted: no calibration of a GPU" "$tmp/o" &&
+  grep -qE "a floor, not a prediction: .* NVIDIA H200's measured GEMM peak take .* in fp32 \(51.2 TFLOP/s" "$tmp/o" && ok ||
+  bad "cuda estimate: $(tail -3 "$tmp/o")"
+est --device cuda --json | grep -q predicted_step_s && bad "cuda JSON has a predicted step" || ok
+grep -q "predicted: no step time (no calibration of a GPU" <(est --plan auto --device cuda --memory 64MB 2>&1) &&
+  ! grep -qE "[0-9] s \(slower by|s but does not fit" <(est --plan auto --device cuda --memory 5MB 2>&1) && ok ||
+  bad "plan auto on cuda prints step times: $(est --plan auto --device cuda --memory 5MB 2>&1 | head -4)"
+
 finish test_newcomer.sh
