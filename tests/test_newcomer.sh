@@ -95,6 +95,14 @@ expect_error "plan auto cuda without --memory" "needs --memory SIZE" est --plan 
 est --plan auto --device cuda --memory 64MB >"$tmp/o" 2>"$tmp/e" || bad "plan auto cuda: $(cat "$tmp/e")"
 grep -q "host .* (this machine's default: the free RAM of the machine running hptrain, for the GPU's pinned host memory" "$tmp/o" && ok ||
   bad "cuda host default: $(grep budgets "$tmp/o")"
+# train's refusal: whole plans that fit, without a calibration too (none is run for advice)
+trn() { "$bin" train --model "$big" --data "$tmp/train_*.bin" --batch 4 --seq 32 --steps 1 "$@"; }
+HPT_CALIBRATION=$tmp/none.json expect_error "train refused, no calibration" "is too small for" trn --memory 3500KB
+grep -q "whole plans that fit (no calibration cached: no step time" "$tmp/err" && [ ! -e "$tmp/none.json" ] && ok ||
+  bad "train's advice without a calibration: $(cat "$tmp/err")"
+expect_error "train refused, nothing fits" "is too small for" trn --memory 2MB --host-memory 500KB
+grep -q "what fits: no plan fits even with --plan auto --offload-dir DIR --allow lossy" "$tmp/err" && ok ||
+  bad "train's advice when nothing fits: $(cat "$tmp/err")"
 
 # --- item 2: step times only from a calibration of the device; a GPU gets a labelled floor ---
 est >"$tmp/o" 2>&1

@@ -341,17 +341,14 @@ int cli_auto_plan(const char *cmd, hpt_plan_opts *po, int64_t tokens_per_step, i
 void cli_auto_advice(const char *cmd, const hpt_plan_opts *po, FILE *f) {
     hpt_calibration cal;
     char path[4096];
-    if (hpt_calibration_load(hpt_calibration_path(path, sizeof path), &cal) != HPT_OK) {
-        fprintf(f, "hptrain: %s: run `hptrain calibrate` once, and --plan auto proposes whole "
-                "plans that fit with their predicted step times\n", cmd);
-        return;
-    }
+    const int have = hpt_calibration_load(hpt_calibration_path(path, sizeof path), &cal) == HPT_OK;
+    if (!have) cli_nominal_calibration(&cal); /* what fits needs no rates; the order does */
     hpt_auto_opts a = {.allow_lossy = 0, .allow_disk = po->offload_dir != NULL && cal.disk_read_gbps > 0,
                        .sequences = (int64_t)po->B * (po->accum > 1 ? po->accum : 1)};
     hpt_plan_opts base = *po;
     cli_budgets bs;
     cli_budgets_given(&base.plan, &bs);
-    if (!base.budget_bytes[HPT_TIER_HOST]) cli_budgets_defaults(&base.plan, &bs);
+    cli_budgets_defaults(&base.plan, &bs);
     a.shared_bytes = bs.shared;
     hpt_auto_result *r = malloc(sizeof *r);
     if (!r) return;
@@ -359,15 +356,24 @@ void cli_auto_advice(const char *cmd, const hpt_plan_opts *po, FILE *f) {
         a.allow_lossy = lossy;
         if (hpt_plan_auto(&base, &cal, &a, r) == HPT_OK) break;
     }
-    if (r->n == 0) {
-        fprintf(f, "hptrain: %s: no whole plan fits these budgets (searched %d)\n", cmd, r->n_tried);
+    if (r->n == 0) { /* then with a disk tier, or nothing: cli_fit_hints says which */
+        char lead[64];
+        snprintf(lead, sizeof lead, "hptrain: %s: what fits: ", cmd);
+        cli_fit_hints(&base, &bs, &cal, 1, 1, lead, f);
         free(r);
         return;
     }
-    const int timed = hpt_calibration_for_device(&cal, po->device);
-    fprintf(f, "hptrain: %s: whole plans that fit (%s; --plan auto%s picks the first):\n", cmd,
-            timed ? "predicted step time" : "no calibration of a GPU: no step time",
-            a.allow_lossy ? " --allow lossy" : "");
+    const int timed = have && hpt_calibration_for_device(&cal, po->device);
+    const char *al = a.allow_lossy ? " --allow lossy" : "";
+    if (timed)
+        fprintf(f, "hptrain: %s: whole plans that fit (predicted step time; --plan auto%s picks the "
+                "first):\n", cmd, al);
+    else if (po->device)
+        fprintf(f, "hptrain: %s: whole plans that fit (no calibration of a GPU: no step time; "
+                "--plan auto%s --memory SIZE chooses one):\n", cmd, al);
+    else
+        fprintf(f, "hptrain: %s: whole plans that fit (no calibration cached: no step time; --plan "
+                "auto%s measures this machine once and picks the fastest):\n", cmd, al);
     char fl[2300];
     for (int i = 0; i < r->n && i < 3; i++) {
         cand_flags(&r->cand[i].o, fl, sizeof fl, 0);
