@@ -188,7 +188,8 @@ typedef struct {
 
 /* Searches the plan space around base (its model, T, budgets and offload_dir; its optimizer
  * kind) for the fastest plan that the estimator says fits every tier's budget. HPT_ERR_OOM
- * when none fits (out->nofit then holds the smallest). */
+ * when none fits (out->nofit then holds the one nearest to fitting: the fewest bytes over the
+ * budgets, the tiers' excesses and the shared one summed). */
 hpt_status hpt_plan_auto(const hpt_plan_opts *base, const hpt_calibration *c,
                          const hpt_auto_opts *a, hpt_auto_result *out);
 

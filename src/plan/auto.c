@@ -213,8 +213,16 @@ hpt_status hpt_plan_auto(const hpt_plan_opts *base, const hpt_calibration *c,
             if (out->n == 0 || !near_duplicate(out, &k.o)) out->cand[out->n++] = k;
         } else {
             if (out->n == 0 && out->n_nofit < 2) out->nofit[out->n_nofit++] = k;
-            uint64_t sum = 0;
-            for (int t = 0; t < HPT_TIER_COUNT; t++) sum += k.e.peak_bytes[t];
+            /* the nearest to fitting: the least bytes over the budgets, all tiers summed (a
+             * plan's disk bytes, plentiful, do not make it look far) */
+            uint64_t sum = 0, both = 0;
+            for (int t = 0; t < HPT_TIER_COUNT; t++) {
+                uint64_t b = k.o.budget_bytes[t], p = k.e.peak_bytes[t];
+                if (k.e.predict_peak_bytes[t] > p) p = k.e.predict_peak_bytes[t];
+                if (b && p > b) sum += p - b;
+                if (t != HPT_TIER_DISK) both += p;
+            }
+            if (a->shared_bytes && both > a->shared_bytes) sum += both - a->shared_bytes;
             if (sum < smallest) smallest = sum, least = k;
         }
     }

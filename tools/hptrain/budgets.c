@@ -24,6 +24,11 @@ static void fmt_b(char *buf, size_t n, double b) {
 }
 
 uint64_t cli_mem_available(void) {
+    /* a SIZE in the environment stands for the machine's free RAM: tests, and planning for
+     * another machine's */
+    const char *env = getenv("HPT_MEM_AVAILABLE");
+    uint64_t v;
+    if (env && *env && hpt_parse_size(env, &v) == HPT_OK) return v;
     FILE *f = fopen("/proc/meminfo", "r");
     char line[256];
     unsigned long long kb = 0;
@@ -162,7 +167,7 @@ void cli_explain_nofit(const char *cmd, const hpt_plan_opts *po, const cli_budge
     char fl[2300], pk[160], over[32];
     plan_words(&least->o, fl, sizeof fl);
     peaks_text(&least->e, pk, sizeof pk);
-    fprintf(f, "hptrain: %s: the smallest plan searched, %s, needs %s:", cmd, fl, pk);
+    fprintf(f, "hptrain: %s: the plan searched nearest to fitting, %s, needs %s:", cmd, fl, pk);
     const char *sep = "";
     for (int k = 0; k < HPT_TIER_COUNT; k++) {
         uint64_t bud = po->plan.budget_bytes[k], p = tier_peak(&least->e, k);
@@ -184,7 +189,8 @@ void cli_explain_nofit(const char *cmd, const hpt_plan_opts *po, const cli_budge
  * consider (B = S with the fused update, or B = 1 accumulating S; full recompute, a head chunk;
  * the engine's homes on the host, split host/disk, or on disk; with lossy 8-bit state and bf16
  * weights): the estimator alone, no search. */
-static int small_plan_fits(const hpt_plan_opts *po, const cli_budgets *b, int disk, int lossy) {
+static int small_plan_fits(const hpt_plan_opts *po, const cli_budgets *b, int disk, int lossy,
+                           hpt_plan_opts *out, hpt_estimate *out_e) {
     int64_t S = (int64_t)po->B * (po->accum > 1 ? po->accum : 1);
     static const hpt_tier homes[3][2] = {{HPT_TIER_HOST, HPT_TIER_HOST}, {HPT_TIER_HOST, HPT_TIER_DISK},
                                          {HPT_TIER_DISK, HPT_TIER_DISK}};
@@ -210,40 +216,32 @@ static int small_plan_fits(const hpt_plan_opts *po, const cli_budgets *b, int di
             for (int t = 0; t < HPT_TIER_COUNT; t++)
                 if (o.plan.budget_bytes[t] && tier_peak(&e, t) > o.plan.budget_bytes[t]) ok = 0;
             if (b->shared && tier_peak(&e, HPT_TIER_DEVICE) + tier_peak(&e, HPT_TIER_HOST) > b->shared) ok = 0;
-            if (ok) return 1;
+            if (ok) {
+                *out = o, *out_e = e;
+                return 1;
+            }
         }
     return 0;
 }
 
-int cli_fit_hints(const hpt_plan_opts *po, const cli_budgets *b, const hpt_calibration *cal,
-                  int lossy_given, int skip_first, const char *lead, FILE *f) {
+int cli_fit_hints(const hpt_plan_opts *po, const cli_budgets *b, int lossy_given, int skip_first,
+                  const char *lead, FILE *f) {
     const int have_dir = po->plan.offload_dir != NULL;
     /* the least change first: --plan auto as asked, then a disk tier, then lossy choices */
     const int v[4][2] = {{have_dir, lossy_given}, {1, lossy_given}, {have_dir, 1}, {1, 1}};
     for (int i = skip_first ? 1 : 0; i < 4; i++) {
         int dup = 0;
         for (int j = 0; j < i; j++) dup |= v[j][0] == v[i][0] && v[j][1] == v[i][1];
-        if (dup || !small_plan_fits(po, b, v[i][0], v[i][1])) continue;
-        /* the search of that variant: its plan (the order is the calibration's) */
-        hpt_auto_result *r = calloc(1, sizeof *r);
-        if (!r) return 0;
-        hpt_plan_opts o = *po;
-        hpt_calibration c = *cal;
-        if (v[i][0] && !have_dir) o.plan.offload_dir = "DIR", o.plan.budget_bytes[HPT_TIER_DISK] = 0;
-        if (v[i][0] && !(c.disk_read_gbps > 0 && c.disk_write_gbps > 0)) c.disk_read_gbps = c.disk_write_gbps = 1;
-        hpt_auto_opts a = {.allow_lossy = v[i][1], .allow_disk = v[i][0], .shared_bytes = b->shared,
-                           .sequences = (int64_t)po->B * (po->accum > 1 ? po->accum : 1)};
-        char sug[128], fl[2300] = "", pk[160] = "";
-        snprintf(sug, sizeof sug, "--plan auto%s%s", v[i][0] && !have_dir ? " --offload-dir DIR" : "",
-                 v[i][1] && !lossy_given ? " --allow lossy" : "");
-        if (hpt_plan_auto(&o, &c, &a, r) == HPT_OK) {
-            plan_words(&r->cand[0].o, fl, sizeof fl);
-            peaks_text(&r->cand[0].e, pk, sizeof pk);
-            fprintf(f, "%s%s finds a plan that fits: %s (peaks %s)\n", lead, sug, fl, pk);
-        } else {
-            fprintf(f, "%s%s finds a plan that fits\n", lead, sug);
-        }
-        free(r);
+        hpt_plan_opts o;
+        hpt_estimate e;
+        if (dup || !small_plan_fits(po, b, v[i][0], v[i][1], &o, &e)) continue;
+        /* that plan is in the search's space, so --plan auto finds it or a faster one */
+        char fl[2300], pk[160];
+        plan_words(&o, fl, sizeof fl);
+        peaks_text(&e, pk, sizeof pk);
+        fprintf(f, "%s--plan auto%s%s finds a plan that fits; one is %s (peaks %s)\n", lead,
+                v[i][0] && !have_dir ? " --offload-dir DIR" : "", v[i][1] && !lossy_given ? " --allow lossy" : "",
+                fl, pk);
         return 1;
     }
     char ram[32];

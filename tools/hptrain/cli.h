@@ -160,7 +160,7 @@ typedef struct {
     uint64_t shared;          /* 0, or the device and host peaks together at most this (on the
                                * CPU, with a default taken: this machine's free RAM) */
 } cli_budgets;
-/* MemAvailable of /proc/meminfo, bytes. */
+/* MemAvailable of /proc/meminfo, bytes; $HPT_MEM_AVAILABLE (a SIZE) instead when set. */
 uint64_t cli_mem_available(void);
 /* b up to a decimal size of two or three digits that hpt_parse_size reads back (3.5GB, 22GB,
  * 900MB), never below b. */
@@ -178,16 +178,17 @@ void cli_budgets_strip(hpt_plan *p, const cli_budgets *b);
 void cli_budget_text(const hpt_plan *p, const cli_budgets *b, int t, char *buf, size_t n);
 /* Placeholder rates for a search that only asks what fits (no calibration cached). */
 void cli_nominal_calibration(hpt_calibration *c);
-/* A refused --plan auto: every budget with its source on f, then the smallest plan searched
- * (least; NULL: none) with the budgets it passes. */
+/* A refused --plan auto: every budget with its source on f, then the plan searched nearest to
+ * fitting (least; NULL: none) with the budgets it passes. */
 void cli_explain_nofit(const char *cmd, const hpt_plan_opts *po, const cli_budgets *b,
                        const hpt_auto_cand *least, FILE *f);
 /* What would fit po (budgets filled by cli_budgets_defaults; b their sources): --plan auto as
- * asked (unless skip_first), then with --offload-dir, then --allow lossy, then both, each tried
- * on a few of the smallest plans first (fast), the first that fits searched for its plan (cal's
- * order). Prints it (or that none fits) after lead on f; 1 when one fits. */
-int cli_fit_hints(const hpt_plan_opts *po, const cli_budgets *b, const hpt_calibration *cal,
-                  int lossy_given, int skip_first, const char *lead, FILE *f);
+ * asked (unless skip_first: a search of it just failed), then with
+ * --offload-dir, then --allow lossy, then both, each tried on a few of the smallest plans of the
+ * search's space with the estimator alone (milliseconds; no search, no rates). Prints the first
+ * choice that fits with one plan that does (or that none fits) after lead on f; 1 when one fits. */
+int cli_fit_hints(const hpt_plan_opts *po, const cli_budgets *b, int lossy_given, int skip_first,
+                  const char *lead, FILE *f);
 /* For a GPU without a calibration: the step's FLOPs at the GEMM peaks measured on known GPUs
  * (hpt_gpu_rates_known), each labelled a floor with its rates and their source, after lead. */
 void cli_gpu_floor(double flops_per_step, const char *lead, FILE *f);

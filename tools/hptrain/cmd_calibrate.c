@@ -271,7 +271,7 @@ int cli_auto_plan(const char *cmd, hpt_plan_opts *po, int64_t tokens_per_step, i
         const hpt_auto_cand *least = r->n_nofit ? &r->nofit[0] : NULL;
         cli_explain_nofit(cmd, po, &bs, least, stderr);
         fprintf(stderr, "hptrain: %s: what would fit:\n", cmd);
-        cli_fit_hints(po, &bs, &cal, allow_lossy, 1, "  ", stderr);
+        cli_fit_hints(po, &bs, allow_lossy, 1, "  ", stderr);
         int n = r->n_tried, bad = least ? least->bad_tier : -2;
         free(r);
         if (bad == -2) return cli_error("%s: no plan of the %d searched fits the budgets", cmd, n);
@@ -359,7 +359,7 @@ void cli_auto_advice(const char *cmd, const hpt_plan_opts *po, FILE *f) {
     if (r->n == 0) { /* then with a disk tier, or nothing: cli_fit_hints says which */
         char lead[64];
         snprintf(lead, sizeof lead, "hptrain: %s: what fits: ", cmd);
-        cli_fit_hints(&base, &bs, &cal, 1, 1, lead, f);
+        cli_fit_hints(&base, &bs, 0, 0, lead, f);
         free(r);
         return;
     }

@@ -284,8 +284,8 @@ static void print_text(const char *model, const hpt_plan_opts *po, const hpt_est
 }
 
 /* A budget given and not met: in text, what would fit (--plan auto, with --offload-dir or
- * --allow lossy when they make a plan fit: cli_fit_hints, with the cached calibration's order
- * or none); then the reason on stderr and exit status 1. 0 when every budget given is met. */
+ * --allow lossy when they make a plan fit: cli_fit_hints); then the reason on stderr and exit
+ * status 1. 0 when every budget given is met. */
 static int not_fit(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t budget,
                    const hpt_plan_fit *fit, int json, int lossy) {
     int bad = budget && !fit->fits ? HPT_TIER_DEVICE : -1;
@@ -298,11 +298,7 @@ static int not_fit(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t budg
         hpt_plan_opts o = *po;
         cli_budgets hb = bs;
         cli_budgets_defaults(&o.plan, &hb);
-        hpt_calibration cal;
-        char cpath[4096];
-        if (hpt_calibration_load(hpt_calibration_path(cpath, sizeof cpath), &cal) != HPT_OK)
-            cli_nominal_calibration(&cal);
-        cli_fit_hints(&o, &hb, &cal, lossy, 0, "  what fits: ", stdout);
+        cli_fit_hints(&o, &hb, lossy, 0, "  what fits: ", stdout);
     }
     char bt[512], p[32], over[32];
     cli_budget_text(&po->plan, &bs, bad, bt, sizeof bt);
