@@ -170,13 +170,9 @@ typedef struct {
     size_t off;        /* the op's pointer in hpt_backend */
     double (*fn)(void); /* NULL: checked by the test named in `with` */
     const char *with;
-    int optional;       /* 1: a backend other than the CPU's may lack it (OPT) */
 } op_test;
-#define OP(name, fn) {#name, offsetof(hpt_backend, name), fn, NULL, 0}
-#define WITH(name, other) {#name, offsetof(hpt_backend, name), NULL, other, 0}
-/* an op a backend other than the CPU's may lack (its callers refuse what needs it) */
-#define OPT(name, fn) {#name, offsetof(hpt_backend, name), fn, NULL, 1}
-#define WITH_OPT(name, other) {#name, offsetof(hpt_backend, name), NULL, other, 1}
+#define OP(name, fn) {#name, offsetof(hpt_backend, name), fn, NULL}
+#define WITH(name, other) {#name, offsetof(hpt_backend, name), NULL, other}
 static const op_test k_tests[] = {
     OP(alloc, t_memory), WITH(free, "alloc"), WITH(copy, "alloc"), WITH(memset, "alloc"),
     OP(sync, t_sync),
@@ -216,7 +212,7 @@ static const op_test k_tests[] = {
     OP(predict_adam, t_predict_adam), OP(predict_linear, t_predict_linear),
     OP(add_normal, t_add_normal), OP(adam_step_sumsq, t_adam_step_sumsq),
     OP(init_normal, t_init_normal), OP(fill, t_fill),
-    OPT(dropout_forward, t_dropout_forward), WITH_OPT(dropout_backward, "dropout_forward"),
+    OP(dropout_forward, t_dropout), WITH(dropout_backward, "dropout_forward"),
 };
 #define N_TESTS (sizeof k_tests / sizeof k_tests[0])
 /* Every member after the name is an op's function pointer, and every one has an entry. */
@@ -279,19 +275,12 @@ int main(void) {
         for (size_t i = 0; i < N_TESTS; i++) {
             void (*f)(void);
             memcpy(&f, (const char *)be + k_tests[i].off, sizeof f);
-            CHECK_MSG(f != NULL || (k_tests[i].optional && be != hpt_backend_cpu()),
-                      "%s: op %s missing", be->name, k_tests[i].op);
+            CHECK_MSG(f != NULL, "%s: op %s missing", be->name, k_tests[i].op);
             for (size_t j = 0; j < i; j++) CHECK(k_tests[j].off != k_tests[i].off);
         }
         printf("backend %s: %zu ops\n", be->name, N_TESTS);
         for (size_t i = 0; i < N_TESTS; i++) {
             const op_test *t = &k_tests[i];
-            void (*present)(void);
-            memcpy(&present, (const char *)be + t->off, sizeof present);
-            if (!present) {
-                printf("  %-26s not in this backend (optional)\n", t->op);
-                continue;
-            }
             if (!t->fn) {
                 printf("  %-26s checked with %s\n", t->op, t->with);
                 continue;

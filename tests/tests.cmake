@@ -152,6 +152,10 @@ hpt_add_test(test_plan_auto test_plan_auto.c)
 if(TARGET hptrain_cli)
   add_test(NAME test_plan_auto_cli COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_plan_auto.sh $<TARGET_FILE:hptrain_cli>)
   set_tests_properties(test_plan_auto_cli PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+  # a newcomer's path (issue 34): help texts, progress and --quiet, refusals that name the
+  # budget that binds, step times only from the device's own calibration
+  add_test(NAME test_newcomer COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_newcomer.sh $<TARGET_FILE:hptrain_cli>)
+  set_tests_properties(test_newcomer PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
 endif()
 # An MPI test script tests/NAME.sh run on the CLI binary (and, with ASAN, the sanitizer CLI as
 # its second argument where that is built): skipped (77) without mpirun, one OpenMP thread per rank.

@@ -24,8 +24,9 @@
 /* A model's configuration, for every architecture (hpt_arch_id). GPT-2 fills NKV = NH,
  * FF = 4C, norm_eps 1e-5, tied 1, init_range 0.02 and leaves the rope fields 0; a GPT-2
  * configuration written by hand with only L, C, NH, V, Vp, maxT set (designated initialisers,
- * arch 0) means the same thing: the model fills the rest on create. hd = C / NH always. */
-typedef enum { HPT_ARCH_GPT2 = 0, HPT_ARCH_LLAMA = 1 } hpt_arch_id;
+ * arch 0) means the same thing: the model fills the rest on create. The head width is C / NH
+ * unless hd says otherwise (Qwen3's head_dim: NH * hd may differ from C). */
+typedef enum { HPT_ARCH_GPT2 = 0, HPT_ARCH_LLAMA = 1, HPT_ARCH_QWEN2 = 2, HPT_ARCH_QWEN3 = 3 } hpt_arch_id;
 typedef struct {
     int arch;            /* hpt_arch_id */
     int L, C, NH, NKV;   /* layers, channels, query heads, key/value heads (GPT-2: NKV = NH);
@@ -38,8 +39,10 @@ typedef struct {
     float rope_low_freq, rope_high_freq; /* low_freq_factor, high_freq_factor */
     int rope_orig_maxT;  /* original_max_position_embeddings (with rope_factor > 0) */
     int tied;            /* the head is wte (GPT-2: 1); 0: a separate lm_head (Vp, C) */
-    int attn_bias, mlp_bias; /* llama: biases on q/k/v/o, on gate/up/down */
+    int attn_bias, mlp_bias; /* llama: biases on q/k/v/o, on gate/up/down; Qwen2: on q/k/v
+                          * (always); Qwen3: on q/k/v/o */
     float init_range;    /* initializer_range: N(0, init_range) init (GPT-2 0.02) */
+    int hd;              /* head width; 0: C / NH (GPT-2, llama, Qwen2 keep 0); Qwen3's head_dim */
 } hpt_model_config;
 
 /* SHAPE of any architecture:
@@ -49,6 +52,9 @@ typedef struct {
  *   "llama:L=..,C=..,NH=..,FF=..[,NKV=..][,V=..][,T=..][,theta=..][,Vp=..][,eps=..]
  *          [,factor=..,low=..,high=..,orig=..][,tied=0|1][,attn_bias=0|1][,mlp_bias=0|1]
  *          [,range=..]"
+ *   "qwen2.5-0.5b" | "qwen2.5-1.5b" | "qwen2.5-7b" | "qwen2:L=..,C=..,NH=..,FF=..[,...]"
+ *   "qwen3-0.6b" | "qwen3-1.7b" | "qwen3-4b" | "qwen3-8b" | "qwen3:L=..,C=..,NH=..,FF=..[,hd=..]"
+ *          (the Qwen keys: llama's less factor/low/high/orig and mlp_bias; docs/qwen.md)
  * The named shapes carry their published config.json's dimensions (docs/llama.md). A custom
  * llama shape takes Hugging Face LlamaConfig's defaults: NKV = NH, V 32000, T 2048, theta
  * 10000, eps 1e-6, untied, no biases, no rope scaling (factor 0; with factor > 0, low 1,

@@ -330,9 +330,11 @@ typedef hpt_status (*model_kv_fn)(hpt_model_config *c, const char *key, double v
 hpt_status model_shape_kv(const char *shape, const char *s, hpt_model_config *c, model_kv_fn set);
 hpt_status model_shape_int(double v, int lo, const char *key, const char *shape, int *out);
 
-/* GPT-2 (model/gpt2.c); the Llama family (model/llama.c). */
+/* GPT-2 (model/gpt2.c); the Llama family (model/llama.c); Qwen2/2.5 and Qwen3 (model/qwen.c). */
 extern const hpt_arch hpt_arch_gpt2;
 extern const hpt_arch hpt_arch_llama;
+extern const hpt_arch hpt_arch_qwen2;
+extern const hpt_arch hpt_arch_qwen3;
 
 /* ---- the registry (model/registry.c): one line per architecture, index = its id ---- */
 /* The architectures this build has (hpt_arch_count, public) and the one at id i (NULL past

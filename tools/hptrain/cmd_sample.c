@@ -8,9 +8,10 @@
 #include <sys/stat.h>
 
 static const char k_help[] =
-    "usage: hptrain sample --model PATH [options]\n"
+    "usage: hptrain sample --model PATH|DIR [options]\n"
     "\n"
-    "Generates text from an llm.c GPT-2 checkpoint (or a --save directory's model.bin).\n"
+    "Generates text from a model of any registered architecture: an llm.c checkpoint, a Hugging\n"
+    "Face model directory, or a --save directory (its model.bin or its Hugging Face files).\n"
     "\n"
     "  --model PATH        checkpoint file, a Hugging Face model directory (config.json and\n"
     "                      safetensors), or a directory holding model.bin\n"
