@@ -7,6 +7,7 @@
  * PEFT's (A within 1/sqrt(in), B zero); the base's bits are those of a model without
  * adapters when B is zero; bad targets and settings are refused. */
 #include "testlib.h"
+#include "model/arch.h"
 #include "testing.h"
 
 #include <math.h>
@@ -227,10 +228,12 @@ int main(int argc, char **argv) {
     uint64_t acts = hpt_model_activation_bytes(&cfg, B, T, &act) + lb[HPT_CAT_ACTS];
     CHECK_MSG(live[HPT_CAT_ACTS] == acts, "acts %llu, estimated %llu",
               (unsigned long long)live[HPT_CAT_ACTS], (unsigned long long)acts);
-    uint64_t consts = live[HPT_CAT_PARAMS] - np * 4 - lb[HPT_CAT_PARAMS];
-    CHECK_MSG(consts == (cfg.arch == HPT_ARCH_LLAMA ? (uint64_t)cfg.maxT * (cfg.C / cfg.NH) * 4 : 0),
-              "params %llu: base %zu, adapters %llu", (unsigned long long)live[HPT_CAT_PARAMS],
-              np * 4, (unsigned long long)lb[HPT_CAT_PARAMS]);
+    const hpt_arch *arch = hpt_arch_of(&cfg); /* the rotary tables beside the parameters */
+    uint64_t consts = arch && arch->consts_floats ? arch->consts_floats(&cfg) * 4 : 0;
+    CHECK_MSG(live[HPT_CAT_PARAMS] == np * 4 + lb[HPT_CAT_PARAMS] + consts,
+              "params %llu: base %zu, adapters %llu, constants %llu",
+              (unsigned long long)live[HPT_CAT_PARAMS], np * 4,
+              (unsigned long long)lb[HPT_CAT_PARAMS], (unsigned long long)consts);
 
     /* refusals */
     hpt_lora_opts bad = lo;
