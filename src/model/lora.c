@@ -41,6 +41,8 @@ struct model_lora {
     int64_t in_max;             /* the widest chosen input */
     int training;               /* dropout on */
     int hold;                   /* testing: the masks stay those of the current pass */
+    int cur_l;                  /* the block the runner computes now (model_lora_at) */
+    const float *cur_w[HPT_TABLE_MAX]; /* its slices' pointers */
     uint64_t seed, pass;        /* dropout's stream: the seed, the forward passes so far */
 };
 
@@ -245,6 +247,7 @@ hpt_status hpt_model_lora_attach(hpt_model *m, const hpt_lora_opts *o, uint64_t 
     z->s = hpt_lora_scale(o);
     z->training = 1;
     z->seed = seed;
+    z->cur_l = -1;
     hpt_status s = choose(&m->cfg, o, z->lin, &z->n_lin);
     if (s != HPT_OK) {
         free(z);
@@ -344,13 +347,17 @@ hpt_status hpt_model_lora_tensor(const hpt_model *m, int i, hpt_tensor_info *out
 
 /* ---- the maths ---- */
 
-/* Block l of the base slice whose weight w is (-1: not a chosen layer's weight). */
+/* The block whose slice `slice` w is: the runner's current one (model_lora_at), or -1 when w
+ * is not that slice (another linear layer, the head). */
 static int layer_of(const struct model_lora *z, int slice, const float *w) {
-    const hpt_model *m = z->m;
-    const float *base = m->params + m->slice_off[slice];
-    size_t n = m->slice_n[slice];
-    if (w < base || w >= base + n * (size_t)m->cfg.L || (size_t)(w - base) % n) return -1;
-    return (int)((size_t)(w - base) / n);
+    return z->cur_l >= 0 && w == z->cur_w[slice] ? z->cur_l : -1;
+}
+
+void model_lora_at(hpt_model *m, int l, float *const *w) {
+    struct model_lora *z = m->lora;
+    if (!z) return;
+    z->cur_l = l;
+    for (int s = 0; s < m->tab.n_slices; s++) z->cur_w[s] = w[s];
 }
 
 static uint64_t drop_seed(const struct model_lora *z, int l, int i) {
