@@ -101,6 +101,79 @@ static void check_dropout(const char *shape, const float *base, size_t np, const
     hpt_mem_destroy(mem);
 }
 
+/* --base-weights (model/frozen.c): a base whose blocks' matrices are stored in bf16 or int8
+ * computes the bits of an fp32 model holding the widened values (saved and reloaded), adapters
+ * and all; the values are the initialisation's rounded (bf16: within 2^-8 relative; int8:
+ * within half a step, absmax/254 of the row); its params are exactly what the estimator says,
+ * and it has no gradients. */
+static void check_frozen(const hpt_model_config *cfg, const char *shape, int kind,
+                         const float *lora0, size_t nl, const int32_t *x, const int32_t *y,
+                         int B, int T, hpt_lora_opts lo) {
+    const char *name = kind == HPT_BASE_BF16 ? "bf16" : "int8";
+    hpt_mem *mem;
+    CHECK_OK(hpt_mem_create(&mem));
+    hpt_model *f = NULL, *r = NULL, *p = NULL;
+    CHECK_OK(hpt_model_create_frozen(mem, cfg, kind, &f));
+    if (!f) return;
+    CHECK_OK(hpt_model_init_random(f, 5));
+    hpt_mem_stats st;
+    hpt_mem_get_stats(mem, &st);
+    hpt_plan_opts po = hpt_plan_defaults();
+    po.cfg = *hpt_model_get_config(f);
+    po.B = B, po.T = T, po.no_data = 1;
+    po.lora = lo;
+    po.lora.base = kind;
+    hpt_estimate e;
+    CHECK_OK(hpt_plan_estimate(&po, &e));
+    uint64_t lb[HPT_CAT_COUNT];
+    CHECK_OK(hpt_lora_bytes(cfg, &lo, B, T, 1, lb));
+    CHECK_MSG(st.live_bytes[HPT_TIER_DEVICE][HPT_CAT_PARAMS] + lb[HPT_CAT_PARAMS] ==
+                  e.bytes[HPT_TIER_DEVICE][HPT_CAT_PARAMS],
+              "%s base: params %llu + adapters %llu, estimated %llu", name,
+              (unsigned long long)st.live_bytes[HPT_TIER_DEVICE][HPT_CAT_PARAMS],
+              (unsigned long long)lb[HPT_CAT_PARAMS],
+              (unsigned long long)e.bytes[HPT_TIER_DEVICE][HPT_CAT_PARAMS]);
+    CHECK(st.live_bytes[HPT_TIER_DEVICE][HPT_CAT_GRADS] == 0);
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/frozen_%s", t_tmpdir(), name);
+    CHECK_OK(hpt_model_save_hf(f, dir, HPT_DTYPE_F32, 0));
+    CHECK_OK(hpt_model_load_forward(mem, dir, &r));
+    CHECK_OK(hpt_model_create_forward(mem, shape, &p));
+    if (!r || !p) return;
+    CHECK_OK(hpt_model_init_random(p, 5));
+    /* the stored values: the fp32 initialisation rounded, blocks' matrices only */
+    const float *rv = hpt_model_params(r), *pv = hpt_model_params(p);
+    size_t np = hpt_model_num_params(p), changed = 0, bad = 0;
+    for (size_t i = 0; i < np; i++) {
+        changed += rv[i] != pv[i];
+        bad += fabsf(rv[i] - pv[i]) > (kind == HPT_BASE_BF16 ? fabsf(pv[i]) / 256.0f : 0.02f / 254.0f * 6.0f);
+    }
+    CHECK_MSG(changed > np / 20 && bad == 0, "%s base: %zu of %zu values rounded, %zu too far",
+              name, changed, np, bad);
+    float l[2];
+    const float *g[2];
+    hpt_model *m[2] = {f, r};
+    for (int k = 0; k < 2; k++) {
+        CHECK_OK(hpt_model_lora_attach(m[k], &lo, 3));
+        memcpy(hpt_model_lora_params(m[k]), lora0, nl * sizeof(float));
+        hpt_model_zero_grad(m[k]);
+        CHECK_OK(hpt_model_forward(m[k], x, y, B, T, &l[k]));
+        CHECK_OK(hpt_model_backward(m[k]));
+        g[k] = hpt_model_lora_grads(m[k]);
+    }
+    CHECK_MSG(memcmp(&l[0], &l[1], sizeof l[0]) == 0, "%s base: loss %.9g, fp32 model of its "
+              "values %.9g", name, (double)l[0], (double)l[1]);
+    CHECK_MSG(memcmp(g[0], g[1], nl * sizeof(float)) == 0, "%s base: adapter gradients differ "
+              "from the fp32 model's of its values", name);
+    CHECK_STATUS(hpt_model_lora_merge(f), HPT_ERR_UNSUPPORTED);
+    printf("%s: --base-weights %s: the fp32 model of its values' bits (loss %.7f)\n", shape, name,
+           (double)l[0]);
+    hpt_model_free(f);
+    hpt_model_free(r);
+    hpt_model_free(p);
+    hpt_mem_destroy(mem);
+}
+
 int main(int argc, char **argv) {
     if (argc < 7) {
         fprintf(stderr, "usage: test_lora REF SHAPE TARGETS R ALPHA RSLORA\n");
@@ -250,6 +323,8 @@ int main(int argc, char **argv) {
     CHECK(fabsf(hpt_lora_scale(&q) - 8.0f) < 1e-6f);
 
     check_dropout(argv[2], base, np, lora0, nl, x, y, B, T, lo);
+    check_frozen(&cfg, argv[2], HPT_BASE_BF16, lora0, nl, x, y, B, T, lo);
+    check_frozen(&cfg, argv[2], HPT_BASE_INT8, lora0, nl, x, y, B, T, lo);
     hpt_optim_free(opt);
     hpt_model_free(m);
     hpt_mem_get_stats(mem, &st);

@@ -130,6 +130,13 @@ expect_error "truncated state" "lora_state.bin is (truncated|damaged)" run --res
 expect_error "another rank" "adapter_config.json has r=4.*resume with the same --lora" \
   "$bin" train --model "$tmp/m/hf" --data "$tmp/tr.bin" --batch 2 --seq 16 --steps 8 --lora r=8 --resume "$tmp/r2" --quiet
 
+# --base-weights bf16 | int8: a frozen base stored narrow trains from a Hugging Face directory
+for bw in bf16 int8; do
+  "$bin" train --model "$tmp/m/hf" --data "$tmp/tr.bin" --batch 2 --seq 16 --steps 2 --lora r=2 \
+    --base-weights $bw --log "$tmp/bw.jsonl" --quiet >/dev/null 2>"$tmp/err" && [ -s "$tmp/bw.jsonl" ] && ok ||
+    bad "train --base-weights $bw: $(cat "$tmp/err")"
+done
+
 # refusals, one line each
 m="gpt2:L=2,C=32,NH=4,V=300,T=32"
 tr() { "$bin" train --model "$m" --data "$tmp/tr.bin" --batch 2 --seq 16 --steps 2 --quiet "$@"; }
@@ -137,5 +144,6 @@ expect_error "lora with offload" "lora.*--offload" tr --lora r=2 --offload host
 expect_error "lora-targets alone" "lora-targets needs --lora" tr --lora-targets c_attn
 expect_error "unknown target" "'q' is no linear layer of gpt2" tr --lora r=2 --lora-targets q
 expect_error "bad spec" "lora" tr --lora rank=2
+expect_error "base-weights alone" "base-weights stores a frozen base: it needs --lora" tr --base-weights bf16
 expect_error "missing adapter" "adapter_config.json" "$bin" eval --model "$m" --data "$tmp/tr.bin" --batch 1 --seq 8 --batches 1 --adapter "$tmp/nope"
 finish test_lora_cli

@@ -188,6 +188,9 @@ static inline float gpt2_loss_norm(const hpt_model *m) {
 
 void gpt2_point_tensors(const hpt_model_config *cfg, float *base, gpt2_tensors *t);
 
+/* ---- frozen.c's: create() allocates no gradients while on (this thread) ---- */
+void model_create_frozen_flag(int on);
+
 /* ---- lora.c: the runner's and the object's calls (m->lora set) ---- */
 void model_lora_free(hpt_model *m);
 /* The adapters' scratch for (B, T) (category acts), before a forward. */

@@ -234,7 +234,7 @@ hpt_status hpt_model_lora_attach(hpt_model *m, const hpt_lora_opts *o, uint64_t 
     if (m->lora) return hpt_fail(HPT_ERR_INVALID, "LoRA: the model has adapters already");
     HPT_CHECK(hpt_lora_check(o));
     if (o->r < 1) return hpt_fail(HPT_ERR_INVALID, "LoRA: rank r must be >= 1 (got %d)", o->r);
-    if (m->blocks || m->emb != HPT_EMB_FULL)
+    if (m->eng || m->emb != HPT_EMB_FULL) /* a frozen base's store (frozen.c) is fine */
         return hpt_fail(HPT_ERR_UNSUPPORTED, "LoRA adapters run on a base in memory (no --offload, "
                         "full embeddings) in this version");
     if (o->dropout > 0.0f && !m->be->dropout_forward)
@@ -442,6 +442,9 @@ int model_lora_layers(const hpt_model *m, hpt_arch_linear out[HPT_ARCH_MAX_LINEA
 hpt_status hpt_model_lora_merge(hpt_model *m) {
     struct model_lora *z = m->lora;
     if (!z) return hpt_fail(HPT_ERR_INVALID, "LoRA merge: the model has no adapters");
+    if (m->blocks)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "LoRA merge: the base's blocks are in a store "
+                        "(--base-weights, --offload): merge into an fp32 base");
     const int64_t r = z->o.r;
     for (int i = 0; i < z->n_lin; i++) {
         const hpt_arch_linear *li = &z->lin[i];

@@ -172,6 +172,8 @@ static const char k_help[] =
     "                       alpha 8, dropout 0); --save writes them in PEFT's files (docs/lora.md)\n"
     "  --lora-targets LIST  the adapted layers: llama q,k,v,o,gate,up,down; GPT-2 c_attn,\n"
     "                       attn.c_proj, c_fc, mlp.c_proj (c_proj: both); default every one\n"
+    "  --base-weights K     LoRA: the frozen base's block matrices stored as f32 (default),\n"
+    "                       bf16 or int8 (one scale per row), widened a block at a time\n"
     "  --adapter DIR        start LoRA from saved adapters (PEFT's files): their r, alpha,\n"
     "                       dropout and layers replace --lora's; a fresh optimizer\n"
     "  --quiet              the summary only: no setup lines, no progress line, the memory\n"
