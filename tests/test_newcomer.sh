@@ -46,6 +46,10 @@ grep -qE "^step 1/6 warmup +\| loss" "$tmp/e" && grep -qE "^step [0-9]/6 full +\
 run --steps 3 --quiet >"$tmp/o" 2>"$tmp/e" || bad "quiet run: $(cat "$tmp/e")"
 [ "$(wc -l <"$tmp/e")" -eq 2 ] && grep -q "^done: 3 steps" "$tmp/e" && grep -q "^memory: device peak" "$tmp/e" &&
   [ ! -s "$tmp/o" ] && ok || bad "--quiet printed more than the summary: $(cat "$tmp/e")"
+"$bin" train --model "gpt2:L=4,C=64,NH=4,V=64,T=32" --data "$tmp/train_*.bin" --batch 4 --seq 32 --steps 2 \
+  --plan auto --memory 3500KB --quiet >/dev/null 2>"$tmp/e" || bad "quiet plan auto run: $(cat "$tmp/e")"
+head -1 "$tmp/e" | grep -q "^plan auto: --batch 4 --seq 32 .*--memory 3500KB$" && grep -q "^done: 2 steps" "$tmp/e" &&
+  ! grep -q "runners-up" "$tmp/e" && ok || bad "--quiet --plan auto: $(cat "$tmp/e")"
 
 # --- item 1: a refusal names the budget that binds, where each budget came from, what fits ---
 big="gpt2:L=4,C=64,NH=4,V=64,T=32"
