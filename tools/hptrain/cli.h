@@ -162,9 +162,6 @@ typedef struct {
 } cli_budgets;
 /* MemAvailable of /proc/meminfo, bytes; $HPT_MEM_AVAILABLE (a SIZE) instead when set. */
 uint64_t cli_mem_available(void);
-/* b up to a decimal size of two or three digits that hpt_parse_size reads back (3.5GB, 22GB,
- * 900MB), never below b. */
-void cli_size_up(uint64_t b, char *buf, size_t n);
 /* Marks each budget of p given or none. */
 void cli_budgets_given(const hpt_plan *p, cli_budgets *b);
 /* --plan auto's defaults for the budgets not given: this machine's free RAM for the host and, on

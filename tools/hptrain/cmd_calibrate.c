@@ -299,8 +299,7 @@ int cli_auto_plan(const char *cmd, hpt_plan_opts *po, int64_t tokens_per_step, i
                 (double)best->e.tokens_per_step / best->cost.total_s);
     else
         fprintf(f, "  predicted: no step time (no calibration of a GPU; the plans ranked by %s); peak ",
-                cal.threads > 1 || cal.gemm_fwd_gflops[0][0] != 100 ? "this CPU's calibration"
-                : "nominal rates");
+                strcmp(cal.device, "nominal") ? "this CPU's calibration" : "placeholder rates");
     print_peaks(f, best);
     fprintf(f, "\n  budgets: %s; %s; %s\n", bt[0], bt[1], bt[2]);
     if (!timed) cli_gpu_floor(best->e.flops_per_token * (double)best->e.tokens_per_step, "  ", f);
