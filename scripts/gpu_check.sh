@@ -30,6 +30,9 @@
 #              skipped; reuses the build tree DIR (default build) instead of building; exits 0
 #              unless a non-GPU step failed
 #   --prepare  only make .gpu_deps/deps.tar.xz (from the Debian packages) and exit
+#   GPU_CHECK_TF32=1  the gpt2 and llama1b stages also run hptrain with TF32 GEMMs (HPT_CUDA_TF32=1)
+#   GPU_CHECK_NO_TORCH=1  the gpt2 and llama1b stages without PyTorch's runs (hptrain's alone:
+#              a rerun after a change to hptrain, PyTorch's figures already in hand)
 #   --only, --from  run these stages / this stage and the ones after it, beside the setup stages
 #              (env, deps, build, reference: a second call on the same warm machine finds the
 #              build tree build-gpu there and builds only what changed)
@@ -228,7 +231,10 @@ export WORK DRY ROOT BUILD HPT DEPS DEPLIB DEPS_TAR PY TRAVEL_LIMIT DEPS_DIR
 # ---- the stages ----
 st_env() {
     {
-        echo "commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') on $(uname -n), $(nproc) cores, $(date -u +%FT%TZ)"
+        # the device's copy of .git can be older than the working tree that travelled: the
+        # changed files' count says so (a device call sends the tree, not the commits)
+        echo "commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(n=$(git -C "$ROOT" status --porcelain -uno 2>/dev/null | wc -l); [ "$n" -gt 0 ] && echo " + $n changed files")" \
+            "on $(uname -n), $(nproc) cores, $(date -u +%FT%TZ)"
         nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "nvidia-smi: none"
         (command -v nvcc >/dev/null && nvcc --version || /usr/local/cuda/bin/nvcc --version) 2>/dev/null | tail -n 1
         "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())' 2>&1 | tail -n 1
@@ -438,11 +444,11 @@ hpt_bench() {
     tps=$(mean_tps "$WORK/logs/${tag}_steps.jsonl")
     peak=$(bf16_peak)
     "$PY" - "$tag" "$tps" "$fpt" "$peak" "$WORK/logs/${tag}_estimate.txt" "$WORK/logs/${tag}_steps.jsonl" <<'EOF'
-import json, re, sys
+import json, os, re, sys
 tag, tps, fpt, peak = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
 m = re.search(r"^\s*peak\s.*?(\d+)\s*$", open(sys.argv[5]).read(), re.M)
 steps = [json.loads(l) for l in open(sys.argv[6]) if l.strip()]
-print(json.dumps({"impl": "hptrain-cuda-fp32", "tag": tag, "tokens_per_s": tps, "flops_per_token": fpt,
+print(json.dumps({"impl": os.environ.get("HPT_BENCH_IMPL", "hptrain-cuda-fp32"), "tag": tag, "tokens_per_s": tps, "flops_per_token": fpt,
                   "mfu": tps * fpt / (peak * 1e12) if peak else None,
                   "estimate_device_bytes": int(m.group(1)) if m else None,
                   "accounted_peak_bytes": max(s.get("mem_peak_bytes", 0) for s in steps),
@@ -489,7 +495,9 @@ export -f hpt_bench torch_bench bench_table
 st_gpt2() {
     local j="$WORK/logs/gpt2.jsonl"
     hpt_bench gpt2 gpt2-124m 50257 8 1024 6 | tee -a "$j"
-    [ $DRY = 1 ] || torch_bench --arch gpt2 --L 12 --C 768 --NH 12 --B 8 --T 1024 | tee -a "$j"
+    [ "${GPU_CHECK_TF32:-0}" = 1 ] && [ $DRY = 0 ] &&
+        HPT_CUDA_TF32=1 HPT_BENCH_IMPL=hptrain-cuda-tf32 hpt_bench gpt2_tf32 gpt2-124m 50257 8 1024 6 | tee -a "$j"
+    [ $DRY = 1 ] || [ "${GPU_CHECK_NO_TORCH:-0}" = 1 ] || torch_bench --arch gpt2 --L 12 --C 768 --NH 12 --B 8 --T 1024 | tee -a "$j"
     bench_table "$j"
     [ $DRY = 1 ] && status partial
     grep -q tokens_per_s "$j" || [ $DRY = 1 ]
@@ -498,7 +506,9 @@ st_gpt2() {
 st_llama1b() {
     local j="$WORK/logs/llama1b.jsonl"
     hpt_bench llama1b llama3.2-1b 128256 2 1024 5 | tee -a "$j"
-    [ $DRY = 1 ] || torch_bench --arch llama --L 16 --C 2048 --NH 32 --NKV 8 --FF 8192 --V 128256 --B 2 --T 1024 | tee -a "$j"
+    [ "${GPU_CHECK_TF32:-0}" = 1 ] && [ $DRY = 0 ] &&
+        HPT_CUDA_TF32=1 HPT_BENCH_IMPL=hptrain-cuda-tf32 hpt_bench llama1b_tf32 llama3.2-1b 128256 2 1024 5 | tee -a "$j"
+    [ $DRY = 1 ] || [ "${GPU_CHECK_NO_TORCH:-0}" = 1 ] || torch_bench --arch llama --L 16 --C 2048 --NH 32 --NKV 8 --FF 8192 --V 128256 --B 2 --T 1024 | tee -a "$j"
     bench_table "$j"
     [ $DRY = 1 ] && status partial
     grep -q tokens_per_s "$j" || [ $DRY = 1 ]

@@ -167,6 +167,11 @@ static const char k_help[] =
     "                       also the summed gradients; one process with --accum N and --zero 0\n"
     "                       computes the same bits (docs/zero.md); 3, with --offload: each\n"
     "                       process's homes hold 1/N of every block (docs/zero_engine.md)\n"
+    "  --lora r=N,alpha=X,dropout=P[,rslora]\n"
+    "                       fine-tune LoRA adapters over a frozen base (PEFT's defaults: r 8,\n"
+    "                       alpha 8, dropout 0); --save writes them in PEFT's files (docs/lora.md)\n"
+    "  --lora-targets LIST  the adapted layers: llama q,k,v,o,gate,up,down; GPT-2 c_attn,\n"
+    "                       attn.c_proj, c_fc, mlp.c_proj (c_proj: both); default every one\n"
     "  --quiet              the summary only: no setup lines, no progress line, the memory\n"
     "                       report in one line (warnings and errors still print)\n"
     "  --record-rates       with disk homes: the engine's own disk rates and the compute's loss\n"
@@ -664,6 +669,8 @@ static int train_main(int argc, char **argv) {
         if (o.save_dir) {
             s = hpt_trainer_save(tr);
             if (s != HPT_OK) rc = cli_lib_error(s, "saving");
+            else if (lead && o.lora.r > 0)
+                fprintf(stderr, "hptrain: saved the adapters in %s\n", o.save_dir);
             else if (lead)
                 fprintf(stderr, "hptrain: saved %s/%s (resume with --resume %s)\n", o.save_dir,
                         o.zero > 0 && hpt_dist_size() > 1 ? "zero.manifest" : "state.bin", o.save_dir);
@@ -703,7 +710,10 @@ static int train_main(int argc, char **argv) {
                 fprintf(stderr, "jumps: %lld (%lld rolled back)%s\n", (long long)sc->n_predict_phases,
                         (long long)sc->n_rollback, sc->stopped ? "; stopped: jumps no longer paid" : "");
         }
-        if (o.save_dir) fprintf(stderr, "saved %s/%s and %s/model.bin\n", o.save_dir,
+        if (o.save_dir && o.lora.r > 0)
+            fprintf(stderr, "saved the adapters: %s/adapter_config.json and "
+                    "adapter_model.safetensors (PEFT's files)\n", o.save_dir);
+        else if (o.save_dir) fprintf(stderr, "saved %s/%s and %s/model.bin\n", o.save_dir,
                                 o.zero > 0 && hpt_dist_size() > 1 ? "zero.manifest and its shards" : "state.bin",
                                 o.save_dir);
         memory_report(mem, quiet);

@@ -4,6 +4,8 @@
  * per (query row, head) over key tiles of AT_TILE with the online softmax (inference: the same
  * kernel over the cache's rows); backward: D = dO . O, then dq by query row and dk, dv by key
  * row. Correctness first: no shared-memory reuse across rows, no tensor cores (docs/cuda.md).
+ * The flash ops go to attention_tiled.cu's kernels for the head sizes it is built for; these
+ * kernels serve the other head sizes, plain attention and inference.
  * Invariants: each output element is written by one thread, its sums in a fixed order (over
  * the group's query heads and the later query rows): deterministic, no atomics; dqkv is
  * overwritten; D is summed in the order of each dP (T = 1: dq = dk = 0 exactly). */
@@ -125,6 +127,10 @@ void cu_attention_forward(float *out, float *att, const float *qkv, int B, int T
 
 void cu_flash_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C,
                                 int NH, int NKV) {
+    if (cu_tiled_attention_supported(C, NH)) {
+        cu_tiled_flash_forward(out, lse, qkv, B, T, C, NH, NKV);
+        return;
+    }
     at_fwd a = train_args(qkv, out, B, T, C, NH, NKV);
     a.lse = lse;
     launch_forward(a, B, "flash_attention_forward");
@@ -307,5 +313,9 @@ void cu_attention_backward(float *dqkv, float *scratch, const float *dout, const
 void cu_flash_attention_backward(float *dqkv, float *scratch, const float *dout,
                                  const float *qkv, const float *out, const float *lse, int B,
                                  int T, int C, int NH, int NKV) {
+    if (cu_tiled_attention_supported(C, NH)) {
+        cu_tiled_flash_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV);
+        return;
+    }
     backward(dqkv, scratch, dout, qkv, NULL, out, lse, B, T, C, NH, NKV, "flash_attention_backward");
 }
