@@ -28,7 +28,8 @@ static const char k_help[] =
     "  --out FILE         where to write the rates\n";
 
 static void fmt_b(char *buf, size_t n, double b) {
-    if (b < 1024.0 * 1024) snprintf(buf, n, "%.1f KiB", b / 1024);
+    if (b == 0) snprintf(buf, n, "0");
+    else if (b < 1024.0 * 1024) snprintf(buf, n, "%.1f KiB", b / 1024);
     else if (b < 1024.0 * 1024 * 1024) snprintf(buf, n, "%.1f MiB", b / 1048576.0);
     else snprintf(buf, n, "%.2f GiB", b / 1073741824.0);
 }
