@@ -125,6 +125,7 @@ est --device cuda >"$tmp/o" 2>&1
   grep -qE "a floor, not a prediction: .* NVIDIA H200's measured GEMM peak take .* in fp32 \(51.2 TFLOP/s" "$tmp/o" && ok ||
   bad "cuda estimate: $(tail -3 "$tmp/o")"
 est --device cuda --json | grep -q predicted_step_s && bad "cuda JSON has a predicted step" || ok
+expect_error "record-rates on cuda" "this CPU's calibration" trn --device cuda --record-rates
 grep -q "predicted: no step time (no calibration of a GPU" <(est --plan auto --device cuda --memory 64MB 2>&1) &&
   ! grep -qE "[0-9] s \(slower by|s but does not fit" <(est --plan auto --device cuda --memory 5MB 2>&1) && ok ||
   bad "plan auto on cuda prints step times: $(est --plan auto --device cuda --memory 5MB 2>&1 | head -4)"

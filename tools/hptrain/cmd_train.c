@@ -446,6 +446,10 @@ static int train_main(int argc, char **argv) {
         if (quiet && lead && hpt_plan_print(&o.plan, pb, sizeof pb) == HPT_OK)
             fprintf(stderr, "plan auto: --batch %d --seq %d%s%s\n", o.B, o.T, *pb ? " " : "", pb);
     }
+    /* the cached calibration is this CPU's: a GPU run's rates would mislead its predictions */
+    if (record_rates && o.plan.device)
+        return cli_usage_error("train", "--record-rates records into this CPU's calibration; a "
+                               "--device cuda run's rates are not its");
     hpt_plan_env env = {.training = 1, .has_val = o.val != NULL, .need_disk_dir = 1};
     int rc0 = cli_plan_check("train", &o.plan, &env);
     if (rc0) return rc0;
