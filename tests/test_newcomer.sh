@@ -124,7 +124,10 @@ est --device cuda >"$tmp/o" 2>&1
 ! grep -q "predicted step" "$tmp/o" && grep -q "step time  not predicted: no calibration of a GPU" "$tmp/o" &&
   grep -qE "a floor, not a prediction: .* NVIDIA H200's measured GEMM peak take .* in fp32 \(51.2 TFLOP/s" "$tmp/o" && ok ||
   bad "cuda estimate: $(tail -3 "$tmp/o")"
-est --device cuda --json | grep -q predicted_step_s && bad "cuda JSON has a predicted step" || ok
+est --device cuda --json >"$tmp/j"
+! grep -q predicted_step_s "$tmp/j" && grep -q '"gpu_floor_s":\[{"gpu":"NVIDIA H200","fp32":' "$tmp/j" && ok ||
+  bad "cuda JSON: a predicted step or no floor: $(cat "$tmp/j")"
+est --json | grep -q '"predicted_step_s"' && ! est --json | grep -q gpu_floor_s && ok || bad "cpu JSON: no predicted step"
 expect_error "record-rates on cuda" "this CPU's calibration" trn --device cuda --record-rates
 grep -q "predicted: no step time (no calibration of a GPU" <(est --plan auto --device cuda --memory 64MB 2>&1) &&
   ! grep -qE "[0-9] s \(slower by|s but does not fit" <(est --plan auto --device cuda --memory 5MB 2>&1) && ok ||
