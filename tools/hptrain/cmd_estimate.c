@@ -304,7 +304,7 @@ static int not_fit(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t budg
     if (bad < 0) return 0;
     cli_budgets bs;
     cli_budgets_given(&po->plan, &bs);
-    if (!json) {
+    if (!json && po->training) { /* --plan auto plans training runs only */
         hpt_plan_opts o = *po;
         cli_budgets hb = bs;
         cli_budgets_defaults(&o.plan, &hb);
@@ -317,7 +317,8 @@ static int not_fit(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t budg
     fflush(stdout);
     const char *src = bt + strlen(hpt_tier_name((hpt_tier)bad)) + 1; /* "22.35 GiB (given: ...)" */
     return cli_error("estimate: does not fit the %s budget, %s: the peak %s passes it by %s%s",
-                     hpt_tier_name((hpt_tier)bad), src, p, over, json ? "" : " (what fits: above)");
+                     hpt_tier_name((hpt_tier)bad), src, p, over,
+                     json || !po->training ? "" : " (what fits: above)");
 }
 
 int cmd_estimate(int argc, char **argv) {
