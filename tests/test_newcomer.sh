@@ -46,6 +46,10 @@ grep -qE "^step 1/6 warmup +\| loss" "$tmp/e" && grep -qE "^step [0-9]/6 full +\
 run --steps 3 --quiet >"$tmp/o" 2>"$tmp/e" || bad "quiet run: $(cat "$tmp/e")"
 [ "$(wc -l <"$tmp/e")" -eq 2 ] && grep -q "^done: 3 steps" "$tmp/e" && grep -q "^memory: device peak" "$tmp/e" &&
   [ ! -s "$tmp/o" ] && ok || bad "--quiet printed more than the summary: $(cat "$tmp/e")"
+"$bin" train --model "gpt2:L=4,C=64,NH=4,V=64,T=32" --data "$tmp/train_*.bin" --batch 4 --seq 32 --steps 2 \
+  --plan auto --memory 3500KB --quiet >/dev/null 2>"$tmp/e" || bad "quiet plan auto run: $(cat "$tmp/e")"
+head -1 "$tmp/e" | grep -q "^plan auto: --batch 4 --seq 32 .*--memory 3500KB$" && grep -q "^done: 2 steps" "$tmp/e" &&
+  ! grep -q "runners-up" "$tmp/e" && ok || bad "--quiet --plan auto: $(cat "$tmp/e")"
 
 # --- item 1: a refusal names the budget that binds, where each budget came from, what fits ---
 big="gpt2:L=4,C=64,NH=4,V=64,T=32"
@@ -120,7 +124,11 @@ est --device cuda >"$tmp/o" 2>&1
 ! grep -q "predicted step" "$tmp/o" && grep -q "step time  not predicted: no calibration of a GPU" "$tmp/o" &&
   grep -qE "a floor, not a prediction: .* NVIDIA H200's measured GEMM peak take .* in fp32 \(51.2 TFLOP/s" "$tmp/o" && ok ||
   bad "cuda estimate: $(tail -3 "$tmp/o")"
-est --device cuda --json | grep -q predicted_step_s && bad "cuda JSON has a predicted step" || ok
+est --device cuda --json >"$tmp/j"
+! grep -q predicted_step_s "$tmp/j" && grep -q '"gpu_floor_s":\[{"gpu":"NVIDIA H200","fp32":' "$tmp/j" && ok ||
+  bad "cuda JSON: a predicted step or no floor: $(cat "$tmp/j")"
+est --json | grep -q '"predicted_step_s"' && ! est --json | grep -q gpu_floor_s && ok || bad "cpu JSON: no predicted step"
+expect_error "record-rates on cuda" "this CPU's calibration" trn --device cuda --record-rates
 grep -q "predicted: no step time (no calibration of a GPU" <(est --plan auto --device cuda --memory 64MB 2>&1) &&
   ! grep -qE "[0-9] s \(slower by|s but does not fit" <(est --plan auto --device cuda --memory 5MB 2>&1) && ok ||
   bad "plan auto on cuda prints step times: $(est --plan auto --device cuda --memory 5MB 2>&1 | head -4)"

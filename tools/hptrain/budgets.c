@@ -1,14 +1,13 @@
 /* budgets.c: where each tier's budget comes from and what a refusal says about it (issue 34).
- * --plan auto fills the budgets not given with this machine's defaults (its free RAM, the free
- * space of --offload-dir); a refusal names every budget with its source (given, this machine's
- * default, none) and the flag that sets it, the budget that binds, and what would fit: --plan
- * auto, with --offload-dir or --allow lossy when they make a plan fit, and on the CPU, whose
- * device and host tiers share one RAM, the split of it between --memory and --host-memory.
- * Flags printed here carry only the budgets the user gave or a suggested one, in decimal
- * units (3.5GB), never a default's byte count. */
+ * --plan auto fills the budgets not given with this machine's defaults (its free RAM, which on
+ * the CPU the device and host tiers share; the free space of --offload-dir); a refusal names
+ * every budget with its source (given, this machine's default, none) and the flag that sets
+ * it, the plan nearest to fitting with the budgets it passes, and what would fit: --plan auto,
+ * with --offload-dir or --allow lossy when a few of the search's smallest plans show they make
+ * one fit. Flags printed here carry only the budgets the user gave (never a default's byte
+ * count), and the run carries the same (cli_budgets_strip). */
 #include "cli.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,17 +35,6 @@ uint64_t cli_mem_available(void) {
         if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
     if (f) fclose(f);
     return (uint64_t)kb * 1024;
-}
-
-void cli_size_up(uint64_t b, char *buf, size_t n) {
-    const char *u = "GB";
-    double s = 1e9;
-    if (b < 1000000ull) u = "KB", s = 1e3;
-    else if (b < 1000000000ull) u = "MB", s = 1e6;
-    double v = (double)b / s;
-    v = v < 10 ? ceil(v * 10 - 1e-9) / 10 : ceil(v - 1e-9);
-    if (v * s < (double)b) v += v < 10 ? 0.1 : 1; /* never below b */
-    snprintf(buf, n, v < 10 && v != floor(v) ? "%.1f%s" : "%.0f%s", v, u);
 }
 
 void cli_budgets_given(const hpt_plan *p, cli_budgets *b) {
@@ -120,6 +108,7 @@ void cli_nominal_calibration(hpt_calibration *c) {
     static const int Cs[HPT_CAL_GEMM_SIZES] = {512, 768, 1024, 1280, 1600, 2048};
     memset(c, 0, sizeof *c);
     c->version = HPT_CAL_VERSION;
+    snprintf(c->device, sizeof c->device, "nominal"); /* measured on nothing */
     c->threads = c->cores = 1;
     c->gemm_rows[0] = 64, c->gemm_rows[1] = 256;
     for (int i = 0; i < HPT_CAL_GEMM_SIZES; i++) {

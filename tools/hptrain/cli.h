@@ -138,10 +138,13 @@ void tok_examples_free(tok_examples *e);
     {"plan", 1, 0, CLI_OPT_AUTO_PLAN}, {"allow", 1, 0, CLI_OPT_ALLOW}, \
     {"tokens-per-step", 1, 0, CLI_OPT_TOKENS}, {"verbose", 0, 0, CLI_OPT_VERBOSE}
 #define CLI_HELP_AUTO \
-    "  --plan auto          choose the fastest plan that fits every tier's budget (--memory, and\n" \
-    "                       --host-memory, --disk-memory: default what is free), print it as\n" \
-    "                       flags with its predicted peaks, step time and the runners-up\n" \
-    "                       (docs/planner.md); the technique flags given are replaced\n" \
+    "  --plan auto          choose the fastest plan that fits every tier's budget (--memory,\n" \
+    "                       --host-memory, --disk-memory; those not given are this machine's:\n" \
+    "                       its free RAM, which the CPU's device and host tiers share, and\n" \
+    "                       --offload-dir's free space; a GPU needs --memory), print it as flags\n" \
+    "                       (with the budgets given only) with its predicted peaks, step time\n" \
+    "                       and the runners-up (docs/planner.md); the technique flags given are\n" \
+    "                       replaced; when none fits, each budget's source and what would fit\n" \
     "  --allow lossy        let --plan auto choose 8-bit state, bf16 weights, compressed\n" \
     "                       activations\n" \
     "  --tokens-per-step N  --plan auto: tokens per optimizer step (B x accum x T; default\n" \
@@ -165,9 +168,6 @@ typedef struct {
 } cli_budgets;
 /* MemAvailable of /proc/meminfo, bytes; $HPT_MEM_AVAILABLE (a SIZE) instead when set. */
 uint64_t cli_mem_available(void);
-/* b up to a decimal size of two or three digits that hpt_parse_size reads back (3.5GB, 22GB,
- * 900MB), never below b. */
-void cli_size_up(uint64_t b, char *buf, size_t n);
 /* Marks each budget of p given or none. */
 void cli_budgets_given(const hpt_plan *p, cli_budgets *b);
 /* --plan auto's defaults for the budgets not given: this machine's free RAM for the host and, on

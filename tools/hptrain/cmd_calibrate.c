@@ -17,7 +17,10 @@ static const char k_help[] =
     "at a step's shapes, causal attention, a read+write memory pass, each optimizer's update in\n"
     "ns per parameter (32- and 8-bit state), memcpy, and with --offload-dir the disk's O_DIRECT\n"
     "read and write. Writes them to FILE (default $HPT_CALIBRATION, else\n"
-    "~/.cache/hptrain/calibration.json), which `--plan auto` reads. Takes seconds.\n"
+    "~/.cache/hptrain/calibration.json), which `--plan auto` and `estimate` read. Takes seconds.\n"
+    "It measures this CPU (the file says \"device\": \"cpu\"), so it predicts --device cpu runs\n"
+    "only: for --device cuda no step time is predicted, only a labelled floor at a known GPU's\n"
+    "measured GEMM peaks.\n"
     "\n"
     "  --offload-dir DIR  measure the disk tier there (a temporary file, removed after)\n"
     "  --threads N        threads (default: all cores; record the count training uses)\n"
@@ -25,7 +28,8 @@ static const char k_help[] =
     "  --out FILE         where to write the rates\n";
 
 static void fmt_b(char *buf, size_t n, double b) {
-    if (b < 1024.0 * 1024) snprintf(buf, n, "%.1f KiB", b / 1024);
+    if (b == 0) snprintf(buf, n, "0");
+    else if (b < 1024.0 * 1024) snprintf(buf, n, "%.1f KiB", b / 1024);
     else if (b < 1024.0 * 1024 * 1024) snprintf(buf, n, "%.1f MiB", b / 1048576.0);
     else snprintf(buf, n, "%.2f GiB", b / 1073741824.0);
 }
@@ -299,8 +303,7 @@ int cli_auto_plan(const char *cmd, hpt_plan_opts *po, int64_t tokens_per_step, i
                 (double)best->e.tokens_per_step / best->cost.total_s);
     else
         fprintf(f, "  predicted: no step time (no calibration of a GPU; the plans ranked by %s); peak ",
-                cal.threads > 1 || cal.gemm_fwd_gflops[0][0] != 100 ? "this CPU's calibration"
-                : "nominal rates");
+                strcmp(cal.device, "nominal") ? "this CPU's calibration" : "placeholder rates");
     print_peaks(f, best);
     fprintf(f, "\n  budgets: %s; %s; %s\n", bt[0], bt[1], bt[2]);
     if (!timed) cli_gpu_floor(best->e.flops_per_token * (double)best->e.tokens_per_step, "  ", f);

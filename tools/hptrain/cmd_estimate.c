@@ -158,6 +158,16 @@ static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t 
                    (unsigned long long)po->budget_bytes[t], hpt_tier_name((hpt_tier)t),
                    tier_peak(e, t) <= po->budget_bytes[t] ? "true" : "false");
     if (pred >= 0) printf(",\"predicted_step_s\":%.6g", pred);
+    if (pred < 0 && po->training && po->plan.device) { /* no GPU calibration: floors, labelled */
+        double fl = e->flops_per_token * (double)e->tokens_per_step;
+        printf(",\"gpu_floor_s\":[");
+        for (int i = 0; hpt_gpu_rates_known(i); i++) {
+            const hpt_gpu_rates *g = hpt_gpu_rates_known(i);
+            printf("%s{\"gpu\":\"%s\",\"fp32\":%.6g,\"tf32\":%.6g,\"bf16\":%.6g}", i ? "," : "", g->name,
+                   fl / (g->fp32_tflops * 1e12), fl / (g->tf32_tflops * 1e12), fl / (g->bf16_tflops * 1e12));
+        }
+        printf("]");
+    }
     int procs = po->procs > 1 ? po->procs : 1;
     printf(",\"procs\":%d,\"rank\":%d,\"per_process_peak_bytes\":[", procs, po->rank);
     for (int q = 0; q < procs; q++) printf("%s%llu", q ? "," : "", (unsigned long long)per[q]);
@@ -294,7 +304,7 @@ static int not_fit(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t budg
     if (bad < 0) return 0;
     cli_budgets bs;
     cli_budgets_given(&po->plan, &bs);
-    if (!json) {
+    if (!json && po->training) { /* --plan auto plans training runs only */
         hpt_plan_opts o = *po;
         cli_budgets hb = bs;
         cli_budgets_defaults(&o.plan, &hb);
@@ -307,7 +317,8 @@ static int not_fit(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t budg
     fflush(stdout);
     const char *src = bt + strlen(hpt_tier_name((hpt_tier)bad)) + 1; /* "22.35 GiB (given: ...)" */
     return cli_error("estimate: does not fit the %s budget, %s: the peak %s passes it by %s%s",
-                     hpt_tier_name((hpt_tier)bad), src, p, over, json ? "" : " (what fits: above)");
+                     hpt_tier_name((hpt_tier)bad), src, p, over,
+                     json || !po->training ? "" : " (what fits: above)");
 }
 
 int cmd_estimate(int argc, char **argv) {

@@ -440,11 +440,21 @@ static int train_main(int argc, char **argv) {
     if (auto_plan) {
         if (o.resume) return cli_usage_error("train", "--plan auto does not resume (pass the plan's flags)");
         if (!have_shape) return cli_error("train: --plan auto: cannot read the shape of %s", o.model);
-        int rc = cli_auto_plan("train", &po, tokens, lossy, verbose, stderr);
+        /* --quiet: the chosen plan in one line, not the search's report */
+        FILE *af = quiet ? fopen("/dev/null", "w") : NULL;
+        int rc = cli_auto_plan("train", &po, tokens, lossy, verbose, af ? af : stderr);
+        if (af) fclose(af);
         if (rc) return rc;
         o.B = po.B;
         o.plan = po.plan;
+        char pb[2048];
+        if (quiet && lead && hpt_plan_print(&o.plan, pb, sizeof pb) == HPT_OK)
+            fprintf(stderr, "plan auto: --batch %d --seq %d%s%s\n", o.B, o.T, *pb ? " " : "", pb);
     }
+    /* the cached calibration is this CPU's: a GPU run's rates would mislead its predictions */
+    if (record_rates && o.plan.device)
+        return cli_usage_error("train", "--record-rates records into this CPU's calibration; a "
+                               "--device cuda run's rates are not its");
     hpt_plan_env env = {.training = 1, .has_val = o.val != NULL, .need_disk_dir = 1};
     int rc0 = cli_plan_check("train", &o.plan, &env);
     if (rc0) return rc0;

@@ -293,8 +293,8 @@ static void usage(FILE *out) {
     for (int i = 0; i < hpt_arch_count(); i++)
         fprintf(out, "%s%s", i == 0 ? "" : i + 1 == hpt_arch_count() ? " and " : ", ",
                 hpt_arch_desc_of(i)->label);
-    fputs(") in C, inside a memory\n"
-          "budget, from llm.c checkpoints, Hugging Face model directories or a shape (random init).\n"
+    fputs(")\nin C, inside a memory budget, from llm.c checkpoints, Hugging Face model directories\n"
+          "or a shape (random init).\n"
           "\n"
           "commands:\n"
           "  train     train a model from a checkpoint, a model directory or a shape\n"
