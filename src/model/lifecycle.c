@@ -197,6 +197,7 @@ void model_bind_blocks(hpt_model *m, hpt_block_store *store, struct offload_engi
 void hpt_model_free(hpt_model *m) {
     if (!m) return;
     hpt_model_free_activations(m);
+    model_pos_free(m);
     act_plan_free(m);
     if (m->blocks) m->blocks->free(m->blocks->ctx);
     emb_free(m);
