@@ -111,7 +111,7 @@ void tok_examples_free(tok_examples *e);
     {"fused-update", 0, 0, CLI_OPT_PLAN}, {"weights", 1, 0, CLI_OPT_PLAN}, \
     {"grad-home", 1, 0, CLI_OPT_PLAN}, {"embeddings", 1, 0, CLI_OPT_PLAN}, \
     {"vocab-chunk", 1, 0, CLI_OPT_PLAN}, {"loss-scale", 1, 0, CLI_OPT_PLAN}, \
-    {"device", 1, 0, CLI_OPT_PLAN}, {"zero", 1, 0, CLI_OPT_PLAN}, \
+    {"device", 1, 0, CLI_OPT_PLAN}, {"zero", 1, 0, CLI_OPT_PLAN}, {"pack", 1, 0, CLI_OPT_PLAN}, \
     {"loss-scale-init", 1, 0, CLI_OPT_PLAN}, {"loss-scale-window", 1, 0, CLI_OPT_PLAN}, \
     {"accum", 1, 0, CLI_OPT_PLAN}, {"schedule", 1, 0, CLI_OPT_PLAN}, \
     {"warmup-steps", 1, 0, CLI_OPT_PLAN}, {"full-steps", 1, 0, CLI_OPT_PLAN}, \
