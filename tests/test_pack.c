@@ -15,7 +15,12 @@
  * and backward, against each example alone (B = 1, T = its length): the packed loss (mean over
  * all targets) equals sum_e n_e loss_e / n, and the packed gradient sum_e n_e grad_e / n, within
  * BOUND; and the padded form (one example per row, the rest padding that is not a target, no
- * positions) the same. */
+ * positions) the same.
+ *
+ * Loader (first case): one pass of --pack on and off over two masked shards against the shards
+ * read whole (every example in order, whole or truncated to T, its targets and positions;
+ * padding; rows within one shard; real tokens). Trainer (each case): --pack on and off, the
+ * estimate equal to the measured peak, and exact resume. */
 #include "testlib.h"
 
 #include "core/core.h"
@@ -292,6 +297,125 @@ static void check_model(const char *shape, hpt_attention kind) {
     hpt_mem_destroy(mem);
 }
 
+/* ---- the loader and the trainer ---- */
+
+/* two masked shards of examples of 1 to 100 tokens (some longer than T = 64): tokens below 256,
+ * each example's first token context, the rest targets 3 in 4; their paths' pattern into glob */
+static void make_examples(const char *dir, char glob_out[512]) {
+    hpt_rng_seed(&rng, 99);
+    for (int sh = 0; sh < 2; sh++) {
+        enum { NMAX = 6000 };
+        uint32_t *tok = malloc(NMAX * 4), starts[400];
+        uint8_t *tgt = malloc(NMAX);
+        size_t n = 0, ne = 0;
+        while (ne < 150) {
+            int len = 1 + (int)(hpt_rng_uniform(&rng) * 30);
+            if (hpt_rng_uniform(&rng) < 0.1f) len = 50 + (int)(hpt_rng_uniform(&rng) * 50);
+            starts[ne++] = (uint32_t)n;
+            for (int i = 0; i < len; i++, n++) {
+                tok[n] = (uint32_t)(hpt_rng_uniform(&rng) * 256) % 256;
+                tgt[n] = i > 0 && hpt_rng_uniform(&rng) < 0.75f;
+            }
+        }
+        char path[600];
+        snprintf(path, sizeof path, "%s/train_%06d.bin", dir, sh);
+        CHECK_OK(hpt_shard_write_masked(path, tok, tgt, n, starts, ne, 2));
+        free(tok), free(tgt);
+    }
+    snprintf(glob_out, 512, "%s/train_*.bin", dir);
+}
+
+/* One pass of the loader (ON or OFF) against the shards read whole: every example in order,
+ * whole (truncated to T), its tokens, targets (flagged next tokens within it) and positions;
+ * rows never mix shards; padding is input 0, no target; real tokens counted. */
+static void check_loader(const char *pattern, const char *dir, int mode) {
+    enum { B = 3, T = 64 };
+    hpt_mem *mem;
+    CHECK_OK(hpt_mem_create(&mem));
+    hpt_dataloader *d;
+    CHECK_OK(hpt_dataloader_open(mem, pattern, B, T, 256, &d));
+    CHECK_OK(hpt_dataloader_set_pack(d, mode));
+    CHECK((hpt_dataloader_positions(d) == NULL) == (mode == HPT_PACK_OFF));
+    const size_t nb = hpt_dataloader_num_batches(d);
+    int bad = 0, sh = 0;
+    size_t e = 0, n_ex = 0, n_tok = 0;
+    uint32_t *tok = NULL, *st = NULL;
+    uint8_t *tgt = NULL;
+    char path[600];
+    int64_t real = 0, want_real = 0;
+    for (size_t it = 0; it < nb && !bad; it++) {
+        const int32_t *x, *y;
+        CHECK_OK(hpt_dataloader_next(d, &x, &y));
+        const int32_t *pos = hpt_dataloader_positions(d);
+        real += hpt_dataloader_real_tokens(d);
+        for (int b = 0; b < B && !bad; b++) {
+            int t = 0;
+            while (t < T) { /* the next example, if it starts here */
+                if (!tok || e == n_ex) {
+                    if (tok && t > 0) break; /* a row never spans two shards */
+                    free(tok), free(tgt), free(st);
+                    snprintf(path, sizeof path, "%s/train_%06d.bin", dir, sh++);
+                    CHECK_OK(hpt_shard_read(path, &tok, &tgt, &n_tok, &st, &n_ex));
+                    e = 0;
+                }
+                const size_t s0 = st[e], s1 = e + 1 < n_ex ? st[e + 1] : n_tok;
+                int len = (int)(s1 - s0);
+                if (t > 0 && (mode == HPT_PACK_OFF || t + len > T)) break;
+                if (len > T) len = T;
+                for (int q = 0; q < len; q++) {
+                    const size_t i = (size_t)b * T + t + q, k = s0 + (size_t)q;
+                    const int32_t want_y = k + 1 < s1 && tgt[k + 1] ? (int32_t)tok[k + 1] : -1;
+                    bad += x[i] != (int32_t)tok[k] || y[i] != want_y || (pos && pos[i] != q);
+                }
+                want_real += len;
+                t += len;
+                e++;
+            }
+            for (; t < T; t++) bad += x[(size_t)b * T + t] != 0 || y[(size_t)b * T + t] != -1;
+        }
+    }
+    CHECK_MSG(!bad, "--pack %s: %d tokens, targets or positions differ from the shards",
+              mode == HPT_PACK_ON ? "on" : "off", bad);
+    CHECK(real == want_real);
+    printf("  loader --pack %s: %zu batches of %d x %d, %lld real tokens (%.0f%%)\n",
+           mode == HPT_PACK_ON ? "on" : "off", nb, B, T, (long long)real,
+           100.0 * (double)real / ((double)nb * B * T));
+    /* resume: the position after a batch is an example's first token; a token inside one is
+     * refused */
+    int64_t psh, poff;
+    hpt_dataloader_get_pos(d, &psh, &poff);
+    CHECK_OK(hpt_dataloader_set_pos(d, psh, poff));
+    CHECK(hpt_dataloader_set_pos(d, 0, 1) == HPT_ERR_INVALID || st == NULL);
+    free(tok), free(tgt), free(st);
+    hpt_dataloader_free(d);
+    hpt_mem_destroy(mem);
+}
+
+/* The trainer with --pack on and off: the estimate equals the measured peak (the positions'
+ * buffers counted) and a stopped and resumed run ends with the whole run's bits. */
+static void check_trainer(const char *shape, const char *pattern, int mode) {
+    hpt_train_opts o = t_train_opts(shape, pattern, 2, 64, 6, 2);
+    o.pack = mode;
+    const char *name = mode == HPT_PACK_ON ? "pack_on" : "pack_off";
+    hpt_mem *mem;
+    CHECK_OK(hpt_mem_create(&mem));
+    float losses[6];
+    char save[600];
+    snprintf(save, sizeof save, "%s/%s_run", t_tmpdir(), name);
+    o.save_dir = save;
+    t_train_run(mem, &o, 6, losses, NULL, NULL);
+    o.save_dir = NULL;
+    t_check_estimate(mem, &o, name);
+    hpt_mem_destroy(mem);
+    hpt_model_config cfg;
+    CHECK_OK(hpt_model_config_parse(shape, &cfg));
+    CHECK_OK(hpt_mem_create(&mem));
+    t_check_resume(mem, &o, 3, hpt_model_config_num_params(&cfg), name, name, NULL, NULL);
+    hpt_mem_destroy(mem);
+    printf("  trainer --pack %s: losses %.4f .. %.4f; estimate = measured; resume exact\n",
+           mode == HPT_PACK_ON ? "on" : "off", (double)losses[0], (double)losses[5]);
+}
+
 int main(int argc, char **argv) {
     const t_arch *a = t_arch_arg(argc, argv, "test_pack");
     if (!a) return 2;
@@ -301,5 +425,14 @@ int main(int argc, char **argv) {
     printf("the model, packed and padded, against each example alone:\n");
     check_model(shape, HPT_ATTN_FLASH);
     check_model(shape, HPT_ATTN_PLAIN);
+    const char *dir = t_tmpdir();
+    char pattern[512];
+    make_examples(dir, pattern);
+    if (t_arch_first(a)) {
+        check_loader(pattern, dir, HPT_PACK_ON);
+        check_loader(pattern, dir, HPT_PACK_OFF);
+    }
+    check_trainer(shape, pattern, HPT_PACK_ON);
+    check_trainer(shape, pattern, HPT_PACK_OFF);
     return t_done(t_arch_label(a, "test_pack"));
 }
