@@ -17,6 +17,11 @@
  * BOUND; and the padded form (one example per row, the rest padding that is not a target, no
  * positions) the same.
  *
+ * PyTorch (each case; tests/make_ref_pack.py, the fixture make_ref_pack): a batch of two rows of
+ * 48 with 4 and 2 examples and padding, through an explicit block-diagonal causal mask, wpe or
+ * the rotary tables at each example's positions, cross_entropy(ignore_index): the loss and every
+ * gradient within BOUND, flash and plain.
+ *
  * Loader (first case): one pass of --pack on and off over two masked shards against the shards
  * read whole (every example in order, whole or truncated to T, its targets and positions;
  * padding; rows within one shard; real tokens). Trainer (each case): --pack on and off, the
@@ -416,6 +421,59 @@ static void check_trainer(const char *shape, const char *pattern, int mode) {
            mode == HPT_PACK_ON ? "on" : "off", (double)losses[0], (double)losses[5]);
 }
 
+/* Against PyTorch (tests/make_ref_pack.py: an explicit block-diagonal causal mask, positions
+ * per example, ignore_index): the loss and every gradient within BOUND, flash and plain. */
+static void check_torch(const char *arch) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/pack_%s.bin", t_ref_dir(), arch);
+    size_t len;
+    unsigned char *f = t_read_file(path, &len);
+    CHECK_MSG(f != NULL, "%s is missing (tests/make_ref_pack.py: the fixture make_ref_pack)", path);
+    if (!f) return;
+    int32_t h[256];
+    memcpy(h, f, sizeof h);
+    const int B = h[3], T = h[4];
+    const size_t n = (size_t)h[5], BT = (size_t)B * T;
+    CHECK(h[0] == 20261129 && h[1] == 1 && len == 1024 + 128 + 3 * BT * 4 + 2 * n * 4 + 4);
+    if (h[0] != 20261129 || len != 1024 + 128 + 3 * BT * 4 + 2 * n * 4 + 4) {
+        free(f);
+        return;
+    }
+    char shape[129] = {0};
+    memcpy(shape, f + 1024, 128);
+    const unsigned char *p = f + 1024 + 128;
+    int32_t *x = malloc(BT * 4), *y = malloc(BT * 4), *pos = malloc(BT * 4);
+    float *params = malloc(n * 4), *grads = malloc(n * 4), loss_ref;
+    memcpy(x, p, BT * 4), p += BT * 4;
+    memcpy(y, p, BT * 4), p += BT * 4;
+    memcpy(pos, p, BT * 4), p += BT * 4;
+    memcpy(params, p, n * 4), p += n * 4;
+    memcpy(&loss_ref, p, 4), p += 4;
+    memcpy(grads, p, n * 4);
+    for (int kind = 0; kind < 2; kind++) {
+        hpt_mem *mem;
+        CHECK_OK(hpt_mem_create(&mem));
+        hpt_model *m = make_model(mem, shape, kind ? HPT_ATTN_PLAIN : HPT_ATTN_FLASH);
+        CHECK(hpt_model_num_params(m) == n);
+        if (hpt_model_num_params(m) == n) {
+            memcpy(hpt_model_params(m), params, n * 4);
+            float *g = malloc(n * 4);
+            const float loss = run(m, x, y, pos, B, T, g);
+            const double el = fabs((double)loss - (double)loss_ref) / fabs((double)loss_ref);
+            const double eg = t_rel_err(g, grads, n);
+            printf("  %s against PyTorch (block-diagonal mask, positions per example), %s: loss "
+                   "%.7f vs %.7f (rel %.1e), gradients rel %.1e\n", arch, kind ? "plain" : "flash",
+                   (double)loss, (double)loss_ref, el, eg);
+            CHECK_MSG(el <= BOUND && eg <= BOUND, "%s vs PyTorch: loss %.3g gradients %.3g", arch,
+                      el, eg);
+            free(g);
+        }
+        hpt_model_free(m);
+        hpt_mem_destroy(mem);
+    }
+    free(x), free(y), free(pos), free(params), free(grads), free(f);
+}
+
 int main(int argc, char **argv) {
     const t_arch *a = t_arch_arg(argc, argv, "test_pack");
     if (!a) return 2;
@@ -425,6 +483,7 @@ int main(int argc, char **argv) {
     printf("the model, packed and padded, against each example alone:\n");
     check_model(shape, HPT_ATTN_FLASH);
     check_model(shape, HPT_ATTN_PLAIN);
+    check_torch(a->name);
     const char *dir = t_tmpdir();
     char pattern[512];
     make_examples(dir, pattern);
