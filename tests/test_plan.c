@@ -246,7 +246,7 @@ static int plans_equal(const hpt_plan *a, const hpt_plan *b) {
     if (a->accum != b->accum) return 0;
     for (int k = 0; k < HPT_TIER_COUNT; k++)
         if (a->budget_bytes[k] != b->budget_bytes[k]) return 0;
-    if (a->device != b->device || a->zero != b->zero) return 0;
+    if (a->device != b->device || a->zero != b->zero || a->pack != b->pack) return 0;
     if (!a->offload_dir != !b->offload_dir) return 0;
     return !a->offload_dir || !strcmp(a->offload_dir, b->offload_dir);
 }
@@ -293,6 +293,7 @@ static const char *random_value(const char *name, char *buf, size_t n) {
     if (!strcmp(name, "offload-dir")) PICK("/tmp/x", "runs/offload");
     if (!strcmp(name, "device")) PICK("cpu", "cuda", "cuda:0", "cuda:3");
     if (!strcmp(name, "zero")) PICK("0", "1", "2", "3");
+    if (!strcmp(name, "pack")) PICK("stream", "on", "off");
     /* the rest are integers: accum, head-chunk, K, P, vocab chunk, schedule lengths */
     unsigned lo = !strcmp(name, "max-active-layers") || !strcmp(name, "accum") ||
                   !strcmp(name, "full-steps") || !strcmp(name, "max-predict-steps") ||
