@@ -1,8 +1,10 @@
 /* test_cuda_pack.h (included by test_cuda.c inside its HPT_HAVE_CUDA part): the packed
  * examples' ops on the GPU against the CPU's (docs/packing.md): document-masked attention, plain
  * and flash, forward and backward, at T = 300 with examples of 1 to 120 tokens (the per-row
- * kernels' 128-key tiles crossed), multi-head and grouped-query, head sizes 64 (a tiled flash
- * size: the masked ops must leave the tiled kernels) and 80; plain's probabilities 0 outside each
+ * kernels' 128-key tiles and the tiled kernels' 64- and 32-row tiles crossed), multi-head and
+ * grouped-query, head sizes 64 and 128 (flash: the tiled kernels with the mask, their skipped
+ * key tiles and the dk, dv walk's early stop) and 80 (the per-row kernels); plain's
+ * probabilities 0 outside each
  * example; two runs' bits the same; pos NULL through the _seg ops = the causal ops' bits; GPT-2's
  * encoder at positions (forward, and the wpe and wte gradients) and RoPE at positions. */
 
@@ -164,6 +166,7 @@ static void t_pack_positions(void) {
 static void t_pack(void) {
     t_pack_attention(256, 4);
     t_pack_attention(256, 2);
+    t_pack_attention(512, 2);
     t_pack_attention(320, 2);
     t_pack_positions();
 }

@@ -11,7 +11,7 @@
  * overwritten; D is summed in the order of each dP (T = 1: dq = dk = 0 exactly).
  * Packed examples (docs/packing.md): pos (B*T, device) each token's position in its example;
  * query t then sees keys t - pos[t] .. t only (pos NULL: all keys <= t). The _seg ops with a
- * pos run these per-row kernels (the tiled ones have no mask yet). */
+ * pos run the tiled kernels with the same mask where they are built, these elsewhere. */
 #include "kernels/cuda/cu_common.cuh"
 
 #include <math.h>
@@ -134,7 +134,7 @@ void cu_attention_forward(float *out, float *att, const float *qkv, int B, int T
 void cu_flash_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C,
                                 int NH, int NKV) {
     if (cu_tiled_attention_supported(C, NH)) {
-        cu_tiled_flash_forward(out, lse, qkv, B, T, C, NH, NKV);
+        cu_tiled_flash_forward(out, lse, qkv, B, T, C, NH, NKV, NULL);
         return;
     }
     at_fwd a = train_args(qkv, out, B, T, C, NH, NKV);
@@ -329,7 +329,7 @@ void cu_flash_attention_backward(float *dqkv, float *scratch, const float *dout,
                                  const float *qkv, const float *out, const float *lse, int B,
                                  int T, int C, int NH, int NKV) {
     if (cu_tiled_attention_supported(C, NH)) {
-        cu_tiled_flash_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV);
+        cu_tiled_flash_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV, NULL);
         return;
     }
     backward(dqkv, scratch, dout, qkv, NULL, out, lse, B, T, C, NH, NKV, NULL, "flash_attention_backward");
@@ -352,8 +352,8 @@ void cu_attention_backward_seg(float *dqkv, float *scratch, const float *dout, c
 
 void cu_flash_attention_forward_seg(float *out, float *lse, const float *qkv, int B, int T, int C,
                                     int NH, int NKV, const int32_t *pos) {
-    if (!pos) {
-        cu_flash_attention_forward(out, lse, qkv, B, T, C, NH, NKV);
+    if (cu_tiled_attention_supported(C, NH)) {
+        cu_tiled_flash_forward(out, lse, qkv, B, T, C, NH, NKV, pos);
         return;
     }
     at_fwd a = train_args(qkv, out, B, T, C, NH, NKV);
@@ -365,8 +365,8 @@ void cu_flash_attention_forward_seg(float *out, float *lse, const float *qkv, in
 void cu_flash_attention_backward_seg(float *dqkv, float *scratch, const float *dout,
                                      const float *qkv, const float *out, const float *lse, int B,
                                      int T, int C, int NH, int NKV, const int32_t *pos) {
-    if (!pos) {
-        cu_flash_attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV);
+    if (cu_tiled_attention_supported(C, NH)) {
+        cu_tiled_flash_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV, pos);
         return;
     }
     backward(dqkv, scratch, dout, qkv, NULL, out, lse, B, T, C, NH, NKV, pos, "flash_attention_backward");

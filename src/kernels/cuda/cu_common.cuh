@@ -199,9 +199,10 @@ void cu_rope_backward_pos(float *dqkv, const float *cos, const float *sin, int B
  * (16, 32, 64, 128); cu_flash_attention_forward / _backward take them there */
 bool cu_tiled_attention_supported(int C, int NH);
 void cu_tiled_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH,
-                            int NKV);
+                            int NKV, const int32_t *pos);
 void cu_tiled_flash_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                             const float *out, const float *lse, int B, int T, int C, int NH, int NKV);
+                             const float *out, const float *lse, int B, int T, int C, int NH, int NKV,
+                             const int32_t *pos);
 void cu_infer_attend(float *atty, const float *qkv, const float *K, const float *V, int pos0,
                      size_t n, int C, int NH, int NKV);
 
