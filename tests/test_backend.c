@@ -219,6 +219,7 @@ static const op_test k_tests[] = {
     OP(predict_adam, t_predict_adam), OP(predict_linear, t_predict_linear),
     OP(add_normal, t_add_normal), OP(adam_step_sumsq, t_adam_step_sumsq),
     OP(init_normal, t_init_normal), OP(fill, t_fill),
+    OP(dropout_forward, t_dropout), WITH(dropout_backward, "dropout_forward"),
 };
 #define N_TESTS (sizeof k_tests / sizeof k_tests[0])
 /* Every member after the name is an op's function pointer, and every one has an entry. */

@@ -424,6 +424,11 @@ static void check_trainer(const char *shape, const char *pattern, int mode) {
 /* Against PyTorch (tests/make_ref_pack.py: an explicit block-diagonal causal mask, positions
  * per example, ignore_index): the loss and every gradient within BOUND, flash and plain. */
 static void check_torch(const char *arch) {
+    if (strcmp(arch, "gpt2") && strcmp(arch, "llama")) { /* make_ref_pack.py has these two */
+        printf("  %s: no PyTorch reference of packed examples (tests/make_ref_pack.py: GPT-2 and "
+               "Llama)\n", arch);
+        return;
+    }
     char path[600];
     snprintf(path, sizeof path, "%s/pack_%s.bin", t_ref_dir(), arch);
     size_t len;
@@ -488,6 +493,11 @@ int main(int argc, char **argv) {
     char pattern[512];
     make_examples(dir, pattern);
     if (t_arch_first(a)) {
+        /* Qwen2 (q/k/v biases) and Qwen3 (per-head q/k norms, a head width free of C/NH): no
+         * technique case of their own (tests/tests.cmake's HPT_TEST_ARCHS), the same check */
+        check_model("qwen2:L=2,C=64,NH=4,NKV=2,FF=96,V=256,T=96,theta=10000,eps=1e-6", HPT_ATTN_FLASH);
+        check_model("qwen3:L=2,C=64,NH=4,NKV=2,hd=32,FF=96,V=256,T=96,theta=10000,eps=1e-6",
+                    HPT_ATTN_FLASH);
         check_loader(pattern, dir, HPT_PACK_ON);
         check_loader(pattern, dir, HPT_PACK_OFF);
     }

@@ -203,6 +203,13 @@ hpt_status hpt_model_load_hf(hpt_mem *mem, const char *dir, const hpt_offload_op
  * are not weights (tokenizer.json, ...) are kept. */
 #define HPT_HF_SHARD_DEFAULT (5ull * 1000 * 1000 * 1000)
 hpt_status hpt_model_save_hf(const hpt_model *m, const char *dir, int dtype, uint64_t shard_bytes);
+/* LoRA adapters in PEFT's files (src/io/peft.c, docs/lora.md): adapter_config.json and
+ * adapter_model.safetensors in dir (an existing directory), written atomically; base_model (may
+ * be NULL) is recorded as base_model_name_or_path. hpt_lora_load attaches the adapters dir
+ * describes to m (a base without adapters) with the file's values: HPT_ERR_FORMAT or
+ * HPT_ERR_SHAPE naming a missing or misshapen tensor, HPT_ERR_INVALID an unknown target. */
+hpt_status hpt_lora_save(hpt_model *m, const char *dir, const char *base_model);
+hpt_status hpt_lora_load(hpt_model *m, const char *dir);
 /* hpt_model_save_hf of a model that came from the Hugging Face directory src (NULL: none):
  * src's config.json gives what the model does not carry (bos/eos token ids, the architecture's
  * name), and its other files (tokenizer.json, generation_config.json, ...) are copied. */

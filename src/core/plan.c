@@ -32,7 +32,8 @@ enum {
     O_JUMP_STRIDE, O_JUMP_SNAPSHOTS, O_JUMP_HORIZON, O_JUMP_FIT, O_JUMP_STATE, O_JUMP_SEARCH,
     O_JUMP_MIN_GAIN,
     O_MEMORY, O_HOST_MEMORY, O_DISK_MEMORY, O_OFFLOAD_DIR,
-    O_DEVICE, O_ZERO, O_PACK,
+    O_DEVICE, O_ZERO,
+    O_LORA, O_LORA_TARGETS, O_PACK,
     O_COUNT
 };
 
@@ -51,7 +52,7 @@ static const struct {
     {"jump-stride", 1}, {"jump-snapshots", 1}, {"jump-horizon", 1}, {"jump-fit", 1},
     {"jump-state", 1}, {"jump-search-batches", 1}, {"jump-min-gain", 1},
     {"memory", 1}, {"host-memory", 1}, {"disk-memory", 1}, {"offload-dir", 1},
-    {"device", 1}, {"zero", 1}, {"pack", 1},
+    {"device", 1}, {"zero", 1}, {"lora", 1}, {"lora-targets", 1}, {"pack", 1},
 };
 
 static const char *const k_jump_fits[] = {"linear", "quadratic", "exp"};
@@ -69,6 +70,7 @@ hpt_plan hpt_plan_default_choices(void) {
     p.sched = hpt_schedule_defaults();
     p.accum = 1;
     p.zero = -1;
+    p.lora = hpt_lora_defaults();
     return p;
 }
 
@@ -246,6 +248,13 @@ static hpt_status set_option(hpt_plan *p, int opt, const char *v) {
          * are the host's (on the CPU the same memory as the device's; docs/zero.md) */
         if (p->zero == 3 && !GIVEN(p, O_OFFLOAD)) HPT_CHECK(hpt_offload_parse("host", &p->offload));
         return HPT_OK;
+    case O_LORA: return hpt_lora_parse(v, &p->lora);
+    case O_LORA_TARGETS:
+        if (strlen(v) >= sizeof p->lora.targets)
+            return hpt_fail(HPT_ERR_INVALID, "lora-targets: at most %zu characters",
+                            sizeof p->lora.targets - 1);
+        snprintf(p->lora.targets, sizeof p->lora.targets, "%s", v);
+        return HPT_OK;
     }
     return hpt_fail(HPT_ERR_INVALID, "unknown option %d", opt);
 }
@@ -317,6 +326,20 @@ hpt_status hpt_plan_check(const hpt_plan *p, const hpt_plan_env *env) {
             return hpt_fail(HPT_ERR_INVALID, "--act-offload disk needs --offload-dir DIR");
         if (any_home_on(of, HPT_TIER_DISK))
             return hpt_fail(HPT_ERR_INVALID, "--offload to disk needs --offload-dir DIR");
+    }
+    /* LoRA (docs/lora.md): a frozen base in memory, on the CPU, one process, the full schedule */
+    HPT_CHECK(hpt_lora_check(&p->lora));
+    if (GIVEN(p, O_LORA_TARGETS) && p->lora.r < 1)
+        return hpt_fail(HPT_ERR_INVALID, "--lora-targets needs --lora");
+    if (p->lora.r > 0 && e.training) {
+        const char *why = hpt_offload_active(of) || of->fused ? "--offload or --fused-update"
+                          : p->zero >= 0 ? "--zero"
+                          : p->sched.kind == HPT_SCHEDULE_HYBRID ? "--schedule hybrid"
+                          : p->device ? "--device cuda"
+                          : p->loss_scale.mode != HPT_LOSS_SCALE_OFF ? "--loss-scale" : NULL;
+        if (why)
+            return hpt_fail(HPT_ERR_UNSUPPORTED, "--lora runs on the CPU over a base in memory in "
+                            "this version: not with %s (docs/lora.md)", why);
     }
     /* data parallel: stages 0-2 (docs/zero.md) */
     if (p->zero < -1 || p->zero > 3) return hpt_fail(HPT_ERR_INVALID, "--zero %d: expected 0 to 3", p->zero);
@@ -495,6 +518,12 @@ hpt_status hpt_plan_print(const hpt_plan *p, char *buf, size_t n) {
     if (s->jump_search_batches != sd->jump_search_batches)
         emit(&o, O_JUMP_SEARCH, "%d", s->jump_search_batches);
     if (s->jump_min_gain != sd->jump_min_gain) emit(&o, O_JUMP_MIN_GAIN, "%.9g", (double)s->jump_min_gain);
+    if (p->lora.r > 0) {
+        char lb[96];
+        hpt_lora_name(&p->lora, lb, sizeof lb);
+        emit(&o, O_LORA, "%s", lb);
+    }
+    if (p->lora.targets[0]) emit(&o, O_LORA_TARGETS, "%s", p->lora.targets);
     /* budgets, exactly: in the unit that divides them with the fewest digits (2GB, 40MiB) */
     static const int k_budget_opt[HPT_TIER_COUNT] = {O_MEMORY, O_HOST_MEMORY, O_DISK_MEMORY};
     for (int t = 0; t < HPT_TIER_COUNT; t++)

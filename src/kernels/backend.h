@@ -333,6 +333,12 @@ struct hpt_backend {
     void (*init_normal)(float *x, size_t lo, size_t hi, size_t total, float std, uint64_t key);
     /* x (n) = value */
     void (*fill)(float *x, size_t n, float value);
+    /* Dropout with probability p (0 <= p < 1) and a counter-based mask from seed (element i's
+     * keep decided by seed and i alone): y (n) = keep_i ? x / (1 - p) : 0; the backward
+     * dx (n) += keep_i ? dy / (1 - p) : 0 with the forward's seed. LoRA's adapter inputs
+     * (model/lora.c); NULL in a backend without them (LoRA's dropout is then refused). */
+    void (*dropout_forward)(float *y, const float *x, size_t n, float p, uint64_t seed);
+    void (*dropout_backward)(float *dx, const float *dy, size_t n, float p, uint64_t seed);
 };
 
 /* The CPU backend (kernels/cpu/backend.c): always present. */

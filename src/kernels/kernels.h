@@ -203,5 +203,7 @@ double k_adam_step_sumsq(const float *m, const float *v, size_t n, float bc1, fl
                          float eps);
 void k_init_normal(float *x, size_t lo, size_t hi, size_t total, float std, uint64_t key);
 void k_fill(float *x, size_t n, float value);
+void k_dropout_forward(float *y, const float *x, size_t n, float p, uint64_t seed);
+void k_dropout_backward(float *dx, const float *dy, size_t n, float p, uint64_t seed);
 
 #endif

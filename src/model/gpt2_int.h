@@ -166,6 +166,7 @@ struct hpt_model {
     int fault_layer;      /* testing: the next backward sets element 0 of this block's
                            * gradients to fault_value (-1: none; hpt_trainer_inject_grad) */
     float fault_value;
+    struct model_lora *lora; /* LoRA adapters over the frozen base (lora.c), owned; NULL: none */
     hpt_act_opts act;   /* attention kind, recompute policy, offload, compression, head */
     gpt2_acts a;             /* GPT-2's non-block activations (pointers into the arena) */
     llama_acts al;           /* llama's */
@@ -190,6 +191,16 @@ static inline float gpt2_loss_norm(const hpt_model *m) {
 }
 
 void gpt2_point_tensors(const hpt_model_config *cfg, float *base, gpt2_tensors *t);
+
+/* ---- lora.c: the runner's and the object's calls (m->lora set) ---- */
+void model_lora_free(hpt_model *m);
+/* The adapters' scratch for (B, T) (category acts), before a forward. */
+hpt_status model_lora_ensure(hpt_model *m, int B, int T);
+/* A forward pass starts (dropout's masks change). */
+void model_lora_begin_forward(hpt_model *m);
+/* Block gradients of the frozen base: its vector slices in the sink, the matrices NULL. */
+void model_lora_block_grads(hpt_model *m, float *dw[HPT_TABLE_MAX]);
+void model_lora_zero_grad(hpt_model *m);
 /* Floats of each block slice (GPT2_BLOCK_SLICES) and of one block. */
 void gpt2_block_slices(const hpt_model_config *cfg, size_t n[GPT2_BLOCK_SLICES]);
 size_t gpt2_block_floats(const hpt_model_config *cfg);

@@ -197,6 +197,7 @@ void model_bind_blocks(hpt_model *m, hpt_block_store *store, struct offload_engi
 void hpt_model_free(hpt_model *m) {
     if (!m) return;
     hpt_model_free_activations(m);
+    model_lora_free(m);
     model_pos_free(m);
     act_plan_free(m);
     if (m->blocks) m->blocks->free(m->blocks->ctx);
@@ -328,6 +329,7 @@ const float *hpt_model_logits(const hpt_model *m) {
 void hpt_model_zero_grad(hpt_model *m) {
     /* a block store zeroes a block's at its backward (grad_slot) */
     if (m->grads) m->be->memset(m->grads, 0, m->n_gflat * sizeof(float));
+    model_lora_zero_grad(m);
     m->grads_live = 0;
 }
 

@@ -149,4 +149,13 @@ hpt_status model_vocab_chunk_check(const hpt_model_config *c, const hpt_offload_
 hpt_status model_act_tier_bytes_vc(const hpt_model_config *cfg, int B, int T,
                                   const hpt_act_opts *o, int vc, uint64_t out[HPT_TIER_COUNT]);
 
+/* ---- LoRA adapters (lora.c; hptrain/model.h's hpt_model_lora_*) ----
+ * The adapters' table (A then B of each chosen layer, stacked over the blocks: checkpoint order
+ * of hpt_model_lora_params and _grads) and options; NULL without adapters. */
+const hpt_tensor_table *model_lora_table(const hpt_model *m);
+const hpt_lora_opts *model_lora_opts(const hpt_model *m);
+/* The table adapters o would have on a model of cfg (the estimator's, without a model). */
+hpt_status model_lora_describe(const hpt_model_config *cfg, const hpt_lora_opts *o,
+                               hpt_tensor_table *out);
+
 #endif

@@ -71,6 +71,10 @@ static void block_release(hpt_model *m, int l) {
 static hpt_status block_grads(hpt_model *m, int l, float *dw[HPT_TABLE_MAX]) {
     const hpt_block_store *bs = m->blocks;
     float *gbase;
+    if (m->lora) { /* a frozen base: no gradient of its own (lora.c) */
+        model_lora_block_grads(m, dw);
+        return HPT_OK;
+    }
     if (!bs && m->grads_away) { /* a sink's packed slot (ZeRO-2: model.h) */
         if (!m->gsink.slot) return hpt_fail(HPT_ERR_INVALID, "no gradient sink for the blocks");
         HPT_CHECK(m->gsink.slot(m->gsink.ctx, l, &gbase));
@@ -145,6 +149,10 @@ hpt_status hpt_model_forward(hpt_model *m, const int32_t *inputs, const int32_t 
     for (size_t i = 0; targets && i < BT; i++) n_targets += targets[i] >= 0;
     actstore_wait(m);
     HPT_CHECK(act_ensure(m, B, T));
+    if (m->lora) {
+        HPT_CHECK(model_lora_ensure(m, B, T));
+        model_lora_begin_forward(m);
+    }
     m->B = B;
     m->T = T;
     const int L = c->L;
@@ -205,7 +213,7 @@ hpt_status hpt_model_forward(hpt_model *m, const int32_t *inputs, const int32_t 
 hpt_status hpt_model_backward(hpt_model *m) {
     if (!m->has_targets)
         return hpt_fail(HPT_ERR_INVALID, "backward needs a forward with targets first");
-    if (!m->grads)
+    if (!m->grads && !m->lora)
         return hpt_fail(HPT_ERR_INVALID, "backward needs gradients (released by hpt_model_release_grads)");
     const hpt_arch *A = m->arch;
     const int L = m->cfg.L;
@@ -252,7 +260,7 @@ hpt_status hpt_model_backward(hpt_model *m) {
     act_enter(m, TP_ENC_B(L));
     /* chunked embeddings: also the head's dwte, and wte's update chunk by chunk (embed.c) */
     if (m->emb != HPT_EMB_FULL) emb_backward_end(m, x.head_rows);
-    else A->embed_backward(&x, m->ag, m->acts);
+    else if (!m->lora) A->embed_backward(&x, m->ag, m->acts); /* LoRA: the embedding is frozen */
     m->grads_live = 1;
     act_enter(m, -1);
     return HPT_OK;

@@ -244,6 +244,16 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     out->bytes[HPT_TIER_HOST][HPT_CAT_ACTS] = at[HPT_TIER_HOST];
     out->bytes[HPT_TIER_DISK][HPT_CAT_ACTS] = at[HPT_TIER_DISK];
     if (o->act.offload == HPT_OFFLOAD_DISK) out->bytes[HPT_TIER_HOST][HPT_CAT_IO] += 4u << 20;
+    /* LoRA (model/lora.c): the base without gradients or optimizer state; the adapters, their
+     * gradients, the frozen norms' sink, their state and their scratch (at the first forward) */
+    if (o->training && o->lora.r > 0) {
+        uint64_t lb[HPT_CAT_COUNT];
+        HPT_CHECK(hpt_lora_bytes(c, &o->lora, o->B, o->T, 1, lb));
+        dev[HPT_CAT_PARAMS] += lb[HPT_CAT_PARAMS];
+        dev[HPT_CAT_GRADS] = lb[HPT_CAT_GRADS];
+        dev[HPT_CAT_OPTIM] = hpt_optim_lora_state_bytes(c, &o->lora, &o->adamw);
+        dev[HPT_CAT_ACTS] += lb[HPT_CAT_ACTS];
+    }
     int loaders = (o->no_data ? 0 : 1) + (o->has_val ? 1 : 0);
     dev[HPT_CAT_IO] = (uint64_t)loaders * loader_bytes(BT);
     /* packed examples (docs/packing.md): each loader's positions (B*T int32, io) and the

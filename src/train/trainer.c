@@ -206,6 +206,10 @@ static hpt_status setup(hpt_trainer *tr) {
     hpt_state_section sec[HPT_STATE_MAX_SECTIONS];
     int n_sec = 0;
     char path[PATH_MAX];
+    const int lora = o->lora.r > 0;
+    if (lora && o->resume)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--resume of a --lora run is not built yet: its "
+                        "--save writes the adapters (PEFT's files), not a training state");
     if (o->resume) {
         snprintf(path, sizeof path, "%s/state.bin", o->resume);
         hpt_adamw_opts ao;
@@ -265,18 +269,26 @@ static hpt_status setup(hpt_trainer *tr) {
     } else {
         if (!o->model) return hpt_fail(HPT_ERR_INVALID, "no model given (a checkpoint or a shape)");
         hpt_model_config cfg;
+        hpt_status ms = HPT_OK;
+        model_create_forward_only(lora); /* LoRA: a frozen base, no gradient buffer */
         if (file_exists(o->model)) {
-            HPT_CHECK(check_budget(tr, &cfg, o->model, live0));
-            HPT_CHECK(hpt_model_load_offload(tr->mem, o->model, &o->offload, &tr->model));
+            ms = check_budget(tr, &cfg, o->model, live0);
+            if (ms == HPT_OK) ms = hpt_model_load_offload(tr->mem, o->model, &o->offload, &tr->model);
         } else if (hpt_model_config_parse(o->model, &cfg) == HPT_OK) {
-            HPT_CHECK(check_budget(tr, &cfg, NULL, live0));
-            HPT_CHECK(hpt_model_create_config_offload(tr->mem, &cfg, &o->offload, &tr->model));
-            HPT_CHECK(hpt_model_init_random(tr->model, o->seed));
+            ms = check_budget(tr, &cfg, NULL, live0);
+            if (ms == HPT_OK) ms = hpt_model_create_config_offload(tr->mem, &cfg, &o->offload, &tr->model);
+            if (ms == HPT_OK) ms = hpt_model_init_random(tr->model, o->seed);
         } else if (strchr(o->model, '/') || strstr(o->model, ".bin")) {
+            model_create_forward_only(0);
             return hpt_fail(HPT_ERR_IO, "cannot open %s: %s", o->model, strerror(ENOENT));
         } else {
+            model_create_forward_only(0);
             return hpt_model_config_parse(o->model, &cfg); /* its error names the shape problem */
         }
+        model_create_forward_only(0);
+        HPT_CHECK(ms);
+        /* the adapters over the loaded or initialised base (A from the run's seed) */
+        if (lora) HPT_CHECK(hpt_model_lora_attach(tr->model, &o->lora, o->seed ^ 0x4C6F5241ull));
         HPT_CHECK(dp_shard_init(o, tr->model, &tr->dp));
         HPT_CHECK(dp_optim_create(tr->mem, tr->model, &tr->o.adamw, &tr->dp, &tr->opt));
         HPT_CHECK(hpt_dataloader_open(tr->mem, o->data, o->B, o->T, mcfg(tr)->V, &tr->train));
@@ -355,11 +367,20 @@ static int64_t count_targets(const int32_t *y, size_t n) {
     return k;
 }
 
+static hpt_status eval_batches(hpt_trainer *tr, float *val_loss_out);
+
 hpt_status hpt_trainer_eval(hpt_trainer *tr, float *val_loss_out) {
     *val_loss_out = NAN;
     if (!tr->val) return HPT_OK;
     HPT_CHECK(hpt_dataloader_rewind(tr->val));
     hpt_mem_set_context(tr->mem, tr->step, HPT_PHASE_EVAL, -1);
+    hpt_model_lora_set_training(tr->model, 0); /* no adapter dropout while evaluating */
+    hpt_status s = eval_batches(tr, val_loss_out);
+    hpt_model_lora_set_training(tr->model, 1);
+    return s;
+}
+
+static hpt_status eval_batches(hpt_trainer *tr, float *val_loss_out) {
     double sum = 0.0, wsum = 0.0;
     int64_t targets = 0;
     int n = tr->o.val_batches > 0 ? tr->o.val_batches : 1;
@@ -408,6 +429,9 @@ static hpt_status save_shards(hpt_trainer *tr);
 
 hpt_status hpt_trainer_save(hpt_trainer *tr) {
     if (!tr->o.save_dir) return hpt_fail(HPT_ERR_INVALID, "no save directory given");
+    /* LoRA: the adapters in PEFT's files, the frozen base untouched (docs/lora.md) */
+    if (hpt_model_lora_on(tr->model))
+        return dp_saved(dp_rank() ? HPT_OK : hpt_lora_save(tr->model, tr->o.save_dir, tr->o.model));
     /* stages 1, 2 in memory, 1-3 in the engine: every rank its shard, rank 0 the manifest and
      * model.bin (zero.c) */
     if (tr->dp.stage || tr->o.offload.shards > 1) return dp_saved(save_shards(tr));

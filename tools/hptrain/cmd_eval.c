@@ -35,6 +35,8 @@ static const char k_help[] =
     "                      more than the data holds is an error)\n"
     "  --seed S            the random weights of a SHAPE (default 1337)\n"
     "  --threads N         threads (default: all cores)\n"
+    "  --adapter DIR       LoRA adapters in PEFT's files (`train --lora --save DIR`), merged into\n"
+    "                      the model's weights at load (docs/lora.md)\n"
     "  --quiet             no information lines on standard error\n"
     "  plan flags          any of train's: --attention, --recompute, --head-chunk, --offload,\n"
     "                      --weights, --embeddings, --memory, --host-memory, ... (hptrain train\n"
@@ -46,9 +48,9 @@ static int train_only(int c) { return c && strchr("vnlLwgeEsSroA", c) != NULL; }
 
 int cmd_eval(int argc, char **argv) {
     static const struct option longopts[] = {
-        CLI_TRAIN_LONGOPTS, {"batches", 1, 0, 'N'}, {0, 0, 0, 0}};
+        CLI_TRAIN_LONGOPTS, {"batches", 1, 0, 'N'}, {"adapter", 1, 0, 'a'}, {0, 0, 0, 0}};
     hpt_plan plan = hpt_plan_default_choices();
-    const char *model_path = NULL, *data = NULL;
+    const char *model_path = NULL, *data = NULL, *adapter = NULL;
     long B = 0, T = 0, n_batches = 0, threads = 0, seed = 1337;
     int quiet = 0, opt_rc = 0, c;
     while ((c = cli_getopt("eval", argc, argv, longopts, k_help, &opt_rc)) != -1) {
@@ -63,6 +65,7 @@ int cmd_eval(int argc, char **argv) {
         case 'x': r = cli_parse_long("eval", "--seed", optarg, 0, 0x7fffffffffffffffL, &seed); break;
         case 'j': r = cli_parse_long("eval", "--threads", optarg, 1, 1024, &threads); break;
         case 'q': quiet = 1; break;
+        case 'a': adapter = optarg; break;
         case CLI_OPT_PLAN: r = cli_plan_flag("eval", &plan, cli_optname(), optarg); break;
         default:
             if (train_only(c)) r = cli_usage_error("eval", "--%s is a train option", cli_optname());
@@ -115,6 +118,15 @@ int cmd_eval(int argc, char **argv) {
                 : hpt_model_load_forward(mem, model_path, &m);
     }
     if (s != HPT_OK) { rc = cli_lib_error(s, "loading the model"); goto out; }
+    if (adapter && eng) {
+        rc = cli_error("--adapter merges the adapters into a base in memory: not with --offload");
+        goto out;
+    }
+    if (adapter) { /* LoRA adapters merged into the base (docs/lora.md) */
+        s = hpt_lora_load(m, adapter);
+        if (s == HPT_OK) s = hpt_model_lora_merge(m);
+        if (s != HPT_OK) { rc = cli_lib_error(s, "loading the adapters"); goto out; }
+    }
     hpt_model_release_grads(m); /* forward only (nothing without the engine) */
     const hpt_model_config *cfg = hpt_model_get_config(m);
     if (T > cfg->maxT) {

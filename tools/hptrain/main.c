@@ -286,13 +286,19 @@ int cli_read_file(const char *path, char **data_out, size_t *len_out) {
 }
 
 static void usage(FILE *out) {
+    /* the families come from the registry, so that a new one is named without an edit here */
     fputs("usage: hptrain <command> [options]\n"
           "\n"
-          "Trains GPT-2 models in C, inside a memory budget.\n"
+          "Trains and fine-tunes transformer language models (", out);
+    for (int i = 0; i < hpt_arch_count(); i++)
+        fprintf(out, "%s%s", i == 0 ? "" : i + 1 == hpt_arch_count() ? " and " : ", ",
+                hpt_arch_desc_of(i)->label);
+    fputs(")\nin C, inside a memory budget, from llm.c checkpoints, Hugging Face model directories\n"
+          "or a shape (random init).\n"
           "\n"
           "commands:\n"
-          "  train     train a model from a checkpoint or a shape (random init)\n"
-          "  sample    generate text from a checkpoint\n"
+          "  train     train a model from a checkpoint, a model directory or a shape\n"
+          "  sample    generate text from a checkpoint or a model directory\n"
           "  eval      mean loss and perplexity of a model over the first batches of token shards\n"
           "  verify    check forward, backward and AdamW against a PyTorch reference state\n"
           "  convert   llm.c checkpoint <-> Hugging Face model directory (config.json, safetensors)\n"

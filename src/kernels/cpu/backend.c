@@ -142,6 +142,8 @@ static const hpt_backend k_cpu = {
     .adam_step_sumsq = k_adam_step_sumsq,
     .init_normal = k_init_normal,
     .fill = k_fill,
+    .dropout_forward = k_dropout_forward,
+    .dropout_backward = k_dropout_backward,
 };
 
 /* the op timer's copy when a benchmark turned it on (optime.h), else the table */

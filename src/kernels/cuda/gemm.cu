@@ -48,7 +48,8 @@ void cu_matmul_forward(float *out, const float *inp, const float *w, const float
     cu_gemm('N', 'T', N, OC, C, 1.0f, inp, C, w, C, beta, out, OC);
 }
 
-/* dbias (OC) += column sums of dout (N,OC): one thread per column, rows in order */
+/* dbias (OC) += column sums of dout (N,OC): one thread per column, rows in order (where OC is
+ * beyond colsum.cu's scratch) */
 __global__ void d_col_sums(float *dbias, const float *dout, int64_t N, int64_t OC) {
     int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (j >= OC) return;
@@ -62,7 +63,7 @@ void cu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
     cu_enter();
     cu_gemm('N', 'N', N, C, OC, 1.0f, dout, OC, w, C, accumulate_dinp ? 1.0f : 0.0f, dinp, C);
     cu_gemm('T', 'N', OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
-    if (dbias) {
+    if (dbias && !cu_colsum(CU_COLSUM_BIAS, dbias, NULL, dout, NULL, NULL, NULL, N, OC)) {
         d_col_sums<<<cu_grid((size_t)OC), CU_T, 0, cu_stream>>>(dbias, dout, N, OC);
         CU_LAUNCHED("matmul_backward dbias");
     }

@@ -51,7 +51,7 @@ __global__ void d_rmsnorm_dinp(float *dinp, const float *dout, const float *inp,
     float *dx = dinp + r * C;
     for (int c = threadIdx.x; c < C; c += blockDim.x) dx[c] += rs * (w[c] * d[c] - x[c] * k);
 }
-/* dw_c += sum over rows of d_c x_c r, rows in order */
+/* dw_c += sum over rows of d_c x_c r, rows in order (where C is beyond colsum.cu's scratch) */
 __global__ void d_rmsnorm_dw(float *dw, const float *dout, const float *inp, const float *rstd, int64_t N, int C) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
@@ -65,8 +65,10 @@ void cu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float 
     cu_enter();
     d_rmsnorm_dinp<<<(unsigned)N, CU_T, 0, cu_stream>>>(dinp, dout, inp, w, rstd, C);
     CU_LAUNCHED("rmsnorm_backward dinp");
-    d_rmsnorm_dw<<<cu_grid((size_t)C, 64), 64, 0, cu_stream>>>(dw, dout, inp, rstd, N, C);
-    CU_LAUNCHED("rmsnorm_backward dw");
+    if (!cu_colsum(CU_COLSUM_RMSNORM, dw, NULL, dout, inp, NULL, rstd, N, C)) {
+        d_rmsnorm_dw<<<cu_grid((size_t)C, 64), 64, 0, cu_stream>>>(dw, dout, inp, rstd, N, C);
+        CU_LAUNCHED("rmsnorm_backward dw");
+    }
 }
 
 /* one thread per (row, rotated head, pair i < hd/2): the q heads then the k heads of each row */

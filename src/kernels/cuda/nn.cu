@@ -214,7 +214,7 @@ __global__ void d_layernorm_dinp(float *dinp, const float *dout, const float *in
         dx[c] += rs * (w[c] * d[c] - a - norm * bsum);
     }
 }
-/* dw, db: one thread per channel over the rows in order */
+/* dw, db: one thread per channel over the rows in order (where C is beyond colsum.cu's scratch) */
 __global__ void d_layernorm_dwdb(float *dw, float *db, const float *dout, const float *inp,
                                  const float *mean, const float *rstd, int64_t N, int C) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
@@ -233,8 +233,10 @@ void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
     cu_enter();
     d_layernorm_dinp<<<(unsigned)N, CU_T, 0, cu_stream>>>(dinp, dout, inp, w, mean, rstd, C);
     CU_LAUNCHED("layernorm_backward dinp");
-    d_layernorm_dwdb<<<cu_grid((size_t)C, 64), 64, 0, cu_stream>>>(dw, db, dout, inp, mean, rstd, N, C);
-    CU_LAUNCHED("layernorm_backward dw");
+    if (!cu_colsum(CU_COLSUM_LAYERNORM, dw, db, dout, inp, mean, rstd, N, C)) {
+        d_layernorm_dwdb<<<cu_grid((size_t)C, 64), 64, 0, cu_stream>>>(dw, db, dout, inp, mean, rstd, N, C);
+        CU_LAUNCHED("layernorm_backward dw");
+    }
 }
 
 /* ---- GELU, tanh form ---- */
