@@ -133,6 +133,9 @@ void hpt_tokenizer_free(hpt_tokenizer *t) {
     free(t->special_off);
     free(t->special_text);
     free(t->special_ctl);
+    free(t->trie_key);
+    free(t->trie_child);
+    free(t->trie_end);
     free(t->norm);
     free(t);
 }

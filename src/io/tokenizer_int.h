@@ -77,6 +77,12 @@ struct hpt_tokenizer {
     unsigned char *special_ctl; /* (n_special) 1: special (HPT_TOK_SPECIAL), 0: always matched */
     unsigned char special_first[256]; /* bit 1: a special starts with this byte; bit 2: an
                                        * always-matched added token does */
+    /* a trie over the contents: key (node << 8 | byte) + 1 -> child node, open addressing */
+    uint64_t *trie_key;        /* (trie_mask+1) keys, 0 empty */
+    uint32_t *trie_child;      /* (trie_mask+1) */
+    size_t trie_mask;
+    int32_t *trie_end;         /* (2 nodes) index in special of the special / other added token
+                                * whose content ends at the node, -1 none */
     /* normalisation and the model beyond byte-level BPE (tokenizer.json; zero otherwise) */
     int nfc;                   /* NFC of each segment before the pattern (Qwen2.5, Qwen3) */
     int sp;                    /* SentencePiece-style BPE (tokenizer_sp.c): chars, "\u2581" for

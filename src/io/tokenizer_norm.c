@@ -17,6 +17,55 @@ static int cmp_u64(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+static size_t trie_slot(uint64_t key, size_t mask) {
+    key *= 0x9e3779b97f4a7c15ull;
+    return (size_t)(key ^ (key >> 29)) & mask;
+}
+
+/* The child of node by byte c, UINT32_MAX if none. */
+static uint32_t trie_get(const hpt_tokenizer *t, uint32_t node, unsigned char c) {
+    uint64_t key = ((uint64_t)node << 8 | c) + 1;
+    for (size_t i = trie_slot(key, t->trie_mask);; i = (i + 1) & t->trie_mask) {
+        if (t->trie_key[i] == key) return t->trie_child[i];
+        if (t->trie_key[i] == 0) return UINT32_MAX;
+    }
+}
+
+/* The trie over the sorted contents (total bytes in all): a walk finds the longest at a
+ * position in one pass, whatever the number of added tokens (Gemma 3 has 6,415). */
+static hpt_status build_trie(hpt_tokenizer *t, size_t total) {
+    size_t cap = 16, max_nodes = total + 1;
+    while (cap < 2 * max_nodes) cap *= 2;
+    free(t->trie_key);
+    free(t->trie_child);
+    free(t->trie_end);
+    t->trie_key = calloc(cap, sizeof *t->trie_key);
+    t->trie_child = malloc(cap * sizeof *t->trie_child);
+    t->trie_end = malloc(2 * max_nodes * sizeof *t->trie_end);
+    t->trie_mask = cap - 1;
+    if (!t->trie_key || !t->trie_child || !t->trie_end)
+        return hpt_fail(HPT_ERR_OOM, "out of memory loading %s", t->source);
+    memset(t->trie_end, 0xff, 2 * max_nodes * sizeof *t->trie_end);
+    uint32_t nodes = 1;
+    for (int k = 0; k < t->n_special; k++) {
+        uint32_t node = 0;
+        for (uint32_t i = t->special_off[k]; i < t->special_off[k + 1]; i++) {
+            uint32_t child = trie_get(t, node, t->special_text[i]);
+            if (child == UINT32_MAX) {
+                uint64_t key = ((uint64_t)node << 8 | t->special_text[i]) + 1;
+                size_t s = trie_slot(key, t->trie_mask);
+                while (t->trie_key[s]) s = (s + 1) & t->trie_mask;
+                t->trie_key[s] = key;
+                t->trie_child[s] = child = nodes++;
+            }
+            node = child;
+        }
+        int32_t *end = &t->trie_end[2 * node + (t->special_ctl[k] ? 0 : 1)];
+        if (*end < 0) *end = k;
+    }
+    return HPT_OK;
+}
+
 hpt_status tok_set_added(hpt_tokenizer *t, int32_t *ids, const unsigned char *ctl,
                          const char *const *content, int n) {
     free(t->special);
@@ -76,7 +125,7 @@ hpt_status tok_set_added(hpt_tokenizer *t, int32_t *ids, const unsigned char *ct
     free(key);
     free(len);
     t->n_special = n;
-    return HPT_OK;
+    return build_trie(t, total);
 oom:
     free(key);
     free(len);
@@ -84,12 +133,16 @@ oom:
 }
 
 int tok_added_at(const hpt_tokenizer *t, const unsigned char *u, size_t n, unsigned want) {
-    for (int k = 0; k < t->n_special; k++) {
-        if (!((t->special_ctl[k] ? 1u : 2u) & want)) continue;
-        size_t l = t->special_off[k + 1] - t->special_off[k];
-        if (l <= n && memcmp(u, t->special_text + t->special_off[k], l) == 0) return k;
+    int best = -1;
+    uint32_t node = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t child = trie_get(t, node, u[i]);
+        if (child == UINT32_MAX) break;
+        node = child;
+        int32_t a = want & 1 ? t->trie_end[2 * node] : -1, b = want & 2 ? t->trie_end[2 * node + 1] : -1;
+        if (a >= 0 || b >= 0) best = a < 0 ? b : b < 0 ? a : HPT_MIN(a, b); /* equal contents: the first */
     }
-    return -1;
+    return best;
 }
 
 static int norm_reserve(hpt_tokenizer *t, size_t n) {
