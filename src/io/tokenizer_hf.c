@@ -1,13 +1,16 @@
-/* tokenizer_hf.c: loads the byte-level BPE tokenizers of the Llama family into the encoder of
- * tokenizer.c: Hugging Face's tokenizer.json (model.type BPE, vocab, merges, ignore_merges,
- * added tokens, a Split or ByteLevel pre-tokenizer) and tiktoken's tokenizer.model (Meta's
- * Llama 3: ranks, no merges: every split of a token into two tokens is given its rank). The
- * file's pattern is rewritten for PCRE2 (\p{L}, \p{N} from tokenizer_unicode.c, \s as Unicode's
- * White_Space). What is read and refused, and why: docs/tokenizer.md, "Llama 3".
+/* tokenizer_hf.c: loads the byte-level BPE tokenizers of the Llama and Qwen families into the
+ * encoder of tokenizer.c: Hugging Face's tokenizer.json (model.type BPE, vocab, merges,
+ * ignore_merges, added tokens, a Split or ByteLevel pre-tokenizer, an NFC normalizer) and
+ * tiktoken's tokenizer.model (Meta's Llama 3: ranks, no merges: every split of a token into two
+ * tokens is given its rank); a SentencePiece-style file (byte_fallback, a Replace normalizer)
+ * goes to tokenizer_sp.c. The file's pattern is rewritten for PCRE2 (\p{L}, \p{N} from
+ * tokenizer_unicode.c, \s as Unicode's White_Space). What is read and refused, and why:
+ * docs/tokenizer.md, "Llama 3" and "Qwen".
  * Invariants (on success): ids 0..V-1 each have bytes (added tokens: their content); the base
  * vocabulary's bytes are distinct and indexed in t->ix; every merge's parts and result are base
- * tokens; each special's id is in [0, V); a normalizer, byte fallback, subword affixes or a
- * prefix space are refused, never ignored (they would change the ids). */
+ * tokens; each special's id is in [0, V); a normalizer other than NFC, subword affixes, a prefix
+ * space or added-token flags other than special are refused, never ignored (they would change
+ * the ids). */
 #include "io/tokenizer_int.h"
 
 #include <cjson/cJSON.h>

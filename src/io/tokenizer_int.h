@@ -2,8 +2,10 @@
  * tokenizer object, its merge table and piece cache, and the helpers that load and encode.
  * tokenizer.c holds GPT-2's files (encoder.json + vocab.bpe, llm.c's tokenizer.bin) and the
  * encoder (pre-tokenisation with PCRE2, the merge heap); tokenizer_hf.c loads Hugging Face's
- * tokenizer.json and tiktoken's tokenizer.model (Llama 3) into the same object;
- * tokenizer_unicode.c holds the code point tables the patterns are spelled with. Not public. */
+ * tokenizer.json and tiktoken's tokenizer.model (Llama 3, Qwen) into the same object;
+ * tokenizer_sp.c loads and encodes SentencePiece-style BPE (Gemma 3, Llama 2); tokenizer_norm.c
+ * finds added tokens and does NFC; tokenizer_unicode.c holds the code point tables the patterns
+ * are spelled with. Not public. */
 #ifndef HPT_TOKENIZER_INT_H
 #define HPT_TOKENIZER_INT_H
 
