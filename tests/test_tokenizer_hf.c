@@ -220,7 +220,8 @@ static void expect_error(const char *path, hpt_status want, const char *part) {
 }
 
 /* A small SentencePiece-style tokenizer.json: "a", "b", "\u2581", "\u2581a", "ab", <0x00..0xFF>. */
-static const char *sp_json(const char *name, const char *normalizer, const char *pre, const char *model_extra) {
+static const char *sp_json2(const char *name, const char *normalizer, const char *pre, const char *model_extra,
+                            const char *vocab_extra, const char *merges_extra) {
     static char j[1 << 15];
     size_t n = (size_t)snprintf(j, sizeof j, "{\"normalizer\":%s,\"pre_tokenizer\":%s,\"added_tokens\":["
                                 "{\"id\":0,\"content\":\"<unk>\",\"special\":true}],\"model\":{\"type\":\"BPE\","
@@ -228,8 +229,12 @@ static const char *sp_json(const char *name, const char *normalizer, const char 
                                 "\"<unk>\":0,\"a\":1,\"b\":2,\"\\u2581\":3,\"\\u2581a\":4,\"ab\":5",
                                 normalizer, pre, model_extra);
     for (int b = 0; b < 256; b++) n += (size_t)snprintf(j + n, sizeof j - n, ",\"<0x%02X>\":%d", b, 6 + b);
-    snprintf(j + n, sizeof j - n, "},\"merges\":[[\"\\u2581\",\"a\"],\"a b\"]}}");
+    snprintf(j + n, sizeof j - n, "%s},\"merges\":[[\"\\u2581\",\"a\"],\"a b\"%s]}}", vocab_extra, merges_extra);
     return write_json(name, j);
+}
+
+static const char *sp_json(const char *name, const char *normalizer, const char *pre, const char *model_extra) {
+    return sp_json2(name, normalizer, pre, model_extra, "", "");
 }
 
 static void test_small(void) {
@@ -248,6 +253,21 @@ static void test_small(void) {
         size_t n;
         CHECK(hpt_tokenizer_decode(t, 4, &b, &n) == HPT_OK && n == 2 && !memcmp(b, " a", 2));
         CHECK(hpt_tokenizer_decode(t, 6 + 0xff, &b, &n) == HPT_OK && n == 1 && (unsigned char)b[0] == 0xff);
+        hpt_tokenizer_free(t);
+    }
+    /* a token with a character glued before "\u2581" ("a\u2581b"): no chunk cut there */
+    CHECK_OK(hpt_tokenizer_load(sp_json2("sp_glue.json", repl, split, "", ",\"a\\u2581\":262,\"a\\u2581b\":263",
+                                         ",[\"a\",\"\\u2581\"],[\"a\\u2581\",\"b\"]"), &t));
+    if (t) {
+        int32_t *ids;
+        size_t m;
+        CHECK_OK(hpt_tokenizer_encode(t, "b a b", 5, &ids, &m));
+        /* b | \u2581a (rank 0 before a\u2581, rank 2) | \u2581 | b: the leftmost lowest rank wins */
+        CHECK(m == 4 && ids[0] == 2 && ids[1] == 4 && ids[2] == 3 && ids[3] == 2);
+        free(ids);
+        CHECK_OK(hpt_tokenizer_encode(t, "ba b", 4, &ids, &m));
+        CHECK(m == 2 && ids[0] == 2 && ids[1] == 263); /* b | a\u2581b, across the space */
+        free(ids);
         hpt_tokenizer_free(t);
     }
     char seq[512];

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #define TOK_MAX_VOCAB (1 << 24)
+#define TOK_SP_GLUE_MAX 16
 #define TOK_MAX_FILE_BYTES (1ull << 30) /* encoder.json, vocab.bpe, tokenizer.bin, .json, .model */
 
 /* Token bytes -> id (open addressing, power-of-two table of at least 2 V slots). */
@@ -91,6 +92,9 @@ struct hpt_tokenizer {
                                 * spaces, byte fallback; tok_bytes and ix are in the decoded
                                 * domain ("\u2581" -> " ") */
     int sp_prepend;            /* "\u2581" before each non-empty segment (Llama 2's Prepend) */
+    int sp_split;              /* segments are cut into chunks before spaces (tokenizer_sp.c) */
+    int n_sp_glue;             /* characters some token has right before a "\u2581": no cut there */
+    uint32_t sp_glue[TOK_SP_GLUE_MAX];
     int unk;                   /* the unknown token, -1 if none */
     int fuse_unk;              /* consecutive unknown tokens are one */
     int32_t byte_fb[256];      /* <0xXX> byte-fallback tokens, -1 if absent (or no fallback) */

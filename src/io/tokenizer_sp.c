@@ -244,6 +244,33 @@ static hpt_status load_merges(hpt_tokenizer *t, const char *path, const cJSON *m
     return s;
 }
 
+/* The characters that some token has right before a "\u2581" (Gemma 3: ">", in ">\u2581</"): a
+ * segment may be cut into chunks before every other space, as no merge can cross there (every
+ * merge makes a token), and the chunks are encoded apart and cached. More than
+ * TOK_SP_GLUE_MAX such characters, or no token for "\u2581", and the segment stays whole. */
+static void find_glue(hpt_tokenizer *t) {
+    static const unsigned char space = ' ';
+    t->sp_split = tok_index_find(t, &t->ix, &space, 1) >= 0;
+    t->n_sp_glue = 0;
+    for (int32_t id = 0; id < t->V && t->sp_split; id++) {
+        const unsigned char *b = t->tok_bytes + t->tok_off[id];
+        size_t n = t->tok_off[id + 1] - t->tok_off[id];
+        if (tok_index_find(t, &t->ix, b, n) != id) continue; /* byte and added-only tokens never merge */
+        for (size_t j = 1; j < n; j++) {
+            if (b[j] != ' ' || b[j - 1] == ' ') continue;
+            size_t s = j - 1;
+            while (s > 0 && (b[s] & 0xc0) == 0x80) s--;
+            uint32_t cp;
+            if (tok_utf8_decode(b + s, j - s, &cp) != j - s) { t->sp_split = 0; break; }
+            int known = 0;
+            for (int k = 0; k < t->n_sp_glue; k++) known |= t->sp_glue[k] == cp;
+            if (known) continue;
+            if (t->n_sp_glue == TOK_SP_GLUE_MAX) { t->sp_split = 0; break; }
+            t->sp_glue[t->n_sp_glue++] = cp;
+        }
+    }
+}
+
 hpt_status tok_load_sp(hpt_tokenizer *t, const char *path, const void *root_json) {
     const cJSON *root = root_json, *model = get(root, "model");
     const cJSON *vocab = get(model, "vocab"), *merges = get(model, "merges"), *added = get(root, "added_tokens");
@@ -284,6 +311,7 @@ hpt_status tok_load_sp(hpt_tokenizer *t, const char *path, const void *root_json
     HPT_CHECK(s);
     if (!(t->cache = calloc(CACHE_SLOTS, sizeof *t->cache))) /* unused here; freed with t */
         return hpt_fail(HPT_ERR_OOM, "out of memory loading %s", path);
+    find_glue(t);
     t->sp = 1;
     t->can_encode = 1;
     return HPT_OK;
@@ -306,14 +334,22 @@ static hpt_status push_fallback(hpt_tokenizer *t, const unsigned char *c, size_t
     return HPT_OK;
 }
 
-hpt_status tok_sp_encode(hpt_tokenizer *t, const unsigned char *u, size_t len, idvec *v) {
-    if (len == 0) return HPT_OK; /* Hugging Face prepends nothing to an empty segment */
-    size_t cap = len + 2, n = 0;
-    if (len > INT32_MAX - 2) return hpt_fail(HPT_ERR_UNSUPPORTED, "a segment of %zu bytes is too long", len);
-    if (tok_scratch_reserve(t, cap) != 0 || tok_vec_reserve(v, cap) != 0)
-        return hpt_fail(HPT_ERR_OOM, "out of memory encoding %zu bytes", len);
+/* BPE of one chunk u[0, len) (the "\u2581" before it if prepend), appended to v, which has room. */
+static hpt_status sp_chunk(hpt_tokenizer *t, const unsigned char *u, size_t len, int prepend, idvec *v) {
+    cache_slot *slot = NULL;
+    uint64_t hash = 0;
+    if (!prepend && len >= 2 && len <= CACHE_KEY_MAX) {
+        hash = tok_hash_bytes(u, len);
+        slot = &t->cache[hash & (CACHE_SLOTS - 1)];
+        if (slot->len == len && slot->hash == hash && memcmp(slot->key, u, len) == 0) {
+            memcpy(v->ids + v->n, slot->ids, slot->n_ids * sizeof(int32_t));
+            v->n += slot->n_ids;
+            return HPT_OK;
+        }
+    }
+    size_t n = 0;
     static const unsigned char space = ' ';
-    if (t->sp_prepend) {
+    if (prepend) {
         int32_t id = tok_index_find(t, &t->ix, &space, 1);
         if (id >= 0) t->sym_id[n++] = id;
         else HPT_CHECK(push_fallback(t, (const unsigned char *)SP_SPACE, 3, &n, 0));
@@ -337,10 +373,59 @@ hpt_status tok_sp_encode(hpt_tokenizer *t, const unsigned char *u, size_t len, i
         t->sym_prev[i] = (int32_t)i - 1;
     }
     tok_merge_symbols(t, n);
-    for (int32_t i = 0; i >= 0; i = t->sym_next[i]) {
+    size_t first = v->n;
+    for (int32_t i = 0; i >= 0 && n > 0; i = t->sym_next[i]) {
         int32_t id = t->sym_id[i];
-        if (t->fuse_unk && id == t->unk && v->n > 0 && v->ids[v->n - 1] == t->unk && i > 0) continue;
+        if (t->fuse_unk && id == t->unk && v->n > first && v->ids[v->n - 1] == t->unk) continue;
         v->ids[v->n++] = id;
+    }
+    size_t n_ids = v->n - first;
+    if (slot && n_ids <= CACHE_IDS_MAX) {
+        slot->hash = hash;
+        slot->len = (uint8_t)len;
+        slot->n_ids = (uint8_t)n_ids;
+        memcpy(slot->key, u, len);
+        memcpy(slot->ids, v->ids + first, n_ids * sizeof(int32_t));
+    }
+    return HPT_OK;
+}
+
+/* 1 if a chunk may start at the space (or U+2581) after the character cp: no token has cp
+ * followed by "\u2581" (t->sp_glue, found at load), so no merge crosses there. */
+static int sp_cut_after(const hpt_tokenizer *t, uint32_t cp) {
+    if (cp == ' ' || cp == 0x2581) return 0;
+    for (int k = 0; k < t->n_sp_glue; k++)
+        if (t->sp_glue[k] == cp) return 0;
+    return 1;
+}
+
+hpt_status tok_sp_encode(hpt_tokenizer *t, const unsigned char *u, size_t len, idvec *v) {
+    if (len == 0) return HPT_OK; /* Hugging Face prepends nothing to an empty segment */
+    if (len > INT32_MAX - 2) return hpt_fail(HPT_ERR_UNSUPPORTED, "a segment of %zu bytes is too long", len);
+    if (!t->sp_split) {
+        if (tok_scratch_reserve(t, len + 2) != 0 || tok_vec_reserve(v, len + 2) != 0)
+            return hpt_fail(HPT_ERR_OOM, "out of memory encoding %zu bytes", len);
+        return sp_chunk(t, u, len, t->sp_prepend, v);
+    }
+    /* chunks: each starts at a space whose left neighbour no token glues to it (below) */
+    if (tok_vec_reserve(v, len + 2) != 0) return hpt_fail(HPT_ERR_OOM, "out of memory encoding %zu bytes", len);
+    size_t start = 0, i = 0;
+    uint32_t prev = ' ';
+    int prepend = t->sp_prepend;
+    while (i <= len) {
+        uint32_t cp = 0;
+        size_t k = i < len ? tok_utf8_decode(u + i, len - i, &cp) : 0;
+        int cut = i == len || (k > 0 && (cp == ' ' || cp == 0x2581) && i > start && sp_cut_after(t, prev));
+        if (cut) {
+            if (tok_scratch_reserve(t, i - start + 2) != 0)
+                return hpt_fail(HPT_ERR_OOM, "out of memory encoding %zu bytes", len);
+            HPT_CHECK(sp_chunk(t, u + start, i - start, prepend, v));
+            prepend = 0;
+            start = i;
+        }
+        if (i == len) break;
+        prev = k ? cp : 0xFFFFFFFFu; /* a byte that is not UTF-8: a fallback byte, never glued */
+        i += k ? k : 1;
     }
     return HPT_OK;
 }
