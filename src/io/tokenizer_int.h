@@ -165,8 +165,9 @@ hpt_status tok_set_specials(hpt_tokenizer *t, int32_t *ids, const unsigned char 
  * Prepend normalizer): then tok_load_sp reads it into t (named path in messages). */
 int tok_is_sp(const void *root_json);
 hpt_status tok_load_sp(hpt_tokenizer *t, const char *path, const void *root_json);
-/* Encodes one segment (no added tokens in it) the SentencePiece way, appending to v. */
-hpt_status tok_sp_encode(hpt_tokenizer *t, const unsigned char *u, size_t len, idvec *v);
+/* Encodes one segment (no added tokens in it) the SentencePiece way, appending to v; prepend: a
+ * "\u2581" before it (t->sp_prepend, unless the text continues an earlier part). */
+hpt_status tok_sp_encode(hpt_tokenizer *t, const unsigned char *u, size_t len, int prepend, idvec *v);
 
 /* ---- tokenizer_unicode.c ---- */
 /* JavaScript's \p{L}, \p{N} and \s (node's Unicode TOK_UNICODE_VERSION), Unicode's

@@ -399,19 +399,18 @@ static int sp_cut_after(const hpt_tokenizer *t, uint32_t cp) {
     return 1;
 }
 
-hpt_status tok_sp_encode(hpt_tokenizer *t, const unsigned char *u, size_t len, idvec *v) {
+hpt_status tok_sp_encode(hpt_tokenizer *t, const unsigned char *u, size_t len, int prepend, idvec *v) {
     if (len == 0) return HPT_OK; /* Hugging Face prepends nothing to an empty segment */
     if (len > INT32_MAX - 2) return hpt_fail(HPT_ERR_UNSUPPORTED, "a segment of %zu bytes is too long", len);
     if (!t->sp_split) {
         if (tok_scratch_reserve(t, len + 2) != 0 || tok_vec_reserve(v, len + 2) != 0)
             return hpt_fail(HPT_ERR_OOM, "out of memory encoding %zu bytes", len);
-        return sp_chunk(t, u, len, t->sp_prepend, v);
+        return sp_chunk(t, u, len, prepend, v);
     }
     /* chunks: each starts at a space whose left neighbour no token glues to it (below) */
     if (tok_vec_reserve(v, len + 2) != 0) return hpt_fail(HPT_ERR_OOM, "out of memory encoding %zu bytes", len);
     size_t start = 0, i = 0;
     uint32_t prev = ' ';
-    int prepend = t->sp_prepend;
     while (i <= len) {
         uint32_t cp = 0;
         size_t k = i < len ? tok_utf8_decode(u + i, len - i, &cp) : 0;
