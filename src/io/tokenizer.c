@@ -674,9 +674,9 @@ void tok_merge_symbols(hpt_tokenizer *t, size_t n) {
 }
 
 /* Pre-tokenises u[0, len) (one segment: no added token in it) and appends the ids of its pieces
- * to v; cont: it continues a text cut before it (no SentencePiece prefix). */
-static hpt_status encode_text(hpt_tokenizer *t, const unsigned char *u, size_t len, idvec *v, int cont) {
-    if (t->sp) return tok_sp_encode(t, u, len, t->sp_prepend && !cont, v);
+ * to v; where: TOK_SEG_FIRST, TOK_SEG_CONT (for the SentencePiece prefix). */
+static hpt_status encode_text(hpt_tokenizer *t, const unsigned char *u, size_t len, idvec *v, unsigned where) {
+    if (t->sp) return tok_sp_encode(t, u, len, where, v);
     if (t->nfc && len > 0) HPT_CHECK(tok_nfc(t, &u, &len));
     size_t off = 0;
     while (off < len) {
@@ -721,7 +721,8 @@ hpt_status hpt_tokenizer_encode_ex(hpt_tokenizer *t, const char *text, size_t le
     if (tok_vec_reserve(&v, len / 3 + 1) != 0) goto oom;
     const unsigned char *u = (const unsigned char *)text;
     unsigned want = flags & HPT_TOK_SPECIAL ? 3 : 2; /* specials only when asked */
-    int cont = (flags & HPT_TOK_CONTINUE) != 0;
+    /* the first segment: at the text's start, or continuing a text cut before it */
+    unsigned first = TOK_SEG_FIRST | (flags & HPT_TOK_CONTINUE ? TOK_SEG_CONT : 0);
     int any = 0;
     for (int k = 0; k < t->n_special && !any; k++) any = (t->special_ctl[k] ? 1 : 2) & want;
     if (any) {
@@ -732,14 +733,14 @@ hpt_status hpt_tokenizer_encode_ex(hpt_tokenizer *t, const char *text, size_t le
             if (!(t->special_first[u[i]] & want)) continue;
             int k = tok_added_at(t, u + i, len - i, want);
             if (k < 0) continue;
-            if ((s = encode_text(t, u + start, i - start, &v, cont && start == 0)) != HPT_OK) goto fail;
+            if ((s = encode_text(t, u + start, i - start, &v, start == 0 ? first : 0)) != HPT_OK) goto fail;
             if (tok_vec_reserve(&v, 1) != 0) goto oom;
             v.ids[v.n++] = t->special[k];
             i += t->special_off[k + 1] - t->special_off[k] - 1;
             start = i + 1;
         }
-        if ((s = encode_text(t, u + start, len - start, &v, cont && start == 0)) != HPT_OK) goto fail;
-    } else if ((s = encode_text(t, u, len, &v, cont)) != HPT_OK) {
+        if ((s = encode_text(t, u + start, len - start, &v, start == 0 ? first : 0)) != HPT_OK) goto fail;
+    } else if ((s = encode_text(t, u, len, &v, first)) != HPT_OK) {
         goto fail;
     }
     if (v.n == 0 && tok_vec_reserve(&v, 1) != 0) goto oom;

@@ -18,6 +18,7 @@
 
 #define TOK_MAX_VOCAB (1 << 24)
 #define TOK_SP_GLUE_MAX 16
+enum { SP_PREPEND_ALL = 1, SP_META_ALWAYS = 2, SP_META_FIRST = 3 };
 #define TOK_MAX_FILE_BYTES (1ull << 30) /* encoder.json, vocab.bpe, tokenizer.bin, .json, .model */
 
 /* Token bytes -> id (open addressing, power-of-two table of at least 2 V slots). */
@@ -91,8 +92,12 @@ struct hpt_tokenizer {
     int sp;                    /* SentencePiece-style BPE (tokenizer_sp.c): chars, "\u2581" for
                                 * spaces, byte fallback; tok_bytes and ix are in the decoded
                                 * domain ("\u2581" -> " ") */
-    int sp_prepend;            /* "\u2581" before each non-empty segment (Llama 2's Prepend) */
+    int sp_prepend;            /* the "\u2581" before a segment: 0 never; SP_PREPEND_ALL each
+                                * (Llama 2's Prepend normalizer); SP_META_ALWAYS each that does not
+                                * start with one, SP_META_FIRST the text's first one if it does not
+                                * (Metaspace's prepend_scheme always, first) */
     int sp_split;              /* segments are cut into chunks before spaces (tokenizer_sp.c) */
+    int sp_split_all;          /* before every space (Metaspace's split: true) */
     int n_sp_glue;             /* characters some token has right before a "\u2581": no cut there */
     uint32_t sp_glue[TOK_SP_GLUE_MAX];
     int unk;                   /* the unknown token, -1 if none */
@@ -165,9 +170,12 @@ hpt_status tok_set_specials(hpt_tokenizer *t, int32_t *ids, const unsigned char 
  * Prepend normalizer): then tok_load_sp reads it into t (named path in messages). */
 int tok_is_sp(const void *root_json);
 hpt_status tok_load_sp(hpt_tokenizer *t, const char *path, const void *root_json);
-/* Encodes one segment (no added tokens in it) the SentencePiece way, appending to v; prepend: a
- * "\u2581" before it (t->sp_prepend, unless the text continues an earlier part). */
-hpt_status tok_sp_encode(hpt_tokenizer *t, const unsigned char *u, size_t len, int prepend, idvec *v);
+/* Encodes one segment (no added tokens in it) the SentencePiece way, appending to v; where:
+ * TOK_SEG_FIRST if it starts the text (TOK_SEG_CONT too if the text continues one cut before
+ * it), which decides the "\u2581" before it (t->sp_prepend). */
+#define TOK_SEG_FIRST 1u
+#define TOK_SEG_CONT 2u
+hpt_status tok_sp_encode(hpt_tokenizer *t, const unsigned char *u, size_t len, unsigned where, idvec *v);
 
 /* ---- tokenizer_unicode.c ---- */
 /* JavaScript's \p{L}, \p{N} and \s (node's Unicode TOK_UNICODE_VERSION), Unicode's

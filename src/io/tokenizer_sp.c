@@ -55,7 +55,9 @@ static int is_sp_normalizer(const cJSON *n) { return is_type(n, "Replace") || is
 
 int tok_is_sp(const void *root_json) {
     const cJSON *root = root_json, *norm = get(root, "normalizer");
-    if (cJSON_IsTrue(get(get(root, "model"), "byte_fallback")) || is_sp_normalizer(norm)) return 1;
+    if (cJSON_IsTrue(get(get(root, "model"), "byte_fallback")) || is_sp_normalizer(norm) ||
+        is_type(get(root, "pre_tokenizer"), "Metaspace"))
+        return 1;
     const cJSON *item;
     if (is_type(norm, "Sequence")) cJSON_ArrayForEach(item, get(norm, "normalizers")) if (is_sp_normalizer(item)) return 1;
     return 0;
@@ -68,13 +70,35 @@ static hpt_status one_normalizer(hpt_tokenizer *t, const char *path, const cJSON
         return HPT_OK;
     }
     if (is_type(n, "Prepend") && str_is(get(n, "prepend"), SP_SPACE)) {
-        t->sp_prepend = 1;
+        t->sp_prepend = SP_PREPEND_ALL;
         return HPT_OK;
     }
     const cJSON *ty = get(n, "type");
     return hpt_fail(HPT_ERR_UNSUPPORTED, "%s: normalizer '%s' is not supported with SentencePiece-style "
                     "BPE (Replace \" \" -> \"\\u2581\", Prepend \"\\u2581\")", path,
                     cJSON_IsString(ty) ? ty->valuestring : "?");
+}
+
+/* Metaspace (newer conversions of Llama 2, Mistral): spaces become "\u2581" (as Replace), one is
+ * put before a segment that does not start with one (prepend_scheme always; first: only the
+ * text's first segment; never), and with split the segment is cut before each "\u2581". The
+ * older add_prefix_space: true is "always", false "never". */
+static hpt_status metaspace(hpt_tokenizer *t, const char *path, const cJSON *pre, int *replace) {
+    const cJSON *scheme = get(pre, "prepend_scheme"), *split = get(pre, "split");
+    if (!str_is(get(pre, "replacement"), SP_SPACE))
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "%s: a Metaspace replacement other than \"\\u2581\" is not "
+                        "supported", path);
+    if (t->sp_prepend)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "%s: a Prepend normalizer and a Metaspace pre_tokenizer together "
+                        "are not supported", path);
+    if (cJSON_IsFalse(get(pre, "add_prefix_space")) || str_is(scheme, "never")) t->sp_prepend = 0;
+    else if (str_is(scheme, "first")) t->sp_prepend = SP_META_FIRST;
+    else if (!scheme || cJSON_IsNull(scheme) || str_is(scheme, "always")) t->sp_prepend = SP_META_ALWAYS;
+    else return hpt_fail(HPT_ERR_UNSUPPORTED, "%s: Metaspace prepend_scheme '%s' is not supported", path,
+                         cJSON_IsString(scheme) ? scheme->valuestring : "?");
+    t->sp_split_all = !cJSON_IsFalse(split); /* Hugging Face's default: split */
+    *replace = 1;
+    return HPT_OK;
 }
 
 static hpt_status check_pipeline(hpt_tokenizer *t, const char *path, const cJSON *root) {
@@ -85,15 +109,16 @@ static hpt_status check_pipeline(hpt_tokenizer *t, const char *path, const cJSON
     } else if (cJSON_IsObject(norm)) {
         HPT_CHECK(one_normalizer(t, path, norm, &replace));
     }
+    if (is_type(pre, "Metaspace")) HPT_CHECK(metaspace(t, path, pre, &replace));
     if (!replace)
         return hpt_fail(HPT_ERR_UNSUPPORTED, "%s: byte_fallback BPE without the normalizer Replace \" \" -> "
-                        "\"\\u2581\" is not supported (Metaspace pre-tokenizers neither)", path);
+                        "\"\\u2581\" or a Metaspace pre_tokenizer is not supported", path);
     /* After Replace no space is left, so a Split on " " splits nothing: it is accepted, and
      * ignored, in every behavior but invert. */
-    if (cJSON_IsObject(pre) &&
+    if (cJSON_IsObject(pre) && !is_type(pre, "Metaspace") &&
         !(is_type(pre, "Split") && str_is(get(get(pre, "pattern"), "String"), " ") && !cJSON_IsTrue(get(pre, "invert"))))
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "%s: with SentencePiece-style BPE the pre_tokenizer must be none "
-                        "or a Split on the string \" \" (which splits nothing after the normalizer)", path);
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "%s: with SentencePiece-style BPE the pre_tokenizer must be none, "
+                        "Metaspace or a Split on the string \" \" (which splits nothing after the normalizer)", path);
     const cJSON *model = get(root, "model"), *dropout = get(model, "dropout");
     const cJSON *pfx = get(model, "continuing_subword_prefix"), *sfx = get(model, "end_of_word_suffix");
     if ((cJSON_IsNumber(dropout) && dropout->valuedouble > 0) || cJSON_IsTrue(get(model, "ignore_merges")) ||
@@ -399,10 +424,14 @@ static int sp_cut_after(const hpt_tokenizer *t, uint32_t cp) {
     return 1;
 }
 
-hpt_status tok_sp_encode(hpt_tokenizer *t, const unsigned char *u, size_t len, int prepend, idvec *v) {
+hpt_status tok_sp_encode(hpt_tokenizer *t, const unsigned char *u, size_t len, unsigned where, idvec *v) {
     if (len == 0) return HPT_OK; /* Hugging Face prepends nothing to an empty segment */
     if (len > INT32_MAX - 2) return hpt_fail(HPT_ERR_UNSUPPORTED, "a segment of %zu bytes is too long", len);
-    if (!t->sp_split) {
+    int spaced = u[0] == ' ' || (len >= 3 && memcmp(u, SP_SPACE, 3) == 0), cont = (where & TOK_SEG_CONT) != 0;
+    int prepend = t->sp_prepend == SP_PREPEND_ALL ? !cont
+                : t->sp_prepend == SP_META_ALWAYS ? !cont && !spaced
+                : t->sp_prepend == SP_META_FIRST ? (where & TOK_SEG_FIRST) && !cont && !spaced : 0;
+    if (!t->sp_split && !t->sp_split_all) {
         if (tok_scratch_reserve(t, len + 2) != 0 || tok_vec_reserve(v, len + 2) != 0)
             return hpt_fail(HPT_ERR_OOM, "out of memory encoding %zu bytes", len);
         return sp_chunk(t, u, len, prepend, v);
@@ -414,7 +443,8 @@ hpt_status tok_sp_encode(hpt_tokenizer *t, const unsigned char *u, size_t len, i
     while (i <= len) {
         uint32_t cp = 0;
         size_t k = i < len ? tok_utf8_decode(u + i, len - i, &cp) : 0;
-        int cut = i == len || (k > 0 && (cp == ' ' || cp == 0x2581) && i > start && sp_cut_after(t, prev));
+        int cut = i == len || (k > 0 && (cp == ' ' || cp == 0x2581) && i > start &&
+                               (t->sp_split_all || sp_cut_after(t, prev)));
         if (cut) {
             if (tok_scratch_reserve(t, i - start + 2) != 0)
                 return hpt_fail(HPT_ERR_OOM, "out of memory encoding %zu bytes", len);
