@@ -95,6 +95,10 @@ sp = {"version": "1.0", "added_tokens": [{"id": i, "content": c, "special": True
       "model": {"type": "BPE", "byte_fallback": True, "fuse_unk": True, "unk_token": "<unk>", "vocab": sp_vocab,
                 "merges": [["\u2581", "a"], ["a", "b"]]}}
 open(f"{S}/tokjson/sp_bytefallback.json", "w").write(json.dumps(sp, ensure_ascii=False))
+# the same with Metaspace (newer Llama 2 / Mistral files): no normalizer, prepend_scheme first, split
+sp["normalizer"] = None
+sp["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": True}
+open(f"{S}/tokjson/sp_metaspace.json", "w").write(json.dumps(sp, ensure_ascii=False))
 lines = []
 for t, i in sorted(keep.items(), key=lambda x: x[1]):
     lines.append(base64.b64encode(bytes(unbyte[ch] for ch in t)).decode() + " " + str(i))
