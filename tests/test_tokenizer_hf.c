@@ -53,9 +53,13 @@ static const hf_case k_cases[] = {
     {"llama2_metaspace", NULL, "HPTLLMO1", 32000, 2, 1, 2, 0},
 };
 
+/* tests/hf_tokenizers_oracle.js, next to this file (not through node_modules, which may be a
+ * link to another checkout's) */
 static const char *oracle_script(void) {
     static char script[1024];
-    snprintf(script, sizeof script, "%s/../../tests/hf_tokenizers_oracle.js", HPT_TEST_TOKENIZER_DIR);
+    const char *f = __FILE__, *slash = strrchr(f, '/');
+    if (slash) snprintf(script, sizeof script, "%.*s/hf_tokenizers_oracle.js", (int)(slash - f), f);
+    else snprintf(script, sizeof script, "tests/hf_tokenizers_oracle.js");
     return script;
 }
 
@@ -175,7 +179,7 @@ static void test_oracle(const hf_case *c, hpt_tokenizer *t, int argc, char **arg
     CHECK_MSG(s.bad == 0, "%s: %zu of %u texts differ from @lenml/tokenizers", c->name, s.bad, s.n_rec);
     CHECK_MSG(s.undecodable == 0, "%s: %zu texts do not decode back", c->name, s.undecodable);
     CHECK(s.ok > 300);
-    CHECK(s.bytes > 3500000 && s.moby_bytes > 1000000);
+    CHECK(s.bytes > (c->pkg ? 3500000u : 1300000u) && s.moby_bytes > 1000000); /* the variant: no mix */
     printf("test_tokenizer_hf: %s: %zu texts (%zu bytes, %zu ids) equal @lenml/tokenizers' ids, %zu differ; "
            "%zu decode back to the text, %zu changed by the normalizer; encode %.2f s, %.1f MB/s; "
            "Moby-Dick %zu bytes -> %zu ids in %.2f s", c->name, s.ok, s.bytes, s.ids, s.bad,
