@@ -282,6 +282,14 @@ static void print_text(const char *model, const hpt_plan_opts *po, const hpt_est
         printf("  plan       %s\n", *pb ? pb : "(defaults)");
     printf("  parameters %.2fM (%llu, wte padding included)\n", (double)e->num_params / 1e6,
            (unsigned long long)e->num_params);
+    if (po->training && po->lora.r > 0) {
+        static const char *const base[] = {"fp32", "bf16", "int8"};
+        size_t n = hpt_lora_num_params(&po->cfg, &po->lora);
+        printf("  lora       %.3fM adapter values trained (%.2f%% of the base); the base frozen "
+               "(%s)\n", (double)n / 1e6,
+               100.0 * (double)n / (double)e->num_params,
+               base[po->lora.base >= 0 && po->lora.base <= 2 ? po->lora.base : 0]);
+    }
     fmt_flops(x, sizeof x, e->flops_per_token);
     fmt_flops(y, sizeof y, e->flops_per_token_fwd);
     if (po->training)
