@@ -292,7 +292,10 @@ static void print_text(const char *model, const hpt_plan_opts *po, const hpt_est
     }
     fmt_flops(x, sizeof x, e->flops_per_token);
     fmt_flops(y, sizeof y, e->flops_per_token_fwd);
-    if (po->training)
+    if (po->training && po->lora.r > 0)
+        printf("  FLOPs/token %s (forward %s, backward without the frozen weights' gradients, "
+               "the adapters)\n", x, y);
+    else if (po->training)
         printf("  FLOPs/token %s (3 x forward %s; matmuls and causal attention)\n", x, y);
     else
         printf("  FLOPs/token %s (forward; matmuls and causal attention)\n", y);
