@@ -497,6 +497,10 @@ static void t_gemm_16(void) {
 }
 #endif
 
+#ifdef HPT_HAVE_CUDA
+#include "test_cuda_pack.h"
+#endif
+
 int main(void) {
 #ifdef HPT_HAVE_CUDA
     cpu = hpt_backend_cpu();
@@ -508,6 +512,7 @@ int main(void) {
     t_copies();
     t_attention();
     t_attention_short();
+    t_pack();
     t_llama();
     t_rows();
     t_colsums();

@@ -250,7 +250,7 @@ static int plans_equal(const hpt_plan *a, const hpt_plan *b) {
     if (a->accum != b->accum) return 0;
     for (int k = 0; k < HPT_TIER_COUNT; k++)
         if (a->budget_bytes[k] != b->budget_bytes[k]) return 0;
-    if (a->device != b->device || a->zero != b->zero) return 0;
+    if (a->device != b->device || a->zero != b->zero || a->pack != b->pack) return 0;
     if (a->lora.r != b->lora.r || a->lora.alpha != b->lora.alpha ||
         a->lora.dropout != b->lora.dropout || a->lora.rslora != b->lora.rslora ||
         a->lora.base != b->lora.base ||
@@ -305,6 +305,7 @@ static const char *random_value(const char *name, char *buf, size_t n) {
     if (!strcmp(name, "lora")) PICK("r=8,alpha=16", "r=4", "r=16,alpha=32,dropout=0.05,rslora", "alpha=2.5");
     if (!strcmp(name, "lora-targets")) PICK("q,v", "c_attn", "q,k,v,o,gate,up,down");
     if (!strcmp(name, "base-weights")) PICK("f32", "bf16", "int8");
+    if (!strcmp(name, "pack")) PICK("stream", "on", "off");
     /* the rest are integers: accum, head-chunk, K, P, vocab chunk, schedule lengths */
     unsigned lo = !strcmp(name, "max-active-layers") || !strcmp(name, "accum") ||
                   !strcmp(name, "full-steps") || !strcmp(name, "max-predict-steps") ||

@@ -52,6 +52,18 @@ void hpt_dataloader_get_pos(const hpt_dataloader *d, int64_t *shard, int64_t *of
 hpt_status hpt_dataloader_set_pos(hpt_dataloader *d, int64_t shard, int64_t offset);
 /* Back to the first window of the first shard (evaluation reads the same batches each time). */
 hpt_status hpt_dataloader_rewind(hpt_dataloader *d);
+/* Examples (docs/packing.md): STREAM (default) walks windows as above; ON fills each row with
+ * whole examples in order while the next fits (one longer than T alone, truncated), OFF puts one
+ * example per row (truncated to T); the rest of a row is padding (input 0, not a target), an
+ * example's last token has no target. Both need masked shards (their example starts); ON keeps
+ * a (B, T) int32 position buffer (device tier, io: the estimator counts it). Rewinds. */
+typedef enum { HPT_PACK_STREAM = 0, HPT_PACK_ON, HPT_PACK_OFF } hpt_pack_mode;
+hpt_status hpt_dataloader_set_pack(hpt_dataloader *d, int mode);
+/* After next: with ON, (B, T) each token's position in its example (hpt_model_set_positions);
+ * NULL otherwise */
+const int32_t *hpt_dataloader_positions(const hpt_dataloader *d);
+/* After next: the batch's tokens that are not padding (B*T unless packed or padded) */
+int64_t hpt_dataloader_real_tokens(const hpt_dataloader *d);
 
 /* ---- io: tokenizers (GPT-2 BPE, Llama 3 and other Hugging Face byte-level BPE) ---------- */
 

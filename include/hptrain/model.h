@@ -138,6 +138,13 @@ const float *hpt_model_logits(const hpt_model *m);
  * targets may be NULL (no loss; *loss_out = -1). Token ids must be in [0, V). */
 hpt_status hpt_model_forward(hpt_model *m, const int32_t *inputs, const int32_t *targets,
                              int B, int T, float *loss_out);
+/* Packed examples (docs/packing.md): pos (B*T, host) each token's position in its example (0 at
+ * its first token, then 1, 2, ...) for the following forwards at (B, T): GPT-2's wpe and RoPE
+ * read it instead of t, and attention sees only keys of the query's own example. The model
+ * keeps a device copy (B*T int32, activations) until the next call; NULL: back to positions
+ * 0 .. T-1 and plain causal attention. HPT_ERR_INVALID for positions that do not run 0, 1, 2,
+ * ... from an example's first token; a forward at another (B, T) is refused. */
+hpt_status hpt_model_set_positions(hpt_model *m, const int32_t *pos, int B, int T);
 void hpt_model_zero_grad(hpt_model *m);
 /* Accumulates (+=) the gradients of the mean loss of the last forward (which needs targets)
  * into hpt_model_grads(). */

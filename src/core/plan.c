@@ -33,7 +33,7 @@ enum {
     O_JUMP_MIN_GAIN,
     O_MEMORY, O_HOST_MEMORY, O_DISK_MEMORY, O_OFFLOAD_DIR,
     O_DEVICE, O_ZERO,
-    O_LORA, O_LORA_TARGETS, O_BASE_WEIGHTS,
+    O_LORA, O_LORA_TARGETS, O_BASE_WEIGHTS, O_PACK,
     O_COUNT
 };
 
@@ -53,7 +53,7 @@ static const struct {
     {"jump-state", 1}, {"jump-search-batches", 1}, {"jump-min-gain", 1},
     {"memory", 1}, {"host-memory", 1}, {"disk-memory", 1}, {"offload-dir", 1},
     {"device", 1}, {"zero", 1}, {"lora", 1}, {"lora-targets", 1},
-    {"base-weights", 1},
+    {"base-weights", 1}, {"pack", 1},
 };
 
 static const char *const k_base_names[] = {"f32", "bf16", "int8"};
@@ -238,6 +238,12 @@ static hpt_status set_option(hpt_plan *p, int opt, const char *v) {
     case O_DISK_MEMORY: return named(opt, hpt_parse_size(v, &p->budget_bytes[HPT_TIER_DISK]));
     case O_OFFLOAD_DIR: p->offload_dir = v; return HPT_OK;
     case O_DEVICE: return parse_device(v, &p->device);
+    case O_PACK:
+        if (!strcmp(v, "stream")) p->pack = 0;
+        else if (!strcmp(v, "on")) p->pack = 1;
+        else if (!strcmp(v, "off")) p->pack = 2;
+        else return hpt_fail(HPT_ERR_INVALID, "pack: stream, on or off (got '%s')", v);
+        return HPT_OK;
     case O_ZERO:
         HPT_CHECK(set_int(opt, v, 0, 3, &p->zero));
         /* stage 3 shards the parameters in the offload engine's homes: without --offload they
@@ -376,6 +382,11 @@ hpt_status hpt_plan_check(const hpt_plan *p, const hpt_plan_env *env) {
     /* AdamW fp32 keeps the blocks' m and v in the engine's homes; any other state is optim.c's
      * buffers, on the device or the host */
     if (e.training && hpt_offload_active(of)) HPT_CHECK(hpt_offload_check_optim(of, mv_homes));
+    /* examples (docs/packing.md): the hybrid schedule's checks run one sequence at a time */
+    if (p->pack < 0 || p->pack > 2) return hpt_fail(HPT_ERR_INVALID, "--pack %d: stream, on or off", p->pack);
+    if (p->pack == 1 && p->sched.kind == HPT_SCHEDULE_HYBRID)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--pack on does not combine with the hybrid schedule "
+                        "yet (its checks run one packed row at a time); use --pack off");
     /* the step: accumulation, the fused update, loss scaling, the schedule (trainer.c) */
     if (p->accum < 0)
         return hpt_fail(HPT_ERR_INVALID, "accumulation (%d) must be >= 1", p->accum);
@@ -537,6 +548,8 @@ hpt_status hpt_plan_print(const hpt_plan *p, char *buf, size_t n) {
     if (p->offload_dir) emit(&o, O_OFFLOAD_DIR, "%s", p->offload_dir);
     if (p->device) emit(&o, O_DEVICE, "cuda:%d", p->device - 1);
     if (p->zero != d.zero) emit(&o, O_ZERO, "%d", p->zero);
+    if (p->pack != d.pack && (unsigned)p->pack <= 2)
+        emit(&o, O_PACK, "%s", p->pack == 1 ? "on" : "off");
     if (o.cut) return hpt_fail(HPT_ERR_INVALID, "the plan's flags need more than %zu bytes", n);
     return HPT_OK;
 }

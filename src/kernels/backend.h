@@ -171,6 +171,31 @@ struct hpt_backend {
                                      const float *qkv, const float *out, const float *lse, int B,
                                      int T, int C, int NH, int NKV);
 
+    /* ---- packed examples (docs/packing.md) ----
+     * pos (B*T int32, device): each token's position in its example (0 at an example's first
+     * token). The attention ops above with document masks: query t of row b sees keys
+     * t - pos[b*T+t] .. t only (pos NULL: every key <= t, the ops above); the encoder reads
+     * wpe at pos, RoPE rotates at pos (instead of t). */
+    void (*attention_forward_seg)(float *out, float *att, const float *qkv, int B, int T, int C,
+                                  int NH, int NKV, const int32_t *pos);
+    void (*attention_backward_seg)(float *dqkv, float *scratch, const float *dout,
+                                   const float *qkv, const float *att, int B, int T, int C,
+                                   int NH, int NKV, const int32_t *pos);
+    void (*flash_attention_forward_seg)(float *out, float *lse, const float *qkv, int B, int T,
+                                        int C, int NH, int NKV, const int32_t *pos);
+    void (*flash_attention_backward_seg)(float *dqkv, float *scratch, const float *dout,
+                                         const float *qkv, const float *out, const float *lse,
+                                         int B, int T, int C, int NH, int NKV,
+                                         const int32_t *pos);
+    void (*encoder_forward_pos)(float *out, const int32_t *inp, const float *wte,
+                                const float *wpe, const int32_t *pos, int B, int T, int C);
+    void (*encoder_backward_pos)(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
+                                 const int32_t *pos, int B, int T, int C);
+    void (*rope_forward_pos)(float *qkv, const float *cos, const float *sin, int B, int T, int NH,
+                             int NKV, int hd, const int32_t *pos);
+    void (*rope_backward_pos)(float *dqkv, const float *cos, const float *sin, int B, int T,
+                              int NH, int NKV, int hd, const int32_t *pos);
+
     /* ---- pointwise ---- */
     /* GELU, tanh form; backward: dinp = gelu'(inp) * dout (dinp may alias dout) */
     void (*gelu_forward)(float *out, const float *inp, int64_t n);

@@ -36,16 +36,18 @@
  * pointers and uses its own. rebuild: selective recomputation's rerun (plain: the forward again,
  * the same bits; flash: nothing, it keeps no probabilities). */
 typedef struct {
-    /* NKV: key/value heads (grouped-query attention, qkv (B,T,(NH+2*NKV)*C/NH); GPT-2 NH) */
+    /* NKV: key/value heads (grouped-query attention, qkv (B,T,(NH+2*NKV)*C/NH); GPT-2 NH);
+     * pos: hpt_arch_ctx's (the document mask of packed examples; NULL: causal) */
     void (*forward)(const hpt_backend *be, float *out, float *att, float *lse, const float *qkv,
-                    int B, int T, int C, int NH, int NKV);
+                    int B, int T, int C, int NH, int NKV, const int32_t *pos);
     void (*rebuild)(const hpt_backend *be, float *out, float *att, float *lse, const float *qkv,
-                    int B, int T, int C, int NH, int NKV);
+                    int B, int T, int C, int NH, int NKV, const int32_t *pos);
     /* dqkv (as qkv) overwritten from dout (B,T,C); scratch (B*NH, T) */
     void (*backward)(const hpt_backend *be, float *dqkv, float *scratch, const float *dout,
                      const float *qkv, const float *out, const float *att, const float *lse,
-                     int B, int T, int C, int NH, int NKV);
+                     int B, int T, int C, int NH, int NKV, const int32_t *pos);
 } hpt_attn_ops;
+
 const hpt_attn_ops *hpt_attn_ops_of(hpt_attention a);
 
 /* One step's data for the ops: the backend, the shape, and the choices that reach the maths as
@@ -65,7 +67,24 @@ typedef struct {
                               * the target tokens' losses over N (docs/targets.md); 0: B*T */
     struct model_lora *lora; /* LoRA adapters over a frozen base (model/lora.c), or NULL: the
                               * linear layers go through arch_linear_* below */
+    const int32_t *pos;      /* packed examples (docs/packing.md): (B*T) device, each token's
+                              * position in its example: the positions the embedding or the
+                              * rotation reads, and the attention's document mask; NULL:
+                              * positions 0 .. T-1, plain causal attention */
 } hpt_arch_ctx;
+
+/* RoPE at the context's positions: pos0 = 0 for t, or x->pos (packed examples) */
+static inline void hpt_rope_fwd(const hpt_arch_ctx *x, float *qkv, const float *cos,
+                                const float *sin, int NH, int NKV, int hd) {
+    if (x->pos) x->be->rope_forward_pos(qkv, cos, sin, x->B, x->T, NH, NKV, hd, x->pos);
+    else x->be->rope_forward(qkv, cos, sin, x->B, x->T, NH, NKV, hd, 0);
+}
+static inline void hpt_rope_bwd(const hpt_arch_ctx *x, float *dqkv, const float *cos,
+                                const float *sin, int NH, int NKV, int hd) {
+    if (x->pos) x->be->rope_backward_pos(dqkv, cos, sin, x->B, x->T, NH, NKV, hd, x->pos);
+    else x->be->rope_backward(dqkv, cos, sin, x->B, x->T, NH, NKV, hd, 0);
+}
+
 
 /* ---- the linear layers (every block GEMM and the head's backward go through these) ----
  * Without adapters (x->lora NULL) they are the backend's matmul ops, the same calls and bits.

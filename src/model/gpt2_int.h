@@ -177,6 +177,10 @@ struct hpt_model {
     int has_targets;
     int64_t n_targets;       /* targets >= 0 of the last forward (the others are ignored) */
     float loss;              /* the mean over those n_targets (0 when there are none) */
+    /* packed examples (model/pack.c, docs/packing.md): the positions of the next forwards at
+     * (pos_B, pos_T), (pos_B * pos_T) int32 device, activations; NULL: none (causal) */
+    int32_t *pos;
+    int pos_B, pos_T;
 };
 
 /* The backward's normaliser N (the loss's gradient is that of sum over targets / N): the

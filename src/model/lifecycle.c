@@ -207,6 +207,7 @@ void hpt_model_free(hpt_model *m) {
     if (!m) return;
     hpt_model_free_activations(m);
     model_lora_free(m);
+    model_pos_free(m);
     act_plan_free(m);
     if (m->blocks) m->blocks->free(m->blocks->ctx);
     emb_free(m);

@@ -135,6 +135,9 @@ hpt_status hpt_model_forward(hpt_model *m, const int32_t *inputs, const int32_t 
     if (B < 1 || T < 1) return hpt_fail(HPT_ERR_INVALID, "batch %d and sequence %d must be >= 1", B, T);
     if (T > c->maxT)
         return hpt_fail(HPT_ERR_SHAPE, "sequence length %d exceeds the model's maxT %d", T, c->maxT);
+    if (m->pos && (m->pos_B != B || m->pos_T != T))
+        return hpt_fail(HPT_ERR_INVALID, "the positions set are for batch %d and sequence %d, the "
+                        "forward's %d and %d", m->pos_B, m->pos_T, B, T);
     size_t BT = (size_t)B * T;
     for (size_t i = 0; i < BT; i++) {
         if (inputs[i] < 0 || inputs[i] >= c->V)

@@ -260,6 +260,12 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     }
     int loaders = (o->no_data ? 0 : 1) + (o->has_val ? 1 : 0);
     dev[HPT_CAT_IO] = (uint64_t)loaders * loader_bytes(BT);
+    /* packed examples (docs/packing.md): each loader's positions (B*T int32, io) and the
+     * model's device copy of them (activations), from the first batch on */
+    if (o->pack == HPT_PACK_ON && loaders) {
+        dev[HPT_CAT_IO] += (uint64_t)loaders * BT * 4;
+        dev[HPT_CAT_ACTS] += BT * 4;
+    }
     if (o->training && o->sched.kind == HPT_SCHEDULE_HYBRID) HPT_CHECK(hybrid_bytes(o, out));
     for (int t = 0; t < HPT_TIER_COUNT; t++)
         for (int k = 0; k < HPT_CAT_COUNT; k++) out->peak_bytes[t] += out->bytes[t][k];

@@ -287,6 +287,7 @@ static hpt_status setup(hpt_trainer *tr) {
         tr->step = tr->start_step = pos.step;
         tr->rng.s = pos.rng_state;
         s = hpt_dataloader_open(tr->mem, o->data, o->B, o->T, mcfg(tr)->V, &tr->train);
+        if (s == HPT_OK) s = hpt_dataloader_set_pack(tr->train, o->pack);
         if (s == HPT_OK) s = hpt_dataloader_set_pos(tr->train, pos.data_shard, pos.data_offset);
         if (s != HPT_OK) {
             hpt_state_sections_free(tr->mem, sec, n_sec);
@@ -323,6 +324,7 @@ static hpt_status setup(hpt_trainer *tr) {
         HPT_CHECK(dp_shard_init(o, tr->model, &tr->dp));
         HPT_CHECK(dp_optim_create(tr->mem, tr->model, &tr->o.adamw, &tr->dp, &tr->opt));
         HPT_CHECK(hpt_dataloader_open(tr->mem, o->data, o->B, o->T, mcfg(tr)->V, &tr->train));
+        HPT_CHECK(hpt_dataloader_set_pack(tr->train, o->pack)); /* rewinds: before a resume */
         if (lora && o->resume) HPT_CHECK(lora_resume(tr, o->resume));
     }
     if (model_engine(tr->model) && o->loss_scale.mode != HPT_LOSS_SCALE_OFF) /* fp32 homes too: */
@@ -337,6 +339,7 @@ static hpt_status setup(hpt_trainer *tr) {
                      mcfg(tr)->maxT);
     if (s == HPT_OK && o->val)
         s = hpt_dataloader_open(tr->mem, o->val, o->B, o->T, mcfg(tr)->V, &tr->val);
+    if (s == HPT_OK && o->val) s = hpt_dataloader_set_pack(tr->val, o->pack);
     if (s == HPT_OK && o->save_dir) s = mkdir_p(o->save_dir);
     if (s == HPT_OK && HYBRID(tr)) {
         /* the plan check saw the plan's optimizer; a resumed run's is its checkpoint's */
@@ -418,6 +421,8 @@ static hpt_status eval_batches(hpt_trainer *tr, float *val_loss_out) {
         const int32_t *x, *y;
         float loss;
         HPT_CHECK(hpt_dataloader_next(tr->val, &x, &y));
+        HPT_CHECK(hpt_model_set_positions(tr->model, hpt_dataloader_positions(tr->val), tr->o.B,
+                                          tr->o.T));
         HPT_CHECK(hpt_model_forward(tr->model, x, y, tr->o.B, tr->o.T, &loss));
         int64_t k = count_targets(y, (size_t)tr->o.B * tr->o.T);
         sum += (double)loss;
@@ -741,6 +746,7 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
     int apart = K > 1 && dp_apart(o), KN = K * dp_size();
     int sink = tr->dp.slot != NULL; /* stage 2: each layer's gradients onto the owners at once */
     double loss_sum = 0.0, wloss_sum = 0.0, n_step = 0.0; /* n_step: targets (all ranks) */
+    double real = 0.0; /* tokens that are not padding (all ranks) */
     const double BT = (double)o->B * o->T;
     int fused = o->offload.fused;
     int scaling = o->loss_scale.mode != HPT_LOSS_SCALE_OFF;
@@ -758,6 +764,10 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
         float loss;
         if (apart && k > 0) hpt_model_zero_grad(tr->model);
         HPT_CHECK(hpt_dataloader_next(tr->train, &x, &y));
+        /* packed examples: each token's position in its example (NULL: none) */
+        HPT_CHECK(hpt_model_set_positions(tr->model, hpt_dataloader_positions(tr->train), o->B,
+                                          o->T));
+        real += (double)hpt_dataloader_real_tokens(tr->train);
         HPT_CHECK(hpt_model_forward(tr->model, x, y, o->B, o->T, &loss));
         if (k == 0 && measure) { /* the prediction's error; past the bound, back to the start */
             double excess = ((double)loss - pred) / fmax(pred, 1e-6);
@@ -792,6 +802,7 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
     dp_skip_after(tr->train, K);
     HPT_CHECK(dp_loss_sum(loss_sum, &loss_sum));
     HPT_CHECK(dp_loss_sum(wloss_sum, &wloss_sum));
+    HPT_CHECK(dp_loss_sum(real, &tr->real_tokens));
     if (!fused) HPT_CHECK(dp_loss_sum(n_step, &n_step));
     /* stage 0: every value summed on every rank; 1: the owned ones; 2 with accumulation: done
      * per micro-batch (sum_apart) */
@@ -870,12 +881,12 @@ hpt_status hpt_trainer_step(hpt_trainer *tr, hpt_train_progress *p) {
             HPT_CHECK(trainer_predict_memory(tr));
         }
     }
-    int K = o->accum > 1 ? o->accum : 1;
     double dt = hpt_now() - t0;
     p->step = tr->step;
     p->total = o->steps;
     p->step_ms = dt * 1e3;
-    p->tokens_per_s = phase == HPT_PHASE_PREDICT ? 0.0 : (double)K * dp_size() * o->B * o->T / dt;
+    /* real tokens only: padding of packed or padded examples is not counted (docs/packing.md) */
+    p->tokens_per_s = phase == HPT_PHASE_PREDICT ? 0.0 : tr->real_tokens / dt;
     int last = hpt_trainer_done(tr);
     if (tr->val && (last || (o->eval_every > 0 && tr->step % o->eval_every == 0))) {
         HPT_CHECK(hpt_trainer_eval(tr, &p->val_loss));

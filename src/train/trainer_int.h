@@ -13,6 +13,8 @@
 
 struct hpt_trainer {
     hpt_train_opts o;
+    double real_tokens;       /* the last real step's tokens that are not padding (all ranks;
+                               * docs/packing.md): tokens_per_s counts these */
     hpt_mem *mem;
     const hpt_backend *be;    /* mem's device tier's (hpt_backend_of): device copies */
     hpt_model *model;

@@ -134,7 +134,8 @@ int cmd_eval(int argc, char **argv) {
         goto out;
     }
     if ((s = hpt_model_set_act_opts(m, &plan.act)) != HPT_OK ||
-        (s = hpt_dataloader_open(mem, data, (int)B, (int)T, cfg->V, &dl)) != HPT_OK) {
+        (s = hpt_dataloader_open(mem, data, (int)B, (int)T, cfg->V, &dl)) != HPT_OK ||
+        (s = hpt_dataloader_set_pack(dl, plan.pack)) != HPT_OK) { /* docs/packing.md */
         rc = cli_lib_error(s, "eval");
         goto out;
     }
@@ -155,16 +156,18 @@ int cmd_eval(int argc, char **argv) {
     }
     hpt_mem_set_context(mem, 0, HPT_PHASE_EVAL, -1);
     double sum = 0.0, wsum = 0.0, t0 = hpt_now(); /* wsum: over targets (masked shards) */
-    int64_t n_targets = 0;
+    int64_t n_targets = 0, n_real = 0; /* n_real: tokens that are not padding (--pack) */
     for (long i = 0; i < n_batches; i++) {
         const int32_t *x, *y;
         float loss;
         if ((s = hpt_dataloader_next(dl, &x, &y)) != HPT_OK ||
+            (s = hpt_model_set_positions(m, hpt_dataloader_positions(dl), (int)B, (int)T)) != HPT_OK ||
             (s = hpt_model_forward(m, x, y, (int)B, (int)T, &loss)) != HPT_OK) {
             rc = cli_lib_error(s, "eval");
             goto out;
         }
         int64_t k = 0;
+        n_real += hpt_dataloader_real_tokens(dl);
         for (long j = 0; j < B * T; j++) k += y[j] >= 0;
         sum += (double)loss;
         wsum += (double)loss * (double)k;
@@ -179,7 +182,7 @@ int cmd_eval(int argc, char **argv) {
         hpt_mem_stats ms;
         hpt_mem_get_stats(mem, &ms);
         fprintf(stderr, "eval: %.1f tokens/s, peak %.1f MiB accounted (device tier, %llu bytes), "
-                "RSS peak %.1f MiB\n", (double)n_batches * (double)(B * T) / (secs > 0 ? secs : 1e-9),
+                "RSS peak %.1f MiB\n", (double)n_real / (secs > 0 ? secs : 1e-9),
                 (double)ms.peak_bytes[HPT_TIER_DEVICE] / 1048576.0,
                 (unsigned long long)ms.peak_bytes[HPT_TIER_DEVICE], (double)hpt_rss_peak_bytes() / 1048576.0);
     }

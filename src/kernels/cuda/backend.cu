@@ -354,6 +354,14 @@ static void fill_table(hpt_backend *t) {
     t->attention_backward = cu_attention_backward;
     t->flash_attention_forward = cu_flash_attention_forward;
     t->flash_attention_backward = cu_flash_attention_backward;
+    t->attention_forward_seg = cu_attention_forward_seg;
+    t->attention_backward_seg = cu_attention_backward_seg;
+    t->flash_attention_forward_seg = cu_flash_attention_forward_seg;
+    t->flash_attention_backward_seg = cu_flash_attention_backward_seg;
+    t->encoder_forward_pos = cu_encoder_forward_pos;
+    t->encoder_backward_pos = cu_encoder_backward_pos;
+    t->rope_forward_pos = cu_rope_forward_pos;
+    t->rope_backward_pos = cu_rope_backward_pos;
     t->gelu_forward = cu_gelu_forward;
     t->gelu_backward = cu_gelu_backward;
     t->scale = cu_scale;
