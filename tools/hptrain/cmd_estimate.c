@@ -104,6 +104,17 @@ static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t 
     printf("\"optimizer\":\"%s\",\"state_bits\":%d,\"state32_embeddings\":%s,",
            hpt_optim_name((hpt_optim_kind)po->adamw.optimizer), po->adamw.state_bits ? po->adamw.state_bits : 32,
            po->adamw.state32_embeddings ? "true" : "false");
+    if (po->training && po->lora.r > 0) { /* docs/lora.md */
+        static const char *const base[] = {"f32", "bf16", "int8"};
+        char ls[96];
+        hpt_lora_name(&po->lora, ls, sizeof ls);
+        printf("\"lora\":{\"spec\":\"%s\",\"targets\":\"", ls);
+        for (const char *t = po->lora.targets; *t; t++) /* names: letters, digits, _ . , */
+            if (*t != '"' && *t != '\\' && (unsigned char)*t >= 0x20) putchar(*t);
+        printf("\",\"adapter_values\":%zu,\"base_weights\":\"%s\"},",
+               hpt_lora_num_params(&po->cfg, &po->lora),
+               base[po->lora.base >= 0 && po->lora.base <= 2 ? po->lora.base : 0]);
+    }
     printf("\"peak_bytes\":%llu,\"bytes\":{", (unsigned long long)e->peak_bytes[HPT_TIER_DEVICE]);
     for (int t = 0; t < HPT_TIER_COUNT; t++) {
         printf("%s\"%s\":{", t ? "," : "", hpt_tier_name((hpt_tier)t));
