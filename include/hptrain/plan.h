@@ -226,6 +226,21 @@ typedef struct {
 } hpt_plan_fit;
 hpt_status hpt_plan_fit_budget(const hpt_plan_opts *o, uint64_t budget_bytes, hpt_plan_fit *out);
 
+/* o at sequence T: out = o with T set and, past the model's maxT, maxT raised to T for a rotary
+ * architecture (llama, Qwen: the rope has no hard limit; its tables, maxT rows, grow and are
+ * counted; the run needs a model with that maxT). GPT-2's learned wpe has maxT rows: past it,
+ * HPT_ERR_SHAPE. */
+hpt_status hpt_plan_at_seq(const hpt_plan_opts *o, int T, hpt_plan_opts *out);
+
+/* The longest sequence T in [1, limit] at o->B, in o's plan, whose device peak fits
+ * budget_bytes (0: unlimited), by the fit search over the exact estimator (each point
+ * hpt_plan_at_seq(o, T)); *T = 0 where T = 1 does not fit, *peak_bytes the peak at *T.
+ * limit 0: the model's maxT; at most HPT_MAX_SEQ_LIMIT; past maxT only for a rotary
+ * architecture (GPT-2: HPT_ERR_SHAPE). */
+#define HPT_MAX_SEQ_LIMIT (1 << 20)
+hpt_status hpt_plan_max_seq(const hpt_plan_opts *o, uint64_t budget_bytes, int limit, int *T,
+                            uint64_t *peak_bytes);
+
 /* The trainer's refusal before it allocates: HPT_OK when o's estimated device peak plus
  * live_bytes (already allocated in the same hpt_mem) is within budget_bytes (0: unlimited);
  * otherwise HPT_ERR_OOM with a one-line hpt_last_error() that gives the breakdown and the

@@ -165,6 +165,8 @@ typedef struct {
     int64_t sequences;        /* sequences per optimizer step (B*accum), fixed */
     uint64_t shared_bytes;    /* 0, or the device and host peaks together at most this: on the
                                * CPU both tiers are the same RAM (its free memory) */
+    int first_fit;            /* stop at the first plan that fits (in time order): whether any
+                               * plan of the space fits, cheaply (hptrain estimate --max-seq) */
 } hpt_auto_opts;
 
 #define HPT_AUTO_KEEP 6

@@ -202,7 +202,8 @@ hpt_status hpt_plan_auto(const hpt_plan_opts *base, const hpt_calibration *c,
     uint64_t smallest = UINT64_MAX;
     hpt_auto_cand least;
     memset(&least, 0, sizeof least);
-    for (int i = 0; i < cs.n && out->n < HPT_AUTO_KEEP; i++) {
+    const int keep = a->first_fit ? 1 : HPT_AUTO_KEEP;
+    for (int i = 0; i < cs.n && out->n < keep; i++) {
         memset(&k, 0, sizeof k);
         k.o = cs.v[i].o;
         if (hpt_plan_estimate(&k.o, &k.e) != HPT_OK) continue;

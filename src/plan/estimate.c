@@ -290,11 +290,24 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     return HPT_OK;
 }
 
-/* The device peak of o with B and T replaced; 0 if the estimator refuses that point. */
+hpt_status hpt_plan_at_seq(const hpt_plan_opts *o, int T, hpt_plan_opts *out) {
+    *out = *o;
+    out->T = T;
+    if (T > o->cfg.maxT) {
+        if (o->cfg.arch == HPT_ARCH_GPT2)
+            return hpt_fail(HPT_ERR_SHAPE, "sequence length %d exceeds the model's maxT %d: "
+                            "GPT-2's learned position table (wpe) has maxT rows", T, o->cfg.maxT);
+        out->cfg.maxT = T; /* rotary: the tables grow with maxT, and are counted */
+    }
+    return HPT_OK;
+}
+
+/* The device peak of o with B and T replaced (past a rotary model's maxT, maxT raised to T:
+ * hpt_plan_at_seq); 0 if the estimator refuses that point. */
 static uint64_t peak_at(const hpt_plan_opts *o, int B, int T) {
-    hpt_plan_opts p = *o;
+    hpt_plan_opts p;
+    if (hpt_plan_at_seq(o, T, &p) != HPT_OK) return 0;
     p.B = B;
-    p.T = T;
     hpt_estimate e;
     if (hpt_plan_estimate(&p, &e) != HPT_OK) return 0;
     return e.peak_bytes[HPT_TIER_DEVICE];
@@ -375,6 +388,21 @@ hpt_status hpt_plan_fit_budget(const hpt_plan_opts *o, uint64_t budget_bytes, hp
     out->max_B = search(o, 1, o->T, 1 << 20, budget, &out->max_B_peak_bytes);
     out->max_T = search(o, 0, o->B, o->cfg.maxT, budget, &out->max_T_peak_bytes);
     out->max_T_B1 = search(o, 0, 1, o->cfg.maxT, budget, &out->max_T_B1_peak_bytes);
+    return HPT_OK;
+}
+
+hpt_status hpt_plan_max_seq(const hpt_plan_opts *o, uint64_t budget_bytes, int limit, int *T,
+                            uint64_t *peak_bytes) {
+    *T = 0, *peak_bytes = 0;
+    if (limit <= 0) limit = o->cfg.maxT;
+    if (limit > HPT_MAX_SEQ_LIMIT) limit = HPT_MAX_SEQ_LIMIT;
+    if (limit > o->cfg.maxT && o->cfg.arch == HPT_ARCH_GPT2)
+        return hpt_fail(HPT_ERR_SHAPE, "a sequence limit of %d passes the model's maxT %d: GPT-2's "
+                        "learned position table (wpe) has maxT rows, no position past it", limit,
+                        o->cfg.maxT);
+    hpt_plan_opts p = *o;
+    p.T = 1; /* the search's points are its own; o's T may be past maxT */
+    *T = search(&p, 0, o->B, limit, budget_bytes ? budget_bytes : UINT64_MAX, peak_bytes);
     return HPT_OK;
 }
 

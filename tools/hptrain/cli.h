@@ -156,6 +156,12 @@ void tok_examples_free(tok_examples *e);
  * (B, and the plan: accum and every technique). 0, or the exit status after printing why. */
 int cli_auto_plan(const char *cmd, hpt_plan_opts *po, int64_t tokens_per_step, int allow_lossy,
                   int verbose, FILE *f);
+/* --plan auto's longest sequence: the largest T in [1, limit] at which the search around po
+ * (po's B x accum sequences per step, its budgets and this machine's defaults) finds a plan
+ * that fits (hpt_plan_at_seq: past a rotary model's maxT, maxT raised), into *T_out (0: none
+ * fits at T = 1). 0, or the exit status after printing why. */
+int cli_auto_max_seq(const char *cmd, const hpt_plan_opts *po, int allow_lossy, int limit,
+                     int *T_out);
 /* Where each tier's budget came from (budgets.c): given on the command line, this machine's
  * default (--plan auto: its free RAM, --offload-dir's free space), or none (no limit). */
 enum { CLI_BUDGET_NONE, CLI_BUDGET_GIVEN, CLI_BUDGET_DEFAULT };

@@ -234,6 +234,73 @@ void cli_gpu_floor(double flops, const char *lead, FILE *f) {
     }
 }
 
+/* --plan auto's budgets (the given ones, this machine's defaults for the rest, into po->plan
+ * and bs) and the calibration the plans are ranked by. 0, or the exit status after printing. */
+static int auto_setup(const char *cmd, hpt_plan_opts *po, int verbose, cli_budgets *bs,
+                      char bt[HPT_TIER_COUNT][512], hpt_calibration *cal) {
+    if (po->plan.device && !po->plan.budget_bytes[HPT_TIER_DEVICE])
+        return cli_usage_error(cmd, "--plan auto --device cuda needs --memory SIZE (the GPU's memory "
+                               "to plan for)");
+    cli_budgets_given(&po->plan, bs);
+    cli_budgets_defaults(&po->plan, bs);
+    for (int t = 0; t < HPT_TIER_COUNT; t++) {
+        cli_budget_text(&po->plan, bs, t, bt[t], 512);
+        if (verbose) fprintf(stderr, "hptrain: budget %s\n", bt[t]);
+    }
+    char cpath[4096];
+    if (po->plan.device) { /* no calibration of a GPU: plans ranked, no step time predicted */
+        if (hpt_calibration_load(hpt_calibration_path(cpath, sizeof cpath), cal) != HPT_OK)
+            cli_nominal_calibration(cal);
+        if (!(cal->disk_read_gbps > 0)) cal->disk_read_gbps = cal->disk_write_gbps = 1;
+        return 0;
+    }
+    return cli_calibration(cmd, po->offload_dir, verbose, cal);
+}
+
+int cli_auto_max_seq(const char *cmd, const hpt_plan_opts *po, int allow_lossy, int limit,
+                     int *T_out) {
+    *T_out = 0;
+    hpt_plan_opts base = *po;
+    cli_budgets bs;
+    char bt[HPT_TIER_COUNT][512];
+    hpt_calibration cal;
+    int rc = auto_setup(cmd, &base, 0, &bs, bt, &cal);
+    if (rc) return rc;
+    hpt_auto_opts a = {.allow_lossy = allow_lossy, .allow_disk = po->offload_dir != NULL,
+                       .sequences = (int64_t)po->B * (po->accum > 1 ? po->accum : 1),
+                       .shared_bytes = bs.shared, .first_fit = 1};
+    hpt_auto_result *r = malloc(sizeof *r);
+    if (!r) return cli_error("%s: out of memory", cmd);
+    /* whether any plan of the space fits at T: monotone in T (a plan that fits at T fits at
+     * T - 1, its peak growing with T), so a galloping search and a bisection find the largest */
+#define AUTO_FITS(x) (hpt_plan_at_seq(&base, (x), &at) == HPT_OK && hpt_plan_auto(&at, &cal, &a, r) == HPT_OK)
+    hpt_plan_opts at;
+    int lo = 0, hi = limit + 1; /* lo fits (0: none known), hi does not */
+    int g = po->T < limit ? po->T : limit;
+    if (AUTO_FITS(g)) lo = g;
+    else hi = g;
+    while (lo > 0 && hi == limit + 1 && lo < limit) { /* gallop up */
+        int nx = lo > limit / 2 ? limit : 2 * lo;
+        if (AUTO_FITS(nx)) lo = nx;
+        else hi = nx;
+    }
+    if (lo == 0) { /* gallop down */
+        for (int x = hi / 2; x >= 1; x /= 2) {
+            if (AUTO_FITS(x)) { lo = x; break; }
+            hi = x;
+        }
+    }
+    while (lo > 0 && hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        if (AUTO_FITS(mid)) lo = mid;
+        else hi = mid;
+    }
+#undef AUTO_FITS
+    free(r);
+    *T_out = lo;
+    return 0;
+}
+
 int cli_auto_plan(const char *cmd, hpt_plan_opts *po, int64_t tokens_per_step, int allow_lossy,
                   int verbose, FILE *f) {
     int64_t S = (int64_t)po->B * (po->accum > 1 ? po->accum : 1);
@@ -243,27 +310,11 @@ int cli_auto_plan(const char *cmd, hpt_plan_opts *po, int64_t tokens_per_step, i
                                    (long long)tokens_per_step, po->T);
         S = tokens_per_step / po->T;
     }
-    if (po->plan.device && !po->plan.budget_bytes[HPT_TIER_DEVICE])
-        return cli_usage_error(cmd, "--plan auto --device cuda needs --memory SIZE (the GPU's memory "
-                               "to plan for)");
     cli_budgets bs;
-    cli_budgets_given(&po->plan, &bs);
-    cli_budgets_defaults(&po->plan, &bs);
     char bt[HPT_TIER_COUNT][512];
-    for (int t = 0; t < HPT_TIER_COUNT; t++) {
-        cli_budget_text(&po->plan, &bs, t, bt[t], sizeof bt[t]);
-        if (verbose) fprintf(stderr, "hptrain: budget %s\n", bt[t]);
-    }
     hpt_calibration cal;
-    char cpath[4096];
-    if (po->plan.device) { /* no calibration of a GPU: plans ranked, no step time predicted */
-        if (hpt_calibration_load(hpt_calibration_path(cpath, sizeof cpath), &cal) != HPT_OK)
-            cli_nominal_calibration(&cal);
-        if (!(cal.disk_read_gbps > 0)) cal.disk_read_gbps = cal.disk_write_gbps = 1;
-    } else {
-        int rc = cli_calibration(cmd, po->offload_dir, verbose, &cal);
-        if (rc) return rc;
-    }
+    int rc = auto_setup(cmd, po, verbose, &bs, bt, &cal);
+    if (rc) return rc;
     const int timed = hpt_calibration_for_device(&cal, po->plan.device);
     hpt_auto_opts a = {.allow_lossy = allow_lossy, .allow_disk = po->offload_dir != NULL, .sequences = S,
                        .shared_bytes = bs.shared};

@@ -58,7 +58,20 @@ static const char k_help[] =
     "                       --zero 3 and --offload its homes hold 1/N of each block\n"
     "                       (docs/zero_engine.md)\n"
     "  --rank R             which process's bytes (default 0)\n"
+    "  --max-seq            the longest --seq at --batch that fits --memory (needed), by a\n"
+    "                       search over the estimator; with --plan auto, the best plan at each\n"
+    "                       T searched. Prints `max_seq N` first, then the report at T = N\n"
+    "  --seq-limit N        --max-seq searches T up to N (default the model's maxT); a llama or\n"
+    "                       Qwen (rotary positions) past its maxT, maxT raised; GPT-2's wpe\n"
+    "                       has maxT rows: no T past it\n"
     "  --json               machine-readable output (docs/estimate.md lists the keys)\n";
+
+/* --max-seq: the search's answer and what bounds it */
+enum { MS_BUDGET, MS_MAXT, MS_LIMIT };
+typedef struct {
+    int on, auto_plan, limit, T, bound, maxT; /* maxT: the model's own, before any raise */
+    uint64_t peak, next_peak;                 /* the peaks at T and T + 1 (0: not estimated) */
+} max_seq_info;
 
 static void fmt_bytes(char *buf, size_t n, uint64_t b) {
     double x = (double)b;
@@ -94,8 +107,11 @@ static uint64_t tier_peak(const hpt_estimate *e, int t) {
     return e->peak_bytes[t] > e->predict_peak_bytes[t] ? e->peak_bytes[t] : e->predict_peak_bytes[t];
 }
 
+static const char *const k_bound[] = {"budget", "maxT", "limit"};
+
 static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t budget,
-                       const hpt_plan_fit *fit, double pred, const uint64_t *per) {
+                       const hpt_plan_fit *fit, double pred, const uint64_t *per,
+                       const max_seq_info *ms) {
     const hpt_model_config *c = &po->cfg;
     printf("{\"version\":1,\"model\":{\"L\":%d,\"C\":%d,\"NH\":%d,\"V\":%d,\"Vp\":%d,\"maxT\":%d},",
            c->L, c->C, c->NH, c->V, c->Vp, c->maxT);
@@ -163,6 +179,10 @@ static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t 
     } else {
         printf("\"budget_bytes\":0,\"fits\":true");
     }
+    if (ms->on)
+        printf(",\"max_seq_search\":{\"limit\":%d,\"bound\":\"%s\",\"plan\":\"%s\","
+               "\"model_maxT\":%d,\"next_peak_bytes\":%llu}", ms->limit, k_bound[ms->bound],
+               ms->auto_plan ? "auto" : "given", ms->maxT, (unsigned long long)ms->next_peak);
     for (int t = HPT_TIER_HOST; t < HPT_TIER_COUNT; t++)
         if (po->budget_bytes[t])
             printf(",\"%s_budget_bytes\":%llu,\"%s_fits\":%s", hpt_tier_name((hpt_tier)t),
@@ -315,6 +335,41 @@ static void print_text(const char *model, const hpt_plan_opts *po, const hpt_est
            (unsigned long long)e->tokens_per_step, x);
 }
 
+/* --max-seq's lines: `max_seq N` (a line of its own, for scripts), then what bounds N. */
+static void print_max_seq(const hpt_plan_opts *po, const max_seq_info *ms, uint64_t peak) {
+    cli_budgets bs;
+    cli_budgets_given(&po->plan, &bs);
+    char bt[512], x[32], y[32];
+    cli_budget_text(&po->plan, &bs, HPT_TIER_DEVICE, bt, sizeof bt);
+    printf("max_seq %d\n", ms->T);
+    const char *how = ms->auto_plan ? " (--plan auto: the best plan searched at each T)" : "";
+    if (ms->T == 0) {
+        printf("  even --seq 1 at --batch %d does not fit %s%s\n", po->B, bt, how);
+        return;
+    }
+    fmt_bytes(x, sizeof x, peak);
+    printf("  the longest --seq at --batch %d that fits %s%s: peak %s", po->B, bt, how, x);
+    if (ms->bound == MS_BUDGET && ms->next_peak) {
+        fmt_bytes(y, sizeof y, ms->next_peak);
+        printf("; --seq %d needs %s\n", ms->T + 1, y);
+    } else if (ms->bound == MS_BUDGET) {
+        printf("; at --seq %d no plan of the search fits\n", ms->T + 1);
+    } else if (ms->bound == MS_LIMIT) {
+        printf("; the search's limit (--seq-limit %d) reached\n", ms->limit);
+    } else if (po->cfg.arch == HPT_ARCH_GPT2) {
+        printf("; the model's maxT %d reached: GPT-2's learned position table (wpe) has maxT "
+               "rows, no longer sequence\n", ms->maxT);
+    } else {
+        printf("; the model's maxT %d reached: rotary positions have no hard limit, --seq-limit "
+               "N searches past it\n", ms->maxT);
+    }
+    if (ms->T > ms->maxT)
+        printf("  past the model's maxT %d: the run needs a model whose maxT is at least %d (a "
+               "SHAPE's T=%d, or config.json's max_position_embeddings); its rotary tables "
+               "(maxT rows) are counted\n", ms->maxT, ms->T, ms->T);
+    printf("  the report is at --seq %d\n\n", ms->T);
+}
+
 /* A budget given and not met: in text, what would fit (--plan auto, with --offload-dir or
  * --allow lossy when they make a plan fit: cli_fit_hints); then the reason on stderr and exit
  * status 1. 0 when every budget given is met. */
@@ -343,13 +398,54 @@ static int not_fit(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t budg
                      json || !po->training ? "" : " (what fits: above)");
 }
 
+/* --max-seq: the longest T (ms->T, 0: none) at po's batch that fits the device budget, in
+ * po's plan by the estimator's fit search, or with --plan auto the best plan searched at each
+ * T; po is then set at that T (hpt_plan_at_seq: a rotary model's maxT raised past its own). */
+static int find_max_seq(hpt_plan_opts *po, uint64_t budget, int auto_plan, int lossy,
+                        long tokens, int seq_limit, max_seq_info *ms) {
+    if (!budget)
+        return cli_usage_error("estimate", "--max-seq needs --memory SIZE (the device budget the "
+                               "sequence must fit)");
+    if (tokens)
+        return cli_usage_error("estimate", "--max-seq searches --seq: --tokens-per-step does not "
+                               "apply");
+    ms->auto_plan = auto_plan;
+    ms->maxT = po->cfg.maxT;
+    ms->limit = seq_limit ? seq_limit : po->cfg.maxT;
+    if (ms->limit > po->cfg.maxT && po->cfg.arch == HPT_ARCH_GPT2)
+        return cli_usage_error("estimate", "--seq-limit %d passes the model's maxT %d: GPT-2's "
+                               "learned position table (wpe) has maxT rows, no position past it",
+                               ms->limit, po->cfg.maxT);
+    hpt_status s = HPT_OK;
+    if (auto_plan) {
+        if (!po->training) return cli_usage_error("estimate", "--plan auto plans training runs");
+        int rc = cli_auto_max_seq("estimate", po, lossy, ms->limit, &ms->T);
+        if (rc) return rc;
+    } else {
+        s = hpt_plan_max_seq(po, budget, ms->limit, &ms->T, &ms->peak);
+        if (s != HPT_OK) return cli_lib_error(s, "estimate");
+    }
+    if (ms->T == 0) return 0;
+    ms->bound = ms->T < ms->limit ? MS_BUDGET : ms->limit == ms->maxT ? MS_MAXT : MS_LIMIT;
+    hpt_plan_opts next;
+    hpt_estimate e;
+    if (!auto_plan && ms->T < ms->limit && hpt_plan_at_seq(po, ms->T + 1, &next) == HPT_OK &&
+        hpt_plan_estimate(&next, &e) == HPT_OK)
+        ms->next_peak = e.peak_bytes[HPT_TIER_DEVICE];
+    s = hpt_plan_at_seq(po, ms->T, po);
+    return s == HPT_OK ? 0 : cli_lib_error(s, "estimate");
+}
+
 int cmd_estimate(int argc, char **argv) {
     static const struct option longopts[] = {
         CLI_TRAIN_LONGOPTS, CLI_AUTO_LONGOPTS, {"json", 0, 0, 'J'}, {"forward-only", 0, 0, 'F'},
-        {"procs", 1, 0, 'P' + 2000}, {"rank", 1, 0, 'R' + 2000}, {0, 0, 0, 0}};
+        {"procs", 1, 0, 'P' + 2000}, {"rank", 1, 0, 'R' + 2000}, {"max-seq", 0, 0, 'M' + 2000},
+        {"seq-limit", 1, 0, 'Q' + 2000}, {0, 0, 0, 0}};
     const char *model = NULL, *resume = NULL;
     hpt_plan_opts po = hpt_plan_defaults();
-    int json = 0, opt_rc = 0, c, auto_plan = 0, lossy = 0, verbose = 0;
+    int json = 0, opt_rc = 0, c, auto_plan = 0, lossy = 0, verbose = 0, seq_limit = 0;
+    max_seq_info ms;
+    memset(&ms, 0, sizeof ms);
     long lv, tokens = 0;
     double dv;
     while ((c = cli_getopt("estimate", argc, argv, longopts, k_help, &opt_rc)) != -1) {
@@ -362,6 +458,11 @@ int cmd_estimate(int argc, char **argv) {
         case 't': r = cli_parse_long("estimate", "--seq", optarg, 1, 1 << 20, &lv); po.T = (int)lv; break;
         case 'r': resume = optarg; break;
         case 'J': json = 1; break;
+        case 'M' + 2000: ms.on = 1; break;
+        case 'Q' + 2000:
+            r = cli_parse_long("estimate", "--seq-limit", optarg, 1, HPT_MAX_SEQ_LIMIT, &lv);
+            seq_limit = (int)lv;
+            break;
         case 'P' + 2000: r = cli_parse_long("estimate", "--procs", optarg, 1, 64, &lv); po.procs = (int)lv; break;
         case 'R' + 2000: r = cli_parse_long("estimate", "--rank", optarg, 0, 63, &lv); po.rank = (int)lv; break;
         case CLI_OPT_AUTO_PLAN:
@@ -424,6 +525,20 @@ int cmd_estimate(int argc, char **argv) {
     if (s != HPT_OK) return cli_lib_error(s, "estimate");
     if ((lossy || tokens) && !auto_plan)
         return cli_usage_error("estimate", "--allow and --tokens-per-step are for --plan auto");
+    if (ms.on) {
+        int rc = find_max_seq(&po, budget, auto_plan, lossy, tokens, seq_limit, &ms);
+        if (rc) return rc;
+        if (ms.T == 0) { /* nothing to report at: the answer and why */
+            if (json) printf("{\"version\":1,\"max_seq\":0,\"budget_bytes\":%llu,\"fits\":false}\n",
+                             (unsigned long long)budget);
+            else print_max_seq(&po, &ms, 0);
+            fflush(stdout);
+            return cli_error("estimate: --max-seq: even --seq 1 at --batch %d does not fit the device "
+                             "budget%s", po.B, auto_plan ? " in any plan of the search" : "");
+        }
+    } else if (seq_limit) {
+        return cli_usage_error("estimate", "--seq-limit is for --max-seq");
+    }
     if (auto_plan) { /* the chosen plan replaces the techniques; its estimate follows */
         if (!po.training) return cli_usage_error("estimate", "--plan auto plans training runs");
         int rc = cli_auto_plan("estimate", &po, tokens, lossy, verbose, json ? stderr : stdout);
@@ -434,12 +549,17 @@ int cmd_estimate(int argc, char **argv) {
     hpt_estimate e;
     s = hpt_plan_estimate(&po, &e);
     if (s != HPT_OK) return cli_lib_error(s, "estimate");
+    if (ms.on && !json) print_max_seq(&po, &ms, e.peak_bytes[HPT_TIER_DEVICE]);
     hpt_plan_fit fit;
     memset(&fit, 0, sizeof fit);
     fit.fits = 1;
     if (budget) {
         s = hpt_plan_fit_budget(&po, budget, &fit);
         if (s != HPT_OK) return cli_lib_error(s, "estimate");
+    }
+    if (ms.on) { /* the search's answer, past maxT where asked, and the plan's at each T */
+        fit.max_T = ms.T;
+        fit.max_T_peak_bytes = ms.T ? e.peak_bytes[HPT_TIER_DEVICE] : 0;
     }
     /* the cost model's step time, when this machine has a cached calibration (docs/planner.md) */
     double pred = -1;
@@ -464,7 +584,7 @@ int cmd_estimate(int argc, char **argv) {
         per[q] = eq.peak_bytes[HPT_TIER_DEVICE];
     }
     if (json) {
-        print_json(&po, &e, budget, &fit, pred, per);
+        print_json(&po, &e, budget, &fit, pred, per, &ms);
     }
     else {
         print_text(model, &po, &e, budget, &fit);
