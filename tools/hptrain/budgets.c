@@ -174,42 +174,48 @@ void cli_explain_nofit(const char *cmd, const hpt_plan_opts *po, const cli_budge
     fprintf(f, "\n");
 }
 
-/* Whether some plan of a variant fits, from a handful of the smallest plans the search would
- * consider (B = S with the fused update, or B = 1 accumulating S; full recompute, a head chunk;
- * the engine's homes on the host, split host/disk, or on disk; with lossy 8-bit state and bf16
- * weights): the estimator alone, no search. */
-static int small_plan_fits(const hpt_plan_opts *po, const cli_budgets *b, int disk, int lossy,
-                           hpt_plan_opts *out, hpt_estimate *out_e) {
-    int64_t S = (int64_t)po->B * (po->accum > 1 ? po->accum : 1);
+int cli_small_plan(const hpt_plan_opts *po, int disk, int lossy, int i, hpt_plan_opts *out) {
     static const hpt_tier homes[3][2] = {{HPT_TIER_HOST, HPT_TIER_HOST}, {HPT_TIER_HOST, HPT_TIER_DISK},
                                          {HPT_TIER_DISK, HPT_TIER_DISK}};
+    int h = i / 2, one = i % 2;
+    if (i < 0 || h >= (disk ? 3 : 1)) return -1;
+    int64_t S = (int64_t)po->B * (po->accum > 1 ? po->accum : 1);
     hpt_plan_env env = {.training = 1, .has_val = -1, .need_disk_dir = 0};
-    for (int h = 0; h < (disk ? 3 : 1); h++)
-        for (int one = 0; one < 2; one++) {
-            hpt_plan_opts o = *po;
-            if (disk && !o.plan.offload_dir) o.plan.offload_dir = "DIR", o.plan.budget_bytes[HPT_TIER_DISK] = 0;
-            o.B = one ? 1 : (int)S;
-            o.accum = one ? (int)S : 1;
-            o.act = hpt_act_defaults();
-            o.act.recompute = HPT_RECOMPUTE_FULL;
-            if ((int64_t)o.B * o.T > 128) o.act.head_chunk = 128;
-            o.offload = hpt_offload_defaults();
-            o.offload.params = o.offload.grads = homes[h][0];
-            o.offload.optim = homes[h][1];
-            o.offload.fused = !one;
-            o.offload.embeddings = one ? HPT_EMB_FULL : lossy ? HPT_EMB_BF16 : HPT_EMB_CHUNKED;
-            if (lossy) o.adamw.state_bits = 8, o.adamw.state32_embeddings = 0, o.offload.weights = HPT_BW_BF16_SR;
-            hpt_estimate e;
-            if (hpt_plan_check(&o.plan, &env) != HPT_OK || hpt_plan_estimate(&o, &e) != HPT_OK) continue;
-            int ok = 1;
-            for (int t = 0; t < HPT_TIER_COUNT; t++)
-                if (o.plan.budget_bytes[t] && tier_peak(&e, t) > o.plan.budget_bytes[t]) ok = 0;
-            if (b->shared && tier_peak(&e, HPT_TIER_DEVICE) + tier_peak(&e, HPT_TIER_HOST) > b->shared) ok = 0;
-            if (ok) {
-                *out = o, *out_e = e;
-                return 1;
-            }
+    hpt_plan_opts o = *po;
+    if (disk && !o.plan.offload_dir) o.plan.offload_dir = "DIR", o.plan.budget_bytes[HPT_TIER_DISK] = 0;
+    o.B = one ? 1 : (int)S;
+    o.accum = one ? (int)S : 1;
+    o.act = hpt_act_defaults();
+    o.act.recompute = HPT_RECOMPUTE_FULL;
+    if ((int64_t)o.B * o.T > 128) o.act.head_chunk = 128;
+    o.offload = hpt_offload_defaults();
+    o.offload.params = o.offload.grads = homes[h][0];
+    o.offload.optim = homes[h][1];
+    o.offload.fused = !one;
+    o.offload.embeddings = one ? HPT_EMB_FULL : lossy ? HPT_EMB_BF16 : HPT_EMB_CHUNKED;
+    if (lossy) o.adamw.state_bits = 8, o.adamw.state32_embeddings = 0, o.offload.weights = HPT_BW_BF16_SR;
+    if (hpt_plan_check(&o.plan, &env) != HPT_OK) return 0;
+    *out = o;
+    return 1;
+}
+
+/* Whether some plan of a variant fits, from a handful of the smallest plans the search would
+ * consider (cli_small_plan): the estimator alone, no search. */
+static int small_plan_fits(const hpt_plan_opts *po, const cli_budgets *b, int disk, int lossy,
+                           hpt_plan_opts *out, hpt_estimate *out_e) {
+    hpt_plan_opts o;
+    for (int i = 0, k; (k = cli_small_plan(po, disk, lossy, i, &o)) >= 0; i++) {
+        hpt_estimate e;
+        if (!k || hpt_plan_estimate(&o, &e) != HPT_OK) continue;
+        int ok = 1;
+        for (int t = 0; t < HPT_TIER_COUNT; t++)
+            if (o.plan.budget_bytes[t] && tier_peak(&e, t) > o.plan.budget_bytes[t]) ok = 0;
+        if (b->shared && tier_peak(&e, HPT_TIER_DEVICE) + tier_peak(&e, HPT_TIER_HOST) > b->shared) ok = 0;
+        if (ok) {
+            *out = o, *out_e = e;
+            return 1;
         }
+    }
     return 0;
 }
 

@@ -272,28 +272,59 @@ int cli_auto_max_seq(const char *cmd, const hpt_plan_opts *po, int allow_lossy, 
     hpt_auto_result *r = malloc(sizeof *r);
     if (!r) return cli_error("%s: out of memory", cmd);
     /* whether any plan of the space fits at T: monotone in T (a plan that fits at T fits at
-     * T - 1, its peak growing with T), so a galloping search and a bisection find the largest */
+     * T - 1, its peak growing with T). From a T that fits, the plan found there is followed by
+     * the estimator's own fit search as far as it fits the device (checked by the search), and
+     * the search is asked only one T past it: each step costs one search that fits, and only
+     * the last one that does not (a search that finds nothing estimates every plan). */
 #define AUTO_FITS(x) (hpt_plan_at_seq(&base, (x), &at) == HPT_OK && hpt_plan_auto(&at, &cal, &a, r) == HPT_OK)
     hpt_plan_opts at;
     int lo = 0, hi = limit + 1; /* lo fits (0: none known), hi does not */
-    int g = po->T < limit ? po->T : limit;
+    /* the first guess: the longest sequence of the smallest plans of the space, by the
+     * estimator alone (the device budget; the search then checks every tier) */
+    int g = po->T < limit ? po->T : limit, best = 0;
+    hpt_plan_opts sp;
+    for (int i = 0, k; (k = cli_small_plan(&base, a.allow_disk, allow_lossy, i, &sp)) >= 0; i++) {
+        int t = 0;
+        uint64_t pk;
+        if (k && hpt_plan_max_seq(&sp, sp.budget_bytes[HPT_TIER_DEVICE], limit, &t, &pk) == HPT_OK &&
+            t > best)
+            best = t;
+    }
+    if (best > 0) g = best;
     if (AUTO_FITS(g)) lo = g;
     else hi = g;
-    while (lo > 0 && hi == limit + 1 && lo < limit) { /* gallop up */
-        int nx = lo > limit / 2 ? limit : 2 * lo;
-        if (AUTO_FITS(nx)) lo = nx;
-        else hi = nx;
-    }
-    if (lo == 0) { /* gallop down */
+    if (lo == 0) { /* gallop down, then bisect */
         for (int x = hi / 2; x >= 1; x /= 2) {
             if (AUTO_FITS(x)) { lo = x; break; }
             hi = x;
         }
+        while (lo > 0 && hi - lo > 1) {
+            int mid = lo + (hi - lo) / 2;
+            if (AUTO_FITS(mid)) lo = mid;
+            else hi = mid;
+        }
     }
-    while (lo > 0 && hi - lo > 1) {
-        int mid = lo + (hi - lo) / 2;
-        if (AUTO_FITS(mid)) lo = mid;
-        else hi = mid;
+    while (lo > 0 && lo < limit && hi > lo + 1) {
+        if ((r->n == 0 || r->cand[0].o.T != lo) && !AUTO_FITS(lo)) break; /* r: lo's plan */
+        hpt_plan_opts p = r->cand[0].o;
+        int t1 = lo;
+        uint64_t pk;
+        if (hpt_plan_max_seq(&p, p.budget_bytes[HPT_TIER_DEVICE], hi - 1, &t1, &pk) != HPT_OK ||
+            t1 <= lo) {
+            t1 = lo;
+        } else if (!AUTO_FITS(t1)) { /* another tier binds first: bisect in (lo, t1) */
+            hi = t1;
+            while (hi - lo > 1) {
+                int mid = lo + (hi - lo) / 2;
+                if (AUTO_FITS(mid)) lo = mid;
+                else hi = mid;
+            }
+            break;
+        }
+        lo = t1;
+        if (lo >= limit || hi == lo + 1) break;
+        if (!AUTO_FITS(lo + 1)) break;
+        lo++;
     }
 #undef AUTO_FITS
     free(r);
