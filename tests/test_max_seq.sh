@@ -69,6 +69,17 @@ auto=(--plan auto --memory 20MB --host-memory 1GB)
 na=$(max_seq_of --model "$l,T=64" --batch 1 --max-seq --seq-limit 100000 "${auto[@]}")
 check "plan auto" "$l,T=$na" "$l,T=$((na + 1))" "$na" --batch 1 "${auto[@]}"
 [ -n "$na" ] && [ "$na" -ge "$n" ] && ok || bad "plan auto max_seq $na below the given plan's $n"
+"$bin" estimate --model "$l,T=64" --batch 1 --max-seq --seq-limit 100000 "${auto[@]}" --json >"$tmp/a.json" 2>/dev/null || bad "auto json"
+python3 - "$tmp/a.json" "$na" <<'PY' && ok || bad "plan auto json disagrees with the text ($na)"
+import json, sys
+d = json.load(open(sys.argv[1])); n = int(sys.argv[2])
+assert d['max_seq'] == d['T'] == d['model']['maxT'] == n and d['fits'], d
+s = d['max_seq_search']
+assert s['plan'] == 'auto' and s['bound'] == 'budget' and s['model_maxT'] == 64, s
+PY
+# GPT-2 with --plan auto and a budget its maxT binds first
+"$bin" estimate --model "$g" --batch 1 --max-seq --plan auto --memory 1GB --host-memory 1GB >"$tmp/ga.txt" 2>&1
+grep -q "^max_seq 1024$" "$tmp/ga.txt" && grep -q "wpe" "$tmp/ga.txt" && ok || bad "gpt2 auto at maxT: $(grep -A2 max_seq "$tmp/ga.txt")"
 # --plan auto with a target --seq, as before: the plan at that T
 "$bin" estimate --model "$l,T=4096" --batch 1 --seq 2048 "${auto[@]}" >"$tmp/t.txt" 2>&1 || bad "auto at --seq 2048: $(tail -2 "$tmp/t.txt")"
 sed -n 2p "$tmp/t.txt" | grep -q -- "--seq 2048 " && ok || bad "auto at --seq 2048: $(sed -n 2p "$tmp/t.txt")"
