@@ -130,8 +130,8 @@ expect_error "truncated state" "lora_state.bin is (truncated|damaged)" run --res
 expect_error "another rank" "adapter_config.json has r=4.*resume with the same --lora" \
   "$bin" train --model "$tmp/m/hf" --data "$tmp/tr.bin" --batch 2 --seq 16 --steps 8 --lora r=8 --resume "$tmp/r2" --quiet
 
-# --base-weights bf16 | int8: a frozen base stored narrow trains from a Hugging Face directory
-for bw in bf16 int8; do
+# --base-weights bf16 | int8 | nf4: a frozen base stored narrow trains from a Hugging Face directory
+for bw in bf16 int8 nf4; do
   "$bin" train --model "$tmp/m/hf" --data "$tmp/tr.bin" --batch 2 --seq 16 --steps 2 --lora r=2 \
     --base-weights $bw --log "$tmp/bw.jsonl" --quiet >/dev/null 2>"$tmp/err" && [ -s "$tmp/bw.jsonl" ] && ok ||
     bad "train --base-weights $bw: $(cat "$tmp/err")"
