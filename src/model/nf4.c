@@ -42,13 +42,22 @@ static float fp8_value(unsigned char b) {
     return b & 0x80 ? -a : a;
 }
 
-static unsigned code_of(float v) {
-    unsigned k = 0;
-    for (int j = 0; j < 15; j++) {
-        float mid = (hpt_nf4_values[j] + hpt_nf4_values[j + 1]) * 0.5f;
-        k += v > mid;
+/* the codes of one block's values (a > 0): each the count of midpoints strictly below x / a */
+static void block_codes(unsigned char *k, const float *x, size_t m, float a) {
+    float mid[15];
+    for (int j = 0; j < 15; j++) mid[j] = (hpt_nf4_values[j] + hpt_nf4_values[j + 1]) * 0.5f;
+    for (size_t i = 0; i < m; i++) { /* branch-free: vectorised */
+        float v = x[i] / a;
+        unsigned c = 0;
+        for (int j = 0; j < 15; j++) c += v > mid[j];
+        k[i] = (unsigned char)c;
     }
-    return k;
+}
+
+static float block_absmax(const float *x, size_t m) {
+    float a = 0.0f;
+    for (size_t i = 0; i < m; i++) a = fabsf(x[i]) > a ? fabsf(x[i]) : a;
+    return a;
 }
 
 void hpt_nf4_quantize(unsigned char *dst, const float *x, size_t n) {
@@ -56,17 +65,17 @@ void hpt_nf4_quantize(unsigned char *dst, const float *x, size_t n) {
     float *scale = (float *)(void *)(dst + 4);
     unsigned char *q = dst + 4 + 4 * ng;
     unsigned char *codes = dst + 4 + 4 * ng + nb;
-    memset(codes, 0, (n + 1) / 2);
     double sum = 0.0;
-    for (size_t b = 0; b < nb; b++) {
-        size_t i0 = b * HPT_NF4_BLOCK, i1 = i0 + HPT_NF4_BLOCK < n ? i0 + HPT_NF4_BLOCK : n;
-        float a = 0.0f;
-        for (size_t i = i0; i < i1; i++) a = fabsf(x[i]) > a ? fabsf(x[i]) : a;
+    for (size_t b = 0; b < nb; b++) { /* a block starts at an even value: its own bytes */
+        size_t i0 = b * HPT_NF4_BLOCK, m = i0 + HPT_NF4_BLOCK < n ? HPT_NF4_BLOCK : n - i0;
+        float a = block_absmax(x + i0, m);
         sum += (double)a;
-        for (size_t i = i0; i < i1; i++) {
-            unsigned k = a > 0.0f ? code_of(x[i] / a) : 7u;
-            codes[i / 2] |= (unsigned char)(i % 2 ? k : k << 4);
-        }
+        unsigned char k[HPT_NF4_BLOCK + 1];
+        if (a > 0.0f) block_codes(k, x + i0, m, a);
+        else memset(k, 7, m);
+        k[m] = 0; /* an odd count's last low nibble */
+        for (size_t j = 0; j < (m + 1) / 2; j++)
+            codes[i0 / 2 + j] = (unsigned char)(k[2 * j] << 4 | k[2 * j + 1]);
     }
     float mean = (float)(sum / (double)nb);
     memcpy(dst, &mean, 4);
@@ -74,10 +83,8 @@ void hpt_nf4_quantize(unsigned char *dst, const float *x, size_t n) {
         size_t b0 = g * HPT_NF4_GROUP, b1 = b0 + HPT_NF4_GROUP < nb ? b0 + HPT_NF4_GROUP : nb;
         float c[HPT_NF4_GROUP], m = 0.0f;
         for (size_t b = b0; b < b1; b++) {
-            size_t i0 = b * HPT_NF4_BLOCK, i1 = i0 + HPT_NF4_BLOCK < n ? i0 + HPT_NF4_BLOCK : n;
-            float a = 0.0f;
-            for (size_t i = i0; i < i1; i++) a = fabsf(x[i]) > a ? fabsf(x[i]) : a;
-            c[b - b0] = a - mean;
+            size_t i0 = b * HPT_NF4_BLOCK;
+            c[b - b0] = block_absmax(x + i0, i0 + HPT_NF4_BLOCK < n ? HPT_NF4_BLOCK : n - i0) - mean;
             m = fabsf(c[b - b0]) > m ? fabsf(c[b - b0]) : m;
         }
         float s = m / 448.0f;
@@ -109,10 +116,14 @@ void hpt_nf4_dequantize(float *x, const unsigned char *src, size_t n) {
     for (size_t b = 0; b < nb; b++) {
         float a = absmax_of(src, ng, b), v[16];
         for (int k = 0; k < 16; k++) v[k] = hpt_nf4_values[k] * a;
-        size_t i0 = b * HPT_NF4_BLOCK, i1 = i0 + HPT_NF4_BLOCK < n ? i0 + HPT_NF4_BLOCK : n;
-        for (size_t i = i0; i < i1; i++) {
-            unsigned char byte = codes[i / 2];
-            x[i] = v[i % 2 ? byte & 15 : byte >> 4];
+        size_t i0 = b * HPT_NF4_BLOCK, m = i0 + HPT_NF4_BLOCK < n ? HPT_NF4_BLOCK : n - i0;
+        const unsigned char *c = codes + i0 / 2;
+        int k[HPT_NF4_BLOCK];
+        for (size_t j = 0; j < (m + 1) / 2; j++) { /* unpacked, then looked up: vectorised */
+            k[2 * j] = c[j] >> 4;
+            k[2 * j + 1] = c[j] & 15;
         }
+        float *y = x + i0;
+        for (size_t i = 0; i < m; i++) y[i] = v[k[i]];
     }
 }
