@@ -100,7 +100,9 @@ def cases():
                            r.normal(0, 1, 1984) * np.where(r.random(1984) < 0.01, 50, 1)]),
            r.normal(0, 1, 7),  # one short block, an odd count
            r.uniform(-3, 3, 64 * 256 * 2),  # whole groups
-           np.full(130, -0.25)]  # equal absmaxes: the constants all the mean
+           np.full(130, -0.25),  # equal absmaxes: the constants all the mean
+           r.normal(0, 0.02, 64 * 1100 + 5) * np.repeat(r.uniform(0.5, 2, 1101), 64)[:64 * 1100 + 5]]
+    # (the last: over 65536 values, the codec's threaded path; five groups, absmaxes that vary)
     mids = (NF4[:-1] + NF4[1:]) * np.float32(0.5)
     ties = np.concatenate([[1.0], mids, -mids[::-1], [0.0] * (64 - 31)]).astype(np.float32)
     out.append(np.concatenate([ties, ties * 0.5, r.normal(0, 0.1, 3 * 64)]))  # ties: lower code

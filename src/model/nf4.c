@@ -11,6 +11,10 @@ const float hpt_nf4_values[16] = {
     0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f, 0.33791524171829224f,
     0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f, 1.0f};
 
+/* values below which the codec runs on one thread; blocks are independent, so the bits do not
+ * depend on the threads */
+#define NF4_PAR_MIN ((size_t)1 << 16)
+
 static size_t blocks(size_t n) { return (n + HPT_NF4_BLOCK - 1) / HPT_NF4_BLOCK; }
 static size_t groups(size_t nb) { return (nb + HPT_NF4_GROUP - 1) / HPT_NF4_GROUP; }
 
@@ -65,11 +69,10 @@ void hpt_nf4_quantize(unsigned char *dst, const float *x, size_t n) {
     float *scale = (float *)(void *)(dst + 4);
     unsigned char *q = dst + 4 + 4 * ng;
     unsigned char *codes = dst + 4 + 4 * ng + nb;
-    double sum = 0.0;
+#pragma omp parallel for schedule(static) if (n >= NF4_PAR_MIN)
     for (size_t b = 0; b < nb; b++) { /* a block starts at an even value: its own bytes */
         size_t i0 = b * HPT_NF4_BLOCK, m = i0 + HPT_NF4_BLOCK < n ? HPT_NF4_BLOCK : n - i0;
         float a = block_absmax(x + i0, m);
-        sum += (double)a;
         unsigned char k[HPT_NF4_BLOCK + 1];
         if (a > 0.0f) block_codes(k, x + i0, m, a);
         else memset(k, 7, m);
@@ -77,8 +80,14 @@ void hpt_nf4_quantize(unsigned char *dst, const float *x, size_t n) {
         for (size_t j = 0; j < (m + 1) / 2; j++)
             codes[i0 / 2 + j] = (unsigned char)(k[2 * j] << 4 | k[2 * j + 1]);
     }
+    double sum = 0.0; /* in order, whatever the threads: the mean's bits are fixed */
+    for (size_t b = 0; b < nb; b++) {
+        size_t i0 = b * HPT_NF4_BLOCK;
+        sum += (double)block_absmax(x + i0, i0 + HPT_NF4_BLOCK < n ? HPT_NF4_BLOCK : n - i0);
+    }
     float mean = (float)(sum / (double)nb);
     memcpy(dst, &mean, 4);
+#pragma omp parallel for schedule(static) if (n >= NF4_PAR_MIN)
     for (size_t g = 0; g < ng; g++) {
         size_t b0 = g * HPT_NF4_GROUP, b1 = b0 + HPT_NF4_GROUP < nb ? b0 + HPT_NF4_GROUP : nb;
         float c[HPT_NF4_GROUP], m = 0.0f;
@@ -113,6 +122,7 @@ float hpt_nf4_block_absmax(const unsigned char *src, size_t n, size_t b) {
 void hpt_nf4_dequantize(float *x, const unsigned char *src, size_t n) {
     size_t nb = blocks(n), ng = groups(nb);
     const unsigned char *codes = src + 4 + 4 * ng + nb;
+#pragma omp parallel for schedule(static) if (n >= NF4_PAR_MIN)
     for (size_t b = 0; b < nb; b++) {
         float a = absmax_of(src, ng, b), v[16];
         for (int k = 0; k < 16; k++) v[k] = hpt_nf4_values[k] * a;
