@@ -22,9 +22,9 @@
  * the rotary tables at each example's positions, cross_entropy(ignore_index): the loss and every
  * gradient within BOUND, flash and plain.
  *
- * Loader (first case): one pass of --pack on and off over two masked shards against the shards
- * read whole (every example in order, whole or truncated to T, its targets and positions;
- * padding; rows within one shard; real tokens). Trainer (each case): --pack on and off, the
+ * Loader (first case): one pass of --pack on and off over two masked shards (uint16 and uint32
+ * tokens) against the shards read whole (every example in order, whole or truncated to T, its
+ * targets and positions; padding; rows within one shard; real tokens). Trainer (each case): --pack on and off, the
  * estimate equal to the measured peak, and exact resume. */
 #include "testlib.h"
 
@@ -304,7 +304,8 @@ static void check_model(const char *shape, hpt_attention kind) {
 
 /* ---- the loader and the trainer ---- */
 
-/* two masked shards of examples of 1 to 100 tokens (some longer than T = 64): tokens below 256,
+/* two masked shards (uint16, then uint32 tokens) of examples of 1 to 100 tokens (some longer
+ * than T = 64): tokens below 256,
  * each example's first token context, the rest targets 3 in 4; their paths' pattern into glob */
 static void make_examples(const char *dir, char glob_out[512]) {
     hpt_rng_seed(&rng, 99);
@@ -324,7 +325,7 @@ static void make_examples(const char *dir, char glob_out[512]) {
         }
         char path[600];
         snprintf(path, sizeof path, "%s/train_%06d.bin", dir, sh);
-        CHECK_OK(hpt_shard_write_masked(path, tok, tgt, n, starts, ne, 2));
+        CHECK_OK(hpt_shard_write_masked(path, tok, tgt, n, starts, ne, sh ? 4 : 2)); /* 16, 32 bit */
         free(tok), free(tgt);
     }
     snprintf(glob_out, 512, "%s/train_*.bin", dir);
