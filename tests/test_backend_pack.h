@@ -167,6 +167,16 @@ static double t_encoder_backward_pos(void) {
     double e = fmax(cmp_arr("encoder_backward_pos dwte", wte, rwte, EV * EC, TOL),
                     cmp_arr("encoder_backward_pos dwpe", wpe, rwpe, ET * EC, TOL));
     emit(wte, EV * EC), emit(wpe, ET * EC);
+    /* dwte NULL: wpe's gradient only (chunked embeddings), the same dwpe from the same start */
+    float wpe2[ET * EC];
+    float *dwpe2 = dput(wpe, sizeof wpe); /* wpe holds the result above: run again from it */
+    g_be->encoder_backward_pos(NULL, dwpe2, dput(dout, sizeof dout), dput(tok, sizeof tok),
+                               dput(k_epos, sizeof k_epos), EB, ET, EC);
+    dget(wpe2, dwpe2, sizeof wpe2);
+    for (int r = 0; r < EB * ET; r++) /* the reference: one more pass of the scatter */
+        for (int c = 0; c < EC; c++) rwpe[k_epos[r] * EC + c] += dout[r * EC + c];
+    e = fmax(e, cmp_arr("encoder_backward_pos dwpe (dwte NULL)", wpe2, rwpe, ET * EC, TOL));
+    emit(wpe2, ET * EC);
     dfree_all();
     return e;
 }

@@ -480,6 +480,37 @@ static void check_torch(const char *arch) {
     free(x), free(y), free(pos), free(params), free(grads), free(f);
 }
 
+/* GPT-2's chunked embeddings (the fused update; model/embed.c reads wpe at each position) with
+ * --pack on: each step's loss and the final weights as with the full embeddings, within the
+ * chunked head's rounding (test_embed.c's bounds: 1e-6 per loss, 1e-5 the weights) */
+static void check_chunked(const char *shape, const char *pattern) {
+    enum { S = 6 };
+    hpt_model_config cfg;
+    CHECK_OK(hpt_model_config_parse(shape, &cfg));
+    const size_t np = hpt_model_config_num_params(&cfg);
+    float loss[2][S], *w[2] = {malloc(np * 4), malloc(np * 4)};
+    for (int k = 0; k < 2; k++) {
+        hpt_train_opts o = t_train_opts(shape, pattern, 2, 64, S, 2);
+        o.pack = HPT_PACK_ON;
+        o.offload.fused = 1;
+        o.offload.vocab_chunk = 48;
+        if (k) o.offload.embeddings = HPT_EMB_CHUNKED;
+        char save[600];
+        snprintf(save, sizeof save, "%s/chunked_%d", t_tmpdir(), k);
+        o.save_dir = save;
+        hpt_mem *mem;
+        CHECK_OK(hpt_mem_create(&mem));
+        t_train_run(mem, &o, S, loss[k], NULL, w[k]);
+        hpt_mem_destroy(mem);
+    }
+    double el = 0.0;
+    for (int i = 0; i < S; i++) el = fmax(el, fabs((double)loss[1][i] - (double)loss[0][i]) / fabs((double)loss[0][i]));
+    const double ew = t_rel_err(w[1], w[0], np);
+    printf("  --pack on with chunked embeddings (fused): losses rel %.1e, weights rel %.1e\n", el, ew);
+    CHECK_MSG(el <= 1e-6 && ew <= 1e-5, "chunked vs full embeddings, packed: %.3g %.3g", el, ew);
+    free(w[0]), free(w[1]);
+}
+
 int main(int argc, char **argv) {
     const t_arch *a = t_arch_arg(argc, argv, "test_pack");
     if (!a) return 2;
@@ -502,6 +533,7 @@ int main(int argc, char **argv) {
         check_loader(pattern, dir, HPT_PACK_ON);
         check_loader(pattern, dir, HPT_PACK_OFF);
     }
+    if (a->id == HPT_ARCH_GPT2) check_chunked(shape, pattern);
     check_trainer(shape, pattern, HPT_PACK_ON);
     check_trainer(shape, pattern, HPT_PACK_OFF);
     return t_done(t_arch_label(a, "test_pack"));

@@ -28,7 +28,7 @@ __global__ void d_encoder_backward_pos(float *dwte, float *dwpe, const float *do
     if (c >= C) return;
     for (size_t i = 0; i < BT; i++) {
         float d = dout[i * C + c];
-        dwte[(size_t)inp[i] * C + c] += d;
+        if (dwte) dwte[(size_t)inp[i] * C + c] += d; /* NULL: wpe only */
         dwpe[(size_t)pos[i] * C + c] += d;
     }
 }
