@@ -63,7 +63,7 @@ DEPS_DIR=${GPU_DEPS_DIR:-$ROOT/.gpu_deps} # where --prepare writes the archive (
 DEPS_TAR="$DEPS_DIR/deps.tar.xz"
 # Debian's runtime and development packages of what the device machine lacks; libdnnl needs
 # libOpenCL.so.1 (ocl-icd) to load
-DEPS_PKGS="libdnnl2 libdnnl-dev libcjson1 libcjson-dev libpcre2-8-0 libpcre2-dev ocl-icd-libopencl1"
+DEPS_PKGS="libdnnl2 libdnnl-dev libcjson1 libcjson-dev libpcre2-8-0 libpcre2-dev libutf8proc2 libutf8proc-dev ocl-icd-libopencl1"
 TRAVEL_LIMIT=$((64 * 1024 * 1024))
 # a python3 with PyTorch: the device's python3 (PyTorch's own), Debian's /usr/bin/python3 here
 PY=${PYTHON:-}
@@ -261,7 +261,7 @@ st_deps() {
     mkdir -p "$DEPS"
     tar -C "$DEPS" -xJf "$DEPS_TAR" ||
         "$PY" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$DEPS_TAR" "$DEPS" || exit 1
-    for l in libdnnl.so libcjson.so libpcre2-8.so libOpenCL.so.1; do
+    for l in libdnnl.so libcjson.so libpcre2-8.so libutf8proc.so libOpenCL.so.1; do
         [ -e "$DEPLIB/$l" ] || { note "$l missing from the archive"; exit 1; }
     done
     # a program against the archive's headers and libraries alone: they load and answer
@@ -300,6 +300,7 @@ CONFIGURE_ARGS() { # the device's configure, against the deps archive: one argum
     printf '%s\n' -DCMAKE_BUILD_TYPE=Release -DHPT_SANITIZE=OFF -DHPT_MPI=OFF -DHPT_GENERIC_V3=OFF \
         -DHPT_CUDA_ARCHS=90 -DDNNL_LIB="$DEPLIB/libdnnl.so" -DCJSON_LIB="$DEPLIB/libcjson.so" \
         -DPCRE2_LIB="$DEPLIB/libpcre2-8.so" -DCJSON_INC="$DEPS/usr/include/cjson" \
+        -DUTF8PROC_LIB="$DEPLIB/libutf8proc.so" -DUTF8PROC_INC="$DEPS/usr/include" \
         "-DCMAKE_C_FLAGS=-I$DEPS/usr/include" \
         "-DCMAKE_EXE_LINKER_FLAGS=-Wl,-rpath-link,$DEPLIB -Wl,-rpath,$DEPLIB -Wl,--disable-new-dtags"
 }

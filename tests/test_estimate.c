@@ -691,16 +691,19 @@ int main(int argc, char **argv) {
         check_case(&cases[i]);
     }
     /* LoRA (docs/lora.md): the frozen base without gradients or state, the adapters' own */
-    const struct { const char *spec, *targets; run_case rc; } lora[] = {
-        {"r=4,alpha=8", "", {"train L2 C32 +val LoRA r4 every layer", s2_32, 4, 16, 1, 1, 0, 0, 32, 0, 0}},
-        {"r=3,alpha=6,dropout=0.1", "", {"train L3 C48 LoRA dropout Lion 8-bit", s3_48, 2, 32, 1, 0, 0,
-                                         HPT_OPTIM_LION, 8, 0, 0}},
-        {"r=8,alpha=16,rslora", g_arch->llmc ? "c_attn,mlp.c_proj" : "q,v,down",
+    const struct { const char *spec, *targets; int base; run_case rc; } lora[] = {
+        {"r=4,alpha=8", "", 0, {"train L2 C32 +val LoRA r4 every layer", s2_32, 4, 16, 1, 1, 0, 0, 32, 0, 0}},
+        {"r=3,alpha=6,dropout=0.1", "", 0, {"train L3 C48 LoRA dropout Lion 8-bit", s3_48, 2, 32, 1, 0, 0,
+                                            HPT_OPTIM_LION, 8, 0, 0}},
+        {"r=8,alpha=16,rslora", g_arch->llmc ? "c_attn,mlp.c_proj" : "q,v,down", 0,
          {"train L2 C64 LoRA two layers Adam-mini", s2_64, 3, 24, 1, 0, 0, HPT_OPTIM_ADAM_MINI, 32, 0, 0}},
+        {"r=4", "", HPT_BASE_BF16, {"train L3 C48 +val LoRA bf16 base", s3_48, 2, 32, 1, 1, 0, 0, 32, 0, 0}},
+        {"r=4,dropout=0.05", "", HPT_BASE_INT8, {"train L2 C64 LoRA int8 base", s2_64, 3, 24, 1, 0, 0, 0, 32, 0, 0}},
     };
     for (size_t i = 0; i < sizeof lora / sizeof lora[0]; i++) {
         g_lora = hpt_lora_defaults();
         CHECK_OK(hpt_lora_parse(lora[i].spec, &g_lora));
+        g_lora.base = lora[i].base;
         snprintf(g_lora.targets, sizeof g_lora.targets, "%s", lora[i].targets);
         check_case(&lora[i].rc);
     }

@@ -7,6 +7,8 @@
  * PEFT's (A within 1/sqrt(in), B zero); the base's bits are those of a model without
  * adapters when B is zero; bad targets and settings are refused. */
 #include "testlib.h"
+#include "model/arch.h"
+#include "testing.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -33,6 +35,143 @@ static void *read_all(const char *path, size_t *n) {
     fclose(f);
     *n = (size_t)len;
     return p;
+}
+
+/* Dropout (the adapters' input): the gradients against central differences through a held
+ * mask (hpt_model_lora_hold_masks), and the same bits with full recomputation, whose
+ * backward regenerates the masks instead of keeping them. */
+static void check_dropout(const char *shape, const float *base, size_t np, const float *lora0,
+                          size_t nl, const int32_t *x, const int32_t *y, int B, int T,
+                          hpt_lora_opts lo) {
+    lo.dropout = 0.25f;
+    hpt_mem *mem;
+    CHECK_OK(hpt_mem_create(&mem));
+    hpt_model *m[2] = {NULL, NULL};
+    float loss[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        CHECK_OK(hpt_model_create_forward(mem, shape, &m[k]));
+        if (!m[k]) break;
+        memcpy(hpt_model_params(m[k]), base, np * sizeof(float));
+        CHECK_OK(hpt_model_lora_attach(m[k], &lo, 99));
+        memcpy(hpt_model_lora_params(m[k]), lora0, nl * sizeof(float));
+        hpt_act_opts a = hpt_act_defaults();
+        if (k) CHECK_OK(hpt_recompute_parse("full", &a));
+        CHECK_OK(hpt_model_set_act_opts(m[k], &a));
+        hpt_model_zero_grad(m[k]);
+        CHECK_OK(hpt_model_forward(m[k], x, y, B, T, &loss[k]));
+        CHECK_OK(hpt_model_backward(m[k]));
+    }
+    if (!m[0] || !m[1]) return;
+    const float *g = hpt_model_lora_grads(m[0]);
+    CHECK_MSG(memcmp(&loss[0], &loss[1], sizeof loss[0]) == 0, "dropout: loss %.9g, with full "
+              "recomputation %.9g", (double)loss[0], (double)loss[1]);
+    CHECK_MSG(memcmp(g, hpt_model_lora_grads(m[1]), nl * sizeof(float)) == 0,
+              "dropout: gradients differ with full recomputation");
+    /* the 8 largest gradients against (L(p + h) - L(p - h)) / 2h under the same masks */
+    hpt_model_lora_hold_masks(m[0], 1);
+    float *P = hpt_model_lora_params(m[0]);
+    size_t idx[8];
+    for (int k = 0; k < 8; k++) {
+        size_t best = (size_t)-1;
+        for (size_t i = 0; i < nl; i++) {
+            int taken = 0;
+            for (int q = 0; q < k; q++) taken |= idx[q] == i;
+            if (!taken && (best == (size_t)-1 || fabsf(g[i]) > fabsf(g[best]))) best = i;
+        }
+        idx[k] = best;
+    }
+    double worst = 0;
+    for (int k = 0; k < 8; k++) {
+        const float h = 1e-2f, p0 = P[idx[k]];
+        float lp, lm;
+        P[idx[k]] = p0 + h;
+        CHECK_OK(hpt_model_forward(m[0], x, y, B, T, &lp));
+        P[idx[k]] = p0 - h;
+        CHECK_OK(hpt_model_forward(m[0], x, y, B, T, &lm));
+        P[idx[k]] = p0;
+        double fd = ((double)lp - (double)lm) / (2.0 * (double)h), e = fabs(fd - (double)g[idx[k]]);
+        worst = fmax(worst, e / fabs((double)g[idx[k]]));
+        CHECK_MSG(e <= 2e-3 + 0.05 * fabs((double)g[idx[k]]), "dropout: gradient %zu is %g, "
+                  "central difference %g", idx[k], (double)g[idx[k]], fd);
+    }
+    printf("%s: dropout 0.25: full recomputation the same bits; 8 largest gradients within %.2g "
+           "(relative) of central differences\n", shape, worst);
+    hpt_model_free(m[0]);
+    hpt_model_free(m[1]);
+    hpt_mem_destroy(mem);
+}
+
+/* --base-weights (model/frozen.c): a base whose blocks' matrices are stored in bf16 or int8
+ * computes the bits of an fp32 model holding the widened values (saved and reloaded), adapters
+ * and all; the values are the initialisation's rounded (bf16: within 2^-8 relative; int8:
+ * within half a step, absmax/254 of the row); its params are exactly what the estimator says,
+ * and it has no gradients. */
+static void check_frozen(const hpt_model_config *cfg, const char *shape, int kind,
+                         const float *lora0, size_t nl, const int32_t *x, const int32_t *y,
+                         int B, int T, hpt_lora_opts lo) {
+    const char *name = kind == HPT_BASE_BF16 ? "bf16" : "int8";
+    hpt_mem *mem;
+    CHECK_OK(hpt_mem_create(&mem));
+    hpt_model *f = NULL, *r = NULL, *p = NULL;
+    CHECK_OK(hpt_model_create_frozen(mem, cfg, kind, &f));
+    if (!f) return;
+    CHECK_OK(hpt_model_init_random(f, 5));
+    hpt_mem_stats st;
+    hpt_mem_get_stats(mem, &st);
+    hpt_plan_opts po = hpt_plan_defaults();
+    po.cfg = *hpt_model_get_config(f);
+    po.B = B, po.T = T, po.no_data = 1;
+    po.lora = lo;
+    po.lora.base = kind;
+    hpt_estimate e;
+    CHECK_OK(hpt_plan_estimate(&po, &e));
+    uint64_t lb[HPT_CAT_COUNT];
+    CHECK_OK(hpt_lora_bytes(cfg, &lo, B, T, 1, lb));
+    CHECK_MSG(st.live_bytes[HPT_TIER_DEVICE][HPT_CAT_PARAMS] + lb[HPT_CAT_PARAMS] ==
+                  e.bytes[HPT_TIER_DEVICE][HPT_CAT_PARAMS],
+              "%s base: params %llu + adapters %llu, estimated %llu", name,
+              (unsigned long long)st.live_bytes[HPT_TIER_DEVICE][HPT_CAT_PARAMS],
+              (unsigned long long)lb[HPT_CAT_PARAMS],
+              (unsigned long long)e.bytes[HPT_TIER_DEVICE][HPT_CAT_PARAMS]);
+    CHECK(st.live_bytes[HPT_TIER_DEVICE][HPT_CAT_GRADS] == 0);
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/frozen_%s", t_tmpdir(), name);
+    CHECK_OK(hpt_model_save_hf(f, dir, HPT_DTYPE_F32, 0));
+    CHECK_OK(hpt_model_load_forward(mem, dir, &r));
+    CHECK_OK(hpt_model_create_forward(mem, shape, &p));
+    if (!r || !p) return;
+    CHECK_OK(hpt_model_init_random(p, 5));
+    /* the stored values: the fp32 initialisation rounded, blocks' matrices only */
+    const float *rv = hpt_model_params(r), *pv = hpt_model_params(p);
+    size_t np = hpt_model_num_params(p), changed = 0, bad = 0;
+    for (size_t i = 0; i < np; i++) {
+        changed += rv[i] != pv[i];
+        bad += fabsf(rv[i] - pv[i]) > (kind == HPT_BASE_BF16 ? fabsf(pv[i]) / 256.0f : 0.02f / 254.0f * 6.0f);
+    }
+    CHECK_MSG(changed > np / 20 && bad == 0, "%s base: %zu of %zu values rounded, %zu too far",
+              name, changed, np, bad);
+    float l[2];
+    const float *g[2];
+    hpt_model *m[2] = {f, r};
+    for (int k = 0; k < 2; k++) {
+        CHECK_OK(hpt_model_lora_attach(m[k], &lo, 3));
+        memcpy(hpt_model_lora_params(m[k]), lora0, nl * sizeof(float));
+        hpt_model_zero_grad(m[k]);
+        CHECK_OK(hpt_model_forward(m[k], x, y, B, T, &l[k]));
+        CHECK_OK(hpt_model_backward(m[k]));
+        g[k] = hpt_model_lora_grads(m[k]);
+    }
+    CHECK_MSG(memcmp(&l[0], &l[1], sizeof l[0]) == 0, "%s base: loss %.9g, fp32 model of its "
+              "values %.9g", name, (double)l[0], (double)l[1]);
+    CHECK_MSG(memcmp(g[0], g[1], nl * sizeof(float)) == 0, "%s base: adapter gradients differ "
+              "from the fp32 model's of its values", name);
+    CHECK_STATUS(hpt_model_lora_merge(f), HPT_ERR_UNSUPPORTED);
+    printf("%s: --base-weights %s: the fp32 model of its values' bits (loss %.7f)\n", shape, name,
+           (double)l[0]);
+    hpt_model_free(f);
+    hpt_model_free(r);
+    hpt_model_free(p);
+    hpt_mem_destroy(mem);
 }
 
 int main(int argc, char **argv) {
@@ -162,10 +301,12 @@ int main(int argc, char **argv) {
     uint64_t acts = hpt_model_activation_bytes(&cfg, B, T, &act) + lb[HPT_CAT_ACTS];
     CHECK_MSG(live[HPT_CAT_ACTS] == acts, "acts %llu, estimated %llu",
               (unsigned long long)live[HPT_CAT_ACTS], (unsigned long long)acts);
-    uint64_t consts = live[HPT_CAT_PARAMS] - np * 4 - lb[HPT_CAT_PARAMS];
-    CHECK_MSG(consts == (cfg.arch == HPT_ARCH_LLAMA ? (uint64_t)cfg.maxT * (cfg.C / cfg.NH) * 4 : 0),
-              "params %llu: base %zu, adapters %llu", (unsigned long long)live[HPT_CAT_PARAMS],
-              np * 4, (unsigned long long)lb[HPT_CAT_PARAMS]);
+    const hpt_arch *arch = hpt_arch_of(&cfg); /* the rotary tables beside the parameters */
+    uint64_t consts = arch && arch->consts_floats ? arch->consts_floats(&cfg) * 4 : 0;
+    CHECK_MSG(live[HPT_CAT_PARAMS] == np * 4 + lb[HPT_CAT_PARAMS] + consts,
+              "params %llu: base %zu, adapters %llu, constants %llu",
+              (unsigned long long)live[HPT_CAT_PARAMS], np * 4,
+              (unsigned long long)lb[HPT_CAT_PARAMS], (unsigned long long)consts);
 
     /* refusals */
     hpt_lora_opts bad = lo;
@@ -181,6 +322,9 @@ int main(int argc, char **argv) {
     CHECK(q.r == 16 && q.alpha == 32.0f && q.dropout == 0.05f && q.rslora == 1);
     CHECK(fabsf(hpt_lora_scale(&q) - 8.0f) < 1e-6f);
 
+    check_dropout(argv[2], base, np, lora0, nl, x, y, B, T, lo);
+    check_frozen(&cfg, argv[2], HPT_BASE_BF16, lora0, nl, x, y, B, T, lo);
+    check_frozen(&cfg, argv[2], HPT_BASE_INT8, lora0, nl, x, y, B, T, lo);
     hpt_optim_free(opt);
     hpt_model_free(m);
     hpt_mem_get_stats(mem, &st);

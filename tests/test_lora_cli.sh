@@ -3,8 +3,9 @@
 # Hugging Face llama directory (tests/hf_write.py) saves PEFT's files; a PyTorch model that
 # reads them as PEFT would (tensor names base_model.model.<module>.lora_A/B.weight, scale from
 # adapter_config.json) gives `eval --adapter`'s loss; the trainer's last validation loss (the
-# adapters unmerged) equals eval's (merged) on the same batches; a GPT-2 shape saves its names;
-# bad uses are refused with one line. Exit 77 (skipped) without python3-torch.
+# adapters unmerged) equals eval's (merged) on the same batches; a run split with --stop-at and
+# --resume gives the uninterrupted run's losses and adapters bit for bit; a GPT-2 shape saves
+# its names; bad uses are refused with one line. Exit 77 (skipped) without python3-torch.
 set -u
 bin=$1
 py=/usr/bin/python3
@@ -98,6 +99,44 @@ cfg = json.load(open(sys.argv[1] + "/adapter_config.json"))
 assert cfg["fan_in_fan_out"] is True and cfg["r"] == 2 and cfg["lora_alpha"] == 8, cfg
 PY
 
+# merge: the adapters written into the base's weights, the same loss as eval --adapter's
+"$bin" merge --model "$tmp/m/hf" --adapter "$tmp/ad" --save "$tmp/merged" 2>"$tmp/err" >/dev/null || bad "merge: $(cat "$tmp/err")"
+mg=$("$bin" eval --quiet --model "$tmp/merged" --data "$tmp/m/tokens.bin" --batch 2 --seq 16 --batches 1 2>"$tmp/err" | awk '/^loss/ {print $2}')
+[ -n "$mg" ] && [ "$mg" = "$got" ] && ok || bad "merged directory's loss '$mg', eval --adapter's '$got'"
+
+# train --adapter starts from saved adapters (their settings): at lr 0 they come back unchanged
+"$bin" train --model "$tmp/m/hf" --data "$tmp/tr.bin" --batch 2 --seq 16 --steps 1 --lr 0 --min-lr 0 \
+  --adapter "$tmp/ad" --save "$tmp/ad2" --quiet >/dev/null 2>"$tmp/err" || bad "train --adapter: $(cat "$tmp/err")"
+cmp -s "$tmp/ad/adapter_model.safetensors" "$tmp/ad2/adapter_model.safetensors" && ok ||
+  bad "train --adapter at lr 0 changed the adapters"
+cmp -s "$tmp/ad/adapter_config.json" "$tmp/ad2/adapter_config.json" && ok || bad "train --adapter changed the settings"
+
+# exact resume: 8 steps with dropout, or 4, --save, and 4 more with --resume: the same losses
+# and the same adapters, bit for bit (the base comes from --model again)
+run() { "$bin" train --model "$tmp/m/hf" --data "$tmp/tr.bin" --batch 2 --seq 16 --steps 8 --lr 1e-2 \
+  --lora r=4,alpha=8,dropout=0.2 --lora-targets q,v,down --quiet "$@" >/dev/null 2>>"$tmp/err"; }
+: >"$tmp/err"
+run --log "$tmp/a.jsonl" --save "$tmp/r1" && run --log "$tmp/b1.jsonl" --save "$tmp/r2" --stop-at 4 &&
+  run --log "$tmp/b2.jsonl" --save "$tmp/r2" --resume "$tmp/r2" || bad "split run: $(cat "$tmp/err")"
+cat "$tmp/b1.jsonl" "$tmp/b2.jsonl" >"$tmp/b.jsonl"
+la=$(sed -n 's/.*"loss":\([0-9.e+-]*\).*/\1/p' "$tmp/a.jsonl" | tr '\n' ' ')
+lb=$(sed -n 's/.*"loss":\([0-9.e+-]*\).*/\1/p' "$tmp/b.jsonl" | tr '\n' ' ')
+echo "resume: uninterrupted $la; 4 + 4 $lb"
+[ -n "$la" ] && [ "$la" = "$lb" ] && ok || bad "resumed losses differ: '$la' vs '$lb'"
+cmp -s "$tmp/r1/adapter_model.safetensors" "$tmp/r2/adapter_model.safetensors" && ok || bad "resumed adapters differ"
+cp -r "$tmp/r2" "$tmp/r3"
+head -c 100 "$tmp/r2/lora_state.bin" >"$tmp/r3/lora_state.bin"
+expect_error "truncated state" "lora_state.bin is (truncated|damaged)" run --resume "$tmp/r3"
+expect_error "another rank" "adapter_config.json has r=4.*resume with the same --lora" \
+  "$bin" train --model "$tmp/m/hf" --data "$tmp/tr.bin" --batch 2 --seq 16 --steps 8 --lora r=8 --resume "$tmp/r2" --quiet
+
+# --base-weights bf16 | int8: a frozen base stored narrow trains from a Hugging Face directory
+for bw in bf16 int8; do
+  "$bin" train --model "$tmp/m/hf" --data "$tmp/tr.bin" --batch 2 --seq 16 --steps 2 --lora r=2 \
+    --base-weights $bw --log "$tmp/bw.jsonl" --quiet >/dev/null 2>"$tmp/err" && [ -s "$tmp/bw.jsonl" ] && ok ||
+    bad "train --base-weights $bw: $(cat "$tmp/err")"
+done
+
 # refusals, one line each
 m="gpt2:L=2,C=32,NH=4,V=300,T=32"
 tr() { "$bin" train --model "$m" --data "$tmp/tr.bin" --batch 2 --seq 16 --steps 2 --quiet "$@"; }
@@ -105,6 +144,6 @@ expect_error "lora with offload" "lora.*--offload" tr --lora r=2 --offload host
 expect_error "lora-targets alone" "lora-targets needs --lora" tr --lora-targets c_attn
 expect_error "unknown target" "'q' is no linear layer of gpt2" tr --lora r=2 --lora-targets q
 expect_error "bad spec" "lora" tr --lora rank=2
-expect_error "resume" "resume of a --lora run" tr --lora r=2 --resume "$tmp/g"
+expect_error "base-weights alone" "base-weights stores a frozen base: it needs --lora" tr --base-weights bf16
 expect_error "missing adapter" "adapter_config.json" "$bin" eval --model "$m" --data "$tmp/tr.bin" --batch 1 --seq 8 --batches 1 --adapter "$tmp/nope"
 finish test_lora_cli

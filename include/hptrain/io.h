@@ -65,27 +65,33 @@ const int32_t *hpt_dataloader_positions(const hpt_dataloader *d);
 /* After next: the batch's tokens that are not padding (B*T unless packed or padded) */
 int64_t hpt_dataloader_real_tokens(const hpt_dataloader *d);
 
-/* ---- io: tokenizers (GPT-2 BPE, Llama 3 and other Hugging Face byte-level BPE) ---------- */
+/* ---- io: tokenizers (GPT-2 BPE, Hugging Face BPE: Llama 3, Qwen, Gemma 3, Llama 2) ------- */
 
 typedef struct hpt_tokenizer hpt_tokenizer;
 /* path, one of:
  *   a directory holding GPT-2's encoder.json and vocab.bpe (encode and decode);
  *   llm.c's tokenizer file (magic 20240328; decode only);
- *   a Hugging Face tokenizer.json of a byte-level BPE model (Llama 3, GPT-2, ...): model.vocab,
- *     model.merges, added_tokens and the pre_tokenizer's Split pattern (read from the file);
- *     other model types or normalizers are refused (HPT_ERR_UNSUPPORTED);
+ *   a Hugging Face tokenizer.json of a byte-level BPE model (Llama 3, GPT-2, Qwen2.5/3 with
+ *     their NFC normalizer, ...): model.vocab, model.merges, added_tokens and the pre_tokenizer's
+ *     Split pattern (read from the file); or of a SentencePiece-style BPE (Gemma 3, Llama 2:
+ *     "\u2581" for spaces, byte_fallback, Prepend); other model types, normalizers and
+ *     pre-tokenizers are refused (HPT_ERR_UNSUPPORTED; docs/tokenizer.md);
  *   tiktoken's tokenizer.model (Meta's Llama 3 file: "base64-token rank" per line), with
  *     Llama 3's split pattern and Llama 3.1's 256 special tokens from id 128000;
  *   a model directory holding tokenizer.json (else tokenizer.model). */
 hpt_status hpt_tokenizer_load(const char *path, hpt_tokenizer **out);
 void hpt_tokenizer_free(hpt_tokenizer *t);
 int hpt_tokenizer_vocab_size(const hpt_tokenizer *t); /* 1 + the largest id (128256 for Llama 3) */
-/* <|endoftext|> (50256 for GPT-2), <|end_of_text|> (Llama 3), </s>; -1 if none */
+/* <|endoftext|> (50256 for GPT-2; Qwen), <|end_of_text|> (Llama 3), <eos> (Gemma), </s>; -1 if none */
 int hpt_tokenizer_eot(const hpt_tokenizer *t);
-int hpt_tokenizer_bos(const hpt_tokenizer *t); /* <|begin_of_text|> or <s>; -1 if none (GPT-2) */
+/* <|begin_of_text|>, <bos> (Gemma) or <s> (Llama 2); -1 if none (GPT-2, Qwen) */
+int hpt_tokenizer_bos(const hpt_tokenizer *t);
 int hpt_tokenizer_can_encode(const hpt_tokenizer *t);
 /* Encodes len bytes of UTF-8 text (invalid UTF-8 is encoded byte-wise, losslessly). Special
- * tokens spelled in the text ("<|eot_id|>") are ordinary text, and no BOS is added.
+ * tokens spelled in the text ("<|eot_id|>") are ordinary text, and no BOS is added; added tokens
+ * that tokenizer.json does not mark special (Qwen's <think>, Gemma's "\n") are found, as Hugging
+ * Face finds them. A normalizer may change the text: decode gives NFC (Qwen), or a space for
+ * each U+2581 and one before the text (Llama 2).
  * *ids_out is malloc'd (caller frees); *n_out its length. */
 hpt_status hpt_tokenizer_encode(hpt_tokenizer *t, const char *text, size_t len,
                                 int32_t **ids_out, size_t *n_out);
@@ -94,6 +100,10 @@ hpt_status hpt_tokenizer_encode(hpt_tokenizer *t, const char *text, size_t len,
  * and the text between them is encoded on its own: Hugging Face's encode(text,
  * add_special_tokens=False). */
 #define HPT_TOK_SPECIAL 1u
+/* HPT_TOK_CONTINUE: the text continues one cut before it (hptrain tokenize encodes long
+ * documents in parts): no "\u2581" is prepended to it (Llama 2's Prepend normalizer), so the
+ * parts' ids are the whole text's where the cut is safe (docs/tokenizer.md). */
+#define HPT_TOK_CONTINUE 2u
 hpt_status hpt_tokenizer_encode_ex(hpt_tokenizer *t, const char *text, size_t len,
                                    unsigned flags, int32_t **ids_out, size_t *n_out);
 /* The bytes of one token (not NUL-terminated); HPT_ERR_INVALID for an id out of range. */
@@ -210,6 +220,10 @@ hpt_status hpt_model_save_hf(const hpt_model *m, const char *dir, int dtype, uin
  * HPT_ERR_SHAPE naming a missing or misshapen tensor, HPT_ERR_INVALID an unknown target. */
 hpt_status hpt_lora_save(hpt_model *m, const char *dir, const char *base_model);
 hpt_status hpt_lora_load(hpt_model *m, const char *dir);
+/* Its two halves: the options of dir's adapter_config.json, and the values of
+ * adapter_model.safetensors into the adapters already attached to m (the same layers and r). */
+hpt_status hpt_lora_read_config(const char *dir, hpt_lora_opts *o);
+hpt_status hpt_lora_read_values(hpt_model *m, const char *dir);
 /* hpt_model_save_hf of a model that came from the Hugging Face directory src (NULL: none):
  * src's config.json gives what the model does not carry (bos/eos token ids, the architecture's
  * name), and its other files (tokenizer.json, generation_config.json, ...) are copied. */

@@ -33,7 +33,7 @@ enum {
     O_JUMP_MIN_GAIN,
     O_MEMORY, O_HOST_MEMORY, O_DISK_MEMORY, O_OFFLOAD_DIR,
     O_DEVICE, O_ZERO,
-    O_LORA, O_LORA_TARGETS, O_PACK,
+    O_LORA, O_LORA_TARGETS, O_BASE_WEIGHTS, O_PACK,
     O_COUNT
 };
 
@@ -52,9 +52,11 @@ static const struct {
     {"jump-stride", 1}, {"jump-snapshots", 1}, {"jump-horizon", 1}, {"jump-fit", 1},
     {"jump-state", 1}, {"jump-search-batches", 1}, {"jump-min-gain", 1},
     {"memory", 1}, {"host-memory", 1}, {"disk-memory", 1}, {"offload-dir", 1},
-    {"device", 1}, {"zero", 1}, {"lora", 1}, {"lora-targets", 1}, {"pack", 1},
+    {"device", 1}, {"zero", 1}, {"lora", 1}, {"lora-targets", 1},
+    {"base-weights", 1}, {"pack", 1},
 };
 
+static const char *const k_base_names[] = {"f32", "bf16", "int8"};
 static const char *const k_jump_fits[] = {"linear", "quadratic", "exp"};
 static const char *const k_jump_states[] = {"keep", "reset", "zero-m"};
 
@@ -248,8 +250,15 @@ static hpt_status set_option(hpt_plan *p, int opt, const char *v) {
          * are the host's (on the CPU the same memory as the device's; docs/zero.md) */
         if (p->zero == 3 && !GIVEN(p, O_OFFLOAD)) HPT_CHECK(hpt_offload_parse("host", &p->offload));
         return HPT_OK;
-    case O_LORA: return hpt_lora_parse(v, &p->lora);
+    case O_LORA:
+        if (!*v) return hpt_fail(HPT_ERR_INVALID, "lora: expected r=N,alpha=X,dropout=P[,rslora]");
+        return hpt_lora_parse(v, &p->lora);
+    case O_BASE_WEIGHTS:
+        for (int i = 0; i <= HPT_BASE_INT8; i++)
+            if (!strcmp(v, k_base_names[i])) { p->lora.base = i; return HPT_OK; }
+        return hpt_fail(HPT_ERR_INVALID, "base-weights: f32, bf16 or int8 (got '%s')", v);
     case O_LORA_TARGETS:
+        if (!*v) return hpt_fail(HPT_ERR_INVALID, "lora-targets: expected a list of layers (q,v)");
         if (strlen(v) >= sizeof p->lora.targets)
             return hpt_fail(HPT_ERR_INVALID, "lora-targets: at most %zu characters",
                             sizeof p->lora.targets - 1);
@@ -331,6 +340,8 @@ hpt_status hpt_plan_check(const hpt_plan *p, const hpt_plan_env *env) {
     HPT_CHECK(hpt_lora_check(&p->lora));
     if (GIVEN(p, O_LORA_TARGETS) && p->lora.r < 1)
         return hpt_fail(HPT_ERR_INVALID, "--lora-targets needs --lora");
+    if (p->lora.base && p->lora.r < 1)
+        return hpt_fail(HPT_ERR_INVALID, "--base-weights stores a frozen base: it needs --lora");
     if (p->lora.r > 0 && e.training) {
         const char *why = hpt_offload_active(of) || of->fused ? "--offload or --fused-update"
                           : p->zero >= 0 ? "--zero"
@@ -524,6 +535,8 @@ hpt_status hpt_plan_print(const hpt_plan *p, char *buf, size_t n) {
         emit(&o, O_LORA, "%s", lb);
     }
     if (p->lora.targets[0]) emit(&o, O_LORA_TARGETS, "%s", p->lora.targets);
+    if (p->lora.base > 0 && p->lora.base <= HPT_BASE_INT8)
+        emit(&o, O_BASE_WEIGHTS, "%s", k_base_names[p->lora.base]);
     /* budgets, exactly: in the unit that divides them with the fewest digits (2GB, 40MiB) */
     static const int k_budget_opt[HPT_TIER_COUNT] = {O_MEMORY, O_HOST_MEMORY, O_DISK_MEMORY};
     for (int t = 0; t < HPT_TIER_COUNT; t++)

@@ -414,12 +414,11 @@ hpt_status hpt_chat_encode(hpt_tokenizer *t, const hpt_chat_text *r, int32_t **i
         int32_t id = -1;
         size_t l = 0;
         if (i < r->len && !r->from_data[i] && t->special_first[u[i]]) {
-            for (int k = 0; k < t->n_special && id < 0; k++) {
-                int32_t sid = t->special[k];
-                l = t->tok_off[sid + 1] - t->tok_off[sid];
-                if (l && l <= r->len - i && memcmp(u + i, t->tok_bytes + t->tok_off[sid], l) == 0 &&
+            for (int k = 0; k < t->n_special && id < 0; k++) { /* contents, longest first */
+                l = t->special_off[k + 1] - t->special_off[k];
+                if (l && l <= r->len - i && memcmp(u + i, t->special_text + t->special_off[k], l) == 0 &&
                     !memchr(r->from_data + i, 1, l))
-                    id = sid;
+                    id = t->special[k];
             }
         }
         if (id < 0 && i < r->len) continue;

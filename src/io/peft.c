@@ -156,7 +156,7 @@ hpt_status hpt_lora_save(hpt_model *m, const char *dir, const char *base_model) 
 
 /* adapter_config.json -> options: r, lora_alpha, lora_dropout, use_rslora, target_modules (a
  * list, or one string: PEFT's regular expression is not read). */
-static hpt_status read_config(const char *dir, hpt_lora_opts *o) {
+hpt_status hpt_lora_read_config(const char *dir, hpt_lora_opts *o) {
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", dir, PEFT_CONFIG);
     FILE *f;
@@ -211,8 +211,14 @@ static hpt_status read_config(const char *dir, hpt_lora_opts *o) {
 
 hpt_status hpt_lora_load(hpt_model *m, const char *dir) {
     hpt_lora_opts o;
-    HPT_CHECK(read_config(dir, &o));
+    HPT_CHECK(hpt_lora_read_config(dir, &o));
     HPT_CHECK(hpt_model_lora_attach(m, &o, 0));
+    hpt_status s = hpt_lora_read_values(m, dir);
+    if (s != HPT_OK) hpt_model_lora_detach(m);
+    return s;
+}
+
+hpt_status hpt_lora_read_values(hpt_model *m, const char *dir) {
     hpt_arch_linear lin[HPT_ARCH_MAX_LINEARS];
     const char *block = NULL;
     int n = model_lora_layers(m, lin, &block);
@@ -220,11 +226,9 @@ hpt_status hpt_lora_load(hpt_model *m, const char *dir) {
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", dir, PEFT_WEIGHTS);
     st_file f;
+    if (!n) return hpt_fail(HPT_ERR_INVALID, "reading adapters: the model has none attached");
     hpt_status s = st_open(path, &f);
-    if (s != HPT_OK) {
-        hpt_model_lora_detach(m);
-        return s;
-    }
+    if (s != HPT_OK) return s;
     const struct hpt_backend *be = model_backend(m);
     float *P = hpt_model_lora_params(m);
     size_t most = 0;
@@ -254,6 +258,5 @@ hpt_status hpt_lora_load(hpt_model *m, const char *dir) {
         }
     free(host);
     st_close(&f);
-    if (s != HPT_OK) hpt_model_lora_detach(m);
     return s;
 }

@@ -33,7 +33,7 @@ static int cp_to_byte(uint32_t cp) {
 }
 
 /* Decodes one UTF-8 code point of s[0..n); returns its length, 0 if invalid. */
-static size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *cp) {
+size_t tok_utf8_decode(const unsigned char *s, size_t n, uint32_t *cp) {
     if (n == 0) return 0;
     if (s[0] < 0x80) { *cp = s[0]; return 1; }
     size_t len = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc0 ? 2 : 0;
@@ -56,7 +56,7 @@ long tok_alphabet_to_bytes(const char *text, size_t n, unsigned char *out) {
     size_t i = 0, o = 0;
     while (i < n) {
         uint32_t cp;
-        size_t k = utf8_decode(s + i, n - i, &cp);
+        size_t k = tok_utf8_decode(s + i, n - i, &cp);
         int b = k ? cp_to_byte(cp) : -1;
         if (b < 0) return -1;
         out[o++] = (unsigned char)b;
@@ -110,6 +110,8 @@ hpt_tokenizer *tok_new(const char *path) {
     if (t) {
         snprintf(t->source, sizeof t->source, "%s", path);
         t->bos = -1;
+        t->unk = -1;
+        memset(t->byte_fb, 0xff, sizeof t->byte_fb);
     }
     return t;
 }
@@ -128,6 +130,13 @@ void hpt_tokenizer_free(hpt_tokenizer *t) {
     free(t->heap);
     free(t->ix.slot);
     free(t->special);
+    free(t->special_off);
+    free(t->special_text);
+    free(t->special_ctl);
+    free(t->trie_key);
+    free(t->trie_child);
+    free(t->trie_end);
+    free(t->norm);
     free(t);
 }
 
@@ -509,13 +518,14 @@ hpt_status tok_load_gpt2_dir(const char *dir, hpt_tokenizer **out) {
     if (s == HPT_OK) s = tok_compile_gpt2(t);
     if (s == HPT_OK) s = tok_finish_encoder(t);
     if (s == HPT_OK) { /* <|endoftext|> is the one special token (HPT_TOK_SPECIAL) */
-        if (!(t->special = malloc(sizeof *t->special))) {
+        int32_t *ids = malloc(sizeof *ids);
+        static const unsigned char ctl = 1;
+        if (!ids) {
             s = hpt_fail(HPT_ERR_OOM, "out of memory loading %s", dir);
             goto done;
         }
-        t->special[0] = t->eot;
-        t->n_special = 1;
-        t->special_first[t->tok_bytes[t->tok_off[t->eot]]] = 1;
+        ids[0] = t->eot;
+        s = tok_set_added(t, ids, &ctl, NULL, 1);
     }
 done:
     free(bpe);
@@ -542,7 +552,7 @@ int tok_vec_reserve(idvec *v, size_t extra) {
     return 0;
 }
 
-static int scratch_reserve(hpt_tokenizer *t, size_t n) {
+int tok_scratch_reserve(hpt_tokenizer *t, size_t n) {
     if (n <= t->scratch_cap) return 0;
     size_t cap = HPT_MAX(n, 2 * t->scratch_cap);
     int32_t *id = realloc(t->sym_id, cap * sizeof *id);
@@ -620,7 +630,7 @@ static hpt_status bpe_piece(hpt_tokenizer *t, const unsigned char *s, size_t n, 
         }
     }
     if (n > INT32_MAX) return hpt_fail(HPT_ERR_UNSUPPORTED, "a piece of %zu bytes is too long", n);
-    if (scratch_reserve(t, n) != 0)
+    if (tok_scratch_reserve(t, n) != 0)
         return hpt_fail(HPT_ERR_OOM, "out of memory encoding a piece of %zu bytes", n);
     int32_t *id = t->sym_id, *next = t->sym_next, *prev = t->sym_prev;
     for (size_t i = 0; i < n; i++) {
@@ -628,6 +638,22 @@ static hpt_status bpe_piece(hpt_tokenizer *t, const unsigned char *s, size_t n, 
         next[i] = i + 1 < n ? (int32_t)(i + 1) : -1;
         prev[i] = (int32_t)i - 1;
     }
+    tok_merge_symbols(t, n);
+    size_t first = v->n;
+    for (int32_t i = 0; i >= 0; i = next[i]) v->ids[v->n++] = id[i];
+    size_t n_ids = v->n - first;
+    if (slot && n_ids <= CACHE_IDS_MAX) {
+        slot->hash = hash;
+        slot->len = (uint8_t)n;
+        slot->n_ids = (uint8_t)n_ids;
+        memcpy(slot->key, s, n);
+        memcpy(slot->ids, v->ids + first, n_ids * sizeof(int32_t));
+    }
+    return HPT_OK;
+}
+
+void tok_merge_symbols(hpt_tokenizer *t, size_t n) {
+    int32_t *id = t->sym_id, *next = t->sym_next, *prev = t->sym_prev;
     size_t hn = 0;
     for (size_t i = 0; i + 1 < n; i++) heap_push_pair(t, &hn, (int32_t)i);
     while (hn > 0) {
@@ -645,21 +671,13 @@ static hpt_status bpe_piece(hpt_tokenizer *t, const unsigned char *s, size_t n, 
         if (prev[i] >= 0) heap_push_pair(t, &hn, prev[i]);
         heap_push_pair(t, &hn, i);
     }
-    size_t first = v->n;
-    for (int32_t i = 0; i >= 0; i = next[i]) v->ids[v->n++] = id[i];
-    size_t n_ids = v->n - first;
-    if (slot && n_ids <= CACHE_IDS_MAX) {
-        slot->hash = hash;
-        slot->len = (uint8_t)n;
-        slot->n_ids = (uint8_t)n_ids;
-        memcpy(slot->key, s, n);
-        memcpy(slot->ids, v->ids + first, n_ids * sizeof(int32_t));
-    }
-    return HPT_OK;
 }
 
-/* Pre-tokenises u[0, len) and appends the ids of its pieces to v. */
-static hpt_status encode_text(hpt_tokenizer *t, const unsigned char *u, size_t len, idvec *v) {
+/* Pre-tokenises u[0, len) (one segment: no added token in it) and appends the ids of its pieces
+ * to v; where: TOK_SEG_FIRST, TOK_SEG_CONT (for the SentencePiece prefix). */
+static hpt_status encode_text(hpt_tokenizer *t, const unsigned char *u, size_t len, idvec *v, unsigned where) {
+    if (t->sp) return tok_sp_encode(t, u, len, where, v);
+    if (t->nfc && len > 0) HPT_CHECK(tok_nfc(t, &u, &len));
     size_t off = 0;
     while (off < len) {
         size_t ms = len, me = len;
@@ -684,17 +702,6 @@ static hpt_status encode_text(hpt_tokenizer *t, const unsigned char *u, size_t l
     return HPT_OK;
 }
 
-/* The special token that starts at u[0, n), longest first (as Hugging Face's added-token
- * matcher); -1 if none. */
-static int32_t special_at(const hpt_tokenizer *t, const unsigned char *u, size_t n) {
-    for (int k = 0; k < t->n_special; k++) {
-        int32_t id = t->special[k];
-        size_t l = t->tok_off[id + 1] - t->tok_off[id];
-        if (l <= n && memcmp(u, t->tok_bytes + t->tok_off[id], l) == 0) return id;
-    }
-    return -1;
-}
-
 hpt_status hpt_tokenizer_encode(hpt_tokenizer *t, const char *text, size_t len, int32_t **ids_out,
                                 size_t *n_out) {
     return hpt_tokenizer_encode_ex(t, text, len, 0, ids_out, n_out);
@@ -713,22 +720,27 @@ hpt_status hpt_tokenizer_encode_ex(hpt_tokenizer *t, const char *text, size_t le
     hpt_status s = HPT_OK;
     if (tok_vec_reserve(&v, len / 3 + 1) != 0) goto oom;
     const unsigned char *u = (const unsigned char *)text;
-    if ((flags & HPT_TOK_SPECIAL) && t->n_special > 0) {
-        /* the text between special tokens is encoded as text on its own, as Hugging Face's
-         * added tokens split it before pre-tokenisation */
+    unsigned want = flags & HPT_TOK_SPECIAL ? 3 : 2; /* specials only when asked */
+    /* the first segment: at the text's start, or continuing a text cut before it */
+    unsigned first = TOK_SEG_FIRST | (flags & HPT_TOK_CONTINUE ? TOK_SEG_CONT : 0);
+    int any = 0;
+    for (int k = 0; k < t->n_special && !any; k++) any = (t->special_ctl[k] ? 1 : 2) & want;
+    if (any) {
+        /* the text between added tokens is encoded as text on its own, as Hugging Face's
+         * added tokens split it before normalisation and pre-tokenisation */
         size_t start = 0;
         for (size_t i = 0; i < len; i++) {
-            if (!t->special_first[u[i]]) continue;
-            int32_t id = special_at(t, u + i, len - i);
-            if (id < 0) continue;
-            if ((s = encode_text(t, u + start, i - start, &v)) != HPT_OK) goto fail;
+            if (!(t->special_first[u[i]] & want)) continue;
+            int k = tok_added_at(t, u + i, len - i, want);
+            if (k < 0) continue;
+            if ((s = encode_text(t, u + start, i - start, &v, start == 0 ? first : 0)) != HPT_OK) goto fail;
             if (tok_vec_reserve(&v, 1) != 0) goto oom;
-            v.ids[v.n++] = id;
-            i += t->tok_off[id + 1] - t->tok_off[id] - 1;
+            v.ids[v.n++] = t->special[k];
+            i += t->special_off[k + 1] - t->special_off[k] - 1;
             start = i + 1;
         }
-        if ((s = encode_text(t, u + start, len - start, &v)) != HPT_OK) goto fail;
-    } else if ((s = encode_text(t, u, len, &v)) != HPT_OK) {
+        if ((s = encode_text(t, u + start, len - start, &v, start == 0 ? first : 0)) != HPT_OK) goto fail;
+    } else if ((s = encode_text(t, u, len, &v, first)) != HPT_OK) {
         goto fail;
     }
     if (v.n == 0 && tok_vec_reserve(&v, 1) != 0) goto oom;
@@ -745,6 +757,11 @@ hpt_status hpt_tokenizer_encode_ex(hpt_tokenizer *t, const char *text, size_t le
         t->sym_id = t->sym_next = t->sym_prev = NULL;
         t->heap = NULL;
         t->scratch_cap = 0;
+    }
+    if (t->norm_cap > (1u << 22)) {
+        free(t->norm);
+        t->norm = NULL;
+        t->norm_cap = 0;
     }
     *ids_out = v.ids;
     *n_out = v.n;

@@ -1,13 +1,16 @@
-/* tokenizer_hf.c: loads the byte-level BPE tokenizers of the Llama family into the encoder of
- * tokenizer.c: Hugging Face's tokenizer.json (model.type BPE, vocab, merges, ignore_merges,
- * added tokens, a Split or ByteLevel pre-tokenizer) and tiktoken's tokenizer.model (Meta's
- * Llama 3: ranks, no merges: every split of a token into two tokens is given its rank). The
- * file's pattern is rewritten for PCRE2 (\p{L}, \p{N} from tokenizer_unicode.c, \s as Unicode's
- * White_Space). What is read and refused, and why: docs/tokenizer.md, "Llama 3".
+/* tokenizer_hf.c: loads the byte-level BPE tokenizers of the Llama and Qwen families into the
+ * encoder of tokenizer.c: Hugging Face's tokenizer.json (model.type BPE, vocab, merges,
+ * ignore_merges, added tokens, a Split or ByteLevel pre-tokenizer, an NFC normalizer) and
+ * tiktoken's tokenizer.model (Meta's Llama 3: ranks, no merges: every split of a token into two
+ * tokens is given its rank); a SentencePiece-style file (byte_fallback, a Replace normalizer)
+ * goes to tokenizer_sp.c. The file's pattern is rewritten for PCRE2 (\p{L}, \p{N} from
+ * tokenizer_unicode.c, \s as Unicode's White_Space). What is read and refused, and why:
+ * docs/tokenizer.md, "Llama 3" and "Qwen".
  * Invariants (on success): ids 0..V-1 each have bytes (added tokens: their content); the base
  * vocabulary's bytes are distinct and indexed in t->ix; every merge's parts and result are base
- * tokens; each special's id is in [0, V); a normalizer, byte fallback, subword affixes or a
- * prefix space are refused, never ignored (they would change the ids). */
+ * tokens; each special's id is in [0, V); a normalizer other than NFC, subword affixes, a prefix
+ * space or added-token flags other than special are refused, never ignored (they would change
+ * the ids). */
 #include "io/tokenizer_int.h"
 
 #include <cjson/cJSON.h>
@@ -74,41 +77,26 @@ static hpt_status compile_hf_pattern(hpt_tokenizer *t, const char *pat, size_t n
 
 /* ---- shared steps ------------------------------------------------------------------------- */
 
-static int find_token(const hpt_tokenizer *t, const char *text) {
+/* The special (ctl) added token spelt text, -1 if none. */
+static int find_special(const hpt_tokenizer *t, const char *text) {
     size_t n = strlen(text);
-    for (int id = t->V - 1; id >= 0; id--) /* added tokens sit at the end: look there first */
-        if (t->tok_off[id + 1] - t->tok_off[id] == n && memcmp(t->tok_bytes + t->tok_off[id], text, n) == 0)
-            return id;
+    for (int k = 0; k < t->n_special; k++)
+        if (t->special_ctl[k] && t->special_off[k + 1] - t->special_off[k] == n &&
+            memcmp(t->special_text + t->special_off[k], text, n) == 0)
+            return t->special[k];
     return -1;
 }
 
-static int cmp_u64(const void *a, const void *b) {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* The specials (ids, their count), longest first; eot and bos by their usual names. */
-static hpt_status set_specials(hpt_tokenizer *t, int32_t *ids, int n) {
-    t->special = ids;
-    t->n_special = n;
-    uint64_t *key = malloc(((size_t)n + 1) * sizeof *key); /* longest first, then by id */
-    if (!key) return hpt_fail(HPT_ERR_OOM, "out of memory loading %s", t->source);
-    for (int k = 0; k < n; k++)
-        key[k] = (uint64_t)(UINT32_MAX - (t->tok_off[ids[k] + 1] - t->tok_off[ids[k]])) << 32 | (uint32_t)ids[k];
-    qsort(key, (size_t)n, sizeof *key, cmp_u64);
-    for (int k = 0; k < n; k++) ids[k] = (int32_t)(uint32_t)key[k];
-    free(key);
-    for (int k = 0; k < n; k++) {
-        int32_t id = ids[k];
-        if (t->tok_off[id + 1] == t->tok_off[id])
-            return hpt_fail(HPT_ERR_FORMAT, "%s: special token %d is empty", t->source, id);
-        t->special_first[t->tok_bytes[t->tok_off[id]]] = 1;
-    }
-    static const char *const eot[] = {"<|end_of_text|>", "<|endoftext|>", "</s>"};
-    static const char *const bos[] = {"<|begin_of_text|>", "<s>"};
+/* The added tokens (ids, ctl, content: tok_set_added's), then eot and bos by their usual names
+ * among the special ones (Gemma's "<s>" is an HTML tag, not its begin-of-text). */
+hpt_status tok_set_specials(hpt_tokenizer *t, int32_t *ids, const unsigned char *ctl,
+                            const char *const *content, int n) {
+    HPT_CHECK(tok_set_added(t, ids, ctl, content, n));
+    static const char *const eot[] = {"<|end_of_text|>", "<|endoftext|>", "<eos>", "</s>"};
+    static const char *const bos[] = {"<|begin_of_text|>", "<bos>", "<s>"};
     t->eot = -1;
-    for (size_t i = 0; i < 3 && t->eot < 0; i++) t->eot = find_token(t, eot[i]);
-    for (size_t i = 0; i < 2 && t->bos < 0; i++) t->bos = find_token(t, bos[i]);
+    for (size_t i = 0; i < 4 && t->eot < 0; i++) t->eot = find_special(t, eot[i]);
+    for (size_t i = 0; i < 3 && t->bos < 0; i++) t->bos = find_special(t, bos[i]);
     return HPT_OK;
 }
 
@@ -117,6 +105,36 @@ static hpt_status set_specials(hpt_tokenizer *t, int32_t *ids, int n) {
 static const cJSON *get(const cJSON *o, const char *key) { return cJSON_GetObjectItemCaseSensitive(o, key); }
 
 static int is_true(const cJSON *o, const char *key) { return cJSON_IsTrue(get(o, key)); }
+
+/* A subword affix that is set (an empty string is none) */
+static int affix_set(const cJSON *model, const char *key) {
+    const cJSON *a = get(model, key);
+    return cJSON_IsString(a) && a->valuestring[0] != '\0';
+}
+
+/* The added tokens' flags hptrain does not implement: lstrip, rstrip, single_word, and
+ * normalized where a normalizer would apply (they change where a token is found). */
+static hpt_status check_added(const char *path, const cJSON *added, int has_normalizer) {
+    const cJSON *item;
+    cJSON_ArrayForEach(item, added) {
+        const cJSON *c = get(item, "content");
+        if (is_true(item, "lstrip") || is_true(item, "rstrip") || is_true(item, "single_word") ||
+            (has_normalizer && is_true(item, "normalized")))
+            return hpt_fail(HPT_ERR_UNSUPPORTED, "%s: added token '%.40s' has lstrip, rstrip, single_word "
+                            "or (with a normalizer) normalized set: not supported", path,
+                            cJSON_IsString(c) ? c->valuestring : "?");
+    }
+    return HPT_OK;
+}
+
+/* ctl[k]: 1 if added token k is special ("special" absent: special) */
+static unsigned char *added_ctl(const cJSON *added, int n) {
+    unsigned char *ctl = malloc((size_t)n + 1);
+    int k = 0;
+    const cJSON *item;
+    if (ctl && added) cJSON_ArrayForEach(item, added) ctl[k++] = !cJSON_IsFalse(get(item, "special"));
+    return ctl;
+}
 
 /* Finds the pre-tokenizer's pattern: a Split's Regex, or ByteLevel's use_regex (GPT-2's). Sets
  * *pat (NULL: GPT-2's) and *byte_level. */
@@ -309,11 +327,24 @@ hpt_status tok_load_hf_json(const char *path, hpt_tokenizer **out) {
                      "tokenizers (GPT-2, Llama 3) only", path, cJSON_IsString(type) ? type->valuestring : "(none)");
         goto done;
     }
-    if (cJSON_IsObject(get(root, "normalizer")) || is_true(model, "byte_fallback") ||
-        cJSON_IsString(get(model, "continuing_subword_prefix")) ||
-        cJSON_IsString(get(model, "end_of_word_suffix"))) {
-        s = hpt_fail(HPT_ERR_UNSUPPORTED, "%s: a normalizer, byte_fallback or subword affixes are not "
-                     "supported (byte-level BPE without them: GPT-2, Llama 3)", path);
+    if (tok_is_sp(root)) { /* Gemma, Llama 2: tokenizer_sp.c */
+        if ((s = tok_load_sp(t, path, root)) != HPT_OK) goto done;
+        cJSON_Delete(root);
+        *out = t;
+        return HPT_OK;
+    }
+    const cJSON *norm = get(root, "normalizer");
+    const cJSON *norm_type = get(norm, "type");
+    if (cJSON_IsObject(norm) && !(cJSON_IsString(norm_type) && !strcmp(norm_type->valuestring, "NFC"))) {
+        s = hpt_fail(HPT_ERR_UNSUPPORTED, "%s: normalizer '%s' is not supported (byte-level BPE: none or "
+                     "NFC; SentencePiece-style BPE: Replace \" \" -> \"\u2581\", Prepend)", path,
+                     cJSON_IsString(norm_type) ? norm_type->valuestring : "?");
+        goto done;
+    }
+    t->nfc = cJSON_IsObject(norm);
+    if (affix_set(model, "continuing_subword_prefix") || affix_set(model, "end_of_word_suffix")) {
+        s = hpt_fail(HPT_ERR_UNSUPPORTED, "%s: subword affixes (continuing_subword_prefix, "
+                     "end_of_word_suffix) are not supported", path);
         goto done;
     }
     if ((s = find_pattern(path, get(root, "pre_tokenizer"), &pat, &byte_level, 0)) != HPT_OK) goto done;
@@ -333,6 +364,7 @@ hpt_status tok_load_hf_json(const char *path, hpt_tokenizer **out) {
         goto done;
     }
     if (!cJSON_IsArray(added)) added = NULL;
+    if ((s = check_added(path, added, t->nfc)) != HPT_OK) goto done;
     if ((s = load_vocab(t, path, vocab, added, &n_base)) != HPT_OK) goto done;
     if (tok_index_build(t, n_base, &dup) != 0) { s = hpt_fail(HPT_ERR_OOM, "out of memory loading %s", path); goto done; }
     if (dup >= 0) { s = hpt_fail(HPT_ERR_FORMAT, "%s: token %d repeats an earlier token's bytes", path, dup); goto done; }
@@ -348,7 +380,10 @@ hpt_status tok_load_hf_json(const char *path, hpt_tokenizer **out) {
     int k = 0;
     const cJSON *item;
     if (added) cJSON_ArrayForEach(item, added) specials[k++] = (int32_t)get(item, "id")->valuedouble;
-    s = set_specials(t, specials, k);
+    unsigned char *ctl = added_ctl(added, k);
+    if (!ctl) { s = hpt_fail(HPT_ERR_OOM, "out of memory loading %s", path); goto done; }
+    s = tok_set_specials(t, specials, ctl, NULL, k);
+    free(ctl);
     specials = NULL; /* t owns it */
     if (s == HPT_OK) s = tok_finish_encoder(t);
 done:
@@ -472,7 +507,9 @@ hpt_status tok_load_tiktoken(const char *path, hpt_tokenizer **out) {
         goto done;
     }
     for (int k = 0; k < LLAMA3_N_SPECIAL; k++) specials[k] = n_base + k;
-    s = set_specials(t, specials, LLAMA3_N_SPECIAL);
+    unsigned char all_ctl[LLAMA3_N_SPECIAL];
+    memset(all_ctl, 1, sizeof all_ctl);
+    s = tok_set_specials(t, specials, all_ctl, NULL, LLAMA3_N_SPECIAL);
     specials = NULL;
     if (s == HPT_OK) s = tok_finish_encoder(t);
 done:

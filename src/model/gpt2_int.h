@@ -192,10 +192,16 @@ static inline float gpt2_loss_norm(const hpt_model *m) {
 
 void gpt2_point_tensors(const hpt_model_config *cfg, float *base, gpt2_tensors *t);
 
+/* ---- frozen.c's: create() allocates no gradients while on (this thread) ---- */
+void model_create_frozen_flag(int on);
+
 /* ---- lora.c: the runner's and the object's calls (m->lora set) ---- */
 void model_lora_free(hpt_model *m);
 /* The adapters' scratch for (B, T) (category acts), before a forward. */
 hpt_status model_lora_ensure(hpt_model *m, int B, int T);
+/* Block l, whose slices are w, is the one the next arch call computes: the adapters find
+ * their layer by w (a block store hands out one slot for every block). Nothing without. */
+void model_lora_at(hpt_model *m, int l, float *const *w);
 /* A forward pass starts (dropout's masks change). */
 void model_lora_begin_forward(hpt_model *m);
 /* Block gradients of the frozen base: its vector slices in the sink, the matrices NULL. */

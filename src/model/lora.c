@@ -16,6 +16,7 @@
 #include "core/core.h"
 #include "model/gpt2_int.h"
 #include "model/model.h"
+#include "testing.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -39,6 +40,9 @@ struct model_lora {
     size_t scratch_floats;
     int64_t in_max;             /* the widest chosen input */
     int training;               /* dropout on */
+    int hold;                   /* testing: the masks stay those of the current pass */
+    int cur_l;                  /* the block the runner computes now (model_lora_at) */
+    const float *cur_w[HPT_TABLE_MAX]; /* its slices' pointers */
     uint64_t seed, pass;        /* dropout's stream: the seed, the forward passes so far */
 };
 
@@ -230,7 +234,7 @@ hpt_status hpt_model_lora_attach(hpt_model *m, const hpt_lora_opts *o, uint64_t 
     if (m->lora) return hpt_fail(HPT_ERR_INVALID, "LoRA: the model has adapters already");
     HPT_CHECK(hpt_lora_check(o));
     if (o->r < 1) return hpt_fail(HPT_ERR_INVALID, "LoRA: rank r must be >= 1 (got %d)", o->r);
-    if (m->blocks || m->emb != HPT_EMB_FULL)
+    if (m->eng || m->emb != HPT_EMB_FULL) /* a frozen base's store (frozen.c) is fine */
         return hpt_fail(HPT_ERR_UNSUPPORTED, "LoRA adapters run on a base in memory (no --offload, "
                         "full embeddings) in this version");
     if (o->dropout > 0.0f && !m->be->dropout_forward)
@@ -243,6 +247,7 @@ hpt_status hpt_model_lora_attach(hpt_model *m, const hpt_lora_opts *o, uint64_t 
     z->s = hpt_lora_scale(o);
     z->training = 1;
     z->seed = seed;
+    z->cur_l = -1;
     hpt_status s = choose(&m->cfg, o, z->lin, &z->n_lin);
     if (s != HPT_OK) {
         free(z);
@@ -286,7 +291,16 @@ hpt_status model_lora_ensure(hpt_model *m, int B, int T) {
 }
 
 void model_lora_begin_forward(hpt_model *m) {
-    if (m->lora) m->lora->pass++;
+    if (m->lora && !m->lora->hold) m->lora->pass++;
+}
+
+uint64_t model_lora_pass(const hpt_model *m) { return m->lora ? m->lora->pass : 0; }
+void model_lora_set_pass(hpt_model *m, uint64_t pass) {
+    if (m->lora) m->lora->pass = pass;
+}
+
+void hpt_model_lora_hold_masks(hpt_model *m, int hold) {
+    if (m->lora) m->lora->hold = hold;
 }
 
 void model_lora_block_grads(hpt_model *m, float *dw[HPT_TABLE_MAX]) {
@@ -333,13 +347,17 @@ hpt_status hpt_model_lora_tensor(const hpt_model *m, int i, hpt_tensor_info *out
 
 /* ---- the maths ---- */
 
-/* Block l of the base slice whose weight w is (-1: not a chosen layer's weight). */
+/* The block whose slice `slice` w is: the runner's current one (model_lora_at), or -1 when w
+ * is not that slice (another linear layer, the head). */
 static int layer_of(const struct model_lora *z, int slice, const float *w) {
-    const hpt_model *m = z->m;
-    const float *base = m->params + m->slice_off[slice];
-    size_t n = m->slice_n[slice];
-    if (w < base || w >= base + n * (size_t)m->cfg.L || (size_t)(w - base) % n) return -1;
-    return (int)((size_t)(w - base) / n);
+    return z->cur_l >= 0 && w == z->cur_w[slice] ? z->cur_l : -1;
+}
+
+void model_lora_at(hpt_model *m, int l, float *const *w) {
+    struct model_lora *z = m->lora;
+    if (!z) return;
+    z->cur_l = l;
+    for (int s = 0; s < m->tab.n_slices; s++) z->cur_w[s] = w[s];
 }
 
 static uint64_t drop_seed(const struct model_lora *z, int l, int i) {
@@ -424,6 +442,9 @@ int model_lora_layers(const hpt_model *m, hpt_arch_linear out[HPT_ARCH_MAX_LINEA
 hpt_status hpt_model_lora_merge(hpt_model *m) {
     struct model_lora *z = m->lora;
     if (!z) return hpt_fail(HPT_ERR_INVALID, "LoRA merge: the model has no adapters");
+    if (m->blocks)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "LoRA merge: the base's blocks are in a store "
+                        "(--base-weights, --offload): merge into an fp32 base");
     const int64_t r = z->o.r;
     for (int i = 0; i < z->n_lin; i++) {
         const hpt_arch_linear *li = &z->lin[i];

@@ -288,10 +288,10 @@ static void block_forward(const hpt_arch_ctx *x, float *const *w, void *lav, con
     be->rmsnorm_forward(la->ln1, la->ln1_rstd, residual, p->ln1w, BT, C, c->norm_eps);
     /* qkv (B, T, QKV) = ln1 @ qkvw^T (+ qkvb); Qwen3: into qkvr, then the per-head norms */
     if (qk_norm(c)) {
-        be->matmul_forward(la->qkvr, la->ln1, p->qkvw, p->qkvb, BT, C, QKV, 0);
+        arch_linear_forward(x, la->qkvr, la->ln1, p->qkvw, p->qkvb, BT, C, QKV, 0);
         qk_norm_forward(be, c, la->qkv, la->qk_rstd, la->qkvr, p->qknw, BT);
     } else {
-        be->matmul_forward(la->qkv, la->ln1, p->qkvw, p->qkvb, BT, C, QKV, 0);
+        arch_linear_forward(x, la->qkv, la->ln1, p->qkvw, p->qkvb, BT, C, QKV, 0);
     }
     /* q and k rotated in place */
     hpt_rope_fwd(x, la->qkv, k->rope_cos, k->rope_sin, NH, NKV, hd);
@@ -299,16 +299,16 @@ static void block_forward(const hpt_arch_ctx *x, float *const *w, void *lav, con
     x->attn->forward(be, la->atty, la->att, la->att_lse, la->qkv, B, T, A, NH, NKV, x->pos);
     /* res2 (B, T, C) = residual + atty @ attprojw^T (+ attprojb) */
     be->copy(la->res2, residual, (size_t)BT * C * sizeof(float), HPT_COPY_D2D);
-    be->matmul_forward(la->res2, la->atty, p->attprojw, p->attprojb, BT, A, C, 1);
+    arch_linear_forward(x, la->res2, la->atty, p->attprojw, p->attprojb, BT, A, C, 1);
     /* ln2 (B, T, C) = rmsnorm(res2) * ln2w */
     be->rmsnorm_forward(la->ln2, la->ln2_rstd, la->res2, p->ln2w, BT, C, c->norm_eps);
     /* fch (B, T, 2FF) = ln2 @ fcw^T = [gate | up]; fch_swi (B, T, FF) = silu(gate) * up */
-    be->matmul_forward(la->fch, la->ln2, p->fcw, NULL, BT, C, 2 * (int64_t)FF, 0);
+    arch_linear_forward(x, la->fch, la->ln2, p->fcw, NULL, BT, C, 2 * (int64_t)FF, 0);
     be->swiglu_forward(la->fch_swi, la->fch, BT, FF);
     if (!with_res3) return;
     /* res3 (B, T, C) = res2 + fch_swi @ fcprojw^T */
     be->copy(la->res3, la->res2, (size_t)BT * C * sizeof(float), HPT_COPY_D2D);
-    be->matmul_forward(la->res3, la->fch_swi, p->fcprojw, NULL, BT, FF, C, 1);
+    arch_linear_forward(x, la->res3, la->fch_swi, p->fcprojw, NULL, BT, FF, C, 1);
 }
 
 /* Rebuilds ln1, att (plain attention), ln2 and fch_swi from what the forward kept, with the
@@ -341,15 +341,15 @@ static void block_backward(const hpt_arch_ctx *x, float *const *w, float *const 
     const llama_layer_acts *la = lav;
     llama_acts *a = av;
     /* res3 = res2 + fch_swi @ fcprojw^T; dres flows to res2 unchanged */
-    be->matmul_backward(a->dmid, g->fcprojw, NULL, a->dres, la->fch_swi, p->fcprojw, BT, FF, C, 0);
+    arch_linear_backward(x, a->dmid, g->fcprojw, NULL, a->dres, la->fch_swi, p->fcprojw, BT, FF, C, 0);
     /* fch_swi = silu(gate) * up: d[gate | up] (B, T, 2FF) into dbig */
     be->swiglu_backward(a->dbig, a->dmid, la->fch, BT, FF);
     /* fch = ln2 @ fcw^T */
-    be->matmul_backward(a->dsmall, g->fcw, NULL, a->dbig, la->ln2, p->fcw, BT, C, 2 * (int64_t)FF, 0);
+    arch_linear_backward(x, a->dsmall, g->fcw, NULL, a->dbig, la->ln2, p->fcw, BT, C, 2 * (int64_t)FF, 0);
     /* ln2 = rmsnorm(res2) * ln2w: dres += */
     be->rmsnorm_backward(a->dres, g->ln2w, a->dsmall, la->res2, p->ln2w, la->ln2_rstd, BT, C);
     /* res2 = residual + atty @ attprojw^T (+ attprojb): datty (B, T, A) into dsmall */
-    be->matmul_backward(a->dsmall, g->attprojw, g->attprojb, a->dres, la->atty, p->attprojw, BT,
+    arch_linear_backward(x, a->dsmall, g->attprojw, g->attprojb, a->dres, la->atty, p->attprojw, BT,
                         A, C, 0);
     /* atty = attention(qkv); dqkv (B, T, QKV) into dbig, dk and dv summed over each group */
     x->attn->backward(be, a->dbig, a->attscr, a->dsmall, la->qkv, la->atty, la->att, la->att_lse,
@@ -363,7 +363,7 @@ static void block_backward(const hpt_arch_ctx *x, float *const *w, float *const 
         dproj = a->dmid;
     }
     /* qkv (or qkvr) = ln1 @ qkvw^T (+ qkvb) */
-    be->matmul_backward(a->dsmall, g->qkvw, g->qkvb, dproj, la->ln1, p->qkvw, BT, C, QKV, 0);
+    arch_linear_backward(x, a->dsmall, g->qkvw, g->qkvb, dproj, la->ln1, p->qkvw, BT, C, QKV, 0);
     /* ln1 = rmsnorm(residual) * ln1w: dres += */
     be->rmsnorm_backward(a->dres, g->ln1w, a->dsmall, residual, p->ln1w, la->ln1_rstd, BT, C);
 }
@@ -642,6 +642,22 @@ static hpt_status shape_parse3(const char *shape, hpt_model_config *out) {
     return shape_parse(shape, out, HPT_ARCH_QWEN3);
 }
 
+/* LoRA's view of a block (model/lora.c): q, k, v share qkvw (q NH*hd rows, k and v NKV*hd),
+ * gate and up fcw; o's input is NH*hd wide */
+static int linears(const hpt_model_config *c, hpt_arch_linear o[HPT_ARCH_MAX_LINEARS]) {
+    const int64_t C = c->C, q = att_of(c), kv = c->NKV * hd_of(c), FF = c->FF;
+    const hpt_arch_linear l[7] = {
+        {"q", "self_attn.q_proj", "qkvw", 0, q, C},
+        {"k", "self_attn.k_proj", "qkvw", q, kv, C},
+        {"v", "self_attn.v_proj", "qkvw", q + kv, kv, C},
+        {"o", "self_attn.o_proj", "attprojw", 0, C, q},
+        {"gate", "mlp.gate_proj", "fcw", 0, FF, C},
+        {"up", "mlp.up_proj", "fcw", FF, FF, C},
+        {"down", "mlp.down_proj", "fcprojw", 0, C, FF}};
+    memcpy(o, l, sizeof l);
+    return 7;
+}
+
 static const char *const k_prefixes2[] = {"qwen2", NULL};
 static const char *const k_prefixes3[] = {"qwen3", NULL};
 
@@ -667,7 +683,7 @@ static const char *const k_prefixes3[] = {"qwen3", NULL};
         .hf_parts = hf_parts, .hf_embed_name = "model.embed_tokens.weight",                       \
         .hf_head_name = "lm_head.weight", .hf_ignore = k_hf_ignore, .hf_eot = 151643,             \
         .desc = {.name = nm, .label = lbl, .shapes = shp}, .plan = NULL,                          \
-        .param_names = k_param_names,                                                             \
+        .param_names = k_param_names, .linears = linears, .hf_block = "model.layers.%d.",        \
     }
 
 const hpt_arch hpt_arch_qwen2 =

@@ -114,12 +114,14 @@ static hpt_status recompute(hpt_model *m, const hpt_arch_ctx *x, int l) {
         if (l != act_segment_end(l, N, L)) return HPT_OK;
         for (int j = (l / N) * N; j <= l; j++) {
             HPT_CHECK(block_acquire(m, j, w));
+            model_lora_at(m, j, w);
             A->block_forward(x, w, layers + (size_t)j * A->block_acts_size,
                              block_input(m, layers, j), j < l);
             block_release(m, j);
         }
     } else if (m->act.recompute == HPT_RECOMPUTE_SELECTIVE) {
         HPT_CHECK(block_acquire(m, l, w));
+        model_lora_at(m, l, w);
         A->block_recompute(x, w, layers + (size_t)l * A->block_acts_size, block_input(m, layers, l));
         block_release(m, l);
     }
@@ -176,6 +178,7 @@ hpt_status hpt_model_forward(hpt_model *m, const int32_t *inputs, const int32_t 
             s = hpt_fail_ctx(s, "bringing in block %d's parameters", l);
             break;
         }
+        model_lora_at(m, l, w);
         A->block_forward(&x, w, flayers + (size_t)l * A->block_acts_size,
                          block_input(m, flayers, l), 1);
         block_release(m, l);
@@ -246,6 +249,7 @@ hpt_status hpt_model_backward(hpt_model *m) {
             s = hpt_fail_ctx(s, "bringing in block %d's parameters", l);
             break;
         }
+        model_lora_at(m, l, w);
         A->block_backward(&x, w, dw, layers + (size_t)l * A->block_acts_size,
                           block_input(m, layers, l), m->acts);
         s = grads_done(m, l, dw);

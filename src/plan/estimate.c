@@ -250,6 +250,10 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
         uint64_t lb[HPT_CAT_COUNT];
         HPT_CHECK(hpt_lora_bytes(c, &o->lora, o->B, o->T, 1, lb));
         dev[HPT_CAT_PARAMS] += lb[HPT_CAT_PARAMS];
+        if (o->lora.base) /* --base-weights: the blocks stored narrow, one fp32 block slot */
+            dev[HPT_CAT_PARAMS] = dev[HPT_CAT_PARAMS] - np * 4 +
+                                  (uint64_t)model_nonblock_floats(c) * 4 +
+                                  model_frozen_bytes(c, o->lora.base);
         dev[HPT_CAT_GRADS] = lb[HPT_CAT_GRADS];
         dev[HPT_CAT_OPTIM] = hpt_optim_lora_state_bytes(c, &o->lora, &o->adamw);
         dev[HPT_CAT_ACTS] += lb[HPT_CAT_ACTS];

@@ -182,6 +182,21 @@ static int newer_state(const char *dir) {
            (sa.st_mtim.tv_sec == sb.st_mtim.tv_sec && sa.st_mtim.tv_nsec > sb.st_mtim.tv_nsec);
 }
 
+/* A LoRA run resumed from dir (a LoRA --save): the adapters' values from PEFT's files, whose
+ * settings must be the run's, then the rest of the state (lora_state.c). */
+static hpt_status lora_resume(hpt_trainer *tr, const char *dir) {
+    hpt_lora_opts saved;
+    HPT_CHECK(hpt_lora_read_config(dir, &saved));
+    const hpt_lora_opts *o = &tr->o.lora;
+    if (saved.r != o->r || saved.alpha != o->alpha || saved.rslora != o->rslora ||
+        saved.dropout != o->dropout)
+        return hpt_fail(HPT_ERR_INVALID, "%s/adapter_config.json has r=%d alpha=%g dropout=%g%s; "
+                        "resume with the same --lora", dir, saved.r, (double)saved.alpha,
+                        (double)saved.dropout, saved.rslora ? " rslora" : "");
+    HPT_CHECK(hpt_lora_read_values(tr->model, dir));
+    return lora_state_load(tr, dir);
+}
+
 static hpt_status setup(hpt_trainer *tr) {
     const hpt_train_opts *o = &tr->o;
     hpt_mem_stats st0;
@@ -206,11 +221,23 @@ static hpt_status setup(hpt_trainer *tr) {
     hpt_state_section sec[HPT_STATE_MAX_SECTIONS];
     int n_sec = 0;
     char path[PATH_MAX];
+    if (o->adapter) { /* the saved adapters' settings are the run's; the plan's rules again */
+        if (o->resume)
+            return hpt_fail(HPT_ERR_INVALID, "--adapter starts a run from adapters; --resume "
+                            "continues one (give one of them)");
+        int base = tr->o.lora.base; /* --base-weights is the run's, not the adapters' */
+        HPT_CHECK(hpt_lora_read_config(o->adapter, &tr->o.lora));
+        tr->o.lora.base = base;
+        HPT_CHECK(hpt_plan_check(&o->plan, &env));
+    }
     const int lora = o->lora.r > 0;
-    if (lora && o->resume)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "--resume of a --lora run is not built yet: its "
-                        "--save writes the adapters (PEFT's files), not a training state");
-    if (o->resume) {
+    if (lora && dp_size() > 1) /* the processes' sums are over the model's gradients */
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--lora runs in one process in this version "
+                        "(docs/lora.md)");
+    if (lora && o->resume && !o->model)
+        return hpt_fail(HPT_ERR_INVALID, "--resume of a --lora run takes the frozen base from "
+                        "--model again (its checkpoint holds the adapters only)");
+    if (o->resume && !lora) {
         snprintf(path, sizeof path, "%s/state.bin", o->resume);
         hpt_adamw_opts ao;
         hpt_train_pos pos;
@@ -271,6 +298,7 @@ static hpt_status setup(hpt_trainer *tr) {
         hpt_model_config cfg;
         hpt_status ms = HPT_OK;
         model_create_forward_only(lora); /* LoRA: a frozen base, no gradient buffer */
+        model_set_frozen_base(lora ? o->lora.base : HPT_BASE_F32); /* --base-weights */
         if (file_exists(o->model)) {
             ms = check_budget(tr, &cfg, o->model, live0);
             if (ms == HPT_OK) ms = hpt_model_load_offload(tr->mem, o->model, &o->offload, &tr->model);
@@ -280,19 +308,24 @@ static hpt_status setup(hpt_trainer *tr) {
             if (ms == HPT_OK) ms = hpt_model_init_random(tr->model, o->seed);
         } else if (strchr(o->model, '/') || strstr(o->model, ".bin")) {
             model_create_forward_only(0);
+            model_set_frozen_base(HPT_BASE_F32);
             return hpt_fail(HPT_ERR_IO, "cannot open %s: %s", o->model, strerror(ENOENT));
         } else {
             model_create_forward_only(0);
+            model_set_frozen_base(HPT_BASE_F32);
             return hpt_model_config_parse(o->model, &cfg); /* its error names the shape problem */
         }
         model_create_forward_only(0);
+        model_set_frozen_base(HPT_BASE_F32);
         HPT_CHECK(ms);
         /* the adapters over the loaded or initialised base (A from the run's seed) */
         if (lora) HPT_CHECK(hpt_model_lora_attach(tr->model, &o->lora, o->seed ^ 0x4C6F5241ull));
+        if (o->adapter) HPT_CHECK(hpt_lora_read_values(tr->model, o->adapter));
         HPT_CHECK(dp_shard_init(o, tr->model, &tr->dp));
         HPT_CHECK(dp_optim_create(tr->mem, tr->model, &tr->o.adamw, &tr->dp, &tr->opt));
         HPT_CHECK(hpt_dataloader_open(tr->mem, o->data, o->B, o->T, mcfg(tr)->V, &tr->train));
-        HPT_CHECK(hpt_dataloader_set_pack(tr->train, o->pack));
+        HPT_CHECK(hpt_dataloader_set_pack(tr->train, o->pack)); /* rewinds: before a resume */
+        if (lora && o->resume) HPT_CHECK(lora_resume(tr, o->resume));
     }
     if (model_engine(tr->model) && o->loss_scale.mode != HPT_LOSS_SCALE_OFF) /* fp32 homes too: */
         eng_check_grads(model_engine(tr->model), 1); /* non-finite values skip a step */
@@ -430,8 +463,11 @@ static hpt_status save_shards(hpt_trainer *tr);
 hpt_status hpt_trainer_save(hpt_trainer *tr) {
     if (!tr->o.save_dir) return hpt_fail(HPT_ERR_INVALID, "no save directory given");
     /* LoRA: the adapters in PEFT's files, the frozen base untouched (docs/lora.md) */
-    if (hpt_model_lora_on(tr->model))
-        return dp_saved(dp_rank() ? HPT_OK : hpt_lora_save(tr->model, tr->o.save_dir, tr->o.model));
+    if (hpt_model_lora_on(tr->model)) {
+        hpt_status s = dp_rank() ? HPT_OK : hpt_lora_save(tr->model, tr->o.save_dir, tr->o.model);
+        if (s == HPT_OK && !dp_rank()) s = lora_state_save(tr, tr->o.save_dir);
+        return dp_saved(s);
+    }
     /* stages 1, 2 in memory, 1-3 in the engine: every rank its shard, rank 0 the manifest and
      * model.bin (zero.c) */
     if (tr->dp.stage || tr->o.offload.shards > 1) return dp_saved(save_shards(tr));

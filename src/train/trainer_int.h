@@ -45,6 +45,12 @@ struct hpt_trainer {
     float fault_value;
 };
 
+/* ---- lora_state.c: a LoRA run's training state beside its PEFT files (docs/lora.md) ---- */
+hpt_status lora_state_save(const hpt_trainer *tr, const char *dir);
+/* After the base, the adapters, the optimizer and the data loader are made: the saved step,
+ * data position, RNG, dropout pass and optimizer state (refused when the run differs). */
+hpt_status lora_state_load(hpt_trainer *tr, const char *dir);
+
 #define HYBRID(tr) ((tr)->o.sched.kind == HPT_SCHEDULE_HYBRID)
 #define JUMP(tr) (HYBRID(tr) && (tr)->o.sched.predictor == HPT_PREDICTOR_JUMP)
 

@@ -75,6 +75,30 @@ tj["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
 tj["model"]["ignore_merges"] = True
 tj["model"]["merges"] = [m.split(" ") for m in ml]
 open(f"{S}/tokjson/llama3_split.json", "w").write(json.dumps(tj, ensure_ascii=False))
+# Qwen's: NFC, a pattern with \p{N} alone, an added token not marked special
+tj["normalizer"] = {"type": "NFC"}
+tj["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = pat.replace("\\p{N}{1,3}", "\\p{N}")
+tj["model"]["ignore_merges"] = False
+tj["added_tokens"] = added + [{"id": 257 + k, "content": "<think>", "special": False}]
+tj["model"]["vocab"] = dict(keep, **{"<think>": 257 + k})
+open(f"{S}/tokjson/qwen_nfc.json", "w").write(json.dumps(tj, ensure_ascii=False))
+# SentencePiece-style BPE (Gemma 3's, and Llama 2's Prepend): U+2581, byte fallback
+sp_vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "\u2581": 3, "a": 4, "b": 5, "\u2581a": 6, "ab": 7, "\n": 8}
+for b in range(256):
+    sp_vocab["<0x%02X>" % b] = 9 + b
+sp = {"version": "1.0", "added_tokens": [{"id": i, "content": c, "special": True} for c, i in
+                                         (("<unk>", 0), ("<s>", 1), ("</s>", 2))] +
+      [{"id": 8, "content": "\n", "special": False}],
+      "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"},
+                     {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+      "pre_tokenizer": {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious", "invert": False},
+      "model": {"type": "BPE", "byte_fallback": True, "fuse_unk": True, "unk_token": "<unk>", "vocab": sp_vocab,
+                "merges": [["\u2581", "a"], ["a", "b"]]}}
+open(f"{S}/tokjson/sp_bytefallback.json", "w").write(json.dumps(sp, ensure_ascii=False))
+# the same with Metaspace (newer Llama 2 / Mistral files): no normalizer, prepend_scheme first, split
+sp["normalizer"] = None
+sp["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": True}
+open(f"{S}/tokjson/sp_metaspace.json", "w").write(json.dumps(sp, ensure_ascii=False))
 lines = []
 for t, i in sorted(keep.items(), key=lambda x: x[1]):
     lines.append(base64.b64encode(bytes(unbyte[ch] for ch in t)).decode() + " " + str(i))

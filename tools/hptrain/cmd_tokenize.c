@@ -165,7 +165,8 @@ static int encode_doc(hpt_tokenizer *tok, const char *name, const char *text, si
         size_t end = next_cut(text, len, off + MIN(len - off, (size_t)1 << 20));
         int32_t *ids;
         size_t n;
-        hpt_status s = hpt_tokenizer_encode(tok, text + off, end - off, &ids, &n);
+        hpt_status s = hpt_tokenizer_encode_ex(tok, text + off, end - off, off > 0 ? HPT_TOK_CONTINUE : 0,
+                                               &ids, &n);
         if (s != HPT_OK) {
             char what[512];
             snprintf(what, sizeof what, "encoding %s", name);

@@ -176,6 +176,10 @@ static const char k_help[] =
     "                       alpha 8, dropout 0); --save writes them in PEFT's files (docs/lora.md)\n"
     "  --lora-targets LIST  the adapted layers: llama q,k,v,o,gate,up,down; GPT-2 c_attn,\n"
     "                       attn.c_proj, c_fc, mlp.c_proj (c_proj: both); default every one\n"
+    "  --base-weights K     LoRA: the frozen base's block matrices stored as f32 (default),\n"
+    "                       bf16 or int8 (one scale per row), widened a block at a time\n"
+    "  --adapter DIR        start LoRA from saved adapters (PEFT's files): their r, alpha,\n"
+    "                       dropout and layers replace --lora's; a fresh optimizer\n"
     "  --quiet              the summary only: no setup lines, no progress line, the memory\n"
     "                       report in one line (warnings and errors still print)\n"
     "  --record-rates       with disk homes: the engine's own disk rates and the compute's loss\n"
@@ -366,7 +370,7 @@ static int train_main(int argc, char **argv) {
     g_rss0 = hpt_rss_bytes();
     static const struct option longopts[] = {
         CLI_TRAIN_LONGOPTS, CLI_AUTO_LONGOPTS, {"trace", 1, 0, 'P'},
-        {"record-rates", 0, 0, CLI_OPT_RECORD_RATES}, {0, 0, 0, 0}};
+        {"record-rates", 0, 0, CLI_OPT_RECORD_RATES}, {"adapter", 1, 0, 'a'}, {0, 0, 0, 0}};
     hpt_train_opts o = hpt_train_defaults();
     const char *log_path = NULL, *trace_path = NULL;
     int quiet = 0, min_lr_set = 0;
@@ -395,6 +399,7 @@ static int train_main(int argc, char **argv) {
         case 's': o.save_dir = optarg; break;
         case 'S': r = cli_parse_long("train", "--save-every", optarg, 0, 1L << 40, &lv); o.save_every = lv; break;
         case 'r': o.resume = optarg; break;
+        case 'a': o.adapter = optarg; break;
         case 'o': log_path = optarg; break;
         case 'P': trace_path = optarg; break;
         case 'x': r = cli_parse_long("train", "--seed", optarg, 0, 0x7fffffffffffffffL, &lv); o.seed = (uint64_t)lv; break;

@@ -302,6 +302,7 @@ static void usage(FILE *out) {
           "  eval      mean loss and perplexity of a model over the first batches of token shards\n"
           "  verify    check forward, backward and AdamW against a PyTorch reference state\n"
           "  convert   llm.c checkpoint <-> Hugging Face model directory (config.json, safetensors)\n"
+          "  merge     LoRA adapters (PEFT's files) merged into the base: a model directory\n"
           "  encode    text on stdin -> token ids on stdout (GPT-2, Llama 3 / Hugging Face)\n"
           "  decode    token ids on stdin -> text on stdout\n"
           "  tokenize  text files -> llm.c token shards (train/val split)\n"
@@ -319,6 +320,7 @@ int main(int argc, char **argv) {
         {"train", cmd_train},   {"sample", cmd_sample}, {"verify", cmd_verify},
         {"encode", cmd_encode}, {"decode", cmd_decode}, {"tokenize", cmd_tokenize},
         {"estimate", cmd_estimate}, {"profile", cmd_profile}, {"convert", cmd_convert},
+        {"merge", cmd_merge},
         {"eval", cmd_eval}, {"calibrate", cmd_calibrate},
         {"render", cmd_render},
     };
