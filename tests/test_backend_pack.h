@@ -181,6 +181,30 @@ static double t_encoder_backward_pos(void) {
     return e;
 }
 
+/* the bf16 encoder at positions: each output one fp32 sum of two bf16 values (exact in double,
+ * then rounded once), as encoder_forward_bf16's */
+static double t_encoder_forward_bf16_pos(void) {
+    int32_t tok[EB * ET];
+    uint16_t wte[EV * EC], wpe[ET * EC];
+    float out[EB * ET * EC];
+    for (int i = 0; i < EB * ET; i++) tok[i] = (int32_t)((frand() + 1.0f) * 0.5f * EV) % EV;
+    bf16_rand(wte, EV * EC);
+    bf16_rand(wpe, ET * EC);
+    float *d = dput(NULL, sizeof out);
+    g_be->encoder_forward_bf16_pos(d, dput(tok, sizeof tok), dput(wte, sizeof wte),
+                                   dput(wpe, sizeof wpe), dput(k_epos, sizeof k_epos), EB, ET, EC);
+    dget(out, d, sizeof out);
+    int exact = 1;
+    for (int r = 0; r < EB * ET; r++)
+        for (int c = 0; c < EC; c++)
+            exact &= out[r * EC + c] == (float)(ref_bf16_value(wte[tok[r] * EC + c]) +
+                                                ref_bf16_value(wpe[k_epos[r] * EC + c]));
+    CHECK_MSG(exact, "%s: encoder_forward_bf16_pos", g_be->name);
+    emit(out, EB * ET * EC);
+    dfree_all();
+    return exact ? 0.0 : 1.0;
+}
+
 /* RoPE at positions: QB x QT rows (examples of 3, 2 and 5), NH 4 over NKV 2 */
 static const int32_t k_qpos[QB * QT] = {0, 1, 2, 0, 1, 0, 1, 2, 3, 4};
 

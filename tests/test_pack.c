@@ -482,7 +482,8 @@ static void check_torch(const char *arch) {
 
 /* GPT-2's chunked embeddings (the fused update; model/embed.c reads wpe at each position) with
  * --pack on: each step's loss and the final weights as with the full embeddings, within the
- * chunked head's rounding (test_embed.c's bounds: 1e-6 per loss, 1e-5 the weights) */
+ * chunked head's rounding (test_embed.c's bounds: 1e-6 per loss, 1e-5 the weights); bf16
+ * embeddings within 0.1% of the mean loss */
 static void check_chunked(const char *shape, const char *pattern) {
     enum { S = 6 };
     hpt_model_config cfg;
@@ -508,6 +509,28 @@ static void check_chunked(const char *shape, const char *pattern) {
     const double ew = t_rel_err(w[1], w[0], np);
     printf("  --pack on with chunked embeddings (fused): losses rel %.1e, weights rel %.1e\n", el, ew);
     CHECK_MSG(el <= 1e-6 && ew <= 1e-5, "chunked vs full embeddings, packed: %.3g %.3g", el, ew);
+    /* bf16 embeddings (bf16 block weights, stochastic rounding; encoder_forward_bf16_pos): the
+     * mean loss within test_embed's bound of the fp32 run's, and the loss falling */
+    hpt_train_opts o = t_train_opts(shape, pattern, 2, 64, S, 2);
+    o.pack = HPT_PACK_ON;
+    o.offload.fused = 1;
+    o.offload.vocab_chunk = 48;
+    o.offload.weights = HPT_BW_BF16_SR;
+    o.offload.embeddings = HPT_EMB_BF16;
+    char save[600];
+    snprintf(save, sizeof save, "%s/bf16", t_tmpdir());
+    o.save_dir = save;
+    hpt_mem *mem;
+    CHECK_OK(hpt_mem_create(&mem));
+    float lb[S];
+    t_train_run(mem, &o, S, lb, NULL, NULL);
+    hpt_mem_destroy(mem);
+    double mb = 0.0, mf = 0.0;
+    for (int i = 0; i < S; i++) mb += (double)lb[i] / S, mf += (double)loss[0][i] / S;
+    const double eb = fabs(mb - mf) / mf;
+    printf("  --pack on with bf16 embeddings (bf16-sr weights): mean loss %.5f vs fp32 %.5f (rel "
+           "%.1e)\n", mb, mf, eb);
+    CHECK_MSG(eb <= 1e-3, "bf16 embeddings, packed: mean loss %.3g from fp32's", eb);
     free(w[0]), free(w[1]);
 }
 

@@ -192,6 +192,10 @@ struct hpt_backend {
                                 const float *wpe, const int32_t *pos, int B, int T, int C);
     void (*encoder_backward_pos)(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
                                  const int32_t *pos, int B, int T, int C);
+    /* encoder_forward_bf16 (bf16 wte and wpe) reading wpe at pos */
+    void (*encoder_forward_bf16_pos)(float *out, const int32_t *inp, const uint16_t *wte,
+                                     const uint16_t *wpe, const int32_t *pos, int B, int T,
+                                     int C);
     void (*rope_forward_pos)(float *qkv, const float *cos, const float *sin, int B, int T, int NH,
                              int NKV, int hd, const int32_t *pos);
     void (*rope_backward_pos)(float *dqkv, const float *cos, const float *sin, int B, int T,

@@ -250,9 +250,12 @@ void emb_encoder_forward(hpt_model *m) {
         return;
     }
     /* encoded (B, T, C) = wte[inputs] + wpe[t] (bf16: each row widened as it is gathered);
-     * packed examples (model/pack.c): wpe at each token's position, fp32 only */
+     * packed examples (model/pack.c): wpe at each token's position */
     if (m->emb != HPT_EMB_BF16 && m->pos)
         m->be->encoder_forward_pos(a.encoded, a.inputs, m->p.wte, m->p.wpe, m->pos, B, T, C);
+    else if (m->pos)
+        m->be->encoder_forward_bf16_pos(a.encoded, a.inputs, m->emb_h, m->emb_h + emb_off(m, 1),
+                                        m->pos, B, T, C);
     else if (m->emb != HPT_EMB_BF16)
         m->be->encoder_forward(a.encoded, a.inputs, m->p.wte, m->p.wpe, B, T, C);
     else
