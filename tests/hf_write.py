@@ -21,6 +21,12 @@ transformers packages are not needed.
                                       B*T+1 tokens, written as the llm.c shard OUT/tokens.bin;
                                       prints "pytorch loss X"; exit 77 when that script is
                                       not there
+  hf_write.py qwen OUT SHAPE B T SEED [--dtype f32|bf16] [--shard BYTES] [--rope-parameters]
+                   [--stream] [--lm-head]
+                                      the same for a Qwen2ForCausalLM or Qwen3ForCausalLM
+                                      directory of tests/make_ref_state_qwen.py's model (SHAPE its
+                                      qwen2:... or qwen3:...); --lm-head: a tied model's files
+                                      keep lm_head.weight too (as the hub's Qwen3-0.6B's do)
   hf_write.py check DIR MODEL.bin [--dtype f32|bf16]
                                       reads a directory hptrain wrote and checks names, shapes,
                                       dtypes and values against the llm.c checkpoint (bf16:
@@ -308,6 +314,86 @@ def cmd_llama(args):
         f.write(logits.float().contiguous().numpy().tobytes())
 
 
+def qwen_tensors(model, lm_head):
+    """Qwen2ForCausalLM's or Qwen3ForCausalLM's state dict of make_ref_state_qwen.Qwen."""
+    c, t = model.c, [("model.embed_tokens.weight", model.embed_tokens.weight)]
+    for l, b in enumerate(model.layers):
+        p = "model.layers.%d." % l
+        t.append((p + "input_layernorm.weight", b.input_layernorm.weight))
+        for k in ("q", "k", "v", "o"):
+            lin = getattr(b, k + "_proj")
+            t.append((p + "self_attn.%s_proj.weight" % k, lin.weight))
+            if lin.bias is not None:
+                t.append((p + "self_attn.%s_proj.bias" % k, lin.bias))
+        if c["qk_norm"]:
+            t.append((p + "self_attn.q_norm.weight", b.q_norm.weight))
+            t.append((p + "self_attn.k_norm.weight", b.k_norm.weight))
+        t.append((p + "post_attention_layernorm.weight", b.post_attention_layernorm.weight))
+        for k in ("gate", "up", "down"):
+            t.append((p + "mlp.%s_proj.weight" % k, getattr(b, k + "_proj").weight))
+    t.append(("model.norm.weight", model.norm.weight))
+    if not c["tied"] or lm_head:
+        t.append(("lm_head.weight", model.head()))
+    return [(n, x.detach().float().contiguous()) for n, x in t]
+
+
+def qwen_config(c, dtype, rope_parameters):
+    q3 = c["fam"] == "qwen3"
+    cfg = {"architectures": ["Qwen3ForCausalLM" if q3 else "Qwen2ForCausalLM"],
+           "model_type": c["fam"], "hidden_act": "silu", "hidden_size": c["C"],
+           "intermediate_size": c["FF"], "num_attention_heads": c["NH"],
+           "num_key_value_heads": c["NKV"], "num_hidden_layers": c["L"], "vocab_size": c["V"],
+           "max_position_embeddings": c["T"], "rms_norm_eps": c["eps"],
+           "tie_word_embeddings": bool(c["tied"]), "initializer_range": c["range"],
+           "use_sliding_window": False, "sliding_window": None, "bos_token_id": 1,
+           "eos_token_id": [2, 3], "torch_dtype": dtype}
+    if q3:
+        cfg["head_dim"] = c["hd"]
+        cfg["attention_bias"] = bool(c["attn_bias"])
+    if rope_parameters:  # transformers 5's form: theta inside
+        cfg["rope_parameters"] = {"rope_type": "default", "rope_theta": c["theta"]}
+    else:
+        cfg["rope_theta"] = c["theta"]
+        cfg["rope_scaling"] = None
+    return cfg
+
+
+def cmd_qwen(args):
+    out, shape, B, T, seed = args[0], args[1], int(args[2]), int(args[3]), int(args[4])
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, here)
+    import make_ref_state_qwen as ref
+    dt = {"f32": torch.float32, "bf16": torch.bfloat16}[args[args.index("--dtype") + 1] if "--dtype" in args else "f32"]
+    shard = int(args[args.index("--shard") + 1]) if "--shard" in args else None
+    c = ref.parse_shape(shape)
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    model = ref.Qwen(c)
+    ref.perturb(model)
+    if dt != torch.float32:  # the model the files hold: its weights rounded
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(p.to(dt).float())
+    if "--stream" in args:  # one window of B*T+1 tokens, as the data loader reads a shard
+        toks = torch.randint(0, c["V"], (B * T + 1,))
+        x, y = toks[:-1].view(B, T), toks[1:].view(B, T)
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, "tokens.bin"), "wb") as f:
+            f.write(struct.pack("<256i", *([20240520, 1, toks.numel()] + [0] * 253)))
+            f.write(struct.pack("<%dH" % toks.numel(), *toks.tolist()))
+    else:
+        x = torch.randint(0, c["V"], (B, T))
+        y = torch.randint(0, c["V"], (B, T))
+    with torch.no_grad():
+        _, loss = model(x, y)
+    print("pytorch loss %.9g" % float(loss))
+    d = os.path.join(out, "hf")
+    save_dir(d, [(n, t.to(dt)) for n, t in qwen_tensors(model, "--lm-head" in args)], shard)
+    json.dump(qwen_config(c, {torch.float32: "float32", torch.bfloat16: "bfloat16"}[dt],
+                          "--rope-parameters" in args),
+              open(os.path.join(d, "config.json"), "w"), indent=2)
+
+
 def cmd_fixtures(args):
     out = args[0]
     os.makedirs(out, exist_ok=True)
@@ -338,4 +424,5 @@ def cmd_fixtures(args):
 
 if __name__ == "__main__":
     cmd = sys.argv[1]
-    {"fixtures": cmd_fixtures, "gpt2": cmd_gpt2, "check": cmd_check, "llama": cmd_llama}[cmd](sys.argv[2:])
+    {"fixtures": cmd_fixtures, "gpt2": cmd_gpt2, "check": cmd_check, "llama": cmd_llama,
+     "qwen": cmd_qwen}[cmd](sys.argv[2:])

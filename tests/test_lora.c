@@ -5,7 +5,9 @@
  * base has no gradient buffer, and what the run accounts (params, grads, optim, acts) equals
  * hpt_lora_bytes, hpt_optim_lora_state_bytes and the arena's bytes; the initialisation is
  * PEFT's (A within 1/sqrt(in), B zero); the base's bits are those of a model without
- * adapters when B is zero; bad targets and settings are refused. */
+ * adapters when B is zero; bad targets and settings are refused; dropout against central
+ * differences and under full recomputation (check_dropout); a bf16 or int8 base against the
+ * fp32 model of its values (check_frozen). */
 #include "testlib.h"
 #include "model/arch.h"
 #include "testing.h"

@@ -137,6 +137,11 @@ for bw in bf16 int8; do
     bad "train --base-weights $bw: $(cat "$tmp/err")"
 done
 
+# estimate --json names the adapters
+"$bin" estimate --model "$tmp/m/hf" --batch 2 --seq 16 --lora r=4 --lora-targets q,v --base-weights bf16 --json 2>"$tmp/err" |
+  "$py" -c "import json, sys; l = json.load(sys.stdin)['lora']; sys.exit(not (l['adapter_values'] == 2 * 4 * (48 + 48 + 48 + 24) and l['base_weights'] == 'bf16' and l['targets'] == 'q,v'))" &&
+  ok || bad "estimate --json's lora: $(cat "$tmp/err")"
+
 # refusals, one line each
 m="gpt2:L=2,C=32,NH=4,V=300,T=32"
 tr() { "$bin" train --model "$m" --data "$tmp/tr.bin" --batch 2 --seq 16 --steps 2 --quiet "$@"; }

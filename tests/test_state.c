@@ -53,7 +53,9 @@ static void test_resume_exact(hpt_mem *mem) {
     }
     CHECK_MSG(same, "resumed run's losses differ from the uninterrupted run's");
     CHECK_MSG(memcmp(pa, pb, n * sizeof(float)) == 0, "final weights differ after resume");
-    CHECK(la[11] < la[0] - 0.25f); /* it trained */
+    /* it trained: 12 small steps take each family's loss down by 0.18 to 0.26 (one batch's
+     * loss, noisy by a few hundredths) */
+    CHECK(la[11] < la[0] - 0.15f);
     free(pa);
     free(pb);
 }

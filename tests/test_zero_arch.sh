@@ -14,6 +14,8 @@ arch=$2
 case $arch in
   gpt2) shape="gpt2:L=3,C=64,NH=4,V=64,T=32" ;;
   llama) shape="llama:L=3,C=64,NH=4,NKV=2,FF=96,V=64,T=32,tied=0" ;;
+  qwen2) shape="qwen2:L=3,C=64,NH=4,NKV=2,FF=96,V=64,T=32,tied=0" ;;
+  qwen3) shape="qwen3:L=3,C=64,NH=4,NKV=2,hd=20,FF=96,V=64,T=32,tied=0" ;;
   *) echo "test_zero_arch: no ZeRO case for architecture '$arch': add its shape here" >&2; exit 1 ;;
 esac
 mpi_shard "$tmp/train_000.bin"

@@ -287,9 +287,24 @@ static void llama_shape(char buf[T_SHAPE_MAX], int L, int C, int NH, int V, int 
              L, C, NH, NH % 2 ? 1 : NH / 2, 3 * C / 2, V, T);
 }
 
+/* Qwen2: llama's GQA shape with its q/k/v biases, Qwen's rope base */
+static void qwen2_shape(char buf[T_SHAPE_MAX], int L, int C, int NH, int V, int T) {
+    snprintf(buf, T_SHAPE_MAX, "qwen2:L=%d,C=%d,NH=%d,NKV=%d,FF=%d,V=%d,T=%d,theta=1000000",
+             L, C, NH, NH % 2 ? 1 : NH / 2, 3 * C / 2, V, T);
+}
+
+/* Qwen3: the per-head q/k norms and a head width hd = C/NH + 2 (rounded even), so that the
+ * attention's width NH*hd differs from C */
+static void qwen3_shape(char buf[T_SHAPE_MAX], int L, int C, int NH, int V, int T) {
+    snprintf(buf, T_SHAPE_MAX, "qwen3:L=%d,C=%d,NH=%d,NKV=%d,hd=%d,FF=%d,V=%d,T=%d,theta=1000000",
+             L, C, NH, NH % 2 ? 1 : NH / 2, (C / NH + 2) & ~1, 3 * C / 2, V, T);
+}
+
 static const t_arch k_arch_cases[] = {
     {"gpt2", HPT_ARCH_GPT2, 1, gpt2_shape, 1, {""}},
     {"llama", HPT_ARCH_LLAMA, 0, llama_shape, 2, {"", ",tied=1,attn_bias=1,mlp_bias=1"}},
+    {"qwen2", HPT_ARCH_QWEN2, 0, qwen2_shape, 2, {"", ",tied=1"}},
+    {"qwen3", HPT_ARCH_QWEN3, 0, qwen3_shape, 2, {"", ",tied=1,attn_bias=1"}},
 };
 
 int t_arch_count(void) { return (int)(sizeof k_arch_cases / sizeof k_arch_cases[0]); }

@@ -8,7 +8,7 @@
  *   for (int i = 0; i < hpt_model_num_tensors(m); i++) { hpt_tensor_info t;
  *       hpt_model_tensor(m, i, &t); }                               // name, dtype, shape, layer
  *
- * One object type serves every architecture (src/model/arch.h: GPT-2 and the llama family).
+ * One object type serves every architecture (src/model/arch.h: GPT-2, the llama family, Qwen2 and Qwen3).
  * The old names (the type hpt_gpt2, the hpt_gpt2_* calls) are in the deprecated
  * include/hptrain_gpt2.h, which nothing in hptrain includes. A model's weights, gradients and
  * activations come from the hpt_mem it was made with. What the activation arena keeps
@@ -124,7 +124,7 @@ void hpt_model_free(hpt_model *m);
  * 0.02/sqrt(2L)), biases 0, layernorm weights 1, wte padding rows 0). Deterministic in seed; the
  * same values with or without the offload engine (which can fail: a disk write). */
 hpt_status hpt_model_init_random(hpt_model *m, uint64_t seed);
-const char *hpt_model_arch(const hpt_model *m); /* "gpt2", "llama" */
+const char *hpt_model_arch(const hpt_model *m); /* "gpt2", "llama", "qwen2", "qwen3" */
 size_t hpt_model_num_params(const hpt_model *m);
 int hpt_model_num_tensors(const hpt_model *m);
 /* Tensor i (0 <= i < hpt_model_num_tensors) of the model's table; HPT_ERR_INVALID otherwise. */

@@ -1,10 +1,11 @@
-/* infer.c: inference with a key/value cache (hpt_infer), GPT-2 and llama: the logits of the
+/* infer.c: inference with a key/value cache (hpt_infer), GPT-2, llama and Qwen: the logits of the
  * next token after each fed token, and sampling. Weights are fp32 (borrowed from a model) or
  * int8 with one fp32 scale per output channel for the weight matrices (the backend's q8w ops);
  * an engine loaded from a checkpoint owns its weights, read a few MiB at a time by io/llmc.c
  * (hpt_infer_load, above the model, hands it each tensor's rows: model/infer.h). A feed of n
  * tokens runs the blocks on those n rows only (at most K_ROWS at once), attending to the cache
- * (llama's: NKV heads, keys rotated at their positions). docs/inference.md.
+ * (llama's and Qwen's: NKV heads, keys rotated at their positions; Qwen3's q and k heads
+ * normalised first, the attention NH hd wide). docs/inference.md.
  * Invariants: pos <= ctx; cache rows [0, pos) are those of the tokens fed since the last reset,
  * in order; every buffer goes through hpt_mem (weights params, cache and rows acts, the int8
  * GEMM's tile workspace, the loader's staging host io) and every op through the backend. */
@@ -19,14 +20,15 @@
 
 #define K_ROWS 64                  /* tokens a feed runs through the blocks at once */
 
-/* Tensor roles: GPT-2's table order (its checkpoint index is its role), then llama's head;
+/* Tensor roles: GPT-2's table order (its checkpoint index is its role), then llama's head and
+ * Qwen3's per-head norms;
  * a configuration's table index of each role is in ti (-1: absent). The int8 ones are the
  * 2-D linear weights and the token embedding. */
 enum { T_WTE = 0, T_WPE, T_LN1W, T_LN1B, T_QKVW, T_QKVB, T_ATTPROJW, T_ATTPROJB, T_LN2W,
-       T_LN2B, T_FCW, T_FCB, T_FCPROJW, T_FCPROJB, T_LNFW, T_LNFB, T_LMHEAD, T_ROLES };
+       T_LN2B, T_FCW, T_FCB, T_FCPROJW, T_FCPROJB, T_LNFW, T_LNFB, T_LMHEAD, T_QKNW, T_ROLES };
 static const char *const k_role[T_ROLES] = {
     "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b",
-    "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb", "lm_head"};
+    "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb", "lm_head", "qknw"};
 static int is_q8(int k) {
     return k == T_WTE || k == T_QKVW || k == T_ATTPROJW || k == T_FCW || k == T_FCPROJW ||
            k == T_LMHEAD;
@@ -53,8 +55,10 @@ struct hpt_infer {
     size_t kv_bytes;
     float *work;           /* (work_bytes) the rows' activations and logits; device acts */
     size_t work_bytes;
-    float *x, *ln, *qkv, *atty, *fch; /* (K_ROWS, C | C | QKV | C | FCH) */
+    float *x, *ln, *qkv, *atty, *fch; /* (K_ROWS, C | C | QKV | A | FCH), A = NH hd (C but
+                                       * for Qwen3) */
     float *mean, *rstd;    /* (K_ROWS) */
+    float *qk_rstd;        /* (NH + NKV) Qwen3: one row's per-head rstd; NULL otherwise */
     float *logits;         /* (Vp) after the last fed token */
     float *tile;           /* (HPT_Q8W_TILE, widest input) int8 engine: the q8w GEMM's
                             * dequantised weights, kernel scratch; device workspace (NULL for fp32) */
@@ -67,20 +71,26 @@ static hpt_model_config full_cfg(const hpt_model_config *c) {
     model_config_fill(&f);
     return f;
 }
-static int is_llama(const hpt_model_config *c) { return c->arch == HPT_ARCH_LLAMA; }
-static size_t hd_of(const hpt_model_config *c) { return (size_t)(c->C / c->NH); }
-/* key (and value) width of one cached position; a row of qkv; the MLP rows (GPT-2: fch (4C);
- * llama: [gate | up] (2FF) then silu(gate) * up (FF)); the widest GEMM input */
+/* llama's block (llama, Qwen2, Qwen3: RMSNorm, rope, SwiGLU) rather than GPT-2's */
+static int is_llama(const hpt_model_config *c) { return c->arch != HPT_ARCH_GPT2; }
+static size_t hd_of(const hpt_model_config *c) { return (size_t)(c->hd ? c->hd : c->C / c->NH); }
+/* the attention's width NH hd (C but for Qwen3); key (and value) width of one cached position;
+ * a row of qkv; the MLP rows (GPT-2: fch (4C); llama: [gate | up] (2FF) then silu(gate) * up
+ * (FF)); the widest GEMM input */
+static size_t att_w(const hpt_model_config *c) { return (size_t)c->NH * hd_of(c); }
 static size_t kv_w(const hpt_model_config *c) { return (size_t)c->NKV * hd_of(c); }
-static size_t qkv_w(const hpt_model_config *c) { return (size_t)c->C + 2 * kv_w(c); }
+static size_t qkv_w(const hpt_model_config *c) { return att_w(c) + 2 * kv_w(c); }
 static size_t fch_w(const hpt_model_config *c) { return (is_llama(c) ? 3u : 1u) * (size_t)c->FF; }
 static size_t in_w(const hpt_model_config *c) {
-    return (size_t)c->FF > (size_t)c->C ? (size_t)c->FF : (size_t)c->C;
+    size_t w = (size_t)c->FF > (size_t)c->C ? (size_t)c->FF : (size_t)c->C;
+    return w > att_w(c) ? w : att_w(c);
 }
+static int has_qk_norm(const hpt_model_config *c) { return c->arch == HPT_ARCH_QWEN3; }
 
-/* Row width of tensor role k (one output channel: its input width). */
+/* Row width of tensor role k (one output channel: its input width; qknw: a layer's 2hd). */
 static size_t row_width(const hpt_model_config *c, int k) {
-    return k == T_FCPROJW ? (size_t)c->FF : (size_t)c->C;
+    return k == T_FCPROJW ? (size_t)c->FF : k == T_ATTPROJW ? att_w(c)
+         : k == T_QKNW ? 2 * hd_of(c) : (size_t)c->C;
 }
 /* The role of table index i (-1: none). */
 static int role_of(const int ti[T_ROLES], int i) {
@@ -127,7 +137,8 @@ uint64_t hpt_infer_weight_bytes_for(const hpt_model_config *cfg, hpt_weights w) 
 /* Floats of an engine's row buffers (see infer_new). */
 static size_t work_floats(const hpt_model_config *c) {
     const size_t C = (size_t)c->C;
-    return K_ROWS * (C + C + qkv_w(c) + C + fch_w(c)) + 2 * K_ROWS + (size_t)c->Vp;
+    return K_ROWS * (C + C + qkv_w(c) + att_w(c) + fch_w(c)) + 2 * K_ROWS + (size_t)c->Vp +
+           (has_qk_norm(c) ? (size_t)(c->NH + c->NKV) : 0);
 }
 /* Bytes of the int8 GEMM's tile: HPT_Q8W_TILE output channels of the widest input. */
 static size_t tile_bytes(const hpt_model_config *c, hpt_weights kind) {
@@ -170,9 +181,6 @@ hpt_status infer_new(hpt_mem *mem, const hpt_model_config *cfg, hpt_weights kind
     const hpt_backend *be = hpt_backend_cpu();
     *out = NULL;
     if (ctx < 0) return hpt_fail(HPT_ERR_INVALID, "context %d must be >= 0", ctx);
-    if (cfg->arch != HPT_ARCH_GPT2 && cfg->arch != HPT_ARCH_LLAMA) /* its rows are these two's */
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "inference with a cache knows GPT-2 and llama, not "
-                        "%s", hpt_arch_of(cfg) ? hpt_arch_of(cfg)->name : "this architecture");
     hpt_infer *inf = calloc(1, sizeof *inf);
     if (!inf) return hpt_fail(HPT_ERR_OOM, "cannot allocate the inference object");
     inf->mem = mem;
@@ -218,11 +226,12 @@ hpt_status infer_new(hpt_mem *mem, const hpt_model_config *cfg, hpt_weights kind
     inf->x = w;        w += K_ROWS * C;
     inf->ln = w;       w += K_ROWS * C;
     inf->qkv = w;      w += K_ROWS * qkv_w(cfg);
-    inf->atty = w;     w += K_ROWS * C;
+    inf->atty = w;     w += K_ROWS * att_w(cfg);
     inf->fch = w;      w += K_ROWS * fch_w(cfg);
     inf->mean = w;     w += K_ROWS;
     inf->rstd = w;     w += K_ROWS;
-    inf->logits = w;
+    inf->logits = w;   w += cfg->Vp;
+    inf->qk_rstd = has_qk_norm(cfg) ? w : NULL;
     *out = inf;
     return HPT_OK;
 }
@@ -339,12 +348,31 @@ static void linear(hpt_infer *inf, float *out, const float *inp, int kw, int kb,
         be->matmul_forward(out, inp, inf->f[kw] + wo, b, (int64_t)n, IC, OC, accumulate);
 }
 
-/* llama's blocks on n rows (model/llama.c's forward): rmsnorm, qkv, rope at the rows'
- * positions, the cache of NKV heads, attention, SwiGLU. */
+/* Qwen3's per-head norms of the n rows' q and k heads in qkv (model/qwen.c's forward), row by
+ * row through atty's first row (free until the attention): q_h = rmsnorm(q_h) * qnw, k_h the
+ * same with knw, qknw = [qnw | knw] of layer l. */
+static void qk_norm_rows(hpt_infer *inf, size_t n, int l) {
+    const hpt_backend *be = hpt_backend_cpu();
+    const hpt_model_config *c = &inf->cfg;
+    const int NH = c->NH, NKV = c->NKV, hd = (int)hd_of(c);
+    const size_t QKV = qkv_w(c), A = att_w(c), K = kv_w(c);
+    const float *w = inf->f[T_QKNW] + (size_t)l * 2 * (size_t)hd;
+    for (size_t r = 0; r < n; r++) {
+        float *q = inf->qkv + r * QKV;
+        be->copy(inf->atty, q, (A + K) * sizeof(float), HPT_COPY_D2D);
+        be->rmsnorm_forward(q, inf->qk_rstd, inf->atty, w, NH, hd, c->norm_eps);
+        be->rmsnorm_forward(q + A, inf->qk_rstd + NH, inf->atty + A, w + hd, NKV, hd, c->norm_eps);
+    }
+}
+
+/* llama's blocks on n rows (model/llama.c's forward; Qwen's, model/qwen.c): rmsnorm, qkv,
+ * [Qwen3's q and k norms], rope at the rows' positions, the cache of NKV heads, attention,
+ * SwiGLU. */
 static void llama_rows(hpt_infer *inf, size_t n, int pos0) {
     const hpt_backend *be = hpt_backend_cpu();
     const hpt_model_config *c = &inf->cfg;
     const int C = c->C, NH = c->NH, NKV = c->NKV, FF = c->FF, hd = (int)hd_of(c);
+    const int A = (int)att_w(c);
     const size_t Cz = (size_t)C, kw = kv_w(c), QKV = qkv_w(c);
     const float *cosv = inf->rope, *sinv = inf->rope + (size_t)c->maxT * (size_t)(hd / 2);
     float *gu = inf->fch, *sw = inf->fch + K_ROWS * 2 * (size_t)FF;
@@ -353,10 +381,11 @@ static void llama_rows(hpt_infer *inf, size_t n, int pos0) {
         float *K = inf->kv + (size_t)l * 2 * (size_t)inf->ctx * kw, *V = K + (size_t)inf->ctx * kw;
         be->rmsnorm_forward(inf->ln, inf->rstd, inf->x, inf->f[T_LN1W] + lc, (int64_t)n, C, c->norm_eps);
         linear(inf, inf->qkv, inf->ln, T_QKVW, T_QKVB, l, n, C, (int64_t)QKV, 0);
+        if (inf->qk_rstd) qk_norm_rows(inf, n, l);
         be->rope_forward(inf->qkv, cosv, sinv, 1, (int)n, NH, NKV, hd, pos0);
-        be->infer_kv_store(K, V, inf->qkv, pos0, n, C, NH, NKV);
-        be->infer_attend(inf->atty, inf->qkv, K, V, pos0, n, C, NH, NKV);
-        linear(inf, inf->x, inf->atty, T_ATTPROJW, T_ATTPROJB, l, n, C, C, 1);
+        be->infer_kv_store(K, V, inf->qkv, pos0, n, A, NH, NKV);
+        be->infer_attend(inf->atty, inf->qkv, K, V, pos0, n, A, NH, NKV);
+        linear(inf, inf->x, inf->atty, T_ATTPROJW, T_ATTPROJB, l, n, A, C, 1);
         be->rmsnorm_forward(inf->ln, inf->rstd, inf->x, inf->f[T_LN2W] + lc, (int64_t)n, C, c->norm_eps);
         linear(inf, gu, inf->ln, T_FCW, T_FCB, l, n, C, 2 * (int64_t)FF, 0);
         be->swiglu_forward(sw, gu, (int64_t)n, FF);

@@ -151,6 +151,24 @@ size_t hpt_lora_num_params(const hpt_model_config *cfg, const hpt_lora_opts *o) 
     return hpt_table_numel(&t);
 }
 
+hpt_status model_lora_flops(const hpt_model_config *cfg, const hpt_lora_opts *o,
+                            double *frozen_dw, double *adapters) {
+    hpt_arch_linear all[HPT_ARCH_MAX_LINEARS], lin[HPT_ARCH_MAX_LINEARS];
+    const hpt_arch *A = hpt_arch_of(cfg);
+    int na = A && A->linears ? A->linears(cfg, all) : 0, n = 0;
+    HPT_CHECK(choose(cfg, o, lin, &n));
+    /* the weight gradients a frozen base does not compute: every block GEMM's and the head's,
+     * 2 FLOPs per multiply-add (biases left out, as the architectures' counts do) */
+    double w = 0.0, r = o->r, f = 0.0;
+    for (int i = 0; i < na; i++) w += (double)all[i].in * (double)all[i].out;
+    *frozen_dw = 2.0 * ((double)cfg->L * w + (double)cfg->Vp * cfg->C);
+    /* per adapted layer: forward u = A x, y += B u: 2r(in + out); backward u again (2r in),
+     * dB and du (2r out each), dA and dx (2r in each) */
+    for (int i = 0; i < n; i++) f += 2.0 * r * (4.0 * (double)lin[i].in + 3.0 * (double)lin[i].out);
+    *adapters = (double)cfg->L * f;
+    return HPT_OK;
+}
+
 hpt_status hpt_lora_bytes(const hpt_model_config *cfg, const hpt_lora_opts *o, int B, int T,
                           int training, uint64_t out[HPT_CAT_COUNT]) {
     memset(out, 0, HPT_CAT_COUNT * sizeof out[0]);

@@ -164,6 +164,10 @@ int model_frozen_base(void);
 /* The forward passes so far (dropout's masks follow it): a resumed run's training state. */
 uint64_t model_lora_pass(const hpt_model *m);
 void model_lora_set_pass(hpt_model *m, uint64_t pass);
+/* Per token of a LoRA run: *frozen_dw the weight-gradient FLOPs the frozen base skips (every
+ * block GEMM's and the head's), *adapters the adapters' own forward and backward FLOPs. */
+hpt_status model_lora_flops(const hpt_model_config *cfg, const hpt_lora_opts *o,
+                            double *frozen_dw, double *adapters);
 /* The table adapters o would have on a model of cfg (the estimator's, without a model). */
 hpt_status model_lora_describe(const hpt_model_config *cfg, const hpt_lora_opts *o,
                                hpt_tensor_table *out);

@@ -579,6 +579,8 @@ static hpt_status qwen_key(hpt_model_config *c, const char *key, double v, const
             HPT_CHECK(model_shape_int(v, ints[i].lo, key, shape, dst));
             if ((dst == &c->tied || dst == &c->attn_bias) && *dst > 1)
                 return hpt_fail(HPT_ERR_INVALID, "bad shape '%s': %s is 0 or 1", shape, key);
+            if (dst == &c->attn_bias && !*dst && c->arch == HPT_ARCH_QWEN2)
+                return hpt_fail(HPT_ERR_INVALID, "bad shape '%s': qwen2 has its q/k/v biases", shape);
             return HPT_OK;
         }
     for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++)

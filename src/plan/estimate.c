@@ -282,6 +282,11 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
      * (query, key) pair). */
     out->flops_per_token_fwd = model_flops_per_token(c, o->T);
     out->flops_per_token = o->training ? 3.0 * out->flops_per_token_fwd : out->flops_per_token_fwd;
+    if (o->training && o->lora.r > 0) { /* LoRA: no weight gradients for the base, the adapters' */
+        double dw = 0.0, ad = 0.0;
+        HPT_CHECK(model_lora_flops(c, &o->lora, &dw, &ad));
+        out->flops_per_token += ad - dw;
+    }
     return HPT_OK;
 }
 

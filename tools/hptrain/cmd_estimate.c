@@ -104,6 +104,17 @@ static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t 
     printf("\"optimizer\":\"%s\",\"state_bits\":%d,\"state32_embeddings\":%s,",
            hpt_optim_name((hpt_optim_kind)po->adamw.optimizer), po->adamw.state_bits ? po->adamw.state_bits : 32,
            po->adamw.state32_embeddings ? "true" : "false");
+    if (po->training && po->lora.r > 0) { /* docs/lora.md */
+        static const char *const base[] = {"f32", "bf16", "int8"};
+        char ls[96];
+        hpt_lora_name(&po->lora, ls, sizeof ls);
+        printf("\"lora\":{\"spec\":\"%s\",\"targets\":\"", ls);
+        for (const char *t = po->lora.targets; *t; t++) /* names: letters, digits, _ . , */
+            if (*t != '"' && *t != '\\' && (unsigned char)*t >= 0x20) putchar(*t);
+        printf("\",\"adapter_values\":%zu,\"base_weights\":\"%s\"},",
+               hpt_lora_num_params(&po->cfg, &po->lora),
+               base[po->lora.base >= 0 && po->lora.base <= 2 ? po->lora.base : 0]);
+    }
     printf("\"peak_bytes\":%llu,\"bytes\":{", (unsigned long long)e->peak_bytes[HPT_TIER_DEVICE]);
     for (int t = 0; t < HPT_TIER_COUNT; t++) {
         printf("%s\"%s\":{", t ? "," : "", hpt_tier_name((hpt_tier)t));
@@ -282,9 +293,20 @@ static void print_text(const char *model, const hpt_plan_opts *po, const hpt_est
         printf("  plan       %s\n", *pb ? pb : "(defaults)");
     printf("  parameters %.2fM (%llu, wte padding included)\n", (double)e->num_params / 1e6,
            (unsigned long long)e->num_params);
+    if (po->training && po->lora.r > 0) {
+        static const char *const base[] = {"fp32", "bf16", "int8"};
+        size_t n = hpt_lora_num_params(&po->cfg, &po->lora);
+        printf("  lora       %.3fM adapter values trained (%.2f%% of the base); the base frozen "
+               "(%s)\n", (double)n / 1e6,
+               100.0 * (double)n / (double)e->num_params,
+               base[po->lora.base >= 0 && po->lora.base <= 2 ? po->lora.base : 0]);
+    }
     fmt_flops(x, sizeof x, e->flops_per_token);
     fmt_flops(y, sizeof y, e->flops_per_token_fwd);
-    if (po->training)
+    if (po->training && po->lora.r > 0)
+        printf("  FLOPs/token %s (forward %s, backward without the frozen weights' gradients, "
+               "the adapters)\n", x, y);
+    else if (po->training)
         printf("  FLOPs/token %s (3 x forward %s; matmuls and causal attention)\n", x, y);
     else
         printf("  FLOPs/token %s (forward; matmuls and causal attention)\n", y);
