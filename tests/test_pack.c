@@ -12,20 +12,21 @@
  *
  * Model (test_pack ARCH: GPT-2's learned positions; Llama's, Qwen2's, Qwen3's RoPE): a packed
  * batch (B = 2, T = 80, examples of 1 to 80 tokens, some targets ignored) through
- * hpt_model_set_positions, forward and backward, against each example alone (B = 1, T = its length): the packed loss (mean over
- * all targets) equals sum_e n_e loss_e / n, and the packed gradient sum_e n_e grad_e / n, within
- * BOUND; and the padded form (one example per row, the rest padding that is not a target, no
- * positions) the same.
+ * hpt_model_set_positions, forward and backward, against each example alone (B = 1, T = its
+ * length): the packed loss (mean over all targets) equals sum_e n_e loss_e / n, and the packed
+ * gradient sum_e n_e grad_e / n, within BOUND; and the padded form (one example per row, the
+ * rest padding that is not a target, no positions) the same.
  *
- * PyTorch (each case; tests/make_ref_pack.py, the fixture make_ref_pack): a batch of two rows of
- * 48 with 4 and 2 examples and padding, through an explicit block-diagonal causal mask, wpe or
- * the rotary tables at each example's positions, cross_entropy(ignore_index): the loss and every
- * gradient within BOUND, flash and plain.
+ * PyTorch (GPT-2 and Llama; tests/make_ref_pack.py, the fixture make_ref_pack): a batch of two
+ * rows of 48 with 4 and 2 examples and padding, through an explicit block-diagonal causal mask,
+ * wpe or the rotary tables at each example's positions, cross_entropy(ignore_index): the loss
+ * and every gradient within BOUND, flash and plain.
  *
  * Loader (first case): one pass of --pack on and off over two masked shards (uint16 and uint32
  * tokens) against the shards read whole (every example in order, whole or truncated to T, its
- * targets and positions; padding; rows within one shard; real tokens). Trainer (each case): --pack on and off, the
- * estimate equal to the measured peak, and exact resume. */
+ * targets and positions; padding; rows within one shard; real tokens). Trainer (each case):
+ * --pack on and off, the estimate equal to the measured peak, and exact resume; GPT-2's chunked
+ * and bf16 embeddings packed against the full ones (the first case). */
 #include "testlib.h"
 
 #include "core/core.h"
