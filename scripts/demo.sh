@@ -86,8 +86,10 @@ echo "3. Training $steps steps of 4 x 512 tokens with that plan (validation loss
 echo "   \$ hptrain train ${job[*]} ${hyper[*]} --plan auto ${lossy[*]}"
 "$hpt" train "${job[@]}" "${hyper[@]}" --plan auto "${lossy[@]}" --save "$out" --log "$out/log.jsonl" \
   2>&1 | tee "$out/train.log" | awk '
-  /^step / { split($2, s, "/"); if (s[1] % 50 == 0 || s[1] == s[2] || s[1] == 1)
-               printf "   step %4d  train loss %s  val loss %s  %s tok/s\n", s[1], $6, $9, $14; fflush() }
+  /^step / { split($2, s, "/"); for (i = 3; i <= NF; i++) { if ($i == "loss") l = $(i+1);
+               if ($i == "val") v = $(i+1); if ($i == "tok/s") t = $(i-1) }
+             if (s[1] % 50 == 0 || s[1] == s[2] || s[1] == 1)
+               printf "   step %4d  train loss %s  val loss %s  %s tok/s\n", s[1], l, v, t; fflush() }
   /^done:/ { sub(/^done: /, ""); print "   done: " $0; fflush() }
   /error/ { print; fflush() }'
 test -f "$out/model.bin" || { echo "demo: training failed (see $out/train.log)" >&2; exit 1; }

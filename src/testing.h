@@ -41,6 +41,11 @@ void hpt_trainer_inject_grad(hpt_trainer *tr, int64_t step, int layer, float val
 /* The trainer's optimizer (tests read its moments around a jump). */
 hpt_optim *hpt_trainer_optim(hpt_trainer *tr);
 
+/* LoRA's dropout masks change with each forward pass (model/lora.c); hold 1 keeps the current
+ * pass's masks for the forwards that follow (finite differences through dropout), 0 lets
+ * them change again. Nothing without adapters. */
+void hpt_model_lora_hold_masks(hpt_model *m, int hold);
+
 /* The testing predictors of the hybrid schedule (hpt_predictor_kind values; checkpoints store
  * them, so the values never change). hpt_predictor_parse refuses their names;
  * hpt_predictor_parse_testing accepts every predictor. */

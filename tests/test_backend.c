@@ -163,6 +163,7 @@ static double t_memory(void) {
 #include "test_backend_optim.h"
 #include "test_backend_model.h"
 #include "test_backend_llama.h"
+#include "test_backend_pack.h"
 
 /* ================================ the table ================================ */
 typedef struct {
@@ -187,6 +188,12 @@ static const op_test k_tests[] = {
     OP(attention_forward, t_attention_forward), OP(attention_backward, t_attention_backward),
     OP(flash_attention_forward, t_flash_attention_forward),
     OP(flash_attention_backward, t_flash_attention_backward),
+    OP(attention_forward_seg, t_attention_forward_seg),
+    OP(attention_backward_seg, t_attention_backward_seg),
+    OP(flash_attention_forward_seg, t_flash_attention_forward_seg),
+    OP(flash_attention_backward_seg, t_flash_attention_backward_seg),
+    OP(encoder_forward_pos, t_encoder_forward_pos), OP(encoder_backward_pos, t_encoder_backward_pos),
+    OP(rope_forward_pos, t_rope_forward_pos), OP(rope_backward_pos, t_rope_backward_pos),
     OP(gelu_forward, t_gelu_forward), OP(gelu_backward, t_gelu_backward), OP(scale, t_scale),
     OP(sumsq, t_sumsq), OP(nonfinite, t_nonfinite),
     OP(crossentropy_forward, t_crossentropy_forward),
@@ -212,6 +219,7 @@ static const op_test k_tests[] = {
     OP(predict_adam, t_predict_adam), OP(predict_linear, t_predict_linear),
     OP(add_normal, t_add_normal), OP(adam_step_sumsq, t_adam_step_sumsq),
     OP(init_normal, t_init_normal), OP(fill, t_fill),
+    OP(dropout_forward, t_dropout), WITH(dropout_backward, "dropout_forward"),
 };
 #define N_TESTS (sizeof k_tests / sizeof k_tests[0])
 /* Every member after the name is an op's function pointer, and every one has an entry. */

@@ -690,6 +690,35 @@ static double t_fill(void) {
     return ok ? 0.0 : 1.0;
 }
 
+/* dropout, p = 0.25: every output 0 or x / (1 - p) exactly (one fp32 product by the rounded
+ * 1 / (1 - p)), about 3/4 kept; the backward adds dy's share on the forward's mask alone */
+static double t_dropout(void) {
+    enum { DN = 4000 };
+    static float x[DN], y[DN], dy[DN], dx[DN];
+    const float p = 0.25f, keep = 1.0f / (1.0f - p);
+    const uint64_t seed = 0x5eed1234ull;
+    for (int i = 0; i < DN; i++) x[i] = 0.5f + 0.01f * (float)(i % 97), dy[i] = 1.0f + 0.001f * (float)i;
+    float *dxs = dput(x, sizeof x), *dys = dput(NULL, sizeof y), *ddy = dput(dy, sizeof dy), *ddx = dput(NULL, sizeof dx);
+    g_be->dropout_forward(dys, dxs, DN, p, seed);
+    g_be->fill(ddx, DN, 2.0f);
+    g_be->dropout_backward(ddx, ddy, DN, p, seed);
+    dget(y, dys, sizeof y);
+    dget(dx, ddx, sizeof dx);
+    int ok = 1, kept = 0;
+    for (int i = 0; i < DN; i++) {
+        const int k = y[i] != 0.0f;
+        kept += k;
+        ok &= k ? y[i] == x[i] * keep : y[i] == 0.0f;
+        ok &= k ? dx[i] == 2.0f + dy[i] * keep : dx[i] == 2.0f;
+    }
+    CHECK_MSG(ok, "%s: dropout outputs or mask", g_be->name);
+    CHECK_MSG(kept > DN * 7 / 10 && kept < DN * 8 / 10, "%s: dropout kept %d of %d at p = 0.25", g_be->name, kept, DN);
+    emit(y, DN);
+    emit(dx, DN);
+    dfree_all();
+    return ok ? 0.0 : 1.0;
+}
+
 static double t_sync(void) {
     g_be->sync(); /* nothing issued: returns */
     return 0.0;

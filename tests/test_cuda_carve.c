@@ -8,7 +8,9 @@
  *   - a double give-back, one outside the region and one over a free extent are refused and
  *     change nothing;
  *   - a full extent list refuses a give-back that needs a new extent, and changes nothing;
- *   - everything given back: one extent, the whole region. */
+ *   - everything given back: one extent, the whole region;
+ *   - the high-water mark (the end of the highest piece ever taken) is the highest end of the
+ *     map's live units ever seen, and never falls. */
 #include "testlib.h"
 
 #include "kernels/cuda/carve.h"
@@ -69,7 +71,8 @@ static void mark(size_t off, size_t len, unsigned char v) {
 int main(void) {
     hpt_carve_init(&g_c, g_buf, CAP, SIZE);
     CHECK(g_c.n == 1 && g_c.free[0].off == 0 && g_c.free[0].len == SIZE && consistent());
-    int takes = 0, fails = 0, bad_fit = 0, bad_state = 0, refusals_ok = 1;
+    int takes = 0, fails = 0, bad_fit = 0, bad_state = 0, refusals_ok = 1, bad_high = 0;
+    size_t high = 0;
     for (int it = 0; it < 200000; it++) {
         if (g_nlive < MAXLIVE && (g_nlive == 0 || rnd(100) < 52)) {
             size_t len = (size_t)UNIT * (1 + (rnd(4) ? rnd(16) : rnd(512)));
@@ -81,6 +84,7 @@ int main(void) {
                 bad_fit += want < 0 || off != (size_t)want * UNIT;
                 g_live[g_nlive].off = off, g_live[g_nlive].len = len, g_nlive++;
                 mark(off, len, 1);
+                if (off + len > high) high = off + len;
             } else {
                 fails++;
                 bad_fit += want >= 0;
@@ -100,10 +104,13 @@ int main(void) {
             }
         }
         bad_state += !consistent();
+        bad_high += g_c.high != high;
     }
     printf("%d takes, %d refused for room, %d live at the end, %d free extents\n", takes, fails, g_nlive, g_c.n);
     CHECK_MSG(bad_fit == 0, "%d takes not first fit", bad_fit);
     CHECK_MSG(bad_state == 0, "%d states inconsistent", bad_state);
+    CHECK_MSG(bad_high == 0, "%d states with a wrong high-water mark", bad_high);
+    printf("high-water mark %zu of %zu bytes\n", g_c.high, SIZE);
     CHECK(refusals_ok);
     CHECK(takes > 50000 && fails > 0); /* the region filled up at times */
     /* outside the region, over a free extent: refused */
@@ -118,6 +125,7 @@ int main(void) {
         mark(g_live[g_nlive].off, g_live[g_nlive].len, 0);
     }
     CHECK(g_c.n == 1 && g_c.free[0].off == 0 && g_c.free[0].len == SIZE && g_c.used == 0 && consistent());
+    CHECK(g_c.high == high); /* giving back lowers nothing */
     /* a full list (3 extents at most): a give-back that needs a fourth is refused, unchanged */
     hpt_extent small[3];
     hpt_carve c;

@@ -61,8 +61,12 @@ typedef struct {
     hpt_model_config cfg;
 } measured;
 
+/* LoRA adapters of the training cases (r 0: none; main's LoRA cases set it) */
+static hpt_lora_opts g_lora;
+
 static hpt_status run_training(hpt_mem *mem, const run_case *rc, measured *m) {
     hpt_train_opts o = hpt_train_defaults();
+    o.lora = g_lora;
     o.model = rc->model;
     o.data = g_train;
     o.val = rc->val ? g_val : NULL;
@@ -148,6 +152,7 @@ static void check_case(const run_case *rc) {
     po.adamw.state_bits = rc->state_bits;
     po.adamw.state32_embeddings = rc->emb32;
     po.offload.fused = rc->fused;
+    po.lora = g_lora;
     hpt_estimate e;
     CHECK_OK(hpt_plan_estimate(&po, &e));
     uint64_t est = e.peak_bytes[HPT_TIER_DEVICE], meas = m.st.peak_bytes[HPT_TIER_DEVICE];
@@ -630,6 +635,7 @@ static void check_grad_homes(void) {
 int main(int argc, char **argv) {
     g_arch = t_arch_arg(argc, argv, "test_estimate");
     if (!g_arch) return 2;
+    g_lora = hpt_lora_defaults();
     t_arch_shape(g_arch, g_model, 3, 48, 6, 100, 32, 0);
     /* one thread: the figures do not depend on it, and a loaded machine makes OpenMP's
      * barriers of tiny kernels slow */
@@ -684,6 +690,24 @@ int main(int argc, char **argv) {
         if (cases[i].model == ckpt && !g_arch->llmc) continue; /* llm.c's checkpoint: GPT-2's */
         check_case(&cases[i]);
     }
+    /* LoRA (docs/lora.md): the frozen base without gradients or state, the adapters' own */
+    const struct { const char *spec, *targets; int base; run_case rc; } lora[] = {
+        {"r=4,alpha=8", "", 0, {"train L2 C32 +val LoRA r4 every layer", s2_32, 4, 16, 1, 1, 0, 0, 32, 0, 0}},
+        {"r=3,alpha=6,dropout=0.1", "", 0, {"train L3 C48 LoRA dropout Lion 8-bit", s3_48, 2, 32, 1, 0, 0,
+                                            HPT_OPTIM_LION, 8, 0, 0}},
+        {"r=8,alpha=16,rslora", g_arch->llmc ? "c_attn,mlp.c_proj" : "q,v,down", 0,
+         {"train L2 C64 LoRA two layers Adam-mini", s2_64, 3, 24, 1, 0, 0, HPT_OPTIM_ADAM_MINI, 32, 0, 0}},
+        {"r=4", "", HPT_BASE_BF16, {"train L3 C48 +val LoRA bf16 base", s3_48, 2, 32, 1, 1, 0, 0, 32, 0, 0}},
+        {"r=4,dropout=0.05", "", HPT_BASE_INT8, {"train L2 C64 LoRA int8 base", s2_64, 3, 24, 1, 0, 0, 0, 32, 0, 0}},
+    };
+    for (size_t i = 0; i < sizeof lora / sizeof lora[0]; i++) {
+        g_lora = hpt_lora_defaults();
+        CHECK_OK(hpt_lora_parse(lora[i].spec, &g_lora));
+        g_lora.base = lora[i].base;
+        snprintf(g_lora.targets, sizeof g_lora.targets, "%s", lora[i].targets);
+        check_case(&lora[i].rc);
+    }
+    g_lora = hpt_lora_defaults();
     check_hybrid(s2_32, HPT_PREDICTOR_ADAM, 1, HPT_WEIGHTS_F32);
     check_hybrid(s2_32, HPT_PREDICTOR_LINEAR, 1, HPT_WEIGHTS_F32);
     check_hybrid(s2_32, HPT_PREDICTOR_LINEAR, 0, HPT_WEIGHTS_F32);

@@ -200,6 +200,10 @@ static void test_parse_errors(void) {
     BAD("memory", "12XB", "memory: ");
     BAD("host-memory", "lots", "host-memory: ");
     BAD("disk-memory", "1.5XB", "disk-memory: ");
+    BAD("lora", "rank=4", "lora: ");
+    BAD("lora", "r=0", "lora: ");
+    BAD("lora", "dropout=1", "lora: ");
+    BAD("base-weights", "nf4", "base-weights: f32, bf16 or int8 (got 'nf4')");
     /* every option the table lists is one hpt_plan_set knows */
     int takes = 0, n = 0;
     for (const char *name; (name = hpt_plan_option_name(n, &takes)) != NULL; n++) {
@@ -246,7 +250,12 @@ static int plans_equal(const hpt_plan *a, const hpt_plan *b) {
     if (a->accum != b->accum) return 0;
     for (int k = 0; k < HPT_TIER_COUNT; k++)
         if (a->budget_bytes[k] != b->budget_bytes[k]) return 0;
-    if (a->device != b->device || a->zero != b->zero) return 0;
+    if (a->device != b->device || a->zero != b->zero || a->pack != b->pack) return 0;
+    if (a->lora.r != b->lora.r || a->lora.alpha != b->lora.alpha ||
+        a->lora.dropout != b->lora.dropout || a->lora.rslora != b->lora.rslora ||
+        a->lora.base != b->lora.base ||
+        strcmp(a->lora.targets, b->lora.targets))
+        return 0;
     if (!a->offload_dir != !b->offload_dir) return 0;
     return !a->offload_dir || !strcmp(a->offload_dir, b->offload_dir);
 }
@@ -293,6 +302,10 @@ static const char *random_value(const char *name, char *buf, size_t n) {
     if (!strcmp(name, "offload-dir")) PICK("/tmp/x", "runs/offload");
     if (!strcmp(name, "device")) PICK("cpu", "cuda", "cuda:0", "cuda:3");
     if (!strcmp(name, "zero")) PICK("0", "1", "2", "3");
+    if (!strcmp(name, "lora")) PICK("r=8,alpha=16", "r=4", "r=16,alpha=32,dropout=0.05,rslora", "alpha=2.5");
+    if (!strcmp(name, "lora-targets")) PICK("q,v", "c_attn", "q,k,v,o,gate,up,down");
+    if (!strcmp(name, "base-weights")) PICK("f32", "bf16", "int8");
+    if (!strcmp(name, "pack")) PICK("stream", "on", "off");
     /* the rest are integers: accum, head-chunk, K, P, vocab chunk, schedule lengths */
     unsigned lo = !strcmp(name, "max-active-layers") || !strcmp(name, "accum") ||
                   !strcmp(name, "full-steps") || !strcmp(name, "max-predict-steps") ||

@@ -88,15 +88,18 @@ then ok; else bad "train on masked shards: $(tail -3 "$tmp/err")"; fi
 if command -v mpirun >/dev/null; then
   a=(--model gpt2:L=2,C=64,NH=4,T=64 --data "$tmp/d/train_*.bin" --batch 2 --seq 64 --steps 4
      --lr 3e-3 --zero 0)
-  if OMP_NUM_THREADS=1 "$hpt" train "${a[@]}" --accum 2 --save "$tmp/one" >"$tmp/out" 2>&1 &&
-     OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-       OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_vader_single_copy_mechanism=none \
-       ASAN_OPTIONS=detect_leaks=0 mpirun --oversubscribe --bind-to none -np 2 "$hpt" train "${a[@]}" --save "$tmp/two" \
-       >"$tmp/out" 2>&1 && cmp -s "$tmp/one/model.bin" "$tmp/two/model.bin"; then
-    ok
-  else
-    bad "2 processes on masked shards differ from one with --accum 2: $(tail -3 "$tmp/out")"
-  fi
+  # the same with packed examples (docs/packing.md): each process takes its own rows
+  for pk in stream on off; do
+    if OMP_NUM_THREADS=1 "$hpt" train "${a[@]}" --pack $pk --accum 2 --save "$tmp/one" >"$tmp/out" 2>&1 &&
+       OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+         OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_vader_single_copy_mechanism=none \
+         ASAN_OPTIONS=detect_leaks=0 mpirun --oversubscribe --bind-to none -np 2 "$hpt" train "${a[@]}" \
+         --pack $pk --save "$tmp/two" >"$tmp/out" 2>&1 && cmp -s "$tmp/one/model.bin" "$tmp/two/model.bin"; then
+      ok
+    else
+      bad "--pack $pk: 2 processes on masked shards differ from one with --accum 2: $(tail -3 "$tmp/out")"
+    fi
+  done
 else
   echo "test_tokenize_jsonl: no mpirun: the data-parallel check is skipped"
 fi
@@ -135,6 +138,11 @@ expect_error "bad JSON" "bad2.jsonl, line 3: not a JSON object" "$hpt" tokenize 
 echo hello >"$tmp/doc.txt"
 expect_error "mixed" "not both" "$hpt" tokenize --output "$tmp/x" "$tmp/doc.txt" "$tmp/chat.jsonl"
 expect_error "train-on" "train-on is targets or all" "$hpt" tokenize --output "$tmp/x" --train-on some "$tmp/chat.jsonl"
+# --pack on or off needs the examples' starts: a plain text shard is refused in one line
+for i in 1 2 3 4 5 6 7 8; do echo "a plain text document, line $i"; done >"$tmp/plain.txt"
+"$hpt" tokenize --output "$tmp/plain" --val-fraction 0 "$tmp/plain.txt" 2>/dev/null
+expect_error "pack on plain shards" "needs shards that mark their examples" "$hpt" train \
+  --model gpt2:L=2,C=64,NH=4,T=16 --data "$tmp/plain/train_*.bin" --batch 1 --seq 4 --steps 1 --pack on
 # a damaged masked shard: one line at open
 head -c 3000 "$tmp/d/train_000000.bin" >"$tmp/short_000000.bin"
 expect_error "truncated masked shard" "truncated or corrupt" "$hpt" train --model gpt2:L=2,C=64,NH=4,T=64 \

@@ -18,6 +18,7 @@ hpt_add_test(test_profile test_profile.c)
 hpt_add_test(test_estimate test_estimate.c ARCHS)
 hpt_add_test(test_optim test_optim.c ARCHS)
 hpt_add_test(test_attention test_attention.c ARCHS)
+hpt_add_test(test_pack test_pack.c ARCHS)
 hpt_add_test(test_recompute test_recompute.c ARCHS)
 hpt_add_test(test_head test_head.c ARCHS)
 hpt_add_test(test_accum test_accum.c ARCHS)
@@ -42,6 +43,9 @@ hpt_add_test(test_tokenizer_shards test_tokenizer_shards.c)
 hpt_add_test(test_loss_mask test_loss_mask.c)
 add_test(NAME make_ref_mask COMMAND sh -c "[ -s ${HPT_REF_DIR}/mask_state.bin ] || /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/make_ref_mask.py ${HPT_REF_DIR}")
 set_tests_properties(make_ref_mask PROPERTIES FIXTURES_SETUP mask_ref TIMEOUT 600)
+# packed examples' reference (tests/make_ref_pack.py), once per build tree, for test_pack
+add_test(NAME make_ref_pack COMMAND sh -c "[ -s ${HPT_REF_DIR}/pack_llama.bin ] || /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/make_ref_pack.py ${HPT_REF_DIR}")
+set_tests_properties(make_ref_pack PROPERTIES FIXTURES_SETUP pack_ref TIMEOUT 600)
 # Command-line behaviour (bad input, round trips, resume) through the real binary, both variants.
 foreach(variant IN LISTS HPT_VARIANTS)
   hpt_variant_suffix(${variant} v)
@@ -130,12 +134,12 @@ function(hpt_add_vector_paths name src)
     set_tests_properties(${name}${a}_v3 PROPERTIES ENVIRONMENT "${env};${avx2}")
   endif()
 endfunction()
-foreach(t simd backend optim attention gemm)
+foreach(t simd backend optim attention gemm pack)
   hpt_add_vector_paths(test_${t} test_${t}.c)
 endforeach()
 # test_optim's and test_attention's other architectures on those paths too
 list(SUBLIST HPT_TEST_ARCHS 1 -1 other_archs)
-foreach(t optim attention)
+foreach(t optim attention pack)
   foreach(arch IN LISTS other_archs)
     hpt_add_vector_paths(test_${t} test_${t}.c ${arch})
   endforeach()
@@ -159,6 +163,10 @@ hpt_add_test(test_plan_auto test_plan_auto.c)
 if(TARGET hptrain_cli)
   add_test(NAME test_plan_auto_cli COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_plan_auto.sh $<TARGET_FILE:hptrain_cli>)
   set_tests_properties(test_plan_auto_cli PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+  # a newcomer's path (issue 34): help texts, progress and --quiet, refusals that name the
+  # budget that binds, step times only from the device's own calibration
+  add_test(NAME test_newcomer COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_newcomer.sh $<TARGET_FILE:hptrain_cli>)
+  set_tests_properties(test_newcomer PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
 endif()
 # An MPI test script tests/NAME.sh run on the CLI binary (and, with ASAN, the sanitizer CLI as
 # its second argument where that is built): skipped (77) without mpirun, one OpenMP thread per rank.
@@ -272,4 +280,40 @@ set_tests_properties(test_render PROPERTIES SKIP_RETURN_CODE 77)
 foreach(variant IN LISTS HPT_VARIANTS)
   hpt_variant_suffix(${variant} v)
   set_tests_properties(test_loss_mask${v} PROPERTIES FIXTURES_REQUIRED mask_ref)
+endforeach()
+# LoRA adapters over a frozen base (src/model/lora.c, docs/lora.md) against a plain-PyTorch
+# reference (tests/make_ref_lora.py, made once per build tree): an odd grouped-query llama with
+# biases on every projection, and GPT-2 with rank-stabilised scaling on its four layers
+set(HPT_LORA_LLAMA "llama:L=2,C=48,NH=6,NKV=3,FF=80,V=300,T=64,theta=10000,eps=1e-5,attn_bias=1")
+set(HPT_LORA_GPT2 "gpt2:L=2,C=48,NH=4,V=300,T=32")
+# Qwen2 (q, k, v biases) on three layers with rslora; Qwen3 (q/k norms, head width 12 != C/NH)
+set(HPT_LORA_QWEN2 "qwen2:L=2,C=48,NH=6,NKV=2,FF=80,V=280,T=32,theta=10000,eps=1e-6")
+set(HPT_LORA_QWEN3 "qwen3:L=2,C=40,NH=4,NKV=2,hd=12,FF=72,V=260,T=32,theta=10000,eps=1e-6")
+add_test(NAME make_ref_lora COMMAND sh -c "[ -s ${HPT_REF_DIR}/lora_qwen3.bin ] || { \
+  /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/make_ref_lora.py ${HPT_REF_DIR}/lora_llama.bin '${HPT_LORA_LLAMA}' 2 13 7 4 8 q,k,v,o,gate,up,down 0 && \
+  /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/make_ref_lora.py ${HPT_REF_DIR}/lora_gpt2.bin '${HPT_LORA_GPT2}' 2 11 7 4 8 c_attn,attn.c_proj,c_fc,mlp.c_proj 1 && \
+  /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/make_ref_lora.py ${HPT_REF_DIR}/lora_qwen2.bin '${HPT_LORA_QWEN2}' 2 9 7 4 8 q,v,down 1 && \
+  /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/make_ref_lora.py ${HPT_REF_DIR}/lora_qwen3.bin '${HPT_LORA_QWEN3}' 2 9 7 3 6 q,k,v,o,gate,up,down 0; }")
+set_tests_properties(make_ref_lora PROPERTIES FIXTURES_SETUP lora_ref TIMEOUT 600)
+hpt_add_test(test_lora test_lora.c)
+hpt_add_test_of(test_lora_llama test_lora ARGS ${HPT_REF_DIR}/lora_llama.bin ${HPT_LORA_LLAMA} q,k,v,o,gate,up,down 4 8 0)
+hpt_add_test_of(test_lora_gpt2 test_lora ARGS ${HPT_REF_DIR}/lora_gpt2.bin ${HPT_LORA_GPT2} c_attn,c_proj,c_fc 4 8 1)
+hpt_add_test_of(test_lora_qwen2 test_lora ARGS ${HPT_REF_DIR}/lora_qwen2.bin ${HPT_LORA_QWEN2} q_proj,v_proj,mlp.down_proj 4 8 1)
+hpt_add_test_of(test_lora_qwen3 test_lora ARGS ${HPT_REF_DIR}/lora_qwen3.bin ${HPT_LORA_QWEN3} q,k,v,o,gate,up,down 3 6 0)
+foreach(variant IN LISTS HPT_VARIANTS)
+  hpt_variant_suffix(${variant} v)
+  set_tests_properties(test_lora${v} PROPERTIES DISABLED TRUE) # the two below run it
+  set_tests_properties(test_lora_llama${v} test_lora_gpt2${v} test_lora_qwen2${v} test_lora_qwen3${v}
+                       PROPERTIES FIXTURES_REQUIRED lora_ref)
+endforeach()
+# LoRA through the command line: PEFT's files read back by PyTorch, eval --adapter, refusals
+add_test(NAME test_lora_cli COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_lora_cli.sh $<TARGET_FILE:hptrain_cli>)
+set_tests_properties(test_lora_cli PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300
+  ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+# every test_pack run (each case, vector path and variant) reads make_ref_pack's files
+get_property(hpt_all_tests DIRECTORY ${CMAKE_SOURCE_DIR} PROPERTY TESTS)
+foreach(t IN LISTS hpt_all_tests)
+  if(t MATCHES "^test_pack")
+    set_tests_properties(${t} PROPERTIES FIXTURES_REQUIRED pack_ref)
+  endif()
 endforeach()

@@ -52,6 +52,18 @@ void hpt_dataloader_get_pos(const hpt_dataloader *d, int64_t *shard, int64_t *of
 hpt_status hpt_dataloader_set_pos(hpt_dataloader *d, int64_t shard, int64_t offset);
 /* Back to the first window of the first shard (evaluation reads the same batches each time). */
 hpt_status hpt_dataloader_rewind(hpt_dataloader *d);
+/* Examples (docs/packing.md): STREAM (default) walks windows as above; ON fills each row with
+ * whole examples in order while the next fits (one longer than T alone, truncated), OFF puts one
+ * example per row (truncated to T); the rest of a row is padding (input 0, not a target), an
+ * example's last token has no target. Both need masked shards (their example starts); ON keeps
+ * a (B, T) int32 position buffer (device tier, io: the estimator counts it). Rewinds. */
+typedef enum { HPT_PACK_STREAM = 0, HPT_PACK_ON, HPT_PACK_OFF } hpt_pack_mode;
+hpt_status hpt_dataloader_set_pack(hpt_dataloader *d, int mode);
+/* After next: with ON, (B, T) each token's position in its example (hpt_model_set_positions);
+ * NULL otherwise */
+const int32_t *hpt_dataloader_positions(const hpt_dataloader *d);
+/* After next: the batch's tokens that are not padding (B*T unless packed or padded) */
+int64_t hpt_dataloader_real_tokens(const hpt_dataloader *d);
 
 /* ---- io: tokenizers (GPT-2 BPE, Hugging Face BPE: Llama 3, Qwen, Gemma 3, Llama 2) ------- */
 
@@ -201,6 +213,17 @@ hpt_status hpt_model_load_hf(hpt_mem *mem, const char *dir, const hpt_offload_op
  * are not weights (tokenizer.json, ...) are kept. */
 #define HPT_HF_SHARD_DEFAULT (5ull * 1000 * 1000 * 1000)
 hpt_status hpt_model_save_hf(const hpt_model *m, const char *dir, int dtype, uint64_t shard_bytes);
+/* LoRA adapters in PEFT's files (src/io/peft.c, docs/lora.md): adapter_config.json and
+ * adapter_model.safetensors in dir (an existing directory), written atomically; base_model (may
+ * be NULL) is recorded as base_model_name_or_path. hpt_lora_load attaches the adapters dir
+ * describes to m (a base without adapters) with the file's values: HPT_ERR_FORMAT or
+ * HPT_ERR_SHAPE naming a missing or misshapen tensor, HPT_ERR_INVALID an unknown target. */
+hpt_status hpt_lora_save(hpt_model *m, const char *dir, const char *base_model);
+hpt_status hpt_lora_load(hpt_model *m, const char *dir);
+/* Its two halves: the options of dir's adapter_config.json, and the values of
+ * adapter_model.safetensors into the adapters already attached to m (the same layers and r). */
+hpt_status hpt_lora_read_config(const char *dir, hpt_lora_opts *o);
+hpt_status hpt_lora_read_values(hpt_model *m, const char *dir);
 /* hpt_model_save_hf of a model that came from the Hugging Face directory src (NULL: none):
  * src's config.json gives what the model does not carry (bos/eos token ids, the architecture's
  * name), and its other files (tokenizer.json, generation_config.json, ...) are copied. */

@@ -24,8 +24,9 @@
 /* A model's configuration, for every architecture (hpt_arch_id). GPT-2 fills NKV = NH,
  * FF = 4C, norm_eps 1e-5, tied 1, init_range 0.02 and leaves the rope fields 0; a GPT-2
  * configuration written by hand with only L, C, NH, V, Vp, maxT set (designated initialisers,
- * arch 0) means the same thing: the model fills the rest on create. hd = C / NH always. */
-typedef enum { HPT_ARCH_GPT2 = 0, HPT_ARCH_LLAMA = 1 } hpt_arch_id;
+ * arch 0) means the same thing: the model fills the rest on create. The head width is C / NH
+ * unless hd says otherwise (Qwen3's head_dim: NH * hd may differ from C). */
+typedef enum { HPT_ARCH_GPT2 = 0, HPT_ARCH_LLAMA = 1, HPT_ARCH_QWEN2 = 2, HPT_ARCH_QWEN3 = 3 } hpt_arch_id;
 typedef struct {
     int arch;            /* hpt_arch_id */
     int L, C, NH, NKV;   /* layers, channels, query heads, key/value heads (GPT-2: NKV = NH);
@@ -38,8 +39,10 @@ typedef struct {
     float rope_low_freq, rope_high_freq; /* low_freq_factor, high_freq_factor */
     int rope_orig_maxT;  /* original_max_position_embeddings (with rope_factor > 0) */
     int tied;            /* the head is wte (GPT-2: 1); 0: a separate lm_head (Vp, C) */
-    int attn_bias, mlp_bias; /* llama: biases on q/k/v/o, on gate/up/down */
+    int attn_bias, mlp_bias; /* llama: biases on q/k/v/o, on gate/up/down; Qwen2: on q/k/v
+                          * (always); Qwen3: on q/k/v/o */
     float init_range;    /* initializer_range: N(0, init_range) init (GPT-2 0.02) */
+    int hd;              /* head width; 0: C / NH (GPT-2, llama, Qwen2 keep 0); Qwen3's head_dim */
 } hpt_model_config;
 
 /* SHAPE of any architecture:
@@ -49,6 +52,9 @@ typedef struct {
  *   "llama:L=..,C=..,NH=..,FF=..[,NKV=..][,V=..][,T=..][,theta=..][,Vp=..][,eps=..]
  *          [,factor=..,low=..,high=..,orig=..][,tied=0|1][,attn_bias=0|1][,mlp_bias=0|1]
  *          [,range=..]"
+ *   "qwen2.5-0.5b" | "qwen2.5-1.5b" | "qwen2.5-7b" | "qwen2:L=..,C=..,NH=..,FF=..[,...]"
+ *   "qwen3-0.6b" | "qwen3-1.7b" | "qwen3-4b" | "qwen3-8b" | "qwen3:L=..,C=..,NH=..,FF=..[,hd=..]"
+ *          (the Qwen keys: llama's less factor/low/high/orig and mlp_bias; docs/qwen.md)
  * The named shapes carry their published config.json's dimensions (docs/llama.md). A custom
  * llama shape takes Hugging Face LlamaConfig's defaults: NKV = NH, V 32000, T 2048, theta
  * 10000, eps 1e-6, untied, no biases, no rope scaling (factor 0; with factor > 0, low 1,
@@ -132,6 +138,13 @@ const float *hpt_model_logits(const hpt_model *m);
  * targets may be NULL (no loss; *loss_out = -1). Token ids must be in [0, V). */
 hpt_status hpt_model_forward(hpt_model *m, const int32_t *inputs, const int32_t *targets,
                              int B, int T, float *loss_out);
+/* Packed examples (docs/packing.md): pos (B*T, host) each token's position in its example (0 at
+ * its first token, then 1, 2, ...) for the following forwards at (B, T): GPT-2's wpe and RoPE
+ * read it instead of t, and attention sees only keys of the query's own example. The model
+ * keeps a device copy (B*T int32, activations) until the next call; NULL: back to positions
+ * 0 .. T-1 and plain causal attention. HPT_ERR_INVALID for positions that do not run 0, 1, 2,
+ * ... from an example's first token; a forward at another (B, T) is refused. */
+hpt_status hpt_model_set_positions(hpt_model *m, const int32_t *pos, int B, int T);
 void hpt_model_zero_grad(hpt_model *m);
 /* Accumulates (+=) the gradients of the mean loss of the last forward (which needs targets)
  * into hpt_model_grads(). */
@@ -230,5 +243,74 @@ size_t hpt_model_activation_bytes(const hpt_model_config *cfg, int B, int T,
  * with a cache of min(n_prompt + n_new, maxT) positions. */
 hpt_status hpt_model_generate(hpt_model *m, int32_t *tokens, int n_prompt, int n_new,
                               float temperature, int top_k, uint64_t seed);
+
+/* -- model: LoRA adapters over a frozen base (docs/lora.md) --
+ * On each chosen linear layer y = W x + s * B (A (dropout(x))), s = alpha / r (rslora:
+ * alpha / sqrt(r)); A (r, in) initialised as PEFT does (kaiming-uniform, a = sqrt(5): U(-1/sqrt(in),
+ * 1/sqrt(in))), B (out, r) zero. Once attached the base is frozen: a backward computes the
+ * adapters' gradients and the activations' only (no weight-gradient GEMM for the base, no
+ * gradient or optimizer memory for it); hpt_optim_create on such a model updates the adapters.
+ *
+ *   hpt_lora_opts lo = hpt_lora_defaults();
+ *   hpt_lora_parse("r=16,alpha=32,dropout=0.05", &lo); snprintf(lo.targets, ..., "q,v");
+ *   hpt_model_create_forward(mem, shape, &m);  ...load the base...
+ *   hpt_model_lora_attach(m, &lo, seed);       // adapters, their gradients, the frozen sink
+ *   forward, backward, hpt_optim_step as for full training
+ *
+ * targets: comma-separated names of the architecture's linear layers (llama: q, k, v, o, gate,
+ * up, down; GPT-2: c_attn, attn.c_proj, c_fc, mlp.c_proj, and c_proj for both projections), or
+ * the end of a Hugging Face module path (q_proj, self_attn.q_proj); "" every linear layer of
+ * the blocks (PEFT's "all-linear" less the head). */
+#define HPT_LORA_TARGETS_MAX 128
+/* How a LoRA run stores its frozen base's block matrices (--base-weights): fp32, bf16 (round to
+ * nearest even), or int8 with one scale per output row; widened to fp32 block by block. */
+typedef enum { HPT_BASE_F32 = 0, HPT_BASE_BF16, HPT_BASE_INT8 } hpt_base_weights;
+typedef struct {
+    int r;          /* rank; 0: no adapters (full training) */
+    float alpha;    /* the scale's numerator */
+    float dropout;  /* probability on the adapters' input while training, in [0, 1) */
+    int rslora;     /* 1: s = alpha / sqrt(r) (rank-stabilised LoRA) */
+    char targets[HPT_LORA_TARGETS_MAX];
+    int base;       /* hpt_base_weights of the frozen base's blocks (--base-weights) */
+} hpt_lora_opts;
+/* r 0 (off), alpha 8, dropout 0, every linear layer: PEFT's LoraConfig defaults once r is set. */
+hpt_lora_opts hpt_lora_defaults(void);
+/* "r=N,alpha=X,dropout=P[,rslora]" (any subset, any order; r defaults to 8 when absent) into
+ * o; HPT_ERR_INVALID naming the bad key. */
+hpt_status hpt_lora_parse(const char *text, hpt_lora_opts *o);
+/* Writes o as hpt_lora_parse reads it ("r=16,alpha=32,dropout=0.05"). */
+void hpt_lora_name(const hpt_lora_opts *o, char *buf, size_t n);
+/* The scale s of o. */
+float hpt_lora_scale(const hpt_lora_opts *o);
+/* Attaches adapters o (r > 0) to m: a model without the offload engine and with full
+ * embeddings; A from seed, B zero. HPT_ERR_INVALID naming an unknown target, HPT_ERR_OOM. */
+hpt_status hpt_model_lora_attach(hpt_model *m, const hpt_lora_opts *o, uint64_t seed);
+/* Whether m has adapters; their tensors (the table, A then B of each target layer, stacked
+ * over the blocks), values and gradients (flat, in that order: device tier). */
+int hpt_model_lora_on(const hpt_model *m);
+int hpt_model_lora_num_tensors(const hpt_model *m);
+hpt_status hpt_model_lora_tensor(const hpt_model *m, int i, hpt_tensor_info *out);
+size_t hpt_model_lora_num_params(const hpt_model *m);
+float *hpt_model_lora_params(hpt_model *m);
+float *hpt_model_lora_grads(hpt_model *m);
+/* A model of cfg without gradients whose blocks' matrices are stored as kind (HPT_BASE_BF16
+ * or HPT_BASE_INT8; vectors and the non-block tensors stay fp32), for LoRA: attach adapters,
+ * then load or initialise it as any model (values are rounded as they are stored). */
+hpt_status hpt_model_create_frozen(hpt_mem *mem, const hpt_model_config *cfg, int kind,
+                                   hpt_model **out);
+/* Merges the adapters into the base, W += s * B @ A on each chosen layer, and frees them (the
+ * model is then a plain one: `eval --adapter`, `sample --adapter`). */
+hpt_status hpt_model_lora_merge(hpt_model *m);
+/* Frees the adapters (nothing without them): the model is its base again. */
+void hpt_model_lora_detach(hpt_model *m);
+/* Dropout on (1, the default after attach) or off (evaluation). */
+void hpt_model_lora_set_training(hpt_model *m, int on);
+/* What adapters o on a model of cfg allocate, by category (HPT_CAT_*): params (A and B), grads
+ * (their gradients and the frozen base's small vector sink), acts (the adapters' scratch at
+ * (B, T)); training 0: params only. HPT_ERR_INVALID for an unknown target. */
+hpt_status hpt_lora_bytes(const hpt_model_config *cfg, const hpt_lora_opts *o, int B, int T,
+                          int training, uint64_t out[HPT_CAT_COUNT]);
+/* Number of adapter values of o on cfg (0 on an unknown target). */
+size_t hpt_lora_num_params(const hpt_model_config *cfg, const hpt_lora_opts *o);
 
 #endif /* HPTRAIN_MODEL_H */

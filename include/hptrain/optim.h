@@ -105,6 +105,10 @@ void hpt_optim_state_buffers(const hpt_optim *o, hpt_optim_buf out[HPT_OPTIM_NUM
 /* The bytes of state an optimizer with settings o allocates for a model of shape cfg (the
  * sum of its buffers); 0 for invalid settings. */
 uint64_t hpt_optim_state_bytes(const hpt_model_config *cfg, const hpt_adamw_opts *o);
+/* The same for LoRA adapters lora on cfg (an optimizer made on a model with adapters updates
+ * them only); 0 for invalid settings or targets. */
+uint64_t hpt_optim_lora_state_bytes(const hpt_model_config *cfg, const hpt_lora_opts *lora,
+                                    const hpt_adamw_opts *o);
 
 /* Linear warmup from 0 to max_lr over warmup steps, then cosine to min_lr at total. */
 float hpt_lr_cosine(int64_t step, int64_t total, int64_t warmup, float max_lr, float min_lr);

@@ -82,6 +82,12 @@ hpt_status hpt_loss_scale_parse(const char *text, hpt_loss_scale_opts *o);
                                  * the processes in rank order, micro-batches summed apart (so
                                  * one process with --accum N computes N processes' bits);
                                  * 1-3: ZeRO's sharded stages (not built yet: refused) */ \
+    hpt_lora_opts lora;         /* LoRA adapters over a frozen base (r 0: full training;
+                                 * --lora, --lora-targets; docs/lora.md) */ \
+    int pack;                   /* examples (hpt_pack_mode; docs/packing.md): 0 stream (default:
+                                 * windows of the token stream), 1 on (whole examples packed in
+                                 * a row, positions and attention per example), 2 off (one
+                                 * example per row, padded) */ \
     uint64_t given;             /* bit i: option i (hpt_plan_option_name) was set by
                                  * hpt_plan_set; 0 in a plan made in code. Choices whose default
                                  * follows another (SGD's weight decay, the loss scale of fp16

@@ -34,6 +34,9 @@ typedef struct {
     int version;                         /* HPT_CAL_VERSION */
     int threads;                         /* the thread count it was measured with */
     int cores;                           /* online CPUs then (0: not known, taken as threads) */
+    char device[64];                     /* what was measured: "cpu" (hpt_calibrate measures the
+                                          * CPU backend; a file without the key is a CPU's); a
+                                          * GPU's calibration would name it ("cuda ...") */
     int gemm_C[HPT_CAL_GEMM_SIZES];      /* model widths measured */
     int gemm_rows[HPT_CAL_GEMM_ROWS];    /* row counts (B*T) measured */
     /* a block's GEMMs: (rows, C) against C -> 3C, C -> C, C -> 4C and (rows, 4C) against
@@ -131,6 +134,20 @@ typedef struct {
     double total_s;
 } hpt_cost;
 
+/* Whether c was measured on the kind of device o->device computes on (a CPU calibration serves
+ * only --device cpu: its rates say nothing of a GPU's). */
+int hpt_calibration_for_device(const hpt_calibration *c, int device);
+
+/* GEMM rates of GPUs measured once (not calibrations: there is no cost model of a GPU yet, so
+ * they give a floor, the step's FLOPs at the GEMM peak, never a prediction): TFLOP/s. */
+typedef struct {
+    const char *name;
+    double fp32_tflops, tf32_tflops, bf16_tflops;
+    const char *source;
+} hpt_gpu_rates;
+/* The i-th known GPU (NULL past the last). */
+const hpt_gpu_rates *hpt_gpu_rates_known(int i);
+
 /* Predicts o's training step on the machine c describes. HPT_ERR_INVALID when o needs a rate
  * that c lacks (a disk home without disk rates). */
 hpt_status hpt_plan_cost(const hpt_plan_opts *o, const hpt_calibration *c, hpt_cost *out);
@@ -146,6 +163,8 @@ typedef struct {
     int allow_lossy;          /* 8-bit state, bf16 weights, compressed activations */
     int allow_disk;           /* disk homes and disk activation offload (an --offload-dir) */
     int64_t sequences;        /* sequences per optimizer step (B*accum), fixed */
+    uint64_t shared_bytes;    /* 0, or the device and host peaks together at most this: on the
+                               * CPU both tiers are the same RAM (its free memory) */
 } hpt_auto_opts;
 
 #define HPT_AUTO_KEEP 6
@@ -154,7 +173,8 @@ typedef struct {
     hpt_estimate e;
     hpt_cost cost;
     int fits;                 /* every tier within its budget */
-    int bad_tier;             /* the first tier over its budget (when !fits) */
+    int bad_tier;             /* the first tier over its budget (when !fits); -1: the device
+                               * and host peaks together over hpt_auto_opts.shared_bytes */
     uint64_t over_bytes;      /* by how much */
 } hpt_auto_cand;
 
@@ -168,7 +188,8 @@ typedef struct {
 
 /* Searches the plan space around base (its model, T, budgets and offload_dir; its optimizer
  * kind) for the fastest plan that the estimator says fits every tier's budget. HPT_ERR_OOM
- * when none fits (out->nofit then holds the smallest). */
+ * when none fits (out->nofit then holds the one nearest to fitting: the fewest bytes over the
+ * budgets, the tiers' excesses and the shared one summed). */
 hpt_status hpt_plan_auto(const hpt_plan_opts *base, const hpt_calibration *c,
                          const hpt_auto_opts *a, hpt_auto_result *out);
 

@@ -32,6 +32,9 @@ typedef struct {
         hpt_plan plan;
         struct { HPT_PLAN_MEMBERS };
     };
+    const char *adapter;   /* LoRA adapters to start from (PEFT's files: adapter_config.json
+                            * and adapter_model.safetensors; their settings replace lora's), or
+                            * NULL (docs/lora.md) */
 } hpt_train_opts;
 hpt_train_opts hpt_train_defaults(void);
 /* The estimator's options for the run o describes on the shape cfg (what the trainer's budget

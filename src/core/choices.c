@@ -423,3 +423,67 @@ hpt_status hpt_schedule_check(const hpt_schedule_opts *o) {
                         o->jump_fit, o->jump_state, (double)o->jump_min_gain);
     return HPT_OK;
 }
+
+/* ---- LoRA adapters (hpt_lora_opts) --------------------------------------------------- */
+
+hpt_lora_opts hpt_lora_defaults(void) {
+    hpt_lora_opts o;
+    memset(&o, 0, sizeof o);
+    o.alpha = 8.0f;
+    return o;
+}
+
+hpt_status hpt_lora_check(const hpt_lora_opts *o) {
+    if (o->base < HPT_BASE_F32 || o->base > HPT_BASE_INT8)
+        return hpt_fail(HPT_ERR_INVALID, "base-weights %d: f32, bf16 or int8", o->base);
+    if (o->r == 0) return HPT_OK; /* off: the other settings are not read */
+    if (o->r < 0 || o->r > 65536 || !(o->alpha > 0.0f) || !isfinite(o->alpha) ||
+        !(o->dropout >= 0.0f && o->dropout < 1.0f))
+        return hpt_fail(HPT_ERR_INVALID, "lora: r=%d alpha=%g dropout=%g: r from 1 to 65536, "
+                        "alpha > 0, dropout in [0, 1)", o->r, (double)o->alpha, (double)o->dropout);
+    return HPT_OK;
+}
+
+float hpt_lora_scale(const hpt_lora_opts *o) {
+    if (o->r < 1) return 0.0f;
+    return o->rslora ? o->alpha / sqrtf((float)o->r) : o->alpha / (float)o->r;
+}
+
+hpt_status hpt_lora_parse(const char *text, hpt_lora_opts *o) {
+    hpt_lora_opts q = *o;
+    q.r = 8; /* PEFT's default rank when r= is not given */
+    const char *t = text;
+    while (*t) {
+        size_t len = strcspn(t, ",");
+        char item[64];
+        if (len >= sizeof item) len = sizeof item - 1;
+        memcpy(item, t, len);
+        item[len] = 0;
+        t += strcspn(t, ",");
+        if (*t == ',') t++;
+        char *eq = strchr(item, '='), *end = NULL;
+        if (!strcmp(item, "rslora")) { q.rslora = 1; continue; }
+        if (!eq)
+            return hpt_fail(HPT_ERR_INVALID, "lora: '%s': expected r=N, alpha=X, dropout=P or rslora",
+                            item);
+        *eq = 0;
+        double v = strtod(eq + 1, &end);
+        if (!eq[1] || *end || !isfinite(v))
+            return hpt_fail(HPT_ERR_INVALID, "lora: %s='%s' is not a number", item, eq + 1);
+        if (!strcmp(item, "r") && v == floor(v) && v >= 1 && v <= 65536) q.r = (int)v;
+        else if (!strcmp(item, "alpha")) q.alpha = (float)v;
+        else if (!strcmp(item, "dropout")) q.dropout = (float)v;
+        else if (!strcmp(item, "rslora") && (v == 0 || v == 1)) q.rslora = (int)v;
+        else
+            return hpt_fail(HPT_ERR_INVALID, "lora: %s=%s: expected r (an integer >= 1), alpha, "
+                            "dropout or rslora", item, eq + 1);
+    }
+    HPT_CHECK(hpt_lora_check(&q));
+    *o = q;
+    return HPT_OK;
+}
+
+void hpt_lora_name(const hpt_lora_opts *o, char *buf, size_t n) {
+    snprintf(buf, n, "r=%d,alpha=%.9g,dropout=%.9g%s", o->r, (double)o->alpha, (double)o->dropout,
+             o->rslora ? ",rslora" : "");
+}

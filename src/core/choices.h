@@ -26,6 +26,9 @@ hpt_status hpt_offload_check_optim(const hpt_offload_opts *o, int mv_homes);
  * AdamW's 32-bit moments. HPT_ERR_UNSUPPORTED. */
 hpt_status hpt_predictor_check_optim(int predictor, const hpt_adamw_opts *o);
 
+/* LoRA's settings on their own: r >= 0 (0: off), alpha > 0, dropout in [0, 1). HPT_ERR_INVALID. */
+hpt_status hpt_lora_check(const hpt_lora_opts *o);
+
 /* 1 when x is a loss scale: a power of two from 1 to 2^64. */
 int hpt_loss_scale_valid(float x);
 

@@ -33,6 +33,7 @@ enum {
     O_JUMP_MIN_GAIN,
     O_MEMORY, O_HOST_MEMORY, O_DISK_MEMORY, O_OFFLOAD_DIR,
     O_DEVICE, O_ZERO,
+    O_LORA, O_LORA_TARGETS, O_BASE_WEIGHTS, O_PACK,
     O_COUNT
 };
 
@@ -51,9 +52,11 @@ static const struct {
     {"jump-stride", 1}, {"jump-snapshots", 1}, {"jump-horizon", 1}, {"jump-fit", 1},
     {"jump-state", 1}, {"jump-search-batches", 1}, {"jump-min-gain", 1},
     {"memory", 1}, {"host-memory", 1}, {"disk-memory", 1}, {"offload-dir", 1},
-    {"device", 1}, {"zero", 1},
+    {"device", 1}, {"zero", 1}, {"lora", 1}, {"lora-targets", 1},
+    {"base-weights", 1}, {"pack", 1},
 };
 
+static const char *const k_base_names[] = {"f32", "bf16", "int8"};
 static const char *const k_jump_fits[] = {"linear", "quadratic", "exp"};
 static const char *const k_jump_states[] = {"keep", "reset", "zero-m"};
 
@@ -69,6 +72,7 @@ hpt_plan hpt_plan_default_choices(void) {
     p.sched = hpt_schedule_defaults();
     p.accum = 1;
     p.zero = -1;
+    p.lora = hpt_lora_defaults();
     return p;
 }
 
@@ -234,11 +238,31 @@ static hpt_status set_option(hpt_plan *p, int opt, const char *v) {
     case O_DISK_MEMORY: return named(opt, hpt_parse_size(v, &p->budget_bytes[HPT_TIER_DISK]));
     case O_OFFLOAD_DIR: p->offload_dir = v; return HPT_OK;
     case O_DEVICE: return parse_device(v, &p->device);
+    case O_PACK:
+        if (!strcmp(v, "stream")) p->pack = 0;
+        else if (!strcmp(v, "on")) p->pack = 1;
+        else if (!strcmp(v, "off")) p->pack = 2;
+        else return hpt_fail(HPT_ERR_INVALID, "pack: stream, on or off (got '%s')", v);
+        return HPT_OK;
     case O_ZERO:
         HPT_CHECK(set_int(opt, v, 0, 3, &p->zero));
         /* stage 3 shards the parameters in the offload engine's homes: without --offload they
          * are the host's (on the CPU the same memory as the device's; docs/zero.md) */
         if (p->zero == 3 && !GIVEN(p, O_OFFLOAD)) HPT_CHECK(hpt_offload_parse("host", &p->offload));
+        return HPT_OK;
+    case O_LORA:
+        if (!*v) return hpt_fail(HPT_ERR_INVALID, "lora: expected r=N,alpha=X,dropout=P[,rslora]");
+        return hpt_lora_parse(v, &p->lora);
+    case O_BASE_WEIGHTS:
+        for (int i = 0; i <= HPT_BASE_INT8; i++)
+            if (!strcmp(v, k_base_names[i])) { p->lora.base = i; return HPT_OK; }
+        return hpt_fail(HPT_ERR_INVALID, "base-weights: f32, bf16 or int8 (got '%s')", v);
+    case O_LORA_TARGETS:
+        if (!*v) return hpt_fail(HPT_ERR_INVALID, "lora-targets: expected a list of layers (q,v)");
+        if (strlen(v) >= sizeof p->lora.targets)
+            return hpt_fail(HPT_ERR_INVALID, "lora-targets: at most %zu characters",
+                            sizeof p->lora.targets - 1);
+        snprintf(p->lora.targets, sizeof p->lora.targets, "%s", v);
         return HPT_OK;
     }
     return hpt_fail(HPT_ERR_INVALID, "unknown option %d", opt);
@@ -312,6 +336,22 @@ hpt_status hpt_plan_check(const hpt_plan *p, const hpt_plan_env *env) {
         if (any_home_on(of, HPT_TIER_DISK))
             return hpt_fail(HPT_ERR_INVALID, "--offload to disk needs --offload-dir DIR");
     }
+    /* LoRA (docs/lora.md): a frozen base in memory, on the CPU, one process, the full schedule */
+    HPT_CHECK(hpt_lora_check(&p->lora));
+    if (GIVEN(p, O_LORA_TARGETS) && p->lora.r < 1)
+        return hpt_fail(HPT_ERR_INVALID, "--lora-targets needs --lora");
+    if (p->lora.base && p->lora.r < 1)
+        return hpt_fail(HPT_ERR_INVALID, "--base-weights stores a frozen base: it needs --lora");
+    if (p->lora.r > 0 && e.training) {
+        const char *why = hpt_offload_active(of) || of->fused ? "--offload or --fused-update"
+                          : p->zero >= 0 ? "--zero"
+                          : p->sched.kind == HPT_SCHEDULE_HYBRID ? "--schedule hybrid"
+                          : p->device ? "--device cuda"
+                          : p->loss_scale.mode != HPT_LOSS_SCALE_OFF ? "--loss-scale" : NULL;
+        if (why)
+            return hpt_fail(HPT_ERR_UNSUPPORTED, "--lora runs on the CPU over a base in memory in "
+                            "this version: not with %s (docs/lora.md)", why);
+    }
     /* data parallel: stages 0-2 (docs/zero.md) */
     if (p->zero < -1 || p->zero > 3) return hpt_fail(HPT_ERR_INVALID, "--zero %d: expected 0 to 3", p->zero);
     /* in the engine's homes every stage takes bf16 weights (on disk too), 16-bit gradient homes
@@ -342,6 +382,11 @@ hpt_status hpt_plan_check(const hpt_plan *p, const hpt_plan_env *env) {
     /* AdamW fp32 keeps the blocks' m and v in the engine's homes; any other state is optim.c's
      * buffers, on the device or the host */
     if (e.training && hpt_offload_active(of)) HPT_CHECK(hpt_offload_check_optim(of, mv_homes));
+    /* examples (docs/packing.md): the hybrid schedule's checks run one sequence at a time */
+    if (p->pack < 0 || p->pack > 2) return hpt_fail(HPT_ERR_INVALID, "--pack %d: stream, on or off", p->pack);
+    if (p->pack == 1 && p->sched.kind == HPT_SCHEDULE_HYBRID)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--pack on does not combine with the hybrid schedule "
+                        "yet (its checks run one packed row at a time); use --pack off");
     /* the step: accumulation, the fused update, loss scaling, the schedule (trainer.c) */
     if (p->accum < 0)
         return hpt_fail(HPT_ERR_INVALID, "accumulation (%d) must be >= 1", p->accum);
@@ -484,6 +529,14 @@ hpt_status hpt_plan_print(const hpt_plan *p, char *buf, size_t n) {
     if (s->jump_search_batches != sd->jump_search_batches)
         emit(&o, O_JUMP_SEARCH, "%d", s->jump_search_batches);
     if (s->jump_min_gain != sd->jump_min_gain) emit(&o, O_JUMP_MIN_GAIN, "%.9g", (double)s->jump_min_gain);
+    if (p->lora.r > 0) {
+        char lb[96];
+        hpt_lora_name(&p->lora, lb, sizeof lb);
+        emit(&o, O_LORA, "%s", lb);
+    }
+    if (p->lora.targets[0]) emit(&o, O_LORA_TARGETS, "%s", p->lora.targets);
+    if (p->lora.base > 0 && p->lora.base <= HPT_BASE_INT8)
+        emit(&o, O_BASE_WEIGHTS, "%s", k_base_names[p->lora.base]);
     /* budgets, exactly: in the unit that divides them with the fewest digits (2GB, 40MiB) */
     static const int k_budget_opt[HPT_TIER_COUNT] = {O_MEMORY, O_HOST_MEMORY, O_DISK_MEMORY};
     for (int t = 0; t < HPT_TIER_COUNT; t++)
@@ -495,6 +548,8 @@ hpt_status hpt_plan_print(const hpt_plan *p, char *buf, size_t n) {
     if (p->offload_dir) emit(&o, O_OFFLOAD_DIR, "%s", p->offload_dir);
     if (p->device) emit(&o, O_DEVICE, "cuda:%d", p->device - 1);
     if (p->zero != d.zero) emit(&o, O_ZERO, "%d", p->zero);
+    if (p->pack != d.pack && (unsigned)p->pack <= 2)
+        emit(&o, O_PACK, "%s", p->pack == 1 ? "on" : "off");
     if (o.cut) return hpt_fail(HPT_ERR_INVALID, "the plan's flags need more than %zu bytes", n);
     return HPT_OK;
 }

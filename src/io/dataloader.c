@@ -10,7 +10,15 @@
  * A batch is the window of B*T+1 tokens at (shard, offset): inputs are its first B*T tokens,
  * targets the same shifted by one. The offset then advances by B*T; a shard whose rest is
  * shorter than a window is left for the next one, and after the last shard the walk wraps to
- * the first. The position (shard, offset) is all the state, so resume is exact. */
+ * the first. The position (shard, offset) is all the state, so resume is exact.
+ * Examples (hpt_dataloader_set_pack, docs/packing.md; masked shards, whose example starts say
+ * where each example begins): HPT_PACK_ON fills each row with whole examples in order while
+ * the next fits (an example longer than T alone, truncated to T), the rest padding; each
+ * token's position in its example (hpt_dataloader_positions) gives the model its positions and
+ * attention masks. HPT_PACK_OFF puts one example per row (truncated to T), the rest padding.
+ * Padding: input token 0, target -1 (not a target); an example's last token has no target (its
+ * next token is another example's). A row never spans two shards. The offset is then always
+ * an example's first token. */
 #include "core/core.h"
 #include "io/io_int.h"
 
@@ -29,6 +37,16 @@ struct hpt_dataloader {
     uint64_t *counts;   /* tokens in each shard */
     unsigned char *width; /* bytes per token of each shard: 2 or 4 */
     unsigned char *masked; /* 1: the shard carries target flags (versions 2 and 8) */
+    uint64_t *n_ex;     /* examples in each shard (masked shards) */
+    int pack;           /* hpt_pack_mode */
+    int32_t *pos;       /* (B, T) packed: each token's position in its example; device io */
+    int64_t real;       /* tokens of the last batch that are not padding */
+    uint32_t *starts;   /* the example starts of shard starts_shard (host, malloc'd) */
+    int64_t starts_shard;
+    uint32_t *row_tok;  /* (T + 1) a row's tokens and flags as read (host, malloc'd) */
+    uint8_t *row_flag;
+    int *row_len;       /* (T) the examples of a row being filled */
+    size_t pack_batches;
     size_t total;
     int64_t shard, offset;
     uint16_t *raw;      /* (B*T+1) */
@@ -42,6 +60,12 @@ void hpt_dataloader_free(hpt_dataloader *d) {
     hpt_mem_free(d->mem, HPT_TIER_DEVICE, HPT_CAT_IO, d->raw, (BT + 1) * 2);
     hpt_mem_free(d->mem, HPT_TIER_DEVICE, HPT_CAT_IO, d->inputs, BT * 4);
     hpt_mem_free(d->mem, HPT_TIER_DEVICE, HPT_CAT_IO, d->targets, BT * 4);
+    if (d->pos) hpt_mem_free(d->mem, HPT_TIER_DEVICE, HPT_CAT_IO, d->pos, BT * 4);
+    free(d->n_ex);
+    free(d->starts);
+    free(d->row_tok);
+    free(d->row_flag);
+    free(d->row_len);
     for (size_t i = 0; i < d->n_shards; i++) free(d->paths[i]);
     free(d->paths);
     free(d->counts);
@@ -105,11 +129,12 @@ static hpt_status check_header(FILE *f, uint64_t size, const char *path, uint64_
 }
 
 static hpt_status check_shard(const char *path, uint64_t *count, unsigned char *width,
-                              unsigned char *masked) {
+                              unsigned char *masked, uint64_t *n_ex_out) {
     FILE *f;
-    uint64_t size, n_ex;
+    uint64_t size, n_ex = 0;
     HPT_CHECK(io_open_read(path, &f, &size));
     hpt_status s = check_header(f, size, path, count, width, masked, &n_ex);
+    *n_ex_out = n_ex;
     if (s == HPT_OK && *masked && fseek(f, (long)(1024 + (*width + 1) * *count), SEEK_SET) != 0)
         s = hpt_fail(HPT_ERR_IO, "cannot seek in %s", path);
     if (s == HPT_OK && *masked) s = check_starts(f, path, *count, n_ex, NULL);
@@ -184,7 +209,9 @@ hpt_status hpt_dataloader_open(hpt_mem *mem, const char *pattern, int B, int T, 
         d->counts = calloc(g.gl_pathc, sizeof *d->counts);
         d->width = calloc(g.gl_pathc, 1);
         d->masked = calloc(g.gl_pathc, 1);
-        if (!d->paths || !d->counts || !d->width || !d->masked)
+        d->n_ex = calloc(g.gl_pathc, sizeof *d->n_ex);
+        d->starts_shard = -1;
+        if (!d->paths || !d->counts || !d->width || !d->masked || !d->n_ex)
             s = hpt_fail(HPT_ERR_OOM, "data loader");
     }
     size_t window = (size_t)B * T + 1;
@@ -192,7 +219,8 @@ hpt_status hpt_dataloader_open(hpt_mem *mem, const char *pattern, int B, int T, 
         d->paths[i] = strdup(g.gl_pathv[i]);
         d->n_shards = i + 1;
         if (!d->paths[i]) s = hpt_fail(HPT_ERR_OOM, "data loader");
-        if (s == HPT_OK) s = check_shard(g.gl_pathv[i], &d->counts[i], &d->width[i], &d->masked[i]);
+        if (s == HPT_OK) s = check_shard(g.gl_pathv[i], &d->counts[i], &d->width[i], &d->masked[i],
+                                            &d->n_ex[i]);
         if (s == HPT_OK && d->counts[i] >= window) d->total += d->counts[i];
     }
     globfree(&g);
@@ -211,7 +239,14 @@ hpt_status hpt_dataloader_open(hpt_mem *mem, const char *pattern, int B, int T, 
 
 size_t hpt_dataloader_num_tokens(const hpt_dataloader *d) { return d->total; }
 
+static size_t pack_num_batches(const hpt_dataloader *d);
+static hpt_status pack_set_pos(hpt_dataloader *d, int64_t shard, int64_t offset);
+static void pack_skip(hpt_dataloader *d, int64_t n);
+static hpt_status pack_next(hpt_dataloader *d);
+static void pack_rewind(hpt_dataloader *d);
+
 size_t hpt_dataloader_num_batches(const hpt_dataloader *d) {
+    if (d->pack) return pack_num_batches(d);
     size_t BT = (size_t)d->B * d->T, n = 0;
     for (size_t i = 0; i < d->n_shards; i++)
         if (d->counts[i] > BT) n += (size_t)((d->counts[i] - 1) / BT);
@@ -224,6 +259,7 @@ void hpt_dataloader_get_pos(const hpt_dataloader *d, int64_t *shard, int64_t *of
 }
 
 hpt_status hpt_dataloader_set_pos(hpt_dataloader *d, int64_t shard, int64_t offset) {
+    if (d->pack) return pack_set_pos(d, shard, offset);
     size_t window = (size_t)d->B * d->T + 1;
     if (shard < 0 || (size_t)shard >= d->n_shards || offset < 0 ||
         (uint64_t)offset + window > d->counts[shard])
@@ -247,6 +283,10 @@ static void advance(hpt_dataloader *d) {
 }
 
 void hpt_dataloader_skip(hpt_dataloader *d, int64_t n) {
+    if (d->pack) {
+        pack_skip(d, n);
+        return;
+    }
     for (int64_t i = 0; i < n; i++) advance(d);
 }
 
@@ -265,6 +305,12 @@ static hpt_status read_flags(hpt_dataloader *d, FILE *f, const char *path, uint8
 
 hpt_status hpt_dataloader_next(hpt_dataloader *d, const int32_t **inputs,
                                const int32_t **targets) {
+    if (d->pack) {
+        HPT_CHECK(pack_next(d));
+        *inputs = d->inputs;
+        *targets = d->targets;
+        return HPT_OK;
+    }
     size_t BT = (size_t)d->B * d->T, window = BT + 1;
     const char *path = d->paths[d->shard];
     FILE *f = fopen(path, "rb");
@@ -308,15 +354,217 @@ hpt_status hpt_dataloader_next(hpt_dataloader *d, const int32_t **inputs,
             if (!flags[i + 1]) d->targets[i] = -1;
     }
     advance(d);
+    d->real = (int64_t)BT;
     *inputs = d->inputs;
     *targets = d->targets;
     return HPT_OK;
 }
 
 hpt_status hpt_dataloader_rewind(hpt_dataloader *d) {
+    if (d->pack) {
+        pack_rewind(d);
+        return HPT_OK;
+    }
     size_t window = (size_t)d->B * d->T + 1;
     d->shard = 0;
     d->offset = 0;
     while (d->counts[d->shard] < window) d->shard++;
+    return HPT_OK;
+}
+
+/* ---- examples: packed or padded rows (docs/packing.md) ---- */
+
+const int32_t *hpt_dataloader_positions(const hpt_dataloader *d) { return d->pos; }
+int64_t hpt_dataloader_real_tokens(const hpt_dataloader *d) { return d->real; }
+
+/* the example starts of shard sh into d->starts (kept while the walk stays in it) */
+static hpt_status load_starts(hpt_dataloader *d, int64_t sh) {
+    if (d->starts_shard == sh) return HPT_OK;
+    const uint64_t n_ex = d->n_ex[sh];
+    uint32_t *st = malloc(n_ex ? n_ex * 4 : 4);
+    if (!st) return hpt_fail(HPT_ERR_OOM, "%s: %llu example starts", d->paths[sh], (unsigned long long)n_ex);
+    const char *path = d->paths[sh];
+    FILE *f = fopen(path, "rb");
+    hpt_status s = f ? HPT_OK : hpt_fail(HPT_ERR_IO, "cannot open %s", path);
+    if (s == HPT_OK && fseek(f, (long)(1024 + (d->width[sh] + 1) * d->counts[sh]), SEEK_SET) != 0)
+        s = hpt_fail(HPT_ERR_IO, "cannot seek in %s", path);
+    if (s == HPT_OK) s = check_starts(f, path, d->counts[sh], n_ex, st);
+    if (f) fclose(f);
+    if (s != HPT_OK) {
+        free(st);
+        return s;
+    }
+    free(d->starts);
+    d->starts = st;
+    d->starts_shard = sh;
+    return HPT_OK;
+}
+
+/* the end of the example holding token off of the loaded shard (binary search of the starts) */
+static uint64_t example_end(const hpt_dataloader *d, int64_t off) {
+    const uint64_t n_ex = d->n_ex[d->starts_shard];
+    uint64_t lo = 0, hi = n_ex; /* first start > off */
+    while (lo < hi) {
+        uint64_t mid = (lo + hi) / 2;
+        if ((int64_t)d->starts[mid] <= off) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < n_ex ? d->starts[lo] : d->counts[d->starts_shard];
+}
+
+/* the first shard at or after sh (wrapping) that holds an example */
+static int64_t shard_with_examples(const hpt_dataloader *d, int64_t sh) {
+    while (d->n_ex[sh] == 0) sh = (sh + 1) % (int64_t)d->n_shards;
+    return sh;
+}
+
+/* Row b from the position: the examples that fill it (lens[k], negative: truncated to T), the
+ * position moved past them; dry: nothing read, nothing written. */
+static hpt_status fill_row(hpt_dataloader *d, int b, int dry) {
+    const int T = d->T;
+    const int64_t sh = d->shard, off0 = d->offset;
+    HPT_CHECK(load_starts(d, sh));
+    int t = 0, k = 0;
+    int *lens = d->row_len;
+    while (t < T) {
+        const uint64_t end = example_end(d, d->offset);
+        int64_t len = (int64_t)end - d->offset;
+        if (t > 0 && (d->pack == HPT_PACK_OFF || t + len > T)) break;
+        int cut = len > T;
+        if (cut) len = T;
+        lens[k++] = cut ? -(int)len : (int)len;
+        t += (int)len;
+        if (end < d->counts[sh]) {
+            d->offset = (int64_t)end;
+        } else { /* a row never spans two shards */
+            d->shard = shard_with_examples(d, (sh + 1) % (int64_t)d->n_shards);
+            d->offset = 0;
+            break;
+        }
+    }
+    if (dry) return HPT_OK;
+    /* tokens off0 .. off0 + t (the one after a truncated example's last is its target) */
+    const size_t n_read = (size_t)((uint64_t)(off0 + t + 1) <= d->counts[sh] ? t + 1 : t);
+    const char *path = d->paths[sh];
+    const int width = d->width[sh];
+    FILE *f = fopen(path, "rb");
+    if (!f) return hpt_fail(HPT_ERR_IO, "cannot open %s", path);
+    hpt_status s = HPT_OK;
+    if (fseek(f, (long)(1024 + (uint64_t)width * (uint64_t)off0), SEEK_SET) != 0)
+        s = hpt_fail(HPT_ERR_IO, "cannot seek in %s", path);
+    if (s == HPT_OK) s = io_read_exact(f, d->row_tok, n_read * (size_t)width, path, "tokens");
+    if (s == HPT_OK && fseek(f, (long)(1024 + (uint64_t)width * d->counts[sh] + (uint64_t)off0), SEEK_SET) != 0)
+        s = hpt_fail(HPT_ERR_IO, "cannot seek in %s", path);
+    if (s == HPT_OK) s = io_read_exact(f, d->row_flag, n_read, path, "target flags");
+    fclose(f);
+    if (s != HPT_OK) return s;
+    if (width == 2) { /* widened in place from the back */
+        const uint16_t *narrow = (const uint16_t *)(void *)d->row_tok;
+        for (size_t i = n_read; i-- > 0;) d->row_tok[i] = narrow[i];
+    }
+    for (size_t i = 0; i < n_read; i++) {
+        if (d->row_tok[i] >= (uint32_t)d->V)
+            return hpt_fail(HPT_ERR_FORMAT, "%s: token id %u at %lld is not below the model's "
+                            "vocabulary size %d", path, d->row_tok[i], (long long)off0 + (long long)i, d->V);
+        if (d->row_flag[i] > 1)
+            return hpt_fail(HPT_ERR_FORMAT, "%s: target flag %u at token %lld (0 or 1): corrupt",
+                            path, d->row_flag[i], (long long)off0 + (long long)i);
+    }
+    int32_t *in = d->inputs + (size_t)b * T, *tg = d->targets + (size_t)b * T;
+    int32_t *pos = d->pos ? d->pos + (size_t)b * T : NULL;
+    int i = 0;
+    for (int e = 0; e < k; e++) {
+        const int len = lens[e] < 0 ? -lens[e] : lens[e], cut = lens[e] < 0;
+        for (int q = 0; q < len; q++, i++) {
+            in[i] = (int32_t)d->row_tok[i];
+            /* the next token of the example: a target where flagged; none after its last */
+            const int has_next = q + 1 < len || (cut && (size_t)i + 1 < n_read);
+            tg[i] = has_next && d->row_flag[i + 1] ? (int32_t)d->row_tok[i + 1] : -1;
+            if (pos) pos[i] = q;
+        }
+    }
+    d->real += i;
+    for (int p0 = i; i < T; i++) { /* padding: its own run of positions, no target */
+        in[i] = 0;
+        tg[i] = -1;
+        if (pos) pos[i] = i - p0;
+    }
+    return HPT_OK;
+}
+
+static hpt_status pack_next(hpt_dataloader *d) {
+    d->real = 0;
+    for (int b = 0; b < d->B; b++) HPT_CHECK(fill_row(d, b, 0));
+    return HPT_OK;
+}
+
+static void pack_skip(hpt_dataloader *d, int64_t n) {
+    /* a failure to read the starts leaves the position where it was: next() reports it */
+    for (int64_t i = 0; i < n; i++)
+        for (int b = 0; b < d->B; b++)
+            if (fill_row(d, b, 1) != HPT_OK) return;
+}
+
+static void pack_rewind(hpt_dataloader *d) {
+    d->shard = shard_with_examples(d, 0);
+    d->offset = 0;
+}
+
+static hpt_status pack_set_pos(hpt_dataloader *d, int64_t shard, int64_t offset) {
+    if (shard < 0 || (size_t)shard >= d->n_shards || offset < 0 ||
+        (uint64_t)offset >= d->counts[shard] || d->n_ex[shard] == 0)
+        return hpt_fail(HPT_ERR_INVALID, "data position (shard %lld, offset %lld) is outside the "
+                        "data (%zu shards); were the shards changed?", (long long)shard,
+                        (long long)offset, d->n_shards);
+    HPT_CHECK(load_starts(d, shard));
+    /* an example's first token: the one before it ends an example (or it is token 0) */
+    if (offset > 0 && example_end(d, offset - 1) != (uint64_t)offset)
+        return hpt_fail(HPT_ERR_INVALID, "data position (shard %lld, offset %lld) is not an "
+                        "example's first token: was the run packed differently (--pack)?",
+                        (long long)shard, (long long)offset);
+    d->shard = shard;
+    d->offset = offset;
+    return HPT_OK;
+}
+
+/* batches in one pass from the start: rows of a dry walk until it wraps, over B */
+static size_t pack_num_batches(const hpt_dataloader *d) { return d->pack_batches; }
+
+hpt_status hpt_dataloader_set_pack(hpt_dataloader *d, int mode) {
+    const size_t BT = (size_t)d->B * d->T;
+    if (d->pos) hpt_mem_free(d->mem, HPT_TIER_DEVICE, HPT_CAT_IO, d->pos, BT * 4);
+    d->pos = NULL;
+    d->pack = 0;
+    if (mode == HPT_PACK_STREAM) return hpt_dataloader_rewind(d);
+    if (mode != HPT_PACK_ON && mode != HPT_PACK_OFF)
+        return hpt_fail(HPT_ERR_INVALID, "pack mode %d", mode);
+    size_t with = 0;
+    for (size_t i = 0; i < d->n_shards; i++) {
+        if (!d->masked[i])
+            return hpt_fail(HPT_ERR_INVALID, "--pack %s needs shards that mark their examples "
+                            "(hptrain tokenize of *.jsonl); %s has none (--pack stream walks it)",
+                            mode == HPT_PACK_ON ? "on" : "off", d->paths[i]);
+        with += d->n_ex[i] > 0;
+    }
+    if (!with) return hpt_fail(HPT_ERR_INVALID, "the shards hold no example");
+    if (!d->row_tok) {
+        d->row_tok = malloc(((size_t)d->T + 1) * 4);
+        d->row_flag = malloc((size_t)d->T + 1);
+        d->row_len = malloc((size_t)d->T * sizeof(int));
+        if (!d->row_tok || !d->row_flag || !d->row_len) return hpt_fail(HPT_ERR_OOM, "data loader rows");
+    }
+    if (mode == HPT_PACK_ON)
+        HPT_CHECK(hpt_mem_alloc(d->mem, HPT_TIER_DEVICE, HPT_CAT_IO, BT * 4, (void **)&d->pos));
+    d->pack = mode;
+    /* one pass: rows until the walk is back at the start */
+    pack_rewind(d);
+    const int64_t sh0 = d->shard;
+    size_t rows = 0;
+    do {
+        HPT_CHECK(fill_row(d, 0, 1));
+        rows++;
+    } while (!(d->shard == sh0 && d->offset == 0));
+    d->pack_batches = rows / (size_t)d->B;
+    pack_rewind(d);
     return HPT_OK;
 }

@@ -171,6 +171,31 @@ struct hpt_backend {
                                      const float *qkv, const float *out, const float *lse, int B,
                                      int T, int C, int NH, int NKV);
 
+    /* ---- packed examples (docs/packing.md) ----
+     * pos (B*T int32, device): each token's position in its example (0 at an example's first
+     * token). The attention ops above with document masks: query t of row b sees keys
+     * t - pos[b*T+t] .. t only (pos NULL: every key <= t, the ops above); the encoder reads
+     * wpe at pos, RoPE rotates at pos (instead of t). */
+    void (*attention_forward_seg)(float *out, float *att, const float *qkv, int B, int T, int C,
+                                  int NH, int NKV, const int32_t *pos);
+    void (*attention_backward_seg)(float *dqkv, float *scratch, const float *dout,
+                                   const float *qkv, const float *att, int B, int T, int C,
+                                   int NH, int NKV, const int32_t *pos);
+    void (*flash_attention_forward_seg)(float *out, float *lse, const float *qkv, int B, int T,
+                                        int C, int NH, int NKV, const int32_t *pos);
+    void (*flash_attention_backward_seg)(float *dqkv, float *scratch, const float *dout,
+                                         const float *qkv, const float *out, const float *lse,
+                                         int B, int T, int C, int NH, int NKV,
+                                         const int32_t *pos);
+    void (*encoder_forward_pos)(float *out, const int32_t *inp, const float *wte,
+                                const float *wpe, const int32_t *pos, int B, int T, int C);
+    void (*encoder_backward_pos)(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
+                                 const int32_t *pos, int B, int T, int C);
+    void (*rope_forward_pos)(float *qkv, const float *cos, const float *sin, int B, int T, int NH,
+                             int NKV, int hd, const int32_t *pos);
+    void (*rope_backward_pos)(float *dqkv, const float *cos, const float *sin, int B, int T,
+                              int NH, int NKV, int hd, const int32_t *pos);
+
     /* ---- pointwise ---- */
     /* GELU, tanh form; backward: dinp = gelu'(inp) * dout (dinp may alias dout) */
     void (*gelu_forward)(float *out, const float *inp, int64_t n);
@@ -308,6 +333,12 @@ struct hpt_backend {
     void (*init_normal)(float *x, size_t lo, size_t hi, size_t total, float std, uint64_t key);
     /* x (n) = value */
     void (*fill)(float *x, size_t n, float value);
+    /* Dropout with probability p (0 <= p < 1) and a counter-based mask from seed (element i's
+     * keep decided by seed and i alone): y (n) = keep_i ? x / (1 - p) : 0; the backward
+     * dx (n) += keep_i ? dy / (1 - p) : 0 with the forward's seed. LoRA's adapter inputs
+     * (model/lora.c); NULL in a backend without them (LoRA's dropout is then refused). */
+    void (*dropout_forward)(float *y, const float *x, size_t n, float p, uint64_t seed);
+    void (*dropout_backward)(float *dx, const float *dy, size_t n, float p, uint64_t seed);
 };
 
 /* The CPU backend (kernels/cpu/backend.c): always present. */

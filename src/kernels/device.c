@@ -40,9 +40,11 @@ hpt_status hpt_device_bind(hpt_mem *mem, int device, uint64_t *overhead_bytes) {
     if (!hpt_transfer_cuda()) return HPT_ERR_UNSUPPORTED; /* the reason is the last error */
     size_t fr = 0, tot = 0;
     HPT_CHECK(hpt_cuda_mem_info(&fr, &tot));
-    size_t region = 0, carved = 0; /* a region already open (an earlier binding) is not overhead */
+    size_t region = 0, carved = 0; /* a region already open (an earlier binding) is not overhead:
+                                    * the memory behind it (vmm.cu maps it as it is used) */
     hpt_cuda_region(&region, &carved);
-    uint64_t over = tot > fr + region ? (uint64_t)(tot - fr - region) : 0;
+    const size_t backed = hpt_cuda_region_backed();
+    uint64_t over = tot > fr + backed ? (uint64_t)(tot - fr - backed) : 0;
     if (overhead_bytes) *overhead_bytes = over;
     hpt_mem_stats st;
     hpt_mem_get_stats(mem, &st);

@@ -34,6 +34,11 @@ void k_encoder_forward(float *out, const int32_t *inp, const float *wte, const f
 /* dwte (Vp,C) += scatter of dout by token; dwpe (maxT,C) += sum over b of dout. */
 void k_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B,
                         int T, int C);
+/* packed examples: wpe read at pos[b*T+t] (each token's position in its example) instead of t */
+void k_encoder_forward_pos(float *out, const int32_t *inp, const float *wte, const float *wpe,
+                           const int32_t *pos, int B, int T, int C);
+void k_encoder_backward_pos(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
+                            const int32_t *pos, int B, int T, int C);
 
 /* out = (inp - mean) * rstd * w + b per row, eps 1e-5; mean, rstd (N) saved for backward. */
 void k_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
@@ -67,6 +72,20 @@ void k_flash_attention_forward(float *out, float *lse, const float *qkv, int B, 
 void k_flash_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                                 const float *out, const float *lse, int B, int T, int C, int NH,
                                 int NKV);
+
+/* The same four with document masks (packed examples, docs/packing.md): pos (B*T) each token's
+ * position in its example; query t of row b sees keys t - pos[b*T+t] .. t only (pos NULL: all
+ * keys <= t, the functions above). Rows of probabilities are 0 outside the example. */
+void k_attention_forward_seg(float *out, float *att, const float *qkv, int B, int T, int C,
+                             int NH, int NKV, const int32_t *pos);
+void k_attention_backward_seg(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                              const float *att, int B, int T, int C, int NH, int NKV,
+                              const int32_t *pos);
+void k_flash_attention_forward_seg(float *out, float *lse, const float *qkv, int B, int T, int C,
+                                   int NH, int NKV, const int32_t *pos);
+void k_flash_attention_backward_seg(float *dqkv, float *scratch, const float *dout,
+                                    const float *qkv, const float *out, const float *lse, int B,
+                                    int T, int C, int NH, int NKV, const int32_t *pos);
 
 /* GELU, tanh form: out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
 void k_gelu_forward(float *out, const float *inp, int64_t n);
@@ -184,5 +203,7 @@ double k_adam_step_sumsq(const float *m, const float *v, size_t n, float bc1, fl
                          float eps);
 void k_init_normal(float *x, size_t lo, size_t hi, size_t total, float std, uint64_t key);
 void k_fill(float *x, size_t n, float value);
+void k_dropout_forward(float *y, const float *x, size_t n, float p, uint64_t seed);
+void k_dropout_backward(float *dx, const float *dy, size_t n, float p, uint64_t seed);
 
 #endif

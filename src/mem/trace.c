@@ -112,10 +112,12 @@ hpt_status hpt_trace_write_json(const char *path, const hpt_trace_meta *m,
             m->cfg.C, m->cfg.NH, m->cfg.NKV, m->cfg.FF, m->cfg.V, m->cfg.Vp, m->cfg.maxT, m->cfg.tied,
             m->cfg.attn_bias, m->cfg.mlp_bias);
     fprintf(f, ",\"norm_eps\":%.9g,\"rope_theta\":%.9g,\"rope_factor\":%.9g,\"rope_low_freq\":%.9g,"
-            "\"rope_high_freq\":%.9g,\"rope_orig_maxT\":%d,\"init_range\":%.9g}",
+            "\"rope_high_freq\":%.9g,\"rope_orig_maxT\":%d,\"init_range\":%.9g",
             (double)m->cfg.norm_eps, (double)m->cfg.rope_theta, (double)m->cfg.rope_factor,
             (double)m->cfg.rope_low_freq, (double)m->cfg.rope_high_freq, m->cfg.rope_orig_maxT,
             (double)m->cfg.init_range);
+    if (m->cfg.hd) fprintf(f, ",\"hd\":%d", m->cfg.hd); /* Qwen3's head width: only where set */
+    fputc('}', f);
     fprintf(f, ",\"num_params\":%llu,\"B\":%d,\"T\":%d,\"has_val\":%d,\"threads\":%d,\"steps\":%lld,"
             "\"rss_baseline_bytes\":%llu,\"rss_peak_bytes\":%llu,",
             (unsigned long long)m->num_params, m->B, m->T, m->has_val, m->threads,
@@ -167,6 +169,7 @@ hpt_status hpt_trace_write_csv(const char *path, const hpt_trace_meta *m,
             "# model.init_range=%.9g\n", (double)m->cfg.norm_eps, (double)m->cfg.rope_theta,
             (double)m->cfg.rope_factor, (double)m->cfg.rope_low_freq, (double)m->cfg.rope_high_freq,
             m->cfg.rope_orig_maxT, (double)m->cfg.init_range);
+    if (m->cfg.hd) fprintf(f, "# model.hd=%d\n", m->cfg.hd);
     fprintf(f, "# num_params=%llu\n# B=%d\n# T=%d\n# has_val=%d\n# threads=%d\n# steps=%lld\n"
             "# rss_baseline_bytes=%llu\n# rss_peak_bytes=%llu\n",
             (unsigned long long)m->num_params, m->B, m->T, m->has_val, m->threads,
@@ -405,6 +408,7 @@ static hpt_status read_json_header(reader *r, const cJSON *root) {
     if (j_int(model, "attn_bias", &m->cfg.attn_bias)) m->cfg.attn_bias = 0;
     if (j_int(model, "mlp_bias", &m->cfg.mlp_bias)) m->cfg.mlp_bias = 0;
     if (j_int(model, "rope_orig_maxT", &m->cfg.rope_orig_maxT)) m->cfg.rope_orig_maxT = 0;
+    if (j_int(model, "hd", &m->cfg.hd)) m->cfg.hd = 0;
     j_float(model, "norm_eps", &m->cfg.norm_eps);
     j_float(model, "rope_theta", &m->cfg.rope_theta);
     j_float(model, "rope_factor", &m->cfg.rope_factor);
@@ -643,6 +647,7 @@ static void csv_meta(hpt_trace_meta *m, const char *key, size_t klen, const char
     else if (KEY("model.attn_bias")) m->cfg.attn_bias = (int)i;
     else if (KEY("model.mlp_bias")) m->cfg.mlp_bias = (int)i;
     else if (KEY("model.rope_orig_maxT")) m->cfg.rope_orig_maxT = (int)i;
+    else if (KEY("model.hd")) m->cfg.hd = (int)i;
     else if (KEY("model.L")) m->cfg.L = (int)i;
     else if (KEY("model.C")) m->cfg.C = (int)i;
     else if (KEY("model.NH")) m->cfg.NH = (int)i;

@@ -30,7 +30,7 @@ size_t act_head_rows(const hpt_act_opts *o, int B, int T) {
 hpt_arch_ctx act_ctx_for(const hpt_model_config *c, const hpt_act_opts *o, int vc, int B,
                          int T) {
     hpt_arch_ctx x = {hpt_backend_cpu(), c, B, T, o->attention, act_head_rows(o, B, T), 0, 1.0f,
-                     hpt_attn_ops_of(o->attention), NULL, 0.0f};
+                     hpt_attn_ops_of(o->attention), NULL, 0.0f, NULL, NULL};
     x.logit_cols = vc && x.head_rows < (size_t)B * T ? (size_t)vc : (size_t)c->Vp;
     return x;
 }
@@ -41,5 +41,7 @@ hpt_arch_ctx act_ctx(const hpt_model *m) {
     x.loss_scale = m->loss_scale;
     x.loss_norm = gpt2_loss_norm(m);
     x.params = m->ap;
+    x.lora = m->lora;
+    x.pos = m->pos; /* packed examples (pack.c); NULL: causal */
     return x;
 }

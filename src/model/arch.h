@@ -36,16 +36,18 @@
  * pointers and uses its own. rebuild: selective recomputation's rerun (plain: the forward again,
  * the same bits; flash: nothing, it keeps no probabilities). */
 typedef struct {
-    /* NKV: key/value heads (grouped-query attention, qkv (B,T,(NH+2*NKV)*C/NH); GPT-2 NH) */
+    /* NKV: key/value heads (grouped-query attention, qkv (B,T,(NH+2*NKV)*C/NH); GPT-2 NH);
+     * pos: hpt_arch_ctx's (the document mask of packed examples; NULL: causal) */
     void (*forward)(const hpt_backend *be, float *out, float *att, float *lse, const float *qkv,
-                    int B, int T, int C, int NH, int NKV);
+                    int B, int T, int C, int NH, int NKV, const int32_t *pos);
     void (*rebuild)(const hpt_backend *be, float *out, float *att, float *lse, const float *qkv,
-                    int B, int T, int C, int NH, int NKV);
+                    int B, int T, int C, int NH, int NKV, const int32_t *pos);
     /* dqkv (as qkv) overwritten from dout (B,T,C); scratch (B*NH, T) */
     void (*backward)(const hpt_backend *be, float *dqkv, float *scratch, const float *dout,
                      const float *qkv, const float *out, const float *att, const float *lse,
-                     int B, int T, int C, int NH, int NKV);
+                     int B, int T, int C, int NH, int NKV, const int32_t *pos);
 } hpt_attn_ops;
+
 const hpt_attn_ops *hpt_attn_ops_of(hpt_attention a);
 
 /* One step's data for the ops: the backend, the shape, and the choices that reach the maths as
@@ -63,7 +65,66 @@ typedef struct {
                               * the embedding and head ops get it; NULL when only planning */
     float loss_norm;         /* N: the loss whose gradient the backward computes is the sum of
                               * the target tokens' losses over N (docs/targets.md); 0: B*T */
+    struct model_lora *lora; /* LoRA adapters over a frozen base (model/lora.c), or NULL: the
+                              * linear layers go through arch_linear_* below */
+    const int32_t *pos;      /* packed examples (docs/packing.md): (B*T) device, each token's
+                              * position in its example: the positions the embedding or the
+                              * rotation reads, and the attention's document mask; NULL:
+                              * positions 0 .. T-1, plain causal attention */
 } hpt_arch_ctx;
+
+/* RoPE at the context's positions: pos0 = 0 for t, or x->pos (packed examples) */
+static inline void hpt_rope_fwd(const hpt_arch_ctx *x, float *qkv, const float *cos,
+                                const float *sin, int NH, int NKV, int hd) {
+    if (x->pos) x->be->rope_forward_pos(qkv, cos, sin, x->B, x->T, NH, NKV, hd, x->pos);
+    else x->be->rope_forward(qkv, cos, sin, x->B, x->T, NH, NKV, hd, 0);
+}
+static inline void hpt_rope_bwd(const hpt_arch_ctx *x, float *dqkv, const float *cos,
+                                const float *sin, int NH, int NKV, int hd) {
+    if (x->pos) x->be->rope_backward_pos(dqkv, cos, sin, x->B, x->T, NH, NKV, hd, x->pos);
+    else x->be->rope_backward(dqkv, cos, sin, x->B, x->T, NH, NKV, hd, 0);
+}
+
+
+/* ---- the linear layers (every block GEMM and the head's backward go through these) ----
+ * Without adapters (x->lora NULL) they are the backend's matmul ops, the same calls and bits.
+ * With them, the forward adds each adapter on w's rows (model_lora_forward finds the adapters
+ * by w: a block slice of the frozen base), and the backward computes the input's gradient and
+ * the adapters' only: no weight or bias gradient for the frozen base (dw, dbias unused). */
+struct model_lora;
+void model_lora_forward(const hpt_arch_ctx *x, float *out, const float *inp, const float *w,
+                        int64_t N, int64_t C, int64_t OC);
+void model_lora_backward(const hpt_arch_ctx *x, float *dinp, const float *dout, const float *inp,
+                         const float *w, int64_t N, int64_t C, int64_t OC, int accumulate_dinp);
+/* out (N, OC) = inp (N, C) @ w^T + bias [+ out], plus the adapters on w */
+static inline void arch_linear_forward(const hpt_arch_ctx *x, float *out, const float *inp,
+                                       const float *w, const float *bias, int64_t N, int64_t C,
+                                       int64_t OC, int accumulate) {
+    x->be->matmul_forward(out, inp, w, bias, N, C, OC, accumulate);
+    if (x->lora) model_lora_forward(x, out, inp, w, N, C, OC);
+}
+/* matmul_backward's contract; with adapters dw and dbias are left alone */
+static inline void arch_linear_backward(const hpt_arch_ctx *x, float *dinp, float *dw,
+                                        float *dbias, const float *dout, const float *inp,
+                                        const float *w, int64_t N, int64_t C, int64_t OC,
+                                        int accumulate_dinp) {
+    if (x->lora) model_lora_backward(x, dinp, dout, inp, w, N, C, OC, accumulate_dinp);
+    else x->be->matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC, accumulate_dinp);
+}
+
+/* A linear layer of a block, as LoRA names and finds it (model/lora.c): rows [row0, row0 + out)
+ * of the block tensor `weight` (a fused weight holds several layers), in inputs wide. */
+#define HPT_ARCH_MAX_LINEARS 8
+typedef struct {
+    const char *name;   /* its short name, --lora-targets': "q", "c_attn" */
+    const char *hf;     /* its module under a block in Hugging Face's names: "self_attn.q_proj" */
+    const char *weight; /* the table's tensor holding it: "qkvw" */
+    int64_t row0, out, in;
+} hpt_arch_linear;
+/* The layers a model's adapters are on (model/lora.c; 0 without adapters) and the
+ * architecture's Hugging Face block prefix (hpt_arch.hf_block): io's PEFT files. */
+int model_lora_layers(const hpt_model *m, hpt_arch_linear out[HPT_ARCH_MAX_LINEARS],
+                      const char **hf_block);
 
 /* A saved field of one block. */
 #define HPT_FIELD_RECOMPUTE 1 /* selective recomputation drops it; block_recompute rebuilds it */
@@ -238,6 +299,11 @@ typedef struct hpt_arch {
     const char *const *hf_ignore; /* name endings that are buffers, not parameters (NULL-ended) */
     int hf_eot; /* token id written as bos and eos for a model not read from a directory, when
                  * the vocabulary holds it (GPT-2's <|endoftext|> 50256); -1: none */
+    /* ---- LoRA (model/lora.c): a block's linear layers at c, in block order; returns their
+     * count (<= HPT_ARCH_MAX_LINEARS; NULL: none, adapters refused); hf_block: the Hugging
+     * Face prefix of block l's modules, a printf format ("model.layers.%d.") ---- */
+    int (*linears)(const hpt_model_config *c, hpt_arch_linear out[HPT_ARCH_MAX_LINEARS]);
+    const char *hf_block;
 } hpt_arch;
 
 /* The Hugging Face side's data (the block above). */
@@ -283,9 +349,11 @@ typedef hpt_status (*model_kv_fn)(hpt_model_config *c, const char *key, double v
 hpt_status model_shape_kv(const char *shape, const char *s, hpt_model_config *c, model_kv_fn set);
 hpt_status model_shape_int(double v, int lo, const char *key, const char *shape, int *out);
 
-/* GPT-2 (model/gpt2.c); the Llama family (model/llama.c). */
+/* GPT-2 (model/gpt2.c); the Llama family (model/llama.c); Qwen2/2.5 and Qwen3 (model/qwen.c). */
 extern const hpt_arch hpt_arch_gpt2;
 extern const hpt_arch hpt_arch_llama;
+extern const hpt_arch hpt_arch_qwen2;
+extern const hpt_arch hpt_arch_qwen3;
 
 /* ---- the registry (model/registry.c): one line per architecture, index = its id ---- */
 /* The architectures this build has (hpt_arch_count, public) and the one at id i (NULL past

@@ -7,38 +7,38 @@
 #include "model/arch.h"
 
 static void flash_forward(const hpt_backend *be, float *out, float *att, float *lse,
-                          const float *qkv, int B, int T, int C, int NH, int NKV) {
+                          const float *qkv, int B, int T, int C, int NH, int NKV, const int32_t *pos) {
     (void)att;
-    be->flash_attention_forward(out, lse, qkv, B, T, C, NH, NKV);
+    be->flash_attention_forward_seg(out, lse, qkv, B, T, C, NH, NKV, pos);
 }
 
 /* flash keeps only what selective recomputation never drops: nothing to rebuild */
 static void flash_rebuild(const hpt_backend *be, float *out, float *att, float *lse,
-                          const float *qkv, int B, int T, int C, int NH, int NKV) {
+                          const float *qkv, int B, int T, int C, int NH, int NKV, const int32_t *pos) {
     (void)be, (void)out, (void)att, (void)lse, (void)qkv;
-    (void)B, (void)T, (void)C, (void)NH, (void)NKV;
+    (void)B, (void)T, (void)C, (void)NH, (void)NKV, (void)pos;
 }
 
 static void flash_backward(const hpt_backend *be, float *dqkv, float *scratch, const float *dout,
                            const float *qkv, const float *out, const float *att, const float *lse,
-                           int B, int T, int C, int NH, int NKV) {
+                           int B, int T, int C, int NH, int NKV, const int32_t *pos) {
     (void)att;
-    be->flash_attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV);
+    be->flash_attention_backward_seg(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV, pos);
 }
 
 /* plain: the forward, and its rerun rebuilding dropped probabilities (out rewritten with the
  * same bits) */
 static void plain_forward(const hpt_backend *be, float *out, float *att, float *lse,
-                          const float *qkv, int B, int T, int C, int NH, int NKV) {
+                          const float *qkv, int B, int T, int C, int NH, int NKV, const int32_t *pos) {
     (void)lse;
-    be->attention_forward(out, att, qkv, B, T, C, NH, NKV);
+    be->attention_forward_seg(out, att, qkv, B, T, C, NH, NKV, pos);
 }
 
 static void plain_backward(const hpt_backend *be, float *dqkv, float *scratch, const float *dout,
                            const float *qkv, const float *out, const float *att, const float *lse,
-                           int B, int T, int C, int NH, int NKV) {
+                           int B, int T, int C, int NH, int NKV, const int32_t *pos) {
     (void)out, (void)lse;
-    be->attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, NKV);
+    be->attention_backward_seg(dqkv, scratch, dout, qkv, att, B, T, C, NH, NKV, pos);
 }
 
 static const hpt_attn_ops k_flash = {flash_forward, flash_rebuild, flash_backward};

@@ -137,15 +137,21 @@ static void global_shape(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w) 
 static void embed_forward(const hpt_arch_ctx *x, const void *pv, void *av) {
     const gpt2_tensors *p = pv;
     gpt2_acts *a = av;
-    /* encoded (B, T, C) = wte[inputs] + wpe[t] */
-    x->be->encoder_forward(a->encoded, a->inputs, p->wte, p->wpe, x->B, x->T, x->cfg->C);
+    /* encoded (B, T, C) = wte[inputs] + wpe[t] (packed: wpe[pos[b, t]]) */
+    if (x->pos)
+        x->be->encoder_forward_pos(a->encoded, a->inputs, p->wte, p->wpe, x->pos, x->B, x->T,
+                                   x->cfg->C);
+    else x->be->encoder_forward(a->encoded, a->inputs, p->wte, p->wpe, x->B, x->T, x->cfg->C);
 }
 
 static void embed_backward(const hpt_arch_ctx *x, void *gv, const void *av) {
     gpt2_tensors *g = gv;
     const gpt2_acts *a = av;
     /* encoded = wte[inputs] + wpe[t]: dwte[inputs[b,t]] += dres[b,t], dwpe[t] += dres[b,t] */
-    x->be->encoder_backward(g->wte, g->wpe, a->dres, a->inputs, x->B, x->T, x->cfg->C);
+    if (x->pos)
+        x->be->encoder_backward_pos(g->wte, g->wpe, a->dres, a->inputs, x->pos, x->B, x->T,
+                                    x->cfg->C);
+    else x->be->encoder_backward(g->wte, g->wpe, a->dres, a->inputs, x->B, x->T, x->cfg->C);
 }
 
 /* ---- one block: forward ---- */
@@ -160,21 +166,21 @@ static void block_forward(const hpt_arch_ctx *x, float *const *w, void *lav, con
     /* ln1 (B, T, C) = layernorm(residual) */
     be->layernorm_forward(la->ln1, la->ln1_mean, la->ln1_rstd, residual, p->ln1w, p->ln1b, BT, C);
     /* qkv (B, T, 3C) = ln1 @ qkvw^T + qkvb */
-    be->matmul_forward(la->qkv, la->ln1, p->qkvw, p->qkvb, BT, C, 3 * C, 0);
+    arch_linear_forward(x, la->qkv, la->ln1, p->qkvw, p->qkvb, BT, C, 3 * C, 0);
     /* atty (B, T, C) = attention(qkv) */
-    x->attn->forward(be, la->atty, la->att, la->att_lse, la->qkv, B, T, C, NH, NH);
+    x->attn->forward(be, la->atty, la->att, la->att_lse, la->qkv, B, T, C, NH, NH, x->pos);
     /* res2 (B, T, C) = residual + atty @ attprojw^T + attprojb */
     be->copy(la->res2, residual, (size_t)BT * C * sizeof(float), HPT_COPY_D2D);
-    be->matmul_forward(la->res2, la->atty, p->attprojw, p->attprojb, BT, C, C, 1);
+    arch_linear_forward(x, la->res2, la->atty, p->attprojw, p->attprojb, BT, C, C, 1);
     /* ln2 (B, T, C) = layernorm(res2) */
     be->layernorm_forward(la->ln2, la->ln2_mean, la->ln2_rstd, la->res2, p->ln2w, p->ln2b, BT, C);
     /* fch (B, T, 4C) = ln2 @ fcw^T + fcb; fch_gelu = gelu(fch) */
-    be->matmul_forward(la->fch, la->ln2, p->fcw, p->fcb, BT, C, 4 * C, 0);
+    arch_linear_forward(x, la->fch, la->ln2, p->fcw, p->fcb, BT, C, 4 * C, 0);
     be->gelu_forward(la->fch_gelu, la->fch, BT * 4 * C);
     if (!with_res3) return;
     /* res3 (B, T, C) = res2 + fch_gelu @ fcprojw^T + fcprojb */
     be->copy(la->res3, la->res2, (size_t)BT * C * sizeof(float), HPT_COPY_D2D);
-    be->matmul_forward(la->res3, la->fch_gelu, p->fcprojw, p->fcprojb, BT, 4 * C, C, 1);
+    arch_linear_forward(x, la->res3, la->fch_gelu, p->fcprojw, p->fcprojb, BT, 4 * C, C, 1);
 }
 
 /* Rebuilds ln1, att (plain attention), ln2 and fch_gelu from what the forward kept, with the
@@ -188,7 +194,7 @@ static void block_recompute(const hpt_arch_ctx *x, float *const *w, void *lav, c
     /* ln1 = layernorm(residual), with the saved mean and rstd */
     be->layernorm_apply(la->ln1, residual, p->ln1w, p->ln1b, la->ln1_mean, la->ln1_rstd, BT, C);
     /* att = softmax(q k^T) (plain attention; flash keeps none): rewrites atty, the same bits */
-    x->attn->rebuild(be, la->atty, la->att, la->att_lse, la->qkv, B, T, C, NH, NH);
+    x->attn->rebuild(be, la->atty, la->att, la->att_lse, la->qkv, B, T, C, NH, NH, x->pos);
     /* ln2 = layernorm(res2) */
     be->layernorm_apply(la->ln2, la->res2, p->ln2w, p->ln2b, la->ln2_mean, la->ln2_rstd, BT, C);
     /* fch_gelu = gelu(fch) */
@@ -206,23 +212,23 @@ static void block_backward(const hpt_arch_ctx *x, float *const *w, float *const 
     const gpt2_layer_acts *la = lav;
     gpt2_acts *a = av;
     /* res3 = res2 + fch_gelu @ fcprojw^T + fcprojb; dres flows to res2 unchanged */
-    be->matmul_backward(a->dbig, g->fcprojw, g->fcprojb, a->dres, la->fch_gelu, p->fcprojw, BT,
+    arch_linear_backward(x, a->dbig, g->fcprojw, g->fcprojb, a->dres, la->fch_gelu, p->fcprojw, BT,
                         4 * C, C, 0);
     /* fch_gelu = gelu(fch) */
     be->gelu_backward(a->dbig, la->fch, a->dbig, BT * 4 * C);
     /* fch = ln2 @ fcw^T + fcb */
-    be->matmul_backward(a->dsmall, g->fcw, g->fcb, a->dbig, la->ln2, p->fcw, BT, C, 4 * C, 0);
+    arch_linear_backward(x, a->dsmall, g->fcw, g->fcb, a->dbig, la->ln2, p->fcw, BT, C, 4 * C, 0);
     /* ln2 = layernorm(res2) */
     be->layernorm_backward(a->dres, g->ln2w, g->ln2b, a->dsmall, la->res2, p->ln2w, la->ln2_mean,
                            la->ln2_rstd, BT, C);
     /* res2 = residual + atty @ attprojw^T + attprojb */
-    be->matmul_backward(a->dsmall, g->attprojw, g->attprojb, a->dres, la->atty, p->attprojw, BT,
+    arch_linear_backward(x, a->dsmall, g->attprojw, g->attprojb, a->dres, la->atty, p->attprojw, BT,
                         C, C, 0);
     /* atty = attention(qkv); dqkv (B, T, 3C) into dbig */
     x->attn->backward(be, a->dbig, a->attscr, a->dsmall, la->qkv, la->atty, la->att, la->att_lse,
-                      B, T, C, NH, NH);
+                      B, T, C, NH, NH, x->pos);
     /* qkv = ln1 @ qkvw^T + qkvb */
-    be->matmul_backward(a->dsmall, g->qkvw, g->qkvb, a->dbig, la->ln1, p->qkvw, BT, C, 3 * C, 0);
+    arch_linear_backward(x, a->dsmall, g->qkvw, g->qkvb, a->dbig, la->ln1, p->qkvw, BT, C, 3 * C, 0);
     /* ln1 = layernorm(residual) */
     be->layernorm_backward(a->dres, g->ln1w, g->ln1b, a->dsmall, residual, p->ln1w, la->ln1_mean,
                            la->ln1_rstd, BT, C);
@@ -282,7 +288,7 @@ static void head_backward(const hpt_arch_ctx *x, const void *pv, void *gv, void 
                                c->Vp, 0);
         be->crossentropy_backward(a->logits, a->lse + r0, a->targets + r0, (int64_t)n, c->V,
                                   c->Vp, dloss);
-        be->matmul_backward(a->dsmall + r0 * C, g->wte, NULL, a->logits, a->lnf + r0 * C, p->wte,
+        arch_linear_backward(x, a->dsmall + r0 * C, g->wte, NULL, a->logits, a->lnf + r0 * C, p->wte,
                             (int64_t)n, (int64_t)C, c->Vp, 0);
     }
 }
@@ -442,6 +448,18 @@ static hpt_status shape_parse(const char *shape, hpt_model_config *out) {
 
 static const char *const k_shape_prefixes[] = {"gpt2", NULL};
 
+/* LoRA's view of a block (model/lora.c); "c_proj" names both projections (PEFT's suffix match) */
+static int linears(const hpt_model_config *c, hpt_arch_linear o[HPT_ARCH_MAX_LINEARS]) {
+    const int64_t C = c->C;
+    const hpt_arch_linear l[4] = {
+        {"c_attn", "attn.c_attn", "qkvw", 0, 3 * C, C},
+        {"attn.c_proj", "attn.c_proj", "attprojw", 0, C, C},
+        {"c_fc", "mlp.c_fc", "fcw", 0, 4 * C, C},
+        {"mlp.c_proj", "mlp.c_proj", "fcprojw", 0, C, 4 * C}};
+    memcpy(o, l, sizeof l);
+    return 4;
+}
+
 const hpt_arch hpt_arch_gpt2 = {
     .name = "gpt2",
     .describe = describe,
@@ -483,6 +501,8 @@ const hpt_arch hpt_arch_gpt2 = {
     .hf_head_name = "lm_head.weight",
     .hf_ignore = k_hf_ignore,
     .hf_eot = 50256,
+    .linears = linears,
+    .hf_block = "transformer.h.%d.",
     /* the registry's block: costed at the reference block's rates (its shapes are the
      * reference block's: plan/calibrate.c) */
     .desc = {.name = "gpt2", .label = "GPT-2",

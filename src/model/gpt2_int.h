@@ -166,6 +166,7 @@ struct hpt_model {
     int fault_layer;      /* testing: the next backward sets element 0 of this block's
                            * gradients to fault_value (-1: none; hpt_trainer_inject_grad) */
     float fault_value;
+    struct model_lora *lora; /* LoRA adapters over the frozen base (lora.c), owned; NULL: none */
     hpt_act_opts act;   /* attention kind, recompute policy, offload, compression, head */
     gpt2_acts a;             /* GPT-2's non-block activations (pointers into the arena) */
     llama_acts al;           /* llama's */
@@ -176,6 +177,10 @@ struct hpt_model {
     int has_targets;
     int64_t n_targets;       /* targets >= 0 of the last forward (the others are ignored) */
     float loss;              /* the mean over those n_targets (0 when there are none) */
+    /* packed examples (model/pack.c, docs/packing.md): the positions of the next forwards at
+     * (pos_B, pos_T), (pos_B * pos_T) int32 device, activations; NULL: none (causal) */
+    int32_t *pos;
+    int pos_B, pos_T;
 };
 
 /* The backward's normaliser N (the loss's gradient is that of sum over targets / N): the
@@ -186,6 +191,22 @@ static inline float gpt2_loss_norm(const hpt_model *m) {
 }
 
 void gpt2_point_tensors(const hpt_model_config *cfg, float *base, gpt2_tensors *t);
+
+/* ---- frozen.c's: create() allocates no gradients while on (this thread) ---- */
+void model_create_frozen_flag(int on);
+
+/* ---- lora.c: the runner's and the object's calls (m->lora set) ---- */
+void model_lora_free(hpt_model *m);
+/* The adapters' scratch for (B, T) (category acts), before a forward. */
+hpt_status model_lora_ensure(hpt_model *m, int B, int T);
+/* Block l, whose slices are w, is the one the next arch call computes: the adapters find
+ * their layer by w (a block store hands out one slot for every block). Nothing without. */
+void model_lora_at(hpt_model *m, int l, float *const *w);
+/* A forward pass starts (dropout's masks change). */
+void model_lora_begin_forward(hpt_model *m);
+/* Block gradients of the frozen base: its vector slices in the sink, the matrices NULL. */
+void model_lora_block_grads(hpt_model *m, float *dw[HPT_TABLE_MAX]);
+void model_lora_zero_grad(hpt_model *m);
 /* Floats of each block slice (GPT2_BLOCK_SLICES) and of one block. */
 void gpt2_block_slices(const hpt_model_config *cfg, size_t n[GPT2_BLOCK_SLICES]);
 size_t gpt2_block_floats(const hpt_model_config *cfg);

@@ -170,6 +170,9 @@ hpt_status infer_new(hpt_mem *mem, const hpt_model_config *cfg, hpt_weights kind
     const hpt_backend *be = hpt_backend_cpu();
     *out = NULL;
     if (ctx < 0) return hpt_fail(HPT_ERR_INVALID, "context %d must be >= 0", ctx);
+    if (cfg->arch != HPT_ARCH_GPT2 && cfg->arch != HPT_ARCH_LLAMA) /* its rows are these two's */
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "inference with a cache knows GPT-2 and llama, not "
+                        "%s", hpt_arch_of(cfg) ? hpt_arch_of(cfg)->name : "this architecture");
     hpt_infer *inf = calloc(1, sizeof *inf);
     if (!inf) return hpt_fail(HPT_ERR_OOM, "cannot allocate the inference object");
     inf->mem = mem;

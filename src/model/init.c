@@ -1,6 +1,6 @@
 /* init.c: initialisation over the tensor table. GPT-2: N(0, 0.02) for embeddings and linear
  * weights, N(0, 0.02 / sqrt(2L)) for the residual projections (attention and MLP output);
- * llama (Hugging Face's): N(0, init_range) for every linear weight and embedding. Both: zero
+ * llama and Qwen (Hugging Face's): N(0, init_range) for every linear weight and embedding. All: zero
  * biases, unit norm weights, zero padding rows of wte (and of an untied lm_head).
  * Normals come from chunks of 4096 values, each with its own RNG seeded from (seed, tensor,
  * chunk), filled by Box-Muller on vectors (both outputs used; the backend's init_normal): the
@@ -21,7 +21,8 @@
 static void init_range(const hpt_backend *be, const hpt_model_config *c, const hpt_tensor_table *t,
                        int i, uint64_t seed, float *x, size_t lo, size_t n) {
     const char *name = t->t[i].name;
-    if (!strcmp(name, "ln1w") || !strcmp(name, "ln2w") || !strcmp(name, "lnfw")) {
+    if (!strcmp(name, "ln1w") || !strcmp(name, "ln2w") || !strcmp(name, "lnfw") ||
+        !strcmp(name, "qknw")) { /* norm weights (qknw: Qwen3's per-head q and k norms) */
         be->fill(x, n, 1.0f);
         return;
     }

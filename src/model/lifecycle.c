@@ -82,6 +82,14 @@ static void bind_arch(hpt_model *m) {
 static _Thread_local int create_without_grads;
 /* Set by model_grads_away (ZeRO-2's trainer, around its model's creation or load). */
 static _Thread_local int create_grads_away;
+/* Set by frozen.c around its create: a frozen base's model holds no gradients */
+static _Thread_local int create_frozen;
+/* The base kind hpt_model_create_config_offload builds (model_set_frozen_base) */
+static _Thread_local int frozen_base_kind;
+
+void model_create_frozen_flag(int on) { create_frozen = on; }
+void model_set_frozen_base(int kind) { frozen_base_kind = kind; }
+int model_frozen_base(void) { return frozen_base_kind; }
 
 void model_grads_away(int on) { create_grads_away = on; }
 
@@ -124,7 +132,8 @@ static hpt_status create(hpt_mem *mem, const hpt_model_config *cfg, const hpt_of
     hpt_mem_set_name(mem, "parameters");
     hpt_status s = m->be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, m->n_flat * sizeof(float),
                                 (void **)&m->params);
-    int grads = stored || !create_without_grads; /* the engine's models keep theirs */
+    /* the engine's models keep theirs; a frozen base (frozen.c) has none */
+    int grads = !create_frozen && (stored || !create_without_grads);
     if (s == HPT_OK && grads) {
         hpt_mem_set_name(mem, "gradients");
         s = m->be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, m->n_gflat * sizeof(float),
@@ -197,6 +206,8 @@ void model_bind_blocks(hpt_model *m, hpt_block_store *store, struct offload_engi
 void hpt_model_free(hpt_model *m) {
     if (!m) return;
     hpt_model_free_activations(m);
+    model_lora_free(m);
+    model_pos_free(m);
     act_plan_free(m);
     if (m->blocks) m->blocks->free(m->blocks->ctx);
     emb_free(m);
@@ -327,6 +338,7 @@ const float *hpt_model_logits(const hpt_model *m) {
 void hpt_model_zero_grad(hpt_model *m) {
     /* a block store zeroes a block's at its backward (grad_slot) */
     if (m->grads) m->be->memset(m->grads, 0, m->n_gflat * sizeof(float));
+    model_lora_zero_grad(m);
     m->grads_live = 0;
 }
 

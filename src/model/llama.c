@@ -255,22 +255,22 @@ static void block_forward(const hpt_arch_ctx *x, float *const *w, void *lav, con
     /* ln1 (B, T, C) = rmsnorm(residual) * ln1w */
     be->rmsnorm_forward(la->ln1, la->ln1_rstd, residual, p->ln1w, BT, C, c->norm_eps);
     /* qkv (B, T, QKV) = ln1 @ qkvw^T (+ qkvb); q and k rotated in place */
-    be->matmul_forward(la->qkv, la->ln1, p->qkvw, p->qkvb, BT, C, QKV, 0);
-    be->rope_forward(la->qkv, k->rope_cos, k->rope_sin, B, T, NH, NKV, hd, 0);
+    arch_linear_forward(x, la->qkv, la->ln1, p->qkvw, p->qkvb, BT, C, QKV, 0);
+    hpt_rope_fwd(x, la->qkv, k->rope_cos, k->rope_sin, NH, NKV, hd);
     /* atty (B, T, C) = attention(q, k, v), kv head h / (NH / NKV) for query head h */
-    x->attn->forward(be, la->atty, la->att, la->att_lse, la->qkv, B, T, C, NH, NKV);
+    x->attn->forward(be, la->atty, la->att, la->att_lse, la->qkv, B, T, C, NH, NKV, x->pos);
     /* res2 (B, T, C) = residual + atty @ attprojw^T (+ attprojb) */
     be->copy(la->res2, residual, (size_t)BT * C * sizeof(float), HPT_COPY_D2D);
-    be->matmul_forward(la->res2, la->atty, p->attprojw, p->attprojb, BT, C, C, 1);
+    arch_linear_forward(x, la->res2, la->atty, p->attprojw, p->attprojb, BT, C, C, 1);
     /* ln2 (B, T, C) = rmsnorm(res2) * ln2w */
     be->rmsnorm_forward(la->ln2, la->ln2_rstd, la->res2, p->ln2w, BT, C, c->norm_eps);
     /* fch (B, T, 2FF) = ln2 @ fcw^T (+ fcb) = [gate | up]; fch_swi (B, T, FF) = silu(gate) * up */
-    be->matmul_forward(la->fch, la->ln2, p->fcw, p->fcb, BT, C, 2 * (int64_t)FF, 0);
+    arch_linear_forward(x, la->fch, la->ln2, p->fcw, p->fcb, BT, C, 2 * (int64_t)FF, 0);
     be->swiglu_forward(la->fch_swi, la->fch, BT, FF);
     if (!with_res3) return;
     /* res3 (B, T, C) = res2 + fch_swi @ fcprojw^T (+ fcprojb) */
     be->copy(la->res3, la->res2, (size_t)BT * C * sizeof(float), HPT_COPY_D2D);
-    be->matmul_forward(la->res3, la->fch_swi, p->fcprojw, p->fcprojb, BT, FF, C, 1);
+    arch_linear_forward(x, la->res3, la->fch_swi, p->fcprojw, p->fcprojb, BT, FF, C, 1);
 }
 
 /* Rebuilds ln1, att (plain attention), ln2 and fch_swi from what the forward kept, with the
@@ -285,7 +285,7 @@ static void block_recompute(const hpt_arch_ctx *x, float *const *w, void *lav, c
     /* ln1 = rmsnorm(residual) * ln1w, with the saved rstd */
     be->rmsnorm_apply(la->ln1, residual, p->ln1w, la->ln1_rstd, BT, C);
     /* att = softmax(q k^T) (plain attention; flash keeps none): rewrites atty, the same bits */
-    x->attn->rebuild(be, la->atty, la->att, la->att_lse, la->qkv, B, T, C, c->NH, c->NKV);
+    x->attn->rebuild(be, la->atty, la->att, la->att_lse, la->qkv, B, T, C, c->NH, c->NKV, x->pos);
     /* ln2 = rmsnorm(res2) * ln2w */
     be->rmsnorm_apply(la->ln2, la->res2, p->ln2w, la->ln2_rstd, BT, C);
     /* fch_swi = silu(gate) * up */
@@ -306,25 +306,25 @@ static void block_backward(const hpt_arch_ctx *x, float *const *w, float *const 
     const llama_layer_acts *la = lav;
     llama_acts *a = av;
     /* res3 = res2 + fch_swi @ fcprojw^T (+ fcprojb); dres flows to res2 unchanged */
-    be->matmul_backward(a->dmid, g->fcprojw, g->fcprojb, a->dres, la->fch_swi, p->fcprojw, BT,
+    arch_linear_backward(x, a->dmid, g->fcprojw, g->fcprojb, a->dres, la->fch_swi, p->fcprojw, BT,
                         FF, C, 0);
     /* fch_swi = silu(gate) * up: d[gate | up] (B, T, 2FF) into dbig */
     be->swiglu_backward(a->dbig, a->dmid, la->fch, BT, FF);
     /* fch = ln2 @ fcw^T (+ fcb) */
-    be->matmul_backward(a->dsmall, g->fcw, g->fcb, a->dbig, la->ln2, p->fcw, BT, C,
+    arch_linear_backward(x, a->dsmall, g->fcw, g->fcb, a->dbig, la->ln2, p->fcw, BT, C,
                         2 * (int64_t)FF, 0);
     /* ln2 = rmsnorm(res2) * ln2w: dres += */
     be->rmsnorm_backward(a->dres, g->ln2w, a->dsmall, la->res2, p->ln2w, la->ln2_rstd, BT, C);
     /* res2 = residual + atty @ attprojw^T (+ attprojb) */
-    be->matmul_backward(a->dsmall, g->attprojw, g->attprojb, a->dres, la->atty, p->attprojw, BT,
+    arch_linear_backward(x, a->dsmall, g->attprojw, g->attprojb, a->dres, la->atty, p->attprojw, BT,
                         C, C, 0);
     /* atty = attention(qkv); dqkv (B, T, QKV) into dbig, dk and dv summed over each group */
     x->attn->backward(be, a->dbig, a->attscr, a->dsmall, la->qkv, la->atty, la->att, la->att_lse,
-                      B, T, C, NH, NKV);
+                      B, T, C, NH, NKV, x->pos);
     /* q, k = rope(q, k): the transpose rotation */
-    be->rope_backward(a->dbig, k->rope_cos, k->rope_sin, B, T, NH, NKV, hd, 0);
+    hpt_rope_bwd(x, a->dbig, k->rope_cos, k->rope_sin, NH, NKV, hd);
     /* qkv = ln1 @ qkvw^T (+ qkvb) */
-    be->matmul_backward(a->dsmall, g->qkvw, g->qkvb, a->dbig, la->ln1, p->qkvw, BT, C, QKV, 0);
+    arch_linear_backward(x, a->dsmall, g->qkvw, g->qkvb, a->dbig, la->ln1, p->qkvw, BT, C, QKV, 0);
     /* ln1 = rmsnorm(residual) * ln1w: dres += */
     be->rmsnorm_backward(a->dres, g->ln1w, a->dsmall, residual, p->ln1w, la->ln1_rstd, BT, C);
 }
@@ -384,7 +384,7 @@ static void head_backward(const hpt_arch_ctx *x, const void *pv, void *gv, void 
                                c->Vp, 0);
         be->crossentropy_backward(a->logits, a->lse + r0, a->targets + r0, (int64_t)n, c->V,
                                   c->Vp, dloss);
-        be->matmul_backward(a->dsmall + r0 * C, dW, NULL, a->logits, a->lnf + r0 * C, W,
+        arch_linear_backward(x, a->dsmall + r0 * C, dW, NULL, a->logits, a->lnf + r0 * C, W,
                             (int64_t)n, (int64_t)C, c->Vp, 0);
     }
 }
@@ -747,6 +747,21 @@ static hpt_status shape_parse(const char *shape, hpt_model_config *out) {
 
 static const char *const k_shape_prefixes[] = {"llama", "mistral", NULL};
 
+/* LoRA's view of a block (model/lora.c): q, k, v share qkvw, gate and up fcw */
+static int linears(const hpt_model_config *c, hpt_arch_linear o[HPT_ARCH_MAX_LINEARS]) {
+    const int64_t C = c->C, q = c->NH * hd_of(c), kv = c->NKV * hd_of(c), FF = c->FF;
+    const hpt_arch_linear l[7] = {
+        {"q", "self_attn.q_proj", "qkvw", 0, q, C},
+        {"k", "self_attn.k_proj", "qkvw", q, kv, C},
+        {"v", "self_attn.v_proj", "qkvw", q + kv, kv, C},
+        {"o", "self_attn.o_proj", "attprojw", 0, C, q},
+        {"gate", "mlp.gate_proj", "fcw", 0, FF, C},
+        {"up", "mlp.up_proj", "fcw", FF, FF, C},
+        {"down", "mlp.down_proj", "fcprojw", 0, C, FF}};
+    memcpy(o, l, sizeof l);
+    return 7;
+}
+
 const hpt_arch hpt_arch_llama = {
     .name = "llama",
     .describe = describe,
@@ -789,6 +804,8 @@ const hpt_arch hpt_arch_llama = {
     .hf_head_name = "lm_head.weight",
     .hf_ignore = k_hf_ignore,
     .hf_eot = -1,
+    .linears = linears,
+    .hf_block = "model.layers.%d.",
     /* the registry's block */
     .desc = {.name = "llama", .label = "llama",
              .shapes = "llama3.2-1b, llama3.2-3b, llama3.1-8b, llama2-7b, mistral-7b, "

@@ -3,7 +3,10 @@
  * table (llama.c's describe) is the contract's (docs/llama.md): wte, then per-layer ln1w,
  * qkvw, [qkvb], attprojw, [attprojb], ln2w, fcw, [fcb], fcprojw, [fcprojb] stacked over L, then
  * lnfw and [lm_head]; the bracketed ones exist only when the configuration asks for them
- * (attn_bias, mlp_bias, !tied). hd = C/NH, QKV = (NH + 2 NKV) hd. */
+ * (attn_bias, mlp_bias, !tied). hd = C/NH, QKV = (NH + 2 NKV) hd.
+ * The Qwen families (model/qwen.c) run llama's block on this layout, with their own table
+ * (qwen.c's describe) and the fields marked Qwen3 below, which llama leaves NULL; there hd may
+ * differ from C/NH (the attention's width A = NH hd). */
 #ifndef HPT_LLAMA_INT_H
 #define HPT_LLAMA_INT_H
 
@@ -28,6 +31,7 @@ typedef struct {
     /* constants, not parameters (the model's, device): rotary tables, row p = position p */
     const float *rope_cos; // (maxT, hd/2)
     const float *rope_sin; // (maxT, hd/2)
+    float *qknw;     // (L, 2hd) [q_norm | k_norm], the per-head norms' weights (Qwen3)
 } llama_tensors;
 
 /* Activations one block saves for its backward; all fp32. */
@@ -44,6 +48,8 @@ typedef struct {
     float *fch;      // (B, T, 2FF) [gate | up]
     float *fch_swi;  // (B, T, FF) silu(gate) * up
     float *res3;     // (B, T, C) residual after the MLP: the block's output
+    float *qkvr;     // (B, T, QKV) the projections before the per-head q and k norms (Qwen3)
+    float *qk_rstd;  // (B, T, NH + NKV) their rstd, q heads then k heads (Qwen3)
 } llama_layer_acts;
 
 /* The non-block activations and the backward's scratch, in the runner's arena. */

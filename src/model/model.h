@@ -149,4 +149,23 @@ hpt_status model_vocab_chunk_check(const hpt_model_config *c, const hpt_offload_
 hpt_status model_act_tier_bytes_vc(const hpt_model_config *cfg, int B, int T,
                                   const hpt_act_opts *o, int vc, uint64_t out[HPT_TIER_COUNT]);
 
+/* ---- LoRA adapters (lora.c; hptrain/model.h's hpt_model_lora_*) ----
+ * The adapters' table (A then B of each chosen layer, stacked over the blocks: checkpoint order
+ * of hpt_model_lora_params and _grads) and options; NULL without adapters. */
+const hpt_tensor_table *model_lora_table(const hpt_model *m);
+const hpt_lora_opts *model_lora_opts(const hpt_model *m);
+/* A frozen base's block storage and fp32 slot (frozen.c, --base-weights kind), bytes of
+ * category params beside the non-block tensors; and the kind models made by
+ * hpt_model_create_config_offload on this thread take (HPT_BASE_F32: none; the trainer sets it
+ * around a LoRA run's load, so io's loaders build a frozen base). */
+uint64_t model_frozen_bytes(const hpt_model_config *cfg, int kind);
+void model_set_frozen_base(int kind);
+int model_frozen_base(void);
+/* The forward passes so far (dropout's masks follow it): a resumed run's training state. */
+uint64_t model_lora_pass(const hpt_model *m);
+void model_lora_set_pass(hpt_model *m, uint64_t pass);
+/* The table adapters o would have on a model of cfg (the estimator's, without a model). */
+hpt_status model_lora_describe(const hpt_model_config *cfg, const hpt_lora_opts *o,
+                               hpt_tensor_table *out);
+
 #endif

@@ -17,6 +17,8 @@
 static const hpt_arch *const k_archs[] = {
     &hpt_arch_gpt2,  /* HPT_ARCH_GPT2 */
     &hpt_arch_llama, /* HPT_ARCH_LLAMA */
+    &hpt_arch_qwen2, /* HPT_ARCH_QWEN2 */
+    &hpt_arch_qwen3, /* HPT_ARCH_QWEN3 */
 };
 #define N_ARCHS ((int)(sizeof k_archs / sizeof k_archs[0]))
 

@@ -71,6 +71,10 @@ static void block_release(hpt_model *m, int l) {
 static hpt_status block_grads(hpt_model *m, int l, float *dw[HPT_TABLE_MAX]) {
     const hpt_block_store *bs = m->blocks;
     float *gbase;
+    if (m->lora) { /* a frozen base: no gradient of its own (lora.c) */
+        model_lora_block_grads(m, dw);
+        return HPT_OK;
+    }
     if (!bs && m->grads_away) { /* a sink's packed slot (ZeRO-2: model.h) */
         if (!m->gsink.slot) return hpt_fail(HPT_ERR_INVALID, "no gradient sink for the blocks");
         HPT_CHECK(m->gsink.slot(m->gsink.ctx, l, &gbase));
@@ -110,12 +114,14 @@ static hpt_status recompute(hpt_model *m, const hpt_arch_ctx *x, int l) {
         if (l != act_segment_end(l, N, L)) return HPT_OK;
         for (int j = (l / N) * N; j <= l; j++) {
             HPT_CHECK(block_acquire(m, j, w));
+            model_lora_at(m, j, w);
             A->block_forward(x, w, layers + (size_t)j * A->block_acts_size,
                              block_input(m, layers, j), j < l);
             block_release(m, j);
         }
     } else if (m->act.recompute == HPT_RECOMPUTE_SELECTIVE) {
         HPT_CHECK(block_acquire(m, l, w));
+        model_lora_at(m, l, w);
         A->block_recompute(x, w, layers + (size_t)l * A->block_acts_size, block_input(m, layers, l));
         block_release(m, l);
     }
@@ -129,6 +135,9 @@ hpt_status hpt_model_forward(hpt_model *m, const int32_t *inputs, const int32_t 
     if (B < 1 || T < 1) return hpt_fail(HPT_ERR_INVALID, "batch %d and sequence %d must be >= 1", B, T);
     if (T > c->maxT)
         return hpt_fail(HPT_ERR_SHAPE, "sequence length %d exceeds the model's maxT %d", T, c->maxT);
+    if (m->pos && (m->pos_B != B || m->pos_T != T))
+        return hpt_fail(HPT_ERR_INVALID, "the positions set are for batch %d and sequence %d, the "
+                        "forward's %d and %d", m->pos_B, m->pos_T, B, T);
     size_t BT = (size_t)B * T;
     for (size_t i = 0; i < BT; i++) {
         if (inputs[i] < 0 || inputs[i] >= c->V)
@@ -142,6 +151,10 @@ hpt_status hpt_model_forward(hpt_model *m, const int32_t *inputs, const int32_t 
     for (size_t i = 0; targets && i < BT; i++) n_targets += targets[i] >= 0;
     actstore_wait(m);
     HPT_CHECK(act_ensure(m, B, T));
+    if (m->lora) {
+        HPT_CHECK(model_lora_ensure(m, B, T));
+        model_lora_begin_forward(m);
+    }
     m->B = B;
     m->T = T;
     const int L = c->L;
@@ -165,6 +178,7 @@ hpt_status hpt_model_forward(hpt_model *m, const int32_t *inputs, const int32_t 
             s = hpt_fail_ctx(s, "bringing in block %d's parameters", l);
             break;
         }
+        model_lora_at(m, l, w);
         A->block_forward(&x, w, flayers + (size_t)l * A->block_acts_size,
                          block_input(m, flayers, l), 1);
         block_release(m, l);
@@ -202,7 +216,7 @@ hpt_status hpt_model_forward(hpt_model *m, const int32_t *inputs, const int32_t 
 hpt_status hpt_model_backward(hpt_model *m) {
     if (!m->has_targets)
         return hpt_fail(HPT_ERR_INVALID, "backward needs a forward with targets first");
-    if (!m->grads)
+    if (!m->grads && !m->lora)
         return hpt_fail(HPT_ERR_INVALID, "backward needs gradients (released by hpt_model_release_grads)");
     const hpt_arch *A = m->arch;
     const int L = m->cfg.L;
@@ -235,6 +249,7 @@ hpt_status hpt_model_backward(hpt_model *m) {
             s = hpt_fail_ctx(s, "bringing in block %d's parameters", l);
             break;
         }
+        model_lora_at(m, l, w);
         A->block_backward(&x, w, dw, layers + (size_t)l * A->block_acts_size,
                           block_input(m, layers, l), m->acts);
         s = grads_done(m, l, dw);
@@ -249,7 +264,7 @@ hpt_status hpt_model_backward(hpt_model *m) {
     act_enter(m, TP_ENC_B(L));
     /* chunked embeddings: also the head's dwte, and wte's update chunk by chunk (embed.c) */
     if (m->emb != HPT_EMB_FULL) emb_backward_end(m, x.head_rows);
-    else A->embed_backward(&x, m->ag, m->acts);
+    else if (!m->lora) A->embed_backward(&x, m->ag, m->acts); /* LoRA: the embedding is frozen */
     m->grads_live = 1;
     act_enter(m, -1);
     return HPT_OK;

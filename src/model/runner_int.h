@@ -75,6 +75,8 @@ int act_segment_len(const hpt_act_opts *o);
 int act_segment_end(int l, int N, int L);
 /* The ops' context for the model's current (B, T) and choices. */
 hpt_arch_ctx act_ctx(const hpt_model *m);
+/* frees the positions of packed examples (pack.c) */
+void model_pos_free(hpt_model *m);
 /* The ops' context at (B, T): vc > 0 (chunked embeddings, embed.c) makes a row-chunked head's
  * logits (rows, vc). */
 hpt_arch_ctx act_ctx_for(const hpt_model_config *c, const hpt_act_opts *o, int vc, int B, int T);

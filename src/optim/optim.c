@@ -120,6 +120,27 @@ void optim_plan_layout(const hpt_model_config *c, const hpt_tensor_table *t,
     }
 }
 
+uint64_t hpt_optim_lora_state_bytes(const hpt_model_config *cfg, const hpt_lora_opts *lora,
+                                    const hpt_adamw_opts *o) {
+    hpt_tensor_table t;
+    if (check_opts(o) != HPT_OK || hpt_model_config_check(cfg) != HPT_OK ||
+        model_lora_describe(cfg, lora, &t) != HPT_OK)
+        return 0;
+    layout L;
+    optim_plan_layout(cfg, &t, o, 0, 0, SIZE_MAX, NULL, NULL, &L);
+    uint64_t s = 0;
+    for (int i = 0; i < HPT_OPTIM_NUM_BUFS; i++) s += L.bytes[i];
+    return s;
+}
+
+/* The values and gradients the optimizer updates: the adapters' with LoRA, else the model's. */
+static float *op_params(const hpt_optim *op) {
+    return op->lora ? hpt_model_lora_params(op->model) : model_params(op->model);
+}
+static float *op_grads(const hpt_optim *op) {
+    return op->lora ? hpt_model_lora_grads(op->model) : model_grads(op->model);
+}
+
 uint64_t hpt_optim_state_bytes(const hpt_model_config *cfg, const hpt_adamw_opts *o) {
     if (check_opts(o) != HPT_OK || hpt_model_config_check(cfg) != HPT_OK) return 0;
     hpt_tensor_table t;
@@ -355,9 +376,10 @@ hpt_status optim_create_units(hpt_mem *mem, hpt_model *model, const hpt_adamw_op
     op->mem = mem;
     op->be = hpt_backend_of(mem);
     op->model = model;
-    op->tab = model_table(model);
+    op->lora = hpt_model_lora_on(model); /* LoRA: the adapters, the base frozen */
+    op->tab = op->lora ? model_lora_table(model) : model_table(model);
     op->o = *o;
-    op->n = hpt_model_num_params(model);
+    op->n = op->lora ? hpt_model_lora_num_params(model) : hpt_model_num_params(model);
     struct offload_engine *eng = model_engine(model);
     op->eng_homes = eng && o->optimizer == HPT_OPTIM_ADAMW && state_bits(o) == 32;
     op->n_units = optim_units(op->tab);
@@ -514,7 +536,7 @@ static const float *unit_grad(hpt_optim *op, const float *grads, int i, size_t o
 static hpt_status grad_sumsq_units(hpt_optim *op, double *out) {
     hpt_model *m = op->model;
     const hpt_tensor_table *t = op->tab;
-    const float *grads = model_grads(m);
+    const float *grads = op_grads(op);
     double *u = op->unit_sumsq;
     for (int i = 0; i < t->n; i++) {
         const tensor_layout *tl = &op->lay.t[i];
@@ -658,7 +680,7 @@ hpt_status hpt_optim_step_scaled(hpt_optim *op, float lr, float clip, float grad
                                  float *grad_norm_out) {
     hpt_model *model = op->model;
     struct offload_engine *eng = model_engine(model);
-    float *params = model_params(model), *grads = model_grads(model);
+    float *params = op_params(op), *grads = op_grads(op);
     if (!grads || !at_home(op))
         return hpt_fail(HPT_ERR_INVALID, "an optimizer step needs the gradients and the state on "
                         "the device (released or moved for a predict phase)");

@@ -46,6 +46,7 @@ struct hpt_optim {
     const hpt_backend *be_eng; /* the engine's callback's: the CPU's when the engine updates
                                 * host-homed blocks on CPU threads (a GPU), else be */
     hpt_model *model; /* borrowed */
+    int lora;        /* 1: the model's LoRA adapters are the parameters (tab, params, grads) */
     const hpt_tensor_table *tab; /* the model's (model_table) */
     hpt_adamw_opts o;
     size_t n;

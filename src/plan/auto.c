@@ -170,8 +170,9 @@ static int near_duplicate(const hpt_auto_result *r, const hpt_plan_opts *o) {
     return 0;
 }
 
-static void check_fit(hpt_auto_cand *k) {
+static void check_fit(hpt_auto_cand *k, uint64_t shared) {
     k->fits = 1;
+    uint64_t both = 0;
     for (int t = 0; t < HPT_TIER_COUNT; t++) {
         uint64_t b = k->o.budget_bytes[t], p = k->e.peak_bytes[t];
         if (k->e.predict_peak_bytes[t] > p) p = k->e.predict_peak_bytes[t];
@@ -179,7 +180,9 @@ static void check_fit(hpt_auto_cand *k) {
             k->fits = 0, k->bad_tier = t, k->over_bytes = p - b;
             return;
         }
+        if (t != HPT_TIER_DISK) both += p;
     }
+    if (shared && both > shared) k->fits = 0, k->bad_tier = -1, k->over_bytes = both - shared;
 }
 
 hpt_status hpt_plan_auto(const hpt_plan_opts *base, const hpt_calibration *c,
@@ -204,14 +207,22 @@ hpt_status hpt_plan_auto(const hpt_plan_opts *base, const hpt_calibration *c,
         k.o = cs.v[i].o;
         if (hpt_plan_estimate(&k.o, &k.e) != HPT_OK) continue;
         if (hpt_plan_cost(&k.o, c, &k.cost) != HPT_OK) continue;
-        check_fit(&k);
+        check_fit(&k, a->shared_bytes);
         if (k.fits) {
             out->n_fit++;
             if (out->n == 0 || !near_duplicate(out, &k.o)) out->cand[out->n++] = k;
         } else {
             if (out->n == 0 && out->n_nofit < 2) out->nofit[out->n_nofit++] = k;
-            uint64_t sum = 0;
-            for (int t = 0; t < HPT_TIER_COUNT; t++) sum += k.e.peak_bytes[t];
+            /* the nearest to fitting: the least bytes over the budgets, all tiers summed (a
+             * plan's disk bytes, plentiful, do not make it look far) */
+            uint64_t sum = 0, both = 0;
+            for (int t = 0; t < HPT_TIER_COUNT; t++) {
+                uint64_t b = k.o.budget_bytes[t], p = k.e.peak_bytes[t];
+                if (k.e.predict_peak_bytes[t] > p) p = k.e.predict_peak_bytes[t];
+                if (b && p > b) sum += p - b;
+                if (t != HPT_TIER_DISK) both += p;
+            }
+            if (a->shared_bytes && both > a->shared_bytes) sum += both - a->shared_bytes;
             if (sum < smallest) smallest = sum, least = k;
         }
     }

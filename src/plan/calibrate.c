@@ -45,6 +45,7 @@ hpt_status hpt_calibration_save(const char *path, const hpt_calibration *c) {
     cJSON_AddNumberToObject(j, "version", c->version);
     cJSON_AddNumberToObject(j, "threads", c->threads);
     cJSON_AddNumberToObject(j, "cores", c->cores);
+    cJSON_AddStringToObject(j, "device", c->device[0] ? c->device : "cpu");
     cJSON *g = cJSON_AddArrayToObject(j, "gemm");
     for (int r = 0; r < HPT_CAL_GEMM_ROWS; r++)
         for (int i = 0; i < HPT_CAL_GEMM_SIZES; i++) {
@@ -144,6 +145,8 @@ hpt_status hpt_calibration_load(const char *path, hpt_calibration *c) {
     c->version = (int)v;
     if (ok && num(j, "threads", &v)) c->threads = (int)v;
     if (ok && num(j, "cores", &v)) c->cores = (int)v;
+    const cJSON *dev = cJSON_GetObjectItemCaseSensitive(j, "device"); /* absent: a CPU's */
+    snprintf(c->device, sizeof c->device, "%s", cJSON_IsString(dev) && dev->valuestring ? dev->valuestring : "cpu");
     /* the GEMMs: rows-major, [rows][C]; every rate > 0, the rows and widths ascending */
     const cJSON *g = cJSON_GetObjectItemCaseSensitive(j, "gemm");
     ok = ok && cJSON_IsArray(g) && cJSON_GetArraySize(g) == HPT_CAL_GEMM_ROWS * HPT_CAL_GEMM_SIZES;
@@ -636,6 +639,7 @@ hpt_status hpt_calibrate(const char *disk_dir, int quick, hpt_calibration *c) {
     c->threads = hpt_get_threads();
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     c->cores = cores > 0 ? (int)cores : 0;
+    snprintf(c->device, sizeof c->device, "cpu"); /* the CPU backend's ops measure this CPU */
     const hpt_backend *be = hpt_backend_cpu();
     int reps = quick ? 3 : 5;
     g_min_s = quick ? 0.05 : 0.15;

@@ -116,6 +116,18 @@ static double tier_s(const hpt_calibration *c, int k, hpt_tier t, double bytes, 
 
 static double maxd(double a, double b) { return a > b ? a : b; }
 
+int hpt_calibration_for_device(const hpt_calibration *c, int device) {
+    const int gpu = strncmp(c->device, "cuda", 4) == 0;
+    return device ? gpu : !gpu;
+}
+
+const hpt_gpu_rates *hpt_gpu_rates_known(int i) {
+    static const hpt_gpu_rates k[] = {
+        {"NVIDIA H200", 51.2, 406, 775, "cuBLAS peaks measured by scripts/gpu_check.sh, 2026-11-28"},
+    };
+    return i >= 0 && i < (int)(sizeof k / sizeof k[0]) ? &k[i] : NULL;
+}
+
 hpt_status hpt_plan_cost(const hpt_plan_opts *o, const hpt_calibration *c, hpt_cost *out) {
     uint64_t none[HPT_TIER_COUNT], mine[HPT_TIER_COUNT];
     hpt_act_opts d = hpt_act_defaults();

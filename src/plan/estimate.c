@@ -244,8 +244,28 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     out->bytes[HPT_TIER_HOST][HPT_CAT_ACTS] = at[HPT_TIER_HOST];
     out->bytes[HPT_TIER_DISK][HPT_CAT_ACTS] = at[HPT_TIER_DISK];
     if (o->act.offload == HPT_OFFLOAD_DISK) out->bytes[HPT_TIER_HOST][HPT_CAT_IO] += 4u << 20;
+    /* LoRA (model/lora.c): the base without gradients or optimizer state; the adapters, their
+     * gradients, the frozen norms' sink, their state and their scratch (at the first forward) */
+    if (o->training && o->lora.r > 0) {
+        uint64_t lb[HPT_CAT_COUNT];
+        HPT_CHECK(hpt_lora_bytes(c, &o->lora, o->B, o->T, 1, lb));
+        dev[HPT_CAT_PARAMS] += lb[HPT_CAT_PARAMS];
+        if (o->lora.base) /* --base-weights: the blocks stored narrow, one fp32 block slot */
+            dev[HPT_CAT_PARAMS] = dev[HPT_CAT_PARAMS] - np * 4 +
+                                  (uint64_t)model_nonblock_floats(c) * 4 +
+                                  model_frozen_bytes(c, o->lora.base);
+        dev[HPT_CAT_GRADS] = lb[HPT_CAT_GRADS];
+        dev[HPT_CAT_OPTIM] = hpt_optim_lora_state_bytes(c, &o->lora, &o->adamw);
+        dev[HPT_CAT_ACTS] += lb[HPT_CAT_ACTS];
+    }
     int loaders = (o->no_data ? 0 : 1) + (o->has_val ? 1 : 0);
     dev[HPT_CAT_IO] = (uint64_t)loaders * loader_bytes(BT);
+    /* packed examples (docs/packing.md): each loader's positions (B*T int32, io) and the
+     * model's device copy of them (activations), from the first batch on */
+    if (o->pack == HPT_PACK_ON && loaders) {
+        dev[HPT_CAT_IO] += (uint64_t)loaders * BT * 4;
+        dev[HPT_CAT_ACTS] += BT * 4;
+    }
     if (o->training && o->sched.kind == HPT_SCHEDULE_HYBRID) HPT_CHECK(hybrid_bytes(o, out));
     for (int t = 0; t < HPT_TIER_COUNT; t++)
         for (int k = 0; k < HPT_CAT_COUNT; k++) out->peak_bytes[t] += out->bytes[t][k];

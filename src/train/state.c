@@ -24,8 +24,9 @@
 
 /* Fields 27-31: the configuration beyond GPT-2's six numbers (all 0 for GPT-2, as in files
  * written before them): 27 arch | NKV << 8 | FF << 32; 28 tied | attn_bias << 1 | mlp_bias << 2
- * | rope_orig_maxT << 8; 29 norm_eps | rope_theta << 32; 30 rope_factor | rope_low_freq << 32;
- * 31 rope_high_freq | init_range << 32 (floats as their bits). */
+ * | rope_orig_maxT << 8 | hd << 40 (0 but for Qwen3); 29 norm_eps | rope_theta << 32;
+ * 30 rope_factor | rope_low_freq << 32; 31 rope_high_freq | init_range << 32 (floats as their
+ * bits). */
 static int64_t two_floats(float lo, float hi) {
     uint32_t a, b;
     memcpy(&a, &lo, 4);
@@ -42,7 +43,7 @@ static void pack_arch(const hpt_model_config *c, int64_t *f) {
     if (c->arch == HPT_ARCH_GPT2) return;
     f[27] = (int64_t)((uint64_t)c->arch | (uint64_t)c->NKV << 8 | (uint64_t)c->FF << 32);
     f[28] = (int64_t)((uint64_t)c->tied | (uint64_t)c->attn_bias << 1 | (uint64_t)c->mlp_bias << 2 |
-                      (uint64_t)c->rope_orig_maxT << 8);
+                      (uint64_t)c->rope_orig_maxT << 8 | (uint64_t)c->hd << 40);
     f[29] = two_floats(c->norm_eps, c->rope_theta);
     f[30] = two_floats(c->rope_factor, c->rope_low_freq);
     f[31] = two_floats(c->rope_high_freq, c->init_range);
@@ -56,7 +57,8 @@ static void unpack_arch(const int64_t *f, hpt_model_config *c) {
     c->tied = (int)(b & 1);
     c->attn_bias = (int)((b >> 1) & 1);
     c->mlp_bias = (int)((b >> 2) & 1);
-    c->rope_orig_maxT = (int)(b >> 8);
+    c->rope_orig_maxT = (int)((b >> 8) & 0xffffffffu);
+    c->hd = (int)(b >> 40);
     c->norm_eps = float_at(f[29], 0);
     c->rope_theta = float_at(f[29], 1);
     c->rope_factor = float_at(f[30], 0);

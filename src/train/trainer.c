@@ -182,6 +182,21 @@ static int newer_state(const char *dir) {
            (sa.st_mtim.tv_sec == sb.st_mtim.tv_sec && sa.st_mtim.tv_nsec > sb.st_mtim.tv_nsec);
 }
 
+/* A LoRA run resumed from dir (a LoRA --save): the adapters' values from PEFT's files, whose
+ * settings must be the run's, then the rest of the state (lora_state.c). */
+static hpt_status lora_resume(hpt_trainer *tr, const char *dir) {
+    hpt_lora_opts saved;
+    HPT_CHECK(hpt_lora_read_config(dir, &saved));
+    const hpt_lora_opts *o = &tr->o.lora;
+    if (saved.r != o->r || saved.alpha != o->alpha || saved.rslora != o->rslora ||
+        saved.dropout != o->dropout)
+        return hpt_fail(HPT_ERR_INVALID, "%s/adapter_config.json has r=%d alpha=%g dropout=%g%s; "
+                        "resume with the same --lora", dir, saved.r, (double)saved.alpha,
+                        (double)saved.dropout, saved.rslora ? " rslora" : "");
+    HPT_CHECK(hpt_lora_read_values(tr->model, dir));
+    return lora_state_load(tr, dir);
+}
+
 static hpt_status setup(hpt_trainer *tr) {
     const hpt_train_opts *o = &tr->o;
     hpt_mem_stats st0;
@@ -206,7 +221,23 @@ static hpt_status setup(hpt_trainer *tr) {
     hpt_state_section sec[HPT_STATE_MAX_SECTIONS];
     int n_sec = 0;
     char path[PATH_MAX];
-    if (o->resume) {
+    if (o->adapter) { /* the saved adapters' settings are the run's; the plan's rules again */
+        if (o->resume)
+            return hpt_fail(HPT_ERR_INVALID, "--adapter starts a run from adapters; --resume "
+                            "continues one (give one of them)");
+        int base = tr->o.lora.base; /* --base-weights is the run's, not the adapters' */
+        HPT_CHECK(hpt_lora_read_config(o->adapter, &tr->o.lora));
+        tr->o.lora.base = base;
+        HPT_CHECK(hpt_plan_check(&o->plan, &env));
+    }
+    const int lora = o->lora.r > 0;
+    if (lora && dp_size() > 1) /* the processes' sums are over the model's gradients */
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--lora runs in one process in this version "
+                        "(docs/lora.md)");
+    if (lora && o->resume && !o->model)
+        return hpt_fail(HPT_ERR_INVALID, "--resume of a --lora run takes the frozen base from "
+                        "--model again (its checkpoint holds the adapters only)");
+    if (o->resume && !lora) {
         snprintf(path, sizeof path, "%s/state.bin", o->resume);
         hpt_adamw_opts ao;
         hpt_train_pos pos;
@@ -256,6 +287,7 @@ static hpt_status setup(hpt_trainer *tr) {
         tr->step = tr->start_step = pos.step;
         tr->rng.s = pos.rng_state;
         s = hpt_dataloader_open(tr->mem, o->data, o->B, o->T, mcfg(tr)->V, &tr->train);
+        if (s == HPT_OK) s = hpt_dataloader_set_pack(tr->train, o->pack);
         if (s == HPT_OK) s = hpt_dataloader_set_pos(tr->train, pos.data_shard, pos.data_offset);
         if (s != HPT_OK) {
             hpt_state_sections_free(tr->mem, sec, n_sec);
@@ -264,21 +296,36 @@ static hpt_status setup(hpt_trainer *tr) {
     } else {
         if (!o->model) return hpt_fail(HPT_ERR_INVALID, "no model given (a checkpoint or a shape)");
         hpt_model_config cfg;
+        hpt_status ms = HPT_OK;
+        model_create_forward_only(lora); /* LoRA: a frozen base, no gradient buffer */
+        model_set_frozen_base(lora ? o->lora.base : HPT_BASE_F32); /* --base-weights */
         if (file_exists(o->model)) {
-            HPT_CHECK(check_budget(tr, &cfg, o->model, live0));
-            HPT_CHECK(hpt_model_load_offload(tr->mem, o->model, &o->offload, &tr->model));
+            ms = check_budget(tr, &cfg, o->model, live0);
+            if (ms == HPT_OK) ms = hpt_model_load_offload(tr->mem, o->model, &o->offload, &tr->model);
         } else if (hpt_model_config_parse(o->model, &cfg) == HPT_OK) {
-            HPT_CHECK(check_budget(tr, &cfg, NULL, live0));
-            HPT_CHECK(hpt_model_create_config_offload(tr->mem, &cfg, &o->offload, &tr->model));
-            HPT_CHECK(hpt_model_init_random(tr->model, o->seed));
+            ms = check_budget(tr, &cfg, NULL, live0);
+            if (ms == HPT_OK) ms = hpt_model_create_config_offload(tr->mem, &cfg, &o->offload, &tr->model);
+            if (ms == HPT_OK) ms = hpt_model_init_random(tr->model, o->seed);
         } else if (strchr(o->model, '/') || strstr(o->model, ".bin")) {
+            model_create_forward_only(0);
+            model_set_frozen_base(HPT_BASE_F32);
             return hpt_fail(HPT_ERR_IO, "cannot open %s: %s", o->model, strerror(ENOENT));
         } else {
+            model_create_forward_only(0);
+            model_set_frozen_base(HPT_BASE_F32);
             return hpt_model_config_parse(o->model, &cfg); /* its error names the shape problem */
         }
+        model_create_forward_only(0);
+        model_set_frozen_base(HPT_BASE_F32);
+        HPT_CHECK(ms);
+        /* the adapters over the loaded or initialised base (A from the run's seed) */
+        if (lora) HPT_CHECK(hpt_model_lora_attach(tr->model, &o->lora, o->seed ^ 0x4C6F5241ull));
+        if (o->adapter) HPT_CHECK(hpt_lora_read_values(tr->model, o->adapter));
         HPT_CHECK(dp_shard_init(o, tr->model, &tr->dp));
         HPT_CHECK(dp_optim_create(tr->mem, tr->model, &tr->o.adamw, &tr->dp, &tr->opt));
         HPT_CHECK(hpt_dataloader_open(tr->mem, o->data, o->B, o->T, mcfg(tr)->V, &tr->train));
+        HPT_CHECK(hpt_dataloader_set_pack(tr->train, o->pack)); /* rewinds: before a resume */
+        if (lora && o->resume) HPT_CHECK(lora_resume(tr, o->resume));
     }
     if (model_engine(tr->model) && o->loss_scale.mode != HPT_LOSS_SCALE_OFF) /* fp32 homes too: */
         eng_check_grads(model_engine(tr->model), 1); /* non-finite values skip a step */
@@ -292,6 +339,7 @@ static hpt_status setup(hpt_trainer *tr) {
                      mcfg(tr)->maxT);
     if (s == HPT_OK && o->val)
         s = hpt_dataloader_open(tr->mem, o->val, o->B, o->T, mcfg(tr)->V, &tr->val);
+    if (s == HPT_OK && o->val) s = hpt_dataloader_set_pack(tr->val, o->pack);
     if (s == HPT_OK && o->save_dir) s = mkdir_p(o->save_dir);
     if (s == HPT_OK && HYBRID(tr)) {
         /* the plan check saw the plan's optimizer; a resumed run's is its checkpoint's */
@@ -352,11 +400,20 @@ static int64_t count_targets(const int32_t *y, size_t n) {
     return k;
 }
 
+static hpt_status eval_batches(hpt_trainer *tr, float *val_loss_out);
+
 hpt_status hpt_trainer_eval(hpt_trainer *tr, float *val_loss_out) {
     *val_loss_out = NAN;
     if (!tr->val) return HPT_OK;
     HPT_CHECK(hpt_dataloader_rewind(tr->val));
     hpt_mem_set_context(tr->mem, tr->step, HPT_PHASE_EVAL, -1);
+    hpt_model_lora_set_training(tr->model, 0); /* no adapter dropout while evaluating */
+    hpt_status s = eval_batches(tr, val_loss_out);
+    hpt_model_lora_set_training(tr->model, 1);
+    return s;
+}
+
+static hpt_status eval_batches(hpt_trainer *tr, float *val_loss_out) {
     double sum = 0.0, wsum = 0.0;
     int64_t targets = 0;
     int n = tr->o.val_batches > 0 ? tr->o.val_batches : 1;
@@ -364,6 +421,8 @@ hpt_status hpt_trainer_eval(hpt_trainer *tr, float *val_loss_out) {
         const int32_t *x, *y;
         float loss;
         HPT_CHECK(hpt_dataloader_next(tr->val, &x, &y));
+        HPT_CHECK(hpt_model_set_positions(tr->model, hpt_dataloader_positions(tr->val), tr->o.B,
+                                          tr->o.T));
         HPT_CHECK(hpt_model_forward(tr->model, x, y, tr->o.B, tr->o.T, &loss));
         int64_t k = count_targets(y, (size_t)tr->o.B * tr->o.T);
         sum += (double)loss;
@@ -403,6 +462,12 @@ static hpt_status save_shards(hpt_trainer *tr);
 
 hpt_status hpt_trainer_save(hpt_trainer *tr) {
     if (!tr->o.save_dir) return hpt_fail(HPT_ERR_INVALID, "no save directory given");
+    /* LoRA: the adapters in PEFT's files, the frozen base untouched (docs/lora.md) */
+    if (hpt_model_lora_on(tr->model)) {
+        hpt_status s = dp_rank() ? HPT_OK : hpt_lora_save(tr->model, tr->o.save_dir, tr->o.model);
+        if (s == HPT_OK && !dp_rank()) s = lora_state_save(tr, tr->o.save_dir);
+        return dp_saved(s);
+    }
     /* stages 1, 2 in memory, 1-3 in the engine: every rank its shard, rank 0 the manifest and
      * model.bin (zero.c) */
     if (tr->dp.stage || tr->o.offload.shards > 1) return dp_saved(save_shards(tr));
@@ -681,6 +746,7 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
     int apart = K > 1 && dp_apart(o), KN = K * dp_size();
     int sink = tr->dp.slot != NULL; /* stage 2: each layer's gradients onto the owners at once */
     double loss_sum = 0.0, wloss_sum = 0.0, n_step = 0.0; /* n_step: targets (all ranks) */
+    double real = 0.0; /* tokens that are not padding (all ranks) */
     const double BT = (double)o->B * o->T;
     int fused = o->offload.fused;
     int scaling = o->loss_scale.mode != HPT_LOSS_SCALE_OFF;
@@ -698,6 +764,10 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
         float loss;
         if (apart && k > 0) hpt_model_zero_grad(tr->model);
         HPT_CHECK(hpt_dataloader_next(tr->train, &x, &y));
+        /* packed examples: each token's position in its example (NULL: none) */
+        HPT_CHECK(hpt_model_set_positions(tr->model, hpt_dataloader_positions(tr->train), o->B,
+                                          o->T));
+        real += (double)hpt_dataloader_real_tokens(tr->train);
         HPT_CHECK(hpt_model_forward(tr->model, x, y, o->B, o->T, &loss));
         if (k == 0 && measure) { /* the prediction's error; past the bound, back to the start */
             double excess = ((double)loss - pred) / fmax(pred, 1e-6);
@@ -732,6 +802,7 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
     dp_skip_after(tr->train, K);
     HPT_CHECK(dp_loss_sum(loss_sum, &loss_sum));
     HPT_CHECK(dp_loss_sum(wloss_sum, &wloss_sum));
+    HPT_CHECK(dp_loss_sum(real, &tr->real_tokens));
     if (!fused) HPT_CHECK(dp_loss_sum(n_step, &n_step));
     /* stage 0: every value summed on every rank; 1: the owned ones; 2 with accumulation: done
      * per micro-batch (sum_apart) */
@@ -810,12 +881,12 @@ hpt_status hpt_trainer_step(hpt_trainer *tr, hpt_train_progress *p) {
             HPT_CHECK(trainer_predict_memory(tr));
         }
     }
-    int K = o->accum > 1 ? o->accum : 1;
     double dt = hpt_now() - t0;
     p->step = tr->step;
     p->total = o->steps;
     p->step_ms = dt * 1e3;
-    p->tokens_per_s = phase == HPT_PHASE_PREDICT ? 0.0 : (double)K * dp_size() * o->B * o->T / dt;
+    /* real tokens only: padding of packed or padded examples is not counted (docs/packing.md) */
+    p->tokens_per_s = phase == HPT_PHASE_PREDICT ? 0.0 : tr->real_tokens / dt;
     int last = hpt_trainer_done(tr);
     if (tr->val && (last || (o->eval_every > 0 && tr->step % o->eval_every == 0))) {
         HPT_CHECK(hpt_trainer_eval(tr, &p->val_loss));

@@ -13,6 +13,8 @@
 
 struct hpt_trainer {
     hpt_train_opts o;
+    double real_tokens;       /* the last real step's tokens that are not padding (all ranks;
+                               * docs/packing.md): tokens_per_s counts these */
     hpt_mem *mem;
     const hpt_backend *be;    /* mem's device tier's (hpt_backend_of): device copies */
     hpt_model *model;
@@ -42,6 +44,12 @@ struct hpt_trainer {
     int fault_layer;
     float fault_value;
 };
+
+/* ---- lora_state.c: a LoRA run's training state beside its PEFT files (docs/lora.md) ---- */
+hpt_status lora_state_save(const hpt_trainer *tr, const char *dir);
+/* After the base, the adapters, the optimizer and the data loader are made: the saved step,
+ * data position, RNG, dropout pass and optimizer state (refused when the run differs). */
+hpt_status lora_state_load(hpt_trainer *tr, const char *dir);
 
 #define HYBRID(tr) ((tr)->o.sched.kind == HPT_SCHEDULE_HYBRID)
 #define JUMP(tr) (HYBRID(tr) && (tr)->o.sched.predictor == HPT_PREDICTOR_JUMP)

@@ -17,6 +17,7 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_estimate(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
+int cmd_merge(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
 int cmd_render(int argc, char **argv);
@@ -112,6 +113,9 @@ void tok_examples_free(tok_examples *e);
     {"grad-home", 1, 0, CLI_OPT_PLAN}, {"embeddings", 1, 0, CLI_OPT_PLAN}, \
     {"vocab-chunk", 1, 0, CLI_OPT_PLAN}, {"loss-scale", 1, 0, CLI_OPT_PLAN}, \
     {"device", 1, 0, CLI_OPT_PLAN}, {"zero", 1, 0, CLI_OPT_PLAN}, \
+    {"lora", 1, 0, CLI_OPT_PLAN}, {"lora-targets", 1, 0, CLI_OPT_PLAN}, \
+    {"base-weights", 1, 0, CLI_OPT_PLAN}, \
+    {"pack", 1, 0, CLI_OPT_PLAN}, \
     {"loss-scale-init", 1, 0, CLI_OPT_PLAN}, {"loss-scale-window", 1, 0, CLI_OPT_PLAN}, \
     {"accum", 1, 0, CLI_OPT_PLAN}, {"schedule", 1, 0, CLI_OPT_PLAN}, \
     {"warmup-steps", 1, 0, CLI_OPT_PLAN}, {"full-steps", 1, 0, CLI_OPT_PLAN}, \
@@ -135,10 +139,13 @@ void tok_examples_free(tok_examples *e);
     {"plan", 1, 0, CLI_OPT_AUTO_PLAN}, {"allow", 1, 0, CLI_OPT_ALLOW}, \
     {"tokens-per-step", 1, 0, CLI_OPT_TOKENS}, {"verbose", 0, 0, CLI_OPT_VERBOSE}
 #define CLI_HELP_AUTO \
-    "  --plan auto          choose the fastest plan that fits every tier's budget (--memory, and\n" \
-    "                       --host-memory, --disk-memory: default what is free), print it as\n" \
-    "                       flags with its predicted peaks, step time and the runners-up\n" \
-    "                       (docs/planner.md); the technique flags given are replaced\n" \
+    "  --plan auto          choose the fastest plan that fits every tier's budget (--memory,\n" \
+    "                       --host-memory, --disk-memory; those not given are this machine's:\n" \
+    "                       its free RAM, which the CPU's device and host tiers share, and\n" \
+    "                       --offload-dir's free space; a GPU needs --memory), print it as flags\n" \
+    "                       (with the budgets given only) with its predicted peaks, step time\n" \
+    "                       and the runners-up (docs/planner.md); the technique flags given are\n" \
+    "                       replaced; when none fits, each budget's source and what would fit\n" \
     "  --allow lossy        let --plan auto choose 8-bit state, bf16 weights, compressed\n" \
     "                       activations\n" \
     "  --tokens-per-step N  --plan auto: tokens per optimizer step (B x accum x T; default\n" \
@@ -149,6 +156,46 @@ void tok_examples_free(tok_examples *e);
  * (B, and the plan: accum and every technique). 0, or the exit status after printing why. */
 int cli_auto_plan(const char *cmd, hpt_plan_opts *po, int64_t tokens_per_step, int allow_lossy,
                   int verbose, FILE *f);
+/* Where each tier's budget came from (budgets.c): given on the command line, this machine's
+ * default (--plan auto: its free RAM, --offload-dir's free space), or none (no limit). */
+enum { CLI_BUDGET_NONE, CLI_BUDGET_GIVEN, CLI_BUDGET_DEFAULT };
+typedef struct {
+    int src[HPT_TIER_COUNT];  /* CLI_BUDGET_* per tier */
+    uint64_t ram_avail;       /* MemAvailable when the defaults were taken (0: not read) */
+    int device;               /* the plan's device: 0 the CPU (device and host share the RAM) */
+    const char *dir;          /* --offload-dir, or NULL */
+    uint64_t shared;          /* 0, or the device and host peaks together at most this (on the
+                               * CPU, with a default taken: this machine's free RAM) */
+} cli_budgets;
+/* MemAvailable of /proc/meminfo, bytes; $HPT_MEM_AVAILABLE (a SIZE) instead when set. */
+uint64_t cli_mem_available(void);
+/* Marks each budget of p given or none. */
+void cli_budgets_given(const hpt_plan *p, cli_budgets *b);
+/* --plan auto's defaults for the budgets not given: this machine's free RAM for the host and, on
+ * the CPU, the device (on the CPU, the two tiers being one RAM, both together within it:
+ * b->shared); on a GPU the device none (--memory is the GPU's); the disk --offload-dir's free
+ * space. */
+void cli_budgets_defaults(hpt_plan *p, cli_budgets *b);
+/* Zeroes the budgets not given (a plan's flags and its run carry only the user's). */
+void cli_budgets_strip(hpt_plan *p, const cli_budgets *b);
+/* "host 726.2 MiB (this machine's default: ...; --host-memory SIZE sets it)" for tier t. */
+void cli_budget_text(const hpt_plan *p, const cli_budgets *b, int t, char *buf, size_t n);
+/* Placeholder rates for a search that only asks what fits (no calibration cached). */
+void cli_nominal_calibration(hpt_calibration *c);
+/* A refused --plan auto: every budget with its source on f, then the plan searched nearest to
+ * fitting (least; NULL: none) with the budgets it passes. */
+void cli_explain_nofit(const char *cmd, const hpt_plan_opts *po, const cli_budgets *b,
+                       const hpt_auto_cand *least, FILE *f);
+/* What would fit po (budgets filled by cli_budgets_defaults; b their sources): --plan auto as
+ * asked (unless skip_first: a search of it just failed), then with
+ * --offload-dir, then --allow lossy, then both, each tried on a few of the smallest plans of the
+ * search's space with the estimator alone (milliseconds; no search, no rates). Prints the first
+ * choice that fits with one plan that does (or that none fits) after lead on f; 1 when one fits. */
+int cli_fit_hints(const hpt_plan_opts *po, const cli_budgets *b, int lossy_given, int skip_first,
+                  const char *lead, FILE *f);
+/* For a GPU without a calibration: the step's FLOPs at the GEMM peaks measured on known GPUs
+ * (hpt_gpu_rates_known), each labelled a floor with its rates and their source, after lead. */
+void cli_gpu_floor(double flops_per_step, const char *lead, FILE *f);
 /* The doctor's proposal for a budget (a refused one, or profile's): the top 3 auto plans with
  * predicted step times, on f, from the cached calibration (or a hint to make one). */
 void cli_auto_advice(const char *cmd, const hpt_plan_opts *po, FILE *f);

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/statvfs.h>
 
 static const char k_help[] =
     "usage: hptrain calibrate [--offload-dir DIR] [--threads N] [--quick] [--out FILE]\n"
@@ -18,7 +17,10 @@ static const char k_help[] =
     "at a step's shapes, causal attention, a read+write memory pass, each optimizer's update in\n"
     "ns per parameter (32- and 8-bit state), memcpy, and with --offload-dir the disk's O_DIRECT\n"
     "read and write. Writes them to FILE (default $HPT_CALIBRATION, else\n"
-    "~/.cache/hptrain/calibration.json), which `--plan auto` reads. Takes seconds.\n"
+    "~/.cache/hptrain/calibration.json), which `--plan auto` and `estimate` read. Takes seconds.\n"
+    "It measures this CPU (the file says \"device\": \"cpu\"), so it predicts --device cpu runs\n"
+    "only: for --device cuda no step time is predicted, only a labelled floor at a known GPU's\n"
+    "measured GEMM peaks.\n"
     "\n"
     "  --offload-dir DIR  measure the disk tier there (a temporary file, removed after)\n"
     "  --threads N        threads (default: all cores; record the count training uses)\n"
@@ -26,7 +28,8 @@ static const char k_help[] =
     "  --out FILE         where to write the rates\n";
 
 static void fmt_b(char *buf, size_t n, double b) {
-    if (b < 1024.0 * 1024) snprintf(buf, n, "%.1f KiB", b / 1024);
+    if (b == 0) snprintf(buf, n, "0");
+    else if (b < 1024.0 * 1024) snprintf(buf, n, "%.1f KiB", b / 1024);
     else if (b < 1024.0 * 1024 * 1024) snprintf(buf, n, "%.1f MiB", b / 1048576.0);
     else snprintf(buf, n, "%.2f GiB", b / 1073741824.0);
 }
@@ -148,16 +151,6 @@ int cmd_calibrate(int argc, char **argv) {
 
 /* ---- --plan auto --------------------------------------------------------------------------- */
 
-static uint64_t mem_available(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[256];
-    unsigned long long kb = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
-    if (f) fclose(f);
-    return (uint64_t)kb * 1024;
-}
-
 static int cli_calibration(const char *cmd, const char *disk_dir, int verbose, hpt_calibration *cal) {
     char path[4096];
     hpt_calibration_path(path, sizeof path);
@@ -178,23 +171,6 @@ static int cli_calibration(const char *cmd, const char *disk_dir, int verbose, h
         fprintf(stderr, "hptrain: %s: calibration written to %s\n", cmd, path);
     if (verbose) print_calibration(stderr, cal);
     return 0;
-}
-
-static void cli_auto_budgets(hpt_plan *p, int verbose) {
-    uint64_t avail = mem_available();
-    char b[32];
-    if (!p->budget_bytes[HPT_TIER_DEVICE]) p->budget_bytes[HPT_TIER_DEVICE] = avail;
-    if (!p->budget_bytes[HPT_TIER_HOST]) /* the CPU's device tier is the same RAM */
-        p->budget_bytes[HPT_TIER_HOST] = avail > p->budget_bytes[HPT_TIER_DEVICE]
-                                             ? avail - p->budget_bytes[HPT_TIER_DEVICE] : 1;
-    struct statvfs sv;
-    if (!p->budget_bytes[HPT_TIER_DISK] && p->offload_dir && !statvfs(p->offload_dir, &sv))
-        p->budget_bytes[HPT_TIER_DISK] = (uint64_t)sv.f_bavail * sv.f_frsize;
-    if (verbose)
-        for (int t = 0; t < HPT_TIER_COUNT; t++) {
-            fmt_b(b, sizeof b, (double)p->budget_bytes[t]);
-            fprintf(stderr, "hptrain: budget %s %s\n", hpt_tier_name((hpt_tier)t), p->budget_bytes[t] ? b : "none");
-        }
 }
 
 /* "--batch B --seq T <plan flags>" of a candidate */
@@ -244,6 +220,20 @@ static void print_inputs(FILE *f, const hpt_cost *c, int arch) {
             c->recompute_s, c->pointwise_s, c->optim_s, c->transfer_s, c->exposed_s);
 }
 
+void cli_gpu_floor(double flops, const char *lead, FILE *f) {
+    char x[32];
+    if (flops >= 1e12) snprintf(x, sizeof x, "%.2f TFLOP", flops / 1e12);
+    else snprintf(x, sizeof x, "%.2f GFLOP", flops / 1e9);
+    for (int i = 0; hpt_gpu_rates_known(i); i++) {
+        const hpt_gpu_rates *g = hpt_gpu_rates_known(i);
+        fprintf(f, "%sa floor, not a prediction: the step's %s at an %s's measured GEMM peak take "
+                "%.3g s in fp32 (%.1f TFLOP/s: the exact mode), %.3g s in TF32 (%.0f), %.3g s in "
+                "bf16 (%.0f) (%s)\n", lead, x, g->name, flops / (g->fp32_tflops * 1e12),
+                g->fp32_tflops, flops / (g->tf32_tflops * 1e12), g->tf32_tflops,
+                flops / (g->bf16_tflops * 1e12), g->bf16_tflops, g->source);
+    }
+}
+
 int cli_auto_plan(const char *cmd, hpt_plan_opts *po, int64_t tokens_per_step, int allow_lossy,
                   int verbose, FILE *f) {
     int64_t S = (int64_t)po->B * (po->accum > 1 ? po->accum : 1);
@@ -253,36 +243,71 @@ int cli_auto_plan(const char *cmd, hpt_plan_opts *po, int64_t tokens_per_step, i
                                    (long long)tokens_per_step, po->T);
         S = tokens_per_step / po->T;
     }
-    cli_auto_budgets(&po->plan, verbose);
+    if (po->plan.device && !po->plan.budget_bytes[HPT_TIER_DEVICE])
+        return cli_usage_error(cmd, "--plan auto --device cuda needs --memory SIZE (the GPU's memory "
+                               "to plan for)");
+    cli_budgets bs;
+    cli_budgets_given(&po->plan, &bs);
+    cli_budgets_defaults(&po->plan, &bs);
+    char bt[HPT_TIER_COUNT][512];
+    for (int t = 0; t < HPT_TIER_COUNT; t++) {
+        cli_budget_text(&po->plan, &bs, t, bt[t], sizeof bt[t]);
+        if (verbose) fprintf(stderr, "hptrain: budget %s\n", bt[t]);
+    }
     hpt_calibration cal;
-    int rc = cli_calibration(cmd, po->offload_dir, verbose, &cal);
-    if (rc) return rc;
-    hpt_auto_opts a = {.allow_lossy = allow_lossy, .allow_disk = po->offload_dir != NULL, .sequences = S};
+    char cpath[4096];
+    if (po->plan.device) { /* no calibration of a GPU: plans ranked, no step time predicted */
+        if (hpt_calibration_load(hpt_calibration_path(cpath, sizeof cpath), &cal) != HPT_OK)
+            cli_nominal_calibration(&cal);
+        if (!(cal.disk_read_gbps > 0)) cal.disk_read_gbps = cal.disk_write_gbps = 1;
+    } else {
+        int rc = cli_calibration(cmd, po->offload_dir, verbose, &cal);
+        if (rc) return rc;
+    }
+    const int timed = hpt_calibration_for_device(&cal, po->plan.device);
+    hpt_auto_opts a = {.allow_lossy = allow_lossy, .allow_disk = po->offload_dir != NULL, .sequences = S,
+                       .shared_bytes = bs.shared};
     hpt_auto_result *r = malloc(sizeof *r);
     if (!r) return cli_error("%s: out of memory", cmd);
     hpt_status s = hpt_plan_auto(po, &cal, &a, r);
     char fl[2300], why[96];
+    if (s == HPT_ERR_OOM) { /* every budget with its source, the one that binds, what would fit */
+        const hpt_auto_cand *least = r->n_nofit ? &r->nofit[0] : NULL;
+        cli_explain_nofit(cmd, po, &bs, least, stderr);
+        fprintf(stderr, "hptrain: %s: what would fit:\n", cmd);
+        cli_fit_hints(po, &bs, allow_lossy, 1, "  ", stderr);
+        int n = r->n_tried, bad = least ? least->bad_tier : -2;
+        free(r);
+        if (bad == -2) return cli_error("%s: no plan of the %d searched fits the budgets", cmd, n);
+        if (bad == -1)
+            return cli_error("%s: no plan of the %d searched fits the budgets: the device and host "
+                             "tiers together pass this machine's free RAM", cmd, n);
+        return cli_error("%s: no plan of the %d searched fits the budgets: the %s budget binds "
+                         "(%s)", cmd, n, hpt_tier_name((hpt_tier)bad), bs.src[bad] == CLI_BUDGET_GIVEN
+                         ? "given" : "this machine's default; see above");
+    }
     if (s != HPT_OK) {
-        if (r->n_nofit) {
-            cand_flags(&r->nofit[0].o, fl, sizeof fl, 0);
-            fmt_b(why, sizeof why, (double)r->nofit[0].over_bytes);
-            fprintf(stderr, "hptrain: %s: the smallest plan, %s, passes the %s budget by %s\n", cmd,
-                    fl, hpt_tier_name((hpt_tier)r->nofit[0].bad_tier), why);
-        }
         free(r);
         return cli_lib_error(s, cmd);
     }
     const hpt_auto_cand *best = &r->cand[0];
-    cand_flags(&best->o, fl, sizeof fl, 1);
+    hpt_plan_opts shown = best->o; /* the budgets the user gave, no default's byte count */
+    cli_budgets_strip(&shown.plan, &bs);
+    cand_flags(&shown, fl, sizeof fl, 1);
     fprintf(f, "plan auto: %d plans searched (%s, %s); the fastest that fits:\n  %s\n", r->n_tried,
             allow_lossy ? "lossy choices allowed" : "exact choices only (--allow lossy adds 8-bit "
             "state, bf16 weights, compressed activations)",
             a.allow_disk ? "disk homes with --offload-dir" : "no disk tier (give --offload-dir)", fl);
-    fprintf(f, "  predicted: %.3f s per step (%.0f tokens/s); peak ", best->cost.total_s,
-            (double)best->e.tokens_per_step / best->cost.total_s);
+    if (timed)
+        fprintf(f, "  predicted: %.3f s per step (%.0f tokens/s); peak ", best->cost.total_s,
+                (double)best->e.tokens_per_step / best->cost.total_s);
+    else
+        fprintf(f, "  predicted: no step time (no calibration of a GPU; the plans ranked by %s); peak ",
+                strcmp(cal.device, "nominal") ? "this CPU's calibration" : "placeholder rates");
     print_peaks(f, best);
-    fprintf(f, "\n");
-    if (best->cost.disk_read_gbps > 0)
+    fprintf(f, "\n  budgets: %s; %s; %s\n", bt[0], bt[1], bt[2]);
+    if (!timed) cli_gpu_floor(best->e.flops_per_token * (double)best->e.tokens_per_step, "  ", f);
+    if (timed && best->cost.disk_read_gbps > 0)
         fprintf(f, "  disk costed at %s: read %.2f GB/s, write %.2f GB/s, loss %.2f%s%s%s\n",
                 best->cost.disk_from_engine ? "the engine's own rates" : "calibrate's rates",
                 best->cost.disk_read_gbps, best->cost.disk_write_gbps, best->cost.disk_loss,
@@ -293,18 +318,24 @@ int cli_auto_plan(const char *cmd, hpt_plan_opts *po, int64_t tokens_per_step, i
     if (r->n > 1 || r->n_nofit) fprintf(f, "  runners-up:\n");
     for (int i = 1; i < r->n; i++) {
         cand_flags(&r->cand[i].o, fl, sizeof fl, 0);
-        fprintf(f, "    %.3f s (slower by %.1f%%): %s\n", r->cand[i].cost.total_s,
-                100.0 * (r->cand[i].cost.total_s / best->cost.total_s - 1.0), fl);
+        if (!timed) fprintf(f, "    %s\n", fl);
+        else fprintf(f, "    %.3f s (slower by %.1f%%): %s\n", r->cand[i].cost.total_s,
+                     100.0 * (r->cand[i].cost.total_s / best->cost.total_s - 1.0), fl);
         if (verbose) print_inputs(f, &r->cand[i].cost, po->cfg.arch);
     }
     for (int i = 0; i < r->n_nofit; i++) {
         cand_flags(&r->nofit[i].o, fl, sizeof fl, 0);
         fmt_b(why, sizeof why, (double)r->nofit[i].over_bytes);
-        fprintf(f, "    %.3f s but does not fit the %s tier by %s: %s\n", r->nofit[i].cost.total_s,
-                hpt_tier_name((hpt_tier)r->nofit[i].bad_tier), why, fl);
+        int nb = r->nofit[i].bad_tier;
+        char ts[32] = "";
+        if (timed) snprintf(ts, sizeof ts, "%.3f s but ", r->nofit[i].cost.total_s);
+        fprintf(f, "    %sdoes not fit %s%s%s by %s: %s\n", ts,
+                nb < 0 ? "this machine's free RAM (device and host)" : "the ",
+                nb < 0 ? "" : hpt_tier_name((hpt_tier)nb), nb < 0 ? "" : " tier", why, fl);
     }
     po->B = best->o.B;
-    po->plan = best->o.plan;
+    po->plan = best->o.plan; /* the run carries the budgets given, as the printed flags do */
+    cli_budgets_strip(&po->plan, &bs);
     po->plan.given = 0;
     free(r);
     return 0;
@@ -313,32 +344,44 @@ int cli_auto_plan(const char *cmd, hpt_plan_opts *po, int64_t tokens_per_step, i
 void cli_auto_advice(const char *cmd, const hpt_plan_opts *po, FILE *f) {
     hpt_calibration cal;
     char path[4096];
-    if (hpt_calibration_load(hpt_calibration_path(path, sizeof path), &cal) != HPT_OK) {
-        fprintf(f, "hptrain: %s: run `hptrain calibrate` once, and --plan auto proposes whole "
-                "plans that fit with their predicted step times\n", cmd);
-        return;
-    }
+    const int have = hpt_calibration_load(hpt_calibration_path(path, sizeof path), &cal) == HPT_OK;
+    if (!have) cli_nominal_calibration(&cal); /* what fits needs no rates; the order does */
     hpt_auto_opts a = {.allow_lossy = 0, .allow_disk = po->offload_dir != NULL && cal.disk_read_gbps > 0,
                        .sequences = (int64_t)po->B * (po->accum > 1 ? po->accum : 1)};
     hpt_plan_opts base = *po;
-    if (!base.budget_bytes[HPT_TIER_HOST]) cli_auto_budgets(&base.plan, 0);
+    cli_budgets bs;
+    cli_budgets_given(&base.plan, &bs);
+    cli_budgets_defaults(&base.plan, &bs);
+    a.shared_bytes = bs.shared;
     hpt_auto_result *r = malloc(sizeof *r);
     if (!r) return;
     for (int lossy = 0; lossy < 2; lossy++) {
         a.allow_lossy = lossy;
         if (hpt_plan_auto(&base, &cal, &a, r) == HPT_OK) break;
     }
-    if (r->n == 0) {
-        fprintf(f, "hptrain: %s: no whole plan fits these budgets (searched %d)\n", cmd, r->n_tried);
+    if (r->n == 0) { /* then with a disk tier, or nothing: cli_fit_hints says which */
+        char lead[64];
+        snprintf(lead, sizeof lead, "hptrain: %s: what fits: ", cmd);
+        cli_fit_hints(&base, &bs, 0, 0, lead, f);
         free(r);
         return;
     }
-    fprintf(f, "hptrain: %s: whole plans that fit (predicted step time; --plan auto%s picks "
-            "the first):\n", cmd, a.allow_lossy ? " --allow lossy" : "");
+    const int timed = have && hpt_calibration_for_device(&cal, po->device);
+    const char *al = a.allow_lossy ? " --allow lossy" : "";
+    if (timed)
+        fprintf(f, "hptrain: %s: whole plans that fit (predicted step time; --plan auto%s picks the "
+                "first):\n", cmd, al);
+    else if (po->device)
+        fprintf(f, "hptrain: %s: whole plans that fit (no calibration of a GPU: no step time; "
+                "--plan auto%s --memory SIZE chooses one):\n", cmd, al);
+    else
+        fprintf(f, "hptrain: %s: whole plans that fit (no calibration cached: no step time; --plan "
+                "auto%s measures this machine once and picks the fastest):\n", cmd, al);
     char fl[2300];
     for (int i = 0; i < r->n && i < 3; i++) {
         cand_flags(&r->cand[i].o, fl, sizeof fl, 0);
-        fprintf(f, "  %.3f s/step: %s\n", r->cand[i].cost.total_s, fl);
+        if (timed) fprintf(f, "  %.3f s/step: %s\n", r->cand[i].cost.total_s, fl);
+        else fprintf(f, "  %s\n", fl);
     }
     free(r);
 }

@@ -11,15 +11,21 @@
 #include <sys/stat.h>
 
 static const char k_help[] =
-    "usage: hptrain estimate --model PATH|SHAPE [options]\n"
+    "usage: hptrain estimate --model PATH|DIR|SHAPE [options]\n"
     "\n"
     "Prints what `hptrain train` with the same options would allocate, by category and tier,\n"
-    "its peak, whether it fits --memory (and if not, the --batch / --seq that would), the\n"
-    "parameter count and the FLOPs per token. Nothing is allocated and no data is read; a\n"
-    "checkpoint's header is read for its shape. It takes every option of `hptrain train`;\n"
-    "those that do not change memory (--data, --steps, --lr, --log, ...) are accepted and ignored.\n"
+    "its peak, whether it fits the budgets given (--memory, --host-memory, --disk-memory; if\n"
+    "not, the budget that binds, the --batch / --seq that would fit and whether --plan auto\n"
+    "would find a plan), the parameter count, the FLOPs per token and, from a calibration of\n"
+    "the device it is for, the step time. Nothing is allocated and no data is read; a\n"
+    "checkpoint's header (a model directory's config.json) is read for its shape. It takes\n"
+    "every option of `hptrain train`; those that do not change memory (--data, --steps, --lr,\n"
+    "--log, ...) are accepted and ignored. Exit status: 0 when it fits (or no budget was\n"
+    "given), 1 when it does not fit a budget given (the report is printed all the same; the\n"
+    "reason is the last line on standard error), 2 for a usage error.\n"
     "\n"
-    "  --model PATH|SHAPE   llm.c checkpoint or shape: @SHAPES@\n"
+    "  --model PATH|DIR|SHAPE  llm.c checkpoint file, Hugging Face model directory (its\n"
+    "                       config.json) or shape: @SHAPES@\n"
     "  --resume DIR         the shape of DIR/model.bin (written next to DIR/state.bin)\n"
     "  --batch B            sequences per micro-batch (default 4)\n"
     "  --accum K            micro-batches per optimizer step (default 1): gradients summed and\n"
@@ -152,6 +158,16 @@ static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t 
                    (unsigned long long)po->budget_bytes[t], hpt_tier_name((hpt_tier)t),
                    tier_peak(e, t) <= po->budget_bytes[t] ? "true" : "false");
     if (pred >= 0) printf(",\"predicted_step_s\":%.6g", pred);
+    if (pred < 0 && po->training && po->plan.device) { /* no GPU calibration: floors, labelled */
+        double fl = e->flops_per_token * (double)e->tokens_per_step;
+        printf(",\"gpu_floor_s\":[");
+        for (int i = 0; hpt_gpu_rates_known(i); i++) {
+            const hpt_gpu_rates *g = hpt_gpu_rates_known(i);
+            printf("%s{\"gpu\":\"%s\",\"fp32\":%.6g,\"tf32\":%.6g,\"bf16\":%.6g}", i ? "," : "", g->name,
+                   fl / (g->fp32_tflops * 1e12), fl / (g->tf32_tflops * 1e12), fl / (g->bf16_tflops * 1e12));
+        }
+        printf("]");
+    }
     int procs = po->procs > 1 ? po->procs : 1;
     printf(",\"procs\":%d,\"rank\":%d,\"per_process_peak_bytes\":[", procs, po->rank);
     for (int q = 0; q < procs; q++) printf("%s%llu", q ? "," : "", (unsigned long long)per[q]);
@@ -208,15 +224,18 @@ static void print_text(const char *model, const hpt_plan_opts *po, const hpt_est
                hpt_embeddings_name((hpt_embeddings)po->offload.embeddings));
     printf("  the peak is the sum: everything is allocated at setup or at the first forward and\n"
            "  kept; acts is the activation arena planned from buffer lifetimes\n");
+    cli_budgets bs;
+    cli_budgets_given(&po->plan, &bs);
+    char bt[512];
     if (budget) {
-        fmt_bytes(x, sizeof x, budget);
+        cli_budget_text(&po->plan, &bs, HPT_TIER_DEVICE, bt, sizeof bt);
         if (fit->fits) {
             fmt_bytes(y, sizeof y, budget - e->peak_bytes[HPT_TIER_DEVICE]);
-            printf("  budget     %s: fits, %s to spare", x, y);
+            printf("  budget     %s: fits, %s to spare", bt, y);
             if (fit->max_B > po->B) printf("; up to --batch %d fits", fit->max_B);
             printf("\n");
         } else {
-            printf("  budget     %s: does NOT fit", x);
+            printf("  budget     %s: does NOT fit", bt);
             if (fit->max_B > 0) {
                 fmt_bytes(y, sizeof y, fit->max_B_peak_bytes);
                 printf("; fits with --batch %d (peak %s)", fit->max_B, y);
@@ -232,7 +251,8 @@ static void print_text(const char *model, const hpt_plan_opts *po, const hpt_est
                            fit->max_T_B1, y);
                 } else if (fit->max_T == 0) { /* then nothing fits at B = 1 either */
                     fmt_bytes(y, sizeof y, fit->min_peak_bytes);
-                    printf("; even --batch 1 --seq 1 needs %s: the model itself is too large", y);
+                    printf("; even --batch 1 --seq 1 needs %s: the model's weights, gradients and "
+                           "optimizer state are too large for the device in this plan", y);
                 }
             }
             printf("\n");
@@ -247,15 +267,14 @@ static void print_text(const char *model, const hpt_plan_opts *po, const hpt_est
     for (int t = HPT_TIER_HOST; t < HPT_TIER_COUNT; t++) { /* --host-memory, --disk-memory */
         if (!po->budget_bytes[t]) continue;
         uint64_t peak = tier_peak(e, t);
-        fmt_bytes(x, sizeof x, po->budget_bytes[t]);
+        cli_budget_text(&po->plan, &bs, t, bt, sizeof bt);
         if (peak <= po->budget_bytes[t]) {
             fmt_bytes(y, sizeof y, po->budget_bytes[t] - peak);
-            printf("  %-4s budget %s: fits, %s to spare\n", hpt_tier_name((hpt_tier)t), x, y);
+            printf("  budget     %s: fits, %s to spare\n", bt, y);
         } else {
             fmt_bytes(y, sizeof y, peak);
-            printf("  %-4s budget %s: does NOT fit (the %s tier's peak is %s; --%s-memory)\n",
-                   hpt_tier_name((hpt_tier)t), x, hpt_tier_name((hpt_tier)t), y,
-                   hpt_tier_name((hpt_tier)t));
+            printf("  budget     %s: does NOT fit (the %s tier's peak is %s)\n", bt,
+                   hpt_tier_name((hpt_tier)t), y);
         }
     }
     char pb[2048];
@@ -272,6 +291,34 @@ static void print_text(const char *model, const hpt_plan_opts *po, const hpt_est
     fmt_flops(x, sizeof x, e->flops_per_token * (double)e->tokens_per_step);
     printf("  tokens/step %llu (accum x B x T), %s per optimizer step\n",
            (unsigned long long)e->tokens_per_step, x);
+}
+
+/* A budget given and not met: in text, what would fit (--plan auto, with --offload-dir or
+ * --allow lossy when they make a plan fit: cli_fit_hints); then the reason on stderr and exit
+ * status 1. 0 when every budget given is met. */
+static int not_fit(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t budget,
+                   const hpt_plan_fit *fit, int json, int lossy) {
+    int bad = budget && !fit->fits ? HPT_TIER_DEVICE : -1;
+    for (int t = HPT_TIER_HOST; t < HPT_TIER_COUNT && bad < 0; t++)
+        if (po->budget_bytes[t] && tier_peak(e, t) > po->budget_bytes[t]) bad = t;
+    if (bad < 0) return 0;
+    cli_budgets bs;
+    cli_budgets_given(&po->plan, &bs);
+    if (!json && po->training) { /* --plan auto plans training runs only */
+        hpt_plan_opts o = *po;
+        cli_budgets hb = bs;
+        cli_budgets_defaults(&o.plan, &hb);
+        cli_fit_hints(&o, &hb, lossy, 0, "  what fits: ", stdout);
+    }
+    char bt[512], p[32], over[32];
+    cli_budget_text(&po->plan, &bs, bad, bt, sizeof bt);
+    fmt_bytes(p, sizeof p, tier_peak(e, bad));
+    fmt_bytes(over, sizeof over, tier_peak(e, bad) - po->budget_bytes[bad]);
+    fflush(stdout);
+    const char *src = bt + strlen(hpt_tier_name((hpt_tier)bad)) + 1; /* "22.35 GiB (given: ...)" */
+    return cli_error("estimate: does not fit the %s budget, %s: the peak %s passes it by %s%s",
+                     hpt_tier_name((hpt_tier)bad), src, p, over,
+                     json || !po->training ? "" : " (what fits: above)");
 }
 
 int cmd_estimate(int argc, char **argv) {
@@ -378,8 +425,9 @@ int cmd_estimate(int argc, char **argv) {
         char cpath[4096];
         hpt_calibration cal;
         hpt_cost cost;
+        /* only from a calibration of the device the run is for: a CPU's says nothing of a GPU */
         if (hpt_calibration_load(hpt_calibration_path(cpath, sizeof cpath), &cal) == HPT_OK &&
-            hpt_plan_cost(&po, &cal, &cost) == HPT_OK)
+            hpt_calibration_for_device(&cal, po.plan.device) && hpt_plan_cost(&po, &cal, &cost) == HPT_OK)
             pred = cost.total_s;
     }
     /* every process's device peak (ZeRO's runs differ by rank) */
@@ -398,12 +446,18 @@ int cmd_estimate(int argc, char **argv) {
     }
     else {
         print_text(model, &po, &e, budget, &fit);
-        if (pred >= 0) printf("  predicted step %.3f s (cost model, hptrain calibrate's rates)\n", pred);
+        if (pred >= 0) printf("  predicted step %.3f s (cost model, this CPU's calibration: hptrain "
+                              "calibrate's rates)\n", pred);
+        else if (po.training && po.plan.device) {
+            printf("  step time  not predicted: no calibration of a GPU (hptrain calibrate measures "
+                   "this CPU)\n");
+            cli_gpu_floor(e.flops_per_token * (double)e.tokens_per_step, "             ", stdout);
+        }
     }
     if (procs > 1 && !json) {
         printf("  per process (%d processes, --zero %d; device peak):", procs, po.zero > 0 ? po.zero : 0);
         for (int q = 0; q < procs; q++) printf(" %s%.1f MiB", q ? "| " : "", (double)per[q] / 1048576.0);
         printf("\n");
     }
-    return 0;
+    return not_fit(&po, &e, budget, &fit, json, lossy);
 }

@@ -35,6 +35,8 @@ static const char k_help[] =
     "                      more than the data holds is an error)\n"
     "  --seed S            the random weights of a SHAPE (default 1337)\n"
     "  --threads N         threads (default: all cores)\n"
+    "  --adapter DIR       LoRA adapters in PEFT's files (`train --lora --save DIR`), merged into\n"
+    "                      the model's weights at load (docs/lora.md)\n"
     "  --quiet             no information lines on standard error\n"
     "  plan flags          any of train's: --attention, --recompute, --head-chunk, --offload,\n"
     "                      --weights, --embeddings, --memory, --host-memory, ... (hptrain train\n"
@@ -46,9 +48,9 @@ static int train_only(int c) { return c && strchr("vnlLwgeEsSroA", c) != NULL; }
 
 int cmd_eval(int argc, char **argv) {
     static const struct option longopts[] = {
-        CLI_TRAIN_LONGOPTS, {"batches", 1, 0, 'N'}, {0, 0, 0, 0}};
+        CLI_TRAIN_LONGOPTS, {"batches", 1, 0, 'N'}, {"adapter", 1, 0, 'a'}, {0, 0, 0, 0}};
     hpt_plan plan = hpt_plan_default_choices();
-    const char *model_path = NULL, *data = NULL;
+    const char *model_path = NULL, *data = NULL, *adapter = NULL;
     long B = 0, T = 0, n_batches = 0, threads = 0, seed = 1337;
     int quiet = 0, opt_rc = 0, c;
     while ((c = cli_getopt("eval", argc, argv, longopts, k_help, &opt_rc)) != -1) {
@@ -63,6 +65,7 @@ int cmd_eval(int argc, char **argv) {
         case 'x': r = cli_parse_long("eval", "--seed", optarg, 0, 0x7fffffffffffffffL, &seed); break;
         case 'j': r = cli_parse_long("eval", "--threads", optarg, 1, 1024, &threads); break;
         case 'q': quiet = 1; break;
+        case 'a': adapter = optarg; break;
         case CLI_OPT_PLAN: r = cli_plan_flag("eval", &plan, cli_optname(), optarg); break;
         default:
             if (train_only(c)) r = cli_usage_error("eval", "--%s is a train option", cli_optname());
@@ -115,6 +118,15 @@ int cmd_eval(int argc, char **argv) {
                 : hpt_model_load_forward(mem, model_path, &m);
     }
     if (s != HPT_OK) { rc = cli_lib_error(s, "loading the model"); goto out; }
+    if (adapter && eng) {
+        rc = cli_error("--adapter merges the adapters into a base in memory: not with --offload");
+        goto out;
+    }
+    if (adapter) { /* LoRA adapters merged into the base (docs/lora.md) */
+        s = hpt_lora_load(m, adapter);
+        if (s == HPT_OK) s = hpt_model_lora_merge(m);
+        if (s != HPT_OK) { rc = cli_lib_error(s, "loading the adapters"); goto out; }
+    }
     hpt_model_release_grads(m); /* forward only (nothing without the engine) */
     const hpt_model_config *cfg = hpt_model_get_config(m);
     if (T > cfg->maxT) {
@@ -122,7 +134,8 @@ int cmd_eval(int argc, char **argv) {
         goto out;
     }
     if ((s = hpt_model_set_act_opts(m, &plan.act)) != HPT_OK ||
-        (s = hpt_dataloader_open(mem, data, (int)B, (int)T, cfg->V, &dl)) != HPT_OK) {
+        (s = hpt_dataloader_open(mem, data, (int)B, (int)T, cfg->V, &dl)) != HPT_OK ||
+        (s = hpt_dataloader_set_pack(dl, plan.pack)) != HPT_OK) { /* docs/packing.md */
         rc = cli_lib_error(s, "eval");
         goto out;
     }
@@ -143,16 +156,18 @@ int cmd_eval(int argc, char **argv) {
     }
     hpt_mem_set_context(mem, 0, HPT_PHASE_EVAL, -1);
     double sum = 0.0, wsum = 0.0, t0 = hpt_now(); /* wsum: over targets (masked shards) */
-    int64_t n_targets = 0;
+    int64_t n_targets = 0, n_real = 0; /* n_real: tokens that are not padding (--pack) */
     for (long i = 0; i < n_batches; i++) {
         const int32_t *x, *y;
         float loss;
         if ((s = hpt_dataloader_next(dl, &x, &y)) != HPT_OK ||
+            (s = hpt_model_set_positions(m, hpt_dataloader_positions(dl), (int)B, (int)T)) != HPT_OK ||
             (s = hpt_model_forward(m, x, y, (int)B, (int)T, &loss)) != HPT_OK) {
             rc = cli_lib_error(s, "eval");
             goto out;
         }
         int64_t k = 0;
+        n_real += hpt_dataloader_real_tokens(dl);
         for (long j = 0; j < B * T; j++) k += y[j] >= 0;
         sum += (double)loss;
         wsum += (double)loss * (double)k;
@@ -167,7 +182,7 @@ int cmd_eval(int argc, char **argv) {
         hpt_mem_stats ms;
         hpt_mem_get_stats(mem, &ms);
         fprintf(stderr, "eval: %.1f tokens/s, peak %.1f MiB accounted (device tier, %llu bytes), "
-                "RSS peak %.1f MiB\n", (double)n_batches * (double)(B * T) / (secs > 0 ? secs : 1e-9),
+                "RSS peak %.1f MiB\n", (double)n_real / (secs > 0 ? secs : 1e-9),
                 (double)ms.peak_bytes[HPT_TIER_DEVICE] / 1048576.0,
                 (unsigned long long)ms.peak_bytes[HPT_TIER_DEVICE], (double)hpt_rss_peak_bytes() / 1048576.0);
     }

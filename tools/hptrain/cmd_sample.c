@@ -8,9 +8,10 @@
 #include <sys/stat.h>
 
 static const char k_help[] =
-    "usage: hptrain sample --model PATH [options]\n"
+    "usage: hptrain sample --model PATH|DIR [options]\n"
     "\n"
-    "Generates text from an llm.c GPT-2 checkpoint (or a --save directory's model.bin).\n"
+    "Generates text from a model of any registered architecture: an llm.c checkpoint, a Hugging\n"
+    "Face model directory, or a --save directory (its model.bin or its Hugging Face files).\n"
     "\n"
     "  --model PATH        checkpoint file, a Hugging Face model directory (config.json and\n"
     "                      safetensors), or a directory holding model.bin\n"
@@ -22,6 +23,8 @@ static const char k_help[] =
     "  --weights W         fp32 | int8: int8 weights with one scale per output channel, read\n"
     "                      from the file a few MiB at a time (~1 byte per parameter instead of\n"
     "                      4; logits within ~1% of fp32's) (default fp32)\n"
+    "  --adapter DIR       LoRA adapters in PEFT's files (a `train --lora --save DIR`), merged\n"
+    "                      into the weights at load (docs/lora.md)\n"
     "  --quiet             no memory and speed line on stderr\n"
     "  --tokenizer PATH    GPT-2 encoder.json/vocab.bpe directory, llm.c tokenizer file, a\n"
     "                      tokenizer.json or tokenizer.model (default: those of a --model\n"
@@ -33,12 +36,15 @@ int cmd_sample(int argc, char **argv) {
         {"model", 1, 0, 'm'}, {"prompt", 1, 0, 'p'}, {"tokens", 1, 0, 'n'},
         {"temperature", 1, 0, 't'}, {"top-k", 1, 0, 'k'}, {"seed", 1, 0, 's'},
         {"tokenizer", 1, 0, 'z'}, {"threads", 1, 0, 'j'}, {"weights", 1, 0, 'w'},
-        {"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"quiet", 0, 0, 'q'}, {"adapter", 1, 0, 'a'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     const char *model_path = NULL, *prompt = NULL, *tok_path = NULL;
     long n_new = 128, top_k = 40, seed = 1337, threads = 0;
     double temperature = 1.0;
     hpt_weights weights = HPT_WEIGHTS_F32;
     int quiet = 0, opt_rc = 0;
+    const char *adapter = NULL;
+    hpt_model *base = NULL; /* --adapter: the model the adapters merge into (the engine's F32
+                             * weights borrow it) */
     int c;
     while ((c = cli_getopt("sample", argc, argv, longopts, k_help, &opt_rc)) != -1) {
         if (c == CLI_OPT_EXIT) return opt_rc;
@@ -57,6 +63,7 @@ int cmd_sample(int argc, char **argv) {
                 r = cli_usage_error("sample", "%s", hpt_last_error());
             break;
         case 'q': quiet = 1; break;
+        case 'a': adapter = optarg; break;
         }
         if (r) return r;
     }
@@ -121,7 +128,16 @@ int cmd_sample(int argc, char **argv) {
                 hpt_weights_name(weights), ctx,
                 (double)hpt_infer_bytes_for(cfg, weights, (int)ctx) / 1048576.0);
     }
-    if ((s = hpt_mem_create(&mem)) != HPT_OK ||
+    if ((s = hpt_mem_create(&mem)) == HPT_OK && adapter) {
+        s = hpt_model_load_forward(mem, model_path, &base);
+        if (s == HPT_OK) s = hpt_lora_load(base, adapter);
+        if (s == HPT_OK) s = hpt_model_lora_merge(base);
+        if (s == HPT_OK) s = hpt_infer_create(mem, base, weights, (int)ctx, &inf);
+        if (s != HPT_OK) {
+            rc = cli_lib_error(s, "loading the model and the adapters");
+            goto out;
+        }
+    } else if (s != HPT_OK ||
         (s = hpt_infer_load(mem, model_path, weights, (int)ctx, &inf)) != HPT_OK) {
         rc = cli_lib_error(s, "loading the model");
         goto out;
@@ -156,6 +172,7 @@ out:
     free(ids);
     free(buf);
     hpt_infer_free(inf);
+    hpt_model_free(base);
     hpt_mem_destroy(mem);
     hpt_tokenizer_free(tok);
     return rc;

@@ -69,12 +69,14 @@ static void stop_signals(void) {
 }
 
 static const char k_help[] =
-    "usage: hptrain train --model PATH|SHAPE --data GLOB [options]\n"
+    "usage: hptrain train --model PATH|DIR|SHAPE --data GLOB [options]\n"
     "\n"
-    "Trains a model of any registered architecture on llm.c token shards, from a checkpoint or\n"
-    "from a shape with random initialisation (SHAPE: @SHAPES@).\n"
+    "Trains a model of any registered architecture on llm.c token shards, from an llm.c\n"
+    "checkpoint, a Hugging Face model directory or a shape with random initialisation (SHAPE:\n"
+    "@SHAPES@).\n"
     "\n"
-    "  --model PATH|SHAPE   llm.c checkpoint or shape (not needed with --resume)\n"
+    "  --model PATH|DIR|SHAPE  llm.c checkpoint file, Hugging Face model directory (config.json\n"
+    "                       and safetensors) or shape (not needed with --resume)\n"
     "  --data GLOB          training shards (quote the glob)\n"
     "  --val GLOB           validation shards; evaluated every --eval-every steps and at the end\n"
     "  --batch B            sequences per micro-batch (default 4)\n"
@@ -165,7 +167,21 @@ static const char k_help[] =
     "                       also the summed gradients; one process with --accum N and --zero 0\n"
     "                       computes the same bits (docs/zero.md); 3, with --offload: each\n"
     "                       process's homes hold 1/N of every block (docs/zero_engine.md)\n"
-    "  --quiet              no progress line\n"
+    "  --pack stream|on|off examples of masked shards (hptrain tokenize of *.jsonl;\n"
+    "                       docs/packing.md): stream (default), windows of the token stream;\n"
+    "                       on, whole examples packed per row, positions and attention per\n"
+    "                       example; off, one example per row, padded. tok/s counts real tokens\n"
+    "  --lora r=N,alpha=X,dropout=P[,rslora]\n"
+    "                       fine-tune LoRA adapters over a frozen base (PEFT's defaults: r 8,\n"
+    "                       alpha 8, dropout 0); --save writes them in PEFT's files (docs/lora.md)\n"
+    "  --lora-targets LIST  the adapted layers: llama q,k,v,o,gate,up,down; GPT-2 c_attn,\n"
+    "                       attn.c_proj, c_fc, mlp.c_proj (c_proj: both); default every one\n"
+    "  --base-weights K     LoRA: the frozen base's block matrices stored as f32 (default),\n"
+    "                       bf16 or int8 (one scale per row), widened a block at a time\n"
+    "  --adapter DIR        start LoRA from saved adapters (PEFT's files): their r, alpha,\n"
+    "                       dropout and layers replace --lora's; a fresh optimizer\n"
+    "  --quiet              the summary only: no setup lines, no progress line, the memory\n"
+    "                       report in one line (warnings and errors still print)\n"
     "  --record-rates       with disk homes: the engine's own disk rates and the compute's loss\n"
     "                       beside its transfers (the fastest step after the first) into the calibration\n"
     "                       file, which the planner's cost model then uses (docs/planner.md)\n";
@@ -182,10 +198,32 @@ static void fmt_time(char *buf, size_t n, double s) {
     else snprintf(buf, n, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
 }
 
-static void memory_report(const hpt_mem *mem) {
+/* The accounted peaks per tier against their budgets and the process's peak RSS: a table
+ * with the RSS explained, or (brief: --quiet's summary) one line. */
+static void memory_report(const hpt_mem *mem, int brief) {
     hpt_mem_stats st;
     hpt_mem_get_stats(mem, &st);
     char b[32];
+    if (brief) {
+        fmt_bytes(b, sizeof b, st.peak_bytes[HPT_TIER_DEVICE]);
+        fprintf(stderr, "memory: device peak %s", b);
+        if (st.budget_bytes[HPT_TIER_DEVICE]) {
+            fmt_bytes(b, sizeof b, st.budget_bytes[HPT_TIER_DEVICE]);
+            fprintf(stderr, " of budget %s", b);
+        }
+        for (int t = HPT_TIER_DEVICE + 1; t < HPT_TIER_COUNT; t++) {
+            if (!st.peak_bytes[t]) continue;
+            fmt_bytes(b, sizeof b, st.peak_bytes[t]);
+            fprintf(stderr, ", %s peak %s", t == HPT_TIER_HOST ? "host" : "disk", b);
+            if (st.budget_bytes[t]) {
+                fmt_bytes(b, sizeof b, st.budget_bytes[t]);
+                fprintf(stderr, " of budget %s", b);
+            }
+        }
+        fmt_bytes(b, sizeof b, hpt_rss_peak_bytes());
+        fprintf(stderr, "; process peak RSS %s\n", b);
+        return;
+    }
     fprintf(stderr, "memory (device tier, accounted by hptrain)\n");
     fprintf(stderr, "  %-10s %12s\n", "category", "at peak");
     for (int c = 0; c < HPT_CAT_COUNT; c++) {
@@ -332,7 +370,7 @@ static int train_main(int argc, char **argv) {
     g_rss0 = hpt_rss_bytes();
     static const struct option longopts[] = {
         CLI_TRAIN_LONGOPTS, CLI_AUTO_LONGOPTS, {"trace", 1, 0, 'P'},
-        {"record-rates", 0, 0, CLI_OPT_RECORD_RATES}, {0, 0, 0, 0}};
+        {"record-rates", 0, 0, CLI_OPT_RECORD_RATES}, {"adapter", 1, 0, 'a'}, {0, 0, 0, 0}};
     hpt_train_opts o = hpt_train_defaults();
     const char *log_path = NULL, *trace_path = NULL;
     int quiet = 0, min_lr_set = 0;
@@ -361,6 +399,7 @@ static int train_main(int argc, char **argv) {
         case 's': o.save_dir = optarg; break;
         case 'S': r = cli_parse_long("train", "--save-every", optarg, 0, 1L << 40, &lv); o.save_every = lv; break;
         case 'r': o.resume = optarg; break;
+        case 'a': o.adapter = optarg; break;
         case 'o': log_path = optarg; break;
         case 'P': trace_path = optarg; break;
         case 'x': r = cli_parse_long("train", "--seed", optarg, 0, 0x7fffffffffffffffL, &lv); o.seed = (uint64_t)lv; break;
@@ -405,11 +444,21 @@ static int train_main(int argc, char **argv) {
     if (auto_plan) {
         if (o.resume) return cli_usage_error("train", "--plan auto does not resume (pass the plan's flags)");
         if (!have_shape) return cli_error("train: --plan auto: cannot read the shape of %s", o.model);
-        int rc = cli_auto_plan("train", &po, tokens, lossy, verbose, stderr);
+        /* --quiet: the chosen plan in one line, not the search's report */
+        FILE *af = quiet ? fopen("/dev/null", "w") : NULL;
+        int rc = cli_auto_plan("train", &po, tokens, lossy, verbose, af ? af : stderr);
+        if (af) fclose(af);
         if (rc) return rc;
         o.B = po.B;
         o.plan = po.plan;
+        char pb[2048];
+        if (quiet && lead && hpt_plan_print(&o.plan, pb, sizeof pb) == HPT_OK)
+            fprintf(stderr, "plan auto: --batch %d --seq %d%s%s\n", o.B, o.T, *pb ? " " : "", pb);
     }
+    /* the cached calibration is this CPU's: a GPU run's rates would mislead its predictions */
+    if (record_rates && o.plan.device)
+        return cli_usage_error("train", "--record-rates records into this CPU's calibration; a "
+                               "--device cuda run's rates are not its");
     hpt_plan_env env = {.training = 1, .has_val = o.val != NULL, .need_disk_dir = 1};
     int rc0 = cli_plan_check("train", &o.plan, &env);
     if (rc0) return rc0;
@@ -443,7 +492,7 @@ static int train_main(int argc, char **argv) {
          * allocation carries its own estimate-based breakdown in the error line) */
         hpt_mem_stats st;
         hpt_mem_get_stats(mem, &st);
-        if (s == HPT_ERR_OOM && st.n_allocs > 0) memory_report(mem);
+        if (s == HPT_ERR_OOM && st.n_allocs > 0) memory_report(mem, 0);
         int rc;
         if (s == HPT_ERR_OOM && st.n_allocs == 0 && have_shape) {
             /* the whole plans that fit first: the error stays the last line */
@@ -472,47 +521,49 @@ static int train_main(int argc, char **argv) {
     const hpt_model_config *cfg = hpt_model_get_config(hpt_trainer_model(tr));
     tmeta.cfg = *cfg;
     tmeta.num_params = hpt_model_num_params(hpt_trainer_model(tr));
-    fprintf(stderr, "hptrain: %s L=%d C=%d NH=%d V=%d maxT=%d, %.2fM parameters; %zu training "
-            "tokens; B=%d T=%d accum=%d, %d threads%s\n",
-            cli_arch_label(cfg->arch), cfg->L, cfg->C, cfg->NH, cfg->V, cfg->maxT,
-            (double)hpt_model_num_params(hpt_trainer_model(tr)) / 1e6,
-            hpt_trainer_train_tokens(tr), o.B, o.T, o.accum, hpt_get_threads(),
-            hpt_trainer_start_step(tr) ? " (resumed)" : "");
-    {
-        char rb[32], ab[32];
-        fmt_bytes(ab, sizeof ab, hpt_model_activation_bytes(cfg, o.B, o.T, &o.act));
-        fprintf(stderr, "hptrain: attention %s, recompute %s, act-offload %s, act-compress %s: "
-                "activation arena %s\n", hpt_attention_name(o.act.attention),
-                hpt_recompute_name(&o.act, rb, sizeof rb), hpt_act_offload_name(o.act.offload),
-                hpt_act_compress_name(o.act.compress), ab);
+    if (!quiet) { /* the setup lines: --quiet prints the summary only */
+        fprintf(stderr, "hptrain: %s L=%d C=%d NH=%d V=%d maxT=%d, %.2fM parameters; %zu training "
+                "tokens; B=%d T=%d accum=%d, %d threads%s\n",
+                cli_arch_label(cfg->arch), cfg->L, cfg->C, cfg->NH, cfg->V, cfg->maxT,
+                (double)hpt_model_num_params(hpt_trainer_model(tr)) / 1e6,
+                hpt_trainer_train_tokens(tr), o.B, o.T, o.accum, hpt_get_threads(),
+                hpt_trainer_start_step(tr) ? " (resumed)" : "");
+        {
+            char rb[32], ab[32];
+            fmt_bytes(ab, sizeof ab, hpt_model_activation_bytes(cfg, o.B, o.T, &o.act));
+            fprintf(stderr, "hptrain: attention %s, recompute %s, act-offload %s, act-compress %s: "
+                    "activation arena %s\n", hpt_attention_name(o.act.attention),
+                    hpt_recompute_name(&o.act, rb, sizeof rb), hpt_act_offload_name(o.act.offload),
+                    hpt_act_compress_name(o.act.compress), ab);
+        }
+        {
+            const hpt_adamw_opts *ao = hpt_trainer_optim_opts(tr);
+            char sb[32];
+            fmt_bytes(sb, sizeof sb, hpt_optim_state_bytes(cfg, ao));
+            fprintf(stderr, "hptrain: optimizer %s, %d-bit state%s: %s of optimizer state\n",
+                    hpt_optim_name((hpt_optim_kind)ao->optimizer), ao->state_bits ? ao->state_bits : 32,
+                    ao->state32_embeddings ? " (wte, wpe in 32 bits)" : "", sb);
+        }
+        if (o.sched.kind == HPT_SCHEDULE_HYBRID)
+            fprintf(stderr, "hptrain: hybrid schedule: warmup %lld, full %lld, predict up to %lld at "
+                    "confidence >= %g, correct %lld, predictor %s, checks %s%lld%s, band %g, "
+                    "rollback %g\n",
+                    (long long)o.sched.warmup_steps, (long long)o.sched.full_steps,
+                    (long long)o.sched.max_predict_steps, (double)o.sched.confidence,
+                    (long long)o.sched.correct_steps, hpt_predictor_name((hpt_predictor_kind)o.sched.predictor),
+                    o.sched.check_every ? "every " : "", (long long)o.sched.check_every,
+                    !o.sched.check_every ? ""
+                    : o.sched.check_weights == HPT_WEIGHTS_Q8 ? " on int8 weights" : " on fp32 weights",
+                    (double)o.sched.band, (double)o.sched.rollback);
+        {
+            char pb[2048];
+            if (hpt_plan_print(&o.plan, pb, sizeof pb) == HPT_OK)
+                fprintf(stderr, "hptrain: plan: %s\n", *pb ? pb : "(defaults)");
+        }
+        if (hpt_trainer_start_step(tr))
+            fprintf(stderr, "hptrain: resuming at step %lld of %lld\n",
+                    (long long)hpt_trainer_start_step(tr), (long long)o.steps);
     }
-    {
-        const hpt_adamw_opts *ao = hpt_trainer_optim_opts(tr);
-        char sb[32];
-        fmt_bytes(sb, sizeof sb, hpt_optim_state_bytes(cfg, ao));
-        fprintf(stderr, "hptrain: optimizer %s, %d-bit state%s: %s of optimizer state\n",
-                hpt_optim_name((hpt_optim_kind)ao->optimizer), ao->state_bits ? ao->state_bits : 32,
-                ao->state32_embeddings ? " (wte, wpe in 32 bits)" : "", sb);
-    }
-    if (o.sched.kind == HPT_SCHEDULE_HYBRID)
-        fprintf(stderr, "hptrain: hybrid schedule: warmup %lld, full %lld, predict up to %lld at "
-                "confidence >= %g, correct %lld, predictor %s, checks %s%lld%s, band %g, "
-                "rollback %g\n",
-                (long long)o.sched.warmup_steps, (long long)o.sched.full_steps,
-                (long long)o.sched.max_predict_steps, (double)o.sched.confidence,
-                (long long)o.sched.correct_steps, hpt_predictor_name((hpt_predictor_kind)o.sched.predictor),
-                o.sched.check_every ? "every " : "", (long long)o.sched.check_every,
-                !o.sched.check_every ? ""
-                : o.sched.check_weights == HPT_WEIGHTS_Q8 ? " on int8 weights" : " on fp32 weights",
-                (double)o.sched.band, (double)o.sched.rollback);
-    {
-        char pb[2048];
-        if (hpt_plan_print(&o.plan, pb, sizeof pb) == HPT_OK)
-            fprintf(stderr, "hptrain: plan: %s\n", *pb ? pb : "(defaults)");
-    }
-    if (hpt_trainer_start_step(tr))
-        fprintf(stderr, "hptrain: resuming at step %lld of %lld\n",
-                (long long)hpt_trainer_start_step(tr), (long long)o.steps);
     atomic_store(&g_armed, 1); /* SIGINT, SIGTERM: stop after the step (signal_thread) */
     int tty = isatty(2) && !quiet;
     int64_t every = o.steps / 20 > 0 ? o.steps / 20 : 1;
@@ -607,16 +658,20 @@ static int train_main(int argc, char **argv) {
         if (o.loss_scale.mode != HPT_LOSS_SCALE_OFF)
             snprintf(sc, sizeof sc, " | scale %.0f%s, %lld skipped", (double)p.loss_scale,
                      p.skipped ? " SKIP" : "", (long long)p.skipped_total);
+        /* the phase is the hybrid schedule's word: a plain run's steps are all alike */
+        char ph[16] = "";
+        if (o.sched.kind == HPT_SCHEDULE_HYBRID)
+            snprintf(ph, sizeof ph, " %-7s", hpt_phase_name((hpt_phase)p.phase));
         if (isnan(last_val)) snprintf(vl, sizeof vl, "-");
         else snprintf(vl, sizeof vl, "%.4f", (double)last_val);
         if (tty) {
-            fprintf(stderr, "\rstep %lld/%lld %-7s | loss %s | val %s | lr %.2e%s | %.0f tok/s | mem %s | ETA %s   ",
-                    (long long)p.step, (long long)p.total, hpt_phase_name((hpt_phase)p.phase), ls,
+            fprintf(stderr, "\rstep %lld/%lld%s | loss %s | val %s | lr %.2e%s | %.0f tok/s | mem %s | ETA %s   ",
+                    (long long)p.step, (long long)p.total, ph, ls,
                     vl, (double)p.lr, sc, p.tokens_per_s, mb, et);
             if (p.evaluated || p.step == p.total) fputc('\n', stderr);
         } else if (!quiet && (p.step % every == 0 || p.evaluated || p.step == p.total)) {
-            fprintf(stderr, "step %lld/%lld %-7s | loss %s | val %s | lr %.2e%s | %.0f tok/s | mem %s | ETA %s\n",
-                    (long long)p.step, (long long)p.total, hpt_phase_name((hpt_phase)p.phase), ls,
+            fprintf(stderr, "step %lld/%lld%s | loss %s | val %s | lr %.2e%s | %.0f tok/s | mem %s | ETA %s\n",
+                    (long long)p.step, (long long)p.total, ph, ls,
                     vl, (double)p.lr, sc, p.tokens_per_s, mb, et);
         }
     }
@@ -627,6 +682,8 @@ static int train_main(int argc, char **argv) {
         if (o.save_dir) {
             s = hpt_trainer_save(tr);
             if (s != HPT_OK) rc = cli_lib_error(s, "saving");
+            else if (lead && o.lora.r > 0)
+                fprintf(stderr, "hptrain: saved the adapters in %s\n", o.save_dir);
             else if (lead)
                 fprintf(stderr, "hptrain: saved %s/%s (resume with --resume %s)\n", o.save_dir,
                         o.zero > 0 && hpt_dist_size() > 1 ? "zero.manifest" : "state.bin", o.save_dir);
@@ -666,10 +723,13 @@ static int train_main(int argc, char **argv) {
                 fprintf(stderr, "jumps: %lld (%lld rolled back)%s\n", (long long)sc->n_predict_phases,
                         (long long)sc->n_rollback, sc->stopped ? "; stopped: jumps no longer paid" : "");
         }
-        if (o.save_dir) fprintf(stderr, "saved %s/%s and %s/model.bin\n", o.save_dir,
+        if (o.save_dir && o.lora.r > 0)
+            fprintf(stderr, "saved the adapters: %s/adapter_config.json and "
+                    "adapter_model.safetensors (PEFT's files)\n", o.save_dir);
+        else if (o.save_dir) fprintf(stderr, "saved %s/%s and %s/model.bin\n", o.save_dir,
                                 o.zero > 0 && hpt_dist_size() > 1 ? "zero.manifest and its shards" : "state.bin",
                                 o.save_dir);
-        memory_report(mem);
+        memory_report(mem, quiet);
         offload_report(hpt_trainer_model(tr), p.step - hpt_trainer_start_step(tr));
         if (record_rates) { /* the fastest step after the first */
             po.B = o.B, po.plan = o.plan;

@@ -286,16 +286,23 @@ int cli_read_file(const char *path, char **data_out, size_t *len_out) {
 }
 
 static void usage(FILE *out) {
+    /* the families come from the registry, so that a new one is named without an edit here */
     fputs("usage: hptrain <command> [options]\n"
           "\n"
-          "Trains GPT-2 models in C, inside a memory budget.\n"
+          "Trains and fine-tunes transformer language models (", out);
+    for (int i = 0; i < hpt_arch_count(); i++)
+        fprintf(out, "%s%s", i == 0 ? "" : i + 1 == hpt_arch_count() ? " and " : ", ",
+                hpt_arch_desc_of(i)->label);
+    fputs(")\nin C, inside a memory budget, from llm.c checkpoints, Hugging Face model directories\n"
+          "or a shape (random init).\n"
           "\n"
           "commands:\n"
-          "  train     train a model from a checkpoint or a shape (random init)\n"
-          "  sample    generate text from a checkpoint\n"
+          "  train     train a model from a checkpoint, a model directory or a shape\n"
+          "  sample    generate text from a checkpoint or a model directory\n"
           "  eval      mean loss and perplexity of a model over the first batches of token shards\n"
           "  verify    check forward, backward and AdamW against a PyTorch reference state\n"
           "  convert   llm.c checkpoint <-> Hugging Face model directory (config.json, safetensors)\n"
+          "  merge     LoRA adapters (PEFT's files) merged into the base: a model directory\n"
           "  encode    text on stdin -> token ids on stdout (GPT-2, Llama 3 / Hugging Face)\n"
           "  decode    token ids on stdin -> text on stdout\n"
           "  tokenize  text files -> llm.c token shards (train/val split)\n"
@@ -313,6 +320,7 @@ int main(int argc, char **argv) {
         {"train", cmd_train},   {"sample", cmd_sample}, {"verify", cmd_verify},
         {"encode", cmd_encode}, {"decode", cmd_decode}, {"tokenize", cmd_tokenize},
         {"estimate", cmd_estimate}, {"profile", cmd_profile}, {"convert", cmd_convert},
+        {"merge", cmd_merge},
         {"eval", cmd_eval}, {"calibrate", cmd_calibrate},
         {"render", cmd_render},
     };

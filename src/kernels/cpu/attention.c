@@ -14,8 +14,22 @@
 #include <math.h>
 #include <string.h>
 
+/* SEG(b, t): the first key query t of row b sees: its example's start (pos: each token's
+ * position in its example, docs/packing.md), or 0 (plain causal attention, pos NULL) */
+#define SEG(b, t) (pos ? (t) - pos[(int64_t)(b) * T + (t)] : 0)
+
 void k_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH,
                          int NKV) {
+    k_attention_forward_seg(out, att, qkv, B, T, C, NH, NKV, NULL);
+}
+
+void k_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                          const float *att, int B, int T, int C, int NH, int NKV) {
+    k_attention_backward_seg(dqkv, scratch, dout, qkv, att, B, T, C, NH, NKV, NULL);
+}
+
+void k_attention_forward_seg(float *out, float *att, const float *qkv, int B, int T, int C,
+                             int NH, int NKV, const int32_t *pos) {
     const int hs = C / NH;
     const int G = NH / NKV;            /* query heads per kv head */
     const int W = C + 2 * NKV * hs;    /* a row of qkv */
@@ -28,8 +42,10 @@ void k_attention_forward(float *out, float *att, const float *qkv, int B, int T,
                 const int kh = (h / G) * hs;                                  /* kv head's column */
                 const float *q = qkv + ((int64_t)b * T + t) * W + h * hs;     // (hs)
                 float *a = att + (((int64_t)b * NH + h) * T + t) * T;         // (T) row of probs
+                const int s0 = SEG(b, t); /* keys s0 .. t: this example's, up to t */
                 float maxv = -INFINITY;
-                for (int t2 = 0; t2 <= t; t2++) {
+                for (int t2 = 0; t2 < s0; t2++) a[t2] = 0.0f;
+                for (int t2 = s0; t2 <= t; t2++) {
                     const float *k = qkv + ((int64_t)b * T + t2) * W + KO + kh;
                     float s = 0.0f;
 #pragma omp simd reduction(+ : s)
@@ -40,17 +56,17 @@ void k_attention_forward(float *out, float *att, const float *qkv, int B, int T,
                 }
                 float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-                for (int t2 = 0; t2 <= t; t2++) {
+                for (int t2 = s0; t2 <= t; t2++) {
                     float e = expf(a[t2] - maxv);
                     a[t2] = e;
                     sum += e;
                 }
                 float inv = 1.0f / sum;
-                for (int t2 = 0; t2 <= t; t2++) a[t2] *= inv;
+                for (int t2 = s0; t2 <= t; t2++) a[t2] *= inv;
                 for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0.0f;
                 float *o = out + ((int64_t)b * T + t) * C + h * hs; // (hs)
                 for (int i = 0; i < hs; i++) o[i] = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
+                for (int t2 = s0; t2 <= t; t2++) {
                     const float *v = qkv + ((int64_t)b * T + t2) * W + VO + kh;
                     float p = a[t2];
 #pragma omp simd
@@ -59,8 +75,9 @@ void k_attention_forward(float *out, float *att, const float *qkv, int B, int T,
             }
 }
 
-void k_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                          const float *att, int B, int T, int C, int NH, int NKV) {
+void k_attention_backward_seg(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                              const float *att, int B, int T, int C, int NH, int NKV,
+                              const int32_t *pos) {
     const int hs = C / NH;
     const int G = NH / NKV;
     const int W = C + 2 * NKV * hs;
@@ -85,8 +102,9 @@ void k_attention_backward(float *dqkv, float *scratch, const float *dout, const 
                     const float *q = qkv + ((int64_t)b * T + t) * W + h * hs;
                     float *dq = dqkv + ((int64_t)b * T + t) * W + h * hs;
                     /* out[t] = sum_t2 a[t2] v[t2]: datt[t2] = dout[t] . v[t2]; dv[t2] += a[t2] dout[t] */
+                    const int s0 = SEG(b, t);
                     float dot = 0.0f;
-                    for (int t2 = 0; t2 <= t; t2++) {
+                    for (int t2 = s0; t2 <= t; t2++) {
                         const float *v = qkv + ((int64_t)b * T + t2) * W + VO + kh;
                         float *dv = dqkv + ((int64_t)b * T + t2) * W + VO + kh;
                         float s = 0.0f;
@@ -101,7 +119,7 @@ void k_attention_backward(float *dqkv, float *scratch, const float *dout, const 
                     }
                     /* a = softmax(s): dpre[t2] = a[t2] (datt[t2] - sum_j a[j] datt[j]);
                      * s[t2] = scale q[t] . k[t2]: dq[t] += scale dpre k[t2], dk[t2] += scale dpre q[t] */
-                    for (int t2 = 0; t2 <= t; t2++) {
+                    for (int t2 = s0; t2 <= t; t2++) {
                         float dpre = a[t2] * (datt[t2] - dot) * scale;
                         const float *k = qkv + ((int64_t)b * T + t2) * W + KO + kh;
                         float *dk = dqkv + ((int64_t)b * T + t2) * W + KO + kh;

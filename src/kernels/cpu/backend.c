@@ -87,6 +87,14 @@ static const hpt_backend k_cpu = {
     .attention_backward = k_attention_backward,
     .flash_attention_forward = k_flash_attention_forward,
     .flash_attention_backward = k_flash_attention_backward,
+    .attention_forward_seg = k_attention_forward_seg,
+    .attention_backward_seg = k_attention_backward_seg,
+    .flash_attention_forward_seg = k_flash_attention_forward_seg,
+    .flash_attention_backward_seg = k_flash_attention_backward_seg,
+    .encoder_forward_pos = k_encoder_forward_pos,
+    .encoder_backward_pos = k_encoder_backward_pos,
+    .rope_forward_pos = k_rope_forward_pos,
+    .rope_backward_pos = k_rope_backward_pos,
     .gelu_forward = k_gelu_forward,
     .gelu_backward = k_gelu_backward,
     .scale = k_scale,
@@ -134,6 +142,8 @@ static const hpt_backend k_cpu = {
     .adam_step_sumsq = k_adam_step_sumsq,
     .init_normal = k_init_normal,
     .fill = k_fill,
+    .dropout_forward = k_dropout_forward,
+    .dropout_backward = k_dropout_backward,
 };
 
 /* the op timer's copy when a benchmark turned it on (optime.h), else the table */

@@ -1,5 +1,5 @@
-/* init.c: random initialisation's normals and constant fills (src/model/init.c calls them
- * through the backend table).
+/* init.c: random initialisation's normals, constant fills (src/model/init.c calls them
+ * through the backend table) and dropout's counter-based masks (LoRA, src/model/lora.c).
  * Normals come in chunks of INIT_CHUNK values, chunk k from its own RNG seeded key ^ k, filled
  * by Box-Muller on vectors (both outputs used). Invariant: chunks are independent, so they are
  * generated in parallel and a value depends on neither the thread count nor the range asked
@@ -58,4 +58,30 @@ void k_init_normal(float *x, size_t lo, size_t hi, size_t total, float std, uint
 
 void k_fill(float *x, size_t n, float value) {
     for (size_t i = 0; i < n; i++) x[i] = value;
+}
+
+/* Dropout's keep mask: element i is kept when a hash of (seed, i) (splitmix64's finaliser) is at
+ * or above p as a 24-bit fraction; counter-based, so the backward regenerates the forward's
+ * mask from the seed alone, and the bits do not depend on the thread count. */
+static inline int dropout_keep(uint64_t seed, size_t i, uint32_t cut) {
+    uint64_t z = seed + 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (uint32_t)(z >> 40) >= cut;
+}
+
+void k_dropout_forward(float *y, const float *x, size_t n, float p, uint64_t seed) {
+    const uint32_t cut = (uint32_t)((double)p * 16777216.0);
+    const float keep = 1.0f / (1.0f - p);
+#pragma omp parallel for schedule(static) if (n >= 32768)
+    for (size_t i = 0; i < n; i++) y[i] = dropout_keep(seed, i, cut) ? x[i] * keep : 0.0f;
+}
+
+void k_dropout_backward(float *dx, const float *dy, size_t n, float p, uint64_t seed) {
+    const uint32_t cut = (uint32_t)((double)p * 16777216.0);
+    const float keep = 1.0f / (1.0f - p);
+#pragma omp parallel for schedule(static) if (n >= 32768)
+    for (size_t i = 0; i < n; i++)
+        if (dropout_keep(seed, i, cut)) dx[i] += dy[i] * keep;
 }

@@ -86,14 +86,14 @@ void k_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *
  * Hugging Face's q * cos + rotate_half(q) * sin. The backward is the transpose rotation
  * (s -> -s): the rotation is linear and orthogonal, so nothing is saved. */
 static void rope_rows(float *qkv, const float *cos, const float *sin, int B, int T, int NH,
-                      int NKV, int hd, int pos0, float sign) {
+                      int NKV, int hd, int pos0, float sign, const int32_t *pos) {
     const int half = hd / 2;
     const int64_t W = (int64_t)(NH + 2 * NKV) * hd; /* a row of qkv */
     const int64_t N = (int64_t)B * T;
     const int nrot = NH + NKV;                      /* the q heads, then the k heads */
 #pragma omp parallel for schedule(static) if (N * nrot * hd >= K_PAR_MIN)
     for (int64_t r = 0; r < N; r++) {
-        const int t = (int)(r % T);
+        const int t = pos ? pos[r] : (int)(r % T); /* packed: the position in its example */
         const float *cr = cos + (int64_t)(pos0 + t) * half; // (half)
         const float *sr = sin + (int64_t)(pos0 + t) * half; // (half)
         float *row = qkv + r * W;
@@ -111,13 +111,23 @@ static void rope_rows(float *qkv, const float *cos, const float *sin, int B, int
 
 void k_rope_forward(float *qkv, const float *cos, const float *sin, int B, int T, int NH, int NKV,
                     int hd, int pos0) {
-    rope_rows(qkv, cos, sin, B, T, NH, NKV, hd, pos0, 1.0f);
+    rope_rows(qkv, cos, sin, B, T, NH, NKV, hd, pos0, 1.0f, NULL);
+}
+
+void k_rope_forward_pos(float *qkv, const float *cos, const float *sin, int B, int T, int NH,
+                        int NKV, int hd, const int32_t *pos) {
+    rope_rows(qkv, cos, sin, B, T, NH, NKV, hd, 0, 1.0f, pos);
+}
+
+void k_rope_backward_pos(float *dqkv, const float *cos, const float *sin, int B, int T, int NH,
+                         int NKV, int hd, const int32_t *pos) {
+    rope_rows(dqkv, cos, sin, B, T, NH, NKV, hd, 0, -1.0f, pos);
 }
 
 /* dx = R^T dy: the same loop with the sine negated (exact: a sign flip rounds nothing) */
 void k_rope_backward(float *dqkv, const float *cos, const float *sin, int B, int T, int NH,
                      int NKV, int hd, int pos0) {
-    rope_rows(dqkv, cos, sin, B, T, NH, NKV, hd, pos0, -1.0f);
+    rope_rows(dqkv, cos, sin, B, T, NH, NKV, hd, pos0, -1.0f, NULL);
 }
 
 /* ---- SwiGLU: h (N, 2FF) = [gate | up] per row, out (N, FF) = silu(gate) * up ----

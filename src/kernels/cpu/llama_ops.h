@@ -14,6 +14,11 @@ void k_rmsnorm_apply(float *out, const float *inp, const float *w, const float *
                      int C);
 void k_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
                         const float *w, const float *rstd, int64_t N, int C);
+/* packed examples: row r rotated at position pos[r] (its position in its example) */
+void k_rope_forward_pos(float *qkv, const float *cos, const float *sin, int B, int T, int NH,
+                        int NKV, int hd, const int32_t *pos);
+void k_rope_backward_pos(float *dqkv, const float *cos, const float *sin, int B, int T, int NH,
+                         int NKV, int hd, const int32_t *pos);
 void k_rope_forward(float *qkv, const float *cos, const float *sin, int B, int T, int NH, int NKV,
                     int hd, int pos0);
 void k_rope_backward(float *dqkv, const float *cos, const float *sin, int B, int T, int NH,

@@ -19,6 +19,37 @@ void k_encoder_forward(float *out, const int32_t *inp, const float *wte, const f
         }
 }
 
+/* packed examples (docs/packing.md): wpe read at each token's position in its example */
+void k_encoder_forward_pos(float *out, const int32_t *inp, const float *wte, const float *wpe,
+                           const int32_t *pos, int B, int T, int C) {
+    const int64_t BT = (int64_t)B * T;
+#pragma omp parallel for schedule(static) if (BT * C >= K_PAR_MIN)
+    for (int64_t r = 0; r < BT; r++) {
+        float *o = out + r * C;
+        const float *e = wte + (int64_t)inp[r] * C, *p = wpe + (int64_t)pos[r] * C;
+#pragma omp simd
+        for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
+    }
+}
+
+/* dwpe[pos[r]] += dout[r]: rows in order within each channel block, as k_encoder_backward */
+void k_encoder_backward_pos(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
+                            const int32_t *pos, int B, int T, int C) {
+    const int64_t BT = (int64_t)B * T;
+#pragma omp parallel for schedule(static) if (BT * C >= K_PAR_MIN)
+    for (int c0 = 0; c0 < C; c0 += 16) {
+        int c1 = c0 + 16 < C ? c0 + 16 : C;
+        for (int64_t r = 0; r < BT; r++) {
+            const float *d = dout + r * C;
+            float *e = dwte + (int64_t)inp[r] * C, *p = dwpe + (int64_t)pos[r] * C;
+            for (int c = c0; c < c1; c++) {
+                e[c] += d[c];
+                p[c] += d[c];
+            }
+        }
+    }
+}
+
 void k_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B,
                         int T, int C) {
     /* Tokens repeat, so rows of dwte have many writers: split by channel blocks instead. */

@@ -8,7 +8,10 @@
  * kernels serve the other head sizes, plain attention and inference.
  * Invariants: each output element is written by one thread, its sums in a fixed order (over
  * the group's query heads and the later query rows): deterministic, no atomics; dqkv is
- * overwritten; D is summed in the order of each dP (T = 1: dq = dk = 0 exactly). */
+ * overwritten; D is summed in the order of each dP (T = 1: dq = dk = 0 exactly).
+ * Packed examples (docs/packing.md): pos (B*T, device) each token's position in its example;
+ * query t then sees keys t - pos[t] .. t only (pos NULL: all keys <= t). The _seg ops with a
+ * pos run the tiled kernels with the same mask where they are built, these elsewhere. */
 #include "kernels/cuda/cu_common.cuh"
 
 #include <math.h>
@@ -25,6 +28,7 @@ typedef struct {
     float *att;              /* (B,NH,Tq,Tq) or NULL */
     int Tq, Tk, NH, group, hs, pos0;
     float scale;
+    const int32_t *pos;      /* (B,Tq) positions in each example, or NULL: causal */
 } at_fwd;
 
 /* grid (Tq * NH, B): query row t of sequence b, head h; keys 0 .. pos0 + t */
@@ -39,7 +43,8 @@ __global__ void d_attn_forward(at_fwd a) {
     for (int i = threadIdx.x; i < a.hs; i += blockDim.x) qs[i] = q[i], os[i] = 0.0f;
     float m = -INFINITY, l = 0.0f;
     const int nk = a.pos0 + t + 1;
-    for (int k0 = 0; k0 < nk; k0 += AT_TILE) {
+    const int s0 = a.pos ? t - a.pos[(size_t)b * a.Tq + t] : 0; /* the example's first key */
+    for (int k0 = s0; k0 < nk; k0 += AT_TILE) {
         const int n = nk - k0 < AT_TILE ? nk - k0 : AT_TILE;
         __syncthreads();
         float mt = -INFINITY;
@@ -75,7 +80,7 @@ __global__ void d_attn_forward(at_fwd a) {
         float *ar = a.att + row * a.Tq;
         for (int j = threadIdx.x; j < a.Tq; j += blockDim.x) {
             float p = 0.0f;
-            if (j < nk) {
+            if (j >= s0 && j < nk) {
                 const float *kr = kb + (size_t)j * a.kv_row;
                 float d = 0.0f;
                 for (int i = 0; i < a.hs; i++) d += qs[i] * kr[i];
@@ -106,6 +111,7 @@ static at_fwd train_args(const float *qkv, float *out, int B, int T, int C, int 
     a.hs = hs;
     a.pos0 = 0;
     a.scale = 1.0f / sqrtf((float)hs);
+    a.pos = NULL;
     (void)B;
     return a;
 }
@@ -128,7 +134,7 @@ void cu_attention_forward(float *out, float *att, const float *qkv, int B, int T
 void cu_flash_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C,
                                 int NH, int NKV) {
     if (cu_tiled_attention_supported(C, NH)) {
-        cu_tiled_flash_forward(out, lse, qkv, B, T, C, NH, NKV);
+        cu_tiled_flash_forward(out, lse, qkv, B, T, C, NH, NKV, NULL);
         return;
     }
     at_fwd a = train_args(qkv, out, B, T, C, NH, NKV);
@@ -156,6 +162,7 @@ void cu_infer_attend(float *atty, const float *qkv, const float *K, const float 
     a.group = NH / NKV;
     a.pos0 = pos0;
     a.scale = 1.0f / sqrtf((float)a.hs);
+    a.pos = NULL;
     launch_forward(a, 1, "infer_attend");
 }
 
@@ -166,7 +173,13 @@ typedef struct {
     int T, NH, NKV, group, hs;
     size_t W;
     float scale;
+    const int32_t *pos;      /* (B,T) positions in each example, or NULL: causal */
 } at_bwd;
+
+/* the first key query t of sequence b sees */
+__device__ inline int at_seg(const at_bwd &a, int b, int t) {
+    return a.pos ? t - a.pos[(size_t)b * a.T + t] : 0;
+}
 
 /* P_tj of head h in sequence b */
 __device__ inline float at_prob(const at_bwd &a, int b, int h, int t, int j, const float *q,
@@ -194,7 +207,7 @@ __global__ void d_attn_D(at_bwd a) {
         if (threadIdx.x == 0)
             for (int i = 0; i < a.hs; i++) acc += d[i] * o[i];
     } else {
-        for (int k0 = 0; k0 <= t; k0 += AT_TILE) {
+        for (int k0 = at_seg(a, b, t); k0 <= t; k0 += AT_TILE) {
             const int n = t + 1 - k0 < AT_TILE ? t + 1 - k0 : AT_TILE;
             __syncthreads(); /* the previous tile's pd[] is summed */
             for (int j = threadIdx.x; j < n; j += blockDim.x) {
@@ -220,7 +233,7 @@ __global__ void d_attn_dq(at_bwd a) {
     const float *d = a.dout + ((size_t)b * a.T + t) * a.NH * a.hs + (size_t)h * a.hs;
     const float Dt = a.D[((size_t)b * a.NH + h) * a.T + t];
     for (int i = threadIdx.x; i < a.hs; i += blockDim.x) qs[i] = q[i], acc[i] = 0.0f;
-    for (int k0 = 0; k0 <= t; k0 += AT_TILE) {
+    for (int k0 = at_seg(a, b, t); k0 <= t; k0 += AT_TILE) {
         const int n = t + 1 - k0 < AT_TILE ? t + 1 - k0 : AT_TILE;
         __syncthreads();
         for (int j = threadIdx.x; j < n; j += blockDim.x) {
@@ -263,7 +276,8 @@ __global__ void d_attn_dkv(at_bwd a) {
                 const float *d = a.dout + ((size_t)b * a.T + t) * a.NH * a.hs + (size_t)h * a.hs;
                 float dp = 0.0f;
                 for (int i = 0; i < a.hs; i++) dp += d[i] * vr[i];
-                float p = at_prob(a, b, h, t, j, q, kr);
+                /* rows of a later example do not see key j */
+                float p = at_seg(a, b, t) > j ? 0.0f : at_prob(a, b, h, t, j, q, kr);
                 ps[r] = p;
                 ds[r] = p * (dp - a.D[((size_t)b * a.NH + h) * a.T + t]) * a.scale;
             }
@@ -286,7 +300,7 @@ __global__ void d_attn_dkv(at_bwd a) {
 
 static void backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                      const float *att, const float *out, const float *lse, int B, int T, int C,
-                     int NH, int NKV, const char *what) {
+                     int NH, int NKV, const int32_t *pos, const char *what) {
     if (B <= 0 || T <= 0) return;
     cu_enter();
     at_bwd a;
@@ -295,6 +309,7 @@ static void backward(float *dqkv, float *scratch, const float *dout, const float
     a.T = T, a.NH = NH, a.NKV = NKV, a.group = NH / NKV, a.hs = C / NH;
     a.W = (size_t)(NH + 2 * NKV) * a.hs;
     a.scale = 1.0f / sqrtf((float)a.hs);
+    a.pos = pos;
     d_attn_D<<<dim3((unsigned)(T * NH), (unsigned)B), AT_THREADS, 0, cu_stream>>>(a);
     CU_LAUNCHED(what);
     d_attn_dq<<<dim3((unsigned)(T * NH), (unsigned)B), AT_THREADS,
@@ -307,15 +322,52 @@ static void backward(float *dqkv, float *scratch, const float *dout, const float
 
 void cu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                            const float *att, int B, int T, int C, int NH, int NKV) {
-    backward(dqkv, scratch, dout, qkv, att, NULL, NULL, B, T, C, NH, NKV, "attention_backward");
+    backward(dqkv, scratch, dout, qkv, att, NULL, NULL, B, T, C, NH, NKV, NULL, "attention_backward");
 }
 
 void cu_flash_attention_backward(float *dqkv, float *scratch, const float *dout,
                                  const float *qkv, const float *out, const float *lse, int B,
                                  int T, int C, int NH, int NKV) {
     if (cu_tiled_attention_supported(C, NH)) {
-        cu_tiled_flash_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV);
+        cu_tiled_flash_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV, NULL);
         return;
     }
-    backward(dqkv, scratch, dout, qkv, NULL, out, lse, B, T, C, NH, NKV, "flash_attention_backward");
+    backward(dqkv, scratch, dout, qkv, NULL, out, lse, B, T, C, NH, NKV, NULL, "flash_attention_backward");
+}
+
+/* ---- the document-masked ops (pos NULL: the ops above, tiled where they are) ---- */
+void cu_attention_forward_seg(float *out, float *att, const float *qkv, int B, int T, int C,
+                              int NH, int NKV, const int32_t *pos) {
+    at_fwd a = train_args(qkv, out, B, T, C, NH, NKV);
+    a.att = att;
+    a.pos = pos;
+    launch_forward(a, B, "attention_forward");
+}
+
+void cu_attention_backward_seg(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                               const float *att, int B, int T, int C, int NH, int NKV,
+                               const int32_t *pos) {
+    backward(dqkv, scratch, dout, qkv, att, NULL, NULL, B, T, C, NH, NKV, pos, "attention_backward");
+}
+
+void cu_flash_attention_forward_seg(float *out, float *lse, const float *qkv, int B, int T, int C,
+                                    int NH, int NKV, const int32_t *pos) {
+    if (cu_tiled_attention_supported(C, NH)) {
+        cu_tiled_flash_forward(out, lse, qkv, B, T, C, NH, NKV, pos);
+        return;
+    }
+    at_fwd a = train_args(qkv, out, B, T, C, NH, NKV);
+    a.lse = lse;
+    a.pos = pos;
+    launch_forward(a, B, "flash_attention_forward");
+}
+
+void cu_flash_attention_backward_seg(float *dqkv, float *scratch, const float *dout,
+                                     const float *qkv, const float *out, const float *lse, int B,
+                                     int T, int C, int NH, int NKV, const int32_t *pos) {
+    if (cu_tiled_attention_supported(C, NH)) {
+        cu_tiled_flash_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV, pos);
+        return;
+    }
+    backward(dqkv, scratch, dout, qkv, NULL, out, lse, B, T, C, NH, NKV, pos, "flash_attention_backward");
 }

@@ -12,7 +12,11 @@
  * atomics. Every dot product over the head (scores, dP, D) is one thread's fmaf chain from
  * d = 0 up, the same in the forward and both backward kernels, so a recomputed score is the
  * forward's bit for bit and, at T = 1 (P = 1, O = v), dP - D is exactly 0: dq = dk = 0 exactly
- * and dv = dO, as on the CPU. Other rows agree with the CPU to rounding (test_cuda: 1e-4). */
+ * and dv = dO, as on the CPU. Other rows agree with the CPU to rounding (test_cuda: 1e-4).
+ * Packed examples (docs/packing.md): with pos (B*T: each token's position in its example) a
+ * query row r sees keys seg(r) = r - pos[r] .. r only; key tiles before every row's example are
+ * skipped (forward, dq), and a key tile's dk, dv stop at the first query tile past its
+ * examples (dkv). Without pos every branch below takes the causal path: the same bits. */
 #include "kernels/cuda/cu_common.cuh"
 
 #include <math.h>
@@ -26,7 +30,21 @@ typedef struct {
     size_t W;  /* a qkv row: (NH + 2 NKV) HS */
     size_t C;  /* an out / dout row: NH HS */
     float scale;
+    const int32_t *pos; /* (B, T) positions in each example, or NULL: causal */
 } ta_args;
+
+/* the first key query row r (< T) of sequence b sees */
+__device__ inline int ta_seg(const ta_args &a, int b, int r) {
+    return a.pos && r < a.T ? r - a.pos[(size_t)b * a.T + r] : 0;
+}
+
+/* the first key tile (a multiple of BR) any of query rows q0 .. q0 + BR - 1 sees: 0 without pos */
+__device__ inline int ta_first_tile(const ta_args &a, int b, int q0, int BR) {
+    if (!a.pos) return 0;
+    int smin = q0;
+    for (int r = q0; r < q0 + BR && r < a.T; r++) smin = min(smin, r - a.pos[(size_t)b * a.T + r]);
+    return smin / BR * BR;
+}
 
 /* rows r0 .. r0 + BR - 1 of a row-major source (row stride ld, HS columns) into a tile with rows
  * of HS + 1 floats (the padding keeps a column's reads across threads on distinct banks); rows at
@@ -108,7 +126,10 @@ __global__ void __launch_bounds__(TA_THREADS) d_ta_forward(ta_args a) {
         for (int k = 0; k < DN; k++) o[i][k] = 0.0f;
     }
     const int kend = min(a.T, q0 + BR);
-    for (int k0 = 0; k0 < kend; k0 += BR) {
+    int seg[RM]; /* each row's first key (0 without pos) */
+#pragma unroll
+    for (int i = 0; i < RM; i++) seg[i] = ta_seg(a, b, q0 + rg + 8 * i);
+    for (int k0 = ta_first_tile(a, b, q0, BR); k0 < kend; k0 += BR) {
         __syncthreads(); /* the last tile's K, V and P are used */
         ta_load<HS, BR>(Ks, kb, a.W, k0, a.T);
         ta_load<HS, BR>(Vs, vb, a.W, k0, a.T);
@@ -122,15 +143,18 @@ __global__ void __launch_bounds__(TA_THREADS) d_ta_forward(ta_args a) {
 #pragma unroll
             for (int j = 0; j < CN; j++) {
                 const int c = k0 + cg + 16 * j;
-                s[i][j] = c <= r && c < a.T ? s[i][j] * a.scale : -INFINITY;
+                s[i][j] = c <= r && c < a.T && c >= seg[i] ? s[i][j] * a.scale : -INFINITY;
                 mt = fmaxf(mt, s[i][j]);
             }
-            /* key 0 is in the first tile, so m is finite from then on */
-            const float mnew = fmaxf(m[i], ta_max16(mt)), corr = expf(m[i] - mnew);
+            /* causal: key 0 is in the first tile, so m is finite from then on; packed, a row
+             * may see no key of a tile before its example's (mnew -inf: nothing changes) */
+            const float mnew = fmaxf(m[i], ta_max16(mt));
+            const bool none = mnew == -INFINITY;
+            const float corr = none ? 1.0f : expf(m[i] - mnew);
             float ps = 0.0f;
 #pragma unroll
             for (int j = 0; j < CN; j++) {
-                s[i][j] = expf(s[i][j] - mnew);
+                s[i][j] = none ? 0.0f : expf(s[i][j] - mnew);
                 ps += s[i][j];
                 Ps[(rg + 8 * i) * LP + cg + 16 * j] = s[i][j];
             }
@@ -193,7 +217,10 @@ __global__ void __launch_bounds__(TA_THREADS) d_ta_dq(ta_args a) {
 #pragma unroll
         for (int k = 0; k < DN; k++) dq[i][k] = 0.0f;
     const int kend = min(a.T, q0 + BR);
-    for (int k0 = 0; k0 < kend; k0 += BR) {
+    int seg[RM];
+#pragma unroll
+    for (int i = 0; i < RM; i++) seg[i] = ta_seg(a, b, q0 + rg + 8 * i);
+    for (int k0 = ta_first_tile(a, b, q0, BR); k0 < kend; k0 += BR) {
         __syncthreads();
         ta_load<HS, BR>(Ks, kb, a.W, k0, a.T);
         ta_load<HS, BR>(Vs, vb, a.W, k0, a.T);
@@ -208,7 +235,7 @@ __global__ void __launch_bounds__(TA_THREADS) d_ta_dq(ta_args a) {
             for (int j = 0; j < CN; j++) {
                 const int c = k0 + cg + 16 * j;
                 float ds = 0.0f;
-                if (c <= r && r < a.T) {
+                if (c <= r && r < a.T && c >= seg[i]) {
                     const float p = expf(s[i][j] * a.scale - ls[rl]);
                     ds = p * (dp[i][j] - Ds[rl]) * a.scale;
                 }
@@ -250,7 +277,10 @@ __global__ void __launch_bounds__(TA_THREADS) d_ta_dkv(ta_args a) {
     for (int g = 0; g < a.group; g++) {
         const int h = kh * a.group + g;
         const size_t row0 = ((size_t)b * a.NH + h) * a.T;
-        for (int q0 = c0; q0 < a.T; q0 += BR) {
+        /* packed: query rows past this tile's keys' examples see none of them (seg grows with
+         * the row), so the walk stops at the first tile whose first row starts after them */
+        const int c_last = min(a.T, c0 + BR) - 1;
+        for (int q0 = c0; q0 < a.T && ta_seg(a, b, q0) <= c_last; q0 += BR) {
             __syncthreads(); /* the last tile's Q, dO, P and dS are used */
             ta_load<HS, BR>(Qs, base + (size_t)h * HS, a.W, q0, a.T);
             ta_load<HS, BR>(dOs, a.dout + (size_t)b * a.T * a.C + (size_t)h * HS, a.C, q0, a.T);
@@ -269,7 +299,7 @@ __global__ void __launch_bounds__(TA_THREADS) d_ta_dkv(ta_args a) {
                 for (int j = 0; j < CN; j++) {
                     const int rl = cg + 16 * j, r = q0 + rl;
                     float p = 0.0f, ds = 0.0f;
-                    if (c <= r && r < a.T) {
+                    if (c <= r && r < a.T && c >= ta_seg(a, b, r)) {
                         p = expf(st[i][j] * a.scale - ls[rl]);
                         ds = p * (dpt[i][j] - Ds[rl]) * a.scale;
                     }
@@ -340,11 +370,11 @@ bool cu_tiled_attention_supported(int C, int NH) {
 }
 
 void cu_tiled_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH,
-                            int NKV) {
+                            int NKV, const int32_t *pos) {
     if (B <= 0 || T <= 0) return;
     cu_enter();
     ta_args a = ta_make(qkv, B, T, C, NH, NKV);
-    a.out_w = out, a.lse = lse;
+    a.out_w = out, a.lse = lse, a.pos = pos;
     const char *what = "flash_attention_forward (tiled)";
     switch (C / NH) {
     case 16: ta_forward<16, 64>(a, B, what); break;
@@ -355,11 +385,12 @@ void cu_tiled_flash_forward(float *out, float *lse, const float *qkv, int B, int
 }
 
 void cu_tiled_flash_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                             const float *out, const float *lse, int B, int T, int C, int NH, int NKV) {
+                             const float *out, const float *lse, int B, int T, int C, int NH, int NKV,
+                             const int32_t *pos) {
     if (B <= 0 || T <= 0) return;
     cu_enter();
     ta_args a = ta_make(qkv, B, T, C, NH, NKV);
-    a.dout = dout, a.out = out, a.lse_in = lse, a.dqkv = dqkv, a.D = scratch;
+    a.dout = dout, a.out = out, a.lse_in = lse, a.dqkv = dqkv, a.D = scratch, a.pos = pos;
     const char *what = "flash_attention_backward (tiled)";
     switch (C / NH) {
     case 16: ta_backward<16, 64>(a, B, what); break;

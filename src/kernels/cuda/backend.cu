@@ -1,11 +1,13 @@
 /* backend.cu: the CUDA backend's table (kernels/backend.h), its device, streams and memory. The
- * device tier is one region taken with a single cudaMalloc at the first device allocation (the
- * budget; unlimited: free memory less 512 MiB, at most HPT_CUDA_REGION) and carved first-fit
- * (256-byte pieces, neighbours coalesced); the host tier is pinned. Ops run on cu_stream in
+ * device tier is one region of the budget's size (unlimited: free memory less 512 MiB, at most
+ * HPT_CUDA_REGION) opened at the first device allocation: reserved addresses with GPU memory
+ * mapped as the allocator reaches them (vmm.cu), or one cudaMalloc where that is not available;
+ * carved first-fit (256-byte pieces, neighbours coalesced); the host tier is pinned. Ops run on cu_stream in
  * issue order; host copies run on a stream per direction, ordered against the compute by events.
  * docs/cuda.md, "What is implemented".
  * Invariants: the memory manager accounts every piece first (mem_reserve), as on the CPU; no
- * cudaMalloc or cudaFree after setup; a host copy returns when its bytes have arrived, as memcpy
+ * cudaMalloc or cudaFree after setup (the region's memory is mapped in the first step, when
+ * the run allocates); a host copy returns when its bytes have arrived, as memcpy
  * does (host to host after the compute issued before it); sync() waits for every op and copy
  * (the transfers' streams too); ops cannot fail: the first CUDA or cuBLAS error is kept and
  * hpt_cuda_status() returns it. */
@@ -174,7 +176,8 @@ static hpt_status region_open_locked(size_t want) {
     want = want / CU_ALIGN * CU_ALIGN;
     g_free = (hpt_extent *)malloc(CU_MAX_EXTENTS * sizeof(hpt_extent)); /* allocator metadata, host */
     if (!g_free) return hpt_fail(HPT_ERR_OOM, "the device allocator's extent list");
-    cudaError_t e = cudaMalloc((void **)&g_base, want);
+    /* addresses only, memory mapped as the allocator reaches it (vmm.cu); else one cudaMalloc */
+    cudaError_t e = cu_vmm_open(g_device, want, &g_base) ? cudaSuccess : cudaMalloc((void **)&g_base, want);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         free(g_free);
@@ -195,6 +198,13 @@ extern "C" hpt_status hpt_cuda_reserve(size_t bytes) {
                        : region_open_locked(bytes);
     pthread_mutex_unlock(&g_lock);
     return s;
+}
+
+extern "C" size_t hpt_cuda_region_backed(void) {
+    pthread_mutex_lock(&g_lock);
+    size_t b = !g_base ? 0 : cu_vmm_active() ? cu_vmm_mapped() : g_carve.size;
+    pthread_mutex_unlock(&g_lock);
+    return b;
 }
 
 extern "C" void hpt_cuda_region(size_t *region_bytes, size_t *used_bytes) {
@@ -222,12 +232,17 @@ static hpt_status cu_alloc(hpt_mem *mem, hpt_tier tier, hpt_category cat, size_t
             hpt_mem_get_stats(mem, &st);
             s = region_open_locked(st.budget_bytes[HPT_TIER_DEVICE]);
         }
-        size_t off = 0;
+        size_t off = 0, high0 = g_carve.high;
         if (s == HPT_OK) {
             if (hpt_carve_take(&g_carve, round_up(bytes), &off)) p = g_base + off;
             else s = hpt_fail(HPT_ERR_OOM, "device tier: %zu bytes do not fit the device region "
                               "(%zu of %zu bytes carved, in %d free pieces)", bytes, g_carve.used,
                               g_carve.size, g_carve.n);
+        }
+        if (p && (s = cu_vmm_ensure(g_carve.high)) != HPT_OK) { /* memory behind the piece */
+            (void)hpt_carve_give(&g_carve, off, round_up(bytes));
+            g_carve.high = high0; /* nothing was mapped past it */
+            p = NULL;
         }
         if (s == HPT_OK) cu_note(cudaMemsetAsync(p, 0, bytes, cu_stream), "zero-filling an allocation");
     } else {
@@ -339,6 +354,14 @@ static void fill_table(hpt_backend *t) {
     t->attention_backward = cu_attention_backward;
     t->flash_attention_forward = cu_flash_attention_forward;
     t->flash_attention_backward = cu_flash_attention_backward;
+    t->attention_forward_seg = cu_attention_forward_seg;
+    t->attention_backward_seg = cu_attention_backward_seg;
+    t->flash_attention_forward_seg = cu_flash_attention_forward_seg;
+    t->flash_attention_backward_seg = cu_flash_attention_backward_seg;
+    t->encoder_forward_pos = cu_encoder_forward_pos;
+    t->encoder_backward_pos = cu_encoder_backward_pos;
+    t->rope_forward_pos = cu_rope_forward_pos;
+    t->rope_backward_pos = cu_rope_backward_pos;
     t->gelu_forward = cu_gelu_forward;
     t->gelu_backward = cu_gelu_backward;
     t->scale = cu_scale;
@@ -386,6 +409,8 @@ static void fill_table(hpt_backend *t) {
     t->adam_step_sumsq = cu_adam_step_sumsq;
     t->init_normal = cu_init_normal;
     t->fill = cu_fill;
+    t->dropout_forward = cu_dropout_forward;
+    t->dropout_backward = cu_dropout_backward;
 }
 
 extern "C" const hpt_backend *hpt_backend_cuda(void) {
@@ -403,7 +428,8 @@ extern "C" void hpt_cuda_shutdown(void) {
     if (g_ready) {
         cu_enter();
         cudaDeviceSynchronize();
-        if (g_base) cudaFree(g_base);
+        if (g_base && cu_vmm_active()) cu_vmm_close();
+        else if (g_base) cudaFree(g_base);
         free(g_free);
         g_base = NULL, g_free = NULL;
         memset(&g_carve, 0, sizeof g_carve);

@@ -4,7 +4,9 @@
  * its free neighbours, so the list never holds two touching extents and an empty region is one
  * extent. A give-back that overlaps a free extent (a double free, a wrong size) or falls outside
  * the region is refused and changes nothing. Lengths are the caller's (backend.cu rounds them
- * to 256 bytes). O(number of free extents) per call; no allocation (the list is the caller's). */
+ * to 256 bytes). O(number of free extents) per call; no allocation (the list is the caller's).
+ * high is the end of the highest piece ever taken: the part of the region that has been used at
+ * all, which backend.cu backs with memory as it grows (vmm.cu); first fit keeps it low. */
 #ifndef HPT_KERNELS_CUDA_CARVE_H
 #define HPT_KERNELS_CUDA_CARVE_H
 
@@ -19,10 +21,11 @@ typedef struct {
     hpt_extent *free; /* (cap) sorted by off, none touching */
     int n, cap;
     size_t size, used;
+    size_t high; /* the highest end of a piece ever taken */
 } hpt_carve;
 
 static inline void hpt_carve_init(hpt_carve *c, hpt_extent *buf, int cap, size_t size) {
-    c->free = buf, c->cap = cap, c->size = size, c->used = 0;
+    c->free = buf, c->cap = cap, c->size = size, c->used = 0, c->high = 0;
     c->n = size ? 1 : 0;
     if (size) buf[0].off = 0, buf[0].len = size;
 }
@@ -40,6 +43,7 @@ static inline int hpt_carve_take(hpt_carve *c, size_t len, size_t *off) {
             c->n--;
         }
         c->used += len;
+        if (*off + len > c->high) c->high = *off + len;
         return 1;
     }
     return 0;

@@ -178,19 +178,46 @@ void cu_flash_attention_forward(float *out, float *lse, const float *qkv, int B,
 void cu_flash_attention_backward(float *dqkv, float *scratch, const float *dout,
                                  const float *qkv, const float *out, const float *lse, int B,
                                  int T, int C, int NH, int NKV);
+/* vmm.cu: the device region as reserved addresses with memory mapped up to what the allocator
+ * has reached (false: no virtual memory management here, or HPT_CUDA_VMM=0: cudaMalloc it) */
+bool cu_vmm_open(int device, size_t size, char **base);
+hpt_status cu_vmm_ensure(size_t end);
+size_t cu_vmm_mapped(void);
+int cu_vmm_active(void);
+void cu_vmm_close(void);
 /* colsum.cu: out0 (C) += the sums over N rows of a per-element term of dout (N,C), deterministic
  * and across the GPU: BIAS dout; LAYERNORM dout (inp - mean) rstd into out0 and dout into out1;
  * RMSNORM dout inp rstd. false (nothing done) when C is beyond the scratch: the caller's kernel. */
 enum { CU_COLSUM_BIAS = 0, CU_COLSUM_LAYERNORM = 1, CU_COLSUM_RMSNORM = 2 };
 bool cu_colsum(int kind, float *out0, float *out1, const float *dout, const float *inp,
                const float *mean, const float *rstd, int64_t N, int64_t C);
+/* the document-masked ops of packed examples (attention.cu, pack.cu; docs/packing.md) */
+void cu_attention_forward_seg(float *out, float *att, const float *qkv, int B, int T, int C,
+                              int NH, int NKV, const int32_t *pos);
+void cu_attention_backward_seg(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                               const float *att, int B, int T, int C, int NH, int NKV,
+                               const int32_t *pos);
+void cu_flash_attention_forward_seg(float *out, float *lse, const float *qkv, int B, int T, int C,
+                                    int NH, int NKV, const int32_t *pos);
+void cu_flash_attention_backward_seg(float *dqkv, float *scratch, const float *dout,
+                                     const float *qkv, const float *out, const float *lse, int B,
+                                     int T, int C, int NH, int NKV, const int32_t *pos);
+void cu_encoder_forward_pos(float *out, const int32_t *inp, const float *wte, const float *wpe,
+                            const int32_t *pos, int B, int T, int C);
+void cu_encoder_backward_pos(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
+                             const int32_t *pos, int B, int T, int C);
+void cu_rope_forward_pos(float *qkv, const float *cos, const float *sin, int B, int T, int NH,
+                         int NKV, int hd, const int32_t *pos);
+void cu_rope_backward_pos(float *dqkv, const float *cos, const float *sin, int B, int T, int NH,
+                          int NKV, int hd, const int32_t *pos);
 /* attention_tiled.cu: the flash kernels over tiles, for the head sizes C / NH it is built for
  * (16, 32, 64, 128); cu_flash_attention_forward / _backward take them there */
 bool cu_tiled_attention_supported(int C, int NH);
 void cu_tiled_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH,
-                            int NKV);
+                            int NKV, const int32_t *pos);
 void cu_tiled_flash_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                             const float *out, const float *lse, int B, int T, int C, int NH, int NKV);
+                             const float *out, const float *lse, int B, int T, int C, int NH, int NKV,
+                             const int32_t *pos);
 void cu_infer_attend(float *atty, const float *qkv, const float *K, const float *V, int pos0,
                      size_t n, int C, int NH, int NKV);
 
@@ -234,6 +261,8 @@ double cu_adam_step_sumsq(const float *m, const float *v, size_t n, float bc1, f
                           float eps);
 void cu_init_normal(float *x, size_t lo, size_t hi, size_t total, float std, uint64_t key);
 void cu_fill(float *x, size_t n, float value);
+void cu_dropout_forward(float *y, const float *x, size_t n, float p, uint64_t seed);
+void cu_dropout_backward(float *dx, const float *dy, size_t n, float p, uint64_t seed);
 /* the q8 tables' device copies (optim.cu), released by hpt_cuda_shutdown */
 void cu_q8_release(void);
 /* A map for an op: map itself when the device can read it, else (pageable host memory holding

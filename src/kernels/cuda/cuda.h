@@ -29,6 +29,9 @@ hpt_status hpt_cuda_status(void);
 hpt_status hpt_cuda_reserve(size_t bytes);
 /* The device region's size and what of it the allocator has handed out (bytes). */
 void hpt_cuda_region(size_t *region_bytes, size_t *used_bytes);
+/* The bytes of the region with GPU memory behind them: what the allocator has reached, in 64 MiB
+ * chunks (vmm.cu), or the whole region where it was taken with one cudaMalloc; 0 before it opens. */
+size_t hpt_cuda_region_backed(void);
 /* cudaMemGetInfo of the current device: an independent reading of the GPU's memory. */
 hpt_status hpt_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
 /* The compute stream the ops run on (a cudaStream_t; benchmarks record their timing events on

@@ -295,6 +295,32 @@ void cu_init_normal(float *x, size_t lo, size_t hi, size_t total, float std, uin
     }
 }
 
+/* dropout: the CPU's counter-based mask (kernels/cpu/init.c, splitmix64's finaliser of seed and
+ * i against a 24-bit cut) and its one fp32 product: the same bits */
+__device__ inline int d_dropout_keep(uint64_t seed, size_t i, uint32_t cut) {
+    uint64_t z = seed + 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (uint32_t)(z >> 40) >= cut;
+}
+__global__ void d_dropout(float *out, const float *in, size_t n, uint32_t cut, float keep, uint64_t seed,
+                          int backward) {
+    CU_FOR(i, n) {
+        if (!backward) out[i] = d_dropout_keep(seed, i, cut) ? in[i] * keep : 0.0f;
+        else if (d_dropout_keep(seed, i, cut)) out[i] += in[i] * keep;
+    }
+}
+static void dropout(float *out, const float *in, size_t n, float p, uint64_t seed, int backward) {
+    if (!n) return;
+    cu_enter();
+    d_dropout<<<cu_grid(n), CU_T, 0, cu_stream>>>(out, in, n, (uint32_t)((double)p * 16777216.0),
+                                                  1.0f / (1.0f - p), seed, backward);
+    CU_LAUNCHED(backward ? "dropout_backward" : "dropout_forward");
+}
+void cu_dropout_forward(float *y, const float *x, size_t n, float p, uint64_t seed) { dropout(y, x, n, p, seed, 0); }
+void cu_dropout_backward(float *dx, const float *dy, size_t n, float p, uint64_t seed) { dropout(dx, dy, n, p, seed, 1); }
+
 __global__ void d_fill(float *x, size_t n, float value) { CU_FOR(i, n) x[i] = value; }
 void cu_fill(float *x, size_t n, float value) {
     if (!n) return;

@@ -1,0 +1,213 @@
+/* frozen.c: a frozen base whose blocks' matrices are stored in bf16 or int8 (--base-weights;
+ * docs/lora.md): a block store (model/blocks.h) that the model's runner reads like the offload
+ * engine's, for a model that only LoRA adapters train. Each block's slices lie back to back in
+ * one device buffer: a matrix (OC, C) as bf16 (round to nearest even) or as int8 with one fp32
+ * scale per output row (the backend's q8w codec: absmax / 127), a vector (norm weights, biases)
+ * in fp32. acquire(l) widens block l into one fp32 slot (block-sized, kept while the next
+ * acquire names the same block); loading (scatter), initialisation (block_dest, store_block)
+ * and saving (gather) go through the same slot. Gradients: none (grad_slot refuses; LoRA's
+ * runner path never asks). Invariants: what a forward reads is exactly the widened stored
+ * values, so a run on this store computes the bits of an fp32 model loaded with them; every
+ * byte is from hpt_mem (category params) in the sizes model_frozen_bytes gives the estimator. */
+#include "core/core.h"
+#include "model/blocks.h"
+#include "model/gpt2_int.h"
+#include "model/model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    hpt_block_store store;
+    const hpt_backend *be;
+    hpt_mem *mem;
+    int kind;                       /* HPT_BASE_BF16 or HPT_BASE_INT8 */
+    int L, n;                       /* blocks, slices per block */
+    size_t sn[HPT_TABLE_MAX];       /* floats of slice s */
+    size_t foff[HPT_TABLE_MAX];     /* floats: slice s in the fp32 slot */
+    size_t boff[HPT_TABLE_MAX];     /* bytes: slice s in a block's storage */
+    int64_t rows[HPT_TABLE_MAX];    /* a matrix slice's rows (OC); 0: a vector, kept fp32 */
+    size_t block_bytes, slot_floats;
+    unsigned char *data;            /* (L * block_bytes) device params: the stored blocks */
+    float *slot;                    /* (slot_floats) device params: one block widened */
+    int held;                       /* the block in slot, -1: none */
+} frozen;
+
+/* One block's layout at cfg; returns its storage bytes, *slot its fp32 floats. */
+static size_t layout(const hpt_model_config *cfg, int kind, frozen *f, size_t *slot) {
+    hpt_tensor_table t;
+    model_describe(cfg, &t);
+    size_t bytes = 0, floats = 0;
+    for (int s = 0; s < t.n_slices; s++) {
+        const hpt_tensor_desc *d = &t.t[hpt_table_slice_tensor(&t, s)];
+        size_t n = hpt_tensor_slice_numel(d, t.L);
+        int64_t rows = d->is_matrix && d->ndim == 3 ? d->shape[1] : 0;
+        if (f) {
+            f->sn[s] = n;
+            f->foff[s] = floats;
+            f->boff[s] = bytes;
+            f->rows[s] = rows;
+        }
+        floats += n;
+        size_t b = !rows ? 4 * n : kind == HPT_BASE_BF16 ? 2 * n : 4 * (size_t)rows + n;
+        bytes += (b + 3) / 4 * 4; /* the next slice's fp32 parts 4-aligned */
+    }
+    if (f) f->n = t.n_slices;
+    *slot = floats;
+    return bytes;
+}
+
+uint64_t model_frozen_bytes(const hpt_model_config *cfg, int kind) {
+    size_t slot;
+    size_t block = layout(cfg, kind, NULL, &slot);
+    return (uint64_t)cfg->L * block + 4 * (uint64_t)slot;
+}
+
+/* slice s of block l: from the fp32 values at x into the storage, or back */
+static void narrow(frozen *f, int l, int s, const float *x) {
+    unsigned char *p = f->data + (size_t)l * f->block_bytes + f->boff[s];
+    if (!f->rows[s]) f->be->copy(p, x, f->sn[s] * 4, HPT_COPY_D2D);
+    else if (f->kind == HPT_BASE_BF16) (void)f->be->bf16_narrow((uint16_t *)(void *)p, x, f->sn[s]);
+    else f->be->q8w_quantize((int8_t *)(p + 4 * (size_t)f->rows[s]), (float *)(void *)p, x,
+                             f->rows[s], (int64_t)(f->sn[s] / (size_t)f->rows[s]));
+}
+
+static void widen(frozen *f, int l, int s, float *x) {
+    const unsigned char *p = f->data + (size_t)l * f->block_bytes + f->boff[s];
+    if (!f->rows[s]) f->be->copy(x, p, f->sn[s] * 4, HPT_COPY_D2D);
+    else if (f->kind == HPT_BASE_BF16) f->be->bf16_widen(x, (const uint16_t *)(const void *)p, f->sn[s]);
+    else f->be->q8w_dequantize(x, (const int8_t *)(p + 4 * (size_t)f->rows[s]),
+                               (const float *)(const void *)p, f->rows[s],
+                               (int64_t)(f->sn[s] / (size_t)f->rows[s]));
+}
+
+static hpt_status begin_pass(void *ctx, int dir) {
+    (void)ctx, (void)dir;
+    return HPT_OK;
+}
+
+static hpt_status acquire(void *ctx, int l, float **p) {
+    frozen *f = ctx;
+    if (f->held != l)
+        for (int s = 0; s < f->n; s++) widen(f, l, s, f->slot + f->foff[s]);
+    f->held = l;
+    *p = f->slot;
+    return HPT_OK;
+}
+
+static void release(void *ctx, int l) { (void)ctx, (void)l; }
+
+static hpt_status grad_slot(void *ctx, int l, int accumulate, float **g) {
+    (void)ctx, (void)accumulate, (void)g;
+    return hpt_fail(HPT_ERR_UNSUPPORTED, "block %d of a frozen base (--base-weights) has no "
+                    "gradients: only LoRA adapters train it", l);
+}
+
+static hpt_status grads_done(void *ctx, int l) {
+    (void)ctx, (void)l;
+    return HPT_OK;
+}
+
+static hpt_status grads_overflow(void *ctx, int *overflow) {
+    (void)ctx, (void)overflow; /* no gradients here: the caller's finding stands */
+    return HPT_OK;
+}
+
+static hpt_status only_params(int b) {
+    return b == EB_P ? HPT_OK
+                     : hpt_fail(HPT_ERR_UNSUPPORTED, "a frozen base keeps no gradients or "
+                                "optimizer state");
+}
+
+static hpt_status gather(void *ctx, int b, int l, int i, hpt_block_emit_fn emit, void *ectx) {
+    frozen *f = ctx;
+    HPT_CHECK(only_params(b));
+    f->held = -1;
+    widen(f, l, i, f->slot + f->foff[i]);
+    return emit(ectx, f->slot + f->foff[i], f->sn[i]);
+}
+
+static hpt_status scatter(void *ctx, int b, int l, int i, hpt_block_read_fn read, void *rctx) {
+    frozen *f = ctx;
+    HPT_CHECK(only_params(b));
+    f->held = -1;
+    HPT_CHECK(read(rctx, f->slot + f->foff[i], f->sn[i]));
+    narrow(f, l, i, f->slot + f->foff[i]);
+    return HPT_OK;
+}
+
+static hpt_status block_dest(void *ctx, int b, int l, float **dst, int *in_place) {
+    frozen *f = ctx;
+    (void)l;
+    HPT_CHECK(only_params(b));
+    f->held = -1;
+    *dst = f->slot;
+    *in_place = 0;
+    return HPT_OK;
+}
+
+static hpt_status store_block(void *ctx, int b, int l, const float *src) {
+    frozen *f = ctx;
+    HPT_CHECK(only_params(b));
+    for (int s = 0; s < f->n; s++) narrow(f, l, s, src + f->foff[s]);
+    f->held = -1;
+    return HPT_OK;
+}
+
+static void stats(void *ctx, hpt_offload_stats *out) {
+    (void)ctx;
+    memset(out, 0, sizeof *out);
+}
+
+static void free_store(void *ctx) {
+    frozen *f = ctx;
+    if (!f) return;
+    f->be->free(f->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, f->data, (size_t)f->L * f->block_bytes);
+    f->be->free(f->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, f->slot, f->slot_floats * 4);
+    free(f);
+}
+
+hpt_status hpt_model_create_frozen(hpt_mem *mem, const hpt_model_config *cfg, int kind,
+                                   hpt_model **out) {
+    *out = NULL;
+    if (kind != HPT_BASE_BF16 && kind != HPT_BASE_INT8)
+        return hpt_fail(HPT_ERR_INVALID, "base-weights: %d is not bf16 or int8", kind);
+    hpt_offload_opts o = hpt_offload_defaults(); /* full embeddings, in the flat buffer */
+    hpt_model *m;
+    model_create_frozen_flag(1);
+    hpt_status s = model_create_unbound(mem, cfg, &o, &m);
+    model_create_frozen_flag(0);
+    HPT_CHECK(s);
+    frozen *f = calloc(1, sizeof *f);
+    if (!f) {
+        hpt_model_free(m);
+        return hpt_fail(HPT_ERR_OOM, "cannot allocate the frozen base's store");
+    }
+    f->be = hpt_backend_of(mem);
+    f->mem = mem;
+    f->kind = kind;
+    f->L = cfg->L;
+    f->held = -1;
+    f->block_bytes = layout(hpt_model_get_config(m), kind, f, &f->slot_floats);
+    hpt_mem_set_name(mem, kind == HPT_BASE_BF16 ? "frozen blocks (bf16)" : "frozen blocks (int8)");
+    s = f->be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, (size_t)f->L * f->block_bytes,
+                     (void **)&f->data);
+    if (s == HPT_OK) {
+        hpt_mem_set_name(mem, "frozen block (fp32 slot)");
+        s = f->be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, f->slot_floats * 4, (void **)&f->slot);
+    }
+    if (s != HPT_OK) {
+        free_store(f);
+        hpt_model_free(m);
+        return hpt_fail_ctx(s, "allocating a frozen base's blocks");
+    }
+    f->be->memset(f->data, 0, (size_t)f->L * f->block_bytes);
+    f->store = (hpt_block_store){
+        .ctx = f, .begin_pass = begin_pass, .acquire = acquire, .release = release,
+        .grad_slot = grad_slot, .grads_done = grads_done, .grads_overflow = grads_overflow,
+        .gather = gather, .scatter = scatter, .block_dest = block_dest,
+        .store_block = store_block, .stats = stats, .free = free_store};
+    model_bind_blocks(m, &f->store, NULL);
+    *out = m;
+    return HPT_OK;
+}

@@ -1,0 +1,335 @@
+/* test_lora.c REF SHAPE TARGETS R ALPHA RSLORA: LoRA adapters over a frozen base
+ * (src/model/lora.c) against the plain-PyTorch reference of tests/make_ref_lora.py (REF): the
+ * logits, the loss, every adapter's gradient and the losses and adapters of 10 AdamW steps on
+ * the adapters, each within 1e-4; the base is untouched by the steps. Then the memory: the
+ * base has no gradient buffer, and what the run accounts (params, grads, optim, acts) equals
+ * hpt_lora_bytes, hpt_optim_lora_state_bytes and the arena's bytes; the initialisation is
+ * PEFT's (A within 1/sqrt(in), B zero); the base's bits are those of a model without
+ * adapters when B is zero; bad targets and settings are refused. */
+#include "testlib.h"
+#include "model/arch.h"
+#include "testing.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static double max_abs(const float *a, const float *b, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - (double)b[i]));
+    return m;
+}
+
+static void *read_all(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *p = malloc((size_t)len);
+    if (p && fread(p, 1, (size_t)len, f) != (size_t)len) {
+        free(p);
+        p = NULL;
+    }
+    fclose(f);
+    *n = (size_t)len;
+    return p;
+}
+
+/* Dropout (the adapters' input): the gradients against central differences through a held
+ * mask (hpt_model_lora_hold_masks), and the same bits with full recomputation, whose
+ * backward regenerates the masks instead of keeping them. */
+static void check_dropout(const char *shape, const float *base, size_t np, const float *lora0,
+                          size_t nl, const int32_t *x, const int32_t *y, int B, int T,
+                          hpt_lora_opts lo) {
+    lo.dropout = 0.25f;
+    hpt_mem *mem;
+    CHECK_OK(hpt_mem_create(&mem));
+    hpt_model *m[2] = {NULL, NULL};
+    float loss[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        CHECK_OK(hpt_model_create_forward(mem, shape, &m[k]));
+        if (!m[k]) break;
+        memcpy(hpt_model_params(m[k]), base, np * sizeof(float));
+        CHECK_OK(hpt_model_lora_attach(m[k], &lo, 99));
+        memcpy(hpt_model_lora_params(m[k]), lora0, nl * sizeof(float));
+        hpt_act_opts a = hpt_act_defaults();
+        if (k) CHECK_OK(hpt_recompute_parse("full", &a));
+        CHECK_OK(hpt_model_set_act_opts(m[k], &a));
+        hpt_model_zero_grad(m[k]);
+        CHECK_OK(hpt_model_forward(m[k], x, y, B, T, &loss[k]));
+        CHECK_OK(hpt_model_backward(m[k]));
+    }
+    if (!m[0] || !m[1]) return;
+    const float *g = hpt_model_lora_grads(m[0]);
+    CHECK_MSG(memcmp(&loss[0], &loss[1], sizeof loss[0]) == 0, "dropout: loss %.9g, with full "
+              "recomputation %.9g", (double)loss[0], (double)loss[1]);
+    CHECK_MSG(memcmp(g, hpt_model_lora_grads(m[1]), nl * sizeof(float)) == 0,
+              "dropout: gradients differ with full recomputation");
+    /* the 8 largest gradients against (L(p + h) - L(p - h)) / 2h under the same masks */
+    hpt_model_lora_hold_masks(m[0], 1);
+    float *P = hpt_model_lora_params(m[0]);
+    size_t idx[8];
+    for (int k = 0; k < 8; k++) {
+        size_t best = (size_t)-1;
+        for (size_t i = 0; i < nl; i++) {
+            int taken = 0;
+            for (int q = 0; q < k; q++) taken |= idx[q] == i;
+            if (!taken && (best == (size_t)-1 || fabsf(g[i]) > fabsf(g[best]))) best = i;
+        }
+        idx[k] = best;
+    }
+    double worst = 0;
+    for (int k = 0; k < 8; k++) {
+        const float h = 1e-2f, p0 = P[idx[k]];
+        float lp, lm;
+        P[idx[k]] = p0 + h;
+        CHECK_OK(hpt_model_forward(m[0], x, y, B, T, &lp));
+        P[idx[k]] = p0 - h;
+        CHECK_OK(hpt_model_forward(m[0], x, y, B, T, &lm));
+        P[idx[k]] = p0;
+        double fd = ((double)lp - (double)lm) / (2.0 * (double)h), e = fabs(fd - (double)g[idx[k]]);
+        worst = fmax(worst, e / fabs((double)g[idx[k]]));
+        CHECK_MSG(e <= 2e-3 + 0.05 * fabs((double)g[idx[k]]), "dropout: gradient %zu is %g, "
+                  "central difference %g", idx[k], (double)g[idx[k]], fd);
+    }
+    printf("%s: dropout 0.25: full recomputation the same bits; 8 largest gradients within %.2g "
+           "(relative) of central differences\n", shape, worst);
+    hpt_model_free(m[0]);
+    hpt_model_free(m[1]);
+    hpt_mem_destroy(mem);
+}
+
+/* --base-weights (model/frozen.c): a base whose blocks' matrices are stored in bf16 or int8
+ * computes the bits of an fp32 model holding the widened values (saved and reloaded), adapters
+ * and all; the values are the initialisation's rounded (bf16: within 2^-8 relative; int8:
+ * within half a step, absmax/254 of the row); its params are exactly what the estimator says,
+ * and it has no gradients. */
+static void check_frozen(const hpt_model_config *cfg, const char *shape, int kind,
+                         const float *lora0, size_t nl, const int32_t *x, const int32_t *y,
+                         int B, int T, hpt_lora_opts lo) {
+    const char *name = kind == HPT_BASE_BF16 ? "bf16" : "int8";
+    hpt_mem *mem;
+    CHECK_OK(hpt_mem_create(&mem));
+    hpt_model *f = NULL, *r = NULL, *p = NULL;
+    CHECK_OK(hpt_model_create_frozen(mem, cfg, kind, &f));
+    if (!f) return;
+    CHECK_OK(hpt_model_init_random(f, 5));
+    hpt_mem_stats st;
+    hpt_mem_get_stats(mem, &st);
+    hpt_plan_opts po = hpt_plan_defaults();
+    po.cfg = *hpt_model_get_config(f);
+    po.B = B, po.T = T, po.no_data = 1;
+    po.lora = lo;
+    po.lora.base = kind;
+    hpt_estimate e;
+    CHECK_OK(hpt_plan_estimate(&po, &e));
+    uint64_t lb[HPT_CAT_COUNT];
+    CHECK_OK(hpt_lora_bytes(cfg, &lo, B, T, 1, lb));
+    CHECK_MSG(st.live_bytes[HPT_TIER_DEVICE][HPT_CAT_PARAMS] + lb[HPT_CAT_PARAMS] ==
+                  e.bytes[HPT_TIER_DEVICE][HPT_CAT_PARAMS],
+              "%s base: params %llu + adapters %llu, estimated %llu", name,
+              (unsigned long long)st.live_bytes[HPT_TIER_DEVICE][HPT_CAT_PARAMS],
+              (unsigned long long)lb[HPT_CAT_PARAMS],
+              (unsigned long long)e.bytes[HPT_TIER_DEVICE][HPT_CAT_PARAMS]);
+    CHECK(st.live_bytes[HPT_TIER_DEVICE][HPT_CAT_GRADS] == 0);
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/frozen_%s", t_tmpdir(), name);
+    CHECK_OK(hpt_model_save_hf(f, dir, HPT_DTYPE_F32, 0));
+    CHECK_OK(hpt_model_load_forward(mem, dir, &r));
+    CHECK_OK(hpt_model_create_forward(mem, shape, &p));
+    if (!r || !p) return;
+    CHECK_OK(hpt_model_init_random(p, 5));
+    /* the stored values: the fp32 initialisation rounded, blocks' matrices only */
+    const float *rv = hpt_model_params(r), *pv = hpt_model_params(p);
+    size_t np = hpt_model_num_params(p), changed = 0, bad = 0;
+    for (size_t i = 0; i < np; i++) {
+        changed += rv[i] != pv[i];
+        bad += fabsf(rv[i] - pv[i]) > (kind == HPT_BASE_BF16 ? fabsf(pv[i]) / 256.0f : 0.02f / 254.0f * 6.0f);
+    }
+    CHECK_MSG(changed > np / 20 && bad == 0, "%s base: %zu of %zu values rounded, %zu too far",
+              name, changed, np, bad);
+    float l[2];
+    const float *g[2];
+    hpt_model *m[2] = {f, r};
+    for (int k = 0; k < 2; k++) {
+        CHECK_OK(hpt_model_lora_attach(m[k], &lo, 3));
+        memcpy(hpt_model_lora_params(m[k]), lora0, nl * sizeof(float));
+        hpt_model_zero_grad(m[k]);
+        CHECK_OK(hpt_model_forward(m[k], x, y, B, T, &l[k]));
+        CHECK_OK(hpt_model_backward(m[k]));
+        g[k] = hpt_model_lora_grads(m[k]);
+    }
+    CHECK_MSG(memcmp(&l[0], &l[1], sizeof l[0]) == 0, "%s base: loss %.9g, fp32 model of its "
+              "values %.9g", name, (double)l[0], (double)l[1]);
+    CHECK_MSG(memcmp(g[0], g[1], nl * sizeof(float)) == 0, "%s base: adapter gradients differ "
+              "from the fp32 model's of its values", name);
+    CHECK_STATUS(hpt_model_lora_merge(f), HPT_ERR_UNSUPPORTED);
+    printf("%s: --base-weights %s: the fp32 model of its values' bits (loss %.7f)\n", shape, name,
+           (double)l[0]);
+    hpt_model_free(f);
+    hpt_model_free(r);
+    hpt_model_free(p);
+    hpt_mem_destroy(mem);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 7) {
+        fprintf(stderr, "usage: test_lora REF SHAPE TARGETS R ALPHA RSLORA\n");
+        return 2;
+    }
+    size_t len = 0;
+    int32_t *h = read_all(argv[1], &len);
+    if (!h || len < 1024 || h[0] != 20261128) {
+        fprintf(stderr, "test_lora: cannot read the reference %s\n", argv[1]);
+        return 1;
+    }
+    const int B = h[2], T = h[3], steps = h[6];
+    const size_t BT = (size_t)B * T, np = (size_t)h[4], nl = (size_t)h[5];
+    const int32_t *x = h + 256, *y = x + BT;
+    const float *base = (const float *)(y + BT), *lora0 = base + np;
+    hpt_model_config cfg;
+    CHECK_OK(hpt_model_config_parse(argv[2], &cfg));
+    const int V = cfg.V, Vp = cfg.Vp;
+    const float *logits = lora0 + nl, *loss_ref = logits + BT * (size_t)V;
+    const float *grads = loss_ref + 1, *losses = grads + nl, *lora10 = losses + steps;
+    if ((size_t)((const char *)(lora10 + nl) - (const char *)h) != len) {
+        fprintf(stderr, "test_lora: %s has %zu bytes, not what its header says\n", argv[1], len);
+        return 1;
+    }
+
+    hpt_mem *mem;
+    CHECK_OK(hpt_mem_create(&mem));
+    hpt_model *m = NULL;
+    CHECK_OK(hpt_model_create_forward(mem, argv[2], &m));
+    CHECK(hpt_model_num_params(m) == np);
+    memcpy(hpt_model_params(m), base, np * sizeof(float));
+    hpt_lora_opts lo = hpt_lora_defaults();
+    char spec[128];
+    snprintf(spec, sizeof spec, "r=%s,alpha=%s%s", argv[4], argv[5], atoi(argv[6]) ? ",rslora" : "");
+    CHECK_OK(hpt_lora_parse(spec, &lo));
+    snprintf(lo.targets, sizeof lo.targets, "%s", argv[3]);
+
+    /* with B zero the adapters change no bit of the base's forward */
+    float l_base, l_zero;
+    CHECK_OK(hpt_model_forward(m, x, y, B, T, &l_base));
+    CHECK_OK(hpt_model_lora_attach(m, &lo, 1234));
+    CHECK(hpt_model_lora_num_params(m) == nl);
+    CHECK(hpt_lora_num_params(&cfg, &lo) == nl);
+    float *P = hpt_model_lora_params(m), *G = hpt_model_lora_grads(m);
+    size_t off = 0, bad_init = 0;
+    for (int i = 0; i < hpt_model_lora_num_tensors(m); i++) {
+        hpt_tensor_info ti;
+        CHECK_OK(hpt_model_lora_tensor(m, i, &ti));
+        float bound = i % 2 ? 0.0f : 1.0f / sqrtf((float)ti.shape[2]);
+        double sum = 0;
+        for (size_t k = 0; k < ti.numel; k++) {
+            bad_init += fabsf(P[off + k]) > bound;
+            sum += fabs((double)P[off + k]);
+        }
+        if (i % 2 == 0) CHECK_MSG(sum / (double)ti.numel > 0.4 * (double)bound, "%s: mean |A| %g, bound %g",
+                                  ti.name, sum / (double)ti.numel, (double)bound);
+        off += ti.numel;
+    }
+    CHECK_MSG(bad_init == 0, "%zu initial values outside PEFT's range", bad_init);
+    CHECK_OK(hpt_model_forward(m, x, y, B, T, &l_zero));
+    CHECK_MSG(memcmp(&l_base, &l_zero, sizeof l_base) == 0, "B = 0: loss %.9g, base %.9g",
+              (double)l_zero, (double)l_base);
+
+    /* the reference's adapters: logits, loss, gradients */
+    memcpy(P, lora0, nl * sizeof(float));
+    float loss;
+    CHECK_OK(hpt_model_forward(m, x, y, B, T, &loss));
+    const float *lg = hpt_model_logits(m);
+    double el = 0;
+    for (size_t i = 0; i < BT; i++) el = fmax(el, max_abs(lg + i * Vp, logits + i * V, (size_t)V));
+    hpt_model_zero_grad(m);
+    CHECK_OK(hpt_model_backward(m));
+    double eg = max_abs(G, grads, nl), gmax = 0;
+    for (size_t i = 0; i < nl; i++) gmax = fmax(gmax, fabs((double)grads[i]));
+    printf("%s: logits max err %.3g, loss %.7f (PyTorch %.7f), adapter grads max err %.3g "
+           "(largest %.3g)\n", argv[2], el, (double)loss, (double)*loss_ref, eg, gmax);
+    CHECK_MSG(el < 1e-4, "logits err %g", el);
+    CHECK_MSG(fabs((double)loss - (double)*loss_ref) < 1e-4, "loss %g, PyTorch %g", (double)loss,
+              (double)*loss_ref);
+    CHECK_MSG(eg < 1e-4, "adapter gradients err %g", eg);
+    size_t zero_g = 0;
+    for (size_t i = 0; i < nl; i++) zero_g += G[i] == 0.0f;
+    CHECK_MSG(zero_g < nl / 100, "%zu adapter gradients are zero", zero_g);
+
+    /* 10 AdamW steps on the adapters */
+    hpt_adamw_opts ao = hpt_adamw_defaults();
+    ao.lr = 1e-2f;
+    ao.beta1 = 0.9f;
+    ao.beta2 = 0.999f;
+    ao.eps = 1e-8f;
+    ao.weight_decay = 0.01f;
+    ao.decay_all = 1;
+    hpt_optim *opt = NULL;
+    CHECK_OK(hpt_optim_create(mem, m, &ao, &opt));
+    double es = 0;
+    for (int s = 0; s < steps && opt; s++) {
+        float l;
+        CHECK_OK(hpt_model_forward(m, x, y, B, T, &l));
+        es = fmax(es, fabs((double)l - (double)losses[s]));
+        hpt_model_zero_grad(m);
+        CHECK_OK(hpt_model_backward(m));
+        CHECK_OK(hpt_optim_step(opt, 1e-2f, 0.0f, NULL));
+    }
+    double ea = max_abs(P, lora10, nl);
+    printf("%s: 10 AdamW steps: losses max err %.3g, adapters max err %.3g\n", argv[2], es, ea);
+    CHECK_MSG(es < 1e-4, "step losses err %g", es);
+    CHECK_MSG(ea < 1e-4, "adapters after 10 steps err %g", ea);
+    CHECK_MSG(memcmp(hpt_model_params(m), base, np * sizeof(float)) == 0, "the base changed");
+
+    /* the memory: no base gradients; every category as the estimator's figures */
+    hpt_mem_stats st;
+    hpt_mem_get_stats(mem, &st);
+    uint64_t lb[HPT_CAT_COUNT];
+    CHECK_OK(hpt_lora_bytes(&cfg, &lo, B, T, 1, lb));
+    hpt_act_opts act = hpt_act_defaults();
+    const uint64_t *live = st.live_bytes[HPT_TIER_DEVICE];
+    CHECK(hpt_model_grads(m) == NULL);
+    CHECK_MSG(live[HPT_CAT_GRADS] == lb[HPT_CAT_GRADS], "grads %llu, estimated %llu",
+              (unsigned long long)live[HPT_CAT_GRADS], (unsigned long long)lb[HPT_CAT_GRADS]);
+    CHECK_MSG(live[HPT_CAT_OPTIM] == hpt_optim_lora_state_bytes(&cfg, &lo, &ao),
+              "optim %llu, estimated %llu", (unsigned long long)live[HPT_CAT_OPTIM],
+              (unsigned long long)hpt_optim_lora_state_bytes(&cfg, &lo, &ao));
+    CHECK_MSG(live[HPT_CAT_OPTIM] == 2 * 4 * nl, "AdamW state %llu for %zu adapter values",
+              (unsigned long long)live[HPT_CAT_OPTIM], nl);
+    uint64_t acts = hpt_model_activation_bytes(&cfg, B, T, &act) + lb[HPT_CAT_ACTS];
+    CHECK_MSG(live[HPT_CAT_ACTS] == acts, "acts %llu, estimated %llu",
+              (unsigned long long)live[HPT_CAT_ACTS], (unsigned long long)acts);
+    const hpt_arch *arch = hpt_arch_of(&cfg); /* the rotary tables beside the parameters */
+    uint64_t consts = arch && arch->consts_floats ? arch->consts_floats(&cfg) * 4 : 0;
+    CHECK_MSG(live[HPT_CAT_PARAMS] == np * 4 + lb[HPT_CAT_PARAMS] + consts,
+              "params %llu: base %zu, adapters %llu, constants %llu",
+              (unsigned long long)live[HPT_CAT_PARAMS], np * 4,
+              (unsigned long long)lb[HPT_CAT_PARAMS], (unsigned long long)consts);
+
+    /* refusals */
+    hpt_lora_opts bad = lo;
+    snprintf(bad.targets, sizeof bad.targets, "%s,nope", argv[3]);
+    CHECK_STATUS(hpt_lora_bytes(&cfg, &bad, B, T, 1, lb), HPT_ERR_INVALID);
+    CHECK(strstr(hpt_last_error(), "nope") != NULL);
+    CHECK_STATUS(hpt_model_lora_attach(m, &lo, 1), HPT_ERR_INVALID); /* already attached */
+    hpt_lora_opts q = hpt_lora_defaults();
+    CHECK_STATUS(hpt_lora_parse("r=0", &q), HPT_ERR_INVALID);
+    CHECK_STATUS(hpt_lora_parse("dropout=1", &q), HPT_ERR_INVALID);
+    CHECK_STATUS(hpt_lora_parse("rank=4", &q), HPT_ERR_INVALID);
+    CHECK_OK(hpt_lora_parse("r=16,alpha=32,dropout=0.05,rslora", &q));
+    CHECK(q.r == 16 && q.alpha == 32.0f && q.dropout == 0.05f && q.rslora == 1);
+    CHECK(fabsf(hpt_lora_scale(&q) - 8.0f) < 1e-6f);
+
+    check_dropout(argv[2], base, np, lora0, nl, x, y, B, T, lo);
+    check_frozen(&cfg, argv[2], HPT_BASE_BF16, lora0, nl, x, y, B, T, lo);
+    check_frozen(&cfg, argv[2], HPT_BASE_INT8, lora0, nl, x, y, B, T, lo);
+    hpt_optim_free(opt);
+    hpt_model_free(m);
+    hpt_mem_get_stats(mem, &st);
+    for (int c = 0; c < HPT_CAT_COUNT; c++) CHECK(st.live_bytes[HPT_TIER_DEVICE][c] == 0);
+    hpt_mem_destroy(mem);
+    free(h);
+    return t_done("test_lora");
+}
