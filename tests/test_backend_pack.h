@@ -167,8 +167,42 @@ static double t_encoder_backward_pos(void) {
     double e = fmax(cmp_arr("encoder_backward_pos dwte", wte, rwte, EV * EC, TOL),
                     cmp_arr("encoder_backward_pos dwpe", wpe, rwpe, ET * EC, TOL));
     emit(wte, EV * EC), emit(wpe, ET * EC);
+    /* dwte NULL: wpe's gradient only (chunked embeddings), the same dwpe from the same start */
+    float wpe2[ET * EC];
+    float *dwpe2 = dput(wpe, sizeof wpe); /* wpe holds the result above: run again from it */
+    g_be->encoder_backward_pos(NULL, dwpe2, dput(dout, sizeof dout), dput(tok, sizeof tok),
+                               dput(k_epos, sizeof k_epos), EB, ET, EC);
+    dget(wpe2, dwpe2, sizeof wpe2);
+    for (int r = 0; r < EB * ET; r++) /* the reference: one more pass of the scatter */
+        for (int c = 0; c < EC; c++) rwpe[k_epos[r] * EC + c] += dout[r * EC + c];
+    e = fmax(e, cmp_arr("encoder_backward_pos dwpe (dwte NULL)", wpe2, rwpe, ET * EC, TOL));
+    emit(wpe2, ET * EC);
     dfree_all();
     return e;
+}
+
+/* the bf16 encoder at positions: each output one fp32 sum of two bf16 values (exact in double,
+ * then rounded once), as encoder_forward_bf16's */
+static double t_encoder_forward_bf16_pos(void) {
+    int32_t tok[EB * ET];
+    uint16_t wte[EV * EC], wpe[ET * EC];
+    float out[EB * ET * EC];
+    for (int i = 0; i < EB * ET; i++) tok[i] = (int32_t)((frand() + 1.0f) * 0.5f * EV) % EV;
+    bf16_rand(wte, EV * EC);
+    bf16_rand(wpe, ET * EC);
+    float *d = dput(NULL, sizeof out);
+    g_be->encoder_forward_bf16_pos(d, dput(tok, sizeof tok), dput(wte, sizeof wte),
+                                   dput(wpe, sizeof wpe), dput(k_epos, sizeof k_epos), EB, ET, EC);
+    dget(out, d, sizeof out);
+    int exact = 1;
+    for (int r = 0; r < EB * ET; r++)
+        for (int c = 0; c < EC; c++)
+            exact &= out[r * EC + c] == (float)(ref_bf16_value(wte[tok[r] * EC + c]) +
+                                                ref_bf16_value(wpe[k_epos[r] * EC + c]));
+    CHECK_MSG(exact, "%s: encoder_forward_bf16_pos", g_be->name);
+    emit(out, EB * ET * EC);
+    dfree_all();
+    return exact ? 0.0 : 1.0;
 }
 
 /* RoPE at positions: QB x QT rows (examples of 3, 2 and 5), NH 4 over NKV 2 */

@@ -699,6 +699,7 @@ int main(int argc, char **argv) {
          {"train L2 C64 LoRA two layers Adam-mini", s2_64, 3, 24, 1, 0, 0, HPT_OPTIM_ADAM_MINI, 32, 0, 0}},
         {"r=4", "", HPT_BASE_BF16, {"train L3 C48 +val LoRA bf16 base", s3_48, 2, 32, 1, 1, 0, 0, 32, 0, 0}},
         {"r=4,dropout=0.05", "", HPT_BASE_INT8, {"train L2 C64 LoRA int8 base", s2_64, 3, 24, 1, 0, 0, 0, 32, 0, 0}},
+        {"r=4,alpha=8", "", HPT_BASE_NF4, {"train L3 C48 +val LoRA nf4 base", s3_48, 2, 32, 1, 1, 0, 0, 32, 0, 0}},
     };
     for (size_t i = 0; i < sizeof lora / sizeof lora[0]; i++) {
         g_lora = hpt_lora_defaults();

@@ -103,15 +103,16 @@ static void check_dropout(const char *shape, const float *base, size_t np, const
     hpt_mem_destroy(mem);
 }
 
-/* --base-weights (model/frozen.c): a base whose blocks' matrices are stored in bf16 or int8
- * computes the bits of an fp32 model holding the widened values (saved and reloaded), adapters
- * and all; the values are the initialisation's rounded (bf16: within 2^-8 relative; int8:
- * within half a step, absmax/254 of the row); its params are exactly what the estimator says,
+/* --base-weights (model/frozen.c): a base whose blocks' matrices are stored in bf16, int8 or
+ * NF4 computes the bits of an fp32 model holding the widened values (saved and reloaded),
+ * adapters and all; the values are the initialisation's rounded (bf16: within 2^-8 relative;
+ * int8: within half a step, absmax/254 of the row; nf4: within a quarter of a 6-sigma absmax,
+ * test_nf4 bounds it exactly); its params are exactly what the estimator says,
  * and it has no gradients. */
 static void check_frozen(const hpt_model_config *cfg, const char *shape, int kind,
                          const float *lora0, size_t nl, const int32_t *x, const int32_t *y,
                          int B, int T, hpt_lora_opts lo) {
-    const char *name = kind == HPT_BASE_BF16 ? "bf16" : "int8";
+    const char *name = kind == HPT_BASE_BF16 ? "bf16" : kind == HPT_BASE_NF4 ? "nf4" : "int8";
     hpt_mem *mem;
     CHECK_OK(hpt_mem_create(&mem));
     hpt_model *f = NULL, *r = NULL, *p = NULL;
@@ -148,7 +149,9 @@ static void check_frozen(const hpt_model_config *cfg, const char *shape, int kin
     size_t np = hpt_model_num_params(p), changed = 0, bad = 0;
     for (size_t i = 0; i < np; i++) {
         changed += rv[i] != pv[i];
-        bad += fabsf(rv[i] - pv[i]) > (kind == HPT_BASE_BF16 ? fabsf(pv[i]) / 256.0f : 0.02f / 254.0f * 6.0f);
+        bad += fabsf(rv[i] - pv[i]) > (kind == HPT_BASE_BF16 ? fabsf(pv[i]) / 256.0f
+                                       : kind == HPT_BASE_NF4 ? 0.02f * 6.0f * 0.25f
+                                                              : 0.02f / 254.0f * 6.0f);
     }
     CHECK_MSG(changed > np / 20 && bad == 0, "%s base: %zu of %zu values rounded, %zu too far",
               name, changed, np, bad);
@@ -327,6 +330,7 @@ int main(int argc, char **argv) {
     check_dropout(argv[2], base, np, lora0, nl, x, y, B, T, lo);
     check_frozen(&cfg, argv[2], HPT_BASE_BF16, lora0, nl, x, y, B, T, lo);
     check_frozen(&cfg, argv[2], HPT_BASE_INT8, lora0, nl, x, y, B, T, lo);
+    check_frozen(&cfg, argv[2], HPT_BASE_NF4, lora0, nl, x, y, B, T, lo);
     hpt_optim_free(opt);
     hpt_model_free(m);
     hpt_mem_get_stats(mem, &st);

@@ -130,12 +130,18 @@ expect_error "truncated state" "lora_state.bin is (truncated|damaged)" run --res
 expect_error "another rank" "adapter_config.json has r=4.*resume with the same --lora" \
   "$bin" train --model "$tmp/m/hf" --data "$tmp/tr.bin" --batch 2 --seq 16 --steps 8 --lora r=8 --resume "$tmp/r2" --quiet
 
-# --base-weights bf16 | int8: a frozen base stored narrow trains from a Hugging Face directory
-for bw in bf16 int8; do
+# --base-weights bf16 | int8 | nf4: a frozen base stored narrow trains from a Hugging Face directory
+# (the first step's loss near the fp32 base's: nf4 within 2%)
+for bw in f32 bf16 int8 nf4; do
   "$bin" train --model "$tmp/m/hf" --data "$tmp/tr.bin" --batch 2 --seq 16 --steps 2 --lora r=2 \
-    --base-weights $bw --log "$tmp/bw.jsonl" --quiet >/dev/null 2>"$tmp/err" && [ -s "$tmp/bw.jsonl" ] && ok ||
+    --base-weights $bw --log "$tmp/bw_$bw.jsonl" --quiet >/dev/null 2>"$tmp/err" && [ -s "$tmp/bw_$bw.jsonl" ] && ok ||
     bad "train --base-weights $bw: $(cat "$tmp/err")"
 done
+l32=$(sed -n 's/.*"loss":\([0-9.e+-]*\).*/\1/p' "$tmp/bw_f32.jsonl" | head -n 1)
+l4=$(sed -n 's/.*"loss":\([0-9.e+-]*\).*/\1/p' "$tmp/bw_nf4.jsonl" | head -n 1)
+"$py" -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(not (a != b and abs(a - b) < 0.02 * a))" "$l32" "$l4" &&
+  ok || bad "nf4 base's first loss '$l4', the fp32 base's '$l32'"
+echo "first loss: fp32 base $l32, nf4 base $l4"
 
 # estimate --json names the adapters
 "$bin" estimate --model "$tmp/m/hf" --batch 2 --seq 16 --lora r=4 --lora-targets q,v --base-weights bf16 --json 2>"$tmp/err" |

@@ -10,22 +10,23 @@
  * against plain; pos NULL through the _seg entry gives the causal kernels' bits; the bits do not
  * depend on the thread count.
  *
- * Model (test_pack ARCH: GPT-2 learned positions, Llama RoPE): a packed batch (B = 2, T = 80,
- * examples of 1 to 80 tokens, some targets ignored) through hpt_model_set_positions, forward
- * and backward, against each example alone (B = 1, T = its length): the packed loss (mean over
- * all targets) equals sum_e n_e loss_e / n, and the packed gradient sum_e n_e grad_e / n, within
- * BOUND; and the padded form (one example per row, the rest padding that is not a target, no
- * positions) the same.
+ * Model (test_pack ARCH: GPT-2's learned positions; Llama's, Qwen2's, Qwen3's RoPE): a packed
+ * batch (B = 2, T = 80, examples of 1 to 80 tokens, some targets ignored) through
+ * hpt_model_set_positions, forward and backward, against each example alone (B = 1, T = its
+ * length): the packed loss (mean over all targets) equals sum_e n_e loss_e / n, and the packed
+ * gradient sum_e n_e grad_e / n, within BOUND; and the padded form (one example per row, the
+ * rest padding that is not a target, no positions) the same.
  *
- * PyTorch (each case; tests/make_ref_pack.py, the fixture make_ref_pack): a batch of two rows of
- * 48 with 4 and 2 examples and padding, through an explicit block-diagonal causal mask, wpe or
- * the rotary tables at each example's positions, cross_entropy(ignore_index): the loss and every
- * gradient within BOUND, flash and plain.
+ * PyTorch (GPT-2 and Llama; tests/make_ref_pack.py, the fixture make_ref_pack): a batch of two
+ * rows of 48 with 4 and 2 examples and padding, through an explicit block-diagonal causal mask,
+ * wpe or the rotary tables at each example's positions, cross_entropy(ignore_index): the loss
+ * and every gradient within BOUND, flash and plain.
  *
- * Loader (first case): one pass of --pack on and off over two masked shards against the shards
- * read whole (every example in order, whole or truncated to T, its targets and positions;
- * padding; rows within one shard; real tokens). Trainer (each case): --pack on and off, the
- * estimate equal to the measured peak, and exact resume. */
+ * Loader (first case): one pass of --pack on and off over two masked shards (uint16 and uint32
+ * tokens) against the shards read whole (every example in order, whole or truncated to T, its
+ * targets and positions; padding; rows within one shard; real tokens). Trainer (each case):
+ * --pack on and off, the estimate equal to the measured peak, and exact resume; GPT-2's chunked
+ * and bf16 embeddings packed against the full ones (the first case). */
 #include "testlib.h"
 
 #include "core/core.h"
@@ -304,7 +305,8 @@ static void check_model(const char *shape, hpt_attention kind) {
 
 /* ---- the loader and the trainer ---- */
 
-/* two masked shards of examples of 1 to 100 tokens (some longer than T = 64): tokens below 256,
+/* two masked shards (uint16, then uint32 tokens) of examples of 1 to 100 tokens (some longer
+ * than T = 64): tokens below 256,
  * each example's first token context, the rest targets 3 in 4; their paths' pattern into glob */
 static void make_examples(const char *dir, char glob_out[512]) {
     hpt_rng_seed(&rng, 99);
@@ -324,7 +326,7 @@ static void make_examples(const char *dir, char glob_out[512]) {
         }
         char path[600];
         snprintf(path, sizeof path, "%s/train_%06d.bin", dir, sh);
-        CHECK_OK(hpt_shard_write_masked(path, tok, tgt, n, starts, ne, 2));
+        CHECK_OK(hpt_shard_write_masked(path, tok, tgt, n, starts, ne, sh ? 4 : 2)); /* 16, 32 bit */
         free(tok), free(tgt);
     }
     snprintf(glob_out, 512, "%s/train_*.bin", dir);
@@ -479,6 +481,60 @@ static void check_torch(const char *arch) {
     free(x), free(y), free(pos), free(params), free(grads), free(f);
 }
 
+/* GPT-2's chunked embeddings (the fused update; model/embed.c reads wpe at each position) with
+ * --pack on: each step's loss and the final weights as with the full embeddings, within the
+ * chunked head's rounding (test_embed.c's bounds: 1e-6 per loss, 1e-5 the weights); bf16
+ * embeddings within 0.1% of the mean loss */
+static void check_chunked(const char *shape, const char *pattern) {
+    enum { S = 6 };
+    hpt_model_config cfg;
+    CHECK_OK(hpt_model_config_parse(shape, &cfg));
+    const size_t np = hpt_model_config_num_params(&cfg);
+    float loss[2][S], *w[2] = {malloc(np * 4), malloc(np * 4)};
+    for (int k = 0; k < 2; k++) {
+        hpt_train_opts o = t_train_opts(shape, pattern, 2, 64, S, 2);
+        o.pack = HPT_PACK_ON;
+        o.offload.fused = 1;
+        o.offload.vocab_chunk = 48;
+        if (k) o.offload.embeddings = HPT_EMB_CHUNKED;
+        char save[600];
+        snprintf(save, sizeof save, "%s/chunked_%d", t_tmpdir(), k);
+        o.save_dir = save;
+        hpt_mem *mem;
+        CHECK_OK(hpt_mem_create(&mem));
+        t_train_run(mem, &o, S, loss[k], NULL, w[k]);
+        hpt_mem_destroy(mem);
+    }
+    double el = 0.0;
+    for (int i = 0; i < S; i++) el = fmax(el, fabs((double)loss[1][i] - (double)loss[0][i]) / fabs((double)loss[0][i]));
+    const double ew = t_rel_err(w[1], w[0], np);
+    printf("  --pack on with chunked embeddings (fused): losses rel %.1e, weights rel %.1e\n", el, ew);
+    CHECK_MSG(el <= 1e-6 && ew <= 1e-5, "chunked vs full embeddings, packed: %.3g %.3g", el, ew);
+    /* bf16 embeddings (bf16 block weights, stochastic rounding; encoder_forward_bf16_pos): the
+     * mean loss within test_embed's bound of the fp32 run's, and the loss falling */
+    hpt_train_opts o = t_train_opts(shape, pattern, 2, 64, S, 2);
+    o.pack = HPT_PACK_ON;
+    o.offload.fused = 1;
+    o.offload.vocab_chunk = 48;
+    o.offload.weights = HPT_BW_BF16_SR;
+    o.offload.embeddings = HPT_EMB_BF16;
+    char save[600];
+    snprintf(save, sizeof save, "%s/bf16", t_tmpdir());
+    o.save_dir = save;
+    hpt_mem *mem;
+    CHECK_OK(hpt_mem_create(&mem));
+    float lb[S];
+    t_train_run(mem, &o, S, lb, NULL, NULL);
+    hpt_mem_destroy(mem);
+    double mb = 0.0, mf = 0.0;
+    for (int i = 0; i < S; i++) mb += (double)lb[i] / S, mf += (double)loss[0][i] / S;
+    const double eb = fabs(mb - mf) / mf;
+    printf("  --pack on with bf16 embeddings (bf16-sr weights): mean loss %.5f vs fp32 %.5f (rel "
+           "%.1e)\n", mb, mf, eb);
+    CHECK_MSG(eb <= 1e-3, "bf16 embeddings, packed: mean loss %.3g from fp32's", eb);
+    free(w[0]), free(w[1]);
+}
+
 int main(int argc, char **argv) {
     const t_arch *a = t_arch_arg(argc, argv, "test_pack");
     if (!a) return 2;
@@ -493,14 +549,10 @@ int main(int argc, char **argv) {
     char pattern[512];
     make_examples(dir, pattern);
     if (t_arch_first(a)) {
-        /* Qwen2 (q/k/v biases) and Qwen3 (per-head q/k norms, a head width free of C/NH): no
-         * technique case of their own (tests/tests.cmake's HPT_TEST_ARCHS), the same check */
-        check_model("qwen2:L=2,C=64,NH=4,NKV=2,FF=96,V=256,T=96,theta=10000,eps=1e-6", HPT_ATTN_FLASH);
-        check_model("qwen3:L=2,C=64,NH=4,NKV=2,hd=32,FF=96,V=256,T=96,theta=10000,eps=1e-6",
-                    HPT_ATTN_FLASH);
         check_loader(pattern, dir, HPT_PACK_ON);
         check_loader(pattern, dir, HPT_PACK_OFF);
     }
+    if (a->id == HPT_ARCH_GPT2) check_chunked(shape, pattern);
     check_trainer(shape, pattern, HPT_PACK_ON);
     check_trainer(shape, pattern, HPT_PACK_OFF);
     return t_done(t_arch_label(a, "test_pack"));

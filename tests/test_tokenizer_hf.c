@@ -215,6 +215,13 @@ static void test_specials(const hf_case *c, hpt_tokenizer *t) {
         CHECK(count_ids(t, "<s>", HPT_TOK_SPECIAL, &first) == 1 && first == 1);
         CHECK(count_ids(t, "", 0, NULL) == 0);
         CHECK(count_ids(t, "Hello", 0, &first) == 1 && first == 22557); /* "\u2581Hello" */
+        /* a part that continues a cut text gets no "\u2581"; a segment after an added token does */
+        CHECK(count_ids(t, "Hello", HPT_TOK_CONTINUE, &first) >= 1 && first != 22557);
+        int32_t *ids;
+        size_t m;
+        CHECK_OK(hpt_tokenizer_encode_ex(t, "Hi</s>Hello", 11, HPT_TOK_SPECIAL | HPT_TOK_CONTINUE, &ids, &m));
+        CHECK(m >= 3 && ids[0] != 22557 && ids[m - 1] == 22557 && ids[m - 2] == 2);
+        free(ids);
     }
 }
 

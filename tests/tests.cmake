@@ -326,3 +326,12 @@ foreach(t IN LISTS hpt_all_tests)
     set_tests_properties(${t} PROPERTIES FIXTURES_REQUIRED pack_ref)
   endif()
 endforeach()
+# NF4 (src/model/nf4.c, --base-weights nf4) against tests/make_ref_nf4.py, a numpy
+# implementation from the QLoRA paper: codes, double-quantised constants and values bit for bit
+add_test(NAME make_ref_nf4 COMMAND sh -c "[ -s ${HPT_REF_DIR}/nf4.bin ] || { mkdir -p ${HPT_REF_DIR} && /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/make_ref_nf4.py ${HPT_REF_DIR}/nf4.bin; }")
+set_tests_properties(make_ref_nf4 PROPERTIES FIXTURES_SETUP nf4_ref TIMEOUT 300)
+hpt_add_test(test_nf4 test_nf4.c ARGS ${HPT_REF_DIR}/nf4.bin)
+foreach(variant IN LISTS HPT_VARIANTS)
+  hpt_variant_suffix(${variant} v)
+  set_tests_properties(test_nf4${v} PROPERTIES FIXTURES_REQUIRED nf4_ref)
+endforeach()

@@ -263,8 +263,9 @@ hpt_status hpt_model_generate(hpt_model *m, int32_t *tokens, int n_prompt, int n
  * the blocks (PEFT's "all-linear" less the head). */
 #define HPT_LORA_TARGETS_MAX 128
 /* How a LoRA run stores its frozen base's block matrices (--base-weights): fp32, bf16 (round to
- * nearest even), or int8 with one scale per output row; widened to fp32 block by block. */
-typedef enum { HPT_BASE_F32 = 0, HPT_BASE_BF16, HPT_BASE_INT8 } hpt_base_weights;
+ * nearest even), int8 with one scale per output row, or QLoRA's NF4 (blocks of 64, double-
+ * quantised absmaxes; CPU only); widened to fp32 block by block. */
+typedef enum { HPT_BASE_F32 = 0, HPT_BASE_BF16, HPT_BASE_INT8, HPT_BASE_NF4 } hpt_base_weights;
 typedef struct {
     int r;          /* rank; 0: no adapters (full training) */
     float alpha;    /* the scale's numerator */
@@ -293,8 +294,8 @@ hpt_status hpt_model_lora_tensor(const hpt_model *m, int i, hpt_tensor_info *out
 size_t hpt_model_lora_num_params(const hpt_model *m);
 float *hpt_model_lora_params(hpt_model *m);
 float *hpt_model_lora_grads(hpt_model *m);
-/* A model of cfg without gradients whose blocks' matrices are stored as kind (HPT_BASE_BF16
- * or HPT_BASE_INT8; vectors and the non-block tensors stay fp32), for LoRA: attach adapters,
+/* A model of cfg without gradients whose blocks' matrices are stored as kind (HPT_BASE_BF16,
+ * HPT_BASE_INT8 or HPT_BASE_NF4; vectors and the non-block tensors stay fp32), for LoRA: attach adapters,
  * then load or initialise it as any model (values are rounded as they are stored). */
 hpt_status hpt_model_create_frozen(hpt_mem *mem, const hpt_model_config *cfg, int kind,
                                    hpt_model **out);

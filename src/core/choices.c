@@ -434,8 +434,8 @@ hpt_lora_opts hpt_lora_defaults(void) {
 }
 
 hpt_status hpt_lora_check(const hpt_lora_opts *o) {
-    if (o->base < HPT_BASE_F32 || o->base > HPT_BASE_INT8)
-        return hpt_fail(HPT_ERR_INVALID, "base-weights %d: f32, bf16 or int8", o->base);
+    if (o->base < HPT_BASE_F32 || o->base > HPT_BASE_NF4)
+        return hpt_fail(HPT_ERR_INVALID, "base-weights %d: f32, bf16, int8 or nf4", o->base);
     if (o->r == 0) return HPT_OK; /* off: the other settings are not read */
     if (o->r < 0 || o->r > 65536 || !(o->alpha > 0.0f) || !isfinite(o->alpha) ||
         !(o->dropout >= 0.0f && o->dropout < 1.0f))

@@ -56,7 +56,7 @@ static const struct {
     {"base-weights", 1}, {"pack", 1},
 };
 
-static const char *const k_base_names[] = {"f32", "bf16", "int8"};
+static const char *const k_base_names[] = {"f32", "bf16", "int8", "nf4"};
 static const char *const k_jump_fits[] = {"linear", "quadratic", "exp"};
 static const char *const k_jump_states[] = {"keep", "reset", "zero-m"};
 
@@ -254,9 +254,9 @@ static hpt_status set_option(hpt_plan *p, int opt, const char *v) {
         if (!*v) return hpt_fail(HPT_ERR_INVALID, "lora: expected r=N,alpha=X,dropout=P[,rslora]");
         return hpt_lora_parse(v, &p->lora);
     case O_BASE_WEIGHTS:
-        for (int i = 0; i <= HPT_BASE_INT8; i++)
+        for (int i = 0; i <= HPT_BASE_NF4; i++)
             if (!strcmp(v, k_base_names[i])) { p->lora.base = i; return HPT_OK; }
-        return hpt_fail(HPT_ERR_INVALID, "base-weights: f32, bf16 or int8 (got '%s')", v);
+        return hpt_fail(HPT_ERR_INVALID, "base-weights: f32, bf16, int8 or nf4 (got '%s')", v);
     case O_LORA_TARGETS:
         if (!*v) return hpt_fail(HPT_ERR_INVALID, "lora-targets: expected a list of layers (q,v)");
         if (strlen(v) >= sizeof p->lora.targets)
@@ -535,7 +535,7 @@ hpt_status hpt_plan_print(const hpt_plan *p, char *buf, size_t n) {
         emit(&o, O_LORA, "%s", lb);
     }
     if (p->lora.targets[0]) emit(&o, O_LORA_TARGETS, "%s", p->lora.targets);
-    if (p->lora.base > 0 && p->lora.base <= HPT_BASE_INT8)
+    if (p->lora.base > 0 && p->lora.base <= HPT_BASE_NF4)
         emit(&o, O_BASE_WEIGHTS, "%s", k_base_names[p->lora.base]);
     /* budgets, exactly: in the unit that divides them with the fewest digits (2GB, 40MiB) */
     static const int k_budget_opt[HPT_TIER_COUNT] = {O_MEMORY, O_HOST_MEMORY, O_DISK_MEMORY};

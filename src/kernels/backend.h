@@ -175,7 +175,8 @@ struct hpt_backend {
      * pos (B*T int32, device): each token's position in its example (0 at an example's first
      * token). The attention ops above with document masks: query t of row b sees keys
      * t - pos[b*T+t] .. t only (pos NULL: every key <= t, the ops above); the encoder reads
-     * wpe at pos, RoPE rotates at pos (instead of t). */
+     * wpe at pos, RoPE rotates at pos (instead of t); encoder_backward_pos's dwte may be NULL
+     * (wpe's gradient only: chunked embeddings' wte gradient is made chunk by chunk). */
     void (*attention_forward_seg)(float *out, float *att, const float *qkv, int B, int T, int C,
                                   int NH, int NKV, const int32_t *pos);
     void (*attention_backward_seg)(float *dqkv, float *scratch, const float *dout,
@@ -191,6 +192,10 @@ struct hpt_backend {
                                 const float *wpe, const int32_t *pos, int B, int T, int C);
     void (*encoder_backward_pos)(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
                                  const int32_t *pos, int B, int T, int C);
+    /* encoder_forward_bf16 (bf16 wte and wpe) reading wpe at pos */
+    void (*encoder_forward_bf16_pos)(float *out, const int32_t *inp, const uint16_t *wte,
+                                     const uint16_t *wpe, const int32_t *pos, int B, int T,
+                                     int C);
     void (*rope_forward_pos)(float *qkv, const float *cos, const float *sin, int B, int T, int NH,
                              int NKV, int hd, const int32_t *pos);
     void (*rope_backward_pos)(float *dqkv, const float *cos, const float *sin, int B, int T,

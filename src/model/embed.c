@@ -249,8 +249,14 @@ void emb_encoder_forward(hpt_model *m) {
                                         B, T, C);
         return;
     }
-    /* encoded (B, T, C) = wte[inputs] + wpe[t] (bf16: each row widened as it is gathered) */
-    if (m->emb != HPT_EMB_BF16)
+    /* encoded (B, T, C) = wte[inputs] + wpe[t] (bf16: each row widened as it is gathered);
+     * packed examples (model/pack.c): wpe at each token's position */
+    if (m->emb != HPT_EMB_BF16 && m->pos)
+        m->be->encoder_forward_pos(a.encoded, a.inputs, m->p.wte, m->p.wpe, m->pos, B, T, C);
+    else if (m->pos)
+        m->be->encoder_forward_bf16_pos(a.encoded, a.inputs, m->emb_h, m->emb_h + emb_off(m, 1),
+                                        m->pos, B, T, C);
+    else if (m->emb != HPT_EMB_BF16)
         m->be->encoder_forward(a.encoded, a.inputs, m->p.wte, m->p.wpe, B, T, C);
     else
         m->be->encoder_forward_bf16(a.encoded, a.inputs, m->emb_h, m->emb_h + emb_off(m, 1), B,
@@ -388,7 +394,9 @@ void emb_backward_end(hpt_model *m, size_t rows) {
     const hpt_model_config *c = &m->cfg;
     /* GPT-2: encoded = wte[inputs] + wpe[t]: dwpe[t] += sum over b of dres[b, t]
      * (encoder_backward's order) */
-    if (c->arch == HPT_ARCH_GPT2)
+    if (c->arch == HPT_ARCH_GPT2 && m->pos) /* packed: dwpe[pos[b, t]] += dres[b, t] */
+        m->be->encoder_backward_pos(NULL, m->g.wpe, a.dres, a.inputs, m->pos, m->B, m->T, c->C);
+    else if (c->arch == HPT_ARCH_GPT2)
         m->be->encoder_backward_wpe(m->g.wpe, a.dres, (size_t)m->B * m->T, m->T, (size_t)c->C);
     if (!m->emb_untied) { /* the tied head: H = wte gets both */
         m->wte_sumsq = chunk_pass(m, &a, rows, 0, 1, 1);

@@ -1,10 +1,11 @@
-/* frozen.c: a frozen base whose blocks' matrices are stored in bf16 or int8 (--base-weights;
+/* frozen.c: a frozen base whose blocks' matrices are stored in bf16, int8 or NF4 (--base-weights;
  * docs/lora.md): a block store (model/blocks.h) that the model's runner reads like the offload
  * engine's, for a model that only LoRA adapters train. Each block's slices lie back to back in
- * one device buffer: a matrix (OC, C) as bf16 (round to nearest even) or as int8 with one fp32
- * scale per output row (the backend's q8w codec: absmax / 127), a vector (norm weights, biases)
- * in fp32. acquire(l) widens block l into one fp32 slot (block-sized, kept while the next
- * acquire names the same block); loading (scatter), initialisation (block_dest, store_block)
+ * one device buffer: a matrix (OC, C) as bf16 (round to nearest even), as int8 with one fp32
+ * scale per output row (the backend's q8w codec: absmax / 127) or as QLoRA's NF4 (model/nf4.h:
+ * blocks of 64 over the flattened matrix, double-quantised absmaxes; a host routine, so CPU
+ * only), a vector (norm weights, biases) in fp32. acquire(l) widens block l into one fp32 slot
+ * (block-sized, kept while the next acquire names the same block); loading (scatter), initialisation (block_dest, store_block)
  * and saving (gather) go through the same slot. Gradients: none (grad_slot refuses; LoRA's
  * runner path never asks). Invariants: what a forward reads is exactly the widened stored
  * values, so a run on this store computes the bits of an fp32 model loaded with them; every
@@ -13,6 +14,7 @@
 #include "model/blocks.h"
 #include "model/gpt2_int.h"
 #include "model/model.h"
+#include "model/nf4.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +23,7 @@ typedef struct {
     hpt_block_store store;
     const hpt_backend *be;
     hpt_mem *mem;
-    int kind;                       /* HPT_BASE_BF16 or HPT_BASE_INT8 */
+    int kind;                       /* HPT_BASE_BF16, HPT_BASE_INT8 or HPT_BASE_NF4 */
     int L, n;                       /* blocks, slices per block */
     size_t sn[HPT_TABLE_MAX];       /* floats of slice s */
     size_t foff[HPT_TABLE_MAX];     /* floats: slice s in the fp32 slot */
@@ -49,7 +51,10 @@ static size_t layout(const hpt_model_config *cfg, int kind, frozen *f, size_t *s
             f->rows[s] = rows;
         }
         floats += n;
-        size_t b = !rows ? 4 * n : kind == HPT_BASE_BF16 ? 2 * n : 4 * (size_t)rows + n;
+        size_t b = !rows                 ? 4 * n
+                   : kind == HPT_BASE_BF16 ? 2 * n
+                   : kind == HPT_BASE_NF4  ? hpt_nf4_bytes(n)
+                                           : 4 * (size_t)rows + n;
         bytes += (b + 3) / 4 * 4; /* the next slice's fp32 parts 4-aligned */
     }
     if (f) f->n = t.n_slices;
@@ -68,6 +73,7 @@ static void narrow(frozen *f, int l, int s, const float *x) {
     unsigned char *p = f->data + (size_t)l * f->block_bytes + f->boff[s];
     if (!f->rows[s]) f->be->copy(p, x, f->sn[s] * 4, HPT_COPY_D2D);
     else if (f->kind == HPT_BASE_BF16) (void)f->be->bf16_narrow((uint16_t *)(void *)p, x, f->sn[s]);
+    else if (f->kind == HPT_BASE_NF4) hpt_nf4_quantize(p, x, f->sn[s]);
     else f->be->q8w_quantize((int8_t *)(p + 4 * (size_t)f->rows[s]), (float *)(void *)p, x,
                              f->rows[s], (int64_t)(f->sn[s] / (size_t)f->rows[s]));
 }
@@ -76,6 +82,7 @@ static void widen(frozen *f, int l, int s, float *x) {
     const unsigned char *p = f->data + (size_t)l * f->block_bytes + f->boff[s];
     if (!f->rows[s]) f->be->copy(x, p, f->sn[s] * 4, HPT_COPY_D2D);
     else if (f->kind == HPT_BASE_BF16) f->be->bf16_widen(x, (const uint16_t *)(const void *)p, f->sn[s]);
+    else if (f->kind == HPT_BASE_NF4) hpt_nf4_dequantize(x, p, f->sn[s]);
     else f->be->q8w_dequantize(x, (const int8_t *)(p + 4 * (size_t)f->rows[s]),
                                (const float *)(const void *)p, f->rows[s],
                                (int64_t)(f->sn[s] / (size_t)f->rows[s]));
@@ -170,8 +177,11 @@ static void free_store(void *ctx) {
 hpt_status hpt_model_create_frozen(hpt_mem *mem, const hpt_model_config *cfg, int kind,
                                    hpt_model **out) {
     *out = NULL;
-    if (kind != HPT_BASE_BF16 && kind != HPT_BASE_INT8)
-        return hpt_fail(HPT_ERR_INVALID, "base-weights: %d is not bf16 or int8", kind);
+    if (kind != HPT_BASE_BF16 && kind != HPT_BASE_INT8 && kind != HPT_BASE_NF4)
+        return hpt_fail(HPT_ERR_INVALID, "base-weights: %d is not bf16, int8 or nf4", kind);
+    if (kind == HPT_BASE_NF4 && strcmp(hpt_backend_of(mem)->name, "cpu"))
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--base-weights nf4 runs on the CPU in this version "
+                        "(its codec is a host routine)");
     hpt_offload_opts o = hpt_offload_defaults(); /* full embeddings, in the flat buffer */
     hpt_model *m;
     model_create_frozen_flag(1);
@@ -189,7 +199,9 @@ hpt_status hpt_model_create_frozen(hpt_mem *mem, const hpt_model_config *cfg, in
     f->L = cfg->L;
     f->held = -1;
     f->block_bytes = layout(hpt_model_get_config(m), kind, f, &f->slot_floats);
-    hpt_mem_set_name(mem, kind == HPT_BASE_BF16 ? "frozen blocks (bf16)" : "frozen blocks (int8)");
+    hpt_mem_set_name(mem, kind == HPT_BASE_BF16  ? "frozen blocks (bf16)"
+                          : kind == HPT_BASE_NF4 ? "frozen blocks (nf4)"
+                                                 : "frozen blocks (int8)");
     s = f->be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, (size_t)f->L * f->block_bytes,
                      (void **)&f->data);
     if (s == HPT_OK) {

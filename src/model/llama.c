@@ -25,16 +25,7 @@
 static int64_t hd_of(const hpt_model_config *c) { return c->C / c->NH; }
 static int64_t qkv_of(const hpt_model_config *c) { return (c->NH + 2 * (int64_t)c->NKV) * hd_of(c); }
 
-/* The tensors of a configuration in checkpoint order, and where each lands in llama_tensors.
- * present: 0 for a bias or head the configuration has not. */
-typedef struct {
-    const char *name;
-    size_t off;      /* of its pointer in llama_tensors */
-    int ndim;
-    int64_t shape[3];
-    int stacked, matrix, present;
-} llama_desc;
-
+/* The tensors of a configuration in checkpoint order (llama_desc: llama_int.h). */
 #define T_(f) #f, offsetof(llama_tensors, f)
 static int llama_descs(const hpt_model_config *c, llama_desc d[13]) {
     const int64_t L = c->L, C = c->C, Vp = c->Vp, QKV = qkv_of(c), FF = c->FF;
@@ -61,9 +52,9 @@ static int llama_descs(const hpt_model_config *c, llama_desc d[13]) {
 }
 #undef T_
 
-static void describe(const hpt_model_config *cfg, hpt_tensor_table *out) {
-    llama_desc d[13];
-    int n = llama_descs(cfg, d), slice = 0;
+void llama_describe_descs(const llama_desc *d, int n, const hpt_model_config *cfg,
+                          hpt_tensor_table *out) {
+    int slice = 0;
     memset(out, 0, sizeof *out);
     out->n = n;
     out->L = cfg->L;
@@ -82,16 +73,25 @@ static void describe(const hpt_model_config *cfg, hpt_tensor_table *out) {
     out->n_slices = slice;
 }
 
-static void point(const hpt_model_config *cfg, const hpt_tensor_table *t, float *const *tp,
-                  const float *consts, void *outv) {
-    llama_tensors *p = outv;
+static void describe(const hpt_model_config *cfg, hpt_tensor_table *out) {
     llama_desc d[13];
-    int n = llama_descs(cfg, d);
+    llama_describe_descs(d, llama_descs(cfg, d), cfg, out);
+}
+
+void llama_point_descs(const llama_desc *d, int n, const hpt_model_config *cfg,
+                       const hpt_tensor_table *t, float *const *tp, const float *consts,
+                       int64_t hd, llama_tensors *p) {
     memset(p, 0, sizeof *p);
     for (int i = 0; i < n && i < t->n; i++) *(float **)((char *)p + d[i].off) = tp[i];
-    size_t half = (size_t)cfg->maxT * (size_t)(hd_of(cfg) / 2);
+    size_t half = (size_t)cfg->maxT * (size_t)(hd / 2);
     p->rope_cos = consts;
     p->rope_sin = consts ? consts + half : NULL;
+}
+
+static void point(const hpt_model_config *cfg, const hpt_tensor_table *t, float *const *tp,
+                  const float *consts, void *outv) {
+    llama_desc d[13];
+    llama_point_descs(d, llama_descs(cfg, d), cfg, t, tp, consts, hd_of(cfg), outv);
 }
 
 /* FLOPs per token: the GEMMs (q, k, v: C*QKV; o: C*C; gate and up: 2*C*FF; down: FF*C) and the
@@ -110,8 +110,8 @@ static size_t consts_floats(const hpt_model_config *c) { return (size_t)c->maxT 
  * scaling (rope_factor > 0; Hugging Face's "llama3" rope type): wavelengths 2 pi / f_i above
  * orig / low are divided by factor, those below orig / high kept, those between blended by
  * s = (orig / wavelength - low) / (high - low): f (1 - s) / factor + f s. */
-static void consts_fill(const hpt_model_config *c, float *host) {
-    const int half = (int)(hd_of(c) / 2);
+void llama_rope_fill(const hpt_model_config *c, int64_t hd, float *host) {
+    const int half = (int)(hd / 2);
     const size_t rows = (size_t)c->maxT;
     float *cosv = host, *sinv = host + rows * (size_t)half;
     for (int i = 0; i < half; i++) {
@@ -132,6 +132,8 @@ static void consts_fill(const hpt_model_config *c, float *host) {
         }
     }
 }
+
+static void consts_fill(const hpt_model_config *c, float *host) { llama_rope_fill(c, hd_of(c), host); }
 
 /* A block's slices from the runner's pointers (block order: the table's stacked tensors). */
 typedef struct {
@@ -184,7 +186,7 @@ static void field_shape(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w) {
 }
 
 #define G(f, t0, t1, after) {#f, offsetof(llama_acts, f), t0, t1, after}
-static const hpt_arch_global k_globals[] = {
+const hpt_arch_global llama_globals[] = {
     G(inputs, HPT_TP_START, HPT_TP_EMBED_B, 0),
     G(targets, HPT_TP_START, HPT_TP_HEAD_END, 0),
     G(encoded, HPT_TP_START, HPT_TP_BLOCK0_B, 0),
@@ -200,12 +202,14 @@ static const hpt_arch_global k_globals[] = {
     G(dbig, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1),
     G(attscr, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1)};
 #undef G
+_Static_assert(sizeof llama_globals / sizeof llama_globals[0] == LLAMA_N_GLOBALS,
+               "llama_int.h's LLAMA_N_GLOBALS is not the table's length");
 
 static void global_shape(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w) {
     const hpt_model_config *c = x->cfg;
     const size_t BT = (size_t)x->B * x->T, C = (size_t)c->C;
     *rows = BT;
-    switch (k_globals[i].off) {
+    switch (llama_globals[i].off) {
     case offsetof(llama_acts, inputs):
     case offsetof(llama_acts, targets):
     case offsetof(llama_acts, lnf_rstd):
@@ -770,8 +774,8 @@ const hpt_arch hpt_arch_llama = {
     .fields = k_fields,
     .block_acts_size = sizeof(llama_layer_acts),
     .field_shape = field_shape,
-    .n_globals = (int)(sizeof k_globals / sizeof k_globals[0]),
-    .globals = k_globals,
+    .n_globals = LLAMA_N_GLOBALS,
+    .globals = llama_globals,
     .acts_size = sizeof(llama_acts),
     .global_shape = global_shape,
     .off_inputs = offsetof(llama_acts, inputs),

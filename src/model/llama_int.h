@@ -71,4 +71,29 @@ typedef struct {
     float *attscr;   // (B, NH, T)
 } llama_acts;
 
+/* ---- what qwen.c shares with llama.c (the layout above, the table's mechanics) ---- */
+#include "model/arch.h"
+
+/* A tensor of a configuration in checkpoint order, and where it lands in llama_tensors;
+ * present: 0 for a bias, norm or head the configuration has not. */
+typedef struct {
+    const char *name;
+    size_t off;      /* of its pointer in llama_tensors */
+    int ndim;
+    int64_t shape[3];
+    int stacked, matrix, present;
+} llama_desc;
+/* The tensor table of n present descs (the first is wte, tied to the head when cfg->tied). */
+void llama_describe_descs(const llama_desc *d, int n, const hpt_model_config *cfg,
+                          hpt_tensor_table *out);
+/* p's pointers from the runner's (table order), the rotary tables of half = hd/2 columns */
+void llama_point_descs(const llama_desc *d, int n, const hpt_model_config *cfg,
+                       const hpt_tensor_table *t, float *const *tp, const float *consts,
+                       int64_t hd, llama_tensors *p);
+/* cos, sin (maxT, hd/2) at rope_theta, with Llama 3's scaling where rope_factor > 0 */
+void llama_rope_fill(const hpt_model_config *c, int64_t hd, float *host);
+/* the non-block buffers and their lifetimes (llama_acts) */
+#define LLAMA_N_GLOBALS 14
+extern const hpt_arch_global llama_globals[LLAMA_N_GLOBALS];
+
 #endif

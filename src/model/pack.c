@@ -23,9 +23,6 @@ hpt_status hpt_model_set_positions(hpt_model *m, const int32_t *pos, int B, int 
     if (B < 1 || T < 1 || T > m->cfg.maxT)
         return hpt_fail(HPT_ERR_INVALID, "positions for batch %d and sequence %d (maxT %d)", B, T,
                         m->cfg.maxT);
-    if (m->emb != HPT_EMB_FULL && m->arch == &hpt_arch_gpt2) /* embed.c reads wpe at t */
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "packed examples with GPT-2's chunked or bf16 "
-                        "embeddings (use --pack off or --embeddings full)");
     /* each example a run of positions 0, 1, 2, ... within its row */
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {

@@ -32,20 +32,11 @@ static int64_t qkv_of(const hpt_model_config *c) { return (c->NH + 2 * (int64_t)
 /* o_proj's bias: Qwen3's attention_bias (Qwen2's o_proj has none) */
 static int o_bias(const hpt_model_config *c) { return c->attn_bias && qk_norm(c); }
 
-/* The tensors in checkpoint order and where each lands in llama_tensors. */
-typedef struct {
-    const char *name;
-    size_t off;      /* of its pointer in llama_tensors */
-    int ndim;
-    int64_t shape[3];
-    int stacked, matrix, present;
-} qwen_desc;
-
 #define N_DESC 11
 #define T_(f) #f, offsetof(llama_tensors, f)
-static int qwen_descs(const hpt_model_config *c, qwen_desc d[N_DESC]) {
+static int qwen_descs(const hpt_model_config *c, llama_desc d[N_DESC]) {
     const int64_t L = c->L, C = c->C, Vp = c->Vp, QKV = qkv_of(c), FF = c->FF, A = att_of(c);
-    const qwen_desc all[N_DESC] = {
+    const llama_desc all[N_DESC] = {
         {T_(wte), 2, {Vp, C}, 0, 1, 1},
         {T_(ln1w), 2, {L, C}, 1, 0, 1},
         {T_(qkvw), 3, {L, QKV, C}, 1, 1, 1},
@@ -61,42 +52,20 @@ static int qwen_descs(const hpt_model_config *c, qwen_desc d[N_DESC]) {
     int n = 0;
     for (int i = 0; i < N_DESC; i++)
         if (all[i].present) d[n++] = all[i];
-    if (!c->tied) d[n++] = (qwen_desc){T_(lm_head), 2, {Vp, C}, 0, 1, 1};
+    if (!c->tied) d[n++] = (llama_desc){T_(lm_head), 2, {Vp, C}, 0, 1, 1};
     return n;
 }
 #undef T_
 
 static void describe(const hpt_model_config *cfg, hpt_tensor_table *out) {
-    qwen_desc d[N_DESC + 1];
-    int n = qwen_descs(cfg, d), slice = 0;
-    memset(out, 0, sizeof *out);
-    out->n = n;
-    out->L = cfg->L;
-    for (int i = 0; i < n; i++) {
-        hpt_tensor_desc *t = &out->t[i];
-        snprintf(t->name, sizeof t->name, "%s", d[i].name);
-        t->dtype = HPT_DT_F32;
-        t->ndim = d[i].ndim;
-        for (int k = 0; k < d[i].ndim; k++) t->shape[k] = d[i].shape[k];
-        t->role = HPT_ROLE_PARAM;
-        t->layer = d[i].stacked ? HPT_LAYER_STACKED : -1;
-        t->slice = d[i].stacked ? slice++ : -1;
-        t->is_matrix = d[i].matrix;
-        t->tied = i == 0 && cfg->tied;
-    }
-    out->n_slices = slice;
+    llama_desc d[N_DESC + 1];
+    llama_describe_descs(d, qwen_descs(cfg, d), cfg, out);
 }
 
 static void point(const hpt_model_config *cfg, const hpt_tensor_table *t, float *const *tp,
                   const float *consts, void *outv) {
-    llama_tensors *p = outv;
-    qwen_desc d[N_DESC + 1];
-    int n = qwen_descs(cfg, d);
-    memset(p, 0, sizeof *p);
-    for (int i = 0; i < n && i < t->n; i++) *(float **)((char *)p + d[i].off) = tp[i];
-    size_t half = (size_t)cfg->maxT * (size_t)(hd_of(cfg) / 2);
-    p->rope_cos = consts;
-    p->rope_sin = consts ? consts + half : NULL;
+    llama_desc d[N_DESC + 1];
+    llama_point_descs(d, qwen_descs(cfg, d), cfg, t, tp, consts, hd_of(cfg), outv);
 }
 
 /* FLOPs per token: the GEMMs (C*QKV; o: A*C; gate and up 2*C*FF; down FF*C) and the head Vp*C
@@ -111,19 +80,8 @@ static double flops_per_token(const hpt_model_config *c, int T) {
 
 static size_t consts_floats(const hpt_model_config *c) { return (size_t)c->maxT * (size_t)hd_of(c); }
 
-static void consts_fill(const hpt_model_config *c, float *host) {
-    const int half = (int)(hd_of(c) / 2);
-    const size_t rows = (size_t)c->maxT;
-    float *cosv = host, *sinv = host + rows * (size_t)half;
-    for (int i = 0; i < half; i++) {
-        double f = pow((double)c->rope_theta, -(2.0 * i) / (double)(2 * half));
-        for (size_t p = 0; p < rows; p++) {
-            double a = (double)p * f;
-            cosv[p * (size_t)half + (size_t)i] = (float)cos(a);
-            sinv[p * (size_t)half + (size_t)i] = (float)sin(a);
-        }
-    }
-}
+/* rope_factor is 0 (config_check): llama's tables without the scaling */
+static void consts_fill(const hpt_model_config *c, float *host) { llama_rope_fill(c, hd_of(c), host); }
 
 /* A block's slices from the runner's pointers (block order: the table's stacked tensors). */
 typedef struct {
@@ -177,23 +135,6 @@ static void field_shape(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w) {
     }
 }
 
-#define G(f, t0, t1, after) {#f, offsetof(llama_acts, f), t0, t1, after}
-static const hpt_arch_global k_globals[] = {
-    G(inputs, HPT_TP_START, HPT_TP_EMBED_B, 0),
-    G(targets, HPT_TP_START, HPT_TP_HEAD_END, 0),
-    G(encoded, HPT_TP_START, HPT_TP_BLOCK0_B, 0),
-    G(zpos, HPT_TP_START, HPT_TP_START, 0),
-    G(lnf, HPT_TP_HEAD_F, HPT_TP_HEAD_END, 1),
-    G(lnf_rstd, HPT_TP_HEAD_F, HPT_TP_HEAD_B, 1),
-    G(logits, HPT_TP_HEAD_F, HPT_TP_HEAD_END, 1),
-    G(lse, HPT_TP_HEAD_F, HPT_TP_HEAD_END, 1),
-    G(losses, HPT_TP_HEAD_F, HPT_TP_HEAD_F, 1),
-    G(dres, HPT_TP_HEAD_B, HPT_TP_EMBED_B, 1),
-    G(dsmall, HPT_TP_HEAD_B, HPT_TP_BLOCK0_B, 1),
-    G(dmid, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1),
-    G(dbig, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1),
-    G(attscr, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1)};
-#undef G
 
 /* dsmall: d of ln2 (C) and of atty (A); dmid: d of fch_swi (FF) and, Qwen3, of qkvr (QKV);
  * dbig: d of fch (2FF) and of qkv (QKV) */
@@ -201,7 +142,7 @@ static void global_shape(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w) 
     const hpt_model_config *c = x->cfg;
     const size_t C = (size_t)c->C, QKV = (size_t)qkv_of(c), FF = (size_t)c->FF;
     *rows = (size_t)x->B * x->T;
-    switch (k_globals[i].off) {
+    switch (llama_globals[i].off) {
     case offsetof(llama_acts, inputs):
     case offsetof(llama_acts, targets):
     case offsetof(llama_acts, lnf_rstd):
@@ -523,7 +464,7 @@ static int hf_parts(const hpt_model_config *c, const hpt_tensor_desc *d, int l, 
     return n;
 }
 
-/* every name qwen_descs may give (verify's report outlives the model) */
+/* every name llama_descs may give (verify's report outlives the model) */
 static const char *const k_param_names[] = {
     "wte", "ln1w", "qkvw", "qkvb", "qknw", "attprojw", "attprojb", "ln2w", "fcw", "fcprojw",
     "lnfw", "lm_head", NULL};
@@ -670,7 +611,7 @@ static const char *const k_prefixes3[] = {"qwen3", NULL};
         .name = nm, .describe = describe, .flops_per_token = flops_per_token,                     \
         .n_fields = (int)(sizeof flds / sizeof flds[0]), .fields = flds,                          \
         .block_acts_size = sizeof(llama_layer_acts), .field_shape = field_shape,                  \
-        .n_globals = (int)(sizeof k_globals / sizeof k_globals[0]), .globals = k_globals,         \
+        .n_globals = LLAMA_N_GLOBALS, .globals = llama_globals,         \
         .acts_size = sizeof(llama_acts), .global_shape = global_shape,                            \
         .off_inputs = offsetof(llama_acts, inputs), .off_targets = offsetof(llama_acts, targets), \
         .off_encoded = offsetof(llama_acts, encoded), .off_logits = offsetof(llama_acts, logits), \

@@ -121,7 +121,7 @@ static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t 
            hpt_optim_name((hpt_optim_kind)po->adamw.optimizer), po->adamw.state_bits ? po->adamw.state_bits : 32,
            po->adamw.state32_embeddings ? "true" : "false");
     if (po->training && po->lora.r > 0) { /* docs/lora.md */
-        static const char *const base[] = {"f32", "bf16", "int8"};
+        static const char *const base[] = {"f32", "bf16", "int8", "nf4"};
         char ls[96];
         hpt_lora_name(&po->lora, ls, sizeof ls);
         printf("\"lora\":{\"spec\":\"%s\",\"targets\":\"", ls);
@@ -129,7 +129,7 @@ static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t 
             if (*t != '"' && *t != '\\' && (unsigned char)*t >= 0x20) putchar(*t);
         printf("\",\"adapter_values\":%zu,\"base_weights\":\"%s\"},",
                hpt_lora_num_params(&po->cfg, &po->lora),
-               base[po->lora.base >= 0 && po->lora.base <= 2 ? po->lora.base : 0]);
+               base[po->lora.base >= 0 && po->lora.base <= 3 ? po->lora.base : 0]);
     }
     printf("\"peak_bytes\":%llu,\"bytes\":{", (unsigned long long)e->peak_bytes[HPT_TIER_DEVICE]);
     for (int t = 0; t < HPT_TIER_COUNT; t++) {
@@ -314,12 +314,12 @@ static void print_text(const char *model, const hpt_plan_opts *po, const hpt_est
     printf("  parameters %.2fM (%llu, wte padding included)\n", (double)e->num_params / 1e6,
            (unsigned long long)e->num_params);
     if (po->training && po->lora.r > 0) {
-        static const char *const base[] = {"fp32", "bf16", "int8"};
+        static const char *const base[] = {"fp32", "bf16", "int8", "nf4"};
         size_t n = hpt_lora_num_params(&po->cfg, &po->lora);
         printf("  lora       %.3fM adapter values trained (%.2f%% of the base); the base frozen "
                "(%s)\n", (double)n / 1e6,
                100.0 * (double)n / (double)e->num_params,
-               base[po->lora.base >= 0 && po->lora.base <= 2 ? po->lora.base : 0]);
+               base[po->lora.base >= 0 && po->lora.base <= 3 ? po->lora.base : 0]);
     }
     fmt_flops(x, sizeof x, e->flops_per_token);
     fmt_flops(y, sizeof y, e->flops_per_token_fwd);

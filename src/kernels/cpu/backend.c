@@ -93,6 +93,7 @@ static const hpt_backend k_cpu = {
     .flash_attention_backward_seg = k_flash_attention_backward_seg,
     .encoder_forward_pos = k_encoder_forward_pos,
     .encoder_backward_pos = k_encoder_backward_pos,
+    .encoder_forward_bf16_pos = k_encoder_forward_bf16_pos,
     .rope_forward_pos = k_rope_forward_pos,
     .rope_backward_pos = k_rope_backward_pos,
     .gelu_forward = k_gelu_forward,

@@ -52,6 +52,19 @@ void k_encoder_forward_bf16(float *out, const int32_t *inp, const uint16_t *wte,
     }
 }
 
+/* packed examples (docs/packing.md): wpe read at pos[i], each token's position in its example */
+void k_encoder_forward_bf16_pos(float *out, const int32_t *inp, const uint16_t *wte,
+                                const uint16_t *wpe, const int32_t *pos, int B, int T, int C) {
+    int64_t BT = (int64_t)B * T;
+#pragma omp parallel for schedule(static) if (BT * C >= K_PAR_MIN)
+    for (int64_t i = 0; i < BT; i++) {
+        const uint16_t *e = wte + (size_t)inp[i] * (size_t)C;
+        const uint16_t *p = wpe + (size_t)pos[i] * (size_t)C;
+        float *o = out + (size_t)i * (size_t)C;
+        for (int c = 0; c < C; c++) o[c] = bf16_widen(e[c]) + bf16_widen(p[c]);
+    }
+}
+
 void k_encoder_backward_wpe(float *dwpe, const float *dout, size_t BT, int T, size_t C) {
 #pragma omp parallel for schedule(static) if ((int64_t)(BT * C) >= K_PAR_MIN)
     for (size_t c0 = 0; c0 < C; c0 += 16) {

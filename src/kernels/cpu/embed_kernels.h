@@ -12,6 +12,8 @@ void k_bf16_widen_par(float *x, const uint16_t *h, size_t n);
 void k_bf16_split_par(uint16_t *h, uint16_t *c, const float *x, size_t n);
 void k_encoder_forward_bf16(float *out, const int32_t *inp, const uint16_t *wte,
                             const uint16_t *wpe, int B, int T, int C);
+void k_encoder_forward_bf16_pos(float *out, const int32_t *inp, const uint16_t *wte,
+                                const uint16_t *wpe, const int32_t *pos, int B, int T, int C);
 void k_encoder_backward_wpe(float *dwpe, const float *dout, size_t BT, int T, size_t C);
 void k_encoder_backward_rows(float *dwte, const float *dout, const int32_t *inp, size_t BT,
                              size_t C, size_t v0, size_t nv);

@@ -41,11 +41,12 @@ void k_encoder_backward_pos(float *dwte, float *dwpe, const float *dout, const i
         int c1 = c0 + 16 < C ? c0 + 16 : C;
         for (int64_t r = 0; r < BT; r++) {
             const float *d = dout + r * C;
-            float *e = dwte + (int64_t)inp[r] * C, *p = dwpe + (int64_t)pos[r] * C;
-            for (int c = c0; c < c1; c++) {
-                e[c] += d[c];
-                p[c] += d[c];
+            float *p = dwpe + (int64_t)pos[r] * C;
+            if (dwte) { /* NULL: wpe only (chunked embeddings update wte chunk by chunk) */
+                float *e = dwte + (int64_t)inp[r] * C;
+                for (int c = c0; c < c1; c++) e[c] += d[c];
             }
+            for (int c = c0; c < c1; c++) p[c] += d[c];
         }
     }
 }

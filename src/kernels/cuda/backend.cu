@@ -360,6 +360,7 @@ static void fill_table(hpt_backend *t) {
     t->flash_attention_backward_seg = cu_flash_attention_backward_seg;
     t->encoder_forward_pos = cu_encoder_forward_pos;
     t->encoder_backward_pos = cu_encoder_backward_pos;
+    t->encoder_forward_bf16_pos = cu_encoder_forward_bf16_pos;
     t->rope_forward_pos = cu_rope_forward_pos;
     t->rope_backward_pos = cu_rope_backward_pos;
     t->gelu_forward = cu_gelu_forward;

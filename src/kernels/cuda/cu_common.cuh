@@ -206,6 +206,8 @@ void cu_encoder_forward_pos(float *out, const int32_t *inp, const float *wte, co
                             const int32_t *pos, int B, int T, int C);
 void cu_encoder_backward_pos(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
                              const int32_t *pos, int B, int T, int C);
+void cu_encoder_forward_bf16_pos(float *out, const int32_t *inp, const uint16_t *wte,
+                                 const uint16_t *wpe, const int32_t *pos, int B, int T, int C);
 void cu_rope_forward_pos(float *qkv, const float *cos, const float *sin, int B, int T, int NH,
                          int NKV, int hd, const int32_t *pos);
 void cu_rope_backward_pos(float *dqkv, const float *cos, const float *sin, int B, int T, int NH,

@@ -20,6 +20,24 @@ void cu_encoder_forward_pos(float *out, const int32_t *inp, const float *wte, co
     CU_LAUNCHED("encoder_forward_pos");
 }
 
+__global__ void d_encoder_forward_bf16_pos(float *out, const int32_t *inp, const uint16_t *wte,
+                                           const uint16_t *wpe, const int32_t *pos, int C,
+                                           size_t n) {
+    CU_FOR(i, n) {
+        size_t row = i / (size_t)C, c = i % (size_t)C;
+        out[i] = cu_bf16_widen(wte[(size_t)inp[row] * C + c]) +
+                 cu_bf16_widen(wpe[(size_t)pos[row] * C + c]);
+    }
+}
+void cu_encoder_forward_bf16_pos(float *out, const int32_t *inp, const uint16_t *wte,
+                                 const uint16_t *wpe, const int32_t *pos, int B, int T, int C) {
+    size_t n = (size_t)B * T * C;
+    if (!n) return;
+    cu_enter();
+    d_encoder_forward_bf16_pos<<<cu_grid(n), CU_T, 0, cu_stream>>>(out, inp, wte, wpe, pos, C, n);
+    CU_LAUNCHED("encoder_forward_bf16_pos");
+}
+
 /* one thread per channel, rows in order */
 __global__ void d_encoder_backward_pos(float *dwte, float *dwpe, const float *dout,
                                        const int32_t *inp, const int32_t *pos, size_t BT,
@@ -28,7 +46,7 @@ __global__ void d_encoder_backward_pos(float *dwte, float *dwpe, const float *do
     if (c >= C) return;
     for (size_t i = 0; i < BT; i++) {
         float d = dout[i * C + c];
-        dwte[(size_t)inp[i] * C + c] += d;
+        if (dwte) dwte[(size_t)inp[i] * C + c] += d; /* NULL: wpe only */
         dwpe[(size_t)pos[i] * C + c] += d;
     }
 }
