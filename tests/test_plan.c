@@ -203,7 +203,7 @@ static void test_parse_errors(void) {
     BAD("lora", "rank=4", "lora: ");
     BAD("lora", "r=0", "lora: ");
     BAD("lora", "dropout=1", "lora: ");
-    BAD("base-weights", "nf4", "base-weights: f32, bf16 or int8 (got 'nf4')");
+    BAD("base-weights", "nf8", "base-weights: f32, bf16, int8 or nf4 (got 'nf8')");
     /* every option the table lists is one hpt_plan_set knows */
     int takes = 0, n = 0;
     for (const char *name; (name = hpt_plan_option_name(n, &takes)) != NULL; n++) {
@@ -304,7 +304,7 @@ static const char *random_value(const char *name, char *buf, size_t n) {
     if (!strcmp(name, "zero")) PICK("0", "1", "2", "3");
     if (!strcmp(name, "lora")) PICK("r=8,alpha=16", "r=4", "r=16,alpha=32,dropout=0.05,rslora", "alpha=2.5");
     if (!strcmp(name, "lora-targets")) PICK("q,v", "c_attn", "q,k,v,o,gate,up,down");
-    if (!strcmp(name, "base-weights")) PICK("f32", "bf16", "int8");
+    if (!strcmp(name, "base-weights")) PICK("f32", "bf16", "int8", "nf4");
     if (!strcmp(name, "pack")) PICK("stream", "on", "off");
     /* the rest are integers: accum, head-chunk, K, P, vocab chunk, schedule lengths */
     unsigned lo = !strcmp(name, "max-active-layers") || !strcmp(name, "accum") ||
