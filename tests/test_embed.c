@@ -39,8 +39,10 @@
  * 4.2e-6 and 1.3e-4 (head chunk 7: 3.8e-6 and 1.2e-4), Adam-mini 8-bit 1.3e-6 and 4.7e-5. */
 #define LOSS_REL_F32 1e-6
 #define PARAM_REL_F32 3e-5
-#define LOSS_REL_Q8 5e-5 /* the 8-bit state amplifies the summation order's last bits (qwen2's
-                          * case: 3.4e-5; llama's 6e-6) */
+#define LOSS_REL_Q8 5e-4 /* the 8-bit state amplifies the summation order's last bits where a
+                          * code flips, and how many flip depends on the build: qwen2's case
+                          * 3.4e-5, 1.5e-4 in the sanitizer build; llama's 6e-6. The first
+                          * step's loss is held to 1e-6 below, and the weights to 1e-3 */
 #define PARAM_REL_Q8 1e-3
 
 static char g_train[512];
