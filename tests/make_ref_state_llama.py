@@ -180,19 +180,11 @@ def flat(model, grads):
     return torch.cat(parts)
 
 
-def main():
-    out, shape, B, T, seed = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
-    c = parse_shape(shape)
-    torch.manual_seed(seed)
-    torch.set_num_threads(1)
-    model = Llama(c)
-    # norm weights away from 1 and biases away from 0, so that their gradients are tested
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "layernorm" in name or name.startswith("norm") or name.endswith("bias"):
-                p.add_(0.1 * torch.randn_like(p))
-    x = torch.randint(0, c["V"], (B, T))
-    y = torch.randint(0, c["V"], (B, T))
+def write_reference(out, model, flat, x, y):
+    """OUT/state.bin (hptrain verify's reference: header, tokens x and targets y, the parameters
+    flat(model, False), logits, loss, the gradients flat(model, True)) and OUT/steps.json (the
+    losses of 10 AdamW steps on the same batch); tests/make_ref_state_qwen.py's too"""
+    B, T = x.shape
     os.makedirs(out, exist_ok=True)
     params = flat(model, False)
     logits, loss = model(x, y)
@@ -218,6 +210,22 @@ def main():
         opt.step()
     with open(os.path.join(out, "steps.json"), "w") as f:
         json.dump({"adamw": cfg, "losses": losses}, f)
+
+
+def main():
+    out, shape, B, T, seed = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
+    c = parse_shape(shape)
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    model = Llama(c)
+    # norm weights away from 1 and biases away from 0, so that their gradients are tested
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "layernorm" in name or name.startswith("norm") or name.endswith("bias"):
+                p.add_(0.1 * torch.randn_like(p))
+    x = torch.randint(0, c["V"], (B, T))
+    y = torch.randint(0, c["V"], (B, T))
+    write_reference(out, model, flat, x, y)
 
 
 if __name__ == "__main__":

@@ -15,14 +15,13 @@ The model is written here by hand from Hugging Face's Qwen2ForCausalLM and Qwen3
   both: RMSNorm, default rotary embeddings (rotate_half), grouped-query attention (K/V heads
   repeated as repeat_kv), SwiGLU without biases, tied or untied head. fp32 throughout, the rotary
   tables computed in float64 then rounded. Run with Debian's /usr/bin/python3 (python3-torch)."""
-import json
 import math
-import os
-import struct
 import sys
 
 import torch
 import torch.nn.functional as F
+
+from make_ref_state_llama import write_reference  # the state.bin and steps.json writer
 
 
 def parse_shape(shape):
@@ -201,31 +200,7 @@ def main():
     perturb(model)
     x = torch.randint(0, c["V"], (B, T))
     y = torch.randint(0, c["V"], (B, T))
-    os.makedirs(out, exist_ok=True)
-    params = flat(model, False)
-    logits, loss = model(x, y)
-    loss.backward()
-    with open(os.path.join(out, "state.bin"), "wb") as f:
-        f.write(struct.pack("<256i", *([20240327, 3, B, T] + [0] * 252)))
-        f.write(x.to(torch.int32).numpy().tobytes())
-        f.write(y.to(torch.int32).numpy().tobytes())
-        f.write(params.numpy().tobytes())
-        f.write(logits.detach().float().contiguous().numpy().tobytes())
-        f.write(struct.pack("<f", float(loss)))
-        f.write(flat(model, True).numpy().tobytes())
-    model.zero_grad(set_to_none=True)
-    cfg = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.01}
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], betas=(cfg["beta1"], cfg["beta2"]),
-                            eps=cfg["eps"], weight_decay=cfg["weight_decay"])
-    losses = []
-    for _ in range(10):
-        _, l = model(x, y)
-        losses.append(float(l))
-        opt.zero_grad(set_to_none=True)
-        l.backward()
-        opt.step()
-    with open(os.path.join(out, "steps.json"), "w") as f:
-        json.dump({"adamw": cfg, "losses": losses}, f)
+    write_reference(out, model, flat, x, y)
 
 
 if __name__ == "__main__":
