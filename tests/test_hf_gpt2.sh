@@ -74,8 +74,9 @@ loss() { grep -o '"loss": *[0-9.e+-]*' "$1" | tr -d ' '; }
   bad "losses differ: $(loss "$tmp/a.jsonl") / $(loss "$tmp/b.jsonl") / $(loss "$tmp/c.jsonl")"
 [ -n "$(loss "$tmp/d.jsonl")" ] && [ "$(loss "$tmp/d.jsonl")" = "$(loss "$tmp/e.jsonl")" ] && ok ||
   bad "bf16 homes: losses differ: $(loss "$tmp/d.jsonl") / $(loss "$tmp/e.jsonl")"
-[ -f "$tmp/s1/config.json" ] && [ -f "$tmp/s1/model.safetensors" ] && [ -f "$tmp/s1/state.bin" ] && ok ||
-  bad "saved directory: $(ls "$tmp/s1")"
+# the training state beside the exported directory, not in it (src/train/save_dir.c)
+[ -f "$tmp/s1/config.json" ] && [ -f "$tmp/s1/model.safetensors" ] && [ -f "$tmp/s1.state/state.bin" ] &&
+  [ ! -e "$tmp/s1/state.bin" ] && ok || bad "saved directory: $(ls "$tmp/s1" "$tmp/s1.state")"
 run "saved directory to llm.c" "$bin" convert "$tmp/s1" "$tmp/s1.bin"
 run "equals the llm.c save" cmp "$tmp/s1.bin" "$tmp/s1/model.bin"
 

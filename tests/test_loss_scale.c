@@ -74,7 +74,7 @@ typedef struct {
 static unsigned char *saved_state(hpt_trainer *tr, size_t *n) {
     char p[600];
     CHECK_OK(hpt_trainer_save(tr));
-    snprintf(p, sizeof p, "%s/state.bin", g_save);
+    t_state_file(p, sizeof p, g_save);
     return t_read_file(p, n);
 }
 

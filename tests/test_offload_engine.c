@@ -332,7 +332,7 @@ static void test_faults(void) {
     t_train_run(mem, &orf, 2, losses, NULL, NULL);
     hpt_mem_destroy(mem);
     char path[700];
-    snprintf(path, sizeof path, "%s/state.bin", dref);
+    t_state_file(path, sizeof path, dref);
     hpt_model *m_ref = NULL;
     hpt_optim *o_ref = NULL;
     hpt_adamw_opts ao;
@@ -386,7 +386,7 @@ static void test_faults(void) {
         hpt_trainer_free(tr);
         hpt_mem_destroy(fm);
         /* the last good checkpoint loads, and is the in-memory run's step 2 (exact mode) */
-        snprintf(path, sizeof path, "%s/state.bin", dir);
+        t_state_file(path, sizeof path, dir);
         hpt_model *m2 = NULL;
         hpt_optim *o2 = NULL;
         hpt_adamw_opts ao2;
@@ -792,7 +792,7 @@ static void test_kahan_resume(void) {
         /* the compensation restored carries information */
         uint16_t *comp;
         size_t nc;
-        snprintf(path, sizeof path, "%s/state.bin", dir_a);
+        t_state_file(path, sizeof path, dir_a);
         CHECK_OK(load_comp(mem, path, &o.offload, &comp, &nc));
         CHECK_MSG(count_nonzero(comp, nc) > nc / 10, "bf16-kahan %s: %zu of %zu compensation values "
                   "non-zero at step 8", cases[c].what, count_nonzero(comp, nc), nc);
@@ -851,7 +851,7 @@ static void test_kahan_resume(void) {
         snprintf(dir_b, sizeof dir_b, "%s/kahan_from%d", t_tmpdir(), w);
         a.save_dir = dir_b;
         t_train_run(mem, &a, 8, losses, NULL, NULL);
-        snprintf(path2, sizeof path2, "%s/state.bin", dir_b);
+        t_state_file(path2, sizeof path2, dir_b);
         uint16_t *comp;
         size_t nc;
         CHECK_OK(load_comp(mem, path2, &o.offload, &comp, &nc));

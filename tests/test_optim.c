@@ -456,7 +456,7 @@ static void train(const hpt_train_opts *o, int stop, hpt_mem_stats *st) {
 
 static void load_state(const char *dir, hpt_mem *mem, hpt_model **m, hpt_optim **o) {
     char path[600];
-    snprintf(path, sizeof path, "%s/state.bin", dir);
+    t_state_file(path, sizeof path, dir);
     hpt_adamw_opts ao;
     hpt_train_pos pos;
     CHECK_OK(hpt_state_load(path, mem, m, o, &ao, &pos));
@@ -561,7 +561,7 @@ static void make_old(unsigned char *b, long *n, uint32_t version) {
 
 static void test_files(hpt_mem *mem) {
     char good[512], bad[512];
-    snprintf(good, sizeof good, "%s/adamw_8_0_a/state.bin", t_tmpdir());
+    t_tmp_state_file(good, sizeof good, "adamw_8_0_a");
     snprintf(bad, sizeof bad, "%s/bad.bin", t_tmpdir());
     long n;
     unsigned char *b = slurp(good, &n);
@@ -608,7 +608,7 @@ static void test_files(hpt_mem *mem) {
     free(b);
 
     /* version 1 (AdamW fp32, fields 21-23 zero) loads as AdamW with 32-bit state */
-    snprintf(good, sizeof good, "%s/adamw_32_0_a/state.bin", t_tmpdir());
+    t_tmp_state_file(good, sizeof good, "adamw_32_0_a");
     b = slurp(good, &n);
     make_old(b, &n, 1);
     memset(b + 16 + 21 * 8, 0, 3 * 8);
@@ -635,7 +635,7 @@ static void test_files(hpt_mem *mem) {
     free(b);
     /* version 2 with 8-bit state: its blocks were per tensor, this shape's slices are not
      * multiples of 256: refused by name (the same bytes would be read as other blocks) */
-    snprintf(good, sizeof good, "%s/adamw_8_0_a/state.bin", t_tmpdir());
+    t_tmp_state_file(good, sizeof good, "adamw_8_0_a");
     b = slurp(good, &n);
     make_old(b, &n, 2);
     fix_crc(b, n);
@@ -647,7 +647,7 @@ static void test_files(hpt_mem *mem) {
     /* 8-bit AdamW written before the second moment's encoding was recorded (field 26 = 0: v on
      * a map with a 0 code) or in an unknown one: refused by name; 8-bit Lion (no second
      * moment) loads either way */
-    snprintf(good, sizeof good, "%s/adamw_8_1_a/state.bin", t_tmpdir());
+    t_tmp_state_file(good, sizeof good, "adamw_8_1_a");
     b = slurp(good, &n);
     for (int64_t enc = 0; enc <= 2; enc += 2) {
         memcpy(b + 16 + 26 * 8, &enc, 8);
@@ -658,7 +658,7 @@ static void test_files(hpt_mem *mem) {
         CHECK(m == NULL && o == NULL);
     }
     free(b);
-    snprintf(good, sizeof good, "%s/lion_8_0_a/state.bin", t_tmpdir());
+    t_tmp_state_file(good, sizeof good, "lion_8_0_a");
     b = slurp(good, &n);
     int64_t f26;
     memcpy(&f26, b + 16 + 26 * 8, 8);

@@ -406,7 +406,7 @@ static void test_resume(hpt_mem *mem, int predictor) {
     t_train_run(mem, &o, 0, la, va, pa);
     o.save_dir = dir_b;
     t_train_run(mem, &o, stop, lb, vb, NULL);
-    snprintf(path, sizeof path, "%s/state.bin", dir_b);
+    t_state_file(path, sizeof path, dir_b);
     CHECK_MSG(file_version(path) == 3, "a hybrid state is version 3 (got %u)", file_version(path));
     { /* it loads without the trainer too (sections dropped) */
         hpt_model *m = NULL;
@@ -458,8 +458,8 @@ static void test_resume(hpt_mem *mem, int predictor) {
     CHECK_MSG(same_losses(la, lb, STEPS) && same_losses(va, vb, STEPS), "%s: losses differ after "
               "resume", hpt_predictor_name((hpt_predictor_kind)predictor));
     char sa[600], sb[600];
-    snprintf(sa, sizeof sa, "%s/state.bin", dir_a);
-    snprintf(sb, sizeof sb, "%s/state.bin", dir_b);
+    t_state_file(sa, sizeof sa, dir_a);
+    t_state_file(sb, sizeof sb, dir_b);
     FILE *fa = fopen(sa, "rb"), *fb = fopen(sb, "rb");
     int equal = fa && fb;
     while (equal) {
@@ -479,7 +479,7 @@ static void test_resume(hpt_mem *mem, int predictor) {
     snprintf(dir_a, sizeof dir_a, "%s/res_full", t_tmpdir());
     f.save_dir = dir_a;
     t_train_run(mem, &f, 0, la, NULL, NULL);
-    snprintf(path, sizeof path, "%s/state.bin", dir_a);
+    t_state_file(path, sizeof path, dir_a);
     CHECK_MSG(file_version(path) == 3, "a full-only state is version 3 (got %u)", file_version(path));
     free(pa);
     free(pb);

@@ -79,7 +79,7 @@ static void corrupt_copy(const char *src, const char *dst, long flip_at, long tr
 
 static void test_state_errors(hpt_mem *mem) {
     char good[512], bad[512];
-    snprintf(good, sizeof good, "%s/run_a/state.bin", t_tmpdir());
+    t_tmp_state_file(good, sizeof good, "run_a");
     snprintf(bad, sizeof bad, "%s/bad_state.bin", t_tmpdir());
     hpt_model *m;
     hpt_optim *o;

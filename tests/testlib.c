@@ -123,6 +123,18 @@ unsigned char *t_read_file(const char *path, size_t *n) {
     return b;
 }
 
+void t_state_file(char *buf, size_t n, const char *dir) {
+    char d[600];
+    if (hpt_train_resume_dir(dir, d, sizeof d) != HPT_OK) snprintf(d, sizeof d, "%s", dir);
+    snprintf(buf, n, "%s/state.bin", d);
+}
+
+void t_tmp_state_file(char *buf, size_t n, const char *name) {
+    char d[600];
+    snprintf(d, sizeof d, "%s/%s", t_tmpdir(), name);
+    t_state_file(buf, n, d);
+}
+
 void t_check_resume(hpt_mem *mem, const hpt_train_opts *o, int64_t stop, size_t n,
                     const char *tag, const char *what, unsigned char **state, size_t *state_n) {
     char dir_u[600], dir_a[600], dir_b[600], path[700];
@@ -142,9 +154,9 @@ void t_check_resume(hpt_mem *mem, const hpt_train_opts *o, int64_t stop, size_t 
     a.save_dir = dir_b;
     t_train_run(mem, &a, 0, lr, NULL, pr);
     size_t nu, nb;
-    snprintf(path, sizeof path, "%s/state.bin", dir_u);
+    t_state_file(path, sizeof path, dir_u);
     unsigned char *fu = t_read_file(path, &nu);
-    snprintf(path, sizeof path, "%s/state.bin", dir_b);
+    t_state_file(path, sizeof path, dir_b);
     unsigned char *fb = t_read_file(path, &nb);
     CHECK_MSG(memcmp(pu, pr, n * sizeof(float)) == 0 &&
               memcmp(lu + stop, lr + stop, (steps - (size_t)stop) * sizeof(float)) == 0 &&

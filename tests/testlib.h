@@ -65,6 +65,10 @@ hpt_train_opts t_train_opts(const char *model, const char *data, int B, int T, i
                             int64_t warmup);
 /* The whole file at path (malloc'd; NULL, with *n 0, when it cannot be read). */
 unsigned char *t_read_file(const char *path, size_t *n);
+/* The state.bin a save to dir wrote: dir's, or dir.state's beside a Hugging Face dir
+ * (hpt_train_resume_dir); t_tmp_state_file: of the save dir t_tmpdir()/name. */
+void t_state_file(char *buf, size_t n, const char *dir);
+void t_tmp_state_file(char *buf, size_t n, const char *name);
 /* Exact resume: trains o on mem uninterrupted (saving into <tmp>/<tag>_whole), then stopped
  * after step stop (<tmp>/<tag>_at) and resumed from there (<tmp>/<tag>_resumed); checks that
  * the resumed run ends with the uninterrupted run's n weights, its losses after stop and its

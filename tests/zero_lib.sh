@@ -16,7 +16,7 @@ same_run() { # the saved model too: model.bin (llm.c's, GPT-2) or model.safetens
 }
 shards_are() {
     rm -f "$1.body"
-    python3 "$(dirname "${BASH_SOURCE[0]}")/zero_state.py" "$1" "$1.body" --body
+    python3 "$(dirname "${BASH_SOURCE[0]}")/zero_state.py" "$(state_dir_of "$1")" "$1.body" --body
     python3 - "$1.body" "$2" <<'PY' || bad "$3: the shards are not the one-process state"
 import os, struct, sys
 if not os.path.exists(sys.argv[1]): sys.exit(1)

@@ -2,12 +2,19 @@
 # checkpoint (DIR/zero.manifest: ZeRO's stages 1-2 in memory, 1-3 in the offload engine), of one
 # process's state.bin put together from its shards by tests/zero_state.py (which checks that they
 # hold every byte once and their CRCs) as DIR.state.bin (absent when they do not make one).
+# state_dir_of DIR: where a save to DIR put its state: DIR.state beside a Hugging Face DIR
+# (src/train/save_dir.c), else DIR.
+state_dir_of() {
+    if [ -f "$1.state/state.bin" ] || [ -f "$1.state/zero.manifest" ]; then echo "$1.state"; else echo "$1"; fi
+}
 state_of() {
-    if [ -f "$1/zero.manifest" ]; then
+    local d
+    d=$(state_dir_of "$1")
+    if [ -f "$d/zero.manifest" ]; then
         rm -f "$1.state.bin"
-        python3 "$(dirname "${BASH_SOURCE[0]}")/zero_state.py" "$1" "$1.state.bin" >&2
+        python3 "$(dirname "${BASH_SOURCE[0]}")/zero_state.py" "$d" "$1.state.bin" >&2
         echo "$1.state.bin"
     else
-        echo "$1/state.bin"
+        echo "$d/state.bin"
     fi
 }

@@ -229,5 +229,9 @@ hpt_status hpt_lora_read_values(hpt_model *m, const char *dir);
  * name), and its other files (tokenizer.json, generation_config.json, ...) are copied. */
 hpt_status hpt_model_save_hf_from(const hpt_model *m, const char *dir, int dtype,
                                   uint64_t shard_bytes, const char *src);
+/* The dtype a Hugging Face directory's weights are stored in, read from the safetensors
+ * headers: HPT_DTYPE_BF16 when every tensor is bf16, else HPT_DTYPE_F32 (the default dtype of
+ * a save of a model loaded from dir: docs/formats.md). */
+hpt_status hpt_hf_weights_dtype(const char *dir, int *dtype_out);
 
 #endif /* HPTRAIN_IO_H */

@@ -16,7 +16,8 @@ typedef struct {
     const char *data;      /* glob of training shards */
     const char *val;       /* glob of validation shards, or NULL */
     const char *resume;    /* directory holding state.bin, or NULL */
-    const char *save_dir;  /* directory for state.bin and model.bin, or NULL */
+    const char *save_dir;  /* directory of the saved weights, or NULL; the state goes to
+                            * hpt_train_state_dir's directory */
     int B, T;
     int64_t steps;         /* total optimizer steps of the run (a resumed run continues to it) */
     float lr, min_lr;      /* peak and final learning rate (cosine) */
@@ -35,6 +36,9 @@ typedef struct {
     const char *adapter;   /* LoRA adapters to start from (PEFT's files: adapter_config.json
                             * and adapter_model.safetensors; their settings replace lora's), or
                             * NULL (docs/lora.md) */
+    int save_dtype;        /* a save's Hugging Face files: HPT_DTYPE_F32 or HPT_DTYPE_BF16;
+                            * -1 (the default): the dtype of the --model directory's weights,
+                            * else f32 (docs/formats.md) */
 } hpt_train_opts;
 hpt_train_opts hpt_train_defaults(void);
 /* The estimator's options for the run o describes on the shape cfg (what the trainer's budget
@@ -81,8 +85,20 @@ hpt_status hpt_trainer_step(hpt_trainer *tr, hpt_train_progress *out);
 int hpt_trainer_done(const hpt_trainer *tr);
 /* Evaluates the validation loss now (NaN if there is no validation data). */
 hpt_status hpt_trainer_eval(hpt_trainer *tr, float *val_loss_out);
-/* Writes save_dir/state.bin and save_dir/model.bin now (needs save_dir). */
+/* Writes the save now (needs save_dir): the weights into save_dir (llm.c's model.bin for GPT-2;
+ * a Hugging Face directory for a run from one or of another architecture) and the training
+ * state (state.bin, or ZeRO's manifest and shards) into hpt_trainer_state_dir. */
 hpt_status hpt_trainer_save(hpt_trainer *tr);
+/* The directory a save's training state goes to: save_dir itself, or, when the save writes a
+ * Hugging Face directory there (hf 1), "save_dir.state" beside it, so the exported directory
+ * holds the model only. The one place that decides (save_dir.c). */
+hpt_status hpt_train_state_dir(const char *save_dir, int hf, char *buf, size_t n);
+/* The state directory --resume dir reads: dir.state when it holds a state, else dir. */
+hpt_status hpt_train_resume_dir(const char *dir, char *buf, size_t n);
+/* This run's state directory (NULL without save_dir); and the files its last save wrote, as
+ * one line of text ("out/config.json, ...; the training state out.state/state.bin"). */
+const char *hpt_trainer_state_dir(const hpt_trainer *tr);
+hpt_status hpt_trainer_saved_files(const hpt_trainer *tr, char *buf, size_t n);
 hpt_model *hpt_trainer_model(hpt_trainer *tr);
 int64_t hpt_trainer_start_step(const hpt_trainer *tr);       /* > 0 after a resume */
 /* The optimizer settings in use (a resumed run's come from its checkpoint). */

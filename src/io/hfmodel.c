@@ -503,6 +503,17 @@ static hpt_status write_dir(hpt_model *m, const char *tmp, const hf_map *mp, int
     return s;
 }
 
+/* bf16 when every tensor of dir's safetensors is bf16 (the headers only), else f32. */
+hpt_status hpt_hf_weights_dtype(const char *dir, int *dtype_out) {
+    st_dir d;
+    HPT_CHECK(st_dir_open(dir, &d));
+    int bf16 = d.n > 0;
+    for (int i = 0; i < d.n; i++) bf16 &= d.ent[i].t->dtype == ST_BF16;
+    st_dir_close(&d);
+    *dtype_out = bf16 ? HPT_DTYPE_BF16 : HPT_DTYPE_F32;
+    return HPT_OK;
+}
+
 hpt_status hpt_model_save_hf(const hpt_model *m, const char *dir, int dtype, uint64_t shard_bytes) {
     return hpt_model_save_hf_from(m, dir, dtype, shard_bytes, NULL);
 }

@@ -42,6 +42,7 @@ hpt_train_opts hpt_train_defaults(void) {
     o.val_batches = 10;
     o.save_every = 0;
     o.seed = 1337;
+    o.save_dtype = -1; /* the --model directory's, else f32 (save_dir.c) */
     o.plan = hpt_plan_default_choices(); /* AdamW fp32, accum 1, no technique, no budget */
     return o;
 }
@@ -238,14 +239,16 @@ static hpt_status setup(hpt_trainer *tr) {
         return hpt_fail(HPT_ERR_INVALID, "--resume of a --lora run takes the frozen base from "
                         "--model again (its checkpoint holds the adapters only)");
     if (o->resume && !lora) {
-        snprintf(path, sizeof path, "%s/state.bin", o->resume);
+        char rdir[PATH_MAX - 64]; /* the state of a Hugging Face save lies beside it (save_dir.c) */
+        HPT_CHECK(hpt_train_resume_dir(o->resume, rdir, sizeof rdir));
+        snprintf(path, sizeof path, "%s/state.bin", rdir);
         hpt_adamw_opts ao;
         hpt_train_pos pos;
         /* a sharded checkpoint (zero.c) when its manifest is newer than any state.bin */
-        int shards = zero_manifest_exists(o->resume) && !newer_state(o->resume);
+        int shards = zero_manifest_exists(rdir) && !newer_state(rdir);
         if (shards) {
-            snprintf(path, sizeof path, "%s/zero.manifest", o->resume);
-            HPT_CHECK(zero_load(o->resume, o, tr->mem, &tr->dp, &tr->model, &tr->opt, &ao, &pos,
+            snprintf(path, sizeof path, "%s/zero.manifest", rdir);
+            HPT_CHECK(zero_load(rdir, o, tr->mem, &tr->dp, &tr->model, &tr->opt, &ao, &pos,
                                 sec, &n_sec));
         } else {
             HPT_CHECK(hpt_state_load_offload_sections(path, tr->mem, &o->offload, &tr->model,
@@ -340,7 +343,9 @@ static hpt_status setup(hpt_trainer *tr) {
     if (s == HPT_OK && o->val)
         s = hpt_dataloader_open(tr->mem, o->val, o->B, o->T, mcfg(tr)->V, &tr->val);
     if (s == HPT_OK && o->val) s = hpt_dataloader_set_pack(tr->val, o->pack);
+    if (s == HPT_OK) s = trainer_save_paths(tr);
     if (s == HPT_OK && o->save_dir) s = mkdir_p(o->save_dir);
+    if (s == HPT_OK && o->save_dir) s = mkdir_p(tr->state_dir);
     if (s == HPT_OK && HYBRID(tr)) {
         /* the plan check saw the plan's optimizer; a resumed run's is its checkpoint's */
         if (o->sched.predictor == HPT_PREDICTOR_ADAM && !hpt_optim_m(tr->opt))
@@ -485,7 +490,7 @@ static hpt_status save_shards(hpt_trainer *tr) {
                          .accum = (tr->o.accum > 1 ? tr->o.accum : 1) * dp_size()};
     hpt_dataloader_get_pos(tr->train, &pos.data_shard, &pos.data_offset);
     int64_t lsf[LSS_N] = {dbits((double)tr->ls), tr->ls_clean, tr->ls_skipped};
-    hpt_status s = zero_save(&tr->dp, tr->o.zero, tr->o.save_dir, tr->model, tr->opt, &tr->o.adamw,
+    hpt_status s = zero_save(&tr->dp, tr->o.zero, tr->state_dir, tr->model, tr->opt, &tr->o.adamw,
                              &pos, tr->o.loss_scale.mode != HPT_LOSS_SCALE_OFF ? lsf : NULL);
     if (s == HPT_OK && dp_rank() == 0) s = save_model_files(tr);
     else if (s == HPT_OK) s = dp_engine_follow(tr->model, model_file_streams(tr)); /* ZeRO-3's gathers */
@@ -522,22 +527,15 @@ static hpt_status save_files(hpt_trainer *tr) {
         }
     }
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/state.bin", tr->o.save_dir);
+    snprintf(path, sizeof path, "%s/state.bin", tr->state_dir);
     HPT_CHECK(hpt_state_save_sections(path, tr->model, tr->opt, &tr->o.adamw, &pos, sec, n));
-    zero_remove(tr->o.save_dir); /* a sharded checkpoint left in the directory is older now */
+    zero_remove(tr->state_dir); /* a sharded checkpoint left in the directory is older now */
     return save_model_files(tr);
-}
-
-/* 1 when the run's weights go into a Hugging Face directory too (save_model_files). */
-static int saves_hf(const hpt_trainer *tr) {
-    struct stat st;
-    int from_dir = tr->o.model && stat(tr->o.model, &st) == 0 && S_ISDIR(st.st_mode);
-    return from_dir || hpt_model_get_config(tr->model)->arch != HPT_ARCH_GPT2;
 }
 
 /* The streams of the weights save_model_files writes (model.bin, the Hugging Face files). */
 static int model_file_streams(const hpt_trainer *tr) {
-    return (hpt_model_get_config(tr->model)->arch == HPT_ARCH_GPT2) + saves_hf(tr);
+    return (hpt_model_get_config(tr->model)->arch == HPT_ARCH_GPT2) + trainer_saves_hf(tr);
 }
 
 /* model.bin (GPT-2) or the Hugging Face files beside the state. */
@@ -550,13 +548,13 @@ static hpt_status save_model_files(hpt_trainer *tr) {
         HPT_CHECK(hpt_model_save(tr->model, path));
     }
     sweep_stale_tmp(tr->o.save_dir);
+    if (strcmp(tr->state_dir, tr->o.save_dir)) sweep_stale_tmp(tr->state_dir);
     /* a run from a Hugging Face directory, or of an architecture llm.c's file does not hold,
-     * saves one too (config.json + safetensors beside state.bin, which the directory's
-     * replacement keeps) */
+     * saves one too (config.json + safetensors; the state lies beside it: save_dir.c) */
     struct stat st;
     int from_dir = tr->o.model && stat(tr->o.model, &st) == 0 && S_ISDIR(st.st_mode);
-    if (saves_hf(tr))
-        return hpt_model_save_hf_from(tr->model, tr->o.save_dir, HPT_DTYPE_F32, 0,
+    if (trainer_saves_hf(tr))
+        return hpt_model_save_hf_from(tr->model, tr->o.save_dir, tr->save_dtype, 0,
                                       from_dir ? tr->o.model : NULL);
     return HPT_OK;
 }

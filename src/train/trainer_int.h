@@ -39,6 +39,9 @@ struct hpt_trainer {
                                * until the first step */
     size_t acc_n;             /* its floats */
     dp_shard dp;              /* ZeRO's sharding (stage 0: one owner of everything) */
+    /* where and how a save goes (save_dir.c) */
+    char state_dir[4000];     /* the save's training state: o.save_dir or beside it; "": none */
+    int save_dtype;           /* the Hugging Face files' dtype: HPT_DTYPE_F32 or _BF16 */
     /* testing: hpt_trainer_inject_grad */
     int64_t fault_step;
     int fault_layer;
@@ -50,6 +53,13 @@ hpt_status lora_state_save(const hpt_trainer *tr, const char *dir);
 /* After the base, the adapters, the optimizer and the data loader are made: the saved step,
  * data position, RNG, dropout pass and optimizer state (refused when the run differs). */
 hpt_status lora_state_load(hpt_trainer *tr, const char *dir);
+
+/* ---- save_dir.c: where a save's files go (docs/formats.md) ---- */
+/* 1 when a save writes a Hugging Face directory (a run from one, or not GPT-2). */
+int trainer_saves_hf(const hpt_trainer *tr);
+/* After the model is made: tr->state_dir and tr->save_dtype from the options (refuses
+ * --save-dtype bf16 for a save that writes no Hugging Face directory). */
+hpt_status trainer_save_paths(hpt_trainer *tr);
 
 #define HYBRID(tr) ((tr)->o.sched.kind == HPT_SCHEDULE_HYBRID)
 #define JUMP(tr) (HYBRID(tr) && (tr)->o.sched.predictor == HPT_PREDICTOR_JUMP)

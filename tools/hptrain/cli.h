@@ -59,6 +59,11 @@ int cli_load_tokenizer(const char *path, int need_encode, hpt_tokenizer **out);
  * 2 for a usage error (cmd names the command). (cmd_tokenize.c) */
 int cli_pick_tokenizer(const char *cmd, const char *tok_path, const char *model_dir, int need_encode,
                        hpt_tokenizer **out);
+/* The tokenizer beside the shards of data (tokenizer.bin, tokenizer.json) against the model's:
+ * more tokens than V (> 0), or another tokenizer than model's (a directory's), is refused (1,
+ * the error printed) or, with force, warned about (data_check.c). 0 when it may go on. */
+int cli_check_shards_tokenizer(const char *cmd, const char *data, const char *model, int V,
+                               int force);
 /* The plan's flags (every technique choice and the budgets: hpt_plan_set's options, each flag
  * --NAME the option NAME) all have this value in the long options; cli_optname() names the one
  * cli_getopt returned. */

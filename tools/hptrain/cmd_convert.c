@@ -1,5 +1,7 @@
-/* cmd_convert.c: `hptrain convert`: llm.c checkpoint <-> Hugging Face model directory; and
- * `hptrain merge`: LoRA adapters (PEFT's files) merged into the base, written as a directory. */
+/* cmd_convert.c: `hptrain convert`: llm.c checkpoint <-> Hugging Face model directory, or a
+ * shape randomly initialised as `train` initialises it, written as either (with a tokenizer
+ * copied in); and `hptrain merge`: LoRA adapters (PEFT's files) merged into the base, written
+ * as a directory. */
 #include "cli.h"
 
 #include <getopt.h>
@@ -8,16 +10,24 @@
 #include <sys/stat.h>
 
 static const char k_help[] =
-    "usage: hptrain convert IN OUT [--dtype f32|bf16] [--shard-size SIZE]\n"
+    "usage: hptrain convert IN OUT [--save-dtype f32|bf16] [--shard-size SIZE]\n"
     "       hptrain convert --model IN --save OUT [--format hf|llmc] ...\n"
+    "       hptrain convert SHAPE --save OUT [--seed S] [--tokenizer FILE] ...\n"
     "\n"
     "Converts an llm.c checkpoint (a file) to a Hugging Face model directory (config.json and\n"
     "safetensors with Hugging Face's names, shapes and dtypes), or a Hugging Face directory to\n"
     "an llm.c checkpoint (fp32; GPT-2 only). The output format is the other one than the\n"
     "input's unless --format says (a directory to a directory re-writes it, e.g. in bf16 or in\n"
-    "shards; the input directory's tokenizer files and token ids are kept). Weights stream\n"
-    "through: the model is built in memory once.\n"
-    "  --dtype K        f32 (default) or bf16 (rounded to nearest even) for a directory\n"
+    "shards; the input directory's tokenizer files and token ids are kept). A SHAPE (as train\n"
+    "--model takes it: @SHAPES@) is\n"
+    "initialised as `train --model SHAPE --seed S` initialises it and written as a Hugging Face\n"
+    "directory (or --format llmc, GPT-2). Weights stream through: the model is built in memory\n"
+    "once.\n"
+    "  --save-dtype K   a directory's weights: f32 or bf16 (rounded to nearest even); default:\n"
+    "                   the input directory's dtype, else f32 (--dtype: the same)\n"
+    "  --seed S         a SHAPE's initialisation seed (default 1337, train's)\n"
+    "  --tokenizer FILE copy a tokenizer.json (or tokenizer.model) into the directory, with the\n"
+    "                   tokenizer_config.json beside it if there is one\n"
     "  --shard-size S   split the safetensors files above S bytes (default 5GB; 512MB, ...)\n"
     "  --adapter DIR    merge LoRA adapters (PEFT's files) into the weights first\n";
 
@@ -35,14 +45,55 @@ static int is_dir(const char *p) {
     return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* A tokenizer to copy into a model of V tokens: it loads, and its ids fit. 0, or 1 printed. */
+static int check_tokenizer(const char *path, int V) {
+    hpt_tokenizer *t;
+    hpt_status s = hpt_tokenizer_load(path, &t);
+    if (s != HPT_OK) return cli_lib_error(s, "convert: --tokenizer");
+    int tv = hpt_tokenizer_vocab_size(t);
+    hpt_tokenizer_free(t);
+    if (tv > V) return cli_error("convert: --tokenizer %s has %d tokens, more than the model's "
+                                 "vocabulary (V=%d)", path, tv, V);
+    return 0;
+}
+
+/* Copies file a to b; 0, or 1 printed. */
+static int copy_one(const char *a, const char *b) {
+    FILE *in = fopen(a, "rb"), *out = in ? fopen(b, "wb") : NULL;
+    int rc = in && out ? 0 : cli_error("convert: cannot copy %s to %s", a, b);
+    char buf[1 << 16];
+    size_t n;
+    while (!rc && (n = fread(buf, 1, sizeof buf, in)) > 0)
+        if (fwrite(buf, 1, n, out) != n) rc = cli_error("convert: cannot write %s", b);
+    if (in) fclose(in);
+    if (out && fclose(out) != 0 && !rc) rc = cli_error("convert: cannot write %s", b);
+    return rc;
+}
+
+/* --tokenizer FILE into dir: as tokenizer.json (tiktoken's file: tokenizer.model), and the
+ * tokenizer_config.json beside FILE (its chat template, special tokens) when there is one. */
+static int copy_tokenizer(const char *path, const char *dir) {
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    char b[4200], a[4200];
+    snprintf(b, sizeof b, "%s/%s", dir, strcmp(base, "tokenizer.model") ? "tokenizer.json" : "tokenizer.model");
+    if (copy_one(path, b)) return 1;
+    snprintf(a, sizeof a, "%.*stokenizer_config.json", (int)(base - path), path);
+    snprintf(b, sizeof b, "%s/tokenizer_config.json", dir);
+    struct stat st;
+    return stat(a, &st) == 0 && S_ISREG(st.st_mode) ? copy_one(a, b) : 0;
+}
+
 /* convert (merge 0) and merge (1): the same flags, merge's output always a directory */
 static int convert(int argc, char **argv, int merge) {
     static const struct option longopts[] = {
         {"model", 1, 0, 'm'}, {"save", 1, 0, 's'}, {"format", 1, 0, 'f'}, {"dtype", 1, 0, 'd'},
-        {"shard-size", 1, 0, 'z'}, {"adapter", 1, 0, 'a'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"shard-size", 1, 0, 'z'}, {"adapter", 1, 0, 'a'}, {"help", 0, 0, 'h'},
+        {"save-dtype", 1, 0, 'd'}, {"seed", 1, 0, 'x'}, {"tokenizer", 1, 0, 't'}, {0, 0, 0, 0}};
     const char *cmd = merge ? "merge" : "convert";
     const char *in = NULL, *out = NULL, *format = merge ? "hf" : NULL, *adapter = NULL;
-    int dtype = HPT_DTYPE_F32;
+    const char *tok = NULL;
+    int dtype = -1; /* the input directory's, else f32 */
+    long seed = 1337;
     uint64_t shard = 0;
     int opt_rc = 0, c;
     while ((c = cli_getopt(cmd, argc, argv, longopts, merge ? k_merge_help : k_help, &opt_rc)) != -1) {
@@ -51,6 +102,10 @@ static int convert(int argc, char **argv, int merge) {
         case 'm': in = optarg; break;
         case 's': out = optarg; break;
         case 'a': adapter = optarg; break;
+        case 't': tok = optarg; break;
+        case 'x':
+            if (cli_parse_long(cmd, "--seed", optarg, 0, 0x7fffffffffffffffL, &seed)) return 2;
+            break;
         case 'f':
             if (merge) return cli_usage_error(cmd, "merge writes a Hugging Face directory: no --format");
             if (strcmp(optarg, "hf") && strcmp(optarg, "llmc"))
@@ -60,7 +115,7 @@ static int convert(int argc, char **argv, int merge) {
         case 'd':
             if (!strcmp(optarg, "f32")) dtype = HPT_DTYPE_F32;
             else if (!strcmp(optarg, "bf16")) dtype = HPT_DTYPE_BF16;
-            else return cli_usage_error(cmd, "--dtype must be f32 or bf16, not '%s'", optarg);
+            else return cli_usage_error(cmd, "--%s must be f32 or bf16, not '%s'", cli_optname(), optarg);
             break;
         case 'z':
             if (hpt_parse_size(optarg, &shard) != HPT_OK || shard == 0)
@@ -74,12 +129,26 @@ static int convert(int argc, char **argv, int merge) {
     if (merge && (!in || !out || !adapter))
         return cli_usage_error(cmd, "--model, --adapter and --save are required");
     if (!in || !out) return cli_usage_error(cmd, "an input and an output are required");
-    int to_hf = format ? !strcmp(format, "hf") : !is_dir(in);
+    struct stat st;
+    hpt_model_config shape;
+    /* no such file and no path's look: a SHAPE, whose parse error names the problem */
+    const int from_shape = !merge && stat(in, &st) != 0 && !strchr(in, '/') && !strstr(in, ".bin");
+    if (from_shape && hpt_model_config_parse(in, &shape) != HPT_OK)
+        return cli_lib_error(HPT_ERR_INVALID, cmd);
+    int to_hf = format ? !strcmp(format, "hf") : from_shape || !is_dir(in);
+    if (tok && !to_hf) return cli_usage_error(cmd, "--tokenizer is for a Hugging Face directory");
+    if (dtype < 0 && is_dir(in) && hpt_hf_weights_dtype(in, &dtype) != HPT_OK) dtype = HPT_DTYPE_F32;
+    if (dtype < 0) dtype = HPT_DTYPE_F32;
     hpt_mem *mem;
     hpt_status s = hpt_mem_create(&mem);
     if (s != HPT_OK) return cli_lib_error(s, cmd);
     hpt_model *m = NULL;
-    s = hpt_model_load_forward(mem, in, &m); /* weights only: nothing here trains */
+    if (from_shape) { /* train's initialisation: hpt_model_init_random with the run's seed */
+        s = hpt_model_create_config(mem, &shape, &m);
+        if (s == HPT_OK) s = hpt_model_init_random(m, (uint64_t)seed);
+    } else {
+        s = hpt_model_load_forward(mem, in, &m); /* weights only: nothing here trains */
+    }
     if (s == HPT_OK && adapter) {
         s = hpt_lora_load(m, adapter);
         if (s == HPT_OK) s = hpt_model_lora_merge(m);
@@ -92,14 +161,22 @@ static int convert(int argc, char **argv, int merge) {
         return cli_error("convert: llm.c's checkpoint holds GPT-2 only; %s is %s (write a "
                          "Hugging Face directory: --format hf)", in, arch);
     }
+    if (s == HPT_OK && tok && check_tokenizer(tok, hpt_model_get_config(m)->V)) {
+        hpt_model_free(m);
+        hpt_mem_destroy(mem);
+        return 1;
+    }
     if (s == HPT_OK)
         s = to_hf ? hpt_model_save_hf_from(m, out, dtype, shard, is_dir(in) ? in : NULL)
                   : hpt_model_save(m, out);
     hpt_model_free(m);
     hpt_mem_destroy(mem);
     if (s != HPT_OK) return cli_lib_error(s, cmd);
-    fprintf(stderr, "wrote %s (%s%s)\n", out, to_hf ? "Hugging Face directory" : "llm.c checkpoint",
-            adapter ? ", the adapters merged" : "");
+    if (tok && copy_tokenizer(tok, out)) return 1;
+    fprintf(stderr, "wrote %s (%s%s%s%s%s)\n", out, to_hf ? "Hugging Face directory" : "llm.c checkpoint",
+            to_hf ? (dtype == HPT_DTYPE_BF16 ? ", bf16" : ", f32") : "",
+            from_shape ? ", randomly initialised" : "", adapter ? ", the adapters merged" : "",
+            tok ? ", the tokenizer copied in" : "");
     return 0;
 }
 

@@ -91,9 +91,17 @@ static const char k_help[] =
     "  --grad-clip X        global gradient-norm clip, 0 to disable (default 1.0)\n"
     "  --eval-every N       validation interval in steps (default 100)\n"
     "  --val-batches N      batches per validation (default 10)\n"
-    "  --save DIR           write DIR/state.bin (resumable) and DIR/model.bin (llm.c) at the end\n"
+    "  --save DIR           at the end: the weights into DIR (GPT-2: llm.c's model.bin; a run\n"
+    "                       from a Hugging Face directory or of another family: a Hugging Face\n"
+    "                       directory) and the training state (state.bin) into DIR, or into\n"
+    "                       DIR.state beside a Hugging Face DIR (docs/formats.md)\n"
     "  --save-every N       also every N steps\n"
-    "  --resume DIR         continue from DIR/state.bin (same --batch, --seq and --accum)\n"
+    "  --save-dtype K       a Hugging Face save's weights: f32 or bf16 (rounded to nearest even;\n"
+    "                       default: the --model directory's dtype, else f32)\n"
+    "  --resume DIR         continue from DIR.state/ or DIR/state.bin (same --batch, --seq and\n"
+    "                       --accum)\n"
+    "  --force              train on shards whose tokenizer (tokenizer.bin beside them) is not\n"
+    "                       the model's, with a warning (refused otherwise)\n"
     "  --stop-at N          stop after step N of the run and save (split a run across sessions)\n"
     "  --log FILE.jsonl     one JSON object per step (under mpirun rank 0's; a FILE with %r:\n"
     "                       every rank's, %r replaced by the rank)\n"
@@ -354,6 +362,20 @@ static void warn_budgets(const hpt_plan *p) {
 
 static int train_main(int argc, char **argv);
 
+enum { OPT_SAVE_DTYPE = 1140, OPT_FORCE }; /* this command's own long options */
+
+/* The files a save wrote and the command that resumes from them (the state's directory:
+ * hpt_trainer_state_dir); done: the run reached --steps (a larger one trains on). */
+static void print_saved(const hpt_trainer *tr, const hpt_train_opts *o, int done) {
+    char files[8192];
+    if (hpt_trainer_saved_files(tr, files, sizeof files) == HPT_OK) fprintf(stderr, "saved %s\n", files);
+    char accum[32] = "";
+    if (o->accum > 1) snprintf(accum, sizeof accum, " --accum %d", o->accum);
+    fprintf(stderr, "%s: hptrain train --resume %s --data '%s' --batch %d --seq %d%s --steps %lld%s\n",
+            done ? "train on with" : "resume with", hpt_trainer_state_dir(tr), o->data, o->B, o->T,
+            accum, (long long)o->steps, done ? " (a larger --steps)" : "");
+}
+
 /* Under mpirun each process is one rank of a data-parallel run (docs/zero.md): rank 0 prints
  * the progress, the summary and the log; every rank prints its errors. A rank that fails alone
  * aborts the job (hpt_dist_finalize), so no other waits for it. */
@@ -371,12 +393,13 @@ static int train_main(int argc, char **argv) {
     g_rss0 = hpt_rss_bytes();
     static const struct option longopts[] = {
         CLI_TRAIN_LONGOPTS, CLI_AUTO_LONGOPTS, {"trace", 1, 0, 'P'},
-        {"record-rates", 0, 0, CLI_OPT_RECORD_RATES}, {"adapter", 1, 0, 'a'}, {0, 0, 0, 0}};
+        {"record-rates", 0, 0, CLI_OPT_RECORD_RATES}, {"adapter", 1, 0, 'a'},
+        {"save-dtype", 1, 0, OPT_SAVE_DTYPE}, {"force", 0, 0, OPT_FORCE}, {0, 0, 0, 0}};
     hpt_train_opts o = hpt_train_defaults();
     const char *log_path = NULL, *trace_path = NULL;
     int quiet = 0, min_lr_set = 0;
     long threads = 0, stop_at = 0, tokens = 0;
-    int auto_plan = 0, lossy = 0, verbose = 0, record_rates = 0;
+    int auto_plan = 0, lossy = 0, verbose = 0, record_rates = 0, force = 0;
     int opt_rc = 0;
     int c;
     long lv;
@@ -419,6 +442,12 @@ static int train_main(int argc, char **argv) {
         case CLI_OPT_TOKENS: r = cli_parse_long("train", "--tokens-per-step", optarg, 1, 1L << 40, &tokens); break;
         case CLI_OPT_VERBOSE: verbose = 1; break;
         case CLI_OPT_RECORD_RATES: record_rates = 1; break;
+        case OPT_FORCE: force = 1; break;
+        case OPT_SAVE_DTYPE:
+            if (!strcmp(optarg, "f32")) o.save_dtype = HPT_DTYPE_F32;
+            else if (!strcmp(optarg, "bf16")) o.save_dtype = HPT_DTYPE_BF16;
+            else return cli_usage_error("train", "--save-dtype must be f32 or bf16, not '%s'", optarg);
+            break;
         }
         if (r) return r;
     }
@@ -442,6 +471,7 @@ static int train_main(int argc, char **argv) {
     int have_shape = o.model && (hpt_model_config_parse(o.model, &po.cfg) == HPT_OK ||
                                  hpt_model_read_config(o.model, &po.cfg) == HPT_OK);
     po.B = o.B, po.T = o.T, po.has_val = o.val != NULL, po.plan = o.plan;
+    if (cli_check_shards_tokenizer("train", o.data, o.model, have_shape ? po.cfg.V : 0, force)) return 1;
     if (auto_plan) {
         if (o.resume) return cli_usage_error("train", "--plan auto does not resume (pass the plan's flags)");
         if (!have_shape) return cli_error("train: --plan auto: cannot read the shape of %s", o.model);
@@ -686,8 +716,7 @@ static int train_main(int argc, char **argv) {
             else if (lead && o.lora.r > 0)
                 fprintf(stderr, "hptrain: saved the adapters in %s\n", o.save_dir);
             else if (lead)
-                fprintf(stderr, "hptrain: saved %s/%s (resume with --resume %s)\n", o.save_dir,
-                        o.zero > 0 && hpt_dist_size() > 1 ? "zero.manifest" : "state.bin", o.save_dir);
+                print_saved(tr, &o, 0);
         }
         if (g_stop == 1) rc = rc ? rc : 130;
         if (g_stop == 3) rc = rc ? rc : 143;
@@ -727,9 +756,7 @@ static int train_main(int argc, char **argv) {
         if (o.save_dir && o.lora.r > 0)
             fprintf(stderr, "saved the adapters: %s/adapter_config.json and "
                     "adapter_model.safetensors (PEFT's files)\n", o.save_dir);
-        else if (o.save_dir) fprintf(stderr, "saved %s/%s and %s/model.bin\n", o.save_dir,
-                                o.zero > 0 && hpt_dist_size() > 1 ? "zero.manifest and its shards" : "state.bin",
-                                o.save_dir);
+        else if (o.save_dir) print_saved(tr, &o, 1);
         memory_report(mem, quiet);
         offload_report(hpt_trainer_model(tr), p.step - hpt_trainer_start_step(tr));
         if (record_rates) { /* the fastest step after the first */
