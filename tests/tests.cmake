@@ -176,6 +176,10 @@ if(TARGET hptrain_cli)
   # budget that binds, step times only from the device's own calibration
   add_test(NAME test_newcomer COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_newcomer.sh $<TARGET_FILE:hptrain_cli>)
   set_tests_properties(test_newcomer PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+  # the Hugging Face workflow (issue 34, item 4): convert SHAPE, --save-dtype, the state beside
+  # the export, the final message and its resume command, the shards' tokenizer check
+  add_test(NAME test_hf_export COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_hf_export.sh $<TARGET_FILE:hptrain_cli> ${CMAKE_SOURCE_DIR})
+  set_tests_properties(test_hf_export PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
 endif()
 # An MPI test script tests/NAME.sh run on the CLI binary (and, with ASAN, the sanitizer CLI as
 # its second argument where that is built): skipped (77) without mpirun, one OpenMP thread per rank.

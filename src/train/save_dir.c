@@ -67,6 +67,21 @@ int trainer_saves_hf(const hpt_trainer *tr) {
     return is_dir(tr->o.model) || hpt_model_get_config(tr->model)->arch != HPT_ARCH_GPT2;
 }
 
+/* The Hugging Face directory the run's weights came from, into buf: --model DIR, or on a resume
+ * the directory the state was saved beside (--resume DIR or DIR.state); 0 when none. */
+static int weights_source(const hpt_train_opts *o, char *buf, size_t n) {
+    if (is_dir(o->model)) {
+        snprintf(buf, n, "%s", o->model);
+        return 1;
+    }
+    if (!o->resume || trim(o->resume, buf, n) != HPT_OK) return 0;
+    size_t len = strlen(buf);
+    if (len > 6 && !strcmp(buf + len - 6, ".state")) buf[len - 6] = '\0';
+    char cfg[PATH_MAX + 16];
+    snprintf(cfg, sizeof cfg, "%s/config.json", buf);
+    return is_file(cfg);
+}
+
 hpt_status trainer_save_paths(hpt_trainer *tr) {
     const hpt_train_opts *o = &tr->o;
     const int hf = !hpt_model_lora_on(tr->model) && trainer_saves_hf(tr);
@@ -77,8 +92,9 @@ hpt_status trainer_save_paths(hpt_trainer *tr) {
                             "this run saves %s (fp32)", hpt_model_lora_on(tr->model)
                             ? "LoRA adapters" : "llm.c's model.bin");
         tr->save_dtype = o->save_dtype;
-    } else if (is_dir(o->model)) { /* the dtype the weights came in */
-        HPT_CHECK(hpt_hf_weights_dtype(o->model, &tr->save_dtype));
+    } else if (hf) { /* the dtype the weights came in */
+        char src[PATH_MAX];
+        if (weights_source(o, src, sizeof src)) HPT_CHECK(hpt_hf_weights_dtype(src, &tr->save_dtype));
     }
     if (!o->save_dir) {
         tr->state_dir[0] = '\0';

@@ -371,9 +371,10 @@ static void print_saved(const hpt_trainer *tr, const hpt_train_opts *o, int done
     if (hpt_trainer_saved_files(tr, files, sizeof files) == HPT_OK) fprintf(stderr, "saved %s\n", files);
     char accum[32] = "";
     if (o->accum > 1) snprintf(accum, sizeof accum, " --accum %d", o->accum);
-    fprintf(stderr, "%s: hptrain train --resume %s --data '%s' --batch %d --seq %d%s --steps %lld%s\n",
-            done ? "train on with" : "resume with", hpt_trainer_state_dir(tr), o->data, o->B, o->T,
-            accum, (long long)o->steps, done ? " (a larger --steps)" : "");
+    fprintf(stderr, "%s: hptrain train --resume %s --data '%s' --batch %d --seq %d%s --steps %lld "
+            "--save %s%s\n", done ? "train further with" : "resume with", hpt_trainer_state_dir(tr),
+            o->data, o->B, o->T, accum, (long long)o->steps, o->save_dir,
+            done ? " (a larger --steps)" : "");
 }
 
 /* Under mpirun each process is one rank of a data-parallel run (docs/zero.md): rank 0 prints
