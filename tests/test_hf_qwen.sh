@@ -76,8 +76,8 @@ a, b = hf_write.load_dir(sys.argv[2]), hf_write.load_dir(sys.argv[3])
 a.pop("lm_head.weight")  # the tied head's copy in the source's files: hptrain writes wte once
 assert set(a) == set(b), sorted(set(a) ^ set(b))
 import torch
-for k in a:  # bf16 files in, the trained fp32 weights out
-    assert b[k].dtype == torch.float32 and a[k].shape == b[k].shape, k
+for k in a:  # bf16 files in, bf16 out (the default --save-dtype: the input's)
+    assert a[k].dtype == b[k].dtype == torch.bfloat16 and a[k].shape == b[k].shape, k
 assert not all(bool((a[k] == b[k]).all()) for k in a)  # trained: the weights moved
 import json, os
 c = json.load(open(os.path.join(sys.argv[3], "config.json")))
