@@ -64,7 +64,7 @@ for sig in TERM INT; do
     want=$([ $sig = TERM ] && echo 143 || echo 130)
     what=$([ $sig = TERM ] && echo "terminated .SIGTERM." || echo "interrupted")
     step=$(sed -n "s/.*$what at step \([0-9]*\).*/\1/p" "$tmp/err")
-    if [ $rc -eq "$want" ] && [ -n "$step" ] && [ -f "$d/state.bin" ] && grep -q "saved $d/state.bin" "$tmp/err"; then
+    if [ $rc -eq "$want" ] && [ -n "$step" ] && [ -f "$d/state.bin" ] && grep -q "saved .*the training state $d/state.bin" "$tmp/err"; then
         ok
     else
         bad "SIG$sig: status $rc (want $want), stderr: $(tail -n 3 "$tmp/err")"
