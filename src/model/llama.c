@@ -831,7 +831,7 @@ const hpt_arch hpt_arch_llama = {
     /* the registry's block */
     .desc = {.name = "llama", .label = "llama",
              .shapes = "llama3.2-1b, llama3.2-3b, llama3.1-8b, llama2-7b, mistral-7b, "
-                       "llama:L=..,C=..,NH=..,NKV=..,FF=..[,V=..][,T=..][,theta=..]",
+                       "llama:L=..,C=..,NH=..,NKV=..,FF=..[,V=..][,T=..][,theta=..][,window=..]",
              .block = "Llama",
              .attention = "grouped-query attention GFLOP/s (T=128, NH 32, NKV 8)",
              .op = {"RMSNorm", "RoPE", "SwiGLU"}},
