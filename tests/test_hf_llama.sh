@@ -5,7 +5,8 @@
 # Llama 3 rope scaling and an untied head; a tied one with biases in bf16 shards; a
 # MistralForCausalLM with sliding_window 5 at T 13, flash and plain attention), and a GPT-2
 # directory gives the llm.c file's loss; the Mistral directory trained and saved keeps its
-# window, and recomputation with plain attention gives its losses bit for bit. Exit 77 (ctest: skipped) without python3-torch, the
+# window (config.json, and through --resume the losses of the run not stopped), and
+# recomputation with plain attention gives its losses bit for bit. Exit 77 (ctest: skipped) without python3-torch, the
 # reference model, the eval command or the llama architecture.
 set -u
 bin=$1
@@ -64,6 +65,12 @@ if [ -f "$tmp/mistral/hf/config.json" ]; then
   "$py" -c "import json, sys; c = json.load(open(sys.argv[1])); sys.exit(not (c['sliding_window'] == 5 and c['architectures'] == ['MistralForCausalLM']))" \
     "$tmp/ms/config.json" && ok || bad "mistral saved config: $(cat "$tmp/ms/config.json")"
   [ -n "$(evloss "$tmp/ms" "$tmp/mistral/tokens.bin" 2 13)" ] && ok || bad "eval of the saved mistral: $(cat "$tmp/err")"
+  # resumed from the 2 steps saved, 2 more: the 4 steps' losses (the window kept)
+  mtr --log "$tmp/m4.jsonl" --steps 4 || bad "mistral train 4: $(cat "$tmp/err")"
+  "$bin" train --resume "$tmp/ms" --data "$tmp/mistral/tokens.bin" --batch 1 --seq 13 --steps 4 --quiet \
+    --attention plain --log "$tmp/m3.jsonl" >/dev/null 2>"$tmp/err" || bad "mistral resume: $(cat "$tmp/err")"
+  la=$(cat "$tmp/m1.jsonl" "$tmp/m3.jsonl" | grep -o '"loss": *[0-9.e+-]*'); lb=$(grep -o '"loss": *[0-9.e+-]*' "$tmp/m4.jsonl")
+  [ -n "$lb" ] && [ "$la" = "$lb" ] && ok || bad "mistral resumed losses: $la / $lb"
 fi
 # training from a llama directory: the same losses with disk homes; --save writes a directory with
 # the names, shapes and dtypes torch wrote; llm.c's format is refused with a clear line
