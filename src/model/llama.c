@@ -491,7 +491,8 @@ static hpt_status hf_config_read(const hpt_hf_json_ops *J, const hpt_hf_json *r,
 
 static void hf_config_write(const hpt_hf_json_ops *J, hpt_hf_json *r, const hpt_model_config *c,
                             const char *cls) {
-    J->put_str(r, "model_type", !strcmp(cls, "MistralForCausalLM") ? "mistral" : "llama");
+    /* transformers' Auto classes build the model of model_type: a window needs Mistral's */
+    J->put_str(r, "model_type", !strcmp(cls, "MistralForCausalLM") || c->window > 0 ? "mistral" : "llama");
     J->put_str(r, "hidden_act", "silu");
     J->put_int(r, "hidden_size", c->C);
     J->put_int(r, "intermediate_size", c->FF);
