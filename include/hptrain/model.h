@@ -43,6 +43,8 @@ typedef struct {
                           * (always); Qwen3: on q/k/v/o */
     float init_range;    /* initializer_range: N(0, init_range) init (GPT-2 0.02) */
     int hd;              /* head width; 0: C / NH (GPT-2, llama, Qwen2 keep 0); Qwen3's head_dim */
+    int window;          /* llama (Mistral's sliding_window): each query sees its last `window`
+                          * keys, its own included; 0: all (fully causal) */
 } hpt_model_config;
 
 /* SHAPE of any architecture:

@@ -26,7 +26,7 @@
  * written before them): 27 arch | NKV << 8 | FF << 32; 28 tied | attn_bias << 1 | mlp_bias << 2
  * | rope_orig_maxT << 8 | hd << 40 (0 but for Qwen3); 29 norm_eps | rope_theta << 32;
  * 30 rope_factor | rope_low_freq << 32; 31 rope_high_freq | init_range << 32 (floats as their
- * bits). */
+ * bits). Field 5 is maxT | window << 32 (the sliding window; 0 in files before it). */
 static int64_t two_floats(float lo, float hi) {
     uint32_t a, b;
     memcpy(&a, &lo, 4);
@@ -40,6 +40,7 @@ static float float_at(int64_t v, int hi) {
     return x;
 }
 static void pack_arch(const hpt_model_config *c, int64_t *f) {
+    f[5] = (int64_t)((uint64_t)(uint32_t)c->maxT | (uint64_t)(uint32_t)c->window << 32);
     if (c->arch == HPT_ARCH_GPT2) return;
     f[27] = (int64_t)((uint64_t)c->arch | (uint64_t)c->NKV << 8 | (uint64_t)c->FF << 32);
     f[28] = (int64_t)((uint64_t)c->tied | (uint64_t)c->attn_bias << 1 | (uint64_t)c->mlp_bias << 2 |
@@ -50,6 +51,8 @@ static void pack_arch(const hpt_model_config *c, int64_t *f) {
 }
 static void unpack_arch(const int64_t *f, hpt_model_config *c) {
     uint64_t a = (uint64_t)f[27], b = (uint64_t)f[28];
+    c->maxT = (int)((uint64_t)f[5] & 0xffffffffu);
+    c->window = (int)((uint64_t)f[5] >> 32);
     c->arch = (int)(a & 0xff);
     if (c->arch == HPT_ARCH_GPT2) return;
     c->NKV = (int)((a >> 8) & 0xffffff);
