@@ -132,8 +132,10 @@ hpt_status emb_create(hpt_model *m, const hpt_offload_opts *o) {
     HPT_CHECK(model_vocab_chunk_check(c, o));
     size_t C = (size_t)c->C;
     size_t ne = emb_ne(m), chunk = (size_t)m->Vc * C * sizeof(float);
-    hpt_mem_set_name(m->mem, m->emb_untied ? "lm_head/wte gradient chunk" : "wte gradient chunk");
-    HPT_CHECK(m->be->alloc(m->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, chunk, (void **)&m->emb_grad));
+    if (m->grads) { /* none for a frozen base (model/frozen.c): it has no gradients at all */
+        hpt_mem_set_name(m->mem, m->emb_untied ? "lm_head/wte gradient chunk" : "wte gradient chunk");
+        HPT_CHECK(m->be->alloc(m->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, chunk, (void **)&m->emb_grad));
+    }
     if (m->emb != HPT_EMB_BF16) return HPT_OK;
     hpt_mem_set_name(m->mem, "embeddings (bf16)");
     HPT_CHECK(m->be->alloc(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, ne * 2, (void **)&m->emb_h));

@@ -4,7 +4,8 @@
  * one device buffer: a matrix (OC, C) as bf16 (round to nearest even), as int8 with one fp32
  * scale per output row (the backend's q8w codec: absmax / 127) or as QLoRA's NF4 (model/nf4.h:
  * blocks of 64 over the flattened matrix, double-quantised absmaxes; a host routine, so CPU
- * only), a vector (norm weights, biases) in fp32. acquire(l) widens block l into one fp32 slot
+ * only), a vector (norm weights, biases) in fp32; the embeddings and an untied head in bf16,
+ * widened a vocabulary chunk at a time (embed.c's HPT_EMB_BF16, no gradient). acquire(l) widens block l into one fp32 slot
  * (block-sized, kept while the next acquire names the same block); loading (scatter), initialisation (block_dest, store_block)
  * and saving (gather) go through the same slot. Gradients: none (grad_slot refuses; LoRA's
  * runner path never asks). Invariants: what a forward reads is exactly the widened stored
@@ -15,6 +16,7 @@
 #include "model/gpt2_int.h"
 #include "model/model.h"
 #include "model/nf4.h"
+#include "testing.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -62,10 +64,32 @@ static size_t layout(const hpt_model_config *cfg, int kind, frozen *f, size_t *s
     return bytes;
 }
 
+/* The non-block tensors' storage (embed.c): wte (and an untied head; GPT-2's wpe) in bf16, one
+ * (Vc, C) fp32 scratch that the lookup's and the head's rows are widened into, Vc rows at a time;
+ * the final norm fp32. */
+static _Thread_local int vocab_rows; /* hpt_frozen_vocab_chunk's, 0: embed.c's default */
+
+void hpt_frozen_vocab_chunk(int rows) { vocab_rows = rows; }
+
+static hpt_offload_opts nonblock_opts(void) {
+    hpt_offload_opts o = hpt_offload_defaults();
+    o.embeddings = HPT_EMB_BF16;
+    o.vocab_chunk = vocab_rows;
+    return o;
+}
+
 uint64_t model_frozen_bytes(const hpt_model_config *cfg, int kind) {
     size_t slot;
     size_t block = layout(cfg, kind, NULL, &slot);
-    return (uint64_t)cfg->L * block + 4 * (uint64_t)slot;
+    hpt_offload_opts o = nonblock_opts();
+    uint64_t nb, unused;
+    model_nonblock_bytes(cfg, &o, &nb, &unused);
+    return (uint64_t)cfg->L * block + 4 * (uint64_t)slot + nb;
+}
+
+int model_frozen_vocab_chunk(const hpt_model_config *cfg) {
+    hpt_offload_opts o = nonblock_opts();
+    return model_vocab_chunk(cfg, &o);
 }
 
 /* slice s of block l: from the fp32 values at x into the storage, or back */
@@ -182,7 +206,7 @@ hpt_status hpt_model_create_frozen(hpt_mem *mem, const hpt_model_config *cfg, in
     if (kind == HPT_BASE_NF4 && strcmp(hpt_backend_of(mem)->name, "cpu"))
         return hpt_fail(HPT_ERR_UNSUPPORTED, "--base-weights nf4 runs on the CPU in this version "
                         "(its codec is a host routine)");
-    hpt_offload_opts o = hpt_offload_defaults(); /* full embeddings, in the flat buffer */
+    hpt_offload_opts o = nonblock_opts(); /* the non-block tensors in the flat buffer, bf16 */
     hpt_model *m;
     model_create_frozen_flag(1);
     hpt_status s = model_create_unbound(mem, cfg, &o, &m);

@@ -145,7 +145,8 @@ void model_nonblock_bytes(const hpt_model_config *c, const hpt_offload_opts *o, 
 int model_vocab_chunk(const hpt_model_config *c, const hpt_offload_opts *o);
 /* HPT_ERR_INVALID when a chunk's values (rows * C) are not a multiple of HPT_Q8_BLOCK. */
 hpt_status model_vocab_chunk_check(const hpt_model_config *c, const hpt_offload_opts *o);
-/* hpt_model_act_tier_bytes with a head of vc vocabulary rows at a time (0: all). */
+/* hpt_model_act_tier_bytes with a head of vc vocabulary rows at a time (0: all; -vc: the same
+ * without the deferred embedding gradient, a frozen base's: the head's buffers end earlier). */
 hpt_status model_act_tier_bytes_vc(const hpt_model_config *cfg, int B, int T,
                                   const hpt_act_opts *o, int vc, uint64_t out[HPT_TIER_COUNT]);
 
@@ -154,13 +155,15 @@ hpt_status model_act_tier_bytes_vc(const hpt_model_config *cfg, int B, int T,
  * of hpt_model_lora_params and _grads) and options; NULL without adapters. */
 const hpt_tensor_table *model_lora_table(const hpt_model *m);
 const hpt_lora_opts *model_lora_opts(const hpt_model *m);
-/* A frozen base's block storage and fp32 slot (frozen.c, --base-weights kind), bytes of
- * category params beside the non-block tensors; and the kind models made by
- * hpt_model_create_config_offload on this thread take (HPT_BASE_F32: none; the trainer sets it
+/* A frozen base's params bytes (frozen.c, --base-weights kind): the block storage, the fp32
+ * slot and the non-block tensors (embeddings in bf16, one fp32 vocabulary chunk); and the kind
+ * models made by hpt_model_create_config_offload on this thread take (HPT_BASE_F32: none; the trainer sets it
  * around a LoRA run's load, so io's loaders build a frozen base). */
 uint64_t model_frozen_bytes(const hpt_model_config *cfg, int kind);
 void model_set_frozen_base(int kind);
 int model_frozen_base(void);
+/* A frozen base's vocabulary chunk: the rows of its bf16 embeddings widened at a time (embed.c) */
+int model_frozen_vocab_chunk(const hpt_model_config *cfg);
 /* The forward passes so far (dropout's masks follow it): a resumed run's training state. */
 uint64_t model_lora_pass(const hpt_model *m);
 void model_lora_set_pass(hpt_model *m, uint64_t pass);
