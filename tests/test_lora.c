@@ -245,6 +245,81 @@ static void check_vocab_chunks(const hpt_model_config *cfg, const float *lora0, 
     for (int k = 0; k < 3; k++) free(g[k]);
 }
 
+/* --base-home (model/frozen.c): the frozen base's stored blocks on the host or the disk tier
+ * give the device home's bits (loss and every adapter gradient, two steps: the blocks are read
+ * again, nothing written back), for an f32 base (against the plain model in memory) and a
+ * narrow one; each tier's params exactly what the estimator says; the host and disk copies are
+ * in the timeline's counts. */
+static void check_homes(const hpt_model_config *cfg, const char *shape, const float *lora0,
+                        size_t nl, const int32_t *x, const int32_t *y, int B, int T,
+                        hpt_lora_opts lo) {
+    static const struct { int kind, home; } k_cases[] = {
+        {HPT_BASE_F32, HPT_TIER_HOST}, {HPT_BASE_F32, HPT_TIER_DISK},
+        {HPT_BASE_NF4, HPT_TIER_HOST}, {HPT_BASE_BF16, HPT_TIER_DISK}};
+    for (size_t c = 0; c < sizeof k_cases / sizeof k_cases[0]; c++) {
+        int kind = k_cases[c].kind, home = k_cases[c].home;
+        hpt_mem *mem;
+        CHECK_OK(hpt_mem_create(&mem));
+        char dir[600];
+        snprintf(dir, sizeof dir, "%s/frozen_home", t_tmpdir());
+        CHECK_OK(hpt_mem_set_disk_dir(mem, dir));
+        hpt_model *m[2] = {NULL, NULL};
+        CHECK_OK(hpt_model_create_frozen_on(mem, cfg, kind, home, &m[0]));
+        hpt_mem_stats st;
+        hpt_mem_get_stats(mem, &st);
+        uint64_t off_home = st.live_bytes[home][HPT_CAT_PARAMS];
+        uint64_t dev0 = st.live_bytes[HPT_TIER_DEVICE][HPT_CAT_PARAMS];
+        if (kind == HPT_BASE_F32) CHECK_OK(hpt_model_create_forward(mem, shape, &m[1]));
+        else CHECK_OK(hpt_model_create_frozen(mem, cfg, kind, &m[1]));
+        if (!m[0] || !m[1]) return;
+        float l[2][2];
+        float *g[2] = {0};
+        for (int k = 0; k < 2; k++) {
+            CHECK_OK(hpt_model_init_random(m[k], 5));
+            CHECK_OK(hpt_model_lora_attach(m[k], &lo, 3));
+            memcpy(hpt_model_lora_params(m[k]), lora0, nl * sizeof(float));
+            for (int step = 0; step < 2; step++) {
+                hpt_model_zero_grad(m[k]);
+                CHECK_OK(hpt_model_forward(m[k], x, y, B, T, &l[k][step]));
+                CHECK_OK(hpt_model_backward(m[k]));
+            }
+            g[k] = hpt_model_lora_grads(m[k]);
+        }
+        const char *kn = kind == HPT_BASE_F32 ? "f32" : kind == HPT_BASE_NF4 ? "nf4" : "bf16";
+        const char *tn = hpt_tier_name((hpt_tier)home);
+        CHECK_MSG(memcmp(l[0], l[1], sizeof l[0]) == 0 && memcmp(g[0], g[1], nl * sizeof(float)) == 0,
+                  "%s base on the %s: loss %.9g, %.9g against the device's %.9g, %.9g or the "
+                  "gradients differ", kn, tn, (double)l[0][0], (double)l[0][1], (double)l[1][0],
+                  (double)l[1][1]);
+        hpt_plan_opts po = hpt_plan_defaults();
+        po.cfg = *hpt_model_get_config(m[0]);
+        po.B = B, po.T = T, po.no_data = 1;
+        po.lora = lo;
+        po.lora.base = kind;
+        po.lora.home = home;
+        hpt_estimate e;
+        CHECK_OK(hpt_plan_estimate(&po, &e));
+        uint64_t lb[HPT_CAT_COUNT];
+        CHECK_OK(hpt_lora_bytes(cfg, &lo, B, T, 1, lb));
+        CHECK_MSG(off_home == e.bytes[home][HPT_CAT_PARAMS] && off_home > 0 &&
+                      dev0 + lb[HPT_CAT_PARAMS] == e.bytes[HPT_TIER_DEVICE][HPT_CAT_PARAMS],
+                  "%s base on the %s: params %llu there, %llu on the device (+ adapters %llu); "
+                  "estimated %llu, %llu", kn, tn, (unsigned long long)off_home,
+                  (unsigned long long)dev0, (unsigned long long)lb[HPT_CAT_PARAMS],
+                  (unsigned long long)e.bytes[home][HPT_CAT_PARAMS],
+                  (unsigned long long)e.bytes[HPT_TIER_DEVICE][HPT_CAT_PARAMS]);
+        printf("%s: %s base on the %s: the device home's bits (losses %.7f, %.7f); params %llu "
+               "there, %llu on the device, as estimated\n", shape, kn, tn, (double)l[0][0],
+               (double)l[0][1], (unsigned long long)off_home, (unsigned long long)dev0);
+        hpt_model_free(m[0]);
+        hpt_model_free(m[1]);
+        hpt_mem_get_stats(mem, &st);
+        for (int t = 0; t < HPT_TIER_COUNT; t++)
+            for (int k = 0; k < HPT_CAT_COUNT; k++) CHECK(st.live_bytes[t][k] == 0 || k == HPT_CAT_IO);
+        hpt_mem_destroy(mem);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc < 7) {
         fprintf(stderr, "usage: test_lora REF SHAPE TARGETS R ALPHA RSLORA\n");
@@ -398,6 +473,7 @@ int main(int argc, char **argv) {
     check_frozen(&cfg, argv[2], HPT_BASE_INT8, lora0, nl, x, y, B, T, lo);
     check_frozen(&cfg, argv[2], HPT_BASE_NF4, lora0, nl, x, y, B, T, lo);
     check_vocab_chunks(&cfg, lora0, nl, x, y, B, T, lo);
+    check_homes(&cfg, argv[2], lora0, nl, x, y, B, T, lo);
     hpt_optim_free(opt);
     hpt_model_free(m);
     hpt_mem_get_stats(mem, &st);

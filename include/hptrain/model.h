@@ -274,6 +274,8 @@ typedef struct {
     int rslora;     /* 1: s = alpha / sqrt(r) (rank-stabilised LoRA) */
     char targets[HPT_LORA_TARGETS_MAX];
     int base;       /* hpt_base_weights of the frozen base's blocks (--base-weights) */
+    int home;       /* hpt_tier of the frozen base's stored blocks (--base-home): device (0),
+                     * host or disk, read-only there and brought in a block at a time */
 } hpt_lora_opts;
 /* r 0 (off), alpha 8, dropout 0, every linear layer: PEFT's LoraConfig defaults once r is set. */
 hpt_lora_opts hpt_lora_defaults(void);
@@ -301,6 +303,11 @@ float *hpt_model_lora_grads(hpt_model *m);
  * are rounded as they are stored). A forward needs targets (the head runs by vocabulary chunks). */
 hpt_status hpt_model_create_frozen(hpt_mem *mem, const hpt_model_config *cfg, int kind,
                                    hpt_model **out);
+/* The same with any kind (HPT_BASE_F32 too: fp32 blocks, fp32 embeddings) whose stored blocks
+ * live on tier home (HPT_TIER_DEVICE, HOST or DISK: the disk tier's directory set first), each
+ * brought whole into a device staging block when acquired (--base-home). */
+hpt_status hpt_model_create_frozen_on(hpt_mem *mem, const hpt_model_config *cfg, int kind,
+                                      int home, hpt_model **out);
 /* Merges the adapters into the base, W += s * B @ A on each chosen layer, and frees them (the
  * model is then a plain one: `eval --adapter`, `sample --adapter`). */
 hpt_status hpt_model_lora_merge(hpt_model *m);

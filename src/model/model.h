@@ -155,15 +155,20 @@ hpt_status model_act_tier_bytes_vc(const hpt_model_config *cfg, int B, int T,
  * of hpt_model_lora_params and _grads) and options; NULL without adapters. */
 const hpt_tensor_table *model_lora_table(const hpt_model *m);
 const hpt_lora_opts *model_lora_opts(const hpt_model *m);
-/* A frozen base's params bytes (frozen.c, --base-weights kind): the block storage, the fp32
- * slot and the non-block tensors (embeddings in bf16, one fp32 vocabulary chunk); and the kind
- * models made by hpt_model_create_config_offload on this thread take (HPT_BASE_F32: none; the trainer sets it
- * around a LoRA run's load, so io's loaders build a frozen base). */
-uint64_t model_frozen_bytes(const hpt_model_config *cfg, int kind);
-void model_set_frozen_base(int kind);
+/* A frozen base's params bytes per tier (frozen.c, --base-weights kind, --base-home tier): the
+ * block storage on home; the fp32 slot, a staging block off the device and the non-block
+ * tensors (a narrow kind's embeddings in bf16, one fp32 vocabulary chunk) on the device. And the
+ * kind and home that models made by hpt_model_create_config_offload on this thread take
+ * (HPT_BASE_F32 on the device: none; the trainer sets them around a LoRA run's load, so io's
+ * loaders build a frozen base). */
+void model_frozen_bytes(const hpt_model_config *cfg, int kind, int home,
+                        uint64_t out[HPT_TIER_COUNT]);
+void model_set_frozen_base(int kind, int home);
 int model_frozen_base(void);
-/* A frozen base's vocabulary chunk: the rows of its bf16 embeddings widened at a time (embed.c) */
-int model_frozen_vocab_chunk(const hpt_model_config *cfg);
+int model_frozen_home(void);
+/* A frozen base's vocabulary chunk: the rows of its bf16 embeddings widened at a time (embed.c;
+ * 0: an f32 base's full embeddings) */
+int model_frozen_vocab_chunk(const hpt_model_config *cfg, int kind);
 /* The forward passes so far (dropout's masks follow it): a resumed run's training state. */
 uint64_t model_lora_pass(const hpt_model *m);
 void model_lora_set_pass(hpt_model *m, uint64_t pass);

@@ -114,7 +114,7 @@ void tok_examples_free(tok_examples *e);
     {"vocab-chunk", 1, 0, CLI_OPT_PLAN}, {"loss-scale", 1, 0, CLI_OPT_PLAN}, \
     {"device", 1, 0, CLI_OPT_PLAN}, {"zero", 1, 0, CLI_OPT_PLAN}, \
     {"lora", 1, 0, CLI_OPT_PLAN}, {"lora-targets", 1, 0, CLI_OPT_PLAN}, \
-    {"base-weights", 1, 0, CLI_OPT_PLAN}, \
+    {"base-weights", 1, 0, CLI_OPT_PLAN}, {"base-home", 1, 0, CLI_OPT_PLAN}, \
     {"pack", 1, 0, CLI_OPT_PLAN}, \
     {"loss-scale-init", 1, 0, CLI_OPT_PLAN}, {"loss-scale-window", 1, 0, CLI_OPT_PLAN}, \
     {"accum", 1, 0, CLI_OPT_PLAN}, {"schedule", 1, 0, CLI_OPT_PLAN}, \

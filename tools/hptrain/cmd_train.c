@@ -180,6 +180,8 @@ static const char k_help[] =
     "                       bf16, int8 (one scale per row) or nf4 (QLoRA's 4-bit NormalFloat,\n"
     "                       CPU), widened a block at a time; with bf16, int8 or nf4 the\n"
     "                       embedding and head in bf16, widened 2048 vocabulary rows at a time\n"
+    "  --base-home T        LoRA: the frozen base's stored blocks on T = device (default), host\n"
+    "                       or disk (--offload-dir), read-only, each brought in whole when used\n"
     "  --adapter DIR        start LoRA from saved adapters (PEFT's files): their r, alpha,\n"
     "                       dropout and layers replace --lora's; a fresh optimizer\n"
     "  --quiet              the summary only: no setup lines, no progress line, the memory\n"
