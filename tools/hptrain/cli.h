@@ -147,7 +147,7 @@ void tok_examples_free(tok_examples *e);
     "                       and the runners-up (docs/planner.md); the technique flags given are\n" \
     "                       replaced; when none fits, each budget's source and what would fit\n" \
     "  --allow lossy        let --plan auto choose 8-bit state, bf16 weights, compressed\n" \
-    "                       activations\n" \
+    "                       activations, a LoRA base in bf16, int8 or nf4\n" \
     "  --tokens-per-step N  --plan auto: tokens per optimizer step (B x accum x T; default\n" \
     "                       from --batch and --accum)\n" \
     "  --verbose            --plan auto: the calibration and the cost model's inputs\n"
