@@ -248,8 +248,8 @@ static void check_vocab_chunks(const hpt_model_config *cfg, const float *lora0, 
 /* --base-home (model/frozen.c): the frozen base's stored blocks on the host or the disk tier
  * give the device home's bits (loss and every adapter gradient, two steps: the blocks are read
  * again, nothing written back), for an f32 base (against the plain model in memory) and a
- * narrow one; each tier's params exactly what the estimator says; the host and disk copies are
- * in the timeline's counts. */
+ * narrow one (its bf16 embeddings then on the host too); each tier's params exactly what the
+ * estimator says. */
 static void check_homes(const hpt_model_config *cfg, const char *shape, const float *lora0,
                         size_t nl, const int32_t *x, const int32_t *y, int B, int T,
                         hpt_lora_opts lo) {
@@ -267,8 +267,8 @@ static void check_homes(const hpt_model_config *cfg, const char *shape, const fl
         CHECK_OK(hpt_model_create_frozen_on(mem, cfg, kind, home, &m[0]));
         hpt_mem_stats st;
         hpt_mem_get_stats(mem, &st);
-        uint64_t off_home = st.live_bytes[home][HPT_CAT_PARAMS];
-        uint64_t dev0 = st.live_bytes[HPT_TIER_DEVICE][HPT_CAT_PARAMS];
+        uint64_t live[HPT_TIER_COUNT];
+        for (int t = 0; t < HPT_TIER_COUNT; t++) live[t] = st.live_bytes[t][HPT_CAT_PARAMS];
         if (kind == HPT_BASE_F32) CHECK_OK(hpt_model_create_forward(mem, shape, &m[1]));
         else CHECK_OK(hpt_model_create_frozen(mem, cfg, kind, &m[1]));
         if (!m[0] || !m[1]) return;
@@ -301,16 +301,18 @@ static void check_homes(const hpt_model_config *cfg, const char *shape, const fl
         CHECK_OK(hpt_plan_estimate(&po, &e));
         uint64_t lb[HPT_CAT_COUNT];
         CHECK_OK(hpt_lora_bytes(cfg, &lo, B, T, 1, lb));
-        CHECK_MSG(off_home == e.bytes[home][HPT_CAT_PARAMS] && off_home > 0 &&
-                      dev0 + lb[HPT_CAT_PARAMS] == e.bytes[HPT_TIER_DEVICE][HPT_CAT_PARAMS],
-                  "%s base on the %s: params %llu there, %llu on the device (+ adapters %llu); "
-                  "estimated %llu, %llu", kn, tn, (unsigned long long)off_home,
-                  (unsigned long long)dev0, (unsigned long long)lb[HPT_CAT_PARAMS],
-                  (unsigned long long)e.bytes[home][HPT_CAT_PARAMS],
-                  (unsigned long long)e.bytes[HPT_TIER_DEVICE][HPT_CAT_PARAMS]);
-        printf("%s: %s base on the %s: the device home's bits (losses %.7f, %.7f); params %llu "
-               "there, %llu on the device, as estimated\n", shape, kn, tn, (double)l[0][0],
-               (double)l[0][1], (unsigned long long)off_home, (unsigned long long)dev0);
+        CHECK(live[home] > 0);
+        for (int t = 0; t < HPT_TIER_COUNT; t++)
+            CHECK_MSG(live[t] + (t == HPT_TIER_DEVICE ? lb[HPT_CAT_PARAMS] : 0) ==
+                          e.bytes[t][HPT_CAT_PARAMS],
+                      "%s base on the %s: params on the %s %llu (+ adapters %llu on the device), "
+                      "estimated %llu", kn, tn, hpt_tier_name((hpt_tier)t),
+                      (unsigned long long)live[t], (unsigned long long)lb[HPT_CAT_PARAMS],
+                      (unsigned long long)e.bytes[t][HPT_CAT_PARAMS]);
+        printf("%s: %s base on the %s: the device home's bits (losses %.7f, %.7f); params: "
+               "device %llu, host %llu, disk %llu, as estimated\n", shape, kn, tn,
+               (double)l[0][0], (double)l[0][1], (unsigned long long)live[HPT_TIER_DEVICE],
+               (unsigned long long)live[HPT_TIER_HOST], (unsigned long long)live[HPT_TIER_DISK]);
         hpt_model_free(m[0]);
         hpt_model_free(m[1]);
         hpt_mem_get_stats(mem, &st);

@@ -90,6 +90,12 @@ static hpt_offload_opts nonblock_opts(int kind) {
     return o;
 }
 
+/* The tier of a narrow base's bf16 embeddings and head: the host's when the blocks are off the
+ * device (read in place on the CPU, a gather of rows and chunks into device buffers). */
+static int emb_home(int kind, int home) {
+    return kind != HPT_BASE_F32 && home != HPT_TIER_DEVICE ? HPT_TIER_HOST : HPT_TIER_DEVICE;
+}
+
 static size_t stride_of(size_t block, int home) {
     return home == HPT_TIER_DEVICE ? block : (block + 4095) / 4096 * 4096; /* whole pages */
 }
@@ -104,6 +110,8 @@ void model_frozen_bytes(const hpt_model_config *cfg, int kind, int home,
     memset(out, 0, HPT_TIER_COUNT * sizeof out[0]);
     out[home] += (uint64_t)cfg->L * stride;
     out[HPT_TIER_DEVICE] += 4 * (uint64_t)slot + nb + (home != HPT_TIER_DEVICE ? stride : 0);
+    uint64_t eh = emb_home(kind, home) != HPT_TIER_DEVICE ? model_emb_bf16_bytes(cfg) : 0;
+    out[HPT_TIER_DEVICE] -= eh, out[HPT_TIER_HOST] += eh; /* the bf16 embeddings on the host */
 }
 
 int model_frozen_vocab_chunk(const hpt_model_config *cfg, int kind) {
@@ -276,9 +284,15 @@ hpt_status hpt_model_create_frozen_on(hpt_mem *mem, const hpt_model_config *cfg,
         return hpt_fail(HPT_ERR_UNSUPPORTED, "--base-weights nf4 runs on the CPU in this version "
                         "(its codec is a host routine)");
     hpt_offload_opts o = nonblock_opts(kind); /* the non-block tensors in the flat buffer */
+    if (emb_home(kind, home) != HPT_TIER_DEVICE && strcmp(hpt_backend_of(mem)->name, "cpu"))
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--base-home %s with --base-weights %s keeps the bf16 "
+                        "embeddings on the host, read in place: the CPU only in this version",
+                        hpt_tier_name((hpt_tier)home), kinds[kind]);
     hpt_model *m;
     model_create_frozen_flag(1);
+    model_create_emb_tier(emb_home(kind, home));
     hpt_status s = model_create_unbound(mem, cfg, &o, &m);
+    model_create_emb_tier(HPT_TIER_DEVICE);
     model_create_frozen_flag(0);
     HPT_CHECK(s);
     frozen *f = calloc(1, sizeof *f);

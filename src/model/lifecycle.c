@@ -88,6 +88,9 @@ static _Thread_local int create_frozen;
 static _Thread_local int frozen_base_kind, frozen_base_home;
 
 void model_create_frozen_flag(int on) { create_frozen = on; }
+/* Set by frozen.c around its create: the tier of a frozen base's bf16 embeddings */
+static _Thread_local int create_emb_tier;
+void model_create_emb_tier(int tier) { create_emb_tier = tier; }
 void model_set_frozen_base(int kind, int home) {
     frozen_base_kind = kind;
     frozen_base_home = home;
@@ -143,6 +146,7 @@ static hpt_status create(hpt_mem *mem, const hpt_model_config *cfg, const hpt_of
         s = m->be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, m->n_gflat * sizeof(float),
                          (void **)&m->grads);
     }
+    m->emb_tier = create_emb_tier;
     if (s == HPT_OK) s = emb_create(m, stored ? o : NULL);
     if (s == HPT_OK) s = consts_create(m);
     if (s != HPT_OK) {

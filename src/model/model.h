@@ -137,6 +137,8 @@ void model_set_fault(hpt_model *m, int layer, float value);
 hpt_status model_grads_overflow(hpt_model *m, int *overflow);
 
 /* ---- sizes from a configuration (the estimator's) ---- */
+/* Bytes of the embeddings kept in bf16 by HPT_EMB_BF16 (of *params below, without Kahan's). */
+uint64_t model_emb_bf16_bytes(const hpt_model_config *c);
 /* Device bytes of the model's non-block parameters and gradients with the engine (params and
  * grads flat buffers, embed.c's bf16 homes and chunk buffers). */
 void model_nonblock_bytes(const hpt_model_config *c, const hpt_offload_opts *o, uint64_t *params,
