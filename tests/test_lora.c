@@ -8,7 +8,8 @@
  * adapters when B is zero; bad targets and settings are refused; dropout against central
  * differences and under full recomputation (check_dropout); a bf16, int8 or nf4 base (its
  * embeddings bf16) against the fp32 model of its values (check_frozen); its embeddings and head
- * widened a few vocabulary rows at a time (check_vocab_chunks). */
+ * widened a few vocabulary rows at a time (check_vocab_chunks); the base homed on the host or
+ * the disk against the device home (check_homes). */
 #include "testlib.h"
 #include "model/arch.h"
 #include "testing.h"
@@ -219,7 +220,8 @@ static void check_vocab_chunks(const hpt_model_config *cfg, const float *lora0, 
         hpt_mem_stats st;
         hpt_mem_get_stats(mem, &st);
         for (int c = HPT_CAT_PARAMS; c <= HPT_CAT_ACTS; c++) /* no optimizer here */
-            CHECK_MSG(c == HPT_CAT_OPTIM ||st.live_bytes[HPT_TIER_DEVICE][c] == e.bytes[HPT_TIER_DEVICE][c],
+            CHECK_MSG(c == HPT_CAT_OPTIM ||
+                          st.live_bytes[HPT_TIER_DEVICE][c] == e.bytes[HPT_TIER_DEVICE][c],
                       "vocabulary chunk %d, head chunk %d: category %d measured %llu, estimated "
                       "%llu", k ? 64 : 0, act.head_chunk, c,
                       (unsigned long long)st.live_bytes[HPT_TIER_DEVICE][c],
@@ -287,7 +289,8 @@ static void check_homes(const hpt_model_config *cfg, const char *shape, const fl
         }
         const char *kn = kind == HPT_BASE_F32 ? "f32" : kind == HPT_BASE_NF4 ? "nf4" : "bf16";
         const char *tn = hpt_tier_name((hpt_tier)home);
-        CHECK_MSG(memcmp(l[0], l[1], sizeof l[0]) == 0 && memcmp(g[0], g[1], nl * sizeof(float)) == 0,
+        CHECK_MSG(memcmp(l[0], l[1], sizeof l[0]) == 0 &&
+                      memcmp(g[0], g[1], nl * sizeof(float)) == 0,
                   "%s base on the %s: loss %.9g, %.9g against the device's %.9g, %.9g or the "
                   "gradients differ", kn, tn, (double)l[0][0], (double)l[0][1], (double)l[1][0],
                   (double)l[1][1]);

@@ -287,7 +287,8 @@ void hpt_lora_name(const hpt_lora_opts *o, char *buf, size_t n);
 /* The scale s of o. */
 float hpt_lora_scale(const hpt_lora_opts *o);
 /* Attaches adapters o (r > 0) to m: a model without the offload engine and with full
- * embeddings (or a frozen base's, hpt_model_create_frozen); A from seed, B zero. HPT_ERR_INVALID naming an unknown target, HPT_ERR_OOM. */
+ * embeddings (or a frozen base's, hpt_model_create_frozen); A from seed, B zero.
+ * HPT_ERR_INVALID naming an unknown target, HPT_ERR_OOM. */
 hpt_status hpt_model_lora_attach(hpt_model *m, const hpt_lora_opts *o, uint64_t seed);
 /* Whether m has adapters; their tensors (the table, A then B of each target layer, stacked
  * over the blocks), values and gradients (flat, in that order: device tier). */

@@ -1,20 +1,16 @@
-/* frozen.c: a frozen base whose blocks' matrices are stored in bf16, int8 or NF4 (--base-weights;
- * docs/lora.md), or fp32, homed on the device, the host or the disk (--base-home): a block store (model/blocks.h) that the model's runner reads like the offload
- * engine's, for a model that only LoRA adapters train. Each block's slices lie back to back in
- * one device buffer: a matrix (OC, C) as bf16 (round to nearest even), as int8 with one fp32
- * scale per output row (the backend's q8w codec: absmax / 127) or as QLoRA's NF4 (model/nf4.h:
- * blocks of 64 over the flattened matrix, double-quantised absmaxes; a host routine, so CPU
- * only), a vector (norm weights, biases) in fp32; the embeddings and an untied head in bf16,
- * widened a vocabulary chunk at a time (embed.c's HPT_EMB_BF16, no gradient). acquire(l) widens block l into one fp32 slot
- * (block-sized, kept while the next acquire names the same block); loading (scatter), initialisation (block_dest, store_block)
- * and saving (gather) go through the same slot. Gradients: none (grad_slot refuses; LoRA's
- * runner path never asks). Invariants: what a forward reads is exactly the widened stored
- * values, so a run on this store computes the bits of an fp32 model loaded with them; every
- * byte is from hpt_mem (category params) in the sizes model_frozen_bytes gives the estimator.
- * Off the device the stored blocks lie at l * stride (4096-rounded) in a host buffer or a disk
- * block, read-only once written: acquire brings block l whole into one device staging buffer
- * (a copy, or one aligned disk read) and widens it from there; loading rewrites a block whole
- * (read, narrow the slice, write). Nothing is written back in training. */
+/* frozen.c: a LoRA run's frozen base (docs/lora.md): a block store (model/blocks.h) that the
+ * model's runner reads like the offload engine's. Block l's slices lie back to back at
+ * l * stride on its home (--base-home: a device buffer, a host buffer or a disk-tier block, the
+ * stride then 4096-rounded): a matrix (OC, C) as fp32, bf16 (round to nearest even), int8 with
+ * one fp32 scale per output row (the q8w codec) or QLoRA's NF4 (model/nf4.h; a host routine:
+ * CPU only), a vector in fp32 (--base-weights). A narrow base keeps its embeddings and an
+ * untied head in bf16 (embed.c's HPT_EMB_BF16 without gradient; on the host with an off-device
+ * home). acquire(l) brings block l whole into a device staging buffer when it is off the
+ * device (a copy, one aligned disk read) and widens it into one fp32 slot (kept while the next
+ * acquire names the same block); loading, initialisation and saving go through the slot, and
+ * off the device rewrite a block whole. Nothing is written back in training; no gradients.
+ * Invariants: a forward reads exactly the widened stored values (the bits of an fp32 model of
+ * them); every byte is from hpt_mem (params) in the sizes model_frozen_bytes gives per tier. */
 #include "core/core.h"
 #include "model/blocks.h"
 #include "model/gpt2_int.h"
@@ -39,7 +35,7 @@ typedef struct {
     size_t block_bytes, slot_floats;
     hpt_tier home;                  /* the stored blocks' tier (--base-home) */
     size_t stride;                  /* bytes: block l at l * stride in the home */
-    unsigned char *data;            /* (L * stride) params, device or host home: the stored blocks */
+    unsigned char *data;            /* (L * stride) params, a device or host home: the blocks */
     hpt_disk_ref disk;              /* (L * stride) params, disk home */
     unsigned char *stage;           /* (stride) device params: one stored block, off-device homes */
     unsigned char *written;         /* (L) whether block l was written to the home yet */

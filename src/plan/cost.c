@@ -267,7 +267,8 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
         * block read whole when acquired, in the forward and again in the backward, waited for */
         uint64_t fb[HPT_TIER_COUNT];
         model_frozen_bytes(cfg, o->lora.base, base_home, fb);
-        double reads = m * 2.0 * L * tier_s(c, 0, (hpt_tier)base_home, (double)fb[base_home] / L, 0);
+        double blk_s = tier_s(c, 0, (hpt_tier)base_home, (double)fb[base_home] / L, 0);
+        double reads = m * 2.0 * L * blk_s;
         total += reads, transfer += reads;
         out->load_bytes = m * 2.0 * (double)fb[base_home];
     }
