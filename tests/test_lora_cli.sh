@@ -110,6 +110,12 @@ mg=$("$bin" eval --quiet --model "$tmp/merged" --data "$tmp/m/tokens.bin" --batc
 cmp -s "$tmp/ad/adapter_model.safetensors" "$tmp/ad2/adapter_model.safetensors" && ok ||
   bad "train --adapter at lr 0 changed the adapters"
 cmp -s "$tmp/ad/adapter_config.json" "$tmp/ad2/adapter_config.json" && ok || bad "train --adapter changed the settings"
+# ... with the run's own base storage and home kept (the adapters' settings replace --lora's
+# only): the memory report has the host tier
+"$bin" train --model "$tmp/m/hf" --data "$tmp/tr.bin" --batch 2 --seq 16 --steps 1 --lr 0 --min-lr 0 \
+  --adapter "$tmp/ad" --lora r=2 --base-weights int8 --base-home host >"$tmp/out_ad" 2>&1 &&
+  grep -q "plan: .*--base-weights int8 --base-home host" "$tmp/out_ad" && grep -q "host peak" "$tmp/out_ad" && ok ||
+  bad "train --adapter --base-weights int8 --base-home host: $(tail -n 3 "$tmp/out_ad")"
 
 # exact resume: 8 steps with dropout, or 4, --save, and 4 more with --resume: the same losses
 # and the same adapters, bit for bit (the base comes from --model again)

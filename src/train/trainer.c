@@ -225,9 +225,10 @@ static hpt_status setup(hpt_trainer *tr) {
         if (o->resume)
             return hpt_fail(HPT_ERR_INVALID, "--adapter starts a run from adapters; --resume "
                             "continues one (give one of them)");
-        int base = tr->o.lora.base; /* --base-weights is the run's, not the adapters' */
+        /* --base-weights and --base-home are the run's, not the adapters' */
+        int base = tr->o.lora.base, home = tr->o.lora.home;
         HPT_CHECK(hpt_lora_read_config(o->adapter, &tr->o.lora));
-        tr->o.lora.base = base;
+        tr->o.lora.base = base, tr->o.lora.home = home;
         HPT_CHECK(hpt_plan_check(&o->plan, &env));
     }
     const int lora = o->lora.r > 0;
