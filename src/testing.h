@@ -46,6 +46,11 @@ hpt_optim *hpt_trainer_optim(hpt_trainer *tr);
  * them change again. Nothing without adapters. */
 void hpt_model_lora_hold_masks(hpt_model *m, int hold);
 
+/* A frozen base (model/frozen.c, --base-weights) made from now on, on this thread, widens its
+ * bf16 embeddings and head `rows` vocabulary rows at a time (0: the default, 2048 rows), so a
+ * small test vocabulary spans several chunks; model_frozen_bytes and the estimator follow it. */
+void hpt_frozen_vocab_chunk(int rows);
+
 /* The testing predictors of the hybrid schedule (hpt_predictor_kind values; checkpoints store
  * them, so the values never change). hpt_predictor_parse refuses their names;
  * hpt_predictor_parse_testing accepts every predictor. */

@@ -6,8 +6,10 @@
  * hpt_lora_bytes, hpt_optim_lora_state_bytes and the arena's bytes; the initialisation is
  * PEFT's (A within 1/sqrt(in), B zero); the base's bits are those of a model without
  * adapters when B is zero; bad targets and settings are refused; dropout against central
- * differences and under full recomputation (check_dropout); a bf16 or int8 base against the
- * fp32 model of its values (check_frozen). */
+ * differences and under full recomputation (check_dropout); a bf16, int8 or nf4 base (its
+ * embeddings bf16) against the fp32 model of its values (check_frozen); its embeddings and head
+ * widened a few vocabulary rows at a time (check_vocab_chunks); the base homed on the host or
+ * the disk against the device home (check_homes). */
 #include "testlib.h"
 #include "model/arch.h"
 #include "testing.h"
@@ -179,6 +181,150 @@ static void check_frozen(const hpt_model_config *cfg, const char *shape, int kin
     hpt_mem_destroy(mem);
 }
 
+/* The bf16 embeddings and head of a frozen base widened 64 vocabulary rows at a time (several
+ * chunks of the test's vocabulary), with and without a row-chunked head (5 rows), against the
+ * one-chunk base of the same values: the loss and every adapter gradient within fp32 rounding
+ * (only the order of the head's sums differs); params, grads and the activations after the
+ * step exactly what the estimator says. */
+static void check_vocab_chunks(const hpt_model_config *cfg, const float *lora0, size_t nl,
+                               const int32_t *x, const int32_t *y, int B, int T,
+                               hpt_lora_opts lo) {
+    float l[3];
+    float *g[3] = {0};
+    for (int k = 0; k < 3; k++) {
+        hpt_mem *mem;
+        CHECK_OK(hpt_mem_create(&mem));
+        hpt_model *f = NULL;
+        hpt_frozen_vocab_chunk(k ? 64 : 0);
+        CHECK_OK(hpt_model_create_frozen(mem, cfg, HPT_BASE_BF16, &f));
+        if (!f) return;
+        CHECK_OK(hpt_model_init_random(f, 5));
+        hpt_act_opts act = hpt_act_defaults();
+        act.head_chunk = k == 2 ? 5 : 0;
+        CHECK_OK(hpt_model_set_act_opts(f, &act));
+        CHECK_OK(hpt_model_lora_attach(f, &lo, 3));
+        memcpy(hpt_model_lora_params(f), lora0, nl * sizeof(float));
+        hpt_model_zero_grad(f);
+        CHECK_OK(hpt_model_forward(f, x, y, B, T, &l[k]));
+        CHECK_OK(hpt_model_backward(f));
+        g[k] = malloc(nl * sizeof(float));
+        if (g[k]) memcpy(g[k], hpt_model_lora_grads(f), nl * sizeof(float));
+        hpt_plan_opts po = hpt_plan_defaults();
+        po.cfg = *hpt_model_get_config(f);
+        po.B = B, po.T = T, po.no_data = 1;
+        po.act = act;
+        po.lora = lo;
+        po.lora.base = HPT_BASE_BF16;
+        hpt_estimate e;
+        CHECK_OK(hpt_plan_estimate(&po, &e));
+        hpt_mem_stats st;
+        hpt_mem_get_stats(mem, &st);
+        for (int c = HPT_CAT_PARAMS; c <= HPT_CAT_ACTS; c++) /* no optimizer here */
+            CHECK_MSG(c == HPT_CAT_OPTIM ||
+                          st.live_bytes[HPT_TIER_DEVICE][c] == e.bytes[HPT_TIER_DEVICE][c],
+                      "vocabulary chunk %d, head chunk %d: category %d measured %llu, estimated "
+                      "%llu", k ? 64 : 0, act.head_chunk, c,
+                      (unsigned long long)st.live_bytes[HPT_TIER_DEVICE][c],
+                      (unsigned long long)e.bytes[HPT_TIER_DEVICE][c]);
+        hpt_model_free(f);
+        hpt_mem_destroy(mem);
+    }
+    hpt_frozen_vocab_chunk(0);
+    if (!g[0] || !g[1] || !g[2]) CHECK(!"allocating the gradients' copies");
+    double gmax = 0.0;
+    for (size_t i = 0; g[0] && i < nl; i++) gmax = fmax(gmax, fabs((double)g[0][i]));
+    for (int k = 1; k < 3 && g[0] && g[k]; k++) {
+        double eg = max_abs(g[k], g[0], nl);
+        CHECK_MSG(fabs((double)l[k] - (double)l[0]) <= 1e-6 * fabs((double)l[0]) &&
+                      eg <= 1e-5 * gmax,
+                  "vocabulary chunks of 64 rows%s: loss %.9g against %.9g, gradients max err "
+                  "%.3g (largest %.3g)", k == 2 ? ", head chunk 5" : "", (double)l[k],
+                  (double)l[0], eg, gmax);
+        printf("bf16 base, vocabulary chunks of 64 rows%s: loss err %.3g, gradients max err %.3g "
+               "(largest %.3g)\n", k == 2 ? " and a head chunk of 5 rows" : "",
+               fabs((double)l[k] - (double)l[0]), eg, gmax);
+    }
+    for (int k = 0; k < 3; k++) free(g[k]);
+}
+
+/* --base-home (model/frozen.c): the frozen base's stored blocks on the host or the disk tier
+ * give the device home's bits (loss and every adapter gradient, two steps: the blocks are read
+ * again, nothing written back), for an f32 base (against the plain model in memory) and a
+ * narrow one (its bf16 embeddings then on the host too); each tier's params exactly what the
+ * estimator says. */
+static void check_homes(const hpt_model_config *cfg, const char *shape, const float *lora0,
+                        size_t nl, const int32_t *x, const int32_t *y, int B, int T,
+                        hpt_lora_opts lo) {
+    static const struct { int kind, home; } k_cases[] = {
+        {HPT_BASE_F32, HPT_TIER_HOST}, {HPT_BASE_F32, HPT_TIER_DISK},
+        {HPT_BASE_NF4, HPT_TIER_HOST}, {HPT_BASE_BF16, HPT_TIER_DISK}};
+    for (size_t c = 0; c < sizeof k_cases / sizeof k_cases[0]; c++) {
+        int kind = k_cases[c].kind, home = k_cases[c].home;
+        hpt_mem *mem;
+        CHECK_OK(hpt_mem_create(&mem));
+        char dir[600];
+        snprintf(dir, sizeof dir, "%s/frozen_home", t_tmpdir());
+        CHECK_OK(hpt_mem_set_disk_dir(mem, dir));
+        hpt_model *m[2] = {NULL, NULL};
+        CHECK_OK(hpt_model_create_frozen_on(mem, cfg, kind, home, &m[0]));
+        hpt_mem_stats st;
+        hpt_mem_get_stats(mem, &st);
+        uint64_t live[HPT_TIER_COUNT];
+        for (int t = 0; t < HPT_TIER_COUNT; t++) live[t] = st.live_bytes[t][HPT_CAT_PARAMS];
+        if (kind == HPT_BASE_F32) CHECK_OK(hpt_model_create_forward(mem, shape, &m[1]));
+        else CHECK_OK(hpt_model_create_frozen(mem, cfg, kind, &m[1]));
+        if (!m[0] || !m[1]) return;
+        float l[2][2];
+        float *g[2] = {0};
+        for (int k = 0; k < 2; k++) {
+            CHECK_OK(hpt_model_init_random(m[k], 5));
+            CHECK_OK(hpt_model_lora_attach(m[k], &lo, 3));
+            memcpy(hpt_model_lora_params(m[k]), lora0, nl * sizeof(float));
+            for (int step = 0; step < 2; step++) {
+                hpt_model_zero_grad(m[k]);
+                CHECK_OK(hpt_model_forward(m[k], x, y, B, T, &l[k][step]));
+                CHECK_OK(hpt_model_backward(m[k]));
+            }
+            g[k] = hpt_model_lora_grads(m[k]);
+        }
+        const char *kn = kind == HPT_BASE_F32 ? "f32" : kind == HPT_BASE_NF4 ? "nf4" : "bf16";
+        const char *tn = hpt_tier_name((hpt_tier)home);
+        CHECK_MSG(memcmp(l[0], l[1], sizeof l[0]) == 0 &&
+                      memcmp(g[0], g[1], nl * sizeof(float)) == 0,
+                  "%s base on the %s: loss %.9g, %.9g against the device's %.9g, %.9g or the "
+                  "gradients differ", kn, tn, (double)l[0][0], (double)l[0][1], (double)l[1][0],
+                  (double)l[1][1]);
+        hpt_plan_opts po = hpt_plan_defaults();
+        po.cfg = *hpt_model_get_config(m[0]);
+        po.B = B, po.T = T, po.no_data = 1;
+        po.lora = lo;
+        po.lora.base = kind;
+        po.lora.home = home;
+        hpt_estimate e;
+        CHECK_OK(hpt_plan_estimate(&po, &e));
+        uint64_t lb[HPT_CAT_COUNT];
+        CHECK_OK(hpt_lora_bytes(cfg, &lo, B, T, 1, lb));
+        CHECK(live[home] > 0);
+        for (int t = 0; t < HPT_TIER_COUNT; t++)
+            CHECK_MSG(live[t] + (t == HPT_TIER_DEVICE ? lb[HPT_CAT_PARAMS] : 0) ==
+                          e.bytes[t][HPT_CAT_PARAMS],
+                      "%s base on the %s: params on the %s %llu (+ adapters %llu on the device), "
+                      "estimated %llu", kn, tn, hpt_tier_name((hpt_tier)t),
+                      (unsigned long long)live[t], (unsigned long long)lb[HPT_CAT_PARAMS],
+                      (unsigned long long)e.bytes[t][HPT_CAT_PARAMS]);
+        printf("%s: %s base on the %s: the device home's bits (losses %.7f, %.7f); params: "
+               "device %llu, host %llu, disk %llu, as estimated\n", shape, kn, tn,
+               (double)l[0][0], (double)l[0][1], (unsigned long long)live[HPT_TIER_DEVICE],
+               (unsigned long long)live[HPT_TIER_HOST], (unsigned long long)live[HPT_TIER_DISK]);
+        hpt_model_free(m[0]);
+        hpt_model_free(m[1]);
+        hpt_mem_get_stats(mem, &st);
+        for (int t = 0; t < HPT_TIER_COUNT; t++)
+            for (int k = 0; k < HPT_CAT_COUNT; k++) CHECK(st.live_bytes[t][k] == 0 || k == HPT_CAT_IO);
+        hpt_mem_destroy(mem);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc < 7) {
         fprintf(stderr, "usage: test_lora REF SHAPE TARGETS R ALPHA RSLORA\n");
@@ -331,6 +477,8 @@ int main(int argc, char **argv) {
     check_frozen(&cfg, argv[2], HPT_BASE_BF16, lora0, nl, x, y, B, T, lo);
     check_frozen(&cfg, argv[2], HPT_BASE_INT8, lora0, nl, x, y, B, T, lo);
     check_frozen(&cfg, argv[2], HPT_BASE_NF4, lora0, nl, x, y, B, T, lo);
+    check_vocab_chunks(&cfg, lora0, nl, x, y, B, T, lo);
+    check_homes(&cfg, argv[2], lora0, nl, x, y, B, T, lo);
     hpt_optim_free(opt);
     hpt_model_free(m);
     hpt_mem_get_stats(mem, &st);

@@ -110,6 +110,12 @@ mg=$("$bin" eval --quiet --model "$tmp/merged" --data "$tmp/m/tokens.bin" --batc
 cmp -s "$tmp/ad/adapter_model.safetensors" "$tmp/ad2/adapter_model.safetensors" && ok ||
   bad "train --adapter at lr 0 changed the adapters"
 cmp -s "$tmp/ad/adapter_config.json" "$tmp/ad2/adapter_config.json" && ok || bad "train --adapter changed the settings"
+# ... with the run's own base storage and home kept (the adapters' settings replace --lora's
+# only): the memory report has the host tier
+"$bin" train --model "$tmp/m/hf" --data "$tmp/tr.bin" --batch 2 --seq 16 --steps 1 --lr 0 --min-lr 0 \
+  --adapter "$tmp/ad" --lora r=2 --base-weights int8 --base-home host >"$tmp/out_ad" 2>&1 &&
+  grep -q "plan: .*--base-weights int8 --base-home host" "$tmp/out_ad" && grep -q "host peak" "$tmp/out_ad" && ok ||
+  bad "train --adapter --base-weights int8 --base-home host: $(tail -n 3 "$tmp/out_ad")"
 
 # exact resume: 8 steps with dropout, or 4, --save, and 4 more with --resume: the same losses
 # and the same adapters, bit for bit (the base comes from --model again)
@@ -143,6 +149,17 @@ l4=$(sed -n 's/.*"loss":\([0-9.e+-]*\).*/\1/p' "$tmp/bw_nf4.jsonl" | head -n 1)
   ok || bad "nf4 base's first loss '$l4', the fp32 base's '$l32'"
 echo "first loss: fp32 base $l32, nf4 base $l4"
 
+# --base-home host | disk: the stored blocks off the device give the device home's losses, bit
+# for bit (the log's losses identical), and the memory report shows them on that tier
+for bh in host disk; do
+  "$bin" train --model "$tmp/m/hf" --data "$tmp/tr.bin" --batch 2 --seq 16 --steps 2 --lora r=2 \
+    --base-weights nf4 --base-home $bh --offload-dir "$tmp/od" --log "$tmp/bh_$bh.jsonl" \
+    >"$tmp/out_$bh" 2>"$tmp/err" || bad "train --base-home $bh: $(cat "$tmp/err")"
+  [ "$(sed -n 's/.*"loss":\([0-9.e+-]*\).*/\1/p' "$tmp/bh_$bh.jsonl")" = \
+    "$(sed -n 's/.*"loss":\([0-9.e+-]*\).*/\1/p' "$tmp/bw_nf4.jsonl")" ] && ok ||
+    bad "--base-home $bh's losses differ from the device home's"
+done
+
 # estimate --json names the adapters
 "$bin" estimate --model "$tmp/m/hf" --batch 2 --seq 16 --lora r=4 --lora-targets q,v --base-weights bf16 --json 2>"$tmp/err" |
   "$py" -c "import json, sys; l = json.load(sys.stdin)['lora']; sys.exit(not (l['adapter_values'] == 2 * 4 * (48 + 48 + 48 + 24) and l['base_weights'] == 'bf16' and l['targets'] == 'q,v'))" &&
@@ -156,5 +173,8 @@ expect_error "lora-targets alone" "lora-targets needs --lora" tr --lora-targets 
 expect_error "unknown target" "'q' is no linear layer of gpt2" tr --lora r=2 --lora-targets q
 expect_error "bad spec" "lora" tr --lora rank=2
 expect_error "base-weights alone" "base-weights stores a frozen base: it needs --lora" tr --base-weights bf16
+expect_error "base-home alone" "base-home homes a frozen base: it needs --lora" tr --base-home host
+expect_error "base-home disk without a directory" "base-home disk needs --offload-dir" tr --lora r=2 --base-home disk
+expect_error "base-home bad tier" "base-home: device, host or disk" tr --lora r=2 --base-home gpu
 expect_error "missing adapter" "adapter_config.json" "$bin" eval --model "$m" --data "$tmp/tr.bin" --batch 1 --seq 8 --batches 1 --adapter "$tmp/nope"
 finish test_lora_cli

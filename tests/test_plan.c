@@ -305,6 +305,7 @@ static const char *random_value(const char *name, char *buf, size_t n) {
     if (!strcmp(name, "lora")) PICK("r=8,alpha=16", "r=4", "r=16,alpha=32,dropout=0.05,rslora", "alpha=2.5");
     if (!strcmp(name, "lora-targets")) PICK("q,v", "c_attn", "q,k,v,o,gate,up,down");
     if (!strcmp(name, "base-weights")) PICK("f32", "bf16", "int8", "nf4");
+    if (!strcmp(name, "base-home")) PICK("device", "host", "disk");
     if (!strcmp(name, "pack")) PICK("stream", "on", "off");
     /* the rest are integers: accum, head-chunk, K, P, vocab chunk, schedule lengths */
     unsigned lo = !strcmp(name, "max-active-layers") || !strcmp(name, "accum") ||

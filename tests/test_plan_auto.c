@@ -109,6 +109,68 @@ static void check_reproduces(const hpt_plan_opts *o) {
     CHECK(!memcmp(&p.offload, &o->offload, sizeof p.offload));
     CHECK(p.accum == (o->accum ? o->accum : 1) || (p.accum == 1 && o->accum == 0));
     CHECK(!memcmp(p.budget_bytes, o->budget_bytes, sizeof p.budget_bytes));
+    CHECK(!memcmp(&p.lora, &o->lora, sizeof p.lora));
+}
+
+/* --lora (docs/lora.md): the planner chooses the frozen base's storage and home. Exact choices
+ * keep it f32 (bf16, int8 and nf4 round it: allow_lossy only); the device home while the device
+ * budget allows (the host's copies cost time), the host's when only that fits, the disk's only
+ * with allow_disk and a directory; each kept plan fits by the estimator and prints as chosen. */
+static void check_lora(const hpt_calibration *cal) {
+    hpt_plan_opts base = hpt_plan_defaults();
+    CHECK_OK(hpt_model_config_parse("llama:L=4,C=128,NH=4,NKV=2,FF=256,V=4096,T=64", &base.cfg));
+    base.B = 1, base.T = 64;
+    CHECK_OK(hpt_lora_parse("r=4", &base.lora));
+    hpt_auto_opts a = {.allow_lossy = 0, .allow_disk = 0, .sequences = 1};
+    hpt_auto_result *r = malloc(sizeof *r);
+    if (!r) return;
+    CHECK_OK(hpt_plan_auto(&base, cal, &a, r));
+    for (int i = 0; i < r->n; i++) CHECK(r->cand[i].o.lora.base == HPT_BASE_F32);
+    CHECK(r->cand[0].o.lora.home == HPT_TIER_DEVICE);
+    check_reproduces(&r->cand[0].o);
+    /* the device budget of the f32 base homed on the host, fully recomputed */
+    hpt_plan_opts h = base;
+    h.act.recompute = HPT_RECOMPUTE_FULL;
+    hpt_estimate e[3];
+    h.lora.home = HPT_TIER_DEVICE;
+    CHECK_OK(hpt_plan_estimate(&h, &e[0]));
+    h.lora.home = HPT_TIER_HOST;
+    CHECK_OK(hpt_plan_estimate(&h, &e[1]));
+    h.lora.base = HPT_BASE_NF4;
+    CHECK_OK(hpt_plan_estimate(&h, &e[2]));
+    CHECK(e[2].peak_bytes[HPT_TIER_DEVICE] < e[1].peak_bytes[HPT_TIER_DEVICE] &&
+          e[1].peak_bytes[HPT_TIER_DEVICE] < e[0].peak_bytes[HPT_TIER_DEVICE]);
+    base.budget_bytes[HPT_TIER_DEVICE] = e[1].peak_bytes[HPT_TIER_DEVICE];
+    base.budget_bytes[HPT_TIER_HOST] = (uint64_t)1 << 34;
+    CHECK_OK(hpt_plan_auto(&base, cal, &a, r));
+    check_kept(r, &base, 1);
+    CHECK(r->cand[0].o.lora.base == HPT_BASE_F32 && r->cand[0].o.lora.home == HPT_TIER_HOST);
+    check_reproduces(&r->cand[0].o);
+    /* only a narrow base fits: refused without allow_lossy, chosen with it */
+    base.budget_bytes[HPT_TIER_DEVICE] = e[2].peak_bytes[HPT_TIER_DEVICE];
+    CHECK_STATUS(hpt_plan_auto(&base, cal, &a, r), HPT_ERR_OOM);
+    a.allow_lossy = 1;
+    CHECK_OK(hpt_plan_auto(&base, cal, &a, r));
+    check_kept(r, &base, 1);
+    CHECK(r->cand[0].o.lora.base != HPT_BASE_F32);
+    check_reproduces(&r->cand[0].o);
+    /* the f32 base with no room on the host either: the disk's home, with allow_disk and a
+     * directory only */
+    a.allow_lossy = 0;
+    base.budget_bytes[HPT_TIER_DEVICE] = e[1].peak_bytes[HPT_TIER_DEVICE];
+    base.budget_bytes[HPT_TIER_HOST] = 4096;
+    CHECK_STATUS(hpt_plan_auto(&base, cal, &a, r), HPT_ERR_OOM);
+    a.allow_disk = 1;
+    base.offload_dir = t_tmpdir();
+    CHECK_OK(hpt_plan_auto(&base, cal, &a, r));
+    check_kept(r, &base, 1);
+    CHECK(r->cand[0].o.lora.home == HPT_TIER_DISK);
+    /* a storage given is kept */
+    base.lora.base = HPT_BASE_INT8;
+    base.budget_bytes[HPT_TIER_DEVICE] = base.budget_bytes[HPT_TIER_HOST] = 0;
+    CHECK_OK(hpt_plan_auto(&base, cal, &a, r));
+    for (int i = 0; i < r->n; i++) CHECK(r->cand[i].o.lora.base == HPT_BASE_INT8);
+    free(r);
 }
 
 /* Inline jobs (no disk home: engine.c runs them on the compute thread, serially): the
@@ -503,6 +565,7 @@ int main(void) {
         check_kept(r, &base, 4);
         CHECK(uses_disk(&r->cand[0].o));
     }
+    check_lora(&cal);
     free(r);
     return t_done("test_plan_auto");
 }

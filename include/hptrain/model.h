@@ -266,7 +266,8 @@ hpt_status hpt_model_generate(hpt_model *m, int32_t *tokens, int n_prompt, int n
 #define HPT_LORA_TARGETS_MAX 128
 /* How a LoRA run stores its frozen base's block matrices (--base-weights): fp32, bf16 (round to
  * nearest even), int8 with one scale per output row, or QLoRA's NF4 (blocks of 64, double-
- * quantised absmaxes; CPU only); widened to fp32 block by block. */
+ * quantised absmaxes; CPU only); widened to fp32 block by block. With bf16, int8 or nf4 the
+ * embedding and an untied head are stored in bf16, widened a vocabulary chunk at a time. */
 typedef enum { HPT_BASE_F32 = 0, HPT_BASE_BF16, HPT_BASE_INT8, HPT_BASE_NF4 } hpt_base_weights;
 typedef struct {
     int r;          /* rank; 0: no adapters (full training) */
@@ -275,6 +276,8 @@ typedef struct {
     int rslora;     /* 1: s = alpha / sqrt(r) (rank-stabilised LoRA) */
     char targets[HPT_LORA_TARGETS_MAX];
     int base;       /* hpt_base_weights of the frozen base's blocks (--base-weights) */
+    int home;       /* hpt_tier of the frozen base's stored blocks (--base-home): device (0),
+                     * host or disk, read-only there and brought in a block at a time */
 } hpt_lora_opts;
 /* r 0 (off), alpha 8, dropout 0, every linear layer: PEFT's LoraConfig defaults once r is set. */
 hpt_lora_opts hpt_lora_defaults(void);
@@ -286,7 +289,8 @@ void hpt_lora_name(const hpt_lora_opts *o, char *buf, size_t n);
 /* The scale s of o. */
 float hpt_lora_scale(const hpt_lora_opts *o);
 /* Attaches adapters o (r > 0) to m: a model without the offload engine and with full
- * embeddings; A from seed, B zero. HPT_ERR_INVALID naming an unknown target, HPT_ERR_OOM. */
+ * embeddings (or a frozen base's, hpt_model_create_frozen); A from seed, B zero.
+ * HPT_ERR_INVALID naming an unknown target, HPT_ERR_OOM. */
 hpt_status hpt_model_lora_attach(hpt_model *m, const hpt_lora_opts *o, uint64_t seed);
 /* Whether m has adapters; their tensors (the table, A then B of each target layer, stacked
  * over the blocks), values and gradients (flat, in that order: device tier). */
@@ -297,10 +301,16 @@ size_t hpt_model_lora_num_params(const hpt_model *m);
 float *hpt_model_lora_params(hpt_model *m);
 float *hpt_model_lora_grads(hpt_model *m);
 /* A model of cfg without gradients whose blocks' matrices are stored as kind (HPT_BASE_BF16,
- * HPT_BASE_INT8 or HPT_BASE_NF4; vectors and the non-block tensors stay fp32), for LoRA: attach adapters,
- * then load or initialise it as any model (values are rounded as they are stored). */
+ * HPT_BASE_INT8 or HPT_BASE_NF4; vectors and the final norm stay fp32, the embedding and an
+ * untied head bf16), for LoRA: attach adapters, then load or initialise it as any model (values
+ * are rounded as they are stored). A forward needs targets (the head runs by vocabulary chunks). */
 hpt_status hpt_model_create_frozen(hpt_mem *mem, const hpt_model_config *cfg, int kind,
                                    hpt_model **out);
+/* The same with any kind (HPT_BASE_F32 too: fp32 blocks, fp32 embeddings) whose stored blocks
+ * live on tier home (HPT_TIER_DEVICE, HOST or DISK: the disk tier's directory set first), each
+ * brought whole into a device staging block when acquired (--base-home). */
+hpt_status hpt_model_create_frozen_on(hpt_mem *mem, const hpt_model_config *cfg, int kind,
+                                      int home, hpt_model **out);
 /* Merges the adapters into the base, W += s * B @ A on each chosen layer, and frees them (the
  * model is then a plain one: `eval --adapter`, `sample --adapter`). */
 hpt_status hpt_model_lora_merge(hpt_model *m);

@@ -150,7 +150,7 @@ static hpt_status plan_tiers(const hpt_model_config *cfg, int B, int T, const hp
     for (int t = 0; t < HPT_TIER_COUNT; t++) out[t] = 0;
     if (!A) return hpt_fail(HPT_ERR_INVALID, "unknown architecture id %d", cfg->arch);
     HPT_CHECK(act_opts_check(o));
-    hpt_arch_ctx x = act_ctx_for(cfg, o, vc, B, T);
+    hpt_arch_ctx x = act_ctx_for(cfg, o, vc < 0 ? -vc : vc, B, T);
     size_t nf = (size_t)cfg->L * (size_t)A->n_fields;
     void *acts = calloc(1, A->acts_size);
     char *layers = calloc((size_t)cfg->L, A->block_acts_size);
@@ -161,7 +161,7 @@ static hpt_status plan_tiers(const hpt_model_config *cfg, int B, int T, const hp
     hpt_status s = HPT_ERR_OOM;
     int n;
     if (acts && layers && flayers && bufs && sp.astore && sp.soff && sp.sbytes) {
-        out[HPT_TIER_DEVICE] = plan_acts(A, &x, o, vc, acts, layers, flayers, bufs, &n, &sp);
+        out[HPT_TIER_DEVICE] = plan_acts(A, &x, o, vc > 0 ? vc : 0, acts, layers, flayers, bufs, &n, &sp);
         if (o->offload == HPT_OFFLOAD_HOST) out[HPT_TIER_HOST] = sp.off_bytes;
         if (o->offload == HPT_OFFLOAD_DISK) {
             out[HPT_TIER_DISK] = sp.off_bytes;
@@ -274,8 +274,9 @@ hpt_status act_ensure(hpt_model *m, int B, int T) {
     memset(r->flayers, 0, L * A->block_acts_size);
     hpt_arch_ctx x = act_ctx_for(&m->cfg, &m->act, m->emb != HPT_EMB_FULL ? m->Vc : 0, B, T);
     x.be = m->be;
-    size_t need = plan_acts(A, &x, &m->act, m->emb != HPT_EMB_FULL ? m->Vc : 0, m->acts, r->layers,
-                            r->flayers, r->bufs, &r->n_bufs, &sp);
+    /* LoRA: no deferred embedding gradient, the head's buffers end with its backward */
+    size_t need = plan_acts(A, &x, &m->act, m->emb != HPT_EMB_FULL && !m->lora ? m->Vc : 0,
+                            m->acts, r->layers, r->flayers, r->bufs, &r->n_bufs, &sp);
     if (!r->act_mem || need > r->act_bytes) {
         m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, r->act_mem, r->act_bytes);
         r->act_mem = NULL;

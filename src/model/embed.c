@@ -102,6 +102,12 @@ void model_nonblock_bytes(const hpt_model_config *c, const hpt_offload_opts *o, 
                   (uint64_t)stored * 2 * (o->weights == HPT_BW_BF16_KAHAN ? 2u : 1u);
 }
 
+uint64_t model_emb_bf16_bytes(const hpt_model_config *c) {
+    size_t stored, deferred;
+    emb_floats(c, &stored, &deferred);
+    return (uint64_t)stored * 2;
+}
+
 void emb_flat_floats(const hpt_model *m, size_t *n_flat, size_t *n_gflat) {
     size_t stored, deferred;
     emb_floats(&m->cfg, &stored, &deferred);
@@ -132,11 +138,13 @@ hpt_status emb_create(hpt_model *m, const hpt_offload_opts *o) {
     HPT_CHECK(model_vocab_chunk_check(c, o));
     size_t C = (size_t)c->C;
     size_t ne = emb_ne(m), chunk = (size_t)m->Vc * C * sizeof(float);
-    hpt_mem_set_name(m->mem, m->emb_untied ? "lm_head/wte gradient chunk" : "wte gradient chunk");
-    HPT_CHECK(m->be->alloc(m->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, chunk, (void **)&m->emb_grad));
+    if (m->grads) { /* none for a frozen base (model/frozen.c): it has no gradients at all */
+        hpt_mem_set_name(m->mem, m->emb_untied ? "lm_head/wte gradient chunk" : "wte gradient chunk");
+        HPT_CHECK(m->be->alloc(m->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, chunk, (void **)&m->emb_grad));
+    }
     if (m->emb != HPT_EMB_BF16) return HPT_OK;
     hpt_mem_set_name(m->mem, "embeddings (bf16)");
-    HPT_CHECK(m->be->alloc(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, ne * 2, (void **)&m->emb_h));
+    HPT_CHECK(m->be->alloc(m->mem, (hpt_tier)m->emb_tier, HPT_CAT_PARAMS, ne * 2, (void **)&m->emb_h));
     m->be->memset(m->emb_h, 0, ne * 2);
     if (o->weights == HPT_BW_BF16_KAHAN) {
         hpt_mem_set_name(m->mem, "embeddings (Kahan compensation)");
@@ -152,7 +160,7 @@ void emb_free(hpt_model *m) {
     const hpt_model_config *c = &m->cfg;
     size_t ne = emb_ne(m), chunk = (size_t)m->Vc * (size_t)c->C * sizeof(float);
     m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, m->emb_grad, chunk);
-    m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, m->emb_h, ne * 2);
+    m->be->free(m->mem, (hpt_tier)m->emb_tier, HPT_CAT_PARAMS, m->emb_h, ne * 2);
     m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, m->emb_c, ne * 2);
     m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, m->emb_rows, chunk);
     m->emb_grad = m->emb_rows = NULL;

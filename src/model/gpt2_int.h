@@ -132,8 +132,10 @@ struct hpt_model {
     int emb_nt, emb_ti[2], emb_head, emb_untied;
     size_t emb_at[2];
     double head_sumsq;    /* untied: the last backward's sum of squares of lm_head's gradient */
-    uint16_t *emb_h;      /* BF16: (Vp*C + maxT*C) bf16 wte then wpe, device params (llama:
+    uint16_t *emb_h;      /* BF16: (Vp*C + maxT*C) bf16 wte then wpe, params on emb_tier (llama:
                            * wte, then lm_head when untied) */
+    int emb_tier;         /* emb_h's tier: the device, or the host for a frozen base homed off
+                           * the device on the CPU (frozen.c: read in place, a gather) */
     uint16_t *emb_c;      /* BF16 with Kahan: their compensation (same shape), device params */
     float *emb_rows;      /* BF16: (Vc, C) fp32 chunk of wte widened, device params */
     float *emb_grad;      /* CHUNKED, BF16: (Vc, C) fp32 one chunk of wte's gradient, device grads */
@@ -194,6 +196,8 @@ void gpt2_point_tensors(const hpt_model_config *cfg, float *base, gpt2_tensors *
 
 /* ---- frozen.c's: create() allocates no gradients while on (this thread) ---- */
 void model_create_frozen_flag(int on);
+/* ... and the tier its bf16 embeddings take (HPT_TIER_DEVICE unless set) */
+void model_create_emb_tier(int tier);
 
 /* ---- lora.c: the runner's and the object's calls (m->lora set) ---- */
 void model_lora_free(hpt_model *m);

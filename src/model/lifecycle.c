@@ -84,12 +84,19 @@ static _Thread_local int create_without_grads;
 static _Thread_local int create_grads_away;
 /* Set by frozen.c around its create: a frozen base's model holds no gradients */
 static _Thread_local int create_frozen;
-/* The base kind hpt_model_create_config_offload builds (model_set_frozen_base) */
-static _Thread_local int frozen_base_kind;
+/* The base kind and home hpt_model_create_config_offload builds (model_set_frozen_base) */
+static _Thread_local int frozen_base_kind, frozen_base_home;
 
 void model_create_frozen_flag(int on) { create_frozen = on; }
-void model_set_frozen_base(int kind) { frozen_base_kind = kind; }
+/* Set by frozen.c around its create: the tier of a frozen base's bf16 embeddings */
+static _Thread_local int create_emb_tier;
+void model_create_emb_tier(int tier) { create_emb_tier = tier; }
+void model_set_frozen_base(int kind, int home) {
+    frozen_base_kind = kind;
+    frozen_base_home = home;
+}
 int model_frozen_base(void) { return frozen_base_kind; }
+int model_frozen_home(void) { return frozen_base_home; }
 
 void model_grads_away(int on) { create_grads_away = on; }
 
@@ -139,6 +146,7 @@ static hpt_status create(hpt_mem *mem, const hpt_model_config *cfg, const hpt_of
         s = m->be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, m->n_gflat * sizeof(float),
                          (void **)&m->grads);
     }
+    m->emb_tier = create_emb_tier;
     if (s == HPT_OK) s = emb_create(m, stored ? o : NULL);
     if (s == HPT_OK) s = consts_create(m);
     if (s != HPT_OK) {

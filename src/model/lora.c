@@ -252,7 +252,8 @@ hpt_status hpt_model_lora_attach(hpt_model *m, const hpt_lora_opts *o, uint64_t 
     if (m->lora) return hpt_fail(HPT_ERR_INVALID, "LoRA: the model has adapters already");
     HPT_CHECK(hpt_lora_check(o));
     if (o->r < 1) return hpt_fail(HPT_ERR_INVALID, "LoRA: rank r must be >= 1 (got %d)", o->r);
-    if (m->eng || m->emb != HPT_EMB_FULL) /* a frozen base's store (frozen.c) is fine */
+    /* a frozen base's store and its bf16 embeddings (frozen.c: no gradients) are fine */
+    if (m->eng || (m->emb != HPT_EMB_FULL && m->grads))
         return hpt_fail(HPT_ERR_UNSUPPORTED, "LoRA adapters run on a base in memory (no --offload, "
                         "full embeddings) in this version");
     if (o->dropout > 0.0f && !m->be->dropout_forward)

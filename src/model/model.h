@@ -137,6 +137,8 @@ void model_set_fault(hpt_model *m, int layer, float value);
 hpt_status model_grads_overflow(hpt_model *m, int *overflow);
 
 /* ---- sizes from a configuration (the estimator's) ---- */
+/* Bytes of the embeddings kept in bf16 by HPT_EMB_BF16 (of *params below, without Kahan's). */
+uint64_t model_emb_bf16_bytes(const hpt_model_config *c);
 /* Device bytes of the model's non-block parameters and gradients with the engine (params and
  * grads flat buffers, embed.c's bf16 homes and chunk buffers). */
 void model_nonblock_bytes(const hpt_model_config *c, const hpt_offload_opts *o, uint64_t *params,
@@ -145,7 +147,8 @@ void model_nonblock_bytes(const hpt_model_config *c, const hpt_offload_opts *o, 
 int model_vocab_chunk(const hpt_model_config *c, const hpt_offload_opts *o);
 /* HPT_ERR_INVALID when a chunk's values (rows * C) are not a multiple of HPT_Q8_BLOCK. */
 hpt_status model_vocab_chunk_check(const hpt_model_config *c, const hpt_offload_opts *o);
-/* hpt_model_act_tier_bytes with a head of vc vocabulary rows at a time (0: all). */
+/* hpt_model_act_tier_bytes with a head of vc vocabulary rows at a time (0: all; -vc: the same
+ * without the deferred embedding gradient, a frozen base's: the head's buffers end earlier). */
 hpt_status model_act_tier_bytes_vc(const hpt_model_config *cfg, int B, int T,
                                   const hpt_act_opts *o, int vc, uint64_t out[HPT_TIER_COUNT]);
 
@@ -154,13 +157,20 @@ hpt_status model_act_tier_bytes_vc(const hpt_model_config *cfg, int B, int T,
  * of hpt_model_lora_params and _grads) and options; NULL without adapters. */
 const hpt_tensor_table *model_lora_table(const hpt_model *m);
 const hpt_lora_opts *model_lora_opts(const hpt_model *m);
-/* A frozen base's block storage and fp32 slot (frozen.c, --base-weights kind), bytes of
- * category params beside the non-block tensors; and the kind models made by
- * hpt_model_create_config_offload on this thread take (HPT_BASE_F32: none; the trainer sets it
- * around a LoRA run's load, so io's loaders build a frozen base). */
-uint64_t model_frozen_bytes(const hpt_model_config *cfg, int kind);
-void model_set_frozen_base(int kind);
+/* A frozen base's params bytes per tier (frozen.c, --base-weights kind, --base-home tier): the
+ * block storage on home; the fp32 slot, a staging block off the device and the non-block
+ * tensors (a narrow kind's embeddings in bf16, one fp32 vocabulary chunk) on the device. And the
+ * kind and home that models made by hpt_model_create_config_offload on this thread take
+ * (HPT_BASE_F32 on the device: none; the trainer sets them around a LoRA run's load, so io's
+ * loaders build a frozen base). */
+void model_frozen_bytes(const hpt_model_config *cfg, int kind, int home,
+                        uint64_t out[HPT_TIER_COUNT]);
+void model_set_frozen_base(int kind, int home);
 int model_frozen_base(void);
+int model_frozen_home(void);
+/* A frozen base's vocabulary chunk: the rows of its bf16 embeddings widened at a time (embed.c;
+ * 0: an f32 base's full embeddings) */
+int model_frozen_vocab_chunk(const hpt_model_config *cfg, int kind);
 /* The forward passes so far (dropout's masks follow it): a resumed run's training state. */
 uint64_t model_lora_pass(const hpt_model *m);
 void model_lora_set_pass(hpt_model *m, uint64_t pass);

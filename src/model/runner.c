@@ -263,8 +263,9 @@ hpt_status hpt_model_backward(hpt_model *m) {
     }
     act_enter(m, TP_ENC_B(L));
     /* chunked embeddings: also the head's dwte, and wte's update chunk by chunk (embed.c) */
-    if (m->emb != HPT_EMB_FULL) emb_backward_end(m, x.head_rows);
-    else if (!m->lora) A->embed_backward(&x, m->ag, m->acts); /* LoRA: the embedding is frozen */
+    if (m->lora) { /* LoRA: the embedding (and the head) frozen */
+    } else if (m->emb != HPT_EMB_FULL) emb_backward_end(m, x.head_rows);
+    else A->embed_backward(&x, m->ag, m->acts);
     m->grads_live = 1;
     act_enter(m, -1);
     return HPT_OK;

@@ -14,7 +14,8 @@ hpt_status hpt_model_create_config_offload(hpt_mem *mem, const hpt_model_config 
                                            const hpt_offload_opts *o, hpt_model **out) {
     *out = NULL;
     /* a LoRA run's frozen base in bf16 or int8 (the trainer's request: model/frozen.c) */
-    if (model_frozen_base()) return hpt_model_create_frozen(mem, cfg, model_frozen_base(), out);
+    if (model_frozen_base() || model_frozen_home())
+        return hpt_model_create_frozen_on(mem, cfg, model_frozen_base(), model_frozen_home(), out);
     if (!hpt_offload_active(o)) return hpt_model_create_config(mem, cfg, out);
     HPT_CHECK(hpt_model_config_check(cfg));
     HPT_CHECK(hpt_offload_check(o));

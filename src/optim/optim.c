@@ -423,7 +423,7 @@ hpt_status optim_create_units(hpt_mem *mem, hpt_model *model, const hpt_adamw_op
     op->be_eng = op->be;
     if (s == HPT_OK && eng) s = eng_attach_optim(eng, eng_update, op, op->eng_homes);
     if (s == HPT_OK && eng_updates_on_host(eng)) op->be_eng = hpt_backend_cpu();
-    if (s == HPT_OK && model_embeddings(model) != HPT_EMB_FULL)
+    if (s == HPT_OK && model_embeddings(model) != HPT_EMB_FULL && !op->lora) /* LoRA: frozen */
         model_set_emb_update(model, emb_update, op);
     if (s != HPT_OK) {
         hpt_optim_free(op);

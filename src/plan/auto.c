@@ -95,6 +95,24 @@ static void set_homes(hpt_offload_opts *of, int h) {
     if (h == H_FUSED_DEVICE) of->fused = 1;
 }
 
+/* A LoRA run's frozen base (docs/lora.md): its storage, f32 unless lossy choices are allowed
+ * (bf16, int8, nf4 round the base), and its stored blocks' home (device, host, disk with
+ * allow_disk). A --base-weights or --base-home given (not the default) is kept. */
+enum { BASE_CHOICES = 4 * HPT_TIER_COUNT };
+
+static int base_choice(const hpt_plan_opts *base, const hpt_auto_opts *a, int i, hpt_lora_opts *lo) {
+    int kind = i / HPT_TIER_COUNT, home = i % HPT_TIER_COUNT;
+    *lo = base->lora;
+    if (lo->r < 1) return i == 0;
+    if (lo->base != HPT_BASE_F32 ? kind != lo->base : kind != HPT_BASE_F32 && !a->allow_lossy)
+        return 0;
+    if (lo->home != HPT_TIER_DEVICE ? home != lo->home
+                                    : home == HPT_TIER_DISK && (!a->allow_disk || !base->offload_dir))
+        return 0;
+    lo->base = kind, lo->home = home;
+    return 1;
+}
+
 /* Every candidate of the space, costed, into cs. */
 static hpt_status enumerate(const hpt_plan_opts *base, const hpt_calibration *c, const hpt_auto_opts *a,
                             cands *cs, memos *ms) {
@@ -117,7 +135,10 @@ static hpt_status enumerate(const hpt_plan_opts *base, const hpt_calibration *c,
     for (int fused = 0; fused < 2; fused++)
     for (int s8 = 0; s8 < 2; s8++)
     for (int bw = 0; bw < 2; bw++)
-    for (int emb = 0; emb < HPT_EMB_COUNT; emb++) {
+    for (int emb = 0; emb < HPT_EMB_COUNT; emb++)
+    for (int lb = 0; lb < BASE_CHOICES; lb++) {
+        hpt_lora_opts lo;
+        if (!base_choice(base, a, lb, &lo)) continue;
         /* the embeddings chunked (fused only) or bf16 (lossy: with bf16 weights): wte's
          * gradient one chunk, its state (and with bf16 its weights) smaller on the device:
          * a large vocabulary's (128256 x 2048: 263M of a 1.24B-parameter model) */
@@ -151,6 +172,7 @@ static hpt_status enumerate(const hpt_plan_opts *base, const hpt_calibration *c,
         o.adamw.state32_embeddings = 0;
         o.offload.weights = bw ? HPT_BW_BF16_SR : HPT_BW_FP32;
         o.offload.embeddings = emb;
+        o.lora = lo;
         o.plan.given = 0;
         if (add(cs, ms, &o, c)) return hpt_fail(HPT_ERR_OOM, "plan search: no memory");
     }

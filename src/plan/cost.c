@@ -144,7 +144,8 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
     const hpt_act_opts *act = &o->act;
     const hpt_offload_opts *of = &o->offload;
     int engine = hpt_offload_active(of);
-    int disk_used = act->offload == HPT_OFFLOAD_DISK ||
+    int base_home = o->lora.r > 0 ? o->lora.home : HPT_TIER_DEVICE; /* --base-home */
+    int disk_used = act->offload == HPT_OFFLOAD_DISK || base_home == HPT_TIER_DISK ||
                     (engine && (of->params == HPT_TIER_DISK || of->grads == HPT_TIER_DISK ||
                                 of->optim == HPT_TIER_DISK));
     if (disk_used && (c->disk_read_gbps <= 0 || c->disk_write_gbps <= 0))
@@ -266,6 +267,15 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
     double recs = m * (rec + rec_rest), pws = pw / Rm, opt = np * ns;
     double total = fwd + bwd + recs + pws + opt + m * act_out_s;
     double transfer = m * act_out_s;
+    if (base_home != HPT_TIER_DEVICE) { /* a LoRA base off the device (model/frozen.c): each
+        * block read whole when acquired, in the forward and again in the backward, waited for */
+        uint64_t fb[HPT_TIER_COUNT];
+        model_frozen_bytes(cfg, o->lora.base, base_home, fb);
+        double blk_s = tier_s(c, 0, (hpt_tier)base_home, (double)fb[base_home] / L, 0);
+        double reads = m * 2.0 * L * blk_s;
+        total += reads, transfer += reads;
+        out->load_bytes = m * 2.0 * (double)fb[base_home];
+    }
     /* the copies back of host-offloaded activations run beside the backward */
     if (act_back_s > 0) {
         transfer += m * act_back_s;

@@ -233,7 +233,8 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     if (o->training && (o->zero >= 0 || procs > 1) && o->accum > 1)
         dev[HPT_CAT_GRADS] += stage == 2 ? 0 : apart_bytes; /* stage 2: the run is the sum */
     uint64_t at[HPT_TIER_COUNT];
-    int vc = hpt_offload_active(&o->offload) ? model_vocab_chunk(c, &o->offload) : 0;
+    int vc = hpt_offload_active(&o->offload) ? model_vocab_chunk(c, &o->offload)
+             : o->training && o->lora.r > 0 ? -model_frozen_vocab_chunk(c, o->lora.base) : 0;
     HPT_CHECK(model_act_tier_bytes_vc(c, o->B, o->T, &o->act, vc, at));
     size_t acts = (size_t)at[HPT_TIER_DEVICE];
     if (acts == 0) return hpt_fail(HPT_ERR_OOM, "no memory to plan the activation arena");
@@ -250,10 +251,15 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
         uint64_t lb[HPT_CAT_COUNT];
         HPT_CHECK(hpt_lora_bytes(c, &o->lora, o->B, o->T, 1, lb));
         dev[HPT_CAT_PARAMS] += lb[HPT_CAT_PARAMS];
-        if (o->lora.base) /* --base-weights: the blocks stored narrow, one fp32 block slot */
-            dev[HPT_CAT_PARAMS] = dev[HPT_CAT_PARAMS] - np * 4 +
-                                  (uint64_t)model_nonblock_floats(c) * 4 +
-                                  model_frozen_bytes(c, o->lora.base);
+        if (o->lora.base || o->lora.home) { /* --base-weights, --base-home (model/frozen.c): the
+             * blocks stored narrow on their home; one fp32 block slot (and a staging block off
+             * the device); a narrow base's embeddings in bf16 with one fp32 vocabulary chunk */
+            uint64_t fb[HPT_TIER_COUNT];
+            model_frozen_bytes(c, o->lora.base, o->lora.home, fb);
+            dev[HPT_CAT_PARAMS] = dev[HPT_CAT_PARAMS] - np * 4 + fb[HPT_TIER_DEVICE];
+            out->bytes[HPT_TIER_HOST][HPT_CAT_PARAMS] += fb[HPT_TIER_HOST];
+            out->bytes[HPT_TIER_DISK][HPT_CAT_PARAMS] += fb[HPT_TIER_DISK];
+        }
         dev[HPT_CAT_GRADS] = lb[HPT_CAT_GRADS];
         dev[HPT_CAT_OPTIM] = hpt_optim_lora_state_bytes(c, &o->lora, &o->adamw);
         dev[HPT_CAT_ACTS] += lb[HPT_CAT_ACTS];

@@ -119,7 +119,7 @@ void tok_examples_free(tok_examples *e);
     {"vocab-chunk", 1, 0, CLI_OPT_PLAN}, {"loss-scale", 1, 0, CLI_OPT_PLAN}, \
     {"device", 1, 0, CLI_OPT_PLAN}, {"zero", 1, 0, CLI_OPT_PLAN}, \
     {"lora", 1, 0, CLI_OPT_PLAN}, {"lora-targets", 1, 0, CLI_OPT_PLAN}, \
-    {"base-weights", 1, 0, CLI_OPT_PLAN}, \
+    {"base-weights", 1, 0, CLI_OPT_PLAN}, {"base-home", 1, 0, CLI_OPT_PLAN}, \
     {"pack", 1, 0, CLI_OPT_PLAN}, \
     {"loss-scale-init", 1, 0, CLI_OPT_PLAN}, {"loss-scale-window", 1, 0, CLI_OPT_PLAN}, \
     {"accum", 1, 0, CLI_OPT_PLAN}, {"schedule", 1, 0, CLI_OPT_PLAN}, \
@@ -152,7 +152,7 @@ void tok_examples_free(tok_examples *e);
     "                       and the runners-up (docs/planner.md); the technique flags given are\n" \
     "                       replaced; when none fits, each budget's source and what would fit\n" \
     "  --allow lossy        let --plan auto choose 8-bit state, bf16 weights, compressed\n" \
-    "                       activations\n" \
+    "                       activations, a LoRA base in bf16, int8 or nf4\n" \
     "  --tokens-per-step N  --plan auto: tokens per optimizer step (B x accum x T; default\n" \
     "                       from --batch and --accum)\n" \
     "  --verbose            --plan auto: the calibration and the cost model's inputs\n"

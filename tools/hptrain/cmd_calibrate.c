@@ -378,7 +378,7 @@ int cli_auto_plan(const char *cmd, hpt_plan_opts *po, int64_t tokens_per_step, i
     cand_flags(&shown, fl, sizeof fl, 1);
     fprintf(f, "plan auto: %d plans searched (%s, %s); the fastest that fits:\n  %s\n", r->n_tried,
             allow_lossy ? "lossy choices allowed" : "exact choices only (--allow lossy adds 8-bit "
-            "state, bf16 weights, compressed activations)",
+            "state, bf16 weights, compressed activations, a narrow LoRA base)",
             a.allow_disk ? "disk homes with --offload-dir" : "no disk tier (give --offload-dir)", fl);
     if (timed)
         fprintf(f, "  predicted: %.3f s per step (%.0f tokens/s); peak ", best->cost.total_s,

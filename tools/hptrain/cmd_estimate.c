@@ -127,9 +127,10 @@ static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t 
         printf("\"lora\":{\"spec\":\"%s\",\"targets\":\"", ls);
         for (const char *t = po->lora.targets; *t; t++) /* names: letters, digits, _ . , */
             if (*t != '"' && *t != '\\' && (unsigned char)*t >= 0x20) putchar(*t);
-        printf("\",\"adapter_values\":%zu,\"base_weights\":\"%s\"},",
+        printf("\",\"adapter_values\":%zu,\"base_weights\":\"%s\",\"base_home\":\"%s\"},",
                hpt_lora_num_params(&po->cfg, &po->lora),
-               base[po->lora.base >= 0 && po->lora.base <= 3 ? po->lora.base : 0]);
+               base[po->lora.base >= 0 && po->lora.base <= 3 ? po->lora.base : 0],
+               hpt_tier_name((hpt_tier)po->lora.home));
     }
     printf("\"peak_bytes\":%llu,\"bytes\":{", (unsigned long long)e->peak_bytes[HPT_TIER_DEVICE]);
     for (int t = 0; t < HPT_TIER_COUNT; t++) {
@@ -317,9 +318,10 @@ static void print_text(const char *model, const hpt_plan_opts *po, const hpt_est
         static const char *const base[] = {"fp32", "bf16", "int8", "nf4"};
         size_t n = hpt_lora_num_params(&po->cfg, &po->lora);
         printf("  lora       %.3fM adapter values trained (%.2f%% of the base); the base frozen "
-               "(%s)\n", (double)n / 1e6,
+               "(%s, its blocks on the %s)\n", (double)n / 1e6,
                100.0 * (double)n / (double)e->num_params,
-               base[po->lora.base >= 0 && po->lora.base <= 3 ? po->lora.base : 0]);
+               base[po->lora.base >= 0 && po->lora.base <= 3 ? po->lora.base : 0],
+               hpt_tier_name((hpt_tier)po->lora.home));
     }
     fmt_flops(x, sizeof x, e->flops_per_token);
     fmt_flops(y, sizeof y, e->flops_per_token_fwd);
