@@ -35,6 +35,9 @@ typedef struct {
     const char *adapter;   /* LoRA adapters to start from (PEFT's files: adapter_config.json
                             * and adapter_model.safetensors; their settings replace lora's), or
                             * NULL (docs/lora.md) */
+    const char *run_record; /* a JSON object the caller keeps beside every save as DIR/run.json
+                             * (borrowed; NULL: none): what it needs to continue the run from
+                             * DIR alone (the command line's flags; docs/formats.md) */
 } hpt_train_opts;
 hpt_train_opts hpt_train_defaults(void);
 /* The estimator's options for the run o describes on the shape cfg (what the trainer's budget
@@ -81,8 +84,14 @@ hpt_status hpt_trainer_step(hpt_trainer *tr, hpt_train_progress *out);
 int hpt_trainer_done(const hpt_trainer *tr);
 /* Evaluates the validation loss now (NaN if there is no validation data). */
 hpt_status hpt_trainer_eval(hpt_trainer *tr, float *val_loss_out);
-/* Writes save_dir/state.bin and save_dir/model.bin now (needs save_dir). */
+/* Writes save_dir/state.bin and save_dir/model.bin now (needs save_dir), then the run record
+ * (opts.run_record) as save_dir/run.json. */
 hpt_status hpt_trainer_save(hpt_trainer *tr);
+/* The run record saved in dir/run.json (hpt_train_opts.run_record, as a JSON object's text,
+ * malloc'd: the caller frees it) and the step it was saved at; *record_out NULL when dir has
+ * none (a save made before records, or by a caller that gave none). HPT_ERR_FORMAT or
+ * HPT_ERR_CHECKSUM for a damaged file. */
+hpt_status hpt_run_record_read(const char *dir, char **record_out, int64_t *step_out);
 hpt_model *hpt_trainer_model(hpt_trainer *tr);
 int64_t hpt_trainer_start_step(const hpt_trainer *tr);       /* > 0 after a resume */
 /* The optimizer settings in use (a resumed run's come from its checkpoint). */

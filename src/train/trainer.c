@@ -460,8 +460,17 @@ static void sweep_stale_tmp(const char *dir) {
 static hpt_status save_files(hpt_trainer *tr);
 static hpt_status save_shards(hpt_trainer *tr);
 
+static hpt_status save_state(hpt_trainer *tr);
+
 hpt_status hpt_trainer_save(hpt_trainer *tr) {
     if (!tr->o.save_dir) return hpt_fail(HPT_ERR_INVALID, "no save directory given");
+    if (!dp_rank()) run_record_before_save(tr);
+    hpt_status s = save_state(tr);
+    if (s == HPT_OK && !dp_rank()) s = run_record_save(tr);
+    return s;
+}
+
+static hpt_status save_state(hpt_trainer *tr) {
     /* LoRA: the adapters in PEFT's files, the frozen base untouched (docs/lora.md) */
     if (hpt_model_lora_on(tr->model)) {
         hpt_status s = dp_rank() ? HPT_OK : hpt_lora_save(tr->model, tr->o.save_dir, tr->o.model);

@@ -1,0 +1,339 @@
+/* train_resume.c: `train --resume DIR` continues the run as DIR/run.json recorded it
+ * (docs/formats.md, "The run record"). The record holds the run's flags (each option's long
+ * name and value, paths made absolute, their text as given beside them; after --plan auto the
+ * plan chosen, as flags), rewritten with every save (src/train/run_record.c). A resume parses
+ * the recorded flags, then each flag given: one of k_may_change replaces the recorded value;
+ * any other must leave the parsed run unchanged (the options compared whole, so a flag added
+ * later is covered too) or is refused, naming the flag, the saved value and the given one.
+ * Without a record (a state saved before records) the flags given are the run's, as before. */
+#include "train_args.h"
+
+#include <cJSON.h>
+#include <glob.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The flags a resume may change: the run's length, its cadence and outputs, where it runs. */
+static const char *const k_may_change[] = {
+    "steps", "eval-every", "val-batches", "save", "save-every", "log", "trace", "quiet",
+    "stop-at", "threads", "memory", "host-memory", "disk-memory", "offload-dir", "record-rates",
+    "verbose", "resume", NULL};
+/* Flags of one invocation, never recorded (--plan auto's are replaced by the plan chosen;
+ * --adapter only starts a run: its settings are in the saved adapter_config.json). */
+static const char *const k_not_recorded[] = {
+    "resume", "log", "trace", "quiet", "stop-at", "record-rates", "verbose", "plan", "allow",
+    "tokens-per-step", "adapter", NULL};
+/* Flags whose value is a path: recorded absolute (a --model that names no file is a SHAPE). */
+static const char *const k_paths[] = {"model", "data", "val", "offload-dir", "save", NULL};
+
+static int in_list(const char *const *list, const char *name) {
+    for (int i = 0; list[i]; i++)
+        if (!strcmp(list[i], name)) return 1;
+    return 0;
+}
+
+/* value as an absolute path (malloc'd), or NULL when it needs none (a SHAPE, already absolute). */
+static char *absolute(const char *name, const char *value) {
+    if (!value || value[0] == '/' || !in_list(k_paths, name)) return NULL;
+    if (!strcmp(name, "model") && access(value, F_OK) != 0) return NULL;
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd)) return NULL;
+    while (value[0] == '.' && value[1] == '/') value += 2;
+    size_t n = strlen(cwd) + strlen(value) + 2;
+    char *p = malloc(n);
+    if (p) snprintf(p, n, "%s/%s", cwd, value);
+    return p;
+}
+
+static const char *keep(cli_resume *rs, char *s) {
+    char **o = realloc(rs->owned, (size_t)(rs->n_owned + 1) * sizeof *o);
+    if (!o || !s) {
+        free(s);
+        if (o) rs->owned = o;
+        return NULL;
+    }
+    rs->owned = o;
+    return rs->owned[rs->n_owned++] = s;
+}
+
+static void free_argv(char **argv) {
+    if (argv) free(argv[0]);
+    free(argv);
+}
+
+/* Parses "train" + the record's flags + extra (n_extra) into *out; -1, or the exit status.
+ * The argv (when argv_out: kept, freed by free_argv) has its words in one block at argv[0]. */
+static int parse_with(const cJSON *args, const cli_flag *extra, int n_extra, char ***argv_out,
+                      train_args *out) {
+    int n = cJSON_GetArraySize(args);
+    char **argv = calloc((size_t)(2 * (n + n_extra) + 2), sizeof *argv);
+    size_t nb = sizeof "train";
+    for (int i = 0; i < n + n_extra; i++)
+        nb += strlen(i < n ? cJSON_GetArrayItem(cJSON_GetArrayItem(args, i), 0)->valuestring
+                           : extra[i - n].name) + 3;
+    char *w = argv ? malloc(nb) : NULL;
+    if (!w) {
+        free(argv);
+        return cli_error("out of memory");
+    }
+    int argc = 0;
+    argv[argc++] = w;
+    w += sprintf(w, "train") + 1;
+    for (int i = 0; i < n + n_extra; i++) {
+        const cJSON *f = i < n ? cJSON_GetArrayItem(args, i) : NULL;
+        const char *name = f ? cJSON_GetArrayItem(f, 0)->valuestring : extra[i - n].name;
+        const cJSON *v = f ? cJSON_GetArrayItem(f, 1) : NULL;
+        const char *value = f ? (cJSON_IsString(v) ? v->valuestring : NULL) : extra[i - n].value;
+        argv[argc++] = w;
+        w += sprintf(w, "--%s", name) + 1;
+        if (value) argv[argc++] = (char *)(uintptr_t)value;
+    }
+    int rc = cli_train_parse(argc, argv, out);
+    if (argv_out) *argv_out = argv;
+    else free_argv(argv);
+    return rc;
+}
+
+/* 1 when a and b describe the same run (paths and the plan's record of what was given aside). */
+static int same_run(const train_args *a, const train_args *b) {
+    const char *sa[] = {a->o.model, a->o.data, a->o.val, a->o.save_dir, a->o.plan.offload_dir};
+    const char *sb[] = {b->o.model, b->o.data, b->o.val, b->o.save_dir, b->o.plan.offload_dir};
+    for (int i = 0; i < 5; i++)
+        if ((sa[i] == NULL) != (sb[i] == NULL) || (sa[i] && strcmp(sa[i], sb[i]))) return 0;
+    hpt_train_opts x = a->o, y = b->o;
+    hpt_train_opts *p[2] = {&x, &y};
+    for (int i = 0; i < 2; i++) {
+        p[i]->model = p[i]->data = p[i]->val = p[i]->save_dir = p[i]->plan.offload_dir = NULL;
+        p[i]->resume = p[i]->adapter = p[i]->run_record = NULL;
+        p[i]->plan.given = 0;
+    }
+    return !memcmp(&x, &y, sizeof x) && a->threads == b->threads;
+}
+
+/* The recorded value of a flag: its value, "on" for a flag without one, NULL when the record
+ * does not name it (its default). */
+static const char *saved_value(const cJSON *args, const char *name) {
+    const char *v = NULL;
+    const cJSON *f;
+    cJSON_ArrayForEach(f, args) {
+        if (strcmp(cJSON_GetArrayItem(f, 0)->valuestring, name)) continue;
+        const cJSON *x = cJSON_GetArrayItem(f, 1);
+        v = cJSON_IsString(x) ? x->valuestring : "on";
+    }
+    return v;
+}
+
+static size_t glob_count(const char *pattern) {
+    glob_t g;
+    size_t n = glob(pattern, 0, NULL, &g) == 0 ? g.gl_pathc : 0;
+    if (n) globfree(&g);
+    return n;
+}
+
+/* Checks the record's shape: {"args": [[name, value|null], ...], "plan_auto": bool, ...}. */
+static int valid_record(const cJSON *r) {
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(r, "args"), *f;
+    if (!cJSON_IsArray(args)) return 0;
+    cJSON_ArrayForEach(f, args) {
+        const cJSON *v = cJSON_GetArrayItem(f, 1);
+        if (!cJSON_IsArray(f) || cJSON_GetArraySize(f) != 2 ||
+            !cJSON_IsString(cJSON_GetArrayItem(f, 0)) || !(cJSON_IsString(v) || cJSON_IsNull(v)))
+            return 0;
+    }
+    return 1;
+}
+
+static const char k_changeable_text[] =
+    "--steps, --eval-every, --val-batches, --save, --save-every, --log, --trace, --quiet, "
+    "--stop-at, --threads, --memory, --host-memory, --disk-memory, --offload-dir";
+
+int cli_resume_merge(train_args *a, cli_resume *rs) {
+    const char *dir = a->o.resume;
+    int64_t step;
+    hpt_status s = hpt_run_record_read(dir, &rs->text, &step);
+    if (s != HPT_OK) return cli_lib_error(s, "train: --resume");
+    if (!rs->text) { /* saved before records: the flags given are the run's */
+        if (a->o.data) return -1;
+        char p[PATH_MAX];
+        snprintf(p, sizeof p, "%s/state.bin", dir);
+        if (access(p, F_OK) != 0 && access(dir, F_OK) != 0)
+            return cli_error("train: --resume %s: cannot open %s (no such directory)", dir, dir);
+        return cli_usage_error("train", "--resume %s: %s/run.json is missing (a state saved before "
+                               "hptrain recorded its runs): give the run's flags again (--data, "
+                               "--val, --batch, --seq, --accum, the plan and the hyper-parameters; "
+                               "--model for a LoRA run)", dir, dir);
+    }
+    cJSON *rec = cJSON_Parse(rs->text);
+    rs->json = rec;
+    if (!valid_record(rec))
+        return cli_error("train: --resume %s: %s/run.json holds no run's flags", dir, dir);
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(rec, "args");
+    rs->plan_auto = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(rec, "plan_auto"));
+    train_args saved;
+    int rc = parse_with(args, NULL, 0, NULL, &saved);
+    cli_train_args_free(&saved);
+    if (rc >= 0) return cli_error("train: --resume %s: this build refuses a flag of %s/run.json "
+                                  "(above)", dir, dir);
+    /* every flag given: the path absolute; one that may not change must agree */
+    cli_flag *given = malloc((size_t)(a->n_flags + 1) * sizeof *given);
+    if (!given) return cli_error("out of memory");
+    int n_given = 0;
+    for (int i = 0; i < a->n_flags && rc < 0; i++) {
+        cli_flag f = a->flags[i];
+        if (!strcmp(f.name, "plan")) {
+            if (!rs->plan_auto)
+                rc = cli_usage_error("train", "--plan auto: the run in %s was saved with its plan "
+                                     "given as flags; resume without --plan auto", dir);
+            continue; /* the plan chosen when the run began */
+        }
+        if (rs->plan_auto && (!strcmp(f.name, "allow") || !strcmp(f.name, "tokens-per-step") ||
+                              !strcmp(f.name, "verbose")))
+            continue;
+        char *abs = absolute(f.name, f.value);
+        if (abs && !(f.value = keep(rs, abs))) {
+            rc = cli_error("out of memory");
+            break;
+        }
+        given[n_given++] = f;
+        if (in_list(k_may_change, f.name)) continue;
+        const char *was = saved_value(args, f.name);
+        if ((!strcmp(f.name, "data") || !strcmp(f.name, "val")) && was && glob_count(was) == 0)
+            continue; /* the recorded files are gone: their new place is taken */
+        train_args one, base;
+        int r1 = parse_with(args, &f, 1, NULL, &one);
+        int r0 = parse_with(args, NULL, 0, NULL, &base);
+        if (r1 >= 0) rc = r1;
+        else if (r0 < 0 && !same_run(&one, &base))
+            rc = cli_usage_error("train", "--%s: the run in %s was saved %s%s, given %s; a resume "
+                                 "may change only %s", f.name, dir, was ? "with " : "",
+                                 was ? was : f.value ? "with its default" : "without it",
+                                 a->flags[i].value ? a->flags[i].value : "on", k_changeable_text);
+        cli_train_args_free(&one);
+        cli_train_args_free(&base);
+    }
+    if (rc >= 0) {
+        free(given);
+        return rc;
+    }
+    /* the run: the record, then the flags given (those that change it win, being last) */
+    train_args merged;
+    rc = parse_with(args, given, n_given, &rs->argv, &merged);
+    free(given);
+    if (rc >= 0) return rc;
+    cli_train_args_free(a);
+    *a = merged;
+    a->auto_plan = 0; /* the record's plan is the one --plan auto chose */
+    if (!a->o.resume) a->o.resume = dir;
+    if (a->o.adapter) a->o.adapter = NULL;
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(rec, "adapter_run"))) {
+        int base = a->o.lora.base; /* a run started from --adapter: the adapters' settings */
+        s = hpt_lora_read_config(dir, &a->o.lora);
+        if (s != HPT_OK) return cli_lib_error(s, "train: --resume");
+        a->o.lora.base = base;
+    }
+    const char *globs[2][2] = {{"data", a->o.data}, {"val", a->o.val}};
+    const cJSON *as_given = cJSON_GetObjectItemCaseSensitive(rec, "as_given");
+    for (int i = 0; i < 2; i++) {
+        if (!globs[i][1] || glob_count(globs[i][1])) continue;
+        const cJSON *g = cJSON_GetObjectItemCaseSensitive(as_given, globs[i][0]);
+        return cli_error("train: --resume %s: the run's --%s %s%s%s matches no file now (moved or "
+                         "deleted): give --%s with their new place", dir, globs[i][0], globs[i][1],
+                         cJSON_IsString(g) ? ", given as " : "", cJSON_IsString(g) ? g->valuestring : "",
+                         globs[i][0]);
+    }
+    if (!a->quiet)
+        fprintf(stderr, "hptrain: resuming the run recorded in %s/run.json at its step %lld\n", dir,
+                (long long)step);
+    return -1;
+}
+
+/* Sets the flag name=value in arr: in the place of an earlier one of the same name, else last. */
+static void put_flag(cJSON *arr, const char *name, const char *value) {
+    cJSON *f = cJSON_CreateArray(), *g;
+    cJSON_AddItemToArray(f, cJSON_CreateString(name));
+    cJSON_AddItemToArray(f, value ? cJSON_CreateString(value) : cJSON_CreateNull());
+    int i = 0;
+    cJSON_ArrayForEach(g, arr) {
+        if (!strcmp(cJSON_GetArrayItem(g, 0)->valuestring, name)) {
+            cJSON_ReplaceItemInArray(arr, i, f);
+            return;
+        }
+        i++;
+    }
+    cJSON_AddItemToArray(arr, f);
+}
+
+/* The plan chosen (--plan auto) as flags, its budgets and directory aside (they are the user's
+ * flags, recorded as given). */
+static void put_plan(cJSON *arr, const hpt_plan *p) {
+    hpt_plan q = *p;
+    q.offload_dir = NULL;
+    for (int t = 0; t < HPT_TIER_COUNT; t++) q.budget_bytes[t] = 0;
+    char buf[2048];
+    if (hpt_plan_print(&q, buf, sizeof buf) != HPT_OK) return;
+    char *save = NULL;
+    for (char *w = strtok_r(buf, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
+        if (strncmp(w, "--", 2)) continue;
+        const char *name = w + 2, *opt;
+        int takes = 0;
+        for (int i = 0; (opt = hpt_plan_option_name(i, &takes)); i++)
+            if (!strcmp(opt, name)) break;
+        put_flag(arr, name, opt && takes ? strtok_r(NULL, " ", &save) : NULL);
+    }
+}
+
+char *cli_run_record(const train_args *a, const cli_resume *rs) {
+    cJSON *rec = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(rec, "args");
+    const cJSON *was = rs->json ? cJSON_GetObjectItemCaseSensitive(rs->json, "as_given") : NULL;
+    cJSON *as_given = cJSON_IsObject(was) ? cJSON_Duplicate(was, 1) : cJSON_CreateObject();
+    int auto_plan = a->auto_plan || rs->plan_auto;
+    for (int i = 0; i < a->n_flags; i++) {
+        const cli_flag *f = &a->flags[i];
+        if (in_list(k_not_recorded, f->name)) continue;
+        int plan_opt = 0, takes;
+        const char *opt;
+        for (int k = 0; (opt = hpt_plan_option_name(k, &takes)); k++)
+            if (!strcmp(opt, f->name)) plan_opt = 1;
+        if (auto_plan && (!strcmp(f->name, "batch") ||
+                          (plan_opt && strcmp(f->name, "memory") && strcmp(f->name, "host-memory") &&
+                           strcmp(f->name, "disk-memory") && strcmp(f->name, "offload-dir"))))
+            continue; /* the plan chosen replaces them */
+        char *abs = absolute(f->name, f->value);
+        put_flag(arr, f->name, abs ? abs : f->value);
+        if (abs) {
+            cJSON_DeleteItemFromObjectCaseSensitive(as_given, f->name);
+            cJSON_AddStringToObject(as_given, f->name, f->value);
+        }
+        free(abs);
+    }
+    if (auto_plan) {
+        char b[32];
+        snprintf(b, sizeof b, "%d", a->o.B);
+        put_flag(arr, "batch", b);
+        put_plan(arr, &a->o.plan);
+    }
+    cJSON_AddItemToObject(rec, "as_given", as_given);
+    char cwd[PATH_MAX];
+    if (getcwd(cwd, sizeof cwd)) cJSON_AddStringToObject(rec, "cwd", cwd);
+    cJSON_AddBoolToObject(rec, "plan_auto", auto_plan);
+    if (a->o.adapter || (rs->json && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(rs->json, "adapter_run"))))
+        cJSON_AddBoolToObject(rec, "adapter_run", 1);
+    char *t = cJSON_PrintUnformatted(rec);
+    cJSON_Delete(rec);
+    char *out = t ? strdup(t) : NULL;
+    cJSON_free(t);
+    return out;
+}
+
+void cli_resume_free(cli_resume *rs) {
+    free(rs->text);
+    cJSON_Delete(rs->json);
+    free_argv(rs->argv);
+    for (int i = 0; i < rs->n_owned; i++) free(rs->owned[i]);
+    free(rs->owned);
+    free(rs->record);
+    memset(rs, 0, sizeof *rs);
+}
