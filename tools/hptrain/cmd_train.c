@@ -71,6 +71,7 @@ static void stop_signals(void) {
 
 static const char k_help[] =
     "usage: hptrain train --model PATH|DIR|SHAPE --data GLOB [options]\n"
+    "       hptrain train --resume DIR [--steps N] [options that may change]\n"
     "\n"
     "Trains a model of any registered architecture on llm.c token shards, from an llm.c\n"
     "checkpoint, a Hugging Face model directory or a shape with random initialisation (SHAPE:\n"
@@ -92,9 +93,14 @@ static const char k_help[] =
     "  --grad-clip X        global gradient-norm clip, 0 to disable (default 1.0)\n"
     "  --eval-every N       validation interval in steps (default 100)\n"
     "  --val-batches N      batches per validation (default 10)\n"
-    "  --save DIR           write DIR/state.bin (resumable) and DIR/model.bin (llm.c) at the end\n"
+    "  --save DIR           write DIR/state.bin (resumable), DIR/run.json (the run's flags) and\n"
+    "                       DIR/model.bin (llm.c) at the end\n"
     "  --save-every N       also every N steps\n"
-    "  --resume DIR         continue from DIR/state.bin (same --batch, --seq and --accum)\n"
+    "  --resume DIR         continue the run saved in DIR as it was (its flags: DIR/run.json);\n"
+    "                       flags given again must agree, but for --steps (extend the run),\n"
+    "                       --eval-every, --val-batches, --save, --save-every, --log, --trace,\n"
+    "                       --quiet, --stop-at, --threads, --memory, --host-memory,\n"
+    "                       --disk-memory, --offload-dir (docs/formats.md)\n"
     "  --stop-at N          stop after step N of the run and save (split a run across sessions)\n"
     "  --log FILE.jsonl     one JSON object per step (under mpirun rank 0's; a FILE with %r:\n"
     "                       every rank's, %r replaced by the rank)\n"
@@ -476,7 +482,10 @@ static int train_run(train_args *a, cli_resume *rs) {
                                  hpt_model_read_config(o.model, &po.cfg) == HPT_OK);
     po.B = o.B, po.T = o.T, po.has_val = o.val != NULL, po.plan = o.plan;
     if (auto_plan) {
-        if (o.resume) return cli_usage_error("train", "--plan auto does not resume (pass the plan's flags)");
+        if (o.resume) /* a record's plan is resumed (train_resume.c): here there is none */
+            return cli_usage_error("train", "--plan auto: %s/run.json, with the plan chosen when "
+                                   "the run began, is missing (a state saved before runs were "
+                                   "recorded): give the plan's flags", o.resume);
         if (!have_shape) return cli_error("train: --plan auto: cannot read the shape of %s", o.model);
         /* --quiet: the chosen plan in one line, not the search's report */
         FILE *af = quiet ? fopen("/dev/null", "w") : NULL;

@@ -239,10 +239,10 @@ int cli_resume_merge(train_args *a, cli_resume *rs) {
     for (int i = 0; i < 2; i++) {
         if (!globs[i][1] || glob_count(globs[i][1])) continue;
         const cJSON *g = cJSON_GetObjectItemCaseSensitive(as_given, globs[i][0]);
-        return cli_error("train: --resume %s: the run's --%s %s%s%s matches no file now (moved or "
+        return cli_error("train: --resume %s: the run's --%s %s%s%s%s matches no file now (moved or "
                          "deleted): give --%s with their new place", dir, globs[i][0], globs[i][1],
-                         cJSON_IsString(g) ? ", given as " : "", cJSON_IsString(g) ? g->valuestring : "",
-                         globs[i][0]);
+                         cJSON_IsString(g) ? " (given as " : "", cJSON_IsString(g) ? g->valuestring : "",
+                         cJSON_IsString(g) ? ")" : "", globs[i][0]);
     }
     if (!a->quiet)
         fprintf(stderr, "hptrain: resuming the run recorded in %s/run.json at its step %lld\n", dir,
