@@ -24,14 +24,12 @@ typedef struct {
 int cli_train_parse(int argc, char **argv, train_args *a);
 void cli_train_args_free(train_args *a);
 
-/* What a resume from a record keeps alive for the run: the record's strings, the argv made of
- * them. */
+/* What a resume from a record keeps alive for the run: the record's tree (its "args" the run's
+ * flags), the argv made of them. */
 typedef struct {
     char *text;      /* the record (hpt_run_record_read) */
     void *json;      /* its parsed tree (cJSON), whose strings the merged options borrow */
-    char **argv;     /* the merged argv */
-    char **owned;    /* strings made here (absolute paths) */
-    int n_owned;
+    char **argv;     /* the run's argv, made of the tree's strings */
     int plan_auto;   /* the run's plan was chosen by --plan auto */
     char *record;    /* the record this run saves (cli_run_record), or NULL */
 } cli_resume;

@@ -48,32 +48,20 @@ static char *absolute(const char *name, const char *value) {
     return p;
 }
 
-static const char *keep(cli_resume *rs, char *s) {
-    char **o = realloc(rs->owned, (size_t)(rs->n_owned + 1) * sizeof *o);
-    if (!o || !s) {
-        free(s);
-        if (o) rs->owned = o;
-        return NULL;
-    }
-    rs->owned = o;
-    return rs->owned[rs->n_owned++] = s;
-}
-
 static void free_argv(char **argv) {
     if (argv) free(argv[0]);
     free(argv);
 }
 
-/* Parses "train" + the record's flags + extra (n_extra) into *out; -1, or the exit status.
- * The argv (when argv_out: kept, freed by free_argv) has its words in one block at argv[0]. */
-static int parse_with(const cJSON *args, const cli_flag *extra, int n_extra, char ***argv_out,
-                      train_args *out) {
+/* Parses "train" + the flags of args into *out: -1, or the exit status (printed). The argv
+ * (when argv_out: kept, freed by free_argv; else freed here) has its words in one block at
+ * argv[0]; the values are args' strings. */
+static int parse_with(const cJSON *args, char ***argv_out, train_args *out) {
     int n = cJSON_GetArraySize(args);
-    char **argv = calloc((size_t)(2 * (n + n_extra) + 2), sizeof *argv);
+    char **argv = calloc((size_t)(2 * n + 2), sizeof *argv);
     size_t nb = sizeof "train";
-    for (int i = 0; i < n + n_extra; i++)
-        nb += strlen(i < n ? cJSON_GetArrayItem(cJSON_GetArrayItem(args, i), 0)->valuestring
-                           : extra[i - n].name) + 3;
+    const cJSON *f;
+    cJSON_ArrayForEach(f, args) nb += strlen(cJSON_GetArrayItem(f, 0)->valuestring) + 3;
     char *w = argv ? malloc(nb) : NULL;
     if (!w) {
         free(argv);
@@ -82,14 +70,11 @@ static int parse_with(const cJSON *args, const cli_flag *extra, int n_extra, cha
     int argc = 0;
     argv[argc++] = w;
     w += sprintf(w, "train") + 1;
-    for (int i = 0; i < n + n_extra; i++) {
-        const cJSON *f = i < n ? cJSON_GetArrayItem(args, i) : NULL;
-        const char *name = f ? cJSON_GetArrayItem(f, 0)->valuestring : extra[i - n].name;
-        const cJSON *v = f ? cJSON_GetArrayItem(f, 1) : NULL;
-        const char *value = f ? (cJSON_IsString(v) ? v->valuestring : NULL) : extra[i - n].value;
+    cJSON_ArrayForEach(f, args) {
+        const cJSON *v = cJSON_GetArrayItem(f, 1);
         argv[argc++] = w;
-        w += sprintf(w, "--%s", name) + 1;
-        if (value) argv[argc++] = (char *)(uintptr_t)value;
+        w += sprintf(w, "--%s", cJSON_GetArrayItem(f, 0)->valuestring) + 1;
+        if (cJSON_IsString(v)) argv[argc++] = v->valuestring;
     }
     int rc = cli_train_parse(argc, argv, out);
     if (argv_out) *argv_out = argv;
@@ -103,7 +88,9 @@ static int same_run(const train_args *a, const train_args *b) {
     const char *sb[] = {b->o.model, b->o.data, b->o.val, b->o.save_dir, b->o.plan.offload_dir};
     for (int i = 0; i < 5; i++)
         if ((sa[i] == NULL) != (sb[i] == NULL) || (sa[i] && strcmp(sa[i], sb[i]))) return 0;
-    hpt_train_opts x = a->o, y = b->o;
+    hpt_train_opts x, y; /* byte copies: padding as parsed (from the zeroed defaults) */
+    memcpy(&x, &a->o, sizeof x);
+    memcpy(&y, &b->o, sizeof y);
     hpt_train_opts *p[2] = {&x, &y};
     for (int i = 0; i < 2; i++) {
         p[i]->model = p[i]->data = p[i]->val = p[i]->save_dir = p[i]->plan.offload_dir = NULL;
@@ -146,6 +133,22 @@ static int valid_record(const cJSON *r) {
     return 1;
 }
 
+/* Sets the flag name=value in arr: in the place of an earlier one of the same name, else last. */
+static void put_flag(cJSON *arr, const char *name, const char *value) {
+    cJSON *f = cJSON_CreateArray(), *g;
+    cJSON_AddItemToArray(f, cJSON_CreateString(name));
+    cJSON_AddItemToArray(f, value ? cJSON_CreateString(value) : cJSON_CreateNull());
+    int i = 0;
+    cJSON_ArrayForEach(g, arr) {
+        if (!strcmp(cJSON_GetArrayItem(g, 0)->valuestring, name)) {
+            cJSON_ReplaceItemInArray(arr, i, f);
+            return;
+        }
+        i++;
+    }
+    cJSON_AddItemToArray(arr, f);
+}
+
 static const char k_changeable_text[] =
     "--steps, --eval-every, --val-batches, --save, --save-every, --log, --trace, --quiet, "
     "--stop-at, --threads, --memory, --host-memory, --disk-memory, --offload-dir";
@@ -173,60 +176,57 @@ int cli_resume_merge(train_args *a, cli_resume *rs) {
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(rec, "args");
     rs->plan_auto = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(rec, "plan_auto"));
     train_args saved;
-    int rc = parse_with(args, NULL, 0, NULL, &saved);
+    int rc = parse_with(args, NULL, &saved);
     cli_train_args_free(&saved);
     if (rc >= 0) return cli_error("train: --resume %s: this build refuses a flag of %s/run.json "
                                   "(above)", dir, dir);
-    /* every flag given: the path absolute; one that may not change must agree */
-    cli_flag *given = malloc((size_t)(a->n_flags + 1) * sizeof *given);
-    if (!given) return cli_error("out of memory");
-    int n_given = 0;
+    /* every flag given, its path absolute, in the record's place of its name: one that may
+     * not change must leave the run as recorded; the run is the record with those that may */
+    cJSON *run = cJSON_Duplicate(args, 1);
+    if (!run) return cli_error("out of memory");
     for (int i = 0; i < a->n_flags && rc < 0; i++) {
-        cli_flag f = a->flags[i];
-        if (!strcmp(f.name, "plan")) {
+        const cli_flag *f = &a->flags[i];
+        if (!strcmp(f->name, "plan")) {
             if (!rs->plan_auto)
                 rc = cli_usage_error("train", "--plan auto: the run in %s was saved with its plan "
                                      "given as flags; resume without --plan auto", dir);
             continue; /* the plan chosen when the run began */
         }
-        if (rs->plan_auto && (!strcmp(f.name, "allow") || !strcmp(f.name, "tokens-per-step") ||
-                              !strcmp(f.name, "verbose")))
+        if (rs->plan_auto && (!strcmp(f->name, "allow") || !strcmp(f->name, "tokens-per-step") ||
+                              !strcmp(f->name, "verbose")))
             continue;
-        char *abs = absolute(f.name, f.value);
-        if (abs && !(f.value = keep(rs, abs))) {
-            rc = cli_error("out of memory");
-            break;
+        char *abs = absolute(f->name, f->value);
+        const char *value = abs ? abs : f->value, *was = saved_value(args, f->name);
+        int gone = (!strcmp(f->name, "data") || !strcmp(f->name, "val")) && was && !glob_count(was);
+        if (in_list(k_may_change, f->name) || gone) { /* gone: the files' new place is taken */
+            put_flag(run, f->name, value);
+            free(abs);
+            continue;
         }
-        given[n_given++] = f;
-        if (in_list(k_may_change, f.name)) continue;
-        const char *was = saved_value(args, f.name);
-        if ((!strcmp(f.name, "data") || !strcmp(f.name, "val")) && was && glob_count(was) == 0)
-            continue; /* the recorded files are gone: their new place is taken */
-        train_args one, base;
-        int r1 = parse_with(args, &f, 1, NULL, &one);
-        int r0 = parse_with(args, NULL, 0, NULL, &base);
+        cJSON *one = cJSON_Duplicate(args, 1);
+        train_args x, y;
+        int r1 = one ? (put_flag(one, f->name, value), parse_with(one, NULL, &x)) : cli_error("out of memory");
+        int r0 = parse_with(args, NULL, &y);
         if (r1 >= 0) rc = r1;
-        else if (r0 < 0 && !same_run(&one, &base))
+        else if (r0 < 0 && !same_run(&x, &y))
             rc = cli_usage_error("train", "--%s: the run in %s was saved %s%s, given %s; a resume "
-                                 "may change only %s", f.name, dir, was ? "with " : "",
-                                 was ? was : f.value ? "with its default" : "without it",
-                                 a->flags[i].value ? a->flags[i].value : "on", k_changeable_text);
-        cli_train_args_free(&one);
-        cli_train_args_free(&base);
+                                 "may change only %s", f->name, dir, was ? "with " : "",
+                                 was ? was : f->value ? "with its default" : "without it",
+                                 f->value ? f->value : "on", k_changeable_text);
+        cli_train_args_free(&x);
+        cli_train_args_free(&y);
+        cJSON_Delete(one);
+        free(abs);
     }
-    if (rc >= 0) {
-        free(given);
-        return rc;
-    }
-    /* the run: the record, then the flags given (those that change it win, being last) */
+    cJSON_ReplaceItemInObjectCaseSensitive(rec, "args", run); /* rec owns run now */
+    if (rc >= 0) return rc;
     train_args merged;
-    rc = parse_with(args, given, n_given, &rs->argv, &merged);
-    free(given);
+    rc = parse_with(run, &rs->argv, &merged);
     if (rc >= 0) return rc;
     cli_train_args_free(a);
     *a = merged;
     a->auto_plan = 0; /* the record's plan is the one --plan auto chose */
-    if (!a->o.resume) a->o.resume = dir;
+    a->o.resume = dir; /* the argument given (the record holds no --resume) */
     if (a->o.adapter) a->o.adapter = NULL;
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(rec, "adapter_run"))) {
         int base = a->o.lora.base; /* a run started from --adapter: the adapters' settings */
@@ -244,26 +244,10 @@ int cli_resume_merge(train_args *a, cli_resume *rs) {
                          cJSON_IsString(g) ? " (given as " : "", cJSON_IsString(g) ? g->valuestring : "",
                          cJSON_IsString(g) ? ")" : "", globs[i][0]);
     }
-    if (!a->quiet)
+    if (!a->quiet && hpt_dist_rank() == 0)
         fprintf(stderr, "hptrain: resuming the run recorded in %s/run.json at its step %lld\n", dir,
                 (long long)step);
     return -1;
-}
-
-/* Sets the flag name=value in arr: in the place of an earlier one of the same name, else last. */
-static void put_flag(cJSON *arr, const char *name, const char *value) {
-    cJSON *f = cJSON_CreateArray(), *g;
-    cJSON_AddItemToArray(f, cJSON_CreateString(name));
-    cJSON_AddItemToArray(f, value ? cJSON_CreateString(value) : cJSON_CreateNull());
-    int i = 0;
-    cJSON_ArrayForEach(g, arr) {
-        if (!strcmp(cJSON_GetArrayItem(g, 0)->valuestring, name)) {
-            cJSON_ReplaceItemInArray(arr, i, f);
-            return;
-        }
-        i++;
-    }
-    cJSON_AddItemToArray(arr, f);
 }
 
 /* The plan chosen (--plan auto) as flags, its budgets and directory aside (they are the user's
@@ -332,8 +316,6 @@ void cli_resume_free(cli_resume *rs) {
     free(rs->text);
     cJSON_Delete(rs->json);
     free_argv(rs->argv);
-    for (int i = 0; i < rs->n_owned; i++) free(rs->owned[i]);
-    free(rs->owned);
     free(rs->record);
     memset(rs, 0, sizeof *rs);
 }
