@@ -16,10 +16,13 @@
 #include <string.h>
 #include <unistd.h>
 
-/* The flags a resume may change: the run's length, its cadence and outputs, where it runs. */
+/* The flags a resume may change: the run's length, its cadence and outputs, where its bytes
+ * live and how its work is split (the exact techniques; --accum and --zero with the number of
+ * processes: the state checks that --accum times the processes is the saved run's). */
 static const char *const k_may_change[] = {
     "steps", "eval-every", "val-batches", "save", "save-every", "log", "trace", "quiet",
-    "stop-at", "threads", "memory", "host-memory", "disk-memory", "offload-dir", "record-rates",
+    "stop-at", "threads", "memory", "host-memory", "disk-memory", "offload-dir", "offload",
+    "max-active-layers", "prefetch", "recompute", "act-offload", "accum", "zero", "record-rates",
     "verbose", "resume", NULL};
 /* Flags of one invocation, never recorded (--plan auto's are replaced by the plan chosen;
  * --adapter only starts a run: its settings are in the saved adapter_config.json). */
@@ -150,8 +153,8 @@ static void put_flag(cJSON *arr, const char *name, const char *value) {
 }
 
 static const char k_changeable_text[] =
-    "--steps, --eval-every, --val-batches, --save, --save-every, --log, --trace, --quiet, "
-    "--stop-at, --threads, --memory, --host-memory, --disk-memory, --offload-dir";
+    "--steps, the cadence and outputs, --threads, the budgets and exact techniques (hptrain "
+    "train --help, --resume)";
 
 int cli_resume_merge(train_args *a, cli_resume *rs) {
     const char *dir = a->o.resume;
@@ -184,6 +187,11 @@ int cli_resume_merge(train_args *a, cli_resume *rs) {
      * not change must leave the run as recorded; the run is the record with those that may */
     cJSON *run = cJSON_Duplicate(args, 1);
     if (!run) return cli_error("out of memory");
+    for (int i = 0, n = cJSON_GetArraySize(run); i < n; i++) /* --save: DIR's, unless given */
+        if (!strcmp(cJSON_GetArrayItem(cJSON_GetArrayItem(run, i), 0)->valuestring, "save")) {
+            cJSON_DeleteItemFromArray(run, i);
+            break;
+        }
     for (int i = 0; i < a->n_flags && rc < 0; i++) {
         const cli_flag *f = &a->flags[i];
         if (!strcmp(f->name, "plan")) {
@@ -218,6 +226,8 @@ int cli_resume_merge(train_args *a, cli_resume *rs) {
         cJSON_Delete(one);
         free(abs);
     }
+    if (rc < 0 && !saved_value(run, "save")) /* saves go to DIR (a copy's to the copy) */
+        put_flag(run, "save", dir);
     cJSON_ReplaceItemInObjectCaseSensitive(rec, "args", run); /* rec owns run now */
     if (rc >= 0) return rc;
     train_args merged;
