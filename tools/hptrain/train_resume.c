@@ -211,8 +211,16 @@ int cli_resume_merge(train_args *a, cli_resume *rs) {
             free(abs);
             continue;
         }
+        if (!strcmp(f->name, "adapter")) {
+            rc = cli_usage_error("train", "--adapter starts a run from adapters; --resume continues "
+                                 "one (give one of them)");
+            free(abs);
+            break;
+        }
         cJSON *one = cJSON_Duplicate(args, 1);
         train_args x, y;
+        memset(&x, 0, sizeof x);
+        memset(&y, 0, sizeof y);
         int r1 = one ? (put_flag(one, f->name, value), parse_with(one, NULL, &x)) : cli_error("out of memory");
         int r0 = parse_with(args, NULL, &y);
         if (r1 >= 0) rc = r1;
@@ -237,7 +245,6 @@ int cli_resume_merge(train_args *a, cli_resume *rs) {
     *a = merged;
     a->auto_plan = 0; /* the record's plan is the one --plan auto chose */
     a->o.resume = dir; /* the argument given (the record holds no --resume) */
-    if (a->o.adapter) a->o.adapter = NULL;
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(rec, "adapter_run"))) {
         int base = a->o.lora.base; /* a run started from --adapter: the adapters' settings */
         s = hpt_lora_read_config(dir, &a->o.lora);
