@@ -51,7 +51,9 @@ cmp -s full/state.bin a/state.bin && ok || bad "split by --stop-at: state.bin di
 cmp -s full/state.bin b/state.bin && ok || bad "extended by --steps: state.bin differs"
 grep -q "resuming the run recorded in b/run.json at its step 6" err && ok || bad "no resume line: $(cat err)"
 # the record now holds --steps 12: a resume from it is at its end
-expect_error "at the end" "beyond|step 12 of 12|steps" "$bin" train --resume b --steps 10
+expect_error "before the end" "b/state.bin is at step 12, beyond --steps 10" "$bin" train --resume b --steps 10
+"$bin" train --resume b >out 2>err && grep -q "b is at step 12, the run's last (--steps 12): nothing to do" err &&
+  ok || bad "a resume at the run's end: $(cat err)"
 # flags that may not change: refused with the saved and the given value
 expect_error "--lr changed" "error: --lr: the run in a was saved with 2e-3, given 1e-3; a resume may change only --steps," \
   "$bin" train --resume a --lr 1e-3

@@ -617,6 +617,16 @@ static int train_run(train_args *a, cli_resume *rs) {
             fprintf(stderr, "hptrain: resuming at step %lld of %lld\n",
                     (long long)hpt_trainer_start_step(tr), (long long)o.steps);
     }
+    if (hpt_trainer_done(tr)) { /* resumed at its last step: no step, no summary of none */
+        if (lead)
+            fprintf(stderr, "hptrain: %s is at step %lld, the run's last (--steps %lld): nothing to "
+                    "do (--steps N extends the run)\n", o.resume, (long long)hpt_trainer_start_step(tr),
+                    (long long)o.steps);
+        if (log) fclose(log);
+        hpt_trainer_free(tr);
+        hpt_mem_destroy(mem);
+        return 0;
+    }
     atomic_store(&g_armed, 1); /* SIGINT, SIGTERM: stop after the step (signal_thread) */
     int tty = isatty(2) && !quiet;
     int64_t every = o.steps / 20 > 0 ? o.steps / 20 : 1;

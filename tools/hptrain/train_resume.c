@@ -152,6 +152,28 @@ static void put_flag(cJSON *arr, const char *name, const char *value) {
     cJSON_AddItemToArray(arr, f);
 }
 
+/* Another number of processes than the record's, --accum not given: the saved run's
+ * micro-batches per step (--accum times processes) split over this run's processes. -1, or the
+ * exit status (printed) when they do not divide. */
+static int split_accum(const cJSON *rec, cJSON *run, const train_args *a, const char *dir) {
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(rec, "procs");
+    int n = cJSON_IsNumber(p) && p->valueint > 0 ? p->valueint : 1, m = hpt_dist_size();
+    for (int i = 0; i < a->n_flags; i++)
+        if (!strcmp(a->flags[i].name, "accum")) return -1;
+    if (n == m) return -1;
+    const char *was = saved_value(run, "accum");
+    long k = was ? strtol(was, NULL, 10) : 1, total = (k > 1 ? k : 1) * n;
+    if (total % m)
+        return cli_usage_error("train", "--resume %s: the run was saved by %d process%s with --accum "
+                               "%ld (%ld micro-batches per step), which %d processes cannot share: "
+                               "give --accum K with K x %d = %ld", dir, n, n > 1 ? "es" : "", k,
+                               total, m, m, total);
+    char b[32];
+    snprintf(b, sizeof b, "%ld", total / m);
+    put_flag(run, "accum", b);
+    return -1;
+}
+
 static const char k_changeable_text[] =
     "--steps, the cadence and outputs, --threads, the budgets and exact techniques (hptrain "
     "train --help, --resume)";
@@ -236,6 +258,7 @@ int cli_resume_merge(train_args *a, cli_resume *rs) {
     }
     if (rc < 0 && !saved_value(run, "save")) /* saves go to DIR (a copy's to the copy) */
         put_flag(run, "save", dir);
+    if (rc < 0) rc = split_accum(rec, run, a, dir);
     cJSON_ReplaceItemInObjectCaseSensitive(rec, "args", run); /* rec owns run now */
     if (rc >= 0) return rc;
     train_args merged;
@@ -320,6 +343,7 @@ char *cli_run_record(const train_args *a, const cli_resume *rs) {
     char cwd[PATH_MAX];
     if (getcwd(cwd, sizeof cwd)) cJSON_AddStringToObject(rec, "cwd", cwd);
     cJSON_AddBoolToObject(rec, "plan_auto", auto_plan);
+    cJSON_AddNumberToObject(rec, "procs", hpt_dist_size()); /* --accum is per process */
     if (a->o.adapter || (rs->json && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(rs->json, "adapter_run"))))
         cJSON_AddBoolToObject(rec, "adapter_run", 1);
     char *t = cJSON_PrintUnformatted(rec);
