@@ -3,8 +3,9 @@
  * name and value, paths made absolute, their text as given beside them; after --plan auto the
  * plan chosen, as flags), rewritten with every save (src/train/run_record.c). A resume parses
  * the recorded flags, then each flag given: one of k_may_change replaces the recorded value;
- * any other must leave the parsed run unchanged (the options compared whole, so a flag added
- * later is covered too) or is refused, naming the flag, the saved value and the given one.
+ * any other must leave the parsed run unchanged (compared by effect: 2e-3 is 0.002; a flag
+ * added since, which same_run does not know, by its text) or is refused, naming the flag, the
+ * saved value and the given one.
  * Without a record (a state saved before records) the flags given are the run's, as before. */
 #include "train_args.h"
 
@@ -85,22 +86,36 @@ static int parse_with(const cJSON *args, char ***argv_out, train_args *out) {
     return rc;
 }
 
-/* 1 when a and b describe the same run (paths and the plan's record of what was given aside). */
+/* The flags same_run compares by their effect: train's own (below) and the plan's options. */
+static const char *const k_compared[] = {
+    "model", "data", "val", "batch", "seq", "steps", "lr", "min-lr", "warmup", "grad-clip",
+    "eval-every", "val-batches", "save", "save-every", "seed", "threads", NULL};
+
+static int compared(const char *name) {
+    const char *opt;
+    int takes;
+    for (int i = 0; (opt = hpt_plan_option_name(i, &takes)); i++)
+        if (!strcmp(opt, name)) return 1;
+    return in_list(k_compared, name);
+}
+
+static int same_str(const char *a, const char *b) { return a == b || (a && b && !strcmp(a, b)); }
+
+/* 1 when a and b run the same: train's fields one by one, the plan as hpt_plan_print writes it
+ * (its canonical text: every option away from its default). Struct bytes are not compared:
+ * their padding is not the parse's. */
 static int same_run(const train_args *a, const train_args *b) {
-    const char *sa[] = {a->o.model, a->o.data, a->o.val, a->o.save_dir, a->o.plan.offload_dir};
-    const char *sb[] = {b->o.model, b->o.data, b->o.val, b->o.save_dir, b->o.plan.offload_dir};
-    for (int i = 0; i < 5; i++)
-        if ((sa[i] == NULL) != (sb[i] == NULL) || (sa[i] && strcmp(sa[i], sb[i]))) return 0;
-    hpt_train_opts x, y; /* byte copies: padding as parsed (from the zeroed defaults) */
-    memcpy(&x, &a->o, sizeof x);
-    memcpy(&y, &b->o, sizeof y);
-    hpt_train_opts *p[2] = {&x, &y};
-    for (int i = 0; i < 2; i++) {
-        p[i]->model = p[i]->data = p[i]->val = p[i]->save_dir = p[i]->plan.offload_dir = NULL;
-        p[i]->resume = p[i]->adapter = p[i]->run_record = NULL;
-        p[i]->plan.given = 0;
-    }
-    return !memcmp(&x, &y, sizeof x) && a->threads == b->threads;
+    const hpt_train_opts *x = &a->o, *y = &b->o;
+    char px[4096], py[4096];
+    if (hpt_plan_print(&x->plan, px, sizeof px) != HPT_OK ||
+        hpt_plan_print(&y->plan, py, sizeof py) != HPT_OK)
+        return 0;
+    return same_str(x->model, y->model) && same_str(x->data, y->data) && same_str(x->val, y->val) &&
+           same_str(x->save_dir, y->save_dir) && x->B == y->B && x->T == y->T &&
+           x->steps == y->steps && x->lr == y->lr && x->min_lr == y->min_lr &&
+           x->warmup == y->warmup && x->grad_clip == y->grad_clip && x->eval_every == y->eval_every &&
+           x->val_batches == y->val_batches && x->save_every == y->save_every && x->seed == y->seed &&
+           a->threads == b->threads && !strcmp(px, py);
 }
 
 /* The recorded value of a flag: its value, "on" for a flag without one, NULL when the record
@@ -245,8 +260,10 @@ int cli_resume_merge(train_args *a, cli_resume *rs) {
         memset(&y, 0, sizeof y);
         int r1 = one ? (put_flag(one, f->name, value), parse_with(one, NULL, &x)) : cli_error("out of memory");
         int r0 = parse_with(args, NULL, &y);
+        /* a flag same_run does not know (added since): its text must be the record's */
+        int same = compared(f->name) ? same_run(&x, &y) : value ? same_str(value, was) : was != NULL;
         if (r1 >= 0) rc = r1;
-        else if (r0 < 0 && !same_run(&x, &y))
+        else if (r0 < 0 && !same)
             rc = cli_usage_error("train", "--%s: the run in %s was saved %s%s, given %s; a resume "
                                  "may change only %s", f->name, dir, was ? "with " : "",
                                  was ? was : f->value ? "with its default" : "without it",
@@ -263,7 +280,10 @@ int cli_resume_merge(train_args *a, cli_resume *rs) {
     if (rc >= 0) return rc;
     train_args merged;
     rc = parse_with(run, &rs->argv, &merged);
-    if (rc >= 0) return rc;
+    if (rc >= 0) {
+        cli_train_args_free(&merged);
+        return rc;
+    }
     cli_train_args_free(a);
     *a = merged;
     a->auto_plan = 0; /* the record's plan is the one --plan auto chose */
