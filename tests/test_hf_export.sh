@@ -77,7 +77,7 @@ expect_error "bf16 llm.c" "save-dtype bf16 is for Hugging Face" run --model "gpt
 # --- the state beside the directory; the final message; the printed resume command ---
 [ -f "$tmp/t16.state/state.bin" ] && [ ! -e "$tmp/t16/state.bin" ] && ok || bad "state inside the export: $(ls "$tmp/t16")"
 grep -qF "saved a Hugging Face directory in bf16 ($tmp/t16/config.json, $tmp/t16/model.safetensors); the training state $tmp/t16.state/state.bin" "$tmp/e" &&
-  ! grep -q "model.bin" "$tmp/e" && grep -qF "hptrain train --resume $tmp/t16.state --data" "$tmp/e" && ok ||
+  ! grep -q "model.bin" "$tmp/e" && grep -qF "train further with: hptrain train --resume $tmp/t16 --steps N" "$tmp/e" && ok ||
   bad "final message: $(cat "$tmp/e")"
 run --model "$tmp/d16" --steps 4 --save "$tmp/whole" --quiet 2>/dev/null || bad "4 steps"
 run --model "$tmp/d16" --steps 4 --stop-at 2 --save "$tmp/half" --quiet 2>"$tmp/e"

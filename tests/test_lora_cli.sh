@@ -133,7 +133,25 @@ cmp -s "$tmp/r1/adapter_model.safetensors" "$tmp/r2/adapter_model.safetensors" &
 cp -r "$tmp/r2" "$tmp/r3"
 head -c 100 "$tmp/r2/lora_state.bin" >"$tmp/r3/lora_state.bin"
 expect_error "truncated state" "lora_state.bin is (truncated|damaged)" run --resume "$tmp/r3"
-expect_error "another rank" "adapter_config.json has r=4.*resume with the same --lora" \
+# --resume DIR alone: the base, the data and --lora from DIR/run.json (docs/formats.md)
+run --log "$tmp/c1.jsonl" --save "$tmp/r4" --stop-at 4 && "$bin" train --resume "$tmp/r4" --log "$tmp/c2.jsonl" \
+  --quiet 2>>"$tmp/err" || bad "split run, --resume alone: $(cat "$tmp/err")"
+lc=$(cat "$tmp/c1.jsonl" "$tmp/c2.jsonl" | sed -n 's/.*"loss":\([0-9.e+-]*\).*/\1/p' | tr '\n' ' ')
+[ -n "$la" ] && [ "$la" = "$lc" ] && ok || bad "--resume alone: losses differ: '$la' vs '$lc'"
+# a run started from --adapter: --resume DIR alone takes the adapters' settings from DIR
+ada() { "$bin" train --model "$tmp/m/hf" --data "$tmp/tr.bin" --batch 2 --seq 16 --steps 8 --lr 1e-2 \
+  --adapter "$tmp/ad" --quiet "$@" >/dev/null 2>>"$tmp/err"; }
+ada --save "$tmp/d1" --log "$tmp/d1.jsonl" && ada --save "$tmp/d2" --stop-at 4 --log "$tmp/d2a.jsonl" &&
+  "$bin" train --resume "$tmp/d2" --log "$tmp/d2b.jsonl" --quiet 2>>"$tmp/err" >/dev/null ||
+  bad "--adapter run split, --resume alone: $(cat "$tmp/err")"
+ld=$(sed -n 's/.*"loss":\([0-9.e+-]*\).*/\1/p' "$tmp/d1.jsonl" | tr '\n' ' ')
+le=$(cat "$tmp/d2a.jsonl" "$tmp/d2b.jsonl" | sed -n 's/.*"loss":\([0-9.e+-]*\).*/\1/p' | tr '\n' ' ')
+[ -n "$ld" ] && [ "$ld" = "$le" ] && ok || bad "--adapter run resumed alone: losses differ: '$ld' vs '$le'"
+# another --lora: refused by the record, and without one by the saved adapters' settings
+expect_error "another rank" "error: --lora: the run in .*r2 was saved with r=4,alpha=8,dropout=0.2, given r=8" \
+  "$bin" train --model "$tmp/m/hf" --data "$tmp/tr.bin" --batch 2 --seq 16 --steps 8 --lora r=8 --resume "$tmp/r2" --quiet
+rm "$tmp/r2/run.json"
+expect_error "another rank, no record" "adapter_config.json has r=4.*resume with the same --lora" \
   "$bin" train --model "$tmp/m/hf" --data "$tmp/tr.bin" --batch 2 --seq 16 --steps 8 --lora r=8 --resume "$tmp/r2" --quiet
 
 # --base-weights bf16 | int8 | nf4: a frozen base stored narrow trains from a Hugging Face directory

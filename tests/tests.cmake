@@ -181,6 +181,9 @@ if(TARGET hptrain_cli)
   # the export, the final message and its resume command, the shards' tokenizer check
   add_test(NAME test_hf_export COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_hf_export.sh $<TARGET_FILE:hptrain_cli> ${CMAKE_SOURCE_DIR})
   set_tests_properties(test_hf_export PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+  # train --resume DIR alone continues the run as DIR/run.json recorded it (issue 34, item 3)
+  add_test(NAME test_resume COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_resume.sh $<TARGET_FILE:hptrain_cli>)
+  set_tests_properties(test_resume PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
 endif()
 # An MPI test script tests/NAME.sh run on the CLI binary (and, with ASAN, the sanitizer CLI as
 # its second argument where that is built): skipped (77) without mpirun, one OpenMP thread per rank.

@@ -39,6 +39,9 @@ typedef struct {
     int save_dtype;        /* a save's Hugging Face files: HPT_DTYPE_F32 or HPT_DTYPE_BF16;
                             * -1 (the default): the dtype of the --model directory's weights,
                             * else f32 (docs/formats.md) */
+    const char *run_record; /* a JSON object the caller keeps beside every save as DIR/run.json
+                             * (borrowed; NULL: none): what it needs to continue the run from
+                             * DIR alone (the command line's flags; docs/formats.md) */
 } hpt_train_opts;
 hpt_train_opts hpt_train_defaults(void);
 /* The estimator's options for the run o describes on the shape cfg (what the trainer's budget
@@ -86,8 +89,9 @@ int hpt_trainer_done(const hpt_trainer *tr);
 /* Evaluates the validation loss now (NaN if there is no validation data). */
 hpt_status hpt_trainer_eval(hpt_trainer *tr, float *val_loss_out);
 /* Writes the save now (needs save_dir): the weights into save_dir (llm.c's model.bin for GPT-2;
- * a Hugging Face directory for a run from one or of another architecture) and the training
- * state (state.bin, or ZeRO's manifest and shards) into hpt_trainer_state_dir. */
+ * a Hugging Face directory for a run from one or of another architecture), the training state
+ * (state.bin, or ZeRO's manifest and shards) into hpt_trainer_state_dir, then the run record
+ * (opts.run_record) there as run.json. */
 hpt_status hpt_trainer_save(hpt_trainer *tr);
 /* The directory a save's training state goes to: save_dir itself, or, when the save writes a
  * Hugging Face directory there (hf 1), "save_dir.state" beside it, so the exported directory
@@ -99,6 +103,11 @@ hpt_status hpt_train_resume_dir(const char *dir, char *buf, size_t n);
  * one line of text ("out/config.json, ...; the training state out.state/state.bin"). */
 const char *hpt_trainer_state_dir(const hpt_trainer *tr);
 hpt_status hpt_trainer_saved_files(const hpt_trainer *tr, char *buf, size_t n);
+/* The run record saved in dir/run.json (hpt_train_opts.run_record, as a JSON object's text,
+ * malloc'd: the caller frees it) and the step it was saved at; *record_out NULL when dir has
+ * none (a save made before records, or by a caller that gave none). HPT_ERR_FORMAT or
+ * HPT_ERR_CHECKSUM for a damaged file. */
+hpt_status hpt_run_record_read(const char *dir, char **record_out, int64_t *step_out);
 hpt_model *hpt_trainer_model(hpt_trainer *tr);
 int64_t hpt_trainer_start_step(const hpt_trainer *tr);       /* > 0 after a resume */
 /* The optimizer settings in use (a resumed run's come from its checkpoint). */

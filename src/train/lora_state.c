@@ -110,7 +110,7 @@ hpt_status lora_state_load(hpt_trainer *tr, const char *dir) {
     if (s == HPT_OK) s = take(img, size - 4, &at, f, sizeof f, path);
     fields_of(tr, want);
     static const struct { int k; const char *what; } same[] = {
-        {F_VERSION, "version"}, {F_TOTAL, "--steps"}, {F_B, "--batch"}, {F_T, "--seq"},
+        {F_VERSION, "version"}, {F_B, "--batch"}, {F_T, "--seq"},
         {F_ACCUM, "--accum"}, {F_NPARAMS, "adapter size (--lora r, --lora-targets)"},
         {F_OPTIMIZER, "--optimizer"}, {F_BITS, "--state-bits"}};
     for (size_t i = 0; s == HPT_OK && i < sizeof same / sizeof same[0]; i++)

@@ -444,18 +444,21 @@ static hpt_status eval_batches(hpt_trainer *tr, float *val_loss_out) {
 }
 
 /* A run killed while writing a checkpoint leaves its temporary file (io_atomic's
- * "<name>.tmp.<pid>"; the checkpoint itself is intact). After a save, the ones of processes
+ * "<name>.tmp.<pid>"; the checkpoint itself is intact; run.json's too). After a save, the ones of processes
  * that no longer exist are removed, so repeated kills do not fill the disk. */
 static void sweep_stale_tmp(const char *dir) {
     DIR *d = opendir(dir);
     struct dirent *de;
     while (d && (de = readdir(d))) {
-        const char *t = strstr(de->d_name, ".bin.tmp.");
-        if (!t || (strncmp(de->d_name, "state.bin", 9) && strncmp(de->d_name, "model.bin", 9) &&
-                   strncmp(de->d_name, "zero-", 5)))
-            continue;
+        const char *t = strstr(de->d_name, ".bin.tmp."), *at = NULL; /* at: the pid */
+        if (t && (!strncmp(de->d_name, "state.bin", 9) || !strncmp(de->d_name, "model.bin", 9) ||
+                  !strncmp(de->d_name, "zero-", 5)))
+            at = t + 9;
+        else if (!strncmp(de->d_name, "run.json.tmp.", 13))
+            at = de->d_name + 13;
+        if (!at) continue;
         char *end;
-        long pid = strtol(t + 9, &end, 10);
+        long pid = strtol(at, &end, 10);
         if (*end || pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
             continue;
         char path[PATH_MAX];
@@ -467,8 +470,17 @@ static void sweep_stale_tmp(const char *dir) {
 static hpt_status save_files(hpt_trainer *tr);
 static hpt_status save_shards(hpt_trainer *tr);
 
+static hpt_status save_state(hpt_trainer *tr);
+
 hpt_status hpt_trainer_save(hpt_trainer *tr) {
     if (!tr->o.save_dir) return hpt_fail(HPT_ERR_INVALID, "no save directory given");
+    if (!dp_rank()) run_record_before_save(tr);
+    hpt_status s = save_state(tr);
+    if (s == HPT_OK && !dp_rank()) s = run_record_save(tr);
+    return s;
+}
+
+static hpt_status save_state(hpt_trainer *tr) {
     /* LoRA: the adapters in PEFT's files, the frozen base untouched (docs/lora.md) */
     if (hpt_model_lora_on(tr->model)) {
         hpt_status s = dp_rank() ? HPT_OK : hpt_lora_save(tr->model, tr->o.save_dir, tr->o.model);

@@ -46,7 +46,14 @@ struct hpt_trainer {
     int64_t fault_step;
     int fault_layer;
     float fault_value;
+    int record_fresh;         /* save_dir's run.json is this run's, or removed (run_record.c) */
 };
+
+/* ---- run_record.c: DIR/run.json beside the state (docs/formats.md, "The run record") ---- */
+/* Before the run's first save: removes save_dir's record unless it is the resumed directory. */
+void run_record_before_save(hpt_trainer *tr);
+/* After the state files: o.run_record (if any) as save_dir/run.json, atomically. */
+hpt_status run_record_save(const hpt_trainer *tr);
 
 /* ---- lora_state.c: a LoRA run's training state beside its PEFT files (docs/lora.md) ---- */
 hpt_status lora_state_save(const hpt_trainer *tr, const char *dir);

@@ -4,6 +4,7 @@
  * beyond the machine's RAM is warned about with the numbers (it would not protect the run from
  * the kernel's out-of-memory killer). */
 #include "cli.h"
+#include "train_args.h"
 
 #include <getopt.h>
 #include <math.h>
@@ -70,6 +71,7 @@ static void stop_signals(void) {
 
 static const char k_help[] =
     "usage: hptrain train --model PATH|DIR|SHAPE --data GLOB [options]\n"
+    "       hptrain train --resume DIR [--steps N] [options that may change]\n"
     "\n"
     "Trains a model of any registered architecture on llm.c token shards, from an llm.c\n"
     "checkpoint, a Hugging Face model directory or a shape with random initialisation (SHAPE:\n"
@@ -93,13 +95,21 @@ static const char k_help[] =
     "  --val-batches N      batches per validation (default 10)\n"
     "  --save DIR           at the end: the weights into DIR (GPT-2: llm.c's model.bin; a run\n"
     "                       from a Hugging Face directory or of another family: a Hugging Face\n"
-    "                       directory) and the training state (state.bin) into DIR, or into\n"
-    "                       DIR.state beside a Hugging Face DIR (docs/formats.md)\n"
+    "                       directory), the training state (state.bin) and the run's flags\n"
+    "                       (run.json) into DIR, or into DIR.state beside a Hugging Face DIR\n"
+    "                       (docs/formats.md)\n"
     "  --save-every N       also every N steps\n"
     "  --save-dtype K       a Hugging Face save's weights: f32 or bf16 (rounded to nearest even;\n"
     "                       default: the --model directory's dtype, else f32)\n"
-    "  --resume DIR         continue from DIR.state/ or DIR/state.bin (same --batch, --seq and\n"
-    "                       --accum)\n"
+    "  --resume DIR         continue the run saved in DIR (its state: DIR.state/ or DIR/) as it\n"
+    "                       was (its flags: run.json), saving into DIR unless --save is given;\n"
+    "                       flags given again must agree, but for --steps (extend the run), the\n"
+    "                       cadence and outputs (--eval-every, --val-batches, --save,\n"
+    "                       --save-every, --log, --trace, --quiet, --stop-at), --threads, the\n"
+    "                       budgets (--memory, --host-memory, --disk-memory, --offload-dir) and\n"
+    "                       the exact techniques (--offload, --max-active-layers, --prefetch,\n"
+    "                       --recompute, --act-offload; --accum and --zero with the processes:\n"
+    "                       --accum x processes as saved) (docs/formats.md)\n"
     "  --force              train on shards whose tokenizer (tokenizer.bin beside them) is not\n"
     "                       the model's, with a warning (refused otherwise)\n"
     "  --stop-at N          stop after step N of the run and save (split a run across sessions)\n"
@@ -372,6 +382,11 @@ enum { OPT_SAVE_DTYPE = 1140, OPT_FORCE }; /* this command's own long options */
 static void print_saved(const hpt_trainer *tr, const hpt_train_opts *o, int done) {
     char files[8192];
     if (hpt_trainer_saved_files(tr, files, sizeof files) == HPT_OK) fprintf(stderr, "saved %s\n", files);
+    if (o->run_record) { /* the run's flags are in its record */
+        fprintf(stderr, "%s: hptrain train --resume %s%s\n", done ? "train further with" : "resume with",
+                o->save_dir, done ? " --steps N (N larger than now)" : "");
+        return;
+    }
     char accum[32] = "";
     if (o->accum > 1) snprintf(accum, sizeof accum, " --accum %d", o->accum);
     fprintf(stderr, "%s: hptrain train --resume %s --data '%s' --batch %d --seq %d%s --steps %lld "
@@ -393,23 +408,24 @@ int cmd_train(int argc, char **argv) {
     return rc;
 }
 
-static int train_main(int argc, char **argv) {
-    g_rss0 = hpt_rss_bytes();
-    static const struct option longopts[] = {
-        CLI_TRAIN_LONGOPTS, CLI_AUTO_LONGOPTS, {"trace", 1, 0, 'P'},
-        {"record-rates", 0, 0, CLI_OPT_RECORD_RATES}, {"adapter", 1, 0, 'a'},
-        {"save-dtype", 1, 0, OPT_SAVE_DTYPE}, {"force", 0, 0, OPT_FORCE}, {0, 0, 0, 0}};
+static const struct option k_longopts[] = {
+    CLI_TRAIN_LONGOPTS, CLI_AUTO_LONGOPTS, {"trace", 1, 0, 'P'},
+    {"record-rates", 0, 0, CLI_OPT_RECORD_RATES}, {"adapter", 1, 0, 'a'},
+    {"save-dtype", 1, 0, OPT_SAVE_DTYPE}, {"force", 0, 0, OPT_FORCE}, {0, 0, 0, 0}};
+
+int cli_train_parse(int argc, char **argv, train_args *a) {
+    memset(a, 0, sizeof *a);
     hpt_train_opts o = hpt_train_defaults();
-    const char *log_path = NULL, *trace_path = NULL;
-    int quiet = 0, min_lr_set = 0;
-    long threads = 0, stop_at = 0, tokens = 0;
-    int auto_plan = 0, lossy = 0, verbose = 0, record_rates = 0, force = 0;
+    int min_lr_set = 0;
     int opt_rc = 0;
     int c;
     long lv;
     double dv;
-    while ((c = cli_getopt("train", argc, argv, longopts, k_help, &opt_rc)) != -1) {
+    if (!(a->flags = malloc((size_t)(argc + 1) * sizeof *a->flags))) return cli_error("out of memory");
+    optind = 0; /* a fresh scan: the command line, or a record's (train_resume.c) */
+    while ((c = cli_getopt("train", argc, argv, k_longopts, k_help, &opt_rc)) != -1) {
         if (c == CLI_OPT_EXIT) return opt_rc;
+        a->flags[a->n_flags++] = (cli_flag){cli_optname(), optarg};
         int r = 0;
         switch (c) {
         case 'm': o.model = optarg; break;
@@ -428,25 +444,25 @@ static int train_main(int argc, char **argv) {
         case 'S': r = cli_parse_long("train", "--save-every", optarg, 0, 1L << 40, &lv); o.save_every = lv; break;
         case 'r': o.resume = optarg; break;
         case 'a': o.adapter = optarg; break;
-        case 'o': log_path = optarg; break;
-        case 'P': trace_path = optarg; break;
+        case 'o': a->log_path = optarg; break;
+        case 'P': a->trace_path = optarg; break;
         case 'x': r = cli_parse_long("train", "--seed", optarg, 0, 0x7fffffffffffffffL, &lv); o.seed = (uint64_t)lv; break;
-        case 'j': r = cli_parse_long("train", "--threads", optarg, 1, 1024, &threads); break;
-        case 'q': quiet = 1; break;
+        case 'j': r = cli_parse_long("train", "--threads", optarg, 1, 1024, &a->threads); break;
+        case 'q': a->quiet = 1; break;
         case CLI_OPT_PLAN: r = cli_plan_flag("train", &o.plan, cli_optname(), optarg); break;
-        case 'A': r = cli_parse_long("train", "--stop-at", optarg, 1, 1L << 40, &stop_at); break;
+        case 'A': r = cli_parse_long("train", "--stop-at", optarg, 1, 1L << 40, &a->stop_at); break;
         case CLI_OPT_AUTO_PLAN:
             if (strcmp(optarg, "auto")) return cli_usage_error("train", "--plan: only 'auto' (got '%s')", optarg);
-            auto_plan = 1;
+            a->auto_plan = 1;
             break;
         case CLI_OPT_ALLOW:
             if (strcmp(optarg, "lossy")) return cli_usage_error("train", "--allow: only 'lossy' (got '%s')", optarg);
-            lossy = 1;
+            a->lossy = 1;
             break;
-        case CLI_OPT_TOKENS: r = cli_parse_long("train", "--tokens-per-step", optarg, 1, 1L << 40, &tokens); break;
-        case CLI_OPT_VERBOSE: verbose = 1; break;
-        case CLI_OPT_RECORD_RATES: record_rates = 1; break;
-        case OPT_FORCE: force = 1; break;
+        case CLI_OPT_TOKENS: r = cli_parse_long("train", "--tokens-per-step", optarg, 1, 1L << 40, &a->tokens); break;
+        case CLI_OPT_VERBOSE: a->verbose = 1; break;
+        case CLI_OPT_RECORD_RATES: a->record_rates = 1; break;
+        case OPT_FORCE: a->force = 1; break;
         case OPT_SAVE_DTYPE:
             if (!strcmp(optarg, "f32")) o.save_dtype = HPT_DTYPE_F32;
             else if (!strcmp(optarg, "bf16")) o.save_dtype = HPT_DTYPE_BF16;
@@ -456,9 +472,41 @@ static int train_main(int argc, char **argv) {
         if (r) return r;
     }
     if (optind < argc) return cli_unexpected_argument("train", argv[optind]);
+    if (!min_lr_set) o.min_lr = o.lr / 10.0f;
+    a->o = o;
+    return -1;
+}
+
+void cli_train_args_free(train_args *a) {
+    free(a->flags);
+    a->flags = NULL;
+    a->n_flags = 0;
+}
+
+static int train_run(train_args *a, cli_resume *rs);
+
+static int train_main(int argc, char **argv) {
+    g_rss0 = hpt_rss_bytes();
+    train_args a;
+    cli_resume rs;
+    memset(&rs, 0, sizeof rs);
+    int rc = cli_train_parse(argc, argv, &a);
+    if (rc < 0 && a.o.resume) rc = cli_resume_merge(&a, &rs); /* the recorded run */
+    if (rc < 0) rc = train_run(&a, &rs);
+    cli_train_args_free(&a);
+    cli_resume_free(&rs);
+    return rc;
+}
+
+static int train_run(train_args *a, cli_resume *rs) {
+    hpt_train_opts o = a->o;
+    const char *log_path = a->log_path, *trace_path = a->trace_path;
+    int quiet = a->quiet;
+    long threads = a->threads, stop_at = a->stop_at, tokens = a->tokens;
+    int auto_plan = a->auto_plan, lossy = a->lossy, verbose = a->verbose, record_rates = a->record_rates;
+    int force = a->force;
     if (!o.data) return cli_usage_error("train", "--data is required");
     if (!o.model && !o.resume) return cli_usage_error("train", "--model (or --resume) is required");
-    if (!min_lr_set) o.min_lr = o.lr / 10.0f;
     const int lead = hpt_dist_rank() == 0;
     /* a log or trace path with %r: every rank writes its own, %r replaced by its rank;
      * without: rank 0's only */
@@ -477,7 +525,10 @@ static int train_main(int argc, char **argv) {
     po.B = o.B, po.T = o.T, po.has_val = o.val != NULL, po.plan = o.plan;
     if (cli_check_shards_tokenizer("train", o.data, o.model, have_shape ? po.cfg.V : 0, force)) return 1;
     if (auto_plan) {
-        if (o.resume) return cli_usage_error("train", "--plan auto does not resume (pass the plan's flags)");
+        if (o.resume) /* a record's plan is resumed (train_resume.c): here there is none */
+            return cli_usage_error("train", "--plan auto: %s/run.json, with the plan chosen when "
+                                   "the run began, is missing (a state saved before runs were "
+                                   "recorded): give the plan's flags", o.resume);
         if (!have_shape) return cli_error("train: --plan auto: cannot read the shape of %s", o.model);
         /* --quiet: the chosen plan in one line, not the search's report */
         FILE *af = quiet ? fopen("/dev/null", "w") : NULL;
@@ -494,6 +545,12 @@ static int train_main(int argc, char **argv) {
     if (record_rates && o.plan.device)
         return cli_usage_error("train", "--record-rates records into this CPU's calibration; a "
                                "--device cuda run's rates are not its");
+    if (o.save_dir) { /* DIR/run.json beside every save: --resume DIR alone continues the run */
+        train_args ran = *a;
+        ran.o = o; /* --plan auto's choice */
+        if (!(rs->record = cli_run_record(&ran, rs))) return cli_error("out of memory");
+        o.run_record = rs->record;
+    }
     hpt_plan_env env = {.training = 1, .has_val = o.val != NULL, .need_disk_dir = 1};
     int rc0 = cli_plan_check("train", &o.plan, &env);
     if (rc0) return rc0;
@@ -598,6 +655,16 @@ static int train_main(int argc, char **argv) {
         if (hpt_trainer_start_step(tr))
             fprintf(stderr, "hptrain: resuming at step %lld of %lld\n",
                     (long long)hpt_trainer_start_step(tr), (long long)o.steps);
+    }
+    if (hpt_trainer_done(tr)) { /* resumed at its last step: no step, no summary of none */
+        if (lead)
+            fprintf(stderr, "hptrain: %s is at step %lld, the run's last (--steps %lld): nothing to "
+                    "do (--steps N extends the run)\n", o.resume, (long long)hpt_trainer_start_step(tr),
+                    (long long)o.steps);
+        if (log) fclose(log);
+        hpt_trainer_free(tr);
+        hpt_mem_destroy(mem);
+        return 0;
     }
     atomic_store(&g_armed, 1); /* SIGINT, SIGTERM: stop after the step (signal_thread) */
     int tty = isatty(2) && !quiet;
