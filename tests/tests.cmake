@@ -38,6 +38,8 @@ add_test(NAME test_tokenizer_hf_cli COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_
          $<TARGET_FILE:hptrain_cli> ${CMAKE_SOURCE_DIR})
 set_tests_properties(test_tokenizer_hf_cli PROPERTIES SKIP_RETURN_CODE 77)
 hpt_add_test(test_tokenizer_shards test_tokenizer_shards.c)
+# the loader's seeded row order and validation split by document (docs/data.md)
+hpt_add_test(test_data_order test_data_order.c)
 # masked shards and the loss on targets only against PyTorch's ignore_index (docs/targets.md);
 # the reference (tests/make_ref_mask.py) made once per build tree by the fixture make_ref_mask
 hpt_add_test(test_loss_mask test_loss_mask.c)

@@ -47,7 +47,8 @@ size_t hpt_dataloader_num_tokens(const hpt_dataloader *d);
 void hpt_dataloader_skip(hpt_dataloader *d, int64_t n);
 /* Batches in one pass over the data from the start (each shard's windows before the walk wraps). */
 size_t hpt_dataloader_num_batches(const hpt_dataloader *d);
-/* Position for exact resume: (shard index, token offset within the shard). */
+/* Position for exact resume: (shard index, token offset within the shard); after
+ * hpt_dataloader_order (-1 - epoch, row index in the epoch's order). */
 void hpt_dataloader_get_pos(const hpt_dataloader *d, int64_t *shard, int64_t *offset);
 hpt_status hpt_dataloader_set_pos(hpt_dataloader *d, int64_t shard, int64_t offset);
 /* Back to the first window of the first shard (evaluation reads the same batches each time). */
@@ -72,7 +73,8 @@ int64_t hpt_dataloader_real_tokens(const hpt_dataloader *d);
  * packed (after set_pack on|off, no split): the rows of set_pack's walk. shuffle: each epoch
  * reads the rows in a permutation chosen by (seed, epoch), else in order; a batch is B rows,
  * an epoch the first rows / B * B of its order. get_pos then gives (-1 - epoch, row index).
- * info (may be NULL): the set's documents and tokens of all. Rewinds. */
+ * info (may be NULL): the set's documents and tokens of all (documents: 0 without a split).
+ * Rewinds. */
 typedef struct {
     size_t docs, docs_total;
     uint64_t tokens, tokens_total;

@@ -707,8 +707,8 @@ static hpt_status ix_select(hpt_dataloader *d, ix_docs *x, double fraction, int 
     for (size_t i = 0; s == HPT_OK && i < x->n; i++) len[x->p[i].doc] += x->p[i].len;
     size_t n_val = 0;
     if (s == HPT_OK && fraction > 0) s = io_data_choose(len, (size_t)x->n_docs, fraction, d->seed, is_val, &n_val);
-    d->split.docs_total = (size_t)x->n_docs;
-    d->split.docs = fraction > 0 ? (val ? n_val : (size_t)x->n_docs - n_val) : (size_t)x->n_docs;
+    d->split.docs_total = fraction > 0 ? (size_t)x->n_docs : 0; /* not counted without a split */
+    d->split.docs = fraction > 0 ? (val ? n_val : (size_t)x->n_docs - n_val) : 0;
     d->split.tokens_total = 0;
     size_t k = 0;
     uint64_t at = 0;
@@ -748,8 +748,6 @@ static hpt_status ix_pack_rows(hpt_dataloader *d) {
         HPT_CHECK(fill_row(d, 0, 1));
     } while (!(d->shard == sh0 && d->offset == 0));
     d->split.docs = d->split.docs_total = 0;
-    for (size_t i = 0; i < d->n_shards; i++) d->split.docs_total += (size_t)d->n_ex[i];
-    d->split.docs = d->split.docs_total;
     d->split.tokens = d->split.tokens_total = d->total;
     return HPT_OK;
 }
@@ -774,7 +772,14 @@ hpt_status hpt_dataloader_order(hpt_dataloader *d, double val_fraction, int val,
         s = ix_pack_rows(d);
     } else {
         ix_docs x = {.d = d};
-        s = ix_find_docs(d, &x);
+        s = val_fraction > 0 ? ix_find_docs(d, &x) : HPT_OK;
+        for (size_t i = 0; s == HPT_OK && val_fraction <= 0 && i < d->n_shards; i++) {
+            x.shard = i; /* no split: each shard whole, no need to find its documents */
+            x.start = 0;
+            x.doc = (int64_t)i;
+            x.n_docs = i + 1;
+            s = ix_emit(&x, d->counts[i]);
+        }
         if (s == HPT_OK) s = ix_select(d, &x, val_fraction, val);
         free(x.p);
         d->n_rows = d->set_tokens > (uint64_t)d->T ? (d->set_tokens - 1) / (uint64_t)d->T : 0;
