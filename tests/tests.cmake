@@ -178,6 +178,9 @@ if(TARGET hptrain_cli)
   # budget that binds, step times only from the device's own calibration
   add_test(NAME test_newcomer COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_newcomer.sh $<TARGET_FILE:hptrain_cli>)
   set_tests_properties(test_newcomer PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+  # the data's order and split (issue 34 item 5): --val-split, --shuffle, resume, the EMA
+  add_test(NAME test_data_cli COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_data_cli.sh $<TARGET_FILE:hptrain_cli>)
+  set_tests_properties(test_data_cli PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
 endif()
 # An MPI test script tests/NAME.sh run on the CLI binary (and, with ASAN, the sanitizer CLI as
 # its second argument where that is built): skipped (77) without mpirun, one OpenMP thread per rank.
