@@ -52,6 +52,15 @@ cmp -s "$tmp/full/state.bin" "$tmp/part/state.bin" && cmp -s "$tmp/full/model.bi
 run --steps 30 --quiet --save "$tmp/s" --stop-at 3 2>/dev/null
 expect_error "resume, other shuffle" "resume with the run's --shuffle" "$bin" train --resume "$tmp/s" \
   --data "$tmp/train_*.bin" --batch 4 --seq 16 --steps 30 --shuffle off
+# a walk's checkpoint (--shuffle off, or one written before shuffling) resumed without --shuffle
+# continues the walk: the bits of the uninterrupted --shuffle off run
+run --steps 10 --shuffle off --quiet --save "$tmp/wfull" 2>/dev/null
+run --steps 10 --shuffle off --quiet --save "$tmp/wpart" --stop-at 4 2>/dev/null
+"$bin" train --resume "$tmp/wpart" --data "$tmp/train_*.bin" --batch 4 --seq 16 --steps 10 \
+  --save "$tmp/wpart" >/dev/null 2>"$tmp/e" || bad "walk resume: $(cat "$tmp/e")"
+grep -q "^hptrain: data: the checkpoint's position is the walk in order" "$tmp/e" &&
+  cmp -s "$tmp/wfull/state.bin" "$tmp/wpart/state.bin" && ok ||
+  bad "a walk's checkpoint resumed with the default --shuffle: $(grep 'data:' "$tmp/e")"
 
 # --- the progress line: raw loss, its EMA, no phase ---
 run --steps 12 --log "$tmp/log.jsonl" >/dev/null 2>"$tmp/e" || bad "progress run: $(cat "$tmp/e")"

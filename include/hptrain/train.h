@@ -37,7 +37,8 @@ typedef struct {
                             * NULL (docs/lora.md) */
     double val_split;      /* > 0 (val NULL): this fraction of data's tokens, whole documents
                             * chosen by data_seed, is the validation set (docs/data.md) */
-    int shuffle;           /* 1: the training rows in a permutation per epoch (data_seed) */
+    int shuffle;           /* 1: the training rows in a permutation per epoch (data_seed); a
+                            * resume from a walk's position (no split) continues the walk */
     uint64_t data_seed;    /* the split's and the order's seed (default 1234) */
 } hpt_train_opts;
 hpt_train_opts hpt_train_defaults(void);

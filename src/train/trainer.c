@@ -299,7 +299,10 @@ static hpt_status setup(hpt_trainer *tr) {
         tr->rng.s = pos.rng_state;
         s = hpt_dataloader_open(tr->mem, o->data, o->B, o->T, mcfg(tr)->V, &tr->train);
         if (s == HPT_OK) s = hpt_dataloader_set_pack(tr->train, o->pack);
-        if (s == HPT_OK) s = order_data(tr, tr->train, 0);
+        /* a walk's position (--shuffle off, or a checkpoint from before shuffling) continues
+         * the walk; the rows by index, a split, as asked (set_pos refuses the other kind) */
+        if (s == HPT_OK && (pos.data_shard < 0 || (o->val_split > 0 && !o->val)))
+            s = order_data(tr, tr->train, 0);
         if (s == HPT_OK) s = hpt_dataloader_set_pos(tr->train, pos.data_shard, pos.data_offset);
         if (s != HPT_OK) {
             hpt_state_sections_free(tr->mem, sec, n_sec);

@@ -383,10 +383,13 @@ static void print_data(const hpt_trainer *tr, const hpt_train_opts *o) {
                 "(--val-split %g, --data-seed %llu)\n", v.docs, v.docs_total,
                 v.tokens_total ? 100.0 * (double)v.tokens / (double)v.tokens_total : 0.0,
                 o->val_split, (unsigned long long)o->data_seed);
-    if (o->shuffle)
+    if (o->shuffle && t.tokens)
         fprintf(stderr, "hptrain: data: %llu training tokens, rows shuffled each epoch "
                 "(--shuffle on, --data-seed %llu)\n", (unsigned long long)t.tokens,
                 (unsigned long long)o->data_seed);
+    else if (o->shuffle) /* a resumed walk */
+        fprintf(stderr, "hptrain: data: the checkpoint's position is the walk in order (saved with "
+                "--shuffle off, or before shuffling): the run continues it\n");
 }
 
 static int train_main(int argc, char **argv) {
