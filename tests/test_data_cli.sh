@@ -22,6 +22,16 @@ shard(sys.argv[1] + "/train_000.bin", a[:len(a) - 30])   # the cut falls inside 
 shard(sys.argv[1] + "/train_001.bin", a[len(a) - 30:] + b)
 shard(sys.argv[1] + "/one_000.bin", docs[0] + docs[1][1:]) # one document
 shard(sys.argv[1] + "/two_000.bin", [63] + [1] * 199 + [63] + [2] * 29) # 200 and 30 tokens
+# a masked shard (version 2): 60 examples of 4..13 tokens, the first token context only
+toks, flags, starts = [], [], []
+for e in range(60):
+    starts.append(len(toks))
+    n = 4 + (e * 7) % 10
+    toks += [random.randrange(63) for _ in range(n)]
+    flags += [0] + [1] * (n - 1)
+open(sys.argv[1] + "/chat_000.bin", "wb").write(
+    struct.pack("<256i", *([20240520, 2, len(toks), len(starts)] + [0] * 252)) +
+    struct.pack("<%dH" % len(toks), *toks) + bytes(flags) + struct.pack("<%dI" % len(starts), *starts))
 PY
 shape="gpt2:L=2,C=32,NH=4,V=64,T=32"
 run() { "$bin" train --model "$shape" --data "$tmp/train_*.bin" --batch 4 --seq 16 "$@"; }
@@ -41,6 +51,12 @@ expect_error "shuffle value" "shuffle: on or off" run --steps 1 --shuffle yes
 # two documents, of 200 and 30 tokens: one set holds fewer than a batch's 4 rows of 16 tokens
 expect_error "a set under a batch" "documents hold .* fewer than a batch" "$bin" train --model "$shape" \
   --data "$tmp/two_*.bin" --batch 4 --seq 16 --steps 1 --val-split 0.05
+
+# packed examples (a document each): the split by example, its rows shuffled
+"$bin" train --model "$shape" --data "$tmp/chat_*.bin" --batch 2 --seq 16 --steps 3 --pack on \
+  --val-split 0.25 >/dev/null 2>"$tmp/e" || bad "--pack on --val-split: $(tail -1 "$tmp/e")"
+grep -qE "^hptrain: data: validation [0-9]+ of 60 documents, 2[5-9]\.[0-9]% of the tokens" "$tmp/e" &&
+  grep -qE "^done: .*\| val loss" "$tmp/e" && ok || bad "--pack on --val-split: $(grep -E '^(hptrain: data|done)' "$tmp/e")"
 
 # --- resume with shuffled rows and a split: the uninterrupted run's bits ---
 run --steps 30 --val-split 0.2 --eval-every 10 --lr 3e-3 --quiet --save "$tmp/full" 2>/dev/null

@@ -8,7 +8,8 @@
  *   (c) --val-split: no document (one spans two shards) in both sets; the validation tokens
  *       within one document of the fraction; the sets' documents and tokens add up; the
  *       choice changes with the seed; a single document refused;
- *   (d) packed rows shuffled: each of set_pack's rows at most once an epoch, none cut.
+ *   (d) packed rows shuffled: each of set_pack's rows at most once an epoch, none cut; packed
+ *       rows of a split: each set's rows hold its examples only, no example in both.
  * Tokens are distinct ids (uint32 shards), so a row's first token says where it was read. */
 #include "testlib.h"
 #include "io/io_int.h"
@@ -252,6 +253,41 @@ static void check_pack(hpt_mem *mem) {
               "with another first example", missing, dup, cut);
     hpt_dataloader_free(walk);
     hpt_dataloader_free(sh);
+    /* a split of the examples (a document each), packed: each set's rows, its examples only */
+    int ex_of[EX * 12], set_of[EX];
+    for (int e = 0; e < EX; e++) {
+        set_of[e] = -1;
+        for (size_t i = starts[e]; i < (e + 1 < EX ? starts[e + 1] : n); i++) ex_of[i] = e;
+    }
+    int both = 0, foreign = 0;
+    uint64_t val_tokens = 0;
+    for (int val = 0; val < 2; val++) {
+        hpt_dataloader *d = NULL;
+        hpt_data_split info;
+        CHECK_OK(hpt_dataloader_open(mem, path_in("p_*.bin"), B, T, V, &d));
+        if (!d) return;
+        CHECK_OK(hpt_dataloader_set_pack(d, HPT_PACK_ON));
+        CHECK_OK(hpt_dataloader_order(d, 0.3, val, 0, 1234, &info));
+        if (val) val_tokens = info.tokens;
+        for (size_t b = 0; b < hpt_dataloader_num_batches(d); b++) {
+            const int32_t *x, *y;
+            CHECK_OK(hpt_dataloader_next(d, &x, &y));
+            const int32_t *pos = hpt_dataloader_positions(d);
+            for (int i = 0; i < B * T; i++) {
+                if (x[i] == 0 && !(pos[i] == 0 && y[i] >= 0)) continue; /* padding (input 0) */
+                int e = ex_of[x[i]];
+                both += set_of[e] >= 0 && set_of[e] != val;
+                set_of[e] = val;
+                /* an example's tokens in one row, in order, from its first */
+                foreign += x[i] - (int32_t)starts[e] != pos[i];
+            }
+        }
+        hpt_dataloader_free(d);
+    }
+    CHECK_MSG(!both && !foreign, "packed split: %d examples in both sets, %d tokens off their "
+              "example's place", both, foreign);
+    CHECK_MSG((double)val_tokens >= 0.3 * (double)n && (double)val_tokens < 0.3 * (double)n + 13,
+              "packed split: validation %llu of %zu tokens", (unsigned long long)val_tokens, n);
 }
 
 int main(void) {

@@ -70,7 +70,8 @@ int64_t hpt_dataloader_real_tokens(const hpt_dataloader *d);
  * documents start at each example's start (masked shards) or at each occurrence of the first
  * shard's first token (raw shards: llm.c's end-of-text before each document); a single
  * document is refused. Stream: a row is T+1 tokens of the set's tokens end to end, at stride T;
- * packed (after set_pack on|off, no split): the rows of set_pack's walk. shuffle: each epoch
+ * packed (after set_pack on|off): the rows of set_pack's walk over the set's examples (a row
+ * ends before the other set's example). shuffle: each epoch
  * reads the rows in a permutation chosen by (seed, epoch), else in order; a batch is B rows,
  * an epoch the first rows / B * B of its order. get_pos then gives (-1 - epoch, row index).
  * info (may be NULL): the set's documents and tokens of all (documents: 0 without a split).

@@ -65,6 +65,8 @@ struct hpt_dataloader {
     size_t n_pieces;
     uint64_t set_tokens;
     uint64_t *row_start; /* (n_rows) pack: each row's first token, shard << 32 | offset */
+    uint8_t *ex_in;     /* (examples of all shards) pack with a split: 1 for the set's; else NULL */
+    uint64_t *ex_base;  /* (n_shards) the index of each shard's first example among all */
     hpt_data_split split;
 };
 
@@ -255,7 +257,7 @@ hpt_status hpt_dataloader_open(hpt_mem *mem, const char *pattern, int B, int T, 
 }
 
 size_t hpt_dataloader_num_tokens(const hpt_dataloader *d) {
-    return d->indexed && d->pieces ? (size_t)d->set_tokens : d->total;
+    return d->indexed ? (size_t)d->split.tokens : d->total;
 }
 
 static size_t pack_num_batches(const hpt_dataloader *d);
@@ -447,15 +449,37 @@ static hpt_status load_starts(hpt_dataloader *d, int64_t sh) {
 }
 
 /* the end of the example holding token off of the loaded shard (binary search of the starts) */
-static uint64_t example_end(const hpt_dataloader *d, int64_t off) {
-    const uint64_t n_ex = d->n_ex[d->starts_shard];
-    uint64_t lo = 0, hi = n_ex; /* first start > off */
+static uint64_t example_after(const hpt_dataloader *d, int64_t off) { /* first start > off */
+    uint64_t lo = 0, hi = d->n_ex[d->starts_shard];
     while (lo < hi) {
         uint64_t mid = (lo + hi) / 2;
         if ((int64_t)d->starts[mid] <= off) lo = mid + 1;
         else hi = mid;
     }
-    return lo < n_ex ? d->starts[lo] : d->counts[d->starts_shard];
+    return lo;
+}
+
+static uint64_t example_end(const hpt_dataloader *d, int64_t off) {
+    const uint64_t lo = example_after(d, off);
+    return lo < d->n_ex[d->starts_shard] ? d->starts[lo] : d->counts[d->starts_shard];
+}
+
+static int64_t shard_with_examples(const hpt_dataloader *d, int64_t sh);
+
+/* A split's packed rows (ex_in): the position, an example's first token, moved to the set's
+ * first example at or after it (wrapping). Without a split it stays. */
+static hpt_status to_kept(hpt_dataloader *d) {
+    for (size_t guard = 0; d->ex_in && guard <= d->n_shards; guard++) {
+        HPT_CHECK(load_starts(d, d->shard));
+        for (uint64_t e = example_after(d, d->offset) - 1; e < d->n_ex[d->shard]; e++)
+            if (d->ex_in[d->ex_base[d->shard] + e]) {
+                d->offset = (int64_t)d->starts[e];
+                return HPT_OK;
+            }
+        d->shard = shard_with_examples(d, (d->shard + 1) % (int64_t)d->n_shards);
+        d->offset = 0;
+    }
+    return d->ex_in ? hpt_fail(HPT_ERR_INVALID, "the set holds no example") : HPT_OK;
 }
 
 /* the first shard at or after sh (wrapping) that holds an example */
@@ -480,11 +504,18 @@ static hpt_status fill_row(hpt_dataloader *d, int b, int dry) {
         if (cut) len = T;
         lens[k++] = cut ? -(int)len : (int)len;
         t += (int)len;
-        if (end < d->counts[sh]) {
+        const int kept = !d->ex_in || (end < d->counts[sh] &&
+                                       d->ex_in[d->ex_base[sh] + example_after(d, d->offset)]);
+        if (end < d->counts[sh] && kept) {
             d->offset = (int64_t)end;
-        } else { /* a row never spans two shards */
-            d->shard = shard_with_examples(d, (sh + 1) % (int64_t)d->n_shards);
-            d->offset = 0;
+        } else { /* a row never spans two shards, nor reaches the other set's example */
+            if (end < d->counts[sh]) {
+                d->offset = (int64_t)end;
+            } else {
+                d->shard = shard_with_examples(d, (sh + 1) % (int64_t)d->n_shards);
+                d->offset = 0;
+            }
+            HPT_CHECK(to_kept(d));
             break;
         }
     }
@@ -626,8 +657,12 @@ struct ix_piece {
 static void ix_clear(hpt_dataloader *d) {
     free(d->pieces);
     free(d->row_start);
+    free(d->ex_in);
+    free(d->ex_base);
     d->pieces = NULL;
     d->row_start = NULL;
+    d->ex_in = NULL;
+    d->ex_base = NULL;
     d->n_pieces = 0;
     d->indexed = 0;
     d->epoch = 0;
@@ -725,6 +760,15 @@ static hpt_status ix_select(hpt_dataloader *d, ix_docs *x, double fraction, int 
         at += q.len;
     }
     free(len);
+    if (s == HPT_OK && d->pack && fraction > 0) { /* packed rows: the set's examples (a document each) */
+        d->ex_base = malloc(d->n_shards * sizeof *d->ex_base);
+        if (!d->ex_base) s = hpt_fail(HPT_ERR_OOM, "data loader: %zu shards", d->n_shards);
+        for (size_t i = 0, e = 0; s == HPT_OK && i < d->n_shards; e += (size_t)d->n_ex[i++])
+            d->ex_base[i] = e;
+        for (size_t i = 0; s == HPT_OK && i < x->n_docs; i++) is_val[i] = is_val[i] == (val != 0);
+        d->ex_in = is_val;
+        is_val = NULL;
+    }
     free(is_val);
     d->pieces = x->p;
     d->n_pieces = k;
@@ -736,19 +780,23 @@ static hpt_status ix_select(hpt_dataloader *d, ix_docs *x, double fraction, int 
 
 /* pack: each row's first token, from a dry walk of one pass */
 static hpt_status ix_pack_rows(hpt_dataloader *d) {
-    size_t cap = d->pack_batches * (size_t)d->B + (size_t)d->B;
-    d->row_start = malloc(cap * sizeof *d->row_start);
-    if (!d->row_start) return hpt_fail(HPT_ERR_OOM, "data loader: %zu rows", cap);
+    size_t cap = d->pack_batches * (size_t)d->B + (size_t)d->B; /* the walk's rows; a split's
+                                                                  * may be more (rows end at
+                                                                  * the other set's examples) */
     pack_rewind(d);
-    const int64_t sh0 = d->shard;
+    HPT_CHECK(to_kept(d));
+    const int64_t sh0 = d->shard, off0 = d->offset;
     d->n_rows = 0;
     do {
-        if (d->n_rows == cap) break; /* cannot happen: pack_batches counted these rows */
+        if (!d->row_start || d->n_rows == cap) {
+            cap = d->row_start ? 2 * cap : cap;
+            uint64_t *p = realloc(d->row_start, cap * sizeof *p);
+            if (!p) return hpt_fail(HPT_ERR_OOM, "data loader: %zu rows", cap);
+            d->row_start = p;
+        }
         d->row_start[d->n_rows++] = (uint64_t)d->shard << 32 | (uint64_t)d->offset;
         HPT_CHECK(fill_row(d, 0, 1));
-    } while (!(d->shard == sh0 && d->offset == 0));
-    d->split.docs = d->split.docs_total = 0;
-    d->split.tokens = d->split.tokens_total = d->total;
+    } while (!(d->shard == sh0 && d->offset == off0));
     return HPT_OK;
 }
 
@@ -757,19 +805,26 @@ hpt_status hpt_dataloader_order(hpt_dataloader *d, double val_fraction, int val,
     ix_clear(d);
     d->seed = seed;
     d->shuffle = shuffle;
-    if (d->pack && val_fraction > 0)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "a validation split (--val-split) is not made for "
-                        "--pack on|off yet: give validation shards (--val; hptrain tokenize "
-                        "splits *.jsonl by example)");
     if (!d->row_tok) {
         d->row_tok = malloc(((size_t)d->T + 1) * 4);
         d->row_flag = malloc((size_t)d->T + 1);
         d->row_len = malloc((size_t)d->T * sizeof(int));
         if (!d->row_tok || !d->row_flag || !d->row_len) return hpt_fail(HPT_ERR_OOM, "data loader rows");
     }
-    hpt_status s;
+    hpt_status s = HPT_OK;
+    d->split.docs = d->split.docs_total = 0;
+    d->split.tokens = d->split.tokens_total = d->total;
+    if (d->pack && val_fraction > 0) { /* the set's examples: ex_in */
+        ix_docs x = {.d = d};
+        s = ix_find_docs(d, &x);
+        if (s == HPT_OK) s = ix_select(d, &x, val_fraction, val);
+        free(x.p);
+        free(d->pieces); /* packed rows are read through row_start */
+        d->pieces = NULL;
+        d->n_pieces = 0;
+    }
     if (d->pack) {
-        s = ix_pack_rows(d);
+        if (s == HPT_OK) s = ix_pack_rows(d);
     } else {
         ix_docs x = {.d = d};
         s = val_fraction > 0 ? ix_find_docs(d, &x) : HPT_OK;
