@@ -3,7 +3,9 @@
 # `hptrain train --save-every 1` on a tiny model is killed with SIGKILL at random moments
 # (seeded: the same moments each run, up to the machine's timing) and resumed from its save
 # directory each time, until it completes; it must end with the bits of an uninterrupted run
-# (state.bin and model.bin, byte for byte), and leave no temporary file behind. Twice: with the
+# (state.bin and model.bin, byte for byte), and leave no temporary file behind. The rows are
+# shuffled (--shuffle on; the memory run's 300 steps pass an epoch's 234 batches), so the
+# resumed runs also read the rows of the saved (epoch, position) in the epoch's order. Twice: with the
 # model in memory (KILLS_MEM kills, default 50), and with weights, gradients and AdamW state on
 # disk (--offload disk; KILLS_DISK, default 30), where before each resume a stale file is
 # planted in the offload directory: the disk tier's blocks are anonymous files (O_TMPFILE)
@@ -56,7 +58,7 @@ scenario() {
     local name=$1 steps=$2 target=$3; shift 3
     local ref=$tmp/$name-ref dir=$tmp/$name-run off=$tmp/$name-off
     local args=(--data "$tmp/train_000.bin" --batch 4 --seq 32 --steps "$steps" --lr 3e-3
-                --save-every 1 --quiet "$@")
+                --save-every 1 --shuffle on --data-seed 7 --quiet "$@")
     local offargs=()
     [ "$name" = disk ] && offargs=(--offload-dir "$off")
     "$bin" train --model "$shape" "${args[@]}" "${offargs[@]}" --save "$ref" >/dev/null 2>"$tmp/err" ||

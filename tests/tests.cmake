@@ -39,6 +39,8 @@ add_test(NAME test_tokenizer_hf_cli COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_
          $<TARGET_FILE:hptrain_cli> ${CMAKE_SOURCE_DIR})
 set_tests_properties(test_tokenizer_hf_cli PROPERTIES SKIP_RETURN_CODE 77)
 hpt_add_test(test_tokenizer_shards test_tokenizer_shards.c)
+# the loader's seeded row order and validation split by document (docs/data.md)
+hpt_add_test(test_data_order test_data_order.c)
 # masked shards and the loss on targets only against PyTorch's ignore_index (docs/targets.md);
 # the reference (tests/make_ref_mask.py) made once per build tree by the fixture make_ref_mask
 hpt_add_test(test_loss_mask test_loss_mask.c)
@@ -184,6 +186,9 @@ if(TARGET hptrain_cli)
   # train --resume DIR alone continues the run as DIR/run.json recorded it (issue 34, item 3)
   add_test(NAME test_resume COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_resume.sh $<TARGET_FILE:hptrain_cli>)
   set_tests_properties(test_resume PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+  # the data's order and split (issue 34 item 5): --val-split, --shuffle, resume, the EMA
+  add_test(NAME test_data_cli COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_data_cli.sh $<TARGET_FILE:hptrain_cli>)
+  set_tests_properties(test_data_cli PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
 endif()
 # An MPI test script tests/NAME.sh run on the CLI binary (and, with ASAN, the sanitizer CLI as
 # its second argument where that is built): skipped (77) without mpirun, one OpenMP thread per rank.

@@ -47,7 +47,8 @@ size_t hpt_dataloader_num_tokens(const hpt_dataloader *d);
 void hpt_dataloader_skip(hpt_dataloader *d, int64_t n);
 /* Batches in one pass over the data from the start (each shard's windows before the walk wraps). */
 size_t hpt_dataloader_num_batches(const hpt_dataloader *d);
-/* Position for exact resume: (shard index, token offset within the shard). */
+/* Position for exact resume: (shard index, token offset within the shard); after
+ * hpt_dataloader_order (-1 - epoch, row index in the epoch's order). */
 void hpt_dataloader_get_pos(const hpt_dataloader *d, int64_t *shard, int64_t *offset);
 hpt_status hpt_dataloader_set_pos(hpt_dataloader *d, int64_t shard, int64_t offset);
 /* Back to the first window of the first shard (evaluation reads the same batches each time). */
@@ -64,6 +65,23 @@ hpt_status hpt_dataloader_set_pack(hpt_dataloader *d, int mode);
 const int32_t *hpt_dataloader_positions(const hpt_dataloader *d);
 /* After next: the batch's tokens that are not padding (B*T unless packed or padded) */
 int64_t hpt_dataloader_real_tokens(const hpt_dataloader *d);
+/* Rows by index (docs/data.md): val_fraction > 0 keeps one set of the documents (val 1: the
+ * validation documents, a seeded choice of about val_fraction of the tokens; 0: the others);
+ * documents start at each example's start (masked shards) or at each occurrence of the first
+ * shard's first token (raw shards: llm.c's end-of-text before each document); a single
+ * document is refused. Stream: a row is T+1 tokens of the set's tokens end to end, at stride T;
+ * packed (after set_pack on|off): the rows of set_pack's walk over the set's examples (a row
+ * ends before the other set's example). shuffle: each epoch
+ * reads the rows in a permutation chosen by (seed, epoch), else in order; a batch is B rows,
+ * an epoch the first rows / B * B of its order. get_pos then gives (-1 - epoch, row index).
+ * info (may be NULL): the set's documents and tokens of all (documents: 0 without a split).
+ * Rewinds. */
+typedef struct {
+    size_t docs, docs_total;
+    uint64_t tokens, tokens_total;
+} hpt_data_split;
+hpt_status hpt_dataloader_order(hpt_dataloader *d, double val_fraction, int val, int shuffle,
+                                uint64_t seed, hpt_data_split *info);
 
 /* ---- io: tokenizers (GPT-2 BPE, Hugging Face BPE: Llama 3, Qwen, Gemma 3, Llama 2) ------- */
 

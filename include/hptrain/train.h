@@ -42,6 +42,11 @@ typedef struct {
     const char *run_record; /* a JSON object the caller keeps beside every save as DIR/run.json
                              * (borrowed; NULL: none): what it needs to continue the run from
                              * DIR alone (the command line's flags; docs/formats.md) */
+    double val_split;      /* > 0 (val NULL): this fraction of data's tokens, whole documents
+                            * chosen by data_seed, is the validation set (docs/data.md) */
+    int shuffle;           /* 1: the training rows in a permutation per epoch (data_seed); a
+                            * resume from a walk's position (no split) continues the walk */
+    uint64_t data_seed;    /* the split's and the order's seed (default 1234) */
 } hpt_train_opts;
 hpt_train_opts hpt_train_defaults(void);
 /* The estimator's options for the run o describes on the shape cfg (what the trainer's budget
@@ -113,6 +118,8 @@ int64_t hpt_trainer_start_step(const hpt_trainer *tr);       /* > 0 after a resu
 /* The optimizer settings in use (a resumed run's come from its checkpoint). */
 const hpt_adamw_opts *hpt_trainer_optim_opts(const hpt_trainer *tr);
 size_t hpt_trainer_train_tokens(const hpt_trainer *tr);
+/* The training (val 0) or validation (1) set that val_split or shuffle made (zeros: none). */
+void hpt_trainer_data_split(const hpt_trainer *tr, int val, hpt_data_split *out);
 /* The hybrid schedule's controller (phase of the next step, counts); FULL in a full-only run. */
 const hpt_schedule *hpt_trainer_schedule(const hpt_trainer *tr);
 

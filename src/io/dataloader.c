@@ -18,7 +18,10 @@
  * attention masks. HPT_PACK_OFF puts one example per row (truncated to T), the rest padding.
  * Padding: input token 0, target -1 (not a target); an example's last token has no target (its
  * next token is another example's). A row never spans two shards. The offset is then always
- * an example's first token. */
+ * an example's first token.
+ * hpt_dataloader_order (docs/data.md) turns the walk into rows indexed by (epoch, position):
+ * the set's rows (its documents', a --val-split keeping one set) read in a seeded permutation
+ * per epoch, or in order; the position is then (-1 - epoch, row index in the epoch's order). */
 #include "core/core.h"
 #include "io/io_int.h"
 
@@ -52,7 +55,22 @@ struct hpt_dataloader {
     uint16_t *raw;      /* (B*T+1) */
     int32_t *inputs;    /* (B, T) */
     int32_t *targets;   /* (B, T) */
+    /* the indexed walk (hpt_dataloader_order): 0 off, else rows of a set in a seeded order */
+    int indexed, shuffle;
+    uint64_t seed;
+    int64_t epoch;
+    uint64_t at;        /* the next row's index in the epoch's order */
+    uint64_t n_rows;    /* the set's rows: stream, T+1-token windows at stride T; packed rows */
+    struct ix_piece *pieces; /* stream: the set's tokens, runs of a shard, end to end */
+    size_t n_pieces;
+    uint64_t set_tokens;
+    uint64_t *row_start; /* (n_rows) pack: each row's first token, shard << 32 | offset */
+    uint8_t *ex_in;     /* (examples of all shards) pack with a split: 1 for the set's; else NULL */
+    uint64_t *ex_base;  /* (n_shards) the index of each shard's first example among all */
+    hpt_data_split split;
 };
+
+static void ix_clear(hpt_dataloader *d);
 
 void hpt_dataloader_free(hpt_dataloader *d) {
     if (!d) return;
@@ -66,6 +84,7 @@ void hpt_dataloader_free(hpt_dataloader *d) {
     free(d->row_tok);
     free(d->row_flag);
     free(d->row_len);
+    ix_clear(d);
     for (size_t i = 0; i < d->n_shards; i++) free(d->paths[i]);
     free(d->paths);
     free(d->counts);
@@ -237,15 +256,20 @@ hpt_status hpt_dataloader_open(hpt_mem *mem, const char *pattern, int B, int T, 
     return HPT_OK;
 }
 
-size_t hpt_dataloader_num_tokens(const hpt_dataloader *d) { return d->total; }
+size_t hpt_dataloader_num_tokens(const hpt_dataloader *d) {
+    return d->indexed ? (size_t)d->split.tokens : d->total;
+}
 
 static size_t pack_num_batches(const hpt_dataloader *d);
 static hpt_status pack_set_pos(hpt_dataloader *d, int64_t shard, int64_t offset);
 static void pack_skip(hpt_dataloader *d, int64_t n);
 static hpt_status pack_next(hpt_dataloader *d);
 static void pack_rewind(hpt_dataloader *d);
+static hpt_status ix_next(hpt_dataloader *d);
+static void ix_advance(hpt_dataloader *d, int64_t batches);
 
 size_t hpt_dataloader_num_batches(const hpt_dataloader *d) {
+    if (d->indexed) return (size_t)(d->n_rows / (uint64_t)d->B);
     if (d->pack) return pack_num_batches(d);
     size_t BT = (size_t)d->B * d->T, n = 0;
     for (size_t i = 0; i < d->n_shards; i++)
@@ -254,11 +278,26 @@ size_t hpt_dataloader_num_batches(const hpt_dataloader *d) {
 }
 
 void hpt_dataloader_get_pos(const hpt_dataloader *d, int64_t *shard, int64_t *offset) {
-    *shard = d->shard;
-    *offset = d->offset;
+    *shard = d->indexed ? -1 - d->epoch : d->shard;
+    *offset = d->indexed ? (int64_t)d->at : d->offset;
 }
 
 hpt_status hpt_dataloader_set_pos(hpt_dataloader *d, int64_t shard, int64_t offset) {
+    const uint64_t per = d->n_rows / (uint64_t)d->B * (uint64_t)d->B;
+    if (d->indexed != (shard < 0))
+        return hpt_fail(HPT_ERR_INVALID, "data position (%lld, %lld) was saved %s shuffled rows "
+                        "or a validation split: resume with the run's --shuffle, --val-split and "
+                        "--data-seed", (long long)shard, (long long)offset,
+                        shard < 0 ? "with" : "without");
+    if (d->indexed && (offset < 0 || (uint64_t)offset >= per || offset % d->B))
+        return hpt_fail(HPT_ERR_INVALID, "data position (epoch %lld, row %lld) is outside the "
+                        "data's %llu rows of %d batches; were the shards changed?",
+                        (long long)(-1 - shard), (long long)offset, (unsigned long long)per, d->B);
+    if (d->indexed) {
+        d->epoch = -1 - shard;
+        d->at = (uint64_t)offset;
+        return HPT_OK;
+    }
     if (d->pack) return pack_set_pos(d, shard, offset);
     size_t window = (size_t)d->B * d->T + 1;
     if (shard < 0 || (size_t)shard >= d->n_shards || offset < 0 ||
@@ -283,6 +322,10 @@ static void advance(hpt_dataloader *d) {
 }
 
 void hpt_dataloader_skip(hpt_dataloader *d, int64_t n) {
+    if (d->indexed) {
+        ix_advance(d, n);
+        return;
+    }
     if (d->pack) {
         pack_skip(d, n);
         return;
@@ -305,8 +348,8 @@ static hpt_status read_flags(hpt_dataloader *d, FILE *f, const char *path, uint8
 
 hpt_status hpt_dataloader_next(hpt_dataloader *d, const int32_t **inputs,
                                const int32_t **targets) {
-    if (d->pack) {
-        HPT_CHECK(pack_next(d));
+    if (d->pack || d->indexed) {
+        HPT_CHECK(d->indexed ? ix_next(d) : pack_next(d));
         *inputs = d->inputs;
         *targets = d->targets;
         return HPT_OK;
@@ -361,6 +404,11 @@ hpt_status hpt_dataloader_next(hpt_dataloader *d, const int32_t **inputs,
 }
 
 hpt_status hpt_dataloader_rewind(hpt_dataloader *d) {
+    if (d->indexed) {
+        d->epoch = 0;
+        d->at = 0;
+        return HPT_OK;
+    }
     if (d->pack) {
         pack_rewind(d);
         return HPT_OK;
@@ -401,15 +449,37 @@ static hpt_status load_starts(hpt_dataloader *d, int64_t sh) {
 }
 
 /* the end of the example holding token off of the loaded shard (binary search of the starts) */
-static uint64_t example_end(const hpt_dataloader *d, int64_t off) {
-    const uint64_t n_ex = d->n_ex[d->starts_shard];
-    uint64_t lo = 0, hi = n_ex; /* first start > off */
+static uint64_t example_after(const hpt_dataloader *d, int64_t off) { /* first start > off */
+    uint64_t lo = 0, hi = d->n_ex[d->starts_shard];
     while (lo < hi) {
         uint64_t mid = (lo + hi) / 2;
         if ((int64_t)d->starts[mid] <= off) lo = mid + 1;
         else hi = mid;
     }
-    return lo < n_ex ? d->starts[lo] : d->counts[d->starts_shard];
+    return lo;
+}
+
+static uint64_t example_end(const hpt_dataloader *d, int64_t off) {
+    const uint64_t lo = example_after(d, off);
+    return lo < d->n_ex[d->starts_shard] ? d->starts[lo] : d->counts[d->starts_shard];
+}
+
+static int64_t shard_with_examples(const hpt_dataloader *d, int64_t sh);
+
+/* A split's packed rows (ex_in): the position, an example's first token, moved to the set's
+ * first example at or after it (wrapping). Without a split it stays. */
+static hpt_status to_kept(hpt_dataloader *d) {
+    for (size_t guard = 0; d->ex_in && guard <= d->n_shards; guard++) {
+        HPT_CHECK(load_starts(d, d->shard));
+        for (uint64_t e = example_after(d, d->offset) - 1; e < d->n_ex[d->shard]; e++)
+            if (d->ex_in[d->ex_base[d->shard] + e]) {
+                d->offset = (int64_t)d->starts[e];
+                return HPT_OK;
+            }
+        d->shard = shard_with_examples(d, (d->shard + 1) % (int64_t)d->n_shards);
+        d->offset = 0;
+    }
+    return d->ex_in ? hpt_fail(HPT_ERR_INVALID, "the set holds no example") : HPT_OK;
 }
 
 /* the first shard at or after sh (wrapping) that holds an example */
@@ -434,11 +504,18 @@ static hpt_status fill_row(hpt_dataloader *d, int b, int dry) {
         if (cut) len = T;
         lens[k++] = cut ? -(int)len : (int)len;
         t += (int)len;
-        if (end < d->counts[sh]) {
+        const int kept = !d->ex_in || (end < d->counts[sh] &&
+                                       d->ex_in[d->ex_base[sh] + example_after(d, d->offset)]);
+        if (end < d->counts[sh] && kept) {
             d->offset = (int64_t)end;
-        } else { /* a row never spans two shards */
-            d->shard = shard_with_examples(d, (sh + 1) % (int64_t)d->n_shards);
-            d->offset = 0;
+        } else { /* a row never spans two shards, nor reaches the other set's example */
+            if (end < d->counts[sh]) {
+                d->offset = (int64_t)end;
+            } else {
+                d->shard = shard_with_examples(d, (sh + 1) % (int64_t)d->n_shards);
+                d->offset = 0;
+            }
+            HPT_CHECK(to_kept(d));
             break;
         }
     }
@@ -535,6 +612,7 @@ hpt_status hpt_dataloader_set_pack(hpt_dataloader *d, int mode) {
     if (d->pos) hpt_mem_free(d->mem, HPT_TIER_DEVICE, HPT_CAT_IO, d->pos, BT * 4);
     d->pos = NULL;
     d->pack = 0;
+    ix_clear(d);
     if (mode == HPT_PACK_STREAM) return hpt_dataloader_rewind(d);
     if (mode != HPT_PACK_ON && mode != HPT_PACK_OFF)
         return hpt_fail(HPT_ERR_INVALID, "pack mode %d", mode);
@@ -566,5 +644,291 @@ hpt_status hpt_dataloader_set_pack(hpt_dataloader *d, int mode) {
     } while (!(d->shard == sh0 && d->offset == 0));
     d->pack_batches = rows / (size_t)d->B;
     pack_rewind(d);
+    return HPT_OK;
+}
+
+/* ---- the indexed walk: a set's rows in a seeded order per epoch (docs/data.md) ---- */
+
+struct ix_piece {
+    uint64_t shard, start, len; /* tokens [start, start + len) of the shard */
+    uint64_t doc;               /* the document they belong to; then: where they begin in the set */
+};
+
+static void ix_clear(hpt_dataloader *d) {
+    free(d->pieces);
+    free(d->row_start);
+    free(d->ex_in);
+    free(d->ex_base);
+    d->pieces = NULL;
+    d->row_start = NULL;
+    d->ex_in = NULL;
+    d->ex_base = NULL;
+    d->n_pieces = 0;
+    d->indexed = 0;
+    d->epoch = 0;
+    d->at = 0;
+}
+
+/* The documents as pieces of shards: a raw shard's start at each delimiter token (a piece
+ * before the first one continues the previous shard's last document), a masked shard's at each
+ * example's start. */
+typedef struct {
+    hpt_dataloader *d;
+    struct ix_piece *p;
+    size_t n, cap;
+    uint64_t shard, start, n_docs;
+    int64_t doc; /* the document being read, -1: the next piece starts one */
+} ix_docs;
+
+static hpt_status ix_emit(ix_docs *x, uint64_t end) {
+    if (end <= x->start) return HPT_OK;
+    if (x->n == x->cap) {
+        size_t cap = x->cap ? 2 * x->cap : 1024;
+        struct ix_piece *p = realloc(x->p, cap * sizeof *p);
+        if (!p) return hpt_fail(HPT_ERR_OOM, "data loader: %zu document pieces", cap);
+        x->p = p;
+        x->cap = cap;
+    }
+    if (x->doc < 0) x->doc = (int64_t)x->n_docs++;
+    x->p[x->n++] = (struct ix_piece){x->shard, x->start, end - x->start, (uint64_t)x->doc};
+    x->start = end;
+    return HPT_OK;
+}
+
+static hpt_status ix_boundary(void *ctx, uint64_t offset) {
+    ix_docs *x = ctx;
+    HPT_CHECK(ix_emit(x, offset));
+    x->doc = -1;
+    return HPT_OK;
+}
+
+static hpt_status ix_find_docs(hpt_dataloader *d, ix_docs *x) {
+    uint32_t delim = 0; /* the first shard's first token: llm.c's shards open each document with it */
+    size_t first = 0;
+    while (first < d->n_shards && d->counts[first] == 0) first++;
+    if (first < d->n_shards && !d->masked[first]) {
+        FILE *f = fopen(d->paths[first], "rb");
+        if (!f) return hpt_fail(HPT_ERR_IO, "cannot open %s", d->paths[first]);
+        hpt_status s = fseek(f, 1024, SEEK_SET) == 0 ? HPT_OK : hpt_fail(HPT_ERR_IO, "cannot seek in %s", d->paths[first]);
+        if (s == HPT_OK) s = io_read_exact(f, &delim, (size_t)d->width[first], d->paths[first], "tokens");
+        fclose(f);
+        HPT_CHECK(s);
+        /* uint16: its two bytes are the low ones (little-endian), the rest stays 0 */
+    }
+    x->doc = -1;
+    for (size_t i = 0; i < d->n_shards; i++) {
+        x->shard = i;
+        x->start = 0;
+        if (d->masked[i]) {
+            HPT_CHECK(load_starts(d, (int64_t)i));
+            for (uint64_t e = 1; e < d->n_ex[i]; e++) HPT_CHECK(ix_boundary(x, d->starts[e]));
+            HPT_CHECK(ix_emit(x, d->counts[i]));
+            x->doc = -1;
+        } else {
+            HPT_CHECK(io_scan_delims(d->paths[i], d->width[i], d->counts[i], delim, ix_boundary, x));
+            HPT_CHECK(ix_emit(x, d->counts[i]));
+        }
+    }
+    return HPT_OK;
+}
+
+/* Keeps the pieces of one set (val: the chosen documents; else the others), joined where they
+ * touch; each piece's doc becomes where it begins in the set's tokens. */
+static hpt_status ix_select(hpt_dataloader *d, ix_docs *x, double fraction, int val) {
+    uint64_t *len = calloc(x->n_docs ? x->n_docs : 1, sizeof *len);
+    uint8_t *is_val = calloc(x->n_docs ? x->n_docs : 1, 1);
+    hpt_status s = len && is_val ? HPT_OK : hpt_fail(HPT_ERR_OOM, "data loader: %llu documents",
+                                                      (unsigned long long)x->n_docs);
+    for (size_t i = 0; s == HPT_OK && i < x->n; i++) len[x->p[i].doc] += x->p[i].len;
+    size_t n_val = 0;
+    if (s == HPT_OK && fraction > 0) s = io_data_choose(len, (size_t)x->n_docs, fraction, d->seed, is_val, &n_val);
+    d->split.docs_total = fraction > 0 ? (size_t)x->n_docs : 0; /* not counted without a split */
+    d->split.docs = fraction > 0 ? (val ? n_val : (size_t)x->n_docs - n_val) : 0;
+    d->split.tokens_total = 0;
+    size_t k = 0;
+    uint64_t at = 0;
+    for (size_t i = 0; s == HPT_OK && i < x->n; i++) {
+        struct ix_piece q = x->p[i];
+        d->split.tokens_total += q.len;
+        if (fraction > 0 && is_val[q.doc] != (val != 0)) continue;
+        if (k > 0 && x->p[k - 1].shard == q.shard && x->p[k - 1].start + x->p[k - 1].len == q.start) {
+            x->p[k - 1].len += q.len;
+        } else {
+            q.doc = at;
+            x->p[k++] = q;
+        }
+        at += q.len;
+    }
+    free(len);
+    if (s == HPT_OK && d->pack && fraction > 0) { /* packed rows: the set's examples (a document each) */
+        d->ex_base = malloc(d->n_shards * sizeof *d->ex_base);
+        if (!d->ex_base) s = hpt_fail(HPT_ERR_OOM, "data loader: %zu shards", d->n_shards);
+        for (size_t i = 0, e = 0; s == HPT_OK && i < d->n_shards; e += (size_t)d->n_ex[i++])
+            d->ex_base[i] = e;
+        for (size_t i = 0; s == HPT_OK && i < x->n_docs; i++) is_val[i] = is_val[i] == (val != 0);
+        d->ex_in = is_val;
+        is_val = NULL;
+    }
+    free(is_val);
+    d->pieces = x->p;
+    d->n_pieces = k;
+    d->set_tokens = at;
+    d->split.tokens = at;
+    x->p = NULL;
+    return s;
+}
+
+/* pack: each row's first token, from a dry walk of one pass */
+static hpt_status ix_pack_rows(hpt_dataloader *d) {
+    size_t cap = d->pack_batches * (size_t)d->B + (size_t)d->B; /* the walk's rows; a split's
+                                                                  * may be more (rows end at
+                                                                  * the other set's examples) */
+    pack_rewind(d);
+    HPT_CHECK(to_kept(d));
+    const int64_t sh0 = d->shard, off0 = d->offset;
+    d->n_rows = 0;
+    do {
+        if (!d->row_start || d->n_rows == cap) {
+            cap = d->row_start ? 2 * cap : cap;
+            uint64_t *p = realloc(d->row_start, cap * sizeof *p);
+            if (!p) return hpt_fail(HPT_ERR_OOM, "data loader: %zu rows", cap);
+            d->row_start = p;
+        }
+        d->row_start[d->n_rows++] = (uint64_t)d->shard << 32 | (uint64_t)d->offset;
+        HPT_CHECK(fill_row(d, 0, 1));
+    } while (!(d->shard == sh0 && d->offset == off0));
+    return HPT_OK;
+}
+
+hpt_status hpt_dataloader_order(hpt_dataloader *d, double val_fraction, int val, int shuffle,
+                                uint64_t seed, hpt_data_split *info) {
+    ix_clear(d);
+    d->seed = seed;
+    d->shuffle = shuffle;
+    if (!d->row_tok) {
+        d->row_tok = malloc(((size_t)d->T + 1) * 4);
+        d->row_flag = malloc((size_t)d->T + 1);
+        d->row_len = malloc((size_t)d->T * sizeof(int));
+        if (!d->row_tok || !d->row_flag || !d->row_len) return hpt_fail(HPT_ERR_OOM, "data loader rows");
+    }
+    hpt_status s = HPT_OK;
+    d->split.docs = d->split.docs_total = 0;
+    d->split.tokens = d->split.tokens_total = d->total;
+    if (d->pack && val_fraction > 0) { /* the set's examples: ex_in */
+        ix_docs x = {.d = d};
+        s = ix_find_docs(d, &x);
+        if (s == HPT_OK) s = ix_select(d, &x, val_fraction, val);
+        free(x.p);
+        free(d->pieces); /* packed rows are read through row_start */
+        d->pieces = NULL;
+        d->n_pieces = 0;
+    }
+    if (d->pack) {
+        if (s == HPT_OK) s = ix_pack_rows(d);
+    } else {
+        ix_docs x = {.d = d};
+        s = val_fraction > 0 ? ix_find_docs(d, &x) : HPT_OK;
+        for (size_t i = 0; s == HPT_OK && val_fraction <= 0 && i < d->n_shards; i++) {
+            x.shard = i; /* no split: each shard whole, no need to find its documents */
+            x.start = 0;
+            x.doc = (int64_t)i;
+            x.n_docs = i + 1;
+            s = ix_emit(&x, d->counts[i]);
+        }
+        if (s == HPT_OK) s = ix_select(d, &x, val_fraction, val);
+        free(x.p);
+        d->n_rows = d->set_tokens > (uint64_t)d->T ? (d->set_tokens - 1) / (uint64_t)d->T : 0;
+    }
+    if (s == HPT_OK && d->n_rows < (uint64_t)d->B)
+        s = hpt_fail(HPT_ERR_INVALID, "the %s documents hold %llu tokens, %llu rows of %d: fewer "
+                     "than a batch of %d rows%s", val_fraction > 0 ? (val ? "validation" : "training")
+                     : "data's", (unsigned long long)d->split.tokens, (unsigned long long)d->n_rows,
+                     d->T, d->B, val_fraction > 0 ? " (a larger or smaller --val-split, or --val "
+                     "shards)" : "");
+    if (s != HPT_OK) {
+        ix_clear(d);
+        return s;
+    }
+    d->indexed = 1;
+    if (info) *info = d->split;
+    return HPT_OK;
+}
+
+/* tokens [v0, v0 + n) of the set into row_tok, row_flag (an unmasked shard's flags all 1) */
+static hpt_status ix_read(hpt_dataloader *d, uint64_t v0, size_t n) {
+    size_t lo = 0, hi = d->n_pieces; /* the last piece beginning at or before v0 */
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (d->pieces[mid].doc <= v0) lo = mid;
+        else hi = mid;
+    }
+    for (size_t got = 0, p = lo; got < n; p++) {
+        const struct ix_piece *q = &d->pieces[p];
+        const uint64_t off = q->start + (v0 + got - q->doc);
+        const size_t k = (size_t)(q->len - (v0 + got - q->doc) < n - got ? q->len - (v0 + got - q->doc) : n - got);
+        const char *path = d->paths[q->shard];
+        const int width = d->width[q->shard];
+        FILE *f = fopen(path, "rb");
+        if (!f) return hpt_fail(HPT_ERR_IO, "cannot open %s", path);
+        hpt_status s = fseek(f, (long)(1024 + (uint64_t)width * off), SEEK_SET) == 0 ? HPT_OK
+                       : hpt_fail(HPT_ERR_IO, "cannot seek in %s", path);
+        uint32_t *tok = d->row_tok + got;
+        if (s == HPT_OK) s = io_read_exact(f, tok, k * (size_t)width, path, "tokens");
+        if (s == HPT_OK && d->masked[q->shard] &&
+            fseek(f, (long)(1024 + (uint64_t)width * d->counts[q->shard] + off), SEEK_SET) != 0)
+            s = hpt_fail(HPT_ERR_IO, "cannot seek in %s", path);
+        if (s == HPT_OK && d->masked[q->shard]) s = io_read_exact(f, d->row_flag + got, k, path, "target flags");
+        if (s == HPT_OK && !d->masked[q->shard]) memset(d->row_flag + got, 1, k);
+        fclose(f);
+        if (s != HPT_OK) return s;
+        if (width == 2) { /* widened in place from the back */
+            const uint16_t *narrow = (const uint16_t *)(void *)tok;
+            for (size_t i = k; i-- > 0;) tok[i] = narrow[i];
+        }
+        for (size_t i = 0; i < k; i++) {
+            if (tok[i] >= (uint32_t)d->V)
+                return hpt_fail(HPT_ERR_FORMAT, "%s: token id %u at %llu is not below the model's "
+                                "vocabulary size %d", path, tok[i], (unsigned long long)(off + i), d->V);
+            if (d->row_flag[got + i] > 1)
+                return hpt_fail(HPT_ERR_FORMAT, "%s: target flag %u at token %llu (0 or 1): corrupt",
+                                path, d->row_flag[got + i], (unsigned long long)(off + i));
+        }
+        got += k;
+    }
+    return HPT_OK;
+}
+
+static void ix_advance(hpt_dataloader *d, int64_t batches) {
+    const uint64_t per = d->n_rows / (uint64_t)d->B * (uint64_t)d->B;
+    for (int64_t i = 0; i < batches; i++) {
+        d->at += (uint64_t)d->B;
+        if (d->at >= per) {
+            d->at = 0;
+            d->epoch++;
+        }
+    }
+}
+
+static hpt_status ix_next(hpt_dataloader *d) {
+    const int T = d->T;
+    d->real = 0;
+    for (int b = 0; b < d->B; b++) {
+        const uint64_t i = d->at + (uint64_t)b;
+        const uint64_t r = d->shuffle ? io_data_perm(i, d->n_rows, d->seed, (uint64_t)d->epoch) : i;
+        if (d->pack) {
+            d->shard = (int64_t)(d->row_start[r] >> 32);
+            d->offset = (int64_t)(d->row_start[r] & 0xFFFFFFFFu);
+            HPT_CHECK(fill_row(d, b, 0));
+            continue;
+        }
+        HPT_CHECK(ix_read(d, r * (uint64_t)T, (size_t)T + 1));
+        int32_t *in = d->inputs + (size_t)b * T, *tg = d->targets + (size_t)b * T;
+        for (int t = 0; t < T; t++) {
+            in[t] = (int32_t)d->row_tok[t];
+            tg[t] = d->row_flag[t + 1] ? (int32_t)d->row_tok[t + 1] : -1;
+        }
+        d->real += T;
+    }
+    ix_advance(d, 1);
     return HPT_OK;
 }

@@ -30,4 +30,14 @@ hpt_status io_hf_stream(hpt_mem *mem, const char *dir, const hpt_model_config *c
 /* 1 if path names a directory. */
 int io_is_dir(const char *path);
 
+/* The loader's order and split (src/io/data_order.c, docs/data.md): row i of epoch's seeded
+ * permutation of [0, n); the validation documents (is_val, n_docs) of those of doc_len tokens,
+ * a fraction of the tokens within one document's; fn(ctx, offset) at each token of a raw shard
+ * (width 2 or 4 bytes, count tokens) that is delim. */
+uint64_t io_data_perm(uint64_t i, uint64_t n, uint64_t seed, uint64_t epoch);
+hpt_status io_data_choose(const uint64_t *doc_len, size_t n_docs, double fraction, uint64_t seed,
+                          uint8_t *is_val, size_t *n_val);
+hpt_status io_scan_delims(const char *path, int width, uint64_t count, uint32_t delim,
+                          hpt_status (*fn)(void *ctx, uint64_t offset), void *ctx);
+
 #endif

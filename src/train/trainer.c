@@ -43,6 +43,7 @@ hpt_train_opts hpt_train_defaults(void) {
     o.save_every = 0;
     o.seed = 1337;
     o.save_dtype = -1; /* the --model directory's, else f32 (save_dir.c) */
+    o.data_seed = 1234;
     o.plan = hpt_plan_default_choices(); /* AdamW fp32, accum 1, no technique, no budget */
     return o;
 }
@@ -163,7 +164,7 @@ hpt_plan_opts hpt_train_plan_opts(const hpt_train_opts *o, const hpt_model_confi
     po.cfg = *cfg;
     po.B = o->B;
     po.T = o->T;
-    po.has_val = o->val != NULL;
+    po.has_val = o->val != NULL || o->val_split > 0;
     po.plan = o->plan;
     po.procs = hpt_dist_size(); /* this process's bytes (ZeRO's runs differ by rank) */
     po.rank = hpt_dist_rank();
@@ -198,6 +199,16 @@ static hpt_status lora_resume(hpt_trainer *tr, const char *dir) {
     return lora_state_load(tr, dir);
 }
 
+/* --val-split, --shuffle (docs/data.md): the rows of a set of data's documents, the training
+ * rows in a seeded order per epoch; without either, the walk in order (docs/packing.md). */
+static hpt_status order_data(hpt_trainer *tr, hpt_dataloader *d, int val) {
+    const hpt_train_opts *o = &tr->o;
+    const double frac = o->val ? 0.0 : o->val_split;
+    const int shuffle = !val && o->shuffle;
+    if (frac <= 0 && !shuffle) return HPT_OK;
+    return hpt_dataloader_order(d, frac, val, shuffle, o->data_seed, &tr->split[val]);
+}
+
 static hpt_status setup(hpt_trainer *tr) {
     const hpt_train_opts *o = &tr->o;
     hpt_mem_stats st0;
@@ -215,7 +226,7 @@ static hpt_status setup(hpt_trainer *tr) {
     if (!o->data) return hpt_fail(HPT_ERR_INVALID, "no training data given");
     /* every rule on how the choices combine (accumulation, fused update, schedule, loss
      * scaling, offload, activations); the disk directory is the caller's (mem's) */
-    hpt_plan_env env = {.training = 1, .has_val = o->val != NULL, .need_disk_dir = 0};
+    hpt_plan_env env = {.training = 1, .has_val = o->val != NULL || o->val_split > 0, .need_disk_dir = 0};
     HPT_CHECK(hpt_plan_check(&o->plan, &env));
     tr->ls = o->loss_scale.mode != HPT_LOSS_SCALE_OFF ? o->loss_scale.init : 1.0f;
     hpt_rng_seed(&tr->rng, o->seed);
@@ -292,6 +303,10 @@ static hpt_status setup(hpt_trainer *tr) {
         tr->rng.s = pos.rng_state;
         s = hpt_dataloader_open(tr->mem, o->data, o->B, o->T, mcfg(tr)->V, &tr->train);
         if (s == HPT_OK) s = hpt_dataloader_set_pack(tr->train, o->pack);
+        /* a walk's position (--shuffle off, or a checkpoint from before shuffling) continues
+         * the walk; the rows by index, a split, as asked (set_pos refuses the other kind) */
+        if (s == HPT_OK && (pos.data_shard < 0 || (o->val_split > 0 && !o->val)))
+            s = order_data(tr, tr->train, 0);
         if (s == HPT_OK) s = hpt_dataloader_set_pos(tr->train, pos.data_shard, pos.data_offset);
         if (s != HPT_OK) {
             hpt_state_sections_free(tr->mem, sec, n_sec);
@@ -330,6 +345,7 @@ static hpt_status setup(hpt_trainer *tr) {
         HPT_CHECK(dp_optim_create(tr->mem, tr->model, &tr->o.adamw, &tr->dp, &tr->opt));
         HPT_CHECK(hpt_dataloader_open(tr->mem, o->data, o->B, o->T, mcfg(tr)->V, &tr->train));
         HPT_CHECK(hpt_dataloader_set_pack(tr->train, o->pack)); /* rewinds: before a resume */
+        HPT_CHECK(order_data(tr, tr->train, 0));
         if (lora && o->resume) HPT_CHECK(lora_resume(tr, o->resume));
     }
     if (model_engine(tr->model) && o->loss_scale.mode != HPT_LOSS_SCALE_OFF) /* fp32 homes too: */
@@ -342,9 +358,10 @@ static hpt_status setup(hpt_trainer *tr) {
     if (s == HPT_OK && o->T > mcfg(tr)->maxT)
         s = hpt_fail(HPT_ERR_SHAPE, "sequence length %d exceeds the model's maxT %d", o->T,
                      mcfg(tr)->maxT);
-    if (s == HPT_OK && o->val)
-        s = hpt_dataloader_open(tr->mem, o->val, o->B, o->T, mcfg(tr)->V, &tr->val);
-    if (s == HPT_OK && o->val) s = hpt_dataloader_set_pack(tr->val, o->pack);
+    const char *val = o->val ? o->val : o->val_split > 0 ? o->data : NULL; /* --val-split: data's */
+    if (s == HPT_OK && val) s = hpt_dataloader_open(tr->mem, val, o->B, o->T, mcfg(tr)->V, &tr->val);
+    if (s == HPT_OK && val) s = hpt_dataloader_set_pack(tr->val, o->pack);
+    if (s == HPT_OK && val && !o->val) s = order_data(tr, tr->val, 1);
     if (s == HPT_OK) s = trainer_save_paths(tr);
     if (s == HPT_OK && o->save_dir) s = mkdir_p(o->save_dir);
     if (s == HPT_OK && o->save_dir) s = mkdir_p(tr->state_dir);
@@ -397,6 +414,9 @@ hpt_model *hpt_trainer_model(hpt_trainer *tr) { return tr->model; }
 int64_t hpt_trainer_start_step(const hpt_trainer *tr) { return tr->start_step; }
 const hpt_adamw_opts *hpt_trainer_optim_opts(const hpt_trainer *tr) { return hpt_optim_get_opts(tr->opt); }
 size_t hpt_trainer_train_tokens(const hpt_trainer *tr) { return hpt_dataloader_num_tokens(tr->train); }
+void hpt_trainer_data_split(const hpt_trainer *tr, int val, hpt_data_split *out) {
+    *out = tr->split[val != 0];
+}
 const hpt_schedule *hpt_trainer_schedule(const hpt_trainer *tr) { return &tr->sch; }
 hpt_optim *hpt_trainer_optim(hpt_trainer *tr) { return tr->opt; }
 

@@ -20,6 +20,7 @@ struct hpt_trainer {
     hpt_model *model;
     hpt_optim *opt;
     hpt_dataloader *train, *val;
+    hpt_data_split split[2];  /* the training and validation sets (hpt_dataloader_order) */
     hpt_rng rng;
     int64_t step, start_step;
     /* the hybrid schedule (o.sched.kind HYBRID) */

@@ -442,7 +442,8 @@ int cmd_estimate(int argc, char **argv) {
     static const struct option longopts[] = {
         CLI_TRAIN_LONGOPTS, CLI_AUTO_LONGOPTS, {"json", 0, 0, 'J'}, {"forward-only", 0, 0, 'F'},
         {"procs", 1, 0, 'P' + 2000}, {"rank", 1, 0, 'R' + 2000}, {"max-seq", 0, 0, 'M' + 2000},
-        {"seq-limit", 1, 0, 'Q' + 2000}, {0, 0, 0, 0}};
+        {"seq-limit", 1, 0, 'Q' + 2000}, {"val-split", 1, 0, 'V' + 2000}, {"shuffle", 1, 0, 'U' + 2000},
+        {"data-seed", 1, 0, 'D' + 2000}, {0, 0, 0, 0}};
     const char *model = NULL, *resume = NULL;
     hpt_plan_opts po = hpt_plan_defaults();
     int json = 0, opt_rc = 0, c, auto_plan = 0, lossy = 0, verbose = 0, seq_limit = 0;
@@ -456,6 +457,11 @@ int cmd_estimate(int argc, char **argv) {
         switch (c) {
         case 'm': model = optarg; break;
         case 'v': po.has_val = 1; break;
+        case 'V' + 2000: /* train's --val-split: a validation loader (docs/data.md) */
+            r = cli_parse_float("estimate", "--val-split", optarg, 0, 0.99, &dv);
+            po.has_val = dv > 0;
+            break;
+        case 'U' + 2000: case 'D' + 2000: break; /* the rows' order: no effect on memory */
         case 'b': r = cli_parse_long("estimate", "--batch", optarg, 1, 1 << 20, &lv); po.B = (int)lv; break;
         case 't': r = cli_parse_long("estimate", "--seq", optarg, 1, 1 << 20, &lv); po.T = (int)lv; break;
         case 'r': resume = optarg; break;

@@ -81,6 +81,11 @@ static const char k_help[] =
     "                       and safetensors) or shape (not needed with --resume)\n"
     "  --data GLOB          training shards (quote the glob)\n"
     "  --val GLOB           validation shards; evaluated every --eval-every steps and at the end\n"
+    "  --val-split F        instead of --val: whole documents of --data, about F of its tokens\n"
+    "                       (chosen by --data-seed), are the validation set (docs/data.md)\n"
+    "  --shuffle on|off     on (default): the training rows in a new seeded order each epoch;\n"
+    "                       off: the shards' windows in order\n"
+    "  --data-seed N        the seed of --val-split and --shuffle (default 1234)\n"
     "  --batch B            sequences per micro-batch (default 4)\n"
     "  --accum K            micro-batches per optimizer step (default 1): gradients summed and\n"
     "                       scaled by 1/K, the update of one batch of K*B; memory of B only\n"
@@ -374,6 +379,7 @@ static void warn_budgets(const hpt_plan *p) {
 }
 
 static int train_main(int argc, char **argv);
+enum { OPT_VAL_SPLIT = 1100, OPT_SHUFFLE, OPT_DATA_SEED }; /* this command's own options */
 
 enum { OPT_SAVE_DTYPE = 1140, OPT_FORCE }; /* this command's own long options */
 
@@ -408,14 +414,36 @@ int cmd_train(int argc, char **argv) {
     return rc;
 }
 
+/* The data's order and --val-split's sets (docs/data.md), in one line. */
+static void print_data(const hpt_trainer *tr, const hpt_train_opts *o) {
+    hpt_data_split v, t;
+    hpt_trainer_data_split(tr, 1, &v);
+    hpt_trainer_data_split(tr, 0, &t);
+    if (o->val_split > 0 && !o->val)
+        fprintf(stderr, "hptrain: data: validation %zu of %zu documents, %.1f%% of the tokens "
+                "(--val-split %g, --data-seed %llu)\n", v.docs, v.docs_total,
+                v.tokens_total ? 100.0 * (double)v.tokens / (double)v.tokens_total : 0.0,
+                o->val_split, (unsigned long long)o->data_seed);
+    if (o->shuffle && t.tokens)
+        fprintf(stderr, "hptrain: data: %llu training tokens, rows shuffled each epoch "
+                "(--shuffle on, --data-seed %llu)\n", (unsigned long long)t.tokens,
+                (unsigned long long)o->data_seed);
+    else if (o->shuffle) /* a resumed walk */
+        fprintf(stderr, "hptrain: data: the checkpoint's position is the walk in order (saved with "
+                "--shuffle off, or before shuffling): the run continues it\n");
+}
+
 static const struct option k_longopts[] = {
     CLI_TRAIN_LONGOPTS, CLI_AUTO_LONGOPTS, {"trace", 1, 0, 'P'},
     {"record-rates", 0, 0, CLI_OPT_RECORD_RATES}, {"adapter", 1, 0, 'a'},
-    {"save-dtype", 1, 0, OPT_SAVE_DTYPE}, {"force", 0, 0, OPT_FORCE}, {0, 0, 0, 0}};
+    {"save-dtype", 1, 0, OPT_SAVE_DTYPE}, {"force", 0, 0, OPT_FORCE},
+    {"val-split", 1, 0, OPT_VAL_SPLIT}, {"shuffle", 1, 0, OPT_SHUFFLE},
+    {"data-seed", 1, 0, OPT_DATA_SEED}, {0, 0, 0, 0}};
 
 int cli_train_parse(int argc, char **argv, train_args *a) {
     memset(a, 0, sizeof *a);
     hpt_train_opts o = hpt_train_defaults();
+    o.shuffle = 1; /* the command's default (the library's is the walk in order) */
     int min_lr_set = 0;
     int opt_rc = 0;
     int c;
@@ -468,6 +496,13 @@ int cli_train_parse(int argc, char **argv, train_args *a) {
             else if (!strcmp(optarg, "bf16")) o.save_dtype = HPT_DTYPE_BF16;
             else return cli_usage_error("train", "--save-dtype must be f32 or bf16, not '%s'", optarg);
             break;
+        case OPT_VAL_SPLIT: r = cli_parse_float("train", "--val-split", optarg, 0, 0.99, &dv); o.val_split = dv; break;
+        case OPT_DATA_SEED: r = cli_parse_long("train", "--data-seed", optarg, 0, 0x7fffffffffffffffL, &lv); o.data_seed = (uint64_t)lv; break;
+        case OPT_SHUFFLE:
+            if (strcmp(optarg, "on") && strcmp(optarg, "off"))
+                return cli_usage_error("train", "--shuffle: on or off (got '%s')", optarg);
+            o.shuffle = !strcmp(optarg, "on");
+            break;
         }
         if (r) return r;
     }
@@ -507,6 +542,7 @@ static int train_run(train_args *a, cli_resume *rs) {
     int force = a->force;
     if (!o.data) return cli_usage_error("train", "--data is required");
     if (!o.model && !o.resume) return cli_usage_error("train", "--model (or --resume) is required");
+    if (o.val && o.val_split > 0) return cli_usage_error("train", "give --val or --val-split, not both");
     const int lead = hpt_dist_rank() == 0;
     /* a log or trace path with %r: every rank writes its own, %r replaced by its rank;
      * without: rank 0's only */
@@ -522,7 +558,7 @@ static int train_run(train_args *a, cli_resume *rs) {
     hpt_plan_opts po = hpt_plan_defaults();
     int have_shape = o.model && (hpt_model_config_parse(o.model, &po.cfg) == HPT_OK ||
                                  hpt_model_read_config(o.model, &po.cfg) == HPT_OK);
-    po.B = o.B, po.T = o.T, po.has_val = o.val != NULL, po.plan = o.plan;
+    po.B = o.B, po.T = o.T, po.has_val = o.val || o.val_split > 0, po.plan = o.plan;
     if (cli_check_shards_tokenizer("train", o.data, o.model, have_shape ? po.cfg.V : 0, force)) return 1;
     if (auto_plan) {
         if (o.resume) /* a record's plan is resumed (train_resume.c): here there is none */
@@ -551,7 +587,7 @@ static int train_run(train_args *a, cli_resume *rs) {
         if (!(rs->record = cli_run_record(&ran, rs))) return cli_error("out of memory");
         o.run_record = rs->record;
     }
-    hpt_plan_env env = {.training = 1, .has_val = o.val != NULL, .need_disk_dir = 1};
+    hpt_plan_env env = {.training = 1, .has_val = o.val || o.val_split > 0, .need_disk_dir = 1};
     int rc0 = cli_plan_check("train", &o.plan, &env);
     if (rc0) return rc0;
     if (hpt_device_ready(o.plan.device) != HPT_OK) return cli_error("%s", hpt_last_error());
@@ -563,7 +599,7 @@ static int train_run(train_args *a, cli_resume *rs) {
     hpt_trace_meta tmeta = hpt_trace_meta_defaults();
     tmeta.B = o.B;
     tmeta.T = o.T;
-    tmeta.has_val = o.val != NULL;
+    tmeta.has_val = o.val || o.val_split > 0;
     hpt_plan traced = o.plan; /* the plan as run, for profile's estimates; the directory aside
                                * (a path is no estimate's business, and may hold spaces) */
     traced.offload_dir = NULL;
@@ -652,6 +688,7 @@ static int train_run(train_args *a, cli_resume *rs) {
             if (hpt_plan_print(&o.plan, pb, sizeof pb) == HPT_OK)
                 fprintf(stderr, "hptrain: plan: %s\n", *pb ? pb : "(defaults)");
         }
+        print_data(tr, &o);
         if (hpt_trainer_start_step(tr))
             fprintf(stderr, "hptrain: resuming at step %lld of %lld\n",
                     (long long)hpt_trainer_start_step(tr), (long long)o.steps);
@@ -672,6 +709,7 @@ static int train_run(train_args *a, cli_resume *rs) {
     double t_start = hpt_now(), tok_time = 0;
     int64_t tok_steps = 0;
     float last_val = NAN;
+    double ema = 0.0, ema_w = 0.0; /* the progress line's smoothed loss: EMA 0.9, bias-corrected */
     int64_t phase_steps[HPT_PHASE_COUNT] = {0};
     hpt_train_progress p = {0};
     hpt_offload_stats eng0, eng_best; /* the engine's counters after the last step; the fastest step's */
@@ -754,8 +792,13 @@ static int train_run(train_args *a, cli_resume *rs) {
         double eta = elapsed / (double)(p.step - hpt_trainer_start_step(tr)) * (double)(p.total - p.step);
         char mb[32], et[32], vl[32], ls[48], sc[64] = "";
         fmt_bytes(mb, sizeof mb, p.mem_peak_bytes);
+        if (!isnan(p.loss)) { /* a predicted step's loss is not measured: not in the mean */
+            ema = 0.9 * ema + 0.1 * (double)p.loss;
+            ema_w = 0.9 * ema_w + 0.1;
+        }
         if (p.phase == HPT_PHASE_PREDICT && !p.checked) snprintf(ls, sizeof ls, "~%.4f", (double)p.pred_loss);
         else snprintf(ls, sizeof ls, "%.4f", (double)p.loss);
+        if (ema_w > 0) snprintf(ls + strlen(ls), sizeof ls - strlen(ls), " (ema %.4f)", ema / ema_w);
         fmt_time(et, sizeof et, eta);
         if (o.loss_scale.mode != HPT_LOSS_SCALE_OFF)
             snprintf(sc, sizeof sc, " | scale %.0f%s, %lld skipped", (double)p.loss_scale,
