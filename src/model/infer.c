@@ -527,6 +527,40 @@ static int32_t sample_token(const float *logits, int V, float temperature, int t
     return order[K - 1];
 }
 
+hpt_status hpt_infer_truncate(hpt_infer *inf, int pos) {
+    if (pos < 0 || pos > inf->pos)
+        return hpt_fail(HPT_ERR_INVALID, "cannot keep %d positions of %d", pos, inf->pos);
+    inf->pos = pos; /* rows [0, pos) stay those of the tokens fed first (the invariant) */
+    return HPT_OK;
+}
+
+hpt_status hpt_infer_sample(hpt_infer *inf, float temperature, int top_k, uint64_t *rng_state,
+                            int32_t *out) {
+    const int V = inf->cfg.V;
+    if (!(temperature > 0.0f)) return hpt_fail(HPT_ERR_INVALID, "temperature must be > 0");
+    if (top_k < 0) return hpt_fail(HPT_ERR_INVALID, "top-k must be >= 0");
+    if (inf->pos < 1) return hpt_fail(HPT_ERR_INVALID, "sampling needs a fed token first");
+    float *probs = malloc((size_t)V * sizeof(float));
+    int32_t *order = malloc((size_t)V * sizeof(int32_t));
+    if (!probs || !order) {
+        free(probs);
+        free(order);
+        return hpt_fail(HPT_ERR_OOM, "sampling buffers");
+    }
+    hpt_rng rng = {*rng_state};
+    *out = sample_token(inf->logits, V, temperature, top_k, &rng, probs, order);
+    *rng_state = rng.s;
+    free(probs);
+    free(order);
+    return HPT_OK;
+}
+
+uint64_t hpt_infer_rng_seed(uint64_t seed) {
+    hpt_rng r;
+    hpt_rng_seed(&r, seed);
+    return r.s;
+}
+
 hpt_status hpt_infer_generate(hpt_infer *inf, int32_t *tokens, int n_prompt, int n_new,
                               float temperature, int top_k, uint64_t seed) {
     const int V = inf->cfg.V, ctx = inf->ctx;
