@@ -286,6 +286,10 @@ hpt_add_test(test_chat_template test_chat_template.c ARGS ${CMAKE_BINARY_DIR}/to
 add_test(NAME test_render COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_render.sh $<TARGET_FILE:hptrain_cli>
          ${CMAKE_SOURCE_DIR})
 set_tests_properties(test_render PROPERTIES SKIP_RETURN_CODE 77)
+# tokenize's chat examples with SentencePiece-style tokenizers against @lenml/tokenizers
+add_test(NAME test_tokenize_segments COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_tokenize_segments.sh
+         $<TARGET_FILE:hptrain_cli> ${CMAKE_SOURCE_DIR})
+set_tests_properties(test_tokenize_segments PROPERTIES SKIP_RETURN_CODE 77)
 # hptrain chat on a tiny random Llama directory (skipped without torch or node_modules)
 add_test(NAME test_chat COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_chat.sh $<TARGET_FILE:hptrain_cli>
          ${CMAKE_SOURCE_DIR})
