@@ -7,6 +7,7 @@
 #     greedy and sampled, over 4 turns with /reset; turn 2 feeds fewer tokens than it renders;
 #   - a reply stops at an eos token of generation_config.json (one the model generates greedily:
 #     the reply is then exactly the text before it) and at the template's end of turn;
+#   - --adapter (LoRA from `train --lora`) replies as the `merge`d directory does;
 #   - a full context: a clear error; usage errors.
 # Exit 77 (skipped) without torch or the npm package.
 set -u
@@ -91,6 +92,21 @@ done
 # the template's end of turn is found (Llama 3's <|eot_id|>), and tokenizer_config.json's eos
 "$bin" chat --model "$m" --prompt "x" --max-new 1 2>"$tmp/e" >/dev/null
 if grep -q "stop tokens: 128009 " "$tmp/e"; then ok; else bad "stop tokens: $(cat "$tmp/e")"; fi
+
+# LoRA adapters (train --lora, PEFT's files): chat --adapter replies as the merged directory does
+"$py" - "$tmp/tr.bin" <<'PY'
+import random, struct, sys
+random.seed(3)
+toks = [random.randrange(128256) for _ in range(2000)]
+open(sys.argv[1], 'wb').write(struct.pack('<256i', *([20240801, 7, len(toks)] + [0] * 253)) + struct.pack('<%dI' % len(toks), *toks))
+PY
+"$bin" train --model "$m" --data "$tmp/tr.bin" --batch 2 --seq 16 --steps 3 --lr 5e-2 --lora r=4,alpha=8 \
+  --save "$tmp/ad" --quiet >/dev/null 2>"$tmp/e" &&
+"$bin" merge --model "$m" --adapter "$tmp/ad" --save "$tmp/merged" >/dev/null 2>>"$tmp/e" &&
+cp "$m/tokenizer.json" "$m/tokenizer_config.json" "$tmp/merged/" || bad "adapters: $(cat "$tmp/e")"
+chat --prompt "Hello there" --max-new 12 --top-k 1 --adapter "$tmp/ad" >"$tmp/la" 2>&1
+"$bin" chat --model "$tmp/merged" --quiet --prompt "Hello there" --max-new 12 --top-k 1 >"$tmp/lm" 2>&1
+if cmp -s "$tmp/la" "$tmp/lm" && [ -s "$tmp/la" ]; then ok; else bad "chat --adapter: $(head -c 300 "$tmp/la"), merged: $(head -c 300 "$tmp/lm")"; fi
 
 # a full context; usage errors
 expect_error "context full" "context \(24 positions\) is full" chat --prompt "Hello there" --max-new 40 --top-k 1 --context 24
