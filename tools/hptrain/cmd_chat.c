@@ -227,8 +227,9 @@ static int turn(chat *c, const char *user) {
     free(text);
     if (!rc && !c->quiet) {
         double secs = hpt_now() - t0;
+        const char *why = stopped ? "end of turn" : full ? "context full" : "--max-new";
         fprintf(stderr, "chat: %d tokens fed (%d kept in the cache), %d generated (%s), %d of %d "
-                "positions, %.1f tokens/s\n", fresh, kept, n_new, stopped ? "end of turn" : full ? "context full" : "--max-new", c->n_fed, c->ctx,
+                "positions, %.1f tokens/s\n", fresh, kept, n_new, why, c->n_fed, c->ctx,
                 secs > 0 ? n_new / secs : 0.0);
     }
     if (!rc && full) {
