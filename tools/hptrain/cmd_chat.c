@@ -202,7 +202,7 @@ static int turn(chat *c, const char *user) {
         if ((s = hpt_infer_sample(c->md.inf, c->temperature, c->top_k, &c->rng, &id)) != HPT_OK) break;
         for (int i = 0; i < c->n_stop && !stopped; i++) stopped = id == c->stop[i];
         if (stopped) break;
-        const char *bytes;
+        const char *bytes = "";
         size_t m = 0;
         if (hpt_tokenizer_decode(c->md.tok, id, &bytes, &m) != HPT_OK) m = 0;
         if (len + m + 1 > cap) {
