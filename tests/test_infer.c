@@ -125,6 +125,34 @@ static void test_logits(void) {
     CHECK(hpt_infer_get_pos(f32) == T);
     CHECK(t_rel_err(hpt_infer_logits(f32), ref + (size_t)(T - 1) * Vp, (size_t)V) < 1e-5);
     CHECK(t_rel_err(hpt_infer_logits(q8), ref + (size_t)(T - 1) * Vp, (size_t)V) < 0.03);
+    /* truncated to the first 20 positions, the rest fed again: the same last logits (a chat
+     * turn keeps the conversation's unchanged prefix); a truncation past pos is refused */
+    CHECK_OK(hpt_infer_truncate(f32, 20));
+    CHECK(hpt_infer_get_pos(f32) == 20);
+    CHECK_OK(hpt_infer_feed(f32, tok + 20, T - 20));
+    CHECK(t_rel_err(hpt_infer_logits(f32), ref + (size_t)(T - 1) * Vp, (size_t)V) < 1e-5);
+    CHECK_STATUS(hpt_infer_truncate(f32, T + 1), HPT_ERR_INVALID);
+    /* top-k 1 draws the argmax; hpt_infer_sample's draws are hpt_infer_generate's */
+    int32_t best = 0, drawn = -1;
+    for (int v = 1; v < V; v++)
+        if (hpt_infer_logits(f32)[v] > hpt_infer_logits(f32)[best]) best = v;
+    uint64_t rng = hpt_infer_rng_seed(3);
+    CHECK_OK(hpt_infer_sample(f32, 1.0f, 1, &rng, &drawn));
+    CHECK(drawn == best);
+    int32_t gen[16], step[16];
+    memcpy(gen, tok, 4 * sizeof *gen);
+    memcpy(step, tok, 4 * sizeof *step);
+    CHECK_OK(hpt_infer_generate(f32, gen, 4, 12, 0.8f, 5, 77));
+    hpt_infer_reset(f32);
+    rng = hpt_infer_rng_seed(77);
+    CHECK_OK(hpt_infer_feed(f32, step, 4));
+    for (int i = 4; i < 16; i++) {
+        CHECK_OK(hpt_infer_sample(f32, 0.8f, 5, &rng, &step[i]));
+        if (i < 15) CHECK_OK(hpt_infer_feed(f32, &step[i], 1));
+    }
+    CHECK(memcmp(gen, step, sizeof gen) == 0);
+    hpt_infer_reset(f32);
+    CHECK_OK(hpt_infer_feed(f32, tok, T));
     /* the loss of two sequences (prefills of 37 rows) against the training forward's */
     int32_t in2[74], tg2[74];
     for (int i = 0; i < 74; i++) {

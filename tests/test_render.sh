@@ -4,6 +4,8 @@
 #   - one JSON line {"text": ...} per conversation, empty lines skipped, the text exactly the
 #     template's (Llama 3's, spelled out here); --generation-prompt; standard input as "-";
 #   - --tokens: Llama 3's ids, a user's "<|eot_id|>" as text and the template's as 128009;
+#   - --segments: per-role segments whose targets are the assistant's contents and ends of turn;
+#     tokenized, they give --tokens' ids (Llama 3, Qwen3, Gemma 3) and the targets as flags;
 #   - a directory with only tokenizer_config.json and tokenizer.json is enough;
 #   - bad lines named by number (not JSON, no messages, a role the template refuses), the good
 #     ones still printed, exit status 1; usage errors exit 2; a missing directory exits 1.
@@ -39,6 +41,49 @@ if "$bin" render --model "$models/tokenizer-qwen3/models" "$tmp/a.jsonl" >"$tmp/
 else bad "qwen3: $(cat "$tmp/o" "$tmp/e")"; fi
 printf '%s\n' '{"messages":[{"role":"user","content":"a"},{"role":"user","content":"b"}]}' >"$tmp/g.jsonl"
 expect_error "gemma3 refuses" "g.jsonl:1: .*roles must alternate" "$bin" render --model "$models/tokenizer-gemma3/models" "$tmp/g.jsonl"
+
+# --segments: the text cut into runs of (message, target, writer), characters counted as
+# Python does; the targets are the assistant's contents and their end of turn; the output fed to
+# `tokenize` gives render --tokens' ids and those targets as its flags (Llama 3, Qwen3 and Gemma 3)
+printf '%s\n' '{"messages":[{"role":"system","content":" Be brief. "},{"role":"user","content":"Hi <|eot_id|> \u00e9\ud83d\ude00"},{"role":"assistant","content":"Hello!"},{"role":"user","content":"2+2?"},{"role":"assistant","content":" 4 "}]}' \
+  '{"messages":[{"role":"user","content":"x"},{"role":"assistant","content":"user"}]}' >"$tmp/s.jsonl"
+for pair in "llama|$llama|<|eot_id|>" "qwen3|$models/tokenizer-qwen3/models|<|im_end|>" \
+            "gemma3|$models/tokenizer-gemma3/models|<end_of_turn>"; do
+  IFS='|' read -r name dir eot <<<"$pair"
+  [ "$name" = gemma3 ] && sed 's/{"role":"system","content":" Be brief. "},//' "$tmp/s.jsonl" >"$tmp/s2.jsonl" ||
+    cp "$tmp/s.jsonl" "$tmp/s2.jsonl"
+  rm -rf "$tmp/tk"
+  if "$bin" render --model "$dir" --segments "$tmp/s2.jsonl" >"$tmp/seg.jsonl" 2>"$tmp/e" &&
+     "$bin" render --model "$dir" --tokens "$tmp/s2.jsonl" >"$tmp/ids" 2>>"$tmp/e" &&
+     "$bin" tokenize --output "$tmp/tk" --model "$dir" --val-fraction 0 "$tmp/seg.jsonl" >/dev/null 2>>"$tmp/e" &&
+     python3 - "$tmp/seg.jsonl" "$tmp/ids" "$tmp/tk" "$eot" <<'PY'
+import glob, json, struct, sys
+segs = [json.loads(l) for l in open(sys.argv[1])]
+ids = [json.loads(l)["ids"] for l in open(sys.argv[2])]
+eot = sys.argv[4]
+b = open(glob.glob(sys.argv[3] + "/train_*.bin")[0], "rb").read()
+h = struct.unpack("<256i", b[:1024])
+n, e = h[2], h[3]
+tok = list(struct.unpack("<%dI" % n, b[1024:1024 + 4 * n]))
+flags = b[1024 + 4 * n:1024 + 5 * n]
+starts = list(struct.unpack("<%dI" % e, b[1024 + 5 * n:])) + [n]
+assert h[:2] == (20240801, 8) and e == len(segs), h[:4]
+for k, o in enumerate(segs):
+    text, sg = o["text"], o["segments"]
+    assert "".join(g["text"] for g in sg) == text
+    assert all(text[g["start"]:g["end"]] == g["text"] for g in sg)
+    assert sg[0]["start"] == 0 and sg[-1]["end"] == len(text)
+    targets = [(g["text"].strip(), g["special"]) for g in sg if g["target"]]  # Qwen3: " 4 "
+    want = [("Hello!", False), (eot, True), ("4", False), (eot, True)] if k == 0 else [("user", False), (eot, True)]
+    assert targets == want, targets
+    assert all(g["role"] == "assistant" for g in sg if g["target"])
+    t, f = tok[starts[k]:starts[k + 1]], flags[starts[k]:starts[k + 1]]
+    assert t == ids[k], (t, ids[k])
+    assert 0 < sum(f) < len(f)
+print("segments ok")
+PY
+  then ok; else bad "--segments ($name): $(cat "$tmp/e")"; fi
+done
 
 # bad lines: named, the rest printed, status 1
 printf '%s\n' '{"messages":[{"role":"user","content":"ok"}]}' 'not json' '{"msgs":[]}' \

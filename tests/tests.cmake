@@ -299,6 +299,15 @@ hpt_add_test(test_chat_template test_chat_template.c ARGS ${CMAKE_BINARY_DIR}/to
 add_test(NAME test_render COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_render.sh $<TARGET_FILE:hptrain_cli>
          ${CMAKE_SOURCE_DIR})
 set_tests_properties(test_render PROPERTIES SKIP_RETURN_CODE 77)
+# tokenize's chat examples with SentencePiece-style tokenizers against @lenml/tokenizers
+add_test(NAME test_tokenize_segments COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_tokenize_segments.sh
+         $<TARGET_FILE:hptrain_cli> ${CMAKE_SOURCE_DIR})
+set_tests_properties(test_tokenize_segments PROPERTIES SKIP_RETURN_CODE 77)
+# hptrain chat on a tiny random Llama directory (skipped without torch or node_modules)
+add_test(NAME test_chat COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_chat.sh $<TARGET_FILE:hptrain_cli>
+         ${CMAKE_SOURCE_DIR})
+set_tests_properties(test_chat PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300
+  ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
 foreach(variant IN LISTS HPT_VARIANTS)
   hpt_variant_suffix(${variant} v)
   set_tests_properties(test_loss_mask${v} PROPERTIES FIXTURES_REQUIRED mask_ref)

@@ -61,6 +61,16 @@ const float *hpt_infer_logits(const hpt_infer *inf);
  * Allocates (64, Vp) logits for the call; leaves the cache empty. */
 hpt_status hpt_infer_loss(hpt_infer *inf, const int32_t *inputs, const int32_t *targets, int B,
                           int T, float *loss_out);
+/* Keeps the cache's first pos positions (pos <= hpt_infer_get_pos) and drops the rest: a
+ * conversation whose rendered prefix is unchanged feeds only what follows it. The logits are
+ * stale until the next feed. HPT_ERR_INVALID for pos outside [0, pos now]. */
+hpt_status hpt_infer_truncate(hpt_infer *inf, int pos);
+/* The next token from the logits after the last fed token, at temperature (> 0) among the top_k
+ * likeliest (0: all; 1: the argmax, the lowest id among equals): hpt_infer_generate's draw.
+ * *rng_state advances by one draw; start it with hpt_infer_rng_seed(seed). */
+hpt_status hpt_infer_sample(hpt_infer *inf, float temperature, int top_k, uint64_t *rng_state,
+                            int32_t *out);
+uint64_t hpt_infer_rng_seed(uint64_t seed);
 /* As hpt_model_generate; when the cache is full it restarts from the last ctx/2 tokens. */
 hpt_status hpt_infer_generate(hpt_infer *inf, int32_t *tokens, int n_prompt, int n_new,
                               float temperature, int top_k, uint64_t seed);

@@ -122,6 +122,10 @@ hpt_status hpt_tokenizer_encode(hpt_tokenizer *t, const char *text, size_t len,
  * documents in parts): no "\u2581" is prepended to it (Llama 2's Prepend normalizer), so the
  * parts' ids are the whole text's where the cut is safe (docs/tokenizer.md). */
 #define HPT_TOK_CONTINUE 2u
+/* HPT_TOK_AFTER_SPECIAL: the text follows a special token it was cut after (a chat example's
+ * segments, encoded apart): encoded as the text after a special token within one text is (Llama
+ * 2's Prepend normalizer: "\u2581" again; Metaspace's prepend_scheme "first": none). */
+#define HPT_TOK_AFTER_SPECIAL 4u
 hpt_status hpt_tokenizer_encode_ex(hpt_tokenizer *t, const char *text, size_t len,
                                    unsigned flags, int32_t **ids_out, size_t *n_out);
 /* The bytes of one token (not NUL-terminated); HPT_ERR_INVALID for an id out of range. */

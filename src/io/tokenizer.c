@@ -721,8 +721,10 @@ hpt_status hpt_tokenizer_encode_ex(hpt_tokenizer *t, const char *text, size_t le
     if (tok_vec_reserve(&v, len / 3 + 1) != 0) goto oom;
     const unsigned char *u = (const unsigned char *)text;
     unsigned want = flags & HPT_TOK_SPECIAL ? 3 : 2; /* specials only when asked */
-    /* the first segment: at the text's start, or continuing a text cut before it */
-    unsigned first = TOK_SEG_FIRST | (flags & HPT_TOK_CONTINUE ? TOK_SEG_CONT : 0);
+    /* the first segment: at the text's start, or continuing a text cut before it (after a
+     * special token: as any segment after one) */
+    unsigned first = flags & HPT_TOK_AFTER_SPECIAL ? 0u
+                   : TOK_SEG_FIRST | (flags & HPT_TOK_CONTINUE ? TOK_SEG_CONT : 0);
     int any = 0;
     for (int k = 0; k < t->n_special && !any; k++) any = (t->special_ctl[k] ? 1 : 2) & want;
     if (any) {

@@ -527,21 +527,58 @@ static int32_t sample_token(const float *logits, int V, float temperature, int t
     return order[K - 1];
 }
 
+/* The options' checks and sample_token's scratch, probs and order (V each; both or neither). */
+static hpt_status sampling_scratch(int V, float temperature, int top_k, float **probs,
+                                   int32_t **order) {
+    if (!(temperature > 0.0f)) return hpt_fail(HPT_ERR_INVALID, "temperature must be > 0");
+    if (top_k < 0) return hpt_fail(HPT_ERR_INVALID, "top-k must be >= 0");
+    *probs = malloc((size_t)V * sizeof(float));
+    *order = malloc((size_t)V * sizeof(int32_t));
+    if (!*probs || !*order) {
+        free(*probs);
+        free(*order);
+        return hpt_fail(HPT_ERR_OOM, "sampling buffers");
+    }
+    return HPT_OK;
+}
+
+hpt_status hpt_infer_truncate(hpt_infer *inf, int pos) {
+    if (pos < 0 || pos > inf->pos)
+        return hpt_fail(HPT_ERR_INVALID, "cannot keep %d positions of %d", pos, inf->pos);
+    inf->pos = pos; /* rows [0, pos) stay those of the tokens fed first (the invariant) */
+    return HPT_OK;
+}
+
+hpt_status hpt_infer_sample(hpt_infer *inf, float temperature, int top_k, uint64_t *rng_state,
+                            int32_t *out) {
+    const int V = inf->cfg.V;
+    if (inf->pos < 1) return hpt_fail(HPT_ERR_INVALID, "sampling needs a fed token first");
+    float *probs = NULL;
+    int32_t *order = NULL;
+    HPT_CHECK(sampling_scratch(V, temperature, top_k, &probs, &order));
+    hpt_rng rng = {*rng_state};
+    *out = sample_token(inf->logits, V, temperature, top_k, &rng, probs, order);
+    *rng_state = rng.s;
+    free(probs);
+    free(order);
+    return HPT_OK;
+}
+
+uint64_t hpt_infer_rng_seed(uint64_t seed) {
+    hpt_rng r;
+    hpt_rng_seed(&r, seed);
+    return r.s;
+}
+
 hpt_status hpt_infer_generate(hpt_infer *inf, int32_t *tokens, int n_prompt, int n_new,
                               float temperature, int top_k, uint64_t seed) {
     const int V = inf->cfg.V, ctx = inf->ctx;
     if (n_prompt < 1) return hpt_fail(HPT_ERR_INVALID, "generation needs at least one prompt token");
-    if (!(temperature > 0.0f)) return hpt_fail(HPT_ERR_INVALID, "temperature must be > 0");
-    if (top_k < 0) return hpt_fail(HPT_ERR_INVALID, "top-k must be >= 0");
+    float *probs = NULL;
+    int32_t *order = NULL;
+    HPT_CHECK(sampling_scratch(V, temperature, top_k, &probs, &order));
     hpt_rng rng;
     hpt_rng_seed(&rng, seed);
-    float *probs = malloc((size_t)V * sizeof(float));
-    int32_t *order = malloc((size_t)V * sizeof(int32_t));
-    if (!probs || !order) {
-        free(probs);
-        free(order);
-        return hpt_fail(HPT_ERR_OOM, "sampling buffers");
-    }
     /* the cache holds at most ctx positions: when full, it restarts from the last ctx / 2
      * tokens (one prefill), so each token sees between ctx / 2 and ctx tokens of context */
     hpt_infer_reset(inf);

@@ -64,6 +64,25 @@ int cli_pick_tokenizer(const char *cmd, const char *tok_path, const char *model_
  * the error printed) or, with force, warned about (data_check.c). 0 when it may go on. */
 int cli_check_shards_tokenizer(const char *cmd, const char *data, const char *model, int V,
                                int force);
+/* `sample`'s and `chat`'s model (infer_open.c): cli_model_open resolves --model (a checkpoint,
+ * a Hugging Face directory, a --save directory's model.bin), reads its configuration and loads
+ * the tokenizer (tok_path, else the directory's own, else GPT-2's); cli_engine_open makes the
+ * engine with ctx cache positions (adapter: LoRA merged into an fp32 base the engine borrows).
+ * Each returns 0, or prints the error and returns 1; cli_model_close frees what was opened. */
+typedef struct {
+    char path[4200];         /* the checkpoint or directory the loaders read */
+    const char *dir;         /* --model when it is a directory (borrowed), else NULL */
+    hpt_model_config cfg;
+    hpt_tokenizer *tok;
+    hpt_mem *mem;
+    hpt_model *base;         /* --adapter: the merged model the engine borrows */
+    hpt_infer *inf;
+} cli_model;
+int cli_model_open(const char *model_arg, const char *tok_path, int need_encode, cli_model *m);
+int cli_engine_open(cli_model *m, const char *adapter, hpt_weights w, int ctx);
+void cli_model_close(cli_model *m);
+int cmd_chat(int argc, char **argv);
+
 /* The plan's flags (every technique choice and the budgets: hpt_plan_set's options, each flag
  * --NAME the option NAME) all have this value in the long options; cli_optname() names the one
  * cli_getopt returned. */

@@ -5,8 +5,9 @@
  * (forward rules) and the plan's budgets set first; without the engine it is made forward-only
  * (no gradient buffer: the peak is hpt_plan_estimate's forward-only figure). docs/eval.md.
  * Invariants: loss = mean over batches of each batch's mean token loss (every batch has B*T
- * tokens), summed in double; perplexity = exp(loss); same model, data, plan and thread count:
- * the same bits. */
+ * tokens), summed in double; with masked shards the mean over all the batches' targets (each
+ * batch's mean weighed by its targets); perplexity = exp(loss); same model, data, plan and
+ * thread count: the same bits. */
 #include "cli.h"
 
 #include <getopt.h>
@@ -24,7 +25,9 @@ static const char k_help[] =
     "of the token shards matching GLOB (uint16 or uint32 shards), read in order from the\n"
     "start, each batch the window after the last (as `train` reads them). Forward only: no\n"
     "gradients, no optimizer. The last line on standard output is\n"
-    "  loss L perplexity P batches N tokens K\n"
+    "  loss L perplexity P batches N tokens K targets M\n"
+    "With masked shards (`hptrain tokenize` of chat JSONL) the loss is the mean over the M\n"
+    "target tokens only (a line before it says so); otherwise M = K.\n"
     "\n"
     "  --model PATH|DIR|SHAPE  checkpoint, a Hugging Face model directory (config.json and\n"
     "                      safetensors), a directory holding model.bin (a --save directory),\n"
@@ -186,7 +189,11 @@ int cmd_eval(int argc, char **argv) {
                 (double)ms.peak_bytes[HPT_TIER_DEVICE] / 1048576.0,
                 (unsigned long long)ms.peak_bytes[HPT_TIER_DEVICE], (double)hpt_rss_peak_bytes() / 1048576.0);
     }
-    printf("loss %.9g perplexity %.9g batches %ld tokens %ld\n", mean, exp(mean), n_batches, n_batches * B * T);
+    if (n_targets < (int64_t)n_batches * B * T) /* masked shards: say which loss this is */
+        printf("the loss on targets only: %lld of %ld tokens are targets (masked shards, "
+               "docs/targets.md)\n", (long long)n_targets, n_batches * B * T);
+    printf("loss %.9g perplexity %.9g batches %ld tokens %ld targets %lld\n", mean, exp(mean),
+           n_batches, n_batches * B * T, (long long)n_targets);
     if (fflush(stdout) != 0) rc = cli_error("cannot write the result");
 out:
     hpt_dataloader_free(dl);

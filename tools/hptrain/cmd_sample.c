@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 static const char k_help[] =
     "usage: hptrain sample --model PATH|DIR [options]\n"
@@ -43,8 +42,6 @@ int cmd_sample(int argc, char **argv) {
     hpt_weights weights = HPT_WEIGHTS_F32;
     int quiet = 0, opt_rc = 0;
     const char *adapter = NULL;
-    hpt_model *base = NULL; /* --adapter: the model the adapters merge into (the engine's F32
-                             * weights borrow it) */
     int c;
     while ((c = cli_getopt("sample", argc, argv, longopts, k_help, &opt_rc)) != -1) {
         if (c == CLI_OPT_EXIT) return opt_rc;
@@ -70,38 +67,14 @@ int cmd_sample(int argc, char **argv) {
     if (optind < argc) return cli_unexpected_argument("sample", argv[optind]);
     if (!model_path) return cli_usage_error("sample", "--model is required");
     if (threads) hpt_set_threads((int)threads);
-    char path[4096], tok_own[4200];
-    struct stat st;
-    const char *model_dir = NULL; /* a directory's own tokenizer when --tokenizer is not given */
-    if (stat(model_path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        model_dir = model_path;
-        snprintf(path, sizeof path, "%s/config.json", model_path);
-        if (stat(path, &st) != 0) { /* a --save directory; with config.json: Hugging Face's */
-            snprintf(path, sizeof path, "%s/model.bin", model_path);
-            model_path = path;
-        }
-    }
-    hpt_tokenizer *tok = NULL;
-    hpt_mem *mem = NULL;
-    hpt_infer *inf = NULL;
+    cli_model md;
     int32_t *ids = NULL, *buf = NULL;
     size_t n_ids = 0;
-    int rc = 0;
     hpt_status s;
-    hpt_model_config cfg_file;
-    if ((s = hpt_model_read_config(model_path, &cfg_file)) != HPT_OK) {
-        rc = cli_lib_error(s, "loading the model");
-        goto out;
-    }
-    if (!tok_path && model_dir) {
-        static const char *const own[] = {"tokenizer.json", "tokenizer.model"};
-        for (size_t i = 0; i < 2 && !tok_path; i++) {
-            snprintf(tok_own, sizeof tok_own, "%s/%s", model_dir, own[i]);
-            if (stat(tok_own, &st) == 0 && S_ISREG(st.st_mode)) tok_path = tok_own;
-        }
-    }
-    if ((rc = cli_load_tokenizer(tok_path, prompt && *prompt, &tok)) != 0) goto out;
-    const hpt_model_config *cfg = &cfg_file;
+    int rc = cli_model_open(model_path, tok_path, prompt && *prompt, &md);
+    if (rc) goto out;
+    const hpt_model_config *cfg = &md.cfg;
+    hpt_tokenizer *tok = md.tok;
     if (prompt && *prompt) {
         if ((s = hpt_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n_ids)) != HPT_OK) {
             rc = cli_lib_error(s, "encoding the prompt");
@@ -128,20 +101,8 @@ int cmd_sample(int argc, char **argv) {
                 hpt_weights_name(weights), ctx,
                 (double)hpt_infer_bytes_for(cfg, weights, (int)ctx) / 1048576.0);
     }
-    if ((s = hpt_mem_create(&mem)) == HPT_OK && adapter) {
-        s = hpt_model_load_forward(mem, model_path, &base);
-        if (s == HPT_OK) s = hpt_lora_load(base, adapter);
-        if (s == HPT_OK) s = hpt_model_lora_merge(base);
-        if (s == HPT_OK) s = hpt_infer_create(mem, base, weights, (int)ctx, &inf);
-        if (s != HPT_OK) {
-            rc = cli_lib_error(s, "loading the model and the adapters");
-            goto out;
-        }
-    } else if (s != HPT_OK ||
-        (s = hpt_infer_load(mem, model_path, weights, (int)ctx, &inf)) != HPT_OK) {
-        rc = cli_lib_error(s, "loading the model");
-        goto out;
-    }
+    if ((rc = cli_engine_open(&md, adapter, weights, (int)ctx)) != 0) goto out;
+    hpt_infer *inf = md.inf;
     double t0 = hpt_now();
     s = hpt_infer_generate(inf, buf, (int)n_ids, (int)n_new, (float)temperature, (int)top_k,
                            (uint64_t)seed);
@@ -156,7 +117,7 @@ int cmd_sample(int argc, char **argv) {
     fputc('\n', stdout);
     if (!quiet) {
         hpt_mem_stats ms;
-        hpt_mem_get_stats(mem, &ms);
+        hpt_mem_get_stats(md.mem, &ms);
         char f32[64] = "";
         if (weights != HPT_WEIGHTS_F32)
             snprintf(f32, sizeof f32, " (fp32: %.1f MiB)",
@@ -171,9 +132,6 @@ int cmd_sample(int argc, char **argv) {
 out:
     free(ids);
     free(buf);
-    hpt_infer_free(inf);
-    hpt_model_free(base);
-    hpt_mem_destroy(mem);
-    hpt_tokenizer_free(tok);
+    cli_model_close(&md);
     return rc;
 }

@@ -308,6 +308,7 @@ static void usage(FILE *out) {
           "  decode    token ids on stdin -> text on stdout\n"
           "  tokenize  text files -> llm.c token shards (train/val split)\n"
           "  render    chat conversations (JSONL) -> the text of the model's chat template\n"
+          "  chat      a conversation with a model in its chat template (interactive or --prompt)\n"
           "  estimate  bytes by category and tier, and the peak, of a training configuration\n"
           "  profile   picture and memory-doctor summary of a training trace\n"
           "  calibrate measure this machine's rates for --plan auto's cost model\n"
@@ -323,7 +324,7 @@ int main(int argc, char **argv) {
         {"estimate", cmd_estimate}, {"profile", cmd_profile}, {"convert", cmd_convert},
         {"merge", cmd_merge},
         {"eval", cmd_eval}, {"calibrate", cmd_calibrate},
-        {"render", cmd_render},
+        {"render", cmd_render}, {"chat", cmd_chat},
     };
     if (argc < 2) { usage(stderr); return 2; }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {

@@ -3,8 +3,9 @@
  * (text already rendered, each segment a target or not, "special" segments encoding special
  * tokens as their ids) or {"prompt", "completion"} (the completion and end-of-text the
  * targets); the shapes and flags are in docs/targets.md. Segments are encoded apart, so a target
- * span's tokens never merge with their context's; long examples are truncated or dropped and
- * counted; a bad line is an error naming file and line. */
+ * span's tokens never merge with their context's, each as the continuation it is (of text or of
+ * a special token); long examples are truncated or dropped and counted; a bad line is an error
+ * naming file and line. */
 #include "cli.h"
 
 #include <cJSON.h>
@@ -42,16 +43,41 @@ static int ex_start(tok_examples *e) {
     return 0;
 }
 
+/* 1 if the ids of text (n of them, special tokens recognised) end with a special token: the
+ * last id's bytes end the text and are not what they encode to as plain text. */
+static int ends_special(hpt_tokenizer *tok, const char *text, const int32_t *ids, size_t n) {
+    const char *b;
+    size_t m = 0, len = strlen(text), k = 0;
+    if (!n || hpt_tokenizer_decode(tok, ids[n - 1], &b, &m) != HPT_OK || !m || m > len ||
+        memcmp(text + len - m, b, m) != 0)
+        return 0;
+    int32_t *plain = NULL;
+    int special = hpt_tokenizer_encode_ex(tok, b, m, HPT_TOK_CONTINUE, &plain, &k) == HPT_OK &&
+                  !(k == 1 && plain[0] == ids[n - 1]);
+    free(plain);
+    return special;
+}
+
+/* Encodes one piece of an example: flags say what it follows (nothing: the example's start;
+ * HPT_TOK_CONTINUE: text; HPT_TOK_AFTER_SPECIAL: a special token), so that pieces encoded apart
+ * give the whole text's ids wherever no merge crosses a cut (Llama 2's "\u2581" goes only where
+ * the whole text has it). *after_special: the piece ended with a special token. */
 static int add_text(hpt_tokenizer *tok, tok_examples *e, const char *text, int special,
-                    uint8_t target, const char *where) {
+                    uint8_t target, unsigned flags, int *after_special, const char *where) {
     int32_t *ids;
     size_t n;
-    hpt_status s = hpt_tokenizer_encode_ex(tok, text, strlen(text), special ? HPT_TOK_SPECIAL : 0,
-                                           &ids, &n);
+    hpt_status s = hpt_tokenizer_encode_ex(tok, text, strlen(text),
+                                           flags | (special ? HPT_TOK_SPECIAL : 0), &ids, &n);
     if (s != HPT_OK) return cli_lib_error(s, where);
+    if (*text) *after_special = special && ends_special(tok, text, ids, n);
     int r = ex_push(e, ids, n, target);
     free(ids);
     return r ? cli_error("out of memory holding %zu tokens", e->n + n) : 0;
+}
+
+/* The flags of the next piece of an example: after n0's tokens, following a special or not */
+static unsigned next_flags(const tok_examples *e, size_t n0, int after_special) {
+    return e->n == n0 ? 0u : after_special ? HPT_TOK_AFTER_SPECIAL : HPT_TOK_CONTINUE;
 }
 
 static int add_id(tok_examples *e, int32_t id, uint8_t target) {
@@ -67,7 +93,7 @@ static int add_example(hpt_tokenizer *tok, const cJSON *j, int train_all, tok_ex
     const cJSON *completion = cJSON_GetObjectItemCaseSensitive(j, "completion");
     size_t n0 = e->n;
     if (ex_start(e)) return cli_error("out of memory holding %zu examples", e->n_ex);
-    int rc = 0;
+    int rc = 0, after = 0; /* after: the last piece ended with a special token */
     if (cJSON_IsArray(segs)) {
         const cJSON *sg;
         int k = 0;
@@ -80,15 +106,19 @@ static int add_example(hpt_tokenizer *tok, const cJSON *j, int train_all, tok_ex
                 return cli_error("%s: segment %d needs \"text\" (a string) and may have "
                                  "\"target\" and \"special\" (true or false)", where, k);
             rc = add_text(tok, e, text->valuestring, cJSON_IsTrue(special),
-                          (uint8_t)(train_all || cJSON_IsTrue(target)), where);
+                          (uint8_t)(train_all || cJSON_IsTrue(target)),
+                          next_flags(e, n0, after), &after, where);
             if (rc) return rc;
             k++;
         }
     } else if (cJSON_IsString(prompt) && cJSON_IsString(completion)) {
         if ((rc = add_id(e, hpt_tokenizer_bos(tok), (uint8_t)train_all)) != 0) return rc;
-        rc = add_text(tok, e, prompt->valuestring, 0, (uint8_t)train_all, where);
+        after = e->n > n0; /* after BOS */
+        rc = add_text(tok, e, prompt->valuestring, 0, (uint8_t)train_all, next_flags(e, n0, after),
+                      &after, where);
         if (rc) return rc;
-        if ((rc = add_text(tok, e, completion->valuestring, 0, 1, where)) != 0) return rc;
+        rc = add_text(tok, e, completion->valuestring, 0, 1, next_flags(e, n0, after), &after, where);
+        if (rc) return rc;
         if ((rc = add_id(e, hpt_tokenizer_eot(tok), 1)) != 0) return rc;
     } else {
         return cli_error("%s: an example is {\"segments\": [{\"text\", \"target\"}...]} or "
