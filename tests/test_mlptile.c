@@ -5,7 +5,8 @@
  * that do and do not divide B*T (1, 16, 23, 32, 68, 69, 1000): the loss and every gradient
  * against the same policy untiled (the activations and the input gradients are each a row's
  * own, the weights' gradients sums over tiles: within 1e-6 relative, and it prints how many
- * bits match); the arena equals hpt_model_act_tier_bytes; LoRA adapters without dropout tile,
+ * bits match), and with saved activations offloaded to the host; the arena equals
+ * hpt_model_act_tier_bytes; LoRA adapters without dropout tile,
  * with dropout they are refused; a short training run's device peak equals the estimator's. */
 #include "testlib.h"
 
@@ -89,6 +90,20 @@ static void check_policies(const char *shape) {
         }
     printf("  all policies: %zu of %zu gradients bit-equal to the untiled run's\n", same_total,
            n_total);
+    /* saved activations offloaded to the host: the tiles' buffers stay on the device */
+    hpt_act_opts o = hpt_act_defaults();
+    o.recompute = HPT_RECOMPUTE_SELECTIVE;
+    o.offload = HPT_OFFLOAD_HOST;
+    const float lref = step(m, &o, x, y, gref, n, NULL);
+    o.mlp_tile = 16;
+    const float loss = step(m, &o, x, y, g, n, NULL);
+    CHECK_MSG(loss == lref && t_rel_err(g, gref, n) < 1e-6, "act offload host, tile 16: loss "
+              "%.9g vs %.9g, grads %.3e", (double)loss, (double)lref, t_rel_err(g, gref, n));
+    uint64_t bytes[HPT_TIER_COUNT];
+    CHECK_OK(hpt_model_act_tier_bytes(&cfg, B, T, &o, bytes));
+    hpt_mem_stats st;
+    hpt_mem_get_stats(mem, &st);
+    CHECK(st.live_bytes[HPT_TIER_DEVICE][HPT_CAT_ACTS] == bytes[HPT_TIER_DEVICE]);
     hpt_act_opts bad = hpt_act_defaults();
     bad.mlp_tile = -1;
     CHECK_STATUS(hpt_model_set_act_opts(m, &bad), HPT_ERR_INVALID);

@@ -54,6 +54,7 @@ static int time_of(hpt_arch_time t, int L, int vc) {
     case HPT_TP_BLOCKS_B: return TP_BLOCK_B(L, L - 1);
     case HPT_TP_BLOCK0_B: return TP_BLOCK_B(L, 0);
     case HPT_TP_EMBED_B: return TP_ENC_B(L);
+    case HPT_TP_BLOCKS_F: return TP_BLOCK_F(L - 1);
     default: return 0;
     }
 }

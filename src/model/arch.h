@@ -75,6 +75,8 @@ typedef struct {
                               * 0: untiled, the MLP's fields kept per block */
     void *acts;              /* the arch's activation struct (its non-block buffers): the tiled
                               * MLP's tile buffers, which a block's forward reads there */
+    int in_backward;         /* 1: a forward rerun by a recomputation during the backward (its
+                              * tiled MLP takes the backward's tile buffers) */
 } hpt_arch_ctx;
 
 /* RoPE at the context's positions: pos0 = 0 for t, or x->pos (packed examples) */
@@ -181,7 +183,8 @@ typedef enum {
                         * update wte chunk by chunk at the backward's end) */
     HPT_TP_BLOCKS_B,   /* the first block backward (block L-1) */
     HPT_TP_BLOCK0_B,   /* block 0's backward */
-    HPT_TP_EMBED_B     /* the embedding's backward */
+    HPT_TP_EMBED_B,    /* the embedding's backward */
+    HPT_TP_BLOCKS_F    /* the last block's forward (block L-1) */
 } hpt_arch_time;
 
 /* A non-block buffer; elements are 4 bytes (fp32 or int32). */

@@ -112,8 +112,10 @@ static const hpt_arch_global k_globals[] = {
     G(dsmall, HPT_TP_HEAD_B, HPT_TP_BLOCK0_B, 1),
     G(dbig, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1),
     G(attscr, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1),
-    G(mlph, HPT_TP_START, HPT_TP_BLOCK0_B, 0),
-    G(mlpy, HPT_TP_START, HPT_TP_BLOCK0_B, 0)};
+    G(mlph, HPT_TP_START, HPT_TP_BLOCKS_F, 0),
+    G(mlpy, HPT_TP_START, HPT_TP_BLOCKS_F, 0),
+    G(mlph_b, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1),
+    G(mlpy_b, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1)};
 #undef G
 
 static void global_shape(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w) {
@@ -133,7 +135,9 @@ static void global_shape(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w) 
         else if (x->mlp_rows) *w = 3 * C;
         return;
     case offsetof(gpt2_acts, mlph):
-    case offsetof(gpt2_acts, mlpy): *rows = x->mlp_rows; *w = 4 * C; return;
+    case offsetof(gpt2_acts, mlpy):
+    case offsetof(gpt2_acts, mlph_b):
+    case offsetof(gpt2_acts, mlpy_b): *rows = x->mlp_rows; *w = 4 * C; return;
     /* plain: one row of dP per (b, h); flash: D = rowsum(dO * O) per (b, h) */
     case offsetof(gpt2_acts, attscr): *rows = (size_t)x->B * (size_t)x->cfg->NH; *w = (size_t)x->T; return;
     default: *w = C; return; /* encoded, lnf, dres, dsmall */
@@ -194,7 +198,8 @@ static void block_forward(const hpt_arch_ctx *x, float *const *w, void *lav, con
         const arch_mlp mlp = mlp_of(C, p);
         const gpt2_acts *a = x->acts;
         be->copy(la->res3, la->res2, (size_t)BT * C * sizeof(float), HPT_COPY_D2D);
-        arch_mlp_forward(x, &mlp, la->res3, la->ln2, a->mlph, a->mlpy);
+        arch_mlp_forward(x, &mlp, la->res3, la->ln2, x->in_backward ? a->mlph_b : a->mlph,
+                         x->in_backward ? a->mlpy_b : a->mlpy);
         return;
     }
     /* fch (B, T, 4C) = ln2 @ fcw^T + fcb; fch_gelu = gelu(fch) */
@@ -237,7 +242,7 @@ static void block_backward(const hpt_arch_ctx *x, float *const *w, float *const 
     if (x->mlp_rows) { /* tiled: dln2 into dsmall tile by tile (GELU's backward in place) */
         arch_mlp mlp = mlp_of(C, p);
         mlp.dw1 = g->fcw, mlp.db1 = g->fcb, mlp.dw2 = g->fcprojw, mlp.db2 = g->fcprojb;
-        arch_mlp_backward(x, &mlp, a->dsmall, a->dres, la->ln2, a->mlph, a->mlpy, a->dbig, a->dbig);
+        arch_mlp_backward(x, &mlp, a->dsmall, a->dres, la->ln2, a->mlph_b, a->mlpy_b, a->dbig, a->dbig);
     } else {
         /* res3 = res2 + fch_gelu @ fcprojw^T + fcprojb; dres flows to res2 unchanged */
         arch_linear_backward(x, a->dbig, g->fcprojw, g->fcprojb, a->dres, la->fch_gelu, p->fcprojw,

@@ -201,8 +201,10 @@ const hpt_arch_global llama_globals[] = {
     G(dmid, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1),
     G(dbig, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1),
     G(attscr, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1),
-    G(mlph, HPT_TP_START, HPT_TP_BLOCK0_B, 0),
-    G(mlpy, HPT_TP_START, HPT_TP_BLOCK0_B, 0)};
+    G(mlph, HPT_TP_START, HPT_TP_BLOCKS_F, 0),
+    G(mlpy, HPT_TP_START, HPT_TP_BLOCKS_F, 0),
+    G(mlph_b, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1),
+    G(mlpy_b, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1)};
 #undef G
 _Static_assert(sizeof llama_globals / sizeof llama_globals[0] == LLAMA_N_GLOBALS,
                "llama_int.h's LLAMA_N_GLOBALS is not the table's length");
@@ -222,8 +224,10 @@ static void global_shape(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w) 
     case offsetof(llama_acts, dmid): llama_tile_rows(x, rows); *w = (size_t)c->FF; return;
     case offsetof(llama_acts, dbig): llama_dbig_shape(x, (size_t)qkv_of(c), rows, w); return;
     case offsetof(llama_acts, attscr): *rows = (size_t)x->B * (size_t)c->NH; *w = (size_t)x->T; return;
-    case offsetof(llama_acts, mlph): *rows = x->mlp_rows; *w = 2 * (size_t)c->FF; return;
-    case offsetof(llama_acts, mlpy): *rows = x->mlp_rows; *w = (size_t)c->FF; return;
+    case offsetof(llama_acts, mlph):
+    case offsetof(llama_acts, mlph_b): *rows = x->mlp_rows; *w = 2 * (size_t)c->FF; return;
+    case offsetof(llama_acts, mlpy):
+    case offsetof(llama_acts, mlpy_b): *rows = x->mlp_rows; *w = (size_t)c->FF; return;
     default: *w = C; return; /* encoded, lnf, dres, dsmall */
     }
 }
@@ -277,7 +281,8 @@ static void block_forward(const hpt_arch_ctx *x, float *const *w, void *lav, con
         const arch_mlp mlp = llama_mlp(c, p->fcw, p->fcb, p->fcprojw, p->fcprojb);
         const llama_acts *a = x->acts;
         be->copy(la->res3, la->res2, (size_t)BT * C * sizeof(float), HPT_COPY_D2D);
-        arch_mlp_forward(x, &mlp, la->res3, la->ln2, a->mlph, a->mlpy);
+        arch_mlp_forward(x, &mlp, la->res3, la->ln2, x->in_backward ? a->mlph_b : a->mlph,
+                         x->in_backward ? a->mlpy_b : a->mlpy);
         return;
     }
     /* fch (B, T, 2FF) = ln2 @ fcw^T (+ fcb) = [gate | up]; fch_swi (B, T, FF) = silu(gate) * up */
@@ -324,7 +329,7 @@ static void block_backward(const hpt_arch_ctx *x, float *const *w, float *const 
     if (x->mlp_rows) { /* tiled: dln2 into dsmall tile by tile; dres flows to res2 unchanged */
         arch_mlp mlp = llama_mlp(c, p->fcw, p->fcb, p->fcprojw, p->fcprojb);
         mlp.dw1 = g->fcw, mlp.db1 = g->fcb, mlp.dw2 = g->fcprojw, mlp.db2 = g->fcprojb;
-        arch_mlp_backward(x, &mlp, a->dsmall, a->dres, la->ln2, a->mlph, a->mlpy, a->dmid, a->dbig);
+        arch_mlp_backward(x, &mlp, a->dsmall, a->dres, la->ln2, a->mlph_b, a->mlpy_b, a->dmid, a->dbig);
     } else {
         /* res3 = res2 + fch_swi @ fcprojw^T (+ fcprojb); dres flows to res2 unchanged */
         arch_linear_backward(x, a->dmid, g->fcprojw, g->fcprojb, a->dres, la->fch_swi, p->fcprojw,

@@ -69,9 +69,12 @@ typedef struct {
     float *dmid;     // (B, T, FF) the SwiGLU output's gradient; tiled (rows, FF)
     float *dbig;     // (B, T, max(2FF, QKV)) dfch, then dqkv; tiled max(rows 2FF, B T QKV)
     float *attscr;   // (B, NH, T)
-    /* the tiled MLP's (x->mlp_rows > 0; else not planned): one tile's, forward and backward */
+    /* the tiled MLP's (x->mlp_rows > 0; else not planned): one tile's in the forward and, apart
+     * (not live at the head), in the backward */
     float *mlph;     // (rows, 2FF) [gate | up]
     float *mlpy;     // (rows, FF) silu(gate) * up
+    float *mlph_b;   // (rows, 2FF)
+    float *mlpy_b;   // (rows, FF)
 } llama_acts;
 
 /* ---- what qwen.c shares with llama.c (the layout above, the table's mechanics) ---- */
@@ -119,7 +122,7 @@ void llama_point_descs(const llama_desc *d, int n, const hpt_model_config *cfg,
 /* cos, sin (maxT, hd/2) at rope_theta, with Llama 3's scaling where rope_factor > 0 */
 void llama_rope_fill(const hpt_model_config *c, int64_t hd, float *host);
 /* the non-block buffers and their lifetimes (llama_acts) */
-#define LLAMA_N_GLOBALS 16
+#define LLAMA_N_GLOBALS 18
 extern const hpt_arch_global llama_globals[LLAMA_N_GLOBALS];
 
 #endif

@@ -158,8 +158,10 @@ static void global_shape(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w) 
         else if (x->mlp_rows) *w = QKV;
         return;
     case offsetof(llama_acts, dbig): llama_dbig_shape(x, QKV, rows, w); return;
-    case offsetof(llama_acts, mlph): *rows = x->mlp_rows; *w = 2 * FF; return;
-    case offsetof(llama_acts, mlpy): *rows = x->mlp_rows; *w = FF; return;
+    case offsetof(llama_acts, mlph):
+    case offsetof(llama_acts, mlph_b): *rows = x->mlp_rows; *w = 2 * FF; return;
+    case offsetof(llama_acts, mlpy):
+    case offsetof(llama_acts, mlpy_b): *rows = x->mlp_rows; *w = FF; return;
     case offsetof(llama_acts, attscr): *rows = (size_t)x->B * (size_t)c->NH; *w = (size_t)x->T; return;
     default: *w = C; return; /* encoded, lnf, dres */
     }
@@ -255,7 +257,8 @@ static void block_forward(const hpt_arch_ctx *x, float *const *w, void *lav, con
         const arch_mlp mlp = llama_mlp(c, p->fcw, NULL, p->fcprojw, NULL);
         const llama_acts *a = x->acts;
         be->copy(la->res3, la->res2, (size_t)BT * C * sizeof(float), HPT_COPY_D2D);
-        arch_mlp_forward(x, &mlp, la->res3, la->ln2, a->mlph, a->mlpy);
+        arch_mlp_forward(x, &mlp, la->res3, la->ln2, x->in_backward ? a->mlph_b : a->mlph,
+                         x->in_backward ? a->mlpy_b : a->mlpy);
         return;
     }
     /* fch (B, T, 2FF) = ln2 @ fcw^T = [gate | up]; fch_swi (B, T, FF) = silu(gate) * up */
@@ -299,7 +302,7 @@ static void block_backward(const hpt_arch_ctx *x, float *const *w, float *const 
     if (x->mlp_rows) { /* tiled: dln2 into dsmall tile by tile; dres flows to res2 unchanged */
         arch_mlp mlp = llama_mlp(c, p->fcw, NULL, p->fcprojw, NULL);
         mlp.dw1 = g->fcw, mlp.dw2 = g->fcprojw;
-        arch_mlp_backward(x, &mlp, a->dsmall, a->dres, la->ln2, a->mlph, a->mlpy, a->dmid, a->dbig);
+        arch_mlp_backward(x, &mlp, a->dsmall, a->dres, la->ln2, a->mlph_b, a->mlpy_b, a->dmid, a->dbig);
     } else {
         /* res3 = res2 + fch_swi @ fcprojw^T; dres flows to res2 unchanged */
         arch_linear_backward(x, a->dmid, g->fcprojw, NULL, a->dres, la->fch_swi, p->fcprojw, BT,
