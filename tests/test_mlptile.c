@@ -7,7 +7,8 @@
  * own, the weights' gradients sums over tiles: within 1e-6 relative, and it prints how many
  * bits match), and with saved activations offloaded to the host; the arena equals
  * hpt_model_act_tier_bytes; LoRA adapters without dropout tile,
- * with dropout they are refused; a short training run's device peak equals the estimator's. */
+ * with dropout they are refused; a short training run's device peak equals the estimator's;
+ * the plan's option parses, prints back and is refused with LoRA dropout. */
 #include "testlib.h"
 
 #include <stdlib.h>
@@ -171,6 +172,23 @@ static void check_estimate(const char *shape) {
     }
 }
 
+/* The plan's option: parsed, printed back, refused negative and with LoRA dropout. */
+static void check_plan(void) {
+    hpt_plan p = hpt_plan_default_choices();
+    CHECK_OK(hpt_plan_set(&p, "mlp-tile", "64"));
+    CHECK(p.act.mlp_tile == 64);
+    char flags[1024];
+    CHECK_OK(hpt_plan_print(&p, flags, sizeof flags));
+    CHECK_MSG(strstr(flags, "--mlp-tile 64") != NULL, "printed '%s'", flags);
+    CHECK_STATUS(hpt_plan_set(&p, "mlp-tile", "-1"), HPT_ERR_INVALID);
+    hpt_plan_env env = {.training = 1, .has_val = -1};
+    CHECK_OK(hpt_plan_check(&p, &env));
+    CHECK_OK(hpt_plan_set(&p, "lora", "r=4,alpha=8"));
+    CHECK_OK(hpt_plan_check(&p, &env));
+    CHECK_OK(hpt_plan_set(&p, "lora", "r=4,alpha=8,dropout=0.1"));
+    CHECK_STATUS(hpt_plan_check(&p, &env), HPT_ERR_UNSUPPORTED);
+}
+
 int main(int argc, char **argv) {
     const t_arch *a = t_arch_arg(argc, argv, "test_mlptile");
     if (!a) return 2;
@@ -181,5 +199,6 @@ int main(int argc, char **argv) {
     t_arch_shape(a, shape, 2, 50, 5, 301, 32, 0);
     check_lora(shape);
     check_estimate(shape);
+    if (t_arch_first(a)) check_plan();
     return t_done(t_arch_label(a, "test_mlptile"));
 }
