@@ -35,17 +35,24 @@ static float step(hpt_model *m, const hpt_act_opts *o, const int32_t *x, const i
     return loss;
 }
 
+/* A model of shape on a fresh *mem (seed 5), its configuration and the batch. */
+static hpt_model *model_of(const char *shape, hpt_mem **mem, hpt_model_config *cfg, int32_t *x,
+                           int32_t *y) {
+    hpt_model *m = NULL;
+    CHECK_OK(hpt_mem_create(mem));
+    CHECK_OK(hpt_model_config_parse(shape, cfg));
+    batch(cfg, x, y);
+    CHECK_OK(hpt_model_create_config(*mem, cfg, &m));
+    hpt_model_init_random(m, 5);
+    return m;
+}
+
 static void check_policies(const char *shape) {
     printf("%s\n", shape);
     hpt_mem *mem;
-    CHECK_OK(hpt_mem_create(&mem));
     hpt_model_config cfg;
-    CHECK_OK(hpt_model_config_parse(shape, &cfg));
     int32_t x[B * T], y[B * T];
-    batch(&cfg, x, y);
-    hpt_model *m;
-    CHECK_OK(hpt_model_create_config(mem, &cfg, &m));
-    hpt_model_init_random(m, 5);
+    hpt_model *m = model_of(shape, &mem, &cfg, x, y);
     const size_t n = hpt_model_num_params(m);
     float *gref = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float));
     CHECK(gref && g);
@@ -118,14 +125,9 @@ static void check_policies(const char *shape) {
  * masks are per call: refused. */
 static void check_lora(const char *shape) {
     hpt_mem *mem;
-    CHECK_OK(hpt_mem_create(&mem));
     hpt_model_config cfg;
-    CHECK_OK(hpt_model_config_parse(shape, &cfg));
     int32_t x[B * T], y[B * T];
-    batch(&cfg, x, y);
-    hpt_model *m;
-    CHECK_OK(hpt_model_create_config(mem, &cfg, &m));
-    hpt_model_init_random(m, 5);
+    hpt_model *m = model_of(shape, &mem, &cfg, x, y);
     hpt_lora_opts lo = hpt_lora_defaults();
     CHECK_OK(hpt_lora_parse("r=4,alpha=8", &lo));
     CHECK_OK(hpt_model_lora_attach(m, &lo, 3));
