@@ -210,6 +210,9 @@ typedef struct {
                                * loss N rows at a time, keeps only (N,Vp) logits, and recomputes
                                * each chunk's logits in backward (one more head GEMM). A forward
                                * without targets then fails: sampling and verify need all logits. */
+    int mlp_tile;             /* 0: each block keeps its MLP's (B*T, FF) intermediates; N > 0:
+                               * the MLP runs N token rows at a time in the forward and again in
+                               * the backward, and keeps none (docs/activations.md) */
 } hpt_act_opts;
 /* Parses "none" | "host" | "disk" into o->offload; "none" | "int8" | "bf16" into o->compress. */
 hpt_status hpt_act_offload_parse(const char *text, hpt_act_opts *o);

@@ -170,6 +170,8 @@ typedef struct {
 } hpt_auto_opts;
 
 #define HPT_AUTO_KEEP 6
+/* the MLP tile the search and the smallest plans take (token rows; docs/activations.md) */
+#define HPT_AUTO_MLP_TILE 1024
 typedef struct {
     hpt_plan_opts o;          /* B, accum and the plan's choices */
     hpt_estimate e;

@@ -35,13 +35,15 @@ static int parse_tier(const char *t, size_t n, hpt_tier *out) {
 
 hpt_act_opts hpt_act_defaults(void) {
     hpt_act_opts o = {HPT_ATTN_FLASH, HPT_RECOMPUTE_NONE, 1, HPT_OFFLOAD_NONE,
-                           HPT_COMPRESS_NONE, 0};
+                           HPT_COMPRESS_NONE, 0, 0};
     return o;
 }
 
 hpt_status hpt_act_check(const hpt_act_opts *o) {
     if (o->head_chunk < 0)
         return hpt_fail(HPT_ERR_INVALID, "head chunk %d must be >= 0 (0: all logits)", o->head_chunk);
+    if (o->mlp_tile < 0)
+        return hpt_fail(HPT_ERR_INVALID, "MLP tile %d must be >= 0 (0: untiled)", o->mlp_tile);
     if (o->attention != HPT_ATTN_FLASH && o->attention != HPT_ATTN_PLAIN)
         return hpt_fail(HPT_ERR_INVALID, "unknown attention kind %d", (int)o->attention);
     if ((unsigned)o->recompute > HPT_RECOMPUTE_FULL)

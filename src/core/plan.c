@@ -33,7 +33,7 @@ enum {
     O_JUMP_MIN_GAIN,
     O_MEMORY, O_HOST_MEMORY, O_DISK_MEMORY, O_OFFLOAD_DIR,
     O_DEVICE, O_ZERO,
-    O_LORA, O_LORA_TARGETS, O_BASE_WEIGHTS, O_PACK, O_BASE_HOME,
+    O_LORA, O_LORA_TARGETS, O_BASE_WEIGHTS, O_PACK, O_BASE_HOME, O_MLP_TILE,
     O_COUNT
 };
 
@@ -53,7 +53,7 @@ static const struct {
     {"jump-state", 1}, {"jump-search-batches", 1}, {"jump-min-gain", 1},
     {"memory", 1}, {"host-memory", 1}, {"disk-memory", 1}, {"offload-dir", 1},
     {"device", 1}, {"zero", 1}, {"lora", 1}, {"lora-targets", 1},
-    {"base-weights", 1}, {"pack", 1}, {"base-home", 1},
+    {"base-weights", 1}, {"pack", 1}, {"base-home", 1}, {"mlp-tile", 1},
 };
 
 static const char *const k_base_names[] = {"f32", "bf16", "int8", "nf4"};
@@ -148,6 +148,7 @@ static hpt_status set_option(hpt_plan *p, int opt, const char *v) {
     case O_ACT_OFFLOAD: return named(opt, hpt_act_offload_parse(v, &p->act));
     case O_ACT_COMPRESS: return named(opt, hpt_act_compress_parse(v, &p->act));
     case O_HEAD_CHUNK: return set_int(opt, v, 0, 1L << 30, &p->act.head_chunk);
+    case O_MLP_TILE: return set_int(opt, v, 0, 1L << 30, &p->act.mlp_tile);
     case O_OPTIMIZER: { /* the kind's own settings (betas, SGD's weight decay), then the flags' */
         hpt_optim_kind k;
         HPT_CHECK(named(opt, hpt_optim_parse(v, &k)));
@@ -360,6 +361,10 @@ hpt_status hpt_plan_check(const hpt_plan *p, const hpt_plan_env *env) {
             return hpt_fail(HPT_ERR_UNSUPPORTED, "--lora runs on the CPU over a base in memory in "
                             "this version: not with %s (docs/lora.md)", why);
     }
+    if (p->lora.r > 0 && p->lora.dropout > 0.0f && p->act.mlp_tile > 0)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--mlp-tile with LoRA dropout %g: the adapters' "
+                        "dropout masks are drawn per call, not per tile (dropout=0 tiles)",
+                        (double)p->lora.dropout);
     /* data parallel: stages 0-2 (docs/zero.md) */
     if (p->zero < -1 || p->zero > 3) return hpt_fail(HPT_ERR_INVALID, "--zero %d: expected 0 to 3", p->zero);
     /* in the engine's homes every stage takes bf16 weights (on disk too), 16-bit gradient homes
@@ -473,6 +478,7 @@ hpt_status hpt_plan_print(const hpt_plan *p, char *buf, size_t n) {
     if (p->act.offload != d.act.offload) emit(&o, O_ACT_OFFLOAD, "%s", hpt_act_offload_name(p->act.offload));
     if (p->act.compress != d.act.compress) emit(&o, O_ACT_COMPRESS, "%s", hpt_act_compress_name(p->act.compress));
     if (p->act.head_chunk != d.act.head_chunk) emit(&o, O_HEAD_CHUNK, "%d", p->act.head_chunk);
+    if (p->act.mlp_tile != d.act.mlp_tile) emit(&o, O_MLP_TILE, "%d", p->act.mlp_tile);
     /* the optimizer: its kind first (it resets the settings the later options then change) */
     const hpt_adamw_opts kd = hpt_optim_defaults((hpt_optim_kind)p->adamw.optimizer);
     if (p->adamw.optimizer != d.adamw.optimizer)

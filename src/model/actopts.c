@@ -25,13 +25,19 @@ size_t act_head_rows(const hpt_act_opts *o, int B, int T) {
     return o->head_chunk > 0 && (size_t)o->head_chunk < BT ? (size_t)o->head_chunk : BT;
 }
 
+size_t act_mlp_rows(const hpt_act_opts *o, int B, int T) {
+    size_t BT = (size_t)B * T;
+    return o->mlp_tile <= 0 ? 0 : (size_t)o->mlp_tile < BT ? (size_t)o->mlp_tile : BT;
+}
+
 /* The ops' context at (B, T): vc > 0 (chunked embeddings, embed.c) makes a row-chunked head's
  * logits (rows, vc). */
 hpt_arch_ctx act_ctx_for(const hpt_model_config *c, const hpt_act_opts *o, int vc, int B,
                          int T) {
     hpt_arch_ctx x = {hpt_backend_cpu(), c, B, T, o->attention, act_head_rows(o, B, T), 0, 1.0f,
-                     hpt_attn_ops_of(o->attention), NULL, 0.0f, NULL, NULL};
+                     hpt_attn_ops_of(o->attention), NULL, 0.0f, NULL, NULL, 0, NULL, 0};
     x.logit_cols = vc && x.head_rows < (size_t)B * T ? (size_t)vc : (size_t)c->Vp;
+    x.mlp_rows = act_mlp_rows(o, B, T);
     return x;
 }
 
@@ -43,5 +49,6 @@ hpt_arch_ctx act_ctx(const hpt_model *m) {
     x.params = m->ap;
     x.lora = m->lora;
     x.pos = m->pos; /* packed examples (pack.c); NULL: causal */
+    x.acts = m->acts;
     return x;
 }

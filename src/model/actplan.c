@@ -54,6 +54,7 @@ static int time_of(hpt_arch_time t, int L, int vc) {
     case HPT_TP_BLOCKS_B: return TP_BLOCK_B(L, L - 1);
     case HPT_TP_BLOCK0_B: return TP_BLOCK_B(L, 0);
     case HPT_TP_EMBED_B: return TP_ENC_B(L);
+    case HPT_TP_BLOCKS_F: return TP_BLOCK_F(L - 1);
     default: return 0;
     }
 }
@@ -75,6 +76,10 @@ static size_t plan_acts(const hpt_arch *A, const hpt_arch_ctx *x, const hpt_act_
         if (gl->after_blocks) continue;
         size_t rows, w;
         A->global_shape(x, g, &rows, &w);
+        if (rows * w == 0) { /* not in this plan (an untiled MLP's tile buffers) */
+            *(void **)((char *)acts + gl->off) = NULL;
+            continue;
+        }
         BUF((char *)acts + gl->off, gl->name, -1, rows * w * f, time_of(gl->first, L, vc),
             time_of(gl->last, L, vc));
     }
@@ -89,6 +94,7 @@ static size_t plan_acts(const hpt_arch *A, const hpt_arch_ctx *x, const hpt_act_
             const char *nm = fd->name;
             int is_out = (fd->flags & HPT_FIELD_OUTPUT) != 0;
             if (fd->attention >= 0 && fd->attention != (int)x->attention) continue;
+            if ((fd->flags & HPT_FIELD_MLP) && x->mlp_rows) continue; /* the tiles' (globals) */
             size_t rows, w;
             A->field_shape(x, i, &rows, &w);
             size_t bytes = rows * w * f;
@@ -122,6 +128,10 @@ static size_t plan_acts(const hpt_arch *A, const hpt_arch_ctx *x, const hpt_act_
         if (!gl->after_blocks) continue;
         size_t rows, w;
         A->global_shape(x, g, &rows, &w);
+        if (rows * w == 0) { /* not in this plan (an untiled MLP's tile buffers) */
+            *(void **)((char *)acts + gl->off) = NULL;
+            continue;
+        }
         BUF((char *)acts + gl->off, gl->name, -1, rows * w * f, time_of(gl->first, L, vc),
             time_of(gl->last, L, vc));
     }

@@ -72,6 +72,12 @@ typedef struct {
                               * position in its example: the positions the embedding or the
                               * rotation reads, and the attention's document mask; NULL:
                               * positions 0 .. T-1, plain causal attention */
+    size_t mlp_rows;         /* rows of B*T the MLP runs at once (arch_mlp_*, model/mlptile.c);
+                              * 0: untiled, the MLP's fields kept per block */
+    void *acts;              /* the arch's activation struct (its non-block buffers): the tiled
+                              * MLP's tile buffers, which a block's forward reads there */
+    int in_backward;         /* 1: a forward rerun by a recomputation during the backward (its
+                              * tiled MLP takes the backward's tile buffers) */
 } hpt_arch_ctx;
 
 /* RoPE at the context's positions: pos0 = 0 for t, or x->pos (packed examples) */
@@ -113,6 +119,36 @@ static inline void arch_linear_backward(const hpt_arch_ctx *x, float *dinp, floa
     else x->be->matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC, accumulate_dinp);
 }
 
+/* ---- the sequence-tiled MLP (model/mlptile.c; docs/activations.md, "The tiled MLP") ----
+ * out = proj(act(fc(in))) over tiles of x->mlp_rows token rows: fc (H, C) [+ bias (H)], act
+ * (rows, H) -> (rows, F), proj (C, F) [+ bias (C)]; GPT-2: H = F = 4C and GELU, SwiGLU: H = 2FF,
+ * F = FF. Only one tile's (rows, H) and (rows, F) exist; the backward recomputes each tile's
+ * from the saved input, and adds the weights' gradients tile by tile, ascending. A new family
+ * fills one of these with its weights and its activation's pair. */
+typedef struct {
+    const float *w1, *b1, *w2, *b2; /* fc (H, C) and bias (H) or NULL; proj (C, F), bias (C) */
+    float *dw1, *db1, *dw2, *db2;   /* their gradients (backward; += like every gradient) */
+    int64_t C, H, F;
+    /* y (rows, F) = act(h (rows, H)); dh (rows, H) = d act from dy (rows, F) (dh may be dy
+     * when the pair allows it in place: GELU) */
+    void (*act_fwd)(const hpt_backend *be, float *y, const float *h, int64_t rows, int64_t F);
+    void (*act_bwd)(const hpt_backend *be, float *dh, const float *dy, const float *h,
+                    int64_t rows, int64_t F);
+} arch_mlp;
+void arch_mlp_gelu_fwd(const hpt_backend *be, float *y, const float *h, int64_t rows, int64_t F);
+void arch_mlp_gelu_bwd(const hpt_backend *be, float *dh, const float *dy, const float *h,
+                       int64_t rows, int64_t F);
+void arch_mlp_swiglu_fwd(const hpt_backend *be, float *y, const float *h, int64_t rows, int64_t F);
+void arch_mlp_swiglu_bwd(const hpt_backend *be, float *dh, const float *dy, const float *h,
+                         int64_t rows, int64_t F);
+/* out (B*T, C) += proj(act(fc(in (B*T, C)))), tile by tile through h (rows, H), y (rows, F) */
+void arch_mlp_forward(const hpt_arch_ctx *x, const arch_mlp *m, float *out, const float *in,
+                      float *h, float *y);
+/* din (B*T, C) = the gradient of in (overwritten) from dout (B*T, C); h, y as the forward's,
+ * dy (rows, F), dh (rows, H) scratch; dw1, db1, dw2, db2 += */
+void arch_mlp_backward(const hpt_arch_ctx *x, const arch_mlp *m, float *din, const float *dout,
+                       const float *in, float *h, float *y, float *dy, float *dh);
+
 /* A linear layer of a block, as LoRA names and finds it (model/lora.c): rows [row0, row0 + out)
  * of the block tensor `weight` (a fused weight holds several layers), in inputs wide. */
 #define HPT_ARCH_MAX_LINEARS 8
@@ -131,6 +167,7 @@ int model_lora_layers(const hpt_model *m, hpt_arch_linear out[HPT_ARCH_MAX_LINEA
 #define HPT_FIELD_RECOMPUTE 1 /* selective recomputation drops it; block_recompute rebuilds it */
 #define HPT_FIELD_STORE 2     /* large, read by the backward: may be offloaded or compressed */
 #define HPT_FIELD_OUTPUT 4    /* the block's output: the next block's input (or the final norm's) */
+#define HPT_FIELD_MLP 8       /* an MLP intermediate: not kept when the MLP is tiled (mlp_rows) */
 typedef struct {
     const char *name;  /* the profiler's event name */
     size_t off;        /* offset of its float * in the block's activation struct */
@@ -147,7 +184,8 @@ typedef enum {
                         * update wte chunk by chunk at the backward's end) */
     HPT_TP_BLOCKS_B,   /* the first block backward (block L-1) */
     HPT_TP_BLOCK0_B,   /* block 0's backward */
-    HPT_TP_EMBED_B     /* the embedding's backward */
+    HPT_TP_EMBED_B,    /* the embedding's backward */
+    HPT_TP_BLOCKS_F    /* the last block's forward (block L-1) */
 } hpt_arch_time;
 
 /* A non-block buffer; elements are 4 bytes (fp32 or int32). */

@@ -68,13 +68,13 @@ static gpt2_block block_of(float *const *s) {
 /* ---- the activations: what a block saves, and the rest of a step's buffers ---- */
 
 #define F(f, flags, attn) {#f, offsetof(gpt2_layer_acts, f), flags, attn}
-enum { R = HPT_FIELD_RECOMPUTE, S = HPT_FIELD_STORE, O = HPT_FIELD_OUTPUT };
+enum { R = HPT_FIELD_RECOMPUTE, S = HPT_FIELD_STORE, O = HPT_FIELD_OUTPUT, M = HPT_FIELD_MLP };
 static const hpt_arch_field k_fields[] = {
     F(ln1, R | S, -1),      F(ln1_mean, 0, -1),      F(ln1_rstd, 0, -1),
     F(qkv, S, -1),          F(atty, S, -1),          F(att, R | S, HPT_ATTN_PLAIN),
     F(att_lse, 0, HPT_ATTN_FLASH), F(res2, S, -1),   F(ln2, R | S, -1),
-    F(ln2_mean, 0, -1),     F(ln2_rstd, 0, -1),      F(fch, S, -1),
-    F(fch_gelu, R | S, -1), F(res3, O, -1)};
+    F(ln2_mean, 0, -1),     F(ln2_rstd, 0, -1),      F(fch, S | M, -1),
+    F(fch_gelu, R | S | M, -1), F(res3, O, -1)};
 #undef F
 #define N_FIELDS ((int)(sizeof k_fields / sizeof k_fields[0]))
 
@@ -111,7 +111,11 @@ static const hpt_arch_global k_globals[] = {
     G(dres, HPT_TP_HEAD_B, HPT_TP_EMBED_B, 1),
     G(dsmall, HPT_TP_HEAD_B, HPT_TP_BLOCK0_B, 1),
     G(dbig, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1),
-    G(attscr, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1)};
+    G(attscr, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1),
+    G(mlph, HPT_TP_START, HPT_TP_BLOCKS_F, 0),
+    G(mlpy, HPT_TP_START, HPT_TP_BLOCKS_F, 0),
+    G(mlph_b, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1),
+    G(mlpy_b, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1)};
 #undef G
 
 static void global_shape(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w) {
@@ -125,7 +129,15 @@ static void global_shape(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w) 
     case offsetof(gpt2_acts, lse):
     case offsetof(gpt2_acts, losses): *w = 1; return;
     case offsetof(gpt2_acts, logits): *rows = x->head_rows; *w = x->logit_cols; return;
-    case offsetof(gpt2_acts, dbig): *w = 4 * C; return; /* also dqkv (B, T, 3C) */
+    case offsetof(gpt2_acts, dbig): /* also dqkv (B, T, 3C); tiled the larger of it and a tile's */
+        *w = 4 * C;
+        if (x->mlp_rows && x->mlp_rows * 4 > BT * 3) *rows = x->mlp_rows;
+        else if (x->mlp_rows) *w = 3 * C;
+        return;
+    case offsetof(gpt2_acts, mlph):
+    case offsetof(gpt2_acts, mlpy):
+    case offsetof(gpt2_acts, mlph_b):
+    case offsetof(gpt2_acts, mlpy_b): *rows = x->mlp_rows; *w = 4 * C; return;
     /* plain: one row of dP per (b, h); flash: D = rowsum(dO * O) per (b, h) */
     case offsetof(gpt2_acts, attscr): *rows = (size_t)x->B * (size_t)x->cfg->NH; *w = (size_t)x->T; return;
     default: *w = C; return; /* encoded, lnf, dres, dsmall */
@@ -154,6 +166,13 @@ static void embed_backward(const hpt_arch_ctx *x, void *gv, const void *av) {
     else x->be->encoder_backward(g->wte, g->wpe, a->dres, a->inputs, x->B, x->T, x->cfg->C);
 }
 
+/* The MLP as the tiled MLP takes it (arch.h's arch_mlp): fc (4C, C), GELU, proj (C, 4C) */
+static arch_mlp mlp_of(int C, const gpt2_block *p) {
+    arch_mlp m = {p->fcw, p->fcb, p->fcprojw, p->fcprojb, NULL, NULL, NULL, NULL, C, 4 * (int64_t)C,
+                  4 * (int64_t)C, arch_mlp_gelu_fwd, arch_mlp_gelu_bwd};
+    return m;
+}
+
 /* ---- one block: forward ---- */
 
 static void block_forward(const hpt_arch_ctx *x, float *const *w, void *lav, const float *residual,
@@ -174,6 +193,15 @@ static void block_forward(const hpt_arch_ctx *x, float *const *w, void *lav, con
     arch_linear_forward(x, la->res2, la->atty, p->attprojw, p->attprojb, BT, C, C, 1);
     /* ln2 (B, T, C) = layernorm(res2) */
     be->layernorm_forward(la->ln2, la->ln2_mean, la->ln2_rstd, la->res2, p->ln2w, p->ln2b, BT, C);
+    if (x->mlp_rows) { /* tiled: res3 = res2 + the MLP tile by tile (a recomputation: none) */
+        if (!with_res3) return;
+        const arch_mlp mlp = mlp_of(C, p);
+        const gpt2_acts *a = x->acts;
+        be->copy(la->res3, la->res2, (size_t)BT * C * sizeof(float), HPT_COPY_D2D);
+        arch_mlp_forward(x, &mlp, la->res3, la->ln2, x->in_backward ? a->mlph_b : a->mlph,
+                         x->in_backward ? a->mlpy_b : a->mlpy);
+        return;
+    }
     /* fch (B, T, 4C) = ln2 @ fcw^T + fcb; fch_gelu = gelu(fch) */
     arch_linear_forward(x, la->fch, la->ln2, p->fcw, p->fcb, BT, C, 4 * C, 0);
     be->gelu_forward(la->fch_gelu, la->fch, BT * 4 * C);
@@ -197,8 +225,8 @@ static void block_recompute(const hpt_arch_ctx *x, float *const *w, void *lav, c
     x->attn->rebuild(be, la->atty, la->att, la->att_lse, la->qkv, B, T, C, NH, NH, x->pos, 0);
     /* ln2 = layernorm(res2) */
     be->layernorm_apply(la->ln2, la->res2, p->ln2w, p->ln2b, la->ln2_mean, la->ln2_rstd, BT, C);
-    /* fch_gelu = gelu(fch) */
-    be->gelu_forward(la->fch_gelu, la->fch, BT * 4 * C);
+    /* fch_gelu = gelu(fch) (tiled: the backward's, tile by tile) */
+    if (!x->mlp_rows) be->gelu_forward(la->fch_gelu, la->fch, BT * 4 * C);
 }
 
 /* ---- one block: backward (a->dres: the gradient of the block's output in, of its input out) ---- */
@@ -211,13 +239,20 @@ static void block_backward(const hpt_arch_ctx *x, float *const *w, float *const 
     const gpt2_block pb = block_of(w), gb = block_of(dw), *p = &pb, *g = &gb;
     const gpt2_layer_acts *la = lav;
     gpt2_acts *a = av;
-    /* res3 = res2 + fch_gelu @ fcprojw^T + fcprojb; dres flows to res2 unchanged */
-    arch_linear_backward(x, a->dbig, g->fcprojw, g->fcprojb, a->dres, la->fch_gelu, p->fcprojw, BT,
-                        4 * C, C, 0);
-    /* fch_gelu = gelu(fch) */
-    be->gelu_backward(a->dbig, la->fch, a->dbig, BT * 4 * C);
-    /* fch = ln2 @ fcw^T + fcb */
-    arch_linear_backward(x, a->dsmall, g->fcw, g->fcb, a->dbig, la->ln2, p->fcw, BT, C, 4 * C, 0);
+    if (x->mlp_rows) { /* tiled: dln2 into dsmall tile by tile (GELU's backward in place) */
+        arch_mlp mlp = mlp_of(C, p);
+        mlp.dw1 = g->fcw, mlp.db1 = g->fcb, mlp.dw2 = g->fcprojw, mlp.db2 = g->fcprojb;
+        arch_mlp_backward(x, &mlp, a->dsmall, a->dres, la->ln2, a->mlph_b, a->mlpy_b, a->dbig, a->dbig);
+    } else {
+        /* res3 = res2 + fch_gelu @ fcprojw^T + fcprojb; dres flows to res2 unchanged */
+        arch_linear_backward(x, a->dbig, g->fcprojw, g->fcprojb, a->dres, la->fch_gelu, p->fcprojw,
+                            BT, 4 * C, C, 0);
+        /* fch_gelu = gelu(fch) */
+        be->gelu_backward(a->dbig, la->fch, a->dbig, BT * 4 * C);
+        /* fch = ln2 @ fcw^T + fcb */
+        arch_linear_backward(x, a->dsmall, g->fcw, g->fcb, a->dbig, la->ln2, p->fcw, BT, C, 4 * C,
+                            0);
+    }
     /* ln2 = layernorm(res2) */
     be->layernorm_backward(a->dres, g->ln2w, g->ln2b, a->dsmall, la->res2, p->ln2w, la->ln2_mean,
                            la->ln2_rstd, BT, C);

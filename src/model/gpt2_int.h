@@ -99,8 +99,14 @@ typedef struct {
     /* backward scratch */
     float *dres;     // (B, T, C) gradient of the residual stream
     float *dsmall;   // (B, T, C)
-    float *dbig;     // (B, T, 4C) also holds dqkv (B, T, 3C)
+    float *dbig;     // (B, T, 4C) also holds dqkv (B, T, 3C); tiled max(rows 4C, B T 3C)
     float *attscr;   // (B, NH, T)
+    /* the tiled MLP's (x->mlp_rows > 0; else not planned): one tile's in the forward and, apart
+     * (not live at the head), in the backward */
+    float *mlph;     // (rows, 4C) fc's output
+    float *mlpy;     // (rows, 4C) its GELU
+    float *mlph_b;   // (rows, 4C)
+    float *mlpy_b;   // (rows, 4C)
 } gpt2_acts;
 
 struct offload_engine;

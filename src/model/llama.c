@@ -162,12 +162,12 @@ static llama_block block_of(const hpt_model_config *c, float *const *s) {
 /* ---- the activations ---- */
 
 #define F(f, flags, attn) {#f, offsetof(llama_layer_acts, f), flags, attn}
-enum { R = HPT_FIELD_RECOMPUTE, S = HPT_FIELD_STORE, O = HPT_FIELD_OUTPUT };
+enum { R = HPT_FIELD_RECOMPUTE, S = HPT_FIELD_STORE, O = HPT_FIELD_OUTPUT, M = HPT_FIELD_MLP };
 static const hpt_arch_field k_fields[] = {
     F(ln1, R | S, -1),      F(ln1_rstd, 0, -1),      F(qkv, S, -1),
     F(atty, S, -1),         F(att, R | S, HPT_ATTN_PLAIN), F(att_lse, 0, HPT_ATTN_FLASH),
     F(res2, S, -1),         F(ln2, R | S, -1),       F(ln2_rstd, 0, -1),
-    F(fch, S, -1),          F(fch_swi, R | S, -1),   F(res3, O, -1)};
+    F(fch, S | M, -1),      F(fch_swi, R | S | M, -1), F(res3, O, -1)};
 #undef F
 #define N_FIELDS ((int)(sizeof k_fields / sizeof k_fields[0]))
 
@@ -203,7 +203,11 @@ const hpt_arch_global llama_globals[] = {
     G(dsmall, HPT_TP_HEAD_B, HPT_TP_BLOCK0_B, 1),
     G(dmid, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1),
     G(dbig, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1),
-    G(attscr, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1)};
+    G(attscr, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1),
+    G(mlph, HPT_TP_START, HPT_TP_BLOCKS_F, 0),
+    G(mlpy, HPT_TP_START, HPT_TP_BLOCKS_F, 0),
+    G(mlph_b, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1),
+    G(mlpy_b, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1)};
 #undef G
 _Static_assert(sizeof llama_globals / sizeof llama_globals[0] == LLAMA_N_GLOBALS,
                "llama_int.h's LLAMA_N_GLOBALS is not the table's length");
@@ -220,9 +224,13 @@ static void global_shape(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w) 
     case offsetof(llama_acts, losses): *w = 1; return;
     case offsetof(llama_acts, zpos): *rows = (size_t)x->T; *w = C; return;
     case offsetof(llama_acts, logits): *rows = x->head_rows; *w = x->logit_cols; return;
-    case offsetof(llama_acts, dmid): *w = (size_t)c->FF; return;
-    case offsetof(llama_acts, dbig): *w = HPT_MAX(2 * (size_t)c->FF, (size_t)qkv_of(c)); return;
+    case offsetof(llama_acts, dmid): llama_tile_rows(x, rows); *w = (size_t)c->FF; return;
+    case offsetof(llama_acts, dbig): llama_dbig_shape(x, (size_t)qkv_of(c), rows, w); return;
     case offsetof(llama_acts, attscr): *rows = (size_t)x->B * (size_t)c->NH; *w = (size_t)x->T; return;
+    case offsetof(llama_acts, mlph):
+    case offsetof(llama_acts, mlph_b): *rows = x->mlp_rows; *w = 2 * (size_t)c->FF; return;
+    case offsetof(llama_acts, mlpy):
+    case offsetof(llama_acts, mlpy_b): *rows = x->mlp_rows; *w = (size_t)c->FF; return;
     default: *w = C; return; /* encoded, lnf, dres, dsmall */
     }
 }
@@ -272,6 +280,15 @@ static void block_forward(const hpt_arch_ctx *x, float *const *w, void *lav, con
     arch_linear_forward(x, la->res2, la->atty, p->attprojw, p->attprojb, BT, C, C, 1);
     /* ln2 (B, T, C) = rmsnorm(res2) * ln2w */
     be->rmsnorm_forward(la->ln2, la->ln2_rstd, la->res2, p->ln2w, BT, C, c->norm_eps);
+    if (x->mlp_rows) { /* tiled: res3 = res2 + the MLP tile by tile (a recomputation: none) */
+        if (!with_res3) return;
+        const arch_mlp mlp = llama_mlp(c, p->fcw, p->fcb, p->fcprojw, p->fcprojb);
+        const llama_acts *a = x->acts;
+        be->copy(la->res3, la->res2, (size_t)BT * C * sizeof(float), HPT_COPY_D2D);
+        arch_mlp_forward(x, &mlp, la->res3, la->ln2, x->in_backward ? a->mlph_b : a->mlph,
+                         x->in_backward ? a->mlpy_b : a->mlpy);
+        return;
+    }
     /* fch (B, T, 2FF) = ln2 @ fcw^T (+ fcb) = [gate | up]; fch_swi (B, T, FF) = silu(gate) * up */
     arch_linear_forward(x, la->fch, la->ln2, p->fcw, p->fcb, BT, C, 2 * (int64_t)FF, 0);
     be->swiglu_forward(la->fch_swi, la->fch, BT, FF);
@@ -297,8 +314,8 @@ static void block_recompute(const hpt_arch_ctx *x, float *const *w, void *lav, c
                      c->window);
     /* ln2 = rmsnorm(res2) * ln2w */
     be->rmsnorm_apply(la->ln2, la->res2, p->ln2w, la->ln2_rstd, BT, C);
-    /* fch_swi = silu(gate) * up */
-    be->swiglu_forward(la->fch_swi, la->fch, BT, c->FF);
+    /* fch_swi = silu(gate) * up (tiled: the backward's, tile by tile) */
+    if (!x->mlp_rows) be->swiglu_forward(la->fch_swi, la->fch, BT, c->FF);
 }
 
 /* ---- one block: backward (a->dres: the gradient of the block's output in, of its input out) ---- */
@@ -314,14 +331,20 @@ static void block_backward(const hpt_arch_ctx *x, float *const *w, float *const 
     const llama_block pb = block_of(c, w), gb = block_of(c, dw), *p = &pb, *g = &gb;
     const llama_layer_acts *la = lav;
     llama_acts *a = av;
-    /* res3 = res2 + fch_swi @ fcprojw^T (+ fcprojb); dres flows to res2 unchanged */
-    arch_linear_backward(x, a->dmid, g->fcprojw, g->fcprojb, a->dres, la->fch_swi, p->fcprojw, BT,
-                        FF, C, 0);
-    /* fch_swi = silu(gate) * up: d[gate | up] (B, T, 2FF) into dbig */
-    be->swiglu_backward(a->dbig, a->dmid, la->fch, BT, FF);
-    /* fch = ln2 @ fcw^T (+ fcb) */
-    arch_linear_backward(x, a->dsmall, g->fcw, g->fcb, a->dbig, la->ln2, p->fcw, BT, C,
-                        2 * (int64_t)FF, 0);
+    if (x->mlp_rows) { /* tiled: dln2 into dsmall tile by tile; dres flows to res2 unchanged */
+        arch_mlp mlp = llama_mlp(c, p->fcw, p->fcb, p->fcprojw, p->fcprojb);
+        mlp.dw1 = g->fcw, mlp.db1 = g->fcb, mlp.dw2 = g->fcprojw, mlp.db2 = g->fcprojb;
+        arch_mlp_backward(x, &mlp, a->dsmall, a->dres, la->ln2, a->mlph_b, a->mlpy_b, a->dmid, a->dbig);
+    } else {
+        /* res3 = res2 + fch_swi @ fcprojw^T (+ fcprojb); dres flows to res2 unchanged */
+        arch_linear_backward(x, a->dmid, g->fcprojw, g->fcprojb, a->dres, la->fch_swi, p->fcprojw,
+                            BT, FF, C, 0);
+        /* fch_swi = silu(gate) * up: d[gate | up] (B, T, 2FF) into dbig */
+        be->swiglu_backward(a->dbig, a->dmid, la->fch, BT, FF);
+        /* fch = ln2 @ fcw^T (+ fcb) */
+        arch_linear_backward(x, a->dsmall, g->fcw, g->fcb, a->dbig, la->ln2, p->fcw, BT, C,
+                            2 * (int64_t)FF, 0);
+    }
     /* ln2 = rmsnorm(res2) * ln2w: dres += */
     be->rmsnorm_backward(a->dres, g->ln2w, a->dsmall, la->res2, p->ln2w, la->ln2_rstd, BT, C);
     /* res2 = residual + atty @ attprojw^T (+ attprojb) */

@@ -66,13 +66,42 @@ typedef struct {
     /* backward scratch */
     float *dres;     // (B, T, C) gradient of the residual stream
     float *dsmall;   // (B, T, C)
-    float *dmid;     // (B, T, FF) the SwiGLU output's gradient
-    float *dbig;     // (B, T, max(2FF, QKV)) dfch, then dqkv
+    float *dmid;     // (B, T, FF) the SwiGLU output's gradient; tiled (rows, FF)
+    float *dbig;     // (B, T, max(2FF, QKV)) dfch, then dqkv; tiled max(rows 2FF, B T QKV)
     float *attscr;   // (B, NH, T)
+    /* the tiled MLP's (x->mlp_rows > 0; else not planned): one tile's in the forward and, apart
+     * (not live at the head), in the backward */
+    float *mlph;     // (rows, 2FF) [gate | up]
+    float *mlpy;     // (rows, FF) silu(gate) * up
+    float *mlph_b;   // (rows, 2FF)
+    float *mlpy_b;   // (rows, FF)
 } llama_acts;
 
 /* ---- what qwen.c shares with llama.c (the layout above, the table's mechanics) ---- */
 #include "model/arch.h"
+
+/* The SwiGLU MLP as the tiled MLP takes it (arch.h's arch_mlp): fc [gate | up] (2FF, C) and
+ * its bias or NULL, down (C, FF) and its bias or NULL; the gradients' pointers set by the
+ * backward. */
+static inline arch_mlp llama_mlp(const hpt_model_config *c, const float *fcw, const float *fcb,
+                                 const float *projw, const float *projb) {
+    arch_mlp m = {fcw, fcb, projw, projb, NULL, NULL, NULL, NULL, c->C, 2 * (int64_t)c->FF,
+                  c->FF, arch_mlp_swiglu_fwd, arch_mlp_swiglu_bwd};
+    return m;
+}
+/* dmid's rows: B*T, or one tile's when the MLP is tiled */
+static inline void llama_tile_rows(const hpt_arch_ctx *x, size_t *rows) {
+    if (x->mlp_rows) *rows = x->mlp_rows;
+}
+/* dbig, d of fch (2FF) then of qkv (QKV): (B*T, max(2FF, QKV)), or tiled the larger of one
+ * tile's (rows, 2FF) and (B*T, QKV) */
+static inline void llama_dbig_shape(const hpt_arch_ctx *x, size_t QKV, size_t *rows, size_t *w) {
+    const size_t BT = (size_t)x->B * x->T, H = 2 * (size_t)x->cfg->FF;
+    *rows = BT;
+    *w = H > QKV ? H : QKV;
+    if (x->mlp_rows && x->mlp_rows * H > BT * QKV) *rows = x->mlp_rows, *w = H;
+    else if (x->mlp_rows) *w = QKV;
+}
 
 /* A tensor of a configuration in checkpoint order, and where it lands in llama_tensors;
  * present: 0 for a bias, norm or head the configuration has not. */
@@ -93,7 +122,7 @@ void llama_point_descs(const llama_desc *d, int n, const hpt_model_config *cfg,
 /* cos, sin (maxT, hd/2) at rope_theta, with Llama 3's scaling where rope_factor > 0 */
 void llama_rope_fill(const hpt_model_config *c, int64_t hd, float *host);
 /* the non-block buffers and their lifetimes (llama_acts) */
-#define LLAMA_N_GLOBALS 14
+#define LLAMA_N_GLOBALS 18
 extern const hpt_arch_global llama_globals[LLAMA_N_GLOBALS];
 
 #endif

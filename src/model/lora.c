@@ -299,6 +299,10 @@ void hpt_model_lora_detach(hpt_model *m) { model_lora_free(m); }
 
 hpt_status model_lora_ensure(hpt_model *m, int B, int T) {
     struct model_lora *z = m->lora;
+    if (z->o.dropout > 0.0f && m->act.mlp_tile > 0) /* the plan's rule (core/plan.c) */
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "a tiled MLP (mlp_tile %d) with LoRA dropout %g: "
+                        "the dropout masks are drawn per call, not per tile", m->act.mlp_tile,
+                        (double)z->o.dropout);
     size_t want = scratch_floats(&z->o, z->in_max, (size_t)B * (size_t)T);
     if (want <= z->scratch_floats) return HPT_OK;
     m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, z->scratch, z->scratch_floats * sizeof(float));

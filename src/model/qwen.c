@@ -106,11 +106,12 @@ static qwen_block block_of(const hpt_model_config *c, float *const *s) {
 /* ---- the activations (llama's, and Qwen3's pre-norm projections with their rstd) ---- */
 
 #define F(f, flags, attn) {#f, offsetof(llama_layer_acts, f), flags, attn}
-enum { R = HPT_FIELD_RECOMPUTE, S = HPT_FIELD_STORE, O = HPT_FIELD_OUTPUT };
+enum { R = HPT_FIELD_RECOMPUTE, S = HPT_FIELD_STORE, O = HPT_FIELD_OUTPUT, M = HPT_FIELD_MLP };
 #define LLAMA_FIELDS                                                                              \
     F(ln1, R | S, -1), F(ln1_rstd, 0, -1), F(qkv, S, -1), F(atty, S, -1),                         \
         F(att, R | S, HPT_ATTN_PLAIN), F(att_lse, 0, HPT_ATTN_FLASH), F(res2, S, -1),             \
-        F(ln2, R | S, -1), F(ln2_rstd, 0, -1), F(fch, S, -1), F(fch_swi, R | S, -1), F(res3, O, -1)
+        F(ln2, R | S, -1), F(ln2_rstd, 0, -1), F(fch, S | M, -1), F(fch_swi, R | S | M, -1),     \
+        F(res3, O, -1)
 static const hpt_arch_field k_fields2[] = {LLAMA_FIELDS};
 static const hpt_arch_field k_fields3[] = {LLAMA_FIELDS, F(qkvr, S, -1), F(qk_rstd, 0, -1)};
 #undef LLAMA_FIELDS
@@ -151,8 +152,16 @@ static void global_shape(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w) 
     case offsetof(llama_acts, zpos): *rows = (size_t)x->T; *w = C; return;
     case offsetof(llama_acts, logits): *rows = x->head_rows; *w = x->logit_cols; return;
     case offsetof(llama_acts, dsmall): *w = HPT_MAX(C, (size_t)att_of(c)); return;
-    case offsetof(llama_acts, dmid): *w = qk_norm(c) ? HPT_MAX(FF, QKV) : FF; return;
-    case offsetof(llama_acts, dbig): *w = HPT_MAX(2 * FF, QKV); return;
+    case offsetof(llama_acts, dmid): /* tiled: one tile's (rows, FF) or Qwen3's (B*T, QKV) */
+        *w = qk_norm(c) ? HPT_MAX(FF, QKV) : FF;
+        if (x->mlp_rows && (!qk_norm(c) || x->mlp_rows * FF > *rows * QKV)) *rows = x->mlp_rows, *w = FF;
+        else if (x->mlp_rows) *w = QKV;
+        return;
+    case offsetof(llama_acts, dbig): llama_dbig_shape(x, QKV, rows, w); return;
+    case offsetof(llama_acts, mlph):
+    case offsetof(llama_acts, mlph_b): *rows = x->mlp_rows; *w = 2 * FF; return;
+    case offsetof(llama_acts, mlpy):
+    case offsetof(llama_acts, mlpy_b): *rows = x->mlp_rows; *w = FF; return;
     case offsetof(llama_acts, attscr): *rows = (size_t)x->B * (size_t)c->NH; *w = (size_t)x->T; return;
     default: *w = C; return; /* encoded, lnf, dres */
     }
@@ -243,6 +252,15 @@ static void block_forward(const hpt_arch_ctx *x, float *const *w, void *lav, con
     arch_linear_forward(x, la->res2, la->atty, p->attprojw, p->attprojb, BT, A, C, 1);
     /* ln2 (B, T, C) = rmsnorm(res2) * ln2w */
     be->rmsnorm_forward(la->ln2, la->ln2_rstd, la->res2, p->ln2w, BT, C, c->norm_eps);
+    if (x->mlp_rows) { /* tiled: res3 = res2 + the MLP tile by tile (a recomputation: none) */
+        if (!with_res3) return;
+        const arch_mlp mlp = llama_mlp(c, p->fcw, NULL, p->fcprojw, NULL);
+        const llama_acts *a = x->acts;
+        be->copy(la->res3, la->res2, (size_t)BT * C * sizeof(float), HPT_COPY_D2D);
+        arch_mlp_forward(x, &mlp, la->res3, la->ln2, x->in_backward ? a->mlph_b : a->mlph,
+                         x->in_backward ? a->mlpy_b : a->mlpy);
+        return;
+    }
     /* fch (B, T, 2FF) = ln2 @ fcw^T = [gate | up]; fch_swi (B, T, FF) = silu(gate) * up */
     arch_linear_forward(x, la->fch, la->ln2, p->fcw, NULL, BT, C, 2 * (int64_t)FF, 0);
     be->swiglu_forward(la->fch_swi, la->fch, BT, FF);
@@ -265,7 +283,7 @@ static void block_recompute(const hpt_arch_ctx *x, float *const *w, void *lav, c
     x->attn->rebuild(be, la->atty, la->att, la->att_lse, la->qkv, B, T, (int)att_of(c), c->NH,
                      c->NKV, x->pos, 0);
     be->rmsnorm_apply(la->ln2, la->res2, p->ln2w, la->ln2_rstd, BT, C);
-    be->swiglu_forward(la->fch_swi, la->fch, BT, c->FF);
+    if (!x->mlp_rows) be->swiglu_forward(la->fch_swi, la->fch, BT, c->FF); /* tiled: per tile */
 }
 
 /* ---- one block: backward (a->dres: the gradient of the block's output in, of its input out) ---- */
@@ -281,12 +299,20 @@ static void block_backward(const hpt_arch_ctx *x, float *const *w, float *const 
     const qwen_block pb = block_of(c, w), gb = block_of(c, dw), *p = &pb, *g = &gb;
     const llama_layer_acts *la = lav;
     llama_acts *a = av;
-    /* res3 = res2 + fch_swi @ fcprojw^T; dres flows to res2 unchanged */
-    arch_linear_backward(x, a->dmid, g->fcprojw, NULL, a->dres, la->fch_swi, p->fcprojw, BT, FF, C, 0);
-    /* fch_swi = silu(gate) * up: d[gate | up] (B, T, 2FF) into dbig */
-    be->swiglu_backward(a->dbig, a->dmid, la->fch, BT, FF);
-    /* fch = ln2 @ fcw^T */
-    arch_linear_backward(x, a->dsmall, g->fcw, NULL, a->dbig, la->ln2, p->fcw, BT, C, 2 * (int64_t)FF, 0);
+    if (x->mlp_rows) { /* tiled: dln2 into dsmall tile by tile; dres flows to res2 unchanged */
+        arch_mlp mlp = llama_mlp(c, p->fcw, NULL, p->fcprojw, NULL);
+        mlp.dw1 = g->fcw, mlp.dw2 = g->fcprojw;
+        arch_mlp_backward(x, &mlp, a->dsmall, a->dres, la->ln2, a->mlph_b, a->mlpy_b, a->dmid, a->dbig);
+    } else {
+        /* res3 = res2 + fch_swi @ fcprojw^T; dres flows to res2 unchanged */
+        arch_linear_backward(x, a->dmid, g->fcprojw, NULL, a->dres, la->fch_swi, p->fcprojw, BT,
+                            FF, C, 0);
+        /* fch_swi = silu(gate) * up: d[gate | up] (B, T, 2FF) into dbig */
+        be->swiglu_backward(a->dbig, a->dmid, la->fch, BT, FF);
+        /* fch = ln2 @ fcw^T */
+        arch_linear_backward(x, a->dsmall, g->fcw, NULL, a->dbig, la->ln2, p->fcw, BT, C,
+                            2 * (int64_t)FF, 0);
+    }
     /* ln2 = rmsnorm(res2) * ln2w: dres += */
     be->rmsnorm_backward(a->dres, g->ln2w, a->dsmall, la->res2, p->ln2w, la->ln2_rstd, BT, C);
     /* res2 = residual + atty @ attprojw^T (+ attprojb): datty (B, T, A) into dsmall */

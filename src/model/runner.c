@@ -104,8 +104,11 @@ static hpt_status grads_done(hpt_model *m, int l, float *const *dw) {
 
 /* At the start of block l's backward: rebuilds what the policy dropped, acquiring (and
  * releasing) each block whose forward it reruns. */
-static hpt_status recompute(hpt_model *m, const hpt_arch_ctx *x, int l) {
+static hpt_status recompute(hpt_model *m, const hpt_arch_ctx *xf, int l) {
     const hpt_arch *A = m->arch;
+    hpt_arch_ctx xb = *xf; /* the backward's: a rerun forward's tiled MLP takes its buffers */
+    const hpt_arch_ctx *x = &xb;
+    xb.in_backward = 1;
     const int L = m->cfg.L, N = act_segment_len(&m->act);
     char *layers = m->run.layers;
     float *w[HPT_TABLE_MAX];

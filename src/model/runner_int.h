@@ -82,6 +82,8 @@ void model_pos_free(hpt_model *m);
 hpt_arch_ctx act_ctx_for(const hpt_model_config *c, const hpt_act_opts *o, int vc, int B, int T);
 /* Rows of logits the head computes at once for (B, T) and head_chunk. */
 size_t act_head_rows(const hpt_act_opts *o, int B, int T);
+/* Rows of B*T the MLP runs at once for (B, T) and mlp_tile (0: untiled). */
+size_t act_mlp_rows(const hpt_act_opts *o, int B, int T);
 
 /* ---- actplan.c ---- */
 /* Field i's pointer in block l's activation struct of the array base (layers or flayers). */

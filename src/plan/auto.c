@@ -129,7 +129,7 @@ static hpt_status enumerate(const hpt_plan_opts *base, const hpt_calibration *c,
     for (int rec = 0; rec < n_rec; rec++)
     for (int ao = 0; ao < 3; ao++)
     for (int comp = 0; comp < 3; comp++)
-    for (int hc = 0; hc < 2; hc++)
+    for (int hc = 0; hc < 3; hc++) /* 1: a head chunk; 2: and a tiled MLP */
     for (int h = 0; h < H_COUNT; h++)
     for (int kp = 0; kp < 3; kp++)
     for (int fused = 0; fused < 2; fused++)
@@ -153,6 +153,7 @@ static hpt_status enumerate(const hpt_plan_opts *base, const hpt_calibration *c,
         o.B = Bs[bi];
         o.accum = (int)(S / Bs[bi]);
         if (hc && (int64_t)o.B * o.T <= 128) continue;
+        if (hc == 2 && base->lora.r > 0 && base->lora.dropout > 0.0f) continue; /* refused */
         o.act = hpt_act_defaults();
         o.act.attention = attn ? HPT_ATTN_PLAIN : HPT_ATTN_FLASH;
         o.act.recompute = rec == 0 ? HPT_RECOMPUTE_NONE : rec == 1 ? HPT_RECOMPUTE_SELECTIVE
@@ -161,6 +162,7 @@ static hpt_status enumerate(const hpt_plan_opts *base, const hpt_calibration *c,
         o.act.offload = (hpt_act_offload)ao;
         o.act.compress = comp == 0 ? HPT_COMPRESS_NONE : comp == 1 ? HPT_COMPRESS_BF16 : HPT_COMPRESS_INT8;
         o.act.head_chunk = hc ? 128 : 0;
+        o.act.mlp_tile = hc == 2 ? HPT_AUTO_MLP_TILE : 0;
         set_homes(&o.offload, h);
         if (engine_homes) {
             o.offload.max_active = kp == 0 ? 2 : 4;

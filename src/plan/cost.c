@@ -232,9 +232,20 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
         fwd_blocks += tok * L * op_fwd;
         bwd_blocks += tok * L * op_bwd;
     }
+    /* a tiled MLP (docs/activations.md): the backward reruns each tile's fc GEMM (at a tile's
+     * rows' rate), and a full or every:N recomputation skips the MLP, which that rerun serves;
+     * fc (C, H) and proj (F, C): GPT-2 H = F = FF (4C), the SwiGLU families H = 2FF */
+    double mlp_bwd = 0, mlp_fwd = 0;
+    if (act->mlp_tile > 0) {
+        const double F = cfg->FF ? cfg->FF : 4.0 * cfg->C, H = cfg->arch == HPT_ARCH_GPT2 ? F : 2 * F;
+        const double rows = act->mlp_tile < tok ? act->mlp_tile : tok;
+        mlp_bwd = tok * L * 2.0 * cfg->C * H / (gemm_rate(c, 0, cfg->C, rows) * 1e9);
+        mlp_fwd = tok * L * 2.0 * cfg->C * (H + F) / Rf;
+        bwd_blocks += mlp_bwd;
+    }
     double rec = 0, rec_bytes = 0;
     if (act->recompute == HPT_RECOMPUTE_FULL || act->recompute == HPT_RECOMPUTE_EVERY)
-        rec = fwd_blocks;
+        rec = maxd(0, fwd_blocks - mlp_fwd);
     else if (act->recompute == HPT_RECOMPUTE_SELECTIVE) {
         if (own) rec = tok * L * op_sel;
         else rec_bytes = tok * L * 2.0 * (2.0 * cfg->C + (cfg->FF ? cfg->FF : 4.0 * cfg->C)) * 4.0;

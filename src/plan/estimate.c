@@ -476,15 +476,17 @@ hpt_status hpt_plan_check_budget(const hpt_plan_opts *o, uint64_t budget_bytes,
         n = (int)strlen(msg);
     }
     /* the memory techniques, one at a time, at this batch and sequence */
-    enum { N_ALT = 8 };
+    enum { N_ALT = 9 };
     hpt_plan_opts alt[N_ALT];
     const char *flag[N_ALT] = {"--recompute full", "--act-offload host", "--state-bits 8",
                                "--recompute selective --act-offload host --act-compress int8",
                                "--head-chunk 128", "--fused-update",
                                "--offload host --fused-update",
-                               "--offload disk --fused-update (with --offload-dir)"};
+                               "--offload disk --fused-update (with --offload-dir)",
+                               "--mlp-tile 1024"};
     for (int i = 0; i < N_ALT; i++) alt[i] = *o;
     alt[4].act.head_chunk = 128;
+    alt[8].act.mlp_tile = HPT_AUTO_MLP_TILE;
     alt[0].act.recompute = HPT_RECOMPUTE_FULL;
     alt[0].act.every = 1;
     alt[0].act.offload = HPT_OFFLOAD_NONE;
@@ -494,7 +496,7 @@ hpt_status hpt_plan_check_budget(const hpt_plan_opts *o, uint64_t budget_bytes,
     alt[3].act.recompute = HPT_RECOMPUTE_SELECTIVE;
     alt[3].act.offload = HPT_OFFLOAD_HOST;
     alt[3].act.compress = HPT_COMPRESS_INT8;
-    for (int i = 5; i < N_ALT; i++) { /* the offload engine (host, disk: AdamW fp32 only) */
+    for (int i = 5; i < 8; i++) { /* the offload engine (host, disk: AdamW fp32 only) */
         alt[i].offload = hpt_offload_defaults();
         alt[i].offload.fused = 1;
         alt[i].offload.params = alt[i].offload.optim = i == 5 ? HPT_TIER_DEVICE

@@ -188,6 +188,8 @@ int cli_small_plan(const hpt_plan_opts *po, int disk, int lossy, int i, hpt_plan
     o.act = hpt_act_defaults();
     o.act.recompute = HPT_RECOMPUTE_FULL;
     if ((int64_t)o.B * o.T > 128) o.act.head_chunk = 128;
+    if ((int64_t)o.B * o.T > 128 && !(o.lora.r > 0 && o.lora.dropout > 0.0f))
+        o.act.mlp_tile = HPT_AUTO_MLP_TILE;
     o.offload = hpt_offload_defaults();
     o.offload.params = o.offload.grads = homes[h][0];
     o.offload.optim = homes[h][1];

@@ -130,6 +130,7 @@ void tok_examples_free(tok_examples *e);
     {"attention", 1, 0, CLI_OPT_PLAN}, {"recompute", 1, 0, CLI_OPT_PLAN}, \
     {"act-offload", 1, 0, CLI_OPT_PLAN}, {"act-compress", 1, 0, CLI_OPT_PLAN}, \
     {"head-chunk", 1, 0, CLI_OPT_PLAN}, {"optimizer", 1, 0, CLI_OPT_PLAN}, \
+    {"mlp-tile", 1, 0, CLI_OPT_PLAN}, \
     {"state-bits", 1, 0, CLI_OPT_PLAN}, {"state-32bit-embeddings", 0, 0, CLI_OPT_PLAN}, \
     {"weight-decay", 1, 0, CLI_OPT_PLAN}, {"offload", 1, 0, CLI_OPT_PLAN}, \
     {"max-active-layers", 1, 0, CLI_OPT_PLAN}, {"prefetch", 1, 0, CLI_OPT_PLAN}, \
