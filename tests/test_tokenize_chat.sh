@@ -131,7 +131,7 @@ expect_error "messages without --model" "b1.jsonl, line 3: .*pass --model" \
 expect_error "messages, a directory without a template" "b1.jsonl, line 3: .*has none" \
   "$bin" tokenize --output "$tmp/x" --model "$tmp/tokonly" "$tmp/b1.jsonl"
 printf '%s\n' '{"prompt":"a","completion":"b"}' '{"question":"a","answer":"b"}' >"$tmp/b2.jsonl"
-expect_error "unknown shape" 'b2.jsonl, line 2: keys "question", "answer": an example is' \
+expect_error "unknown shape" 'b2.jsonl, line 2: an example is .*; this line has keys "question", "answer" ' \
   "$bin" tokenize --output "$tmp/x" --model "$llama" "$tmp/b2.jsonl"
 printf '%s\n' '{"messages":[{"role":"user","content":"a"},{"role":"user","content":"b"}]}' >"$tmp/b3.jsonl"
 expect_error "a line the template refuses" "b3.jsonl, line 1: .*alternate" \

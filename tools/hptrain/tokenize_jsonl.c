@@ -253,12 +253,13 @@ static int unknown_shape(const cJSON *j, const tok_jsonl_opts *o, const char *wh
         int w = snprintf(keys + n, sizeof keys - n, "%s\"%.40s\"", n ? ", " : "", it->string);
         if (w < 0 || (n += (size_t)w) >= sizeof keys) break;
     }
-    return cli_error("%s: keys %s: an example is {\"%s\": [...]} (with --model), {\"%s\", \"%s\"}, "
-                     "{\"instruction\", \"input\", \"output\"} or {\"segments\": [...]} "
-                     "(--messages-field, --prompt-field, --completion-field name other keys)",
-                     where, k ? keys : "none", o->messages_key ? o->messages_key : "messages",
+    return cli_error("%s: an example is {\"%s\": [...]} (with --model), {\"%s\", \"%s\"}, "
+                     "{\"instruction\", \"input\", \"output\"} or {\"segments\": [...]}, the "
+                     "values of their types; this line has keys %s (--messages-field, "
+                     "--prompt-field, --completion-field name other keys)",
+                     where, o->messages_key ? o->messages_key : "messages",
                      o->prompt_key ? o->prompt_key : "prompt",
-                     o->completion_key ? o->completion_key : "completion");
+                     o->completion_key ? o->completion_key : "completion", k ? keys : "none");
 }
 
 /* One example (a parsed line j; line: its text, len bytes) onto e. */
