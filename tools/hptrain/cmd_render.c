@@ -240,7 +240,8 @@ int cmd_render(int argc, char **argv) {
         cJSON *segs = NULL;
         if (want_segs) {
             cJSON *j = cJSON_ParseWithLength(l, n); /* hpt_chat_render parsed it */
-            segs = chat_segments(&r, cJSON_IsArray(j) ? j : cJSON_GetObjectItemCaseSensitive(j, "messages"), eot);
+            segs = chat_segments(&r, cJSON_IsArray(j) ? j
+                                         : cJSON_GetObjectItemCaseSensitive(j, "messages"), eot);
             cJSON_Delete(j);
             if (!segs) {
                 hpt_chat_text_free(&r);

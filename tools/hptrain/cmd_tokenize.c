@@ -58,12 +58,13 @@ static const char k_help[] =
     "FILES ending in .jsonl hold one example per line and make masked shards (magic 20240520\n"
     "version 2, or 20240801 version 8), split by example; the loss counts the targets only:\n"
     "  {\"messages\": [{\"role\": ..., \"content\": ...}, ...]}  rendered with --model's chat\n"
-    "      template as `render --segments` does; targets: the assistant's contents and ends of turn\n"
+    "      template as `render --segments` does; targets: the assistant's contents and their\n"
+    "      ends of turn\n"
     "  {\"prompt\": ..., \"completion\": ...}  targets: the completion and end-of-text\n"
     "  {\"instruction\": ..., \"input\": ..., \"output\": ...}  (Alpaca; input optional) with a\n"
     "      chat template: a user turn (instruction, a blank line, input) and the output as the\n"
     "      assistant's; without one: Stanford Alpaca's prompt, the output its completion\n"
-    "  {\"segments\": [{\"text\": ..., \"target\": true|false}, ...]}  (`render --segments`' lines)\n"
+    "  {\"segments\": [{\"text\": ..., \"target\": true|false}, ...]}  (render --segments' lines)\n"
     "A line of no such shape is refused with its number and keys (docs/targets.md).\n";
 
 static double now_s(void) {

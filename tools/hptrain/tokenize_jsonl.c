@@ -173,7 +173,10 @@ static int add_conversation(hpt_tokenizer *tok, tok_jsonl_opts *o, const char *j
 static int rename_key(cJSON *j, const char *from, const char *to) {
     if (!strcmp(from, to) || !cJSON_GetObjectItemCaseSensitive(j, from)) return 0;
     cJSON_DeleteItemFromObjectCaseSensitive(j, to);
-    return cJSON_AddItemToObject(j, to, cJSON_DetachItemFromObjectCaseSensitive(j, from)) ? 0 : -1;
+    cJSON *v = cJSON_DetachItemFromObjectCaseSensitive(j, from);
+    if (cJSON_AddItemToObject(j, to, v)) return 0;
+    cJSON_Delete(v);
+    return -1;
 }
 
 /* A conversation line j (text line, len bytes) whose messages are under o's field names:
@@ -202,7 +205,8 @@ static int add_messages(hpt_tokenizer *tok, tok_jsonl_opts *o, const cJSON *j, c
 
 /* Stanford Alpaca's prompts (its train.py's PROMPT_DICT), for a model without a chat template */
 #define ALPACA_HEAD "Below is an instruction that describes a task"
-#define ALPACA_ASK "Write a response that appropriately completes the request.\n\n### Instruction:\n"
+#define ALPACA_ASK \
+    "Write a response that appropriately completes the request.\n\n### Instruction:\n"
 #define ALPACA_INPUT ALPACA_HEAD ", paired with an input that provides further context. " \
     ALPACA_ASK "%s\n\n### Input:\n%s\n\n### Response:"
 #define ALPACA_NO_INPUT ALPACA_HEAD ". " ALPACA_ASK "%s\n\n### Response:"
@@ -268,7 +272,8 @@ static int add_example(hpt_tokenizer *tok, const cJSON *j, const char *line, siz
 #define FIELD(key, def) cJSON_GetObjectItemCaseSensitive(j, o->key ? o->key : def)
     const cJSON *segs = cJSON_GetObjectItemCaseSensitive(j, "segments");
     const cJSON *msgs = FIELD(messages_key, "messages");
-    const cJSON *prompt = FIELD(prompt_key, "prompt"), *completion = FIELD(completion_key, "completion");
+    const cJSON *prompt = FIELD(prompt_key, "prompt");
+    const cJSON *completion = FIELD(completion_key, "completion");
 #undef FIELD
     const cJSON *ins = cJSON_GetObjectItemCaseSensitive(j, "instruction");
     const cJSON *in = cJSON_GetObjectItemCaseSensitive(j, "input");
