@@ -304,6 +304,11 @@ set_tests_properties(test_render PROPERTIES SKIP_RETURN_CODE 77)
 add_test(NAME test_tokenize_segments COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_tokenize_segments.sh
          $<TARGET_FILE:hptrain_cli> ${CMAKE_SOURCE_DIR})
 set_tests_properties(test_tokenize_segments PROPERTIES SKIP_RETURN_CODE 77)
+# tokenize of conversations and Alpaca examples with --model's chat template: the shards of
+# render --segments then tokenize, byte for byte (Llama 3, Qwen3, Gemma 3); field flags; bad lines
+add_test(NAME test_tokenize_chat COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_tokenize_chat.sh
+         $<TARGET_FILE:hptrain_cli> ${CMAKE_SOURCE_DIR})
+set_tests_properties(test_tokenize_chat PROPERTIES SKIP_RETURN_CODE 77)
 # hptrain chat on a tiny random Llama directory (skipped without torch or node_modules)
 add_test(NAME test_chat COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_chat.sh $<TARGET_FILE:hptrain_cli>
          ${CMAKE_SOURCE_DIR})

@@ -111,11 +111,23 @@ typedef struct {
     int train_all;      /* --train-on all */
     size_t max_tokens;  /* --max-tokens (0: no limit) */
     int drop_long;      /* --long drop: an example over max_tokens is dropped, else truncated */
+    const char *model_dir; /* --model: its chat template renders conversations (NULL: none) */
+    const char *messages_key, *role_key, *content_key, *prompt_key, *completion_key; /* --*-field */
+    hpt_chat_template *ct; /* model_dir's, loaded at the first example that needs it */
+    char *eot;             /* ct's end of turn (chat_end_of_turn) */
+    int ct_tried;
 } tok_jsonl_opts;
 /* Appends the examples of a JSONL text (name: for errors); 0, or an error's exit status (1). */
 int tokenize_jsonl(hpt_tokenizer *tok, const char *name, const char *text, size_t len,
-                   const tok_jsonl_opts *o, tok_examples *e);
+                   tok_jsonl_opts *o, tok_examples *e);
 void tok_examples_free(tok_examples *e);
+void tok_jsonl_opts_free(tok_jsonl_opts *o); /* the template and end of turn it loaded */
+/* cmd_render.c: what a template writes after an assistant's content, without white space
+ * around it (malloc'd; NULL if none); a rendered conversation's segments (render --segments:
+ * runs of one message and writer, the assistant's contents and ends of turn the targets), a
+ * cJSON array, NULL when out of memory; msgs: the conversation's messages. */
+char *chat_end_of_turn(const hpt_chat_template *ct);
+struct cJSON *chat_segments(const hpt_chat_text *r, const struct cJSON *msgs, const char *eot);
 
 /* The long options `train` and `estimate` share (estimate takes train's flags); each command
  * appends its own and the terminator. */

@@ -30,7 +30,8 @@ static const char k_help[] =
     "                       writer, [{\"role\", \"start\", \"end\" (characters), \"target\",\n"
     "                       \"special\" (the template's text), \"text\"}...]; the targets are the\n"
     "                       assistant's contents and ends of turn. `hptrain tokenize` reads these\n"
-    "                       lines as they are (masked shards: docs/targets.md)\n"
+    "                       lines as they are (masked shards: docs/targets.md), and makes the\n"
+    "                       same of the conversations themselves with --model DIR\n"
     "  --generation-prompt  add_generation_prompt: end with the assistant's header\n"
     "  --date-string S      the template variable date_string (Llama 3.1's system header)\n";
 
@@ -49,9 +50,7 @@ typedef struct {
     uint8_t *target; /* (len) */
 } byte_roles;
 
-/* The end-of-turn text: what the template writes after an assistant's content, without white
- * space around it; malloc'd, NULL if none. */
-static char *end_of_turn(const hpt_chat_template *ct) {
+char *chat_end_of_turn(const hpt_chat_template *ct) {
     static const char conv[] =
         "{\"messages\":[{\"role\":\"user\",\"content\":\"A\"},{\"role\":\"assistant\",\"content\":\"B\"}]}";
     hpt_chat_opts o = hpt_chat_opts_defaults();
@@ -156,6 +155,14 @@ static cJSON *segments_json(const hpt_chat_text *r, const cJSON *msgs, const byt
     return a;
 }
 
+cJSON *chat_segments(const hpt_chat_text *r, const cJSON *msgs, const char *eot) {
+    byte_roles br;
+    cJSON *segs = roles_of(r, msgs, eot, &br) == 0 ? segments_json(r, msgs, &br) : NULL;
+    free(br.owner);
+    free(br.target);
+    return segs;
+}
+
 static int print_line(const hpt_chat_text *r, const int32_t *ids, size_t n, cJSON *segs) {
     cJSON *o = cJSON_CreateObject();
     cJSON *t = o ? cJSON_AddStringToObject(o, "text", r->text) : NULL;
@@ -211,7 +218,7 @@ int cmd_render(int argc, char **argv) {
     }
     int rc = 0;
     size_t line = 0;
-    char *eot = want_segs ? end_of_turn(ct) : NULL;
+    char *eot = want_segs ? chat_end_of_turn(ct) : NULL;
     for (size_t pos = 0; pos < len;) {
         char *nl = memchr(data + pos, '\n', len - pos);
         size_t end = nl ? (size_t)(nl - data) : len, n = end - pos;
@@ -233,11 +240,8 @@ int cmd_render(int argc, char **argv) {
         cJSON *segs = NULL;
         if (want_segs) {
             cJSON *j = cJSON_ParseWithLength(l, n); /* hpt_chat_render parsed it */
-            const cJSON *msgs = cJSON_IsArray(j) ? j : cJSON_GetObjectItemCaseSensitive(j, "messages");
-            byte_roles br;
-            if (roles_of(&r, msgs, eot, &br) == 0) segs = segments_json(&r, msgs, &br);
-            free(br.owner);
-            free(br.target);
+            segs = chat_segments(&r, cJSON_IsArray(j) ? j
+                                         : cJSON_GetObjectItemCaseSensitive(j, "messages"), eot);
             cJSON_Delete(j);
             if (!segs) {
                 hpt_chat_text_free(&r);

