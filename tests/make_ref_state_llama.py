@@ -139,10 +139,10 @@ class Llama(torch.nn.Module):
         return logits, F.cross_entropy(logits.view(-1, self.c["V"]), y.view(-1))
 
 
-def flat(model, grads):
-    """hptrain's llama table in checkpoint order: wte, ln1w, qkvw, [qkvb], attprojw, [attprojb],
-    ln2w, fcw, [fcb], fcprojw, [fcprojb] stacked over L, lnfw, [lm_head]; wte and lm_head
-    padded to Vp rows with zeros."""
+def table_parts(model, grads):
+    """get, padded, stack: a tensor's values (or gradient, grads) flat; an embedding's padded to
+    Vp rows with zeros; fn(layer)'s over model.layers, concatenated (the qwen and gemma scripts'
+    flat too)"""
     c = model.c
 
     def get(t):
@@ -156,6 +156,16 @@ def flat(model, grads):
 
     def stack(fn):
         return torch.cat([fn(b) for b in model.layers])
+
+    return get, padded, stack
+
+
+def flat(model, grads):
+    """hptrain's llama table in checkpoint order: wte, ln1w, qkvw, [qkvb], attprojw, [attprojb],
+    ln2w, fcw, [fcb], fcprojw, [fcprojb] stacked over L, lnfw, [lm_head]; wte and lm_head
+    padded to Vp rows with zeros."""
+    c = model.c
+    get, padded, stack = table_parts(model, grads)
 
     parts = [padded(model.embed_tokens.weight),
              stack(lambda b: get(b.input_layernorm.weight)),

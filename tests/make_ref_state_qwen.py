@@ -21,7 +21,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from make_ref_state_llama import write_reference  # the state.bin and steps.json writer
+from make_ref_state_llama import rotate_half, table_parts, write_reference
 
 
 def parse_shape(shape):
@@ -51,11 +51,6 @@ def rope_tables(c, T):
     freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv)
     emb = torch.cat([freqs, freqs], dim=-1)
     return emb.cos().float(), emb.sin().float()
-
-
-def rotate_half(x):
-    h = x.shape[-1] // 2
-    return torch.cat([-x[..., h:], x[..., :h]], dim=-1)
 
 
 class RMSNorm(torch.nn.Module):
@@ -157,18 +152,7 @@ def flat(model, grads):
     [attprojb], ln2w, fcw, fcprojw stacked over L, lnfw, [lm_head]; wte and lm_head padded to
     Vp rows with zeros."""
     c = model.c
-
-    def get(t):
-        t = t.grad if grads else t.data
-        return t.detach().float().contiguous().view(-1)
-
-    def padded(w):
-        t = torch.zeros(c["Vp"], c["C"])
-        t[: c["V"]] = w.grad if grads else w.data
-        return t.view(-1)
-
-    def stack(fn):
-        return torch.cat([fn(b) for b in model.layers])
+    get, padded, stack = table_parts(model, grads)
 
     parts = [padded(model.embed_tokens.weight),
              stack(lambda b: get(b.input_layernorm.weight)),

@@ -26,7 +26,9 @@
  * configuration written by hand with only L, C, NH, V, Vp, maxT set (designated initialisers,
  * arch 0) means the same thing: the model fills the rest on create. The head width is C / NH
  * unless hd says otherwise (Qwen3's head_dim: NH * hd may differ from C). */
-typedef enum { HPT_ARCH_GPT2 = 0, HPT_ARCH_LLAMA = 1, HPT_ARCH_QWEN2 = 2, HPT_ARCH_QWEN3 = 3 } hpt_arch_id;
+typedef enum {
+    HPT_ARCH_GPT2 = 0, HPT_ARCH_LLAMA = 1, HPT_ARCH_QWEN2 = 2, HPT_ARCH_QWEN3 = 3, HPT_ARCH_GEMMA3 = 4
+} hpt_arch_id;
 typedef struct {
     int arch;            /* hpt_arch_id */
     int L, C, NH, NKV;   /* layers, channels, query heads, key/value heads (GPT-2: NKV = NH);
@@ -43,6 +45,14 @@ typedef struct {
                           * (always); Qwen3: on q/k/v/o */
     float init_range;    /* initializer_range: N(0, init_range) init (GPT-2 0.02) */
     int hd;              /* head width; 0: C / NH (GPT-2, llama, Qwen2 keep 0); Qwen3's head_dim */
+    int window;          /* llama (Mistral's sliding_window): each query sees its last `window`
+                          * keys, its own included; 0: all (fully causal) */
+    /* Gemma 3 (0 elsewhere): window applies to the local layers only, every swa_pattern-th
+     * layer (l + 1 a multiple) global, the others local (0: all global); the local layers'
+     * rope base; the scores scaled by attn_scalar^-1/2 (query_pre_attn_scalar; 0: hd) */
+    int swa_pattern;
+    float rope_local_theta;
+    float attn_scalar;
 } hpt_model_config;
 
 /* SHAPE of any architecture:

@@ -30,7 +30,7 @@ size_t act_head_rows(const hpt_act_opts *o, int B, int T) {
 hpt_arch_ctx act_ctx_for(const hpt_model_config *c, const hpt_act_opts *o, int vc, int B,
                          int T) {
     hpt_arch_ctx x = {hpt_backend_cpu(), c, B, T, o->attention, act_head_rows(o, B, T), 0, 1.0f,
-                     hpt_attn_ops_of(o->attention), NULL, 0.0f, NULL, NULL};
+                     hpt_attn_ops_of(o->attention), NULL, 0.0f, NULL, NULL, 0};
     x.logit_cols = vc && x.head_rows < (size_t)B * T ? (size_t)vc : (size_t)c->Vp;
     return x;
 }

@@ -71,6 +71,8 @@ typedef struct {
                               * position in its example: the positions the embedding or the
                               * rotation reads, and the attention's document mask; NULL:
                               * positions 0 .. T-1, plain causal attention */
+    int layer;               /* the block the runner's block ops run (0 outside them): the
+                              * families whose layers differ (Gemma 3's local and global) */
 } hpt_arch_ctx;
 
 /* RoPE at the context's positions: pos0 = 0 for t, or x->pos (packed examples) */
@@ -328,6 +330,8 @@ typedef struct hpt_hf_json_ops {
     hpt_status (*get_bool)(const hpt_hf_json *j, const char *key, int def, const char *what,
                            int *out);
     const char *(*get_str)(const hpt_hf_json *j, const char *key); /* NULL: absent or not one */
+    /* element i of the array key when it is a string; NULL: past its end, absent or not one */
+    const char *(*str_at)(const hpt_hf_json *j, const char *key, int i);
     hpt_status (*obj)(const hpt_hf_json *j, const char *key, const char *what,
                       const hpt_hf_json **out);
     void (*put_int)(hpt_hf_json *j, const char *key, double v);
@@ -354,6 +358,7 @@ extern const hpt_arch hpt_arch_gpt2;
 extern const hpt_arch hpt_arch_llama;
 extern const hpt_arch hpt_arch_qwen2;
 extern const hpt_arch hpt_arch_qwen3;
+extern const hpt_arch hpt_arch_gemma3; /* Gemma 3's text models (model/gemma.c) */
 
 /* ---- the registry (model/registry.c): one line per architecture, index = its id ---- */
 /* The architectures this build has (hpt_arch_count, public) and the one at id i (NULL past

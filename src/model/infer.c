@@ -181,6 +181,9 @@ hpt_status infer_new(hpt_mem *mem, const hpt_model_config *cfg, hpt_weights kind
     const hpt_backend *be = hpt_backend_cpu();
     *out = NULL;
     if (ctx < 0) return hpt_fail(HPT_ERR_INVALID, "context %d must be >= 0", ctx);
+    if (cfg->arch == HPT_ARCH_GEMMA3) /* its norms, GeGLU and local layers are not here */
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "the cache inference (sample, chat, the hybrid "
+                        "schedule's checks) does not run Gemma 3 yet");
     hpt_infer *inf = calloc(1, sizeof *inf);
     if (!inf) return hpt_fail(HPT_ERR_OOM, "cannot allocate the inference object");
     inf->mem = mem;

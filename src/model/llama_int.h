@@ -31,7 +31,10 @@ typedef struct {
     /* constants, not parameters (the model's, device): rotary tables, row p = position p */
     const float *rope_cos; // (maxT, hd/2)
     const float *rope_sin; // (maxT, hd/2)
-    float *qknw;     // (L, 2hd) [q_norm | k_norm], the per-head norms' weights (Qwen3)
+    float *qknw;     // (L, 2hd) [q_norm | k_norm], the per-head norms' weights (Qwen3, Gemma 3)
+    float *postw;    // (L, 2C) [post_attention | post_feedforward] norms' weights (Gemma 3)
+    const float *rope_cos_l; // (maxT, hd/2) the local layers' tables (Gemma 3)
+    const float *rope_sin_l; // (maxT, hd/2)
 } llama_tensors;
 
 /* Activations one block saves for its backward; all fp32. */
@@ -50,6 +53,13 @@ typedef struct {
     float *res3;     // (B, T, C) residual after the MLP: the block's output
     float *qkvr;     // (B, T, QKV) the projections before the per-head q and k norms (Qwen3)
     float *qk_rstd;  // (B, T, NH + NKV) their rstd, q heads then k heads (Qwen3)
+    /* Gemma 3: the attention's and the MLP's outputs before their post-norms, with the norms'
+     * rstd, and the block's norm weights as the maths uses them, 1 + w */
+    float *attp;     // (B, T, C) atty @ attprojw^T
+    float *attp_rstd;// (B, T)
+    float *mlpo;     // (B, T, C) fch_swi @ fcprojw^T
+    float *mlpo_rstd;// (B, T)
+    float *wone;     // (4C + 2hd) 1 + [ln1w | ln2w | postw | qknw]
 } llama_layer_acts;
 
 /* The non-block activations and the backward's scratch, in the runner's arena. */
@@ -69,6 +79,7 @@ typedef struct {
     float *dmid;     // (B, T, FF) the SwiGLU output's gradient
     float *dbig;     // (B, T, max(2FF, QKV)) dfch, then dqkv
     float *attscr;   // (B, NH, T)
+    float *lnf1;     // (C) 1 + lnfw (Gemma 3's final norm; not in llama_globals)
 } llama_acts;
 
 /* ---- what qwen.c shares with llama.c (the layout above, the table's mechanics) ---- */
@@ -90,10 +101,42 @@ void llama_describe_descs(const llama_desc *d, int n, const hpt_model_config *cf
 void llama_point_descs(const llama_desc *d, int n, const hpt_model_config *cfg,
                        const hpt_tensor_table *t, float *const *tp, const float *consts,
                        int64_t hd, llama_tensors *p);
-/* cos, sin (maxT, hd/2) at rope_theta, with Llama 3's scaling where rope_factor > 0 */
-void llama_rope_fill(const hpt_model_config *c, int64_t hd, float *host);
+/* cos, sin (maxT, hd/2) at base theta, with Llama 3's scaling where rope_factor > 0, the
+ * positions divided by linear (1: none; Gemma 3's linear scaling) */
+void llama_rope_fill(const hpt_model_config *c, int64_t hd, double theta, double linear,
+                     float *host);
+/* Hugging Face's names of a table tensor's parts (under model.layers.{l}.): 1, 2 (halves) or 3
+ * (q, k, v) tensors; llama_hf_parts: arch.h's hf_parts for the llama layout (wte, lm_head,
+ * lnfw, and the stacked tensors named in names), hd the head width */
+typedef struct {
+    const char *t, *hf[3];
+} llama_hf_name;
+int llama_hf_parts(const hpt_model_config *c, const hpt_tensor_desc *d, int l,
+                   const llama_hf_name *names, int n_names, int64_t hd, struct hpt_hf_part *p);
+/* LoRA's seven layers (q, k, v, o, gate, up, down) with a head width free of C/NH (qwen.c) */
+int llama_linears_hd(const hpt_model_config *c, hpt_arch_linear o[HPT_ARCH_MAX_LINEARS]);
 /* the non-block buffers and their lifetimes (llama_acts) */
 #define LLAMA_N_GLOBALS 14
 extern const hpt_arch_global llama_globals[LLAMA_N_GLOBALS];
+/* the table's entries, for a family that appends its own (G(field, first, last, after)) */
+#define LLAMA_GLOBALS(G)                                                                          \
+    G(inputs, HPT_TP_START, HPT_TP_EMBED_B, 0), G(targets, HPT_TP_START, HPT_TP_HEAD_END, 0),     \
+        G(encoded, HPT_TP_START, HPT_TP_BLOCK0_B, 0), G(zpos, HPT_TP_START, HPT_TP_START, 0),     \
+        G(lnf, HPT_TP_HEAD_F, HPT_TP_HEAD_END, 1), G(lnf_rstd, HPT_TP_HEAD_F, HPT_TP_HEAD_B, 1),  \
+        G(logits, HPT_TP_HEAD_F, HPT_TP_HEAD_END, 1), G(lse, HPT_TP_HEAD_F, HPT_TP_HEAD_END, 1),  \
+        G(losses, HPT_TP_HEAD_F, HPT_TP_HEAD_F, 1), G(dres, HPT_TP_HEAD_B, HPT_TP_EMBED_B, 1),    \
+        G(dsmall, HPT_TP_HEAD_B, HPT_TP_BLOCK0_B, 1), G(dmid, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1), \
+        G(dbig, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1), G(attscr, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1)
+/* Qwen3's and Gemma 3's per-head norms of q and k, token by token through the backend's rmsnorm:
+ * qkv (BT, QKV) = qkvr with each q head rmsnorm(q_h) * qnw * qscale and each k head
+ * rmsnorm(k_h) * knw (qknw = [qnw | knw], (2hd)); rstd (BT, NH+NKV) saved; v copied as is.
+ * The backward: draw (BT, QKV) = d qkvr from dqkv (d qkv, as qkv; its q heads scaled by qscale
+ * in place); dqknw (2hd) +=. */
+void llama_qk_norm_forward(const hpt_backend *be, const hpt_model_config *c, float *qkv,
+                           float *rstd, const float *qkvr, const float *qknw, float qscale,
+                           int64_t BT);
+void llama_qk_norm_backward(const hpt_backend *be, const hpt_model_config *c, float *draw,
+                            float *dqknw, float *dqkv, const float *qkvr, const float *qknw,
+                            const float *rstd, float qscale, int64_t BT);
 
 #endif

@@ -81,7 +81,9 @@ static double flops_per_token(const hpt_model_config *c, int T) {
 static size_t consts_floats(const hpt_model_config *c) { return (size_t)c->maxT * (size_t)hd_of(c); }
 
 /* rope_factor is 0 (config_check): llama's tables without the scaling */
-static void consts_fill(const hpt_model_config *c, float *host) { llama_rope_fill(c, hd_of(c), host); }
+static void consts_fill(const hpt_model_config *c, float *host) {
+    llama_rope_fill(c, hd_of(c), c->rope_theta, 1.0, host);
+}
 
 /* A block's slices from the runner's pointers (block order: the table's stacked tensors). */
 typedef struct {
@@ -179,34 +181,33 @@ static void final_backward(const hpt_arch_ctx *x, const void *p, void *g, void *
     hpt_arch_llama.final_backward(x, p, g, a, out);
 }
 
-/* ---- Qwen3's per-head norms of q and k, token by token ---- */
+/* ---- Qwen3's per-head norms of q and k, token by token (Gemma 3's too: llama_int.h) ---- */
 
-/* qkv (BT, QKV) = qkvr with each q head rmsnorm(q_h) * qnw and each k head rmsnorm(k_h) * knw
- * (qknw = [qnw | knw], (2hd)); rstd (BT, NH+NKV) saved; v copied as is */
-static void qk_norm_forward(const hpt_backend *be, const hpt_model_config *c, float *qkv,
-                            float *rstd, const float *qkvr, const float *qknw, int64_t BT) {
+void llama_qk_norm_forward(const hpt_backend *be, const hpt_model_config *c, float *qkv,
+                           float *rstd, const float *qkvr, const float *qknw, float qscale,
+                           int64_t BT) {
     const int NH = c->NH, NKV = c->NKV, hd = (int)hd_of(c);
     const size_t QKV = (size_t)qkv_of(c), KO = (size_t)NH * (size_t)hd, NR = (size_t)(NH + NKV);
     be->copy(qkv, qkvr, (size_t)BT * QKV * sizeof(float), HPT_COPY_D2D);
     for (int64_t r = 0; r < BT; r++) {
         const size_t o = (size_t)r * QKV;
         be->rmsnorm_forward(qkv + o, rstd + (size_t)r * NR, qkvr + o, qknw, NH, hd, c->norm_eps);
+        if (qscale != 1.0f) be->scale(qkv + o, KO, qscale);
         be->rmsnorm_forward(qkv + o + KO, rstd + (size_t)r * NR + NH, qkvr + o + KO, qknw + hd,
                             NKV, hd, c->norm_eps);
     }
 }
 
-/* draw (BT, QKV) = d qkvr from dqkv (d qkv, as qkv): dv as is; dq_h, dk_h through the norms;
- * dqknw (2hd) += */
-static void qk_norm_backward(const hpt_backend *be, const hpt_model_config *c, float *draw,
-                             float *dqknw, const float *dqkv, const float *qkvr, const float *qknw,
-                             const float *rstd, int64_t BT) {
+void llama_qk_norm_backward(const hpt_backend *be, const hpt_model_config *c, float *draw,
+                            float *dqknw, float *dqkv, const float *qkvr, const float *qknw,
+                            const float *rstd, float qscale, int64_t BT) {
     const int NH = c->NH, NKV = c->NKV, hd = (int)hd_of(c);
     const size_t QKV = (size_t)qkv_of(c), KO = (size_t)NH * (size_t)hd, NR = (size_t)(NH + NKV);
     be->copy(draw, dqkv, (size_t)BT * QKV * sizeof(float), HPT_COPY_D2D);
     for (int64_t r = 0; r < BT; r++) {
         const size_t o = (size_t)r * QKV;
         be->memset(draw + o, 0, NR * (size_t)hd * sizeof(float)); /* the op adds (dinp +=) */
+        if (qscale != 1.0f) be->scale(dqkv + o, KO, qscale);
         be->rmsnorm_backward(draw + o, dqknw, dqkv + o, qkvr + o, qknw, rstd + (size_t)r * NR, NH, hd);
         be->rmsnorm_backward(draw + o + KO, dqknw + hd, dqkv + o + KO, qkvr + o + KO, qknw + hd,
                              rstd + (size_t)r * NR + NH, NKV, hd);
@@ -230,7 +231,7 @@ static void block_forward(const hpt_arch_ctx *x, float *const *w, void *lav, con
     /* qkv (B, T, QKV) = ln1 @ qkvw^T (+ qkvb); Qwen3: into qkvr, then the per-head norms */
     if (qk_norm(c)) {
         arch_linear_forward(x, la->qkvr, la->ln1, p->qkvw, p->qkvb, BT, C, QKV, 0);
-        qk_norm_forward(be, c, la->qkv, la->qk_rstd, la->qkvr, p->qknw, BT);
+        llama_qk_norm_forward(be, c, la->qkv, la->qk_rstd, la->qkvr, p->qknw, 1.0f, BT);
     } else {
         arch_linear_forward(x, la->qkv, la->ln1, p->qkvw, p->qkvb, BT, C, QKV, 0);
     }
@@ -300,7 +301,8 @@ static void block_backward(const hpt_arch_ctx *x, float *const *w, float *const 
     /* Qwen3: q, k = the per-head norms of qkvr's: d qkvr (B, T, QKV) into dmid */
     const float *dproj = a->dbig;
     if (qk_norm(c)) {
-        qk_norm_backward(be, c, a->dmid, g->qknw, a->dbig, la->qkvr, p->qknw, la->qk_rstd, BT);
+        llama_qk_norm_backward(be, c, a->dmid, g->qknw, a->dbig, la->qkvr, p->qknw, la->qk_rstd, 1.0f,
+                               BT);
         dproj = a->dmid;
     }
     /* qkv (or qkvr) = ln1 @ qkvw^T (+ qkvb) */
@@ -411,17 +413,8 @@ static void hf_config_write(const hpt_hf_json_ops *J, hpt_hf_json *r, const hpt_
     if (qk_norm(c)) J->put_bool(r, "attention_bias", c->attn_bias);
 }
 
-static void hf_part(hpt_hf_part *p, int *n, const char *name, int64_t rows, int64_t W, int ndim) {
-    hpt_hf_part *q = &p[(*n)++];
-    snprintf(q->name, sizeof q->name, "%s", name ? name : "");
-    q->R = rows;
-    q->W = W;
-    q->ndim = ndim;
-    q->transpose = 0;
-}
-
 /* table name -> the Hugging Face tensors its rows concatenate (under model.layers.{l}.) */
-static const struct { const char *t, *hf[3]; } k_hf_names[] = {
+static const llama_hf_name k_hf_names[] = {
     {"ln1w", {"input_layernorm.weight"}}, {"ln2w", {"post_attention_layernorm.weight"}},
     {"qkvw", {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"}},
     {"qkvb", {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"}},
@@ -433,35 +426,9 @@ static const struct { const char *t, *hf[3]; } k_hf_names[] = {
 
 static int hf_parts(const hpt_model_config *c, const hpt_tensor_desc *d, int l, const char *prefix,
                     hpt_hf_part *p) {
-    const int stacked = d->layer == HPT_LAYER_STACKED, nd = d->ndim - stacked;
-    const int64_t Rs = nd == 2 ? d->shape[stacked] : 1, W = d->shape[d->ndim - 1];
-    int n = 0;
-    char name[112];
     (void)prefix; /* the hub's qwen files name everything in full */
-    if (!strcmp(d->name, "wte") || !strcmp(d->name, "lm_head")) { /* (Vp, C): V rows, padding */
-        hf_part(p, &n, !strcmp(d->name, "wte") ? "model.embed_tokens.weight" : "lm_head.weight",
-                c->V, W, 2);
-        if (Rs > c->V) hf_part(p, &n, NULL, Rs - c->V, W, 2);
-        return n;
-    }
-    if (!strcmp(d->name, "lnfw")) {
-        hf_part(p, &n, "model.norm.weight", 1, W, 1);
-        return n;
-    }
-    const int64_t hd = hd_of(c);
-    for (size_t i = 0; i < sizeof k_hf_names / sizeof *k_hf_names; i++) {
-        if (strcmp(d->name, k_hf_names[i].t)) continue;
-        int np = k_hf_names[i].hf[2] ? 3 : k_hf_names[i].hf[1] ? 2 : 1;
-        for (int j = 0; j < np; j++) {
-            /* rows of each part: q NH*hd, k and v NKV*hd; q_norm, k_norm hd; gate, up FF */
-            int64_t rows = np == 3 ? (j == 0 ? c->NH : c->NKV) * hd
-                         : np == 2 ? (!strcmp(d->name, "qknw") ? hd : c->FF) : Rs;
-            snprintf(name, sizeof name, "model.layers.%d.%s", l, k_hf_names[i].hf[j]);
-            if (nd == 2) hf_part(p, &n, name, rows, W, 2);
-            else hf_part(p, &n, name, 1, np == 1 ? W : rows, 1);
-        }
-    }
-    return n;
+    return llama_hf_parts(c, d, l, k_hf_names, (int)(sizeof k_hf_names / sizeof *k_hf_names),
+                          hd_of(c), p);
 }
 
 /* every name llama_descs may give (verify's report outlives the model) */
@@ -586,8 +553,8 @@ static hpt_status shape_parse3(const char *shape, hpt_model_config *out) {
 }
 
 /* LoRA's view of a block (model/lora.c): q, k, v share qkvw (q NH*hd rows, k and v NKV*hd),
- * gate and up fcw; o's input is NH*hd wide */
-static int linears(const hpt_model_config *c, hpt_arch_linear o[HPT_ARCH_MAX_LINEARS]) {
+ * gate and up fcw; o's input is NH*hd wide (Gemma 3's too: llama_int.h) */
+int llama_linears_hd(const hpt_model_config *c, hpt_arch_linear o[HPT_ARCH_MAX_LINEARS]) {
     const int64_t C = c->C, q = att_of(c), kv = c->NKV * hd_of(c), FF = c->FF;
     const hpt_arch_linear l[7] = {
         {"q", "self_attn.q_proj", "qkvw", 0, q, C},
@@ -626,7 +593,7 @@ static const char *const k_prefixes3[] = {"qwen3", NULL};
         .hf_parts = hf_parts, .hf_embed_name = "model.embed_tokens.weight",                       \
         .hf_head_name = "lm_head.weight", .hf_ignore = k_hf_ignore, .hf_eot = 151643,             \
         .desc = {.name = nm, .label = lbl, .shapes = shp}, .plan = NULL,                          \
-        .param_names = k_param_names, .linears = linears, .hf_block = "model.layers.%d.",        \
+        .param_names = k_param_names, .linears = llama_linears_hd, .hf_block = "model.layers.%d.",        \
     }
 
 const hpt_arch hpt_arch_qwen2 =

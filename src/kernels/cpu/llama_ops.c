@@ -159,3 +159,40 @@ void k_swiglu_backward(float *dh, const float *dout, const float *h, int64_t N, 
         }
     }
 }
+
+/* ---- GeGLU (Gemma): h (N, 2FF) = [gate | up] per row, out (N, FF) = gelu(gate) * up ----
+ * gelu(g) = 0.5 g (1 + tanh(k (g + 0.044715 g^3))), k = sqrt(2/pi): the tanh form, as
+ * pointwise.c's gelu and PyTorch's gelu(approximate="tanh"); tanhf is the vector variant. */
+#define GEGLU_K 0.7978845608028654f
+
+void k_geglu_forward(float *out, const float *h, int64_t N, int FF) {
+#pragma omp parallel for schedule(static) if (N * FF >= K_PAR_MIN)
+    for (int64_t i = 0; i < N; i++) {
+        const float *g = h + i * 2 * FF, *u = g + FF; // (FF) each
+        float *o = out + i * FF;                      // (FF)
+#pragma omp simd
+        for (int j = 0; j < FF; j++) {
+            const float x = g[j];
+            o[j] = 0.5f * x * (1.0f + tanhf(GEGLU_K * (x + 0.044715f * x * x * x))) * u[j];
+        }
+    }
+}
+
+/* out = gelu(g) u: du = dout gelu(g); dg = dout u gelu'(g), gelu'(g) = 0.5 (1 + th) +
+ * 0.5 g (1 - th^2) k (1 + 3 0.044715 g^2), th = tanh(k (g + 0.044715 g^3)). */
+void k_geglu_backward(float *dh, const float *dout, const float *h, int64_t N, int FF) {
+#pragma omp parallel for schedule(static) if (N * FF >= K_PAR_MIN)
+    for (int64_t i = 0; i < N; i++) {
+        const float *g = h + i * 2 * FF, *u = g + FF, *d = dout + i * FF;
+        float *dg = dh + i * 2 * FF, *du = dg + FF;
+#pragma omp simd
+        for (int j = 0; j < FF; j++) {
+            const float x = g[j];
+            const float th = tanhf(GEGLU_K * (x + 0.044715f * x * x * x));
+            const float dgelu = 0.5f * (1.0f + th) +
+                                0.5f * x * (1.0f - th * th) * GEGLU_K * (1.0f + 3.0f * 0.044715f * x * x);
+            du[j] = d[j] * 0.5f * x * (1.0f + th);
+            dg[j] = d[j] * u[j] * dgelu;
+        }
+    }
+}
