@@ -62,11 +62,11 @@ int main(int argc, char **argv) {
         double best[2] = {1e30, 1e30};
         for (int mode = 0; mode < 2; mode++) {
             const int32_t *p = mode ? pos : NULL;
-            be->flash_attention_forward_seg(out, lse, qkv, B, T, C, NH, NH, p); /* warm */
+            be->flash_attention_forward_seg(out, lse, qkv, B, T, C, NH, NH, p, 0); /* warm */
             for (int r = 0; r < runs; r++) {
                 double t0 = hpt_now();
-                be->flash_attention_forward_seg(out, lse, qkv, B, T, C, NH, NH, p);
-                be->flash_attention_backward_seg(dqkv, scr, dout, qkv, out, lse, B, T, C, NH, NH, p);
+                be->flash_attention_forward_seg(out, lse, qkv, B, T, C, NH, NH, p, 0);
+                be->flash_attention_backward_seg(dqkv, scr, dout, qkv, out, lse, B, T, C, NH, NH, p, 0);
                 double t = hpt_now() - t0;
                 best[mode] = t < best[mode] ? t : best[mode];
             }

@@ -483,10 +483,10 @@ static double t_infer_kv_store(void) {
     return e;
 }
 
-/* atty (n,C): row t's query at position pos0 + t over K, V (ctx, KVC) rows 0 .. pos0 + t, in
- * double; query head h reads kv head h / (NH/NKV) */
+/* atty (n,C): row t's query at position pos0 + t over K, V (ctx, KVC) rows 0 .. pos0 + t (win
+ * > 0: the last win of them), in double; query head h reads kv head h / (NH/NKV) */
 static void ref_attend(double *o, const float *qkv, const float *K, const float *V, int pos0, int n,
-                       int NH, int NKV) {
+                       int NH, int NKV, int win) {
     const int hs = IC / NH, KVC = NKV * hs, W = IC + 2 * KVC;
     double sc = 1.0 / sqrt((double)hs), s[ICTX];
     for (int t = 0; t < n; t++)
@@ -494,29 +494,31 @@ static void ref_attend(double *o, const float *qkv, const float *K, const float 
             const float *q = qkv + t * W + h * hs;
             const int kh = h / (NH / NKV) * hs;
             double mx = -INFINITY, z = 0.0;
-            for (int j = 0; j <= pos0 + t; j++) {
+            const int j0 = win > 0 && pos0 + t - win + 1 > 0 ? pos0 + t - win + 1 : 0;
+            for (int j = j0; j <= pos0 + t; j++) {
                 double d = 0.0;
                 for (int i = 0; i < hs; i++) d += (double)q[i] * K[j * KVC + kh + i];
                 s[j] = d * sc;
                 mx = fmax(mx, s[j]);
             }
-            for (int j = 0; j <= pos0 + t; j++) z += exp(s[j] - mx);
+            for (int j = j0; j <= pos0 + t; j++) z += exp(s[j] - mx);
             for (int i = 0; i < hs; i++) {
                 double a = 0.0;
-                for (int j = 0; j <= pos0 + t; j++) a += exp(s[j] - mx) / z * V[j * KVC + kh + i];
+                for (int j = j0; j <= pos0 + t; j++) a += exp(s[j] - mx) / z * V[j * KVC + kh + i];
                 o[t * IC + h * hs + i] = a;
             }
         }
 }
 
 static double t_infer_attend(void) {
-    int cases[3][2] = {{0, 5}, {6, 3}, {163, 8}}; /* pos0, n; the last above HPT_PAR_MIN */
+    /* pos0, n, the sliding window (0: none); the third and fifth above HPT_PAR_MIN */
+    int cases[6][3] = {{0, 5, 0}, {6, 3, 0}, {163, 8, 0}, {6, 3, 1}, {163, 8, 50}, {0, 5, 2}};
     double e = 0.0;
     for (int kv = 0; kv < 3; kv++) {
         const int NH = k_kv_cases[kv][0], NKV = k_kv_cases[kv][1];
         const int KVC = NKV * (IC / NH), W = IC + 2 * KVC;
-        for (int k = 0; k < 3; k++) {
-            int pos0 = cases[k][0], n = cases[k][1];
+        for (int k = 0; k < 6; k++) {
+            int pos0 = cases[k][0], n = cases[k][1], win = cases[k][2];
             static float K[ICTX * IC], V[ICTX * IC], qkv[8 * 3 * IC], y[8 * IC];
             static double r[8 * IC];
             fill_rand(qkv, (size_t)n * W, 1.5f);
@@ -529,10 +531,12 @@ static double t_infer_attend(void) {
                 }
             for (int p = pos0 + n; p < ICTX; p++) /* beyond the last position: never read */
                 for (int c = 0; c < KVC; c++) K[p * KVC + c] = V[p * KVC + c] = NAN;
-            ref_attend(r, qkv, K, V, pos0, n, NH, NKV);
+            for (int p = 0; win > 0 && p < pos0 + 1 - win; p++) /* before every window: unread */
+                for (int c = 0; c < KVC; c++) K[p * KVC + c] = V[p * KVC + c] = NAN;
+            ref_attend(r, qkv, K, V, pos0, n, NH, NKV, win);
             float *dy = dput(NULL, (size_t)n * IC * sizeof(float));
             g_be->infer_attend(dy, dput(qkv, (size_t)n * W * sizeof(float)), dput(K, (size_t)ICTX * KVC * 4),
-                               dput(V, (size_t)ICTX * KVC * 4), pos0, (size_t)n, IC, NH, NKV);
+                               dput(V, (size_t)ICTX * KVC * 4), pos0, (size_t)n, IC, NH, NKV, win);
             dget(y, dy, (size_t)n * IC * sizeof(float));
             /* expf (4 ulp), an 8-term dot, a running softmax over at most 171 positions */
             e = fmax(e, cmp_arr("infer_attend", y, r, (size_t)n * IC, TOL));

@@ -1,22 +1,38 @@
 /* test_backend_pack.h (included by test_backend.c after the attention, embedding and RoPE
  * tests, whose shapes and references it reuses): the ops of packed examples (docs/packing.md)
  * against double references. Rows of AT = 5 tokens cut into examples (row 0: 2, 1, 2 tokens;
- * row 1: 3, 2); attention with the document mask (forward out, att, lse; backward against
- * central differences of the masked reference), both head layouts; the encoder with wpe at
+ * row 1: 3, 2); attention with the document mask and sliding windows, packed and not (forward
+ * out, att, lse; backward against central differences of the masked reference), both head
+ * layouts; the encoder with wpe at
  * each token's position; RoPE at each token's position (forward and its transpose). */
 
 #define ANH g_nh
 #define AHS (AC / g_nh)
 #define AW (AC + 2 * g_nkv * AHS)
 static const int32_t k_apos[AB * AT] = {0, 1, 0, 0, 1, 0, 1, 2, 0, 1};
+/* the case's mask: positions (k_apos, or NULL: causal) and sliding window (0: none) */
+static const int32_t *g_apos = k_apos;
+static int g_awin = 0;
+/* the cases: heads, kv heads, positions, window (2 and 1 inside the examples and rows, 4: some
+ * rows cut by the example, some by the window) */
+static const struct { int nh, nkv, packed, win; } k_seg_cases[] = {
+    {3, 3, 1, 0}, {6, 2, 1, 0}, {6, 2, 1, 2}, {3, 3, 0, 1}, {6, 2, 0, 4}, {3, 3, 1, 4}};
+#define N_SEG_CASES (int)(sizeof k_seg_cases / sizeof k_seg_cases[0])
+static void seg_case(int kase) {
+    g_nh = k_seg_cases[kase].nh, g_nkv = k_seg_cases[kase].nkv;
+    g_apos = k_seg_cases[kase].packed ? k_apos : NULL, g_awin = k_seg_cases[kase].win;
+}
 
-/* ref_attn with the document mask: query t sees keys t - pos[t] .. t */
+/* ref_attn with the document mask and window: query t sees keys t - pos[t] .. t, and t - win + 1
+ * .. t */
 static void ref_attn_seg(double *out, double *att, double *lse, const double *qkv) {
     double sc = 1.0 / sqrt((double)AHS);
     for (int b = 0; b < AB; b++)
         for (int h = 0; h < ANH; h++)
             for (int t = 0; t < AT; t++) {
-                const int kv = h / (ANH / g_nkv), s0 = t - k_apos[b * AT + t];
+                const int kv = h / (ANH / g_nkv);
+                int s0 = g_apos ? t - g_apos[b * AT + t] : 0;
+                if (g_awin > 0 && t - g_awin + 1 > s0) s0 = t - g_awin + 1;
                 const double *q = qkv + (b * AT + t) * AW + h * AHS;
                 double s[AT] = {0}, mx = -INFINITY, z = 0.0;
                 for (int u = s0; u <= t; u++) {
@@ -42,8 +58,8 @@ static void ref_attn_seg(double *out, double *att, double *lse, const double *qk
 
 static double t_attention_forward_seg_impl(int flash) {
     double e = 0.0;
-    for (int kase = 0; kase < 2; kase++) {
-        g_nh = kase ? 6 : 3, g_nkv = kase ? 2 : 3;
+    for (int kase = 0; kase < N_SEG_CASES; kase++) {
+        seg_case(kase);
         const int nq = AB * AT * AW;
         float qkv[NQKV], out[NAO], att[NATT], lse[NLSE];
         const size_t natt = (size_t)AB * ANH * AT * AT, nlse = (size_t)AB * ANH * AT;
@@ -52,17 +68,17 @@ static double t_attention_forward_seg_impl(int flash) {
         to_d(qd, qkv, (size_t)nq);
         ref_attn_seg(ro, ra, rl, qd);
         float *dq = dput(qkv, (size_t)nq * 4), *dout = dput(NULL, sizeof out);
-        int32_t *dp = dput(k_apos, sizeof k_apos);
+        int32_t *dp = g_apos ? dput(k_apos, sizeof k_apos) : NULL;
         if (!flash) {
             float *da = dput(NULL, natt * 4);
-            g_be->attention_forward_seg(dout, da, dq, AB, AT, AC, ANH, g_nkv, dp);
+            g_be->attention_forward_seg(dout, da, dq, AB, AT, AC, ANH, g_nkv, dp, g_awin);
             dget(out, dout, sizeof out), dget(att, da, natt * 4);
             e = fmax(e, fmax(cmp_arr("attention_forward_seg out", out, ro, NAO, TOL),
                              cmp_arr("attention_forward_seg att", att, ra, natt, TOL)));
             emit(out, NAO), emit(att, natt);
         } else {
             float *dl = dput(NULL, nlse * 4);
-            g_be->flash_attention_forward_seg(dout, dl, dq, AB, AT, AC, ANH, g_nkv, dp);
+            g_be->flash_attention_forward_seg(dout, dl, dq, AB, AT, AC, ANH, g_nkv, dp, g_awin);
             dget(out, dout, sizeof out), dget(lse, dl, nlse * 4);
             e = fmax(e, fmax(cmp_arr("flash_attention_forward_seg out", out, ro, NAO, TOL),
                              cmp_arr("flash_attention_forward_seg lse", lse, rl, nlse, TOL)));
@@ -70,7 +86,7 @@ static double t_attention_forward_seg_impl(int flash) {
         }
         dfree_all();
     }
-    g_nh = 3, g_nkv = 3;
+    seg_case(0);
     return e;
 }
 static double t_attention_forward_seg(void) { return t_attention_forward_seg_impl(0); }
@@ -87,24 +103,25 @@ static double at_seg_loss(const double *qkv, const void *vctx) {
 
 static double t_attention_backward_seg_impl(int flash) {
     double e = 0.0;
-    for (int kase = 0; kase < 2; kase++) {
-        g_nh = kase ? 6 : 3, g_nkv = kase ? 2 : 3;
+    for (int kase = 0; kase < N_SEG_CASES; kase++) {
+        seg_case(kase);
         const int nq = AB * AT * AW;
         float qkv[NQKV], dout[NAO], g[NQKV];
         fill_rand(qkv, (size_t)nq, 1.5f);
         fill_rand(dout, NAO, 1.0f);
         float *dq = dput(qkv, (size_t)nq * 4), *dy = dput(NULL, NAO * 4), *ddy = dput(dout, sizeof dout);
         float *dg = dput(NULL, (size_t)nq * 4), *scr = dput(NULL, AB * ANH * AT * 4);
-        int32_t *dp = dput(k_apos, sizeof k_apos);
+        int32_t *dp = g_apos ? dput(k_apos, sizeof k_apos) : NULL;
         g_be->memset(dg, 0x7f, (size_t)nq * 4); /* overwritten, not accumulated into */
         if (!flash) {
             float *da = dput(NULL, NATT * 4);
-            g_be->attention_forward_seg(dy, da, dq, AB, AT, AC, ANH, g_nkv, dp);
-            g_be->attention_backward_seg(dg, scr, ddy, dq, da, AB, AT, AC, ANH, g_nkv, dp);
+            g_be->attention_forward_seg(dy, da, dq, AB, AT, AC, ANH, g_nkv, dp, g_awin);
+            g_be->attention_backward_seg(dg, scr, ddy, dq, da, AB, AT, AC, ANH, g_nkv, dp, g_awin);
         } else {
             float *dl = dput(NULL, NLSE * 4);
-            g_be->flash_attention_forward_seg(dy, dl, dq, AB, AT, AC, ANH, g_nkv, dp);
-            g_be->flash_attention_backward_seg(dg, scr, ddy, dq, dy, dl, AB, AT, AC, ANH, g_nkv, dp);
+            g_be->flash_attention_forward_seg(dy, dl, dq, AB, AT, AC, ANH, g_nkv, dp, g_awin);
+            g_be->flash_attention_backward_seg(dg, scr, ddy, dq, dy, dl, AB, AT, AC, ANH, g_nkv, dp,
+                                               g_awin);
         }
         dget(g, dg, (size_t)nq * 4);
         static double th[NQKV], r[NQKV];
@@ -116,7 +133,7 @@ static double t_attention_backward_seg_impl(int flash) {
         emit(g, (size_t)nq);
         dfree_all();
     }
-    g_nh = 3, g_nkv = 3;
+    seg_case(0);
     return e;
 }
 static double t_attention_backward_seg(void) { return t_attention_backward_seg_impl(0); }

@@ -6,7 +6,9 @@
  * key tiles and the dk, dv walk's early stop) and 80 (the per-row kernels); plain's
  * probabilities 0 outside each
  * example; two runs' bits the same; pos NULL through the _seg ops = the causal ops' bits; GPT-2's
- * encoder at positions (forward, and the wpe and wte gradients) and RoPE at positions. */
+ * encoder at positions (forward, and the wpe and wte gradients) and RoPE at positions.
+ * Sliding windows (kernels/backend.h's window) the same way, packed and not: 1 key, a few, across
+ * the tiles, and one >= T (the bits of no window). */
 
 static void pack_positions(int32_t *pos, int B, int T) {
     for (int b = 0; b < B; b++) {
@@ -21,36 +23,42 @@ static void pack_positions(int32_t *pos, int B, int T) {
     }
 }
 
-static void t_pack_attention(int AC, int nkv) {
+/* the first key query t of row b sees (pos NULL: causal; window 0: none) */
+static int pack_first_key(const int32_t *pos, int window, int b, int T, int t) {
+    int s = pos ? t - pos[(size_t)b * T + t] : 0;
+    return window > 0 && t - window + 1 > s ? t - window + 1 : s;
+}
+
+static void t_pack_attention(int AC, int nkv, int packed, int window) {
     enum { AB = 2, AT = 300, ANH = 4 };
     const int hs = AC / ANH;
     size_t nq = (size_t)AB * AT * (ANH + 2 * nkv) * hs, no = (size_t)AB * AT * AC;
     size_t na = (size_t)AB * ANH * AT * AT, nl = (size_t)AB * ANH * AT;
-    int32_t *pos = malloc((size_t)AB * AT * sizeof(int32_t));
-    pack_positions(pos, AB, AT);
+    int32_t *pos = NULL;
+    if (packed) pos = malloc((size_t)AB * AT * sizeof(int32_t)), pack_positions(pos, AB, AT);
     float *qkv = rnd(nq, 1.0f), *dout = rnd(no, 1.0f);
     float *o_c = malloc(no * 4), *l_c = malloc(nl * 4), *dq_c = malloc(nq * 4), *att_c = malloc(na * 4);
     float *o_g = malloc(no * 4), *l_g = malloc(nl * 4), *dq_g = malloc(nq * 4), *dq_g2 = malloc(nq * 4);
     float *att_g = malloc(na * 4), *scr = malloc(nl * 4);
-    int32_t *dpos = dput(pos, (size_t)AB * AT * sizeof(int32_t));
+    int32_t *dpos = packed ? dput(pos, (size_t)AB * AT * sizeof(int32_t)) : NULL;
     for (int flash = 0; flash < 2; flash++) {
         if (flash) {
-            cpu->flash_attention_forward_seg(o_c, l_c, qkv, AB, AT, AC, ANH, nkv, pos);
-            cpu->flash_attention_backward_seg(dq_c, scr, dout, qkv, o_c, l_c, AB, AT, AC, ANH, nkv, pos);
+            cpu->flash_attention_forward_seg(o_c, l_c, qkv, AB, AT, AC, ANH, nkv, pos, window);
+            cpu->flash_attention_backward_seg(dq_c, scr, dout, qkv, o_c, l_c, AB, AT, AC, ANH, nkv, pos, window);
         } else {
-            cpu->attention_forward_seg(o_c, att_c, qkv, AB, AT, AC, ANH, nkv, pos);
-            cpu->attention_backward_seg(dq_c, scr, dout, qkv, att_c, AB, AT, AC, ANH, nkv, pos);
+            cpu->attention_forward_seg(o_c, att_c, qkv, AB, AT, AC, ANH, nkv, pos, window);
+            cpu->attention_backward_seg(dq_c, scr, dout, qkv, att_c, AB, AT, AC, ANH, nkv, pos, window);
         }
         float *dqkv = dput(qkv, nq * 4), *ddout = dput(dout, no * 4), *dO = dput(NULL, no * 4);
         float *dl = dput(NULL, nl * 4), *datt = flash ? NULL : dput(NULL, na * 4);
         float *ddq = dput(NULL, nq * 4), *dscr = dput(NULL, nl * 4);
         for (int rep = 0; rep < 2; rep++) {
             if (flash) {
-                cu->flash_attention_forward_seg(dO, dl, dqkv, AB, AT, AC, ANH, nkv, dpos);
-                cu->flash_attention_backward_seg(ddq, dscr, ddout, dqkv, dO, dl, AB, AT, AC, ANH, nkv, dpos);
+                cu->flash_attention_forward_seg(dO, dl, dqkv, AB, AT, AC, ANH, nkv, dpos, window);
+                cu->flash_attention_backward_seg(ddq, dscr, ddout, dqkv, dO, dl, AB, AT, AC, ANH, nkv, dpos, window);
             } else {
-                cu->attention_forward_seg(dO, datt, dqkv, AB, AT, AC, ANH, nkv, dpos);
-                cu->attention_backward_seg(ddq, dscr, ddout, dqkv, datt, AB, AT, AC, ANH, nkv, dpos);
+                cu->attention_forward_seg(dO, datt, dqkv, AB, AT, AC, ANH, nkv, dpos, window);
+                cu->attention_backward_seg(ddq, dscr, ddout, dqkv, datt, AB, AT, AC, ANH, nkv, dpos, window);
             }
             dget(rep ? dq_g2 : dq_g, ddq, nq * 4);
         }
@@ -66,42 +74,54 @@ static void t_pack_attention(int AC, int nkv) {
                 for (int h = 0; h < ANH; h++)
                     for (int t = 0; t < AT; t++)
                         for (int j = 0; j < AT; j++)
-                            leak += (j < t - pos[(size_t)b * AT + t] || j > t) &&
+                            leak += (j < pack_first_key(pos, window, b, AT, t) || j > t) &&
                                     att_g[(((size_t)b * ANH + h) * AT + t) * AT + j] != 0.0f;
-            CHECK_MSG(leak == 0, "packed plain attention: %d probabilities outside an example", leak);
+            CHECK_MSG(leak == 0, "packed plain attention: %d probabilities outside a row's keys", leak);
         }
-        printf("packed %s attention T=%d NH=%d NKV=%d hs=%d: out %.2e, lse %.2e, dqkv %.2e against the cpu\n",
-               flash ? "flash" : "plain", AT, ANH, nkv, hs, eo, el, ed);
-        CHECK_MSG(eo <= 1e-4 && el <= 1e-4 && ed <= 1e-4, "packed %s attention beyond 1e-4",
-                  flash ? "flash" : "plain");
+        printf("%s %s attention T=%d NH=%d NKV=%d hs=%d window %d: out %.2e, lse %.2e, dqkv %.2e "
+               "against the cpu\n", packed ? "packed" : "causal", flash ? "flash" : "plain", AT,
+               ANH, nkv, hs, window, eo, el, ed);
+        CHECK_MSG(eo <= 1e-4 && el <= 1e-4 && ed <= 1e-4, "%s %s attention window %d beyond 1e-4",
+                  packed ? "packed" : "causal", flash ? "flash" : "plain", window);
         CHECK_MSG(!memcmp(dq_g, dq_g2, nq * 4), "packed attention backward: two runs differ");
-        /* pos NULL: the causal ops' bits */
-        float *o_n = malloc(no * 4), *dq_n = malloc(nq * 4);
-        if (flash) {
-            cu->flash_attention_forward_seg(dO, dl, dqkv, AB, AT, AC, ANH, nkv, NULL);
-            cu->flash_attention_backward_seg(ddq, dscr, ddout, dqkv, dO, dl, AB, AT, AC, ANH, nkv, NULL);
-        } else {
-            cu->attention_forward_seg(dO, datt, dqkv, AB, AT, AC, ANH, nkv, NULL);
-            cu->attention_backward_seg(ddq, dscr, ddout, dqkv, datt, AB, AT, AC, ANH, nkv, NULL);
+        /* the bits of the ops without the mask: the _seg op with pos NULL and window 0 against
+         * the causal op (packed cases), and a window >= T against no window */
+        if ((packed && !window) || window >= AT) {
+            float *o_n = malloc(no * 4), *dq_n = malloc(nq * 4);
+            const int32_t *dp_n = window ? dpos : NULL;
+            if (window) { /* dO, ddq: the op with the window (the last run above) */
+            } else if (flash) {
+                cu->flash_attention_forward_seg(dO, dl, dqkv, AB, AT, AC, ANH, nkv, NULL, 0);
+                cu->flash_attention_backward_seg(ddq, dscr, ddout, dqkv, dO, dl, AB, AT, AC, ANH, nkv, NULL, 0);
+            } else {
+                cu->attention_forward_seg(dO, datt, dqkv, AB, AT, AC, ANH, nkv, NULL, 0);
+                cu->attention_backward_seg(ddq, dscr, ddout, dqkv, datt, AB, AT, AC, ANH, nkv, NULL, 0);
+            }
+            dget(o_n, dO, no * 4), dget(dq_n, ddq, nq * 4);
+            if (window && flash) {
+                cu->flash_attention_forward_seg(dO, dl, dqkv, AB, AT, AC, ANH, nkv, dp_n, 0);
+                cu->flash_attention_backward_seg(ddq, dscr, ddout, dqkv, dO, dl, AB, AT, AC, ANH, nkv, dp_n, 0);
+            } else if (window) {
+                cu->attention_forward_seg(dO, datt, dqkv, AB, AT, AC, ANH, nkv, dp_n, 0);
+                cu->attention_backward_seg(ddq, dscr, ddout, dqkv, datt, AB, AT, AC, ANH, nkv, dp_n, 0);
+            } else if (flash) {
+                cu->flash_attention_forward(dO, dl, dqkv, AB, AT, AC, ANH, nkv);
+                cu->flash_attention_backward(ddq, dscr, ddout, dqkv, dO, dl, AB, AT, AC, ANH, nkv);
+            } else {
+                cu->attention_forward(dO, datt, dqkv, AB, AT, AC, ANH, nkv);
+                cu->attention_backward(ddq, dscr, ddout, dqkv, datt, AB, AT, AC, ANH, nkv);
+            }
+            dget(o_g, dO, no * 4), dget(dq_g, ddq, nq * 4);
+            CHECK_MSG(!memcmp(o_n, o_g, no * 4) && !memcmp(dq_n, dq_g, nq * 4),
+                      "%s attention: the _seg op %s differs from the op without", flash ? "flash" : "plain",
+                      window ? "with a window >= T" : "without positions");
+            free(o_n), free(dq_n);
         }
-        dget(o_n, dO, no * 4), dget(dq_n, ddq, nq * 4);
-        if (flash) {
-            cu->flash_attention_forward(dO, dl, dqkv, AB, AT, AC, ANH, nkv);
-            cu->flash_attention_backward(ddq, dscr, ddout, dqkv, dO, dl, AB, AT, AC, ANH, nkv);
-        } else {
-            cu->attention_forward(dO, datt, dqkv, AB, AT, AC, ANH, nkv);
-            cu->attention_backward(ddq, dscr, ddout, dqkv, datt, AB, AT, AC, ANH, nkv);
-        }
-        dget(o_g, dO, no * 4), dget(dq_g, ddq, nq * 4);
-        CHECK_MSG(!memcmp(o_n, o_g, no * 4) && !memcmp(dq_n, dq_g, nq * 4),
-                  "%s attention: the _seg op without positions differs from the causal op",
-                  flash ? "flash" : "plain");
-        free(o_n), free(dq_n);
         dfree(dqkv, nq * 4), dfree(ddout, no * 4), dfree(dO, no * 4), dfree(dl, nl * 4);
         if (datt) dfree(datt, na * 4);
         dfree(ddq, nq * 4), dfree(dscr, nl * 4);
     }
-    dfree(dpos, (size_t)AB * AT * sizeof(int32_t));
+    if (dpos) dfree(dpos, (size_t)AB * AT * sizeof(int32_t));
     free(pos), free(qkv), free(dout), free(o_c), free(l_c), free(dq_c), free(att_c), free(o_g);
     free(l_g), free(dq_g), free(dq_g2), free(att_g), free(scr);
 }
@@ -164,9 +184,17 @@ static void t_pack_positions(void) {
 }
 
 static void t_pack(void) {
-    t_pack_attention(256, 4);
-    t_pack_attention(256, 2);
-    t_pack_attention(512, 2);
-    t_pack_attention(320, 2);
+    t_pack_attention(256, 4, 1, 0);
+    t_pack_attention(256, 2, 1, 0);
+    t_pack_attention(512, 2, 1, 0);
+    t_pack_attention(320, 2, 1, 0);
+    /* sliding windows: hs 64 and 128 (tiled flash), 80 (the per-row kernels) */
+    t_pack_attention(256, 2, 0, 1);
+    t_pack_attention(256, 4, 1, 2);
+    t_pack_attention(512, 2, 0, 33);
+    t_pack_attention(256, 2, 1, 70);
+    t_pack_attention(320, 2, 0, 5);
+    t_pack_attention(320, 2, 1, 130);
+    t_pack_attention(256, 2, 1, 300);
     t_pack_positions();
 }

@@ -70,11 +70,11 @@ static int cut_rows(int B, int T, int32_t *pos, int (*ex)[3], int max_ex) {
 static void kern(int flash, float *out, float *st, float *dqkv, float *scr, const float *dout,
                  const float *qkv, int B, int T, int C, int NH, int NKV, const int32_t *pos) {
     if (flash) {
-        k_flash_attention_forward_seg(out, st, qkv, B, T, C, NH, NKV, pos);
-        k_flash_attention_backward_seg(dqkv, scr, dout, qkv, out, st, B, T, C, NH, NKV, pos);
+        k_flash_attention_forward_seg(out, st, qkv, B, T, C, NH, NKV, pos, 0);
+        k_flash_attention_backward_seg(dqkv, scr, dout, qkv, out, st, B, T, C, NH, NKV, pos, 0);
     } else {
-        k_attention_forward_seg(out, st, qkv, B, T, C, NH, NKV, pos);
-        k_attention_backward_seg(dqkv, scr, dout, qkv, st, B, T, C, NH, NKV, pos);
+        k_attention_forward_seg(out, st, qkv, B, T, C, NH, NKV, pos, 0);
+        k_attention_backward_seg(dqkv, scr, dout, qkv, st, B, T, C, NH, NKV, pos, 0);
     }
 }
 

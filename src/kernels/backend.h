@@ -178,20 +178,24 @@ struct hpt_backend {
     /* ---- packed examples (docs/packing.md) ----
      * pos (B*T int32, device): each token's position in its example (0 at an example's first
      * token). The attention ops above with document masks: query t of row b sees keys
-     * t - pos[b*T+t] .. t only (pos NULL: every key <= t, the ops above); the encoder reads
+     * t - pos[b*T+t] .. t only (pos NULL: every key <= t, the ops above); window > 0, a sliding
+     * window (Mistral, Gemma's local layers): besides, keys j with t - j < window only (W keys,
+     * the query's own included; transformers' kv_idx > q_idx - sliding_window); window 0: no
+     * window, the same bits as without it; the encoder reads
      * wpe at pos, RoPE rotates at pos (instead of t); encoder_backward_pos's dwte may be NULL
      * (wpe's gradient only: chunked embeddings' wte gradient is made chunk by chunk). */
     void (*attention_forward_seg)(float *out, float *att, const float *qkv, int B, int T, int C,
-                                  int NH, int NKV, const int32_t *pos);
+                                  int NH, int NKV, const int32_t *pos, int window);
     void (*attention_backward_seg)(float *dqkv, float *scratch, const float *dout,
                                    const float *qkv, const float *att, int B, int T, int C,
-                                   int NH, int NKV, const int32_t *pos);
+                                   int NH, int NKV, const int32_t *pos, int window);
     void (*flash_attention_forward_seg)(float *out, float *lse, const float *qkv, int B, int T,
-                                        int C, int NH, int NKV, const int32_t *pos);
+                                        int C, int NH, int NKV, const int32_t *pos,
+                                        int window);
     void (*flash_attention_backward_seg)(float *dqkv, float *scratch, const float *dout,
                                          const float *qkv, const float *out, const float *lse,
                                          int B, int T, int C, int NH, int NKV,
-                                         const int32_t *pos);
+                                         const int32_t *pos, int window);
     void (*encoder_forward_pos)(float *out, const int32_t *inp, const float *wte,
                                 const float *wpe, const int32_t *pos, int B, int T, int C);
     void (*encoder_backward_pos)(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
@@ -309,9 +313,10 @@ struct hpt_backend {
     void (*infer_kv_store)(float *K, float *V, const float *qkv, int pos0, size_t n, int C,
                            int NH, int NKV);
     /* atty (n,C) = causal attention of qkv's n queries at positions pos0 .. pos0 + n - 1 over
-     * K, V rows 0 .. each query's position; query head h reads kv head h / (NH/NKV) */
+     * K, V rows 0 .. each query's position (window > 0: the last `window` of them only, the
+     * attention ops' sliding window); query head h reads kv head h / (NH/NKV) */
     void (*infer_attend)(float *atty, const float *qkv, const float *K, const float *V,
-                         int pos0, size_t n, int C, int NH, int NKV);
+                         int pos0, size_t n, int C, int NH, int NKV, int window);
     /* Saved activations, compressed: the bytes of a stored copy of x (rows, w); store it; load
      * it back (par 0: on a helper thread, outside the op's thread team). */
     size_t (*act_code_bytes)(hpt_act_code k, size_t rows, size_t w);

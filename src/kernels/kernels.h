@@ -73,19 +73,29 @@ void k_flash_attention_backward(float *dqkv, float *scratch, const float *dout, 
                                 const float *out, const float *lse, int B, int T, int C, int NH,
                                 int NKV);
 
-/* The same four with document masks (packed examples, docs/packing.md): pos (B*T) each token's
- * position in its example; query t of row b sees keys t - pos[b*T+t] .. t only (pos NULL: all
- * keys <= t, the functions above). Rows of probabilities are 0 outside the example. */
+/* The same four with document masks (packed examples, docs/packing.md) and a sliding window:
+ * pos (B*T) each token's position in its example; query t of row b sees keys
+ * k_first_key(pos, window, b, T, t) .. t only (pos NULL, window 0: all keys <= t, the functions
+ * above). Rows of probabilities are 0 outside those keys. */
 void k_attention_forward_seg(float *out, float *att, const float *qkv, int B, int T, int C,
-                             int NH, int NKV, const int32_t *pos);
+                             int NH, int NKV, const int32_t *pos, int window);
 void k_attention_backward_seg(float *dqkv, float *scratch, const float *dout, const float *qkv,
                               const float *att, int B, int T, int C, int NH, int NKV,
-                              const int32_t *pos);
+                              const int32_t *pos, int window);
 void k_flash_attention_forward_seg(float *out, float *lse, const float *qkv, int B, int T, int C,
-                                   int NH, int NKV, const int32_t *pos);
+                                   int NH, int NKV, const int32_t *pos, int window);
 void k_flash_attention_backward_seg(float *dqkv, float *scratch, const float *dout,
                                     const float *qkv, const float *out, const float *lse, int B,
-                                    int T, int C, int NH, int NKV, const int32_t *pos);
+                                    int T, int C, int NH, int NKV, const int32_t *pos, int window);
+
+/* The first key query t of row b sees: its example's start (pos: each token's position in its
+ * example, docs/packing.md; NULL: 0), and with a sliding window of `window` keys (> 0) no key
+ * before t - window + 1 (window 0: none). */
+static inline int k_first_key(const int32_t *pos, int window, int b, int T, int t) {
+    int s = pos ? t - pos[(int64_t)b * T + t] : 0;
+    if (window > 0 && t - window + 1 > s) s = t - window + 1;
+    return s;
+}
 
 /* GELU, tanh form: out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
 void k_gelu_forward(float *out, const float *inp, int64_t n);

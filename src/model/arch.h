@@ -37,15 +37,16 @@
  * the same bits; flash: nothing, it keeps no probabilities). */
 typedef struct {
     /* NKV: key/value heads (grouped-query attention, qkv (B,T,(NH+2*NKV)*C/NH); GPT-2 NH);
-     * pos: hpt_arch_ctx's (the document mask of packed examples; NULL: causal) */
+     * pos: hpt_arch_ctx's (the document mask of packed examples; NULL: causal); window: a
+     * sliding window of that many keys (> 0; 0: none), backend.h's attention_forward_seg */
     void (*forward)(const hpt_backend *be, float *out, float *att, float *lse, const float *qkv,
-                    int B, int T, int C, int NH, int NKV, const int32_t *pos);
+                    int B, int T, int C, int NH, int NKV, const int32_t *pos, int window);
     void (*rebuild)(const hpt_backend *be, float *out, float *att, float *lse, const float *qkv,
-                    int B, int T, int C, int NH, int NKV, const int32_t *pos);
+                    int B, int T, int C, int NH, int NKV, const int32_t *pos, int window);
     /* dqkv (as qkv) overwritten from dout (B,T,C); scratch (B*NH, T) */
     void (*backward)(const hpt_backend *be, float *dqkv, float *scratch, const float *dout,
                      const float *qkv, const float *out, const float *att, const float *lse,
-                     int B, int T, int C, int NH, int NKV, const int32_t *pos);
+                     int B, int T, int C, int NH, int NKV, const int32_t *pos, int window);
 } hpt_attn_ops;
 
 const hpt_attn_ops *hpt_attn_ops_of(hpt_attention a);

@@ -7,38 +7,44 @@
 #include "model/arch.h"
 
 static void flash_forward(const hpt_backend *be, float *out, float *att, float *lse,
-                          const float *qkv, int B, int T, int C, int NH, int NKV, const int32_t *pos) {
+                          const float *qkv, int B, int T, int C, int NH, int NKV, const int32_t *pos,
+                          int window) {
     (void)att;
-    be->flash_attention_forward_seg(out, lse, qkv, B, T, C, NH, NKV, pos);
+    be->flash_attention_forward_seg(out, lse, qkv, B, T, C, NH, NKV, pos, window);
 }
 
 /* flash keeps only what selective recomputation never drops: nothing to rebuild */
 static void flash_rebuild(const hpt_backend *be, float *out, float *att, float *lse,
-                          const float *qkv, int B, int T, int C, int NH, int NKV, const int32_t *pos) {
+                          const float *qkv, int B, int T, int C, int NH, int NKV, const int32_t *pos,
+                          int window) {
     (void)be, (void)out, (void)att, (void)lse, (void)qkv;
-    (void)B, (void)T, (void)C, (void)NH, (void)NKV, (void)pos;
+    (void)B, (void)T, (void)C, (void)NH, (void)NKV, (void)pos, (void)window;
 }
 
 static void flash_backward(const hpt_backend *be, float *dqkv, float *scratch, const float *dout,
                            const float *qkv, const float *out, const float *att, const float *lse,
-                           int B, int T, int C, int NH, int NKV, const int32_t *pos) {
+                           int B, int T, int C, int NH, int NKV, const int32_t *pos,
+                           int window) {
     (void)att;
-    be->flash_attention_backward_seg(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV, pos);
+    be->flash_attention_backward_seg(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV, pos,
+                                     window);
 }
 
 /* plain: the forward, and its rerun rebuilding dropped probabilities (out rewritten with the
  * same bits) */
 static void plain_forward(const hpt_backend *be, float *out, float *att, float *lse,
-                          const float *qkv, int B, int T, int C, int NH, int NKV, const int32_t *pos) {
+                          const float *qkv, int B, int T, int C, int NH, int NKV, const int32_t *pos,
+                          int window) {
     (void)lse;
-    be->attention_forward_seg(out, att, qkv, B, T, C, NH, NKV, pos);
+    be->attention_forward_seg(out, att, qkv, B, T, C, NH, NKV, pos, window);
 }
 
 static void plain_backward(const hpt_backend *be, float *dqkv, float *scratch, const float *dout,
                            const float *qkv, const float *out, const float *att, const float *lse,
-                           int B, int T, int C, int NH, int NKV, const int32_t *pos) {
+                           int B, int T, int C, int NH, int NKV, const int32_t *pos,
+                           int window) {
     (void)out, (void)lse;
-    be->attention_backward_seg(dqkv, scratch, dout, qkv, att, B, T, C, NH, NKV, pos);
+    be->attention_backward_seg(dqkv, scratch, dout, qkv, att, B, T, C, NH, NKV, pos, window);
 }
 
 static const hpt_attn_ops k_flash = {flash_forward, flash_rebuild, flash_backward};

@@ -260,7 +260,6 @@ static void block_forward(const hpt_arch_ctx *x, float *const *w, void *lav, con
     const float *rc, *rs;
     int window;
     layer_rope(x, &rc, &rs, &window);
-    (void)window; /* the attention ops' window: not yet in the backend (config_check) */
     block_wone(be, c, la->wone, p);
     const float *w_ln1 = la->wone, *w_ln2 = la->wone + C, *w_pa = la->wone + 2 * C,
                 *w_pf = la->wone + 3 * C, *w_qk = la->wone + 4 * C;
@@ -272,7 +271,8 @@ static void block_forward(const hpt_arch_ctx *x, float *const *w, void *lav, con
     /* q and k rotated in place with the layer's tables */
     hpt_rope_fwd(x, la->qkv, rc, rs, NH, NKV, hd);
     /* atty (B, T, A) = attention(q, k, v), kv head h / (NH / NKV) for query head h */
-    x->attn->forward(be, la->atty, la->att, la->att_lse, la->qkv, B, T, A, NH, NKV, x->pos);
+    x->attn->forward(be, la->atty, la->att, la->att_lse, la->qkv, B, T, A, NH, NKV, x->pos,
+                     window);
     /* attp (B, T, C) = atty @ attprojw^T (+ attprojb);
      * res2 = residual + rmsnorm(attp) * (1 + post_attention) */
     arch_linear_forward(x, la->attp, la->atty, p->attprojw, p->attprojb, BT, A, C, 0);
@@ -299,10 +299,13 @@ static void block_recompute(const hpt_arch_ctx *x, float *const *w, void *lav, c
     const int B = x->B, T = x->T, C = c->C;
     const int64_t BT = (int64_t)B * T;
     llama_layer_acts *la = lav;
+    const float *rc, *rs;
+    int window;
     (void)w;
+    layer_rope(x, &rc, &rs, &window);
     be->rmsnorm_apply(la->ln1, residual, la->wone, la->ln1_rstd, BT, C);
     x->attn->rebuild(be, la->atty, la->att, la->att_lse, la->qkv, B, T, (int)att_of(c), c->NH,
-                     c->NKV, x->pos);
+                     c->NKV, x->pos, window);
     be->rmsnorm_apply(la->ln2, la->res2, la->wone + C, la->ln2_rstd, BT, C);
     be->geglu_forward(la->fch_swi, la->fch, BT, c->FF);
 }
@@ -322,7 +325,6 @@ static void block_backward(const hpt_arch_ctx *x, float *const *w, float *const 
     const float *rc, *rs;
     int window;
     layer_rope(x, &rc, &rs, &window);
-    (void)window;
     const float *w_ln1 = la->wone, *w_ln2 = la->wone + C, *w_pa = la->wone + 2 * C,
                 *w_pf = la->wone + 3 * C, *w_qk = la->wone + 4 * C;
     /* res3 = res2 + rmsnorm(mlpo) * (1 + pf): dres flows to res2 unchanged; mlpo's rstd again
@@ -346,7 +348,7 @@ static void block_backward(const hpt_arch_ctx *x, float *const *w, float *const 
                          BT, A, C, 0);
     /* atty = attention(qkv); dqkv (B, T, QKV) into dbig, dk and dv summed over each group */
     x->attn->backward(be, a->dbig, a->attscr, a->dmid, la->qkv, la->atty, la->att, la->att_lse,
-                      B, T, A, NH, NKV, x->pos);
+                      B, T, A, NH, NKV, x->pos, window);
     /* q, k = rope(q, k): the transpose rotation */
     hpt_rope_bwd(x, a->dbig, rc, rs, NH, NKV, hd);
     /* q, k = the per-head norms of qkvr's (q scaled): d qkvr (B, T, QKV) into dmid */

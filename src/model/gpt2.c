@@ -168,7 +168,7 @@ static void block_forward(const hpt_arch_ctx *x, float *const *w, void *lav, con
     /* qkv (B, T, 3C) = ln1 @ qkvw^T + qkvb */
     arch_linear_forward(x, la->qkv, la->ln1, p->qkvw, p->qkvb, BT, C, 3 * C, 0);
     /* atty (B, T, C) = attention(qkv) */
-    x->attn->forward(be, la->atty, la->att, la->att_lse, la->qkv, B, T, C, NH, NH, x->pos);
+    x->attn->forward(be, la->atty, la->att, la->att_lse, la->qkv, B, T, C, NH, NH, x->pos, 0);
     /* res2 (B, T, C) = residual + atty @ attprojw^T + attprojb */
     be->copy(la->res2, residual, (size_t)BT * C * sizeof(float), HPT_COPY_D2D);
     arch_linear_forward(x, la->res2, la->atty, p->attprojw, p->attprojb, BT, C, C, 1);
@@ -194,7 +194,7 @@ static void block_recompute(const hpt_arch_ctx *x, float *const *w, void *lav, c
     /* ln1 = layernorm(residual), with the saved mean and rstd */
     be->layernorm_apply(la->ln1, residual, p->ln1w, p->ln1b, la->ln1_mean, la->ln1_rstd, BT, C);
     /* att = softmax(q k^T) (plain attention; flash keeps none): rewrites atty, the same bits */
-    x->attn->rebuild(be, la->atty, la->att, la->att_lse, la->qkv, B, T, C, NH, NH, x->pos);
+    x->attn->rebuild(be, la->atty, la->att, la->att_lse, la->qkv, B, T, C, NH, NH, x->pos, 0);
     /* ln2 = layernorm(res2) */
     be->layernorm_apply(la->ln2, la->res2, p->ln2w, p->ln2b, la->ln2_mean, la->ln2_rstd, BT, C);
     /* fch_gelu = gelu(fch) */
@@ -226,7 +226,7 @@ static void block_backward(const hpt_arch_ctx *x, float *const *w, float *const 
                         C, C, 0);
     /* atty = attention(qkv); dqkv (B, T, 3C) into dbig */
     x->attn->backward(be, a->dbig, a->attscr, a->dsmall, la->qkv, la->atty, la->att, la->att_lse,
-                      B, T, C, NH, NH, x->pos);
+                      B, T, C, NH, NH, x->pos, 0);
     /* qkv = ln1 @ qkvw^T + qkvb */
     arch_linear_backward(x, a->dsmall, g->qkvw, g->qkvb, a->dbig, la->ln1, p->qkvw, BT, C, 3 * C, 0);
     /* ln1 = layernorm(residual) */

@@ -387,7 +387,7 @@ static void llama_rows(hpt_infer *inf, size_t n, int pos0) {
         if (inf->qk_rstd) qk_norm_rows(inf, n, l);
         be->rope_forward(inf->qkv, cosv, sinv, 1, (int)n, NH, NKV, hd, pos0);
         be->infer_kv_store(K, V, inf->qkv, pos0, n, A, NH, NKV);
-        be->infer_attend(inf->atty, inf->qkv, K, V, pos0, n, A, NH, NKV);
+        be->infer_attend(inf->atty, inf->qkv, K, V, pos0, n, A, NH, NKV, c->window);
         linear(inf, inf->x, inf->atty, T_ATTPROJW, T_ATTPROJB, l, n, A, C, 1);
         be->rmsnorm_forward(inf->ln, inf->rstd, inf->x, inf->f[T_LN2W] + lc, (int64_t)n, C, c->norm_eps);
         linear(inf, gu, inf->ln, T_FCW, T_FCB, l, n, C, 2 * (int64_t)FF, 0);
@@ -418,7 +418,7 @@ static void block_rows(hpt_infer *inf, const int32_t *tok, size_t n) {
                               inf->f[T_LN1B] + lc, (int64_t)n, C);
         linear(inf, inf->qkv, inf->ln, T_QKVW, T_QKVB, l, n, C, 3 * C, 0);
         be->infer_kv_store(K, V, inf->qkv, pos0, n, C, c->NH, c->NH);
-        be->infer_attend(inf->atty, inf->qkv, K, V, pos0, n, C, c->NH, c->NH);
+        be->infer_attend(inf->atty, inf->qkv, K, V, pos0, n, C, c->NH, c->NH, 0);
         linear(inf, inf->x, inf->atty, T_ATTPROJW, T_ATTPROJB, l, n, C, C, 1);
         be->layernorm_forward(inf->ln, inf->mean, inf->rstd, inf->x, inf->f[T_LN2W] + lc,
                               inf->f[T_LN2B] + lc, (int64_t)n, C);

@@ -251,7 +251,8 @@ static void block_forward(const hpt_arch_ctx *x, float *const *w, void *lav, con
     arch_linear_forward(x, la->qkv, la->ln1, p->qkvw, p->qkvb, BT, C, QKV, 0);
     hpt_rope_fwd(x, la->qkv, k->rope_cos, k->rope_sin, NH, NKV, hd);
     /* atty (B, T, C) = attention(q, k, v), kv head h / (NH / NKV) for query head h */
-    x->attn->forward(be, la->atty, la->att, la->att_lse, la->qkv, B, T, C, NH, NKV, x->pos);
+    x->attn->forward(be, la->atty, la->att, la->att_lse, la->qkv, B, T, C, NH, NKV, x->pos,
+                     c->window);
     /* res2 (B, T, C) = residual + atty @ attprojw^T (+ attprojb) */
     be->copy(la->res2, residual, (size_t)BT * C * sizeof(float), HPT_COPY_D2D);
     arch_linear_forward(x, la->res2, la->atty, p->attprojw, p->attprojb, BT, C, C, 1);
@@ -278,7 +279,8 @@ static void block_recompute(const hpt_arch_ctx *x, float *const *w, void *lav, c
     /* ln1 = rmsnorm(residual) * ln1w, with the saved rstd */
     be->rmsnorm_apply(la->ln1, residual, p->ln1w, la->ln1_rstd, BT, C);
     /* att = softmax(q k^T) (plain attention; flash keeps none): rewrites atty, the same bits */
-    x->attn->rebuild(be, la->atty, la->att, la->att_lse, la->qkv, B, T, C, c->NH, c->NKV, x->pos);
+    x->attn->rebuild(be, la->atty, la->att, la->att_lse, la->qkv, B, T, C, c->NH, c->NKV, x->pos,
+                     c->window);
     /* ln2 = rmsnorm(res2) * ln2w */
     be->rmsnorm_apply(la->ln2, la->res2, p->ln2w, la->ln2_rstd, BT, C);
     /* fch_swi = silu(gate) * up */
@@ -313,7 +315,7 @@ static void block_backward(const hpt_arch_ctx *x, float *const *w, float *const 
                         C, C, 0);
     /* atty = attention(qkv); dqkv (B, T, QKV) into dbig, dk and dv summed over each group */
     x->attn->backward(be, a->dbig, a->attscr, a->dsmall, la->qkv, la->atty, la->att, la->att_lse,
-                      B, T, C, NH, NKV, x->pos);
+                      B, T, C, NH, NKV, x->pos, c->window);
     /* q, k = rope(q, k): the transpose rotation */
     hpt_rope_bwd(x, a->dbig, k->rope_cos, k->rope_sin, NH, NKV, hd);
     /* qkv = ln1 @ qkvw^T (+ qkvb) */

@@ -238,7 +238,7 @@ static void block_forward(const hpt_arch_ctx *x, float *const *w, void *lav, con
     /* q and k rotated in place */
     hpt_rope_fwd(x, la->qkv, k->rope_cos, k->rope_sin, NH, NKV, hd);
     /* atty (B, T, A) = attention(q, k, v), kv head h / (NH / NKV) for query head h */
-    x->attn->forward(be, la->atty, la->att, la->att_lse, la->qkv, B, T, A, NH, NKV, x->pos);
+    x->attn->forward(be, la->atty, la->att, la->att_lse, la->qkv, B, T, A, NH, NKV, x->pos, 0);
     /* res2 (B, T, C) = residual + atty @ attprojw^T (+ attprojb) */
     be->copy(la->res2, residual, (size_t)BT * C * sizeof(float), HPT_COPY_D2D);
     arch_linear_forward(x, la->res2, la->atty, p->attprojw, p->attprojb, BT, A, C, 1);
@@ -264,7 +264,7 @@ static void block_recompute(const hpt_arch_ctx *x, float *const *w, void *lav, c
     llama_layer_acts *la = lav;
     be->rmsnorm_apply(la->ln1, residual, p->ln1w, la->ln1_rstd, BT, C);
     x->attn->rebuild(be, la->atty, la->att, la->att_lse, la->qkv, B, T, (int)att_of(c), c->NH,
-                     c->NKV, x->pos);
+                     c->NKV, x->pos, 0);
     be->rmsnorm_apply(la->ln2, la->res2, p->ln2w, la->ln2_rstd, BT, C);
     be->swiglu_forward(la->fch_swi, la->fch, BT, c->FF);
 }
@@ -295,7 +295,7 @@ static void block_backward(const hpt_arch_ctx *x, float *const *w, float *const 
                         A, C, 0);
     /* atty = attention(qkv); dqkv (B, T, QKV) into dbig, dk and dv summed over each group */
     x->attn->backward(be, a->dbig, a->attscr, a->dsmall, la->qkv, la->atty, la->att, la->att_lse,
-                      B, T, A, NH, NKV, x->pos);
+                      B, T, A, NH, NKV, x->pos, 0);
     /* q, k = rope(q, k): the transpose rotation */
     hpt_rope_bwd(x, a->dbig, k->rope_cos, k->rope_sin, NH, NKV, hd);
     /* Qwen3: q, k = the per-head norms of qkvr's: d qkvr (B, T, QKV) into dmid */

@@ -14,22 +14,21 @@
 #include <math.h>
 #include <string.h>
 
-/* SEG(b, t): the first key query t of row b sees: its example's start (pos: each token's
- * position in its example, docs/packing.md), or 0 (plain causal attention, pos NULL) */
-#define SEG(b, t) (pos ? (t) - pos[(int64_t)(b) * T + (t)] : 0)
+/* SEG(b, t): the first key query t of row b sees (its example's start, the window's) */
+#define SEG(b, t) k_first_key(pos, window, b, T, t)
 
 void k_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH,
                          int NKV) {
-    k_attention_forward_seg(out, att, qkv, B, T, C, NH, NKV, NULL);
+    k_attention_forward_seg(out, att, qkv, B, T, C, NH, NKV, NULL, 0);
 }
 
 void k_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                           const float *att, int B, int T, int C, int NH, int NKV) {
-    k_attention_backward_seg(dqkv, scratch, dout, qkv, att, B, T, C, NH, NKV, NULL);
+    k_attention_backward_seg(dqkv, scratch, dout, qkv, att, B, T, C, NH, NKV, NULL, 0);
 }
 
 void k_attention_forward_seg(float *out, float *att, const float *qkv, int B, int T, int C,
-                             int NH, int NKV, const int32_t *pos) {
+                             int NH, int NKV, const int32_t *pos, int window) {
     const int hs = C / NH;
     const int G = NH / NKV;            /* query heads per kv head */
     const int W = C + 2 * NKV * hs;    /* a row of qkv */
@@ -77,7 +76,7 @@ void k_attention_forward_seg(float *out, float *att, const float *qkv, int B, in
 
 void k_attention_backward_seg(float *dqkv, float *scratch, const float *dout, const float *qkv,
                               const float *att, int B, int T, int C, int NH, int NKV,
-                              const int32_t *pos) {
+                              const int32_t *pos, int window) {
     const int hs = C / NH;
     const int G = NH / NKV;
     const int W = C + 2 * NKV * hs;

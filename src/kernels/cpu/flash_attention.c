@@ -265,12 +265,12 @@ static const float *compact(float *buf, const float *src, int n, int64_t stride,
     return buf;
 }
 
-/* SEG(b, t): the first key query t of row b sees: its example's start (pos: each token's
- * position in its example, docs/packing.md), or 0 (plain causal attention, pos NULL) */
-#define SEG(b, t) (pos ? (t) - pos[(int64_t)(b) * T + (t)] : 0)
+/* SEG(b, t): the first key query t of row b sees (its example's start, the window's) */
+#define SEG(b, t) k_first_key(pos, window, b, T, t)
 
-/* the first key tile any query row t0 .. t1 - 1 of row b sees (0 without pos) */
-static int first_tile(const int32_t *pos, int b, int T, int t0, int t1) {
+/* the first key tile any query row t0 .. t1 - 1 of row b sees (0 without pos and window):
+ * the tiles before it are skipped, so a window of W keys costs O(T W), not O(T^2) */
+static int first_tile(const int32_t *pos, int window, int b, int T, int t0, int t1) {
     int smin = t0;
     for (int t = t0; t < t1; t++) {
         const int s = SEG(b, t);
@@ -281,11 +281,11 @@ static int first_tile(const int32_t *pos, int b, int T, int t0, int t1) {
 
 void k_flash_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C,
                                int NH, int NKV) {
-    k_flash_attention_forward_seg(out, lse, qkv, B, T, C, NH, NKV, NULL);
+    k_flash_attention_forward_seg(out, lse, qkv, B, T, C, NH, NKV, NULL, 0);
 }
 
 void k_flash_attention_forward_seg(float *out, float *lse, const float *qkv, int B, int T, int C,
-                                   int NH, int NKV, const int32_t *pos) {
+                                   int NH, int NKV, const int32_t *pos, int window) {
     const int hs = C / NH;
     const int G = NH / NKV;              /* query heads per kv head */
     const int W = C + 2 * NKV * hs;      /* a row of qkv */
@@ -311,8 +311,8 @@ void k_flash_attention_forward_seg(float *out, float *lse, const float *qkv, int
                     m[t - t0] = -INFINITY;
                     l[t - t0] = 0.0f;
                 }
-                /* key tiles before every row's example start are skipped */
-                for (int k0 = first_tile(pos, b, T, t0, t1); k0 < t1; k0 += FA_BC) {
+                /* key tiles before every row's first key (example start, window) are skipped */
+                for (int k0 = first_tile(pos, window, b, T, t0, t1); k0 < t1; k0 += FA_BC) {
                     const int k1 = k0 + FA_BC < t1 ? k0 + FA_BC : t1;
                     const int ta = t0 < k0 ? k0 : t0; /* rows t < k0 see no key here */
                     const int nr = t1 - ta;
@@ -327,7 +327,7 @@ void k_flash_attention_forward_seg(float *out, float *lse, const float *qkv, int
                     for (int t = ta; t < t1; t++) {
                         const int nk = (t + 1 < k1 ? t + 1 : k1) - k0; /* causal: keys <= t */
                         float *s = S[t - ta];
-                        /* keys before the row's example start: masked (p = 0) */
+                        /* keys before the row's first key (example, window): masked (p = 0) */
                         const int lo = SEG(b, t) - k0;
                         if (lo >= nk) { /* none of this tile's keys is the row's */
                             for (int j = 0; j < FA_BC; j++) s[j] = 0.0f;
@@ -407,12 +407,13 @@ static void row_dots(float *D, const float *d, const float *o, int T, int64_t C,
 void k_flash_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                                 const float *out, const float *lse, int B, int T, int C, int NH,
                                 int NKV) {
-    k_flash_attention_backward_seg(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV, NULL);
+    k_flash_attention_backward_seg(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV, NULL,
+                                   0);
 }
 
 void k_flash_attention_backward_seg(float *dqkv, float *scratch, const float *dout,
                                     const float *qkv, const float *out, const float *lse, int B,
-                                    int T, int C, int NH, int NKV, const int32_t *pos) {
+                                    int T, int C, int NH, int NKV, const int32_t *pos, int window) {
     const int hs = C / NH;
     const int G = NH / NKV;
     const int W = C + 2 * NKV * hs;
@@ -445,7 +446,7 @@ void k_flash_attention_backward_seg(float *dqkv, float *scratch, const float *do
                                               t1 - t0, W, hs, &qs);
                     const float *dt = compact(Dc, dout + ((int64_t)b * T + t0) * C + h * hs,
                                               t1 - t0, C, hs, &ds_);
-                    for (int k0 = first_tile(pos, b, T, t0, t1); k0 < t1; k0 += FA_BC) {
+                    for (int k0 = first_tile(pos, window, b, T, t0, t1); k0 < t1; k0 += FA_BC) {
                         const int k1 = k0 + FA_BC < t1 ? k0 + FA_BC : t1;
                         const int ta = t0 < k0 ? k0 : t0, nr = t1 - ta;
                         const float *kbase = qkv + ((int64_t)b * T + k0) * W + KO + kh;
@@ -467,7 +468,7 @@ void k_flash_attention_backward_seg(float *dqkv, float *scratch, const float *do
                             const int nk = (t + 1 < k1 ? t + 1 : k1) - k0;
                             float *p = P[t - ta], *ds = dS[t - ta];
                             const float lt = lrow[t], Dt = D[t];
-                            int lo = SEG(b, t) - k0; /* keys before the example's start: 0 */
+                            int lo = SEG(b, t) - k0; /* keys before the row's first key: 0 */
                             lo = lo < 0 ? 0 : lo > nk ? nk : lo;
                             for (int j = 0; j < lo; j++) p[j] = ds[j] = 0.0f;
 #pragma omp simd

@@ -53,9 +53,9 @@ void k_infer_kv_store(float *K, float *V, const float *qkv, int pos0, size_t n, 
 
 /* atty (n, C) = causal attention of the n rows' queries (qkv (n, C + 2 KVC)) at positions
  * pos0 .. pos0 + n - 1 over the cache's keys and values K, V (ctx, KVC) up to each row's
- * position. */
+ * position, from its window's first key (window > 0: the last `window` keys). */
 void k_infer_attend(float *atty, const float *qkv, const float *K, const float *V, int pos0,
-                    size_t n, int C, int NH, int NKV) {
+                    size_t n, int C, int NH, int NKV, int window) {
     const int hs = C / NH, G = NH / NKV;
     const size_t KVC = (size_t)NKV * (size_t)hs, W = (size_t)C + 2 * KVC;
     const float scale = 1.0f / sqrtf((float)hs);
@@ -67,7 +67,8 @@ void k_infer_attend(float *atty, const float *qkv, const float *K, const float *
             float *o = atty + (size_t)t * C + (size_t)h * hs;
             float mx = -INFINITY, sum = 0.0f;
             memset(o, 0, (size_t)hs * sizeof(float));
-            for (int j = 0; j <= pos0 + (int)t; j++) {
+            const int tp = pos0 + (int)t; /* the query's position */
+            for (int j = window > 0 && tp - window + 1 > 0 ? tp - window + 1 : 0; j <= tp; j++) {
                 const float *k = K + (size_t)j * KVC + kh;
                 const float *v = V + (size_t)j * KVC + kh;
                 float s = 0.0f;

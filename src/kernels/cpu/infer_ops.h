@@ -12,6 +12,6 @@ void k_infer_embed(float *x, const int32_t *tok, size_t n, int pos0, const float
 void k_infer_kv_store(float *K, float *V, const float *qkv, int pos0, size_t n, int C, int NH,
                       int NKV);
 void k_infer_attend(float *atty, const float *qkv, const float *K, const float *V, int pos0,
-                    size_t n, int C, int NH, int NKV);
+                    size_t n, int C, int NH, int NKV, int window);
 
 #endif

@@ -107,15 +107,17 @@ TIMED(flash_attention_backward, (float *dqkv, float *scratch, const float *dout,
         add(#label, now_s() - t0, 0.0);                                                        \
     }
 TIMED_AS(attention_forward, attention_forward_seg, (float *out, float *att, const float *qkv, int B, int T, int C,
-         int NH, int NKV, const int32_t *pos), (out, att, qkv, B, T, C, NH, NKV, pos))
+         int NH, int NKV, const int32_t *pos, int window), (out, att, qkv, B, T, C, NH, NKV, pos, window))
 TIMED_AS(attention_backward, attention_backward_seg, (float *dqkv, float *scratch, const float *dout,
-         const float *qkv, const float *att, int B, int T, int C, int NH, int NKV, const int32_t *pos),
-         (dqkv, scratch, dout, qkv, att, B, T, C, NH, NKV, pos))
+         const float *qkv, const float *att, int B, int T, int C, int NH, int NKV, const int32_t *pos,
+         int window), (dqkv, scratch, dout, qkv, att, B, T, C, NH, NKV, pos, window))
 TIMED_AS(flash_attention_forward, flash_attention_forward_seg, (float *out, float *lse, const float *qkv, int B,
-         int T, int C, int NH, int NKV, const int32_t *pos), (out, lse, qkv, B, T, C, NH, NKV, pos))
+         int T, int C, int NH, int NKV, const int32_t *pos, int window),
+         (out, lse, qkv, B, T, C, NH, NKV, pos, window))
 TIMED_AS(flash_attention_backward, flash_attention_backward_seg, (float *dqkv, float *scratch, const float *dout,
          const float *qkv, const float *out, const float *lse, int B, int T, int C, int NH, int NKV,
-         const int32_t *pos), (dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV, pos))
+         const int32_t *pos, int window), (dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV, pos,
+         window))
 TIMED_AS(encoder_forward, encoder_forward_pos, (float *out, const int32_t *inp, const float *wte,
          const float *wpe, const int32_t *pos, int B, int T, int C), (out, inp, wte, wpe, pos, B, T, C))
 TIMED_AS(encoder_backward, encoder_backward_pos, (float *dwte, float *dwpe, const float *dout,

@@ -10,8 +10,9 @@
  * the group's query heads and the later query rows): deterministic, no atomics; dqkv is
  * overwritten; D is summed in the order of each dP (T = 1: dq = dk = 0 exactly).
  * Packed examples (docs/packing.md): pos (B*T, device) each token's position in its example;
- * query t then sees keys t - pos[t] .. t only (pos NULL: all keys <= t). The _seg ops with a
- * pos run the tiled kernels with the same mask where they are built, these elsewhere. */
+ * query t then sees keys t - pos[t] .. t only (pos NULL: all keys <= t); a sliding window
+ * (window > 0) keeps keys t - window + 1 .. t besides. The _seg ops with a pos or a window run
+ * the tiled kernels with the same mask where they are built, these elsewhere. */
 #include "kernels/cuda/cu_common.cuh"
 
 #include <math.h>
@@ -29,6 +30,7 @@ typedef struct {
     int Tq, Tk, NH, group, hs, pos0;
     float scale;
     const int32_t *pos;      /* (B,Tq) positions in each example, or NULL: causal */
+    int window;              /* keys pos0 + t - window + 1 .. pos0 + t only (> 0); 0: all */
 } at_fwd;
 
 /* grid (Tq * NH, B): query row t of sequence b, head h; keys 0 .. pos0 + t */
@@ -43,7 +45,8 @@ __global__ void d_attn_forward(at_fwd a) {
     for (int i = threadIdx.x; i < a.hs; i += blockDim.x) qs[i] = q[i], os[i] = 0.0f;
     float m = -INFINITY, l = 0.0f;
     const int nk = a.pos0 + t + 1;
-    const int s0 = a.pos ? t - a.pos[(size_t)b * a.Tq + t] : 0; /* the example's first key */
+    int s0 = a.pos ? t - a.pos[(size_t)b * a.Tq + t] : 0; /* the example's first key */
+    if (a.window > 0) s0 = max(s0, nk - a.window);       /* the window's */
     for (int k0 = s0; k0 < nk; k0 += AT_TILE) {
         const int n = nk - k0 < AT_TILE ? nk - k0 : AT_TILE;
         __syncthreads();
@@ -112,6 +115,7 @@ static at_fwd train_args(const float *qkv, float *out, int B, int T, int C, int 
     a.pos0 = 0;
     a.scale = 1.0f / sqrtf((float)hs);
     a.pos = NULL;
+    a.window = 0;
     (void)B;
     return a;
 }
@@ -134,7 +138,7 @@ void cu_attention_forward(float *out, float *att, const float *qkv, int B, int T
 void cu_flash_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C,
                                 int NH, int NKV) {
     if (cu_tiled_attention_supported(C, NH)) {
-        cu_tiled_flash_forward(out, lse, qkv, B, T, C, NH, NKV, NULL);
+        cu_tiled_flash_forward(out, lse, qkv, B, T, C, NH, NKV, NULL, 0);
         return;
     }
     at_fwd a = train_args(qkv, out, B, T, C, NH, NKV);
@@ -143,7 +147,7 @@ void cu_flash_attention_forward(float *out, float *lse, const float *qkv, int B,
 }
 
 void cu_infer_attend(float *atty, const float *qkv, const float *K, const float *V, int pos0,
-                     size_t n, int C, int NH, int NKV) {
+                     size_t n, int C, int NH, int NKV, int window) {
     at_fwd a;
     a.hs = C / NH;
     const size_t KVC = (size_t)NKV * (size_t)a.hs;
@@ -163,6 +167,7 @@ void cu_infer_attend(float *atty, const float *qkv, const float *K, const float 
     a.pos0 = pos0;
     a.scale = 1.0f / sqrtf((float)a.hs);
     a.pos = NULL;
+    a.window = window;
     launch_forward(a, 1, "infer_attend");
 }
 
@@ -174,11 +179,13 @@ typedef struct {
     size_t W;
     float scale;
     const int32_t *pos;      /* (B,T) positions in each example, or NULL: causal */
+    int window;              /* keys t - window + 1 .. t only (> 0); 0: all */
 } at_bwd;
 
-/* the first key query t of sequence b sees */
+/* the first key query t of sequence b sees (its example's, its window's); never decreasing in t */
 __device__ inline int at_seg(const at_bwd &a, int b, int t) {
-    return a.pos ? t - a.pos[(size_t)b * a.T + t] : 0;
+    const int s = a.pos ? t - a.pos[(size_t)b * a.T + t] : 0;
+    return a.window > 0 ? max(s, t - a.window + 1) : s;
 }
 
 /* P_tj of head h in sequence b */
@@ -267,7 +274,8 @@ __global__ void d_attn_dkv(at_bwd a) {
     for (int i = threadIdx.x; i < a.hs; i += blockDim.x) ak[i] = 0.0f, av[i] = 0.0f;
     for (int g = 0; g < a.group; g++) {
         const int h = kh * a.group + g;
-        for (int t0 = j; t0 < a.T; t0 += AT_TILE) {
+        /* rows from the first that does not see key j on see none (at_seg never decreases) */
+        for (int t0 = j; t0 < a.T && at_seg(a, b, t0) <= j; t0 += AT_TILE) {
             const int n = a.T - t0 < AT_TILE ? a.T - t0 : AT_TILE;
             __syncthreads();
             for (int r = threadIdx.x; r < n; r += blockDim.x) {
@@ -276,7 +284,7 @@ __global__ void d_attn_dkv(at_bwd a) {
                 const float *d = a.dout + ((size_t)b * a.T + t) * a.NH * a.hs + (size_t)h * a.hs;
                 float dp = 0.0f;
                 for (int i = 0; i < a.hs; i++) dp += d[i] * vr[i];
-                /* rows of a later example do not see key j */
+                /* rows of a later example or past the window do not see key j */
                 float p = at_seg(a, b, t) > j ? 0.0f : at_prob(a, b, h, t, j, q, kr);
                 ps[r] = p;
                 ds[r] = p * (dp - a.D[((size_t)b * a.NH + h) * a.T + t]) * a.scale;
@@ -300,7 +308,7 @@ __global__ void d_attn_dkv(at_bwd a) {
 
 static void backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                      const float *att, const float *out, const float *lse, int B, int T, int C,
-                     int NH, int NKV, const int32_t *pos, const char *what) {
+                     int NH, int NKV, const int32_t *pos, int window, const char *what) {
     if (B <= 0 || T <= 0) return;
     cu_enter();
     at_bwd a;
@@ -310,6 +318,7 @@ static void backward(float *dqkv, float *scratch, const float *dout, const float
     a.W = (size_t)(NH + 2 * NKV) * a.hs;
     a.scale = 1.0f / sqrtf((float)a.hs);
     a.pos = pos;
+    a.window = window;
     d_attn_D<<<dim3((unsigned)(T * NH), (unsigned)B), AT_THREADS, 0, cu_stream>>>(a);
     CU_LAUNCHED(what);
     d_attn_dq<<<dim3((unsigned)(T * NH), (unsigned)B), AT_THREADS,
@@ -322,52 +331,59 @@ static void backward(float *dqkv, float *scratch, const float *dout, const float
 
 void cu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                            const float *att, int B, int T, int C, int NH, int NKV) {
-    backward(dqkv, scratch, dout, qkv, att, NULL, NULL, B, T, C, NH, NKV, NULL, "attention_backward");
+    backward(dqkv, scratch, dout, qkv, att, NULL, NULL, B, T, C, NH, NKV, NULL, 0,
+             "attention_backward");
 }
 
 void cu_flash_attention_backward(float *dqkv, float *scratch, const float *dout,
                                  const float *qkv, const float *out, const float *lse, int B,
                                  int T, int C, int NH, int NKV) {
     if (cu_tiled_attention_supported(C, NH)) {
-        cu_tiled_flash_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV, NULL);
+        cu_tiled_flash_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV, NULL, 0);
         return;
     }
-    backward(dqkv, scratch, dout, qkv, NULL, out, lse, B, T, C, NH, NKV, NULL, "flash_attention_backward");
+    backward(dqkv, scratch, dout, qkv, NULL, out, lse, B, T, C, NH, NKV, NULL, 0,
+             "flash_attention_backward");
 }
 
-/* ---- the document-masked ops (pos NULL: the ops above, tiled where they are) ---- */
+/* ---- the document-masked ops (pos NULL, window 0: the ops above, tiled where they are) ---- */
 void cu_attention_forward_seg(float *out, float *att, const float *qkv, int B, int T, int C,
-                              int NH, int NKV, const int32_t *pos) {
+                              int NH, int NKV, const int32_t *pos, int window) {
     at_fwd a = train_args(qkv, out, B, T, C, NH, NKV);
     a.att = att;
     a.pos = pos;
+    a.window = window;
     launch_forward(a, B, "attention_forward");
 }
 
 void cu_attention_backward_seg(float *dqkv, float *scratch, const float *dout, const float *qkv,
                                const float *att, int B, int T, int C, int NH, int NKV,
-                               const int32_t *pos) {
-    backward(dqkv, scratch, dout, qkv, att, NULL, NULL, B, T, C, NH, NKV, pos, "attention_backward");
+                               const int32_t *pos, int window) {
+    backward(dqkv, scratch, dout, qkv, att, NULL, NULL, B, T, C, NH, NKV, pos, window,
+             "attention_backward");
 }
 
 void cu_flash_attention_forward_seg(float *out, float *lse, const float *qkv, int B, int T, int C,
-                                    int NH, int NKV, const int32_t *pos) {
+                                    int NH, int NKV, const int32_t *pos, int window) {
     if (cu_tiled_attention_supported(C, NH)) {
-        cu_tiled_flash_forward(out, lse, qkv, B, T, C, NH, NKV, pos);
+        cu_tiled_flash_forward(out, lse, qkv, B, T, C, NH, NKV, pos, window);
         return;
     }
     at_fwd a = train_args(qkv, out, B, T, C, NH, NKV);
     a.lse = lse;
     a.pos = pos;
+    a.window = window;
     launch_forward(a, B, "flash_attention_forward");
 }
 
 void cu_flash_attention_backward_seg(float *dqkv, float *scratch, const float *dout,
                                      const float *qkv, const float *out, const float *lse, int B,
-                                     int T, int C, int NH, int NKV, const int32_t *pos) {
+                                     int T, int C, int NH, int NKV, const int32_t *pos,
+                                     int window) {
     if (cu_tiled_attention_supported(C, NH)) {
-        cu_tiled_flash_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV, pos);
+        cu_tiled_flash_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV, pos, window);
         return;
     }
-    backward(dqkv, scratch, dout, qkv, NULL, out, lse, B, T, C, NH, NKV, pos, "flash_attention_backward");
+    backward(dqkv, scratch, dout, qkv, NULL, out, lse, B, T, C, NH, NKV, pos, window,
+             "flash_attention_backward");
 }

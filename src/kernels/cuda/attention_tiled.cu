@@ -16,7 +16,9 @@
  * Packed examples (docs/packing.md): with pos (B*T: each token's position in its example) a
  * query row r sees keys seg(r) = r - pos[r] .. r only; key tiles before every row's example are
  * skipped (forward, dq), and a key tile's dk, dv stop at the first query tile past its
- * examples (dkv). Without pos every branch below takes the causal path: the same bits. */
+ * examples (dkv). A sliding window (window > 0) moves seg(r) up to r - window + 1 at most, with
+ * the same skipping: O(T window) work. Without pos and window every branch below takes the
+ * causal path: the same bits. */
 #include "kernels/cuda/cu_common.cuh"
 
 #include <math.h>
@@ -31,18 +33,23 @@ typedef struct {
     size_t C;  /* an out / dout row: NH HS */
     float scale;
     const int32_t *pos; /* (B, T) positions in each example, or NULL: causal */
+    int window;         /* keys r - window + 1 .. r only (> 0); 0: all */
 } ta_args;
 
-/* the first key query row r (< T) of sequence b sees */
+/* the first key query row r (< T) of sequence b sees (its example's, its window's); never
+ * decreasing in r */
 __device__ inline int ta_seg(const ta_args &a, int b, int r) {
-    return a.pos && r < a.T ? r - a.pos[(size_t)b * a.T + r] : 0;
+    if (r >= a.T) return 0;
+    const int s = a.pos ? r - a.pos[(size_t)b * a.T + r] : 0;
+    return a.window > 0 ? max(s, r - a.window + 1) : s;
 }
 
-/* the first key tile (a multiple of BR) any of query rows q0 .. q0 + BR - 1 sees: 0 without pos */
+/* the first key tile (a multiple of BR) any of query rows q0 .. q0 + BR - 1 sees: 0 without pos
+ * and window */
 __device__ inline int ta_first_tile(const ta_args &a, int b, int q0, int BR) {
-    if (!a.pos) return 0;
+    if (!a.pos && a.window <= 0) return 0;
     int smin = q0;
-    for (int r = q0; r < q0 + BR && r < a.T; r++) smin = min(smin, r - a.pos[(size_t)b * a.T + r]);
+    for (int r = q0; r < q0 + BR && r < a.T; r++) smin = min(smin, ta_seg(a, b, r));
     return smin / BR * BR;
 }
 
@@ -146,8 +153,9 @@ __global__ void __launch_bounds__(TA_THREADS) d_ta_forward(ta_args a) {
                 s[i][j] = c <= r && c < a.T && c >= seg[i] ? s[i][j] * a.scale : -INFINITY;
                 mt = fmaxf(mt, s[i][j]);
             }
-            /* causal: key 0 is in the first tile, so m is finite from then on; packed, a row
-             * may see no key of a tile before its example's (mnew -inf: nothing changes) */
+            /* causal: key 0 is in the first tile, so m is finite from then on; packed or
+             * windowed, a row may see no key of a tile before its first (mnew -inf: nothing
+             * changes) */
             const float mnew = fmaxf(m[i], ta_max16(mt));
             const bool none = mnew == -INFINITY;
             const float corr = none ? 1.0f : expf(m[i] - mnew);
@@ -277,8 +285,9 @@ __global__ void __launch_bounds__(TA_THREADS) d_ta_dkv(ta_args a) {
     for (int g = 0; g < a.group; g++) {
         const int h = kh * a.group + g;
         const size_t row0 = ((size_t)b * a.NH + h) * a.T;
-        /* packed: query rows past this tile's keys' examples see none of them (seg grows with
-         * the row), so the walk stops at the first tile whose first row starts after them */
+        /* packed or windowed: query rows past this tile's keys' examples or windows see none
+         * of them (seg grows with the row), so the walk stops at the first tile whose first
+         * row starts after them */
         const int c_last = min(a.T, c0 + BR) - 1;
         for (int q0 = c0; q0 < a.T && ta_seg(a, b, q0) <= c_last; q0 += BR) {
             __syncthreads(); /* the last tile's Q, dO, P and dS are used */
@@ -370,11 +379,11 @@ bool cu_tiled_attention_supported(int C, int NH) {
 }
 
 void cu_tiled_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH,
-                            int NKV, const int32_t *pos) {
+                            int NKV, const int32_t *pos, int window) {
     if (B <= 0 || T <= 0) return;
     cu_enter();
     ta_args a = ta_make(qkv, B, T, C, NH, NKV);
-    a.out_w = out, a.lse = lse, a.pos = pos;
+    a.out_w = out, a.lse = lse, a.pos = pos, a.window = window;
     const char *what = "flash_attention_forward (tiled)";
     switch (C / NH) {
     case 16: ta_forward<16, 64>(a, B, what); break;
@@ -386,11 +395,12 @@ void cu_tiled_flash_forward(float *out, float *lse, const float *qkv, int B, int
 
 void cu_tiled_flash_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                              const float *out, const float *lse, int B, int T, int C, int NH, int NKV,
-                             const int32_t *pos) {
+                             const int32_t *pos, int window) {
     if (B <= 0 || T <= 0) return;
     cu_enter();
     ta_args a = ta_make(qkv, B, T, C, NH, NKV);
     a.dout = dout, a.out = out, a.lse_in = lse, a.dqkv = dqkv, a.D = scratch, a.pos = pos;
+    a.window = window;
     const char *what = "flash_attention_backward (tiled)";
     switch (C / NH) {
     case 16: ta_backward<16, 64>(a, B, what); break;

@@ -194,17 +194,19 @@ void cu_vmm_close(void);
 enum { CU_COLSUM_BIAS = 0, CU_COLSUM_LAYERNORM = 1, CU_COLSUM_RMSNORM = 2 };
 bool cu_colsum(int kind, float *out0, float *out1, const float *dout, const float *inp,
                const float *mean, const float *rstd, int64_t N, int64_t C);
-/* the document-masked ops of packed examples (attention.cu, pack.cu; docs/packing.md) */
+/* the document-masked ops of packed examples (attention.cu, pack.cu; docs/packing.md), with
+ * the sliding window (window > 0: keys t - window + 1 .. t; 0: none) */
 void cu_attention_forward_seg(float *out, float *att, const float *qkv, int B, int T, int C,
-                              int NH, int NKV, const int32_t *pos);
+                              int NH, int NKV, const int32_t *pos, int window);
 void cu_attention_backward_seg(float *dqkv, float *scratch, const float *dout, const float *qkv,
                                const float *att, int B, int T, int C, int NH, int NKV,
-                               const int32_t *pos);
+                               const int32_t *pos, int window);
 void cu_flash_attention_forward_seg(float *out, float *lse, const float *qkv, int B, int T, int C,
-                                    int NH, int NKV, const int32_t *pos);
+                                    int NH, int NKV, const int32_t *pos, int window);
 void cu_flash_attention_backward_seg(float *dqkv, float *scratch, const float *dout,
                                      const float *qkv, const float *out, const float *lse, int B,
-                                     int T, int C, int NH, int NKV, const int32_t *pos);
+                                     int T, int C, int NH, int NKV, const int32_t *pos,
+                                     int window);
 void cu_encoder_forward_pos(float *out, const int32_t *inp, const float *wte, const float *wpe,
                             const int32_t *pos, int B, int T, int C);
 void cu_encoder_backward_pos(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
@@ -219,12 +221,12 @@ void cu_rope_backward_pos(float *dqkv, const float *cos, const float *sin, int B
  * (16, 32, 64, 128); cu_flash_attention_forward / _backward take them there */
 bool cu_tiled_attention_supported(int C, int NH);
 void cu_tiled_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH,
-                            int NKV, const int32_t *pos);
+                            int NKV, const int32_t *pos, int window);
 void cu_tiled_flash_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                              const float *out, const float *lse, int B, int T, int C, int NH, int NKV,
-                             const int32_t *pos);
+                             const int32_t *pos, int window);
 void cu_infer_attend(float *atty, const float *qkv, const float *K, const float *V, int pos0,
-                     size_t n, int C, int NH, int NKV);
+                     size_t n, int C, int NH, int NKV, int window);
 
 void cu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
               float beta2, float eps, float wd, float grad_scale, int64_t t);
