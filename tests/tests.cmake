@@ -7,7 +7,7 @@ add_test(NAME make_reference COMMAND bash ${CMAKE_SOURCE_DIR}/tests/make_referen
 set_tests_properties(make_reference PROPERTIES FIXTURES_SETUP gpt2_ref TIMEOUT 600)
 # The architectures the technique tests run over (hpt_add_test's ARCHS: test_x_<arch> each):
 # tests/arch_cases.h's cases, in the model registry's order (test_arch_cases checks all three).
-set(HPT_TEST_ARCHS gpt2 llama qwen2 qwen3)
+set(HPT_TEST_ARCHS gpt2 llama qwen2 qwen3 gemma3)
 hpt_add_test(test_arch_cases test_arch_cases.c ARGS ${HPT_TEST_ARCHS})
 hpt_add_test(test_mem test_mem.c)
 hpt_add_test(test_reference test_reference.c)

@@ -8,7 +8,8 @@
  *   for (int i = 0; i < hpt_model_num_tensors(m); i++) { hpt_tensor_info t;
  *       hpt_model_tensor(m, i, &t); }                               // name, dtype, shape, layer
  *
- * One object type serves every architecture (src/model/arch.h: GPT-2, the llama family, Qwen2 and Qwen3).
+ * One object type serves every architecture (src/model/arch.h: GPT-2, the llama family, Qwen2 and
+ * Qwen3, Gemma 3).
  * The old names (the type hpt_gpt2, the hpt_gpt2_* calls) are in the deprecated
  * include/hptrain_gpt2.h, which nothing in hptrain includes. A model's weights, gradients and
  * activations come from the hpt_mem it was made with. What the activation arena keeps
@@ -65,6 +66,9 @@ typedef struct {
  *   "qwen2.5-0.5b" | "qwen2.5-1.5b" | "qwen2.5-7b" | "qwen2:L=..,C=..,NH=..,FF=..[,...]"
  *   "qwen3-0.6b" | "qwen3-1.7b" | "qwen3-4b" | "qwen3-8b" | "qwen3:L=..,C=..,NH=..,FF=..[,hd=..]"
  *          (the Qwen keys: llama's less factor/low/high/orig and mlp_bias; docs/qwen.md)
+ *   "gemma3-270m" | "gemma3-1b" | "gemma3-4b" | "gemma3-12b" | "gemma3-27b" |
+ *   "gemma3:L=..,C=..,NH=..,FF=..[,hd=..][,window=..][,pattern=..][,ltheta=..][,qscalar=..]"
+ *          (Gemma 3's text models; docs/gemma.md)
  * The named shapes carry their published config.json's dimensions (docs/llama.md). A custom
  * llama shape takes Hugging Face LlamaConfig's defaults: NKV = NH, V 32000, T 2048, theta
  * 10000, eps 1e-6, untied, no biases, no rope scaling (factor 0; with factor > 0, low 1,

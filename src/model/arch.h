@@ -274,6 +274,9 @@ typedef struct hpt_arch {
                                       * reference block's rates (plan/calibrate.c) */
     const char *const *param_names;  /* every name describe() may give, NULL-terminated:
                                       * static strings that outlive a model (verify's report) */
+    /* the factor the embedding's rows are multiplied by (Gemma: sqrt(C)), which the chunked
+     * embeddings (model/embed.c) apply too; NULL: 1 */
+    float (*embed_scale)(const hpt_model_config *c);
     /* ---- Hugging Face: what io's loader and writer (io/hfconfig.c, io/hfmodel.c) ask an
      * architecture; all NULL: it has no Hugging Face form. The architecture sees no JSON and no
      * file: config.json's keys come and go through io's hpt_hf_json calls. ---- */

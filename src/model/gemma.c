@@ -552,7 +552,8 @@ static hpt_status config_check(const hpt_model_config *c) {
     if (c->FF < 1 || c->FF > 1048576) return hpt_fail(HPT_ERR_SHAPE, "bad MLP width FF=%d", c->FF);
     if (c->mlp_bias || c->rope_orig_maxT)
         return hpt_fail(HPT_ERR_SHAPE, "gemma3 has no MLP biases and no Llama 3 rope scaling");
-    if (c->window < 0 || c->swa_pattern < 0 || !(c->attn_scalar >= 0.0f) ||
+    if (c->window < 0 || c->window > 0xffffff || c->swa_pattern < 0 || c->swa_pattern > 255 ||
+        !(c->attn_scalar >= 0.0f) ||
         !(c->rope_factor == 0.0f || c->rope_factor >= 1.0f))
         return hpt_fail(HPT_ERR_SHAPE, "bad gemma3 window=%d pattern=%d qscalar=%g factor=%g",
                         c->window, c->swa_pattern, (double)c->attn_scalar, (double)c->rope_factor);
@@ -667,6 +668,7 @@ const hpt_arch hpt_arch_gemma3 = {
     .desc = {.name = "gemma3", .label = "Gemma 3",
              .shapes = "gemma3-270m, gemma3-1b, gemma3-4b, gemma3-12b, gemma3-27b, "
                        "gemma3:L=..,C=..,NH=..,FF=..[,NKV=..][,hd=..][,window=..][,pattern=..]"},
-    .plan = NULL, .param_names = k_param_names, .linears = llama_linears_hd,
+    .plan = NULL, .param_names = k_param_names, .embed_scale = embed_scale,
+    .linears = llama_linears_hd,
     .hf_block = "model.layers.%d.",
 };
