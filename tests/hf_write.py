@@ -33,6 +33,10 @@ transformers packages are not needed.
                                       tests/make_ref_state_gemma.py's model (SHAPE its gemma3:...);
                                       --rope-parameters: transformers 5's layer_types and
                                       rotations per layer type
+  hf_write.py saved SRC DST ARCH MODEL_TYPE [KEY=JSON...]
+                                      a directory hptrain saved after training from SRC: SRC's
+                                      names and shapes in fp32, moved; config.json's class,
+                                      model_type and keys
   hf_write.py check DIR MODEL.bin [--dtype f32|bf16]
                                       reads a directory hptrain wrote and checks names, shapes,
                                       dtypes and values against the llm.c checkpoint (bf16:
@@ -448,6 +452,24 @@ def cmd_gemma(args):
               gemma_config)
 
 
+def cmd_saved(args):
+    """a directory hptrain trained and saved (args[1]) against the one it read (args[0]): the same
+    names (a tied head's copy dropped) and shapes, fp32 values that moved; config.json's
+    architectures [args[2]], model_type args[3] and each KEY=JSON of args[4:]"""
+    src, dst, arch, model_type = args[:4]
+    a, b = load_dir(src), load_dir(dst)
+    a.pop("lm_head.weight", None)  # the tied head's copy in the source's files: hptrain writes wte once
+    assert set(a) == set(b), sorted(set(a) ^ set(b))
+    for k in a:  # bf16 files in, the trained fp32 weights out
+        assert b[k].dtype == torch.float32 and a[k].shape == b[k].shape, k
+    assert not all(bool((a[k] == b[k]).all()) for k in a)  # trained: the weights moved
+    c = json.load(open(os.path.join(dst, "config.json")))
+    assert c["architectures"] == [arch] and c["model_type"] == model_type, c
+    for kv in args[4:]:
+        k, v = kv.split("=", 1)
+        assert c[k] == json.loads(v), (k, c[k], v)
+
+
 def cmd_fixtures(args):
     out = args[0]
     os.makedirs(out, exist_ok=True)
@@ -479,4 +501,4 @@ def cmd_fixtures(args):
 if __name__ == "__main__":
     cmd = sys.argv[1]
     {"fixtures": cmd_fixtures, "gpt2": cmd_gpt2, "check": cmd_check, "llama": cmd_llama,
-     "qwen": cmd_qwen, "gemma": cmd_gemma}[cmd](sys.argv[2:])
+     "qwen": cmd_qwen, "gemma": cmd_gemma, "saved": cmd_saved}[cmd](sys.argv[2:])

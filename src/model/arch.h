@@ -356,6 +356,14 @@ hpt_status model_config_check_common(const hpt_model_config *c, const char *fami
 typedef hpt_status (*model_kv_fn)(hpt_model_config *c, const char *key, double v, const char *shape);
 hpt_status model_shape_kv(const char *shape, const char *s, hpt_model_config *c, model_kv_fn set);
 hpt_status model_shape_int(double v, int lo, const char *key, const char *shape, int *out);
+/* A family's KEY=VALUE keys: integers (>= lo; tied, attn_bias and mlp_bias 0 or 1) and floats
+ * at their offsets in hpt_model_config; model_shape_key sets key from the tables, or fails
+ * naming the keys it knows (known: their list) */
+typedef struct { const char *key; size_t off; int lo; } model_int_key;
+typedef struct { const char *key; size_t off; } model_float_key;
+hpt_status model_shape_key(hpt_model_config *c, const char *key, double v, const char *shape,
+                           const model_int_key *ints, size_t n_ints, const model_float_key *floats,
+                           size_t n_floats, const char *known);
 
 /* GPT-2 (model/gpt2.c); the Llama family (model/llama.c); Qwen2/2.5 and Qwen3 (model/qwen.c). */
 extern const hpt_arch hpt_arch_gpt2;

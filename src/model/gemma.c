@@ -26,8 +26,6 @@
 static int64_t hd_of(const hpt_model_config *c) { return c->hd ? c->hd : c->C / c->NH; }
 static int64_t att_of(const hpt_model_config *c) { return c->NH * hd_of(c); } /* A */
 static int64_t qkv_of(const hpt_model_config *c) { return (c->NH + 2 * (int64_t)c->NKV) * hd_of(c); }
-/* the block's norm weights, 1 + w: [ln1w | ln2w | postw (2C) | qknw (2hd)] */
-static int64_t wone_of(const hpt_model_config *c) { return 4 * (int64_t)c->C + 2 * hd_of(c); }
 static int is_local(const hpt_model_config *c, int l) {
     return c->swa_pattern > 0 && (l + 1) % c->swa_pattern != 0;
 }
@@ -145,25 +143,7 @@ static const hpt_arch_field k_fields[] = {
 #undef F
 
 static void field_shape(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w) {
-    const hpt_model_config *c = x->cfg;
-    const size_t heads = (size_t)x->B * (size_t)c->NH * (size_t)x->T;
-    *rows = (size_t)x->B * x->T;
-    switch (k_fields[i].off) {
-    case offsetof(llama_layer_acts, qkv):
-    case offsetof(llama_layer_acts, qkvr): *w = (size_t)qkv_of(c); return;
-    case offsetof(llama_layer_acts, atty): *w = (size_t)att_of(c); return;
-    case offsetof(llama_layer_acts, qk_rstd): *w = (size_t)(c->NH + c->NKV); return;
-    case offsetof(llama_layer_acts, fch): *w = 2 * (size_t)c->FF; return;
-    case offsetof(llama_layer_acts, fch_swi): *w = (size_t)c->FF; return;
-    case offsetof(llama_layer_acts, ln1_rstd):
-    case offsetof(llama_layer_acts, ln2_rstd):
-    case offsetof(llama_layer_acts, attp_rstd):
-    case offsetof(llama_layer_acts, mlpo_rstd): *w = 1; return;
-    case offsetof(llama_layer_acts, att): *rows = heads; *w = (size_t)x->T; return;
-    case offsetof(llama_layer_acts, att_lse): *rows = heads; *w = 1; return;
-    case offsetof(llama_layer_acts, wone): *rows = 1; *w = (size_t)wone_of(c); return;
-    default: *w = (size_t)c->C; return; /* ln1, attp, res2, ln2, mlpo, res3 */
-    }
+    llama_hd_field_shape(x, k_fields[i].off, rows, w);
 }
 
 /* llama's buffers and the final norm's 1 + lnfw */
@@ -172,27 +152,9 @@ static const hpt_arch_global k_globals[] = {LLAMA_GLOBALS(G),
                                             G(lnf1, HPT_TP_HEAD_F, HPT_TP_HEAD_B, 1)};
 #undef G
 
-/* dsmall: d of ln2, attp, mlpo (C) and of atty (A); dmid: d of fch_swi (FF) and of qkvr (QKV);
- * dbig: d of fch (2FF) and of qkv (QKV) */
+/* dsmall: also d of attp and mlpo (C); dmid: also d of atty (A <= QKV) */
 static void global_shape(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w) {
-    const hpt_model_config *c = x->cfg;
-    const size_t C = (size_t)c->C, QKV = (size_t)qkv_of(c), FF = (size_t)c->FF;
-    *rows = (size_t)x->B * x->T;
-    switch (k_globals[i].off) {
-    case offsetof(llama_acts, inputs):
-    case offsetof(llama_acts, targets):
-    case offsetof(llama_acts, lnf_rstd):
-    case offsetof(llama_acts, lse):
-    case offsetof(llama_acts, losses): *w = 1; return;
-    case offsetof(llama_acts, zpos): *rows = (size_t)x->T; *w = C; return;
-    case offsetof(llama_acts, logits): *rows = x->head_rows; *w = x->logit_cols; return;
-    case offsetof(llama_acts, dsmall): *w = HPT_MAX(C, (size_t)att_of(c)); return;
-    case offsetof(llama_acts, dmid): *w = HPT_MAX(FF, QKV); return;
-    case offsetof(llama_acts, dbig): *w = HPT_MAX(2 * FF, QKV); return;
-    case offsetof(llama_acts, attscr): *rows = (size_t)x->B * (size_t)c->NH; *w = (size_t)x->T; return;
-    case offsetof(llama_acts, lnf1): *rows = 1; *w = C; return;
-    default: *w = C; return; /* encoded, lnf, dres */
-    }
+    llama_hd_global_shape(x, k_globals[i].off, rows, w);
 }
 
 /* ---- the embedding (llama's, scaled by sqrt(C)), the final norm (1 + lnfw), the head (llama's) ---- */
@@ -566,7 +528,7 @@ static hpt_status config_check(const hpt_model_config *c) {
 }
 
 static hpt_status gemma_key(hpt_model_config *c, const char *key, double v, const char *shape) {
-    static const struct { const char *key; size_t off; int lo; } ints[] = {
+    static const model_int_key ints[] = {
         {"L", offsetof(hpt_model_config, L), 1},       {"C", offsetof(hpt_model_config, C), 1},
         {"NH", offsetof(hpt_model_config, NH), 1},     {"NKV", offsetof(hpt_model_config, NKV), 1},
         {"FF", offsetof(hpt_model_config, FF), 1},     {"V", offsetof(hpt_model_config, V), 1},
@@ -574,28 +536,16 @@ static hpt_status gemma_key(hpt_model_config *c, const char *key, double v, cons
         {"hd", offsetof(hpt_model_config, hd), 2},     {"window", offsetof(hpt_model_config, window), 0},
         {"pattern", offsetof(hpt_model_config, swa_pattern), 0},
         {"tied", offsetof(hpt_model_config, tied), 0}, {"attn_bias", offsetof(hpt_model_config, attn_bias), 0}};
-    static const struct { const char *key; size_t off; } floats[] = {
+    static const model_float_key floats[] = {
         {"theta", offsetof(hpt_model_config, rope_theta)},
         {"ltheta", offsetof(hpt_model_config, rope_local_theta)},
         {"factor", offsetof(hpt_model_config, rope_factor)},
         {"qscalar", offsetof(hpt_model_config, attn_scalar)},
         {"eps", offsetof(hpt_model_config, norm_eps)}, {"range", offsetof(hpt_model_config, init_range)}};
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
-        if (!strcmp(key, ints[i].key)) {
-            int *dst = (int *)((char *)c + ints[i].off);
-            HPT_CHECK(model_shape_int(v, ints[i].lo, key, shape, dst));
-            if ((dst == &c->tied || dst == &c->attn_bias) && *dst > 1)
-                return hpt_fail(HPT_ERR_INVALID, "bad shape '%s': %s is 0 or 1", shape, key);
-            return HPT_OK;
-        }
-    for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++)
-        if (!strcmp(key, floats[i].key)) {
-            *(float *)((char *)c + floats[i].off) = (float)v;
-            return HPT_OK;
-        }
-    return hpt_fail(HPT_ERR_INVALID, "bad shape '%s': unknown key %s (L, C, NH, NKV, FF, V, Vp, T, "
-                    "hd, window, pattern, theta, ltheta, factor, qscalar, eps, tied, attn_bias, "
-                    "range)", shape, key);
+    return model_shape_key(c, key, v, shape, ints, sizeof ints / sizeof ints[0], floats,
+                           sizeof floats / sizeof floats[0], "L, C, NH, NKV, FF, V, Vp, T, hd, "
+                           "window, pattern, theta, ltheta, factor, qscalar, eps, tied, attn_bias, "
+                           "range");
 }
 
 /* The named shapes: the text models of Gemma 3 (google/gemma-3-270m, -1b-pt: Gemma3ForCausalLM;

@@ -1,11 +1,12 @@
-/* infer.c: inference with a key/value cache (hpt_infer), GPT-2, llama and Qwen: the logits of the
- * next token after each fed token, and sampling. Weights are fp32 (borrowed from a model) or
- * int8 with one fp32 scale per output channel for the weight matrices (the backend's q8w ops);
+/* infer.c: inference with a key/value cache (hpt_infer), GPT-2, llama, Qwen and Gemma 3: the
+ * logits of the next token after each fed token, and sampling. Weights are fp32 (borrowed from a
+ * model) or int8 with one fp32 scale per output channel for the weight matrices (q8w ops);
  * an engine loaded from a checkpoint owns its weights, read a few MiB at a time by io/llmc.c
  * (hpt_infer_load, above the model, hands it each tensor's rows: model/infer.h). A feed of n
  * tokens runs the blocks on those n rows only (at most K_ROWS at once), attending to the cache
  * (llama's and Qwen's: NKV heads, keys rotated at their positions; Qwen3's q and k heads
- * normalised first, the attention NH hd wide). docs/inference.md.
+ * normalised first, the attention NH hd wide; Gemma 3's norms times 1 + w, its local layers'
+ * tables and window, its post-norms: gemma_rows). docs/inference.md.
  * Invariants: pos <= ctx; cache rows [0, pos) are those of the tokens fed since the last reset,
  * in order; every buffer goes through hpt_mem (weights params, cache and rows acts, the int8
  * GEMM's tile workspace, the loader's staging host io) and every op through the backend. */

@@ -666,7 +666,7 @@ static hpt_status config_check(const hpt_model_config *c) {
 }
 
 static hpt_status llama_key(hpt_model_config *c, const char *key, double v, const char *shape) {
-    static const struct { const char *key; size_t off; int lo; } ints[] = {
+    static const model_int_key ints[] = {
         {"L", offsetof(hpt_model_config, L), 1},       {"C", offsetof(hpt_model_config, C), 1},
         {"NH", offsetof(hpt_model_config, NH), 1},     {"NKV", offsetof(hpt_model_config, NKV), 1},
         {"FF", offsetof(hpt_model_config, FF), 1},     {"V", offsetof(hpt_model_config, V), 1},
@@ -674,25 +674,13 @@ static hpt_status llama_key(hpt_model_config *c, const char *key, double v, cons
         {"maxT", offsetof(hpt_model_config, maxT), 1}, {"orig", offsetof(hpt_model_config, rope_orig_maxT), 1},
         {"tied", offsetof(hpt_model_config, tied), 0}, {"attn_bias", offsetof(hpt_model_config, attn_bias), 0},
         {"mlp_bias", offsetof(hpt_model_config, mlp_bias), 0}};
-    static const struct { const char *key; size_t off; } floats[] = {
+    static const model_float_key floats[] = {
         {"theta", offsetof(hpt_model_config, rope_theta)}, {"eps", offsetof(hpt_model_config, norm_eps)},
         {"factor", offsetof(hpt_model_config, rope_factor)}, {"low", offsetof(hpt_model_config, rope_low_freq)},
         {"high", offsetof(hpt_model_config, rope_high_freq)}, {"range", offsetof(hpt_model_config, init_range)}};
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
-        if (!strcmp(key, ints[i].key)) {
-            int *dst = (int *)((char *)c + ints[i].off);
-            HPT_CHECK(model_shape_int(v, ints[i].lo, key, shape, dst));
-            if ((dst == &c->tied || dst == &c->attn_bias || dst == &c->mlp_bias) && *dst > 1)
-                return hpt_fail(HPT_ERR_INVALID, "bad shape '%s': %s is 0 or 1", shape, key);
-            return HPT_OK;
-        }
-    for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++)
-        if (!strcmp(key, floats[i].key)) {
-            *(float *)((char *)c + floats[i].off) = (float)v;
-            return HPT_OK;
-        }
-    return hpt_fail(HPT_ERR_INVALID, "bad shape '%s': unknown key %s (L, C, NH, NKV, FF, V, Vp, T, "
-                    "theta, eps, factor, low, high, orig, tied, attn_bias, mlp_bias, range)", shape, key);
+    return model_shape_key(c, key, v, shape, ints, sizeof ints / sizeof ints[0], floats,
+                           sizeof floats / sizeof floats[0], "L, C, NH, NKV, FF, V, Vp, T, "
+                           "theta, eps, factor, low, high, orig, tied, attn_bias, mlp_bias, range");
 }
 
 /* The named llama shapes, from their published config.json files (Hugging Face hub):

@@ -113,6 +113,11 @@ typedef struct {
 } llama_hf_name;
 int llama_hf_parts(const hpt_model_config *c, const hpt_tensor_desc *d, int l,
                    const llama_hf_name *names, int n_names, int64_t hd, struct hpt_hf_part *p);
+/* the saved fields' and the non-block buffers' shapes (arch.h's field_shape, global_shape) by
+ * their offsets in llama_layer_acts and llama_acts, with a head width free of C/NH (qwen.c; Qwen
+ * and Gemma 3) */
+void llama_hd_field_shape(const hpt_arch_ctx *x, size_t off, size_t *rows, size_t *w);
+void llama_hd_global_shape(const hpt_arch_ctx *x, size_t off, size_t *rows, size_t *w);
 /* LoRA's seven layers (q, k, v, o, gate, up, down) with a head width free of C/NH (qwen.c) */
 int llama_linears_hd(const hpt_model_config *c, hpt_arch_linear o[HPT_ARCH_MAX_LINEARS]);
 /* the non-block buffers and their lifetimes (llama_acts) */

@@ -118,11 +118,13 @@ static const hpt_arch_field k_fields3[] = {LLAMA_FIELDS, F(qkvr, S, -1), F(qk_rs
 #undef LLAMA_FIELDS
 #undef F
 
-static void field_shape(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w) {
+/* A saved field's rows and width by its offset in llama_layer_acts (Gemma 3's too): Qwen3's
+ * fields with the head width hd; Gemma's wone and its post-norms' rstd */
+void llama_hd_field_shape(const hpt_arch_ctx *x, size_t off, size_t *rows, size_t *w) {
     const hpt_model_config *c = x->cfg;
     const size_t heads = (size_t)x->B * (size_t)c->NH * (size_t)x->T;
     *rows = (size_t)x->B * x->T;
-    switch (k_fields3[i].off) { /* k_fields2 is k_fields3's beginning */
+    switch (off) {
     case offsetof(llama_layer_acts, qkv):
     case offsetof(llama_layer_acts, qkvr): *w = (size_t)qkv_of(c); return;
     case offsetof(llama_layer_acts, atty): *w = (size_t)att_of(c); return;
@@ -130,21 +132,27 @@ static void field_shape(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w) {
     case offsetof(llama_layer_acts, fch): *w = 2 * (size_t)c->FF; return;
     case offsetof(llama_layer_acts, fch_swi): *w = (size_t)c->FF; return;
     case offsetof(llama_layer_acts, ln1_rstd):
-    case offsetof(llama_layer_acts, ln2_rstd): *w = 1; return;
+    case offsetof(llama_layer_acts, ln2_rstd):
+    case offsetof(llama_layer_acts, attp_rstd):
+    case offsetof(llama_layer_acts, mlpo_rstd): *w = 1; return;
     case offsetof(llama_layer_acts, att): *rows = heads; *w = (size_t)x->T; return;
     case offsetof(llama_layer_acts, att_lse): *rows = heads; *w = 1; return;
-    default: *w = (size_t)c->C; return; /* ln1, res2, ln2, res3 */
+    case offsetof(llama_layer_acts, wone): *rows = 1; *w = 4 * (size_t)c->C + 2 * (size_t)hd_of(c); return;
+    default: *w = (size_t)c->C; return; /* ln1, res2, ln2, res3; Gemma's attp, mlpo */
     }
 }
+static void field_shape(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w) {
+    llama_hd_field_shape(x, k_fields3[i].off, rows, w); /* k_fields2 is k_fields3's beginning */
+}
 
-
-/* dsmall: d of ln2 (C) and of atty (A); dmid: d of fch_swi (FF) and, Qwen3, of qkvr (QKV);
- * dbig: d of fch (2FF) and of qkv (QKV) */
-static void global_shape(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w) {
+/* A non-block buffer's rows and width by its offset in llama_acts (Gemma 3's too).
+ * dsmall: d of ln2 (C) and of atty (A); dmid: d of fch_swi (FF) and, with the q/k norms, of
+ * qkvr (QKV); dbig: d of fch (2FF) and of qkv (QKV); lnf1: Gemma's 1 + lnfw */
+void llama_hd_global_shape(const hpt_arch_ctx *x, size_t off, size_t *rows, size_t *w) {
     const hpt_model_config *c = x->cfg;
     const size_t C = (size_t)c->C, QKV = (size_t)qkv_of(c), FF = (size_t)c->FF;
     *rows = (size_t)x->B * x->T;
-    switch (llama_globals[i].off) {
+    switch (off) {
     case offsetof(llama_acts, inputs):
     case offsetof(llama_acts, targets):
     case offsetof(llama_acts, lnf_rstd):
@@ -153,11 +161,15 @@ static void global_shape(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w) 
     case offsetof(llama_acts, zpos): *rows = (size_t)x->T; *w = C; return;
     case offsetof(llama_acts, logits): *rows = x->head_rows; *w = x->logit_cols; return;
     case offsetof(llama_acts, dsmall): *w = HPT_MAX(C, (size_t)att_of(c)); return;
-    case offsetof(llama_acts, dmid): *w = qk_norm(c) ? HPT_MAX(FF, QKV) : FF; return;
+    case offsetof(llama_acts, dmid): *w = c->arch != HPT_ARCH_QWEN2 ? HPT_MAX(FF, QKV) : FF; return;
     case offsetof(llama_acts, dbig): *w = HPT_MAX(2 * FF, QKV); return;
     case offsetof(llama_acts, attscr): *rows = (size_t)x->B * (size_t)c->NH; *w = (size_t)x->T; return;
+    case offsetof(llama_acts, lnf1): *rows = 1; *w = C; return;
     default: *w = C; return; /* encoded, lnf, dres */
     }
+}
+static void global_shape(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w) {
+    llama_hd_global_shape(x, llama_globals[i].off, rows, w);
 }
 
 /* ---- the embedding, the final norm and the head: llama's (the same layout and maths) ---- */
@@ -471,33 +483,22 @@ static hpt_status config_check(const hpt_model_config *c) {
 static void config_fill2(hpt_model_config *c) { c->attn_bias = 1; }
 
 static hpt_status qwen_key(hpt_model_config *c, const char *key, double v, const char *shape) {
-    static const struct { const char *key; size_t off; int lo; } ints[] = {
+    static const model_int_key ints[] = {
         {"L", offsetof(hpt_model_config, L), 1},       {"C", offsetof(hpt_model_config, C), 1},
         {"NH", offsetof(hpt_model_config, NH), 1},     {"NKV", offsetof(hpt_model_config, NKV), 1},
         {"FF", offsetof(hpt_model_config, FF), 1},     {"V", offsetof(hpt_model_config, V), 1},
         {"Vp", offsetof(hpt_model_config, Vp), 1},     {"T", offsetof(hpt_model_config, maxT), 1},
         {"maxT", offsetof(hpt_model_config, maxT), 1}, {"hd", offsetof(hpt_model_config, hd), 2},
         {"tied", offsetof(hpt_model_config, tied), 0}, {"attn_bias", offsetof(hpt_model_config, attn_bias), 0}};
-    static const struct { const char *key; size_t off; } floats[] = {
+    static const model_float_key floats[] = {
         {"theta", offsetof(hpt_model_config, rope_theta)}, {"eps", offsetof(hpt_model_config, norm_eps)},
         {"range", offsetof(hpt_model_config, init_range)}};
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
-        if (!strcmp(key, ints[i].key)) {
-            int *dst = (int *)((char *)c + ints[i].off);
-            HPT_CHECK(model_shape_int(v, ints[i].lo, key, shape, dst));
-            if ((dst == &c->tied || dst == &c->attn_bias) && *dst > 1)
-                return hpt_fail(HPT_ERR_INVALID, "bad shape '%s': %s is 0 or 1", shape, key);
-            if (dst == &c->attn_bias && !*dst && c->arch == HPT_ARCH_QWEN2)
-                return hpt_fail(HPT_ERR_INVALID, "bad shape '%s': qwen2 has its q/k/v biases", shape);
-            return HPT_OK;
-        }
-    for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++)
-        if (!strcmp(key, floats[i].key)) {
-            *(float *)((char *)c + floats[i].off) = (float)v;
-            return HPT_OK;
-        }
-    return hpt_fail(HPT_ERR_INVALID, "bad shape '%s': unknown key %s (L, C, NH, NKV, FF, V, Vp, T, "
-                    "hd, theta, eps, tied, attn_bias, range)", shape, key);
+    HPT_CHECK(model_shape_key(c, key, v, shape, ints, sizeof ints / sizeof ints[0], floats,
+                              sizeof floats / sizeof floats[0], "L, C, NH, NKV, FF, V, Vp, T, hd, "
+                              "theta, eps, tied, attn_bias, range"));
+    if (!strcmp(key, "attn_bias") && !c->attn_bias && c->arch == HPT_ARCH_QWEN2)
+        return hpt_fail(HPT_ERR_INVALID, "bad shape '%s': qwen2 has its q/k/v biases", shape);
+    return HPT_OK;
 }
 
 /* The named shapes, from their published config.json files (Hugging Face hub, Qwen/...):
