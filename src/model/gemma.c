@@ -34,35 +34,10 @@ static float qscale_of(const hpt_model_config *c) {
     return c->attn_scalar > 0.0f ? (float)sqrt((double)hd_of(c) / (double)c->attn_scalar) : 1.0f;
 }
 
-#define N_DESC 12
-#define T_(f) #f, offsetof(llama_tensors, f)
-static int gemma_descs(const hpt_model_config *c, llama_desc d[N_DESC + 1]) {
-    const int64_t L = c->L, C = c->C, Vp = c->Vp, QKV = qkv_of(c), FF = c->FF, A = att_of(c);
-    const llama_desc all[N_DESC] = {
-        {T_(wte), 2, {Vp, C}, 0, 1, 1},
-        {T_(ln1w), 2, {L, C}, 1, 0, 1},
-        {T_(qkvw), 3, {L, QKV, C}, 1, 1, 1},
-        {T_(qkvb), 2, {L, QKV}, 1, 0, c->attn_bias},
-        {T_(qknw), 2, {L, 2 * hd_of(c)}, 1, 0, 1},
-        {T_(attprojw), 3, {L, C, A}, 1, 1, 1},
-        {T_(attprojb), 2, {L, C}, 1, 0, c->attn_bias},
-        {T_(ln2w), 2, {L, C}, 1, 0, 1},
-        {T_(fcw), 3, {L, 2 * FF, C}, 1, 1, 1},
-        {T_(fcprojw), 3, {L, C, FF}, 1, 1, 1},
-        {T_(postw), 2, {L, 2 * C}, 1, 0, 1},
-        {T_(lnfw), 1, {C}, 0, 0, 1},
-    };
-    int n = 0;
-    for (int i = 0; i < N_DESC; i++)
-        if (all[i].present) d[n++] = all[i];
-    if (!c->tied) d[n++] = (llama_desc){T_(lm_head), 2, {Vp, C}, 0, 1, 1};
-    return n;
-}
-#undef T_
-
+/* the table: llama_hd_descs's (qwen.c), with qknw and postw */
 static void describe(const hpt_model_config *cfg, hpt_tensor_table *out) {
-    llama_desc d[N_DESC + 1];
-    llama_describe_descs(d, gemma_descs(cfg, d), cfg, out);
+    llama_desc d[LLAMA_HD_DESCS];
+    llama_describe_descs(d, llama_hd_descs(cfg, d), cfg, out);
 }
 
 /* ---- the rotary tables: global cos, sin then local cos, sin, (maxT, hd/2) each ---- */
@@ -79,19 +54,11 @@ static void consts_fill(const hpt_model_config *c, float *host) {
 
 static void point(const hpt_model_config *cfg, const hpt_tensor_table *t, float *const *tp,
                   const float *consts, void *outv) {
-    llama_desc d[N_DESC + 1];
+    llama_desc d[LLAMA_HD_DESCS];
     llama_tensors *p = outv;
-    llama_point_descs(d, gemma_descs(cfg, d), cfg, t, tp, consts, hd_of(cfg), p);
+    llama_point_descs(d, llama_hd_descs(cfg, d), cfg, t, tp, consts, hd_of(cfg), p);
     p->rope_cos_l = consts ? consts + consts_floats(cfg) / 2 : NULL;
     p->rope_sin_l = consts ? consts + consts_floats(cfg) * 3 / 4 : NULL;
-}
-
-/* FLOPs per token: qwen's (the GEMMs and the head at 2 FLOPs per multiply-add, causal attention
- * 2*A*(T+1) per token and layer); a local layer's attention over min(T, window) keys at most,
- * counted as the full one (an upper bound). */
-static double flops_per_token(const hpt_model_config *c, int T) {
-    double L = c->L, C = c->C, QKV = (double)qkv_of(c), A = (double)att_of(c), FF = c->FF;
-    return 2.0 * (L * (C * QKV + A * C + 3.0 * C * FF) + (double)c->Vp * C) + 2.0 * L * A * (T + 1.0);
 }
 
 /* A block's slices from the runner's pointers (block order: the table's stacked tensors). */
@@ -597,7 +564,7 @@ static const char *const k_prefixes[] = {"gemma3", NULL};
 
 /* The planner costs the block at the reference block's rates (plan NULL). */
 const hpt_arch hpt_arch_gemma3 = {
-    .name = "gemma3", .describe = describe, .flops_per_token = flops_per_token,
+    .name = "gemma3", .describe = describe, .flops_per_token = llama_hd_flops_per_token,
     .n_fields = (int)(sizeof k_fields / sizeof k_fields[0]), .fields = k_fields,
     .block_acts_size = sizeof(llama_layer_acts), .field_shape = field_shape,
     .n_globals = (int)(sizeof k_globals / sizeof k_globals[0]), .globals = k_globals,

@@ -113,6 +113,12 @@ typedef struct {
 } llama_hf_name;
 int llama_hf_parts(const hpt_model_config *c, const hpt_tensor_desc *d, int l,
                    const llama_hf_name *names, int n_names, int64_t hd, struct hpt_hf_part *p);
+/* Qwen's and Gemma 3's tensors (qwen.c): llama's layout with a head width free of C/NH, q/k
+ * norms (Qwen3, Gemma), o's bias only with them, Gemma's postw; d's count returned (at most
+ * LLAMA_HD_DESCS); their FLOPs per token (arch.h's flops_per_token) */
+#define LLAMA_HD_DESCS 13
+int llama_hd_descs(const hpt_model_config *c, llama_desc d[LLAMA_HD_DESCS]);
+double llama_hd_flops_per_token(const hpt_model_config *c, int T);
 /* the saved fields' and the non-block buffers' shapes (arch.h's field_shape, global_shape) by
  * their offsets in llama_layer_acts and llama_acts, with a head width free of C/NH (qwen.c; Qwen
  * and Gemma 3) */

@@ -26,31 +26,32 @@
 /* ---- the parameters ---- */
 
 static int qk_norm(const hpt_model_config *c) { return c->arch == HPT_ARCH_QWEN3; }
+static int gemma(const hpt_model_config *c) { return c->arch == HPT_ARCH_GEMMA3; }
 static int64_t hd_of(const hpt_model_config *c) { return c->hd ? c->hd : c->C / c->NH; }
 static int64_t att_of(const hpt_model_config *c) { return c->NH * hd_of(c); } /* A */
 static int64_t qkv_of(const hpt_model_config *c) { return (c->NH + 2 * (int64_t)c->NKV) * hd_of(c); }
-/* o_proj's bias: Qwen3's attention_bias (Qwen2's o_proj has none) */
-static int o_bias(const hpt_model_config *c) { return c->attn_bias && qk_norm(c); }
+/* o_proj's bias: Qwen3's and Gemma's attention_bias (Qwen2's o_proj has none) */
+static int o_bias(const hpt_model_config *c) { return c->attn_bias && (qk_norm(c) || gemma(c)); }
 
-#define N_DESC 11
 #define T_(f) #f, offsetof(llama_tensors, f)
-static int qwen_descs(const hpt_model_config *c, llama_desc d[N_DESC]) {
+int llama_hd_descs(const hpt_model_config *c, llama_desc d[LLAMA_HD_DESCS]) {
     const int64_t L = c->L, C = c->C, Vp = c->Vp, QKV = qkv_of(c), FF = c->FF, A = att_of(c);
-    const llama_desc all[N_DESC] = {
+    const llama_desc all[LLAMA_HD_DESCS - 1] = {
         {T_(wte), 2, {Vp, C}, 0, 1, 1},
         {T_(ln1w), 2, {L, C}, 1, 0, 1},
         {T_(qkvw), 3, {L, QKV, C}, 1, 1, 1},
         {T_(qkvb), 2, {L, QKV}, 1, 0, c->attn_bias},
-        {T_(qknw), 2, {L, 2 * hd_of(c)}, 1, 0, qk_norm(c)},
+        {T_(qknw), 2, {L, 2 * hd_of(c)}, 1, 0, qk_norm(c) || gemma(c)},
         {T_(attprojw), 3, {L, C, A}, 1, 1, 1},
         {T_(attprojb), 2, {L, C}, 1, 0, o_bias(c)},
         {T_(ln2w), 2, {L, C}, 1, 0, 1},
         {T_(fcw), 3, {L, 2 * FF, C}, 1, 1, 1},
         {T_(fcprojw), 3, {L, C, FF}, 1, 1, 1},
+        {T_(postw), 2, {L, 2 * C}, 1, 0, gemma(c)},
         {T_(lnfw), 1, {C}, 0, 0, 1},
     };
     int n = 0;
-    for (int i = 0; i < N_DESC; i++)
+    for (int i = 0; i < LLAMA_HD_DESCS - 1; i++)
         if (all[i].present) d[n++] = all[i];
     if (!c->tied) d[n++] = (llama_desc){T_(lm_head), 2, {Vp, C}, 0, 1, 1};
     return n;
@@ -58,20 +59,21 @@ static int qwen_descs(const hpt_model_config *c, llama_desc d[N_DESC]) {
 #undef T_
 
 static void describe(const hpt_model_config *cfg, hpt_tensor_table *out) {
-    llama_desc d[N_DESC + 1];
-    llama_describe_descs(d, qwen_descs(cfg, d), cfg, out);
+    llama_desc d[LLAMA_HD_DESCS];
+    llama_describe_descs(d, llama_hd_descs(cfg, d), cfg, out);
 }
 
 static void point(const hpt_model_config *cfg, const hpt_tensor_table *t, float *const *tp,
                   const float *consts, void *outv) {
-    llama_desc d[N_DESC + 1];
-    llama_point_descs(d, qwen_descs(cfg, d), cfg, t, tp, consts, hd_of(cfg), outv);
+    llama_desc d[LLAMA_HD_DESCS];
+    llama_point_descs(d, llama_hd_descs(cfg, d), cfg, t, tp, consts, hd_of(cfg), outv);
 }
 
 /* FLOPs per token: the GEMMs (C*QKV; o: A*C; gate and up 2*C*FF; down FF*C) and the head Vp*C
  * at 2 FLOPs per multiply-add; causal attention 2*A*(T+1) per token and layer (QK^T and AV over
- * t+1 keys on average, A = NH*hd query channels). */
-static double flops_per_token(const hpt_model_config *c, int T) {
+ * t+1 keys on average, A = NH*hd query channels; Gemma's local layers counted as full: an upper
+ * bound). */
+double llama_hd_flops_per_token(const hpt_model_config *c, int T) {
     double L = c->L, C = c->C, QKV = (double)qkv_of(c), A = (double)att_of(c), FF = c->FF;
     return 2.0 * (L * (C * QKV + A * C + 3.0 * C * FF) + (double)c->Vp * C) + 2.0 * L * A * (T + 1.0);
 }
@@ -576,7 +578,7 @@ static const char *const k_prefixes3[] = {"qwen3", NULL};
  * planner costs them at the reference block's rates (plan NULL). */
 #define QWEN_ARCH(nm, flds, prefixes, parse, fill, classes, types, read, lbl, shp)              \
     {                                                                                             \
-        .name = nm, .describe = describe, .flops_per_token = flops_per_token,                     \
+        .name = nm, .describe = describe, .flops_per_token = llama_hd_flops_per_token,                     \
         .n_fields = (int)(sizeof flds / sizeof flds[0]), .fields = flds,                          \
         .block_acts_size = sizeof(llama_layer_acts), .field_shape = field_shape,                  \
         .n_globals = LLAMA_N_GLOBALS, .globals = llama_globals,         \
