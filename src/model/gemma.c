@@ -61,26 +61,6 @@ static void point(const hpt_model_config *cfg, const hpt_tensor_table *t, float 
     p->rope_sin_l = consts ? consts + consts_floats(cfg) * 3 / 4 : NULL;
 }
 
-/* A block's slices from the runner's pointers (block order: the table's stacked tensors). */
-typedef struct {
-    float *ln1w, *qkvw, *qkvb, *qknw, *attprojw, *attprojb, *ln2w, *fcw, *fcprojw, *postw;
-} gemma_block;
-
-static gemma_block block_of(const hpt_model_config *c, float *const *s) {
-    gemma_block b;
-    int k = 0;
-    b.ln1w = s[k++];
-    b.qkvw = s[k++];
-    b.qkvb = c->attn_bias ? s[k++] : NULL;
-    b.qknw = s[k++];
-    b.attprojw = s[k++];
-    b.attprojb = c->attn_bias ? s[k++] : NULL;
-    b.ln2w = s[k++];
-    b.fcw = s[k++];
-    b.fcprojw = s[k++];
-    b.postw = s[k++];
-    return b;
-}
 
 /* out (n) = 1 + w */
 static void plus_one(const hpt_backend *be, float *out, const float *w, size_t n) {
@@ -89,7 +69,7 @@ static void plus_one(const hpt_backend *be, float *out, const float *w, size_t n
 }
 /* the block's wone from its weights (the same bits each time: the recomputations' too) */
 static void block_wone(const hpt_backend *be, const hpt_model_config *c, float *wone,
-                       const gemma_block *p) {
+                       const llama_hd_block *p) {
     const size_t C = (size_t)c->C;
     plus_one(be, wone, p->ln1w, C);
     plus_one(be, wone + C, p->ln2w, C);
@@ -184,7 +164,7 @@ static void block_forward(const hpt_arch_ctx *x, float *const *w, void *lav, con
     const int B = x->B, T = x->T, C = c->C, NH = c->NH, NKV = c->NKV, FF = c->FF;
     const int hd = (int)hd_of(c), A = (int)att_of(c);
     const int64_t BT = (int64_t)B * T, QKV = qkv_of(c);
-    const gemma_block pb = block_of(c, w), *p = &pb;
+    const llama_hd_block pb = llama_hd_block_of(c, w), *p = &pb;
     llama_layer_acts *la = lav;
     const float *rc, *rs;
     int window;
@@ -248,7 +228,8 @@ static void block_backward(const hpt_arch_ctx *x, float *const *w, float *const 
     const int hd = (int)hd_of(c), A = (int)att_of(c);
     const int64_t BT = (int64_t)B * T, QKV = qkv_of(c);
     const size_t nC = (size_t)BT * C;
-    const gemma_block pb = block_of(c, w), gb = block_of(c, dw), *p = &pb, *g = &gb;
+    const llama_hd_block pb = llama_hd_block_of(c, w), gb = llama_hd_block_of(c, dw);
+    const llama_hd_block *p = &pb, *g = &gb;
     const llama_layer_acts *la = lav;
     llama_acts *a = av;
     const float *rc, *rs;
@@ -415,15 +396,7 @@ static void hf_config_write(const hpt_hf_json_ops *J, hpt_hf_json *r, const hpt_
     (void)cls;
     J->put_str(r, "model_type", "gemma3_text");
     J->put_str(r, "hidden_activation", "gelu_pytorch_tanh");
-    J->put_int(r, "hidden_size", c->C);
-    J->put_int(r, "intermediate_size", c->FF);
-    J->put_int(r, "num_hidden_layers", c->L);
-    J->put_int(r, "num_attention_heads", c->NH);
-    J->put_int(r, "num_key_value_heads", c->NKV);
-    J->put_int(r, "head_dim", (double)hd_of(c));
-    J->put_int(r, "max_position_embeddings", c->maxT);
-    J->put_float(r, "rms_norm_eps", c->norm_eps);
-    J->put_float(r, "rope_theta", c->rope_theta);
+    llama_hd_config_write(J, r, c);
     J->put_float(r, "rope_local_base_freq", c->rope_local_theta);
     J->put_float(r, "query_pre_attn_scalar", c->attn_scalar > 0.0f ? c->attn_scalar : (float)hd_of(c));
     J->put_int(r, "sliding_window", c->window);

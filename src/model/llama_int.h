@@ -119,6 +119,15 @@ int llama_hf_parts(const hpt_model_config *c, const hpt_tensor_desc *d, int l,
 #define LLAMA_HD_DESCS 13
 int llama_hd_descs(const hpt_model_config *c, llama_desc d[LLAMA_HD_DESCS]);
 double llama_hd_flops_per_token(const hpt_model_config *c, int T);
+/* a block's slices from the runner's pointers s (block order: the table's stacked tensors;
+ * NULL: one the configuration has not) */
+typedef struct {
+    float *ln1w, *qkvw, *qkvb, *qknw, *attprojw, *attprojb, *ln2w, *fcw, *fcprojw, *postw;
+} llama_hd_block;
+llama_hd_block llama_hd_block_of(const hpt_model_config *c, float *const *s);
+/* config.json's dimensions of c (hidden_size .. rope_theta, head_dim among them) */
+void llama_hd_config_write(const struct hpt_hf_json_ops *J, struct hpt_hf_json *r,
+                           const hpt_model_config *c);
 /* the saved fields' and the non-block buffers' shapes (arch.h's field_shape, global_shape) by
  * their offsets in llama_layer_acts and llama_acts, with a head width free of C/NH (qwen.c; Qwen
  * and Gemma 3) */

@@ -87,23 +87,19 @@ static void consts_fill(const hpt_model_config *c, float *host) {
     llama_rope_fill(c, hd_of(c), c->rope_theta, 1.0, host);
 }
 
-/* A block's slices from the runner's pointers (block order: the table's stacked tensors). */
-typedef struct {
-    float *ln1w, *qkvw, *qkvb, *qknw, *attprojw, *attprojb, *ln2w, *fcw, *fcprojw;
-} qwen_block;
-
-static qwen_block block_of(const hpt_model_config *c, float *const *s) {
-    qwen_block b;
+llama_hd_block llama_hd_block_of(const hpt_model_config *c, float *const *s) {
+    llama_hd_block b;
     int k = 0;
     b.ln1w = s[k++];
     b.qkvw = s[k++];
     b.qkvb = c->attn_bias ? s[k++] : NULL;
-    b.qknw = qk_norm(c) ? s[k++] : NULL;
+    b.qknw = qk_norm(c) || gemma(c) ? s[k++] : NULL;
     b.attprojw = s[k++];
     b.attprojb = o_bias(c) ? s[k++] : NULL;
     b.ln2w = s[k++];
     b.fcw = s[k++];
     b.fcprojw = s[k++];
+    b.postw = gemma(c) ? s[k++] : NULL;
     return b;
 }
 
@@ -238,7 +234,7 @@ static void block_forward(const hpt_arch_ctx *x, float *const *w, void *lav, con
     const int B = x->B, T = x->T, C = c->C, NH = c->NH, NKV = c->NKV, FF = c->FF;
     const int hd = (int)hd_of(c), A = (int)att_of(c);
     const int64_t BT = (int64_t)B * T, QKV = qkv_of(c);
-    const qwen_block pb = block_of(c, w), *p = &pb;
+    const llama_hd_block pb = llama_hd_block_of(c, w), *p = &pb;
     llama_layer_acts *la = lav;
     /* ln1 (B, T, C) = rmsnorm(residual) * ln1w */
     be->rmsnorm_forward(la->ln1, la->ln1_rstd, residual, p->ln1w, BT, C, c->norm_eps);
@@ -274,7 +270,7 @@ static void block_recompute(const hpt_arch_ctx *x, float *const *w, void *lav, c
     const hpt_model_config *c = x->cfg;
     const int B = x->B, T = x->T, C = c->C;
     const int64_t BT = (int64_t)B * T;
-    const qwen_block pb = block_of(c, w), *p = &pb;
+    const llama_hd_block pb = llama_hd_block_of(c, w), *p = &pb;
     llama_layer_acts *la = lav;
     be->rmsnorm_apply(la->ln1, residual, p->ln1w, la->ln1_rstd, BT, C);
     x->attn->rebuild(be, la->atty, la->att, la->att_lse, la->qkv, B, T, (int)att_of(c), c->NH,
@@ -293,7 +289,8 @@ static void block_backward(const hpt_arch_ctx *x, float *const *w, float *const 
     const int B = x->B, T = x->T, C = c->C, NH = c->NH, NKV = c->NKV, FF = c->FF;
     const int hd = (int)hd_of(c), A = (int)att_of(c);
     const int64_t BT = (int64_t)B * T, QKV = qkv_of(c);
-    const qwen_block pb = block_of(c, w), gb = block_of(c, dw), *p = &pb, *g = &gb;
+    const llama_hd_block pb = llama_hd_block_of(c, w), gb = llama_hd_block_of(c, dw);
+    const llama_hd_block *p = &pb, *g = &gb;
     const llama_layer_acts *la = lav;
     llama_acts *a = av;
     /* res3 = res2 + fch_swi @ fcprojw^T; dres flows to res2 unchanged */
@@ -408,11 +405,7 @@ static hpt_status hf_config_read3(const hpt_hf_json_ops *J, const hpt_hf_json *r
     return hf_config_read(J, r, what, c, HPT_ARCH_QWEN3);
 }
 
-static void hf_config_write(const hpt_hf_json_ops *J, hpt_hf_json *r, const hpt_model_config *c,
-                            const char *cls) {
-    (void)cls;
-    J->put_str(r, "model_type", qk_norm(c) ? "qwen3" : "qwen2");
-    J->put_str(r, "hidden_act", "silu");
+void llama_hd_config_write(const hpt_hf_json_ops *J, hpt_hf_json *r, const hpt_model_config *c) {
     J->put_int(r, "hidden_size", c->C);
     J->put_int(r, "intermediate_size", c->FF);
     J->put_int(r, "num_hidden_layers", c->L);
@@ -422,6 +415,14 @@ static void hf_config_write(const hpt_hf_json_ops *J, hpt_hf_json *r, const hpt_
     J->put_int(r, "max_position_embeddings", c->maxT);
     J->put_float(r, "rms_norm_eps", c->norm_eps);
     J->put_float(r, "rope_theta", c->rope_theta);
+}
+
+static void hf_config_write(const hpt_hf_json_ops *J, hpt_hf_json *r, const hpt_model_config *c,
+                            const char *cls) {
+    (void)cls;
+    J->put_str(r, "model_type", qk_norm(c) ? "qwen3" : "qwen2");
+    J->put_str(r, "hidden_act", "silu");
+    llama_hd_config_write(J, r, c);
     J->put_null(r, "rope_scaling");
     J->put_bool(r, "use_sliding_window", 0);
     if (qk_norm(c)) J->put_bool(r, "attention_bias", c->attn_bias);
