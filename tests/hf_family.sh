@@ -1,5 +1,6 @@
 # tests/hf_family.sh: what the Hugging Face family tests share (test_hf_qwen.sh, test_hf_gemma.sh;
-# source it after lib.sh, with $bin the hptrain binary, $py PyTorch's python and $here tests/):
+# source it after lib.sh, with $bin the hptrain binary and $here tests/; it sets $py, Debian's
+# python3 with torch, and exits 77, ctest's skip, without torch):
 #   hf_verify SCRIPT "NAME SHAPE B T SEED"...   SCRIPT's reference state of each shape through
 #       `hptrain verify` (logits, loss, every gradient, 10 AdamW steps within 1e-4)
 #   hf_eval FAMILY "TAG|SHAPE|B|T|OPTIONS"...   tests/hf_write.py FAMILY's directory $tmp/TAG/hf
@@ -7,6 +8,8 @@
 #   hf_train DIR V ARCH MODEL_TYPE KEY=JSON...  3 steps from DIR on tokens below V, --save $tmp/s1
 #       and the same losses with disk homes; the saved directory holds DIR's names and shapes in
 #       fp32 (hf_write.py saved: ARCH, MODEL_TYPE and each config.json KEY) and evaluates
+py=/usr/bin/python3
+if ! "$py" -c "import torch" 2>/dev/null; then echo "python3-torch is not installed: skipped"; exit 77; fi
 evloss() { "$bin" eval --quiet --model "$1" --data "$2" --batch "$3" --seq "$4" --batches 1 2>"$tmp/err" | awk '/^loss/ {print $2}'; }
 close() { "$py" -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(abs(a - b) > $3 * abs(b))" "$1" "$2"; }
 

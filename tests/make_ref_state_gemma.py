@@ -20,7 +20,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from make_ref_state_llama import rotate_half, table_parts, write_reference
+from make_ref_state_llama import parse_keys, rotate_half, table_parts, write_reference
 from make_ref_state_qwen import perturb
 
 
@@ -29,15 +29,7 @@ def parse_shape(shape):
     c = {"NKV": None, "V": 262208, "Vp": None, "T": 131072, "theta": 1e6, "ltheta": 1e4,
          "factor": 0.0, "qscalar": 0.0, "window": 4096, "pattern": 6, "eps": 1e-6, "tied": 1,
          "attn_bias": 0, "range": 0.02, "hd": None}
-    for kv in shape[7:].split(","):
-        k, v = kv.split("=")
-        c[k] = float(v) if k in ("theta", "ltheta", "factor", "qscalar", "eps", "range") else int(v)
-    if c["NKV"] is None:
-        c["NKV"] = c["NH"]
-    if c["Vp"] is None:
-        c["Vp"] = (c["V"] + 127) // 128 * 128
-    if c["hd"] is None:
-        c["hd"] = c["C"] // c["NH"]
+    parse_keys(c, shape[7:], ("theta", "ltheta", "factor", "qscalar", "eps", "range"))
     if not c["qscalar"]:
         c["qscalar"] = float(c["hd"])
     return c

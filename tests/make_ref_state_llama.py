@@ -22,19 +22,28 @@ import torch
 import torch.nn.functional as F
 
 
+def parse_keys(c, keys, floats):
+    """KEY=VALUE,... (keys: a shape after its family's colon) into the defaults c: floats for the
+    keys named, integers for the others; then NKV (NH), Vp (V rounded up to 128) and hd (C/NH)
+    where unset (the qwen and gemma scripts' too)"""
+    for kv in keys.split(","):
+        k, v = kv.split("=")
+        c[k] = float(v) if k in floats else int(v)
+    if c.get("NKV") is None:
+        c["NKV"] = c["NH"]
+    if c.get("Vp") is None:
+        c["Vp"] = (c["V"] + 127) // 128 * 128
+    if c.get("hd") is None:
+        c["hd"] = c["C"] // c["NH"]
+    return c
+
+
 def parse_shape(shape):
     assert shape.startswith("llama:"), shape
     c = {"NKV": None, "V": 32000, "Vp": None, "T": 2048, "theta": 10000.0, "eps": 1e-6,
          "factor": 0.0, "low": 1.0, "high": 4.0, "orig": 0, "tied": 0, "attn_bias": 0,
          "mlp_bias": 0, "range": 0.02}
-    for kv in shape[6:].split(","):
-        k, v = kv.split("=")
-        c[k] = float(v) if k in ("theta", "eps", "factor", "low", "high", "range") else int(v)
-    if c["NKV"] is None:
-        c["NKV"] = c["NH"]
-    if c["Vp"] is None:
-        c["Vp"] = (c["V"] + 127) // 128 * 128
-    return c
+    return parse_keys(c, shape[6:], ("theta", "eps", "factor", "low", "high", "range"))
 
 
 def rope_tables(c, T):

@@ -21,7 +21,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from make_ref_state_llama import rotate_half, table_parts, write_reference
+from make_ref_state_llama import parse_keys, rotate_half, table_parts, write_reference
 
 
 def parse_shape(shape):
@@ -30,15 +30,7 @@ def parse_shape(shape):
     c = {"fam": fam, "NKV": None, "V": 151936, "Vp": None, "T": 32768, "theta": 10000.0,
          "eps": 1e-6, "tied": 0, "attn_bias": 1 if fam == "qwen2" else 0, "range": 0.02,
          "hd": None}
-    for kv in rest.split(","):
-        k, v = kv.split("=")
-        c[k] = float(v) if k in ("theta", "eps", "range") else int(v)
-    if c["NKV"] is None:
-        c["NKV"] = c["NH"]
-    if c["Vp"] is None:
-        c["Vp"] = (c["V"] + 127) // 128 * 128
-    if c["hd"] is None:
-        c["hd"] = c["C"] // c["NH"]
+    parse_keys(c, rest, ("theta", "eps", "range"))
     c["qk_norm"] = fam == "qwen3"
     c["o_bias"] = bool(c["attn_bias"]) and fam == "qwen3"
     return c

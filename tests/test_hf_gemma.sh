@@ -14,11 +14,9 @@
 # Exit 77 (ctest: skipped) without python3-torch.
 set -u
 bin=$1
-py=/usr/bin/python3
-if ! "$py" -c "import torch" 2>/dev/null; then echo "python3-torch is not installed: skipped"; exit 77; fi
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"       # $tmp, ok, bad, finish
-. "$here/hf_family.sh" # hf_verify, hf_eval, hf_train
+. "$here/hf_family.sh" # $py (exit 77 without torch), hf_verify, hf_eval, hf_train
 
 #                               name   shape                                                                      B T  seed
 hf_verify make_ref_state_gemma.py "global gemma3:L=2,C=48,NH=4,NKV=2,hd=10,FF=80,V=300,T=40,pattern=1,qscalar=7,tied=0 2 9 7" \

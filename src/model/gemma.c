@@ -416,12 +416,7 @@ static void hf_config_write(const hpt_hf_json_ops *J, hpt_hf_json *r, const hpt_
 /* table name -> the Hugging Face tensors its rows concatenate (under model.layers.{l}.) */
 static const llama_hf_name k_hf_names[] = {
     {"ln1w", {"input_layernorm.weight"}}, {"ln2w", {"pre_feedforward_layernorm.weight"}},
-    {"qkvw", {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"}},
-    {"qkvb", {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"}},
-    {"qknw", {"self_attn.q_norm.weight", "self_attn.k_norm.weight"}},
-    {"attprojw", {"self_attn.o_proj.weight"}}, {"attprojb", {"self_attn.o_proj.bias"}},
-    {"fcw", {"mlp.gate_proj.weight", "mlp.up_proj.weight"}},
-    {"fcprojw", {"mlp.down_proj.weight"}},
+    LLAMA_HD_HF_NAMES,
     {"postw", {"post_attention_layernorm.weight", "post_feedforward_layernorm.weight"}},
 };
 

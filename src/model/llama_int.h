@@ -111,6 +111,13 @@ void llama_rope_fill(const hpt_model_config *c, int64_t hd, double theta, double
 typedef struct {
     const char *t, *hf[3];
 } llama_hf_name;
+/* the Hugging Face names Qwen and Gemma 3 share (attention with q/k norms, the MLP) */
+#define LLAMA_HD_HF_NAMES                                                                         \
+    {"qkvw", {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"}},  \
+        {"qkvb", {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"}},    \
+        {"qknw", {"self_attn.q_norm.weight", "self_attn.k_norm.weight"}},                         \
+        {"attprojw", {"self_attn.o_proj.weight"}}, {"attprojb", {"self_attn.o_proj.bias"}},       \
+        {"fcw", {"mlp.gate_proj.weight", "mlp.up_proj.weight"}}, {"fcprojw", {"mlp.down_proj.weight"}}
 int llama_hf_parts(const hpt_model_config *c, const hpt_tensor_desc *d, int l,
                    const llama_hf_name *names, int n_names, int64_t hd, struct hpt_hf_part *p);
 /* Qwen's and Gemma 3's tensors (qwen.c): llama's layout with a head width free of C/NH, q/k
