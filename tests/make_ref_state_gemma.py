@@ -20,7 +20,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from make_ref_state_llama import parse_keys, rotate_half, table_parts, write_reference
+from make_ref_state_llama import (hf_init, inv_freq, parse_keys, rope_from_inv, rotate_half,
+                                  table_parts, write_reference)
 from make_ref_state_qwen import perturb
 
 
@@ -41,12 +42,8 @@ def is_sliding(c, l):
 
 def rope_tables(hd, theta, T, factor):
     """cos, sin (T, hd) of the default rotation, frequencies divided by factor (linear)"""
-    inv = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
-    if factor > 0:
-        inv = inv / factor
-    freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv)
-    emb = torch.cat([freqs, freqs], dim=-1)
-    return emb.cos().float(), emb.sin().float()
+    inv = inv_freq(hd, theta)
+    return rope_from_inv(inv / factor if factor > 0 else inv, T)
 
 
 class RMSNorm(torch.nn.Module):
@@ -137,13 +134,7 @@ class Gemma(torch.nn.Module):
         self.layers = self.model.layers  # table_parts' per-layer view
         if not c["tied"]:
             self.lm_head = torch.nn.Linear(c["C"], c["V"], bias=False)
-        # _init_weights: N(0, initializer_range) for linear weights and the embedding, zero
-        # biases (the norms' weights stay 0)
-        for m in self.modules():
-            if isinstance(m, (torch.nn.Linear, torch.nn.Embedding)):
-                torch.nn.init.normal_(m.weight, mean=0.0, std=c["range"])
-                if getattr(m, "bias", None) is not None:
-                    torch.nn.init.zeros_(m.bias)
+        hf_init(self, c["range"])  # the norms' weights stay 0
 
     def head(self):
         return self.model.embed_tokens.weight if self.c["tied"] else self.lm_head.weight

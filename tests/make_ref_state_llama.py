@@ -46,10 +46,32 @@ def parse_shape(shape):
     return parse_keys(c, shape[6:], ("theta", "eps", "factor", "low", "high", "range"))
 
 
+def inv_freq(hd, theta):
+    """the default rotation's frequencies theta^(-2i/hd), float64"""
+    return 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+
+
+def rope_from_inv(inv, T):
+    """cos, sin (T, hd) of frequencies inv as HF's (cat(freqs, freqs)), rounded from float64"""
+    freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv)
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return emb.cos().float(), emb.sin().float()
+
+
+def hf_init(model, std):
+    """Hugging Face's _init_weights: N(0, std) for linear weights and embeddings, zero biases
+    (norm weights keep their own initial values); the qwen and gemma scripts' too"""
+    for m in model.modules():
+        if isinstance(m, (torch.nn.Linear, torch.nn.Embedding)):
+            torch.nn.init.normal_(m.weight, mean=0.0, std=std)
+            if getattr(m, "bias", None) is not None:
+                torch.nn.init.zeros_(m.bias)
+
+
 def rope_tables(c, T):
     """cos, sin (T, hd) as HF's (cat(freqs, freqs)), Llama 3 scaling as _compute_llama3_parameters."""
     hd = c["C"] // c["NH"]
-    inv = 1.0 / (c["theta"] ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    inv = inv_freq(hd, c["theta"])
     if c["factor"] > 0:
         orig, lo, hi, factor = c["orig"], c["low"], c["high"], c["factor"]
         wavelen = 2 * math.pi / inv
@@ -58,9 +80,7 @@ def rope_tables(c, T):
         smoothed = (1 - smooth) * scaled / factor + smooth * scaled
         medium = ~(wavelen < orig / hi) & ~(wavelen > orig / lo)
         inv = torch.where(medium, smoothed, scaled)
-    freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv)
-    emb = torch.cat([freqs, freqs], dim=-1)
-    return emb.cos().float(), emb.sin().float()
+    return rope_from_inv(inv, T)
 
 
 def rotate_half(x):
@@ -125,13 +145,7 @@ class Llama(torch.nn.Module):
         self.norm = RMSNorm(c["C"], c["eps"])
         if not c["tied"]:
             self.lm_head = torch.nn.Linear(c["C"], c["V"], bias=False)
-        # Hugging Face's _init_weights: N(0, initializer_range) for linear weights and the
-        # embedding, zero biases (norm weights stay 1)
-        for m in self.modules():
-            if isinstance(m, (torch.nn.Linear, torch.nn.Embedding)):
-                torch.nn.init.normal_(m.weight, mean=0.0, std=c["range"])
-                if getattr(m, "bias", None) is not None:
-                    torch.nn.init.zeros_(m.bias)
+        hf_init(self, c["range"])  # norm weights stay 1
 
     def head(self):
         return self.embed_tokens.weight if self.c["tied"] else self.lm_head.weight

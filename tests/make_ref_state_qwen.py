@@ -21,7 +21,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from make_ref_state_llama import parse_keys, rotate_half, table_parts, write_reference
+from make_ref_state_llama import (hf_init, inv_freq, parse_keys, rope_from_inv, rotate_half,
+                                  table_parts, write_reference)
 
 
 def parse_shape(shape):
@@ -39,10 +40,7 @@ def parse_shape(shape):
 def rope_tables(c, T):
     """cos, sin (T, hd) as the default rotary embedding's (cat(freqs, freqs))."""
     hd = c["hd"]
-    inv = 1.0 / (c["theta"] ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
-    freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv)
-    emb = torch.cat([freqs, freqs], dim=-1)
-    return emb.cos().float(), emb.sin().float()
+    return rope_from_inv(inv_freq(hd, c["theta"]), T)
 
 
 class RMSNorm(torch.nn.Module):
@@ -109,13 +107,7 @@ class Qwen(torch.nn.Module):
         self.norm = RMSNorm(c["C"], c["eps"])
         if not c["tied"]:
             self.lm_head = torch.nn.Linear(c["C"], c["V"], bias=False)
-        # _init_weights: N(0, initializer_range) for linear weights and the embedding, zero
-        # biases (norm weights stay 1)
-        for m in self.modules():
-            if isinstance(m, (torch.nn.Linear, torch.nn.Embedding)):
-                torch.nn.init.normal_(m.weight, mean=0.0, std=c["range"])
-                if getattr(m, "bias", None) is not None:
-                    torch.nn.init.zeros_(m.bias)
+        hf_init(self, c["range"])  # norm weights stay 1
 
     def head(self):
         return self.embed_tokens.weight if self.c["tied"] else self.lm_head.weight
