@@ -4,9 +4,11 @@
  * median ~155 tokens, cut at T): the document mask skips every 64-key tile before a query
  * tile's examples, so the work follows sum(len^2) instead of T^2 (docs/packing.md). Prints
  * the fastest of R runs of each, and the ideal ratio (the (query, key) pairs each computes).
+ * --window W: the second column is the causal row with a sliding window of W keys instead
+ * (Mistral's; the key tiles before each query tile's window skipped: O(T W), docs/llama.md).
  *   cc -O3 -march=native -std=c11 -D_GNU_SOURCE -Iinclude -Isrc bench/bench_pack_attention.c \
  *     build/libhptrain.a -fopenmp -ldnnl -lpcre2-8 -lcjson -lmvec -lm -o build/bench_pack_attention
- * Usage: bench_pack_attention [--threads N] [--runs R] [--T 1024,2048,4096] */
+ * Usage: bench_pack_attention [--threads N] [--runs R] [--T 1024,2048,4096] [--window W] */
 #include "hptrain.h"
 #include "kernels/backend.h"
 
@@ -23,10 +25,11 @@ static double unif(void) { /* (0, 1) */
 }
 
 int main(int argc, char **argv) {
-    int threads = 2, runs = 3, Ts[8] = {1024, 2048, 4096}, nT = 3;
+    int threads = 2, runs = 3, Ts[8] = {1024, 2048, 4096}, nT = 3, window = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--window") && i + 1 < argc) window = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--T") && i + 1 < argc) {
             nT = 0;
             for (char *s = strtok(argv[++i], ","); s && nT < 8; s = strtok(NULL, ","))
@@ -38,7 +41,9 @@ int main(int argc, char **argv) {
     const int B = 1, C = 768, NH = 12;
     printf("flash attention forward + backward (CPU), B=%d C=%d NH=%d, %d thread(s), fastest of %d\n\n",
            B, C, NH, threads, runs);
-    printf("| T | examples | causal ms | packed ms | speed-up | pairs ratio |\n| ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    if (window > 0) printf("| T | window | causal ms | window ms | speed-up | pairs ratio |\n");
+    else printf("| T | examples | causal ms | packed ms | speed-up | pairs ratio |\n");
+    printf("| ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for (int ti = 0; ti < nT; ti++) {
         const int T = Ts[ti];
         const size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
@@ -59,14 +64,19 @@ int main(int argc, char **argv) {
             pairs += (double)len * (len + 1) / 2.0;
             t += len, n_ex++;
         }
+        if (window > 0) { /* query t sees min(t + 1, W) keys */
+            const double W = window < T ? window : T;
+            pairs = W * (W + 1) / 2.0 + (T - W) * W, n_ex = window;
+        }
         double best[2] = {1e30, 1e30};
         for (int mode = 0; mode < 2; mode++) {
-            const int32_t *p = mode ? pos : NULL;
-            be->flash_attention_forward_seg(out, lse, qkv, B, T, C, NH, NH, p, 0); /* warm */
+            const int32_t *p = mode && !window ? pos : NULL;
+            const int w = mode ? window : 0;
+            be->flash_attention_forward_seg(out, lse, qkv, B, T, C, NH, NH, p, w); /* warm */
             for (int r = 0; r < runs; r++) {
                 double t0 = hpt_now();
-                be->flash_attention_forward_seg(out, lse, qkv, B, T, C, NH, NH, p, 0);
-                be->flash_attention_backward_seg(dqkv, scr, dout, qkv, out, lse, B, T, C, NH, NH, p, 0);
+                be->flash_attention_forward_seg(out, lse, qkv, B, T, C, NH, NH, p, w);
+                be->flash_attention_backward_seg(dqkv, scr, dout, qkv, out, lse, B, T, C, NH, NH, p, w);
                 double t = hpt_now() - t0;
                 best[mode] = t < best[mode] ? t : best[mode];
             }

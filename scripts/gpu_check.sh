@@ -12,6 +12,10 @@
 #              one at a time, HPT_REQUIRE_GPU=1: a CUDA backend that does not start fails
 #   train      hptrain train on a tiny GPT-2 for 20 steps, --device cpu and --device cuda:
 #              the losses side by side
+#   transformers  Hugging Face directories written by tests/hf_write.py (Mistral with a sliding
+#              window below T) through transformers' own classes (tests/hf_transformers_loss.py)
+#              against hptrain eval on the CPU and the GPU: the losses within 1e-5 (skipped
+#              without transformers)
 #   sanitizer  test_backend under compute-sanitizer --tool memcheck
 #   gemm       cuBLAS's fp32, TF32 and bf16 GEMM peaks (bench_cuda peak)
 #   gpt2       gpt2-124m (B 8, T 1024): hptrain --device cuda, PyTorch eager and torch.compile
@@ -586,8 +590,32 @@ st_profile() {
     return $rc
 }
 
+# st_transformers: each directory's loss by transformers and by hptrain eval (cpu; cuda beside a
+# GPU) on one batch of its tokens; tag|shape|B|T per model (tests/hf_write.py's llama shapes)
+st_transformers() {
+    export LD_LIBRARY_PATH="$DEPLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    "$PY" -c "import transformers" 2>/dev/null || { note "transformers is not installed"; exit 77; }
+    local d="$WORK/data/hf" cfg tag shape B T want dev got rc=0 rows=""
+    for cfg in "mistral|llama:L=2,C=48,NH=6,NKV=2,FF=80,V=300,T=64,theta=10000,eps=1e-5,window=5|2|13"; do
+        IFS='|' read -r tag shape B T <<<"$cfg"
+        "$PY" "$ROOT/tests/hf_write.py" llama "$d/$tag" "$shape" "$B" "$T" 5 --stream >/dev/null || exit 1
+        want=$("$PY" "$ROOT/tests/hf_transformers_loss.py" "$d/$tag/hf" "$d/$tag/tokens.bin" "$B" "$T" |
+               awk '/^transformers loss/ {print $3}')
+        for dev in cpu cuda; do
+            [ $DRY = 1 ] && [ $dev = cuda ] && continue
+            got=$("$HPT" eval --quiet --model "$d/$tag/hf" --data "$d/$tag/tokens.bin" --batch "$B" --seq "$T" \
+                  --batches 1 --device $dev | awk '/^loss/ {print $2}')
+            rows="$rows $tag/$dev: hptrain $got, transformers $want;"
+            "$PY" -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(abs(a - b) > 1e-5 * abs(b))" \
+                "$got" "$want" || rc=1
+        done
+    done
+    note "${rows# }"
+    return $rc
+}
+
 export -f st_env st_deps st_size st_build st_reference st_train st_sanitizer st_gemm st_gpt2 st_llama1b st_llama8b \
-    profile_model st_profile
+    profile_model st_profile st_transformers
 
 # ---- the run ----
 echo "gpu_check: $([ $DRY = 1 ] && echo "dry run, " )budget ${BUDGET} s, build tree $BUILD, output $OUT"
@@ -600,6 +628,7 @@ for t in test_cuda test_backend test_cuda_train test_cuda_gpt2; do
     stage "$t" 120 gpu "gpu_test $t"
 done
 stage train 60 any st_train
+stage transformers 90 any st_transformers
 stage sanitizer 150 gpu st_sanitizer
 stage gemm 60 gpu st_gemm
 stage gpt2 180 any st_gpt2

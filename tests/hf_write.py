@@ -261,6 +261,9 @@ def llama_config(c, dtype, rope_parameters):
            "mlp_bias": bool(c["mlp_bias"]), "initializer_range": c["range"],
            "head_dim": c["C"] // c["NH"], "bos_token_id": 1, "eos_token_id": [2, 3],
            "torch_dtype": dtype}
+    if c.get("window", 0) > 0:  # Mistral's sliding window
+        cfg.update(architectures=["MistralForCausalLM"], model_type="mistral",
+                   sliding_window=c["window"])
     rope = None
     if c["factor"] > 0:
         rope = {"rope_type": "llama3", "factor": c["factor"], "low_freq_factor": c["low"],

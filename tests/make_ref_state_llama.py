@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """make_ref_state_llama.py OUTDIR SHAPE B T SEED: a PyTorch reference for a llama SHAPE
 (hptrain's "llama:L=..,C=..,NH=..,NKV=..,FF=..,V=..,Vp=..,T=..,theta=..,eps=..[,factor=..,low=..,
-high=..,orig=..][,tied=0|1][,attn_bias=1][,mlp_bias=1]"), written as:
+high=..,orig=..][,tied=0|1][,attn_bias=1][,mlp_bias=1][,window=W]"), written as:
   OUTDIR/state.bin   reference state version 3 (hptrain's, any architecture): a header of 256
                      int32 (20240327, 3, B, T), x and y (B, T) int32, the initial parameters in
                      hptrain's checkpoint order (fp32, padding rows zero), the logits (B, T, V)
@@ -10,7 +10,9 @@ high=..,orig=..][,tied=0|1][,attn_bias=1][,mlp_bias=1]"), written as:
 The model is written here by hand from Hugging Face's LlamaForCausalLM maths (transformers is
 not needed): RMSNorm, rotary embeddings with the rotate_half convention and Llama 3's
 frequency scaling, grouped-query attention (K/V heads repeated, as HF's repeat_kv), SwiGLU,
-tied or untied head. fp32 throughout, the rotary tables computed in float64 then rounded.
+tied or untied head; window=W: Mistral's sliding window (MistralForCausalLM's sliding_window),
+an explicit mask keeping key j for query i when i - W < j <= i (transformers' kv_idx > q_idx -
+sliding_window). fp32 throughout, the rotary tables computed in float64 then rounded.
 Run with Debian's /usr/bin/python3 (python3-torch)."""
 import json
 import math
@@ -42,7 +44,7 @@ def parse_shape(shape):
     assert shape.startswith("llama:"), shape
     c = {"NKV": None, "V": 32000, "Vp": None, "T": 2048, "theta": 10000.0, "eps": 1e-6,
          "factor": 0.0, "low": 1.0, "high": 4.0, "orig": 0, "tied": 0, "attn_bias": 0,
-         "mlp_bias": 0, "range": 0.02}
+         "mlp_bias": 0, "range": 0.02, "window": 0}
     return parse_keys(c, shape[6:], ("theta", "eps", "factor", "low", "high", "range"))
 
 
@@ -128,7 +130,9 @@ class Block(torch.nn.Module):
         k = k.repeat_interleave(NH // NKV, dim=1)  # HF's repeat_kv
         v = v.repeat_interleave(NH // NKV, dim=1)
         att = (q @ k.transpose(-2, -1)) / math.sqrt(hd)
-        mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+        mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)  # keys after the query
+        if self.c["window"] > 0:  # keys j <= i - W: outside the sliding window
+            mask |= torch.tril(torch.ones(T, T, dtype=torch.bool), diagonal=-self.c["window"])
         att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).reshape(B, T, NH * hd)
         x = x + self.o_proj(y)

@@ -2,8 +2,11 @@
 # test_hf_llama.sh HPTRAIN: Hugging Face directories through `hptrain eval`: a llama directory
 # written by tests/hf_write.py (torch, from the safetensors specification) of the PyTorch model
 # of tests/make_ref_state_llama.py gives PyTorch's loss on the same tokens (odd GQA shape with
-# Llama 3 rope scaling and an untied head; a tied one with biases in bf16 shards), and a GPT-2
-# directory gives the llm.c file's loss. Exit 77 (ctest: skipped) without python3-torch, the
+# Llama 3 rope scaling and an untied head; a tied one with biases in bf16 shards; a
+# MistralForCausalLM with sliding_window 5 at T 13, flash and plain attention), and a GPT-2
+# directory gives the llm.c file's loss; the Mistral directory trained and saved keeps its
+# window (config.json, and through --resume the losses of the run not stopped), and
+# recomputation with plain attention gives its losses bit for bit. Exit 77 (ctest: skipped) without python3-torch, the
 # reference model, the eval command or the llama architecture.
 set -u
 bin=$1
@@ -14,7 +17,7 @@ if ! "$bin" eval --help >/dev/null 2>&1; then echo "no eval command: skipped"; e
 here=$(cd "$(dirname "$0")" && pwd)
 . "$(dirname "$0")/lib.sh" # $tmp, ok, bad, expect_error, finish
 skipped=0
-evloss() { "$bin" eval --quiet --model "$1" --data "$2" --batch "$3" --seq "$4" --batches 1 2>"$tmp/err" | awk '/^loss/ {print $2}'; }
+evloss() { "$bin" eval --quiet --model "$1" --data "$2" --batch "$3" --seq "$4" --batches 1 "${@:5}" 2>"$tmp/err" | awk '/^loss/ {print $2}'; }
 close() { "$py" -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(abs(a - b) > $3 * abs(b))" "$1" "$2"; }
 
 # GPT-2: the directory and the llm.c file, same loss to the bit
@@ -32,7 +35,8 @@ echo "gpt2: eval loss $a (llm.c file), $b (directory)"
 
 #        tag   shape                                                                       B T  options
 for cfg in "odd|llama:L=2,C=48,NH=6,NKV=3,FF=80,V=300,T=64,theta=10000,eps=1e-5,factor=8,low=1,high=4,orig=16|2|13|" \
-           "tied|llama:L=3,C=40,NH=4,NKV=2,FF=72,V=260,T=32,theta=500000,eps=1e-6,tied=1,attn_bias=1,mlp_bias=1|3|9|--rope-parameters --dtype bf16 --shard 20000"; do
+           "tied|llama:L=3,C=40,NH=4,NKV=2,FF=72,V=260,T=32,theta=500000,eps=1e-6,tied=1,attn_bias=1,mlp_bias=1|3|9|--rope-parameters --dtype bf16 --shard 20000" \
+           "mistral|llama:L=2,C=48,NH=6,NKV=2,FF=80,V=300,T=64,theta=10000,eps=1e-5,window=5|2|13|"; do
   IFS='|' read -r tag shape B T opts <<<"$cfg"
   out=$("$py" "$here/hf_write.py" llama "$tmp/$tag" "$shape" "$B" "$T" 5 --stream $opts)
   rc=$?
@@ -45,7 +49,29 @@ for cfg in "odd|llama:L=2,C=48,NH=6,NKV=3,FF=80,V=300,T=64,theta=10000,eps=1e-5,
   echo "$tag: eval loss $got, PyTorch's $want"
   [ -n "$got" ] && [ -n "$want" ] && close "$got" "$want" 1e-5 && ok ||
     bad "$tag: eval loss '$got', PyTorch's '$want' ($(cat "$tmp/err"))"
+  [ "$tag" = mistral ] || continue
+  got=$(evloss "$tmp/$tag/hf" "$tmp/$tag/tokens.bin" "$B" "$T" --attention plain)
+  echo "$tag: eval loss $got with plain attention"
+  [ -n "$got" ] && close "$got" "$want" 1e-5 && ok || bad "$tag plain: eval loss '$got' ($(cat "$tmp/err"))"
 done
+# the Mistral directory: trained with plain attention, recomputed or not (the same bits), saved
+# with its sliding_window; the saved directory reads back
+if [ -f "$tmp/mistral/hf/config.json" ]; then
+  mtr() { "$bin" train --model "$tmp/mistral/hf" --data "$tmp/mistral/tokens.bin" --batch 1 --seq 13 --steps 2 --quiet --attention plain "$@" >/dev/null 2>"$tmp/err"; }
+  mtr --log "$tmp/m1.jsonl" --save "$tmp/ms" || bad "mistral train: $(cat "$tmp/err")"
+  mtr --log "$tmp/m2.jsonl" --recompute full || bad "mistral train recompute: $(cat "$tmp/err")"
+  la=$(grep -o '"loss": *[0-9.e+-]*' "$tmp/m1.jsonl"); lb=$(grep -o '"loss": *[0-9.e+-]*' "$tmp/m2.jsonl")
+  [ -n "$la" ] && [ "$la" = "$lb" ] && ok || bad "mistral losses differ with recomputation: $la / $lb"
+  "$py" -c "import json, sys; c = json.load(open(sys.argv[1])); sys.exit(not (c['sliding_window'] == 5 and c['architectures'] == ['MistralForCausalLM']))" \
+    "$tmp/ms/config.json" && ok || bad "mistral saved config: $(cat "$tmp/ms/config.json")"
+  [ -n "$(evloss "$tmp/ms" "$tmp/mistral/tokens.bin" 2 13)" ] && ok || bad "eval of the saved mistral: $(cat "$tmp/err")"
+  # resumed from the 2 steps saved, 2 more: the 4 steps' losses (the window kept)
+  mtr --log "$tmp/m4.jsonl" --steps 4 || bad "mistral train 4: $(cat "$tmp/err")"
+  "$bin" train --resume "$tmp/ms" --data "$tmp/mistral/tokens.bin" --batch 1 --seq 13 --steps 4 --quiet \
+    --attention plain --log "$tmp/m3.jsonl" >/dev/null 2>"$tmp/err" || bad "mistral resume: $(cat "$tmp/err")"
+  la=$(cat "$tmp/m1.jsonl" "$tmp/m3.jsonl" | grep -o '"loss": *[0-9.e+-]*'); lb=$(grep -o '"loss": *[0-9.e+-]*' "$tmp/m4.jsonl")
+  [ -n "$lb" ] && [ "$la" = "$lb" ] && ok || bad "mistral resumed losses: $la / $lb"
+fi
 # training from a llama directory: the same losses with disk homes; --save writes a directory with
 # the names, shapes and dtypes torch wrote; llm.c's format is refused with a clear line
 if [ -f "$tmp/odd/hf/config.json" ] && [ $skipped -eq 0 ]; then

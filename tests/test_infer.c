@@ -4,7 +4,7 @@
  * streamed int8 loader against quantising a loaded model, the
  * weights' bytes, generation's determinism and its context window; the logits and generation on
  * every variant of the architecture's case (arch_cases.h), the kernels and llm.c's loader in
- * the first case's run. */
+ * the first case's run; llama's logits again with a sliding window of 7 (Mistral's). */
 #include "testlib.h"
 
 #include "../src/kernels/kernels.h"
@@ -277,6 +277,14 @@ int main(int argc, char **argv) {
         test_generate();
     }
     t_arch_shape(a, g_shape, 2, 48, 4, 200, 40, 0);
+    if (a->id == HPT_ARCH_LLAMA) { /* Mistral's sliding window: 37 positions over 7 keys */
+        char base[T_SHAPE_MAX];
+        snprintf(base, sizeof base, "%s", g_shape);
+        snprintf(g_shape, sizeof g_shape, "%.*s,window=7", (int)sizeof g_shape - 10, base);
+        printf("%s\n", g_shape);
+        test_logits();
+        snprintf(g_shape, sizeof g_shape, "%s", base);
+    }
     if (a->llmc) test_load(); /* llm.c checkpoints are GPT-2's */
     return t_done(t_arch_label(a, "test_infer"));
 }

@@ -167,7 +167,8 @@ static void test_table_and_init(void) {
 }
 
 /* FLOPs per token (docs/estimate.md's rule, restated): 2 per multiply-add of the GEMMs (q, k,
- * v, o, gate, up, down, the head) and causal attention 2 C (T + 1) per layer. */
+ * v, o, gate, up, down, the head) and causal attention 2 C (T + 1) per layer (4 C per key a
+ * query sees; with a sliding window, fewer keys). */
 static void test_flops(void) {
     hpt_plan_opts po = hpt_plan_defaults();
     CHECK_OK(hpt_model_config_parse("llama3.1-8b", &po.cfg));
@@ -181,6 +182,20 @@ static void test_flops(void) {
     double want = 2 * gemm + 2 * L * C * (T + 1);
     CHECK_MSG(fabs(e.flops_per_token_fwd - want) <= 1e-9 * want, "FLOPs %.6g, expected %.6g",
               e.flops_per_token_fwd, want);
+    /* Mistral's sliding window of 4096: below it causal; above, query t sees min(t + 1, W) keys
+     * at 4 C FLOPs each: (W (W + 1) / 2 + (T - W) W) / T per token */
+    CHECK_OK(hpt_model_config_parse("mistral-7b", &po.cfg));
+    CHECK(po.cfg.window == 4096);
+    FF = 14336, V = 32000, gemm = L * (C * C + 2 * C * kv + C * C + 3 * C * FF) + V * C;
+    const int Ts[2] = {1024, 8192};
+    for (int i = 0; i < 2; i++) {
+        po.T = Ts[i], T = Ts[i];
+        CHECK_OK(hpt_plan_estimate(&po, &e));
+        const double W = 4096, keys = T <= W ? (T + 1) / 2 : (W * (W + 1) / 2 + (T - W) * W) / T;
+        want = 2 * gemm + 4 * L * C * keys;
+        CHECK_MSG(fabs(e.flops_per_token_fwd - want) <= 1e-9 * want, "mistral-7b T=%d: FLOPs "
+                  "%.6g, expected %.6g", Ts[i], e.flops_per_token_fwd, want);
+    }
 }
 
 int main(void) {

@@ -22,12 +22,6 @@
 
 static hpt_rng rng;
 
-static float *rand_f(size_t n) {
-    float *x = malloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = hpt_rng_normal(&rng);
-    return x;
-}
-
 /* the first key query t of row b sees, written out apart from the kernels' k_first_key */
 static int first_key(const int32_t *pos, int window, int b, int T, int t) {
     int s = 0;
@@ -132,7 +126,9 @@ static void cut_rows(int B, int T, int32_t *pos) {
 static void check(int B, int T, int NH, int NKV, int hd, int packed, int window, double worst[3]) {
     const int C = NH * hd, W = C + 2 * NKV * hd;
     const size_t BT = (size_t)B * T, nq = BT * W, no = BT * C, nl = (size_t)B * NH * T;
-    float *qkv = rand_f(nq), *dout = rand_f(no), *scr = malloc(nl * 4);
+    float *qkv = malloc(nq * 4), *dout = malloc(no * 4), *scr = malloc(nl * 4);
+    for (size_t i = 0; i < nq; i++) qkv[i] = 4.0f * hpt_rng_uniform(&rng) - 2.0f; /* [-2, 2) */
+    for (size_t i = 0; i < no; i++) dout[i] = 2.0f * hpt_rng_uniform(&rng) - 1.0f;
     int32_t *pos = NULL;
     if (packed) pos = malloc(BT * sizeof(int32_t)), cut_rows(B, T, pos);
     double *ro = malloc(no * 8), *rl = malloc(nl * 8), *rd = malloc(nq * 8);

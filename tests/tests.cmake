@@ -149,7 +149,7 @@ function(hpt_add_vector_paths name src)
     set_tests_properties(${name}${a}_v3 PROPERTIES ENVIRONMENT "${env};${avx2}")
   endif()
 endfunction()
-foreach(t simd backend optim attention gemm pack)
+foreach(t simd backend optim attention gemm pack window)
   hpt_add_vector_paths(test_${t} test_${t}.c)
 endforeach()
 # test_optim's and test_attention's other architectures on those paths too

@@ -117,6 +117,7 @@ hpt_status hpt_trace_write_json(const char *path, const hpt_trace_meta *m,
             (double)m->cfg.rope_low_freq, (double)m->cfg.rope_high_freq, m->cfg.rope_orig_maxT,
             (double)m->cfg.init_range);
     if (m->cfg.hd) fprintf(f, ",\"hd\":%d", m->cfg.hd); /* Qwen3's head width: only where set */
+    if (m->cfg.window) fprintf(f, ",\"window\":%d", m->cfg.window); /* a sliding window: the same */
     fputc('}', f);
     fprintf(f, ",\"num_params\":%llu,\"B\":%d,\"T\":%d,\"has_val\":%d,\"threads\":%d,\"steps\":%lld,"
             "\"rss_baseline_bytes\":%llu,\"rss_peak_bytes\":%llu,",
@@ -170,6 +171,7 @@ hpt_status hpt_trace_write_csv(const char *path, const hpt_trace_meta *m,
             (double)m->cfg.rope_factor, (double)m->cfg.rope_low_freq, (double)m->cfg.rope_high_freq,
             m->cfg.rope_orig_maxT, (double)m->cfg.init_range);
     if (m->cfg.hd) fprintf(f, "# model.hd=%d\n", m->cfg.hd);
+    if (m->cfg.window) fprintf(f, "# model.window=%d\n", m->cfg.window);
     fprintf(f, "# num_params=%llu\n# B=%d\n# T=%d\n# has_val=%d\n# threads=%d\n# steps=%lld\n"
             "# rss_baseline_bytes=%llu\n# rss_peak_bytes=%llu\n",
             (unsigned long long)m->num_params, m->B, m->T, m->has_val, m->threads,
@@ -409,6 +411,7 @@ static hpt_status read_json_header(reader *r, const cJSON *root) {
     if (j_int(model, "mlp_bias", &m->cfg.mlp_bias)) m->cfg.mlp_bias = 0;
     if (j_int(model, "rope_orig_maxT", &m->cfg.rope_orig_maxT)) m->cfg.rope_orig_maxT = 0;
     if (j_int(model, "hd", &m->cfg.hd)) m->cfg.hd = 0;
+    if (j_int(model, "window", &m->cfg.window)) m->cfg.window = 0;
     j_float(model, "norm_eps", &m->cfg.norm_eps);
     j_float(model, "rope_theta", &m->cfg.rope_theta);
     j_float(model, "rope_factor", &m->cfg.rope_factor);
@@ -648,6 +651,7 @@ static void csv_meta(hpt_trace_meta *m, const char *key, size_t klen, const char
     else if (KEY("model.mlp_bias")) m->cfg.mlp_bias = (int)i;
     else if (KEY("model.rope_orig_maxT")) m->cfg.rope_orig_maxT = (int)i;
     else if (KEY("model.hd")) m->cfg.hd = (int)i;
+    else if (KEY("model.window")) m->cfg.window = (int)i;
     else if (KEY("model.L")) m->cfg.L = (int)i;
     else if (KEY("model.C")) m->cfg.C = (int)i;
     else if (KEY("model.NH")) m->cfg.NH = (int)i;

@@ -95,11 +95,14 @@ static void point(const hpt_model_config *cfg, const hpt_tensor_table *t, float 
 }
 
 /* FLOPs per token: the GEMMs (q, k, v: C*QKV; o: C*C; gate and up: 2*C*FF; down: FF*C) and the
- * head Vp*C at 2 FLOPs per multiply-add; causal attention 2*C*(T+1) per token and layer (QK^T
- * and AV over t+1 keys on average, NH*hd = C query channels). */
+ * head Vp*C at 2 FLOPs per multiply-add; attention 4*C per key a query sees, per token and
+ * layer (QK^T and AV, NH*hd = C query channels): causal, (T+1)/2 keys on average, 2*C*(T+1);
+ * with a sliding window W < T, query t sees min(t+1, W): W(W+1)/2 + (T-W) W keys over T rows. */
 static double flops_per_token(const hpt_model_config *c, int T) {
     double L = c->L, C = c->C, QKV = (double)qkv_of(c), FF = c->FF;
-    return 2.0 * (L * C * (QKV + C + 3.0 * FF) + (double)c->Vp * C) + 2.0 * L * C * (T + 1.0);
+    double keys = (T + 1.0) / 2.0, W = c->window; /* keys per query, on average */
+    if (c->window > 0 && c->window < T) keys = (W * (W + 1.0) / 2.0 + (T - W) * W) / T;
+    return 2.0 * (L * C * (QKV + C + 3.0 * FF) + (double)c->Vp * C) + 4.0 * L * C * keys;
 }
 
 /* ---- the rotary tables ---- */
@@ -432,8 +435,8 @@ static hpt_status hf_rope(const hpt_hf_json_ops *J, const hpt_hf_json *r, const 
 
 /* hidden_size, intermediate_size, num_attention_heads, num_key_value_heads (default: the
  * heads), num_hidden_layers, vocab_size, max_position_embeddings, rms_norm_eps, rope_theta and
- * Llama 3's scaling, tie_word_embeddings, attention_bias, mlp_bias, initializer_range; head_dim
- * only C/NH, hidden_act only SiLU */
+ * Llama 3's scaling, tie_word_embeddings, attention_bias, mlp_bias, initializer_range,
+ * sliding_window (Mistral); head_dim only C/NH, hidden_act only SiLU */
 static hpt_status hf_config_read(const hpt_hf_json_ops *J, const hpt_hf_json *r, const char *what,
                                  hpt_model_config *c) {
     memset(c, 0, sizeof *c);
@@ -452,6 +455,10 @@ static hpt_status hf_config_read(const hpt_hf_json_ops *J, const hpt_hf_json *r,
     HPT_CHECK(J->get_bool(r, "attention_bias", 0, what, &c->attn_bias));
     HPT_CHECK(J->get_bool(r, "mlp_bias", 0, what, &c->mlp_bias));
     HPT_CHECK(hf_rope(J, r, what, c));
+    /* Mistral's sliding_window (null or absent: none); one >= max_position_embeddings never
+     * cuts a row: none */
+    HPT_CHECK(J->get_int(r, "sliding_window", 0, 0, 1 << 30, what, &c->window));
+    if (c->window >= c->maxT) c->window = 0;
     if (c->C % c->NH)
         return J->fail(HPT_ERR_FORMAT, "%s: hidden_size %d is not a multiple of "
                        "num_attention_heads %d", what, c->C, c->NH);
@@ -473,7 +480,8 @@ static hpt_status hf_config_read(const hpt_hf_json_ops *J, const hpt_hf_json *r,
 
 static void hf_config_write(const hpt_hf_json_ops *J, hpt_hf_json *r, const hpt_model_config *c,
                             const char *cls) {
-    J->put_str(r, "model_type", !strcmp(cls, "MistralForCausalLM") ? "mistral" : "llama");
+    /* transformers' Auto classes build the model of model_type: a window needs Mistral's */
+    J->put_str(r, "model_type", !strcmp(cls, "MistralForCausalLM") || c->window > 0 ? "mistral" : "llama");
     J->put_str(r, "hidden_act", "silu");
     J->put_int(r, "hidden_size", c->C);
     J->put_int(r, "intermediate_size", c->FF);
@@ -496,6 +504,8 @@ static void hf_config_write(const hpt_hf_json_ops *J, hpt_hf_json *r, const hpt_
     }
     J->put_bool(r, "attention_bias", c->attn_bias);
     J->put_bool(r, "mlp_bias", c->mlp_bias);
+    if (c->window > 0) J->put_int(r, "sliding_window", c->window);
+    else if (!strcmp(cls, "MistralForCausalLM")) J->put_null(r, "sliding_window");
 }
 
 static void hf_part(hpt_hf_part *p, int *n, const char *name, int64_t rows, int64_t W, int ndim) {
@@ -652,6 +662,9 @@ static hpt_status config_check(const hpt_model_config *c) {
         return hpt_fail(HPT_ERR_SHAPE, "head size C/NH=%d is odd: rotary embeddings rotate pairs", hd);
     if (c->FF < 1 || c->FF > 1048576)
         return hpt_fail(HPT_ERR_SHAPE, "bad MLP width FF=%d", c->FF);
+    if (c->window < 0 || c->window > c->maxT)
+        return hpt_fail(HPT_ERR_SHAPE, "sliding window %d is not in 0 (none) .. maxT=%d", c->window,
+                        c->maxT);
     if (!(c->norm_eps > 0.0f) || !(c->rope_theta > 1.0f) || !(c->init_range >= 0.0f) ||
         !isfinite(c->rope_theta) || !(c->rope_factor >= 0.0f))
         return hpt_fail(HPT_ERR_SHAPE, "bad llama constants eps=%g theta=%g range=%g factor=%g",
@@ -673,32 +686,35 @@ static hpt_status llama_key(hpt_model_config *c, const char *key, double v, cons
         {"Vp", offsetof(hpt_model_config, Vp), 1},     {"T", offsetof(hpt_model_config, maxT), 1},
         {"maxT", offsetof(hpt_model_config, maxT), 1}, {"orig", offsetof(hpt_model_config, rope_orig_maxT), 1},
         {"tied", offsetof(hpt_model_config, tied), 0}, {"attn_bias", offsetof(hpt_model_config, attn_bias), 0},
-        {"mlp_bias", offsetof(hpt_model_config, mlp_bias), 0}};
+        {"mlp_bias", offsetof(hpt_model_config, mlp_bias), 0},
+        {"window", offsetof(hpt_model_config, window), 0}};
     static const model_float_key floats[] = {
         {"theta", offsetof(hpt_model_config, rope_theta)}, {"eps", offsetof(hpt_model_config, norm_eps)},
         {"factor", offsetof(hpt_model_config, rope_factor)}, {"low", offsetof(hpt_model_config, rope_low_freq)},
         {"high", offsetof(hpt_model_config, rope_high_freq)}, {"range", offsetof(hpt_model_config, init_range)}};
     return model_shape_key(c, key, v, shape, ints, sizeof ints / sizeof ints[0], floats,
                            sizeof floats / sizeof floats[0], "L, C, NH, NKV, FF, V, Vp, T, "
-                           "theta, eps, factor, low, high, orig, tied, attn_bias, mlp_bias, range");
+                           "theta, eps, factor, low, high, orig, tied, attn_bias, mlp_bias, range, "
+                           "window");
 }
 
 /* The named llama shapes, from their published config.json files (Hugging Face hub):
  * meta-llama/Llama-3.2-1B, Llama-3.2-3B, Llama-3.1-8B, Llama-2-7b-hf, and
- * mistralai/Mistral-7B-v0.1 (whose sliding window of 4096 positions is not modelled: full
- * causal attention, the same below T = 4096). All: rms_norm_eps 1e-5, initializer_range 0.02,
+ * mistralai/Mistral-7B-v0.1 (sliding_window 4096: each query sees its last 4096 positions).
+ * All: rms_norm_eps 1e-5, initializer_range 0.02,
  * no biases. Llama 3.x: rope_theta 500000, rope_type llama3 with low_freq_factor 1,
  * high_freq_factor 4, original_max_position_embeddings 8192. */
 static const struct {
     const char *name;
     int L, C, NH, NKV, FF, V, maxT, tied;
     float theta, factor;
+    int window;
 } k_llama[] = {
-    {"llama3.2-1b", 16, 2048, 32, 8, 8192, 128256, 131072, 1, 500000.0f, 32.0f},
-    {"llama3.2-3b", 28, 3072, 24, 8, 8192, 128256, 131072, 1, 500000.0f, 32.0f},
-    {"llama3.1-8b", 32, 4096, 32, 8, 14336, 128256, 131072, 0, 500000.0f, 8.0f},
-    {"llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096, 0, 10000.0f, 0.0f},
-    {"mistral-7b", 32, 4096, 32, 8, 14336, 32000, 32768, 0, 10000.0f, 0.0f},
+    {"llama3.2-1b", 16, 2048, 32, 8, 8192, 128256, 131072, 1, 500000.0f, 32.0f, 0},
+    {"llama3.2-3b", 28, 3072, 24, 8, 8192, 128256, 131072, 1, 500000.0f, 32.0f, 0},
+    {"llama3.1-8b", 32, 4096, 32, 8, 14336, 128256, 131072, 0, 500000.0f, 8.0f, 0},
+    {"llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096, 0, 10000.0f, 0.0f, 0},
+    {"mistral-7b", 32, 4096, 32, 8, 14336, 32000, 32768, 0, 10000.0f, 0.0f, 4096},
 };
 
 static hpt_status shape_parse(const char *shape, hpt_model_config *out) {
@@ -710,7 +726,7 @@ static hpt_status shape_parse(const char *shape, hpt_model_config *out) {
             c.L = k_llama[i].L; c.C = k_llama[i].C; c.NH = k_llama[i].NH;
             c.NKV = k_llama[i].NKV; c.FF = k_llama[i].FF; c.V = k_llama[i].V;
             c.maxT = k_llama[i].maxT; c.tied = k_llama[i].tied;
-            c.rope_theta = k_llama[i].theta; c.norm_eps = 1e-5f;
+            c.rope_theta = k_llama[i].theta; c.norm_eps = 1e-5f; c.window = k_llama[i].window;
             if (k_llama[i].factor > 0.0f) {
                 c.rope_factor = k_llama[i].factor;
                 c.rope_low_freq = 1.0f; c.rope_high_freq = 4.0f; c.rope_orig_maxT = 8192;
@@ -721,7 +737,8 @@ static hpt_status shape_parse(const char *shape, hpt_model_config *out) {
         if (strncmp(shape, "llama:", 6) != 0)
             return hpt_fail(HPT_ERR_INVALID, "unknown model shape '%s' (use llama3.2-1b, "
                             "llama3.2-3b, llama3.1-8b, llama2-7b, mistral-7b or "
-                            "llama:L=..,C=..,NH=..,NKV=..,FF=..[,V=..][,T=..][,theta=..])", shape);
+                            "llama:L=..,C=..,NH=..,NKV=..,FF=..[,V=..][,T=..][,theta=..]"
+                            "[,window=..])", shape);
         HPT_CHECK(model_shape_kv(shape, shape + 6, &c, llama_key));
         if (!c.L || !c.C || !c.NH || !c.FF)
             return hpt_fail(HPT_ERR_INVALID, "bad shape '%s': L, C, NH and FF are required", shape);
@@ -799,7 +816,7 @@ const hpt_arch hpt_arch_llama = {
     /* the registry's block */
     .desc = {.name = "llama", .label = "llama",
              .shapes = "llama3.2-1b, llama3.2-3b, llama3.1-8b, llama2-7b, mistral-7b, "
-                       "llama:L=..,C=..,NH=..,NKV=..,FF=..[,V=..][,T=..][,theta=..]",
+                       "llama:L=..,C=..,NH=..,NKV=..,FF=..[,V=..][,T=..][,theta=..][,window=..]",
              .block = "Llama",
              .attention = "grouped-query attention GFLOP/s (T=128, NH 32, NKV 8)",
              .op = {"RMSNorm", "RoPE", "SwiGLU"}},

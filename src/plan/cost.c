@@ -153,9 +153,13 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
     int T = o->T, L = cfg->L, m = o->accum > 1 ? o->accum : 1;
     int dk = hpt_plan_disk_homes(o); /* the layout whose engine rates apply */
     double tok = (double)o->B * T;
-    /* the architecture's FLOPs: a + b (T + 1) per token; b (T + 1) is attention */
-    double f1 = model_flops_per_token(cfg, 1), f2 = model_flops_per_token(cfg, 2);
-    double b = f2 - f1, attn = b * (T + 1.0), gemm = model_flops_per_token(cfg, T) - attn;
+    /* the architecture's FLOPs: a + b (T + 1) per token without a sliding window, b (T + 1)
+     * attention; with a window W < T, attention is the rest over the GEMMs' a */
+    hpt_model_config full = *cfg;
+    full.window = 0;
+    double f1 = model_flops_per_token(&full, 1), f2 = model_flops_per_token(&full, 2);
+    double b = f2 - f1, attn = b * (T + 1.0), gemm = model_flops_per_token(&full, T) - attn;
+    if (cfg->window > 0 && cfg->window < T) attn = model_flops_per_token(cfg, T) - gemm;
     hpt_tensor_table tab;
     model_describe(cfg, &tab);
     double blk = (double)hpt_table_block_numel(&tab);

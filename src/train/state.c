@@ -26,8 +26,9 @@
  * written before them): 27 arch | NKV << 8 | FF << 32; 28 tied | attn_bias << 1 | mlp_bias << 2
  * | rope_orig_maxT << 8 | hd << 40 (0 but for Qwen3); 29 norm_eps | rope_theta << 32;
  * 30 rope_factor | rope_low_freq << 32; 31 rope_high_freq | init_range << 32 (floats as their
- * bits). Gemma 3 has no Llama 3 scaling: its rope_orig_maxT bits hold window | swa_pattern << 24,
- * its rope_low_freq rope_local_theta and its rope_high_freq attn_scalar. */
+ * bits). Field 5 is maxT | window << 32 (the sliding window; 0 in files before it). Gemma 3 has
+ * no Llama 3 scaling: its rope_orig_maxT bits hold swa_pattern, its rope_low_freq
+ * rope_local_theta and its rope_high_freq attn_scalar. */
 static int gemma(const hpt_model_config *c) { return c->arch == HPT_ARCH_GEMMA3; }
 static int64_t two_floats(float lo, float hi) {
     uint32_t a, b;
@@ -42,10 +43,10 @@ static float float_at(int64_t v, int hi) {
     return x;
 }
 static void pack_arch(const hpt_model_config *c, int64_t *f) {
+    f[5] = (int64_t)((uint64_t)(uint32_t)c->maxT | (uint64_t)(uint32_t)c->window << 32);
     if (c->arch == HPT_ARCH_GPT2) return;
     f[27] = (int64_t)((uint64_t)c->arch | (uint64_t)c->NKV << 8 | (uint64_t)c->FF << 32);
-    const uint64_t orig = gemma(c) ? ((uint64_t)c->window & 0xffffff) | (uint64_t)c->swa_pattern << 24
-                                   : (uint64_t)c->rope_orig_maxT;
+    const uint64_t orig = (uint64_t)(uint32_t)(gemma(c) ? c->swa_pattern : c->rope_orig_maxT);
     f[28] = (int64_t)((uint64_t)c->tied | (uint64_t)c->attn_bias << 1 | (uint64_t)c->mlp_bias << 2 |
                       orig << 8 | (uint64_t)c->hd << 40);
     f[29] = two_floats(c->norm_eps, c->rope_theta);
@@ -54,6 +55,8 @@ static void pack_arch(const hpt_model_config *c, int64_t *f) {
 }
 static void unpack_arch(const int64_t *f, hpt_model_config *c) {
     uint64_t a = (uint64_t)f[27], b = (uint64_t)f[28];
+    c->maxT = (int)((uint64_t)f[5] & 0xffffffffu);
+    c->window = (int)((uint64_t)f[5] >> 32);
     c->arch = (int)(a & 0xff);
     if (c->arch == HPT_ARCH_GPT2) return;
     c->NKV = (int)((a >> 8) & 0xffffff);
@@ -70,8 +73,7 @@ static void unpack_arch(const int64_t *f, hpt_model_config *c) {
     c->rope_high_freq = float_at(f[31], 0);
     c->init_range = float_at(f[31], 1);
     if (gemma(c)) {
-        c->window = c->rope_orig_maxT & 0xffffff;
-        c->swa_pattern = (int)((unsigned)c->rope_orig_maxT >> 24);
+        c->swa_pattern = c->rope_orig_maxT;
         c->rope_local_theta = c->rope_low_freq;
         c->attn_scalar = c->rope_high_freq;
         c->rope_orig_maxT = 0, c->rope_low_freq = 0.0f, c->rope_high_freq = 0.0f;

@@ -44,9 +44,11 @@ int cmd_verify(int argc, char **argv) {
     s = hpt_verify(mem, model, state, steps, tol, &r);
     hpt_mem_destroy(mem);
     if (s != HPT_OK) return cli_lib_error(s, "verify");
-    printf("model %s L=%d C=%d NH=%d NKV=%d V=%d Vp=%d maxT=%d, batch B=%d T=%d, tolerance %.1e\n",
+    char win[32] = ""; /* a sliding window (Mistral), where the model has one */
+    if (r.cfg.window) snprintf(win, sizeof win, " window=%d", r.cfg.window);
+    printf("model %s L=%d C=%d NH=%d NKV=%d V=%d Vp=%d maxT=%d%s, batch B=%d T=%d, tolerance %.1e\n",
            cli_arch_name(r.cfg.arch), r.cfg.L, r.cfg.C, r.cfg.NH, r.cfg.NKV,
-           r.cfg.V, r.cfg.Vp, r.cfg.maxT, r.B, r.T, r.tol);
+           r.cfg.V, r.cfg.Vp, r.cfg.maxT, win, r.B, r.T, r.tol);
     printf("%-10s %-12s %s\n", "check", "rel. error", "");
     printf("%-10s %-12.3e %s\n", "logits", r.logits_rel_err, r.logits_rel_err <= tol ? "ok" : "FAIL");
     printf("%-10s %-12.3e %s (%.6f vs %.6f)\n", "loss", r.loss_rel_err,
