@@ -58,18 +58,11 @@ static void test_table(void) {
     hpt_model *m = NULL;
     CHECK_OK(hpt_model_create_forward(mem, "gemma3:L=2,C=64,NH=4,NKV=2,hd=24,FF=96,V=300,T=16", &m));
     if (m) {
-        const char *names[] = {"wte", "ln1w", "qkvw", "qknw", "attprojw", "ln2w", "fcw",
+        const char *const names[] = {"wte", "ln1w", "qkvw", "qknw", "attprojw", "ln2w", "fcw",
                                "fcprojw", "postw", "lnfw"};
         const int64_t shapes[][3] = {{384, 64}, {2, 64}, {2, 192, 64}, {2, 48}, {2, 64, 96},
                                      {2, 64}, {2, 192, 64}, {2, 64, 96}, {2, 128}, {64}};
-        CHECK(hpt_model_num_tensors(m) == 10);
-        for (int i = 0; i < 10 && i < hpt_model_num_tensors(m); i++) {
-            hpt_tensor_info t;
-            CHECK_OK(hpt_model_tensor(m, i, &t));
-            CHECK_MSG(!strcmp(t.name, names[i]), "tensor %d is %s, want %s", i, t.name, names[i]);
-            for (int d = 0; d < t.ndim; d++) CHECK(t.shape[d] == shapes[i][d]);
-        }
-        CHECK(!strcmp(hpt_model_arch(m), "gemma3"));
+        t_check_table(m, names, shapes, 10, "gemma3");
         hpt_model_free(m);
     }
     hpt_mem_destroy(mem);
@@ -150,7 +143,7 @@ static void test_custom_and_refusals(void) {
     CHECK(c.rope_theta == 1000000.0f && c.rope_local_theta == 10000.0f && c.norm_eps == 1e-6f);
     /* the widths need not divide: C 50, NH 4, hd 8 */
     CHECK_OK(hpt_model_config_parse("gemma3:L=1,C=50,NH=4,hd=8,FF=80,V=64", &c));
-    const char *refused[] = {
+    const char *const refused[] = {
         "gemma3:L=1,C=48,NH=4,hd=7,FF=80",        /* odd head width: rope rotates pairs */
         "gemma3:L=1,C=48,NH=6,NKV=4,FF=80",       /* NKV does not divide NH */
         "gemma3:L=1,C=48,NH=4,FF=80,factor=0.5",  /* linear scaling shrinks nothing */
@@ -158,8 +151,7 @@ static void test_custom_and_refusals(void) {
         "gemma3:L=1,C=48,NH=4,FF=80,orig=8",      /* no Llama 3 scaling key */
         "gemma3-2b",                              /* no such named shape */
     };
-    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
-        CHECK_MSG(hpt_model_config_parse(refused[i], &c) != HPT_OK, "%s was taken", refused[i]);
+    t_check_refused(refused, sizeof refused / sizeof refused[0]);
 }
 
 int main(void) {

@@ -59,6 +59,24 @@ const char *t_tmpdir(void) {
     return dir;
 }
 
+void t_check_table(hpt_model *m, const char *const *names, const int64_t (*shapes)[3], int n,
+                   const char *arch) {
+    CHECK(hpt_model_num_tensors(m) == n);
+    for (int i = 0; i < n && i < hpt_model_num_tensors(m); i++) {
+        hpt_tensor_info t;
+        CHECK_OK(hpt_model_tensor(m, i, &t));
+        CHECK_MSG(!strcmp(t.name, names[i]), "tensor %d is %s, want %s", i, t.name, names[i]);
+        for (int d = 0; d < t.ndim; d++) CHECK(t.shape[d] == shapes[i][d]);
+    }
+    CHECK(!strcmp(hpt_model_arch(m), arch));
+}
+
+void t_check_refused(const char *const *refused, size_t n) {
+    hpt_model_config c;
+    for (size_t i = 0; i < n; i++)
+        CHECK_MSG(hpt_model_config_parse(refused[i], &c) != HPT_OK, "%s was taken", refused[i]);
+}
+
 double t_rel_err(const float *a, const float *b, size_t n) {
     double num = 0, den = 0;
     for (size_t i = 0; i < n; i++) {
