@@ -27,6 +27,16 @@ transformers packages are not needed.
                                       directory of tests/make_ref_state_qwen.py's model (SHAPE its
                                       qwen2:... or qwen3:...); --lm-head: a tied model's files
                                       keep lm_head.weight too (as the hub's Qwen3-0.6B's do)
+  hf_write.py gemma OUT SHAPE B T SEED [--dtype f32|bf16] [--shard BYTES] [--rope-parameters]
+                    [--stream] [--lm-head]
+                                      the same for a Gemma3ForCausalLM directory of
+                                      tests/make_ref_state_gemma.py's model (SHAPE its gemma3:...);
+                                      --rope-parameters: transformers 5's layer_types and
+                                      rotations per layer type
+  hf_write.py saved SRC DST ARCH MODEL_TYPE [KEY=JSON...]
+                                      a directory hptrain saved after training from SRC: SRC's
+                                      names and shapes in fp32, moved; config.json's class,
+                                      model_type and keys
   hf_write.py check DIR MODEL.bin [--dtype f32|bf16]
                                       reads a directory hptrain wrote and checks names, shapes,
                                       dtypes and values against the llm.c checkpoint (bf16:
@@ -361,17 +371,56 @@ def qwen_config(c, dtype, rope_parameters):
     return cfg
 
 
-def cmd_qwen(args):
+def gemma_tensors(model, lm_head):
+    """Gemma3ForCausalLM's state dict of make_ref_state_gemma.Gemma (its modules carry the hub's
+    names)"""
+    t = [(n, x) for n, x in model.state_dict().items() if n.startswith(("model.", "lm_head."))]
+    if model.c["tied"] and lm_head:
+        t.append(("lm_head.weight", model.head()))
+    return [(n, x.detach().float().contiguous()) for n, x in t]
+
+
+def gemma_config(c, dtype, rope_parameters):
+    cfg = {"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
+           "hidden_activation": "gelu_pytorch_tanh", "hidden_size": c["C"],
+           "intermediate_size": c["FF"], "num_attention_heads": c["NH"],
+           "num_key_value_heads": c["NKV"], "num_hidden_layers": c["L"], "head_dim": c["hd"],
+           "vocab_size": c["V"], "max_position_embeddings": c["T"], "rms_norm_eps": c["eps"],
+           "query_pre_attn_scalar": c["qscalar"], "sliding_window": c["window"],
+           "tie_word_embeddings": bool(c["tied"]), "attention_bias": bool(c["attn_bias"]),
+           "initializer_range": c["range"], "final_logit_softcapping": None,
+           "attn_logit_softcapping": None, "bos_token_id": 2, "eos_token_id": [1, 106],
+           "torch_dtype": dtype}
+    full = {"rope_type": "linear", "factor": c["factor"]} if c["factor"] > 0 else {"rope_type": "default"}
+    if rope_parameters:  # transformers 5's form: layer_types, a rotation per layer type
+        import make_ref_state_gemma as ref
+        cfg["layer_types"] = ["sliding_attention" if ref.is_sliding(c, l) else "full_attention"
+                              for l in range(c["L"])]
+        cfg["rope_parameters"] = {"full_attention": dict(full, rope_theta=c["theta"]),
+                                  "sliding_attention": {"rope_type": "default",
+                                                        "rope_theta": c["ltheta"]}}
+    else:
+        cfg["sliding_window_pattern"] = c["pattern"] if c["pattern"] > 0 else c["L"] + 1
+        cfg["rope_theta"] = c["theta"]
+        cfg["rope_local_base_freq"] = c["ltheta"]
+        cfg["rope_scaling"] = full if c["factor"] > 0 else None
+    return cfg
+
+
+def cmd_model(args, module, build, tensors, config):
+    """a Hugging Face directory of a reference script's model (module.parse_shape, its model made
+    by build(module, c) and module.perturb), its tensors and config.json by tensors(model,
+    lm_head) and config(c, dtype, rope_parameters); the qwen and gemma commands"""
     out, shape, B, T, seed = args[0], args[1], int(args[2]), int(args[3]), int(args[4])
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)
-    import make_ref_state_qwen as ref
+    ref = __import__(module)
     dt = {"f32": torch.float32, "bf16": torch.bfloat16}[args[args.index("--dtype") + 1] if "--dtype" in args else "f32"]
     shard = int(args[args.index("--shard") + 1]) if "--shard" in args else None
     c = ref.parse_shape(shape)
     torch.manual_seed(seed)
     torch.set_num_threads(1)
-    model = ref.Qwen(c)
+    model = build(ref, c)
     ref.perturb(model)
     if dt != torch.float32:  # the model the files hold: its weights rounded
         with torch.no_grad():
@@ -391,10 +440,38 @@ def cmd_qwen(args):
         _, loss = model(x, y)
     print("pytorch loss %.9g" % float(loss))
     d = os.path.join(out, "hf")
-    save_dir(d, [(n, t.to(dt)) for n, t in qwen_tensors(model, "--lm-head" in args)], shard)
-    json.dump(qwen_config(c, {torch.float32: "float32", torch.bfloat16: "bfloat16"}[dt],
-                          "--rope-parameters" in args),
+    save_dir(d, [(n, t.to(dt)) for n, t in tensors(model, "--lm-head" in args)], shard)
+    json.dump(config(c, {torch.float32: "float32", torch.bfloat16: "bfloat16"}[dt],
+                     "--rope-parameters" in args),
               open(os.path.join(d, "config.json"), "w"), indent=2)
+
+
+def cmd_qwen(args):
+    cmd_model(args, "make_ref_state_qwen", lambda ref, c: ref.Qwen(c), qwen_tensors, qwen_config)
+
+
+def cmd_gemma(args):
+    cmd_model(args, "make_ref_state_gemma", lambda ref, c: ref.Gemma(c), gemma_tensors,
+              gemma_config)
+
+
+def cmd_saved(args):
+    """a directory hptrain trained and saved (args[1]) against the one it read (args[0]): the same
+    names (a tied head's copy dropped), shapes and dtypes (the default --save-dtype: the input's),
+    values that moved; config.json's
+    architectures [args[2]], model_type args[3] and each KEY=JSON of args[4:]"""
+    src, dst, arch, model_type = args[:4]
+    a, b = load_dir(src), load_dir(dst)
+    a.pop("lm_head.weight", None)  # the tied head's copy in the source's files: hptrain writes wte once
+    assert set(a) == set(b), sorted(set(a) ^ set(b))
+    for k in a:  # bf16 files in, bf16 out (the default --save-dtype: the input's)
+        assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape, k
+    assert not all(bool((a[k] == b[k]).all()) for k in a)  # trained: the weights moved
+    c = json.load(open(os.path.join(dst, "config.json")))
+    assert c["architectures"] == [arch] and c["model_type"] == model_type, c
+    for kv in args[4:]:
+        k, v = kv.split("=", 1)
+        assert c[k] == json.loads(v), (k, c[k], v)
 
 
 def cmd_fixtures(args):
@@ -428,4 +505,4 @@ def cmd_fixtures(args):
 if __name__ == "__main__":
     cmd = sys.argv[1]
     {"fixtures": cmd_fixtures, "gpt2": cmd_gpt2, "check": cmd_check, "llama": cmd_llama,
-     "qwen": cmd_qwen}[cmd](sys.argv[2:])
+     "qwen": cmd_qwen, "gemma": cmd_gemma, "saved": cmd_saved}[cmd](sys.argv[2:])

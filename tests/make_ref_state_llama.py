@@ -24,25 +24,56 @@ import torch
 import torch.nn.functional as F
 
 
+def parse_keys(c, keys, floats):
+    """KEY=VALUE,... (keys: a shape after its family's colon) into the defaults c: floats for the
+    keys named, integers for the others; then NKV (NH), Vp (V rounded up to 128) and hd (C/NH)
+    where unset (the qwen and gemma scripts' too)"""
+    for kv in keys.split(","):
+        k, v = kv.split("=")
+        c[k] = float(v) if k in floats else int(v)
+    if c.get("NKV") is None:
+        c["NKV"] = c["NH"]
+    if c.get("Vp") is None:
+        c["Vp"] = (c["V"] + 127) // 128 * 128
+    if c.get("hd") is None:
+        c["hd"] = c["C"] // c["NH"]
+    return c
+
+
 def parse_shape(shape):
     assert shape.startswith("llama:"), shape
     c = {"NKV": None, "V": 32000, "Vp": None, "T": 2048, "theta": 10000.0, "eps": 1e-6,
          "factor": 0.0, "low": 1.0, "high": 4.0, "orig": 0, "tied": 0, "attn_bias": 0,
          "mlp_bias": 0, "range": 0.02, "window": 0}
-    for kv in shape[6:].split(","):
-        k, v = kv.split("=")
-        c[k] = float(v) if k in ("theta", "eps", "factor", "low", "high", "range") else int(v)
-    if c["NKV"] is None:
-        c["NKV"] = c["NH"]
-    if c["Vp"] is None:
-        c["Vp"] = (c["V"] + 127) // 128 * 128
-    return c
+    return parse_keys(c, shape[6:], ("theta", "eps", "factor", "low", "high", "range"))
+
+
+def inv_freq(hd, theta):
+    """the default rotation's frequencies theta^(-2i/hd), float64"""
+    return 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+
+
+def rope_from_inv(inv, T):
+    """cos, sin (T, hd) of frequencies inv as HF's (cat(freqs, freqs)), rounded from float64"""
+    freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv)
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return emb.cos().float(), emb.sin().float()
+
+
+def hf_init(model, std):
+    """Hugging Face's _init_weights: N(0, std) for linear weights and embeddings, zero biases
+    (norm weights keep their own initial values); the qwen and gemma scripts' too"""
+    for m in model.modules():
+        if isinstance(m, (torch.nn.Linear, torch.nn.Embedding)):
+            torch.nn.init.normal_(m.weight, mean=0.0, std=std)
+            if getattr(m, "bias", None) is not None:
+                torch.nn.init.zeros_(m.bias)
 
 
 def rope_tables(c, T):
     """cos, sin (T, hd) as HF's (cat(freqs, freqs)), Llama 3 scaling as _compute_llama3_parameters."""
     hd = c["C"] // c["NH"]
-    inv = 1.0 / (c["theta"] ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    inv = inv_freq(hd, c["theta"])
     if c["factor"] > 0:
         orig, lo, hi, factor = c["orig"], c["low"], c["high"], c["factor"]
         wavelen = 2 * math.pi / inv
@@ -51,9 +82,7 @@ def rope_tables(c, T):
         smoothed = (1 - smooth) * scaled / factor + smooth * scaled
         medium = ~(wavelen < orig / hi) & ~(wavelen > orig / lo)
         inv = torch.where(medium, smoothed, scaled)
-    freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv)
-    emb = torch.cat([freqs, freqs], dim=-1)
-    return emb.cos().float(), emb.sin().float()
+    return rope_from_inv(inv, T)
 
 
 def rotate_half(x):
@@ -120,13 +149,7 @@ class Llama(torch.nn.Module):
         self.norm = RMSNorm(c["C"], c["eps"])
         if not c["tied"]:
             self.lm_head = torch.nn.Linear(c["C"], c["V"], bias=False)
-        # Hugging Face's _init_weights: N(0, initializer_range) for linear weights and the
-        # embedding, zero biases (norm weights stay 1)
-        for m in self.modules():
-            if isinstance(m, (torch.nn.Linear, torch.nn.Embedding)):
-                torch.nn.init.normal_(m.weight, mean=0.0, std=c["range"])
-                if getattr(m, "bias", None) is not None:
-                    torch.nn.init.zeros_(m.bias)
+        hf_init(self, c["range"])  # norm weights stay 1
 
     def head(self):
         return self.embed_tokens.weight if self.c["tied"] else self.lm_head.weight
@@ -143,10 +166,10 @@ class Llama(torch.nn.Module):
         return logits, F.cross_entropy(logits.view(-1, self.c["V"]), y.view(-1))
 
 
-def flat(model, grads):
-    """hptrain's llama table in checkpoint order: wte, ln1w, qkvw, [qkvb], attprojw, [attprojb],
-    ln2w, fcw, [fcb], fcprojw, [fcprojb] stacked over L, lnfw, [lm_head]; wte and lm_head
-    padded to Vp rows with zeros."""
+def table_parts(model, grads):
+    """get, padded, stack: a tensor's values (or gradient, grads) flat; an embedding's padded to
+    Vp rows with zeros; fn(layer)'s over model.layers, concatenated (the qwen and gemma scripts'
+    flat too)"""
     c = model.c
 
     def get(t):
@@ -160,6 +183,16 @@ def flat(model, grads):
 
     def stack(fn):
         return torch.cat([fn(b) for b in model.layers])
+
+    return get, padded, stack
+
+
+def flat(model, grads):
+    """hptrain's llama table in checkpoint order: wte, ln1w, qkvw, [qkvb], attprojw, [attprojb],
+    ln2w, fcw, [fcb], fcprojw, [fcprojb] stacked over L, lnfw, [lm_head]; wte and lm_head
+    padded to Vp rows with zeros."""
+    c = model.c
+    get, padded, stack = table_parts(model, grads)
 
     parts = [padded(model.embed_tokens.weight),
              stack(lambda b: get(b.input_layernorm.weight)),

@@ -21,7 +21,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from make_ref_state_llama import write_reference  # the state.bin and steps.json writer
+from make_ref_state_llama import (hf_init, inv_freq, parse_keys, rope_from_inv, rotate_half,
+                                  table_parts, write_reference)
 
 
 def parse_shape(shape):
@@ -30,15 +31,7 @@ def parse_shape(shape):
     c = {"fam": fam, "NKV": None, "V": 151936, "Vp": None, "T": 32768, "theta": 10000.0,
          "eps": 1e-6, "tied": 0, "attn_bias": 1 if fam == "qwen2" else 0, "range": 0.02,
          "hd": None}
-    for kv in rest.split(","):
-        k, v = kv.split("=")
-        c[k] = float(v) if k in ("theta", "eps", "range") else int(v)
-    if c["NKV"] is None:
-        c["NKV"] = c["NH"]
-    if c["Vp"] is None:
-        c["Vp"] = (c["V"] + 127) // 128 * 128
-    if c["hd"] is None:
-        c["hd"] = c["C"] // c["NH"]
+    parse_keys(c, rest, ("theta", "eps", "range"))
     c["qk_norm"] = fam == "qwen3"
     c["o_bias"] = bool(c["attn_bias"]) and fam == "qwen3"
     return c
@@ -47,15 +40,7 @@ def parse_shape(shape):
 def rope_tables(c, T):
     """cos, sin (T, hd) as the default rotary embedding's (cat(freqs, freqs))."""
     hd = c["hd"]
-    inv = 1.0 / (c["theta"] ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
-    freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv)
-    emb = torch.cat([freqs, freqs], dim=-1)
-    return emb.cos().float(), emb.sin().float()
-
-
-def rotate_half(x):
-    h = x.shape[-1] // 2
-    return torch.cat([-x[..., h:], x[..., :h]], dim=-1)
+    return rope_from_inv(inv_freq(hd, c["theta"]), T)
 
 
 class RMSNorm(torch.nn.Module):
@@ -122,13 +107,7 @@ class Qwen(torch.nn.Module):
         self.norm = RMSNorm(c["C"], c["eps"])
         if not c["tied"]:
             self.lm_head = torch.nn.Linear(c["C"], c["V"], bias=False)
-        # _init_weights: N(0, initializer_range) for linear weights and the embedding, zero
-        # biases (norm weights stay 1)
-        for m in self.modules():
-            if isinstance(m, (torch.nn.Linear, torch.nn.Embedding)):
-                torch.nn.init.normal_(m.weight, mean=0.0, std=c["range"])
-                if getattr(m, "bias", None) is not None:
-                    torch.nn.init.zeros_(m.bias)
+        hf_init(self, c["range"])  # norm weights stay 1
 
     def head(self):
         return self.embed_tokens.weight if self.c["tied"] else self.lm_head.weight
@@ -157,18 +136,7 @@ def flat(model, grads):
     [attprojb], ln2w, fcw, fcprojw stacked over L, lnfw, [lm_head]; wte and lm_head padded to
     Vp rows with zeros."""
     c = model.c
-
-    def get(t):
-        t = t.grad if grads else t.data
-        return t.detach().float().contiguous().view(-1)
-
-    def padded(w):
-        t = torch.zeros(c["Vp"], c["C"])
-        t[: c["V"]] = w.grad if grads else w.data
-        return t.view(-1)
-
-    def stack(fn):
-        return torch.cat([fn(b) for b in model.layers])
+    get, padded, stack = table_parts(model, grads)
 
     parts = [padded(model.embed_tokens.weight),
              stack(lambda b: get(b.input_layernorm.weight)),

@@ -231,53 +231,72 @@ static double t_rope_impl(int backward) {
 static double t_rope_forward(void) { return t_rope_impl(0); }
 static double t_rope_backward(void) { return t_rope_impl(1); }
 
-/* ================================ SwiGLU ================================ */
+/* ========================= SwiGLU and GeGLU (Gemma) ========================= */
 enum { SN = 7, SFF = 13, SNL = 2600 }; /* SNL * SFF = 33800 > HPT_PAR_MIN */
-static double ref_silu(double g) { return g / (1.0 + exp(-g)); }
+/* the activation a(g) of the gate and its derivative, in double: SiLU (gelu 0) or the tanh
+ * GELU (gelu 1) */
+static double ref_act(int gelu, double g) {
+    if (!gelu) return g / (1.0 + exp(-g));
+    const double k = 0.7978845608028654;
+    return 0.5 * g * (1.0 + tanh(k * (g + 0.044715 * g * g * g)));
+}
+static double ref_dact(int gelu, double g) {
+    if (!gelu) {
+        double sg = 1.0 / (1.0 + exp(-g));
+        return sg * (1.0 + g * (1.0 - sg));
+    }
+    const double k = 0.7978845608028654, th = tanh(k * (g + 0.044715 * g * g * g));
+    return 0.5 * (1.0 + th) + 0.5 * g * (1.0 - th * th) * k * (1.0 + 3.0 * 0.044715 * g * g);
+}
 
 static void swiglu_inputs(float *h, int N) {
     fill_rand(h, (size_t)N * 2 * SFF, 6.0f);
     h[0] = -95.0f, h[1] = 95.0f; /* exp(-g) overflows and underflows in fp32: no NaN */
 }
 
-static double t_swiglu_forward(void) {
+static double t_glu_forward(int gelu) {
+    const char *nm = gelu ? "geglu_forward" : "swiglu_forward";
     static float h[SNL * 2 * SFF], out[SNL * SFF], out_s[SN * SFF];
     static double r[SNL * SFF];
     swiglu_inputs(h, SNL);
     for (int i = 0; i < SNL; i++)
         for (int j = 0; j < SFF; j++)
-            r[i * SFF + j] = ref_silu(h[i * 2 * SFF + j]) * h[i * 2 * SFF + SFF + j];
+            r[i * SFF + j] = ref_act(gelu, h[i * 2 * SFF + j]) * h[i * 2 * SFF + SFF + j];
     double e = 0.0;
     int sizes[2] = {SN, SNL};
     for (int k = 0; k < 2; k++) {
         int N = sizes[k];
         float *dy = dput(NULL, (size_t)N * SFF * 4);
-        g_be->swiglu_forward(dy, dput(h, (size_t)N * 2 * SFF * 4), N, SFF);
+        (gelu ? g_be->geglu_forward : g_be->swiglu_forward)(dy, dput(h, (size_t)N * 2 * SFF * 4), N, SFF);
         dget(out, dy, (size_t)N * SFF * 4);
-        e = fmax(e, cmp_arr("swiglu_forward", out, r, (size_t)N * SFF, TOL));
+        e = fmax(e, cmp_arr(nm, out, r, (size_t)N * SFF, TOL));
         emit(out, (size_t)N * SFF);
         if (k == 0)
             memcpy(out_s, out, sizeof out_s);
         else if (is_cpu())
-            CHECK_MSG(!memcmp(out, out_s, sizeof out_s), "swiglu_forward: threaded rows differ");
+            CHECK_MSG(!memcmp(out, out_s, sizeof out_s), "%s: threaded rows differ", nm);
         dfree_all();
     }
     return e;
 }
+static double t_swiglu_forward(void) { return t_glu_forward(0); }
+static double t_geglu_forward(void) { return t_glu_forward(1); }
 
 typedef struct {
     const float *R;
+    int gelu;
 } sw_ctx;
-static double sw_loss(const double *h, const void *vctx) { /* sum R * swiglu(h), SN rows */
+static double sw_loss(const double *h, const void *vctx) { /* sum R * glu(h), SN rows */
     const sw_ctx *c = vctx;
     double L = 0.0;
     for (int i = 0; i < SN; i++)
         for (int j = 0; j < SFF; j++)
-            L += c->R[i * SFF + j] * ref_silu(h[i * 2 * SFF + j]) * h[i * 2 * SFF + SFF + j];
+            L += c->R[i * SFF + j] * ref_act(c->gelu, h[i * 2 * SFF + j]) * h[i * 2 * SFF + SFF + j];
     return L;
 }
 
-static double t_swiglu_backward(void) {
+static double t_glu_backward(int gelu) {
+    const char *nm = gelu ? "geglu_backward" : "swiglu_backward";
     static float h[SNL * 2 * SFF], dout[SNL * SFF], g[SNL * 2 * SFF];
     static double r[SNL * 2 * SFF], th[SN * 2 * SFF];
     swiglu_inputs(h, SNL);
@@ -285,9 +304,8 @@ static double t_swiglu_backward(void) {
     for (int i = 0; i < SNL; i++) /* the analytic gradient in double */
         for (int j = 0; j < SFF; j++) {
             double gt = h[i * 2 * SFF + j], u = h[i * 2 * SFF + SFF + j], d = dout[i * SFF + j];
-            double sg = 1.0 / (1.0 + exp(-gt));
-            r[i * 2 * SFF + j] = d * u * sg * (1.0 + gt * (1.0 - sg));
-            r[i * 2 * SFF + SFF + j] = d * gt * sg;
+            r[i * 2 * SFF + j] = d * u * ref_dact(gelu, gt);
+            r[i * 2 * SFF + SFF + j] = d * ref_act(gelu, gt);
         }
     double e = 0.0;
     int sizes[2] = {SN, SNL};
@@ -296,20 +314,24 @@ static double t_swiglu_backward(void) {
         size_t n2 = (size_t)N * 2 * SFF;
         float *dg = dput(NULL, n2 * 4);
         g_be->memset(dg, 0x7f, n2 * 4); /* overwritten, not accumulated into */
-        g_be->swiglu_backward(dg, dput(dout, (size_t)N * SFF * 4), dput(h, n2 * 4), N, SFF);
+        (gelu ? g_be->geglu_backward : g_be->swiglu_backward)(dg, dput(dout, (size_t)N * SFF * 4),
+                                                             dput(h, n2 * 4), N, SFF);
         dget(g, dg, n2 * 4);
-        e = fmax(e, cmp_arr("swiglu_backward", g, r, n2, TOL));
-        if (k == 0) { /* the whole central-difference gradient of sum(dout * swiglu) */
+        e = fmax(e, cmp_arr(nm, g, r, n2, TOL));
+        if (k == 0) { /* the whole central-difference gradient of sum(dout * glu) */
             to_d(th, h, n2);
             static double rf[SN * 2 * SFF];
-            sw_ctx c = {dout};
+            sw_ctx c = {dout, gelu};
             for (size_t i = 0; i < n2; i++) rf[i] = fd(sw_loss, th, i, &c);
-            e = fmax(e, cmp_arr("swiglu_backward (finite differences)", g, rf, n2, TOL_FD));
+            e = fmax(e, cmp_arr(gelu ? "geglu_backward (finite differences)"
+                                     : "swiglu_backward (finite differences)", g, rf, n2, TOL_FD));
         }
         emit(g, n2);
         dfree_all();
     }
     return e;
 }
+static double t_swiglu_backward(void) { return t_glu_backward(0); }
+static double t_geglu_backward(void) { return t_glu_backward(1); }
 
 #endif

@@ -498,6 +498,21 @@ static double t_scale(void) {
     return exact ? 0.0 : 1.0;
 }
 
+static double t_add(void) {
+    float a[PN], b[PN], y[PN];
+    fill_rand(a, PN, 3.0f);
+    fill_rand(b, PN, 2.0f);
+    float *da = dput(a, sizeof a), *db = dput(b, sizeof b);
+    g_be->add(da, da, db, PN); /* in place on a */
+    dget(y, da, sizeof y);
+    int exact = 1; /* one fp32 sum: correctly rounded */
+    for (int i = 0; i < PN; i++) exact &= y[i] == (float)((double)a[i] + (double)b[i]);
+    CHECK_MSG(exact, "%s: add is not the rounded sum", g_be->name);
+    emit(y, PN);
+    dfree_all();
+    return exact ? 0.0 : 1.0;
+}
+
 static double t_sumsq(void) {
     double e = 0.0;
     size_t sizes[2] = {PN, 100003}; /* the second above HPT_PAR_MIN: the threaded path */

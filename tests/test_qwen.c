@@ -67,18 +67,11 @@ static void test_table(void) {
     hpt_model *m = NULL;
     CHECK_OK(hpt_model_create_forward(mem, "qwen3:L=2,C=64,NH=4,NKV=2,hd=24,FF=96,V=300,T=16", &m));
     if (m) {
-        const char *names[] = {"wte", "ln1w", "qkvw", "qknw", "attprojw", "ln2w", "fcw",
+        const char *const names[] = {"wte", "ln1w", "qkvw", "qknw", "attprojw", "ln2w", "fcw",
                                "fcprojw", "lnfw", "lm_head"};
         const int64_t shapes[][3] = {{384, 64}, {2, 64}, {2, 192, 64}, {2, 48}, {2, 64, 96},
                                      {2, 64}, {2, 192, 64}, {2, 64, 96}, {64}, {384, 64}};
-        CHECK(hpt_model_num_tensors(m) == 10);
-        for (int i = 0; i < 10 && i < hpt_model_num_tensors(m); i++) {
-            hpt_tensor_info t;
-            CHECK_OK(hpt_model_tensor(m, i, &t));
-            CHECK_MSG(!strcmp(t.name, names[i]), "tensor %d is %s, want %s", i, t.name, names[i]);
-            for (int d = 0; d < t.ndim; d++) CHECK(t.shape[d] == shapes[i][d]);
-        }
-        CHECK(!strcmp(hpt_model_arch(m), "qwen3"));
+        t_check_table(m, names, shapes, 10, "qwen3");
         hpt_model_free(m);
     }
     CHECK_OK(hpt_model_create_forward(mem, "qwen2:L=1,C=32,NH=4,NKV=2,FF=48,V=64,T=8,tied=1", &m));
@@ -153,7 +146,7 @@ static void test_custom_and_refusals(void) {
     CHECK(c.attn_bias == 1 && c.Vp == 384);
     /* Qwen3's widths need not divide: C 50, NH 4, hd 8 */
     CHECK_OK(hpt_model_config_parse("qwen3:L=1,C=50,NH=4,hd=8,FF=80,V=64", &c));
-    const char *refused[] = {
+    const char *const refused[] = {
         "qwen3:L=1,C=48,NH=4,hd=7,FF=80",     /* odd head width: rope rotates pairs */
         "qwen2:L=1,C=48,NH=4,hd=8,FF=80",     /* Qwen2's head width is C/NH */
         "qwen2:L=1,C=48,NH=4,FF=80,attn_bias=0", /* Qwen2 has its q/k/v biases */
@@ -162,8 +155,7 @@ static void test_custom_and_refusals(void) {
         "qwen3:L=1,C=48,NH=4,FF=80,factor=8", /* no rope scaling key */
         "qwen2.5-3b",                         /* no such named shape */
     };
-    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
-        CHECK_MSG(hpt_model_config_parse(refused[i], &c) != HPT_OK, "%s was taken", refused[i]);
+    t_check_refused(refused, sizeof refused / sizeof refused[0]);
 }
 
 int main(void) {

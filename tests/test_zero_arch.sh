@@ -16,6 +16,7 @@ case $arch in
   llama) shape="llama:L=3,C=64,NH=4,NKV=2,FF=96,V=64,T=32,tied=0" ;;
   qwen2) shape="qwen2:L=3,C=64,NH=4,NKV=2,FF=96,V=64,T=32,tied=0" ;;
   qwen3) shape="qwen3:L=3,C=64,NH=4,NKV=2,hd=20,FF=96,V=64,T=32,tied=0" ;;
+  gemma3) shape="gemma3:L=3,C=64,NH=4,NKV=2,hd=20,FF=96,V=64,T=32,window=9,pattern=2,tied=0" ;;
   *) echo "test_zero_arch: no ZeRO case for architecture '$arch': add its shape here" >&2; exit 1 ;;
 esac
 mpi_shard "$tmp/train_000.bin"

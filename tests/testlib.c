@@ -59,6 +59,24 @@ const char *t_tmpdir(void) {
     return dir;
 }
 
+void t_check_table(hpt_model *m, const char *const *names, const int64_t (*shapes)[3], int n,
+                   const char *arch) {
+    CHECK(hpt_model_num_tensors(m) == n);
+    for (int i = 0; i < n && i < hpt_model_num_tensors(m); i++) {
+        hpt_tensor_info t;
+        CHECK_OK(hpt_model_tensor(m, i, &t));
+        CHECK_MSG(!strcmp(t.name, names[i]), "tensor %d is %s, want %s", i, t.name, names[i]);
+        for (int d = 0; d < t.ndim; d++) CHECK(t.shape[d] == shapes[i][d]);
+    }
+    CHECK(!strcmp(hpt_model_arch(m), arch));
+}
+
+void t_check_refused(const char *const *refused, size_t n) {
+    hpt_model_config c;
+    for (size_t i = 0; i < n; i++)
+        CHECK_MSG(hpt_model_config_parse(refused[i], &c) != HPT_OK, "%s was taken", refused[i]);
+}
+
 double t_rel_err(const float *a, const float *b, size_t n) {
     double num = 0, den = 0;
     for (size_t i = 0; i < n; i++) {
@@ -312,11 +330,22 @@ static void qwen3_shape(char buf[T_SHAPE_MAX], int L, int C, int NH, int V, int 
              L, C, NH, NH % 2 ? 1 : NH / 2, (C / NH + 2) & ~1, 3 * C / 2, V, T);
 }
 
+/* Gemma 3: Qwen3's head width, every other layer local with a window of T/4 + 1 keys (the tests'
+ * sequences reach past it), the scores scaled by (2 hd)^-1/2 rather than hd^-1/2; the variant:
+ * untied, biases on q/k/v/o and linear rope scaling */
+static void gemma3_shape(char buf[T_SHAPE_MAX], int L, int C, int NH, int V, int T) {
+    const int hd = (C / NH + 2) & ~1;
+    snprintf(buf, T_SHAPE_MAX, "gemma3:L=%d,C=%d,NH=%d,NKV=%d,hd=%d,FF=%d,V=%d,T=%d,window=%d,"
+             "pattern=2,qscalar=%d", L, C, NH, NH % 2 ? 1 : NH / 2, hd, 3 * C / 2, V, T, T / 4 + 1,
+             2 * hd);
+}
+
 static const t_arch k_arch_cases[] = {
     {"gpt2", HPT_ARCH_GPT2, 1, gpt2_shape, 1, {""}},
     {"llama", HPT_ARCH_LLAMA, 0, llama_shape, 2, {"", ",tied=1,attn_bias=1,mlp_bias=1"}},
     {"qwen2", HPT_ARCH_QWEN2, 0, qwen2_shape, 2, {"", ",tied=1"}},
     {"qwen3", HPT_ARCH_QWEN3, 0, qwen3_shape, 2, {"", ",tied=1,attn_bias=1"}},
+    {"gemma3", HPT_ARCH_GEMMA3, 0, gemma3_shape, 2, {"", ",tied=0,attn_bias=1,factor=4"}},
 };
 
 int t_arch_count(void) { return (int)(sizeof k_arch_cases / sizeof k_arch_cases[0]); }

@@ -41,6 +41,12 @@ const char *t_tokenizer_dir(void);
 const char *t_tmpdir(void);
 /* ||a-b||_2 / ||b||_2: the norm-wise relative error of a against the reference b. */
 double t_rel_err(const float *a, const float *b, size_t n);
+/* Checks that model m's tensor table is names[0..n) with shapes[i] (up to 3 dimensions), in
+ * order, and that m's architecture is arch; and that each of the n shapes `refused` is refused
+ * by hpt_model_config_parse (the family tests test_qwen, test_gemma). */
+void t_check_table(hpt_model *m, const char *const *names, const int64_t (*shapes)[3], int n,
+                   const char *arch);
+void t_check_refused(const char *const *refused, size_t n);
 
 /* Runs a trainer built from o until it is done or has completed step `stop` (then saves).
  * losses[step-1] (and vals[step-1], -1 when not evaluated; vals may be NULL) record each step;

@@ -7,7 +7,7 @@ add_test(NAME make_reference COMMAND bash ${CMAKE_SOURCE_DIR}/tests/make_referen
 set_tests_properties(make_reference PROPERTIES FIXTURES_SETUP gpt2_ref TIMEOUT 600)
 # The architectures the technique tests run over (hpt_add_test's ARCHS: test_x_<arch> each):
 # tests/arch_cases.h's cases, in the model registry's order (test_arch_cases checks all three).
-set(HPT_TEST_ARCHS gpt2 llama qwen2 qwen3)
+set(HPT_TEST_ARCHS gpt2 llama qwen2 qwen3 gemma3)
 hpt_add_test(test_arch_cases test_arch_cases.c ARGS ${HPT_TEST_ARCHS})
 hpt_add_test(test_mem test_mem.c)
 hpt_add_test(test_reference test_reference.c)
@@ -103,6 +103,13 @@ add_test(NAME test_hf_qwen COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_hf_qwen.s
 set_tests_properties(test_hf_qwen PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600
   ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
 hpt_add_test(test_qwen test_qwen.c)
+# Gemma 3 against its PyTorch reference: verify (windows, layer patterns), Hugging Face
+# directories through eval, training and --save (skipped without torch).
+add_test(NAME test_hf_gemma COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_hf_gemma.sh
+         $<TARGET_FILE:hptrain_cli>)
+set_tests_properties(test_hf_gemma PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600
+  ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+hpt_add_test(test_gemma test_gemma.c)
 # hptrain eval against PyTorch and train; the tokenizer commands with Llama 3's tokenizer.json
 add_test(NAME test_eval COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_eval.sh $<TARGET_FILE:hptrain_cli>
          ${CMAKE_SOURCE_DIR} ${HPT_REF_DIR})

@@ -8,7 +8,8 @@
  *   for (int i = 0; i < hpt_model_num_tensors(m); i++) { hpt_tensor_info t;
  *       hpt_model_tensor(m, i, &t); }                               // name, dtype, shape, layer
  *
- * One object type serves every architecture (src/model/arch.h: GPT-2, the llama family, Qwen2 and Qwen3).
+ * One object type serves every architecture (src/model/arch.h: GPT-2, the llama family, Qwen2 and
+ * Qwen3, Gemma 3).
  * The old names (the type hpt_gpt2, the hpt_gpt2_* calls) are in the deprecated
  * include/hptrain_gpt2.h, which nothing in hptrain includes. A model's weights, gradients and
  * activations come from the hpt_mem it was made with. What the activation arena keeps
@@ -26,7 +27,9 @@
  * configuration written by hand with only L, C, NH, V, Vp, maxT set (designated initialisers,
  * arch 0) means the same thing: the model fills the rest on create. The head width is C / NH
  * unless hd says otherwise (Qwen3's head_dim: NH * hd may differ from C). */
-typedef enum { HPT_ARCH_GPT2 = 0, HPT_ARCH_LLAMA = 1, HPT_ARCH_QWEN2 = 2, HPT_ARCH_QWEN3 = 3 } hpt_arch_id;
+typedef enum {
+    HPT_ARCH_GPT2 = 0, HPT_ARCH_LLAMA = 1, HPT_ARCH_QWEN2 = 2, HPT_ARCH_QWEN3 = 3, HPT_ARCH_GEMMA3 = 4
+} hpt_arch_id;
 typedef struct {
     int arch;            /* hpt_arch_id */
     int L, C, NH, NKV;   /* layers, channels, query heads, key/value heads (GPT-2: NKV = NH);
@@ -45,6 +48,12 @@ typedef struct {
     int hd;              /* head width; 0: C / NH (GPT-2, llama, Qwen2 keep 0); Qwen3's head_dim */
     int window;          /* llama (Mistral's sliding_window): each query sees its last `window`
                           * keys, its own included; 0: all (fully causal) */
+    /* Gemma 3 (0 elsewhere): window applies to the local layers only, every swa_pattern-th
+     * layer (l + 1 a multiple) global, the others local (0: all global); the local layers'
+     * rope base; the scores scaled by attn_scalar^-1/2 (query_pre_attn_scalar; 0: hd) */
+    int swa_pattern;
+    float rope_local_theta;
+    float attn_scalar;
 } hpt_model_config;
 
 /* SHAPE of any architecture:
@@ -57,6 +66,9 @@ typedef struct {
  *   "qwen2.5-0.5b" | "qwen2.5-1.5b" | "qwen2.5-7b" | "qwen2:L=..,C=..,NH=..,FF=..[,...]"
  *   "qwen3-0.6b" | "qwen3-1.7b" | "qwen3-4b" | "qwen3-8b" | "qwen3:L=..,C=..,NH=..,FF=..[,hd=..]"
  *          (the Qwen keys: llama's less factor/low/high/orig and mlp_bias; docs/qwen.md)
+ *   "gemma3-270m" | "gemma3-1b" | "gemma3-4b" | "gemma3-12b" | "gemma3-27b" |
+ *   "gemma3:L=..,C=..,NH=..,FF=..[,hd=..][,window=..][,pattern=..][,ltheta=..][,qscalar=..]"
+ *          (Gemma 3's text models; docs/gemma.md)
  * The named shapes carry their published config.json's dimensions (docs/llama.md). A custom
  * llama shape takes Hugging Face LlamaConfig's defaults: NKV = NH, V 32000, T 2048, theta
  * 10000, eps 1e-6, untied, no biases, no rope scaling (factor 0; with factor > 0, low 1,

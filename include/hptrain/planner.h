@@ -12,7 +12,7 @@
 #define HPT_CAL_GEMM_ROWS 2
 #define HPT_CAL_LAYOUTS 8
 
-#define HPT_CAL_ARCHS 4
+#define HPT_CAL_ARCHS 5
 #define HPT_CAL_ARCH_WIDTHS 2
 
 /* An architecture's own block rates (C[0] = 0: not measured; its block is then costed at the

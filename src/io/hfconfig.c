@@ -101,6 +101,11 @@ static const char *j_str(const hpt_hf_json *j, const char *key) {
     const cJSON *v = item((const cJSON *)j, key);
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
+static const char *j_str_at(const hpt_hf_json *j, const char *key, int i) {
+    const cJSON *v = item((const cJSON *)j, key);
+    const cJSON *e = cJSON_IsArray(v) ? cJSON_GetArrayItem(v, i) : NULL;
+    return cJSON_IsString(e) ? e->valuestring : NULL;
+}
 static hpt_status j_obj(const hpt_hf_json *j, const char *key, const char *what,
                         const hpt_hf_json **out) {
     const cJSON *v = item((const cJSON *)j, key);
@@ -129,7 +134,7 @@ static hpt_hf_json *j_put_obj(hpt_hf_json *j, const char *key) {
 
 static const hpt_hf_json_ops k_json = {
     .has = j_has, .get_int = j_int, .get_float = j_float, .get_bool = j_bool, .get_str = j_str,
-    .obj = j_obj, .put_int = j_put_int, .put_float = j_put_float,
+    .str_at = j_str_at, .obj = j_obj, .put_int = j_put_int, .put_float = j_put_float,
     .put_bool = j_put_bool, .put_str = j_put_str, .put_null = j_put_null, .put_obj = j_put_obj,
     .fail = st_fail,
 };

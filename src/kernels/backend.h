@@ -150,6 +150,10 @@ struct hpt_backend {
     /* dh (N,2FF) = [dgate | dup] overwritten from dout (N,FF) and the forward's saved h (N,2FF);
      * dh must not alias h or dout. */
     void (*swiglu_backward)(float *dh, const float *dout, const float *h, int64_t N, int FF);
+    /* GeGLU (Gemma): out (N,FF) = gelu(gate) * up on h (N,2FF) = [gate | up], gelu the tanh
+     * form (gelu_forward's); out must not alias h. The backward as swiglu_backward's. */
+    void (*geglu_forward)(float *out, const float *h, int64_t N, int FF);
+    void (*geglu_backward)(float *dh, const float *dout, const float *h, int64_t N, int FF);
 
     /* ---- attention (causal, grouped-query) ----
      * qkv (B,T,(NH+2*NKV)*hd) = [q (NH heads) | k (NKV heads) | v (NKV heads)], hd = C/NH,
@@ -210,6 +214,8 @@ struct hpt_backend {
     void (*gelu_forward)(float *out, const float *inp, int64_t n);
     void (*gelu_backward)(float *dinp, const float *inp, const float *dout, int64_t n);
     void (*scale)(float *x, size_t n, float s);
+    /* out (n) = a + b, each sum rounded once; out may alias a or b (Gemma's residual adds) */
+    void (*add)(float *out, const float *a, const float *b, size_t n);
     /* sum of squares in double, deterministic */
     double (*sumsq)(const float *x, size_t n);
     /* 1 when any of x (n) is infinite or NaN */

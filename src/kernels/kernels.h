@@ -114,6 +114,7 @@ void k_crossentropy_backward(float *logits, const float *lse, const int32_t *tar
 double k_sumsq(const float *x, size_t n);
 /* x *= s. */
 void k_scale(float *x, size_t n, float s);
+void k_add(float *out, const float *a, const float *b, size_t n);
 /* One AdamW step (PyTorch's formulation) on n parameters: p -= lr*wd*p, moments update,
  * bias-corrected step. grad_scale multiplies each gradient first (clipping). */
 void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,

@@ -118,6 +118,9 @@ hpt_status hpt_trace_write_json(const char *path, const hpt_trace_meta *m,
             (double)m->cfg.init_range);
     if (m->cfg.hd) fprintf(f, ",\"hd\":%d", m->cfg.hd); /* Qwen3's head width: only where set */
     if (m->cfg.window) fprintf(f, ",\"window\":%d", m->cfg.window); /* a sliding window: the same */
+    if (m->cfg.arch == HPT_ARCH_GEMMA3) /* Gemma 3's layer pattern, local base and scalar */
+        fprintf(f, ",\"swa_pattern\":%d,\"rope_local_theta\":%.9g,\"attn_scalar\":%.9g",
+                m->cfg.swa_pattern, (double)m->cfg.rope_local_theta, (double)m->cfg.attn_scalar);
     fputc('}', f);
     fprintf(f, ",\"num_params\":%llu,\"B\":%d,\"T\":%d,\"has_val\":%d,\"threads\":%d,\"steps\":%lld,"
             "\"rss_baseline_bytes\":%llu,\"rss_peak_bytes\":%llu,",
@@ -172,6 +175,9 @@ hpt_status hpt_trace_write_csv(const char *path, const hpt_trace_meta *m,
             m->cfg.rope_orig_maxT, (double)m->cfg.init_range);
     if (m->cfg.hd) fprintf(f, "# model.hd=%d\n", m->cfg.hd);
     if (m->cfg.window) fprintf(f, "# model.window=%d\n", m->cfg.window);
+    if (m->cfg.arch == HPT_ARCH_GEMMA3)
+        fprintf(f, "# model.swa_pattern=%d\n# model.rope_local_theta=%.9g\n# model.attn_scalar=%.9g\n",
+                m->cfg.swa_pattern, (double)m->cfg.rope_local_theta, (double)m->cfg.attn_scalar);
     fprintf(f, "# num_params=%llu\n# B=%d\n# T=%d\n# has_val=%d\n# threads=%d\n# steps=%lld\n"
             "# rss_baseline_bytes=%llu\n# rss_peak_bytes=%llu\n",
             (unsigned long long)m->num_params, m->B, m->T, m->has_val, m->threads,
@@ -412,6 +418,9 @@ static hpt_status read_json_header(reader *r, const cJSON *root) {
     if (j_int(model, "rope_orig_maxT", &m->cfg.rope_orig_maxT)) m->cfg.rope_orig_maxT = 0;
     if (j_int(model, "hd", &m->cfg.hd)) m->cfg.hd = 0;
     if (j_int(model, "window", &m->cfg.window)) m->cfg.window = 0;
+    if (j_int(model, "swa_pattern", &m->cfg.swa_pattern)) m->cfg.swa_pattern = 0;
+    j_float(model, "rope_local_theta", &m->cfg.rope_local_theta);
+    j_float(model, "attn_scalar", &m->cfg.attn_scalar);
     j_float(model, "norm_eps", &m->cfg.norm_eps);
     j_float(model, "rope_theta", &m->cfg.rope_theta);
     j_float(model, "rope_factor", &m->cfg.rope_factor);
@@ -636,7 +645,9 @@ static void csv_meta(hpt_trace_meta *m, const char *key, size_t klen, const char
         {"model.rope_factor", offsetof(hpt_model_config, rope_factor)},
         {"model.rope_low_freq", offsetof(hpt_model_config, rope_low_freq)},
         {"model.rope_high_freq", offsetof(hpt_model_config, rope_high_freq)},
-        {"model.init_range", offsetof(hpt_model_config, init_range)}};
+        {"model.init_range", offsetof(hpt_model_config, init_range)},
+        {"model.rope_local_theta", offsetof(hpt_model_config, rope_local_theta)},
+        {"model.attn_scalar", offsetof(hpt_model_config, attn_scalar)}};
     double d;
     for (size_t k = 0; k < sizeof reals / sizeof reals[0]; k++)
         if (klen == strlen(reals[k].key) && memcmp(key, reals[k].key, klen) == 0 &&
@@ -652,6 +663,7 @@ static void csv_meta(hpt_trace_meta *m, const char *key, size_t klen, const char
     else if (KEY("model.rope_orig_maxT")) m->cfg.rope_orig_maxT = (int)i;
     else if (KEY("model.hd")) m->cfg.hd = (int)i;
     else if (KEY("model.window")) m->cfg.window = (int)i;
+    else if (KEY("model.swa_pattern")) m->cfg.swa_pattern = (int)i;
     else if (KEY("model.L")) m->cfg.L = (int)i;
     else if (KEY("model.C")) m->cfg.C = (int)i;
     else if (KEY("model.NH")) m->cfg.NH = (int)i;

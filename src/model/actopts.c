@@ -18,7 +18,15 @@ int act_segment_end(int l, int N, int L) {
     return e < L - 1 ? e : L - 1;
 }
 
-hpt_status act_opts_check(const hpt_act_opts *o) { return hpt_act_check(o); }
+hpt_status act_opts_check(const hpt_model_config *c, const hpt_act_opts *o) {
+    HPT_CHECK(hpt_act_check(o));
+    /* Gemma 3's MLP ends in its own norm before the residual add: arch_mlp's tiles add the
+     * down projection straight into the residual, so gemma.c runs it untiled */
+    if (c && c->arch == HPT_ARCH_GEMMA3 && o->mlp_tile > 0)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "a tiled MLP (mlp_tile %d) is not built for Gemma 3 "
+                        "in this version (its MLP's output norm): use --mlp-tile 0", o->mlp_tile);
+    return HPT_OK;
+}
 
 size_t act_head_rows(const hpt_act_opts *o, int B, int T) {
     size_t BT = (size_t)B * T;
@@ -35,7 +43,7 @@ size_t act_mlp_rows(const hpt_act_opts *o, int B, int T) {
 hpt_arch_ctx act_ctx_for(const hpt_model_config *c, const hpt_act_opts *o, int vc, int B,
                          int T) {
     hpt_arch_ctx x = {hpt_backend_cpu(), c, B, T, o->attention, act_head_rows(o, B, T), 0, 1.0f,
-                     hpt_attn_ops_of(o->attention), NULL, 0.0f, NULL, NULL, 0, NULL, 0};
+                     hpt_attn_ops_of(o->attention), NULL, 0.0f, NULL, NULL, 0, NULL, 0, 0};
     x.logit_cols = vc && x.head_rows < (size_t)B * T ? (size_t)vc : (size_t)c->Vp;
     x.mlp_rows = act_mlp_rows(o, B, T);
     return x;

@@ -159,7 +159,7 @@ static hpt_status plan_tiers(const hpt_model_config *cfg, int B, int T, const hp
     const hpt_arch *A = hpt_arch_of(cfg);
     for (int t = 0; t < HPT_TIER_COUNT; t++) out[t] = 0;
     if (!A) return hpt_fail(HPT_ERR_INVALID, "unknown architecture id %d", cfg->arch);
-    HPT_CHECK(act_opts_check(o));
+    HPT_CHECK(act_opts_check(cfg, o));
     hpt_arch_ctx x = act_ctx_for(cfg, o, vc < 0 ? -vc : vc, B, T);
     size_t nf = (size_t)cfg->L * (size_t)A->n_fields;
     void *acts = calloc(1, A->acts_size);
@@ -222,7 +222,7 @@ void hpt_model_free_activations(hpt_model *m) {
 }
 
 hpt_status hpt_model_set_act_opts(hpt_model *m, const hpt_act_opts *o) {
-    HPT_CHECK(act_opts_check(o));
+    HPT_CHECK(act_opts_check(&m->cfg, o));
     hpt_model_free_activations(m);
     m->act = *o;
     return HPT_OK;

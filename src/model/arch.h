@@ -78,6 +78,8 @@ typedef struct {
                               * MLP's tile buffers, which a block's forward reads there */
     int in_backward;         /* 1: a forward rerun by a recomputation during the backward (its
                               * tiled MLP takes the backward's tile buffers) */
+    int layer;               /* the block the runner's block ops run (0 outside them): the
+                              * families whose layers differ (Gemma 3's local and global) */
 } hpt_arch_ctx;
 
 /* RoPE at the context's positions: pos0 = 0 for t, or x->pos (packed examples) */
@@ -310,6 +312,9 @@ typedef struct hpt_arch {
                                       * reference block's rates (plan/calibrate.c) */
     const char *const *param_names;  /* every name describe() may give, NULL-terminated:
                                       * static strings that outlive a model (verify's report) */
+    /* the factor the embedding's rows are multiplied by (Gemma: sqrt(C)), which the chunked
+     * embeddings (model/embed.c) apply too; NULL: 1 */
+    float (*embed_scale)(const hpt_model_config *c);
     /* ---- Hugging Face: what io's loader and writer (io/hfconfig.c, io/hfmodel.c) ask an
      * architecture; all NULL: it has no Hugging Face form. The architecture sees no JSON and no
      * file: config.json's keys come and go through io's hpt_hf_json calls. ---- */
@@ -367,6 +372,8 @@ typedef struct hpt_hf_json_ops {
     hpt_status (*get_bool)(const hpt_hf_json *j, const char *key, int def, const char *what,
                            int *out);
     const char *(*get_str)(const hpt_hf_json *j, const char *key); /* NULL: absent or not one */
+    /* element i of the array key when it is a string; NULL: past its end, absent or not one */
+    const char *(*str_at)(const hpt_hf_json *j, const char *key, int i);
     hpt_status (*obj)(const hpt_hf_json *j, const char *key, const char *what,
                       const hpt_hf_json **out);
     void (*put_int)(hpt_hf_json *j, const char *key, double v);
@@ -387,12 +394,21 @@ hpt_status model_config_check_common(const hpt_model_config *c, const char *fami
 typedef hpt_status (*model_kv_fn)(hpt_model_config *c, const char *key, double v, const char *shape);
 hpt_status model_shape_kv(const char *shape, const char *s, hpt_model_config *c, model_kv_fn set);
 hpt_status model_shape_int(double v, int lo, const char *key, const char *shape, int *out);
+/* A family's KEY=VALUE keys: integers (>= lo; tied, attn_bias and mlp_bias 0 or 1) and floats
+ * at their offsets in hpt_model_config; model_shape_key sets key from the tables, or fails
+ * naming the keys it knows (known: their list) */
+typedef struct { const char *key; size_t off; int lo; } model_int_key;
+typedef struct { const char *key; size_t off; } model_float_key;
+hpt_status model_shape_key(hpt_model_config *c, const char *key, double v, const char *shape,
+                           const model_int_key *ints, size_t n_ints, const model_float_key *floats,
+                           size_t n_floats, const char *known);
 
 /* GPT-2 (model/gpt2.c); the Llama family (model/llama.c); Qwen2/2.5 and Qwen3 (model/qwen.c). */
 extern const hpt_arch hpt_arch_gpt2;
 extern const hpt_arch hpt_arch_llama;
 extern const hpt_arch hpt_arch_qwen2;
 extern const hpt_arch hpt_arch_qwen3;
+extern const hpt_arch hpt_arch_gemma3; /* Gemma 3's text models (model/gemma.c) */
 
 /* ---- the registry (model/registry.c): one line per architecture, index = its id ---- */
 /* The architectures this build has (hpt_arch_count, public) and the one at id i (NULL past

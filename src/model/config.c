@@ -46,6 +46,25 @@ hpt_status model_shape_kv(const char *shape, const char *s, hpt_model_config *c,
 }
 
 /* an integer key's value: a whole number >= lo */
+hpt_status model_shape_key(hpt_model_config *c, const char *key, double v, const char *shape,
+                           const model_int_key *ints, size_t n_ints, const model_float_key *floats,
+                           size_t n_floats, const char *known) {
+    for (size_t i = 0; i < n_ints; i++)
+        if (!strcmp(key, ints[i].key)) {
+            int *dst = (int *)((char *)c + ints[i].off);
+            HPT_CHECK(model_shape_int(v, ints[i].lo, key, shape, dst));
+            if ((dst == &c->tied || dst == &c->attn_bias || dst == &c->mlp_bias) && *dst > 1)
+                return hpt_fail(HPT_ERR_INVALID, "bad shape '%s': %s is 0 or 1", shape, key);
+            return HPT_OK;
+        }
+    for (size_t i = 0; i < n_floats; i++)
+        if (!strcmp(key, floats[i].key)) {
+            *(float *)((char *)c + floats[i].off) = (float)v;
+            return HPT_OK;
+        }
+    return hpt_fail(HPT_ERR_INVALID, "bad shape '%s': unknown key %s (%s)", shape, key, known);
+}
+
 hpt_status model_shape_int(double v, int lo, const char *key, const char *shape, int *out) {
     if (v != (double)(int)v || v < lo || v > 100000000)
         return hpt_fail(HPT_ERR_INVALID, "bad shape '%s': bad value for %s", shape, key);

@@ -255,6 +255,8 @@ void emb_encoder_forward(hpt_model *m) {
         else
             m->be->encoder_forward_bf16(a.encoded, a.inputs, m->emb_h, (const uint16_t *)a.zpos,
                                         B, T, C);
+        if (m->arch->embed_scale) /* encoded *= the architecture's factor (Gemma's sqrt(C)) */
+            m->be->scale(a.encoded, (size_t)B * T * (size_t)C, m->arch->embed_scale(&m->cfg));
         return;
     }
     /* encoded (B, T, C) = wte[inputs] + wpe[t] (bf16: each row widened as it is gathered);
@@ -400,6 +402,8 @@ static double chunk_pass(hpt_model *m, const emb_acts *a, size_t rows, int ti, i
 void emb_backward_end(hpt_model *m, size_t rows) {
     emb_acts a = acts_of(m);
     const hpt_model_config *c = &m->cfg;
+    if (m->arch->embed_scale) /* encoded = wte[inputs] s: the rows' gradient is dres s */
+        m->be->scale(a.dres, (size_t)m->B * m->T * (size_t)c->C, m->arch->embed_scale(c));
     /* GPT-2: encoded = wte[inputs] + wpe[t]: dwpe[t] += sum over b of dres[b, t]
      * (encoder_backward's order) */
     if (c->arch == HPT_ARCH_GPT2 && m->pos) /* packed: dwpe[pos[b, t]] += dres[b, t] */

@@ -1,11 +1,12 @@
-/* infer.c: inference with a key/value cache (hpt_infer), GPT-2, llama and Qwen: the logits of the
- * next token after each fed token, and sampling. Weights are fp32 (borrowed from a model) or
- * int8 with one fp32 scale per output channel for the weight matrices (the backend's q8w ops);
+/* infer.c: inference with a key/value cache (hpt_infer), GPT-2, llama, Qwen and Gemma 3: the
+ * logits of the next token after each fed token, and sampling. Weights are fp32 (borrowed from a
+ * model) or int8 with one fp32 scale per output channel for the weight matrices (q8w ops);
  * an engine loaded from a checkpoint owns its weights, read a few MiB at a time by io/llmc.c
  * (hpt_infer_load, above the model, hands it each tensor's rows: model/infer.h). A feed of n
  * tokens runs the blocks on those n rows only (at most K_ROWS at once), attending to the cache
  * (llama's and Qwen's: NKV heads, keys rotated at their positions; Qwen3's q and k heads
- * normalised first, the attention NH hd wide). docs/inference.md.
+ * normalised first, the attention NH hd wide; Gemma 3's norms times 1 + w, its local layers'
+ * tables and window, its post-norms: gemma_rows). docs/inference.md.
  * Invariants: pos <= ctx; cache rows [0, pos) are those of the tokens fed since the last reset,
  * in order; every buffer goes through hpt_mem (weights params, cache and rows acts, the int8
  * GEMM's tile workspace, the loader's staging host io) and every op through the backend. */
@@ -20,15 +21,16 @@
 
 #define K_ROWS 64                  /* tokens a feed runs through the blocks at once */
 
-/* Tensor roles: GPT-2's table order (its checkpoint index is its role), then llama's head and
- * Qwen3's per-head norms;
+/* Tensor roles: GPT-2's table order (its checkpoint index is its role), then llama's head,
+ * Qwen3's (and Gemma 3's) per-head norms and Gemma 3's post-norms;
  * a configuration's table index of each role is in ti (-1: absent). The int8 ones are the
  * 2-D linear weights and the token embedding. */
 enum { T_WTE = 0, T_WPE, T_LN1W, T_LN1B, T_QKVW, T_QKVB, T_ATTPROJW, T_ATTPROJB, T_LN2W,
-       T_LN2B, T_FCW, T_FCB, T_FCPROJW, T_FCPROJB, T_LNFW, T_LNFB, T_LMHEAD, T_QKNW, T_ROLES };
+       T_LN2B, T_FCW, T_FCB, T_FCPROJW, T_FCPROJB, T_LNFW, T_LNFB, T_LMHEAD, T_QKNW, T_POSTW,
+       T_ROLES };
 static const char *const k_role[T_ROLES] = {
     "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b",
-    "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb", "lm_head", "qknw"};
+    "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb", "lm_head", "qknw", "postw"};
 static int is_q8(int k) {
     return k == T_WTE || k == T_QKVW || k == T_ATTPROJW || k == T_FCW || k == T_FCPROJW ||
            k == T_LMHEAD;
@@ -58,7 +60,9 @@ struct hpt_infer {
     float *x, *ln, *qkv, *atty, *fch; /* (K_ROWS, C | C | QKV | A | FCH), A = NH hd (C but
                                        * for Qwen3) */
     float *mean, *rstd;    /* (K_ROWS) */
-    float *qk_rstd;        /* (NH + NKV) Qwen3: one row's per-head rstd; NULL otherwise */
+    float *qk_rstd;        /* (NH + NKV) Qwen3, Gemma 3: one row's per-head rstd; NULL otherwise */
+    float *gtmp;           /* (K_ROWS, C) Gemma 3: a sublayer's output before its post-norm */
+    float *wone;           /* (4C + 2hd) Gemma 3: 1 + [ln1w | ln2w | postw | qknw] of a layer */
     float *logits;         /* (Vp) after the last fed token */
     float *tile;           /* (HPT_Q8W_TILE, widest input) int8 engine: the q8w GEMM's
                             * dequantised weights, kernel scratch; device workspace (NULL for fp32) */
@@ -85,12 +89,13 @@ static size_t in_w(const hpt_model_config *c) {
     size_t w = (size_t)c->FF > (size_t)c->C ? (size_t)c->FF : (size_t)c->C;
     return w > att_w(c) ? w : att_w(c);
 }
-static int has_qk_norm(const hpt_model_config *c) { return c->arch == HPT_ARCH_QWEN3; }
+static int is_gemma(const hpt_model_config *c) { return c->arch == HPT_ARCH_GEMMA3; }
+static int has_qk_norm(const hpt_model_config *c) { return c->arch == HPT_ARCH_QWEN3 || is_gemma(c); }
 
 /* Row width of tensor role k (one output channel: its input width; qknw: a layer's 2hd). */
 static size_t row_width(const hpt_model_config *c, int k) {
     return k == T_FCPROJW ? (size_t)c->FF : k == T_ATTPROJW ? att_w(c)
-         : k == T_QKNW ? 2 * hd_of(c) : (size_t)c->C;
+         : k == T_QKNW ? 2 * hd_of(c) : k == T_POSTW ? 2 * (size_t)c->C : (size_t)c->C;
 }
 /* The role of table index i (-1: none). */
 static int role_of(const int ti[T_ROLES], int i) {
@@ -138,7 +143,8 @@ uint64_t hpt_infer_weight_bytes_for(const hpt_model_config *cfg, hpt_weights w) 
 static size_t work_floats(const hpt_model_config *c) {
     const size_t C = (size_t)c->C;
     return K_ROWS * (C + C + qkv_w(c) + att_w(c) + fch_w(c)) + 2 * K_ROWS + (size_t)c->Vp +
-           (has_qk_norm(c) ? (size_t)(c->NH + c->NKV) : 0);
+           (has_qk_norm(c) ? (size_t)(c->NH + c->NKV) : 0) +
+           (is_gemma(c) ? K_ROWS * C + 4 * C + 2 * hd_of(c) : 0);
 }
 /* Bytes of the int8 GEMM's tile: HPT_Q8W_TILE output channels of the widest input. */
 static size_t tile_bytes(const hpt_model_config *c, hpt_weights kind) {
@@ -232,6 +238,11 @@ hpt_status infer_new(hpt_mem *mem, const hpt_model_config *cfg, hpt_weights kind
     inf->rstd = w;     w += K_ROWS;
     inf->logits = w;   w += cfg->Vp;
     inf->qk_rstd = has_qk_norm(cfg) ? w : NULL;
+    if (is_gemma(cfg)) {
+        w += cfg->NH + cfg->NKV;
+        inf->gtmp = w;  w += K_ROWS * C;
+        inf->wone = w;
+    }
     *out = inf;
     return HPT_OK;
 }
@@ -348,20 +359,65 @@ static void linear(hpt_infer *inf, float *out, const float *inp, int kw, int kb,
         be->matmul_forward(out, inp, inf->f[kw] + wo, b, (int64_t)n, IC, OC, accumulate);
 }
 
-/* Qwen3's per-head norms of the n rows' q and k heads in qkv (model/qwen.c's forward), row by
- * row through atty's first row (free until the attention): q_h = rmsnorm(q_h) * qnw, k_h the
- * same with knw, qknw = [qnw | knw] of layer l. */
-static void qk_norm_rows(hpt_infer *inf, size_t n, int l) {
+/* Qwen3's per-head norms of the n rows' q and k heads in qkv (model/qwen.c's forward; Gemma
+ * 3's), row by row through atty's first row (free until the attention): q_h = rmsnorm(q_h) *
+ * qnw * qscale, k_h = rmsnorm(k_h) * knw, w = [qnw | knw] (2hd). */
+static void qk_norm_rows(hpt_infer *inf, size_t n, const float *w, float qscale) {
     const hpt_backend *be = hpt_backend_cpu();
     const hpt_model_config *c = &inf->cfg;
     const int NH = c->NH, NKV = c->NKV, hd = (int)hd_of(c);
     const size_t QKV = qkv_w(c), A = att_w(c), K = kv_w(c);
-    const float *w = inf->f[T_QKNW] + (size_t)l * 2 * (size_t)hd;
     for (size_t r = 0; r < n; r++) {
         float *q = inf->qkv + r * QKV;
         be->copy(inf->atty, q, (A + K) * sizeof(float), HPT_COPY_D2D);
         be->rmsnorm_forward(q, inf->qk_rstd, inf->atty, w, NH, hd, c->norm_eps);
+        if (qscale != 1.0f) be->scale(q, A, qscale);
         be->rmsnorm_forward(q + A, inf->qk_rstd + NH, inf->atty + A, w + hd, NKV, hd, c->norm_eps);
+    }
+}
+
+/* out (n) = 1 + w: Gemma 3's norm weights as its maths uses them */
+static void plus_one(float *out, const float *w, size_t n) {
+    hpt_backend_cpu()->fill(out, n, 1.0f);
+    hpt_backend_cpu()->add(out, out, w, n);
+}
+
+/* Gemma 3's blocks on n rows (model/gemma.c's forward): its norms times 1 + w (wone, refilled
+ * per layer), q scaled, the local layers' rotary tables and window, the post-norms on the
+ * attention's and the MLP's outputs (through gtmp), GeGLU. */
+static void gemma_rows(hpt_infer *inf, size_t n, int pos0) {
+    const hpt_backend *be = hpt_backend_cpu();
+    const hpt_model_config *c = &inf->cfg;
+    const int C = c->C, NH = c->NH, NKV = c->NKV, FF = c->FF, hd = (int)hd_of(c);
+    const int A = (int)att_w(c);
+    const size_t Cz = (size_t)C, kw = kv_w(c), QKV = qkv_w(c), nC = n * Cz;
+    const size_t half = (size_t)c->maxT * (size_t)(hd / 2);
+    const float qscale = c->attn_scalar > 0.0f ? (float)sqrt((double)hd / (double)c->attn_scalar) : 1.0f;
+    float *gu = inf->fch, *sw = inf->fch + K_ROWS * 2 * (size_t)FF, *wo = inf->wone;
+    for (int l = 0; l < c->L; l++) {
+        const size_t lc = (size_t)l * Cz;
+        float *K = inf->kv + (size_t)l * 2 * (size_t)inf->ctx * kw, *V = K + (size_t)inf->ctx * kw;
+        const int local = c->swa_pattern > 0 && (l + 1) % c->swa_pattern != 0;
+        const float *cosv = inf->rope + (local ? 2 * half : 0), *sinv = cosv + half;
+        plus_one(wo, inf->f[T_LN1W] + lc, Cz);
+        plus_one(wo + Cz, inf->f[T_LN2W] + lc, Cz);
+        plus_one(wo + 2 * Cz, inf->f[T_POSTW] + 2 * lc, 2 * Cz);
+        plus_one(wo + 4 * Cz, inf->f[T_QKNW] + (size_t)l * 2 * (size_t)hd, 2 * (size_t)hd);
+        be->rmsnorm_forward(inf->ln, inf->rstd, inf->x, wo, (int64_t)n, C, c->norm_eps);
+        linear(inf, inf->qkv, inf->ln, T_QKVW, T_QKVB, l, n, C, (int64_t)QKV, 0);
+        qk_norm_rows(inf, n, wo + 4 * Cz, qscale);
+        be->rope_forward(inf->qkv, cosv, sinv, 1, (int)n, NH, NKV, hd, pos0);
+        be->infer_kv_store(K, V, inf->qkv, pos0, n, A, NH, NKV);
+        be->infer_attend(inf->atty, inf->qkv, K, V, pos0, n, A, NH, NKV, local ? c->window : 0);
+        linear(inf, inf->gtmp, inf->atty, T_ATTPROJW, T_ATTPROJB, l, n, A, C, 0);
+        be->rmsnorm_forward(inf->ln, inf->rstd, inf->gtmp, wo + 2 * Cz, (int64_t)n, C, c->norm_eps);
+        be->add(inf->x, inf->x, inf->ln, nC);
+        be->rmsnorm_forward(inf->ln, inf->rstd, inf->x, wo + Cz, (int64_t)n, C, c->norm_eps);
+        linear(inf, gu, inf->ln, T_FCW, T_FCB, l, n, C, 2 * (int64_t)FF, 0);
+        be->geglu_forward(sw, gu, (int64_t)n, FF);
+        linear(inf, inf->gtmp, sw, T_FCPROJW, T_FCPROJB, l, n, FF, C, 0);
+        be->rmsnorm_forward(inf->ln, inf->rstd, inf->gtmp, wo + 3 * Cz, (int64_t)n, C, c->norm_eps);
+        be->add(inf->x, inf->x, inf->ln, nC);
     }
 }
 
@@ -381,7 +437,8 @@ static void llama_rows(hpt_infer *inf, size_t n, int pos0) {
         float *K = inf->kv + (size_t)l * 2 * (size_t)inf->ctx * kw, *V = K + (size_t)inf->ctx * kw;
         be->rmsnorm_forward(inf->ln, inf->rstd, inf->x, inf->f[T_LN1W] + lc, (int64_t)n, C, c->norm_eps);
         linear(inf, inf->qkv, inf->ln, T_QKVW, T_QKVB, l, n, C, (int64_t)QKV, 0);
-        if (inf->qk_rstd) qk_norm_rows(inf, n, l);
+        if (inf->qk_rstd)
+            qk_norm_rows(inf, n, inf->f[T_QKNW] + (size_t)l * 2 * (size_t)hd, 1.0f);
         be->rope_forward(inf->qkv, cosv, sinv, 1, (int)n, NH, NKV, hd, pos0);
         be->infer_kv_store(K, V, inf->qkv, pos0, n, A, NH, NKV);
         be->infer_attend(inf->atty, inf->qkv, K, V, pos0, n, A, NH, NKV, c->window);
@@ -403,6 +460,12 @@ static void block_rows(hpt_infer *inf, const int32_t *tok, size_t n) {
     const int pos0 = inf->pos;
     be->infer_embed(inf->x, tok, n, pos0, inf->f[T_WTE], inf->q[T_WTE], inf->qs[T_WTE],
                     inf->f[T_WPE], C); /* x = wte[tok] + wpe[pos] (llama: no wpe) */
+    if (is_gemma(c)) { /* x = wte[tok] sqrt(C) */
+        be->scale(inf->x, n * Cz, (float)sqrt((double)C));
+        gemma_rows(inf, n, pos0);
+        inf->pos += (int)n;
+        return;
+    }
     if (is_llama(c)) {
         llama_rows(inf, n, pos0);
         inf->pos += (int)n;
@@ -430,8 +493,11 @@ static void block_rows(hpt_infer *inf, const int32_t *tok, size_t n) {
  * or llama's lm_head when untied). */
 static void head_rows(hpt_infer *inf, float *out, const float *x, size_t n) {
     const hpt_model_config *c = &inf->cfg;
+    if (is_gemma(c)) /* times 1 + lnfw */
+        plus_one(inf->wone, inf->f[T_LNFW], (size_t)c->C);
     if (is_llama(c))
-        hpt_backend_cpu()->rmsnorm_forward(inf->ln, inf->rstd, x, inf->f[T_LNFW], (int64_t)n,
+        hpt_backend_cpu()->rmsnorm_forward(inf->ln, inf->rstd, x,
+                                           is_gemma(c) ? inf->wone : inf->f[T_LNFW], (int64_t)n,
                                            c->C, c->norm_eps);
     else
         hpt_backend_cpu()->layernorm_forward(inf->ln, inf->mean, inf->rstd, x, inf->f[T_LNFW],

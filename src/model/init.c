@@ -23,7 +23,7 @@ static void init_range(const hpt_backend *be, const hpt_model_config *c, const h
     const char *name = t->t[i].name;
     if (!strcmp(name, "ln1w") || !strcmp(name, "ln2w") || !strcmp(name, "lnfw") ||
         !strcmp(name, "qknw")) { /* norm weights (qknw: Qwen3's per-head q and k norms) */
-        be->fill(x, n, 1.0f);
+        be->fill(x, n, c->arch == HPT_ARCH_GEMMA3 ? 0.0f : 1.0f); /* Gemma 3's scale 1 + w */
         return;
     }
     if (!t->t[i].is_matrix) {

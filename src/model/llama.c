@@ -113,12 +113,13 @@ static size_t consts_floats(const hpt_model_config *c) { return (size_t)c->maxT 
  * scaling (rope_factor > 0; Hugging Face's "llama3" rope type): wavelengths 2 pi / f_i above
  * orig / low are divided by factor, those below orig / high kept, those between blended by
  * s = (orig / wavelength - low) / (high - low): f (1 - s) / factor + f s. */
-void llama_rope_fill(const hpt_model_config *c, int64_t hd, float *host) {
+void llama_rope_fill(const hpt_model_config *c, int64_t hd, double theta, double linear,
+                     float *host) {
     const int half = (int)(hd / 2);
     const size_t rows = (size_t)c->maxT;
     float *cosv = host, *sinv = host + rows * (size_t)half;
     for (int i = 0; i < half; i++) {
-        double f = pow((double)c->rope_theta, -(2.0 * i) / (double)(2 * half));
+        double f = pow(theta, -(2.0 * i) / (double)(2 * half)) / linear;
         if (c->rope_factor > 0.0f) {
             const double orig = c->rope_orig_maxT, lo = c->rope_low_freq, hi = c->rope_high_freq;
             const double wavelen = 2.0 * 3.14159265358979323846 / f, factor = c->rope_factor;
@@ -136,7 +137,9 @@ void llama_rope_fill(const hpt_model_config *c, int64_t hd, float *host) {
     }
 }
 
-static void consts_fill(const hpt_model_config *c, float *host) { llama_rope_fill(c, hd_of(c), host); }
+static void consts_fill(const hpt_model_config *c, float *host) {
+    llama_rope_fill(c, hd_of(c), c->rope_theta, 1.0, host);
+}
 
 /* A block's slices from the runner's pointers (block order: the table's stacked tensors). */
 typedef struct {
@@ -189,25 +192,7 @@ static void field_shape(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w) {
 }
 
 #define G(f, t0, t1, after) {#f, offsetof(llama_acts, f), t0, t1, after}
-const hpt_arch_global llama_globals[] = {
-    G(inputs, HPT_TP_START, HPT_TP_EMBED_B, 0),
-    G(targets, HPT_TP_START, HPT_TP_HEAD_END, 0),
-    G(encoded, HPT_TP_START, HPT_TP_BLOCK0_B, 0),
-    G(zpos, HPT_TP_START, HPT_TP_START, 0),
-    G(lnf, HPT_TP_HEAD_F, HPT_TP_HEAD_END, 1),
-    G(lnf_rstd, HPT_TP_HEAD_F, HPT_TP_HEAD_B, 1),
-    G(logits, HPT_TP_HEAD_F, HPT_TP_HEAD_END, 1),
-    G(lse, HPT_TP_HEAD_F, HPT_TP_HEAD_END, 1),
-    G(losses, HPT_TP_HEAD_F, HPT_TP_HEAD_F, 1),
-    G(dres, HPT_TP_HEAD_B, HPT_TP_EMBED_B, 1),
-    G(dsmall, HPT_TP_HEAD_B, HPT_TP_BLOCK0_B, 1),
-    G(dmid, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1),
-    G(dbig, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1),
-    G(attscr, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1),
-    G(mlph, HPT_TP_START, HPT_TP_BLOCKS_F, 0),
-    G(mlpy, HPT_TP_START, HPT_TP_BLOCKS_F, 0),
-    G(mlph_b, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1),
-    G(mlpy_b, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1)};
+const hpt_arch_global llama_globals[] = {LLAMA_GLOBALS(G)};
 #undef G
 _Static_assert(sizeof llama_globals / sizeof llama_globals[0] == LLAMA_N_GLOBALS,
                "llama_int.h's LLAMA_N_GLOBALS is not the table's length");
@@ -552,7 +537,7 @@ static void hf_part(hpt_hf_part *p, int *n, const char *name, int64_t rows, int6
 }
 
 /* table name -> the Hugging Face tensors its rows concatenate (under model.layers.{l}.) */
-static const struct { const char *t, *hf[3]; } k_hf_names[] = {
+static const llama_hf_name k_hf_names[] = {
     {"ln1w", {"input_layernorm.weight"}}, {"ln2w", {"post_attention_layernorm.weight"}},
     {"qkvw", {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"}},
     {"qkvb", {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"}},
@@ -562,13 +547,12 @@ static const struct { const char *t, *hf[3]; } k_hf_names[] = {
     {"fcprojw", {"mlp.down_proj.weight"}}, {"fcprojb", {"mlp.down_proj.bias"}},
 };
 
-static int hf_parts(const hpt_model_config *c, const hpt_tensor_desc *d, int l, const char *prefix,
-                    hpt_hf_part *p) {
+int llama_hf_parts(const hpt_model_config *c, const hpt_tensor_desc *d, int l,
+                   const llama_hf_name *names, int n_names, int64_t hd, hpt_hf_part *p) {
     const int stacked = d->layer == HPT_LAYER_STACKED, nd = d->ndim - stacked;
     const int64_t Rs = nd == 2 ? d->shape[stacked] : 1, W = d->shape[d->ndim - 1];
     int n = 0;
     char name[112];
-    (void)prefix; /* the hub's llama files name everything in full */
     if (!strcmp(d->name, "wte") || !strcmp(d->name, "lm_head")) { /* (Vp, C): V rows, padding */
         hf_part(p, &n, !strcmp(d->name, "wte") ? "model.embed_tokens.weight" : "lm_head.weight",
                 c->V, W, 2);
@@ -579,19 +563,27 @@ static int hf_parts(const hpt_model_config *c, const hpt_tensor_desc *d, int l, 
         hf_part(p, &n, "model.norm.weight", 1, W, 1);
         return n;
     }
-    const int64_t hd = c->C / c->NH;
-    for (size_t i = 0; i < sizeof k_hf_names / sizeof *k_hf_names; i++) {
-        if (strcmp(d->name, k_hf_names[i].t)) continue;
-        int np = k_hf_names[i].hf[2] ? 3 : k_hf_names[i].hf[1] ? 2 : 1;
+    for (int i = 0; i < n_names; i++) {
+        if (strcmp(d->name, names[i].t)) continue;
+        int np = names[i].hf[2] ? 3 : names[i].hf[1] ? 2 : 1;
         for (int j = 0; j < np; j++) {
-            /* rows of each part: q NH*hd, k and v NKV*hd; gate, up FF; a lone part all */
-            int64_t rows = np == 3 ? (j == 0 ? c->NH : c->NKV) * hd : np == 2 ? c->FF : Rs;
-            snprintf(name, sizeof name, "model.layers.%d.%s", l, k_hf_names[i].hf[j]);
+            /* rows of each part: q NH*hd, k and v NKV*hd; two parts halves (gate and up FF,
+             * q_norm and k_norm hd, Gemma's post norms C); a lone part all */
+            int64_t rows = np == 3 ? (j == 0 ? c->NH : c->NKV) * hd
+                         : np == 2 ? (nd == 2 ? Rs : W) / 2 : Rs;
+            snprintf(name, sizeof name, "model.layers.%d.%s", l, names[i].hf[j]);
             if (nd == 2) hf_part(p, &n, name, rows, W, 2);
             else hf_part(p, &n, name, 1, np == 1 ? W : rows, 1);
         }
     }
     return n;
+}
+
+static int hf_parts(const hpt_model_config *c, const hpt_tensor_desc *d, int l, const char *prefix,
+                    hpt_hf_part *p) {
+    (void)prefix; /* the hub's llama files name everything in full */
+    return llama_hf_parts(c, d, l, k_hf_names, (int)(sizeof k_hf_names / sizeof *k_hf_names),
+                          c->C / c->NH, p);
 }
 /* ---- the planner's view of the block (model/arch.h's hpt_arch_plan) ----
  * Every op but the GEMMs differs from the reference block's, and the GEMMs' shapes too
@@ -706,7 +698,7 @@ static hpt_status config_check(const hpt_model_config *c) {
 }
 
 static hpt_status llama_key(hpt_model_config *c, const char *key, double v, const char *shape) {
-    static const struct { const char *key; size_t off; int lo; } ints[] = {
+    static const model_int_key ints[] = {
         {"L", offsetof(hpt_model_config, L), 1},       {"C", offsetof(hpt_model_config, C), 1},
         {"NH", offsetof(hpt_model_config, NH), 1},     {"NKV", offsetof(hpt_model_config, NKV), 1},
         {"FF", offsetof(hpt_model_config, FF), 1},     {"V", offsetof(hpt_model_config, V), 1},
@@ -715,26 +707,14 @@ static hpt_status llama_key(hpt_model_config *c, const char *key, double v, cons
         {"tied", offsetof(hpt_model_config, tied), 0}, {"attn_bias", offsetof(hpt_model_config, attn_bias), 0},
         {"mlp_bias", offsetof(hpt_model_config, mlp_bias), 0},
         {"window", offsetof(hpt_model_config, window), 0}};
-    static const struct { const char *key; size_t off; } floats[] = {
+    static const model_float_key floats[] = {
         {"theta", offsetof(hpt_model_config, rope_theta)}, {"eps", offsetof(hpt_model_config, norm_eps)},
         {"factor", offsetof(hpt_model_config, rope_factor)}, {"low", offsetof(hpt_model_config, rope_low_freq)},
         {"high", offsetof(hpt_model_config, rope_high_freq)}, {"range", offsetof(hpt_model_config, init_range)}};
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
-        if (!strcmp(key, ints[i].key)) {
-            int *dst = (int *)((char *)c + ints[i].off);
-            HPT_CHECK(model_shape_int(v, ints[i].lo, key, shape, dst));
-            if ((dst == &c->tied || dst == &c->attn_bias || dst == &c->mlp_bias) && *dst > 1)
-                return hpt_fail(HPT_ERR_INVALID, "bad shape '%s': %s is 0 or 1", shape, key);
-            return HPT_OK;
-        }
-    for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++)
-        if (!strcmp(key, floats[i].key)) {
-            *(float *)((char *)c + floats[i].off) = (float)v;
-            return HPT_OK;
-        }
-    return hpt_fail(HPT_ERR_INVALID, "bad shape '%s': unknown key %s (L, C, NH, NKV, FF, V, Vp, T, "
-                    "theta, eps, factor, low, high, orig, tied, attn_bias, mlp_bias, range, window)",
-                    shape, key);
+    return model_shape_key(c, key, v, shape, ints, sizeof ints / sizeof ints[0], floats,
+                           sizeof floats / sizeof floats[0], "L, C, NH, NKV, FF, V, Vp, T, "
+                           "theta, eps, factor, low, high, orig, tied, attn_bias, mlp_bias, range, "
+                           "window");
 }
 
 /* The named llama shapes, from their published config.json files (Hugging Face hub):

@@ -26,31 +26,32 @@
 /* ---- the parameters ---- */
 
 static int qk_norm(const hpt_model_config *c) { return c->arch == HPT_ARCH_QWEN3; }
+static int gemma(const hpt_model_config *c) { return c->arch == HPT_ARCH_GEMMA3; }
 static int64_t hd_of(const hpt_model_config *c) { return c->hd ? c->hd : c->C / c->NH; }
 static int64_t att_of(const hpt_model_config *c) { return c->NH * hd_of(c); } /* A */
 static int64_t qkv_of(const hpt_model_config *c) { return (c->NH + 2 * (int64_t)c->NKV) * hd_of(c); }
-/* o_proj's bias: Qwen3's attention_bias (Qwen2's o_proj has none) */
-static int o_bias(const hpt_model_config *c) { return c->attn_bias && qk_norm(c); }
+/* o_proj's bias: Qwen3's and Gemma's attention_bias (Qwen2's o_proj has none) */
+static int o_bias(const hpt_model_config *c) { return c->attn_bias && (qk_norm(c) || gemma(c)); }
 
-#define N_DESC 11
 #define T_(f) #f, offsetof(llama_tensors, f)
-static int qwen_descs(const hpt_model_config *c, llama_desc d[N_DESC]) {
+int llama_hd_descs(const hpt_model_config *c, llama_desc d[LLAMA_HD_DESCS]) {
     const int64_t L = c->L, C = c->C, Vp = c->Vp, QKV = qkv_of(c), FF = c->FF, A = att_of(c);
-    const llama_desc all[N_DESC] = {
+    const llama_desc all[LLAMA_HD_DESCS - 1] = {
         {T_(wte), 2, {Vp, C}, 0, 1, 1},
         {T_(ln1w), 2, {L, C}, 1, 0, 1},
         {T_(qkvw), 3, {L, QKV, C}, 1, 1, 1},
         {T_(qkvb), 2, {L, QKV}, 1, 0, c->attn_bias},
-        {T_(qknw), 2, {L, 2 * hd_of(c)}, 1, 0, qk_norm(c)},
+        {T_(qknw), 2, {L, 2 * hd_of(c)}, 1, 0, qk_norm(c) || gemma(c)},
         {T_(attprojw), 3, {L, C, A}, 1, 1, 1},
         {T_(attprojb), 2, {L, C}, 1, 0, o_bias(c)},
         {T_(ln2w), 2, {L, C}, 1, 0, 1},
         {T_(fcw), 3, {L, 2 * FF, C}, 1, 1, 1},
         {T_(fcprojw), 3, {L, C, FF}, 1, 1, 1},
+        {T_(postw), 2, {L, 2 * C}, 1, 0, gemma(c)},
         {T_(lnfw), 1, {C}, 0, 0, 1},
     };
     int n = 0;
-    for (int i = 0; i < N_DESC; i++)
+    for (int i = 0; i < LLAMA_HD_DESCS - 1; i++)
         if (all[i].present) d[n++] = all[i];
     if (!c->tied) d[n++] = (llama_desc){T_(lm_head), 2, {Vp, C}, 0, 1, 1};
     return n;
@@ -58,20 +59,21 @@ static int qwen_descs(const hpt_model_config *c, llama_desc d[N_DESC]) {
 #undef T_
 
 static void describe(const hpt_model_config *cfg, hpt_tensor_table *out) {
-    llama_desc d[N_DESC + 1];
-    llama_describe_descs(d, qwen_descs(cfg, d), cfg, out);
+    llama_desc d[LLAMA_HD_DESCS];
+    llama_describe_descs(d, llama_hd_descs(cfg, d), cfg, out);
 }
 
 static void point(const hpt_model_config *cfg, const hpt_tensor_table *t, float *const *tp,
                   const float *consts, void *outv) {
-    llama_desc d[N_DESC + 1];
-    llama_point_descs(d, qwen_descs(cfg, d), cfg, t, tp, consts, hd_of(cfg), outv);
+    llama_desc d[LLAMA_HD_DESCS];
+    llama_point_descs(d, llama_hd_descs(cfg, d), cfg, t, tp, consts, hd_of(cfg), outv);
 }
 
 /* FLOPs per token: the GEMMs (C*QKV; o: A*C; gate and up 2*C*FF; down FF*C) and the head Vp*C
  * at 2 FLOPs per multiply-add; causal attention 2*A*(T+1) per token and layer (QK^T and AV over
- * t+1 keys on average, A = NH*hd query channels). */
-static double flops_per_token(const hpt_model_config *c, int T) {
+ * t+1 keys on average, A = NH*hd query channels; Gemma's local layers counted as full: an upper
+ * bound). */
+double llama_hd_flops_per_token(const hpt_model_config *c, int T) {
     double L = c->L, C = c->C, QKV = (double)qkv_of(c), A = (double)att_of(c), FF = c->FF;
     return 2.0 * (L * (C * QKV + A * C + 3.0 * C * FF) + (double)c->Vp * C) + 2.0 * L * A * (T + 1.0);
 }
@@ -81,25 +83,23 @@ static double flops_per_token(const hpt_model_config *c, int T) {
 static size_t consts_floats(const hpt_model_config *c) { return (size_t)c->maxT * (size_t)hd_of(c); }
 
 /* rope_factor is 0 (config_check): llama's tables without the scaling */
-static void consts_fill(const hpt_model_config *c, float *host) { llama_rope_fill(c, hd_of(c), host); }
+static void consts_fill(const hpt_model_config *c, float *host) {
+    llama_rope_fill(c, hd_of(c), c->rope_theta, 1.0, host);
+}
 
-/* A block's slices from the runner's pointers (block order: the table's stacked tensors). */
-typedef struct {
-    float *ln1w, *qkvw, *qkvb, *qknw, *attprojw, *attprojb, *ln2w, *fcw, *fcprojw;
-} qwen_block;
-
-static qwen_block block_of(const hpt_model_config *c, float *const *s) {
-    qwen_block b;
+llama_hd_block llama_hd_block_of(const hpt_model_config *c, float *const *s) {
+    llama_hd_block b;
     int k = 0;
     b.ln1w = s[k++];
     b.qkvw = s[k++];
     b.qkvb = c->attn_bias ? s[k++] : NULL;
-    b.qknw = qk_norm(c) ? s[k++] : NULL;
+    b.qknw = qk_norm(c) || gemma(c) ? s[k++] : NULL;
     b.attprojw = s[k++];
     b.attprojb = o_bias(c) ? s[k++] : NULL;
     b.ln2w = s[k++];
     b.fcw = s[k++];
     b.fcprojw = s[k++];
+    b.postw = gemma(c) ? s[k++] : NULL;
     return b;
 }
 
@@ -117,11 +117,13 @@ static const hpt_arch_field k_fields3[] = {LLAMA_FIELDS, F(qkvr, S, -1), F(qk_rs
 #undef LLAMA_FIELDS
 #undef F
 
-static void field_shape(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w) {
+/* A saved field's rows and width by its offset in llama_layer_acts (Gemma 3's too): Qwen3's
+ * fields with the head width hd; Gemma's wone and its post-norms' rstd */
+void llama_hd_field_shape(const hpt_arch_ctx *x, size_t off, size_t *rows, size_t *w) {
     const hpt_model_config *c = x->cfg;
     const size_t heads = (size_t)x->B * (size_t)c->NH * (size_t)x->T;
     *rows = (size_t)x->B * x->T;
-    switch (k_fields3[i].off) { /* k_fields2 is k_fields3's beginning */
+    switch (off) {
     case offsetof(llama_layer_acts, qkv):
     case offsetof(llama_layer_acts, qkvr): *w = (size_t)qkv_of(c); return;
     case offsetof(llama_layer_acts, atty): *w = (size_t)att_of(c); return;
@@ -129,21 +131,27 @@ static void field_shape(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w) {
     case offsetof(llama_layer_acts, fch): *w = 2 * (size_t)c->FF; return;
     case offsetof(llama_layer_acts, fch_swi): *w = (size_t)c->FF; return;
     case offsetof(llama_layer_acts, ln1_rstd):
-    case offsetof(llama_layer_acts, ln2_rstd): *w = 1; return;
+    case offsetof(llama_layer_acts, ln2_rstd):
+    case offsetof(llama_layer_acts, attp_rstd):
+    case offsetof(llama_layer_acts, mlpo_rstd): *w = 1; return;
     case offsetof(llama_layer_acts, att): *rows = heads; *w = (size_t)x->T; return;
     case offsetof(llama_layer_acts, att_lse): *rows = heads; *w = 1; return;
-    default: *w = (size_t)c->C; return; /* ln1, res2, ln2, res3 */
+    case offsetof(llama_layer_acts, wone): *rows = 1; *w = 4 * (size_t)c->C + 2 * (size_t)hd_of(c); return;
+    default: *w = (size_t)c->C; return; /* ln1, res2, ln2, res3; Gemma's attp, mlpo */
     }
 }
+static void field_shape(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w) {
+    llama_hd_field_shape(x, k_fields3[i].off, rows, w); /* k_fields2 is k_fields3's beginning */
+}
 
-
-/* dsmall: d of ln2 (C) and of atty (A); dmid: d of fch_swi (FF) and, Qwen3, of qkvr (QKV);
- * dbig: d of fch (2FF) and of qkv (QKV) */
-static void global_shape(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w) {
+/* A non-block buffer's rows and width by its offset in llama_acts (Gemma 3's too).
+ * dsmall: d of ln2 (C) and of atty (A); dmid: d of fch_swi (FF) and, with the q/k norms, of
+ * qkvr (QKV); dbig: d of fch (2FF) and of qkv (QKV); lnf1: Gemma's 1 + lnfw */
+void llama_hd_global_shape(const hpt_arch_ctx *x, size_t off, size_t *rows, size_t *w) {
     const hpt_model_config *c = x->cfg;
     const size_t C = (size_t)c->C, QKV = (size_t)qkv_of(c), FF = (size_t)c->FF;
     *rows = (size_t)x->B * x->T;
-    switch (llama_globals[i].off) {
+    switch (off) {
     case offsetof(llama_acts, inputs):
     case offsetof(llama_acts, targets):
     case offsetof(llama_acts, lnf_rstd):
@@ -152,9 +160,9 @@ static void global_shape(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w) 
     case offsetof(llama_acts, zpos): *rows = (size_t)x->T; *w = C; return;
     case offsetof(llama_acts, logits): *rows = x->head_rows; *w = x->logit_cols; return;
     case offsetof(llama_acts, dsmall): *w = HPT_MAX(C, (size_t)att_of(c)); return;
-    case offsetof(llama_acts, dmid): /* tiled: one tile's (rows, FF) or Qwen3's (B*T, QKV) */
-        *w = qk_norm(c) ? HPT_MAX(FF, QKV) : FF;
-        if (x->mlp_rows && (!qk_norm(c) || x->mlp_rows * FF > *rows * QKV)) *rows = x->mlp_rows, *w = FF;
+    case offsetof(llama_acts, dmid): /* tiled: one tile's (rows, FF) or Qwen3's and Gemma's (B*T, QKV) */
+        *w = c->arch != HPT_ARCH_QWEN2 ? HPT_MAX(FF, QKV) : FF;
+        if (x->mlp_rows && (c->arch == HPT_ARCH_QWEN2 || x->mlp_rows * FF > *rows * QKV)) *rows = x->mlp_rows, *w = FF;
         else if (x->mlp_rows) *w = QKV;
         return;
     case offsetof(llama_acts, dbig): llama_dbig_shape(x, QKV, rows, w); return;
@@ -163,8 +171,12 @@ static void global_shape(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w) 
     case offsetof(llama_acts, mlpy):
     case offsetof(llama_acts, mlpy_b): *rows = x->mlp_rows; *w = FF; return;
     case offsetof(llama_acts, attscr): *rows = (size_t)x->B * (size_t)c->NH; *w = (size_t)x->T; return;
+    case offsetof(llama_acts, lnf1): *rows = 1; *w = C; return;
     default: *w = C; return; /* encoded, lnf, dres */
     }
+}
+static void global_shape(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w) {
+    llama_hd_global_shape(x, llama_globals[i].off, rows, w);
 }
 
 /* ---- the embedding, the final norm and the head: llama's (the same layout and maths) ---- */
@@ -188,34 +200,33 @@ static void final_backward(const hpt_arch_ctx *x, const void *p, void *g, void *
     hpt_arch_llama.final_backward(x, p, g, a, out);
 }
 
-/* ---- Qwen3's per-head norms of q and k, token by token ---- */
+/* ---- Qwen3's per-head norms of q and k, token by token (Gemma 3's too: llama_int.h) ---- */
 
-/* qkv (BT, QKV) = qkvr with each q head rmsnorm(q_h) * qnw and each k head rmsnorm(k_h) * knw
- * (qknw = [qnw | knw], (2hd)); rstd (BT, NH+NKV) saved; v copied as is */
-static void qk_norm_forward(const hpt_backend *be, const hpt_model_config *c, float *qkv,
-                            float *rstd, const float *qkvr, const float *qknw, int64_t BT) {
+void llama_qk_norm_forward(const hpt_backend *be, const hpt_model_config *c, float *qkv,
+                           float *rstd, const float *qkvr, const float *qknw, float qscale,
+                           int64_t BT) {
     const int NH = c->NH, NKV = c->NKV, hd = (int)hd_of(c);
     const size_t QKV = (size_t)qkv_of(c), KO = (size_t)NH * (size_t)hd, NR = (size_t)(NH + NKV);
     be->copy(qkv, qkvr, (size_t)BT * QKV * sizeof(float), HPT_COPY_D2D);
     for (int64_t r = 0; r < BT; r++) {
         const size_t o = (size_t)r * QKV;
         be->rmsnorm_forward(qkv + o, rstd + (size_t)r * NR, qkvr + o, qknw, NH, hd, c->norm_eps);
+        if (qscale != 1.0f) be->scale(qkv + o, KO, qscale);
         be->rmsnorm_forward(qkv + o + KO, rstd + (size_t)r * NR + NH, qkvr + o + KO, qknw + hd,
                             NKV, hd, c->norm_eps);
     }
 }
 
-/* draw (BT, QKV) = d qkvr from dqkv (d qkv, as qkv): dv as is; dq_h, dk_h through the norms;
- * dqknw (2hd) += */
-static void qk_norm_backward(const hpt_backend *be, const hpt_model_config *c, float *draw,
-                             float *dqknw, const float *dqkv, const float *qkvr, const float *qknw,
-                             const float *rstd, int64_t BT) {
+void llama_qk_norm_backward(const hpt_backend *be, const hpt_model_config *c, float *draw,
+                            float *dqknw, float *dqkv, const float *qkvr, const float *qknw,
+                            const float *rstd, float qscale, int64_t BT) {
     const int NH = c->NH, NKV = c->NKV, hd = (int)hd_of(c);
     const size_t QKV = (size_t)qkv_of(c), KO = (size_t)NH * (size_t)hd, NR = (size_t)(NH + NKV);
     be->copy(draw, dqkv, (size_t)BT * QKV * sizeof(float), HPT_COPY_D2D);
     for (int64_t r = 0; r < BT; r++) {
         const size_t o = (size_t)r * QKV;
         be->memset(draw + o, 0, NR * (size_t)hd * sizeof(float)); /* the op adds (dinp +=) */
+        if (qscale != 1.0f) be->scale(dqkv + o, KO, qscale);
         be->rmsnorm_backward(draw + o, dqknw, dqkv + o, qkvr + o, qknw, rstd + (size_t)r * NR, NH, hd);
         be->rmsnorm_backward(draw + o + KO, dqknw + hd, dqkv + o + KO, qkvr + o + KO, qknw + hd,
                              rstd + (size_t)r * NR + NH, NKV, hd);
@@ -232,14 +243,14 @@ static void block_forward(const hpt_arch_ctx *x, float *const *w, void *lav, con
     const int B = x->B, T = x->T, C = c->C, NH = c->NH, NKV = c->NKV, FF = c->FF;
     const int hd = (int)hd_of(c), A = (int)att_of(c);
     const int64_t BT = (int64_t)B * T, QKV = qkv_of(c);
-    const qwen_block pb = block_of(c, w), *p = &pb;
+    const llama_hd_block pb = llama_hd_block_of(c, w), *p = &pb;
     llama_layer_acts *la = lav;
     /* ln1 (B, T, C) = rmsnorm(residual) * ln1w */
     be->rmsnorm_forward(la->ln1, la->ln1_rstd, residual, p->ln1w, BT, C, c->norm_eps);
     /* qkv (B, T, QKV) = ln1 @ qkvw^T (+ qkvb); Qwen3: into qkvr, then the per-head norms */
     if (qk_norm(c)) {
         arch_linear_forward(x, la->qkvr, la->ln1, p->qkvw, p->qkvb, BT, C, QKV, 0);
-        qk_norm_forward(be, c, la->qkv, la->qk_rstd, la->qkvr, p->qknw, BT);
+        llama_qk_norm_forward(be, c, la->qkv, la->qk_rstd, la->qkvr, p->qknw, 1.0f, BT);
     } else {
         arch_linear_forward(x, la->qkv, la->ln1, p->qkvw, p->qkvb, BT, C, QKV, 0);
     }
@@ -277,7 +288,7 @@ static void block_recompute(const hpt_arch_ctx *x, float *const *w, void *lav, c
     const hpt_model_config *c = x->cfg;
     const int B = x->B, T = x->T, C = c->C;
     const int64_t BT = (int64_t)B * T;
-    const qwen_block pb = block_of(c, w), *p = &pb;
+    const llama_hd_block pb = llama_hd_block_of(c, w), *p = &pb;
     llama_layer_acts *la = lav;
     be->rmsnorm_apply(la->ln1, residual, p->ln1w, la->ln1_rstd, BT, C);
     x->attn->rebuild(be, la->atty, la->att, la->att_lse, la->qkv, B, T, (int)att_of(c), c->NH,
@@ -296,7 +307,8 @@ static void block_backward(const hpt_arch_ctx *x, float *const *w, float *const 
     const int B = x->B, T = x->T, C = c->C, NH = c->NH, NKV = c->NKV, FF = c->FF;
     const int hd = (int)hd_of(c), A = (int)att_of(c);
     const int64_t BT = (int64_t)B * T, QKV = qkv_of(c);
-    const qwen_block pb = block_of(c, w), gb = block_of(c, dw), *p = &pb, *g = &gb;
+    const llama_hd_block pb = llama_hd_block_of(c, w), gb = llama_hd_block_of(c, dw);
+    const llama_hd_block *p = &pb, *g = &gb;
     const llama_layer_acts *la = lav;
     llama_acts *a = av;
     if (x->mlp_rows) { /* tiled: dln2 into dsmall tile by tile; dres flows to res2 unchanged */
@@ -326,7 +338,8 @@ static void block_backward(const hpt_arch_ctx *x, float *const *w, float *const 
     /* Qwen3: q, k = the per-head norms of qkvr's: d qkvr (B, T, QKV) into dmid */
     const float *dproj = a->dbig;
     if (qk_norm(c)) {
-        qk_norm_backward(be, c, a->dmid, g->qknw, a->dbig, la->qkvr, p->qknw, la->qk_rstd, BT);
+        llama_qk_norm_backward(be, c, a->dmid, g->qknw, a->dbig, la->qkvr, p->qknw, la->qk_rstd, 1.0f,
+                               BT);
         dproj = a->dmid;
     }
     /* qkv (or qkvr) = ln1 @ qkvw^T (+ qkvb) */
@@ -418,11 +431,7 @@ static hpt_status hf_config_read3(const hpt_hf_json_ops *J, const hpt_hf_json *r
     return hf_config_read(J, r, what, c, HPT_ARCH_QWEN3);
 }
 
-static void hf_config_write(const hpt_hf_json_ops *J, hpt_hf_json *r, const hpt_model_config *c,
-                            const char *cls) {
-    (void)cls;
-    J->put_str(r, "model_type", qk_norm(c) ? "qwen3" : "qwen2");
-    J->put_str(r, "hidden_act", "silu");
+void llama_hd_config_write(const hpt_hf_json_ops *J, hpt_hf_json *r, const hpt_model_config *c) {
     J->put_int(r, "hidden_size", c->C);
     J->put_int(r, "intermediate_size", c->FF);
     J->put_int(r, "num_hidden_layers", c->L);
@@ -432,62 +441,30 @@ static void hf_config_write(const hpt_hf_json_ops *J, hpt_hf_json *r, const hpt_
     J->put_int(r, "max_position_embeddings", c->maxT);
     J->put_float(r, "rms_norm_eps", c->norm_eps);
     J->put_float(r, "rope_theta", c->rope_theta);
+}
+
+static void hf_config_write(const hpt_hf_json_ops *J, hpt_hf_json *r, const hpt_model_config *c,
+                            const char *cls) {
+    (void)cls;
+    J->put_str(r, "model_type", qk_norm(c) ? "qwen3" : "qwen2");
+    J->put_str(r, "hidden_act", "silu");
+    llama_hd_config_write(J, r, c);
     J->put_null(r, "rope_scaling");
     J->put_bool(r, "use_sliding_window", 0);
     if (qk_norm(c)) J->put_bool(r, "attention_bias", c->attn_bias);
 }
 
-static void hf_part(hpt_hf_part *p, int *n, const char *name, int64_t rows, int64_t W, int ndim) {
-    hpt_hf_part *q = &p[(*n)++];
-    snprintf(q->name, sizeof q->name, "%s", name ? name : "");
-    q->R = rows;
-    q->W = W;
-    q->ndim = ndim;
-    q->transpose = 0;
-}
-
 /* table name -> the Hugging Face tensors its rows concatenate (under model.layers.{l}.) */
-static const struct { const char *t, *hf[3]; } k_hf_names[] = {
+static const llama_hf_name k_hf_names[] = {
     {"ln1w", {"input_layernorm.weight"}}, {"ln2w", {"post_attention_layernorm.weight"}},
-    {"qkvw", {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"}},
-    {"qkvb", {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"}},
-    {"qknw", {"self_attn.q_norm.weight", "self_attn.k_norm.weight"}},
-    {"attprojw", {"self_attn.o_proj.weight"}}, {"attprojb", {"self_attn.o_proj.bias"}},
-    {"fcw", {"mlp.gate_proj.weight", "mlp.up_proj.weight"}},
-    {"fcprojw", {"mlp.down_proj.weight"}},
+    LLAMA_HD_HF_NAMES,
 };
 
 static int hf_parts(const hpt_model_config *c, const hpt_tensor_desc *d, int l, const char *prefix,
                     hpt_hf_part *p) {
-    const int stacked = d->layer == HPT_LAYER_STACKED, nd = d->ndim - stacked;
-    const int64_t Rs = nd == 2 ? d->shape[stacked] : 1, W = d->shape[d->ndim - 1];
-    int n = 0;
-    char name[112];
     (void)prefix; /* the hub's qwen files name everything in full */
-    if (!strcmp(d->name, "wte") || !strcmp(d->name, "lm_head")) { /* (Vp, C): V rows, padding */
-        hf_part(p, &n, !strcmp(d->name, "wte") ? "model.embed_tokens.weight" : "lm_head.weight",
-                c->V, W, 2);
-        if (Rs > c->V) hf_part(p, &n, NULL, Rs - c->V, W, 2);
-        return n;
-    }
-    if (!strcmp(d->name, "lnfw")) {
-        hf_part(p, &n, "model.norm.weight", 1, W, 1);
-        return n;
-    }
-    const int64_t hd = hd_of(c);
-    for (size_t i = 0; i < sizeof k_hf_names / sizeof *k_hf_names; i++) {
-        if (strcmp(d->name, k_hf_names[i].t)) continue;
-        int np = k_hf_names[i].hf[2] ? 3 : k_hf_names[i].hf[1] ? 2 : 1;
-        for (int j = 0; j < np; j++) {
-            /* rows of each part: q NH*hd, k and v NKV*hd; q_norm, k_norm hd; gate, up FF */
-            int64_t rows = np == 3 ? (j == 0 ? c->NH : c->NKV) * hd
-                         : np == 2 ? (!strcmp(d->name, "qknw") ? hd : c->FF) : Rs;
-            snprintf(name, sizeof name, "model.layers.%d.%s", l, k_hf_names[i].hf[j]);
-            if (nd == 2) hf_part(p, &n, name, rows, W, 2);
-            else hf_part(p, &n, name, 1, np == 1 ? W : rows, 1);
-        }
-    }
-    return n;
+    return llama_hf_parts(c, d, l, k_hf_names, (int)(sizeof k_hf_names / sizeof *k_hf_names),
+                          hd_of(c), p);
 }
 
 /* every name llama_descs may give (verify's report outlives the model) */
@@ -530,33 +507,22 @@ static hpt_status config_check(const hpt_model_config *c) {
 static void config_fill2(hpt_model_config *c) { c->attn_bias = 1; }
 
 static hpt_status qwen_key(hpt_model_config *c, const char *key, double v, const char *shape) {
-    static const struct { const char *key; size_t off; int lo; } ints[] = {
+    static const model_int_key ints[] = {
         {"L", offsetof(hpt_model_config, L), 1},       {"C", offsetof(hpt_model_config, C), 1},
         {"NH", offsetof(hpt_model_config, NH), 1},     {"NKV", offsetof(hpt_model_config, NKV), 1},
         {"FF", offsetof(hpt_model_config, FF), 1},     {"V", offsetof(hpt_model_config, V), 1},
         {"Vp", offsetof(hpt_model_config, Vp), 1},     {"T", offsetof(hpt_model_config, maxT), 1},
         {"maxT", offsetof(hpt_model_config, maxT), 1}, {"hd", offsetof(hpt_model_config, hd), 2},
         {"tied", offsetof(hpt_model_config, tied), 0}, {"attn_bias", offsetof(hpt_model_config, attn_bias), 0}};
-    static const struct { const char *key; size_t off; } floats[] = {
+    static const model_float_key floats[] = {
         {"theta", offsetof(hpt_model_config, rope_theta)}, {"eps", offsetof(hpt_model_config, norm_eps)},
         {"range", offsetof(hpt_model_config, init_range)}};
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
-        if (!strcmp(key, ints[i].key)) {
-            int *dst = (int *)((char *)c + ints[i].off);
-            HPT_CHECK(model_shape_int(v, ints[i].lo, key, shape, dst));
-            if ((dst == &c->tied || dst == &c->attn_bias) && *dst > 1)
-                return hpt_fail(HPT_ERR_INVALID, "bad shape '%s': %s is 0 or 1", shape, key);
-            if (dst == &c->attn_bias && !*dst && c->arch == HPT_ARCH_QWEN2)
-                return hpt_fail(HPT_ERR_INVALID, "bad shape '%s': qwen2 has its q/k/v biases", shape);
-            return HPT_OK;
-        }
-    for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++)
-        if (!strcmp(key, floats[i].key)) {
-            *(float *)((char *)c + floats[i].off) = (float)v;
-            return HPT_OK;
-        }
-    return hpt_fail(HPT_ERR_INVALID, "bad shape '%s': unknown key %s (L, C, NH, NKV, FF, V, Vp, T, "
-                    "hd, theta, eps, tied, attn_bias, range)", shape, key);
+    HPT_CHECK(model_shape_key(c, key, v, shape, ints, sizeof ints / sizeof ints[0], floats,
+                              sizeof floats / sizeof floats[0], "L, C, NH, NKV, FF, V, Vp, T, hd, "
+                              "theta, eps, tied, attn_bias, range"));
+    if (!strcmp(key, "attn_bias") && !c->attn_bias && c->arch == HPT_ARCH_QWEN2)
+        return hpt_fail(HPT_ERR_INVALID, "bad shape '%s': qwen2 has its q/k/v biases", shape);
+    return HPT_OK;
 }
 
 /* The named shapes, from their published config.json files (Hugging Face hub, Qwen/...):
@@ -612,8 +578,8 @@ static hpt_status shape_parse3(const char *shape, hpt_model_config *out) {
 }
 
 /* LoRA's view of a block (model/lora.c): q, k, v share qkvw (q NH*hd rows, k and v NKV*hd),
- * gate and up fcw; o's input is NH*hd wide */
-static int linears(const hpt_model_config *c, hpt_arch_linear o[HPT_ARCH_MAX_LINEARS]) {
+ * gate and up fcw; o's input is NH*hd wide (Gemma 3's too: llama_int.h) */
+int llama_linears_hd(const hpt_model_config *c, hpt_arch_linear o[HPT_ARCH_MAX_LINEARS]) {
     const int64_t C = c->C, q = att_of(c), kv = c->NKV * hd_of(c), FF = c->FF;
     const hpt_arch_linear l[7] = {
         {"q", "self_attn.q_proj", "qkvw", 0, q, C},
@@ -634,7 +600,7 @@ static const char *const k_prefixes3[] = {"qwen3", NULL};
  * planner costs them at the reference block's rates (plan NULL). */
 #define QWEN_ARCH(nm, flds, prefixes, parse, fill, classes, types, read, lbl, shp)              \
     {                                                                                             \
-        .name = nm, .describe = describe, .flops_per_token = flops_per_token,                     \
+        .name = nm, .describe = describe, .flops_per_token = llama_hd_flops_per_token,                     \
         .n_fields = (int)(sizeof flds / sizeof flds[0]), .fields = flds,                          \
         .block_acts_size = sizeof(llama_layer_acts), .field_shape = field_shape,                  \
         .n_globals = LLAMA_N_GLOBALS, .globals = llama_globals,         \
@@ -652,7 +618,7 @@ static const char *const k_prefixes3[] = {"qwen3", NULL};
         .hf_parts = hf_parts, .hf_embed_name = "model.embed_tokens.weight",                       \
         .hf_head_name = "lm_head.weight", .hf_ignore = k_hf_ignore, .hf_eot = 151643,             \
         .desc = {.name = nm, .label = lbl, .shapes = shp}, .plan = NULL,                          \
-        .param_names = k_param_names, .linears = linears, .hf_block = "model.layers.%d.",        \
+        .param_names = k_param_names, .linears = llama_linears_hd, .hf_block = "model.layers.%d.",        \
     }
 
 const hpt_arch hpt_arch_qwen2 =

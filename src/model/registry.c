@@ -19,6 +19,7 @@ static const hpt_arch *const k_archs[] = {
     &hpt_arch_llama, /* HPT_ARCH_LLAMA */
     &hpt_arch_qwen2, /* HPT_ARCH_QWEN2 */
     &hpt_arch_qwen3, /* HPT_ARCH_QWEN3 */
+    &hpt_arch_gemma3, /* HPT_ARCH_GEMMA3 */
 };
 #define N_ARCHS ((int)(sizeof k_archs / sizeof k_archs[0]))
 

@@ -118,7 +118,9 @@ static hpt_status recompute(hpt_model *m, const hpt_arch_ctx *xf, int l) {
         for (int j = (l / N) * N; j <= l; j++) {
             HPT_CHECK(block_acquire(m, j, w));
             model_lora_at(m, j, w);
-            A->block_forward(x, w, layers + (size_t)j * A->block_acts_size,
+            hpt_arch_ctx xj = *x;
+            xj.layer = j;
+            A->block_forward(&xj, w, layers + (size_t)j * A->block_acts_size,
                              block_input(m, layers, j), j < l);
             block_release(m, j);
         }
@@ -161,7 +163,7 @@ hpt_status hpt_model_forward(hpt_model *m, const int32_t *inputs, const int32_t 
     m->B = B;
     m->T = T;
     const int L = c->L;
-    const hpt_arch_ctx x = act_ctx(m);
+    hpt_arch_ctx x = act_ctx(m);
     char *flayers = m->run.flayers;
     hpt_mem_set_layer(m->mem, -1);
     act_enter(m, 0);
@@ -182,6 +184,7 @@ hpt_status hpt_model_forward(hpt_model *m, const int32_t *inputs, const int32_t 
             break;
         }
         model_lora_at(m, l, w);
+        x.layer = l;
         A->block_forward(&x, w, flayers + (size_t)l * A->block_acts_size,
                          block_input(m, flayers, l), 1);
         block_release(m, l);
@@ -223,7 +226,7 @@ hpt_status hpt_model_backward(hpt_model *m) {
         return hpt_fail(HPT_ERR_INVALID, "backward needs gradients (released by hpt_model_release_grads)");
     const hpt_arch *A = m->arch;
     const int L = m->cfg.L;
-    const hpt_arch_ctx x = act_ctx(m);
+    hpt_arch_ctx x = act_ctx(m);
     char *layers = m->run.layers;
     m->has_targets = 0; /* logits become dlogits: one backward per forward */
 
@@ -245,6 +248,7 @@ hpt_status hpt_model_backward(hpt_model *m) {
             }
         }
         float *w[HPT_TABLE_MAX], *dw[HPT_TABLE_MAX];
+        x.layer = l;
         s = recompute(m, &x, l);
         if (s == HPT_OK) s = block_acquire(m, l, w);
         if (s == HPT_OK) s = block_grads(m, l, dw);

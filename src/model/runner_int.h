@@ -68,7 +68,8 @@ typedef struct {
 #define TP_ENC_B(L) (2 * (L) + 3)
 
 /* ---- actopts.c ---- */
-hpt_status act_opts_check(const hpt_act_opts *o);
+/* hpt_act_check, and what an architecture refuses (c NULL: no architecture's check) */
+hpt_status act_opts_check(const hpt_model_config *c, const hpt_act_opts *o);
 /* N of the every:N segmentation (full = every:1); 0 for policies that keep block inputs. */
 int act_segment_len(const hpt_act_opts *o);
 /* The last block of block l's segment (every:N): segments are [kN, kN + N - 1]. */

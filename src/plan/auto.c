@@ -154,6 +154,7 @@ static hpt_status enumerate(const hpt_plan_opts *base, const hpt_calibration *c,
         o.accum = (int)(S / Bs[bi]);
         if (hc && (int64_t)o.B * o.T <= 128) continue;
         if (hc == 2 && base->lora.r > 0 && base->lora.dropout > 0.0f) continue; /* refused */
+        if (hc == 2 && base->cfg.arch == HPT_ARCH_GEMMA3) continue; /* no tiled MLP (actopts.c) */
         o.act = hpt_act_defaults();
         o.act.attention = attn ? HPT_ATTN_PLAIN : HPT_ATTN_FLASH;
         o.act.recompute = rec == 0 ? HPT_RECOMPUTE_NONE : rec == 1 ? HPT_RECOMPUTE_SELECTIVE

@@ -26,7 +26,10 @@
  * written before them): 27 arch | NKV << 8 | FF << 32; 28 tied | attn_bias << 1 | mlp_bias << 2
  * | rope_orig_maxT << 8 | hd << 40 (0 but for Qwen3); 29 norm_eps | rope_theta << 32;
  * 30 rope_factor | rope_low_freq << 32; 31 rope_high_freq | init_range << 32 (floats as their
- * bits). Field 5 is maxT | window << 32 (the sliding window; 0 in files before it). */
+ * bits). Field 5 is maxT | window << 32 (the sliding window; 0 in files before it). Gemma 3 has
+ * no Llama 3 scaling: its rope_orig_maxT bits hold swa_pattern, its rope_low_freq
+ * rope_local_theta and its rope_high_freq attn_scalar. */
+static int gemma(const hpt_model_config *c) { return c->arch == HPT_ARCH_GEMMA3; }
 static int64_t two_floats(float lo, float hi) {
     uint32_t a, b;
     memcpy(&a, &lo, 4);
@@ -43,11 +46,12 @@ static void pack_arch(const hpt_model_config *c, int64_t *f) {
     f[5] = (int64_t)((uint64_t)(uint32_t)c->maxT | (uint64_t)(uint32_t)c->window << 32);
     if (c->arch == HPT_ARCH_GPT2) return;
     f[27] = (int64_t)((uint64_t)c->arch | (uint64_t)c->NKV << 8 | (uint64_t)c->FF << 32);
+    const uint64_t orig = (uint64_t)(uint32_t)(gemma(c) ? c->swa_pattern : c->rope_orig_maxT);
     f[28] = (int64_t)((uint64_t)c->tied | (uint64_t)c->attn_bias << 1 | (uint64_t)c->mlp_bias << 2 |
-                      (uint64_t)c->rope_orig_maxT << 8 | (uint64_t)c->hd << 40);
+                      orig << 8 | (uint64_t)c->hd << 40);
     f[29] = two_floats(c->norm_eps, c->rope_theta);
-    f[30] = two_floats(c->rope_factor, c->rope_low_freq);
-    f[31] = two_floats(c->rope_high_freq, c->init_range);
+    f[30] = two_floats(c->rope_factor, gemma(c) ? c->rope_local_theta : c->rope_low_freq);
+    f[31] = two_floats(gemma(c) ? c->attn_scalar : c->rope_high_freq, c->init_range);
 }
 static void unpack_arch(const int64_t *f, hpt_model_config *c) {
     uint64_t a = (uint64_t)f[27], b = (uint64_t)f[28];
@@ -68,6 +72,12 @@ static void unpack_arch(const int64_t *f, hpt_model_config *c) {
     c->rope_low_freq = float_at(f[30], 1);
     c->rope_high_freq = float_at(f[31], 0);
     c->init_range = float_at(f[31], 1);
+    if (gemma(c)) {
+        c->swa_pattern = c->rope_orig_maxT;
+        c->rope_local_theta = c->rope_low_freq;
+        c->attn_scalar = c->rope_high_freq;
+        c->rope_orig_maxT = 0, c->rope_low_freq = 0.0f, c->rope_high_freq = 0.0f;
+    }
 }
 static const char k_magic[8] = {'H', 'P', 'T', 'S', 'T', 'A', 'T', 'E'};
 static const char k_end[8] = {'H', 'P', 'T', 'E', 'N', 'D', 0, 0};

@@ -130,32 +130,65 @@ void k_rope_backward(float *dqkv, const float *cos, const float *sin, int B, int
     rope_rows(dqkv, cos, sin, B, T, NH, NKV, hd, pos0, -1.0f, NULL);
 }
 
-/* ---- SwiGLU: h (N, 2FF) = [gate | up] per row, out (N, FF) = silu(gate) * up ----
- * silu(g) = g sigmoid(g), sigmoid(g) = 1 / (1 + exp(-g)) (0 when exp overflows: no NaN). */
-void k_swiglu_forward(float *out, const float *h, int64_t N, int FF) {
+/* ---- SwiGLU and GeGLU (Gemma): h (N, 2FF) = [gate | up] per row, out (N, FF) = a(gate) * up ----
+ * SwiGLU: a = silu, silu(g) = g sigmoid(g), sigmoid(g) = 1 / (1 + exp(-g)) (0 when exp
+ * overflows: no NaN). GeGLU: a = gelu(g) = 0.5 g (1 + tanh(k (g + 0.044715 g^3))), k =
+ * sqrt(2/pi): the tanh form, as pointwise.c's gelu and PyTorch's gelu(approximate="tanh").
+ * One row loop for both; gelu a constant at each call, so each inlined copy has one body. */
+#define GEGLU_K 0.7978845608028654f
+
+static inline __attribute__((always_inline)) void glu_forward(float *out, const float *h,
+                                                              int64_t N, int FF, int gelu) {
 #pragma omp parallel for schedule(static) if (N * FF >= K_PAR_MIN)
     for (int64_t i = 0; i < N; i++) {
         const float *g = h + i * 2 * FF, *u = g + FF; // (FF) each
         float *o = out + i * FF;                      // (FF)
 #pragma omp simd
         for (int j = 0; j < FF; j++) {
-            const float sg = 1.0f / (1.0f + expf(-g[j]));
-            o[j] = g[j] * sg * u[j];
+            const float x = g[j];
+            if (gelu) {
+                o[j] = 0.5f * x * (1.0f + tanhf(GEGLU_K * (x + 0.044715f * x * x * x))) * u[j];
+            } else {
+                const float sg = 1.0f / (1.0f + expf(-x));
+                o[j] = x * sg * u[j];
+            }
         }
     }
 }
 
-/* out = g sig(g) u: du = dout silu(g); dg = dout u sig(g) (1 + g (1 - sig(g))). */
-void k_swiglu_backward(float *dh, const float *dout, const float *h, int64_t N, int FF) {
+/* SwiGLU, out = g sig(g) u: du = dout silu(g); dg = dout u sig(g) (1 + g (1 - sig(g))).
+ * GeGLU, out = gelu(g) u: du = dout gelu(g); dg = dout u gelu'(g), gelu'(g) = 0.5 (1 + th) +
+ * 0.5 g (1 - th^2) k (1 + 3 0.044715 g^2), th = tanh(k (g + 0.044715 g^3)). */
+static inline __attribute__((always_inline)) void glu_backward(float *dh, const float *dout,
+                                                               const float *h, int64_t N, int FF,
+                                                               int gelu) {
 #pragma omp parallel for schedule(static) if (N * FF >= K_PAR_MIN)
     for (int64_t i = 0; i < N; i++) {
         const float *g = h + i * 2 * FF, *u = g + FF, *d = dout + i * FF;
         float *dg = dh + i * 2 * FF, *du = dg + FF;
 #pragma omp simd
         for (int j = 0; j < FF; j++) {
-            const float sg = 1.0f / (1.0f + expf(-g[j]));
-            du[j] = d[j] * g[j] * sg;
-            dg[j] = d[j] * u[j] * sg * (1.0f + g[j] * (1.0f - sg));
+            const float x = g[j];
+            if (gelu) {
+                const float th = tanhf(GEGLU_K * (x + 0.044715f * x * x * x));
+                const float da = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GEGLU_K *
+                                                          (1.0f + 3.0f * 0.044715f * x * x);
+                du[j] = d[j] * 0.5f * x * (1.0f + th);
+                dg[j] = d[j] * u[j] * da;
+            } else {
+                const float sg = 1.0f / (1.0f + expf(-x));
+                du[j] = d[j] * x * sg;
+                dg[j] = d[j] * u[j] * sg * (1.0f + x * (1.0f - sg));
+            }
         }
     }
+}
+
+void k_swiglu_forward(float *out, const float *h, int64_t N, int FF) { glu_forward(out, h, N, FF, 0); }
+void k_swiglu_backward(float *dh, const float *dout, const float *h, int64_t N, int FF) {
+    glu_backward(dh, dout, h, N, FF, 0);
+}
+void k_geglu_forward(float *out, const float *h, int64_t N, int FF) { glu_forward(out, h, N, FF, 1); }
+void k_geglu_backward(float *dh, const float *dout, const float *h, int64_t N, int FF) {
+    glu_backward(dh, dout, h, N, FF, 1);
 }

@@ -1,5 +1,5 @@
 /* llama_ops.h: the kernels the Llama family adds to GPT-2's (llama_ops.c): RMSNorm, rotary
- * position embeddings (rotate_half convention) and the SwiGLU activation. Internal to the
+ * position embeddings (rotate_half convention), the SwiGLU activation and Gemma's GeGLU. Internal to the
  * kernels; the architectures call them through the backend table (kernels/backend.h, whose
  * comments state each op's contract: shapes, in place or not). */
 #ifndef HPT_KERNELS_CPU_LLAMA_OPS_H
@@ -25,5 +25,7 @@ void k_rope_backward(float *dqkv, const float *cos, const float *sin, int B, int
                      int NKV, int hd, int pos0);
 void k_swiglu_forward(float *out, const float *h, int64_t N, int FF);
 void k_swiglu_backward(float *dh, const float *dout, const float *h, int64_t N, int FF);
+void k_geglu_forward(float *out, const float *h, int64_t N, int FF);
+void k_geglu_backward(float *dh, const float *dout, const float *h, int64_t N, int FF);
 
 #endif

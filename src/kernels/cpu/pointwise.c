@@ -176,6 +176,11 @@ void k_scale(float *x, size_t n, float s) {
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
+void k_add(float *out, const float *a, const float *b, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= K_PAR_MIN)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
 void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
              float beta2, float eps, float wd, float grad_scale, int64_t t) {
     float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);

@@ -350,6 +350,8 @@ static void fill_table(hpt_backend *t) {
     t->rope_backward = cu_rope_backward;
     t->swiglu_forward = cu_swiglu_forward;
     t->swiglu_backward = cu_swiglu_backward;
+    t->geglu_forward = cu_geglu_forward;
+    t->geglu_backward = cu_geglu_backward;
     t->attention_forward = cu_attention_forward;
     t->attention_backward = cu_attention_backward;
     t->flash_attention_forward = cu_flash_attention_forward;
@@ -366,6 +368,7 @@ static void fill_table(hpt_backend *t) {
     t->gelu_forward = cu_gelu_forward;
     t->gelu_backward = cu_gelu_backward;
     t->scale = cu_scale;
+    t->add = cu_add;
     t->sumsq = cu_sumsq;
     t->nonfinite = cu_nonfinite;
     t->crossentropy_forward = cu_crossentropy_forward;

@@ -144,9 +144,12 @@ void cu_rope_backward(float *dqkv, const float *cos, const float *sin, int B, in
                       int hd, int pos0);
 void cu_swiglu_forward(float *out, const float *h, int64_t N, int FF);
 void cu_swiglu_backward(float *dh, const float *dout, const float *h, int64_t N, int FF);
+void cu_geglu_forward(float *out, const float *h, int64_t N, int FF);
+void cu_geglu_backward(float *dh, const float *dout, const float *h, int64_t N, int FF);
 void cu_gelu_forward(float *out, const float *inp, int64_t n);
 void cu_gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n);
 void cu_scale(float *x, size_t n, float s);
+void cu_add(float *out, const float *a, const float *b, size_t n);
 double cu_sumsq(const float *x, size_t n);
 int cu_nonfinite(const float *x, size_t n);
 float cu_crossentropy_forward(float *losses, float *lse, const float *logits,

@@ -1,7 +1,7 @@
 /* llama.cu: the Llama family's own ops on the GPU, fp32 (kernels/cpu/llama_ops.c's rules):
  * RMSNorm (forward, apply from the saved rstd, backward), rotary embeddings in place on the q and
  * k heads of qkv (rotate_half: element i of a head pairs with i + hd/2; backward the transpose
- * rotation, the sine negated), SwiGLU on h = [gate | up].
+ * rotation, the sine negated), SwiGLU and Gemma's GeGLU (tanh GELU) on h = [gate | up].
  * RMSNorm's rows run one block per row (a fixed tree); dw one thread per channel over the rows in
  * order (deterministic, no atomics). RoPE and SwiGLU are elementwise: with nvcc's FMA
  * contraction off (cuda.cmake) they compute the CPU's fp32 expressions; expf may differ from
@@ -132,4 +132,38 @@ void cu_swiglu_backward(float *dh, const float *dout, const float *h, int64_t N,
     cu_enter();
     d_swiglu_backward<<<cu_grid(n), CU_T, 0, cu_stream>>>(dh, dout, h, FF, n);
     CU_LAUNCHED("swiglu_backward");
+}
+
+#define GEGLU_K 0.7978845608028654f
+__global__ void d_geglu_forward(float *out, const float *h, int FF, size_t n) {
+    CU_FOR(e, n) {
+        const size_t r = e / (size_t)FF, j = e % (size_t)FF;
+        const float x = h[r * 2 * FF + j], u = h[r * 2 * FF + FF + j];
+        out[e] = 0.5f * x * (1.0f + tanhf(GEGLU_K * (x + 0.044715f * x * x * x))) * u;
+    }
+}
+__global__ void d_geglu_backward(float *dh, const float *dout, const float *h, int FF, size_t n) {
+    CU_FOR(e, n) {
+        const size_t r = e / (size_t)FF, j = e % (size_t)FF;
+        const float x = h[r * 2 * FF + j], u = h[r * 2 * FF + FF + j], d = dout[e];
+        const float th = tanhf(GEGLU_K * (x + 0.044715f * x * x * x));
+        const float dgelu = 0.5f * (1.0f + th) +
+                            0.5f * x * (1.0f - th * th) * GEGLU_K * (1.0f + 3.0f * 0.044715f * x * x);
+        dh[r * 2 * FF + FF + j] = d * 0.5f * x * (1.0f + th);
+        dh[r * 2 * FF + j] = d * u * dgelu;
+    }
+}
+void cu_geglu_forward(float *out, const float *h, int64_t N, int FF) {
+    size_t n = (size_t)N * (size_t)FF;
+    if (!n) return;
+    cu_enter();
+    d_geglu_forward<<<cu_grid(n), CU_T, 0, cu_stream>>>(out, h, FF, n);
+    CU_LAUNCHED("geglu_forward");
+}
+void cu_geglu_backward(float *dh, const float *dout, const float *h, int64_t N, int FF) {
+    size_t n = (size_t)N * (size_t)FF;
+    if (!n) return;
+    cu_enter();
+    d_geglu_backward<<<cu_grid(n), CU_T, 0, cu_stream>>>(dh, dout, h, FF, n);
+    CU_LAUNCHED("geglu_backward");
 }

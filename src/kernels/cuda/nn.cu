@@ -60,6 +60,15 @@ void cu_scale(float *x, size_t n, float s) {
     d_scale<<<cu_grid(n), CU_T, 0, cu_stream>>>(x, n, s);
     CU_LAUNCHED("scale");
 }
+__global__ void d_add(float *out, const float *a, const float *b, size_t n) {
+    CU_FOR(i, n) out[i] = a[i] + b[i];
+}
+void cu_add(float *out, const float *a, const float *b, size_t n) {
+    if (!n) return;
+    cu_enter();
+    d_add<<<cu_grid(n), CU_T, 0, cu_stream>>>(out, a, b, n);
+    CU_LAUNCHED("add");
+}
 
 /* ---- embeddings ---- */
 __global__ void d_encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe,
