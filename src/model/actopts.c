@@ -18,6 +18,13 @@ int act_segment_end(int l, int N, int L) {
     return e < L - 1 ? e : L - 1;
 }
 
+int act_store_layer(const hpt_act_opts *o, int L, int l) {
+    int N = act_segment_len(o);
+    if (!N) return l;
+    int first = (l / N) * N; /* the segment's input: the previous block's output */
+    return l == act_segment_end(l, N, L) && first > 0 ? first - 1 : -1;
+}
+
 hpt_status act_opts_check(const hpt_act_opts *o) { return hpt_act_check(o); }
 
 size_t act_head_rows(const hpt_act_opts *o, int B, int T) {
