@@ -9,6 +9,8 @@
  * parameters must be the same bits (memcmp). The device arena must be smaller than without
  * offload, and the live activation bytes on each tier (device arena, host buffer, disk block)
  * must equal hpt_model_act_tier_bytes (the estimator's figures); transfers must be recorded.
+ * Full recompute with offload: the planned device bytes are the same at L = 4 and 16; under
+ * LoRA over an NF4 base, untiled and with a tiled MLP, bit-identical to no offload.
  * Lossy part (--act-compress int8, per-row absmax, and bf16): against the exact gradients of
  * one forward+backward, the relative norm error ||g8 - g|| / ||g|| must be below GRAD_TOL
  * (int8) or GRAD_TOL_BF16 for each storage (device arena, host, disk); and 100 AdamW steps on a learnable synthetic sequence
