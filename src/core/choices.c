@@ -54,12 +54,6 @@ hpt_status hpt_act_check(const hpt_act_opts *o) {
         return hpt_fail(HPT_ERR_INVALID, "unknown activation offload %d", (int)o->offload);
     if ((unsigned)o->compress > HPT_COMPRESS_BF16)
         return hpt_fail(HPT_ERR_INVALID, "unknown activation compression %d", (int)o->compress);
-    /* every:N and full recompute whole segments from their first block's input, which the
-     * store would otherwise have to keep (the runner's act_segment_len > 0) */
-    if ((o->offload != HPT_OFFLOAD_NONE || o->compress != HPT_COMPRESS_NONE) &&
-        (o->recompute == HPT_RECOMPUTE_EVERY || o->recompute == HPT_RECOMPUTE_FULL))
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "activation offload and compression work with "
-                        "recompute none or selective, not every:N or full");
     return HPT_OK;
 }
 

@@ -18,6 +18,13 @@ int act_segment_end(int l, int N, int L) {
     return e < L - 1 ? e : L - 1;
 }
 
+int act_store_layer(const hpt_act_opts *o, int L, int l) {
+    int N = act_segment_len(o);
+    if (!N) return l;
+    int first = (l / N) * N; /* the segment's input: the previous block's output */
+    return l == act_segment_end(l, N, L) && first > 0 ? first - 1 : -1;
+}
+
 hpt_status act_opts_check(const hpt_model_config *c, const hpt_act_opts *o) {
     HPT_CHECK(hpt_act_check(o));
     /* Gemma 3's MLP ends in its own norm before the residual add: arch_mlp's tiles add the

@@ -15,9 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Whether a stored (offloaded or compressed) field: the large ones a block's backward reads. */
-static int stored(const hpt_act_opts *o, const hpt_arch_field *f) {
+/* Whether a stored (offloaded or compressed) field: the large ones a block's backward reads;
+ * under every:N and full, the kept segment ends' outputs (the next segment's input), but the
+ * last block's (the head's input). */
+static int stored(const hpt_act_opts *o, int L, int l, const hpt_arch_field *f) {
     if (o->offload == HPT_OFFLOAD_NONE && o->compress == HPT_COMPRESS_NONE) return 0;
+    if (act_segment_len(o)) return (f->flags & HPT_FIELD_OUTPUT) && l < L - 1;
     return (f->flags & HPT_FIELD_STORE) != 0;
 }
 
@@ -98,23 +101,27 @@ static size_t plan_acts(const hpt_arch *A, const hpt_arch_ctx *x, const hpt_act_
             size_t rows, w;
             A->field_shape(x, i, &rows, &w);
             size_t bytes = rows * w * f;
-            if (!dropped(o, L, l, fd) && stored(o, fd)) {
+            if (!dropped(o, L, l, fd) && stored(o, L, l, fd)) {
                 /* forward writes a transient buffer, copied out at the end of the block's
                  * forward; copied back at tb - 1 (the next block's backward or the head's)
-                 * into the buffer the backward reads */
+                 * into the buffer the backward reads. A segment's input (every:N, full):
+                 * read by the next block's forward, copied back before the backward of the
+                 * segment's last block e (which reruns it), read until block l + 1's. */
+                int t_in = N ? TP_BLOCK_B(L, act_segment_end(l + 1, N, L)) - 1 : tb - 1;
+                int t_fl = N ? tf + 1 : tf, t_end = N ? next_b : tb;
                 size_t idx = (size_t)l * (size_t)A->n_fields + (size_t)i;
                 size_t sb = be->act_code_bytes((hpt_act_code)o->compress, rows, w);
                 sp->sbytes[idx] = sb;
                 sp->max_store = sb > sp->max_store ? sb : sp->max_store;
-                BUF(act_field(A, flayers, l, i), nm, l, bytes, tf, tf);
+                BUF(act_field(A, flayers, l, i), nm, l, bytes, tf, t_fl);
                 if (o->offload == HPT_OFFLOAD_NONE) {
                     BUF(&sp->astore[idx], o->compress == HPT_COMPRESS_INT8 ? "int8 store" : "bf16 store",
-                        l, sb, tf, tb - 1);
+                        l, sb, tf, t_in);
                 } else {
                     sp->soff[idx] = sp->off_bytes;
                     sp->off_bytes += (sb + 63) & ~(size_t)63;
                 }
-                BUF(act_field(A, layers, l, i), nm, l, bytes, tb - 1, tb);
+                BUF(act_field(A, layers, l, i), nm, l, bytes, t_in, t_end);
             } else if (!dropped(o, L, l, fd)) {
                 BUF(act_field(A, layers, l, i), nm, l, bytes, tf, is_out ? next_b : tb);
             } else {

@@ -1,7 +1,8 @@
 /* actstore.c: the activation store: saved fields offloaded to the host or to disk and/or
  * compressed (int8 with one scale per row, or bf16), with the backend's act_code ops.
  * actstore_put fills a field's stored copy at the end of its block's forward; actstore_prefetch
- * brings it back one block ahead of the backward (on a thread for host offload, on the transfer
+ * brings it back one block ahead of the backward that reads it (under every:N and full: the
+ * segment's input, before its last block's backward, act_store_layer) (on a thread for host offload, on the transfer
  * streams on a GPU); actstore_wait joins it and records its transfers. The buffers and the GPU's
  * ordering: docs/activations.md, "Saved-activation offload and compression".
  * Invariants: the prefetch thread writes only buffers born at the current time point (no other
@@ -188,6 +189,8 @@ static void fetch_async(hpt_model *m, int l) {
 
 hpt_status actstore_prefetch(hpt_model *m, int l) {
     hpt_actstore *st = &m->run.st;
+    l = act_store_layer(&m->act, m->cfg.L, l);
+    if (l < 0) return HPT_OK; /* nothing stored for this block's backward */
     if (st->xf) {
         st->pf_layer = l;
         fetch_async(m, l);

@@ -74,6 +74,9 @@ hpt_status act_opts_check(const hpt_model_config *c, const hpt_act_opts *o);
 int act_segment_len(const hpt_act_opts *o);
 /* The last block of block l's segment (every:N): segments are [kN, kN + N - 1]. */
 int act_segment_end(int l, int N, int L);
+/* The block whose stored fields block l's backward reads (l; under every:N and full the
+ * segment input's, when l ends a segment that has one), -1: none. */
+int act_store_layer(const hpt_act_opts *o, int L, int l);
 /* The ops' context for the model's current (B, T) and choices. */
 hpt_arch_ctx act_ctx(const hpt_model *m);
 /* frees the positions of packed examples (pack.c) */

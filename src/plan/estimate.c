@@ -476,14 +476,14 @@ hpt_status hpt_plan_check_budget(const hpt_plan_opts *o, uint64_t budget_bytes,
         n = (int)strlen(msg);
     }
     /* the memory techniques, one at a time, at this batch and sequence */
-    enum { N_ALT = 9 };
+    enum { N_ALT = 10 };
     hpt_plan_opts alt[N_ALT];
     const char *flag[N_ALT] = {"--recompute full", "--act-offload host", "--state-bits 8",
                                "--recompute selective --act-offload host --act-compress int8",
                                "--head-chunk 128", "--fused-update",
                                "--offload host --fused-update",
                                "--offload disk --fused-update (with --offload-dir)",
-                               "--mlp-tile 1024"};
+                               "--mlp-tile 1024", "--recompute full --act-offload host"};
     for (int i = 0; i < N_ALT; i++) alt[i] = *o;
     alt[4].act.head_chunk = 128;
     alt[8].act.mlp_tile = HPT_AUTO_MLP_TILE;
@@ -491,7 +491,8 @@ hpt_status hpt_plan_check_budget(const hpt_plan_opts *o, uint64_t budget_bytes,
     alt[0].act.every = 1;
     alt[0].act.offload = HPT_OFFLOAD_NONE;
     alt[1].act.offload = HPT_OFFLOAD_HOST;
-    if (alt[1].act.recompute != HPT_RECOMPUTE_SELECTIVE) alt[1].act.recompute = HPT_RECOMPUTE_NONE;
+    alt[9].act = alt[0].act;
+    alt[9].act.offload = HPT_OFFLOAD_HOST;
     alt[2].adamw.state_bits = 8;
     alt[3].act.recompute = HPT_RECOMPUTE_SELECTIVE;
     alt[3].act.offload = HPT_OFFLOAD_HOST;
@@ -505,6 +506,7 @@ hpt_status hpt_plan_check_budget(const hpt_plan_opts *o, uint64_t budget_bytes,
     const char *sep = "; at this batch and sequence: ";
     for (int i = 0; i < N_ALT && n < (int)sizeof msg; i++) {
         hpt_estimate ea;
+        if (i == 9 && o->act.recompute == HPT_RECOMPUTE_FULL) continue; /* alt[1] is it */
         if (hpt_plan_estimate(&alt[i], &ea) != HPT_OK) continue;
         uint64_t pa = ea.peak_bytes[HPT_TIER_DEVICE];
         if (pa >= peak) continue; /* no saving (already chosen, or not applicable) */

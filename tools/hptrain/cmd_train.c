@@ -140,7 +140,8 @@ static const char k_help[] =
     "                       full (keep each block's input); exact (docs/activations.md)\n"
     "  --act-offload K      none (default), host or disk (needs --offload-dir): saved\n"
     "                       activations leave the device after each block's forward and come\n"
-    "                       back before its backward; exact; recompute none or selective\n"
+    "                       back before its backward; exact; with every:N and full, the kept\n"
+    "                       block inputs move (docs/activations.md)\n"
     "  --act-compress K     none (default), int8 (per-row absmax scale) or bf16: saved\n"
     "                       activations stored compressed (lossy, docs/activations.md)\n"
     CLI_HELP_OFFLOAD
