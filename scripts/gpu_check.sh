@@ -13,7 +13,8 @@
 #   train      hptrain train on a tiny GPT-2 for 20 steps, --device cpu and --device cuda:
 #              the losses side by side
 #   transformers  Hugging Face directories written by tests/hf_write.py (Mistral with a sliding
-#              window below T) through transformers' own classes (tests/hf_transformers_loss.py)
+#              window below T, Qwen2, Qwen3, Gemma 3) through transformers' own classes
+#              (tests/hf_transformers_loss.py)
 #              against hptrain eval on the CPU and the GPU: the losses within 1e-5 (skipped
 #              without transformers)
 #   sanitizer  test_backend under compute-sanitizer --tool memcheck
@@ -591,14 +592,21 @@ st_profile() {
 }
 
 # st_transformers: each directory's loss by transformers and by hptrain eval (cpu; cuda beside a
-# GPU) on one batch of its tokens; tag|shape|B|T per model (tests/hf_write.py's llama shapes)
+# GPU) on one batch of its tokens; family|tag|shape|B|T|options per model (tests/hf_write.py's
+# families and shapes, the ones the test_hf_* tests check against the hand-written references:
+# here transformers' own classes, Mistral's window, Qwen2's biases, Qwen3's head width, Gemma 3's
+# local and global layers with linear scaling)
 st_transformers() {
     export LD_LIBRARY_PATH="$DEPLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     "$PY" -c "import transformers" 2>/dev/null || { note "transformers is not installed"; exit 77; }
-    local d="$WORK/data/hf" cfg tag shape B T want dev got rc=0 rows=""
-    for cfg in "mistral|llama:L=2,C=48,NH=6,NKV=2,FF=80,V=300,T=64,theta=10000,eps=1e-5,window=5|2|13"; do
-        IFS='|' read -r tag shape B T <<<"$cfg"
-        "$PY" "$ROOT/tests/hf_write.py" llama "$d/$tag" "$shape" "$B" "$T" 5 --stream >/dev/null || exit 1
+    local d="$WORK/data/hf" cfg fam tag shape B T opts want dev got rc=0 rows=""
+    for cfg in "llama|mistral|llama:L=2,C=48,NH=6,NKV=2,FF=80,V=300,T=64,theta=10000,eps=1e-5,window=5|2|13|" \
+               "qwen|qwen2|qwen2:L=2,C=48,NH=6,NKV=2,FF=80,V=300,T=64,theta=1000000|2|13|" \
+               "qwen|qwen3|qwen3:L=2,C=40,NH=4,NKV=2,hd=14,FF=72,V=260,T=32,theta=1000000,tied=1|3|9|" \
+               "gemma|gemma3|gemma3:L=3,C=48,NH=6,NKV=2,hd=10,FF=80,V=300,T=64,window=6,pattern=3,factor=8,tied=0|2|13|"; do
+        IFS='|' read -r fam tag shape B T opts <<<"$cfg"
+        # shellcheck disable=SC2086 # opts: several options
+        "$PY" "$ROOT/tests/hf_write.py" "$fam" "$d/$tag" "$shape" "$B" "$T" 5 --stream $opts >/dev/null || exit 1
         want=$("$PY" "$ROOT/tests/hf_transformers_loss.py" "$d/$tag/hf" "$d/$tag/tokens.bin" "$B" "$T" |
                awk '/^transformers loss/ {print $3}')
         for dev in cpu cuda; do
