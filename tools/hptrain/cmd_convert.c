@@ -4,8 +4,10 @@
  * as a directory. */
 #include "cli.h"
 
+#include <cJSON.h>
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -27,7 +29,9 @@ static const char k_help[] =
     "                   the input directory's dtype, else f32 (--dtype: the same)\n"
     "  --seed S         a SHAPE's initialisation seed (default 1337, train's)\n"
     "  --tokenizer FILE copy a tokenizer.json (or tokenizer.model) into the directory, with the\n"
-    "                   tokenizer_config.json beside it if there is one\n"
+    "                   tokenizer_config.json beside it if there is one; a SHAPE's config.json\n"
+    "                   gets the tokenizer's begin- and end-of-text ids (bos_token_id,\n"
+    "                   eos_token_id) where it has them\n"
     "  --shard-size S   split the safetensors files above S bytes (default 5GB; 512MB, ...)\n"
     "  --adapter DIR    merge LoRA adapters (PEFT's files) into the weights first\n";
 
@@ -45,16 +49,50 @@ static int is_dir(const char *p) {
     return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-/* A tokenizer to copy into a model of V tokens: it loads, and its ids fit. 0, or 1 printed. */
-static int check_tokenizer(const char *path, int V) {
+/* A tokenizer to copy into a model of V tokens: it loads, and its ids fit; ids[0], ids[1] its
+ * begin- and end-of-text tokens (-1: none). 0, or 1 printed. */
+static int check_tokenizer(const char *path, int V, int ids[2]) {
     hpt_tokenizer *t;
     hpt_status s = hpt_tokenizer_load(path, &t);
     if (s != HPT_OK) return cli_lib_error(s, "convert: --tokenizer");
     int tv = hpt_tokenizer_vocab_size(t);
+    ids[0] = hpt_tokenizer_bos(t);
+    ids[1] = hpt_tokenizer_eot(t);
     hpt_tokenizer_free(t);
     if (tv > V) return cli_error("convert: --tokenizer %s has %d tokens, more than the model's "
                                  "vocabulary (V=%d)", path, tv, V);
     return 0;
+}
+
+/* A SHAPE's config.json carries no token ids (a model directory's are kept): the tokenizer's
+ * bos and eos, where it has them, as bos_token_id and eos_token_id. 0, or 1 printed. */
+static int set_token_ids(const char *dir, const int ids[2]) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    FILE *f = fopen(p, "rb");
+    char *text = NULL;
+    long n = f && fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (n > 0 && fseek(f, 0, SEEK_SET) == 0 && (text = calloc(1, (size_t)n + 1)) &&
+        fread(text, 1, (size_t)n, f) != (size_t)n) {
+        free(text);
+        text = NULL;
+    }
+    if (f) fclose(f);
+    cJSON *r = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    const char *key[2] = {"bos_token_id", "eos_token_id"};
+    for (int i = 0; r && i < 2; i++)
+        if (ids[i] >= 0) {
+            cJSON_DeleteItemFromObjectCaseSensitive(r, key[i]);
+            cJSON_AddNumberToObject(r, key[i], ids[i]);
+        }
+    char *out = r ? cJSON_Print(r) : NULL;
+    cJSON_Delete(r);
+    f = out ? fopen(p, "wb") : NULL;
+    int rc = f && fputs(out, f) >= 0 && fputc('\n', f) != EOF ? 0 : 1;
+    if (f && fclose(f) != 0) rc = 1;
+    cJSON_free(out);
+    return rc ? cli_error("convert: cannot write the token ids into %s", p) : 0;
 }
 
 /* Copies file a to b; 0, or 1 printed. */
@@ -161,7 +199,8 @@ static int convert(int argc, char **argv, int merge) {
         return cli_error("convert: llm.c's checkpoint holds GPT-2 only; %s is %s (write a "
                          "Hugging Face directory: --format hf)", in, arch);
     }
-    if (s == HPT_OK && tok && check_tokenizer(tok, hpt_model_get_config(m)->V)) {
+    int ids[2] = {-1, -1};
+    if (s == HPT_OK && tok && check_tokenizer(tok, hpt_model_get_config(m)->V, ids)) {
         hpt_model_free(m);
         hpt_mem_destroy(mem);
         return 1;
@@ -173,6 +212,7 @@ static int convert(int argc, char **argv, int merge) {
     hpt_mem_destroy(mem);
     if (s != HPT_OK) return cli_lib_error(s, cmd);
     if (tok && copy_tokenizer(tok, out)) return 1;
+    if (tok && from_shape && set_token_ids(out, ids)) return 1;
     fprintf(stderr, "wrote %s (%s%s%s%s%s)\n", out, to_hf ? "Hugging Face directory" : "llm.c checkpoint",
             to_hf ? (dtype == HPT_DTYPE_BF16 ? ", bf16" : ", f32") : "",
             from_shape ? ", randomly initialised" : "", adapter ? ", the adapters merged" : "",

@@ -328,6 +328,53 @@ int cli_resume_merge(train_args *a, cli_resume *rs) {
     return -1;
 }
 
+int cli_resume_argv(const char *cmd, const struct option *known, int *argc, char ***argv,
+                    cli_resume *rs) {
+    const char *dir = NULL;
+    for (int i = 1; i < *argc; i++) {
+        if (!strcmp((*argv)[i], "--resume") && i + 1 < *argc) dir = (*argv)[i + 1];
+        else if (!strncmp((*argv)[i], "--resume=", 9)) dir = (*argv)[i] + 9;
+    }
+    char sdir[PATH_MAX];
+    int64_t step;
+    if (!dir || hpt_train_resume_dir(dir, sdir, sizeof sdir) != HPT_OK ||
+        hpt_run_record_read(sdir, &rs->text, &step) != HPT_OK || !rs->text)
+        return -1; /* no record: the command's own reading of DIR, and its message */
+    cJSON *rec = cJSON_Parse(rs->text);
+    rs->json = rec;
+    if (!valid_record(rec))
+        return cli_error("%s: --resume %s: %s/run.json holds no run's flags", cmd, dir, sdir);
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(rec, "args"), *f;
+    size_t nb = strlen((*argv)[0]) + 1;
+    cJSON_ArrayForEach(f, args) nb += strlen(cJSON_GetArrayItem(f, 0)->valuestring) + 3;
+    char **v = calloc((size_t)(2 * cJSON_GetArraySize(args) + *argc + 1), sizeof *v);
+    char *w = v ? malloc(nb) : NULL;
+    if (!w) {
+        free(v);
+        return cli_error("out of memory");
+    }
+    int n = 0;
+    v[n++] = w;
+    w += sprintf(w, "%s", (*argv)[0]) + 1;
+    cJSON_ArrayForEach(f, args) { /* the recorded flags the command takes, in their order */
+        const char *name = cJSON_GetArrayItem(f, 0)->valuestring;
+        const cJSON *x = cJSON_GetArrayItem(f, 1);
+        int k = 0;
+        while (known[k].name && strcmp(known[k].name, name)) k++;
+        if (!known[k].name || (known[k].has_arg && !cJSON_IsString(x))) continue;
+        v[n++] = w;
+        w += sprintf(w, "--%s", name) + 1;
+        if (known[k].has_arg) v[n++] = x->valuestring;
+    }
+    for (int i = 1; i < *argc; i++) v[n++] = (*argv)[i]; /* the flags given, later: they win */
+    rs->argv = v;
+    *argc = n;
+    *argv = v;
+    fprintf(stderr, "hptrain: %s: the run recorded in %s/run.json at its step %lld, then the flags "
+            "given\n", cmd, sdir, (long long)step);
+    return -1;
+}
+
 /* The plan chosen (--plan auto) as flags, its budgets and directory aside (they are the user's
  * flags, recorded as given). */
 static void put_plan(cJSON *arr, const hpt_plan *p) {
