@@ -161,6 +161,11 @@ if [ -f "$l3" ] && [ -f "$l2" ]; then
     grep -q '"bos_token_id":[[:space:]]*128000,' "$tmp/l3/config.json" &&
     grep -q '"eos_token_id":[[:space:]]*128001' "$tmp/l3/config.json" && ok ||
     bad "convert SHAPE --tokenizer: no token ids: $(cat "$tmp/e") $(grep token_id "$tmp/l3/config.json")"
+  # a directory of another family than GPT-2, or --save-dtype: a directory, not llm.c's file
+  "$bin" convert "$tmp/l3" "$tmp/l3b" --save-dtype bf16 2>"$tmp/e" && [ -f "$tmp/l3b/config.json" ] &&
+    grep -q '"torch_dtype":[[:space:]]*"bfloat16"' "$tmp/l3b/config.json" &&
+    "$bin" convert "$tmp/l3" "$tmp/l3c" 2>>"$tmp/e" && [ -f "$tmp/l3c/model.safetensors" ] && ok ||
+    bad "convert DIR OUT of a Llama: $(cat "$tmp/e")"
   for i in 1 2 3 4 5 6; do cat "$(dirname "$0")/../README.md"; done >"$tmp/text.txt"
   "$bin" tokenize --tokenizer "$l2" --output "$tmp/l2s" --val-fraction 0 "$tmp/text.txt" 2>/dev/null || bad "tokenize Llama 2"
   ev() { "$bin" eval --model "$tmp/l3" --data "$tmp/l2s/train_*.bin" --batch 1 --seq 16 --batches 1 "$@"; }

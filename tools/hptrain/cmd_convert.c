@@ -19,8 +19,9 @@ static const char k_help[] =
     "Converts an llm.c checkpoint (a file) to a Hugging Face model directory (config.json and\n"
     "safetensors with Hugging Face's names, shapes and dtypes), or a Hugging Face directory to\n"
     "an llm.c checkpoint (fp32; GPT-2 only). The output format is the other one than the\n"
-    "input's unless --format says (a directory to a directory re-writes it, e.g. in bf16 or in\n"
-    "shards; the input directory's tokenizer files and token ids are kept). A SHAPE (as train\n"
+    "input's unless --format says, or the input is a directory of another family than GPT-2\n"
+    "or --save-dtype is given: then a directory to a directory re-writes it (e.g. in bf16 or\n"
+    "in shards; the input directory's tokenizer files and token ids are kept). A SHAPE (as train\n"
     "--model takes it: @SHAPES@) is\n"
     "initialised as `train --model SHAPE --seed S` initialises it and written as a Hugging Face\n"
     "directory (or --format llmc, GPT-2). Weights stream through: the model is built in memory\n"
@@ -173,7 +174,11 @@ static int convert(int argc, char **argv, int merge) {
     const int from_shape = !merge && stat(in, &st) != 0 && !strchr(in, '/') && !strstr(in, ".bin");
     if (from_shape && hpt_model_config_parse(in, &shape) != HPT_OK)
         return cli_lib_error(HPT_ERR_INVALID, cmd);
-    int to_hf = format ? !strcmp(format, "hf") : from_shape || !is_dir(in);
+    /* a directory becomes llm.c's file only as GPT-2 and without --save-dtype (llm.c's is fp32) */
+    hpt_model_config icfg;
+    int to_hf = format ? !strcmp(format, "hf")
+                       : from_shape || !is_dir(in) || dtype >= 0 ||
+                         (hpt_model_read_config(in, &icfg) == HPT_OK && icfg.arch != HPT_ARCH_GPT2);
     if (tok && !to_hf) return cli_usage_error(cmd, "--tokenizer is for a Hugging Face directory");
     if (dtype < 0 && is_dir(in) && hpt_hf_weights_dtype(in, &dtype) != HPT_OK) dtype = HPT_DTYPE_F32;
     if (dtype < 0) dtype = HPT_DTYPE_F32;
