@@ -75,6 +75,13 @@ grep -qE "what fits: --plan auto --offload-dir DIR finds a plan that fits; one i
 est --memory 1MB --host-memory 1MB >"$tmp/o" 2>"$tmp/e"
 grep -q "what fits: no plan fits even with --plan auto --offload-dir DIR --allow lossy" "$tmp/o" && ok ||
   bad "nothing fits: $(grep 'what fits' "$tmp/o")"
+# no micro-batch of --batch fits, one sequence per step does: what fits says --batch 1 (not
+# "nothing fits"; the 8B on 16 GB of issue 34), and --plan auto finds it there
+wide="gpt2:L=2,C=64,NH=4,V=8192,T=64"
+"$bin" estimate --model "$wide" --batch 16 --seq 64 --memory 6MB --host-memory 64MB --offload-dir "$tmp" >"$tmp/o" 2>&1
+grep -q "what fits: no plan at --batch 16 fits; --batch 1 --plan auto --allow lossy finds one (64 tokens per step); one is --batch 1 " "$tmp/o" &&
+  "$bin" estimate --model "$wide" --batch 1 --seq 64 --memory 6MB --host-memory 64MB --offload-dir "$tmp" --plan auto \
+    --allow lossy >/dev/null 2>&1 && ok || bad "no --batch 1 hint: $(grep 'what fits' "$tmp/o")"
 # --plan auto refused: every budget with its source and flag, the smallest plan's excess, what
 # would fit, the binding budget in the error line
 expect_error "plan auto refused" "no plan of the [0-9]+ searched fits the budgets: the (device|host) budget binds \(given\)" \
