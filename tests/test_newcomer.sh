@@ -172,6 +172,8 @@ if [ -f "$l3" ] && [ -f "$l2" ]; then
     grep -q '"bos_token_id":[[:space:]]*128000,' "$tmp/l3/config.json" &&
     grep -q '"eos_token_id":[[:space:]]*128001' "$tmp/l3/config.json" && ok ||
     bad "convert SHAPE --tokenizer: no token ids: $(cat "$tmp/e") $(grep token_id "$tmp/l3/config.json")"
+  expect_error "convert SHAPE, V too small" "has 128256 tokens, more than the model's vocabulary \(V=32000\): give V=128256 in the SHAPE" \
+    "$bin" convert "llama:L=1,C=16,NH=2,NKV=1,FF=32,T=32" --save "$tmp/lv" --tokenizer "$l3"
   # a directory of another family than GPT-2, or --save-dtype: a directory, not llm.c's file
   "$bin" convert "$tmp/l3" "$tmp/l3b" --save-dtype bf16 2>"$tmp/e" && [ -f "$tmp/l3b/config.json" ] &&
     grep -q '"torch_dtype":[[:space:]]*"bfloat16"' "$tmp/l3b/config.json" &&

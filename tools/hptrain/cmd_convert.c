@@ -52,7 +52,7 @@ static int is_dir(const char *p) {
 
 /* A tokenizer to copy into a model of V tokens: it loads, and its ids fit; ids[0], ids[1] its
  * begin- and end-of-text tokens (-1: none). 0, or 1 printed. */
-static int check_tokenizer(const char *path, int V, int ids[2]) {
+static int check_tokenizer(const char *path, int V, int from_shape, int ids[2]) {
     hpt_tokenizer *t;
     hpt_status s = hpt_tokenizer_load(path, &t);
     if (s != HPT_OK) return cli_lib_error(s, "convert: --tokenizer");
@@ -60,8 +60,10 @@ static int check_tokenizer(const char *path, int V, int ids[2]) {
     ids[0] = hpt_tokenizer_bos(t);
     ids[1] = hpt_tokenizer_eot(t);
     hpt_tokenizer_free(t);
+    char hint[48] = "";
+    if (from_shape) snprintf(hint, sizeof hint, ": give V=%d in the SHAPE", tv);
     if (tv > V) return cli_error("convert: --tokenizer %s has %d tokens, more than the model's "
-                                 "vocabulary (V=%d)", path, tv, V);
+                                 "vocabulary (V=%d)%s", path, tv, V, hint);
     return 0;
 }
 
@@ -205,7 +207,7 @@ static int convert(int argc, char **argv, int merge) {
                          "Hugging Face directory: --format hf)", in, arch);
     }
     int ids[2] = {-1, -1};
-    if (s == HPT_OK && tok && check_tokenizer(tok, hpt_model_get_config(m)->V, ids)) {
+    if (s == HPT_OK && tok && check_tokenizer(tok, hpt_model_get_config(m)->V, from_shape, ids)) {
         hpt_model_free(m);
         hpt_mem_destroy(mem);
         return 1;
