@@ -57,29 +57,45 @@ static void free_argv(char **argv) {
     free(argv);
 }
 
-/* Parses "train" + the flags of args into *out: -1, or the exit status (printed). The argv
- * (when argv_out: kept, freed by free_argv; else freed here) has its words in one block at
- * argv[0]; the values are args' strings. */
-static int parse_with(const cJSON *args, char ***argv_out, train_args *out) {
-    int n = cJSON_GetArraySize(args);
-    char **argv = calloc((size_t)(2 * n + 2), sizeof *argv);
-    size_t nb = sizeof "train";
+/* cmd + the flags of args that known names (NULL: all), then the n words of given: an argv
+ * (freed by free_argv) whose own words are one block at argv[0], its values args' strings and
+ * given's; its length in *argc. NULL when out of memory. */
+static char **record_argv(const char *cmd, const cJSON *args, const struct option *known,
+                          char **given, int n, int *argc) {
+    char **argv = calloc((size_t)(2 * cJSON_GetArraySize(args) + n + 2), sizeof *argv);
+    size_t nb = strlen(cmd) + 1;
     const cJSON *f;
     cJSON_ArrayForEach(f, args) nb += strlen(cJSON_GetArrayItem(f, 0)->valuestring) + 3;
     char *w = argv ? malloc(nb) : NULL;
     if (!w) {
         free(argv);
-        return cli_error("out of memory");
+        return NULL;
     }
-    int argc = 0;
-    argv[argc++] = w;
-    w += sprintf(w, "train") + 1;
+    int k = 0;
+    argv[k++] = w;
+    w += sprintf(w, "%s", cmd) + 1;
     cJSON_ArrayForEach(f, args) {
+        const char *name = cJSON_GetArrayItem(f, 0)->valuestring;
         const cJSON *v = cJSON_GetArrayItem(f, 1);
-        argv[argc++] = w;
-        w += sprintf(w, "--%s", cJSON_GetArrayItem(f, 0)->valuestring) + 1;
-        if (cJSON_IsString(v)) argv[argc++] = v->valuestring;
+        int o = 0, takes = cJSON_IsString(v);
+        while (known && known[o].name && strcmp(known[o].name, name)) o++;
+        if (known && (!known[o].name || (known[o].has_arg && !takes))) continue; /* not cmd's */
+        if (known) takes = known[o].has_arg;
+        argv[k++] = w;
+        w += sprintf(w, "--%s", name) + 1;
+        if (takes) argv[k++] = v->valuestring;
     }
+    for (int i = 0; i < n; i++) argv[k++] = given[i];
+    *argc = k;
+    return argv;
+}
+
+/* Parses "train" + the flags of args into *out: -1, or the exit status (printed). The argv
+ * (when argv_out: kept, freed by free_argv; else freed here): record_argv's. */
+static int parse_with(const cJSON *args, char ***argv_out, train_args *out) {
+    int argc;
+    char **argv = record_argv("train", args, NULL, NULL, 0, &argc);
+    if (!argv) return cli_error("out of memory");
     int rc = cli_train_parse(argc, argv, out);
     if (argv_out) *argv_out = argv;
     else free_argv(argv);
@@ -344,29 +360,11 @@ int cli_resume_argv(const char *cmd, const struct option *known, int *argc, char
     rs->json = rec;
     if (!valid_record(rec))
         return cli_error("%s: --resume %s: %s/run.json holds no run's flags", cmd, dir, sdir);
-    const cJSON *args = cJSON_GetObjectItemCaseSensitive(rec, "args"), *f;
-    size_t nb = strlen((*argv)[0]) + 1;
-    cJSON_ArrayForEach(f, args) nb += strlen(cJSON_GetArrayItem(f, 0)->valuestring) + 3;
-    char **v = calloc((size_t)(2 * cJSON_GetArraySize(args) + *argc + 1), sizeof *v);
-    char *w = v ? malloc(nb) : NULL;
-    if (!w) {
-        free(v);
-        return cli_error("out of memory");
-    }
-    int n = 0;
-    v[n++] = w;
-    w += sprintf(w, "%s", (*argv)[0]) + 1;
-    cJSON_ArrayForEach(f, args) { /* the recorded flags the command takes, in their order */
-        const char *name = cJSON_GetArrayItem(f, 0)->valuestring;
-        const cJSON *x = cJSON_GetArrayItem(f, 1);
-        int k = 0;
-        while (known[k].name && strcmp(known[k].name, name)) k++;
-        if (!known[k].name || (known[k].has_arg && !cJSON_IsString(x))) continue;
-        v[n++] = w;
-        w += sprintf(w, "--%s", name) + 1;
-        if (known[k].has_arg) v[n++] = x->valuestring;
-    }
-    for (int i = 1; i < *argc; i++) v[n++] = (*argv)[i]; /* the flags given, later: they win */
+    /* the recorded flags the command takes, in their order; the flags given after them win */
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(rec, "args");
+    int n;
+    char **v = record_argv((*argv)[0], args, known, *argv + 1, *argc - 1, &n);
+    if (!v) return cli_error("out of memory");
     rs->argv = v;
     *argc = n;
     *argv = v;
