@@ -4,8 +4,12 @@
 # directories; a plain run's progress lines name no phase (the hybrid schedule's do); --quiet
 # prints the summary only; a refusal names the budget that binds, where each budget came from
 # and the flag that changes it, and points to --plan auto (with --offload-dir or --allow lossy
-# when they would help); printed flags hold only the budgets given, in the units given; a
-# step time is predicted only from a calibration of the device it is for.
+# when they would help, or --batch 1 when no micro-batch of --batch fits); printed flags hold
+# only the budgets given, in the units given; a step time is predicted only from a calibration
+# of the device it is for. The walkthrough's leftovers: estimate --resume DIR from the run
+# record; a LoRA save's message after --adapter and --stop-at; a --data glob that takes
+# tokenizer.bin; convert SHAPE --tokenizer's token ids and V hint, convert of a Llama directory;
+# eval's check of the shards' tokenizer (these two parts need node_modules' tokenizers).
 set -u
 bin=$1
 . "$(dirname "$0")/lib.sh" # $tmp, ok, bad, expect_error, finish
