@@ -86,6 +86,11 @@ wide="gpt2:L=2,C=64,NH=4,V=8192,T=64"
 grep -q "what fits: no plan at --batch 16 fits; --batch 1 --plan auto --allow lossy finds one (64 tokens per step); one is --batch 1 " "$tmp/o" &&
   "$bin" estimate --model "$wide" --batch 1 --seq 64 --memory 6MB --host-memory 64MB --offload-dir "$tmp" --plan auto \
     --allow lossy >/dev/null 2>&1 && ok || bad "no --batch 1 hint: $(grep 'what fits' "$tmp/o")"
+# a step slower than 10 tokens/s: its rate in two decimals, not "0 tokens/s"
+HPT_MEM_AVAILABLE=64GiB "$bin" estimate --model gpt2-1558m --batch 1 --seq 1024 --memory 4GB --host-memory 32GB \
+  --plan auto 2>&1 | grep -qE "^  predicted: [0-9.]+ s per step \([0-9]\.[0-9]{2} tokens/s\)" && ok ||
+  bad "a slow plan's rate: $(HPT_MEM_AVAILABLE=64GiB "$bin" estimate --model gpt2-1558m --batch 1 --seq 1024 \
+    --memory 4GB --host-memory 32GB --plan auto 2>&1 | grep predicted)"
 # --plan auto refused: every budget with its source and flag, the smallest plan's excess, what
 # would fit, the binding budget in the error line
 expect_error "plan auto refused" "no plan of the [0-9]+ searched fits the budgets: the (device|host) budget binds \(given\)" \
