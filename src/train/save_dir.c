@@ -134,8 +134,12 @@ static int hf_file(const char *name) {
     return strcmp(name, "model.bin") && strcmp(name, "state.bin") && !strstr(name, ".tmp.");
 }
 
+static int adapter_file(const char *name) {
+    return !strncmp(name, "adapter_", 8) && !strstr(name, ".tmp.");
+}
+
 static int state_file(const char *name) {
-    return (!strcmp(name, "state.bin") || !strcmp(name, "zero.manifest") ||
+    return (!strcmp(name, "state.bin") || !strcmp(name, "lora_state.bin") || !strcmp(name, "zero.manifest") ||
             !strncmp(name, "zero-", 5)) && !strstr(name, ".tmp.");
 }
 
@@ -144,10 +148,14 @@ hpt_status hpt_trainer_saved_files(const hpt_trainer *tr, char *buf, size_t n) {
     char dir[PATH_MAX];
     HPT_CHECK(trim(tr->o.save_dir, dir, sizeof dir));
     buf[0] = '\0';
-    if (hpt_model_get_config(tr->model)->arch == HPT_ARCH_GPT2) {
+    if (hpt_model_lora_on(tr->model)) { /* PEFT's files, lora_state.bin beside them */
+        char files[16384] = "";
+        list_files(files, sizeof files, dir, adapter_file);
+        snprintf(buf, n, "the adapters (PEFT's files) %s", files);
+    } else if (hpt_model_get_config(tr->model)->arch == HPT_ARCH_GPT2) {
         snprintf(buf, n, "%s/model.bin", dir);
     }
-    if (trainer_saves_hf(tr)) {
+    if (!hpt_model_lora_on(tr->model) && trainer_saves_hf(tr)) {
         size_t len = strlen(buf);
         snprintf(buf + len, n - len, "%sa Hugging Face directory in %s (", len ? "; " : "",
                  tr->save_dtype == HPT_DTYPE_BF16 ? "bf16" : "f32");

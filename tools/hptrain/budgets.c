@@ -195,7 +195,10 @@ int cli_small_plan(const hpt_plan_opts *po, int disk, int lossy, int i, hpt_plan
     o.offload.optim = homes[h][1];
     o.offload.fused = !one;
     o.offload.embeddings = one ? HPT_EMB_FULL : lossy ? HPT_EMB_BF16 : HPT_EMB_CHUNKED;
-    if (lossy) o.adamw.state_bits = 8, o.adamw.state32_embeddings = 0, o.offload.weights = HPT_BW_BF16_SR;
+    if (lossy) { /* 8-bit state lives on the device or the host only: a disk home keeps 32 */
+        if (o.offload.optim != HPT_TIER_DISK) o.adamw.state_bits = 8, o.adamw.state32_embeddings = 0;
+        o.offload.weights = HPT_BW_BF16_SR;
+    }
     if (hpt_plan_check(&o.plan, &env) != HPT_OK) return 0;
     *out = o;
     return 1;
@@ -240,6 +243,23 @@ int cli_fit_hints(const hpt_plan_opts *po, const cli_budgets *b, int lossy_given
                 v[i][0] && !have_dir ? " --offload-dir DIR" : "", v[i][1] && !lossy_given ? " --allow lossy" : "",
                 fl, pk);
         return 1;
+    }
+    if (po->B > 1 || po->accum > 1) { /* no micro-batch of B fits: one sequence per step may */
+        hpt_plan_opts one = *po;
+        one.B = 1, one.accum = 1;
+        for (int i = 0; i < 4; i++) {
+            hpt_plan_opts o;
+            hpt_estimate e;
+            if (!small_plan_fits(&one, b, v[i][0], v[i][1], &o, &e)) continue;
+            char fl[2300], pk[160];
+            plan_words(&o, fl, sizeof fl);
+            peaks_text(&e, pk, sizeof pk);
+            fprintf(f, "%sno plan at --batch %d fits; --batch 1 --plan auto%s%s finds one (%d tokens "
+                    "per step); one is %s (peaks %s)\n", lead, po->B,
+                    v[i][0] && !have_dir ? " --offload-dir DIR" : "",
+                    v[i][1] && !lossy_given ? " --allow lossy" : "", po->T, fl, pk);
+            return 1;
+        }
     }
     char ram[32];
     fmt_b(ram, sizeof ram, (double)b->ram_avail);

@@ -380,9 +380,11 @@ int cli_auto_plan(const char *cmd, hpt_plan_opts *po, int64_t tokens_per_step, i
             allow_lossy ? "lossy choices allowed" : "exact choices only (--allow lossy adds 8-bit "
             "state, bf16 weights, compressed activations, a narrow LoRA base)",
             a.allow_disk ? "disk homes with --offload-dir" : "no disk tier (give --offload-dir)", fl);
-    if (timed)
-        fprintf(f, "  predicted: %.3f s per step (%.0f tokens/s); peak ", best->cost.total_s,
-                (double)best->e.tokens_per_step / best->cost.total_s);
+    if (timed) { /* below 10 tokens/s two digits, not "0 tokens/s" (an 8B from disk on a CPU) */
+        double tps = (double)best->e.tokens_per_step / best->cost.total_s;
+        fprintf(f, "  predicted: %.3f s per step (%.*f tokens/s); peak ", best->cost.total_s,
+                tps < 10 ? 2 : 0, tps);
+    }
     else
         fprintf(f, "  predicted: no step time (no calibration of a GPU; the plans ranked by %s); peak ",
                 strcmp(cal.device, "nominal") ? "this CPU's calibration" : "placeholder rates");

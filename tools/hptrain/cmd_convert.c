@@ -4,8 +4,10 @@
  * as a directory. */
 #include "cli.h"
 
+#include <cJSON.h>
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -17,8 +19,9 @@ static const char k_help[] =
     "Converts an llm.c checkpoint (a file) to a Hugging Face model directory (config.json and\n"
     "safetensors with Hugging Face's names, shapes and dtypes), or a Hugging Face directory to\n"
     "an llm.c checkpoint (fp32; GPT-2 only). The output format is the other one than the\n"
-    "input's unless --format says (a directory to a directory re-writes it, e.g. in bf16 or in\n"
-    "shards; the input directory's tokenizer files and token ids are kept). A SHAPE (as train\n"
+    "input's unless --format says, or the input is a directory of another family than GPT-2\n"
+    "or --save-dtype is given: then a directory to a directory re-writes it (e.g. in bf16 or\n"
+    "in shards; the input directory's tokenizer files and token ids are kept). A SHAPE (as train\n"
     "--model takes it: @SHAPES@) is\n"
     "initialised as `train --model SHAPE --seed S` initialises it and written as a Hugging Face\n"
     "directory (or --format llmc, GPT-2). Weights stream through: the model is built in memory\n"
@@ -27,7 +30,9 @@ static const char k_help[] =
     "                   the input directory's dtype, else f32 (--dtype: the same)\n"
     "  --seed S         a SHAPE's initialisation seed (default 1337, train's)\n"
     "  --tokenizer FILE copy a tokenizer.json (or tokenizer.model) into the directory, with the\n"
-    "                   tokenizer_config.json beside it if there is one\n"
+    "                   tokenizer_config.json beside it if there is one; a SHAPE's config.json\n"
+    "                   gets the tokenizer's begin- and end-of-text ids (bos_token_id,\n"
+    "                   eos_token_id) where it has them\n"
     "  --shard-size S   split the safetensors files above S bytes (default 5GB; 512MB, ...)\n"
     "  --adapter DIR    merge LoRA adapters (PEFT's files) into the weights first\n";
 
@@ -45,16 +50,52 @@ static int is_dir(const char *p) {
     return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-/* A tokenizer to copy into a model of V tokens: it loads, and its ids fit. 0, or 1 printed. */
-static int check_tokenizer(const char *path, int V) {
+/* A tokenizer to copy into a model of V tokens: it loads, and its ids fit; ids[0], ids[1] its
+ * begin- and end-of-text tokens (-1: none). 0, or 1 printed. */
+static int check_tokenizer(const char *path, int V, int from_shape, int ids[2]) {
     hpt_tokenizer *t;
     hpt_status s = hpt_tokenizer_load(path, &t);
     if (s != HPT_OK) return cli_lib_error(s, "convert: --tokenizer");
     int tv = hpt_tokenizer_vocab_size(t);
+    ids[0] = hpt_tokenizer_bos(t);
+    ids[1] = hpt_tokenizer_eot(t);
     hpt_tokenizer_free(t);
+    char hint[48] = "";
+    if (from_shape) snprintf(hint, sizeof hint, ": give V=%d in the SHAPE", tv);
     if (tv > V) return cli_error("convert: --tokenizer %s has %d tokens, more than the model's "
-                                 "vocabulary (V=%d)", path, tv, V);
+                                 "vocabulary (V=%d)%s", path, tv, V, hint);
     return 0;
+}
+
+/* A SHAPE's config.json carries no token ids (a model directory's are kept): the tokenizer's
+ * bos and eos, where it has them, as bos_token_id and eos_token_id. 0, or 1 printed. */
+static int set_token_ids(const char *dir, const int ids[2]) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    FILE *f = fopen(p, "rb");
+    char *text = NULL;
+    long n = f && fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (n > 0 && fseek(f, 0, SEEK_SET) == 0 && (text = calloc(1, (size_t)n + 1)) &&
+        fread(text, 1, (size_t)n, f) != (size_t)n) {
+        free(text);
+        text = NULL;
+    }
+    if (f) fclose(f);
+    cJSON *r = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    const char *key[2] = {"bos_token_id", "eos_token_id"};
+    for (int i = 0; r && i < 2; i++)
+        if (ids[i] >= 0) {
+            cJSON_DeleteItemFromObjectCaseSensitive(r, key[i]);
+            cJSON_AddNumberToObject(r, key[i], ids[i]);
+        }
+    char *out = r ? cJSON_Print(r) : NULL;
+    cJSON_Delete(r);
+    f = out ? fopen(p, "wb") : NULL;
+    int rc = f && fputs(out, f) >= 0 && fputc('\n', f) != EOF ? 0 : 1;
+    if (f && fclose(f) != 0) rc = 1;
+    cJSON_free(out);
+    return rc ? cli_error("convert: cannot write the token ids into %s", p) : 0;
 }
 
 /* Copies file a to b; 0, or 1 printed. */
@@ -135,7 +176,11 @@ static int convert(int argc, char **argv, int merge) {
     const int from_shape = !merge && stat(in, &st) != 0 && !strchr(in, '/') && !strstr(in, ".bin");
     if (from_shape && hpt_model_config_parse(in, &shape) != HPT_OK)
         return cli_lib_error(HPT_ERR_INVALID, cmd);
-    int to_hf = format ? !strcmp(format, "hf") : from_shape || !is_dir(in);
+    /* a directory becomes llm.c's file only as GPT-2 and without --save-dtype (llm.c's is fp32) */
+    hpt_model_config icfg;
+    int to_hf = format ? !strcmp(format, "hf")
+                       : from_shape || !is_dir(in) || dtype >= 0 ||
+                         (hpt_model_read_config(in, &icfg) == HPT_OK && icfg.arch != HPT_ARCH_GPT2);
     if (tok && !to_hf) return cli_usage_error(cmd, "--tokenizer is for a Hugging Face directory");
     if (dtype < 0 && is_dir(in) && hpt_hf_weights_dtype(in, &dtype) != HPT_OK) dtype = HPT_DTYPE_F32;
     if (dtype < 0) dtype = HPT_DTYPE_F32;
@@ -161,7 +206,8 @@ static int convert(int argc, char **argv, int merge) {
         return cli_error("convert: llm.c's checkpoint holds GPT-2 only; %s is %s (write a "
                          "Hugging Face directory: --format hf)", in, arch);
     }
-    if (s == HPT_OK && tok && check_tokenizer(tok, hpt_model_get_config(m)->V)) {
+    int ids[2] = {-1, -1};
+    if (s == HPT_OK && tok && check_tokenizer(tok, hpt_model_get_config(m)->V, from_shape, ids)) {
         hpt_model_free(m);
         hpt_mem_destroy(mem);
         return 1;
@@ -173,6 +219,7 @@ static int convert(int argc, char **argv, int merge) {
     hpt_mem_destroy(mem);
     if (s != HPT_OK) return cli_lib_error(s, cmd);
     if (tok && copy_tokenizer(tok, out)) return 1;
+    if (tok && from_shape && set_token_ids(out, ids)) return 1;
     fprintf(stderr, "wrote %s (%s%s%s%s%s)\n", out, to_hf ? "Hugging Face directory" : "llm.c checkpoint",
             to_hf ? (dtype == HPT_DTYPE_BF16 ? ", bf16" : ", f32") : "",
             from_shape ? ", randomly initialised" : "", adapter ? ", the adapters merged" : "",

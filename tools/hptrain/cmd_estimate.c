@@ -2,7 +2,7 @@
  * by category and tier, its peak, whether it fits --memory, and its FLOPs, from the estimator
  * (src/plan/estimate.c). Nothing is allocated for the model and no data is read: a SHAPE is
  * parsed, a checkpoint's header is read for its shape. Text on stdout, or JSON with --json. */
-#include "cli.h"
+#include "train_args.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -26,7 +26,9 @@ static const char k_help[] =
     "\n"
     "  --model PATH|DIR|SHAPE  llm.c checkpoint file, Hugging Face model directory (its\n"
     "                       config.json) or shape: @SHAPES@\n"
-    "  --resume DIR         the shape of DIR/model.bin (written next to DIR/state.bin)\n"
+    "  --resume DIR         the run saved in DIR: its model, --batch, --seq, --accum, plan and\n"
+    "                       budgets from its record (run.json), then the flags given; a state\n"
+    "                       saved without a record: the shape of DIR/model.bin\n"
     "  --batch B            sequences per micro-batch (default 4)\n"
     "  --accum K            micro-batches per optimizer step (default 1): gradients summed and\n"
     "                       scaled by 1/K, the update of one batch of K*B; memory of B only\n"
@@ -438,12 +440,14 @@ static int find_max_seq(hpt_plan_opts *po, uint64_t budget, int auto_plan, int l
     return s == HPT_OK ? 0 : cli_lib_error(s, "estimate");
 }
 
-int cmd_estimate(int argc, char **argv) {
-    static const struct option longopts[] = {
-        CLI_TRAIN_LONGOPTS, CLI_AUTO_LONGOPTS, {"json", 0, 0, 'J'}, {"forward-only", 0, 0, 'F'},
-        {"procs", 1, 0, 'P' + 2000}, {"rank", 1, 0, 'R' + 2000}, {"max-seq", 0, 0, 'M' + 2000},
-        {"seq-limit", 1, 0, 'Q' + 2000}, {"val-split", 1, 0, 'V' + 2000}, {"shuffle", 1, 0, 'U' + 2000},
-        {"data-seed", 1, 0, 'D' + 2000}, {0, 0, 0, 0}};
+static const struct option longopts[] = {
+    CLI_TRAIN_LONGOPTS, CLI_AUTO_LONGOPTS, {"json", 0, 0, 'J'}, {"forward-only", 0, 0, 'F'},
+    {"procs", 1, 0, 'P' + 2000}, {"rank", 1, 0, 'R' + 2000}, {"max-seq", 0, 0, 'M' + 2000},
+    {"seq-limit", 1, 0, 'Q' + 2000}, {"val-split", 1, 0, 'V' + 2000}, {"shuffle", 1, 0, 'U' + 2000},
+    {"data-seed", 1, 0, 'D' + 2000}, {0, 0, 0, 0}};
+
+/* recorded: argv holds a run record's flags before those given (cli_resume_argv) */
+static int estimate(int argc, char **argv, int recorded) {
     const char *model = NULL, *resume = NULL;
     hpt_plan_opts po = hpt_plan_defaults();
     int json = 0, opt_rc = 0, c, auto_plan = 0, lossy = 0, verbose = 0, seq_limit = 0;
@@ -512,7 +516,7 @@ int cmd_estimate(int argc, char **argv) {
 
     char path[4096];
     const char *ckpt = NULL;
-    if (resume) { /* the trainer writes model.bin next to state.bin; its header has the shape */
+    if (resume && !recorded) { /* a state saved before records: model.bin's header, the shape */
         snprintf(path, sizeof path, "%s/model.bin", resume);
         if (!is_file(path))
             return cli_error("estimate: --resume %s: %s is missing (it holds the run's shape); "
@@ -610,4 +614,13 @@ int cmd_estimate(int argc, char **argv) {
         printf("\n");
     }
     return not_fit(&po, &e, budget, &fit, json, lossy);
+}
+
+int cmd_estimate(int argc, char **argv) {
+    cli_resume rs;
+    memset(&rs, 0, sizeof rs);
+    int rc = cli_resume_argv("estimate", longopts, &argc, &argv, &rs);
+    if (rc < 0) rc = estimate(argc, argv, rs.text != NULL);
+    cli_resume_free(&rs);
+    return rc;
 }

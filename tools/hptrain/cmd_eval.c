@@ -41,21 +41,26 @@ static const char k_help[] =
     "  --adapter DIR       LoRA adapters in PEFT's files (`train --lora --save DIR`), merged into\n"
     "                      the model's weights at load (docs/lora.md)\n"
     "  --quiet             no information lines on standard error\n"
+    "  --force             go on when the shards' tokenizer (tokenizer.json beside them) is not\n"
+    "                      the model's (its directory's) or has more tokens than its vocabulary\n"
     "  plan flags          any of train's: --attention, --recompute, --head-chunk, --offload,\n"
     "                      --weights, --embeddings, --memory, --host-memory, ... (hptrain train\n"
     "                      --help); those about the optimizer or the update are accepted and\n"
     "                      have no effect\n";
+
+enum { OPT_FORCE = 1150 }; /* this command's own long option */
 
 /* train's flags that have no meaning without training */
 static int train_only(int c) { return c && strchr("vnlLwgeEsSroA", c) != NULL; }
 
 int cmd_eval(int argc, char **argv) {
     static const struct option longopts[] = {
-        CLI_TRAIN_LONGOPTS, {"batches", 1, 0, 'N'}, {"adapter", 1, 0, 'a'}, {0, 0, 0, 0}};
+        CLI_TRAIN_LONGOPTS, {"batches", 1, 0, 'N'}, {"adapter", 1, 0, 'a'},
+        {"force", 0, 0, OPT_FORCE}, {0, 0, 0, 0}};
     hpt_plan plan = hpt_plan_default_choices();
     const char *model_path = NULL, *data = NULL, *adapter = NULL;
     long B = 0, T = 0, n_batches = 0, threads = 0, seed = 1337;
-    int quiet = 0, opt_rc = 0, c;
+    int quiet = 0, force = 0, opt_rc = 0, c;
     while ((c = cli_getopt("eval", argc, argv, longopts, k_help, &opt_rc)) != -1) {
         if (c == CLI_OPT_EXIT) return opt_rc;
         int r = 0;
@@ -69,6 +74,7 @@ int cmd_eval(int argc, char **argv) {
         case 'j': r = cli_parse_long("eval", "--threads", optarg, 1, 1024, &threads); break;
         case 'q': quiet = 1; break;
         case 'a': adapter = optarg; break;
+        case OPT_FORCE: force = 1; break;
         case CLI_OPT_PLAN: r = cli_plan_flag("eval", &plan, cli_optname(), optarg); break;
         default:
             if (train_only(c)) r = cli_usage_error("eval", "--%s is a train option", cli_optname());
@@ -87,6 +93,7 @@ int cmd_eval(int argc, char **argv) {
 
     char path[4200];
     struct stat st;
+    const char *model_arg = model_path; /* a directory's tokenizer is the model's */
     if (stat(model_path, &st) == 0 && S_ISDIR(st.st_mode)) {
         /* as sample: with config.json a Hugging Face directory (the loader reads it), else a
          * --save directory's model.bin */
@@ -134,6 +141,10 @@ int cmd_eval(int argc, char **argv) {
     const hpt_model_config *cfg = hpt_model_get_config(m);
     if (T > cfg->maxT) {
         rc = cli_error("--seq %ld exceeds the model's maxT %d", T, cfg->maxT);
+        goto out;
+    }
+    if (cli_check_shards_tokenizer("eval", data, model_arg, cfg->V, force)) { /* as train */
+        rc = 1;
         goto out;
     }
     if ((s = hpt_model_set_act_opts(m, &plan.act)) != HPT_OK ||

@@ -831,10 +831,8 @@ static int train_run(train_args *a, cli_resume *rs) {
         if (o.save_dir) {
             s = hpt_trainer_save(tr);
             if (s != HPT_OK) rc = cli_lib_error(s, "saving");
-            else if (lead && o.lora.r > 0)
-                fprintf(stderr, "hptrain: saved the adapters in %s\n", o.save_dir);
             else if (lead)
-                print_saved(tr, &o, 0);
+                print_saved(tr, &o, 0); /* a LoRA run's: the adapters and lora_state.bin */
         }
         if (g_stop == 1) rc = rc ? rc : 130;
         if (g_stop == 3) rc = rc ? rc : 143;
@@ -871,10 +869,7 @@ static int train_run(train_args *a, cli_resume *rs) {
                 fprintf(stderr, "jumps: %lld (%lld rolled back)%s\n", (long long)sc->n_predict_phases,
                         (long long)sc->n_rollback, sc->stopped ? "; stopped: jumps no longer paid" : "");
         }
-        if (o.save_dir && o.lora.r > 0)
-            fprintf(stderr, "saved the adapters: %s/adapter_config.json and "
-                    "adapter_model.safetensors (PEFT's files)\n", o.save_dir);
-        else if (o.save_dir) print_saved(tr, &o, 1);
+        if (o.save_dir) print_saved(tr, &o, 1);
         memory_report(mem, quiet);
         offload_report(hpt_trainer_model(tr), p.step - hpt_trainer_start_step(tr));
         if (record_rates) { /* the fastest step after the first */

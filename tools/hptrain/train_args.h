@@ -5,6 +5,8 @@
 
 #include "cli.h"
 
+#include <getopt.h>
+
 typedef struct {
     const char *name;  /* the long option's name, without the dashes */
     const char *value; /* its value (borrowed from argv), NULL for a flag without one */
@@ -39,6 +41,12 @@ typedef struct {
  * and the given one). Without a record, *a stays as given (the run's flags must be given
  * again, as before records). -1 to go on, else the exit status (printed). */
 int cli_resume_merge(train_args *a, cli_resume *rs);
+/* A command that takes train's flags (estimate) with --resume DIR in *argv: when DIR has a run
+ * record, *argv becomes the record's flags that `known` names, then the flags given (getopt
+ * keeps the last of each), and *argc their count; rs holds them (cli_resume_free). -1 to go
+ * on (also without a record: *argv unchanged), else the exit status (printed). */
+int cli_resume_argv(const char *cmd, const struct option *known, int *argc, char ***argv,
+                    cli_resume *rs);
 /* The record of the run a describes (after --plan auto: the plan chosen): a JSON object's text,
  * malloc'd, for hpt_train_opts.run_record; NULL if out of memory. */
 char *cli_run_record(const train_args *a, const cli_resume *rs);

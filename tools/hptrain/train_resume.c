@@ -57,29 +57,45 @@ static void free_argv(char **argv) {
     free(argv);
 }
 
-/* Parses "train" + the flags of args into *out: -1, or the exit status (printed). The argv
- * (when argv_out: kept, freed by free_argv; else freed here) has its words in one block at
- * argv[0]; the values are args' strings. */
-static int parse_with(const cJSON *args, char ***argv_out, train_args *out) {
-    int n = cJSON_GetArraySize(args);
-    char **argv = calloc((size_t)(2 * n + 2), sizeof *argv);
-    size_t nb = sizeof "train";
+/* cmd + the flags of args that known names (NULL: all), then the n words of given: an argv
+ * (freed by free_argv) whose own words are one block at argv[0], its values args' strings and
+ * given's; its length in *argc. NULL when out of memory. */
+static char **record_argv(const char *cmd, const cJSON *args, const struct option *known,
+                          char **given, int n, int *argc) {
+    char **argv = calloc((size_t)(2 * cJSON_GetArraySize(args) + n + 2), sizeof *argv);
+    size_t nb = strlen(cmd) + 1;
     const cJSON *f;
     cJSON_ArrayForEach(f, args) nb += strlen(cJSON_GetArrayItem(f, 0)->valuestring) + 3;
     char *w = argv ? malloc(nb) : NULL;
     if (!w) {
         free(argv);
-        return cli_error("out of memory");
+        return NULL;
     }
-    int argc = 0;
-    argv[argc++] = w;
-    w += sprintf(w, "train") + 1;
+    int k = 0;
+    argv[k++] = w;
+    w += sprintf(w, "%s", cmd) + 1;
     cJSON_ArrayForEach(f, args) {
+        const char *name = cJSON_GetArrayItem(f, 0)->valuestring;
         const cJSON *v = cJSON_GetArrayItem(f, 1);
-        argv[argc++] = w;
-        w += sprintf(w, "--%s", cJSON_GetArrayItem(f, 0)->valuestring) + 1;
-        if (cJSON_IsString(v)) argv[argc++] = v->valuestring;
+        int o = 0, takes = cJSON_IsString(v);
+        while (known && known[o].name && strcmp(known[o].name, name)) o++;
+        if (known && (!known[o].name || (known[o].has_arg && !takes))) continue; /* not cmd's */
+        if (known) takes = known[o].has_arg;
+        argv[k++] = w;
+        w += sprintf(w, "--%s", name) + 1;
+        if (takes) argv[k++] = v->valuestring;
     }
+    for (int i = 0; i < n; i++) argv[k++] = given[i];
+    *argc = k;
+    return argv;
+}
+
+/* Parses "train" + the flags of args into *out: -1, or the exit status (printed). The argv
+ * (when argv_out: kept, freed by free_argv; else freed here): record_argv's. */
+static int parse_with(const cJSON *args, char ***argv_out, train_args *out) {
+    int argc;
+    char **argv = record_argv("train", args, NULL, NULL, 0, &argc);
+    if (!argv) return cli_error("out of memory");
     int rc = cli_train_parse(argc, argv, out);
     if (argv_out) *argv_out = argv;
     else free_argv(argv);
@@ -325,6 +341,35 @@ int cli_resume_merge(train_args *a, cli_resume *rs) {
     if (!a->quiet && hpt_dist_rank() == 0)
         fprintf(stderr, "hptrain: resuming the run recorded in %s/run.json at its step %lld\n", sdir,
                 (long long)step);
+    return -1;
+}
+
+int cli_resume_argv(const char *cmd, const struct option *known, int *argc, char ***argv,
+                    cli_resume *rs) {
+    const char *dir = NULL;
+    for (int i = 1; i < *argc; i++) {
+        if (!strcmp((*argv)[i], "--resume") && i + 1 < *argc) dir = (*argv)[i + 1];
+        else if (!strncmp((*argv)[i], "--resume=", 9)) dir = (*argv)[i] + 9;
+    }
+    char sdir[PATH_MAX];
+    int64_t step;
+    if (!dir || hpt_train_resume_dir(dir, sdir, sizeof sdir) != HPT_OK ||
+        hpt_run_record_read(sdir, &rs->text, &step) != HPT_OK || !rs->text)
+        return -1; /* no record: the command's own reading of DIR, and its message */
+    cJSON *rec = cJSON_Parse(rs->text);
+    rs->json = rec;
+    if (!valid_record(rec))
+        return cli_error("%s: --resume %s: %s/run.json holds no run's flags", cmd, dir, sdir);
+    /* the recorded flags the command takes, in their order; the flags given after them win */
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(rec, "args");
+    int n;
+    char **v = record_argv((*argv)[0], args, known, *argv + 1, *argc - 1, &n);
+    if (!v) return cli_error("out of memory");
+    rs->argv = v;
+    *argc = n;
+    *argv = v;
+    fprintf(stderr, "hptrain: %s: the run recorded in %s/run.json at its step %lld, then the flags "
+            "given\n", cmd, sdir, (long long)step);
     return -1;
 }
 
