@@ -20,7 +20,8 @@ static const char k_help[] =
     "safetensors with Hugging Face's names, shapes and dtypes), or a Hugging Face directory to\n"
     "an llm.c checkpoint (fp32; GPT-2 only). The output format is the other one than the\n"
     "input's unless --format says, or the input is a directory of another family than GPT-2\n"
-    "or --save-dtype is given: then a directory to a directory re-writes it (e.g. in bf16 or\n"
+    "(and OUT does not end in .bin) or --save-dtype is given: then a directory to a directory\n"
+    "re-writes it (e.g. in bf16 or\n"
     "in shards; the input directory's tokenizer files and token ids are kept). A SHAPE (as train\n"
     "--model takes it: @SHAPES@) is\n"
     "initialised as `train --model SHAPE --seed S` initialises it and written as a Hugging Face\n"
@@ -176,11 +177,15 @@ static int convert(int argc, char **argv, int merge) {
     const int from_shape = !merge && stat(in, &st) != 0 && !strchr(in, '/') && !strstr(in, ".bin");
     if (from_shape && hpt_model_config_parse(in, &shape) != HPT_OK)
         return cli_lib_error(HPT_ERR_INVALID, cmd);
-    /* a directory becomes llm.c's file only as GPT-2 and without --save-dtype (llm.c's is fp32) */
+    /* a directory becomes llm.c's file only as GPT-2 and without --save-dtype (llm.c's is fp32);
+     * an OUT named like llm.c's file (*.bin) asks for it: refused below for another family */
     hpt_model_config icfg;
+    const size_t olen = strlen(out);
+    const int bin_out = olen > 4 && !strcmp(out + olen - 4, ".bin");
     int to_hf = format ? !strcmp(format, "hf")
                        : from_shape || !is_dir(in) || dtype >= 0 ||
-                         (hpt_model_read_config(in, &icfg) == HPT_OK && icfg.arch != HPT_ARCH_GPT2);
+                         (!bin_out && hpt_model_read_config(in, &icfg) == HPT_OK &&
+                          icfg.arch != HPT_ARCH_GPT2);
     if (tok && !to_hf) return cli_usage_error(cmd, "--tokenizer is for a Hugging Face directory");
     if (dtype < 0 && is_dir(in) && hpt_hf_weights_dtype(in, &dtype) != HPT_OK) dtype = HPT_DTYPE_F32;
     if (dtype < 0) dtype = HPT_DTYPE_F32;
