@@ -11,7 +11,8 @@
 #include <string.h>
 
 static const char k_help[] =
-    "usage: hptrain calibrate [--offload-dir DIR] [--threads N] [--quick] [--out FILE]\n"
+    "usage: hptrain calibrate [--device cpu|cuda[:N]] [--offload-dir DIR] [--threads N] [--quick]\n"
+    "                         [--out FILE]\n"
     "\n"
     "Measures this machine's rates for the planner's cost model (docs/planner.md): GEMM GFLOP/s\n"
     "at a step's shapes, causal attention, a read+write memory pass, each optimizer's update in\n"
@@ -22,6 +23,10 @@ static const char k_help[] =
     "only: for --device cuda no step time is predicted, only a labelled floor at a known GPU's\n"
     "measured GEMM peaks.\n"
     "\n"
+    "  --device cuda[:N]  the GPU's calibration: refused in one line (\"no CUDA device: ...\",\n"
+    "                     non-zero status) in a build without the CUDA backend or without GPU N;\n"
+    "                     measuring a GPU is not built yet (docs/planner.md), so it is refused\n"
+    "                     there too and the CPU's calibration is never touched\n"
     "  --offload-dir DIR  measure the disk tier there (a temporary file, removed after)\n"
     "  --threads N        threads (default: all cores; record the count training uses)\n"
     "  --quick            fewer repetitions\n"
@@ -111,12 +116,20 @@ static int keep_recorded(const char *path, hpt_calibration *cal) {
     return n;
 }
 
+/* calibrate --device cuda[:N]: "no CUDA device: ..." without the backend or the GPU; with them,
+ * refused as well until a GPU's measurement exists (docs/planner.md, "Calibration"). */
+static int calibrate_gpu(int device) {
+    if (hpt_device_ready(device) != HPT_OK)
+        return cli_error("calibrate: no CUDA device: %s", hpt_last_error());
+    return cli_error("calibrate: --device cuda:%d: measuring a GPU is not built yet; its step times "
+                     "stay unpredicted (docs/planner.md, \"Calibration\")", device - 1);
+}
 
 int cmd_calibrate(int argc, char **argv) {
     static const struct option longopts[] = {
         {"offload-dir", 1, 0, 'd'}, {"threads", 1, 0, 'j'}, {"quick", 0, 0, 'Q'},
-        {"out", 1, 0, 'o'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
-    const char *dir = NULL, *out = NULL;
+        {"out", 1, 0, 'o'}, {"device", 1, 0, 'D'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    const char *dir = NULL, *out = NULL, *device = NULL;
     int quick = 0, opt_rc = 0, c;
     long threads = 0;
     while ((c = cli_getopt("calibrate", argc, argv, longopts, k_help, &opt_rc)) != -1) {
@@ -127,10 +140,17 @@ int cmd_calibrate(int argc, char **argv) {
         case 'j': r = cli_parse_long("calibrate", "--threads", optarg, 1, 1024, &threads); break;
         case 'Q': quick = 1; break;
         case 'o': out = optarg; break;
+        case 'D': device = optarg; break;
         }
         if (r) return r;
     }
     if (optind < argc) return cli_unexpected_argument("calibrate", argv[optind]);
+    if (device) {
+        hpt_plan p = hpt_plan_default_choices();
+        hpt_status s = hpt_plan_set(&p, "device", device);
+        if (s != HPT_OK) return cli_lib_error(s, "calibrate");
+        if (p.device) return calibrate_gpu(p.device);
+    }
     if (threads) hpt_set_threads((int)threads);
     char path[4096];
     if (!out) out = hpt_calibration_path(path, sizeof path);
