@@ -18,9 +18,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Without starting the backend (estimate stays cheap): the device's properties alone. */
 hpt_status hpt_calibration_device_name(int device, char *buf, size_t n) {
-    HPT_CHECK(hpt_device_ready(device));
+    if (device < 1) return hpt_fail(HPT_ERR_INVALID, "calibration: device %d is not a GPU", device);
 #ifdef HPT_HAVE_CUDA
+    const int count = hpt_cuda_device_count();
+    if (device - 1 >= count)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "no CUDA device: GPU %d absent (this machine has %d)",
+                        device - 1, count);
     char name[256];
     int major = 0, minor = 0;
     HPT_CHECK(hpt_cuda_device_props(device - 1, name, sizeof name, &major, &minor));
@@ -28,7 +33,7 @@ hpt_status hpt_calibration_device_name(int device, char *buf, size_t n) {
     return HPT_OK;
 #else
     (void)buf, (void)n;
-    return HPT_ERR_UNSUPPORTED; /* hpt_device_ready said why */
+    return hpt_device_ready(device); /* the build has no CUDA backend: it says so */
 #endif
 }
 
@@ -64,22 +69,33 @@ typedef struct {
         }                                                                   \
     } while (0)
 
-static hpt_status dev_alloc(gpu_ctx *g, hpt_tier t, size_t bytes, float **p) {
-    return g->be->alloc(g->mem, t, HPT_CAT_ACTS, bytes, (void **)p);
+/* A measurement's buffers: each *p NULL, then allocated in order (zero-filled: the rates do
+ * not depend on the values); bufs_free frees those allocated. */
+typedef struct {
+    float **p;
+    size_t floats;
+    hpt_tier tier;
+} gpu_buf;
+
+static hpt_status bufs_alloc(gpu_ctx *g, gpu_buf *b, int n) {
+    for (int i = 0; i < n; i++) *b[i].p = NULL;
+    for (int i = 0; i < n; i++)
+        HPT_CHECK(g->be->alloc(g->mem, b[i].tier, HPT_CAT_ACTS, b[i].floats * 4, (void **)b[i].p));
+    return HPT_OK;
 }
 
-static void dev_free(gpu_ctx *g, hpt_tier t, float *p, size_t bytes) {
-    if (p) g->be->free(g->mem, t, HPT_CAT_ACTS, p, bytes);
+static void bufs_free(gpu_ctx *g, gpu_buf *b, int n) {
+    for (int i = 0; i < n; i++)
+        if (*b[i].p) g->be->free(g->mem, b[i].tier, HPT_CAT_ACTS, *b[i].p, b[i].floats * 4);
 }
 
 static hpt_status gpu_gemm(gpu_ctx *g, hpt_calibration *c) {
     const size_t XMAX = (size_t)k_rows[HPT_CAL_GEMM_ROWS - 1] * 32768, WMAX = (size_t)32768 * 768;
-    float *inp = NULL, *w = NULL, *out = NULL, *dinp = NULL, *dw = NULL;
-    hpt_status s = dev_alloc(g, HPT_TIER_DEVICE, XMAX * 4, &inp);
-    if (s == HPT_OK) s = dev_alloc(g, HPT_TIER_DEVICE, XMAX * 4, &out);
-    if (s == HPT_OK) s = dev_alloc(g, HPT_TIER_DEVICE, XMAX * 4, &dinp);
-    if (s == HPT_OK) s = dev_alloc(g, HPT_TIER_DEVICE, WMAX * 4, &w);
-    if (s == HPT_OK) s = dev_alloc(g, HPT_TIER_DEVICE, WMAX * 4, &dw);
+    float *inp, *w, *out, *dinp, *dw;
+    gpu_buf b[] = {{&inp, XMAX, HPT_TIER_DEVICE}, {&out, XMAX, HPT_TIER_DEVICE},
+                   {&dinp, XMAX, HPT_TIER_DEVICE}, {&w, WMAX, HPT_TIER_DEVICE}, {&dw, WMAX, HPT_TIER_DEVICE}};
+    const int nb = (int)(sizeof b / sizeof b[0]);
+    hpt_status s = bufs_alloc(g, b, nb);
     for (int r = 0; s == HPT_OK && r < HPT_CAL_GEMM_ROWS; r++) {
         const int64_t N = k_rows[r];
         c->gemm_rows[r] = (int)N;
@@ -106,9 +122,7 @@ static hpt_status gpu_gemm(gpu_ctx *g, hpt_calibration *c) {
             }
         }
     }
-    dev_free(g, HPT_TIER_DEVICE, inp, XMAX * 4), dev_free(g, HPT_TIER_DEVICE, out, XMAX * 4);
-    dev_free(g, HPT_TIER_DEVICE, dinp, XMAX * 4), dev_free(g, HPT_TIER_DEVICE, w, WMAX * 4);
-    dev_free(g, HPT_TIER_DEVICE, dw, WMAX * 4);
+    bufs_free(g, b, nb);
     return s;
 }
 
@@ -118,14 +132,13 @@ static hpt_status gpu_attention(gpu_ctx *g, int T, double r[2][2]) {
     const int B = 8, C = 768, NH = 12;
     const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
     const size_t natt = (size_t)B * NH * T * T, nscr = natt + 4 * nqkv, nlse = (size_t)B * NH * T;
-    float *qkv = NULL, *out = NULL, *att = NULL, *lse = NULL, *dqkv = NULL, *scr = NULL, *dout = NULL;
-    hpt_status s = dev_alloc(g, HPT_TIER_DEVICE, nqkv * 4, &qkv);
-    if (s == HPT_OK) s = dev_alloc(g, HPT_TIER_DEVICE, nout * 4, &out);
-    if (s == HPT_OK) s = dev_alloc(g, HPT_TIER_DEVICE, natt * 4, &att);
-    if (s == HPT_OK) s = dev_alloc(g, HPT_TIER_DEVICE, nlse * 4, &lse);
-    if (s == HPT_OK) s = dev_alloc(g, HPT_TIER_DEVICE, nqkv * 4, &dqkv);
-    if (s == HPT_OK) s = dev_alloc(g, HPT_TIER_DEVICE, nscr * 4, &scr);
-    if (s == HPT_OK) s = dev_alloc(g, HPT_TIER_DEVICE, nout * 4, &dout);
+    float *qkv, *out, *att, *lse, *dqkv, *scr, *dout;
+    gpu_buf b[] = {{&qkv, nqkv, HPT_TIER_DEVICE}, {&out, nout, HPT_TIER_DEVICE},
+                   {&att, natt, HPT_TIER_DEVICE}, {&lse, nlse, HPT_TIER_DEVICE},
+                   {&dqkv, nqkv, HPT_TIER_DEVICE}, {&scr, nscr, HPT_TIER_DEVICE},
+                   {&dout, nout, HPT_TIER_DEVICE}};
+    const int nb = (int)(sizeof b / sizeof b[0]);
+    hpt_status s = bufs_alloc(g, b, nb);
     if (s == HPT_OK) {
         const double f = 2.0 * C * (T + 1.0) * B * T;
         double t;
@@ -140,10 +153,7 @@ static hpt_status gpu_attention(gpu_ctx *g, int T, double r[2][2]) {
         GPU_BEST(g, t, g->be->attention_backward(dqkv, scr, dout, qkv, att, B, T, C, NH, NH));
         r[1][1] = 2 * f / t / 1e9;
     }
-    dev_free(g, HPT_TIER_DEVICE, qkv, nqkv * 4), dev_free(g, HPT_TIER_DEVICE, out, nout * 4);
-    dev_free(g, HPT_TIER_DEVICE, att, natt * 4), dev_free(g, HPT_TIER_DEVICE, lse, nlse * 4);
-    dev_free(g, HPT_TIER_DEVICE, dqkv, nqkv * 4), dev_free(g, HPT_TIER_DEVICE, scr, nscr * 4);
-    dev_free(g, HPT_TIER_DEVICE, dout, nout * 4);
+    bufs_free(g, b, nb);
     return s;
 }
 
@@ -152,15 +162,13 @@ static hpt_status gpu_attention(gpu_ctx *g, int T, double r[2][2]) {
  * over 64 Mi parameters (the 8-bit state is not measured on a GPU: its 32-bit figure stands). */
 static hpt_status gpu_memory_optim(gpu_ctx *g, hpt_calibration *c) {
     const size_t n = (size_t)256 << 20, nh = (size_t)64 << 20, np = (size_t)64 << 20;
-    float *a = NULL, *h = NULL, *p = NULL, *gr = NULL, *m = NULL, *v = NULL, *mini = NULL;
     const size_t nmini = np / 256 + 1;
-    hpt_status s = dev_alloc(g, HPT_TIER_DEVICE, n * 4, &a);
-    if (s == HPT_OK) s = dev_alloc(g, HPT_TIER_HOST, nh * 4, &h);
-    if (s == HPT_OK) s = dev_alloc(g, HPT_TIER_DEVICE, np * 4, &p);
-    if (s == HPT_OK) s = dev_alloc(g, HPT_TIER_DEVICE, np * 4, &gr);
-    if (s == HPT_OK) s = dev_alloc(g, HPT_TIER_DEVICE, np * 4, &m);
-    if (s == HPT_OK) s = dev_alloc(g, HPT_TIER_DEVICE, np * 4, &v);
-    if (s == HPT_OK) s = dev_alloc(g, HPT_TIER_DEVICE, nmini * 4, &mini);
+    float *a, *h, *p, *gr, *m, *v, *mini;
+    gpu_buf b[] = {{&a, n, HPT_TIER_DEVICE}, {&h, nh, HPT_TIER_HOST}, {&p, np, HPT_TIER_DEVICE},
+                   {&gr, np, HPT_TIER_DEVICE}, {&m, np, HPT_TIER_DEVICE}, {&v, np, HPT_TIER_DEVICE},
+                   {&mini, nmini, HPT_TIER_DEVICE}};
+    const int nb = (int)(sizeof b / sizeof b[0]);
+    hpt_status s = bufs_alloc(g, b, nb);
     if (s == HPT_OK) {
         double t, t2;
         GPU_BEST(g, t, g->be->scale(a, n, 0.999f));
@@ -184,10 +192,7 @@ static hpt_status gpu_memory_optim(gpu_ctx *g, hpt_calibration *c) {
             c->worker_ns[k][0] = c->worker_ns[k][1] = c->optim_ns[k][0]; /* updates run on the GPU */
         }
     }
-    dev_free(g, HPT_TIER_DEVICE, a, n * 4), dev_free(g, HPT_TIER_HOST, h, nh * 4);
-    dev_free(g, HPT_TIER_DEVICE, p, np * 4), dev_free(g, HPT_TIER_DEVICE, gr, np * 4);
-    dev_free(g, HPT_TIER_DEVICE, m, np * 4), dev_free(g, HPT_TIER_DEVICE, v, np * 4);
-    dev_free(g, HPT_TIER_DEVICE, mini, nmini * 4);
+    bufs_free(g, b, nb);
     return s;
 }
 #endif
@@ -195,6 +200,7 @@ static hpt_status gpu_memory_optim(gpu_ctx *g, hpt_calibration *c) {
 hpt_status hpt_calibrate_device(int device, int quick, hpt_calibration *c) {
     memset(c, 0, sizeof *c);
     HPT_CHECK(hpt_calibration_device_name(device, c->device, sizeof c->device));
+    HPT_CHECK(hpt_device_ready(device));
 #ifdef HPT_HAVE_CUDA
     c->version = HPT_CAL_VERSION;
     c->threads = hpt_get_threads();
