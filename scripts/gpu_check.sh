@@ -21,6 +21,9 @@
 #   gemm       cuBLAS's fp32, TF32 and bf16 GEMM peaks (bench_cuda peak)
 #   gpt2       gpt2-124m (B 8, T 1024): hptrain --device cuda, PyTorch eager and torch.compile
 #              (bf16 autocast): tokens/s and MFU against the bf16 peak
+#   calibrate  hptrain calibrate --device cuda (into a calibration file of its own), then estimate
+#              of gpt2-124m (B 8, T 1024) --device cuda: the predicted step time beside the one the
+#              gpt2 stage measured
 #   llama8b    llama3.1-8b at --memory 24GB, 3 steps (bench/bench_gpu_8b.sh --quick): tokens/s,
 #              the GPU's used memory (nvidia-smi) against the estimate, PCIe bytes against the minimum
 #   llama1b    the llama3.2-1b shape (B 2, T 1024): hptrain, PyTorch eager and torch.compile
@@ -509,6 +512,25 @@ st_gpt2() {
     grep -q tokens_per_s "$j" || [ $DRY = 1 ]
 }
 
+# st_calibrate: the GPU's calibration (docs/planner.md) and its prediction of the gpt2 stage's
+# step against that stage's measured one (B*T over its mean tokens/s)
+st_calibrate() {
+    export LD_LIBRARY_PATH="$DEPLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export HPT_CALIBRATION="$WORK/calibration.json"
+    local pred tps meas
+    "$HPT" calibrate --device cuda || return 1
+    "$HPT" estimate --model gpt2-124m --batch 8 --seq 1024 --device cuda | tee "$WORK/logs/calibrate_estimate.txt" || return 1
+    cp "$HPT_CALIBRATION" "$WORK/logs/calibration.json"
+    pred=$(grep -o "predicted step [0-9.]* s" "$WORK/logs/calibrate_estimate.txt" | grep -o "[0-9.]*" | head -n 1)
+    tps=$("$PY" -c 'import json,sys
+r=[json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
+r=[x for x in r if x.get("impl")=="hptrain-cuda-fp32" and x.get("tag")=="gpt2" and x.get("tokens_per_s")]
+print(r[0]["tokens_per_s"] if r else "")' "$WORK/logs/gpt2.jsonl" 2>/dev/null)
+    meas=$([ -n "$tps" ] && "$PY" -c "print('%.3f' % (8 * 1024 / $tps))")
+    note "gpt2-124m B 8 T 1024 --device cuda: predicted step ${pred:-none} s, measured ${meas:-none (no gpt2 stage in this call)} s"
+    [ -n "$pred" ]
+}
+
 st_llama1b() {
     local j="$WORK/logs/llama1b.jsonl"
     hpt_bench llama1b llama3.2-1b 128256 2 1024 5 | tee -a "$j"
@@ -622,7 +644,7 @@ st_transformers() {
     return $rc
 }
 
-export -f st_env st_deps st_size st_build st_reference st_train st_sanitizer st_gemm st_gpt2 st_llama1b st_llama8b \
+export -f st_env st_deps st_size st_build st_reference st_train st_sanitizer st_gemm st_gpt2 st_calibrate st_llama1b st_llama8b \
     profile_model st_profile st_transformers
 
 # ---- the run ----
@@ -640,6 +662,7 @@ stage transformers 90 any st_transformers
 stage sanitizer 150 gpu st_sanitizer
 stage gemm 60 gpu st_gemm
 stage gpt2 180 any st_gpt2
+stage calibrate 90 gpu st_calibrate
 stage llama8b 240 any st_llama8b
 stage llama1b 240 any st_llama1b
 # only when asked for (--only profile): ncu replays every launch, minutes of device time

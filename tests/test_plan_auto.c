@@ -293,6 +293,21 @@ int main(void) {
     hpt_calibration cal2;
     CHECK_OK(hpt_calibration_load(path2, &cal2));
     CHECK(!memcmp(&cal, &cal2, sizeof cal));
+    /* a GPU's entry beside the CPU's (the file's "devices"): each save keeps the other's */
+    hpt_calibration gpu = cal, back;
+    snprintf(gpu.device, sizeof gpu.device, "cuda Fake GPU sm_90");
+    gpu.mem_gbps = 4000;
+    CHECK_OK(hpt_calibration_save(path2, &gpu));
+    CHECK_OK(hpt_calibration_load(path2, &cal2));
+    CHECK(!memcmp(&cal, &cal2, sizeof cal));
+    CHECK_OK(hpt_calibration_load_device(path2, "cuda Fake GPU sm_90", &back));
+    CHECK(!memcmp(&gpu, &back, sizeof gpu));
+    CHECK(hpt_calibration_for_device(&back, 1) && !hpt_calibration_for_device(&back, 0));
+    CHECK_STATUS(hpt_calibration_load_device(path2, "cuda Other sm_80", &back), HPT_ERR_INVALID);
+    CHECK_OK(hpt_calibration_save(path2, &cal));
+    CHECK_OK(hpt_calibration_load_device(path2, "cuda Fake GPU sm_90", &back));
+    CHECK(!memcmp(&gpu, &back, sizeof gpu));
+    CHECK_STATUS(hpt_calibration_load_device(path, "cuda Fake GPU sm_90", &back), HPT_ERR_INVALID);
     FILE *f = fopen(path2, "w");
     fputs("{\"version\":99}", f);
     fclose(f);

@@ -181,6 +181,8 @@ hpt_add_test(test_plan_auto test_plan_auto.c)
 if(TARGET hptrain_cli)
   add_test(NAME test_plan_auto_cli COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_plan_auto.sh $<TARGET_FILE:hptrain_cli>)
   set_tests_properties(test_plan_auto_cli PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+  # calibrate --device cuda without that GPU: refused in one line, nothing written (issue 34)
+  add_test(NAME test_calibrate_cuda COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_calibrate_cuda.sh $<TARGET_FILE:hptrain_cli>)
   # estimate --max-seq (issue 38): max_seq fits, max_seq + 1 does not, given plans and --plan auto
   add_test(NAME test_max_seq COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_max_seq.sh $<TARGET_FILE:hptrain_cli>)
   # a newcomer's path (issue 34): help texts, progress and --quiet, refusals that name the

@@ -101,6 +101,18 @@ hpt_status hpt_calibration_take_engine(hpt_calibration *c, const hpt_plan_opts *
 /* Measures every rate with the backend's ops (quick: about seconds x quick-scaled work);
  * disk_dir NULL: the disk is not measured (its rates stay 0). quick 1: fewer repetitions. */
 hpt_status hpt_calibrate(const char *disk_dir, int quick, hpt_calibration *c);
+/* GPU device (1 + N)'s rates through the CUDA backend (calibrate_gpu.c), c->device its key
+ * (hpt_calibration_device_name); the disk rates stay 0 (the caller takes the CPU's).
+ * HPT_ERR_UNSUPPORTED, "no CUDA device: ...", without the backend or that GPU. */
+hpt_status hpt_calibrate_device(int device, int quick, hpt_calibration *c);
+/* The key of GPU device (1 + N)'s calibration: "cuda NAME sm_XY" ("cuda NVIDIA H200 sm_90");
+ * hpt_device_ready's error without it. */
+hpt_status hpt_calibration_device_name(int device, char *buf, size_t n);
+/* The calibration of the device named `key` from the file's "devices" object (a GPU's, kept
+ * beside the CPU's top-level entry; hpt_calibration_save of a "cuda ..." calibration writes
+ * it there, of the CPU's keeps it). HPT_ERR_IO without the file, HPT_ERR_INVALID without the
+ * key, HPT_ERR_FORMAT for a bad entry. */
+hpt_status hpt_calibration_load_device(const char *path, const char *key, hpt_calibration *c);
 
 /* A plan's predicted optimizer step, in seconds, by part, and the inputs it was computed from. */
 typedef struct {

@@ -36,11 +36,10 @@ const char *hpt_calibration_path(char *buf, size_t n) {
 
 static const char *k_optim_key[HPT_OPTIM_COUNT] = {"adamw", "lion", "adam-mini", "sgd"};
 
-hpt_status hpt_calibration_save(const char *path, const hpt_calibration *c) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    for (char *s = dir + 1; *s; s++) /* mkdir -p of the directory */
-        if (*s == '/') { *s = 0; mkdir(dir, 0755); *s = '/'; }
+static cJSON *read_json(const char *path);
+
+/* c as the file's object: the top level for the CPU's, an entry of "devices" for a GPU's. */
+static cJSON *cal_to_json(const hpt_calibration *c) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddNumberToObject(j, "version", c->version);
     cJSON_AddNumberToObject(j, "threads", c->threads);
@@ -106,6 +105,30 @@ hpt_status hpt_calibration_save(const char *path, const hpt_calibration *c) {
         cJSON_AddStringToObject(e, "source", c->engine_source[k]);
     }
     hpt_cal_arch_save(j, c);
+    return j;
+}
+
+/* Writes c: a CPU's as the top level, the file's "devices" kept; a GPU's ("cuda ...") into
+ * "devices" under its key, the rest of the file kept (docs/planner.md, "The cache file"). */
+hpt_status hpt_calibration_save(const char *path, const hpt_calibration *c) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    for (char *s = dir + 1; *s; s++) /* mkdir -p of the directory */
+        if (*s == '/') { *s = 0; mkdir(dir, 0755); *s = '/'; }
+    cJSON *old = read_json(path), *j;
+    if (!cJSON_IsObject(old)) cJSON_Delete(old), old = NULL;
+    cJSON *devs = old ? cJSON_DetachItemFromObjectCaseSensitive(old, "devices") : NULL;
+    if (!cJSON_IsObject(devs)) cJSON_Delete(devs), devs = cJSON_CreateObject();
+    if (strncmp(c->device, "cuda", 4) == 0) {
+        j = old ? old : cJSON_CreateObject(), old = NULL;
+        cJSON_DeleteItemFromObjectCaseSensitive(devs, c->device);
+        cJSON_AddItemToObject(devs, c->device, cal_to_json(c));
+    } else {
+        j = cal_to_json(c);
+    }
+    if (cJSON_GetArraySize(devs)) cJSON_AddItemToObject(j, "devices", devs);
+    else cJSON_Delete(devs);
+    cJSON_Delete(old);
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
     if (!text) return hpt_fail(HPT_ERR_OOM, "calibration: no memory for the JSON text");
@@ -124,22 +147,25 @@ static int num(const cJSON *j, const char *key, double *out) {
     return 1;
 }
 
-hpt_status hpt_calibration_load(const char *path, hpt_calibration *c) {
-    memset(c, 0, sizeof *c);
+/* The file parsed; NULL (errno set for a missing file, 0 otherwise) if unreadable or not JSON. */
+static cJSON *read_json(const char *path) {
     FILE *f = fopen(path, "rb");
-    if (!f) return hpt_fail(HPT_ERR_IO, "calibration: cannot open %s: %s", path, strerror(errno));
-    enum { CAP = 1 << 17 }; /* the file is a few KiB; 8 recorded layouts add 2 more */
+    if (!f) return NULL;
+    enum { CAP = 1 << 18 }; /* the file is a few KiB; 8 recorded layouts add 2 more, a GPU 4 */
     char *buf = malloc(CAP);
-    if (!buf) {
-        fclose(f);
-        return hpt_fail(HPT_ERR_OOM, "calibration: no memory to read %s", path);
-    }
-    size_t n = fread(buf, 1, CAP - 1, f);
+    size_t n = buf ? fread(buf, 1, CAP - 1, f) : 0;
     fclose(f);
+    if (!buf) return NULL;
     buf[n] = 0;
     cJSON *j = cJSON_Parse(buf);
     free(buf);
-    if (!j) return hpt_fail(HPT_ERR_FORMAT, "calibration: %s is not JSON", path);
+    errno = 0;
+    return j;
+}
+
+/* j's rates into c (all the required ones, the optional ones where present): 1 if valid. */
+static int cal_from_json(const cJSON *j, hpt_calibration *c) {
+    memset(c, 0, sizeof *c);
     double v = 0;
     int ok = num(j, "version", &v) && (int)v == HPT_CAL_VERSION;
     c->version = (int)v;
@@ -222,9 +248,33 @@ hpt_status hpt_calibration_load(const char *path, hpt_calibration *c) {
             memcpy(c->attn512_gflops, r, sizeof r);
         hpt_cal_arch_load(j, c);
     }
+    return ok;
+}
+
+hpt_status hpt_calibration_load(const char *path, hpt_calibration *c) {
+    memset(c, 0, sizeof *c);
+    cJSON *j = read_json(path);
+    if (!j && errno) return hpt_fail(HPT_ERR_IO, "calibration: cannot open %s: %s", path, strerror(errno));
+    if (!j) return hpt_fail(HPT_ERR_FORMAT, "calibration: %s is not JSON", path);
+    int ok = cal_from_json(j, c);
     cJSON_Delete(j);
     if (!ok) return hpt_fail(HPT_ERR_FORMAT, "calibration: %s is not a version-%d calibration "
                              "(run hptrain calibrate)", path, HPT_CAL_VERSION);
+    return HPT_OK;
+}
+
+hpt_status hpt_calibration_load_device(const char *path, const char *key, hpt_calibration *c) {
+    memset(c, 0, sizeof *c);
+    cJSON *j = read_json(path);
+    if (!j && errno) return hpt_fail(HPT_ERR_IO, "calibration: cannot open %s: %s", path, strerror(errno));
+    if (!j) return hpt_fail(HPT_ERR_FORMAT, "calibration: %s is not JSON", path);
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "devices"), key);
+    int ok = e ? cal_from_json(e, c) : 0;
+    cJSON_Delete(j);
+    if (!e) return hpt_fail(HPT_ERR_INVALID, "calibration: %s has no calibration of %s (run hptrain "
+                            "calibrate --device cuda)", path, key);
+    if (!ok) return hpt_fail(HPT_ERR_FORMAT, "calibration: %s's entry for %s is not a version-%d "
+                             "calibration (run hptrain calibrate --device cuda)", path, key, HPT_CAL_VERSION);
     return HPT_OK;
 }
 

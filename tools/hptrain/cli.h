@@ -167,6 +167,9 @@ struct cJSON *chat_segments(const hpt_chat_text *r, const struct cJSON *msgs, co
     {"memory", 1, 0, CLI_OPT_PLAN}, {"host-memory", 1, 0, CLI_OPT_PLAN}, \
     {"disk-memory", 1, 0, CLI_OPT_PLAN}, {"offload-dir", 1, 0, CLI_OPT_PLAN}
 
+/* The cached calibration of device (0 the CPU's; 1 + N GPU N's entry under "devices", keyed by
+ * its name and compute capability): 1 when loaded (cmd_calibrate.c). */
+int cli_device_calibration(int device, hpt_calibration *cal);
 /* --plan auto and its companions (train and estimate; cmd_calibrate.c). */
 #define CLI_OPT_AUTO_PLAN 1001
 #define CLI_OPT_ALLOW 1002

@@ -11,17 +11,24 @@
 #include <string.h>
 
 static const char k_help[] =
-    "usage: hptrain calibrate [--offload-dir DIR] [--threads N] [--quick] [--out FILE]\n"
+    "usage: hptrain calibrate [--device cpu|cuda[:N]] [--offload-dir DIR] [--threads N] [--quick]\n"
+    "                         [--out FILE]\n"
     "\n"
     "Measures this machine's rates for the planner's cost model (docs/planner.md): GEMM GFLOP/s\n"
     "at a step's shapes, causal attention, a read+write memory pass, each optimizer's update in\n"
     "ns per parameter (32- and 8-bit state), memcpy, and with --offload-dir the disk's O_DIRECT\n"
     "read and write. Writes them to FILE (default $HPT_CALIBRATION, else\n"
     "~/.cache/hptrain/calibration.json), which `--plan auto` and `estimate` read. Takes seconds.\n"
-    "It measures this CPU (the file says \"device\": \"cpu\"), so it predicts --device cpu runs\n"
-    "only: for --device cuda no step time is predicted, only a labelled floor at a known GPU's\n"
-    "measured GEMM peaks.\n"
+    "Without --device (or --device cpu) it measures this CPU (\"device\": \"cpu\", the file's top\n"
+    "level), which predicts --device cpu runs only. --device cuda[:N] measures GPU N through the\n"
+    "CUDA backend's ops (GEMMs at a GPU step's rows, fp32 or TF32 as HPT_CUDA_TF32 sets, attention,\n"
+    "a memory pass, the fp32 updates, pinned host<->device copies; the disk is the CPU entry's) and\n"
+    "keeps it under \"devices\" keyed by the GPU (\"cuda NVIDIA H200 sm_90\"), beside the CPU's,\n"
+    "never replacing it; estimate and --plan auto with --device cuda then predict from it. Without\n"
+    "one, no step time is predicted for a GPU, only a labelled floor at a known GPU's GEMM peaks.\n"
+    "Without the CUDA backend or GPU N, --device cuda is refused: \"no CUDA device: ...\".\n"
     "\n"
+    "  --device D         cpu (default), cuda or cuda:N: the device to measure\n"
     "  --offload-dir DIR  measure the disk tier there (a temporary file, removed after)\n"
     "  --threads N        threads (default: all cores; record the count training uses)\n"
     "  --quick            fewer repetitions\n"
@@ -111,12 +118,41 @@ static int keep_recorded(const char *path, hpt_calibration *cal) {
     return n;
 }
 
+int cli_device_calibration(int device, hpt_calibration *cal) {
+    char path[4096], key[sizeof cal->device];
+    hpt_calibration_path(path, sizeof path);
+    if (device == 0) return hpt_calibration_load(path, cal) == HPT_OK;
+    return hpt_calibration_device_name(device, key, sizeof key) == HPT_OK &&
+           hpt_calibration_load_device(path, key, cal) == HPT_OK;
+}
+
+/* calibrate --device cuda[:N]: the GPU's entry in the file's "devices" (the CPU's kept), the
+ * disk rates the CPU's entry's; "no CUDA device: ..." without the backend or the GPU. */
+static int calibrate_gpu(int device, int quick, const char *out) {
+    hpt_calibration cal, cpu;
+    double t0 = hpt_now();
+    if (hpt_calibrate_device(device, quick, &cal) != HPT_OK) {
+        const char *e = hpt_last_error();
+        return cli_error("calibrate: %s%s", strncmp(e, "no CUDA device", 14) ? "no CUDA device: " : "", e);
+    }
+    int disk = hpt_calibration_load(out, &cpu) == HPT_OK && cpu.disk_read_gbps > 0;
+    if (disk) {
+        cal.disk_read_gbps = cpu.disk_read_gbps, cal.disk_write_gbps = cpu.disk_write_gbps;
+        cal.disk_share_loss = cpu.disk_share_loss;
+    }
+    hpt_status s = hpt_calibration_save(out, &cal);
+    if (s != HPT_OK) return cli_lib_error(s, "calibrate");
+    printf("calibrate: %s measured in %.1f s, written to %s under \"devices\" (the CPU's entry "
+           "kept)%s\n", cal.device, hpt_now() - t0, out, disk ? "; disk rates the CPU's" : "");
+    print_calibration(stdout, &cal);
+    return 0;
+}
 
 int cmd_calibrate(int argc, char **argv) {
     static const struct option longopts[] = {
         {"offload-dir", 1, 0, 'd'}, {"threads", 1, 0, 'j'}, {"quick", 0, 0, 'Q'},
-        {"out", 1, 0, 'o'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
-    const char *dir = NULL, *out = NULL;
+        {"out", 1, 0, 'o'}, {"device", 1, 0, 'D'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    const char *dir = NULL, *out = NULL, *device = NULL;
     int quick = 0, opt_rc = 0, c;
     long threads = 0;
     while ((c = cli_getopt("calibrate", argc, argv, longopts, k_help, &opt_rc)) != -1) {
@@ -127,10 +163,20 @@ int cmd_calibrate(int argc, char **argv) {
         case 'j': r = cli_parse_long("calibrate", "--threads", optarg, 1, 1024, &threads); break;
         case 'Q': quick = 1; break;
         case 'o': out = optarg; break;
+        case 'D': device = optarg; break;
         }
         if (r) return r;
     }
     if (optind < argc) return cli_unexpected_argument("calibrate", argv[optind]);
+    if (device) {
+        hpt_plan p = hpt_plan_default_choices();
+        hpt_status s = hpt_plan_set(&p, "device", device);
+        if (s != HPT_OK) return cli_lib_error(s, "calibrate");
+        if (p.device) {
+            char gp[4096];
+            return calibrate_gpu(p.device, quick, out ? out : hpt_calibration_path(gp, sizeof gp));
+        }
+    }
     if (threads) hpt_set_threads((int)threads);
     char path[4096];
     if (!out) out = hpt_calibration_path(path, sizeof path);
@@ -248,8 +294,9 @@ static int auto_setup(const char *cmd, hpt_plan_opts *po, int verbose, cli_budge
         if (verbose) fprintf(stderr, "hptrain: budget %s\n", bt[t]);
     }
     char cpath[4096];
-    if (po->plan.device) { /* no calibration of a GPU: plans ranked, no step time predicted */
-        if (hpt_calibration_load(hpt_calibration_path(cpath, sizeof cpath), cal) != HPT_OK)
+    if (po->plan.device) { /* the GPU's own calibration, else ranked, no step time predicted */
+        if (!cli_device_calibration(po->plan.device, cal) &&
+            hpt_calibration_load(hpt_calibration_path(cpath, sizeof cpath), cal) != HPT_OK)
             cli_nominal_calibration(cal);
         if (!(cal->disk_read_gbps > 0)) cal->disk_read_gbps = cal->disk_write_gbps = 1;
         return 0;
@@ -382,8 +429,8 @@ int cli_auto_plan(const char *cmd, hpt_plan_opts *po, int64_t tokens_per_step, i
             a.allow_disk ? "disk homes with --offload-dir" : "no disk tier (give --offload-dir)", fl);
     if (timed) { /* below 10 tokens/s two digits, not "0 tokens/s" (an 8B from disk on a CPU) */
         double tps = (double)best->e.tokens_per_step / best->cost.total_s;
-        fprintf(f, "  predicted: %.3f s per step (%.*f tokens/s); peak ", best->cost.total_s,
-                tps < 10 ? 2 : 0, tps);
+        fprintf(f, "  predicted: %.3f s per step (%.*f tokens/s), calibration \"%s\"; peak ",
+                best->cost.total_s, tps < 10 ? 2 : 0, tps, cal.device);
     }
     else
         fprintf(f, "  predicted: no step time (no calibration of a GPU; the plans ranked by %s); peak ",
@@ -428,7 +475,8 @@ int cli_auto_plan(const char *cmd, hpt_plan_opts *po, int64_t tokens_per_step, i
 void cli_auto_advice(const char *cmd, const hpt_plan_opts *po, FILE *f) {
     hpt_calibration cal;
     char path[4096];
-    const int have = hpt_calibration_load(hpt_calibration_path(path, sizeof path), &cal) == HPT_OK;
+    const int have = cli_device_calibration(po->device, &cal) ||
+                     hpt_calibration_load(hpt_calibration_path(path, sizeof path), &cal) == HPT_OK;
     if (!have) cli_nominal_calibration(&cal); /* what fits needs no rates; the order does */
     hpt_auto_opts a = {.allow_lossy = 0, .allow_disk = po->offload_dir != NULL && cal.disk_read_gbps > 0,
                        .sequences = (int64_t)po->B * (po->accum > 1 ? po->accum : 1)};

@@ -575,14 +575,14 @@ static int estimate(int argc, char **argv, int recorded) {
     }
     /* the cost model's step time, when this machine has a cached calibration (docs/planner.md) */
     double pred = -1;
+    char cdev[64] = "";
     if (po.training) {
-        char cpath[4096];
         hpt_calibration cal;
         hpt_cost cost;
         /* only from a calibration of the device the run is for: a CPU's says nothing of a GPU */
-        if (hpt_calibration_load(hpt_calibration_path(cpath, sizeof cpath), &cal) == HPT_OK &&
+        if (cli_device_calibration(po.plan.device, &cal) &&
             hpt_calibration_for_device(&cal, po.plan.device) && hpt_plan_cost(&po, &cal, &cost) == HPT_OK)
-            pred = cost.total_s;
+            pred = cost.total_s, snprintf(cdev, sizeof cdev, "%s", cal.device);
     }
     /* every process's device peak (ZeRO's runs differ by rank) */
     uint64_t per[64];
@@ -600,11 +600,14 @@ static int estimate(int argc, char **argv, int recorded) {
     }
     else {
         print_text(model, &po, &e, budget, &fit);
-        if (pred >= 0) printf("  predicted step %.3f s (cost model, this CPU's calibration: hptrain "
+        if (pred >= 0 && po.plan.device)
+            printf("  predicted step %.3f s (cost model, calibration: %s, hptrain calibrate --device "
+                   "cuda's rates)\n", pred, cdev);
+        else if (pred >= 0) printf("  predicted step %.3f s (cost model, this CPU's calibration: hptrain "
                               "calibrate's rates)\n", pred);
         else if (po.training && po.plan.device) {
-            printf("  step time  not predicted: no calibration of a GPU (hptrain calibrate measures "
-                   "this CPU)\n");
+            printf("  step time  not predicted: no calibration of a GPU here (hptrain calibrate "
+                   "--device cuda on it makes one)\n");
             cli_gpu_floor(e.flops_per_token * (double)e.tokens_per_step, "             ", stdout);
         }
     }

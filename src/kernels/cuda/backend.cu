@@ -84,6 +84,18 @@ extern "C" int hpt_cuda_device_count(void) {
     return n;
 }
 
+extern "C" hpt_status hpt_cuda_device_props(int device, char *name, size_t n, int *major, int *minor) {
+    cudaDeviceProp p;
+    cudaError_t e = cudaGetDeviceProperties(&p, device);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "no CUDA device %d: %s", device, cudaGetErrorString(e));
+    }
+    snprintf(name, n, "%s", p.name);
+    *major = p.major, *minor = p.minor;
+    return HPT_OK;
+}
+
 extern "C" hpt_status hpt_cuda_select(int device) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);

@@ -23,6 +23,9 @@ const hpt_backend *hpt_backend_cuda(void);
 hpt_status hpt_cuda_select(int device);
 /* The number of CUDA devices present (0 without a driver or a GPU). */
 int hpt_cuda_device_count(void);
+/* Device `device`'s name ("NVIDIA H200") and compute capability, from cudaGetDeviceProperties;
+ * HPT_ERR_UNSUPPORTED when there is no such device. */
+hpt_status hpt_cuda_device_props(int device, char *name, size_t n, int *major, int *minor);
 /* The first CUDA error an op or copy met since the last call (HPT_OK: none); clears it. */
 hpt_status hpt_cuda_status(void);
 /* Sizes the device region before the first device allocation (bytes; 0: the default). */
