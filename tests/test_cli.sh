@@ -234,7 +234,8 @@ train --steps 2 --recompute selective --state-bits 8 --memory 64MiB --trace "$tm
 "$bin" profile "$tmp/trace.json" >"$tmp/prof" 2>&1
 if grep -q "the run's plan: --recompute selective --state-bits 8 --memory 64MiB" "$tmp/prof" &&
    grep -qE "the estimator gives .* for this run as recorded \(measured .*, \+0\.00%\)" "$tmp/prof" &&
-   grep -q "it fits the --memory budget" "$tmp/prof" && ! grep -q "assume the default" "$tmp/prof"
+   grep -q "it fits the --memory budget" "$tmp/prof" && ! grep -q "assume the default" "$tmp/prof" &&
+   grep -qE "^  --recompute full --act-offload host +peak .* on the host$" "$tmp/prof"
 then ok; else bad "profile of a planned run: $(sed -n '/what would lower/,$p' "$tmp/prof" | head -5)"; fi
 
 finish test_cli

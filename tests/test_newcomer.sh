@@ -91,6 +91,12 @@ HPT_MEM_AVAILABLE=64GiB "$bin" estimate --model gpt2-1558m --batch 1 --seq 1024 
   --plan auto 2>&1 | grep -qE "^  predicted: [0-9.]+ s per step \([0-9]\.[0-9]{2} tokens/s\)" && ok ||
   bad "a slow plan's rate: $(HPT_MEM_AVAILABLE=64GiB "$bin" estimate --model gpt2-1558m --batch 1 --seq 1024 \
     --memory 4GB --host-memory 32GB --plan auto 2>&1 | grep predicted)"
+# a long sequence whose block inputs are what does not fit: checkpoint offload is what fits
+# (--device cuda: the host is a budget of its own, not this machine's free RAM)
+"$bin" estimate --model llama:L=32,C=128,NH=4,NKV=2,FF=384,V=256,T=16384 --batch 1 --seq 16384 \
+  --device cuda --memory 200MB --host-memory 4GB >"$tmp/o" 2>"$tmp/e"
+grep -qE "what fits: --plan auto finds a plan that fits; one is .*--recompute full --act-offload host" "$tmp/o" && ok ||
+  bad "no --act-offload host hint at long T: $(grep 'what fits' "$tmp/o")"
 # --plan auto refused: every budget with its source and flag, the smallest plan's excess, what
 # would fit, the binding budget in the error line
 expect_error "plan auto refused" "no plan of the [0-9]+ searched fits the budgets: the (device|host) budget binds \(given\)" \

@@ -177,6 +177,9 @@ void cli_explain_nofit(const char *cmd, const hpt_plan_opts *po, const cli_budge
 int cli_small_plan(const hpt_plan_opts *po, int disk, int lossy, int i, hpt_plan_opts *out) {
     static const hpt_tier homes[3][2] = {{HPT_TIER_HOST, HPT_TIER_HOST}, {HPT_TIER_HOST, HPT_TIER_DISK},
                                          {HPT_TIER_DISK, HPT_TIER_DISK}};
+    /* then the same plans with the block inputs offloaded to the host (--act-offload host) */
+    const int n = disk ? 6 : 2, ao = i >= n;
+    if (ao) i -= n;
     int h = i / 2, one = i % 2;
     if (i < 0 || h >= (disk ? 3 : 1)) return -1;
     int64_t S = (int64_t)po->B * (po->accum > 1 ? po->accum : 1);
@@ -187,8 +190,10 @@ int cli_small_plan(const hpt_plan_opts *po, int disk, int lossy, int i, hpt_plan
     o.accum = one ? (int)S : 1;
     o.act = hpt_act_defaults();
     o.act.recompute = HPT_RECOMPUTE_FULL;
+    if (ao) o.act.offload = HPT_OFFLOAD_HOST;
     if ((int64_t)o.B * o.T > 128) o.act.head_chunk = 128;
-    if ((int64_t)o.B * o.T > 128 && !(o.lora.r > 0 && o.lora.dropout > 0.0f))
+    if ((int64_t)o.B * o.T > 128 && !(o.lora.r > 0 && o.lora.dropout > 0.0f) &&
+        o.cfg.arch != HPT_ARCH_GEMMA3) /* Gemma 3 has no tiled MLP (model/actopts.c) */
         o.act.mlp_tile = HPT_AUTO_MLP_TILE;
     o.offload = hpt_offload_defaults();
     o.offload.params = o.offload.grads = homes[h][0];

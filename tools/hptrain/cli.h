@@ -198,8 +198,9 @@ int cli_auto_plan(const char *cmd, hpt_plan_opts *po, int64_t tokens_per_step, i
                   int verbose, FILE *f);
 /* The i-th of the smallest plans --plan auto's search considers around po (B = S with the
  * fused update, or B = 1 accumulating S; full recompute, a head chunk; the engine's homes on the
- * host, and with disk split host/disk or on disk; with lossy 8-bit state (32-bit on disk) and bf16 weights)
- * into *out: 1, 0 where the plan is not valid (hpt_plan_check), -1 past the last. */
+ * host, and with disk split host/disk or on disk; with lossy 8-bit state (32-bit on disk) and bf16
+ * weights; then each again with --act-offload host) into *out: 1, 0 where the plan is not valid
+ * (hpt_plan_check), -1 past the last. */
 int cli_small_plan(const hpt_plan_opts *po, int disk, int lossy, int i, hpt_plan_opts *out);
 /* --plan auto's longest sequence: the largest T in [1, limit] at which the search around po
  * (po's B x accum sequences per step, its budgets and this machine's defaults) finds a plan

@@ -115,7 +115,8 @@ static void technique_what_ifs(const hpt_plan_opts *po, double est_now, int has_
     static const char *const flags[] = {
         "--state-bits 8 --state-32bit-embeddings", "--state-bits 8", "--recompute selective",
         "--recompute full", "--head-chunk 128", "--act-offload host",
-        "--recompute full --head-chunk 128", "--fused-update", "--offload host --fused-update",
+        "--recompute full --head-chunk 128", "--recompute full --act-offload host",
+        "--fused-update", "--offload host --fused-update",
         "--offload disk --fused-update"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         hpt_plan_opts q = *po;
@@ -127,11 +128,12 @@ static void technique_what_ifs(const hpt_plan_opts *po, double est_now, int has_
         case 4: q.act.head_chunk = 128; break;
         case 5: q.act.offload = HPT_OFFLOAD_HOST; break;
         case 6: q.act.recompute = HPT_RECOMPUTE_FULL; q.act.every = 1; q.act.head_chunk = 128; break;
+        case 7: q.act.recompute = HPT_RECOMPUTE_FULL; q.act.every = 1; q.act.offload = HPT_OFFLOAD_HOST; break;
         default: /* the offload engine (docs/offload.md) */
             q.offload = hpt_offload_defaults();
             q.offload.fused = 1;
-            q.offload.params = q.offload.optim = i == 7 ? HPT_TIER_DEVICE
-                                                : i == 8 ? HPT_TIER_HOST : HPT_TIER_DISK;
+            q.offload.params = q.offload.optim = i == 8 ? HPT_TIER_DEVICE
+                                                : i == 9 ? HPT_TIER_HOST : HPT_TIER_DISK;
             break;
         }
         hpt_estimate e;
