@@ -45,10 +45,8 @@ hpt_status hpt_train_state_dir(const char *save_dir, int hf, char *buf, size_t n
 /* 1 when dir holds a training state (state.bin or ZeRO's manifest). */
 static int holds_state(const char *dir) {
     char p[PATH_MAX];
-    snprintf(p, sizeof p, "%s/state.bin", dir);
-    if (is_file(p)) return 1;
-    snprintf(p, sizeof p, "%s/zero.manifest", dir);
-    return is_file(p);
+    if (snprintf(p, sizeof p, "%s/state.bin", dir) < (int)sizeof p && is_file(p)) return 1;
+    return snprintf(p, sizeof p, "%s/zero.manifest", dir) < (int)sizeof p && is_file(p);
 }
 
 hpt_status hpt_train_resume_dir(const char *dir, char *buf, size_t n) {
