@@ -35,7 +35,7 @@ PY
 # shellcheck disable=SC2086
 "$bin" estimate --model "$model" $bs "${budget[@]}" --plan auto --json >"$tmp/auto.json" 2>"$tmp/auto.err" ||
   bad "no lossless plan fits: $(cat "$tmp/auto.err")"
-grep -q "calibration" "$tmp/auto.err" && bad "the fake calibration was not used: $(cat "$tmp/auto.err")" || ok
+grep -q "running a quick calibration" "$tmp/auto.err" && bad "the fake calibration was not used: $(cat "$tmp/auto.err")" || ok
 python3 - "$tmp/auto.json" <<'PY' && ok || bad "the auto plan is over a budget or lossy"
 import json, sys
 d = json.load(open(sys.argv[1]))

@@ -364,6 +364,11 @@ const hpt_backend *hpt_backend_cpu(void);
  * answer is never NULL. Everything that allocates from mem (the model, the optimizer, the
  * offload engine, the trainer) takes its backend here: one code path for every device. */
 const hpt_backend *hpt_backend_of(const hpt_mem *mem);
+/* A GPU's identity without starting its backend (device.c): "cuda NAME sm_XY" into buf for
+ * device >= 1 (cuda:device-1); HPT_ERR_UNSUPPORTED, naming why, where it is absent or the build
+ * has no CUDA backend. hpt_device_status: the first error a GPU op kept (HPT_OK on the CPU). */
+hpt_status hpt_device_name(int device, char *buf, size_t n);
+hpt_status hpt_device_status(void);
 
 /* ---- transfers (kernels/transfer.c, kernels/cuda/transfer.cu) ----
  * Copies between the host tier and the device tier that run beside compute, and the events that

@@ -14,6 +14,8 @@
 #include "kernels/cuda/cuda.h"
 #endif
 
+#include <stdio.h>
+
 hpt_status hpt_device_ready(int device) {
     if (device == 0) return HPT_OK;
     if (device < 0) return hpt_fail(HPT_ERR_INVALID, "bad device %d", device);
@@ -84,4 +86,30 @@ const hpt_backend *hpt_backend_of(const hpt_mem *mem) {
     (void)mem;
 #endif
     return hpt_backend_cpu();
+}
+
+hpt_status hpt_device_name(int device, char *buf, size_t n) {
+    if (device < 1) return hpt_fail(HPT_ERR_INVALID, "device %d is not a GPU", device);
+#ifdef HPT_HAVE_CUDA
+    const int count = hpt_cuda_device_count();
+    if (device - 1 >= count)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "no CUDA device: GPU %d absent (this machine has %d)",
+                        device - 1, count);
+    char name[256];
+    int major = 0, minor = 0;
+    HPT_CHECK(hpt_cuda_device_props(device - 1, name, sizeof name, &major, &minor));
+    snprintf(buf, n, "cuda %s sm_%d%d", name, major, minor);
+    return HPT_OK;
+#else
+    (void)buf, (void)n;
+    return hpt_device_ready(device); /* the build has no CUDA backend: it says so */
+#endif
+}
+
+hpt_status hpt_device_status(void) {
+#ifdef HPT_HAVE_CUDA
+    return hpt_cuda_status();
+#else
+    return HPT_OK;
+#endif
 }

@@ -10,9 +10,6 @@
 #include "core/core.h"
 #include "kernels/backend.h"
 #include "mem/mem.h"
-#ifdef HPT_HAVE_CUDA
-#include "kernels/cuda/cuda.h"
-#endif
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,20 +18,7 @@
 /* Without starting the backend (estimate stays cheap): the device's properties alone. */
 hpt_status hpt_calibration_device_name(int device, char *buf, size_t n) {
     if (device < 1) return hpt_fail(HPT_ERR_INVALID, "calibration: device %d is not a GPU", device);
-#ifdef HPT_HAVE_CUDA
-    const int count = hpt_cuda_device_count();
-    if (device - 1 >= count)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "no CUDA device: GPU %d absent (this machine has %d)",
-                        device - 1, count);
-    char name[256];
-    int major = 0, minor = 0;
-    HPT_CHECK(hpt_cuda_device_props(device - 1, name, sizeof name, &major, &minor));
-    snprintf(buf, n, "cuda %s sm_%d%d", name, major, minor);
-    return HPT_OK;
-#else
-    (void)buf, (void)n;
-    return hpt_device_ready(device); /* the build has no CUDA backend: it says so */
-#endif
+    return hpt_device_name(device, buf, n);
 }
 
 #ifdef HPT_HAVE_CUDA
@@ -214,7 +198,7 @@ hpt_status hpt_calibrate_device(int device, int quick, hpt_calibration *c) {
     if (s == HPT_OK) s = gpu_attention(&g, 128, c->attn_gflops);
     if (s == HPT_OK) s = gpu_attention(&g, 512, c->attn512_gflops);
     if (s == HPT_OK) s = gpu_memory_optim(&g, c);
-    if (s == HPT_OK) s = hpt_cuda_status(); /* an op's CUDA error */
+    if (s == HPT_OK) s = hpt_device_status(); /* an op's CUDA error */
     hpt_mem_destroy(g.mem);
     return s;
 #else
