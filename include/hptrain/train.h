@@ -102,6 +102,9 @@ hpt_status hpt_trainer_save(hpt_trainer *tr);
  * Hugging Face directory there (hf 1), "save_dir.state" beside it, so the exported directory
  * holds the model only. The one place that decides (save_dir.c). */
 hpt_status hpt_train_state_dir(const char *save_dir, int hf, char *buf, size_t n);
+/* The save directory whose state state_dir is (hpt_train_state_dir's inverse): DIR for a
+ * DIR.state beside a Hugging Face DIR, else state_dir itself. */
+hpt_status hpt_train_save_dir_of(const char *state_dir, char *buf, size_t n);
 /* The state directory --resume dir reads: dir.state when it holds a state, else dir. */
 hpt_status hpt_train_resume_dir(const char *dir, char *buf, size_t n);
 /* This run's state directory (NULL without save_dir); and the files its last save wrote, as

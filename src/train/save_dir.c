@@ -49,6 +49,19 @@ static int holds_state(const char *dir) {
     return snprintf(p, sizeof p, "%s/zero.manifest", dir) < (int)sizeof p && is_file(p);
 }
 
+hpt_status hpt_train_save_dir_of(const char *state_dir, char *buf, size_t n) {
+    const size_t len = strlen(state_dir), k = sizeof ".state" - 1;
+    char cfg[PATH_MAX];
+    if (len >= n) return hpt_fail(HPT_ERR_INVALID, "path too long: %s", state_dir);
+    snprintf(buf, n, "%s", state_dir);
+    /* hpt_train_state_dir's side directory: DIR.state beside a Hugging Face DIR */
+    if (len > k && !strcmp(state_dir + len - k, ".state") &&
+        snprintf(cfg, sizeof cfg, "%.*s/config.json", (int)(len - k), state_dir) < (int)sizeof cfg &&
+        is_file(cfg))
+        buf[len - k] = '\0';
+    return HPT_OK;
+}
+
 hpt_status hpt_train_resume_dir(const char *dir, char *buf, size_t n) {
     char side[PATH_MAX];
     HPT_CHECK(hpt_train_state_dir(dir, 1, side, sizeof side));

@@ -209,18 +209,6 @@ static const char k_changeable_text[] =
     "--steps, the cadence and outputs, --threads, the budgets and exact techniques (hptrain "
     "train --help, --resume)";
 
-/* Where a resume saves unless --save is given: the directory whose state sdir is (a Hugging
- * Face save's DIR for its DIR.state: hpt_train_state_dir), else sdir itself. */
-static void default_save(const char *sdir, char *buf, size_t n) {
-    size_t len = strlen(sdir);
-    char cfg[PATH_MAX];
-    snprintf(buf, n, "%s", sdir);
-    if (len > 6 && !strcmp(sdir + len - 6, ".state") &&
-        snprintf(cfg, sizeof cfg, "%.*s/config.json", (int)(len - 6), sdir) < (int)sizeof cfg &&
-        access(cfg, F_OK) == 0)
-        snprintf(buf, n, "%.*s", (int)(len - 6), sdir);
-}
-
 int cli_resume_merge(train_args *a, cli_resume *rs) {
     const char *dir = a->o.resume;
     int64_t step;
@@ -306,7 +294,7 @@ int cli_resume_merge(train_args *a, cli_resume *rs) {
     }
     if (rc < 0 && !saved_value(run, "save")) { /* saves go to DIR (a copy's to the copy) */
         char save[PATH_MAX];
-        default_save(sdir, save, sizeof save);
+        if (hpt_train_save_dir_of(sdir, save, sizeof save) != HPT_OK) snprintf(save, sizeof save, "%s", sdir);
         put_flag(run, "save", save);
     }
     if (rc < 0) rc = split_accum(rec, run, a, dir);
