@@ -43,6 +43,15 @@ cp -r a a0 # at step 5, for the resumes below
 "$bin" train --resume a --log a2.jsonl >out 2>err || bad "--resume a alone: $(tail -2 err)"
 [ "$(losses a1.jsonl a2.jsonl)" = "$full" ] && ok || bad "split by --stop-at: $(losses a1.jsonl a2.jsonl) vs $full"
 cmp -s full/state.bin a/state.bin && ok || bad "split by --stop-at: state.bin differs"
+# a save writes the weights' files first and state.bin last (the commit): a kill between the two
+# leaves the state of step 11 beside the weights of step 12, and the resume does step 12 again
+[ "$(stat -c %.9Y full/model.bin)" \< "$(stat -c %.9Y full/state.bin)" ] && ok ||
+  bad "state.bin was not written after model.bin: $(stat -c '%.9Y %n' full/model.bin full/state.bin)"
+"$bin" train "${flags[@]}" --steps 12 --stop-at 11 --save torn 2>err || [ $? -eq 0 ] || bad "stop-at 11: $(tail -1 err)"
+cp full/model.bin torn/model.bin
+"$bin" train --resume torn >out 2>err || bad "--resume torn: $(tail -2 err)"
+cmp -s full/state.bin torn/state.bin && cmp -s full/model.bin torn/model.bin && ok ||
+  bad "a save torn between model.bin and state.bin: the resume does not end as the full run"
 # 6 steps, then --resume DIR --steps 12 (the one flag given): --steps is taken
 "$bin" train "${flags[@]}" --steps 6 --log b1.jsonl --save b 2>err || bad "6 steps: $(cat err)"
 "$bin" train --resume b --steps 12 --log b2.jsonl >out 2>err || bad "--resume b --steps 12: $(tail -2 err)"

@@ -524,10 +524,12 @@ static hpt_status save_shards(hpt_trainer *tr) {
                          .accum = (tr->o.accum > 1 ? tr->o.accum : 1) * dp_size()};
     hpt_dataloader_get_pos(tr->train, &pos.data_shard, &pos.data_offset);
     int64_t lsf[LSS_N] = {dbits((double)tr->ls), tr->ls_clean, tr->ls_skipped};
-    hpt_status s = zero_save(&tr->dp, tr->o.zero, tr->state_dir, tr->model, tr->opt, &tr->o.adamw,
-                             &pos, tr->o.loss_scale.mode != HPT_LOSS_SCALE_OFF ? lsf : NULL);
-    if (s == HPT_OK && dp_rank() == 0) s = save_model_files(tr);
-    else if (s == HPT_OK) s = dp_engine_follow(tr->model, model_file_streams(tr)); /* ZeRO-3's gathers */
+    /* the weights' files first, the state last: the state is the commit (save_files) */
+    hpt_status s = dp_rank() == 0 ? save_model_files(tr)
+                                  : dp_engine_follow(tr->model, model_file_streams(tr)); /* ZeRO-3's gathers */
+    if (s == HPT_OK)
+        s = zero_save(&tr->dp, tr->o.zero, tr->state_dir, tr->model, tr->opt, &tr->o.adamw, &pos,
+                      tr->o.loss_scale.mode != HPT_LOSS_SCALE_OFF ? lsf : NULL);
     return s;
 }
 
@@ -560,11 +562,16 @@ static hpt_status save_files(hpt_trainer *tr) {
                                                .bytes = (uint64_t)jf[JS_COUNT] * bytes};
         }
     }
+    /* the weights' files first, state.bin last: the state is the commit. A run killed between
+     * the two resumes from the older state and writes both again; the other order left a
+     * finished run's state beside the weights of its step before, which a resume at the last
+     * step (nothing to do) never rewrote (test_crash) */
+    HPT_CHECK(save_model_files(tr));
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/state.bin", tr->state_dir);
     HPT_CHECK(hpt_state_save_sections(path, tr->model, tr->opt, &tr->o.adamw, &pos, sec, n));
     zero_remove(tr->state_dir); /* a sharded checkpoint left in the directory is older now */
-    return save_model_files(tr);
+    return HPT_OK;
 }
 
 /* The streams of the weights save_model_files writes (model.bin, the Hugging Face files). */
