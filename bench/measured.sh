@@ -21,7 +21,7 @@ measured_run() {
         > "$out/stdout.txt" &
     local sub=$! pid=""
     for _ in $(seq 50); do
-        pid=$(pgrep -P "$sub" | head -1 || true)
+        pid=$(pgrep -P "$sub" -x "$(basename "$1" | cut -c1-15)" | head -1 || true) # not the >(...)
         [ -n "$pid" ] && break
         sleep 0.2
     done
