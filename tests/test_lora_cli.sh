@@ -117,6 +117,12 @@ cmp -s "$tmp/ad/adapter_config.json" "$tmp/ad2/adapter_config.json" && ok || bad
   grep -q "plan: .*--base-weights int8 --base-home host" "$tmp/out_ad" && grep -q "host peak" "$tmp/out_ad" && ok ||
   bad "train --adapter --base-weights int8 --base-home host: $(tail -n 3 "$tmp/out_ad")"
 
+# the setup line names the adapters' optimizer state (the base has none), the memory report's
+grep -q "optimizer adamw, 32-bit state: .* of optimizer state (the LoRA adapters')" "$tmp/out_ad" &&
+  [ "$(sed -n "s/.*32-bit state: \(.*\) of optimizer state.*/\1/p" "$tmp/out_ad")" = \
+    "$(awk '$1 == "optim" {print $2, $3; exit}' "$tmp/out_ad")" ] && ok ||
+  bad "the optimizer line is not the adapters' state: $(grep -E "optimizer|^ *optim" "$tmp/out_ad")"
+
 # exact resume: 8 steps with dropout, or 4, --save, and 4 more with --resume: the same losses
 # and the same adapters, bit for bit (the base comes from --model again)
 run() { "$bin" train --model "$tmp/m/hf" --data "$tmp/tr.bin" --batch 2 --seq 16 --steps 8 --lr 1e-2 \

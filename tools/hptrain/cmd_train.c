@@ -671,10 +671,13 @@ static int train_run(train_args *a, cli_resume *rs) {
         {
             const hpt_adamw_opts *ao = hpt_trainer_optim_opts(tr);
             char sb[32];
-            fmt_bytes(sb, sizeof sb, hpt_optim_state_bytes(cfg, ao));
-            fprintf(stderr, "hptrain: optimizer %s, %d-bit state%s: %s of optimizer state\n",
+            int lora = o.lora.r > 0; /* the adapters' state alone (the base is frozen) */
+            fmt_bytes(sb, sizeof sb, lora ? hpt_optim_lora_state_bytes(cfg, &o.lora, ao)
+                                          : hpt_optim_state_bytes(cfg, ao));
+            fprintf(stderr, "hptrain: optimizer %s, %d-bit state%s: %s of optimizer state%s\n",
                     hpt_optim_name((hpt_optim_kind)ao->optimizer), ao->state_bits ? ao->state_bits : 32,
-                    ao->state32_embeddings ? " (wte, wpe in 32 bits)" : "", sb);
+                    ao->state32_embeddings ? " (wte, wpe in 32 bits)" : "", sb,
+                    lora ? " (the LoRA adapters')" : "");
         }
         if (o.sched.kind == HPT_SCHEDULE_HYBRID)
             fprintf(stderr, "hptrain: hybrid schedule: warmup %lld, full %lld, predict up to %lld at "
