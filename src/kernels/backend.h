@@ -364,6 +364,10 @@ struct hpt_backend {
     void (*nf4_dequantize)(float *x, const unsigned char *src, size_t n);
 };
 
+/* Bytes of the NF4 storage of n values (kernels/nf4.c; the layout in kernels/nf4.h): what the
+ * nf4 ops read and write, for the frozen store's layout (model/frozen.c). */
+size_t hpt_nf4_bytes(size_t n);
+
 /* The CPU backend (kernels/cpu/backend.c): always present. */
 const hpt_backend *hpt_backend_cpu(void);
 /* The backend whose memory mem's device tier is (kernels/device.c): the CPU's unless

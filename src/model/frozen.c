@@ -14,11 +14,9 @@
  * Invariants: a forward reads exactly the widened stored values (the bits of an fp32 model of
  * them); every byte is from hpt_mem (params) in the sizes model_frozen_bytes gives per tier. */
 #include "core/core.h"
-#include "kernels/nf4.h"
 #include "model/blocks.h"
 #include "model/gpt2_int.h"
 #include "model/model.h"
-#include "kernels/nf4.h"
 #include "testing.h"
 
 #include <stdio.h>
