@@ -103,6 +103,10 @@ static size_t stride_of(size_t block, int home) {
  * memory, and a GPU's device memory is not (the CPU's is). */
 static int disk_via_host(int home, int gpu) { return home == HPT_TIER_DISK && gpu; }
 
+static _Thread_local int via_host_test; /* hpt_frozen_disk_via_host's (testing.h) */
+
+void hpt_frozen_disk_via_host(int on) { via_host_test = on; }
+
 void model_frozen_bytes(const hpt_model_config *cfg, int kind, int home, int gpu,
                         uint64_t out[HPT_TIER_COUNT]) {
     size_t slot;
@@ -333,7 +337,7 @@ hpt_status hpt_model_create_frozen_on(hpt_mem *mem, const hpt_model_config *cfg,
         if (s == HPT_OK)
             s = f->be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, f->stride, (void **)&f->stage);
         hpt_mem_set_name(mem, "frozen block (host staging)");
-        if (s == HPT_OK && disk_via_host(home, strcmp(be->name, "cpu") != 0))
+        if (s == HPT_OK && disk_via_host(home, strcmp(be->name, "cpu") != 0 || via_host_test))
             s = f->be->alloc(mem, HPT_TIER_HOST, HPT_CAT_PARAMS, f->stride, (void **)&f->hstage);
     }
     if (s == HPT_OK) {
