@@ -425,10 +425,11 @@ EOF
 st_lora() {
     export LD_LIBRARY_PATH="$DEPLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export HPT_UNVERIFIED_CUDA_LORA=1
-    local d="$WORK/data/lora" cfg arch shape homes base home tag args rc=0
-    mkdir -p "$d/off"
+    # d: data, saved adapters and the disk home; g: logs, outputs and estimates (logs.tar.gz)
+    local d="$WORK/data/lora" g="$WORK/logs/lora" cfg arch shape homes base home tag args rc=0
+    mkdir -p "$d/off" "$g"
     shard "$d/train_000.bin" 20000 300 || exit 1
-    : > "$d/runs.txt"
+    : > "$g/runs.txt"
     for cfg in "llama|llama:L=2,C=48,NH=6,NKV=3,FF=80,V=300,T=64" "gpt2|gpt2:L=2,C=48,NH=6,V=300,T=64"; do
         IFS='|' read -r arch shape <<<"$cfg"
         for base in f32 bf16 int8 nf4; do
@@ -438,21 +439,21 @@ st_lora() {
                 tag="$arch-$base-$home"
                 args=(--model "$shape" --batch 2 --seq 32 --lora r=4,alpha=8 --base-weights $base
                       --base-home $home --offload-dir "$d/off")
-                "$HPT" estimate "${args[@]}" --device cuda --json > "$d/$tag.est.json" || { echo "$tag: estimate failed"; rc=1; }
+                "$HPT" estimate "${args[@]}" --device cuda --json > "$g/$tag.est.json" || { echo "$tag: estimate failed"; rc=1; }
                 args+=(--data "$d/train_*.bin" --steps 3 --lr 1e-3 --seed 7 --threads 2)
-                "$HPT" train "${args[@]}" --device cpu --log "$d/$tag.cpu.jsonl" --save "$d/$tag.cpu" \
-                    > "$d/$tag.cpu.out" 2>&1 || { echo "$tag: the CPU run failed: $(tail -n 1 "$d/$tag.cpu.out")"; rc=1; }
+                "$HPT" train "${args[@]}" --device cpu --log "$g/$tag.cpu.jsonl" --save "$d/$tag.cpu" \
+                    > "$g/$tag.cpu.out" 2>&1 || { echo "$tag: the CPU run failed: $(tail -n 1 "$g/$tag.cpu.out")"; rc=1; }
                 if [ $DRY = 0 ]; then
-                    "$HPT" train "${args[@]}" --device cuda --log "$d/$tag.cuda.jsonl" --save "$d/$tag.cuda" \
-                        > "$d/$tag.cuda.out" 2>&1 || { echo "$tag: the --device cuda run failed: $(tail -n 1 "$d/$tag.cuda.out")"; rc=1; }
+                    "$HPT" train "${args[@]}" --device cuda --log "$g/$tag.cuda.jsonl" --save "$d/$tag.cuda" \
+                        > "$g/$tag.cuda.out" 2>&1 || { echo "$tag: the --device cuda run failed: $(tail -n 1 "$g/$tag.cuda.out")"; rc=1; }
                 fi
-                echo "$tag" >> "$d/runs.txt"
+                echo "$tag" >> "$g/runs.txt"
             done
         done
     done
-    "$PY" - "$d" "$WORK" "$DRY" <<'EOF' || rc=1
+    "$PY" - "$d" "$g" "$WORK" "$DRY" <<'EOF' || rc=1
 import json, os, struct, sys
-d, work, dry = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+d, g_dir, work, dry = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
 def lines(p):
     return [json.loads(l) for l in open(p) if l.strip()] if os.path.exists(p) else []
 def adapters(p):  # safetensors: 8-byte header size, JSON header, F32 data
@@ -473,12 +474,12 @@ rows = ["| run | cpu losses | cuda losses | loss rel. diff | adapters max abs di
         "| --- | --- | --- | --- | --- | --- | --- |"]
 worst_l = worst_a = 0.0
 bad, n = [], 0
-for tag in open(os.path.join(d, "runs.txt")).read().split():
+for tag in open(os.path.join(g_dir, "runs.txt")).read().split():
     n += 1
-    c = [x["loss"] for x in lines(os.path.join(d, tag + ".cpu.jsonl"))]
-    gl = lines(os.path.join(d, tag + ".cuda.jsonl"))
+    c = [x["loss"] for x in lines(os.path.join(g_dir, tag + ".cpu.jsonl"))]
+    gl = lines(os.path.join(g_dir, tag + ".cuda.jsonl"))
     g = [x["loss"] for x in gl]
-    ep = os.path.join(d, tag + ".est.json")
+    ep = os.path.join(g_dir, tag + ".est.json")
     est = json.load(open(ep))["peak_bytes_by_tier"]["device"] if os.path.exists(ep) and os.path.getsize(ep) else None
     pk = max(x.get("mem_peak_bytes", 0) for x in gl) if gl else None
     if len(c) != 3:
