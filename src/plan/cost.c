@@ -275,7 +275,7 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
         * into the fp32 slot (frozen.c), in the forward and again in the backward: the stored
         * bytes read, 4 a weight written */
         uint64_t fb[HPT_TIER_COUNT];
-        model_frozen_bytes(cfg, o->lora.base, HPT_TIER_DISK, fb); /* the blocks alone there */
+        model_frozen_bytes(cfg, o->lora.base, HPT_TIER_DISK, 0, fb); /* the blocks alone there */
         pw += m * 2.0 * ((double)L * 4.0 * blk + (double)fb[HPT_TIER_DISK]);
     }
     double act_out_s = 0, act_back_s = 0;
