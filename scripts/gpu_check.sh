@@ -12,6 +12,11 @@
 #              one at a time, HPT_REQUIRE_GPU=1: a CUDA backend that does not start fails
 #   train      hptrain train on a tiny GPT-2 for 20 steps, --device cpu and --device cuda:
 #              the losses side by side
+#   lora       LoRA on --device cuda (HPT_UNVERIFIED_CUDA_LORA=1: refused without it) against the
+#              same run on the CPU: a small odd Llama and GPT-2, base f32/bf16/int8/nf4 homed on
+#              the device and the host (and the disk: the Llama's f32 and nf4), 3 steps each: the
+#              losses (relative difference) and the saved adapters (largest absolute difference)
+#              within 1e-5; the accounted device peak equal to hptrain estimate --device cuda's
 #   transformers  Hugging Face directories written by tests/hf_write.py (Mistral with a sliding
 #              window below T, Qwen2, Qwen3, Gemma 3) through transformers' own classes
 #              (tests/hf_transformers_loss.py)
@@ -414,6 +419,110 @@ sys.exit(0 if ok else 1)
 EOF
 }
 
+# st_lora: a LoRA run on the GPU beside the CPU's (docs/lora.md, docs/cuda.md). Each run: B 2,
+# T 32, 3 steps, r 4, every linear layer, --save; the CPU's runs and the estimates run in a dry
+# run too (the plumbing), the GPU's only on one.
+st_lora() {
+    export LD_LIBRARY_PATH="$DEPLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export HPT_UNVERIFIED_CUDA_LORA=1
+    # d: data, saved adapters and the disk home; g: logs, outputs and estimates (logs.tar.gz)
+    local d="$WORK/data/lora" g="$WORK/logs/lora" cfg arch shape homes base home tag args rc=0
+    mkdir -p "$d/off" "$g"
+    shard "$d/train_000.bin" 20000 300 || exit 1
+    : > "$g/runs.txt"
+    for cfg in "llama|llama:L=2,C=48,NH=6,NKV=3,FF=80,V=300,T=64" "gpt2|gpt2:L=2,C=48,NH=6,V=300,T=64"; do
+        IFS='|' read -r arch shape <<<"$cfg"
+        for base in f32 bf16 int8 nf4; do
+            homes="device host"
+            [ "$arch" = llama ] && { [ $base = f32 ] || [ $base = nf4 ]; } && homes="device host disk"
+            for home in $homes; do
+                tag="$arch-$base-$home"
+                args=(--model "$shape" --batch 2 --seq 32 --lora r=4,alpha=8 --base-weights $base
+                      --base-home $home --offload-dir "$d/off")
+                "$HPT" estimate "${args[@]}" --device cuda --json > "$g/$tag.est.json" || { echo "$tag: estimate failed"; rc=1; }
+                args+=(--data "$d/train_*.bin" --steps 3 --lr 1e-3 --seed 7 --threads 2)
+                "$HPT" train "${args[@]}" --device cpu --log "$g/$tag.cpu.jsonl" --save "$d/$tag.cpu" \
+                    > "$g/$tag.cpu.out" 2>&1 || { echo "$tag: the CPU run failed: $(tail -n 1 "$g/$tag.cpu.out")"; rc=1; }
+                if [ $DRY = 0 ]; then
+                    "$HPT" train "${args[@]}" --device cuda --log "$g/$tag.cuda.jsonl" --save "$d/$tag.cuda" \
+                        > "$g/$tag.cuda.out" 2>&1 || { echo "$tag: the --device cuda run failed: $(tail -n 1 "$g/$tag.cuda.out")"; rc=1; }
+                fi
+                echo "$tag" >> "$g/runs.txt"
+            done
+        done
+    done
+    "$PY" - "$d" "$g" "$WORK" "$DRY" <<'EOF' || rc=1
+import json, os, struct, sys
+d, g_dir, work, dry = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+def lines(p):
+    return [json.loads(l) for l in open(p) if l.strip()] if os.path.exists(p) else []
+def adapters(p):  # safetensors: 8-byte header size, JSON header, F32 data
+    f = os.path.join(p, "adapter_model.safetensors")
+    if not os.path.exists(f):
+        return None
+    b = open(f, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    out = {}
+    for k, v in h.items():
+        if k == "__metadata__":
+            continue
+        lo, hi = v["data_offsets"]
+        out[k] = struct.unpack("<%df" % ((hi - lo) // 4), b[8 + n + lo:8 + n + hi])
+    return out
+rows = ["| run | cpu losses | cuda losses | loss rel. diff | adapters max abs diff | device peak (accounted) | estimate --device cuda |",
+        "| --- | --- | --- | --- | --- | --- | --- |"]
+worst_l = worst_a = 0.0
+bad, n = [], 0
+for tag in open(os.path.join(g_dir, "runs.txt")).read().split():
+    n += 1
+    c = [x["loss"] for x in lines(os.path.join(g_dir, tag + ".cpu.jsonl"))]
+    gl = lines(os.path.join(g_dir, tag + ".cuda.jsonl"))
+    g = [x["loss"] for x in gl]
+    ep = os.path.join(g_dir, tag + ".est.json")
+    est = json.load(open(ep))["peak_bytes_by_tier"]["device"] if os.path.exists(ep) and os.path.getsize(ep) else None
+    pk = max(x.get("mem_peak_bytes", 0) for x in gl) if gl else None
+    if len(c) != 3:
+        bad.append(tag + " (cpu log)")
+    if est is None:
+        bad.append(tag + " (estimate)")
+    dl = da = None
+    if not dry:
+        if len(g) != 3 or len(c) != 3:
+            bad.append(tag + " (cuda log)")
+        else:
+            dl = max(abs(a - b) / abs(a) for a, b in zip(c, g))
+            worst_l = max(worst_l, dl)
+        A, B = adapters(os.path.join(d, tag + ".cpu")), adapters(os.path.join(d, tag + ".cuda"))
+        if A is None or B is None or A.keys() != B.keys():
+            bad.append(tag + " (adapters)")
+        else:
+            da = max(abs(x - y) for k in A for x, y in zip(A[k], B[k]))
+            worst_a = max(worst_a, da)
+        if (dl is not None and dl > 1e-5) or (da is not None and da > 1e-5):
+            bad.append(tag + " (differs)")
+        if pk is None or est is None or pk != est:
+            bad.append("%s (peak %s, estimate %s)" % (tag, pk, est))
+    f = lambda v: "" if v is None else "%.2e" % v
+    rows.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+        tag, " ".join("%.6f" % x for x in c), " ".join("%.6f" % x for x in g), f(dl), f(da),
+        "" if pk is None else pk, "" if est is None else est))
+open(os.path.join(work, "detail", "lora.md"), "w").write("\n".join(rows) + "\n")
+if dry:
+    note = "%d CPU runs of 3 steps and their estimates --device cuda (dry run: no GPU run)" % n
+    if not bad:
+        open(os.path.join(work, "status"), "w").write("partial\n")
+else:
+    note = "%d runs: losses within %.2e (relative), adapters within %.2e of the CPU's (bound 1e-5)%s" % (
+        n, worst_l, worst_a, "" if any("peak" in b for b in bad) else "; device peaks = estimates")
+if bad:
+    note += "; failed: " + ", ".join(bad[:8])
+open(os.path.join(work, "note"), "w").write(note + "\n")
+sys.exit(1 if bad else 0)
+EOF
+    return $rc
+}
+
 st_sanitizer() {
     export LD_LIBRARY_PATH="$DEPLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     local cs
@@ -644,7 +753,7 @@ st_transformers() {
     return $rc
 }
 
-export -f st_env st_deps st_size st_build st_reference st_train st_sanitizer st_gemm st_gpt2 st_calibrate st_llama1b st_llama8b \
+export -f st_env st_deps st_size st_build st_reference st_train st_lora st_sanitizer st_gemm st_gpt2 st_calibrate st_llama1b st_llama8b \
     profile_model st_profile st_transformers
 
 # ---- the run ----
@@ -658,6 +767,7 @@ for t in test_cuda test_backend test_cuda_train test_cuda_gpt2; do
     stage "$t" 120 gpu "gpu_test $t"
 done
 stage train 60 any st_train
+stage lora 90 any st_lora
 stage transformers 90 any st_transformers
 stage sanitizer 150 gpu st_sanitizer
 stage gemm 60 gpu st_gemm

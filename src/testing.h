@@ -50,6 +50,11 @@ void hpt_model_lora_hold_masks(hpt_model *m, int hold);
  * bf16 embeddings and head `rows` vocabulary rows at a time (0: the default, 2048 rows), so a
  * small test vocabulary spans several chunks; model_frozen_bytes and the estimator follow it. */
 void hpt_frozen_vocab_chunk(int rows);
+/* A frozen base made from now on, on this thread, with a disk home moves its blocks between the
+ * disk and the device through one host block (on 1), as on a GPU, whose device memory the disk
+ * tier cannot read into: the path runs on the CPU (test_lora's check_homes); the estimator's
+ * --device cuda counts that block. */
+void hpt_frozen_disk_via_host(int on);
 
 /* The testing predictors of the hybrid schedule (hpt_predictor_kind values; checkpoints store
  * them, so the values never change). hpt_predictor_parse refuses their names;

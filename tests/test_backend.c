@@ -12,8 +12,8 @@
  * max(1, |reference|) per element (reductions here are at most a few hundred terms); libmvec
  * (exp, tanh, log: 4 ulp) the same; finite differences 1e-4; rounding ops exact or within
  * their rounding's half unit. One line per op prints its largest error. The op tests live in
- * test_backend_nn.h, test_backend_optim.h, test_backend_model.h and test_backend_llama.h
- * (included below). */
+ * test_backend_nn.h, test_backend_optim.h, test_backend_model.h, test_backend_llama.h,
+ * test_backend_pack.h and test_backend_nf4.h (included below). */
 #include "testlib.h"
 
 #include "core/core.h"
@@ -164,6 +164,7 @@ static double t_memory(void) {
 #include "test_backend_model.h"
 #include "test_backend_llama.h"
 #include "test_backend_pack.h"
+#include "test_backend_nf4.h"
 
 /* ================================ the table ================================ */
 typedef struct {
@@ -223,6 +224,7 @@ static const op_test k_tests[] = {
     OP(add_normal, t_add_normal), OP(adam_step_sumsq, t_adam_step_sumsq),
     OP(init_normal, t_init_normal), OP(fill, t_fill),
     OP(dropout_forward, t_dropout), WITH(dropout_backward, "dropout_forward"),
+    OP(nf4_quantize, t_nf4_quantize), OP(nf4_dequantize, t_nf4_dequantize),
 };
 #define N_TESTS (sizeof k_tests / sizeof k_tests[0])
 /* Every member after the name is an op's function pointer, and every one has an entry. */

@@ -9,7 +9,8 @@
  * differences and under full recomputation (check_dropout); a bf16, int8 or nf4 base (its
  * embeddings bf16) against the fp32 model of its values (check_frozen); its embeddings and head
  * widened a few vocabulary rows at a time (check_vocab_chunks); the base homed on the host or
- * the disk against the device home (check_homes). */
+ * the disk against the device home, the disk also through a host block as on a GPU
+ * (check_homes). */
 #include "testlib.h"
 #include "model/arch.h"
 #include "testing.h"
@@ -255,18 +256,22 @@ static void check_vocab_chunks(const hpt_model_config *cfg, const float *lora0, 
 static void check_homes(const hpt_model_config *cfg, const char *shape, const float *lora0,
                         size_t nl, const int32_t *x, const int32_t *y, int B, int T,
                         hpt_lora_opts lo) {
-    static const struct { int kind, home; } k_cases[] = {
-        {HPT_BASE_F32, HPT_TIER_HOST}, {HPT_BASE_F32, HPT_TIER_DISK},
-        {HPT_BASE_NF4, HPT_TIER_HOST}, {HPT_BASE_BF16, HPT_TIER_DISK}};
+    /* via_host: the disk home through a host block, a GPU's path (hpt_frozen_disk_via_host) */
+    static const struct { int kind, home, via_host; } k_cases[] = {
+        {HPT_BASE_F32, HPT_TIER_HOST, 0}, {HPT_BASE_F32, HPT_TIER_DISK, 0},
+        {HPT_BASE_NF4, HPT_TIER_HOST, 0}, {HPT_BASE_BF16, HPT_TIER_DISK, 0},
+        {HPT_BASE_NF4, HPT_TIER_DISK, 1}};
     for (size_t c = 0; c < sizeof k_cases / sizeof k_cases[0]; c++) {
-        int kind = k_cases[c].kind, home = k_cases[c].home;
+        int kind = k_cases[c].kind, home = k_cases[c].home, via = k_cases[c].via_host;
         hpt_mem *mem;
         CHECK_OK(hpt_mem_create(&mem));
         char dir[600];
         snprintf(dir, sizeof dir, "%s/frozen_home", t_tmpdir());
         CHECK_OK(hpt_mem_set_disk_dir(mem, dir));
         hpt_model *m[2] = {NULL, NULL};
+        hpt_frozen_disk_via_host(via);
         CHECK_OK(hpt_model_create_frozen_on(mem, cfg, kind, home, &m[0]));
+        hpt_frozen_disk_via_host(0);
         hpt_mem_stats st;
         hpt_mem_get_stats(mem, &st);
         uint64_t live[HPT_TIER_COUNT];
@@ -288,7 +293,7 @@ static void check_homes(const hpt_model_config *cfg, const char *shape, const fl
             g[k] = hpt_model_lora_grads(m[k]);
         }
         const char *kn = kind == HPT_BASE_F32 ? "f32" : kind == HPT_BASE_NF4 ? "nf4" : "bf16";
-        const char *tn = hpt_tier_name((hpt_tier)home);
+        const char *tn = via ? "disk (through a host block)" : hpt_tier_name((hpt_tier)home);
         CHECK_MSG(memcmp(l[0], l[1], sizeof l[0]) == 0 &&
                       memcmp(g[0], g[1], nl * sizeof(float)) == 0,
                   "%s base on the %s: loss %.9g, %.9g against the device's %.9g, %.9g or the "
@@ -300,6 +305,7 @@ static void check_homes(const hpt_model_config *cfg, const char *shape, const fl
         po.lora = lo;
         po.lora.base = kind;
         po.lora.home = home;
+        po.device = via; /* the estimate of a GPU's run counts the host block */
         hpt_estimate e;
         CHECK_OK(hpt_plan_estimate(&po, &e));
         uint64_t lb[HPT_CAT_COUNT];

@@ -200,5 +200,21 @@ expect_error "base-weights alone" "base-weights stores a frozen base: it needs -
 expect_error "base-home alone" "base-home homes a frozen base: it needs --lora" tr --base-home host
 expect_error "base-home disk without a directory" "base-home disk needs --offload-dir" tr --lora r=2 --base-home disk
 expect_error "base-home bad tier" "base-home: device, host or disk" tr --lora r=2 --base-home gpu
+# --device cuda: built, not yet run on a GPU: refused unless HPT_UNVERIFIED_CUDA_LORA=1 (the
+# GPU check's switch); the estimate then plans it (a disk home's pinned host block counted)
+est() { env -u HPT_UNVERIFIED_CUDA_LORA "$bin" estimate --model "$m" --batch 2 --seq 16 "$@"; }
+expect_error "lora on a GPU" "device cuda.*HPT_UNVERIFIED_CUDA_LORA=1" est --lora r=2 --device cuda
+expect_error "lora on a GPU, switch not 1" "device cuda" env HPT_UNVERIFIED_CUDA_LORA=yes "$bin" estimate --model "$m" --batch 2 --seq 16 --lora r=2 --device cuda
+HPT_UNVERIFIED_CUDA_LORA=1 "$bin" estimate --model "$m" --batch 2 --seq 16 --lora r=2 --base-weights nf4 \
+  --base-home disk --offload-dir "$tmp" --device cuda --json >"$tmp/gpu.json" 2>"$tmp/err" &&
+  "$bin" estimate --model "$m" --batch 2 --seq 16 --lora r=2 --base-weights nf4 --base-home disk \
+  --offload-dir "$tmp" --json >"$tmp/cpu.json" 2>>"$tmp/err" &&
+  "$py" - "$tmp/gpu.json" "$tmp/cpu.json" <<'PY' && ok || bad "estimate --lora --device cuda with the switch: $(cat "$tmp/err")"
+import json, sys
+g, c = (json.load(open(p))["bytes"] for p in sys.argv[1:3])
+# the GPU's disk home adds one pinned host block (a whole number of pages) and nothing else
+extra = g["host"]["params"] - c["host"]["params"]
+sys.exit(not (extra > 0 and extra % 4096 == 0 and g["device"] == c["device"] and g["disk"] == c["disk"]))
+PY
 expect_error "missing adapter" "adapter_config.json" "$bin" eval --model "$m" --data "$tmp/tr.bin" --batch 1 --seq 8 --batches 1 --adapter "$tmp/nope"
 finish test_lora_cli

@@ -6,7 +6,7 @@
  * times the code's magnitude; each absmax constant within half an FP8 step (of its distance
  * from the mean, in its group's scale). */
 #include "testlib.h"
-#include "model/nf4.h"
+#include "kernels/nf4.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -142,7 +142,7 @@ static void check_lora_cost(const hpt_calibration *cal) {
     lo.lora.base = HPT_BASE_NF4;
     CHECK_OK(hpt_plan_cost(&lo, cal, &cn));
     uint64_t fb[HPT_TIER_COUNT];
-    model_frozen_bytes(&lo.cfg, HPT_BASE_NF4, HPT_TIER_DISK, fb);
+    model_frozen_bytes(&lo.cfg, HPT_BASE_NF4, HPT_TIER_DISK, 0, fb);
     hpt_tensor_table tab;
     model_describe(&lo.cfg, &tab);
     double widen = 2.0 * ((double)lo.cfg.L * 4.0 * (double)hpt_table_block_numel(&tab) +

@@ -355,7 +355,18 @@ struct hpt_backend {
      * (model/lora.c); NULL in a backend without them (LoRA's dropout is then refused). */
     void (*dropout_forward)(float *y, const float *x, size_t n, float p, uint64_t seed);
     void (*dropout_backward)(float *dx, const float *dy, size_t n, float p, uint64_t seed);
+
+    /* ---- NF4, QLoRA's 4-bit codec (kernels/nf4.h: the layout, the rules) ----
+     * dst, src: the storage of n values, hpt_nf4_bytes(n) bytes, 4-aligned (a frozen block's
+     * slice, model/frozen.c). The CPU's ops are hpt_nf4_quantize and hpt_nf4_dequantize (host
+     * routines); every backend gives their bits, whatever the threads. */
+    void (*nf4_quantize)(unsigned char *dst, const float *x, size_t n);
+    void (*nf4_dequantize)(float *x, const unsigned char *src, size_t n);
 };
+
+/* Bytes of the NF4 storage of n values (kernels/nf4.c; the layout in kernels/nf4.h): what the
+ * nf4 ops read and write, for the frozen store's layout (model/frozen.c). */
+size_t hpt_nf4_bytes(size_t n);
 
 /* The CPU backend (kernels/cpu/backend.c): always present. */
 const hpt_backend *hpt_backend_cpu(void);

@@ -145,7 +145,8 @@ hpt_status emb_create(hpt_model *m, const hpt_offload_opts *o) {
     if (m->emb != HPT_EMB_BF16) return HPT_OK;
     hpt_mem_set_name(m->mem, "embeddings (bf16)");
     HPT_CHECK(m->be->alloc(m->mem, (hpt_tier)m->emb_tier, HPT_CAT_PARAMS, ne * 2, (void **)&m->emb_h));
-    m->be->memset(m->emb_h, 0, ne * 2);
+    /* zero-filled by alloc; memset is the device tier's op (a frozen base's host copy: none) */
+    if (m->emb_tier == HPT_TIER_DEVICE) m->be->memset(m->emb_h, 0, ne * 2);
     if (o->weights == HPT_BW_BF16_KAHAN) {
         hpt_mem_set_name(m->mem, "embeddings (Kahan compensation)");
         HPT_CHECK(m->be->alloc(m->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, ne * 2,

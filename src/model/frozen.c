@@ -2,20 +2,21 @@
  * model's runner reads like the offload engine's. Block l's slices lie back to back at
  * l * stride on its home (--base-home: a device buffer, a host buffer or a disk-tier block, the
  * stride then 4096-rounded): a matrix (OC, C) as fp32, bf16 (round to nearest even), int8 with
- * one fp32 scale per output row (the q8w codec) or QLoRA's NF4 (model/nf4.h; a host routine:
- * CPU only), a vector in fp32 (--base-weights). A narrow base keeps its embeddings and an
- * untied head in bf16 (embed.c's HPT_EMB_BF16 without gradient; on the host with an off-device
- * home). acquire(l) brings block l whole into a device staging buffer when it is off the
- * device (a copy, one aligned disk read) and widens it into one fp32 slot (kept while the next
- * acquire names the same block); loading, initialisation and saving go through the slot, and
- * off the device rewrite a block whole. Nothing is written back in training; no gradients.
+ * one fp32 scale per output row (the q8w codec) or QLoRA's NF4 (kernels/nf4.h), a vector in
+ * fp32 (--base-weights); every codec is a backend op, so the store runs on any backend. A narrow
+ * base keeps its embeddings and an untied head in bf16 (embed.c's HPT_EMB_BF16 without
+ * gradient; on the host with an off-device home, read in place by the ops: a GPU reads the
+ * pinned host tier over the bus). acquire(l) brings block l whole into a device staging buffer
+ * when it is off the device (a copy; a disk read, through one pinned host block where device
+ * memory is not host memory) and widens it into one fp32 slot (kept while the next acquire
+ * names the same block); loading, initialisation and saving go through the slot, and off the
+ * device rewrite a block whole. Nothing is written back in training; no gradients.
  * Invariants: a forward reads exactly the widened stored values (the bits of an fp32 model of
  * them); every byte is from hpt_mem (params) in the sizes model_frozen_bytes gives per tier. */
 #include "core/core.h"
 #include "model/blocks.h"
 #include "model/gpt2_int.h"
 #include "model/model.h"
-#include "model/nf4.h"
 #include "testing.h"
 
 #include <stdio.h>
@@ -38,6 +39,8 @@ typedef struct {
     unsigned char *data;            /* (L * stride) params, a device or host home: the blocks */
     hpt_disk_ref disk;              /* (L * stride) params, disk home */
     unsigned char *stage;           /* (stride) device params: one stored block, off-device homes */
+    unsigned char *hstage;          /* (stride) host params: a disk home's block on its way between
+                                     * the disk and stage, where device memory is not host memory */
     unsigned char *written;         /* (L) whether block l was written to the home yet */
     int staged;                     /* the block in stage, -1: none */
     float *slot;                    /* (slot_floats) device params: one block widened */
@@ -96,7 +99,15 @@ static size_t stride_of(size_t block, int home) {
     return home == HPT_TIER_DEVICE ? block : (block + 4095) / 4096 * 4096; /* whole pages */
 }
 
-void model_frozen_bytes(const hpt_model_config *cfg, int kind, int home,
+/* Whether a disk home needs the pinned host block: the disk tier reads and writes host
+ * memory, and a GPU's device memory is not (the CPU's is). */
+static int disk_via_host(int home, int gpu) { return home == HPT_TIER_DISK && gpu; }
+
+static _Thread_local int via_host_test; /* hpt_frozen_disk_via_host's (testing.h) */
+
+void hpt_frozen_disk_via_host(int on) { via_host_test = on; }
+
+void model_frozen_bytes(const hpt_model_config *cfg, int kind, int home, int gpu,
                         uint64_t out[HPT_TIER_COUNT]) {
     size_t slot;
     size_t block = layout(cfg, kind, NULL, &slot), stride = stride_of(block, home);
@@ -106,6 +117,7 @@ void model_frozen_bytes(const hpt_model_config *cfg, int kind, int home,
     memset(out, 0, HPT_TIER_COUNT * sizeof out[0]);
     out[home] += (uint64_t)cfg->L * stride;
     out[HPT_TIER_DEVICE] += 4 * (uint64_t)slot + nb + (home != HPT_TIER_DEVICE ? stride : 0);
+    out[HPT_TIER_HOST] += disk_via_host(home, gpu) ? stride : 0;
     uint64_t eh = emb_home(kind, home) != HPT_TIER_DEVICE ? model_emb_bf16_bytes(cfg) : 0;
     out[HPT_TIER_DEVICE] -= eh, out[HPT_TIER_HOST] += eh; /* the bf16 embeddings on the host */
 }
@@ -126,6 +138,12 @@ static hpt_status fetch(frozen *f, int l, unsigned char **p) {
     } else if (f->staged != l && f->home == HPT_TIER_HOST) {
         f->be->copy(f->stage, f->data + (size_t)l * f->stride, f->stride, HPT_COPY_H2D);
         hpt_mem_transfer(f->mem, HPT_TIER_HOST, HPT_TIER_DEVICE, HPT_CAT_PARAMS, f->stride);
+    } else if (f->staged != l && f->hstage) { /* the disk into host memory, then the device */
+        f->staged = -1;
+        HPT_CHECK(hpt_mem_disk_read(f->mem, &f->disk, (uint64_t)l * f->stride, f->hstage,
+                                    f->stride, HPT_TIER_HOST, HPT_CAT_PARAMS));
+        f->be->copy(f->stage, f->hstage, f->stride, HPT_COPY_H2D);
+        hpt_mem_transfer(f->mem, HPT_TIER_HOST, HPT_TIER_DEVICE, HPT_CAT_PARAMS, f->stride);
     } else if (f->staged != l) {
         f->staged = -1;
         HPT_CHECK(hpt_mem_disk_read(f->mem, &f->disk, (uint64_t)l * f->stride, f->stage, f->stride,
@@ -145,6 +163,12 @@ static hpt_status flush(frozen *f, int l) {
         hpt_mem_transfer(f->mem, HPT_TIER_DEVICE, HPT_TIER_HOST, HPT_CAT_PARAMS, f->stride);
         return HPT_OK;
     }
+    if (f->hstage) { /* the device into host memory (the copy returns when it arrived), the disk */
+        f->be->copy(f->hstage, f->stage, f->stride, HPT_COPY_D2H);
+        hpt_mem_transfer(f->mem, HPT_TIER_DEVICE, HPT_TIER_HOST, HPT_CAT_PARAMS, f->stride);
+        return hpt_mem_disk_write(f->mem, &f->disk, (uint64_t)l * f->stride, f->hstage, f->stride,
+                                  HPT_TIER_HOST, HPT_CAT_PARAMS);
+    }
     return hpt_mem_disk_write(f->mem, &f->disk, (uint64_t)l * f->stride, f->stage, f->stride,
                               HPT_TIER_DEVICE, HPT_CAT_PARAMS);
 }
@@ -154,7 +178,7 @@ static void narrow(frozen *f, unsigned char *b, int s, const float *x) {
     unsigned char *p = b + f->boff[s];
     if (!f->rows[s] || f->kind == HPT_BASE_F32) f->be->copy(p, x, f->sn[s] * 4, HPT_COPY_D2D);
     else if (f->kind == HPT_BASE_BF16) (void)f->be->bf16_narrow((uint16_t *)(void *)p, x, f->sn[s]);
-    else if (f->kind == HPT_BASE_NF4) hpt_nf4_quantize(p, x, f->sn[s]);
+    else if (f->kind == HPT_BASE_NF4) f->be->nf4_quantize(p, x, f->sn[s]);
     else f->be->q8w_quantize((int8_t *)(p + 4 * (size_t)f->rows[s]), (float *)(void *)p, x,
                              f->rows[s], (int64_t)(f->sn[s] / (size_t)f->rows[s]));
 }
@@ -163,7 +187,7 @@ static void widen(frozen *f, const unsigned char *b, int s, float *x) {
     const unsigned char *p = b + f->boff[s];
     if (!f->rows[s] || f->kind == HPT_BASE_F32) f->be->copy(x, p, f->sn[s] * 4, HPT_COPY_D2D);
     else if (f->kind == HPT_BASE_BF16) f->be->bf16_widen(x, (const uint16_t *)(const void *)p, f->sn[s]);
-    else if (f->kind == HPT_BASE_NF4) hpt_nf4_dequantize(x, p, f->sn[s]);
+    else if (f->kind == HPT_BASE_NF4) f->be->nf4_dequantize(x, p, f->sn[s]);
     else f->be->q8w_dequantize(x, (const int8_t *)(p + 4 * (size_t)f->rows[s]),
                                (const float *)(const void *)p, f->rows[s],
                                (int64_t)(f->sn[s] / (size_t)f->rows[s]));
@@ -263,6 +287,7 @@ static void free_store(void *ctx) {
     if (f->home == HPT_TIER_DISK) hpt_mem_disk_free(f->mem, HPT_CAT_PARAMS, &f->disk);
     else f->be->free(f->mem, f->home, HPT_CAT_PARAMS, f->data, (size_t)f->L * f->stride);
     f->be->free(f->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, f->stage, f->stride);
+    f->be->free(f->mem, HPT_TIER_HOST, HPT_CAT_PARAMS, f->hstage, f->stride);
     f->be->free(f->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, f->slot, f->slot_floats * 4);
     free(f->written);
     free(f);
@@ -271,19 +296,13 @@ static void free_store(void *ctx) {
 hpt_status hpt_model_create_frozen_on(hpt_mem *mem, const hpt_model_config *cfg, int kind,
                                       int home, hpt_model **out) {
     static const char *const kinds[] = {"f32", "bf16", "int8", "nf4"};
+    const hpt_backend *be = hpt_backend_of(mem);
     *out = NULL;
     if (kind < HPT_BASE_F32 || kind > HPT_BASE_NF4)
         return hpt_fail(HPT_ERR_INVALID, "base-weights: %d is not f32, bf16, int8 or nf4", kind);
     if (home < HPT_TIER_DEVICE || home > HPT_TIER_DISK)
         return hpt_fail(HPT_ERR_INVALID, "base-home: %d is not device, host or disk", home);
-    if (kind == HPT_BASE_NF4 && strcmp(hpt_backend_of(mem)->name, "cpu"))
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "--base-weights nf4 runs on the CPU in this version "
-                        "(its codec is a host routine)");
     hpt_offload_opts o = nonblock_opts(kind); /* the non-block tensors in the flat buffer */
-    if (emb_home(kind, home) != HPT_TIER_DEVICE && strcmp(hpt_backend_of(mem)->name, "cpu"))
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "--base-home %s with --base-weights %s keeps the bf16 "
-                        "embeddings on the host, read in place: the CPU only in this version",
-                        hpt_tier_name((hpt_tier)home), kinds[kind]);
     hpt_model *m;
     model_create_frozen_flag(1);
     model_create_emb_tier(emb_home(kind, home));
@@ -296,7 +315,7 @@ hpt_status hpt_model_create_frozen_on(hpt_mem *mem, const hpt_model_config *cfg,
         hpt_model_free(m);
         return hpt_fail(HPT_ERR_OOM, "cannot allocate the frozen base's store");
     }
-    f->be = hpt_backend_of(mem);
+    f->be = be;
     f->mem = mem;
     f->kind = kind;
     f->L = cfg->L;
@@ -317,6 +336,9 @@ hpt_status hpt_model_create_frozen_on(hpt_mem *mem, const hpt_model_config *cfg,
         hpt_mem_set_name(mem, "frozen block (staging)");
         if (s == HPT_OK)
             s = f->be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, f->stride, (void **)&f->stage);
+        hpt_mem_set_name(mem, "frozen block (host staging)");
+        if (s == HPT_OK && disk_via_host(home, strcmp(be->name, "cpu") != 0 || via_host_test))
+            s = f->be->alloc(mem, HPT_TIER_HOST, HPT_CAT_PARAMS, f->stride, (void **)&f->hstage);
     }
     if (s == HPT_OK) {
         hpt_mem_set_name(mem, "frozen block (fp32 slot)");

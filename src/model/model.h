@@ -159,11 +159,13 @@ const hpt_tensor_table *model_lora_table(const hpt_model *m);
 const hpt_lora_opts *model_lora_opts(const hpt_model *m);
 /* A frozen base's params bytes per tier (frozen.c, --base-weights kind, --base-home tier): the
  * block storage on home; the fp32 slot, a staging block off the device and the non-block
- * tensors (a narrow kind's embeddings in bf16, one fp32 vocabulary chunk) on the device. And the
+ * tensors (a narrow kind's embeddings in bf16, one fp32 vocabulary chunk) on the device; gpu 1
+ * (a GPU's backend, whose device memory is not host memory): a disk home's pinned host block
+ * besides. And the
  * kind and home that models made by hpt_model_create_config_offload on this thread take
  * (HPT_BASE_F32 on the device: none; the trainer sets them around a LoRA run's load, so io's
  * loaders build a frozen base). */
-void model_frozen_bytes(const hpt_model_config *cfg, int kind, int home,
+void model_frozen_bytes(const hpt_model_config *cfg, int kind, int home, int gpu,
                         uint64_t out[HPT_TIER_COUNT]);
 void model_set_frozen_base(int kind, int home);
 int model_frozen_base(void);

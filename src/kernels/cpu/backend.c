@@ -10,6 +10,7 @@
 #include "kernels/cpu/optime.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/kernels.h"
+#include "kernels/nf4.h"
 
 #include <omp.h>
 #include <stdint.h>
@@ -148,6 +149,8 @@ static const hpt_backend k_cpu = {
     .fill = k_fill,
     .dropout_forward = k_dropout_forward,
     .dropout_backward = k_dropout_backward,
+    .nf4_quantize = hpt_nf4_quantize,
+    .nf4_dequantize = hpt_nf4_dequantize,
 };
 
 /* the op timer's copy when a benchmark turned it on (optime.h), else the table */

@@ -427,6 +427,8 @@ static void fill_table(hpt_backend *t) {
     t->fill = cu_fill;
     t->dropout_forward = cu_dropout_forward;
     t->dropout_backward = cu_dropout_backward;
+    t->nf4_quantize = cu_nf4_quantize;
+    t->nf4_dequantize = cu_nf4_dequantize;
 }
 
 extern "C" const hpt_backend *hpt_backend_cuda(void) {

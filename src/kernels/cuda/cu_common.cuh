@@ -270,6 +270,8 @@ void cu_init_normal(float *x, size_t lo, size_t hi, size_t total, float std, uin
 void cu_fill(float *x, size_t n, float value);
 void cu_dropout_forward(float *y, const float *x, size_t n, float p, uint64_t seed);
 void cu_dropout_backward(float *dx, const float *dy, size_t n, float p, uint64_t seed);
+void cu_nf4_quantize(unsigned char *dst, const float *x, size_t n);   /* nf4.cu */
+void cu_nf4_dequantize(float *x, const unsigned char *src, size_t n);
 /* the q8 tables' device copies (optim.cu), released by hpt_cuda_shutdown */
 void cu_q8_release(void);
 /* A map for an op: map itself when the device can read it, else (pageable host memory holding

@@ -1,15 +1,12 @@
-/* nf4.c: the NF4 codec with double-quantised absmaxes (nf4.h; docs/lora.md). */
-#include "model/nf4.h"
+/* nf4.c: the NF4 codec with double-quantised absmaxes (nf4.h; docs/lora.md), on host memory: the
+ * CPU backend's nf4 ops (kernels/cuda/nf4.cu is the CUDA backend's, the same bits). */
+#include "kernels/nf4.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
-const float hpt_nf4_values[16] = {
-    -1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
-    -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
-    0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f, 0.33791524171829224f,
-    0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f, 1.0f};
+const float hpt_nf4_values[16] = HPT_NF4_VALUES_INIT;
 
 /* values below which the codec runs on one thread; blocks are independent, so the bits do not
  * depend on the threads */
