@@ -281,7 +281,7 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
     if (base_home != HPT_TIER_DEVICE) { /* a LoRA base off the device (model/frozen.c): each
         * block read whole when acquired, in the forward and again in the backward, waited for */
         uint64_t fb[HPT_TIER_COUNT];
-        model_frozen_bytes(cfg, o->lora.base, base_home, fb);
+        model_frozen_bytes(cfg, o->lora.base, base_home, 0, fb); /* the home's bytes only */
         double blk_s = tier_s(c, 0, (hpt_tier)base_home, (double)fb[base_home] / L, 0);
         double reads = m * 2.0 * L * blk_s;
         total += reads, transfer += reads;
