@@ -775,7 +775,9 @@ static int train_run(train_args *a, cli_resume *rs) {
                     "\"mem_peak_bytes\":%llu,\"rss_peak_bytes\":%llu",
                     p.tokens_per_s, p.step_ms,
                     (unsigned long long)p.mem_peak_bytes, (unsigned long long)p.rss_peak_bytes);
-            if (hpt_offload_active(&o.offload)) { /* the engine's homes: per tier, exactly */
+            /* the engine's homes, or a LoRA base off the device (its store's reads: frozen.c):
+             * per tier, exactly */
+            if (hpt_offload_active(&o.offload) || (o.lora.r > 0 && o.lora.home != HPT_TIER_DEVICE)) {
                 hpt_mem_stats ms;
                 hpt_mem_get_stats(mem, &ms);
                 fprintf(log, ",\"host_peak_bytes\":%llu,\"disk_peak_bytes\":%llu",
