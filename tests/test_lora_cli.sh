@@ -167,15 +167,24 @@ l4=$(sed -n 's/.*"loss":\([0-9.e+-]*\).*/\1/p' "$tmp/bw_nf4.jsonl" | head -n 1)
   ok || bad "nf4 base's first loss '$l4', the fp32 base's '$l32'"
 echo "first loss: fp32 base $l32, nf4 base $l4"
 
-# --base-home host | disk: the stored blocks off the device give the device home's losses, bit
-# for bit (the log's losses identical), and the memory report shows them on that tier
+# --base-home host | disk, with prefetch (the default) and without (--base-prefetch 0): the
+# stored blocks off the device give the device home's losses, bit for bit (the log's losses
+# identical), and the log counts the blocks' reads from that tier (eng_*)
 for bh in host disk; do
-  "$bin" train --model "$tmp/m/hf" --data "$tmp/tr.bin" --batch 2 --seq 16 --steps 2 --lora r=2 \
-    --base-weights nf4 --base-home $bh --offload-dir "$tmp/od" --log "$tmp/bh_$bh.jsonl" \
-    >"$tmp/out_$bh" 2>"$tmp/err" || bad "train --base-home $bh: $(cat "$tmp/err")"
-  [ "$(sed -n 's/.*"loss":\([0-9.e+-]*\).*/\1/p' "$tmp/bh_$bh.jsonl")" = \
-    "$(sed -n 's/.*"loss":\([0-9.e+-]*\).*/\1/p' "$tmp/bw_nf4.jsonl")" ] && ok ||
-    bad "--base-home $bh's losses differ from the device home's"
+  for pf in 1 0; do
+    "$bin" train --model "$tmp/m/hf" --data "$tmp/tr.bin" --batch 2 --seq 16 --steps 2 --lora r=2 \
+      --base-weights nf4 --base-home $bh --offload-dir "$tmp/od" --base-prefetch $pf \
+      --log "$tmp/bh_$bh$pf.jsonl" >"$tmp/out_$bh" 2>"$tmp/err" ||
+      bad "train --base-home $bh --base-prefetch $pf: $(cat "$tmp/err")"
+    [ "$(sed -n 's/.*"loss":\([0-9.e+-]*\).*/\1/p' "$tmp/bh_$bh$pf.jsonl")" = \
+      "$(sed -n 's/.*"loss":\([0-9.e+-]*\).*/\1/p' "$tmp/bw_nf4.jsonl")" ] && ok ||
+      bad "--base-home $bh --base-prefetch $pf's losses differ from the device home's"
+    # (with prefetch the two staging blocks may hold both of this L=2 model's blocks from its
+    # load: no read at all)
+    key=$([ $bh = disk ] && echo eng_disk_read_bytes || echo eng_host_copy_bytes)
+    [ $pf = 1 ] || grep -q "\"$key\":[1-9]" "$tmp/bh_$bh$pf.jsonl" && ok ||
+      bad "--base-home $bh --base-prefetch $pf: no $key in the log"
+  done
 done
 
 # estimate --json names the adapters
@@ -194,5 +203,7 @@ expect_error "base-weights alone" "base-weights stores a frozen base: it needs -
 expect_error "base-home alone" "base-home homes a frozen base: it needs --lora" tr --base-home host
 expect_error "base-home disk without a directory" "base-home disk needs --offload-dir" tr --lora r=2 --base-home disk
 expect_error "base-home bad tier" "base-home: device, host or disk" tr --lora r=2 --base-home gpu
+expect_error "base-prefetch alone" "base-prefetch reads a frozen base ahead: it needs --lora" tr --base-prefetch 0
+expect_error "base-prefetch bad value" "base-prefetch expects an integer in \[0, 1\]" tr --lora r=2 --base-prefetch 2
 expect_error "missing adapter" "adapter_config.json" "$bin" eval --model "$m" --data "$tmp/tr.bin" --batch 1 --seq 8 --batches 1 --adapter "$tmp/nope"
 finish test_lora_cli
