@@ -9,7 +9,8 @@
  * differences and under full recomputation (check_dropout); a bf16, int8 or nf4 base (its
  * embeddings bf16) against the fp32 model of its values (check_frozen); its embeddings and head
  * widened a few vocabulary rows at a time (check_vocab_chunks); the base homed on the host or
- * the disk against the device home (check_homes). */
+ * the disk against the device home (check_homes); read ahead or not (--base-prefetch) under
+ * four recompute policies, the same bits, reads and errors (check_prefetch). */
 #include "testlib.h"
 #include "model/arch.h"
 #include "model/model.h"

@@ -2,20 +2,15 @@
  * model's runner reads like the offload engine's. Block l's slices lie back to back at
  * l * stride on its home (--base-home: a device buffer, a host buffer or a disk-tier block, the
  * stride then 4096-rounded): a matrix (OC, C) as fp32, bf16 (round to nearest even), int8 with
- * one fp32 scale per output row (the q8w codec) or QLoRA's NF4 (model/nf4.h; a host routine:
- * CPU only), a vector in fp32 (--base-weights). A narrow base keeps its embeddings and an
- * untied head in bf16 (embed.c's HPT_EMB_BF16 without gradient; on the host with an off-device
- * home). acquire(l) brings block l whole into a device staging block when it is off the device
- * (a copy, one aligned disk read) and widens it into one fp32 slot (kept while the next acquire
- * names the same block). With prefetch (--base-prefetch 1, the default off the device; CPU
- * backend) a worker thread reads the next block of the pass's schedule (blocks.h: the runner's
- * acquire order) into a second staging block while the compute thread widens and computes, one
- * read in flight at a time. Loading, initialisation and saving go through the slot, and off the
- * device rewrite a block whole (the worker drained first). Nothing is written back in training.
- * Invariants: a forward reads exactly the widened stored values (the bits of an fp32 model of
- * them); every byte is from hpt_mem (params) in the sizes model_frozen_bytes gives per tier;
- * the worker touches only its job's staging block and never accounts (the compute thread does,
- * when it takes the job); an acquire out of the schedule's order is refused. */
+ * one fp32 scale per output row (the q8w codec) or QLoRA's NF4 (model/nf4.h; CPU only), a
+ * vector in fp32 (--base-weights); a narrow base's embeddings and untied head in bf16 (on the
+ * host with an off-device home). acquire(l) brings block l into a device staging block when off
+ * the device and widens it into one fp32 slot (kept while acquires name the same block); with
+ * prefetch (--base-prefetch, CPU) a worker reads the pass's next scheduled block into a second
+ * staging block meanwhile, one read in flight. Loading and saving go through the slot and
+ * rewrite a block whole. Invariants: a forward reads exactly the widened stored values; every
+ * byte is from hpt_mem (params) in the sizes model_frozen_bytes gives per tier; the worker
+ * touches only its job's staging block and never accounts; an acquire off the schedule fails. */
 #include "core/core.h"
 #include "model/blocks.h"
 #include "model/gpt2_int.h"
