@@ -8,6 +8,7 @@
  * 8-bit state), the search picks it; the lossy choices appear only with allow_lossy; disk
  * homes only with allow_disk; the plan's printed flags, set one by one, give the plan back. */
 #include "core/core.h"
+#include "model/model.h"
 #include "testlib.h"
 
 #include <math.h>
@@ -116,6 +117,39 @@ static void check_reproduces(const hpt_plan_opts *o) {
  * keep it f32 (bf16, int8 and nf4 round it: allow_lossy only); the device home while the device
  * budget allows (the host's copies cost time), the host's when only that fits, the disk's only
  * with allow_disk and a directory; each kept plan fits by the estimator and prints as chosen. */
+/* The cost of a LoRA step: the frozen base's backward is one GEMM per forward GEMM (dX, no
+ * weight gradient), the update over the adapters alone, and a narrow base adds the widening
+ * passes' bytes; the full step's parts from the same rates. */
+static void check_lora_cost(const hpt_calibration *cal) {
+    hpt_plan_opts full = hpt_plan_defaults();
+    CHECK_OK(hpt_model_config_parse("llama:L=4,C=256,NH=4,NKV=2,FF=512,V=4096,T=64", &full.cfg));
+    full.B = 1, full.T = 64;
+    hpt_plan_opts lo = full;
+    CHECK_OK(hpt_lora_parse("r=4", &lo.lora));
+    hpt_cost cf, cl, cn;
+    CHECK_OK(hpt_plan_cost(&full, cal, &cf));
+    CHECK_OK(hpt_plan_cost(&lo, cal, &cl));
+    double dw = 0, ad = 0;
+    CHECK_OK(model_lora_flops(&lo.cfg, &lo.lora, &dw, &ad));
+    /* the blocks' and the head's backward GEMMs halve (dX alone); the adapters' FLOPs come
+     * at the forward's rate */
+    double less = cf.block_gemm_flops_fwd / (cf.gemm_bwd_gflops * 1e9) +
+                  (cf.gemm_flops_fwd - cf.block_gemm_flops_fwd) / (cf.head_bwd_gflops * 1e9) -
+                  cl.tokens * ad / (cl.gemm_fwd_gflops * 1e9);
+    CHECK(less > 0 && fabs((cf.bwd_s - cl.bwd_s) - less) < 1e-9 * cf.bwd_s);
+    CHECK(cl.params == (double)hpt_lora_num_params(&lo.cfg, &lo.lora));
+    CHECK(cl.optim_s < cf.optim_s * cl.params / cf.params * 1.0001 + 1e-12);
+    lo.lora.base = HPT_BASE_NF4;
+    CHECK_OK(hpt_plan_cost(&lo, cal, &cn));
+    uint64_t fb[HPT_TIER_COUNT];
+    model_frozen_bytes(&lo.cfg, HPT_BASE_NF4, HPT_TIER_DISK, 0, fb);
+    hpt_tensor_table tab;
+    model_describe(&lo.cfg, &tab);
+    double widen = 2.0 * ((double)lo.cfg.L * 4.0 * (double)hpt_table_block_numel(&tab) +
+                          (double)fb[HPT_TIER_DISK]);
+    CHECK(fabs(cn.pointwise_bytes - cl.pointwise_bytes - widen) < 1.0 && cn.total_s > cl.total_s);
+}
+
 static void check_lora(const hpt_calibration *cal) {
     hpt_plan_opts base = hpt_plan_defaults();
     CHECK_OK(hpt_model_config_parse("llama:L=4,C=128,NH=4,NKV=2,FF=256,V=4096,T=64", &base.cfg));
@@ -171,6 +205,7 @@ static void check_lora(const hpt_calibration *cal) {
     CHECK_OK(hpt_plan_auto(&base, cal, &a, r));
     for (int i = 0; i < r->n; i++) CHECK(r->cand[i].o.lora.base == HPT_BASE_INT8);
     free(r);
+    check_lora_cost(cal);
 }
 
 /* Inline jobs (no disk home: engine.c runs them on the compute thread, serially): the

@@ -165,7 +165,8 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
     model_describe(cfg, &tab);
     double blk = (double)hpt_table_block_numel(&tab);
     double block_gemm = 2.0 * L * blk, head_gemm = maxd(0, gemm - block_gemm);
-    double np = (double)hpt_model_config_num_params(cfg);
+    double np = (double)(o->training && o->lora.r > 0 ? hpt_lora_num_params(cfg, &o->lora)
+                                                      : hpt_model_config_num_params(cfg));
     out->tokens = tok, out->accum = m;
     out->gemm_flops_fwd = gemm * tok, out->block_gemm_flops_fwd = block_gemm * tok;
     out->attn_flops_fwd = attn * tok;
@@ -204,6 +205,17 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
      * engine overlaps transfers with the blocks' compute only */
     double fwd_blocks = tok * (block_gemm / Rf + attn / Raf), fwd_rest = tok * head_gemm / Hf;
     double bwd_blocks = tok * (2 * block_gemm / Rb + 2 * attn / Rab), bwd_rest = tok * 2 * head_gemm / Hb;
+    /* LoRA (docs/lora.md): the frozen base's GEMMs compute dX only (no weight gradient: one
+     * backward GEMM per forward one, the head's too), the adapters add their thin GEMMs
+     * (model_lora_flops: forward and backward, at the forward's rate); only the adapters are
+     * updated */
+    const int lora = o->training && o->lora.r > 0;
+    if (lora) {
+        double dw = 0, ad = 0;
+        HPT_CHECK(model_lora_flops(cfg, &o->lora, &dw, &ad));
+        bwd_blocks = tok * (block_gemm / Rb + 2 * attn / Rab + ad / Rf);
+        bwd_rest = tok * head_gemm / Hb;
+    }
     /* the architecture's pointwise ops at their measured ns per element (per token), each
      * as often as a block runs it in the forward, the backward and a selective recomputation,
      * in its table's order, and the forward's other memory traffic (fwd_bytes). They replace
@@ -259,6 +271,13 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
     double act_bytes = act->offload == HPT_OFFLOAD_HOST ? (double)aoff[HPT_TIER_HOST]
                      : act->offload == HPT_OFFLOAD_DISK ? (double)aoff[HPT_TIER_DISK] : 0;
     if (act->compress != HPT_COMPRESS_NONE) pw += 3.0 * (double)none_arena * m;
+    if (lora && o->lora.base != HPT_BASE_F32) { /* a narrow base: each acquire widens its block
+        * into the fp32 slot (frozen.c), in the forward and again in the backward: the stored
+        * bytes read, 4 a weight written */
+        uint64_t fb[HPT_TIER_COUNT];
+        model_frozen_bytes(cfg, o->lora.base, HPT_TIER_DISK, 0, fb); /* the blocks alone there */
+        pw += m * 2.0 * ((double)L * 4.0 * blk + (double)fb[HPT_TIER_DISK]);
+    }
     double act_out_s = 0, act_back_s = 0;
     if (act->offload == HPT_OFFLOAD_HOST) {
         act_out_s = act_bytes / (c->host_copy_gbps * 1e9);
