@@ -9,6 +9,8 @@
  *     every:2 recomputation give the flat model's losses and gradients, bit for bit;
  *   - the runner calls the store in the order blocks.h states (begin_pass, acquire/release
  *     per block, the recomputation's acquisitions, grad_slot and grads_done while held);
+ *   - each pass's schedule (blocks.h) names exactly the acquires that follow, under every:2,
+ *     full, selective and no recomputation;
  *   - hpt_model_offload_stats and the overflow check go to the store; hpt_model_free frees it. */
 #include "testlib.h"
 
@@ -32,6 +34,9 @@ typedef struct {
     size_t log_n;
     int held;              /* the block held, -1 none */
     int order_ok;          /* 0 once a call breaks the one-held-block rule */
+    int sched[64], n_sched, pos; /* the pass's schedule; the acquires so far */
+    int sched_ok;          /* 0 once an acquire is not the schedule's next, or a pass ends early */
+    int n_passes;          /* schedules received */
     int *freed;            /* set by free */
 } plain_store;
 
@@ -54,12 +59,25 @@ static size_t slice_at(const plain_store *s, int i) {
 static hpt_status ps_begin(void *ctx, int dir) {
     plain_store *s = ctx;
     if (s->held != -1) s->order_ok = 0;
+    if (s->pos != s->n_sched) s->sched_ok = 0; /* the last pass acquired less than it said */
+    s->n_sched = s->pos = 0;
     note(s, dir > 0 ? 'F' : 'B', -1, -1);
+    return HPT_OK;
+}
+static hpt_status ps_schedule(void *ctx, const int *order, int n) {
+    plain_store *s = ctx;
+    if (n > 64) return hpt_fail(HPT_ERR_INVALID, "plain store: a schedule of %d", n);
+    memcpy(s->sched, order, (size_t)n * sizeof *order);
+    s->n_sched = n;
+    s->pos = 0;
+    s->n_passes++;
     return HPT_OK;
 }
 static hpt_status ps_acquire(void *ctx, int l, float **p) {
     plain_store *s = ctx;
     if (s->held != -1) s->order_ok = 0;
+    if (s->pos >= s->n_sched || s->sched[s->pos] != l) s->sched_ok = 0;
+    s->pos++;
     s->held = l;
     note(s, 'a', l, -1);
     *p = s->p + (size_t)l * s->bn;
@@ -170,7 +188,7 @@ int main(void) {
     hpt_offload_opts o;
     memset(&o, 0, sizeof o); /* embeddings FULL: the store holds the blocks only */
     CHECK_OK(model_create_unbound(mem, &cfg, &o, &m));
-    plain_store st = {.held = -1, .order_ok = 1};
+    plain_store st = {.held = -1, .order_ok = 1, .sched_ok = 1};
     int freed = 0;
     st.freed = &freed;
     model_block_layout(m, &st.L, &st.ns, &st.slice_n);
@@ -181,7 +199,7 @@ int main(void) {
     st.scratch = malloc(st.bn * sizeof(float));
     hpt_block_store bs = {&st,       ps_begin,   ps_acquire,    ps_release,     ps_grad_slot,
                           ps_grads_done, ps_overflow, ps_gather, ps_scatter, ps_block_dest,
-                          ps_store_block, ps_stats,  ps_free};
+                          ps_store_block, ps_stats,  ps_free,        ps_schedule};
     model_bind_blocks(m, &bs, NULL);
     CHECK(hpt_model_params(m) == NULL && hpt_model_grads(m) == NULL);
 
@@ -249,6 +267,21 @@ int main(void) {
                           hpt_tensor_numel(&m->tab.t[i]) * sizeof(float)),
                   "non-block tensor %d's gradient differs", i);
     }
+
+    /* the schedule under each recomputation policy: every acquire its next entry, none left */
+    static const char *const policies[] = {"every:2", "full", "selective", "none"};
+    for (int k = 0; k < 4; k++) {
+        hpt_act_opts a = hpt_act_defaults();
+        CHECK_OK(hpt_recompute_parse(policies[k], &a));
+        CHECK_OK(hpt_model_set_act_opts(m, &a));
+        int before = st.n_passes;
+        CHECK_OK(hpt_model_forward(m, in, tg, B, T, NULL));
+        CHECK_OK(hpt_model_backward(m));
+        CHECK_MSG(st.sched_ok && st.pos == st.n_sched && st.n_passes == before + 2,
+                  "--recompute %s: the acquires left the schedule at %d of %d", policies[k],
+                  st.pos, st.n_sched);
+    }
+    CHECK_OK(hpt_model_set_act_opts(m, &ao));
 
     /* the rest of the table */
     int ovf = 1;

@@ -10,15 +10,22 @@
  * embeddings bf16) against the fp32 model of its values (check_frozen); its embeddings and head
  * widened a few vocabulary rows at a time (check_vocab_chunks); the base homed on the host or
  * the disk against the device home, the disk also through a host block as on a GPU
- * (check_homes). */
+ * (check_homes); read ahead or not (--base-prefetch) under four recompute policies, the same
+ * bits, reads and errors (check_prefetch). */
 #include "testlib.h"
 #include "model/arch.h"
+#include "model/model.h"
 #include "testing.h"
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static double max_abs(const float *a, const float *b, size_t n) {
     double m = 0;
@@ -331,6 +338,184 @@ static void check_homes(const hpt_model_config *cfg, const char *shape, const fl
     }
 }
 
+/* The descriptor of this process's one disk-tier file in dir (unnamed: found through
+ * /proc/self/fd), -1 if not exactly one. */
+static int disk_fd(const char *dir) {
+    char real[PATH_MAX];
+    if (!realpath(dir, real)) return -1;
+    DIR *d = opendir("/proc/self/fd");
+    int found = -1, n = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        char p[300], t[PATH_MAX];
+        snprintf(p, sizeof p, "/proc/self/fd/%s", de->d_name);
+        ssize_t k = readlink(p, t, sizeof t - 1);
+        if (k <= 0) continue;
+        t[k] = '\0';
+        size_t rl = strlen(real);
+        if (strncmp(t, real, rl) != 0 || t[rl] != '/') continue;
+        struct stat st;
+        int fd = atoi(de->d_name);
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        found = fd, n++;
+    }
+    if (d) closedir(d);
+    return n == 1 ? found : -1;
+}
+
+/* Flips one byte at `at` of the file behind fd through a descriptor of its own (no O_DIRECT),
+ * as another process would. */
+static void flip_byte(int fd, off_t at) {
+    char p[64];
+    snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
+    int f2 = open(p, O_RDWR);
+    CHECK(f2 >= 0);
+    if (f2 < 0) return;
+    unsigned char c = 0;
+    CHECK(pread(f2, &c, 1, at) == 1);
+    c ^= 0x10;
+    CHECK(pwrite(f2, &c, 1, at) == 1);
+    close(f2);
+}
+
+/* Prefetch of a base off the device (--base-prefetch, model/frozen.c), on the shape with L = 5
+ * (more blocks than staging blocks, so each pass reads): under each recompute policy (the
+ * schedule's orders) two steps with and without prefetch give the same loss and adapter
+ * gradients bit for bit (adapters set to a pattern: every gradient non-zero), read whole blocks
+ * and no more of them than without (the second staging block keeps one more), and params per
+ * tier are as the estimator says for each (the second staging block); a failed read (EIO, a
+ * file truncated underneath, a flipped byte's checksum) is the same status and one-line text
+ * with and without, and the store is freed cleanly after it. */
+static void check_prefetch(const hpt_model_config *cfg2, const char *shape, const int32_t *x,
+                           const int32_t *y, int B, int T, hpt_lora_opts lo) {
+    hpt_model_config cfg5 = *cfg2;
+    cfg5.L = 5;
+    const hpt_model_config *cfg = &cfg5;
+    static const struct { int kind, home; } k_cases[] = {{HPT_BASE_BF16, HPT_TIER_DISK},
+                                                         {HPT_BASE_NF4, HPT_TIER_HOST}};
+    static const char *const policies[] = {"none", "full", "every:2", "selective"};
+    size_t nl = 0;
+    for (size_t c = 0; c < sizeof k_cases / sizeof k_cases[0]; c++) {
+        int kind = k_cases[c].kind, home = k_cases[c].home;
+        const char *tn = hpt_tier_name((hpt_tier)home);
+        for (int pol = 0; pol < 4; pol++) {
+            float l[2][2];
+            float *g[2] = {0};
+            hpt_offload_stats os[2];
+            hpt_model *m[2] = {NULL, NULL};
+            hpt_mem *mem[2];
+            for (int pf = 0; pf < 2; pf++) {
+                CHECK_OK(hpt_mem_create(&mem[pf]));
+                char dir[600];
+                snprintf(dir, sizeof dir, "%s/frozen_prefetch", t_tmpdir());
+                CHECK_OK(hpt_mem_set_disk_dir(mem[pf], dir));
+                model_set_frozen_prefetch(pf);
+                CHECK_OK(hpt_model_create_frozen_on(mem[pf], cfg, kind, home, &m[pf]));
+                model_set_frozen_prefetch(1);
+                if (!m[pf]) return;
+                hpt_mem_stats st;
+                hpt_mem_get_stats(mem[pf], &st);
+                hpt_plan_opts po = hpt_plan_defaults();
+                po.cfg = *hpt_model_get_config(m[pf]);
+                po.B = B, po.T = T, po.no_data = 1;
+                po.lora = lo;
+                po.lora.base = kind, po.lora.home = home, po.lora.no_prefetch = !pf;
+                hpt_estimate e;
+                CHECK_OK(hpt_plan_estimate(&po, &e));
+                uint64_t lb[HPT_CAT_COUNT];
+                CHECK_OK(hpt_lora_bytes(cfg, &lo, B, T, 1, lb));
+                for (int t = 0; t < HPT_TIER_COUNT; t++)
+                    CHECK_MSG(st.live_bytes[t][HPT_CAT_PARAMS] +
+                                      (t == HPT_TIER_DEVICE ? lb[HPT_CAT_PARAMS] : 0) ==
+                                  e.bytes[t][HPT_CAT_PARAMS],
+                              "prefetch %d, base on the %s: params on the %s %llu, estimated %llu",
+                              pf, tn, hpt_tier_name((hpt_tier)t),
+                              (unsigned long long)st.live_bytes[t][HPT_CAT_PARAMS],
+                              (unsigned long long)e.bytes[t][HPT_CAT_PARAMS]);
+                CHECK_OK(hpt_model_init_random(m[pf], 5));
+                CHECK_OK(hpt_model_lora_attach(m[pf], &lo, 3));
+                nl = hpt_model_lora_num_params(m[pf]);
+                float *P = hpt_model_lora_params(m[pf]);
+                for (size_t i = 0; i < nl; i++) P[i] = 0.02f * sinf(0.37f * (float)i);
+                hpt_act_opts a = hpt_act_defaults();
+                CHECK_OK(hpt_recompute_parse(policies[pol], &a));
+                CHECK_OK(hpt_model_set_act_opts(m[pf], &a));
+                for (int step = 0; step < 2; step++) {
+                    hpt_model_zero_grad(m[pf]);
+                    CHECK_OK(hpt_model_forward(m[pf], x, y, B, T, &l[pf][step]));
+                    CHECK_OK(hpt_model_backward(m[pf]));
+                }
+                g[pf] = hpt_model_lora_grads(m[pf]);
+                hpt_model_offload_stats(m[pf], &os[pf]);
+            }
+            CHECK_MSG(memcmp(l[0], l[1], sizeof l[0]) == 0 &&
+                          memcmp(g[0], g[1], nl * sizeof(float)) == 0,
+                      "base on the %s, --recompute %s: loss %.9g, %.9g with prefetch, %.9g, %.9g "
+                      "without, or the gradients differ", tn, policies[pol], (double)l[1][0],
+                      (double)l[1][1], (double)l[0][0], (double)l[0][1]);
+            CHECK_MSG(os[1].loads > 0 && os[1].loads <= os[0].loads &&
+                          os[0].bytes_in[home] * os[1].loads == os[1].bytes_in[home] * os[0].loads &&
+                          os[0].acquires == os[1].acquires,
+                      "base on the %s, --recompute %s: %llu reads of %llu bytes in %llu acquires "
+                      "with prefetch, %llu of %llu in %llu without", tn, policies[pol],
+                      (unsigned long long)os[1].loads, (unsigned long long)os[1].bytes_in[home],
+                      (unsigned long long)os[1].acquires, (unsigned long long)os[0].loads,
+                      (unsigned long long)os[0].bytes_in[home], (unsigned long long)os[0].acquires);
+            printf("%s, L=5: base on the %s, --recompute %s: prefetch gives the same bits (losses "
+                   "%.7f, %.7f); block reads %llu with prefetch, %llu without, in %llu acquires\n",
+                   shape, tn, policies[pol], (double)l[1][0], (double)l[1][1],
+                   (unsigned long long)os[1].loads, (unsigned long long)os[0].loads,
+                   (unsigned long long)os[1].acquires);
+            for (int pf = 0; pf < 2; pf++) {
+                hpt_model_free(m[pf]);
+                hpt_mem_destroy(mem[pf]);
+            }
+        }
+    }
+    /* failed reads of a base on the disk: the same error with and without prefetch */
+    static const char *const faults[] = {"EIO", "a truncated file", "a flipped byte"};
+    for (int f = 0; f < 3; f++) {
+        hpt_status st[2];
+        char msg[2][1024];
+        for (int pf = 0; pf < 2; pf++) {
+            hpt_mem *mem;
+            CHECK_OK(hpt_mem_create(&mem));
+            char dir[600];
+            snprintf(dir, sizeof dir, "%s/frozen_prefetch_fault", t_tmpdir());
+            CHECK_OK(hpt_mem_set_disk_dir(mem, dir));
+            hpt_model *m = NULL;
+            model_set_frozen_prefetch(pf);
+            CHECK_OK(hpt_model_create_frozen_on(mem, cfg, HPT_BASE_BF16, HPT_TIER_DISK, &m));
+            model_set_frozen_prefetch(1);
+            if (!m) return;
+            CHECK_OK(hpt_model_init_random(m, 5));
+            CHECK_OK(hpt_model_lora_attach(m, &lo, 3));
+            if (f == 0) hpt_mem_disk_fail(mem, HPT_DISK_FAULT_EIO, 2); /* block 1's read */
+            else if (f == 1) hpt_mem_disk_fail(mem, HPT_DISK_FAULT_VANISHED, 2);
+            else {
+                int fd = disk_fd(dir);
+                CHECK(fd >= 0);
+                struct stat sb;
+                if (fd >= 0 && fstat(fd, &sb) == 0)
+                    flip_byte(fd, (off_t)(sb.st_size / cfg->L + 100)); /* block 1: L strides */
+            }
+            hpt_model_zero_grad(m);
+            float loss;
+            st[pf] = hpt_model_forward(m, x, y, B, T, &loss);
+            snprintf(msg[pf], sizeof msg[pf], "%s", hpt_last_error());
+            hpt_mem_disk_fail(mem, HPT_DISK_FAULT_NONE, 0);
+            hpt_model_free(m);
+            hpt_mem_destroy(mem);
+        }
+        CHECK_MSG(st[0] != HPT_OK && st[0] == st[1] && !strcmp(msg[0], msg[1]) &&
+                      strstr(msg[1], "block 1") && !strchr(msg[1], '\n'),
+                  "%s: status %d '%s' with prefetch, %d '%s' without", faults[f], (int)st[1],
+                  msg[1], (int)st[0], msg[0]);
+        printf("%s, L=5: %s in block 1 of a base on the disk, with and without prefetch: %s\n", shape,
+               faults[f], msg[1]);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc < 7) {
         fprintf(stderr, "usage: test_lora REF SHAPE TARGETS R ALPHA RSLORA\n");
@@ -485,6 +670,7 @@ int main(int argc, char **argv) {
     check_frozen(&cfg, argv[2], HPT_BASE_NF4, lora0, nl, x, y, B, T, lo);
     check_vocab_chunks(&cfg, lora0, nl, x, y, B, T, lo);
     check_homes(&cfg, argv[2], lora0, nl, x, y, B, T, lo);
+    check_prefetch(&cfg, argv[2], x, y, B, T, lo);
     hpt_optim_free(opt);
     hpt_model_free(m);
     hpt_mem_get_stats(mem, &st);

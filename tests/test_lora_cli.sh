@@ -173,15 +173,24 @@ l4=$(sed -n 's/.*"loss":\([0-9.e+-]*\).*/\1/p' "$tmp/bw_nf4.jsonl" | head -n 1)
   ok || bad "nf4 base's first loss '$l4', the fp32 base's '$l32'"
 echo "first loss: fp32 base $l32, nf4 base $l4"
 
-# --base-home host | disk: the stored blocks off the device give the device home's losses, bit
-# for bit (the log's losses identical), and the memory report shows them on that tier
+# --base-home host | disk, with prefetch (the default) and without (--base-prefetch 0): the
+# stored blocks off the device give the device home's losses, bit for bit (the log's losses
+# identical), and the log counts the blocks' reads from that tier (eng_*)
 for bh in host disk; do
-  "$bin" train --model "$tmp/m/hf" --data "$tmp/tr.bin" --batch 2 --seq 16 --steps 2 --lora r=2 \
-    --base-weights nf4 --base-home $bh --offload-dir "$tmp/od" --log "$tmp/bh_$bh.jsonl" \
-    >"$tmp/out_$bh" 2>"$tmp/err" || bad "train --base-home $bh: $(cat "$tmp/err")"
-  [ "$(sed -n 's/.*"loss":\([0-9.e+-]*\).*/\1/p' "$tmp/bh_$bh.jsonl")" = \
-    "$(sed -n 's/.*"loss":\([0-9.e+-]*\).*/\1/p' "$tmp/bw_nf4.jsonl")" ] && ok ||
-    bad "--base-home $bh's losses differ from the device home's"
+  for pf in 1 0; do
+    "$bin" train --model "$tmp/m/hf" --data "$tmp/tr.bin" --batch 2 --seq 16 --steps 2 --lora r=2 \
+      --base-weights nf4 --base-home $bh --offload-dir "$tmp/od" --base-prefetch $pf \
+      --log "$tmp/bh_$bh$pf.jsonl" >"$tmp/out_$bh" 2>"$tmp/err" ||
+      bad "train --base-home $bh --base-prefetch $pf: $(cat "$tmp/err")"
+    [ "$(sed -n 's/.*"loss":\([0-9.e+-]*\).*/\1/p' "$tmp/bh_$bh$pf.jsonl")" = \
+      "$(sed -n 's/.*"loss":\([0-9.e+-]*\).*/\1/p' "$tmp/bw_nf4.jsonl")" ] && ok ||
+      bad "--base-home $bh --base-prefetch $pf's losses differ from the device home's"
+    # (with prefetch the two staging blocks may hold both of this L=2 model's blocks from its
+    # load: no read at all)
+    key=$([ $bh = disk ] && echo eng_disk_read_bytes || echo eng_host_copy_bytes)
+    [ $pf = 1 ] || grep -q "\"$key\":[1-9]" "$tmp/bh_$bh$pf.jsonl" && ok ||
+      bad "--base-home $bh --base-prefetch $pf: no $key in the log"
+  done
 done
 
 # estimate --json names the adapters
@@ -208,13 +217,16 @@ expect_error "lora on a GPU, switch not 1" "device cuda" env HPT_UNVERIFIED_CUDA
 HPT_UNVERIFIED_CUDA_LORA=1 "$bin" estimate --model "$m" --batch 2 --seq 16 --lora r=2 --base-weights nf4 \
   --base-home disk --offload-dir "$tmp" --device cuda --json >"$tmp/gpu.json" 2>"$tmp/err" &&
   "$bin" estimate --model "$m" --batch 2 --seq 16 --lora r=2 --base-weights nf4 --base-home disk \
-  --offload-dir "$tmp" --json >"$tmp/cpu.json" 2>>"$tmp/err" &&
+  --offload-dir "$tmp" --base-prefetch 0 --json >"$tmp/cpu.json" 2>>"$tmp/err" &&
   "$py" - "$tmp/gpu.json" "$tmp/cpu.json" <<'PY' && ok || bad "estimate --lora --device cuda with the switch: $(cat "$tmp/err")"
 import json, sys
 g, c = (json.load(open(p))["bytes"] for p in sys.argv[1:3])
 # the GPU's disk home adds one pinned host block (a whole number of pages) and nothing else
+# (against the CPU without prefetch: the GPU reads no block ahead)
 extra = g["host"]["params"] - c["host"]["params"]
 sys.exit(not (extra > 0 and extra % 4096 == 0 and g["device"] == c["device"] and g["disk"] == c["disk"]))
 PY
+expect_error "base-prefetch alone" "base-prefetch reads a frozen base ahead: it needs --lora" tr --base-prefetch 0
+expect_error "base-prefetch bad value" "base-prefetch expects an integer in \[0, 1\]" tr --lora r=2 --base-prefetch 2
 expect_error "missing adapter" "adapter_config.json" "$bin" eval --model "$m" --data "$tmp/tr.bin" --batch 1 --seq 8 --batches 1 --adapter "$tmp/nope"
 finish test_lora_cli

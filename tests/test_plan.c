@@ -307,6 +307,7 @@ static const char *random_value(const char *name, char *buf, size_t n) {
     if (!strcmp(name, "lora-targets")) PICK("q,v", "c_attn", "q,k,v,o,gate,up,down");
     if (!strcmp(name, "base-weights")) PICK("f32", "bf16", "int8", "nf4");
     if (!strcmp(name, "base-home")) PICK("device", "host", "disk");
+    if (!strcmp(name, "base-prefetch")) PICK("0", "1");
     if (!strcmp(name, "pack")) PICK("stream", "on", "off");
     /* the rest are integers: accum, head-chunk, K, P, vocab chunk, schedule lengths */
     unsigned lo = !strcmp(name, "max-active-layers") || !strcmp(name, "accum") ||

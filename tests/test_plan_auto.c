@@ -142,12 +142,29 @@ static void check_lora_cost(const hpt_calibration *cal) {
     lo.lora.base = HPT_BASE_NF4;
     CHECK_OK(hpt_plan_cost(&lo, cal, &cn));
     uint64_t fb[HPT_TIER_COUNT];
-    model_frozen_bytes(&lo.cfg, HPT_BASE_NF4, HPT_TIER_DISK, 0, fb);
+    model_frozen_bytes(&lo.cfg, HPT_BASE_NF4, HPT_TIER_DISK, 0, 0, fb);
     hpt_tensor_table tab;
     model_describe(&lo.cfg, &tab);
     double widen = 2.0 * ((double)lo.cfg.L * 4.0 * (double)hpt_table_block_numel(&tab) +
                           (double)fb[HPT_TIER_DISK]);
     CHECK(fabs(cn.pointwise_bytes - cl.pointwise_bytes - widen) < 1.0 && cn.total_s > cl.total_s);
+    /* the base on the host, read ahead (--base-prefetch 1) or not: the same reads; with them
+     * beside the compute the step costs less while the reader's share loss is below 1 (each
+     * block's compute hides some of its read), and more than the base on the device by at
+     * least that share of the reads */
+    hpt_cost ch[2];
+    lo.lora.home = HPT_TIER_HOST;
+    for (int pf = 0; pf < 2; pf++) {
+        lo.lora.no_prefetch = !pf;
+        CHECK_OK(hpt_plan_cost(&lo, cal, &ch[pf]));
+    }
+    double reads = ch[0].total_s - cn.total_s;
+    CHECK(ch[0].load_bytes == ch[1].load_bytes && ch[0].load_bytes > 0 && reads > 0);
+    if (cal->share_loss < 1)
+        CHECK_MSG(ch[1].total_s < ch[0].total_s &&
+                      ch[1].total_s >= cn.total_s + cal->share_loss * reads * (1 - 1e-9),
+                  "a base on the host: %.6g s with prefetch, %.6g without, %.6g on the device",
+                  ch[1].total_s, ch[0].total_s, cn.total_s);
 }
 
 static void check_lora(const hpt_calibration *cal) {

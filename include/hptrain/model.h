@@ -293,6 +293,8 @@ typedef struct {
     int base;       /* hpt_base_weights of the frozen base's blocks (--base-weights) */
     int home;       /* hpt_tier of the frozen base's stored blocks (--base-home): device (0),
                      * host or disk, read-only there and brought in a block at a time */
+    int no_prefetch; /* 1: --base-prefetch 0: off the device, each block read when acquired;
+                      * 0 (default): the next block read by a worker meanwhile (CPU only) */
 } hpt_lora_opts;
 /* r 0 (off), alpha 8, dropout 0, every linear layer: PEFT's LoraConfig defaults once r is set. */
 hpt_lora_opts hpt_lora_defaults(void);

@@ -34,6 +34,7 @@ enum {
     O_MEMORY, O_HOST_MEMORY, O_DISK_MEMORY, O_OFFLOAD_DIR,
     O_DEVICE, O_ZERO,
     O_LORA, O_LORA_TARGETS, O_BASE_WEIGHTS, O_PACK, O_BASE_HOME, O_MLP_TILE,
+    O_BASE_PREFETCH,
     O_COUNT
 };
 
@@ -54,6 +55,7 @@ static const struct {
     {"memory", 1}, {"host-memory", 1}, {"disk-memory", 1}, {"offload-dir", 1},
     {"device", 1}, {"zero", 1}, {"lora", 1}, {"lora-targets", 1},
     {"base-weights", 1}, {"pack", 1}, {"base-home", 1}, {"mlp-tile", 1},
+    {"base-prefetch", 1},
 };
 
 static const char *const k_base_names[] = {"f32", "bf16", "int8", "nf4"};
@@ -262,6 +264,12 @@ static hpt_status set_option(hpt_plan *p, int opt, const char *v) {
         for (int i = 0; i < HPT_TIER_COUNT; i++)
             if (!strcmp(v, hpt_tier_name((hpt_tier)i))) { p->lora.home = i; return HPT_OK; }
         return hpt_fail(HPT_ERR_INVALID, "base-home: device, host or disk (got '%s')", v);
+    case O_BASE_PREFETCH: {
+        int on = 1;
+        HPT_CHECK(set_int(opt, v, 0, 1, &on));
+        p->lora.no_prefetch = !on;
+        return HPT_OK;
+    }
     case O_LORA_TARGETS:
         if (!*v) return hpt_fail(HPT_ERR_INVALID, "lora-targets: expected a list of layers (q,v)");
         if (strlen(v) >= sizeof p->lora.targets)
@@ -349,6 +357,8 @@ hpt_status hpt_plan_check(const hpt_plan *p, const hpt_plan_env *env) {
         return hpt_fail(HPT_ERR_INVALID, "--base-weights stores a frozen base: it needs --lora");
     if (p->lora.home && p->lora.r < 1)
         return hpt_fail(HPT_ERR_INVALID, "--base-home homes a frozen base: it needs --lora");
+    if (GIVEN(p, O_BASE_PREFETCH) && p->lora.r < 1)
+        return hpt_fail(HPT_ERR_INVALID, "--base-prefetch reads a frozen base ahead: it needs --lora");
     if (p->lora.home == HPT_TIER_DISK && !p->offload_dir)
         return hpt_fail(HPT_ERR_INVALID, "--base-home disk needs --offload-dir DIR");
     if (p->lora.r > 0 && e.training) {
@@ -559,6 +569,7 @@ hpt_status hpt_plan_print(const hpt_plan *p, char *buf, size_t n) {
         emit(&o, O_BASE_WEIGHTS, "%s", k_base_names[p->lora.base]);
     if (p->lora.home > 0 && p->lora.home < HPT_TIER_COUNT)
         emit(&o, O_BASE_HOME, "%s", hpt_tier_name((hpt_tier)p->lora.home));
+    if (p->lora.no_prefetch) emit(&o, O_BASE_PREFETCH, "0");
     /* budgets, exactly: in the unit that divides them with the fewest digits (2GB, 40MiB) */
     static const int k_budget_opt[HPT_TIER_COUNT] = {O_MEMORY, O_HOST_MEMORY, O_DISK_MEMORY};
     for (int t = 0; t < HPT_TIER_COUNT; t++)

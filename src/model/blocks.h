@@ -8,6 +8,8 @@
  *   backward:  begin_pass(-1); for l = L-1 .. 0: [acquire(j) ... release(j) per block j the
  *              recomputation reruns]; acquire(l); grad_slot(l, live); ... grads_done(l); release(l)
  *   between steps: grads_overflow, gather / scatter, block_dest / store_block, stats.
+ * A store that reads ahead (schedule non-NULL: model/frozen.c) gets after each begin_pass the
+ * pass's whole acquire order, recomputation included (runner.c's pass_order): never a guess.
  * Invariants: at most one block is held at a time; grad_slot and grads_done only while it is held
  * (grads_done hands the complete gradients over); a failed call leaves the store safe to free.
  * The table and ctx are the store's, freed once from hpt_model_free; pointers handed out are
@@ -55,6 +57,9 @@ typedef struct hpt_block_store {
     /* The store's transfer statistics. */
     void (*stats)(void *ctx, hpt_offload_stats *out);
     void (*free)(void *ctx);
+    /* Optional (NULL: the store reads no order): the pass just begun acquires order[0..n-1] in
+     * this order (recomputation's acquires included); order is borrowed for the call. */
+    hpt_status (*schedule)(void *ctx, const int *order, int n);
 } hpt_block_store;
 
 /* ---- binding a store to a model (its owner, src/offload/bind.c, calls these) ---- */

@@ -97,6 +97,13 @@ void model_set_frozen_base(int kind, int home) {
 }
 int model_frozen_base(void) { return frozen_base_kind; }
 int model_frozen_home(void) { return frozen_base_home; }
+/* 1 (the default): --base-prefetch 0 off (model_set_frozen_prefetch) */
+static _Thread_local int frozen_no_prefetch;
+void model_set_frozen_prefetch(int on) { frozen_no_prefetch = !on; }
+int model_frozen_prefetch(void) { return !frozen_no_prefetch; }
+int model_frozen_reads_ahead(const hpt_lora_opts *o, int device) {
+    return !o->no_prefetch && o->home != HPT_TIER_DEVICE && !device; /* frozen.c: the CPU's */
+}
 
 void model_grads_away(int on) { create_grads_away = on; }
 

@@ -158,18 +158,24 @@ hpt_status model_act_tier_bytes_vc(const hpt_model_config *cfg, int B, int T,
 const hpt_tensor_table *model_lora_table(const hpt_model *m);
 const hpt_lora_opts *model_lora_opts(const hpt_model *m);
 /* A frozen base's params bytes per tier (frozen.c, --base-weights kind, --base-home tier): the
- * block storage on home; the fp32 slot, a staging block off the device and the non-block
- * tensors (a narrow kind's embeddings in bf16, one fp32 vocabulary chunk) on the device; gpu 1
- * (a GPU's backend, whose device memory is not host memory): a disk home's pinned host block
- * besides. And the
+ * block storage on home; the fp32 slot, a staging block off the device (two with prefetch,
+ * never through the host block) and the non-block tensors (a narrow kind's embeddings in bf16,
+ * one fp32 vocabulary chunk) on the device; gpu 1 (a GPU's backend, whose device memory is not
+ * host memory): a disk home's pinned host block besides. And the
  * kind and home that models made by hpt_model_create_config_offload on this thread take
  * (HPT_BASE_F32 on the device: none; the trainer sets them around a LoRA run's load, so io's
  * loaders build a frozen base). */
-void model_frozen_bytes(const hpt_model_config *cfg, int kind, int home, int gpu,
+void model_frozen_bytes(const hpt_model_config *cfg, int kind, int home, int gpu, int prefetch,
                         uint64_t out[HPT_TIER_COUNT]);
 void model_set_frozen_base(int kind, int home);
 int model_frozen_base(void);
 int model_frozen_home(void);
+/* Whether a frozen base made from now on, on this thread, reads ahead off the device (1, the
+ * default; --base-prefetch): its second staging block, on the CPU backend. And whether a plan's
+ * base reads ahead (prefetch asked, off the device, on the CPU): model_frozen_bytes' prefetch. */
+void model_set_frozen_prefetch(int on);
+int model_frozen_prefetch(void);
+int model_frozen_reads_ahead(const hpt_lora_opts *o, int device);
 /* A frozen base's vocabulary chunk: the rows of its bf16 embeddings widened at a time (embed.c;
  * 0: an f32 base's full embeddings) */
 int model_frozen_vocab_chunk(const hpt_model_config *cfg, int kind);

@@ -14,6 +14,7 @@
 #include "model/gpt2_int.h"
 
 #include <stddef.h>
+#include <stdlib.h>
 
 /* The arch's activation struct's pointer at offset off (arch.h's off_*). */
 static void *acts_ptr(const hpt_model *m, size_t off) {
@@ -102,6 +103,36 @@ static hpt_status grads_done(hpt_model *m, int l, float *const *dw) {
     return s == HPT_OK ? s : hpt_fail_ctx(s, "handing over block %d's gradients", l);
 }
 
+/* The blocks a pass acquires, in order (blocks.h's schedule): the forward 0 .. L-1; the
+ * backward L-1 .. 0, each block's acquire preceded by those recompute() makes at its start
+ * (every:N and full: the segment's blocks at its last one; selective: the block itself).
+ * out holds 2L; returns the count. */
+static int pass_order(const hpt_model *m, int dir, int *out) {
+    const int L = m->cfg.L, N = act_segment_len(&m->act);
+    int n = 0;
+    for (int l = 0; l < L && dir > 0; l++) out[n++] = l;
+    for (int l = L - 1; l >= 0 && dir < 0; l--) {
+        if (N && l == act_segment_end(l, N, L))
+            for (int j = (l / N) * N; j <= l; j++) out[n++] = j;
+        else if (!N && m->act.recompute == HPT_RECOMPUTE_SELECTIVE) out[n++] = l;
+        out[n++] = l;
+    }
+    return n;
+}
+
+/* Starts a pass over the store's blocks and hands it the pass's acquire order. */
+static hpt_status begin_pass(hpt_model *m, int dir) {
+    const hpt_block_store *bs = m->blocks;
+    if (!bs) return HPT_OK;
+    HPT_CHECK(bs->begin_pass(bs->ctx, dir));
+    if (!bs->schedule) return HPT_OK;
+    int *order = malloc(2 * (size_t)m->cfg.L * sizeof *order);
+    if (!order) return hpt_fail(HPT_ERR_OOM, "cannot allocate a pass's block order");
+    hpt_status s = bs->schedule(bs->ctx, order, pass_order(m, dir, order));
+    free(order);
+    return s;
+}
+
 /* At the start of block l's backward: rebuilds what the policy dropped, acquiring (and
  * releasing) each block whose forward it reruns. */
 static hpt_status recompute(hpt_model *m, const hpt_arch_ctx *xf, int l) {
@@ -173,7 +204,7 @@ hpt_status hpt_model_forward(hpt_model *m, const int32_t *inputs, const int32_t 
     if (targets) m->be->copy(acts_ptr(m, A->off_targets), targets, BT * sizeof(int32_t), HPT_COPY_H2D);
     if (m->emb != HPT_EMB_FULL) emb_encoder_forward(m);
     else A->embed_forward(&x, m->ap, m->acts);
-    hpt_status s = m->blocks ? m->blocks->begin_pass(m->blocks->ctx, 1) : HPT_OK;
+    hpt_status s = begin_pass(m, 1);
     for (int l = 0; l < L && s == HPT_OK; l++) {
         hpt_mem_set_layer(m->mem, l);
         act_enter(m, TP_BLOCK_F(l));
@@ -235,7 +266,7 @@ hpt_status hpt_model_backward(hpt_model *m) {
     if (m->emb != HPT_EMB_FULL) emb_head_backward(m, x.head_rows); /* dlnf only (embed.c) */
     else A->head_backward(&x, m->ap, m->ag, m->acts);
     A->final_backward(&x, m->ap, m->ag, m->acts, block_output(m, layers, L - 1));
-    hpt_status s = m->blocks ? m->blocks->begin_pass(m->blocks->ctx, -1) : HPT_OK;
+    hpt_status s = begin_pass(m, -1);
     for (int l = L - 1; l >= 0 && s == HPT_OK; l--) {
         hpt_mem_set_layer(m->mem, l);
         act_enter(m, TP_BLOCK_B(L, l));

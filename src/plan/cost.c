@@ -275,7 +275,7 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
         * into the fp32 slot (frozen.c), in the forward and again in the backward: the stored
         * bytes read, 4 a weight written */
         uint64_t fb[HPT_TIER_COUNT];
-        model_frozen_bytes(cfg, o->lora.base, HPT_TIER_DISK, 0, fb); /* the blocks alone there */
+        model_frozen_bytes(cfg, o->lora.base, HPT_TIER_DISK, 0, 0, fb); /* the blocks alone there */
         pw += m * 2.0 * ((double)L * 4.0 * blk + (double)fb[HPT_TIER_DISK]);
     }
     double act_out_s = 0, act_back_s = 0;
@@ -298,12 +298,22 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
     double total = fwd + bwd + recs + pws + opt + m * act_out_s;
     double transfer = m * act_out_s;
     if (base_home != HPT_TIER_DEVICE) { /* a LoRA base off the device (model/frozen.c): each
-        * block read whole when acquired, in the forward and again in the backward, waited for */
+        * block read whole, in the forward and again in the backward; without prefetch waited
+        * for when acquired, with it read beside the previous block's compute (a block then
+        * costs max(compute, read), plus the compute the reading thread takes: share_loss per
+        * second of memcpy from the host, disk_share_loss per second of disk reads) */
         uint64_t fb[HPT_TIER_COUNT];
-        model_frozen_bytes(cfg, o->lora.base, base_home, o->device != 0, fb);
+        model_frozen_bytes(cfg, o->lora.base, base_home, o->device != 0, 0, fb); /* the home's bytes */
         double blk_s = tier_s(c, 0, (hpt_tier)base_home, (double)fb[base_home] / L, 0);
         double reads = m * 2.0 * L * blk_s;
-        total += reads, transfer += reads;
+        if (model_frozen_reads_ahead(&o->lora, o->device)) {
+            double cf = fwd_blocks / L, cb = (bwd_blocks + rec) / L;
+            double loss = base_home == HPT_TIER_DISK ? c->disk_share_loss : c->share_loss;
+            total += m * L * (maxd(0, blk_s - cf) + maxd(0, blk_s - cb)) + loss * reads;
+        } else {
+            total += reads;
+        }
+        transfer += reads;
         out->load_bytes = m * 2.0 * (double)fb[base_home];
     }
     /* the copies back of host-offloaded activations run beside the backward */

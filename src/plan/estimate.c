@@ -253,10 +253,11 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
         dev[HPT_CAT_PARAMS] += lb[HPT_CAT_PARAMS];
         if (o->lora.base || o->lora.home) { /* --base-weights, --base-home (model/frozen.c): the
              * blocks stored narrow on their home; one fp32 block slot (and a staging block off
-             * the device, and on a GPU a disk home's pinned host block); a narrow base's
-             * embeddings in bf16 with one fp32 vocabulary chunk */
+             * the device, two with prefetch, and on a GPU a disk home's pinned host block); a
+             * narrow base's embeddings in bf16 with one fp32 vocabulary chunk */
             uint64_t fb[HPT_TIER_COUNT];
-            model_frozen_bytes(c, o->lora.base, o->lora.home, o->device != 0, fb);
+            model_frozen_bytes(c, o->lora.base, o->lora.home, o->device != 0,
+                               model_frozen_reads_ahead(&o->lora, o->device), fb);
             dev[HPT_CAT_PARAMS] = dev[HPT_CAT_PARAMS] - np * 4 + fb[HPT_TIER_DEVICE];
             out->bytes[HPT_TIER_HOST][HPT_CAT_PARAMS] += fb[HPT_TIER_HOST];
             out->bytes[HPT_TIER_DISK][HPT_CAT_PARAMS] += fb[HPT_TIER_DISK];

@@ -238,9 +238,9 @@ static hpt_status setup(hpt_trainer *tr) {
             return hpt_fail(HPT_ERR_INVALID, "--adapter starts a run from adapters; --resume "
                             "continues one (give one of them)");
         /* --base-weights and --base-home are the run's, not the adapters' */
-        int base = tr->o.lora.base, home = tr->o.lora.home;
+        int base = tr->o.lora.base, home = tr->o.lora.home, np = tr->o.lora.no_prefetch;
         HPT_CHECK(hpt_lora_read_config(o->adapter, &tr->o.lora));
-        tr->o.lora.base = base, tr->o.lora.home = home;
+        tr->o.lora.base = base, tr->o.lora.home = home, tr->o.lora.no_prefetch = np;
         HPT_CHECK(hpt_plan_check(&o->plan, &env));
     }
     const int lora = o->lora.r > 0;
@@ -319,6 +319,7 @@ static hpt_status setup(hpt_trainer *tr) {
         model_create_forward_only(lora); /* LoRA: a frozen base, no gradient buffer */
         model_set_frozen_base(lora ? o->lora.base : HPT_BASE_F32, /* --base-weights, --base-home */
                               lora ? o->lora.home : HPT_TIER_DEVICE);
+        model_set_frozen_prefetch(!lora || !o->lora.no_prefetch); /* --base-prefetch */
         if (file_exists(o->model)) {
             ms = check_budget(tr, &cfg, o->model, live0);
             if (ms == HPT_OK) ms = hpt_model_load_offload(tr->mem, o->model, &o->offload, &tr->model);
@@ -329,14 +330,17 @@ static hpt_status setup(hpt_trainer *tr) {
         } else if (strchr(o->model, '/') || strstr(o->model, ".bin")) {
             model_create_forward_only(0);
             model_set_frozen_base(HPT_BASE_F32, HPT_TIER_DEVICE);
+            model_set_frozen_prefetch(1);
             return hpt_fail(HPT_ERR_IO, "cannot open %s: %s", o->model, strerror(ENOENT));
         } else {
             model_create_forward_only(0);
             model_set_frozen_base(HPT_BASE_F32, HPT_TIER_DEVICE);
+            model_set_frozen_prefetch(1);
             return hpt_model_config_parse(o->model, &cfg); /* its error names the shape problem */
         }
         model_create_forward_only(0);
         model_set_frozen_base(HPT_BASE_F32, HPT_TIER_DEVICE);
+        model_set_frozen_prefetch(1);
         HPT_CHECK(ms);
         /* the adapters over the loaded or initialised base (A from the run's seed) */
         if (lora) HPT_CHECK(hpt_model_lora_attach(tr->model, &o->lora, o->seed ^ 0x4C6F5241ull));

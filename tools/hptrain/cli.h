@@ -152,6 +152,7 @@ struct cJSON *chat_segments(const hpt_chat_text *r, const struct cJSON *msgs, co
     {"device", 1, 0, CLI_OPT_PLAN}, {"zero", 1, 0, CLI_OPT_PLAN}, \
     {"lora", 1, 0, CLI_OPT_PLAN}, {"lora-targets", 1, 0, CLI_OPT_PLAN}, \
     {"base-weights", 1, 0, CLI_OPT_PLAN}, {"base-home", 1, 0, CLI_OPT_PLAN}, \
+    {"base-prefetch", 1, 0, CLI_OPT_PLAN}, \
     {"pack", 1, 0, CLI_OPT_PLAN}, \
     {"loss-scale-init", 1, 0, CLI_OPT_PLAN}, {"loss-scale-window", 1, 0, CLI_OPT_PLAN}, \
     {"accum", 1, 0, CLI_OPT_PLAN}, {"schedule", 1, 0, CLI_OPT_PLAN}, \

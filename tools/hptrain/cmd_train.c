@@ -209,6 +209,9 @@ static const char k_help[] =
     "                       embedding and head in bf16, widened 2048 vocabulary rows at a time\n"
     "  --base-home T        LoRA: the frozen base's stored blocks on T = device (default), host\n"
     "                       or disk (--offload-dir), read-only, each brought in whole when used\n"
+    "  --base-prefetch 0|1  LoRA, base on the host or disk: 1 (default) a thread reads the next\n"
+    "                       block while one computes (one more staging block on the device);\n"
+    "                       0 each block read when used\n"
     "  --adapter DIR        start LoRA from saved adapters (PEFT's files): their r, alpha,\n"
     "                       dropout and layers replace --lora's; a fresh optimizer\n"
     "  --quiet              the summary only: no setup lines, no progress line, the memory\n"
@@ -775,7 +778,9 @@ static int train_run(train_args *a, cli_resume *rs) {
                     "\"mem_peak_bytes\":%llu,\"rss_peak_bytes\":%llu",
                     p.tokens_per_s, p.step_ms,
                     (unsigned long long)p.mem_peak_bytes, (unsigned long long)p.rss_peak_bytes);
-            if (hpt_offload_active(&o.offload)) { /* the engine's homes: per tier, exactly */
+            /* the engine's homes, or a LoRA base off the device (its store's reads: frozen.c):
+             * per tier, exactly */
+            if (hpt_offload_active(&o.offload) || (o.lora.r > 0 && o.lora.home != HPT_TIER_DEVICE)) {
                 hpt_mem_stats ms;
                 hpt_mem_get_stats(mem, &ms);
                 fprintf(log, ",\"host_peak_bytes\":%llu,\"disk_peak_bytes\":%llu",
