@@ -46,14 +46,17 @@ void arch_mlp_backward(const hpt_arch_ctx *x, const arch_mlp *m, float *din, con
     const int64_t BT = (int64_t)x->B * x->T, R = (int64_t)x->mlp_rows, C = m->C;
     for (int64_t r0 = 0; r0 < BT; r0 += R) {
         const int64_t n = HPT_MIN(R, BT - r0);
+        /* in[r0:] = rmsnorm(norm_x[r0:]) * norm_w from the saved rstd: the forward's bits */
+        const float *xin = in ? in + r0 * C : m->in_tile;
+        if (!in) x->be->rmsnorm_apply(m->in_tile, m->norm_x + r0 * C, m->norm_w, m->norm_rstd + r0, n, C);
         /* the tile's forward again: h = in[r0:] @ w1^T (+ b1), y = act(h) */
-        arch_linear_forward(x, h, in + r0 * C, m->w1, m->b1, n, C, m->H, 0);
+        arch_linear_forward(x, h, xin, m->w1, m->b1, n, C, m->H, 0);
         m->act_fwd(x->be, y, h, n, m->F);
         /* out += y @ w2^T (+ b2): dy (n, F) = dout[r0:] @ w2; dw2 += dout^T @ y */
         arch_linear_backward(x, dy, m->dw2, m->db2, dout + r0 * C, y, m->w2, n, m->F, C, 0);
         /* y = act(h): dh (n, H) */
         m->act_bwd(x->be, dh, dy, h, n, m->F);
         /* h = in @ w1^T (+ b1): din[r0:] (n, C) = dh @ w1; dw1 += dh^T @ in */
-        arch_linear_backward(x, din + r0 * C, m->dw1, m->db1, dh, in + r0 * C, m->w1, n, C, m->H, 0);
+        arch_linear_backward(x, din + r0 * C, m->dw1, m->db1, dh, xin, m->w1, n, C, m->H, 0);
     }
 }
