@@ -34,13 +34,16 @@ static int by_size_last(const void *a, const void *b) {
 
 static int by_length_first(const void *a, const void *b) {
     const hpt_arena_buf *x = g_sort_base + *(const int *)a, *y = g_sort_base + *(const int *)b;
-    if (x->last - x->first != y->last - y->first) return x->last - x->first > y->last - y->first ? -1 : 1;
+    const int lx = x->last - x->first, ly = y->last - y->first;
+    if (lx != ly) return lx > ly ? -1 : 1;
     if (x->first != y->first) return x->first < y->first ? -1 : 1;
     return by_size_desc(a, b);
 }
+
 static int by_area(const void *a, const void *b) {
     const hpt_arena_buf *x = g_sort_base + *(const int *)a, *y = g_sort_base + *(const int *)b;
-    double ax = (double)x->bytes * (x->last - x->first + 1), ay = (double)y->bytes * (y->last - y->first + 1);
+    double ax = (double)x->bytes * (x->last - x->first + 1);
+    double ay = (double)y->bytes * (y->last - y->first + 1);
     if (ax != ay) return ax > ay ? -1 : 1;
     return by_size_desc(a, b);
 }

@@ -15,13 +15,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Whether a stored (offloaded or compressed) field: the large ones a block's backward reads;
- * under every:N and full, the kept segment ends' outputs (the next segment's input), but the
- * last block's (the head's input). */
+/* Whether the options store anything (offload or compression). */
 static int stores(const hpt_act_opts *o) {
     return o->offload != HPT_OFFLOAD_NONE || o->compress != HPT_COMPRESS_NONE;
 }
 
+/* Whether a stored (offloaded or compressed) field: the large ones a block's backward reads;
+ * under every:N and full, the kept segment ends' outputs (the next segment's input), but the
+ * last block's (the head's input); and there the embedding's output (plan_acts, a global). */
 static int stored(const hpt_act_opts *o, int L, int l, const hpt_arch_field *f) {
     if (!stores(o)) return 0;
     if (act_segment_len(o)) return (f->flags & HPT_FIELD_OUTPUT) && l < L - 1;
@@ -63,7 +64,8 @@ typedef struct {
 /* The time point of a symbolic lifetime. */
 static int time_of(const hpt_arch_ctx *x, hpt_arch_time t, int L, int vc) {
     switch (t) {
-    case HPT_TP_SCRATCH_END: return x->norm_rebuild && x->mlp_rows ? TP_HEAD_B(L) : TP_BLOCK_B(L, 0);
+    case HPT_TP_SCRATCH_END:
+        return x->norm_rebuild && x->mlp_rows ? TP_HEAD_B(L) : TP_BLOCK_B(L, 0);
     case HPT_TP_HEAD_F: return TP_HEAD_F(L);
     case HPT_TP_HEAD_B: return TP_HEAD_B(L);
     /* chunked embeddings: the head's buffers live on to the encoder's backward (wte's deferred

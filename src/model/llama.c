@@ -328,7 +328,10 @@ static void block_backward(const hpt_arch_ctx *x, float *const *w, float *const 
     if (x->mlp_rows) { /* tiled: dln2 tile by tile; dres flows to res2 unchanged */
         arch_mlp mlp = llama_mlp(c, p->fcw, p->fcb, p->fcprojw, p->fcprojb);
         mlp.dw1 = g->fcw, mlp.db1 = g->fcb, mlp.dw2 = g->fcprojw, mlp.db2 = g->fcprojb;
-        if (own) mlp.norm_x = la->res2, mlp.norm_w = p->ln2w, mlp.norm_rstd = la->ln2_rstd, mlp.in_tile = a->mlpx_b;
+        if (own) {
+            mlp.norm_x = la->res2, mlp.norm_w = p->ln2w, mlp.norm_rstd = la->ln2_rstd;
+            mlp.in_tile = a->mlpx_b;
+        }
         arch_mlp_backward(x, &mlp, dln2, a->dres, own ? NULL : la->ln2, a->mlph_b, a->mlpy_b,
                           a->dmid, a->dbig);
     } else {
