@@ -12,7 +12,11 @@
  *       RSS growth since before the trainer was created (hpt_mem_alloc zero-fills every block,
  *       so its pages are resident), and the accounting does not claim more than is resident.
  *       Not under the sanitizers: their shadow memory and quarantine are RSS the program never
- *       asked for. */
+ *       asked for.
+ *   (c) The long-context plan's device bytes a token for a Llama block (recompute full, a tiled
+ *       MLP, a chunked head, checkpoints offloaded to the host), written here from what the
+ *       MLP's backward of one block holds, against the planner's growth from T to 2T; and the
+ *       host's, L block inputs (docs/activations.md, "Growth with T"). */
 #include "testlib.h"
 
 #include <string.h>
@@ -82,6 +86,37 @@ static void test_closed_form(void) {
             }
 }
 
+/* Under --recompute full --mlp-tile N --head-chunk N --act-offload host, at T past the tile's
+ * floor, the peak is one block's MLP backward, which holds, a token: six (C) rows (ln2, which
+ * receives dln2, in ln1's buffer; res2; atty; the residual gradient; the block's input and the
+ * one prefetched), qkv and its gradient (QKV each), flash's log-sum-exp and its backward's row
+ * term (NH each), the two norms' rstd and the input token: 6 C + 2 QKV + 2 NH + 3 floats. */
+static void test_long_context(void) {
+    const int L = 3, C = 64, NH = 4, NKV = 2, QKV = C + 2 * NKV * (C / NH), T1 = 512;
+    hpt_model_config cfg;
+    CHECK_OK(hpt_model_config_parse("llama:L=3,C=64,NH=4,NKV=2,FF=96,V=256,T=2048", &cfg));
+    hpt_act_opts o = hpt_act_defaults();
+    o.recompute = HPT_RECOMPUTE_FULL;
+    o.every = 1;
+    o.mlp_tile = 16;
+    o.head_chunk = 16;
+    o.offload = HPT_OFFLOAD_HOST;
+    uint64_t a[HPT_TIER_COUNT], b[HPT_TIER_COUNT];
+    CHECK_OK(hpt_model_act_tier_bytes(&cfg, 1, T1, &o, a));
+    CHECK_OK(hpt_model_act_tier_bytes(&cfg, 1, 2 * T1, &o, b));
+    uint64_t want = 4 * (uint64_t)(6 * C + 2 * QKV + 2 * NH + 3) * (uint64_t)T1;
+    CHECK_MSG(b[HPT_TIER_DEVICE] - a[HPT_TIER_DEVICE] == want, "long context: device grows %llu "
+              "bytes from T %d to %d, the equations say %llu",
+              (unsigned long long)(b[HPT_TIER_DEVICE] - a[HPT_TIER_DEVICE]), T1, 2 * T1,
+              (unsigned long long)want);
+    CHECK_MSG(b[HPT_TIER_HOST] - a[HPT_TIER_HOST] == 4 * (uint64_t)L * C * T1,
+              "long context: host grows %llu bytes, L block inputs say %llu",
+              (unsigned long long)(b[HPT_TIER_HOST] - a[HPT_TIER_HOST]),
+              (unsigned long long)(4 * (uint64_t)L * C * T1));
+    printf("(c) long-context Llama block: %llu device bytes a token (6 C + 2 QKV + 2 NH + 3 "
+           "floats), %d host\n", (unsigned long long)(want / (uint64_t)T1), 4 * L * C);
+}
+
 #ifndef HPT_SANITIZED
 static uint64_t accounted(const hpt_mem_stats *st, int peak) {
     uint64_t n = 0;
@@ -139,5 +174,6 @@ int main(void) {
     hpt_set_threads(2);
     test_rss(); /* first: the process's peak RSS is still its baseline */
     test_closed_form();
+    test_long_context();
     return t_done("test_memcheck");
 }

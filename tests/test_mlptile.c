@@ -55,7 +55,8 @@ static void check_policies(const char *shape) {
     hpt_model *m = model_of(shape, &mem, &cfg, x, y);
     const size_t n = hpt_model_num_params(m);
     float *gref = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float));
-    CHECK(gref && g);
+    float *gnone = malloc(n * sizeof(float));
+    CHECK(gref && g && gnone);
     static const char *const recs[] = {"none", "selective", "every:2", "full"};
     static const int tiles[] = {1, 16, 23, 32, 68, 69, 1000};
     size_t same_total = 0, n_total = 0;
@@ -78,6 +79,19 @@ static void check_policies(const char *shape) {
                           recs[r], tiles[k], le);
                 CHECK_MSG(ge < 1e-6, "%s %s tile %d: grads %.3e", at ? "plain" : "flash", recs[r],
                           tiles[k], ge);
+                if (o.recompute == HPT_RECOMPUTE_EVERY || o.recompute == HPT_RECOMPUTE_FULL) {
+                    /* recomputation is exact at the same tile: the bits of recompute none (the
+                     * Llama family's block backward then works in its own dead fields, the
+                     * tiles rebuilding ln2's rows: arch.h's HPT_FIELD_NORM2) */
+                    hpt_act_opts on = o;
+                    on.recompute = HPT_RECOMPUTE_NONE;
+                    const float lnone = step(m, &on, x, y, gnone, n, NULL);
+                    CHECK_MSG(!memcmp(&lnone, &loss, sizeof loss) && !memcmp(gnone, g, n * sizeof(float)),
+                              "%s %s tile %d: not recompute none's bits", at ? "plain" : "flash",
+                              recs[r], tiles[k]);
+                    CHECK_OK(hpt_model_set_act_opts(m, &o)); /* the arena check below: o's */
+                    CHECK_OK(hpt_model_forward(m, x, y, B, T, NULL));
+                }
                 /* the arena is the plan's, and smaller than the untiled one's */
                 uint64_t bytes[HPT_TIER_COUNT];
                 CHECK_OK(hpt_model_act_tier_bytes(&cfg, B, T, &o, bytes));
@@ -117,6 +131,7 @@ static void check_policies(const char *shape) {
     CHECK_STATUS(hpt_model_set_act_opts(m, &bad), HPT_ERR_INVALID);
     free(g);
     free(gref);
+    free(gnone);
     hpt_model_free(m);
     hpt_mem_destroy(mem);
 }
@@ -143,6 +158,18 @@ static void check_lora(const char *shape) {
     double le = (double)(loss - lref) / (double)lref, ge = t_rel_err(g, gref, n);
     printf("  LoRA r4, tile 16: loss rel %+.2e, adapters' grads rel %.2e\n", le, ge);
     CHECK(le < 1e-6 && le > -1e-6 && ge < 1e-6);
+    /* full recomputation at the same tile, its checkpoints (the embedding's output among them)
+     * on the host or not: recompute none's bits */
+    o.recompute = HPT_RECOMPUTE_NONE;
+    const float lnone = step(m, &o, x, y, gref, n, hpt_model_lora_grads(m));
+    for (int off = 0; off < 2; off++) {
+        o.recompute = HPT_RECOMPUTE_FULL;
+        o.offload = off ? HPT_OFFLOAD_HOST : HPT_OFFLOAD_NONE;
+        const float lfull = step(m, &o, x, y, g, n, hpt_model_lora_grads(m));
+        CHECK_MSG(!memcmp(&lfull, &lnone, sizeof lfull) && !memcmp(g, gref, n * sizeof(float)),
+                  "LoRA, full, tile 16, offload %d: not recompute none's bits", off);
+    }
+    o.offload = HPT_OFFLOAD_NONE;
     hpt_model_lora_detach(m);
     CHECK_OK(hpt_lora_parse("r=4,alpha=8,dropout=0.1", &lo));
     CHECK_OK(hpt_model_lora_attach(m, &lo, 3));
@@ -157,18 +184,22 @@ static void check_lora(const char *shape) {
 static void check_estimate(const char *shape) {
     char train[512];
     t_make_shards(91, 50, 5, 3, 4000, 0, train, NULL);
-    static const struct { const char *rec; int tile; } runs[] = {
-        {"none", 16}, {"selective", 23}, {"full", 7}, {"none", 1000}};
+    static const struct { const char *rec; int tile; hpt_act_offload off; } runs[] = {
+        {"none", 16, HPT_OFFLOAD_NONE}, {"selective", 23, HPT_OFFLOAD_NONE},
+        {"full", 7, HPT_OFFLOAD_NONE}, {"none", 1000, HPT_OFFLOAD_NONE},
+        {"full", 7, HPT_OFFLOAD_HOST}, {"every:2", 16, HPT_OFFLOAD_HOST}};
     for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
         hpt_mem *mem;
         CHECK_OK(hpt_mem_create(&mem));
         hpt_train_opts o = t_train_opts(shape, train, B, T, 2, 1);
         CHECK_OK(hpt_recompute_parse(runs[i].rec, &o.act));
         o.act.mlp_tile = runs[i].tile;
+        o.act.offload = runs[i].off;
         float losses[2];
         t_train_run(mem, &o, 0, losses, NULL, NULL); /* to the end, unsaved */
         char what[64];
-        snprintf(what, sizeof what, "recompute %s, mlp tile %d", runs[i].rec, runs[i].tile);
+        snprintf(what, sizeof what, "recompute %s, mlp tile %d, act offload %d", runs[i].rec,
+                 runs[i].tile, (int)runs[i].off);
         t_check_estimate(mem, &o, what);
         hpt_mem_destroy(mem);
     }

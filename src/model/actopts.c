@@ -21,8 +21,9 @@ int act_segment_end(int l, int N, int L) {
 int act_store_layer(const hpt_act_opts *o, int L, int l) {
     int N = act_segment_len(o);
     if (!N) return l;
-    int first = (l / N) * N; /* the segment's input: the previous block's output */
-    return l == act_segment_end(l, N, L) && first > 0 ? first - 1 : -1;
+    int first = (l / N) * N; /* the segment's input: the previous block's output, or the
+                              * embedding's (-1) */
+    return l == act_segment_end(l, N, L) ? first - 1 : -2;
 }
 
 hpt_status act_opts_check(const hpt_model_config *c, const hpt_act_opts *o) {
@@ -50,9 +51,13 @@ size_t act_mlp_rows(const hpt_act_opts *o, int B, int T) {
 hpt_arch_ctx act_ctx_for(const hpt_model_config *c, const hpt_act_opts *o, int vc, int B,
                          int T) {
     hpt_arch_ctx x = {hpt_backend_cpu(), c, B, T, o->attention, act_head_rows(o, B, T), 0, 1.0f,
-                     hpt_attn_ops_of(o->attention), NULL, 0.0f, NULL, NULL, 0, NULL, 0, 0};
+                     hpt_attn_ops_of(o->attention), NULL, 0.0f, NULL, NULL, 0, NULL, 0, 0, 0};
     x.logit_cols = vc && x.head_rows < (size_t)B * T ? (size_t)vc : (size_t)c->Vp;
     x.mlp_rows = act_mlp_rows(o, B, T);
+    /* the plan's sharing of the norms' buffers (actplan.c; arch.h's HPT_FIELD_NORM1/2) */
+    const hpt_arch *A = hpt_arch_of(c);
+    for (int i = 0; A && act_segment_len(o) > 0 && i < A->n_fields; i++)
+        if (A->fields[i].flags & HPT_FIELD_NORM2) x.norm_rebuild = 1;
     return x;
 }
 

@@ -15,11 +15,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Whether the options store anything (offload or compression). */
+static int stores(const hpt_act_opts *o) {
+    return o->offload != HPT_OFFLOAD_NONE || o->compress != HPT_COMPRESS_NONE;
+}
+
 /* Whether a stored (offloaded or compressed) field: the large ones a block's backward reads;
  * under every:N and full, the kept segment ends' outputs (the next segment's input), but the
- * last block's (the head's input). */
+ * last block's (the head's input); and there the embedding's output (plan_acts, a global). */
 static int stored(const hpt_act_opts *o, int L, int l, const hpt_arch_field *f) {
-    if (o->offload == HPT_OFFLOAD_NONE && o->compress == HPT_COMPRESS_NONE) return 0;
+    if (!stores(o)) return 0;
     if (act_segment_len(o)) return (f->flags & HPT_FIELD_OUTPUT) && l < L - 1;
     return (f->flags & HPT_FIELD_STORE) != 0;
 }
@@ -32,23 +37,35 @@ static int dropped(const hpt_act_opts *o, int L, int l, const hpt_arch_field *f)
     return 0;
 }
 
-/* a stored field is up to three buffers: forward, store, backward */
-static int n_bufs_for(const hpt_arch *A, const hpt_model_config *c) {
-    return 3 * A->n_fields * c->L + A->n_globals;
+/* Whether field f takes the NORM1 field's buffers (arch.h's HPT_FIELD_NORM2): under every:N
+ * and full, where both are rebuilt in backward with the same lifetimes (neither is an output
+ * nor stored) and the block rebuilds NORM1 after NORM2's last reader (x->norm_rebuild). */
+static int shares_norm(const hpt_act_opts *o, const hpt_arch_field *f) {
+    return act_segment_len(o) > 0 && (f->flags & HPT_FIELD_NORM2);
 }
 
-/* Where the stored copies go: filled by plan_acts (arrays of L * n_fields, zeroed). */
+/* a stored field is up to three buffers: forward, store, backward (the embedding's output
+ * too, a global) */
+static int n_bufs_for(const hpt_arch *A, const hpt_model_config *c) {
+    return 3 * A->n_fields * c->L + A->n_globals + 2;
+}
+
+/* Where the stored copies go: filled by plan_acts (arrays of L * n_fields + 1, zeroed: the
+ * last, the embedding's output, actstore.c's slots). */
 typedef struct {
     void **astore;     /* compressed copies in the arena (compression without offload) */
     size_t *soff;      /* offsets in the offload space (host buffer or disk block) */
     size_t *sbytes;    /* bytes of each stored copy, 0: not stored */
     size_t off_bytes;  /* the offload space */
     size_t max_store;  /* the largest stored copy (disk + compressed staging) */
+    void **enc_b;      /* where the backward's copy of a stored embedding output goes */
 } store_plan;
 
 /* The time point of a symbolic lifetime. */
-static int time_of(hpt_arch_time t, int L, int vc) {
+static int time_of(const hpt_arch_ctx *x, hpt_arch_time t, int L, int vc) {
     switch (t) {
+    case HPT_TP_SCRATCH_END:
+        return x->norm_rebuild && x->mlp_rows ? TP_HEAD_B(L) : TP_BLOCK_B(L, 0);
     case HPT_TP_HEAD_F: return TP_HEAD_F(L);
     case HPT_TP_HEAD_B: return TP_HEAD_B(L);
     /* chunked embeddings: the head's buffers live on to the encoder's backward (wte's deferred
@@ -83,8 +100,28 @@ static size_t plan_acts(const hpt_arch *A, const hpt_arch_ctx *x, const hpt_act_
             *(void **)((char *)acts + gl->off) = NULL;
             continue;
         }
-        BUF((char *)acts + gl->off, gl->name, -1, rows * w * f, time_of(gl->first, L, vc),
-            time_of(gl->last, L, vc));
+        if (gl->off == A->off_encoded && N && stores(o)) {
+            /* every:N, full: block 0's input stored like the other segments' inputs: the
+             * forward's copy until block 0's forward, the stored one, and the backward's from
+             * the point before segment 0's last block's backward to block 0's */
+            int t_in = TP_BLOCK_B(L, act_segment_end(0, N, L)) - 1;
+            size_t idx = (size_t)L * (size_t)A->n_fields;
+            size_t sb = be->act_code_bytes((hpt_act_code)o->compress, rows, w);
+            sp->sbytes[idx] = sb;
+            sp->max_store = sb > sp->max_store ? sb : sp->max_store;
+            BUF((char *)acts + gl->off, gl->name, -1, rows * w * f, 0, TP_BLOCK_F(0));
+            if (o->offload == HPT_OFFLOAD_NONE) {
+                BUF(&sp->astore[idx], o->compress == HPT_COMPRESS_INT8 ? "int8 store" : "bf16 store",
+                    -1, sb, 0, t_in);
+            } else {
+                sp->soff[idx] = sp->off_bytes;
+                sp->off_bytes += (sb + 63) & ~(size_t)63;
+            }
+            BUF(sp->enc_b, gl->name, -1, rows * w * f, t_in, TP_BLOCK_B(L, 0));
+            continue;
+        }
+        BUF((char *)acts + gl->off, gl->name, -1, rows * w * f, time_of(x, gl->first, L, vc),
+            time_of(x, gl->last, L, vc));
     }
     for (int l = 0; l < L; l++) {
         int tf = TP_BLOCK_F(l), tb = TP_BLOCK_B(L, l);
@@ -98,6 +135,7 @@ static size_t plan_acts(const hpt_arch *A, const hpt_arch_ctx *x, const hpt_act_
             int is_out = (fd->flags & HPT_FIELD_OUTPUT) != 0;
             if (fd->attention >= 0 && fd->attention != (int)x->attention) continue;
             if ((fd->flags & HPT_FIELD_MLP) && x->mlp_rows) continue; /* the tiles' (globals) */
+            if (shares_norm(o, fd)) continue; /* the NORM1 field's buffers (act_ensure) */
             size_t rows, w;
             A->field_shape(x, i, &rows, &w);
             size_t bytes = rows * w * f;
@@ -139,8 +177,8 @@ static size_t plan_acts(const hpt_arch *A, const hpt_arch_ctx *x, const hpt_act_
             *(void **)((char *)acts + gl->off) = NULL;
             continue;
         }
-        BUF((char *)acts + gl->off, gl->name, -1, rows * w * f, time_of(gl->first, L, vc),
-            time_of(gl->last, L, vc));
+        BUF((char *)acts + gl->off, gl->name, -1, rows * w * f, time_of(x, gl->first, L, vc),
+            time_of(x, gl->last, L, vc));
     }
 #undef BUF
     *n_out = n;
@@ -168,13 +206,14 @@ static hpt_status plan_tiers(const hpt_model_config *cfg, int B, int T, const hp
     if (!A) return hpt_fail(HPT_ERR_INVALID, "unknown architecture id %d", cfg->arch);
     HPT_CHECK(act_opts_check(cfg, o));
     hpt_arch_ctx x = act_ctx_for(cfg, o, vc < 0 ? -vc : vc, B, T);
-    size_t nf = (size_t)cfg->L * (size_t)A->n_fields;
+    size_t nf = (size_t)cfg->L * (size_t)A->n_fields + 1;
     void *acts = calloc(1, A->acts_size);
     char *layers = calloc((size_t)cfg->L, A->block_acts_size);
     char *flayers = calloc((size_t)cfg->L, A->block_acts_size);
     hpt_act_buf *bufs = calloc((size_t)n_bufs_for(A, cfg), sizeof *bufs);
+    void *enc_b = NULL;
     store_plan sp = {calloc(nf, sizeof(void *)), calloc(nf, sizeof(size_t)),
-                     calloc(nf, sizeof(size_t)), 0, 0};
+                     calloc(nf, sizeof(size_t)), 0, 0, &enc_b};
     hpt_status s = HPT_ERR_OOM;
     int n;
     if (acts && layers && flayers && bufs && sp.astore && sp.soff && sp.sbytes) {
@@ -222,6 +261,7 @@ void hpt_model_free_activations(hpt_model *m) {
     m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, r->act_mem, r->act_bytes);
     r->act_mem = NULL;
     r->act_bytes = 0;
+    r->st.enc_b = NULL;
     actstore_release(m);
     r->aB = r->aT = 0;
     m->B = m->T = 0;
@@ -272,7 +312,7 @@ hpt_status act_ensure(hpt_model *m, int B, int T) {
     hpt_actstore *st = &r->st;
     if (r->act_mem && r->aB == B && r->aT == T) return HPT_OK;
     if (r->act_mem) act_enter(m, -1);
-    const size_t L = (size_t)m->cfg.L, nf = L * (size_t)A->n_fields;
+    const size_t L = (size_t)m->cfg.L, nf = L * (size_t)A->n_fields + 1;
     if (!r->layers) {
         r->layers = calloc(L, A->block_acts_size);
         r->flayers = calloc(L, A->block_acts_size);
@@ -286,7 +326,8 @@ hpt_status act_ensure(hpt_model *m, int B, int T) {
     memset(st->astore, 0, nf * sizeof *st->astore);
     memset(st->soff, 0, nf * sizeof *st->soff);
     memset(st->sbytes, 0, nf * sizeof *st->sbytes);
-    store_plan sp = {st->astore, st->soff, st->sbytes, 0, 0};
+    st->enc_b = NULL;
+    store_plan sp = {st->astore, st->soff, st->sbytes, 0, 0, &st->enc_b};
     memset(r->layers, 0, L * A->block_acts_size);
     memset(r->flayers, 0, L * A->block_acts_size);
     hpt_arch_ctx x = act_ctx_for(&m->cfg, &m->act, m->emb != HPT_EMB_FULL ? m->Vc : 0, B, T);
@@ -314,6 +355,16 @@ hpt_status act_ensure(hpt_model *m, int B, int T) {
         return hpt_fail_ctx(s, "offloaded activations for B=%d T=%d", B, T);
     }
     for (int i = 0; i < r->n_bufs; i++) *r->bufs[i].ptr = (char *)r->act_mem + r->bufs[i].offset;
+    /* every:N, full: the second norm's output in the first's buffers */
+    int n1 = -1;
+    for (int i = 0; i < A->n_fields; i++)
+        if (A->fields[i].flags & HPT_FIELD_NORM1) n1 = i;
+    for (int l = 0; l < (int)L; l++)
+        for (int i = 0; i < A->n_fields && n1 >= 0; i++)
+            if (shares_norm(&m->act, &A->fields[i])) {
+                *act_field(A, r->layers, l, i) = *act_field(A, r->layers, l, n1);
+                *act_field(A, r->flayers, l, i) = *act_field(A, r->flayers, l, n1);
+            }
     /* a kept field: the forward writes the buffer the backward reads */
     for (int l = 0; l < (int)L; l++)
         for (int i = 0; i < A->n_fields; i++)

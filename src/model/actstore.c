@@ -5,6 +5,8 @@
  * segment's input, before its last block's backward, act_store_layer) (on a thread for host offload, on the transfer
  * streams on a GPU); actstore_wait joins it and records its transfers. The buffers and the GPU's
  * ordering: docs/activations.md, "Saved-activation offload and compression".
+ * Slots: block l's fields at l * n_fields + i, and the embedding's output (block -1's, under
+ * every:N and full) at L * n_fields.
  * Invariants: the prefetch thread writes only buffers born at the current time point (no other
  * live buffer overlaps them) and reads only the host store, which nothing writes during the
  * backward; it is joined before anything reads them and before the arena is freed or replanned;
@@ -85,27 +87,46 @@ hpt_status actstore_reserve(hpt_model *m, size_t off_bytes, size_t max_store) {
     return s;
 }
 
-/* Rows and row width of field i at the current (B, T). */
-static void field_shape(const hpt_model *m, int i, size_t *rows, size_t *w) {
+/* Block l's store slots: its fields, or for l = -1 the embedding's output (one slot). */
+static int n_slots(const hpt_model *m, int l) { return l < 0 ? 1 : m->arch->n_fields; }
+
+static size_t slot_idx(const hpt_model *m, int l, int i) {
+    return (size_t)(l < 0 ? m->cfg.L : l) * (size_t)m->arch->n_fields + (size_t)(l < 0 ? 0 : i);
+}
+
+/* Rows and row width of slot (l, i) at the current (B, T): field i's, or (B*T, C). */
+static void slot_shape(const hpt_model *m, int l, int i, size_t *rows, size_t *w) {
+    if (l < 0) {
+        *rows = (size_t)m->B * (size_t)m->T;
+        *w = (size_t)m->cfg.C;
+        return;
+    }
     hpt_arch_ctx x = act_ctx(m);
     m->arch->field_shape(&x, i, rows, w);
 }
 
+/* The buffer the forward wrote (fwd 1) or the backward reads (0). */
+static float *slot_buf(const hpt_model *m, int l, int i, int fwd) {
+    if (l < 0)
+        return fwd ? *(float **)((char *)m->acts + m->arch->off_encoded) : m->run.st.enc_b;
+    return *act_field(m->arch, fwd ? m->run.flayers : m->run.layers, l, i);
+}
+
 hpt_status actstore_put(hpt_model *m, int l) {
-    const hpt_arch *A = m->arch;
     const hpt_backend *be = m->be;
     hpt_actstore *st = &m->run.st;
     const hpt_act_code k = (hpt_act_code)m->act.compress;
     const hpt_transfer *xf = st->xf;
+    if (l < 0 && !st->sbytes[slot_idx(m, -1, 0)]) return HPT_OK;
     if (xf) { /* the copies after the block's forward */
         xf->record(st->ev_after, HPT_XS_COMPUTE);
         xf->stream_wait(HPT_XS_STORE, st->ev_after);
     }
-    for (int i = 0; i < A->n_fields; i++) {
-        size_t idx = (size_t)l * (size_t)A->n_fields + (size_t)i, sb = st->sbytes[idx], rows, w;
+    for (int i = 0; i < n_slots(m, l); i++) {
+        size_t idx = slot_idx(m, l, i), sb = st->sbytes[idx], rows, w;
         if (!sb) continue;
-        field_shape(m, i, &rows, &w);
-        const float *src = *act_field(A, m->run.flayers, l, i);
+        slot_shape(m, l, i, &rows, &w);
+        const float *src = slot_buf(m, l, i, 1);
         if (xf) {
             xf->copy_async(st->host_store + st->soff[idx], src, sb, HPT_COPY_D2H, HPT_XS_STORE);
             hpt_mem_transfer(m->mem, HPT_TIER_DEVICE, HPT_TIER_HOST, HPT_CAT_ACTS, sb);
@@ -136,15 +157,14 @@ hpt_status actstore_put(hpt_model *m, int l) {
  * prefetch thread (host offload only: no OpenMP, no event recording, which the main thread
  * does at actstore_wait). */
 static hpt_status fetch_block(hpt_model *m, int l, int serial) {
-    const hpt_arch *A = m->arch;
     const hpt_backend *be = m->be;
     hpt_actstore *st = &m->run.st;
     const hpt_act_code k = (hpt_act_code)m->act.compress;
-    for (int i = 0; i < A->n_fields; i++) {
-        size_t idx = (size_t)l * (size_t)A->n_fields + (size_t)i, sb = st->sbytes[idx], rows, w;
+    for (int i = 0; i < n_slots(m, l); i++) {
+        size_t idx = slot_idx(m, l, i), sb = st->sbytes[idx], rows, w;
         if (!sb) continue;
-        field_shape(m, i, &rows, &w);
-        float *dst = *act_field(A, m->run.layers, l, i);
+        slot_shape(m, l, i, &rows, &w);
+        float *dst = slot_buf(m, l, i, 0);
         if (m->act.offload == HPT_OFFLOAD_NONE) {
             be->act_code_load(k, dst, st->astore[idx], rows, w, 1);
         } else if (m->act.offload == HPT_OFFLOAD_HOST) {
@@ -174,15 +194,14 @@ static void *prefetch_thread(void *arg) {
 
 /* A GPU's prefetch: block l's fields on the load stream after the compute issued so far. */
 static void fetch_async(hpt_model *m, int l) {
-    const hpt_arch *A = m->arch;
     hpt_actstore *st = &m->run.st;
     const hpt_transfer *xf = st->xf;
     xf->record(st->ev_after, HPT_XS_COMPUTE);
     xf->stream_wait(HPT_XS_LOAD, st->ev_after);
-    for (int i = 0; i < A->n_fields; i++) {
-        size_t idx = (size_t)l * (size_t)A->n_fields + (size_t)i, sb = st->sbytes[idx];
-        if (sb) xf->copy_async(*act_field(A, m->run.layers, l, i), st->host_store + st->soff[idx],
-                               sb, HPT_COPY_H2D, HPT_XS_LOAD);
+    for (int i = 0; i < n_slots(m, l); i++) {
+        size_t idx = slot_idx(m, l, i), sb = st->sbytes[idx];
+        if (sb) xf->copy_async(slot_buf(m, l, i, 0), st->host_store + st->soff[idx], sb,
+                               HPT_COPY_H2D, HPT_XS_LOAD);
     }
     xf->record(st->ev_load, HPT_XS_LOAD);
 }
@@ -190,7 +209,8 @@ static void fetch_async(hpt_model *m, int l) {
 hpt_status actstore_prefetch(hpt_model *m, int l) {
     hpt_actstore *st = &m->run.st;
     l = act_store_layer(&m->act, m->cfg.L, l);
-    if (l < 0) return HPT_OK; /* nothing stored for this block's backward */
+    if (l < -1 || (l == -1 && !st->sbytes[slot_idx(m, -1, 0)]))
+        return HPT_OK; /* nothing stored for this block's backward */
     if (st->xf) {
         st->pf_layer = l;
         fetch_async(m, l);
@@ -211,8 +231,8 @@ void actstore_wait(hpt_model *m) {
     if (st->xf) st->xf->stream_wait(HPT_XS_COMPUTE, st->ev_load); /* the compute waits, not us */
     else pthread_join(st->pf_thread, NULL);
     st->pf_active = 0;
-    for (int i = 0; i < m->arch->n_fields; i++) {
-        size_t sb = st->sbytes[(size_t)st->pf_layer * (size_t)m->arch->n_fields + (size_t)i];
+    for (int i = 0; i < n_slots(m, st->pf_layer); i++) {
+        size_t sb = st->sbytes[slot_idx(m, st->pf_layer, i)];
         if (sb) hpt_mem_transfer(m->mem, HPT_TIER_HOST, HPT_TIER_DEVICE, HPT_CAT_ACTS, sb);
     }
 }

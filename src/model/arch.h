@@ -80,6 +80,9 @@ typedef struct {
                               * tiled MLP takes the backward's tile buffers) */
     int layer;               /* the block the runner's block ops run (0 outside them): the
                               * families whose layers differ (Gemma 3's local and global) */
+    int norm_rebuild;        /* 1: the HPT_FIELD_NORM2 field shares the NORM1 field's buffer
+                              * (every:N, full), so the block's backward rebuilds NORM1 before
+                              * reading it */
 } hpt_arch_ctx;
 
 /* RoPE at the context's positions: pos0 = 0 for t, or x->pos (packed examples) */
@@ -136,6 +139,11 @@ typedef struct {
     void (*act_fwd)(const hpt_backend *be, float *y, const float *h, int64_t rows, int64_t F);
     void (*act_bwd)(const hpt_backend *be, float *dh, const float *dy, const float *h,
                     int64_t rows, int64_t F);
+    /* the backward's input rebuilt per tile (NULL norm_x: `in` as given): in_tile (rows, C) =
+     * rmsnorm_apply(norm_x (B*T, C) rows, norm_w (C), norm_rstd (B*T) rows), the bits of the
+     * forward's rmsnorm; so `in` need not outlive the forward and din may be its buffer */
+    const float *norm_x, *norm_w, *norm_rstd;
+    float *in_tile;
 } arch_mlp;
 void arch_mlp_gelu_fwd(const hpt_backend *be, float *y, const float *h, int64_t rows, int64_t F);
 void arch_mlp_gelu_bwd(const hpt_backend *be, float *dh, const float *dy, const float *h,
@@ -147,7 +155,8 @@ void arch_mlp_swiglu_bwd(const hpt_backend *be, float *dh, const float *dy, cons
 void arch_mlp_forward(const hpt_arch_ctx *x, const arch_mlp *m, float *out, const float *in,
                       float *h, float *y);
 /* din (B*T, C) = the gradient of in (overwritten) from dout (B*T, C); h, y as the forward's,
- * dy (rows, F), dh (rows, H) scratch; dw1, db1, dw2, db2 += */
+ * dy (rows, F), dh (rows, H) scratch; dw1, db1, dw2, db2 +=; in is NULL when m->norm_x
+ * rebuilds it tile by tile */
 void arch_mlp_backward(const hpt_arch_ctx *x, const arch_mlp *m, float *din, const float *dout,
                        const float *in, float *h, float *y, float *dy, float *dh);
 
@@ -170,6 +179,15 @@ int model_lora_layers(const hpt_model *m, hpt_arch_linear out[HPT_ARCH_MAX_LINEA
 #define HPT_FIELD_STORE 2     /* large, read by the backward: may be offloaded or compressed */
 #define HPT_FIELD_OUTPUT 4    /* the block's output: the next block's input (or the final norm's) */
 #define HPT_FIELD_MLP 8       /* an MLP intermediate: not kept when the MLP is tiled (mlp_rows) */
+/* Under every:N and full (every field but the output rebuilt in backward), the NORM2 field
+ * takes the NORM1 field's buffer (one (B*T, C) buffer fewer: actplan.c): the block's forward
+ * writes the second norm's output once the first's last reader (the qkv GEMM) has run, and its
+ * backward, told by x->norm_rebuild, rebuilds the first from the block's input and the saved
+ * rstd (rmsnorm_apply: the forward's bits) after the second's last reader (the MLP's backward).
+ * With a tiled MLP too, such an arch's block backward needs no (B*T, C) scratch global past the
+ * head's (HPT_TP_SCRATCH_END): it works in its own fields once they are dead. */
+#define HPT_FIELD_NORM1 16
+#define HPT_FIELD_NORM2 32
 typedef struct {
     const char *name;  /* the profiler's event name */
     size_t off;        /* offset of its float * in the block's activation struct */
@@ -187,7 +205,9 @@ typedef enum {
     HPT_TP_BLOCKS_B,   /* the first block backward (block L-1) */
     HPT_TP_BLOCK0_B,   /* block 0's backward */
     HPT_TP_EMBED_B,    /* the embedding's backward */
-    HPT_TP_BLOCKS_F    /* the last block's forward (block L-1) */
+    HPT_TP_BLOCKS_F,   /* the last block's forward (block L-1) */
+    HPT_TP_SCRATCH_END /* BLOCK0_B, or HEAD_B where x->norm_rebuild and x->mlp_rows (the
+                        * HPT_FIELD_NORM1/2 comment) */
 } hpt_arch_time;
 
 /* A non-block buffer; elements are 4 bytes (fp32 or int32). */

@@ -169,7 +169,7 @@ static void embed_backward(const hpt_arch_ctx *x, void *gv, const void *av) {
 /* The MLP as the tiled MLP takes it (arch.h's arch_mlp): fc (4C, C), GELU, proj (C, 4C) */
 static arch_mlp mlp_of(int C, const gpt2_block *p) {
     arch_mlp m = {p->fcw, p->fcb, p->fcprojw, p->fcprojb, NULL, NULL, NULL, NULL, C, 4 * (int64_t)C,
-                  4 * (int64_t)C, arch_mlp_gelu_fwd, arch_mlp_gelu_bwd};
+                  4 * (int64_t)C, arch_mlp_gelu_fwd, arch_mlp_gelu_bwd, NULL, NULL, NULL, NULL};
     return m;
 }
 

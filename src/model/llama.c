@@ -165,11 +165,13 @@ static llama_block block_of(const hpt_model_config *c, float *const *s) {
 /* ---- the activations ---- */
 
 #define F(f, flags, attn) {#f, offsetof(llama_layer_acts, f), flags, attn}
-enum { R = HPT_FIELD_RECOMPUTE, S = HPT_FIELD_STORE, O = HPT_FIELD_OUTPUT, M = HPT_FIELD_MLP };
+enum { R = HPT_FIELD_RECOMPUTE, S = HPT_FIELD_STORE, O = HPT_FIELD_OUTPUT, M = HPT_FIELD_MLP,
+       N1 = HPT_FIELD_NORM1, N2 = HPT_FIELD_NORM2 };
+/* ln2 takes ln1's buffer under every:N and full (x->norm_rebuild: block_backward rebuilds ln1) */
 static const hpt_arch_field k_fields[] = {
-    F(ln1, R | S, -1),      F(ln1_rstd, 0, -1),      F(qkv, S, -1),
+    F(ln1, R | S | N1, -1), F(ln1_rstd, 0, -1),      F(qkv, S, -1),
     F(atty, S, -1),         F(att, R | S, HPT_ATTN_PLAIN), F(att_lse, 0, HPT_ATTN_FLASH),
-    F(res2, S, -1),         F(ln2, R | S, -1),       F(ln2_rstd, 0, -1),
+    F(res2, S, -1),         F(ln2, R | S | N2, -1),  F(ln2_rstd, 0, -1),
     F(fch, S | M, -1),      F(fch_swi, R | S | M, -1), F(res3, O, -1)};
 #undef F
 #define N_FIELDS ((int)(sizeof k_fields / sizeof k_fields[0]))
@@ -216,6 +218,7 @@ static void global_shape(const hpt_arch_ctx *x, int i, size_t *rows, size_t *w) 
     case offsetof(llama_acts, mlph_b): *rows = x->mlp_rows; *w = 2 * (size_t)c->FF; return;
     case offsetof(llama_acts, mlpy):
     case offsetof(llama_acts, mlpy_b): *rows = x->mlp_rows; *w = (size_t)c->FF; return;
+    case offsetof(llama_acts, mlpx_b): *rows = x->norm_rebuild ? x->mlp_rows : 0; *w = C; return;
     default: *w = C; return; /* encoded, lnf, dres, dsmall */
     }
 }
@@ -316,10 +319,21 @@ static void block_backward(const hpt_arch_ctx *x, float *const *w, float *const 
     const llama_block pb = block_of(c, w), gb = block_of(c, dw), *p = &pb, *g = &gb;
     const llama_layer_acts *la = lav;
     llama_acts *a = av;
-    if (x->mlp_rows) { /* tiled: dln2 into dsmall tile by tile; dres flows to res2 unchanged */
+    /* the (B, T, C) gradients' scratch: dsmall; or, norms shared and the MLP tiled (arch.h's
+     * HPT_FIELD_NORM2), the block's own dead fields: dln2 in ln2's buffer (the tiles rebuild
+     * ln2's rows from res2), then datty and dln1 in res2's (dead after ln2's backward), and
+     * ln1 rebuilt in ln2's */
+    const int own = x->norm_rebuild && x->mlp_rows;
+    float *dln2 = own ? la->ln2 : a->dsmall, *dsm = own ? la->res2 : a->dsmall;
+    if (x->mlp_rows) { /* tiled: dln2 tile by tile; dres flows to res2 unchanged */
         arch_mlp mlp = llama_mlp(c, p->fcw, p->fcb, p->fcprojw, p->fcprojb);
         mlp.dw1 = g->fcw, mlp.db1 = g->fcb, mlp.dw2 = g->fcprojw, mlp.db2 = g->fcprojb;
-        arch_mlp_backward(x, &mlp, a->dsmall, a->dres, la->ln2, a->mlph_b, a->mlpy_b, a->dmid, a->dbig);
+        if (own) {
+            mlp.norm_x = la->res2, mlp.norm_w = p->ln2w, mlp.norm_rstd = la->ln2_rstd;
+            mlp.in_tile = a->mlpx_b;
+        }
+        arch_mlp_backward(x, &mlp, dln2, a->dres, own ? NULL : la->ln2, a->mlph_b, a->mlpy_b,
+                          a->dmid, a->dbig);
     } else {
         /* res3 = res2 + fch_swi @ fcprojw^T (+ fcprojb); dres flows to res2 unchanged */
         arch_linear_backward(x, a->dmid, g->fcprojw, g->fcprojb, a->dres, la->fch_swi, p->fcprojw,
@@ -331,19 +345,22 @@ static void block_backward(const hpt_arch_ctx *x, float *const *w, float *const 
                             2 * (int64_t)FF, 0);
     }
     /* ln2 = rmsnorm(res2) * ln2w: dres += */
-    be->rmsnorm_backward(a->dres, g->ln2w, a->dsmall, la->res2, p->ln2w, la->ln2_rstd, BT, C);
+    be->rmsnorm_backward(a->dres, g->ln2w, dln2, la->res2, p->ln2w, la->ln2_rstd, BT, C);
     /* res2 = residual + atty @ attprojw^T (+ attprojb) */
-    arch_linear_backward(x, a->dsmall, g->attprojw, g->attprojb, a->dres, la->atty, p->attprojw, BT,
+    arch_linear_backward(x, dsm, g->attprojw, g->attprojb, a->dres, la->atty, p->attprojw, BT,
                         C, C, 0);
     /* atty = attention(qkv); dqkv (B, T, QKV) into dbig, dk and dv summed over each group */
-    x->attn->backward(be, a->dbig, a->attscr, a->dsmall, la->qkv, la->atty, la->att, la->att_lse,
+    x->attn->backward(be, a->dbig, a->attscr, dsm, la->qkv, la->atty, la->att, la->att_lse,
                       B, T, C, NH, NKV, x->pos, c->window);
     /* q, k = rope(q, k): the transpose rotation */
     hpt_rope_bwd(x, a->dbig, k->rope_cos, k->rope_sin, NH, NKV, hd);
+    /* ln2 took ln1's buffer (every:N, full; ln2's last reader was the MLP's backward): ln1 =
+     * rmsnorm(residual) * ln1w again, with the saved rstd (the forward's bits) */
+    if (x->norm_rebuild) be->rmsnorm_apply(la->ln1, residual, p->ln1w, la->ln1_rstd, BT, C);
     /* qkv = ln1 @ qkvw^T (+ qkvb) */
-    arch_linear_backward(x, a->dsmall, g->qkvw, g->qkvb, a->dbig, la->ln1, p->qkvw, BT, C, QKV, 0);
+    arch_linear_backward(x, dsm, g->qkvw, g->qkvb, a->dbig, la->ln1, p->qkvw, BT, C, QKV, 0);
     /* ln1 = rmsnorm(residual) * ln1w: dres += */
-    be->rmsnorm_backward(a->dres, g->ln1w, a->dsmall, residual, p->ln1w, la->ln1_rstd, BT, C);
+    be->rmsnorm_backward(a->dres, g->ln1w, dsm, residual, p->ln1w, la->ln1_rstd, BT, C);
 }
 
 /* ---- the final norm and the head ---- */

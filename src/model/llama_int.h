@@ -85,6 +85,8 @@ typedef struct {
     float *mlpy;     // (rows, FF) silu(gate) * up
     float *mlph_b;   // (rows, 2FF)
     float *mlpy_b;   // (rows, FF)
+    float *mlpx_b;   // (rows, C) a tile's ln2 rows, rebuilt from res2 in the backward (llama's,
+                     // under every:N and full: ln2's buffer then takes dln2; else not planned)
     float *lnf1;     // (C) 1 + lnfw (Gemma 3's final norm; not in llama_globals)
 } llama_acts;
 
@@ -97,7 +99,7 @@ typedef struct {
 static inline arch_mlp llama_mlp(const hpt_model_config *c, const float *fcw, const float *fcb,
                                  const float *projw, const float *projb) {
     arch_mlp m = {fcw, fcb, projw, projb, NULL, NULL, NULL, NULL, c->C, 2 * (int64_t)c->FF,
-                  c->FF, arch_mlp_swiglu_fwd, arch_mlp_swiglu_bwd};
+                  c->FF, arch_mlp_swiglu_fwd, arch_mlp_swiglu_bwd, NULL, NULL, NULL, NULL};
     return m;
 }
 /* dmid's rows: B*T, or one tile's when the MLP is tiled */
@@ -172,7 +174,7 @@ void llama_hd_global_shape(const hpt_arch_ctx *x, size_t off, size_t *rows, size
 /* LoRA's seven layers (q, k, v, o, gate, up, down) with a head width free of C/NH (qwen.c) */
 int llama_linears_hd(const hpt_model_config *c, hpt_arch_linear o[HPT_ARCH_MAX_LINEARS]);
 /* the non-block buffers and their lifetimes (llama_acts) */
-#define LLAMA_N_GLOBALS 18
+#define LLAMA_N_GLOBALS 19
 extern const hpt_arch_global llama_globals[LLAMA_N_GLOBALS];
 /* the table's entries, for a family that appends its own (G(field, first, last, after)) */
 #define LLAMA_GLOBALS(G)                                                                          \
@@ -181,10 +183,11 @@ extern const hpt_arch_global llama_globals[LLAMA_N_GLOBALS];
         G(lnf, HPT_TP_HEAD_F, HPT_TP_HEAD_END, 1), G(lnf_rstd, HPT_TP_HEAD_F, HPT_TP_HEAD_B, 1),  \
         G(logits, HPT_TP_HEAD_F, HPT_TP_HEAD_END, 1), G(lse, HPT_TP_HEAD_F, HPT_TP_HEAD_END, 1),  \
         G(losses, HPT_TP_HEAD_F, HPT_TP_HEAD_F, 1), G(dres, HPT_TP_HEAD_B, HPT_TP_EMBED_B, 1),    \
-        G(dsmall, HPT_TP_HEAD_B, HPT_TP_BLOCK0_B, 1), G(dmid, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1), \
+        G(dsmall, HPT_TP_HEAD_B, HPT_TP_SCRATCH_END, 1), G(dmid, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1), \
         G(dbig, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1), G(attscr, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1), \
         G(mlph, HPT_TP_START, HPT_TP_BLOCKS_F, 0), G(mlpy, HPT_TP_START, HPT_TP_BLOCKS_F, 0),     \
-        G(mlph_b, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1), G(mlpy_b, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1)
+        G(mlph_b, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1), G(mlpy_b, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1),  \
+        G(mlpx_b, HPT_TP_BLOCKS_B, HPT_TP_BLOCK0_B, 1)
 /* Qwen3's and Gemma 3's per-head norms of q and k, token by token through the backend's rmsnorm:
  * qkv (BT, QKV) = qkvr with each q head rmsnorm(q_h) * qnw * qscale and each k head
  * rmsnorm(k_h) * knw (qknw = [qnw | knw], (2hd)); rstd (BT, NH+NKV) saved; v copied as is.

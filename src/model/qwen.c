@@ -170,6 +170,7 @@ void llama_hd_global_shape(const hpt_arch_ctx *x, size_t off, size_t *rows, size
     case offsetof(llama_acts, mlph_b): *rows = x->mlp_rows; *w = 2 * FF; return;
     case offsetof(llama_acts, mlpy):
     case offsetof(llama_acts, mlpy_b): *rows = x->mlp_rows; *w = FF; return;
+    case offsetof(llama_acts, mlpx_b): *rows = 0; *w = C; return; /* llama's own */
     case offsetof(llama_acts, attscr): *rows = (size_t)x->B * (size_t)c->NH; *w = (size_t)x->T; return;
     case offsetof(llama_acts, lnf1): *rows = 1; *w = C; return;
     default: *w = C; return; /* encoded, lnf, dres */

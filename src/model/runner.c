@@ -21,11 +21,13 @@ static void *acts_ptr(const hpt_model *m, size_t off) {
     return *(void *const *)((const char *)m->acts + off);
 }
 
-/* The block's input in a block activation array: the embedding's output for block 0, else the
- * previous block's output field. */
+/* The block's input in a block activation array: the embedding's output for block 0 (the
+ * backward's copy when the store brings it back: actstore.c), else the previous block's
+ * output field. */
 static const float *block_input(const hpt_model *m, char *base, int l) {
     const hpt_arch *A = m->arch;
-    if (l == 0) return acts_ptr(m, A->off_encoded);
+    if (l == 0)
+        return base == m->run.layers && m->run.st.enc_b ? m->run.st.enc_b : acts_ptr(m, A->off_encoded);
     for (int i = 0; i < A->n_fields; i++)
         if (A->fields[i].flags & HPT_FIELD_OUTPUT) return *act_field(A, base, l - 1, i);
     return NULL;
@@ -204,7 +206,9 @@ hpt_status hpt_model_forward(hpt_model *m, const int32_t *inputs, const int32_t 
     if (targets) m->be->copy(acts_ptr(m, A->off_targets), targets, BT * sizeof(int32_t), HPT_COPY_H2D);
     if (m->emb != HPT_EMB_FULL) emb_encoder_forward(m);
     else A->embed_forward(&x, m->ap, m->acts);
-    hpt_status s = begin_pass(m, 1);
+    hpt_status s = actstore_put(m, -1); /* every:N, full: the embedding's output, stored */
+    if (s != HPT_OK) return hpt_fail_ctx(s, "offloading the embedding's output");
+    s = begin_pass(m, 1);
     for (int l = 0; l < L && s == HPT_OK; l++) {
         hpt_mem_set_layer(m->mem, l);
         act_enter(m, TP_BLOCK_F(l));
@@ -271,7 +275,7 @@ hpt_status hpt_model_backward(hpt_model *m) {
         hpt_mem_set_layer(m->mem, l);
         act_enter(m, TP_BLOCK_B(L, l));
         actstore_wait(m); /* block l's fields */
-        if (l > 0) {
+        if (l > 0) { /* (every:N, full: the segment's input, the embedding's at block 1's) */
             s = actstore_prefetch(m, l - 1);
             if (s != HPT_OK) {
                 s = hpt_fail_ctx(s, "bringing back block %d's activations", l - 1);

@@ -22,11 +22,15 @@ typedef struct {
 } hpt_act_buf;
 
 /* The activation store (actstore.c): offload and int8/bf16 compression of saved fields
- * (act.offload, act.compress), per (block l, field i) at l * n_fields + i. */
+ * (act.offload, act.compress), per (block l, field i) at l * n_fields + i, and under every:N
+ * and full the embedding's output (block 0's input) at L * n_fields: L * n_fields + 1 slots. */
 typedef struct {
     void **astore;           /* compressed copy inside the arena (compression without offload) */
     size_t *soff;            /* offset of the stored copy in host_store or the disk block */
     size_t *sbytes;          /* bytes of the stored copy; 0: the field is not stored */
+    void *enc_b;             /* the embedding's output as the backward reads it, its own buffer
+                              * when stored (every:N and full with a store: actplan.c); NULL:
+                              * the forward's (the arch's encoded) */
     char *host_store;        /* (host_bytes) host tier, acts: host offload */
     size_t host_bytes;
     hpt_disk_ref disk;       /* (disk_bytes) disk tier, acts: disk offload; fd -1 when none */
@@ -75,7 +79,8 @@ int act_segment_len(const hpt_act_opts *o);
 /* The last block of block l's segment (every:N): segments are [kN, kN + N - 1]. */
 int act_segment_end(int l, int N, int L);
 /* The block whose stored fields block l's backward reads (l; under every:N and full the
- * segment input's, when l ends a segment that has one), -1: none. */
+ * segment input's when l ends a segment: the previous block's, or -1, the embedding's output,
+ * for the first segment), -2: none. */
 int act_store_layer(const hpt_act_opts *o, int L, int l);
 /* The ops' context for the model's current (B, T) and choices. */
 hpt_arch_ctx act_ctx(const hpt_model *m);
@@ -106,7 +111,8 @@ void act_plan_free(hpt_model *m);
 hpt_status actstore_reserve(hpt_model *m, size_t off_bytes, size_t max_store);
 void actstore_release(hpt_model *m);
 /* End of block l's forward: copies (or compresses) its stored fields out of the transient
- * buffers its forward wrote. */
+ * buffers its forward wrote; l = -1: the embedding's output, after the embedding's forward
+ * (nothing unless the plan stores it). */
 hpt_status actstore_put(hpt_model *m, int l);
 /* Before block l's backward: brings its stored fields back (asynchronously for host
  * offload); actstore_wait joins that. */
