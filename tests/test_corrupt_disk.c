@@ -69,19 +69,6 @@ static void test_crc(void) {
     free(b);
 }
 
-static void flip(int fd, off_t at) {
-    int f2;
-    char p[64];
-    snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
-    f2 = open(p, O_RDWR); /* a descriptor of its own: no O_DIRECT, as another process */
-    CHECK(f2 >= 0);
-    if (f2 < 0) return;
-    unsigned char c = 0;
-    CHECK(pread(f2, &c, 1, at) == 1);
-    c ^= 0x10;
-    CHECK(pwrite(f2, &c, 1, at) == 1);
-    close(f2);
-}
 
 static void test_mem_pages(void) {
     hpt_mem *mem;
@@ -100,7 +87,7 @@ static void test_mem_pages(void) {
     for (size_t i = 0; i < n; i++) a[i] = (unsigned char)(i * 7 + 3);
     CHECK_OK(hpt_mem_disk_read(mem, &r, 0, b, n, HPT_TIER_HOST, HPT_CAT_OPTIM)); /* zeros: valid */
     CHECK_OK(hpt_mem_disk_write(mem, &r, 0, a, n, HPT_TIER_HOST, HPT_CAT_OPTIM));
-    flip(r.fd, 5 * 4096 + 17); /* page 5, block 1 */
+    t_flip_byte(r.fd, 5 * 4096 + 17); /* page 5, block 1 */
     CHECK_STATUS(hpt_mem_disk_read(mem, &r, 0, b, n, HPT_TIER_HOST, HPT_CAT_OPTIM), HPT_ERR_CHECKSUM);
     const char *e = hpt_last_error();
     CHECK_MSG(strstr(e, "checksum mismatch") && strstr(e, "block 1,") && strstr(e, "page 5,") &&
@@ -113,16 +100,16 @@ static void test_mem_pages(void) {
     /* an unaligned write inside the bad page reads it first: refused, the damage not blessed */
     CHECK_STATUS(hpt_mem_disk_write(mem, &r, 5 * 4096 + 1000, a, 10, HPT_TIER_HOST, HPT_CAT_OPTIM),
                  HPT_ERR_CHECKSUM);
-    flip(r.fd, 5 * 4096 + 17); /* back */
+    t_flip_byte(r.fd, 5 * 4096 + 17); /* back */
     CHECK_OK(hpt_mem_disk_read(mem, &r, 0, b, n, HPT_TIER_HOST, HPT_CAT_OPTIM));
     CHECK(memcmp(a, b, n) == 0);
     /* the tail page past the requested size is checked too */
-    flip(r.fd, 10 * 4096 + 50);
+    t_flip_byte(r.fd, 10 * 4096 + 50);
     CHECK_STATUS(hpt_mem_disk_read(mem, &r, 10 * 4096, b, 100, HPT_TIER_HOST, HPT_CAT_OPTIM),
                  HPT_ERR_CHECKSUM);
-    flip(r.fd, 10 * 4096 + 50);
+    t_flip_byte(r.fd, 10 * 4096 + 50);
     /* rewriting a whole damaged page makes it valid again (no read-modify-write) */
-    flip(r.fd, 3 * 4096 + 9);
+    t_flip_byte(r.fd, 3 * 4096 + 9);
     CHECK_STATUS(hpt_mem_disk_read(mem, &r, 0, b, n, HPT_TIER_HOST, HPT_CAT_OPTIM), HPT_ERR_CHECKSUM);
     CHECK_OK(hpt_mem_disk_write(mem, &r, 3 * 4096, a + 3 * 4096, 4096, HPT_TIER_HOST, HPT_CAT_OPTIM));
     CHECK_OK(hpt_mem_disk_read(mem, &r, 0, b, n, HPT_TIER_HOST, HPT_CAT_OPTIM));
@@ -133,30 +120,6 @@ static void test_mem_pages(void) {
     hpt_mem_destroy(mem);
 }
 
-/* The descriptors of this process's files in dir (the disk tier's, which have no name). */
-static int disk_fds(const char *dir, int *fds, off_t *sizes, int cap) {
-    char real[PATH_MAX];
-    if (!realpath(dir, real)) return 0;
-    DIR *d = opendir("/proc/self/fd");
-    int n = 0;
-    struct dirent *de;
-    while (d && (de = readdir(d)) && n < cap) {
-        char p[300], t[PATH_MAX];
-        snprintf(p, sizeof p, "/proc/self/fd/%s", de->d_name);
-        ssize_t k = readlink(p, t, sizeof t - 1);
-        if (k <= 0) continue;
-        t[k] = '\0';
-        size_t rl = strlen(real);
-        if (strncmp(t, real, rl) != 0 || t[rl] != '/') continue;
-        struct stat st;
-        int fd = atoi(de->d_name);
-        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) continue;
-        fds[n] = fd;
-        sizes[n++] = st.st_size;
-    }
-    if (d) closedir(d);
-    return n;
-}
 
 #define L_ 4
 static char SHAPE[T_SHAPE_MAX]; /* L_ layers */
@@ -193,12 +156,12 @@ static void test_engine(int fused) {
         CHECK_OK(hpt_trainer_step(tr, &p));
         int fds[16];
         off_t sizes[16];
-        int nf = disk_fds(dir, fds, sizes, 16);
+        int nf = t_disk_fds(dir, fds, sizes, 16);
         if (files < 0) files = nf;
         CHECK(nf == files && nf >= 3);
         if (which >= nf) { hpt_trainer_free(tr); hpt_mem_destroy(mem); break; }
         off_t blk = sizes[which] / L_; /* each file holds L_ blocks of one stride */
-        flip(fds[which], 2 * blk + blk / 2);
+        t_flip_byte(fds[which], 2 * blk + blk / 2);
         hpt_status s = HPT_OK;
         while (s == HPT_OK && !hpt_trainer_done(tr)) s = hpt_trainer_step(tr, &p);
         if (s != HPT_OK) {

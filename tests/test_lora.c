@@ -338,45 +338,13 @@ static void check_homes(const hpt_model_config *cfg, const char *shape, const fl
     }
 }
 
-/* The descriptor of this process's one disk-tier file in dir (unnamed: found through
- * /proc/self/fd), -1 if not exactly one. */
+/* The descriptor of this process's one disk-tier file in dir, -1 if not exactly one. */
 static int disk_fd(const char *dir) {
-    char real[PATH_MAX];
-    if (!realpath(dir, real)) return -1;
-    DIR *d = opendir("/proc/self/fd");
-    int found = -1, n = 0;
-    struct dirent *de;
-    while (d && (de = readdir(d))) {
-        char p[300], t[PATH_MAX];
-        snprintf(p, sizeof p, "/proc/self/fd/%s", de->d_name);
-        ssize_t k = readlink(p, t, sizeof t - 1);
-        if (k <= 0) continue;
-        t[k] = '\0';
-        size_t rl = strlen(real);
-        if (strncmp(t, real, rl) != 0 || t[rl] != '/') continue;
-        struct stat st;
-        int fd = atoi(de->d_name);
-        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) continue;
-        found = fd, n++;
-    }
-    if (d) closedir(d);
-    return n == 1 ? found : -1;
+    int fds[2];
+    off_t sizes[2];
+    return t_disk_fds(dir, fds, sizes, 2) == 1 ? fds[0] : -1;
 }
 
-/* Flips one byte at `at` of the file behind fd through a descriptor of its own (no O_DIRECT),
- * as another process would. */
-static void flip_byte(int fd, off_t at) {
-    char p[64];
-    snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
-    int f2 = open(p, O_RDWR);
-    CHECK(f2 >= 0);
-    if (f2 < 0) return;
-    unsigned char c = 0;
-    CHECK(pread(f2, &c, 1, at) == 1);
-    c ^= 0x10;
-    CHECK(pwrite(f2, &c, 1, at) == 1);
-    close(f2);
-}
 
 /* Prefetch of a base off the device (--base-prefetch, model/frozen.c), on the shape with L = 5
  * (more blocks than staging blocks, so each pass reads): under each recompute policy (the
@@ -497,7 +465,7 @@ static void check_prefetch(const hpt_model_config *cfg2, const char *shape, cons
                 CHECK(fd >= 0);
                 struct stat sb;
                 if (fd >= 0 && fstat(fd, &sb) == 0)
-                    flip_byte(fd, (off_t)(sb.st_size / cfg->L + 100)); /* block 1: L strides */
+                    t_flip_byte(fd, (off_t)(sb.st_size / cfg->L + 100)); /* block 1: L strides */
             }
             hpt_model_zero_grad(m);
             float loss;

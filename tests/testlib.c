@@ -4,6 +4,10 @@
 #include "core/core.h"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <sys/stat.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -385,4 +389,41 @@ const char *t_arch_label(const t_arch *a, const char *test) {
     static char label[128];
     snprintf(label, sizeof label, "%s %s", test, a->name);
     return label;
+}
+
+int t_disk_fds(const char *dir, int *fds, off_t *sizes, int cap) {
+    char real[PATH_MAX];
+    if (!realpath(dir, real)) return 0;
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d)) && n < cap) {
+        char p[300], t[PATH_MAX];
+        snprintf(p, sizeof p, "/proc/self/fd/%s", de->d_name);
+        ssize_t k = readlink(p, t, sizeof t - 1);
+        if (k <= 0) continue;
+        t[k] = '\0';
+        size_t rl = strlen(real);
+        if (strncmp(t, real, rl) != 0 || t[rl] != '/') continue;
+        struct stat st;
+        int fd = atoi(de->d_name);
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        fds[n] = fd;
+        sizes[n++] = st.st_size;
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+void t_flip_byte(int fd, off_t at) {
+    char p[64];
+    snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
+    int f2 = open(p, O_RDWR);
+    CHECK(f2 >= 0);
+    if (f2 < 0) return;
+    unsigned char c = 0;
+    CHECK(pread(f2, &c, 1, at) == 1);
+    c ^= 0x10;
+    CHECK(pwrite(f2, &c, 1, at) == 1);
+    close(f2);
 }

@@ -7,6 +7,7 @@
 #include "arch_cases.h"
 
 #include <stdio.h>
+#include <sys/types.h>
 
 extern int t_checks, t_failures;
 
@@ -97,5 +98,11 @@ typedef struct {
 int t_tensors_of(const hpt_model_config *cfg, t_tensor t[T_MAX_TENSORS], size_t *last);
 /* Bytes live on the device tier, all categories. */
 uint64_t t_device_live(const hpt_mem *mem);
+/* The descriptors (and sizes) of this process's regular files in dir, at most cap: the disk
+ * tier's, which have no name, found through /proc/self/fd. Returns how many. */
+int t_disk_fds(const char *dir, int *fds, off_t *sizes, int cap);
+/* Flips bit 4 of the byte at `at` of the file behind fd through a descriptor of its own (no
+ * O_DIRECT), as another process would. */
+void t_flip_byte(int fd, off_t at);
 
 #endif
