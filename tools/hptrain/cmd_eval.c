@@ -43,7 +43,7 @@ static const char k_help[] =
     "  --quiet             no information lines on standard error\n"
     "  --force             go on when the shards' tokenizer (tokenizer.json beside them) is not\n"
     "                      the model's (its directory's) or has more tokens than its vocabulary\n"
-    "  plan flags          any of train's: --attention, --recompute, --head-chunk, --offload,\n"
+    "  plan flags          any of train's: --attention, --matmul, --recompute, --head-chunk, --offload,\n"
     "                      --weights, --embeddings, --memory, --host-memory, ... (hptrain train\n"
     "                      --help); those about the optimizer or the update are accepted and\n"
     "                      have no effect\n";
