@@ -239,7 +239,8 @@ static double t_matmul_backward_bf16(void) {
     bf16r_arr(dr, dout, MN * MOC);
     double e = 0.0;
     for (int acc = 0; acc < 2; acc++) {
-        float *ddinp = dput(dinp0, sizeof dinp0), *ddw = dput(dw0, sizeof dw0), *ddb = dput(db0, sizeof db0);
+        float *ddinp = dput(dinp0, sizeof dinp0), *ddw = dput(dw0, sizeof dw0),
+              *ddb = dput(db0, sizeof db0);
         g_be->matmul_backward_bf16(ddinp, ddw, ddb, dput(dout, sizeof dout), dput(inp, sizeof inp),
                                    dput(w, sizeof w), MN, MC, MOC, acc,
                                    dput(NULL, HPT_MM_BF16_WS_BYTES));

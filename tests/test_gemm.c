@@ -68,7 +68,8 @@ static double check_bf16(int ref, void *ws) {
                             den += want * want;
                             exact &= (float)want == C[i * ldc + j];
                         }
-                        for (int64_t j = N; j < ldc; j++) pad_ok &= C[i * ldc + j] == C0[i * ldc + j];
+                        for (int64_t j = N; j < ldc; j++)
+                            pad_ok &= C[i * ldc + j] == C0[i * ldc + j];
                     }
                     double rel = sqrt(num / (den > 0 ? den : 1.0));
                     worst = rel > worst ? rel : worst;

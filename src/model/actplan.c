@@ -261,7 +261,8 @@ void hpt_model_free_activations(hpt_model *m) {
     m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, r->act_mem, r->act_bytes);
     r->act_mem = NULL;
     r->act_bytes = 0;
-    if (r->mm_ws) m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_WORKSPACE, r->mm_ws, HPT_MM_BF16_WS_BYTES);
+    if (r->mm_ws)
+        m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_WORKSPACE, r->mm_ws, HPT_MM_BF16_WS_BYTES);
     r->mm_ws = NULL;
     r->st.enc_b = NULL;
     actstore_release(m);

@@ -104,7 +104,8 @@ void cu_gemm_bf16(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha
     const int64_t kt = K < 1024 ? K : 1024, rows = R / kt;
     const int64_t mb = M < rows / 2 ? M : rows / 2;
     const int64_t nb = N < rows - mb ? N : rows - mb;
-    uint16_t *pa = (uint16_t *)ws, *pb = pa + mb * kt; /* (mb, kt) or (kt, mb); (kt, nb) or (nb, kt) */
+    /* op(A)'s panel (mb, kt), or (kt, mb) transposed; op(B)'s (kt, nb), or (nb, kt) */
+    uint16_t *pa = (uint16_t *)ws, *pb = pa + mb * kt;
     for (int64_t m0 = 0; m0 < M; m0 += mb) {
         const int64_t m = M - m0 < mb ? M - m0 : mb;
         for (int64_t n0 = 0; n0 < N; n0 += nb) {
@@ -127,7 +128,8 @@ void cu_matmul_forward_bf16(float *out, const float *inp, const float *w, const 
     cu_enter();
     float beta = accumulate ? 1.0f : 0.0f;
     if (bias) { /* fp32, before the products, as on the CPU */
-        d_bias_rows<<<cu_grid((size_t)(N * OC)), CU_T, 0, cu_stream>>>(out, bias, N, OC, accumulate);
+        d_bias_rows<<<cu_grid((size_t)(N * OC)), CU_T, 0, cu_stream>>>(out, bias, N, OC,
+                                                                       accumulate);
         CU_LAUNCHED("matmul_forward_bf16 bias");
         beta = 1.0f;
     }
