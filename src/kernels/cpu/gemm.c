@@ -270,16 +270,21 @@ int k_gemm_bf16_native(void) {
 int k_gemm_bf16_force_ref(int on) { return atomic_exchange(&g_bf16_force_ref, on); }
 
 /* dst (rows, cols) dense = the rectangle of src (ld) at (r0, c0) rounded to bf16: as bf16
- * (h) or widened back to fp32 (f) */
+ * (h) or widened back to fp32 (f: narrowed into the row's own bytes, then widened in place from
+ * the end). Row by row through half.c's vectorised k_bf16_narrow (bf16_rne's bits); the
+ * weights are rounded twice a step, so this pass is as long as a small-M GEMM if scalar. */
 static void round_rect(uint16_t *h, float *f, const float *src, int64_t ld, int64_t r0,
                        int64_t c0, int64_t rows, int64_t cols) {
 #pragma omp parallel for schedule(static) if (rows * cols >= K_PAR_MIN)
     for (int64_t i = 0; i < rows; i++) {
         const float *s = src + (r0 + i) * ld + c0;
-        if (h)
-            for (int64_t j = 0; j < cols; j++) h[i * cols + j] = bf16_rne(s[j]);
-        else
-            for (int64_t j = 0; j < cols; j++) f[i * cols + j] = bf16_widen(bf16_rne(s[j]));
+        if (h) {
+            (void)k_bf16_narrow(h + i * cols, s, (size_t)cols);
+        } else {
+            uint16_t *hf = (uint16_t *)(void *)(f + i * cols);
+            (void)k_bf16_narrow(hf, s, (size_t)cols);
+            k_bf16_widen(f + i * cols, hf, (size_t)cols);
+        }
     }
 }
 
