@@ -419,6 +419,53 @@ sys.exit(0 if ok else 1)
 EOF
 }
 
+# st_matmul: --matmul bf16 (docs/design.md, "Matmul precision"). (a) The train stage's small
+# GPT-2 for 10 steps with --matmul bf16 on the CPU and on the GPU: each step's loss within 1e-3
+# relative (both round the same operands to bf16; the sums' order differs). (b) A gpt2-124m step
+# on the GPU at B 4, T 1024, 6 steps, --matmul fp32 against bf16: the mean step time of steps 2..,
+# and bf16's ratio. The CPU run and (b)'s estimate run in a dry run too.
+st_matmul() {
+    export LD_LIBRARY_PATH="$DEPLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    local d="$WORK/data/tiny" args mm
+    mkdir -p "$d"
+    [ -s "$d/train_000.bin" ] || shard "$d/train_000.bin" 200000 512 || exit 1
+    args=(--model "gpt2:L=2,C=128,NH=4,V=512,T=128" --data "$d/train_*.bin" --batch 4 --seq 128 --steps 10
+          --lr 1e-3 --seed 7 --threads 2 --matmul bf16)
+    "$HPT" train "${args[@]}" --device cpu --log "$WORK/logs/matmul_cpu.jsonl" || { note "the CPU --matmul bf16 run failed"; exit 1; }
+    if [ $DRY = 1 ]; then
+        "$HPT" estimate --model gpt2-124m --batch 4 --seq 1024 --matmul bf16 --device cuda > "$WORK/logs/matmul_est.txt" \
+            || { note "estimate --matmul bf16 failed"; exit 1; }
+        note "cpu --matmul bf16: 10 steps ran; cuda: not run (dry run)"; status partial; exit 0
+    fi
+    "$HPT" train "${args[@]}" --device cuda --log "$WORK/logs/matmul_cuda.jsonl" || { note "the --device cuda --matmul bf16 run failed"; exit 1; }
+    local d2="$WORK/data/gpt2"
+    mkdir -p "$d2"
+    [ -s "$d2/train_000.bin" ] || shard "$d2/train_000.bin" 40000 50257 || exit 1
+    for mm in fp32 bf16; do
+        "$HPT" train --model gpt2-124m --data "$d2/train_*.bin" --batch 4 --seq 1024 --steps 6 --device cuda \
+            --matmul $mm --log "$WORK/logs/matmul_124m_$mm.jsonl" --quiet || { note "gpt2-124m --matmul $mm failed"; exit 1; }
+    done
+    "$PY" - "$WORK" <<'EOF2'
+import json, os, sys
+work = sys.argv[1]
+L = lambda n: [json.loads(l) for l in open(os.path.join(work, "logs", n)) if l.strip()]
+cpu, gpu = L("matmul_cpu.jsonl"), L("matmul_cuda.jsonl")
+worst = max(abs(g["loss"] - c["loss"]) / abs(c["loss"]) for c, g in zip(cpu, gpu)) if gpu else 1.0
+ms = {m: L(f"matmul_124m_{m}.jsonl") for m in ("fp32", "bf16")}
+mean = {m: sum(x["step_ms"] for x in v[1:]) / max(1, len(v) - 1) for m, v in ms.items()}
+rows = ["| gpt2-124m, B 4, T 1024 | fp32 | bf16 |", "| --- | --- | --- |",
+        f"| ms/step (steps 2..) | {mean['fp32']:.1f} | {mean['bf16']:.1f} |",
+        f"| last loss | {ms['fp32'][-1]['loss']:.4f} | {ms['bf16'][-1]['loss']:.4f} |",
+        "", f"small GPT-2, --matmul bf16, cpu vs cuda: largest relative loss difference {worst:.2e} over {len(gpu)} steps"]
+open(os.path.join(work, "detail", "matmul.md"), "w").write("\n".join(rows) + "\n")
+ok = len(cpu) == len(gpu) == 10 and worst <= 1e-3
+open(os.path.join(work, "note"), "w").write(
+    f"bf16 cpu vs cuda: loss rel {worst:.2e} (bound 1e-3); gpt2-124m ms/step fp32 {mean['fp32']:.1f}, "
+    f"bf16 {mean['bf16']:.1f} (x{mean['fp32'] / max(mean['bf16'], 1e-9):.2f})\n")
+sys.exit(0 if ok else 1)
+EOF2
+}
+
 # st_lora: a LoRA run on the GPU beside the CPU's (docs/lora.md, docs/cuda.md). Each run: B 2,
 # T 32, 3 steps, r 4, every linear layer, --save; the CPU's runs and the estimates run in a dry
 # run too (the plumbing), the GPU's only on one.
@@ -753,7 +800,7 @@ st_transformers() {
     return $rc
 }
 
-export -f st_env st_deps st_size st_build st_reference st_train st_lora st_sanitizer st_gemm st_gpt2 st_calibrate st_llama1b st_llama8b \
+export -f st_env st_deps st_size st_build st_reference st_train st_matmul st_lora st_sanitizer st_gemm st_gpt2 st_calibrate st_llama1b st_llama8b \
     profile_model st_profile st_transformers
 
 # ---- the run ----
@@ -767,6 +814,7 @@ for t in test_cuda test_backend test_cuda_train test_cuda_gpt2; do
     stage "$t" 120 gpu "gpu_test $t"
 done
 stage train 60 any st_train
+stage matmul 90 any st_matmul
 stage lora 90 any st_lora
 stage transformers 90 any st_transformers
 stage sanitizer 150 gpu st_sanitizer

@@ -111,7 +111,7 @@ def write(path, arch, shape, x, y, pos, params, loss, grads):
         f.write(grads.numpy().tobytes())
 
 
-def main():
+def main(prefix="pack"):
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
     torch.set_num_threads(1)
@@ -123,7 +123,7 @@ def main():
     params = rg.flat(model, L, C, V, Vp, maxT, False)
     loss = gpt2_loss(model, x, y, pos, allowed)
     loss.backward()
-    write(os.path.join(out, "pack_gpt2.bin"), 0, GPT2_SHAPE, x, y, pos, params, loss,
+    write(os.path.join(out, prefix + "_gpt2.bin"), 0, GPT2_SHAPE, x, y, pos, params, loss,
           rg.flat(model, L, C, V, Vp, maxT, True))
     # Llama (grouped-query, Llama 3's rotary scaling, untied head)
     torch.manual_seed(2912)
@@ -137,7 +137,7 @@ def main():
     params = rl.flat(model, False)
     loss = llama_loss(model, x, y, pos, allowed)
     loss.backward()
-    write(os.path.join(out, "pack_llama.bin"), 1, LLAMA_SHAPE, x, y, pos, params, loss,
+    write(os.path.join(out, prefix + "_llama.bin"), 1, LLAMA_SHAPE, x, y, pos, params, loss,
           rl.flat(model, True))
 
 

@@ -179,6 +179,8 @@ static const op_test k_tests[] = {
     OP(alloc, t_memory), WITH(free, "alloc"), WITH(copy, "alloc"), WITH(memset, "alloc"),
     OP(sync, t_sync),
     OP(gemm, t_gemm), OP(matmul_forward, t_matmul_forward), OP(matmul_backward, t_matmul_backward),
+    OP(gemm_bf16, t_gemm_bf16), OP(matmul_forward_bf16, t_matmul_forward_bf16),
+    OP(matmul_backward_bf16, t_matmul_backward_bf16),
     OP(encoder_forward, t_encoder_forward), OP(encoder_backward, t_encoder_backward),
     OP(layernorm_forward, t_layernorm_forward), OP(layernorm_apply, t_layernorm_apply),
     OP(layernorm_backward, t_layernorm_backward),

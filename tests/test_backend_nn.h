@@ -147,6 +147,135 @@ static double t_matmul_backward(void) {
     return e;
 }
 
+/* ---- the bf16 operand GEMMs: the same references with each operand rounded to bf16 ----
+ * bf16r rounds to 8 significant bits, nearest even, through frexp/nearbyint (not the kernels'
+ * bit trick); values are O(1), far from bf16's range limits. A GEMM that did not round would be
+ * off by ~1e-3 relative, 100 x TOL. */
+static float bf16r(float x) {
+    int ex;
+    double m = frexp((double)x, &ex); /* x = m 2^ex, 0.5 <= |m| < 1 */
+    return (float)ldexp(nearbyint(m * 256.0), ex - 8);
+}
+static void bf16r_arr(float *dst, const float *src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = bf16r(src[i]);
+}
+
+static double t_gemm_bf16(void) {
+    enum { M = 5, N = 7, K = 9, PAD = 2 };
+    const char tr[2] = {'N', 'T'};
+    const float ab[2][2] = {{1.0f, 1.0f}, {0.7f, 0.3f}}; /* oneDNN's case, the general one */
+    double e = 0.0;
+    for (int v = 0; v < 2; v++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                int64_t lda = (ta ? M : K) + PAD, ldb = (tb ? K : N) + PAD, ldc = N + PAD;
+                float A[(K + PAD) * (M + PAD)], B[(K + PAD) * (N + PAD)], C[M * (N + PAD)];
+                float Ar[(K + PAD) * (M + PAD)], Br[(K + PAD) * (N + PAD)];
+                fill_rand(A, sizeof A / sizeof *A, 1.0f);
+                fill_rand(B, sizeof B / sizeof *B, 1.0f);
+                fill_rand(C, sizeof C / sizeof *C, 1.0f);
+                bf16r_arr(Ar, A, sizeof A / sizeof *A);
+                bf16r_arr(Br, B, sizeof B / sizeof *B);
+                double ref[M * (N + PAD)];
+                for (int i = 0; i < M; i++)
+                    for (int j = 0; j < N + PAD; j++) {
+                        double s = 0.0;
+                        for (int k = 0; k < K; k++)
+                            s += (double)(ta ? Ar[k * lda + i] : Ar[i * lda + k]) *
+                                 (double)(tb ? Br[j * ldb + k] : Br[k * ldb + j]);
+                        ref[i * ldc + j] = j < N ? ab[v][0] * s + ab[v][1] * C[i * ldc + j]
+                                                 : C[i * ldc + j];
+                    }
+                float *dA = dput(A, sizeof A), *dB = dput(B, sizeof B), *dC = dput(C, sizeof C);
+                g_be->gemm_bf16(tr[ta], tr[tb], M, N, K, ab[v][0], dA, lda, dB, ldb, ab[v][1], dC,
+                                ldc, dput(NULL, HPT_MM_BF16_WS_BYTES));
+                dget(C, dC, sizeof C);
+                e = fmax(e, cmp_arr("gemm_bf16", C, ref, M * (N + PAD), TOL));
+                emit(C, M * (N + PAD));
+                dfree_all();
+            }
+    return e;
+}
+
+static double t_matmul_forward_bf16(void) {
+    float inp[MN * MC], w[MOC * MC], b[MOC], out[MN * MOC], out0[MN * MOC];
+    float ir[MN * MC], wr[MOC * MC];
+    fill_rand(inp, MN * MC, 1.0f);
+    fill_rand(w, MOC * MC, 0.5f);
+    fill_rand(b, MOC, 0.5f);
+    fill_rand(out0, MN * MOC, 1.0f);
+    bf16r_arr(ir, inp, MN * MC);
+    bf16r_arr(wr, w, MOC * MC);
+    double ref[MN * MOC], e = 0.0;
+    for (int acc = 0; acc < 2; acc++)
+        for (int hb = 0; hb < 2; hb++) {
+            const float *bias = hb ? b : NULL; /* the bias stays fp32 */
+            ref_matmul(ref, ir, wr, bias, MN, MC, MOC);
+            if (acc)
+                for (int i = 0; i < MN * MOC; i++) ref[i] += out0[i];
+            float *dout = dput(out0, sizeof out0);
+            g_be->matmul_forward_bf16(dout, dput(inp, sizeof inp), dput(w, sizeof w),
+                                      bias ? dput(b, sizeof b) : NULL, MN, MC, MOC, acc,
+                                      dput(NULL, HPT_MM_BF16_WS_BYTES));
+            dget(out, dout, sizeof out);
+            e = fmax(e, cmp_arr("matmul_forward_bf16", out, ref, MN * MOC, TOL));
+            emit(out, MN * MOC);
+            dfree_all();
+        }
+    return e;
+}
+
+static double t_matmul_backward_bf16(void) {
+    float inp[MN * MC], w[MOC * MC], dout[MN * MOC], dinp0[MN * MC], dw0[MOC * MC], db0[MOC];
+    float ir[MN * MC], wr[MOC * MC], dr[MN * MOC];
+    fill_rand(inp, MN * MC, 1.0f);
+    fill_rand(w, MOC * MC, 0.5f);
+    fill_rand(dout, MN * MOC, 1.0f);
+    fill_rand(dinp0, MN * MC, 1.0f);
+    fill_rand(dw0, MOC * MC, 1.0f);
+    fill_rand(db0, MOC, 1.0f);
+    bf16r_arr(ir, inp, MN * MC);
+    bf16r_arr(wr, w, MOC * MC);
+    bf16r_arr(dr, dout, MN * MOC);
+    double e = 0.0;
+    for (int acc = 0; acc < 2; acc++) {
+        float *ddinp = dput(dinp0, sizeof dinp0), *ddw = dput(dw0, sizeof dw0),
+              *ddb = dput(db0, sizeof db0);
+        g_be->matmul_backward_bf16(ddinp, ddw, ddb, dput(dout, sizeof dout), dput(inp, sizeof inp),
+                                   dput(w, sizeof w), MN, MC, MOC, acc,
+                                   dput(NULL, HPT_MM_BF16_WS_BYTES));
+        float gi[MN * MC], gw[MOC * MC], gb[MOC];
+        dget(gi, ddinp, sizeof gi);
+        dget(gw, ddw, sizeof gw);
+        dget(gb, ddb, sizeof gb);
+        double ri[MN * MC], rw[MOC * MC], rb[MOC];
+        for (int i = 0; i < MN; i++)
+            for (int c = 0; c < MC; c++) {
+                double s = acc ? dinp0[i * MC + c] : 0.0;
+                for (int o = 0; o < MOC; o++) s += (double)dr[i * MOC + o] * wr[o * MC + c];
+                ri[i * MC + c] = s;
+            }
+        for (int o = 0; o < MOC; o++) {
+            double sb = db0[o];
+            for (int i = 0; i < MN; i++) sb += dout[i * MOC + o]; /* no product: fp32 dout */
+            rb[o] = sb;
+            for (int c = 0; c < MC; c++) {
+                double s = dw0[o * MC + c];
+                for (int i = 0; i < MN; i++) s += (double)dr[i * MOC + o] * ir[i * MC + c];
+                rw[o * MC + c] = s;
+            }
+        }
+        e = fmax(e, cmp_arr("matmul_backward_bf16 dinp", gi, ri, MN * MC, TOL));
+        e = fmax(e, cmp_arr("matmul_backward_bf16 dw", gw, rw, MOC * MC, TOL));
+        e = fmax(e, cmp_arr("matmul_backward_bf16 dbias", gb, rb, MOC, TOL));
+        emit(gi, MN * MC);
+        emit(gw, MOC * MC);
+        emit(gb, MOC);
+        dfree_all();
+    }
+    return e;
+}
+
 /* ================================ embedding ================================ */
 enum { EB = 2, ET = 5, EC = 24, EV = 11 };
 static void enc_inputs(int32_t *tok, float *wte, float *wpe) {

@@ -279,6 +279,7 @@ static const char *random_value(const char *name, char *buf, size_t n) {
     }
     if (!strcmp(name, "act-offload")) PICK("none", "host", "disk");
     if (!strcmp(name, "act-compress")) PICK("none", "int8", "bf16");
+    if (!strcmp(name, "matmul")) PICK("fp32", "bf16");
     if (!strcmp(name, "optimizer")) PICK("adamw", "lion", "adam-mini", "sgd");
     if (!strcmp(name, "state-bits")) PICK("32", "8");
     if (!strcmp(name, "weight-decay")) PICK("0", "0.1", "0.05", "0.3333", "1e-3");

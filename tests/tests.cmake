@@ -78,6 +78,11 @@ hpt_add_test(test_embed test_embed.c ARCHS)
 hpt_add_test(test_model_api test_model_api.c ARCHS)
 hpt_add_test(test_backend test_backend.c)
 hpt_add_test(test_gemm test_gemm.c)
+# --matmul bf16 against PyTorch's bf16-operand linear layers (tests/make_ref_matmul.py, made once
+# per build tree by the fixture make_ref_matmul), both CPU paths of the bf16 GEMM
+hpt_add_test(test_matmul test_matmul.c)
+add_test(NAME make_ref_matmul COMMAND sh -c "[ -s ${HPT_REF_DIR}/matmul_llama.bin ] || /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/make_ref_matmul.py ${HPT_REF_DIR}")
+set_tests_properties(make_ref_matmul PROPERTIES FIXTURES_SETUP matmul_ref TIMEOUT 600)
 hpt_add_test(test_memcheck test_memcheck.c)
 # the include order, and with the build tree the same order at link level (nm over the objects)
 add_test(NAME test_layers COMMAND bash ${CMAKE_SOURCE_DIR}/scripts/check_layers.sh
@@ -361,6 +366,9 @@ get_property(hpt_all_tests DIRECTORY ${CMAKE_SOURCE_DIR} PROPERTY TESTS)
 foreach(t IN LISTS hpt_all_tests)
   if(t MATCHES "^test_pack")
     set_tests_properties(${t} PROPERTIES FIXTURES_REQUIRED pack_ref)
+  endif()
+  if(t MATCHES "^test_matmul")
+    set_tests_properties(${t} PROPERTIES FIXTURES_REQUIRED matmul_ref)
   endif()
 endforeach()
 # NF4 (src/model/nf4.c, --base-weights nf4) against tests/make_ref_nf4.py, a numpy

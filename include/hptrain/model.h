@@ -211,6 +211,12 @@ typedef enum {
  *   even: fp32's range, 8 significant bits) and widened before backward. Half the bytes of
  *   fp32; lossy, far less than INT8 (relative error <= 2^-9 per value). */
 typedef enum { HPT_OFFLOAD_NONE = 0, HPT_OFFLOAD_HOST, HPT_OFFLOAD_DISK } hpt_act_offload;
+/* matmul (--matmul; docs/design.md, "Matmul precision"): FP32, every linear layer's GEMM in fp32;
+ * BF16, each linear layer's GEMMs (forward, the backward's dX and dW; the head's too; not the
+ * attention's own products, nor LoRA's adapters or int8 weights' GEMMs) round their two operands
+ * to bf16 (nearest even) and sum and write fp32. Weights, activations and the optimizer stay
+ * fp32. Lossy; adds HPT_MM_BF16_WS_BYTES of device workspace (category workspace). */
+typedef enum { HPT_MATMUL_FP32 = 0, HPT_MATMUL_BF16 } hpt_matmul;
 typedef enum { HPT_COMPRESS_NONE = 0, HPT_COMPRESS_INT8, HPT_COMPRESS_BF16 } hpt_act_compress;
 typedef struct {
     hpt_attention attention;
@@ -225,12 +231,16 @@ typedef struct {
     int mlp_tile;             /* 0: each block keeps its MLP's (B*T, FF) intermediates; N > 0:
                                * the MLP runs N token rows at a time in the forward and again in
                                * the backward, and keeps none (docs/activations.md) */
+    hpt_matmul matmul;        /* the linear layers' GEMM precision (above) */
 } hpt_act_opts;
 /* Parses "none" | "host" | "disk" into o->offload; "none" | "int8" | "bf16" into o->compress. */
 hpt_status hpt_act_offload_parse(const char *text, hpt_act_opts *o);
 hpt_status hpt_act_compress_parse(const char *text, hpt_act_opts *o);
 const char *hpt_act_offload_name(hpt_act_offload x);
 const char *hpt_act_compress_name(hpt_act_compress x);
+/* "fp32" | "bf16" into o->matmul; and back */
+hpt_status hpt_matmul_parse(const char *text, hpt_act_opts *o);
+const char *hpt_matmul_name(hpt_matmul x);
 /* Activation bytes per tier that a forward+backward at (B, T) allocates with o (category
  * acts): [DEVICE] the arena (= hpt_model_activation_bytes), [HOST] the offload buffer (host
  * offload) or the int8 staging buffer (disk offload with int8), [DISK] the offload file.

@@ -35,7 +35,7 @@ static int parse_tier(const char *t, size_t n, hpt_tier *out) {
 
 hpt_act_opts hpt_act_defaults(void) {
     hpt_act_opts o = {HPT_ATTN_FLASH, HPT_RECOMPUTE_NONE, 1, HPT_OFFLOAD_NONE,
-                           HPT_COMPRESS_NONE, 0, 0};
+                           HPT_COMPRESS_NONE, 0, 0, HPT_MATMUL_FP32};
     return o;
 }
 
@@ -54,6 +54,8 @@ hpt_status hpt_act_check(const hpt_act_opts *o) {
         return hpt_fail(HPT_ERR_INVALID, "unknown activation offload %d", (int)o->offload);
     if ((unsigned)o->compress > HPT_COMPRESS_BF16)
         return hpt_fail(HPT_ERR_INVALID, "unknown activation compression %d", (int)o->compress);
+    if ((unsigned)o->matmul > HPT_MATMUL_BF16)
+        return hpt_fail(HPT_ERR_INVALID, "unknown matmul precision %d", (int)o->matmul);
     return HPT_OK;
 }
 
@@ -80,6 +82,15 @@ const char *hpt_act_offload_name(hpt_act_offload x) {
 const char *hpt_act_compress_name(hpt_act_compress x) {
     return x == HPT_COMPRESS_INT8 ? "int8" : x == HPT_COMPRESS_BF16 ? "bf16" : "none";
 }
+
+hpt_status hpt_matmul_parse(const char *text, hpt_act_opts *o) {
+    if (!strcmp(text, "fp32")) o->matmul = HPT_MATMUL_FP32;
+    else if (!strcmp(text, "bf16")) o->matmul = HPT_MATMUL_BF16;
+    else return hpt_fail(HPT_ERR_INVALID, "matmul '%s': expected fp32 or bf16", text);
+    return HPT_OK;
+}
+
+const char *hpt_matmul_name(hpt_matmul x) { return x == HPT_MATMUL_BF16 ? "bf16" : "fp32"; }
 
 hpt_status hpt_attention_parse(const char *text, hpt_act_opts *o) {
     if (!strcmp(text, "flash")) o->attention = HPT_ATTN_FLASH;

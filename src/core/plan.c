@@ -34,7 +34,7 @@ enum {
     O_MEMORY, O_HOST_MEMORY, O_DISK_MEMORY, O_OFFLOAD_DIR,
     O_DEVICE, O_ZERO,
     O_LORA, O_LORA_TARGETS, O_BASE_WEIGHTS, O_PACK, O_BASE_HOME, O_MLP_TILE,
-    O_BASE_PREFETCH,
+    O_BASE_PREFETCH, O_MATMUL,
     O_COUNT
 };
 
@@ -55,7 +55,7 @@ static const struct {
     {"memory", 1}, {"host-memory", 1}, {"disk-memory", 1}, {"offload-dir", 1},
     {"device", 1}, {"zero", 1}, {"lora", 1}, {"lora-targets", 1},
     {"base-weights", 1}, {"pack", 1}, {"base-home", 1}, {"mlp-tile", 1},
-    {"base-prefetch", 1},
+    {"base-prefetch", 1}, {"matmul", 1},
 };
 
 static const char *const k_base_names[] = {"f32", "bf16", "int8", "nf4"};
@@ -151,6 +151,7 @@ static hpt_status set_option(hpt_plan *p, int opt, const char *v) {
     case O_ACT_COMPRESS: return named(opt, hpt_act_compress_parse(v, &p->act));
     case O_HEAD_CHUNK: return set_int(opt, v, 0, 1L << 30, &p->act.head_chunk);
     case O_MLP_TILE: return set_int(opt, v, 0, 1L << 30, &p->act.mlp_tile);
+    case O_MATMUL: return named(opt, hpt_matmul_parse(v, &p->act));
     case O_OPTIMIZER: { /* the kind's own settings (betas, SGD's weight decay), then the flags' */
         hpt_optim_kind k;
         HPT_CHECK(named(opt, hpt_optim_parse(v, &k)));
@@ -495,6 +496,7 @@ hpt_status hpt_plan_print(const hpt_plan *p, char *buf, size_t n) {
     if (p->act.compress != d.act.compress) emit(&o, O_ACT_COMPRESS, "%s", hpt_act_compress_name(p->act.compress));
     if (p->act.head_chunk != d.act.head_chunk) emit(&o, O_HEAD_CHUNK, "%d", p->act.head_chunk);
     if (p->act.mlp_tile != d.act.mlp_tile) emit(&o, O_MLP_TILE, "%d", p->act.mlp_tile);
+    if (p->act.matmul != d.act.matmul) emit(&o, O_MATMUL, "%s", hpt_matmul_name(p->act.matmul));
     /* the optimizer: its kind first (it resets the settings the later options then change) */
     const hpt_adamw_opts kd = hpt_optim_defaults((hpt_optim_kind)p->adamw.optimizer);
     if (p->adamw.optimizer != d.adamw.optimizer)

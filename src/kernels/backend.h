@@ -64,6 +64,9 @@ static inline hpt_be_param hpt_be_param_f32(float *p) {
     return k;
 }
 
+/* The bf16 GEMMs' workspace (gemm_bf16): operand panels of at most this many bytes. */
+#define HPT_MM_BF16_WS_BYTES ((size_t)8 << 20)
+
 /* Directions of a copy: between two device buffers, host to device, device to host, or two
  * host buffers (pinned or not: the backend knows its own host tier). */
 typedef enum { HPT_COPY_D2D = 0, HPT_COPY_H2D, HPT_COPY_D2H, HPT_COPY_H2H } hpt_copy_kind;
@@ -100,6 +103,21 @@ struct hpt_backend {
     void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout,
                             const float *inp, const float *w, int64_t N, int64_t C, int64_t OC,
                             int accumulate_dinp);
+
+    /* ---- bf16 operand GEMMs (--matmul bf16; docs/design.md, "Matmul precision") ----
+     * gemm, matmul_forward and matmul_backward with each product's two operands rounded to bf16
+     * (nearest even) and the sums, the bias and the outputs in fp32: every product of two bf16
+     * values is exact in fp32, so these differ from the fp32 GEMM of the rounded operands by
+     * summation order only. ws: HPT_MM_BF16_WS_BYTES of device workspace (the rounded operand
+     * panels, where the backend needs them). NULL where the backend has none. */
+    void (*gemm_bf16)(char transa, char transb, int64_t M, int64_t N, int64_t K, float alpha,
+                      const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                      float *C, int64_t ldc, void *ws);
+    void (*matmul_forward_bf16)(float *out, const float *inp, const float *w, const float *bias,
+                                int64_t N, int64_t C, int64_t OC, int accumulate, void *ws);
+    void (*matmul_backward_bf16)(float *dinp, float *dw, float *dbias, const float *dout,
+                                 const float *inp, const float *w, int64_t N, int64_t C,
+                                 int64_t OC, int accumulate_dinp, void *ws);
 
     /* ---- embedding ---- */
     /* out (B,T,C) = wte[inp[b,t]] + wpe[t]. */

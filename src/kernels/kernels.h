@@ -28,6 +28,16 @@ void k_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
                        const float *inp, const float *w, int64_t N, int64_t C, int64_t OC,
                        int accumulate_dinp);
 
+/* the bf16 operand GEMMs (backend.h's gemm_bf16, matmul_forward_bf16, matmul_backward_bf16) */
+void k_gemm_bf16(char transa, char transb, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                 int64_t ldc, void *ws);
+void k_matmul_forward_bf16(float *out, const float *inp, const float *w, const float *bias,
+                           int64_t N, int64_t C, int64_t OC, int accumulate, void *ws);
+void k_matmul_backward_bf16(float *dinp, float *dw, float *dbias, const float *dout,
+                            const float *inp, const float *w, int64_t N, int64_t C, int64_t OC,
+                            int accumulate_dinp, void *ws);
+
 /* out (B,T,C) = wte[inp[b,t]] + wpe[t]. */
 void k_encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe,
                        int B, int T, int C);

@@ -36,6 +36,10 @@ hpt_status act_opts_check(const hpt_model_config *c, const hpt_act_opts *o) {
     return HPT_OK;
 }
 
+uint64_t model_matmul_ws_bytes(const hpt_act_opts *o) {
+    return o->matmul == HPT_MATMUL_BF16 ? (uint64_t)HPT_MM_BF16_WS_BYTES : 0;
+}
+
 size_t act_head_rows(const hpt_act_opts *o, int B, int T) {
     size_t BT = (size_t)B * T;
     return o->head_chunk > 0 && (size_t)o->head_chunk < BT ? (size_t)o->head_chunk : BT;
@@ -51,7 +55,7 @@ size_t act_mlp_rows(const hpt_act_opts *o, int B, int T) {
 hpt_arch_ctx act_ctx_for(const hpt_model_config *c, const hpt_act_opts *o, int vc, int B,
                          int T) {
     hpt_arch_ctx x = {hpt_backend_cpu(), c, B, T, o->attention, act_head_rows(o, B, T), 0, 1.0f,
-                     hpt_attn_ops_of(o->attention), NULL, 0.0f, NULL, NULL, 0, NULL, 0, 0, 0};
+                     hpt_attn_ops_of(o->attention), NULL, 0.0f, NULL, NULL, 0, NULL, 0, 0, 0, NULL};
     x.logit_cols = vc && x.head_rows < (size_t)B * T ? (size_t)vc : (size_t)c->Vp;
     x.mlp_rows = act_mlp_rows(o, B, T);
     /* the plan's sharing of the norms' buffers (actplan.c; arch.h's HPT_FIELD_NORM1/2) */
@@ -64,6 +68,7 @@ hpt_arch_ctx act_ctx_for(const hpt_model_config *c, const hpt_act_opts *o, int v
 hpt_arch_ctx act_ctx(const hpt_model *m) {
     hpt_arch_ctx x = act_ctx_for(&m->cfg, &m->act, m->emb != HPT_EMB_FULL ? m->Vc : 0, m->B, m->T);
     x.be = m->be;
+    x.mm_ws = m->run.mm_ws;
     x.loss_scale = m->loss_scale;
     x.loss_norm = gpt2_loss_norm(m);
     x.params = m->ap;

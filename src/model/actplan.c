@@ -261,6 +261,9 @@ void hpt_model_free_activations(hpt_model *m) {
     m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_ACTS, r->act_mem, r->act_bytes);
     r->act_mem = NULL;
     r->act_bytes = 0;
+    if (r->mm_ws)
+        m->be->free(m->mem, HPT_TIER_DEVICE, HPT_CAT_WORKSPACE, r->mm_ws, HPT_MM_BF16_WS_BYTES);
+    r->mm_ws = NULL;
     r->st.enc_b = NULL;
     actstore_release(m);
     r->aB = r->aT = 0;
@@ -348,6 +351,21 @@ hpt_status act_ensure(hpt_model *m, int B, int T) {
         }
         r->act_mem = p;
         r->act_bytes = need;
+    }
+    /* --matmul bf16: the bf16 GEMMs' workspace (model_matmul_ws_bytes), with the arena */
+    if (model_matmul_ws_bytes(&m->act) && !r->mm_ws) {
+        if (!m->be->gemm_bf16)
+            return hpt_fail(HPT_ERR_UNSUPPORTED, "matmul bf16: the %s backend has no bf16 GEMM",
+                            m->be->name);
+        void *p;
+        hpt_mem_set_name(m->mem, "bf16 GEMM workspace");
+        hpt_status s = m->be->alloc(m->mem, HPT_TIER_DEVICE, HPT_CAT_WORKSPACE,
+                                    model_matmul_ws_bytes(&m->act), &p);
+        if (s != HPT_OK) {
+            r->aB = r->aT = 0;
+            return hpt_fail_ctx(s, "the bf16 GEMMs' workspace");
+        }
+        r->mm_ws = p;
     }
     hpt_status s = actstore_reserve(m, sp.off_bytes, sp.max_store);
     if (s != HPT_OK) {

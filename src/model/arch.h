@@ -83,6 +83,9 @@ typedef struct {
     int norm_rebuild;        /* 1: the HPT_FIELD_NORM2 field shares the NORM1 field's buffer
                               * (every:N, full), so the block's backward rebuilds NORM1 before
                               * reading it */
+    void *mm_ws;             /* --matmul bf16: the bf16 GEMMs' workspace (HPT_MM_BF16_WS_BYTES,
+                              * device), and the linear layers run the backend's _bf16 ops;
+                              * NULL: fp32 */
 } hpt_arch_ctx;
 
 /* RoPE at the context's positions: pos0 = 0 for t, or x->pos (packed examples) */
@@ -109,10 +112,26 @@ void model_lora_forward(const hpt_arch_ctx *x, float *out, const float *inp, con
 void model_lora_backward(const hpt_arch_ctx *x, float *dinp, const float *dout, const float *inp,
                          const float *w, int64_t N, int64_t C, int64_t OC, int accumulate_dinp);
 /* out (N, OC) = inp (N, C) @ w^T + bias [+ out], plus the adapters on w */
+/* the backend's matmul ops at the context's precision (--matmul): no adapters (the head) */
+static inline void arch_matmul_forward(const hpt_arch_ctx *x, float *out, const float *inp,
+                                       const float *w, const float *bias, int64_t N, int64_t C,
+                                       int64_t OC, int accumulate) {
+    if (x->mm_ws) x->be->matmul_forward_bf16(out, inp, w, bias, N, C, OC, accumulate, x->mm_ws);
+    else x->be->matmul_forward(out, inp, w, bias, N, C, OC, accumulate);
+}
+static inline void arch_matmul_backward(const hpt_arch_ctx *x, float *dinp, float *dw,
+                                        float *dbias, const float *dout, const float *inp,
+                                        const float *w, int64_t N, int64_t C, int64_t OC,
+                                        int accumulate_dinp) {
+    if (x->mm_ws)
+        x->be->matmul_backward_bf16(dinp, dw, dbias, dout, inp, w, N, C, OC, accumulate_dinp,
+                                    x->mm_ws);
+    else x->be->matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC, accumulate_dinp);
+}
 static inline void arch_linear_forward(const hpt_arch_ctx *x, float *out, const float *inp,
                                        const float *w, const float *bias, int64_t N, int64_t C,
                                        int64_t OC, int accumulate) {
-    x->be->matmul_forward(out, inp, w, bias, N, C, OC, accumulate);
+    arch_matmul_forward(x, out, inp, w, bias, N, C, OC, accumulate);
     if (x->lora) model_lora_forward(x, out, inp, w, N, C, OC);
 }
 /* matmul_backward's contract; with adapters dw and dbias are left alone */
@@ -121,7 +140,7 @@ static inline void arch_linear_backward(const hpt_arch_ctx *x, float *dinp, floa
                                         const float *w, int64_t N, int64_t C, int64_t OC,
                                         int accumulate_dinp) {
     if (x->lora) model_lora_backward(x, dinp, dout, inp, w, N, C, OC, accumulate_dinp);
-    else x->be->matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC, accumulate_dinp);
+    else arch_matmul_backward(x, dinp, dw, dbias, dout, inp, w, N, C, OC, accumulate_dinp);
 }
 
 /* ---- the sequence-tiled MLP (model/mlptile.c; docs/activations.md, "The tiled MLP") ----

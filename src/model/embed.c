@@ -274,12 +274,22 @@ void emb_encoder_forward(hpt_model *m) {
                                     T, C);
 }
 
+/* The head's GEMMs at the run's precision (--matmul: the backend's gemm_bf16 with the model's
+ * workspace, or gemm), as the arch's head (arch.h's arch_matmul_*). */
+static void head_gemm(const hpt_model *m, char ta, char tb, int64_t M, int64_t N, int64_t K,
+                      const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                      float *Cm, int64_t ldc) {
+    if (m->run.mm_ws)
+        m->be->gemm_bf16(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, Cm, ldc, m->run.mm_ws);
+    else m->be->gemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, Cm, ldc);
+}
+
 /* The logits of rows [r0, r0 + n) for nv vocabulary rows W: (n, nv) into a->logits. */
 static void chunk_logits(hpt_model *m, const emb_acts *a, const float *W, size_t r0, size_t n,
                          size_t nv) {
     size_t C = (size_t)m->cfg.C;
-    m->be->gemm('N', 'T', (int64_t)n, (int64_t)nv, (int64_t)C, 1.0f, a->lnf + r0 * C,
-                (int64_t)C, W, (int64_t)C, 0.0f, a->logits, (int64_t)nv);
+    head_gemm(m, 'N', 'T', (int64_t)n, (int64_t)nv, (int64_t)C, a->lnf + r0 * C,
+              (int64_t)C, W, (int64_t)C, 0.0f, a->logits, (int64_t)nv);
 }
 
 /* a->logits (n, nv) of rows [r0, r0 + n), vocabulary rows [v0, v0 + nv), become dlogits:
@@ -298,8 +308,8 @@ void emb_head_forward(hpt_model *m, size_t rows) {
     if (rows >= BT) { /* all logits kept, (BT, Vp): each chunk's columns placed, then the loss */
         for (size_t v0 = 0; v0 < V; v0 += Vc) {
             size_t nv = HPT_MIN(Vc, V - v0);
-            be->gemm('N', 'T', (int64_t)BT, (int64_t)nv, (int64_t)C, 1.0f, a.lnf, (int64_t)C,
-                     head_rows(m, v0, nv), (int64_t)C, 0.0f, a.logits + v0, (int64_t)Vp);
+            head_gemm(m, 'N', 'T', (int64_t)BT, (int64_t)nv, (int64_t)C, a.lnf, (int64_t)C,
+                      head_rows(m, v0, nv), (int64_t)C, 0.0f, a.logits + v0, (int64_t)Vp);
         }
         m->loss = be->crossentropy_forward(a.losses, a.lse, a.logits, a.targets, (int64_t)BT,
                                            c->V, c->Vp);
@@ -334,9 +344,9 @@ void emb_head_backward(hpt_model *m, size_t rows) {
                                      dloss);
         for (size_t v0 = 0; v0 < V; v0 += Vc) {
             size_t nv = HPT_MIN(Vc, V - v0);
-            m->be->gemm('N', 'N', (int64_t)BT, (int64_t)C, (int64_t)nv, 1.0f, a.logits + v0,
-                        (int64_t)Vp, head_rows(m, v0, nv), (int64_t)C, v0 ? 1.0f : 0.0f,
-                        a.dsmall, (int64_t)C);
+            head_gemm(m, 'N', 'N', (int64_t)BT, (int64_t)C, (int64_t)nv, a.logits + v0,
+                      (int64_t)Vp, head_rows(m, v0, nv), (int64_t)C, v0 ? 1.0f : 0.0f,
+                      a.dsmall, (int64_t)C);
         }
         return;
     }
@@ -347,9 +357,9 @@ void emb_head_backward(hpt_model *m, size_t rows) {
             size_t n = HPT_MIN(rows, BT - r0);
             chunk_logits(m, &a, W, r0, n, nv);
             chunk_dlogits(m, &a, r0, n, v0, nv, dloss);
-            m->be->gemm('N', 'N', (int64_t)n, (int64_t)C, (int64_t)nv, 1.0f, a.logits,
-                        (int64_t)nv, W, (int64_t)C, v0 ? 1.0f : 0.0f, a.dsmall + r0 * C,
-                        (int64_t)C);
+            head_gemm(m, 'N', 'N', (int64_t)n, (int64_t)C, (int64_t)nv, a.logits,
+                      (int64_t)nv, W, (int64_t)C, v0 ? 1.0f : 0.0f, a.dsmall + r0 * C,
+                      (int64_t)C);
         }
     }
 }
@@ -377,8 +387,8 @@ static double chunk_pass(hpt_model *m, const emb_acts *a, size_t rows, int ti, i
             size_t n = HPT_MIN(rows, BT - r0);
             chunk_logits(m, a, W, r0, n, nh);
             chunk_dlogits(m, a, r0, n, v0, nh, dloss);
-            be->gemm('T', 'N', (int64_t)nh, (int64_t)C, (int64_t)n, 1.0f, a->logits, (int64_t)nh,
-                     a->lnf + r0 * C, (int64_t)C, 1.0f, G, (int64_t)C);
+            head_gemm(m, 'T', 'N', (int64_t)nh, (int64_t)C, (int64_t)n, a->logits, (int64_t)nh,
+                      a->lnf + r0 * C, (int64_t)C, 1.0f, G, (int64_t)C);
         }
         /* the encoder's rows: dwte[inputs[b, t]] += dres[b, t] for the tokens in the chunk */
         if (enc) be->encoder_backward_rows(G, a->dres, a->inputs, BT, C, v0, nv);

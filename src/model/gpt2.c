@@ -291,8 +291,8 @@ static float head_forward(const hpt_arch_ctx *x, const void *pv, void *av, int h
     for (size_t r0 = 0; r0 < BT; r0 += rows) {
         size_t n = HPT_MIN(rows, BT - r0);
         /* logits (n, Vp) = lnf @ wte^T (tied head, no bias) */
-        be->matmul_forward(a->logits, a->lnf + r0 * C, p->wte, NULL, (int64_t)n, (int64_t)C,
-                           c->Vp, 0);
+        arch_matmul_forward(x, a->logits, a->lnf + r0 * C, p->wte, NULL, (int64_t)n, (int64_t)C,
+                            c->Vp, 0);
         /* loss = mean_i (lse_i - logits[i, y_i]) */
         if (has_targets)
             loss = be->crossentropy_forward(a->losses + r0, a->lse + r0, a->logits,
@@ -319,8 +319,8 @@ static void head_backward(const hpt_arch_ctx *x, const void *pv, void *gv, void 
     for (size_t r0 = 0; r0 < BT; r0 += rows) {
         size_t n = HPT_MIN(rows, BT - r0);
         if (n < BT)
-            be->matmul_forward(a->logits, a->lnf + r0 * C, p->wte, NULL, (int64_t)n, (int64_t)C,
-                               c->Vp, 0);
+            arch_matmul_forward(x, a->logits, a->lnf + r0 * C, p->wte, NULL, (int64_t)n, (int64_t)C,
+                                c->Vp, 0);
         be->crossentropy_backward(a->logits, a->lse + r0, a->targets + r0, (int64_t)n, c->V,
                                   c->Vp, dloss);
         arch_linear_backward(x, a->dsmall + r0 * C, g->wte, NULL, a->logits, a->lnf + r0 * C, p->wte,

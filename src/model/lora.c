@@ -424,7 +424,10 @@ void model_lora_backward(const hpt_arch_ctx *x, float *dinp, const float *dout, 
     const int64_t r = z->o.r;
     float *u = z->scratch, *du = u + (size_t)N * (size_t)r, *xd = du + (size_t)N * (size_t)r;
     /* the frozen base: dinp (N, C) = dout (N, OC) @ w (OC, C), no dw, no dbias */
-    be->gemm('N', 'N', N, C, OC, 1.0f, dout, OC, w, C, accumulate_dinp ? 1.0f : 0.0f, dinp, C);
+    if (x->mm_ws) /* --matmul bf16: the base's product with bf16 operands, as without adapters */
+        be->gemm_bf16('N', 'N', N, C, OC, 1.0f, dout, OC, w, C, accumulate_dinp ? 1.0f : 0.0f,
+                      dinp, C, x->mm_ws);
+    else be->gemm('N', 'N', N, C, OC, 1.0f, dout, OC, w, C, accumulate_dinp ? 1.0f : 0.0f, dinp, C);
     for (int i = 0; i < z->n_lin; i++) {
         int l = layer_of(z, z->lin_slice[i], w);
         if (l < 0) continue;

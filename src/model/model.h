@@ -53,6 +53,9 @@ size_t model_params_floats(const hpt_model *m);
 /* The backend the model's tensors belong to (hpt_backend_of its hpt_mem): host code reads them
  * through its copies (the checkpoint's staged I/O, train/state.c). */
 const struct hpt_backend *model_backend(const hpt_model *m);
+/* Device bytes (category workspace) of the bf16 GEMMs' workspace under o: HPT_MM_BF16_WS_BYTES
+ * with --matmul bf16 (allocated with the activation arena), else 0. */
+uint64_t model_matmul_ws_bytes(const hpt_act_opts *o);
 /* The flat gradient buffer (NULL while released: hpt_model_release_grads) and its floats. */
 float *model_grads(hpt_model *m);
 size_t model_grads_floats(const hpt_model *m);

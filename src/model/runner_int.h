@@ -50,6 +50,8 @@ typedef struct {
 typedef struct {
     void *act_mem;           /* (act_bytes) device tier, acts: the arena */
     size_t act_bytes;
+    void *mm_ws;             /* (HPT_MM_BF16_WS_BYTES) device tier, workspace: the bf16 GEMMs'
+                              * operand panels (--matmul bf16), else NULL */
     int aB, aT;
     char *layers;            /* (L) arch->block_acts_size each: what each block's backward reads */
     char *flayers;           /* (L) what each block's forward writes: the same buffers as

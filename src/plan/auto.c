@@ -164,6 +164,9 @@ static hpt_status enumerate(const hpt_plan_opts *base, const hpt_calibration *c,
         o.act.compress = comp == 0 ? HPT_COMPRESS_NONE : comp == 1 ? HPT_COMPRESS_BF16 : HPT_COMPRESS_INT8;
         o.act.head_chunk = hc ? 128 : 0;
         o.act.mlp_tile = hc == 2 ? HPT_AUTO_MLP_TILE : 0;
+        /* --matmul: the user's, never chosen here (lossy, and the cost model times bf16 GEMMs at
+         * the fp32 rate for now, so bf16 would only add its workspace) */
+        o.act.matmul = base->act.matmul;
         set_homes(&o.offload, h);
         if (engine_homes) {
             o.offload.max_active = kp == 0 ? 2 : 4;

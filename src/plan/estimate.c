@@ -239,6 +239,7 @@ hpt_status hpt_plan_estimate(const hpt_plan_opts *o, hpt_estimate *out) {
     size_t acts = (size_t)at[HPT_TIER_DEVICE];
     if (acts == 0) return hpt_fail(HPT_ERR_OOM, "no memory to plan the activation arena");
     dev[HPT_CAT_ACTS] = acts;                         /* ensure_acts, at the first forward */
+    dev[HPT_CAT_WORKSPACE] += model_matmul_ws_bytes(&o->act); /* with it: --matmul bf16 */
     /* activation offload (ensure_acts): the host buffer or the disk block (and the int8
      * staging buffer); disk I/O that is not 4096-aligned goes through the disk tier's 4 MiB
      * bounce buffer (host, io), allocated at the first such transfer: counted here */

@@ -142,7 +142,7 @@ struct cJSON *chat_segments(const hpt_chat_text *r, const struct cJSON *msgs, co
     {"attention", 1, 0, CLI_OPT_PLAN}, {"recompute", 1, 0, CLI_OPT_PLAN}, \
     {"act-offload", 1, 0, CLI_OPT_PLAN}, {"act-compress", 1, 0, CLI_OPT_PLAN}, \
     {"head-chunk", 1, 0, CLI_OPT_PLAN}, {"optimizer", 1, 0, CLI_OPT_PLAN}, \
-    {"mlp-tile", 1, 0, CLI_OPT_PLAN}, \
+    {"mlp-tile", 1, 0, CLI_OPT_PLAN}, {"matmul", 1, 0, CLI_OPT_PLAN}, \
     {"state-bits", 1, 0, CLI_OPT_PLAN}, {"state-32bit-embeddings", 0, 0, CLI_OPT_PLAN}, \
     {"weight-decay", 1, 0, CLI_OPT_PLAN}, {"offload", 1, 0, CLI_OPT_PLAN}, \
     {"max-active-layers", 1, 0, CLI_OPT_PLAN}, {"prefetch", 1, 0, CLI_OPT_PLAN}, \

@@ -43,10 +43,10 @@ static const char k_help[] =
     "  --quiet             no information lines on standard error\n"
     "  --force             go on when the shards' tokenizer (tokenizer.json beside them) is not\n"
     "                      the model's (its directory's) or has more tokens than its vocabulary\n"
-    "  plan flags          any of train's: --attention, --recompute, --head-chunk, --offload,\n"
-    "                      --weights, --embeddings, --memory, --host-memory, ... (hptrain train\n"
-    "                      --help); those about the optimizer or the update are accepted and\n"
-    "                      have no effect\n";
+    "  plan flags          any of train's: --attention, --matmul, --recompute, --head-chunk,\n"
+    "                      --offload, --weights, --embeddings, --memory, --host-memory, ...\n"
+    "                      (hptrain train --help); those about the optimizer or the update are\n"
+    "                      accepted and have no effect\n";
 
 enum { OPT_FORCE = 1150 }; /* this command's own long option */
 

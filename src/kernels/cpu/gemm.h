@@ -15,6 +15,14 @@ uint64_t k_gemm_fallbacks(void);
 /* Testing: the next n k_gemm calls see dnnl_sgemm's status as a failure (invalid arguments)
  * without calling it; the API gives no way to make a valid call fail otherwise. */
 void k_gemm_fail_next(uint64_t n);
+/* Which path k_gemm_bf16 takes: 1 oneDNN's bf16 matmul (fpmath mode bf16: this CPU's bf16
+ * instructions round the operands), 0 the reference (operands rounded into the workspace, then
+ * k_gemm). The native path runs where oneDNN reports avx512_core_bf16 or better and
+ * HPT_GEMM_BF16=ref is not set (HPT_GEMM=sgemm turns it off too). */
+int k_gemm_bf16_native(void);
+/* Testing: force the reference path (1) or restore the choice above (0); returns the previous
+ * forcing. */
+int k_gemm_bf16_force_ref(int on);
 /* k_matmul_forward's and k_matmul_backward's bias parts (the op timer calls them apart):
  * out (N,OC) = or += bias row by row; dbias (OC) += column sums of dout (N,OC). */
 void k_matmul_bias_init(float *out, const float *bias, int64_t N, int64_t OC, int accumulate);

@@ -350,6 +350,9 @@ static void fill_table(hpt_backend *t) {
     t->gemm = cu_gemm;
     t->matmul_forward = cu_matmul_forward;
     t->matmul_backward = cu_matmul_backward;
+    t->gemm_bf16 = cu_gemm_bf16;
+    t->matmul_forward_bf16 = cu_matmul_forward_bf16;
+    t->matmul_backward_bf16 = cu_matmul_backward_bf16;
     t->encoder_forward = cu_encoder_forward;
     t->encoder_backward = cu_encoder_backward;
     t->layernorm_forward = cu_layernorm_forward;

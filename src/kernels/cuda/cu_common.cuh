@@ -113,6 +113,14 @@ void cu_finish_sum(int first, int out);
  * optim.cu and misc.cu; backend.cu puts them in the table) ---- */
 void cu_gemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
              int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+void cu_gemm_bf16(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                 int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc,
+                 void *ws);
+void cu_matmul_forward_bf16(float *out, const float *inp, const float *w, const float *bias,
+                            int64_t N, int64_t C, int64_t OC, int accumulate, void *ws);
+void cu_matmul_backward_bf16(float *dinp, float *dw, float *dbias, const float *dout,
+                             const float *inp, const float *w, int64_t N, int64_t C, int64_t OC,
+                             int accumulate_dinp, void *ws);
 void cu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int64_t N,
                        int64_t C, int64_t OC, int accumulate);
 void cu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,

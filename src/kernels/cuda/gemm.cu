@@ -69,6 +69,86 @@ void cu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
     }
 }
 
+/* ---- bf16 operands (--matmul bf16; the CPU's k_gemm_bf16, kernels/cpu/gemm.c) ----
+ * C's tiles (mb, nb) over K panels of kt: each panel's two operands rounded to bf16 (cu_bf16_rne,
+ * nearest even, the CPU's bits) into the workspace (HPT_MM_BF16_WS_BYTES), then
+ * hpt_cuda_gemm_bf16 (cublasGemmEx, CUBLAS_COMPUTE_32F) adds the panel's product into C's tile,
+ * beta for the first panel and 1 after. Any alpha and beta. */
+/* dst (rows, cols) dense = the rectangle of src (ld) at (r0, c0), rounded to bf16 */
+__global__ void d_round_rect(uint16_t *dst, const float *src, int64_t ld, int64_t r0, int64_t c0,
+                             int64_t rows, int64_t cols) {
+    CU_FOR(i, (size_t)(rows * cols)) {
+        int64_t r = (int64_t)i / cols, c = (int64_t)i % cols;
+        dst[i] = cu_bf16_rne(src[(r0 + r) * ld + c0 + c]);
+    }
+}
+
+static void round_rect(uint16_t *dst, const float *src, int64_t ld, int64_t r0, int64_t c0,
+                       int64_t rows, int64_t cols) {
+    d_round_rect<<<cu_grid((size_t)(rows * cols)), CU_T, 0, cu_stream>>>(dst, src, ld, r0, c0,
+                                                                         rows, cols);
+    CU_LAUNCHED("gemm_bf16 operand rounding");
+}
+
+void cu_gemm_bf16(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                  int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc,
+                  void *ws) {
+    if (M == 0 || N == 0) return;
+    cu_enter();
+    if (K <= 0) {
+        cu_gemm(ta, tb, M, N, 0, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    const int at = ta == 'T' || ta == 't', bt = tb == 'T' || tb == 't';
+    const int64_t R = (int64_t)(HPT_MM_BF16_WS_BYTES / sizeof(uint16_t));
+    const int64_t kt = K < 1024 ? K : 1024, rows = R / kt;
+    const int64_t mb = M < rows / 2 ? M : rows / 2;
+    const int64_t nb = N < rows - mb ? N : rows - mb;
+    /* op(A)'s panel (mb, kt), or (kt, mb) transposed; op(B)'s (kt, nb), or (nb, kt) */
+    uint16_t *pa = (uint16_t *)ws, *pb = pa + mb * kt;
+    for (int64_t m0 = 0; m0 < M; m0 += mb) {
+        const int64_t m = M - m0 < mb ? M - m0 : mb;
+        for (int64_t n0 = 0; n0 < N; n0 += nb) {
+            const int64_t n = N - n0 < nb ? N - n0 : nb;
+            for (int64_t k0 = 0; k0 < K; k0 += kt) {
+                const int64_t k = K - k0 < kt ? K - k0 : kt;
+                if (at) round_rect(pa, A, lda, k0, m0, k, m);
+                else round_rect(pa, A, lda, m0, k0, m, k);
+                if (bt) round_rect(pb, B, ldb, n0, k0, n, k);
+                else round_rect(pb, B, ldb, k0, n0, k, n);
+                hpt_cuda_gemm_bf16(ta, tb, m, n, k, alpha, pa, at ? m : k, pb, bt ? k : n,
+                                   k0 == 0 ? beta : 1.0f, C + m0 * ldc + n0, ldc);
+            }
+        }
+    }
+}
+
+void cu_matmul_forward_bf16(float *out, const float *inp, const float *w, const float *bias,
+                            int64_t N, int64_t C, int64_t OC, int accumulate, void *ws) {
+    cu_enter();
+    float beta = accumulate ? 1.0f : 0.0f;
+    if (bias) { /* fp32, before the products, as on the CPU */
+        d_bias_rows<<<cu_grid((size_t)(N * OC)), CU_T, 0, cu_stream>>>(out, bias, N, OC,
+                                                                       accumulate);
+        CU_LAUNCHED("matmul_forward_bf16 bias");
+        beta = 1.0f;
+    }
+    cu_gemm_bf16('N', 'T', N, OC, C, 1.0f, inp, C, w, C, beta, out, OC, ws);
+}
+
+void cu_matmul_backward_bf16(float *dinp, float *dw, float *dbias, const float *dout,
+                             const float *inp, const float *w, int64_t N, int64_t C, int64_t OC,
+                             int accumulate_dinp, void *ws) {
+    cu_enter();
+    cu_gemm_bf16('N', 'N', N, C, OC, 1.0f, dout, OC, w, C, accumulate_dinp ? 1.0f : 0.0f, dinp, C,
+                 ws);
+    cu_gemm_bf16('T', 'N', OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C, ws);
+    if (dbias && !cu_colsum(CU_COLSUM_BIAS, dbias, NULL, dout, NULL, NULL, NULL, N, OC)) {
+        d_col_sums<<<cu_grid((size_t)OC), CU_T, 0, cu_stream>>>(dbias, dout, N, OC);
+        CU_LAUNCHED("matmul_backward_bf16 dbias");
+    }
+}
+
 /* ---- int8 weights: one block per output channel ---- */
 __global__ void d_q8w_quantize(int8_t *q, float *scale, const float *w, int64_t C) {
     __shared__ float sh[32];
