@@ -23,7 +23,7 @@
 set -u -o pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-HPTRAIN="$ROOT/build/hptrain"
+HPTRAIN="${HPTRAIN:-$ROOT/build/hptrain}"
 . "$ROOT/bench/measured.sh"
 OUT=/tmp/bench_llama8b
 OPT=adamw
@@ -79,8 +79,8 @@ if ! compgen -G "$DATA" >/dev/null; then # no Llama 3 shards here: random tokens
     . "$ROOT/bench/random_shard.sh"
     mkdir -p "$OUT/data"
     random_shard "$OUT/data" $((SEQ * (STEPS + 2) + 1))
+    echo "data: $OUT/data/train_000.bin (random tokens: no $DATA found)" | tee -a "$OUT/checks.txt"
     DATA="$OUT/data/train_000.bin"
-    echo "data: $DATA (random tokens: no $DATA given or found)" | tee -a "$OUT/checks.txt"
 fi
 measured_run "$OUT" "$HPTRAIN" train "${PLAN[@]}" --optimizer "$OPT" \
     --embeddings bf16 --data "$DATA" --steps "$STEPS" --warmup 1 --lr 1e-5
