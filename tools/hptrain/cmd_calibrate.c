@@ -5,10 +5,12 @@
  * refused (cli_auto_advice). docs/planner.md. */
 #include "cli.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char k_help[] =
     "usage: hptrain calibrate [--device cpu|cuda[:N]] [--offload-dir DIR] [--threads N] [--quick]\n"
@@ -178,6 +180,18 @@ int cmd_calibrate(int argc, char **argv) {
         }
     }
     if (threads) hpt_set_threads((int)threads);
+    /* the disk's directory made (as train's disk tier makes it) or refused now, not after the
+     * minute of measurements before the disk's */
+    if (dir && mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "hptrain: error: calibrate: --offload-dir %s: cannot create it: %s\n", dir,
+                strerror(errno));
+        return 1;
+    }
+    struct stat dst;
+    if (dir && (stat(dir, &dst) != 0 || !S_ISDIR(dst.st_mode))) {
+        fprintf(stderr, "hptrain: error: calibrate: --offload-dir %s is not a directory\n", dir);
+        return 1;
+    }
     char path[4096];
     if (!out) out = hpt_calibration_path(path, sizeof path);
     hpt_calibration cal;
