@@ -88,6 +88,29 @@ static double mm_loss(const double *th, const void *vctx) {
     return L;
 }
 
+/* matmul_backward's gradients in double: dinp (+ dinp0 when acc), dw (+ dw0), dbias (+ db0);
+ * the products from dp, inp, w, the bias's sums from db (the same dout, or its unrounded copy) */
+static void ref_matmul_backward(double *ri, double *rw, double *rb, const float *dp, const float *db,
+                                const float *inp, const float *w, const float *dinp0,
+                                const float *dw0, const float *db0, int acc) {
+    for (int i = 0; i < MN; i++)
+        for (int c = 0; c < MC; c++) {
+            double s = acc ? dinp0[i * MC + c] : 0.0;
+            for (int o = 0; o < MOC; o++) s += (double)dp[i * MOC + o] * w[o * MC + c];
+            ri[i * MC + c] = s;
+        }
+    for (int o = 0; o < MOC; o++) {
+        double sb = db0[o];
+        for (int i = 0; i < MN; i++) sb += db[i * MOC + o];
+        rb[o] = sb;
+        for (int c = 0; c < MC; c++) {
+            double s = dw0[o * MC + c];
+            for (int i = 0; i < MN; i++) s += (double)dp[i * MOC + o] * inp[i * MC + c];
+            rw[o * MC + c] = s;
+        }
+    }
+}
+
 static double t_matmul_backward(void) {
     float inp[MN * MC], w[MOC * MC], dout[MN * MOC], dinp0[MN * MC], dw0[MOC * MC], db0[MOC];
     fill_rand(inp, MN * MC, 1.0f);
@@ -106,22 +129,7 @@ static double t_matmul_backward(void) {
         dget(gw, ddw, sizeof gw);
         dget(gb, ddb, sizeof gb);
         double ri[MN * MC], rw[MOC * MC], rb[MOC];
-        for (int i = 0; i < MN; i++)
-            for (int c = 0; c < MC; c++) {
-                double s = acc ? dinp0[i * MC + c] : 0.0;
-                for (int o = 0; o < MOC; o++) s += (double)dout[i * MOC + o] * w[o * MC + c];
-                ri[i * MC + c] = s;
-            }
-        for (int o = 0; o < MOC; o++) {
-            double sb = db0[o];
-            for (int i = 0; i < MN; i++) sb += dout[i * MOC + o];
-            rb[o] = sb;
-            for (int c = 0; c < MC; c++) {
-                double s = dw0[o * MC + c];
-                for (int i = 0; i < MN; i++) s += (double)dout[i * MOC + o] * inp[i * MC + c];
-                rw[o * MC + c] = s;
-            }
-        }
+        ref_matmul_backward(ri, rw, rb, dout, dout, inp, w, dinp0, dw0, db0, acc);
         e = fmax(e, cmp_arr("matmul_backward dinp", gi, ri, MN * MC, TOL));
         e = fmax(e, cmp_arr("matmul_backward dw", gw, rw, MOC * MC, TOL));
         e = fmax(e, cmp_arr("matmul_backward dbias", gb, rb, MOC, TOL));
@@ -249,22 +257,7 @@ static double t_matmul_backward_bf16(void) {
         dget(gw, ddw, sizeof gw);
         dget(gb, ddb, sizeof gb);
         double ri[MN * MC], rw[MOC * MC], rb[MOC];
-        for (int i = 0; i < MN; i++)
-            for (int c = 0; c < MC; c++) {
-                double s = acc ? dinp0[i * MC + c] : 0.0;
-                for (int o = 0; o < MOC; o++) s += (double)dr[i * MOC + o] * wr[o * MC + c];
-                ri[i * MC + c] = s;
-            }
-        for (int o = 0; o < MOC; o++) {
-            double sb = db0[o];
-            for (int i = 0; i < MN; i++) sb += dout[i * MOC + o]; /* no product: fp32 dout */
-            rb[o] = sb;
-            for (int c = 0; c < MC; c++) {
-                double s = dw0[o * MC + c];
-                for (int i = 0; i < MN; i++) s += (double)dr[i * MOC + o] * ir[i * MC + c];
-                rw[o * MC + c] = s;
-            }
-        }
+        ref_matmul_backward(ri, rw, rb, dr, dout, ir, wr, dinp0, dw0, db0, acc); /* dbias: fp32 dout */
         e = fmax(e, cmp_arr("matmul_backward_bf16 dinp", gi, ri, MN * MC, TOL));
         e = fmax(e, cmp_arr("matmul_backward_bf16 dw", gw, rw, MOC * MC, TOL));
         e = fmax(e, cmp_arr("matmul_backward_bf16 dbias", gb, rb, MOC, TOL));
