@@ -45,6 +45,8 @@ foreach(arch IN LISTS HPT_TEST_ARCHS)
 endforeach()
 hpt_add_test(test_offload_engine test_offload_engine.c ARCHS)
 hpt_add_test(test_offload_engine_stress test_offload_engine_stress.c)
+# a GPU's fused update on CPU threads, run on the CPU under the checking transfers
+hpt_add_test(test_engine_xfer test_engine_xfer.c ARCHS)
 hpt_add_test(test_schedule test_schedule.c ARCHS)
 # node's ids for the oracle texts are made once per build tree and reused (test_tokenizer.c)
 hpt_add_test(test_tokenizer test_tokenizer.c ARGS ${CMAKE_BINARY_DIR}/tokenizer_oracle)
@@ -103,6 +105,11 @@ add_test(NAME make_ref_matmul COMMAND sh -c "[ -s ${HPT_REF_DIR}/matmul_llama.bi
 set_tests_properties(make_ref_matmul PROPERTIES FIXTURES_SETUP matmul_ref TIMEOUT 600)
 hpt_add_test(test_memcheck test_memcheck.c)
 hpt_xcheck_test(test_memcheck_xcheck test_memcheck) # under the checking transfers (above)
+# the offload engine and the estimator under the checking transfers: the fused update of host-
+# homed bf16-sr blocks takes a GPU's path (engine_gpu.c: its gradient copy on STORE after an
+# event), bit-identical to the other runs, estimate = measured with its host block
+hpt_xcheck_test(test_offload_engine_xcheck_gpt2 test_offload_engine ARGS gpt2)
+hpt_xcheck_test(test_estimate_xcheck_gpt2 test_estimate ARGS gpt2)
 # the include order, and with the build tree the same order at link level (nm over the objects)
 add_test(NAME test_layers COMMAND bash ${CMAKE_SOURCE_DIR}/scripts/check_layers.sh
          ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR})
@@ -322,7 +329,7 @@ hpt_add_mpi_test(test_zero_engine16 600)
 # The tests that read the generated reference (make_reference above).
 foreach(variant IN LISTS HPT_VARIANTS)
   hpt_variant_suffix(${variant} v)
-  foreach(t test_reference test_estimate_gpt2 test_cli test_cuda_gpt2)
+  foreach(t test_reference test_estimate_gpt2 test_estimate_xcheck_gpt2 test_cli test_cuda_gpt2)
     set_tests_properties(${t}${v} PROPERTIES FIXTURES_REQUIRED gpt2_ref)
   endforeach()
 endforeach()

@@ -217,7 +217,7 @@ static hpt_status run_job(offload_engine *e, const job *j, double *io_s, double 
                          : j->slot >= 0 ? slot_ptr(e, j->slot) : NULL;
         if (e->bfd) bstage_from_slot(e, 0, p);
         update_block(e, j->l, 0, p ? p + e->zlo : NULL,
-                     eng_gpu_grads(e, gslot_ptr(e, j->g)) + e->zlo, update_ptr(e, EB_M, j->l, 0),
+                     eng_gpu_grads(e, gslot_ptr(e, j->g), j->g) + e->zlo, update_ptr(e, EB_M, j->l, 0),
                      update_ptr(e, EB_V, j->l, 0));
         double t1 = hpt_now();
         *upd_s += t1 - t0;
@@ -604,6 +604,7 @@ hpt_status eng_grads_done(offload_engine *e, int l) {
         sl = -1;
     }
     if (sl >= 0) e->res[l] = RS_DIRTY;
+    eng_gpu_grads_ready(e, e->g_of[l]); /* a GPU's update on CPU threads copies after this */
     uint64_t seq = push(e, (job){.kind = J_UPDATE, .l = l, .slot = sl, .g = e->g_of[l]});
     e->blk_seq[l] = e->g_seq[e->g_of[l]] = seq;
     return HPT_OK;

@@ -119,6 +119,9 @@ struct offload_engine {
     void *upd_ctx;
     float *ghost;              /* (bn) host tier, grads: on a GPU, a block's gradients for the
                                 * update on CPU threads (engine_gpu.c); NULL elsewhere */
+    const hpt_transfer *xf;    /* with ghost: the transfers of mem (engine_gpu.c) */
+    hpt_xevent *ev_grads[2];   /* with ghost: gradient slot g's block done (COMPUTE) */
+    hpt_xevent *ev_copied;     /* with ghost: the worker's copy into ghost done (STORE) */
     /* worker */
     pthread_t th;
     int th_on;
@@ -246,8 +249,11 @@ float *eng_slot_scratch(offload_engine *e);
 /* ---- engine_gpu.c: on a GPU, the fused update of host-homed blocks on CPU threads ---- */
 hpt_status eng_gpu_attach(offload_engine *e); /* ghost, when this plan updates on the host */
 void eng_gpu_detach(offload_engine *e);
-/* The gradients the update reads: gslot itself, or (ghost) its copy on the host. */
-const float *eng_gpu_grads(offload_engine *e, const float *gslot);
+/* The compute thread, when gradient slot g's block is done: (ghost) an event after it. */
+void eng_gpu_grads_ready(offload_engine *e, int g);
+/* The gradients the update reads: gslot (gradient slot g) itself, or (ghost) its copy on the
+ * host, copied on the STORE stream after eng_gpu_grads_ready's event and waited for. */
+const float *eng_gpu_grads(offload_engine *e, const float *gslot, int g);
 /* The worker's thread count for an update given the compute thread's team (0: computing). */
 int eng_gpu_team(const offload_engine *e, int team);
 
