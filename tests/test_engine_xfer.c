@@ -5,7 +5,9 @@
  * event's wait, inline and on the worker thread, with activation offload (the same streams):
  * the losses and weights are the bits of the update reading the gradient slot (the plain CPU
  * run), the host block of gradients was there (the host gradients' peak above the plain run's),
- * every tier's peak is the estimator's, and no copy is left queued. */
+ * and so were the device staging blocks of the bf16 loads, which run on the LOAD stream and are
+ * widened at acquisition (the device parameters' peak above the plain run's); every tier's peak
+ * is the estimator's, and no copy is left queued. */
 #include "testlib.h"
 #include "kernels/backend.h"
 
@@ -23,6 +25,7 @@ typedef struct {
     float *params;
     size_t n;
     uint64_t host_grads_peak; /* bytes: the host tier's gradients at their peak */
+    uint64_t dev_params_peak; /* bytes: the device tier's parameters at their peak */
 } run_out;
 
 /* A run on a fresh hpt_mem; checks the estimator against its measured peaks per tier. */
@@ -38,6 +41,7 @@ static void run(const hpt_train_opts *o, run_out *r, const char *what) {
     hpt_mem_stats st;
     hpt_mem_get_stats(mem, &st);
     r->host_grads_peak = st.peak_live_bytes[HPT_TIER_HOST][HPT_CAT_GRADS];
+    r->dev_params_peak = st.peak_live_bytes[HPT_TIER_DEVICE][HPT_CAT_PARAMS];
     hpt_mem_destroy(mem);
 }
 
@@ -85,11 +89,17 @@ int main(int argc, char **argv) {
         CHECK_MSG(r.host_grads_peak > ref.host_grads_peak, "%s: host gradients peak %llu, "
                   "without %llu", what, (unsigned long long)r.host_grads_peak,
                   (unsigned long long)ref.host_grads_peak);
+        /* and the device staging blocks of the loads on the LOAD stream (K of them) */
+        CHECK_MSG(r.dev_params_peak > ref.dev_params_peak, "%s: device params peak %llu, without "
+                  "%llu", what, (unsigned long long)r.dev_params_peak,
+                  (unsigned long long)ref.dev_params_peak);
         CHECK(hpt_transfer_check_queued() == 0);
         printf("%s: loss %.6f -> %.6f (without: %.6f -> %.6f); host gradients peak %llu bytes "
-               "(without: %llu)\n", what, (double)r.losses[0], (double)r.losses[STEPS - 1],
-               (double)ref.losses[0], (double)ref.losses[STEPS - 1],
-               (unsigned long long)r.host_grads_peak, (unsigned long long)ref.host_grads_peak);
+               "(without: %llu); device params peak %llu (without: %llu)\n", what,
+               (double)r.losses[0], (double)r.losses[STEPS - 1], (double)ref.losses[0],
+               (double)ref.losses[STEPS - 1], (unsigned long long)r.host_grads_peak,
+               (unsigned long long)ref.host_grads_peak, (unsigned long long)r.dev_params_peak,
+               (unsigned long long)ref.dev_params_peak);
         free(r.params);
     }
     free(ref.params);

@@ -106,6 +106,9 @@ int eng_updates_on_host(const offload_engine *e);
  * checking transfers, HPT_TRANSFER_CHECK=1, too), and the bytes it adds to
  * eng_bytes' (a pinned block of gradients, host tier). */
 int eng_gpu_host_update(const hpt_offload_opts *o, int gpu);
+/* Whether a plan's bf16 host-homed weights load through device staging blocks on the LOAD
+ * stream (gpu 1, or the checking transfers; eng_gpu_bytes counts the blocks). */
+int eng_gpu_loads(const hpt_offload_opts *o, int gpu);
 void eng_gpu_bytes(const hpt_offload_opts *o, int gpu, size_t block_floats, int training,
                    uint64_t out[HPT_TIER_COUNT][HPT_CAT_COUNT]);
 int eng_fused(const offload_engine *e);
