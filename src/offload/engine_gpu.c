@@ -1,36 +1,26 @@
-/* engine_gpu.c: what the offload engine does differently when its hpt_mem is bound to a GPU
- * (docs/cuda.md, "Training on the GPU"): the fused update of blocks whose weights (bf16-sr) and
- * optimizer state live on pinned host memory runs on CPU threads, ZeRO-Offload's CPU Adam.
- * When block l's gradients are complete the compute thread records an event on the COMPUTE
- * stream (eng_gpu_grads_ready); the worker's update job makes the STORE stream wait for it,
- * copies the gradient slot to a pinned host block on STORE and waits for that copy alone (not
- * for the compute issued since: the backward of the blocks below runs on), the optimizer's
- * callback updates the home and the state with the CPU's kernels (the optimizer asks
- * eng_updates_on_host), and the engine widens the slot again from the updated home as always
- * (a kernel issued after the update finished).
- * On the CPU none of this exists (no buffer, the gradient slot is the update's input, the
- * thread counts are the engine's own), except under the checking transfers
- * (HPT_TRANSFER_CHECK=1, kernels/transfer_check.c), where the same path runs, its copy
- * deferred until its wait, so the tests see the events' order (docs/testing.md).
- * Loads of bf16 weights homed on pinned host memory (the same condition, any update mode): the
- * load job copies the block's bf16 home into its slot's device staging block on the LOAD stream
- * (after the last widening out of that staging block) and records an event; the compute thread,
- * acquiring the block, makes COMPUTE wait for it and widens the staging block into the slot
- * (eng_gpu_load_finish), so block l + 1's copy overlaps block l's compute.
+/* engine_gpu.c: what the offload engine does differently on a GPU, or on the CPU under the
+ * checking transfers (HPT_TRANSFER_CHECK=1: the same path, so the tests see its events' order);
+ * docs/offload.md and docs/cuda.md, "Training on the GPU", say how each works.
+ * (1) bf16-sr weights and optimizer state on pinned host: the fused update runs on CPU threads
+ * from a host copy of block l's gradients, made on STORE after an event recorded on COMPUTE
+ * when block l's backward was issued (eng_gpu_grads_ready, eng_gpu_grads).
+ * (2) bf16 weights homed on the host: a load copies the bf16 home into its slot's device
+ * staging block on LOAD; acquiring the block waits for it on COMPUTE and widens it into the slot.
  * Invariants: the host block is written only by the job that then reads it (one worker, jobs in
- * order), and gradient slot g's event is recorded again only after the job reading g is done
- * (eng_grads_acquire waits for g_seq[g]); slot s's staging block is written only by a load
- * into slot s, queued on LOAD after ev_free[s] (recorded after the widening of the load before,
- * on the compute thread, before the slot can be chosen again); lpend[s] is 1 from a load's
- * scheduling until the compute thread widens it. */
+ * order); gradient slot g's event is recorded again only after the job reading g is done
+ * (eng_grad_slot waits for g_seq[g]); slot s's staging block is written only by a load into
+ * slot s, queued on LOAD after ev_free[s], which the compute thread records after widening the
+ * load before (and before the slot can be chosen again); lpend[s] is 1 from a load's
+ * scheduling until the compute thread widens it. Elsewhere none of this exists. */
 #include "offload/engine_int.h"
 
 #include <omp.h>
 #include <stdlib.h>
 
 int eng_gpu_host_update(const hpt_offload_opts *o, int gpu) {
-    return (gpu || hpt_transfer_check_env()) && o->fused && o->params == HPT_TIER_HOST && o->weights == HPT_BW_BF16_SR &&
-           o->optim == HPT_TIER_HOST && o->grads == HPT_TIER_DEVICE && o->grad_home == HPT_GH_FP32;
+    return (gpu || hpt_transfer_check_env()) && o->fused && o->params == HPT_TIER_HOST &&
+           o->weights == HPT_BW_BF16_SR && o->optim == HPT_TIER_HOST && o->grads == HPT_TIER_DEVICE &&
+           o->grad_home == HPT_GH_FP32;
 }
 
 int eng_gpu_loads(const hpt_offload_opts *o, int gpu) {
