@@ -446,8 +446,24 @@ typedef struct hpt_transfer {
 
 /* The CPU's: memcpy, no events. */
 const hpt_transfer *hpt_transfer_cpu(void);
-/* The transfers of mem's device tier (kernels/device.c's binding): the CPU's, or the CUDA
- * backend's when mem is bound to a GPU. */
+/* The checking CPU transfers (kernels/transfer_check.c; docs/testing.md): async 1, a copy queued
+ * and its destination filled with NaN bytes until a wait makes it due, misuse reported (message
+ * and abort(), or the handler set by hpt_transfer_check_on_error). hpt_transfer_of returns it for
+ * a CPU-bound mem when HPT_TRANSFER_CHECK=1 is in the environment (hpt_transfer_check_env). */
+const hpt_transfer *hpt_transfer_check(void);
+int hpt_transfer_check_env(void);
+/* Runs every queued copy (the CPU backend's sync: a GPU's sync waits for the copy streams). */
+void hpt_transfer_check_sync(void);
+/* Reports an error if [p, p + bytes) is a queued copy's source or destination (the CPU
+ * backend's free calls it). */
+void hpt_transfer_check_freed(const void *p, size_t bytes);
+/* Tests: the copies queued now; a handler instead of abort() (NULL: abort again); forget the
+ * queue and the streams' waits (after a provoked error). */
+size_t hpt_transfer_check_queued(void);
+void hpt_transfer_check_on_error(void (*fn)(const char *msg));
+void hpt_transfer_check_reset(void);
+/* The transfers of mem's device tier (kernels/device.c's binding): the CPU's (the checking
+ * table's under HPT_TRANSFER_CHECK=1), or the CUDA backend's when mem is bound to a GPU. */
 const hpt_transfer *hpt_transfer_of(const hpt_mem *mem);
 
 #endif

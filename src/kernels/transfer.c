@@ -45,5 +45,6 @@ const hpt_transfer *hpt_transfer_of(const hpt_mem *mem) {
 #else
     (void)mem;
 #endif
+    if (hpt_transfer_check_env()) return hpt_transfer_check();
     return &g_cpu;
 }

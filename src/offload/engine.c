@@ -201,8 +201,8 @@ static hpt_status after_update(offload_engine *e, int l, float *slot, int set) {
 static hpt_status run_job(offload_engine *e, const job *j, double *io_s, double *upd_s, int *ovf) {
     double t0 = hpt_now();
     switch (j->kind) {
-    case J_LOAD:
-        HPT_CHECK(slot_io(e, EB_P, j->l, slot_ptr(e, j->slot), 0));
+    case J_LOAD: /* bf16 host homes on a GPU: a copy on the LOAD stream, widened at acquire */
+        if (!eng_gpu_load_issue(e, j->l, j->slot)) HPT_CHECK(slot_io(e, EB_P, j->l, slot_ptr(e, j->slot), 0));
         break;
     case J_WRITE_G:
         if (j->set) HPT_CHECK(eng_grad_add_home(e, j->l, gslot_ptr(e, j->g))); /* apart sum */
@@ -217,7 +217,7 @@ static hpt_status run_job(offload_engine *e, const job *j, double *io_s, double 
                          : j->slot >= 0 ? slot_ptr(e, j->slot) : NULL;
         if (e->bfd) bstage_from_slot(e, 0, p);
         update_block(e, j->l, 0, p ? p + e->zlo : NULL,
-                     eng_gpu_grads(e, gslot_ptr(e, j->g)) + e->zlo, update_ptr(e, EB_M, j->l, 0),
+                     eng_gpu_grads(e, gslot_ptr(e, j->g), j->g) + e->zlo, update_ptr(e, EB_M, j->l, 0),
                      update_ptr(e, EB_V, j->l, 0));
         double t1 = hpt_now();
         *upd_s += t1 - t0;
@@ -441,6 +441,7 @@ static int schedule_load(offload_engine *e, int l) {
     e->slot_of[l] = s;
     e->slot_tick[s] = ++e->tick;
     e->res[l] = RS_LOADING;
+    if (e->lstage) e->lpend[s] = 1; /* widened when acquired (eng_gpu_load_finish) */
     e->st.loads++;
     e->blk_seq[l] = push(e, (job){.kind = J_LOAD, .l = l, .slot = s});
     return 1;
@@ -482,6 +483,7 @@ hpt_status eng_acquire(offload_engine *e, int l, float **p_out) {
     }
     HPT_CHECK(wait_seq(e, e->blk_seq[l]));
     int s = e->slot_of[l];
+    eng_gpu_load_finish(e, s, slot_ptr(e, s));
     if (e->zstage == 3) HPT_CHECK(eng_z3_gather(e, l, slot_ptr(e, s))); /* every rank's shard */
     e->in_use = l;
     e->slot_tick[s] = ++e->tick;
@@ -604,6 +606,7 @@ hpt_status eng_grads_done(offload_engine *e, int l) {
         sl = -1;
     }
     if (sl >= 0) e->res[l] = RS_DIRTY;
+    eng_gpu_grads_ready(e, e->g_of[l]); /* a GPU's update on CPU threads copies after this */
     uint64_t seq = push(e, (job){.kind = J_UPDATE, .l = l, .slot = sl, .g = e->g_of[l]});
     e->blk_seq[l] = e->g_seq[e->g_of[l]] = seq;
     return HPT_OK;
@@ -792,6 +795,7 @@ hpt_status eng_create_rows(hpt_mem *mem, int L, int n_slices, const size_t *slic
         s = e->be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, (size_t)e->K * e->stride * sizeof(float),
                           (void **)&e->slots);
     }
+    if (s == HPT_OK) s = eng_gpu_load_setup(e);
     if (s == HPT_OK && e->n_g) {
         hpt_mem_set_name(mem, "gradient slots");
         s = e->be->alloc(mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, (size_t)e->n_g * e->stride * sizeof(float),
@@ -875,6 +879,7 @@ void eng_free(offload_engine *e) {
     free_home(e, EB_P);
     free_home(e, EB_G);
     eng_z3_free(e);
+    eng_gpu_load_free(e);
     e->be->free(e->mem, HPT_TIER_DEVICE, HPT_CAT_PARAMS, e->slots, (size_t)e->K * e->stride * sizeof(float));
     e->be->free(e->mem, HPT_TIER_DEVICE, HPT_CAT_GRADS, e->gslots, (size_t)e->n_g * e->stride * sizeof(float));
     pthread_mutex_destroy(&e->mu);

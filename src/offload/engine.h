@@ -102,9 +102,13 @@ void eng_detach_optim(offload_engine *e);
 /* 1 when the engine runs its optimizer callback on host memory only, on CPU threads (a GPU's
  * fused update of host-homed state, engine_gpu.c): the callback must use the CPU's kernels. */
 int eng_updates_on_host(const offload_engine *e);
-/* Whether a plan's fused update runs on CPU threads on a GPU (gpu 1), and the bytes it adds to
+/* Whether a plan's fused update runs on CPU threads on a GPU (gpu 1; on the CPU under the
+ * checking transfers, HPT_TRANSFER_CHECK=1, too), and the bytes it adds to
  * eng_bytes' (a pinned block of gradients, host tier). */
 int eng_gpu_host_update(const hpt_offload_opts *o, int gpu);
+/* Whether a plan's bf16 host-homed weights load through device staging blocks on the LOAD
+ * stream (gpu 1, or the checking transfers; eng_gpu_bytes counts the blocks). */
+int eng_gpu_loads(const hpt_offload_opts *o, int gpu);
 void eng_gpu_bytes(const hpt_offload_opts *o, int gpu, size_t block_floats, int training,
                    uint64_t out[HPT_TIER_COUNT][HPT_CAT_COUNT]);
 int eng_fused(const offload_engine *e);

@@ -119,6 +119,15 @@ struct offload_engine {
     void *upd_ctx;
     float *ghost;              /* (bn) host tier, grads: on a GPU, a block's gradients for the
                                 * update on CPU threads (engine_gpu.c); NULL elsewhere */
+    const hpt_transfer *xf;    /* with ghost: the transfers of mem (engine_gpu.c) */
+    hpt_xevent *ev_grads[2];   /* with ghost: gradient slot g's block done (COMPUTE) */
+    hpt_xevent *ev_copied;     /* with ghost: the worker's copy into ghost done (STORE) */
+    /* loads of bf16 host homes on the LOAD stream (engine_gpu.c); NULL without */
+    uint16_t *lstage;          /* (K, hstride) device, params: each slot's bf16 staging block */
+    const hpt_transfer *lxf;   /* the transfers of mem, while the events exist */
+    hpt_xevent **ev_loaded;    /* (K) slot s's staging block filled (LOAD) */
+    hpt_xevent **ev_free;      /* (K) slot s's staging block widened (COMPUTE) */
+    int *lpend;                /* (K) 1: slot s's load is not widened yet (compute thread) */
     /* worker */
     pthread_t th;
     int th_on;
@@ -246,8 +255,19 @@ float *eng_slot_scratch(offload_engine *e);
 /* ---- engine_gpu.c: on a GPU, the fused update of host-homed blocks on CPU threads ---- */
 hpt_status eng_gpu_attach(offload_engine *e); /* ghost, when this plan updates on the host */
 void eng_gpu_detach(offload_engine *e);
-/* The gradients the update reads: gslot itself, or (ghost) its copy on the host. */
-const float *eng_gpu_grads(offload_engine *e, const float *gslot);
+/* bf16 host homes' loads on the LOAD stream (eng_gpu_loads): the staging blocks and events
+ * (eng_create; nothing when the plan has none), freed after every copy into them is done; the
+ * load job's copy (1: issued; 0: not this plan, load as before); the compute thread's wait and
+ * widening into slot s at its acquisition (nothing unless a load into s is pending). */
+hpt_status eng_gpu_load_setup(offload_engine *e);
+void eng_gpu_load_free(offload_engine *e);
+int eng_gpu_load_issue(offload_engine *e, int l, int s);
+void eng_gpu_load_finish(offload_engine *e, int s, float *slot);
+/* The compute thread, when gradient slot g's block is done: (ghost) an event after it. */
+void eng_gpu_grads_ready(offload_engine *e, int g);
+/* The gradients the update reads: gslot (gradient slot g) itself, or (ghost) its copy on the
+ * host, copied on the STORE stream after eng_gpu_grads_ready's event and waited for. */
+const float *eng_gpu_grads(offload_engine *e, const float *gslot, int g);
 /* The worker's thread count for an update given the compute thread's team (0: computing). */
 int eng_gpu_team(const offload_engine *e, int team);
 

@@ -26,6 +26,7 @@ static hpt_status cpu_alloc(hpt_mem *mem, hpt_tier tier, hpt_category cat, size_
 }
 
 static void cpu_free(hpt_mem *mem, hpt_tier tier, hpt_category cat, void *p, size_t bytes) {
+    hpt_transfer_check_freed(p, bytes); /* the checking transfers: no queued copy uses it */
     hpt_mem_free(mem, tier, cat, p, bytes);
 }
 
@@ -60,7 +61,7 @@ static void cpu_memset(void *dst, int value, size_t bytes) {
     }
 }
 
-static void cpu_sync(void) {}
+static void cpu_sync(void) { hpt_transfer_check_sync(); }
 
 static const hpt_backend k_cpu = {
     .name = "cpu",
