@@ -196,6 +196,8 @@ static const op_test k_tests[] = {
     OP(attention_backward_seg, t_attention_backward_seg),
     OP(flash_attention_forward_seg, t_flash_attention_forward_seg),
     OP(flash_attention_backward_seg, t_flash_attention_backward_seg),
+    OP(flash_attention_forward_bf16, t_flash_attention_forward_bf16),
+    OP(flash_attention_backward_bf16, t_flash_attention_backward_bf16),
     OP(encoder_forward_pos, t_encoder_forward_pos), OP(encoder_backward_pos, t_encoder_backward_pos),
     OP(encoder_forward_bf16_pos, t_encoder_forward_bf16_pos),
     OP(rope_forward_pos, t_rope_forward_pos), OP(rope_backward_pos, t_rope_backward_pos),

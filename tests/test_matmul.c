@@ -1,5 +1,6 @@
 /* test_matmul.c: --matmul bf16 (docs/design.md, "Matmul precision"): every linear layer's GEMM
- * with its two operands rounded to bf16 and fp32 sums, against PyTorch.
+ * and flash attention's products with their two operands rounded to bf16 and fp32 sums, against
+ * PyTorch. The attention pair alone first (check_attn), then the models.
  *
  * PyTorch (GPT-2 and Llama; tests/make_ref_matmul.py, the fixture make_ref_matmul): the packed
  * batch of make_ref_pack.py with every linear layer through out = bf16(x) bf16(w)^T + b, its
@@ -14,6 +15,7 @@
 #include "testlib.h"
 
 #include "core/core.h"
+#include "kernels/backend.h"
 #include "kernels/cpu/gemm.h"
 
 #include <math.h>
@@ -23,9 +25,10 @@
 /* The loss within 1e-5. The gradients within 2e-3 norm-wise: a bf16-operand model is
  * discontinuous (a last-bit difference before a rounding moves a value by a whole bf16 step, and
  * the backward compounds these), so two correct implementations differ far beyond fp32's
- * rounding: PyTorch against itself with fp64 sums moves GPT-2's gradients by 2.3e-4
- * (make_ref_matmul.py --spread), and hptrain's two paths, whose every GEMM agrees within 4e-7,
- * differ by up to 6.5e-4 on Llama (docs/design.md, "Matmul precision"). The fp32 model must be at
+ * rounding: PyTorch against itself with fp64 sums in the linear layers moves the gradients by
+ * 4.0e-5 (GPT-2) and 4.8e-4 (Llama) (make_ref_matmul.py --spread; 2.3e-4 for GPT-2 before
+ * attention's products were rounded too), and hptrain's two paths, whose every GEMM agrees
+ * within 4e-7, differ by up to 6.5e-4 on Llama (docs/design.md, "Matmul precision"). The fp32 model must be at
  * least DISCRIM x further from the bf16 reference than the bf16 model. */
 #define LOSS_BOUND 1e-5
 #define GRAD_BOUND 2e-3
@@ -111,6 +114,70 @@ static void check_torch(const char *arch) {
     free(f);
 }
 
+/* The flash pair with bf16 operands alone (tests/make_ref_matmul.py's matmul_attn.bin: causal,
+ * grouped-query, T over several key tiles of 64, heads of 64, 128 and 32) against PyTorch's
+ * Bf16Flash: out, lse and dqkv norm-wise within ATTN_BOUND; the fp32 pair on the same inputs
+ * is at least DISCRIM x further. The same bf16 operands, so only the fp32 sums' order and expf
+ * differ, but a P or dS whose rounding flips with them moves by a whole bf16 step: PyTorch
+ * against itself with fp64 sums moves dqkv by up to 2.9e-5 and out by up to 1.6e-5 on these
+ * cases (make_ref_matmul.py --spread), so the bound is 5e-5, not fp32's 1e-6. */
+#define ATTN_BOUND 5e-5
+static void check_attn(void) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/matmul_attn.bin", t_ref_dir());
+    size_t len;
+    unsigned char *f = t_read_file(path, &len);
+    CHECK_MSG(f != NULL, "%s is missing (tests/make_ref_matmul.py)", path);
+    if (!f) return;
+    int32_t h[256];
+    memcpy(h, f, sizeof h);
+    CHECK(h[0] == 20261130);
+    const hpt_backend *be = hpt_backend_cpu();
+    size_t off = 1024;
+    for (int c = 0; h[0] == 20261130 && c < h[1]; c++) {
+        int32_t d[8];
+        CHECK(off + sizeof d <= len);
+        if (off + sizeof d > len) break;
+        memcpy(d, f + off, sizeof d);
+        off += sizeof d;
+        const int B = d[0], T = d[1], NH = d[2], NKV = d[3], hd = d[4], C = NH * hd;
+        const size_t nq = (size_t)B * T * (NH + 2 * NKV) * hd, no = (size_t)B * T * C,
+                     nl = (size_t)B * NH * T;
+        CHECK(off + (2 * nq + 2 * no + nl) * 4 <= len);
+        if (off + (2 * nq + 2 * no + nl) * 4 > len) break;
+        const float *qkv = (const float *)(f + off), *dout = qkv + nq, *out_ref = dout + no,
+                    *lse_ref = out_ref + no, *dqkv_ref = lse_ref + nl;
+        off += (2 * nq + 2 * no + nl) * 4;
+        float *out = malloc(no * 4), *lse = malloc(nl * 4), *dqkv = malloc(nq * 4),
+              *scr = malloc(nl * 4);
+        double e[2][3];
+        for (int bf = 1; bf >= 0; bf--) {
+            if (bf) {
+                be->flash_attention_forward_bf16(out, lse, qkv, B, T, C, NH, NKV, NULL, 0);
+                be->flash_attention_backward_bf16(dqkv, scr, dout, qkv, out, lse, B, T, C, NH,
+                                                  NKV, NULL, 0);
+            } else {
+                be->flash_attention_forward(out, lse, qkv, B, T, C, NH, NKV);
+                be->flash_attention_backward(dqkv, scr, dout, qkv, out, lse, B, T, C, NH, NKV);
+            }
+            e[bf][0] = t_rel_err(out, out_ref, no);
+            e[bf][1] = t_rel_err(lse, lse_ref, nl);
+            e[bf][2] = t_rel_err(dqkv, dqkv_ref, nq);
+        }
+        printf("  attention B=%d T=%d NH=%d NKV=%d hd=%d: bf16 pair vs PyTorch out %.1e lse "
+               "%.1e dqkv %.1e (rel, norm-wise); the fp32 pair %.1e %.1e %.1e\n", B, T, NH, NKV,
+               hd, e[1][0], e[1][1], e[1][2], e[0][0], e[0][1], e[0][2]);
+        CHECK_MSG(e[1][0] <= ATTN_BOUND && e[1][1] <= ATTN_BOUND && e[1][2] <= ATTN_BOUND,
+                  "bf16 flash attention hd=%d vs PyTorch: out %.3g lse %.3g dqkv %.3g", hd,
+                  e[1][0], e[1][1], e[1][2]);
+        CHECK_MSG(e[0][0] >= DISCRIM * e[1][0] && e[0][2] >= DISCRIM * e[1][2],
+                  "hd=%d: the fp32 pair (out %.3g, dqkv %.3g) is not %g x further than the bf16 "
+                  "pair", hd, e[0][0], e[0][2], DISCRIM);
+        free(out), free(lse), free(dqkv), free(scr);
+    }
+    free(f);
+}
+
 /* 4 training steps, fp32 and bf16: the bf16 run's estimate equals its measured peak */
 static void check_trainer(const char *shape, const char *pattern) {
     float losses[2][4];
@@ -136,7 +203,9 @@ static void check_trainer(const char *shape, const char *pattern) {
 
 int main(void) {
     hpt_set_threads(2);
-    printf("--matmul bf16 against PyTorch (bf16-rounded operands of every linear layer):\n");
+    printf("--matmul bf16 against PyTorch (bf16-rounded operands of every linear layer and of "
+           "flash attention's products):\n");
+    check_attn();
     check_torch("gpt2");
     check_torch("llama");
     char train[512];

@@ -33,6 +33,10 @@ hpt_status act_opts_check(const hpt_model_config *c, const hpt_act_opts *o) {
     if (c && c->arch == HPT_ARCH_GEMMA3 && o->mlp_tile > 0)
         return hpt_fail(HPT_ERR_UNSUPPORTED, "a tiled MLP (mlp_tile %d) is not built for Gemma 3 "
                         "in this version (its MLP's output norm): use --mlp-tile 0", o->mlp_tile);
+    const int hd = c ? (c->hd ? c->hd : c->C / c->NH) : 0;
+    if (c && o->matmul == HPT_MATMUL_BF16 && hd > HPT_ATTN_BF16_MAX_HS)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "matmul bf16: heads of %d exceed the bf16 flash "
+                        "attention's %d (use matmul fp32)", hd, HPT_ATTN_BF16_MAX_HS);
     return HPT_OK;
 }
 
@@ -55,7 +59,7 @@ size_t act_mlp_rows(const hpt_act_opts *o, int B, int T) {
 hpt_arch_ctx act_ctx_for(const hpt_model_config *c, const hpt_act_opts *o, int vc, int B,
                          int T) {
     hpt_arch_ctx x = {hpt_backend_cpu(), c, B, T, o->attention, act_head_rows(o, B, T), 0, 1.0f,
-                     hpt_attn_ops_of(o->attention), NULL, 0.0f, NULL, NULL, 0, NULL, 0, 0, 0, NULL};
+                     hpt_attn_ops_for(o->attention, o->matmul), NULL, 0.0f, NULL, NULL, 0, NULL, 0, 0, 0, NULL};
     x.logit_cols = vc && x.head_rows < (size_t)B * T ? (size_t)vc : (size_t)c->Vp;
     x.mlp_rows = act_mlp_rows(o, B, T);
     /* the plan's sharing of the norms' buffers (actplan.c; arch.h's HPT_FIELD_NORM1/2) */

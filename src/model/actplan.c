@@ -357,6 +357,9 @@ hpt_status act_ensure(hpt_model *m, int B, int T) {
         if (!m->be->gemm_bf16)
             return hpt_fail(HPT_ERR_UNSUPPORTED, "matmul bf16: the %s backend has no bf16 GEMM",
                             m->be->name);
+        if (!m->be->flash_attention_forward_bf16)
+            return hpt_fail(HPT_ERR_UNSUPPORTED, "matmul bf16: the %s backend has no bf16 "
+                            "flash attention", m->be->name);
         void *p;
         hpt_mem_set_name(m->mem, "bf16 GEMM workspace");
         hpt_status s = m->be->alloc(m->mem, HPT_TIER_DEVICE, HPT_CAT_WORKSPACE,
