@@ -198,6 +198,7 @@ static const op_test k_tests[] = {
     OP(flash_attention_backward_seg, t_flash_attention_backward_seg),
     OP(flash_attention_forward_bf16, t_flash_attention_forward_bf16),
     OP(flash_attention_backward_bf16, t_flash_attention_backward_bf16),
+    WITH(flash_attention_bf16_heads, "flash_attention_forward_bf16 (the cases it accepts run)"),
     OP(encoder_forward_pos, t_encoder_forward_pos), OP(encoder_backward_pos, t_encoder_backward_pos),
     OP(encoder_forward_bf16_pos, t_encoder_forward_bf16_pos),
     OP(rope_forward_pos, t_rope_forward_pos), OP(rope_backward_pos, t_rope_backward_pos),

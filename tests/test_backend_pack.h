@@ -310,8 +310,13 @@ static void ref_attn_bf16(double *out, double *lse, double *dqkv, const double *
 
 static double t_flash_attention_forward_bf16(void) {
     double e = 0.0, apart = INFINITY;
+    int skipped = 0;
     for (int kase = 0; kase < N_SEG_CASES; kase++) {
         seg_case(kase);
+        if (!g_be->flash_attention_bf16_heads(AHS)) { /* CUDA: heads of 16, 32, 64, 128 */
+            skipped++;
+            continue;
+        }
         const int nq = AB * AT * AW;
         const size_t nlse = (size_t)AB * ANH * AT;
         float qkv[NQKV], out[NAO], lse[NLSE];
@@ -333,16 +338,25 @@ static double t_flash_attention_forward_bf16(void) {
         emit(out, NAO), emit(lse, nlse);
         dfree_all();
     }
-    CHECK_MSG(apart > 30 * TOL, "flash_attention_forward_bf16: only %.3g from the unrounded "
-              "reference: were the operands rounded?", apart);
+    if (skipped < N_SEG_CASES)
+        CHECK_MSG(apart > 30 * TOL, "flash_attention_forward_bf16: only %.3g from the unrounded "
+                  "reference: were the operands rounded?", apart);
+    if (skipped)
+        printf("  %s: flash_attention_*_bf16 not built for heads of 4 and 8 (%d cases skipped; "
+               "test_cuda checks 64 and 128)\n", g_be->name, skipped);
     seg_case(0);
     return e;
 }
 
 static double t_flash_attention_backward_bf16(void) {
     double e = 0.0, apart = INFINITY;
+    int skipped = 0;
     for (int kase = 0; kase < N_SEG_CASES; kase++) {
         seg_case(kase);
+        if (!g_be->flash_attention_bf16_heads(AHS)) { /* CUDA: heads of 16, 32, 64, 128 */
+            skipped++;
+            continue;
+        }
         const int nq = AB * AT * AW;
         float qkv[NQKV], dout[NAO], g[NQKV];
         fill_rand(qkv, (size_t)nq, 1.5f);
@@ -369,8 +383,9 @@ static double t_flash_attention_backward_bf16(void) {
         emit(g, (size_t)nq);
         dfree_all();
     }
-    CHECK_MSG(apart > 30 * TOL, "flash_attention_backward_bf16: only %.3g from the unrounded "
-              "gradient: were the operands rounded?", apart);
+    if (skipped < N_SEG_CASES)
+        CHECK_MSG(apart > 30 * TOL, "flash_attention_backward_bf16: only %.3g from the unrounded "
+                  "gradient: were the operands rounded?", apart);
     seg_case(0);
     return e;
 }

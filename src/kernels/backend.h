@@ -64,7 +64,7 @@ static inline hpt_be_param hpt_be_param_f32(float *p) {
     return k;
 }
 
-/* The widest head (hd = C/NH) of the bf16 flash attention ops. */
+/* The widest head (hd = C/NH) of the CPU's bf16 flash attention ops (their stack tiles). */
 #define HPT_ATTN_BF16_MAX_HS 256
 
 /* The bf16 GEMMs' workspace (gemm_bf16): operand panels of at most this many bytes. */
@@ -225,8 +225,8 @@ struct hpt_backend {
      * in fp32, P relative to the running max), O += bf16(P) bf16(V), O /= l at the end;
      * backward P = exp(scale S - lse), dP = bf16(dO) bf16(V)^T, D = rowsum(dO * O), dS =
      * scale P (dP - D) in fp32, dQ = bf16(dS) bf16(K), dK = bf16(dS)^T bf16(Q), dV = bf16(P)^T
-     * bf16(dO). Heads of at most HPT_ATTN_BF16_MAX_HS (the model refuses wider ones). NULL
-     * where the backend has none. */
+     * bf16(dO). Only for the head sizes flash_attention_bf16_heads accepts (the model refuses
+     * the others at setup). NULL where the backend has none. */
     void (*flash_attention_forward_bf16)(float *out, float *lse, const float *qkv, int B, int T,
                                          int C, int NH, int NKV, const int32_t *pos,
                                          int window);
@@ -234,6 +234,9 @@ struct hpt_backend {
                                           const float *qkv, const float *out, const float *lse,
                                           int B, int T, int C, int NH, int NKV,
                                           const int32_t *pos, int window);
+    /* 1 when the pair above is built for heads of hd = C/NH (the CPU: 1 .. HPT_ATTN_BF16_MAX_HS;
+     * CUDA: 16, 32, 64, 128), else 0 */
+    int (*flash_attention_bf16_heads)(int hd);
     void (*encoder_forward_pos)(float *out, const int32_t *inp, const float *wte,
                                 const float *wpe, const int32_t *pos, int B, int T, int C);
     void (*encoder_backward_pos)(float *dwte, float *dwpe, const float *dout, const int32_t *inp,

@@ -102,7 +102,9 @@ void k_flash_attention_backward_seg(float *dqkv, float *scratch, const float *do
  * _seg functions' arguments and results, each product's operands rounded to bf16 (nearest
  * even): S = bf16(Q) bf16(K)^T then scaled, O += bf16(P) bf16(V) with P, m, l in fp32;
  * dP = bf16(dO) bf16(V)^T, D = dO . O and dS = P (dP - D) scale in fp32, dQ = bf16(dS) bf16(K),
- * dK = bf16(dS)^T bf16(Q), dV = bf16(P)^T bf16(dO). Heads of at most HPT_ATTN_BF16_MAX_HS. */
+ * dK = bf16(dS)^T bf16(Q), dV = bf16(P)^T bf16(dO). Heads of at most HPT_ATTN_BF16_MAX_HS
+ * (k_flash_attention_bf16_heads). */
+int k_flash_attention_bf16_heads(int hd);
 void k_flash_attention_forward_bf16(float *out, float *lse, const float *qkv, int B, int T, int C,
                                     int NH, int NKV, const int32_t *pos, int window);
 void k_flash_attention_backward_bf16(float *dqkv, float *scratch, const float *dout,

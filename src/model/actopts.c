@@ -33,10 +33,6 @@ hpt_status act_opts_check(const hpt_model_config *c, const hpt_act_opts *o) {
     if (c && c->arch == HPT_ARCH_GEMMA3 && o->mlp_tile > 0)
         return hpt_fail(HPT_ERR_UNSUPPORTED, "a tiled MLP (mlp_tile %d) is not built for Gemma 3 "
                         "in this version (its MLP's output norm): use --mlp-tile 0", o->mlp_tile);
-    const int hd = c ? (c->hd ? c->hd : c->C / c->NH) : 0;
-    if (c && o->matmul == HPT_MATMUL_BF16 && hd > HPT_ATTN_BF16_MAX_HS)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "matmul bf16: heads of %d exceed the bf16 flash "
-                        "attention's %d (use matmul fp32)", hd, HPT_ATTN_BF16_MAX_HS);
     return HPT_OK;
 }
 

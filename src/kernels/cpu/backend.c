@@ -99,6 +99,7 @@ static const hpt_backend k_cpu = {
     .flash_attention_backward_seg = k_flash_attention_backward_seg,
     .flash_attention_forward_bf16 = k_flash_attention_forward_bf16,
     .flash_attention_backward_bf16 = k_flash_attention_backward_bf16,
+    .flash_attention_bf16_heads = k_flash_attention_bf16_heads,
     .encoder_forward_pos = k_encoder_forward_pos,
     .encoder_backward_pos = k_encoder_backward_pos,
     .encoder_forward_bf16_pos = k_encoder_forward_bf16_pos,

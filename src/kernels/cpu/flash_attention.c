@@ -593,3 +593,5 @@ void k_flash_attention_backward_bf16(float *dqkv, float *scratch, const float *d
                                      int window) {
     bwd(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV, pos, window, 1);
 }
+
+int k_flash_attention_bf16_heads(int hd) { return hd >= 1 && hd <= FA_HB; }
