@@ -178,6 +178,35 @@ static void check_attn(void) {
     free(f);
 }
 
+/* What --matmul bf16 refuses, each with its one line: plain attention (no bf16 rule), and heads
+ * wider than the backend's bf16 flash pair (the CPU's: 256) */
+static void check_refusals(void) {
+    hpt_act_opts ao = hpt_act_defaults();
+    ao.matmul = HPT_MATMUL_BF16;
+    ao.attention = HPT_ATTN_PLAIN;
+    hpt_mem *mem;
+    CHECK_OK(hpt_mem_create(&mem));
+    hpt_model_config cfg;
+    CHECK_OK(hpt_model_config_parse("gpt2:L=1,C=64,NH=4,V=256,T=16", &cfg));
+    hpt_model *m;
+    CHECK_OK(hpt_model_create_config(mem, &cfg, &m));
+    hpt_status s = hpt_model_set_act_opts(m, &ao);
+    CHECK_MSG(s == HPT_ERR_UNSUPPORTED && strstr(hpt_last_error(), "plain"),
+              "matmul bf16 with plain attention: status %d, '%s'", (int)s, hpt_last_error());
+    printf("  refused: %s\n", hpt_last_error());
+    ao.attention = HPT_ATTN_FLASH;
+    CHECK_OK(hpt_model_set_act_opts(m, &ao));
+    hpt_model_free(m);
+    CHECK_OK(hpt_model_config_parse("gpt2:L=1,C=512,NH=1,V=256,T=16", &cfg)); /* a head of 512 */
+    CHECK_OK(hpt_model_create_config(mem, &cfg, &m));
+    s = hpt_model_set_act_opts(m, &ao);
+    CHECK_MSG(s == HPT_ERR_UNSUPPORTED && strstr(hpt_last_error(), "heads of 512"),
+              "matmul bf16 with heads of 512: status %d, '%s'", (int)s, hpt_last_error());
+    printf("  refused: %s\n", hpt_last_error());
+    hpt_model_free(m);
+    hpt_mem_destroy(mem);
+}
+
 /* 4 training steps, fp32 and bf16: the bf16 run's estimate equals its measured peak */
 static void check_trainer(const char *shape, const char *pattern) {
     float losses[2][4];
@@ -206,6 +235,7 @@ int main(void) {
     printf("--matmul bf16 against PyTorch (bf16-rounded operands of every linear layer and of "
            "flash attention's products):\n");
     check_attn();
+    check_refusals();
     check_torch("gpt2");
     check_torch("llama");
     char train[512];

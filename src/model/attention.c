@@ -5,7 +5,7 @@
  * uses its own; the other is the field the plan did not keep (NULL). NKV (key/value heads,
  * grouped-query attention) passes through to the kernels; GPT-2 passes NH. With --matmul bf16
  * the flash pair's products take bf16 operands (the backend's _bf16 pair, backend.h); the plain
- * pair is refused there (model_attn_check). */
+ * pair is refused with it (core/choices.c, hpt_act_check). */
 #include "model/arch.h"
 
 static void flash_forward(const hpt_backend *be, float *out, float *att, float *lse,
