@@ -9,7 +9,8 @@
  * on both CPU paths of the bf16 GEMM (oneDNN's bf16 matmul where this CPU has it, and the
  * reference: rounded fp32 panels and sgemm, forced by kernels/cpu/gemm.h's hook); the fp32 model
  * on the same reference is at least DISCRIM x further away (the reference tells the two apart);
- * HPT_TEST_VERBOSE=1 prints each tensor's error.
+ * HPT_TEST_VERBOSE=1 prints each tensor's error. With --recompute full the bf16 model's loss and
+ * gradients are the same bits (recomputation stays exact).
  * Trainer (GPT-2 and Llama): 4 steps with --matmul bf16, the estimate equal to the measured
  * peak on every tier (the 8 MiB workspace included), losses within 1e-3 of the fp32 run's. */
 #include "testlib.h"
@@ -105,6 +106,40 @@ static void check_torch(const char *arch) {
         hpt_model_free(m);
         hpt_mem_destroy(mem);
         k_gemm_bf16_force_ref(prev);
+    }
+    /* recomputation stays exact with --matmul bf16: full recomputation reruns each block's
+     * forward (the bf16 attention pair included) and gives the same gradients, bit for bit */
+    {
+        float *g[2] = {NULL, NULL};
+        float loss[2] = {0.0f, 0.0f};
+        for (int rc = 0; rc < 2; rc++) {
+            hpt_mem *mem;
+            CHECK_OK(hpt_mem_create(&mem));
+            hpt_model_config cfg;
+            CHECK_OK(hpt_model_config_parse(shape, &cfg));
+            hpt_model *m;
+            CHECK_OK(hpt_model_create_config(mem, &cfg, &m));
+            hpt_act_opts ao = hpt_act_defaults();
+            ao.matmul = HPT_MATMUL_BF16;
+            ao.recompute = rc ? HPT_RECOMPUTE_FULL : HPT_RECOMPUTE_NONE;
+            CHECK_OK(hpt_model_set_act_opts(m, &ao));
+            if (hpt_model_num_params(m) == n) {
+                memcpy(hpt_model_params(m), params, n * 4);
+                CHECK_OK(hpt_model_set_positions(m, pos, B, T));
+                CHECK_OK(hpt_model_forward(m, x, y, B, T, &loss[rc]));
+                hpt_model_zero_grad(m);
+                CHECK_OK(hpt_model_backward(m));
+                g[rc] = malloc(n * 4);
+                memcpy(g[rc], hpt_model_grads(m), n * 4);
+            }
+            hpt_model_free(m);
+            hpt_mem_destroy(mem);
+        }
+        const int same = g[0] && g[1] && loss[0] == loss[1] && !memcmp(g[0], g[1], n * 4);
+        CHECK_MSG(same, "%s --matmul bf16: --recompute full changed the loss or gradients", arch);
+        printf("  %s, --matmul bf16: --recompute full gives the same loss and gradients, bit for "
+               "bit: %s\n", arch, same ? "yes" : "no");
+        free(g[0]), free(g[1]);
     }
     for (int run = 1; run < 3; run++)
         if (eg[run] > 0.0)
