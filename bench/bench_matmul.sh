@@ -1,6 +1,7 @@
 #!/bin/bash
 # bench/bench_matmul.sh: --matmul fp32 against --matmul bf16 on the CPU (docs/design.md, "Matmul
-# precision"): `hptrain train` for STEPS steps on random tokens, a GPT-2 124M-shaped model and a
+# precision": bf16 covers the linear layers' GEMMs and flash attention's products): `hptrain
+# train` for STEPS steps on random tokens, a GPT-2 124M-shaped model and a
 # Llama-shaped one, each with both settings back to back; the mean step time of the steps after
 # the first (the first pays for warm-up and oneDNN's primitive creation), and bf16's ratio to
 # fp32. Which bf16 path ran (oneDNN's bf16 matmul, or the reference: rounded fp32 panels and

@@ -419,11 +419,14 @@ sys.exit(0 if ok else 1)
 EOF
 }
 
-# st_matmul: --matmul bf16 (docs/design.md, "Matmul precision"). (a) The train stage's small
-# GPT-2 for 10 steps with --matmul bf16 on the CPU and on the GPU: each step's loss within 1e-3
-# relative (both round the same operands to bf16; the sums' order differs). (b) A gpt2-124m step
-# on the GPU at B 4, T 1024, 6 steps, --matmul fp32 against bf16: the mean step time of steps 2..,
-# and bf16's ratio. The CPU run and (b)'s estimate run in a dry run too.
+# st_matmul: --matmul bf16 (docs/design.md, "Matmul precision"): the linear layers' GEMMs and,
+# since attention_bf16.cu, flash attention on the tensor cores (heads of 32 here and 64 in
+# gpt2-124m; test_cuda's t_attention_bf16 checks the kernels against the CPU's bf16 pair).
+# (a) The train stage's small GPT-2 for 10 steps with --matmul bf16 on the CPU and on the GPU:
+# each step's loss within 1e-3 relative (both round the same operands to bf16; the sums' order
+# differs). (b) A gpt2-124m step on the GPU at B 4, T 1024, 6 steps, --matmul fp32 against bf16:
+# the mean step time of steps 2.., and bf16's ratio (bf16: bf16 GEMMs and tensor-core
+# attention). The CPU run and (b)'s estimate run in a dry run too.
 st_matmul() {
     export LD_LIBRARY_PATH="$DEPLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     local d="$WORK/data/tiny" args mm

@@ -58,6 +58,13 @@ def batch(V):
     return x, y, pos, allowed[:, None]
 
 
+def attend(q, k, v, allowed, scale):
+    """softmax(scale q k^T masked) v, (B, NH, T, hd) each (k, v repeated per query head);
+    make_ref_matmul.py replaces it by its bf16-operand flash attention"""
+    att = (q @ k.transpose(-2, -1)) * scale
+    return att.masked_fill(~allowed, float("-inf")).softmax(dim=-1) @ v
+
+
 def gpt2_loss(model, x, y, pos, allowed):
     h = model.wte(x) + model.wpe(pos)
     for blk in model.blocks:
@@ -66,9 +73,8 @@ def gpt2_loss(model, x, y, pos, allowed):
         hs = C // blk.NH
         q, k, v = blk.qkv(n).split(C, dim=2)
         q, k, v = (u.view(Bq, Tq, blk.NH, hs).transpose(1, 2) for u in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-        att = att.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
-        h = h + blk.proj((att @ v).transpose(1, 2).reshape(Bq, Tq, C))
+        y_att = attend(q, k, v, allowed, 1.0 / math.sqrt(hs))
+        h = h + blk.proj(y_att.transpose(1, 2).reshape(Bq, Tq, C))
         h = h + blk.fcproj(F.gelu(blk.fc(blk.ln2(h)), approximate="tanh"))
     logits = F.linear(model.lnf(h), model.wte.weight)
     return F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1), ignore_index=-100)
@@ -90,9 +96,8 @@ def llama_loss(model, x, y, pos, allowed):
         k = k * cos + rl.rotate_half(k) * sin
         k = k.repeat_interleave(NH // NKV, dim=1)
         v = v.repeat_interleave(NH // NKV, dim=1)
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(hd)
-        att = att.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
-        h = h + blk.o_proj((att @ v).transpose(1, 2).reshape(B, T, NH * hd))
+        y_att = attend(q, k, v, allowed, 1.0 / math.sqrt(hd))
+        h = h + blk.o_proj(y_att.transpose(1, 2).reshape(B, T, NH * hd))
         n = blk.post_attention_layernorm(h)
         h = h + blk.down_proj(F.silu(blk.gate_proj(n)) * blk.up_proj(n))
     logits = F.linear(model.norm(h), model.head())

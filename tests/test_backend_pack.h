@@ -139,9 +139,6 @@ static double t_attention_backward_seg_impl(int flash) {
 static double t_attention_backward_seg(void) { return t_attention_backward_seg_impl(0); }
 static double t_flash_attention_backward_seg(void) { return t_attention_backward_seg_impl(1); }
 
-#undef ANH
-#undef AHS
-#undef AW
 
 /* the encoder at positions: EB x ET tokens, examples of 2, 3 and 1, 4 */
 static const int32_t k_epos[EB * ET] = {0, 1, 0, 1, 2, 0, 0, 1, 2, 3};
@@ -248,3 +245,151 @@ static double t_rope_pos_impl(int backward) {
 }
 static double t_rope_forward_pos(void) { return t_rope_pos_impl(0); }
 static double t_rope_backward_pos(void) { return t_rope_pos_impl(1); }
+
+/* ---- the flash pair with bf16 operands (--matmul bf16), every mask case above ----
+ * The double reference of backend.h's rule: S = bf16(q) bf16(k) scaled, P = exp(S - max) (AT =
+ * 5 keys: one key tile, so the running max is the row's), out = sum bf16(P) bf16(v) / l, lse;
+ * backward P = exp(S - lse), dP = bf16(dO) bf16(v), D = dO . out (the reference's out), dS =
+ * scale P (dP - D), dq = sum bf16(dS) bf16(k), dk = sum bf16(dS) bf16(q), dv = sum bf16(P)
+ * bf16(dO); bf16r (test_backend_nn.h) rounds. TOL as the fp32 ops: a P or dS whose rounding
+ * flips between the op's fp32 and the reference's double would move a value by ~1e-3 (none
+ * does on these inputs). Not rounding is ~1e-3 away: each test also checks that its op is
+ * more than 30 TOL from the unrounded reference (ref_attn_seg's, the fp32 ops'). */
+static double r16(double x) { return (double)bf16r((float)x); }
+
+static void ref_attn_bf16(double *out, double *lse, double *dqkv, const double *qkv,
+                          const double *dout) {
+    const double sc = 1.0 / sqrt((double)AHS);
+    if (dqkv) memset(dqkv, 0, (size_t)AB * AT * AW * sizeof(double));
+    for (int b = 0; b < AB; b++)
+        for (int h = 0; h < ANH; h++)
+            for (int t = 0; t < AT; t++) {
+                const int kv = h / (ANH / g_nkv);
+                int s0 = g_apos ? t - g_apos[b * AT + t] : 0;
+                if (g_awin > 0 && t - g_awin + 1 > s0) s0 = t - g_awin + 1;
+                const double *q = qkv + (b * AT + t) * AW + h * AHS;
+                double s[AT] = {0}, p[AT] = {0}, mx = -INFINITY, z = 0.0;
+                for (int u = s0; u <= t; u++) {
+                    const double *k = qkv + (b * AT + u) * AW + AC + kv * AHS;
+                    double d = 0.0;
+                    for (int i = 0; i < AHS; i++) d += r16(q[i]) * r16(k[i]);
+                    s[u] = d * sc;
+                    mx = fmax(mx, s[u]);
+                }
+                for (int u = s0; u <= t; u++) z += exp(s[u] - mx);
+                const double L = mx + log(z);
+                if (lse) lse[(b * ANH + h) * AT + t] = L;
+                double *o = out + (b * AT + t) * AC + h * AHS;
+                for (int i = 0; i < AHS; i++) o[i] = 0.0;
+                for (int u = s0; u <= t; u++) {
+                    const double *v = qkv + (b * AT + u) * AW + AC + g_nkv * AHS + kv * AHS;
+                    const double pu = r16(exp(s[u] - mx));
+                    for (int i = 0; i < AHS; i++) o[i] += pu * r16(v[i]);
+                }
+                for (int i = 0; i < AHS; i++) o[i] /= z;
+                if (!dqkv) continue;
+                const double *d = dout + (b * AT + t) * AC + h * AHS;
+                double D = 0.0;
+                for (int i = 0; i < AHS; i++) D += d[i] * o[i];
+                for (int u = s0; u <= t; u++) {
+                    const int64_t ko = (int64_t)(b * AT + u) * AW + AC + kv * AHS;
+                    const int64_t vo = ko + g_nkv * AHS;
+                    double dp = 0.0;
+                    for (int i = 0; i < AHS; i++) dp += r16(d[i]) * r16(qkv[vo + i]);
+                    p[u] = exp(s[u] - L);
+                    const double ds = r16(sc * p[u] * (dp - D)), pr = r16(p[u]);
+                    double *dq = dqkv + (b * AT + t) * AW + h * AHS;
+                    for (int i = 0; i < AHS; i++) {
+                        dq[i] += ds * r16(qkv[ko + i]);
+                        dqkv[ko + i] += ds * r16(q[i]);
+                        dqkv[vo + i] += pr * r16(d[i]);
+                    }
+                }
+            }
+}
+
+static double t_flash_attention_forward_bf16(void) {
+    double e = 0.0, apart = INFINITY;
+    int skipped = 0;
+    for (int kase = 0; kase < N_SEG_CASES; kase++) {
+        seg_case(kase);
+        if (!g_be->flash_attention_bf16_heads(AHS)) { /* CUDA: heads of 16, 32, 64, 128 */
+            skipped++;
+            continue;
+        }
+        const int nq = AB * AT * AW;
+        const size_t nlse = (size_t)AB * ANH * AT;
+        float qkv[NQKV], out[NAO], lse[NLSE];
+        fill_rand(qkv, (size_t)nq, 1.5f);
+        static double qd[NQKV], ro[NAO], rl[NLSE], r32[NAO];
+        to_d(qd, qkv, (size_t)nq);
+        ref_attn_bf16(ro, rl, NULL, qd, NULL);
+        ref_attn_seg(r32, NULL, NULL, qd);
+        float *dq = dput(qkv, (size_t)nq * 4), *dout = dput(NULL, sizeof out);
+        float *dl = dput(NULL, nlse * 4);
+        int32_t *dp = g_apos ? dput(k_apos, sizeof k_apos) : NULL;
+        g_be->flash_attention_forward_bf16(dout, dl, dq, AB, AT, AC, ANH, g_nkv, dp, g_awin);
+        dget(out, dout, sizeof out), dget(lse, dl, nlse * 4);
+        e = fmax(e, fmax(cmp_arr("flash_attention_forward_bf16 out", out, ro, NAO, TOL),
+                         cmp_arr("flash_attention_forward_bf16 lse", lse, rl, nlse, TOL)));
+        double d32 = 0.0;
+        for (int i = 0; i < NAO; i++) d32 = fmax(d32, rel(out[i], r32[i]));
+        apart = fmin(apart, d32);
+        emit(out, NAO), emit(lse, nlse);
+        dfree_all();
+    }
+    if (skipped < N_SEG_CASES)
+        CHECK_MSG(apart > 30 * TOL, "flash_attention_forward_bf16: only %.3g from the unrounded "
+                  "reference: were the operands rounded?", apart);
+    if (skipped)
+        printf("  %s: flash_attention_*_bf16 not built for heads of 4 and 8 (%d cases skipped; "
+               "test_cuda checks 64 and 128)\n", g_be->name, skipped);
+    seg_case(0);
+    return e;
+}
+
+static double t_flash_attention_backward_bf16(void) {
+    double e = 0.0, apart = INFINITY;
+    int skipped = 0;
+    for (int kase = 0; kase < N_SEG_CASES; kase++) {
+        seg_case(kase);
+        if (!g_be->flash_attention_bf16_heads(AHS)) { /* CUDA: heads of 16, 32, 64, 128 */
+            skipped++;
+            continue;
+        }
+        const int nq = AB * AT * AW;
+        float qkv[NQKV], dout[NAO], g[NQKV];
+        fill_rand(qkv, (size_t)nq, 1.5f);
+        fill_rand(dout, NAO, 1.0f);
+        float *dq = dput(qkv, (size_t)nq * 4), *dy = dput(NULL, NAO * 4), *ddy = dput(dout, sizeof dout);
+        float *dg = dput(NULL, (size_t)nq * 4), *scr = dput(NULL, AB * ANH * AT * 4);
+        float *dl = dput(NULL, NLSE * 4);
+        int32_t *dp = g_apos ? dput(k_apos, sizeof k_apos) : NULL;
+        g_be->memset(dg, 0x7f, (size_t)nq * 4); /* overwritten, not accumulated into */
+        g_be->flash_attention_forward_bf16(dy, dl, dq, AB, AT, AC, ANH, g_nkv, dp, g_awin);
+        g_be->flash_attention_backward_bf16(dg, scr, ddy, dq, dy, dl, AB, AT, AC, ANH, g_nkv, dp,
+                                            g_awin);
+        dget(g, dg, (size_t)nq * 4);
+        static double th[NQKV], dd[NAO], ro[NAO], r[NQKV], r32[NQKV];
+        to_d(th, qkv, (size_t)nq);
+        to_d(dd, dout, NAO);
+        ref_attn_bf16(ro, NULL, r, th, dd);
+        e = fmax(e, cmp_arr("flash_attention_backward_bf16", g, r, (size_t)nq, TOL));
+        at_ctx c = {dout};
+        for (int i = 0; i < nq; i++) r32[i] = fd(at_seg_loss, th, (size_t)i, &c);
+        double d32 = 0.0;
+        for (int i = 0; i < nq; i++) d32 = fmax(d32, rel(g[i], r32[i]));
+        apart = fmin(apart, d32);
+        emit(g, (size_t)nq);
+        dfree_all();
+    }
+    if (skipped < N_SEG_CASES)
+        CHECK_MSG(apart > 30 * TOL, "flash_attention_backward_bf16: only %.3g from the unrounded "
+                  "gradient: were the operands rounded?", apart);
+    seg_case(0);
+    return e;
+}
+
+#undef ANH
+#undef AHS
+#undef AW

@@ -9,6 +9,8 @@
  *   - copies on their own streams ordered by events: a D2H right after an op sees the op's result,
  *     an op right after an H2D sees the copied bytes (64 MiB, so the copy takes a while);
  *   - attention at T = 1, 2, 3 (at T = 1 dq and dk exactly 0, dv = dO: D summed as each dP is);
+ *   - the bf16 flash pair (--matmul bf16, the tensor-core kernels) against the CPU's bf16 pair:
+ *     heads of 64 and 128, NKV = NH and NH / 2, T = 1, 2, 300 and 300 packed, norm-wise 5e-5;
  *   - larger shapes than test_backend's: attention with T = 300 (several key tiles; NKV = NH and
  *     grouped-query; head sizes 32, 64, 128 and 80), the Llama ops (RMSNorm, SwiGLU, RoPE) at a 1B model's widths, layernorm,
  *     the embedding backward and in-place 16-bit conversions of 100003 values (several ranges),
@@ -206,6 +208,58 @@ static void t_attention_hs(int AC) {
 static void t_attention(void) {
     const int widths[] = {256, 512, 128, 320};
     for (int i = 0; i < 4; i++) t_attention_hs(widths[i]);
+}
+
+/* The flash pair with bf16 operands (--matmul bf16; attention_bf16.cu's tensor-core kernels)
+ * against the CPU's bf16 pair: heads of 64 and 128, NH = 4 over NKV = 4 and 2, T = 1, 2, 300
+ * (T = 300 also packed: examples of 37 tokens), forward and backward twice (the same bits).
+ * Norm-wise within 5e-5 (test_matmul's ATTN_BOUND: the same bf16 operands and rule, only the
+ * fp32 sums' order and expf differ, and a P or dS whose rounding flips moves by a bf16 step;
+ * PyTorch against itself with fp64 sums moves dqkv by 2.9e-5). */
+static void t_attention_bf16(void) {
+    enum { AB = 2, ANH = 4 };
+    const int hds[2] = {64, 128}, Ts[4] = {1, 2, 300, 300};
+    for (int hi = 0; hi < 2; hi++)
+        for (int nkv = ANH; nkv >= ANH / 2; nkv /= 2)
+            for (int ti = 0; ti < 4; ti++) {
+                const int hs = hds[hi], AC = ANH * hs, AT = Ts[ti], packed = ti == 3;
+                const size_t nq = (size_t)AB * AT * (ANH + 2 * nkv) * hs, no = (size_t)AB * AT * AC;
+                const size_t nl = (size_t)AB * ANH * AT;
+                float *qkv = rnd(nq, 1.0f), *dout = rnd(no, 1.0f);
+                float *o_c = malloc(no * 4), *l_c = malloc(nl * 4), *dq_c = malloc(nq * 4);
+                float *o_g = malloc(no * 4), *l_g = malloc(nl * 4), *dq_g = malloc(nq * 4);
+                float *dq_g2 = malloc(nq * 4), *scr = malloc(nl * 4);
+                int32_t *pos = malloc((size_t)AB * AT * 4);
+                for (int i = 0; i < AB * AT; i++) pos[i] = (i % AT) % 37;
+                const int32_t *hp = packed ? pos : NULL;
+                cpu->flash_attention_forward_bf16(o_c, l_c, qkv, AB, AT, AC, ANH, nkv, hp, 0);
+                cpu->flash_attention_backward_bf16(dq_c, scr, dout, qkv, o_c, l_c, AB, AT, AC, ANH,
+                                                   nkv, hp, 0);
+                float *dqkv = dput(qkv, nq * 4), *ddout = dput(dout, no * 4), *dO = dput(NULL, no * 4);
+                float *dl = dput(NULL, nl * 4), *ddq = dput(NULL, nq * 4), *dscr = dput(NULL, nl * 4);
+                int32_t *dp = packed ? dput(pos, (size_t)AB * AT * 4) : NULL;
+                for (int rep = 0; rep < 2; rep++) {
+                    cu->flash_attention_forward_bf16(dO, dl, dqkv, AB, AT, AC, ANH, nkv, dp, 0);
+                    cu->flash_attention_backward_bf16(ddq, dscr, ddout, dqkv, dO, dl, AB, AT, AC, ANH,
+                                                      nkv, dp, 0);
+                    dget(rep ? dq_g2 : dq_g, ddq, nq * 4);
+                }
+                dget(o_g, dO, no * 4), dget(l_g, dl, nl * 4);
+                const double eo = t_rel_err(o_g, o_c, no), el = t_rel_err(l_g, l_c, nl);
+                const double ed = t_rel_err(dq_g, dq_c, nq);
+                printf("bf16 flash attention T=%d%s NH=%d NKV=%d hs=%d: out %.2e, lse %.2e, dqkv "
+                       "%.2e against the cpu's bf16 pair (norm-wise; elementwise %.1e %.1e)\n", AT,
+                       packed ? " packed" : "", ANH, nkv, hs, eo, el, ed, maxrel(o_g, o_c, no),
+                       maxrel(dq_g, dq_c, nq));
+                CHECK_MSG(eo <= 5e-5 && el <= 5e-5 && ed <= 5e-5, "bf16 flash attention T=%d hs=%d "
+                          "NKV=%d beyond 5e-5: out %.3g lse %.3g dqkv %.3g", AT, hs, nkv, eo, el, ed);
+                CHECK_MSG(!memcmp(dq_g, dq_g2, nq * 4), "bf16 attention backward: two runs differ");
+                dfree(dqkv, nq * 4), dfree(ddout, no * 4), dfree(dO, no * 4), dfree(dl, nl * 4);
+                dfree(ddq, nq * 4), dfree(dscr, nl * 4);
+                if (dp) dfree(dp, (size_t)AB * AT * 4);
+                free(qkv), free(dout), free(o_c), free(l_c), free(dq_c), free(o_g), free(l_g);
+                free(dq_g), free(dq_g2), free(scr), free(pos);
+            }
 }
 
 /* attention at T = 1, 2, 3, both versions, NKV = NH and grouped-query, against the CPU within
@@ -512,6 +566,7 @@ int main(void) {
     t_copies();
     t_attention();
     t_attention_short();
+    t_attention_bf16();
     t_pack();
     t_llama();
     t_rows();

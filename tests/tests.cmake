@@ -101,7 +101,7 @@ hpt_add_test(test_gemm test_gemm.c)
 # --matmul bf16 against PyTorch's bf16-operand linear layers (tests/make_ref_matmul.py, made once
 # per build tree by the fixture make_ref_matmul), both CPU paths of the bf16 GEMM
 hpt_add_test(test_matmul test_matmul.c)
-add_test(NAME make_ref_matmul COMMAND sh -c "[ -s ${HPT_REF_DIR}/matmul_llama.bin ] || /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/make_ref_matmul.py ${HPT_REF_DIR}")
+add_test(NAME make_ref_matmul COMMAND sh -c "[ -s ${HPT_REF_DIR}/matmul_attn.bin ] || /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/make_ref_matmul.py ${HPT_REF_DIR}")
 set_tests_properties(make_ref_matmul PROPERTIES FIXTURES_SETUP matmul_ref TIMEOUT 600)
 hpt_add_test(test_memcheck test_memcheck.c)
 hpt_xcheck_test(test_memcheck_xcheck test_memcheck) # under the checking transfers (above)

@@ -56,6 +56,12 @@ hpt_status hpt_act_check(const hpt_act_opts *o) {
         return hpt_fail(HPT_ERR_INVALID, "unknown activation compression %d", (int)o->compress);
     if ((unsigned)o->matmul > HPT_MATMUL_BF16)
         return hpt_fail(HPT_ERR_INVALID, "unknown matmul precision %d", (int)o->matmul);
+    /* --matmul bf16 covers the flash pair's products (backend.h's flash_attention_*_bf16);
+     * the plain pair keeps its (T,T) probabilities in fp32 and has no bf16 rule */
+    if (o->matmul == HPT_MATMUL_BF16 && o->attention == HPT_ATTN_PLAIN)
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "--matmul bf16 covers flash attention only: "
+                        "--attention plain has no bf16 path (use --attention flash or --matmul "
+                        "fp32)");
     return HPT_OK;
 }
 

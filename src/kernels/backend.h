@@ -64,6 +64,9 @@ static inline hpt_be_param hpt_be_param_f32(float *p) {
     return k;
 }
 
+/* The widest head (hd = C/NH) of the CPU's bf16 flash attention ops (their stack tiles). */
+#define HPT_ATTN_BF16_MAX_HS 256
+
 /* The bf16 GEMMs' workspace (gemm_bf16): operand panels of at most this many bytes. */
 #define HPT_MM_BF16_WS_BYTES ((size_t)8 << 20)
 
@@ -214,6 +217,26 @@ struct hpt_backend {
                                          const float *qkv, const float *out, const float *lse,
                                          int B, int T, int C, int NH, int NKV,
                                          const int32_t *pos, int window);
+    /* ---- the flash pair with bf16 operands (--matmul bf16; docs/design.md, "Matmul
+     * precision") ----
+     * The _seg pair's arguments and results with each product's two operands rounded to bf16
+     * (nearest even), the sums, the softmax statistics and D in fp32: S = bf16(Q) bf16(K)^T,
+     * scaled by 1/sqrt(hd) after the sum; the online softmax over key tiles of 64 (m, l and P
+     * in fp32, P relative to the running max), O += bf16(P) bf16(V), O /= l at the end;
+     * backward P = exp(scale S - lse), dP = bf16(dO) bf16(V)^T, D = rowsum(dO * O), dS =
+     * scale P (dP - D) in fp32, dQ = bf16(dS) bf16(K), dK = bf16(dS)^T bf16(Q), dV = bf16(P)^T
+     * bf16(dO). Only for the head sizes flash_attention_bf16_heads accepts (the model refuses
+     * the others at setup). NULL where the backend has none. */
+    void (*flash_attention_forward_bf16)(float *out, float *lse, const float *qkv, int B, int T,
+                                         int C, int NH, int NKV, const int32_t *pos,
+                                         int window);
+    void (*flash_attention_backward_bf16)(float *dqkv, float *scratch, const float *dout,
+                                          const float *qkv, const float *out, const float *lse,
+                                          int B, int T, int C, int NH, int NKV,
+                                          const int32_t *pos, int window);
+    /* 1 when the pair above is built for heads of hd = C/NH (the CPU: 1 .. HPT_ATTN_BF16_MAX_HS;
+     * CUDA: 16, 32, 64, 128), else 0 */
+    int (*flash_attention_bf16_heads)(int hd);
     void (*encoder_forward_pos)(float *out, const int32_t *inp, const float *wte,
                                 const float *wpe, const int32_t *pos, int B, int T, int C);
     void (*encoder_backward_pos)(float *dwte, float *dwpe, const float *dout, const int32_t *inp,

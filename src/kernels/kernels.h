@@ -98,6 +98,20 @@ void k_flash_attention_backward_seg(float *dqkv, float *scratch, const float *do
                                     const float *qkv, const float *out, const float *lse, int B,
                                     int T, int C, int NH, int NKV, const int32_t *pos, int window);
 
+/* The flash pair with bf16 operands (--matmul bf16; docs/design.md, "Matmul precision"): the
+ * _seg functions' arguments and results, each product's operands rounded to bf16 (nearest
+ * even): S = bf16(Q) bf16(K)^T then scaled, O += bf16(P) bf16(V) with P, m, l in fp32;
+ * dP = bf16(dO) bf16(V)^T, D = dO . O and dS = P (dP - D) scale in fp32, dQ = bf16(dS) bf16(K),
+ * dK = bf16(dS)^T bf16(Q), dV = bf16(P)^T bf16(dO). Heads of at most HPT_ATTN_BF16_MAX_HS
+ * (k_flash_attention_bf16_heads). */
+int k_flash_attention_bf16_heads(int hd);
+void k_flash_attention_forward_bf16(float *out, float *lse, const float *qkv, int B, int T, int C,
+                                    int NH, int NKV, const int32_t *pos, int window);
+void k_flash_attention_backward_bf16(float *dqkv, float *scratch, const float *dout,
+                                     const float *qkv, const float *out, const float *lse, int B,
+                                     int T, int C, int NH, int NKV, const int32_t *pos,
+                                     int window);
+
 /* The first key query t of row b sees: its example's start (pos: each token's position in its
  * example, docs/packing.md; NULL: 0), and with a sliding window of `window` keys (> 0) no key
  * before t - window + 1 (window 0: none). */

@@ -55,7 +55,8 @@ size_t act_mlp_rows(const hpt_act_opts *o, int B, int T) {
 hpt_arch_ctx act_ctx_for(const hpt_model_config *c, const hpt_act_opts *o, int vc, int B,
                          int T) {
     hpt_arch_ctx x = {hpt_backend_cpu(), c, B, T, o->attention, act_head_rows(o, B, T), 0, 1.0f,
-                     hpt_attn_ops_of(o->attention), NULL, 0.0f, NULL, NULL, 0, NULL, 0, 0, 0, NULL};
+                     hpt_attn_ops_for(o->attention, o->matmul), NULL, 0.0f, NULL, NULL, 0, NULL,
+                     0, 0, 0, NULL};
     x.logit_cols = vc && x.head_rows < (size_t)B * T ? (size_t)vc : (size_t)c->Vp;
     x.mlp_rows = act_mlp_rows(o, B, T);
     /* the plan's sharing of the norms' buffers (actplan.c; arch.h's HPT_FIELD_NORM1/2) */

@@ -273,6 +273,12 @@ void hpt_model_free_activations(hpt_model *m) {
 
 hpt_status hpt_model_set_act_opts(hpt_model *m, const hpt_act_opts *o) {
     HPT_CHECK(act_opts_check(&m->cfg, o));
+    /* --matmul bf16: the backend's bf16 flash pair must be built for the model's heads */
+    const int hd = m->cfg.hd ? m->cfg.hd : m->cfg.C / m->cfg.NH;
+    if (o->matmul == HPT_MATMUL_BF16 &&
+        (!m->be->flash_attention_bf16_heads || !m->be->flash_attention_bf16_heads(hd)))
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "matmul bf16: the %s backend's bf16 flash attention "
+                        "is not built for heads of %d (use matmul fp32)", m->be->name, hd);
     hpt_model_free_activations(m);
     m->act = *o;
     return HPT_OK;

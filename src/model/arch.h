@@ -50,6 +50,9 @@ typedef struct {
 } hpt_attn_ops;
 
 const hpt_attn_ops *hpt_attn_ops_of(hpt_attention a);
+/* the pair at the run's matmul precision: --matmul bf16's flash pair has bf16 operands
+ * (backend.h's flash_attention_*_bf16; plain attention is refused with it: hpt_act_check) */
+const hpt_attn_ops *hpt_attn_ops_for(hpt_attention a, hpt_matmul mm);
 
 /* One step's data for the ops: the backend, the shape, and the choices that reach the maths as
  * data (which attention kernel pair, how many logit rows at once, the loss scale). */

@@ -167,6 +167,7 @@ static hpt_status enumerate(const hpt_plan_opts *base, const hpt_calibration *c,
         /* --matmul: the user's, never chosen here (lossy, and the cost model times bf16 GEMMs at
          * the fp32 rate for now, so bf16 would only add its workspace) */
         o.act.matmul = base->act.matmul;
+        if (attn && o.act.matmul == HPT_MATMUL_BF16) continue; /* refused (hpt_act_check) */
         set_homes(&o.offload, h);
         if (engine_homes) {
             o.offload.max_active = kp == 0 ? 2 : 4;

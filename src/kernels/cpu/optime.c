@@ -118,6 +118,13 @@ TIMED_AS(flash_attention_backward, flash_attention_backward_seg, (float *dqkv, f
          const float *qkv, const float *out, const float *lse, int B, int T, int C, int NH, int NKV,
          const int32_t *pos, int window), (dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, NKV, pos,
          window))
+TIMED_AS(flash_attention_forward_bf16, flash_attention_forward_bf16, (float *out, float *lse,
+         const float *qkv, int B, int T, int C, int NH, int NKV, const int32_t *pos, int window),
+         (out, lse, qkv, B, T, C, NH, NKV, pos, window))
+TIMED_AS(flash_attention_backward_bf16, flash_attention_backward_bf16, (float *dqkv, float *scratch,
+         const float *dout, const float *qkv, const float *out, const float *lse, int B, int T, int C,
+         int NH, int NKV, const int32_t *pos, int window), (dqkv, scratch, dout, qkv, out, lse, B, T, C,
+         NH, NKV, pos, window))
 TIMED_AS(encoder_forward, encoder_forward_pos, (float *out, const int32_t *inp, const float *wte,
          const float *wpe, const int32_t *pos, int B, int T, int C), (out, inp, wte, wpe, pos, B, T, C))
 TIMED_AS(encoder_backward, encoder_backward_pos, (float *dwte, float *dwpe, const float *dout,
@@ -233,6 +240,10 @@ static void build(void) {
     t->attention_backward_seg = t_attention_backward_seg;
     t->flash_attention_forward_seg = t_flash_attention_forward_seg;
     t->flash_attention_backward_seg = t_flash_attention_backward_seg;
+    if (g_base->flash_attention_forward_bf16) {
+        t->flash_attention_forward_bf16 = t_flash_attention_forward_bf16;
+        t->flash_attention_backward_bf16 = t_flash_attention_backward_bf16;
+    }
     t->encoder_forward_pos = t_encoder_forward_pos;
     t->encoder_backward_pos = t_encoder_backward_pos;
     t->gelu_forward = t_gelu_forward;

@@ -375,6 +375,9 @@ static void fill_table(hpt_backend *t) {
     t->attention_backward_seg = cu_attention_backward_seg;
     t->flash_attention_forward_seg = cu_flash_attention_forward_seg;
     t->flash_attention_backward_seg = cu_flash_attention_backward_seg;
+    t->flash_attention_forward_bf16 = cu_flash_attention_forward_bf16;
+    t->flash_attention_backward_bf16 = cu_flash_attention_backward_bf16;
+    t->flash_attention_bf16_heads = cu_flash_attention_bf16_heads;
     t->encoder_forward_pos = cu_encoder_forward_pos;
     t->encoder_backward_pos = cu_encoder_backward_pos;
     t->encoder_forward_bf16_pos = cu_encoder_forward_bf16_pos;

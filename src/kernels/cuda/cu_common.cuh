@@ -225,6 +225,15 @@ void cu_rope_forward_pos(float *qkv, const float *cos, const float *sin, int B, 
                          int NKV, int hd, const int32_t *pos);
 void cu_rope_backward_pos(float *dqkv, const float *cos, const float *sin, int B, int T, int NH,
                           int NKV, int hd, const int32_t *pos);
+/* attention_bf16.cu: the flash pair with bf16 operands on the tensor cores (WMMA), heads of
+ * 16, 32, 64, 128 (cu_flash_attention_bf16_heads) */
+int cu_flash_attention_bf16_heads(int hd);
+void cu_flash_attention_forward_bf16(float *out, float *lse, const float *qkv, int B, int T, int C,
+                                     int NH, int NKV, const int32_t *pos, int window);
+void cu_flash_attention_backward_bf16(float *dqkv, float *scratch, const float *dout,
+                                      const float *qkv, const float *out, const float *lse, int B,
+                                      int T, int C, int NH, int NKV, const int32_t *pos,
+                                      int window);
 /* attention_tiled.cu: the flash kernels over tiles, for the head sizes C / NH it is built for
  * (16, 32, 64, 128); cu_flash_attention_forward / _backward take them there */
 bool cu_tiled_attention_supported(int C, int NH);
