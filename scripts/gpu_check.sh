@@ -663,6 +663,8 @@ export -f hpt_bench torch_bench bench_table
 st_gpt2() {
     local j="$WORK/logs/gpt2.jsonl"
     hpt_bench gpt2 gpt2-124m 50257 8 1024 6 | tee -a "$j"
+    # the fast mode (bf16 GEMM and attention operands, fp32 sums): issue 39's goals
+    [ $DRY = 0 ] && HPT_BENCH_IMPL=hptrain-cuda-bf16 hpt_bench gpt2_bf16 gpt2-124m 50257 8 1024 6 --matmul bf16 | tee -a "$j"
     [ "${GPU_CHECK_TF32:-0}" = 1 ] && [ $DRY = 0 ] &&
         HPT_CUDA_TF32=1 HPT_BENCH_IMPL=hptrain-cuda-tf32 hpt_bench gpt2_tf32 gpt2-124m 50257 8 1024 6 | tee -a "$j"
     [ $DRY = 1 ] || [ "${GPU_CHECK_NO_TORCH:-0}" = 1 ] || torch_bench --arch gpt2 --L 12 --C 768 --NH 12 --B 8 --T 1024 | tee -a "$j"
@@ -693,6 +695,7 @@ print(r[0]["tokens_per_s"] if r else "")' "$WORK/logs/gpt2.jsonl" 2>/dev/null)
 st_llama1b() {
     local j="$WORK/logs/llama1b.jsonl"
     hpt_bench llama1b llama3.2-1b 128256 2 1024 5 | tee -a "$j"
+    [ $DRY = 0 ] && HPT_BENCH_IMPL=hptrain-cuda-bf16 hpt_bench llama1b_bf16 llama3.2-1b 128256 2 1024 5 --matmul bf16 | tee -a "$j"
     [ "${GPU_CHECK_TF32:-0}" = 1 ] && [ $DRY = 0 ] &&
         HPT_CUDA_TF32=1 HPT_BENCH_IMPL=hptrain-cuda-tf32 hpt_bench llama1b_tf32 llama3.2-1b 128256 2 1024 5 | tee -a "$j"
     [ $DRY = 1 ] || [ "${GPU_CHECK_NO_TORCH:-0}" = 1 ] || torch_bench --arch llama --L 16 --C 2048 --NH 32 --NKV 8 --FF 8192 --V 128256 --B 2 --T 1024 | tee -a "$j"
