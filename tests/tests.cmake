@@ -206,6 +206,15 @@ foreach(variant IN LISTS HPT_VARIANTS)
   set_tests_properties(test_cuda${v} PROPERTIES SKIP_RETURN_CODE 77)
 endforeach()
 # the CUDA backend's region allocator is host code: tested everywhere, GPU or not
+# the NCCL transport op by op against the CPU's values (tests/test_nccl.c; docs/zero.md, "NCCL"):
+# one rank here (NCCL refuses two ranks on one GPU), `test_nccl 2` by gpu_check.sh on two GPUs
+if(HPT_HAVE_NCCL)
+  hpt_add_test(test_nccl test_nccl.c)
+  foreach(variant IN LISTS HPT_VARIANTS)
+    hpt_variant_suffix(${variant} v)
+    set_tests_properties(test_nccl${v} PROPERTIES SKIP_RETURN_CODE 77 RESOURCE_LOCK gpu)
+  endforeach()
+endif()
 hpt_add_test(test_cuda_carve test_cuda_carve.c)
 hpt_add_test(test_plan_auto test_plan_auto.c)
 # --plan auto end to end with a fake calibration (tests/test_plan_auto.sh)

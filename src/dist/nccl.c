@@ -218,9 +218,10 @@ static hpt_status nc_allgather_bytes(void *ctx, const void *send, size_t bytes, 
     HPT_CHECK(enter(c, h, what));
     if (!dev) { /* staged: scratch = [recv (N * bytes) | send (bytes)] */
         HPT_CHECK(scratch(c, (N + 1) * bytes, what));
+        char *ss = (char *)c->scratch + N * bytes;
         d = c->scratch;
-        s = (char *)c->scratch + N * bytes;
-        CU(cudaMemcpyAsync((void *)s, send, bytes, cudaMemcpyHostToDevice, h->st), what);
+        s = ss;
+        CU(cudaMemcpyAsync(ss, send, bytes, cudaMemcpyHostToDevice, h->st), what);
     }
     ncclResult_t rc = ncclAllGather(s, d, bytes, ncclChar, h->comm, h->st);
     if (rc != ncclSuccess) return nc_fail(rc, what);
