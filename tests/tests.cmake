@@ -254,6 +254,18 @@ function(hpt_add_mpi_test name timeout)
   set_tests_properties(${name} PROPERTIES TIMEOUT ${timeout} SKIP_RETURN_CODE 77
     ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
 endfunction()
+# The communication layer's transport choice, HPT_DIST_TRANSPORT=mpi|nccl (tests/test_dist_transport.sh;
+# docs/zero.md, "NCCL"): the refusals in one line, before anything is written; 2 ranks with MPI
+if(TARGET hptrain_cli)
+  if(HPT_HAVE_NCCL)
+    set(nccl_built 1)
+  else()
+    set(nccl_built 0)
+  endif()
+  add_test(NAME test_dist_transport COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_dist_transport.sh
+           $<TARGET_FILE:hptrain_cli> ${nccl_built} $<BOOL:${HPT_MPI}>)
+  set_tests_properties(test_dist_transport PROPERTIES TIMEOUT 120 ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+endif()
 # Data parallel over MPI (tests/test_zero.sh; docs/zero.md): the same bits as one process,
 # checkpoints across process counts, ZeRO stages 1 and 2 (sharded checkpoints re-cut), mismatched
 # configurations, a killed and a hung rank. Plain
