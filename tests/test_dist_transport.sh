@@ -3,7 +3,9 @@
 # (HPT_DIST_TRANSPORT=mpi|nccl; docs/zero.md, "NCCL") through the command line: mpi and unset run;
 # an unknown name, nccl in a build without NCCL, nccl without --device cuda are each refused in
 # one line before anything is allocated or written (no --save directory, no log); with mpirun,
-# the same refusal on every rank of two (the layer's configuration check passes first).
+# the same refusal on every rank of two (the layer's configuration check passes first); ranks whose
+# HPT_UNVERIFIED_NCCL differ refused by the configuration check; mpi named on one rank and unset on
+# the other run (the same transport).
 bin=$1
 have_nccl=${2:-0}
 have_mpi=${3:-0}
@@ -47,6 +49,17 @@ if [ "$have_mpi" = 1 ] && command -v mpirun >/dev/null; then
   if [ $rc -ne 0 ] && [ "$(grep -cE "$pat" "$tmp/err")" -eq 2 ]; then ok
   else bad "2 ranks, nccl on the CPU: status $rc, stderr: $(head -c 600 "$tmp/err")"; fi
   nothing_written "2 ranks, nccl refused"
+  # the transport's switches differ between the ranks: the configuration check names them
+  mpirun --oversubscribe --bind-to none -np 1 "$bin" "${args[@]}" --zero 1 : \
+    -np 1 env HPT_UNVERIFIED_NCCL=1 "$bin" "${args[@]}" --zero 1 >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  if [ $rc -ne 0 ] && grep -q "HPT_UNVERIFIED_NCCL is 1 on rank 1 but unset on rank 0" "$tmp/err"; then ok
+  else bad "2 ranks, HPT_UNVERIFIED_NCCL on one: status $rc, stderr: $(head -c 600 "$tmp/err")"; fi
+  # the mpi transport named on one rank, unset on the other: the same choice, the run of 2 ranks
+  rm -rf "$tmp/save"
+  if mpirun --oversubscribe --bind-to none -np 1 "$bin" "${args[@]}" --zero 1 : \
+      -np 1 env HPT_DIST_TRANSPORT=mpi "$bin" "${args[@]}" --zero 1 >"$tmp/out" 2>"$tmp/err"; then ok
+  else bad "2 ranks, HPT_DIST_TRANSPORT=mpi on one: $(head -c 600 "$tmp/err")"; fi
   # the mpi transport named: the run of 2 ranks as before
   rm -rf "$tmp/save"
   if mpirun --oversubscribe --bind-to none -np 2 -x HPT_DIST_TRANSPORT=mpi "$bin" "${args[@]}" --zero 1 \

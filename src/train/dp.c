@@ -43,22 +43,26 @@ static void plan_lines(const char *flags, char *out, size_t n) {
     }
 }
 
+static const char *env_or(const char *v, const char *unset) { return v && *v ? v : unset; }
+
 hpt_status dp_agree(const hpt_train_opts *o) {
     if (hpt_dist_size() == 1) return HPT_OK;
     char flags[2048] = "", plan[3072], text[4096];
     hpt_plan_print(&o->plan, flags, sizeof flags); /* a cut text still compares */
     plan_lines(flags, plan, sizeof plan);
     /* every choice that changes the bits or the run (the save directory aside: each host may
-     * name its own) */
+     * name its own), the transport's switches too (a rank alone on NCCL would wait forever) */
     snprintf(text, sizeof text,
              "--model=%s\n--data=%s\n--val=%s\n--resume=%s\n--batch=%d\n--seq=%d\n--steps=%lld\n"
              "--lr=%.9g\n--min-lr=%.9g\n--warmup=%lld\n--grad-clip=%.9g\n--eval-every=%lld\n"
-             "--val-batches=%d\n--save-every=%lld\n--seed=%llu\n--threads=%d\n%s",
+             "--val-batches=%d\n--save-every=%lld\n--seed=%llu\n--threads=%d\n"
+             "HPT_DIST_TRANSPORT=%s\nHPT_UNVERIFIED_NCCL=%s\n%s",
              o->model ? o->model : "", o->data ? o->data : "", o->val ? o->val : "",
              o->resume ? o->resume : "", o->B, o->T, (long long)o->steps, (double)o->lr,
              (double)o->min_lr, (long long)o->warmup, (double)o->grad_clip,
              (long long)o->eval_every, o->val_batches, (long long)o->save_every,
-             (unsigned long long)o->seed, hpt_get_threads(), plan);
+             (unsigned long long)o->seed, hpt_get_threads(), env_or(getenv("HPT_DIST_TRANSPORT"), "mpi"),
+             env_or(getenv("HPT_UNVERIFIED_NCCL"), "unset"), plan);
     return dist_agree(text);
 }
 
