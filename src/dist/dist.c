@@ -97,6 +97,7 @@ void hpt_dist_finalize(int failed) {
 #endif
     g_w.inited = 0;
     g_w.ops = NULL;
+    g_w.ctx = NULL;
     g_w.rank = 0;
     g_w.size = 1;
 }
