@@ -10,8 +10,9 @@
  * event up to the layer's timeout; a started exchange's done event is chan_test's
  * cudaEventQuery. Host buffers (the small byte exchanges: losses, flags, the configuration
  * check) are staged through a device scratch buffer; the float calls refuse host buffers.
- * Not accounted: the receive buffers, the scratch buffer and NCCL's own memory are cudaMalloc'd
- * beside the backend's carved region. Untested on a GPU (HPT_UNVERIFIED_NCCL). */
+ * Not accounted: the receive buffers (kept for reuse until the end, three at most), the scratch
+ * buffer and NCCL's own memory are cudaMalloc'd beside the backend's carved region. Not yet run
+ * on a GPU (HPT_UNVERIFIED_NCCL). */
 #include "core/core.h"
 #include "dist/dist.h"
 
@@ -43,6 +44,11 @@ typedef struct {
     nc_chan blk, ch[DIST_CHANNELS];     /* blk: the blocking calls' */
     void *scratch;                      /* device staging for host buffers (scratch_bytes) */
     size_t scratch_bytes;
+    struct {                            /* receive buffers kept for the next exchange: one */
+        void *p;                        /* blocking and one per channel are in use at most */
+        size_t bytes;
+        int used;
+    } pool[1 + DIST_CHANNELS];
 } nc_ctx;
 
 static hpt_status nc_fail(ncclResult_t r, const char *what) {
@@ -262,22 +268,53 @@ static hpt_status nc_barrier(void *ctx, const char *what) {
     return wait_done(c, h, what);
 }
 
+/* Receive buffers from the pool (a kept one that is large enough, else a new cudaMalloc in a
+ * free entry, else one outside the pool), so a step's exchanges do not cudaMalloc and cudaFree
+ * (which synchronises the device) each time. A kept buffer is written again only by a later
+ * exchange, whose stream waits for the compute stream's work, the sums that read it included. */
 static hpt_status nc_recv_alloc(void *ctx, size_t bytes, void **out, const char *what) {
-    (void)ctx;
+    nc_ctx *c = ctx;
+    const int np = 1 + DIST_CHANNELS;
+    int k, slot = -1;
     *out = NULL;
-    cudaError_t e = cudaMalloc(out, bytes ? bytes : 1);
+    if (!bytes) bytes = 1;
+    for (k = 0; k < np; k++)
+        if (!c->pool[k].used && c->pool[k].p && c->pool[k].bytes >= bytes) {
+            c->pool[k].used = 1;
+            *out = c->pool[k].p;
+            return HPT_OK;
+        }
+    for (k = 0; k < np && slot < 0; k++)
+        if (!c->pool[k].used) slot = k;
+    if (slot >= 0 && c->pool[slot].p) { /* too small: replaced */
+        cudaFree(c->pool[slot].p);
+        c->pool[slot].p = NULL;
+        c->pool[slot].bytes = 0;
+    }
+    cudaError_t e = cudaMalloc(out, bytes);
     if (e != cudaSuccess) {
         *out = NULL;
         return hpt_fail(e == cudaErrorMemoryAllocation ? HPT_ERR_OOM : HPT_ERR_IO,
                         "%s: the receive buffer (%zu bytes on the device): %s", what, bytes,
                         cudaGetErrorString(e));
     }
+    if (slot >= 0) {
+        c->pool[slot].p = *out;
+        c->pool[slot].bytes = bytes;
+        c->pool[slot].used = 1;
+    }
     return HPT_OK;
 }
 
 static void nc_recv_free(void *ctx, void *p) {
-    (void)ctx;
-    if (p) cudaFree(p); /* synchronises the device: the sums that read it are done */
+    nc_ctx *c = ctx;
+    if (!p) return;
+    for (int k = 0; k < 1 + DIST_CHANNELS; k++)
+        if (c->pool[k].p == p) {
+            c->pool[k].used = 0; /* kept */
+            return;
+        }
+    cudaFree(p); /* synchronises the device: the sums that read it are done */
 }
 
 /* acc (m) = recv's slice 0; acc += slice q, q = 1 .. n-1: the copy and the backend's add on the
@@ -314,6 +351,8 @@ void dist_nccl_finalize(void *ctx, int abort_job) {
     chan_close(&c->blk, abort_job);
     for (int k = 0; k < DIST_CHANNELS; k++) chan_close(&c->ch[k], abort_job);
     if (c->scratch) cudaFree(c->scratch);
+    for (int k = 0; k < 1 + DIST_CHANNELS; k++)
+        if (c->pool[k].p) cudaFree(c->pool[k].p);
     free(c);
 }
 
