@@ -1,7 +1,7 @@
 /* test_nccl.c: the NCCL transport (src/dist/nccl.c) op by op against the values the MPI/CPU
  * path computes, bit for bit: every table entry (all-to-all of slices, blocking and started on
- * both channels with chan_test/chan_wait, the all-gather of slices, of bytes from host and
- * device buffers, the broadcast from both, the barrier, the receive buffer) and the rank-order
+ * both channels with chan_test/chan_wait, the all-gather of slices, of bytes from host, device
+ * and mixed buffers, the broadcast from both, the barrier, the receive buffer) and the rank-order
  * sum on the device against the host loop (acc = x_0; acc += x_1; ...), with values whose sum
  * depends on the order and a -0 that a 0 + x start would turn into +0; and a host buffer given
  * to a float op refused.
@@ -176,6 +176,9 @@ static int run_rank(int r, int N, pipes *pp) {
         cudaMemcpy(got, dr, (size_t)N * 4 * sizeof(float), cudaMemcpyDeviceToHost);
         for (int q = 0; q < N; q++)
             for (size_t i = 0; i < 4; i++) want[(size_t)q * 4 + i] = val(q, i);
+        CHECK(same_bits(got, want, (size_t)N * 4));
+        memset(got, 0, (size_t)N * 4 * sizeof(float)); /* device send, host recv: staged */
+        CHECK_OK(ops->allgather_bytes(ctx, ds, 4 * sizeof(float), got, "test bytes mixed"));
         CHECK(same_bits(got, want, (size_t)N * 4));
         cudaFree(ds);
         cudaFree(dr);

@@ -225,11 +225,11 @@ static hpt_status nc_allgather_bytes(void *ctx, const void *send, size_t bytes, 
         char *ss = (char *)c->scratch + N * bytes;
         d = c->scratch;
         s = ss;
-        CU(cudaMemcpyAsync(ss, send, bytes, cudaMemcpyHostToDevice, h->st), what);
+        CU(cudaMemcpyAsync(ss, send, bytes, cudaMemcpyDefault, h->st), what);
     }
     ncclResult_t rc = ncclAllGather(s, d, bytes, ncclChar, h->comm, h->st);
     if (rc != ncclSuccess) return nc_fail(rc, what);
-    if (!dev) CU(cudaMemcpyAsync(recv, d, N * bytes, cudaMemcpyDeviceToHost, h->st), what);
+    if (!dev) CU(cudaMemcpyAsync(recv, d, N * bytes, cudaMemcpyDefault, h->st), what);
     CU(cudaEventRecord(h->done, h->st), what);
     HPT_CHECK(wait_done(c, h, what));
     dist_count_sent((uint64_t)bytes * (uint64_t)(c->size - 1));
@@ -245,11 +245,11 @@ static hpt_status nc_bcast(void *ctx, void *buf, size_t bytes, int root, const c
     if (!dev) {
         HPT_CHECK(scratch(c, bytes, what));
         d = c->scratch;
-        if (c->rank == root) CU(cudaMemcpyAsync(d, buf, bytes, cudaMemcpyHostToDevice, h->st), what);
+        if (c->rank == root) CU(cudaMemcpyAsync(d, buf, bytes, cudaMemcpyDefault, h->st), what);
     }
     ncclResult_t rc = ncclBroadcast(d, d, bytes, ncclChar, root, h->comm, h->st);
     if (rc != ncclSuccess) return nc_fail(rc, what);
-    if (!dev && c->rank != root) CU(cudaMemcpyAsync(buf, d, bytes, cudaMemcpyDeviceToHost, h->st), what);
+    if (!dev && c->rank != root) CU(cudaMemcpyAsync(buf, d, bytes, cudaMemcpyDefault, h->st), what);
     CU(cudaEventRecord(h->done, h->st), what);
     HPT_CHECK(wait_done(c, h, what));
     if (c->rank == root) dist_count_sent((uint64_t)bytes * (uint64_t)(c->size - 1));
