@@ -79,7 +79,7 @@ static int run_rank(int r, int N, pipes *pp) {
     if (hpt_cuda_device_count() < N || !(be = hpt_backend_cuda()))
         return t_gpu_skip("test_nccl", hpt_cuda_device_count() ? "fewer GPUs than ranks" : "no CUDA device");
     void *ctx = NULL;
-    hpt_status s = dist_nccl_init(r, N, be, pipe_bcast, pp, &ctx);
+    hpt_status s = dist_nccl_init(r, N, hpt_cuda_compute_stream(), be->add, pipe_bcast, pp, &ctx);
     CHECK_OK(s);
     if (s != HPT_OK) return t_done("test_nccl");
     const dist_ops *ops = dist_nccl_ops();

@@ -129,16 +129,16 @@ hpt_status dist_transport_check(int on_device) {
     return HPT_OK;
 }
 
-hpt_status dist_bind_backend(const struct hpt_backend *be) {
+hpt_status dist_bind_device(void *compute_stream, dist_add_fn add) {
     if (g_w.size == 1 || !dist_transport_nccl() || g_w.nccl_ctx) return HPT_OK;
 #ifdef HPT_HAVE_MPI
-    HPT_CHECK(dist_nccl_init(g_w.rank, g_w.size, be, dist_mpi_ops()->bcast, g_w.mpi_ctx,
-                             &g_w.nccl_ctx));
+    HPT_CHECK(dist_nccl_init(g_w.rank, g_w.size, compute_stream, add, dist_mpi_ops()->bcast,
+                             g_w.mpi_ctx, &g_w.nccl_ctx));
     g_w.ctx = g_w.nccl_ctx;
     g_w.ops = dist_nccl_ops();
     return HPT_OK;
 #else
-    (void)be;
+    (void)compute_stream, (void)add;
     return hpt_fail(HPT_ERR_UNSUPPORTED, "HPT_DIST_TRANSPORT=nccl: no MPI to start the processes");
 #endif
 }

@@ -14,8 +14,6 @@
 
 #include "hptrain.h"
 
-struct hpt_backend; /* kernels/backend.h */
-
 typedef struct {
     /* Each rank sends its slice [lo_q, hi_q) of buf to rank q and receives slice [lo_r, hi_r)
      * of every rank's buf, into recv laid out as N consecutive slices of (hi_r - lo_r) floats
@@ -102,14 +100,17 @@ hpt_status dist_mpi_init(int *rank, int *size, void **ctx, int thread_serialized
 void dist_mpi_finalize(void *ctx, int abort_job);
 int dist_mpi_launched(void); /* the environment says mpirun started this process */
 
-/* NCCL (nccl.c, built with HPT_HAVE_NCCL): communicators over device buffers. bcast (may be
- * NULL with size 1) hands rank 0's ncclUniqueId to the others (MPI's bcast at start). The
- * backend's compute stream orders each exchange: a channel's stream waits for the work queued
- * before the call, and the sums run on the compute stream after the exchange. */
+/* NCCL (nccl.c, built with HPT_HAVE_NCCL): communicators over device buffers. The device's
+ * compute stream (a cudaStream_t, the transfer table's native_stream) orders each exchange: a
+ * channel's stream waits for the work queued before the call, and the sums run on the compute
+ * stream after the exchange, through add (the backend's: out (n) = a + b, queued on that
+ * stream). bcast (may be NULL with size 1) hands rank 0's ncclUniqueIds to the others (MPI's
+ * bcast at start). dist sits below kernels (docs/design.md): the caller hands these down. */
 typedef hpt_status (*dist_bcast_fn)(void *ctx, void *buf, size_t bytes, int root, const char *what);
+typedef void (*dist_add_fn)(float *out, const float *a, const float *b, size_t n);
 const dist_ops *dist_nccl_ops(void);
-hpt_status dist_nccl_init(int rank, int size, const struct hpt_backend *be, dist_bcast_fn bcast,
-                          void *bcast_ctx, void **ctx);
+hpt_status dist_nccl_init(int rank, int size, void *compute_stream, dist_add_fn add,
+                          dist_bcast_fn bcast, void *bcast_ctx, void **ctx);
 void dist_nccl_finalize(void *ctx, int abort_job);
 int dist_have_nccl(void);
 
@@ -119,9 +120,10 @@ int dist_have_nccl(void);
  * the progress thread). dist_transport_nccl: nccl was asked for. */
 hpt_status dist_transport_check(int on_device);
 int dist_transport_nccl(void);
-/* Many processes with the nccl transport: its communicators opened on the backend's device
- * (collective: every rank, once, before the first exchange); else nothing. */
-hpt_status dist_bind_backend(const struct hpt_backend *be);
+/* Many processes with the nccl transport: its communicators opened on the current device, with
+ * its compute stream and add (dist_nccl_init; collective: every rank, once, before the first
+ * exchange); else nothing. */
+hpt_status dist_bind_device(void *compute_stream, dist_add_fn add);
 
 /* The layer's own counters and timeout, for the transports. */
 void dist_count_sent(uint64_t bytes);

@@ -5,6 +5,7 @@
  * reduce-scatter is grouped ncclSend/ncclRecv of slices, and its sum is dist.c's, on the
  * device through sum_slices (the backend's add in rank order: acc = x_0; acc += x_1; ..., the
  * host loop's expressions, so the same bits), never an NCCL reduction (whose order is NCCL's).
+ * The caller hands down the compute stream and the backend's add (dist sits below kernels).
  * Ordering: each call records an event on the backend's compute stream and its channel's
  * stream waits for it (the buffers' writers are done); the blocking calls poll their done
  * event up to the layer's timeout; a started exchange's done event is chan_test's
@@ -17,9 +18,6 @@
 #include "dist/dist.h"
 
 #ifdef HPT_HAVE_NCCL
-#include "kernels/backend.h"
-#include "kernels/cuda/cuda.h"
-
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <stdlib.h>
@@ -39,7 +37,7 @@ typedef struct {
 
 typedef struct {
     int rank, size;
-    const hpt_backend *be;
+    dist_add_fn add;                    /* the backend's add, queued on compute */
     cudaStream_t compute;               /* the backend's: every op runs on it */
     nc_chan blk, ch[DIST_CHANNELS];     /* blk: the blocking calls' */
     void *scratch;                      /* device staging for host buffers (scratch_bytes) */
@@ -325,8 +323,8 @@ static hpt_status nc_sum_slices(void *ctx, float *acc, const float *recv, size_t
     nc_ctx *c = ctx;
     HPT_CHECK(need_device(acc, what));
     CU(cudaMemcpyAsync(acc, recv, m * sizeof(float), cudaMemcpyDeviceToDevice, c->compute), what);
-    for (int q = 1; q < n; q++) c->be->add(acc, acc, recv + (size_t)q * m, m);
-    return hpt_cuda_status();
+    for (int q = 1; q < n; q++) c->add(acc, acc, recv + (size_t)q * m, m);
+    return HPT_OK; /* a kernel's failure is the backend's to report (its status, kept) */
 }
 
 static const dist_ops k_nccl = {nc_alltoall_slices, nc_allgather_slices, nc_allgather_bytes,
@@ -356,19 +354,20 @@ void dist_nccl_finalize(void *ctx, int abort_job) {
     free(c);
 }
 
-hpt_status dist_nccl_init(int rank, int size, const hpt_backend *be, dist_bcast_fn bcast,
-                          void *bcast_ctx, void **out) {
+hpt_status dist_nccl_init(int rank, int size, void *compute_stream, dist_add_fn add,
+                          dist_bcast_fn bcast, void *bcast_ctx, void **out) {
     *out = NULL;
-    if (!be || !hpt_cuda_compute_stream())
-        return hpt_fail(HPT_ERR_INVALID, "the nccl transport needs the CUDA backend started");
+    if (!compute_stream || !add)
+        return hpt_fail(HPT_ERR_INVALID, "the nccl transport needs the CUDA backend started "
+                        "(its compute stream and add)");
     if (size > 1 && !bcast)
         return hpt_fail(HPT_ERR_INVALID, "the nccl transport: %d processes and no way to start them", size);
     nc_ctx *c = calloc(1, sizeof *c);
     if (!c) return hpt_fail(HPT_ERR_OOM, "the NCCL context");
     c->rank = rank;
     c->size = size;
-    c->be = be;
-    c->compute = (cudaStream_t)hpt_cuda_compute_stream();
+    c->add = add;
+    c->compute = (cudaStream_t)compute_stream;
     ncclUniqueId id[1 + DIST_CHANNELS];
     memset(id, 0, sizeof id);
     hpt_status s = HPT_OK;
@@ -408,9 +407,9 @@ hpt_status dist_nccl_init(int rank, int size, const hpt_backend *be, dist_bcast_
 #else /* a build without NCCL: the transport is refused by name (dist_transport_check) */
 int dist_have_nccl(void) { return 0; }
 const dist_ops *dist_nccl_ops(void) { return NULL; }
-hpt_status dist_nccl_init(int rank, int size, const struct hpt_backend *be, dist_bcast_fn bcast,
-                          void *bcast_ctx, void **ctx) {
-    (void)rank, (void)size, (void)be, (void)bcast, (void)bcast_ctx;
+hpt_status dist_nccl_init(int rank, int size, void *compute_stream, dist_add_fn add,
+                          dist_bcast_fn bcast, void *bcast_ctx, void **ctx) {
+    (void)rank, (void)size, (void)compute_stream, (void)add, (void)bcast, (void)bcast_ctx;
     *ctx = NULL;
     return hpt_fail(HPT_ERR_UNSUPPORTED, "this build has no NCCL");
 }

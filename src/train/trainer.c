@@ -219,7 +219,11 @@ static hpt_status setup(hpt_trainer *tr) {
     /* many processes: the same configuration on each (first: a refusal is then every rank's) */
     HPT_CHECK(dp_agree(o));
     HPT_CHECK(dp_check(o));
-    HPT_CHECK(dist_bind_backend(tr->be)); /* HPT_DIST_TRANSPORT=nccl: its communicators */
+    { /* HPT_DIST_TRANSPORT=nccl: its communicators on the device's compute stream */
+        const hpt_transfer *x = hpt_transfer_of(tr->mem);
+        HPT_CHECK(dist_bind_device(x && x->native_stream ? x->native_stream(HPT_XS_COMPUTE) : NULL,
+                                   tr->be->add));
+    }
     tr->o.offload.shards = dp_engine_shards(o); /* --zero 1-3 in the engine: 1/N of its homes */
     tr->o.offload.zero = o->zero;
     if (o->B < 1 || o->T < 1 || o->steps < 1)
