@@ -10,6 +10,11 @@
 #   reference  PyTorch's tiny GPT-2 reference state for test_cuda_gpt2 (tests/make_ref_state.py)
 #   test_cuda, test_backend, test_cuda_train, test_cuda_gpt2
 #              one at a time, HPT_REQUIRE_GPU=1: a CUDA backend that does not start fails
+#   nccl       the NCCL transport (src/dist/nccl.c) op by op against the CPU's values: test_nccl on a
+#              one-rank communicator (every op, the rank-order sum on the device); test_nccl 2
+#              (two forked ranks) only where two GPUs are visible: NCCL refuses two ranks on one
+#              GPU ("Duplicate GPU detected", NCCL issue #1241). NCCL: /usr/local/cuda's, else
+#              PyTorch's nvidia/nccl wheel (include/, lib/libnccl.so.2, an rpath to it)
 #   train      hptrain train on a tiny GPT-2 for 20 steps, --device cpu and --device cuda:
 #              the losses side by side
 #   lora       LoRA on --device cuda (HPT_UNVERIFIED_CUDA_LORA=1: refused without it) against the
@@ -309,13 +314,22 @@ st_size() {
     [ $total -le $TRAVEL_LIMIT ]
 }
 
+# NCCL for the nccl transport: the toolkit's where it has one (CMake finds it), else the one in
+# PyTorch's wheels (nvidia/nccl: include/nccl.h, lib/libnccl.so.2), passed by path with an rpath
+NCCL_DIR=""
+if [ ! -e /usr/local/cuda/include/nccl.h ]; then
+    NCCL_DIR=$("$PY" -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null || true)
+    [ -e "$NCCL_DIR/include/nccl.h" ] && [ -e "$NCCL_DIR/lib/libnccl.so.2" ] || NCCL_DIR=""
+fi
+export NCCL_DIR
 CONFIGURE_ARGS() { # the device's configure, against the deps archive: one argument per line
     printf '%s\n' -DCMAKE_BUILD_TYPE=Release -DHPT_SANITIZE=OFF -DHPT_MPI=OFF -DHPT_GENERIC_V3=OFF \
         -DHPT_CUDA_ARCHS=90 -DDNNL_LIB="$DEPLIB/libdnnl.so" -DCJSON_LIB="$DEPLIB/libcjson.so" \
         -DPCRE2_LIB="$DEPLIB/libpcre2-8.so" -DCJSON_INC="$DEPS/usr/include/cjson" \
         -DUTF8PROC_LIB="$DEPLIB/libutf8proc.so" -DUTF8PROC_INC="$DEPS/usr/include" \
         "-DCMAKE_C_FLAGS=-I$DEPS/usr/include" \
-        "-DCMAKE_EXE_LINKER_FLAGS=-Wl,-rpath-link,$DEPLIB -Wl,-rpath,$DEPLIB -Wl,--disable-new-dtags"
+        "-DCMAKE_EXE_LINKER_FLAGS=-Wl,-rpath-link,$DEPLIB -Wl,-rpath,$DEPLIB${NCCL_DIR:+ -Wl,-rpath,$NCCL_DIR/lib} -Wl,--disable-new-dtags"
+    [ -z "$NCCL_DIR" ] || printf '%s\n' -DNCCL_INCLUDE_DIR="$NCCL_DIR/include" -DNCCL_LIBRARY="$NCCL_DIR/lib/libnccl.so.2"
 }
 export -f CONFIGURE_ARGS
 TARGETS="hptrain_cli test_cuda test_backend test_cuda_train test_cuda_gpt2 bench_cuda"
@@ -348,9 +362,11 @@ st_build() {
     mapfile -t args < <(CONFIGURE_ARGS)
     cmake -S "$ROOT" -B "$BUILD" "${args[@]}" 2>&1 | tee "$WORK/cfg.log" || { note "configure failed"; exit 1; }
     grep -q "CUDA backend ON" "$WORK/cfg.log" || { note "the CUDA backend is OFF: nvcc or the toolkit not found"; exit 1; }
+    local targets=$TARGETS
+    grep -q "NCCL transport ON" "$WORK/cfg.log" && targets="$targets test_nccl"
     # shellcheck disable=SC2086
-    cmake --build "$BUILD" -j "$(nproc)" --target $TARGETS || { note "build failed"; exit 1; }
-    note "built: $TARGETS"
+    cmake --build "$BUILD" -j "$(nproc)" --target $targets || { note "build failed"; exit 1; }
+    note "built: $targets"
 }
 
 st_reference() {
@@ -379,6 +395,24 @@ gpu_test() {
     return $rc
 }
 export -f gpu_test
+
+# st_nccl: the NCCL transport (docs/zero.md, "NCCL"): one rank always, two where two GPUs are seen
+st_nccl() {
+    export LD_LIBRARY_PATH="$DEPLIB${NCCL_DIR:+:$NCCL_DIR/lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    [ -x "$BUILD/test_nccl" ] || { note "no test_nccl: the build found no NCCL (nccl.h, libnccl)"; exit 1; }
+    local ngpu two rc=0
+    ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    cd "$BUILD" || exit 1
+    HPT_REQUIRE_GPU=1 ./test_nccl 1 || rc=1
+    if [ "$ngpu" -ge 2 ]; then
+        HPT_REQUIRE_GPU=1 ./test_nccl 2 || rc=1
+        two="2 ranks on 2 GPUs: $(grep -E "checks, [0-9]+ failed" "$WORK/logs/nccl.log" | tail -n 1)"
+    else
+        two="2 ranks not run: $ngpu GPU visible (NCCL refuses two ranks on one GPU)"
+    fi
+    note "1 rank: $(grep -E "checks, [0-9]+ failed" "$WORK/logs/nccl.log" | head -n 1); $two"
+    return $rc
+}
 
 st_train() {
     export LD_LIBRARY_PATH="$DEPLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -806,7 +840,7 @@ st_transformers() {
     return $rc
 }
 
-export -f st_env st_deps st_size st_build st_reference st_train st_matmul st_lora st_sanitizer st_gemm st_gpt2 st_calibrate st_llama1b st_llama8b \
+export -f st_env st_deps st_size st_build st_reference st_nccl st_train st_matmul st_lora st_sanitizer st_gemm st_gpt2 st_calibrate st_llama1b st_llama8b \
     profile_model st_profile st_transformers
 
 # ---- the run ----
@@ -819,6 +853,7 @@ stage reference 60 any st_reference
 for t in test_cuda test_backend test_cuda_train test_cuda_gpt2; do
     stage "$t" 120 gpu "gpu_test $t"
 done
+stage nccl 60 gpu st_nccl
 stage train 60 any st_train
 stage matmul 90 any st_matmul
 stage lora 90 any st_lora

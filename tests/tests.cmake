@@ -206,6 +206,15 @@ foreach(variant IN LISTS HPT_VARIANTS)
   set_tests_properties(test_cuda${v} PROPERTIES SKIP_RETURN_CODE 77)
 endforeach()
 # the CUDA backend's region allocator is host code: tested everywhere, GPU or not
+# the NCCL transport op by op against the CPU's values (tests/test_nccl.c; docs/zero.md, "NCCL"):
+# one rank here (NCCL refuses two ranks on one GPU), `test_nccl 2` by gpu_check.sh on two GPUs
+if(HPT_HAVE_NCCL)
+  hpt_add_test(test_nccl test_nccl.c)
+  foreach(variant IN LISTS HPT_VARIANTS)
+    hpt_variant_suffix(${variant} v)
+    set_tests_properties(test_nccl${v} PROPERTIES SKIP_RETURN_CODE 77 RESOURCE_LOCK gpu)
+  endforeach()
+endif()
 hpt_add_test(test_cuda_carve test_cuda_carve.c)
 hpt_add_test(test_plan_auto test_plan_auto.c)
 # --plan auto end to end with a fake calibration (tests/test_plan_auto.sh)
@@ -245,6 +254,18 @@ function(hpt_add_mpi_test name timeout)
   set_tests_properties(${name} PROPERTIES TIMEOUT ${timeout} SKIP_RETURN_CODE 77
     ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
 endfunction()
+# The communication layer's transport choice, HPT_DIST_TRANSPORT=mpi|nccl (tests/test_dist_transport.sh;
+# docs/zero.md, "NCCL"): the refusals in one line, before anything is written; 2 ranks with MPI
+if(TARGET hptrain_cli)
+  if(HPT_HAVE_NCCL)
+    set(nccl_built 1)
+  else()
+    set(nccl_built 0)
+  endif()
+  add_test(NAME test_dist_transport COMMAND bash ${CMAKE_SOURCE_DIR}/tests/test_dist_transport.sh
+           $<TARGET_FILE:hptrain_cli> ${nccl_built} $<BOOL:${HPT_MPI}>)
+  set_tests_properties(test_dist_transport PROPERTIES TIMEOUT 120 ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+endif()
 # Data parallel over MPI (tests/test_zero.sh; docs/zero.md): the same bits as one process,
 # checkpoints across process counts, ZeRO stages 1 and 2 (sharded checkpoints re-cut), mismatched
 # configurations, a killed and a hung rank. Plain

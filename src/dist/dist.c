@@ -8,7 +8,8 @@
  * allgather copies the owner's bits; a channel's rounds follow each other in the same order on
  * every rank; the receive buffer (16 MiB, host) is the layer's only allocation, freed after
  * each call (a started exchange holds its own until dist_wait); with the progress thread every
- * transport call is made under the layer's lock. */
+ * transport call is made under the layer's lock. With the nccl transport (nccl.c) the receive
+ * buffer is device memory and the sums run on the device (the table's sum_slices). */
 #include "core/core.h"
 #include "core/crc32c.h"
 #include "dist/dist.h"
@@ -24,6 +25,7 @@
 static struct {
     int inited, rank, size, shared_failure;
     void *ctx;
+    void *mpi_ctx, *nccl_ctx; /* the transports' own (ctx is the one ops runs on) */
     const dist_ops *ops;
     uint64_t sent;
     double timeout_s;
@@ -32,7 +34,7 @@ static struct {
     pthread_t thread;
     int thread_on, thread_stop;
     dist_req *inflight[DIST_CHANNELS];
-} g_w = {0, 0, 1, 0, NULL, NULL, 0, 600.0, DIST_PIECE, 0, 0, 0, 0, {NULL}};
+} g_w = {0, 0, 1, 0, NULL, NULL, NULL, NULL, 0, 600.0, DIST_PIECE, 0, 0, 0, 0, {NULL}};
 /* Held around every transport call while the progress thread runs. */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
@@ -67,6 +69,7 @@ hpt_status hpt_dist_init(void) {
 #ifdef HPT_HAVE_MPI
     if (dist_mpi_launched()) {
         HPT_CHECK(dist_mpi_init(&g_w.rank, &g_w.size, &g_w.ctx, g_w.progress));
+        g_w.mpi_ctx = g_w.ctx;
         g_w.ops = dist_mpi_ops();
     }
 #endif
@@ -84,15 +87,88 @@ void hpt_dist_finalize(int failed) {
         pthread_join(g_w.thread, NULL);
         g_w.thread_on = g_w.thread_stop = 0;
     }
+    if (g_w.nccl_ctx) dist_nccl_finalize(g_w.nccl_ctx, failed && !g_w.shared_failure);
+    g_w.nccl_ctx = NULL;
 #ifdef HPT_HAVE_MPI
-    if (g_w.ops) dist_mpi_finalize(g_w.ctx, failed && !g_w.shared_failure);
+    if (g_w.mpi_ctx) dist_mpi_finalize(g_w.mpi_ctx, failed && !g_w.shared_failure);
+    g_w.mpi_ctx = NULL;
 #else
     (void)failed;
 #endif
     g_w.inited = 0;
     g_w.ops = NULL;
+    g_w.ctx = NULL;
     g_w.rank = 0;
     g_w.size = 1;
+}
+
+/* HPT_DIST_TRANSPORT: 0 mpi (or unset), 1 nccl, -1 another name. */
+static int transport_asked(void) {
+    const char *t = getenv("HPT_DIST_TRANSPORT");
+    if (!t || !*t || !strcmp(t, "mpi")) return 0;
+    return !strcmp(t, "nccl") ? 1 : -1;
+}
+
+int dist_transport_nccl(void) { return transport_asked() == 1; }
+
+hpt_status dist_transport_check(int on_device) {
+    int t = transport_asked();
+    if (t < 0)
+        return hpt_fail(HPT_ERR_INVALID, "HPT_DIST_TRANSPORT=%s: the transports are mpi and nccl",
+                        getenv("HPT_DIST_TRANSPORT"));
+    if (t == 0) return HPT_OK;
+    if (!dist_have_nccl())
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "HPT_DIST_TRANSPORT=nccl: this build has no NCCL "
+                        "(a CUDA build that finds nccl.h and libnccl)");
+    if (!on_device)
+        return hpt_fail(HPT_ERR_INVALID, "HPT_DIST_TRANSPORT=nccl needs --device cuda (NCCL "
+                        "moves device buffers; the CPU's processes use mpi)");
+    if (g_w.progress)
+        return hpt_fail(HPT_ERR_INVALID, "HPT_DIST_TRANSPORT=nccl with HPT_DIST_PROGRESS=thread: "
+                        "NCCL needs no progress thread (its exchanges run on their own streams)");
+    return HPT_OK;
+}
+
+hpt_status dist_bind_device(void *compute_stream, dist_add_fn add) {
+    if (g_w.size == 1 || !dist_transport_nccl() || g_w.nccl_ctx) return HPT_OK;
+#ifdef HPT_HAVE_MPI
+    HPT_CHECK(dist_nccl_init(g_w.rank, g_w.size, compute_stream, add, dist_mpi_ops()->bcast,
+                             g_w.mpi_ctx, &g_w.nccl_ctx));
+    g_w.ctx = g_w.nccl_ctx;
+    g_w.ops = dist_nccl_ops();
+    return HPT_OK;
+#else
+    (void)compute_stream, (void)add;
+    return hpt_fail(HPT_ERR_UNSUPPORTED, "HPT_DIST_TRANSPORT=nccl: no MPI to start the processes");
+#endif
+}
+
+/* The reduce-scatter's receive buffer (floats): the transport's memory, or the host's. */
+static hpt_status recv_alloc(size_t floats, float **out, const char *what) {
+    if (g_w.ops->recv_alloc)
+        return g_w.ops->recv_alloc(g_w.ctx, floats * sizeof(float), (void **)out, what);
+    if (!(*out = malloc(floats * sizeof(float))))
+        return hpt_fail(HPT_ERR_OOM, "%s: the receive buffer", what);
+    return HPT_OK;
+}
+
+static void recv_free(float *p) {
+    if (g_w.ops && g_w.ops->recv_free) g_w.ops->recv_free(g_w.ctx, p);
+    else free(p);
+}
+
+/* The owner's sum of one round: acc (m) = x_0 + x_1 + ... in rank order, x_q = recv's slice q
+ * (N slices of m); par: OpenMP threads may share the host loop (the bits are the same). */
+static hpt_status sum_round(float *acc, const float *recv, size_t m, int par, const char *what) {
+    if (!m) return HPT_OK;
+    if (g_w.ops->sum_slices) return g_w.ops->sum_slices(g_w.ctx, acc, recv, m, g_w.size, what);
+    memcpy(acc, recv, m * sizeof(float));
+    for (int q = 1; q < g_w.size; q++) {
+        const float *x = recv + (size_t)q * m;
+#pragma omp parallel for simd schedule(static) if (par)
+        for (size_t i = 0; i < m; i++) acc[i] += x[i];
+    }
+    return HPT_OK;
 }
 
 int hpt_dist_rank(void) { return g_w.rank; }
@@ -117,8 +193,8 @@ hpt_status dist_reduce_scatter_ranges(float *buf, const size_t *lo, const size_t
     if (!piece) piece = 1;
     for (int q = 0; q < N; q++)
         if (hi[q] - lo[q] > biggest) biggest = hi[q] - lo[q];
-    float *recv = malloc((piece < biggest ? piece : biggest ? biggest : 1) * (size_t)N * sizeof(float));
-    if (!recv) return hpt_fail(HPT_ERR_OOM, "%s: the receive buffer", what);
+    float *recv;
+    HPT_CHECK(recv_alloc((piece < biggest ? piece : biggest ? biggest : 1) * (size_t)N, &recv, what));
     hpt_status s = HPT_OK;
     /* round j: every chunk's piece j (empty for a chunk already done) */
     for (size_t off = 0; s == HPT_OK && off < biggest; off += piece) {
@@ -131,17 +207,10 @@ hpt_status dist_reduce_scatter_ranges(float *buf, const size_t *lo, const size_t
         s = g_w.ops->alltoall_slices(g_w.ctx, buf, plo, phi, recv, what);
         unlock();
         size_t m = phi[r] - plo[r];
-        float *acc = buf + plo[r]; /* (m) this rank's piece: x_0 + x_1 + ... in rank order */
-        if (s == HPT_OK && m) {
-            memcpy(acc, recv, m * sizeof(float));
-            for (int q = 1; q < N; q++) {
-                const float *x = recv + (size_t)q * m;
-#pragma omp parallel for simd schedule(static) if (m >= 65536)
-                for (size_t i = 0; i < m; i++) acc[i] += x[i];
-            }
-        }
+        /* (m) this rank's piece: x_0 + x_1 + ... in rank order */
+        if (s == HPT_OK) s = sum_round(buf + plo[r], recv, m, m >= 65536, what);
     }
-    free(recv);
+    recv_free(recv);
     return s;
 }
 
@@ -167,15 +236,8 @@ static hpt_status req_advance(dist_req *rq) {
         if (!in) return HPT_OK;
         int r = g_w.rank;
         size_t m = rq->phi[r] - rq->plo[r];
-        float *acc = rq->buf + rq->plo[r]; /* (m) x_0 + x_1 + ... in rank order */
-        if (m) {
-            memcpy(acc, rq->recv, m * sizeof(float));
-            for (int q = 1; q < g_w.size; q++) {
-                const float *x = rq->recv + (size_t)q * m;
-#pragma omp parallel for simd schedule(static) if (m >= 65536 && !g_w.progress)
-                for (size_t i = 0; i < m; i++) acc[i] += x[i];
-            }
-        }
+        /* (m) x_0 + x_1 + ... in rank order */
+        HPT_CHECK(sum_round(rq->buf + rq->plo[r], rq->recv, m, m >= 65536 && !g_w.progress, rq->what));
         rq->off += rq->piece;
         if (rq->off >= rq->biggest) rq->done = 1;
         else HPT_CHECK(req_post(rq));
@@ -237,13 +299,14 @@ hpt_status dist_reduce_scatter_start(float *buf, const size_t *lo, const size_t 
         return HPT_OK;
     }
     size_t rn = (rq->piece < rq->biggest ? rq->piece : rq->biggest) * (size_t)N;
-    if (!(rq->recv = malloc(rn * sizeof(float)))) {
+    hpt_status sa = recv_alloc(rn, &rq->recv, what);
+    if (sa != HPT_OK) {
         free(rq);
-        return hpt_fail(HPT_ERR_OOM, "%s: the receive buffer", what);
+        return sa;
     }
     if (g_w.progress && !g_w.thread_on) {
         if (pthread_create(&g_w.thread, NULL, progress_main, NULL)) {
-            free(rq->recv);
+            recv_free(rq->recv);
             free(rq);
             return hpt_fail(HPT_ERR_IO, "%s: cannot start the progress thread", what);
         }
@@ -257,7 +320,7 @@ hpt_status dist_reduce_scatter_start(float *buf, const size_t *lo, const size_t 
     }
     unlock();
     if (s != HPT_OK) {
-        free(rq->recv);
+        recv_free(rq->recv);
         free(rq);
         return s;
     }
@@ -291,7 +354,7 @@ hpt_status dist_wait(dist_req *rq) {
         dist_abandon(rq);
         return s;
     }
-    free(rq->recv);
+    recv_free(rq->recv);
     free(rq);
     return HPT_OK;
 }

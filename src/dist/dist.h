@@ -5,9 +5,10 @@
  * A process-wide world (MPI_COMM_WORLD, or one process); every call is collective: every rank
  * makes the same calls in the same order with the same sizes.
  *
- * The transport is a table (dist_ops): MPI's today (src/dist/mpi.c); NCCL for device buffers
- * can fill the same table, since nothing above it assumes host memory except the summation,
- * which the table's reduce_scatter owns. */
+ * The transport is a table (dist_ops): MPI's over host buffers (src/dist/mpi.c), NCCL's over
+ * device buffers (src/dist/nccl.c, HPT_DIST_TRANSPORT=nccl). The sums stay the layer's, in the
+ * same expression order (acc = x_0; acc += x_1; ...), on the host or, through the transport's
+ * sum_slices, on the device: the same bits either way. */
 #ifndef HPT_DIST_H
 #define HPT_DIST_H
 
@@ -36,6 +37,14 @@ typedef struct {
      * non-blocking collective's bytes only inside its calls); wait: until then, or the timeout. */
     hpt_status (*chan_test)(void *ctx, int chan, int *done, const char *what);
     hpt_status (*chan_wait)(void *ctx, int chan, const char *what);
+    /* Optional (NULL: host memory, malloc and the layer's own loop): the receive buffer of
+     * the reduce-scatter's rounds, in the transport's memory; and the owner's sum of one
+     * round: acc (m) = recv slice 0, then acc += slice q for q = 1 .. n-1 (recv: n slices of
+     * m floats in rank order), the same expressions in the same order as the host loop. */
+    hpt_status (*recv_alloc)(void *ctx, size_t bytes, void **out, const char *what);
+    void (*recv_free)(void *ctx, void *p);
+    hpt_status (*sum_slices)(void *ctx, float *acc, const float *recv, size_t m, int n,
+                             const char *what);
 } dist_ops;
 
 /* Channels for exchanges in flight at once (dist_reduce_scatter_start). */
@@ -90,6 +99,31 @@ const dist_ops *dist_mpi_ops(void);
 hpt_status dist_mpi_init(int *rank, int *size, void **ctx, int thread_serialized);
 void dist_mpi_finalize(void *ctx, int abort_job);
 int dist_mpi_launched(void); /* the environment says mpirun started this process */
+
+/* NCCL (nccl.c, built with HPT_HAVE_NCCL): communicators over device buffers. The device's
+ * compute stream (a cudaStream_t, the transfer table's native_stream) orders each exchange: a
+ * channel's stream waits for the work queued before the call, and the sums run on the compute
+ * stream after the exchange, through add (the backend's: out (n) = a + b, queued on that
+ * stream). bcast (may be NULL with size 1) hands rank 0's ncclUniqueIds to the others (MPI's
+ * bcast at start). dist sits below kernels (docs/design.md): the caller hands these down. */
+typedef hpt_status (*dist_bcast_fn)(void *ctx, void *buf, size_t bytes, int root, const char *what);
+typedef void (*dist_add_fn)(float *out, const float *a, const float *b, size_t n);
+const dist_ops *dist_nccl_ops(void);
+hpt_status dist_nccl_init(int rank, int size, void *compute_stream, dist_add_fn add,
+                          dist_bcast_fn bcast, void *bcast_ctx, void **ctx);
+void dist_nccl_finalize(void *ctx, int abort_job);
+int dist_have_nccl(void);
+
+/* The transport asked for (HPT_DIST_TRANSPORT=mpi|nccl, mpi when unset): HPT_OK when it can run
+ * here, on_device telling whether the run's buffers are on a CUDA device; else the one-line
+ * reason (an unknown name, nccl in a build without it, nccl without --device cuda, nccl with
+ * the progress thread). dist_transport_nccl: nccl was asked for. */
+hpt_status dist_transport_check(int on_device);
+int dist_transport_nccl(void);
+/* Many processes with the nccl transport: its communicators opened on the current device, with
+ * its compute stream and add (dist_nccl_init; collective: every rank, once, before the first
+ * exchange); else nothing. */
+hpt_status dist_bind_device(void *compute_stream, dist_add_fn add);
 
 /* The layer's own counters and timeout, for the transports. */
 void dist_count_sent(uint64_t bytes);

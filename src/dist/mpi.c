@@ -252,7 +252,7 @@ static hpt_status mpi_barrier(void *ctx, const char *what) {
 
 static const dist_ops k_mpi = {mpi_alltoall_slices, mpi_allgather_slices, mpi_allgather_bytes,
                                mpi_bcast, mpi_barrier, mpi_alltoall_start, mpi_chan_test,
-                               mpi_chan_wait};
+                               mpi_chan_wait, NULL, NULL, NULL}; /* host buffers: dist.c's */
 const dist_ops *dist_mpi_ops(void) { return &k_mpi; }
 
 #else

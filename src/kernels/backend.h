@@ -465,6 +465,9 @@ typedef struct hpt_transfer {
     void (*stream_wait)(hpt_xstream s, hpt_xevent *ev);
     /* the calling thread waits for ev */
     void (*host_wait)(hpt_xevent *ev);
+    /* stream s's own handle (a cudaStream_t), for a library that queues work on it itself
+     * (the NCCL transport, dist/nccl.c); NULL (the field) where there is none: the CPU */
+    void *(*native_stream)(hpt_xstream s);
 } hpt_transfer;
 
 /* The CPU's: memcpy, no events. */

@@ -32,7 +32,7 @@ static void cpu_stream_wait(hpt_xstream s, hpt_xevent *ev) { (void)ev, (void)s; 
 static void cpu_host_wait(hpt_xevent *ev) { (void)ev; }
 
 static const hpt_transfer g_cpu = {"cpu", 0, cpu_event_create, cpu_event_destroy, cpu_copy_async,
-                                   cpu_record, cpu_stream_wait, cpu_host_wait};
+                                   cpu_record, cpu_stream_wait, cpu_host_wait, NULL};
 
 const hpt_transfer *hpt_transfer_cpu(void) { return &g_cpu; }
 

@@ -197,7 +197,8 @@ static void chk_host_wait(hpt_xevent *ev) {
 }
 
 static const hpt_transfer g_check = {"cpu-check", 1, chk_event_create, chk_event_destroy,
-                                     chk_copy_async, chk_record, chk_stream_wait, chk_host_wait};
+                                     chk_copy_async, chk_record, chk_stream_wait, chk_host_wait,
+                                     NULL};
 
 const hpt_transfer *hpt_transfer_check(void) { return &g_check; }
 

@@ -43,34 +43,52 @@ static void plan_lines(const char *flags, char *out, size_t n) {
     }
 }
 
+static const char *env_or(const char *v, const char *unset) { return v && *v ? v : unset; }
+
 hpt_status dp_agree(const hpt_train_opts *o) {
     if (hpt_dist_size() == 1) return HPT_OK;
     char flags[2048] = "", plan[3072], text[4096];
     hpt_plan_print(&o->plan, flags, sizeof flags); /* a cut text still compares */
     plan_lines(flags, plan, sizeof plan);
     /* every choice that changes the bits or the run (the save directory aside: each host may
-     * name its own) */
+     * name its own), the transport's switches too (a rank alone on NCCL would wait forever) */
     snprintf(text, sizeof text,
              "--model=%s\n--data=%s\n--val=%s\n--resume=%s\n--batch=%d\n--seq=%d\n--steps=%lld\n"
              "--lr=%.9g\n--min-lr=%.9g\n--warmup=%lld\n--grad-clip=%.9g\n--eval-every=%lld\n"
-             "--val-batches=%d\n--save-every=%lld\n--seed=%llu\n--threads=%d\n%s",
+             "--val-batches=%d\n--save-every=%lld\n--seed=%llu\n--threads=%d\n"
+             "HPT_DIST_TRANSPORT=%s\nHPT_UNVERIFIED_NCCL=%s\n%s",
              o->model ? o->model : "", o->data ? o->data : "", o->val ? o->val : "",
              o->resume ? o->resume : "", o->B, o->T, (long long)o->steps, (double)o->lr,
              (double)o->min_lr, (long long)o->warmup, (double)o->grad_clip,
              (long long)o->eval_every, o->val_batches, (long long)o->save_every,
-             (unsigned long long)o->seed, hpt_get_threads(), plan);
+             (unsigned long long)o->seed, hpt_get_threads(), env_or(getenv("HPT_DIST_TRANSPORT"), "mpi"),
+             env_or(getenv("HPT_UNVERIFIED_NCCL"), "unset"), plan);
     return dist_agree(text);
 }
 
+/* HPT_UNVERIFIED_NCCL=1: the nccl transport's many-process paths (not yet run on GPUs) allowed. */
+static int nccl_unverified_ok(void) {
+    const char *v = getenv("HPT_UNVERIFIED_NCCL");
+    return v && !strcmp(v, "1");
+}
+
 hpt_status dp_check(const hpt_train_opts *o) {
+    /* the transport first, in any process count: a wrong one is refused before anything runs */
+    HPT_CHECK(dist_transport_check(o->plan.device != 0));
     if (hpt_dist_size() == 1) return HPT_OK;
     if (hpt_dist_size() > DP_MAX_PROCS)
         return hpt_fail(HPT_ERR_UNSUPPORTED, "%d processes: at most %d", hpt_dist_size(), DP_MAX_PROCS);
     if (o->zero > 2 && !(o->zero == 3 && hpt_offload_active(&o->offload))) /* 3: dp_engine.c */
         return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d is not built yet (--zero 0, 1 and 2 run)", o->zero);
-    if (o->zero > 0 && o->plan.device)
-        return hpt_fail(HPT_ERR_UNSUPPORTED, "--zero %d runs on the CPU only (its collectives "
-                        "sum host memory)", o->zero);
+    if (o->plan.device && !dist_transport_nccl()) /* MPI's sums are host code */
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "%d processes on --device cuda need "
+                        "HPT_DIST_TRANSPORT=nccl (the mpi transport sums host memory)", hpt_dist_size());
+    if (o->plan.device && !nccl_unverified_ok())
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "%d processes on --device cuda over NCCL: built, not yet "
+                        "run on GPUs (HPT_UNVERIFIED_NCCL=1 lifts this for a check)", hpt_dist_size());
+    if (o->plan.device && hpt_offload_active(&o->offload))
+        return hpt_fail(HPT_ERR_UNSUPPORTED, "%d processes on --device cuda with the offload "
+                        "engine: its exchanges sum host homes (not routed to NCCL)", hpt_dist_size());
     if (hpt_offload_active(&o->offload)) HPT_CHECK(dp_engine_check(o)); /* dp_engine.c */
     if (o->sched.kind == HPT_SCHEDULE_HYBRID)
         return hpt_fail(HPT_ERR_UNSUPPORTED, "%d processes: the hybrid schedule does not run "
@@ -83,10 +101,9 @@ void dp_skip_after(hpt_dataloader *d, int K) {
     hpt_dataloader_skip(d, (int64_t)(hpt_dist_size() - 1 - hpt_dist_rank()) * K);
 }
 
-void dp_add(float *dst, const float *src, size_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= 65536)
-    for (size_t i = 0; i < n; i++) dst[i] += src[i];
-}
+/* dst (n) += src: the backend's add (each sum rounded once: dst[i] + src[i], on the device tier's
+ * memory, the host's or a GPU's) */
+void dp_add(const hpt_backend *be, float *dst, const float *src, size_t n) { be->add(dst, dst, src, n); }
 
 hpt_status dp_reduce_grads(float *grads, size_t n) {
     if (hpt_dist_size() == 1) return HPT_OK;
@@ -208,7 +225,7 @@ static size_t nonblock_before(const hpt_tensor_table *t, size_t x) {
  * order (acc = g_0; acc += g_1; ...: the bits of trainer.c's sum apart). */
 static void fold(const dp_shard *z, float *dst, const float *src, size_t n) {
     if (z->micro == 0) z->be->copy(dst, src, n * sizeof(float), HPT_COPY_D2D);
-    else dp_add(dst, src, n);
+    else dp_add(z->be, dst, src, n);
 }
 
 /* Block l's placement: slice s's values in checkpoint order from fo[s], in the packed slot
@@ -354,6 +371,6 @@ hpt_status dp_sink_end(dp_shard *z) {
     if (z->accum < 2 || !z->nb_n) return HPT_OK; /* the owner's sums are in place */
     /* micro-batches apart: the sum so far kept, and the last one's added to it in place */
     if (z->micro < z->accum - 1) fold(z, z->nb_acc, g + z->nb_lo, z->nb_n);
-    else dp_add(g + z->nb_lo, z->nb_acc, z->nb_n);
+    else dp_add(z->be, g + z->nb_lo, z->nb_acc, z->nb_n);
     return HPT_OK;
 }

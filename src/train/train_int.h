@@ -110,8 +110,8 @@ hpt_status dp_check(const hpt_train_opts *o);
 /* This rank's windows of a step: skip the ranks' before it, read K, skip the ranks' after. */
 void dp_skip_before(hpt_dataloader *d, int K);
 void dp_skip_after(hpt_dataloader *d, int K);
-/* dst (n) += src (n), element by element (the gradients' buffers; host memory today). */
-void dp_add(float *dst, const float *src, size_t n);
+/* dst (n) += src (n), element by element, through the backend (host or device memory). */
+void dp_add(const hpt_backend *be, float *dst, const float *src, size_t n);
 /* grads (n floats) = the rank-order sum over the processes. */
 hpt_status dp_reduce_grads(float *grads, size_t n);
 /* global = the rank-order sum of every rank's local loss sum. */

@@ -11,6 +11,7 @@
  * into the clip factor (exact: S is a power of two); N processes sum their micro-batches apart
  * and in rank order, so --accum K over N ranks gives one process's --accum N*K bits (K = 1). */
 #include "core/core.h"
+#include "dist/dist.h"
 #include "kernels/backend.h"
 #include "testing.h"
 #include "model/model.h"
@@ -218,6 +219,11 @@ static hpt_status setup(hpt_trainer *tr) {
     /* many processes: the same configuration on each (first: a refusal is then every rank's) */
     HPT_CHECK(dp_agree(o));
     HPT_CHECK(dp_check(o));
+    { /* HPT_DIST_TRANSPORT=nccl: its communicators on the device's compute stream */
+        const hpt_transfer *x = hpt_transfer_of(tr->mem);
+        HPT_CHECK(dist_bind_device(x && x->native_stream ? x->native_stream(HPT_XS_COMPUTE) : NULL,
+                                   tr->be->add));
+    }
     tr->o.offload.shards = dp_engine_shards(o); /* --zero 1-3 in the engine: 1/N of its homes */
     tr->o.offload.zero = o->zero;
     if (o->B < 1 || o->T < 1 || o->steps < 1)
@@ -759,8 +765,8 @@ static hpt_status sum_apart(hpt_trainer *tr, int k, int K) {
         tr->acc_n = n;
     }
     if (k == 0) tr->be->copy(tr->acc, g, n * sizeof(float), HPT_COPY_D2D);
-    else if (k < K - 1) dp_add(tr->acc, g, n);
-    else dp_add(g, tr->acc, n);
+    else if (k < K - 1) dp_add(tr->be, tr->acc, g, n);
+    else dp_add(tr->be, g, tr->acc, n);
     return HPT_OK;
 }
 

@@ -3,10 +3,14 @@
 #   -DHPT_CUDA=OFF                 never build it (the default is to build it when nvcc is found)
 #   -DHPT_CUDA_ARCHS="80;90"       the GPU architectures compiled for (sm_80 A100, sm_90 H100/H200)
 #   -DCMAKE_CUDA_COMPILER=PATH     an nvcc that is not on PATH or in /usr/local/cuda/bin
+#   -DHPT_NCCL=OFF                 no NCCL transport (the default: built when nccl.h and libnccl
+#                                  are found beside the toolkit, or at NCCL_INCLUDE_DIR and
+#                                  NCCL_LIBRARY, e.g. PyTorch's nvidia/nccl wheel: gpu_check.sh)
 #
 # Sets HPT_HAVE_CUDA and defines hpt_cuda_attach(target): the backend's objects (compiled once,
 # without the sanitizer: nvcc's host code is not instrumented) go into the library target, which
-# then links cudart, cuBLAS and cuBLASLt and defines HPT_HAVE_CUDA for itself and its users.
+# then links cudart, cuBLAS and cuBLASLt and defines HPT_HAVE_CUDA for itself and its users;
+# with NCCL found, HPT_HAVE_NCCL too (src/dist/nccl.c, docs/zero.md "NCCL").
 option(HPT_CUDA "build the CUDA backend when nvcc and the CUDA toolkit are found" ON)
 set(HPT_CUDA_ARCHS "80;90" CACHE STRING "CUDA architectures of the CUDA backend (CMAKE_CUDA_ARCHITECTURES form)")
 set(HPT_HAVE_CUDA OFF)
@@ -43,6 +47,16 @@ if(HPT_HAVE_CUDA)
     -Xcompiler=-Wall,-Wextra,-Werror,-Wshadow,-Wno-unused-parameter,-fno-math-errno,-ffp-contract=off
     --expt-relaxed-constexpr)
   target_link_libraries(hptrain_cuda PRIVATE CUDA::cudart CUDA::cublas CUDA::cublasLt)
+  option(HPT_NCCL "the NCCL transport of src/dist/ when nccl.h and libnccl are found" ON)
+  set(HPT_HAVE_NCCL OFF)
+  if(HPT_NCCL)
+    find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+    find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${CUDAToolkit_LIBRARY_DIR})
+    if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+      set(HPT_HAVE_NCCL ON)
+    endif()
+  endif()
+  message(STATUS "hptrain: NCCL transport ${HPT_HAVE_NCCL} (HPT_NCCL=${HPT_NCCL}; ${NCCL_LIBRARY})")
 else()
   message(STATUS "hptrain: CUDA backend OFF (HPT_CUDA=${HPT_CUDA}; nvcc and the CUDA toolkit are needed)")
 endif()
@@ -52,4 +66,9 @@ function(hpt_cuda_attach target)
   target_compile_definitions(${target} PUBLIC HPT_HAVE_CUDA=1)
   # the C linker links the tests and the command line: libstdc++ for nvcc's host code
   target_link_libraries(${target} PUBLIC CUDA::cudart CUDA::cublas CUDA::cublasLt stdc++)
+  if(HPT_HAVE_NCCL)
+    target_include_directories(${target} PRIVATE ${NCCL_INCLUDE_DIR})
+    target_compile_definitions(${target} PUBLIC HPT_HAVE_NCCL=1)
+    target_link_libraries(${target} PUBLIC ${NCCL_LIBRARY})
+  endif()
 endfunction()

@@ -75,8 +75,10 @@ void cu_transfer_sync(void) {
     cu_note(cudaStreamSynchronize(g_xs[HPT_XS_STORE]), "sync (transfer STORE stream)");
 }
 
+static void *x_native_stream(hpt_xstream s) { return (void *)xs(s); }
+
 static hpt_transfer g_x = {"cuda", 1, x_event_create, x_event_destroy, x_copy_async,
-                           x_record, x_stream_wait, x_host_wait};
+                           x_record, x_stream_wait, x_host_wait, x_native_stream};
 
 extern "C" const struct hpt_transfer *hpt_transfer_cuda(void) {
     if (!hpt_backend_cuda()) return NULL; /* the reason is the last error */
