@@ -674,6 +674,72 @@ static double t_nonfinite(void) {
     return bad;
 }
 
+/* sumsq_many: each range's sum the bits of sumsq's on the same backend, one round trip for
+ * up to 700 ranges (the CUDA backend reads back 767 at a time); 900 ranges read in pieces */
+static double t_sumsq_many(void) {
+    enum { NR = 900 };
+    size_t big = 100003, n = PN + big + NR * 37;
+    float *x = malloc(n * sizeof(float));
+    fill_rand(x, n, 2.0f);
+    float *dx = dput(x, n * sizeof(float));
+    const float **xs = malloc((NR + 2) * sizeof *xs);
+    size_t *ns = malloc((NR + 2) * sizeof *ns), at = 0;
+    double *got = malloc((NR + 2) * sizeof *got);
+    xs[0] = dx, ns[0] = PN, at = PN;
+    xs[1] = dx + at, ns[1] = big, at += big; /* the threaded path of the CPU's sumsq */
+    for (int j = 2; j < NR + 2; j++) xs[j] = dx + at, ns[j] = (size_t)(j % 37), at += 37;
+    int bad = 0;
+    uint64_t t0 = hpt_be_trips();
+    g_be->sumsq_many(got, xs, ns, 700);
+    bad |= hpt_be_trips() - t0 != 1;
+    for (int j = 0; j < 700; j++) {
+        double one = g_be->sumsq(xs[j], ns[j]);
+        bad |= memcmp(&one, &got[j], sizeof one) != 0;
+    }
+    g_be->sumsq_many(got, xs, ns, NR + 2);
+    for (int j = 0; j < NR + 2; j++) {
+        double one = g_be->sumsq(xs[j], ns[j]);
+        bad |= memcmp(&one, &got[j], sizeof one) != 0;
+    }
+    double r = 0.0; /* and against the double reference */
+    for (size_t i = 0; i < big; i++) r += (double)x[PN + i] * x[PN + i];
+    double e = fabs(got[1] - r) / r;
+    CHECK_MSG(!bad && e <= 1e-12, "%s: sumsq_many (bits or one round trip) %d, error %.3g",
+              g_be->name, bad, e);
+    emit1(got[0]), emit1(got[1]), emit1(got[NR + 1]);
+    free(x), free(xs), free(ns), free(got);
+    dfree_all();
+    return bad ? 1.0 : e;
+}
+
+static double t_nonfinite_many(void) {
+    enum { NR = 800, W = 33 };
+    float *x = malloc(NR * W * sizeof(float));
+    fill_rand(x, NR * W, 1e30f);
+    float *dx = dput(x, NR * W * sizeof(float));
+    const float **xs = malloc(NR * sizeof *xs);
+    size_t *ns = malloc(NR * sizeof *ns);
+    for (int j = 0; j < NR; j++) xs[j] = dx + (size_t)j * W, ns[j] = W;
+    uint64_t t0 = hpt_be_trips();
+    int bad = g_be->nonfinite_many(xs, ns, 700) != 0;
+    bad |= hpt_be_trips() - t0 != 1;
+    bad |= g_be->nonfinite_many(xs, ns, NR) != 0;
+    float specials[3] = {INFINITY, -INFINITY, NAN};
+    size_t at[3] = {0, 517 * W + 5, (size_t)NR * W - 1}; /* the last range: past 767 */
+    for (int k = 0; k < 3; k++) {
+        g_be->copy(dx + at[k], &specials[k], sizeof(float), HPT_COPY_H2D);
+        bad |= g_be->nonfinite_many(xs, ns, NR) != 1;
+        bad |= g_be->nonfinite_many(xs, ns, at[k] / W) != 0; /* the ranges before it */
+        g_be->copy(dx + at[k], &x[at[k]], sizeof(float), HPT_COPY_H2D);
+    }
+    bad |= g_be->nonfinite_many(xs, ns, NR) != 0;
+    CHECK_MSG(!bad, "%s: nonfinite_many", g_be->name);
+    emit1(bad);
+    free(x), free(xs), free(ns);
+    dfree_all();
+    return bad;
+}
+
 /* ================================ cross-entropy ================================ */
 enum { XN = 7, XV = 11, XVP = 16 };
 static void ref_ce(double *losses, double *lse, const double *lg, const int32_t *tg) {

@@ -97,6 +97,8 @@ hpt_add_test(test_plan test_plan.c)
 hpt_add_test(test_embed test_embed.c ARCHS)
 hpt_add_test(test_model_api test_model_api.c ARCHS)
 hpt_add_test(test_backend test_backend.c)
+# host round trips per training step, bounded per configuration (docs/cuda.md, "Host round trips")
+hpt_add_test(test_roundtrips test_roundtrips.c)
 hpt_add_test(test_gemm test_gemm.c)
 # --matmul bf16 against PyTorch's bf16-operand linear layers (tests/make_ref_matmul.py, made once
 # per build tree by the fixture make_ref_matmul), both CPU paths of the bf16 GEMM

@@ -261,6 +261,12 @@ struct hpt_backend {
     double (*sumsq)(const float *x, size_t n);
     /* 1 when any of x (n) is infinite or NaN */
     int (*nonfinite)(const float *x, size_t n);
+    /* sumsq and nonfinite over k ranges at once, in one round trip (the gradient norm's units,
+     * docs/cuda.md "Host round trips"): sums (k, host memory) [j] = sumsq(xs[j], ns[j]), the
+     * bits of that call; nonfinite_many 1 when any range holds an infinite or NaN value. xs, ns
+     * (k): host arrays of device pointers and lengths, read during the call */
+    void (*sumsq_many)(double *sums, const float *const *xs, const size_t *ns, size_t k);
+    int (*nonfinite_many)(const float *const *xs, const size_t *ns, size_t k);
 
     /* ---- loss ---- */
     /* softmax cross-entropy over the first V of Vp columns: lse, losses (N); mean loss */
@@ -408,6 +414,20 @@ struct hpt_backend {
 /* Bytes of the NF4 storage of n values (kernels/nf4.c; the layout in kernels/nf4.h): what the
  * nf4 ops read and write, for the frozen store's layout (model/frozen.c). */
 size_t hpt_nf4_bytes(size_t n);
+
+/* ---- host round trips (kernels/roundtrip.c) ----
+ * A round trip: a call after which the host holds a result of device work issued before it, so
+ * on a GPU the host waits for the device to drain (and a step holding one cannot be captured as
+ * a CUDA graph): the ops returning a value computed from device data (sumsq, sumsq_many,
+ * nonfinite, nonfinite_many, crossentropy_forward, loss_mean, f16_narrow, bf16_narrow,
+ * predict_adam, predict_linear, add_normal, adam_step_sumsq, init_normal), copy of any kind but
+ * D2D, sync, and the transfers' host_wait. Every backend notes one per such call (the CUDA
+ * backend where it synchronises, the CPU's where the CUDA backend would), so the CPU's count
+ * of a run is the GPU's; docs/cuda.md, "Host round trips", has the counts per step. */
+void hpt_be_note_trip(void);
+/* the round trips noted since the start or the last reset (all threads) */
+uint64_t hpt_be_trips(void);
+void hpt_be_trips_reset(void);
 
 /* The CPU backend (kernels/cpu/backend.c): always present. */
 const hpt_backend *hpt_backend_cpu(void);

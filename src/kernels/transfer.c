@@ -29,7 +29,10 @@ static void cpu_copy_async(void *dst, const void *src, size_t bytes, hpt_copy_ki
 }
 static void cpu_record(hpt_xevent *ev, hpt_xstream s) { (void)ev, (void)s; }
 static void cpu_stream_wait(hpt_xstream s, hpt_xevent *ev) { (void)ev, (void)s; }
-static void cpu_host_wait(hpt_xevent *ev) { (void)ev; }
+static void cpu_host_wait(hpt_xevent *ev) {
+    (void)ev;
+    hpt_be_note_trip(); /* a GPU's host waits here: counted as one (backend.h) */
+}
 
 static const hpt_transfer g_cpu = {"cpu", 0, cpu_event_create, cpu_event_destroy, cpu_copy_async,
                                    cpu_record, cpu_stream_wait, cpu_host_wait, NULL};

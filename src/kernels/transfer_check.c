@@ -190,6 +190,7 @@ static void chk_stream_wait(hpt_xstream s, hpt_xevent *ev) {
 }
 
 static void chk_host_wait(hpt_xevent *ev) {
+    hpt_be_note_trip(); /* a GPU's host waits here (backend.h, "host round trips") */
     pthread_mutex_lock(&g_mu);
     for (int r = 0; r < HPT_XS_COUNT; r++) run_upto(r, ev->vec[r]);
     compact();

@@ -1,6 +1,7 @@
 /* backend.c: the CPU backend's table (kernels/backend.h). Device and host tiers are both RAM from
  * the budgeted manager, a copy is memcpy in any direction, and every op has finished when it
- * returns, so sync has nothing to wait for. The ops are the kernels of this directory.
+ * returns, so sync has nothing to wait for. The ops are the kernels of this directory; the ops
+ * whose result the host reads, copies but D2D and sync note a host round trip (backend.h).
  * Copies and memsets of K_PAR_BYTES or more are cut into 1 MiB pieces over the calling
  * thread's OpenMP team (one core's memset of gpt2-124m's 498 MB of gradients was 2% of a
  * two-thread step, the other thread spinning meanwhile); the bytes are the same. */
@@ -61,13 +62,81 @@ static void cpu_memset(void *dst, int value, size_t bytes) {
     }
 }
 
-static void cpu_sync(void) { hpt_transfer_check_sync(); }
+static void cpu_sync(void) {
+    hpt_be_note_trip();
+    hpt_transfer_check_sync();
+}
+
+/* The ops whose result the host reads: each notes a round trip where the CUDA backend waits
+ * (backend.h, "host round trips"); the kernels stay free of it (the CUDA backend calls some). */
+static void cpu_copy_noted(void *dst, const void *src, size_t bytes, hpt_copy_kind kind) {
+    if (kind != HPT_COPY_D2D) hpt_be_note_trip();
+    cpu_copy(dst, src, bytes, kind);
+}
+static double cpu_sumsq(const float *x, size_t n) {
+    hpt_be_note_trip();
+    return k_sumsq(x, n);
+}
+static int cpu_nonfinite(const float *x, size_t n) {
+    hpt_be_note_trip();
+    return k_nonfinite(x, n);
+}
+static void cpu_sumsq_many(double *sums, const float *const *xs, const size_t *ns, size_t k) {
+    hpt_be_note_trip();
+    for (size_t j = 0; j < k; j++) sums[j] = k_sumsq(xs[j], ns[j]);
+}
+static int cpu_nonfinite_many(const float *const *xs, const size_t *ns, size_t k) {
+    hpt_be_note_trip();
+    int any = 0;
+    for (size_t j = 0; j < k && !any; j++) any = k_nonfinite(xs[j], ns[j]);
+    return any;
+}
+static float cpu_crossentropy_forward(float *losses, float *lse, const float *logits,
+                                      const int32_t *targets, int64_t N, int V, int Vp) {
+    hpt_be_note_trip();
+    return k_crossentropy_forward(losses, lse, logits, targets, N, V, Vp);
+}
+static float cpu_loss_mean(const float *losses, size_t n) {
+    hpt_be_note_trip();
+    return k_loss_mean(losses, n);
+}
+static int cpu_f16_narrow(uint16_t *h, const float *x, size_t n) {
+    hpt_be_note_trip();
+    return k_f16_narrow(h, x, n);
+}
+static int cpu_bf16_narrow(uint16_t *h, const float *x, size_t n) {
+    hpt_be_note_trip();
+    return k_bf16_narrow(h, x, n);
+}
+static double cpu_predict_adam(float *p, const float *m, const float *v, size_t n, float lr,
+                               float wd, float b2k, float bc1, float bc2, float eps) {
+    hpt_be_note_trip();
+    return k_predict_adam(p, m, v, n, lr, wd, b2k, bc1, bc2, eps);
+}
+static double cpu_predict_linear(float *p, const float *vel, size_t n, float scale) {
+    hpt_be_note_trip();
+    return k_predict_linear(p, vel, n, scale);
+}
+static double cpu_add_normal(float *p, size_t n, uint64_t seed, float std) {
+    hpt_be_note_trip();
+    return k_add_normal(p, n, seed, std);
+}
+static double cpu_adam_step_sumsq(const float *m, const float *v, size_t n, float bc1,
+                                  float bc2, float eps) {
+    hpt_be_note_trip();
+    return k_adam_step_sumsq(m, v, n, bc1, bc2, eps);
+}
+static void cpu_init_normal(float *x, size_t lo, size_t hi, size_t total, float std,
+                            uint64_t key) {
+    hpt_be_note_trip();
+    k_init_normal(x, lo, hi, total, std, key);
+}
 
 static const hpt_backend k_cpu = {
     .name = "cpu",
     .alloc = cpu_alloc,
     .free = cpu_free,
-    .copy = cpu_copy,
+    .copy = cpu_copy_noted,
     .memset = cpu_memset,
     .sync = cpu_sync,
     .gemm = k_gemm,
@@ -110,11 +179,13 @@ static const hpt_backend k_cpu = {
     .gelu_backward = k_gelu_backward,
     .scale = k_scale,
     .add = k_add,
-    .sumsq = k_sumsq,
-    .nonfinite = k_nonfinite,
-    .crossentropy_forward = k_crossentropy_forward,
+    .sumsq = cpu_sumsq,
+    .nonfinite = cpu_nonfinite,
+    .sumsq_many = cpu_sumsq_many,
+    .nonfinite_many = cpu_nonfinite_many,
+    .crossentropy_forward = cpu_crossentropy_forward,
     .crossentropy_backward = k_crossentropy_backward,
-    .loss_mean = k_loss_mean,
+    .loss_mean = cpu_loss_mean,
     .bf16_widen_par = k_bf16_widen_par,
     .bf16_split_par = k_bf16_split_par,
     .encoder_forward_bf16 = k_encoder_forward_bf16,
@@ -132,8 +203,8 @@ static const hpt_backend k_cpu = {
     .q8_lut_of = k_q8_lut_of,
     .q8_quantize = k_q8_quantize,
     .q8_dequantize = k_q8_dequantize,
-    .f16_narrow = k_f16_narrow,
-    .bf16_narrow = k_bf16_narrow,
+    .f16_narrow = cpu_f16_narrow,
+    .bf16_narrow = cpu_bf16_narrow,
     .f16_widen = k_f16_widen,
     .bf16_widen = k_bf16_widen,
     .bf16_split = k_bf16_split,
@@ -148,11 +219,11 @@ static const hpt_backend k_cpu = {
     .act_code_load = k_act_code_load,
     .fit_observe = k_fit_observe,
     .fit_velocity = k_fit_velocity,
-    .predict_adam = k_predict_adam,
-    .predict_linear = k_predict_linear,
-    .add_normal = k_add_normal,
-    .adam_step_sumsq = k_adam_step_sumsq,
-    .init_normal = k_init_normal,
+    .predict_adam = cpu_predict_adam,
+    .predict_linear = cpu_predict_linear,
+    .add_normal = cpu_add_normal,
+    .adam_step_sumsq = cpu_adam_step_sumsq,
+    .init_normal = cpu_init_normal,
     .fill = k_fill,
     .dropout_forward = k_dropout_forward,
     .dropout_backward = k_dropout_backward,

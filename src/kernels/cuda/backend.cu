@@ -69,11 +69,13 @@ extern "C" hpt_status hpt_cuda_status(void) {
     return hpt_fail(HPT_ERR_IO, "%s", g_err);
 }
 
-void cu_read_red(int n) {
-    cu_note(cudaMemcpyAsync(cu_red_host, cu_red, (size_t)n * sizeof(double), cudaMemcpyDeviceToHost,
-                            cu_stream), "reading a reduction");
+void cu_read_red_at(int first, int n) {
+    cu_note(cudaMemcpyAsync(cu_red_host + first, cu_red + first, (size_t)n * sizeof(double),
+                            cudaMemcpyDeviceToHost, cu_stream), "reading a reduction");
     cu_note(cudaStreamSynchronize(cu_stream), "reading a reduction");
+    hpt_be_note_trip();
 }
+void cu_read_red(int n) { cu_read_red_at(0, n); }
 
 extern "C" int hpt_cuda_device_count(void) {
     int n = 0;
@@ -309,11 +311,13 @@ static void cu_copy(void *dst, const void *src, size_t bytes, hpt_copy_kind kind
         cu_note(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cu_stream), "D2D copy");
         break;
     case HPT_COPY_H2H: /* after the compute issued so far, which may write a pinned buffer */
+        hpt_be_note_trip();
         cu_note(cudaStreamSynchronize(cu_stream), "H2H copy");
         memcpy(dst, src, bytes);
         break;
     case HPT_COPY_H2D:
     case HPT_COPY_D2H:
+        hpt_be_note_trip(); /* copy_on: the host waits for the bytes */
         pthread_mutex_lock(&g_lock);
         /* cudaMemcpyDefault: the pointers say where they live (unified addressing), so pinned
          * host-tier buffers and pageable host memory both work in either direction */
@@ -331,6 +335,7 @@ static void cu_memset(void *dst, int value, size_t bytes) {
 
 static void cu_sync(void) {
     cu_enter();
+    hpt_be_note_trip();
     cu_note(cudaStreamSynchronize(cu_stream), "sync");
     cu_note(cudaStreamSynchronize(g_h2d), "sync");
     cu_note(cudaStreamSynchronize(g_d2h), "sync");
@@ -389,6 +394,8 @@ static void fill_table(hpt_backend *t) {
     t->add = cu_add;
     t->sumsq = cu_sumsq;
     t->nonfinite = cu_nonfinite;
+    t->sumsq_many = cu_sumsq_many;
+    t->nonfinite_many = cu_nonfinite_many;
     t->crossentropy_forward = cu_crossentropy_forward;
     t->crossentropy_backward = cu_crossentropy_backward;
     t->loss_mean = cu_loss_mean;

@@ -35,6 +35,8 @@ void cu_note_blas(cublasStatus_t s, const char *what);
 void cu_enter(void);
 /* The host reads n doubles of cu_red after the stream's work: the reductions' results. */
 void cu_read_red(int n);
+/* the same for cu_red[first .. first + n) into cu_red_host[first ..]: one round trip */
+void cu_read_red_at(int first, int n);
 /* Waits for the transfers' LOAD and STORE streams (transfer.cu), where they exist: sync()'s part. */
 void cu_transfer_sync(void);
 
@@ -160,6 +162,8 @@ void cu_scale(float *x, size_t n, float s);
 void cu_add(float *out, const float *a, const float *b, size_t n);
 double cu_sumsq(const float *x, size_t n);
 int cu_nonfinite(const float *x, size_t n);
+void cu_sumsq_many(double *sums, const float *const *xs, const size_t *ns, size_t k);
+int cu_nonfinite_many(const float *const *xs, const size_t *ns, size_t k);
 float cu_crossentropy_forward(float *losses, float *lse, const float *logits,
                               const int32_t *targets, int64_t N, int V, int Vp);
 void cu_crossentropy_backward(float *logits, const float *lse, const int32_t *targets, int64_t N,

@@ -270,6 +270,7 @@ static void stage_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
 
 double cu_add_normal(float *p, size_t n, uint64_t seed, float std) {
     cu_enter();
+    hpt_be_note_trip(); /* one per call, as the CPU's (it waits per staged piece) */
     hpt_rng r;
     hpt_rng_seed(&r, seed);
     double s = 0.0;
@@ -288,6 +289,7 @@ double cu_add_normal(float *p, size_t n, uint64_t seed, float std) {
 
 void cu_init_normal(float *x, size_t lo, size_t hi, size_t total, float std, uint64_t key) {
     cu_enter();
+    hpt_be_note_trip(); /* one per call, as the CPU's (it waits per staged piece) */
     for (size_t a = lo; a < hi; a += CU_STAGE_FLOATS) { /* values do not depend on the range asked */
         size_t b = hi - a < CU_STAGE_FLOATS ? hi : a + CU_STAGE_FLOATS;
         k_init_normal(cu_stage, a, b, total, std, key);

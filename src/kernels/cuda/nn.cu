@@ -53,6 +53,40 @@ int cu_nonfinite(const float *x, size_t n) {
     return cu_red_host[0] != 0.0;
 }
 
+/* The many-range forms: each range's kernels exactly as sumsq's or nonfinite's (the same
+ * launch shapes, so the same bits), its result finished into its own slot of cu_red past the
+ * partials; the host reads the slots at once, a round trip per CU_MANY_SLOTS ranges. */
+#define CU_MANY_FIRST (1 + CU_SUM_BLOCKS)
+#define CU_MANY_SLOTS (CU_RED_SLOTS - CU_MANY_FIRST)
+void cu_sumsq_many(double *sums, const float *const *xs, const size_t *ns, size_t k) {
+    cu_enter();
+    for (size_t a = 0; a < k; a += CU_MANY_SLOTS) {
+        int m = (int)(k - a < CU_MANY_SLOTS ? k - a : CU_MANY_SLOTS);
+        for (int j = 0; j < m; j++) { /* the partials' slots are reused in stream order */
+            d_sumsq<<<CU_SUM_BLOCKS, CU_T, 0, cu_stream>>>(cu_red, xs[a + j], ns[a + j]);
+            CU_LAUNCHED("sumsq_many");
+            cu_finish_sum(1, CU_MANY_FIRST + j);
+        }
+        cu_read_red_at(CU_MANY_FIRST, m);
+        for (int j = 0; j < m; j++) sums[a + j] = cu_red_host[CU_MANY_FIRST + j];
+    }
+}
+int cu_nonfinite_many(const float *const *xs, const size_t *ns, size_t k) {
+    cu_enter();
+    int any = 0;
+    for (size_t a = 0; a < k; a += CU_MANY_SLOTS) {
+        int m = (int)(k - a < CU_MANY_SLOTS ? k - a : CU_MANY_SLOTS);
+        for (int j = 0; j < m; j++) {
+            d_nonfinite<<<CU_SUM_BLOCKS, CU_T, 0, cu_stream>>>(cu_red, xs[a + j], ns[a + j]);
+            CU_LAUNCHED("nonfinite_many");
+            cu_finish_sum(1, CU_MANY_FIRST + j);
+        }
+        cu_read_red_at(CU_MANY_FIRST, m);
+        for (int j = 0; j < m; j++) any |= cu_red_host[CU_MANY_FIRST + j] != 0.0;
+    }
+    return any;
+}
+
 __global__ void d_scale(float *x, size_t n, float s) { CU_FOR(i, n) x[i] *= s; }
 void cu_scale(float *x, size_t n, float s) {
     if (!n) return;

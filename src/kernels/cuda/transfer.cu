@@ -64,6 +64,7 @@ static void x_stream_wait(hpt_xstream s, hpt_xevent *e) {
 static void x_host_wait(hpt_xevent *e) {
     cu_enter();
     cu_note(cudaEventSynchronize(e->ev), "transfer host wait");
+    hpt_be_note_trip();
 }
 
 void cu_transfer_sync(void) {
