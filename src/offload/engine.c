@@ -30,6 +30,7 @@
 #include "offload/engine_int.h"
 
 #include <omp.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -544,6 +545,26 @@ hpt_status eng_grads_overflow(offload_engine *e, int *overflow) {
     return eng_dist_overflow(e, overflow); /* ZeRO: the ranks' flags agreed */
 }
 
+/* The sum of block gradient g's slices' sums of squares, in slice order (one round trip). */
+double eng_slices_sumsq(const offload_engine *e, const float *g) {
+    const float *xs[ENG_MAX_SLICES];
+    double u[ENG_MAX_SLICES], s = 0.0;
+    for (int i = 0; i < e->ns; i++) xs[i] = g + e->slice_off[i];
+    e->be->sumsq_many(u, xs, e->slice_n, (size_t)e->ns);
+    for (int i = 0; i < e->ns; i++) s += u[i];
+    return s;
+}
+
+/* Whether the slices are the block's bn values, in order, without holes. */
+static int slices_cover(const offload_engine *e) {
+    size_t at = 0;
+    for (int i = 0; i < e->ns; i++) {
+        if (e->slice_off[i] != at) return 0;
+        at += e->slice_n[i];
+    }
+    return at == e->bn;
+}
+
 hpt_status eng_grads_done(offload_engine *e, int l) {
     HPT_CHECK(sticky(e));
     if (e->in_use != l)
@@ -556,10 +577,13 @@ hpt_status eng_grads_done(offload_engine *e, int l) {
     /* add_home: the worker takes it of the sum (eng_grad_add_home); ZeRO-3: of the shards, at
      * the backward's end (eng_z3_norm) */
     double s = 0.0;
-    for (int i = 0; i < e->ns && !e->add_home && !e->z3; i++)
-        s += e->be->sumsq(g + e->slice_off[i], e->slice_n[i]);
+    int summed = !e->add_home && !e->z3 && e->ns > 0;
+    if (summed) s = eng_slices_sumsq(e, g);
     e->sumsq[l] = s;
-    if (e->check_grads && !e->gh && !e->z3) e->g_over |= e->be->nonfinite(g, e->bn); /* 16-bit: at narrowing */
+    /* a sum of squares in double of finite floats is finite (at most 2^256 per value), of any
+     * infinite or NaN one not: the slices' sum answers nonfinite when they cover the block */
+    if (e->check_grads && !e->gh && !e->z3) /* 16-bit: at narrowing */
+        e->g_over |= summed && slices_cover(e) ? !isfinite(s) : e->be->nonfinite(g, e->bn);
     if (!e->o.fused) {
         if (e->n_g)
             e->g_seq[e->g_of[l]] = push(e, (job){.kind = J_WRITE_G, .l = l, .g = e->g_of[l],

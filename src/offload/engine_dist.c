@@ -77,9 +77,7 @@ hpt_status eng_grad_add_home(offload_engine *e, int l, float *g) {
         eng_z3_parts(e, l, g);
         return HPT_OK;
     }
-    double s = 0.0; /* the norm's partial sum, of the sum (read after eng_drain) */
-    for (int i = 0; i < e->ns; i++) s += e->be->sumsq(g + e->slice_off[i], e->slice_n[i]);
-    e->sumsq[l] = s;
+    e->sumsq[l] = eng_slices_sumsq(e, g); /* the norm's partial sum, of the sum (read after eng_drain) */
     return HPT_OK;
 }
 

@@ -271,4 +271,8 @@ const float *eng_gpu_grads(offload_engine *e, const float *gslot, int g);
 /* The worker's thread count for an update given the compute thread's team (0: computing). */
 int eng_gpu_team(const offload_engine *e, int team);
 
+/* The sum of block gradient g's slices' sums of squares, in slice order: one sumsq_many
+ * (engine.c) */
+double eng_slices_sumsq(const offload_engine *e, const float *g);
+
 #endif

@@ -400,8 +400,14 @@ hpt_status optim_create_units(hpt_mem *mem, hpt_model *model, const hpt_adamw_op
     int cuts = op->cut || op->nbcut;
     optim_plan_layout(hpt_model_get_config(model), op->tab, o, op->eng_homes, u_lo, u_hi,
                 cuts ? ca : NULL, cuts ? cz : NULL, &op->lay);
+    size_t nu = op->n_units > (size_t)op->tab->n ? op->n_units : (size_t)op->tab->n;
     op->unit_sumsq = calloc(op->n_units ? op->n_units : 1, sizeof(double));
-    if (!op->unit_sumsq) {
+    op->many_x = calloc(nu ? nu : 1, sizeof *op->many_x);
+    op->many_n = calloc(nu ? nu : 1, sizeof *op->many_n);
+    op->many_u = calloc(nu ? nu : 1, sizeof *op->many_u);
+    op->many_s = calloc(nu ? nu : 1, sizeof *op->many_s);
+    if (!op->unit_sumsq || !op->many_x || !op->many_n || !op->many_u || !op->many_s) {
+        free(op->unit_sumsq), free(op->many_x), free(op->many_n), free(op->many_u), free(op->many_s);
         free(op);
         return hpt_fail(HPT_ERR_OOM, "cannot allocate the optimizer object");
     }
@@ -440,6 +446,7 @@ void hpt_optim_free(hpt_optim *op) {
     for (int i = 0; i < HPT_OPTIM_NUM_BUFS; i++)
         op->be->free(op->mem, op->tier[i], HPT_CAT_OPTIM, op->buf[i], op->lay.bytes[i]);
     free(op->unit_sumsq);
+    free(op->many_x), free(op->many_n), free(op->many_u), free(op->many_s);
     free(op);
 }
 
@@ -538,14 +545,21 @@ static hpt_status grad_sumsq_units(hpt_optim *op, double *out) {
     const hpt_tensor_table *t = op->tab;
     const float *grads = op_grads(op);
     double *u = op->unit_sumsq;
+    size_t k = 0; /* the units summed on the device: all at once (one round trip) */
     for (int i = 0; i < t->n; i++) {
         const tensor_layout *tl = &op->lay.t[i];
-        for (size_t sl = tl->s0; sl < tl->s0 + tl->ns; sl++)
-            u[tl->unit + sl] = !tl->stacked && model_emb_deferred(m, i)
-                                   ? model_emb_sumsq(m, i)
-                                   : op->be->sumsq(unit_grad(op, grads, i, tl->off + sl * tl->sn),
-                                                   tl->sn);
+        for (size_t sl = tl->s0; sl < tl->s0 + tl->ns; sl++) {
+            if (!tl->stacked && model_emb_deferred(m, i)) {
+                u[tl->unit + sl] = model_emb_sumsq(m, i);
+                continue;
+            }
+            op->many_x[k] = unit_grad(op, grads, i, tl->off + sl * tl->sn);
+            op->many_n[k] = tl->sn;
+            op->many_u[k++] = tl->unit + sl;
+        }
     }
+    if (k) op->be->sumsq_many(op->many_s, op->many_x, op->many_n, k);
+    for (size_t j = 0; j < k; j++) u[op->many_u[j]] = op->many_s[j];
     if (op->gather) HPT_CHECK(op->gather(op->gather_ctx, u, op->n_units));
     int blocks_done = 0;
     double s = 0.0;
@@ -559,8 +573,8 @@ static hpt_status grad_sumsq_units(hpt_optim *op, double *out) {
         blocks_done = 1;
         for (int l = 0; l < t->L; l++) {
             double b = 0.0;
-            for (int k = 0; k < t->n_slices; k++)
-                b += u[op->lay.t[op->slice_tensor[k]].unit + (size_t)l];
+            for (int j = 0; j < t->n_slices; j++)
+                b += u[op->lay.t[op->slice_tensor[j]].unit + (size_t)l];
             s += b;
         }
     }
@@ -577,6 +591,16 @@ static double grad_sumsq(const hpt_optim *op) {
     const float *grads = model_grads(m);
     int blocks_done = 0;
     double s = 0.0;
+    size_t k = 0; /* the non-block tensors summed on the device: all at once (one round trip) */
+    for (int i = 0; i < t->n; i++) {
+        const tensor_layout *tl = &op->lay.t[i];
+        if (tl->stacked || op->nbcut || model_emb_deferred(m, i))
+            continue;
+        op->many_x[k] = model_nonblock_grad(m, i);
+        op->many_n[k++] = tl->sn;
+    }
+    if (k) op->be->sumsq_many(op->many_s, op->many_x, op->many_n, k);
+    k = 0;
     for (int i = 0; i < t->n; i++) {
         const tensor_layout *tl = &op->lay.t[i];
         if (!tl->stacked) {
@@ -584,8 +608,7 @@ static double grad_sumsq(const hpt_optim *op) {
              * chunk, from the backward (embed.c) */
             double cs; /* ZeRO: the owners' chunk sums (engine_zemb.c) */
             if (op->nbcut && !model_emb_deferred(m, i)) s += eng_zemb_sumsq(eng, i, &cs) ? cs : (double)NAN;
-            else s += model_emb_deferred(m, i) ? model_emb_sumsq(m, i)
-                                               : op->be->sumsq(model_nonblock_grad(m, i), tl->sn);
+            else s += model_emb_deferred(m, i) ? model_emb_sumsq(m, i) : op->many_s[k++];
             continue;
         }
         if (blocks_done) continue; /* the blocks, at the first block tensor */
@@ -595,8 +618,8 @@ static double grad_sumsq(const hpt_optim *op) {
             if (eng) {
                 b = eng_block_sumsq(eng, l);
             } else {
-                for (int k = 0; k < t->n_slices; k++) {
-                    const tensor_layout *sl = &op->lay.t[op->slice_tensor[k]];
+                for (int j = 0; j < t->n_slices; j++) {
+                    const tensor_layout *sl = &op->lay.t[op->slice_tensor[j]];
                     b += op->be->sumsq(grads + sl->off + (size_t)l * sl->sn, sl->sn);
                 }
             }

@@ -69,6 +69,11 @@ struct hpt_optim {
     size_t n_units;  /* the table's units (optim.h) */
     double *unit_sumsq; /* (n_units) the step's sums of squares per unit (held ones; the others
                          * from gather) */
+    /* the sums of squares asked of the backend at once (sumsq_many), n_units at most each:
+     * the ranges (device pointers, lengths), the unit (or tensor) each is for, their sums */
+    const float **many_x;
+    size_t *many_n, *many_u;
+    double *many_s;
     optim_gather_fn gather; /* ZeRO: fills the units this process does not hold */
     void *gather_ctx;
     const float *run_grads; /* ZeRO-2 (optim_set_run_grads): the held block slices' gradients,
