@@ -189,9 +189,11 @@ hpt_status dp_gather_params(const dp_shard *z, float *params) {
 
 hpt_status dp_overflow(const dp_shard *z, const hpt_backend *be, const float *grads, int *overflow) {
     size_t lo = z->plo[z->rank], hi = z->phi[z->rank];
-    int mine = hi > lo && (z->slot ? (z->run_n && be->nonfinite(z->run, z->run_n)) ||
-                                         (z->nb_n && be->nonfinite(grads + z->nb_lo, z->nb_n))
-                                   : be->nonfinite(grads + lo, hi - lo)); /* stage 2: sink's */
+    /* stage 2: the sink's run and the non-block part, checked at once (one round trip) */
+    const float *xs[2] = {z->run, grads + z->nb_lo};
+    size_t ns[2] = {z->run_n, z->nb_n};
+    int mine = hi > lo && (z->slot ? be->nonfinite_many(xs, ns, 2)
+                                   : be->nonfinite(grads + lo, hi - lo));
     *overflow = hpt_dist_any(mine);
     return HPT_OK;
 }
