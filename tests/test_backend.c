@@ -205,7 +205,7 @@ static const op_test k_tests[] = {
     OP(gelu_forward, t_gelu_forward), OP(gelu_backward, t_gelu_backward), OP(scale, t_scale),
     OP(add, t_add),
     OP(sumsq, t_sumsq), OP(nonfinite, t_nonfinite),
-    OP(sumsq_many, t_sumsq_many), OP(nonfinite_many, t_nonfinite_many),
+    OP(sumsq_many, t_sumsq_many), OP(sumsq_many_dev, t_sumsq_many_dev), OP(nonfinite_many, t_nonfinite_many),
     OP(crossentropy_forward, t_crossentropy_forward),
     OP(crossentropy_backward, t_crossentropy_backward),
     OP(loss_mean, t_loss_mean), OP(bf16_widen_par, t_bf16_widen_par),

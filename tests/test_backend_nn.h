@@ -712,6 +712,33 @@ static double t_sumsq_many(void) {
     return bad ? 1.0 : e;
 }
 
+/* sumsq_many_dev: sumsq_many's bits into device memory, no round trip until they are read */
+static double t_sumsq_many_dev(void) {
+    enum { NR = 40 };
+    size_t big = 100003, n = big + NR * 53;
+    float *x = malloc(n * sizeof(float));
+    fill_rand(x, n, 2.0f);
+    float *dx = dput(x, n * sizeof(float));
+    const float *xs[NR];
+    size_t ns[NR], at = big;
+    xs[0] = dx, ns[0] = big;
+    for (int j = 1; j < NR; j++) xs[j] = dx + at, ns[j] = (size_t)(j * 7 % 53), at += 53;
+    double want[NR], got[NR];
+    g_be->sumsq_many(want, xs, ns, NR);
+    double zero[NR] = {0};
+    double *ds = dput(zero, sizeof zero);
+    uint64_t t0 = hpt_be_trips();
+    g_be->sumsq_many_dev(ds, xs, ns, NR);
+    int bad = hpt_be_trips() != t0; /* device work only */
+    dget(got, ds, sizeof got);
+    bad |= memcmp(got, want, sizeof got) != 0;
+    CHECK_MSG(!bad, "%s: sumsq_many_dev (bits of sumsq_many, no round trip)", g_be->name);
+    emit1(got[0]), emit1(got[NR - 1]);
+    free(x);
+    dfree_all();
+    return bad;
+}
+
 static double t_nonfinite_many(void) {
     enum { NR = 800, W = 33 };
     float *x = malloc(NR * W * sizeof(float));

@@ -266,6 +266,9 @@ struct hpt_backend {
      * bits of that call; nonfinite_many 1 when any range holds an infinite or NaN value. xs, ns
      * (k): host arrays of device pointers and lengths, read during the call */
     void (*sumsq_many)(double *sums, const float *const *xs, const size_t *ns, size_t k);
+    /* sumsq_many with sums (k) in device memory: no round trip; a later copy(D2H) reads them
+     * (the offload engine's blocks, summed while their gradient slot holds them) */
+    void (*sumsq_many_dev)(double *sums, const float *const *xs, const size_t *ns, size_t k);
     int (*nonfinite_many)(const float *const *xs, const size_t *ns, size_t k);
 
     /* ---- loss ---- */

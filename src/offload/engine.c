@@ -540,29 +540,10 @@ hpt_status eng_grads_overflow(offload_engine *e, int *overflow) {
     int caller = *overflow; /* the flat gradients' own check */
     *overflow = 0;
     HPT_CHECK(eng_drain(e)); /* every queued narrowing reaped */
+    eng_sums_read(e);        /* the blocks' checks left with their sums */
     *overflow = e->g_over || caller;
     e->g_over = 0;
     return eng_dist_overflow(e, overflow); /* ZeRO: the ranks' flags agreed */
-}
-
-/* The sum of block gradient g's slices' sums of squares, in slice order (one round trip). */
-double eng_slices_sumsq(const offload_engine *e, const float *g) {
-    const float *xs[ENG_MAX_SLICES];
-    double u[ENG_MAX_SLICES], s = 0.0;
-    for (int i = 0; i < e->ns; i++) xs[i] = g + e->slice_off[i];
-    e->be->sumsq_many(u, xs, e->slice_n, (size_t)e->ns);
-    for (int i = 0; i < e->ns; i++) s += u[i];
-    return s;
-}
-
-/* Whether the slices are the block's bn values, in order, without holes. */
-static int slices_cover(const offload_engine *e) {
-    size_t at = 0;
-    for (int i = 0; i < e->ns; i++) {
-        if (e->slice_off[i] != at) return 0;
-        at += e->slice_n[i];
-    }
-    return at == e->bn;
 }
 
 hpt_status eng_grads_done(offload_engine *e, int l) {
@@ -576,14 +557,7 @@ hpt_status eng_grads_done(offload_engine *e, int l) {
     if (e->dist) HPT_CHECK(eng_dist_grads(e, l, g)); /* the processes' sum, rank order */
     /* add_home: the worker takes it of the sum (eng_grad_add_home); ZeRO-3: of the shards, at
      * the backward's end (eng_z3_norm) */
-    double s = 0.0;
-    int summed = !e->add_home && !e->z3 && e->ns > 0;
-    if (summed) s = eng_slices_sumsq(e, g);
-    e->sumsq[l] = s;
-    /* a sum of squares in double of finite floats is finite (at most 2^256 per value), of any
-     * infinite or NaN one not: the slices' sum answers nonfinite when they cover the block */
-    if (e->check_grads && !e->gh && !e->z3) /* 16-bit: at narrowing */
-        e->g_over |= summed && slices_cover(e) ? !isfinite(s) : e->be->nonfinite(g, e->bn);
+    eng_sums_take(e, l, g);
     if (!e->o.fused) {
         if (e->n_g)
             e->g_seq[e->g_of[l]] = push(e, (job){.kind = J_WRITE_G, .l = l, .g = e->g_of[l],
@@ -860,6 +834,7 @@ hpt_status eng_attach_optim(offload_engine *e, eng_update_fn fn, void *ctx, int 
         if (s != HPT_OK) e->stage_bytes = 0;
     }
     if (s == HPT_OK) s = eng_gpu_attach(e);
+    if (s == HPT_OK) s = eng_sums_attach(e); /* the blocks' sums of squares (engine_sums.c) */
     if (s != HPT_OK) {
         eng_detach_optim(e);
         return s;
@@ -882,6 +857,7 @@ void eng_detach_optim(offload_engine *e) {
     free_home(e, EB_M);
     free_home(e, EB_V);
     e->be->free(e->mem, HPT_TIER_HOST, HPT_CAT_IO, e->stage, e->stage_bytes);
+    eng_sums_detach(e);
     e->stage = NULL;
     e->stage_bytes = 0;
     memset(e->stage_ptr, 0, sizeof e->stage_ptr);

@@ -130,6 +130,9 @@ hpt_status eng_grads_done(offload_engine *e, int l);
 /* Sum of squares of block l's gradients of this step, slice by slice in order (each slice by
  * the backend's sumsq): the global norm's partial sums, combined by the optimizer in a fixed order. */
 double eng_block_sumsq(const offload_engine *e, int l);
+/* Reads the blocks' sums left on the device since the last read (one round trip; nothing when
+ * none is pending): before eng_block_sumsq at the norm. NULL: nothing. */
+void eng_sums_read(offload_engine *e);
 /* Exact mode: *overflow 1 when a block's gradients overflowed since the last call, after every
  * queued write-back: a 16-bit home's narrowing met a value fp16 cannot hold (|x| > 65504, or
  * not finite) or bf16 rounded to a non-finite one; with eng_check_grads on, an fp32 home's block

@@ -82,6 +82,7 @@ void eng_bytes_homes(const hpt_offload_opts *o, int L, size_t block_floats, size
     if (!o->fused) out[o->grads][HPT_CAT_GRADS] += o->grad_home != HPT_GH_FP32 ? (uint64_t)L * hsb : (uint64_t)L * sb[EB_G];
     out[HPT_TIER_DEVICE][HPT_CAT_GRADS] += (uint64_t)eng_n_gslots(o) * slb;
     if (!training) return;
+    out[HPT_TIER_DEVICE][HPT_CAT_GRADS] += eng_sums_bytes(L); /* eng_attach_optim's */
     if (mv_homes) out[o->optim][HPT_CAT_OPTIM] += 2 * home;
     out[HPT_TIER_HOST][HPT_CAT_IO] += 2 * eng_stage_set_bytes(o, sb, hsb);
 }

@@ -77,6 +77,12 @@ struct offload_engine {
     int g_next;
     int *g_of;                 /* (L) the gradient slot block l uses this backward */
     double *sumsq;             /* (L) */
+    /* the blocks' slice sums left on the device (training: eng_attach_optim), read once at the
+     * norm or the overflow check (eng_sums_read): (L, ENG_MAX_SLICES) doubles on the device, a
+     * host copy of them, and per block 0, or 1 (pending) | 2 (its overflow check pending) */
+    double *sums_dev, *sums_host;
+    unsigned char *sums_pend;
+    int n_pend;
     int gh;                    /* HPT_GH_*: G's home precision (FP32: in home[EB_G]) */
     uint16_t *ghome;           /* (L, ghs) fp16 or bf16 gradients: G's memory home */
     size_t ghs;                /* halves between two blocks of a 16-bit G home: hstride, or
@@ -274,5 +280,12 @@ int eng_gpu_team(const offload_engine *e, int team);
 /* The sum of block gradient g's slices' sums of squares, in slice order: one sumsq_many
  * (engine.c) */
 double eng_slices_sumsq(const offload_engine *e, const float *g);
+/* The device bytes of the sums left there (L blocks; engine_bytes.c counts them for training) */
+size_t eng_sums_bytes(int L);
+/* engine_sums.c: the buffer (eng_attach_optim, eng_detach_optim), and block l's sums of its
+ * gradients g when they are done (eng_grads_done): left on the device, or read at once */
+hpt_status eng_sums_attach(offload_engine *e);
+void eng_sums_detach(offload_engine *e);
+void eng_sums_take(offload_engine *e, int l, const float *g);
 
 #endif

@@ -600,6 +600,7 @@ static double grad_sumsq(const hpt_optim *op) {
         op->many_n[k++] = tl->sn;
     }
     if (k) op->be->sumsq_many(op->many_s, op->many_x, op->many_n, k);
+    eng_sums_read(eng); /* the blocks' sums, left on the device as their gradients completed */
     k = 0;
     for (int i = 0; i < t->n; i++) {
         const tensor_layout *tl = &op->lay.t[i];

@@ -85,6 +85,10 @@ static void cpu_sumsq_many(double *sums, const float *const *xs, const size_t *n
     hpt_be_note_trip();
     for (size_t j = 0; j < k; j++) sums[j] = k_sumsq(xs[j], ns[j]);
 }
+static void cpu_sumsq_many_dev(double *sums, const float *const *xs, const size_t *ns,
+                               size_t k) {
+    for (size_t j = 0; j < k; j++) sums[j] = k_sumsq(xs[j], ns[j]); /* stays on the device */
+}
 static int cpu_nonfinite_many(const float *const *xs, const size_t *ns, size_t k) {
     hpt_be_note_trip();
     int any = 0;
@@ -182,6 +186,7 @@ static const hpt_backend k_cpu = {
     .sumsq = cpu_sumsq,
     .nonfinite = cpu_nonfinite,
     .sumsq_many = cpu_sumsq_many,
+    .sumsq_many_dev = cpu_sumsq_many_dev,
     .nonfinite_many = cpu_nonfinite_many,
     .crossentropy_forward = cpu_crossentropy_forward,
     .crossentropy_backward = k_crossentropy_backward,

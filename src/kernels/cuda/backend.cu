@@ -395,6 +395,7 @@ static void fill_table(hpt_backend *t) {
     t->sumsq = cu_sumsq;
     t->nonfinite = cu_nonfinite;
     t->sumsq_many = cu_sumsq_many;
+    t->sumsq_many_dev = cu_sumsq_many_dev;
     t->nonfinite_many = cu_nonfinite_many;
     t->crossentropy_forward = cu_crossentropy_forward;
     t->crossentropy_backward = cu_crossentropy_backward;

@@ -163,6 +163,7 @@ void cu_add(float *out, const float *a, const float *b, size_t n);
 double cu_sumsq(const float *x, size_t n);
 int cu_nonfinite(const float *x, size_t n);
 void cu_sumsq_many(double *sums, const float *const *xs, const size_t *ns, size_t k);
+void cu_sumsq_many_dev(double *sums, const float *const *xs, const size_t *ns, size_t k);
 int cu_nonfinite_many(const float *const *xs, const size_t *ns, size_t k);
 float cu_crossentropy_forward(float *losses, float *lse, const float *logits,
                               const int32_t *targets, int64_t N, int V, int Vp);

@@ -71,6 +71,22 @@ void cu_sumsq_many(double *sums, const float *const *xs, const size_t *ns, size_
         for (int j = 0; j < m; j++) sums[a + j] = cu_red_host[CU_MANY_FIRST + j];
     }
 }
+/* d_finish_sum's tree, its result into dst (device memory) */
+__global__ void d_finish_sum_to(const double *red, int first, double *dst) {
+    __shared__ double sh[32];
+    double v = threadIdx.x < CU_SUM_BLOCKS ? red[first + threadIdx.x] : 0.0;
+    v = cu_block_sum(v, sh);
+    if (threadIdx.x == 0) *dst = v;
+}
+void cu_sumsq_many_dev(double *sums, const float *const *xs, const size_t *ns, size_t k) {
+    cu_enter();
+    for (size_t j = 0; j < k; j++) { /* the partials' slots are reused in stream order */
+        d_sumsq<<<CU_SUM_BLOCKS, CU_T, 0, cu_stream>>>(cu_red, xs[j], ns[j]);
+        CU_LAUNCHED("sumsq_many_dev");
+        d_finish_sum_to<<<1, CU_SUM_BLOCKS, 0, cu_stream>>>(cu_red, 1, sums + j);
+        CU_LAUNCHED("sumsq_many_dev");
+    }
+}
 int cu_nonfinite_many(const float *const *xs, const size_t *ns, size_t k) {
     cu_enter();
     int any = 0;
