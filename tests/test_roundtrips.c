@@ -71,7 +71,7 @@ typedef struct {
 static const trip_case k_cases[] = {
     {"plain", "", {4, 4}},
     {"--accum 4", "--accum 4", {13, 13}},
-    {"--loss-scale dynamic", "--loss-scale dynamic", {5, 5}},
+    {"--loss-scale dynamic", "--loss-scale dynamic", {4, 4}},
     {"--offload host", "--offload host", {15, 15}},
     {"--offload host --fused-update", "--offload host --fused-update", {13, 13}},
     {"--offload host --loss-scale dynamic", "--offload host --loss-scale dynamic", {16, 16}},

@@ -411,6 +411,7 @@ hpt_status optim_create_units(hpt_mem *mem, hpt_model *model, const hpt_adamw_op
         free(op);
         return hpt_fail(HPT_ERR_OOM, "cannot allocate the optimizer object");
     }
+    op->cover = -1;
     for (int i = 0; i < op->tab->n; i++)
         op->wd[i] = o->decay_all || op->tab->t[i].is_matrix ? o->weight_decay : 0.0f;
     op->be->q8_map(op->map_signed, 1);
@@ -582,6 +583,58 @@ static hpt_status grad_sumsq_units(hpt_optim *op, double *out) {
     return HPT_OK;
 }
 
+static int cmp_range(const void *a, const void *b) {
+    const float *x = *(const float *const *)a, *y = *(const float *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Whether the units grad_sumsq_units sums are the model's flat gradients, each value once. */
+static int units_cover_grads(hpt_optim *op) {
+    hpt_model *m = op->model;
+    const float *g = model_grads(m);
+    if (model_engine(m) || op->gather || op->lora || op->run_grads || !g || op->lay.u_lo != 0 ||
+        op->lay.u_hi < op->n_units || op_grads(op) != g)
+        return 0;
+    size_t k = 0;
+    for (int i = 0; i < op->tab->n; i++) {
+        const tensor_layout *tl = &op->lay.t[i];
+        if (!tl->stacked && model_emb_deferred(m, i)) return 0;
+        for (size_t sl = tl->s0; sl < tl->s0 + tl->ns; sl++) {
+            op->many_x[k] = unit_grad(op, g, i, tl->off + sl * tl->sn);
+            op->many_n[k++] = tl->sn;
+        }
+    }
+    /* sorted by address (pairs of pointer and length: one array of pointers suffices, the
+     * lengths looked up after) */
+    const float **xs = malloc(k * sizeof *xs);
+    if (!xs) return 0;
+    memcpy(xs, op->many_x, k * sizeof *xs);
+    qsort(xs, k, sizeof *xs, cmp_range);
+    const float *at = g;
+    int ok = 1;
+    for (size_t j = 0; j < k && ok; j++) {
+        size_t n = 0;
+        for (size_t q = 0; q < k; q++)
+            if (op->many_x[q] == xs[j]) n = n > op->many_n[q] ? n : op->many_n[q];
+        ok = xs[j] == at && (j + 1 == k || xs[j + 1] != xs[j]);
+        at += n;
+    }
+    free(xs);
+    return ok && at == g + model_grads_floats(m);
+}
+
+hpt_status optim_grads_overflow(hpt_optim *op, int *overflow, int *done) {
+    *done = 0;
+    op->ss_fresh = 0;
+    if (op->cover < 0) op->cover = units_cover_grads(op);
+    if (!op->cover) return HPT_OK;
+    HPT_CHECK(grad_sumsq_units(op, &op->ss_cached));
+    op->ss_fresh = 1;
+    *overflow = !isfinite(op->ss_cached);
+    *done = 1;
+    return HPT_OK;
+}
+
 /* The global sum of squares of the gradients, in the fixed order of the top of the file (the
  * first term is added to 0.0, which changes no bits: a sum of squares is never -0). */
 static double grad_sumsq(const hpt_optim *op) {
@@ -660,6 +713,7 @@ hpt_status hpt_optim_fused_begin_scaled(hpt_optim *op, float lr, float clip, flo
         return hpt_fail(HPT_ERR_INVALID, "the fused update needs a model made with the fused "
                         "engine (hpt_offload_opts.fused, --fused-update)");
     op->t++;
+    op->ss_fresh = 0;
     op->lr_now = lr;
     op->scale_now = (clip > 0.0f && op->prev_norm > clip ? clip / op->prev_norm : 1.0f) * grad_scale;
     op->gscale_now = grad_scale;
@@ -712,8 +766,10 @@ hpt_status hpt_optim_step_scaled(hpt_optim *op, float lr, float clip, float grad
         return hpt_fail(HPT_ERR_INVALID, "gradient scale %g must be positive and finite",
                         (double)grad_scale);
     double ss;
-    if (eng) ss = grad_sumsq(op);
+    if (op->ss_fresh && !eng) ss = op->ss_cached; /* optim_grads_overflow's, this step's */
+    else if (eng) ss = grad_sumsq(op);
     else HPT_CHECK(grad_sumsq_units(op, &ss));
+    op->ss_fresh = 0;
     float norm = (float)sqrt(ss) * grad_scale;
     if (grad_norm_out) *grad_norm_out = norm;
     if (!isfinite(norm))

@@ -57,6 +57,13 @@ void optim_set_gather(hpt_optim *op, optim_gather_fn fn, void *ctx);
  * g[0]), not in the model's flat buffer, which holds the non-block tensors only (read through
  * model_nonblock_grad). */
 void optim_set_run_grads(hpt_optim *op, const float *g, size_t lo);
+/* The loss scale's overflow check from the gradient norm's own sums (one round trip for both;
+ * docs/cuda.md, "Host round trips"): where the units this optimizer sums are the model's flat
+ * gradients exactly (no engine, no ZeRO, no LoRA, no chunked embeddings), *done = 1, *overflow
+ * = whether any gradient is infinite or NaN (their sum of squares in double is then not finite,
+ * and it is finite otherwise), and the next hpt_optim_step_scaled uses those sums instead of
+ * taking them again (the same bits). Else *done = 0: the caller checks the gradients itself. */
+hpt_status optim_grads_overflow(hpt_optim *op, int *overflow, int *done);
 
 /* ---- ZeRO in the offload engine (stages 1-3; docs/zero_engine.md) ----
  * The blocks' state of optimizers the engine's homes do not hold (8-bit, Lion, SGD, Adam-mini)

@@ -74,6 +74,9 @@ struct hpt_optim {
     const float **many_x;
     size_t *many_n, *many_u;
     double *many_s;
+    int cover;         /* optim_grads_overflow: -1 not known, 1 the units are the flat gradients */
+    int ss_fresh;      /* 1: ss_cached is this step's sum (optim_grads_overflow), not yet used */
+    double ss_cached;
     optim_gather_fn gather; /* ZeRO: fills the units this process does not hold */
     void *gather_ctx;
     const float *run_grads; /* ZeRO-2 (optim_set_run_grads): the held block slices' gradients,

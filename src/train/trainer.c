@@ -16,6 +16,7 @@
 #include "testing.h"
 #include "model/model.h"
 #include "offload/engine.h"
+#include "optim/optim.h"
 #include "train/train_int.h"
 #include "train/trainer_int.h"
 
@@ -868,8 +869,10 @@ static hpt_status real_step(hpt_trainer *tr, hpt_train_progress *p) {
               : n_step > 0 ? (float)(wloss_sum / n_step) : 0.0f;
     if (scaling) {
         int overflow;
+        int done = 0; /* without ZeRO and the fused update: from the norm's sums (one round trip) */
         if (tr->dp.stage) HPT_CHECK(dp_overflow(&tr->dp, tr->be, model_grads(tr->model), &overflow));
-        else HPT_CHECK(model_grads_overflow(tr->model, &overflow));
+        else if (!fused) HPT_CHECK(optim_grads_overflow(tr->opt, &overflow, &done));
+        if (!tr->dp.stage && !done) HPT_CHECK(model_grads_overflow(tr->model, &overflow));
         if (overflow) return scaler_skip(tr, p);
     }
     if (fused)
