@@ -149,6 +149,18 @@ static double t_sumsq(const float *x, size_t n) {
     return r;
 }
 
+/* the gradient norm's sums, all units at once: one row per call, as the per-unit calls' rows
+ * were per call (the bench tables' "sumsq" row, now with one call a step) */
+static void t_sumsq_many(double *sums, const float *const *xs, const size_t *ns, size_t k) {
+    double t0 = now_s();
+    g_base->sumsq_many(sums, xs, ns, k);
+    add("sumsq", now_s() - t0, 0.0);
+}
+static void t_sumsq_many_dev(double *sums, const float *const *xs, const size_t *ns, size_t k) {
+    double t0 = now_s();
+    g_base->sumsq_many_dev(sums, xs, ns, k);
+    add("sumsq", now_s() - t0, 0.0);
+}
 static int t_nonfinite(const float *x, size_t n) {
     double t0 = now_s();
     int r = g_base->nonfinite(x, n);
@@ -251,6 +263,8 @@ static void build(void) {
     t->scale = t_scale;
     t->sumsq = t_sumsq;
     t->nonfinite = t_nonfinite;
+    t->sumsq_many = t_sumsq_many;
+    t->sumsq_many_dev = t_sumsq_many_dev;
     t->crossentropy_forward = t_crossentropy_forward;
     t->crossentropy_backward = t_crossentropy_backward;
     t->loss_mean = t_loss_mean;
