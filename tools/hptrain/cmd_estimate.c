@@ -576,13 +576,15 @@ static int estimate(int argc, char **argv, int recorded) {
     /* the cost model's step time, when this machine has a cached calibration (docs/planner.md) */
     double pred = -1;
     char cdev[64] = "";
+    int bf16_at_fp32 = 0; /* --matmul bf16 predicted at the fp32 rates (an older calibration) */
     if (po.training) {
         hpt_calibration cal;
         hpt_cost cost;
         /* only from a calibration of the device the run is for: a CPU's says nothing of a GPU */
         if (cli_device_calibration(po.plan.device, &cal) &&
             hpt_calibration_for_device(&cal, po.plan.device) && hpt_plan_cost(&po, &cal, &cost) == HPT_OK)
-            pred = cost.total_s, snprintf(cdev, sizeof cdev, "%s", cal.device);
+            pred = cost.total_s, snprintf(cdev, sizeof cdev, "%s", cal.device),
+            bf16_at_fp32 = cost.bf16_at_fp32;
     }
     /* every process's device peak (ZeRO's runs differ by rank) */
     uint64_t per[64];
@@ -605,6 +607,9 @@ static int estimate(int argc, char **argv, int recorded) {
                    "cuda's rates)\n", pred, cdev);
         else if (pred >= 0) printf("  predicted step %.3f s (cost model, this CPU's calibration: hptrain "
                               "calibrate's rates)\n", pred);
+        if (pred >= 0 && bf16_at_fp32)
+            printf("  --matmul bf16 costed at the fp32 GEMM and attention rates: the calibration has "
+                   "no bf16 rates (hptrain calibrate%s measures them)\n", po.plan.device ? " --device cuda" : "");
         else if (po.training && po.plan.device) {
             printf("  step time  not predicted: no calibration of a GPU here (hptrain calibrate "
                    "--device cuda on it makes one)\n");
