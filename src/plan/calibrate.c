@@ -1,7 +1,8 @@
 /* calibrate.c: this machine's rates for the cost model (src/plan/cost.c), measured with the
  * backend's own ops, and their cache file (JSON, versioned): block and head GEMMs at a step's
  * shapes, attention, a memory pass, each optimizer's update (team and one thread), the sharing
- * losses, host copies and the disk with O_DIRECT. Each is the best of a few repetitions of at
+ * losses, host copies and the disk with O_DIRECT; --matmul bf16's GEMMs and flash pair through
+ * the backend's _bf16 ops (the file's optional "matmul_bf16": an older file loads without it). Each is the best of a few repetitions of at
  * least 50-150 ms: the rate of the machine's quiet moments. What, at which shapes, and why:
  * docs/planner.md, "Calibration".
  * Invariants: library code, nothing printed; one calibration at a time (the repetition time is
@@ -481,8 +482,11 @@ done:
     return s;
 }
 
-/* --matmul bf16's rates (c->bf16): the GEMMs through the _bf16 ops, and the bf16 flash pair.
- * Without the backend's bf16 ops nothing is measured (have stays 0). */
+/* --matmul bf16's rates (c->bf16): the GEMMs through the _bf16 ops, and the bf16 flash pair,
+ * with reps repetitions (hpt_calibrate gives fewer than the fp32 rates': on a CPU without fast
+ * bf16 the bf16 GEMMs run at a third to a half of fp32's rate, and at 5 repetitions they would
+ * more than double the calibration's time; docs/planner.md). Without the backend's bf16 ops
+ * nothing is measured (have stays 0). */
 static hpt_status measure_bf16(const hpt_backend *be, int reps, hpt_calibration *c) {
     if (!be->matmul_forward_bf16 || !be->matmul_backward_bf16) return HPT_OK;
     void *ws = NULL;
@@ -836,11 +840,12 @@ hpt_status hpt_calibrate(const char *disk_dir, int quick, hpt_calibration *c) {
     HPT_CHECK(measure_gemm(be, reps, NULL, c));
     HPT_CHECK(measure_attention(be, reps, 128, c->attn_gflops));
     HPT_CHECK(measure_attention(be, reps, 512, c->attn512_gflops));
-    HPT_CHECK(measure_bf16(be, reps, c));
+    const int bf16_reps = quick ? 1 : 2; /* measure_bf16: why fewer */
+    HPT_CHECK(measure_bf16(be, bf16_reps, c));
     HPT_CHECK(measure_memory(be, reps, c));
     HPT_CHECK(measure_optim(be, reps, c));
     HPT_CHECK(measure_sharing(be, reps, c));
-    HPT_CHECK(hpt_cal_measure_arch(be, reps, g_min_s, c));
+    HPT_CHECK(hpt_cal_measure_arch(be, reps, bf16_reps, g_min_s, c));
     if (disk_dir) HPT_CHECK(measure_disk(be, disk_dir, quick ? 4 : 8, c));
     return HPT_OK;
 }

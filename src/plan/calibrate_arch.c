@@ -5,7 +5,9 @@
  * the reference's row counts (FLOPs over summed time, forward and backward); its attention,
  * flash and plain, at B 1, T 128 and the last width's heads (2 C (T+1) FLOPs per token); each
  * pointwise op, run by the architecture through the backend, in ns per element of its
- * per_token width over 512 rows of the last width. Each the best of reps repetitions of at
+ * per_token width over 512 rows of the last width; --matmul bf16's: the same GEMMs through the
+ * matmul_*_bf16 ops and the bf16 flash pair (optional in the file: "gemm_bf16" and
+ * "<attn_key>_flash_bf16_{fwd,bwd}_gflops", all or nothing). Each the best of reps repetitions of at
  * least min_s seconds (calibrate.c's convention). docs/planner.md.
  * Invariants: library code, nothing printed; buffers freed on every path; an absent or partial
  * object loads as C[0] = 0: the block is then costed at the reference rates (hpt_cost.arch_rates). */
@@ -167,7 +169,8 @@ static hpt_status arch_ops(const hpt_backend *be, const hpt_arch_plan *p, int re
     return HPT_OK;
 }
 
-hpt_status hpt_cal_measure_arch(const hpt_backend *be, int reps, double min_s, hpt_calibration *c) {
+hpt_status hpt_cal_measure_arch(const hpt_backend *be, int reps, int bf16_reps, double min_s,
+                                hpt_calibration *c) {
     for (int id = 0; id < hpt_arch_count() && id < HPT_CAL_ARCHS; id++) {
         const hpt_arch_plan *p = hpt_arch_at(id)->plan;
         if (!p || p->n_cal < 1) continue;
@@ -175,11 +178,11 @@ hpt_status hpt_cal_measure_arch(const hpt_backend *be, int reps, double min_s, h
         HPT_CHECK(arch_gemm(be, p, reps, min_s, c, NULL, a));
         HPT_CHECK(arch_attention(be, &p->cal[p->n_cal - 1], reps, min_s, a));
         HPT_CHECK(arch_ops(be, p, reps, min_s, a));
-        if (be->matmul_forward_bf16 && be->matmul_backward_bf16) { /* --matmul bf16's GEMMs */
+        if (bf16_reps > 0 && be->matmul_forward_bf16 && be->matmul_backward_bf16) { /* --matmul bf16's */
             void *ws = NULL;
             if (posix_memalign(&ws, 4096, HPT_MM_BF16_WS_BYTES))
                 return hpt_fail(HPT_ERR_OOM, "calibration: no memory for the bf16 GEMMs' workspace");
-            hpt_status s = arch_gemm(be, p, reps, min_s, c, ws, a);
+            hpt_status s = arch_gemm(be, p, bf16_reps, min_s, c, ws, a);
             free(ws);
             HPT_CHECK(s);
             a->bf16_C0 = a->C[0];
