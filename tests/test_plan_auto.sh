@@ -96,6 +96,7 @@ cp "$(dirname "$0")/calibration_fake.json" "$HPT_CALIBRATION"
 [ "$(grep -c 'matmul bf16 costed at the fp32' "$tmp/m1.txt")" = 1 ] && ok || bad "no one-line note on bf16 at fp32 rates: $(cat "$tmp/m1.txt")"
 grep -q 'costed at the fp32' "$tmp/m0.txt" && bad "an fp32 estimate mentions bf16 rates" || ok
 [ "$(grep 'predicted step' "$tmp/m0.txt")" = "$(grep 'predicted step' "$tmp/m1.txt")" ] && ok || bad "bf16 without its rates is not the fp32 prediction"
+"$bin" estimate --model "$shape" --batch 4 --seq 32 --matmul bf16 --json 2>/dev/null | grep -q '"predicted_bf16_at_fp32_rates":true' && ok || bad "estimate --json does not say bf16 was costed at the fp32 rates"
 python3 - "$HPT_CALIBRATION" "$tmp/cal_bf16.json" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))

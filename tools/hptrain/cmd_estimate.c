@@ -111,8 +111,9 @@ static uint64_t tier_peak(const hpt_estimate *e, int t) {
 
 static const char *const k_bound[] = {"budget", "maxT", "limit"};
 
+/* bf16_at_fp32: pred is a --matmul bf16 run's at the fp32 rates (a calibration without bf16's) */
 static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t budget,
-                       const hpt_plan_fit *fit, double pred, const uint64_t *per,
+                       const hpt_plan_fit *fit, double pred, int bf16_at_fp32, const uint64_t *per,
                        const max_seq_info *ms) {
     const hpt_model_config *c = &po->cfg;
     printf("{\"version\":1,\"model\":{\"L\":%d,\"C\":%d,\"NH\":%d,\"V\":%d,\"Vp\":%d,\"maxT\":%d},",
@@ -192,6 +193,7 @@ static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t 
                    (unsigned long long)po->budget_bytes[t], hpt_tier_name((hpt_tier)t),
                    tier_peak(e, t) <= po->budget_bytes[t] ? "true" : "false");
     if (pred >= 0) printf(",\"predicted_step_s\":%.6g", pred);
+    if (pred >= 0 && bf16_at_fp32) printf(",\"predicted_bf16_at_fp32_rates\":true");
     if (pred < 0 && po->training && po->plan.device) { /* no GPU calibration: floors, labelled */
         double fl = e->flops_per_token * (double)e->tokens_per_step;
         printf(",\"gpu_floor_s\":[");
@@ -598,7 +600,7 @@ static int estimate(int argc, char **argv, int recorded) {
         per[q] = eq.peak_bytes[HPT_TIER_DEVICE];
     }
     if (json) {
-        print_json(&po, &e, budget, &fit, pred, per, &ms);
+        print_json(&po, &e, budget, &fit, pred, bf16_at_fp32, per, &ms);
     }
     else {
         print_text(model, &po, &e, budget, &fit);
