@@ -4,13 +4,12 @@
  * At the table's shapes: the block's GEMMs one after the other at each calibration width and
  * the reference's row counts (FLOPs over summed time, forward and backward); its attention,
  * flash and plain, at B 1, T 128 and the last width's heads (2 C (T+1) FLOPs per token); each
- * pointwise op, run by the architecture through the backend, in ns per element of its
- * per_token width over 512 rows of the last width; --matmul bf16's: the same GEMMs through the
- * matmul_*_bf16 ops and the bf16 flash pair (optional in the file: "gemm_bf16" and
- * "<attn_key>_flash_bf16_{fwd,bwd}_gflops", all or nothing). Each the best of reps repetitions of at
- * least min_s seconds (calibrate.c's convention). docs/planner.md.
+ * pointwise op in ns per element of its per_token width over 512 rows of the last width; for
+ * --matmul bf16 the GEMMs through matmul_*_bf16 and the bf16 flash pair (optional in the file).
+ * Each the best of reps repetitions of at least min_s seconds (calibrate.c's). docs/planner.md.
  * Invariants: library code, nothing printed; buffers freed on every path; an absent or partial
- * object loads as C[0] = 0: the block is then costed at the reference rates (hpt_cost.arch_rates). */
+ * object loads as C[0] = 0 (the reference rates serve: hpt_cost.arch_rates), a partial bf16
+ * part as bf16_C0 = 0 (cost.c scales the fp32 own rates by the reference's bf16 ratio). */
 #include "core/core.h"
 #include "kernels/backend.h"
 #include "model/arch.h"

@@ -2,8 +2,9 @@
  * (calibrate.c) and the plan's work and bytes: forward, backward, recompute, pointwise passes,
  * the update, activation offload and the offload engine's loads, write-backs and updates
  * (overlapped by a worker thread, or inline as engine.c runs them), an architecture with an op
- * table (hpt_arch.plan) at its own rates when calibrated. docs/planner.md, "The cost model",
- * gives each term's formula.
+ * table (hpt_arch.plan) at its own rates when calibrated, a --matmul bf16 plan's GEMMs and
+ * flash attention at the bf16 rates (when the file has them). docs/planner.md, "The cost
+ * model", gives each term's formula.
  * Invariants: the work comes from the architecture and the estimator (model_flops_per_token,
  * the tensor table, the arena plan), never restated here; library code, nothing allocated
  * through hpt_mem; the result depends only on (o, c), so the search's choice is deterministic
