@@ -6,6 +6,10 @@
 # the first (the first pays for warm-up and oneDNN's primitive creation), and bf16's ratio to
 # fp32. Which bf16 path ran (oneDNN's bf16 matmul, or the reference: rounded fp32 panels and
 # sgemm) is printed: HPT_GEMM_BF16=ref forces the reference.
+# Beside each measured step, the cost model's prediction for the same run (`hptrain estimate`
+# with the same flags: the cached calibration, $HPT_CALIBRATION or ~/.cache/hptrain/
+# calibration.json; "-" without one), and the measured over the predicted time; a calibration
+# without --matmul bf16's rates predicts bf16 at the fp32 rates (the estimate says so).
 # The machine's load (uptime) is printed before and after: on a shared 2-core machine step times
 # are only comparable within one run.
 #
@@ -46,10 +50,14 @@ echo "== bench_matmul: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, $THREADS 
 grep -o -m1 'avx512_bf16' /proc/cpuinfo >/dev/null && echo "CPU: avx512_bf16 (oneDNN's bf16 matmul unless HPT_GEMM_BF16=ref${HPT_GEMM_BF16:+; HPT_GEMM_BF16=$HPT_GEMM_BF16 is set})" \
     || echo "CPU: no avx512_bf16 (the reference bf16 path: rounded fp32 panels and sgemm)"
 echo "load before: $(uptime)"
-printf "%-52s %12s %12s %8s %12s\n" model "fp32 s/step" "bf16 s/step" ratio "bf16 loss-fp32"
+printf "%-52s %12s %12s %8s %12s %12s %12s %9s %9s\n" model "fp32 s/step" "bf16 s/step" ratio \
+    "bf16 loss-fp32" "fp32 pred" "bf16 pred" "fp32 m/p" "bf16 m/p"
 for m in "${MODELS[@]}"; do
-    declare -A ms loss
+    declare -A ms loss pred
     for mm in fp32 bf16; do
+        # the prediction first (estimate runs no step): predicted_step_s of --json, or "-"
+        pred[$mm]=$("$HPT" estimate --model "$m" --batch $B --seq $T --matmul $mm --threads $THREADS --json 2>/dev/null |
+            python3 -c 'import json,sys; print(json.load(sys.stdin).get("predicted_step_s", "-"))' 2>/dev/null || echo -)
         log="$TMP/$mm.jsonl"
         rm -f "$log"
         "$HPT" train --model "$m" --data "$TMP/train_000.bin" --batch $B --seq $T --steps $STEPS \
@@ -58,10 +66,17 @@ for m in "${MODELS[@]}"; do
         ms[$mm]=$(mean_ms "$log")
         loss[$mm]=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])["loss"])' "$log")
     done
-    python3 - "$m" "${ms[fp32]}" "${ms[bf16]}" "${loss[fp32]}" "${loss[bf16]}" <<'PY'
+    python3 - "$m" "${ms[fp32]}" "${ms[bf16]}" "${loss[fp32]}" "${loss[bf16]}" "${pred[fp32]}" "${pred[bf16]}" <<'PY'
 import sys
-m, a, b, la, lb = sys.argv[1], *map(float, sys.argv[2:])
-print("%-52s %12.3f %12.3f %8.2f %12.2e" % (m, a / 1e3, b / 1e3, b / a, lb - la))
+m, a, b, la, lb = sys.argv[1], *map(float, sys.argv[2:6])
+def num(x):
+    try: return float(x)
+    except ValueError: return None
+pa, pb = num(sys.argv[6]), num(sys.argv[7])
+f = lambda x: "%12.3f" % x if x is not None else "%12s" % "-"
+r = lambda x, p: "%9.2f" % (x / 1e3 / p) if p else "%9s" % "-"
+print("%-52s %12.3f %12.3f %8.2f %12.2e %s %s %s %s" % (m, a / 1e3, b / 1e3, b / a, lb - la, f(pa), f(pb),
+                                                       r(a, pa), r(b, pb)))
 PY
 done
 echo "load after: $(uptime)"

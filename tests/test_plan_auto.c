@@ -54,7 +54,7 @@ static hpt_plan_opts small_model(void) {
 
 static int is_lossy(const hpt_plan_opts *o) {
     return o->adamw.state_bits == 8 || o->offload.weights != HPT_BW_FP32 ||
-           o->act.compress != HPT_COMPRESS_NONE;
+           o->act.compress != HPT_COMPRESS_NONE || o->act.matmul == HPT_MATMUL_BF16;
 }
 
 static int uses_disk(const hpt_plan_opts *o) {
@@ -330,6 +330,166 @@ static void check_llama(const char *path) {
     CHECK(!k.arch_rates && k.gemm_fwd_gflops == 10);
 }
 
+/* --matmul bf16's rates as JSON members (leading comma): the reference block's GEMMs at b64
+ * GFLOP/s at 64 rows and b256 at 256 (every width), the head's at hb, the bf16 flash pair at fl
+ * (T 128 only); partial: the head left out. */
+static void bf16_extra(char *buf, size_t n, double b64, double b256, double hb, double fl, int partial) {
+    static const int Cs[HPT_CAL_GEMM_SIZES] = {512, 768, 1024, 1280, 1600, 2048};
+    size_t k = (size_t)snprintf(buf, n, ",\"matmul_bf16\":{\"gemm\":[");
+    for (int r = 0; r < 2; r++)
+        for (int i = 0; i < HPT_CAL_GEMM_SIZES; i++)
+            k += (size_t)snprintf(buf + k, n - k, "%s{\"rows\":%d,\"C\":%d,\"fwd_gflops\":%g,\"bwd_gflops\":%g}",
+                                  r + i ? "," : "", r ? 256 : 64, Cs[i], r ? b256 : b64, r ? b256 : b64);
+    k += (size_t)snprintf(buf + k, n - k, "]");
+    if (!partial)
+        k += (size_t)snprintf(buf + k, n - k, ",\"head\":[{\"rows\":64,\"fwd_gflops\":%g,\"bwd_gflops\":%g},"
+                              "{\"rows\":256,\"fwd_gflops\":%g,\"bwd_gflops\":%g}]", hb, hb, hb, hb);
+    snprintf(buf + k, n - k, ",\"flash_fwd_gflops\":%g,\"flash_bwd_gflops\":%g}", fl, fl);
+}
+
+/* A Llama object (check_llama's rates: GEMMs 2 / 4 GFLOP/s at C 512, 8 / 16 at 2048, flash 3),
+ * with own_bf16: its bf16 GEMMs at half those and its bf16 flash pair at 6. */
+static void llama_extra(char *buf, size_t n, int own_bf16) {
+    size_t k = (size_t)snprintf(buf, n,
+        ",\"llama\":{\"gemm\":[{\"rows\":64,\"C\":512,\"FF\":1536,\"fwd_gflops\":2,"
+        "\"bwd_gflops\":4},{\"rows\":64,\"C\":2048,\"FF\":8192,\"fwd_gflops\":8,"
+        "\"bwd_gflops\":16},{\"rows\":256,\"C\":512,\"FF\":1536,\"fwd_gflops\":2,"
+        "\"bwd_gflops\":4},{\"rows\":256,\"C\":2048,\"FF\":8192,\"fwd_gflops\":8,"
+        "\"bwd_gflops\":16}],\"gqa_flash_fwd_gflops\":3,\"gqa_flash_bwd_gflops\":3,"
+        "\"gqa_plain_fwd_gflops\":5,\"gqa_plain_bwd_gflops\":5,\"rmsnorm_fwd_ns\":1,"
+        "\"rmsnorm_bwd_ns\":1,\"swiglu_fwd_ns\":1,\"swiglu_bwd_ns\":1,\"rope_fwd_ns\":1,"
+        "\"rope_bwd_ns\":1");
+    if (own_bf16)
+        k += (size_t)snprintf(buf + k, n - k,
+            ",\"gemm_bf16\":[{\"rows\":64,\"C\":512,\"fwd_gflops\":1,\"bwd_gflops\":2},"
+            "{\"rows\":64,\"C\":2048,\"fwd_gflops\":4,\"bwd_gflops\":8},{\"rows\":256,\"C\":512,"
+            "\"fwd_gflops\":1,\"bwd_gflops\":2},{\"rows\":256,\"C\":2048,\"fwd_gflops\":4,"
+            "\"bwd_gflops\":8}],\"gqa_flash_bf16_fwd_gflops\":6,\"gqa_flash_bf16_bwd_gflops\":6");
+    snprintf(buf + k, n - k, "}");
+}
+
+/* --matmul bf16 (docs/planner.md, "bf16 GEMMs"): a file without its rates (every file before
+ * them) loads, and a bf16 plan is costed at the fp32 rates and says so; with them (the file's
+ * "matmul_bf16", an architecture's "gemm_bf16": round trip) a bf16 plan's block GEMMs, head and
+ * flash attention take the bf16 rates and its forward and backward follow the formula, while an
+ * fp32 plan's cost is unchanged; LoRA's adapters (fp32 GEMMs) stay at the fp32 rate; a partial
+ * object is ignored; an architecture without bf16 rates of its own scales its fp32 ones by the
+ * reference's ratio; and the search takes bf16 when its rates are faster, with allow_lossy
+ * only, never over a --matmul the user gave. */
+static void check_bf16(const char *path) {
+    static char extra[8192];
+    hpt_calibration cal, cal2;
+    hpt_cost kf, kb, k2;
+    hpt_plan_opts fp = small_model(), bf = fp; /* 2 x 64 = 128 rows: halfway in log(rows) */
+    bf.act.matmul = HPT_MATMUL_BF16;
+    /* an older file: no bf16 rates */
+    write_cal_rows(path, 10, 30, 20, 60, 1, 1, 1, 1);
+    CHECK_OK(hpt_calibration_load(path, &cal));
+    CHECK(!cal.bf16.have);
+    CHECK_OK(hpt_plan_cost(&fp, &cal, &kf));
+    CHECK_OK(hpt_plan_cost(&bf, &cal, &kb));
+    CHECK(!kf.bf16_at_fp32 && kb.bf16_at_fp32);
+    CHECK(kb.total_s == kf.total_s && kb.gemm_fwd_gflops == 20 && kb.head_fwd_gflops == 40);
+    /* with them: GEMMs 5 (64 rows) and 15 (256), 10 at 128 rows; head 8; flash 0.25 */
+    bf16_extra(extra, sizeof extra, 5, 15, 8, 0.25, 0);
+    g_cal_extra = extra;
+    write_cal_rows(path, 10, 30, 20, 60, 1, 1, 1, 1);
+    CHECK_OK(hpt_calibration_load(path, &cal));
+    CHECK(cal.bf16.have && cal.bf16.gemm_fwd_gflops[1][5] == 15 && cal.bf16.head_gflops[0][1] == 8 &&
+          cal.bf16.flash_gflops[1] == 0.25 && cal.bf16.flash512_gflops[0] == 0);
+    char p2[4200];
+    snprintf(p2, sizeof p2, "%s.bf16", path);
+    CHECK_OK(hpt_calibration_save(p2, &cal));
+    CHECK_OK(hpt_calibration_load(p2, &cal2));
+    CHECK(!memcmp(&cal, &cal2, sizeof cal));
+    CHECK_OK(hpt_plan_cost(&fp, &cal, &k2));
+    CHECK(k2.total_s == kf.total_s); /* an fp32 plan ignores them */
+    CHECK_OK(hpt_plan_cost(&bf, &cal, &kb));
+    CHECK(!kb.bf16_at_fp32 && fabs(kb.gemm_fwd_gflops - 10) < 1e-9 && fabs(kb.gemm_bwd_gflops - 10) < 1e-9 &&
+          kb.head_fwd_gflops == 8 && kb.head_bwd_gflops == 8 && kb.attn_fwd_gflops == 0.25 &&
+          kb.attn_bwd_gflops == 0.25);
+    double head = kb.gemm_flops_fwd - kb.block_gemm_flops_fwd;
+    double want_f = kb.block_gemm_flops_fwd / 10e9 + head / 8e9 + kb.attn_flops_fwd / 0.25e9;
+    double want_b = 2 * kb.block_gemm_flops_fwd / 10e9 + 2 * head / 8e9 + 2 * kb.attn_flops_fwd / 0.25e9;
+    CHECK_MSG(fabs(kb.fwd_s - want_f) < 1e-9 * want_f && fabs(kb.bwd_s - want_b) < 1e-9 * want_b,
+              "bf16: fwd %.9g s (want %.9g), bwd %.9g (want %.9g)", kb.fwd_s, want_f, kb.bwd_s, want_b);
+    CHECK(kb.total_s - kf.total_s > 0.5 * ((kb.fwd_s + kb.bwd_s) - (kf.fwd_s + kf.bwd_s)));
+    /* LoRA (a Llama at the reference rates: 64 rows, fp32 GEMMs 10, bf16 5): the adapters at 10 */
+    hpt_plan_opts lo = hpt_plan_defaults();
+    CHECK_OK(hpt_model_config_parse("llama:L=4,C=256,NH=4,NKV=2,FF=512,V=4096,T=64", &lo.cfg));
+    lo.B = 1, lo.T = 64;
+    CHECK_OK(hpt_lora_parse("r=4", &lo.lora));
+    lo.act.matmul = HPT_MATMUL_BF16;
+    CHECK_OK(hpt_plan_cost(&lo, &cal, &k2));
+    double dw = 0, ad = 0;
+    CHECK_OK(model_lora_flops(&lo.cfg, &lo.lora, &dw, &ad));
+    double lb = k2.block_gemm_flops_fwd / 5e9 + (k2.gemm_flops_fwd - k2.block_gemm_flops_fwd) / 8e9 +
+                2 * k2.attn_flops_fwd / 0.25e9;
+    CHECK(!k2.arch_rates && k2.gemm_fwd_gflops == 5 && ad > 0);
+    CHECK_MSG(fabs(k2.bwd_s - (lb + k2.tokens * ad / 10e9)) < 1e-9 * k2.bwd_s,
+              "LoRA bf16 backward %.9g s, want %.9g (adapters at the fp32 rate)", k2.bwd_s,
+              lb + k2.tokens * ad / 10e9);
+    /* a partial object: ignored */
+    bf16_extra(extra, sizeof extra, 5, 15, 8, 0.25, 1);
+    write_cal_rows(path, 10, 30, 20, 60, 1, 1, 1, 1);
+    CHECK_OK(hpt_calibration_load(path, &cal));
+    CHECK(!cal.bf16.have);
+    /* a Llama block at its own bf16 rates (C 256: flat at C 512's), then without them: its fp32
+     * ones (2, flash 3) times the reference's bf16/fp32 ratio (GEMMs 5/10, flash 0.25/1) */
+    hpt_plan_opts ll = hpt_plan_defaults();
+    CHECK_OK(hpt_model_config_parse("llama:L=2,C=256,NH=4,NKV=2,FF=768,V=256,T=64", &ll.cfg));
+    ll.B = 1, ll.T = 64;
+    ll.act.matmul = HPT_MATMUL_BF16;
+    for (int own = 1; own >= 0; own--) {
+        size_t n = (size_t)snprintf(extra, sizeof extra, "%s", "");
+        bf16_extra(extra, sizeof extra, 5, 15, 8, 0.25, 0);
+        n = strlen(extra);
+        llama_extra(extra + n, sizeof extra - n, own);
+        write_cal_rows(path, 10, 30, 20, 60, 1, 1, 1, 1);
+        CHECK_OK(hpt_calibration_load(path, &cal));
+        CHECK(cal.arch[HPT_ARCH_LLAMA].C[0] == 512 && (cal.arch[HPT_ARCH_LLAMA].bf16_C0 == 512) == own);
+        if (own) {
+            CHECK(cal.arch[HPT_ARCH_LLAMA].gemm_bf16_gflops[1][1][1] == 8 &&
+                  cal.arch[HPT_ARCH_LLAMA].flash_bf16_gflops[0] == 6);
+            CHECK_OK(hpt_calibration_save(p2, &cal));
+            CHECK_OK(hpt_calibration_load(p2, &cal2));
+            CHECK(!memcmp(&cal, &cal2, sizeof cal));
+        }
+        CHECK_OK(hpt_plan_cost(&ll, &cal, &k2));
+        CHECK_MSG(k2.arch_rates && fabs(k2.gemm_fwd_gflops - 1) < 1e-9 && fabs(k2.gemm_bwd_gflops - 2) < 1e-9 &&
+                      fabs(k2.attn_fwd_gflops - (own ? 6 : 0.75)) < 1e-9,
+                  "llama bf16 (own %d): GEMM %g / %g, flash %g", own, k2.gemm_fwd_gflops,
+                  k2.gemm_bwd_gflops, k2.attn_fwd_gflops);
+    }
+    /* the search: bf16 100x faster everywhere wins with allow_lossy; never without it, nor over
+     * a given --matmul; slower, fp32 stays */
+    hpt_auto_result *r = malloc(sizeof *r);
+    hpt_auto_opts a = {.allow_lossy = 1, .allow_disk = 0, .sequences = 4};
+    hpt_plan_opts base = small_model();
+    bf16_extra(extra, sizeof extra, 1000, 1000, 1000, 100, 0);
+    write_cal(path, 1, 1, 1, 1);
+    CHECK_OK(hpt_calibration_load(path, &cal));
+    CHECK_OK(hpt_plan_auto(&base, &cal, &a, r));
+    CHECK(r->n >= 1 && r->cand[0].o.act.matmul == HPT_MATMUL_BF16);
+    check_kept(r, &base, 4);
+    check_reproduces(&r->cand[0].o);
+    a.allow_lossy = 0;
+    CHECK_OK(hpt_plan_auto(&base, &cal, &a, r));
+    for (int i = 0; i < r->n; i++) CHECK(r->cand[i].o.act.matmul == HPT_MATMUL_FP32);
+    a.allow_lossy = 1;
+    hpt_plan_opts given = base;
+    CHECK_OK(hpt_plan_set(&given.plan, "matmul", "fp32"));
+    CHECK_OK(hpt_plan_auto(&given, &cal, &a, r));
+    for (int i = 0; i < r->n; i++) CHECK(r->cand[i].o.act.matmul == HPT_MATMUL_FP32);
+    bf16_extra(extra, sizeof extra, 0.1, 0.1, 0.1, 0.1, 0);
+    write_cal(path, 1, 1, 1, 1);
+    CHECK_OK(hpt_calibration_load(path, &cal));
+    CHECK_OK(hpt_plan_auto(&base, &cal, &a, r));
+    CHECK(r->n >= 1 && r->cand[0].o.act.matmul == HPT_MATMUL_FP32);
+    free(r);
+    g_cal_extra = "";
+}
+
 int main(void) {
     char path[4096];
     snprintf(path, sizeof path, "%s/cal.json", t_tmpdir());
@@ -563,6 +723,7 @@ int main(void) {
         CHECK(k.attn_fwd_gflops == 1 && k.attn_bwd_gflops == 1);
     }
     check_llama(path);
+    check_bf16(path);
     write_cal(path, 1, 1000, 1, 1);
     CHECK_OK(hpt_calibration_load(path, &cal));
 

@@ -85,4 +85,31 @@ thr=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['threads']
 after=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get('engine_disk'))" "$HPT_CALIBRATION")
 [ "$before" = "$after" ] && grep -q "kept the engine's rates recorded by 1 training run" "$tmp/k.txt" && ok ||
   bad "calibrate dropped the recorded rates: '$before' -> '$after' ($(tail -2 "$tmp/k.txt"))"
+# --matmul bf16 with a calibration without its rates (calibration_fake.json, as every file before
+# them): predicted at the fp32 rates (the same step time as fp32) and said in one line; with the
+# rates (a "matmul_bf16" object, its GEMMs 100x slower) no such line and a slower prediction.
+# (A fresh copy: the calibrate above measured bf16 rates into $HPT_CALIBRATION.)
+export HPT_CALIBRATION=$tmp/cal_old.json
+cp "$(dirname "$0")/calibration_fake.json" "$HPT_CALIBRATION"
+"$bin" estimate --model "$shape" --batch 4 --seq 32 --matmul bf16 >"$tmp/m1.txt" 2>&1 || bad "estimate --matmul bf16: $(cat "$tmp/m1.txt")"
+"$bin" estimate --model "$shape" --batch 4 --seq 32 >"$tmp/m0.txt" 2>&1
+[ "$(grep -c 'matmul bf16 costed at the fp32' "$tmp/m1.txt")" = 1 ] && ok || bad "no one-line note on bf16 at fp32 rates: $(cat "$tmp/m1.txt")"
+grep -q 'costed at the fp32' "$tmp/m0.txt" && bad "an fp32 estimate mentions bf16 rates" || ok
+[ "$(grep 'predicted step' "$tmp/m0.txt")" = "$(grep 'predicted step' "$tmp/m1.txt")" ] && ok || bad "bf16 without its rates is not the fp32 prediction"
+"$bin" estimate --model "$shape" --batch 4 --seq 32 --matmul bf16 --json 2>/dev/null | grep -q '"predicted_bf16_at_fp32_rates":true' && ok || bad "estimate --json does not say bf16 was costed at the fp32 rates"
+python3 - "$HPT_CALIBRATION" "$tmp/cal_bf16.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["matmul_bf16"] = {"gemm": [dict(g, fwd_gflops=g["fwd_gflops"] / 100, bwd_gflops=g["bwd_gflops"] / 100) for g in c["gemm"]],
+                    "head": [dict(h, fwd_gflops=h["fwd_gflops"] / 100, bwd_gflops=h["bwd_gflops"] / 100) for h in c["head"]],
+                    "flash_fwd_gflops": c["flash_fwd_gflops"], "flash_bwd_gflops": c["flash_bwd_gflops"]}
+json.dump(c, open(sys.argv[2], "w"))
+PY
+HPT_CALIBRATION=$tmp/cal_bf16.json "$bin" estimate --model "$shape" --batch 4 --seq 32 --matmul bf16 >"$tmp/m2.txt" 2>&1 || bad "estimate --matmul bf16 with bf16 rates: $(cat "$tmp/m2.txt")"
+grep -q 'costed at the fp32' "$tmp/m2.txt" && bad "bf16 rates present, yet the note: $(cat "$tmp/m2.txt")" || ok
+python3 - "$tmp/m1.txt" "$tmp/m2.txt" <<'PY' && ok || bad "bf16 at 100x slower GEMMs is not predicted slower"
+import re, sys
+t = [float(re.search(r"predicted step ([0-9.]+) s", open(f).read()).group(1)) for f in sys.argv[1:]]
+sys.exit(0 if t[1] > 5 * t[0] else 1)
+PY
 finish test_plan_auto.sh

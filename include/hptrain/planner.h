@@ -27,7 +27,27 @@ typedef struct {
     double gemm_gflops[HPT_CAL_GEMM_ROWS][HPT_CAL_ARCH_WIDTHS][2];
     double attn_gflops[2][2];
     double op_ns[HPT_ARCH_MAX_OPS][2];
+    /* --matmul bf16's (bf16_C0 = 0: not measured): the same GEMMs through the backend's
+     * matmul_*_bf16 ops (their operand rounding included), [rows][width][forward, backward];
+     * its bf16 flash attention at T = 128, [forward, backward] */
+    int bf16_C0;
+    double gemm_bf16_gflops[HPT_CAL_GEMM_ROWS][HPT_CAL_ARCH_WIDTHS][2];
+    double flash_bf16_gflops[2];
 } hpt_cal_arch;
+
+/* --matmul bf16's rates (docs/planner.md, "bf16 GEMMs"): the reference block's and the head's
+ * GEMMs at the fp32 ones' shapes through the backend's matmul_forward_bf16 and
+ * matmul_backward_bf16 (each call's operand rounding included), and the bf16 flash attention
+ * pair at T = 128 and 512. The file's optional "matmul_bf16" object; have 0 (an older file):
+ * a bf16 plan is costed at the fp32 rates (hpt_cost.bf16_at_fp32). */
+typedef struct {
+    int have;
+    double gemm_fwd_gflops[HPT_CAL_GEMM_ROWS][HPT_CAL_GEMM_SIZES];
+    double gemm_bwd_gflops[HPT_CAL_GEMM_ROWS][HPT_CAL_GEMM_SIZES];
+    double head_gflops[HPT_CAL_GEMM_ROWS][2];
+    double flash_gflops[2];              /* T = 128, [forward, backward] */
+    double flash512_gflops[2];           /* T = 512 (0: not measured) */
+} hpt_cal_bf16;
 
 /* Rates measured by hpt_calibrate (or read from its cached file). Rates are per second. */
 typedef struct {
@@ -75,6 +95,7 @@ typedef struct {
      * block differs from the reference one measured above (src/plan/calibrate_arch.c, from
      * the architecture's op table; the file's object named after it) */
     hpt_cal_arch arch[HPT_CAL_ARCHS];
+    hpt_cal_bf16 bf16;                   /* --matmul bf16's rates (optional) */
 } hpt_calibration;
 
 /* The cache file: $HPT_CALIBRATION, else ~/.cache/hptrain/calibration.json. */
@@ -139,6 +160,8 @@ typedef struct {
                                     * (no disk home on the CPU backend: no worker thread) */
     int arch_rates;                /* 1: the architecture's block costed at its own measured
                                     * rates (hpt_calibration.arch) */
+    int bf16_at_fp32;              /* 1: a --matmul bf16 plan costed at the fp32 rates (the
+                                    * calibration has no bf16 rates: an older file) */
     /* the parts (seconds per optimizer step) */
     double fwd_s, bwd_s, recompute_s, pointwise_s, optim_s;
     double transfer_s;             /* all transfers' own time at their bandwidths */

@@ -1,13 +1,14 @@
 /* auto.c: `--plan auto`: the fastest plan that fits every tier's budget. It enumerates the
  * space (micro-batch, attention, recompute, activation offload, a head chunk, the engine's homes
- * with K, P and the fused update, embeddings; with allow_lossy 8-bit state, bf16 weights and
- * compressed activations), keeps what passes hpt_plan_check, costs each (cost.c), and takes
+ * with K, P and the fused update, embeddings; with allow_lossy 8-bit state, bf16 weights,
+ * compressed activations and --matmul bf16 when calibrated), keeps what passes hpt_plan_check, costs each (cost.c), and takes
  * them fastest first through the exact estimator until HPT_AUTO_KEEP fit. docs/planner.md,
  * "The search".
  * Invariants: only the estimator decides what fits, so the chosen plan is the fastest predicted
  * one the estimator says fits; deterministic for a given calibration (ties keep the enumeration
  * order: qsort is given the index as the last key); nothing is allocated through hpt_mem. */
 #include "core/core.h"
+#include "kernels/backend.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -114,6 +115,21 @@ static int base_choice(const hpt_plan_opts *base, const hpt_auto_opts *a, int i,
 }
 
 /* Every candidate of the space, costed, into cs. */
+/* Whether the search tries --matmul bf16 beside fp32: lossy choices allowed, --matmul not given
+ * (the user's is kept, as is a bf16 base), the calibration with bf16 rates (without them bf16
+ * would be costed at the fp32 rates, plus its workspace: no honest comparison), and heads the
+ * backends' bf16 flash pair takes (the CPU's up to HPT_ATTN_BF16_MAX_HS, CUDA's 16, 32, 64 and
+ * 128; the model refuses others at setup). */
+static int bf16_choice(const hpt_plan_opts *base, const hpt_calibration *c, const hpt_auto_opts *a) {
+    int takes = 0, opt = 0;
+    for (const char *n; (n = hpt_plan_option_name(opt, &takes)) && strcmp(n, "matmul"); opt++) {}
+    if (!a->allow_lossy || !c->bf16.have || base->act.matmul != HPT_MATMUL_FP32) return 0;
+    if (hpt_plan_option_name(opt, &takes) && (base->plan.given >> opt & 1)) return 0;
+    const int hd = base->cfg.NH > 0 ? base->cfg.C / base->cfg.NH : 0;
+    if (base->device) return hd == 16 || hd == 32 || hd == 64 || hd == 128;
+    return hd >= 1 && hd <= HPT_ATTN_BF16_MAX_HS;
+}
+
 static hpt_status enumerate(const hpt_plan_opts *base, const hpt_calibration *c, const hpt_auto_opts *a,
                             cands *cs, memos *ms) {
     const hpt_model_config *cfg = &base->cfg;
@@ -136,7 +152,9 @@ static hpt_status enumerate(const hpt_plan_opts *base, const hpt_calibration *c,
     for (int s8 = 0; s8 < 2; s8++)
     for (int bw = 0; bw < 2; bw++)
     for (int emb = 0; emb < HPT_EMB_COUNT; emb++)
-    for (int lb = 0; lb < BASE_CHOICES; lb++) {
+    for (int lb = 0; lb < BASE_CHOICES; lb++)
+    for (int mm = 0; mm < 2; mm++) { /* --matmul fp32, bf16 */
+        if (mm && !bf16_choice(base, c, a)) continue;
         hpt_lora_opts lo;
         if (!base_choice(base, a, lb, &lo)) continue;
         /* the embeddings chunked (fused only) or bf16 (lossy: with bf16 weights): wte's
@@ -164,9 +182,8 @@ static hpt_status enumerate(const hpt_plan_opts *base, const hpt_calibration *c,
         o.act.compress = comp == 0 ? HPT_COMPRESS_NONE : comp == 1 ? HPT_COMPRESS_BF16 : HPT_COMPRESS_INT8;
         o.act.head_chunk = hc ? 128 : 0;
         o.act.mlp_tile = hc == 2 ? HPT_AUTO_MLP_TILE : 0;
-        /* --matmul: the user's, never chosen here (lossy, and the cost model times bf16 GEMMs at
-         * the fp32 rate for now, so bf16 would only add its workspace) */
-        o.act.matmul = base->act.matmul;
+        /* --matmul: the user's when given (or bf16), else bf16 tried beside fp32 (bf16_choice) */
+        o.act.matmul = mm ? HPT_MATMUL_BF16 : base->act.matmul;
         if (attn && o.act.matmul == HPT_MATMUL_BF16) continue; /* refused (hpt_act_check) */
         set_homes(&o.offload, h);
         if (engine_homes) {

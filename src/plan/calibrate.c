@@ -1,7 +1,8 @@
 /* calibrate.c: this machine's rates for the cost model (src/plan/cost.c), measured with the
  * backend's own ops, and their cache file (JSON, versioned): block and head GEMMs at a step's
  * shapes, attention, a memory pass, each optimizer's update (team and one thread), the sharing
- * losses, host copies and the disk with O_DIRECT. Each is the best of a few repetitions of at
+ * losses, host copies and the disk with O_DIRECT; --matmul bf16's GEMMs and flash pair through
+ * the backend's _bf16 ops (the file's optional "matmul_bf16": an older file loads without it). Each is the best of a few repetitions of at
  * least 50-150 ms: the rate of the machine's quiet moments. What, at which shapes, and why:
  * docs/planner.md, "Calibration".
  * Invariants: library code, nothing printed; one calibration at a time (the repetition time is
@@ -37,6 +38,78 @@ const char *hpt_calibration_path(char *buf, size_t n) {
 static const char *k_optim_key[HPT_OPTIM_COUNT] = {"adamw", "lion", "adam-mini", "sgd"};
 
 static cJSON *read_json(const char *path);
+
+/* --matmul bf16's rates as the file's optional "matmul_bf16" object: {"gemm": [{rows, C,
+ * fwd_gflops, bwd_gflops}, ...] (rows-major, the fp32 GEMMs' rows and widths), "head": [{rows,
+ * fwd_gflops, bwd_gflops}, ...], "flash_fwd_gflops", "flash_bwd_gflops" (T = 128) and, when
+ * measured, "flash_T512_fwd_gflops", "flash_T512_bwd_gflops"}. */
+static cJSON *bf16_to_json(const hpt_calibration *c) {
+    const hpt_cal_bf16 *b = &c->bf16;
+    cJSON *j = cJSON_CreateObject();
+    cJSON *g = cJSON_AddArrayToObject(j, "gemm");
+    for (int r = 0; r < HPT_CAL_GEMM_ROWS; r++)
+        for (int i = 0; i < HPT_CAL_GEMM_SIZES; i++) {
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "rows", c->gemm_rows[r]);
+            cJSON_AddNumberToObject(e, "C", c->gemm_C[i]);
+            cJSON_AddNumberToObject(e, "fwd_gflops", b->gemm_fwd_gflops[r][i]);
+            cJSON_AddNumberToObject(e, "bwd_gflops", b->gemm_bwd_gflops[r][i]);
+            cJSON_AddItemToArray(g, e);
+        }
+    cJSON *h = cJSON_AddArrayToObject(j, "head");
+    for (int r = 0; r < HPT_CAL_GEMM_ROWS; r++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "rows", c->gemm_rows[r]);
+        cJSON_AddNumberToObject(e, "fwd_gflops", b->head_gflops[r][0]);
+        cJSON_AddNumberToObject(e, "bwd_gflops", b->head_gflops[r][1]);
+        cJSON_AddItemToArray(h, e);
+    }
+    cJSON_AddNumberToObject(j, "flash_fwd_gflops", b->flash_gflops[0]);
+    cJSON_AddNumberToObject(j, "flash_bwd_gflops", b->flash_gflops[1]);
+    if (b->flash512_gflops[0] > 0) {
+        cJSON_AddNumberToObject(j, "flash_T512_fwd_gflops", b->flash512_gflops[0]);
+        cJSON_AddNumberToObject(j, "flash_T512_bwd_gflops", b->flash512_gflops[1]);
+    }
+    return j;
+}
+
+/* The "matmul_bf16" object into c->bf16, all or nothing (every rate > 0, the fp32 GEMMs' rows
+ * and widths): 1 when whole. */
+static int pos(const cJSON *j, const char *key, double *out) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!cJSON_IsNumber(x) || !(x->valuedouble > 0)) return 0;
+    *out = x->valuedouble;
+    return 1;
+}
+
+static int bf16_from_json(const cJSON *j, hpt_calibration *c) {
+    hpt_cal_bf16 b;
+    memset(&b, 0, sizeof b);
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(j, "gemm"), *h = cJSON_GetObjectItemCaseSensitive(j, "head");
+    int ok = cJSON_IsArray(g) && cJSON_GetArraySize(g) == HPT_CAL_GEMM_ROWS * HPT_CAL_GEMM_SIZES &&
+             cJSON_IsArray(h) && cJSON_GetArraySize(h) == HPT_CAL_GEMM_ROWS;
+    for (int r = 0; ok && r < HPT_CAL_GEMM_ROWS; r++) {
+        for (int i = 0; ok && i < HPT_CAL_GEMM_SIZES; i++) {
+            const cJSON *e = cJSON_GetArrayItem(g, r * HPT_CAL_GEMM_SIZES + i);
+            double rows = 0, C = 0;
+            ok = pos(e, "rows", &rows) && (int)rows == c->gemm_rows[r] && pos(e, "C", &C) &&
+                 (int)C == c->gemm_C[i] && pos(e, "fwd_gflops", &b.gemm_fwd_gflops[r][i]) &&
+                 pos(e, "bwd_gflops", &b.gemm_bwd_gflops[r][i]);
+        }
+        const cJSON *e = cJSON_GetArrayItem(h, r);
+        double rows = 0;
+        ok = ok && pos(e, "rows", &rows) && (int)rows == c->gemm_rows[r] &&
+             pos(e, "fwd_gflops", &b.head_gflops[r][0]) && pos(e, "bwd_gflops", &b.head_gflops[r][1]);
+    }
+    ok = ok && pos(j, "flash_fwd_gflops", &b.flash_gflops[0]) && pos(j, "flash_bwd_gflops", &b.flash_gflops[1]);
+    if (!ok) return 0;
+    double f = 0, bw = 0; /* T = 512: optional, both or neither */
+    if (pos(j, "flash_T512_fwd_gflops", &f) && pos(j, "flash_T512_bwd_gflops", &bw))
+        b.flash512_gflops[0] = f, b.flash512_gflops[1] = bw;
+    b.have = 1;
+    c->bf16 = b;
+    return 1;
+}
 
 /* c as the file's object: the top level for the CPU's, an entry of "devices" for a GPU's. */
 static cJSON *cal_to_json(const hpt_calibration *c) {
@@ -104,6 +177,7 @@ static cJSON *cal_to_json(const hpt_calibration *c) {
         cJSON_AddNumberToObject(e, "loss", c->engine_disk_loss[k]);
         cJSON_AddStringToObject(e, "source", c->engine_source[k]);
     }
+    if (c->bf16.have) cJSON_AddItemToObject(j, "matmul_bf16", bf16_to_json(c));
     hpt_cal_arch_save(j, c);
     return j;
 }
@@ -246,6 +320,10 @@ static int cal_from_json(const cJSON *j, hpt_calibration *c) {
             num(a, "plain_fwd_gflops", &r[1][0]) && num(a, "plain_bwd_gflops", &r[1][1]) &&
             r[0][0] > 0 && r[0][1] > 0 && r[1][0] > 0 && r[1][1] > 0)
             memcpy(c->attn512_gflops, r, sizeof r);
+        /* --matmul bf16's rates: optional (a file written before them has none: bf16 plans
+         * are then costed at the fp32 rates); a partial object is ignored */
+        const cJSON *mb = cJSON_GetObjectItemCaseSensitive(j, "matmul_bf16");
+        if (cJSON_IsObject(mb)) bf16_from_json(mb, c);
         hpt_cal_arch_load(j, c);
     }
     return ok;
@@ -316,7 +394,22 @@ static double minimum(const double *t, int n) {
  * 32768 outputs (a vocabulary's, far wider than a block's) at each row count. */
 static const int k_gemm_rows[HPT_CAL_GEMM_ROWS] = {64, 256};
 
-static hpt_status measure_gemm(const hpt_backend *be, int reps, hpt_calibration *c) {
+/* The block's linear layers' ops at a precision: ws NULL, matmul_forward and matmul_backward;
+ * else (--matmul bf16) their _bf16 forms with ws their workspace, as the model calls them. */
+static void mm_fwd(const hpt_backend *be, void *ws, float *out, const float *inp, const float *w,
+                   int64_t N, int64_t C, int64_t OC) {
+    if (ws) be->matmul_forward_bf16(out, inp, w, NULL, N, C, OC, 0, ws);
+    else be->matmul_forward(out, inp, w, NULL, N, C, OC, 0);
+}
+static void mm_bwd(const hpt_backend *be, void *ws, float *dinp, float *dw, const float *dout,
+                   const float *inp, const float *w, int64_t N, int64_t C, int64_t OC) {
+    if (ws) be->matmul_backward_bf16(dinp, dw, NULL, dout, inp, w, N, C, OC, 0, ws);
+    else be->matmul_backward(dinp, dw, NULL, dout, inp, w, N, C, OC, 0);
+}
+
+/* ws NULL: the fp32 rates into c's gemm and head rates; else the bf16 ops' into c->bf16 (the
+ * rows and widths are the fp32 pass's, which runs first). */
+static hpt_status measure_gemm(const hpt_backend *be, int reps, void *ws, hpt_calibration *c) {
     const int64_t NMAX = k_gemm_rows[HPT_CAL_GEMM_ROWS - 1], CMAX = k_gemm_C[HPT_CAL_GEMM_SIZES - 1];
     const int64_t WMAX = 32768 * 768 > 4 * CMAX * CMAX ? 32768 * 768 : 4 * CMAX * CMAX;
     const int64_t XMAX = NMAX * (32768 > 4 * CMAX ? 32768 : 4 * CMAX);
@@ -342,24 +435,75 @@ static hpt_status measure_gemm(const hpt_backend *be, int reps, hpt_calibration 
             double f = 0, tf, tb;
             for (int k = 0; k < ns; k++) {
                 f += 2.0 * (double)(N * sh[k][0] * sh[k][1]);
-                be->matmul_forward(out, inp, w, NULL, N, sh[k][0], sh[k][1], 0); /* warm */
+                mm_fwd(be, ws, out, inp, w, N, sh[k][0], sh[k][1]); /* warm */
             }
             /* the shapes one after the other in each repetition, as a block runs them */
-            BEST_OF(reps, tf, for (int k = 0; k < ns; k++)
-                                  be->matmul_forward(out, inp, w, NULL, N, sh[k][0], sh[k][1], 0));
+            BEST_OF(reps, tf, for (int k = 0; k < ns; k++) mm_fwd(be, ws, out, inp, w, N, sh[k][0], sh[k][1]));
             BEST_OF(reps, tb, for (int k = 0; k < ns; k++)
-                                  be->matmul_backward(dinp, dw, NULL, out, inp, w, N, sh[k][0], sh[k][1], 0));
-            if (head) {
-                c->head_gflops[r][0] = f / tf / 1e9, c->head_gflops[r][1] = 2.0 * f / tb / 1e9;
-            } else {
+                                  mm_bwd(be, ws, dinp, dw, out, inp, w, N, sh[k][0], sh[k][1]));
+            double rf = f / tf / 1e9, rb = 2.0 * f / tb / 1e9;
+            if (head && ws) c->bf16.head_gflops[r][0] = rf, c->bf16.head_gflops[r][1] = rb;
+            else if (head) c->head_gflops[r][0] = rf, c->head_gflops[r][1] = rb;
+            else if (ws) c->bf16.gemm_fwd_gflops[r][i] = rf, c->bf16.gemm_bwd_gflops[r][i] = rb;
+            else {
                 c->gemm_C[i] = (int)C;
-                c->gemm_fwd_gflops[r][i] = f / tf / 1e9, c->gemm_bwd_gflops[r][i] = 2.0 * f / tb / 1e9;
+                c->gemm_fwd_gflops[r][i] = rf, c->gemm_bwd_gflops[r][i] = rb;
             }
         }
     }
 done:
     free(inp), free(w), free(out), free(dinp), free(dw);
     return s;
+}
+
+/* The bf16 flash pair (--matmul bf16) at measure_attention's shapes and FLOP count, into
+ * r[forward, backward]; 0s where the backend has no pair for heads of 64. */
+static hpt_status measure_attention_bf16(const hpt_backend *be, int reps, int T, double r[2]) {
+    const int B = 1, C = 768, NH = 12;
+    r[0] = r[1] = 0;
+    if (!be->flash_attention_forward_bf16 || !be->flash_attention_bf16_heads(C / NH)) return HPT_OK;
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nscr = (size_t)B * NH * T + 4 * nqkv;
+    float *qkv = malloc(nqkv * 4), *out = malloc(nout * 4), *lse = malloc((size_t)B * NH * T * 4);
+    float *dqkv = calloc(nqkv, 4), *scr = calloc(nscr, 4), *dout = malloc(nout * 4);
+    hpt_status s = HPT_OK;
+    if (!qkv || !out || !lse || !dqkv || !scr || !dout) {
+        s = hpt_fail(HPT_ERR_OOM, "calibration: no memory for the bf16 attention");
+        goto done;
+    }
+    fill(qkv, nqkv, 1), fill(dout, nout, 0.1f);
+    double f = 2.0 * C * (T + 1.0) * B * T, t;
+    be->flash_attention_forward_bf16(out, lse, qkv, B, T, C, NH, NH, NULL, 0);
+    BEST_OF(reps, t, be->flash_attention_forward_bf16(out, lse, qkv, B, T, C, NH, NH, NULL, 0));
+    r[0] = f / t / 1e9;
+    BEST_OF(reps, t, be->flash_attention_backward_bf16(dqkv, scr, dout, qkv, out, lse, B, T, C, NH, NH, NULL, 0));
+    r[1] = 2 * f / t / 1e9;
+done:
+    free(qkv), free(out), free(lse), free(dqkv), free(scr), free(dout);
+    return s;
+}
+
+/* --matmul bf16's rates (c->bf16): the GEMMs through the _bf16 ops, and the bf16 flash pair,
+ * with reps repetitions (hpt_calibrate gives fewer than the fp32 rates': on a CPU without fast
+ * bf16 the bf16 GEMMs run at a third to a half of fp32's rate, and at 5 repetitions they would
+ * more than double the calibration's time; docs/planner.md). Without the backend's bf16 ops
+ * nothing is measured (have stays 0). */
+static hpt_status measure_bf16(const hpt_backend *be, int reps, hpt_calibration *c) {
+    if (!be->matmul_forward_bf16 || !be->matmul_backward_bf16) return HPT_OK;
+    void *ws = NULL;
+    if (posix_memalign(&ws, 4096, HPT_MM_BF16_WS_BYTES))
+        return hpt_fail(HPT_ERR_OOM, "calibration: no memory for the bf16 GEMMs' workspace");
+    hpt_status s = measure_gemm(be, reps, ws, c);
+    free(ws);
+    HPT_CHECK(s);
+    HPT_CHECK(measure_attention_bf16(be, reps, 128, c->bf16.flash_gflops));
+    HPT_CHECK(measure_attention_bf16(be, reps, 512, c->bf16.flash512_gflops));
+    /* without the pair for these heads its rates are the fp32 pair's (the model refuses such
+     * heads with --matmul bf16 anyway) */
+    if (!(c->bf16.flash_gflops[0] > 0))
+        for (int b = 0; b < 2; b++)
+            c->bf16.flash_gflops[b] = c->attn_gflops[0][b], c->bf16.flash512_gflops[b] = c->attn512_gflops[0][b];
+    c->bf16.have = 1;
+    return HPT_OK;
 }
 
 /* Causal attention at B=1, T=128, C=768, NH=12, counted as the estimator counts it: 2 C (T+1)
@@ -693,13 +837,15 @@ hpt_status hpt_calibrate(const char *disk_dir, int quick, hpt_calibration *c) {
     const hpt_backend *be = hpt_backend_cpu();
     int reps = quick ? 3 : 5;
     g_min_s = quick ? 0.05 : 0.15;
-    HPT_CHECK(measure_gemm(be, reps, c));
+    HPT_CHECK(measure_gemm(be, reps, NULL, c));
     HPT_CHECK(measure_attention(be, reps, 128, c->attn_gflops));
     HPT_CHECK(measure_attention(be, reps, 512, c->attn512_gflops));
+    const int bf16_reps = quick ? 1 : 2; /* measure_bf16: why fewer */
+    HPT_CHECK(measure_bf16(be, bf16_reps, c));
     HPT_CHECK(measure_memory(be, reps, c));
     HPT_CHECK(measure_optim(be, reps, c));
     HPT_CHECK(measure_sharing(be, reps, c));
-    HPT_CHECK(hpt_cal_measure_arch(be, reps, g_min_s, c));
+    HPT_CHECK(hpt_cal_measure_arch(be, reps, bf16_reps, g_min_s, c));
     if (disk_dir) HPT_CHECK(measure_disk(be, disk_dir, quick ? 4 : 8, c));
     return HPT_OK;
 }

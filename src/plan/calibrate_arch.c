@@ -4,11 +4,12 @@
  * At the table's shapes: the block's GEMMs one after the other at each calibration width and
  * the reference's row counts (FLOPs over summed time, forward and backward); its attention,
  * flash and plain, at B 1, T 128 and the last width's heads (2 C (T+1) FLOPs per token); each
- * pointwise op, run by the architecture through the backend, in ns per element of its
- * per_token width over 512 rows of the last width. Each the best of reps repetitions of at
- * least min_s seconds (calibrate.c's convention). docs/planner.md.
+ * pointwise op in ns per element of its per_token width over 512 rows of the last width; for
+ * --matmul bf16 the GEMMs through matmul_*_bf16 and the bf16 flash pair (optional in the file).
+ * Each the best of reps repetitions of at least min_s seconds (calibrate.c's). docs/planner.md.
  * Invariants: library code, nothing printed; buffers freed on every path; an absent or partial
- * object loads as C[0] = 0: the block is then costed at the reference rates (hpt_cost.arch_rates). */
+ * object loads as C[0] = 0 (the reference rates serve: hpt_cost.arch_rates), a partial bf16
+ * part as bf16_C0 = 0 (cost.c scales the fp32 own rates by the reference's bf16 ratio). */
 #include "core/core.h"
 #include "kernels/backend.h"
 #include "model/arch.h"
@@ -42,8 +43,22 @@ static int rows_of(const hpt_calibration *c, int r) {
     return c->gemm_rows[r] > 0 ? c->gemm_rows[r] : (r ? 256 : 64);
 }
 
+/* The block's linear layers' op at a precision: ws NULL, the fp32 ops; else (--matmul bf16)
+ * their _bf16 forms with ws their workspace, as the model calls them. */
+static void mm_fwd(const hpt_backend *be, void *ws, float *out, const float *inp, const float *w,
+                   int64_t N, int64_t C, int64_t OC) {
+    if (ws) be->matmul_forward_bf16(out, inp, w, NULL, N, C, OC, 0, ws);
+    else be->matmul_forward(out, inp, w, NULL, N, C, OC, 0);
+}
+static void mm_bwd(const hpt_backend *be, void *ws, float *dinp, float *dw, const float *dout,
+                   const float *inp, const float *w, int64_t N, int64_t C, int64_t OC) {
+    if (ws) be->matmul_backward_bf16(dinp, dw, NULL, dout, inp, w, N, C, OC, 0, ws);
+    else be->matmul_backward(dinp, dw, NULL, dout, inp, w, N, C, OC, 0);
+}
+
+/* ws NULL: the fp32 rates into a->gemm_gflops; else the bf16 ops' into a->gemm_bf16_gflops */
 static hpt_status arch_gemm(const hpt_backend *be, const hpt_arch_plan *p, int reps, double min_s,
-                            const hpt_calibration *c, hpt_cal_arch *a) {
+                            const hpt_calibration *c, void *ws, hpt_cal_arch *a) {
     int64_t sh[HPT_CAL_ARCH_WIDTHS][HPT_ARCH_MAX_GEMMS][2];
     int ns[HPT_CAL_ARCH_WIDTHS];
     int64_t NMAX = 0, WMAX = 0, XMAX = 0;
@@ -71,18 +86,19 @@ static hpt_status arch_gemm(const hpt_backend *be, const hpt_arch_plan *p, int r
             double f = 0, tf, tb;
             for (int k = 0; k < ns[i]; k++) {
                 f += 2.0 * (double)(N * sh[i][k][0] * sh[i][k][1]);
-                be->matmul_forward(out, inp, w, NULL, N, sh[i][k][0], sh[i][k][1], 0); /* warm */
+                mm_fwd(be, ws, out, inp, w, N, sh[i][k][0], sh[i][k][1]); /* warm */
             }
             ARCH_BEST(reps, min_s, tf, for (int k = 0; k < ns[i]; k++)
-                                           be->matmul_forward(out, inp, w, NULL, N, sh[i][k][0], sh[i][k][1], 0));
+                                           mm_fwd(be, ws, out, inp, w, N, sh[i][k][0], sh[i][k][1]));
             ARCH_BEST(reps, min_s, tb, for (int k = 0; k < ns[i]; k++)
-                                           be->matmul_backward(dinp, dw, NULL, out, inp, w, N, sh[i][k][0],
-                                                               sh[i][k][1], 0));
-            a->gemm_gflops[r][i][0] = f / tf / 1e9;
-            a->gemm_gflops[r][i][1] = 2.0 * f / tb / 1e9;
+                                           mm_bwd(be, ws, dinp, dw, out, inp, w, N, sh[i][k][0], sh[i][k][1]));
+            double(*g)[2] = ws ? a->gemm_bf16_gflops[r] : a->gemm_gflops[r];
+            g[i][0] = f / tf / 1e9;
+            g[i][1] = 2.0 * f / tb / 1e9;
         }
     }
-    for (int i = 0; i < p->n_cal; i++) a->C[i] = p->cal[i].C, a->FF[i] = p->cal[i].FF;
+    if (!ws)
+        for (int i = 0; i < p->n_cal; i++) a->C[i] = p->cal[i].C, a->FF[i] = p->cal[i].FF;
 done:
     free(inp), free(w), free(out), free(dinp), free(dw);
     return s;
@@ -114,6 +130,17 @@ static hpt_status arch_attention(const hpt_backend *be, const hpt_model_config *
     a->attn_gflops[1][0] = f / t / 1e9;
     ARCH_BEST(reps, min_s, t, be->attention_backward(dqkv, scr, dout, qkv, att, B, T, C, NH, NKV));
     a->attn_gflops[1][1] = 2 * f / t / 1e9;
+    /* the bf16 flash pair (--matmul bf16), where the backend has it for these heads; else its
+     * rates are the fp32 pair's (the model refuses such heads with --matmul bf16) */
+    a->flash_bf16_gflops[0] = a->attn_gflops[0][0], a->flash_bf16_gflops[1] = a->attn_gflops[0][1];
+    if (be->flash_attention_forward_bf16 && be->flash_attention_bf16_heads(hd)) {
+        be->flash_attention_forward_bf16(out, lse, qkv, B, T, C, NH, NKV, NULL, 0);
+        ARCH_BEST(reps, min_s, t, be->flash_attention_forward_bf16(out, lse, qkv, B, T, C, NH, NKV, NULL, 0));
+        a->flash_bf16_gflops[0] = f / t / 1e9;
+        ARCH_BEST(reps, min_s, t, be->flash_attention_backward_bf16(dqkv, scr, dout, qkv, out, lse, B, T, C,
+                                                                    NH, NKV, NULL, 0));
+        a->flash_bf16_gflops[1] = 2 * f / t / 1e9;
+    }
 done:
     free(qkv), free(out), free(att), free(lse), free(dqkv), free(scr), free(dout);
     return s;
@@ -141,14 +168,24 @@ static hpt_status arch_ops(const hpt_backend *be, const hpt_arch_plan *p, int re
     return HPT_OK;
 }
 
-hpt_status hpt_cal_measure_arch(const hpt_backend *be, int reps, double min_s, hpt_calibration *c) {
+hpt_status hpt_cal_measure_arch(const hpt_backend *be, int reps, int bf16_reps, double min_s,
+                                hpt_calibration *c) {
     for (int id = 0; id < hpt_arch_count() && id < HPT_CAL_ARCHS; id++) {
         const hpt_arch_plan *p = hpt_arch_at(id)->plan;
         if (!p || p->n_cal < 1) continue;
         hpt_cal_arch *a = &c->arch[id];
-        HPT_CHECK(arch_gemm(be, p, reps, min_s, c, a));
+        HPT_CHECK(arch_gemm(be, p, reps, min_s, c, NULL, a));
         HPT_CHECK(arch_attention(be, &p->cal[p->n_cal - 1], reps, min_s, a));
         HPT_CHECK(arch_ops(be, p, reps, min_s, a));
+        if (bf16_reps > 0 && be->matmul_forward_bf16 && be->matmul_backward_bf16) { /* --matmul bf16's */
+            void *ws = NULL;
+            if (posix_memalign(&ws, 4096, HPT_MM_BF16_WS_BYTES))
+                return hpt_fail(HPT_ERR_OOM, "calibration: no memory for the bf16 GEMMs' workspace");
+            hpt_status s = arch_gemm(be, p, bf16_reps, min_s, c, ws, a);
+            free(ws);
+            HPT_CHECK(s);
+            a->bf16_C0 = a->C[0];
+        }
     }
     return HPT_OK;
 }
@@ -183,6 +220,22 @@ void hpt_cal_arch_save(cJSON *j, const hpt_calibration *c) {
                 snprintf(key, sizeof key, "%s_%s_gflops", p->attn_key, k_attn[k][b]);
                 cJSON_AddNumberToObject(l, key, a->attn_gflops[k][b]);
             }
+        if (a->bf16_C0 > 0) { /* --matmul bf16's: "gemm_bf16" as "gemm", the bf16 flash pair */
+            cJSON *gb = cJSON_AddArrayToObject(l, "gemm_bf16");
+            for (int r = 0; r < HPT_CAL_GEMM_ROWS; r++)
+                for (int i = 0; i < p->n_cal; i++) {
+                    cJSON *e = cJSON_CreateObject();
+                    cJSON_AddNumberToObject(e, "rows", c->gemm_rows[r]);
+                    cJSON_AddNumberToObject(e, "C", a->C[i]);
+                    cJSON_AddNumberToObject(e, "fwd_gflops", a->gemm_bf16_gflops[r][i][0]);
+                    cJSON_AddNumberToObject(e, "bwd_gflops", a->gemm_bf16_gflops[r][i][1]);
+                    cJSON_AddItemToArray(gb, e);
+                }
+            for (int b = 0; b < 2; b++) {
+                snprintf(key, sizeof key, "%s_flash_bf16_%s_gflops", p->attn_key, b ? "bwd" : "fwd");
+                cJSON_AddNumberToObject(l, key, a->flash_bf16_gflops[b]);
+            }
+        }
         for (int k = 0; k < p->n_ops; k++)
             for (int b = 0; b < 2; b++) {
                 snprintf(key, sizeof key, "%s_%s_ns", p->ops[k].key, b ? "bwd" : "fwd");
@@ -223,6 +276,28 @@ static int load_one(const cJSON *l, const hpt_arch_plan *p, const hpt_calibratio
             snprintf(key, sizeof key, "%s_%s_ns", p->ops[k].key, b ? "bwd" : "fwd");
             ok = pos_num(l, key, &t->op_ns[k][b]);
         }
+    /* --matmul bf16's (optional, all or nothing: absent or partial, bf16_C0 stays 0) */
+    const cJSON *gb = cJSON_GetObjectItemCaseSensitive(l, "gemm_bf16");
+    int okb = ok && cJSON_IsArray(gb) && cJSON_GetArraySize(gb) == HPT_CAL_GEMM_ROWS * p->n_cal;
+    double gbf[HPT_CAL_GEMM_ROWS][HPT_CAL_ARCH_WIDTHS][2] = {{{0}}}, fb[2] = {0, 0};
+    for (int r = 0; okb && r < HPT_CAL_GEMM_ROWS; r++)
+        for (int i = 0; okb && i < p->n_cal; i++) {
+            const cJSON *e = cJSON_GetArrayItem(gb, r * p->n_cal + i);
+            double rows = 0, C = 0;
+            okb = pos_num(e, "rows", &rows) && (int)rows == c->gemm_rows[r] && pos_num(e, "C", &C) &&
+                  (int)C == t->C[i] && pos_num(e, "fwd_gflops", &gbf[r][i][0]) &&
+                  pos_num(e, "bwd_gflops", &gbf[r][i][1]);
+        }
+    for (int b = 0; okb && b < 2; b++) {
+        snprintf(key, sizeof key, "%s_flash_bf16_%s_gflops", p->attn_key, b ? "bwd" : "fwd");
+        okb = pos_num(l, key, &fb[b]);
+    }
+    t->bf16_C0 = 0;
+    if (okb) {
+        memcpy(t->gemm_bf16_gflops, gbf, sizeof gbf);
+        memcpy(t->flash_bf16_gflops, fb, sizeof fb);
+        t->bf16_C0 = t->C[0];
+    }
     return ok;
 }
 

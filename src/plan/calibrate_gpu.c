@@ -2,7 +2,8 @@
  * through the CUDA backend's own ops on device buffers from a budget-less hpt_mem bound to the
  * GPU: block and head GEMMs at a GPU step's row counts (fp32, or TF32 when HPT_CUDA_TF32=1 as
  * training would run them), flash and plain attention at T = 128 and 512, a read+write pass
- * (scale), each optimizer's 32-bit update, pinned host<->device copies; the disk is the CPU's
+ * (scale), each optimizer's 32-bit update, pinned host<->device copies, and --matmul bf16's
+ * GEMMs (cublasGemmEx through matmul_*_bf16) and bf16 flash pair; the disk is the CPU's
  * (taken from the CPU's entry by the caller). Timed with the device synchronised around each
  * repetition (be->sync). What is not measured on a GPU: docs/planner.md, "Calibration".
  * Invariants: library code, nothing printed; every buffer freed and the hpt_mem destroyed on
@@ -73,7 +74,22 @@ static void bufs_free(gpu_ctx *g, gpu_buf *b, int n) {
         if (*b[i].p) g->be->free(g->mem, b[i].tier, HPT_CAT_ACTS, *b[i].p, b[i].floats * 4);
 }
 
-static hpt_status gpu_gemm(gpu_ctx *g, hpt_calibration *c) {
+/* The linear layers' ops at a precision: ws NULL the fp32 ones; else (--matmul bf16) the
+ * _bf16 forms with ws their device workspace, as the model calls them. */
+static void mm_fwd(gpu_ctx *g, void *ws, float *out, const float *inp, const float *w, int64_t N,
+                   int64_t C, int64_t OC) {
+    if (ws) g->be->matmul_forward_bf16(out, inp, w, NULL, N, C, OC, 0, ws);
+    else g->be->matmul_forward(out, inp, w, NULL, N, C, OC, 0);
+}
+static void mm_bwd(gpu_ctx *g, void *ws, float *dinp, float *dw, const float *dout, const float *inp,
+                   const float *w, int64_t N, int64_t C, int64_t OC) {
+    if (ws) g->be->matmul_backward_bf16(dinp, dw, NULL, dout, inp, w, N, C, OC, 0, ws);
+    else g->be->matmul_backward(dinp, dw, NULL, dout, inp, w, N, C, OC, 0);
+}
+
+/* ws NULL: the fp32 (or TF32) rates into c's gemm and head rates; else the bf16 ops' into
+ * c->bf16 (the rows and widths the fp32 pass's). */
+static hpt_status gpu_gemm(gpu_ctx *g, void *ws, hpt_calibration *c) {
     const size_t XMAX = (size_t)k_rows[HPT_CAL_GEMM_ROWS - 1] * 32768, WMAX = (size_t)32768 * 768;
     float *inp, *w, *out, *dinp, *dw;
     gpu_buf b[] = {{&inp, XMAX, HPT_TIER_DEVICE}, {&out, XMAX, HPT_TIER_DEVICE},
@@ -92,17 +108,18 @@ static hpt_status gpu_gemm(gpu_ctx *g, hpt_calibration *c) {
             double f = 0, tf, tb;
             for (int k = 0; k < ns; k++) {
                 f += 2.0 * (double)(N * sh[k][0] * sh[k][1]);
-                g->be->matmul_forward(out, inp, w, NULL, N, sh[k][0], sh[k][1], 0); /* warm */
+                mm_fwd(g, ws, out, inp, w, N, sh[k][0], sh[k][1]); /* warm */
             }
-            GPU_BEST(g, tf, for (int k = 0; k < ns; k++)
-                                g->be->matmul_forward(out, inp, w, NULL, N, sh[k][0], sh[k][1], 0));
+            GPU_BEST(g, tf, for (int k = 0; k < ns; k++) mm_fwd(g, ws, out, inp, w, N, sh[k][0], sh[k][1]));
             GPU_BEST(g, tb, for (int k = 0; k < ns; k++)
-                                g->be->matmul_backward(dinp, dw, NULL, out, inp, w, N, sh[k][0], sh[k][1], 0));
-            if (head) {
-                c->head_gflops[r][0] = f / tf / 1e9, c->head_gflops[r][1] = 2.0 * f / tb / 1e9;
-            } else {
+                                mm_bwd(g, ws, dinp, dw, out, inp, w, N, sh[k][0], sh[k][1]));
+            const double rf = f / tf / 1e9, rb = 2.0 * f / tb / 1e9;
+            if (head && ws) c->bf16.head_gflops[r][0] = rf, c->bf16.head_gflops[r][1] = rb;
+            else if (head) c->head_gflops[r][0] = rf, c->head_gflops[r][1] = rb;
+            else if (ws) c->bf16.gemm_fwd_gflops[r][i] = rf, c->bf16.gemm_bwd_gflops[r][i] = rb;
+            else {
                 c->gemm_C[i] = (int)C;
-                c->gemm_fwd_gflops[r][i] = f / tf / 1e9, c->gemm_bwd_gflops[r][i] = 2.0 * f / tb / 1e9;
+                c->gemm_fwd_gflops[r][i] = rf, c->gemm_bwd_gflops[r][i] = rb;
             }
         }
     }
@@ -138,6 +155,51 @@ static hpt_status gpu_attention(gpu_ctx *g, int T, double r[2][2]) {
         r[1][1] = 2 * f / t / 1e9;
     }
     bufs_free(g, b, nb);
+    return s;
+}
+
+/* The bf16 flash pair (--matmul bf16) at gpu_attention's shapes, into r[forward, backward];
+ * left 0 where the backend has no pair for heads of 64. */
+static hpt_status gpu_attention_bf16(gpu_ctx *g, int T, double r[2]) {
+    const int B = 8, C = 768, NH = 12;
+    if (!g->be->flash_attention_forward_bf16 || !g->be->flash_attention_bf16_heads(C / NH)) return HPT_OK;
+    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
+    const size_t nscr = (size_t)B * NH * T + 4 * nqkv, nlse = (size_t)B * NH * T;
+    float *qkv, *out, *lse, *dqkv, *scr, *dout;
+    gpu_buf b[] = {{&qkv, nqkv, HPT_TIER_DEVICE}, {&out, nout, HPT_TIER_DEVICE},
+                   {&lse, nlse, HPT_TIER_DEVICE}, {&dqkv, nqkv, HPT_TIER_DEVICE},
+                   {&scr, nscr, HPT_TIER_DEVICE}, {&dout, nout, HPT_TIER_DEVICE}};
+    const int nb = (int)(sizeof b / sizeof b[0]);
+    hpt_status s = bufs_alloc(g, b, nb);
+    if (s == HPT_OK) {
+        const double f = 2.0 * C * (T + 1.0) * B * T;
+        double t;
+        g->be->flash_attention_forward_bf16(out, lse, qkv, B, T, C, NH, NH, NULL, 0);
+        GPU_BEST(g, t, g->be->flash_attention_forward_bf16(out, lse, qkv, B, T, C, NH, NH, NULL, 0));
+        r[0] = f / t / 1e9;
+        GPU_BEST(g, t, g->be->flash_attention_backward_bf16(dqkv, scr, dout, qkv, out, lse, B, T, C, NH, NH,
+                                                            NULL, 0));
+        r[1] = 2 * f / t / 1e9;
+    }
+    bufs_free(g, b, nb);
+    return s;
+}
+
+/* --matmul bf16's rates (c->bf16): the GEMMs through the _bf16 ops with their device workspace,
+ * and the bf16 flash pair (without it for heads of 64: the fp32 pair's rates). */
+static hpt_status gpu_bf16(gpu_ctx *g, hpt_calibration *c) {
+    if (!g->be->matmul_forward_bf16 || !g->be->matmul_backward_bf16) return HPT_OK;
+    float *ws;
+    gpu_buf b[] = {{&ws, HPT_MM_BF16_WS_BYTES / 4, HPT_TIER_DEVICE}};
+    hpt_status s = bufs_alloc(g, b, 1);
+    if (s == HPT_OK) s = gpu_gemm(g, ws, c);
+    bufs_free(g, b, 1);
+    if (s == HPT_OK) s = gpu_attention_bf16(g, 128, c->bf16.flash_gflops);
+    if (s == HPT_OK) s = gpu_attention_bf16(g, 512, c->bf16.flash512_gflops);
+    if (s == HPT_OK && !(c->bf16.flash_gflops[0] > 0))
+        for (int d = 0; d < 2; d++)
+            c->bf16.flash_gflops[d] = c->attn_gflops[0][d], c->bf16.flash512_gflops[d] = c->attn512_gflops[0][d];
+    if (s == HPT_OK) c->bf16.have = 1;
     return s;
 }
 
@@ -193,10 +255,11 @@ hpt_status hpt_calibrate_device(int device, int quick, hpt_calibration *c) {
     hpt_status s = hpt_device_bind(g.mem, device, NULL);
     if (s == HPT_OK) {
         g.be = hpt_backend_of(g.mem);
-        s = gpu_gemm(&g, c);
+        s = gpu_gemm(&g, NULL, c);
     }
     if (s == HPT_OK) s = gpu_attention(&g, 128, c->attn_gflops);
     if (s == HPT_OK) s = gpu_attention(&g, 512, c->attn512_gflops);
+    if (s == HPT_OK) s = gpu_bf16(&g, c);
     if (s == HPT_OK) s = gpu_memory_optim(&g, c);
     if (s == HPT_OK) s = hpt_device_status(); /* an op's CUDA error */
     hpt_mem_destroy(g.mem);

@@ -10,8 +10,10 @@
 
 /* Measures the own block rates of every registered architecture that has an op table
  * (hpt_arch.plan) into c->arch[id] (c->gemm_rows set first). reps repetitions of at least
- * min_s seconds each, the best kept. */
-hpt_status hpt_cal_measure_arch(const hpt_backend *be, int reps, double min_s, hpt_calibration *c);
+ * min_s seconds each, the best kept; --matmul bf16's GEMMs with bf16_reps (fewer: they are
+ * the slowest part of a calibration on a CPU without fast bf16; 0: not measured). */
+hpt_status hpt_cal_measure_arch(const hpt_backend *be, int reps, int bf16_reps, double min_s,
+                                hpt_calibration *c);
 /* Each architecture's object of the file, named after it: written when measured; read all or
  * nothing (absent or partial: its C[0] stays 0). */
 void hpt_cal_arch_save(cJSON *j, const hpt_calibration *c);

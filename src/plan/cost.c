@@ -2,8 +2,9 @@
  * (calibrate.c) and the plan's work and bytes: forward, backward, recompute, pointwise passes,
  * the update, activation offload and the offload engine's loads, write-backs and updates
  * (overlapped by a worker thread, or inline as engine.c runs them), an architecture with an op
- * table (hpt_arch.plan) at its own rates when calibrated. docs/planner.md, "The cost model",
- * gives each term's formula.
+ * table (hpt_arch.plan) at its own rates when calibrated, a --matmul bf16 plan's GEMMs and
+ * flash attention at the bf16 rates (when the file has them). docs/planner.md, "The cost
+ * model", gives each term's formula.
  * Invariants: the work comes from the architecture and the estimator (model_flops_per_token,
  * the tensor table, the arena plan), never restated here; library code, nothing allocated
  * through hpt_mem; the result depends only on (o, c), so the search's choice is deterministic
@@ -128,6 +129,40 @@ const hpt_gpu_rates *hpt_gpu_rates_known(int i) {
     return i >= 0 && i < (int)(sizeof k / sizeof k[0]) ? &k[i] : NULL;
 }
 
+/* The calibration a --matmul bf16 plan's GEMMs and attention are costed with: c with its block,
+ * head and flash attention rates (the reference's and each architecture's) replaced by the
+ * bf16 ones (hpt_calibration.bf16, hpt_cal_arch.gemm_bf16_gflops). An architecture with fp32
+ * rates of its own but no bf16 ones (a hand-made file) keeps its own scaled by the reference
+ * block's bf16/fp32 ratio at each of its widths; a T = 512 attention rate without its bf16
+ * figure, likewise by the T = 128 ratio. */
+static void bf16_view(const hpt_calibration *c, hpt_calibration *v) {
+    *v = *c;
+    const hpt_cal_bf16 *b = &c->bf16;
+    memcpy(v->gemm_fwd_gflops, b->gemm_fwd_gflops, sizeof v->gemm_fwd_gflops);
+    memcpy(v->gemm_bwd_gflops, b->gemm_bwd_gflops, sizeof v->gemm_bwd_gflops);
+    memcpy(v->head_gflops, b->head_gflops, sizeof v->head_gflops);
+    for (int d = 0; d < 2; d++) {
+        v->attn_gflops[0][d] = b->flash_gflops[d];
+        v->attn512_gflops[0][d] = b->flash512_gflops[d] > 0 ? b->flash512_gflops[d]
+                                  : c->attn512_gflops[0][d] * b->flash_gflops[d] / c->attn_gflops[0][d];
+    }
+    for (int id = 0; id < HPT_CAL_ARCHS; id++) {
+        hpt_cal_arch *a = &v->arch[id];
+        if (a->C[0] <= 0) continue;
+        if (a->bf16_C0 > 0) {
+            memcpy(a->gemm_gflops, a->gemm_bf16_gflops, sizeof a->gemm_gflops);
+            a->attn_gflops[0][0] = a->flash_bf16_gflops[0], a->attn_gflops[0][1] = a->flash_bf16_gflops[1];
+            continue;
+        }
+        for (int r = 0; r < HPT_CAL_GEMM_ROWS; r++)
+            for (int i = 0; i < HPT_CAL_ARCH_WIDTHS && a->C[i] > 0; i++)
+                for (int d = 0; d < 2; d++)
+                    a->gemm_gflops[r][i][d] *= gemm_rate(v, d, a->C[i], c->gemm_rows[r]) /
+                                               gemm_rate(c, d, a->C[i], c->gemm_rows[r]);
+        for (int d = 0; d < 2; d++) a->attn_gflops[0][d] *= b->flash_gflops[d] / c->attn_gflops[0][d];
+    }
+}
+
 hpt_status hpt_plan_cost(const hpt_plan_opts *o, const hpt_calibration *c, hpt_cost *out) {
     uint64_t none[HPT_TIER_COUNT], mine[HPT_TIER_COUNT];
     hpt_act_opts d = hpt_act_defaults();
@@ -140,6 +175,14 @@ hpt_status hpt_plan_cost(const hpt_plan_opts *o, const hpt_calibration *c, hpt_c
 hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, uint64_t none_arena,
                               const uint64_t aoff[HPT_TIER_COUNT], hpt_cost *out) {
     memset(out, 0, sizeof *out);
+    /* --matmul bf16: the linear layers (the blocks', the head's, a LoRA base's) and flash
+     * attention at the bf16 rates (cg); the rest, LoRA's adapters (fp32 GEMMs) among it, at
+     * c's. A calibration without bf16 rates costs them at the fp32 ones, and says so. */
+    const int mm_bf16 = o->act.matmul == HPT_MATMUL_BF16;
+    hpt_calibration view;
+    const hpt_calibration *cg = c;
+    if (mm_bf16 && c->bf16.have) bf16_view(c, &view), cg = &view;
+    out->bf16_at_fp32 = mm_bf16 && !c->bf16.have;
     const hpt_model_config *cfg = &o->cfg;
     const hpt_act_opts *act = &o->act;
     const hpt_offload_opts *of = &o->offload;
@@ -172,32 +215,35 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
     out->attn_flops_fwd = attn * tok;
     /* the GEMMs run over the micro-batch's B*T rows (the head over its chunk's rows) */
     double hrows = act->head_chunk > 0 && act->head_chunk < tok ? act->head_chunk : tok;
-    out->gemm_fwd_gflops = gemm_rate(c, 0, cfg->C, tok);
-    out->gemm_bwd_gflops = gemm_rate(c, 1, cfg->C, tok);
-    out->head_fwd_gflops = head_rate(c, 0, hrows);
-    out->head_bwd_gflops = head_rate(c, 1, hrows);
+    out->gemm_fwd_gflops = gemm_rate(cg, 0, cfg->C, tok);
+    out->gemm_bwd_gflops = gemm_rate(cg, 1, cfg->C, tok);
+    out->head_fwd_gflops = head_rate(cg, 0, hrows);
+    out->head_bwd_gflops = head_rate(cg, 1, hrows);
     double Hf = out->head_fwd_gflops * 1e9, Hb = out->head_bwd_gflops * 1e9;
     int ak = act->attention == HPT_ATTN_PLAIN ? 1 : 0;
     /* attention's rate at T: measured at 128 and 512, linear in log T between, flat outside */
     double fa = 0;
-    if (c->attn512_gflops[ak][0] > 0 && T > 128) fa = T >= 512 ? 1 : log(T / 128.0) / log(4.0);
-    out->attn_fwd_gflops = (1 - fa) * c->attn_gflops[ak][0] + fa * c->attn512_gflops[ak][0];
-    out->attn_bwd_gflops = (1 - fa) * c->attn_gflops[ak][1] + fa * c->attn512_gflops[ak][1];
+    if (cg->attn512_gflops[ak][0] > 0 && T > 128) fa = T >= 512 ? 1 : log(T / 128.0) / log(4.0);
+    out->attn_fwd_gflops = (1 - fa) * cg->attn_gflops[ak][0] + fa * cg->attn512_gflops[ak][0];
+    out->attn_bwd_gflops = (1 - fa) * cg->attn_gflops[ak][1] + fa * cg->attn512_gflops[ak][1];
     /* an architecture with an op table at its own measured rates (calibrate_arch.c): its
      * GEMMs' shapes, and its attention at T = 128 scaled in T as the reference attention's
      * rate scales */
     const hpt_arch *A = hpt_arch_of(cfg);
     const hpt_arch_plan *ap = A ? A->plan : NULL;
     const hpt_cal_arch *own = ap && ap->n_cal >= 1 && cfg->arch >= 0 && cfg->arch < HPT_CAL_ARCHS &&
-                              c->arch[cfg->arch].C[0] > 0 ? &c->arch[cfg->arch] : NULL;
+                              cg->arch[cfg->arch].C[0] > 0 ? &cg->arch[cfg->arch] : NULL;
     out->arch_rates = own != NULL;
     if (own) {
-        out->gemm_fwd_gflops = arch_gemm_rate(c, own, ap->n_cal, 0, cfg->C, tok);
-        out->gemm_bwd_gflops = arch_gemm_rate(c, own, ap->n_cal, 1, cfg->C, tok);
-        out->attn_fwd_gflops *= own->attn_gflops[ak][0] / c->attn_gflops[ak][0];
-        out->attn_bwd_gflops *= own->attn_gflops[ak][1] / c->attn_gflops[ak][1];
+        out->gemm_fwd_gflops = arch_gemm_rate(cg, own, ap->n_cal, 0, cfg->C, tok);
+        out->gemm_bwd_gflops = arch_gemm_rate(cg, own, ap->n_cal, 1, cfg->C, tok);
+        out->attn_fwd_gflops *= own->attn_gflops[ak][0] / cg->attn_gflops[ak][0];
+        out->attn_bwd_gflops *= own->attn_gflops[ak][1] / cg->attn_gflops[ak][1];
     }
     double Rf = out->gemm_fwd_gflops * 1e9, Rb = out->gemm_bwd_gflops * 1e9;
+    /* LoRA's adapters' GEMMs are fp32 at any --matmul (be->gemm): the fp32 forward rate */
+    double Ra = !mm_bf16 ? Rf : 1e9 * (own ? arch_gemm_rate(c, &c->arch[cfg->arch], ap->n_cal, 0, cfg->C, tok)
+                                           : gemm_rate(c, 0, cfg->C, tok));
     double Raf = out->attn_fwd_gflops * 1e9, Rab = out->attn_bwd_gflops * 1e9;
     double Rm = c->mem_gbps * 1e9;
 
@@ -213,7 +259,7 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
     if (lora) {
         double dw = 0, ad = 0;
         HPT_CHECK(model_lora_flops(cfg, &o->lora, &dw, &ad));
-        bwd_blocks = tok * (block_gemm / Rb + 2 * attn / Rab + ad / Rf);
+        bwd_blocks = tok * (block_gemm / Rb + 2 * attn / Rab + ad / Ra);
         bwd_rest = tok * head_gemm / Hb;
     }
     /* the architecture's pointwise ops at their measured ns per element (per token), each
@@ -251,7 +297,7 @@ hpt_status hpt_plan_cost_acts(const hpt_plan_opts *o, const hpt_calibration *c, 
     if (act->mlp_tile > 0) {
         const double F = cfg->FF ? cfg->FF : 4.0 * cfg->C, H = cfg->arch == HPT_ARCH_GPT2 ? F : 2 * F;
         const double rows = act->mlp_tile < tok ? act->mlp_tile : tok;
-        mlp_bwd = tok * L * 2.0 * cfg->C * H / (gemm_rate(c, 0, cfg->C, rows) * 1e9);
+        mlp_bwd = tok * L * 2.0 * cfg->C * H / (gemm_rate(cg, 0, cfg->C, rows) * 1e9);
         mlp_fwd = tok * L * 2.0 * cfg->C * (H + F) / Rf;
         bwd_blocks += mlp_bwd;
     }

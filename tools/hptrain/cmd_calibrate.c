@@ -61,6 +61,23 @@ static void print_calibration(FILE *f, const hpt_calibration *c) {
         fprintf(f, "  attention GFLOP/s (T=512): flash fwd %.1f bwd %.1f; plain fwd %.1f bwd %.1f\n",
                 c->attn512_gflops[0][0], c->attn512_gflops[0][1], c->attn512_gflops[1][0],
                 c->attn512_gflops[1][1]);
+    if (c->bf16.have) { /* --matmul bf16's */
+        for (int r = 0; r < HPT_CAL_GEMM_ROWS; r++) {
+            fprintf(f, "  bf16 block GEMMs GFLOP/s (%d rows):", c->gemm_rows[r]);
+            for (int i = 0; i < HPT_CAL_GEMM_SIZES; i++)
+                fprintf(f, " C=%d fwd %.1f bwd %.1f%s", c->gemm_C[i], c->bf16.gemm_fwd_gflops[r][i],
+                        c->bf16.gemm_bwd_gflops[r][i], i + 1 < HPT_CAL_GEMM_SIZES ? ";" : "\n");
+        }
+        fprintf(f, "  bf16 head GEMM GFLOP/s:");
+        for (int r = 0; r < HPT_CAL_GEMM_ROWS; r++)
+            fprintf(f, " %d rows fwd %.1f bwd %.1f%s", c->gemm_rows[r], c->bf16.head_gflops[r][0],
+                    c->bf16.head_gflops[r][1], r + 1 < HPT_CAL_GEMM_ROWS ? ";" : "\n");
+        fprintf(f, "  bf16 flash attention GFLOP/s: T=128 fwd %.1f bwd %.1f; T=512 fwd %.1f bwd %.1f\n",
+                c->bf16.flash_gflops[0], c->bf16.flash_gflops[1], c->bf16.flash512_gflops[0],
+                c->bf16.flash512_gflops[1]);
+    } else {
+        fprintf(f, "  bf16 GEMMs: not measured (--matmul bf16 is costed at the fp32 rates)\n");
+    }
     for (int id = 0; id < hpt_arch_count() && id < HPT_CAL_ARCHS; id++) { /* own block rates */
         const hpt_arch_desc *d = hpt_arch_desc_of(id);
         const hpt_cal_arch *a = &c->arch[id];
@@ -78,6 +95,15 @@ static void print_calibration(FILE *f, const hpt_calibration *c) {
         for (int k = 0; k < HPT_ARCH_MAX_OPS && d->op[k]; k++)
             fprintf(f, "%s %s %.2f / %.2f", k ? "," : "", d->op[k], a->op_ns[k][0], a->op_ns[k][1]);
         fprintf(f, " (fwd / bwd)\n");
+        if (a->bf16_C0 > 0) {
+            fprintf(f, "  %s bf16 block GEMMs GFLOP/s:", d->block);
+            for (int r = 0; r < HPT_CAL_GEMM_ROWS; r++)
+                for (int i = 0; i < nw; i++)
+                    fprintf(f, " %d rows C=%d fwd %.1f bwd %.1f%s", c->gemm_rows[r], a->C[i],
+                            a->gemm_bf16_gflops[r][i][0], a->gemm_bf16_gflops[r][i][1],
+                            r + 1 < HPT_CAL_GEMM_ROWS || i + 1 < nw ? ";" : "; ");
+            fprintf(f, "bf16 flash fwd %.1f bwd %.1f\n", a->flash_bf16_gflops[0], a->flash_bf16_gflops[1]);
+        }
     }
     fprintf(f, "  memory pass %.2f GB/s (read+write); memcpy %.2f GB/s; disk read %.2f GB/s, "
             "write %.2f GB/s%s\n", c->mem_gbps, c->host_copy_gbps, c->disk_read_gbps,

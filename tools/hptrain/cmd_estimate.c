@@ -111,8 +111,9 @@ static uint64_t tier_peak(const hpt_estimate *e, int t) {
 
 static const char *const k_bound[] = {"budget", "maxT", "limit"};
 
+/* bf16_at_fp32: pred is a --matmul bf16 run's at the fp32 rates (a calibration without bf16's) */
 static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t budget,
-                       const hpt_plan_fit *fit, double pred, const uint64_t *per,
+                       const hpt_plan_fit *fit, double pred, int bf16_at_fp32, const uint64_t *per,
                        const max_seq_info *ms) {
     const hpt_model_config *c = &po->cfg;
     printf("{\"version\":1,\"model\":{\"L\":%d,\"C\":%d,\"NH\":%d,\"V\":%d,\"Vp\":%d,\"maxT\":%d},",
@@ -192,6 +193,7 @@ static void print_json(const hpt_plan_opts *po, const hpt_estimate *e, uint64_t 
                    (unsigned long long)po->budget_bytes[t], hpt_tier_name((hpt_tier)t),
                    tier_peak(e, t) <= po->budget_bytes[t] ? "true" : "false");
     if (pred >= 0) printf(",\"predicted_step_s\":%.6g", pred);
+    if (pred >= 0 && bf16_at_fp32) printf(",\"predicted_bf16_at_fp32_rates\":true");
     if (pred < 0 && po->training && po->plan.device) { /* no GPU calibration: floors, labelled */
         double fl = e->flops_per_token * (double)e->tokens_per_step;
         printf(",\"gpu_floor_s\":[");
@@ -576,13 +578,15 @@ static int estimate(int argc, char **argv, int recorded) {
     /* the cost model's step time, when this machine has a cached calibration (docs/planner.md) */
     double pred = -1;
     char cdev[64] = "";
+    int bf16_at_fp32 = 0; /* --matmul bf16 predicted at the fp32 rates (an older calibration) */
     if (po.training) {
         hpt_calibration cal;
         hpt_cost cost;
         /* only from a calibration of the device the run is for: a CPU's says nothing of a GPU */
         if (cli_device_calibration(po.plan.device, &cal) &&
             hpt_calibration_for_device(&cal, po.plan.device) && hpt_plan_cost(&po, &cal, &cost) == HPT_OK)
-            pred = cost.total_s, snprintf(cdev, sizeof cdev, "%s", cal.device);
+            pred = cost.total_s, snprintf(cdev, sizeof cdev, "%s", cal.device),
+            bf16_at_fp32 = cost.bf16_at_fp32;
     }
     /* every process's device peak (ZeRO's runs differ by rank) */
     uint64_t per[64];
@@ -596,7 +600,7 @@ static int estimate(int argc, char **argv, int recorded) {
         per[q] = eq.peak_bytes[HPT_TIER_DEVICE];
     }
     if (json) {
-        print_json(&po, &e, budget, &fit, pred, per, &ms);
+        print_json(&po, &e, budget, &fit, pred, bf16_at_fp32, per, &ms);
     }
     else {
         print_text(model, &po, &e, budget, &fit);
@@ -605,6 +609,9 @@ static int estimate(int argc, char **argv, int recorded) {
                    "cuda's rates)\n", pred, cdev);
         else if (pred >= 0) printf("  predicted step %.3f s (cost model, this CPU's calibration: hptrain "
                               "calibrate's rates)\n", pred);
+        if (pred >= 0 && bf16_at_fp32)
+            printf("  --matmul bf16 costed at the fp32 GEMM and attention rates: the calibration has "
+                   "no bf16 rates (hptrain calibrate%s measures them)\n", po.plan.device ? " --device cuda" : "");
         else if (po.training && po.plan.device) {
             printf("  step time  not predicted: no calibration of a GPU here (hptrain calibrate "
                    "--device cuda on it makes one)\n");
