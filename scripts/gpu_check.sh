@@ -722,7 +722,17 @@ r=[json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
 r=[x for x in r if x.get("impl")=="hptrain-cuda-fp32" and x.get("tag")=="gpt2" and x.get("tokens_per_s")]
 print(r[0]["tokens_per_s"] if r else "")' "$WORK/logs/gpt2.jsonl" 2>/dev/null)
     meas=$([ -n "$tps" ] && "$PY" -c "print('%.3f' % (8 * 1024 / $tps))")
-    note "gpt2-124m B 8 T 1024 --device cuda: predicted step ${pred:-none} s, measured ${meas:-none (no gpt2 stage in this call)} s"
+    # the fast mode: the bf16 rates' prediction against the gpt2 stage's --matmul bf16 run
+    local pred16 tps16 meas16
+    "$HPT" estimate --model gpt2-124m --batch 8 --seq 1024 --device cuda --matmul bf16 \
+        > "$WORK/logs/calibrate_estimate_bf16.txt" 2>&1
+    pred16=$(grep -o "predicted step [0-9.]* s" "$WORK/logs/calibrate_estimate_bf16.txt" | grep -o "[0-9.]*" | head -n 1)
+    tps16=$("$PY" -c 'import json,sys
+r=[json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
+r=[x for x in r if x.get("impl")=="hptrain-cuda-bf16" and x.get("tag")=="gpt2_bf16" and x.get("tokens_per_s")]
+print(r[0]["tokens_per_s"] if r else "")' "$WORK/logs/gpt2.jsonl" 2>/dev/null)
+    meas16=$([ -n "$tps16" ] && "$PY" -c "print('%.3f' % (8 * 1024 / $tps16))")
+    note "gpt2-124m B 8 T 1024 --device cuda: predicted step ${pred:-none} s, measured ${meas:-none (no gpt2 stage in this call)} s; --matmul bf16: predicted ${pred16:-none} s, measured ${meas16:-none} s"
     [ -n "$pred" ]
 }
 
