@@ -39,6 +39,32 @@ static const char *k_optim_key[HPT_OPTIM_COUNT] = {"adamw", "lion", "adam-mini",
 
 static cJSON *read_json(const char *path);
 
+/* The block GEMMs' and the head's rates (fp32 or bf16) as j's "gemm" and "head" arrays, at c's
+ * rows and widths. */
+static void gemms_to_json(cJSON *j, const hpt_calibration *c,
+                          const double fwd[HPT_CAL_GEMM_ROWS][HPT_CAL_GEMM_SIZES],
+                          const double bwd[HPT_CAL_GEMM_ROWS][HPT_CAL_GEMM_SIZES],
+                          const double head[HPT_CAL_GEMM_ROWS][2]) {
+    cJSON *g = cJSON_AddArrayToObject(j, "gemm");
+    for (int r = 0; r < HPT_CAL_GEMM_ROWS; r++)
+        for (int i = 0; i < HPT_CAL_GEMM_SIZES; i++) {
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "rows", c->gemm_rows[r]);
+            cJSON_AddNumberToObject(e, "C", c->gemm_C[i]);
+            cJSON_AddNumberToObject(e, "fwd_gflops", fwd[r][i]);
+            cJSON_AddNumberToObject(e, "bwd_gflops", bwd[r][i]);
+            cJSON_AddItemToArray(g, e);
+        }
+    cJSON *h = cJSON_AddArrayToObject(j, "head");
+    for (int r = 0; r < HPT_CAL_GEMM_ROWS; r++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "rows", c->gemm_rows[r]);
+        cJSON_AddNumberToObject(e, "fwd_gflops", head[r][0]);
+        cJSON_AddNumberToObject(e, "bwd_gflops", head[r][1]);
+        cJSON_AddItemToArray(h, e);
+    }
+}
+
 /* --matmul bf16's rates as the file's optional "matmul_bf16" object: {"gemm": [{rows, C,
  * fwd_gflops, bwd_gflops}, ...] (rows-major, the fp32 GEMMs' rows and widths), "head": [{rows,
  * fwd_gflops, bwd_gflops}, ...], "flash_fwd_gflops", "flash_bwd_gflops" (T = 128) and, when
@@ -46,24 +72,7 @@ static cJSON *read_json(const char *path);
 static cJSON *bf16_to_json(const hpt_calibration *c) {
     const hpt_cal_bf16 *b = &c->bf16;
     cJSON *j = cJSON_CreateObject();
-    cJSON *g = cJSON_AddArrayToObject(j, "gemm");
-    for (int r = 0; r < HPT_CAL_GEMM_ROWS; r++)
-        for (int i = 0; i < HPT_CAL_GEMM_SIZES; i++) {
-            cJSON *e = cJSON_CreateObject();
-            cJSON_AddNumberToObject(e, "rows", c->gemm_rows[r]);
-            cJSON_AddNumberToObject(e, "C", c->gemm_C[i]);
-            cJSON_AddNumberToObject(e, "fwd_gflops", b->gemm_fwd_gflops[r][i]);
-            cJSON_AddNumberToObject(e, "bwd_gflops", b->gemm_bwd_gflops[r][i]);
-            cJSON_AddItemToArray(g, e);
-        }
-    cJSON *h = cJSON_AddArrayToObject(j, "head");
-    for (int r = 0; r < HPT_CAL_GEMM_ROWS; r++) {
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddNumberToObject(e, "rows", c->gemm_rows[r]);
-        cJSON_AddNumberToObject(e, "fwd_gflops", b->head_gflops[r][0]);
-        cJSON_AddNumberToObject(e, "bwd_gflops", b->head_gflops[r][1]);
-        cJSON_AddItemToArray(h, e);
-    }
+    gemms_to_json(j, c, b->gemm_fwd_gflops, b->gemm_bwd_gflops, b->head_gflops);
     cJSON_AddNumberToObject(j, "flash_fwd_gflops", b->flash_gflops[0]);
     cJSON_AddNumberToObject(j, "flash_bwd_gflops", b->flash_gflops[1]);
     if (b->flash512_gflops[0] > 0) {
@@ -118,24 +127,7 @@ static cJSON *cal_to_json(const hpt_calibration *c) {
     cJSON_AddNumberToObject(j, "threads", c->threads);
     cJSON_AddNumberToObject(j, "cores", c->cores);
     cJSON_AddStringToObject(j, "device", c->device[0] ? c->device : "cpu");
-    cJSON *g = cJSON_AddArrayToObject(j, "gemm");
-    for (int r = 0; r < HPT_CAL_GEMM_ROWS; r++)
-        for (int i = 0; i < HPT_CAL_GEMM_SIZES; i++) {
-            cJSON *e = cJSON_CreateObject();
-            cJSON_AddNumberToObject(e, "rows", c->gemm_rows[r]);
-            cJSON_AddNumberToObject(e, "C", c->gemm_C[i]);
-            cJSON_AddNumberToObject(e, "fwd_gflops", c->gemm_fwd_gflops[r][i]);
-            cJSON_AddNumberToObject(e, "bwd_gflops", c->gemm_bwd_gflops[r][i]);
-            cJSON_AddItemToArray(g, e);
-        }
-    cJSON *h = cJSON_AddArrayToObject(j, "head");
-    for (int r = 0; r < HPT_CAL_GEMM_ROWS; r++) {
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddNumberToObject(e, "rows", c->gemm_rows[r]);
-        cJSON_AddNumberToObject(e, "fwd_gflops", c->head_gflops[r][0]);
-        cJSON_AddNumberToObject(e, "bwd_gflops", c->head_gflops[r][1]);
-        cJSON_AddItemToArray(h, e);
-    }
+    gemms_to_json(j, c, c->gemm_fwd_gflops, c->gemm_bwd_gflops, c->head_gflops);
     cJSON_AddNumberToObject(j, "flash_fwd_gflops", c->attn_gflops[0][0]);
     cJSON_AddNumberToObject(j, "flash_bwd_gflops", c->attn_gflops[0][1]);
     cJSON_AddNumberToObject(j, "plain_fwd_gflops", c->attn_gflops[1][0]);
@@ -396,13 +388,13 @@ static const int k_gemm_rows[HPT_CAL_GEMM_ROWS] = {64, 256};
 
 /* The block's linear layers' ops at a precision: ws NULL, matmul_forward and matmul_backward;
  * else (--matmul bf16) their _bf16 forms with ws their workspace, as the model calls them. */
-static void mm_fwd(const hpt_backend *be, void *ws, float *out, const float *inp, const float *w,
-                   int64_t N, int64_t C, int64_t OC) {
+void hpt_cal_mm_fwd(const hpt_backend *be, void *ws, float *out, const float *inp, const float *w,
+                    int64_t N, int64_t C, int64_t OC) {
     if (ws) be->matmul_forward_bf16(out, inp, w, NULL, N, C, OC, 0, ws);
     else be->matmul_forward(out, inp, w, NULL, N, C, OC, 0);
 }
-static void mm_bwd(const hpt_backend *be, void *ws, float *dinp, float *dw, const float *dout,
-                   const float *inp, const float *w, int64_t N, int64_t C, int64_t OC) {
+void hpt_cal_mm_bwd(const hpt_backend *be, void *ws, float *dinp, float *dw, const float *dout,
+                    const float *inp, const float *w, int64_t N, int64_t C, int64_t OC) {
     if (ws) be->matmul_backward_bf16(dinp, dw, NULL, dout, inp, w, N, C, OC, 0, ws);
     else be->matmul_backward(dinp, dw, NULL, dout, inp, w, N, C, OC, 0);
 }
@@ -435,12 +427,12 @@ static hpt_status measure_gemm(const hpt_backend *be, int reps, void *ws, hpt_ca
             double f = 0, tf, tb;
             for (int k = 0; k < ns; k++) {
                 f += 2.0 * (double)(N * sh[k][0] * sh[k][1]);
-                mm_fwd(be, ws, out, inp, w, N, sh[k][0], sh[k][1]); /* warm */
+                hpt_cal_mm_fwd(be, ws, out, inp, w, N, sh[k][0], sh[k][1]); /* warm */
             }
             /* the shapes one after the other in each repetition, as a block runs them */
-            BEST_OF(reps, tf, for (int k = 0; k < ns; k++) mm_fwd(be, ws, out, inp, w, N, sh[k][0], sh[k][1]));
+            BEST_OF(reps, tf, for (int k = 0; k < ns; k++) hpt_cal_mm_fwd(be, ws, out, inp, w, N, sh[k][0], sh[k][1]));
             BEST_OF(reps, tb, for (int k = 0; k < ns; k++)
-                                  mm_bwd(be, ws, dinp, dw, out, inp, w, N, sh[k][0], sh[k][1]));
+                                  hpt_cal_mm_bwd(be, ws, dinp, dw, out, inp, w, N, sh[k][0], sh[k][1]));
             double rf = f / tf / 1e9, rb = 2.0 * f / tb / 1e9;
             if (head && ws) c->bf16.head_gflops[r][0] = rf, c->bf16.head_gflops[r][1] = rb;
             else if (head) c->head_gflops[r][0] = rf, c->head_gflops[r][1] = rb;

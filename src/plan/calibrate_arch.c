@@ -43,19 +43,6 @@ static int rows_of(const hpt_calibration *c, int r) {
     return c->gemm_rows[r] > 0 ? c->gemm_rows[r] : (r ? 256 : 64);
 }
 
-/* The block's linear layers' op at a precision: ws NULL, the fp32 ops; else (--matmul bf16)
- * their _bf16 forms with ws their workspace, as the model calls them. */
-static void mm_fwd(const hpt_backend *be, void *ws, float *out, const float *inp, const float *w,
-                   int64_t N, int64_t C, int64_t OC) {
-    if (ws) be->matmul_forward_bf16(out, inp, w, NULL, N, C, OC, 0, ws);
-    else be->matmul_forward(out, inp, w, NULL, N, C, OC, 0);
-}
-static void mm_bwd(const hpt_backend *be, void *ws, float *dinp, float *dw, const float *dout,
-                   const float *inp, const float *w, int64_t N, int64_t C, int64_t OC) {
-    if (ws) be->matmul_backward_bf16(dinp, dw, NULL, dout, inp, w, N, C, OC, 0, ws);
-    else be->matmul_backward(dinp, dw, NULL, dout, inp, w, N, C, OC, 0);
-}
-
 /* ws NULL: the fp32 rates into a->gemm_gflops; else the bf16 ops' into a->gemm_bf16_gflops */
 static hpt_status arch_gemm(const hpt_backend *be, const hpt_arch_plan *p, int reps, double min_s,
                             const hpt_calibration *c, void *ws, hpt_cal_arch *a) {
@@ -86,12 +73,12 @@ static hpt_status arch_gemm(const hpt_backend *be, const hpt_arch_plan *p, int r
             double f = 0, tf, tb;
             for (int k = 0; k < ns[i]; k++) {
                 f += 2.0 * (double)(N * sh[i][k][0] * sh[i][k][1]);
-                mm_fwd(be, ws, out, inp, w, N, sh[i][k][0], sh[i][k][1]); /* warm */
+                hpt_cal_mm_fwd(be, ws, out, inp, w, N, sh[i][k][0], sh[i][k][1]); /* warm */
             }
             ARCH_BEST(reps, min_s, tf, for (int k = 0; k < ns[i]; k++)
-                                           mm_fwd(be, ws, out, inp, w, N, sh[i][k][0], sh[i][k][1]));
+                                           hpt_cal_mm_fwd(be, ws, out, inp, w, N, sh[i][k][0], sh[i][k][1]));
             ARCH_BEST(reps, min_s, tb, for (int k = 0; k < ns[i]; k++)
-                                           mm_bwd(be, ws, dinp, dw, out, inp, w, N, sh[i][k][0], sh[i][k][1]));
+                                           hpt_cal_mm_bwd(be, ws, dinp, dw, out, inp, w, N, sh[i][k][0], sh[i][k][1]));
             double(*g)[2] = ws ? a->gemm_bf16_gflops[r] : a->gemm_gflops[r];
             g[i][0] = f / tf / 1e9;
             g[i][1] = 2.0 * f / tb / 1e9;

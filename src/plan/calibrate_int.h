@@ -16,6 +16,12 @@ hpt_status hpt_cal_measure_arch(const hpt_backend *be, int reps, int bf16_reps, 
                                 hpt_calibration *c);
 /* Each architecture's object of the file, named after it: written when measured; read all or
  * nothing (absent or partial: its C[0] stays 0). */
+/* A block's linear layer at a precision: ws NULL, the fp32 ops; else (--matmul bf16) their
+ * _bf16 forms with ws their workspace, as the model calls them. */
+void hpt_cal_mm_fwd(const hpt_backend *be, void *ws, float *out, const float *inp, const float *w,
+                    int64_t N, int64_t C, int64_t OC);
+void hpt_cal_mm_bwd(const hpt_backend *be, void *ws, float *dinp, float *dw, const float *dout,
+                    const float *inp, const float *w, int64_t N, int64_t C, int64_t OC);
 void hpt_cal_arch_save(cJSON *j, const hpt_calibration *c);
 void hpt_cal_arch_load(const cJSON *j, hpt_calibration *c);
 

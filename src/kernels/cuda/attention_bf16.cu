@@ -10,9 +10,10 @@
  * the same P: they differ by the order of the fp32 sums (and expf) only.
  * Deterministic without atomics: dq by query tile, dk and dv by key tile summed over the
  * group's query heads in order (attention_tiled.cu's split); each output element is written
- * once. Packed examples and the sliding window as attention_tiled.cu (ab_seg, the tile skips).
+ * once. Packed examples and the sliding window as attention_tiled.cu (fa_seg, attention_args.cuh; the tile skips).
  * Heads of 16, 32, 64, 128 (cu_flash_attention_bf16_heads); sm_80 or newer.
  * Status: compiled, not run (docs/cuda.md). */
+#include "kernels/cuda/attention_args.cuh"
 #include "kernels/cuda/cu_common.cuh"
 
 #include <cuda_bf16.h>
@@ -31,35 +32,17 @@ typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16_t, wmma::row_major> ab_a
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16_t, wmma::row_major> ab_b_row;
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16_t, wmma::col_major> ab_b_col;
 
-typedef struct {
-    const float *qkv, *dout, *out, *lse_in;
-    float *out_w, *lse, *dqkv, *D;
-    int B, T, NH, NKV, group;
-    size_t W; /* a qkv row: (NH + 2 NKV) HS */
-    size_t C; /* an out / dout row: NH HS */
-    float scale;
-    const int32_t *pos; /* (B, T) positions in each example, or NULL: causal */
-    int window;         /* keys r - window + 1 .. r only (> 0); 0: all */
-} ab_args;
-
-/* the first key query row r (< T) of sequence b sees; never decreasing in r */
-__device__ inline int ab_seg(const ab_args &a, int b, int r) {
-    if (r >= a.T) return 0;
-    const int s = a.pos ? r - a.pos[(size_t)b * a.T + r] : 0;
-    return a.window > 0 ? max(s, r - a.window + 1) : s;
-}
-
 /* the first key tile (a multiple of AB_C) any of rows q0 .. q0 + AB_R - 1 sees */
-__device__ inline int ab_first_tile(const ab_args &a, int b, int q0) {
+__device__ inline int ab_first_tile(const fa_args &a, int b, int q0) {
     if (!a.pos && a.window <= 0) return 0;
     int smin = q0;
-    for (int r = q0; r < q0 + AB_R && r < a.T; r++) smin = min(smin, ab_seg(a, b, r));
+    for (int r = q0; r < q0 + AB_R && r < a.T; r++) smin = min(smin, fa_seg(a, b, r));
     return smin / AB_C * AB_C;
 }
 
 /* query r may see key c */
-__device__ inline bool ab_sees(const ab_args &a, int b, int r, int c) {
-    return r < a.T && c <= r && c >= ab_seg(a, b, r);
+__device__ inline bool ab_sees(const fa_args &a, int b, int r, int c) {
+    return r < a.T && c <= r && c >= fa_seg(a, b, r);
 }
 
 /* rows r0 .. r0 + 63 of a row-major fp32 source (row stride ld, HS columns) rounded to bf16
@@ -128,7 +111,7 @@ struct ab_ld {
  * tiles up to the diagonal, O kept in shared memory (rescaled by each tile's correction, then
  * loaded into the accumulators for P V) */
 template <int HS>
-__global__ void __launch_bounds__(AB_THREADS) d_ab_forward(ab_args a) {
+__global__ void __launch_bounds__(AB_THREADS) d_ab_forward(fa_args a) {
     typedef ab_ld<HS> L;
     extern __shared__ __align__(128) unsigned char ab_sm[];
     bf16_t *Qs = (bf16_t *)ab_sm, *Ks = Qs + AB_R * L::Q, *Vs = Ks + AB_C * L::Q;
@@ -199,7 +182,7 @@ __global__ void __launch_bounds__(AB_THREADS) d_ab_forward(ab_args a) {
 }
 
 /* one thread per (b, t, h): D = dO . O in fp32, in order (the operands unrounded) */
-__global__ void d_ab_D(ab_args a, int HS) {
+__global__ void d_ab_D(fa_args a, int HS) {
     const size_t n = (size_t)a.B * a.T * a.NH;
     const size_t id = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (id >= n) return;
@@ -215,7 +198,7 @@ __global__ void d_ab_D(ab_args a, int HS) {
 /* grid (ceil(T / 64), NH, B): dq of query rows q0 .. q0 + 63 of head h: S = Q K^T and dP = dO V^T
  * per key tile, P = exp(scale S - lse), dS = P (dP - D) scale, dq += bf16(dS) K */
 template <int HS>
-__global__ void __launch_bounds__(AB_THREADS) d_ab_dq(ab_args a) {
+__global__ void __launch_bounds__(AB_THREADS) d_ab_dq(fa_args a) {
     typedef ab_ld<HS> L;
     extern __shared__ __align__(128) unsigned char ab_sm[];
     bf16_t *Qs = (bf16_t *)ab_sm, *dOs = Qs + AB_R * L::Q, *Ks = dOs + AB_R * L::Q;
@@ -271,7 +254,7 @@ __global__ void __launch_bounds__(AB_THREADS) d_ab_dq(ab_args a) {
  * query heads and, for each, the query tiles from the diagonal on: the score tile computed
  * transposed (key rows by the warps), dv += bf16(P)^T dO, dk += bf16(dS)^T Q */
 template <int HS>
-__global__ void __launch_bounds__(AB_THREADS) d_ab_dkv(ab_args a) {
+__global__ void __launch_bounds__(AB_THREADS) d_ab_dkv(fa_args a) {
     typedef ab_ld<HS> L;
     extern __shared__ __align__(128) unsigned char ab_sm[];
     bf16_t *Ks = (bf16_t *)ab_sm, *Vs = Ks + AB_R * L::Q, *Qs = Vs + AB_R * L::Q;
@@ -291,7 +274,7 @@ __global__ void __launch_bounds__(AB_THREADS) d_ab_dkv(ab_args a) {
         const int h = kh * a.group + g;
         const size_t row0 = ((size_t)b * a.NH + h) * a.T;
         /* query rows past this tile's keys' examples or windows see none of them */
-        for (int q0 = c0; q0 < a.T && ab_seg(a, b, q0) <= c_last; q0 += AB_C) {
+        for (int q0 = c0; q0 < a.T && fa_seg(a, b, q0) <= c_last; q0 += AB_C) {
             __syncthreads(); /* the last tile's Q, dO, P and dS are used */
             ab_load<HS, L::Q>(Qs, base + (size_t)h * HS, a.W, q0, a.T);
             ab_load<HS, L::Q>(dOs, a.dout + (size_t)b * a.T * a.C + (size_t)h * HS, a.C, q0, a.T);
@@ -335,7 +318,7 @@ __global__ void __launch_bounds__(AB_THREADS) d_ab_dkv(ab_args a) {
 
 /* ---- launches ---- */
 template <int HS>
-static void ab_forward(const ab_args &a, int B, const char *what) {
+static void ab_forward(const fa_args &a, int B, const char *what) {
     typedef ab_ld<HS> L;
     const size_t smem = (size_t)(3 * AB_R * L::Q + AB_R * L::P) * sizeof(bf16_t) +
                         (size_t)(AB_R * L::S + AB_R * L::O) * sizeof(float);
@@ -347,7 +330,7 @@ static void ab_forward(const ab_args &a, int B, const char *what) {
 }
 
 template <int HS>
-static void ab_backward(const ab_args &a, int B, const char *what) {
+static void ab_backward(const fa_args &a, int B, const char *what) {
     typedef ab_ld<HS> L;
     const size_t n = (size_t)B * a.T * a.NH;
     d_ab_D<<<(unsigned)((n + 255) / 256), 256, 0, cu_stream>>>(a, HS);
@@ -365,26 +348,13 @@ static void ab_backward(const ab_args &a, int B, const char *what) {
     CU_LAUNCHED(what);
 }
 
-static ab_args ab_make(const float *qkv, int B, int T, int C, int NH, int NKV, const int32_t *pos,
-                       int window) {
-    ab_args a = {};
-    const int hs = C / NH;
-    a.qkv = qkv;
-    a.B = B, a.T = T, a.NH = NH, a.NKV = NKV, a.group = NH / NKV;
-    a.W = (size_t)(NH + 2 * NKV) * hs;
-    a.C = (size_t)NH * hs;
-    a.scale = 1.0f / sqrtf((float)hs);
-    a.pos = pos, a.window = window;
-    return a;
-}
-
 int cu_flash_attention_bf16_heads(int hd) { return hd == 16 || hd == 32 || hd == 64 || hd == 128; }
 
 void cu_flash_attention_forward_bf16(float *out, float *lse, const float *qkv, int B, int T, int C,
                                      int NH, int NKV, const int32_t *pos, int window) {
     if (B <= 0 || T <= 0) return;
     cu_enter();
-    ab_args a = ab_make(qkv, B, T, C, NH, NKV, pos, window);
+    fa_args a = fa_make(qkv, B, T, C, NH, NKV, pos, window);
     a.out_w = out, a.lse = lse;
     const char *what = "flash_attention_forward_bf16";
     switch (C / NH) {
@@ -402,7 +372,7 @@ void cu_flash_attention_backward_bf16(float *dqkv, float *scratch, const float *
                                       int window) {
     if (B <= 0 || T <= 0) return;
     cu_enter();
-    ab_args a = ab_make(qkv, B, T, C, NH, NKV, pos, window);
+    fa_args a = fa_make(qkv, B, T, C, NH, NKV, pos, window);
     a.dout = dout, a.out = out, a.lse_in = lse, a.dqkv = dqkv, a.D = scratch;
     const char *what = "flash_attention_backward_bf16";
     switch (C / NH) {

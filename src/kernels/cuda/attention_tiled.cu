@@ -19,37 +19,19 @@
  * examples (dkv). A sliding window (window > 0) moves seg(r) up to r - window + 1 at most, with
  * the same skipping: O(T window) work. Without pos and window every branch below takes the
  * causal path: the same bits. */
+#include "kernels/cuda/attention_args.cuh"
 #include "kernels/cuda/cu_common.cuh"
 
 #include <math.h>
 
 #define TA_THREADS 128 /* 8 row groups x 16 column groups */
 
-typedef struct {
-    const float *qkv, *dout, *out, *lse_in;
-    float *out_w, *lse, *dqkv, *D;
-    int B, T, NH, NKV, group;
-    size_t W;  /* a qkv row: (NH + 2 NKV) HS */
-    size_t C;  /* an out / dout row: NH HS */
-    float scale;
-    const int32_t *pos; /* (B, T) positions in each example, or NULL: causal */
-    int window;         /* keys r - window + 1 .. r only (> 0); 0: all */
-} ta_args;
-
-/* the first key query row r (< T) of sequence b sees (its example's, its window's); never
- * decreasing in r */
-__device__ inline int ta_seg(const ta_args &a, int b, int r) {
-    if (r >= a.T) return 0;
-    const int s = a.pos ? r - a.pos[(size_t)b * a.T + r] : 0;
-    return a.window > 0 ? max(s, r - a.window + 1) : s;
-}
-
 /* the first key tile (a multiple of BR) any of query rows q0 .. q0 + BR - 1 sees: 0 without pos
  * and window */
-__device__ inline int ta_first_tile(const ta_args &a, int b, int q0, int BR) {
+__device__ inline int ta_first_tile(const fa_args &a, int b, int q0, int BR) {
     if (!a.pos && a.window <= 0) return 0;
     int smin = q0;
-    for (int r = q0; r < q0 + BR && r < a.T; r++) smin = min(smin, ta_seg(a, b, r));
+    for (int r = q0; r < q0 + BR && r < a.T; r++) smin = min(smin, fa_seg(a, b, r));
     return smin / BR * BR;
 }
 
@@ -116,7 +98,7 @@ __device__ inline float ta_sum16(float v) {
 /* grid (ceil(T / BR), NH, B): query rows q0 .. q0 + BR - 1 of head h in sequence b, over the key
  * tiles up to the diagonal with the online softmax */
 template <int HS, int BR>
-__global__ void __launch_bounds__(TA_THREADS) d_ta_forward(ta_args a) {
+__global__ void __launch_bounds__(TA_THREADS) d_ta_forward(fa_args a) {
     constexpr int RM = BR / 8, CN = BR / 16, DN = HS / 16, LD = HS + 1, LP = BR + 1;
     extern __shared__ float sm[];
     float *Qs = sm, *Ks = Qs + BR * LD, *Vs = Ks + BR * LD, *Ps = Vs + BR * LD;
@@ -135,7 +117,7 @@ __global__ void __launch_bounds__(TA_THREADS) d_ta_forward(ta_args a) {
     const int kend = min(a.T, q0 + BR);
     int seg[RM]; /* each row's first key (0 without pos) */
 #pragma unroll
-    for (int i = 0; i < RM; i++) seg[i] = ta_seg(a, b, q0 + rg + 8 * i);
+    for (int i = 0; i < RM; i++) seg[i] = fa_seg(a, b, q0 + rg + 8 * i);
     for (int k0 = ta_first_tile(a, b, q0, BR); k0 < kend; k0 += BR) {
         __syncthreads(); /* the last tile's K, V and P are used */
         ta_load<HS, BR>(Ks, kb, a.W, k0, a.T);
@@ -187,7 +169,7 @@ __global__ void __launch_bounds__(TA_THREADS) d_ta_forward(ta_args a) {
 }
 
 /* one thread per (b, t, h): D = dO . O, the fmaf chain of every dP */
-__global__ void d_ta_D(ta_args a, int HS) {
+__global__ void d_ta_D(fa_args a, int HS) {
     const size_t n = (size_t)a.B * a.T * a.NH;
     const size_t id = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (id >= n) return;
@@ -203,7 +185,7 @@ __global__ void d_ta_D(ta_args a, int HS) {
 /* grid (ceil(T / BR), NH, B): dq of query rows q0 .. q0 + BR - 1 of head h: dS = P (dP - D) scale
  * over the key tiles up to the diagonal, dq = dS K */
 template <int HS, int BR>
-__global__ void __launch_bounds__(TA_THREADS) d_ta_dq(ta_args a) {
+__global__ void __launch_bounds__(TA_THREADS) d_ta_dq(fa_args a) {
     constexpr int RM = BR / 8, CN = BR / 16, DN = HS / 16, LD = HS + 1, LP = BR + 1;
     extern __shared__ float sm[];
     float *Qs = sm, *dOs = Qs + BR * LD, *Ks = dOs + BR * LD, *Vs = Ks + BR * LD;
@@ -227,7 +209,7 @@ __global__ void __launch_bounds__(TA_THREADS) d_ta_dq(ta_args a) {
     const int kend = min(a.T, q0 + BR);
     int seg[RM];
 #pragma unroll
-    for (int i = 0; i < RM; i++) seg[i] = ta_seg(a, b, q0 + rg + 8 * i);
+    for (int i = 0; i < RM; i++) seg[i] = fa_seg(a, b, q0 + rg + 8 * i);
     for (int k0 = ta_first_tile(a, b, q0, BR); k0 < kend; k0 += BR) {
         __syncthreads();
         ta_load<HS, BR>(Ks, kb, a.W, k0, a.T);
@@ -267,7 +249,7 @@ __global__ void __launch_bounds__(TA_THREADS) d_ta_dq(ta_args a) {
  * group's query heads and, for each, the query tiles from the diagonal on: dv = P^T dO,
  * dk = dS^T Q (the score tile computed transposed: key rows by the row groups) */
 template <int HS, int BR>
-__global__ void __launch_bounds__(TA_THREADS) d_ta_dkv(ta_args a) {
+__global__ void __launch_bounds__(TA_THREADS) d_ta_dkv(fa_args a) {
     constexpr int RM = BR / 8, CN = BR / 16, DN = HS / 16, LD = HS + 1, LP = BR + 1;
     extern __shared__ float sm[];
     float *Ks = sm, *Vs = Ks + BR * LD, *Qs = Vs + BR * LD, *dOs = Qs + BR * LD;
@@ -289,7 +271,7 @@ __global__ void __launch_bounds__(TA_THREADS) d_ta_dkv(ta_args a) {
          * of them (seg grows with the row), so the walk stops at the first tile whose first
          * row starts after them */
         const int c_last = min(a.T, c0 + BR) - 1;
-        for (int q0 = c0; q0 < a.T && ta_seg(a, b, q0) <= c_last; q0 += BR) {
+        for (int q0 = c0; q0 < a.T && fa_seg(a, b, q0) <= c_last; q0 += BR) {
             __syncthreads(); /* the last tile's Q, dO, P and dS are used */
             ta_load<HS, BR>(Qs, base + (size_t)h * HS, a.W, q0, a.T);
             ta_load<HS, BR>(dOs, a.dout + (size_t)b * a.T * a.C + (size_t)h * HS, a.C, q0, a.T);
@@ -308,7 +290,7 @@ __global__ void __launch_bounds__(TA_THREADS) d_ta_dkv(ta_args a) {
                 for (int j = 0; j < CN; j++) {
                     const int rl = cg + 16 * j, r = q0 + rl;
                     float p = 0.0f, ds = 0.0f;
-                    if (c <= r && r < a.T && c >= ta_seg(a, b, r)) {
+                    if (c <= r && r < a.T && c >= fa_seg(a, b, r)) {
                         p = expf(st[i][j] * a.scale - ls[rl]);
                         ds = p * (dpt[i][j] - Ds[rl]) * a.scale;
                     }
@@ -336,7 +318,7 @@ __global__ void __launch_bounds__(TA_THREADS) d_ta_dkv(ta_args a) {
 
 /* ---- launches ---- */
 template <int HS, int BR>
-static void ta_forward(const ta_args &a, int B, const char *what) {
+static void ta_forward(const fa_args &a, int B, const char *what) {
     const size_t smem = (size_t)(3 * BR * (HS + 1) + BR * (BR + 1)) * sizeof(float);
     cu_note(cudaFuncSetAttribute(d_ta_forward<HS, BR>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  (int)smem), what);
@@ -346,7 +328,7 @@ static void ta_forward(const ta_args &a, int B, const char *what) {
 }
 
 template <int HS, int BR>
-static void ta_backward(const ta_args &a, int B, const char *what) {
+static void ta_backward(const fa_args &a, int B, const char *what) {
     const size_t n = (size_t)B * a.T * a.NH;
     d_ta_D<<<(unsigned)((n + 255) / 256), 256, 0, cu_stream>>>(a, HS);
     CU_LAUNCHED(what);
@@ -361,17 +343,6 @@ static void ta_backward(const ta_args &a, int B, const char *what) {
     CU_LAUNCHED(what);
 }
 
-static ta_args ta_make(const float *qkv, int B, int T, int C, int NH, int NKV) {
-    ta_args a = {};
-    const int hs = C / NH;
-    a.qkv = qkv;
-    a.B = B, a.T = T, a.NH = NH, a.NKV = NKV, a.group = NH / NKV;
-    a.W = (size_t)(NH + 2 * NKV) * hs;
-    a.C = (size_t)NH * hs;
-    a.scale = 1.0f / sqrtf((float)hs);
-    return a;
-}
-
 /* the head sizes with a tiled kernel: 16, 32, 64 (64-row tiles), 128 (32-row tiles) */
 bool cu_tiled_attention_supported(int C, int NH) {
     const int hs = C / NH;
@@ -382,8 +353,8 @@ void cu_tiled_flash_forward(float *out, float *lse, const float *qkv, int B, int
                             int NKV, const int32_t *pos, int window) {
     if (B <= 0 || T <= 0) return;
     cu_enter();
-    ta_args a = ta_make(qkv, B, T, C, NH, NKV);
-    a.out_w = out, a.lse = lse, a.pos = pos, a.window = window;
+    fa_args a = fa_make(qkv, B, T, C, NH, NKV, pos, window);
+    a.out_w = out, a.lse = lse;
     const char *what = "flash_attention_forward (tiled)";
     switch (C / NH) {
     case 16: ta_forward<16, 64>(a, B, what); break;
@@ -398,9 +369,8 @@ void cu_tiled_flash_backward(float *dqkv, float *scratch, const float *dout, con
                              const int32_t *pos, int window) {
     if (B <= 0 || T <= 0) return;
     cu_enter();
-    ta_args a = ta_make(qkv, B, T, C, NH, NKV);
-    a.dout = dout, a.out = out, a.lse_in = lse, a.dqkv = dqkv, a.D = scratch, a.pos = pos;
-    a.window = window;
+    fa_args a = fa_make(qkv, B, T, C, NH, NKV, pos, window);
+    a.dout = dout, a.out = out, a.lse_in = lse, a.dqkv = dqkv, a.D = scratch;
     const char *what = "flash_attention_backward (tiled)";
     switch (C / NH) {
     case 16: ta_backward<16, 64>(a, B, what); break;
