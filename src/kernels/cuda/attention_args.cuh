@@ -41,4 +41,19 @@ static inline fa_args fa_make(const float *qkv, int B, int T, int C, int NH, int
     return a;
 }
 
+/* one thread per (b, t, h): D = dO . O in fp32, one fmaf chain in order from 0 (the chain of
+ * the fp32 kernels' every dP; the bf16 kernels' operands unrounded) */
+static __global__ void d_fa_D(fa_args a, int HS) {
+    const size_t n = (size_t)a.B * a.T * a.NH;
+    const size_t id = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (id >= n) return;
+    const int h = (int)(id % a.NH);
+    const size_t bt = id / a.NH; /* b * T + t */
+    const float *d = a.dout + bt * a.C + (size_t)h * HS, *o = a.out + bt * a.C + (size_t)h * HS;
+    float acc = 0.0f;
+    for (int i = 0; i < HS; i++) acc = fmaf(d[i], o[i], acc);
+    const size_t b = bt / a.T, t = bt % a.T;
+    a.D[(b * a.NH + h) * a.T + t] = acc;
+}
+
 #endif

@@ -181,20 +181,6 @@ __global__ void __launch_bounds__(AB_THREADS) d_ab_forward(fa_args a) {
     }
 }
 
-/* one thread per (b, t, h): D = dO . O in fp32, in order (the operands unrounded) */
-__global__ void d_ab_D(fa_args a, int HS) {
-    const size_t n = (size_t)a.B * a.T * a.NH;
-    const size_t id = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (id >= n) return;
-    const int h = (int)(id % a.NH);
-    const size_t bt = id / a.NH; /* b * T + t */
-    const float *d = a.dout + bt * a.C + (size_t)h * HS, *o = a.out + bt * a.C + (size_t)h * HS;
-    float acc = 0.0f;
-    for (int i = 0; i < HS; i++) acc = fmaf(d[i], o[i], acc);
-    const size_t b = bt / a.T, t = bt % a.T;
-    a.D[(b * a.NH + h) * a.T + t] = acc;
-}
-
 /* grid (ceil(T / 64), NH, B): dq of query rows q0 .. q0 + 63 of head h: S = Q K^T and dP = dO V^T
  * per key tile, P = exp(scale S - lse), dS = P (dP - D) scale, dq += bf16(dS) K */
 template <int HS>
@@ -333,7 +319,7 @@ template <int HS>
 static void ab_backward(const fa_args &a, int B, const char *what) {
     typedef ab_ld<HS> L;
     const size_t n = (size_t)B * a.T * a.NH;
-    d_ab_D<<<(unsigned)((n + 255) / 256), 256, 0, cu_stream>>>(a, HS);
+    d_fa_D<<<(unsigned)((n + 255) / 256), 256, 0, cu_stream>>>(a, HS);
     CU_LAUNCHED(what);
     const size_t sm = (size_t)(4 * AB_R * L::Q + 2 * AB_R * L::P) * sizeof(bf16_t) +
                       (size_t)(2 * AB_R * L::S + AB_R * L::O + 2 * AB_R) * sizeof(float);

@@ -168,20 +168,6 @@ __global__ void __launch_bounds__(TA_THREADS) d_ta_forward(fa_args a) {
     }
 }
 
-/* one thread per (b, t, h): D = dO . O, the fmaf chain of every dP */
-__global__ void d_ta_D(fa_args a, int HS) {
-    const size_t n = (size_t)a.B * a.T * a.NH;
-    const size_t id = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (id >= n) return;
-    const int h = (int)(id % a.NH);
-    const size_t bt = id / a.NH; /* b * T + t */
-    const float *d = a.dout + bt * a.C + (size_t)h * HS, *o = a.out + bt * a.C + (size_t)h * HS;
-    float acc = 0.0f;
-    for (int i = 0; i < HS; i++) acc = fmaf(d[i], o[i], acc);
-    const size_t b = bt / a.T, t = bt % a.T;
-    a.D[(b * a.NH + h) * a.T + t] = acc;
-}
-
 /* grid (ceil(T / BR), NH, B): dq of query rows q0 .. q0 + BR - 1 of head h: dS = P (dP - D) scale
  * over the key tiles up to the diagonal, dq = dS K */
 template <int HS, int BR>
@@ -330,7 +316,7 @@ static void ta_forward(const fa_args &a, int B, const char *what) {
 template <int HS, int BR>
 static void ta_backward(const fa_args &a, int B, const char *what) {
     const size_t n = (size_t)B * a.T * a.NH;
-    d_ta_D<<<(unsigned)((n + 255) / 256), 256, 0, cu_stream>>>(a, HS);
+    d_fa_D<<<(unsigned)((n + 255) / 256), 256, 0, cu_stream>>>(a, HS);
     CU_LAUNCHED(what);
     const size_t sq = (size_t)(4 * BR * (HS + 1) + BR * (BR + 1) + 2 * BR) * sizeof(float);
     cu_note(cudaFuncSetAttribute(d_ta_dq<HS, BR>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sq), what);
